@@ -1,0 +1,188 @@
+// Package store defines how jobwatch persists jobs: the Job record, the
+// Store interface every backend implements, and the errors callers branch
+// on. It decides nothing about job life cycles (that is package jobs) and
+// knows nothing of RPC. Backends live in subpackages (store/sqlite, later
+// store/postgres) and all pass the shared suite in store/storetest.
+//
+// Every write is a transaction that returns the committed snapshot, with
+// its new version, so the caller can publish exactly what was stored.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// State is a job's place in its life cycle. The string values are stored
+// as they are.
+type State string
+
+const (
+	Pending   State = "pending"
+	Queued    State = "queued"
+	Running   State = "running"
+	Succeeded State = "succeeded"
+	Failed    State = "failed"
+	Cancelled State = "cancelled"
+	Lost      State = "lost"
+)
+
+// Terminal reports whether s never changes again.
+func (s State) Terminal() bool {
+	switch s {
+	case Succeeded, Failed, Cancelled, Lost:
+		return true
+	}
+	return false
+}
+
+// ActiveStates are the states in which a job holds its unique key.
+var ActiveStates = []State{Pending, Queued, Running}
+
+// JobError is why a job, or its last attempt, failed.
+type JobError struct {
+	Type    string `json:"type"`
+	Message string `json:"message,omitempty"`
+}
+
+// Job is one stored job. Times are UTC; a zero time means "not set".
+type Job struct {
+	ID          string
+	Tenant      string
+	Kind        string
+	Queue       string
+	State       State
+	Version     int64 // starts at 1; +1 on every change a watcher could see
+	Percent     int32
+	Step        string
+	Payload     json.RawMessage // nil: none
+	Result      json.RawMessage // nil: none
+	Error       *JobError       // nil: none
+	Attempt     int32
+	MaxAttempts int32
+	UniqueKey   string // "" : none
+	CreatedAt   time.Time
+	StartedAt   time.Time
+	UpdatedAt   time.Time
+	FinishedAt  time.Time
+	RunAt       time.Time // not claimable before this
+	WorkerID    string
+
+	// The lease of the worker running the job; empty unless RUNNING.
+	LeaseID        string
+	LeaseExpiresAt time.Time
+}
+
+// SameVisible reports whether a watcher would see no difference between j
+// and o: the fields whose change bumps Version are equal.
+func (j *Job) SameVisible(o *Job) bool {
+	return j.State == o.State &&
+		j.Percent == o.Percent &&
+		j.Step == o.Step &&
+		string(j.Result) == string(o.Result) &&
+		sameError(j.Error, o.Error) &&
+		j.Attempt == o.Attempt &&
+		j.WorkerID == o.WorkerID &&
+		j.RunAt.Equal(o.RunAt)
+}
+
+func sameError(a, b *JobError) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// Errors every backend returns, possibly wrapped.
+var (
+	// ErrNotFound: no job has that id (never did, or retention deleted it).
+	ErrNotFound = errors.New("job not found")
+	// ErrNoJob: ClaimJob found nothing ready to run.
+	ErrNoJob = errors.New("no job ready")
+	// ErrUnavailable: the database cannot be reached or is busy beyond its
+	// timeout; nothing was written.
+	ErrUnavailable = errors.New("store unavailable")
+)
+
+// ConflictError is returned by CreateJob when the tenant already has an
+// active job with the same unique key.
+type ConflictError struct {
+	ActiveID  string // the id of the job holding the key
+	UniqueKey string
+}
+
+func (e *ConflictError) Error() string {
+	return "job " + e.ActiveID + " is already active with unique key " + e.UniqueKey
+}
+
+// ListFilter selects jobs for ListJobs. Zero fields do not filter.
+type ListFilter struct {
+	Tenant string
+	States []State
+	Kind   string
+	Queue  string
+	// UpdatedSince keeps jobs whose UpdatedAt is at or after it.
+	UpdatedSince time.Time
+	// Limit is the page size; the backend caps nothing, the caller does.
+	Limit int
+	// PageToken is the NextPageToken of the previous page.
+	PageToken string
+}
+
+// ClaimFilter selects the jobs a worker may claim. Empty lists mean any.
+type ClaimFilter struct {
+	Kinds  []string
+	Queues []string
+	// Now: only jobs whose RunAt is at or before it are ready.
+	Now time.Time
+}
+
+// Store persists jobs. Implementations are safe for concurrent use.
+type Store interface {
+	// CreateJob inserts j as given (the caller sets ID, State, Version 1
+	// and times) and returns the stored job. If j.UniqueKey is set and
+	// another job of j.Tenant in an active state has the same key, it
+	// returns a *ConflictError and stores nothing.
+	CreateJob(ctx context.Context, j Job) (Job, error)
+
+	// GetJob returns the job with id, or ErrNotFound.
+	GetJob(ctx context.Context, id string) (Job, error)
+
+	// ListJobs returns jobs matching f, newest first (by creation, then
+	// id), and a token for the next page ("" on the last page).
+	ListJobs(ctx context.Context, f ListFilter) (jobs []Job, nextPageToken string, err error)
+
+	// UpdateJob reads job id under a write lock, lets update change it,
+	// and commits. If update returns an error nothing is written and the
+	// error is returned as it is. If the change is visible (see
+	// SameVisible) Version goes up by one; the caller sets UpdatedAt.
+	// It returns the committed job, or ErrNotFound.
+	UpdateJob(ctx context.Context, id string, update func(*Job) error) (Job, error)
+
+	// ClaimJob picks the oldest ready QUEUED job matching f (by RunAt,
+	// then creation order), lets claim change it (to RUNNING, with a
+	// lease), and commits with Version + 1. Two concurrent claims never
+	// get the same job. It returns ErrNoJob when nothing is ready.
+	ClaimJob(ctx context.Context, f ClaimFilter, claim func(*Job)) (Job, error)
+
+	// NextRunAt returns the earliest RunAt after f.Now among QUEUED jobs
+	// matching f, or the zero time if there is none: when a parked claim
+	// should look again even if nothing is published.
+	NextRunAt(ctx context.Context, f ClaimFilter) (time.Time, error)
+
+	// ExpiredLeases returns the ids of RUNNING jobs whose lease expired
+	// before now.
+	ExpiredLeases(ctx context.Context, now time.Time) ([]string, error)
+
+	// DeleteFinishedBefore deletes terminal jobs whose FinishedAt is
+	// before t and reports how many it deleted.
+	DeleteFinishedBefore(ctx context.Context, t time.Time) (int, error)
+
+	// CountByState returns how many jobs are in each state, for metrics.
+	CountByState(ctx context.Context) (map[State]int64, error)
+
+	// Close releases the database.
+	Close() error
+}
