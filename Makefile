@@ -1,0 +1,37 @@
+# The README's commands. `make test` is what CI runs (via .ci/run).
+BUF := go tool -modfile=tools/go.mod buf
+
+.PHONY: test check generate web web-deps demo
+
+## test: every check and every test suite, race detector on.
+test: check
+	go test -race -count=1 -timeout 20m ./...
+
+## check: formatting, vet, lint, and that generated code and the page bundle
+## are exactly what their sources produce.
+check: web-deps
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	go vet ./...
+	$(BUF) lint
+	$(MAKE) generate
+	git diff --exit-code -- gen web/src/gen || { echo "generated code is stale: run make generate"; exit 1; }
+	cd web && npm run --silent typecheck && npm run --silent build
+	git diff --exit-code -- web/dist || { echo "web/dist is stale: run make web"; exit 1; }
+
+## generate: rewrite gen/ (Go) and web/src/gen (TypeScript) from proto/.
+generate: web-deps
+	$(BUF) generate
+
+## web: rebuild the embedded page bundle.
+web: web-deps
+	cd web && npm run build
+
+web-deps:
+	@if [ -f web/package-lock.json ]; then \
+	  if [ ! -d web/node_modules ] || [ web/package-lock.json -nt web/node_modules ]; then cd web && npm ci --no-audit --no-fund; fi; \
+	fi
+
+## demo: the README's first command.
+demo:
+	go run ./cmd/jobwatch demo
