@@ -2,14 +2,23 @@
 // a job (submit, start, claim, heartbeat, complete, fail, cancel, lease
 // expiry, retention), commits it through a store.Store and then publishes
 // the committed snapshot to a watch.Hub, which wakes parked waiters,
-// watchers and claimers. It knows nothing of Connect, HTTP or SQL.
+// watchers and claimers. It knows nothing of Connect, HTTP or SQL, and it
+// must never publish a change before the store has committed it.
+//
+// A job's path through the files of this package, in order: submit.go
+// (Submit, Start, Get, List, Cancel), claim.go (Claim), lease.go
+// (Heartbeat, Complete, Fail), sweep.go (lease expiry, retention), wait.go
+// (Wait) and watch.go (Watch, WatchTenant). This file holds what they
+// share: configuration, errors, publishing and shutdown.
 package jobs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"jobwatch/store"
@@ -41,6 +50,40 @@ type Config struct {
 	Metrics Metrics
 }
 
+func (c Config) withDefaults() Config {
+	if c.LeaseTimeout <= 0 {
+		c.LeaseTimeout = 30 * time.Second
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = time.Second
+	}
+	if c.Retention <= 0 {
+		c.Retention = 24 * time.Hour
+	}
+	if c.DefaultMaxAttempts <= 0 {
+		c.DefaultMaxAttempts = 1
+	}
+	if c.RetryInitialBackoff <= 0 {
+		c.RetryInitialBackoff = time.Second
+	}
+	if c.RetryMaxBackoff <= 0 {
+		c.RetryMaxBackoff = time.Minute
+	}
+	if c.RetryMaxBackoff < c.RetryInitialBackoff {
+		c.RetryMaxBackoff = c.RetryInitialBackoff
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
+	}
+	return c
+}
+
 // Metrics is what the engine reports; package server implements it with
 // Prometheus.
 type Metrics interface {
@@ -50,7 +93,12 @@ type Metrics interface {
 	Woke(kind string, latency time.Duration)
 }
 
-// Errors the engine returns; package server maps them to Connect codes.
+type noMetrics struct{}
+
+func (noMetrics) Woke(string, time.Duration) {}
+
+// Errors the engine returns, possibly wrapped (use errors.Is); package
+// server maps them to Connect codes.
 var (
 	ErrNotFound   = store.ErrNotFound                            // not_found
 	ErrNotStarted = errors.New("job is pending: start it first") // failed_precondition (wait on PENDING)
@@ -62,6 +110,7 @@ var (
 )
 
 // InvalidError is a request the engine refuses because of one field.
+// It is returned unwrapped.
 type InvalidError struct {
 	Field  string // as named in the API, e.g. "kind"
 	Reason string // e.g. "must not be empty"
@@ -70,7 +119,8 @@ type InvalidError struct {
 func (e *InvalidError) Error() string { return e.Field + ": " + e.Reason }
 
 // StateError is a request that does not fit the job's current state, such
-// as starting a job that has already ended. failed_precondition.
+// as starting a job that has already ended. failed_precondition. It is
+// returned unwrapped.
 type StateError struct {
 	JobID string
 	State store.State
@@ -81,150 +131,142 @@ func (e *StateError) Error() string {
 	return "cannot " + e.Op + " job " + e.JobID + ": it is " + string(e.State)
 }
 
-// The conflict of SubmitJob is a *store.ConflictError (already_exists).
+// The conflict of SubmitJob is a *store.ConflictError (already_exists),
+// returned unwrapped.
 
 // Engine runs jobs. Create it with New; it is safe for concurrent use.
 type Engine struct {
 	store store.Store
-	hub   *watch.Hub[store.Job]
 	cfg   Config
-	// TODO(jobs helper): shutdown channel, claim signal, tenant signals.
+	log   *slog.Logger
+
+	// hub holds each watched job's latest committed snapshot, keyed by id.
+	hub *watch.Hub[store.Job]
+	// signals carries no values, only "look again": the key claimSignal
+	// wakes parked claimers when a job may have become claimable, and
+	// tenantSignal(t) wakes WatchTenant streams of tenant t. Each publish
+	// takes the next value of signalSeq as its version, so it is always
+	// newer than whatever a cell holds.
+	signals   *watch.Hub[struct{}]
+	signalSeq atomic.Int64
+
+	// done is closed by Shutdown; every parked call selects on it.
+	done     chan struct{}
+	shutdown sync.Once
 }
+
+const claimSignal = "claim"
+
+func tenantSignal(tenant string) string { return "tenant/" + tenant }
 
 // New returns an engine over st.
 func New(st store.Store, cfg Config) *Engine {
-	panic("unimplemented")
+	cfg = cfg.withDefaults()
+	return &Engine{
+		store:   st,
+		cfg:     cfg,
+		log:     cfg.Logger,
+		hub:     watch.NewHub[store.Job](),
+		signals: watch.NewHub[struct{}](),
+		done:    make(chan struct{}),
+	}
 }
 
-// Run performs the periodic duties (lease expiry, retention) until ctx
-// ends. It is safe to run on several replicas at once.
-func (e *Engine) Run(ctx context.Context) error { panic("unimplemented") }
-
-// Sweep runs the periodic duties once, now: expire stale leases, delete
-// jobs past retention. Tests call it instead of waiting for Run.
-func (e *Engine) Sweep(ctx context.Context) error { panic("unimplemented") }
+// Config returns the configuration in effect, defaults filled in.
+func (e *Engine) Config() Config { return e.cfg }
 
 // Shutdown makes every parked Wait, Watch, WatchTenant and Claim return at
 // once (OK, with the latest state) and every later one return without
 // parking. It is idempotent.
-func (e *Engine) Shutdown() { panic("unimplemented") }
+func (e *Engine) Shutdown() { e.shutdown.Do(func() { close(e.done) }) }
 
 // Publish hands a snapshot committed elsewhere (another replica) to the
-// local hub, as if this engine had committed it.
-func (e *Engine) Publish(j store.Job) { panic("unimplemented") }
+// local hub, as if this engine had committed it. Snapshots that are not
+// newer than what the hub holds are ignored.
+func (e *Engine) Publish(j store.Job) { e.publish(j) }
 
-// SubmitRequest describes a new job. Zero fields take defaults.
-type SubmitRequest struct {
-	Tenant      string // "" : "default"
-	Kind        string // required
-	Queue       string // "" : "default"
-	Payload     json.RawMessage
-	UniqueKey   string
-	Hold        bool
-	RunAt       time.Time
-	MaxAttempts int32
+// publish wakes everyone who may care about the committed snapshot j. It
+// must only be called after the commit, so that whoever wakes and reads
+// the store sees at least j.
+func (e *Engine) publish(j store.Job) {
+	e.hub.Publish(j.ID, j.Version, j)
+	e.signals.Publish(tenantSignal(j.Tenant), e.signalSeq.Add(1), struct{}{})
+	if j.State == store.Queued {
+		e.signals.Publish(claimSignal, e.signalSeq.Add(1), struct{}{})
+	}
 }
 
-// Submit creates a job QUEUED (PENDING with Hold).
-func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (store.Job, error) {
-	panic("unimplemented")
+func (e *Engine) now() time.Time { return e.cfg.Now().UTC() }
+
+// woke reports a wake-up caused by the change committed at changedAt.
+func (e *Engine) woke(kind string, changedAt time.Time) {
+	d := e.now().Sub(changedAt)
+	if d < 0 {
+		d = 0
+	}
+	e.cfg.Metrics.Woke(kind, d)
 }
 
-// Start moves a PENDING job to QUEUED.
-func (e *Engine) Start(ctx context.Context, id string) (store.Job, error) { panic("unimplemented") }
+// errUnchanged, returned by an update function, leaves the job as it is
+// and makes update return the job as read, with a nil error.
+var errUnchanged = errors.New("unchanged")
 
-// Get returns a job.
-func (e *Engine) Get(ctx context.Context, id string) (store.Job, error) { panic("unimplemented") }
-
-// List returns jobs newest first.
-func (e *Engine) List(ctx context.Context, f store.ListFilter) ([]store.Job, string, error) {
-	panic("unimplemented")
+// update changes job id in one store transaction and publishes the result
+// if a watcher could see the difference. change gets the job as stored and
+// the time of the change; it returns errUnchanged to change nothing, or
+// another error to refuse. UpdatedAt is set here, only for visible changes,
+// so that it always says when the version last went up.
+func (e *Engine) update(ctx context.Context, op, id string, change func(j *store.Job, now time.Time) error) (store.Job, error) {
+	if err := validID("job_id", id); err != nil {
+		return store.Job{}, err
+	}
+	var before store.Job
+	j, err := e.store.UpdateJob(ctx, id, func(j *store.Job) error {
+		before = *j
+		now := e.now()
+		if err := change(j, now); err != nil {
+			return err
+		}
+		if !j.SameVisible(&before) {
+			j.UpdatedAt = now
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errUnchanged):
+		return before, nil
+	case err != nil:
+		return store.Job{}, wrap(op, id, err)
+	}
+	if j.Version != before.Version {
+		e.publish(j)
+	}
+	return j, nil
 }
 
-// Cancel makes an active job CANCELLED at once.
-func (e *Engine) Cancel(ctx context.Context, id string) (store.Job, error) { panic("unimplemented") }
-
-// Wait subscribes to the job, then reads it: a terminal job returns at
-// once, a PENDING one ErrNotStarted, an unknown one ErrNotFound. Otherwise
-// it waits for a terminal state until the deadline, ctx's end or Shutdown,
-// and returns the latest state (nil error) in each of those cases.
-func (e *Engine) Wait(ctx context.Context, id string, deadline time.Time) (store.Job, error) {
-	panic("unimplemented")
+// wrap says what was being done, except for the typed errors that callers
+// read fields of: those go through as they are.
+func wrap(op, id string, err error) error {
+	var (
+		invalid  *InvalidError
+		state    *StateError
+		conflict *store.ConflictError
+	)
+	if errors.As(err, &invalid) || errors.As(err, &state) || errors.As(err, &conflict) {
+		return err
+	}
+	if id == "" {
+		return fmt.Errorf("%s job: %w", op, err)
+	}
+	return fmt.Errorf("%s job %s: %w", op, id, err)
 }
 
-// WatchOptions says how long to watch and where to send snapshots.
-type WatchOptions struct {
-	// AfterVersion: the first snapshot sent is the current one if its
-	// version is above AfterVersion (always when 0), or when AfterVersion
-	// is above the current version (a restored database).
-	AfterVersion int64
-	// Deadline ends the watch (nil error) at the stream lifetime limit.
-	Deadline time.Time
-	// Keepalive: Send(nil) after this long without a snapshot. 0: never.
-	Keepalive time.Duration
-	// Send delivers a snapshot, or nil for a keepalive. An error ends the
-	// watch with that error.
-	Send func(*store.Job) error
-}
-
-// Watch sends the job's snapshots as DESIGN.md says for WatchJob: current
-// first, then each change (a slow Send skips to the latest), and returns
-// nil right after sending a terminal snapshot, at the deadline, or on
-// Shutdown. ErrNotFound for an unknown job.
-func (e *Engine) Watch(ctx context.Context, id string, o WatchOptions) error {
-	panic("unimplemented")
-}
-
-// TenantWatchOptions are WatchOptions for a whole tenant.
-type TenantWatchOptions struct {
-	// ResumeToken from the last batch; "" starts with the PageSize most
-	// recent jobs.
-	ResumeToken string
-	PageSize    int
-	Deadline    time.Time
-	Keepalive   time.Duration
-	// Send delivers the jobs changed since the last batch and the token
-	// to resume after them; an empty batch is a keepalive.
-	Send func(jobs []store.Job, resumeToken string) error
-}
-
-// WatchTenant sends batches of a tenant's changed jobs until the
-// deadline, ctx's end or Shutdown.
-func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOptions) error {
-	panic("unimplemented")
-}
-
-// ClaimRequest says which jobs a worker may run.
-type ClaimRequest struct {
-	WorkerID string
-	Kinds    []string // empty: any
-	Queues   []string // empty: any
-}
-
-// Claim gives the worker the oldest ready job it may run, RUNNING under a
-// new lease (job.LeaseID, job.LeaseExpiresAt). With none ready it parks
-// until one is, or until the deadline, ctx's end or Shutdown, and then
-// returns ErrNoJob.
-func (e *Engine) Claim(ctx context.Context, r ClaimRequest, deadline time.Time) (store.Job, error) {
-	panic("unimplemented")
-}
-
-// Heartbeat extends the lease and records progress (percent clamped to
-// 0..100 and never lowered; an empty step keeps the last). A job cancelled
-// while the lease was held returns with State Cancelled and nil error, so
-// the worker learns of it; any other lease mismatch is ErrStaleLease.
-func (e *Engine) Heartbeat(ctx context.Context, id, leaseID string, percent int32, step string) (store.Job, error) {
-	panic("unimplemented")
-}
-
-// Complete ends the job SUCCEEDED with result and percent 100.
-func (e *Engine) Complete(ctx context.Context, id, leaseID string, result json.RawMessage) (store.Job, error) {
-	panic("unimplemented")
-}
-
-// Fail ends the attempt. With retryable and attempts left the job is
-// QUEUED again with Attempt+1 after a backoff (RunAt) and Error saying why
-// the last attempt ended; otherwise it is FAILED.
-func (e *Engine) Fail(ctx context.Context, id, leaseID string, jerr store.JobError, retryable bool) (store.Job, error) {
-	panic("unimplemented")
+// timerUntil returns a channel that fires at t by the engine's clock, and
+// a stop function. The zero t never fires.
+func (e *Engine) timerUntil(t time.Time) (<-chan time.Time, func()) {
+	if t.IsZero() {
+		return nil, func() {}
+	}
+	timer := time.NewTimer(t.Sub(e.now()))
+	return timer.C, func() { timer.Stop() }
 }

@@ -1,0 +1,138 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"jobwatch/store"
+)
+
+// ClaimRequest says which jobs a worker may run.
+type ClaimRequest struct {
+	WorkerID string   // required: shown on the job as who runs it
+	Kinds    []string // empty: any
+	Queues   []string // empty: any
+}
+
+func (r ClaimRequest) validate() error {
+	if err := validName("worker_id", r.WorkerID); err != nil {
+		return err
+	}
+	for _, k := range r.Kinds {
+		if err := validName("kinds", k); err != nil {
+			return err
+		}
+	}
+	for _, q := range r.Queues {
+		if err := validName("queues", q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Claim gives the worker the oldest ready job it may run, RUNNING under a
+// new lease (job.LeaseID, job.LeaseExpiresAt). With none ready it parks
+// until one is, or until the deadline (zero: none), ctx's end or Shutdown,
+// and then returns ErrNoJob.
+//
+// Parking polls nothing: it sleeps on the claim signal, which every commit
+// that leaves a job QUEUED publishes, and on a timer for the earliest
+// future RunAt among the jobs it may run. A signal wakes every parked
+// claimer; all but one find nothing and park again, which is cheap next to
+// a database poll per worker per interval.
+//
+// If ctx ends just after the store committed a claim, the job is RUNNING
+// under a lease nobody holds; the lease reaper takes it back.
+func (e *Engine) Claim(ctx context.Context, r ClaimRequest, deadline time.Time) (store.Job, error) {
+	if err := r.validate(); err != nil {
+		return store.Job{}, err
+	}
+	sub := e.signals.Subscribe(claimSignal)
+	defer sub.Close()
+
+	woken := false
+	for {
+		// Take the signal's channel before looking, so that a job queued
+		// during the look closes it and we look again instead of parking.
+		_, _, changed := sub.Latest()
+
+		j, err := e.claimOnce(ctx, r, woken)
+		if !errors.Is(err, store.ErrNoJob) {
+			return j, err
+		}
+		if e.shuttingDown() || ctx.Err() != nil || (!deadline.IsZero() && !e.now().Before(deadline)) {
+			return store.Job{}, ErrNoJob
+		}
+		next, err := e.store.NextRunAt(ctx, e.claimFilter(r))
+		if err != nil {
+			if ctx.Err() != nil {
+				return store.Job{}, ErrNoJob
+			}
+			return store.Job{}, wrap("claim", "", err)
+		}
+
+		wake := deadline
+		if !next.IsZero() && (wake.IsZero() || next.Before(wake)) {
+			wake = next
+		}
+		timer, stop := e.timerUntil(wake)
+		woken = false
+		select {
+		case <-changed:
+			woken = true
+		case <-timer:
+		case <-ctx.Done():
+		case <-e.done:
+		}
+		stop()
+	}
+}
+
+func (e *Engine) claimFilter(r ClaimRequest) store.ClaimFilter {
+	return store.ClaimFilter{Kinds: r.Kinds, Queues: r.Queues, Now: e.now()}
+}
+
+// claimOnce tries one claim. woken says the try follows a claim signal, so
+// that the wake-up latency is reported against the commit that queued the
+// job.
+func (e *Engine) claimOnce(ctx context.Context, r ClaimRequest, woken bool) (store.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Job{}, store.ErrNoJob
+	}
+	var queuedAt time.Time
+	j, err := e.store.ClaimJob(ctx, e.claimFilter(r), func(j *store.Job) {
+		now := e.now()
+		queuedAt = j.UpdatedAt
+		j.State = store.Running
+		j.Attempt++
+		j.WorkerID = r.WorkerID
+		j.LeaseID = newLeaseID()
+		j.LeaseExpiresAt = now.Add(e.cfg.LeaseTimeout)
+		if j.StartedAt.IsZero() {
+			j.StartedAt = now
+		}
+		j.UpdatedAt = now
+	})
+	switch {
+	case errors.Is(err, store.ErrNoJob):
+		return store.Job{}, store.ErrNoJob
+	case err != nil:
+		return store.Job{}, wrap("claim", "", err)
+	}
+	if woken {
+		e.woke("claim", queuedAt)
+	}
+	e.publish(j)
+	return j, nil
+}
+
+func (e *Engine) shuttingDown() bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
+}

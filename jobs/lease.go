@@ -1,0 +1,143 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"time"
+
+	"jobwatch/store"
+)
+
+// The calls of the worker holding a job. Each checks the lease inside the
+// store's transaction, so a worker whose lease was taken (cancel, expiry,
+// a new claim) can change nothing: the lease id is the fencing token.
+
+// checkLease refuses a lease that does not hold j. A lease that expired
+// but has not been reaped yet still holds: nobody else has the job, and
+// the reaper re-checks the expiry inside its own transaction.
+func checkLease(j *store.Job, leaseID string) error {
+	if j.State != store.Running || j.LeaseID != leaseID {
+		return ErrStaleLease
+	}
+	return nil
+}
+
+func validLease(id, leaseID string) error {
+	if err := validID("job_id", id); err != nil {
+		return err
+	}
+	return validName("lease_id", leaseID)
+}
+
+// Heartbeat extends the lease and records progress (percent clamped to
+// 0..100 and never lowered within an attempt; an empty step keeps the
+// last). A job cancelled while the lease was held returns with State
+// Cancelled and nil error, so the worker learns of it; any other lease
+// mismatch is ErrStaleLease.
+func (e *Engine) Heartbeat(ctx context.Context, id, leaseID string, percent int32, step string) (store.Job, error) {
+	if err := validLease(id, leaseID); err != nil {
+		return store.Job{}, err
+	}
+	percent = min(max(percent, 0), 100)
+	return e.update(ctx, "heartbeat", id, func(j *store.Job, now time.Time) error {
+		if j.State == store.Cancelled && j.LeaseID == leaseID {
+			return errUnchanged
+		}
+		if err := checkLease(j, leaseID); err != nil {
+			return err
+		}
+		j.Percent = max(j.Percent, percent)
+		if step != "" {
+			j.Step = step
+		}
+		j.LeaseExpiresAt = now.Add(e.cfg.LeaseTimeout)
+		return nil
+	})
+}
+
+// Complete ends the job SUCCEEDED with result and percent 100.
+func (e *Engine) Complete(ctx context.Context, id, leaseID string, result json.RawMessage) (store.Job, error) {
+	if err := validLease(id, leaseID); err != nil {
+		return store.Job{}, err
+	}
+	if err := validJSON("result", result); err != nil {
+		return store.Job{}, err
+	}
+	return e.update(ctx, "complete", id, func(j *store.Job, now time.Time) error {
+		if err := checkLease(j, leaseID); err != nil {
+			return err
+		}
+		j.State = store.Succeeded
+		j.Percent = 100
+		j.Result = result
+		j.Error = nil // an earlier attempt's error is history once one succeeds
+		j.FinishedAt = now
+		releaseLease(j)
+		return nil
+	})
+}
+
+// Fail ends the attempt. With retryable and attempts left the job is
+// QUEUED again after a backoff (RunAt), with Error saying why the last
+// attempt ended; Attempt still counts the attempt that failed until the
+// next claim starts another. Otherwise it is FAILED. An empty error type
+// becomes "Error".
+func (e *Engine) Fail(ctx context.Context, id, leaseID string, jerr store.JobError, retryable bool) (store.Job, error) {
+	if err := validLease(id, leaseID); err != nil {
+		return store.Job{}, err
+	}
+	if jerr.Type == "" {
+		jerr.Type = "Error"
+	}
+	return e.update(ctx, "fail", id, func(j *store.Job, now time.Time) error {
+		if err := checkLease(j, leaseID); err != nil {
+			return err
+		}
+		j.Error = &jerr
+		if retryable && j.Attempt < j.MaxAttempts {
+			e.requeue(j, now)
+			return nil
+		}
+		j.State = store.Failed
+		j.FinishedAt = now
+		releaseLease(j)
+		return nil
+	})
+}
+
+// requeue puts a job whose attempt ended back in the queue after a
+// backoff. Progress starts over with the next attempt: carrying the last
+// attempt's percent over would pin the new attempt's reports below it.
+func (e *Engine) requeue(j *store.Job, now time.Time) {
+	j.State = store.Queued
+	j.RunAt = now.Add(e.backoff(j.Attempt))
+	j.Percent = 0
+	j.Step = ""
+	releaseLease(j)
+}
+
+func releaseLease(j *store.Job) {
+	j.LeaseID = ""
+	j.LeaseExpiresAt = time.Time{}
+}
+
+// backoff is the delay before the attempt after attempt: the initial
+// backoff doubled per attempt, capped at the maximum, of which a random
+// half is dropped ("equal jitter") so retries of jobs that failed together
+// spread out, while no delay falls below half the exponential step.
+func (e *Engine) backoff(attempt int32) time.Duration {
+	d := e.cfg.RetryInitialBackoff
+	for i := int32(1); i < attempt && d < e.cfg.RetryMaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, e.cfg.RetryMaxBackoff)
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// leaseExpiredError says why a job's attempt ended with no word from its
+// worker.
+func leaseExpiredError(timeout time.Duration) *store.JobError {
+	return &store.JobError{Type: "LeaseExpired", Message: "no heartbeat for " + timeout.String()}
+}

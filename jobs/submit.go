@@ -1,0 +1,183 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"jobwatch/store"
+)
+
+// Defaults for SubmitRequest and List.
+const (
+	DefaultTenant   = "default"
+	DefaultQueue    = "default"
+	DefaultPageSize = 50
+	MaxPageSize     = 500
+)
+
+// SubmitRequest describes a new job. Zero fields take defaults.
+type SubmitRequest struct {
+	Tenant      string // "" : "default"
+	Kind        string // required
+	Queue       string // "" : "default"
+	Payload     json.RawMessage
+	UniqueKey   string
+	Hold        bool
+	RunAt       time.Time // zero: now
+	MaxAttempts int32     // 0: Config.DefaultMaxAttempts
+}
+
+func (r SubmitRequest) validate() error {
+	if err := validName("kind", r.Kind); err != nil {
+		return err
+	}
+	if err := validOptionalName("tenant", r.Tenant); err != nil {
+		return err
+	}
+	if err := validOptionalName("queue", r.Queue); err != nil {
+		return err
+	}
+	if err := validUniqueKey(r.UniqueKey); err != nil {
+		return err
+	}
+	if r.MaxAttempts < 0 {
+		return &InvalidError{Field: "max_attempts", Reason: "must not be negative"}
+	}
+	return validJSON("payload", r.Payload)
+}
+
+// Submit creates a job QUEUED (PENDING with Hold). A tenant's second
+// active job with the same unique key is refused with the
+// *store.ConflictError naming the active one.
+func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (store.Job, error) {
+	if err := r.validate(); err != nil {
+		return store.Job{}, err
+	}
+	now := e.now()
+	j := store.Job{
+		ID:          newJobID(now),
+		Tenant:      r.Tenant,
+		Kind:        r.Kind,
+		Queue:       r.Queue,
+		State:       store.Queued,
+		Version:     1,
+		Payload:     r.Payload,
+		MaxAttempts: r.MaxAttempts,
+		UniqueKey:   r.UniqueKey,
+		CreatedAt:   now,
+		UpdatedAt:   now,
+		RunAt:       r.RunAt.UTC(),
+	}
+	if j.Tenant == "" {
+		j.Tenant = DefaultTenant
+	}
+	if j.Queue == "" {
+		j.Queue = DefaultQueue
+	}
+	if j.MaxAttempts == 0 {
+		j.MaxAttempts = e.cfg.DefaultMaxAttempts
+	}
+	if r.RunAt.IsZero() {
+		j.RunAt = now
+	}
+	if r.Hold {
+		j.State = store.Pending
+	}
+	j, err := e.store.CreateJob(ctx, j)
+	if err != nil {
+		return store.Job{}, wrap("submit", "", err)
+	}
+	e.publish(j)
+	return j, nil
+}
+
+// Start moves a PENDING job to QUEUED. A job already QUEUED or RUNNING is
+// returned unchanged, so a retried Start is harmless; an ended job is a
+// *StateError.
+func (e *Engine) Start(ctx context.Context, id string) (store.Job, error) {
+	return e.update(ctx, "start", id, func(j *store.Job, now time.Time) error {
+		switch {
+		case j.State == store.Pending:
+			j.State = store.Queued
+			if j.RunAt.Before(now) {
+				// RunAt said "not before"; a held job runs from its start.
+				j.RunAt = now
+			}
+			return nil
+		case j.State.Terminal():
+			return &StateError{JobID: j.ID, State: j.State, Op: "start"}
+		default:
+			return errUnchanged
+		}
+	})
+}
+
+// Get returns a job, or ErrNotFound.
+func (e *Engine) Get(ctx context.Context, id string) (store.Job, error) {
+	if err := validID("job_id", id); err != nil {
+		return store.Job{}, err
+	}
+	j, err := e.store.GetJob(ctx, id)
+	if err != nil {
+		return store.Job{}, wrap("get", id, err)
+	}
+	return j, nil
+}
+
+// List returns jobs newest first. f.Limit is the page size: 0 means
+// DefaultPageSize, and more than MaxPageSize is cut to it.
+func (e *Engine) List(ctx context.Context, f store.ListFilter) ([]store.Job, string, error) {
+	if err := validOptionalName("tenant", f.Tenant); err != nil {
+		return nil, "", err
+	}
+	if err := validOptionalName("kind", f.Kind); err != nil {
+		return nil, "", err
+	}
+	if err := validOptionalName("queue", f.Queue); err != nil {
+		return nil, "", err
+	}
+	if f.Limit < 0 {
+		return nil, "", &InvalidError{Field: "page_size", Reason: "must not be negative"}
+	}
+	f.Limit = pageSize(f.Limit)
+	jobs, next, err := e.store.ListJobs(ctx, f)
+	if err != nil {
+		return nil, "", wrap("list", "", err)
+	}
+	return jobs, next, nil
+}
+
+func pageSize(n int) int {
+	switch {
+	case n <= 0:
+		return DefaultPageSize
+	case n > MaxPageSize:
+		return MaxPageSize
+	}
+	return n
+}
+
+// Cancel makes an active job CANCELLED at once. A RUNNING job keeps its
+// LeaseID on the row, so the worker holding it hears "cancelled" from its
+// next Heartbeat while its Complete or Fail is refused as ErrStaleLease.
+// Cancelling a job that is already CANCELLED returns it unchanged (a
+// retried cancel is harmless); one that ended otherwise is a *StateError,
+// because the caller's belief that it was still running is wrong.
+func (e *Engine) Cancel(ctx context.Context, id string) (store.Job, error) {
+	return e.update(ctx, "cancel", id, func(j *store.Job, now time.Time) error {
+		switch {
+		case j.State == store.Cancelled:
+			return errUnchanged
+		case j.State.Terminal():
+			return &StateError{JobID: j.ID, State: j.State, Op: "cancel"}
+		}
+		j.State = store.Cancelled
+		j.FinishedAt = now
+		return nil
+	})
+}
+
+// isNotFound reports whether err means the job does not exist.
+func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }

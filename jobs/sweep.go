@@ -1,0 +1,86 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"jobwatch/store"
+)
+
+// Run performs the periodic duties (lease expiry, retention) every
+// SweepInterval until ctx ends, then returns nil. A failed sweep is logged
+// and tried again at the next tick. It is safe to run on several replicas
+// at once: every change is re-checked inside its own transaction.
+func (e *Engine) Run(ctx context.Context) error {
+	ticker := time.NewTicker(e.cfg.SweepInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+			if err := e.Sweep(ctx); err != nil && ctx.Err() == nil {
+				e.log.Warn("sweep failed", "err", err)
+			}
+		}
+	}
+}
+
+// Sweep runs the periodic duties once, now: expire stale leases, delete
+// jobs past retention. Tests call it instead of waiting for Run.
+func (e *Engine) Sweep(ctx context.Context) error {
+	return errors.Join(e.expireLeases(ctx), e.deleteExpired(ctx))
+}
+
+// expireLeases ends the attempt of every RUNNING job whose worker has not
+// heartbeaten within LeaseTimeout: LOST, or QUEUED again when attempts
+// remain. The list of candidates may be stale by the time each one is
+// updated (a heartbeat, a completion or another replica's sweep came
+// first), so the expiry is checked again under the row lock.
+func (e *Engine) expireLeases(ctx context.Context) error {
+	ids, err := e.store.ExpiredLeases(ctx, e.now())
+	if err != nil {
+		return wrap("expire leases of", "", err)
+	}
+	var errs []error
+	for _, id := range ids {
+		expired := false
+		j, err := e.update(ctx, "expire lease of", id, func(j *store.Job, now time.Time) error {
+			if j.State != store.Running || !j.LeaseExpiresAt.Before(now) {
+				return errUnchanged
+			}
+			expired = true
+			j.Error = leaseExpiredError(e.cfg.LeaseTimeout)
+			if j.Attempt < j.MaxAttempts {
+				e.requeue(j, now)
+				return nil
+			}
+			j.State = store.Lost
+			j.FinishedAt = now
+			releaseLease(j)
+			return nil
+		})
+		switch {
+		case isNotFound(err):
+		case err != nil:
+			errs = append(errs, err)
+		case expired:
+			e.log.Info("lease expired", "job_id", j.ID, "worker_id", j.WorkerID, "attempt", j.Attempt, "state", j.State)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// deleteExpired deletes terminal jobs that finished more than Retention
+// ago; afterwards they are ErrNotFound.
+func (e *Engine) deleteExpired(ctx context.Context) error {
+	n, err := e.store.DeleteFinishedBefore(ctx, e.now().Add(-e.cfg.Retention))
+	if err != nil {
+		return wrap("delete expired", "", err)
+	}
+	if n > 0 {
+		e.log.Debug("retention deleted jobs", "count", n)
+	}
+	return nil
+}

@@ -1,0 +1,62 @@
+package jobs
+
+import (
+	"context"
+	"time"
+
+	"jobwatch/store"
+)
+
+// Wait subscribes to the job, then reads it: a terminal job returns at
+// once, a PENDING one ErrNotStarted, an unknown one ErrNotFound. Otherwise
+// it waits for a terminal state until the deadline (zero: none), ctx's end
+// or Shutdown, and returns the latest state (nil error) in each of those
+// cases.
+//
+// Subscribing first is what makes the wait exact: a change committed
+// before the read is in the read, and one committed after it is published
+// after the subscription opened, so the cell has it. The read goes to the
+// store, not the hub, so a job that ended long ago (its cell freed) is
+// still answered at once.
+func (e *Engine) Wait(ctx context.Context, id string, deadline time.Time) (store.Job, error) {
+	if err := validID("job_id", id); err != nil {
+		return store.Job{}, err
+	}
+	sub := e.hub.Subscribe(id)
+	defer sub.Close()
+
+	j, err := e.store.GetJob(ctx, id)
+	if err != nil {
+		return store.Job{}, wrap("wait for", id, err)
+	}
+	if j.State == store.Pending {
+		return store.Job{}, ErrNotStarted
+	}
+
+	timer, stop := e.timerUntil(deadline)
+	defer stop()
+	woken := false
+	for {
+		latest, version, changed := sub.Latest()
+		if version > j.Version {
+			j = latest
+			if woken {
+				e.woke("wait", j.UpdatedAt)
+			}
+		}
+		if j.State.Terminal() {
+			return j, nil
+		}
+		woken = false
+		select {
+		case <-changed:
+			woken = true
+		case <-timer:
+			return j, nil
+		case <-ctx.Done():
+			return j, nil
+		case <-e.done:
+			return j, nil
+		}
+	}
+}
