@@ -1,0 +1,114 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"jobwatch/store"
+)
+
+// Conversions between the domain (store.Job, JSON bytes) and the wire
+// (jobwatchv1.Job, google.protobuf.Value) live here and nowhere else.
+
+var stateToProto = map[store.State]jobwatchv1.JobState{
+	store.Pending:   jobwatchv1.JobState_JOB_STATE_PENDING,
+	store.Queued:    jobwatchv1.JobState_JOB_STATE_QUEUED,
+	store.Running:   jobwatchv1.JobState_JOB_STATE_RUNNING,
+	store.Succeeded: jobwatchv1.JobState_JOB_STATE_SUCCEEDED,
+	store.Failed:    jobwatchv1.JobState_JOB_STATE_FAILED,
+	store.Cancelled: jobwatchv1.JobState_JOB_STATE_CANCELLED,
+	store.Lost:      jobwatchv1.JobState_JOB_STATE_LOST,
+}
+
+var stateFromProto = func() map[jobwatchv1.JobState]store.State {
+	m := make(map[jobwatchv1.JobState]store.State, len(stateToProto))
+	for s, p := range stateToProto {
+		m[p] = s
+	}
+	return m
+}()
+
+// toProtoJob converts a stored job for the wire. It fails only when the
+// stored payload or result is not valid JSON.
+func toProtoJob(j *store.Job) (*jobwatchv1.Job, error) {
+	payload, err := jsonToValue(j.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("job %s payload: %w", j.ID, err)
+	}
+	result, err := jsonToValue(j.Result)
+	if err != nil {
+		return nil, fmt.Errorf("job %s result: %w", j.ID, err)
+	}
+	pj := &jobwatchv1.Job{
+		Id:          j.ID,
+		Tenant:      j.Tenant,
+		Kind:        j.Kind,
+		Queue:       j.Queue,
+		State:       stateToProto[j.State],
+		Version:     j.Version,
+		Percent:     j.Percent,
+		Step:        j.Step,
+		Payload:     payload,
+		Result:      result,
+		Attempt:     j.Attempt,
+		MaxAttempts: j.MaxAttempts,
+		UniqueKey:   j.UniqueKey,
+		CreatedAt:   timestamp(j.CreatedAt),
+		StartedAt:   timestamp(j.StartedAt),
+		UpdatedAt:   timestamp(j.UpdatedAt),
+		FinishedAt:  timestamp(j.FinishedAt),
+		RunAt:       timestamp(j.RunAt),
+		WorkerId:    j.WorkerID,
+	}
+	if j.Error != nil {
+		pj.Error = &jobwatchv1.JobError{Type: j.Error.Type, Message: j.Error.Message}
+	}
+	return pj, nil
+}
+
+func toProtoJobs(js []store.Job) ([]*jobwatchv1.Job, error) {
+	out := make([]*jobwatchv1.Job, len(js))
+	for i := range js {
+		pj, err := toProtoJob(&js[i])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = pj
+	}
+	return out, nil
+}
+
+// jsonToValue turns stored JSON into a Value; no JSON is no Value.
+func jsonToValue(raw json.RawMessage) (*structpb.Value, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	v := &structpb.Value{}
+	if err := protojson.Unmarshal(raw, v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// valueToJSON turns a Value from the wire into JSON for the store. An
+// absent Value, or one with no kind set (possible only in binary
+// protobuf), is no JSON.
+func valueToJSON(v *structpb.Value) (json.RawMessage, error) {
+	if v == nil || v.Kind == nil {
+		return nil, nil
+	}
+	return protojson.Marshal(v)
+}
+
+func timestamp(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}

@@ -1,0 +1,72 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"jobwatch/jobs"
+	"jobwatch/store"
+)
+
+// toConnectError maps an engine or store error to what the caller sees.
+// Only errors the caller can act on carry their text; anything unexpected
+// becomes internal with the message "internal error", and the detail goes
+// to the log, never to the caller.
+func (s *Server) toConnectError(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var (
+		connectErr  *connect.Error
+		invalidErr  *jobs.InvalidError
+		stateErr    *jobs.StateError
+		conflictErr *store.ConflictError
+	)
+	switch {
+	case errors.As(err, &connectErr):
+		// Already a wire error, e.g. from sending on a stream.
+		return connectErr
+	case errors.As(err, &invalidErr):
+		return connect.NewError(connect.CodeInvalidArgument, invalidErr)
+	case errors.Is(err, store.ErrInvalidPageToken):
+		return invalid("page_token", "was not issued by this server")
+	case errors.Is(err, jobs.ErrNotFound):
+		return connect.NewError(connect.CodeNotFound, jobs.ErrNotFound)
+	case errors.Is(err, jobs.ErrNotStarted):
+		return connect.NewError(connect.CodeFailedPrecondition, jobs.ErrNotStarted)
+	case errors.Is(err, jobs.ErrStaleLease):
+		return connect.NewError(connect.CodeFailedPrecondition, jobs.ErrStaleLease)
+	case errors.As(err, &stateErr):
+		return connect.NewError(connect.CodeFailedPrecondition, stateErr)
+	case errors.As(err, &conflictErr):
+		return conflict(conflictErr)
+	case errors.Is(err, jobs.ErrUnavailable):
+		return connect.NewError(connect.CodeUnavailable, jobs.ErrUnavailable)
+	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		// The caller went away or gave up; nobody reads the answer.
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
+		}
+		return connect.NewError(connect.CodeCanceled, ctx.Err())
+	}
+	s.log.ErrorContext(ctx, "internal error", "op", op, "err", err)
+	return connect.NewError(connect.CodeInternal, errors.New("internal error"))
+}
+
+// conflict is already_exists with the active job's id in the message and
+// in a JobAlreadyActive detail that generated clients can read.
+func conflict(c *store.ConflictError) error {
+	err := connect.NewError(connect.CodeAlreadyExists,
+		fmt.Errorf("job %s is already active with unique_key %q", c.ActiveID, c.UniqueKey))
+	if detail, derr := connect.NewErrorDetail(&jobwatchv1.JobAlreadyActive{
+		JobId:     c.ActiveID,
+		UniqueKey: c.UniqueKey,
+	}); derr == nil {
+		err.AddDetail(detail)
+	}
+	return err
+}

@@ -1,0 +1,281 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"jobwatch/jobs"
+	"jobwatch/store"
+)
+
+// jobService adapts JobService to the engine.
+type jobService struct{ s *Server }
+
+var _ jobwatchv1connect.JobServiceHandler = (*jobService)(nil)
+
+// capDeadline is when a parked call answers: limit from now, or
+// DeadlineMargin before the caller's own deadline, whichever is sooner.
+// The margin is at most a tenth of the time the caller allowed.
+func (s *Server) capDeadline(ctx context.Context, limit time.Duration) time.Time {
+	now := time.Now()
+	deadline := now.Add(limit)
+	if callerDeadline, ok := ctx.Deadline(); ok {
+		margin := min(s.cfg.DeadlineMargin, callerDeadline.Sub(now)/10)
+		if d := callerDeadline.Add(-margin); d.Before(deadline) {
+			deadline = d
+		}
+	}
+	return deadline
+}
+
+// wait parks on the engine's Wait, counted as a parked wait.
+func (s *Server) wait(ctx context.Context, id string) (*jobwatchv1.Job, error) {
+	s.metrics.parkedWaits.Inc()
+	defer s.metrics.parkedWaits.Dec()
+	j, err := s.engine.Wait(ctx, id, s.capDeadline(ctx, s.cfg.WaitCap))
+	if err != nil {
+		return nil, s.toConnectError(ctx, "wait job", err)
+	}
+	return s.protoJob(ctx, &j)
+}
+
+// protoJob converts for the wire; a stored value that is not JSON is an
+// internal error.
+func (s *Server) protoJob(ctx context.Context, j *store.Job) (*jobwatchv1.Job, error) {
+	pj, err := toProtoJob(j)
+	if err != nil {
+		return nil, s.toConnectError(ctx, "convert job", err)
+	}
+	return pj, nil
+}
+
+func (h *jobService) SubmitJob(ctx context.Context, req *jobwatchv1.SubmitJobRequest) (*jobwatchv1.SubmitJobResponse, error) {
+	s := h.s
+	r := jobs.SubmitRequest{
+		Tenant:      req.GetTenant(),
+		Kind:        req.GetKind(),
+		Queue:       req.GetQueue(),
+		UniqueKey:   req.GetUniqueKey(),
+		Hold:        req.GetHold(),
+		MaxAttempts: req.GetMaxAttempts(),
+	}
+	if err := checkSubmit(req); err != nil {
+		return nil, err
+	}
+	if req.RunAt != nil {
+		if err := req.RunAt.CheckValid(); err != nil {
+			return nil, invalid("run_at", err.Error())
+		}
+		r.RunAt = req.RunAt.AsTime()
+	}
+	payload, err := s.jsonField("payload", req.GetPayload())
+	if err != nil {
+		return nil, err
+	}
+	r.Payload = payload
+
+	j, err := s.engine.Submit(ctx, r)
+	if err != nil {
+		return nil, s.toConnectError(ctx, "submit job", err)
+	}
+	if !req.GetWait() || j.State.Terminal() {
+		pj, err := s.protoJob(ctx, &j)
+		return &jobwatchv1.SubmitJobResponse{Job: pj}, err
+	}
+	pj, err := s.wait(ctx, j.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &jobwatchv1.SubmitJobResponse{Job: pj}, nil
+}
+
+func checkSubmit(req *jobwatchv1.SubmitJobRequest) error {
+	if req.GetKind() == "" {
+		return invalid("kind", "must not be empty")
+	}
+	for _, c := range []struct {
+		field, value string
+		limit        int
+	}{
+		{"tenant", req.GetTenant(), maxNameBytes},
+		{"kind", req.GetKind(), maxNameBytes},
+		{"queue", req.GetQueue(), maxNameBytes},
+		{"unique_key", req.GetUniqueKey(), maxUniqueKeyBytes},
+	} {
+		if err := checkLen(c.field, c.value, c.limit); err != nil {
+			return err
+		}
+	}
+	if req.GetMaxAttempts() < 0 {
+		return invalid("max_attempts", "must not be negative")
+	}
+	if req.GetHold() && req.GetWait() {
+		// A held job cannot end before someone starts it, so the wait
+		// could only ever time out.
+		return invalid("wait", "cannot wait for a held job (hold is true)")
+	}
+	return nil
+}
+
+func (h *jobService) StartJob(ctx context.Context, req *jobwatchv1.StartJobRequest) (*jobwatchv1.StartJobResponse, error) {
+	if err := checkID("job_id", req.GetJobId()); err != nil {
+		return nil, err
+	}
+	j, err := h.s.engine.Start(ctx, req.GetJobId())
+	if err != nil {
+		return nil, h.s.toConnectError(ctx, "start job", err)
+	}
+	pj, err := h.s.protoJob(ctx, &j)
+	return &jobwatchv1.StartJobResponse{Job: pj}, err
+}
+
+func (h *jobService) GetJob(ctx context.Context, req *jobwatchv1.GetJobRequest) (*jobwatchv1.GetJobResponse, error) {
+	if err := checkID("job_id", req.GetJobId()); err != nil {
+		return nil, err
+	}
+	j, err := h.s.engine.Get(ctx, req.GetJobId())
+	if err != nil {
+		return nil, h.s.toConnectError(ctx, "get job", err)
+	}
+	pj, err := h.s.protoJob(ctx, &j)
+	return &jobwatchv1.GetJobResponse{Job: pj}, err
+}
+
+func (h *jobService) ListJobs(ctx context.Context, req *jobwatchv1.ListJobsRequest) (*jobwatchv1.ListJobsResponse, error) {
+	for _, c := range []struct{ field, value string }{
+		{"tenant", req.GetTenant()}, {"kind", req.GetKind()}, {"queue", req.GetQueue()},
+	} {
+		if err := checkName(c.field, c.value); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkLen("page_token", req.GetPageToken(), 1024); err != nil {
+		return nil, err
+	}
+	limit, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	if len(req.GetStates()) > maxFilterItems {
+		return nil, invalid("states", fmt.Sprintf("must list at most %d entries", maxFilterItems))
+	}
+	f := store.ListFilter{
+		Tenant:    req.GetTenant(),
+		Kind:      req.GetKind(),
+		Queue:     req.GetQueue(),
+		Limit:     limit,
+		PageToken: req.GetPageToken(),
+	}
+	for i, ps := range req.GetStates() {
+		st, ok := stateFromProto[ps]
+		if !ok {
+			return nil, invalid(fmt.Sprintf("states[%d]", i), fmt.Sprintf("%v is not a job state", ps))
+		}
+		f.States = append(f.States, st)
+	}
+	js, next, err := h.s.engine.List(ctx, f)
+	if err != nil {
+		return nil, h.s.toConnectError(ctx, "list jobs", err)
+	}
+	pjs, err := toProtoJobs(js)
+	if err != nil {
+		return nil, h.s.toConnectError(ctx, "convert jobs", err)
+	}
+	return &jobwatchv1.ListJobsResponse{Jobs: pjs, NextPageToken: next}, nil
+}
+
+func (h *jobService) CancelJob(ctx context.Context, req *jobwatchv1.CancelJobRequest) (*jobwatchv1.CancelJobResponse, error) {
+	if err := checkID("job_id", req.GetJobId()); err != nil {
+		return nil, err
+	}
+	j, err := h.s.engine.Cancel(ctx, req.GetJobId())
+	if err != nil {
+		return nil, h.s.toConnectError(ctx, "cancel job", err)
+	}
+	pj, err := h.s.protoJob(ctx, &j)
+	return &jobwatchv1.CancelJobResponse{Job: pj}, err
+}
+
+func (h *jobService) WaitJob(ctx context.Context, req *jobwatchv1.WaitJobRequest) (*jobwatchv1.WaitJobResponse, error) {
+	if err := checkID("job_id", req.GetJobId()); err != nil {
+		return nil, err
+	}
+	pj, err := h.s.wait(ctx, req.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	return &jobwatchv1.WaitJobResponse{Job: pj}, nil
+}
+
+func (h *jobService) WatchJob(ctx context.Context, req *jobwatchv1.WatchJobRequest, stream *connect.ServerStream[jobwatchv1.WatchJobResponse]) error {
+	s := h.s
+	if err := checkID("job_id", req.GetJobId()); err != nil {
+		return err
+	}
+	if req.GetAfterVersion() < 0 {
+		return invalid("after_version", "must not be negative")
+	}
+	s.metrics.openWatches.Inc()
+	defer s.metrics.openWatches.Dec()
+	err := s.engine.Watch(ctx, req.GetJobId(), jobs.WatchOptions{
+		AfterVersion: req.GetAfterVersion(),
+		Deadline:     s.capDeadline(ctx, s.cfg.StreamLifetime),
+		Keepalive:    s.cfg.Keepalive,
+		Send: func(j *store.Job) error {
+			resp := &jobwatchv1.WatchJobResponse{} // no job: a keepalive
+			if j != nil {
+				pj, err := toProtoJob(j)
+				if err != nil {
+					return err
+				}
+				resp.Job = pj
+			}
+			return stream.Send(resp)
+		},
+	})
+	return s.toConnectError(ctx, "watch job", err)
+}
+
+func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsRequest, stream *connect.ServerStream[jobwatchv1.WatchJobsResponse]) error {
+	s := h.s
+	if err := checkName("tenant", req.GetTenant()); err != nil {
+		return err
+	}
+	if err := checkLen("resume_token", req.GetResumeToken(), 1024); err != nil {
+		return err
+	}
+	limit, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return err
+	}
+	s.metrics.openWatches.Inc()
+	defer s.metrics.openWatches.Dec()
+	err = s.engine.WatchTenant(ctx, req.GetTenant(), jobs.TenantWatchOptions{
+		ResumeToken: req.GetResumeToken(),
+		PageSize:    limit,
+		Deadline:    s.capDeadline(ctx, s.cfg.StreamLifetime),
+		Keepalive:   s.cfg.Keepalive,
+		Send: func(js []store.Job, resumeToken string) error {
+			pjs, err := toProtoJobs(js)
+			if err != nil {
+				return err
+			}
+			return stream.Send(&jobwatchv1.WatchJobsResponse{Jobs: pjs, ResumeToken: resumeToken})
+		},
+	})
+	return s.toConnectError(ctx, "watch jobs", err)
+}
+
+func (h *jobService) GetServerInfo(context.Context, *jobwatchv1.GetServerInfoRequest) (*jobwatchv1.GetServerInfoResponse, error) {
+	return &jobwatchv1.GetServerInfoResponse{
+		Demo:         len(h.s.cfg.DemoKinds) > 0,
+		DemoKinds:    h.s.cfg.DemoKinds,
+		AuthRequired: false, // no tokens file support yet: loopback only
+		Version:      h.s.cfg.Version,
+	}, nil
+}

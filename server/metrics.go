@@ -1,0 +1,146 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"jobwatch/jobs"
+	"jobwatch/store"
+)
+
+// Metrics is jobwatch's Prometheus collector set. It implements
+// jobs.Metrics, so one value serves both the engine (wake-up latency) and
+// the server (parked calls, requests). Create it with NewMetrics.
+type Metrics struct {
+	parkedWaits  prometheus.Gauge
+	openWatches  prometheus.Gauge
+	parkedClaims prometheus.Gauge
+	wakeLatency  *prometheus.HistogramVec
+	requests     *prometheus.CounterVec
+}
+
+var _ jobs.Metrics = (*Metrics)(nil)
+
+// NewMetrics returns unregistered collectors; server.New registers them.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		parkedWaits: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "jobwatch_parked_waits",
+			Help: "WaitJob calls (and SubmitJob calls with wait) parked now.",
+		}),
+		openWatches: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "jobwatch_open_watches",
+			Help: "WatchJob and WatchJobs streams open now.",
+		}),
+		parkedClaims: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "jobwatch_parked_claims",
+			Help: "ClaimJob calls parked now.",
+		}),
+		wakeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "jobwatch_wake_latency_seconds",
+			Help: "Time from a change's commit to the wake-up of a parked wait, watch or claim.",
+			// From 50µs to about 1.6s: wake-ups are in-process and should
+			// sit at the bottom; the top catches a starved machine.
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16),
+		}, []string{"kind"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jobwatch_requests_total",
+			Help: "RPCs handled, by procedure and Connect code.",
+		}, []string{"procedure", "code"}),
+	}
+}
+
+// Woke implements jobs.Metrics.
+func (m *Metrics) Woke(kind string, latency time.Duration) {
+	m.wakeLatency.WithLabelValues(kind).Observe(latency.Seconds())
+}
+
+func (m *Metrics) register(reg *prometheus.Registry, engine *jobs.Engine, log *slog.Logger) {
+	for _, c := range []prometheus.Collector{
+		m.parkedWaits, m.openWatches, m.parkedClaims, m.wakeLatency, m.requests,
+		&jobsCollector{engine: engine, log: log},
+	} {
+		// A Metrics shared by two servers on one registry is registered
+		// once; that is not an error.
+		if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+			log.Warn("register metric", "err", err)
+		}
+	}
+}
+
+// jobsCollector reports jobs by state, read from the store at scrape time
+// so the numbers are right across restarts and replicas.
+type jobsCollector struct {
+	engine *jobs.Engine
+	log    *slog.Logger
+}
+
+var jobsDesc = prometheus.NewDesc("jobwatch_jobs", "Jobs stored, by state.", []string{"state"}, nil)
+
+var allStates = []store.State{
+	store.Pending, store.Queued, store.Running,
+	store.Succeeded, store.Failed, store.Cancelled, store.Lost,
+}
+
+func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- jobsDesc }
+
+func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	counts, err := c.engine.CountByState(ctx)
+	if err != nil {
+		c.log.Warn("count jobs for metrics", "err", err)
+		ch <- prometheus.NewInvalidMetric(jobsDesc, err)
+		return
+	}
+	for _, s := range allStates {
+		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(counts[s]), string(s))
+	}
+}
+
+// callInterceptor counts every RPC and logs it at debug level.
+type callInterceptor struct {
+	metrics *Metrics
+	log     *slog.Logger
+}
+
+func (i *callInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		start := time.Now()
+		resp, err := next(ctx, req)
+		i.done(ctx, req.Spec().Procedure, req.Peer(), start, err)
+		return resp, err
+	}
+}
+
+func (i *callInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (i *callInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		start := time.Now()
+		err := next(ctx, conn)
+		i.done(ctx, conn.Spec().Procedure, conn.Peer(), start, err)
+		return err
+	}
+}
+
+func (i *callInterceptor) done(ctx context.Context, procedure string, peer connect.Peer, start time.Time, err error) {
+	code := "ok"
+	if err != nil {
+		code = connect.CodeOf(err).String()
+	}
+	i.metrics.requests.WithLabelValues(procedure, code).Inc()
+	i.log.DebugContext(ctx, "call",
+		"procedure", procedure,
+		"protocol", peer.Protocol,
+		"peer", peer.Addr,
+		"code", code,
+		"duration", time.Since(start))
+}

@@ -1,0 +1,251 @@
+// Package server is jobwatch's network face: thin Connect handlers for
+// JobService, WorkerService and QueueService, request limits, error
+// mapping, Prometheus metrics, gRPC health and reflection, the page at /,
+// and the HTTP/1.1 + cleartext HTTP/2 listener that serves them on one
+// port. It decodes, checks shapes and hands every decision to jobs.Engine;
+// it must never touch SQL or decide a job's life cycle itself.
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	connectcors "connectrpc.com/cors"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/cors"
+
+	"jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"jobwatch/jobs"
+)
+
+// Config tunes a Server. Zero fields take the documented defaults, so
+// Config{} is a working configuration.
+type Config struct {
+	// WaitCap is the longest a WaitJob (or SubmitJob with wait) parks
+	// before answering OK with the current state. Default 60s.
+	WaitCap time.Duration
+	// ClaimCap is the longest a ClaimJob parks before answering with no
+	// job. Default 30s.
+	ClaimCap time.Duration
+	// StreamLifetime ends a WatchJob or WatchJobs stream (OK) after this
+	// long, so load balancers can rotate connections; clients resume.
+	// Default 10m.
+	StreamLifetime time.Duration
+	// Keepalive is how often an idle stream sends a message with no job,
+	// so idle proxies keep it open. Default 15s; negative disables it.
+	Keepalive time.Duration
+	// DeadlineMargin is how long before the caller's own deadline
+	// (Connect-Timeout-Ms, grpc-timeout) a parked call answers, so the
+	// answer arrives before the caller gives up. It is capped at a tenth
+	// of the time the caller allowed, so short timeouts still get most of
+	// their time. Default 200ms.
+	DeadlineMargin time.Duration
+	// MaxRequestBytes bounds one request message; larger ones are refused
+	// with resource_exhausted. Default 1 MiB.
+	MaxRequestBytes int
+	// MaxPayloadBytes bounds a job's payload and a worker's result as
+	// JSON; larger ones are refused with resource_exhausted naming the
+	// field. Default 256 KiB.
+	MaxPayloadBytes int
+	// ShutdownGrace is how long Serve waits for calls in flight after its
+	// context ends (parked calls return at once). Default 10s.
+	ShutdownGrace time.Duration
+	// Logger receives the server's logs; per-call logs are at debug
+	// level. Default slog.Default().
+	Logger *slog.Logger
+	// Registry is where the metrics are registered and what /metrics
+	// serves. Default: a new registry with the Go and process collectors.
+	Registry *prometheus.Registry
+	// Metrics is the collector set; pass the same value to
+	// jobs.Config.Metrics so wake-up latency is observed. Default: a new
+	// one (then wake-up latency stays empty).
+	Metrics *Metrics
+	// Page serves the browser page at / and below. Default: a small
+	// placeholder page.
+	Page http.Handler
+	// CORSOrigins are the browser origins allowed to call the API from
+	// other sites ("*" for any). Empty (the default) sends no CORS headers.
+	CORSOrigins []string
+	// DemoKinds are the job kinds demo workers run in this process;
+	// GetServerInfo reports demo mode when there are any.
+	DemoKinds []string
+	// Version is reported by GetServerInfo. Default "dev".
+	Version string
+}
+
+func (c Config) withDefaults() Config {
+	setDefault(&c.WaitCap, 60*time.Second)
+	setDefault(&c.ClaimCap, 30*time.Second)
+	setDefault(&c.StreamLifetime, 10*time.Minute)
+	setDefault(&c.Keepalive, 15*time.Second)
+	if c.Keepalive < 0 {
+		c.Keepalive = 0 // the engine's "never"
+	}
+	setDefault(&c.DeadlineMargin, 200*time.Millisecond)
+	setDefault(&c.MaxRequestBytes, 1<<20)
+	setDefault(&c.MaxPayloadBytes, 256<<10)
+	setDefault(&c.ShutdownGrace, 10*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+		c.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
+	}
+	if c.Page == nil {
+		c.Page = placeholderPage()
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	return c
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// Server serves the jobwatch API for one engine. Create it with New.
+type Server struct {
+	engine  *jobs.Engine
+	cfg     Config
+	log     *slog.Logger
+	metrics *Metrics
+	health  *grpchealth.StaticChecker
+	handler http.Handler
+}
+
+// serviceNames are the services health and reflection report.
+var serviceNames = []string{
+	jobwatchv1connect.JobServiceName,
+	jobwatchv1connect.WorkerServiceName,
+	jobwatchv1connect.QueueServiceName,
+}
+
+// New returns a server over engine. It registers its metrics on
+// cfg.Registry.
+func New(engine *jobs.Engine, cfg Config) *Server {
+	cfg = cfg.withDefaults()
+	s := &Server{
+		engine:  engine,
+		cfg:     cfg,
+		log:     cfg.Logger,
+		metrics: cfg.Metrics,
+		health:  grpchealth.NewStaticChecker(serviceNames...),
+	}
+	s.metrics.register(cfg.Registry, engine, cfg.Logger)
+
+	opts := []connect.HandlerOption{
+		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
+		connect.WithInterceptors(&callInterceptor{metrics: s.metrics, log: s.log}),
+	}
+	mux := http.NewServeMux()
+	mux.Handle(jobwatchv1connect.NewJobServiceHandler(&jobService{s}, opts...))
+	mux.Handle(jobwatchv1connect.NewWorkerServiceHandler(&workerService{s}, opts...))
+	mux.Handle(jobwatchv1connect.NewQueueServiceHandler(&queueService{s}, opts...))
+	mux.Handle(grpchealth.NewHandler(s.health))
+	reflector := grpcreflect.NewStaticReflector(serviceNames...)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}))
+	mux.Handle("/", cfg.Page)
+
+	var h http.Handler = mux
+	if len(cfg.CORSOrigins) > 0 {
+		h = cors.New(cors.Options{
+			AllowedOrigins: cfg.CORSOrigins,
+			AllowedMethods: connectcors.AllowedMethods(),
+			// Authorization is for the bearer tokens of DESIGN.md "Auth".
+			AllowedHeaders: append(connectcors.AllowedHeaders(), "Authorization"),
+			ExposedHeaders: connectcors.ExposedHeaders(),
+			MaxAge:         2 * 60 * 60,
+		}).Handler(h)
+	}
+	s.handler = h
+	return s
+}
+
+// Handler returns the whole HTTP surface: every service (Connect, gRPC,
+// gRPC-Web), gRPC health and reflection (v1 and v1alpha), /metrics and
+// the page at /.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// HTTP/2 settings for Serve.
+const (
+	// Parked calls are streams; a per-connection limit they could exhaust
+	// would block a client's short calls behind its own long-polls.
+	maxConcurrentStreams = 1 << 20
+	// A connection silent this long gets a PING; a PING unanswered for
+	// pingTimeout closes it, freeing every call parked on it.
+	sendPingTimeout = 10 * time.Second
+	pingTimeout     = 5 * time.Second
+)
+
+// Serve answers on ln with HTTP/1.1 and cleartext HTTP/2 (h2c with prior
+// knowledge) side by side, until ctx ends. Then it shuts down in order:
+// the engine first, so every parked WaitJob, WatchJob and ClaimJob answers
+// OK at once, then the HTTP server, which waits up to ShutdownGrace for
+// calls in flight. It returns nil after a clean shutdown.
+//
+// There are no read or write timeouts: they would cut long-polls and
+// streams. Slow clients are bounded by ReadHeaderTimeout, dead ones by
+// HTTP/2 pings, idle connections by IdleTimeout.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	hs := &http.Server{
+		Handler:   s.handler,
+		Protocols: &protocols,
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams: maxConcurrentStreams,
+			SendPingTimeout:      sendPingTimeout,
+			PingTimeout:          pingTimeout,
+		},
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down", "grace", s.cfg.ShutdownGrace)
+	for _, name := range append([]string{""}, serviceNames...) {
+		s.health.SetStatus(name, grpchealth.StatusNotServing)
+	}
+	s.engine.Shutdown()
+	graceCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
+	defer cancel()
+	err := hs.Shutdown(graceCtx)
+	if err != nil {
+		s.log.Warn("calls still in flight after the grace period; closing them", "err", err)
+		hs.Close()
+	}
+	if serveErr := <-served; !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	return err
+}

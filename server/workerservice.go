@@ -1,0 +1,117 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"jobwatch/jobs"
+	"jobwatch/store"
+)
+
+// workerService adapts WorkerService to the engine.
+type workerService struct{ s *Server }
+
+var _ jobwatchv1connect.WorkerServiceHandler = (*workerService)(nil)
+
+func (h *workerService) ClaimJob(ctx context.Context, req *jobwatchv1.ClaimJobRequest) (*jobwatchv1.ClaimJobResponse, error) {
+	s := h.s
+	if err := checkID("worker_id", req.GetWorkerId()); err != nil {
+		return nil, err
+	}
+	if err := checkNames("kinds", req.GetKinds()); err != nil {
+		return nil, err
+	}
+	if err := checkNames("queues", req.GetQueues()); err != nil {
+		return nil, err
+	}
+	s.metrics.parkedClaims.Inc()
+	defer s.metrics.parkedClaims.Dec()
+	j, err := s.engine.Claim(ctx, jobs.ClaimRequest{
+		WorkerID: req.GetWorkerId(),
+		Kinds:    req.GetKinds(),
+		Queues:   req.GetQueues(),
+	}, s.capDeadline(ctx, s.cfg.ClaimCap))
+	if errors.Is(err, jobs.ErrNoJob) {
+		return &jobwatchv1.ClaimJobResponse{}, nil
+	}
+	if err != nil {
+		return nil, s.toConnectError(ctx, "claim job", err)
+	}
+	pj, err := s.protoJob(ctx, &j)
+	if err != nil {
+		return nil, err
+	}
+	return &jobwatchv1.ClaimJobResponse{
+		Job:            pj,
+		LeaseId:        j.LeaseID,
+		LeaseExpiresAt: timestamp(j.LeaseExpiresAt),
+	}, nil
+}
+
+func checkLease(jobID, leaseID string) error {
+	if err := checkID("job_id", jobID); err != nil {
+		return err
+	}
+	return checkID("lease_id", leaseID)
+}
+
+func (h *workerService) Heartbeat(ctx context.Context, req *jobwatchv1.HeartbeatRequest) (*jobwatchv1.HeartbeatResponse, error) {
+	if err := checkLease(req.GetJobId(), req.GetLeaseId()); err != nil {
+		return nil, err
+	}
+	if err := checkLen("step", req.GetStep(), maxStepBytes); err != nil {
+		return nil, err
+	}
+	// percent out of range is clamped by the engine, not refused.
+	j, err := h.s.engine.Heartbeat(ctx, req.GetJobId(), req.GetLeaseId(), req.GetPercent(), req.GetStep())
+	if err != nil {
+		return nil, h.s.toConnectError(ctx, "heartbeat", err)
+	}
+	return &jobwatchv1.HeartbeatResponse{
+		Cancelled:      j.State == store.Cancelled,
+		LeaseExpiresAt: timestamp(j.LeaseExpiresAt),
+	}, nil
+}
+
+func (h *workerService) CompleteJob(ctx context.Context, req *jobwatchv1.CompleteJobRequest) (*jobwatchv1.CompleteJobResponse, error) {
+	if err := checkLease(req.GetJobId(), req.GetLeaseId()); err != nil {
+		return nil, err
+	}
+	result, err := h.s.jsonField("result", req.GetResult())
+	if err != nil {
+		return nil, err
+	}
+	j, err := h.s.engine.Complete(ctx, req.GetJobId(), req.GetLeaseId(), result)
+	if err != nil {
+		return nil, h.s.toConnectError(ctx, "complete job", err)
+	}
+	pj, err := h.s.protoJob(ctx, &j)
+	return &jobwatchv1.CompleteJobResponse{Job: pj}, err
+}
+
+func (h *workerService) FailJob(ctx context.Context, req *jobwatchv1.FailJobRequest) (*jobwatchv1.FailJobResponse, error) {
+	if err := checkLease(req.GetJobId(), req.GetLeaseId()); err != nil {
+		return nil, err
+	}
+	jerr := req.GetError()
+	if jerr.GetType() == "" {
+		// Callers see only the class of an error; without one they would
+		// see nothing at all.
+		return nil, invalid("error.type", "must not be empty")
+	}
+	if err := checkLen("error.type", jerr.GetType(), maxErrorTypeBytes); err != nil {
+		return nil, err
+	}
+	if err := checkLen("error.message", jerr.GetMessage(), maxErrorMessageBytes); err != nil {
+		return nil, err
+	}
+	j, err := h.s.engine.Fail(ctx, req.GetJobId(), req.GetLeaseId(),
+		store.JobError{Type: jerr.GetType(), Message: jerr.GetMessage()}, req.GetRetryable())
+	if err != nil {
+		return nil, h.s.toConnectError(ctx, "fail job", err)
+	}
+	pj, err := h.s.protoJob(ctx, &j)
+	return &jobwatchv1.FailJobResponse{Job: pj}, err
+}
