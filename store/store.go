@@ -48,6 +48,8 @@ type JobError struct {
 }
 
 // Job is one stored job. Times are UTC; a zero time means "not set".
+// Backends keep times to the microsecond (PostgreSQL's precision) and
+// return what they stored, so publish the returned job, not the input.
 type Job struct {
 	ID          string
 	Tenant      string
@@ -104,6 +106,8 @@ var (
 	// ErrUnavailable: the database cannot be reached or is busy beyond its
 	// timeout; nothing was written.
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrInvalidPageToken: ListJobs got a page token it did not issue.
+	ErrInvalidPageToken = errors.New("invalid page token")
 )
 
 // ConflictError is returned by CreateJob when the tenant already has an
@@ -150,14 +154,20 @@ type Store interface {
 	// GetJob returns the job with id, or ErrNotFound.
 	GetJob(ctx context.Context, id string) (Job, error)
 
-	// ListJobs returns jobs matching f, newest first (by creation, then
-	// id), and a token for the next page ("" on the last page).
+	// ListJobs returns jobs matching f, newest first (by CreatedAt, ties
+	// by creation order, later first), and a token for the next page (""
+	// on the last page). A token that the backend did not issue returns
+	// ErrInvalidPageToken. Paging is by key, not offset: jobs created
+	// while a caller pages never shift later pages, so there are no gaps
+	// and no duplicates.
 	ListJobs(ctx context.Context, f ListFilter) (jobs []Job, nextPageToken string, err error)
 
 	// UpdateJob reads job id under a write lock, lets update change it,
 	// and commits. If update returns an error nothing is written and the
 	// error is returned as it is. If the change is visible (see
 	// SameVisible) Version goes up by one; the caller sets UpdatedAt.
+	// update may change any field but ID and Version, which the store
+	// owns.
 	// It returns the committed job, or ErrNotFound.
 	UpdateJob(ctx context.Context, id string, update func(*Job) error) (Job, error)
 

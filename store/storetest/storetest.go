@@ -1,0 +1,1101 @@
+// Package storetest is the conformance suite that every store.Store
+// backend runs (store/sqlite, store/postgres), in the manner of River's
+// riverdrivertest: one set of tests, so that no backend can drift from the
+// contract written in package store.
+//
+// It tests only through the store.Store interface and must never reach
+// into a backend's tables, types or SQL. Timings are never asserted.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"jobwatch/store"
+)
+
+// Run runs the suite. Each subtest calls open for a fresh, empty store and
+// closes it when the subtest ends; open should register the removal of
+// anything it made (a temp file, a schema) with t.Cleanup.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := open(t)
+			t.Cleanup(func() {
+				if err := s.Close(); err != nil {
+					t.Errorf("close store: %v", err)
+				}
+			})
+			tc.run(t, s)
+		})
+	}
+}
+
+var cases = []struct {
+	name string
+	run  func(t *testing.T, s store.Store)
+}{
+	{"create then get returns the job exactly as given", testCreateGet},
+	{"get of an unknown id returns ErrNotFound", testGetUnknown},
+	{"create with an id that exists fails and keeps the first job", testCreateDuplicateID},
+	{"create with a cancelled context writes nothing", testCreateCancelledContext},
+	{"times come back in UTC and zero times stay zero", testTimesUTC},
+	{"times keep at least microsecond precision", testTimePrecision},
+	{"payload and result come back as the same JSON", testJSONRoundTrip},
+
+	{"a second active job with the same unique key conflicts and names the active one", testUniqueConflict},
+	{"a unique key is free again once its holder has ended", testUniqueFreedByTerminal},
+	{"a job created in a terminal state holds no unique key", testUniqueTerminalHoldsNothing},
+	{"the same unique key in another tenant does not conflict", testUniquePerTenant},
+	{"jobs without a unique key never conflict", testNoUniqueKey},
+	{"concurrent creates with one unique key admit exactly one", testUniqueConcurrent},
+
+	{"list filters by tenant, states, kind, queue and updated-since", testListFilters},
+	{"list orders newest first, ties by later creation first", testListOrder},
+	{"paging through a list yields every job once and in order", testListPaging},
+	{"a page that ends at the last job has no next token", testListLastPageExact},
+	{"jobs created while paging do not shift later pages", testListPagingStable},
+	{"paging keeps the filter", testListPagingFiltered},
+	{"list refuses a page token it did not issue", testListBadToken},
+
+	{"a visible change bumps the version by exactly one", testUpdateVisible},
+	{"an invisible change is written without a version bump", testUpdateInvisible},
+	{"an update that changes nothing keeps the version", testUpdateNoChange},
+	{"the store owns the version, not the update func", testUpdateOwnsVersion},
+	{"a failing update returns its error untouched and writes nothing", testUpdateError},
+	{"update of an unknown id returns ErrNotFound without calling update", testUpdateUnknown},
+	{"update sees the stored job", testUpdateSeesStored},
+	{"concurrent updates of one job serialize with versions in sequence", testUpdateConcurrent},
+
+	{"claim takes the earliest RunAt first, then creation order", testClaimOrder},
+	{"claim skips jobs whose RunAt is still in the future", testClaimFuture},
+	{"claim takes only queued jobs", testClaimOnlyQueued},
+	{"claim honours the kinds and queues filters", testClaimFilters},
+	{"a claim commits its changes with the version plus one", testClaimCommits},
+	{"concurrent claims never hand out one job twice", testClaimConcurrent},
+
+	{"next run at is the earliest future RunAt of matching queued jobs", testNextRunAt},
+	{"expired leases are those of running jobs whose lease ended before now", testExpiredLeases},
+	{"delete finished before removes only terminal jobs that ended earlier", testDeleteFinishedBefore},
+	{"count by state counts every job once", testCountByState},
+}
+
+// base has microsecond precision, which every backend must keep.
+var base = time.Date(2030, 1, 2, 3, 4, 5, 123456000, time.UTC)
+
+func at(sec int) time.Time { return base.Add(time.Duration(sec) * time.Second) }
+
+func newJob(id string, created time.Time) store.Job {
+	return store.Job{
+		ID:          id,
+		Tenant:      "acme",
+		Kind:        "email",
+		Queue:       "default",
+		State:       store.Queued,
+		Version:     1,
+		Attempt:     1,
+		MaxAttempts: 3,
+		CreatedAt:   created,
+		UpdatedAt:   created,
+		RunAt:       created,
+	}
+}
+
+func create(t *testing.T, s store.Store, j store.Job) store.Job {
+	t.Helper()
+	got, err := s.CreateJob(t.Context(), j)
+	if err != nil {
+		t.Fatalf("create %s: %v", j.ID, err)
+	}
+	return got
+}
+
+func get(t *testing.T, s store.Store, id string) store.Job {
+	t.Helper()
+	got, err := s.GetJob(t.Context(), id)
+	if err != nil {
+		t.Fatalf("get %s: %v", id, err)
+	}
+	return got
+}
+
+func mustBeGone(t *testing.T, s store.Store, id string) {
+	t.Helper()
+	if _, err := s.GetJob(t.Context(), id); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("get %s: err = %v, want ErrNotFound", id, err)
+	}
+}
+
+// diff lists the fields in which got and want differ: times by instant,
+// JSON by meaning, the rest exactly.
+func diff(got, want store.Job) []string {
+	var out []string
+	gv, wv := reflect.ValueOf(got), reflect.ValueOf(want)
+	for i := range gv.NumField() {
+		name := gv.Type().Field(i).Name
+		g, w := gv.Field(i).Interface(), wv.Field(i).Interface()
+		same := false
+		switch g := g.(type) {
+		case time.Time:
+			same = g.Equal(w.(time.Time))
+		case json.RawMessage:
+			same = jsonEqual(g, w.(json.RawMessage))
+		case *store.JobError:
+			w := w.(*store.JobError)
+			same = (g == nil && w == nil) || (g != nil && w != nil && *g == *w)
+		default:
+			same = reflect.DeepEqual(g, w)
+		}
+		if !same {
+			out = append(out, fmt.Sprintf("%s: got %v, want %v", name, show(g), show(w)))
+		}
+	}
+	return out
+}
+
+func show(v any) any {
+	switch v := v.(type) {
+	case json.RawMessage:
+		if v == nil {
+			return "<nil>"
+		}
+		return string(v)
+	case *store.JobError:
+		if v == nil {
+			return "<nil>"
+		}
+		return *v
+	}
+	return v
+}
+
+func sameJob(t *testing.T, what string, got, want store.Job) {
+	t.Helper()
+	if d := diff(got, want); len(d) > 0 {
+		t.Errorf("%s differs from what was expected:\n  %s", what, joinLines(d))
+	}
+}
+
+func joinLines(lines []string) string {
+	var b bytes.Buffer
+	for i, l := range lines {
+		if i > 0 {
+			b.WriteString("\n  ")
+		}
+		b.WriteString(l)
+	}
+	return b.String()
+}
+
+// jsonEqual: nil stays nil (no value), otherwise the documents must mean
+// the same. A backend may normalise whitespace and key order (jsonb does)
+// but must keep every value, numbers to the last digit.
+func jsonEqual(a, b json.RawMessage) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	var x, y any
+	if decode(a, &x) != nil || decode(b, &y) != nil {
+		return bytes.Equal(a, b)
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+func decode(data []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	return d.Decode(v)
+}
+
+func ids(jobs []store.Job) []string {
+	out := make([]string, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.ID
+	}
+	return out
+}
+
+// --- create and get ---
+
+func fullJob() store.Job {
+	zone := time.FixedZone("UTC+5:30", 5*3600+1800)
+	return store.Job{
+		ID:             "job-full",
+		Tenant:         "acme",
+		Kind:           "report",
+		Queue:          "bulk",
+		State:          store.Running,
+		Version:        7,
+		Percent:        45,
+		Step:           "batch 5 of 11",
+		Payload:        json.RawMessage(`{"account":42,"tags":["a","b"]}`),
+		Result:         json.RawMessage(`{"rows":1000}`),
+		Error:          &store.JobError{Type: "Timeout", Message: "attempt 1 took too long"},
+		Attempt:        2,
+		MaxAttempts:    5,
+		UniqueKey:      "report:42",
+		CreatedAt:      at(1).In(zone),
+		StartedAt:      at(2).In(zone),
+		UpdatedAt:      at(3).In(zone),
+		FinishedAt:     at(4),
+		RunAt:          at(1).Add(time.Microsecond),
+		WorkerID:       "worker-7",
+		LeaseID:        "lease-abc",
+		LeaseExpiresAt: at(33),
+	}
+}
+
+func testCreateGet(t *testing.T, s store.Store) {
+	want := fullJob()
+	got := create(t, s, want)
+	sameJob(t, "CreateJob's result", got, want)
+	sameJob(t, "GetJob's result", get(t, s, want.ID), want)
+}
+
+func testGetUnknown(t *testing.T, s store.Store) {
+	create(t, s, newJob("job-1", at(0)))
+	mustBeGone(t, s, "job-2")
+	mustBeGone(t, s, "")
+}
+
+func testCreateDuplicateID(t *testing.T, s store.Store) {
+	first := create(t, s, newJob("job-1", at(0)))
+	dup := newJob("job-1", at(5))
+	dup.Kind = "other"
+	if _, err := s.CreateJob(t.Context(), dup); err == nil {
+		t.Fatal("second create with the same id succeeded")
+	}
+	sameJob(t, "the first job", get(t, s, "job-1"), first)
+}
+
+func testCreateCancelledContext(t *testing.T, s store.Store) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := s.CreateJob(ctx, newJob("job-1", at(0))); err == nil {
+		t.Fatal("create with a cancelled context succeeded")
+	}
+	mustBeGone(t, s, "job-1")
+}
+
+func timeFields(j store.Job) map[string]time.Time {
+	return map[string]time.Time{
+		"CreatedAt": j.CreatedAt, "StartedAt": j.StartedAt, "UpdatedAt": j.UpdatedAt,
+		"FinishedAt": j.FinishedAt, "RunAt": j.RunAt, "LeaseExpiresAt": j.LeaseExpiresAt,
+	}
+}
+
+func testTimesUTC(t *testing.T, s store.Store) {
+	full := fullJob()
+	sparse := newJob("job-sparse", at(0).In(time.FixedZone("UTC-7", -7*3600)))
+	sparse.RunAt = time.Time{}
+	for _, j := range []store.Job{full, sparse} {
+		created := create(t, s, j)
+		for _, got := range []store.Job{created, get(t, s, j.ID)} {
+			want := timeFields(j)
+			for name, tm := range timeFields(got) {
+				if want[name].IsZero() {
+					if !tm.IsZero() {
+						t.Errorf("%s %s: got %v, want the zero time", j.ID, name, tm)
+					}
+					continue
+				}
+				if tm.Location() != time.UTC {
+					t.Errorf("%s %s: location %v, want UTC", j.ID, name, tm.Location())
+				}
+			}
+		}
+	}
+}
+
+func testTimePrecision(t *testing.T, s store.Store) {
+	j := newJob("job-1", base.Add(789*time.Nanosecond))
+	j.StartedAt = base.Add(999 * time.Nanosecond)
+	created := create(t, s, j)
+	for name, tm := range timeFields(created) {
+		want := timeFields(j)[name]
+		if d := tm.Sub(want).Abs(); d >= time.Microsecond {
+			t.Errorf("%s: got %v, want within 1µs of %v", name, tm, want)
+		}
+	}
+	sameJob(t, "GetJob's result (must equal what CreateJob returned)", get(t, s, j.ID), created)
+}
+
+func testJSONRoundTrip(t *testing.T, s store.Store) {
+	tests := []struct {
+		name string
+		json json.RawMessage
+	}{
+		{"none", nil},
+		{"null", json.RawMessage(`null`)},
+		{"an object with nesting", json.RawMessage(`{"a":{"b":[1,2,{"c":null}]},"d":true}`)},
+		{"a big integer", json.RawMessage(`{"n":12345678901234567890123}`)},
+		{"a precise decimal", json.RawMessage(`[0.1,1e-7,-3.25]`)},
+		{"unicode and escapes", json.RawMessage(`{"s":"grüße \"quoted\" \\ \u2028 ✓","e":""}`)},
+		{"a bare string", json.RawMessage(`"just text"`)},
+		{"an empty array", json.RawMessage(`[]`)},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newJob(fmt.Sprintf("job-%d", i), at(i))
+			j.Payload, j.Result = tc.json, tc.json
+			created := create(t, s, j)
+			for what, got := range map[string]store.Job{"CreateJob": created, "GetJob": get(t, s, j.ID)} {
+				if !jsonEqual(got.Payload, tc.json) {
+					t.Errorf("%s payload: got %s, want %s", what, show(got.Payload), show(tc.json))
+				}
+				if !jsonEqual(got.Result, tc.json) {
+					t.Errorf("%s result: got %s, want %s", what, show(got.Result), show(tc.json))
+				}
+			}
+		})
+	}
+}
+
+// --- unique keys ---
+
+func wantConflict(t *testing.T, err error, activeID, key string) {
+	t.Helper()
+	var ce *store.ConflictError
+	if !errors.As(err, &ce) {
+		t.Fatalf("err = %v, want a *store.ConflictError", err)
+	}
+	if ce.ActiveID != activeID || ce.UniqueKey != key {
+		t.Errorf("conflict = {ActiveID: %q, UniqueKey: %q}, want {%q, %q}", ce.ActiveID, ce.UniqueKey, activeID, key)
+	}
+}
+
+func keyed(id string, created time.Time, key string, state store.State) store.Job {
+	j := newJob(id, created)
+	j.UniqueKey, j.State = key, state
+	return j
+}
+
+func testUniqueConflict(t *testing.T, s store.Store) {
+	for i, holder := range store.ActiveStates {
+		t.Run("holder "+string(holder), func(t *testing.T) {
+			key := "key-" + string(holder)
+			first := create(t, s, keyed(fmt.Sprintf("job-%d-a", i), at(0), key, holder))
+			_, err := s.CreateJob(t.Context(), keyed(fmt.Sprintf("job-%d-b", i), at(1), key, store.Queued))
+			wantConflict(t, err, first.ID, key)
+			mustBeGone(t, s, fmt.Sprintf("job-%d-b", i))
+		})
+	}
+}
+
+func testUniqueFreedByTerminal(t *testing.T, s store.Store) {
+	for i, end := range []store.State{store.Succeeded, store.Failed, store.Cancelled, store.Lost} {
+		t.Run("holder "+string(end), func(t *testing.T) {
+			key := "key-" + string(end)
+			a, b, c := fmt.Sprintf("job-%d-a", i), fmt.Sprintf("job-%d-b", i), fmt.Sprintf("job-%d-c", i)
+			create(t, s, keyed(a, at(0), key, store.Running))
+			if _, err := s.UpdateJob(t.Context(), a, func(j *store.Job) error {
+				j.State, j.FinishedAt = end, at(1)
+				return nil
+			}); err != nil {
+				t.Fatalf("end the holder: %v", err)
+			}
+			create(t, s, keyed(b, at(2), key, store.Queued))
+			_, err := s.CreateJob(t.Context(), keyed(c, at(3), key, store.Pending))
+			wantConflict(t, err, b, key)
+		})
+	}
+}
+
+func testUniqueTerminalHoldsNothing(t *testing.T, s store.Store) {
+	create(t, s, keyed("job-old", at(0), "k", store.Succeeded))
+	create(t, s, keyed("job-new", at(1), "k", store.Queued))
+}
+
+func testUniquePerTenant(t *testing.T, s store.Store) {
+	create(t, s, keyed("job-acme", at(0), "k", store.Queued))
+	other := keyed("job-other", at(1), "k", store.Queued)
+	other.Tenant = "globex"
+	create(t, s, other)
+	_, err := s.CreateJob(t.Context(), keyed("job-acme-2", at(2), "k", store.Queued))
+	wantConflict(t, err, "job-acme", "k")
+}
+
+func testNoUniqueKey(t *testing.T, s store.Store) {
+	for i := range 3 {
+		create(t, s, keyed(fmt.Sprintf("job-%d", i), at(i), "", store.Running))
+	}
+}
+
+func testUniqueConcurrent(t *testing.T, s store.Store) {
+	const n = 10
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = s.CreateJob(t.Context(), keyed(fmt.Sprintf("job-%02d", i), at(i), "k", store.Queued))
+		})
+	}
+	wg.Wait()
+	winner := ""
+	for i, err := range errs {
+		if err == nil {
+			if winner != "" {
+				t.Fatalf("both %s and job-%02d were admitted", winner, i)
+			}
+			winner = fmt.Sprintf("job-%02d", i)
+		}
+	}
+	if winner == "" {
+		t.Fatalf("no create was admitted: %v", errs)
+	}
+	for _, err := range errs {
+		if err != nil {
+			wantConflict(t, err, winner, "k")
+		}
+	}
+}
+
+// --- list ---
+
+func list(t *testing.T, s store.Store, f store.ListFilter) ([]store.Job, string) {
+	t.Helper()
+	jobs, next, err := s.ListJobs(t.Context(), f)
+	if err != nil {
+		t.Fatalf("list %+v: %v", f, err)
+	}
+	return jobs, next
+}
+
+// listAll pages through f with the given page size.
+func listAll(t *testing.T, s store.Store, f store.ListFilter, size int) []string {
+	t.Helper()
+	var out []string
+	f.Limit = size
+	for range 1000 {
+		jobs, next := list(t, s, f)
+		if len(jobs) > size {
+			t.Fatalf("page of %d jobs, limit %d", len(jobs), size)
+		}
+		if next != "" && len(jobs) == 0 {
+			t.Fatal("an empty page has a next token")
+		}
+		out = append(out, ids(jobs)...)
+		if next == "" {
+			return out
+		}
+		f.PageToken = next
+	}
+	t.Fatal("paging does not end")
+	return nil
+}
+
+func testListFilters(t *testing.T, s store.Store) {
+	fixture := []struct {
+		id, tenant, kind, queue string
+		state                   store.State
+		created, updated        int
+	}{
+		{"a", "acme", "email", "default", store.Queued, 1, 1},
+		{"b", "acme", "report", "default", store.Running, 2, 10},
+		{"c", "acme", "email", "bulk", store.Succeeded, 3, 5},
+		{"d", "globex", "email", "default", store.Queued, 4, 4},
+		{"e", "acme", "email", "default", store.Failed, 5, 20},
+	}
+	for _, f := range fixture {
+		j := newJob(f.id, at(f.created))
+		j.Tenant, j.Kind, j.Queue, j.State, j.UpdatedAt = f.tenant, f.kind, f.queue, f.state, at(f.updated)
+		create(t, s, j)
+	}
+	tests := []struct {
+		name   string
+		filter store.ListFilter
+		want   []string
+	}{
+		{"no filter lists every job", store.ListFilter{}, []string{"e", "d", "c", "b", "a"}},
+		{"tenant", store.ListFilter{Tenant: "acme"}, []string{"e", "c", "b", "a"}},
+		{"states", store.ListFilter{States: []store.State{store.Queued, store.Running}}, []string{"d", "b", "a"}},
+		{"one state", store.ListFilter{States: []store.State{store.Succeeded}}, []string{"c"}},
+		{"kind", store.ListFilter{Kind: "email"}, []string{"e", "d", "c", "a"}},
+		{"queue", store.ListFilter{Queue: "bulk"}, []string{"c"}},
+		{"updated since includes its boundary", store.ListFilter{UpdatedSince: at(10)}, []string{"e", "b"}},
+		{"all together", store.ListFilter{Tenant: "acme", Kind: "email", Queue: "default", States: []store.State{store.Failed, store.Queued}}, []string{"e", "a"}},
+		{"nothing matches", store.ListFilter{Tenant: "initech"}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			jobs, next := list(t, s, tc.filter)
+			if got := ids(jobs); !slices.Equal(got, tc.want) {
+				t.Errorf("ids = %v, want %v", got, tc.want)
+			}
+			if next != "" {
+				t.Errorf("next token %q on a single page", next)
+			}
+		})
+	}
+}
+
+func testListOrder(t *testing.T, s store.Store) {
+	for _, c := range []struct {
+		id  string
+		sec int
+	}{{"x", 5}, {"y", 1}, {"z", 5}, {"w", 3}} {
+		create(t, s, newJob(c.id, at(c.sec)))
+	}
+	jobs, _ := list(t, s, store.ListFilter{})
+	if got, want := ids(jobs), []string{"z", "x", "w", "y"}; !slices.Equal(got, want) {
+		t.Errorf("ids = %v, want %v", got, want)
+	}
+}
+
+func testListPaging(t *testing.T, s store.Store) {
+	// 23 jobs in a shuffled creation order, three to a CreatedAt, so that
+	// page boundaries fall inside ties.
+	r := rand.New(rand.NewPCG(1, 2))
+	perm := r.Perm(23)
+	type row struct {
+		id      string
+		created int
+		order   int
+	}
+	var rows []row
+	for order, i := range perm {
+		id := fmt.Sprintf("job-%02d", i)
+		create(t, s, newJob(id, at(i/3)))
+		rows = append(rows, row{id, i / 3, order})
+	}
+	sort.Slice(rows, func(a, b int) bool {
+		if rows[a].created != rows[b].created {
+			return rows[a].created > rows[b].created
+		}
+		return rows[a].order > rows[b].order
+	})
+	var want []string
+	for _, r := range rows {
+		want = append(want, r.id)
+	}
+	all, next := list(t, s, store.ListFilter{})
+	if got := ids(all); !slices.Equal(got, want) {
+		t.Fatalf("unpaged ids = %v, want %v", got, want)
+	}
+	if next != "" {
+		t.Errorf("unpaged list has next token %q", next)
+	}
+	for _, size := range []int{1, 2, 4, 7, 22, 23, 24, 100} {
+		if got := listAll(t, s, store.ListFilter{}, size); !slices.Equal(got, want) {
+			t.Errorf("pages of %d: ids = %v, want %v", size, got, want)
+		}
+	}
+}
+
+func testListLastPageExact(t *testing.T, s store.Store) {
+	for i := range 8 {
+		create(t, s, newJob(fmt.Sprintf("job-%d", i), at(i)))
+	}
+	first, next := list(t, s, store.ListFilter{Limit: 4})
+	if len(first) != 4 || next == "" {
+		t.Fatalf("first page: %d jobs, token %q; want 4 jobs and a token", len(first), next)
+	}
+	second, next := list(t, s, store.ListFilter{Limit: 4, PageToken: next})
+	if got, want := ids(second), []string{"job-3", "job-2", "job-1", "job-0"}; !slices.Equal(got, want) {
+		t.Errorf("second page ids = %v, want %v", got, want)
+	}
+	if next != "" {
+		t.Errorf("last page has next token %q", next)
+	}
+}
+
+func testListPagingStable(t *testing.T, s store.Store) {
+	for i := range 6 {
+		create(t, s, newJob(fmt.Sprintf("job-%d", i), at(i)))
+	}
+	first, next := list(t, s, store.ListFilter{Limit: 3})
+	if got, want := ids(first), []string{"job-5", "job-4", "job-3"}; !slices.Equal(got, want) {
+		t.Fatalf("first page ids = %v, want %v", got, want)
+	}
+	for i := 6; i < 9; i++ {
+		create(t, s, newJob(fmt.Sprintf("job-%d", i), at(i)))
+	}
+	second, _ := list(t, s, store.ListFilter{Limit: 3, PageToken: next})
+	if got, want := ids(second), []string{"job-2", "job-1", "job-0"}; !slices.Equal(got, want) {
+		t.Errorf("second page ids = %v, want %v", got, want)
+	}
+}
+
+func testListPagingFiltered(t *testing.T, s store.Store) {
+	var want []string
+	for i := range 12 {
+		j := newJob(fmt.Sprintf("job-%02d", i), at(i))
+		if i%3 == 0 {
+			j.Tenant = "globex"
+			want = append([]string{j.ID}, want...)
+		}
+		create(t, s, j)
+	}
+	if got := listAll(t, s, store.ListFilter{Tenant: "globex"}, 2); !slices.Equal(got, want) {
+		t.Errorf("ids = %v, want %v", got, want)
+	}
+}
+
+func testListBadToken(t *testing.T, s store.Store) {
+	create(t, s, newJob("job-1", at(0)))
+	for _, token := range []string{"garbage!", "AAAA", "%%%"} {
+		if _, _, err := s.ListJobs(t.Context(), store.ListFilter{PageToken: token}); !errors.Is(err, store.ErrInvalidPageToken) {
+			t.Errorf("token %q: err = %v, want ErrInvalidPageToken", token, err)
+		}
+	}
+}
+
+// --- update ---
+
+func update(t *testing.T, s store.Store, id string, f func(*store.Job)) store.Job {
+	t.Helper()
+	got, err := s.UpdateJob(t.Context(), id, func(j *store.Job) error { f(j); return nil })
+	if err != nil {
+		t.Fatalf("update %s: %v", id, err)
+	}
+	return got
+}
+
+func testUpdateVisible(t *testing.T, s store.Store) {
+	tests := []struct {
+		name   string
+		change func(*store.Job)
+	}{
+		{"state", func(j *store.Job) { j.State = store.Running }},
+		{"percent", func(j *store.Job) { j.Percent = 45 }},
+		{"step", func(j *store.Job) { j.Step = "batch 5 of 11" }},
+		{"result", func(j *store.Job) { j.Result = json.RawMessage(`{"ok":true}`) }},
+		{"error", func(j *store.Job) { j.Error = &store.JobError{Type: "Timeout"} }},
+		{"error message", func(j *store.Job) { j.Error = &store.JobError{Type: "Boom", Message: "other"} }},
+		{"attempt", func(j *store.Job) { j.Attempt++ }},
+		{"worker", func(j *store.Job) { j.WorkerID = "worker-2" }},
+		{"run at", func(j *store.Job) { j.RunAt = at(60) }},
+		{"several at once", func(j *store.Job) { j.State, j.Percent, j.UpdatedAt = store.Succeeded, 100, at(9) }},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newJob(fmt.Sprintf("job-%d", i), at(i))
+			j.Error = &store.JobError{Type: "Boom", Message: "first"}
+			create(t, s, j)
+			want := j
+			tc.change(&want)
+			want.Version = 2
+			got := update(t, s, j.ID, tc.change)
+			sameJob(t, "UpdateJob's result", got, want)
+			sameJob(t, "GetJob's result", get(t, s, j.ID), want)
+		})
+	}
+}
+
+func testUpdateInvisible(t *testing.T, s store.Store) {
+	j := newJob("job-1", at(0))
+	j.State = store.Running
+	create(t, s, j)
+	change := func(j *store.Job) {
+		j.LeaseID, j.LeaseExpiresAt, j.UpdatedAt = "lease-2", at(90), at(60)
+	}
+	want := j
+	change(&want)
+	got := update(t, s, j.ID, change)
+	sameJob(t, "UpdateJob's result", got, want)
+	sameJob(t, "GetJob's result", get(t, s, j.ID), want)
+}
+
+func testUpdateNoChange(t *testing.T, s store.Store) {
+	j := create(t, s, newJob("job-1", at(0)))
+	got := update(t, s, j.ID, func(*store.Job) {})
+	sameJob(t, "UpdateJob's result", got, j)
+}
+
+func testUpdateOwnsVersion(t *testing.T, s store.Store) {
+	create(t, s, newJob("job-1", at(0)))
+	tests := []struct {
+		name        string
+		change      func(*store.Job)
+		wantVersion int64
+	}{
+		{"visible change with a made-up version", func(j *store.Job) { j.Percent, j.Version = 10, 99 }, 2},
+		{"invisible change with a made-up version", func(j *store.Job) { j.LeaseID, j.Version = "l", 0 }, 2},
+		{"no change but a made-up version", func(j *store.Job) { j.Version = 50 }, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := update(t, s, "job-1", tc.change); got.Version != tc.wantVersion {
+				t.Errorf("version = %d, want %d", got.Version, tc.wantVersion)
+			}
+			if got := get(t, s, "job-1"); got.Version != tc.wantVersion {
+				t.Errorf("stored version = %d, want %d", got.Version, tc.wantVersion)
+			}
+		})
+	}
+}
+
+type refusal struct{ reason string }
+
+func (r *refusal) Error() string { return r.reason }
+
+func testUpdateError(t *testing.T, s store.Store) {
+	j := create(t, s, newJob("job-1", at(0)))
+	want := &refusal{"not in this state"}
+	_, err := s.UpdateJob(t.Context(), j.ID, func(j *store.Job) error {
+		j.State, j.Percent, j.LeaseID = store.Failed, 50, "lease-x"
+		return want
+	})
+	if err != want {
+		t.Errorf("err = %#v, want the update's own error %#v", err, want)
+	}
+	sameJob(t, "the job after a failed update", get(t, s, j.ID), j)
+}
+
+func testUpdateUnknown(t *testing.T, s store.Store) {
+	called := false
+	_, err := s.UpdateJob(t.Context(), "job-missing", func(*store.Job) error { called = true; return nil })
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("err = %v, want ErrNotFound", err)
+	}
+	if called {
+		t.Error("update was called for a job that does not exist")
+	}
+}
+
+func testUpdateSeesStored(t *testing.T, s store.Store) {
+	create(t, s, fullJob())
+	stored := get(t, s, "job-full")
+	update(t, s, "job-full", func(j *store.Job) { sameJob(t, "the job update sees", *j, stored) })
+}
+
+func testUpdateConcurrent(t *testing.T, s store.Store) {
+	const n = 16
+	create(t, s, newJob("job-1", at(0)))
+	versions := make([]int64, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			got, err := s.UpdateJob(t.Context(), "job-1", func(j *store.Job) error {
+				j.Percent++
+				return nil
+			})
+			if err != nil {
+				t.Errorf("update %d: %v", i, err)
+				return
+			}
+			versions[i] = got.Version
+		})
+	}
+	wg.Wait()
+	slices.Sort(versions)
+	for i, v := range versions {
+		if v != int64(i+2) {
+			t.Fatalf("versions = %v, want 2..%d each once", versions, n+1)
+		}
+	}
+	if got := get(t, s, "job-1"); got.Percent != n || got.Version != n+1 {
+		t.Errorf("after %d increments: percent %d version %d, want %d and %d", n, got.Percent, got.Version, n, n+1)
+	}
+}
+
+// --- claim ---
+
+func toRunning(j *store.Job) {
+	j.State, j.WorkerID, j.LeaseID = store.Running, "worker-1", "lease-"+j.ID
+}
+
+func claimAll(t *testing.T, s store.Store, f store.ClaimFilter) []string {
+	t.Helper()
+	var out []string
+	for range 1000 {
+		j, err := s.ClaimJob(t.Context(), f, toRunning)
+		if errors.Is(err, store.ErrNoJob) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("claim: %v", err)
+		}
+		out = append(out, j.ID)
+	}
+	t.Fatal("claiming does not end")
+	return nil
+}
+
+func testClaimOrder(t *testing.T, s store.Store) {
+	for i, runAt := range []time.Time{at(5), at(1), at(3), at(1), {}} {
+		j := newJob(fmt.Sprintf("job-%d", i+1), at(i))
+		j.RunAt = runAt
+		create(t, s, j)
+	}
+	got := claimAll(t, s, store.ClaimFilter{Now: at(100)})
+	if want := []string{"job-5", "job-2", "job-4", "job-3", "job-1"}; !slices.Equal(got, want) {
+		t.Errorf("claim order = %v, want %v (zero RunAt first, ties by creation)", got, want)
+	}
+}
+
+func testClaimFuture(t *testing.T, s store.Store) {
+	j := newJob("job-1", at(0))
+	j.RunAt = at(10)
+	create(t, s, j)
+	if _, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(9)}, toRunning); !errors.Is(err, store.ErrNoJob) {
+		t.Fatalf("claim before RunAt: err = %v, want ErrNoJob", err)
+	}
+	sameJob(t, "the job after an empty claim", get(t, s, "job-1"), j)
+	got, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(10)}, toRunning)
+	if err != nil || got.ID != "job-1" {
+		t.Fatalf("claim at RunAt: %v, %v; want job-1", got.ID, err)
+	}
+}
+
+func testClaimOnlyQueued(t *testing.T, s store.Store) {
+	for i, st := range []store.State{store.Pending, store.Running, store.Succeeded, store.Failed, store.Cancelled, store.Lost} {
+		j := newJob("job-"+string(st), at(i))
+		j.State = st
+		create(t, s, j)
+	}
+	if got := claimAll(t, s, store.ClaimFilter{Now: at(100)}); len(got) > 0 {
+		t.Errorf("claimed %v; only queued jobs may be claimed", got)
+	}
+}
+
+func testClaimFilters(t *testing.T, s store.Store) {
+	fixture := []struct{ id, kind, queue string }{
+		{"a", "email", "default"},
+		{"b", "report", "default"},
+		{"c", "email", "bulk"},
+		{"d", "resize", "bulk"},
+	}
+	tests := []struct {
+		name   string
+		filter store.ClaimFilter
+		want   []string
+	}{
+		{"no filter", store.ClaimFilter{}, []string{"a", "b", "c", "d"}},
+		{"one kind", store.ClaimFilter{Kinds: []string{"email"}}, []string{"a", "c"}},
+		{"two kinds", store.ClaimFilter{Kinds: []string{"report", "resize"}}, []string{"b", "d"}},
+		{"one queue", store.ClaimFilter{Queues: []string{"bulk"}}, []string{"c", "d"}},
+		{"kind and queue", store.ClaimFilter{Kinds: []string{"email"}, Queues: []string{"bulk"}}, []string{"c"}},
+		{"unknown kind", store.ClaimFilter{Kinds: []string{"fax"}}, nil},
+	}
+	for ti, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := fmt.Sprintf("t%d-", ti)
+			for i, f := range fixture {
+				j := newJob(prefix+f.id, at(i))
+				j.Kind, j.Queue, j.Tenant = f.kind, f.queue, prefix
+				create(t, s, j)
+			}
+			tc.filter.Now = at(100)
+			var got []string
+			for _, id := range claimAll(t, s, tc.filter) {
+				if len(id) < len(prefix) || id[:len(prefix)] != prefix {
+					t.Fatalf("claimed %s, left over from an earlier case", id)
+				}
+				got = append(got, id[len(prefix):])
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("claimed %v, want %v", got, tc.want)
+			}
+			claimAll(t, s, store.ClaimFilter{Now: at(100)}) // leave nothing for the next case
+		})
+	}
+}
+
+func testClaimCommits(t *testing.T, s store.Store) {
+	j := create(t, s, newJob("job-1", at(0)))
+	claim := func(j *store.Job) {
+		j.State, j.WorkerID, j.LeaseID, j.LeaseExpiresAt = store.Running, "worker-9", "lease-9", at(30)
+		j.StartedAt, j.UpdatedAt = at(1), at(1)
+	}
+	want := j
+	claim(&want)
+	want.Version = 2
+	got, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(1)}, claim)
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	sameJob(t, "ClaimJob's result", got, want)
+	sameJob(t, "GetJob's result", get(t, s, "job-1"), want)
+}
+
+func testClaimConcurrent(t *testing.T, s store.Store) {
+	const jobs, workers = 40, 8
+	for i := range jobs {
+		create(t, s, newJob(fmt.Sprintf("job-%02d", i), at(i%5)))
+	}
+	claimed := make([][]string, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for {
+				j, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(100)}, toRunning)
+				if errors.Is(err, store.ErrNoJob) {
+					return
+				}
+				if err != nil {
+					t.Errorf("worker %d: claim: %v", w, err)
+					return
+				}
+				claimed[w] = append(claimed[w], j.ID)
+			}
+		})
+	}
+	wg.Wait()
+	seen := map[string]int{}
+	for w, list := range claimed {
+		for _, id := range list {
+			if prev, dup := seen[id]; dup {
+				t.Errorf("%s claimed by worker %d and worker %d", id, prev, w)
+			}
+			seen[id] = w
+		}
+	}
+	if len(seen) != jobs {
+		t.Errorf("%d distinct jobs claimed, want %d", len(seen), jobs)
+	}
+}
+
+// --- periodic queries ---
+
+func testNextRunAt(t *testing.T, s store.Store) {
+	fixture := []struct {
+		id    string
+		state store.State
+		kind  string
+		runAt int
+	}{
+		{"a", store.Queued, "email", 10},
+		{"b", store.Queued, "report", 5},
+		{"c", store.Queued, "email", 1},
+		{"d", store.Pending, "email", 3},
+		{"e", store.Running, "email", 4},
+		{"f", store.Succeeded, "email", 2},
+	}
+	for i, f := range fixture {
+		j := newJob(f.id, at(i))
+		j.State, j.Kind, j.RunAt = f.state, f.kind, at(f.runAt)
+		create(t, s, j)
+	}
+	tests := []struct {
+		name   string
+		filter store.ClaimFilter
+		want   time.Time
+	}{
+		{"any job", store.ClaimFilter{Now: at(2)}, at(5)},
+		{"one kind", store.ClaimFilter{Now: at(2), Kinds: []string{"email"}}, at(10)},
+		{"a queue with no jobs", store.ClaimFilter{Now: at(2), Queues: []string{"bulk"}}, time.Time{}},
+		{"a job due exactly now is ready, not next", store.ClaimFilter{Now: at(5)}, at(10)},
+		{"all due", store.ClaimFilter{Now: at(20)}, time.Time{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := s.NextRunAt(t.Context(), tc.filter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !got.Equal(tc.want) || got.IsZero() != tc.want.IsZero() {
+				t.Errorf("next run at = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func testExpiredLeases(t *testing.T, s store.Store) {
+	fixture := []struct {
+		id      string
+		state   store.State
+		expires int
+	}{
+		{"a", store.Running, 5},
+		{"b", store.Running, 10},
+		{"c", store.Queued, 1},
+		{"d", store.Succeeded, 1},
+		{"e", store.Running, 30},
+	}
+	for i, f := range fixture {
+		j := newJob(f.id, at(i))
+		j.State, j.LeaseID, j.LeaseExpiresAt = f.state, "lease-"+f.id, at(f.expires)
+		create(t, s, j)
+	}
+	tests := []struct {
+		now  int
+		want []string
+	}{
+		{0, nil},
+		{10, []string{"a"}},
+		{11, []string{"a", "b"}},
+		{100, []string{"a", "b", "e"}},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("at second %d", tc.now), func(t *testing.T) {
+			got, err := s.ExpiredLeases(t.Context(), at(tc.now))
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("expired = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func testDeleteFinishedBefore(t *testing.T, s store.Store) {
+	fixture := []struct {
+		id       string
+		state    store.State
+		finished int
+	}{
+		{"a", store.Succeeded, 1},
+		{"b", store.Failed, 2},
+		{"c", store.Cancelled, 9},
+		{"d", store.Lost, 1},
+		{"e", store.Running, 1}, // odd, but not terminal: kept
+		{"f", store.Queued, 0},
+		{"g", store.Succeeded, 5}, // exactly at the cut: kept
+	}
+	for i, f := range fixture {
+		j := newJob(f.id, at(i))
+		j.State, j.FinishedAt = f.state, at(f.finished)
+		create(t, s, j)
+	}
+	n, err := s.DeleteFinishedBefore(t.Context(), at(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 {
+		t.Errorf("deleted %d, want 3", n)
+	}
+	for _, id := range []string{"a", "b", "d"} {
+		mustBeGone(t, s, id)
+	}
+	for _, id := range []string{"c", "e", "f", "g"} {
+		get(t, s, id)
+	}
+	if n, err := s.DeleteFinishedBefore(t.Context(), at(5)); err != nil || n != 0 {
+		t.Errorf("second delete: %d, %v; want 0, nil", n, err)
+	}
+}
+
+func testCountByState(t *testing.T, s store.Store) {
+	want := map[store.State]int64{store.Queued: 2, store.Running: 1, store.Succeeded: 3, store.Pending: 1}
+	i := 0
+	for st, n := range want {
+		for range n {
+			j := newJob(fmt.Sprintf("job-%d", i), at(i))
+			j.State = st
+			create(t, s, j)
+			i++
+		}
+	}
+	got, err := s.CountByState(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []store.State{store.Pending, store.Queued, store.Running, store.Succeeded, store.Failed, store.Cancelled, store.Lost} {
+		if got[st] != want[st] {
+			t.Errorf("%s: %d, want %d", st, got[st], want[st])
+		}
+	}
+}
