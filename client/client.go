@@ -1,0 +1,328 @@
+package client
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+)
+
+// Protocol is the wire protocol the client speaks. The server speaks all
+// three on one port.
+type Protocol int
+
+const (
+	// ProtocolConnect is the default: plain HTTP POSTs, readable with curl.
+	ProtocolConnect Protocol = iota
+	// ProtocolGRPC needs HTTP/2 (h2c for http:// URLs, which the client
+	// sets up itself).
+	ProtocolGRPC
+	// ProtocolGRPCWeb is what browsers speak.
+	ProtocolGRPCWeb
+)
+
+// Defaults of the options; each option's comment says what it changes.
+const (
+	DefaultLongCallConns   = 4
+	DefaultDialTimeout     = 5 * time.Second
+	DefaultPingInterval    = 10 * time.Second
+	DefaultPingTimeout     = 5 * time.Second
+	DefaultBackoffInitial  = 100 * time.Millisecond
+	DefaultBackoffMax      = 10 * time.Second
+	defaultShortCallsConns = 0 // no limit: short calls must never queue for a connection
+)
+
+type config struct {
+	shortHTTP    connect.HTTPClient
+	longHTTP     connect.HTTPClient
+	token        string
+	protocol     Protocol
+	longConns    int
+	dialTimeout  time.Duration
+	pingInterval time.Duration
+	pingTimeout  time.Duration
+	backoff      Backoff
+	onRetry      func(err error, delay time.Duration)
+	connectOpts  []connect.ClientOption
+}
+
+// Option configures a Client.
+type Option func(*config)
+
+// WithHTTPClient makes short calls (everything but the long calls) go
+// through hc instead of the client's own transport. Long calls keep their
+// own transport unless WithLongCallHTTPClient replaces it too.
+func WithHTTPClient(hc connect.HTTPClient) Option { return func(c *config) { c.shortHTTP = hc } }
+
+// WithLongCallHTTPClient makes the long calls (WaitJob, WatchJob,
+// WatchJobs, ClaimJob) go through hc. It must set no overall timeout
+// (http.Client.Timeout) shorter than the server's caps.
+func WithLongCallHTTPClient(hc connect.HTTPClient) Option {
+	return func(c *config) { c.longHTTP = hc }
+}
+
+// WithToken sends "Authorization: Bearer token" on every call.
+func WithToken(token string) Option { return func(c *config) { c.token = token } }
+
+// WithProtocol chooses Connect (default), gRPC or gRPC-Web.
+func WithProtocol(p Protocol) Option { return func(c *config) { c.protocol = p } }
+
+// WithLongCallConns bounds the connections of the long-call pool (default
+// DefaultLongCallConns). Over HTTP/2, which the client uses for http://
+// URLs and negotiates for https://, many parked calls share one
+// connection; over HTTP/1.1 it is also the number of long calls that can
+// be in flight at once.
+func WithLongCallConns(n int) Option { return func(c *config) { c.longConns = n } }
+
+// WithDialTimeout bounds how long connecting to the server may take
+// (default DefaultDialTimeout). It is the only timeout the client sets on
+// its own; calls themselves are bounded by their contexts.
+func WithDialTimeout(d time.Duration) Option { return func(c *config) { c.dialTimeout = d } }
+
+// WithPings sets the HTTP/2 health check of both transports: after
+// interval without any frame from the server the client sends a PING, and
+// closes the connection when no answer comes within timeout. A silently
+// dead server is noticed in interval + timeout (defaults 10s + 5s), and
+// parked calls on that connection fail and are retried.
+func WithPings(interval, timeout time.Duration) Option {
+	return func(c *config) { c.pingInterval, c.pingTimeout = interval, timeout }
+}
+
+// WithBackoff bounds the delay between retries of WaitForJob, Watch and a
+// Worker's claims: the first retry waits about initial, each next one
+// twice as long up to max, each with random jitter; any successful answer
+// starts over from initial.
+func WithBackoff(initial, max time.Duration) Option {
+	return func(c *config) { c.backoff = Backoff{Initial: initial, Max: max} }
+}
+
+// WithRetryNotify calls f before each retry of a transient error, with
+// the delay about to be slept; a command line uses it to say why it is
+// still waiting.
+func WithRetryNotify(f func(err error, delay time.Duration)) Option {
+	return func(c *config) { c.onRetry = f }
+}
+
+// WithConnectOptions passes extra options to the generated clients.
+func WithConnectOptions(opts ...connect.ClientOption) Option {
+	return func(c *config) { c.connectOpts = append(c.connectOpts, opts...) }
+}
+
+// Client talks to one jobwatch server. It is safe for concurrent use.
+type Client struct {
+	jobs    jobwatchv1connect.JobServiceClient
+	workers jobwatchv1connect.WorkerServiceClient
+	queues  jobwatchv1connect.QueueServiceClient
+
+	// The long-call halves; jobs and workers route to them.
+	longJobs    jobwatchv1connect.JobServiceClient
+	longWorkers jobwatchv1connect.WorkerServiceClient
+
+	transports []*http.Transport // ours, to close idle connections
+	backoff    Backoff
+	onRetry    func(err error, delay time.Duration)
+}
+
+// New returns a client for the server at baseURL, such as
+// "http://127.0.0.1:8080". It does not connect until the first call.
+func New(baseURL string, opts ...Option) *Client {
+	cfg := config{
+		longConns:    DefaultLongCallConns,
+		dialTimeout:  DefaultDialTimeout,
+		pingInterval: DefaultPingInterval,
+		pingTimeout:  DefaultPingTimeout,
+		backoff:      Backoff{Initial: DefaultBackoffInitial, Max: DefaultBackoffMax},
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c := &Client{backoff: cfg.backoff, onRetry: cfg.onRetry}
+	cleartext := !strings.HasPrefix(strings.ToLower(baseURL), "https:")
+	if cfg.shortHTTP == nil {
+		t := newTransport(cleartext, defaultShortCallsConns, cfg)
+		c.transports = append(c.transports, t)
+		cfg.shortHTTP = &http.Client{Transport: t}
+	}
+	if cfg.longHTTP == nil {
+		t := newTransport(cleartext, cfg.longConns, cfg)
+		c.transports = append(c.transports, t)
+		cfg.longHTTP = &http.Client{Transport: t}
+	}
+
+	var copts []connect.ClientOption
+	switch cfg.protocol {
+	case ProtocolGRPC:
+		copts = append(copts, connect.WithGRPC())
+	case ProtocolGRPCWeb:
+		copts = append(copts, connect.WithGRPCWeb())
+	}
+	if cfg.token != "" {
+		copts = append(copts, connect.WithInterceptors(bearer(cfg.token)))
+	}
+	copts = append(copts, cfg.connectOpts...)
+
+	short := jobwatchv1connect.NewJobServiceClient(cfg.shortHTTP, baseURL, copts...)
+	c.longJobs = jobwatchv1connect.NewJobServiceClient(cfg.longHTTP, baseURL, copts...)
+	c.jobs = routedJobs{JobServiceClient: short, long: c.longJobs}
+	shortWorkers := jobwatchv1connect.NewWorkerServiceClient(cfg.shortHTTP, baseURL, copts...)
+	c.longWorkers = jobwatchv1connect.NewWorkerServiceClient(cfg.longHTTP, baseURL, copts...)
+	c.workers = routedWorkers{WorkerServiceClient: shortWorkers, long: c.longWorkers}
+	c.queues = jobwatchv1connect.NewQueueServiceClient(cfg.shortHTTP, baseURL, copts...)
+	return c
+}
+
+// newTransport builds one connection pool. For http:// URLs it speaks
+// HTTP/2 with prior knowledge (h2c) through the standard library's
+// Protocols, so gRPC works and parked calls multiplex over a few
+// connections. Keepalive pings use the standard library's
+// HTTP2Config.SendPingTimeout/PingTimeout, which do what golang.org/x/net's
+// ReadIdleTimeout/PingTimeout did, so that package is not needed.
+func newTransport(cleartext bool, maxConns int, cfg config) *http.Transport {
+	dialer := &net.Dialer{Timeout: cfg.dialTimeout, KeepAlive: 15 * time.Second}
+	var protocols http.Protocols
+	if cleartext {
+		protocols.SetUnencryptedHTTP2(true)
+	} else {
+		protocols.SetHTTP1(true)
+		protocols.SetHTTP2(true)
+	}
+	return &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         dialer.DialContext,
+		TLSHandshakeTimeout: cfg.dialTimeout,
+		MaxConnsPerHost:     maxConns,
+		MaxIdleConnsPerHost: max(maxConns, 2),
+		IdleConnTimeout:     90 * time.Second,
+		ForceAttemptHTTP2:   true,
+		Protocols:           &protocols,
+		HTTP2: &http.HTTP2Config{
+			SendPingTimeout: cfg.pingInterval,
+			PingTimeout:     cfg.pingTimeout,
+		},
+	}
+}
+
+// JobService returns the generated JobService client. Its WaitJob,
+// WatchJob and WatchJobs go over the long-call transport, the rest over
+// the short-call one.
+func (c *Client) JobService() jobwatchv1connect.JobServiceClient { return c.jobs }
+
+// WorkerService returns the generated WorkerService client; ClaimJob goes
+// over the long-call transport.
+func (c *Client) WorkerService() jobwatchv1connect.WorkerServiceClient { return c.workers }
+
+// QueueService returns the generated QueueService client.
+func (c *Client) QueueService() jobwatchv1connect.QueueServiceClient { return c.queues }
+
+// Close closes the idle connections of the client's own transports.
+// Calls still in flight are not interrupted; cancel their contexts.
+func (c *Client) Close() {
+	for _, t := range c.transports {
+		t.CloseIdleConnections()
+	}
+}
+
+// Submit is JobService.SubmitJob returning the job.
+func (c *Client) Submit(ctx context.Context, req *jobwatchv1.SubmitJobRequest) (*jobwatchv1.Job, error) {
+	resp, err := c.jobs.SubmitJob(ctx, req)
+	if err != nil {
+		return nil, mapJobError(err)
+	}
+	return resp.GetJob(), nil
+}
+
+// Get is JobService.GetJob returning the job; ErrJobNotFound for an
+// unknown job.
+func (c *Client) Get(ctx context.Context, id string) (*jobwatchv1.Job, error) {
+	resp, err := c.jobs.GetJob(ctx, &jobwatchv1.GetJobRequest{JobId: id})
+	if err != nil {
+		return nil, mapJobError(err)
+	}
+	return resp.GetJob(), nil
+}
+
+// Cancel is JobService.CancelJob returning the job.
+func (c *Client) Cancel(ctx context.Context, id string) (*jobwatchv1.Job, error) {
+	resp, err := c.jobs.CancelJob(ctx, &jobwatchv1.CancelJobRequest{JobId: id})
+	if err != nil {
+		return nil, mapJobError(err)
+	}
+	return resp.GetJob(), nil
+}
+
+// Start is JobService.StartJob returning the job.
+func (c *Client) Start(ctx context.Context, id string) (*jobwatchv1.Job, error) {
+	resp, err := c.jobs.StartJob(ctx, &jobwatchv1.StartJobRequest{JobId: id})
+	if err != nil {
+		return nil, mapJobError(err)
+	}
+	return resp.GetJob(), nil
+}
+
+type routedJobs struct {
+	jobwatchv1connect.JobServiceClient
+	long jobwatchv1connect.JobServiceClient
+}
+
+func (r routedJobs) WaitJob(ctx context.Context, req *jobwatchv1.WaitJobRequest) (*jobwatchv1.WaitJobResponse, error) {
+	return r.long.WaitJob(ctx, req)
+}
+
+func (r routedJobs) WatchJob(ctx context.Context, req *jobwatchv1.WatchJobRequest) (*connect.ServerStreamForClient[jobwatchv1.WatchJobResponse], error) {
+	return r.long.WatchJob(ctx, req)
+}
+
+func (r routedJobs) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsRequest) (*connect.ServerStreamForClient[jobwatchv1.WatchJobsResponse], error) {
+	return r.long.WatchJobs(ctx, req)
+}
+
+type routedWorkers struct {
+	jobwatchv1connect.WorkerServiceClient
+	long jobwatchv1connect.WorkerServiceClient
+}
+
+func (r routedWorkers) ClaimJob(ctx context.Context, req *jobwatchv1.ClaimJobRequest) (*jobwatchv1.ClaimJobResponse, error) {
+	return r.long.ClaimJob(ctx, req)
+}
+
+// bearer adds the Authorization header to unary and streaming calls alike
+// (connect's UnaryInterceptorFunc would miss WatchJob).
+type bearer string
+
+func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", "Bearer "+string(b))
+		return next(ctx, req)
+	}
+}
+
+func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
+		return conn
+	}
+}
+
+func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// ValidBaseURL reports a clear error for a server address a user typed.
+func ValidBaseURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return &url.Error{Op: "parse", URL: s, Err: errBadScheme}
+	}
+	return nil
+}

@@ -1,0 +1,178 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"connectrpc.com/connect"
+)
+
+// Errors callers branch on, returned wrapped with what was being done.
+var (
+	// ErrJobNotStarted: the job is PENDING (submitted with hold) and will
+	// not end until someone starts it, so there is nothing to wait for.
+	ErrJobNotStarted = errors.New("job is pending: start it first")
+	// ErrJobNotFound: no such job, or it ended longer ago than the
+	// server's retention.
+	ErrJobNotFound = errors.New("job not found")
+	// ErrJobCancelled is the cause (context.Cause) of a handler's context
+	// when the job was cancelled while it ran.
+	ErrJobCancelled = errors.New("job was cancelled")
+	// ErrLeaseLost is the cause of a handler's context when the worker no
+	// longer holds the job's lease (it expired, or the job was re-claimed):
+	// whatever the handler does now will be refused.
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrWorkerStopped is the cause of a handler's context when the worker
+	// stopped and the drain timeout passed before the handler returned.
+	ErrWorkerStopped = errors.New("worker stopped")
+
+	errBadScheme = errors.New("server address must start with http:// or https://")
+)
+
+// mapJobError turns not_found into ErrJobNotFound and leaves every other
+// error as connect returned it (so connect.CodeOf still works on it).
+func mapJobError(err error) error {
+	switch connect.CodeOf(err) {
+	case connect.CodeNotFound:
+		return fmt.Errorf("%w: %s", ErrJobNotFound, connectMessage(err))
+	}
+	return err
+}
+
+func connectMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
+}
+
+// transient reports whether a failed call is worth repeating unchanged:
+// the server could not be reached or went away, or asked to come back
+// later. ctx is the caller's: a call that failed because ctx ended is
+// never transient.
+func transient(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, // refused, reset, GOAWAY, store down
+		connect.CodeAborted,           // the server gave up on the call
+		connect.CodeResourceExhausted, // too many parked calls: try later
+		connect.CodeCanceled,          // the server or a proxy reset the stream, not us
+		connect.CodeDeadlineExceeded:  // a proxy's timeout, not ours
+		return true
+	case connect.CodeUnknown, connect.CodeInternal:
+		// A broken HTTP/2 stream or body surfaces as unknown or internal,
+		// synthesized by the client; the same codes sent by the server
+		// are real answers and retrying them would loop for ever.
+		return !connect.IsWireError(err)
+	}
+	return false
+}
+
+// PublicError is implemented by errors whose message is safe to show to
+// anyone who can see the job. A Worker sends a failed job's error message
+// only when the handler's error (or one it wraps) implements it; every
+// other error reaches callers as its type name alone, because messages
+// tend to carry hostnames, SQL and customer data.
+type PublicError interface {
+	error
+	// PublicMessage is the text callers see.
+	PublicMessage() string
+}
+
+// Public marks err's own message as safe to show. The job's error type is
+// still the type name of err.
+func Public(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &publicError{err}
+}
+
+type publicError struct{ err error }
+
+func (e *publicError) Error() string         { return e.err.Error() }
+func (e *publicError) Unwrap() error         { return e.err }
+func (e *publicError) PublicMessage() string { return e.err.Error() }
+
+// RetryableError is implemented by errors after which the job may run
+// again (attempt + 1, after the queue's backoff) if attempts remain.
+type RetryableError interface {
+	error
+	Retryable() bool
+}
+
+// Retryable marks err as worth another attempt.
+func Retryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &retryableError{err}
+}
+
+type retryableError struct{ err error }
+
+func (e *retryableError) Error() string   { return e.err.Error() }
+func (e *retryableError) Unwrap() error   { return e.err }
+func (e *retryableError) Retryable() bool { return true }
+
+// TypedError lets an error choose its error.type instead of its Go type
+// name, such as an error that wraps a status code.
+type TypedError interface {
+	error
+	ErrorType() string
+}
+
+// ErrorType is the error.type a Worker reports for err: an ErrorType()
+// found in its chain, or else the Go type name (without package or
+// pointer) of the first error in the chain that is not a mere wrapper
+// (fmt.Errorf, Public, Retryable). A plain errors.New error is "Error".
+func ErrorType(err error) string {
+	var typed TypedError
+	if errors.As(err, &typed) {
+		return typed.ErrorType()
+	}
+	for err != nil {
+		switch err.(type) {
+		case *publicError, *retryableError:
+			err = errors.Unwrap(err)
+			continue
+		}
+		t := reflect.TypeOf(err)
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		name := t.Name()
+		if t.PkgPath() == "fmt" && strings.HasPrefix(name, "wrapError") {
+			if next := errors.Unwrap(err); next != nil {
+				err = next
+				continue
+			}
+		}
+		if name == "" || name == "errorString" || name == "wrapError" || name == "wrapErrors" {
+			return "Error"
+		}
+		return name
+	}
+	return "Error"
+}
+
+// publicMessage is the message a Worker reports for err: only what a
+// PublicError in its chain says.
+func publicMessage(err error) string {
+	var pub PublicError
+	if errors.As(err, &pub) {
+		return pub.PublicMessage()
+	}
+	return ""
+}
+
+func isRetryable(err error) bool {
+	var r RetryableError
+	return errors.As(err, &r) && r.Retryable()
+}

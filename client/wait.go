@@ -1,0 +1,152 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+
+	"connectrpc.com/connect"
+
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+)
+
+// Terminal reports whether a job in state s will never change again.
+func Terminal(s jobwatchv1.JobState) bool {
+	switch s {
+	case jobwatchv1.JobState_JOB_STATE_SUCCEEDED, jobwatchv1.JobState_JOB_STATE_FAILED,
+		jobwatchv1.JobState_JOB_STATE_CANCELLED, jobwatchv1.JobState_JOB_STATE_LOST:
+		return true
+	}
+	return false
+}
+
+// errEmptyStream is what a retry notification says when a watch stream
+// ended at once without a snapshot (a server shutting down does that).
+var errEmptyStream = errors.New("watch stream ended without a snapshot")
+
+func (c *Client) retrier() *retrier { return &retrier{b: c.backoff, notify: c.onRetry} }
+
+// WaitForJob returns the job once it has ended, however long that takes:
+// it has no deadline of its own, so bound it with ctx. It re-issues
+// WaitJob at once when the server's cap returns a job still running, and
+// retries transient failures (the server restarting, a dropped
+// connection) with backoff. A PENDING job is ErrJobNotStarted and an
+// unknown one ErrJobNotFound; any other refusal is returned as it is.
+func (c *Client) WaitForJob(ctx context.Context, id string) (*jobwatchv1.Job, error) {
+	r := c.retrier()
+	req := &jobwatchv1.WaitJobRequest{JobId: id}
+	for {
+		resp, err := c.longJobs.WaitJob(ctx, req)
+		if err == nil {
+			r.reset()
+			if job := resp.GetJob(); job != nil && Terminal(job.GetState()) {
+				return job, nil
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		if err := waitError(id, err); err != nil {
+			return nil, err
+		}
+		if err := r.wait(ctx, err); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// waitError is the error a wait or watch of job id returns for err, or
+// nil when err is transient and the call should be retried.
+func waitError(id string, err error) error {
+	switch connect.CodeOf(err) {
+	case connect.CodeFailedPrecondition:
+		return fmt.Errorf("wait for job %s: %w", id, ErrJobNotStarted)
+	case connect.CodeNotFound:
+		return fmt.Errorf("wait for job %s: %w", id, ErrJobNotFound)
+	}
+	if transient(context.Background(), err) {
+		return nil
+	}
+	return fmt.Errorf("wait for job %s: %w", id, err)
+}
+
+// Watch yields each new snapshot of the job, in version order and never
+// the same version twice, and ends after the terminal one. It opens a
+// WatchJob stream and, whenever the stream ends before the job did (the
+// server's stream lifetime, a restart, a dropped connection), opens
+// another with after_version set to the last version it yielded, backing
+// off only when the server could not be reached. It ends by yielding an
+// error when the server refuses the watch (ErrJobNotFound for an unknown
+// job) and ctx's cause when ctx ends; breaking out of the loop closes the
+// stream. A PENDING job is watched like any other.
+//
+// One exception to version order: if the server's versions went backwards
+// (its database was restored from a backup) and the job there is already
+// terminal, that terminal snapshot is yielded, because it is the outcome
+// and no higher version will ever come.
+func (c *Client) Watch(ctx context.Context, id string) iter.Seq2[*jobwatchv1.Job, error] {
+	return func(yield func(*jobwatchv1.Job, error) bool) {
+		r := c.retrier()
+		var last int64
+		for {
+			ended, received, err := c.watchOnce(ctx, id, &last, yield)
+			if ended {
+				return
+			}
+			if ctx.Err() != nil {
+				yield(nil, context.Cause(ctx))
+				return
+			}
+			if received {
+				r.reset()
+			}
+			switch {
+			case err == nil && received:
+				continue // a clean end of a live stream: resume at once
+			case err == nil:
+				err = errEmptyStream
+			default:
+				if werr := waitError(id, err); werr != nil {
+					yield(nil, werr)
+					return
+				}
+			}
+			if err := r.wait(ctx, err); err != nil {
+				yield(nil, err)
+				return
+			}
+		}
+	}
+}
+
+// watchOnce runs one WatchJob stream. ended says Watch is over (terminal
+// snapshot yielded, or the consumer stopped); received says the stream
+// delivered anything (a snapshot or a keepalive), so the server is up.
+func (c *Client) watchOnce(ctx context.Context, id string, last *int64,
+	yield func(*jobwatchv1.Job, error) bool) (ended, received bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.longJobs.WatchJob(ctx, &jobwatchv1.WatchJobRequest{JobId: id, AfterVersion: *last})
+	if err != nil {
+		return false, false, err
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		received = true
+		job := stream.Msg().GetJob()
+		if job == nil {
+			continue // keepalive
+		}
+		terminal := Terminal(job.GetState())
+		if job.GetVersion() <= *last && !terminal {
+			continue
+		}
+		*last = max(*last, job.GetVersion())
+		if !yield(job, nil) || terminal {
+			return true, true, nil
+		}
+	}
+	return false, received, stream.Err()
+}

@@ -1,0 +1,441 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+)
+
+// Handler runs one job. It reports progress as it goes and returns the
+// job's result (anything encoding/json can marshal, nil for none) or an
+// error. Its ctx ends when the job is cancelled (cause ErrJobCancelled),
+// the lease is lost (ErrLeaseLost) or the worker stops without waiting
+// any longer (ErrWorkerStopped); what it returns then is not reported.
+//
+// A returned error fails the job with error.type set to the error's type
+// name (see ErrorType) and a message only if the error is a PublicError;
+// wrap it with Retryable to ask for another attempt.
+type Handler func(ctx context.Context, job *jobwatchv1.Job, progress Progress) (any, error)
+
+// Progress records how far the job is: percent 0..100 (clamped; the
+// server never lets it go backwards) and a step text such as
+// "batch 5 of 11" ("" keeps the last step). It never blocks: the latest
+// values reach the server with the next heartbeat, which a change brings
+// forward.
+type Progress func(percent int, step string)
+
+// Lease is a claimed job and the lease under which the worker runs it.
+type Lease struct {
+	Job *jobwatchv1.Job
+	ID  string
+	// TTL is how long the lease lasts without a heartbeat, as the server
+	// counts it; 0 if the backend did not say.
+	TTL time.Duration
+}
+
+// WorkerBackend is where a Worker gets jobs and reports on them: a remote
+// server (Client.WorkerBackend) or an embedded engine (EngineBackend).
+type WorkerBackend interface {
+	// Claim parks until a job of one of kinds (any kind if empty) in one
+	// of queues (any if empty) is ready, and returns it RUNNING under a
+	// new lease. When the backend's cap passes first it returns nil, nil.
+	Claim(ctx context.Context, workerID string, kinds, queues []string) (*Lease, error)
+	// Heartbeat extends the lease and records progress. cancelled says
+	// the job was cancelled and the worker should stop. ErrLeaseLost: the
+	// lease is no longer held.
+	Heartbeat(ctx context.Context, l *Lease, percent int32, step string) (cancelled bool, err error)
+	// Complete ends the job SUCCEEDED with result (JSON, nil for none).
+	// ErrLeaseLost: the lease is no longer held; nothing changed.
+	Complete(ctx context.Context, l *Lease, result json.RawMessage) error
+	// Fail ends the attempt with jerr. ErrLeaseLost as for Complete.
+	Fail(ctx context.Context, l *Lease, jerr *jobwatchv1.JobError, retryable bool) error
+}
+
+// WorkerConfig tunes a Worker. Zero fields take the documented defaults.
+type WorkerConfig struct {
+	// ID names the worker in claims and in the job's worker_id. Default:
+	// hostname-pid-random.
+	ID string
+	// Concurrency is how many jobs run at once. Default 1.
+	Concurrency int
+	// Queues the worker claims from; empty means any.
+	Queues []string
+	// HeartbeatInterval is how often a running job's lease is extended.
+	// Default 10s, and never more than a third of the lease's TTL, so two
+	// heartbeats can fail before the lease is lost.
+	HeartbeatInterval time.Duration
+	// ProgressInterval is the least time between two heartbeats that a
+	// progress change brings forward. Default 200ms.
+	ProgressInterval time.Duration
+	// DrainTimeout is how long Run waits for running handlers after its
+	// ctx ends before it cancels them (cause ErrWorkerStopped) and fails
+	// their jobs as retryable. 0 waits as long as they take.
+	DrainTimeout time.Duration
+	// Backoff spaces out retried claims and reports. Zero: the defaults.
+	Backoff Backoff
+	// Logger receives the worker's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Worker claims jobs of the kinds it has handlers for and runs them.
+type Worker struct {
+	backend  WorkerBackend
+	cfg      WorkerConfig
+	log      *slog.Logger
+	mu       sync.Mutex
+	handlers map[string]Handler
+}
+
+// NewWorker returns a worker over backend. Register handlers with Handle
+// before Run.
+func NewWorker(backend WorkerBackend, cfg WorkerConfig) *Worker {
+	if cfg.ID == "" {
+		host, _ := os.Hostname()
+		cfg.ID = fmt.Sprintf("%s-%d-%04x", host, os.Getpid(), rand.N(1<<16))
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 1
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = 10 * time.Second
+	}
+	if cfg.ProgressInterval <= 0 {
+		cfg.ProgressInterval = 200 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Worker{
+		backend:  backend,
+		cfg:      cfg,
+		log:      cfg.Logger.With("worker", cfg.ID),
+		handlers: make(map[string]Handler),
+	}
+}
+
+// ID is the worker's id as the server sees it.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Handle makes the worker claim jobs of kind and run them with h.
+func (w *Worker) Handle(kind string, h Handler) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.handlers[kind] = h
+}
+
+func (w *Worker) handler(kind string) (Handler, []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	kinds := make([]string, 0, len(w.handlers))
+	for k := range w.handlers {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	return w.handlers[kind], kinds
+}
+
+// Run claims and runs jobs until ctx ends, then stops claiming and drains:
+// it waits for the running handlers (see DrainTimeout) and reports their
+// outcomes before it returns. It returns nil after a drain, or the error
+// of a claim the backend refused for good (such as a bad token), also
+// after draining.
+func (w *Worker) Run(ctx context.Context) error {
+	if _, kinds := w.handler(""); len(kinds) == 0 {
+		return errors.New("worker: no handlers registered")
+	}
+	// Handlers outlive ctx: shutdown means "stop claiming", and a job
+	// half done should finish and be reported, not be abandoned.
+	handlerCtx, stopHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopHandlers(nil)
+
+	slots := make(chan struct{}, w.cfg.Concurrency)
+	var running sync.WaitGroup
+	r := &retrier{b: w.cfg.Backoff}
+	var runErr error
+claiming:
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			break claiming
+		}
+		_, kinds := w.handler("")
+		lease, err := w.backend.Claim(ctx, w.cfg.ID, kinds, w.cfg.Queues)
+		if err != nil {
+			<-slots
+			if ctx.Err() != nil {
+				break claiming
+			}
+			if !backendTransient(ctx, err) {
+				runErr = fmt.Errorf("worker: claim: %w", err)
+				break claiming
+			}
+			w.log.Warn("claim failed; retrying", "err", err)
+			if r.wait(ctx, err) != nil {
+				break claiming
+			}
+			continue
+		}
+		r.reset()
+		if lease == nil {
+			<-slots
+			continue
+		}
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			defer func() { <-slots }()
+			w.run(handlerCtx, lease)
+		}()
+	}
+
+	drained := make(chan struct{})
+	go func() { running.Wait(); close(drained) }()
+	if w.cfg.DrainTimeout > 0 {
+		t := time.NewTimer(w.cfg.DrainTimeout)
+		defer t.Stop()
+		select {
+		case <-drained:
+		case <-t.C:
+			w.log.Warn("drain timeout passed; cancelling running jobs")
+			stopHandlers(ErrWorkerStopped)
+		}
+	}
+	<-drained
+	return runErr
+}
+
+// backendTransient reports whether a backend call is worth repeating:
+// for a remote backend as transient says, for an in-process one unless
+// the backend marked the error as a refusal.
+func backendTransient(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return transient(ctx, err)
+	}
+	return !errors.Is(err, errRefused)
+}
+
+// errRefused marks in-process backend errors that retrying cannot fix.
+var errRefused = errors.New("refused")
+
+// run runs one claimed job to its end and reports the outcome.
+func (w *Worker) run(ctx context.Context, lease *Lease) {
+	job := lease.Job
+	log := w.log.With("job", job.GetId(), "kind", job.GetKind(), "attempt", job.GetAttempt())
+	h, _ := w.handler(job.GetKind())
+	if h == nil {
+		// Claims name only kinds with handlers; a handler removed since.
+		w.report(ctx, log, lease, nil, fmt.Errorf("no handler for kind %q", job.GetKind()))
+		return
+	}
+
+	jobCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	prog := newProgressState()
+	stop := make(chan struct{})
+	beats := make(chan struct{})
+	go func() {
+		defer close(beats)
+		w.heartbeat(jobCtx, log, lease, prog, stop, cancel)
+	}()
+
+	log.Debug("job started")
+	result, err := callHandler(jobCtx, h, job, prog.set)
+	close(stop)
+	<-beats
+
+	switch cause := context.Cause(jobCtx); {
+	case errors.Is(cause, ErrJobCancelled):
+		log.Info("job cancelled while running")
+		return
+	case errors.Is(cause, ErrLeaseLost):
+		log.Warn("lease lost while running; outcome dropped")
+		return
+	case errors.Is(cause, ErrWorkerStopped):
+		result, err = nil, workerStoppedError{}
+	}
+	w.report(ctx, log, lease, result, err)
+}
+
+// report completes or fails the job, retrying transient failures for as
+// long as the lease can still be held.
+func (w *Worker) report(ctx context.Context, log *slog.Logger, lease *Lease, result any, herr error) {
+	ttl := lease.TTL
+	if ttl <= 0 {
+		ttl = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+	defer cancel()
+
+	var raw json.RawMessage
+	if herr == nil && result != nil {
+		b, err := json.Marshal(result)
+		if err != nil {
+			herr = fmt.Errorf("encode result: %w", err)
+		}
+		raw = b
+	}
+	r := &retrier{b: w.cfg.Backoff}
+	for {
+		var err error
+		if herr == nil {
+			err = w.backend.Complete(ctx, lease, raw)
+		} else {
+			jerr := &jobwatchv1.JobError{Type: ErrorType(herr), Message: publicMessage(herr)}
+			err = w.backend.Fail(ctx, lease, jerr, isRetryable(herr))
+		}
+		switch {
+		case err == nil && herr == nil:
+			log.Debug("job succeeded")
+			return
+		case err == nil:
+			log.Info("job failed", "type", ErrorType(herr), "err", herr)
+			return
+		case errors.Is(err, ErrLeaseLost):
+			log.Warn("lease lost before the outcome was reported", "err", err)
+			return
+		case !backendTransient(ctx, err):
+			log.Error("outcome refused", "err", err)
+			return
+		}
+		if r.wait(ctx, err) != nil {
+			log.Error("outcome not reported before the lease ran out", "err", err)
+			return
+		}
+	}
+}
+
+// heartbeat extends the lease until stop closes, sending progress as it
+// changes. It cancels the job's ctx when the job is cancelled or the lease
+// is lost (refused, or not renewed within its TTL).
+func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, prog *progressState,
+	stop <-chan struct{}, cancel context.CancelCauseFunc) {
+	interval := w.cfg.HeartbeatInterval
+	if lease.TTL > 0 {
+		interval = min(interval, lease.TTL/3)
+	}
+	minGap := min(w.cfg.ProgressInterval, interval)
+	expires := time.Now().Add(lease.TTL)
+	lastSent := time.Time{}
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	r := &retrier{b: Backoff{Initial: minGap, Max: interval}}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-timer.C:
+		case <-prog.changed:
+			if gap := time.Since(lastSent); gap < minGap {
+				select {
+				case <-stop:
+					return
+				case <-time.After(minGap - gap):
+				}
+			}
+		}
+		percent, step := prog.get()
+		sentAt := time.Now()
+		cancelled, err := w.backend.Heartbeat(ctx, lease, percent, step)
+		lastSent = sentAt
+		next := interval
+		switch {
+		case err == nil && cancelled:
+			cancel(ErrJobCancelled)
+			return
+		case err == nil:
+			r.reset()
+			expires = sentAt.Add(lease.TTL)
+		case errors.Is(err, ErrLeaseLost):
+			cancel(ErrLeaseLost)
+			return
+		case lease.TTL > 0 && time.Now().After(expires):
+			log.Warn("heartbeats failed for the whole lease", "err", err)
+			cancel(ErrLeaseLost)
+			return
+		default:
+			log.Warn("heartbeat failed; retrying", "err", err)
+			next = min(r.delay(), interval)
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(next)
+	}
+}
+
+// callHandler runs h, turning a panic into an error so one bad job cannot
+// take the worker down.
+func callHandler(ctx context.Context, h Handler, job *jobwatchv1.Job, p Progress) (result any, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			result, err = nil, &PanicError{Value: v}
+		}
+	}()
+	return h(ctx, job, p)
+}
+
+// PanicError is how a handler's panic fails its job: error.type "PanicError",
+// no message.
+type PanicError struct{ Value any }
+
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
+
+// progressState is the latest progress of a running job; set never blocks.
+type progressState struct {
+	mu      sync.Mutex
+	percent int32
+	step    string
+	changed chan struct{} // buffered 1: "something changed since the last send"
+}
+
+func newProgressState() *progressState {
+	return &progressState{changed: make(chan struct{}, 1)}
+}
+
+func (p *progressState) set(percent int, step string) {
+	percent = min(max(percent, 0), 100)
+	p.mu.Lock()
+	p.percent = int32(percent)
+	if step != "" {
+		p.step = step
+	}
+	p.mu.Unlock()
+	select {
+	case p.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (p *progressState) get() (int32, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.percent, p.step
+}
+
+// workerStoppedError fails a job its worker abandoned at shutdown, as
+// retryable so another worker runs it again if attempts remain.
+type workerStoppedError struct{}
+
+func (workerStoppedError) Error() string         { return "worker stopped before the job ended" }
+func (workerStoppedError) PublicMessage() string { return "worker stopped before the job ended" }
+func (workerStoppedError) ErrorType() string     { return "WorkerStopped" }
+func (workerStoppedError) Retryable() bool       { return true }
