@@ -1,0 +1,43 @@
+// Small formatting helpers: ages, durations and JSON values for people.
+import { toJson } from "@bufbuild/protobuf";
+import { ValueSchema, type Duration, type Value } from "@bufbuild/protobuf/wkt";
+
+export function age(fromMs: number, nowMs: number): string {
+  return span(Math.max(0, nowMs - fromMs) / 1000);
+}
+
+export function durationText(d: Duration | undefined): string {
+  if (d === undefined) {
+    return "—";
+  }
+  return span(Number(d.seconds) + d.nanos / 1e9);
+}
+
+function span(seconds: number): string {
+  if (seconds < 1) {
+    return "now";
+  }
+  if (seconds < 60) {
+    return `${Math.floor(seconds)}s`;
+  }
+  const minutes = Math.floor(seconds / 60);
+  if (minutes < 60) {
+    return `${minutes}m ${Math.floor(seconds % 60)}s`;
+  }
+  const hours = Math.floor(minutes / 60);
+  if (hours < 48) {
+    return `${hours}h ${minutes % 60}m`;
+  }
+  return `${Math.floor(hours / 24)}d`;
+}
+
+export function clockTime(d: Date): string {
+  return d.toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+}
+
+export function jsonText(v: Value | undefined): string {
+  if (v === undefined) {
+    return "";
+  }
+  return JSON.stringify(toJson(ValueSchema, v), null, 2);
+}

@@ -1,0 +1,245 @@
+// The jobwatch page: a tenant's recent jobs, live over one WatchJobs
+// stream; a job's details; the queues. It talks only to the origin that
+// served it.
+import { Code, ConnectError } from "@connectrpc/connect";
+import { jobClient, queueClient, savedToken, saveToken } from "./api";
+import { byId, setData, setText } from "./dom";
+import { JobFeed, type FeedStatus } from "./feed";
+import { JobBook } from "./model";
+import { Detail, JobList, QueueTable } from "./views";
+import "./style.css";
+
+const tenantKey = "jobwatch.tenant";
+const queuePollMs = 5000;
+
+const book = new JobBook();
+const statusEl = byId<HTMLElement>("status");
+const banner = byId<HTMLElement>("banner");
+const tenantForm = byId<HTMLFormElement>("tenant-form");
+const tenantInput = byId<HTMLInputElement>("tenant");
+const tokenForm = byId<HTMLFormElement>("token-form");
+const tokenInput = byId<HTMLInputElement>("token");
+const demoForm = byId<HTMLFormElement>("demo-form");
+const demoKind = byId<HTMLSelectElement>("demo-kind");
+const errorEl = byId<HTMLElement>("error");
+
+const list = new JobList(byId("jobs"), byId("jobs-empty"), byId("jobs-count"), select);
+const detail = new Detail(byId("detail"), () => select(""), cancelJob);
+const queues = new QueueTable(byId("queues"));
+
+let tenant = initialTenant();
+let feed: JobFeed | undefined;
+let feedStatus: FeedStatus = { kind: "connecting" };
+
+function initialTenant(): string {
+  const fromURL = new URLSearchParams(location.search).get("tenant");
+  return fromURL || localStorage.getItem(tenantKey) || "default";
+}
+
+function startFeed(): void {
+  feed?.stop();
+  book.clear();
+  list.clear();
+  const current = new JobFeed(jobClient, tenant, {
+    jobs: (batch) => {
+      if (feed !== current) {
+        return;
+      }
+      const changed: string[] = [];
+      for (const job of batch) {
+        if (book.merge(job)) {
+          changed.push(job.id);
+        }
+      }
+      if (changed.length > 0) {
+        list.render(book, changed);
+        refreshDetail();
+      }
+    },
+    status: (s) => {
+      if (feed === current) {
+        showStatus(s);
+      }
+    },
+  });
+  feed = current;
+  current.start();
+}
+
+function showStatus(s: FeedStatus): void {
+  feedStatus = s;
+  setData(statusEl, "status", s.kind);
+  setText(
+    statusEl,
+    s.kind === "live" ? "live" : s.kind === "connecting" ? "connecting…" : s.kind === "reconnecting" ? "reconnecting…" : "token needed",
+  );
+  if (s.kind === "unauthenticated") {
+    tokenForm.hidden = false;
+    tokenInput.focus();
+  }
+  renderBanner(Date.now());
+}
+
+// The banner says plainly that what is shown may be stale, and when the
+// page tries again.
+function renderBanner(now: number): void {
+  const s = feedStatus;
+  if (s.kind === "reconnecting") {
+    const secs = Math.max(0, Math.ceil((s.retryAt - now) / 1000));
+    const when = secs === 0 ? "trying now" : `next try in ${secs}s`;
+    setText(banner, `Reconnecting… ${s.reason}; ${when} (attempt ${s.attempt}). The jobs below show the last known state.`);
+    setData(banner, "kind", "reconnecting");
+    banner.hidden = false;
+  } else if (s.kind === "unauthenticated") {
+    setText(banner, `The server wants a token for tenant “${tenant}”: ${s.reason}`);
+    setData(banner, "kind", "unauthenticated");
+    banner.hidden = false;
+  } else {
+    banner.hidden = true;
+  }
+}
+
+function select(id: string): void {
+  list.select(id);
+  history.replaceState(null, "", id === "" ? location.pathname + location.search : `#job=${encodeURIComponent(id)}`);
+  if (id === "") {
+    detail.hide();
+    return;
+  }
+  const job = book.get(id);
+  if (job !== undefined) {
+    detail.show(job, book);
+    return;
+  }
+  // Older than the stream's first page (or a link from elsewhere): fetch it.
+  jobClient.getJob({ jobId: id }).then(
+    (res) => {
+      if (res.job !== undefined && book.merge(res.job)) {
+        list.render(book, [id]);
+      }
+      refreshDetail(id);
+    },
+    (err) => showError(`Job ${id}`, err),
+  );
+}
+
+function refreshDetail(id = detail.shown): void {
+  const job = id === "" ? undefined : book.get(id);
+  if (job !== undefined) {
+    detail.show(job, book);
+  }
+}
+
+function cancelJob(id: string): void {
+  jobClient.cancelJob({ jobId: id }).then(
+    (res) => {
+      if (res.job !== undefined && book.merge(res.job)) {
+        list.render(book, [id]);
+        refreshDetail();
+      }
+    },
+    (err) => showError("Cancel", err),
+  );
+}
+
+let errorTimer: ReturnType<typeof setTimeout> | undefined;
+
+function showError(what: string, err: unknown): void {
+  const ce = ConnectError.from(err);
+  if (ce.code === Code.Unauthenticated) {
+    tokenForm.hidden = false;
+  }
+  setText(errorEl, `${what}: ${ce.rawMessage || Code[ce.code]}`);
+  errorEl.hidden = false;
+  clearTimeout(errorTimer);
+  errorTimer = setTimeout(() => (errorEl.hidden = true), 6000);
+}
+
+async function loadServerInfo(): Promise<void> {
+  try {
+    const info = await jobClient.getServerInfo({});
+    tokenForm.hidden = !info.authRequired && savedToken() === "";
+    if (info.demo && info.demoKinds.length > 0) {
+      demoKind.replaceChildren(...info.demoKinds.map((k) => new Option(k, k)));
+      demoForm.hidden = false;
+    }
+  } catch (err) {
+    const ce = ConnectError.from(err);
+    if (ce.code === Code.Unauthenticated) {
+      tokenForm.hidden = false;
+      return;
+    }
+    setTimeout(() => void loadServerInfo(), queuePollMs);
+  }
+}
+
+let queueTimer: ReturnType<typeof setTimeout> | undefined;
+
+async function pollQueues(): Promise<void> {
+  clearTimeout(queueTimer);
+  try {
+    const res = await queueClient.listQueues({});
+    queues.render(res.queues);
+    setText(byId("queues-note"), "");
+  } catch (err) {
+    setText(byId("queues-note"), `unavailable (${Code[ConnectError.from(err).code]})`);
+  }
+  queueTimer = setTimeout(() => void pollQueues(), queuePollMs);
+}
+
+tenantForm.addEventListener("submit", (e) => {
+  e.preventDefault();
+  const next = tenantInput.value.trim() || "default";
+  tenantInput.value = next;
+  if (next === tenant) {
+    return;
+  }
+  tenant = next;
+  localStorage.setItem(tenantKey, tenant);
+  select("");
+  startFeed();
+});
+tenantInput.addEventListener("change", () => tenantForm.requestSubmit());
+
+tokenForm.addEventListener("submit", (e) => {
+  e.preventDefault();
+  saveToken(tokenInput.value.trim());
+  startFeed();
+  void loadServerInfo();
+  void pollQueues();
+});
+
+demoForm.addEventListener("submit", (e) => {
+  e.preventDefault();
+  const button = byId<HTMLButtonElement>("demo-submit");
+  button.disabled = true;
+  jobClient
+    .submitJob({ tenant, kind: demoKind.value })
+    .then(
+      (res) => {
+        if (res.job !== undefined) {
+          book.merge(res.job);
+          list.render(book, [res.job.id]);
+          select(res.job.id);
+        }
+      },
+      (err) => showError("Submit", err),
+    )
+    .finally(() => (button.disabled = false));
+});
+
+setInterval(() => {
+  const now = Date.now();
+  list.tick(now);
+  renderBanner(now);
+}, 1000);
+
+tenantInput.value = tenant;
+tokenInput.value = savedToken();
+startFeed();
+void loadServerInfo();
+void pollQueues();
+const linked = /^#job=(.+)$/.exec(location.hash);
+if (linked?.[1] !== undefined) {
+  select(decodeURIComponent(linked[1]));
+}

@@ -1,0 +1,71 @@
+// What the page knows about jobs: the latest snapshot of each, merged by
+// version, and the states the page saw each job pass through.
+import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { JobState, type Job } from "./gen/jobwatch/v1/jobwatch_pb";
+
+export interface Sighting {
+  state: JobState;
+  attempt: number;
+  at: Date; // the browser's clock when the snapshot arrived
+}
+
+export class JobBook {
+  private readonly jobs = new Map<string, Job>();
+  private readonly seen = new Map<string, Sighting[]>();
+
+  // merge keeps the higher version: a resumed stream may repeat a
+  // snapshot, and a late one must never overwrite a newer one. It reports
+  // whether the snapshot changed anything.
+  merge(job: Job): boolean {
+    const have = this.jobs.get(job.id);
+    if (have !== undefined && have.version >= job.version) {
+      return false;
+    }
+    this.jobs.set(job.id, job);
+    const sightings = this.seen.get(job.id) ?? [];
+    const last = sightings.at(-1);
+    if (last === undefined || last.state !== job.state || last.attempt !== job.attempt) {
+      sightings.push({ state: job.state, attempt: job.attempt, at: new Date() });
+      this.seen.set(job.id, sightings);
+    }
+    return true;
+  }
+
+  get(id: string): Job | undefined {
+    return this.jobs.get(id);
+  }
+
+  sightings(id: string): readonly Sighting[] {
+    return this.seen.get(id) ?? [];
+  }
+
+  // newestFirst orders as ListJobs does: by creation, then id.
+  newestFirst(): Job[] {
+    return [...this.jobs.values()].sort(compareNewestFirst);
+  }
+
+  clear(): void {
+    this.jobs.clear();
+    this.seen.clear();
+  }
+}
+
+export function compareNewestFirst(a: Job, b: Job): number {
+  const d = millis(b.createdAt) - millis(a.createdAt);
+  if (d !== 0) {
+    return d;
+  }
+  return a.id < b.id ? 1 : a.id > b.id ? -1 : 0;
+}
+
+export function millis(ts: Timestamp | undefined): number {
+  return ts === undefined ? 0 : timestampDate(ts).getTime();
+}
+
+export function isTerminal(s: JobState): boolean {
+  return s === JobState.SUCCEEDED || s === JobState.FAILED || s === JobState.CANCELLED || s === JobState.LOST;
+}
+
+export function stateName(s: JobState): string {
+  return (JobState[s] ?? "unknown").toLowerCase();
+}

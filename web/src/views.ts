@@ -1,0 +1,354 @@
+// The page's views. Each keeps references to the elements it made and
+// updates them in place, so a stream of snapshots never rebuilds (and
+// never flickers) what is already on screen.
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { JobState, QueueMode, type Job, type Queue } from "./gen/jobwatch/v1/jobwatch_pb";
+import { age, clockTime, durationText, jsonText } from "./format";
+import { h, setData, setText } from "./dom";
+import { isTerminal, millis, stateName, type JobBook } from "./model";
+
+// ProgressView is a bar with its percent and step text (or, for a job
+// that failed, the error type in place of the step).
+class ProgressView {
+  readonly el: HTMLElement;
+  private readonly fill = h("span", { class: "fill" });
+  private readonly percent = h("span", { class: "percent" });
+  private readonly step = h("span", { class: "step" });
+
+  constructor() {
+    this.el = h(
+      "span",
+      { class: "progress" },
+      h("span", { class: "track" }, this.fill),
+      h("span", { class: "progress-text" }, this.percent, this.step),
+    );
+  }
+
+  update(job: Job): void {
+    const width = `${job.percent}%`;
+    if (this.fill.style.width !== width) {
+      this.fill.style.width = width;
+    }
+    setText(this.percent, `${job.percent}%`);
+    const failed = job.error !== undefined && (job.state === JobState.FAILED || job.state === JobState.LOST);
+    setText(this.step, failed ? job.error!.type : job.step);
+    this.step.classList.toggle("error-type", failed);
+  }
+}
+
+function badge(): HTMLElement {
+  return h("span", { class: "badge" });
+}
+
+function setBadge(el: HTMLElement, state: JobState): void {
+  setText(el, stateName(state));
+  setData(el, "state", stateName(state));
+}
+
+class JobRow {
+  readonly el: HTMLLIElement;
+  private readonly badge = badge();
+  private readonly kind = h("span", { class: "kind-name" });
+  private readonly id = h("code", { class: "job-id" });
+  private readonly progress = new ProgressView();
+  private readonly age = h("span", { class: "age right" });
+
+  constructor(job: Job, onSelect: (id: string) => void) {
+    this.el = h(
+      "li",
+      { class: "job", tabindex: "0", "data-job-id": job.id },
+      this.badge,
+      h("span", { class: "kind" }, this.kind, this.id),
+      this.progress.el,
+      this.age,
+    );
+    this.el.addEventListener("click", () => onSelect(job.id));
+    this.el.addEventListener("keydown", (e) => {
+      if (e.key === "Enter" || e.key === " ") {
+        e.preventDefault();
+        onSelect(job.id);
+      }
+    });
+  }
+
+  update(job: Job): void {
+    setData(this.el, "state", stateName(job.state));
+    setBadge(this.badge, job.state);
+    setText(this.kind, job.kind);
+    setText(this.id, job.id);
+    this.progress.update(job);
+    this.age.dataset["since"] = String(millis(job.createdAt));
+  }
+}
+
+// JobList shows the book's jobs newest first, one row per job id.
+export class JobList {
+  private readonly rows = new Map<string, JobRow>();
+  private selected = "";
+
+  constructor(
+    private readonly list: HTMLOListElement,
+    private readonly empty: HTMLElement,
+    private readonly count: HTMLElement,
+    private readonly onSelect: (id: string) => void,
+  ) {}
+
+  render(book: JobBook, changed: Iterable<string>): void {
+    for (const id of changed) {
+      const job = book.get(id);
+      if (job === undefined) {
+        continue;
+      }
+      let row = this.rows.get(id);
+      if (row === undefined) {
+        row = new JobRow(job, this.onSelect);
+        this.rows.set(id, row);
+      }
+      row.update(job);
+    }
+    // Put rows in order, moving only those out of place: a row that is
+    // already where it belongs is never detached.
+    let cursor: ChildNode | null = this.list.firstChild;
+    for (const job of book.newestFirst()) {
+      const el = this.rows.get(job.id)?.el;
+      if (el === undefined) {
+        continue;
+      }
+      if (cursor === el) {
+        cursor = el.nextSibling;
+      } else {
+        this.list.insertBefore(el, cursor);
+      }
+    }
+    this.empty.hidden = this.rows.size > 0;
+    setText(this.count, this.rows.size === 0 ? "" : `${this.rows.size} recent`);
+    this.markSelected();
+  }
+
+  select(id: string): void {
+    this.selected = id;
+    this.markSelected();
+  }
+
+  clear(): void {
+    this.rows.clear();
+    this.list.replaceChildren();
+    this.empty.hidden = false;
+    setText(this.count, "");
+  }
+
+  tick(now: number): void {
+    for (const row of this.rows.values()) {
+      const ageEl = row.el.querySelector<HTMLElement>(".age");
+      if (ageEl !== null) {
+        setText(ageEl, age(Number(ageEl.dataset["since"]), now));
+      }
+    }
+  }
+
+  private markSelected(): void {
+    for (const [id, row] of this.rows) {
+      row.el.classList.toggle("selected", id === this.selected);
+      row.el.setAttribute("aria-selected", String(id === this.selected));
+    }
+  }
+}
+
+interface TimelineEntry {
+  at: number;
+  label: string;
+  state: string;
+  seen: boolean; // from the browser's own observation, not a server time
+}
+
+// Detail shows one job in full. It is built once per selection and then
+// updated in place.
+export class Detail {
+  private jobId = "";
+  private readonly title = h("h2", { id: "detail-title" });
+  private readonly badge = badge();
+  private readonly attempts = h("span", { class: "muted attempts" });
+  private readonly id = h("code", { class: "job-id" });
+  private readonly progress = new ProgressView();
+  private readonly facts = h("dl", { class: "facts" });
+  private readonly resultBox = h("div", { class: "result-box" });
+  private readonly result = h("pre", { class: "json result" });
+  private readonly errorBox = h("div", { class: "error-box" });
+  private readonly errorType = h("strong", { class: "error-type" });
+  private readonly errorMessage = h("span", { class: "error-message" });
+  private readonly payload = h("pre", { class: "json payload" });
+  private readonly timeline = h("ol", { class: "timeline" });
+  private readonly cancel = h("button", { type: "button", class: "danger" }, "Cancel job");
+
+  constructor(
+    private readonly el: HTMLElement,
+    onClose: () => void,
+    onCancel: (id: string) => void,
+  ) {
+    const close = h("button", { type: "button", class: "ghost", "aria-label": "Close details" }, "✕");
+    close.addEventListener("click", onClose);
+    this.cancel.addEventListener("click", () => onCancel(this.jobId));
+    this.el.setAttribute("aria-labelledby", "detail-title");
+    this.el.append(
+      h("div", { class: "panel-head" }, this.title, close),
+      h("div", { class: "detail-line" }, this.badge, this.attempts, this.id),
+      this.progress.el,
+      this.resultBox,
+      this.errorBox,
+      h("h3", {}, "Timeline"),
+      this.timeline,
+      h("h3", {}, "Payload"),
+      this.payload,
+      this.facts,
+      h("div", { class: "actions" }, this.cancel),
+    );
+    this.resultBox.append(h("h3", {}, "Result"), this.result);
+    this.errorBox.append(h("h3", {}, "Error"), h("p", {}, this.errorType, " ", this.errorMessage));
+  }
+
+  get shown(): string {
+    return this.jobId;
+  }
+
+  show(job: Job, book: JobBook): void {
+    this.jobId = job.id;
+    this.el.hidden = false;
+    setData(this.el, "jobId", job.id);
+    setData(this.el, "state", stateName(job.state));
+    setText(this.title, job.kind);
+    setBadge(this.badge, job.state);
+    setText(this.attempts, job.attempt === 0 ? "not started" : `attempt ${job.attempt} of ${job.maxAttempts || 1}`);
+    setText(this.id, job.id);
+    this.progress.update(job);
+
+    const result = jsonText(job.result);
+    this.resultBox.hidden = result === "";
+    setText(this.result, result);
+
+    // A job re-queued after a failed attempt still carries the error of
+    // that attempt: show it, it is why the job is running again.
+    this.errorBox.hidden = job.error === undefined;
+    setText(this.errorType, job.error?.type ?? "");
+    setText(this.errorMessage, job.error?.message ?? "");
+
+    const payload = jsonText(job.payload);
+    setText(this.payload, payload === "" ? "(none)" : payload);
+
+    this.renderFacts(job);
+    this.renderTimeline(job, book);
+    this.cancel.hidden = isTerminal(job.state);
+  }
+
+  hide(): void {
+    this.jobId = "";
+    this.el.hidden = true;
+  }
+
+  private renderFacts(job: Job): void {
+    const facts: [string, string][] = [
+      ["Tenant", job.tenant],
+      ["Queue", job.queue],
+      ["Worker", job.workerId || "—"],
+      ["Unique key", job.uniqueKey || "—"],
+      ["Version", String(job.version)],
+    ];
+    if (job.runAt !== undefined && millis(job.runAt) > millis(job.createdAt)) {
+      facts.push(["Runs at", clockTime(timestampDate(job.runAt))]);
+    }
+    const key = JSON.stringify(facts);
+    if (this.facts.dataset["key"] === key) {
+      return;
+    }
+    this.facts.dataset["key"] = key;
+    this.facts.replaceChildren(...facts.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
+  }
+
+  private renderTimeline(job: Job, book: JobBook): void {
+    const entries: TimelineEntry[] = [];
+    const server = (ts: typeof job.createdAt, label: string, state: JobState) => {
+      if (ts !== undefined && millis(ts) > 0) {
+        entries.push({ at: millis(ts), label, state: stateName(state), seen: false });
+      }
+    };
+    server(job.createdAt, "submitted", JobState.QUEUED);
+    server(job.startedAt, "started", JobState.RUNNING);
+    if (isTerminal(job.state)) {
+      server(job.finishedAt, stateName(job.state), job.state);
+    }
+    // What the page itself saw fills the gaps between the server's times:
+    // retries, re-queues, a lost lease.
+    for (const s of book.sightings(job.id)) {
+      const name = stateName(s.state);
+      const at = s.at.getTime();
+      if (entries.some((e) => !e.seen && e.state === name && Math.abs(e.at - at) < 5000)) {
+        continue;
+      }
+      const label = s.attempt > 1 ? `${name} (attempt ${s.attempt})` : name;
+      entries.push({ at, label, state: name, seen: true });
+    }
+    entries.sort((a, b) => a.at - b.at);
+    const key = JSON.stringify(entries);
+    if (this.timeline.dataset["key"] === key) {
+      return;
+    }
+    this.timeline.dataset["key"] = key;
+    this.timeline.replaceChildren(
+      ...entries.map((e) =>
+        h(
+          "li",
+          { "data-state": e.state },
+          h("time", { datetime: new Date(e.at).toISOString() }, clockTime(new Date(e.at))),
+          h("span", { class: "timeline-label" }, e.label),
+          ...(e.seen ? [h("span", { class: "muted seen", title: "observed by this page" }, "seen")] : []),
+        ),
+      ),
+    );
+  }
+}
+
+// QueueTable shows ListQueues, one row per queue name, updated in place.
+export class QueueTable {
+  private readonly rows = new Map<string, { el: HTMLTableRowElement; cells: HTMLElement[] }>();
+
+  constructor(private readonly body: HTMLElement) {}
+
+  render(queues: Queue[]): void {
+    const names = new Set(queues.map((q) => q.name));
+    for (const [name, row] of this.rows) {
+      if (!names.has(name)) {
+        row.el.remove();
+        this.rows.delete(name);
+      }
+    }
+    for (const q of queues) {
+      let row = this.rows.get(q.name);
+      if (row === undefined) {
+        const cells = [
+          h("td", { class: "queue-name" }),
+          h("td", { class: "num queued" }),
+          h("td", { class: "num running" }),
+          h("td", { class: "num oldest" }),
+          h("td", { class: "alert-cell" }),
+        ];
+        row = { el: h("tr", { "data-queue": q.name }, ...cells), cells };
+        this.rows.set(q.name, row);
+      }
+      this.body.append(row.el); // keeps the server's order
+      const [name, queued, running, oldest, alert] = row.cells as [HTMLElement, HTMLElement, HTMLElement, HTMLElement, HTMLElement];
+      const mode = q.mode === QueueMode.SERIAL ? "serial" : q.maxRunning > 0 ? `parallel · max ${q.maxRunning}` : "parallel";
+      if (name.dataset["key"] !== q.name + mode) {
+        name.dataset["key"] = q.name + mode;
+        name.replaceChildren(h("span", {}, q.name), h("span", { class: "muted mode" }, mode));
+      }
+      setText(queued, String(q.queued));
+      setText(running, String(q.running));
+      setText(oldest, q.queued > 0n ? durationText(q.oldestQueuedAge) : "—");
+      setData(row.el, "alerting", String(q.alerting));
+      if (q.alerting && alert.childElementCount === 0) {
+        alert.append(h("span", { class: "alert", title: "work has waited longer than the queue's alert_after without draining" }, "alerting"));
+      } else if (!q.alerting) {
+        alert.replaceChildren();
+      }
+    }
+  }
+}
