@@ -1,0 +1,105 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// ErrSchemaTooNew: the file was written by a newer jobwatch, whose schema
+// this binary does not know. Nothing was changed; run the newer binary.
+var ErrSchemaTooNew = errors.New("database schema is newer than this jobwatch")
+
+// migrations are applied in order; the number of those applied is kept in
+// PRAGMA user_version. Never edit or reorder a released step: add one.
+//
+// Times are INTEGER microseconds since the Unix epoch, UTC (the zero
+// time.Time is year 1, a large negative number, so it sorts before every
+// real time and needs no NULL). seq is creation order: AUTOINCREMENT, so
+// it is never reused even after retention deletes the newest row.
+var migrations = []string{
+	// 1: jobs and the indexes of every query the store makes.
+	`
+CREATE TABLE jobs (
+	seq              INTEGER PRIMARY KEY AUTOINCREMENT,
+	id               TEXT    NOT NULL UNIQUE,
+	tenant           TEXT    NOT NULL,
+	kind             TEXT    NOT NULL,
+	queue            TEXT    NOT NULL,
+	state            TEXT    NOT NULL,
+	version          INTEGER NOT NULL,
+	percent          INTEGER NOT NULL,
+	step             TEXT    NOT NULL,
+	payload          TEXT,
+	result           TEXT,
+	error_type       TEXT,
+	error_message    TEXT,
+	attempt          INTEGER NOT NULL,
+	max_attempts     INTEGER NOT NULL,
+	unique_key       TEXT    NOT NULL,
+	created_at       INTEGER NOT NULL,
+	started_at       INTEGER NOT NULL,
+	updated_at       INTEGER NOT NULL,
+	finished_at      INTEGER NOT NULL,
+	run_at           INTEGER NOT NULL,
+	worker_id        TEXT    NOT NULL,
+	lease_id         TEXT    NOT NULL,
+	lease_expires_at INTEGER NOT NULL
+) STRICT;
+
+-- One active job per (tenant, unique_key): the database, not a read
+-- before the insert, is what refuses the second one.
+CREATE UNIQUE INDEX jobs_unique_active ON jobs (tenant, unique_key)
+	WHERE unique_key <> '' AND state IN ('pending', 'queued', 'running');
+
+-- ListJobs: newest first, with or without a tenant; WatchTenant-style
+-- "updated since" reads per tenant.
+CREATE INDEX jobs_created ON jobs (created_at, seq);
+CREATE INDEX jobs_tenant_created ON jobs (tenant, created_at, seq);
+CREATE INDEX jobs_tenant_updated ON jobs (tenant, updated_at);
+
+-- ClaimJob and NextRunAt: queued jobs in claim order.
+CREATE INDEX jobs_ready ON jobs (run_at, seq) WHERE state = 'queued';
+
+-- ExpiredLeases.
+CREATE INDEX jobs_leases ON jobs (lease_expires_at) WHERE state = 'running';
+
+-- DeleteFinishedBefore and CountByState.
+CREATE INDEX jobs_finished ON jobs (state, finished_at);
+`,
+}
+
+// migrate brings db to the latest schema in one transaction, so a crash
+// part way leaves the file at its old version, not half migrated.
+func migrate(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", classify(err))
+	}
+	defer tx.Rollback()
+	var version int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		return fmt.Errorf("migrate: read schema version: %w", classify(err))
+	}
+	if version > len(migrations) {
+		return fmt.Errorf("%w: the file is at schema version %d, this binary knows up to %d",
+			ErrSchemaTooNew, version, len(migrations))
+	}
+	if version == len(migrations) {
+		return nil
+	}
+	for i := version; i < len(migrations); i++ {
+		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+			return fmt.Errorf("migrate to schema version %d: %w", i+1, classify(err))
+		}
+	}
+	// PRAGMA takes no parameters; the value is our own integer.
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(migrations))); err != nil {
+		return fmt.Errorf("migrate: record schema version: %w", classify(err))
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate: commit: %w", classify(err))
+	}
+	return nil
+}

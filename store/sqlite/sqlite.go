@@ -1,0 +1,579 @@
+// Package sqlite is jobwatch's embedded default store.Store: one SQLite
+// file (github.com/mattn/go-sqlite3, so it needs cgo), nothing else to run.
+//
+// Durability: the file is in WAL mode with synchronous=FULL, and every
+// method that writes is one transaction whose commit fsyncs the WAL before
+// the method returns. So every write acknowledged with a nil error
+// survives kill -9 of the process and a power loss (as far as the disk
+// honours fsync). A write that returned an error changed nothing.
+//
+// Writes are serialized through one connection that opens its
+// transactions with BEGIN IMMEDIATE, so a read-modify-write (UpdateJob,
+// ClaimJob) can never interleave with another, also across processes
+// sharing the file (they wait up to the busy timeout, then get
+// store.ErrUnavailable). Reads use a separate pool of query-only
+// connections and see every committed write.
+//
+// The package only stores and finds jobs; it must never decide a job's
+// life cycle (package jobs does) or change a job outside the transaction
+// of the method that was called.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/mattn/go-sqlite3"
+
+	"jobwatch/store"
+)
+
+// busyTimeout is how long a write waits for another process holding the
+// file's write lock before it fails with store.ErrUnavailable. Within one
+// process writes queue on the one writer connection instead.
+const busyTimeout = 5 * time.Second
+
+// readConns bounds the read pool; WAL lets them all read while a write
+// commits.
+const readConns = 4
+
+// Store is a store.Store on one SQLite file. Create it with Open.
+type Store struct {
+	write *sql.DB // exactly one connection, BEGIN IMMEDIATE
+	read  *sql.DB // query-only connections
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating it if needed) the SQLite database file at path and
+// brings its schema up to date. A file written by a newer jobwatch is
+// refused with ErrSchemaTooNew; a file that cannot be opened returns an
+// error wrapping store.ErrUnavailable. path must name a file: ":memory:"
+// is refused because the read pool would not share it.
+func Open(path string) (*Store, error) {
+	return open(path, busyTimeout)
+}
+
+// open is Open with the busy timeout as a parameter, so tests can see it
+// expire in milliseconds.
+func open(path string, busyTimeout time.Duration) (*Store, error) {
+	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
+		return nil, fmt.Errorf("open sqlite: %q is not a file path", path)
+	}
+	ms := busyTimeout.Milliseconds()
+	// mattn/go-sqlite3 sets these pragmas on every new connection.
+	write, err := sql.Open("sqlite3", dsn(path, fmt.Sprintf(
+		"_journal_mode=WAL&_synchronous=FULL&_busy_timeout=%d&_foreign_keys=on&_txlock=immediate", ms)))
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, store.ErrUnavailable, err)
+	}
+	write.SetMaxOpenConns(1)
+	write.SetMaxIdleConns(1)
+	write.SetConnMaxLifetime(0)
+	write.SetConnMaxIdleTime(0)
+
+	ctx := context.Background()
+	if err := write.PingContext(ctx); err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, store.ErrUnavailable, err)
+	}
+	if err := migrate(ctx, write); err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+
+	// The read pool opens after the writer has made the file WAL, which is
+	// a property of the file, so the readers need not (and, query-only,
+	// could not) set it.
+	read, err := sql.Open("sqlite3", dsn(path, fmt.Sprintf(
+		"_busy_timeout=%d&_foreign_keys=on&_query_only=1", ms)))
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, store.ErrUnavailable, err)
+	}
+	read.SetMaxOpenConns(readConns)
+	read.SetMaxIdleConns(readConns)
+	if err := read.PingContext(ctx); err != nil {
+		write.Close()
+		read.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, store.ErrUnavailable, err)
+	}
+	return &Store{write: write, read: read}, nil
+}
+
+// dsn makes a SQLite URI of path, so that '?' or '#' in a file name are
+// not taken for parameters.
+func dsn(path, params string) string {
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + params
+}
+
+// Close closes the database. Every acknowledged write is already on disk.
+func (s *Store) Close() error {
+	return errors.Join(s.read.Close(), s.write.Close())
+}
+
+// classify wraps the errors that mean "the database cannot be used right
+// now" (locked by another process beyond the busy timeout, unreadable,
+// full) with store.ErrUnavailable; nothing was written in those cases.
+func classify(err error) error {
+	var se sqlite3.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code {
+	case sqlite3.ErrBusy, sqlite3.ErrLocked, sqlite3.ErrCantOpen, sqlite3.ErrIoErr,
+		sqlite3.ErrFull, sqlite3.ErrNotADB, sqlite3.ErrCorrupt, sqlite3.ErrPerm, sqlite3.ErrReadonly:
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return err
+}
+
+func isUniqueViolation(err error) bool {
+	var se sqlite3.Error
+	return errors.As(err, &se) && se.ExtendedCode == sqlite3.ErrConstraintUnique
+}
+
+// writeTx runs fn in an immediate transaction on the writer connection and
+// commits it. fn's own errors come back as they are.
+func (s *Store) writeTx(ctx context.Context, what string, fn func(tx *sql.Tx) error) error {
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("%s: begin: %w", what, classify(err))
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("%s: commit: %w", what, classify(err))
+	}
+	return nil
+}
+
+// --- encoding ---
+
+const columns = `id, tenant, kind, queue, state, version, percent, step, payload, result,
+	error_type, error_message, attempt, max_attempts, unique_key, created_at, started_at,
+	updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, seq`
+
+func toMicro(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicro(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+func nullJSON(m json.RawMessage) sql.NullString {
+	return sql.NullString{String: string(m), Valid: len(m) > 0}
+}
+
+func fromNullJSON(s sql.NullString) json.RawMessage {
+	if !s.Valid {
+		return nil
+	}
+	return json.RawMessage(s.String)
+}
+
+// normalize returns j as it will read back: times in UTC to the
+// microsecond, an empty payload or result as none, its own copies of
+// slices and the error.
+func normalize(j store.Job) store.Job {
+	for _, t := range []*time.Time{&j.CreatedAt, &j.StartedAt, &j.UpdatedAt, &j.FinishedAt, &j.RunAt, &j.LeaseExpiresAt} {
+		*t = fromMicro(toMicro(*t))
+	}
+	j.Payload = fromNullJSON(nullJSON(j.Payload))
+	j.Result = fromNullJSON(nullJSON(j.Result))
+	if j.Error != nil {
+		e := *j.Error
+		j.Error = &e
+	}
+	return j
+}
+
+// values are the bind values of every column but seq, in columns' order.
+func values(j store.Job) []any {
+	var errType, errMsg sql.NullString
+	if j.Error != nil {
+		errType = sql.NullString{String: j.Error.Type, Valid: true}
+		errMsg = sql.NullString{String: j.Error.Message, Valid: true}
+	}
+	return []any{
+		j.ID, j.Tenant, j.Kind, j.Queue, string(j.State), j.Version, j.Percent, j.Step,
+		nullJSON(j.Payload), nullJSON(j.Result), errType, errMsg, j.Attempt, j.MaxAttempts,
+		j.UniqueKey, toMicro(j.CreatedAt), toMicro(j.StartedAt), toMicro(j.UpdatedAt),
+		toMicro(j.FinishedAt), toMicro(j.RunAt), j.WorkerID, j.LeaseID, toMicro(j.LeaseExpiresAt),
+	}
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanJob(r scanner) (store.Job, int64, error) {
+	var (
+		j                                                 store.Job
+		state                                             string
+		payload, result, errType, errMsg                  sql.NullString
+		created, started, updated, finished, runAt, lease int64
+		seq                                               int64
+	)
+	err := r.Scan(&j.ID, &j.Tenant, &j.Kind, &j.Queue, &state, &j.Version, &j.Percent, &j.Step,
+		&payload, &result, &errType, &errMsg, &j.Attempt, &j.MaxAttempts, &j.UniqueKey,
+		&created, &started, &updated, &finished, &runAt, &j.WorkerID, &j.LeaseID, &lease, &seq)
+	if err != nil {
+		return store.Job{}, 0, err
+	}
+	j.State = store.State(state)
+	j.Payload, j.Result = fromNullJSON(payload), fromNullJSON(result)
+	if errType.Valid {
+		j.Error = &store.JobError{Type: errType.String, Message: errMsg.String}
+	}
+	j.CreatedAt, j.StartedAt, j.UpdatedAt = fromMicro(created), fromMicro(started), fromMicro(updated)
+	j.FinishedAt, j.RunAt, j.LeaseExpiresAt = fromMicro(finished), fromMicro(runAt), fromMicro(lease)
+	return j, seq, nil
+}
+
+// --- writes ---
+
+const insertJob = `INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step,
+	payload, result, error_type, error_message, attempt, max_attempts, unique_key, created_at,
+	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+const updateJob = `UPDATE jobs SET id = ?, tenant = ?, kind = ?, queue = ?, state = ?,
+	version = ?, percent = ?, step = ?, payload = ?, result = ?, error_type = ?,
+	error_message = ?, attempt = ?, max_attempts = ?, unique_key = ?, created_at = ?,
+	started_at = ?, updated_at = ?, finished_at = ?, run_at = ?, worker_id = ?, lease_id = ?,
+	lease_expires_at = ? WHERE seq = ?`
+
+// CreateJob implements store.Store.
+func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
+	j = normalize(j)
+	err := s.writeTx(ctx, "create job", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, insertJob, values(j)...)
+		if isUniqueViolation(err) {
+			if conflict := activeHolder(ctx, tx, j); conflict != nil {
+				return conflict
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("create job %s: %w", j.ID, classify(err))
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Job{}, err
+	}
+	return j, nil
+}
+
+// activeHolder returns the *store.ConflictError for j if the unique
+// violation just seen is its unique key (and not, say, its id).
+func activeHolder(ctx context.Context, tx *sql.Tx, j store.Job) error {
+	if j.UniqueKey == "" || !isActive(j.State) {
+		return nil
+	}
+	var id string
+	err := tx.QueryRowContext(ctx, `SELECT id FROM jobs
+		WHERE tenant = ? AND unique_key = ? AND state IN ('pending', 'queued', 'running') AND id <> ?`,
+		j.Tenant, j.UniqueKey, j.ID).Scan(&id)
+	if err != nil {
+		return nil
+	}
+	return &store.ConflictError{ActiveID: id, UniqueKey: j.UniqueKey}
+}
+
+func isActive(s store.State) bool {
+	for _, a := range store.ActiveStates {
+		if s == a {
+			return true
+		}
+	}
+	return false
+}
+
+func getJob(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, id string) (store.Job, int64, error) {
+	j, seq, err := scanJob(q.QueryRowContext(ctx, "SELECT "+columns+" FROM jobs WHERE id = ?", id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Job{}, 0, fmt.Errorf("job %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Job{}, 0, fmt.Errorf("get job %s: %w", id, classify(err))
+	}
+	return j, seq, nil
+}
+
+// write stores next over the row seq, with old's id and the version the
+// store decides: old's, plus one for a visible change (or always, with
+// bump). It skips the write when nothing changed at all.
+func write(ctx context.Context, tx *sql.Tx, seq int64, old, next store.Job, bump bool) (store.Job, error) {
+	next = normalize(next)
+	if next.ID != old.ID {
+		return store.Job{}, fmt.Errorf("update job %s: the id cannot change (to %q)", old.ID, next.ID)
+	}
+	next.Version = old.Version
+	if bump || !next.SameVisible(&old) {
+		next.Version++
+	}
+	if reflect.DeepEqual(next, old) {
+		return old, nil
+	}
+	_, err := tx.ExecContext(ctx, updateJob, append(values(next), seq)...)
+	if isUniqueViolation(err) {
+		if conflict := activeHolder(ctx, tx, next); conflict != nil {
+			return store.Job{}, conflict
+		}
+	}
+	if err != nil {
+		return store.Job{}, fmt.Errorf("update job %s: %w", old.ID, classify(err))
+	}
+	return next, nil
+}
+
+// clone copies j deeply enough that a func changing the copy, even its
+// bytes, cannot change j.
+func clone(j store.Job) store.Job {
+	j.Payload = append(json.RawMessage(nil), j.Payload...)
+	j.Result = append(json.RawMessage(nil), j.Result...)
+	if len(j.Payload) == 0 {
+		j.Payload = nil
+	}
+	if len(j.Result) == 0 {
+		j.Result = nil
+	}
+	if j.Error != nil {
+		e := *j.Error
+		j.Error = &e
+	}
+	return j
+}
+
+// UpdateJob implements store.Store.
+func (s *Store) UpdateJob(ctx context.Context, id string, update func(*store.Job) error) (store.Job, error) {
+	var out store.Job
+	err := s.writeTx(ctx, "update job", func(tx *sql.Tx) error {
+		old, seq, err := getJob(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		next := clone(old)
+		if err := update(&next); err != nil {
+			return err
+		}
+		out, err = write(ctx, tx, seq, old, next, false)
+		return err
+	})
+	if err != nil {
+		return store.Job{}, err
+	}
+	return out, nil
+}
+
+// claimFilter appends f's kinds and queues to a WHERE clause.
+func claimFilter(where string, args []any, f store.ClaimFilter) (string, []any) {
+	where, args = in(where, args, "kind", f.Kinds)
+	return in(where, args, "queue", f.Queues)
+}
+
+func in[T ~string](where string, args []any, column string, values []T) (string, []any) {
+	if len(values) == 0 {
+		return where, args
+	}
+	where += " AND " + column + " IN (?" + strings.Repeat(", ?", len(values)-1) + ")"
+	for _, v := range values {
+		args = append(args, string(v))
+	}
+	return where, args
+}
+
+// ClaimJob implements store.Store. The pick and the change are one
+// immediate transaction, so no other claim can see the job still queued.
+func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, claim func(*store.Job)) (store.Job, error) {
+	where, args := claimFilter("state = 'queued' AND run_at <= ?", []any{toMicro(f.Now)}, f)
+	query := "SELECT " + columns + " FROM jobs WHERE " + where + " ORDER BY run_at, seq LIMIT 1"
+	var out store.Job
+	err := s.writeTx(ctx, "claim job", func(tx *sql.Tx) error {
+		old, seq, err := scanJob(tx.QueryRowContext(ctx, query, args...))
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.ErrNoJob
+		}
+		if err != nil {
+			return fmt.Errorf("claim job: %w", classify(err))
+		}
+		next := clone(old)
+		claim(&next)
+		out, err = write(ctx, tx, seq, old, next, true)
+		return err
+	})
+	if err != nil {
+		return store.Job{}, err
+	}
+	return out, nil
+}
+
+// DeleteFinishedBefore implements store.Store.
+func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, error) {
+	var n int64
+	err := s.writeTx(ctx, "delete finished jobs", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM jobs
+			WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') AND finished_at < ?`, toMicro(t))
+		if err != nil {
+			return fmt.Errorf("delete finished jobs: %w", classify(err))
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// --- reads ---
+
+// GetJob implements store.Store.
+func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
+	j, _, err := getJob(ctx, s.read, id)
+	return j, err
+}
+
+// A page token is the (created_at, seq) of the last job of the page,
+// behind a format byte so a later format can tell itself apart.
+const tokenFormat = 1
+
+func encodeToken(createdAt, seq int64) string {
+	b := make([]byte, 17)
+	b[0] = tokenFormat
+	binary.BigEndian.PutUint64(b[1:], uint64(createdAt))
+	binary.BigEndian.PutUint64(b[9:], uint64(seq))
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeToken(token string) (createdAt, seq int64, err error) {
+	b, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil || len(b) != 17 || b[0] != tokenFormat {
+		return 0, 0, fmt.Errorf("list jobs: %w", store.ErrInvalidPageToken)
+	}
+	createdAt, seq = int64(binary.BigEndian.Uint64(b[1:])), int64(binary.BigEndian.Uint64(b[9:]))
+	if seq <= 0 {
+		return 0, 0, fmt.Errorf("list jobs: %w", store.ErrInvalidPageToken)
+	}
+	return createdAt, seq, nil
+}
+
+// ListJobs implements store.Store. Pages are keyed by (created_at, seq),
+// so rows created meanwhile never shift them.
+func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, string, error) {
+	where, args := "1 = 1", []any(nil)
+	if f.Tenant != "" {
+		where, args = where+" AND tenant = ?", append(args, f.Tenant)
+	}
+	where, args = in(where, args, "state", f.States)
+	if f.Kind != "" {
+		where, args = where+" AND kind = ?", append(args, f.Kind)
+	}
+	if f.Queue != "" {
+		where, args = where+" AND queue = ?", append(args, f.Queue)
+	}
+	if !f.UpdatedSince.IsZero() {
+		where, args = where+" AND updated_at >= ?", append(args, toMicro(f.UpdatedSince))
+	}
+	if f.PageToken != "" {
+		createdAt, seq, err := decodeToken(f.PageToken)
+		if err != nil {
+			return nil, "", err
+		}
+		where, args = where+" AND (created_at, seq) < (?, ?)", append(args, createdAt, seq)
+	}
+	query := "SELECT " + columns + " FROM jobs WHERE " + where + " ORDER BY created_at DESC, seq DESC"
+	if f.Limit > 0 {
+		// One more than asked tells whether there is a next page.
+		query, args = query+" LIMIT ?", append(args, f.Limit+1)
+	}
+	rows, err := s.read.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("list jobs: %w", classify(err))
+	}
+	defer rows.Close()
+	var (
+		jobs []store.Job
+		seqs []int64
+	)
+	for rows.Next() {
+		j, seq, err := scanJob(rows)
+		if err != nil {
+			return nil, "", fmt.Errorf("list jobs: %w", classify(err))
+		}
+		jobs, seqs = append(jobs, j), append(seqs, seq)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("list jobs: %w", classify(err))
+	}
+	if f.Limit <= 0 || len(jobs) <= f.Limit {
+		return jobs, "", nil
+	}
+	last := f.Limit - 1
+	return jobs[:f.Limit], encodeToken(toMicro(jobs[last].CreatedAt), seqs[last]), nil
+}
+
+// NextRunAt implements store.Store.
+func (s *Store) NextRunAt(ctx context.Context, f store.ClaimFilter) (time.Time, error) {
+	where, args := claimFilter("state = 'queued' AND run_at > ?", []any{toMicro(f.Now)}, f)
+	var next sql.NullInt64
+	if err := s.read.QueryRowContext(ctx, "SELECT MIN(run_at) FROM jobs WHERE "+where, args...).Scan(&next); err != nil {
+		return time.Time{}, fmt.Errorf("next run at: %w", classify(err))
+	}
+	if !next.Valid {
+		return time.Time{}, nil
+	}
+	return fromMicro(next.Int64), nil
+}
+
+// ExpiredLeases implements store.Store.
+func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]string, error) {
+	rows, err := s.read.QueryContext(ctx,
+		"SELECT id FROM jobs WHERE state = 'running' AND lease_expires_at < ?", toMicro(now))
+	if err != nil {
+		return nil, fmt.Errorf("expired leases: %w", classify(err))
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("expired leases: %w", classify(err))
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("expired leases: %w", classify(err))
+	}
+	return ids, nil
+}
+
+// CountByState implements store.Store.
+func (s *Store) CountByState(ctx context.Context) (map[store.State]int64, error) {
+	rows, err := s.read.QueryContext(ctx, "SELECT state, COUNT(*) FROM jobs GROUP BY state")
+	if err != nil {
+		return nil, fmt.Errorf("count jobs: %w", classify(err))
+	}
+	defer rows.Close()
+	counts := map[store.State]int64{}
+	for rows.Next() {
+		var (
+			state string
+			n     int64
+		)
+		if err := rows.Scan(&state, &n); err != nil {
+			return nil, fmt.Errorf("count jobs: %w", classify(err))
+		}
+		counts[store.State(state)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count jobs: %w", classify(err))
+	}
+	return counts, nil
+}

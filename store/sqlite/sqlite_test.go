@@ -1,0 +1,342 @@
+package sqlite
+
+import (
+	"bufio"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"jobwatch/store"
+	"jobwatch/store/storetest"
+)
+
+func tempPath(t *testing.T) string {
+	return filepath.Join(t.TempDir(), "jobs.db")
+}
+
+func openTemp(t *testing.T, path string) *Store {
+	t.Helper()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatalf("open %s: %v", path, err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return openTemp(t, tempPath(t)) })
+}
+
+func pragma(t *testing.T, db *sql.DB, name string) string {
+	t.Helper()
+	var v string
+	if err := db.QueryRow("PRAGMA " + name).Scan(&v); err != nil {
+		t.Fatalf("PRAGMA %s: %v", name, err)
+	}
+	return v
+}
+
+// rawDB opens the file without the store, as another process would.
+func rawDB(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite3", dsn(path, "_txlock=immediate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func testJob(id string) store.Job {
+	now := time.Date(2030, 5, 6, 7, 8, 9, 123456000, time.UTC)
+	return store.Job{
+		ID: id, Tenant: "acme", Kind: "email", Queue: "default", State: store.Queued,
+		Version: 1, MaxAttempts: 1, Payload: json.RawMessage(`{"to":"a@example.com"}`),
+		CreatedAt: now, UpdatedAt: now, RunAt: now,
+	}
+}
+
+func TestOpen(t *testing.T) {
+	t.Run("a new file is created at the latest schema, durable settings on", func(t *testing.T) {
+		s := openTemp(t, tempPath(t))
+		defer s.Close()
+		for name, want := range map[string]string{
+			"user_version": strconv.Itoa(len(migrations)),
+			"journal_mode": "wal",
+			"synchronous":  "2", // FULL: the WAL is fsynced at every commit
+			"foreign_keys": "1",
+			"busy_timeout": strconv.Itoa(int(busyTimeout.Milliseconds())),
+		} {
+			if got := pragma(t, s.write, name); got != want {
+				t.Errorf("PRAGMA %s = %s, want %s", name, got, want)
+			}
+		}
+		if _, err := s.read.Exec("DELETE FROM jobs"); err == nil {
+			t.Error("a read connection could write")
+		}
+	})
+
+	t.Run("reopening a file keeps its jobs and its schema version", func(t *testing.T) {
+		path := tempPath(t)
+		s := openTemp(t, path)
+		want, err := s.CreateJob(t.Context(), testJob("job-1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s = openTemp(t, path)
+		defer s.Close()
+		got, err := s.GetJob(t.Context(), "job-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ID != want.ID || string(got.Payload) != string(want.Payload) || !got.CreatedAt.Equal(want.CreatedAt) {
+			t.Errorf("after reopen: %+v, want %+v", got, want)
+		}
+		if v := pragma(t, s.write, "user_version"); v != strconv.Itoa(len(migrations)) {
+			t.Errorf("user_version = %s, want %d", v, len(migrations))
+		}
+	})
+
+	t.Run("a file from a newer jobwatch is refused and left as it was", func(t *testing.T) {
+		path := tempPath(t)
+		openTemp(t, path).Close()
+		db := rawDB(t, path)
+		newer := len(migrations) + 1
+		if _, err := db.Exec(fmt.Sprintf("PRAGMA user_version = %d", newer)); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Open(path)
+		if !errors.Is(err, ErrSchemaTooNew) {
+			t.Fatalf("err = %v, want ErrSchemaTooNew", err)
+		}
+		if !strings.Contains(err.Error(), strconv.Itoa(newer)) {
+			t.Errorf("error %q does not name the file's version %d", err, newer)
+		}
+		if v := pragma(t, db, "user_version"); v != strconv.Itoa(newer) {
+			t.Errorf("user_version = %s, want %d", v, newer)
+		}
+	})
+
+	t.Run("a failing migration step leaves the file at its old version", func(t *testing.T) {
+		path := tempPath(t)
+		openTemp(t, path).Close()
+		saved := migrations
+		t.Cleanup(func() { migrations = saved })
+		migrations = append(append([]string(nil), saved...),
+			"CREATE TABLE half (a INTEGER); SELECT no_such_column FROM jobs;")
+		if _, err := Open(path); err == nil {
+			t.Fatal("open with a broken migration succeeded")
+		}
+		db := rawDB(t, path)
+		if v := pragma(t, db, "user_version"); v != strconv.Itoa(len(saved)) {
+			t.Errorf("user_version = %s, want %d", v, len(saved))
+		}
+		var n int
+		if err := db.QueryRow("SELECT COUNT(*) FROM sqlite_master WHERE name = 'half'").Scan(&n); err != nil || n != 0 {
+			t.Errorf("the broken step's table exists (%d, %v): the migration was not atomic", n, err)
+		}
+	})
+
+	t.Run("a path that cannot be opened is unavailable", func(t *testing.T) {
+		_, err := Open(filepath.Join(t.TempDir(), "no", "such", "dir", "jobs.db"))
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Errorf("err = %v, want ErrUnavailable", err)
+		}
+	})
+
+	t.Run("a path that is not a file is refused", func(t *testing.T) {
+		for _, p := range []string{"", ":memory:", "file:x.db?mode=memory"} {
+			if s, err := Open(p); err == nil {
+				s.Close()
+				t.Errorf("Open(%q) succeeded", p)
+			}
+		}
+	})
+
+	t.Run("a file name with URI characters is a plain file name", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "jobs?mode=memory#x%20.db")
+		s := openTemp(t, path)
+		if _, err := s.CreateJob(t.Context(), testJob("job-1")); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("the file was not created under its own name: %v", err)
+		}
+	})
+}
+
+func TestAnotherProcessHoldingTheWriteLock(t *testing.T) {
+	path := tempPath(t)
+	s, err := open(path, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.CreateJob(t.Context(), testJob("job-1")); err != nil {
+		t.Fatal(err)
+	}
+
+	other := rawDB(t, path)
+	lock, err := other.Begin() // BEGIN IMMEDIATE: holds the write lock
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("a write fails as unavailable and writes nothing", func(t *testing.T) {
+		_, err := s.CreateJob(t.Context(), testJob("job-2"))
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("err = %v, want ErrUnavailable", err)
+		}
+		if _, err := s.GetJob(t.Context(), "job-2"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("get job-2: %v, want ErrNotFound", err)
+		}
+	})
+	t.Run("reads go on", func(t *testing.T) {
+		if _, err := s.GetJob(t.Context(), "job-1"); err != nil {
+			t.Errorf("get job-1: %v", err)
+		}
+	})
+	if err := lock.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("the write succeeds once the lock is released", func(t *testing.T) {
+		if _, err := s.CreateJob(t.Context(), testJob("job-2")); err != nil {
+			t.Errorf("create job-2: %v", err)
+		}
+	})
+}
+
+// The kill -9 test runs this test binary again as a child that writes
+// until it is killed.
+const childEnv = "JOBWATCH_SQLITE_DURABILITY_CHILD"
+
+// durableJob is the i-th job the child writes; the parent rebuilds it to
+// compare.
+func durableJob(i int) store.Job {
+	j := testJob(fmt.Sprintf("job-%06d", i))
+	j.Payload = json.RawMessage(fmt.Sprintf(`{"n":%d,"text":"payload of job %d"}`, i, i))
+	j.CreatedAt = j.CreatedAt.Add(time.Duration(i) * time.Microsecond)
+	return j
+}
+
+// TestDurabilityChild is not a test on its own: it is the child process of
+// TestEveryAcknowledgedWriteSurvivesKill9. For each job it creates the job,
+// prints "created <i>", sets its progress and prints "progress <i>
+// <version>": a line is printed only after the write returned nil.
+func TestDurabilityChild(t *testing.T) {
+	path := os.Getenv(childEnv)
+	if path == "" {
+		t.Skip("runs only as the child of TestEveryAcknowledgedWriteSurvivesKill9")
+	}
+	s, err := Open(path)
+	if err != nil {
+		fmt.Printf("error %v\n", err)
+		os.Exit(1)
+	}
+	deadline := time.Now().Add(time.Minute) // in case the parent is gone
+	for i := 0; time.Now().Before(deadline); i++ {
+		if _, err := s.CreateJob(t.Context(), durableJob(i)); err != nil {
+			fmt.Printf("error %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Printf("created %d\n", i)
+		j, err := s.UpdateJob(t.Context(), durableJob(i).ID, func(j *store.Job) error {
+			j.State, j.Percent, j.Step = store.Running, int32(i%100), fmt.Sprintf("step %d", i)
+			return nil
+		})
+		if err != nil {
+			fmt.Printf("error %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Printf("progress %d %d\n", i, j.Version)
+	}
+	os.Exit(1)
+}
+
+func TestEveryAcknowledgedWriteSurvivesKill9(t *testing.T) {
+	if os.Getenv(childEnv) != "" {
+		t.Skip("this is the child")
+	}
+	path := tempPath(t)
+	openTemp(t, path).Close() // the schema exists before the child starts
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDurabilityChild$")
+	cmd.Env = append(os.Environ(), childEnv+"="+path)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	const killAfter = 150 // acknowledged creates before the kill
+	created := map[int]bool{}
+	progress := map[int]int64{}
+	killed := false
+	lines := bufio.NewScanner(out)
+	for lines.Scan() {
+		f := strings.Fields(lines.Text())
+		switch {
+		case len(f) == 2 && f[0] == "created":
+			i, _ := strconv.Atoi(f[1])
+			created[i] = true
+		case len(f) == 3 && f[0] == "progress":
+			i, _ := strconv.Atoi(f[1])
+			v, _ := strconv.ParseInt(f[2], 10, 64)
+			progress[i] = v
+		default:
+			t.Errorf("child said %q", lines.Text())
+		}
+		if !killed && len(created) >= killAfter {
+			// SIGKILL: no deferred call, no Close, no flush runs in the child.
+			if err := cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			killed = true
+		}
+	}
+	err = cmd.Wait()
+	if !killed {
+		t.Fatalf("the child ended before it was killed: %v", err)
+	}
+	t.Logf("child killed after %d acknowledged creates and %d acknowledged updates", len(created), len(progress))
+
+	s := openTemp(t, path)
+	defer s.Close()
+	for i := range created {
+		want := durableJob(i)
+		got, err := s.GetJob(t.Context(), want.ID)
+		if err != nil {
+			t.Errorf("acknowledged job %s: %v", want.ID, err)
+			continue
+		}
+		if string(got.Payload) != string(want.Payload) || !got.CreatedAt.Equal(want.CreatedAt) {
+			t.Errorf("job %s: payload %s created %v, want %s %v", want.ID, got.Payload, got.CreatedAt, want.Payload, want.CreatedAt)
+		}
+		if v, ok := progress[i]; ok {
+			if got.Version != v || got.Percent != int32(i%100) || got.State != store.Running {
+				t.Errorf("job %s: version %d percent %d state %s, want the acknowledged %d, %d, running",
+					want.ID, got.Version, got.Percent, got.State, v, i%100)
+			}
+		}
+	}
+	// The file is still a working store after the crash.
+	if _, err := s.CreateJob(t.Context(), testJob("after-crash")); err != nil {
+		t.Errorf("create after the crash: %v", err)
+	}
+}
