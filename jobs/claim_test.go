@@ -1,0 +1,147 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"jobwatch/jobs"
+	"jobwatch/store"
+)
+
+func TestClaimParksUntilAJobIsSubmitted(t *testing.T) {
+	metrics := &recordingMetrics{}
+	e, _ := newEngine(t, jobs.Config{Metrics: metrics})
+	parked := async(func() (store.Job, error) {
+		return e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w", Kinds: []string{"mail"}}, soon())
+	})
+	notYet(t, parked, 50*time.Millisecond)
+
+	submit(t, e, jobs.SubmitRequest{Kind: "report"}) // not a kind it runs
+	notYet(t, parked, 50*time.Millisecond)
+
+	want := submit(t, e, jobs.SubmitRequest{Kind: "mail"})
+	j, err := await(t, parked)
+	if err != nil || j.ID != want.ID {
+		t.Fatalf("claim: %s, %v; want %s", j.ID, err, want.ID)
+	}
+	if metrics.count("claim") != 1 {
+		t.Errorf("claim wake-ups recorded: %d, want 1", metrics.count("claim"))
+	}
+}
+
+func TestClaimParksUntilRunAtArrives(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	runAt := time.Now().Add(150 * time.Millisecond)
+	want := submit(t, e, jobs.SubmitRequest{RunAt: runAt})
+	j, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w"}, soon())
+	if err != nil || j.ID != want.ID {
+		t.Fatalf("claim: %s, %v; want %s", j.ID, err, want.ID)
+	}
+	if now := time.Now(); now.Before(runAt.Truncate(time.Microsecond)) {
+		t.Errorf("claimed at %v, before run_at %v", now, runAt)
+	}
+}
+
+func TestClaimWakesWhenAHeldJobStarts(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	held := submit(t, e, jobs.SubmitRequest{Hold: true})
+	parked := async(func() (store.Job, error) {
+		return e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w"}, soon())
+	})
+	notYet(t, parked, 50*time.Millisecond)
+	if _, err := e.Start(context.Background(), held.ID); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := await(t, parked); err != nil || j.ID != held.ID {
+		t.Fatalf("claim: %s, %v; want %s", j.ID, err, held.ID)
+	}
+}
+
+func TestClaimEndsWithErrNoJob(t *testing.T) {
+	tests := []struct {
+		name string
+		end  func(e *jobs.Engine, cancel context.CancelFunc)
+		dl   time.Duration
+	}{
+		{"at its deadline", func(*jobs.Engine, context.CancelFunc) {}, 50 * time.Millisecond},
+		{"when the caller goes away", func(_ *jobs.Engine, cancel context.CancelFunc) { cancel() }, time.Hour},
+		{"on shutdown", func(e *jobs.Engine, _ context.CancelFunc) { e.Shutdown() }, time.Hour},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, _ := newEngine(t, jobs.Config{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			parked := async(func() (store.Job, error) {
+				return e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w"}, time.Now().Add(tt.dl))
+			})
+			time.Sleep(20 * time.Millisecond)
+			tt.end(e, cancel)
+			if _, err := await(t, parked); !errors.Is(err, jobs.ErrNoJob) {
+				t.Fatalf("got %v, want ErrNoJob", err)
+			}
+		})
+	}
+}
+
+func TestClaimAfterShutdownDoesNotPark(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	e.Shutdown()
+	if _, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w"}, time.Now().Add(time.Hour)); !errors.Is(err, jobs.ErrNoJob) {
+		t.Fatalf("got %v, want ErrNoJob at once", err)
+	}
+	// A ready job is still handed out: shutdown stops parking, not work.
+	want := submit(t, e, jobs.SubmitRequest{})
+	if j, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w"}, time.Now().Add(time.Hour)); err != nil || j.ID != want.ID {
+		t.Fatalf("claim of a ready job after shutdown: %s, %v", j.ID, err)
+	}
+}
+
+func TestTwoClaimersNeverShareAJob(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	const workers, jobCount = 8, 40
+	ctx := context.Background()
+
+	var (
+		mu      sync.Mutex
+		claimed = map[string]string{}
+		wg      sync.WaitGroup
+		dup     = make(chan string, jobCount)
+	)
+	for w := range workers {
+		wg.Go(func() {
+			worker := fmt.Sprintf("w%d", w)
+			for {
+				j, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: worker}, time.Now().Add(200*time.Millisecond))
+				if errors.Is(err, jobs.ErrNoJob) {
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if prev, ok := claimed[j.ID]; ok {
+					dup <- j.ID + " by " + prev + " and " + worker
+				}
+				claimed[j.ID] = worker
+				mu.Unlock()
+			}
+		})
+	}
+	for range jobCount {
+		submit(t, e, jobs.SubmitRequest{})
+	}
+	wg.Wait()
+	close(dup)
+	for d := range dup {
+		t.Errorf("job claimed twice: %s", d)
+	}
+	if len(claimed) != jobCount {
+		t.Errorf("%d jobs claimed, want %d", len(claimed), jobCount)
+	}
+}

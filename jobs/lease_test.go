@@ -1,0 +1,242 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"jobwatch/jobs"
+	"jobwatch/store"
+)
+
+func TestClaimGivesALease(t *testing.T) {
+	clock := newFakeClock()
+	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: 10 * time.Second})
+	submitted := submit(t, e, jobs.SubmitRequest{Kind: "k"})
+	j, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "worker-7"}, clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.ID != submitted.ID || j.State != store.Running || j.Attempt != 1 || j.WorkerID != "worker-7" || j.Version != 2 {
+		t.Errorf("claimed %+v; want the job running, attempt 1, worker-7, version 2", j)
+	}
+	if j.LeaseID == "" || !j.LeaseExpiresAt.Equal(clock.Now().Add(10*time.Second)) || !j.StartedAt.Equal(clock.Now()) {
+		t.Errorf("lease %q until %v, started %v; want a lease for 10s from now", j.LeaseID, j.LeaseExpiresAt, j.StartedAt)
+	}
+	if _, err := e.Claim(context.Background(), jobs.ClaimRequest{}, soon()); !isInvalid(err, "worker_id") {
+		t.Errorf("claim without worker id: %v", err)
+	}
+}
+
+func TestHeartbeatRecordsProgress(t *testing.T) {
+	steps := []struct {
+		name        string
+		percent     int32
+		step        string
+		wantPercent int32
+		wantStep    string
+	}{
+		{"a first report is kept", 40, "batch 5 of 11", 40, "batch 5 of 11"},
+		{"a lower percent keeps the higher one", 10, "", 40, "batch 5 of 11"},
+		{"an empty step keeps the last", 45, "", 45, "batch 5 of 11"},
+		{"over 100 is clamped", 250, "almost", 100, "almost"},
+		{"below 0 is clamped and kept at the highest", -5, "", 100, "almost"},
+	}
+	clock := newFakeClock()
+	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: 10 * time.Second})
+	j := running(t, e, jobs.SubmitRequest{})
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			clock.Advance(time.Second)
+			got, err := e.Heartbeat(context.Background(), j.ID, j.LeaseID, s.percent, s.step)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Percent != s.wantPercent || got.Step != s.wantStep {
+				t.Errorf("percent %d step %q; want %d %q", got.Percent, got.Step, s.wantPercent, s.wantStep)
+			}
+			if !got.LeaseExpiresAt.Equal(clock.Now().Add(10 * time.Second)) {
+				t.Errorf("lease until %v; want extended to 10s from now", got.LeaseExpiresAt)
+			}
+			if stored := get(t, e, j.ID); stored.Percent != s.wantPercent || stored.Version != got.Version {
+				t.Errorf("stored %d at v%d; returned %d at v%d", stored.Percent, stored.Version, got.Percent, got.Version)
+			}
+		})
+	}
+}
+
+func TestHeartbeatWithoutVisibleChangeKeepsTheVersion(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	j := running(t, e, jobs.SubmitRequest{})
+	a, err := e.Heartbeat(context.Background(), j.ID, j.LeaseID, 0, "")
+	if err != nil || a.Version != j.Version {
+		t.Fatalf("heartbeat: v%d, %v; want the version unchanged at %d", a.Version, err, j.Version)
+	}
+}
+
+func TestCompleteEndsTheJob(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	ctx := context.Background()
+	j := running(t, e, jobs.SubmitRequest{})
+	if _, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 30, "working"); err != nil {
+		t.Fatal(err)
+	}
+	done, err := e.Complete(ctx, j.ID, j.LeaseID, mustJSON(map[string]string{"report": "ok"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.State != store.Succeeded || done.Percent != 100 || string(done.Result) != `{"report":"ok"}` || done.LeaseID != "" || done.FinishedAt.IsZero() {
+		t.Errorf("completed %+v; want succeeded at 100%% with the result and no lease", done)
+	}
+	if _, err := e.Complete(ctx, j.ID, j.LeaseID, nil); !errors.Is(err, jobs.ErrStaleLease) {
+		t.Errorf("second complete: %v, want ErrStaleLease", err)
+	}
+	if _, err := e.Complete(ctx, j.ID, j.LeaseID, []byte("{")); !isInvalid(err, "result") {
+		t.Errorf("complete with a result that is not JSON: %v", err)
+	}
+}
+
+func TestAStaleLeaseChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	calls := map[string]func(e *jobs.Engine, id, lease string) error{
+		"heartbeat": func(e *jobs.Engine, id, lease string) error {
+			_, err := e.Heartbeat(ctx, id, lease, 90, "x")
+			return err
+		},
+		"complete": func(e *jobs.Engine, id, lease string) error { _, err := e.Complete(ctx, id, lease, nil); return err },
+		"fail": func(e *jobs.Engine, id, lease string) error {
+			_, err := e.Fail(ctx, id, lease, store.JobError{Type: "X"}, true)
+			return err
+		},
+	}
+	for name, call := range calls {
+		t.Run(name+" with a lease id that never held the job", func(t *testing.T) {
+			e, _ := newEngine(t, jobs.Config{})
+			j := running(t, e, jobs.SubmitRequest{})
+			if err := call(e, j.ID, "l_someoneelse"); !errors.Is(err, jobs.ErrStaleLease) {
+				t.Fatalf("got %v, want ErrStaleLease", err)
+			}
+			if after := get(t, e, j.ID); after.Version != j.Version || after.State != store.Running {
+				t.Errorf("job changed to %s v%d", after.State, after.Version)
+			}
+		})
+		t.Run(name+" from the previous holder after a re-claim", func(t *testing.T) {
+			e, _ := newEngine(t, jobs.Config{})
+			j := running(t, e, jobs.SubmitRequest{MaxAttempts: 2})
+			requeued, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "Flaky"}, true)
+			if err != nil || requeued.State != store.Queued {
+				t.Fatalf("fail: %+v, %v", requeued, err)
+			}
+			again, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w2"}, soon())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := call(e, j.ID, j.LeaseID); !errors.Is(err, jobs.ErrStaleLease) {
+				t.Fatalf("got %v, want ErrStaleLease", err)
+			}
+			if after := get(t, e, j.ID); after.Version != again.Version || after.LeaseID != again.LeaseID {
+				t.Errorf("the new holder's job changed: v%d → v%d", again.Version, after.Version)
+			}
+		})
+	}
+}
+
+func TestCancelWhileAWorkerHoldsTheLease(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	ctx := context.Background()
+	j := running(t, e, jobs.SubmitRequest{})
+	cancelled, err := e.Cancel(ctx, j.ID)
+	if err != nil || cancelled.State != store.Cancelled {
+		t.Fatalf("cancel: %+v, %v", cancelled, err)
+	}
+	hb, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 50, "still going")
+	if err != nil || hb.State != store.Cancelled {
+		t.Fatalf("heartbeat: %s, %v; want the job cancelled and no error", hb.State, err)
+	}
+	if _, err := e.Complete(ctx, j.ID, j.LeaseID, nil); !errors.Is(err, jobs.ErrStaleLease) {
+		t.Errorf("complete after cancel: %v, want ErrStaleLease", err)
+	}
+	if _, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "X"}, true); !errors.Is(err, jobs.ErrStaleLease) {
+		t.Errorf("fail after cancel: %v, want ErrStaleLease", err)
+	}
+	if after := get(t, e, j.ID); after.State != store.Cancelled || after.Version != cancelled.Version || after.Percent != j.Percent {
+		t.Errorf("after the worker's calls: %s v%d %d%%; want cancelled, unchanged", after.State, after.Version, after.Percent)
+	}
+	if _, err := e.Heartbeat(ctx, j.ID, "l_other", 50, ""); !errors.Is(err, jobs.ErrStaleLease) {
+		t.Errorf("heartbeat of a cancelled job with another lease: %v, want ErrStaleLease", err)
+	}
+}
+
+func TestFail(t *testing.T) {
+	tests := []struct {
+		name        string
+		maxAttempts int32
+		retryable   bool
+		want        store.State
+	}{
+		{"a retryable failure with attempts left is queued again", 3, true, store.Queued},
+		{"a retryable failure on the last attempt fails the job", 1, true, store.Failed},
+		{"a permanent failure fails the job at once", 3, false, store.Failed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := newFakeClock()
+			e, _ := newEngine(t, jobs.Config{Now: clock.Now, RetryInitialBackoff: 2 * time.Second, RetryMaxBackoff: time.Minute})
+			ctx := context.Background()
+			j := running(t, e, jobs.SubmitRequest{MaxAttempts: tt.maxAttempts})
+			if _, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 60, "half"); err != nil {
+				t.Fatal(err)
+			}
+			failed, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "Timeout", Message: "upstream slow"}, tt.retryable)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if failed.State != tt.want || failed.Error == nil || *failed.Error != (store.JobError{Type: "Timeout", Message: "upstream slow"}) || failed.Attempt != 1 || failed.LeaseID != "" {
+				t.Fatalf("failed %+v; want %s with the error, attempt 1, no lease", failed, tt.want)
+			}
+			if tt.want == store.Failed {
+				if failed.FinishedAt.IsZero() {
+					t.Error("a failed job has no finished_at")
+				}
+				return
+			}
+			// Equal jitter: between half and all of the first step.
+			if delay := failed.RunAt.Sub(clock.Now()); delay < time.Second || delay > 2*time.Second {
+				t.Errorf("retry after %v, want 1s..2s", delay)
+			}
+			if failed.Percent != 0 || failed.Step != "" {
+				t.Errorf("progress %d%% %q carried into the next attempt", failed.Percent, failed.Step)
+			}
+			if _, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w"}, clock.Now()); !errors.Is(err, jobs.ErrNoJob) {
+				t.Fatalf("claim during the backoff: %v, want ErrNoJob", err)
+			}
+			clock.Advance(2 * time.Second)
+			again, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w"}, clock.Now())
+			if err != nil || again.Attempt != 2 || again.Error == nil {
+				t.Fatalf("claim after the backoff: %+v, %v; want attempt 2 showing the last error", again, err)
+			}
+		})
+	}
+}
+
+func TestRetryBackoffGrowsAndIsCapped(t *testing.T) {
+	clock := newFakeClock()
+	e, _ := newEngine(t, jobs.Config{Now: clock.Now, RetryInitialBackoff: time.Second, RetryMaxBackoff: 4 * time.Second})
+	ctx := context.Background()
+	j := running(t, e, jobs.SubmitRequest{MaxAttempts: 10})
+	wantMax := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second}
+	for attempt, max := range wantMax {
+		failed, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "X"}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := failed.RunAt.Sub(clock.Now()); d < max/2 || d > max {
+			t.Errorf("after attempt %d: retry in %v, want %v..%v", attempt+1, d, max/2, max)
+		}
+		clock.Advance(time.Minute)
+		if j, err = e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w"}, clock.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

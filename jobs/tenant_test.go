@@ -1,0 +1,152 @@
+package jobs_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"jobwatch/jobs"
+	"jobwatch/store"
+)
+
+// batches is a TenantWatchOptions.Send that keeps what it was sent.
+type batches struct {
+	mu     sync.Mutex
+	got    [][]store.Job
+	tokens []string
+	sent   chan struct{}
+}
+
+func newBatches() *batches { return &batches{sent: make(chan struct{}, 1000)} }
+
+func (b *batches) send(jobs []store.Job, token string) error {
+	b.mu.Lock()
+	b.got = append(b.got, jobs)
+	b.tokens = append(b.tokens, token)
+	b.mu.Unlock()
+	b.sent <- struct{}{}
+	return nil
+}
+
+// next waits for the next batch and returns its ids and versions.
+func (b *batches) next(t *testing.T) (map[string]int64, string) {
+	t.Helper()
+	select {
+	case <-b.sent:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no batch within 5s")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	last := b.got[len(b.got)-1]
+	m := map[string]int64{}
+	for _, j := range last {
+		m[j.ID] = j.Version
+	}
+	return m, b.tokens[len(b.tokens)-1]
+}
+
+func TestWatchTenantSendsRecentJobsThenChanges(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := submit(t, e, jobs.SubmitRequest{Tenant: "acme"})
+	b := submit(t, e, jobs.SubmitRequest{Tenant: "acme"})
+	c := submit(t, e, jobs.SubmitRequest{Tenant: "acme"})
+	submit(t, e, jobs.SubmitRequest{Tenant: "other"})
+
+	out := newBatches()
+	done := async(func() (struct{}, error) {
+		return struct{}{}, e.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{PageSize: 2, Deadline: soon(), Send: out.send})
+	})
+	first, token := out.next(t)
+	if len(first) != 2 || first[b.ID] != 1 || first[c.ID] != 1 || token == "" {
+		t.Fatalf("first batch %v (token %q); want the 2 most recent jobs b and c", first, token)
+	}
+
+	submit(t, e, jobs.SubmitRequest{Tenant: "other"}) // not acme's: no batch
+	if _, err := e.Cancel(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	changed, _ := out.next(t)
+	if len(changed) != 1 || changed[a.ID] != 2 {
+		t.Fatalf("batch after cancel %v; want only a at v2", changed)
+	}
+
+	cancel()
+	await(t, done)
+}
+
+func TestWatchTenantResumesFromItsToken(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	a := submit(t, e, jobs.SubmitRequest{Tenant: "acme"})
+
+	out := newBatches()
+	done := async(func() (struct{}, error) {
+		return struct{}{}, e.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{Deadline: soon(), Send: out.send})
+	})
+	_, token := out.next(t)
+	cancel() // the client disconnects
+	await(t, done)
+
+	b := submit(t, e, jobs.SubmitRequest{Tenant: "acme"}) // while it was away
+	resumed := newBatches()
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	done = async(func() (struct{}, error) {
+		return struct{}{}, e.WatchTenant(ctx2, "acme", jobs.TenantWatchOptions{ResumeToken: token, Deadline: soon(), Send: resumed.send})
+	})
+	caughtUp, _ := resumed.next(t)
+	if caughtUp[b.ID] != 1 {
+		t.Fatalf("resumed batch %v; want the job submitted while away", caughtUp)
+	}
+	if v, ok := caughtUp[a.ID]; ok && v != 1 {
+		t.Errorf("resumed batch repeats a at v%d", v)
+	}
+	if _, err := e.Cancel(ctx2, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	changed, _ := resumed.next(t)
+	if len(changed) != 1 || changed[b.ID] != 2 {
+		t.Fatalf("batch after cancel %v; want only b at v2", changed)
+	}
+	cancel2()
+	await(t, done)
+}
+
+func TestWatchTenantRefusesBadInput(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	send := func([]store.Job, string) error { return nil }
+	ctx := context.Background()
+	if err := e.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{ResumeToken: "nonsense", Send: send}); !isInvalid(err, "resume_token") {
+		t.Errorf("bad token: %v", err)
+	}
+	if err := e.WatchTenant(ctx, "a b", jobs.TenantWatchOptions{Send: send}); !isInvalid(err, "tenant") {
+		t.Errorf("bad tenant: %v", err)
+	}
+}
+
+func TestWatchTenantSendsKeepalivesAndEndsAtItsDeadline(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	out := newBatches()
+	err := e.WatchTenant(context.Background(), "acme", jobs.TenantWatchOptions{
+		Deadline:  time.Now().Add(200 * time.Millisecond),
+		Keepalive: 30 * time.Millisecond,
+		Send:      out.send,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	if len(out.got) < 3 {
+		t.Fatalf("%d batches, want the (empty) first one and at least 2 keepalives", len(out.got))
+	}
+	for i, b := range out.got {
+		if len(b) != 0 || out.tokens[i] == "" {
+			t.Errorf("batch %d: %d jobs, token %q; want empty with a token", i, len(b), out.tokens[i])
+		}
+	}
+}

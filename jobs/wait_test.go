@@ -1,0 +1,221 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"jobwatch/jobs"
+	"jobwatch/store"
+)
+
+// hookStore runs afterGet once, right after the first GetJob has read the
+// job and before the engine sees the result: the moment between a
+// subscribe-then-read and the park.
+type hookStore struct {
+	store.Store
+	once     sync.Once
+	afterGet func(store.Job)
+}
+
+func (s *hookStore) GetJob(ctx context.Context, id string) (store.Job, error) {
+	j, err := s.Store.GetJob(ctx, id)
+	if err == nil && s.afterGet != nil {
+		s.once.Do(func() { s.afterGet(j) })
+	}
+	return j, err
+}
+
+func TestWaitSeesAnEndBetweenItsReadAndItsPark(t *testing.T) {
+	hs := &hookStore{Store: openStore(t)}
+	e := newEngineOver(t, hs, jobs.Config{})
+	j := running(t, e, jobs.SubmitRequest{})
+	hs.afterGet = func(read store.Job) {
+		if _, err := e.Complete(context.Background(), read.ID, read.LeaseID, nil); err != nil {
+			t.Error(err)
+		}
+	}
+	start := time.Now()
+	got, err := e.Wait(context.Background(), j.ID, time.Now().Add(5*time.Second))
+	if err != nil || got.State != store.Succeeded {
+		t.Fatalf("wait: %s, %v; want succeeded", got.State, err)
+	}
+	if time.Since(start) > 2*time.Second {
+		t.Errorf("wait took %v: it slept through the change instead of seeing it", time.Since(start))
+	}
+}
+
+func TestWaitReturnsAtOnce(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name    string
+		prepare func(t *testing.T, e *jobs.Engine) string
+		want    store.State
+		wantErr error
+	}{
+		{"for a job that already succeeded", func(t *testing.T, e *jobs.Engine) string {
+			j := running(t, e, jobs.SubmitRequest{})
+			e.Complete(ctx, j.ID, j.LeaseID, nil)
+			return j.ID
+		}, store.Succeeded, nil},
+		{"for a cancelled job", func(t *testing.T, e *jobs.Engine) string {
+			j := submit(t, e, jobs.SubmitRequest{})
+			e.Cancel(ctx, j.ID)
+			return j.ID
+		}, store.Cancelled, nil},
+		{"with ErrNotStarted for a pending job", func(t *testing.T, e *jobs.Engine) string {
+			return submit(t, e, jobs.SubmitRequest{Hold: true}).ID
+		}, "", jobs.ErrNotStarted},
+		{"with ErrNotFound for an unknown job", func(t *testing.T, e *jobs.Engine) string {
+			return "j_unknown"
+		}, "", jobs.ErrNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, _ := newEngine(t, jobs.Config{})
+			id := tt.prepare(t, e)
+			start := time.Now()
+			j, err := e.Wait(ctx, id, time.Now().Add(time.Hour))
+			if !errors.Is(err, tt.wantErr) || j.State != tt.want {
+				t.Fatalf("wait: %q, %v; want %q, %v", j.State, err, tt.want, tt.wantErr)
+			}
+			if time.Since(start) > 2*time.Second {
+				t.Errorf("wait took %v", time.Since(start))
+			}
+		})
+	}
+}
+
+func TestWaitForAJobWhoseCellWasFreedReadsTheStore(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	ctx := context.Background()
+	j := running(t, e, jobs.SubmitRequest{})
+	parked := async(func() (store.Job, error) { return e.Wait(ctx, j.ID, soon()) })
+	notYet(t, parked, 20*time.Millisecond)
+	if _, err := e.Complete(ctx, j.ID, j.LeaseID, mustJSON("done")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := await(t, parked); err != nil || got.State != store.Succeeded {
+		t.Fatalf("first wait: %s, %v", got.State, err)
+	}
+	if n := e.WatchedJobs(); n != 0 {
+		t.Fatalf("%d cells left in the hub, want 0", n)
+	}
+	got, err := e.Wait(ctx, j.ID, time.Now().Add(time.Hour))
+	if err != nil || got.State != store.Succeeded || string(got.Result) != `"done"` {
+		t.Fatalf("second wait: %+v, %v; want the stored result", got, err)
+	}
+}
+
+func TestWaitAtItsDeadlineReturnsTheLatestState(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	ctx := context.Background()
+	j := running(t, e, jobs.SubmitRequest{})
+	parked := async(func() (store.Job, error) { return e.Wait(ctx, j.ID, time.Now().Add(150*time.Millisecond)) })
+	notYet(t, parked, 20*time.Millisecond)
+	if _, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 45, "batch 5 of 11"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := await(t, parked)
+	if err != nil || got.State != store.Running || got.Percent != 45 || got.Step != "batch 5 of 11" {
+		t.Fatalf("wait: %s %d%% %q, %v; want running at 45%% with the step, no error", got.State, got.Percent, got.Step, err)
+	}
+}
+
+func TestWaitWhenTheCallerGoesAwayReturnsTheLatestState(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	j := running(t, e, jobs.SubmitRequest{})
+	ctx, cancel := context.WithCancel(context.Background())
+	parked := async(func() (store.Job, error) { return e.Wait(ctx, j.ID, time.Time{}) })
+	notYet(t, parked, 20*time.Millisecond)
+	cancel()
+	if got, err := await(t, parked); err != nil || got.State != store.Running {
+		t.Fatalf("wait: %s, %v", got.State, err)
+	}
+	if n := e.WatchedJobs(); n != 0 {
+		t.Errorf("%d cells left in the hub after the caller left, want 0", n)
+	}
+}
+
+func TestShutdownReleasesEveryParkedCallAtOnce(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	ctx := context.Background()
+	j := running(t, e, jobs.SubmitRequest{})
+	far := time.Now().Add(time.Hour)
+
+	const each = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, 3*each)
+	for range each {
+		wg.Go(func() {
+			got, err := e.Wait(ctx, j.ID, far)
+			if err == nil && got.State != store.Running {
+				err = errors.New("wait returned " + string(got.State))
+			}
+			errs <- err
+		})
+		wg.Go(func() {
+			errs <- e.Watch(ctx, j.ID, jobs.WatchOptions{Deadline: far, Send: func(*store.Job) error { return nil }})
+		})
+		wg.Go(func() {
+			_, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w"}, far)
+			if errors.Is(err, jobs.ErrNoJob) {
+				err = nil
+			}
+			errs <- err
+		})
+	}
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	e.Shutdown()
+	wg.Wait()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("parked calls took %v to return", d)
+	}
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	// Later calls do not park either.
+	if got, err := e.Wait(ctx, j.ID, far); err != nil || got.State != store.Running {
+		t.Errorf("wait after shutdown: %s, %v", got.State, err)
+	}
+}
+
+func TestOneCompletionWakesAThousandWaiters(t *testing.T) {
+	metrics := &recordingMetrics{}
+	e, _ := newEngine(t, jobs.Config{Metrics: metrics})
+	ctx := context.Background()
+	j := running(t, e, jobs.SubmitRequest{})
+
+	const waiters = 1000
+	var wg sync.WaitGroup
+	states := make(chan store.State, waiters)
+	for range waiters {
+		wg.Go(func() {
+			got, err := e.Wait(ctx, j.ID, time.Now().Add(20*time.Second))
+			if err != nil {
+				t.Error(err)
+			}
+			states <- got.State
+		})
+	}
+	time.Sleep(100 * time.Millisecond) // most park; the rest race the completion
+	if _, err := e.Complete(ctx, j.ID, j.LeaseID, nil); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(states)
+	for s := range states {
+		if s != store.Succeeded {
+			t.Fatalf("a waiter returned %s, want succeeded", s)
+		}
+	}
+	if metrics.count("wait") == 0 {
+		t.Error("no wait wake-up was recorded")
+	}
+}
