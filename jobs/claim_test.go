@@ -145,3 +145,33 @@ func TestTwoClaimersNeverShareAJob(t *testing.T) {
 		t.Errorf("%d jobs claimed, want %d", len(claimed), jobCount)
 	}
 }
+
+// nextRunAtHook runs hook once right after the first NextRunAt has read
+// the store: after a claim found nothing and before it parks. Only the
+// claim signal can tell the claimer about what hook does.
+type nextRunAtHook struct {
+	store.Store
+	once sync.Once
+	hook func()
+}
+
+func (s *nextRunAtHook) NextRunAt(ctx context.Context, f store.ClaimFilter) (time.Time, error) {
+	next, err := s.Store.NextRunAt(ctx, f)
+	s.once.Do(s.hook)
+	return next, err
+}
+
+func TestClaimSeesAJobQueuedBetweenItsLookAndItsPark(t *testing.T) {
+	hs := &nextRunAtHook{Store: openStore(t)}
+	e := newEngineOver(t, hs, jobs.Config{})
+	var want store.Job
+	hs.hook = func() { want = submit(t, e, jobs.SubmitRequest{}) }
+	start := time.Now()
+	j, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w"}, time.Now().Add(5*time.Second))
+	if err != nil || j.ID != want.ID {
+		t.Fatalf("claim: %s, %v; want %s", j.ID, err, want.ID)
+	}
+	if time.Since(start) > 2*time.Second {
+		t.Errorf("claim took %v: it slept through the submit", time.Since(start))
+	}
+}

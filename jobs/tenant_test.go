@@ -150,3 +150,44 @@ func TestWatchTenantSendsKeepalivesAndEndsAtItsDeadline(t *testing.T) {
 		}
 	}
 }
+
+// listHook runs hook once right after the first ListJobs has read the
+// store and before the engine sees the result.
+type listHook struct {
+	store.Store
+	once sync.Once
+	hook func()
+}
+
+func (s *listHook) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, string, error) {
+	jobs, next, err := s.Store.ListJobs(ctx, f)
+	if s.hook != nil {
+		s.once.Do(s.hook)
+	}
+	return jobs, next, err
+}
+
+func TestWatchTenantSeesAChangeBetweenItsFirstReadAndItsPark(t *testing.T) {
+	hs := &listHook{Store: openStore(t)}
+	e := newEngineOver(t, hs, jobs.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	j := submit(t, e, jobs.SubmitRequest{Tenant: "acme"})
+	hs.hook = func() {
+		if _, err := e.Cancel(ctx, j.ID); err != nil {
+			t.Error(err)
+		}
+	}
+	out := newBatches()
+	done := async(func() (struct{}, error) {
+		return struct{}{}, e.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{Deadline: soon(), Send: out.send})
+	})
+	if first, _ := out.next(t); first[j.ID] != 1 {
+		t.Fatalf("first batch %v, want the job at v1", first)
+	}
+	if changed, _ := out.next(t); changed[j.ID] != 2 {
+		t.Fatalf("second batch %v, want the cancel (v2)", changed)
+	}
+	cancel()
+	await(t, done)
+}

@@ -258,3 +258,41 @@ func TestWatchEnds(t *testing.T) {
 		})
 	}
 }
+
+func TestWatchSeesAChangeBetweenItsReadAndItsPark(t *testing.T) {
+	hs := &hookStore{Store: openStore(t)}
+	e := newEngineOver(t, hs, jobs.Config{})
+	j := running(t, e, jobs.SubmitRequest{})
+	hs.afterGet = func(read store.Job) {
+		if _, err := e.Complete(context.Background(), read.ID, read.LeaseID, nil); err != nil {
+			t.Error(err)
+		}
+	}
+	rec := newRecorder()
+	if err := e.Watch(context.Background(), j.ID, jobs.WatchOptions{Deadline: time.Now().Add(5 * time.Second), Send: rec.send}); err != nil {
+		t.Fatal(err)
+	}
+	if versions, _ := rec.got(); !equalVersions(versions, []int64{j.Version, j.Version + 1}) {
+		t.Fatalf("sent %v, want the read snapshot and then the completion", versions)
+	}
+}
+
+func TestASnapshotFromAnotherReplicaWakesLocalWatchersOncePublished(t *testing.T) {
+	st := openStore(t)
+	a := newEngineOver(t, st, jobs.Config{})
+	b := newEngineOver(t, st, jobs.Config{})
+	ctx := context.Background()
+	j := running(t, a, jobs.SubmitRequest{})
+	parked := async(func() (store.Job, error) { return b.Wait(ctx, j.ID, soon()) })
+	notYet(t, parked, 20*time.Millisecond)
+
+	done, err := a.Complete(ctx, j.ID, j.LeaseID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notYet(t, parked, 50*time.Millisecond) // b's hub has not heard of it
+	b.Publish(done)
+	if got, err := await(t, parked); err != nil || got.State != store.Succeeded {
+		t.Fatalf("wait on the other replica: %s, %v", got.State, err)
+	}
+}
