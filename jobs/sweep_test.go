@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -115,5 +116,32 @@ func TestRunSweepsEveryInterval(t *testing.T) {
 	cancel()
 	if _, err := await(t, ran); err != nil {
 		t.Fatalf("run: %v, want nil when its context ends", err)
+	}
+}
+
+func TestReplicasSweepingAtOnceExpireALeaseOnce(t *testing.T) {
+	clock := newFakeClock()
+	st := openStore(t)
+	const replicas = 4
+	var engines []*jobs.Engine
+	for range replicas {
+		engines = append(engines, newEngineOver(t, st, jobs.Config{Now: clock.Now, LeaseTimeout: time.Second}))
+	}
+	ctx := context.Background()
+	j := running(t, engines[0], jobs.SubmitRequest{MaxAttempts: 2})
+	clock.Advance(2 * time.Second)
+
+	var wg sync.WaitGroup
+	for _, e := range engines {
+		wg.Go(func() {
+			if err := e.Sweep(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	got := get(t, engines[0], j.ID)
+	if got.State != store.Queued || got.Version != j.Version+1 {
+		t.Fatalf("after %d concurrent sweeps: %s v%d; want queued once, at v%d", replicas, got.State, got.Version, j.Version+1)
 	}
 }

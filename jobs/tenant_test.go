@@ -15,6 +15,7 @@ type batches struct {
 	mu     sync.Mutex
 	got    [][]store.Job
 	tokens []string
+	read   int // batches next has returned
 	sent   chan struct{}
 }
 
@@ -39,12 +40,13 @@ func (b *batches) next(t *testing.T) (map[string]int64, string) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	last := b.got[len(b.got)-1]
+	i := b.read
+	b.read++
 	m := map[string]int64{}
-	for _, j := range last {
+	for _, j := range b.got[i] {
 		m[j.ID] = j.Version
 	}
-	return m, b.tokens[len(b.tokens)-1]
+	return m, b.tokens[i]
 }
 
 func TestWatchTenantSendsRecentJobsThenChanges(t *testing.T) {
