@@ -1,0 +1,241 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"jobwatch/client"
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"jobwatch/server"
+)
+
+func TestWaitForJob(t *testing.T) {
+	// A 50ms cap makes every wait that outlives it span several WaitJob
+	// calls, which is what WaitForJob must hide.
+	s := startServer(t, serverOptions{server: server.Config{WaitCap: 50 * time.Millisecond}})
+	c := fastClient(t, s.URL)
+	ctx := context.Background()
+
+	tests := []struct {
+		name      string
+		job       func(t *testing.T) string // returns the id to wait for
+		ctx       func() (context.Context, context.CancelFunc)
+		wantState jobwatchv1.JobState
+		wantErr   error
+	}{
+		{
+			name: "a job completed after several server caps returns SUCCEEDED with its result",
+			job: func(t *testing.T) string {
+				j := submit(t, c, "later")
+				go func() {
+					time.Sleep(200 * time.Millisecond)
+					id, lease := claim(t, s.Engine, "later")
+					complete(t, s.Engine, id, lease, `{"rows":3}`)
+				}()
+				return j.GetId()
+			},
+			wantState: jobwatchv1.JobState_JOB_STATE_SUCCEEDED,
+		},
+		{
+			name: "a job that already ended returns at once",
+			job: func(t *testing.T) string {
+				j := submit(t, c, "done")
+				if _, err := c.Cancel(ctx, j.GetId()); err != nil {
+					t.Fatal(err)
+				}
+				return j.GetId()
+			},
+			wantState: jobwatchv1.JobState_JOB_STATE_CANCELLED,
+		},
+		{
+			name: "a held job is ErrJobNotStarted",
+			job: func(t *testing.T) string {
+				j, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "held", Hold: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return j.GetId()
+			},
+			wantErr: client.ErrJobNotStarted,
+		},
+		{
+			name:    "an unknown job is ErrJobNotFound",
+			job:     func(t *testing.T) string { return "j_00000000000000000000000000" },
+			wantErr: client.ErrJobNotFound,
+		},
+		{
+			name: "a caller's context that ends returns its error at once",
+			job:  func(t *testing.T) string { return submit(t, c, "never").GetId() },
+			ctx: func() (context.Context, context.CancelFunc) {
+				return context.WithTimeout(ctx, 120*time.Millisecond)
+			},
+			wantErr: context.DeadlineExceeded,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := tt.job(t)
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if tt.ctx != nil {
+				cancel()
+				wctx, cancel = tt.ctx()
+			}
+			defer cancel()
+			job, err := c.WaitForJob(wctx, id)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("WaitForJob error = %v, want %v", err, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if job.GetState() != tt.wantState {
+				t.Fatalf("state = %v, want %v", job.GetState(), tt.wantState)
+			}
+			if tt.wantState == jobwatchv1.JobState_JOB_STATE_SUCCEEDED && job.GetResult().GetStructValue().GetFields()["rows"].GetNumberValue() != 3 {
+				t.Fatalf("result = %v, want the worker's {\"rows\":3}", job.GetResult())
+			}
+		})
+	}
+}
+
+func TestWaitForJobOverEveryProtocol(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	for name, p := range map[string]client.Protocol{
+		"connect": client.ProtocolConnect, "grpc": client.ProtocolGRPC, "grpc-web": client.ProtocolGRPCWeb,
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := fastClient(t, s.URL, client.WithProtocol(p))
+			j := submit(t, c, "proto-"+name)
+			go func() {
+				id, lease := claim(t, s.Engine, "proto-"+name)
+				complete(t, s.Engine, id, lease, `"ok"`)
+			}()
+			got, err := c.WaitForJob(context.Background(), j.GetId())
+			if err != nil || got.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+				t.Fatalf("WaitForJob = %v, %v; want SUCCEEDED", got.GetState(), err)
+			}
+		})
+	}
+}
+
+func TestWaitForJobSurvivesAServerRestartMidWait(t *testing.T) {
+	first := startServer(t, serverOptions{})
+	var retries atomic.Int32
+	c := fastClient(t, first.URL, client.WithRetryNotify(func(error, time.Duration) { retries.Add(1) }))
+	job := submit(t, c, "report")
+
+	got := make(chan *jobwatchv1.Job, 1)
+	errs := make(chan error, 1)
+	go func() {
+		j, err := c.WaitForJob(context.Background(), job.GetId())
+		got <- j
+		errs <- err
+	}()
+	eventually(t, "the wait is parked", func() bool { return first.gauge("jobwatch_parked_waits") == 1 })
+
+	// The first server answers the parked wait at shutdown (OK, still
+	// QUEUED); the client re-asks and finds nobody listening.
+	first.Stop()
+	eventually(t, "the client has retried against the stopped server", func() bool { return retries.Load() > 0 })
+
+	second := startServer(t, serverOptions{db: first.DB, addr: first.Addr})
+	eventually(t, "the wait is parked on the new server", func() bool { return second.gauge("jobwatch_parked_waits") == 1 })
+	id, lease := claim(t, second.Engine, "report")
+	complete(t, second.Engine, id, lease, `{"pages":12}`)
+
+	select {
+	case j := <-got:
+		if err := <-errs; err != nil {
+			t.Fatalf("WaitForJob: %v", err)
+		}
+		if j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED || j.GetId() != job.GetId() {
+			t.Fatalf("WaitForJob = %s %v, want %s SUCCEEDED", j.GetId(), j.GetState(), job.GetId())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitForJob did not return after the job ended on the restarted server")
+	}
+}
+
+func TestWaitForJobSurvivesAProxyThatDropsTheConnection(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	p := startProxy(t, s.Addr)
+	var retries atomic.Int32
+	c := fastClient(t, p.URL(), client.WithRetryNotify(func(error, time.Duration) { retries.Add(1) }))
+	job := submit(t, c, "export")
+
+	done := make(chan error, 1)
+	var got *jobwatchv1.Job
+	go func() {
+		var err error
+		got, err = c.WaitForJob(context.Background(), job.GetId())
+		done <- err
+	}()
+	eventually(t, "the wait is parked", func() bool { return s.gauge("jobwatch_parked_waits") == 1 })
+	p.Drop()
+	eventually(t, "the client has retried through the proxy", func() bool {
+		return retries.Load() > 0 && s.gauge("jobwatch_parked_waits") == 1
+	})
+	id, lease := claim(t, s.Engine, "export")
+	complete(t, s.Engine, id, lease, `null`)
+
+	select {
+	case err := <-done:
+		if err != nil || got.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+			t.Fatalf("WaitForJob = %v, %v; want SUCCEEDED", got.GetState(), err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitForJob did not return after the connection was dropped and the job ended")
+	}
+}
+
+func TestShortCallsKeepAnsweringWhileAThousandWaitsAreParked(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	c := fastClient(t, s.URL)
+	job := submit(t, c, "big")
+
+	parked := 1000
+	if raceEnabled {
+		parked = 200 // the same code paths; -race makes 1,000 take ~20s
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	var succeeded atomic.Int32
+	for range parked {
+		wg.Go(func() {
+			j, err := c.WaitForJob(ctx, job.GetId())
+			if err == nil && j.GetState() == jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+				succeeded.Add(1)
+			}
+		})
+	}
+	eventually(t, "all waits are parked", func() bool { return s.gauge("jobwatch_parked_waits") == float64(parked) })
+
+	// Every short call must answer while the waits stay parked; the bound
+	// is generous (a loaded CI machine), the point is that none hangs.
+	for i := range 20 {
+		callCtx, callCancel := context.WithTimeout(ctx, 5*time.Second)
+		other := submit(t, c, "small")
+		if _, err := c.Get(callCtx, other.GetId()); err != nil {
+			t.Fatalf("short call %d: Get while %d waits are parked: %v", i, parked, err)
+		}
+		if _, err := c.Cancel(callCtx, other.GetId()); err != nil {
+			t.Fatalf("short call %d: Cancel while %d waits are parked: %v", i, parked, err)
+		}
+		callCancel()
+	}
+	if n := s.gauge("jobwatch_parked_waits"); n != float64(parked) {
+		t.Fatalf("parked waits after the short calls = %v, want all %d still parked", n, parked)
+	}
+
+	id, lease := claim(t, s.Engine, "big")
+	complete(t, s.Engine, id, lease, `{}`)
+	wg.Wait()
+	if n := succeeded.Load(); int(n) != parked {
+		t.Fatalf("%d of %d waits returned SUCCEEDED", n, parked)
+	}
+}
