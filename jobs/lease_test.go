@@ -66,12 +66,18 @@ func TestHeartbeatRecordsProgress(t *testing.T) {
 	}
 }
 
-func TestHeartbeatWithoutVisibleChangeKeepsTheVersion(t *testing.T) {
-	e, _ := newEngine(t, jobs.Config{})
+func TestHeartbeatWithoutVisibleChangeExtendsTheLeaseAndKeepsTheVersion(t *testing.T) {
+	clock := newFakeClock()
+	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: 10 * time.Second})
 	j := running(t, e, jobs.SubmitRequest{})
+	clock.Advance(5 * time.Second)
 	a, err := e.Heartbeat(context.Background(), j.ID, j.LeaseID, 0, "")
 	if err != nil || a.Version != j.Version {
 		t.Fatalf("heartbeat: v%d, %v; want the version unchanged at %d", a.Version, err, j.Version)
+	}
+	stored := get(t, e, j.ID)
+	if want := clock.Now().Add(10 * time.Second); !stored.LeaseExpiresAt.Equal(want) || !stored.UpdatedAt.Equal(j.UpdatedAt) {
+		t.Errorf("stored lease until %v, updated %v; want the lease until %v and updated_at unchanged", stored.LeaseExpiresAt, stored.UpdatedAt, want)
 	}
 }
 

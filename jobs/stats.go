@@ -6,8 +6,12 @@ import (
 	"jobwatch/store"
 )
 
-// CountByState returns how many stored jobs are in each state, for metrics
-// and queue summaries.
+// CountByState returns how many stored jobs are in each state (absent:
+// none), for metrics and queue summaries.
 func (e *Engine) CountByState(ctx context.Context) (map[store.State]int64, error) {
-	return e.store.CountByState(ctx)
+	counts, err := e.store.CountByState(ctx)
+	if err != nil {
+		return nil, wrap("count", "", err)
+	}
+	return counts, nil
 }

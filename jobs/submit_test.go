@@ -274,3 +274,21 @@ func TestListIsNewestFirstInPages(t *testing.T) {
 		t.Errorf("negative page size: %v", err)
 	}
 }
+
+func TestCountByStateCountsEveryJobOnce(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	submit(t, e, jobs.SubmitRequest{Hold: true})
+	submit(t, e, jobs.SubmitRequest{})
+	submit(t, e, jobs.SubmitRequest{})
+	running(t, e, jobs.SubmitRequest{})
+	counts, err := e.CountByState(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[store.State]int64{store.Pending: 1, store.Queued: 2, store.Running: 1}
+	for s, n := range want {
+		if counts[s] != n {
+			t.Errorf("%s: %d, want %d (all: %v)", s, counts[s], n, counts)
+		}
+	}
+}
