@@ -222,6 +222,9 @@ func (h *jobService) WatchJob(ctx context.Context, req *jobwatchv1.WatchJobReque
 	}
 	s.metrics.openWatches.Inc()
 	defer s.metrics.openWatches.Dec()
+	if err := sendHeaders(stream); err != nil {
+		return err
+	}
 	err := s.engine.Watch(ctx, req.GetJobId(), jobs.WatchOptions{
 		AfterVersion: req.GetAfterVersion(),
 		Deadline:     s.capDeadline(ctx, s.cfg.StreamLifetime),
@@ -255,6 +258,9 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 	}
 	s.metrics.openWatches.Inc()
 	defer s.metrics.openWatches.Dec()
+	if err := sendHeaders(stream); err != nil {
+		return err
+	}
 	err = s.engine.WatchTenant(ctx, req.GetTenant(), jobs.TenantWatchOptions{
 		ResumeToken: req.GetResumeToken(),
 		PageSize:    limit,
@@ -269,6 +275,14 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 		},
 	})
 	return s.toConnectError(ctx, "watch jobs", err)
+}
+
+// sendHeaders flushes the response headers before the stream has anything
+// to say. Clients (connect-go among them) return from the call only once
+// headers arrive, so a watch that starts quiet (after_version is current)
+// would otherwise look hung until the first change.
+func sendHeaders[T any](stream *connect.ServerStream[T]) error {
+	return stream.Send(nil)
 }
 
 func (h *jobService) GetServerInfo(context.Context, *jobwatchv1.GetServerInfoRequest) (*jobwatchv1.GetServerInfoResponse, error) {

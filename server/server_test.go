@@ -1,0 +1,311 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"jobwatch/server"
+	"jobwatch/store"
+)
+
+// brokenStore is the real store with one job whose read fails the way a
+// damaged disk would.
+type brokenStore struct {
+	store.Store
+}
+
+const brokenID = "j_broken"
+
+func (s brokenStore) GetJob(ctx context.Context, id string) (store.Job, error) {
+	if id == brokenID {
+		return store.Job{}, errors.New("disk I/O error at page 7731 of /var/lib/secret.db")
+	}
+	return s.Store.GetJob(ctx, id)
+}
+
+func TestAnInternalErrorSaysInternalErrorAndLogsTheDetail(t *testing.T) {
+	ts := startServer(t, serverOptions{wrapStore: func(s store.Store) store.Store { return brokenStore{s} }})
+
+	_, err := ts.h2c().jobs.GetJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.GetJobRequest{JobId: brokenID})
+	wantCode(t, err, connect.CodeInternal)
+	if msg := err.(*connect.Error).Message(); msg != "internal error" {
+		t.Errorf("message = %q, want exactly \"internal error\"", msg)
+	}
+	status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/WaitJob", "application/json", []byte(`{"job_id":"`+brokenID+`"}`))
+	if status != http.StatusInternalServerError || body != `{"code":"internal","message":"internal error"}` {
+		t.Errorf("curl sees %d %s, want 500 with only \"internal error\"", status, body)
+	}
+	if logs := ts.logs.String(); !strings.Contains(logs, "page 7731") || !strings.Contains(logs, "level=ERROR") {
+		t.Errorf("the detail is not logged at error level:\n%s", logs)
+	}
+}
+
+func TestClaimJobParksUntilAJobIsReadyOrTheCapPasses(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{ClaimCap: 200 * time.Millisecond}})
+	c := ts.h2c()
+
+	start := time.Now()
+	resp, err := c.workers.ClaimJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.ClaimJobRequest{WorkerId: "w1"})
+	if err != nil || resp.GetJob() != nil || resp.GetLeaseId() != "" {
+		t.Fatalf("claim with nothing to run = %v, %v; want an empty OK answer", resp, err)
+	}
+	if took := time.Since(start); took < 150*time.Millisecond {
+		t.Errorf("empty claim answered after %v, want it to park for the 200ms cap", took)
+	}
+
+	long := startServer(t, serverOptions{config: server.Config{ClaimCap: time.Minute}})
+	c = long.h2c()
+	claimed := make(chan *jobwatchv1.ClaimJobResponse, 1)
+	go func() {
+		resp, err := c.workers.ClaimJob(context.Background(), &jobwatchv1.ClaimJobRequest{WorkerId: "w1", Kinds: []string{"email"}})
+		if err != nil {
+			t.Errorf("ClaimJob: %v", err)
+		}
+		claimed <- resp
+	}()
+	long.waitForGauge("jobwatch_parked_claims", 1)
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "email"})
+	select {
+	case resp := <-claimed:
+		if resp.GetJob().GetId() != job.GetId() || resp.GetLeaseId() == "" || resp.GetLeaseExpiresAt() == nil {
+			t.Fatalf("claim = %v, want job %s under a lease", resp, job.GetId())
+		}
+		if resp.GetJob().GetState() != jobwatchv1.JobState_JOB_STATE_RUNNING || resp.GetJob().GetWorkerId() != "w1" {
+			t.Fatalf("claimed job = %v, want RUNNING by w1", resp.GetJob())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("parked claim did not wake when a job was submitted")
+	}
+}
+
+func TestSubmitJobWithWaitReturnsTheFinishedJobInline(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	c := ts.h2c()
+	go func() {
+		resp, err := c.workers.ClaimJob(context.Background(), &jobwatchv1.ClaimJobRequest{WorkerId: "w", Kinds: []string{"sync"}})
+		if err != nil || resp.GetJob() == nil {
+			t.Errorf("claim: %v %v", resp, err)
+			return
+		}
+		c.workers.CompleteJob(context.Background(), &jobwatchv1.CompleteJobRequest{
+			JobId: resp.GetJob().GetId(), LeaseId: resp.GetLeaseId(), Result: mustValue(t, map[string]any{"report": "inline"}),
+		})
+	}()
+	ts.waitForGauge("jobwatch_parked_claims", 1)
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "sync", Wait: true})
+	if job.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED ||
+		job.GetResult().GetStructValue().GetFields()["report"].GetStringValue() != "inline" {
+		t.Fatalf("submit with wait = %v, want SUCCEEDED with the result inline", job)
+	}
+}
+
+func TestWorkerCallsWithAStaleLeaseAreFailedPrecondition(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	c := ts.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "cancelled-under-worker"})
+	lease := claim(t, c, "cancelled-under-worker")
+	if _, err := c.jobs.CancelJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.CancelJobRequest{JobId: job.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	hb, err := c.workers.Heartbeat(ctxTimeout(t, 5*time.Second), &jobwatchv1.HeartbeatRequest{JobId: job.GetId(), LeaseId: lease.GetLeaseId()})
+	if err != nil || !hb.GetCancelled() {
+		t.Fatalf("heartbeat after cancel = %v, %v; want cancelled", hb, err)
+	}
+	_, err = c.workers.CompleteJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.CompleteJobRequest{JobId: job.GetId(), LeaseId: lease.GetLeaseId()})
+	wantCode(t, err, connect.CodeFailedPrecondition)
+	_, err = c.jobs.StartJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.StartJobRequest{JobId: job.GetId()})
+	wantCode(t, err, connect.CodeFailedPrecondition)
+}
+
+func TestListingJobsQueuesAndServerInfo(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{DemoKinds: []string{"demo.sleep"}, Version: "v1.2.3"}})
+	c := ts.h2c()
+	first := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "a", Tenant: "acme"})
+	second := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "b", Tenant: "acme"})
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "c", Tenant: "other", Hold: true})
+
+	list, err := c.jobs.ListJobs(ctxTimeout(t, 5*time.Second), &jobwatchv1.ListJobsRequest{
+		Tenant: "acme", States: []jobwatchv1.JobState{jobwatchv1.JobState_JOB_STATE_QUEUED},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.GetJobs()) != 2 || list.GetJobs()[0].GetId() != second.GetId() || list.GetJobs()[1].GetId() != first.GetId() {
+		t.Fatalf("ListJobs = %v, want acme's two jobs newest first", list.GetJobs())
+	}
+
+	queues, err := c.queues.ListQueues(ctxTimeout(t, 5*time.Second), &jobwatchv1.ListQueuesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(queues.GetQueues()) != 1 || queues.GetQueues()[0].GetName() != "default" || queues.GetQueues()[0].GetQueued() != 2 {
+		t.Fatalf("ListQueues = %v, want the default queue with 2 queued", queues.GetQueues())
+	}
+
+	info, err := c.jobs.GetServerInfo(ctxTimeout(t, 5*time.Second), &jobwatchv1.GetServerInfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.GetDemo() || info.GetDemoKinds()[0] != "demo.sleep" || info.GetVersion() != "v1.2.3" || info.GetAuthRequired() {
+		t.Fatalf("GetServerInfo = %v", info)
+	}
+}
+
+func TestMetricsExposeJobsParkedCallsWakeLatencyAndRequests(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	c := ts.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "metered"})
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "other"})
+	woke := make(chan error, 1)
+	go func() {
+		_, err := c.jobs.WaitJob(context.Background(), &jobwatchv1.WaitJobRequest{JobId: job.GetId()})
+		woke <- err
+	}()
+	ts.waitForGauge("jobwatch_parked_waits", 1)
+	page := get(t, ts.url+"/metrics")
+	if !strings.Contains(page, "jobwatch_parked_waits 1") {
+		t.Errorf("/metrics does not show the parked wait:\n%s", page)
+	}
+	complete(t, c, claim(t, c, "metered"), nil)
+	if err := <-woke; err != nil {
+		t.Fatal(err)
+	}
+
+	page = get(t, ts.url+"/metrics")
+	for _, want := range []string{
+		`jobwatch_jobs{state="succeeded"} 1`,
+		`jobwatch_jobs{state="queued"} 1`,
+		`jobwatch_jobs{state="lost"} 0`,
+		"jobwatch_parked_waits 0",
+		"jobwatch_open_watches 0",
+		"jobwatch_parked_claims 0",
+		`jobwatch_requests_total{code="ok",procedure="/jobwatch.v1.JobService/SubmitJob"} 2`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	// The wait woke twice: when the job started running and when it ended.
+	if !regexp.MustCompile(`jobwatch_wake_latency_seconds_count\{kind="wait"\} [1-9]`).MatchString(page) {
+		t.Errorf("/metrics has no wake-up latency of the wait")
+	}
+}
+
+func get(t *testing.T, url string, header ...string) string {
+	t.Helper()
+	resp := do(t, http.MethodGet, url, header...)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	return string(b)
+}
+
+func do(t *testing.T, method, url string, header ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Close = true
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	return resp
+}
+
+func TestHealthAndReflectionAnswer(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	for _, tt := range []struct {
+		name string
+		opts []connect.ClientOption
+	}{
+		{"grpc", []connect.ClientOption{connect.WithGRPC()}},
+		{"connect", nil},
+	} {
+		t.Run("health over "+tt.name, func(t *testing.T) {
+			health := grpchealth.NewClient(ts.h2cClient(), ts.url, tt.opts...)
+			for _, service := range []string{"", jobwatchv1connect.JobServiceName, jobwatchv1connect.WorkerServiceName} {
+				resp, err := health.Check(ctxTimeout(t, 5*time.Second), &grpchealth.CheckRequest{Service: service})
+				if err != nil || resp.Status != grpchealth.StatusServing {
+					t.Errorf("health of %q = %v, %v; want SERVING", service, resp, err)
+				}
+			}
+		})
+	}
+	t.Run("reflection lists the services", func(t *testing.T) {
+		stream := grpcreflect.NewClient(ts.h2cClient(), ts.url, connect.WithGRPC()).NewStream(ctxTimeout(t, 5*time.Second))
+		defer stream.Close()
+		names, err := stream.ListServices()
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed := map[string]bool{}
+		for _, n := range names {
+			listed[string(n)] = true
+		}
+		for _, want := range []string{jobwatchv1connect.JobServiceName, jobwatchv1connect.WorkerServiceName, jobwatchv1connect.QueueServiceName} {
+			if !listed[want] {
+				t.Errorf("reflection lists %v, missing %s", names, want)
+			}
+		}
+		files, err := stream.FileContainingSymbol("jobwatch.v1.Job")
+		if err != nil || len(files) == 0 {
+			t.Errorf("reflection has no file for jobwatch.v1.Job: %v", err)
+		}
+	})
+}
+
+func TestThePlaceholderPageIsServedAtTheRoot(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	resp := do(t, http.MethodGet, ts.url+"/")
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET / = %s %s", resp.Status, resp.Header.Get("Content-Type"))
+	}
+	if !strings.Contains(string(body), "jobwatch") || !strings.Contains(string(body), "README") {
+		t.Errorf("the page does not say what jobwatch is or point at the README:\n%s", body)
+	}
+	if resp := do(t, http.MethodGet, ts.url+"/no/such/page"); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /no/such/page = %s, want 404", resp.Status)
+	}
+}
+
+func TestCORSIsOffByDefaultAndAllowsOnlyTheConfiguredOrigins(t *testing.T) {
+	preflight := []string{
+		"Origin", "https://app.example",
+		"Access-Control-Request-Method", "POST",
+		"Access-Control-Request-Headers", "connect-protocol-version,content-type",
+	}
+	off := startServer(t, serverOptions{})
+	if got := do(t, http.MethodOptions, off.url+"/jobwatch.v1.JobService/GetJob", preflight...).Header.Get("Access-Control-Allow-Origin"); got != "" {
+		t.Errorf("without --cors-origins the preflight allowed %q", got)
+	}
+
+	on := startServer(t, serverOptions{config: server.Config{CORSOrigins: []string{"https://app.example"}}})
+	if got := do(t, http.MethodOptions, on.url+"/jobwatch.v1.JobService/GetJob", preflight...).Header.Get("Access-Control-Allow-Origin"); got != "https://app.example" {
+		t.Errorf("preflight from an allowed origin got Allow-Origin %q", got)
+	}
+	preflight[1] = "https://evil.example"
+	if got := do(t, http.MethodOptions, on.url+"/jobwatch.v1.JobService/GetJob", preflight...).Header.Get("Access-Control-Allow-Origin"); got != "" {
+		t.Errorf("preflight from another origin got Allow-Origin %q", got)
+	}
+}

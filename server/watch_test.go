@@ -1,0 +1,218 @@
+package server_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"jobwatch/server"
+)
+
+type watchStream = connect.ServerStreamForClient[jobwatchv1.WatchJobResponse]
+
+func watch(t *testing.T, ctx context.Context, c clients, id string, after int64) *watchStream {
+	t.Helper()
+	stream, err := c.jobs.WatchJob(ctx, &jobwatchv1.WatchJobRequest{JobId: id, AfterVersion: after})
+	if err != nil {
+		t.Fatalf("WatchJob: %v", err)
+	}
+	return stream
+}
+
+// next receives one message; it fails the test if the stream ended.
+func next(t *testing.T, s *watchStream) *jobwatchv1.WatchJobResponse {
+	t.Helper()
+	if !s.Receive() {
+		t.Fatalf("stream ended (err %v), want a message", s.Err())
+	}
+	return s.Msg()
+}
+
+// nextJob receives the next snapshot, skipping keepalives.
+func nextJob(t *testing.T, s *watchStream) *jobwatchv1.Job {
+	t.Helper()
+	for {
+		if msg := next(t, s); msg.GetJob() != nil {
+			return msg.GetJob()
+		}
+	}
+}
+
+// wantEndOK asserts that the stream ends now, with OK.
+func wantEndOK(t *testing.T, s *watchStream) {
+	t.Helper()
+	for s.Receive() {
+		if s.Msg().GetJob() != nil {
+			t.Fatalf("got snapshot %v, want the stream to end", s.Msg().GetJob())
+		}
+	}
+	if err := s.Err(); err != nil {
+		t.Fatalf("stream ended with %v, want OK", err)
+	}
+}
+
+func TestWatchJobSendsTheCurrentSnapshotThenEachChangeAndEndsAfterTheTerminalOne(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{Keepalive: -1}})
+	c := ts.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "import"})
+	s := watch(t, ctxTimeout(t, 10*time.Second), c, job.GetId(), 0)
+
+	first := nextJob(t, s)
+	if first.GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED || first.GetVersion() != job.GetVersion() {
+		t.Fatalf("first snapshot = %v, want the current QUEUED one", first)
+	}
+	lease := claim(t, c, "import")
+	if got := nextJob(t, s); got.GetState() != jobwatchv1.JobState_JOB_STATE_RUNNING || got.GetVersion() <= first.GetVersion() {
+		t.Fatalf("after claim got %v, want RUNNING at a higher version", got)
+	}
+	if _, err := c.workers.Heartbeat(ctxTimeout(t, 5*time.Second), &jobwatchv1.HeartbeatRequest{
+		JobId: job.GetId(), LeaseId: lease.GetLeaseId(), Percent: 45, Step: "batch 5 of 11",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := nextJob(t, s); got.GetPercent() != 45 || got.GetStep() != "batch 5 of 11" {
+		t.Fatalf("after heartbeat got %v, want 45%% at batch 5 of 11", got)
+	}
+	done := complete(t, c, lease, mustValue(t, "imported"))
+	if got := nextJob(t, s); got.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED || got.GetVersion() != done.GetVersion() {
+		t.Fatalf("after complete got %v, want SUCCEEDED at version %d", got, done.GetVersion())
+	}
+	wantEndOK(t, s)
+}
+
+func TestWatchJobRules(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{Keepalive: -1, StreamLifetime: time.Minute}})
+	c := ts.h2c()
+	done := finishedJob(t, c, "finished", mustValue(t, 1))
+
+	tests := []struct {
+		name      string
+		id        string
+		after     int64
+		wantCode  connect.Code // 0: OK
+		wantFirst int64        // version of the first snapshot; 0: none, the stream ends
+	}{
+		{"watch of an ended job sends its final snapshot and ends", done.GetId(), 0, 0, done.GetVersion()},
+		{"watch of an ended job whose final version was seen ends at once", done.GetId(), done.GetVersion(), 0, 0},
+		{"watch with an after_version ahead of the server gets the current snapshot", done.GetId(), done.GetVersion() + 100, 0, done.GetVersion()},
+		{"watch of an unknown job is not_found", "j_doesnotexist", 0, connect.CodeNotFound, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := watch(t, ctxTimeout(t, 10*time.Second), c, tt.id, tt.after)
+			if tt.wantCode != 0 {
+				if s.Receive() {
+					t.Fatalf("got %v, want %v", s.Msg(), tt.wantCode)
+				}
+				wantCode(t, s.Err(), tt.wantCode)
+				return
+			}
+			if tt.wantFirst != 0 {
+				if got := nextJob(t, s); got.GetVersion() != tt.wantFirst {
+					t.Fatalf("first snapshot at version %d, want %d", got.GetVersion(), tt.wantFirst)
+				}
+			}
+			wantEndOK(t, s)
+		})
+	}
+}
+
+func TestWatchJobSendsKeepalivesWhileNothingChanges(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{Keepalive: 50 * time.Millisecond}})
+	c := ts.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "idle"})
+	ctx, disconnect := context.WithCancel(context.Background())
+	defer disconnect()
+	s := watch(t, ctx, c, job.GetId(), 0)
+	nextJob(t, s)
+	for range 2 {
+		if msg := next(t, s); msg.GetJob() != nil {
+			t.Fatalf("got %v, want a keepalive with no job", msg.GetJob())
+		}
+	}
+	disconnect()
+	ts.waitForGauge("jobwatch_open_watches", 0) // a client that leaves frees the watch
+}
+
+func TestWatchJobEndsOKAtTheStreamLifetime(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{StreamLifetime: 300 * time.Millisecond, Keepalive: -1}})
+	c := ts.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "idle"})
+	start := time.Now()
+	s := watch(t, ctxTimeout(t, 10*time.Second), c, job.GetId(), 0)
+	nextJob(t, s)
+	wantEndOK(t, s)
+	if took := time.Since(start); took < 250*time.Millisecond {
+		t.Errorf("stream ended after %v, want the 300ms lifetime", took)
+	}
+}
+
+func TestWatchJobResumesAfterADisconnectWithTheLatestVersion(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{Keepalive: -1}})
+	c := ts.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "resume"})
+
+	ctx, disconnect := context.WithCancel(context.Background())
+	s := watch(t, ctx, c, job.GetId(), 0)
+	seen := nextJob(t, s).GetVersion()
+	disconnect()
+	ts.waitForGauge("jobwatch_open_watches", 0)
+
+	// Two changes while nobody watches; the resumed stream skips to the
+	// latest one (latest-value semantics), then follows on.
+	lease := claim(t, c, "resume")
+	hb, err := c.workers.Heartbeat(ctxTimeout(t, 5*time.Second), &jobwatchv1.HeartbeatRequest{
+		JobId: job.GetId(), LeaseId: lease.GetLeaseId(), Percent: 60,
+	})
+	if err != nil || hb.GetCancelled() {
+		t.Fatalf("heartbeat: %v %v", hb, err)
+	}
+	s = watch(t, ctxTimeout(t, 10*time.Second), c, job.GetId(), seen)
+	got := nextJob(t, s)
+	if got.GetState() != jobwatchv1.JobState_JOB_STATE_RUNNING || got.GetPercent() != 60 || got.GetVersion() != seen+2 {
+		t.Fatalf("resumed with %v, want RUNNING at 60%% and version %d", got, seen+2)
+	}
+
+	// A watcher that saw the latest version gets nothing until a change.
+	quiet := watch(t, ctxTimeout(t, 10*time.Second), c, job.GetId(), got.GetVersion())
+	ts.waitForGauge("jobwatch_open_watches", 2)
+	done := complete(t, c, lease, nil)
+	for _, stream := range []*watchStream{s, quiet} {
+		if got := nextJob(t, stream); got.GetVersion() != done.GetVersion() {
+			t.Fatalf("got version %d, want the terminal %d", got.GetVersion(), done.GetVersion())
+		}
+		wantEndOK(t, stream)
+	}
+}
+
+func TestWatchJobResumesAcrossAServerRestart(t *testing.T) {
+	dbPath := t.TempDir() + "/jobwatch.db"
+	first := startServer(t, serverOptions{dbPath: dbPath, config: server.Config{Keepalive: -1}})
+	c := first.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "restart"})
+	lease := claim(t, c, "restart")
+	s := watch(t, ctxTimeout(t, 10*time.Second), c, job.GetId(), 0)
+	seen := nextJob(t, s)
+	if seen.GetState() != jobwatchv1.JobState_JOB_STATE_RUNNING {
+		t.Fatalf("snapshot %v, want RUNNING", seen)
+	}
+	if err := first.stop(); err != nil {
+		t.Fatal(err)
+	}
+	wantEndOK(t, s) // shutdown ends streams with OK, so clients resume
+
+	second := startServer(t, serverOptions{dbPath: dbPath, config: server.Config{Keepalive: -1}})
+	c = second.h2c()
+	s = watch(t, ctxTimeout(t, 10*time.Second), c, job.GetId(), seen.GetVersion())
+	second.waitForGauge("jobwatch_open_watches", 1)
+	// The lease survives the restart: the worker carries on.
+	done := complete(t, c, lease, mustValue(t, "after restart"))
+	got := nextJob(t, s)
+	if got.GetVersion() != done.GetVersion() || got.GetResult().GetStringValue() != "after restart" {
+		t.Fatalf("resumed with %v, want the terminal version %d", got, done.GetVersion())
+	}
+	wantEndOK(t, s)
+}
