@@ -54,6 +54,7 @@ function startFeed(): void {
       if (changed.length > 0) {
         list.render(book, changed);
         refreshDetail();
+        soonPollQueues();
       }
     },
     status: (s) => {
@@ -185,6 +186,21 @@ async function pollQueues(): Promise<void> {
     setText(byId("queues-note"), `unavailable (${Code[ConnectError.from(err).code]})`);
   }
   queueTimer = setTimeout(() => void pollQueues(), queuePollMs);
+}
+
+// Job changes move queue depths: look again shortly, coalescing a burst
+// of changes into one ListQueues call.
+let queuesSoon = false;
+
+function soonPollQueues(): void {
+  if (queuesSoon) {
+    return;
+  }
+  queuesSoon = true;
+  setTimeout(() => {
+    queuesSoon = false;
+    void pollQueues();
+  }, 500);
 }
 
 tenantForm.addEventListener("submit", (e) => {

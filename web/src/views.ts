@@ -77,7 +77,9 @@ class JobRow {
     setText(this.kind, job.kind);
     setText(this.id, job.id);
     this.progress.update(job);
-    this.age.dataset["since"] = String(millis(job.createdAt));
+    const since = millis(job.createdAt);
+    this.age.dataset["since"] = String(since);
+    setText(this.age, age(since, Date.now()));
   }
 }
 
@@ -270,21 +272,24 @@ export class Detail {
         entries.push({ at: millis(ts), label, state: stateName(state), seen: false });
       }
     };
-    server(job.createdAt, "submitted", JobState.QUEUED);
+    const sightings = book.sightings(job.id);
+    const held = sightings[0]?.state === JobState.PENDING;
+    server(job.createdAt, "submitted", held ? JobState.PENDING : JobState.QUEUED);
     server(job.startedAt, "started", JobState.RUNNING);
     if (isTerminal(job.state)) {
       server(job.finishedAt, stateName(job.state), job.state);
     }
     // What the page itself saw fills the gaps between the server's times:
-    // retries, re-queues, a lost lease.
-    for (const s of book.sightings(job.id)) {
+    // retries, re-queues, a lost lease. The first sighting of a state the
+    // server has a time for is that same event, seen later.
+    const covered = new Set(entries.map((e) => e.state));
+    for (const s of sightings) {
       const name = stateName(s.state);
-      const at = s.at.getTime();
-      if (entries.some((e) => !e.seen && e.state === name && Math.abs(e.at - at) < 5000)) {
+      if (covered.delete(name)) {
         continue;
       }
       const label = s.attempt > 1 ? `${name} (attempt ${s.attempt})` : name;
-      entries.push({ at, label, state: name, seen: true });
+      entries.push({ at: s.at.getTime(), label, state: name, seen: true });
     }
     entries.sort((a, b) => a.at - b.at);
     const key = JSON.stringify(entries);

@@ -1,0 +1,323 @@
+package web_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"jobwatch/jobs"
+	"jobwatch/server"
+	"jobwatch/store"
+	"jobwatch/store/sqlite"
+	"jobwatch/web"
+)
+
+const chromiumPath = "/usr/bin/chromium"
+
+// requireChromium skips where Chromium is missing, except in CI, which
+// installs it and must not pass without running the page.
+func requireChromium(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI needs %s for the page's end-to-end test: %v", chromiumPath, err)
+		}
+		t.Skipf("%s not installed: apt-get install chromium", chromiumPath)
+	}
+}
+
+// liveServer is the real jobwatch server on a SQLite file: what
+// `jobwatch demo` runs, with the test as its worker.
+type liveServer struct {
+	engine *jobs.Engine
+	store  *sqlite.Store
+	stop   context.CancelFunc
+	served chan error
+}
+
+func startServer(t *testing.T, addr, dbPath string) *liveServer {
+	t.Helper()
+	st, err := sqlite.Open(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	engine := jobs.New(st, jobs.Config{Logger: logger})
+	srv := server.New(engine, server.Config{
+		Page:      web.Handler(),
+		DemoKinds: []string{"demo.sleep", "demo.fail"},
+		Logger:    logger,
+		// Short, so a test never waits on a parked call at shutdown.
+		ShutdownGrace: 2 * time.Second,
+	})
+	var ln net.Listener
+	// The address was just freed by the previous server; the kernel may
+	// take a moment to let it go.
+	for i := 0; ; i++ {
+		ln, err = net.Listen("tcp", addr)
+		if err == nil || i == 50 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &liveServer{engine: engine, store: st, stop: cancel, served: make(chan error, 1)}
+	go func() { s.served <- srv.Serve(ctx, ln) }()
+	return s
+}
+
+// shutdown stops the server as SIGTERM would and closes its database.
+func (s *liveServer) shutdown(t *testing.T) {
+	t.Helper()
+	s.stop()
+	if err := <-s.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		t.Errorf("serve: %v", err)
+	}
+	if err := s.store.Close(); err != nil {
+		t.Errorf("close store: %v", err)
+	}
+}
+
+// worker drives one job through the engine the way a remote worker's
+// ClaimJob/Heartbeat/CompleteJob/FailJob calls would.
+type worker struct {
+	t   *testing.T
+	ctx context.Context
+	e   *jobs.Engine
+	job store.Job
+}
+
+func claim(t *testing.T, ctx context.Context, e *jobs.Engine, kind string) *worker {
+	t.Helper()
+	j, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "e2e-worker", Kinds: []string{kind}}, time.Now().Add(10*time.Second))
+	if err != nil {
+		t.Fatalf("claim %s: %v", kind, err)
+	}
+	return &worker{t: t, ctx: ctx, e: e, job: j}
+}
+
+func (w *worker) progress(percent int32, step string) {
+	w.t.Helper()
+	if _, err := w.e.Heartbeat(w.ctx, w.job.ID, w.job.LeaseID, percent, step); err != nil {
+		w.t.Fatalf("heartbeat: %v", err)
+	}
+}
+
+func (w *worker) complete(result string) {
+	w.t.Helper()
+	if _, err := w.e.Complete(w.ctx, w.job.ID, w.job.LeaseID, json.RawMessage(result)); err != nil {
+		w.t.Fatalf("complete: %v", err)
+	}
+}
+
+func (w *worker) fail(typ, msg string) {
+	w.t.Helper()
+	if _, err := w.e.Fail(w.ctx, w.job.ID, w.job.LeaseID, store.JobError{Type: typ, Message: msg}, false); err != nil {
+		w.t.Fatalf("fail: %v", err)
+	}
+}
+
+func submit(t *testing.T, ctx context.Context, e *jobs.Engine, kind, payload string) store.Job {
+	t.Helper()
+	j, err := e.Submit(ctx, jobs.SubmitRequest{Kind: kind, Payload: json.RawMessage(payload)})
+	if err != nil {
+		t.Fatalf("submit %s: %v", kind, err)
+	}
+	return j
+}
+
+// page wraps the browser tab with assertions that wait for the page to
+// show something, as a person watching it would.
+type page struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+// waitFor polls a JavaScript condition until it holds.
+func (p *page) waitFor(what, js string) {
+	p.t.Helper()
+	_, err := chromedp.Run(p.ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(20*time.Second), chromedp.WithPollingInterval(50*time.Millisecond)))
+	if err != nil {
+		shown, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		p.t.Fatalf("the page never showed %s: %v\npage text:\n%s", what, err, shown)
+	}
+}
+
+func (p *page) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	if err := chromedp.Do(p.ctx, steps...); err != nil {
+		p.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func row(id string) string { return fmt.Sprintf(`li.job[data-job-id=%q]`, id) }
+
+// textIs is a JS condition: the element's text is exactly want.
+func textIs(selector, want string) string {
+	return fmt.Sprintf(`(document.querySelector(%s)?.textContent ?? null) === %s`, strconv.Quote(selector), strconv.Quote(want))
+}
+
+func textHas(selector, want string) string {
+	return fmt.Sprintf(`(document.querySelector(%s)?.textContent ?? "").includes(%s)`, strconv.Quote(selector), strconv.Quote(want))
+}
+
+func exists(selector string) string {
+	return fmt.Sprintf(`document.querySelector(%s) !== null`, strconv.Quote(selector))
+}
+
+func artifactPath(t *testing.T) string {
+	dir := os.Getenv("JOBWATCH_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join("testdata", "out")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, "web-e2e.png")
+}
+
+func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	dbPath := filepath.Join(t.TempDir(), "jobwatch.db")
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := probe.Addr().String()
+	probe.Close()
+	srv := startServer(t, addr, dbPath)
+	defer func() {
+		if srv != nil {
+			srv.shutdown(t)
+		}
+	}()
+
+	opts := append([]chromedp.ExecAllocatorOption{},
+		chromedp.ExecPath(chromiumPath),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1360, 900),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("hide-scrollbars", true),
+		chromedp.Flag("mute-audio", true),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	tabCtx, cancelTab := chromedp.NewContext(allocCtx)
+	defer cancelTab()
+	p := &page{t: t, ctx: tabCtx}
+
+	// A job from before the page opened is in the stream's first batch.
+	resize := submit(t, ctx, srv.engine, "images.resize", `{"album":"summer-2026","images":11}`)
+
+	p.do("open the page", chromedp.Navigate("http://"+addr+"/"))
+	p.waitFor("the live status", `document.getElementById("status").dataset.status === "live"`)
+	p.waitFor("the job submitted before the page opened", exists(row(resize.ID)+`[data-state="queued"]`))
+
+	t.Run("the demo button submits a job that appears once, queued", func(t *testing.T) {
+		p.t = t
+		p.waitFor("the demo button", `!document.getElementById("demo-form").hidden`)
+		p.do("submit a demo job", chromedp.Click(chromedp.ID("demo-submit")))
+		p.waitFor("a demo.sleep job", `[...document.querySelectorAll("li.job .kind-name")].some(e => e.textContent === "demo.sleep")`)
+		p.waitFor("its detail", `document.getElementById("detail").dataset.state === "queued"`)
+		// The job came both from SubmitJob's answer and from the stream.
+		p.waitFor("exactly two rows", `document.querySelectorAll("li.job").length === 2`)
+	})
+
+	t.Run("progress moves with percent and step text, then the result shows", func(t *testing.T) {
+		p.t = t
+		w := claim(t, ctx, srv.engine, "images.resize")
+		p.waitFor("the job running", exists(row(resize.ID)+`[data-state="running"]`))
+		w.progress(45, "batch 5 of 11")
+		p.waitFor("45 %", textIs(row(resize.ID)+" .percent", "45%"))
+		p.waitFor("the step text", textIs(row(resize.ID)+" .step", "batch 5 of 11"))
+		p.waitFor("the bar at 45 %", fmt.Sprintf(`document.querySelector(%q).style.width === "45%%"`, row(resize.ID)+" .fill"))
+		w.progress(82, "batch 9 of 11")
+		p.waitFor("82 %", textIs(row(resize.ID)+" .percent", "82%"))
+		p.waitFor("the next step text", textIs(row(resize.ID)+" .step", "batch 9 of 11"))
+		w.complete(`{"resized":11,"bytes_saved":48213390}`)
+		p.waitFor("the job succeeded", exists(row(resize.ID)+`[data-state="succeeded"]`))
+		p.waitFor("100 % on success", textIs(row(resize.ID)+" .percent", "100%"))
+
+		p.do("open its detail", chromedp.Click(chromedp.CSS(row(resize.ID))))
+		p.waitFor("the detail of the job", fmt.Sprintf(`document.getElementById("detail").dataset.jobId === %q`, resize.ID))
+		p.waitFor("the result", textHas("#detail .result", `"resized": 11`))
+		p.waitFor("the payload", textHas("#detail .payload", `"album": "summer-2026"`))
+		p.waitFor("the attempt", textIs("#detail .attempts", "attempt 1 of 1"))
+		p.waitFor("the timeline to its end", `[...document.querySelectorAll("#detail .timeline-label")].map(e => e.textContent).join(",") === "submitted,started,succeeded"`)
+	})
+
+	t.Run("a failure shows its error type in the list and the detail", func(t *testing.T) {
+		p.t = t
+		export := submit(t, ctx, srv.engine, "report.export", `{"format":"csv"}`)
+		w := claim(t, ctx, srv.engine, "report.export")
+		w.progress(30, "reading rows")
+		p.waitFor("the export running", textIs(row(export.ID)+" .percent", "30%"))
+		w.fail("TimeoutError", "warehouse did not answer in 30s")
+		p.waitFor("the job failed", exists(row(export.ID)+`[data-state="failed"]`))
+		p.waitFor("the error type in the list", textIs(row(export.ID)+" .step", "TimeoutError"))
+		p.do("open its detail", chromedp.Click(chromedp.CSS(row(export.ID))))
+		p.waitFor("the error type in the detail", textIs("#detail .error-type", "TimeoutError"))
+		p.waitFor("the error message in the detail", textIs("#detail .error-message", "warehouse did not answer in 30s"))
+	})
+
+	t.Run("after a server restart the page says it is reconnecting, then catches up", func(t *testing.T) {
+		p.t = t
+		srv.shutdown(t)
+		srv = nil
+		p.waitFor("the reconnecting banner", `!document.getElementById("banner").hidden && document.getElementById("banner").textContent.startsWith("Reconnecting…")`)
+		p.waitFor("the reconnecting status", `document.getElementById("status").dataset.status === "reconnecting"`)
+
+		srv = startServer(t, addr, dbPath)
+		// A change made on the new server while the page may still be
+		// waiting to retry: the resumed stream must bring it.
+		w := claim(t, ctx, srv.engine, "demo.sleep")
+		w.progress(60, "sleeping 3 of 5")
+		demoRow := row(w.job.ID)
+		p.waitFor("the change made after the restart", textIs(demoRow+" .percent", "60%"))
+		p.waitFor("its step text", textIs(demoRow+" .step", "sleeping 3 of 5"))
+		p.waitFor("the banner gone", `document.getElementById("banner").hidden`)
+		p.waitFor("the live status again", `document.getElementById("status").dataset.status === "live"`)
+		p.waitFor("no duplicate rows", `document.querySelectorAll("li.job").length === 3 && new Set([...document.querySelectorAll("li.job")].map(e => e.dataset.jobId)).size === 3`)
+
+		// Leave a calm, varied page for the screenshot: a queued job too,
+		// and the failed job's detail open.
+		submit(t, ctx, srv.engine, "mail.digest", `{"list":"weekly"}`)
+		p.waitFor("four jobs", `document.querySelectorAll("li.job").length === 4`)
+	})
+
+	png, err := chromedp.Run(tabCtx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	path := artifactPath(t)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+}

@@ -1,0 +1,63 @@
+// A Node program using the generated TypeScript client: submit a job, then
+// wait for it with WaitJob (a bounded long-poll, re-issued until the job
+// ends) and print how it ended.
+//
+//	cd web && npm ci && JOBWATCH_URL=http://127.0.0.1:8080 npm run example -- images.resize
+import { fromJson, toJson } from "@bufbuild/protobuf";
+import { ValueSchema } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { JobService, JobState, type Job } from "../src/gen/jobwatch/v1/jobwatch_pb";
+
+const baseUrl = process.env["JOBWATCH_URL"] ?? "http://127.0.0.1:8080";
+const kind = process.argv[2] ?? "demo.sleep";
+const token = process.env["JOBWATCH_TOKEN"];
+
+const transport = createConnectTransport({
+  baseUrl,
+  httpVersion: "1.1",
+  interceptors: token ? [(next) => (req) => (req.header.set("Authorization", `Bearer ${token}`), next(req))] : [],
+});
+const jobs = createClient(JobService, transport);
+
+const terminal = new Set([JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.LOST]);
+
+// waitForJob re-issues WaitJob after each answer at the server's cap and
+// retries a server that is briefly unreachable, with backoff.
+async function waitForJob(jobId: string): Promise<Job> {
+  let delay = 250;
+  for (;;) {
+    try {
+      const { job } = await jobs.waitJob({ jobId });
+      if (job !== undefined && terminal.has(job.state)) {
+        return job;
+      }
+      delay = 250;
+    } catch (err) {
+      if (ConnectError.from(err).code !== Code.Unavailable) {
+        throw err;
+      }
+      await new Promise((resolve) => setTimeout(resolve, delay));
+      delay = Math.min(delay * 2, 5000);
+    }
+  }
+}
+
+const { job } = await jobs.submitJob({
+  kind,
+  payload: fromJson(ValueSchema, { from: "node-client example" }),
+});
+if (job === undefined) {
+  throw new Error("SubmitJob answered without a job");
+}
+console.log(`submitted ${job.id} (${job.kind})`);
+
+const done = await waitForJob(job.id);
+console.log(`job ${done.id} ${JobState[done.state].toLowerCase()}`);
+if (done.result !== undefined) {
+  console.log(`result ${JSON.stringify(toJson(ValueSchema, done.result))}`);
+}
+if (done.error !== undefined) {
+  console.log(`error ${done.error.type}: ${done.error.message}`);
+}
+process.exitCode = done.state === JobState.SUCCEEDED ? 0 : 1;
