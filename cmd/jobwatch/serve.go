@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"jobwatch/jobs"
+	"jobwatch/server"
+	"jobwatch/store/sqlite"
+)
+
+// serveFlags are the flags of "jobwatch serve".
+type serveFlags struct {
+	addr            string
+	db              string
+	config          string
+	waitCap         time.Duration
+	claimCap        time.Duration
+	leaseTimeout    time.Duration
+	streamLifetime  time.Duration
+	keepalive       time.Duration
+	maxRequestBytes int
+	logLevel        slog.Level
+	insecure        bool
+	corsOrigins     string
+}
+
+func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
+	var f serveFlags
+	fs := newFlagSet("serve", stderr)
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "`host:port` to listen on (HTTP/1.1 and h2c)")
+	fs.StringVar(&f.db, "db", "jobwatch.db", "SQLite database `file` (created if missing)")
+	fs.StringVar(&f.config, "config", "", "queue configuration `file` (queues are not read yet)")
+	fs.DurationVar(&f.waitCap, "wait-cap", 60*time.Second, "longest a WaitJob parks before answering with the current state")
+	fs.DurationVar(&f.claimCap, "claim-cap", 30*time.Second, "longest a ClaimJob parks before answering with no job")
+	fs.DurationVar(&f.leaseTimeout, "lease-timeout", 30*time.Second, "a running job without a heartbeat for this long is lost (or retried)")
+	fs.DurationVar(&f.streamLifetime, "stream-lifetime", 10*time.Minute, "WatchJob streams end (OK) after this long; clients resume")
+	fs.DurationVar(&f.keepalive, "keepalive", 15*time.Second, "idle streams send an empty message this often")
+	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", 1<<20, "largest request message in `bytes`")
+	fs.TextVar(&f.logLevel, "log-level", slog.LevelInfo, "log `level`: debug (logs every call), info, warn or error")
+	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without authentication")
+	fs.StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated browser `origins` allowed to call the API (\"*\" for any); empty: no CORS")
+	if err := parseFlags(fs, args); err != nil {
+		return f, err
+	}
+	if fs.NArg() > 0 {
+		return f, usageError{fmt.Sprintf("serve takes no arguments, got %q", fs.Args())}
+	}
+	for name, d := range map[string]time.Duration{
+		"wait-cap": f.waitCap, "claim-cap": f.claimCap, "lease-timeout": f.leaseTimeout,
+		"stream-lifetime": f.streamLifetime, "keepalive": f.keepalive,
+	} {
+		if d <= 0 {
+			return f, usageError{fmt.Sprintf("--%s must be positive, got %v", name, d)}
+		}
+	}
+	if f.maxRequestBytes <= 0 {
+		return f, usageError{fmt.Sprintf("--max-request-bytes must be positive, got %d", f.maxRequestBytes)}
+	}
+	if strings.HasPrefix(f.db, "postgres://") || strings.HasPrefix(f.db, "postgresql://") {
+		return f, errors.New("--db: PostgreSQL is not supported yet; give a SQLite file path")
+	}
+	if f.config != "" {
+		if _, err := os.Stat(f.config); err != nil {
+			return f, fmt.Errorf("--config: %w", err)
+		}
+	}
+	if err := checkLoopback(f.addr, f.insecure); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+// checkLoopback enforces DESIGN.md "Auth": with no tokens file (none can
+// be given yet) the server may listen on loopback only, unless --insecure
+// says the operator knows.
+func checkLoopback(addr string, insecure bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usageError{fmt.Sprintf("--addr %q: %v", addr, err)}
+	}
+	if insecure || isLoopback(host) {
+		return nil
+	}
+	return usageError{fmt.Sprintf("--addr %q is not a loopback address and there is no authentication: "+
+		"listen on 127.0.0.1 or [::1], or pass --insecure to let anyone who can reach it submit, cancel and run jobs", addr)}
+}
+
+// isLoopback reports whether host names only this machine. An empty host
+// (":8080") listens on every interface, so it is not loopback.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	f, err := parseServeFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: f.logLevel}))
+	slog.SetDefault(log)
+
+	st, err := sqlite.Open(f.db)
+	if err != nil {
+		return fmt.Errorf("open database %s: %w", f.db, err)
+	}
+	defer st.Close()
+
+	metrics := server.NewMetrics()
+	engine := jobs.New(st, jobs.Config{
+		LeaseTimeout: f.leaseTimeout,
+		Logger:       log,
+		Metrics:      metrics,
+	})
+	srv := server.New(engine, server.Config{
+		WaitCap:         f.waitCap,
+		ClaimCap:        f.claimCap,
+		StreamLifetime:  f.streamLifetime,
+		Keepalive:       f.keepalive,
+		MaxRequestBytes: f.maxRequestBytes,
+		Logger:          log,
+		Metrics:         metrics,
+		CORSOrigins:     splitList(f.corsOrigins),
+		Version:         version(),
+	})
+
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return err
+	}
+	// The engine's duties (lease expiry, retention) run until the server
+	// has stopped, so calls finishing during shutdown still see them.
+	engineCtx, stopEngine := context.WithCancel(context.Background())
+	engineDone := make(chan error, 1)
+	go func() { engineDone <- engine.Run(engineCtx) }()
+
+	attrs := []any{"addr", ln.Addr().String(), "db", f.db}
+	if f.config != "" {
+		attrs = append(attrs, "config", f.config)
+		log.Warn("the --config file is accepted but not read yet: every job uses the default queue")
+	}
+	if host, _, _ := net.SplitHostPort(f.addr); isLoopback(host) {
+		log.Info("listening on loopback only, without authentication: any local user can call the API", attrs...)
+	} else {
+		log.Warn("listening beyond loopback WITHOUT authentication (--insecure): anyone who can reach it can submit, cancel and run jobs", attrs...)
+	}
+
+	serveErr := srv.Serve(ctx, ln)
+	stopEngine()
+	if err := <-engineDone; err != nil && !errors.Is(err, context.Canceled) {
+		log.Warn("engine stopped with an error", "err", err)
+	}
+	if serveErr != nil {
+		return serveErr
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// version is the module version the binary was built from, or "dev".
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+)
+
+func TestServeRefusesWhatItCannotDoSafely(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "jobwatch.db")
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantErr  string
+	}{
+		{"a non-loopback address without auth is refused", []string{"--addr", "0.0.0.0:0"}, 2, "not a loopback address"},
+		{"an address on every interface is refused", []string{"--addr", ":0"}, 2, "not a loopback address"},
+		{"a host name other than localhost is refused", []string{"--addr", "example.org:8080"}, 2, "--insecure"},
+		{"a PostgreSQL URL is not supported yet", []string{"--db", "postgres://u@h/db"}, 1, "PostgreSQL is not supported yet"},
+		{"a missing config file is an error", []string{"--config", filepath.Join(dir, "nope.yaml")}, 1, "nope.yaml"},
+		{"a zero wait cap is refused", []string{"--wait-cap", "0s"}, 2, "--wait-cap must be positive"},
+		{"a duration without a unit is refused", []string{"--claim-cap", "30"}, 2, "claim-cap"},
+		{"an unknown log level is refused", []string{"--log-level", "loud"}, 2, "log-level"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			args := append([]string{"serve", "--db", db}, tt.args...)
+			code := run(context.Background(), args, io.Discard, &stderr)
+			if code != tt.wantCode || !strings.Contains(stderr.String(), tt.wantErr) {
+				t.Fatalf("exit %d with %q, want exit %d mentioning %q", code, stderr.String(), tt.wantCode, tt.wantErr)
+			}
+		})
+	}
+	if _, err := os.Stat(db); err == nil {
+		t.Errorf("a refused serve created the database file")
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for host, want := range map[string]bool{
+		"127.0.0.1": true, "127.0.0.2": true, "::1": true, "localhost": true,
+		"": false, "0.0.0.0": false, "::": false, "192.168.1.4": false, "example.org": false,
+	} {
+		if got := isLoopback(host); got != want {
+			t.Errorf("isLoopback(%q) = %v, want %v", host, got, want)
+		}
+	}
+}
+
+// lockedBuffer is stderr written by the server's goroutines and read by
+// the test.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestServeAnswersOnLoopbackSaysSoAndStopsCleanlyOnSignal(t *testing.T) {
+	var stderr lockedBuffer
+	ctx, signal := context.WithCancel(context.Background())
+	defer signal()
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "j.db")}, io.Discard, &stderr)
+	}()
+
+	addrRE := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
+	var addr string
+	for deadline := time.Now().Add(10 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
+		if m := addrRE.FindStringSubmatch(stderr.String()); m != nil {
+			addr = m[1]
+		} else if time.Now().After(deadline) {
+			t.Fatalf("serve never said where it listens:\n%s", stderr.String())
+		}
+	}
+	if !strings.Contains(stderr.String(), "loopback only, without authentication") {
+		t.Errorf("serve did not say it listens on loopback without auth:\n%s", stderr.String())
+	}
+
+	c := jobwatchv1connect.NewJobServiceClient(http.DefaultClient, "http://"+addr)
+	resp, err := c.SubmitJob(context.Background(), &jobwatchv1.SubmitJobRequest{Kind: "smoke"})
+	if err != nil || resp.GetJob().GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED {
+		t.Fatalf("submit to the served API: %v, %v", resp, err)
+	}
+
+	signal() // what SIGTERM does through signal.NotifyContext
+	select {
+	case code := <-exited:
+		if code != 0 {
+			t.Fatalf("serve exited %d after a signal, want 0:\n%s", code, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop after a signal")
+	}
+}
