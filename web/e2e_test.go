@@ -179,7 +179,9 @@ func exists(selector string) string {
 	return fmt.Sprintf(`document.querySelector(%s) !== null`, strconv.Quote(selector))
 }
 
-func artifactPath(t *testing.T) string {
+// artifactPath is where a screenshot is kept: $JOBWATCH_ARTIFACTS (CI
+// keeps that folder) or web/testdata/out (gitignored).
+func artifactPath(t *testing.T, name string) string {
 	dir := os.Getenv("JOBWATCH_ARTIFACTS")
 	if dir == "" {
 		dir = filepath.Join("testdata", "out")
@@ -187,7 +189,7 @@ func artifactPath(t *testing.T) string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(dir, "web-e2e.png")
+	return filepath.Join(dir, name)
 }
 
 func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
@@ -292,6 +294,9 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 		srv = nil
 		p.waitFor("the reconnecting banner", `!document.getElementById("banner").hidden && document.getElementById("banner").textContent.startsWith("Reconnecting…")`)
 		p.waitFor("the reconnecting status", `document.getElementById("status").dataset.status === "reconnecting"`)
+		if png, err := chromedp.Run(tabCtx, chromedp.CaptureScreenshot()); err == nil {
+			os.WriteFile(artifactPath(t, "web-e2e-reconnecting.png"), png, 0o644)
+		}
 
 		srv = startServer(t, addr, dbPath)
 		// A change made on the new server while the page may still be
@@ -311,11 +316,22 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 		p.waitFor("four jobs", `document.querySelectorAll("li.job").length === 4`)
 	})
 
+	t.Run("the queue panel counts what is queued and running", func(t *testing.T) {
+		p.t = t
+		p.waitFor("one queued", textIs(`tr[data-queue="default"] .queued`, "1"))
+		p.waitFor("one running", textIs(`tr[data-queue="default"] .running`, "1"))
+		p.waitFor("no stale error note", textIs("#queues-note", ""))
+	})
+
+	// Move the pointer off the rows so no hover tint shows in the picture.
+	p.t = t
+	p.do("move the pointer away", chromedp.MouseEvent(chromedp.MouseMoved, 1, 880))
+
 	png, err := chromedp.Run(tabCtx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}
-	path := artifactPath(t)
+	path := artifactPath(t, "web-e2e.png")
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
 	}

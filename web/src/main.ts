@@ -175,17 +175,31 @@ async function loadServerInfo(): Promise<void> {
 }
 
 let queueTimer: ReturnType<typeof setTimeout> | undefined;
+let queueCalls = 0;
+let queueShown = 0;
 
+// pollQueues may run twice at once (the timer and a job change); only an
+// answer to a later call than the one on screen is shown, so a call that
+// failed while the server restarted cannot overwrite a fresh answer.
 async function pollQueues(): Promise<void> {
   clearTimeout(queueTimer);
+  queueTimer = setTimeout(() => void pollQueues(), queuePollMs);
+  const call = ++queueCalls;
+  const note = byId("queues-note");
   try {
     const res = await queueClient.listQueues({});
-    queues.render(res.queues);
-    setText(byId("queues-note"), "");
+    if (call > queueShown) {
+      queueShown = call;
+      queues.render(res.queues);
+      setText(note, "");
+    }
   } catch (err) {
-    setText(byId("queues-note"), `unavailable (${Code[ConnectError.from(err).code]})`);
+    if (call > queueShown) {
+      queueShown = call;
+      const ce = ConnectError.from(err);
+      setText(note, ce.code === Code.Unknown || ce.code === Code.Unavailable ? "server unreachable; retrying" : ce.rawMessage);
+    }
   }
-  queueTimer = setTimeout(() => void pollQueues(), queuePollMs);
 }
 
 // Job changes move queue depths: look again shortly, coalescing a burst
