@@ -15,6 +15,7 @@ import (
 	"jobwatch/jobs"
 	"jobwatch/server"
 	"jobwatch/store/sqlite"
+	"jobwatch/web"
 )
 
 // serveFlags are the flags of "jobwatch serve".
@@ -132,6 +133,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		MaxRequestBytes: f.maxRequestBytes,
 		Logger:          log,
 		Metrics:         metrics,
+		Page:            web.Handler(),
 		CORSOrigins:     splitList(f.corsOrigins),
 		Version:         version(),
 	})

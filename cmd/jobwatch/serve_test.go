@@ -108,6 +108,15 @@ func TestServeAnswersOnLoopbackSaysSoAndStopsCleanlyOnSignal(t *testing.T) {
 		t.Fatalf("submit to the served API: %v, %v", resp, err)
 	}
 
+	page, err := http.Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page.Body.Close()
+	if page.StatusCode != http.StatusOK || !strings.HasPrefix(page.Header.Get("Content-Type"), "text/html") {
+		t.Errorf("GET / = %s %s, want the page", page.Status, page.Header.Get("Content-Type"))
+	}
+
 	signal() // what SIGTERM does through signal.NotifyContext
 	select {
 	case code := <-exited:
