@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -22,7 +23,6 @@ import (
 // testServer is a real jobwatch server on a loopback port over a real
 // SQLite file: what a client meets in production, minus the network.
 type testServer struct {
-	t        testing.TB
 	URL      string
 	Addr     string
 	DB       string
@@ -45,12 +45,22 @@ func startServer(t testing.TB, o serverOptions) *testServer {
 	if o.db == "" {
 		o.db = filepath.Join(t.TempDir(), "jobwatch.db")
 	}
+	s, err := launch(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// launch starts a server; o.db must be set. Stop it with Stop.
+func launch(o serverOptions) (*testServer, error) {
 	if o.addr == "" {
 		o.addr = "127.0.0.1:0"
 	}
 	st, err := sqlite.Open(o.db)
 	if err != nil {
-		t.Fatalf("open store: %v", err)
+		return nil, fmt.Errorf("open store: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	metrics := server.NewMetrics()
@@ -64,7 +74,7 @@ func startServer(t testing.TB, o serverOptions) *testServer {
 	scfg := o.server
 	scfg.Logger, scfg.Metrics, scfg.Registry = log, metrics, reg
 	if scfg.ShutdownGrace == 0 {
-		scfg.ShutdownGrace = time.Second
+		scfg.ShutdownGrace = 100 * time.Millisecond
 	}
 	srv := server.New(engine, scfg)
 
@@ -79,11 +89,12 @@ func startServer(t testing.TB, o serverOptions) *testServer {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if err != nil {
-		t.Fatalf("listen: %v", err)
+		st.Close()
+		return nil, fmt.Errorf("listen: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &testServer{
-		t: t, URL: "http://" + ln.Addr().String(), Addr: ln.Addr().String(), DB: o.db,
+		URL: "http://" + ln.Addr().String(), Addr: ln.Addr().String(), DB: o.db,
 		Engine: engine, registry: reg, cancel: cancel, done: make(chan struct{}),
 	}
 	go func() {
@@ -96,8 +107,7 @@ func startServer(t testing.TB, o serverOptions) *testServer {
 		<-ran
 		st.Close()
 	}()
-	t.Cleanup(s.Stop)
-	return s
+	return s, nil
 }
 
 // Stop shuts the server down as SIGTERM would and waits until it has.
@@ -110,10 +120,7 @@ func (s *testServer) Stop() {
 
 // gauge reads one of the server's gauges, such as jobwatch_parked_waits.
 func (s *testServer) gauge(name string) float64 {
-	mfs, err := s.registry.Gather()
-	if err != nil {
-		s.t.Fatalf("gather metrics: %v", err)
-	}
+	mfs, _ := s.registry.Gather()
 	for _, mf := range mfs {
 		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
 			return mf.GetMetric()[0].GetGauge().GetValue()

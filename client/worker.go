@@ -355,6 +355,8 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 		lastSent = sentAt
 		next := interval
 		switch {
+		case ctx.Err() != nil:
+			return // the handler's context ended (drain timeout): nothing left to extend
 		case err == nil && cancelled:
 			cancel(ErrJobCancelled)
 			return

@@ -1,0 +1,407 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"jobwatch/client"
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"jobwatch/jobs"
+)
+
+// workerEnv is a server, a client to it and a worker over one of the two
+// backends, so every worker test runs remotely and in-process alike.
+type workerEnv struct {
+	s   *testServer
+	c   *client.Client
+	w   *client.Worker
+	run chan error // Run's result once it returns
+	ctx context.Context
+	// stop ends Run's context: the worker stops claiming and drains.
+	stop context.CancelFunc
+}
+
+var backends = map[string]func(t *testing.T, s *testServer) client.WorkerBackend{
+	"remote": func(t *testing.T, s *testServer) client.WorkerBackend {
+		return fastClient(t, s.URL).WorkerBackend()
+	},
+	"in-process": func(t *testing.T, s *testServer) client.WorkerBackend {
+		return client.EngineBackend(s.Engine, time.Second)
+	},
+}
+
+// forEachBackend runs test against a fresh server with a remote worker and
+// again with an in-process one.
+func forEachBackend(t *testing.T, cfg client.WorkerConfig, wrap func(client.WorkerBackend) client.WorkerBackend,
+	setup func(w *client.Worker), test func(t *testing.T, env *workerEnv)) {
+	for name, backend := range backends {
+		t.Run(name, func(t *testing.T) {
+			s := startServer(t, serverOptions{engine: jobs.Config{
+				LeaseTimeout:        time.Second,
+				RetryInitialBackoff: 10 * time.Millisecond,
+				RetryMaxBackoff:     10 * time.Millisecond,
+			}})
+			b := backend(t, s)
+			if wrap != nil {
+				b = wrap(b)
+			}
+			if cfg.HeartbeatInterval == 0 {
+				cfg.HeartbeatInterval = 50 * time.Millisecond
+			}
+			cfg.ProgressInterval = 10 * time.Millisecond
+			cfg.Logger = slog.New(slog.DiscardHandler)
+			w := client.NewWorker(b, cfg)
+			setup(w)
+			ctx, stop := context.WithCancel(context.Background())
+			env := &workerEnv{s: s, c: fastClient(t, s.URL), w: w, run: make(chan error, 1), ctx: ctx, stop: stop}
+			go func() { env.run <- w.Run(ctx) }()
+			t.Cleanup(func() {
+				stop()
+				select {
+				case <-env.run:
+				case <-time.After(10 * time.Second):
+					t.Error("worker did not stop")
+				}
+			})
+			test(t, env)
+		})
+	}
+}
+
+func (env *workerEnv) submit(t *testing.T, req *jobwatchv1.SubmitJobRequest) string {
+	t.Helper()
+	j, err := env.c.Submit(context.Background(), req)
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	return j.GetId()
+}
+
+// wait returns the job once it has ended.
+func (env *workerEnv) wait(t *testing.T, id string) *jobwatchv1.Job {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	j, err := env.c.WaitForJob(ctx, id)
+	if err != nil {
+		t.Fatalf("wait for %s: %v", id, err)
+	}
+	return j
+}
+
+// watchUntil follows the job until cond holds for a snapshot.
+func (env *workerEnv) watchUntil(t *testing.T, id string, what string, cond func(*jobwatchv1.Job) bool) *jobwatchv1.Job {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for j, err := range env.c.Watch(ctx, id) {
+		if err != nil {
+			t.Fatalf("watch %s until %s: %v", id, what, err)
+		}
+		if cond(j) {
+			return j
+		}
+	}
+	t.Fatalf("job %s ended before %s", id, what)
+	return nil
+}
+
+// QuotaError is a typed error a handler returns; its message names an
+// account, so it is not for callers unless marked public.
+type QuotaError struct{ Account string }
+
+func (e *QuotaError) Error() string { return "quota exceeded for account " + e.Account }
+
+func TestWorkerReportsOutcomes(t *testing.T) {
+	tests := []struct {
+		name        string
+		handler     client.Handler
+		maxAttempts int32
+		wantState   jobwatchv1.JobState
+		wantType    string
+		wantMessage string
+		wantAttempt int32
+		wantResult  string
+	}{
+		{
+			name: "a handler's result completes the job",
+			handler: func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+				return map[string]any{"kind": j.GetKind(), "rows": 7}, nil
+			},
+			wantState:   jobwatchv1.JobState_JOB_STATE_SUCCEEDED,
+			wantAttempt: 1,
+			wantResult:  `{"kind":"k","rows":7}`,
+		},
+		{
+			name: "an error fails the job with its type name and no message",
+			handler: func(context.Context, *jobwatchv1.Job, client.Progress) (any, error) {
+				return nil, fmt.Errorf("charge: %w", &QuotaError{Account: "acme-42"})
+			},
+			wantState:   jobwatchv1.JobState_JOB_STATE_FAILED,
+			wantType:    "QuotaError",
+			wantAttempt: 1,
+		},
+		{
+			name: "an error marked public shows its message",
+			handler: func(context.Context, *jobwatchv1.Job, client.Progress) (any, error) {
+				return nil, client.Public(&QuotaError{Account: "demo"})
+			},
+			wantState:   jobwatchv1.JobState_JOB_STATE_FAILED,
+			wantType:    "QuotaError",
+			wantMessage: "quota exceeded for account demo",
+			wantAttempt: 1,
+		},
+		{
+			name: "a retryable error runs the job again",
+			handler: func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+				if j.GetAttempt() == 1 {
+					return nil, client.Retryable(errors.New("upstream busy"))
+				}
+				return "second time lucky", nil
+			},
+			maxAttempts: 3,
+			wantState:   jobwatchv1.JobState_JOB_STATE_SUCCEEDED,
+			wantAttempt: 2,
+			wantResult:  `"second time lucky"`,
+		},
+		{
+			name: "a panic fails the job as PanicError",
+			handler: func(context.Context, *jobwatchv1.Job, client.Progress) (any, error) {
+				var m map[string]int
+				m["boom"]++
+				return nil, nil
+			},
+			wantState:   jobwatchv1.JobState_JOB_STATE_FAILED,
+			wantType:    "PanicError",
+			wantAttempt: 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			forEachBackend(t, client.WorkerConfig{}, nil, func(w *client.Worker) { w.Handle("k", tt.handler) },
+				func(t *testing.T, env *workerEnv) {
+					id := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "k", MaxAttempts: tt.maxAttempts})
+					j := env.wait(t, id)
+					if j.GetState() != tt.wantState || j.GetAttempt() != tt.wantAttempt {
+						t.Fatalf("job %v attempt %d, want %v attempt %d (error %v)",
+							j.GetState(), j.GetAttempt(), tt.wantState, tt.wantAttempt, j.GetError())
+					}
+					if tt.wantState == jobwatchv1.JobState_JOB_STATE_FAILED &&
+						(j.GetError().GetType() != tt.wantType || j.GetError().GetMessage() != tt.wantMessage) {
+						t.Fatalf("error = %q %q, want %q %q", j.GetError().GetType(), j.GetError().GetMessage(),
+							tt.wantType, tt.wantMessage)
+					}
+					if tt.wantResult != "" {
+						raw, _ := j.GetResult().MarshalJSON()
+						var got bytes.Buffer
+						_ = json.Compact(&got, raw) // protojson spaces at random
+						if got.String() != tt.wantResult {
+							t.Fatalf("result = %s, want %s", got.String(), tt.wantResult)
+						}
+					}
+				})
+		})
+	}
+}
+
+func TestWorkerSendsProgressWhileTheHandlerRuns(t *testing.T) {
+	release := make(chan struct{})
+	forEachBackend(t, client.WorkerConfig{HeartbeatInterval: time.Hour}, nil, func(w *client.Worker) {
+		w.Handle("batches", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+			p(45, "batch 5 of 11")
+			<-release
+			return nil, nil
+		})
+	}, func(t *testing.T, env *workerEnv) {
+		id := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "batches"})
+		// The heartbeat interval is an hour: only the progress change
+		// itself can bring this snapshot.
+		env.watchUntil(t, id, "45% batch 5 of 11", func(j *jobwatchv1.Job) bool {
+			return j.GetPercent() == 45 && j.GetStep() == "batch 5 of 11"
+		})
+		release <- struct{}{}
+		if j := env.wait(t, id); j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED || j.GetPercent() != 100 {
+			t.Fatalf("job %v %d%%, want SUCCEEDED 100%%", j.GetState(), j.GetPercent())
+		}
+	})
+}
+
+func TestWorkerCancelsTheHandlerWhenTheJobIsCancelled(t *testing.T) {
+	causes := make(chan error, 1)
+	forEachBackend(t, client.WorkerConfig{}, nil, func(w *client.Worker) {
+		w.Handle("long", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return "too late", nil
+		})
+	}, func(t *testing.T, env *workerEnv) {
+		id := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "long"})
+		env.watchUntil(t, id, "running", func(j *jobwatchv1.Job) bool {
+			return j.GetState() == jobwatchv1.JobState_JOB_STATE_RUNNING
+		})
+		if _, err := env.c.Cancel(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case cause := <-causes:
+			if !errors.Is(cause, client.ErrJobCancelled) {
+				t.Fatalf("handler's ctx cause = %v, want ErrJobCancelled", cause)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the handler's context was not cancelled")
+		}
+		if j := env.wait(t, id); j.GetState() != jobwatchv1.JobState_JOB_STATE_CANCELLED || j.GetResult() != nil {
+			t.Fatalf("job %v result %v, want CANCELLED without the handler's late result", j.GetState(), j.GetResult())
+		}
+	})
+}
+
+// silentBackend swallows heartbeats while silent is set, as a worker
+// whose heartbeats never arrive (a frozen process, a partition) would.
+type silentBackend struct {
+	client.WorkerBackend
+	silent atomic.Bool
+}
+
+func (b *silentBackend) Heartbeat(ctx context.Context, l *client.Lease, percent int32, step string) (bool, error) {
+	if b.silent.Load() {
+		return false, nil
+	}
+	return b.WorkerBackend.Heartbeat(ctx, l, percent, step)
+}
+
+func TestWorkerCancelsTheHandlerWhenTheLeaseIsLost(t *testing.T) {
+	causes := make(chan error, 1)
+	var silent *silentBackend
+	wrap := func(b client.WorkerBackend) client.WorkerBackend {
+		silent = &silentBackend{WorkerBackend: b}
+		silent.silent.Store(true)
+		return silent
+	}
+	forEachBackend(t, client.WorkerConfig{}, wrap, func(w *client.Worker) {
+		w.Handle("stuck", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return "too late", nil
+		})
+	}, func(t *testing.T, env *workerEnv) {
+		id := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "stuck"})
+		// No heartbeat reaches the server: after the lease timeout the
+		// reaper marks the job LOST.
+		if j := env.wait(t, id); j.GetState() != jobwatchv1.JobState_JOB_STATE_LOST {
+			t.Fatalf("job %v, want LOST", j.GetState())
+		}
+		silent.silent.Store(false) // the next heartbeat learns the lease is gone
+		select {
+		case cause := <-causes:
+			if !errors.Is(cause, client.ErrLeaseLost) {
+				t.Fatalf("handler's ctx cause = %v, want ErrLeaseLost", cause)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the handler's context was not cancelled")
+		}
+		if j, _ := env.c.Get(context.Background(), id); j.GetState() != jobwatchv1.JobState_JOB_STATE_LOST {
+			t.Fatalf("job %v after the handler returned, want still LOST", j.GetState())
+		}
+	})
+}
+
+func TestWorkerDrainsRunningJobsOnShutdown(t *testing.T) {
+	var started chan string
+	var release chan struct{}
+	forEachBackend(t, client.WorkerConfig{}, nil, func(w *client.Worker) {
+		started, release = make(chan string, 2), make(chan struct{})
+		w.Handle("drain", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+			started <- j.GetId()
+			<-release
+			return "finished", nil
+		})
+	}, func(t *testing.T, env *workerEnv) {
+		first := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "drain"})
+		<-started
+		env.stop()
+		second := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "drain"})
+		select {
+		case err := <-env.run:
+			t.Fatalf("Run returned (%v) while a job was still running", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		close(release)
+		select {
+		case err := <-env.run:
+			if err != nil {
+				t.Fatalf("Run = %v, want nil after draining", err)
+			}
+			env.run <- err // for the cleanup
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return after its last job ended")
+		}
+		if j := env.wait(t, first); j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+			t.Fatalf("the running job ended %v, want SUCCEEDED", j.GetState())
+		}
+		if j, _ := env.c.Get(context.Background(), second); j.GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED {
+			t.Fatalf("a job submitted after shutdown is %v, want still QUEUED", j.GetState())
+		}
+	})
+}
+
+func TestWorkerStopsHandlersThatOutliveTheDrainTimeout(t *testing.T) {
+	forEachBackend(t, client.WorkerConfig{DrainTimeout: 50 * time.Millisecond}, nil, func(w *client.Worker) {
+		w.Handle("endless", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		})
+	}, func(t *testing.T, env *workerEnv) {
+		id := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "endless"})
+		env.watchUntil(t, id, "running", func(j *jobwatchv1.Job) bool {
+			return j.GetState() == jobwatchv1.JobState_JOB_STATE_RUNNING
+		})
+		env.stop()
+		j := env.wait(t, id)
+		if j.GetState() != jobwatchv1.JobState_JOB_STATE_FAILED || j.GetError().GetType() != "WorkerStopped" {
+			t.Fatalf("job %v %v, want FAILED with WorkerStopped", j.GetState(), j.GetError())
+		}
+	})
+}
+
+func TestWorkerRunsAtMostConcurrencyJobsAtOnce(t *testing.T) {
+	var mu sync.Mutex
+	running, peak := 0, 0
+	forEachBackend(t, client.WorkerConfig{Concurrency: 2}, nil, func(w *client.Worker) {
+		w.Handle("c", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+			mu.Lock()
+			running++
+			peak = max(peak, running)
+			mu.Unlock()
+			time.Sleep(30 * time.Millisecond)
+			mu.Lock()
+			running--
+			mu.Unlock()
+			return nil, nil
+		})
+	}, func(t *testing.T, env *workerEnv) {
+		mu.Lock()
+		peak = 0
+		mu.Unlock()
+		var ids []string
+		for range 6 {
+			ids = append(ids, env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "c"}))
+		}
+		for _, id := range ids {
+			env.wait(t, id)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if peak != 2 {
+			t.Fatalf("at most %d jobs ran at once, want 2", peak)
+		}
+	})
+}
