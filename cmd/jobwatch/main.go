@@ -22,6 +22,16 @@ Usage:
 
 Commands:
   serve    run the server (HTTP/1.1 and h2c on one port)
+  demo     run a server with demo workers and jobs; prints the page's URL
+  submit   submit a job: jobwatch submit KIND [--payload JSON] [--wait]
+  get      show a job: jobwatch get ID
+  list     list jobs, newest first
+  cancel   cancel a job: jobwatch cancel ID
+  start    start a held (PENDING) job: jobwatch start ID
+  wait     wait for a job to end; the exit status says how it ended
+  watch    follow a job's progress live
+  worker   run a shell command for each job of a kind
+  bench    measure how soon waits and watches learn that a job ended
   help     print this text
 
 Run "jobwatch <command> -h" for a command's flags.
@@ -47,6 +57,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "serve":
 		err = serve(ctx, rest, stderr)
+	case "demo":
+		err = demo(ctx, rest, stdout, stderr)
+	case "submit":
+		err = submit(ctx, rest, stdout, stderr)
+	case "get":
+		err = get(ctx, rest, stdout, stderr)
+	case "list":
+		err = list(ctx, rest, stdout, stderr)
+	case "cancel":
+		err = cancel(ctx, rest, stdout, stderr)
+	case "start":
+		err = start(ctx, rest, stdout, stderr)
+	case "wait":
+		err = wait(ctx, rest, stdout, stderr)
+	case "watch":
+		err = watch(ctx, rest, stdout, stderr)
+	case "worker":
+		err = worker(ctx, rest, stdout, stderr)
+	case "bench":
+		err = bench(ctx, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -54,9 +84,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "jobwatch: unknown command %q\n\n%s", cmd, usage)
 		return 2
 	}
+	var exit exitCodeError // a job's outcome (wait, watch): its own exit status
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.As(err, &exit):
+		if exit.msg != "" {
+			fmt.Fprintln(stderr, "jobwatch:", exit.msg)
+		}
+		return exit.code
 	case errors.As(err, new(usageError)):
 		fmt.Fprintln(stderr, "jobwatch:", err)
 		return 2

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"jobwatch/client"
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+)
+
+// Exit codes of the client commands. wait, watch and submit --wait end
+// with the job's outcome; every command ends 1 when the call failed (the
+// server refused it or could not be reached) and 2 on a usage error.
+const (
+	exitSucceeded = 0
+	exitError     = 1
+	exitUsage     = 2
+	exitFailed    = 3
+	exitCancelled = 4
+	exitLost      = 5
+)
+
+const exitCodesHelp = `Exit status (wait, watch, submit --wait):
+  0  the job SUCCEEDED
+  3  the job FAILED
+  4  the job was CANCELLED
+  5  the job was LOST (its worker stopped heartbeating)
+  1  the call failed: unknown job, refused, or the server unreachable
+     past --timeout
+  2  usage error`
+
+// exitCodeError ends the command with code, printing msg (if any) to
+// stderr.
+type exitCodeError struct {
+	code int
+	msg  string
+}
+
+func (e exitCodeError) Error() string { return e.msg }
+
+// outcome is the exit status for a terminal job.
+func outcome(j *jobwatchv1.Job) error {
+	code := map[jobwatchv1.JobState]int{
+		jobwatchv1.JobState_JOB_STATE_SUCCEEDED: exitSucceeded,
+		jobwatchv1.JobState_JOB_STATE_FAILED:    exitFailed,
+		jobwatchv1.JobState_JOB_STATE_CANCELLED: exitCancelled,
+		jobwatchv1.JobState_JOB_STATE_LOST:      exitLost,
+	}[j.GetState()]
+	if code == 0 {
+		return nil
+	}
+	return exitCodeError{code: code}
+}
+
+// clientFlags are the flags every client command takes.
+type clientFlags struct {
+	server string
+	token  string
+	json   bool
+}
+
+func (f *clientFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.server, "server", envOr("JOBWATCH_SERVER", "http://127.0.0.1:8080"),
+		"server `URL` (env JOBWATCH_SERVER)")
+	fs.StringVar(&f.token, "token", os.Getenv("JOBWATCH_TOKEN"), "bearer `token` (env JOBWATCH_TOKEN)")
+	fs.BoolVar(&f.json, "json", false, "print jobs as JSON (one object per line)")
+}
+
+func (f *clientFlags) client(stderr io.Writer, quietRetries bool) (*client.Client, error) {
+	if err := client.ValidBaseURL(f.server); err != nil {
+		return nil, usageError{fmt.Sprintf("--server: %v", err)}
+	}
+	opts := []client.Option{client.WithToken(f.token)}
+	if !quietRetries {
+		opts = append(opts, client.WithRetryNotify(func(err error, d time.Duration) {
+			fmt.Fprintf(stderr, "jobwatch: %v; retrying in %v\n", err, d.Round(10*time.Millisecond))
+		}))
+	}
+	return client.New(f.server, opts...), nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// parseArgs parses flags that may come before, between or after the
+// positional arguments ("submit enrich --wait" as well as
+// "submit --wait enrich"), which the flag package alone does not allow.
+// It requires exactly want positional arguments, named in usage.
+func parseArgs(fs *flag.FlagSet, args []string, want int, names string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(pos) != want {
+		if want == 0 {
+			return nil, usageError{fmt.Sprintf("%s takes no arguments, got %q", fs.Name(), pos)}
+		}
+		return nil, usageError{fmt.Sprintf("usage: %s %s [flags]", fs.Name(), names)}
+	}
+	return pos, nil
+}
+
+// callError describes a failed call for a person at a terminal.
+func callError(what string, err error) error {
+	if errors.Is(err, client.ErrJobNotFound) || errors.Is(err, client.ErrJobNotStarted) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return fmt.Errorf("%s: %s: %s", what, ce.Code(), ce.Message())
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// stateName is a state as people say it: "RUNNING".
+func stateName(s jobwatchv1.JobState) string {
+	return strings.TrimPrefix(s.String(), "JOB_STATE_")
+}
+
+// parseState accepts "running", "RUNNING" or "JOB_STATE_RUNNING".
+func parseState(s string) (jobwatchv1.JobState, error) {
+	name := strings.ToUpper(strings.TrimSpace(s))
+	if !strings.HasPrefix(name, "JOB_STATE_") {
+		name = "JOB_STATE_" + name
+	}
+	v, ok := jobwatchv1.JobState_value[name]
+	if !ok || v == 0 {
+		return 0, usageError{fmt.Sprintf("unknown state %q: want pending, queued, running, succeeded, failed, cancelled or lost", s)}
+	}
+	return jobwatchv1.JobState(v), nil
+}
+
+var jsonLine = protojson.MarshalOptions{}
+
+// printJSON prints m as one line of JSON.
+func printJSON(w io.Writer, m proto.Message) error {
+	b, err := jsonLine.Marshal(m)
+	if err != nil {
+		return err
+	}
+	// protojson may add random spaces to stop people depending on its
+	// output byte for byte; one object per line is all we promise.
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// valueJSON is a payload or result as compact JSON, "" for none.
+func valueJSON(v *structpb.Value) string {
+	if v == nil {
+		return ""
+	}
+	b, err := protojson.Marshal(v)
+	if err != nil {
+		return "?"
+	}
+	return string(b)
+}
+
+// summary is one line about a job: id, state, progress and the outcome.
+func summary(j *jobwatchv1.Job) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %d%%", j.GetId(), stateName(j.GetState()), j.GetPercent())
+	if j.GetStep() != "" {
+		fmt.Fprintf(&b, " %q", j.GetStep())
+	}
+	if e := j.GetError(); e != nil {
+		fmt.Fprintf(&b, " error=%s", e.GetType())
+		if e.GetMessage() != "" {
+			fmt.Fprintf(&b, " %q", e.GetMessage())
+		}
+	}
+	if r := valueJSON(j.GetResult()); r != "" {
+		fmt.Fprintf(&b, " result=%s", r)
+	}
+	return b.String()
+}
+
+// printJob prints a job for a person, one field per line, or as JSON.
+func printJob(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
+	if asJSON {
+		return printJSON(w, j)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
+		}
+	}
+	row("id", j.GetId())
+	row("kind", j.GetKind())
+	row("tenant", j.GetTenant())
+	row("queue", j.GetQueue())
+	row("state", stateName(j.GetState()))
+	row("progress", strings.TrimSpace(fmt.Sprintf("%d%% %s", j.GetPercent(), j.GetStep())))
+	row("attempt", fmt.Sprintf("%d of %d", j.GetAttempt(), j.GetMaxAttempts()))
+	row("unique key", j.GetUniqueKey())
+	row("worker", j.GetWorkerId())
+	row("created", formatTime(j.GetCreatedAt().AsTime(), j.GetCreatedAt() != nil))
+	row("started", formatTime(j.GetStartedAt().AsTime(), j.GetStartedAt() != nil))
+	row("finished", formatTime(j.GetFinishedAt().AsTime(), j.GetFinishedAt() != nil))
+	row("payload", valueJSON(j.GetPayload()))
+	row("result", valueJSON(j.GetResult()))
+	if e := j.GetError(); e != nil {
+		row("error", strings.TrimSuffix(e.GetType()+": "+e.GetMessage(), ": "))
+	}
+	row("version", fmt.Sprint(j.GetVersion()))
+	return tw.Flush()
+}
+
+func formatTime(t time.Time, set bool) string {
+	if !set {
+		return ""
+	}
+	return t.Local().Format(time.DateTime)
+}

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"jobwatch/client"
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"jobwatch/jobs"
+	"jobwatch/server"
+	"jobwatch/store/sqlite"
+	"jobwatch/web"
+)
+
+const demoUsage = `Usage: jobwatch demo [flags]
+
+Runs a server on a local SQLite file with in-process workers for four demo
+kinds, submits a few jobs and keeps submitting new ones, so the page has
+something to show. Open the URL it prints.
+
+  enrich   processes a catalogue in batches ("batch 5 of 11")
+  pairing  runs weighted phases (loading is quick, matching is most of it)
+  flaky    fails with a typed, retryable error; FAILED after its 2 attempts
+  hang     stops heartbeating and is LOST after the lease timeout
+
+Flags:
+`
+
+// demoKinds are the kinds the demo's workers run, in submission rotation.
+var demoKinds = []string{"enrich", "pairing", "flaky", "hang"}
+
+// demo runs "jobwatch demo".
+func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var addr, db string
+	var every, leaseTimeout time.Duration
+	var concurrency int
+	fs := newFlagSet("demo", stderr)
+	fs.StringVar(&addr, "addr", "127.0.0.1:8080", "`host:port` to listen on")
+	fs.StringVar(&db, "db", "jobwatch-demo.db", "SQLite database `file` (created if missing)")
+	fs.DurationVar(&every, "every", 6*time.Second, "submit a new demo job this often (0: only the first few)")
+	fs.DurationVar(&leaseTimeout, "lease-timeout", 5*time.Second, "how long a silent job runs before it is LOST")
+	fs.IntVar(&concurrency, "concurrency", 4, "demo jobs that run at once")
+	fs.Usage = func() { fmt.Fprint(stderr, demoUsage); fs.PrintDefaults() }
+	if _, err := parseArgs(fs, args, 0, ""); err != nil {
+		return err
+	}
+	if err := checkLoopback(addr, false); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	st, err := sqlite.Open(db)
+	if err != nil {
+		return fmt.Errorf("open database %s: %w", db, err)
+	}
+	defer st.Close()
+	metrics := server.NewMetrics()
+	engine := jobs.New(st, jobs.Config{
+		LeaseTimeout:        leaseTimeout,
+		SweepInterval:       250 * time.Millisecond,
+		RetryInitialBackoff: time.Second,
+		RetryMaxBackoff:     2 * time.Second,
+		Logger:              log,
+		Metrics:             metrics,
+	})
+	srv := server.New(engine, server.Config{
+		Logger:    log,
+		Metrics:   metrics,
+		DemoKinds: demoKinds,
+		Version:   version(),
+		Page:      web.Handler(),
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+
+	// Everything but the server stops when ctx ends; the server then
+	// shuts down, and the engine's duties run until it has.
+	engineCtx, stopEngine := context.WithCancel(context.Background())
+	defer stopEngine()
+	var bg sync.WaitGroup
+	bg.Go(func() { _ = engine.Run(engineCtx) })
+
+	w := client.NewWorker(&demoBackend{WorkerBackend: client.EngineBackend(engine, 0)}, client.WorkerConfig{
+		ID:                "demo-worker",
+		Concurrency:       concurrency,
+		HeartbeatInterval: leaseTimeout / 5,
+		DrainTimeout:      2 * time.Second,
+		Logger:            log,
+	})
+	w.Handle("enrich", enrichJob)
+	w.Handle("pairing", pairingJob)
+	w.Handle("flaky", flakyJob)
+	w.Handle("hang", hangJob)
+	bg.Go(func() {
+		if err := w.Run(ctx); err != nil {
+			log.Error("demo worker stopped", "err", err)
+		}
+	})
+	bg.Go(func() { submitDemoJobs(ctx, engine, every, log) })
+
+	url := "http://" + ln.Addr().String() + "/"
+	fmt.Fprintf(stdout, "jobwatch demo: open %s\n", url)
+	fmt.Fprintf(stdout, "  try: jobwatch --server http://%s list   (Ctrl-C stops the demo)\n", ln.Addr())
+	err = srv.Serve(ctx, ln)
+	stopEngine() // engine.Run is one of bg's goroutines
+	bg.Wait()
+	return err
+}
+
+// submitDemoJobs submits one job of each kind, then a random one every
+// interval, until ctx ends.
+func submitDemoJobs(ctx context.Context, e *jobs.Engine, every time.Duration, log *slog.Logger) {
+	submit := func(kind string) {
+		r := jobs.SubmitRequest{Tenant: "demo", Kind: kind}
+		switch kind {
+		case "enrich":
+			r.Payload = json.RawMessage(fmt.Sprintf(`{"catalogue":"spring-%d","batches":%d}`, rand.N(90)+10, rand.N(8)+6))
+		case "pairing":
+			r.Payload = json.RawMessage(fmt.Sprintf(`{"products":%d}`, (rand.N(40)+10)*100))
+		case "flaky":
+			r.MaxAttempts = 2
+		}
+		if _, err := e.Submit(ctx, r); err != nil && ctx.Err() == nil {
+			log.Warn("demo submit failed", "kind", kind, "err", err)
+		}
+	}
+	for _, k := range demoKinds {
+		submit(k)
+	}
+	if every <= 0 {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	// enrich and pairing are what a page should mostly show; the failing
+	// and hanging kinds come now and then.
+	weighted := []string{"enrich", "enrich", "enrich", "pairing", "pairing", "flaky", "hang"}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			submit(weighted[rand.N(len(weighted))])
+		}
+	}
+}
+
+// sleep waits d or until ctx ends, reporting which.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+// enrichJob enriches a catalogue batch by batch: the percent is the share
+// of batches done and the step says which batch.
+func enrichJob(ctx context.Context, job *jobwatchv1.Job, progress client.Progress) (any, error) {
+	var p struct {
+		Batches int `json:"batches"`
+	}
+	decodePayload(job, &p)
+	p.Batches = max(p.Batches, 1)
+	rows := 0
+	for i := 1; i <= p.Batches; i++ {
+		progress((i-1)*100/p.Batches, fmt.Sprintf("batch %d of %d", i, p.Batches))
+		if err := sleep(ctx, time.Duration(600+rand.N(900))*time.Millisecond); err != nil {
+			return nil, err
+		}
+		rows += 200 + rand.N(300)
+	}
+	return map[string]any{"batches": p.Batches, "rows_enriched": rows}, nil
+}
+
+// pairingJob runs phases of very different lengths; each phase's weight
+// is its share of the bar, so the percent moves at an honest speed.
+func pairingJob(ctx context.Context, job *jobwatchv1.Job, progress client.Progress) (any, error) {
+	phases := []struct {
+		name   string
+		weight int // percent of the whole
+		steps  int
+	}{
+		{"load catalogue", 10, 2},
+		{"match candidates", 60, 12},
+		{"score pairs", 25, 5},
+		{"write report", 5, 1},
+	}
+	done := 0
+	for _, ph := range phases {
+		for s := 1; s <= ph.steps; s++ {
+			progress(done+ph.weight*(s-1)/ph.steps, fmt.Sprintf("%s (%d/%d)", ph.name, s, ph.steps))
+			if err := sleep(ctx, time.Duration(300+rand.N(400))*time.Millisecond); err != nil {
+				return nil, err
+			}
+		}
+		done += ph.weight
+	}
+	return map[string]any{"pairs": 1000 + rand.N(4000), "unmatched": rand.N(200)}, nil
+}
+
+// UpstreamTimeoutError is the flaky kind's failure: a typed error whose
+// message is written for callers, and worth a retry.
+type UpstreamTimeoutError struct {
+	Service string
+	After   time.Duration
+}
+
+func (e *UpstreamTimeoutError) Error() string {
+	return fmt.Sprintf("%s did not answer within %v", e.Service, e.After)
+}
+func (e *UpstreamTimeoutError) PublicMessage() string { return e.Error() }
+func (e *UpstreamTimeoutError) Retryable() bool       { return true }
+
+// flakyJob gets some way and then fails with UpstreamTimeoutError.
+func flakyJob(ctx context.Context, job *jobwatchv1.Job, progress client.Progress) (any, error) {
+	for i := 1; i <= 3; i++ {
+		progress(i*20, fmt.Sprintf("calling pricing API (try %d of 3)", i))
+		if err := sleep(ctx, 700*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	return nil, &UpstreamTimeoutError{Service: "pricing API", After: 2 * time.Second}
+}
+
+// hangJob starts, reports a little progress and then never returns; its
+// worker goes silent (see demoBackend) and the job is LOST.
+func hangJob(ctx context.Context, job *jobwatchv1.Job, progress client.Progress) (any, error) {
+	progress(15, "waiting for the upstream export")
+	<-ctx.Done()
+	return nil, context.Cause(ctx)
+}
+
+func decodePayload(job *jobwatchv1.Job, v any) {
+	if job.GetPayload() == nil {
+		return
+	}
+	b, err := job.GetPayload().MarshalJSON()
+	if err == nil {
+		_ = json.Unmarshal(b, v)
+	}
+}
+
+// demoBackend plays a worker that freezes while running a "hang" job: it
+// forwards that job's heartbeats for the first second and then swallows
+// them, as a stuck process would, so the engine's reaper sees a silent
+// lease and marks the job LOST. Once the lease must have expired it
+// forwards again, learns the lease is lost, and the worker frees the slot.
+type demoBackend struct {
+	client.WorkerBackend
+	mu     sync.Mutex
+	frozen map[string]time.Time // lease id → when it went silent
+}
+
+func (b *demoBackend) Heartbeat(ctx context.Context, l *client.Lease, percent int32, step string) (bool, error) {
+	if l.Job.GetKind() != "hang" {
+		return b.WorkerBackend.Heartbeat(ctx, l, percent, step)
+	}
+	b.mu.Lock()
+	if b.frozen == nil {
+		b.frozen = make(map[string]time.Time)
+	}
+	since, ok := b.frozen[l.ID]
+	if !ok {
+		since = time.Now().Add(time.Second)
+		b.frozen[l.ID] = since
+	}
+	b.mu.Unlock()
+	if now := time.Now(); now.Before(since) || now.After(since.Add(l.TTL+time.Second)) {
+		cancelled, err := b.WorkerBackend.Heartbeat(ctx, l, percent, step)
+		if err != nil || cancelled {
+			b.mu.Lock()
+			delete(b.frozen, l.ID)
+			b.mu.Unlock()
+		}
+		return cancelled, err
+	}
+	return false, nil
+}

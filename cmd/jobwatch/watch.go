@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"jobwatch/client"
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+)
+
+const watchUsage = `Usage: jobwatch watch ID [flags]
+
+Follows a job until it ends. On a terminal it draws a live progress bar
+with the percent, the step text and the elapsed time; otherwise (a pipe,
+a file, --json) it prints one line per new snapshot. It resumes after
+server restarts and dropped connections without repeating a snapshot.
+
+` + exitCodesHelp + `
+
+Flags:
+`
+
+// watch runs "jobwatch watch ID".
+func watch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cf clientFlags
+	var timeout time.Duration
+	var display string
+	fs := newFlagSet("watch", stderr)
+	cf.register(fs)
+	fs.DurationVar(&timeout, "timeout", 0, "give up after this long (exit 1); 0 watches as long as it takes")
+	fs.StringVar(&display, "progress", "auto", "`how` to show snapshots: bar, lines, or auto (bar on a terminal)")
+	fs.Usage = func() { fmt.Fprint(stderr, watchUsage); fs.PrintDefaults() }
+	pos, err := parseArgs(fs, args, 1, "ID")
+	if err != nil {
+		return err
+	}
+	switch display {
+	case "auto":
+		display = "lines"
+		if !cf.json && isTerminal(stdout) {
+			display = "bar"
+		}
+	case "bar", "lines":
+	default:
+		return usageError{fmt.Sprintf("--progress %q: want bar, lines or auto", display)}
+	}
+	c, err := cf.client(stderr, false)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errTimeout)
+		defer cancel()
+	}
+
+	var show func(*jobwatchv1.Job) error
+	var tick func()
+	switch {
+	case cf.json:
+		show = func(j *jobwatchv1.Job) error { return printJSON(stdout, j) }
+	case display == "bar":
+		b := &bar{w: stdout, now: time.Now}
+		show = func(j *jobwatchv1.Job) error { b.job = j; b.draw(); return nil }
+		tick = func() {
+			if b.job != nil {
+				b.draw()
+			}
+		}
+	default:
+		show = func(j *jobwatchv1.Job) error { return printLine(stdout, j) }
+	}
+
+	last, err := follow(ctx, c, pos[0], show, tick)
+	if display == "bar" && !cf.json && last != nil {
+		fmt.Fprintln(stdout)
+		if e := last.GetError(); e != nil {
+			fmt.Fprintln(stdout, strings.TrimSuffix("error: "+e.GetType()+": "+e.GetMessage(), ": "))
+		}
+		if r := valueJSON(last.GetResult()); r != "" {
+			fmt.Fprintln(stdout, "result:", r)
+		}
+	}
+	if err != nil {
+		return callError("watch", err)
+	}
+	return outcome(last)
+}
+
+// follow shows each snapshot of the job until the terminal one, calling
+// tick every second in between (the bar's elapsed time must move while
+// nothing else does). It returns the last snapshot shown.
+func follow(ctx context.Context, c *client.Client, id string, show func(*jobwatchv1.Job) error,
+	tick func()) (*jobwatchv1.Job, error) {
+	type item struct {
+		job *jobwatchv1.Job
+		err error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	items := make(chan item)
+	go func() {
+		defer close(items)
+		for j, err := range c.Watch(ctx, id) {
+			select {
+			case items <- item{j, err}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	var last *jobwatchv1.Job
+	for {
+		select {
+		case it, ok := <-items:
+			if !ok {
+				return last, nil
+			}
+			if it.err != nil {
+				return last, it.err
+			}
+			last = it.job
+			if err := show(it.job); err != nil {
+				return last, err
+			}
+		case <-ticker.C:
+			if tick != nil {
+				tick()
+			}
+		}
+	}
+}
+
+// printLine prints one snapshot as a line a log reader can follow.
+func printLine(w io.Writer, j *jobwatchv1.Job) error {
+	_, err := fmt.Fprintf(w, "%s v%d %s\n", time.Now().Format("15:04:05"), j.GetVersion(), summary(j))
+	return err
+}
+
+// bar draws a job's progress on one terminal line, redrawn in place:
+//
+//	[############............]  45%  RUNNING  batch 5 of 11  0:12
+type bar struct {
+	w   io.Writer
+	job *jobwatchv1.Job
+	now func() time.Time
+}
+
+const barWidth = 30
+
+func (b *bar) draw() {
+	j := b.job
+	filled := int(j.GetPercent()) * barWidth / 100
+	step := j.GetStep()
+	if r := []rune(step); len(r) > 40 {
+		step = string(r[:39]) + "…"
+	}
+	// \r returns to the line's start and \x1b[K clears what a longer
+	// previous line left behind.
+	fmt.Fprintf(b.w, "\r\x1b[K[%s%s] %3d%%  %-9s  %s  %s",
+		strings.Repeat("#", filled), strings.Repeat(".", barWidth-filled),
+		j.GetPercent(), stateName(j.GetState()), formatElapsed(b.elapsed()), step)
+}
+
+// elapsed is how long the job has been running (or ran), by the server's
+// timestamps where it can, so it is right however late the watch began.
+func (b *bar) elapsed() time.Duration {
+	j := b.job
+	start := j.GetStartedAt()
+	if start == nil {
+		start = j.GetCreatedAt()
+	}
+	if start == nil {
+		return 0
+	}
+	end := b.now()
+	if f := j.GetFinishedAt(); f != nil {
+		end = f.AsTime()
+	}
+	return max(end.Sub(start.AsTime()), 0)
+}
+
+func formatElapsed(d time.Duration) string {
+	d = d.Round(time.Second)
+	h, m, s := int(d.Hours()), int(d.Minutes())%60, int(d.Seconds())%60
+	if h > 0 {
+		return fmt.Sprintf("%d:%02d:%02d", h, m, s)
+	}
+	return fmt.Sprintf("%d:%02d", m, s)
+}
+
+// isTerminal reports whether w is a terminal (a character device), which
+// is all the bar needs to know; it writes only \r and one ANSI code.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
