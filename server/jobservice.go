@@ -25,7 +25,7 @@ func (s *Server) capDeadline(ctx context.Context, limit time.Duration) time.Time
 	now := time.Now()
 	deadline := now.Add(limit)
 	if callerDeadline, ok := ctx.Deadline(); ok {
-		margin := min(s.cfg.DeadlineMargin, callerDeadline.Sub(now)/10)
+		margin := max(0, min(s.cfg.DeadlineMargin, callerDeadline.Sub(now)/10))
 		if d := callerDeadline.Add(-margin); d.Before(deadline) {
 			deadline = d
 		}

@@ -203,7 +203,8 @@ const (
 // knowledge) side by side, until ctx ends. Then it shuts down in order:
 // the engine first, so every parked WaitJob, WatchJob and ClaimJob answers
 // OK at once, then the HTTP server, which waits up to ShutdownGrace for
-// calls in flight. It returns nil after a clean shutdown.
+// calls in flight, then closes what is left (and logs it). It returns nil
+// once shut down, or the listener's error.
 //
 // There are no read or write timeouts: they would cut long-polls and
 // streams. Slow clients are bounded by ReadHeaderTimeout, dead ones by
@@ -239,13 +240,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.engine.Shutdown()
 	graceCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
 	defer cancel()
-	err := hs.Shutdown(graceCtx)
-	if err != nil {
+	if err := hs.Shutdown(graceCtx); err != nil {
 		s.log.Warn("calls still in flight after the grace period; closing them", "err", err)
 		hs.Close()
 	}
-	if serveErr := <-served; !errors.Is(serveErr, http.ErrServerClosed) {
-		return serveErr
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
 	}
-	return err
+	return nil
 }
