@@ -11,6 +11,8 @@ import "./style.css";
 
 const tenantKey = "jobwatch.tenant";
 const queuePollMs = 5000;
+// The list keeps every active job and at most this many in all.
+const maxJobsShown = 200;
 
 const book = new JobBook();
 const statusEl = byId<HTMLElement>("status");
@@ -53,6 +55,7 @@ function startFeed(): void {
       }
       if (changed.length > 0) {
         list.render(book, changed);
+        list.remove(book.trim(maxJobsShown, detail.shown));
         refreshDetail();
         soonPollQueues();
       }

@@ -44,6 +44,24 @@ export class JobBook {
     return [...this.jobs.values()].sort(compareNewestFirst);
   }
 
+  // trim forgets the oldest ended jobs beyond max (never keep), so a page
+  // left open for days stays small. An ended job never changes again, so
+  // it cannot come back through the stream. It returns the ids forgotten.
+  trim(max: number, keep: string): string[] {
+    const removed: string[] = [];
+    const ordered = this.newestFirst();
+    for (let i = ordered.length - 1; i >= 0 && this.jobs.size > max; i--) {
+      const job = ordered[i]!;
+      if (job.id === keep || !isTerminal(job.state)) {
+        continue;
+      }
+      this.jobs.delete(job.id);
+      this.seen.delete(job.id);
+      removed.push(job.id);
+    }
+    return removed;
+  }
+
   clear(): void {
     this.jobs.clear();
     this.seen.clear();

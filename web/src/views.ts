@@ -127,6 +127,15 @@ export class JobList {
     this.markSelected();
   }
 
+  remove(ids: string[]): void {
+    for (const id of ids) {
+      this.rows.get(id)?.el.remove();
+      this.rows.delete(id);
+    }
+    this.empty.hidden = this.rows.size > 0;
+    setText(this.count, this.rows.size === 0 ? "" : `${this.rows.size} recent`);
+  }
+
   select(id: string): void {
     this.selected = id;
     this.markSelected();
