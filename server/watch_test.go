@@ -216,3 +216,40 @@ func TestWatchJobResumesAcrossAServerRestart(t *testing.T) {
 	}
 	wantEndOK(t, s)
 }
+
+func TestWatchJobsStreamsATenantsJobsAsTheyChange(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{Keepalive: -1}})
+	c := ts.h2c()
+	old := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "page", Tenant: "acme"})
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "page", Tenant: "someone-else"})
+
+	ctx, disconnect := context.WithTimeout(context.Background(), 10*time.Second)
+	defer func() {
+		disconnect()
+		ts.waitForGauge("jobwatch_open_watches", 0)
+	}()
+	stream, err := c.jobs.WatchJobs(ctx, &jobwatchv1.WatchJobsRequest{Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() {
+		t.Fatalf("no first batch: %v", stream.Err())
+	}
+	first := stream.Msg()
+	if len(first.GetJobs()) != 1 || first.GetJobs()[0].GetId() != old.GetId() || first.GetResumeToken() == "" {
+		t.Fatalf("first batch = %v, want acme's one job and a resume token", first)
+	}
+
+	added := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "page", Tenant: "acme"})
+	for stream.Receive() {
+		for _, j := range stream.Msg().GetJobs() {
+			if j.GetTenant() != "acme" {
+				t.Fatalf("stream of acme sent %v", j)
+			}
+			if j.GetId() == added.GetId() {
+				return
+			}
+		}
+	}
+	t.Fatalf("stream ended (%v) before the new job arrived", stream.Err())
+}
