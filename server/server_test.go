@@ -273,6 +273,37 @@ func TestHealthAndReflectionAnswer(t *testing.T) {
 	})
 }
 
+// The v1alpha reflection service is what older grpcurl builds ask for.
+// Its messages are internal to grpcreflect, so this only checks that a
+// gRPC call there reaches a handler (HTTP 200 with a grpc-status) where an
+// unknown service gets 404.
+func TestReflectionV1AlphaIsRouted(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	hc := ts.h2cClient()
+	for path, wantStatus := range map[string]int{
+		"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": http.StatusOK,
+		"/no.such.Service/Method": http.StatusNotFound,
+	} {
+		req, err := http.NewRequest(http.MethodPost, ts.url+path, strings.NewReader(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/grpc")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != wantStatus {
+			t.Errorf("POST %s = %d, want %d", path, resp.StatusCode, wantStatus)
+		}
+		if wantStatus == http.StatusOK && resp.Trailer.Get("Grpc-Status") == "" && resp.Header.Get("Grpc-Status") == "" {
+			t.Errorf("POST %s has no grpc-status", path)
+		}
+	}
+}
+
 func TestThePlaceholderPageIsServedAtTheRoot(t *testing.T) {
 	ts := startServer(t, serverOptions{})
 	resp := do(t, http.MethodGet, ts.url+"/")
