@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -316,6 +318,14 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 		p.waitFor("four jobs", `document.querySelectorAll("li.job").length === 4`)
 	})
 
+	t.Run("the page follows every job on one stream", func(t *testing.T) {
+		// Four jobs on screen, one WatchJobs stream open: a browser allows
+		// only six HTTP/1.1 connections per origin.
+		if got := openWatches(t, addr); got != 1 {
+			t.Errorf("open watches on the server = %v, want 1", got)
+		}
+	})
+
 	t.Run("the queue panel counts what is queued and running", func(t *testing.T) {
 		p.t = t
 		p.waitFor("one queued", textIs(`tr[data-queue="default"] .queued`, "1"))
@@ -336,4 +346,30 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", path)
+}
+
+// openWatches reads the server's gauge of open WatchJob and WatchJobs
+// streams from /metrics.
+func openWatches(t *testing.T, addr string) float64 {
+	t.Helper()
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "jobwatch_open_watches "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metrics line %q: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no jobwatch_open_watches in /metrics:\n%s", body)
+	return 0
 }
