@@ -1,0 +1,430 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"jobwatch/client"
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"jobwatch/jobs"
+	"jobwatch/server"
+	"jobwatch/store"
+	"jobwatch/store/sqlite"
+)
+
+// TestMain lets the test binary be the jobwatch binary: with
+// JOBWATCH_TEST_RUN_MAIN set it runs main instead of the tests, so the
+// CLI tests drive real processes (exit codes, stdin/stdout, signals)
+// without a separate go build.
+func TestMain(m *testing.M) {
+	if os.Getenv("JOBWATCH_TEST_RUN_MAIN") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// runInProcess runs the command as main would, in this process: for the
+// commands whose outcome does not depend on being a process of their own.
+func runInProcess(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	code = run(ctx, args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// jobwatchCmd is a jobwatch process with args.
+func jobwatchCmd(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "JOBWATCH_TEST_RUN_MAIN=1", "JOBWATCH_SERVER=", "JOBWATCH_TOKEN=")
+	return cmd
+}
+
+// runJobwatch runs jobwatch to its end and returns its exit status and
+// output.
+func runJobwatch(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := jobwatchCmd(ctx, args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("run jobwatch %v: %v", args, err)
+	}
+	return cmd.ProcessState.ExitCode(), out.String(), errOut.String()
+}
+
+// cliServer is a real server over a real SQLite file, in the test process;
+// the commands under test are separate processes talking to it.
+type cliServer struct {
+	URL    string
+	Engine *jobs.Engine
+	Client *client.Client
+}
+
+func startCLIServer(t *testing.T, leaseTimeout time.Duration) *cliServer {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "jobwatch.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	engine := jobs.New(st, jobs.Config{
+		LeaseTimeout: leaseTimeout, SweepInterval: 20 * time.Millisecond,
+		RetryInitialBackoff: 10 * time.Millisecond, RetryMaxBackoff: 10 * time.Millisecond, Logger: log,
+	})
+	srv := server.New(engine, server.Config{Logger: log, ShutdownGrace: 100 * time.Millisecond})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	bg.Go(func() { _ = engine.Run(ctx) })
+	bg.Go(func() { _ = srv.Serve(ctx, ln) })
+	s := &cliServer{URL: "http://" + ln.Addr().String(), Engine: engine}
+	s.Client = client.New(s.URL)
+	t.Cleanup(func() {
+		s.Client.Close()
+		cancel()
+		bg.Wait()
+		st.Close()
+	})
+	return s
+}
+
+func (s *cliServer) submit(t *testing.T, req *jobwatchv1.SubmitJobRequest) string {
+	t.Helper()
+	j, err := s.Client.Submit(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j.GetId()
+}
+
+func (s *cliServer) claim(t *testing.T, kind string) store.Job {
+	t.Helper()
+	j, err := s.Engine.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "test", Kinds: []string{kind}},
+		time.Now().Add(5*time.Second))
+	if err != nil {
+		t.Fatalf("claim %s: %v", kind, err)
+	}
+	return j
+}
+
+func TestWaitExitStatusSaysHowTheJobEnded(t *testing.T) {
+	s := startCLIServer(t, 100*time.Millisecond)
+	ctx := context.Background()
+	tests := []struct {
+		name     string
+		job      func(t *testing.T) string
+		wantCode int
+		wantOut  string
+	}{
+		{"a job that succeeds exits 0", func(t *testing.T) string {
+			id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "ok"})
+			j := s.claim(t, "ok")
+			if _, err := s.Engine.Complete(ctx, j.ID, j.LeaseID, []byte(`{"rows":3}`)); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}, 0, `SUCCEEDED 100% result={"rows":3}`},
+		{"a job that fails exits 3", func(t *testing.T) string {
+			id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "bad"})
+			j := s.claim(t, "bad")
+			if _, err := s.Engine.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "QuotaError"}, false); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}, 3, "FAILED 0% error=QuotaError"},
+		{"a cancelled job exits 4", func(t *testing.T) string {
+			id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "dropped"})
+			if _, err := s.Engine.Cancel(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}, 4, "CANCELLED"},
+		{"a job whose worker went silent exits 5 once it is lost", func(t *testing.T) string {
+			id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "silent"})
+			s.claim(t, "silent") // and never a heartbeat: LOST after 100ms
+			return id
+		}, 5, "LOST"},
+		{"an unknown job exits 1", func(t *testing.T) string {
+			return "j_00000000000000000000000000"
+		}, 1, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := tt.job(t)
+			code, out, errOut := runJobwatch(t, "wait", id, "--server", s.URL)
+			if code != tt.wantCode || !strings.Contains(out, tt.wantOut) {
+				t.Fatalf("jobwatch wait = exit %d, stdout %q (stderr %q); want exit %d with %q",
+					code, out, errOut, tt.wantCode, tt.wantOut)
+			}
+		})
+	}
+
+	t.Run("a job that ends while the command waits exits with its outcome", func(t *testing.T) {
+		id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "later"})
+		go func() {
+			time.Sleep(200 * time.Millisecond)
+			j, err := s.Engine.Claim(ctx, jobs.ClaimRequest{WorkerID: "w", Kinds: []string{"later"}}, time.Now().Add(5*time.Second))
+			if err == nil {
+				_, _ = s.Engine.Complete(ctx, j.ID, j.LeaseID, nil)
+			}
+		}()
+		code, out, _ := runJobwatch(t, "wait", "--server", s.URL, id, "--json")
+		var got map[string]any
+		if err := json.Unmarshal([]byte(out), &got); err != nil || code != 0 || got["state"] != "JOB_STATE_SUCCEEDED" {
+			t.Fatalf("jobwatch wait --json = exit %d, %q (%v); want 0 and a SUCCEEDED job as JSON", code, out, err)
+		}
+	})
+}
+
+func TestUsageErrorsExit2(t *testing.T) {
+	for _, args := range [][]string{
+		{"wait"},
+		{"wait", "a", "b"},
+		{"submit", "k", "--payload", "{not json"},
+		{"watch", "id", "--progress", "rainbow"},
+		{"worker", "--kind", "k"},
+		{"get", "id", "--server", "ftp://x"},
+		{"frobnicate"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			code, _, errOut := runInProcess(t, args...)
+			if code != 2 || errOut == "" {
+				t.Fatalf("exit %d, stderr %q; want 2 and a message", code, errOut)
+			}
+		})
+	}
+}
+
+func TestSubmitGetListCancelAndStart(t *testing.T) {
+	s := startCLIServer(t, time.Second)
+	code, out, errOut := runInProcess(t, "submit", "report", "--server", s.URL, "--payload", `{"month":"2026-11"}`, "--hold")
+	id := strings.TrimSpace(out)
+	if code != 0 || !strings.HasPrefix(id, "j_") {
+		t.Fatalf("submit = exit %d, %q (%q); want 0 and the job id", code, out, errOut)
+	}
+	if code, out, _ := runInProcess(t, "get", id, "--server", s.URL); code != 0 ||
+		!strings.Contains(out, "PENDING") || !strings.Contains(out, `"month":"2026-11"`) {
+		t.Fatalf("get = exit %d, %q; want the held job with its payload", code, out)
+	}
+	if code, out, _ := runInProcess(t, "start", id, "--server", s.URL); code != 0 || !strings.Contains(out, "QUEUED") {
+		t.Fatalf("start = exit %d, %q; want QUEUED", code, out)
+	}
+	if code, out, _ := runInProcess(t, "list", "--server", s.URL, "--state", "queued"); code != 0 || !strings.Contains(out, id) {
+		t.Fatalf("list --state queued = exit %d, %q; want the job listed", code, out)
+	}
+	if code, out, _ := runInProcess(t, "cancel", id, "--server", s.URL, "--json"); code != 0 || !strings.Contains(out, "JOB_STATE_CANCELLED") {
+		t.Fatalf("cancel --json = exit %d, %q; want the CANCELLED job", code, out)
+	}
+	if code, out, _ := runInProcess(t, "list", "--server", s.URL, "--state", "queued"); code != 0 || strings.Contains(out, id) {
+		t.Fatalf("list --state queued after cancel = exit %d, %q; want the job gone", code, out)
+	}
+}
+
+func TestWatchShowsEverySnapshotUntilTheEnd(t *testing.T) {
+	s := startCLIServer(t, 5*time.Second)
+	for _, mode := range []string{"lines", "bar"} {
+		t.Run(mode, func(t *testing.T) {
+			kind := "watched-" + mode
+			id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: kind})
+			j := s.claim(t, kind)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := jobwatchCmd(ctx, "watch", id, "--server", s.URL, "--progress", mode)
+			var out lockedBuffer
+			cmd.Stdout = &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			// The command is another process: its output is the only
+			// sign of progress, so look at it until it shows want.
+			expect := func(want string) {
+				t.Helper()
+				for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), want); {
+					if time.Now().After(deadline) {
+						t.Fatalf("output has no %q: %q", want, out.String())
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			expect("RUNNING")
+			for i, step := range []string{"batch 5 of 11", "batch 11 of 11"} {
+				if _, err := s.Engine.Heartbeat(ctx, j.ID, j.LeaseID, int32(45+i*55), step); err != nil {
+					t.Fatal(err)
+				}
+				expect(step)
+			}
+			if _, err := s.Engine.Complete(ctx, j.ID, j.LeaseID, []byte(`{"rows":11}`)); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("watch exited with %v, want 0; output %q", err, out.String())
+			}
+			text := out.String()
+			for _, want := range []string{"45%", "batch 5 of 11", "100%", "SUCCEEDED", `{"rows":11}`} {
+				if !strings.Contains(text, want) {
+					t.Fatalf("output lacks %q:\n%s", want, text)
+				}
+			}
+			if mode == "bar" && (!strings.Contains(text, "\r\x1b[K[#############") || !strings.Contains(text, "0:0")) {
+				t.Fatalf("bar output lacks a redrawn bar with elapsed time: %q", text)
+			}
+			if mode == "lines" && strings.Count(text, "\n") < 4 {
+				t.Fatalf("lines output has fewer lines than snapshots:\n%s", text)
+			}
+		})
+	}
+}
+
+// workerScript speaks the worker --exec protocol; its payload's "mode"
+// picks what it does.
+const workerScript = `#!/bin/sh
+payload=$(cat)
+case "$payload" in
+*'"ok"'*)
+  echo "progress 45 batch 5 of 11"
+  echo "a log line that is not protocol"
+  echo "{\"attempt\": $JOBWATCH_ATTEMPT, \"input\": $payload}"
+  ;;
+*'"crash"'*)
+  exit 3
+  ;;
+*'"typed"'*)
+  echo "error QuotaExceeded account over its monthly limit"
+  exit 1
+  ;;
+*'"busy"'*)
+  if [ "$JOBWATCH_ATTEMPT" = 1 ]; then exit 75; fi
+  echo '"second attempt"'
+  ;;
+*'"sleep"'*)
+  echo "progress 10 sleeping"
+  sleep 60
+  ;;
+esac
+`
+
+func TestWorkerExecRunsACommandPerJob(t *testing.T) {
+	s := startCLIServer(t, 2*time.Second)
+	script := filepath.Join(t.TempDir(), "job.sh")
+	if err := os.WriteFile(script, []byte(workerScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := jobwatchCmd(ctx, "worker", "--server", s.URL, "--kind", "shell", "--exec", "sh "+script,
+		"--heartbeat", "100ms")
+	var logs lockedBuffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	submit := func(mode string, maxAttempts int32) string {
+		return s.submit(t, &jobwatchv1.SubmitJobRequest{
+			Kind: "shell", MaxAttempts: maxAttempts,
+			Payload: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				"mode": structpb.NewStringValue(mode)}}),
+		})
+	}
+	wait := func(id string) *jobwatchv1.Job {
+		t.Helper()
+		j, err := s.Client.WaitForJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+
+	t.Run("progress lines, then the last JSON line as the result", func(t *testing.T) {
+		j := wait(submit("ok", 0))
+		res := j.GetResult().GetStructValue().GetFields()
+		if j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED || j.GetStep() != "batch 5 of 11" ||
+			res["attempt"].GetNumberValue() != 1 || res["input"].GetStructValue().GetFields()["mode"].GetStringValue() != "ok" {
+			t.Fatalf("job %v step %q result %v; want SUCCEEDED, step from the progress line, the JSON line as result",
+				j.GetState(), j.GetStep(), j.GetResult())
+		}
+	})
+	t.Run("a non-zero exit fails the job with ExitError", func(t *testing.T) {
+		j := wait(submit("crash", 0))
+		if j.GetState() != jobwatchv1.JobState_JOB_STATE_FAILED || j.GetError().GetType() != "ExitError" ||
+			j.GetError().GetMessage() != "exit status 3" {
+			t.Fatalf("job %v error %v; want FAILED ExitError \"exit status 3\"", j.GetState(), j.GetError())
+		}
+	})
+	t.Run("an error line names the failure", func(t *testing.T) {
+		j := wait(submit("typed", 0))
+		if j.GetError().GetType() != "QuotaExceeded" || j.GetError().GetMessage() != "account over its monthly limit" {
+			t.Fatalf("error %v; want the script's QuotaExceeded and its message", j.GetError())
+		}
+	})
+	t.Run("exit 75 asks for another attempt", func(t *testing.T) {
+		j := wait(submit("busy", 2))
+		if j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED || j.GetAttempt() != 2 ||
+			j.GetResult().GetStringValue() != "second attempt" {
+			t.Fatalf("job %v attempt %d result %v; want SUCCEEDED on attempt 2", j.GetState(), j.GetAttempt(), j.GetResult())
+		}
+	})
+	t.Run("cancelling a job stops its command", func(t *testing.T) {
+		id := submit("sleep", 0)
+		for j, err := range s.Client.Watch(ctx, id) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.GetStep() == "sleeping" {
+				break
+			}
+		}
+		if _, err := s.Client.Cancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		// The worker runs one job at a time: the next job starts before
+		// the 60s sleep would end only if the cancelled command was stopped.
+		other := submit("sleep", 0)
+		defer s.Client.Cancel(ctx, other)
+		start := time.Now()
+		for j, err := range s.Client.Watch(ctx, other) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.GetStep() == "sleeping" {
+				break
+			}
+		}
+		if d := time.Since(start); d > 20*time.Second {
+			t.Fatalf("the next job started after %v: the cancelled command kept its slot", d)
+		}
+	})
+
+	// SIGINT: the worker stops claiming, lets running commands end and
+	// exits 0.
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("worker exited with %v after SIGINT, want 0; logs:\n%s", err, logs.String())
+	}
+}
