@@ -279,7 +279,8 @@ func activeHolder(ctx context.Context, tx *sql.Tx, j store.Job) error {
 	}
 	var id string
 	err := tx.QueryRowContext(ctx, `SELECT id FROM jobs
-		WHERE tenant = ? AND unique_key = ? AND state IN ('pending', 'queued', 'running') AND id <> ?`,
+		WHERE tenant = ? AND unique_key = ? AND id <> ?
+		AND unique_key <> '' AND state IN ('pending', 'queued', 'running')`, // as jobs_unique_active says, so it is used
 		j.Tenant, j.UniqueKey, j.ID).Scan(&id)
 	if err != nil {
 		return nil
