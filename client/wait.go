@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -20,6 +21,14 @@ func Terminal(s jobwatchv1.JobState) bool {
 	}
 	return false
 }
+
+// minPark is the least time a long call that answered "nothing yet" must
+// have been parked to be re-issued at once; quicker answers come from a
+// server shutting down and are retried with backoff instead.
+const minPark = 20 * time.Millisecond
+
+// errNotParked is what a retry notification says about such an answer.
+var errNotParked = errors.New("server answered without waiting (shutting down?)")
 
 // errEmptyStream is what a retry notification says when a watch stream
 // ended at once without a snapshot (a server shutting down does that).
@@ -37,11 +46,20 @@ func (c *Client) WaitForJob(ctx context.Context, id string) (*jobwatchv1.Job, er
 	r := c.retrier()
 	req := &jobwatchv1.WaitJobRequest{JobId: id}
 	for {
+		asked := time.Now()
 		resp, err := c.longJobs.WaitJob(ctx, req)
 		if err == nil {
-			r.reset()
 			if job := resp.GetJob(); job != nil && Terminal(job.GetState()) {
 				return job, nil
+			}
+			if time.Since(asked) >= minPark {
+				r.reset()
+				continue
+			}
+			// A server answers "not yet" without waiting only while it
+			// shuts down; asking again at once would spin until it has.
+			if err := r.wait(ctx, errNotParked); err != nil {
+				return nil, err
 			}
 			continue
 		}

@@ -171,6 +171,7 @@ claiming:
 			break claiming
 		}
 		_, kinds := w.handler("")
+		asked := time.Now()
 		lease, err := w.backend.Claim(ctx, w.cfg.ID, kinds, w.cfg.Queues)
 		if err != nil {
 			<-slots
@@ -187,11 +188,19 @@ claiming:
 			}
 			continue
 		}
-		r.reset()
 		if lease == nil {
 			<-slots
+			if time.Since(asked) < minPark && ctx.Err() == nil {
+				// Nothing, at once: the server is shutting down.
+				if r.wait(ctx, errNotParked) != nil {
+					break claiming
+				}
+				continue
+			}
+			r.reset()
 			continue
 		}
+		r.reset()
 		running.Add(1)
 		go func() {
 			defer running.Done()
