@@ -1,0 +1,105 @@
+package client_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"testing"
+
+	"jobwatch/client"
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+)
+
+func TestTokenIsSentOnShortLongAndStreamingCalls(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	target, _ := url.Parse(s.URL)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.FlushInterval = -1 // pass stream messages on at once
+	var mu sync.Mutex
+	auth := map[string]string{} // procedure → Authorization header seen
+	front := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		auth[r.URL.Path] = r.Header.Get("Authorization")
+		mu.Unlock()
+		rp.ServeHTTP(w, r)
+	}))
+	front.Config.Protocols = new(http.Protocols)
+	front.Config.Protocols.SetHTTP1(true)
+	front.Config.Protocols.SetUnencryptedHTTP2(true)
+	front.Start()
+	defer front.Close()
+
+	c := fastClient(t, front.URL, client.WithToken("s3cret"))
+	ctx := context.Background()
+	job := submit(t, c, "authed")
+	if _, err := c.Cancel(ctx, job.GetId()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitForJob(ctx, job.GetId()); err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range c.Watch(ctx, job.GetId()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, proc := range []string{
+		jobwatchv1connect.JobServiceSubmitJobProcedure,
+		jobwatchv1connect.JobServiceCancelJobProcedure,
+		jobwatchv1connect.JobServiceWaitJobProcedure,
+		jobwatchv1connect.JobServiceWatchJobProcedure,
+	} {
+		if got := auth[proc]; got != "Bearer s3cret" {
+			t.Errorf("%s sent Authorization %q, want \"Bearer s3cret\"", proc, got)
+		}
+	}
+}
+
+func TestJobServiceRoutesLongCallsToTheirOwnTransport(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	short := &countingTransport{base: http.DefaultTransport}
+	long := &countingTransport{base: http.DefaultTransport}
+	c := fastClient(t, s.URL,
+		client.WithHTTPClient(&http.Client{Transport: short}),
+		client.WithLongCallHTTPClient(&http.Client{Transport: long}))
+	ctx := context.Background()
+	job := submit(t, c, "routed")
+	if _, err := c.JobService().CancelJob(ctx, &jobwatchv1.CancelJobRequest{JobId: job.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.JobService().WaitJob(ctx, &jobwatchv1.WaitJobRequest{JobId: job.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitForJob(ctx, job.GetId()); err != nil {
+		t.Fatal(err)
+	}
+	if short.n() != 2 || long.n() != 2 {
+		t.Fatalf("short transport carried %d calls, long %d; want Submit+Cancel on short, both waits on long",
+			short.n(), long.n())
+	}
+}
+
+type countingTransport struct {
+	base  http.RoundTripper
+	mu    sync.Mutex
+	calls int
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.calls++
+	c.mu.Unlock()
+	return c.base.RoundTrip(r)
+}
+
+func (c *countingTransport) n() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls
+}
