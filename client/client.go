@@ -30,14 +30,17 @@ const (
 
 // Defaults of the options; each option's comment says what it changes.
 const (
-	DefaultLongCallConns   = 4
-	DefaultDialTimeout     = 5 * time.Second
-	DefaultPingInterval    = 10 * time.Second
-	DefaultPingTimeout     = 5 * time.Second
-	DefaultBackoffInitial  = 100 * time.Millisecond
-	DefaultBackoffMax      = 10 * time.Second
-	defaultShortCallsConns = 0 // no limit: short calls must never queue for a connection
+	DefaultLongCallConns  = 4
+	DefaultDialTimeout    = 5 * time.Second
+	DefaultPingInterval   = 10 * time.Second
+	DefaultPingTimeout    = 5 * time.Second
+	DefaultBackoffInitial = 100 * time.Millisecond
+	DefaultBackoffMax     = 10 * time.Second
 )
+
+// shortCallConns is 0, no limit: a short call must never queue for a
+// connection.
+const shortCallConns = 0
 
 type config struct {
 	shortHTTP    connect.HTTPClient
@@ -146,7 +149,7 @@ func New(baseURL string, opts ...Option) *Client {
 	c := &Client{backoff: cfg.backoff, onRetry: cfg.onRetry}
 	cleartext := !strings.HasPrefix(strings.ToLower(baseURL), "https:")
 	if cfg.shortHTTP == nil {
-		t := newTransport(cleartext, defaultShortCallsConns, cfg)
+		t := newTransport(cleartext, shortCallConns, cfg)
 		c.transports = append(c.transports, t)
 		cfg.shortHTTP = &http.Client{Transport: t}
 	}
