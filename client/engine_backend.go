@@ -7,11 +7,10 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	jobwatchv1 "jobwatch/gen/jobwatch/v1"
 	"jobwatch/jobs"
 	"jobwatch/store"
+	"jobwatch/wire"
 )
 
 // EngineBackend runs a Worker in the same process as the engine, with no
@@ -39,7 +38,11 @@ func (b engineBackend) Claim(ctx context.Context, workerID string, kinds, queues
 	if err != nil {
 		return nil, engineError(err)
 	}
-	return &Lease{Job: protoJob(&j), ID: j.LeaseID, TTL: j.LeaseExpiresAt.Sub(j.UpdatedAt)}, nil
+	pj, err := wire.Job(&j)
+	if err != nil {
+		return nil, err
+	}
+	return &Lease{Job: pj, ID: j.LeaseID, TTL: j.LeaseExpiresAt.Sub(j.UpdatedAt)}, nil
 }
 
 func (b engineBackend) Heartbeat(ctx context.Context, l *Lease, percent int32, step string) (bool, error) {
@@ -74,54 +77,4 @@ func engineError(err error) error {
 		return fmt.Errorf("%w: %w", errRefused, err)
 	}
 	return err
-}
-
-// protoJob converts the engine's job for handlers, which see the same
-// jobwatchv1.Job whether they run in-process or remotely. A payload that
-// is not valid JSON (the engine refuses those) is left out.
-func protoJob(j *store.Job) *jobwatchv1.Job {
-	payload, _ := jsonValue(j.Payload)
-	result, _ := jsonValue(j.Result)
-	pj := &jobwatchv1.Job{
-		Id:          j.ID,
-		Tenant:      j.Tenant,
-		Kind:        j.Kind,
-		Queue:       j.Queue,
-		State:       protoStates[j.State],
-		Version:     j.Version,
-		Percent:     j.Percent,
-		Step:        j.Step,
-		Payload:     payload,
-		Result:      result,
-		Attempt:     j.Attempt,
-		MaxAttempts: j.MaxAttempts,
-		UniqueKey:   j.UniqueKey,
-		CreatedAt:   timestamp(j.CreatedAt),
-		StartedAt:   timestamp(j.StartedAt),
-		UpdatedAt:   timestamp(j.UpdatedAt),
-		FinishedAt:  timestamp(j.FinishedAt),
-		RunAt:       timestamp(j.RunAt),
-		WorkerId:    j.WorkerID,
-	}
-	if j.Error != nil {
-		pj.Error = &jobwatchv1.JobError{Type: j.Error.Type, Message: j.Error.Message}
-	}
-	return pj
-}
-
-var protoStates = map[store.State]jobwatchv1.JobState{
-	store.Pending:   jobwatchv1.JobState_JOB_STATE_PENDING,
-	store.Queued:    jobwatchv1.JobState_JOB_STATE_QUEUED,
-	store.Running:   jobwatchv1.JobState_JOB_STATE_RUNNING,
-	store.Succeeded: jobwatchv1.JobState_JOB_STATE_SUCCEEDED,
-	store.Failed:    jobwatchv1.JobState_JOB_STATE_FAILED,
-	store.Cancelled: jobwatchv1.JobState_JOB_STATE_CANCELLED,
-	store.Lost:      jobwatchv1.JobState_JOB_STATE_LOST,
-}
-
-func timestamp(t time.Time) *timestamppb.Timestamp {
-	if t.IsZero() {
-		return nil
-	}
-	return timestamppb.New(t)
 }

@@ -6,10 +6,10 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"jobwatch/wire"
 )
 
 // WorkerBackend returns the backend that runs a Worker against the
@@ -76,11 +76,8 @@ func leaseError(err error) error {
 
 // jsonValue converts JSON text to the wire's google.protobuf.Value.
 func jsonValue(raw json.RawMessage) (*structpb.Value, error) {
-	if raw == nil {
-		return nil, nil
-	}
-	v := &structpb.Value{}
-	if err := protojson.Unmarshal(raw, v); err != nil {
+	v, err := wire.Value(raw)
+	if err != nil {
 		return nil, fmt.Errorf("%w: result is not JSON: %w", errRefused, err)
 	}
 	return v, nil

@@ -11,6 +11,7 @@ import (
 	"jobwatch/gen/jobwatch/v1/jobwatchv1connect"
 	"jobwatch/jobs"
 	"jobwatch/store"
+	"jobwatch/wire"
 )
 
 // jobService adapts JobService to the engine.
@@ -47,7 +48,7 @@ func (s *Server) wait(ctx context.Context, id string) (*jobwatchv1.Job, error) {
 // protoJob converts for the wire; a stored value that is not JSON is an
 // internal error.
 func (s *Server) protoJob(ctx context.Context, j *store.Job) (*jobwatchv1.Job, error) {
-	pj, err := toProtoJob(j)
+	pj, err := wire.Job(j)
 	if err != nil {
 		return nil, s.toConnectError(ctx, "convert job", err)
 	}
@@ -172,7 +173,7 @@ func (h *jobService) ListJobs(ctx context.Context, req *jobwatchv1.ListJobsReque
 		PageToken: req.GetPageToken(),
 	}
 	for i, ps := range req.GetStates() {
-		st, ok := stateFromProto[ps]
+		st, ok := wire.StoreState(ps)
 		if !ok {
 			return nil, invalid(fmt.Sprintf("states[%d]", i), fmt.Sprintf("%v is not a job state", ps))
 		}
@@ -182,7 +183,7 @@ func (h *jobService) ListJobs(ctx context.Context, req *jobwatchv1.ListJobsReque
 	if err != nil {
 		return nil, h.s.toConnectError(ctx, "list jobs", err)
 	}
-	pjs, err := toProtoJobs(js)
+	pjs, err := wire.Jobs(js)
 	if err != nil {
 		return nil, h.s.toConnectError(ctx, "convert jobs", err)
 	}
@@ -232,7 +233,7 @@ func (h *jobService) WatchJob(ctx context.Context, req *jobwatchv1.WatchJobReque
 		Send: func(j *store.Job) error {
 			resp := &jobwatchv1.WatchJobResponse{} // no job: a keepalive
 			if j != nil {
-				pj, err := toProtoJob(j)
+				pj, err := wire.Job(j)
 				if err != nil {
 					return err
 				}
@@ -267,7 +268,7 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 		Deadline:    s.capDeadline(ctx, s.cfg.StreamLifetime),
 		Keepalive:   s.cfg.Keepalive,
 		Send: func(js []store.Job, resumeToken string) error {
-			pjs, err := toProtoJobs(js)
+			pjs, err := wire.Jobs(js)
 			if err != nil {
 				return err
 			}

@@ -7,6 +7,8 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"jobwatch/wire"
 )
 
 // Shape limits checked before a request reaches the engine. They keep ids
@@ -81,7 +83,7 @@ func pageSize(v int32) (int, error) {
 // jsonField converts a payload or result to JSON and enforces the size
 // limit, naming the field in the error.
 func (s *Server) jsonField(field string, v *structpb.Value) (json.RawMessage, error) {
-	raw, err := valueToJSON(v)
+	raw, err := wire.JSON(v)
 	if err != nil {
 		return nil, invalid(field, err.Error())
 	}

@@ -8,6 +8,7 @@ import (
 	"jobwatch/gen/jobwatch/v1/jobwatchv1connect"
 	"jobwatch/jobs"
 	"jobwatch/store"
+	"jobwatch/wire"
 )
 
 // workerService adapts WorkerService to the engine.
@@ -46,7 +47,7 @@ func (h *workerService) ClaimJob(ctx context.Context, req *jobwatchv1.ClaimJobRe
 	return &jobwatchv1.ClaimJobResponse{
 		Job:            pj,
 		LeaseId:        j.LeaseID,
-		LeaseExpiresAt: timestamp(j.LeaseExpiresAt),
+		LeaseExpiresAt: wire.Timestamp(j.LeaseExpiresAt),
 	}, nil
 }
 
@@ -71,7 +72,7 @@ func (h *workerService) Heartbeat(ctx context.Context, req *jobwatchv1.Heartbeat
 	}
 	return &jobwatchv1.HeartbeatResponse{
 		Cancelled:      j.State == store.Cancelled,
-		LeaseExpiresAt: timestamp(j.LeaseExpiresAt),
+		LeaseExpiresAt: wire.Timestamp(j.LeaseExpiresAt),
 	}, nil
 }
 

@@ -120,7 +120,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // interval, until ctx ends.
 func submitDemoJobs(ctx context.Context, e *jobs.Engine, every time.Duration, log *slog.Logger) {
 	submit := func(kind string) {
-		r := jobs.SubmitRequest{Tenant: "demo", Kind: kind}
+		r := jobs.SubmitRequest{Kind: kind} // the default tenant, which the page opens on
 		switch kind {
 		case "enrich":
 			r.Payload = json.RawMessage(fmt.Sprintf(`{"catalogue":"spring-%d","batches":%d}`, rand.N(90)+10, rand.N(8)+6))

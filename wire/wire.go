@@ -1,4 +1,9 @@
-package server
+// Package wire converts jobs between their stored form (store.Job, JSON
+// bytes) and their wire form (jobwatch.v1.Job, google.protobuf.Value), for
+// the server's handlers and for the client's in-process worker backend,
+// which must hand handlers the same message a remote worker would get. It
+// holds no logic beyond the mapping.
+package wire
 
 import (
 	"encoding/json"
@@ -13,9 +18,6 @@ import (
 	"jobwatch/store"
 )
 
-// Conversions between the domain (store.Job, JSON bytes) and the wire
-// (jobwatchv1.Job, google.protobuf.Value) live here and nowhere else.
-
 var stateToProto = map[store.State]jobwatchv1.JobState{
 	store.Pending:   jobwatchv1.JobState_JOB_STATE_PENDING,
 	store.Queued:    jobwatchv1.JobState_JOB_STATE_QUEUED,
@@ -26,6 +28,16 @@ var stateToProto = map[store.State]jobwatchv1.JobState{
 	store.Lost:      jobwatchv1.JobState_JOB_STATE_LOST,
 }
 
+// State returns the wire form of s.
+func State(s store.State) jobwatchv1.JobState { return stateToProto[s] }
+
+// StoreState returns the stored form of p; false for UNSPECIFIED or an
+// unknown value.
+func StoreState(p jobwatchv1.JobState) (store.State, bool) {
+	s, ok := stateFromProto[p]
+	return s, ok
+}
+
 var stateFromProto = func() map[jobwatchv1.JobState]store.State {
 	m := make(map[jobwatchv1.JobState]store.State, len(stateToProto))
 	for s, p := range stateToProto {
@@ -34,14 +46,14 @@ var stateFromProto = func() map[jobwatchv1.JobState]store.State {
 	return m
 }()
 
-// toProtoJob converts a stored job for the wire. It fails only when the
+// Job converts a stored job for the wire. It fails only when the
 // stored payload or result is not valid JSON.
-func toProtoJob(j *store.Job) (*jobwatchv1.Job, error) {
-	payload, err := jsonToValue(j.Payload)
+func Job(j *store.Job) (*jobwatchv1.Job, error) {
+	payload, err := Value(j.Payload)
 	if err != nil {
 		return nil, fmt.Errorf("job %s payload: %w", j.ID, err)
 	}
-	result, err := jsonToValue(j.Result)
+	result, err := Value(j.Result)
 	if err != nil {
 		return nil, fmt.Errorf("job %s result: %w", j.ID, err)
 	}
@@ -59,11 +71,11 @@ func toProtoJob(j *store.Job) (*jobwatchv1.Job, error) {
 		Attempt:     j.Attempt,
 		MaxAttempts: j.MaxAttempts,
 		UniqueKey:   j.UniqueKey,
-		CreatedAt:   timestamp(j.CreatedAt),
-		StartedAt:   timestamp(j.StartedAt),
-		UpdatedAt:   timestamp(j.UpdatedAt),
-		FinishedAt:  timestamp(j.FinishedAt),
-		RunAt:       timestamp(j.RunAt),
+		CreatedAt:   Timestamp(j.CreatedAt),
+		StartedAt:   Timestamp(j.StartedAt),
+		UpdatedAt:   Timestamp(j.UpdatedAt),
+		FinishedAt:  Timestamp(j.FinishedAt),
+		RunAt:       Timestamp(j.RunAt),
 		WorkerId:    j.WorkerID,
 	}
 	if j.Error != nil {
@@ -72,10 +84,11 @@ func toProtoJob(j *store.Job) (*jobwatchv1.Job, error) {
 	return pj, nil
 }
 
-func toProtoJobs(js []store.Job) ([]*jobwatchv1.Job, error) {
+// Jobs converts a list of stored jobs for the wire.
+func Jobs(js []store.Job) ([]*jobwatchv1.Job, error) {
 	out := make([]*jobwatchv1.Job, len(js))
 	for i := range js {
-		pj, err := toProtoJob(&js[i])
+		pj, err := Job(&js[i])
 		if err != nil {
 			return nil, err
 		}
@@ -84,8 +97,8 @@ func toProtoJobs(js []store.Job) ([]*jobwatchv1.Job, error) {
 	return out, nil
 }
 
-// jsonToValue turns stored JSON into a Value; no JSON is no Value.
-func jsonToValue(raw json.RawMessage) (*structpb.Value, error) {
+// Value turns stored JSON into a Value; no JSON is no Value.
+func Value(raw json.RawMessage) (*structpb.Value, error) {
 	if len(raw) == 0 {
 		return nil, nil
 	}
@@ -96,17 +109,18 @@ func jsonToValue(raw json.RawMessage) (*structpb.Value, error) {
 	return v, nil
 }
 
-// valueToJSON turns a Value from the wire into JSON for the store. An
+// JSON turns a Value from the wire into JSON for the store. An
 // absent Value, or one with no kind set (possible only in binary
 // protobuf), is no JSON.
-func valueToJSON(v *structpb.Value) (json.RawMessage, error) {
+func JSON(v *structpb.Value) (json.RawMessage, error) {
 	if v == nil || v.Kind == nil {
 		return nil, nil
 	}
 	return protojson.Marshal(v)
 }
 
-func timestamp(t time.Time) *timestamppb.Timestamp {
+// Timestamp returns t for the wire; the zero time is no timestamp.
+func Timestamp(t time.Time) *timestamppb.Timestamp {
 	if t.IsZero() {
 		return nil
 	}

@@ -1,0 +1,76 @@
+package wire
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"jobwatch/store"
+)
+
+func TestEveryStateMapsBothWays(t *testing.T) {
+	for _, s := range []store.State{store.Pending, store.Queued, store.Running,
+		store.Succeeded, store.Failed, store.Cancelled, store.Lost} {
+		p := State(s)
+		if p == jobwatchv1.JobState_JOB_STATE_UNSPECIFIED {
+			t.Errorf("%s has no wire state", s)
+		}
+		if back, ok := StoreState(p); !ok || back != s {
+			t.Errorf("%s → %v → %s, %v", s, p, back, ok)
+		}
+	}
+	if _, ok := StoreState(jobwatchv1.JobState_JOB_STATE_UNSPECIFIED); ok {
+		t.Error("UNSPECIFIED maps to a stored state")
+	}
+}
+
+func TestJobCarriesEveryFieldACallerSees(t *testing.T) {
+	at := time.Date(2026, 11, 29, 12, 0, 0, 123000, time.UTC)
+	j := store.Job{
+		ID: "j_1", Tenant: "acme", Kind: "report", Queue: "default", State: store.Failed,
+		Version: 7, Percent: 45, Step: "batch 5 of 11",
+		Payload: json.RawMessage(`{"month":"2026-11"}`), Result: json.RawMessage(`[1,2]`),
+		Error:   &store.JobError{Type: "TimeoutError", Message: "warehouse slow"},
+		Attempt: 2, MaxAttempts: 3, UniqueKey: "nov", CreatedAt: at, StartedAt: at,
+		UpdatedAt: at, FinishedAt: at, RunAt: at, WorkerID: "w1",
+		LeaseID: "l_secret",
+	}
+	pj, err := Job(&j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pj.GetId() != "j_1" || pj.GetState() != jobwatchv1.JobState_JOB_STATE_FAILED ||
+		pj.GetVersion() != 7 || pj.GetPercent() != 45 || pj.GetStep() != "batch 5 of 11" ||
+		pj.GetAttempt() != 2 || pj.GetMaxAttempts() != 3 || pj.GetUniqueKey() != "nov" ||
+		pj.GetWorkerId() != "w1" || pj.GetError().GetType() != "TimeoutError" ||
+		!pj.GetFinishedAt().AsTime().Equal(at) {
+		t.Fatalf("converted job lost a field: %v", pj)
+	}
+	payload, err := JSON(pj.GetPayload())
+	if err != nil || string(payload) != `{"month":"2026-11"}` {
+		t.Fatalf("payload round trip = %s, %v", payload, err)
+	}
+	if got := pj.GetResult().GetListValue().GetValues(); len(got) != 2 {
+		t.Fatalf("result = %v", pj.GetResult())
+	}
+}
+
+func TestAbsentValuesStayAbsent(t *testing.T) {
+	pj, err := Job(&store.Job{ID: "j_2", State: store.Queued})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pj.Payload != nil || pj.Result != nil || pj.Error != nil || pj.StartedAt != nil {
+		t.Fatalf("unset fields appeared on the wire: %v", pj)
+	}
+	if raw, err := JSON(nil); raw != nil || err != nil {
+		t.Fatalf("JSON(nil) = %s, %v", raw, err)
+	}
+}
+
+func TestStoredJSONThatIsNotJSONIsAnError(t *testing.T) {
+	if _, err := Job(&store.Job{ID: "j_3", Payload: json.RawMessage(`{nope`)}); err == nil {
+		t.Fatal("a corrupt payload converted without error")
+	}
+}
