@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// readmeBlocks returns the shell blocks of README.md marked with
+// readmeBlocks returns the code blocks of README.md marked with
 // "<!-- readme-test: NAME -->".
 func readmeBlocks(t *testing.T, name string) []string {
 	t.Helper()
@@ -21,7 +21,7 @@ func readmeBlocks(t *testing.T, name string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	re := regexp.MustCompile("(?s)<!-- readme-test: " + regexp.QuoteMeta(name) + " -->\n```sh\n(.*?)```")
+	re := regexp.MustCompile("(?s)<!-- readme-test: " + regexp.QuoteMeta(name) + " -->\n```\\w+\n(.*?)```")
 	var blocks []string
 	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
 		blocks = append(blocks, m[1])
@@ -109,5 +109,48 @@ func TestREADMECurlExamples(t *testing.T) {
 		if !want.MatchString(got) {
 			t.Errorf("README examples' output lacks %s:\n%s", want, got)
 		}
+	}
+}
+
+// TestREADMESnippetsAreTheTestedCode checks that the Go and TypeScript
+// examples the README shows are, line for line and in order, in the files
+// that the test suite runs, so the README cannot drift from working code.
+func TestREADMESnippetsAreTheTestedCode(t *testing.T) {
+	tests := []struct {
+		name, block, file string
+		// rewrite maps README text to the tested file's text, where the
+		// example must differ (the tested one starts its own server).
+		rewrite map[string]string
+	}{
+		{"the Go client example runs in client/example_test.go", "go", "../../client/example_test.go",
+			map[string]string{`client.New("http://127.0.0.1:8080")`: "client.New(serverURL)"}},
+		{"the Node example is in web/examples/node-client.ts", "ts", "../../web/examples/node-client.ts", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src, err := os.ReadFile(tt.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(string(src), "\n")
+			for _, block := range readmeBlocks(t, tt.block) {
+				for old, repl := range tt.rewrite {
+					block = strings.ReplaceAll(block, old, repl)
+				}
+				at := 0
+				for _, want := range strings.Split(block, "\n") {
+					want = strings.TrimSpace(want)
+					if want == "" {
+						continue
+					}
+					for at < len(lines) && strings.TrimSpace(lines[at]) != want {
+						at++
+					}
+					if at == len(lines) {
+						t.Fatalf("README line %q is not in %s (in this order)", want, tt.file)
+					}
+				}
+			}
+		})
 	}
 }
