@@ -143,6 +143,21 @@ type ClaimFilter struct {
 	Now time.Time
 }
 
+// QueueStats is one queue's unfinished work, as QueueStats reads it.
+type QueueStats struct {
+	Name string
+	// Queued counts every QUEUED job, also those whose RunAt is still in
+	// the future (scheduled, or backing off before a retry).
+	Queued int64
+	// Running counts RUNNING jobs.
+	Running int64
+	// OldestReadyRunAt is the earliest RunAt among the queue's QUEUED jobs
+	// that are ready (RunAt at or before now): since when the longest
+	// waiting job could have run. The zero time means nothing waits; a
+	// job scheduled for later is not waiting.
+	OldestReadyRunAt time.Time
+}
+
 // Store persists jobs. Implementations are safe for concurrent use.
 type Store interface {
 	// CreateJob inserts j as given (the caller sets ID, State, Version 1
@@ -192,6 +207,13 @@ type Store interface {
 
 	// CountByState returns how many jobs are in each state, for metrics.
 	CountByState(ctx context.Context) (map[State]int64, error)
+
+	// QueueStats returns, for each queue with at least one QUEUED or
+	// RUNNING job, its counts and the RunAt of its oldest ready job as of
+	// now, sorted by name. Queues with nothing unfinished are absent.
+	// It reads every unfinished job once, so backends should answer it
+	// from an index rather than the table.
+	QueueStats(ctx context.Context, now time.Time) ([]QueueStats, error)
 
 	// Close releases the database.
 	Close() error

@@ -340,3 +340,67 @@ func TestEveryAcknowledgedWriteSurvivesKill9(t *testing.T) {
 		t.Errorf("create after the crash: %v", err)
 	}
 }
+
+// explain returns the EXPLAIN QUERY PLAN lines of query.
+func explain(t *testing.T, db *sql.DB, query string, args ...any) []string {
+	t.Helper()
+	rows, err := db.Query("EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
+// ListQueues may be polled by every open page, so its query must not
+// read the table or sort: only the covering index, in index order.
+func TestQueueStatsReadsOnlyAnIndex(t *testing.T) {
+	s := openTemp(t, tempPath(t))
+	defer s.Close()
+	plan := explain(t, s.read, queueStatsQuery, int64(0))
+	joined := strings.Join(plan, "\n")
+	if len(plan) != 1 || !strings.Contains(joined, "USING COVERING INDEX jobs_state_queue_run_at (state=?)") {
+		t.Errorf("plan:\n%s\nwant one search of the covering index jobs_state_queue_run_at", joined)
+	}
+	if strings.Contains(joined, "TEMP B-TREE") {
+		t.Errorf("plan sorts in a temp B-tree:\n%s", joined)
+	}
+}
+
+func TestAFileAtSchemaVersion1IsUpgradedAndKeepsItsJobs(t *testing.T) {
+	path := tempPath(t)
+	db := rawDB(t, path)
+	if _, err := db.Exec(migrations[0] + "PRAGMA user_version = 1;"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step, attempt, max_attempts, unique_key, created_at, started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at) VALUES ('job-1', 'acme', 'email', 'mail', 'queued', 1, 0, '', 1, 1, '', 5, 0, 5, 0, 5, '', '', 0)"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s := openTemp(t, path)
+	defer s.Close()
+	if v := pragma(t, s.write, "user_version"); v != strconv.Itoa(len(migrations)) {
+		t.Errorf("user_version = %s, want %d", v, len(migrations))
+	}
+	stats, err := s.QueueStats(t.Context(), fromMicro(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.QueueStats{{Name: "mail", Queued: 1, OldestReadyRunAt: fromMicro(5)}}
+	if len(stats) != 1 || stats[0] != want[0] {
+		t.Errorf("queue stats = %+v, want %+v", stats, want)
+	}
+}

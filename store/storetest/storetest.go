@@ -88,6 +88,9 @@ var cases = []struct {
 	{"expired leases are those of running jobs whose lease ended before now", testExpiredLeases},
 	{"delete finished before removes only terminal jobs that ended earlier", testDeleteFinishedBefore},
 	{"count by state counts every job once", testCountByState},
+
+	{"queue stats count each queue's unfinished jobs and find its oldest ready one", testQueueStats},
+	{"queue stats of a store with no unfinished job are empty", testQueueStatsEmpty},
 }
 
 // base has microsecond precision, which every backend must keep.
@@ -1098,4 +1101,99 @@ func testCountByState(t *testing.T, s store.Store) {
 			t.Errorf("%s: %d, want %d", st, got[st], want[st])
 		}
 	}
+}
+
+func testQueueStats(t *testing.T, s store.Store) {
+	fixture := []struct {
+		queue string
+		state store.State
+		runAt int
+	}{
+		// Created in this order, so creation order is not RunAt order.
+		{"bulk", store.Queued, 3},
+		{"bulk", store.Queued, 1},
+		{"bulk", store.Queued, 50},
+		{"bulk", store.Running, 0},
+		{"bulk", store.Succeeded, 0},
+		{"alpha", store.Running, 0},
+		{"alpha", store.Running, 0},
+		{"alpha", store.Pending, 0},
+		{"mail", store.Queued, 20},
+		{"done", store.Succeeded, 0},
+		{"done", store.Failed, 0},
+		{"done", store.Cancelled, 0},
+		{"done", store.Lost, 0},
+		{"done", store.Pending, 0},
+		{"zeta", store.Queued, 5},
+	}
+	for i, f := range fixture {
+		j := newJob(fmt.Sprintf("job-%02d", i), at(i-100))
+		j.Queue, j.State, j.RunAt = f.queue, f.state, at(f.runAt)
+		create(t, s, j)
+	}
+	type q = store.QueueStats
+	tests := []struct {
+		name string
+		now  time.Time
+		want []store.QueueStats
+	}{
+		{"counts are per queue, sorted by name, and queues with only pending or ended jobs are absent", at(10), []q{
+			{Name: "alpha", Running: 2},
+			{Name: "bulk", Queued: 3, Running: 1, OldestReadyRunAt: at(1)},
+			{Name: "mail", Queued: 1},
+			{Name: "zeta", Queued: 1, OldestReadyRunAt: at(5)},
+		}},
+		{"jobs scheduled for later count as queued but are not waiting", at(0), []q{
+			{Name: "alpha", Running: 2},
+			{Name: "bulk", Queued: 3, Running: 1},
+			{Name: "mail", Queued: 1},
+			{Name: "zeta", Queued: 1},
+		}},
+		{"a job due exactly now is waiting", at(1), []q{
+			{Name: "alpha", Running: 2},
+			{Name: "bulk", Queued: 3, Running: 1, OldestReadyRunAt: at(1)},
+			{Name: "mail", Queued: 1},
+			{Name: "zeta", Queued: 1},
+		}},
+		{"once every job is due the oldest is the earliest RunAt", at(100), []q{
+			{Name: "alpha", Running: 2},
+			{Name: "bulk", Queued: 3, Running: 1, OldestReadyRunAt: at(1)},
+			{Name: "mail", Queued: 1, OldestReadyRunAt: at(20)},
+			{Name: "zeta", Queued: 1, OldestReadyRunAt: at(5)},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := s.QueueStats(t.Context(), tc.now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !sameQueueStats(got, tc.want) {
+				t.Errorf("queue stats at %v:\n got  %+v\n want %+v", tc.now, got, tc.want)
+			}
+		})
+	}
+}
+
+func testQueueStatsEmpty(t *testing.T, s store.Store) {
+	j := newJob("ended", at(0))
+	j.State = store.Succeeded
+	create(t, s, j)
+	got, err := s.QueueStats(t.Context(), at(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Errorf("queue stats = %+v, want none", got)
+	}
+}
+
+// sameQueueStats compares times by instant, and the zero time only with
+// the zero time.
+func sameQueueStats(got, want []store.QueueStats) bool {
+	return slices.EqualFunc(got, want, func(a, b store.QueueStats) bool {
+		return a.Name == b.Name && a.Queued == b.Queued && a.Running == b.Running &&
+			a.OldestReadyRunAt.Equal(b.OldestReadyRunAt) &&
+			a.OldestReadyRunAt.IsZero() == b.OldestReadyRunAt.IsZero()
+	})
 }
