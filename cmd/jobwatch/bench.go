@@ -75,7 +75,10 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer c.Close()
 	fmt.Fprintf(stderr, "bench: server on %s, SQLite at %s, %d jobs\n", base, dir, *n)
 
-	lat := map[string][]time.Duration{}
+	// lat is each observer's latency from the commit; behind, the same
+	// less the worker's own reply, per job: how much later than the worker
+	// that finished the job the observer knew (negative: sooner).
+	lat, behind := map[string][]time.Duration{}, map[string][]time.Duration{}
 	for i := 0; i < *n; i++ {
 		r, err := benchOne(ctx, c, *poll)
 		if err != nil {
@@ -83,14 +86,18 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		for k, d := range r {
 			lat[k] = append(lat[k], d)
+			behind[k] = append(behind[k], d-r[completeName])
 		}
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "observer\tjobs\tmedian\tp99\tmax\t\n")
+	fmt.Fprintf(tw, "observer\tjobs\tmedian\tp99\tmax\tbehind the reply: median\tp99\t\n")
 	for _, k := range []string{completeName, "WaitJob", "WatchJob", fmt.Sprintf("GetJob every %v", *poll)} {
-		ds := lat[k]
+		ds, bs := lat[k], behind[k]
 		slices.Sort(ds)
-		fmt.Fprintf(tw, "%s\t%d\t%v\t%v\t%v\t\n", k, len(ds), quantile(ds, 0.5), quantile(ds, 0.99), ds[len(ds)-1])
+		slices.Sort(bs)
+		fmt.Fprintf(tw, "%s\t%d\t%v\t%v\t%v\t%v\t%v\t\n", k, len(ds),
+			round(quantile(ds, 0.5)), round(quantile(ds, 0.99)), round(ds[len(ds)-1]),
+			round(quantile(bs, 0.5)), round(quantile(bs, 0.99)))
 	}
 	tw.Flush()
 
@@ -265,9 +272,12 @@ func benchParked(ctx context.Context, c *client.Client, n int, stdout io.Writer)
 	fmt.Fprintf(tw, "%.1f\t%.1f KiB\t%v\t%v\t\n",
 		float64(g1-g0)/float64(n),
 		(float64(after.HeapAlloc)-float64(before.HeapAlloc))/float64(n)/1024,
-		quantile(ds, 0.5), quantile(ds, 0.99))
+		round(quantile(ds, 0.5)), round(quantile(ds, 0.99)))
 	return tw.Flush()
 }
+
+// round keeps a table readable: microseconds are plenty.
+func round(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
 
 // quantile returns the q-quantile of sorted ds (nearest rank).
 func quantile(ds []time.Duration, q float64) time.Duration {
