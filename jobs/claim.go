@@ -102,6 +102,8 @@ func (e *Engine) claimOnce(ctx context.Context, r ClaimRequest, woken bool) (sto
 		return store.Job{}, store.ErrNoJob
 	}
 	var queuedAt time.Time
+	_, done := e.writes.begin(e.now)
+	defer done()
 	j, err := e.store.ClaimJob(ctx, e.claimFilter(r), func(j *store.Job) {
 		now := e.now()
 		queuedAt = j.UpdatedAt

@@ -149,6 +149,9 @@ type Engine struct {
 	// newer than whatever a cell holds.
 	signals   *watch.Hub[struct{}]
 	signalSeq atomic.Int64
+	// writes knows since when this engine's writes in flight were
+	// stamped, so WatchTenant never moves its cursor past one.
+	writes inFlight
 
 	// done is closed by Shutdown; every parked call selects on it.
 	done     chan struct{}
@@ -198,6 +201,54 @@ func (e *Engine) publish(j store.Job) {
 
 func (e *Engine) now() time.Time { return e.cfg.Now().UTC() }
 
+// inFlight tracks the writes that have read the clock but not yet
+// returned from the store. A write stamps UpdatedAt with a reading taken
+// at or after its start, and becomes visible only when it commits, which
+// can be long after (a submission queued behind other writes, or waiting
+// out another process's lock). WatchTenant reads "updated since its
+// cursor", so its cursor must never pass the start of a write that may
+// still commit: horizon is the earliest such start, or now.
+type inFlight struct {
+	mu     sync.Mutex
+	starts map[int64]int // UnixNano of a start -> writes that began then
+}
+
+// begin records a write starting now and returns now and the function to
+// call once the store has returned (committed or not). The clock is read
+// under the lock, so a horizon taken concurrently is either before now or
+// already counts this write.
+func (w *inFlight) begin(clock func() time.Time) (time.Time, func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := clock()
+	key := now.UnixNano()
+	if w.starts == nil {
+		w.starts = map[int64]int{}
+	}
+	w.starts[key]++
+	return now, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.starts[key]--; w.starts[key] == 0 {
+			delete(w.starts, key)
+		}
+	}
+}
+
+// horizon returns the earliest start of a write in flight, or now if
+// there is none: every write stamped before it has committed.
+func (w *inFlight) horizon(clock func() time.Time) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := clock()
+	for start := range w.starts {
+		if t := time.Unix(0, start).UTC(); t.Before(now) {
+			now = t
+		}
+	}
+	return now
+}
+
 // woke reports a wake-up caused by the change committed at changedAt.
 func (e *Engine) woke(kind string, changedAt time.Time) {
 	d := e.now().Sub(changedAt)
@@ -221,6 +272,8 @@ func (e *Engine) update(ctx context.Context, op, id string, change func(j *store
 		return store.Job{}, err
 	}
 	var before store.Job
+	_, done := e.writes.begin(e.now)
+	defer done()
 	j, err := e.store.UpdateJob(ctx, id, func(j *store.Job) error {
 		before = *j
 		now := e.now()

@@ -55,7 +55,8 @@ func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (store.Job, error)
 	if err := r.validate(); err != nil {
 		return store.Job{}, err
 	}
-	now := e.now()
+	now, done := e.writes.begin(e.now)
+	defer done()
 	j := store.Job{
 		ID:          newJobID(now),
 		Tenant:      r.Tenant,

@@ -193,3 +193,72 @@ func TestWatchTenantSeesAChangeBetweenItsFirstReadAndItsPark(t *testing.T) {
 	cancel()
 	await(t, done)
 }
+
+// slowCreate holds CreateJob of jobs of kind "slow" until release is
+// closed, telling blocked once it holds one: a submission stamped long
+// before it commits (queued behind other writes, or waiting for another
+// process's write lock).
+type slowCreate struct {
+	store.Store
+	blocked chan struct{}
+	release chan struct{}
+}
+
+func (s *slowCreate) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
+	if j.Kind == "slow" {
+		close(s.blocked)
+		<-s.release
+	}
+	return s.Store.CreateJob(ctx, j)
+}
+
+func TestWatchTenantSeesAJobThatCommitsLongAfterItsStamp(t *testing.T) {
+	clock := newFakeClock()
+	hs := &slowCreate{Store: openStore(t), blocked: make(chan struct{}), release: make(chan struct{})}
+	// No Deadline: it would be read by the fake clock. ctx ends the watch.
+	e := newEngineOver(t, hs, jobs.Config{Now: clock.Now})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	out := newBatches()
+	done := async(func() (struct{}, error) {
+		return struct{}{}, e.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{Send: out.send})
+	})
+	out.next(t) // the (empty) first batch
+
+	slow := async(func() (store.Job, error) {
+		return e.Submit(ctx, jobs.SubmitRequest{Tenant: "acme", Kind: "slow"})
+	})
+	<-hs.blocked // stamped, not committed
+	clock.Advance(time.Minute)
+	fast := submit(t, e, jobs.SubmitRequest{Tenant: "acme"})
+	got, tokenWhileInFlight := out.next(t)
+	if got[fast.ID] != 1 {
+		t.Fatalf("batch %v; want the fast job", got)
+	}
+
+	close(hs.release)
+	s, err := await(t, slow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := out.next(t); got[s.ID] != 1 {
+		t.Fatalf("batch %v; want the job that committed late", got)
+	}
+	cancel()
+	await(t, done)
+
+	// A client that disconnected while the slow job was in flight
+	// resumes with the token it had then, and still gets the job.
+	resumed := newBatches()
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	done = async(func() (struct{}, error) {
+		return struct{}{}, e.WatchTenant(ctx2, "acme", jobs.TenantWatchOptions{ResumeToken: tokenWhileInFlight, Send: resumed.send})
+	})
+	if got, _ := resumed.next(t); got[s.ID] != 1 {
+		t.Fatalf("resumed batch %v; want the job that committed late", got)
+	}
+	cancel2()
+	await(t, done)
+}

@@ -147,8 +147,11 @@ type TenantWatchOptions struct {
 }
 
 // tenantOverlap is how far before its cursor each WatchTenant query looks
-// again. A writer stamps UpdatedAt before its commit becomes visible; any
-// write that commits within this long of its stamp is seen. The cost is
+// again. This engine's own writes never need it (the cursor stays behind
+// every write in flight, see inFlight); it is for writes of other
+// replicas, announced through Publish, whose clocks and commit delays this
+// engine cannot see: any of those that commits within this long of its
+// stamp, by a clock within this much of ours, is seen. The cost is
 // re-reading (and not re-sending) the jobs changed in that window.
 const tenantOverlap = 2 * time.Second
 
@@ -191,7 +194,7 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 	// arrives while the stream sends a keepalive must still cause a look.
 	_, _, changed := sub.Latest()
 	if o.ResumeToken == "" {
-		start := e.now()
+		start := e.writes.horizon(e.now)
 		jobs, _, err := e.store.ListJobs(ctx, store.ListFilter{Tenant: tenant, Limit: size})
 		if err != nil {
 			return wrap("watch tenant", "", err)
@@ -216,7 +219,7 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 	for {
 		if look {
 			_, _, changed = sub.Latest()
-			start := e.now()
+			start := e.writes.horizon(e.now)
 			fresh, all, err := e.tenantChanges(ctx, tenant, cursor.Add(-tenantOverlap), sent)
 			if err != nil {
 				if ctx.Err() != nil {
