@@ -104,45 +104,52 @@ func TestClaimAfterShutdownDoesNotPark(t *testing.T) {
 func TestTwoClaimersNeverShareAJob(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
 	const workers, jobCount = 8, 40
-	ctx := context.Background()
+	// The workers park until the test has seen every job claimed and
+	// cancels them: no claim deadline that a slow disk could outlast.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 
-	var (
-		mu      sync.Mutex
-		claimed = map[string]string{}
-		wg      sync.WaitGroup
-		dup     = make(chan string, jobCount)
-	)
+	type claim struct{ job, worker string }
+	claims := make(chan claim, 2*jobCount)
+	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			worker := fmt.Sprintf("w%d", w)
 			for {
-				j, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: worker}, time.Now().Add(200*time.Millisecond))
+				j, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: worker}, soon())
 				if errors.Is(err, jobs.ErrNoJob) {
 					return
 				}
 				if err != nil {
-					t.Error(err)
+					if ctx.Err() == nil {
+						t.Error(err)
+					}
 					return
 				}
-				mu.Lock()
-				if prev, ok := claimed[j.ID]; ok {
-					dup <- j.ID + " by " + prev + " and " + worker
-				}
-				claimed[j.ID] = worker
-				mu.Unlock()
+				claims <- claim{j.ID, worker}
 			}
 		})
 	}
 	for range jobCount {
 		submit(t, e, jobs.SubmitRequest{})
 	}
-	wg.Wait()
-	close(dup)
-	for d := range dup {
-		t.Errorf("job claimed twice: %s", d)
+	claimed := map[string]string{}
+	for len(claimed) < jobCount {
+		select {
+		case c := <-claims:
+			if prev, ok := claimed[c.job]; ok {
+				t.Errorf("job claimed twice: %s by %s and %s", c.job, prev, c.worker)
+			}
+			claimed[c.job] = c.worker
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d jobs claimed within 10s, want %d", len(claimed), jobCount)
+		}
 	}
-	if len(claimed) != jobCount {
-		t.Errorf("%d jobs claimed, want %d", len(claimed), jobCount)
+	cancel()
+	wg.Wait()
+	close(claims)
+	for c := range claims {
+		t.Errorf("job claimed twice: %s by %s and %s", c.job, claimed[c.job], c.worker)
 	}
 }
 
