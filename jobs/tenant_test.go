@@ -262,3 +262,41 @@ func TestWatchTenantSeesAJobThatCommitsLongAfterItsStamp(t *testing.T) {
 	cancel2()
 	await(t, done)
 }
+
+func TestWatchTenantResumedWithATokenFromAClockAheadMissesNothing(t *testing.T) {
+	st := openStore(t)
+	clock := newFakeClock()
+	// Replica a's clock runs an hour ahead of replica b's.
+	a := newEngineOver(t, st, jobs.Config{Now: func() time.Time { return clock.Now().Add(time.Hour) }})
+	b := newEngineOver(t, st, jobs.Config{Now: clock.Now})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	out := newBatches()
+	done := async(func() (struct{}, error) {
+		return struct{}{}, a.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{Send: out.send})
+	})
+	_, token := out.next(t)
+	cancel() // the client disconnects from a ...
+	await(t, done)
+
+	j := submit(t, b, jobs.SubmitRequest{Tenant: "acme"}) // ... a job is submitted on b ...
+
+	resumed := newBatches() // ... and the client resumes on b
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	done = async(func() (struct{}, error) {
+		return struct{}{}, b.WatchTenant(ctx2, "acme", jobs.TenantWatchOptions{ResumeToken: token, Send: resumed.send})
+	})
+	if got, _ := resumed.next(t); got[j.ID] != 1 {
+		t.Fatalf("resumed batch %v; want the job submitted on b", got)
+	}
+	clock.Advance(time.Second)
+	if _, err := b.Cancel(ctx2, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := resumed.next(t); got[j.ID] != 2 {
+		t.Fatalf("batch after cancel %v; want the job at v2", got)
+	}
+	cancel2()
+	await(t, done)
+}

@@ -181,6 +181,12 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 		if cursor, err = decodeTenantToken(o.ResumeToken); err != nil {
 			return err
 		}
+		// A token from the future (another replica's clock ran ahead,
+		// or the clock was set back) would skip every change stamped
+		// before it by this clock: resume from now instead.
+		if now := e.writes.horizon(e.now); cursor.After(now) {
+			cursor = now
+		}
 	}
 	sub := e.signals.Subscribe(tenantSignal(tenant))
 	defer sub.Close()
