@@ -50,6 +50,8 @@ type serverOptions struct {
 	config server.Config
 	// wrapStore lets a test inject faults around the real store.
 	wrapStore func(store.Store) store.Store
+	// now is the engine's clock; nil is the real one.
+	now func() time.Time
 }
 
 func startServer(t *testing.T, o serverOptions) *testServer {
@@ -68,7 +70,7 @@ func startServer(t *testing.T, o serverOptions) *testServer {
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	metrics := server.NewMetrics()
-	engine := jobs.New(st, jobs.Config{Logger: log, Metrics: metrics})
+	engine := jobs.New(st, jobs.Config{Logger: log, Metrics: metrics, Now: o.now})
 	cfg := o.config
 	cfg.Logger = log
 	cfg.Metrics = metrics

@@ -22,16 +22,18 @@ var _ jobwatchv1connect.JobServiceHandler = (*jobService)(nil)
 // capDeadline is when a parked call answers: limit from now, or
 // DeadlineMargin before the caller's own deadline, whichever is sooner.
 // The margin is at most a tenth of the time the caller allowed.
+//
+// The caller's deadline is wall-clock time, but the engine times parked
+// calls by its own clock (jobs.Config.Now), so the answer is a duration
+// from now carried over to the engine's clock.
 func (s *Server) capDeadline(ctx context.Context, limit time.Duration) time.Time {
-	now := time.Now()
-	deadline := now.Add(limit)
+	wait := limit
 	if callerDeadline, ok := ctx.Deadline(); ok {
-		margin := max(0, min(s.cfg.DeadlineMargin, callerDeadline.Sub(now)/10))
-		if d := callerDeadline.Add(-margin); d.Before(deadline) {
-			deadline = d
-		}
+		left := time.Until(callerDeadline)
+		margin := max(0, min(s.cfg.DeadlineMargin, left/10))
+		wait = min(wait, left-margin)
 	}
-	return deadline
+	return s.now().Add(wait)
 }
 
 // wait parks on the engine's Wait, counted as a parked wait.

@@ -123,6 +123,7 @@ func setDefault[T comparable](v *T, def T) {
 // Server serves the jobwatch API for one engine. Create it with New.
 type Server struct {
 	engine  *jobs.Engine
+	now     func() time.Time // the engine's clock
 	cfg     Config
 	log     *slog.Logger
 	metrics *Metrics
@@ -143,6 +144,7 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 	cfg = cfg.withDefaults()
 	s := &Server{
 		engine:  engine,
+		now:     engine.Config().Now,
 		cfg:     cfg,
 		log:     cfg.Logger,
 		metrics: cfg.Metrics,

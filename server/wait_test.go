@@ -211,3 +211,35 @@ func TestShutdownReturnsEveryParkedCallAtOnceWithOK(t *testing.T) {
 		t.Errorf("shutdown took %v with parked calls, want at once", took)
 	}
 }
+
+// The engine times parked calls by its own clock (jobs.Config.Now), which
+// need not be the wall clock: a test's fake clock, or an embedder's.
+func TestWaitJobCapHoldsWhenTheEngineClockIsNotTheWallClock(t *testing.T) {
+	ts := startServer(t, serverOptions{
+		now:    func() time.Time { return time.Now().Add(-time.Hour) },
+		config: server.Config{WaitCap: 200 * time.Millisecond, ClaimCap: 200 * time.Millisecond},
+	})
+	c := ts.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "never-claimed"})
+
+	start := time.Now()
+	resp, err := c.jobs.WaitJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.WaitJobRequest{JobId: job.GetId()})
+	if err != nil {
+		t.Fatalf("WaitJob with a 200ms cap and a 5s deadline: %v, want OK at the cap", err)
+	}
+	if resp.GetJob().GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED {
+		t.Fatalf("state = %v, want QUEUED", resp.GetJob().GetState())
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("answered after %v, want the 200ms cap", took)
+	}
+
+	start = time.Now()
+	claimed, err := c.workers.ClaimJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.ClaimJobRequest{WorkerId: "w", Kinds: []string{"other"}})
+	if err != nil || claimed.GetJob() != nil {
+		t.Fatalf("ClaimJob with a 200ms cap = %v, %v; want an empty OK answer", claimed, err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("claim answered after %v, want the 200ms cap", took)
+	}
+}
