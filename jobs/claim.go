@@ -58,14 +58,18 @@ func (e *Engine) Claim(ctx context.Context, r ClaimRequest, deadline time.Time) 
 		// during the look closes it and we look again instead of parking.
 		_, _, changed := sub.Latest()
 
-		j, err := e.claimOnce(ctx, r, woken)
+		// One reading of the clock for the claim and for the next
+		// RunAt: with two, a job whose RunAt fell between them would be
+		// neither claimed nor waited for.
+		f := e.claimFilter(r)
+		j, err := e.claimOnce(ctx, f, r.WorkerID, woken)
 		if !errors.Is(err, store.ErrNoJob) {
 			return j, err
 		}
 		if e.shuttingDown() || ctx.Err() != nil || (!deadline.IsZero() && !e.now().Before(deadline)) {
 			return store.Job{}, ErrNoJob
 		}
-		next, err := e.store.NextRunAt(ctx, e.claimFilter(r))
+		next, err := e.store.NextRunAt(ctx, f)
 		if err != nil {
 			if ctx.Err() != nil {
 				return store.Job{}, ErrNoJob
@@ -94,22 +98,22 @@ func (e *Engine) claimFilter(r ClaimRequest) store.ClaimFilter {
 	return store.ClaimFilter{Kinds: r.Kinds, Queues: r.Queues, Now: e.now()}
 }
 
-// claimOnce tries one claim. woken says the try follows a claim signal, so
+// claimOnce tries one claim of a job f selects, for workerID. woken says the try follows a claim signal, so
 // that the wake-up latency is reported against the commit that queued the
 // job.
-func (e *Engine) claimOnce(ctx context.Context, r ClaimRequest, woken bool) (store.Job, error) {
+func (e *Engine) claimOnce(ctx context.Context, f store.ClaimFilter, workerID string, woken bool) (store.Job, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Job{}, store.ErrNoJob
 	}
 	var queuedAt time.Time
 	_, done := e.writes.begin(e.now)
 	defer done()
-	j, err := e.store.ClaimJob(ctx, e.claimFilter(r), func(j *store.Job) {
+	j, err := e.store.ClaimJob(ctx, f, func(j *store.Job) {
 		now := e.now()
 		queuedAt = j.UpdatedAt
 		j.State = store.Running
 		j.Attempt++
-		j.WorkerID = r.WorkerID
+		j.WorkerID = workerID
 		j.LeaseID = newLeaseID()
 		j.LeaseExpiresAt = now.Add(e.cfg.LeaseTimeout)
 		if j.StartedAt.IsZero() {

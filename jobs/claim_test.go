@@ -182,3 +182,34 @@ func TestClaimSeesAJobQueuedBetweenItsLookAndItsPark(t *testing.T) {
 		t.Errorf("claim took %v: it slept through the submit", time.Since(start))
 	}
 }
+
+// afterClaim runs hook once, right after the first ClaimJob returned.
+type afterClaim struct {
+	store.Store
+	once sync.Once
+	hook func()
+}
+
+func (s *afterClaim) ClaimJob(ctx context.Context, f store.ClaimFilter, claim func(*store.Job)) (store.Job, error) {
+	j, err := s.Store.ClaimJob(ctx, f, claim)
+	s.once.Do(s.hook)
+	return j, err
+}
+
+func TestClaimSeesAJobThatBecomesReadyBetweenItsLookAndItsPark(t *testing.T) {
+	clock := newFakeClock()
+	hs := &afterClaim{Store: openStore(t)}
+	e := newEngineOver(t, hs, jobs.Config{Now: clock.Now})
+	want := submit(t, e, jobs.SubmitRequest{RunAt: clock.Now().Add(time.Millisecond)})
+	// The claim finds nothing ready; before it asks when to look again,
+	// the job's RunAt passes.
+	hs.hook = func() { clock.Advance(time.Millisecond) }
+	start := time.Now()
+	j, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w"}, clock.Now().Add(5*time.Second))
+	if err != nil || j.ID != want.ID {
+		t.Fatalf("claim: %s, %v; want %s", j.ID, err, want.ID)
+	}
+	if time.Since(start) > 2*time.Second {
+		t.Errorf("claim took %v: it parked until its deadline with a ready job", time.Since(start))
+	}
+}
