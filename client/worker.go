@@ -159,12 +159,20 @@ func (w *Worker) Run(ctx context.Context) error {
 	handlerCtx, stopHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopHandlers(nil)
 
+	// A claim outlives ctx by claimGrace: a job the server handed out just
+	// as ctx ended is on its way, and cutting the call would leave it
+	// RUNNING under a lease nobody holds until it is LOST.
+	claimCtx, stopClaims := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopClaims()
+	stopAfter := context.AfterFunc(ctx, func() { time.AfterFunc(claimGrace, stopClaims) })
+	defer stopAfter()
+
 	slots := make(chan struct{}, w.cfg.Concurrency)
 	var running sync.WaitGroup
 	r := &retrier{b: w.cfg.Backoff}
 	var runErr error
 claiming:
-	for {
+	for ctx.Err() == nil {
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
@@ -172,7 +180,7 @@ claiming:
 		}
 		_, kinds := w.handler("")
 		asked := time.Now()
-		lease, err := w.backend.Claim(ctx, w.cfg.ID, kinds, w.cfg.Queues)
+		lease, err := w.backend.Claim(claimCtx, w.cfg.ID, kinds, w.cfg.Queues)
 		if err != nil {
 			<-slots
 			if ctx.Err() != nil {
@@ -224,6 +232,11 @@ claiming:
 	<-drained
 	return runErr
 }
+
+// claimGrace is how long a claim in flight may still answer after Run's
+// ctx ended: ample for a reply already on the wire, short enough that an
+// idle worker stops at once to a person's eye.
+const claimGrace = 250 * time.Millisecond
 
 // backendTransient reports whether a backend call is worth repeating:
 // for a remote backend as transient says, for an in-process one unless

@@ -405,3 +405,48 @@ func TestWorkerRunsAtMostConcurrencyJobsAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// lateClaimBackend models a claim whose answer is still on the wire when
+// the worker is told to stop: the server has handed the job out, and the
+// reply reaches the worker a moment later, unless the worker has given
+// up on the call by then (as a cancelled HTTP request does).
+type lateClaimBackend struct {
+	client.WorkerBackend
+	claimed chan struct{} // closed once the server has handed a job out
+	once    sync.Once
+}
+
+func (b *lateClaimBackend) Claim(ctx context.Context, workerID string, kinds, queues []string) (*client.Lease, error) {
+	l, err := b.WorkerBackend.Claim(ctx, workerID, kinds, queues)
+	if l == nil || err != nil {
+		return l, err
+	}
+	b.once.Do(func() { close(b.claimed) })
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err() // the reply is lost with the call
+	case <-time.After(30 * time.Millisecond):
+		return l, nil
+	}
+}
+
+func TestWorkerRunsAJobClaimedJustAsItStops(t *testing.T) {
+	var late *lateClaimBackend
+	wrap := func(b client.WorkerBackend) client.WorkerBackend {
+		late = &lateClaimBackend{WorkerBackend: b, claimed: make(chan struct{})}
+		return late
+	}
+	forEachBackend(t, client.WorkerConfig{}, wrap, func(w *client.Worker) {
+		w.Handle("late", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+			return "ran", nil
+		})
+	}, func(t *testing.T, env *workerEnv) {
+		id := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "late"})
+		<-late.claimed
+		env.stop() // while the claim's reply is on its way
+		if j := env.wait(t, id); j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+			t.Fatalf("job %v %v, want SUCCEEDED: a job handed to a stopping worker must still run (drain), not be left to its lease",
+				j.GetState(), j.GetError())
+		}
+	})
+}
