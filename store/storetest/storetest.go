@@ -83,6 +83,7 @@ var cases = []struct {
 	{"claim honours the kinds and queues filters", testClaimFilters},
 	{"a claim commits its changes with the version plus one", testClaimCommits},
 	{"concurrent claims never hand out one job twice", testClaimConcurrent},
+	{"claims and updates racing on the same jobs never lose a change", testClaimUpdateRace},
 
 	{"next run at is the earliest future RunAt of matching queued jobs", testNextRunAt},
 	{"expired leases are those of running jobs whose lease ended before now", testExpiredLeases},
@@ -956,6 +957,68 @@ func testClaimConcurrent(t *testing.T, s store.Store) {
 	}
 	if len(seen) != jobs {
 		t.Errorf("%d distinct jobs claimed, want %d", len(seen), jobs)
+	}
+}
+
+// testClaimUpdateRace races claims against an update of every job (a
+// cancel, say). Whichever commits first, the other must see its result:
+// a backend that claims from a snapshot it did not lock, or writes back a
+// row it read before the other committed, loses one of the two.
+func testClaimUpdateRace(t *testing.T, s store.Store) {
+	const jobs, workers = 20, 4
+	for i := range jobs {
+		create(t, s, newJob(fmt.Sprintf("job-%02d", i), at(i)))
+	}
+	const sawRunning = "the cancel saw it running"
+	var (
+		mu      sync.Mutex
+		claimed = map[string]bool{}
+		wg      sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for range jobs + 1 {
+				j, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(100)}, toRunning)
+				if errors.Is(err, store.ErrNoJob) {
+					return
+				}
+				if err != nil {
+					t.Errorf("worker %d: claim: %v", w, err)
+					return
+				}
+				mu.Lock()
+				claimed[j.ID] = true
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range jobs {
+		wg.Go(func() {
+			_, err := s.UpdateJob(t.Context(), fmt.Sprintf("job-%02d", i), func(j *store.Job) error {
+				switch j.State {
+				case store.Queued:
+					j.State = store.Cancelled
+				case store.Running:
+					j.Step = sawRunning
+				}
+				return nil
+			})
+			if err != nil {
+				t.Errorf("update job-%02d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	for i := range jobs {
+		id := fmt.Sprintf("job-%02d", i)
+		got := get(t, s, id)
+		switch {
+		case claimed[id] && (got.State != store.Running || got.Step != sawRunning || got.Version != 3):
+			t.Errorf("%s was claimed, then updated: state %s, step %q, version %d; want running, %q, 3",
+				id, got.State, got.Step, got.Version, sawRunning)
+		case !claimed[id] && (got.State != store.Cancelled || got.Version != 2):
+			t.Errorf("%s was cancelled, never claimed: state %s, version %d; want cancelled, 2", id, got.State, got.Version)
+		}
 	}
 }
 
