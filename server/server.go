@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"connectrpc.com/connect"
@@ -155,6 +156,10 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
 		connect.WithInterceptors(&callInterceptor{metrics: s.metrics, log: s.log}),
+		// Without it net/http would swallow a handler's panic into a
+		// debug-level log line and drop the connection, which clients
+		// retry as a transport error, forever.
+		connect.WithRecover(s.recovered),
 	}
 	mux := http.NewServeMux()
 	mux.Handle(jobwatchv1connect.NewJobServiceHandler(&jobService{s}, opts...))
@@ -183,6 +188,13 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 	}
 	s.handler = h
 	return s
+}
+
+// recovered turns a handler's panic into internal, like any internal
+// failure: the panic and its stack go to the log, not to the caller.
+func (s *Server) recovered(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
+	s.log.ErrorContext(ctx, "panic in handler", "procedure", spec.Procedure, "panic", p, "stack", string(debug.Stack()))
+	return connect.NewError(connect.CodeInternal, errors.New("internal error"))
 }
 
 // Handler returns the whole HTTP surface: every service (Connect, gRPC,

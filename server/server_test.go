@@ -52,6 +52,53 @@ func TestAnInternalErrorSaysInternalErrorAndLogsTheDetail(t *testing.T) {
 	}
 }
 
+// panickingStore is the real store with one job whose read panics, the way
+// a bug in a handler or the engine would.
+type panickingStore struct {
+	store.Store
+}
+
+const panicID = "j_panics"
+
+func (s panickingStore) GetJob(ctx context.Context, id string) (store.Job, error) {
+	if id == panicID {
+		panic("nil map write in the secret module")
+	}
+	return s.Store.GetJob(ctx, id)
+}
+
+func TestAPanicIsAnInternalErrorLoggedAtErrorLevel(t *testing.T) {
+	ts := startServer(t, serverOptions{wrapStore: func(s store.Store) store.Store { return panickingStore{s} }})
+
+	// Over HTTP/1.1 (curl) and h2c (Go clients), unary and streaming: the
+	// caller gets a Connect error, not a dropped connection that clients
+	// retry as a transport error.
+	status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/WaitJob", "application/json", []byte(`{"job_id":"`+panicID+`"}`))
+	if status != http.StatusInternalServerError || body != `{"code":"internal","message":"internal error"}` {
+		t.Errorf("curl sees %d %s, want 500 with only \"internal error\"", status, body)
+	}
+	c := ts.h2c()
+	_, err := c.jobs.GetJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.GetJobRequest{JobId: panicID})
+	wantCode(t, err, connect.CodeInternal)
+	if msg := err.(*connect.Error).Message(); msg != "internal error" {
+		t.Errorf("message = %q, want exactly \"internal error\"", msg)
+	}
+	stream, err := c.jobs.WatchJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.WatchJobRequest{JobId: panicID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for stream.Receive() {
+	}
+	wantCode(t, stream.Err(), connect.CodeInternal)
+
+	if logs := ts.logs.String(); !strings.Contains(logs, "secret module") || !strings.Contains(logs, "level=ERROR") {
+		t.Errorf("the panic is not logged at error level:\n%s", logs)
+	}
+	if _, err := c.jobs.GetServerInfo(ctxTimeout(t, 5*time.Second), &jobwatchv1.GetServerInfoRequest{}); err != nil {
+		t.Errorf("the server stopped serving after a panic: %v", err)
+	}
+}
+
 func TestClaimJobParksUntilAJobIsReadyOrTheCapPasses(t *testing.T) {
 	ts := startServer(t, serverOptions{config: server.Config{ClaimCap: 200 * time.Millisecond}})
 	c := ts.h2c()
