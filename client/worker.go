@@ -11,6 +11,7 @@ import (
 	"sort"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 
@@ -25,12 +26,15 @@ import (
 //
 // A returned error fails the job with error.type set to the error's type
 // name (see ErrorType) and a message only if the error is a PublicError;
-// wrap it with Retryable to ask for another attempt.
+// wrap it with Retryable to ask for another attempt. A result the server
+// will not store (over its size limit) fails the job with error.type
+// "ResultRejected" and the server's reason as the message.
 type Handler func(ctx context.Context, job *jobwatchv1.Job, progress Progress) (any, error)
 
 // Progress records how far the job is: percent 0..100 (clamped; the
 // server never lets it go backwards) and a step text such as
-// "batch 5 of 11" ("" keeps the last step). It never blocks: the latest
+// "batch 5 of 11" ("" keeps the last step; longer than the API's 1 KiB
+// is cut). It never blocks: the latest
 // values reach the server with the next heartbeat, which a change brings
 // forward.
 type Progress func(percent int, step string)
@@ -318,7 +322,10 @@ func (w *Worker) report(ctx context.Context, log *slog.Logger, lease *Lease, res
 		if herr == nil {
 			err = w.backend.Complete(ctx, lease, raw)
 		} else {
-			jerr := &jobwatchv1.JobError{Type: ErrorType(herr), Message: publicMessage(herr)}
+			jerr := &jobwatchv1.JobError{
+				Type:    truncate(ErrorType(herr), maxErrorTypeBytes),
+				Message: truncate(publicMessage(herr), maxErrorMessageBytes),
+			}
 			err = w.backend.Fail(ctx, lease, jerr, isRetryable(herr))
 		}
 		switch {
@@ -331,7 +338,13 @@ func (w *Worker) report(ctx context.Context, log *slog.Logger, lease *Lease, res
 		case errors.Is(err, ErrLeaseLost):
 			log.Warn("lease lost before the outcome was reported", "err", err)
 			return
-		case !backendTransient(ctx, err):
+		case herr == nil && refused(err):
+			// The result itself was refused (too large, not JSON): the
+			// job must still end, and say why, rather than be LOST.
+			log.Warn("result refused; failing the job", "err", err)
+			herr = &resultRejectedError{msg: connectMessage(err)}
+			continue
+		case !backendTransient(ctx, err) || refused(err):
 			log.Error("outcome refused", "err", err)
 			return
 		}
@@ -406,6 +419,44 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 	}
 }
 
+// The API's limits on what a worker sends (the server refuses more with
+// invalid_argument); the worker cuts its reports to fit rather than have
+// every heartbeat refused until the lease is lost.
+const (
+	maxStepBytes         = 1024
+	maxErrorTypeBytes    = 256
+	maxErrorMessageBytes = 4096
+)
+
+// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// refused reports whether the backend refused a report for what it
+// carried (too large, malformed): sending it again cannot succeed.
+func refused(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeInvalidArgument, connect.CodeResourceExhausted:
+		return true
+	}
+	return errors.Is(err, errRefused)
+}
+
+// resultRejectedError fails a job whose handler succeeded but whose
+// result the server would not store; the server's reason is the message.
+type resultRejectedError struct{ msg string }
+
+func (e *resultRejectedError) Error() string         { return "result rejected: " + e.msg }
+func (e *resultRejectedError) ErrorType() string     { return "ResultRejected" }
+func (e *resultRejectedError) PublicMessage() string { return e.msg }
+
 // callHandler runs h, turning a panic into an error so one bad job cannot
 // take the worker down.
 func callHandler(ctx context.Context, h Handler, job *jobwatchv1.Job, p Progress) (result any, err error) {
@@ -440,7 +491,7 @@ func (p *progressState) set(percent int, step string) {
 	p.mu.Lock()
 	p.percent = int32(percent)
 	if step != "" {
-		p.step = step
+		p.step = truncate(step, maxStepBytes)
 	}
 	p.mu.Unlock()
 	select {

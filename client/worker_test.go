@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"jobwatch/client"
 	jobwatchv1 "jobwatch/gen/jobwatch/v1"
 	"jobwatch/jobs"
+	"jobwatch/server"
 )
 
 // workerEnv is a server, a client to it and a worker over one of the two
@@ -447,6 +449,58 @@ func TestWorkerRunsAJobClaimedJustAsItStops(t *testing.T) {
 		if j := env.wait(t, id); j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
 			t.Fatalf("job %v %v, want SUCCEEDED: a job handed to a stopping worker must still run (drain), not be left to its lease",
 				j.GetState(), j.GetError())
+		}
+	})
+}
+
+func TestWorkerReportsWhatTheServerWouldRefuse(t *testing.T) {
+	s := startServer(t, serverOptions{
+		engine: jobs.Config{LeaseTimeout: 2 * time.Second},
+		server: server.Config{MaxPayloadBytes: 1000},
+	})
+	w := client.NewWorker(fastClient(t, s.URL).WorkerBackend(), client.WorkerConfig{
+		HeartbeatInterval: 50 * time.Millisecond, ProgressInterval: 10 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	long := strings.Repeat("é", 3000) // 6,000 bytes
+	w.Handle("big-result", func(context.Context, *jobwatchv1.Job, client.Progress) (any, error) {
+		return strings.Repeat("x", 2000), nil
+	})
+	w.Handle("long-step", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+		p(50, long)
+		time.Sleep(300 * time.Millisecond) // several heartbeats carry the step
+		return "done", nil
+	})
+	w.Handle("long-error", func(context.Context, *jobwatchv1.Job, client.Progress) (any, error) {
+		return nil, client.Public(errors.New(long))
+	})
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	defer func() { stop(); <-ran }()
+	c := fastClient(t, s.URL)
+	env := &workerEnv{c: c}
+
+	t.Run("a result over the server's limit fails the job saying so", func(t *testing.T) {
+		j := env.wait(t, submit(t, c, "big-result").GetId())
+		if j.GetState() != jobwatchv1.JobState_JOB_STATE_FAILED || j.GetError().GetType() != "ResultRejected" ||
+			!strings.Contains(j.GetError().GetMessage(), "over the limit") {
+			t.Fatalf("job %v %v, want FAILED with ResultRejected naming the limit", j.GetState(), j.GetError())
+		}
+	})
+	t.Run("a step over the API's 1 KiB is cut, not a reason to lose the job", func(t *testing.T) {
+		j := env.wait(t, submit(t, c, "long-step").GetId())
+		if j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED || len(j.GetStep()) == 0 ||
+			len(j.GetStep()) > 1024 || !strings.HasPrefix(long, j.GetStep()) {
+			t.Fatalf("job %v %v step of %d bytes, want SUCCEEDED with the step cut to at most 1024 bytes",
+				j.GetState(), j.GetError(), len(j.GetStep()))
+		}
+	})
+	t.Run("an error message over the API's 4 KiB is cut", func(t *testing.T) {
+		j := env.wait(t, submit(t, c, "long-error").GetId())
+		if m := j.GetError().GetMessage(); j.GetState() != jobwatchv1.JobState_JOB_STATE_FAILED ||
+			len(m) == 0 || len(m) > 4096 || !strings.HasPrefix(long, m) {
+			t.Fatalf("job %v %v, want FAILED with the message cut to at most 4096 bytes", j.GetState(), j.GetError())
 		}
 	})
 }
