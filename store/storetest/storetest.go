@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -202,8 +203,9 @@ func joinLines(lines []string) string {
 }
 
 // jsonEqual: nil stays nil (no value), otherwise the documents must mean
-// the same. A backend may normalise whitespace and key order (jsonb does)
-// but must keep every value, numbers to the last digit.
+// the same. A backend may normalise whitespace, key order and how a
+// number is written (jsonb prints 1e-7 as 0.0000001) but must keep every
+// value, numbers to the last digit.
 func jsonEqual(a, b json.RawMessage) bool {
 	if a == nil || b == nil {
 		return a == nil && b == nil
@@ -212,13 +214,43 @@ func jsonEqual(a, b json.RawMessage) bool {
 	if decode(a, &x) != nil || decode(b, &y) != nil {
 		return bytes.Equal(a, b)
 	}
-	return reflect.DeepEqual(x, y)
+	return sameJSONValue(x, y)
 }
 
 func decode(data []byte, v any) error {
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.UseNumber()
 	return d.Decode(v)
+}
+
+// sameJSONValue compares decoded documents, numbers by exact value.
+func sameJSONValue(x, y any) bool {
+	switch x := x.(type) {
+	case json.Number:
+		y, ok := y.(json.Number)
+		if !ok {
+			return false
+		}
+		rx, okx := new(big.Rat).SetString(string(x))
+		ry, oky := new(big.Rat).SetString(string(y))
+		return okx && oky && rx.Cmp(ry) == 0
+	case []any:
+		y, ok := y.([]any)
+		return ok && slices.EqualFunc(x, y, sameJSONValue)
+	case map[string]any:
+		y, ok := y.(map[string]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for k, v := range x {
+			w, ok := y[k]
+			if !ok || !sameJSONValue(v, w) {
+				return false
+			}
+		}
+		return true
+	}
+	return reflect.DeepEqual(x, y)
 }
 
 func ids(jobs []store.Job) []string {
