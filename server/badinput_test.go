@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
 	"jobwatch/server"
 )
 
@@ -45,6 +46,7 @@ func TestBadInputIsRefusedWithAClearErrorAndTheServerKeepsServing(t *testing.T) 
 		{"an over-long kind is invalid_argument naming the field", jobs + "SubmitJob", jsonType, `{"kind":"` + long + `"}`, 400, "invalid_argument", "kind: must be at most 128 bytes"},
 		{"waiting for a held job is invalid_argument", jobs + "SubmitJob", jsonType, `{"kind":"k","hold":true,"wait":true}`, 400, "invalid_argument", "wait:"},
 		{"a negative page_size is invalid_argument", jobs + "ListJobs", jsonType, `{"page_size":-1}`, 400, "invalid_argument", "page_size: must not be negative"},
+		{"a state name the server does not know is invalid_argument, not a dropped filter", jobs + "ListJobs", jsonType, `{"states":["JOB_STATE_QUEUED","RUNNING"]}`, 400, "invalid_argument", `states[1]: "RUNNING" is not a JobState`},
 		{"a page_token the server never issued is invalid_argument", jobs + "ListJobs", jsonType, `{"page_token":"bogus"}`, 400, "invalid_argument", "page_token"},
 		{"an empty worker_id is invalid_argument", workers + "ClaimJob", jsonType, `{}`, 400, "invalid_argument", "worker_id: must not be empty"},
 		{"an empty lease_id is invalid_argument", workers + "Heartbeat", jsonType, `{"job_id":"j_1"}`, 400, "invalid_argument", "lease_id: must not be empty"},
@@ -73,5 +75,35 @@ func TestBadInputIsRefusedWithAClearErrorAndTheServerKeepsServing(t *testing.T) 
 				t.Fatalf("GetServerInfo after bad input: %d %s", status, body)
 			}
 		})
+	}
+}
+
+// Connect's JSON decoding ignores what it does not know, so that newer
+// clients can call older servers. That must hold for unknown fields, but
+// not for an unknown enum name: dropped, it would turn a filter on
+// "RUNNING" into no filter at all.
+func TestJSONIgnoresUnknownFieldsButNotUnknownStates(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	c := ts.h2c()
+	queued := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "k"})
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "k", Hold: true})
+	const listJobs = "/jobwatch.v1.JobService/ListJobs"
+
+	status, body := rawPost(t, ts.url+listJobs, "application/json", []byte(`{"states":["JOB_STATE_QUEUED"],"a_field_from_the_future":{"x":1}}`))
+	var list struct {
+		Jobs []struct{ ID string }
+	}
+	if err := json.Unmarshal([]byte(body), &list); status != http.StatusOK || err != nil {
+		t.Fatalf("ListJobs with an unknown field = %d %s, want OK", status, body)
+	}
+	if len(list.Jobs) != 1 || list.Jobs[0].ID != queued.GetId() {
+		t.Fatalf("ListJobs of QUEUED = %s, want only job %s", body, queued.GetId())
+	}
+
+	for _, contentType := range []string{"application/json", "application/json; charset=utf-8"} {
+		status, body = rawPost(t, ts.url+listJobs, contentType, []byte(`{"states":["RUNNING"]}`))
+		if status != http.StatusBadRequest || !strings.Contains(body, "JOB_STATE_RUNNING") {
+			t.Errorf("ListJobs of state RUNNING as %s = %d %s, want 400 listing the state names", contentType, status, body)
+		}
 	}
 }

@@ -161,6 +161,7 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 		// retry as a transport error, forever.
 		connect.WithRecover(s.recovered),
 	}
+	opts = append(opts, jsonCodecs()...)
 	mux := http.NewServeMux()
 	mux.Handle(jobwatchv1connect.NewJobServiceHandler(&jobService{s}, opts...))
 	mux.Handle(jobwatchv1connect.NewWorkerServiceHandler(&workerService{s}, opts...))

@@ -1,0 +1,126 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// jsonCodec is Connect's JSON codec with one difference. Like Connect's,
+// it ignores unknown fields, so that newer clients can call older
+// servers. Unlike it, it refuses an enum name it does not know: protojson
+// drops such a value without a word, which turns a ListJobs filter on
+// "RUNNING" (for JOB_STATE_RUNNING) into no filter at all.
+type jsonCodec struct{ name string }
+
+// jsonCodecs replace Connect's codecs of the same names.
+func jsonCodecs() []connect.HandlerOption {
+	return []connect.HandlerOption{
+		connect.WithCodec(jsonCodec{"json"}),
+		connect.WithCodec(jsonCodec{"json; charset=utf-8"}),
+	}
+}
+
+func (c jsonCodec) Name() string { return c.name }
+
+func (c jsonCodec) IsBinary() bool { return false }
+
+func (c jsonCodec) Marshal(v any) ([]byte, error) {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("%T is not a proto.Message", v)
+	}
+	return protojson.Marshal(m)
+}
+
+func (c jsonCodec) Unmarshal(data []byte, v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return fmt.Errorf("%T is not a proto.Message", v)
+	}
+	if len(data) == 0 {
+		return errors.New("zero-length payload is not a valid JSON object")
+	}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, m); err != nil {
+		return err
+	}
+	var tree any
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&tree); err != nil {
+		return err // protojson accepted it, so this does not happen
+	}
+	return checkEnumNames(tree, m.ProtoReflect().Descriptor(), "")
+}
+
+// checkEnumNames walks decoded JSON alongside the message it fills and
+// reports the first enum given by a name the enum does not have. Numbers
+// are left to the handlers, which check them against what they accept.
+func checkEnumNames(tree any, md protoreflect.MessageDescriptor, prefix string) error {
+	obj, ok := tree.(map[string]any)
+	if !ok || md.FullName().Parent() == "google.protobuf" {
+		return nil // well-known types have their own JSON forms
+	}
+	fields := md.Fields()
+	for key, val := range obj {
+		fd := fields.ByJSONName(key)
+		if fd == nil {
+			fd = fields.ByTextName(key)
+		}
+		if fd == nil {
+			continue
+		}
+		path := prefix + string(fd.Name())
+		var err error
+		switch {
+		case fd.IsMap():
+			entries, _ := val.(map[string]any)
+			for k, v := range entries {
+				if err = checkEnumValue(v, fd.MapValue(), fmt.Sprintf("%s[%q]", path, k)); err != nil {
+					break
+				}
+			}
+		case fd.IsList():
+			items, _ := val.([]any)
+			for i, v := range items {
+				if err = checkEnumValue(v, fd, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+					break
+				}
+			}
+		default:
+			err = checkEnumValue(val, fd, path)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkEnumValue(v any, fd protoreflect.FieldDescriptor, path string) error {
+	switch fd.Kind() {
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return checkEnumNames(v, fd.Message(), path+".")
+	case protoreflect.EnumKind:
+		name, ok := v.(string)
+		ed := fd.Enum()
+		if !ok || ed.FullName().Parent() == "google.protobuf" || ed.Values().ByName(protoreflect.Name(name)) != nil {
+			return nil
+		}
+		var names []string
+		for i := range ed.Values().Len() {
+			if value := ed.Values().Get(i); value.Number() != 0 {
+				names = append(names, string(value.Name()))
+			}
+		}
+		return fmt.Errorf("%s: %q is not a %s; use one of %s", path, name, ed.Name(), strings.Join(names, ", "))
+	}
+	return nil
+}
