@@ -386,7 +386,7 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 		}
 		percent, step := prog.get()
 		sentAt := time.Now()
-		cancelled, err := w.backend.Heartbeat(ctx, lease, percent, step)
+		cancelled, err := w.beat(ctx, lease, expires, percent, step)
 		lastSent = sentAt
 		next := interval
 		switch {
@@ -456,6 +456,18 @@ type resultRejectedError struct{ msg string }
 func (e *resultRejectedError) Error() string         { return "result rejected: " + e.msg }
 func (e *resultRejectedError) ErrorType() string     { return "ResultRejected" }
 func (e *resultRejectedError) PublicMessage() string { return e.msg }
+
+// beat sends one heartbeat. A call still unanswered when the lease
+// expires is abandoned: past that point the server may have handed the
+// job to another worker, and the handler must not run on waiting for it.
+func (w *Worker) beat(ctx context.Context, lease *Lease, expires time.Time, percent int32, step string) (bool, error) {
+	if lease.TTL > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, expires)
+		defer cancel()
+	}
+	return w.backend.Heartbeat(ctx, lease, percent, step)
+}
 
 // callHandler runs h, turning a panic into an error so one bad job cannot
 // take the worker down.

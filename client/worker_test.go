@@ -504,3 +504,36 @@ func TestWorkerReportsWhatTheServerWouldRefuse(t *testing.T) {
 		}
 	})
 }
+
+// hangingBackend's heartbeats never get an answer, as over a connection
+// to a server that froze: each call hangs until its ctx ends.
+type hangingBackend struct{ client.WorkerBackend }
+
+func (b hangingBackend) Heartbeat(ctx context.Context, l *client.Lease, percent int32, step string) (bool, error) {
+	<-ctx.Done()
+	return false, ctx.Err()
+}
+
+func TestWorkerCancelsTheHandlerWhenAHeartbeatHangsPastTheLease(t *testing.T) {
+	causes := make(chan error, 1)
+	wrap := func(b client.WorkerBackend) client.WorkerBackend { return hangingBackend{b} }
+	forEachBackend(t, client.WorkerConfig{}, wrap, func(w *client.Worker) {
+		w.Handle("frozen", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return nil, nil
+		})
+	}, func(t *testing.T, env *workerEnv) {
+		env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "frozen"})
+		// The lease is 1s: once it has passed unrenewed, another worker
+		// may run the job, so this one must stop.
+		select {
+		case cause := <-causes:
+			if !errors.Is(cause, client.ErrLeaseLost) {
+				t.Fatalf("handler's ctx cause = %v, want ErrLeaseLost", cause)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the handler ran on long after its lease ran out, because a heartbeat hung")
+		}
+	})
+}
