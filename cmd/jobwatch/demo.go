@@ -109,7 +109,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	url := "http://" + ln.Addr().String() + "/"
 	fmt.Fprintf(stdout, "jobwatch demo: open %s\n", url)
-	fmt.Fprintf(stdout, "  try: jobwatch --server http://%s list   (Ctrl-C stops the demo)\n", ln.Addr())
+	fmt.Fprintf(stdout, "  try: jobwatch list --server http://%s   (Ctrl-C stops the demo)\n", ln.Addr())
 	err = srv.Serve(ctx, ln)
 	stopEngine() // engine.Run is one of bg's goroutines
 	bg.Wait()
