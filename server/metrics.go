@@ -133,7 +133,17 @@ func (i *callInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 
 func (i *callInterceptor) done(ctx context.Context, procedure string, peer connect.Peer, start time.Time, err error) {
 	code := "ok"
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.As(err, new(*connect.Error)):
+		code = connect.CodeOf(err).String()
+	// Connect hands interceptors a bare context error when the caller's
+	// time is up before the handler runs, and codes it only on the wire.
+	case errors.Is(err, context.DeadlineExceeded):
+		code = connect.CodeDeadlineExceeded.String()
+	case errors.Is(err, context.Canceled):
+		code = connect.CodeCanceled.String()
+	default:
 		code = connect.CodeOf(err).String()
 	}
 	i.metrics.requests.WithLabelValues(procedure, code).Inc()

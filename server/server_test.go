@@ -250,6 +250,20 @@ func TestMetricsExposeJobsParkedCallsWakeLatencyAndRequests(t *testing.T) {
 	}
 }
 
+func TestRequestsTotalCountsACallerOutOfTimeAsDeadlineExceeded(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	// A deadline already passed: Connect refuses the call before the handler
+	// runs, with a bare context error.
+	status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/GetJob", "application/json", []byte(`{"job_id":"j_1"}`), "Connect-Timeout-Ms", "0")
+	if status != http.StatusGatewayTimeout {
+		t.Fatalf("GetJob with no time left = %d %s, want 504", status, body)
+	}
+	page := get(t, ts.url+"/metrics")
+	if want := `jobwatch_requests_total{code="deadline_exceeded",procedure="/jobwatch.v1.JobService/GetJob"} 1`; !strings.Contains(page, want) {
+		t.Errorf("/metrics lacks %q:\n%s", want, regexp.MustCompile(`(?m)^jobwatch_requests_total.*$`).FindAllString(page, -1))
+	}
+}
+
 func get(t *testing.T, url string, header ...string) string {
 	t.Helper()
 	resp := do(t, http.MethodGet, url, header...)
