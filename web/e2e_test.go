@@ -292,10 +292,14 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 
 	t.Run("after a server restart the page says it is reconnecting, then catches up", func(t *testing.T) {
 		p.t = t
+		// Remember the rows on screen: resuming must update these very
+		// elements, never clear the list and build it again (a flicker).
+		p.waitFor("three rows before the restart", `(window.rowsBefore = [...document.querySelectorAll("li.job")]).length === 3`)
 		srv.shutdown(t)
 		srv = nil
 		p.waitFor("the reconnecting banner", `!document.getElementById("banner").hidden && document.getElementById("banner").textContent.startsWith("Reconnecting…")`)
 		p.waitFor("the reconnecting status", `document.getElementById("status").dataset.status === "reconnecting"`)
+		p.waitFor("the last known jobs still listed", `window.rowsBefore.every(el => el.isConnected)`)
 		if png, err := chromedp.Run(tabCtx, chromedp.CaptureScreenshot()); err == nil {
 			os.WriteFile(artifactPath(t, "web-e2e-reconnecting.png"), png, 0o644)
 		}
@@ -311,6 +315,7 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 		p.waitFor("the banner gone", `document.getElementById("banner").hidden`)
 		p.waitFor("the live status again", `document.getElementById("status").dataset.status === "live"`)
 		p.waitFor("no duplicate rows", `document.querySelectorAll("li.job").length === 3 && new Set([...document.querySelectorAll("li.job")].map(e => e.dataset.jobId)).size === 3`)
+		p.waitFor("the same rows, updated in place", `window.rowsBefore.every(el => el.isConnected)`)
 
 		// Leave a calm, varied page for the screenshot: a queued job too,
 		// and the failed job's detail open.
@@ -333,6 +338,36 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 		p.waitFor("no stale error note", textIs("#queues-note", ""))
 	})
 
+	t.Run("switching the tenant shows that tenant's jobs only, still on one stream", func(t *testing.T) {
+		p.t = t
+		setTenant := func(name string) {
+			p.do("type tenant "+name, chromedp.Evaluate[chromedp.Void](fmt.Sprintf(
+				`{const i = document.getElementById("tenant"); i.value = %q; i.dispatchEvent(new Event("change"));}`, name)))
+		}
+		setTenant("acme")
+		p.waitFor("an empty list", `document.querySelectorAll("li.job").length === 0 && !document.getElementById("jobs-empty").hidden`)
+		p.waitFor("the live status", `document.getElementById("status").dataset.status === "live"`)
+		acme, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Tenant: "acme", Kind: "billing.invoice"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.waitFor("acme's job alone", exists(row(acme.ID))+` && document.querySelectorAll("li.job").length === 1`)
+		waitOpenWatches(t, addr, 1)
+
+		// A name the server refuses: say so once, do not retry.
+		setTenant("acme corp")
+		p.waitFor("the refusal", `document.getElementById("status").dataset.status === "refused" && document.getElementById("banner").textContent.includes("may only contain")`)
+		waitOpenWatches(t, addr, 0)
+
+		setTenant("default")
+		p.waitFor("the default tenant's four jobs again", `document.querySelectorAll("li.job").length === 4 && document.getElementById("banner").hidden`)
+		waitOpenWatches(t, addr, 1)
+
+		// For the screenshot: the failed job's details.
+		p.do("open the failed job", chromedp.Click(chromedp.CSS(`li.job[data-state="failed"]`)))
+		p.waitFor("its details", textIs("#detail .error-type", "TimeoutError"))
+	})
+
 	// Move the pointer off the rows so no hover tint shows in the picture.
 	p.t = t
 	p.do("move the pointer away", chromedp.MouseEvent(chromedp.MouseMoved, 1, 880))
@@ -346,6 +381,23 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", path)
+}
+
+// waitOpenWatches waits for the server's count of open streams to settle
+// at want: a stream the page left closes when the server notices.
+func waitOpenWatches(t *testing.T, addr string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := openWatches(t, addr)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("open watches on the server = %v, want %v", got, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // openWatches reads the server's gauge of open WatchJob and WatchJobs

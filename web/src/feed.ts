@@ -9,15 +9,35 @@ export type FeedStatus =
   | { kind: "connecting" }
   | { kind: "live" }
   | { kind: "reconnecting"; attempt: number; retryAt: number; reason: string }
-  | { kind: "unauthenticated"; reason: string };
+  | { kind: "unauthenticated"; reason: string }
+  // The server will not watch this tenant (an invalid name): asking
+  // again cannot help, a different tenant can.
+  | { kind: "refused"; reason: string };
 
 export interface FeedListener {
   jobs(batch: Job[]): void;
   status(s: FeedStatus): void;
 }
 
-// A stream that ran at least this long before ending OK was rotated by the
-// server (its lifetime limit): dial again at once, without a banner.
+export interface FeedOptions {
+  // Jobs in the first batch of a fresh stream; 0 is the server's default.
+  pageSize?: number;
+  // A stream that delivers nothing, not even the server's keepalive
+  // (every 15 s), for this long is presumed dead and dialled again: a
+  // half-open connection (a laptop that slept, a NAT that forgot) gives
+  // the browser no error for many minutes.
+  silenceMs?: number;
+  // A stream counts as live once a message arrives, or once it has stayed
+  // open this long after its headers: Connect sends a stream's error
+  // after a 200 and its headers, so headers alone prove nothing.
+  settleMs?: number;
+  // The wait before the attempt-th retry (0-based).
+  backoffMs?: (attempt: number) => number;
+}
+
+// A stream that ran at least this long was healthy: if it ended OK, the
+// server rotated it (its lifetime limit) and the feed dials again at once,
+// without a banner; if it failed, the backoff starts over.
 const healthyStreamMs = 1000;
 
 export function backoffMs(attempt: number): number {
@@ -25,16 +45,28 @@ export function backoffMs(attempt: number): number {
   return ceiling / 2 + (Math.random() * ceiling) / 2;
 }
 
+// How one stream ended.
+type Ending = { kind: "ended" } | { kind: "silent" } | { kind: "failed"; error: ConnectError };
+
 export class JobFeed {
   private resumeToken = "";
   private readonly abort = new AbortController();
+  private readonly pageSize: number;
+  private readonly silenceMs: number;
+  private readonly settleMs: number;
+  private readonly backoffMs: (attempt: number) => number;
 
   constructor(
     private readonly client: JobClient,
     private readonly tenant: string,
     private readonly listener: FeedListener,
-    private readonly pageSize = 50,
-  ) {}
+    opts: FeedOptions = {},
+  ) {
+    this.pageSize = opts.pageSize ?? 50;
+    this.silenceMs = opts.silenceMs ?? 45_000;
+    this.settleMs = opts.settleMs ?? 500;
+    this.backoffMs = opts.backoffMs ?? backoffMs;
+  }
 
   start(): void {
     void this.run();
@@ -45,73 +77,121 @@ export class JobFeed {
   }
 
   private async run(): Promise<void> {
-    const signal = this.abort.signal;
+    const stopped = this.abort.signal;
     let failures = 0;
     this.listener.status({ kind: "connecting" });
-    while (!signal.aborted) {
+    while (!stopped.aborted) {
       const began = Date.now();
+      const end = await this.follow();
+      if (stopped.aborted) {
+        return;
+      }
+      const healthy = Date.now() - began >= healthyStreamMs;
       let reason = "the stream ended";
-      try {
-        const stream = this.client.watchJobs(
-          { tenant: this.tenant, resumeToken: this.resumeToken, pageSize: this.pageSize },
-          {
-            signal,
-            timeoutMs: 0,
-            // Headers mean the server accepted the stream, even before the
-            // first batch: the banner can go.
-            onHeader: () => {
-              failures = 0;
-              this.listener.status({ kind: "live" });
-            },
-          },
-        );
-        for await (const res of stream) {
-          if (res.jobs.length > 0) {
-            this.listener.jobs(res.jobs);
-          }
-          if (res.resumeToken !== "") {
-            this.resumeToken = res.resumeToken;
-          }
-        }
-        if (Date.now() - began >= healthyStreamMs) {
-          continue;
-        }
-      } catch (err) {
-        if (signal.aborted) {
-          return;
-        }
-        const ce = ConnectError.from(err);
+      if (end.kind === "ended" && healthy) {
+        continue;
+      }
+      if (end.kind === "silent") {
+        reason = `no word from the server in ${Math.round(this.silenceMs / 1000)}s`;
+      }
+      if (end.kind === "failed") {
+        const ce = end.error;
         if (ce.code === Code.Unauthenticated || ce.code === Code.PermissionDenied) {
           this.listener.status({ kind: "unauthenticated", reason: ce.rawMessage });
           return;
         }
-        // A token the server no longer understands (another server, a
-        // restored database): start over; merging by version keeps the
-        // list free of duplicates.
-        if (this.resumeToken !== "" && ce.code === Code.InvalidArgument) {
-          this.resumeToken = "";
-          continue;
+        if (ce.code === Code.InvalidArgument) {
+          // A token the server no longer understands (another server, a
+          // restored database): start over; merging by version keeps the
+          // list free of duplicates. Without a token, the request itself
+          // (the tenant) is what the server refuses.
+          if (this.resumeToken !== "") {
+            this.resumeToken = "";
+            continue;
+          }
+          this.listener.status({ kind: "refused", reason: ce.rawMessage });
+          return;
         }
         reason = ce.code === Code.Unknown || ce.code === Code.Unavailable ? "the server cannot be reached" : ce.rawMessage;
       }
-      const wait = backoffMs(failures);
+      if (healthy) {
+        failures = 0;
+      }
+      // A silent stream already waited silenceMs: dial again at once.
+      const wait = end.kind === "silent" ? 0 : this.backoffMs(failures);
       this.listener.status({ kind: "reconnecting", attempt: failures + 1, retryAt: Date.now() + wait, reason });
       failures++;
-      await sleep(wait, signal);
+      await sleep(wait, stopped);
+    }
+  }
+
+  // follow runs one WatchJobs stream until it ends, fails, goes silent or
+  // the feed stops, passing its batches on.
+  private async follow(): Promise<Ending> {
+    const call = new AbortController();
+    const stopped = this.abort.signal;
+    const onStop = () => call.abort();
+    stopped.addEventListener("abort", onStop);
+    let silent = false;
+    let watchdog: ReturnType<typeof setTimeout> | undefined;
+    const heard = () => {
+      clearTimeout(watchdog);
+      watchdog = setTimeout(() => {
+        silent = true;
+        call.abort();
+      }, this.silenceMs);
+    };
+    let live = false;
+    let settle: ReturnType<typeof setTimeout> | undefined;
+    const goLive = () => {
+      clearTimeout(settle);
+      if (!live) {
+        live = true;
+        this.listener.status({ kind: "live" });
+      }
+    };
+    heard(); // also bounds a dial that never gets an answer
+    try {
+      const stream = this.client.watchJobs(
+        { tenant: this.tenant, resumeToken: this.resumeToken, pageSize: this.pageSize },
+        {
+          signal: call.signal,
+          timeoutMs: 0,
+          onHeader: () => {
+            heard();
+            settle = setTimeout(goLive, this.settleMs);
+          },
+        },
+      );
+      for await (const res of stream) {
+        heard();
+        goLive();
+        if (res.jobs.length > 0) {
+          this.listener.jobs(res.jobs);
+        }
+        if (res.resumeToken !== "") {
+          this.resumeToken = res.resumeToken;
+        }
+      }
+      return { kind: "ended" };
+    } catch (err) {
+      return silent ? { kind: "silent" } : { kind: "failed", error: ConnectError.from(err) };
+    } finally {
+      clearTimeout(watchdog);
+      clearTimeout(settle);
+      stopped.removeEventListener("abort", onStop);
     }
   }
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    signal.addEventListener(
-      "abort",
-      () => {
-        clearTimeout(timer);
-        resolve();
-      },
-      { once: true },
-    );
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done);
   });
 }

@@ -5,6 +5,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { jobClient, queueClient, savedToken, saveToken } from "./api";
 import { byId, setData, setText } from "./dom";
 import { JobFeed, type FeedStatus } from "./feed";
+import type { Job } from "./gen/jobwatch/v1/jobwatch_pb";
 import { JobBook } from "./model";
 import { Detail, JobList, QueueTable } from "./views";
 import "./style.css";
@@ -17,6 +18,8 @@ const maxJobsShown = 200;
 const book = new JobBook();
 const statusEl = byId<HTMLElement>("status");
 const banner = byId<HTMLElement>("banner");
+const bannerText = byId<HTMLElement>("banner-text");
+const bannerWhen = byId<HTMLElement>("banner-when");
 const tenantForm = byId<HTMLFormElement>("tenant-form");
 const tenantInput = byId<HTMLInputElement>("tenant");
 const tokenForm = byId<HTMLFormElement>("token-form");
@@ -26,7 +29,7 @@ const demoKind = byId<HTMLSelectElement>("demo-kind");
 const errorEl = byId<HTMLElement>("error");
 
 const list = new JobList(byId("jobs"), byId("jobs-empty"), byId("jobs-count"), select);
-const detail = new Detail(byId("detail"), () => select(""), cancelJob);
+const detail = new Detail(byId("detail"), closeDetail, cancelJob);
 const queues = new QueueTable(byId("queues"));
 
 let tenant = initialTenant();
@@ -70,13 +73,18 @@ function startFeed(): void {
   current.start();
 }
 
+const statusText: Record<FeedStatus["kind"], string> = {
+  connecting: "connecting…",
+  live: "live",
+  reconnecting: "reconnecting…",
+  unauthenticated: "token needed",
+  refused: "not watching",
+};
+
 function showStatus(s: FeedStatus): void {
   feedStatus = s;
   setData(statusEl, "status", s.kind);
-  setText(
-    statusEl,
-    s.kind === "live" ? "live" : s.kind === "connecting" ? "connecting…" : s.kind === "reconnecting" ? "reconnecting…" : "token needed",
-  );
+  setText(statusEl, statusText[s.kind]);
   if (s.kind === "unauthenticated") {
     tokenForm.hidden = false;
     tokenInput.focus();
@@ -85,25 +93,32 @@ function showStatus(s: FeedStatus): void {
 }
 
 // The banner says plainly that what is shown may be stale, and when the
-// page tries again.
+// page tries again. The countdown is outside the live region, so a screen
+// reader announces the news once, not a number every second.
 function renderBanner(now: number): void {
   const s = feedStatus;
   if (s.kind === "reconnecting") {
+    setText(bannerText, `Reconnecting… ${s.reason}. The jobs below show the last known state.`);
     const secs = Math.max(0, Math.ceil((s.retryAt - now) / 1000));
-    const when = secs === 0 ? "trying now" : `next try in ${secs}s`;
-    setText(banner, `Reconnecting… ${s.reason}; ${when} (attempt ${s.attempt}). The jobs below show the last known state.`);
-    setData(banner, "kind", "reconnecting");
-    banner.hidden = false;
+    setText(bannerWhen, secs === 0 ? `Trying now (attempt ${s.attempt}).` : `Next try in ${secs}s (attempt ${s.attempt}).`);
   } else if (s.kind === "unauthenticated") {
-    setText(banner, `The server wants a token for tenant “${tenant}”: ${s.reason}`);
-    setData(banner, "kind", "unauthenticated");
-    banner.hidden = false;
-  } else {
-    banner.hidden = true;
+    setText(bannerText, `The server wants a token for tenant “${tenant}”: ${s.reason}`);
+    setText(bannerWhen, "");
+  } else if (s.kind === "refused") {
+    setText(bannerText, `The server will not watch tenant “${tenant}”: ${s.reason}. Enter another tenant.`);
+    setText(bannerWhen, "");
   }
+  const shown = s.kind === "reconnecting" || s.kind === "unauthenticated" || s.kind === "refused";
+  setData(banner, "kind", s.kind);
+  banner.hidden = !shown;
 }
 
+// selected is the job the user asked to see; an answer that arrives after
+// they chose another must not take the detail panel back.
+let selected = "";
+
 function select(id: string): void {
+  selected = id;
   list.select(id);
   history.replaceState(null, "", id === "" ? location.pathname + location.search : `#job=${encodeURIComponent(id)}`);
   if (id === "") {
@@ -118,13 +133,37 @@ function select(id: string): void {
   // Older than the stream's first page (or a link from elsewhere): fetch it.
   jobClient.getJob({ jobId: id }).then(
     (res) => {
-      if (res.job !== undefined && book.merge(res.job)) {
-        list.render(book, [id]);
+      if (res.job !== undefined) {
+        adopt(res.job);
       }
-      refreshDetail(id);
+      if (selected === id) {
+        refreshDetail(id);
+      }
     },
     (err) => showError(`Job ${id}`, err),
   );
+}
+
+// adopt merges a job from a unary answer (GetJob, CancelJob, SubmitJob)
+// into what the stream keeps. It gets a row only while its tenant is the
+// one on screen: the answer may arrive after the user switched tenants,
+// or come from a link to another tenant's job (its details still show).
+function adopt(job: Job): boolean {
+  if (!book.merge(job)) {
+    return false;
+  }
+  if (job.tenant === tenant) {
+    list.render(book, [job.id]);
+  }
+  return true;
+}
+
+// closeDetail hides the details and puts the keyboard back on the job's
+// row, where the user opened them.
+function closeDetail(): void {
+  const was = selected;
+  select("");
+  list.focus(was);
 }
 
 function refreshDetail(id = detail.shown): void {
@@ -137,8 +176,7 @@ function refreshDetail(id = detail.shown): void {
 function cancelJob(id: string): void {
   jobClient.cancelJob({ jobId: id }).then(
     (res) => {
-      if (res.job !== undefined && book.merge(res.job)) {
-        list.render(book, [id]);
+      if (res.job !== undefined && adopt(res.job)) {
         refreshDetail();
       }
     },
@@ -229,10 +267,22 @@ tenantForm.addEventListener("submit", (e) => {
   }
   tenant = next;
   localStorage.setItem(tenantKey, tenant);
+  // A ?tenant= in the address would bring the old tenant back on reload.
+  const url = new URL(location.href);
+  if (url.searchParams.has("tenant")) {
+    url.searchParams.set("tenant", tenant);
+    url.hash = "";
+    history.replaceState(null, "", url);
+  }
   select("");
   startFeed();
 });
 tenantInput.addEventListener("change", () => tenantForm.requestSubmit());
+byId("detail").addEventListener("keydown", (e) => {
+  if (e.key === "Escape") {
+    closeDetail();
+  }
+});
 
 tokenForm.addEventListener("submit", (e) => {
   e.preventDefault();
@@ -250,9 +300,9 @@ demoForm.addEventListener("submit", (e) => {
     .submitJob({ tenant, kind: demoKind.value })
     .then(
       (res) => {
-        if (res.job !== undefined) {
-          book.merge(res.job);
-          list.render(book, [res.job.id]);
+        // The user may have switched tenants while the call ran.
+        if (res.job !== undefined && res.job.tenant === tenant) {
+          adopt(res.job);
           select(res.job.id);
         }
       },

@@ -15,19 +15,17 @@ class ProgressView {
   private readonly percent = h("span", { class: "percent" });
   private readonly step = h("span", { class: "step" });
 
+  private readonly track = h("span", { class: "track", role: "progressbar", "aria-label": "progress", "aria-valuemin": "0", "aria-valuemax": "100" }, this.fill);
+
   constructor() {
-    this.el = h(
-      "span",
-      { class: "progress" },
-      h("span", { class: "track" }, this.fill),
-      h("span", { class: "progress-text" }, this.percent, this.step),
-    );
+    this.el = h("span", { class: "progress" }, this.track, h("span", { class: "progress-text" }, this.percent, this.step));
   }
 
   update(job: Job): void {
     const width = `${job.percent}%`;
     if (this.fill.style.width !== width) {
       this.fill.style.width = width;
+      this.track.setAttribute("aria-valuenow", String(job.percent));
     }
     setText(this.percent, `${job.percent}%`);
     const failed = job.error !== undefined && (job.state === JobState.FAILED || job.state === JobState.LOST);
@@ -141,6 +139,11 @@ export class JobList {
     this.markSelected();
   }
 
+  // focus puts the keyboard back on a job's row (after its details close).
+  focus(id: string): void {
+    this.rows.get(id)?.el.focus();
+  }
+
   clear(): void {
     this.rows.clear();
     this.list.replaceChildren();
@@ -160,7 +163,11 @@ export class JobList {
   private markSelected(): void {
     for (const [id, row] of this.rows) {
       row.el.classList.toggle("selected", id === this.selected);
-      row.el.setAttribute("aria-selected", String(id === this.selected));
+      if (id === this.selected) {
+        row.el.setAttribute("aria-current", "true");
+      } else {
+        row.el.removeAttribute("aria-current");
+      }
     }
   }
 }

@@ -1,0 +1,214 @@
+// Tests of the page's live feed against a scripted WatchJobs server.
+// web/page_logic_test.go bundles and runs them with `node --test`.
+import { test, type TestContext } from "node:test";
+import assert from "node:assert/strict";
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError, type CallOptions } from "@connectrpc/connect";
+import {
+  JobSchema,
+  JobState,
+  WatchJobsResponseSchema,
+  type WatchJobsRequest,
+  type WatchJobsResponse,
+} from "../src/gen/jobwatch/v1/jobwatch_pb";
+import type { JobClient } from "../src/api";
+import { JobFeed, type FeedOptions, type FeedStatus } from "../src/feed";
+
+// A Call is one WatchJobs stream the feed opened; the test plays the
+// server's side of it.
+class Call {
+  private readonly queue: (WatchJobsResponse | Error | null)[] = [];
+  private wake: (() => void) | undefined;
+
+  constructor(
+    readonly req: WatchJobsRequest,
+    private readonly opts: CallOptions,
+  ) {
+    opts.signal?.addEventListener("abort", () => this.push(new ConnectError("aborted", Code.Canceled)));
+  }
+
+  get aborted(): boolean {
+    return this.opts.signal?.aborted ?? false;
+  }
+
+  headers(): void {
+    this.opts.onHeader?.(new Headers());
+  }
+
+  send(jobs: { id: string; version: bigint }[], resumeToken: string): void {
+    const js = jobs.map((j) => create(JobSchema, { id: j.id, version: j.version, state: JobState.RUNNING }));
+    this.push(create(WatchJobsResponseSchema, { jobs: js, resumeToken }));
+  }
+
+  fail(code: Code, message: string): void {
+    this.push(new ConnectError(message, code));
+  }
+
+  end(): void {
+    this.push(null);
+  }
+
+  private push(item: WatchJobsResponse | Error | null): void {
+    this.queue.push(item);
+    this.wake?.();
+  }
+
+  async *responses(): AsyncGenerator<WatchJobsResponse> {
+    for (;;) {
+      while (this.queue.length === 0) {
+        await new Promise<void>((resolve) => (this.wake = resolve));
+      }
+      const item = this.queue.shift()!;
+      if (item === null) {
+        return;
+      }
+      if (item instanceof Error) {
+        throw item;
+      }
+      yield item;
+    }
+  }
+}
+
+// Server scripts each call as the feed opens it.
+class Server {
+  readonly calls: Call[] = [];
+  private waiting: (() => void)[] = [];
+
+  constructor(private readonly script: (call: Call, n: number) => void) {}
+
+  readonly client = {
+    watchJobs: (req: WatchJobsRequest, opts: CallOptions) => {
+      const call = new Call(req, opts);
+      this.calls.push(call);
+      queueMicrotask(() => this.script(call, this.calls.length));
+      for (const w of this.waiting.splice(0)) {
+        w();
+      }
+      return call.responses();
+    },
+  } as unknown as JobClient;
+
+  // untilCalls waits for the feed to have opened n streams.
+  async untilCalls(n: number, timeoutMs = 5000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.calls.length < n) {
+      if (Date.now() > deadline) {
+        throw new Error(`the feed opened ${this.calls.length} streams, want ${n}`);
+      }
+      await new Promise<void>((resolve) => {
+        this.waiting.push(resolve);
+        setTimeout(resolve, 20);
+      });
+    }
+  }
+}
+
+function follow(t: TestContext, server: Server, opts: FeedOptions = {}) {
+  const statuses: FeedStatus[] = [];
+  const batches: string[][] = [];
+  const feed = new JobFeed(
+    server.client,
+    "default",
+    { jobs: (b) => batches.push(b.map((j) => `${j.id}@${j.version}`)), status: (s) => statuses.push(s) },
+    { backoffMs: () => 0, ...opts },
+  );
+  feed.start();
+  t.after(() => feed.stop());
+  return { feed, statuses, batches };
+}
+
+async function until(what: string, cond: () => boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) {
+      throw new Error(`never: ${what}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
+test("a stream that fails right after its headers backs off further each time and never shows live", async (t) => {
+  // Connect streams carry errors after a 200 and its headers: a server
+  // whose database is down answers every stream that way.
+  const server = new Server((call) => {
+    call.headers();
+    call.fail(Code.Unavailable, "database is unavailable");
+  });
+  const { feed, statuses } = follow(t, server);
+  await server.untilCalls(4);
+  feed.stop();
+  const attempts = statuses.flatMap((s) => (s.kind === "reconnecting" ? [s.attempt] : []));
+  assert.deepEqual(attempts.slice(0, 3), [1, 2, 3], "each failure is a further attempt, so the backoff grows");
+  assert.ok(!statuses.some((s) => s.kind === "live"), `a stream that never held was shown live: ${JSON.stringify(statuses)}`);
+});
+
+test("a tenant the server refuses stops the feed with the server's reason instead of retrying", async (t) => {
+  const server = new Server((call) => {
+    call.headers();
+    call.fail(Code.InvalidArgument, "tenant: may only contain letters, digits and . _ - : / @");
+  });
+  const { feed, statuses } = follow(t, server);
+  await until("a refused status", () => statuses.some((s) => s.kind === "refused"));
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  feed.stop();
+  assert.equal(server.calls.length, 1, "the refused stream was dialled again");
+  const last = statuses.at(-1)!;
+  assert.equal(last.kind, "refused");
+  assert.match((last as { reason: string }).reason, /tenant: may only contain/);
+});
+
+test("a token the server no longer knows is dropped and the feed starts over", async (t) => {
+  const server = new Server((call, n) => {
+    call.headers();
+    if (n === 1) {
+      call.send([{ id: "j_a", version: 3n }], "t1.old");
+      call.fail(Code.Unavailable, "restarting");
+    } else if (n === 2) {
+      call.fail(Code.InvalidArgument, "resume_token: is not a token this server issued");
+    } else {
+      call.send([{ id: "j_a", version: 4n }], "t1.new");
+    }
+  });
+  const { feed, statuses, batches } = follow(t, server);
+  await until("the fresh stream's batch", () => batches.length === 2);
+  feed.stop();
+  assert.deepEqual(
+    server.calls.map((c) => c.req.resumeToken),
+    ["", "t1.old", ""],
+  );
+  assert.deepEqual(batches, [["j_a@3"], ["j_a@4"]]);
+  assert.equal(statuses.at(-1)?.kind, "live");
+});
+
+test("a connection that goes silent is dropped and dialled again with the last token", async (t) => {
+  // A half-open connection (a laptop that slept, a NAT that forgot)
+  // delivers nothing, not even the server's keepalives, and no error.
+  const server = new Server((call, n) => {
+    call.headers();
+    if (n === 1) {
+      call.send([{ id: "j_a", version: 1n }], "t1.first");
+    } else {
+      call.send([], "t1.second");
+    }
+  });
+  const { feed, statuses } = follow(t, server, { silenceMs: 100 });
+  await server.untilCalls(2);
+  const liveAgain = () => statuses.findIndex((s, i) => s.kind === "live" && statuses.slice(0, i).some((p) => p.kind === "reconnecting"));
+  await until("live again", () => liveAgain() >= 0);
+  feed.stop();
+  assert.ok(server.calls[0]!.aborted, "the silent stream was left open");
+  assert.equal(server.calls[1]!.req.resumeToken, "t1.first");
+  const drop = statuses.find((s) => s.kind === "reconnecting");
+  assert.ok(drop !== undefined && /no word from the server/.test(drop.reason), JSON.stringify(statuses));
+});
+
+test("stopping the feed ends its stream and its retries", async (t) => {
+  const server = new Server((call) => call.headers());
+  const { feed } = follow(t, server, { silenceMs: 60_000 });
+  await server.untilCalls(1);
+  feed.stop();
+  await until("the stream aborted", () => server.calls[0]!.aborted);
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  assert.equal(server.calls.length, 1);
+});
