@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -51,13 +52,54 @@ func (c jsonCodec) Unmarshal(data []byte, v any) error {
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, m); err != nil {
 		return err
 	}
+	md := m.ProtoReflect().Descriptor()
+	if !holdsEnums(md) {
+		return nil
+	}
 	var tree any
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	if err := dec.Decode(&tree); err != nil {
 		return err // protojson accepted it, so this does not happen
 	}
-	return checkEnumNames(tree, m.ProtoReflect().Descriptor(), "")
+	return checkEnumNames(tree, md, "")
+}
+
+// enumHolders caches holdsEnums per message type.
+var enumHolders sync.Map // protoreflect.FullName → bool
+
+// holdsEnums reports whether a message can carry an enum outside the
+// well-known types. Most requests cannot, and skip the second decode.
+func holdsEnums(md protoreflect.MessageDescriptor) bool {
+	if v, ok := enumHolders.Load(md.FullName()); ok {
+		return v.(bool)
+	}
+	holds := findEnum(md, map[protoreflect.FullName]bool{})
+	enumHolders.Store(md.FullName(), holds)
+	return holds
+}
+
+func findEnum(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
+	if seen[md.FullName()] || md.FullName().Parent() == "google.protobuf" {
+		return false
+	}
+	seen[md.FullName()] = true
+	fields := md.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if fd.IsMap() {
+			fd = fd.MapValue()
+		}
+		switch fd.Kind() {
+		case protoreflect.EnumKind:
+			return true
+		case protoreflect.MessageKind, protoreflect.GroupKind:
+			if findEnum(fd.Message(), seen) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // checkEnumNames walks decoded JSON alongside the message it fills and
