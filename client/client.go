@@ -321,10 +321,10 @@ func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.
 // ValidBaseURL reports a clear error for a server address a user typed.
 func ValidBaseURL(s string) error {
 	u, err := url.Parse(s)
-	if err != nil {
+	if err != nil && strings.Contains(s, "://") {
 		return err
 	}
-	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
 		return &url.Error{Op: "parse", URL: s, Err: errBadScheme}
 	}
 	return nil

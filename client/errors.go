@@ -37,7 +37,10 @@ var (
 func mapJobError(err error) error {
 	switch connect.CodeOf(err) {
 	case connect.CodeNotFound:
-		return fmt.Errorf("%w: %s", ErrJobNotFound, connectMessage(err))
+		if msg := connectMessage(err); msg != ErrJobNotFound.Error() {
+			return fmt.Errorf("%w: %s", ErrJobNotFound, msg)
+		}
+		return ErrJobNotFound
 	}
 	return err
 }

@@ -465,3 +465,20 @@ func TestDemoSuggestsACommandThatWorksAndStopsOnCtrlC(t *testing.T) {
 		t.Fatalf("demo took %v to stop after Ctrl-C", d)
 	}
 }
+
+func TestErrorMessagesReadOnce(t *testing.T) {
+	s := startCLIServer(t, time.Second)
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "j_00000000000000000000000000", "--server", s.URL}, "jobwatch: get: job not found\n"},
+		{[]string{"get", "j_1", "--server", strings.TrimPrefix(s.URL, "http://")}, "must start with http:// or https://"},
+	}
+	for _, tt := range tests {
+		code, _, errOut := runInProcess(t, tt.args...)
+		if code == 0 || !strings.Contains(errOut, tt.want) {
+			t.Errorf("jobwatch %v = exit %d, stderr %q; want %q", tt.args, code, errOut, tt.want)
+		}
+	}
+}
