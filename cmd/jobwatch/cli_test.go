@@ -482,3 +482,36 @@ func TestErrorMessagesReadOnce(t *testing.T) {
 		}
 	}
 }
+
+func TestExecHandlerKillsTheProcessGroupThatIgnoresSIGTERM(t *testing.T) {
+	var stderr lockedBuffer
+	// The shell and its child ignore SIGTERM (an ignored signal is
+	// inherited); the child also holds stdout open.
+	h := execHandler(`trap "" TERM; echo "progress 10 started"; sleep 30; echo late >&2`, &stderr, 200*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{})
+	var once sync.Once
+	done := make(chan error, 1)
+	go func() {
+		_, err := h(ctx, &jobwatchv1.Job{Id: "j_1"}, func(int, string) { once.Do(func() { close(started) }) })
+		done <- err
+	}()
+	<-started
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the command's process group outlived SIGTERM and the kill delay")
+	}
+}
+
+func TestExecHandlerKeepsAnUnfinishedLastStderrLine(t *testing.T) {
+	var stderr lockedBuffer
+	h := execHandler(`printf 'first\nno newline at the end' >&2`, &stderr, time.Second)
+	if _, err := h(context.Background(), &jobwatchv1.Job{Id: "j_1"}, func(int, string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if got := stderr.String(); got != "j_1: first\nj_1: no newline at the end\n" {
+		t.Fatalf("stderr copied as %q, want both lines prefixed", got)
+	}
+}

@@ -88,7 +88,7 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	})
 	out := &lockedWriter{w: stderr}
 	for _, k := range splitList(kinds) {
-		w.Handle(k, execHandler(command, out))
+		w.Handle(k, execHandler(command, out, killDelay))
 	}
 	log.Info("worker started", "id", w.ID(), "kinds", kinds, "server", cf.server)
 	err = w.Run(ctx)
@@ -96,8 +96,13 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return err
 }
 
-// execHandler runs command for each job as the usage text describes.
-func execHandler(command string, out io.Writer) client.Handler {
+// killDelay is how long a cancelled command's process group has between
+// SIGTERM and SIGKILL.
+const killDelay = 10 * time.Second
+
+// execHandler runs command for each job as the usage text describes; a
+// cancelled command's process group gets SIGTERM, and SIGKILL after kill.
+func execHandler(command string, out io.Writer, kill time.Duration) client.Handler {
 	return func(ctx context.Context, job *jobwatchv1.Job, progress client.Progress) (any, error) {
 		stdin := []byte("null")
 		if p := job.GetPayload(); p != nil {
@@ -115,13 +120,22 @@ func execHandler(command string, out io.Writer) client.Handler {
 			"JOBWATCH_TENANT="+job.GetTenant(),
 			"JOBWATCH_ATTEMPT="+strconv.Itoa(int(job.GetAttempt())),
 		)
-		cmd.Stderr = &prefixWriter{w: out, prefix: job.GetId() + ": "}
+		errOut := &prefixWriter{w: out, prefix: job.GetId() + ": "}
+		defer errOut.flush()
+		cmd.Stderr = errOut
 		// Its own process group, so a Ctrl-C at the worker's terminal
 		// (which drains) does not reach the command, and a cancel stops
 		// the whole pipeline the command may have started.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
-		cmd.WaitDelay = 10 * time.Second
+		// SIGKILL goes to the group too (exec's WaitDelay would kill only
+		// the shell, and a child holding stdout would keep the job's slot).
+		var killer *time.Timer // read after Wait, which orders it after Cancel
+		cmd.Cancel = func() error {
+			pgid := cmd.Process.Pid
+			killer = time.AfterFunc(kill, func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+			return syscall.Kill(-pgid, syscall.SIGTERM)
+		}
+		cmd.WaitDelay = kill + time.Second
 		pipe, err := cmd.StdoutPipe()
 		if err != nil {
 			return nil, err
@@ -156,6 +170,10 @@ func execHandler(command string, out io.Writer) client.Handler {
 		}
 		_, _ = io.Copy(io.Discard, pipe) // a line over 4 MiB: drain so the command can exit
 		err = cmd.Wait()
+		if killer != nil {
+			killer.Stop() // the group is gone; its id may be reused
+		}
+		errOut.flush()
 		var exit *exec.ExitError
 		switch {
 		case err == nil:
@@ -218,7 +236,8 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// prefixWriter prefixes each line with the job id.
+// prefixWriter prefixes each line with the job id; flush writes out a
+// last line that has no newline.
 type prefixWriter struct {
 	w      io.Writer
 	prefix string
@@ -241,4 +260,13 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 		p.buf = p.buf[i+1:]
 	}
 	return len(b), nil
+}
+
+func (p *prefixWriter) flush() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.buf) > 0 {
+		fmt.Fprintf(p.w, "%s%s\n", p.prefix, p.buf)
+		p.buf = nil
+	}
 }
