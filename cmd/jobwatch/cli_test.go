@@ -515,3 +515,17 @@ func TestExecHandlerKeepsAnUnfinishedLastStderrLine(t *testing.T) {
 		t.Fatalf("stderr copied as %q, want both lines prefixed", got)
 	}
 }
+
+func TestBarFitsOnOneTerminalLine(t *testing.T) {
+	var out bytes.Buffer
+	b := &bar{w: &out, width: 80, now: time.Now, job: &jobwatchv1.Job{
+		State: jobwatchv1.JobState_JOB_STATE_RUNNING, Percent: 45, Step: "calling pricing API (try 1 of 3)",
+	}}
+	b.draw()
+	line := strings.TrimPrefix(out.String(), "\r\x1b[K")
+	// A line as wide as the terminal wraps, and \r then redraws only its
+	// second half, leaving a stale copy above each time.
+	if n := len([]rune(line)); n >= 80 || !strings.Contains(line, "45%") || !strings.Contains(line, "calling pricing") {
+		t.Fatalf("bar line is %d columns on an 80-column terminal: %q", n, line)
+	}
+}

@@ -6,7 +6,9 @@ import (
 	"io"
 	"os"
 	"strings"
+	"syscall"
 	"time"
+	"unsafe"
 
 	"jobwatch/client"
 	jobwatchv1 "jobwatch/gen/jobwatch/v1"
@@ -65,7 +67,7 @@ func watch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case cf.json:
 		show = func(j *jobwatchv1.Job) error { return printJSON(stdout, j) }
 	case display == "bar":
-		b := &bar{w: stdout, now: time.Now}
+		b := &bar{w: stdout, width: terminalWidth(stdout), now: time.Now}
 		show = func(j *jobwatchv1.Job) error { b.job = j; b.draw(); return nil }
 		tick = func() {
 			if b.job != nil {
@@ -148,9 +150,10 @@ func printLine(w io.Writer, j *jobwatchv1.Job) error {
 //
 //	[############............]  45%  RUNNING  batch 5 of 11  0:12
 type bar struct {
-	w   io.Writer
-	job *jobwatchv1.Job
-	now func() time.Time
+	w     io.Writer
+	width int // the terminal's columns; the line stays shorter, or it wraps
+	job   *jobwatchv1.Job
+	now   func() time.Time
 }
 
 const barWidth = 30
@@ -158,15 +161,17 @@ const barWidth = 30
 func (b *bar) draw() {
 	j := b.job
 	filled := int(j.GetPercent()) * barWidth / 100
-	step := j.GetStep()
-	if r := []rune(step); len(r) > 40 {
-		step = string(r[:39]) + "…"
+	line := fmt.Sprintf("[%s%s] %3d%%  %-9s  %s  %s",
+		strings.Repeat("#", filled), strings.Repeat(".", barWidth-filled),
+		j.GetPercent(), stateName(j.GetState()), formatElapsed(b.elapsed()), j.GetStep())
+	// A line as wide as the terminal would wrap, and \r could then no
+	// longer redraw it in place.
+	if r := []rune(line); b.width > 1 && len(r) > b.width-1 {
+		line = string(r[:b.width-2]) + "…"
 	}
 	// \r returns to the line's start and \x1b[K clears what a longer
 	// previous line left behind.
-	fmt.Fprintf(b.w, "\r\x1b[K[%s%s] %3d%%  %-9s  %s  %s",
-		strings.Repeat("#", filled), strings.Repeat(".", barWidth-filled),
-		j.GetPercent(), stateName(j.GetState()), formatElapsed(b.elapsed()), step)
+	fmt.Fprintf(b.w, "\r\x1b[K%s", line)
 }
 
 // elapsed is how long the job has been running (or ran), by the server's
@@ -194,6 +199,21 @@ func formatElapsed(d time.Duration) string {
 		return fmt.Sprintf("%d:%02d:%02d", h, m, s)
 	}
 	return fmt.Sprintf("%d:%02d", m, s)
+}
+
+// terminalWidth is w's width in columns if it is a terminal that says,
+// else 80.
+func terminalWidth(w io.Writer) int {
+	f, ok := w.(*os.File)
+	if !ok {
+		return 80
+	}
+	var ws struct{ rows, cols, x, y uint16 }
+	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), uintptr(syscall.TIOCGWINSZ), uintptr(unsafe.Pointer(&ws)))
+	if errno != 0 || ws.cols == 0 {
+		return 80
+	}
+	return int(ws.cols)
 }
 
 // isTerminal reports whether w is a terminal (a character device), which
