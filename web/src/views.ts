@@ -270,7 +270,8 @@ export class Detail {
       ["Unique key", job.uniqueKey || "—"],
       ["Version", String(job.version)],
     ];
-    if (job.runAt !== undefined && millis(job.runAt) > millis(job.createdAt)) {
+    // A retry's backoff or a scheduled start; an ended job runs no more.
+    if (job.runAt !== undefined && millis(job.runAt) > millis(job.createdAt) && !isTerminal(job.state)) {
       facts.push(["Runs at", clockTime(timestampDate(job.runAt))]);
     }
     const key = JSON.stringify(facts);
