@@ -370,15 +370,29 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
 	r := &retrier{b: Backoff{Initial: minGap, Max: interval}}
+	// The handler may report progress and return at once (a script's last
+	// "progress" line, then its result): send what the server has not seen
+	// yet before the outcome, so the job ends with the step it reached.
+	var sentPercent int32
+	var sentStep string
+	flush := func() {
+		if percent, step := prog.get(); ctx.Err() == nil && (percent != sentPercent || step != sentStep) {
+			if _, err := w.beat(ctx, lease, expires, percent, step); err != nil {
+				log.Debug("last progress not sent", "err", err)
+			}
+		}
+	}
 	for {
 		select {
 		case <-stop:
+			flush()
 			return
 		case <-timer.C:
 		case <-prog.changed:
 			if gap := time.Since(lastSent); gap < minGap {
 				select {
 				case <-stop:
+					flush()
 					return
 				case <-time.After(minGap - gap):
 				}
@@ -388,6 +402,9 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 		sentAt := time.Now()
 		cancelled, err := w.beat(ctx, lease, expires, percent, step)
 		lastSent = sentAt
+		if err == nil {
+			sentPercent, sentStep = percent, step
+		}
 		next := interval
 		switch {
 		case ctx.Err() != nil:

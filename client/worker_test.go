@@ -236,6 +236,32 @@ func TestWorkerSendsProgressWhileTheHandlerRuns(t *testing.T) {
 	})
 }
 
+func TestWorkerSendsTheLastProgressBeforeTheOutcome(t *testing.T) {
+	// A handler that reports its last step and returns at once, as a
+	// script's final "progress" line does: the job must end with that step,
+	// whatever the heartbeat timing.
+	forEachBackend(t, client.WorkerConfig{HeartbeatInterval: time.Hour}, nil, func(w *client.Worker) {
+		w.Handle("quick", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+			p(10, "batch 1 of 11")
+			p(91, "batch 11 of 11")
+			return "done", nil
+		})
+		w.Handle("quick-fail", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+			p(30, "batch 4 of 11")
+			return nil, errors.New("warehouse timeout")
+		})
+	}, func(t *testing.T, env *workerEnv) {
+		for kind, want := range map[string]string{"quick": "batch 11 of 11", "quick-fail": "batch 4 of 11"} {
+			for range 5 {
+				j := env.wait(t, env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: kind}))
+				if j.GetStep() != want {
+					t.Fatalf("%s ended %v with step %q, want %q", kind, j.GetState(), j.GetStep(), want)
+				}
+			}
+		}
+	})
+}
+
 func TestWorkerCancelsTheHandlerWhenTheJobIsCancelled(t *testing.T) {
 	causes := make(chan error, 1)
 	forEachBackend(t, client.WorkerConfig{}, nil, func(w *client.Worker) {
