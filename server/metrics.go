@@ -43,7 +43,7 @@ func NewMetrics() *Metrics {
 		}),
 		wakeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "jobwatch_wake_latency_seconds",
-			Help: "Time from a change's commit to the wake-up of a parked wait, watch or claim.",
+			Help: "Time from a change (its updated_at, stamped just before the commit, so the commit's fsync is included) to the wake-up of a parked wait, watch or claim.",
 			// From 50µs to about 1.6s: wake-ups are in-process and should
 			// sit at the bottom; the top catches a starved machine.
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16),

@@ -244,6 +244,46 @@ func TestSubmitGetListCancelAndStart(t *testing.T) {
 	}
 }
 
+func TestListShowsTheStepOfARetryAndTheErrorOfAnEndedJob(t *testing.T) {
+	s := startCLIServer(t, time.Second)
+	ctx := context.Background()
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "sync", MaxAttempts: 2})
+	// The first attempt fails, retryably; the second is running fine.
+	for attempt := 1; attempt <= 2; attempt++ {
+		j, err := s.Engine.Claim(ctx, jobs.ClaimRequest{WorkerID: "w", Kinds: []string{"sync"}}, time.Now().Add(5*time.Second))
+		if err != nil {
+			t.Fatalf("claim attempt %d: %v", attempt, err)
+		}
+		if attempt == 1 {
+			if _, err := s.Engine.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "TimeoutError"}, true); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if _, err := s.Engine.Heartbeat(ctx, j.ID, j.LeaseID, 40, "batch 4 of 10"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, _ := runInProcess(t, "list", "--server", s.URL)
+	if code != 0 || !strings.Contains(out, "batch 4 of 10") || strings.Contains(out, "TimeoutError") {
+		t.Fatalf("list = exit %d:\n%s\nwant the running retry's step, not the last attempt's error", code, out)
+	}
+	if _, err := s.Client.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	failed := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "report"})
+	j, err := s.Engine.Claim(ctx, jobs.ClaimRequest{WorkerID: "w", Kinds: []string{"report"}}, time.Now().Add(5*time.Second))
+	if err != nil || j.ID != failed {
+		t.Fatalf("claim = %v, %v", j.ID, err)
+	}
+	if _, err := s.Engine.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "QuotaError", Message: "over quota"}, false); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := runInProcess(t, "list", "--server", s.URL, "--state", "failed"); code != 0 || !strings.Contains(out, "QuotaError over quota") {
+		t.Fatalf("list --state failed = exit %d:\n%s\nwant the failed job's error", code, out)
+	}
+}
+
 func TestWatchShowsEverySnapshotUntilTheEnd(t *testing.T) {
 	s := startCLIServer(t, 5*time.Second)
 	for _, mode := range []string{"lines", "bar"} {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"jobwatch/client"
 	jobwatchv1 "jobwatch/gen/jobwatch/v1"
 )
 
@@ -54,7 +55,9 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(tw, "ID\tKIND\tSTATE\tPROGRESS\tSTEP\tCREATED")
 	for _, j := range resp.GetJobs() {
 		step := j.GetStep()
-		if e := j.GetError(); e != nil {
+		// An ended job's error says why; an active one's error is only
+		// why its last attempt ended, while the current one is fine.
+		if e := j.GetError(); e != nil && client.Terminal(j.GetState()) {
 			step = strings.TrimSpace(e.GetType() + " " + e.GetMessage())
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d%%\t%s\t%s\n", j.GetId(), j.GetKind(), stateName(j.GetState()),

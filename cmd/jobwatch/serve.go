@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -43,7 +44,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.DurationVar(&f.waitCap, "wait-cap", 60*time.Second, "longest a WaitJob parks before answering with the current state")
 	fs.DurationVar(&f.claimCap, "claim-cap", 30*time.Second, "longest a ClaimJob parks before answering with no job")
 	fs.DurationVar(&f.leaseTimeout, "lease-timeout", 30*time.Second, "a running job without a heartbeat for this long is lost (or retried)")
-	fs.DurationVar(&f.streamLifetime, "stream-lifetime", 10*time.Minute, "WatchJob streams end (OK) after this long; clients resume")
+	fs.DurationVar(&f.streamLifetime, "stream-lifetime", 10*time.Minute, "WatchJob and WatchJobs streams end (OK) after this long, so load balancers rotate; clients resume")
 	fs.DurationVar(&f.keepalive, "keepalive", 15*time.Second, "idle streams send an empty message this often")
 	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", 1<<20, "largest request message in `bytes`")
 	fs.TextVar(&f.logLevel, "log-level", slog.LevelInfo, "log `level`: debug (logs every call), info, warn or error")
@@ -74,10 +75,34 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 			return f, fmt.Errorf("--config: %w", err)
 		}
 	}
+	for _, o := range splitList(f.corsOrigins) {
+		if err := checkOrigin(o); err != nil {
+			return f, usageError{"--cors-origins: " + err.Error()}
+		}
+	}
 	if err := checkLoopback(f.addr, f.insecure); err != nil {
 		return f, err
 	}
 	return f, nil
+}
+
+// checkOrigin refuses what a browser never sends as an Origin, so a typo
+// such as a trailing slash is an error at start, not a page that cannot
+// call the API.
+func checkOrigin(o string) error {
+	if o == "*" {
+		return nil
+	}
+	u, err := url.Parse(o)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%q is not an origin: %v", o, err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%q: an origin starts with http:// or https://", o)
+	case u.Host == "" || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil:
+		return fmt.Errorf("%q: an origin is scheme://host[:port] and nothing more, such as https://example.org", o)
+	}
+	return nil
 }
 
 // checkLoopback enforces DESIGN.md "Auth": with no tokens file (none can

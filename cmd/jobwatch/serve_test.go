@@ -34,6 +34,8 @@ func TestServeRefusesWhatItCannotDoSafely(t *testing.T) {
 		{"a zero wait cap is refused", []string{"--wait-cap", "0s"}, 2, "--wait-cap must be positive"},
 		{"a duration without a unit is refused", []string{"--claim-cap", "30"}, 2, "claim-cap"},
 		{"an unknown log level is refused", []string{"--log-level", "loud"}, 2, "log-level"},
+		{"a CORS origin with a path is refused", []string{"--cors-origins", "https://app.example.org/"}, 2, "scheme://host[:port] and nothing more"},
+		{"a CORS origin without a scheme is refused", []string{"--cors-origins", "*,app.example.org"}, 2, "http:// or https://"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
