@@ -40,11 +40,18 @@ func (r ClaimRequest) validate() error {
 // Parking polls nothing: it sleeps on the claim signal, which every commit
 // that leaves a job QUEUED publishes, and on a timer for the earliest
 // future RunAt among the jobs it may run. A signal wakes every parked
-// claimer; all but one find nothing and park again, which is cheap next to
-// a database poll per worker per interval.
+// claimer, also those that cannot run the job (another kind or queue, a
+// RunAt still to come). So a claimer that wakes first reads whether a job
+// it may run is ready (store.NextReady, on the read pool) and writes
+// (store.ClaimJob, one transaction on the single writer) only if one is:
+// idle workers of other kinds cost a submission reads, never writes
+// queued in front of the next Submit or Complete. The first look of a
+// call writes at once, because a worker that asks usually has work
+// waiting.
 //
 // If ctx ends just after the store committed a claim, the job is RUNNING
-// under a lease nobody holds; the lease reaper takes it back.
+// under a lease nobody holds; a caller that can tell its requester is gone
+// gives it back with Release, else the lease reaper takes it back.
 func (e *Engine) Claim(ctx context.Context, r ClaimRequest, deadline time.Time) (store.Job, error) {
 	if err := r.validate(); err != nil {
 		return store.Job{}, err
@@ -52,7 +59,7 @@ func (e *Engine) Claim(ctx context.Context, r ClaimRequest, deadline time.Time) 
 	sub := e.signals.Subscribe(claimSignal)
 	defer sub.Close()
 
-	woken := false
+	write, woken := true, false
 	for {
 		// Take the signal's channel before looking, so that a job queued
 		// during the look closes it and we look again instead of parking.
@@ -62,27 +69,41 @@ func (e *Engine) Claim(ctx context.Context, r ClaimRequest, deadline time.Time) 
 		// RunAt: with two, a job whose RunAt fell between them would be
 		// neither claimed nor waited for.
 		f := e.claimFilter(r)
-		j, err := e.claimOnce(ctx, f, r.WorkerID, woken)
-		if !errors.Is(err, store.ErrNoJob) {
-			return j, err
+		if write {
+			j, err := e.claimOnce(ctx, f, r.WorkerID, woken)
+			if !errors.Is(err, store.ErrNoJob) {
+				return j, err
+			}
 		}
-		if e.shuttingDown() || ctx.Err() != nil || (!deadline.IsZero() && !e.now().Before(deadline)) {
+		if ctx.Err() != nil {
 			return store.Job{}, ErrNoJob
 		}
-		next, err := e.store.NextRunAt(ctx, f)
+		runAt, ok, err := e.store.NextReady(ctx, f)
 		if err != nil {
 			if ctx.Err() != nil {
 				return store.Job{}, ErrNoJob
 			}
 			return store.Job{}, wrap("claim", "", err)
 		}
+		// Ready now: a job queued since the write looked, or the one a
+		// signal or the timer woke us for. Look again with the write
+		// (after a lost race the read says whether another is ready).
+		// Also past the deadline and on shutdown, which stop parking,
+		// not work.
+		if ok && !runAt.After(f.Now) {
+			write = true
+			continue
+		}
+		if e.shuttingDown() || (!deadline.IsZero() && !e.now().Before(deadline)) {
+			return store.Job{}, ErrNoJob
+		}
 
 		wake := deadline
-		if !next.IsZero() && (wake.IsZero() || next.Before(wake)) {
-			wake = next
+		if ok && (wake.IsZero() || runAt.Before(wake)) {
+			wake = runAt
 		}
 		timer, stop := e.timerUntil(wake)
-		woken = false
+		write, woken = false, false
 		select {
 		case <-changed:
 			woken = true

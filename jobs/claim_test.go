@@ -153,23 +153,23 @@ func TestTwoClaimersNeverShareAJob(t *testing.T) {
 	}
 }
 
-// nextRunAtHook runs hook once right after the first NextRunAt has read
+// nextReadyHook runs hook once right after the first NextReady has read
 // the store: after a claim found nothing and before it parks. Only the
 // claim signal can tell the claimer about what hook does.
-type nextRunAtHook struct {
+type nextReadyHook struct {
 	store.Store
 	once sync.Once
 	hook func()
 }
 
-func (s *nextRunAtHook) NextRunAt(ctx context.Context, f store.ClaimFilter) (time.Time, error) {
-	next, err := s.Store.NextRunAt(ctx, f)
+func (s *nextReadyHook) NextReady(ctx context.Context, f store.ClaimFilter) (time.Time, bool, error) {
+	runAt, ok, err := s.Store.NextReady(ctx, f)
 	s.once.Do(s.hook)
-	return next, err
+	return runAt, ok, err
 }
 
 func TestClaimSeesAJobQueuedBetweenItsLookAndItsPark(t *testing.T) {
-	hs := &nextRunAtHook{Store: openStore(t)}
+	hs := &nextReadyHook{Store: openStore(t)}
 	e := newEngineOver(t, hs, jobs.Config{})
 	var want store.Job
 	hs.hook = func() { want = submit(t, e, jobs.SubmitRequest{}) }

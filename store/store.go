@@ -192,10 +192,12 @@ type Store interface {
 	// get the same job. It returns ErrNoJob when nothing is ready.
 	ClaimJob(ctx context.Context, f ClaimFilter, claim func(*Job)) (Job, error)
 
-	// NextRunAt returns the earliest RunAt after f.Now among QUEUED jobs
-	// matching f, or the zero time if there is none: when a parked claim
-	// should look again even if nothing is published.
-	NextRunAt(ctx context.Context, f ClaimFilter) (time.Time, error)
+	// NextReady returns the earliest RunAt among QUEUED jobs matching f's
+	// kinds and queues, whether it is past or not (f.Now is not used), and
+	// ok false if none matches. It is a read, so a parked claim that wakes
+	// can learn whether ClaimJob, a write, would find a job (runAt at or
+	// before now) and, if not, when it should look again.
+	NextReady(ctx context.Context, f ClaimFilter) (runAt time.Time, ok bool, err error)
 
 	// ExpiredLeases returns the ids of RUNNING jobs whose lease expired
 	// before now.

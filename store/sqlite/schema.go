@@ -70,7 +70,7 @@ CREATE INDEX jobs_state_finished ON jobs (state, finished_at);
 `,
 	// 2: QueueStats reads only this index (it covers state, queue and
 	// run_at), in the order of its GROUP BY, so it needs no temp B-tree.
-	// Claims and NextRunAt for one queue, and ListJobs by state and
+	// Claims and NextReady for one queue, and ListJobs by state and
 	// queue, use it too: every row of one (state, queue) is in run_at and
 	// then seq (the rowid) order, which is claim order.
 	`

@@ -521,17 +521,24 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, 
 	return jobs[:f.Limit], encodeToken(toMicro(jobs[last].CreatedAt), seqs[last]), nil
 }
 
-// NextRunAt implements store.Store.
-func (s *Store) NextRunAt(ctx context.Context, f store.ClaimFilter) (time.Time, error) {
-	where, args := claimFilter("state = 'queued' AND run_at > ?", []any{toMicro(f.Now)}, f)
-	var next sql.NullInt64
-	if err := s.read.QueryRowContext(ctx, "SELECT MIN(run_at) FROM jobs WHERE "+where, args...).Scan(&next); err != nil {
-		return time.Time{}, fmt.Errorf("next run at: %w", classify(err))
+// nextReadyQuery is completed by claimFilter. It reads the claim order
+// of the index jobs_state_run_at (or, for a queue, jobs_state_queue_run_at)
+// and stops at the first match, where MIN(run_at) with a filter would
+// visit every queued row.
+const nextReadyQuery = "SELECT run_at FROM jobs WHERE %s ORDER BY run_at LIMIT 1"
+
+// NextReady implements store.Store.
+func (s *Store) NextReady(ctx context.Context, f store.ClaimFilter) (time.Time, bool, error) {
+	where, args := claimFilter("state = 'queued'", nil, f)
+	var runAt int64
+	err := s.read.QueryRowContext(ctx, fmt.Sprintf(nextReadyQuery, where), args...).Scan(&runAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, false, nil
 	}
-	if !next.Valid {
-		return time.Time{}, nil
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("next ready: %w", classify(err))
 	}
-	return fromMicro(next.Int64), nil
+	return fromMicro(runAt), true, nil
 }
 
 // ExpiredLeases implements store.Store.

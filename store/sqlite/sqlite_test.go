@@ -404,3 +404,31 @@ func TestAFileAtSchemaVersion1IsUpgradedAndKeepsItsJobs(t *testing.T) {
 		t.Errorf("queue stats = %+v, want %+v", stats, want)
 	}
 }
+
+// Every parked claimer reads NextReady when any job is queued, so it must
+// walk an index in claim order and stop at the first match, not sort.
+func TestNextReadyReadsAnIndexInClaimOrder(t *testing.T) {
+	s := openTemp(t, tempPath(t))
+	defer s.Close()
+	tests := []struct {
+		name   string
+		filter store.ClaimFilter
+		index  string
+	}{
+		{"any job", store.ClaimFilter{}, "jobs_state_run_at"},
+		{"some kinds", store.ClaimFilter{Kinds: []string{"a", "b"}}, "jobs_state_run_at"},
+		{"one queue", store.ClaimFilter{Queues: []string{"q"}}, "jobs_state_queue_run_at"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			where, args := claimFilter("state = 'queued'", nil, tt.filter)
+			joined := strings.Join(explain(t, s.read, fmt.Sprintf(nextReadyQuery, where), args...), "\n")
+			if !strings.Contains(joined, "INDEX "+tt.index+" (state=?") {
+				t.Errorf("plan:\n%s\nwant a search of %s", joined, tt.index)
+			}
+			if strings.Contains(joined, "TEMP B-TREE") {
+				t.Errorf("plan sorts in a temp B-tree:\n%s", joined)
+			}
+		})
+	}
+}

@@ -86,7 +86,7 @@ var cases = []struct {
 	{"concurrent claims never hand out one job twice", testClaimConcurrent},
 	{"claims and updates racing on the same jobs never lose a change", testClaimUpdateRace},
 
-	{"next run at is the earliest future RunAt of matching queued jobs", testNextRunAt},
+	{"next ready is the earliest RunAt of matching queued jobs, past or future", testNextReady},
 	{"expired leases are those of running jobs whose lease ended before now", testExpiredLeases},
 	{"delete finished before removes only terminal jobs that ended earlier", testDeleteFinishedBefore},
 	{"count by state counts every job once", testCountByState},
@@ -1056,44 +1056,50 @@ func testClaimUpdateRace(t *testing.T, s store.Store) {
 
 // --- periodic queries ---
 
-func testNextRunAt(t *testing.T, s store.Store) {
+func testNextReady(t *testing.T, s store.Store) {
 	fixture := []struct {
 		id    string
 		state store.State
 		kind  string
+		queue string
 		runAt int
 	}{
-		{"a", store.Queued, "email", 10},
-		{"b", store.Queued, "report", 5},
-		{"c", store.Queued, "email", 1},
-		{"d", store.Pending, "email", 3},
-		{"e", store.Running, "email", 4},
-		{"f", store.Succeeded, "email", 2},
+		{"a", store.Queued, "email", "default", 10},
+		{"b", store.Queued, "report", "default", 5},
+		{"c", store.Queued, "email", "bulk", 1},
+		{"d", store.Pending, "email", "default", 3},
+		{"e", store.Running, "email", "default", 4},
+		{"f", store.Succeeded, "email", "default", 2},
+		{"g", store.Queued, "email", "default", 7},
 	}
 	for i, f := range fixture {
 		j := newJob(f.id, at(i))
-		j.State, j.Kind, j.RunAt = f.state, f.kind, at(f.runAt)
+		j.State, j.Kind, j.Queue, j.RunAt = f.state, f.kind, f.queue, at(f.runAt)
 		create(t, s, j)
 	}
+	none := time.Time{}
 	tests := []struct {
 		name   string
 		filter store.ClaimFilter
-		want   time.Time
+		want   time.Time // zero: ok is false
 	}{
-		{"any job", store.ClaimFilter{Now: at(2)}, at(5)},
-		{"one kind", store.ClaimFilter{Now: at(2), Kinds: []string{"email"}}, at(10)},
-		{"a queue with no jobs", store.ClaimFilter{Now: at(2), Queues: []string{"bulk"}}, time.Time{}},
-		{"a job due exactly now is ready, not next", store.ClaimFilter{Now: at(5)}, at(10)},
-		{"all due", store.ClaimFilter{Now: at(20)}, time.Time{}},
+		{"any job: a queued job already due", store.ClaimFilter{Now: at(20)}, at(1)},
+		{"the answer does not depend on now", store.ClaimFilter{Now: at(0)}, at(1)},
+		{"one kind", store.ClaimFilter{Kinds: []string{"report"}}, at(5)},
+		{"one queue", store.ClaimFilter{Queues: []string{"default"}}, at(5)},
+		{"a kind and a queue: pending, running and ended jobs do not count", store.ClaimFilter{Kinds: []string{"email"}, Queues: []string{"default"}}, at(7)},
+		{"several kinds", store.ClaimFilter{Kinds: []string{"report", "sms"}}, at(5)},
+		{"a kind with no queued job", store.ClaimFilter{Kinds: []string{"sms"}}, none},
+		{"a queue with no jobs", store.ClaimFilter{Queues: []string{"other"}}, none},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := s.NextRunAt(t.Context(), tc.filter)
+			got, ok, err := s.NextReady(t.Context(), tc.filter)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !got.Equal(tc.want) || got.IsZero() != tc.want.IsZero() {
-				t.Errorf("next run at = %v, want %v", got, tc.want)
+			if ok != !tc.want.IsZero() || !got.Equal(tc.want) {
+				t.Errorf("next ready = %v, %v; want %v, %v", got, ok, tc.want, !tc.want.IsZero())
 			}
 		})
 	}
