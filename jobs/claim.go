@@ -163,3 +163,33 @@ func (e *Engine) shuttingDown() bool {
 		return false
 	}
 }
+
+// Release gives back a job claimed under leaseID that its worker will not
+// run, such as one granted to a claim whose caller had gone by the time
+// it could be handed over: QUEUED again at once, as if never claimed,
+// instead of RUNNING under a lease nobody holds until the reaper calls it
+// LOST. The attempt is not counted, the lease and worker are cleared,
+// progress starts over, RunAt is kept (the job keeps its place in the
+// queue) and the version goes up like for any change. A lease that does
+// not hold the job (cancelled, finished, lost, re-claimed) is
+// ErrStaleLease and changes nothing.
+func (e *Engine) Release(ctx context.Context, id, leaseID string) (store.Job, error) {
+	if err := validLease(id, leaseID); err != nil {
+		return store.Job{}, err
+	}
+	return e.update(ctx, "release", id, func(j *store.Job, now time.Time) error {
+		if err := checkLease(j, leaseID); err != nil {
+			return err
+		}
+		j.State = store.Queued
+		j.Attempt = max(j.Attempt-1, 0)
+		if j.Attempt == 0 {
+			j.StartedAt = time.Time{}
+		}
+		j.WorkerID = ""
+		j.Percent = 0
+		j.Step = ""
+		releaseLease(j)
+		return nil
+	})
+}

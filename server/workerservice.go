@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"time"
 
 	jobwatchv1 "jobwatch/gen/jobwatch/v1"
 	"jobwatch/gen/jobwatch/v1/jobwatchv1connect"
@@ -40,8 +41,17 @@ func (h *workerService) ClaimJob(ctx context.Context, req *jobwatchv1.ClaimJobRe
 	if err != nil {
 		return nil, s.toConnectError(ctx, "claim job", err)
 	}
+	if err := ctx.Err(); err != nil {
+		// The worker went away (or ran out of time) while the claim was
+		// being granted: nobody will hold the lease, so the job goes back
+		// now instead of sitting RUNNING until the reaper calls it LOST.
+		// A worker that leaves after this check is the reaper's.
+		s.releaseClaim(ctx, j, "the worker is gone")
+		return nil, s.toConnectError(ctx, "claim job", err)
+	}
 	pj, err := s.protoJob(ctx, &j)
 	if err != nil {
+		s.releaseClaim(ctx, j, "the job cannot be sent")
 		return nil, err
 	}
 	return &jobwatchv1.ClaimJobResponse{
@@ -49,6 +59,29 @@ func (h *workerService) ClaimJob(ctx context.Context, req *jobwatchv1.ClaimJobRe
 		LeaseId:        j.LeaseID,
 		LeaseExpiresAt: wire.Timestamp(j.LeaseExpiresAt),
 	}, nil
+}
+
+// releaseTimeout bounds giving back a claim whose caller is gone; it
+// runs on a context of its own, as the request's has ended.
+const releaseTimeout = 5 * time.Second
+
+// releaseClaim gives back job j, claimed for a caller that will never
+// receive it (why says why), so another worker can claim it at once.
+func (s *Server) releaseClaim(ctx context.Context, j store.Job, why string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	_, err := s.engine.Release(ctx, j.ID, j.LeaseID)
+	switch {
+	case errors.Is(err, jobs.ErrStaleLease):
+		// Cancelled meanwhile: nothing to give back.
+		s.log.DebugContext(ctx, "claim not given back: the lease is stale", "job_id", j.ID, "why", why)
+		return
+	case err != nil:
+		s.log.WarnContext(ctx, "claim not given back: the lease reaper will take the job back",
+			"job_id", j.ID, "worker_id", j.WorkerID, "why", why, "err", err)
+		return
+	}
+	s.log.InfoContext(ctx, "claim given back", "job_id", j.ID, "worker_id", j.WorkerID, "why", why)
 }
 
 func checkLease(jobID, leaseID string) error {

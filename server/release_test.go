@@ -1,0 +1,113 @@
+package server_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"jobwatch/store"
+)
+
+// leavesOnClaim makes the worker named leaving go away at the worst
+// moment: right after the store committed its claim and before the
+// handler could answer. It cancels the worker's call and waits until the
+// server has seen the request end, so the test does not depend on timing.
+type leavesOnClaim struct {
+	store.Store
+	leaving string
+	once    sync.Once
+	leave   func()      // cancels the leaving worker's call
+	left    chan string // what the request context said, once ended
+}
+
+func (s *leavesOnClaim) ClaimJob(ctx context.Context, f store.ClaimFilter, claim func(*store.Job)) (store.Job, error) {
+	j, err := s.Store.ClaimJob(ctx, f, claim)
+	if err == nil && j.WorkerID == s.leaving {
+		s.once.Do(func() {
+			s.leave()
+			select {
+			case <-ctx.Done():
+				s.left <- ctx.Err().Error()
+			case <-time.After(10 * time.Second):
+				s.left <- "the request did not end within 10s of its client cancelling it"
+			}
+		})
+	}
+	return j, err
+}
+
+func TestAClaimWhoseWorkerLeavesAsItIsGrantedGivesTheJobBack(t *testing.T) {
+	for _, proto := range []string{"h2c", "http1"} {
+		t.Run("over "+proto, func(t *testing.T) {
+			leaveCtx, leave := context.WithCancel(context.Background())
+			defer leave()
+			st := &leavesOnClaim{leaving: "leaving", leave: leave, left: make(chan string, 1)}
+			ts := startServer(t, serverOptions{wrapStore: func(inner store.Store) store.Store {
+				st.Store = inner
+				return st
+			}})
+			c := ts.h2c()
+			if proto == "http1" {
+				c = ts.clients(ts.http1Client())
+			}
+
+			claimed := make(chan error, 1)
+			go func() {
+				_, err := c.workers.ClaimJob(leaveCtx, &jobwatchv1.ClaimJobRequest{WorkerId: "leaving", Kinds: []string{"sync"}})
+				claimed <- err
+			}()
+			ts.waitForGauge("jobwatch_parked_claims", 1)
+			job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "sync"})
+
+			select {
+			case why := <-st.left:
+				if why != context.Canceled.Error() {
+					t.Fatalf("the claim's request: %s", why)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the leaving worker's claim never committed")
+			}
+			if err := <-claimed; connect.CodeOf(err) != connect.CodeCanceled {
+				t.Fatalf("the leaving worker's claim: %v, want canceled", err)
+			}
+
+			// The job is QUEUED again, never left RUNNING under the lease
+			// nobody received.
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				got, err := c.jobs.GetJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.GetJobRequest{JobId: job.GetId()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				j := got.GetJob()
+				if j.GetState() == jobwatchv1.JobState_JOB_STATE_QUEUED {
+					if j.GetAttempt() != 0 || j.GetWorkerId() != "" {
+						t.Errorf("given back with attempt %d, worker %q; want attempt 0 and no worker", j.GetAttempt(), j.GetWorkerId())
+					}
+					break
+				}
+				if j.GetState() != jobwatchv1.JobState_JOB_STATE_RUNNING || time.Now().After(deadline) {
+					t.Fatalf("job %s with worker %q; want it queued again", j.GetState(), j.GetWorkerId())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+
+			// Another worker claims it as its first attempt and can finish it.
+			lease := claim(t, c, "sync")
+			if lease.GetJob().GetId() != job.GetId() || lease.GetJob().GetAttempt() != 1 || lease.GetJob().GetWorkerId() != "worker-1" {
+				t.Fatalf("second claim: %v; want job %s, attempt 1, worker-1", lease.GetJob(), job.GetId())
+			}
+			if done := complete(t, c, lease, mustValue(t, "ok")); done.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+				t.Errorf("completed job is %s, want succeeded", done.GetState())
+			}
+			if logs := ts.logs.String(); !strings.Contains(logs, "claim given back") {
+				t.Errorf("the log does not say the claim was given back:\n%s", logs)
+			}
+		})
+	}
+}
