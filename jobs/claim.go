@@ -119,9 +119,9 @@ func (e *Engine) claimFilter(r ClaimRequest) store.ClaimFilter {
 	return store.ClaimFilter{Kinds: r.Kinds, Queues: r.Queues, Now: e.now()}
 }
 
-// claimOnce tries one claim of a job f selects, for workerID. woken says the try follows a claim signal, so
-// that the wake-up latency is reported against the commit that queued the
-// job.
+// claimOnce tries one claim of a job f selects, for workerID. woken says
+// the try follows a claim signal, so that the wake-up latency is reported
+// against the commit that queued the job.
 func (e *Engine) claimOnce(ctx context.Context, f store.ClaimFilter, workerID string, woken bool) (store.Job, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Job{}, store.ErrNoJob

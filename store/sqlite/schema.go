@@ -61,7 +61,7 @@ CREATE INDEX jobs_tenant_updated ON jobs (tenant, updated_at);
 
 -- Each of these leads with state, so that the planner, which has no
 -- statistics, still sees that the query's index also gives its order.
--- ClaimJob and NextRunAt: queued jobs in claim order.
+-- ClaimJob and NextReady: queued jobs in claim order.
 CREATE INDEX jobs_state_run_at ON jobs (state, run_at, seq);
 -- ExpiredLeases.
 CREATE INDEX jobs_state_lease ON jobs (state, lease_expires_at);
