@@ -8,6 +8,7 @@ import (
 	"net"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,6 +180,9 @@ type proxy struct {
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	drops  int
+	// frozen is the generation up to which connections forward nothing:
+	// Freeze makes every open connection a silent black hole.
+	gen, frozen atomic.Int64
 }
 
 func startProxy(t testing.TB, target string) *proxy {
@@ -209,8 +213,20 @@ func (p *proxy) serve() {
 		p.mu.Lock()
 		p.conns[in], p.conns[out] = struct{}{}, struct{}{}
 		p.mu.Unlock()
+		gen := p.gen.Add(1)
 		pipe := func(dst, src net.Conn) {
-			_, _ = io.Copy(dst, src)
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := src.Read(buf)
+				if n > 0 && gen > p.frozen.Load() {
+					if _, werr := dst.Write(buf[:n]); werr != nil {
+						break
+					}
+				}
+				if err != nil {
+					break
+				}
+			}
 			dst.Close()
 			src.Close()
 		}
@@ -218,6 +234,11 @@ func (p *proxy) serve() {
 		go pipe(in, out)
 	}
 }
+
+// Freeze makes every connection open now swallow what it is sent, in both
+// directions, without closing: a peer that died without a word (a pulled
+// cable, a crashed host behind NAT). New connections work as before.
+func (p *proxy) Freeze() { p.frozen.Store(p.gen.Load()) }
 
 // Drop closes every connection through the proxy.
 func (p *proxy) Drop() {

@@ -192,6 +192,42 @@ func TestWaitForJobSurvivesAProxyThatDropsTheConnection(t *testing.T) {
 	}
 }
 
+func TestWaitForJobNoticesASilentlyDeadServerByItsPings(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	p := startProxy(t, s.Addr)
+	var retries atomic.Int32
+	// Pings far shorter than the default 10s + 5s, so the test is quick;
+	// the mechanism is the one the defaults use.
+	c := fastClient(t, p.URL(), client.WithPings(100*time.Millisecond, 200*time.Millisecond),
+		client.WithRetryNotify(func(error, time.Duration) { retries.Add(1) }))
+	job := submit(t, c, "export")
+
+	done := make(chan error, 1)
+	var got *jobwatchv1.Job
+	go func() {
+		var err error
+		got, err = c.WaitForJob(context.Background(), job.GetId())
+		done <- err
+	}()
+	eventually(t, "the wait is parked", func() bool { return s.gauge("jobwatch_parked_waits") == 1 })
+	// The connection now carries nothing and is never closed: only the
+	// client's unanswered PING can tell that the server is gone.
+	p.Freeze()
+	eventually(t, "the client gave up on the dead connection", func() bool { return retries.Load() > 0 })
+	// The answer can only come over a new connection: the old one
+	// delivers nothing, ever.
+	id, lease := claim(t, s.Engine, "export")
+	complete(t, s.Engine, id, lease, `null`)
+	select {
+	case err := <-done:
+		if err != nil || got.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+			t.Fatalf("WaitForJob = %v, %v; want SUCCEEDED", got.GetState(), err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitForJob did not return after the job ended")
+	}
+}
+
 func TestShortCallsKeepAnsweringWhileAThousandWaitsAreParked(t *testing.T) {
 	s := startServer(t, serverOptions{})
 	c := fastClient(t, s.URL)
