@@ -60,6 +60,12 @@ type Config struct {
 	// ShutdownGrace is how long Serve waits for calls in flight after its
 	// context ends (parked calls return at once). Default 10s.
 	ShutdownGrace time.Duration
+	// PingInterval and PingTimeout find dead HTTP/2 clients: a connection
+	// silent for PingInterval gets a PING, and one that leaves it
+	// unanswered for PingTimeout is closed, freeing every call parked on
+	// it. Defaults 10s and 5s.
+	PingInterval time.Duration
+	PingTimeout  time.Duration
 	// Logger receives the server's logs; per-call logs are at debug
 	// level. Default slog.Default().
 	Logger *slog.Logger
@@ -95,6 +101,8 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.MaxRequestBytes, 1<<20)
 	setDefault(&c.MaxPayloadBytes, 256<<10)
 	setDefault(&c.ShutdownGrace, 10*time.Second)
+	setDefault(&c.PingInterval, 10*time.Second)
+	setDefault(&c.PingTimeout, 5*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -203,16 +211,9 @@ func (s *Server) recovered(ctx context.Context, spec connect.Spec, _ http.Header
 // the page at /.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// HTTP/2 settings for Serve.
-const (
-	// Parked calls are streams; a per-connection limit they could exhaust
-	// would block a client's short calls behind its own long-polls.
-	maxConcurrentStreams = 1 << 20
-	// A connection silent this long gets a PING; a PING unanswered for
-	// pingTimeout closes it, freeing every call parked on it.
-	sendPingTimeout = 10 * time.Second
-	pingTimeout     = 5 * time.Second
-)
+// Parked calls are HTTP/2 streams; a per-connection limit they could
+// exhaust would block a client's short calls behind its own long-polls.
+const maxConcurrentStreams = 1 << 20
 
 // Serve answers on ln with HTTP/1.1 and cleartext HTTP/2 (h2c with prior
 // knowledge) side by side, until ctx ends. Then it shuts down in order:
@@ -233,8 +234,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		Protocols: &protocols,
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams: maxConcurrentStreams,
-			SendPingTimeout:      sendPingTimeout,
-			PingTimeout:          pingTimeout,
+			SendPingTimeout:      s.cfg.PingInterval,
+			PingTimeout:          s.cfg.PingTimeout,
 		},
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
