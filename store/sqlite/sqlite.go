@@ -51,6 +51,10 @@ const readConns = 4
 type Store struct {
 	write *sql.DB // exactly one connection, BEGIN IMMEDIATE
 	read  *sql.DB // query-only connections
+	// deleteBatch bounds one retention transaction, so that a backlog
+	// (the first sweep after a long stop) never holds the single writer
+	// for long: Submit and Complete get their turn between batches.
+	deleteBatch int
 }
 
 var _ store.Store = (*Store)(nil)
@@ -108,7 +112,7 @@ func open(path string, busyTimeout time.Duration) (*Store, error) {
 		read.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, store.ErrUnavailable, err)
 	}
-	return &Store{write: write, read: read}, nil
+	return &Store{write: write, read: read, deleteBatch: 1000}, nil
 }
 
 // dsn makes a SQLite URI of path, so that '?' or '#' in a file name are
@@ -421,17 +425,25 @@ func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, claim func(*s
 
 // DeleteFinishedBefore implements store.Store.
 func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, error) {
-	var n int64
-	err := s.writeTx(ctx, "delete finished jobs", func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM jobs
-			WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') AND finished_at < ?`, toMicro(t))
-		if err != nil {
-			return fmt.Errorf("delete finished jobs: %w", classify(err))
+	var n int
+	for {
+		var batch int64
+		err := s.writeTx(ctx, "delete finished jobs", func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE seq IN (
+				SELECT seq FROM jobs
+				WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') AND finished_at < ?
+				LIMIT ?)`, toMicro(t), s.deleteBatch)
+			if err != nil {
+				return fmt.Errorf("delete finished jobs: %w", classify(err))
+			}
+			batch, err = res.RowsAffected()
+			return err
+		})
+		n += int(batch)
+		if err != nil || batch < int64(s.deleteBatch) {
+			return n, err
 		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	return int(n), err
+	}
 }
 
 // --- reads ---

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -430,5 +431,44 @@ func TestNextReadyReadsAnIndexInClaimOrder(t *testing.T) {
 				t.Errorf("plan sorts in a temp B-tree:\n%s", joined)
 			}
 		})
+	}
+}
+
+// TestRetentionDeletesABacklogInSeveralTransactions: a backlog larger
+// than one batch is deleted whole, batch by batch, and only what ended
+// before the cutoff.
+func TestRetentionDeletesABacklogInSeveralTransactions(t *testing.T) {
+	s := openTemp(t, tempPath(t))
+	defer s.Close()
+	s.deleteBatch = 2
+	ctx := t.Context()
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	add := func(id string, state store.State, finished time.Time) {
+		j := store.Job{ID: id, Tenant: "acme", Kind: "k", Queue: "default", State: state, Version: 1,
+			MaxAttempts: 1, CreatedAt: t0, UpdatedAt: t0, RunAt: t0, FinishedAt: finished}
+		if _, err := s.CreateJob(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		add(fmt.Sprintf("j_old%d", i), store.Succeeded, t0.Add(time.Hour))
+	}
+	add("j_recent", store.Failed, t0.Add(3*time.Hour))
+	add("j_active", store.Queued, time.Time{})
+
+	n, err := s.DeleteFinishedBefore(ctx, t0.Add(2*time.Hour))
+	if err != nil || n != 5 {
+		t.Fatalf("deleted %d, %v; want the 5 old jobs", n, err)
+	}
+	jobs, _, err := s.ListJobs(ctx, store.ListFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, j := range jobs {
+		left = append(left, j.ID)
+	}
+	if len(left) != 2 || !slices.Contains(left, "j_recent") || !slices.Contains(left, "j_active") {
+		t.Fatalf("left %v, want j_recent and j_active", left)
 	}
 }
