@@ -160,71 +160,53 @@ func TestWaitForJobSurvivesAServerRestartMidWait(t *testing.T) {
 	}
 }
 
-func TestWaitForJobSurvivesAProxyThatDropsTheConnection(t *testing.T) {
-	s := startServer(t, serverOptions{})
-	p := startProxy(t, s.Addr)
-	var retries atomic.Int32
-	c := fastClient(t, p.URL(), client.WithRetryNotify(func(error, time.Duration) { retries.Add(1) }))
-	job := submit(t, c, "export")
-
-	done := make(chan error, 1)
-	var got *jobwatchv1.Job
-	go func() {
-		var err error
-		got, err = c.WaitForJob(context.Background(), job.GetId())
-		done <- err
-	}()
-	eventually(t, "the wait is parked", func() bool { return s.gauge("jobwatch_parked_waits") == 1 })
-	p.Drop()
-	eventually(t, "the client has retried through the proxy", func() bool {
-		return retries.Load() > 0 && s.gauge("jobwatch_parked_waits") == 1
-	})
-	id, lease := claim(t, s.Engine, "export")
-	complete(t, s.Engine, id, lease, `null`)
-
-	select {
-	case err := <-done:
-		if err != nil || got.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
-			t.Fatalf("WaitForJob = %v, %v; want SUCCEEDED", got.GetState(), err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("WaitForJob did not return after the connection was dropped and the job ended")
+// TestWaitForJobSurvivesALostConnection cuts the connection a wait is
+// parked on. Once the job ends, the answer can only come over a new
+// connection: the old one is closed, or delivers nothing, ever.
+func TestWaitForJobSurvivesALostConnection(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []client.Option
+		cut  func(*proxy)
+	}{
+		{"a proxy that drops the connection", nil, (*proxy).Drop},
+		// Nothing is closed: only the client's unanswered PING can tell
+		// that the server is gone. Pings far shorter than the default
+		// 10s + 5s keep the test quick; the mechanism is the same.
+		{"a silently dead server, noticed by pings",
+			[]client.Option{client.WithPings(100*time.Millisecond, 200*time.Millisecond)}, (*proxy).Freeze},
 	}
-}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := startServer(t, serverOptions{})
+			p := startProxy(t, s.Addr)
+			var retries atomic.Int32
+			opts := append(tt.opts, client.WithRetryNotify(func(error, time.Duration) { retries.Add(1) }))
+			c := fastClient(t, p.URL(), opts...)
+			job := submit(t, c, "export")
 
-func TestWaitForJobNoticesASilentlyDeadServerByItsPings(t *testing.T) {
-	s := startServer(t, serverOptions{})
-	p := startProxy(t, s.Addr)
-	var retries atomic.Int32
-	// Pings far shorter than the default 10s + 5s, so the test is quick;
-	// the mechanism is the one the defaults use.
-	c := fastClient(t, p.URL(), client.WithPings(100*time.Millisecond, 200*time.Millisecond),
-		client.WithRetryNotify(func(error, time.Duration) { retries.Add(1) }))
-	job := submit(t, c, "export")
+			done := make(chan error, 1)
+			var got *jobwatchv1.Job
+			go func() {
+				var err error
+				got, err = c.WaitForJob(context.Background(), job.GetId())
+				done <- err
+			}()
+			eventually(t, "the wait is parked", func() bool { return s.gauge("jobwatch_parked_waits") == 1 })
+			tt.cut(p)
+			eventually(t, "the client gave up on the lost connection", func() bool { return retries.Load() > 0 })
+			id, lease := claim(t, s.Engine, "export")
+			complete(t, s.Engine, id, lease, `null`)
 
-	done := make(chan error, 1)
-	var got *jobwatchv1.Job
-	go func() {
-		var err error
-		got, err = c.WaitForJob(context.Background(), job.GetId())
-		done <- err
-	}()
-	eventually(t, "the wait is parked", func() bool { return s.gauge("jobwatch_parked_waits") == 1 })
-	// The connection now carries nothing and is never closed: only the
-	// client's unanswered PING can tell that the server is gone.
-	p.Freeze()
-	eventually(t, "the client gave up on the dead connection", func() bool { return retries.Load() > 0 })
-	// The answer can only come over a new connection: the old one
-	// delivers nothing, ever.
-	id, lease := claim(t, s.Engine, "export")
-	complete(t, s.Engine, id, lease, `null`)
-	select {
-	case err := <-done:
-		if err != nil || got.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
-			t.Fatalf("WaitForJob = %v, %v; want SUCCEEDED", got.GetState(), err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("WaitForJob did not return after the job ended")
+			select {
+			case err := <-done:
+				if err != nil || got.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+					t.Fatalf("WaitForJob = %v, %v; want SUCCEEDED", got.GetState(), err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("WaitForJob did not return after the job ended")
+			}
+		})
 	}
 }
 
