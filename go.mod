@@ -1,4 +1,4 @@
-module jobwatch
+module github.com/jobwatch/jobwatch
 
 go 1.26.8
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
 
 // BenchmarkShortCallWithParkedWaits measures GetJob through one client

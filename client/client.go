@@ -10,8 +10,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
 )
 
 // Protocol is the wire protocol the client speaks. The server speaks all

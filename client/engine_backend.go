@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"time"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/jobs"
-	"jobwatch/store"
-	"jobwatch/wire"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/wire"
 )
 
 // EngineBackend runs a Worker in the same process as the engine, with no

@@ -11,9 +11,9 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"jobwatch/client"
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/server"
+	"github.com/jobwatch/jobwatch/client"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/server"
 )
 
 // Submit a job and wait for its outcome: no poll loop, no deadline to

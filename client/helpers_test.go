@@ -14,11 +14,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"jobwatch/client"
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/jobs"
-	"jobwatch/server"
-	"jobwatch/store/sqlite"
+	"github.com/jobwatch/jobwatch/client"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/server"
+	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
 // testServer is a real jobwatch server on a loopback port over a real

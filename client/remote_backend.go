@@ -8,8 +8,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/wire"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/wire"
 )
 
 // WorkerBackend returns the backend that runs a Worker against the

@@ -9,7 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
 
 // Terminal reports whether a job in state s will never change again.

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"jobwatch/client"
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/server"
+	"github.com/jobwatch/jobwatch/client"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/server"
 )
 
 func TestWatchResumesWithoutDuplicateOrGap(t *testing.T) {

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"jobwatch/client"
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/jobs"
-	"jobwatch/server"
+	"github.com/jobwatch/jobwatch/client"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/server"
 )
 
 // workerEnv is a server, a client to it and a worker over one of the two

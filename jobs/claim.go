@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"jobwatch/store"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 // ClaimRequest says which jobs a worker may run.

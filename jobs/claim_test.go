@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"jobwatch/jobs"
-	"jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 func TestClaimParksUntilAJobIsSubmitted(t *testing.T) {

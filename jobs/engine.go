@@ -21,8 +21,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"jobwatch/store"
-	"jobwatch/watch"
+	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/watch"
 )
 
 // Config tunes an Engine. Zero fields take the documented defaults.

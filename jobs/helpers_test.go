@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"jobwatch/jobs"
-	"jobwatch/store"
-	"jobwatch/store/sqlite"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
 // newEngine returns an engine over a fresh SQLite file. cfg.Now nil means

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"jobwatch/jobs"
-	"jobwatch/store"
-	"jobwatch/store/sqlite"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
 // openBenchStore is openStore for benchmarks.

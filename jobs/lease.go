@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"jobwatch/store"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 // The calls of the worker holding a job. Each checks the lease inside the

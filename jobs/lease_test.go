@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"jobwatch/jobs"
-	"jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 func TestClaimGivesALease(t *testing.T) {

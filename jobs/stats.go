@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"jobwatch/store"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 // CountByState returns how many stored jobs are in each state (absent:

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobs"
 )
 
 // queueRow is what a user reads in a queue table.

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"time"
 
-	"jobwatch/store"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 // Defaults for SubmitRequest and List.

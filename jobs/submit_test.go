@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"jobwatch/jobs"
-	"jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 func TestSubmitRefusesBadFieldsNamingTheField(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"jobwatch/store"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 // Run performs the periodic duties (lease expiry, retention) every

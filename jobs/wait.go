@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"jobwatch/store"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 // Wait subscribes to the job, then reads it: a terminal job returns at

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"jobwatch/jobs"
-	"jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 // hookStore runs afterGet once, right after the first GetJob has read the

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"jobwatch/store"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 // WatchOptions says how long to watch and where to send snapshots.

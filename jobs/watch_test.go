@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"jobwatch/jobs"
-	"jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 // recorder is a WatchOptions.Send that keeps what it was sent.

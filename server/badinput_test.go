@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/server"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/server"
 )
 
 // connectError is the JSON body of a Connect error, as curl shows it.

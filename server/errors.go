@@ -7,9 +7,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/jobs"
-	"jobwatch/store"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 // toConnectError maps an engine or store error to what the caller sees.

@@ -18,12 +18,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/gen/jobwatch/v1/jobwatchv1connect"
-	"jobwatch/jobs"
-	"jobwatch/server"
-	"jobwatch/store"
-	"jobwatch/store/sqlite"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/server"
+	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
 // testServer is a real server on a loopback port over a real SQLite file.

@@ -9,8 +9,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"jobwatch/jobs"
-	"jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 // Metrics is jobwatch's Prometheus collector set. It implements

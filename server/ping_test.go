@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/gen/jobwatch/v1/jobwatchv1connect"
-	"jobwatch/server"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"github.com/jobwatch/jobwatch/server"
 )
 
 // deafConn is a client connection that can go deaf and mute at once, as a

@@ -11,7 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
 
 // Every protocol, over the HTTP versions its real clients use, runs the

@@ -6,8 +6,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/server"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/server"
 )
 
 func TestListQueuesShowsEachQueuesCountsAndHowLongItsOldestJobHasWaited(t *testing.T) {

@@ -5,8 +5,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
 )
 
 // queueService adapts QueueService to the engine.

@@ -9,8 +9,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/store"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 // leavesOnClaim makes the worker named leaving go away at the worst

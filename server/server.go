@@ -24,8 +24,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/cors"
 
-	"jobwatch/gen/jobwatch/v1/jobwatchv1connect"
-	"jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"github.com/jobwatch/jobwatch/jobs"
 )
 
 // Config tunes a Server. Zero fields take the documented defaults, so

@@ -14,10 +14,10 @@ import (
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/gen/jobwatch/v1/jobwatchv1connect"
-	"jobwatch/server"
-	"jobwatch/store"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"github.com/jobwatch/jobwatch/server"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 // brokenStore is the real store with one job whose read fails the way a

@@ -8,7 +8,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"jobwatch/wire"
+	"github.com/jobwatch/jobwatch/wire"
 )
 
 // Shape limits checked before a request reaches the engine. They keep ids

@@ -7,8 +7,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/server"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/server"
 )
 
 func TestWaitJobRules(t *testing.T) {

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"time"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/gen/jobwatch/v1/jobwatchv1connect"
-	"jobwatch/jobs"
-	"jobwatch/store"
-	"jobwatch/wire"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/wire"
 )
 
 // workerService adapts WorkerService to the engine.

@@ -18,11 +18,11 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"jobwatch/jobs"
-	"jobwatch/server"
-	"jobwatch/store"
-	"jobwatch/store/sqlite"
-	"jobwatch/web"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/server"
+	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/store/sqlite"
+	"github.com/jobwatch/jobwatch/web"
 )
 
 const chromiumPath = "/usr/bin/chromium"

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobs"
 )
 
 // requireNode skips where Node or web/node_modules is missing, except in

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"jobwatch/web"
+	"github.com/jobwatch/jobwatch/web"
 )
 
 // bundleNames returns the script and stylesheet that index.html names.

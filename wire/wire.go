@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/store"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 var stateToProto = map[store.State]jobwatchv1.JobState{

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/store"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 func TestEveryStateMapsBothWays(t *testing.T) {

@@ -14,11 +14,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"jobwatch/client"
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/jobs"
-	"jobwatch/server"
-	"jobwatch/store/sqlite"
+	"github.com/jobwatch/jobwatch/client"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/server"
+	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
 // bench measures what jobwatch is for: how soon a caller learns that a job

@@ -18,12 +18,12 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"jobwatch/client"
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/jobs"
-	"jobwatch/server"
-	"jobwatch/store"
-	"jobwatch/store/sqlite"
+	"github.com/jobwatch/jobwatch/client"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/server"
+	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
 // TestMain lets the test binary be the jobwatch binary: with

@@ -11,12 +11,12 @@ import (
 	"sync"
 	"time"
 
-	"jobwatch/client"
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/jobs"
-	"jobwatch/server"
-	"jobwatch/store/sqlite"
-	"jobwatch/web"
+	"github.com/jobwatch/jobwatch/client"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/server"
+	"github.com/jobwatch/jobwatch/store/sqlite"
+	"github.com/jobwatch/jobwatch/web"
 )
 
 const demoUsage = `Usage: jobwatch demo [flags]

@@ -4,8 +4,8 @@ import (
 	"context"
 	"io"
 
-	"jobwatch/client"
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/client"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
 
 // get runs "jobwatch get ID": the job, one field per line.

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"jobwatch/client"
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/client"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
 
 // list runs "jobwatch list": jobs newest first, as a table or JSON lines.

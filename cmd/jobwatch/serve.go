@@ -13,10 +13,10 @@ import (
 	"strings"
 	"time"
 
-	"jobwatch/jobs"
-	"jobwatch/server"
-	"jobwatch/store/sqlite"
-	"jobwatch/web"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/server"
+	"github.com/jobwatch/jobwatch/store/sqlite"
+	"github.com/jobwatch/jobwatch/web"
 )
 
 // serveFlags are the flags of "jobwatch serve".

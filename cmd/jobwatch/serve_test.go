@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
-	"jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
 )
 
 func TestServeRefusesWhatItCannotDoSafely(t *testing.T) {

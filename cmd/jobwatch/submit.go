@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
 
 const submitUsage = `Usage: jobwatch submit KIND [flags]

@@ -10,8 +10,8 @@ import (
 	"time"
 	"unsafe"
 
-	"jobwatch/client"
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/client"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
 
 const watchUsage = `Usage: jobwatch watch ID [flags]

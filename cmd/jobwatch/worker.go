@@ -18,8 +18,8 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"jobwatch/client"
-	jobwatchv1 "jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/client"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
 
 const workerUsage = `Usage: jobwatch worker --kind KIND --exec 'COMMAND' [flags]

@@ -35,7 +35,7 @@ import (
 
 	"github.com/mattn/go-sqlite3"
 
-	"jobwatch/store"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 // busyTimeout is how long a write waits for another process holding the

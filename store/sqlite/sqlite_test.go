@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"jobwatch/store"
-	"jobwatch/store/storetest"
+	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/store/storetest"
 )
 
 func tempPath(t *testing.T) string {

@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"jobwatch/store"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 // Run runs the suite. Each subtest calls open for a fresh, empty store and

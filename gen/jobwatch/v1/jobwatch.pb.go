@@ -2250,7 +2250,7 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\aFailJob\x12\x1b.jobwatch.v1.FailJobRequest\x1a\x1c.jobwatch.v1.FailJobResponse2]\n" +
 	"\fQueueService\x12M\n" +
 	"\n" +
-	"ListQueues\x12\x1e.jobwatch.v1.ListQueuesRequest\x1a\x1f.jobwatch.v1.ListQueuesResponseB%Z#jobwatch/gen/jobwatch/v1;jobwatchv1b\x06proto3"
+	"ListQueues\x12\x1e.jobwatch.v1.ListQueuesRequest\x1a\x1f.jobwatch.v1.ListQueuesResponseB9Z7github.com/jobwatch/jobwatch/gen/jobwatch/v1;jobwatchv1b\x06proto3"
 
 var (
 	file_jobwatch_v1_jobwatch_proto_rawDescOnce sync.Once

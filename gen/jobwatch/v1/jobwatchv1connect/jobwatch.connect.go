@@ -12,7 +12,7 @@ import (
 	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
-	v1 "jobwatch/gen/jobwatch/v1"
+	v1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	http "net/http"
 	strings "strings"
 )
