@@ -273,10 +273,13 @@ type Job struct {
 	// 0..100, never goes backwards; 100 once the job has succeeded.
 	Percent int32 `protobuf:"varint,7,opt,name=percent,proto3" json:"percent,omitempty"`
 	// Free text from the worker, such as "batch 5 of 11".
-	Step    string          `protobuf:"bytes,8,opt,name=step,proto3" json:"step,omitempty"`
+	Step string `protobuf:"bytes,8,opt,name=step,proto3" json:"step,omitempty"`
+	// What the submitter passed. Absent in a summary (JOB_VIEW_SUMMARY, the
+	// default of ListJobs and WatchJobs); GetJob has it.
 	Payload *structpb.Value `protobuf:"bytes,9,opt,name=payload,proto3" json:"payload,omitempty"`
-	Result  *structpb.Value `protobuf:"bytes,10,opt,name=result,proto3" json:"result,omitempty"`
-	Error   *JobError       `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
+	// What the worker returned on success. Absent in a summary, like payload.
+	Result *structpb.Value `protobuf:"bytes,10,opt,name=result,proto3" json:"result,omitempty"`
+	Error  *JobError       `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
 	// The attempt now running or last run, starting at 1 when first claimed.
 	Attempt       int32                  `protobuf:"varint,12,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	MaxAttempts   int32                  `protobuf:"varint,13,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`

@@ -101,11 +101,16 @@ export type Job = Message<"jobwatch.v1.Job"> & {
   step: string;
 
   /**
+   * What the submitter passed. Absent in a summary (JOB_VIEW_SUMMARY, the
+   * default of ListJobs and WatchJobs); GetJob has it.
+   *
    * @generated from field: google.protobuf.Value payload = 9;
    */
   payload?: Value | undefined;
 
   /**
+   * What the worker returned on success. Absent in a summary, like payload.
+   *
    * @generated from field: google.protobuf.Value result = 10;
    */
   result?: Value | undefined;
