@@ -257,14 +257,14 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 	if err := checkName("tenant", req.GetTenant()); err != nil {
 		return err
 	}
+	full, err := view(req.GetView())
+	if err != nil {
+		return err
+	}
 	if err := checkLen("resume_token", req.GetResumeToken(), 1024); err != nil {
 		return err
 	}
 	limit, err := pageSize(req.GetPageSize())
-	if err != nil {
-		return err
-	}
-	full, err := view(req.GetView())
 	if err != nil {
 		return err
 	}
@@ -275,8 +275,8 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 	}
 	err = s.engine.WatchTenant(ctx, req.GetTenant(), jobs.TenantWatchOptions{
 		ResumeToken: req.GetResumeToken(),
-		PageSize:    limit,
 		Full:        full,
+		PageSize:    limit,
 		Deadline:    s.capDeadline(ctx, s.cfg.StreamLifetime),
 		Keepalive:   s.cfg.Keepalive,
 		Send: func(js []store.Job, resumeToken string) error {
