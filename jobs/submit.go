@@ -17,6 +17,15 @@ const (
 	MaxPageSize     = 500
 )
 
+// MaxPageBytes bounds every page List returns and every batch WatchTenant
+// sends, by the sum of its jobs' store.Job.Size (their text and JSON), as
+// MaxPageSize bounds them by count: 600 jobs of 250 KB must not make one
+// answer of 150 MB. A page that reaches it ends early with a token for
+// the rest; a single larger job still comes, alone. Text and JSON take
+// about as many bytes in a JSON or protobuf answer as they count here;
+// JSON made mostly of small numbers takes a few times more in protobuf.
+const MaxPageBytes = 1 << 20
+
 // SubmitRequest describes a new job. Zero fields take defaults.
 type SubmitRequest struct {
 	Tenant      string // "" : "default"
@@ -127,9 +136,15 @@ func (e *Engine) Get(ctx context.Context, id string) (store.Job, error) {
 	return j, nil
 }
 
-// List returns jobs newest first. f.Limit is the page size: 0 means
-// DefaultPageSize, and more than MaxPageSize is cut to it.
+// List returns one page of a tenant's jobs, newest first. An empty
+// f.Tenant means DefaultTenant, as in Submit and WatchTenant. f.Limit is
+// the page size: 0 means DefaultPageSize, and more than MaxPageSize is cut
+// to it; the page also ends at MaxPageBytes (f.MaxBytes may only lower
+// it). The jobs are summaries (no Payload or Result) unless f.Full.
 func (e *Engine) List(ctx context.Context, f store.ListFilter) ([]store.Job, string, error) {
+	if f.Tenant == "" {
+		f.Tenant = DefaultTenant
+	}
 	if err := validOptionalName("tenant", f.Tenant); err != nil {
 		return nil, "", err
 	}
@@ -143,6 +158,9 @@ func (e *Engine) List(ctx context.Context, f store.ListFilter) ([]store.Job, str
 		return nil, "", &InvalidError{Field: "page_size", Reason: "must not be negative"}
 	}
 	f.Limit = pageSize(f.Limit)
+	if f.MaxBytes <= 0 || f.MaxBytes > MaxPageBytes {
+		f.MaxBytes = MaxPageBytes
+	}
 	jobs, next, err := e.store.ListJobs(ctx, f)
 	if err != nil {
 		return nil, "", wrap("list", "", err)

@@ -133,16 +133,24 @@ func (k *keepalive) stop() {
 
 // TenantWatchOptions are WatchOptions for a whole tenant.
 type TenantWatchOptions struct {
-	// ResumeToken from the last batch; "" starts with the PageSize most
-	// recent jobs.
+	// ResumeToken from the last batch that carried one; "" starts with
+	// the PageSize most recent jobs.
 	ResumeToken string
-	// PageSize: jobs in the first batch and at most per batch after it.
-	// 0: DefaultPageSize; more than MaxPageSize is cut to it.
-	PageSize  int
+	// PageSize: how many recent jobs a stream without ResumeToken starts
+	// with, and at most how many jobs one batch holds. 0: DefaultPageSize;
+	// more than MaxPageSize is cut to it. A batch also holds at most
+	// MaxPageBytes of jobs (or one larger job).
+	PageSize int
+	// Full sends whole jobs; without it, summaries (no Payload or Result).
+	Full      bool
 	Deadline  time.Time // zero: no limit
 	Keepalive time.Duration
-	// Send delivers the jobs changed since the last batch and the token
-	// to resume after them; an empty batch is a keepalive.
+	// Send delivers jobs changed since the last batch and the token to
+	// resume after them; an empty batch is a keepalive. The token is ""
+	// while the most recent jobs of a stream started without one are
+	// still coming, and it stays what the last batch said while a burst
+	// of changes takes several batches: a client keeps the last non-empty
+	// token.
 	Send func(jobs []store.Job, resumeToken string) error
 }
 
@@ -156,7 +164,8 @@ type TenantWatchOptions struct {
 const tenantOverlap = 2 * time.Second
 
 // WatchTenant sends batches of a tenant's changed jobs until the
-// deadline or Shutdown (nil error), or ctx's end (ctx.Err()).
+// deadline or Shutdown (nil error), or ctx's end (ctx.Err()). An empty
+// tenant means DefaultTenant.
 //
 // It subscribes to the tenant's signal, then queries the store for jobs
 // updated since its cursor less tenantOverlap and sends those whose
@@ -164,6 +173,10 @@ const tenantOverlap = 2 * time.Second
 // the cursor, so a resumed stream may repeat a job at a version the
 // client already has (the client keeps the higher version), but misses
 // none. A job deleted by retention is not announced.
+//
+// Every read is a store page bounded by MaxPageBytes and sent before the
+// next is read, so a stream holds at most two pages of jobs however many
+// changed and however large they are.
 func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOptions) error {
 	if tenant == "" {
 		tenant = DefaultTenant
@@ -200,19 +213,11 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 	// arrives while the stream sends a keepalive must still cause a look.
 	_, _, changed := sub.Latest()
 	if o.ResumeToken == "" {
-		start := e.writes.horizon(e.now)
-		jobs, _, err := e.store.ListJobs(ctx, store.ListFilter{Tenant: tenant, Limit: size})
-		if err != nil {
-			return wrap("watch tenant", "", err)
-		}
-		cursor = start
-		for _, j := range jobs {
-			sent[j.ID] = j.Version
-		}
-		if err := o.Send(jobs, encodeTenantToken(cursor)); err != nil {
+		cursor = e.writes.horizon(e.now)
+		if err := e.sendRecent(ctx, tenant, size, o, cursor, sent); err != nil {
 			return err
 		}
-		// The initial page was read after subscribing; only a signal
+		// The recent jobs were read after subscribing; only a signal
 		// makes another look worthwhile.
 		look = false
 	}
@@ -225,35 +230,33 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 	for {
 		if look {
 			_, _, changed = sub.Latest()
-			start := e.writes.horizon(e.now)
-			fresh, all, err := e.tenantChanges(ctx, tenant, cursor.Add(-tenantOverlap), sent)
+			next := cursor
+			if start := e.writes.horizon(e.now); start.After(next) {
+				next = start
+			}
+			// Until the last batch is sent a resume must read this window
+			// again: only the last batch advances the client's token.
+			token, nextToken := encodeTenantToken(cursor), encodeTenantToken(next)
+			first := true
+			all, err := e.tenantChanges(ctx, tenant, cursor.Add(-tenantOverlap), sent, o.Full, size,
+				func(batch []store.Job, last bool) error {
+					if first && woken {
+						e.woke("watch", newestUpdate(batch))
+					}
+					first = false
+					if last {
+						token = nextToken
+					}
+					keepalive.reset()
+					return o.Send(batch, token)
+				})
 			if err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
 				return err
 			}
-			token := encodeTenantToken(cursor)
-			if start.After(cursor) {
-				cursor = start
-			}
-			sent = all
-			if woken && len(fresh) > 0 {
-				e.woke("watch", newestUpdate(fresh))
-			}
-			for len(fresh) > 0 {
-				n := min(size, len(fresh))
-				// Only the last batch may advance the client's token: until
-				// it is sent, a resume must read this window again.
-				if n == len(fresh) {
-					token = encodeTenantToken(cursor)
-				}
-				if err := o.Send(fresh[:n], token); err != nil {
-					return err
-				}
-				fresh = fresh[n:]
-				keepalive.reset()
-			}
+			cursor, sent = next, all
 		}
 		look, woken = false, false
 		select {
@@ -274,25 +277,74 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 	}
 }
 
-// tenantChanges reads every job of tenant updated at or after since and
-// returns those with a version not in sent, and the versions of all it
-// read (to become the next sent).
-func (e *Engine) tenantChanges(ctx context.Context, tenant string, since time.Time, sent map[string]int64) (fresh []store.Job, all map[string]int64, err error) {
-	all = map[string]int64{}
-	f := store.ListFilter{Tenant: tenant, UpdatedSince: since, Limit: MaxPageSize}
+// sendRecent sends the tenant's size most recent jobs, one store page
+// (bounded by MaxPageBytes) per batch, and records their versions in
+// sent. Only the last batch carries the token of cursor: a client that
+// loses the stream before it starts over.
+func (e *Engine) sendRecent(ctx context.Context, tenant string, size int, o TenantWatchOptions, cursor time.Time, sent map[string]int64) error {
+	f := store.ListFilter{Tenant: tenant, Limit: size, Full: o.Full, MaxBytes: MaxPageBytes}
+	for left := size; ; {
+		jobs, next, err := e.store.ListJobs(ctx, f)
+		if err != nil {
+			return wrap("watch tenant", "", err)
+		}
+		for _, j := range jobs {
+			sent[j.ID] = j.Version
+		}
+		left -= len(jobs)
+		token := ""
+		if next == "" || left <= 0 {
+			token = encodeTenantToken(cursor)
+		}
+		if err := o.Send(jobs, token); err != nil {
+			return err
+		}
+		if token != "" {
+			return nil
+		}
+		f.PageToken, f.Limit = next, left
+	}
+}
+
+// tenantChanges pages through every job of tenant updated at or after
+// since and passes those with a version not in sent to send, in batches of
+// at most size jobs (and, as each page, at most MaxPageBytes). It holds
+// each batch back until it knows whether another follows, so that send
+// learns which is the last. It returns the versions of all it read (to
+// become the next sent).
+func (e *Engine) tenantChanges(ctx context.Context, tenant string, since time.Time, sent map[string]int64, full bool, size int,
+	send func(batch []store.Job, last bool) error) (map[string]int64, error) {
+	all := map[string]int64{}
+	f := store.ListFilter{Tenant: tenant, UpdatedSince: since, Limit: MaxPageSize, Full: full, MaxBytes: MaxPageBytes}
+	var held []store.Job
 	for {
 		jobs, next, err := e.store.ListJobs(ctx, f)
 		if err != nil {
-			return nil, nil, wrap("watch tenant", "", err)
+			return nil, wrap("watch tenant", "", err)
 		}
+		var fresh []store.Job
 		for _, j := range jobs {
 			if j.Version > sent[j.ID] {
 				fresh = append(fresh, j)
 			}
 			all[j.ID] = max(j.Version, sent[j.ID])
 		}
+		for len(fresh) > 0 {
+			if held != nil {
+				if err := send(held, false); err != nil {
+					return nil, err
+				}
+			}
+			n := min(size, len(fresh))
+			held, fresh = fresh[:n], fresh[n:]
+		}
 		if next == "" {
-			return fresh, all, nil
+			if held != nil {
+				if err := send(held, true); err != nil {
+					return nil, err
+				}
+			}
+			return all, nil
 		}
 		f.PageToken = next
 	}

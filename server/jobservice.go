@@ -167,12 +167,17 @@ func (h *jobService) ListJobs(ctx context.Context, req *jobwatchv1.ListJobsReque
 	if len(req.GetStates()) > maxFilterItems {
 		return nil, invalid("states", fmt.Sprintf("must list at most %d entries", maxFilterItems))
 	}
+	full, err := view(req.GetView())
+	if err != nil {
+		return nil, err
+	}
 	f := store.ListFilter{
 		Tenant:    req.GetTenant(),
 		Kind:      req.GetKind(),
 		Queue:     req.GetQueue(),
 		Limit:     limit,
 		PageToken: req.GetPageToken(),
+		Full:      full,
 	}
 	for i, ps := range req.GetStates() {
 		st, ok := wire.StoreState(ps)
@@ -252,6 +257,10 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 	if err := checkName("tenant", req.GetTenant()); err != nil {
 		return err
 	}
+	full, err := view(req.GetView())
+	if err != nil {
+		return err
+	}
 	if err := checkLen("resume_token", req.GetResumeToken(), 1024); err != nil {
 		return err
 	}
@@ -266,6 +275,7 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 	}
 	err = s.engine.WatchTenant(ctx, req.GetTenant(), jobs.TenantWatchOptions{
 		ResumeToken: req.GetResumeToken(),
+		Full:        full,
 		PageSize:    limit,
 		Deadline:    s.capDeadline(ctx, s.cfg.StreamLifetime),
 		Keepalive:   s.cfg.Keepalive,
@@ -278,6 +288,15 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 		},
 	})
 	return s.toConnectError(ctx, "watch jobs", err)
+}
+
+// view reads a request's view: whether it asks for whole jobs.
+func view(v jobwatchv1.JobView) (full bool, err error) {
+	full, ok := wire.FullView(v)
+	if !ok {
+		return false, invalid("view", fmt.Sprintf("%v is not a job view", v))
+	}
+	return full, nil
 }
 
 // sendHeaders flushes the response headers before the stream has anything

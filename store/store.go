@@ -90,6 +90,24 @@ func (j *Job) SameVisible(o *Job) bool {
 		j.RunAt.Equal(o.RunAt)
 }
 
+// SizeOverhead is what Size adds to every job for the fields it does not
+// measure (numbers, times, field names): about what they take in a JSON
+// response, more than in protobuf.
+const SizeOverhead = 256
+
+// Size is what j counts against a page's ListFilter.MaxBytes: the bytes of
+// its text and JSON fields plus SizeOverhead. It is close to the job's size
+// in a response without encoding it; every backend counts with it, so a
+// bound means the same on each. A summary (no payload or result) is small.
+func (j *Job) Size() int {
+	n := SizeOverhead + len(j.ID) + len(j.Tenant) + len(j.Kind) + len(j.Queue) + len(j.State) +
+		len(j.Step) + len(j.Payload) + len(j.Result) + len(j.UniqueKey) + len(j.WorkerID)
+	if j.Error != nil {
+		n += len(j.Error.Type) + len(j.Error.Message)
+	}
+	return n
+}
+
 func sameError(a, b *JobError) bool {
 	if a == nil || b == nil {
 		return a == b
@@ -133,6 +151,16 @@ type ListFilter struct {
 	Limit int
 	// PageToken is the NextPageToken of the previous page.
 	PageToken string
+	// Full also reads Payload and Result. Without it the jobs are
+	// summaries: Payload and Result are nil, and the backend does not read
+	// them at all, so listing large jobs costs what listing small ones does.
+	Full bool
+	// MaxBytes bounds a page by size as well as by Limit: the page ends
+	// before the job that would take the sum of its jobs' Size past
+	// MaxBytes, with a NextPageToken, and the backend reads no row after
+	// that one. A page always holds its first job, however large, so that
+	// paging moves on. 0: no bound.
+	MaxBytes int
 }
 
 // ClaimFilter selects the jobs a worker may claim. Empty lists mean any.
@@ -171,7 +199,9 @@ type Store interface {
 
 	// ListJobs returns jobs matching f, newest first (by CreatedAt, ties
 	// by creation order, later first), and a token for the next page (""
-	// on the last page). A token that the backend did not issue returns
+	// on the last page), which ends at f.Limit jobs or f.MaxBytes,
+	// whichever comes first. Only with f.Full do the jobs carry their
+	// Payload and Result. A token that the backend did not issue returns
 	// ErrInvalidPageToken. Paging is by key, not offset: jobs created
 	// while a caller pages never shift later pages, so there are no gaps
 	// and no duplicates.

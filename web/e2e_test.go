@@ -381,6 +381,23 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", path)
+
+	t.Run("the detail fetches the payload the feed leaves out, and the result when the job ends", func(t *testing.T) {
+		p.t = t
+		// The feed carries summaries; only the detail asks for the rest.
+		marker := strings.Repeat("row;", 5000)
+		ingest := submit(t, ctx, srv.engine, "ingest.csv", fmt.Sprintf(`{"rows":%q}`, marker))
+		p.waitFor("the job's row", exists(row(ingest.ID)+`[data-state="queued"]`))
+		p.do("open its detail", chromedp.Click(chromedp.CSS(row(ingest.ID))))
+		p.waitFor("its payload", textHas("#detail .payload", marker))
+		p.waitFor("no result yet", `document.querySelector("#detail .result-box").hidden`)
+		w := claim(t, ctx, srv.engine, "ingest.csv")
+		w.progress(50, "half way")
+		p.waitFor("its progress in the detail", textIs("#detail .percent", "50%"))
+		w.complete(`{"imported":5000}`)
+		p.waitFor("the result once it ended", textHas("#detail .result", `"imported": 5000`))
+		p.waitFor("the payload still shown", textHas("#detail .payload", marker))
+	})
 }
 
 // waitOpenWatches waits for the server's count of open streams to settle

@@ -46,6 +46,19 @@ var stateFromProto = func() map[jobwatchv1.JobState]store.State {
 	return m
 }()
 
+// FullView reports whether v asks for whole jobs, payload and result
+// included; UNSPECIFIED and SUMMARY are summaries. ok is false for a value
+// the API does not define.
+func FullView(v jobwatchv1.JobView) (full, ok bool) {
+	switch v {
+	case jobwatchv1.JobView_JOB_VIEW_UNSPECIFIED, jobwatchv1.JobView_JOB_VIEW_SUMMARY:
+		return false, true
+	case jobwatchv1.JobView_JOB_VIEW_FULL:
+		return true, true
+	}
+	return false, false
+}
+
 // Job converts a stored job for the wire. It fails only when the
 // stored payload or result is not valid JSON.
 func Job(j *store.Job) (*jobwatchv1.Job, error) {

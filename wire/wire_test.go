@@ -74,3 +74,19 @@ func TestStoredJSONThatIsNotJSONIsAnError(t *testing.T) {
 		t.Fatal("a corrupt payload converted without error")
 	}
 }
+
+func TestAViewIsASummaryUnlessItSaysFull(t *testing.T) {
+	for _, tc := range []struct {
+		view     jobwatchv1.JobView
+		full, ok bool
+	}{
+		{jobwatchv1.JobView_JOB_VIEW_UNSPECIFIED, false, true},
+		{jobwatchv1.JobView_JOB_VIEW_SUMMARY, false, true},
+		{jobwatchv1.JobView_JOB_VIEW_FULL, true, true},
+		{jobwatchv1.JobView(7), false, false},
+	} {
+		if full, ok := FullView(tc.view); full != tc.full || ok != tc.ok {
+			t.Errorf("FullView(%v) = %v, %v; want %v, %v", tc.view, full, ok, tc.full, tc.ok)
+		}
+	}
+}

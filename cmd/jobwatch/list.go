@@ -9,24 +9,40 @@ import (
 
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
 )
 
-// list runs "jobwatch list": jobs newest first, as a table or JSON lines.
+// list runs "jobwatch list": a tenant's jobs newest first, as a table or
+// JSON lines. It asks for summaries (no payload or result, which the table
+// does not show) unless --full, and follows next_page_token, since the
+// server ends a page early at its byte bound.
 func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cf clientFlags
 	var tenant, states, kind, queue string
 	var limit int
+	var full bool
 	fs := newFlagSet("list", stderr)
 	cf.register(fs)
-	fs.StringVar(&tenant, "tenant", "", "only this `tenant`'s jobs")
+	fs.StringVar(&tenant, "tenant", "", "list this `tenant`'s jobs (empty: the \"default\" tenant)")
 	fs.StringVar(&states, "state", "", "only jobs in these `states` (comma-separated, e.g. running,queued)")
 	fs.StringVar(&kind, "kind", "", "only jobs of this `kind`")
 	fs.StringVar(&queue, "queue", "", "only jobs in this `queue`")
 	fs.IntVar(&limit, "limit", 50, "at most this many jobs (at most 500)")
+	fs.BoolVar(&full, "full", false, "with --json, also fetch and print each job's payload and result")
 	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
 	}
+	if full && !cf.json {
+		return usageError{"--full needs --json: the table shows no payload or result"}
+	}
+	if limit <= 0 {
+		return usageError{fmt.Sprintf("--limit must be at least 1, got %d", limit)}
+	}
+	limit = min(limit, jobs.MaxPageSize)
 	req := &jobwatchv1.ListJobsRequest{Tenant: tenant, Kind: kind, Queue: queue, PageSize: int32(limit)}
+	if full {
+		req.View = jobwatchv1.JobView_JOB_VIEW_FULL
+	}
 	for _, s := range splitList(states) {
 		st, err := parseState(s)
 		if err != nil {
@@ -39,21 +55,36 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer c.Close()
-	resp, err := c.JobService().ListJobs(ctx, req)
-	if err != nil {
-		return callError("list", err)
+	listed := 0
+	var rows []*jobwatchv1.Job // the table's: its columns fit every row
+	for listed < limit {
+		req.PageSize = int32(limit - listed)
+		resp, err := c.JobService().ListJobs(ctx, req)
+		if err != nil {
+			return callError("list", err)
+		}
+		listed += len(resp.GetJobs())
+		if cf.json {
+			// Printed page by page: full jobs are never all held at once.
+			for _, j := range resp.GetJobs() {
+				if err := printJSON(stdout, j); err != nil {
+					return err
+				}
+			}
+		} else {
+			rows = append(rows, resp.GetJobs()...)
+		}
+		if resp.GetNextPageToken() == "" || len(resp.GetJobs()) == 0 {
+			break
+		}
+		req.PageToken = resp.GetNextPageToken()
 	}
 	if cf.json {
-		for _, j := range resp.GetJobs() {
-			if err := printJSON(stdout, j); err != nil {
-				return err
-			}
-		}
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tKIND\tSTATE\tPROGRESS\tSTEP\tCREATED")
-	for _, j := range resp.GetJobs() {
+	for _, j := range rows {
 		step := j.GetStep()
 		// An ended job's error says why; an active one's error is only
 		// why its last attempt ended, while the current one is fine.

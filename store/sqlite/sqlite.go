@@ -478,8 +478,15 @@ func decodeToken(token string) (createdAt, seq int64, err error) {
 	return createdAt, seq, nil
 }
 
+// summaryColumns are columns with NULL for payload and result, so that
+// a summary list never copies them out of the database.
+var summaryColumns = strings.Replace(columns, "payload, result", "NULL, NULL", 1)
+
 // ListJobs implements store.Store. Pages are keyed by (created_at, seq),
-// so rows created meanwhile never shift them.
+// so rows created meanwhile never shift them. Rows are read one at a time
+// and the query is closed as soon as the page is full by count or by
+// bytes, so a page of large jobs holds at most f.MaxBytes of them, plus
+// the one row that told it to stop.
 func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, string, error) {
 	where, args := "1 = 1", []any(nil)
 	if f.Tenant != "" {
@@ -502,7 +509,11 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, 
 		}
 		where, args = where+" AND (created_at, seq) < (?, ?)", append(args, createdAt, seq)
 	}
-	query := "SELECT " + columns + " FROM jobs WHERE " + where + " ORDER BY created_at DESC, seq DESC"
+	selected := summaryColumns
+	if f.Full {
+		selected = columns
+	}
+	query := "SELECT " + selected + " FROM jobs WHERE " + where + " ORDER BY created_at DESC, seq DESC"
 	if f.Limit > 0 {
 		// One more than asked tells whether there is a next page.
 		query, args = query+" LIMIT ?", append(args, f.Limit+1)
@@ -513,24 +524,28 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, 
 	}
 	defer rows.Close()
 	var (
-		jobs []store.Job
-		seqs []int64
+		jobs      []store.Job
+		lastSeq   int64
+		pageBytes int
 	)
 	for rows.Next() {
 		j, seq, err := scanJob(rows)
 		if err != nil {
 			return nil, "", fmt.Errorf("list jobs: %w", classify(err))
 		}
-		jobs, seqs = append(jobs, j), append(seqs, seq)
+		full := f.Limit > 0 && len(jobs) == f.Limit
+		pageBytes += j.Size()
+		if full || (f.MaxBytes > 0 && pageBytes > f.MaxBytes && len(jobs) > 0) {
+			// j starts the next page.
+			last := jobs[len(jobs)-1]
+			return jobs, encodeToken(toMicro(last.CreatedAt), lastSeq), nil
+		}
+		jobs, lastSeq = append(jobs, j), seq
 	}
 	if err := rows.Err(); err != nil {
 		return nil, "", fmt.Errorf("list jobs: %w", classify(err))
 	}
-	if f.Limit <= 0 || len(jobs) <= f.Limit {
-		return jobs, "", nil
-	}
-	last := f.Limit - 1
-	return jobs[:f.Limit], encodeToken(toMicro(jobs[last].CreatedAt), seqs[last]), nil
+	return jobs, "", nil
 }
 
 // nextReadyQuery is completed by claimFilter. It reads the claim order

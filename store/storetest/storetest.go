@@ -16,6 +16,7 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"slices"
 	"sort"
 	"sync"
@@ -68,6 +69,10 @@ var cases = []struct {
 	{"jobs created while paging do not shift later pages", testListPagingStable},
 	{"paging keeps the filter", testListPagingFiltered},
 	{"list refuses a page token it did not issue", testListBadToken},
+	{"a summary list leaves payload and result out, a full one has them", testListSummary},
+	{"pages end early at MaxBytes and paging still yields every job once", testListMaxBytes},
+	{"a job larger than MaxBytes comes alone on its page", testListMaxBytesLargeJob},
+	{"a list reads no payload it does not return", testListReadsOnlyWhatItReturns},
 
 	{"a visible change bumps the version by exactly one", testUpdateVisible},
 	{"an invisible change is written without a version bump", testUpdateInvisible},
@@ -684,6 +689,157 @@ func testListBadToken(t *testing.T, s store.Store) {
 			t.Errorf("token %q: err = %v, want ErrInvalidPageToken", token, err)
 		}
 	}
+}
+
+func testListSummary(t *testing.T, s store.Store) {
+	want := create(t, s, fullJob())
+	jobs, _ := list(t, s, store.ListFilter{})
+	if len(jobs) != 1 {
+		t.Fatalf("summary list = %v, want one job", ids(jobs))
+	}
+	if jobs[0].Payload != nil || jobs[0].Result != nil {
+		t.Errorf("summary has payload %s and result %s, want neither", show(jobs[0].Payload), show(jobs[0].Result))
+	}
+	summary := want
+	summary.Payload, summary.Result = nil, nil
+	sameJob(t, "the summary", jobs[0], summary)
+
+	jobs, _ = list(t, s, store.ListFilter{Full: true})
+	if len(jobs) != 1 {
+		t.Fatalf("full list = %v, want one job", ids(jobs))
+	}
+	sameJob(t, "the full job", jobs[0], want)
+}
+
+// sizedJobs creates n jobs, newest last, whose payloads and results take
+// about the given bytes each (varying, so that page ends fall anywhere),
+// and returns them newest first, as a list orders them.
+func sizedJobs(t *testing.T, s store.Store, n, bytes int) []store.Job {
+	t.Helper()
+	var out []store.Job
+	for i := range n {
+		j := newJob(fmt.Sprintf("job-%02d", i), at(i))
+		pad := bytes/2 + (i%5)*bytes/8
+		j.Payload = json.RawMessage(fmt.Sprintf(`{"pad":%q}`, bytes2(pad)))
+		j.Result = json.RawMessage(fmt.Sprintf(`{"n":%d,"pad":%q}`, i, bytes2(bytes-pad)))
+		out = append([]store.Job{create(t, s, j)}, out...)
+	}
+	return out
+}
+
+func bytes2(n int) string { return string(bytes.Repeat([]byte("x"), max(0, n))) }
+
+func sizeOf(jobs []store.Job) int {
+	n := 0
+	for i := range jobs {
+		n += jobs[i].Size()
+	}
+	return n
+}
+
+func testListMaxBytes(t *testing.T, s store.Store) {
+	all := sizedJobs(t, s, 15, 3000)
+	const maxBytes = 10_000
+	for _, full := range []bool{true, false} {
+		t.Run(fmt.Sprintf("full %v", full), func(t *testing.T) {
+			f := store.ListFilter{Limit: 100, MaxBytes: maxBytes, Full: full}
+			var got []store.Job
+			pages := 0
+			for range 100 {
+				page, next := list(t, s, f)
+				pages++
+				if size := sizeOf(page); size > maxBytes {
+					t.Errorf("page %d: %d jobs of %d bytes, over MaxBytes %d", pages, len(page), size, maxBytes)
+				}
+				got = append(got, page...)
+				if next == "" {
+					break
+				}
+				// The page ended early only because the next job did not fit.
+				if rest := all[len(got):]; len(rest) > 0 {
+					withNext := sizeOf(page) + sizeOf(summaries(rest[:1], full))
+					if withNext <= maxBytes {
+						t.Errorf("page %d ended at %d bytes, but the next job (%d bytes) fits", pages, sizeOf(page), withNext-sizeOf(page))
+					}
+				}
+				f.PageToken = next
+			}
+			if !slices.Equal(ids(got), ids(all)) {
+				t.Fatalf("paging by bytes: ids = %v, want %v", ids(got), ids(all))
+			}
+			for i := range got {
+				sameJob(t, got[i].ID, got[i], summaries(all[i:i+1], full)[0])
+			}
+			if full && pages < 4 {
+				t.Errorf("%d full jobs of about 3 KB in %d pages of at most %d bytes", len(all), pages, maxBytes)
+			}
+			if !full && pages != 1 {
+				t.Errorf("15 summaries took %d pages, want 1: a summary's size has no payload", pages)
+			}
+		})
+	}
+}
+
+// summaries returns jobs as a list in the given view returns them.
+func summaries(jobs []store.Job, full bool) []store.Job {
+	if full {
+		return jobs
+	}
+	out := slices.Clone(jobs)
+	for i := range out {
+		out[i].Payload, out[i].Result = nil, nil
+	}
+	return out
+}
+
+func testListMaxBytesLargeJob(t *testing.T, s store.Store) {
+	all := sizedJobs(t, s, 3, 5000)
+	f := store.ListFilter{Full: true, MaxBytes: 1000}
+	for i := range all {
+		page, next := list(t, s, f)
+		if len(page) != 1 || page[0].ID != all[i].ID {
+			t.Fatalf("page %d = %v, want %s alone", i, ids(page), all[i].ID)
+		}
+		if (next == "") != (i == len(all)-1) {
+			t.Fatalf("page %d: next token %q", i, next)
+		}
+		f.PageToken = next
+	}
+}
+
+// testListReadsOnlyWhatItReturns holds a backend to reading no payload or
+// result for a summary and no row past a full page's MaxBytes, measured by
+// what the process allocates while listing.
+func testListReadsOnlyWhatItReturns(t *testing.T, s store.Store) {
+	const n, each = 64, 64 << 10
+	sizedJobs(t, s, n, each)
+	stored := n * each
+	allocated := func(f store.ListFilter) (int, []store.Job) {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		jobs, _ := list(t, s, f)
+		runtime.ReadMemStats(&after)
+		return int(after.TotalAlloc - before.TotalAlloc), jobs
+	}
+	bytes, jobs := allocated(store.ListFilter{Limit: 500})
+	if len(jobs) != n {
+		t.Fatalf("summary list has %d jobs, want %d", len(jobs), n)
+	}
+	if bytes > stored/8 {
+		t.Errorf("a summary list of %d jobs with %d KiB of payload and result allocated %d KiB, want under %d KiB: it read what it does not return",
+			n, stored>>10, bytes>>10, stored/8>>10)
+	}
+	t.Logf("a summary list of %d jobs allocated %d KiB", n, bytes>>10)
+	bytes, jobs = allocated(store.ListFilter{Limit: 500, Full: true, MaxBytes: 4 * each})
+	if len(jobs) > 4 {
+		t.Fatalf("full page of %d jobs of %d KiB, want at most 4 under MaxBytes %d KiB", len(jobs), each>>10, 4*each>>10)
+	}
+	if bytes > stored/4 {
+		t.Errorf("a full page of %d jobs (%d KiB) allocated %d KiB of the %d KiB stored, want under %d KiB: it read rows past MaxBytes",
+			len(jobs), sizeOf(jobs)>>10, bytes>>10, stored>>10, stored/4>>10)
+	}
+	t.Logf("a full page of %d jobs (%d KiB) allocated %d KiB", len(jobs), sizeOf(jobs)>>10, bytes>>10)
 }
 
 // --- update ---

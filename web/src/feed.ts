@@ -1,8 +1,10 @@
 // The live feed of one tenant's jobs: a single WatchJobs stream (never one
 // stream per job: a browser allows only six HTTP/1.1 connections per
-// origin), resumed with its resume_token after any drop, with backoff.
+// origin), resumed with its resume_token after any drop, with backoff. It
+// carries summaries: no payload or result, which the list does not show
+// (the detail fetches them with GetJob).
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { Job } from "./gen/jobwatch/v1/jobwatch_pb";
+import { JobView, type Job } from "./gen/jobwatch/v1/jobwatch_pb";
 import type { JobClient } from "./api";
 
 export type FeedStatus =
@@ -153,7 +155,7 @@ export class JobFeed {
     heard(); // also bounds a dial that never gets an answer
     try {
       const stream = this.client.watchJobs(
-        { tenant: this.tenant, resumeToken: this.resumeToken, pageSize: this.pageSize },
+        { tenant: this.tenant, resumeToken: this.resumeToken, pageSize: this.pageSize, view: JobView.SUMMARY },
         {
           signal: call.signal,
           timeoutMs: 0,
@@ -169,6 +171,8 @@ export class JobFeed {
         if (res.jobs.length > 0) {
           this.listener.jobs(res.jobs);
         }
+        // The first jobs of a fresh stream may take several responses,
+        // only the last of which carries a token: keep the last one seen.
         if (res.resumeToken !== "") {
           this.resumeToken = res.resumeToken;
         }

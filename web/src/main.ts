@@ -6,7 +6,7 @@ import { jobClient, queueClient, savedToken, saveToken } from "./api";
 import { byId, setData, setText } from "./dom";
 import { JobFeed, type FeedStatus } from "./feed";
 import type { Job } from "./gen/jobwatch/v1/jobwatch_pb";
-import { JobBook } from "./model";
+import { isTerminal, JobBook, summaryOf } from "./model";
 import { Detail, JobList, QueueTable } from "./views";
 import "./style.css";
 
@@ -116,9 +116,16 @@ function renderBanner(now: number): void {
 // selected is the job the user asked to see; an answer that arrives after
 // they chose another must not take the detail panel back.
 let selected = "";
+// full is the selected job as GetJob answered it: the payload and result
+// that the feed's summaries leave out. A payload never changes and a
+// result comes only with the job's end, so it is fetched when the detail
+// opens and once more when the feed says the job has ended.
+let full: Job | undefined;
+let fetching = "";
 
 function select(id: string): void {
   selected = id;
+  full = undefined;
   list.select(id);
   history.replaceState(null, "", id === "" ? location.pathname + location.search : `#job=${encodeURIComponent(id)}`);
   if (id === "") {
@@ -127,29 +134,48 @@ function select(id: string): void {
   }
   const job = book.get(id);
   if (job !== undefined) {
-    detail.show(job, book);
+    detail.show(job, book, undefined);
+  }
+  // Also for a job older than the stream's first page, or a link from
+  // elsewhere: its answer puts the job in the book.
+  fetchFull(id);
+}
+
+function fetchFull(id: string): void {
+  if (fetching === id) {
     return;
   }
-  // Older than the stream's first page (or a link from elsewhere): fetch it.
+  fetching = id;
   jobClient.getJob({ jobId: id }).then(
     (res) => {
-      if (res.job !== undefined) {
-        adopt(res.job);
+      if (fetching === id) {
+        fetching = "";
       }
+      if (res.job === undefined) {
+        return;
+      }
+      adopt(res.job);
       if (selected === id) {
+        full = res.job;
         refreshDetail(id);
       }
     },
-    (err) => showError(`Job ${id}`, err),
+    (err) => {
+      if (fetching === id) {
+        fetching = "";
+      }
+      showError(`Job ${id}`, err);
+    },
   );
 }
 
 // adopt merges a job from a unary answer (GetJob, CancelJob, SubmitJob)
-// into what the stream keeps. It gets a row only while its tenant is the
-// one on screen: the answer may arrive after the user switched tenants,
-// or come from a link to another tenant's job (its details still show).
+// into what the stream keeps, as a summary. It gets a row only while its
+// tenant is the one on screen: the answer may arrive after the user
+// switched tenants, or come from a link to another tenant's job (its
+// details still show).
 function adopt(job: Job): boolean {
-  if (!book.merge(job)) {
+  if (!book.merge(summaryOf(job))) {
     return false;
   }
   if (job.tenant === tenant) {
@@ -168,8 +194,13 @@ function closeDetail(): void {
 
 function refreshDetail(id = detail.shown): void {
   const job = id === "" ? undefined : book.get(id);
-  if (job !== undefined) {
-    detail.show(job, book);
+  if (job === undefined) {
+    return;
+  }
+  const shownFull = full?.id === id ? full : undefined;
+  detail.show(job, book, shownFull);
+  if (shownFull !== undefined && isTerminal(job.state) && !isTerminal(shownFull.state)) {
+    fetchFull(id); // for the result
   }
 }
 

@@ -68,6 +68,12 @@ export class JobBook {
   }
 }
 
+// summaryOf is job as the feed sends it: without payload and result, which
+// only the detail shows (from its own GetJob), so the book stays small.
+export function summaryOf(job: Job): Job {
+  return { ...job, payload: undefined, result: undefined };
+}
+
 export function compareNewestFirst(a: Job, b: Job): number {
   const d = millis(b.createdAt) - millis(a.createdAt);
   if (d !== 0) {

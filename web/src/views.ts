@@ -228,7 +228,11 @@ export class Detail {
     return this.jobId;
   }
 
-  show(job: Job, book: JobBook): void {
+  // show renders job, the feed's summary, with the payload and result of
+  // full, the same job as GetJob answered it (undefined while that call
+  // runs). A payload never changes; a result comes with the job's end, so
+  // a full job fetched before then has none yet.
+  show(job: Job, book: JobBook, full: Job | undefined): void {
     this.jobId = job.id;
     this.el.hidden = false;
     setData(this.el, "jobId", job.id);
@@ -239,7 +243,7 @@ export class Detail {
     setText(this.id, job.id);
     this.progress.update(job);
 
-    const result = jsonText(job.result);
+    const result = jsonText(full?.result ?? job.result);
     this.resultBox.hidden = result === "";
     setText(this.result, result);
 
@@ -249,8 +253,9 @@ export class Detail {
     setText(this.errorType, job.error?.type ?? "");
     setText(this.errorMessage, job.error?.message ?? "");
 
-    const payload = jsonText(job.payload);
-    setText(this.payload, payload === "" ? "(none)" : payload);
+    const payload = jsonText(full?.payload ?? job.payload);
+    setText(this.payload, payload !== "" ? payload : full === undefined ? "loading…" : "(none)");
+    setData(this.payload, "loaded", String(full !== undefined));
 
     this.renderFacts(job);
     this.renderTimeline(job, book);

@@ -7,6 +7,7 @@ import { Code, ConnectError, type CallOptions } from "@connectrpc/connect";
 import {
   JobSchema,
   JobState,
+  JobView,
   WatchJobsResponseSchema,
   type WatchJobsRequest,
   type WatchJobsResponse,
@@ -211,4 +212,35 @@ test("stopping the feed ends its stream and its retries", async (t) => {
   await until("the stream aborted", () => server.calls[0]!.aborted);
   await new Promise((resolve) => setTimeout(resolve, 50));
   assert.equal(server.calls.length, 1);
+});
+
+test("the feed asks for summaries and resumes with the last token it was given", async (t) => {
+  // A fresh stream's first jobs may come in several responses (each
+  // bounded in bytes), only the last with a token.
+  const server = new Server((call, n) => {
+    call.headers();
+    if (n === 1) {
+      call.send([{ id: "j_c", version: 1n }], "");
+      call.send([{ id: "j_b", version: 1n }], "");
+      call.fail(Code.Unavailable, "dropped before the first token");
+    } else if (n === 2) {
+      call.send([{ id: "j_c", version: 1n }], "");
+      call.send([{ id: "j_b", version: 1n }], "t1.first");
+      call.send([], "");
+      call.fail(Code.Unavailable, "dropped after it");
+    } else {
+      call.send([{ id: "j_a", version: 2n }], "t1.second");
+    }
+  });
+  const { feed, batches } = follow(t, server);
+  await until("the third stream's batch", () => batches.some((b) => b.includes("j_a@2")));
+  feed.stop();
+  assert.deepEqual(
+    server.calls.map((c) => c.req.resumeToken),
+    ["", "", "t1.first"],
+    "a stream that broke before its first token starts over; an empty token later keeps the last one",
+  );
+  for (const call of server.calls) {
+    assert.equal(call.req.view, JobView.SUMMARY, "the feed asked for payloads it does not show");
+  }
 });

@@ -99,6 +99,61 @@ func (JobState) EnumDescriptor() ([]byte, []int) {
 	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{0}
 }
 
+// JobView says how much of each job a list or a tenant feed carries.
+type JobView int32
+
+const (
+	// The call's default: SUMMARY for ListJobs and WatchJobs.
+	JobView_JOB_VIEW_UNSPECIFIED JobView = 0
+	// Every field but payload and result, which can be large (up to the
+	// server's payload limit each) and which a list does not show. Fetch
+	// one job in full with GetJob.
+	JobView_JOB_VIEW_SUMMARY JobView = 1
+	// Every field, payload and result included, as GetJob answers.
+	JobView_JOB_VIEW_FULL JobView = 2
+)
+
+// Enum value maps for JobView.
+var (
+	JobView_name = map[int32]string{
+		0: "JOB_VIEW_UNSPECIFIED",
+		1: "JOB_VIEW_SUMMARY",
+		2: "JOB_VIEW_FULL",
+	}
+	JobView_value = map[string]int32{
+		"JOB_VIEW_UNSPECIFIED": 0,
+		"JOB_VIEW_SUMMARY":     1,
+		"JOB_VIEW_FULL":        2,
+	}
+)
+
+func (x JobView) Enum() *JobView {
+	p := new(JobView)
+	*p = x
+	return p
+}
+
+func (x JobView) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (JobView) Descriptor() protoreflect.EnumDescriptor {
+	return file_jobwatch_v1_jobwatch_proto_enumTypes[1].Descriptor()
+}
+
+func (JobView) Type() protoreflect.EnumType {
+	return &file_jobwatch_v1_jobwatch_proto_enumTypes[1]
+}
+
+func (x JobView) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use JobView.Descriptor instead.
+func (JobView) EnumDescriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{1}
+}
+
 type QueueMode int32
 
 const (
@@ -132,11 +187,11 @@ func (x QueueMode) String() string {
 }
 
 func (QueueMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_jobwatch_v1_jobwatch_proto_enumTypes[1].Descriptor()
+	return file_jobwatch_v1_jobwatch_proto_enumTypes[2].Descriptor()
 }
 
 func (QueueMode) Type() protoreflect.EnumType {
-	return &file_jobwatch_v1_jobwatch_proto_enumTypes[1]
+	return &file_jobwatch_v1_jobwatch_proto_enumTypes[2]
 }
 
 func (x QueueMode) Number() protoreflect.EnumNumber {
@@ -145,7 +200,7 @@ func (x QueueMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use QueueMode.Descriptor instead.
 func (QueueMode) EnumDescriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{1}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{2}
 }
 
 // JobError says why a job (or its last attempt) failed. Callers see the
@@ -218,10 +273,13 @@ type Job struct {
 	// 0..100, never goes backwards; 100 once the job has succeeded.
 	Percent int32 `protobuf:"varint,7,opt,name=percent,proto3" json:"percent,omitempty"`
 	// Free text from the worker, such as "batch 5 of 11".
-	Step    string          `protobuf:"bytes,8,opt,name=step,proto3" json:"step,omitempty"`
+	Step string `protobuf:"bytes,8,opt,name=step,proto3" json:"step,omitempty"`
+	// What the submitter passed. Absent in a summary (JOB_VIEW_SUMMARY, the
+	// default of ListJobs and WatchJobs); GetJob has it.
 	Payload *structpb.Value `protobuf:"bytes,9,opt,name=payload,proto3" json:"payload,omitempty"`
-	Result  *structpb.Value `protobuf:"bytes,10,opt,name=result,proto3" json:"result,omitempty"`
-	Error   *JobError       `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
+	// What the worker returned on success. Absent in a summary, like payload.
+	Result *structpb.Value `protobuf:"bytes,10,opt,name=result,proto3" json:"result,omitempty"`
+	Error  *JobError       `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
 	// The attempt now running or last run, starting at 1 when first claimed.
 	Attempt       int32                  `protobuf:"varint,12,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	MaxAttempts   int32                  `protobuf:"varint,13,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
@@ -795,16 +853,23 @@ func (x *GetJobResponse) GetJob() *Job {
 }
 
 type ListJobsRequest struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty means "default", as in SubmitJob.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// Empty means every state.
 	States []JobState `protobuf:"varint,2,rep,packed,name=states,proto3,enum=jobwatch.v1.JobState" json:"states,omitempty"`
 	Kind   string     `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
 	Queue  string     `protobuf:"bytes,4,opt,name=queue,proto3" json:"queue,omitempty"`
-	// 0 means 50; at most 500.
+	// At most this many jobs; 0 means 50, more than 500 means 500. A page
+	// also ends early once its jobs reach the server's byte bound (1 MiB of
+	// text and JSON, summed over the jobs), and then says so with a
+	// next_page_token. A page always holds at least one job, so a job larger
+	// than the bound still comes, alone on its page.
 	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// From a previous next_page_token.
-	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// From a previous next_page_token, with the same filters.
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// UNSPECIFIED means SUMMARY: no payload or result.
+	View          JobView `protobuf:"varint,7,opt,name=view,proto3,enum=jobwatch.v1.JobView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -881,10 +946,18 @@ func (x *ListJobsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListJobsRequest) GetView() JobView {
+	if x != nil {
+		return x.View
+	}
+	return JobView_JOB_VIEW_UNSPECIFIED
+}
+
 type ListJobsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Jobs  []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
-	// Empty on the last page.
+	// Empty on the last page. A page may hold fewer than page_size jobs
+	// (it ended at the byte bound) and still have a next page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1209,14 +1282,18 @@ func (x *WatchJobResponse) GetJob() *Job {
 }
 
 type WatchJobsRequest struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	// From the last response seen; empty starts with the tenant's most
-	// recent jobs.
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty means "default".
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The last non-empty resume_token seen; empty starts with the tenant's
+	// most recent jobs.
 	ResumeToken string `protobuf:"bytes,2,opt,name=resume_token,json=resumeToken,proto3" json:"resume_token,omitempty"`
-	// How many recent jobs the first response carries when resume_token is
-	// empty; 0 means 50.
-	PageSize      int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// How many recent jobs a stream without resume_token starts with, and
+	// at most how many jobs one response carries; 0 means 50, more than 500
+	// means 500.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// UNSPECIFIED means SUMMARY: no payload or result.
+	View          JobView `protobuf:"varint,4,opt,name=view,proto3,enum=jobwatch.v1.JobView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1272,13 +1349,25 @@ func (x *WatchJobsRequest) GetPageSize() int32 {
 	return 0
 }
 
-// WatchJobsResponse carries the jobs that changed since the last response
-// (empty: a keepalive). A job may repeat with a version already seen
+func (x *WatchJobsRequest) GetView() JobView {
+	if x != nil {
+		return x.View
+	}
+	return JobView_JOB_VIEW_UNSPECIFIED
+}
+
+// WatchJobsResponse carries jobs that changed since the last response
+// (empty: a keepalive). Like a ListJobs page, a response is bounded in
+// bytes as well as in jobs, so the most recent jobs and a burst of changes
+// may take several responses. A job may repeat with a version already seen
 // across a resume; keep the higher version.
 type WatchJobsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Jobs  []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
-	// Pass back in WatchJobsRequest to resume after a disconnect.
+	// Pass the last non-empty one back in WatchJobsRequest to resume after a
+	// disconnect. Empty while the most recent jobs of a stream started
+	// without a token are still coming: a resume before the first token then
+	// starts over.
 	ResumeToken   string `protobuf:"bytes,2,opt,name=resume_token,json=resumeToken,proto3" json:"resume_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2138,7 +2227,7 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\rGetJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"4\n" +
 	"\x0eGetJobResponse\x12\"\n" +
-	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\"\xbe\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\"\xe8\x01\n" +
 	"\x0fListJobsRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12-\n" +
 	"\x06states\x18\x02 \x03(\x0e2\x15.jobwatch.v1.JobStateR\x06states\x12\x12\n" +
@@ -2146,7 +2235,8 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x05queue\x18\x04 \x01(\tR\x05queue\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"`\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12(\n" +
+	"\x04view\x18\a \x01(\x0e2\x14.jobwatch.v1.JobViewR\x04view\"`\n" +
 	"\x10ListJobsResponse\x12$\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x10.jobwatch.v1.JobR\x04jobs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\")\n" +
@@ -2162,11 +2252,12 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
 	"\rafter_version\x18\x02 \x01(\x03R\fafterVersion\"6\n" +
 	"\x10WatchJobResponse\x12\"\n" +
-	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\"j\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\"\x94\x01\n" +
 	"\x10WatchJobsRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12!\n" +
 	"\fresume_token\x18\x02 \x01(\tR\vresumeToken\x12\x1b\n" +
-	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"\\\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12(\n" +
+	"\x04view\x18\x04 \x01(\x0e2\x14.jobwatch.v1.JobViewR\x04view\"\\\n" +
 	"\x11WatchJobsResponse\x12$\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x10.jobwatch.v1.JobR\x04jobs\x12!\n" +
 	"\fresume_token\x18\x02 \x01(\tR\vresumeToken\"\x16\n" +
@@ -2227,7 +2318,11 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x13JOB_STATE_SUCCEEDED\x10\x04\x12\x14\n" +
 	"\x10JOB_STATE_FAILED\x10\x05\x12\x17\n" +
 	"\x13JOB_STATE_CANCELLED\x10\x06\x12\x12\n" +
-	"\x0eJOB_STATE_LOST\x10\a*W\n" +
+	"\x0eJOB_STATE_LOST\x10\a*L\n" +
+	"\aJobView\x12\x18\n" +
+	"\x14JOB_VIEW_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10JOB_VIEW_SUMMARY\x10\x01\x12\x11\n" +
+	"\rJOB_VIEW_FULL\x10\x02*W\n" +
 	"\tQueueMode\x12\x1a\n" +
 	"\x16QUEUE_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13QUEUE_MODE_PARALLEL\x10\x01\x12\x15\n" +
@@ -2264,112 +2359,115 @@ func file_jobwatch_v1_jobwatch_proto_rawDescGZIP() []byte {
 	return file_jobwatch_v1_jobwatch_proto_rawDescData
 }
 
-var file_jobwatch_v1_jobwatch_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_jobwatch_v1_jobwatch_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(JobState)(0),                 // 0: jobwatch.v1.JobState
-	(QueueMode)(0),                // 1: jobwatch.v1.QueueMode
-	(*JobError)(nil),              // 2: jobwatch.v1.JobError
-	(*Job)(nil),                   // 3: jobwatch.v1.Job
-	(*JobAlreadyActive)(nil),      // 4: jobwatch.v1.JobAlreadyActive
-	(*SubmitJobRequest)(nil),      // 5: jobwatch.v1.SubmitJobRequest
-	(*SubmitJobResponse)(nil),     // 6: jobwatch.v1.SubmitJobResponse
-	(*StartJobRequest)(nil),       // 7: jobwatch.v1.StartJobRequest
-	(*StartJobResponse)(nil),      // 8: jobwatch.v1.StartJobResponse
-	(*GetJobRequest)(nil),         // 9: jobwatch.v1.GetJobRequest
-	(*GetJobResponse)(nil),        // 10: jobwatch.v1.GetJobResponse
-	(*ListJobsRequest)(nil),       // 11: jobwatch.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),      // 12: jobwatch.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),      // 13: jobwatch.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),     // 14: jobwatch.v1.CancelJobResponse
-	(*WaitJobRequest)(nil),        // 15: jobwatch.v1.WaitJobRequest
-	(*WaitJobResponse)(nil),       // 16: jobwatch.v1.WaitJobResponse
-	(*WatchJobRequest)(nil),       // 17: jobwatch.v1.WatchJobRequest
-	(*WatchJobResponse)(nil),      // 18: jobwatch.v1.WatchJobResponse
-	(*WatchJobsRequest)(nil),      // 19: jobwatch.v1.WatchJobsRequest
-	(*WatchJobsResponse)(nil),     // 20: jobwatch.v1.WatchJobsResponse
-	(*GetServerInfoRequest)(nil),  // 21: jobwatch.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil), // 22: jobwatch.v1.GetServerInfoResponse
-	(*ClaimJobRequest)(nil),       // 23: jobwatch.v1.ClaimJobRequest
-	(*ClaimJobResponse)(nil),      // 24: jobwatch.v1.ClaimJobResponse
-	(*HeartbeatRequest)(nil),      // 25: jobwatch.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 26: jobwatch.v1.HeartbeatResponse
-	(*CompleteJobRequest)(nil),    // 27: jobwatch.v1.CompleteJobRequest
-	(*CompleteJobResponse)(nil),   // 28: jobwatch.v1.CompleteJobResponse
-	(*FailJobRequest)(nil),        // 29: jobwatch.v1.FailJobRequest
-	(*FailJobResponse)(nil),       // 30: jobwatch.v1.FailJobResponse
-	(*Queue)(nil),                 // 31: jobwatch.v1.Queue
-	(*ListQueuesRequest)(nil),     // 32: jobwatch.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),    // 33: jobwatch.v1.ListQueuesResponse
-	(*structpb.Value)(nil),        // 34: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 36: google.protobuf.Duration
+	(JobView)(0),                  // 1: jobwatch.v1.JobView
+	(QueueMode)(0),                // 2: jobwatch.v1.QueueMode
+	(*JobError)(nil),              // 3: jobwatch.v1.JobError
+	(*Job)(nil),                   // 4: jobwatch.v1.Job
+	(*JobAlreadyActive)(nil),      // 5: jobwatch.v1.JobAlreadyActive
+	(*SubmitJobRequest)(nil),      // 6: jobwatch.v1.SubmitJobRequest
+	(*SubmitJobResponse)(nil),     // 7: jobwatch.v1.SubmitJobResponse
+	(*StartJobRequest)(nil),       // 8: jobwatch.v1.StartJobRequest
+	(*StartJobResponse)(nil),      // 9: jobwatch.v1.StartJobResponse
+	(*GetJobRequest)(nil),         // 10: jobwatch.v1.GetJobRequest
+	(*GetJobResponse)(nil),        // 11: jobwatch.v1.GetJobResponse
+	(*ListJobsRequest)(nil),       // 12: jobwatch.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),      // 13: jobwatch.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),      // 14: jobwatch.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),     // 15: jobwatch.v1.CancelJobResponse
+	(*WaitJobRequest)(nil),        // 16: jobwatch.v1.WaitJobRequest
+	(*WaitJobResponse)(nil),       // 17: jobwatch.v1.WaitJobResponse
+	(*WatchJobRequest)(nil),       // 18: jobwatch.v1.WatchJobRequest
+	(*WatchJobResponse)(nil),      // 19: jobwatch.v1.WatchJobResponse
+	(*WatchJobsRequest)(nil),      // 20: jobwatch.v1.WatchJobsRequest
+	(*WatchJobsResponse)(nil),     // 21: jobwatch.v1.WatchJobsResponse
+	(*GetServerInfoRequest)(nil),  // 22: jobwatch.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil), // 23: jobwatch.v1.GetServerInfoResponse
+	(*ClaimJobRequest)(nil),       // 24: jobwatch.v1.ClaimJobRequest
+	(*ClaimJobResponse)(nil),      // 25: jobwatch.v1.ClaimJobResponse
+	(*HeartbeatRequest)(nil),      // 26: jobwatch.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 27: jobwatch.v1.HeartbeatResponse
+	(*CompleteJobRequest)(nil),    // 28: jobwatch.v1.CompleteJobRequest
+	(*CompleteJobResponse)(nil),   // 29: jobwatch.v1.CompleteJobResponse
+	(*FailJobRequest)(nil),        // 30: jobwatch.v1.FailJobRequest
+	(*FailJobResponse)(nil),       // 31: jobwatch.v1.FailJobResponse
+	(*Queue)(nil),                 // 32: jobwatch.v1.Queue
+	(*ListQueuesRequest)(nil),     // 33: jobwatch.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),    // 34: jobwatch.v1.ListQueuesResponse
+	(*structpb.Value)(nil),        // 35: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 37: google.protobuf.Duration
 }
 var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	0,  // 0: jobwatch.v1.Job.state:type_name -> jobwatch.v1.JobState
-	34, // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
-	34, // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
-	2,  // 3: jobwatch.v1.Job.error:type_name -> jobwatch.v1.JobError
-	35, // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	35, // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	35, // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	35, // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	35, // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	34, // 9: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
-	35, // 10: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	3,  // 11: jobwatch.v1.SubmitJobResponse.job:type_name -> jobwatch.v1.Job
-	3,  // 12: jobwatch.v1.StartJobResponse.job:type_name -> jobwatch.v1.Job
-	3,  // 13: jobwatch.v1.GetJobResponse.job:type_name -> jobwatch.v1.Job
+	35, // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
+	35, // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
+	3,  // 3: jobwatch.v1.Job.error:type_name -> jobwatch.v1.JobError
+	36, // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	36, // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	36, // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	36, // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	36, // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	35, // 9: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
+	36, // 10: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	4,  // 11: jobwatch.v1.SubmitJobResponse.job:type_name -> jobwatch.v1.Job
+	4,  // 12: jobwatch.v1.StartJobResponse.job:type_name -> jobwatch.v1.Job
+	4,  // 13: jobwatch.v1.GetJobResponse.job:type_name -> jobwatch.v1.Job
 	0,  // 14: jobwatch.v1.ListJobsRequest.states:type_name -> jobwatch.v1.JobState
-	3,  // 15: jobwatch.v1.ListJobsResponse.jobs:type_name -> jobwatch.v1.Job
-	3,  // 16: jobwatch.v1.CancelJobResponse.job:type_name -> jobwatch.v1.Job
-	3,  // 17: jobwatch.v1.WaitJobResponse.job:type_name -> jobwatch.v1.Job
-	3,  // 18: jobwatch.v1.WatchJobResponse.job:type_name -> jobwatch.v1.Job
-	3,  // 19: jobwatch.v1.WatchJobsResponse.jobs:type_name -> jobwatch.v1.Job
-	3,  // 20: jobwatch.v1.ClaimJobResponse.job:type_name -> jobwatch.v1.Job
-	35, // 21: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	35, // 22: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	34, // 23: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
-	3,  // 24: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
-	2,  // 25: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
-	3,  // 26: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
-	1,  // 27: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
-	36, // 28: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
-	35, // 29: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
-	31, // 30: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
-	5,  // 31: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
-	7,  // 32: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
-	9,  // 33: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
-	11, // 34: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
-	13, // 35: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
-	15, // 36: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
-	17, // 37: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
-	19, // 38: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
-	21, // 39: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
-	23, // 40: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
-	25, // 41: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
-	27, // 42: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
-	29, // 43: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
-	32, // 44: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
-	6,  // 45: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
-	8,  // 46: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
-	10, // 47: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
-	12, // 48: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
-	14, // 49: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
-	16, // 50: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
-	18, // 51: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
-	20, // 52: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
-	22, // 53: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
-	24, // 54: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
-	26, // 55: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
-	28, // 56: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
-	30, // 57: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
-	33, // 58: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
-	45, // [45:59] is the sub-list for method output_type
-	31, // [31:45] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	1,  // 15: jobwatch.v1.ListJobsRequest.view:type_name -> jobwatch.v1.JobView
+	4,  // 16: jobwatch.v1.ListJobsResponse.jobs:type_name -> jobwatch.v1.Job
+	4,  // 17: jobwatch.v1.CancelJobResponse.job:type_name -> jobwatch.v1.Job
+	4,  // 18: jobwatch.v1.WaitJobResponse.job:type_name -> jobwatch.v1.Job
+	4,  // 19: jobwatch.v1.WatchJobResponse.job:type_name -> jobwatch.v1.Job
+	1,  // 20: jobwatch.v1.WatchJobsRequest.view:type_name -> jobwatch.v1.JobView
+	4,  // 21: jobwatch.v1.WatchJobsResponse.jobs:type_name -> jobwatch.v1.Job
+	4,  // 22: jobwatch.v1.ClaimJobResponse.job:type_name -> jobwatch.v1.Job
+	36, // 23: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	36, // 24: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	35, // 25: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
+	4,  // 26: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
+	3,  // 27: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
+	4,  // 28: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
+	2,  // 29: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
+	37, // 30: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
+	36, // 31: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
+	32, // 32: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
+	6,  // 33: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
+	8,  // 34: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
+	10, // 35: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
+	12, // 36: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
+	14, // 37: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
+	16, // 38: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
+	18, // 39: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
+	20, // 40: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
+	22, // 41: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
+	24, // 42: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
+	26, // 43: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
+	28, // 44: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
+	30, // 45: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
+	33, // 46: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
+	7,  // 47: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
+	9,  // 48: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
+	11, // 49: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
+	13, // 50: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
+	15, // 51: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
+	17, // 52: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
+	19, // 53: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
+	21, // 54: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
+	23, // 55: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
+	25, // 56: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
+	27, // 57: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
+	29, // 58: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
+	31, // 59: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
+	34, // 60: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
+	47, // [47:61] is the sub-list for method output_type
+	33, // [33:47] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_jobwatch_v1_jobwatch_proto_init() }
@@ -2382,7 +2480,7 @@ func file_jobwatch_v1_jobwatch_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobwatch_v1_jobwatch_proto_rawDesc), len(file_jobwatch_v1_jobwatch_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   3,

@@ -81,7 +81,8 @@ type JobServiceClient interface {
 	// StartJob moves a PENDING job to QUEUED.
 	StartJob(context.Context, *v1.StartJobRequest) (*v1.StartJobResponse, error)
 	GetJob(context.Context, *v1.GetJobRequest) (*v1.GetJobResponse, error)
-	// ListJobs returns jobs newest first.
+	// ListJobs returns jobs newest first, in pages bounded by rows and by
+	// bytes: follow next_page_token until it is empty.
 	ListJobs(context.Context, *v1.ListJobsRequest) (*v1.ListJobsResponse, error)
 	// CancelJob makes any active job CANCELLED at once.
 	CancelJob(context.Context, *v1.CancelJobRequest) (*v1.CancelJobResponse, error)
@@ -259,7 +260,8 @@ type JobServiceHandler interface {
 	// StartJob moves a PENDING job to QUEUED.
 	StartJob(context.Context, *v1.StartJobRequest) (*v1.StartJobResponse, error)
 	GetJob(context.Context, *v1.GetJobRequest) (*v1.GetJobResponse, error)
-	// ListJobs returns jobs newest first.
+	// ListJobs returns jobs newest first, in pages bounded by rows and by
+	// bytes: follow next_page_token until it is empty.
 	ListJobs(context.Context, *v1.ListJobsRequest) (*v1.ListJobsResponse, error)
 	// CancelJob makes any active job CANCELLED at once.
 	CancelJob(context.Context, *v1.CancelJobRequest) (*v1.CancelJobResponse, error)

@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file jobwatch/v1/jobwatch.proto.
  */
 export const file_jobwatch_v1_jobwatch: GenFile = /*@__PURE__*/
-  fileDesc("Chpqb2J3YXRjaC92MS9qb2J3YXRjaC5wcm90bxILam9id2F0Y2gudjEiKQoISm9iRXJyb3ISDAoEdHlwZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIsYECgNKb2ISCgoCaWQYASABKAkSDgoGdGVuYW50GAIgASgJEgwKBGtpbmQYAyABKAkSDQoFcXVldWUYBCABKAkSJAoFc3RhdGUYBSABKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIPCgd2ZXJzaW9uGAYgASgDEg8KB3BlcmNlbnQYByABKAUSDAoEc3RlcBgIIAEoCRInCgdwYXlsb2FkGAkgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEiYKBnJlc3VsdBgKIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIkCgVlcnJvchgLIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEg8KB2F0dGVtcHQYDCABKAUSFAoMbWF4X2F0dGVtcHRzGA0gASgFEhIKCnVuaXF1ZV9rZXkYDiABKAkSLgoKY3JlYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBnJ1bl9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJd29ya2VyX2lkGBQgASgJIjYKEEpvYkFscmVhZHlBY3RpdmUSDgoGam9iX2lkGAEgASgJEhIKCnVuaXF1ZV9rZXkYAiABKAki2gEKEFN1Ym1pdEpvYlJlcXVlc3QSDgoGdGVuYW50GAEgASgJEgwKBGtpbmQYAiABKAkSDQoFcXVldWUYAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRISCgp1bmlxdWVfa2V5GAUgASgJEgwKBGhvbGQYBiABKAgSKgoGcnVuX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxtYXhfYXR0ZW1wdHMYCCABKAUSDAoEd2FpdBgJIAEoCCIyChFTdWJtaXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IiIQoPU3RhcnRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIxChBTdGFydEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIfCg1HZXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIvCg5HZXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IijAEKD0xpc3RKb2JzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSJQoGc3RhdGVzGAIgAygOMhUuam9id2F0Y2gudjEuSm9iU3RhdGUSDAoEa2luZBgDIAEoCRINCgVxdWV1ZRgEIAEoCRIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCSJLChBMaXN0Sm9ic1Jlc3BvbnNlEh4KBGpvYnMYASADKAsyEC5qb2J3YXRjaC52MS5Kb2ISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIiIKEENhbmNlbEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjIKEUNhbmNlbEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIgCg5XYWl0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiMAoPV2FpdEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiI4Cg9XYXRjaEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhUKDWFmdGVyX3ZlcnNpb24YAiABKAMiMQoQV2F0Y2hKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IiSwoQV2F0Y2hKb2JzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSFAoMcmVzdW1lX3Rva2VuGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBSJJChFXYXRjaEpvYnNSZXNwb25zZRIeCgRqb2JzGAEgAygLMhAuam9id2F0Y2gudjEuSm9iEhQKDHJlc3VtZV90b2tlbhgCIAEoCSIWChRHZXRTZXJ2ZXJJbmZvUmVxdWVzdCJhChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDAoEZGVtbxgBIAEoCBISCgpkZW1vX2tpbmRzGAIgAygJEhUKDWF1dGhfcmVxdWlyZWQYAyABKAgSDwoHdmVyc2lvbhgEIAEoCSJDCg9DbGFpbUpvYlJlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEg0KBWtpbmRzGAIgAygJEg4KBnF1ZXVlcxgDIAMoCSJ5ChBDbGFpbUpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYhIQCghsZWFzZV9pZBgCIAEoCRI0ChBsZWFzZV9leHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJTChBIZWFydGJlYXRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIPCgdwZXJjZW50GAMgASgFEgwKBHN0ZXAYBCABKAkiXAoRSGVhcnRiZWF0UmVzcG9uc2USEQoJY2FuY2VsbGVkGAEgASgIEjQKEGxlYXNlX2V4cGlyZXNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl4KEkNvbXBsZXRlSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSJgoGcmVzdWx0GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIjQKE0NvbXBsZXRlSm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iImsKDkZhaWxKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIkCgVlcnJvchgDIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEhEKCXJldHJ5YWJsZRgEIAEoCCIwCg9GYWlsSm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iIu4BCgVRdWV1ZRIMCgRuYW1lGAEgASgJEiQKBG1vZGUYAiABKA4yFi5qb2J3YXRjaC52MS5RdWV1ZU1vZGUSEwoLbWF4X3J1bm5pbmcYAyABKAUSDgoGcXVldWVkGAQgASgDEg8KB3J1bm5pbmcYBSABKAMSNAoRb2xkZXN0X3F1ZXVlZF9hZ2UYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMwoPbGFzdF9kcmFpbmVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghhbGVydGluZxgIIAEoCCITChFMaXN0UXVldWVzUmVxdWVzdCI4ChJMaXN0UXVldWVzUmVzcG9uc2USIgoGcXVldWVzGAEgAygLMhIuam9id2F0Y2gudjEuUXVldWUqxQEKCEpvYlN0YXRlEhkKFUpPQl9TVEFURV9VTlNQRUNJRklFRBAAEhUKEUpPQl9TVEFURV9QRU5ESU5HEAESFAoQSk9CX1NUQVRFX1FVRVVFRBACEhUKEUpPQl9TVEFURV9SVU5OSU5HEAMSFwoTSk9CX1NUQVRFX1NVQ0NFRURFRBAEEhQKEEpPQl9TVEFURV9GQUlMRUQQBRIXChNKT0JfU1RBVEVfQ0FOQ0VMTEVEEAYSEgoOSk9CX1NUQVRFX0xPU1QQBypXCglRdWV1ZU1vZGUSGgoWUVVFVUVfTU9ERV9VTlNQRUNJRklFRBAAEhcKE1FVRVVFX01PREVfUEFSQUxMRUwQARIVChFRVUVVRV9NT0RFX1NFUklBTBACMrAFCgpKb2JTZXJ2aWNlEkoKCVN1Ym1pdEpvYhIdLmpvYndhdGNoLnYxLlN1Ym1pdEpvYlJlcXVlc3QaHi5qb2J3YXRjaC52MS5TdWJtaXRKb2JSZXNwb25zZRJHCghTdGFydEpvYhIcLmpvYndhdGNoLnYxLlN0YXJ0Sm9iUmVxdWVzdBodLmpvYndhdGNoLnYxLlN0YXJ0Sm9iUmVzcG9uc2USQQoGR2V0Sm9iEhouam9id2F0Y2gudjEuR2V0Sm9iUmVxdWVzdBobLmpvYndhdGNoLnYxLkdldEpvYlJlc3BvbnNlEkcKCExpc3RKb2JzEhwuam9id2F0Y2gudjEuTGlzdEpvYnNSZXF1ZXN0Gh0uam9id2F0Y2gudjEuTGlzdEpvYnNSZXNwb25zZRJKCglDYW5jZWxKb2ISHS5qb2J3YXRjaC52MS5DYW5jZWxKb2JSZXF1ZXN0Gh4uam9id2F0Y2gudjEuQ2FuY2VsSm9iUmVzcG9uc2USRAoHV2FpdEpvYhIbLmpvYndhdGNoLnYxLldhaXRKb2JSZXF1ZXN0Ghwuam9id2F0Y2gudjEuV2FpdEpvYlJlc3BvbnNlEkkKCFdhdGNoSm9iEhwuam9id2F0Y2gudjEuV2F0Y2hKb2JSZXF1ZXN0Gh0uam9id2F0Y2gudjEuV2F0Y2hKb2JSZXNwb25zZTABEkwKCVdhdGNoSm9icxIdLmpvYndhdGNoLnYxLldhdGNoSm9ic1JlcXVlc3QaHi5qb2J3YXRjaC52MS5XYXRjaEpvYnNSZXNwb25zZTABElYKDUdldFNlcnZlckluZm8SIS5qb2J3YXRjaC52MS5HZXRTZXJ2ZXJJbmZvUmVxdWVzdBoiLmpvYndhdGNoLnYxLkdldFNlcnZlckluZm9SZXNwb25zZTK8AgoNV29ya2VyU2VydmljZRJHCghDbGFpbUpvYhIcLmpvYndhdGNoLnYxLkNsYWltSm9iUmVxdWVzdBodLmpvYndhdGNoLnYxLkNsYWltSm9iUmVzcG9uc2USSgoJSGVhcnRiZWF0Eh0uam9id2F0Y2gudjEuSGVhcnRiZWF0UmVxdWVzdBoeLmpvYndhdGNoLnYxLkhlYXJ0YmVhdFJlc3BvbnNlElAKC0NvbXBsZXRlSm9iEh8uam9id2F0Y2gudjEuQ29tcGxldGVKb2JSZXF1ZXN0GiAuam9id2F0Y2gudjEuQ29tcGxldGVKb2JSZXNwb25zZRJECgdGYWlsSm9iEhsuam9id2F0Y2gudjEuRmFpbEpvYlJlcXVlc3QaHC5qb2J3YXRjaC52MS5GYWlsSm9iUmVzcG9uc2UyXQoMUXVldWVTZXJ2aWNlEk0KCkxpc3RRdWV1ZXMSHi5qb2J3YXRjaC52MS5MaXN0UXVldWVzUmVxdWVzdBofLmpvYndhdGNoLnYxLkxpc3RRdWV1ZXNSZXNwb25zZUI5WjdnaXRodWIuY29tL2pvYndhdGNoL2pvYndhdGNoL2dlbi9qb2J3YXRjaC92MTtqb2J3YXRjaHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Chpqb2J3YXRjaC92MS9qb2J3YXRjaC5wcm90bxILam9id2F0Y2gudjEiKQoISm9iRXJyb3ISDAoEdHlwZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIsYECgNKb2ISCgoCaWQYASABKAkSDgoGdGVuYW50GAIgASgJEgwKBGtpbmQYAyABKAkSDQoFcXVldWUYBCABKAkSJAoFc3RhdGUYBSABKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIPCgd2ZXJzaW9uGAYgASgDEg8KB3BlcmNlbnQYByABKAUSDAoEc3RlcBgIIAEoCRInCgdwYXlsb2FkGAkgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEiYKBnJlc3VsdBgKIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIkCgVlcnJvchgLIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEg8KB2F0dGVtcHQYDCABKAUSFAoMbWF4X2F0dGVtcHRzGA0gASgFEhIKCnVuaXF1ZV9rZXkYDiABKAkSLgoKY3JlYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBnJ1bl9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJd29ya2VyX2lkGBQgASgJIjYKEEpvYkFscmVhZHlBY3RpdmUSDgoGam9iX2lkGAEgASgJEhIKCnVuaXF1ZV9rZXkYAiABKAki2gEKEFN1Ym1pdEpvYlJlcXVlc3QSDgoGdGVuYW50GAEgASgJEgwKBGtpbmQYAiABKAkSDQoFcXVldWUYAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRISCgp1bmlxdWVfa2V5GAUgASgJEgwKBGhvbGQYBiABKAgSKgoGcnVuX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxtYXhfYXR0ZW1wdHMYCCABKAUSDAoEd2FpdBgJIAEoCCIyChFTdWJtaXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IiIQoPU3RhcnRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIxChBTdGFydEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIfCg1HZXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIvCg5HZXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IisAEKD0xpc3RKb2JzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSJQoGc3RhdGVzGAIgAygOMhUuam9id2F0Y2gudjEuSm9iU3RhdGUSDAoEa2luZBgDIAEoCRINCgVxdWV1ZRgEIAEoCRIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCRIiCgR2aWV3GAcgASgOMhQuam9id2F0Y2gudjEuSm9iVmlldyJLChBMaXN0Sm9ic1Jlc3BvbnNlEh4KBGpvYnMYASADKAsyEC5qb2J3YXRjaC52MS5Kb2ISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIiIKEENhbmNlbEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjIKEUNhbmNlbEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIgCg5XYWl0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiMAoPV2FpdEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiI4Cg9XYXRjaEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhUKDWFmdGVyX3ZlcnNpb24YAiABKAMiMQoQV2F0Y2hKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IibwoQV2F0Y2hKb2JzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSFAoMcmVzdW1lX3Rva2VuGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRIiCgR2aWV3GAQgASgOMhQuam9id2F0Y2gudjEuSm9iVmlldyJJChFXYXRjaEpvYnNSZXNwb25zZRIeCgRqb2JzGAEgAygLMhAuam9id2F0Y2gudjEuSm9iEhQKDHJlc3VtZV90b2tlbhgCIAEoCSIWChRHZXRTZXJ2ZXJJbmZvUmVxdWVzdCJhChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDAoEZGVtbxgBIAEoCBISCgpkZW1vX2tpbmRzGAIgAygJEhUKDWF1dGhfcmVxdWlyZWQYAyABKAgSDwoHdmVyc2lvbhgEIAEoCSJDCg9DbGFpbUpvYlJlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEg0KBWtpbmRzGAIgAygJEg4KBnF1ZXVlcxgDIAMoCSJ5ChBDbGFpbUpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYhIQCghsZWFzZV9pZBgCIAEoCRI0ChBsZWFzZV9leHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJTChBIZWFydGJlYXRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIPCgdwZXJjZW50GAMgASgFEgwKBHN0ZXAYBCABKAkiXAoRSGVhcnRiZWF0UmVzcG9uc2USEQoJY2FuY2VsbGVkGAEgASgIEjQKEGxlYXNlX2V4cGlyZXNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl4KEkNvbXBsZXRlSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSJgoGcmVzdWx0GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIjQKE0NvbXBsZXRlSm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iImsKDkZhaWxKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIkCgVlcnJvchgDIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEhEKCXJldHJ5YWJsZRgEIAEoCCIwCg9GYWlsSm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iIu4BCgVRdWV1ZRIMCgRuYW1lGAEgASgJEiQKBG1vZGUYAiABKA4yFi5qb2J3YXRjaC52MS5RdWV1ZU1vZGUSEwoLbWF4X3J1bm5pbmcYAyABKAUSDgoGcXVldWVkGAQgASgDEg8KB3J1bm5pbmcYBSABKAMSNAoRb2xkZXN0X3F1ZXVlZF9hZ2UYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMwoPbGFzdF9kcmFpbmVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghhbGVydGluZxgIIAEoCCITChFMaXN0UXVldWVzUmVxdWVzdCI4ChJMaXN0UXVldWVzUmVzcG9uc2USIgoGcXVldWVzGAEgAygLMhIuam9id2F0Y2gudjEuUXVldWUqxQEKCEpvYlN0YXRlEhkKFUpPQl9TVEFURV9VTlNQRUNJRklFRBAAEhUKEUpPQl9TVEFURV9QRU5ESU5HEAESFAoQSk9CX1NUQVRFX1FVRVVFRBACEhUKEUpPQl9TVEFURV9SVU5OSU5HEAMSFwoTSk9CX1NUQVRFX1NVQ0NFRURFRBAEEhQKEEpPQl9TVEFURV9GQUlMRUQQBRIXChNKT0JfU1RBVEVfQ0FOQ0VMTEVEEAYSEgoOSk9CX1NUQVRFX0xPU1QQBypMCgdKb2JWaWV3EhgKFEpPQl9WSUVXX1VOU1BFQ0lGSUVEEAASFAoQSk9CX1ZJRVdfU1VNTUFSWRABEhEKDUpPQl9WSUVXX0ZVTEwQAipXCglRdWV1ZU1vZGUSGgoWUVVFVUVfTU9ERV9VTlNQRUNJRklFRBAAEhcKE1FVRVVFX01PREVfUEFSQUxMRUwQARIVChFRVUVVRV9NT0RFX1NFUklBTBACMrAFCgpKb2JTZXJ2aWNlEkoKCVN1Ym1pdEpvYhIdLmpvYndhdGNoLnYxLlN1Ym1pdEpvYlJlcXVlc3QaHi5qb2J3YXRjaC52MS5TdWJtaXRKb2JSZXNwb25zZRJHCghTdGFydEpvYhIcLmpvYndhdGNoLnYxLlN0YXJ0Sm9iUmVxdWVzdBodLmpvYndhdGNoLnYxLlN0YXJ0Sm9iUmVzcG9uc2USQQoGR2V0Sm9iEhouam9id2F0Y2gudjEuR2V0Sm9iUmVxdWVzdBobLmpvYndhdGNoLnYxLkdldEpvYlJlc3BvbnNlEkcKCExpc3RKb2JzEhwuam9id2F0Y2gudjEuTGlzdEpvYnNSZXF1ZXN0Gh0uam9id2F0Y2gudjEuTGlzdEpvYnNSZXNwb25zZRJKCglDYW5jZWxKb2ISHS5qb2J3YXRjaC52MS5DYW5jZWxKb2JSZXF1ZXN0Gh4uam9id2F0Y2gudjEuQ2FuY2VsSm9iUmVzcG9uc2USRAoHV2FpdEpvYhIbLmpvYndhdGNoLnYxLldhaXRKb2JSZXF1ZXN0Ghwuam9id2F0Y2gudjEuV2FpdEpvYlJlc3BvbnNlEkkKCFdhdGNoSm9iEhwuam9id2F0Y2gudjEuV2F0Y2hKb2JSZXF1ZXN0Gh0uam9id2F0Y2gudjEuV2F0Y2hKb2JSZXNwb25zZTABEkwKCVdhdGNoSm9icxIdLmpvYndhdGNoLnYxLldhdGNoSm9ic1JlcXVlc3QaHi5qb2J3YXRjaC52MS5XYXRjaEpvYnNSZXNwb25zZTABElYKDUdldFNlcnZlckluZm8SIS5qb2J3YXRjaC52MS5HZXRTZXJ2ZXJJbmZvUmVxdWVzdBoiLmpvYndhdGNoLnYxLkdldFNlcnZlckluZm9SZXNwb25zZTK8AgoNV29ya2VyU2VydmljZRJHCghDbGFpbUpvYhIcLmpvYndhdGNoLnYxLkNsYWltSm9iUmVxdWVzdBodLmpvYndhdGNoLnYxLkNsYWltSm9iUmVzcG9uc2USSgoJSGVhcnRiZWF0Eh0uam9id2F0Y2gudjEuSGVhcnRiZWF0UmVxdWVzdBoeLmpvYndhdGNoLnYxLkhlYXJ0YmVhdFJlc3BvbnNlElAKC0NvbXBsZXRlSm9iEh8uam9id2F0Y2gudjEuQ29tcGxldGVKb2JSZXF1ZXN0GiAuam9id2F0Y2gudjEuQ29tcGxldGVKb2JSZXNwb25zZRJECgdGYWlsSm9iEhsuam9id2F0Y2gudjEuRmFpbEpvYlJlcXVlc3QaHC5qb2J3YXRjaC52MS5GYWlsSm9iUmVzcG9uc2UyXQoMUXVldWVTZXJ2aWNlEk0KCkxpc3RRdWV1ZXMSHi5qb2J3YXRjaC52MS5MaXN0UXVldWVzUmVxdWVzdBofLmpvYndhdGNoLnYxLkxpc3RRdWV1ZXNSZXNwb25zZUI5WjdnaXRodWIuY29tL2pvYndhdGNoL2pvYndhdGNoL2dlbi9qb2J3YXRjaC92MTtqb2J3YXRjaHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * JobError says why a job (or its last attempt) failed. Callers see the
@@ -101,11 +101,16 @@ export type Job = Message<"jobwatch.v1.Job"> & {
   step: string;
 
   /**
+   * What the submitter passed. Absent in a summary (JOB_VIEW_SUMMARY, the
+   * default of ListJobs and WatchJobs); GetJob has it.
+   *
    * @generated from field: google.protobuf.Value payload = 9;
    */
   payload?: Value | undefined;
 
   /**
+   * What the worker returned on success. Absent in a summary, like payload.
+   *
    * @generated from field: google.protobuf.Value result = 10;
    */
   result?: Value | undefined;
@@ -354,6 +359,8 @@ export const GetJobResponseSchema: GenMessage<GetJobResponse> = /*@__PURE__*/
  */
 export type ListJobsRequest = Message<"jobwatch.v1.ListJobsRequest"> & {
   /**
+   * Empty means "default", as in SubmitJob.
+   *
    * @generated from field: string tenant = 1;
    */
   tenant: string;
@@ -376,18 +383,29 @@ export type ListJobsRequest = Message<"jobwatch.v1.ListJobsRequest"> & {
   queue: string;
 
   /**
-   * 0 means 50; at most 500.
+   * At most this many jobs; 0 means 50, more than 500 means 500. A page
+   * also ends early once its jobs reach the server's byte bound (1 MiB of
+   * text and JSON, summed over the jobs), and then says so with a
+   * next_page_token. A page always holds at least one job, so a job larger
+   * than the bound still comes, alone on its page.
    *
    * @generated from field: int32 page_size = 5;
    */
   pageSize: number;
 
   /**
-   * From a previous next_page_token.
+   * From a previous next_page_token, with the same filters.
    *
    * @generated from field: string page_token = 6;
    */
   pageToken: string;
+
+  /**
+   * UNSPECIFIED means SUMMARY: no payload or result.
+   *
+   * @generated from field: jobwatch.v1.JobView view = 7;
+   */
+  view: JobView;
 };
 
 /**
@@ -407,7 +425,8 @@ export type ListJobsResponse = Message<"jobwatch.v1.ListJobsResponse"> & {
   jobs: Job[];
 
   /**
-   * Empty on the last page.
+   * Empty on the last page. A page may hold fewer than page_size jobs
+   * (it ended at the byte bound) and still have a next page.
    *
    * @generated from field: string next_page_token = 2;
    */
@@ -537,25 +556,35 @@ export const WatchJobResponseSchema: GenMessage<WatchJobResponse> = /*@__PURE__*
  */
 export type WatchJobsRequest = Message<"jobwatch.v1.WatchJobsRequest"> & {
   /**
+   * Empty means "default".
+   *
    * @generated from field: string tenant = 1;
    */
   tenant: string;
 
   /**
-   * From the last response seen; empty starts with the tenant's most
-   * recent jobs.
+   * The last non-empty resume_token seen; empty starts with the tenant's
+   * most recent jobs.
    *
    * @generated from field: string resume_token = 2;
    */
   resumeToken: string;
 
   /**
-   * How many recent jobs the first response carries when resume_token is
-   * empty; 0 means 50.
+   * How many recent jobs a stream without resume_token starts with, and
+   * at most how many jobs one response carries; 0 means 50, more than 500
+   * means 500.
    *
    * @generated from field: int32 page_size = 3;
    */
   pageSize: number;
+
+  /**
+   * UNSPECIFIED means SUMMARY: no payload or result.
+   *
+   * @generated from field: jobwatch.v1.JobView view = 4;
+   */
+  view: JobView;
 };
 
 /**
@@ -566,8 +595,10 @@ export const WatchJobsRequestSchema: GenMessage<WatchJobsRequest> = /*@__PURE__*
   messageDesc(file_jobwatch_v1_jobwatch, 17);
 
 /**
- * WatchJobsResponse carries the jobs that changed since the last response
- * (empty: a keepalive). A job may repeat with a version already seen
+ * WatchJobsResponse carries jobs that changed since the last response
+ * (empty: a keepalive). Like a ListJobs page, a response is bounded in
+ * bytes as well as in jobs, so the most recent jobs and a burst of changes
+ * may take several responses. A job may repeat with a version already seen
  * across a resume; keep the higher version.
  *
  * @generated from message jobwatch.v1.WatchJobsResponse
@@ -579,7 +610,10 @@ export type WatchJobsResponse = Message<"jobwatch.v1.WatchJobsResponse"> & {
   jobs: Job[];
 
   /**
-   * Pass back in WatchJobsRequest to resume after a disconnect.
+   * Pass the last non-empty one back in WatchJobsRequest to resume after a
+   * disconnect. Empty while the most recent jobs of a stream started
+   * without a token are still coming: a resume before the first token then
+   * starts over.
    *
    * @generated from field: string resume_token = 2;
    */
@@ -1006,6 +1040,42 @@ export const JobStateSchema: GenEnum<JobState> = /*@__PURE__*/
   enumDesc(file_jobwatch_v1_jobwatch, 0);
 
 /**
+ * JobView says how much of each job a list or a tenant feed carries.
+ *
+ * @generated from enum jobwatch.v1.JobView
+ */
+export enum JobView {
+  /**
+   * The call's default: SUMMARY for ListJobs and WatchJobs.
+   *
+   * @generated from enum value: JOB_VIEW_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Every field but payload and result, which can be large (up to the
+   * server's payload limit each) and which a list does not show. Fetch
+   * one job in full with GetJob.
+   *
+   * @generated from enum value: JOB_VIEW_SUMMARY = 1;
+   */
+  SUMMARY = 1,
+
+  /**
+   * Every field, payload and result included, as GetJob answers.
+   *
+   * @generated from enum value: JOB_VIEW_FULL = 2;
+   */
+  FULL = 2,
+}
+
+/**
+ * Describes the enum jobwatch.v1.JobView.
+ */
+export const JobViewSchema: GenEnum<JobView> = /*@__PURE__*/
+  enumDesc(file_jobwatch_v1_jobwatch, 1);
+
+/**
  * @generated from enum jobwatch.v1.QueueMode
  */
 export enum QueueMode {
@@ -1029,7 +1099,7 @@ export enum QueueMode {
  * Describes the enum jobwatch.v1.QueueMode.
  */
 export const QueueModeSchema: GenEnum<QueueMode> = /*@__PURE__*/
-  enumDesc(file_jobwatch_v1_jobwatch, 1);
+  enumDesc(file_jobwatch_v1_jobwatch, 2);
 
 /**
  * JobService is what callers use: submit, inspect, cancel, wait, watch.
@@ -1067,7 +1137,8 @@ export const JobService: GenService<{
     output: typeof GetJobResponseSchema;
   },
   /**
-   * ListJobs returns jobs newest first.
+   * ListJobs returns jobs newest first, in pages bounded by rows and by
+   * bytes: follow next_page_token until it is empty.
    *
    * @generated from rpc jobwatch.v1.JobService.ListJobs
    */

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
+)
+
+func TestListShowsTheDefaultTenantUnlessToldAnother(t *testing.T) {
+	s := startCLIServer(t, time.Second)
+	mine := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "report"})
+	theirs := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "report", Tenant: "acme"})
+	code, out, errOut := runInProcess(t, "list", "--server", s.URL)
+	if code != 0 || !strings.Contains(out, mine) || strings.Contains(out, theirs) {
+		t.Fatalf("list = exit %d:\n%s%s\nwant the default tenant's job %s only", code, out, errOut, mine)
+	}
+	code, out, _ = runInProcess(t, "list", "--server", s.URL, "--tenant", "acme")
+	if code != 0 || strings.Contains(out, mine) || !strings.Contains(out, theirs) {
+		t.Fatalf("list --tenant acme = exit %d:\n%s\nwant acme's job %s only", code, out, theirs)
+	}
+}
+
+func TestListFetchesPayloadsOnlyWithFull(t *testing.T) {
+	s := startCLIServer(t, time.Second)
+	ctx := context.Background()
+	// Enough large jobs that --full takes several pages of the server's
+	// byte bound.
+	pad := strings.Repeat("x", 200_000)
+	for i := range 12 {
+		if _, err := s.Engine.Submit(ctx, jobs.SubmitRequest{Kind: "resize", Payload: json.RawMessage(fmt.Sprintf(`{"n":%d,"pad":%q}`, i, pad))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := func(out string) []map[string]any {
+		t.Helper()
+		var js []map[string]any
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			var j map[string]any
+			if err := json.Unmarshal([]byte(line), &j); err != nil {
+				t.Fatalf("line %.80q: %v", line, err)
+			}
+			js = append(js, j)
+		}
+		return js
+	}
+
+	code, out, errOut := runInProcess(t, "list", "--server", s.URL, "--json")
+	if code != 0 {
+		t.Fatalf("list --json = exit %d: %s", code, errOut)
+	}
+	for _, j := range lines(out) {
+		if _, ok := j["payload"]; ok {
+			t.Fatalf("list --json printed a payload: %.200v", j)
+		}
+	}
+	if len(out) > 12*1024 {
+		t.Errorf("list --json of 12 summaries printed %d bytes", len(out))
+	}
+
+	code, out, errOut = runInProcess(t, "list", "--server", s.URL, "--json", "--full", "--limit", "10")
+	if code != 0 {
+		t.Fatalf("list --json --full = exit %d: %s", code, errOut)
+	}
+	got := lines(out)
+	if len(got) != 10 {
+		t.Fatalf("list --json --full --limit 10 printed %d jobs, want 10 across pages", len(got))
+	}
+	for i, j := range got {
+		p, _ := j["payload"].(map[string]any)
+		if n, _ := p["n"].(float64); int(n) != 11-i || p["pad"] != pad {
+			t.Fatalf("job %d: payload n=%v, want %d with its pad: newest first, none skipped", i, p["n"], 11-i)
+		}
+	}
+
+	if code, _, errOut := runInProcess(t, "list", "--server", s.URL, "--full"); code != 2 || !strings.Contains(errOut, "--json") {
+		t.Errorf("list --full without --json = exit %d, %q; want a usage error naming --json", code, errOut)
+	}
+}
