@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -258,9 +259,10 @@ func TestACallerThatHangsUpBeforeItsWriteCommitsIsCanceledNotAnError(t *testing.
 }
 
 // TestClientsHangingUpDuringSubmitsLoseNothingAcknowledged hangs up
-// submits at random moments, some of them while the commit runs.
-// Whatever the moment, the server logs no error, counts no internal
-// call, and every submit a client heard OK for is stored.
+// submits at random moments, some of them while the commit or the
+// unique-key conflict lookup runs. Whatever the moment, the server logs
+// no error, counts no internal call, every submit a client heard OK for
+// is stored, and every conflict names the job holding the key.
 func TestClientsHangingUpDuringSubmitsLoseNothingAcknowledged(t *testing.T) {
 	ts := startServer(t, serverOptions{})
 	c := ts.h2c()
@@ -276,21 +278,27 @@ func TestClientsHangingUpDuringSubmitsLoseNothingAcknowledged(t *testing.T) {
 	const clients, submitsEach = 4, 50
 	const submits = clients * submitsEach
 	var (
-		mu    sync.Mutex
-		acked []string
-		wg    sync.WaitGroup
+		mu        sync.Mutex
+		acked     []string
+		conflicts []error
+		wg        sync.WaitGroup
 	)
 	for i := range clients {
 		wg.Go(func() {
 			for k := range submitsEach {
 				ctx, hangUp := context.WithCancel(context.Background())
 				time.AfterFunc(rand.N(spread), hangUp)
-				resp, err := c.jobs.SubmitJob(ctx, &jobwatchv1.SubmitJobRequest{Kind: "k", UniqueKey: fmt.Sprint("key-", i, "-", k)})
-				if err == nil {
-					mu.Lock()
+				// Two submits per key: the second meets the first's
+				// conflict, when the first was committed.
+				resp, err := c.jobs.SubmitJob(ctx, &jobwatchv1.SubmitJobRequest{Kind: "k", UniqueKey: fmt.Sprint("key-", i, "-", k/2)})
+				mu.Lock()
+				switch connect.CodeOf(err) {
+				case connect.CodeUnknown: // no error
 					acked = append(acked, resp.GetJob().GetId())
-					mu.Unlock()
+				case connect.CodeAlreadyExists:
+					conflicts = append(conflicts, err)
 				}
+				mu.Unlock()
 			}
 		})
 	}
@@ -299,6 +307,18 @@ func TestClientsHangingUpDuringSubmitsLoseNothingAcknowledged(t *testing.T) {
 	for _, id := range acked {
 		if _, err := c.jobs.GetJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.GetJobRequest{JobId: id}); err != nil {
 			t.Errorf("acknowledged job %s: %v", id, err)
+		}
+	}
+	// A conflict always names the job holding the key.
+	for _, err := range conflicts {
+		var active *jobwatchv1.JobAlreadyActive
+		for _, d := range err.(*connect.Error).Details() {
+			if v, derr := d.Value(); derr == nil {
+				active, _ = v.(*jobwatchv1.JobAlreadyActive)
+			}
+		}
+		if active == nil || !slices.Contains(acked, active.GetJobId()) && !stored(t, c, active.GetJobId()) {
+			t.Errorf("conflict %v does not name a stored job", err)
 		}
 	}
 	// The server may still be finishing calls whose clients left; its
@@ -313,5 +333,11 @@ func TestClientsHangingUpDuringSubmitsLoseNothingAcknowledged(t *testing.T) {
 	if logs := ts.logs.String(); strings.Contains(logs, "level=ERROR") {
 		t.Errorf("a client hanging up was logged as an error:\n%s", logs)
 	}
-	t.Logf("hang-ups within %v: %d of %d submits acknowledged, %v counted canceled", spread, len(acked), submits, ts.requests(submitJob, "canceled"))
+	t.Logf("hang-ups within %v: %d of %d submits acknowledged, %d conflicts, %v counted canceled",
+		spread, len(acked), submits, len(conflicts), ts.requests(submitJob, "canceled"))
+}
+
+func stored(t *testing.T, c clients, id string) bool {
+	_, err := c.jobs.GetJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.GetJobRequest{JobId: id})
+	return err == nil
 }
