@@ -13,8 +13,11 @@ import (
 // the first write that fails with store.ErrUnavailable (the file is
 // locked past the lock timeout, the disk is full, the file is read-only
 // or unreadable) logs one warning with its cause; the failures after it
-// log nothing; the first write that succeeds again logs one info line
-// saying how long the episode lasted and how many writes it refused.
+// log nothing; the first write that succeeds again and changes rows logs
+// one info line saying how long the episode lasted and how many writes it
+// refused. (A transaction that changed nothing, such as a retention sweep
+// with nothing to delete, commits even on a full disk, so it proves
+// nothing.)
 //
 // Only writes are tracked: a full disk or a read-only file fails them
 // alone, so reads that still work must not end the episode, and an
@@ -30,9 +33,10 @@ type health struct {
 	failures int       // writes refused in this episode
 }
 
-// observe records the outcome of one write.
-func (h *health) observe(err error) {
-	if err != nil && !errors.Is(err, store.ErrUnavailable) {
+// observe records the outcome of one write; wrote says whether it
+// committed changed rows.
+func (h *health) observe(err error, wrote bool) {
+	if err != nil && !errors.Is(err, store.ErrUnavailable) || err == nil && !wrote {
 		return
 	}
 	h.mu.Lock()

@@ -213,23 +213,41 @@ func isBusy(err error) bool {
 // asked once, just before the commit: gone, nothing is written; there,
 // the commit completes even if the caller leaves meanwhile.
 func (s *Store) writeTx(ctx context.Context, what string, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
-	defer func() { s.writes.observe(err) }()
+	wrote := false
+	defer func() { s.writes.observe(err, wrote) }()
 	conn, tx, err := s.begin(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	defer conn.Close()
 	defer tx.Rollback()
-	if err := fn(context.WithoutCancel(ctx), tx); err != nil {
+	txCtx := context.WithoutCancel(ctx)
+	before := totalChanges(txCtx, tx)
+	if err := fn(txCtx, tx); err != nil {
 		return err
 	}
+	changed := totalChanges(txCtx, tx) > before
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s: the caller left before the commit, nothing was written: %w", what, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("%s: commit: %w", what, classify(err))
 	}
+	wrote = changed
 	return nil
+}
+
+// totalChanges is the writer connection's count of rows changed so far,
+// or -1 if it cannot be read. It tells a commit that wrote rows from one
+// that wrote none: only the former proves that a full disk or a
+// read-only file takes writes again. A count that cannot be read only
+// delays that verdict to a later write.
+func totalChanges(ctx context.Context, tx *sql.Tx) int64 {
+	var n int64
+	if err := tx.QueryRowContext(ctx, "SELECT total_changes()").Scan(&n); err != nil {
+		return -1
+	}
+	return n
 }
 
 // begin takes the writer connection and opens an immediate transaction
