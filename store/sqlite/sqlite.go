@@ -79,7 +79,8 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Store is a store.Store on one SQLite file. Create it with Open.
+// Store is a store.Store on one SQLite file. Create it with Open or
+// OpenWith.
 type Store struct {
 	write *sql.DB // exactly one connection, BEGIN IMMEDIATE
 	read  *sql.DB // query-only connections
@@ -263,18 +264,27 @@ func (s *Store) begin(ctx context.Context) (*sql.Conn, *sql.Tx, error) {
 		return nil, nil, lockWaitError(ctx, start, "other writes of this process held the database", err)
 	}
 	for {
+		attempt := time.Now()
 		tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
 		if err == nil {
 			return conn, tx, nil
 		}
-		if !isBusy(err) || waitCtx.Err() != nil {
+		if !isBusy(err) {
 			conn.Close()
-			if !isBusy(err) {
-				return nil, nil, fmt.Errorf("begin: %w", classify(err))
+			return nil, nil, fmt.Errorf("begin: %w", classify(err))
+		}
+		// SQLite waited up to one busyStep. Some busy answers come at
+		// once, without its busy handler; pause so as not to spin.
+		if time.Since(attempt) < busyStep/2 {
+			select {
+			case <-waitCtx.Done():
+			case <-time.After(busyStep):
 			}
+		}
+		if waitCtx.Err() != nil {
+			conn.Close()
 			return nil, nil, lockWaitError(ctx, start, "another process holds the write lock", err)
 		}
-		// SQLite waited one busyStep; look at the deadline and try again.
 	}
 }
 
