@@ -69,8 +69,11 @@ const readConns = 4
 type Config struct {
 	// LockTimeout bounds how long a write waits for the database: for the
 	// writes ahead of it in this process and for another process holding
-	// the file's write lock, together. Past it the write fails with
-	// store.ErrUnavailable and writes nothing. Default DefaultLockTimeout.
+	// the file's write lock, together. Past it, or lockDeadlineMargin
+	// before the caller's own deadline if that comes first, the write
+	// fails with store.ErrUnavailable and writes nothing. Reads wait up to
+	// it too, though in WAL mode a held write lock does not block them.
+	// Default DefaultLockTimeout.
 	LockTimeout time.Duration
 	// Logger hears when writes start failing with store.ErrUnavailable
 	// (locked, disk full, read-only, unreadable): one warning with the
