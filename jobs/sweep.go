@@ -20,7 +20,14 @@ func (e *Engine) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-ticker.C:
-			if err := e.Sweep(ctx); err != nil && ctx.Err() == nil {
+			err := e.Sweep(ctx)
+			switch {
+			case err == nil || ctx.Err() != nil:
+			case errors.Is(err, store.ErrUnavailable):
+				// The store logs each episode of unavailability once;
+				// a warning per tick would repeat it every second.
+				e.log.Debug("sweep failed", "err", err)
+			default:
 				e.log.Warn("sweep failed", "err", err)
 			}
 		}

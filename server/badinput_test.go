@@ -1,10 +1,18 @@
 package server_test
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"connectrpc.com/connect"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/server"
@@ -106,4 +114,182 @@ func TestJSONIgnoresUnknownFieldsButNotUnknownStates(t *testing.T) {
 			t.Errorf("ListJobs of state RUNNING as %s = %d %s, want 400 listing the state names", contentType, status, body)
 		}
 	}
+}
+
+// TestAMessageCutShortIsAClientError sends bodies whose envelope (the
+// 5-byte flags-and-length prefix of gRPC, gRPC-Web and Connect streaming
+// messages) promises more than the body holds, as a broken or hostile
+// client would. They are the caller's mistake: invalid_argument with a
+// message that says what is wrong and no protocol internals, counted as
+// such, and the server serves on.
+func TestAMessageCutShortIsAClientError(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	promises100 := append([]byte{0, 0, 0, 0, 100}, "ten bytes!"...)
+	cutPrefix := []byte{0, 0, 0}
+	tests := []struct {
+		name, protocol, procedure string
+		body                      []byte
+		wantMessage               string
+	}{
+		{"a gRPC unary call whose message is shorter than its prefix says", "grpc", "/jobwatch.v1.JobService/GetJob", promises100, "promised 100 bytes, 10 arrived"},
+		{"a gRPC unary call whose prefix is cut", "grpc", "/jobwatch.v1.JobService/SubmitJob", cutPrefix, "3 bytes of it arrived"},
+		{"a gRPC-Web unary call whose message is shorter than its prefix says", "grpc-web", "/jobwatch.v1.JobService/GetJob", promises100, "promised 100 bytes, 10 arrived"},
+		{"a Connect stream whose message is shorter than its prefix says", "connect-stream", "/jobwatch.v1.JobService/WatchJob", promises100, "promised 100 bytes, 10 arrived"},
+		{"a gRPC stream whose prefix is cut", "grpc", "/jobwatch.v1.JobService/WatchJob", cutPrefix, "3 bytes of it arrived"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := ts.requests(tt.procedure, "invalid_argument")
+			code, message := envelopeCall(t, ts, tt.protocol, tt.procedure, tt.body)
+			if code != "invalid_argument" || !strings.Contains(message, tt.wantMessage) {
+				t.Errorf("answer = %s %q, want invalid_argument saying %q", code, message, tt.wantMessage)
+			}
+			if strings.Contains(message, "protocol error") {
+				t.Errorf("message %q shows protocol internals", message)
+			}
+			if got := ts.requests(tt.procedure, "invalid_argument"); got != before+1 {
+				t.Errorf("requests_total{%s, invalid_argument} went from %v to %v, want one more", tt.procedure, before, got)
+			}
+			if got := ts.requests(tt.procedure, "internal"); got != 0 {
+				t.Errorf("requests_total{%s, internal} = %v, want 0", tt.procedure, got)
+			}
+		})
+	}
+
+	// Whole messages still work, on every protocol.
+	c := ts.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "k"})
+	for _, opt := range []connect.ClientOption{connect.WithGRPC(), connect.WithGRPCWeb()} {
+		grpcClients := ts.clients(ts.h2cClient(), opt)
+		if _, err := grpcClients.jobs.GetJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.GetJobRequest{JobId: job.GetId()}); err != nil {
+			t.Errorf("GetJob of a whole message: %v", err)
+		}
+	}
+	if strings.Contains(ts.logs.String(), "level=ERROR") {
+		t.Errorf("bad input was logged as an error:\n%s", ts.logs.String())
+	}
+}
+
+// requests reads jobwatch_requests_total{procedure, code}.
+func (ts *testServer) requests(procedure, code string) float64 {
+	ts.t.Helper()
+	families, err := ts.registry.Gather()
+	if err != nil {
+		ts.t.Fatalf("gather: %v", err)
+	}
+	for _, f := range families {
+		if f.GetName() != "jobwatch_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["procedure"] == procedure && labels["code"] == code {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// envelopeCall posts body, as it is, as one call of protocol ("grpc" over
+// h2c, "grpc-web" over HTTP/1.1, "connect-stream" over HTTP/1.1), and
+// returns the Connect code and message of the server's answer.
+func envelopeCall(t *testing.T, ts *testServer, protocol, procedure string, body []byte) (code, message string) {
+	t.Helper()
+	contentType := map[string]string{
+		"grpc":           "application/grpc+proto",
+		"grpc-web":       "application/grpc-web+proto",
+		"connect-stream": "application/connect+json",
+	}[protocol]
+	hc := ts.http1Client()
+	if protocol == "grpc" {
+		hc = ts.h2cClient()
+	}
+	req, err := http.NewRequestWithContext(ctxTimeout(t, 5*time.Second), http.MethodPost, ts.url+procedure, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", contentType)
+	req.Header.Set("TE", "trailers")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", procedure, err)
+	}
+	defer resp.Body.Close()
+	respBody, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	switch protocol {
+	case "grpc", "grpc-web":
+		status, msg := resp.Header.Get("Grpc-Status"), resp.Header.Get("Grpc-Message")
+		if status == "" {
+			status, msg = resp.Trailer.Get("Grpc-Status"), resp.Trailer.Get("Grpc-Message")
+		}
+		if status == "" && protocol == "grpc-web" {
+			// Trailers in the body: the frame flagged 0x80.
+			for _, frame := range frames(t, respBody) {
+				if frame.flags&0x80 == 0 {
+					continue
+				}
+				for _, line := range strings.Split(string(frame.data), "\r\n") {
+					k, v, _ := strings.Cut(line, ":")
+					switch strings.ToLower(strings.TrimSpace(k)) {
+					case "grpc-status":
+						status = strings.TrimSpace(v)
+					case "grpc-message":
+						msg = strings.TrimSpace(v)
+					}
+				}
+			}
+		}
+		n, err := strconv.Atoi(status)
+		if err != nil {
+			t.Fatalf("no grpc-status in the answer (%d %q, headers %v)", resp.StatusCode, respBody, resp.Header)
+		}
+		msg, _ = url.PathUnescape(msg)
+		return connect.Code(n).String(), msg
+	default:
+		for _, frame := range frames(t, respBody) {
+			if frame.flags&0x02 == 0 {
+				continue
+			}
+			var end struct {
+				Error *connectError `json:"error"`
+			}
+			if err := json.Unmarshal(frame.data, &end); err != nil || end.Error == nil {
+				t.Fatalf("end of stream %q has no error: %v", frame.data, err)
+			}
+			return end.Error.Code, end.Error.Message
+		}
+		t.Fatalf("no end of stream in %q", respBody)
+	}
+	return "", ""
+}
+
+type frame struct {
+	flags byte
+	data  []byte
+}
+
+// frames splits a response body into its envelopes.
+func frames(t *testing.T, b []byte) []frame {
+	t.Helper()
+	var out []frame
+	for len(b) > 0 {
+		if len(b) < 5 {
+			t.Fatalf("a response frame is cut short: %q", b)
+		}
+		n := int(binary.BigEndian.Uint32(b[1:5]))
+		if len(b) < 5+n {
+			t.Fatalf("a response frame promises %d bytes, has %d", n, len(b)-5)
+		}
+		out = append(out, frame{flags: b[0], data: b[5 : 5+n]})
+		b = b[5+n:]
+	}
+	return out
 }

@@ -52,6 +52,9 @@ type serverOptions struct {
 	wrapStore func(store.Store) store.Store
 	// now is the engine's clock; nil is the real one.
 	now func() time.Time
+	// storeConfig tunes the SQLite store; its Logger defaults to the
+	// server's.
+	storeConfig sqlite.Config
 }
 
 func startServer(t *testing.T, o serverOptions) *testServer {
@@ -59,7 +62,12 @@ func startServer(t *testing.T, o serverOptions) *testServer {
 	if o.dbPath == "" {
 		o.dbPath = filepath.Join(t.TempDir(), "jobwatch.db")
 	}
-	sqliteStore, err := sqlite.Open(o.dbPath)
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if o.storeConfig.Logger == nil {
+		o.storeConfig.Logger = log
+	}
+	sqliteStore, err := sqlite.OpenWith(o.dbPath, o.storeConfig)
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
@@ -67,8 +75,6 @@ func startServer(t *testing.T, o serverOptions) *testServer {
 	if o.wrapStore != nil {
 		st = o.wrapStore(st)
 	}
-	logs := &syncBuffer{}
-	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	metrics := server.NewMetrics()
 	engine := jobs.New(st, jobs.Config{Logger: log, Metrics: metrics, Now: o.now})
 	cfg := o.config

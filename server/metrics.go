@@ -147,6 +147,7 @@ func (i *callInterceptor) done(ctx context.Context, procedure string, peer conne
 		code = connect.CodeOf(err).String()
 	}
 	i.metrics.requests.WithLabelValues(procedure, code).Inc()
+	markCounted(ctx)
 	i.log.DebugContext(ctx, "call",
 		"procedure", procedure,
 		"protocol", peer.Protocol,

@@ -122,7 +122,8 @@ var (
 	// ErrNoJob: ClaimJob found nothing ready to run.
 	ErrNoJob = errors.New("no job ready")
 	// ErrUnavailable: the database cannot be reached or is busy beyond its
-	// timeout; nothing was written.
+	// timeout; nothing was written. Backends log each episode of it once
+	// (when it begins and when it ends), so callers need not.
 	ErrUnavailable = errors.New("store unavailable")
 	// ErrInvalidPageToken: ListJobs got a page token it did not issue.
 	ErrInvalidPageToken = errors.New("invalid page token")

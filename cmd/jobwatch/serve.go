@@ -29,6 +29,7 @@ type serveFlags struct {
 	leaseTimeout    time.Duration
 	streamLifetime  time.Duration
 	keepalive       time.Duration
+	lockTimeout     time.Duration
 	maxRequestBytes int
 	logLevel        slog.Level
 	insecure        bool
@@ -46,6 +47,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.DurationVar(&f.leaseTimeout, "lease-timeout", 30*time.Second, "a running job without a heartbeat for this long is lost (or retried)")
 	fs.DurationVar(&f.streamLifetime, "stream-lifetime", 10*time.Minute, "WatchJob and WatchJobs streams end (OK) after this long, so load balancers rotate; clients resume")
 	fs.DurationVar(&f.keepalive, "keepalive", 15*time.Second, "idle streams send an empty message this often")
+	fs.DurationVar(&f.lockTimeout, "lock-timeout", sqlite.DefaultLockTimeout, "a write that cannot get the database this long (another process holds its lock, or writes queue) answers unavailable")
 	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", 1<<20, "largest request message in `bytes`")
 	fs.TextVar(&f.logLevel, "log-level", slog.LevelInfo, "log `level`: debug (logs every call), info, warn or error")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without authentication")
@@ -58,7 +60,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	}
 	for name, d := range map[string]time.Duration{
 		"wait-cap": f.waitCap, "claim-cap": f.claimCap, "lease-timeout": f.leaseTimeout,
-		"stream-lifetime": f.streamLifetime, "keepalive": f.keepalive,
+		"stream-lifetime": f.streamLifetime, "keepalive": f.keepalive, "lock-timeout": f.lockTimeout,
 	} {
 		if d <= 0 {
 			return f, usageError{fmt.Sprintf("--%s must be positive, got %v", name, d)}
@@ -138,7 +140,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: f.logLevel}))
 	slog.SetDefault(log)
 
-	st, err := sqlite.Open(f.db)
+	st, err := sqlite.OpenWith(f.db, sqlite.Config{LockTimeout: f.lockTimeout, Logger: log})
 	if err != nil {
 		return fmt.Errorf("open database %s: %w", f.db, err)
 	}

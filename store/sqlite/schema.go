@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 )
@@ -78,13 +77,15 @@ CREATE INDEX jobs_state_queue_run_at ON jobs (state, queue, run_at);
 `,
 }
 
-// migrate brings db to the latest schema in one transaction, so a crash
-// part way leaves the file at its old version, not half migrated.
-func migrate(ctx context.Context, db *sql.DB) error {
-	tx, err := db.BeginTx(ctx, nil)
+// migrate brings the file to the latest schema in one transaction, so a
+// crash part way leaves the file at its old version, not half migrated.
+// Like every write it waits at most the lock timeout for the database.
+func (s *Store) migrate(ctx context.Context) error {
+	conn, tx, err := s.begin(ctx)
 	if err != nil {
-		return fmt.Errorf("migrate: %w", classify(err))
+		return fmt.Errorf("migrate: %w", err)
 	}
+	defer conn.Close()
 	defer tx.Rollback()
 	var version int
 	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {

@@ -10,9 +10,16 @@
 // Writes are serialized through one connection that opens its
 // transactions with BEGIN IMMEDIATE, so a read-modify-write (UpdateJob,
 // ClaimJob) can never interleave with another, also across processes
-// sharing the file (they wait up to the busy timeout, then get
-// store.ErrUnavailable). Reads use a separate pool of query-only
+// sharing the file. A write waits for the database (the writes ahead of it
+// in this process, then another process's write lock) at most
+// Config.LockTimeout and never past its caller's deadline; then it fails
+// with store.ErrUnavailable. Reads use a separate pool of query-only
 // connections and see every committed write.
+//
+// A write whose caller has gone (its context ended) before the commit is
+// rolled back and returns the context's error; once the commit has begun
+// it completes, whatever the caller does. So every write either committed
+// and returned nil, or changed nothing.
 //
 // The package only stores and finds jobs; it must never decide a job's
 // life cycle (package jobs does) or change a job outside the transaction
@@ -27,6 +34,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"reflect"
 	"slices"
@@ -38,46 +46,84 @@ import (
 	"github.com/jobwatch/jobwatch/store"
 )
 
-// busyTimeout is how long a write waits for another process holding the
-// file's write lock before it fails with store.ErrUnavailable. Within one
-// process writes queue on the one writer connection instead.
-const busyTimeout = 5 * time.Second
+// DefaultLockTimeout is Config.LockTimeout's default.
+const DefaultLockTimeout = 5 * time.Second
+
+// busyStep is the writer connection's SQLite busy timeout: how long one
+// BEGIN IMMEDIATE waits inside SQLite for another process's write lock.
+// SQLite's busy handler sleeps without looking at contexts or interrupts,
+// so the wait for the lock is a Go loop of such short steps that checks the
+// deadline between them; a step is what a write can overrun it by.
+const busyStep = 20 * time.Millisecond
+
+// lockDeadlineMargin is how long before its caller's deadline a write
+// stops waiting for the lock (at most a tenth of the time left), so the
+// caller hears unavailable, and why, instead of its own timeout.
+const lockDeadlineMargin = 100 * time.Millisecond
 
 // readConns bounds the read pool; WAL lets them all read while a write
 // commits.
 const readConns = 4
 
-// Store is a store.Store on one SQLite file. Create it with Open.
+// Config tunes a Store. Zero fields take the documented defaults.
+type Config struct {
+	// LockTimeout bounds how long a write waits for the database: for the
+	// writes ahead of it in this process and for another process holding
+	// the file's write lock, together. Past it, or lockDeadlineMargin
+	// before the caller's own deadline if that comes first, the write
+	// fails with store.ErrUnavailable and writes nothing. Reads wait up to
+	// it too, though in WAL mode a held write lock does not block them.
+	// Default DefaultLockTimeout.
+	LockTimeout time.Duration
+	// Logger hears when writes start failing with store.ErrUnavailable
+	// (locked, disk full, read-only, unreadable): one warning with the
+	// cause when an episode begins, one info line when a write succeeds
+	// again. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Store is a store.Store on one SQLite file. Create it with Open or
+// OpenWith.
 type Store struct {
 	write *sql.DB // exactly one connection, BEGIN IMMEDIATE
 	read  *sql.DB // query-only connections
+	cfg   Config
+	// writes tracks episodes of failing writes, so each is logged once.
+	writes health
 	// deleteBatch bounds one retention transaction, so that a backlog
 	// (the first sweep after a long stop) never holds the single writer
 	// for long: Submit and Complete get their turn between batches.
 	deleteBatch int
+	// holderQuery finds the active job holding a unique key; a field so a
+	// test can make the lookup fail.
+	holderQuery string
 }
 
 var _ store.Store = (*Store)(nil)
 
 // Open opens (creating it if needed) the SQLite database file at path and
-// brings its schema up to date. A file written by a newer jobwatch is
-// refused with ErrSchemaTooNew; a file that cannot be opened returns an
-// error wrapping store.ErrUnavailable. path must name a file: ":memory:"
-// is refused because the read pool would not share it.
+// brings its schema up to date, with the default Config. A file written
+// by a newer jobwatch is refused with ErrSchemaTooNew; a file that cannot
+// be opened returns an error wrapping store.ErrUnavailable. path must name
+// a file: ":memory:" is refused because the read pool would not share it.
 func Open(path string) (*Store, error) {
-	return open(path, busyTimeout)
+	return OpenWith(path, Config{})
 }
 
-// open is Open with the busy timeout as a parameter, so tests can see it
-// expire in milliseconds.
-func open(path string, busyTimeout time.Duration) (*Store, error) {
+// OpenWith is Open with a Config.
+func OpenWith(path string, cfg Config) (*Store, error) {
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
 		return nil, fmt.Errorf("open sqlite: %q is not a file path", path)
 	}
-	ms := busyTimeout.Milliseconds()
+	if cfg.LockTimeout <= 0 {
+		cfg.LockTimeout = DefaultLockTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
 	// mattn/go-sqlite3 sets these pragmas on every new connection.
 	write, err := sql.Open("sqlite3", dsn(path, fmt.Sprintf(
-		"_journal_mode=WAL&_synchronous=FULL&_busy_timeout=%d&_foreign_keys=on&_txlock=immediate", ms)))
+		"_journal_mode=WAL&_synchronous=FULL&_busy_timeout=%d&_foreign_keys=on&_txlock=immediate", busyStep.Milliseconds())))
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, store.ErrUnavailable, err)
 	}
@@ -86,12 +132,19 @@ func open(path string, busyTimeout time.Duration) (*Store, error) {
 	write.SetConnMaxLifetime(0)
 	write.SetConnMaxIdleTime(0)
 
+	s := &Store{
+		write:       write,
+		cfg:         cfg,
+		writes:      health{log: cfg.Logger},
+		deleteBatch: 1000,
+		holderQuery: holderQuery,
+	}
 	ctx := context.Background()
 	if err := write.PingContext(ctx); err != nil {
 		write.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, store.ErrUnavailable, err)
 	}
-	if err := migrate(ctx, write); err != nil {
+	if err := s.migrate(ctx); err != nil {
 		write.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
@@ -100,7 +153,7 @@ func open(path string, busyTimeout time.Duration) (*Store, error) {
 	// a property of the file, so the readers need not (and, query-only,
 	// could not) set it.
 	read, err := sql.Open("sqlite3", dsn(path, fmt.Sprintf(
-		"_busy_timeout=%d&_foreign_keys=on&_query_only=1", ms)))
+		"_busy_timeout=%d&_foreign_keys=on&_query_only=1", cfg.LockTimeout.Milliseconds())))
 	if err != nil {
 		write.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, store.ErrUnavailable, err)
@@ -112,7 +165,8 @@ func open(path string, busyTimeout time.Duration) (*Store, error) {
 		read.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, store.ErrUnavailable, err)
 	}
-	return &Store{write: write, read: read, deleteBatch: 1000}, nil
+	s.read = read
+	return s, nil
 }
 
 // dsn makes a SQLite URI of path, so that '?' or '#' in a file name are
@@ -147,21 +201,123 @@ func isUniqueViolation(err error) bool {
 	return errors.As(err, &se) && se.ExtendedCode == sqlite3.ErrConstraintUnique
 }
 
+func isBusy(err error) bool {
+	var se sqlite3.Error
+	return errors.As(err, &se) && (se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked)
+}
+
 // writeTx runs fn in an immediate transaction on the writer connection and
-// commits it. fn's own errors come back as they are.
-func (s *Store) writeTx(ctx context.Context, what string, fn func(tx *sql.Tx) error) error {
-	tx, err := s.write.BeginTx(ctx, nil)
+// commits it, unless ctx ended before the commit. fn's own errors come
+// back as they are.
+//
+// fn's statements run on a context the caller cannot cancel: a statement
+// interrupted half way, or database/sql rolling back on cancellation while
+// Commit runs ("transaction has already been committed or rolled back"),
+// would leave the outcome to chance. Whether the caller is still there is
+// asked once, just before the commit: gone, nothing is written; there,
+// the commit completes even if the caller leaves meanwhile.
+func (s *Store) writeTx(ctx context.Context, what string, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+	wrote := false
+	defer func() { s.writes.observe(err, wrote) }()
+	conn, tx, err := s.begin(ctx)
 	if err != nil {
-		return fmt.Errorf("%s: begin: %w", what, classify(err))
+		return fmt.Errorf("%s: %w", what, err)
 	}
+	defer conn.Close()
 	defer tx.Rollback()
-	if err := fn(tx); err != nil {
+	txCtx := context.WithoutCancel(ctx)
+	before := totalChanges(txCtx, tx)
+	if err := fn(txCtx, tx); err != nil {
 		return err
+	}
+	changed := totalChanges(txCtx, tx) > before
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: the caller left before the commit, nothing was written: %w", what, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("%s: commit: %w", what, classify(err))
 	}
+	wrote = changed
 	return nil
+}
+
+// totalChanges is the writer connection's count of rows changed so far,
+// or -1 if it cannot be read. It tells a commit that wrote rows from one
+// that wrote none: only the former proves that a full disk or a
+// read-only file takes writes again. A count that cannot be read only
+// delays that verdict to a later write.
+func totalChanges(ctx context.Context, tx *sql.Tx) int64 {
+	var n int64
+	if err := tx.QueryRowContext(ctx, "SELECT total_changes()").Scan(&n); err != nil {
+		return -1
+	}
+	return n
+}
+
+// begin takes the writer connection and opens an immediate transaction
+// on it, waiting for both at most until lockDeadline. The transaction is
+// not bound to ctx (see writeTx); the caller must roll it back or commit
+// it, then close the connection.
+func (s *Store) begin(ctx context.Context) (*sql.Conn, *sql.Tx, error) {
+	start := time.Now()
+	waitCtx, cancel := context.WithDeadline(ctx, s.lockDeadline(ctx))
+	defer cancel()
+	conn, err := s.write.Conn(waitCtx)
+	if err != nil {
+		return nil, nil, lockWaitError(ctx, start, "other writes of this process held the database", err)
+	}
+	for {
+		attempt := time.Now()
+		tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
+		if err == nil {
+			return conn, tx, nil
+		}
+		if !isBusy(err) {
+			conn.Close()
+			return nil, nil, fmt.Errorf("begin: %w", classify(err))
+		}
+		// SQLite waited up to one busyStep. Some busy answers come at
+		// once, without its busy handler; pause so as not to spin.
+		if time.Since(attempt) < busyStep/2 {
+			select {
+			case <-waitCtx.Done():
+			case <-time.After(busyStep):
+			}
+		}
+		if waitCtx.Err() != nil {
+			conn.Close()
+			return nil, nil, lockWaitError(ctx, start, "another process holds the write lock", err)
+		}
+	}
+}
+
+// lockDeadline is when a write stops waiting for the database: after the
+// lock timeout, or lockDeadlineMargin before the caller's deadline.
+func (s *Store) lockDeadline(ctx context.Context) time.Time {
+	deadline := time.Now().Add(s.cfg.LockTimeout)
+	if callerDeadline, ok := ctx.Deadline(); ok {
+		margin := min(lockDeadlineMargin, time.Until(callerDeadline)/10)
+		deadline = minTime(deadline, callerDeadline.Add(-max(0, margin)))
+	}
+	return deadline
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// lockWaitError says why a write got no transaction: its caller left
+// (the context's error, not a store failure), or the database stayed
+// held past the lock deadline (store.ErrUnavailable, with why).
+func lockWaitError(ctx context.Context, start time.Time, why string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("wait for the database: %w", ctx.Err())
+	}
+	waited := time.Since(start).Round(time.Millisecond)
+	return fmt.Errorf("%w: no write lock after %v (%s): %w", store.ErrUnavailable, waited, why, err)
 }
 
 // --- encoding ---
@@ -258,10 +414,10 @@ const updateJob = `UPDATE jobs SET id = ?, tenant = ?, kind = ?, queue = ?, stat
 // CreateJob implements store.Store.
 func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 	j = normalize(j)
-	err := s.writeTx(ctx, "create job", func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, "create job", func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, insertJob, values(j)...)
 		if isUniqueViolation(err) {
-			if conflict := activeHolder(ctx, tx, j); conflict != nil {
+			if conflict := s.activeHolder(ctx, tx, j); conflict != nil {
 				return conflict
 			}
 		}
@@ -276,19 +432,27 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 	return j, nil
 }
 
-// activeHolder returns the *store.ConflictError for j if the unique
-// violation just seen is its unique key (and not, say, its id).
-func activeHolder(ctx context.Context, tx *sql.Tx, j store.Job) error {
+// holderQuery finds the active job holding a unique key; its WHERE says
+// what jobs_unique_active says, so that index answers it.
+const holderQuery = `SELECT id FROM jobs
+	WHERE tenant = ? AND unique_key = ? AND id <> ?
+	AND unique_key <> '' AND state IN ('pending', 'queued', 'running')`
+
+// activeHolder explains the unique violation just seen while writing j:
+// the *store.ConflictError naming the active job that holds j's unique
+// key, nil if no job holds it (the violation was something else, such as
+// the id), or the lookup's own error, classified, if the lookup failed.
+func (s *Store) activeHolder(ctx context.Context, tx *sql.Tx, j store.Job) error {
 	if j.UniqueKey == "" || !isActive(j.State) {
 		return nil
 	}
 	var id string
-	err := tx.QueryRowContext(ctx, `SELECT id FROM jobs
-		WHERE tenant = ? AND unique_key = ? AND id <> ?
-		AND unique_key <> '' AND state IN ('pending', 'queued', 'running')`, // as jobs_unique_active says, so it is used
-		j.Tenant, j.UniqueKey, j.ID).Scan(&id)
-	if err != nil {
+	err := tx.QueryRowContext(ctx, s.holderQuery, j.Tenant, j.UniqueKey, j.ID).Scan(&id)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
 		return nil
+	case err != nil:
+		return fmt.Errorf("job %s: look up the active job with unique key %q: %w", j.ID, j.UniqueKey, classify(err))
 	}
 	return &store.ConflictError{ActiveID: id, UniqueKey: j.UniqueKey}
 }
@@ -315,10 +479,10 @@ func getJob(ctx context.Context, q interface {
 	return j, seq, nil
 }
 
-// write stores next over the row seq, with old's id and the version the
+// writeJob stores next over the row seq, with old's id and the version the
 // store decides: old's, plus one for a visible change (or always, with
 // bump). It skips the write when nothing changed at all.
-func write(ctx context.Context, tx *sql.Tx, seq int64, old, next store.Job, bump bool) (store.Job, error) {
+func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next store.Job, bump bool) (store.Job, error) {
 	next = normalize(next)
 	if next.ID != old.ID {
 		return store.Job{}, fmt.Errorf("update job %s: the id cannot change (to %q)", old.ID, next.ID)
@@ -332,7 +496,7 @@ func write(ctx context.Context, tx *sql.Tx, seq int64, old, next store.Job, bump
 	}
 	_, err := tx.ExecContext(ctx, updateJob, append(values(next), seq)...)
 	if isUniqueViolation(err) {
-		if conflict := activeHolder(ctx, tx, next); conflict != nil {
+		if conflict := s.activeHolder(ctx, tx, next); conflict != nil {
 			return store.Job{}, conflict
 		}
 	}
@@ -363,7 +527,7 @@ func clone(j store.Job) store.Job {
 // UpdateJob implements store.Store.
 func (s *Store) UpdateJob(ctx context.Context, id string, update func(*store.Job) error) (store.Job, error) {
 	var out store.Job
-	err := s.writeTx(ctx, "update job", func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, "update job", func(ctx context.Context, tx *sql.Tx) error {
 		old, seq, err := getJob(ctx, tx, id)
 		if err != nil {
 			return err
@@ -372,7 +536,7 @@ func (s *Store) UpdateJob(ctx context.Context, id string, update func(*store.Job
 		if err := update(&next); err != nil {
 			return err
 		}
-		out, err = write(ctx, tx, seq, old, next, false)
+		out, err = s.writeJob(ctx, tx, seq, old, next, false)
 		return err
 	})
 	if err != nil {
@@ -404,7 +568,7 @@ func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, claim func(*s
 	where, args := claimFilter("state = 'queued' AND run_at <= ?", []any{toMicro(f.Now)}, f)
 	query := "SELECT " + columns + " FROM jobs WHERE " + where + " ORDER BY run_at, seq LIMIT 1"
 	var out store.Job
-	err := s.writeTx(ctx, "claim job", func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, "claim job", func(ctx context.Context, tx *sql.Tx) error {
 		old, seq, err := scanJob(tx.QueryRowContext(ctx, query, args...))
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.ErrNoJob
@@ -414,7 +578,7 @@ func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, claim func(*s
 		}
 		next := clone(old)
 		claim(&next)
-		out, err = write(ctx, tx, seq, old, next, true)
+		out, err = s.writeJob(ctx, tx, seq, old, next, true)
 		return err
 	})
 	if err != nil {
@@ -428,7 +592,7 @@ func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, err
 	var n int
 	for {
 		var batch int64
-		err := s.writeTx(ctx, "delete finished jobs", func(tx *sql.Tx) error {
+		err := s.writeTx(ctx, "delete finished jobs", func(ctx context.Context, tx *sql.Tx) error {
 			res, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE seq IN (
 				SELECT seq FROM jobs
 				WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') AND finished_at < ?

@@ -75,7 +75,7 @@ func TestOpen(t *testing.T) {
 			"journal_mode": "wal",
 			"synchronous":  "2", // FULL: the WAL is fsynced at every commit
 			"foreign_keys": "1",
-			"busy_timeout": strconv.Itoa(int(busyTimeout.Milliseconds())),
+			"busy_timeout": strconv.Itoa(int(busyStep.Milliseconds())),
 		} {
 			if got := pragma(t, s.write, name); got != want {
 				t.Errorf("PRAGMA %s = %s, want %s", name, got, want)
@@ -181,7 +181,7 @@ func TestOpen(t *testing.T) {
 
 func TestAnotherProcessHoldingTheWriteLock(t *testing.T) {
 	path := tempPath(t)
-	s, err := open(path, 50*time.Millisecond)
+	s, err := OpenWith(path, Config{LockTimeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
