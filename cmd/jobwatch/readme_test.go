@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jobwatch/jobwatch/internal/ci"
 )
 
 // readmeBlocks returns the code blocks of README.md marked with
@@ -37,12 +39,8 @@ func readmeBlocks(t *testing.T, name string) []string {
 func needTools(t *testing.T, names ...string) {
 	t.Helper()
 	for _, n := range names {
-		if _, err := exec.LookPath(n); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("%s is required under CI: %v", n, err)
-			}
-			t.Skipf("%s not installed", n)
-		}
+		_, err := exec.LookPath(n)
+		ci.Require(t, err, "the README's examples need "+n)
 	}
 }
 
