@@ -104,9 +104,12 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		w.Handle(k, running.track(execHandler(command, base, out, killDelay)))
 	}
 	log.Info("worker started", "id", w.ID(), "kinds", kinds, "server", cf.server)
-	stopTelling := context.AfterFunc(ctx, running.draining)
-	defer stopTelling()
+	told := make(chan struct{})
+	stopTelling := context.AfterFunc(ctx, func() { running.draining(); close(told) })
 	err = w.Run(ctx)
+	if !stopTelling() { // ctx ended: its message comes before "stopped"
+		<-told
+	}
 	log.Info("worker stopped")
 	return err
 }
@@ -157,8 +160,8 @@ func (r *runningJobs) draining() {
 	if r.drain > 0 {
 		limit = fmt.Sprintf("up to %v (--drain-timeout), then they are stopped and retried", r.drain)
 	}
-	r.log.Info("stopping: no new jobs are claimed; waiting for the running jobs to finish, "+limit,
-		"jobs", r.list())
+	r.log.Info("stopping: no new jobs are claimed; waiting for the running jobs to finish, "+limit+
+		" (a second Ctrl-C quits at once and leaves them to be retried or lost)", "jobs", r.list())
 }
 
 // list is "j_1 (kind), j_2 (kind)" in a stable order; r.mu is held.
