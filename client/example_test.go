@@ -19,13 +19,17 @@ import (
 // Submit a job and wait for its outcome: no poll loop, no deadline to
 // guess, and it keeps waiting across server restarts.
 func Example() {
-	serverURL, stop := exampleServer() // a real server with a "resize" worker
+	serverURL, stop := exampleServer() // a real server with an "enrich" worker, as jobwatch demo has
 	defer stop()
 
 	ctx := context.Background()
 	c := client.New(serverURL)
+	payload, err := structpb.NewStruct(map[string]any{"catalogue": "spring", "batches": 3})
+	if err != nil {
+		log.Fatal(err)
+	}
 	job, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{
-		Kind: "resize", Payload: structpb.NewStringValue("cat.png"),
+		Kind: "enrich", Payload: structpb.NewStructValue(payload),
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -34,8 +38,8 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(done.GetState(), done.GetResult().GetStringValue())
-	// Output: JOB_STATE_SUCCEEDED cat-small.png
+	fmt.Println(done.GetState(), done.GetResult().GetStructValue().AsMap()["batches"])
+	// Output: JOB_STATE_SUCCEEDED 3
 }
 
 // Run handlers for a kind of job; progress reaches watchers at once.
@@ -79,7 +83,8 @@ func ExampleClient_Watch() {
 }
 
 // exampleServer starts a real server on a temporary SQLite file, with an
-// in-process worker that "resizes" images.
+// in-process worker that "resizes" images and "enriches" catalogues (the
+// demo's kind, with a result of the same shape).
 func exampleServer() (url string, stop func()) {
 	dir, err := os.MkdirTemp("", "jobwatch-example")
 	if err != nil {
@@ -97,6 +102,10 @@ func exampleServer() (url string, stop func()) {
 	w.Handle("resize", func(ctx context.Context, job *jobwatchv1.Job, progress client.Progress) (any, error) {
 		name := job.GetPayload().GetStringValue()
 		return strings.TrimSuffix(name, ".png") + "-small.png", nil
+	})
+	w.Handle("enrich", func(ctx context.Context, job *jobwatchv1.Job, progress client.Progress) (any, error) {
+		batches := job.GetPayload().GetStructValue().GetFields()["batches"].GetNumberValue()
+		return map[string]any{"batches": batches, "rows_enriched": 250 * batches}, nil
 	})
 	ran := make(chan struct{})
 	go func() { _ = w.Run(ctx); close(ran) }()

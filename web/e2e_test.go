@@ -18,6 +18,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/jobwatch/jobwatch/internal/ci"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/server"
 	"github.com/jobwatch/jobwatch/store"
@@ -31,12 +32,8 @@ const chromiumPath = "/usr/bin/chromium"
 // installs it and must not pass without running the page.
 func requireChromium(t *testing.T) {
 	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI needs %s for the page's end-to-end test: %v", chromiumPath, err)
-		}
-		t.Skipf("%s not installed: apt-get install chromium", chromiumPath)
-	}
+	_, err := os.Stat(chromiumPath)
+	ci.Require(t, err, "the page's end-to-end test needs Chromium (apt-get install chromium)")
 }
 
 // liveServer is the real jobwatch server on a SQLite file: what

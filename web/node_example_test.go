@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/internal/ci"
 	"github.com/jobwatch/jobwatch/jobs"
 )
 
@@ -22,12 +23,7 @@ func requireNode(t *testing.T) string {
 	if err == nil {
 		_, err = os.Stat(filepath.Join("node_modules", ".bin", "esbuild"))
 	}
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI needs node, npm and web/node_modules (npm ci) for the Node example: %v", err)
-		}
-		t.Skipf("Node example not runnable here (run npm ci in web/): %v", err)
-	}
+	ci.Require(t, err, "the Node example needs node, npm and web/node_modules (npm ci in web/)")
 	return npm
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -126,6 +127,8 @@ func benchOne(ctx context.Context, c *client.Client, poll time.Duration) (map[st
 		return nil, fmt.Errorf("claimed %q, want %q", claim.GetJob().GetId(), job.GetId())
 	}
 
+	// An observer that fails cancels the others with its error as the
+	// cause; every way out waits for all three, so none outlives the call.
 	seen := map[string]time.Time{}
 	var mu sync.Mutex
 	saw := func(who string) {
@@ -133,56 +136,74 @@ func benchOne(ctx context.Context, c *client.Client, poll time.Duration) (map[st
 		seen[who] = time.Now()
 		mu.Unlock()
 	}
-	obsCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
+	failed, fail := context.WithCancelCause(ctx)
+	obsCtx, cancel := context.WithTimeoutCause(failed, time.Minute, errors.New("no observer saw the job end within a minute"))
 	var wg sync.WaitGroup
-	ready := make(chan struct{}, 2)
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		ready <- struct{}{}
-		if _, err := c.WaitForJob(obsCtx, job.GetId()); err == nil {
-			saw("WaitJob")
-		}
+	defer func() {
+		cancel()
+		fail(nil)
+		wg.Wait()
 	}()
-	go func() {
-		defer wg.Done()
+	observe := func(who string, f func() error) {
+		wg.Go(func() {
+			if err := f(); err != nil && obsCtx.Err() == nil {
+				fail(fmt.Errorf("%s: %w", who, err))
+			}
+		})
+	}
+	// ready: the wait's request is about to go out, and the watch holds
+	// the claim's snapshot, so both are under way before the completion.
+	ready := make(chan struct{}, 2)
+	observe("WaitJob", func() error {
+		ready <- struct{}{}
+		if _, err := c.WaitForJob(obsCtx, job.GetId()); err != nil {
+			return err
+		}
+		saw("WaitJob")
+		return nil
+	})
+	observe("WatchJob", func() error {
 		for j, err := range c.Watch(obsCtx, job.GetId()) {
 			if err != nil {
-				return
+				return err
 			}
 			if j.GetVersion() == job.GetVersion()+1 { // the claim's snapshot
 				ready <- struct{}{}
 			}
 			if client.Terminal(j.GetState()) {
 				saw("WatchJob")
-				return
+				return nil
 			}
 		}
-	}()
+		return errors.New("the stream ended before the job did")
+	})
 	pollName := fmt.Sprintf("GetJob every %v", poll)
-	go func() {
-		defer wg.Done()
+	observe(pollName, func() error {
 		t := time.NewTicker(poll)
 		defer t.Stop()
 		for {
 			j, err := c.Get(obsCtx, job.GetId())
 			if err != nil {
-				return
+				return err
 			}
 			if client.Terminal(j.GetState()) {
 				saw(pollName)
-				return
+				return nil
 			}
 			select {
 			case <-t.C:
 			case <-obsCtx.Done():
-				return
+				return context.Cause(obsCtx)
 			}
 		}
-	}()
-	<-ready
-	<-ready
+	})
+	for range 2 {
+		select {
+		case <-ready:
+		case <-obsCtx.Done():
+			return nil, context.Cause(obsCtx)
+		}
+	}
 	// The wait's request is on the wire once its goroutine runs; give it
 	// time to park, and the poll loop a random phase, before completing.
 	time.Sleep(20*time.Millisecond + time.Duration(time.Now().UnixNano()%int64(poll)))
@@ -192,6 +213,9 @@ func benchOne(ctx context.Context, c *client.Client, poll time.Duration) (map[st
 	}
 	saw(completeName)
 	wg.Wait()
+	if obsCtx.Err() != nil { // an observer failed, or the minute passed
+		return nil, context.Cause(obsCtx)
+	}
 	ended := done.GetJob().GetFinishedAt().AsTime()
 	out := map[string]time.Duration{}
 	for _, who := range []string{completeName, "WaitJob", "WatchJob", pollName} {
@@ -225,16 +249,18 @@ func benchParked(ctx context.Context, c *client.Client, n int, stdout io.Writer)
 	runtime.ReadMemStats(&before)
 	g0 := runtime.NumGoroutine()
 
+	// A completion that fails returns early: the waits still parked are
+	// cancelled and waited for, not left behind.
+	waitCtx, cancel := context.WithCancel(ctx)
 	woke := make([]time.Time, n)
 	var wg sync.WaitGroup
-	wg.Add(n)
+	defer func() { cancel(); wg.Wait() }()
 	for i, r := range jobsRunning {
-		go func() {
-			defer wg.Done()
-			if _, err := c.WaitForJob(ctx, r.id); err == nil {
+		wg.Go(func() {
+			if _, err := c.WaitForJob(waitCtx, r.id); err == nil {
 				woke[i] = time.Now()
 			}
-		}()
+		})
 	}
 	// Parked: every wait's handler is in the engine (a metric would tell
 	// exactly; the goroutine count is a plain proxy both sides share).

@@ -527,7 +527,7 @@ func TestExecHandlerKillsTheProcessGroupThatIgnoresSIGTERM(t *testing.T) {
 	var stderr lockedBuffer
 	// The shell and its child ignore SIGTERM (an ignored signal is
 	// inherited); the child also holds stdout open.
-	h := execHandler(`trap "" TERM; echo "progress 10 started"; sleep 30; echo late >&2`, &stderr, 200*time.Millisecond)
+	h := execHandler(`trap "" TERM; echo "progress 10 started"; sleep 30; echo late >&2`, commandEnv(os.Environ(), nil), &stderr, 200*time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan struct{})
 	var once sync.Once
@@ -547,7 +547,7 @@ func TestExecHandlerKillsTheProcessGroupThatIgnoresSIGTERM(t *testing.T) {
 
 func TestExecHandlerKeepsAnUnfinishedLastStderrLine(t *testing.T) {
 	var stderr lockedBuffer
-	h := execHandler(`printf 'first\nno newline at the end' >&2`, &stderr, time.Second)
+	h := execHandler(`printf 'first\nno newline at the end' >&2`, commandEnv(os.Environ(), nil), &stderr, time.Second)
 	if _, err := h(context.Background(), &jobwatchv1.Job{Id: "j_1"}, func(int, string) {}); err != nil {
 		t.Fatal(err)
 	}

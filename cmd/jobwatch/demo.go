@@ -54,16 +54,35 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := checkLoopback(addr, false); err != nil {
 		return err
 	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return serveDemo(ctx, ln, demoOptions{db: db, every: every, leaseTimeout: leaseTimeout, concurrency: concurrency}, stdout, stderr)
+}
+
+// demoOptions are demo's flags beyond the address.
+type demoOptions struct {
+	db                  string
+	every, leaseTimeout time.Duration
+	concurrency         int
+}
+
+// serveDemo runs the demo on ln until ctx ends or serving fails; either
+// way it stops the workers and the submitter and returns only when they
+// have stopped.
+func serveDemo(ctx context.Context, ln net.Listener, o demoOptions, stdout, stderr io.Writer) error {
+	defer ln.Close()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
-	st, err := sqlite.Open(db)
+	st, err := sqlite.Open(o.db)
 	if err != nil {
-		return fmt.Errorf("open database %s: %w", db, err)
+		return fmt.Errorf("open database %s: %w", o.db, err)
 	}
 	defer st.Close()
 	metrics := server.NewMetrics()
 	engine := jobs.New(st, jobs.Config{
-		LeaseTimeout:        leaseTimeout,
+		LeaseTimeout:        o.leaseTimeout,
 		SweepInterval:       250 * time.Millisecond,
 		RetryInitialBackoff: time.Second,
 		RetryMaxBackoff:     2 * time.Second,
@@ -77,13 +96,13 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Version:   version(),
 		Page:      web.Handler(),
 	})
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
 
-	// Everything but the server stops when ctx ends; the server then
-	// shuts down, and the engine's duties run until it has.
+	// The workers and the submitter run until ctx ends or the server
+	// stops serving, whichever is first: a server that failed must not
+	// leave them waiting for a Ctrl-C. The engine's duties run until the
+	// server has shut down.
+	demoCtx, stopDemo := context.WithCancel(ctx)
+	defer stopDemo()
 	engineCtx, stopEngine := context.WithCancel(context.Background())
 	defer stopEngine()
 	var bg sync.WaitGroup
@@ -91,8 +110,8 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	w := client.NewWorker(&demoBackend{WorkerBackend: client.EngineBackend(engine, 0)}, client.WorkerConfig{
 		ID:                "demo-worker",
-		Concurrency:       concurrency,
-		HeartbeatInterval: leaseTimeout / 5,
+		Concurrency:       o.concurrency,
+		HeartbeatInterval: o.leaseTimeout / 5,
 		DrainTimeout:      2 * time.Second,
 		Logger:            log,
 	})
@@ -101,16 +120,20 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	w.Handle("flaky", flakyJob)
 	w.Handle("hang", hangJob)
 	bg.Go(func() {
-		if err := w.Run(ctx); err != nil {
+		if err := w.Run(demoCtx); err != nil {
 			log.Error("demo worker stopped", "err", err)
 		}
 	})
-	bg.Go(func() { submitDemoJobs(ctx, engine, every, log) })
+	bg.Go(func() { submitDemoJobs(demoCtx, engine, o.every, log) })
 
 	url := "http://" + ln.Addr().String() + "/"
 	fmt.Fprintf(stdout, "jobwatch demo: open %s\n", url)
 	fmt.Fprintf(stdout, "  try: jobwatch list --server http://%s   (Ctrl-C stops the demo)\n", ln.Addr())
 	err = srv.Serve(ctx, ln)
+	if err != nil {
+		err = fmt.Errorf("serve: %w", err)
+	}
+	stopDemo()
 	stopEngine() // engine.Run is one of bg's goroutines
 	bg.Wait()
 	return err

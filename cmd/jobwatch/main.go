@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -32,18 +33,54 @@ Commands:
   watch    follow a job's progress live
   worker   run a shell command for each job of a kind
   bench    measure how soon waits and watches learn that a job ended
-  help     print this text
+  version  print the version jobwatch was built from
+  help     print this text, or "jobwatch help <command>" for a command's flags
 
-Run "jobwatch <command> -h" for a command's flags.
+Run "jobwatch help <command>" or "jobwatch <command> -h" for a command's flags.
 `
 
 func main() {
 	// SIGINT and SIGTERM end ctx: serve then shuts down gracefully, and a
 	// second signal kills the process the default way.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// NotifyContext keeps catching the signals until stop: stop at the
+	// first one, so the second is not swallowed.
+	context.AfterFunc(ctx, stop)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// commandFunc runs one subcommand with its arguments.
+type commandFunc func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+
+// command is the subcommand called name, or nil if there is none.
+func command(name string) commandFunc {
+	switch name {
+	case "serve":
+		return func(ctx context.Context, args []string, _, stderr io.Writer) error { return serve(ctx, args, stderr) }
+	case "demo":
+		return demo
+	case "submit":
+		return submit
+	case "get":
+		return get
+	case "list":
+		return list
+	case "cancel":
+		return cancel
+	case "start":
+		return start
+	case "wait":
+		return wait
+	case "watch":
+		return watch
+	case "worker":
+		return worker
+	case "bench":
+		return bench
+	}
+	return nil
 }
 
 // run dispatches to a subcommand and turns its error into an exit code:
@@ -53,37 +90,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	var err error
-	switch cmd, rest := args[0], args[1:]; cmd {
-	case "serve":
-		err = serve(ctx, rest, stderr)
-	case "demo":
-		err = demo(ctx, rest, stdout, stderr)
-	case "submit":
-		err = submit(ctx, rest, stdout, stderr)
-	case "get":
-		err = get(ctx, rest, stdout, stderr)
-	case "list":
-		err = list(ctx, rest, stdout, stderr)
-	case "cancel":
-		err = cancel(ctx, rest, stdout, stderr)
-	case "start":
-		err = start(ctx, rest, stdout, stderr)
-	case "wait":
-		err = wait(ctx, rest, stdout, stderr)
-	case "watch":
-		err = watch(ctx, rest, stdout, stderr)
-	case "worker":
-		err = worker(ctx, rest, stdout, stderr)
-	case "bench":
-		err = bench(ctx, rest, stdout, stderr)
-	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage)
+	name, rest := args[0], args[1:]
+	switch name {
+	case "version", "-version", "--version":
+		fmt.Fprintf(stdout, "jobwatch %s\n", version())
 		return 0
-	default:
-		fmt.Fprintf(stderr, "jobwatch: unknown command %q\n\n%s", cmd, usage)
+	case "help", "-h", "-help", "--help":
+		if len(rest) == 0 {
+			fmt.Fprint(stdout, usage)
+			return 0
+		}
+		if len(rest) > 1 || command(rest[0]) == nil {
+			fmt.Fprintf(stderr, "jobwatch: help %s: no such command\n\n%s", strings.Join(rest, " "), usage)
+			return 2
+		}
+		// A command's -h prints its usage to stderr, where flag errors
+		// go; asked for by name, the usage is the answer: stdout.
+		return run(ctx, []string{rest[0], "-h"}, stdout, stdout)
+	}
+	cmd := command(name)
+	if cmd == nil {
+		fmt.Fprintf(stderr, "jobwatch: unknown command %q\n\n%s", name, usage)
 		return 2
 	}
+	err := cmd(ctx, rest, stdout, stderr)
 	var exit exitCodeError // a job's outcome (wait, watch): its own exit status
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
@@ -109,10 +139,15 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 // newFlagSet returns a flag set that reports errors instead of exiting, so
-// run decides the exit code.
+// run decides the exit code. Its usage starts "Usage: jobwatch NAME", as
+// every command's does; commands with more to say set their own.
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("jobwatch "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: jobwatch %s [flags]\n\nFlags:\n", name)
+		fs.PrintDefaults()
+	}
 	return fs
 }
 

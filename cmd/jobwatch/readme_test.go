@@ -8,9 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jobwatch/jobwatch/internal/ci"
 )
 
 // readmeBlocks returns the code blocks of README.md marked with
@@ -37,12 +40,8 @@ func readmeBlocks(t *testing.T, name string) []string {
 func needTools(t *testing.T, names ...string) {
 	t.Helper()
 	for _, n := range names {
-		if _, err := exec.LookPath(n); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("%s is required under CI: %v", n, err)
-			}
-			t.Skipf("%s not installed", n)
-		}
+		_, err := exec.LookPath(n)
+		ci.Require(t, err, "the README's examples need "+n)
 	}
 }
 
@@ -84,30 +83,94 @@ func startDemo(t *testing.T) string {
 }
 
 // TestREADMECurlExamples runs the README's curl examples, as written,
-// against "jobwatch demo" and checks what a reader is told to expect.
+// against "jobwatch demo" and checks what a reader is told to expect, in
+// the POSIX shell (dash, Debian's sh) as well as in bash.
 func TestREADMECurlExamples(t *testing.T) {
-	needTools(t, "bash", "curl", "jq")
+	needTools(t, "sh", "bash", "curl", "jq")
 	base := startDemo(t)
-	script := "set -euo pipefail\n" + strings.Join(readmeBlocks(t, "curl"), "\n")
-	script = strings.ReplaceAll(script, "http://127.0.0.1:8080", base)
+	for _, shell := range []struct{ name, prelude string }{
+		{"sh", "set -eu\n"}, // dash has no pipefail
+		{"bash", "set -euo pipefail\n"},
+	} {
+		t.Run(shell.name, func(t *testing.T) {
+			script := shell.prelude + strings.Join(readmeBlocks(t, "curl"), "\n")
+			script = strings.ReplaceAll(script, "http://127.0.0.1:8080", base)
 
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, shell.name, "-c", script).CombinedOutput()
+			if err != nil {
+				t.Fatalf("README examples failed: %v\n%s", err, out)
+			}
+			got := string(out)
+			for _, want := range []*regexp.Regexp{
+				regexp.MustCompile(`(?m)^j_[0-9a-z]+$`),                            // submit printed the id
+				regexp.MustCompile(`"state": "JOB_STATE_SUCCEEDED"`),               // wait returned the end
+				regexp.MustCompile(`"rows_enriched"`),                              // with the result inline
+				regexp.MustCompile(`(?m)^\{"job":\{.*"state":"JOB_STATE_RUNNING"`), // watch streamed progress
+				regexp.MustCompile(`(?m)^\{"job":\{.*"state":"JOB_STATE_SUCCEEDED"`),
+				regexp.MustCompile(`"code":"not_found"`),
+			} {
+				if !want.MatchString(got) {
+					t.Errorf("README examples' output lacks %s:\n%s", want, got)
+				}
+			}
+		})
+	}
+}
+
+// jobwatchOnPath puts a "jobwatch" on PATH that runs this test binary as
+// the real command, so README blocks run as a reader types them, and
+// returns the environment to run them in.
+func jobwatchOnPath(t *testing.T, server string) []string {
+	t.Helper()
+	bin := t.TempDir()
+	wrapper := "#!/bin/sh\nJOBWATCH_TEST_RUN_MAIN=1 exec '" + os.Args[0] + "' \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "jobwatch"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"JOBWATCH_SERVER="+server, "JOBWATCH_TOKEN=")
+}
+
+// TestREADMEWorkerExampleRunsTheShippedScript runs the README's worker
+// block as written, from the repository's root as the README's paths
+// assume: the worker runs examples/resize.sh, and the job submitted for
+// it succeeds with the result the README promises.
+func TestREADMEWorkerExampleRunsTheShippedScript(t *testing.T) {
+	s := startCLIServer(t, 5*time.Second)
+	blocks := readmeBlocks(t, "worker")
+	// The block leaves its worker in the background; stop it as Ctrl-C
+	// would (SIGTERM: a background job of a script ignores SIGINT) and
+	// let it drain.
+	script := "set -eu\n" + strings.Join(blocks, "\n") + "\nkill -TERM $!\nwait $!\n"
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "bash", "-c", script).CombinedOutput()
+	cmd := exec.CommandContext(ctx, "sh", "-c", script)
+	cmd.Dir = "../.."
+	cmd.Env = jobwatchOnPath(t, s.URL)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("README examples failed: %v\n%s", err, out)
+		t.Fatalf("the README's worker example failed: %v\n%s", err, out)
 	}
-	got := string(out)
-	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^j_[0-9a-z]+$`),                            // submit printed the id
-		regexp.MustCompile(`"state": "JOB_STATE_SUCCEEDED"`),               // wait returned the end
-		regexp.MustCompile(`"rows_enriched"`),                              // with the result inline
-		regexp.MustCompile(`(?m)^\{"job":\{.*"state":"JOB_STATE_RUNNING"`), // watch streamed progress
-		regexp.MustCompile(`(?m)^\{"job":\{.*"state":"JOB_STATE_SUCCEEDED"`),
-		regexp.MustCompile(`"code":"not_found"`),
-	} {
-		if !want.MatchString(got) {
-			t.Errorf("README examples' output lacks %s:\n%s", want, got)
+	if !strings.Contains(string(out), "SUCCEEDED") || !strings.Contains(string(out), `"cat-small.png"`) {
+		t.Fatalf("the README's worker example printed:\n%s\nwant the job SUCCEEDED with result \"cat-small.png\"", out)
+	}
+}
+
+// TestREADMEGoExampleUsesAKindTheDemoRuns: the README says to run the Go
+// example against jobwatch demo, so its kind must be one the demo's
+// workers run, or it waits for ever.
+func TestREADMEGoExampleUsesAKindTheDemoRuns(t *testing.T) {
+	for _, block := range readmeBlocks(t, "go") {
+		kinds := regexp.MustCompile(`Kind: "([^"]+)"`).FindAllStringSubmatch(block, -1)
+		if len(kinds) == 0 {
+			t.Fatalf("the README's Go example submits no kind:\n%s", block)
+		}
+		for _, k := range kinds {
+			if !slices.Contains(demoKinds, k[1]) {
+				t.Errorf("the README's Go example submits %q, which jobwatch demo does not run (it runs %v)", k[1], demoKinds)
+			}
 		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -18,6 +17,16 @@ import (
 	"github.com/jobwatch/jobwatch/store/sqlite"
 	"github.com/jobwatch/jobwatch/web"
 )
+
+const serveUsage = `Usage: jobwatch serve [flags]
+
+Runs the server: the API (Connect, gRPC and gRPC-Web), the page at /,
+/metrics and gRPC health on one port, HTTP/1.1 and cleartext HTTP/2, with
+jobs in a SQLite file. Without authentication it listens on loopback only.
+SIGINT or SIGTERM shuts it down gracefully: parked calls answer at once.
+
+Flags:
+`
 
 // serveFlags are the flags of "jobwatch serve".
 type serveFlags struct {
@@ -39,6 +48,7 @@ type serveFlags struct {
 func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	var f serveFlags
 	fs := newFlagSet("serve", stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "`host:port` to listen on (HTTP/1.1 and h2c)")
 	fs.StringVar(&f.db, "db", "jobwatch.db", "SQLite database `file` (created if missing)")
 	fs.StringVar(&f.config, "config", "", "queue configuration `file` (queues are not read yet)")
@@ -49,7 +59,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.DurationVar(&f.keepalive, "keepalive", 15*time.Second, "idle streams send an empty message this often")
 	fs.DurationVar(&f.lockTimeout, "lock-timeout", sqlite.DefaultLockTimeout, "a write that cannot get the database this long (another process holds its lock, or writes queue) answers unavailable")
 	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", 1<<20, "largest request message in `bytes`")
-	fs.TextVar(&f.logLevel, "log-level", slog.LevelInfo, "log `level`: debug (logs every call), info, warn or error")
+	fs.Var(levelFlag{&f.logLevel}, "log-level", "log `level`: debug (logs every call), info, warn or error")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without authentication")
 	fs.StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated browser `origins` allowed to call the API (\"*\" for any); empty: no CORS")
 	if err := parseFlags(fs, args); err != nil {
@@ -208,10 +218,16 @@ func splitList(s string) []string {
 	return out
 }
 
-// version is the module version the binary was built from, or "dev".
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
+// levelFlag is a log level as the README and --help spell it: "info",
+// where slog.Level prints "INFO". The zero levelFlag prints "", so the
+// flag package shows the default (info, slog's zero level) in --help.
+type levelFlag struct{ level *slog.Level }
+
+func (f levelFlag) String() string {
+	if f.level == nil {
+		return ""
 	}
-	return "dev"
+	return strings.ToLower(f.level.String())
 }
+
+func (f levelFlag) Set(s string) error { return f.level.UnmarshalText([]byte(s)) }

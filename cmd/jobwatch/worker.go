@@ -2,14 +2,17 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,14 +33,20 @@ until interrupted; then it stops claiming and lets running commands finish
 
 The command's protocol:
   stdin    the job's payload as JSON ("null" when there is none)
-  env      JOBWATCH_JOB_ID, JOBWATCH_KIND, JOBWATCH_TENANT, JOBWATCH_ATTEMPT
+  env      JOBWATCH_JOB_ID, JOBWATCH_KIND, JOBWATCH_TENANT, JOBWATCH_ATTEMPT,
+           JOBWATCH_MAX_ATTEMPTS; from the worker's own environment only
+           PATH, HOME, USER, LOGNAME, LANG, LC_*, TZ and TMPDIR, plus what
+           --env names (never JOBWATCH_TOKEN unless --env names it)
   stdout   "progress 45 batch 5 of 11" sets percent 45 and step "batch 5 of 11";
            "error TYPE message" sets the error reported if the command fails
            (TYPE and message are shown to callers);
            the last line that is JSON becomes the job's result;
            other lines are copied to the worker's stderr
+  stderr   copied to the worker's stderr, each line prefixed with the job id
+           (a line longer than 64 KiB is copied in pieces)
   exit 0   the job SUCCEEDED
-  exit 75  the attempt failed and may be retried (EX_TEMPFAIL)
+  exit 75  the attempt failed and may be retried (EX_TEMPFAIL), if the job
+           has attempts left: submit it with --max-attempts 2 or more
   other    the job FAILED, with error type ExitError ("exit status N")
            unless an "error" line said otherwise
   When the job is cancelled or its lease is lost, the command's process
@@ -52,6 +61,7 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var kinds, queues, command, id string
 	var concurrency int
 	var heartbeat, drain time.Duration
+	var env envFlag
 	fs := newFlagSet("worker", stderr)
 	cf.register(fs)
 	fs.StringVar(&kinds, "kind", "", "job `kinds` to run, comma-separated (required)")
@@ -61,6 +71,7 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&id, "id", "", "worker `id` shown on its jobs (default: host-pid-random)")
 	fs.DurationVar(&heartbeat, "heartbeat", 10*time.Second, "heartbeat interval (kept under a third of the lease timeout)")
 	fs.DurationVar(&drain, "drain-timeout", time.Minute, "on interrupt, how long running commands may take to finish before they are stopped")
+	fs.Var(&env, "env", "pass `NAME` from the worker's environment to commands, or set NAME=VALUE (repeatable)")
 	fs.Usage = func() { fmt.Fprint(stderr, workerUsage); fs.PrintDefaults() }
 	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
@@ -87,22 +98,141 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Logger:            log,
 	})
 	out := &lockedWriter{w: stderr}
+	base := commandEnv(os.Environ(), env)
+	running := &runningJobs{log: log, drain: drain}
 	for _, k := range splitList(kinds) {
-		w.Handle(k, execHandler(command, out, killDelay))
+		w.Handle(k, running.track(execHandler(command, base, out, killDelay)))
 	}
 	log.Info("worker started", "id", w.ID(), "kinds", kinds, "server", cf.server)
+	told := make(chan struct{})
+	stopTelling := context.AfterFunc(ctx, func() { running.draining(); close(told) })
 	err = w.Run(ctx)
+	if !stopTelling() { // ctx ended: its message comes before "stopped"
+		<-told
+	}
 	log.Info("worker stopped")
 	return err
+}
+
+// runningJobs knows which jobs the worker's commands are running, so that
+// on Ctrl-C the worker says what it is waiting for instead of sitting
+// silent for up to --drain-timeout.
+type runningJobs struct {
+	log   *slog.Logger
+	drain time.Duration
+
+	mu       sync.Mutex
+	jobs     map[string]string // job id → kind
+	stopping bool
+}
+
+// track wraps h so the job is counted while h runs.
+func (r *runningJobs) track(h client.Handler) client.Handler {
+	return func(ctx context.Context, job *jobwatchv1.Job, progress client.Progress) (any, error) {
+		r.mu.Lock()
+		if r.jobs == nil {
+			r.jobs = make(map[string]string)
+		}
+		r.jobs[job.GetId()] = job.GetKind()
+		r.mu.Unlock()
+		defer func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			delete(r.jobs, job.GetId())
+			if r.stopping && len(r.jobs) > 0 {
+				r.log.Info("still waiting for running jobs", "jobs", r.list())
+			}
+		}()
+		return h(ctx, job, progress)
+	}
+}
+
+// draining says, once the worker stops claiming, which jobs it waits for.
+func (r *runningJobs) draining() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopping = true
+	if len(r.jobs) == 0 {
+		r.log.Info("stopping: no new jobs are claimed; none is running")
+		return
+	}
+	limit := "as long as they take"
+	if r.drain > 0 {
+		limit = fmt.Sprintf("up to %v (--drain-timeout), then they are stopped and retried", r.drain)
+	}
+	r.log.Info("stopping: no new jobs are claimed; waiting for the running jobs to finish, "+limit+
+		" (a second Ctrl-C quits at once and leaves them to be retried or lost)", "jobs", r.list())
+}
+
+// list is "j_1 (kind), j_2 (kind)" in a stable order; r.mu is held.
+func (r *runningJobs) list() string {
+	ids := slices.Sorted(maps.Keys(r.jobs))
+	for i, id := range ids {
+		ids[i] = id + " (" + r.jobs[id] + ")"
+	}
+	return strings.Join(ids, ", ")
+}
+
+// commandEnv is the environment every command starts from: the variables
+// named in passedEnv and prefixed in passedEnvPrefixes, taken from the
+// worker's environ, then what --env names or sets. Everything else the
+// worker has (JOBWATCH_TOKEN above all, which would let any job command
+// act as this worker) stays out.
+func commandEnv(environ []string, extra envFlag) []string {
+	var env []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if slices.Contains(passedEnv, name) || slices.ContainsFunc(passedEnvPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
+			env = append(env, kv)
+		}
+	}
+	for _, e := range extra {
+		if _, _, set := strings.Cut(e, "="); set {
+			env = append(env, e)
+			continue
+		}
+		for _, kv := range environ {
+			if strings.HasPrefix(kv, e+"=") {
+				env = append(env, kv)
+			}
+		}
+	}
+	return env
+}
+
+// passedEnv and passedEnvPrefixes are what a command gets from the
+// worker's environment without asking: what programs need to find other
+// programs, files, the user, language and time zone.
+var (
+	passedEnv         = []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR"}
+	passedEnvPrefixes = []string{"LC_"}
+)
+
+// envFlag is the repeatable --env NAME or --env NAME=VALUE.
+type envFlag []string
+
+func (f *envFlag) String() string { return strings.Join(*f, ",") }
+
+func (f *envFlag) Set(s string) error {
+	name, _, _ := strings.Cut(s, "=")
+	switch {
+	case name == "" || strings.ContainsAny(name, " \t\n\x00"):
+		return fmt.Errorf("%q is not NAME or NAME=VALUE", s)
+	case strings.HasPrefix(name, "JOBWATCH_") && name != "JOBWATCH_TOKEN" && name != "JOBWATCH_SERVER":
+		return fmt.Errorf("%s is set by the worker for each job", name)
+	}
+	*f = append(*f, s)
+	return nil
 }
 
 // killDelay is how long a cancelled command's process group has between
 // SIGTERM and SIGKILL.
 const killDelay = 10 * time.Second
 
-// execHandler runs command for each job as the usage text describes; a
-// cancelled command's process group gets SIGTERM, and SIGKILL after kill.
-func execHandler(command string, out io.Writer, kill time.Duration) client.Handler {
+// execHandler runs command for each job as the usage text describes, in
+// env plus the job's variables; a cancelled command's process group gets
+// SIGTERM, and SIGKILL after kill.
+func execHandler(command string, env []string, out io.Writer, kill time.Duration) client.Handler {
 	return func(ctx context.Context, job *jobwatchv1.Job, progress client.Progress) (any, error) {
 		stdin := []byte("null")
 		if p := job.GetPayload(); p != nil {
@@ -114,11 +244,14 @@ func execHandler(command string, out io.Writer, kill time.Duration) client.Handl
 		}
 		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
 		cmd.Stdin = strings.NewReader(string(stdin) + "\n")
-		cmd.Env = append(os.Environ(),
+		// The job's variables come last, so they win over any the
+		// operator passed.
+		cmd.Env = append(slices.Clip(env),
 			"JOBWATCH_JOB_ID="+job.GetId(),
 			"JOBWATCH_KIND="+job.GetKind(),
 			"JOBWATCH_TENANT="+job.GetTenant(),
 			"JOBWATCH_ATTEMPT="+strconv.Itoa(int(job.GetAttempt())),
+			"JOBWATCH_MAX_ATTEMPTS="+strconv.Itoa(int(job.GetMaxAttempts())),
 		)
 		errOut := &prefixWriter{w: out, prefix: job.GetId() + ": "}
 		defer errOut.flush()
@@ -236,8 +369,13 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// maxStderrLine is the most of one stderr line a worker holds: a command
+// that writes without newlines is copied in pieces of this size rather
+// than held in memory until it ends.
+const maxStderrLine = 64 << 10
+
 // prefixWriter prefixes each line with the job id; flush writes out a
-// last line that has no newline.
+// last line that has no newline. It holds at most maxStderrLine bytes.
 type prefixWriter struct {
 	w      io.Writer
 	prefix string
@@ -248,25 +386,42 @@ type prefixWriter struct {
 func (p *prefixWriter) Write(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.buf = append(p.buf, b...)
-	for {
-		i := strings.IndexByte(string(p.buf), '\n')
+	n := len(b)
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
-			break
+			// No end of line yet: keep it, up to the limit.
+			room := maxStderrLine - len(p.buf)
+			take := min(room, len(b))
+			p.buf = append(p.buf, b[:take]...)
+			b = b[take:]
+			if len(p.buf) == maxStderrLine {
+				if err := p.emit(); err != nil {
+					return 0, err
+				}
+			}
+			continue
 		}
-		if _, err := fmt.Fprintf(p.w, "%s%s\n", p.prefix, p.buf[:i]); err != nil {
+		p.buf = append(p.buf, b[:i]...)
+		b = b[i+1:]
+		if err := p.emit(); err != nil {
 			return 0, err
 		}
-		p.buf = p.buf[i+1:]
 	}
-	return len(b), nil
+	return n, nil
+}
+
+// emit writes out the held line (or piece of one); p.mu is held.
+func (p *prefixWriter) emit() error {
+	_, err := fmt.Fprintf(p.w, "%s%s\n", p.prefix, p.buf)
+	p.buf = p.buf[:0]
+	return err
 }
 
 func (p *prefixWriter) flush() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.buf) > 0 {
-		fmt.Fprintf(p.w, "%s%s\n", p.prefix, p.buf)
-		p.buf = nil
+		_ = p.emit()
 	}
 }

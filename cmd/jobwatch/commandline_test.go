@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEveryCommandExplainsItself: "jobwatch help CMD" and "CMD -h" print
+// the command's own usage (never Go's "Usage of …" line) and exit 0.
+func TestEveryCommandExplainsItself(t *testing.T) {
+	for _, name := range []string{"serve", "demo", "submit", "get", "list", "cancel", "start", "wait", "watch", "worker", "bench"} {
+		t.Run(name, func(t *testing.T) {
+			if !strings.Contains(usage, "\n  "+name+" ") {
+				t.Errorf("jobwatch's usage does not list %s", name)
+			}
+			code, out, errOut := runJobwatch(t, "help", name)
+			if code != 0 || !strings.HasPrefix(out, "Usage: jobwatch "+name) || strings.Contains(out, "Usage of") {
+				t.Fatalf("jobwatch help %s = exit %d, stdout %q, stderr %q; want 0 and its usage on stdout", name, code, out, errOut)
+			}
+			code, _, errOut = runJobwatch(t, name, "-h")
+			if code != 0 || !strings.HasPrefix(errOut, "Usage: jobwatch "+name) {
+				t.Fatalf("jobwatch %s -h = exit %d, stderr %q; want 0 and its usage", name, code, errOut)
+			}
+		})
+	}
+	if code, _, errOut := runJobwatch(t, "help", "frobnicate"); code != 2 || !strings.Contains(errOut, "no such command") {
+		t.Fatalf("jobwatch help frobnicate = exit %d, %q; want 2 and no such command", code, errOut)
+	}
+}
+
+func TestServeHelpShowsTheLogLevelAsTheREADMESpellsIt(t *testing.T) {
+	code, out, _ := runJobwatch(t, "help", "serve")
+	if code != 0 || !strings.Contains(out, "(default info)") || strings.Contains(out, "INFO") {
+		t.Fatalf("jobwatch help serve = exit %d:\n%s\nwant the --log-level default as \"info\"", code, out)
+	}
+}
+
+func TestVersionSaysWhatTheBinaryWasBuiltFrom(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"version"}} {
+		code, out, errOut := runJobwatch(t, args...)
+		// The test binary carries no module version or VCS stamp.
+		if code != 0 || out != "jobwatch dev\n" {
+			t.Fatalf("jobwatch %v = exit %d, %q (stderr %q); want 0 and \"jobwatch dev\"", args, code, out, errOut)
+		}
+	}
+	rev := "0123456789abcdef0123456789abcdef01234567"
+	for _, tt := range []struct {
+		name string
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{"no build info", nil, "dev"},
+		{"go run, go test", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "dev"},
+		{"go install …@v1.2.0", &debug.BuildInfo{Main: debug.Module{Version: "v1.2.0"}}, "v1.2.0"},
+		{"a build that stamped the revision", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"},
+			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: rev}, {Key: "vcs.modified", Value: "false"}}}, "0123456789ab"},
+		{"a build of a modified checkout", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"},
+			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: rev}, {Key: "vcs.modified", Value: "true"}}}, "0123456789ab-dirty"},
+	} {
+		if got := versionFrom(tt.bi); got != tt.want {
+			t.Errorf("%s: version %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestDemoStopsWhenServingFails: the demo's workers and submitter stop
+// with the server, so a failed server returns its error instead of
+// hanging until Ctrl-C.
+func TestDemoStopsWhenServingFails(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close() // Serve's first Accept fails
+	done := make(chan error, 1)
+	go func() {
+		done <- serveDemo(context.Background(), ln, demoOptions{
+			db: filepath.Join(t.TempDir(), "demo.db"), every: 10 * time.Millisecond,
+			leaseTimeout: 5 * time.Second, concurrency: 2,
+		}, io.Discard, io.Discard)
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !regexp.MustCompile(`serve: .*closed`).MatchString(err.Error()) {
+			t.Fatalf("demo returned %v, want the serve error", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("demo still runs after its server failed")
+	}
+}

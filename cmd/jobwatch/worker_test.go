@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+)
+
+// startWorker runs "jobwatch worker" as its own process with extraEnv
+// added to the test's environment, and returns its stderr.
+func startWorker(t *testing.T, ctx context.Context, extraEnv []string, args ...string) (*lockedBuffer, func() error, func(os.Signal)) {
+	t.Helper()
+	cmd := jobwatchCmd(ctx, append([]string{"worker"}, args...)...)
+	cmd.Env = append(cmd.Env, extraEnv...)
+	var logs lockedBuffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return &logs, cmd.Wait, func(s os.Signal) {
+		if err := cmd.Process.Signal(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitFor polls cond until it holds; the deadline only fails a broken
+// build.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+	}
+}
+
+func TestWorkerExecGivesCommandsAMinimalEnvironment(t *testing.T) {
+	s := startCLIServer(t, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	logs, _, _ := startWorker(t, ctx, []string{
+		"JOBWATCH_TOKEN=s3cret-worker-token", "AWS_SECRET_ACCESS_KEY=also-secret",
+		"FOO=bar", "LC_TIME=C.UTF-8", "TZ=UTC",
+	}, "--server", s.URL, "--token", "s3cret-worker-token", "--kind", "env", "--exec", "env", "--env", "FOO", "--env", "BAZ=qux")
+
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "env", MaxAttempts: 3})
+	j, err := s.Client.WaitForJob(ctx, id)
+	if err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("env job = %v, %v; logs:\n%s", j, err, logs)
+	}
+	// "env" prints NAME=VALUE lines; the worker copies them as "ID: line".
+	got := map[string]string{}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if kv, ok := strings.CutPrefix(line, id+": "); ok {
+			name, value, _ := strings.Cut(kv, "=")
+			got[name] = value
+		}
+	}
+	for name, want := range map[string]string{
+		"JOBWATCH_JOB_ID": id, "JOBWATCH_KIND": "env", "JOBWATCH_TENANT": "default", "JOBWATCH_ATTEMPT": "1",
+		"JOBWATCH_MAX_ATTEMPTS": "3", "FOO": "bar", "BAZ": "qux", "LC_TIME": "C.UTF-8", "TZ": "UTC", "PATH": os.Getenv("PATH"),
+	} {
+		if got[name] != want {
+			t.Errorf("the command's %s = %q, want %q", name, got[name], want)
+		}
+	}
+	// Anything else is one of the documented variables, or one the shell
+	// sets for itself.
+	allowed := append(slices.Clone(passedEnv), "PWD", "OLDPWD", "SHLVL", "_")
+	for name := range got {
+		if strings.HasPrefix(name, "JOBWATCH_") && name != "JOBWATCH_TOKEN" && name != "JOBWATCH_SERVER" && name != "JOBWATCH_TEST_RUN_MAIN" {
+			continue
+		}
+		if !slices.Contains(allowed, name) && !strings.HasPrefix(name, "LC_") && name != "FOO" && name != "BAZ" {
+			t.Errorf("the command got %s=%q from the worker's environment", name, got[name])
+		}
+	}
+	if len(got) == 0 {
+		t.Fatalf("no environment copied from the command; logs:\n%s", logs)
+	}
+}
+
+func TestWorkerEnvFlagRefusesTheJobsOwnVariables(t *testing.T) {
+	code, _, errOut := runInProcess(t, "worker", "--kind", "k", "--exec", "true", "--env", "JOBWATCH_JOB_ID=j_1")
+	if code != 2 || !strings.Contains(errOut, "set by the worker for each job") {
+		t.Fatalf("worker --env JOBWATCH_JOB_ID=… = exit %d, %q; want 2 and why", code, errOut)
+	}
+}
+
+func TestExecHandlerCopiesALongStderrLineInPieces(t *testing.T) {
+	var stderr lockedBuffer
+	stop := filepath.Join(t.TempDir(), "stop")
+	const size = 1 << 20
+	// A MiB without a newline, then the command runs on until told.
+	h := execHandler(`head -c 1048576 /dev/zero | tr '\0' x >&2; while [ ! -e "$STOP" ]; do sleep 0.02; done`,
+		commandEnv(os.Environ(), envFlag{"STOP=" + stop}), &stderr, time.Second)
+	done := make(chan error, 1)
+	go func() {
+		_, err := h(context.Background(), &jobwatchv1.Job{Id: "j_1"}, func(int, string) {})
+		done <- err
+	}()
+	// While the command still runs, the worker has copied all but at most
+	// one piece: it does not hold the line until the command ends.
+	waitFor(t, "the long line to be copied while the command runs", func() bool {
+		return strings.Count(stderr.String(), "x") >= size-maxStderrLine
+	})
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	out := stderr.String()
+	if n := strings.Count(out, "x"); n != size {
+		t.Fatalf("copied %d of %d bytes", n, size)
+	}
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		if !strings.HasPrefix(line, "j_1: ") || len(line) > len("j_1: ")+maxStderrLine {
+			t.Fatalf("a copied line of %d bytes (prefix %q); want every piece prefixed and at most %d", len(line), line[:min(len(line), 8)], maxStderrLine)
+		}
+	}
+}
+
+func TestWorkerSaysWhatItWaitsForOnCtrlC(t *testing.T) {
+	s := startCLIServer(t, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	finish := filepath.Join(t.TempDir(), "finish")
+	logs, wait, signal := startWorker(t, ctx, nil, "--server", s.URL, "--kind", "slow", "--heartbeat", "200ms",
+		"--env", "FINISH="+finish, "--exec", `echo "progress 10 working"; while [ ! -e "$FINISH" ]; do sleep 0.02; done; echo '"finished"'`)
+
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "slow"})
+	for j, err := range s.Client.Watch(ctx, id) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.GetStep() == "working" {
+			break
+		}
+	}
+	signal(syscall.SIGINT)
+	waitFor(t, "the worker to say which job it waits for", func() bool {
+		return strings.Contains(logs.String(), "waiting for the running jobs") && strings.Contains(logs.String(), id+" (slow)")
+	})
+	if err := os.WriteFile(finish, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(); err != nil {
+		t.Fatalf("worker exited with %v after Ctrl-C, want 0; logs:\n%s", err, logs)
+	}
+	if j, err := s.Client.Get(ctx, id); err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("the drained job = %v, %v; want SUCCEEDED", j, err)
+	}
+}
