@@ -48,6 +48,9 @@ type testServer struct {
 type serverOptions struct {
 	dbPath string // "": a new file in t.TempDir()
 	config server.Config
+	// engine configures the engine; its Logger, Metrics and Now are set
+	// from the test server's.
+	engine jobs.Config
 	// wrapStore lets a test inject faults around the real store.
 	wrapStore func(store.Store) store.Store
 	// now is the engine's clock; nil is the real one.
@@ -70,7 +73,9 @@ func startServer(t *testing.T, o serverOptions) *testServer {
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	metrics := server.NewMetrics()
-	engine := jobs.New(st, jobs.Config{Logger: log, Metrics: metrics, Now: o.now})
+	ecfg := o.engine
+	ecfg.Logger, ecfg.Metrics, ecfg.Now = log, metrics, o.now
+	engine := jobs.New(st, ecfg)
 	cfg := o.config
 	cfg.Logger = log
 	cfg.Metrics = metrics
