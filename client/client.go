@@ -47,6 +47,7 @@ type config struct {
 	longHTTP     connect.HTTPClient
 	token        string
 	protocol     Protocol
+	json         bool
 	longConns    int
 	dialTimeout  time.Duration
 	pingInterval time.Duration
@@ -76,6 +77,11 @@ func WithToken(token string) Option { return func(c *config) { c.token = token }
 
 // WithProtocol chooses Connect (default), gRPC or gRPC-Web.
 func WithProtocol(p Protocol) Option { return func(c *config) { c.protocol = p } }
+
+// WithJSON makes the client send and read JSON instead of binary
+// protobuf: slower, but readable in a proxy's log. Like the default, it
+// reports a job it cannot decode as an *UndecodableJobError.
+func WithJSON() Option { return func(c *config) { c.json = true } }
 
 // WithLongCallConns bounds the connections of the long-call pool (default
 // DefaultLongCallConns). Over HTTP/2, which the client uses for http://
@@ -159,7 +165,9 @@ func New(baseURL string, opts ...Option) *Client {
 		cfg.longHTTP = &http.Client{Transport: t}
 	}
 
-	var copts []connect.ClientOption
+	// Before the caller's options: a codec of theirs (WithProtoJSON)
+	// replaces ours, and with it the *UndecodableJobError.
+	copts := []connect.ClientOption{connect.WithCodec(codec{json: cfg.json})}
 	switch cfg.protocol {
 	case ProtocolGRPC:
 		copts = append(copts, connect.WithGRPC())

@@ -30,8 +30,11 @@ type engineBackend struct {
 }
 
 func (b engineBackend) Claim(ctx context.Context, workerID string, kinds, queues []string) (*Lease, error) {
-	j, err := b.e.Claim(ctx, jobs.ClaimRequest{WorkerID: workerID, Kinds: kinds, Queues: queues},
-		time.Now().Add(b.claimCap))
+	// time.Now, not the engine's clock (which may be a test's, or stepped):
+	// the deadline keeps its monotonic reading, and the engine waits for
+	// it with a timer.
+	deadline := time.Now().Add(b.claimCap)
+	j, err := b.e.Claim(ctx, jobs.ClaimRequest{WorkerID: workerID, Kinds: kinds, Queues: queues}, deadline)
 	if errors.Is(err, jobs.ErrNoJob) {
 		return nil, nil
 	}
@@ -40,7 +43,9 @@ func (b engineBackend) Claim(ctx context.Context, workerID string, kinds, queues
 	}
 	pj, err := wire.Job(&j)
 	if err != nil {
-		return nil, err
+		// Stored before the engine checked what it stores: the worker
+		// fails it rather than leave it RUNNING until the lease expires.
+		return nil, &UndecodableJobError{JobID: j.ID, LeaseID: j.LeaseID, Err: err}
 	}
 	return &Lease{Job: pj, ID: j.LeaseID, TTL: j.LeaseExpiresAt.Sub(j.UpdatedAt)}, nil
 }
@@ -67,13 +72,14 @@ func (b engineBackend) Fail(ctx context.Context, l *Lease, jerr *jobwatchv1.JobE
 // engineError maps the engine's errors onto what a Worker branches on.
 func engineError(err error) error {
 	var invalid *jobs.InvalidError
+	var tooLarge *jobs.TooLargeError
 	var state *jobs.StateError
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, jobs.ErrStaleLease), errors.Is(err, jobs.ErrNotFound), errors.As(err, &state):
 		return fmt.Errorf("%w: %w", ErrLeaseLost, err)
-	case errors.As(err, &invalid):
+	case errors.As(err, &invalid), errors.As(err, &tooLarge):
 		return fmt.Errorf("%w: %w", errRefused, err)
 	}
 	return err

@@ -179,3 +179,28 @@ func isRetryable(err error) bool {
 	var r RetryableError
 	return errors.As(err, &r) && r.Retryable()
 }
+
+// UndecodableJobError is a job the server sent that this client cannot
+// decode, such as one whose payload nests deeper than protobuf's recursion
+// limit (stored before the server refused such payloads). Calls that
+// return a job return it wrapped; errors.As finds it. A Worker fails such
+// a job with error.type "UndecodableJob" and goes on claiming the next.
+type UndecodableJobError struct {
+	JobID   string
+	LeaseID string // the lease it was claimed under; "" if not a claim
+	Err     error  // why it could not be decoded
+}
+
+func (e *UndecodableJobError) Error() string {
+	return "job " + e.JobID + " cannot be decoded: " + e.Err.Error()
+}
+
+func (e *UndecodableJobError) Unwrap() error { return e.Err }
+
+// ErrorType is the error.type a Worker fails the job with.
+func (e *UndecodableJobError) ErrorType() string { return "UndecodableJob" }
+
+// PublicMessage says why, without the job's content.
+func (e *UndecodableJobError) PublicMessage() string {
+	return "the worker could not decode the job: " + e.Err.Error()
+}

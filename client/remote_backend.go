@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"connectrpc.com/connect"
@@ -24,7 +25,7 @@ func (b remoteBackend) Claim(ctx context.Context, workerID string, kinds, queues
 		WorkerId: workerID, Kinds: kinds, Queues: queues,
 	})
 	if err != nil {
-		return nil, err
+		return nil, err // an *UndecodableJobError among them, from the codec
 	}
 	if resp.GetJob() == nil {
 		return nil, nil
@@ -55,13 +56,24 @@ func (b remoteBackend) Complete(ctx context.Context, l *Lease, result json.RawMe
 	_, err = b.c.workers.CompleteJob(ctx, &jobwatchv1.CompleteJobRequest{
 		JobId: l.Job.GetId(), LeaseId: l.ID, Result: v,
 	})
-	return leaseError(err)
+	return outcomeError(err)
 }
 
 func (b remoteBackend) Fail(ctx context.Context, l *Lease, jerr *jobwatchv1.JobError, retryable bool) error {
 	_, err := b.c.workers.FailJob(ctx, &jobwatchv1.FailJobRequest{
 		JobId: l.Job.GetId(), LeaseId: l.ID, Error: jerr, Retryable: retryable,
 	})
+	return outcomeError(err)
+}
+
+// outcomeError is leaseError for Complete and Fail, whose answer echoes
+// the job: an echo this client cannot decode (a job it could not decode
+// when it claimed it) came in a successful answer, so the outcome is
+// recorded.
+func outcomeError(err error) error {
+	if errors.As(err, new(*UndecodableJobError)) {
+		return nil
+	}
 	return leaseError(err)
 }
 

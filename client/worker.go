@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -16,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
 )
 
 // Handler runs one job. It reports progress as it goes and returns the
@@ -28,12 +30,14 @@ import (
 // name (see ErrorType) and a message only if the error is a PublicError;
 // wrap it with Retryable to ask for another attempt. A result the server
 // will not store (over its size limit) fails the job with error.type
-// "ResultRejected" and the server's reason as the message.
+// "ResultRejected" and the server's reason as the message; an error it
+// will not store as it is, with "ErrorRejected". A claimed job the worker
+// cannot decode fails with "UndecodableJob" (see UndecodableJobError).
 type Handler func(ctx context.Context, job *jobwatchv1.Job, progress Progress) (any, error)
 
 // Progress records how far the job is: percent 0..100 (clamped; the
 // server never lets it go backwards) and a step text such as
-// "batch 5 of 11" ("" keeps the last step; longer than the API's 1 KiB
+// "batch 5 of 11" ("" keeps the last step; longer than jobs.MaxStepBytes
 // is cut). It never blocks: the latest
 // values reach the server with the next heartbeat, which a change brings
 // forward.
@@ -54,6 +58,8 @@ type WorkerBackend interface {
 	// Claim parks until a job of one of kinds (any kind if empty) in one
 	// of queues (any if empty) is ready, and returns it RUNNING under a
 	// new lease. When the backend's cap passes first it returns nil, nil.
+	// A job claimed but not decodable is an *UndecodableJobError with
+	// its LeaseID set (possibly wrapped), which the worker fails.
 	Claim(ctx context.Context, workerID string, kinds, queues []string) (*Lease, error)
 	// Heartbeat extends the lease and records progress. cancelled says
 	// the job was cancelled and the worker should stop. ErrLeaseLost: the
@@ -185,6 +191,19 @@ claiming:
 		_, kinds := w.handler("")
 		asked := time.Now()
 		lease, err := w.backend.Claim(claimCtx, w.cfg.ID, kinds, w.cfg.Queues)
+		if undecodable := (*UndecodableJobError)(nil); errors.As(err, &undecodable) && undecodable.LeaseID != "" {
+			// A job no handler could be given: fail it as a handler
+			// would have, so it ends now instead of when its lease
+			// expires, and the worker goes on with the next.
+			r.reset()
+			running.Add(1)
+			go func() {
+				defer running.Done()
+				defer func() { <-slots }()
+				w.failUndecodable(handlerCtx, undecodable)
+			}()
+			continue
+		}
 		if err != nil {
 			<-slots
 			if ctx.Err() != nil {
@@ -298,6 +317,14 @@ func (w *Worker) run(ctx context.Context, lease *Lease) {
 	w.report(ctx, log, lease, result, err)
 }
 
+// failUndecodable fails a job claimed under a lease that the backend
+// could not decode, with error.type "UndecodableJob".
+func (w *Worker) failUndecodable(ctx context.Context, u *UndecodableJobError) {
+	log := w.log.With("job", u.JobID)
+	log.Error("claimed a job that cannot be decoded; failing it", "err", u.Err)
+	w.report(ctx, log, &Lease{Job: &jobwatchv1.Job{Id: u.JobID}, ID: u.LeaseID}, nil, u)
+}
+
 // report completes or fails the job, retrying transient failures for as
 // long as the lease can still be held.
 func (w *Worker) report(ctx context.Context, log *slog.Logger, lease *Lease, result any, herr error) {
@@ -323,8 +350,8 @@ func (w *Worker) report(ctx context.Context, log *slog.Logger, lease *Lease, res
 			err = w.backend.Complete(ctx, lease, raw)
 		} else {
 			jerr := &jobwatchv1.JobError{
-				Type:    truncate(ErrorType(herr), maxErrorTypeBytes),
-				Message: truncate(publicMessage(herr), maxErrorMessageBytes),
+				Type:    truncate(ErrorType(herr), jobs.MaxErrorTypeBytes),
+				Message: truncate(publicMessage(herr), jobs.MaxErrorMessageBytes),
 			}
 			err = w.backend.Fail(ctx, lease, jerr, isRetryable(herr))
 		}
@@ -343,6 +370,13 @@ func (w *Worker) report(ctx context.Context, log *slog.Logger, lease *Lease, res
 			// job must still end, and say why, rather than be LOST.
 			log.Warn("result refused; failing the job", "err", err)
 			herr = &resultRejectedError{msg: connectMessage(err)}
+			continue
+		case refused(err) && !errors.As(herr, new(*errorRejectedError)):
+			// The error report itself was refused (a field the engine
+			// will not take): end the job with the refusal instead, once,
+			// rather than leave it RUNNING until the lease expires.
+			log.Warn("error report refused; failing the job with the refusal", "type", ErrorType(herr), "err", err)
+			herr = &errorRejectedError{msg: connectMessage(err), retryable: isRetryable(herr)}
 			continue
 		case !backendTransient(ctx, err) || refused(err):
 			log.Error("outcome refused", "err", err)
@@ -436,17 +470,12 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 	}
 }
 
-// The API's limits on what a worker sends (the server refuses more with
-// invalid_argument); the worker cuts its reports to fit rather than have
-// every heartbeat refused until the lease is lost.
-const (
-	maxStepBytes         = 1024
-	maxErrorTypeBytes    = 256
-	maxErrorMessageBytes = 4096
-)
-
-// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
+// truncate cuts s to at most n bytes without splitting a UTF-8 sequence,
+// after replacing invalid UTF-8, so a report fits the engine's limits
+// (jobs.MaxStepBytes, jobs.MaxErrorTypeBytes, jobs.MaxErrorMessageBytes)
+// instead of having every heartbeat refused until the lease is lost.
 func truncate(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= n {
 		return s
 	}
@@ -473,6 +502,18 @@ type resultRejectedError struct{ msg string }
 func (e *resultRejectedError) Error() string         { return "result rejected: " + e.msg }
 func (e *resultRejectedError) ErrorType() string     { return "ResultRejected" }
 func (e *resultRejectedError) PublicMessage() string { return e.msg }
+
+// errorRejectedError fails a job whose handler's error the backend would
+// not take as it was; the backend's reason is the message.
+type errorRejectedError struct {
+	msg       string
+	retryable bool
+}
+
+func (e *errorRejectedError) Error() string         { return "error report rejected: " + e.msg }
+func (e *errorRejectedError) ErrorType() string     { return "ErrorRejected" }
+func (e *errorRejectedError) PublicMessage() string { return e.msg }
+func (e *errorRejectedError) Retryable() bool       { return e.retryable }
 
 // beat sends one heartbeat. A call still unanswered when the lease
 // expires is abandoned: past that point the server may have handed the
@@ -520,7 +561,7 @@ func (p *progressState) set(percent int, step string) {
 	p.mu.Lock()
 	p.percent = int32(percent)
 	if step != "" {
-		p.step = truncate(step, maxStepBytes)
+		p.step = truncate(step, jobs.MaxStepBytes)
 	}
 	p.mu.Unlock()
 	select {

@@ -16,7 +16,6 @@ import (
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/server"
 )
 
 // workerEnv is a server, a client to it and a worker over one of the two
@@ -481,8 +480,7 @@ func TestWorkerRunsAJobClaimedJustAsItStops(t *testing.T) {
 
 func TestWorkerReportsWhatTheServerWouldRefuse(t *testing.T) {
 	s := startServer(t, serverOptions{
-		engine: jobs.Config{LeaseTimeout: 2 * time.Second},
-		server: server.Config{MaxPayloadBytes: 1000},
+		engine: jobs.Config{LeaseTimeout: 2 * time.Second, MaxPayloadBytes: 1000},
 	})
 	w := client.NewWorker(fastClient(t, s.URL).WorkerBackend(), client.WorkerConfig{
 		HeartbeatInterval: 50 * time.Millisecond, ProgressInterval: 10 * time.Millisecond,

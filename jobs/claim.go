@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/jobwatch/jobwatch/store"
@@ -19,13 +20,20 @@ func (r ClaimRequest) validate() error {
 	if err := validName("worker_id", r.WorkerID); err != nil {
 		return err
 	}
-	for _, k := range r.Kinds {
-		if err := validName("kinds", k); err != nil {
-			return err
-		}
+	if err := validNames("kinds", r.Kinds); err != nil {
+		return err
 	}
-	for _, q := range r.Queues {
-		if err := validName("queues", q); err != nil {
+	return validNames("queues", r.Queues)
+}
+
+// validNames checks a filter list: at most MaxFilterItems names.
+func validNames(field string, vs []string) error {
+	if len(vs) > MaxFilterItems {
+		return &InvalidError{Field: field, Reason: "must list at most " + strconv.Itoa(MaxFilterItems) +
+			" entries, got " + strconv.Itoa(len(vs))}
+	}
+	for i, v := range vs {
+		if err := validName(field+"["+strconv.Itoa(i)+"]", v); err != nil {
 			return err
 		}
 	}
@@ -35,7 +43,8 @@ func (r ClaimRequest) validate() error {
 // Claim gives the worker the oldest ready job it may run, RUNNING under a
 // new lease (job.LeaseID, job.LeaseExpiresAt). With none ready it parks
 // until one is, or until the deadline (zero: none), ctx's end or Shutdown,
-// and then returns ErrNoJob.
+// and then returns ErrNoJob. The deadline is on the monotonic clock: take
+// it from time.Now or a context's deadline (see Wait).
 //
 // Parking polls nothing: it sleeps on the claim signal, which every commit
 // that leaves a job QUEUED publishes, and on a timer for the earliest
@@ -94,24 +103,31 @@ func (e *Engine) Claim(ctx context.Context, r ClaimRequest, deadline time.Time) 
 			write = true
 			continue
 		}
-		if e.shuttingDown() || (!deadline.IsZero() && !e.now().Before(deadline)) {
+		if e.shuttingDown() || (!deadline.IsZero() && time.Until(deadline) <= 0) {
 			return store.Job{}, ErrNoJob
 		}
 
-		wake := deadline
-		if ok && (wake.IsZero() || runAt.Before(wake)) {
-			wake = runAt
+		// Two clocks, two timers: the deadline is a monotonic instant
+		// (see timerUntil), RunAt a wall-clock one that the engine's
+		// clock says when it is due.
+		capped, stopCap := e.timerUntil(deadline)
+		var due <-chan time.Time
+		stopDue := func() bool { return false }
+		if ok {
+			t := time.NewTimer(runAt.Sub(f.Now))
+			due, stopDue = t.C, t.Stop
 		}
-		timer, stop := e.timerUntil(wake)
 		write, woken = false, false
 		select {
 		case <-changed:
 			woken = true
-		case <-timer:
+		case <-capped:
+		case <-due:
 		case <-ctx.Done():
 		case <-e.done:
 		}
-		stop()
+		stopCap()
+		stopDue()
 	}
 }
 

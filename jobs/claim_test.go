@@ -205,7 +205,7 @@ func TestClaimSeesAJobThatBecomesReadyBetweenItsLookAndItsPark(t *testing.T) {
 	// the job's RunAt passes.
 	hs.hook = func() { clock.Advance(time.Millisecond) }
 	start := time.Now()
-	j, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w"}, clock.Now().Add(5*time.Second))
+	j, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w"}, time.Now().Add(5*time.Second))
 	if err != nil || j.ID != want.ID {
 		t.Fatalf("claim: %s, %v; want %s", j.ID, err, want.ID)
 	}

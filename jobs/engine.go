@@ -8,8 +8,10 @@
 // A job's path through the files of this package, in order: submit.go
 // (Submit, Start, Get, List, Cancel), claim.go (Claim), lease.go
 // (Heartbeat, Complete, Fail), sweep.go (lease expiry, retention), wait.go
-// (Wait) and watch.go (Watch, WatchTenant). This file holds what they
-// share: configuration, errors, publishing and shutdown.
+// (Wait) and watch.go (Watch, WatchTenant); limits.go holds every limit
+// on what callers send, for the server and the client to map and trim
+// to. This file holds what they share: configuration, errors, publishing
+// and shutdown.
 package jobs
 
 import (
@@ -42,7 +44,15 @@ type Config struct {
 	// and 1m.
 	RetryInitialBackoff time.Duration
 	RetryMaxBackoff     time.Duration
-	// Now is the clock. Default time.Now.
+	// MaxPayloadBytes bounds a job's payload and a worker's result as
+	// JSON; larger ones are a *TooLargeError. Default
+	// DefaultMaxPayloadBytes.
+	MaxPayloadBytes int
+	// Now is the wall clock, read for what is stored or shown: the
+	// stamps of a job, its RunAt, its lease's expiry, retention. Default
+	// time.Now. The deadlines of parked calls never read it: they are
+	// instants on the monotonic clock (see Wait), so neither a fake clock
+	// nor a step of the system's clock can stretch a cap.
 	Now func() time.Time
 	// Logger receives the engine's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -71,6 +81,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryMaxBackoff < c.RetryInitialBackoff {
 		c.RetryMaxBackoff = c.RetryInitialBackoff
+	}
+	if c.MaxPayloadBytes <= 0 {
+		c.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -199,6 +212,9 @@ func (e *Engine) publish(j store.Job) {
 	}
 }
 
+// now is the wall-clock time for stamps. UTC drops the monotonic
+// reading, which a stored or shown time has no use for; deadlines are
+// never compared with it (see timerUntil).
 func (e *Engine) now() time.Time { return e.cfg.Now().UTC() }
 
 // inFlight tracks the writes that have read the clock but not yet
@@ -302,10 +318,11 @@ func (e *Engine) update(ctx context.Context, op, id string, change func(j *store
 func wrap(op, id string, err error) error {
 	var (
 		invalid  *InvalidError
+		tooLarge *TooLargeError
 		state    *StateError
 		conflict *store.ConflictError
 	)
-	if errors.As(err, &invalid) || errors.As(err, &state) || errors.As(err, &conflict) {
+	if errors.As(err, &invalid) || errors.As(err, &tooLarge) || errors.As(err, &state) || errors.As(err, &conflict) {
 		return err
 	}
 	if id == "" {
@@ -314,12 +331,18 @@ func wrap(op, id string, err error) error {
 	return fmt.Errorf("%s job %s: %w", op, id, err)
 }
 
-// timerUntil returns a channel that fires at t by the engine's clock, and
-// a stop function. The zero t never fires.
+// timerUntil returns a channel that fires at the deadline t, and a stop
+// function. The zero t never fires.
+//
+// A deadline is an instant taken from time.Now (or a context's deadline,
+// which is one) plus the time allowed, so it carries a monotonic reading
+// and time.Until measures what is left by the monotonic clock: a step of
+// the wall clock, or an engine clock (Config.Now) that is not the wall
+// clock, cannot stretch or cut it.
 func (e *Engine) timerUntil(t time.Time) (<-chan time.Time, func()) {
 	if t.IsZero() {
 		return nil, func() {}
 	}
-	timer := time.NewTimer(t.Sub(e.now()))
+	timer := time.NewTimer(time.Until(t))
 	return timer.C, func() { timer.Stop() }
 }

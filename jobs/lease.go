@@ -32,11 +32,14 @@ func validLease(id, leaseID string) error {
 
 // Heartbeat extends the lease and records progress (percent clamped to
 // 0..100 and never lowered within an attempt; an empty step keeps the
-// last). A job cancelled while the lease was held returns with State
+// last; a step over MaxStepBytes is an *InvalidError). A job cancelled while the lease was held returns with State
 // Cancelled and nil error, so the worker learns of it; any other lease
 // mismatch is ErrStaleLease.
 func (e *Engine) Heartbeat(ctx context.Context, id, leaseID string, percent int32, step string) (store.Job, error) {
 	if err := validLease(id, leaseID); err != nil {
+		return store.Job{}, err
+	}
+	if err := checkText("step", step, MaxStepBytes); err != nil {
 		return store.Job{}, err
 	}
 	percent = min(max(percent, 0), 100)
@@ -56,12 +59,14 @@ func (e *Engine) Heartbeat(ctx context.Context, id, leaseID string, percent int3
 	})
 }
 
-// Complete ends the job SUCCEEDED with result and percent 100.
+// Complete ends the job SUCCEEDED with result and percent 100. A result
+// is checked like a payload: *TooLargeError over Config.MaxPayloadBytes,
+// *InvalidError when it is not JSON or nests deeper than MaxJSONDepth.
 func (e *Engine) Complete(ctx context.Context, id, leaseID string, result json.RawMessage) (store.Job, error) {
 	if err := validLease(id, leaseID); err != nil {
 		return store.Job{}, err
 	}
-	if err := validJSON("result", result); err != nil {
+	if err := checkJSON("result", result, e.cfg.MaxPayloadBytes); err != nil {
 		return store.Job{}, err
 	}
 	return e.update(ctx, "complete", id, func(j *store.Job, now time.Time) error {
@@ -81,14 +86,26 @@ func (e *Engine) Complete(ctx context.Context, id, leaseID string, result json.R
 // Fail ends the attempt. With retryable and attempts left the job is
 // QUEUED again after a backoff (RunAt), with Error saying why the last
 // attempt ended; Attempt still counts the attempt that failed until the
-// next claim starts another. Otherwise it is FAILED. An empty error type
-// becomes "Error".
+// next claim starts another. Otherwise it is FAILED.
+//
+// An empty error type becomes DefaultErrorType rather than a refusal: a
+// worker that reports a failure without a class (a script's "error"
+// line with nothing after it) still ends the job, instead of having its
+// report refused and the job sit RUNNING until its lease expires. A type
+// or message over its limit (MaxErrorTypeBytes, MaxErrorMessageBytes) or
+// not UTF-8 is an *InvalidError; workers trim to the limits.
 func (e *Engine) Fail(ctx context.Context, id, leaseID string, jerr store.JobError, retryable bool) (store.Job, error) {
 	if err := validLease(id, leaseID); err != nil {
 		return store.Job{}, err
 	}
 	if jerr.Type == "" {
-		jerr.Type = "Error"
+		jerr.Type = DefaultErrorType
+	}
+	if err := checkText("error.type", jerr.Type, MaxErrorTypeBytes); err != nil {
+		return store.Job{}, err
+	}
+	if err := checkText("error.message", jerr.Message, MaxErrorMessageBytes); err != nil {
+		return store.Job{}, err
 	}
 	return e.update(ctx, "fail", id, func(j *store.Job, now time.Time) error {
 		if err := checkLease(j, leaseID); err != nil {

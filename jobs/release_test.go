@@ -15,7 +15,7 @@ func TestReleasePutsTheJobBackAsIfNeverClaimed(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{Now: clock.Now})
 	runAt := clock.Now().Add(-time.Minute) // an old place in the queue, kept
 	submitted := submit(t, e, jobs.SubmitRequest{Kind: "mail", RunAt: runAt})
-	claimed, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "gone", Kinds: []string{"mail"}}, clock.Now())
+	claimed, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "gone", Kinds: []string{"mail"}}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestReleasePutsTheJobBackAsIfNeverClaimed(t *testing.T) {
 		}
 	}
 
-	again, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w2"}, clock.Now())
+	again, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w2"}, time.Now())
 	if err != nil || again.ID != claimed.ID || again.Attempt != 1 || again.WorkerID != "w2" || again.LeaseID == claimed.LeaseID {
 		t.Fatalf("claim after release: %+v, %v; want the job's first attempt under a new lease for w2", again, err)
 	}
@@ -49,7 +49,7 @@ func TestReleaseAfterARetryKeepsTheAttemptsMade(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(time.Second)
-	second, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w2", Kinds: []string{first.Kind}}, clock.Now())
+	second, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w2", Kinds: []string{first.Kind}}, time.Now())
 	if err != nil || second.Attempt != 2 {
 		t.Fatalf("second claim: attempt %d, %v; want 2", second.Attempt, err)
 	}

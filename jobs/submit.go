@@ -28,10 +28,10 @@ const MaxPageBytes = 1 << 20
 
 // SubmitRequest describes a new job. Zero fields take defaults.
 type SubmitRequest struct {
-	Tenant      string // "" : "default"
-	Kind        string // required
-	Queue       string // "" : "default"
-	Payload     json.RawMessage
+	Tenant      string          // "" : "default"
+	Kind        string          // required
+	Queue       string          // "" : "default"
+	Payload     json.RawMessage // at most Config.MaxPayloadBytes and MaxJSONDepth deep
 	UniqueKey   string
 	Hold        bool
 	RunAt       time.Time // zero: now
@@ -54,7 +54,7 @@ func (r SubmitRequest) validate() error {
 	if r.MaxAttempts < 0 {
 		return &InvalidError{Field: "max_attempts", Reason: "must not be negative"}
 	}
-	return validJSON("payload", r.Payload)
+	return nil
 }
 
 // Submit creates a job QUEUED (PENDING with Hold). A tenant's second
@@ -62,6 +62,9 @@ func (r SubmitRequest) validate() error {
 // *store.ConflictError naming the active one.
 func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (store.Job, error) {
 	if err := r.validate(); err != nil {
+		return store.Job{}, err
+	}
+	if err := checkJSON("payload", r.Payload, e.cfg.MaxPayloadBytes); err != nil {
 		return store.Job{}, err
 	}
 	now, done := e.writes.begin(e.now)

@@ -16,7 +16,7 @@ func TestAnExpiredLeaseMakesTheJobLostAndWakesItsWaiter(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: 30 * time.Second})
 	ctx := context.Background()
 	j := running(t, e, jobs.SubmitRequest{})
-	parked := async(func() (store.Job, error) { return e.Wait(ctx, j.ID, clock.Now().Add(time.Hour)) })
+	parked := async(func() (store.Job, error) { return e.Wait(ctx, j.ID, time.Now().Add(time.Hour)) })
 
 	clock.Advance(20 * time.Second)
 	if _, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 10, ""); err != nil {
@@ -62,7 +62,7 @@ func TestAnExpiredLeaseWithAttemptsLeftQueuesTheJobAgain(t *testing.T) {
 		t.Errorf("the old worker's complete: %v, want ErrStaleLease", err)
 	}
 	clock.Advance(time.Minute) // past the retry backoff
-	again, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w2"}, clock.Now())
+	again, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w2"}, time.Now())
 	if err != nil || again.Attempt != 2 || again.WorkerID != "w2" {
 		t.Fatalf("re-claim: %+v, %v; want attempt 2 by w2", again, err)
 	}
@@ -92,7 +92,7 @@ func TestRetentionDeletesOldEndedJobs(t *testing.T) {
 	if _, err := e.Get(ctx, old.ID); !errors.Is(err, jobs.ErrNotFound) {
 		t.Errorf("job ended 25h ago: %v, want ErrNotFound", err)
 	}
-	if _, err := e.Wait(ctx, old.ID, clock.Now()); !errors.Is(err, jobs.ErrNotFound) {
+	if _, err := e.Wait(ctx, old.ID, time.Now()); !errors.Is(err, jobs.ErrNotFound) {
 		t.Errorf("wait for the deleted job: %v, want ErrNotFound", err)
 	}
 	for _, id := range []string{active.ID, recent.ID} {
@@ -109,7 +109,7 @@ func TestRunSweepsEveryInterval(t *testing.T) {
 	ran := async(func() (struct{}, error) { return struct{}{}, e.Run(ctx) })
 	j := running(t, e, jobs.SubmitRequest{})
 	clock.Advance(2 * time.Second)
-	got, err := e.Wait(context.Background(), j.ID, clock.Now().Add(5*time.Second))
+	got, err := e.Wait(context.Background(), j.ID, time.Now().Add(5*time.Second))
 	if err != nil || got.State != store.Lost {
 		t.Fatalf("wait: %s, %v; want lost by the running sweeper", got.State, err)
 	}

@@ -4,17 +4,11 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/binary"
-	"encoding/json"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 )
-
-// maxNameLen bounds every id, kind, tenant, queue, worker id and unique
-// key, in bytes.
-const maxNameLen = 128
 
 // validName checks an identifier-like field: ids, kinds, tenants, queues,
 // worker ids and lease ids. The charset (ASCII letters, digits and
@@ -25,8 +19,8 @@ func validName(field, v string) error {
 	if v == "" {
 		return &InvalidError{Field: field, Reason: "must not be empty"}
 	}
-	if len(v) > maxNameLen {
-		return &InvalidError{Field: field, Reason: "must be at most " + strconv.Itoa(maxNameLen) + " bytes"}
+	if err := checkLen(field, v, MaxNameBytes); err != nil {
+		return err
 	}
 	for i := 0; i < len(v); i++ {
 		c := v[i]
@@ -56,8 +50,8 @@ func validOptionalName(field, v string) error {
 // "report 2024-05 für Acme"), but no control characters, which would hide
 // in logs.
 func validUniqueKey(v string) error {
-	if len(v) > maxNameLen {
-		return &InvalidError{Field: "unique_key", Reason: "must be at most " + strconv.Itoa(maxNameLen) + " bytes"}
+	if err := checkLen("unique_key", v, MaxUniqueKeyBytes); err != nil {
+		return err
 	}
 	if !utf8.ValidString(v) {
 		return &InvalidError{Field: "unique_key", Reason: "must be valid UTF-8"}
@@ -68,15 +62,6 @@ func validUniqueKey(v string) error {
 		}
 	}
 	return nil
-}
-
-// validJSON checks a payload or result: nil means none, anything else must
-// be one JSON value.
-func validJSON(field string, v json.RawMessage) error {
-	if v == nil || json.Valid(v) {
-		return nil
-	}
-	return &InvalidError{Field: field, Reason: "must be valid JSON"}
 }
 
 // lowerBase32 is Crockford's alphabet in lower case: no padding, no

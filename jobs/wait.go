@@ -13,6 +13,12 @@ import (
 // or Shutdown, and returns the latest state (nil error) in each of those
 // cases.
 //
+// The deadline is an instant on the monotonic clock: time.Now().Add(cap),
+// or a context's deadline. It is computed once, by the caller, and waited
+// for with a timer, so a step of the wall clock while the call is parked
+// moves it neither way; the engine's own clock (Config.Now) is for
+// stamps and is never compared with it.
+//
 // Subscribing first is what makes the wait exact: a change committed
 // before the read is in the read, and one committed after it is published
 // after the subscription opened, so the cell has it. The read goes to the

@@ -15,8 +15,8 @@ type WatchOptions struct {
 	// version is above AfterVersion (always when 0), or when AfterVersion
 	// is above the current version (a restored database).
 	AfterVersion int64
-	// Deadline ends the watch (nil error) at the stream lifetime limit.
-	// Zero: no limit.
+	// Deadline ends the watch (nil error) at the stream lifetime limit:
+	// an instant on the monotonic clock, as for Wait. Zero: no limit.
 	Deadline time.Time
 	// Keepalive: Send(nil) after this long without a snapshot. 0: never.
 	Keepalive time.Duration

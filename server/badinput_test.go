@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/server"
 )
 
@@ -25,7 +26,7 @@ type connectError struct {
 }
 
 func TestBadInputIsRefusedWithAClearErrorAndTheServerKeepsServing(t *testing.T) {
-	ts := startServer(t, serverOptions{config: server.Config{MaxRequestBytes: 4096, MaxPayloadBytes: 1024}})
+	ts := startServer(t, serverOptions{config: server.Config{MaxRequestBytes: 4096}, engine: jobs.Config{MaxPayloadBytes: 1024}})
 	const (
 		jsonType  = "application/json"
 		protoType = "application/proto"
@@ -58,7 +59,7 @@ func TestBadInputIsRefusedWithAClearErrorAndTheServerKeepsServing(t *testing.T) 
 		{"a page_token the server never issued is invalid_argument", jobs + "ListJobs", jsonType, `{"page_token":"bogus"}`, 400, "invalid_argument", "page_token"},
 		{"an empty worker_id is invalid_argument", workers + "ClaimJob", jsonType, `{}`, 400, "invalid_argument", "worker_id: must not be empty"},
 		{"an empty lease_id is invalid_argument", workers + "Heartbeat", jsonType, `{"job_id":"j_1"}`, 400, "invalid_argument", "lease_id: must not be empty"},
-		{"a failure without an error type is invalid_argument", workers + "FailJob", jsonType, `{"job_id":"j_1","lease_id":"l_1"}`, 400, "invalid_argument", "error.type: must not be empty"},
+		{"a failure with an error type over 256 bytes is invalid_argument", workers + "FailJob", jsonType, `{"job_id":"j_1","lease_id":"l_1","error":{"type":"` + strings.Repeat("E", 257) + `"}}`, 400, "invalid_argument", "error.type: must be at most 256 bytes"},
 		{"a request over the size limit is resource_exhausted", jobs + "SubmitJob", jsonType, `{"kind":"k","payload":"` + strings.Repeat("x", 8000) + `"}`, 429, "resource_exhausted", "larger than configured max"},
 		{"a payload over its limit is resource_exhausted naming the field", jobs + "SubmitJob", jsonType, `{"kind":"k","payload":"` + strings.Repeat("x", 2000) + `"}`, 429, "resource_exhausted", "payload: "},
 		{"a result over its limit is resource_exhausted naming the field", workers + "CompleteJob", jsonType, `{"job_id":"j_1","lease_id":"l_1","result":"` + strings.Repeat("x", 2000) + `"}`, 429, "resource_exhausted", "result: "},

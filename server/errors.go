@@ -23,6 +23,7 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 	var (
 		connectErr  *connect.Error
 		invalidErr  *jobs.InvalidError
+		tooLargeErr *jobs.TooLargeError
 		stateErr    *jobs.StateError
 		conflictErr *store.ConflictError
 	)
@@ -32,6 +33,8 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 		return connectErr
 	case errors.As(err, &invalidErr):
 		return connect.NewError(connect.CodeInvalidArgument, invalidErr)
+	case errors.As(err, &tooLargeErr):
+		return connect.NewError(connect.CodeResourceExhausted, tooLargeErr)
 	case errors.Is(err, store.ErrInvalidPageToken):
 		return invalid("page_token", "was not issued by this server")
 	case errors.Is(err, jobs.ErrNotFound):

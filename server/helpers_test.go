@@ -48,6 +48,9 @@ type testServer struct {
 type serverOptions struct {
 	dbPath string // "": a new file in t.TempDir()
 	config server.Config
+	// engine configures the engine; its Logger, Metrics and Now are set
+	// from the test server's.
+	engine jobs.Config
 	// wrapStore lets a test inject faults around the real store.
 	wrapStore func(store.Store) store.Store
 	// now is the engine's clock; nil is the real one.
@@ -76,7 +79,9 @@ func startServer(t *testing.T, o serverOptions) *testServer {
 		st = o.wrapStore(st)
 	}
 	metrics := server.NewMetrics()
-	engine := jobs.New(st, jobs.Config{Logger: log, Metrics: metrics, Now: o.now})
+	ecfg := o.engine
+	ecfg.Logger, ecfg.Metrics, ecfg.Now = log, metrics, o.now
+	engine := jobs.New(st, ecfg)
 	cfg := o.config
 	cfg.Logger = log
 	cfg.Metrics = metrics

@@ -23,17 +23,19 @@ var _ jobwatchv1connect.JobServiceHandler = (*jobService)(nil)
 // DeadlineMargin before the caller's own deadline, whichever is sooner.
 // The margin is at most a tenth of the time the caller allowed.
 //
-// The caller's deadline is wall-clock time, but the engine times parked
-// calls by its own clock (jobs.Config.Now), so the answer is a duration
-// from now carried over to the engine's clock.
+// It is computed once, here, from time.Now, and keeps its monotonic
+// reading: the engine waits for it with a timer, so neither a step of the
+// wall clock nor an engine clock (jobs.Config.Now) that is not the wall
+// clock can stretch the cap.
 func (s *Server) capDeadline(ctx context.Context, limit time.Duration) time.Time {
+	now := time.Now()
 	wait := limit
 	if callerDeadline, ok := ctx.Deadline(); ok {
-		left := time.Until(callerDeadline)
+		left := callerDeadline.Sub(now)
 		margin := max(0, min(s.cfg.DeadlineMargin, left/10))
 		wait = min(wait, left-margin)
 	}
-	return s.now().Add(wait)
+	return now.Add(wait)
 }
 
 // wait parks on the engine's Wait, counted as a parked wait.
@@ -76,7 +78,7 @@ func (h *jobService) SubmitJob(ctx context.Context, req *jobwatchv1.SubmitJobReq
 		}
 		r.RunAt = req.RunAt.AsTime()
 	}
-	payload, err := s.jsonField("payload", req.GetPayload())
+	payload, err := jsonField("payload", req.GetPayload())
 	if err != nil {
 		return nil, err
 	}
@@ -97,26 +99,9 @@ func (h *jobService) SubmitJob(ctx context.Context, req *jobwatchv1.SubmitJobReq
 	return &jobwatchv1.SubmitJobResponse{Job: pj}, nil
 }
 
+// checkSubmit refuses what only the server can judge: the wait is the
+// server's, every other field the engine's.
 func checkSubmit(req *jobwatchv1.SubmitJobRequest) error {
-	if req.GetKind() == "" {
-		return invalid("kind", "must not be empty")
-	}
-	for _, c := range []struct {
-		field, value string
-		limit        int
-	}{
-		{"tenant", req.GetTenant(), maxNameBytes},
-		{"kind", req.GetKind(), maxNameBytes},
-		{"queue", req.GetQueue(), maxNameBytes},
-		{"unique_key", req.GetUniqueKey(), maxUniqueKeyBytes},
-	} {
-		if err := checkLen(c.field, c.value, c.limit); err != nil {
-			return err
-		}
-	}
-	if req.GetMaxAttempts() < 0 {
-		return invalid("max_attempts", "must not be negative")
-	}
 	if req.GetHold() && req.GetWait() {
 		// A held job cannot end before someone starts it, so the wait
 		// could only ever time out.
@@ -126,9 +111,6 @@ func checkSubmit(req *jobwatchv1.SubmitJobRequest) error {
 }
 
 func (h *jobService) StartJob(ctx context.Context, req *jobwatchv1.StartJobRequest) (*jobwatchv1.StartJobResponse, error) {
-	if err := checkID("job_id", req.GetJobId()); err != nil {
-		return nil, err
-	}
 	j, err := h.s.engine.Start(ctx, req.GetJobId())
 	if err != nil {
 		return nil, h.s.toConnectError(ctx, "start job", err)
@@ -138,9 +120,6 @@ func (h *jobService) StartJob(ctx context.Context, req *jobwatchv1.StartJobReque
 }
 
 func (h *jobService) GetJob(ctx context.Context, req *jobwatchv1.GetJobRequest) (*jobwatchv1.GetJobResponse, error) {
-	if err := checkID("job_id", req.GetJobId()); err != nil {
-		return nil, err
-	}
 	j, err := h.s.engine.Get(ctx, req.GetJobId())
 	if err != nil {
 		return nil, h.s.toConnectError(ctx, "get job", err)
@@ -198,9 +177,6 @@ func (h *jobService) ListJobs(ctx context.Context, req *jobwatchv1.ListJobsReque
 }
 
 func (h *jobService) CancelJob(ctx context.Context, req *jobwatchv1.CancelJobRequest) (*jobwatchv1.CancelJobResponse, error) {
-	if err := checkID("job_id", req.GetJobId()); err != nil {
-		return nil, err
-	}
 	j, err := h.s.engine.Cancel(ctx, req.GetJobId())
 	if err != nil {
 		return nil, h.s.toConnectError(ctx, "cancel job", err)
@@ -210,9 +186,6 @@ func (h *jobService) CancelJob(ctx context.Context, req *jobwatchv1.CancelJobReq
 }
 
 func (h *jobService) WaitJob(ctx context.Context, req *jobwatchv1.WaitJobRequest) (*jobwatchv1.WaitJobResponse, error) {
-	if err := checkID("job_id", req.GetJobId()); err != nil {
-		return nil, err
-	}
 	pj, err := h.s.wait(ctx, req.GetJobId())
 	if err != nil {
 		return nil, err
@@ -222,12 +195,6 @@ func (h *jobService) WaitJob(ctx context.Context, req *jobwatchv1.WaitJobRequest
 
 func (h *jobService) WatchJob(ctx context.Context, req *jobwatchv1.WatchJobRequest, stream *connect.ServerStream[jobwatchv1.WatchJobResponse]) error {
 	s := h.s
-	if err := checkID("job_id", req.GetJobId()); err != nil {
-		return err
-	}
-	if req.GetAfterVersion() < 0 {
-		return invalid("after_version", "must not be negative")
-	}
 	s.metrics.openWatches.Inc()
 	defer s.metrics.openWatches.Dec()
 	if err := sendHeaders(stream); err != nil {

@@ -53,10 +53,6 @@ type Config struct {
 	// MaxRequestBytes bounds one request message; larger ones are refused
 	// with resource_exhausted. Default 1 MiB.
 	MaxRequestBytes int
-	// MaxPayloadBytes bounds a job's payload and a worker's result as
-	// JSON; larger ones are refused with resource_exhausted naming the
-	// field. Default 256 KiB.
-	MaxPayloadBytes int
 	// ShutdownGrace is how long Serve waits for calls in flight after its
 	// context ends (parked calls return at once). Default 10s.
 	ShutdownGrace time.Duration
@@ -99,7 +95,6 @@ func (c Config) withDefaults() Config {
 	}
 	setDefault(&c.DeadlineMargin, 200*time.Millisecond)
 	setDefault(&c.MaxRequestBytes, 1<<20)
-	setDefault(&c.MaxPayloadBytes, 256<<10)
 	setDefault(&c.ShutdownGrace, 10*time.Second)
 	setDefault(&c.PingInterval, 10*time.Second)
 	setDefault(&c.PingTimeout, 5*time.Second)

@@ -8,35 +8,25 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/wire"
 )
 
-// Shape limits checked before a request reaches the engine. They keep ids
-// and names printable in a log line and cheap to index; the engine checks
-// meaning (a kind is required, a state fits), the server checks shape.
+// Every limit on what a request carries (names, keys, steps, errors,
+// payload size and depth) is the engine's, in package jobs, so that an
+// in-process caller meets the same rules; the handlers decode and hand
+// over, and toConnectError maps the engine's refusals. What is left here
+// is the paging of list calls and the helpers their handlers use.
 const (
-	maxIDBytes           = 128 // job_id, lease_id
-	maxNameBytes         = 128 // tenant, kind, queue, worker_id
-	maxUniqueKeyBytes    = 128
-	maxStepBytes         = 1024
-	maxErrorTypeBytes    = 256
-	maxErrorMessageBytes = 4096
-	maxPageSize          = 500
-	defaultPageSize      = 50
-	maxFilterItems       = 100 // kinds, queues, states in one request
+	maxNameBytes    = jobs.MaxNameBytes
+	maxPageSize     = 500
+	defaultPageSize = 50
+	maxFilterItems  = jobs.MaxFilterItems // states in one list request
 )
 
 // invalid is invalid_argument for one field, worded "field: reason".
 func invalid(field, reason string) error {
 	return connect.NewError(connect.CodeInvalidArgument, errors.New(field+": "+reason))
-}
-
-// checkID checks a required identifier such as job_id or lease_id.
-func checkID(field, v string) error {
-	if v == "" {
-		return invalid(field, "must not be empty")
-	}
-	return checkLen(field, v, maxIDBytes)
 }
 
 // checkName checks a name that may be empty (a default applies) but not
@@ -46,23 +36,6 @@ func checkName(field, v string) error { return checkLen(field, v, maxNameBytes) 
 func checkLen(field, v string, limit int) error {
 	if len(v) > limit {
 		return invalid(field, fmt.Sprintf("must be at most %d bytes, got %d", limit, len(v)))
-	}
-	return nil
-}
-
-// checkNames checks a filter list: each entry a non-empty name.
-func checkNames(field string, vs []string) error {
-	if len(vs) > maxFilterItems {
-		return invalid(field, fmt.Sprintf("must list at most %d entries, got %d", maxFilterItems, len(vs)))
-	}
-	for i, v := range vs {
-		f := fmt.Sprintf("%s[%d]", field, i)
-		if v == "" {
-			return invalid(f, "must not be empty")
-		}
-		if err := checkName(f, v); err != nil {
-			return err
-		}
 	}
 	return nil
 }
@@ -80,16 +53,12 @@ func pageSize(v int32) (int, error) {
 	return int(v), nil
 }
 
-// jsonField converts a payload or result to JSON and enforces the size
-// limit, naming the field in the error.
-func (s *Server) jsonField(field string, v *structpb.Value) (json.RawMessage, error) {
+// jsonField converts a payload or result to JSON, naming the field in
+// the error; its size and depth are the engine's to check.
+func jsonField(field string, v *structpb.Value) (json.RawMessage, error) {
 	raw, err := wire.JSON(v)
 	if err != nil {
 		return nil, invalid(field, err.Error())
-	}
-	if len(raw) > s.cfg.MaxPayloadBytes {
-		return nil, connect.NewError(connect.CodeResourceExhausted,
-			fmt.Errorf("%s: %d bytes as JSON is over the limit of %d", field, len(raw), s.cfg.MaxPayloadBytes))
 	}
 	return raw, nil
 }

@@ -212,8 +212,8 @@ func TestShutdownReturnsEveryParkedCallAtOnceWithOK(t *testing.T) {
 	}
 }
 
-// The engine times parked calls by its own clock (jobs.Config.Now), which
-// need not be the wall clock: a test's fake clock, or an embedder's.
+// The engine's clock (jobs.Config.Now) need not be the wall clock (a
+// test's fake clock, or an embedder's); caps are on the monotonic clock.
 func TestWaitJobCapHoldsWhenTheEngineClockIsNotTheWallClock(t *testing.T) {
 	ts := startServer(t, serverOptions{
 		now:    func() time.Time { return time.Now().Add(-time.Hour) },

@@ -19,15 +19,6 @@ var _ jobwatchv1connect.WorkerServiceHandler = (*workerService)(nil)
 
 func (h *workerService) ClaimJob(ctx context.Context, req *jobwatchv1.ClaimJobRequest) (*jobwatchv1.ClaimJobResponse, error) {
 	s := h.s
-	if err := checkID("worker_id", req.GetWorkerId()); err != nil {
-		return nil, err
-	}
-	if err := checkNames("kinds", req.GetKinds()); err != nil {
-		return nil, err
-	}
-	if err := checkNames("queues", req.GetQueues()); err != nil {
-		return nil, err
-	}
 	s.metrics.parkedClaims.Inc()
 	defer s.metrics.parkedClaims.Dec()
 	j, err := s.engine.Claim(ctx, jobs.ClaimRequest{
@@ -84,20 +75,7 @@ func (s *Server) releaseClaim(ctx context.Context, j store.Job, why string) {
 	s.log.InfoContext(ctx, "claim given back", "job_id", j.ID, "worker_id", j.WorkerID, "why", why)
 }
 
-func checkLease(jobID, leaseID string) error {
-	if err := checkID("job_id", jobID); err != nil {
-		return err
-	}
-	return checkID("lease_id", leaseID)
-}
-
 func (h *workerService) Heartbeat(ctx context.Context, req *jobwatchv1.HeartbeatRequest) (*jobwatchv1.HeartbeatResponse, error) {
-	if err := checkLease(req.GetJobId(), req.GetLeaseId()); err != nil {
-		return nil, err
-	}
-	if err := checkLen("step", req.GetStep(), maxStepBytes); err != nil {
-		return nil, err
-	}
 	// percent out of range is clamped by the engine, not refused.
 	j, err := h.s.engine.Heartbeat(ctx, req.GetJobId(), req.GetLeaseId(), req.GetPercent(), req.GetStep())
 	if err != nil {
@@ -110,10 +88,7 @@ func (h *workerService) Heartbeat(ctx context.Context, req *jobwatchv1.Heartbeat
 }
 
 func (h *workerService) CompleteJob(ctx context.Context, req *jobwatchv1.CompleteJobRequest) (*jobwatchv1.CompleteJobResponse, error) {
-	if err := checkLease(req.GetJobId(), req.GetLeaseId()); err != nil {
-		return nil, err
-	}
-	result, err := h.s.jsonField("result", req.GetResult())
+	result, err := jsonField("result", req.GetResult())
 	if err != nil {
 		return nil, err
 	}
@@ -126,21 +101,8 @@ func (h *workerService) CompleteJob(ctx context.Context, req *jobwatchv1.Complet
 }
 
 func (h *workerService) FailJob(ctx context.Context, req *jobwatchv1.FailJobRequest) (*jobwatchv1.FailJobResponse, error) {
-	if err := checkLease(req.GetJobId(), req.GetLeaseId()); err != nil {
-		return nil, err
-	}
+	// An empty type is the engine's to default (jobs.DefaultErrorType).
 	jerr := req.GetError()
-	if jerr.GetType() == "" {
-		// Callers see only the class of an error; without one they would
-		// see nothing at all.
-		return nil, invalid("error.type", "must not be empty")
-	}
-	if err := checkLen("error.type", jerr.GetType(), maxErrorTypeBytes); err != nil {
-		return nil, err
-	}
-	if err := checkLen("error.message", jerr.GetMessage(), maxErrorMessageBytes); err != nil {
-		return nil, err
-	}
 	j, err := h.s.engine.Fail(ctx, req.GetJobId(), req.GetLeaseId(),
 		store.JobError{Type: jerr.GetType(), Message: jerr.GetMessage()}, req.GetRetryable())
 	if err != nil {

@@ -207,8 +207,11 @@ func (QueueMode) EnumDescriptor() ([]byte, []int) {
 // type always and the message only as the worker chose to send it.
 type JobError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// A class name such as "TimeoutError"; never a stack trace.
-	Type          string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// A class name such as "TimeoutError"; never a stack trace. At most 256
+	// bytes. Empty in a FailJob becomes "Error": a failure always ends the
+	// attempt, with or without a class.
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// At most 4096 bytes.
 	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

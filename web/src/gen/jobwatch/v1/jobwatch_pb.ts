@@ -27,13 +27,17 @@ export const file_jobwatch_v1_jobwatch: GenFile = /*@__PURE__*/
  */
 export type JobError = Message<"jobwatch.v1.JobError"> & {
   /**
-   * A class name such as "TimeoutError"; never a stack trace.
+   * A class name such as "TimeoutError"; never a stack trace. At most 256
+   * bytes. Empty in a FailJob becomes "Error": a failure always ends the
+   * attempt, with or without a class.
    *
    * @generated from field: string type = 1;
    */
   type: string;
 
   /**
+   * At most 4096 bytes.
+   *
    * @generated from field: string message = 2;
    */
   message: string;

@@ -1,0 +1,142 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// codec is connect-go's binary or JSON codec with one addition: a
+// response whose job this client cannot decode, such as one whose payload
+// nests deeper than protobuf's recursion limit, is an *UndecodableJobError
+// naming the job and, for a claim, the lease, instead of a bare decoding
+// error. connect-go wraps a codec's error with %w (as invalid_argument,
+// "unmarshal message: ..."), so callers find it with errors.As, and a
+// Worker can fail that one job and go on claiming.
+type codec struct{ json bool }
+
+func (c codec) Name() string {
+	if c.json {
+		return "json"
+	}
+	return "proto"
+}
+
+func (c codec) IsBinary() bool { return !c.json }
+
+func (c codec) Marshal(v any) ([]byte, error) {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("%T is not a proto.Message", v)
+	}
+	if c.json {
+		return protojson.Marshal(m)
+	}
+	return proto.Marshal(m)
+}
+
+func (c codec) Unmarshal(data []byte, v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return fmt.Errorf("%T is not a proto.Message", v)
+	}
+	var err error
+	if c.json {
+		if len(data) == 0 {
+			return errors.New("zero-length payload is not a valid JSON object")
+		}
+		err = protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(data, m)
+	} else {
+		err = proto.Unmarshal(data, m)
+	}
+	if err == nil {
+		return nil
+	}
+	err = fmt.Errorf("unmarshal %s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+	var jobID, leaseID string
+	if c.json {
+		jobID, leaseID = jobOfJSON(data)
+	} else {
+		jobID, leaseID = jobOfBinary(data, m.ProtoReflect().Descriptor())
+	}
+	if jobID == "" {
+		return err
+	}
+	return &UndecodableJobError{JobID: jobID, LeaseID: leaseID, Err: err}
+}
+
+// jobOfBinary reads the job's id (field "job", then its "id") and the
+// "lease_id" out of a binary response that did not decode, walking only
+// the top two levels, so the depth that broke the decoder does not matter.
+func jobOfBinary(data []byte, md protoreflect.MessageDescriptor) (jobID, leaseID string) {
+	jobField, leaseField := md.Fields().ByName("job"), md.Fields().ByName("lease_id")
+	if jobField == nil || jobField.Message() == nil {
+		return "", ""
+	}
+	idField := jobField.Message().Fields().ByName("id")
+	if idField == nil {
+		return "", ""
+	}
+	jobBytes, _ := bytesField(data, jobField.Number())
+	id, _ := bytesField(jobBytes, idField.Number())
+	var lease []byte
+	if leaseField != nil {
+		lease, _ = bytesField(data, leaseField.Number())
+	}
+	return string(id), string(lease)
+}
+
+// bytesField returns the last length-delimited field numbered num in a
+// message's bytes (the last, as protobuf merges repeated occurrences of a
+// singular field that way).
+func bytesField(data []byte, num protowire.Number) ([]byte, bool) {
+	var found []byte
+	ok := false
+	for len(data) > 0 {
+		n, typ, tagLen := protowire.ConsumeTag(data)
+		if tagLen < 0 {
+			return found, ok
+		}
+		data = data[tagLen:]
+		if n == num && typ == protowire.BytesType {
+			v, vLen := protowire.ConsumeBytes(data)
+			if vLen < 0 {
+				return found, ok
+			}
+			found, ok = v, true
+			data = data[vLen:]
+			continue
+		}
+		vLen := protowire.ConsumeFieldValue(n, typ, data)
+		if vLen < 0 {
+			return found, ok
+		}
+		data = data[vLen:]
+	}
+	return found, ok
+}
+
+// jobOfJSON is jobOfBinary for the JSON form ("job": {"id": ...},
+// "leaseId" or "lease_id"). encoding/json decodes only the fields named
+// and skips the rest without building it.
+func jobOfJSON(data []byte) (jobID, leaseID string) {
+	var resp struct {
+		Job struct {
+			ID string `json:"id"`
+		} `json:"job"`
+		LeaseID  string `json:"leaseId"`
+		LeaseID2 string `json:"lease_id"`
+	}
+	if json.Unmarshal(data, &resp) != nil {
+		return "", ""
+	}
+	if resp.LeaseID == "" {
+		resp.LeaseID = resp.LeaseID2
+	}
+	return resp.Job.ID, resp.LeaseID
+}

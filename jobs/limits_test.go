@@ -1,0 +1,128 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/store"
+)
+
+// nested returns a JSON array nested depth levels deep: [[[...]]].
+func nested(depth int) []byte {
+	return []byte(strings.Repeat("[", depth) + strings.Repeat("]", depth))
+}
+
+func TestTheEngineRefusesWhatNoReaderCouldTakeNamingTheFieldAndTheLimit(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{MaxPayloadBytes: 64 << 10})
+	ctx := context.Background()
+	long := func(n int) string { return strings.Repeat("x", n) }
+	tests := []struct {
+		name  string
+		call  func(j store.Job) error
+		field string
+		limit string // in the reason
+	}{
+		{"a payload nested 5,000 levels deep", func(store.Job) error {
+			_, err := e.Submit(ctx, jobs.SubmitRequest{Kind: "k", Payload: nested(5000)})
+			return err
+		}, "payload", "128"},
+		{"a payload one level over the limit", func(store.Job) error {
+			_, err := e.Submit(ctx, jobs.SubmitRequest{Kind: "k", Payload: nested(jobs.MaxJSONDepth + 1)})
+			return err
+		}, "payload", "128"},
+		{"a result nested 5,000 levels deep", func(j store.Job) error {
+			_, err := e.Complete(ctx, j.ID, j.LeaseID, nested(5000))
+			return err
+		}, "result", "128"},
+		{"a unique key over 128 bytes", func(store.Job) error {
+			_, err := e.Submit(ctx, jobs.SubmitRequest{Kind: "k", UniqueKey: long(129)})
+			return err
+		}, "unique_key", "128 bytes"},
+		{"a step over 1024 bytes", func(j store.Job) error {
+			_, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 1, long(1025))
+			return err
+		}, "step", "1024 bytes"},
+		{"a step that is not UTF-8", func(j store.Job) error {
+			_, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 1, "a\xffb")
+			return err
+		}, "step", "UTF-8"},
+		{"an error type over 256 bytes", func(j store.Job) error {
+			_, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: long(257)}, false)
+			return err
+		}, "error.type", "256 bytes"},
+		{"an error message over 4096 bytes", func(j store.Job) error {
+			_, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "E", Message: long(4097)}, false)
+			return err
+		}, "error.message", "4096 bytes"},
+		{"a worker id over 128 bytes", func(store.Job) error {
+			_, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: long(129)}, soon())
+			return err
+		}, "worker_id", "128 bytes"},
+		{"a claim naming 101 kinds", func(store.Job) error {
+			_, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w", Kinds: strings.Split(strings.Repeat("k,", 100)+"k", ",")}, soon())
+			return err
+		}, "kinds", "100 entries"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j := running(t, e, jobs.SubmitRequest{})
+			err := tt.call(j)
+			var inv *jobs.InvalidError
+			if !errors.As(err, &inv) || inv.Field != tt.field || !strings.Contains(inv.Reason, tt.limit) {
+				t.Fatalf("got %v, want an InvalidError for %q naming %q", err, tt.field, tt.limit)
+			}
+			if got := get(t, e, j.ID); got.State != store.Running || got.Version != j.Version {
+				t.Errorf("the refused call changed the job: %s version %d, was version %d", got.State, got.Version, j.Version)
+			}
+		})
+	}
+}
+
+func TestAPayloadOrResultOverTheSizeLimitIsTooLarge(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{MaxPayloadBytes: 1000})
+	big := []byte(`"` + strings.Repeat("x", 1000) + `"`)
+	_, err := e.Submit(context.Background(), jobs.SubmitRequest{Kind: "k", Payload: big})
+	var tooLarge *jobs.TooLargeError
+	if !errors.As(err, &tooLarge) || tooLarge.Field != "payload" || tooLarge.Limit != 1000 || tooLarge.Bytes != len(big) {
+		t.Fatalf("submit: got %v, want a TooLargeError for payload, %d bytes over 1000", err, len(big))
+	}
+	j := running(t, e, jobs.SubmitRequest{})
+	_, err = e.Complete(context.Background(), j.ID, j.LeaseID, big)
+	if !errors.As(err, &tooLarge) || tooLarge.Field != "result" {
+		t.Fatalf("complete: got %v, want a TooLargeError for result", err)
+	}
+}
+
+func TestAPayloadAtTheDepthLimitIsKept(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	// Brackets inside strings are text, not nesting.
+	atLimit := []byte(strings.Repeat("[", jobs.MaxJSONDepth-1) + `{"s":"` + strings.Repeat("[", 500) + `"}` + strings.Repeat("]", jobs.MaxJSONDepth-1))
+	for _, payload := range [][]byte{nested(jobs.MaxJSONDepth), atLimit} {
+		j := submit(t, e, jobs.SubmitRequest{Payload: payload})
+		if got := get(t, e, j.ID); string(got.Payload) != string(payload) {
+			t.Fatalf("payload stored as %.40s…, want it as sent", got.Payload)
+		}
+		c, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w", Kinds: []string{j.Kind}}, soon())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Complete(context.Background(), c.ID, c.LeaseID, payload); err != nil {
+			t.Fatalf("a result at the depth limit: %v", err)
+		}
+	}
+}
+
+func TestAFailureWithoutAnErrorTypeFailsTheJobWithTheDefaultType(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	j := running(t, e, jobs.SubmitRequest{})
+	failed, err := e.Fail(context.Background(), j.ID, j.LeaseID, store.JobError{Message: "disk full"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failed.State != store.Failed || failed.Error == nil || *failed.Error != (store.JobError{Type: jobs.DefaultErrorType, Message: "disk full"}) {
+		t.Fatalf("job %s with error %+v, want FAILED with type %q", failed.State, failed.Error, jobs.DefaultErrorType)
+	}
+}
