@@ -40,7 +40,13 @@ func (s *Server) capDeadline(ctx context.Context, limit time.Duration) time.Time
 func (s *Server) wait(ctx context.Context, id string) (*jobwatchv1.Job, error) {
 	s.metrics.parkedWaits.Inc()
 	defer s.metrics.parkedWaits.Dec()
-	j, err := s.engine.Wait(ctx, id, s.capDeadline(ctx, s.cfg.WaitCap))
+	deadline := s.capDeadline(ctx, s.cfg.WaitCap)
+	if s.parked.park("wait") {
+		defer s.parked.release()
+	} else {
+		deadline = s.now() // over MaxParkedCalls: the current state, at once
+	}
+	j, err := s.engine.Wait(ctx, id, deadline)
 	if err != nil {
 		return nil, s.toConnectError(ctx, "wait job", err)
 	}
@@ -223,14 +229,17 @@ func (h *jobService) WatchJob(ctx context.Context, req *jobwatchv1.WatchJobReque
 	if req.GetAfterVersion() < 0 {
 		return invalid("after_version", "must not be negative")
 	}
-	s.metrics.openWatches.Inc()
-	defer s.metrics.openWatches.Dec()
+	deadline, done, err := s.parkWatch(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	if err := sendHeaders(stream); err != nil {
 		return err
 	}
-	err := s.engine.Watch(ctx, req.GetJobId(), jobs.WatchOptions{
+	err = s.engine.Watch(ctx, req.GetJobId(), jobs.WatchOptions{
 		AfterVersion: req.GetAfterVersion(),
-		Deadline:     s.capDeadline(ctx, s.cfg.StreamLifetime),
+		Deadline:     deadline,
 		Keepalive:    s.cfg.Keepalive,
 		Send: func(j *store.Job) error {
 			resp := &jobwatchv1.WatchJobResponse{} // no job: a keepalive
@@ -259,15 +268,18 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 	if err != nil {
 		return err
 	}
-	s.metrics.openWatches.Inc()
-	defer s.metrics.openWatches.Dec()
+	deadline, done, err := s.parkWatch(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	if err := sendHeaders(stream); err != nil {
 		return err
 	}
 	err = s.engine.WatchTenant(ctx, req.GetTenant(), jobs.TenantWatchOptions{
 		ResumeToken: req.GetResumeToken(),
 		PageSize:    limit,
-		Deadline:    s.capDeadline(ctx, s.cfg.StreamLifetime),
+		Deadline:    deadline,
 		Keepalive:   s.cfg.Keepalive,
 		Send: func(js []store.Job, resumeToken string) error {
 			pjs, err := wire.Jobs(js)
