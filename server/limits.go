@@ -370,6 +370,7 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	case errors.Is(err, io.EOF):
 		b.done()
 		if clientGone(b.ctx) {
+			b.ex.limits.metrics.abandoned.Inc()
 			return n, connect.NewError(connect.CodeCanceled,
 				errors.New("the client hung up before its request was handled; nothing was done"))
 		}

@@ -30,6 +30,7 @@ type Metrics struct {
 	parkRefused        *prometheus.CounterVec
 	bodiesReading      prometheus.Gauge
 	bodyTimeouts       prometheus.Counter
+	abandoned          prometheus.Counter
 	sendsInProgress    prometheus.Gauge
 	sendsCut           *prometheus.CounterVec
 }
@@ -86,6 +87,10 @@ func NewMetrics() *Metrics {
 			Name: "jobwatch_request_body_timeouts_total",
 			Help: "Requests whose body did not arrive within --body-timeout, answered deadline_exceeded.",
 		}),
+		abandoned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "jobwatch_requests_abandoned_total",
+			Help: "Requests not handled because their client hung up before the server got to them.",
+		}),
 		sendsInProgress: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "jobwatch_sends_in_progress",
 			Help: "Response writes under way now; one that stays is a client that does not read (cut after --send-timeout).",
@@ -106,7 +111,7 @@ func (m *Metrics) register(reg *prometheus.Registry, engine *jobs.Engine, log *s
 	for _, c := range []prometheus.Collector{
 		m.parkedWaits, m.openWatches, m.parkedClaims, m.wakeLatency, m.requests,
 		m.connections, m.connectionsRefused, m.parkedCalls, m.parkRefused,
-		m.bodiesReading, m.bodyTimeouts, m.sendsInProgress, m.sendsCut,
+		m.bodiesReading, m.bodyTimeouts, m.abandoned, m.sendsInProgress, m.sendsCut,
 		&jobsCollector{engine: engine, log: log},
 	} {
 		// A Metrics shared by two servers on one registry is registered
