@@ -8,6 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -368,4 +371,72 @@ func TestParkedCallsPastTheLimitAreAnsweredAtOnceAndNobodyElsesCallIsDropped(t *
 			t.Errorf("jobwatch_parked_calls_refused_total{kind=%q} = %v, want %v", kind, got, want)
 		}
 	}
+}
+
+// measureEnv names the number of blocked streams the memory measurement
+// opens; unset, it does not run (it takes a minute and most of a core).
+const measureEnv = "JOBWATCH_MEASURE_BLOCKED_STREAMS"
+
+// TestMeasureMemoryOfBlockedStreams measures what WatchJob streams whose
+// client grants no window hold, before and after --send-timeout frees
+// them, and prints the figures the README quotes:
+//
+//	JOBWATCH_MEASURE_BLOCKED_STREAMS=2000 go test ./server -run TestMeasureMemoryOfBlockedStreams -v
+//
+// Server and clients share the process; the raw clients hold one
+// goroutine and a few KiB per connection, of 500 streams each.
+func TestMeasureMemoryOfBlockedStreams(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv(measureEnv))
+	if n <= 0 {
+		t.Skipf("set %s to the number of streams to measure", measureEnv)
+	}
+	const sendTimeout = 20 * time.Second
+	ts := startServer(t, serverOptions{config: server.Config{SendTimeout: sendTimeout, StreamLifetime: time.Hour, Keepalive: -1}})
+	c := ts.h2c()
+	for _, payloadBytes := range []int{100, 250 << 10} {
+		job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "measure", Payload: mustValue(t, strings.Repeat("x", payloadBytes))})
+		before := heapAndGoroutines()
+		var conns []*rawH2
+		for i := range n {
+			if i%500 == 0 {
+				conns = append(conns, dialRawH2(t, addrOf(ts.url)))
+			}
+			conns[len(conns)-1].post(watchJobPath, map[string]any{"jobId": job.GetId()})
+		}
+		ts.waitForMetric("all sends blocked", time.Minute, func(v float64) bool { return v == float64(n) }, "jobwatch_sends_in_progress")
+		blocked := heapAndGoroutines()
+		start := time.Now()
+		ts.waitForMetric("all streams ended", 2*sendTimeout+time.Minute, func(v float64) bool { return v == 0 }, "jobwatch_open_watches")
+		ended := time.Since(start)
+		for _, rc := range conns {
+			rc.conn.Close()
+		}
+		ts.waitForGauge("jobwatch_connections", 1) // c's own
+		after := heapAndGoroutines()
+		perStream := (blocked.heap - before.heap) / int64(n)
+		t.Logf("payload %d B, %d blocked streams: heap in use %d -> %d KiB (%d KiB a stream), goroutines %d -> %d (%.1f a stream); "+
+			"all ended %v after being blocked (bound %v); after: heap %d KiB, goroutines %d",
+			payloadBytes, n, before.heap>>10, blocked.heap>>10, perStream>>10, before.goroutines, blocked.goroutines,
+			float64(blocked.goroutines-before.goroutines)/float64(n), ended.Round(100*time.Millisecond), sendTimeout,
+			after.heap>>10, after.goroutines)
+		if after.goroutines > before.goroutines+10 {
+			t.Errorf("goroutines after the bound: %d, before the streams: %d", after.goroutines, before.goroutines)
+		}
+		if leftover := after.heap - before.heap; leftover > (blocked.heap-before.heap)/5 {
+			t.Errorf("heap after the bound is %d KiB above the start, more than a fifth of what the blocked streams held", leftover>>10)
+		}
+	}
+}
+
+type memory struct {
+	heap       int64 // bytes of heap in use
+	goroutines int
+}
+
+func heapAndGoroutines() memory {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return memory{heap: int64(ms.HeapInuse), goroutines: runtime.NumGoroutine()}
 }
