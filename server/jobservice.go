@@ -45,6 +45,7 @@ func (s *Server) wait(ctx context.Context, id string) (*jobwatchv1.Job, error) {
 		defer s.parked.release()
 	} else {
 		deadline = s.now() // over MaxParkedCalls: the current state, at once
+		markParkedCallsFull(ctx)
 	}
 	j, err := s.engine.Wait(ctx, id, deadline)
 	if err != nil {

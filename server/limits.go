@@ -169,6 +169,18 @@ func (p *parkedCalls) release() {
 	p.metrics.parkedCalls.Dec()
 }
 
+// ParkedCallsHeader is set to "full" on a WaitJob (or SubmitJob with
+// wait) answer that did not park because MaxParkedCalls were parked: the
+// state in it is current but the call did not wait, so a client that
+// loops on WaitJob should back off before asking again, not spin.
+const ParkedCallsHeader = "Jobwatch-Parked-Calls"
+
+func markParkedCallsFull(ctx context.Context) {
+	if call, ok := connect.CallInfoForHandlerContext(ctx); ok {
+		call.ResponseHeader().Set(ParkedCallsHeader, "full")
+	}
+}
+
 // parkLimitError is what a watch or claim gets when every place is taken.
 func (p *parkedCalls) parkLimitError(what string) error {
 	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(

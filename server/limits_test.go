@@ -333,9 +333,13 @@ func TestParkedCallsPastTheLimitAreAnsweredAtOnceAndNobodyElsesCallIsDropped(t *
 	ts.waitForGauge("jobwatch_parked_calls", 2)
 
 	start := time.Now()
-	resp, err := c.jobs.WaitJob(ctxTimeout(t, 30*time.Second), &jobwatchv1.WaitJobRequest{JobId: first.GetId()})
+	callCtx, call := connect.NewClientContext(ctxTimeout(t, 30*time.Second))
+	resp, err := c.jobs.WaitJob(callCtx, &jobwatchv1.WaitJobRequest{JobId: first.GetId()})
 	if err != nil || resp.GetJob().GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED {
-		t.Fatalf("a wait past the limit: %v, %v; want OK with the QUEUED job", resp.GetJob().GetState(), err)
+		t.Fatalf("a wait past the limit: %v, %v; want OK with the QUEUED job", resp, err)
+	}
+	if got := call.ResponseHeader().Get(server.ParkedCallsHeader); got != "full" {
+		t.Errorf("the answer's %s header = %q, want full (so clients back off)", server.ParkedCallsHeader, got)
 	}
 	t.Logf("a wait past the limit answered in %v", time.Since(start).Round(time.Millisecond))
 
