@@ -199,12 +199,16 @@ func (p *parkedCalls) parkLimitError(what string) error {
 // whole request, so they would cut every parked call and stream, and
 // ReadTimeout would also close the body of a bidi stream such as gRPC
 // reflection.
+//
+// A Write arms the write deadline and a Flush lifts it, so an idle stream
+// is never cut; a handler must flush what it writes before it idles.
+// connect does: it flushes each stream message as it writes it, and
+// writes a unary answer as the handler returns.
 type exchange struct {
 	http.ResponseWriter
-	rc      *http.ResponseController
-	limits  *limits
-	http2   bool
-	pending bool // written since the last flush
+	rc     *http.ResponseController
+	limits *limits
+	http2  bool
 
 	// Only the handler's goroutine writes and sets streamEnd.
 	deadline  time.Time // the write deadline in force; zero: none
@@ -305,19 +309,20 @@ func (ex *exchange) Write(p []byte) (int, error) {
 	ex.limits.metrics.sendsInProgress.Inc()
 	n, err := ex.ResponseWriter.Write(p)
 	ex.limits.metrics.sendsInProgress.Dec()
-	ex.pending = true
 	ex.wrote(err)
 	return n, err
 }
 
 // FlushError sends what was written; it stays blocked for SendTimeout at
-// most.
+// most. The deadline is the one the last Write set (writes and their
+// flush come together); it is lifted once everything is sent.
 func (ex *exchange) FlushError() error {
-	ex.arm()
+	if ex.deadline.IsZero() {
+		ex.arm()
+	}
 	ex.limits.metrics.sendsInProgress.Inc()
 	err := ex.rc.Flush()
 	ex.limits.metrics.sendsInProgress.Dec()
-	ex.pending = false
 	ex.wrote(err)
 	ex.disarm()
 	return err
@@ -330,20 +335,16 @@ func (ex *exchange) Flush() { _ = ex.FlushError() }
 // everything else (read deadlines, full duplex).
 func (ex *exchange) Unwrap() http.ResponseWriter { return ex.ResponseWriter }
 
-// finish bounds what net/http writes after the handler returns: for
-// HTTP/1.1 it flushes its buffer under the connection's write deadline
-// (which it lifts afterwards); an HTTP/2 stream would flush it with no
-// deadline, held by a client that grants no flow-control window, so it is
-// flushed here.
+// finish bounds what net/http writes after the handler returns. HTTP/1.1
+// flushes its buffer under the connection's write deadline, and lifts it
+// afterwards. An HTTP/2 stream flushes what is pending under the deadline
+// its last Write set, which is still armed (a response with nothing
+// pending ends with frames that need no flow-control window), and stops
+// the timer when the stream closes.
 func (ex *exchange) finish() {
 	if !ex.http2 {
 		_ = ex.rc.SetWriteDeadline(time.Now().Add(ex.limits.sendTimeout))
-		return
 	}
-	if ex.pending {
-		_ = ex.FlushError()
-	}
-	ex.disarm()
 }
 
 // limitedBody is a request body that must arrive within BodyTimeout. At
@@ -361,17 +362,14 @@ func (b *limitedBody) start() {
 	_ = b.ex.rc.SetReadDeadline(time.Now().Add(b.ex.limits.bodyTimeout))
 }
 
-// done ends the body's time limit; once it has arrived in full, reading
-// no longer has a deadline (net/http's HTTP/1.1 background read, which
-// notices a client that hangs up, must not be cut).
+// done ends the body's count. Its deadline needs no lifting once it has
+// arrived in full: net/http lifts an HTTP/1.1 connection's read deadline
+// itself when it starts the background read that notices a client that
+// hangs up, and an HTTP/2 stream's read deadline only closes its body,
+// which after the end of the body does nothing (the stream stops the
+// timer when it closes).
 func (b *limitedBody) done() {
-	b.doneOnce.Do(func() {
-		b.ex.limits.metrics.bodiesReading.Dec()
-		if b.ex.http2 {
-			// An HTTP/2 stream's read timer would outlive the call.
-			_ = b.ex.rc.SetReadDeadline(time.Time{})
-		}
-	})
+	b.doneOnce.Do(func() { b.ex.limits.metrics.bodiesReading.Dec() })
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
