@@ -290,15 +290,19 @@ func (ex *exchange) disarm() {
 	_ = ex.rc.SetWriteDeadline(time.Time{})
 }
 
-// wrote notes a write's outcome: one that failed at its deadline was
-// blocked on a client that does not read.
+// wrote notes a write's outcome: one that failed at its deadline, or at
+// the HTTP/2 connection's WriteByteTimeout, was blocked on a client that
+// does not read.
 func (ex *exchange) wrote(err error) {
-	if err == nil || ex.timedOut || ex.deadline.IsZero() || time.Now().Before(ex.deadline) {
+	if err == nil || ex.timedOut || ex.deadline.IsZero() {
+		return
+	}
+	if time.Now().Before(ex.deadline) && !errors.Is(err, os.ErrDeadlineExceeded) {
 		return
 	}
 	ex.timedOut = true
 	reason := "send_timeout"
-	if ex.deadline.Equal(ex.streamEnd) {
+	if ex.deadline.Equal(ex.streamEnd) && !time.Now().Before(ex.deadline) {
 		reason = "stream_lifetime"
 	}
 	ex.limits.metrics.sendsCut.WithLabelValues(reason).Inc()

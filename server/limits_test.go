@@ -87,8 +87,23 @@ func TestAStreamBlockedOnAnHTTP1ClientThatStopsReadingIsEnded(t *testing.T) {
 		watchJobPath, 5+len(body), string([]byte{0, 0, byte(len(body) >> 8), byte(len(body))}), body)
 	ts.waitForGauge("jobwatch_open_watches", 1)
 
-	// The client reads nothing from here on. While no send is under way,
-	// a heartbeat makes one; a send that finishes was not blocked yet.
+	// The client reads nothing from here on.
+	pushUntilTheWatchEnds(t, ts, c, job, lease)
+	if got := ts.metric("jobwatch_sends_cut_total", "reason", "send_timeout"); got != 1 {
+		t.Errorf("jobwatch_sends_cut_total{reason=send_timeout} = %v, want 1", got)
+	}
+	// The server closed the connection it could not write to.
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, conn); isTimeout(err) {
+		t.Errorf("the blocked connection is still open: %v", err)
+	}
+}
+
+// pushUntilTheWatchEnds makes the job change while no send is under way
+// (each change makes the watch send the job again, payload and all), until
+// a send blocks for good and the server ends the watch, or fails.
+func pushUntilTheWatchEnds(t *testing.T, ts *testServer, c clients, job *jobwatchv1.Job, lease *jobwatchv1.ClaimJobResponse) {
+	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for i := 1; ts.gauge("jobwatch_open_watches") != 0; i++ {
 		if time.Now().After(deadline) {
@@ -104,14 +119,25 @@ func TestAStreamBlockedOnAnHTTP1ClientThatStopsReadingIsEnded(t *testing.T) {
 			t.Fatalf("heartbeat: %v", err)
 		}
 	}
-	if got := ts.metric("jobwatch_sends_cut_total", "reason", "send_timeout"); got != 1 {
-		t.Errorf("jobwatch_sends_cut_total{reason=send_timeout} = %v, want 1", got)
-	}
-	// The server closed the connection it could not write to.
-	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.Copy(io.Discard, conn); isTimeout(err) {
-		t.Errorf("the blocked connection is still open: %v", err)
-	}
+}
+
+// An HTTP/2 client that grants window but stops reading its socket fills
+// the TCP window: its blocked stream is ended all the same. (The
+// connection, which then carries nothing, is closed by the pings it
+// leaves unanswered, set far off here, or by HTTP2Config.WriteByteTimeout
+// when a frame cannot be written at all.)
+func TestAnHTTP2ClientThatStopsReadingItsSocketLosesItsStream(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{
+		SendTimeout: 300 * time.Millisecond, Keepalive: -1, PingInterval: time.Hour, PingTimeout: time.Hour,
+	}})
+	c := ts.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "big", Payload: mustValue(t, strings.Repeat("x", 200<<10))})
+	lease := claim(t, c, "big")
+	raw := dialRawH2Window(t, addrOf(ts.url), 1<<30)
+	raw.post(watchJobPath, map[string]any{"jobId": job.GetId()})
+	ts.waitForGauge("jobwatch_open_watches", 1)
+	raw.stopReading()
+	pushUntilTheWatchEnds(t, ts, c, job, lease) // fails if it does not end
 }
 
 func isTimeout(err error) bool {

@@ -31,23 +31,34 @@ type rawH2 struct {
 
 	resets chan uint32 // stream ids the server reset
 	closed chan struct{}
+	paused chan struct{} // closed: the client no longer reads its socket
 }
 
-func dialRawH2(t *testing.T, addr string) *rawH2 {
+// dialRawH2 connects a client that grants no window.
+func dialRawH2(t *testing.T, addr string) *rawH2 { return dialRawH2Window(t, addr, 0) }
+
+// dialRawH2Window connects a client that grants window bytes per stream
+// and, when window is not 0, as much for the whole connection.
+func dialRawH2Window(t *testing.T, addr string, window uint32) *rawH2 {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
-	c := &rawH2{t: t, conn: conn, nextID: 1, resets: make(chan uint32, 1<<16), closed: make(chan struct{})}
+	c := &rawH2{t: t, conn: conn, nextID: 1, resets: make(chan uint32, 1<<16), closed: make(chan struct{}), paused: make(chan struct{})}
 	c.enc = hpack.NewEncoder(&c.buf)
 	c.fr = http2.NewFramer(conn, conn)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
 		t.Fatalf("preface: %v", err)
 	}
-	if err := c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
+	if err := c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: window}); err != nil {
 		t.Fatalf("settings: %v", err)
+	}
+	if window > 65535 {
+		if err := c.fr.WriteWindowUpdate(0, window-65535); err != nil {
+			t.Fatalf("window update: %v", err)
+		}
 	}
 	go c.readLoop()
 	t.Cleanup(func() { conn.Close() })
@@ -57,6 +68,11 @@ func dialRawH2(t *testing.T, addr string) *rawH2 {
 func (c *rawH2) readLoop() {
 	defer close(c.closed)
 	for {
+		select {
+		case <-c.paused:
+			return
+		default:
+		}
 		f, err := c.fr.ReadFrame()
 		if err != nil {
 			return
@@ -79,6 +95,11 @@ func (c *rawH2) readLoop() {
 		}
 	}
 }
+
+// stopReading makes the client leave its socket unread from the next
+// frame on, as a client stuck in its own work would: the server's writes
+// then fill the TCP window.
+func (c *rawH2) stopReading() { close(c.paused) }
 
 // post opens a stream with a Connect request for procedure whose body is
 // msg as one enveloped JSON message (a server-streaming call), and
