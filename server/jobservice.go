@@ -42,7 +42,14 @@ func (s *Server) capDeadline(ctx context.Context, limit time.Duration) time.Time
 func (s *Server) wait(ctx context.Context, id string) (*jobwatchv1.Job, error) {
 	s.metrics.parkedWaits.Inc()
 	defer s.metrics.parkedWaits.Dec()
-	j, err := s.engine.Wait(ctx, id, s.capDeadline(ctx, s.cfg.WaitCap))
+	deadline := s.capDeadline(ctx, s.cfg.WaitCap)
+	if s.parked.park("wait") {
+		defer s.parked.release()
+	} else {
+		deadline = time.Now() // over MaxParkedCalls: the current state, at once
+		markParkedCallsFull(ctx)
+	}
+	j, err := s.engine.Wait(ctx, id, deadline)
 	if err != nil {
 		return nil, s.toConnectError(ctx, "wait job", err)
 	}
@@ -139,10 +146,7 @@ func (h *jobService) ListJobs(ctx context.Context, req *jobwatchv1.ListJobsReque
 	if err := checkLen("page_token", req.GetPageToken(), 1024); err != nil {
 		return nil, err
 	}
-	limit, err := pageSize(req.GetPageSize())
-	if err != nil {
-		return nil, err
-	}
+	limit := int(req.GetPageSize()) // the engine applies the default and cap
 	if len(req.GetStates()) > maxFilterItems {
 		return nil, invalid("states", fmt.Sprintf("must list at most %d entries", maxFilterItems))
 	}
@@ -195,14 +199,17 @@ func (h *jobService) WaitJob(ctx context.Context, req *jobwatchv1.WaitJobRequest
 
 func (h *jobService) WatchJob(ctx context.Context, req *jobwatchv1.WatchJobRequest, stream *connect.ServerStream[jobwatchv1.WatchJobResponse]) error {
 	s := h.s
-	s.metrics.openWatches.Inc()
-	defer s.metrics.openWatches.Dec()
+	deadline, done, err := s.parkWatch(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	if err := sendHeaders(stream); err != nil {
 		return err
 	}
-	err := s.engine.Watch(ctx, req.GetJobId(), jobs.WatchOptions{
+	err = s.engine.Watch(ctx, req.GetJobId(), jobs.WatchOptions{
 		AfterVersion: req.GetAfterVersion(),
-		Deadline:     s.capDeadline(ctx, s.cfg.StreamLifetime),
+		Deadline:     deadline,
 		Keepalive:    s.cfg.Keepalive,
 		Send: func(j *store.Job) error {
 			resp := &jobwatchv1.WatchJobResponse{} // no job: a keepalive
@@ -231,12 +238,12 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 	if err := checkLen("resume_token", req.GetResumeToken(), 1024); err != nil {
 		return err
 	}
-	limit, err := pageSize(req.GetPageSize())
+	limit := int(req.GetPageSize()) // the engine applies the default and cap
+	deadline, done, err := s.parkWatch(ctx)
 	if err != nil {
 		return err
 	}
-	s.metrics.openWatches.Inc()
-	defer s.metrics.openWatches.Dec()
+	defer done()
 	if err := sendHeaders(stream); err != nil {
 		return err
 	}
@@ -244,7 +251,7 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 		ResumeToken: req.GetResumeToken(),
 		Full:        full,
 		PageSize:    limit,
-		Deadline:    s.capDeadline(ctx, s.cfg.StreamLifetime),
+		Deadline:    deadline,
 		Keepalive:   s.cfg.Keepalive,
 		Send: func(js []store.Job, resumeToken string) error {
 			pjs, err := wire.Jobs(js)

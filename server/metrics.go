@@ -22,6 +22,17 @@ type Metrics struct {
 	parkedClaims prometheus.Gauge
 	wakeLatency  *prometheus.HistogramVec
 	requests     *prometheus.CounterVec
+
+	// The network limits of limits.go: use now and refusals of each.
+	connections        prometheus.Gauge
+	connectionsRefused prometheus.Counter
+	parkedCalls        prometheus.Gauge
+	parkRefused        *prometheus.CounterVec
+	bodiesReading      prometheus.Gauge
+	bodyTimeouts       prometheus.Counter
+	abandoned          prometheus.Counter
+	sendsInProgress    prometheus.Gauge
+	sendsCut           *prometheus.CounterVec
 }
 
 var _ jobs.Metrics = (*Metrics)(nil)
@@ -52,6 +63,42 @@ func NewMetrics() *Metrics {
 			Name: "jobwatch_requests_total",
 			Help: "RPCs handled, by procedure and Connect code.",
 		}, []string{"procedure", "code"}),
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "jobwatch_connections",
+			Help: "Client connections open now (limit: --max-connections).",
+		}),
+		connectionsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "jobwatch_connections_refused_total",
+			Help: "Connections closed as soon as accepted because --max-connections were open.",
+		}),
+		parkedCalls: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "jobwatch_parked_calls",
+			Help: "WaitJob, WatchJob, WatchJobs and ClaimJob calls parked now (limit: --max-parked-calls).",
+		}),
+		parkRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jobwatch_parked_calls_refused_total",
+			Help: "Calls that found --max-parked-calls taken, by kind: a wait answered at once with the current state, a watch or claim refused with resource_exhausted.",
+		}, []string{"kind"}),
+		bodiesReading: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "jobwatch_request_bodies_reading",
+			Help: "Request bodies being received now (each within --body-timeout).",
+		}),
+		bodyTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "jobwatch_request_body_timeouts_total",
+			Help: "Requests whose body did not arrive within --body-timeout, answered deadline_exceeded.",
+		}),
+		abandoned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "jobwatch_requests_abandoned_total",
+			Help: "Requests not handled because their client hung up before the server got to them.",
+		}),
+		sendsInProgress: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "jobwatch_sends_in_progress",
+			Help: "Response writes under way now; one that stays is a client that does not read (cut after --send-timeout).",
+		}),
+		sendsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jobwatch_sends_cut_total",
+			Help: "Responses and streams ended because a write stayed blocked on a client that does not read: for --send-timeout, or until the stream's --stream-lifetime.",
+		}, []string{"reason"}),
 	}
 }
 
@@ -63,6 +110,8 @@ func (m *Metrics) Woke(kind string, latency time.Duration) {
 func (m *Metrics) register(reg *prometheus.Registry, engine *jobs.Engine, log *slog.Logger) {
 	for _, c := range []prometheus.Collector{
 		m.parkedWaits, m.openWatches, m.parkedClaims, m.wakeLatency, m.requests,
+		m.connections, m.connectionsRefused, m.parkedCalls, m.parkRefused,
+		m.bodiesReading, m.bodyTimeouts, m.abandoned, m.sendsInProgress, m.sendsCut,
 		&jobsCollector{engine: engine, log: log},
 	} {
 		// A Metrics shared by two servers on one registry is registered

@@ -62,6 +62,25 @@ type Config struct {
 	// it. Defaults 10s and 5s.
 	PingInterval time.Duration
 	PingTimeout  time.Duration
+	// SendTimeout ends a response or stream whose write has stayed
+	// blocked this long on a client that does not read (TCP or HTTP/2
+	// window full), freeing what it held. A stream's write is also cut at
+	// its StreamLifetime, blocked or not. Default DefaultSendTimeout (30s).
+	SendTimeout time.Duration
+	// BodyTimeout is how long a request body may take to arrive in full;
+	// a slower one is answered deadline_exceeded and its connection (or
+	// HTTP/2 stream) closed. Bidi streams (gRPC reflection) are exempt.
+	// Default DefaultBodyTimeout (10s).
+	BodyTimeout time.Duration
+	// MaxConnections bounds the client connections Serve holds; beyond
+	// it a new connection is accepted and closed at once. Default
+	// DefaultMaxConnections(), from the open-file limit.
+	MaxConnections int
+	// MaxParkedCalls bounds the WaitJob (and SubmitJob with wait),
+	// WatchJob, WatchJobs and ClaimJob calls parked at once. Beyond it a
+	// wait answers OK at once with the current state, and a watch or a
+	// claim gets resource_exhausted. Default DefaultMaxParkedCalls.
+	MaxParkedCalls int
 	// Logger receives the server's logs; per-call logs are at debug
 	// level. Default slog.Default().
 	Logger *slog.Logger
@@ -98,6 +117,12 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.ShutdownGrace, 10*time.Second)
 	setDefault(&c.PingInterval, 10*time.Second)
 	setDefault(&c.PingTimeout, 5*time.Second)
+	setDefault(&c.SendTimeout, DefaultSendTimeout)
+	setDefault(&c.BodyTimeout, DefaultBodyTimeout)
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = DefaultMaxConnections()
+	}
+	setDefault(&c.MaxParkedCalls, DefaultMaxParkedCalls)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -127,12 +152,12 @@ func setDefault[T comparable](v *T, def T) {
 // Server serves the jobwatch API for one engine. Create it with New.
 type Server struct {
 	engine  *jobs.Engine
-	now     func() time.Time // the engine's clock
 	cfg     Config
 	log     *slog.Logger
 	metrics *Metrics
 	health  *grpchealth.StaticChecker
 	handler http.Handler
+	parked  *parkedCalls
 }
 
 // serviceNames are the services health and reflection report.
@@ -148,12 +173,12 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 	cfg = cfg.withDefaults()
 	s := &Server{
 		engine:  engine,
-		now:     engine.Config().Now,
 		cfg:     cfg,
 		log:     cfg.Logger,
 		metrics: cfg.Metrics,
 		health:  grpchealth.NewStaticChecker(serviceNames...),
 	}
+	s.parked = &parkedCalls{limit: int64(cfg.MaxParkedCalls), metrics: s.metrics}
 	s.metrics.register(cfg.Registry, engine, cfg.Logger)
 
 	opts := []connect.HandlerOption{
@@ -171,8 +196,10 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 	mux.Handle(jobwatchv1connect.NewQueueServiceHandler(&queueService{s}, opts...))
 	mux.Handle(grpchealth.NewHandler(s.health))
 	reflector := grpcreflect.NewStaticReflector(serviceNames...)
-	mux.Handle(grpcreflect.NewHandlerV1(reflector))
-	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	reflectV1, reflectV1Handler := grpcreflect.NewHandlerV1(reflector)
+	reflectV1Alpha, reflectV1AlphaHandler := grpcreflect.NewHandlerV1Alpha(reflector)
+	mux.Handle(reflectV1, reflectV1Handler)
+	mux.Handle(reflectV1Alpha, reflectV1AlphaHandler)
 	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{
 		ErrorHandling: promhttp.ContinueOnError,
 		ErrorLog:      slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
@@ -190,7 +217,15 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 			MaxAge:         2 * 60 * 60,
 		}).Handler(h)
 	}
-	s.handler = h
+	lim := &limits{
+		sendTimeout: cfg.SendTimeout,
+		bodyTimeout: cfg.BodyTimeout,
+		metrics:     s.metrics,
+		// Reflection is a bidi stream: its request body is open as long
+		// as the call, so it has no deadline to arrive by.
+		unbounded: []string{reflectV1, reflectV1Alpha},
+	}
+	s.handler = lim.handler(h)
 	return s
 }
 
@@ -217,10 +252,13 @@ const maxConcurrentStreams = 1 << 20
 // calls in flight, then closes what is left (and logs it). It returns nil
 // once shut down, or the listener's error.
 //
-// There are no read or write timeouts: they would cut long-polls and
-// streams. Slow clients are bounded by ReadHeaderTimeout, dead ones by
-// HTTP/2 pings, idle connections by IdleTimeout.
+// It holds at most MaxConnections at once. There are no whole-request
+// read or write timeouts, which would cut long-polls and streams: slow
+// headers are bounded by ReadHeaderTimeout, slow bodies by BodyTimeout,
+// writes blocked on a client that does not read by SendTimeout, dead
+// clients by HTTP/2 pings, idle connections by IdleTimeout.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	ln = newConnLimit(ln, s.cfg.MaxConnections, s.metrics, s.log)
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
@@ -231,7 +269,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			MaxConcurrentStreams: maxConcurrentStreams,
 			SendPingTimeout:      s.cfg.PingInterval,
 			PingTimeout:          s.cfg.PingTimeout,
+			// A client that stops reading its TCP socket blocks every
+			// write of the connection, the RST_STREAM of a stream past
+			// its SendTimeout included: close the connection then.
+			WriteByteTimeout: s.cfg.SendTimeout,
 		},
+		ConnContext:       withConn,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),

@@ -16,12 +16,10 @@ import (
 // payload size and depth) is the engine's, in package jobs, so that an
 // in-process caller meets the same rules; the handlers decode and hand
 // over, and toConnectError maps the engine's refusals. What is left here
-// is the paging of list calls and the helpers their handlers use.
+// are the helpers the handlers use.
 const (
-	maxNameBytes    = jobs.MaxNameBytes
-	maxPageSize     = 500
-	defaultPageSize = 50
-	maxFilterItems  = jobs.MaxFilterItems // states in one list request
+	maxNameBytes   = jobs.MaxNameBytes
+	maxFilterItems = jobs.MaxFilterItems // states in one list request
 )
 
 // invalid is invalid_argument for one field, worded "field: reason".
@@ -38,19 +36,6 @@ func checkLen(field, v string, limit int) error {
 		return invalid(field, fmt.Sprintf("must be at most %d bytes, got %d", limit, len(v)))
 	}
 	return nil
-}
-
-// pageSize applies the default and the cap of the API to a page_size.
-func pageSize(v int32) (int, error) {
-	switch {
-	case v < 0:
-		return 0, invalid("page_size", "must not be negative")
-	case v == 0:
-		return defaultPageSize, nil
-	case v > maxPageSize:
-		return maxPageSize, nil
-	}
-	return int(v), nil
 }
 
 // jsonField converts a payload or result to JSON, naming the field in

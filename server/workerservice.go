@@ -21,11 +21,23 @@ func (h *workerService) ClaimJob(ctx context.Context, req *jobwatchv1.ClaimJobRe
 	s := h.s
 	s.metrics.parkedClaims.Inc()
 	defer s.metrics.parkedClaims.Dec()
+	deadline, parked := s.capDeadline(ctx, s.cfg.ClaimCap), s.parked.park("claim")
+	if parked {
+		defer s.parked.release()
+	} else {
+		// Over MaxParkedCalls a claim still takes a job that is ready
+		// now (it need not park for it), so parked waits can never keep
+		// workers from the jobs they wait for; it only may not park.
+		deadline = time.Now()
+	}
 	j, err := s.engine.Claim(ctx, jobs.ClaimRequest{
 		WorkerID: req.GetWorkerId(),
 		Kinds:    req.GetKinds(),
 		Queues:   req.GetQueues(),
-	}, s.capDeadline(ctx, s.cfg.ClaimCap))
+	}, deadline)
+	if errors.Is(err, jobs.ErrNoJob) && !parked {
+		return nil, s.parked.parkLimitError("claim")
+	}
 	if errors.Is(err, jobs.ErrNoJob) {
 		return &jobwatchv1.ClaimJobResponse{}, nil
 	}

@@ -61,7 +61,8 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	metrics := server.NewMetrics()
 	engine := jobs.New(st, jobs.Config{Logger: quiet, Metrics: metrics})
-	srv := server.New(engine, server.Config{Logger: quiet, Metrics: metrics})
+	// Room for every wait the cost table parks, and the first table's.
+	srv := server.New(engine, server.Config{Logger: quiet, Metrics: metrics, MaxParkedCalls: *parked + server.DefaultMaxParkedCalls})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err

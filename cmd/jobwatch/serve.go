@@ -40,6 +40,10 @@ type serveFlags struct {
 	keepalive       time.Duration
 	lockTimeout     time.Duration
 	maxRequestBytes int
+	sendTimeout     time.Duration
+	bodyTimeout     time.Duration
+	maxConnections  int
+	maxParkedCalls  int
 	logLevel        slog.Level
 	insecure        bool
 	corsOrigins     string
@@ -59,6 +63,12 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.DurationVar(&f.keepalive, "keepalive", 15*time.Second, "idle streams send an empty message this often")
 	fs.DurationVar(&f.lockTimeout, "lock-timeout", sqlite.DefaultLockTimeout, "a write that cannot get the database this long (another process holds its lock, or writes queue) answers unavailable")
 	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", 1<<20, "largest request message in `bytes`")
+	fs.DurationVar(&f.sendTimeout, "send-timeout", server.DefaultSendTimeout, "a response or stream whose write stays blocked this long on a client that does not read is ended")
+	fs.DurationVar(&f.bodyTimeout, "body-timeout", server.DefaultBodyTimeout, "a request body must arrive in full within this long, else deadline_exceeded and the connection closes")
+	fs.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections(),
+		"most client `connections` held at once, beyond which new ones are closed at once; the default is this process's open-file limit less an eighth (at least 128), kept for the database and logs")
+	fs.IntVar(&f.maxParkedCalls, "max-parked-calls", server.DefaultMaxParkedCalls,
+		"most WaitJob, WatchJob(s) and ClaimJob `calls` parked at once; beyond it a wait answers at once, a watch or claim gets resource_exhausted")
 	fs.Var(levelFlag{&f.logLevel}, "log-level", "log `level`: debug (logs every call), info, warn or error")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without authentication")
 	fs.StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated browser `origins` allowed to call the API (\"*\" for any); empty: no CORS")
@@ -71,13 +81,18 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	for name, d := range map[string]time.Duration{
 		"wait-cap": f.waitCap, "claim-cap": f.claimCap, "lease-timeout": f.leaseTimeout,
 		"stream-lifetime": f.streamLifetime, "keepalive": f.keepalive, "lock-timeout": f.lockTimeout,
+		"send-timeout": f.sendTimeout, "body-timeout": f.bodyTimeout,
 	} {
 		if d <= 0 {
 			return f, usageError{fmt.Sprintf("--%s must be positive, got %v", name, d)}
 		}
 	}
-	if f.maxRequestBytes <= 0 {
-		return f, usageError{fmt.Sprintf("--max-request-bytes must be positive, got %d", f.maxRequestBytes)}
+	for name, n := range map[string]int{
+		"max-request-bytes": f.maxRequestBytes, "max-connections": f.maxConnections, "max-parked-calls": f.maxParkedCalls,
+	} {
+		if n <= 0 {
+			return f, usageError{fmt.Sprintf("--%s must be positive, got %d", name, n)}
+		}
 	}
 	if strings.HasPrefix(f.db, "postgres://") || strings.HasPrefix(f.db, "postgresql://") {
 		return f, errors.New("--db: PostgreSQL is not supported yet; give a SQLite file path")
@@ -168,6 +183,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		StreamLifetime:  f.streamLifetime,
 		Keepalive:       f.keepalive,
 		MaxRequestBytes: f.maxRequestBytes,
+		SendTimeout:     f.sendTimeout,
+		BodyTimeout:     f.bodyTimeout,
+		MaxConnections:  f.maxConnections,
+		MaxParkedCalls:  f.maxParkedCalls,
 		Logger:          log,
 		Metrics:         metrics,
 		Page:            web.Handler(),

@@ -1,0 +1,440 @@
+package server
+
+// The network limits: how many connections the server holds, how long a
+// request body may take to arrive, how long a response write may stay
+// blocked on a client that stopped reading, and how many calls may park
+// at once. Each is refused or ended with a clear answer, counted on
+// /metrics, and never paid for by another caller's call.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+)
+
+// Defaults of the limits in Config.
+const (
+	// DefaultSendTimeout is how long one response write may stay blocked
+	// on a client that does not read before its stream or call is ended.
+	DefaultSendTimeout = 30 * time.Second
+	// DefaultBodyTimeout is how long a request body may take to arrive
+	// in full, counted from the end of its headers (which have their own
+	// 10 s): at 1 MiB, the largest request, that is 100 KiB/s.
+	DefaultBodyTimeout = 10 * time.Second
+	// DefaultMaxParkedCalls bounds the WaitJob, WatchJob, WatchJobs and
+	// ClaimJob calls parked at once, across all clients. A parked call
+	// costs about 13 KiB of heap and a goroutine or two, so the default
+	// holds the server to a few hundred MiB.
+	DefaultMaxParkedCalls = 10_000
+	// reservedFiles are the file descriptors DefaultMaxConnections leaves
+	// for everything that is not a client: the listener, the SQLite
+	// database with its -wal and -shm files for each pooled connection,
+	// logs, and the connection accepted only to be refused. It is a
+	// floor; an eighth of the limit is kept when that is more.
+	reservedFiles = 128
+	// streamEndGrace is how long past its lifetime a stream's write may
+	// still take: the engine ends a healthy stream OK at the lifetime,
+	// and a keepalive sent just before must not be cut in flight.
+	streamEndGrace = time.Second
+)
+
+// DefaultMaxConnections is the connection limit Config.MaxConnections
+// defaults to: the process's open-file limit (RLIMIT_NOFILE, which Go
+// raises to the hard limit at start) less an eighth of it, and at least
+// 128, kept for the database, logs and the listener. Without it a flood
+// of connections would take the last descriptor, and then the SQLite
+// store and every new client would fail together until they closed.
+func DefaultMaxConnections() int {
+	files, ok := openFileLimit()
+	if !ok {
+		return 1024 // no such limit to read on this system
+	}
+	return max(16, files-max(reservedFiles, files/8))
+}
+
+// connLimit is a listener that holds at most max connections open.
+// Beyond that it accepts and closes at once: a connection left in the
+// kernel's backlog would look to its client like a server that hangs,
+// and would wait behind every slow one.
+type connLimit struct {
+	net.Listener
+	max     int64
+	open    atomic.Int64
+	metrics *Metrics
+	log     *slog.Logger
+
+	mu          sync.Mutex
+	refused     int64     // since the last warning
+	lastWarning time.Time // zero: none yet
+}
+
+// connLimitWarnEvery spaces the warnings of a refusing listener, so a
+// flood makes one line a minute, with a count, not one per connection.
+const connLimitWarnEvery = time.Minute
+
+func newConnLimit(ln net.Listener, limit int, metrics *Metrics, log *slog.Logger) *connLimit {
+	return &connLimit{Listener: ln, max: int64(limit), metrics: metrics, log: log}
+}
+
+func (l *connLimit) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.open.Add(1) > l.max {
+			l.open.Add(-1)
+			c.Close()
+			l.metrics.connectionsRefused.Inc()
+			l.refusedOne()
+			continue
+		}
+		l.metrics.connections.Inc()
+		return &limitedConn{Conn: c, limit: l}, nil
+	}
+}
+
+func (l *connLimit) refusedOne() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refused++
+	if !l.lastWarning.IsZero() && time.Since(l.lastWarning) < connLimitWarnEvery {
+		return
+	}
+	l.log.Warn("connection limit reached: new connections are closed at once (--max-connections)",
+		"limit", l.max, "refused", l.refused)
+	l.lastWarning, l.refused = time.Now(), 0
+}
+
+// limitedConn gives its place back when closed, once.
+type limitedConn struct {
+	net.Conn
+	limit *connLimit
+	once  sync.Once
+}
+
+func (c *limitedConn) Close() error {
+	c.once.Do(func() {
+		c.limit.open.Add(-1)
+		c.limit.metrics.connections.Dec()
+	})
+	return c.Conn.Close()
+}
+
+// connKey holds, in a request's context, the client connection it came
+// on (unwrapped), so the body check can ask the socket whether the client
+// has already hung up.
+type connKey struct{}
+
+func withConn(ctx context.Context, c net.Conn) context.Context {
+	if lc, ok := c.(*limitedConn); ok {
+		c = lc.Conn
+	}
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// parkedCalls counts the calls parked now against one limit. A call that
+// finds it full is answered at once; nobody else's call is ended for it.
+type parkedCalls struct {
+	limit   int64
+	n       atomic.Int64
+	metrics *Metrics
+}
+
+// park takes a place for a call of kind ("wait", "watch" or "claim"), or
+// reports false when there is none; release gives a taken place back.
+func (p *parkedCalls) park(kind string) bool {
+	if p.n.Add(1) > p.limit {
+		p.n.Add(-1)
+		p.metrics.parkRefused.WithLabelValues(kind).Inc()
+		return false
+	}
+	p.metrics.parkedCalls.Inc()
+	return true
+}
+
+func (p *parkedCalls) release() {
+	p.n.Add(-1)
+	p.metrics.parkedCalls.Dec()
+}
+
+// ParkedCallsHeader is set to "full" on a WaitJob (or SubmitJob with
+// wait) answer that did not park because MaxParkedCalls were parked: the
+// state in it is current but the call did not wait, so a client that
+// loops on WaitJob should back off before asking again, not spin.
+const ParkedCallsHeader = "Jobwatch-Parked-Calls"
+
+func markParkedCallsFull(ctx context.Context) {
+	if call, ok := connect.CallInfoForHandlerContext(ctx); ok {
+		call.ResponseHeader().Set(ParkedCallsHeader, "full")
+	}
+}
+
+// parkLimitError is what a watch or claim gets when every place is taken.
+func (p *parkedCalls) parkLimitError(what string) error {
+	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+		"the server already holds its limit of %d parked calls (waits, watches and claims; --max-parked-calls); "+
+			"retry the %s later with backoff, or ask the operator to raise the limit", p.limit, what))
+}
+
+// exchange limits one HTTP request and its response: the body must arrive
+// within BodyTimeout, and each write of the response may stay blocked for
+// at most SendTimeout (and, for a stream, not past its lifetime).
+//
+// Deadlines are set through http.ResponseController, which for HTTP/1.1
+// sets them on the connection and for HTTP/2 on the stream alone (a
+// passed write deadline resets just that stream). net/http's own
+// Server.ReadTimeout and WriteTimeout cannot do this: they bound the
+// whole request, so they would cut every parked call and stream, and
+// ReadTimeout would also close the body of a bidi stream such as gRPC
+// reflection.
+//
+// A Write arms the write deadline and a Flush lifts it, so an idle stream
+// is never cut; a handler must flush what it writes before it idles.
+// connect does: it flushes each stream message as it writes it, and
+// writes a unary answer as the handler returns.
+type exchange struct {
+	http.ResponseWriter
+	rc     *http.ResponseController
+	limits *limits
+	http2  bool
+
+	// Only the handler's goroutine writes and sets streamEnd.
+	deadline  time.Time // the write deadline in force; zero: none
+	streamEnd time.Time // set by a stream's handler: its lifetime's end
+	timedOut  bool
+}
+
+// limits holds what the middleware needs of the server.
+type limits struct {
+	sendTimeout time.Duration
+	bodyTimeout time.Duration
+	metrics     *Metrics
+	// unbounded lists path prefixes whose request bodies are streams
+	// that stay open as long as the call: no body deadline applies.
+	unbounded []string
+}
+
+type exchangeKey struct{}
+
+// handler wraps next with the body and write limits.
+func (l *limits) handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ex := &exchange{
+			ResponseWriter: w,
+			rc:             http.NewResponseController(w),
+			limits:         l,
+			http2:          r.ProtoMajor >= 2,
+		}
+		r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
+		if r.Body != nil && r.Body != http.NoBody && !l.bodyIsStream(r.URL.Path) {
+			b := &limitedBody{ReadCloser: r.Body, ex: ex, ctx: r.Context()}
+			b.start()
+			defer b.done()
+			r.Body = b
+		}
+		next.ServeHTTP(ex, r)
+		ex.finish()
+	})
+}
+
+func (l *limits) bodyIsStream(path string) bool {
+	for _, p := range l.unbounded {
+		if strings.HasPrefix(path, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// endStreamBy makes every later write of the call's response end by t at
+// the latest (a stream's lifetime), blocked or not; the returned func
+// lifts it again, so the stream's own closing message is not cut.
+func endStreamBy(ctx context.Context, t time.Time) (lift func()) {
+	ex, ok := ctx.Value(exchangeKey{}).(*exchange)
+	if !ok {
+		return func() {}
+	}
+	ex.streamEnd = t
+	return func() { ex.streamEnd = time.Time{} }
+}
+
+// arm sets the write deadline for the write about to happen.
+func (ex *exchange) arm() {
+	deadline := time.Now().Add(ex.limits.sendTimeout)
+	if !ex.streamEnd.IsZero() && ex.streamEnd.Before(deadline) {
+		deadline = ex.streamEnd
+	}
+	ex.deadline = deadline
+	_ = ex.rc.SetWriteDeadline(deadline)
+}
+
+// disarm lifts the write deadline once nothing waits to be written, so
+// an idle stream (a parked call, a watch between changes) is not reset.
+func (ex *exchange) disarm() {
+	if ex.deadline.IsZero() {
+		return
+	}
+	ex.deadline = time.Time{}
+	_ = ex.rc.SetWriteDeadline(time.Time{})
+}
+
+// wrote notes a write's outcome: one that failed at its deadline, or at
+// the HTTP/2 connection's WriteByteTimeout, was blocked on a client that
+// does not read.
+func (ex *exchange) wrote(err error) {
+	if err == nil || ex.timedOut || ex.deadline.IsZero() {
+		return
+	}
+	if time.Now().Before(ex.deadline) && !errors.Is(err, os.ErrDeadlineExceeded) {
+		return
+	}
+	ex.timedOut = true
+	reason := "send_timeout"
+	if ex.deadline.Equal(ex.streamEnd) && !time.Now().Before(ex.deadline) {
+		reason = "stream_lifetime"
+	}
+	ex.limits.metrics.sendsCut.WithLabelValues(reason).Inc()
+}
+
+func (ex *exchange) Write(p []byte) (int, error) {
+	ex.arm()
+	ex.limits.metrics.sendsInProgress.Inc()
+	n, err := ex.ResponseWriter.Write(p)
+	ex.limits.metrics.sendsInProgress.Dec()
+	ex.wrote(err)
+	return n, err
+}
+
+// FlushError sends what was written; it stays blocked for SendTimeout at
+// most. The deadline is the one the last Write set (writes and their
+// flush come together); it is lifted once everything is sent.
+func (ex *exchange) FlushError() error {
+	if ex.deadline.IsZero() {
+		ex.arm()
+	}
+	ex.limits.metrics.sendsInProgress.Inc()
+	err := ex.rc.Flush()
+	ex.limits.metrics.sendsInProgress.Dec()
+	ex.wrote(err)
+	ex.disarm()
+	return err
+}
+
+// Flush is for http.Flusher, which connect uses for streams.
+func (ex *exchange) Flush() { _ = ex.FlushError() }
+
+// Unwrap lets http.ResponseController reach the connection's writer for
+// everything else (read deadlines, full duplex).
+func (ex *exchange) Unwrap() http.ResponseWriter { return ex.ResponseWriter }
+
+// finish bounds what net/http writes after the handler returns. HTTP/1.1
+// flushes its buffer under the connection's write deadline, and lifts it
+// afterwards. An HTTP/2 stream flushes what is pending under the deadline
+// its last Write set, which is still armed (a response with nothing
+// pending ends with frames that need no flow-control window), and stops
+// the timer when the stream closes.
+func (ex *exchange) finish() {
+	if !ex.http2 {
+		_ = ex.rc.SetWriteDeadline(time.Now().Add(ex.limits.sendTimeout))
+	}
+}
+
+// limitedBody is a request body that must arrive within BodyTimeout. At
+// its end it also checks that the client is still there: a request whose
+// client hung up before it was handled must change nothing.
+type limitedBody struct {
+	io.ReadCloser
+	ex       *exchange
+	ctx      context.Context
+	doneOnce sync.Once
+}
+
+func (b *limitedBody) start() {
+	b.ex.limits.metrics.bodiesReading.Inc()
+	_ = b.ex.rc.SetReadDeadline(time.Now().Add(b.ex.limits.bodyTimeout))
+}
+
+// done ends the body's count. Its deadline needs no lifting once it has
+// arrived in full: net/http lifts an HTTP/1.1 connection's read deadline
+// itself when it starts the background read that notices a client that
+// hangs up, and an HTTP/2 stream's read deadline only closes its body,
+// which after the end of the body does nothing (the stream stops the
+// timer when it closes).
+func (b *limitedBody) done() {
+	b.doneOnce.Do(func() { b.ex.limits.metrics.bodiesReading.Dec() })
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == nil:
+		return n, nil
+	case errors.Is(err, io.EOF):
+		b.done()
+		if clientGone(b.ctx) {
+			b.ex.limits.metrics.abandoned.Inc()
+			return n, connect.NewError(connect.CodeCanceled,
+				errors.New("the client hung up before its request was handled; nothing was done"))
+		}
+		return n, err
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		b.done()
+		b.ex.limits.metrics.bodyTimeouts.Inc()
+		if !b.ex.http2 {
+			// The rest of the body will not be read: the connection
+			// cannot carry another request.
+			b.ex.Header().Set("Connection", "close")
+		}
+		return n, connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf(
+			"the request body did not arrive within %v (--body-timeout); send the whole request at once", b.ex.limits.bodyTimeout))
+	default:
+		b.done()
+		return n, err
+	}
+}
+
+// clientGone reports whether the client of a request has hung up. The
+// request's context says so only a moment after net/http notices, too
+// late for a request that arrives whole and is followed at once by the
+// hang-up; for HTTP/1.1 the socket is asked directly.
+func clientGone(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	c, ok := ctx.Value(connKey{}).(net.Conn)
+	if !ok {
+		return false
+	}
+	return peerClosed(c)
+}
+
+// parkWatch admits a WatchJob or WatchJobs stream: it takes a parked
+// place (or answers resource_exhausted) and returns the stream's end on
+// the engine's clock. Until done, every write of the stream is also cut
+// at that end, so a stream blocked on a client that does not read still
+// ends at its lifetime.
+func (s *Server) parkWatch(ctx context.Context) (deadline time.Time, done func(), err error) {
+	if !s.parked.park("watch") {
+		return time.Time{}, nil, s.parked.parkLimitError("watch")
+	}
+	s.metrics.openWatches.Inc()
+	deadline = s.capDeadline(ctx, s.cfg.StreamLifetime)
+	lift := endStreamBy(ctx, deadline.Add(streamEndGrace))
+	return deadline, func() {
+		lift()
+		s.metrics.openWatches.Dec()
+		s.parked.release()
+	}, nil
+}

@@ -1,0 +1,472 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/server"
+)
+
+const watchJobPath = "/jobwatch.v1.JobService/WatchJob"
+
+// A client that stops reading must not hold a stream, and what the stream
+// holds, for ever: neither at the end of its lifetime nor after its job
+// ended.
+func TestAStreamBlockedOnAClientThatGrantsNoHTTP2WindowIsEnded(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		config server.Config
+		reason string
+	}{
+		{"after the send timeout", server.Config{SendTimeout: 300 * time.Millisecond, StreamLifetime: time.Hour}, "send_timeout"},
+		{"at the stream lifetime, although the send timeout is far", server.Config{SendTimeout: time.Hour, StreamLifetime: 300 * time.Millisecond}, "stream_lifetime"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.config.Keepalive = -1
+			ts := startServer(t, serverOptions{config: tt.config})
+			c := ts.h2c()
+			job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "blocked", Payload: mustValue(t, strings.Repeat("x", 1000))})
+
+			raw := dialRawH2(t, addrOf(ts.url))
+			const streams = 3
+			for range streams {
+				raw.post(watchJobPath, map[string]any{"jobId": job.GetId()})
+			}
+			// Every first snapshot is stuck behind the zero window...
+			ts.waitForMetric("sends blocked", 10*time.Second, func(v float64) bool { return v == streams }, "jobwatch_sends_in_progress")
+			// ...and stays stuck when the job ends.
+			complete(t, c, claim(t, c, "blocked"), nil)
+			raw.waitReset(streams, 30*time.Second)
+			ts.waitForGauge("jobwatch_open_watches", 0)
+			ts.waitForGauge("jobwatch_parked_calls", 0)
+			ts.waitForGauge("jobwatch_sends_in_progress", 0)
+			if got := ts.metric("jobwatch_sends_cut_total", "reason", tt.reason); got != streams {
+				t.Errorf("jobwatch_sends_cut_total{reason=%q} = %v, want %d", tt.reason, got, streams)
+			}
+
+			// The connection and the server still serve others.
+			if _, err := c.jobs.GetJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.GetJobRequest{JobId: job.GetId()}); err != nil {
+				t.Fatalf("GetJob after the blocked streams: %v", err)
+			}
+		})
+	}
+}
+
+// The same over HTTP/1.1, where a client that stops reading fills the TCP
+// window: the server's socket buffer, then the client's. Each heartbeat
+// makes the watch send the job again, payload and all, until a send
+// blocks.
+func TestAStreamBlockedOnAnHTTP1ClientThatStopsReadingIsEnded(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{SendTimeout: 300 * time.Millisecond, Keepalive: -1}})
+	c := ts.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "big", Payload: mustValue(t, strings.Repeat("x", 200<<10))})
+	lease := claim(t, c, "big")
+
+	conn, err := net.Dial("tcp", addrOf(ts.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := fmt.Sprintf(`{"jobId":%q}`, job.GetId())
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: jobwatch\r\nContent-Type: application/connect+json\r\nContent-Length: %d\r\n\r\n\x00%s%s",
+		watchJobPath, 5+len(body), string([]byte{0, 0, byte(len(body) >> 8), byte(len(body))}), body)
+	ts.waitForGauge("jobwatch_open_watches", 1)
+
+	// The client reads nothing from here on.
+	pushUntilTheWatchEnds(t, ts, c, job, lease)
+	if got := ts.metric("jobwatch_sends_cut_total", "reason", "send_timeout"); got != 1 {
+		t.Errorf("jobwatch_sends_cut_total{reason=send_timeout} = %v, want 1", got)
+	}
+	// The server closed the connection it could not write to.
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, conn); isTimeout(err) {
+		t.Errorf("the blocked connection is still open: %v", err)
+	}
+}
+
+// pushUntilTheWatchEnds makes the job change while no send is under way
+// (each change makes the watch send the job again, payload and all), until
+// a send blocks for good and the server ends the watch, or fails.
+func pushUntilTheWatchEnds(t *testing.T, ts *testServer, c clients, job *jobwatchv1.Job, lease *jobwatchv1.ClaimJobResponse) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for i := 1; ts.gauge("jobwatch_open_watches") != 0; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream of a client that stopped reading is still open after %d changes", i)
+		}
+		if ts.gauge("jobwatch_sends_in_progress") != 0 {
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		if _, err := c.workers.Heartbeat(ctxTimeout(t, 5*time.Second), &jobwatchv1.HeartbeatRequest{
+			JobId: job.GetId(), LeaseId: lease.GetLeaseId(), Step: fmt.Sprintf("step %d", i),
+		}); err != nil {
+			t.Fatalf("heartbeat: %v", err)
+		}
+	}
+}
+
+// An HTTP/2 client that grants window but stops reading its socket fills
+// the TCP window: its blocked stream is ended all the same. (The
+// connection, which then carries nothing, is closed by the pings it
+// leaves unanswered, set far off here, or by HTTP2Config.WriteByteTimeout
+// when a frame cannot be written at all.)
+func TestAnHTTP2ClientThatStopsReadingItsSocketLosesItsStream(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{
+		SendTimeout: 300 * time.Millisecond, Keepalive: -1, PingInterval: time.Hour, PingTimeout: time.Hour,
+	}})
+	c := ts.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "big", Payload: mustValue(t, strings.Repeat("x", 200<<10))})
+	lease := claim(t, c, "big")
+	raw := dialRawH2Window(t, addrOf(ts.url), 1<<30)
+	raw.post(watchJobPath, map[string]any{"jobId": job.GetId()})
+	ts.waitForGauge("jobwatch_open_watches", 1)
+	raw.stopReading()
+	pushUntilTheWatchEnds(t, ts, c, job, lease) // fails if it does not end
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// A healthy stream is not cut by the send timeout while it idles: the
+// deadline holds only while a write is under way.
+func TestAnIdleStreamOutlivesTheSendTimeout(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{SendTimeout: 50 * time.Millisecond, Keepalive: -1}})
+	c := ts.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "idle"})
+	s := watch(t, ctxTimeout(t, 10*time.Second), c, job.GetId(), 0)
+	nextJob(t, s)
+	idle := time.Now()
+	for time.Since(idle) < 300*time.Millisecond { // six send timeouts
+		time.Sleep(10 * time.Millisecond)
+	}
+	lease := claim(t, c, "idle")
+	if got := nextJob(t, s); got.GetState() != jobwatchv1.JobState_JOB_STATE_RUNNING {
+		t.Fatalf("after idling the stream sent %v, want the RUNNING snapshot", got.GetState())
+	}
+	complete(t, c, lease, nil)
+	if got := nextJob(t, s); got.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("got %v, want SUCCEEDED", got.GetState())
+	}
+	wantEndOK(t, s)
+	if got := ts.metric("jobwatch_sends_cut_total"); got != 0 {
+		t.Errorf("jobwatch_sends_cut_total = %v, want 0", got)
+	}
+}
+
+// Connections past --max-connections are closed as soon as accepted, not
+// left in the backlog; a place that frees up is taken again.
+func TestConnectionsPastTheLimitAreClosedAtOnce(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{MaxConnections: 2}})
+	var held []net.Conn
+	for range 2 {
+		conn, err := net.Dial("tcp", addrOf(ts.url))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		held = append(held, conn)
+	}
+	ts.waitForGauge("jobwatch_connections", 2)
+
+	for i := range 3 {
+		conn, err := net.Dial("tcp", addrOf(ts.url))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = conn.Read(make([]byte, 1))
+		conn.Close()
+		if err == nil || isTimeout(err) {
+			t.Fatalf("connection %d past the limit: read %v, want it closed at once", i+1, err)
+		}
+	}
+	if got := ts.metric("jobwatch_connections_refused_total"); got != 3 {
+		t.Errorf("jobwatch_connections_refused_total = %v, want 3", got)
+	}
+	// A client's call past the limit fails fast (a transport error that
+	// clients retry), and succeeds once a place is free.
+	c := ts.clients(ts.http1Client())
+	_, err := c.jobs.GetServerInfo(ctxTimeout(t, 10*time.Second), &jobwatchv1.GetServerInfoRequest{})
+	if code := connect.CodeOf(err); err == nil || code == connect.CodeDeadlineExceeded {
+		t.Fatalf("a call past the limit: %v, want a transport error at once", err)
+	}
+	held[0].Close()
+	ts.waitForGauge("jobwatch_connections", 1)
+	if _, err := c.jobs.GetServerInfo(ctxTimeout(t, 10*time.Second), &jobwatchv1.GetServerInfoRequest{}); err != nil {
+		t.Fatalf("a call once a place is free: %v", err)
+	}
+	if !strings.Contains(ts.logs.String(), "connection limit reached") {
+		t.Errorf("no warning about the connection limit in the log:\n%s", ts.logs.String())
+	}
+}
+
+// rawHTTP1 sends head and the start of body over a fresh connection, the
+// way a slow or vanishing client would, and returns the connection.
+func rawHTTP1(t *testing.T, ts *testServer, path string, header string, body string, sendBytes int) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addrOf(ts.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: jobwatch\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s",
+		path, len(body), header, body[:sendBytes])
+	return conn
+}
+
+// A body that trickles in is answered with a clear error once
+// --body-timeout passes, the connection closes, and nothing is created.
+func TestASlowRequestBodyIsAnsweredAndClosedAtTheBodyTimeout(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{BodyTimeout: 300 * time.Millisecond}})
+	body := `{"kind":"slow"}`
+
+	t.Run("HTTP/1.1", func(t *testing.T) {
+		start := time.Now()
+		conn := rawHTTP1(t, ts, "/jobwatch.v1.JobService/SubmitJob", "", body, 5)
+		_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("no answer to a slow body: %v", err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		held := time.Since(start)
+		if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(got), "--body-timeout") {
+			t.Errorf("answer %d %s, want 504 deadline_exceeded naming --body-timeout", resp.StatusCode, got)
+		}
+		if !resp.Close {
+			t.Errorf("the answer does not close the connection")
+		}
+		if _, err := conn.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+			t.Errorf("after the answer the connection reads %v, want EOF", err)
+		}
+		t.Logf("a body sent too slowly was held %v", held.Round(time.Millisecond))
+	})
+
+	t.Run("HTTP/2", func(t *testing.T) {
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		go func() { _, _ = pw.Write([]byte(body[:5])) }() // and nothing more
+		req, err := http.NewRequestWithContext(ctxTimeout(t, 30*time.Second), http.MethodPost, ts.url+"/jobwatch.v1.JobService/SubmitJob", pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := ts.h2cClient().Do(req)
+		if err != nil {
+			t.Fatalf("no answer to a slow body: %v", err)
+		}
+		defer resp.Body.Close()
+		got, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(got), "--body-timeout") {
+			t.Errorf("answer %d %s, want 504 deadline_exceeded naming --body-timeout", resp.StatusCode, got)
+		}
+	})
+
+	if got := ts.metric("jobwatch_request_body_timeouts_total"); got != 2 {
+		t.Errorf("jobwatch_request_body_timeouts_total = %v, want 2", got)
+	}
+	ts.waitForGauge("jobwatch_request_bodies_reading", 0)
+	list, err := ts.h2c().jobs.ListJobs(ctxTimeout(t, 5*time.Second), &jobwatchv1.ListJobsRequest{Kind: "slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(list.GetJobs()); n != 0 {
+		t.Errorf("slow bodies created %d jobs, want none", n)
+	}
+}
+
+// The body timeout bounds the body only: a WaitJob parked over HTTP/1.1
+// after its body arrived, and gRPC reflection (a bidi stream whose body
+// stays open), both outlive it many times over.
+func TestTheBodyTimeoutCutsNeitherParkedCallsNorBidiStreams(t *testing.T) {
+	const bodyTimeout = 50 * time.Millisecond
+	ts := startServer(t, serverOptions{config: server.Config{BodyTimeout: bodyTimeout, WaitCap: time.Minute}})
+	c := ts.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "parked"})
+
+	browser := ts.clients(ts.http1Client())
+	waited := make(chan *jobwatchv1.Job, 1)
+	go func() {
+		resp, err := browser.jobs.WaitJob(ctxTimeout(t, 30*time.Second), &jobwatchv1.WaitJobRequest{JobId: job.GetId()})
+		if err != nil {
+			t.Errorf("WaitJob over HTTP/1.1: %v", err)
+		}
+		waited <- resp.GetJob()
+	}()
+	ts.waitForGauge("jobwatch_parked_waits", 1)
+
+	reflection := grpcreflect.NewClient(ts.h2cClient(), ts.url, connect.WithGRPC()).NewStream(ctxTimeout(t, 30*time.Second))
+	defer reflection.Close()
+	if _, err := reflection.ListServices(); err != nil {
+		t.Fatalf("reflection: %v", err)
+	}
+
+	parked := time.Now()
+	for time.Since(parked) < 6*bodyTimeout {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := reflection.ListServices(); err != nil { // the same bidi stream
+		t.Errorf("reflection after the body timeout: %v", err)
+	}
+	complete(t, c, claim(t, c, "parked"), nil)
+	if got := <-waited; got.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Errorf("the parked HTTP/1.1 wait answered %v, want SUCCEEDED: it was cut before the job ended", got.GetState())
+	}
+	if got := ts.metric("jobwatch_request_body_timeouts_total"); got != 0 {
+		t.Errorf("jobwatch_request_body_timeouts_total = %v, want 0", got)
+	}
+}
+
+// Past --max-parked-calls a wait answers at once with the current state,
+// a watch is refused with resource_exhausted, a claim takes a ready job
+// but may not park; and every call already parked stays parked.
+func TestParkedCallsPastTheLimitAreAnsweredAtOnceAndNobodyElsesCallIsDropped(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{MaxParkedCalls: 2, WaitCap: time.Minute, ClaimCap: time.Minute}})
+	c := ts.h2c()
+	first := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "a", Hold: false})
+	second := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "b"})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	results := make(chan *jobwatchv1.Job, 2)
+	for _, id := range []string{first.GetId(), second.GetId()} {
+		go func() {
+			resp, err := c.jobs.WaitJob(ctx, &jobwatchv1.WaitJobRequest{JobId: id})
+			if err != nil {
+				t.Errorf("a parked wait: %v", err)
+			}
+			results <- resp.GetJob()
+		}()
+	}
+	ts.waitForGauge("jobwatch_parked_calls", 2)
+
+	start := time.Now()
+	callCtx, call := connect.NewClientContext(ctxTimeout(t, 30*time.Second))
+	resp, err := c.jobs.WaitJob(callCtx, &jobwatchv1.WaitJobRequest{JobId: first.GetId()})
+	if err != nil || resp.GetJob().GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED {
+		t.Fatalf("a wait past the limit: %v, %v; want OK with the QUEUED job", resp, err)
+	}
+	if got := call.ResponseHeader().Get(server.ParkedCallsHeader); got != "full" {
+		t.Errorf("the answer's %s header = %q, want full (so clients back off)", server.ParkedCallsHeader, got)
+	}
+	t.Logf("a wait past the limit answered in %v", time.Since(start).Round(time.Millisecond))
+
+	s, err := c.jobs.WatchJob(ctxTimeout(t, 10*time.Second), &jobwatchv1.WatchJobRequest{JobId: first.GetId()})
+	if err == nil {
+		for s.Receive() {
+		}
+		err = s.Err()
+	}
+	wantCode(t, err, connect.CodeResourceExhausted)
+	if !strings.Contains(err.Error(), "--max-parked-calls") || !strings.Contains(err.Error(), "retry") {
+		t.Errorf("the refusal %q does not say what to do", err)
+	}
+
+	// A claim past the limit takes a ready job...
+	lease := claim(t, c, "a")
+	// ...but with none ready it may not park.
+	_, err = c.workers.ClaimJob(ctxTimeout(t, 10*time.Second), &jobwatchv1.ClaimJobRequest{WorkerId: "w", Kinds: []string{"none"}})
+	wantCode(t, err, connect.CodeResourceExhausted)
+
+	if got := ts.gauge("jobwatch_parked_calls"); got != 2 {
+		t.Fatalf("jobwatch_parked_calls = %v, want the 2 first calls still parked", got)
+	}
+	complete(t, c, lease, nil)
+	complete(t, c, claim(t, c, "b"), nil)
+	for range 2 {
+		if got := <-results; got.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+			t.Errorf("a parked wait answered %v, want SUCCEEDED", got.GetState())
+		}
+	}
+	for kind, want := range map[string]float64{"wait": 1, "watch": 1, "claim": 2} {
+		if got := ts.metric("jobwatch_parked_calls_refused_total", "kind", kind); got != want {
+			t.Errorf("jobwatch_parked_calls_refused_total{kind=%q} = %v, want %v", kind, got, want)
+		}
+	}
+}
+
+// measureEnv names the number of blocked streams the memory measurement
+// opens; unset, it does not run (it takes a minute and most of a core).
+const measureEnv = "JOBWATCH_MEASURE_BLOCKED_STREAMS"
+
+// TestMeasureMemoryOfBlockedStreams measures what WatchJob streams whose
+// client grants no window hold, before and after --send-timeout frees
+// them, and prints the figures the README quotes:
+//
+//	JOBWATCH_MEASURE_BLOCKED_STREAMS=2000 go test ./server -run TestMeasureMemoryOfBlockedStreams -v
+//
+// Server and clients share the process; the raw clients hold one
+// goroutine and a few KiB per connection, of 500 streams each.
+func TestMeasureMemoryOfBlockedStreams(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv(measureEnv))
+	if n <= 0 {
+		t.Skipf("set %s to the number of streams to measure", measureEnv)
+	}
+	const sendTimeout = 20 * time.Second
+	ts := startServer(t, serverOptions{config: server.Config{SendTimeout: sendTimeout, StreamLifetime: time.Hour, Keepalive: -1}})
+	c := ts.h2c()
+	for _, payloadBytes := range []int{100, 250 << 10} {
+		job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "measure", Payload: mustValue(t, strings.Repeat("x", payloadBytes))})
+		before := heapAndGoroutines()
+		var conns []*rawH2
+		for i := range n {
+			if i%500 == 0 {
+				conns = append(conns, dialRawH2(t, addrOf(ts.url)))
+			}
+			conns[len(conns)-1].post(watchJobPath, map[string]any{"jobId": job.GetId()})
+		}
+		ts.waitForMetric("all sends blocked", time.Minute, func(v float64) bool { return v == float64(n) }, "jobwatch_sends_in_progress")
+		blocked := heapAndGoroutines()
+		start := time.Now()
+		ts.waitForMetric("all streams ended", 2*sendTimeout+time.Minute, func(v float64) bool { return v == 0 }, "jobwatch_open_watches")
+		ended := time.Since(start)
+		for _, rc := range conns {
+			rc.conn.Close()
+		}
+		ts.waitForGauge("jobwatch_connections", 1) // c's own
+		after := heapAndGoroutines()
+		perStream := (blocked.heap - before.heap) / int64(n)
+		t.Logf("payload %d B, %d blocked streams: heap in use %d -> %d KiB (%d KiB a stream), goroutines %d -> %d (%.1f a stream); "+
+			"all ended %v after being blocked (bound %v); after: heap %d KiB, goroutines %d",
+			payloadBytes, n, before.heap>>10, blocked.heap>>10, perStream>>10, before.goroutines, blocked.goroutines,
+			float64(blocked.goroutines-before.goroutines)/float64(n), ended.Round(100*time.Millisecond), sendTimeout,
+			after.heap>>10, after.goroutines)
+		if after.goroutines > before.goroutines+10 {
+			t.Errorf("goroutines after the bound: %d, before the streams: %d", after.goroutines, before.goroutines)
+		}
+		if leftover := after.heap - before.heap; leftover > (blocked.heap-before.heap)/5 {
+			t.Errorf("heap after the bound is %d KiB above the start, more than a fifth of what the blocked streams held", leftover>>10)
+		}
+	}
+}
+
+type memory struct {
+	heap       int64 // bytes of heap in use
+	goroutines int
+}
+
+func heapAndGoroutines() memory {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return memory{heap: int64(ms.HeapInuse), goroutines: runtime.NumGoroutine()}
+}
