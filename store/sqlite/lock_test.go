@@ -174,6 +174,11 @@ func TestStoreFailuresAreLoggedOncePerEpisode(t *testing.T) {
 			if _, err := s.CreateJob(t.Context(), testJob("before")); err != nil {
 				t.Fatal(err)
 			}
+			// No free pages left over (the schema's migrations free some),
+			// so that a new job needs the file to grow.
+			if _, err := s.write.Exec("VACUUM"); err != nil {
+				t.Fatal(err)
+			}
 			if _, err := s.write.Exec(tt.fail); err != nil {
 				t.Fatal(err)
 			}

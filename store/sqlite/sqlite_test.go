@@ -406,6 +406,67 @@ func TestAFileAtSchemaVersion1IsUpgradedAndKeepsItsJobs(t *testing.T) {
 	}
 }
 
+func TestUpgradingMovesPayloadAndResultLastAndKeepsJobsAndSeq(t *testing.T) {
+	path := tempPath(t)
+	db := rawDB(t, path)
+	if _, err := db.Exec(migrations[0] + migrations[1] + "PRAGMA user_version = 2;"); err != nil {
+		t.Fatal(err)
+	}
+	insert := "INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step, payload, result, attempt, max_attempts, unique_key, created_at, started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at) VALUES (?, 'acme', 'email', 'mail', 'succeeded', 3, 100, 'done', ?, '{\"sent\":1}', 1, 1, '', 5, 6, 7, 7, 5, 'w', '', 0)"
+	if _, err := db.Exec(insert, "job-1", `{"to":"a@example.org"}`); err != nil {
+		t.Fatal(err)
+	}
+	// The newest job was deleted (retention): its seq must never be
+	// handed out again, also across the table's rebuild.
+	if _, err := db.Exec(insert, "job-2", `{}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("DELETE FROM jobs WHERE id = 'job-2'"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s := openTemp(t, path)
+	defer s.Close()
+	j, err := s.GetJob(t.Context(), "job-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(j.Payload) != `{"to":"a@example.org"}` || string(j.Result) != `{"sent":1}` || j.Version != 3 || j.Step != "done" {
+		t.Errorf("job after the upgrade = %+v, want its payload, result, version and step kept", j)
+	}
+	var cols []string
+	rows, err := s.read.Query("SELECT name FROM pragma_table_info('jobs') ORDER BY cid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		cols = append(cols, c)
+	}
+	rows.Close()
+	// A summary list stops reading a row before payload and result, so it
+	// never walks their overflow pages.
+	if n := len(cols); n < 2 || cols[n-2] != "result" || cols[n-1] != "payload" {
+		t.Errorf("columns = %v, want result and payload last", cols)
+	}
+	created, err := s.CreateJob(t.Context(), store.Job{ID: "job-3", Tenant: "acme", Kind: "email", Queue: "mail",
+		State: store.Queued, Version: 1, CreatedAt: fromMicro(8), UpdatedAt: fromMicro(8), RunAt: fromMicro(8)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq int64
+	if err := s.read.QueryRow("SELECT seq FROM jobs WHERE id = ?", created.ID).Scan(&seq); err != nil {
+		t.Fatal(err)
+	}
+	if seq != 3 {
+		t.Errorf("seq of the first job after the upgrade = %d, want 3 (after the deleted job-2's 2)", seq)
+	}
+}
+
 // Every parked claimer reads NextReady when any job is queued, so it must
 // walk an index in claim order and stop at the first match, not sort.
 func TestNextReadyReadsAnIndexInClaimOrder(t *testing.T) {
