@@ -158,10 +158,12 @@ func (r *runningJobs) draining() {
 	}
 	limit := "as long as they take"
 	if r.drain > 0 {
-		limit = fmt.Sprintf("up to %v (--drain-timeout), then they are stopped and retried", r.drain)
+		// Stopped jobs fail as retryable: another attempt only if they
+		// have one left (--max-attempts), so say both.
+		limit = fmt.Sprintf("up to %v (--drain-timeout), then they are stopped and fail with WorkerStopped (retried if they have attempts left)", r.drain)
 	}
 	r.log.Info("stopping: no new jobs are claimed; waiting for the running jobs to finish, "+limit+
-		" (a second Ctrl-C quits at once and leaves them to be retried or lost)", "jobs", r.list())
+		" (a second Ctrl-C quits at once and leaves them to be retried or LOST when their lease expires)", "jobs", r.list())
 }
 
 // list is "j_1 (kind), j_2 (kind)" in a stable order; r.mu is held.

@@ -161,3 +161,35 @@ func TestWorkerSaysWhatItWaitsForOnCtrlC(t *testing.T) {
 		t.Fatalf("the drained job = %v, %v; want SUCCEEDED", j, err)
 	}
 }
+
+// The drain message says what happens to a job still running at
+// --drain-timeout, and it happens: a job without attempts left fails, it
+// is not retried.
+func TestWorkerSaysARunningJobFailsAtTheDrainTimeout(t *testing.T) {
+	s := startCLIServer(t, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	logs, wait, signal := startWorker(t, ctx, nil, "--server", s.URL, "--kind", "slow", "--heartbeat", "200ms",
+		"--drain-timeout", "200ms", "--exec", `echo "progress 10 working"; sleep 60`)
+
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "slow"}) // one attempt
+	for j, err := range s.Client.Watch(ctx, id) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.GetStep() == "working" {
+			break
+		}
+	}
+	signal(syscall.SIGINT)
+	if err := wait(); err != nil {
+		t.Fatalf("worker exited with %v after Ctrl-C, want 0; logs:\n%s", err, logs)
+	}
+	j, err := s.Client.Get(ctx, id)
+	if err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_FAILED || j.GetError().GetType() != "WorkerStopped" {
+		t.Fatalf("the job stopped at the drain timeout = %v, %v; want FAILED with WorkerStopped", j, err)
+	}
+	if !strings.Contains(logs.String(), "stopped and fail with WorkerStopped (retried if they have attempts left)") {
+		t.Fatalf("the drain message does not say the job fails:\n%s", logs)
+	}
+}
