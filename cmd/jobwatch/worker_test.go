@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -191,5 +193,25 @@ func TestWorkerSaysARunningJobFailsAtTheDrainTimeout(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "stopped and fail with WorkerStopped (retried if they have attempts left)") {
 		t.Fatalf("the drain message does not say the job fails:\n%s", logs)
+	}
+}
+
+// A stdout line too long to be a result is copied out, and the progress
+// and result lines after it still count.
+func TestExecHandlerReadsTheLinesAfterAHugeStdoutLine(t *testing.T) {
+	var stderr lockedBuffer
+	size := maxStdoutLine + 1<<20
+	h := execHandler(fmt.Sprintf(`head -c %d /dev/zero | tr '\0' x; echo; echo "progress 90 after the dump"; echo '"the result"'`, size),
+		commandEnv(os.Environ(), nil), &stderr, time.Second)
+	var step string
+	result, err := h(context.Background(), &jobwatchv1.Job{Id: "j_1"}, func(_ int, s string) { step = s })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, _ := json.Marshal(result); string(raw) != `"the result"` || step != "after the dump" {
+		t.Fatalf("result %s, step %q; want the JSON line and the progress line that came after the long line", raw, step)
+	}
+	if n := strings.Count(stderr.String(), "x"); n != size {
+		t.Fatalf("copied %d of the long line's %d bytes", n, size)
 	}
 }
