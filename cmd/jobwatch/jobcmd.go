@@ -48,6 +48,9 @@ func jobCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	}
 	defer c.Close()
 	job, err := op(c, ctx, pos[0])
+	if j := withoutValues(err, name, false, stderr); j != nil {
+		job, err = j, nil
+	}
 	if err != nil {
 		return callError(name, err)
 	}
