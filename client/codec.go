@@ -9,6 +9,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
 
 // codec is connect-go's binary or JSON codec with one addition: a
@@ -59,15 +61,60 @@ func (c codec) Unmarshal(data []byte, v any) error {
 	}
 	err = fmt.Errorf("unmarshal %s: %w", m.ProtoReflect().Descriptor().FullName(), err)
 	var jobID, leaseID string
+	var job *jobwatchv1.Job
 	if c.json {
+		// protojson takes JSON nested as deep as encoding/json can
+		// read, so no summary of such a job would decode either.
 		jobID, leaseID = jobOfJSON(data)
 	} else {
 		jobID, leaseID = jobOfBinary(data, m.ProtoReflect().Descriptor())
+		job = summaryOfBinary(data, m.ProtoReflect().Descriptor())
 	}
 	if jobID == "" {
 		return err
 	}
-	return &UndecodableJobError{JobID: jobID, LeaseID: leaseID, Err: err}
+	return &UndecodableJobError{JobID: jobID, LeaseID: leaseID, Job: job, Err: err}
+}
+
+var jobDescriptor = (*jobwatchv1.Job)(nil).ProtoReflect().Descriptor()
+
+// summaryOfBinary decodes the response's job without its payload and
+// result (the values that can nest too deep), or returns nil if even that
+// fails or the response has no job field.
+func summaryOfBinary(data []byte, md protoreflect.MessageDescriptor) *jobwatchv1.Job {
+	jobField := md.Fields().ByName("job")
+	if jobField == nil || jobField.Message() == nil || jobField.Message().FullName() != jobDescriptor.FullName() {
+		return nil
+	}
+	jobBytes, ok := bytesField(data, jobField.Number())
+	if !ok {
+		return nil
+	}
+	jd := jobField.Message()
+	skip := map[protowire.Number]bool{
+		jd.Fields().ByName("payload").Number(): true,
+		jd.Fields().ByName("result").Number():  true,
+	}
+	var kept []byte
+	for rest := jobBytes; len(rest) > 0; {
+		n, typ, tagLen := protowire.ConsumeTag(rest)
+		if tagLen < 0 {
+			return nil
+		}
+		valLen := protowire.ConsumeFieldValue(n, typ, rest[tagLen:])
+		if valLen < 0 {
+			return nil
+		}
+		if !skip[n] {
+			kept = append(kept, rest[:tagLen+valLen]...)
+		}
+		rest = rest[tagLen+valLen:]
+	}
+	job := new(jobwatchv1.Job)
+	if proto.Unmarshal(kept, job) != nil {
+		return nil
+	}
+	return job
 }
 
 // jobOfBinary reads the job's id (field "job", then its "id") and the

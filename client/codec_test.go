@@ -15,14 +15,17 @@ import (
 )
 
 // A claim whose job the client cannot decode still tells the worker which
-// job and lease it got, in binary and in JSON, so the job can be failed.
+// job and lease it got, in binary and in JSON, so the job can be failed,
+// and the rest of the job, so a caller can show it and see how it ended.
 func TestAClaimOfAJobTheClientCannotDecodeNamesTheJobAndTheLease(t *testing.T) {
 	deep := structpb.NewListValue(&structpb.ListValue{})
 	for range 5000 { // two protobuf messages per level: over the decoder's 10,000
 		deep = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{deep}})
 	}
 	binary, err := proto.Marshal(&jobwatchv1.ClaimJobResponse{
-		Job: &jobwatchv1.Job{Id: "j_deep", Payload: deep}, LeaseId: "l_deep",
+		Job: &jobwatchv1.Job{Id: "j_deep", Kind: "tree", State: jobwatchv1.JobState_JOB_STATE_FAILED, Payload: deep, Result: deep,
+			Error: &jobwatchv1.JobError{Type: "UndecodableJob"}},
+		LeaseId: "l_deep",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -32,10 +35,11 @@ func TestAClaimOfAJobTheClientCannotDecodeNamesTheJobAndTheLease(t *testing.T) {
 		opts        []client.Option
 		contentType string
 		body        []byte
+		summary     bool // the rest of the job decodes
 	}{
-		{"binary, a payload nested too deep", nil, "application/proto", binary},
+		{"binary, a payload nested too deep", nil, "application/proto", binary, true},
 		{"JSON, a field this client cannot parse", []client.Option{client.WithJSON()}, "application/json",
-			[]byte(`{"job":{"id":"j_deep","createdAt":"yesterday"},"leaseId":"l_deep"}`)},
+			[]byte(`{"job":{"id":"j_deep","createdAt":"yesterday"},"leaseId":"l_deep"}`), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -51,6 +55,14 @@ func TestAClaimOfAJobTheClientCannotDecodeNamesTheJobAndTheLease(t *testing.T) {
 			var u *client.UndecodableJobError
 			if !errors.As(err, &u) || u.JobID != "j_deep" || u.LeaseID != "l_deep" {
 				t.Fatalf("claim: %v, want an UndecodableJobError for j_deep under l_deep", err)
+			}
+			j := u.Job
+			switch {
+			case !tt.summary && j != nil:
+				t.Fatalf("Job = %v, want nil: the job itself does not decode", j)
+			case tt.summary && (j.GetId() != "j_deep" || j.GetKind() != "tree" || j.GetState() != jobwatchv1.JobState_JOB_STATE_FAILED ||
+				j.GetError().GetType() != "UndecodableJob" || j.GetPayload() != nil || j.GetResult() != nil):
+				t.Fatalf("Job = %v, want the job's id, kind, state and error without payload or result", j)
 			}
 		})
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
 
 // Errors callers branch on, returned wrapped with what was being done.
@@ -188,7 +190,12 @@ func isRetryable(err error) bool {
 type UndecodableJobError struct {
 	JobID   string
 	LeaseID string // the lease it was claimed under; "" if not a claim
-	Err     error  // why it could not be decoded
+	// Job is the rest of the job, without its payload and result: enough
+	// to show it and to tell how it ended. Read from binary answers (the
+	// default); nil from JSON ones, from the in-process backend, or if the
+	// rest did not decode either.
+	Job *jobwatchv1.Job
+	Err error // why it could not be decoded
 }
 
 func (e *UndecodableJobError) Error() string {

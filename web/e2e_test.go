@@ -395,6 +395,24 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 		p.waitFor("the result once it ended", textHas("#detail .result", `"imported": 5000`))
 		p.waitFor("the payload still shown", textHas("#detail .payload", marker))
 	})
+
+	t.Run("the detail shows a payload and result nested as deeply as the engine takes", func(t *testing.T) {
+		p.t = t
+		// MaxJSONDepth levels: an object, then arrays down to a string.
+		nested := func(bottom string) string {
+			n := jobs.MaxJSONDepth - 1
+			return `{"deep":` + strings.Repeat("[", n) + strconv.Quote(bottom) + strings.Repeat("]", n) + `}`
+		}
+		deep := submit(t, ctx, srv.engine, "tree.walk", nested("payload-bottom"))
+		p.waitFor("the job's row", exists(row(deep.ID)+`[data-state="queued"]`))
+		p.do("open its detail", chromedp.Click(chromedp.CSS(row(deep.ID))))
+		p.waitFor("its payload, decoded", `document.querySelector("#detail .payload").dataset.loaded === "true"`)
+		p.waitFor("the bottom of its payload", textHas("#detail .payload", "payload-bottom"))
+		w := claim(t, ctx, srv.engine, "tree.walk")
+		w.complete(nested("result-bottom"))
+		p.waitFor("the bottom of its result", textHas("#detail .result", "result-bottom"))
+		p.waitFor("no error", `document.getElementById("error").hidden`)
+	})
 }
 
 // waitOpenWatches waits for the server's count of open streams to settle

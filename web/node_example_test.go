@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,36 +42,52 @@ func TestNodeExampleSubmitsAJobAndWaitsForItsResult(t *testing.T) {
 	srv := startServer(t, addr, filepath.Join(t.TempDir(), "jobwatch.db"))
 	defer srv.shutdown(t)
 
-	// The worker: it takes the example's job once submitted and finishes it
-	// after a little progress, while the example is parked in WaitJob.
-	worked := make(chan error, 1)
-	go func() {
-		j, err := srv.engine.Claim(ctx, claimThumbnails, time.Now().Add(time.Minute))
-		if err == nil {
-			_, err = srv.engine.Heartbeat(ctx, j.ID, j.LeaseID, 50, "half way")
-		}
-		if err == nil {
-			_, err = srv.engine.Complete(ctx, j.ID, j.LeaseID, []byte(`{"thumbnails":3}`))
-		}
-		worked <- err
-	}()
+	// Without an argument it submits a kind the demo's workers run.
+	for _, tt := range []struct {
+		args []string
+		kind string
+	}{
+		{[]string{"images.thumbnail"}, "images.thumbnail"},
+		{nil, "enrich"},
+	} {
+		// The worker: it takes the example's job once submitted and
+		// finishes it after a little progress, while the example is
+		// parked in WaitJob.
+		worked := make(chan error, 1)
+		go func() {
+			claim := jobs.ClaimRequest{WorkerID: "node-example-worker", Kinds: []string{tt.kind}}
+			j, err := srv.engine.Claim(ctx, claim, time.Now().Add(time.Minute))
+			if err == nil {
+				_, err = srv.engine.Heartbeat(ctx, j.ID, j.LeaseID, 50, "half way")
+			}
+			if err == nil {
+				_, err = srv.engine.Complete(ctx, j.ID, j.LeaseID, []byte(`{"thumbnails":3}`))
+			}
+			worked <- err
+		}()
 
-	cmd := exec.CommandContext(ctx, npm, "run", "--silent", "example", "--", "images.thumbnail")
-	cmd.Env = append(os.Environ(), "JOBWATCH_URL=http://"+addr)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("example: %v\nstdout:\n%s\nstderr:\n%s", err, &stdout, &stderr)
-	}
-	if err := <-worked; err != nil {
-		t.Fatalf("worker: %v", err)
-	}
-	out := stdout.String()
-	for _, want := range []string{"submitted j", "(images.thumbnail)", " succeeded\n", `result {"thumbnails":3}`} {
-		if !strings.Contains(out, want) {
-			t.Errorf("example output lacks %q:\n%s", want, out)
+		// A minute bounds a run that waits for a job no one claims: then
+		// npm and the node it started are killed, and the test fails.
+		runCtx, cancelRun := context.WithTimeout(ctx, time.Minute)
+		defer cancelRun()
+		cmd := exec.CommandContext(runCtx, npm, append([]string{"run", "--silent", "example", "--"}, tt.args...)...)
+		cmd.Env = append(os.Environ(), "JOBWATCH_URL=http://"+addr)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		cmd.WaitDelay = 5 * time.Second
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("example %v: %v\nstdout:\n%s\nstderr:\n%s", tt.args, err, &stdout, &stderr)
+		}
+		if err := <-worked; err != nil {
+			t.Fatalf("worker: %v", err)
+		}
+		out := stdout.String()
+		for _, want := range []string{"submitted j", "(" + tt.kind + ")", " succeeded\n", `result {"thumbnails":3}`} {
+			if !strings.Contains(out, want) {
+				t.Errorf("example %v output lacks %q:\n%s", tt.args, want, out)
+			}
 		}
 	}
 }
-
-var claimThumbnails = jobs.ClaimRequest{WorkerID: "node-example-worker", Kinds: []string{"images.thumbnail"}}

@@ -122,6 +122,20 @@ func parseArgs(fs *flag.FlagSet, args []string, want int, names string) ([]strin
 	return pos, nil
 }
 
+// withoutValues is the job in err if err is a *client.UndecodableJobError
+// whose job decoded without its payload and result (a job stored before
+// the server refused values nested too deep to decode), and only if it
+// has ended when ended is set; it then says on stderr what is missing.
+// Otherwise nil: err stands.
+func withoutValues(err error, what string, ended bool, stderr io.Writer) *jobwatchv1.Job {
+	var u *client.UndecodableJobError
+	if !errors.As(err, &u) || u.Job == nil || (ended && !client.Terminal(u.Job.GetState())) {
+		return nil
+	}
+	fmt.Fprintf(stderr, "jobwatch: %s: job %s is shown without its payload and result, which cannot be decoded: %v\n", what, u.JobID, u.Err)
+	return u.Job
+}
+
 // callError describes a failed call for a person at a terminal.
 func callError(what string, err error) error {
 	if errors.Is(err, client.ErrJobNotFound) || errors.Is(err, client.ErrJobNotStarted) {

@@ -77,13 +77,15 @@ func runJobwatch(t *testing.T, args ...string) (code int, stdout, stderr string)
 // the commands under test are separate processes talking to it.
 type cliServer struct {
 	URL    string
+	DB     string // the SQLite file
 	Engine *jobs.Engine
 	Client *client.Client
 }
 
 func startCLIServer(t *testing.T, leaseTimeout time.Duration) *cliServer {
 	t.Helper()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "jobwatch.db"))
+	db := filepath.Join(t.TempDir(), "jobwatch.db")
+	st, err := sqlite.Open(db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +103,7 @@ func startCLIServer(t *testing.T, leaseTimeout time.Duration) *cliServer {
 	var bg sync.WaitGroup
 	bg.Go(func() { _ = engine.Run(ctx) })
 	bg.Go(func() { _ = srv.Serve(ctx, ln) })
-	s := &cliServer{URL: "http://" + ln.Addr().String(), Engine: engine}
+	s := &cliServer{URL: "http://" + ln.Addr().String(), DB: db, Engine: engine}
 	s.Client = client.New(s.URL)
 	t.Cleanup(func() {
 		s.Client.Close()

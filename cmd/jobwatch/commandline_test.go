@@ -30,6 +30,11 @@ func TestEveryCommandExplainsItself(t *testing.T) {
 			}
 		})
 	}
+	for _, name := range []string{"get", "cancel", "start", "wait", "watch"} {
+		if _, out, _ := runJobwatch(t, "help", name); !strings.HasPrefix(out, "Usage: jobwatch "+name+" ID ") {
+			t.Errorf("jobwatch help %s begins %.40q; want it to show the ID it takes", name, out)
+		}
+	}
 	if code, _, errOut := runJobwatch(t, "help", "frobnicate"); code != 2 || !strings.Contains(errOut, "no such command") {
 		t.Fatalf("jobwatch help frobnicate = exit %d, %q; want 2 and no such command", code, errOut)
 	}

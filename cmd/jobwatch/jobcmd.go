@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"github.com/jobwatch/jobwatch/client"
@@ -33,6 +34,10 @@ func jobCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	var cf clientFlags
 	fs := newFlagSet(name, stderr)
 	cf.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: jobwatch %s ID [flags]\n\nFlags:\n", name)
+		fs.PrintDefaults()
+	}
 	pos, err := parseArgs(fs, args, 1, "ID")
 	if err != nil {
 		return err
@@ -43,6 +48,9 @@ func jobCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	}
 	defer c.Close()
 	job, err := op(c, ctx, pos[0])
+	if j := withoutValues(err, name, false, stderr); j != nil {
+		job, err = j, nil
+	}
 	if err != nil {
 		return callError(name, err)
 	}

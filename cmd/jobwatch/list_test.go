@@ -10,6 +10,8 @@ import (
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
 func TestListShowsTheDefaultTenantUnlessToldAnother(t *testing.T) {
@@ -80,5 +82,50 @@ func TestListFetchesPayloadsOnlyWithFull(t *testing.T) {
 
 	if code, _, errOut := runInProcess(t, "list", "--server", s.URL, "--full"); code != 2 || !strings.Contains(errOut, "--json") {
 		t.Errorf("list --full without --json = exit %d, %q; want a usage error naming --json", code, errOut)
+	}
+}
+
+// A job stored before the server refused deep payloads cannot be decoded
+// whole; get, wait and watch show the rest of it, say what is missing,
+// and wait and watch still exit with how it ended.
+func TestCommandsShowAJobWhosePayloadCannotBeDecoded(t *testing.T) {
+	s := startCLIServer(t, 5*time.Second)
+	ctx := context.Background()
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "tree", Hold: true})
+	st, err := sqlite.Open(s.DB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deep := strings.Repeat("[", 5000) + strings.Repeat("]", 5000) // past protobuf's decoding limit
+	if _, err := st.UpdateJob(ctx, id, func(j *store.Job) error {
+		j.Payload = []byte(deep)
+		j.Version++
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if _, err := s.Engine.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	j := s.claim(t, "tree")
+	if _, err := s.Engine.Fail(ctx, id, j.LeaseID, store.JobError{Type: "UndecodableJob", Message: "too deep"}, false); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tt := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"get", id}, 0},
+		{[]string{"wait", id}, exitFailed},
+		{[]string{"watch", "--progress", "lines", id}, exitFailed},
+	} {
+		code, out, errOut := runInProcess(t, append(tt.args, "--server", s.URL)...)
+		if code != tt.code || !strings.Contains(out, id) || !strings.Contains(out, "FAILED") || !strings.Contains(out, "UndecodableJob") ||
+			!strings.Contains(errOut, "without its payload and result") {
+			t.Errorf("jobwatch %s = exit %d\nstdout:\n%s\nstderr:\n%s\nwant exit %d, the job FAILED with its error, and a note on what is missing",
+				tt.args[0], code, out, errOut, tt.code)
+		}
 	}
 }

@@ -68,6 +68,9 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	job, err = c.WaitForJob(ctx, job.GetId())
+	if j := withoutValues(err, "wait", true, stderr); j != nil {
+		job, err = j, nil
+	}
 	if err != nil {
 		return callError("wait", err)
 	}

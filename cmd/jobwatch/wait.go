@@ -42,6 +42,9 @@ func wait(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer cancel()
 	}
 	job, err := c.WaitForJob(ctx, pos[0])
+	if j := withoutValues(err, "wait", true, stderr); j != nil {
+		job, err = j, nil // its outcome is known all the same
+	}
 	if err != nil {
 		return callError("wait", err)
 	}

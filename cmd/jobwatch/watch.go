@@ -79,6 +79,9 @@ func watch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	last, err := follow(ctx, c, pos[0], show, tick)
+	if j := withoutValues(err, "watch", true, stderr); j != nil {
+		last, err = j, show(j)
+	}
 	if display == "bar" && !cf.json && last != nil {
 		fmt.Fprintln(stdout)
 		if e := last.GetError(); e != nil {

@@ -158,10 +158,12 @@ func (r *runningJobs) draining() {
 	}
 	limit := "as long as they take"
 	if r.drain > 0 {
-		limit = fmt.Sprintf("up to %v (--drain-timeout), then they are stopped and retried", r.drain)
+		// Stopped jobs fail as retryable: another attempt only if they
+		// have one left (--max-attempts), so say both.
+		limit = fmt.Sprintf("up to %v (--drain-timeout), then they are stopped and fail with WorkerStopped (retried if they have attempts left)", r.drain)
 	}
 	r.log.Info("stopping: no new jobs are claimed; waiting for the running jobs to finish, "+limit+
-		" (a second Ctrl-C quits at once and leaves them to be retried or lost)", "jobs", r.list())
+		" (a second Ctrl-C quits at once and leaves them to be retried or LOST when their lease expires)", "jobs", r.list())
 }
 
 // list is "j_1 (kind), j_2 (kind)" in a stable order; r.mu is held.
@@ -278,15 +280,15 @@ func execHandler(command string, env []string, out io.Writer, kill time.Duration
 		}
 		var result json.RawMessage
 		var declared *declaredError
-		sc := bufio.NewScanner(pipe)
-		sc.Buffer(make([]byte, 64*1024), 4<<20)
-		for sc.Scan() {
-			line := strings.TrimSpace(sc.Text())
+		copied := &prefixWriter{w: out, prefix: job.GetId() + ": "}
+		_ = readLines(pipe, maxStdoutLine, copied, func(raw string) {
+			raw = strings.TrimSuffix(raw, "\r")
+			line := strings.TrimSpace(raw)
 			switch {
 			case strings.HasPrefix(line, "progress "):
 				if pct, step, ok := parseProgress(line); ok {
 					progress(pct, step)
-					continue
+					return
 				}
 			case strings.HasPrefix(line, "error "):
 				f := strings.SplitN(line, " ", 3)
@@ -294,14 +296,14 @@ func execHandler(command string, env []string, out io.Writer, kill time.Duration
 				if len(f) == 3 {
 					declared.msg = f[2]
 				}
-				continue
+				return
 			case line != "" && json.Valid([]byte(line)):
 				result = json.RawMessage(line)
-				continue
+				return
 			}
-			fmt.Fprintf(out, "%s: %s\n", job.GetId(), sc.Text())
-		}
-		_, _ = io.Copy(io.Discard, pipe) // a line over 4 MiB: drain so the command can exit
+			fmt.Fprintf(out, "%s: %s\n", job.GetId(), raw)
+		})
+		_, _ = io.Copy(io.Discard, pipe) // after a read error: drain so the command can exit
 		err = cmd.Wait()
 		if killer != nil {
 			killer.Stop() // the group is gone; its id may be reused
@@ -324,6 +326,54 @@ func execHandler(command string, env []string, out io.Writer, kill time.Duration
 			return nil, jerr
 		}
 		return nil, fmt.Errorf("run command: %w", err)
+	}
+}
+
+// maxStdoutLine is the longest stdout line the worker reads as a progress,
+// error or result line; a result is far smaller (jobs.DefaultMaxPayloadBytes).
+// A longer line is only output: it is copied to stderr in pieces, and the
+// lines after it are still read.
+const maxStdoutLine = 4 << 20
+
+// readLines calls line for each line of r (without its newline) of at most
+// max bytes, and copies a longer one to long, which writes it in pieces
+// (prefixWriter), so a huge line neither grows the worker's memory nor
+// hides the progress and result lines that follow it.
+func readLines(r io.Reader, max int, long *prefixWriter, line func(string)) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var buf []byte
+	tooLong := false
+	for {
+		chunk, err := br.ReadSlice('\n')
+		ended := len(chunk) > 0 && chunk[len(chunk)-1] == '\n'
+		if ended {
+			chunk = chunk[:len(chunk)-1]
+		}
+		if !tooLong && len(buf)+len(chunk) > max {
+			tooLong = true
+			_, _ = long.Write(buf)
+			buf = buf[:0]
+		}
+		if tooLong {
+			_, _ = long.Write(chunk)
+		} else {
+			buf = append(buf, chunk...)
+		}
+		if ended || (err != nil && err != bufio.ErrBufferFull) {
+			switch {
+			case tooLong:
+				long.flush()
+			case ended || len(buf) > 0:
+				line(string(buf))
+			}
+			buf, tooLong = buf[:0], false
+		}
+		switch {
+		case err == io.EOF:
+			return nil
+		case err != nil && err != bufio.ErrBufferFull:
+			return err
+		}
 	}
 }
 

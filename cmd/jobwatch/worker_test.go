@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -159,5 +161,57 @@ func TestWorkerSaysWhatItWaitsForOnCtrlC(t *testing.T) {
 	}
 	if j, err := s.Client.Get(ctx, id); err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
 		t.Fatalf("the drained job = %v, %v; want SUCCEEDED", j, err)
+	}
+}
+
+// The drain message says what happens to a job still running at
+// --drain-timeout, and it happens: a job without attempts left fails, it
+// is not retried.
+func TestWorkerSaysARunningJobFailsAtTheDrainTimeout(t *testing.T) {
+	s := startCLIServer(t, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	logs, wait, signal := startWorker(t, ctx, nil, "--server", s.URL, "--kind", "slow", "--heartbeat", "200ms",
+		"--drain-timeout", "200ms", "--exec", `echo "progress 10 working"; sleep 60`)
+
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "slow"}) // one attempt
+	for j, err := range s.Client.Watch(ctx, id) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.GetStep() == "working" {
+			break
+		}
+	}
+	signal(syscall.SIGINT)
+	if err := wait(); err != nil {
+		t.Fatalf("worker exited with %v after Ctrl-C, want 0; logs:\n%s", err, logs)
+	}
+	j, err := s.Client.Get(ctx, id)
+	if err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_FAILED || j.GetError().GetType() != "WorkerStopped" {
+		t.Fatalf("the job stopped at the drain timeout = %v, %v; want FAILED with WorkerStopped", j, err)
+	}
+	if !strings.Contains(logs.String(), "stopped and fail with WorkerStopped (retried if they have attempts left)") {
+		t.Fatalf("the drain message does not say the job fails:\n%s", logs)
+	}
+}
+
+// A stdout line too long to be a result is copied out, and the progress
+// and result lines after it still count.
+func TestExecHandlerReadsTheLinesAfterAHugeStdoutLine(t *testing.T) {
+	var stderr lockedBuffer
+	size := maxStdoutLine + 1<<20
+	h := execHandler(fmt.Sprintf(`head -c %d /dev/zero | tr '\0' x; echo; echo "progress 90 after the dump"; echo '"the result"'`, size),
+		commandEnv(os.Environ(), nil), &stderr, time.Second)
+	var step string
+	result, err := h(context.Background(), &jobwatchv1.Job{Id: "j_1"}, func(_ int, s string) { step = s })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, _ := json.Marshal(result); string(raw) != `"the result"` || step != "after the dump" {
+		t.Fatalf("result %s, step %q; want the JSON line and the progress line that came after the long line", raw, step)
+	}
+	if n := strings.Count(stderr.String(), "x"); n != size {
+		t.Fatalf("copied %d of the long line's %d bytes", n, size)
 	}
 }

@@ -1,8 +1,9 @@
 // A Node program using the generated TypeScript client: submit a job, then
 // wait for it with WaitJob (a bounded long-poll, re-issued until the job
-// ends) and print how it ended.
+// ends) and print how it ended. The kind defaults to enrich, which the
+// workers of `jobwatch demo` run; a kind no worker runs waits forever.
 //
-//	cd web && npm ci && JOBWATCH_URL=http://127.0.0.1:8080 npm run example -- images.resize
+//	cd web && npm ci && JOBWATCH_URL=http://127.0.0.1:8080 npm run example -- enrich
 import { fromJson, toJson } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
@@ -10,12 +11,15 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { JobService, JobState, type Job } from "../src/gen/jobwatch/v1/jobwatch_pb";
 
 const baseUrl = process.env["JOBWATCH_URL"] ?? "http://127.0.0.1:8080";
-const kind = process.argv[2] ?? "demo.sleep";
+const kind = process.argv[2] ?? "enrich";
 const token = process.env["JOBWATCH_TOKEN"];
 
 const transport = createConnectTransport({
   baseUrl,
   httpVersion: "1.1",
+  // Deep enough for any payload or result the server takes (128 levels,
+  // jobs.MaxJSONDepth): protobuf-es stops at 100 nested messages otherwise.
+  jsonOptions: { recursionLimit: 2 * 128 + 8 },
   interceptors: token ? [(next) => (req) => (req.header.set("Authorization", `Bearer ${token}`), next(req))] : [],
 });
 const jobs = createClient(JobService, transport);
