@@ -25,6 +25,14 @@ if [ -z "$image" ]; then
 	exit 1
 fi
 case "$image" in
+-* | /* | ../* | */../* | *"/.." | ..)
+	# A payload names an image in the worker's directory, nothing else:
+	# not an option to convert, not a path out of the directory.
+	echo "error BadPayload the image must be a file name in the worker's directory, not $image"
+	exit 1
+	;;
+esac
+case "$image" in
 *.*) out="${image%.*}-small.${image##*.}" ;;
 *) out="$image-small" ;;
 esac

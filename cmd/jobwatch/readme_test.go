@@ -217,3 +217,22 @@ func TestREADMESnippetsAreTheTestedCode(t *testing.T) {
 		})
 	}
 }
+
+// The shipped example takes a file name from a caller's payload, so it
+// must not let one pick an option of convert or a file outside the
+// worker's directory.
+func TestResizeScriptRefusesPayloadsThatAreNotAFileNameHere(t *testing.T) {
+	for _, payload := range []string{`"-help.png"`, `"../secret.png"`, `"a/../../b.png"`, `"/etc/x.png"`, `".."`} {
+		cmd := exec.Command("sh", "../../examples/resize.sh")
+		cmd.Stdin = strings.NewReader(payload)
+		out, err := cmd.Output()
+		if err == nil || !strings.HasPrefix(string(out), "error BadPayload ") {
+			t.Errorf("payload %s: err = %v, output %q; want a failure naming BadPayload", payload, err, out)
+		}
+	}
+	cmd := exec.Command("sh", "../../examples/resize.sh")
+	cmd.Stdin = strings.NewReader(`"sub/cat.png"`)
+	if out, err := cmd.Output(); err != nil || !strings.HasSuffix(string(out), "\"sub/cat-small.png\"\n") {
+		t.Errorf("payload naming a file below the directory: err = %v, output %q", err, out)
+	}
+}
