@@ -7,6 +7,7 @@ package server
 // /metrics, and never paid for by another caller's call.
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -64,9 +65,14 @@ func DefaultMaxConnections() int {
 }
 
 // connLimit is a listener that holds at most max connections open.
-// Beyond that it accepts and closes at once: a connection left in the
-// kernel's backlog would look to its client like a server that hangs,
-// and would wait behind every slow one.
+// At the limit it first closes the connection that has been idle the
+// longest (a keep-alive connection with no call in flight), so clients
+// that made a call and keep their connection open cannot lock newcomers
+// out for the idle timeout (2 minutes). With none idle it accepts and
+// closes the new one at once: a connection left in the kernel's backlog
+// would look to its client like a server that hangs, and would wait
+// behind every slow one. A connection with a call in flight, parked calls
+// included, is never closed for a newcomer.
 type connLimit struct {
 	net.Listener
 	max     int64
@@ -75,6 +81,7 @@ type connLimit struct {
 	log     *slog.Logger
 
 	mu          sync.Mutex
+	idle        list.List // of *limitedConn, idle the longest first
 	refused     int64     // since the last warning
 	lastWarning time.Time // zero: none yet
 }
@@ -93,8 +100,7 @@ func (l *connLimit) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if l.open.Add(1) > l.max {
-			l.open.Add(-1)
+		if !l.admit() {
 			c.Close()
 			l.metrics.connectionsRefused.Inc()
 			l.refusedOne()
@@ -102,6 +108,57 @@ func (l *connLimit) Accept() (net.Conn, error) {
 		}
 		l.metrics.connections.Inc()
 		return &limitedConn{Conn: c, limit: l}, nil
+	}
+}
+
+// admit takes a place for a new connection, closing idle ones to make
+// room, or reports false when every place is held by a connection that
+// is busy or has not yet sent a request (which ReadHeaderTimeout bounds).
+func (l *connLimit) admit() bool {
+	for {
+		if l.open.Add(1) <= l.max {
+			return true
+		}
+		l.open.Add(-1)
+		if !l.closeLongestIdle() {
+			return false
+		}
+		l.metrics.connectionsIdleClosed.Inc()
+	}
+}
+
+// closeLongestIdle closes the connection idle the longest, which gives
+// its place back, and reports whether there was one.
+func (l *connLimit) closeLongestIdle() bool {
+	l.mu.Lock()
+	front := l.idle.Front()
+	if front == nil {
+		l.mu.Unlock()
+		return false
+	}
+	c := l.idle.Remove(front).(*limitedConn)
+	c.idle = nil
+	l.mu.Unlock()
+	c.Close()
+	return true
+}
+
+// track is the http.Server's ConnState hook: it keeps the idle list.
+// net/http calls a connection idle between HTTP/1.1 requests and when an
+// HTTP/2 connection has no stream open.
+func (l *connLimit) track(nc net.Conn, state http.ConnState) {
+	c, ok := nc.(*limitedConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c.idle != nil {
+		l.idle.Remove(c.idle)
+		c.idle = nil
+	}
+	if state == http.StateIdle {
+		c.idle = l.idle.PushBack(c)
 	}
 }
 
@@ -122,6 +179,7 @@ type limitedConn struct {
 	net.Conn
 	limit *connLimit
 	once  sync.Once
+	idle  *list.Element // in limit.idle while idle; guarded by limit.mu
 }
 
 func (c *limitedConn) Close() error {

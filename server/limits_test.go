@@ -218,6 +218,70 @@ func TestConnectionsPastTheLimitAreClosedAtOnce(t *testing.T) {
 	}
 }
 
+// At --max-connections a keep-alive connection with no call in flight
+// is closed to make room for a newcomer: clients that made one call each
+// and keep their connections open cannot lock everyone else out for the
+// idle timeout (2 minutes). A connection with a call in flight, parked
+// calls included, is never closed for it.
+func TestAtTheConnectionLimitIdleConnectionsMakeRoomButBusyOnesStay(t *testing.T) {
+	t.Run("idle connections make room", func(t *testing.T) {
+		ts := startServer(t, serverOptions{config: server.Config{MaxConnections: 2}})
+		for range 2 {
+			c := ts.clients(ts.http1Client()) // a connection of its own
+			if _, err := c.jobs.GetServerInfo(ctxTimeout(t, 10*time.Second), &jobwatchv1.GetServerInfoRequest{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ts.waitForGauge("jobwatch_connections", 2)
+		// The two connections turn idle a moment after their answers.
+		newcomer := ts.clients(ts.http1Client())
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, err := newcomer.jobs.GetServerInfo(ctxTimeout(t, 10*time.Second), &jobwatchv1.GetServerInfoRequest{})
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a newcomer while two idle connections hold the limit: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := ts.metric("jobwatch_connections_idle_closed_total"); got < 1 {
+			t.Errorf("jobwatch_connections_idle_closed_total = %v, want at least 1", got)
+		}
+	})
+
+	t.Run("busy connections stay", func(t *testing.T) {
+		ts := startServer(t, serverOptions{config: server.Config{MaxConnections: 2, WaitCap: time.Hour}})
+		job := submit(t, ts.h2c(), &jobwatchv1.SubmitJobRequest{Kind: "k"})
+		answers := make(chan error, 2)
+		for range 2 {
+			c := ts.clients(ts.http1Client())
+			go func() {
+				_, err := c.jobs.WaitJob(ctxTimeout(t, 30*time.Second), &jobwatchv1.WaitJobRequest{JobId: job.GetId()})
+				answers <- err
+			}()
+		}
+		ts.waitForGauge("jobwatch_parked_calls", 2)
+		idleClosed := ts.metric("jobwatch_connections_idle_closed_total") // the submit's, maybe
+		_, err := ts.clients(ts.http1Client()).jobs.GetServerInfo(ctxTimeout(t, 10*time.Second), &jobwatchv1.GetServerInfoRequest{})
+		if err == nil {
+			t.Fatal("a newcomer got a place held by a parked call")
+		}
+		if got := ts.metric("jobwatch_connections_idle_closed_total"); got != idleClosed {
+			t.Errorf("jobwatch_connections_idle_closed_total went from %v to %v for a newcomer while every connection was busy", idleClosed, got)
+		}
+		if _, err := ts.engine.Cancel(context.Background(), job.GetId()); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := <-answers; err != nil {
+				t.Errorf("a parked wait at the connection limit: %v, want its answer", err)
+			}
+		}
+	})
+}
+
 // rawHTTP1 sends head and the start of body over a fresh connection, the
 // way a slow or vanishing client would, and returns the connection.
 func rawHTTP1(t *testing.T, ts *testServer, path string, header string, body string, sendBytes int) net.Conn {

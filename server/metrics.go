@@ -26,13 +26,15 @@ type Metrics struct {
 	// The network limits of limits.go: use now and refusals of each.
 	connections        prometheus.Gauge
 	connectionsRefused prometheus.Counter
-	parkedCalls        prometheus.Gauge
-	parkRefused        *prometheus.CounterVec
-	bodiesReading      prometheus.Gauge
-	bodyTimeouts       prometheus.Counter
-	abandoned          prometheus.Counter
-	sendsInProgress    prometheus.Gauge
-	sendsCut           *prometheus.CounterVec
+	// connectionsIdleClosed: idle connections closed to make room.
+	connectionsIdleClosed prometheus.Counter
+	parkedCalls           prometheus.Gauge
+	parkRefused           *prometheus.CounterVec
+	bodiesReading         prometheus.Gauge
+	bodyTimeouts          prometheus.Counter
+	abandoned             prometheus.Counter
+	sendsInProgress       prometheus.Gauge
+	sendsCut              *prometheus.CounterVec
 }
 
 var _ jobs.Metrics = (*Metrics)(nil)
@@ -70,6 +72,10 @@ func NewMetrics() *Metrics {
 		connectionsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "jobwatch_connections_refused_total",
 			Help: "Connections closed as soon as accepted because --max-connections were open.",
+		}),
+		connectionsIdleClosed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "jobwatch_connections_idle_closed_total",
+			Help: "Idle keep-alive connections (no call in flight) closed to make room for a new one at --max-connections.",
 		}),
 		parkedCalls: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "jobwatch_parked_calls",
@@ -110,7 +116,7 @@ func (m *Metrics) Woke(kind string, latency time.Duration) {
 func (m *Metrics) register(reg *prometheus.Registry, engine *jobs.Engine, log *slog.Logger) {
 	for _, c := range []prometheus.Collector{
 		m.parkedWaits, m.openWatches, m.parkedClaims, m.wakeLatency, m.requests,
-		m.connections, m.connectionsRefused, m.parkedCalls, m.parkRefused,
+		m.connections, m.connectionsRefused, m.connectionsIdleClosed, m.parkedCalls, m.parkRefused,
 		m.bodiesReading, m.bodyTimeouts, m.abandoned, m.sendsInProgress, m.sendsCut,
 		&jobsCollector{engine: engine, log: log},
 	} {

@@ -72,9 +72,11 @@ type Config struct {
 	// HTTP/2 stream) closed. Bidi streams (gRPC reflection) are exempt.
 	// Default DefaultBodyTimeout (10s).
 	BodyTimeout time.Duration
-	// MaxConnections bounds the client connections Serve holds; beyond
-	// it a new connection is accepted and closed at once. Default
-	// DefaultMaxConnections(), from the open-file limit.
+	// MaxConnections bounds the client connections Serve holds. At it,
+	// the connection idle the longest (no call in flight) is closed to
+	// make room for a new one; with none idle, the new one is accepted
+	// and closed at once. Default DefaultMaxConnections(), from the
+	// open-file limit.
 	MaxConnections int
 	// MaxParkedCalls bounds the WaitJob (and SubmitJob with wait),
 	// WatchJob, WatchJobs and ClaimJob calls parked at once. Beyond it a
@@ -258,7 +260,7 @@ const maxConcurrentStreams = 1 << 20
 // writes blocked on a client that does not read by SendTimeout, dead
 // clients by HTTP/2 pings, idle connections by IdleTimeout.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	ln = newConnLimit(ln, s.cfg.MaxConnections, s.metrics, s.log)
+	limit := newConnLimit(ln, s.cfg.MaxConnections, s.metrics, s.log)
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
@@ -275,12 +277,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			WriteByteTimeout: s.cfg.SendTimeout,
 		},
 		ConnContext:       withConn,
+		ConnState:         limit.track,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() { served <- hs.Serve(limit) }()
 
 	select {
 	case err := <-served:
