@@ -26,8 +26,12 @@ const (
 	// fails a job with.
 	MaxErrorTypeBytes    = 256
 	MaxErrorMessageBytes = 4096
-	// MaxFilterItems bounds the kinds or queues of one claim.
+	// MaxFilterItems bounds the kinds or queues of one claim, and the
+	// states of one list.
 	MaxFilterItems = 100
+	// MaxTokenBytes bounds a page token or resume token handed back.
+	// Tokens this engine and its stores issue are far shorter.
+	MaxTokenBytes = 1024
 	// MaxJSONDepth bounds how deeply arrays and objects may nest in a
 	// payload or result: `[[1]]` is 2 deep. Every reader must be able to
 	// decode what the engine stores, and protobuf decoders give up at

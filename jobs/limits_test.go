@@ -180,3 +180,42 @@ func TestAFailureWithoutAnErrorTypeFailsTheJobWithTheDefaultType(t *testing.T) {
 		t.Fatalf("job %s with error %+v, want FAILED with type %q", failed.State, failed.Error, jobs.DefaultErrorType)
 	}
 }
+
+// The limits of a list or a tenant watch are the engine's too, so an
+// in-process caller meets the same refusals as one over the wire.
+func TestTheEngineRefusesAnOverlongListOrWatchRequestNamingTheField(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	ctx := context.Background()
+	long := strings.Repeat("t", jobs.MaxTokenBytes+1)
+	tests := []struct {
+		name  string
+		call  func() error
+		field string
+		limit string
+	}{
+		{"a list filtering on 101 states", func() error {
+			states := make([]store.State, jobs.MaxFilterItems+1)
+			for i := range states {
+				states[i] = store.Queued
+			}
+			_, _, err := e.List(ctx, store.ListFilter{States: states})
+			return err
+		}, "states", "100 entries"},
+		{"a list with a page token over 1024 bytes", func() error {
+			_, _, err := e.List(ctx, store.ListFilter{PageToken: long})
+			return err
+		}, "page_token", "1024 bytes"},
+		{"a tenant watch with a resume token over 1024 bytes", func() error {
+			return e.WatchTenant(ctx, "", jobs.TenantWatchOptions{ResumeToken: long, Deadline: soon(),
+				Send: func([]store.Job, string) error { return nil }})
+		}, "resume_token", "1024 bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var inv *jobs.InvalidError
+			if err := tt.call(); !errors.As(err, &inv) || inv.Field != tt.field || !strings.Contains(inv.Reason, tt.limit) {
+				t.Fatalf("got %v, want an InvalidError for %q naming %q", err, tt.field, tt.limit)
+			}
+		})
+	}
+}
