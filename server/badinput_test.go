@@ -233,6 +233,63 @@ func TestAMessagePrefixAClientMayNotSendIsAClientError(t *testing.T) {
 	}
 }
 
+// Connect answers a unary call whose body it cannot take (undecodable,
+// too large, in an unknown compression) before any interceptor runs.
+// Those are the mistakes callers make most, so jobwatch_requests_total
+// counts them with the code the caller got; and a path that names no
+// RPC adds no series.
+func TestCallsRefusedBeforeTheHandlerAreCountedWithTheirCode(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{MaxRequestBytes: 4096}})
+	const (
+		getJob    = "/jobwatch.v1.JobService/GetJob"
+		submitJob = "/jobwatch.v1.JobService/SubmitJob"
+	)
+	tests := []struct {
+		name, procedure, wantCode string
+		call                      func()
+	}{
+		{"malformed JSON", getJob, "invalid_argument", func() {
+			rawPost(t, ts.url+getJob, "application/json", []byte(`{"job_id":`))
+		}},
+		{"a body over --max-request-bytes", submitJob, "resource_exhausted", func() {
+			rawPost(t, ts.url+submitJob, "application/json", []byte(`{"kind":"k","payload":"`+strings.Repeat("x", 8000)+`"}`))
+		}},
+		{"a compression the server does not know", getJob, "unimplemented", func() {
+			rawPost(t, ts.url+getJob, "application/json", []byte(`{}`), "Content-Encoding", "br")
+		}},
+		{"garbage protobuf over gRPC-Web", getJob, "invalid_argument", func() {
+			envelopeCall(t, ts, "grpc-web", getJob, []byte{0, 0, 0, 0, 3, 0xff, 0xff, 0xff})
+		}},
+		{"garbage protobuf over gRPC", getJob, "invalid_argument", func() {
+			envelopeCall(t, ts, "grpc", getJob, []byte{0, 0, 0, 0, 3, 0xff, 0xff, 0xff})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := ts.requests(tt.procedure, tt.wantCode)
+			tt.call()
+			if got := ts.requests(tt.procedure, tt.wantCode); got != before+1 {
+				t.Errorf("requests_total{%s, %s} went from %v to %v, want one more", tt.procedure, tt.wantCode, before, got)
+			}
+		})
+	}
+
+	rawPost(t, ts.url+"/jobwatch.v1.JobService/NoSuchCall", "application/json", []byte(`{}`))
+	families, err := ts.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if strings.Contains(l.GetValue(), "NoSuchCall") {
+					t.Errorf("%s has a series for a path that names no RPC: %v", f.GetName(), m)
+				}
+			}
+		}
+	}
+}
+
 // requests reads jobwatch_requests_total{procedure, code}.
 func (ts *testServer) requests(procedure, code string) float64 {
 	ts.t.Helper()

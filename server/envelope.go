@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -39,9 +38,9 @@ const envelopePrefixBytes = 5
 // *connect.Error from the body's Read through as it is, which is what
 // the body returns here.
 //
-// Streaming calls are counted by callInterceptor, which sees the error.
-// Unary calls fail before any interceptor runs, so this handler counts
-// them in requests_total itself when nothing else did.
+// Streaming calls are counted by callInterceptor, which sees the error;
+// unary calls fail before any interceptor runs, and countEarlyAnswers
+// counts them.
 func (s *Server) checkEnvelopes(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !enveloped(r.Header.Get("Content-Type")) || r.Body == nil {
@@ -53,13 +52,8 @@ func (s *Server) checkEnvelopes(next http.Handler) http.Handler {
 			compressed: compressedRequest(r.Header),
 			maxBytes:   uint32(min(int64(s.cfg.MaxRequestBytes), math.MaxUint32)),
 		}
-		call := &countedCall{}
 		r.Body = body
-		r = r.WithContext(context.WithValue(r.Context(), countedCallKey{}, call))
 		next.ServeHTTP(w, r)
-		if err := body.refusal(); err != nil && !call.counted.Load() {
-			s.metrics.requests.WithLabelValues(r.URL.Path, connect.CodeOf(err).String()).Inc()
-		}
 	})
 }
 
@@ -82,19 +76,6 @@ func compressedRequest(h http.Header) bool {
 		}
 	}
 	return false
-}
-
-// countedCallKey marks a request's context with the *countedCall that
-// callInterceptor sets once it has counted the call.
-type countedCallKey struct{}
-
-type countedCall struct{ counted atomic.Bool }
-
-// markCounted tells checkEnvelopes that the call in ctx was counted.
-func markCounted(ctx context.Context) {
-	if c, ok := ctx.Value(countedCallKey{}).(*countedCall); ok {
-		c.counted.Store(true)
-	}
 }
 
 // envelopeBody follows the envelope framing of the bytes read through it

@@ -208,7 +208,7 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 	}))
 	mux.Handle("/", cfg.Page)
 
-	var h http.Handler = s.checkEnvelopes(mux)
+	var h http.Handler = s.countEarlyAnswers(s.checkEnvelopes(mux))
 	if len(cfg.CORSOrigins) > 0 {
 		h = cors.New(cors.Options{
 			AllowedOrigins: cfg.CORSOrigins,
