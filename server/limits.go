@@ -29,6 +29,18 @@ const (
 	// DefaultSendTimeout is how long one response write may stay blocked
 	// on a client that does not read before its stream or call is ended.
 	DefaultSendTimeout = 30 * time.Second
+	// DefaultMaxPendingSendBytes bounds the bytes of large response
+	// writes under way at once, across all clients. A response is bounded
+	// (a page of jobs by jobs.MaxPageBytes, 1 MiB), but a write blocked on
+	// a client that does not read holds it, and one HTTP/2 connection can
+	// open any number of streams: 1,000 zero-window ListJobs streams held
+	// 2.2 GB for the SendTimeout. Writes that finish at once never come
+	// near it.
+	DefaultMaxPendingSendBytes = 128 << 20
+	// trackedWriteBytes is the smallest write counted against
+	// MaxPendingSendBytes; smaller ones (keepalives, summaries, errors)
+	// hold too little to matter and skip the bookkeeping.
+	trackedWriteBytes = 32 << 10
 	// DefaultBodyTimeout is how long a request body may take to arrive
 	// in full, counted from the end of its headers (which have their own
 	// 10 s): at 1 MiB, the largest request, that is 100 KiB/s.
@@ -272,12 +284,16 @@ type exchange struct {
 	deadline  time.Time // the write deadline in force; zero: none
 	streamEnd time.Time // set by a stream's handler: its lifetime's end
 	timedOut  bool
+	// budgetCut is set, by whichever write needed the room, when this
+	// exchange's blocked write was cut for MaxPendingSendBytes.
+	budgetCut atomic.Bool
 }
 
 // limits holds what the middleware needs of the server.
 type limits struct {
 	sendTimeout time.Duration
 	bodyTimeout time.Duration
+	sends       *sendBudget
 	metrics     *Metrics
 	// unbounded lists path prefixes whose request bodies are streams
 	// that stay open as long as the call: no body deadline applies.
@@ -352,7 +368,15 @@ func (ex *exchange) disarm() {
 // the HTTP/2 connection's WriteByteTimeout, was blocked on a client that
 // does not read.
 func (ex *exchange) wrote(err error) {
-	if err == nil || ex.timedOut || ex.deadline.IsZero() {
+	if err == nil || ex.timedOut {
+		return
+	}
+	if ex.budgetCut.Load() {
+		ex.timedOut = true
+		ex.limits.metrics.sendsCut.WithLabelValues("send_budget").Inc()
+		return
+	}
+	if ex.deadline.IsZero() {
 		return
 	}
 	if time.Now().Before(ex.deadline) && !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -369,6 +393,10 @@ func (ex *exchange) wrote(err error) {
 func (ex *exchange) Write(p []byte) (int, error) {
 	ex.arm()
 	ex.limits.metrics.sendsInProgress.Inc()
+	if len(p) >= trackedWriteBytes && ex.limits.sends != nil {
+		done := ex.limits.sends.start(ex, len(p))
+		defer done()
+	}
 	n, err := ex.ResponseWriter.Write(p)
 	ex.limits.metrics.sendsInProgress.Dec()
 	ex.wrote(err)
@@ -406,6 +434,56 @@ func (ex *exchange) Unwrap() http.ResponseWriter { return ex.ResponseWriter }
 func (ex *exchange) finish() {
 	if !ex.http2 {
 		_ = ex.rc.SetWriteDeadline(time.Now().Add(ex.limits.sendTimeout))
+	}
+}
+
+// sendBudget bounds the bytes of the large response writes under way at
+// once. A write that takes it past its limit first cuts the writes that
+// have been under way the longest, which are those of clients that do not
+// read (a client that reads takes a megabyte in milliseconds), as
+// SendTimeout would later: their streams are reset, or their HTTP/1.1
+// connections closed, and what they held is freed. A write is never cut
+// for itself, so one larger than the whole budget still goes out.
+type sendBudget struct {
+	limit int64
+
+	mu      sync.Mutex
+	pending int64     // bytes of the writes in writes
+	writes  list.List // of *pendingWrite, under way the longest first
+}
+
+type pendingWrite struct {
+	ex  *exchange
+	n   int64
+	cut bool // guarded by sendBudget.mu
+}
+
+// start counts a write of n bytes by ex, cutting older writes to make
+// room, and returns the func to call once the write has returned.
+func (b *sendBudget) start(ex *exchange, n int) (done func()) {
+	w := &pendingWrite{ex: ex, n: int64(n)}
+	b.mu.Lock()
+	el := b.writes.PushBack(w)
+	b.pending += w.n
+	for b.pending > b.limit && b.writes.Front() != el {
+		old := b.writes.Remove(b.writes.Front()).(*pendingWrite)
+		b.pending -= old.n
+		old.cut = true
+		// Under b.mu the cut write has not returned from its done, so its
+		// handler, and the ResponseWriter the deadline is set on, are
+		// still there. A passed deadline resets an HTTP/2 stream at once
+		// and fails an HTTP/1.1 connection's blocked write.
+		old.ex.budgetCut.Store(true)
+		_ = old.ex.rc.SetWriteDeadline(time.Now())
+	}
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if !w.cut {
+			b.writes.Remove(el)
+			b.pending -= w.n
+		}
 	}
 }
 

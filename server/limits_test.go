@@ -67,6 +67,47 @@ func TestAStreamBlockedOnAClientThatGrantsNoHTTP2WindowIsEnded(t *testing.T) {
 	}
 }
 
+// Each response is bounded, but one HTTP/2 connection can open any
+// number of streams, and each write blocked on a client that grants no
+// window holds its response until SendTimeout: 1,000 such ListJobs
+// streams held 2.2 GB. MaxPendingSendBytes bounds what blocked writes
+// hold across all clients: a write that needs the room cuts the writes
+// blocked the longest at once, without waiting for SendTimeout.
+func TestBlockedWritesHoldAtMostTheSendBudget(t *testing.T) {
+	const (
+		budget  = 1 << 20
+		payload = 100 << 10
+		streams = 30
+	)
+	ts := startServer(t, serverOptions{config: server.Config{
+		SendTimeout: time.Hour, StreamLifetime: time.Hour, Keepalive: -1, MaxPendingSendBytes: budget,
+	}})
+	c := ts.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "big", Payload: mustValue(t, strings.Repeat("x", payload))})
+
+	raw := dialRawH2(t, addrOf(ts.url))
+	for range streams {
+		raw.post(watchJobPath, map[string]any{"jobId": job.GetId()})
+	}
+	// At most budget/payload snapshots stay blocked; the others are cut
+	// as newer ones need the room, long before the send timeout.
+	const held = budget / payload
+	raw.waitReset(streams-held, 30*time.Second)
+	ts.waitForMetric("sends cut for the budget", 10*time.Second, func(v float64) bool { return v >= streams-held }, "jobwatch_sends_cut_total", "reason", "send_budget")
+	if got := ts.gauge("jobwatch_sends_in_progress"); got > held {
+		t.Errorf("jobwatch_sends_in_progress = %v blocked writes of %d KiB, want at most %d within the %d KiB budget", got, payload>>10, held, budget>>10)
+	}
+
+	// A client that reads still gets the large job while the budget is
+	// full of blocked writes.
+	for range 3 {
+		got, err := c.jobs.GetJob(ctxTimeout(t, 10*time.Second), &jobwatchv1.GetJobRequest{JobId: job.GetId()})
+		if err != nil || len(got.GetJob().GetPayload().GetStringValue()) != payload {
+			t.Fatalf("GetJob of the large job while others are blocked: %v", err)
+		}
+	}
+}
+
 // The same over HTTP/1.1, where a client that stops reading fills the TCP
 // window: the server's socket buffer, then the client's. Each heartbeat
 // makes the watch send the job again, payload and all, until a send

@@ -108,7 +108,7 @@ func NewMetrics() *Metrics {
 		}),
 		sendsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jobwatch_sends_cut_total",
-			Help: "Responses and streams ended because a write stayed blocked on a client that does not read: for --send-timeout, or until the stream's --stream-lifetime.",
+			Help: "Responses and streams ended because a write stayed blocked on a client that does not read: for --send-timeout, until the stream's --stream-lifetime, or (send_budget) while newer writes needed the room of the pending-send budget.",
 		}, []string{"reason"}),
 	}
 }

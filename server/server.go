@@ -67,6 +67,11 @@ type Config struct {
 	// window full), freeing what it held. A stream's write is also cut at
 	// its StreamLifetime, blocked or not. Default DefaultSendTimeout (30s).
 	SendTimeout time.Duration
+	// MaxPendingSendBytes bounds the bytes of large response writes
+	// under way at once, across all clients; past it the writes under way
+	// the longest (clients that do not read) are cut, as SendTimeout
+	// would cut them later. Default DefaultMaxPendingSendBytes (128 MiB).
+	MaxPendingSendBytes int
 	// BodyTimeout is how long a request body may take to arrive in full;
 	// a slower one is answered deadline_exceeded and its connection (or
 	// HTTP/2 stream) closed. Bidi streams (gRPC reflection) are exempt.
@@ -121,6 +126,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.PingTimeout, 5*time.Second)
 	setDefault(&c.SendTimeout, DefaultSendTimeout)
 	setDefault(&c.BodyTimeout, DefaultBodyTimeout)
+	setDefault(&c.MaxPendingSendBytes, DefaultMaxPendingSendBytes)
 	if c.MaxConnections <= 0 {
 		c.MaxConnections = DefaultMaxConnections()
 	}
@@ -222,6 +228,7 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 	lim := &limits{
 		sendTimeout: cfg.SendTimeout,
 		bodyTimeout: cfg.BodyTimeout,
+		sends:       &sendBudget{limit: int64(cfg.MaxPendingSendBytes)},
 		metrics:     s.metrics,
 		// Reflection is a bidi stream: its request body is open as long
 		// as the call, so it has no deadline to arrive by.
