@@ -34,9 +34,11 @@ const (
 	// (a page of jobs by jobs.MaxPageBytes, 1 MiB), but a write blocked on
 	// a client that does not read holds it, and one HTTP/2 connection can
 	// open any number of streams: 1,000 zero-window ListJobs streams held
-	// 2.2 GB for the SendTimeout. Writes that finish at once never come
-	// near it.
-	DefaultMaxPendingSendBytes = 128 << 20
+	// 2.2 GB for the SendTimeout. A blocked write holds about three times
+	// its bytes (the jobs, their wire form, the encoded answer), so this
+	// keeps blocked writes to a few hundred MB; writes to clients that
+	// read finish in milliseconds and never come near it.
+	DefaultMaxPendingSendBytes = 64 << 20
 	// trackedWriteBytes is the smallest write counted against
 	// MaxPendingSendBytes; smaller ones (keepalives, summaries, errors)
 	// hold too little to matter and skip the bookkeeping.

@@ -70,7 +70,7 @@ type Config struct {
 	// MaxPendingSendBytes bounds the bytes of large response writes
 	// under way at once, across all clients; past it the writes under way
 	// the longest (clients that do not read) are cut, as SendTimeout
-	// would cut them later. Default DefaultMaxPendingSendBytes (128 MiB).
+	// would cut them later. Default DefaultMaxPendingSendBytes (64 MiB).
 	MaxPendingSendBytes int
 	// BodyTimeout is how long a request body may take to arrive in full;
 	// a slower one is answered deadline_exceeded and its connection (or
