@@ -396,8 +396,8 @@ func (ex *exchange) Write(p []byte) (int, error) {
 	ex.arm()
 	ex.limits.metrics.sendsInProgress.Inc()
 	if len(p) >= trackedWriteBytes && ex.limits.sends != nil {
-		done := ex.limits.sends.start(ex, len(p))
-		defer done()
+		w := ex.limits.sends.start(ex, len(p))
+		defer ex.limits.sends.done(w)
 	}
 	n, err := ex.ResponseWriter.Write(p)
 	ex.limits.metrics.sendsInProgress.Dec()
@@ -457,35 +457,44 @@ type sendBudget struct {
 type pendingWrite struct {
 	ex  *exchange
 	n   int64
-	cut bool // guarded by sendBudget.mu
+	el  *list.Element // in sendBudget.writes until done or cut; guarded by its mu
+	cut bool          // guarded by sendBudget.mu
 }
 
 // start counts a write of n bytes by ex, cutting older writes to make
-// room, and returns the func to call once the write has returned.
-func (b *sendBudget) start(ex *exchange, n int) (done func()) {
+// room; done must follow once the write has returned.
+//
+// A cut write may, by a hair, have finished meanwhile; its answer is then
+// cut short. Only the write under way the longest is cut, and only while
+// the budget is full, so that is a client that does not read, or a
+// server that is overloaded.
+func (b *sendBudget) start(ex *exchange, n int) *pendingWrite {
 	w := &pendingWrite{ex: ex, n: int64(n)}
 	b.mu.Lock()
-	el := b.writes.PushBack(w)
+	defer b.mu.Unlock()
+	w.el = b.writes.PushBack(w)
 	b.pending += w.n
-	for b.pending > b.limit && b.writes.Front() != el {
+	for b.pending > b.limit && b.writes.Front() != w.el {
 		old := b.writes.Remove(b.writes.Front()).(*pendingWrite)
 		b.pending -= old.n
 		old.cut = true
-		// Under b.mu the cut write has not returned from its done, so its
+		// Under b.mu the cut write has not returned from done, so its
 		// handler, and the ResponseWriter the deadline is set on, are
 		// still there. A passed deadline resets an HTTP/2 stream at once
 		// and fails an HTTP/1.1 connection's blocked write.
 		old.ex.budgetCut.Store(true)
 		_ = old.ex.rc.SetWriteDeadline(time.Now())
 	}
-	b.mu.Unlock()
-	return func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if !w.cut {
-			b.writes.Remove(el)
-			b.pending -= w.n
-		}
+	return w
+}
+
+// done ends the count of a write that start began.
+func (b *sendBudget) done(w *pendingWrite) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !w.cut {
+		b.writes.Remove(w.el)
+		b.pending -= w.n
 	}
 }
 
