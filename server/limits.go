@@ -2,9 +2,11 @@ package server
 
 // The network limits: how many connections the server holds, how long a
 // request body may take to arrive, how long a response write may stay
-// blocked on a client that stopped reading, and how many calls may park
-// at once. Each is refused or ended with a clear answer, counted on
-// /metrics, and never paid for by another caller's call.
+// blocked on a client that stopped reading and how many bytes such
+// writes may hold together, and how many calls may park at once. Each is
+// refused or ended with a clear answer and counted on /metrics. Another
+// caller pays for it only as the longest-idle connection (no call in
+// flight) or the write blocked the longest (a client that does not read).
 
 import (
 	"container/list"
