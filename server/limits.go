@@ -51,8 +51,9 @@ const (
 	DefaultBodyTimeout = 10 * time.Second
 	// DefaultMaxParkedCalls bounds the WaitJob, WatchJob, WatchJobs and
 	// ClaimJob calls parked at once, across all clients. A parked call
-	// costs about 13 KiB of heap and a goroutine or two, so the default
-	// holds the server to a few hundred MiB.
+	// costs about 13 KiB of heap and a goroutine or two, whatever the size
+	// of its job (a parked wait keeps no payload, see jobs.Engine.Wait),
+	// so the default holds the server to a few hundred MiB.
 	DefaultMaxParkedCalls = 10_000
 	// reservedFiles are the file descriptors DefaultMaxConnections leaves
 	// for everything that is not a client: the listener, the SQLite

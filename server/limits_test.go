@@ -575,3 +575,50 @@ func heapAndGoroutines() memory {
 	runtime.ReadMemStats(&ms)
 	return memory{heap: int64(ms.HeapInuse), goroutines: runtime.NumGoroutine()}
 }
+
+// A parked WaitJob costs about the same whatever the size of its job's
+// payload: --max-parked-calls waits on jobs of 256 KiB must not hold a
+// copy of each payload (10,000 of them would hold 2.5 GB). The waits
+// still answer with the whole job.
+func TestParkedWaitsDoNotHoldTheirJobsPayloads(t *testing.T) {
+	const (
+		waits   = 100
+		payload = 200 << 10
+	)
+	ts := startServer(t, serverOptions{})
+	c := ts.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "big", Payload: mustValue(t, strings.Repeat("x", payload))})
+
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	answers := make(chan *jobwatchv1.WaitJobResponse, waits)
+	for range waits {
+		go func() {
+			resp, err := c.jobs.WaitJob(ctxTimeout(t, 30*time.Second), &jobwatchv1.WaitJobRequest{JobId: job.GetId()})
+			if err != nil {
+				t.Errorf("WaitJob: %v", err)
+			}
+			answers <- resp
+		}()
+	}
+	ts.waitForGauge("jobwatch_parked_calls", waits)
+	parked := heap()
+	perWait := (int64(parked) - int64(before)) / waits
+	t.Logf("a parked wait on a job of %d KiB holds %d KiB", payload>>10, perWait>>10)
+	if perWait > payload/4 {
+		t.Errorf("a parked wait holds %d KiB for a job of %d KiB, want far less than its payload", perWait>>10, payload>>10)
+	}
+
+	lease := claim(t, c, "big")
+	complete(t, c, lease, nil)
+	for range waits {
+		if resp := <-answers; len(resp.GetJob().GetPayload().GetStringValue()) != payload {
+			t.Fatalf("a wait answered without the job's payload")
+		}
+	}
+}
