@@ -1,8 +1,11 @@
 package jobs
 
 import (
+	"bytes"
 	"encoding/json"
+	"math"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -23,8 +26,12 @@ const (
 	// fails a job with.
 	MaxErrorTypeBytes    = 256
 	MaxErrorMessageBytes = 4096
-	// MaxFilterItems bounds the kinds or queues of one claim.
+	// MaxFilterItems bounds the kinds or queues of one claim, and the
+	// states of one list.
 	MaxFilterItems = 100
+	// MaxTokenBytes bounds a page token or resume token handed back.
+	// Tokens this engine and its stores issue are far shorter.
+	MaxTokenBytes = 1024
 	// MaxJSONDepth bounds how deeply arrays and objects may nest in a
 	// payload or result: `[[1]]` is 2 deep. Every reader must be able to
 	// decode what the engine stores, and protobuf decoders give up at
@@ -90,7 +97,133 @@ func checkJSON(field string, v json.RawMessage, limit int) error {
 		return &InvalidError{Field: field, Reason: "nests arrays and objects more than " +
 			strconv.Itoa(MaxJSONDepth) + " levels deep (the limit)"}
 	}
+	if reason := notAValue(v); reason != "" {
+		return &InvalidError{Field: field, Reason: reason}
+	}
 	return nil
+}
+
+// notAValue says why valid JSON v cannot become a google.protobuf.Value,
+// the form every reader gets it in, or returns "". JSON allows what that
+// form does not: invalid UTF-8, an escaped half of a surrogate pair, a
+// number beyond a 64-bit float, an object key given twice. Stored, any of
+// them would make the job unreadable to every client: each GetJob, full
+// ListJobs page and ClaimJob of it would fail. The server's decoder
+// refuses them already; this is for in-process callers.
+//
+// It scans bytes, like jsonDepth, rather than decoding tokens, which
+// would cost ten times as long for a payload of many small values.
+func notAValue(v []byte) string {
+	if !utf8.Valid(v) {
+		return "must be valid UTF-8"
+	}
+	// levels holds, for each array or object enclosing the scan, the keys
+	// an object has given so far (nil for an array) and whether its next
+	// string is a key.
+	type level struct {
+		keys map[string]bool
+		key  bool
+	}
+	var levels []level
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '{':
+			levels = append(levels, level{keys: map[string]bool{}, key: true})
+		case c == '[':
+			levels = append(levels, level{})
+		case c == '}' || c == ']':
+			levels = levels[:len(levels)-1]
+		case c == ',' && len(levels) > 0 && levels[len(levels)-1].keys != nil:
+			levels[len(levels)-1].key = true
+		case c == '"':
+			end, lone := scanString(v, i)
+			if lone {
+				return "must not escape half of a UTF-16 surrogate pair (\\ud800 to \\udfff) alone"
+			}
+			if n := len(levels); n > 0 && levels[n-1].keys != nil && levels[n-1].key {
+				top := &levels[n-1]
+				key := unquote(v[i : end+1])
+				if top.keys[key] {
+					return "gives the object key " + strconv.Quote(key) + " more than once"
+				}
+				top.keys[key], top.key = true, false
+			}
+			i = end
+		case c == '-' || '0' <= c && c <= '9':
+			end := i
+			exponent := false
+			for end+1 < len(v) && strings.IndexByte("0123456789+-.eE", v[end+1]) >= 0 {
+				end++
+				exponent = exponent || v[end] == 'e' || v[end] == 'E'
+			}
+			// Without an exponent, only more than 308 digits can overflow.
+			if n := v[i : end+1]; exponent || len(n) > 300 {
+				if f, err := strconv.ParseFloat(string(n), 64); err != nil && math.IsInf(f, 0) {
+					return "has the number " + truncate(string(n), 40) + ", beyond the range of a 64-bit float"
+				}
+			}
+			i = end
+		}
+	}
+	return ""
+}
+
+// scanString reads the string of valid JSON v that starts with the quote
+// at v[start]. It returns the index of its closing quote, and whether it
+// escapes a UTF-16 surrogate (\ud800 to \udfff) that is not part of a
+// pair: a high one followed at once by an escaped low one.
+func scanString(v []byte, start int) (end int, lone bool) {
+	for i := start + 1; i < len(v); i++ {
+		switch v[i] {
+		case '"':
+			return i, lone
+		case '\\':
+			if v[i+1] != 'u' {
+				i++ // a one-letter escape
+				continue
+			}
+			r := hex4(v[i+2 : i+6])
+			i += 5
+			switch {
+			case 0xdc00 <= r && r <= 0xdfff:
+				lone = true // a low half with no high one before it
+			case 0xd800 <= r && r <= 0xdbff:
+				if i+6 >= len(v) || v[i+1] != '\\' || v[i+2] != 'u' {
+					lone = true
+					continue
+				}
+				if low := hex4(v[i+3 : i+7]); low < 0xdc00 || low > 0xdfff {
+					lone = true
+					continue
+				}
+				i += 6
+			}
+		}
+	}
+	return len(v) - 1, lone // not reached: v is valid
+}
+
+// unquote decodes a JSON string; most keys need no decoding.
+func unquote(quoted []byte) string {
+	if bytes.IndexByte(quoted, '\\') < 0 {
+		return string(quoted[1 : len(quoted)-1])
+	}
+	var s string
+	_ = json.Unmarshal(quoted, &s) // valid: it was scanned as a string
+	return s
+}
+
+// hex4 reads four hex digits, which valid JSON has after \u.
+func hex4(b []byte) rune {
+	n, _ := strconv.ParseUint(string(b), 16, 32)
+	return rune(n)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // jsonDepth returns how deeply arrays and objects nest in valid JSON. It

@@ -2,12 +2,14 @@ package jobs_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/wire"
 )
 
 // nested returns a JSON array nested depth levels deep: [[[...]]].
@@ -81,6 +83,58 @@ func TestTheEngineRefusesWhatNoReaderCouldTakeNamingTheFieldAndTheLimit(t *testi
 	}
 }
 
+// JSON allows values that its protobuf form, google.protobuf.Value, the
+// form every client reads, does not. The engine keeps exactly those every
+// reader can decode: one it kept but the wire could not carry would make
+// every GetJob, full ListJobs page and ClaimJob of the job fail, forever.
+func TestTheEngineKeepsExactlyTheJSONTheWireCanCarry(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	ctx := context.Background()
+	tests := []struct {
+		name, json string
+		reason     string // "" : kept
+	}{
+		{"a number beyond a 64-bit float", `{"n":1e400}`, "64-bit float"},
+		{"a negative number beyond a 64-bit float", `[-1e400]`, "64-bit float"},
+		{"an escaped high surrogate alone", `"\ud800"`, "surrogate"},
+		{"an escaped low surrogate alone", `{"k":"a\udc00b"}`, "surrogate"},
+		{"a high surrogate followed by a letter escape", `"\ud83d\n"`, "surrogate"},
+		{"bytes that are not UTF-8", "\"a\xffb\"", "UTF-8"},
+		{"an object key given twice", `{"a":1,"a":2}`, `"a" more than once`},
+		{"a nested object key given twice", `[1,{"x":{"b":[1],"b":{}}}]`, `"b" more than once`},
+		{"a key given twice, once escaped", `{"a":1,"\u0061":2}`, `"a" more than once`},
+		{"a surrogate pair", `"\ud83d\ude00"`, ""},
+		{"a number that underflows to zero", `1e-400`, ""},
+		{"a large integer", `123456789012345678901234567890`, ""},
+		{"the same key in sibling objects", `[{"a":1},{"a":{"a":1}}]`, ""},
+		{"a key that is also a value", `{"a":"a","b":["a","a"],"c":{"a":"a"}}`, ""},
+		{"escapes of every kind", `"\"\\\/\b\f\n\r\t\u00e9"`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, wireErr := wire.Value(json.RawMessage(tt.json))
+			if (wireErr == nil) != (tt.reason == "") {
+				t.Fatalf("the test is wrong: the wire decodes %s with error %v", tt.json, wireErr)
+			}
+			_, err := e.Submit(ctx, jobs.SubmitRequest{Kind: "k", Payload: json.RawMessage(tt.json)})
+			j := running(t, e, jobs.SubmitRequest{})
+			_, resultErr := e.Complete(ctx, j.ID, j.LeaseID, json.RawMessage(tt.json))
+			for field, err := range map[string]error{"payload": err, "result": resultErr} {
+				if tt.reason == "" {
+					if err != nil {
+						t.Errorf("%s %s refused: %v", field, tt.json, err)
+					}
+					continue
+				}
+				var inv *jobs.InvalidError
+				if !errors.As(err, &inv) || inv.Field != field || !strings.Contains(inv.Reason, tt.reason) {
+					t.Errorf("%s %s: got %v, want an InvalidError for %q saying %q", field, tt.json, err, field, tt.reason)
+				}
+			}
+		})
+	}
+}
+
 func TestAPayloadOrResultOverTheSizeLimitIsTooLarge(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{MaxPayloadBytes: 1000})
 	big := []byte(`"` + strings.Repeat("x", 1000) + `"`)
@@ -124,5 +178,44 @@ func TestAFailureWithoutAnErrorTypeFailsTheJobWithTheDefaultType(t *testing.T) {
 	}
 	if failed.State != store.Failed || failed.Error == nil || *failed.Error != (store.JobError{Type: jobs.DefaultErrorType, Message: "disk full"}) {
 		t.Fatalf("job %s with error %+v, want FAILED with type %q", failed.State, failed.Error, jobs.DefaultErrorType)
+	}
+}
+
+// The limits of a list or a tenant watch are the engine's too, so an
+// in-process caller meets the same refusals as one over the wire.
+func TestTheEngineRefusesAnOverlongListOrWatchRequestNamingTheField(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	ctx := context.Background()
+	long := strings.Repeat("t", jobs.MaxTokenBytes+1)
+	tests := []struct {
+		name  string
+		call  func() error
+		field string
+		limit string
+	}{
+		{"a list filtering on 101 states", func() error {
+			states := make([]store.State, jobs.MaxFilterItems+1)
+			for i := range states {
+				states[i] = store.Queued
+			}
+			_, _, err := e.List(ctx, store.ListFilter{States: states})
+			return err
+		}, "states", "100 entries"},
+		{"a list with a page token over 1024 bytes", func() error {
+			_, _, err := e.List(ctx, store.ListFilter{PageToken: long})
+			return err
+		}, "page_token", "1024 bytes"},
+		{"a tenant watch with a resume token over 1024 bytes", func() error {
+			return e.WatchTenant(ctx, "", jobs.TenantWatchOptions{ResumeToken: long, Deadline: soon(),
+				Send: func([]store.Job, string) error { return nil }})
+		}, "resume_token", "1024 bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var inv *jobs.InvalidError
+			if err := tt.call(); !errors.As(err, &inv) || inv.Field != tt.field || !strings.Contains(inv.Reason, tt.limit) {
+				t.Fatalf("got %v, want an InvalidError for %q naming %q", err, tt.field, tt.limit)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/jobwatch/jobwatch/store"
@@ -155,6 +156,13 @@ func (e *Engine) List(ctx context.Context, f store.ListFilter) ([]store.Job, str
 		return nil, "", err
 	}
 	if err := validOptionalName("queue", f.Queue); err != nil {
+		return nil, "", err
+	}
+	if len(f.States) > MaxFilterItems {
+		return nil, "", &InvalidError{Field: "states", Reason: "must list at most " + strconv.Itoa(MaxFilterItems) +
+			" entries, got " + strconv.Itoa(len(f.States))}
+	}
+	if err := checkLen("page_token", f.PageToken, MaxTokenBytes); err != nil {
 		return nil, "", err
 	}
 	if f.Limit < 0 {

@@ -11,7 +11,9 @@ import (
 // once, a PENDING one ErrNotStarted, an unknown one ErrNotFound. Otherwise
 // it waits for a terminal state until the deadline (zero: none), ctx's end
 // or Shutdown, and returns the latest state (nil error) in each of those
-// cases.
+// cases. The job comes whole (payload and result), except at ctx's end,
+// when nobody reads it; at the deadline or Shutdown a wait that saw no
+// change reads it again, and returns that read's error if it fails.
 //
 // The deadline is an instant on the monotonic clock: time.Now().Add(cap),
 // or a context's deadline. It is computed once, by the caller, and waited
@@ -38,6 +40,27 @@ func (e *Engine) Wait(ctx context.Context, id string, deadline time.Time) (store
 	if j.State == store.Pending {
 		return store.Job{}, ErrNotStarted
 	}
+	if j.State.Terminal() {
+		return j, nil
+	}
+	// While parked the wait keeps its job without payload and result, so
+	// a parked call costs as little for a job of 256 KiB as for one of
+	// ten bytes: MaxParkedCalls waits on large jobs would otherwise hold
+	// gigabytes, one copy each. Snapshots from the cell are shared by
+	// every subscriber, and whole; a wait that ends without one reads the
+	// job again (whole).
+	j.Payload, j.Result = nil, nil
+	stripped := true
+	whole := func() (store.Job, error) {
+		if !stripped {
+			return j, nil
+		}
+		again, err := e.store.GetJob(context.WithoutCancel(ctx), id)
+		if err != nil {
+			return store.Job{}, wrap("wait for", id, err)
+		}
+		return again, nil
+	}
 
 	timer, stop := e.timerUntil(deadline)
 	defer stop()
@@ -45,7 +68,7 @@ func (e *Engine) Wait(ctx context.Context, id string, deadline time.Time) (store
 	for {
 		latest, version, changed := sub.Latest()
 		if version > j.Version {
-			j = latest
+			j, stripped = latest, false
 			if woken {
 				e.woke("wait", j.UpdatedAt)
 			}
@@ -58,11 +81,11 @@ func (e *Engine) Wait(ctx context.Context, id string, deadline time.Time) (store
 		case <-changed:
 			woken = true
 		case <-timer:
-			return j, nil
+			return whole()
 		case <-ctx.Done():
-			return j, nil
+			return j, nil // nobody reads it
 		case <-e.done:
-			return j, nil
+			return whole()
 		}
 	}
 }

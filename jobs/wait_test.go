@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -217,5 +218,29 @@ func TestOneCompletionWakesAThousandWaiters(t *testing.T) {
 	}
 	if metrics.count("wait") == 0 {
 		t.Error("no wait wake-up was recorded")
+	}
+}
+
+// A parked wait holds its job without the payload (see Wait), and still
+// answers with the whole job, payload included, at its deadline and on
+// Shutdown.
+func TestAWaitThatEndsWithoutAChangeAnswersWithTheWholeJob(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	payload := mustJSON(map[string]string{"file": strings.Repeat("x", 1000)})
+	j := submit(t, e, jobs.SubmitRequest{Payload: payload})
+	got, err := e.Wait(context.Background(), j.ID, time.Now().Add(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != store.Queued || string(got.Payload) != string(payload) {
+		t.Fatalf("at the deadline: %s with payload %.30q, want QUEUED with the payload", got.State, got.Payload)
+	}
+
+	parked := async(func() (store.Job, error) { return e.Wait(context.Background(), j.ID, time.Time{}) })
+	notYet(t, parked, 20*time.Millisecond)
+	e.Shutdown()
+	got, err = await(t, parked)
+	if err != nil || string(got.Payload) != string(payload) {
+		t.Fatalf("on shutdown: %v with payload %.30q, want the payload", err, got.Payload)
 	}
 }

@@ -187,6 +187,9 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 	if o.PageSize < 0 {
 		return &InvalidError{Field: "page_size", Reason: "must not be negative"}
 	}
+	if err := checkLen("resume_token", o.ResumeToken, MaxTokenBytes); err != nil {
+		return err
+	}
 	size := pageSize(o.PageSize)
 	var cursor time.Time
 	if o.ResumeToken != "" {

@@ -171,6 +171,125 @@ func TestAMessageCutShortIsAClientError(t *testing.T) {
 	}
 }
 
+// TestAMessagePrefixAClientMayNotSendIsAClientError sends messages whose
+// prefix carries flags no client may set (compressed without naming a
+// compression; end of stream and trailers, which only the server sends;
+// reserved bits), or promises a message over --max-request-bytes. Each is
+// the caller's mistake, answered at once with a code the caller can act
+// on, no protocol internals, counted as such, and never internal.
+func TestAMessagePrefixAClientMayNotSendIsAClientError(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{MaxRequestBytes: 4096}})
+	getJob := append([]byte{0, 0, 0, 0, 2}, "{}"...) // an empty GetJobRequest as JSON
+	withFlags := func(flags byte, msg []byte) []byte {
+		out := bytes.Clone(msg)
+		out[0] = flags
+		return out
+	}
+	tests := []struct {
+		name, protocol, procedure string
+		body                      []byte
+		wantCode, wantMessage     string
+	}{
+		{"a gRPC unary message flagged compressed with no grpc-encoding", "grpc", "/jobwatch.v1.JobService/GetJob",
+			withFlags(0x01, getJob), "invalid_argument", "names no compression"},
+		{"a gRPC-Web unary message flagged as trailers", "grpc-web", "/jobwatch.v1.JobService/GetJob",
+			withFlags(0x80, getJob), "invalid_argument", "flags 0x80"},
+		{"a Connect stream message flagged end of stream", "connect-stream", "/jobwatch.v1.JobService/WatchJob",
+			withFlags(0x02, getJob), "invalid_argument", "flags 0x02"},
+		{"a gRPC stream message with a reserved flag", "grpc", "/jobwatch.v1.JobService/WatchJob",
+			withFlags(0x04, getJob), "invalid_argument", "flags 0x04"},
+		{"a gRPC-Web message that promises 4 GiB", "grpc-web", "/jobwatch.v1.JobService/GetJob",
+			[]byte{0, 0xff, 0xff, 0xff, 0xff, '{', '}'}, "resource_exhausted", "over the limit of 4096 bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := ts.requests(tt.procedure, tt.wantCode)
+			code, message := envelopeCall(t, ts, tt.protocol, tt.procedure, tt.body)
+			if code != tt.wantCode || !strings.Contains(message, tt.wantMessage) {
+				t.Errorf("answer = %s %q, want %s saying %q", code, message, tt.wantCode, tt.wantMessage)
+			}
+			if strings.Contains(message, "protocol error") {
+				t.Errorf("message %q shows protocol internals", message)
+			}
+			if got := ts.requests(tt.procedure, tt.wantCode); got != before+1 {
+				t.Errorf("requests_total{%s, %s} went from %v to %v, want one more", tt.procedure, tt.wantCode, before, got)
+			}
+			if got := ts.requests(tt.procedure, "internal"); got != 0 {
+				t.Errorf("requests_total{%s, internal} = %v, want 0", tt.procedure, got)
+			}
+		})
+	}
+
+	// Messages that are compressed and say so still work.
+	job := submit(t, ts.h2c(), &jobwatchv1.SubmitJobRequest{Kind: "k"})
+	for _, opt := range []connect.ClientOption{connect.WithGRPC(), connect.WithGRPCWeb(), connect.WithProtoJSON()} {
+		gzipped := ts.clients(ts.h2cClient(), opt, connect.WithSendGzip())
+		if _, err := gzipped.jobs.GetJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.GetJobRequest{JobId: job.GetId()}); err != nil {
+			t.Errorf("GetJob of a gzipped message: %v", err)
+		}
+	}
+	if strings.Contains(ts.logs.String(), "level=ERROR") {
+		t.Errorf("bad input was logged as an error:\n%s", ts.logs.String())
+	}
+}
+
+// Connect answers a unary call whose body it cannot take (undecodable,
+// too large, in an unknown compression) before any interceptor runs.
+// Those are the mistakes callers make most, so jobwatch_requests_total
+// counts them with the code the caller got; and a path that names no
+// RPC adds no series.
+func TestCallsRefusedBeforeTheHandlerAreCountedWithTheirCode(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{MaxRequestBytes: 4096}})
+	const (
+		getJob    = "/jobwatch.v1.JobService/GetJob"
+		submitJob = "/jobwatch.v1.JobService/SubmitJob"
+	)
+	tests := []struct {
+		name, procedure, wantCode string
+		call                      func()
+	}{
+		{"malformed JSON", getJob, "invalid_argument", func() {
+			rawPost(t, ts.url+getJob, "application/json", []byte(`{"job_id":`))
+		}},
+		{"a body over --max-request-bytes", submitJob, "resource_exhausted", func() {
+			rawPost(t, ts.url+submitJob, "application/json", []byte(`{"kind":"k","payload":"`+strings.Repeat("x", 8000)+`"}`))
+		}},
+		{"a compression the server does not know", getJob, "unimplemented", func() {
+			rawPost(t, ts.url+getJob, "application/json", []byte(`{}`), "Content-Encoding", "br")
+		}},
+		{"garbage protobuf over gRPC-Web", getJob, "invalid_argument", func() {
+			envelopeCall(t, ts, "grpc-web", getJob, []byte{0, 0, 0, 0, 3, 0xff, 0xff, 0xff})
+		}},
+		{"garbage protobuf over gRPC", getJob, "invalid_argument", func() {
+			envelopeCall(t, ts, "grpc", getJob, []byte{0, 0, 0, 0, 3, 0xff, 0xff, 0xff})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := ts.requests(tt.procedure, tt.wantCode)
+			tt.call()
+			if got := ts.requests(tt.procedure, tt.wantCode); got != before+1 {
+				t.Errorf("requests_total{%s, %s} went from %v to %v, want one more", tt.procedure, tt.wantCode, before, got)
+			}
+		})
+	}
+
+	rawPost(t, ts.url+"/jobwatch.v1.JobService/NoSuchCall", "application/json", []byte(`{}`))
+	families, err := ts.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if strings.Contains(l.GetValue(), "NoSuchCall") {
+					t.Errorf("%s has a series for a path that names no RPC: %v", f.GetName(), m)
+				}
+			}
+		}
+	}
+}
+
 // requests reads jobwatch_requests_total{procedure, code}.
 func (ts *testServer) requests(procedure, code string) float64 {
 	ts.t.Helper()

@@ -1,10 +1,11 @@
 package server
 
 import (
-	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -17,31 +18,42 @@ import (
 // big-endian uint32 length.
 const envelopePrefixBytes = 5
 
-// checkEnvelopes makes a request body that ends inside a message (its
-// length prefix promises more bytes than follow, or the prefix itself is
-// cut short) a client error: invalid_argument with a message the caller
-// can act on. connect-go answers such a body with internal and protocol
-// detail ("protocol error: promised 100 bytes in enveloped message"),
-// while internal is reserved for bugs; it passes a *connect.Error from the
-// body's Read through as it is, which is what the body returns here.
+// checkEnvelopes makes a request body whose envelopes (the prefix of
+// every gRPC, gRPC-Web and Connect streaming message) a client may not
+// send a client error, answered before the rest of the body is read:
+//   - a body that ends inside a message (its length prefix promises more
+//     bytes than follow, or the prefix itself is cut short):
+//     invalid_argument;
+//   - a prefix with flags a client may not set: the compressed flag on a
+//     request that names no compression (Grpc-Encoding or
+//     Connect-Content-Encoding), or any other flag (end of stream and
+//     trailers are the server's, the rest are reserved): invalid_argument;
+//   - a prefix that promises a message over MaxRequestBytes:
+//     resource_exhausted at once, instead of reading and discarding up
+//     to 4 GiB to refuse it.
 //
-// Streaming calls are counted by callInterceptor, which sees the error.
-// Unary calls fail before any interceptor runs, so this handler counts
-// them in requests_total itself when nothing else did.
+// connect-go answers the first two with internal and protocol detail
+// ("protocol error: promised 100 bytes in enveloped message", "invalid
+// envelope flags"), while internal is reserved for bugs; it passes a
+// *connect.Error from the body's Read through as it is, which is what
+// the body returns here.
+//
+// Streaming calls are counted by callInterceptor, which sees the error;
+// unary calls fail before any interceptor runs, and countEarlyAnswers
+// counts them.
 func (s *Server) checkEnvelopes(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !enveloped(r.Header.Get("Content-Type")) || r.Body == nil {
 			next.ServeHTTP(w, r)
 			return
 		}
-		body := &envelopeBody{body: r.Body}
-		call := &countedCall{}
-		r.Body = body
-		r = r.WithContext(context.WithValue(r.Context(), countedCallKey{}, call))
-		next.ServeHTTP(w, r)
-		if body.cut.Load() && !call.counted.Load() {
-			s.metrics.requests.WithLabelValues(r.URL.Path, connect.CodeInvalidArgument.String()).Inc()
+		body := &envelopeBody{
+			body:       r.Body,
+			compressed: compressedRequest(r.Header),
+			maxBytes:   uint32(min(int64(s.cfg.MaxRequestBytes), math.MaxUint32)),
 		}
+		r.Body = body
+		next.ServeHTTP(w, r)
 	})
 }
 
@@ -53,45 +65,69 @@ func enveloped(contentType string) bool {
 		strings.HasPrefix(contentType, "application/connect+")
 }
 
-// countedCallKey marks a request's context with the *countedCall that
-// callInterceptor sets once it has counted the call.
-type countedCallKey struct{}
-
-type countedCall struct{ counted atomic.Bool }
-
-// markCounted tells checkEnvelopes that the call in ctx was counted.
-func markCounted(ctx context.Context) {
-	if c, ok := ctx.Value(countedCallKey{}).(*countedCall); ok {
-		c.counted.Store(true)
+// compressedRequest reports whether a request names a compression for
+// its messages, so that a message may carry the compressed flag. connect
+// refuses a name it does not support before it reads a message;
+// "identity" is no compression.
+func compressedRequest(h http.Header) bool {
+	for _, key := range []string{"Grpc-Encoding", "Connect-Content-Encoding"} {
+		if enc := h.Get(key); enc != "" && enc != "identity" {
+			return true
+		}
 	}
+	return false
 }
 
 // envelopeBody follows the envelope framing of the bytes read through it
-// and turns an end of body inside an envelope into invalid_argument.
+// and refuses, with the error of checkEnvelopes, a body that ends inside
+// an envelope or a prefix a client may not send.
 type envelopeBody struct {
-	body io.ReadCloser
+	body       io.ReadCloser
+	compressed bool   // the request names a compression
+	maxBytes   uint32 // the largest message accepted
 
 	prefix     [envelopePrefixBytes]byte
 	prefixRead int    // bytes of the current prefix read so far
 	promised   uint32 // the current message's length, once its prefix is complete
 	left       uint32 // bytes of the current message still to come
-	cut        atomic.Bool
+	refused    atomic.Pointer[connect.Error]
 }
 
+// Flags of an envelope's first byte that a client may set.
+const (
+	flagCompressed = 0b0000_0001
+)
+
 func (b *envelopeBody) Read(p []byte) (int, error) {
+	if err := b.refusal(); err != nil {
+		return 0, err
+	}
 	n, err := b.body.Read(p)
-	b.follow(p[:n])
+	if ferr := b.follow(p[:n]); ferr != nil {
+		// Nothing of this read is handed on, so connect never sees the
+		// prefix it refuses: whatever it has read so far, it gets this
+		// error next.
+		return 0, b.refuse(ferr)
+	}
 	if err == io.EOF && (b.prefixRead > 0 || b.left > 0) {
-		b.cut.Store(true)
-		return n, b.cutError()
+		return n, b.refuse(b.cutError())
 	}
 	return n, err
 }
 
+// refusal is the error the body was refused with, or nil.
+func (b *envelopeBody) refusal() *connect.Error { return b.refused.Load() }
+
+func (b *envelopeBody) refuse(err *connect.Error) *connect.Error {
+	b.refused.Store(err)
+	return err
+}
+
 func (b *envelopeBody) Close() error { return b.body.Close() }
 
-// follow advances the framing over data.
-func (b *envelopeBody) follow(data []byte) {
+// follow advances the framing over data, and checks each prefix as it
+// completes.
+func (b *envelopeBody) follow(data []byte) *connect.Error {
 	for len(data) > 0 {
 		if b.left > 0 {
 			k := uint32(min(len(data), int(min(b.left, 1<<30))))
@@ -106,11 +142,33 @@ func (b *envelopeBody) follow(data []byte) {
 			b.promised = binary.BigEndian.Uint32(b.prefix[1:])
 			b.left = b.promised
 			b.prefixRead = 0
+			if err := b.checkPrefix(); err != nil {
+				return err
+			}
 		}
 	}
+	return nil
 }
 
-func (b *envelopeBody) cutError() error {
+// checkPrefix refuses the prefix just read if a client may not send it.
+func (b *envelopeBody) checkPrefix() *connect.Error {
+	flags := b.prefix[0]
+	switch {
+	case flags == flagCompressed && !b.compressed:
+		return connect.NewError(connect.CodeInvalidArgument, errors.New(
+			"a message is flagged compressed, but the request names no compression (grpc-encoding or connect-content-encoding); "+
+				"send it uncompressed or name its compression"))
+	case flags&^flagCompressed != 0:
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
+			"a message's prefix has flags 0x%02x; a request message may only carry 0x00, or 0x01 when compressed", flags))
+	case b.promised > b.maxBytes:
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+			"a message of %d bytes is over the limit of %d bytes (--max-request-bytes)", b.promised, b.maxBytes))
+	}
+	return nil
+}
+
+func (b *envelopeBody) cutError() *connect.Error {
 	if b.prefixRead > 0 {
 		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
 			"the request body ended inside a message's %d-byte prefix (flags and length): %d bytes of it arrived",

@@ -2,11 +2,14 @@ package server
 
 // The network limits: how many connections the server holds, how long a
 // request body may take to arrive, how long a response write may stay
-// blocked on a client that stopped reading, and how many calls may park
-// at once. Each is refused or ended with a clear answer, counted on
-// /metrics, and never paid for by another caller's call.
+// blocked on a client that stopped reading and how many bytes such
+// writes may hold together, and how many calls may park at once. Each is
+// refused or ended with a clear answer and counted on /metrics. Another
+// caller pays for it only as the longest-idle connection (no call in
+// flight) or the write blocked the longest (a client that does not read).
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -28,14 +31,29 @@ const (
 	// DefaultSendTimeout is how long one response write may stay blocked
 	// on a client that does not read before its stream or call is ended.
 	DefaultSendTimeout = 30 * time.Second
+	// DefaultMaxPendingSendBytes bounds the bytes of large response
+	// writes under way at once, across all clients. A response is bounded
+	// (a page of jobs by jobs.MaxPageBytes, 1 MiB), but a write blocked on
+	// a client that does not read holds it, and one HTTP/2 connection can
+	// open any number of streams: 1,000 zero-window ListJobs streams held
+	// 2.2 GB for the SendTimeout. A blocked write holds about three times
+	// its bytes (the jobs, their wire form, the encoded answer), so this
+	// keeps blocked writes to a few hundred MB; writes to clients that
+	// read finish in milliseconds and never come near it.
+	DefaultMaxPendingSendBytes = 64 << 20
+	// trackedWriteBytes is the smallest write counted against
+	// MaxPendingSendBytes; smaller ones (keepalives, summaries, errors)
+	// hold too little to matter and skip the bookkeeping.
+	trackedWriteBytes = 32 << 10
 	// DefaultBodyTimeout is how long a request body may take to arrive
 	// in full, counted from the end of its headers (which have their own
 	// 10 s): at 1 MiB, the largest request, that is 100 KiB/s.
 	DefaultBodyTimeout = 10 * time.Second
 	// DefaultMaxParkedCalls bounds the WaitJob, WatchJob, WatchJobs and
 	// ClaimJob calls parked at once, across all clients. A parked call
-	// costs about 13 KiB of heap and a goroutine or two, so the default
-	// holds the server to a few hundred MiB.
+	// costs about 13 KiB of heap and a goroutine or two, whatever the size
+	// of its job (a parked wait keeps no payload, see jobs.Engine.Wait),
+	// so the default holds the server to a few hundred MiB.
 	DefaultMaxParkedCalls = 10_000
 	// reservedFiles are the file descriptors DefaultMaxConnections leaves
 	// for everything that is not a client: the listener, the SQLite
@@ -64,9 +82,14 @@ func DefaultMaxConnections() int {
 }
 
 // connLimit is a listener that holds at most max connections open.
-// Beyond that it accepts and closes at once: a connection left in the
-// kernel's backlog would look to its client like a server that hangs,
-// and would wait behind every slow one.
+// At the limit it first closes the connection that has been idle the
+// longest (a keep-alive connection with no call in flight), so clients
+// that made a call and keep their connection open cannot lock newcomers
+// out for the idle timeout (2 minutes). With none idle it accepts and
+// closes the new one at once: a connection left in the kernel's backlog
+// would look to its client like a server that hangs, and would wait
+// behind every slow one. A connection with a call in flight, parked calls
+// included, is never closed for a newcomer.
 type connLimit struct {
 	net.Listener
 	max     int64
@@ -75,6 +98,7 @@ type connLimit struct {
 	log     *slog.Logger
 
 	mu          sync.Mutex
+	idle        list.List // of *limitedConn, idle the longest first
 	refused     int64     // since the last warning
 	lastWarning time.Time // zero: none yet
 }
@@ -93,8 +117,7 @@ func (l *connLimit) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if l.open.Add(1) > l.max {
-			l.open.Add(-1)
+		if !l.admit() {
 			c.Close()
 			l.metrics.connectionsRefused.Inc()
 			l.refusedOne()
@@ -102,6 +125,57 @@ func (l *connLimit) Accept() (net.Conn, error) {
 		}
 		l.metrics.connections.Inc()
 		return &limitedConn{Conn: c, limit: l}, nil
+	}
+}
+
+// admit takes a place for a new connection, closing idle ones to make
+// room, or reports false when every place is held by a connection that
+// is busy or has not yet sent a request (which ReadHeaderTimeout bounds).
+func (l *connLimit) admit() bool {
+	for {
+		if l.open.Add(1) <= l.max {
+			return true
+		}
+		l.open.Add(-1)
+		if !l.closeLongestIdle() {
+			return false
+		}
+		l.metrics.connectionsIdleClosed.Inc()
+	}
+}
+
+// closeLongestIdle closes the connection idle the longest, which gives
+// its place back, and reports whether there was one.
+func (l *connLimit) closeLongestIdle() bool {
+	l.mu.Lock()
+	front := l.idle.Front()
+	if front == nil {
+		l.mu.Unlock()
+		return false
+	}
+	c := l.idle.Remove(front).(*limitedConn)
+	c.idle = nil
+	l.mu.Unlock()
+	c.Close()
+	return true
+}
+
+// track is the http.Server's ConnState hook: it keeps the idle list.
+// net/http calls a connection idle between HTTP/1.1 requests and when an
+// HTTP/2 connection has no stream open.
+func (l *connLimit) track(nc net.Conn, state http.ConnState) {
+	c, ok := nc.(*limitedConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c.idle != nil {
+		l.idle.Remove(c.idle)
+		c.idle = nil
+	}
+	if state == http.StateIdle {
+		c.idle = l.idle.PushBack(c)
 	}
 }
 
@@ -122,6 +196,7 @@ type limitedConn struct {
 	net.Conn
 	limit *connLimit
 	once  sync.Once
+	idle  *list.Element // in limit.idle while idle; guarded by limit.mu
 }
 
 func (c *limitedConn) Close() error {
@@ -214,12 +289,16 @@ type exchange struct {
 	deadline  time.Time // the write deadline in force; zero: none
 	streamEnd time.Time // set by a stream's handler: its lifetime's end
 	timedOut  bool
+	// budgetCut is set, by whichever write needed the room, when this
+	// exchange's blocked write was cut for MaxPendingSendBytes.
+	budgetCut atomic.Bool
 }
 
 // limits holds what the middleware needs of the server.
 type limits struct {
 	sendTimeout time.Duration
 	bodyTimeout time.Duration
+	sends       *sendBudget
 	metrics     *Metrics
 	// unbounded lists path prefixes whose request bodies are streams
 	// that stay open as long as the call: no body deadline applies.
@@ -294,7 +373,15 @@ func (ex *exchange) disarm() {
 // the HTTP/2 connection's WriteByteTimeout, was blocked on a client that
 // does not read.
 func (ex *exchange) wrote(err error) {
-	if err == nil || ex.timedOut || ex.deadline.IsZero() {
+	if err == nil || ex.timedOut {
+		return
+	}
+	if ex.budgetCut.Load() {
+		ex.timedOut = true
+		ex.limits.metrics.sendsCut.WithLabelValues("send_budget").Inc()
+		return
+	}
+	if ex.deadline.IsZero() {
 		return
 	}
 	if time.Now().Before(ex.deadline) && !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -311,6 +398,10 @@ func (ex *exchange) wrote(err error) {
 func (ex *exchange) Write(p []byte) (int, error) {
 	ex.arm()
 	ex.limits.metrics.sendsInProgress.Inc()
+	if len(p) >= trackedWriteBytes && ex.limits.sends != nil {
+		w := ex.limits.sends.start(ex, len(p))
+		defer ex.limits.sends.done(w)
+	}
 	n, err := ex.ResponseWriter.Write(p)
 	ex.limits.metrics.sendsInProgress.Dec()
 	ex.wrote(err)
@@ -348,6 +439,65 @@ func (ex *exchange) Unwrap() http.ResponseWriter { return ex.ResponseWriter }
 func (ex *exchange) finish() {
 	if !ex.http2 {
 		_ = ex.rc.SetWriteDeadline(time.Now().Add(ex.limits.sendTimeout))
+	}
+}
+
+// sendBudget bounds the bytes of the large response writes under way at
+// once. A write that takes it past its limit first cuts the writes that
+// have been under way the longest, which are those of clients that do not
+// read (a client that reads takes a megabyte in milliseconds), as
+// SendTimeout would later: their streams are reset, or their HTTP/1.1
+// connections closed, and what they held is freed. A write is never cut
+// for itself, so one larger than the whole budget still goes out.
+type sendBudget struct {
+	limit int64
+
+	mu      sync.Mutex
+	pending int64     // bytes of the writes in writes
+	writes  list.List // of *pendingWrite, under way the longest first
+}
+
+type pendingWrite struct {
+	ex  *exchange
+	n   int64
+	el  *list.Element // in sendBudget.writes until done or cut; guarded by its mu
+	cut bool          // guarded by sendBudget.mu
+}
+
+// start counts a write of n bytes by ex, cutting older writes to make
+// room; done must follow once the write has returned.
+//
+// A cut write may, by a hair, have finished meanwhile; its answer is then
+// cut short. Only the write under way the longest is cut, and only while
+// the budget is full, so that is a client that does not read, or a
+// server that is overloaded.
+func (b *sendBudget) start(ex *exchange, n int) *pendingWrite {
+	w := &pendingWrite{ex: ex, n: int64(n)}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w.el = b.writes.PushBack(w)
+	b.pending += w.n
+	for b.pending > b.limit && b.writes.Front() != w.el {
+		old := b.writes.Remove(b.writes.Front()).(*pendingWrite)
+		b.pending -= old.n
+		old.cut = true
+		// Under b.mu the cut write has not returned from done, so its
+		// handler, and the ResponseWriter the deadline is set on, are
+		// still there. A passed deadline resets an HTTP/2 stream at once
+		// and fails an HTTP/1.1 connection's blocked write.
+		old.ex.budgetCut.Store(true)
+		_ = old.ex.rc.SetWriteDeadline(time.Now())
+	}
+	return w
+}
+
+// done ends the count of a write that start began.
+func (b *sendBudget) done(w *pendingWrite) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !w.cut {
+		b.writes.Remove(w.el)
+		b.pending -= w.n
 	}
 }
 

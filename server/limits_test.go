@@ -67,6 +67,47 @@ func TestAStreamBlockedOnAClientThatGrantsNoHTTP2WindowIsEnded(t *testing.T) {
 	}
 }
 
+// Each response is bounded, but one HTTP/2 connection can open any
+// number of streams, and each write blocked on a client that grants no
+// window holds its response until SendTimeout: 1,000 such ListJobs
+// streams held 2.2 GB. MaxPendingSendBytes bounds what blocked writes
+// hold across all clients: a write that needs the room cuts the writes
+// blocked the longest at once, without waiting for SendTimeout.
+func TestBlockedWritesHoldAtMostTheSendBudget(t *testing.T) {
+	const (
+		budget  = 1 << 20
+		payload = 100 << 10
+		streams = 30
+	)
+	ts := startServer(t, serverOptions{config: server.Config{
+		SendTimeout: time.Hour, StreamLifetime: time.Hour, Keepalive: -1, MaxPendingSendBytes: budget,
+	}})
+	c := ts.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "big", Payload: mustValue(t, strings.Repeat("x", payload))})
+
+	raw := dialRawH2(t, addrOf(ts.url))
+	for range streams {
+		raw.post(watchJobPath, map[string]any{"jobId": job.GetId()})
+	}
+	// At most budget/payload snapshots stay blocked; the others are cut
+	// as newer ones need the room, long before the send timeout.
+	const held = budget / payload
+	raw.waitReset(streams-held, 30*time.Second)
+	ts.waitForMetric("sends cut for the budget", 10*time.Second, func(v float64) bool { return v >= streams-held }, "jobwatch_sends_cut_total", "reason", "send_budget")
+	if got := ts.gauge("jobwatch_sends_in_progress"); got > held {
+		t.Errorf("jobwatch_sends_in_progress = %v blocked writes of %d KiB, want at most %d within the %d KiB budget", got, payload>>10, held, budget>>10)
+	}
+
+	// A client that reads still gets the large job while the budget is
+	// full of blocked writes.
+	for range 3 {
+		got, err := c.jobs.GetJob(ctxTimeout(t, 10*time.Second), &jobwatchv1.GetJobRequest{JobId: job.GetId()})
+		if err != nil || len(got.GetJob().GetPayload().GetStringValue()) != payload {
+			t.Fatalf("GetJob of the large job while others are blocked: %v", err)
+		}
+	}
+}
+
 // The same over HTTP/1.1, where a client that stops reading fills the TCP
 // window: the server's socket buffer, then the client's. Each heartbeat
 // makes the watch send the job again, payload and all, until a send
@@ -216,6 +257,70 @@ func TestConnectionsPastTheLimitAreClosedAtOnce(t *testing.T) {
 	if !strings.Contains(ts.logs.String(), "connection limit reached") {
 		t.Errorf("no warning about the connection limit in the log:\n%s", ts.logs.String())
 	}
+}
+
+// At --max-connections a keep-alive connection with no call in flight
+// is closed to make room for a newcomer: clients that made one call each
+// and keep their connections open cannot lock everyone else out for the
+// idle timeout (2 minutes). A connection with a call in flight, parked
+// calls included, is never closed for it.
+func TestAtTheConnectionLimitIdleConnectionsMakeRoomButBusyOnesStay(t *testing.T) {
+	t.Run("idle connections make room", func(t *testing.T) {
+		ts := startServer(t, serverOptions{config: server.Config{MaxConnections: 2}})
+		for range 2 {
+			c := ts.clients(ts.http1Client()) // a connection of its own
+			if _, err := c.jobs.GetServerInfo(ctxTimeout(t, 10*time.Second), &jobwatchv1.GetServerInfoRequest{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ts.waitForGauge("jobwatch_connections", 2)
+		// The two connections turn idle a moment after their answers.
+		newcomer := ts.clients(ts.http1Client())
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, err := newcomer.jobs.GetServerInfo(ctxTimeout(t, 10*time.Second), &jobwatchv1.GetServerInfoRequest{})
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a newcomer while two idle connections hold the limit: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := ts.metric("jobwatch_connections_idle_closed_total"); got < 1 {
+			t.Errorf("jobwatch_connections_idle_closed_total = %v, want at least 1", got)
+		}
+	})
+
+	t.Run("busy connections stay", func(t *testing.T) {
+		ts := startServer(t, serverOptions{config: server.Config{MaxConnections: 2, WaitCap: time.Hour}})
+		job := submit(t, ts.h2c(), &jobwatchv1.SubmitJobRequest{Kind: "k"})
+		answers := make(chan error, 2)
+		for range 2 {
+			c := ts.clients(ts.http1Client())
+			go func() {
+				_, err := c.jobs.WaitJob(ctxTimeout(t, 30*time.Second), &jobwatchv1.WaitJobRequest{JobId: job.GetId()})
+				answers <- err
+			}()
+		}
+		ts.waitForGauge("jobwatch_parked_calls", 2)
+		idleClosed := ts.metric("jobwatch_connections_idle_closed_total") // the submit's, maybe
+		_, err := ts.clients(ts.http1Client()).jobs.GetServerInfo(ctxTimeout(t, 10*time.Second), &jobwatchv1.GetServerInfoRequest{})
+		if err == nil {
+			t.Fatal("a newcomer got a place held by a parked call")
+		}
+		if got := ts.metric("jobwatch_connections_idle_closed_total"); got != idleClosed {
+			t.Errorf("jobwatch_connections_idle_closed_total went from %v to %v for a newcomer while every connection was busy", idleClosed, got)
+		}
+		if _, err := ts.engine.Cancel(context.Background(), job.GetId()); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := <-answers; err != nil {
+				t.Errorf("a parked wait at the connection limit: %v, want its answer", err)
+			}
+		}
+	})
 }
 
 // rawHTTP1 sends head and the start of body over a fresh connection, the
@@ -469,4 +574,51 @@ func heapAndGoroutines() memory {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return memory{heap: int64(ms.HeapInuse), goroutines: runtime.NumGoroutine()}
+}
+
+// A parked WaitJob costs about the same whatever the size of its job's
+// payload: --max-parked-calls waits on jobs of 256 KiB must not hold a
+// copy of each payload (10,000 of them would hold 2.5 GB). The waits
+// still answer with the whole job.
+func TestParkedWaitsDoNotHoldTheirJobsPayloads(t *testing.T) {
+	const (
+		waits   = 100
+		payload = 200 << 10
+	)
+	ts := startServer(t, serverOptions{})
+	c := ts.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "big", Payload: mustValue(t, strings.Repeat("x", payload))})
+
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	answers := make(chan *jobwatchv1.WaitJobResponse, waits)
+	for range waits {
+		go func() {
+			resp, err := c.jobs.WaitJob(ctxTimeout(t, 30*time.Second), &jobwatchv1.WaitJobRequest{JobId: job.GetId()})
+			if err != nil {
+				t.Errorf("WaitJob: %v", err)
+			}
+			answers <- resp
+		}()
+	}
+	ts.waitForGauge("jobwatch_parked_calls", waits)
+	parked := heap()
+	perWait := (int64(parked) - int64(before)) / waits
+	t.Logf("a parked wait on a job of %d KiB holds %d KiB", payload>>10, perWait>>10)
+	if perWait > payload/4 {
+		t.Errorf("a parked wait holds %d KiB for a job of %d KiB, want far less than its payload", perWait>>10, payload>>10)
+	}
+
+	lease := claim(t, c, "big")
+	complete(t, c, lease, nil)
+	for range waits {
+		if resp := <-answers; len(resp.GetJob().GetPayload().GetStringValue()) != payload {
+			t.Fatalf("a wait answered without the job's payload")
+		}
+	}
 }

@@ -1,14 +1,19 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/store"
 )
@@ -26,13 +31,15 @@ type Metrics struct {
 	// The network limits of limits.go: use now and refusals of each.
 	connections        prometheus.Gauge
 	connectionsRefused prometheus.Counter
-	parkedCalls        prometheus.Gauge
-	parkRefused        *prometheus.CounterVec
-	bodiesReading      prometheus.Gauge
-	bodyTimeouts       prometheus.Counter
-	abandoned          prometheus.Counter
-	sendsInProgress    prometheus.Gauge
-	sendsCut           *prometheus.CounterVec
+	// connectionsIdleClosed: idle connections closed to make room.
+	connectionsIdleClosed prometheus.Counter
+	parkedCalls           prometheus.Gauge
+	parkRefused           *prometheus.CounterVec
+	bodiesReading         prometheus.Gauge
+	bodyTimeouts          prometheus.Counter
+	abandoned             prometheus.Counter
+	sendsInProgress       prometheus.Gauge
+	sendsCut              *prometheus.CounterVec
 }
 
 var _ jobs.Metrics = (*Metrics)(nil)
@@ -71,6 +78,10 @@ func NewMetrics() *Metrics {
 			Name: "jobwatch_connections_refused_total",
 			Help: "Connections closed as soon as accepted because --max-connections were open.",
 		}),
+		connectionsIdleClosed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "jobwatch_connections_idle_closed_total",
+			Help: "Idle keep-alive connections (no call in flight) closed to make room for a new one at --max-connections.",
+		}),
 		parkedCalls: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "jobwatch_parked_calls",
 			Help: "WaitJob, WatchJob, WatchJobs and ClaimJob calls parked now (limit: --max-parked-calls).",
@@ -97,7 +108,7 @@ func NewMetrics() *Metrics {
 		}),
 		sendsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jobwatch_sends_cut_total",
-			Help: "Responses and streams ended because a write stayed blocked on a client that does not read: for --send-timeout, or until the stream's --stream-lifetime.",
+			Help: "Responses and streams ended because a write stayed blocked on a client that does not read: for --send-timeout, until the stream's --stream-lifetime, or (send_budget) while newer writes needed the room of the pending-send budget.",
 		}, []string{"reason"}),
 	}
 }
@@ -110,7 +121,7 @@ func (m *Metrics) Woke(kind string, latency time.Duration) {
 func (m *Metrics) register(reg *prometheus.Registry, engine *jobs.Engine, log *slog.Logger) {
 	for _, c := range []prometheus.Collector{
 		m.parkedWaits, m.openWatches, m.parkedClaims, m.wakeLatency, m.requests,
-		m.connections, m.connectionsRefused, m.parkedCalls, m.parkRefused,
+		m.connections, m.connectionsRefused, m.connectionsIdleClosed, m.parkedCalls, m.parkRefused,
 		m.bodiesReading, m.bodyTimeouts, m.abandoned, m.sendsInProgress, m.sendsCut,
 		&jobsCollector{engine: engine, log: log},
 	} {
@@ -203,4 +214,126 @@ func (i *callInterceptor) done(ctx context.Context, procedure string, peer conne
 		"peer", peer.Addr,
 		"code", code,
 		"duration", time.Since(start))
+}
+
+// unaryProcedures are the unary RPCs of jobwatch's services: the calls
+// countEarlyAnswers counts, and the only values it gives the procedure
+// label, so no request path can add a series.
+var unaryProcedures = func() map[string]bool {
+	procedures := map[string]bool{}
+	services := jobwatchv1.File_jobwatch_v1_jobwatch_proto.Services()
+	for i := range services.Len() {
+		methods := services.Get(i).Methods()
+		for j := range methods.Len() {
+			m := methods.Get(j)
+			if !m.IsStreamingClient() && !m.IsStreamingServer() {
+				procedures["/"+string(services.Get(i).FullName())+"/"+string(m.Name())] = true
+			}
+		}
+	}
+	return procedures
+}()
+
+// countEarlyAnswers counts in requests_total the unary calls connect
+// answers before any interceptor runs: a body that cannot be decoded, is
+// too large, arrives too slowly or whose client hung up. Without it
+// jobwatch_requests_total would show none of the mistakes callers make
+// most. The code is read from the answer: the grpc-status header of a
+// gRPC or gRPC-Web answer, or the code of a Connect error body.
+func (s *Server) countEarlyAnswers(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !unaryProcedures[r.URL.Path] {
+			next.ServeHTTP(w, r)
+			return
+		}
+		call := &countedCall{}
+		r = r.WithContext(context.WithValue(r.Context(), countedCallKey{}, call))
+		a := &answer{ResponseWriter: w}
+		next.ServeHTTP(a, r)
+		if call.counted.Load() {
+			return
+		}
+		if code, ok := a.code(); ok {
+			s.metrics.requests.WithLabelValues(r.URL.Path, code).Inc()
+		}
+	})
+}
+
+// countedCallKey marks a request's context with the *countedCall that
+// callInterceptor sets once it has counted the call.
+type countedCallKey struct{}
+
+type countedCall struct{ counted atomic.Bool }
+
+// markCounted tells countEarlyAnswers that the call in ctx was counted.
+func markCounted(ctx context.Context) {
+	if c, ok := ctx.Value(countedCallKey{}).(*countedCall); ok {
+		c.counted.Store(true)
+	}
+}
+
+// answerHeadBytes is how much of an error answer's body answer keeps: a
+// Connect error starts with its code.
+const answerHeadBytes = 64
+
+// answer notes the status and the start of an error body of the response
+// it passes through.
+type answer struct {
+	http.ResponseWriter
+	status int
+	head   []byte
+}
+
+func (a *answer) WriteHeader(status int) {
+	if a.status == 0 {
+		a.status = status
+	}
+	a.ResponseWriter.WriteHeader(status)
+}
+
+func (a *answer) Write(p []byte) (int, error) {
+	if a.status == 0 {
+		a.status = http.StatusOK
+	}
+	if a.status != http.StatusOK && len(a.head) < answerHeadBytes {
+		a.head = append(a.head, p[:min(len(p), answerHeadBytes-len(a.head))]...)
+	}
+	return a.ResponseWriter.Write(p)
+}
+
+// FlushError and Unwrap keep what the writer below offers (the send
+// limits of exchange among it) within reach of http.ResponseController.
+func (a *answer) FlushError() error { return http.NewResponseController(a.ResponseWriter).Flush() }
+
+func (a *answer) Flush() { _ = a.FlushError() }
+
+func (a *answer) Unwrap() http.ResponseWriter { return a.ResponseWriter }
+
+// code is the Connect code the answer carries, if it says one.
+func (a *answer) code() (string, bool) {
+	h := a.Header()
+	status := h.Get("Grpc-Status")
+	if status == "" {
+		status = h.Get(http.TrailerPrefix + "Grpc-Status")
+	}
+	if status != "" {
+		n, err := strconv.ParseUint(status, 10, 32)
+		switch {
+		case err != nil || n > uint64(connect.CodeUnauthenticated):
+			return "", false
+		case n == 0:
+			return "ok", true
+		}
+		return connect.Code(n).String(), true
+	}
+	_, rest, found := bytes.Cut(a.head, []byte(`"code":"`))
+	if !found {
+		return "", false
+	}
+	name, _, found := bytes.Cut(rest, []byte(`"`))
+	var c connect.Code
+	if !found || c.UnmarshalText(name) != nil {
+		return "", false
+	}
+	return c.String(), true
 }

@@ -67,14 +67,21 @@ type Config struct {
 	// window full), freeing what it held. A stream's write is also cut at
 	// its StreamLifetime, blocked or not. Default DefaultSendTimeout (30s).
 	SendTimeout time.Duration
+	// MaxPendingSendBytes bounds the bytes of large response writes
+	// under way at once, across all clients; past it the writes under way
+	// the longest (clients that do not read) are cut, as SendTimeout
+	// would cut them later. Default DefaultMaxPendingSendBytes (64 MiB).
+	MaxPendingSendBytes int
 	// BodyTimeout is how long a request body may take to arrive in full;
 	// a slower one is answered deadline_exceeded and its connection (or
 	// HTTP/2 stream) closed. Bidi streams (gRPC reflection) are exempt.
 	// Default DefaultBodyTimeout (10s).
 	BodyTimeout time.Duration
-	// MaxConnections bounds the client connections Serve holds; beyond
-	// it a new connection is accepted and closed at once. Default
-	// DefaultMaxConnections(), from the open-file limit.
+	// MaxConnections bounds the client connections Serve holds. At it,
+	// the connection idle the longest (no call in flight) is closed to
+	// make room for a new one; with none idle, the new one is accepted
+	// and closed at once. Default DefaultMaxConnections(), from the
+	// open-file limit.
 	MaxConnections int
 	// MaxParkedCalls bounds the WaitJob (and SubmitJob with wait),
 	// WatchJob, WatchJobs and ClaimJob calls parked at once. Beyond it a
@@ -119,6 +126,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.PingTimeout, 5*time.Second)
 	setDefault(&c.SendTimeout, DefaultSendTimeout)
 	setDefault(&c.BodyTimeout, DefaultBodyTimeout)
+	setDefault(&c.MaxPendingSendBytes, DefaultMaxPendingSendBytes)
 	if c.MaxConnections <= 0 {
 		c.MaxConnections = DefaultMaxConnections()
 	}
@@ -206,7 +214,7 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 	}))
 	mux.Handle("/", cfg.Page)
 
-	var h http.Handler = s.checkEnvelopes(mux)
+	var h http.Handler = s.countEarlyAnswers(s.checkEnvelopes(mux))
 	if len(cfg.CORSOrigins) > 0 {
 		h = cors.New(cors.Options{
 			AllowedOrigins: cfg.CORSOrigins,
@@ -220,6 +228,7 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 	lim := &limits{
 		sendTimeout: cfg.SendTimeout,
 		bodyTimeout: cfg.BodyTimeout,
+		sends:       &sendBudget{limit: int64(cfg.MaxPendingSendBytes)},
 		metrics:     s.metrics,
 		// Reflection is a bidi stream: its request body is open as long
 		// as the call, so it has no deadline to arrive by.
@@ -258,7 +267,7 @@ const maxConcurrentStreams = 1 << 20
 // writes blocked on a client that does not read by SendTimeout, dead
 // clients by HTTP/2 pings, idle connections by IdleTimeout.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	ln = newConnLimit(ln, s.cfg.MaxConnections, s.metrics, s.log)
+	limit := newConnLimit(ln, s.cfg.MaxConnections, s.metrics, s.log)
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
@@ -275,12 +284,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			WriteByteTimeout: s.cfg.SendTimeout,
 		},
 		ConnContext:       withConn,
+		ConnState:         limit.track,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() { served <- hs.Serve(limit) }()
 
 	select {
 	case err := <-served:

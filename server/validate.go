@@ -3,39 +3,22 @@ package server
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/wire"
 )
 
-// Every limit on what a request carries (names, keys, steps, errors,
-// payload size and depth) is the engine's, in package jobs, so that an
-// in-process caller meets the same rules; the handlers decode and hand
-// over, and toConnectError maps the engine's refusals. What is left here
-// are the helpers the handlers use.
-const (
-	maxNameBytes   = jobs.MaxNameBytes
-	maxFilterItems = jobs.MaxFilterItems // states in one list request
-)
+// Every limit on what a request carries (names, keys, tokens, filters,
+// steps, errors, payload size and depth) is the engine's, in package jobs,
+// so that an in-process caller meets the same rules; the handlers decode
+// and hand over, and toConnectError maps the engine's refusals. What is
+// left here are the helpers the handlers use.
 
 // invalid is invalid_argument for one field, worded "field: reason".
 func invalid(field, reason string) error {
 	return connect.NewError(connect.CodeInvalidArgument, errors.New(field+": "+reason))
-}
-
-// checkName checks a name that may be empty (a default applies) but not
-// too long.
-func checkName(field, v string) error { return checkLen(field, v, maxNameBytes) }
-
-func checkLen(field, v string, limit int) error {
-	if len(v) > limit {
-		return invalid(field, fmt.Sprintf("must be at most %d bytes, got %d", limit, len(v)))
-	}
-	return nil
 }
 
 // jsonField converts a payload or result to JSON, naming the field in
