@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
 )
 
 // Errors callers branch on, returned wrapped with what was being done.
@@ -136,11 +137,15 @@ type TypedError interface {
 // ErrorType is the error.type a Worker reports for err: an ErrorType()
 // found in its chain, or else the Go type name (without package or
 // pointer) of the first error in the chain that is not a mere wrapper
-// (fmt.Errorf, Public, Retryable). A plain errors.New error is "Error".
+// (fmt.Errorf, Public, Retryable). A plain errors.New error, or an empty
+// ErrorType(), is "Error" (jobs.DefaultErrorType).
 func ErrorType(err error) string {
 	var typed TypedError
 	if errors.As(err, &typed) {
-		return typed.ErrorType()
+		if t := typed.ErrorType(); t != "" {
+			return t
+		}
+		return jobs.DefaultErrorType // what the engine stores for an empty type
 	}
 	for err != nil {
 		switch err.(type) {

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -219,6 +220,26 @@ func TestAnInProcessClaimAnswersAtItsCapWhateverTheEngineClockSays(t *testing.T)
 			}
 			if took := time.Since(start); took < capAfter {
 				t.Errorf("the claim answered after %v, before its cap of %v", took, capAfter)
+			}
+		})
+	}
+}
+
+func TestErrorTypeNamesWhatTheJobWillSay(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"a plain error is Error", errors.New("boom"), "Error"},
+		{"an error that chooses its type keeps it", typedError{typ: "Upstream503"}, "Upstream503"},
+		{"an error that chooses an empty type is Error, as the engine stores it", typedError{typ: ""}, jobs.DefaultErrorType},
+		{"a wrapped typed error", fmt.Errorf("call: %w", typedError{typ: "Timeout"}), "Timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := client.ErrorType(tt.err); got != tt.want {
+				t.Errorf("ErrorType = %q, want %q", got, tt.want)
 			}
 		})
 	}
