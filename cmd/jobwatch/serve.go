@@ -44,6 +44,7 @@ type serveFlags struct {
 	bodyTimeout     time.Duration
 	maxConnections  int
 	maxParkedCalls  int
+	maxSendBytes    int
 	logLevel        slog.Level
 	insecure        bool
 	corsOrigins     string
@@ -67,6 +68,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.DurationVar(&f.bodyTimeout, "body-timeout", server.DefaultBodyTimeout, "a request body must arrive in full within this long, else deadline_exceeded and the connection closes")
 	fs.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections(),
 		"most client `connections` held at once, beyond which new ones are closed at once; the default is this process's open-file limit less an eighth (at least 128), kept for the database and logs")
+	fs.IntVar(&f.maxSendBytes, "max-pending-send-bytes", server.DefaultMaxPendingSendBytes,
+		"most `bytes` of large responses held at once for clients that do not read them; past it the write blocked longest is cut")
 	fs.IntVar(&f.maxParkedCalls, "max-parked-calls", server.DefaultMaxParkedCalls,
 		"most WaitJob, WatchJob(s) and ClaimJob `calls` parked at once; beyond it a wait answers at once, a watch or claim gets resource_exhausted")
 	fs.Var(levelFlag{&f.logLevel}, "log-level", "log `level`: debug (logs every call), info, warn or error")
@@ -89,6 +92,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	}
 	for name, n := range map[string]int{
 		"max-request-bytes": f.maxRequestBytes, "max-connections": f.maxConnections, "max-parked-calls": f.maxParkedCalls,
+		"max-pending-send-bytes": f.maxSendBytes,
 	} {
 		if n <= 0 {
 			return f, usageError{fmt.Sprintf("--%s must be positive, got %d", name, n)}
@@ -178,20 +182,21 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Metrics:      metrics,
 	})
 	srv := server.New(engine, server.Config{
-		WaitCap:         f.waitCap,
-		ClaimCap:        f.claimCap,
-		StreamLifetime:  f.streamLifetime,
-		Keepalive:       f.keepalive,
-		MaxRequestBytes: f.maxRequestBytes,
-		SendTimeout:     f.sendTimeout,
-		BodyTimeout:     f.bodyTimeout,
-		MaxConnections:  f.maxConnections,
-		MaxParkedCalls:  f.maxParkedCalls,
-		Logger:          log,
-		Metrics:         metrics,
-		Page:            web.Handler(),
-		CORSOrigins:     splitList(f.corsOrigins),
-		Version:         version(),
+		WaitCap:             f.waitCap,
+		ClaimCap:            f.claimCap,
+		StreamLifetime:      f.streamLifetime,
+		Keepalive:           f.keepalive,
+		MaxRequestBytes:     f.maxRequestBytes,
+		SendTimeout:         f.sendTimeout,
+		BodyTimeout:         f.bodyTimeout,
+		MaxConnections:      f.maxConnections,
+		MaxParkedCalls:      f.maxParkedCalls,
+		MaxPendingSendBytes: f.maxSendBytes,
+		Logger:              log,
+		Metrics:             metrics,
+		Page:                web.Handler(),
+		CORSOrigins:         splitList(f.corsOrigins),
+		Version:             version(),
 	})
 
 	ln, err := net.Listen("tcp", f.addr)

@@ -35,6 +35,7 @@ func TestServeRefusesWhatItCannotDoSafely(t *testing.T) {
 		{"a zero lock timeout is refused", []string{"--lock-timeout", "0s"}, 2, "--lock-timeout must be positive"},
 		{"a zero body timeout is refused", []string{"--body-timeout", "0s"}, 2, "--body-timeout must be positive"},
 		{"a zero connection limit is refused", []string{"--max-connections", "0"}, 2, "--max-connections must be positive"},
+		{"a zero send budget is refused", []string{"--max-pending-send-bytes", "0"}, 2, "--max-pending-send-bytes must be positive"},
 		{"a duration without a unit is refused", []string{"--claim-cap", "30"}, 2, "claim-cap"},
 		{"an unknown log level is refused", []string{"--log-level", "loud"}, 2, "log-level"},
 		{"a CORS origin with a path is refused", []string{"--cors-origins", "https://app.example.org/"}, 2, "scheme://host[:port] and nothing more"},
