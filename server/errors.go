@@ -48,7 +48,9 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 	case errors.As(err, &conflictErr):
 		return conflict(conflictErr)
 	case errors.Is(err, jobs.ErrUnavailable):
-		return connect.NewError(connect.CodeUnavailable, jobs.ErrUnavailable)
+		// The cause (locked, full, read-only) is the operator's, in the
+		// log; the caller learns what to do.
+		return connect.NewError(connect.CodeUnavailable, errRetryLater)
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// The caller went away or gave up; nobody reads the answer.
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -73,3 +75,7 @@ func conflict(c *store.ConflictError) error {
 	}
 	return err
 }
+
+// errRetryLater is what a caller hears when the database cannot take the
+// call: nothing was changed, so the same call can simply be made again.
+var errRetryLater = errors.New("the database is busy or unavailable; nothing was changed: retry with backoff")

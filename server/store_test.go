@@ -140,7 +140,8 @@ func TestASubmitWhileAnotherProcessHoldsTheLock(t *testing.T) {
 		}},
 		{"curl with no deadline gets 503 unavailable after the lock timeout", lockTimeout, func() error {
 			status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/SubmitJob", "application/json", []byte(`{"kind":"curl"}`))
-			if status != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"unavailable"`) {
+			if status != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"unavailable"`) ||
+				!strings.Contains(body, "nothing was changed: retry with backoff") {
 				return fmt.Errorf("curl got %d %s", status, body)
 			}
 			return connect.NewError(connect.CodeUnavailable, nil)
