@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -166,6 +167,31 @@ func TestAllMistakesAreReportedAtOnce(t *testing.T) {
 	for _, key := range []string{"retention:", "strict:", "queues[0].mode:"} {
 		if !strings.Contains(err.Error(), key) {
 			t.Errorf("errors do not mention %s:\n%v", key, err)
+		}
+	}
+}
+
+// TestTheREADMEDocumentsTheWholeFormat: the README's example is the one
+// this package is tested with, and every key the format knows is in the
+// README's table.
+func TestTheREADMEDocumentsTheWholeFormat(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile(filepath.Join("testdata", "issue8-example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "```yaml\n"+string(example)+"```\n") {
+		t.Errorf("the README's configuration example is not testdata/issue8-example.yaml")
+	}
+	for _, key := range []string{"`retention`", "`strict`", "`queues[].name`", "`queues[].retry.max_attempts`", "`queues[].retry.initial_backoff`, `queues[].retry.max_backoff`",
+		"`queues[].lease_timeout`", "`queues[].mode`", "`queues[].max_running`",
+		"`queues[].on_failure`", "`queues[].uses`", "`queues[].timeout`", "`queues[].alert_after`", "`pools`",
+		"`schedules[]`", "`alerts.webhook`"} {
+		if !strings.Contains(string(readme), "| "+key) {
+			t.Errorf("the README's table of configuration keys lacks %s", key)
 		}
 	}
 }
