@@ -13,6 +13,7 @@ import (
 	"math"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
@@ -507,7 +508,9 @@ func (f *File) Rules() (jobs.Rules, error) {
 		n := f.keys[key]
 		errs = append(errs, &Error{Path: f.Path, Line: n.Line, Column: n.Column, Key: key, Reason: fmt.Sprintf(format, args...)})
 	}
-	r := jobs.Rules{Source: "config " + f.Path, Retention: f.Retention, Strict: f.Strict, Queues: map[string]jobs.QueueRules{}}
+	// Callers refused by strict see the file's name, not the server's
+	// directory layout.
+	r := jobs.Rules{Source: "config " + filepath.Base(f.Path), Retention: f.Retention, Strict: f.Strict, Queues: map[string]jobs.QueueRules{}}
 	for i, q := range f.Queues {
 		key := fmt.Sprintf("queues[%d]", i)
 		if q.Mode == ModeSerial {
