@@ -192,6 +192,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Metrics:      metrics,
 		Rules:        rules,
 	})
+	if f.config != "" {
+		// From here on a SIGHUP reloads the file instead of ending the process.
+		stopReloads := reloadOnHangup(engine, f.config, log)
+		defer stopReloads()
+	}
 	srv := server.New(engine, server.Config{
 		WaitCap:             f.waitCap,
 		ClaimCap:            f.claimCap,
@@ -223,8 +228,6 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	attrs := []any{"addr", ln.Addr().String(), "db", f.db}
 	if f.config != "" {
 		attrs = append(attrs, "config", f.config, "queues", len(rules.Queues), "strict", rules.Strict)
-		stopReloads := reloadOnHangup(engine, f.config, log)
-		defer stopReloads()
 	}
 	if host, _, _ := net.SplitHostPort(f.addr); isLoopback(host) {
 		log.Info("listening on loopback only, without authentication: any local user can call the API", attrs...)
