@@ -152,7 +152,7 @@ func (e *Engine) claimOnce(ctx context.Context, f store.ClaimFilter, workerID st
 		j.Attempt++
 		j.WorkerID = workerID
 		j.LeaseID = newLeaseID()
-		j.LeaseExpiresAt = now.Add(e.cfg.LeaseTimeout)
+		j.LeaseExpiresAt = now.Add(e.queueRules(j.Queue).LeaseTimeout)
 		if j.StartedAt.IsZero() {
 			j.StartedAt = now
 		}

@@ -8,7 +8,9 @@
 // A job's path through the files of this package, in order: submit.go
 // (Submit, Start, Get, List, Cancel), claim.go (Claim), lease.go
 // (Heartbeat, Complete, Fail), sweep.go (lease expiry, retention), wait.go
-// (Wait) and watch.go (Watch, WatchTenant); limits.go holds every limit
+// (Wait) and watch.go (Watch, WatchTenant); rules.go holds the per-queue
+// rules read from the configuration file (Rules, SetRules, swapped whole
+// on a reload); limits.go holds every limit
 // on what callers send, for the server and the client to map and trim
 // to. This file holds what they share: configuration, errors, publishing
 // and shutdown.
@@ -58,6 +60,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics observes the engine. Default: observes nothing.
 	Metrics Metrics
+	// Rules are the per-queue rules in effect at start; SetRules
+	// replaces them. The zero Rules declares no queue.
+	Rules Rules
 }
 
 func (c Config) withDefaults() Config {
@@ -153,6 +158,10 @@ type Engine struct {
 	cfg   Config
 	log   *slog.Logger
 
+	// rules are the Rules in effect; SetRules swaps them whole, and each
+	// decision loads them once.
+	rules atomic.Pointer[Rules]
+
 	// hub holds each watched job's latest committed snapshot, keyed by id.
 	hub *watch.Hub[store.Job]
 	// signals carries no values, only "look again": the key claimSignal
@@ -175,10 +184,12 @@ const claimSignal = "claim"
 
 func tenantSignal(tenant string) string { return "tenant/" + tenant }
 
-// New returns an engine over st.
+// New returns an engine over st. Rules in cfg that SetRules would refuse
+// are logged and replaced by the zero Rules; package config refuses such
+// a file earlier, with the line at fault.
 func New(st store.Store, cfg Config) *Engine {
 	cfg = cfg.withDefaults()
-	return &Engine{
+	e := &Engine{
 		store:   st,
 		cfg:     cfg,
 		log:     cfg.Logger,
@@ -186,10 +197,21 @@ func New(st store.Store, cfg Config) *Engine {
 		signals: watch.NewHub[struct{}](),
 		done:    make(chan struct{}),
 	}
+	e.rules.Store(&Rules{})
+	if err := e.SetRules(cfg.Rules); err != nil {
+		e.log.Error("rules refused: no queue is declared", "err", err)
+	}
+	e.cfg.Rules = Rules{}
+	return e
 }
 
-// Config returns the configuration in effect, defaults filled in.
-func (e *Engine) Config() Config { return e.cfg }
+// Config returns the configuration in effect, defaults filled in, with
+// the Rules in effect now.
+func (e *Engine) Config() Config {
+	c := e.cfg
+	c.Rules = e.Rules()
+	return c
+}
 
 // Shutdown makes every parked Wait, Watch, WatchTenant and Claim return at
 // once (OK, with the latest state) and every later one return without

@@ -54,7 +54,7 @@ func (e *Engine) Heartbeat(ctx context.Context, id, leaseID string, percent int3
 		if step != "" {
 			j.Step = step
 		}
-		j.LeaseExpiresAt = now.Add(e.cfg.LeaseTimeout)
+		j.LeaseExpiresAt = now.Add(e.queueRules(j.Queue).LeaseTimeout)
 		return nil
 	})
 }
@@ -128,7 +128,7 @@ func (e *Engine) Fail(ctx context.Context, id, leaseID string, jerr store.JobErr
 // attempt's percent over would pin the new attempt's reports below it.
 func (e *Engine) requeue(j *store.Job, now time.Time) {
 	j.State = store.Queued
-	j.RunAt = now.Add(e.backoff(j.Attempt))
+	j.RunAt = now.Add(e.backoff(j.Queue, j.Attempt))
 	j.Percent = 0
 	j.Step = ""
 	releaseLease(j)
@@ -139,16 +139,18 @@ func releaseLease(j *store.Job) {
 	j.LeaseExpiresAt = time.Time{}
 }
 
-// backoff is the delay before the attempt after attempt: the initial
-// backoff doubled per attempt, capped at the maximum, of which a random
+// backoff is the delay before the attempt after attempt of a job of
+// queue: the queue's initial backoff doubled per attempt, capped at its
+// maximum, of which a random
 // half is dropped ("equal jitter") so retries of jobs that failed together
 // spread out, while no delay falls below half the exponential step.
-func (e *Engine) backoff(attempt int32) time.Duration {
-	d := e.cfg.RetryInitialBackoff
-	for i := int32(1); i < attempt && d < e.cfg.RetryMaxBackoff; i++ {
+func (e *Engine) backoff(queue string, attempt int32) time.Duration {
+	q := e.queueRules(queue)
+	d := q.InitialBackoff
+	for i := int32(1); i < attempt && d < q.MaxBackoff; i++ {
 		d *= 2
 	}
-	d = min(d, e.cfg.RetryMaxBackoff)
+	d = min(d, q.MaxBackoff)
 	half := d / 2
 	return half + rand.N(d-half+1)
 }

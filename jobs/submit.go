@@ -36,7 +36,7 @@ type SubmitRequest struct {
 	UniqueKey   string
 	Hold        bool
 	RunAt       time.Time // zero: now
-	MaxAttempts int32     // 0: Config.DefaultMaxAttempts
+	MaxAttempts int32     // 0: the queue's Rules, else Config.DefaultMaxAttempts
 }
 
 func (r SubmitRequest) validate() error {
@@ -58,7 +58,8 @@ func (r SubmitRequest) validate() error {
 	return nil
 }
 
-// Submit creates a job QUEUED (PENDING with Hold). A tenant's second
+// Submit creates a job QUEUED (PENDING with Hold). Under strict Rules a
+// queue they do not declare is an *InvalidError. A tenant's second
 // active job with the same unique key is refused with the
 // *store.ConflictError naming the active one.
 func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (store.Job, error) {
@@ -90,8 +91,11 @@ func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (store.Job, error)
 	if j.Queue == "" {
 		j.Queue = DefaultQueue
 	}
+	if err := e.checkDeclared(j.Queue); err != nil {
+		return store.Job{}, err
+	}
 	if j.MaxAttempts == 0 {
-		j.MaxAttempts = e.cfg.DefaultMaxAttempts
+		j.MaxAttempts = e.queueRules(j.Queue).MaxAttempts
 	}
 	if r.RunAt.IsZero() {
 		j.RunAt = now

@@ -41,7 +41,7 @@ func (e *Engine) Sweep(ctx context.Context) error {
 }
 
 // expireLeases ends the attempt of every RUNNING job whose worker has not
-// heartbeaten within LeaseTimeout: LOST, or QUEUED again when attempts
+// heartbeaten within its queue's lease timeout: LOST, or QUEUED again when attempts
 // remain. The list of candidates may be stale by the time each one is
 // updated (a heartbeat, a completion or another replica's sweep came
 // first), so the expiry is checked again under the row lock.
@@ -58,7 +58,7 @@ func (e *Engine) expireLeases(ctx context.Context) error {
 				return errUnchanged
 			}
 			expired = true
-			j.Error = leaseExpiredError(e.cfg.LeaseTimeout)
+			j.Error = leaseExpiredError(e.queueRules(j.Queue).LeaseTimeout)
 			if j.Attempt < j.MaxAttempts {
 				e.requeue(j, now)
 				return nil
@@ -79,10 +79,11 @@ func (e *Engine) expireLeases(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// deleteExpired deletes terminal jobs that finished more than Retention
+// deleteExpired deletes terminal jobs that finished more than the
+// retention in effect (Rules, else Config)
 // ago; afterwards they are ErrNotFound.
 func (e *Engine) deleteExpired(ctx context.Context) error {
-	n, err := e.store.DeleteFinishedBefore(ctx, e.now().Add(-e.cfg.Retention))
+	n, err := e.store.DeleteFinishedBefore(ctx, e.now().Add(-e.retention()))
 	if err != nil {
 		return wrap("delete expired", "", err)
 	}

@@ -88,3 +88,8 @@ func newLeaseID() string {
 	_, _ = rand.Read(b[:])
 	return "l_" + lowerBase32.EncodeToString(b[:])
 }
+
+// CheckName refuses v as the value of field (a queue, kind or tenant
+// name) exactly as a request carrying it would be refused, so a
+// configuration file cannot declare a name no request could use.
+func CheckName(field, v string) error { return validName(field, v) }

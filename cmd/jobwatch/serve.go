@@ -9,9 +9,13 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/signal"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
+	"github.com/jobwatch/jobwatch/config"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/server"
 	"github.com/jobwatch/jobwatch/store/sqlite"
@@ -24,6 +28,8 @@ Runs the server: the API (Connect, gRPC and gRPC-Web), the page at /,
 /metrics and gRPC health on one port, HTTP/1.1 and cleartext HTTP/2, with
 jobs in a SQLite file. Without authentication it listens on loopback only.
 SIGINT or SIGTERM shuts it down gracefully: parked calls answer at once.
+SIGHUP reloads the --config file; a file with a mistake is refused (the
+log names its line and key) and the config in effect stays.
 
 Flags:
 `
@@ -56,7 +62,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "`host:port` to listen on (HTTP/1.1 and h2c)")
 	fs.StringVar(&f.db, "db", "jobwatch.db", "SQLite database `file` (created if missing)")
-	fs.StringVar(&f.config, "config", "", "queue configuration `file` (queues are not read yet)")
+	fs.StringVar(&f.config, "config", "", "YAML configuration `file`: retention, strict, per-queue retry and lease_timeout (see the README); SIGHUP reloads it")
 	fs.DurationVar(&f.waitCap, "wait-cap", 60*time.Second, "longest a WaitJob parks before answering with the current state")
 	fs.DurationVar(&f.claimCap, "claim-cap", 30*time.Second, "longest a ClaimJob parks before answering with no job")
 	fs.DurationVar(&f.leaseTimeout, "lease-timeout", 30*time.Second, "a running job without a heartbeat for this long is lost (or retried)")
@@ -100,11 +106,6 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	}
 	if strings.HasPrefix(f.db, "postgres://") || strings.HasPrefix(f.db, "postgresql://") {
 		return f, errors.New("--db: PostgreSQL is not supported yet; give a SQLite file path")
-	}
-	if f.config != "" {
-		if _, err := os.Stat(f.config); err != nil {
-			return f, fmt.Errorf("--config: %w", err)
-		}
 	}
 	for _, o := range splitList(f.corsOrigins) {
 		if err := checkOrigin(o); err != nil {
@@ -169,6 +170,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: f.logLevel}))
 	slog.SetDefault(log)
 
+	// The file is read before the database is opened, so a mistake in it
+	// changes nothing on disk.
+	var rules jobs.Rules
+	if f.config != "" {
+		if rules, err = loadRules(f.config); err != nil {
+			return fmt.Errorf("--config: %w", err)
+		}
+	}
+
 	st, err := sqlite.OpenWith(f.db, sqlite.Config{LockTimeout: f.lockTimeout, Logger: log})
 	if err != nil {
 		return fmt.Errorf("open database %s: %w", f.db, err)
@@ -180,7 +190,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		LeaseTimeout: f.leaseTimeout,
 		Logger:       log,
 		Metrics:      metrics,
+		Rules:        rules,
 	})
+	if f.config != "" {
+		// From here on a SIGHUP reloads the file instead of ending the process.
+		stopReloads := reloadOnHangup(engine, f.config, log)
+		defer stopReloads()
+	}
 	srv := server.New(engine, server.Config{
 		WaitCap:             f.waitCap,
 		ClaimCap:            f.claimCap,
@@ -211,8 +227,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 
 	attrs := []any{"addr", ln.Addr().String(), "db", f.db}
 	if f.config != "" {
-		attrs = append(attrs, "config", f.config)
-		log.Warn("the --config file is accepted but not read yet: every job uses the default queue")
+		attrs = append(attrs, "config", f.config, "queues", len(rules.Queues), "strict", rules.Strict)
 	}
 	if host, _, _ := net.SplitHostPort(f.addr); isLoopback(host) {
 		log.Info("listening on loopback only, without authentication: any local user can call the API", attrs...)
@@ -230,6 +245,59 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// loadRules reads the configuration file at path into the rules the
+// engine keeps. Keys the engine does not enforce yet are refused (see
+// config.File.Rules), never ignored.
+func loadRules(path string) (jobs.Rules, error) {
+	f, err := config.Load(path)
+	if err != nil {
+		return jobs.Rules{}, err
+	}
+	return f.Rules()
+}
+
+// reloadOnHangup reloads the configuration file at path on every SIGHUP
+// until the returned function is called. The engine swaps the rules
+// whole, so parked calls stay parked and each later decision sees either
+// the old rules or the new ones; a file with a mistake is refused and
+// logged, and the rules in effect stay.
+func reloadOnHangup(engine *jobs.Engine, path string, log *slog.Logger) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-hup:
+				reloadConfig(engine, path, log)
+			}
+		}
+	})
+	return func() {
+		signal.Stop(hup)
+		close(done)
+		wg.Wait()
+	}
+}
+
+func reloadConfig(engine *jobs.Engine, path string, log *slog.Logger) {
+	rules, err := loadRules(path)
+	if err == nil {
+		err = engine.SetRules(rules)
+	}
+	if err != nil {
+		// One line per reload: the mistakes, joined, in the order of the file.
+		log.Error("config reload refused; the config in effect stays", "config", path,
+			"err", strings.ReplaceAll(err.Error(), "\n", "; "))
+		return
+	}
+	log.Info("config reloaded", "config", path, "queues", len(rules.Queues), "strict", rules.Strict,
+		"retention", rules.Retention)
 }
 
 func splitList(s string) []string {

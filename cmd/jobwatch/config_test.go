@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+)
+
+func writeFile(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestServeAppliesTheConfigAndReloadsItOnSIGHUP(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "jobwatch.yaml")
+	writeFile(t, cfg, "strict: true\nqueues:\n  - name: index\n")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := jobwatchCmd(ctx, "serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(dir, "j.db"), "--config", cfg)
+	var logs lockedBuffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	}()
+	addrRE := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
+	waitFor(t, "serve to say where it listens", func() bool { return addrRE.MatchString(logs.String()) })
+	base := "http://" + addrRE.FindStringSubmatch(logs.String())[1]
+	jobsClient := jobwatchv1connect.NewJobServiceClient(http.DefaultClient, base)
+	workers := jobwatchv1connect.NewWorkerServiceClient(http.DefaultClient, base)
+	submit := func(queue string) (*jobwatchv1.Job, error) {
+		resp, err := jobsClient.SubmitJob(ctx, &jobwatchv1.SubmitJobRequest{Kind: "k-" + queue, Queue: queue})
+		return resp.GetJob(), err
+	}
+
+	// At start: strict, only index declared.
+	if _, err := submit("index"); err != nil {
+		t.Fatalf("submit to the declared queue: %v", err)
+	}
+	_, err := submit("mail")
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), `"mail"`) || !strings.Contains(err.Error(), "config jobwatch.yaml") || strings.Contains(err.Error(), dir) {
+		t.Fatalf("submit to an undeclared queue under strict: %v; want invalid_argument naming the queue and the file, not its directory", err)
+	}
+
+	// A WaitJob parked across both reloads must not be dropped by them.
+	parked, err := submit("index")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan *jobwatchv1.Job, 1)
+	go func() {
+		resp, err := jobsClient.WaitJob(ctx, &jobwatchv1.WaitJobRequest{JobId: parked.GetId()})
+		if err != nil {
+			t.Errorf("the parked wait: %v", err)
+		}
+		waited <- resp.GetJob()
+	}()
+	waitFor(t, "the wait to park", func() bool {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(body), "\njobwatch_parked_waits 1\n")
+	})
+
+	// A changed file takes effect on SIGHUP.
+	writeFile(t, cfg, "strict: true\nqueues:\n  - name: index\n  - name: mail\n    retry: {max_attempts: 5}\n")
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "serve to log the reload", func() bool { return strings.Contains(logs.String(), "config reloaded") })
+	mail, err := submit("mail")
+	if err != nil || mail.GetMaxAttempts() != 5 {
+		t.Fatalf("after the reload, submit to mail: %v, %v; want accepted with the queue's max_attempts 5", mail, err)
+	}
+
+	// A broken file is refused, with its line and key, and the old config stays.
+	writeFile(t, cfg, "strict: true\nqueues:\n  - name: index\n    mode: seriel\n")
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "serve to log the refused reload", func() bool { return strings.Contains(logs.String(), "config reload refused") })
+	if want := "jobwatch.yaml:4:11: queues[0].mode: must be parallel or serial"; !strings.Contains(logs.String(), want) {
+		t.Errorf("the refusal does not say %q:\n%s", want, logs.String())
+	}
+	if mail, err := submit("mail"); err != nil || mail.GetMaxAttempts() != 5 {
+		t.Errorf("after the refused reload, submit to mail: %v, %v; want the config before it still in effect", mail, err)
+	}
+
+	select {
+	case j := <-waited:
+		t.Fatalf("the parked wait returned during the reloads: %v", j)
+	default:
+	}
+	claim, err := workers.ClaimJob(ctx, &jobwatchv1.ClaimJobRequest{WorkerId: "w", Kinds: []string{"k-index"}})
+	if err != nil || claim.GetJob().GetId() == "" {
+		t.Fatalf("claim: %v, %v", claim, err)
+	}
+	// The first index job was submitted first; run both so the parked one ends.
+	for claim.GetJob().GetId() != "" {
+		if _, err := workers.CompleteJob(ctx, &jobwatchv1.CompleteJobRequest{JobId: claim.GetJob().GetId(), LeaseId: claim.GetLeaseId()}); err != nil {
+			t.Fatal(err)
+		}
+		if claim.GetJob().GetId() == parked.GetId() {
+			break
+		}
+		if claim, err = workers.ClaimJob(ctx, &jobwatchv1.ClaimJobRequest{WorkerId: "w", Kinds: []string{"k-index"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case j := <-waited:
+		if j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+			t.Fatalf("the parked wait returned %v, want the job succeeded", j)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the parked wait did not return when its job ended")
+	}
+}

@@ -1,0 +1,197 @@
+package config_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobwatch/jobwatch/config"
+	"github.com/jobwatch/jobwatch/jobs"
+)
+
+func TestTheIssuesExampleLoads(t *testing.T) {
+	f, err := config.Load(filepath.Join("testdata", "issue8-example.yaml"))
+	if err != nil {
+		t.Fatalf("load the example: %v", err)
+	}
+	want := []config.Queue{
+		{Name: "index", Mode: "serial", OnFailure: "block", LeaseTimeout: 30 * time.Second, Timeout: 10 * time.Minute, AlertAfter: 5 * time.Minute,
+			Retry: config.Retry{MaxAttempts: 10, InitialBackoff: time.Second, MaxBackoff: 5 * time.Minute}},
+		{Name: "readme", Mode: "parallel", MaxRunning: 8, Uses: []string{"db"}, AlertAfter: time.Hour,
+			Retry: config.Retry{MaxAttempts: 3, InitialBackoff: 2 * time.Second, MaxBackoff: time.Minute}},
+	}
+	if f.Retention != 24*time.Hour || f.Strict || !reflect.DeepEqual(f.Queues, want) {
+		t.Errorf("read retention %v, strict %v, queues %+v", f.Retention, f.Strict, f.Queues)
+	}
+	if f.Pools["db"] != 4 || f.Alerts.Webhook != "http://127.0.0.1:9000/hooks/jobwatch" {
+		t.Errorf("read pools %v, alerts %+v", f.Pools, f.Alerts)
+	}
+	s := f.Schedules
+	if len(s) != 1 || s[0].Name != "update-downloads" || s[0].Kind != "update_downloads" || s[0].Queue != "downloads" ||
+		s[0].Tenant != "crates" || s[0].Every != 10*time.Minute || string(s[0].Payload) != "{}" {
+		t.Errorf("read schedules %+v", s)
+	}
+}
+
+func TestRulesRefuseWhatTheEngineDoesNotEnforceYet(t *testing.T) {
+	f, err := config.Load(filepath.Join("testdata", "issue8-example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.Rules()
+	if err == nil {
+		t.Fatal("the example's serial queue, pools, schedules and alerts were accepted, and would be ignored")
+	}
+	for _, want := range []string{
+		"issue8-example.yaml:5:5: queues[0].mode: serial is not supported yet",
+		"queues[0].on_failure: is not supported yet",
+		":9:5: queues[0].timeout: is not supported yet",
+		"queues[0].alert_after: is not supported yet",
+		":13:5: queues[1].max_running: is not supported yet",
+		"queues[1].uses: is not supported yet",
+		":17:1: pools: are not supported yet",
+		"schedules: are not supported yet",
+		":27:3: alerts.webhook: is not supported yet",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal does not say %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestRulesCarryWhatTheEngineEnforces(t *testing.T) {
+	f, err := config.Parse("jobwatch.yaml", []byte(`
+retention: 2h
+strict: true
+queues:
+  - name: index
+    mode: parallel
+    max_running: 0
+    retry: {max_attempts: 10, initial_backoff: 1s, max_backoff: 5m}
+    lease_timeout: 45s
+  - name: mail
+pools: {}
+schedules: []
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := f.Rules()
+	if err != nil {
+		t.Fatalf("rules: %v", err)
+	}
+	want := jobs.Rules{Source: "config jobwatch.yaml", Retention: 2 * time.Hour, Strict: true, Queues: map[string]jobs.QueueRules{
+		"index": {MaxAttempts: 10, InitialBackoff: time.Second, MaxBackoff: 5 * time.Minute, LeaseTimeout: 45 * time.Second},
+		"mail":  {},
+	}}
+	if !reflect.DeepEqual(r, want) {
+		t.Fatalf("rules %+v\nwant %+v", r, want)
+	}
+}
+
+func TestAnEmptyFileDeclaresNothing(t *testing.T) {
+	for _, text := range []string{"", "# nothing yet\n"} {
+		f, err := config.Parse("empty.yaml", []byte(text))
+		if err != nil {
+			t.Fatalf("%q: %v", text, err)
+		}
+		if r, err := f.Rules(); err != nil || r.Strict || len(r.Queues) != 0 || r.Retention != 0 {
+			t.Fatalf("%q: rules %+v, %v; want none", text, r, err)
+		}
+	}
+}
+
+func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
+	tests := []struct {
+		name string
+		text string
+		want string // file:line:column: key: reason, or a part of it
+	}{
+		{"an unknown top-level key", "retention: 1h\nretension: 2h\n", "c.yaml:2:1: retension: unknown key"},
+		{"an unknown key in a queue", "queues:\n  - name: a\n    max_runing: 3\n", "c.yaml:3:5: queues[0].max_runing: unknown key"},
+		{"an unknown key in retry", "queues:\n  - name: a\n    retry: {attempts: 3}\n", "c.yaml:3:13: queues[0].retry.attempts: unknown key"},
+		{"a key given twice", "strict: true\nstrict: false\n", "c.yaml:2:1: strict: given twice"},
+		{"a key with no value", "retention:\n", "c.yaml:1:1: retention: has no value"},
+		{"a duration without a unit", "retention: 30\n", "c.yaml:1:12: retention: 30 needs a unit"},
+		{"a duration that does not parse", "queues:\n  - name: a\n    lease_timeout: soon\n", `c.yaml:3:20: queues[0].lease_timeout: "soon" is not a duration`},
+		{"a negative duration", "retention: -1h\n", "c.yaml:1:12: retention: must be positive"},
+		{"a zero duration", "queues:\n  - name: a\n    retry: {initial_backoff: 0s}\n", "queues[0].retry.initial_backoff: must be positive"},
+		{"strict that is not a boolean", "strict: yes please\n", `c.yaml:1:9: strict: must be true or false`},
+		{"a number given as text", "queues:\n  - name: a\n    max_running: eight\n", `c.yaml:3:18: queues[0].max_running: must be a whole number`},
+		{"a negative max_running", "queues:\n  - name: a\n    max_running: -1\n", "queues[0].max_running: must be from 0"},
+		{"zero max_attempts", "queues:\n  - name: a\n    retry: {max_attempts: 0}\n", "c.yaml:3:27: queues[0].retry.max_attempts: must be from 1"},
+		{"max_attempts beyond the wire's int32", "queues:\n  - name: a\n    retry: {max_attempts: 3000000000}\n", "queues[0].retry.max_attempts: must be from 1 to 2147483647"},
+		{"queues that are not a list", "queues:\n  name: a\n", "c.yaml:2:3: queues: must be a list"},
+		{"a queue without a name", "queues:\n  - mode: parallel\n", "c.yaml:2:5: queues[0]: needs a name"},
+		{"a queue name no request could use", "queues:\n  - name: my queue\n", `c.yaml:2:11: queues[0].name: "my queue": may only contain`},
+		{"a queue name that is a number", "queues:\n  - name: 2024\n", "queues[0].name: must be a string (quote it"},
+		{"a queue declared twice", "queues:\n  - name: a\n  - name: b\n  - name: a\n", `c.yaml:4:5: queues[2].name: queue "a" is declared twice`},
+		{"an unknown mode", "queues:\n  - name: a\n    mode: seriel\n", `c.yaml:3:11: queues[0].mode: must be parallel or serial, got "seriel"`},
+		{"an unknown on_failure", "queues:\n  - name: a\n    mode: serial\n    on_failure: retry\n", `queues[0].on_failure: must be block or skip`},
+		{"on_failure on a parallel queue", "queues:\n  - name: a\n    on_failure: skip\n", "c.yaml:3:5: queues[0].on_failure: applies to serial queues only"},
+		{"max_running on a serial queue", "queues:\n  - name: a\n    mode: serial\n    max_running: 2\n", "c.yaml:4:5: queues[0].max_running: a serial queue runs one job at a time"},
+		{"max_backoff below initial_backoff", "queues:\n  - name: a\n    retry:\n      initial_backoff: 1m\n      max_backoff: 1s\n", "c.yaml:5:7: queues[0].retry.max_backoff: 1s is below initial_backoff 1m0s"},
+		{"uses naming an undeclared pool", "pools:\n  db: 4\nqueues:\n  - name: a\n    uses: [db, cache]\n", `c.yaml:5:16: queues[0].uses[1]: pool "cache" is not declared under pools`},
+		{"uses naming a pool twice", "pools:\n  db: 4\nqueues:\n  - name: a\n    uses: [db, db]\n", `queues[0].uses[1]: pool "db" is listed twice`},
+		{"a pool of zero", "pools:\n  db: 0\n", "c.yaml:2:7: pools.db: must be from 1"},
+		{"pools given as a list", "pools: [db]\n", "c.yaml:1:8: pools: must be a mapping of pool names to sizes"},
+		{"a schedule without every", "schedules:\n  - name: s\n    kind: k\n", "c.yaml:2:5: schedules[0]: needs every"},
+		{"a schedule declared twice", "schedules:\n  - {name: s, kind: k, every: 1m}\n  - {name: s, kind: k, every: 1m}\n", `c.yaml:3:6: schedules[1].name: schedule "s" is declared twice`},
+		{"a schedule on an undeclared queue under strict", "strict: true\nschedules:\n  - {name: s, kind: k, queue: q, every: 1m}\n", `c.yaml:3:24: schedules[0].queue: queue "q" is not declared, and strict is true`},
+		{"a webhook that is not a URL", "alerts:\n  webhook: localhost:9000\n", `c.yaml:2:12: alerts.webhook: "localhost:9000" is not an http:// or https:// URL`},
+		{"an unknown key under alerts", "alerts:\n  email: ops@example.org\n", "c.yaml:2:3: alerts.email: unknown key (known here: webhook)"},
+		{"a file that is not a mapping", "- a\n- b\n", "c.yaml:1:1: must be a mapping"},
+		{"two documents", "strict: true\n---\nstrict: false\n", "c.yaml:2:1: a config file holds one YAML document"},
+		{"YAML that does not parse", "a: 1\nb: 2\n  c: 3\n", "c.yaml: yaml: line 3: mapping values are not allowed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := config.Parse("c.yaml", []byte(tt.text))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v\nwant it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestAllMistakesAreReportedAtOnce(t *testing.T) {
+	_, err := config.Parse("c.yaml", []byte("retention: 30\nstrict: maybe\nqueues:\n  - name: a\n    mode: fast\n"))
+	var first *config.Error
+	if !errors.As(err, &first) || first.Line != 1 || first.Key != "retention" {
+		t.Fatalf("first error %+v, want line 1, key retention", first)
+	}
+	for _, key := range []string{"retention:", "strict:", "queues[0].mode:"} {
+		if !strings.Contains(err.Error(), key) {
+			t.Errorf("errors do not mention %s:\n%v", key, err)
+		}
+	}
+}
+
+// TestTheREADMEDocumentsTheWholeFormat: the README's example is the one
+// this package is tested with, and every key the format knows is in the
+// README's table.
+func TestTheREADMEDocumentsTheWholeFormat(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile(filepath.Join("testdata", "issue8-example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "```yaml\n"+string(example)+"```\n") {
+		t.Errorf("the README's configuration example is not testdata/issue8-example.yaml")
+	}
+	for _, key := range []string{"`retention`", "`strict`", "`queues[].name`", "`queues[].retry.max_attempts`", "`queues[].retry.initial_backoff`, `queues[].retry.max_backoff`",
+		"`queues[].lease_timeout`", "`queues[].mode`", "`queues[].max_running`",
+		"`queues[].on_failure`", "`queues[].uses`", "`queues[].timeout`", "`queues[].alert_after`", "`pools`",
+		"`schedules[]`", "`alerts.webhook`"} {
+		if !strings.Contains(string(readme), "| "+key) {
+			t.Errorf("the README's table of configuration keys lacks %s", key)
+		}
+	}
+}
