@@ -577,8 +577,10 @@ func in[T ~string](where string, args []any, column string, values []T) (string,
 //     in jobs_state_queue_run_at (state = 'running', queue = ?): the
 //     work is in the running jobs of the rule's queues, never the queued.
 //
-// So a claim costs a few seeks per queue with work, however deep the
-// queues; the only sort is of the heads, one row per queue.
+// The rules are MATERIALIZED, so SQLite indexes them (an automatic
+// index) instead of re-reading the JSON for every queue. So a claim costs
+// a few seeks per queue with work, however deep the queues; the only sort
+// is of the heads, one row per queue.
 // TestClaimPlanSeeksEveryQueueHead pins it.
 func pickQuery(f store.ClaimFilter, ready bool) (string, []any) {
 	args := []any{
@@ -606,11 +608,11 @@ func pickQuery(f store.ClaimFilter, ready bool) (string, []any) {
 		due = " AND run_at <= :now"
 	}
 	query := `WITH RECURSIVE
-	lim(queue, max_running, serial, hold) AS (
+	lim(queue, max_running, serial, hold) AS MATERIALIZED (
 		SELECT key, value ->> 'max', value ->> 'serial', value ->> 'hold' FROM json_each(:limits)),
-	pool_use(queue, pool) AS (
+	pool_use(queue, pool) AS MATERIALIZED (
 		SELECT u.key, p.value FROM json_each(:uses) AS u, json_each(u.value) AS p),
-	pool_size(pool, size) AS (SELECT key, value FROM json_each(:sizes)),
+	pool_size(pool, size) AS MATERIALIZED (SELECT key, value FROM json_each(:sizes)),
 	` + names + `,
 	heads(name, seq) AS (
 		SELECT n.name, CASE WHEN coalesce(l.serial, 0) THEN coalesce(
