@@ -572,17 +572,26 @@ func in[T ~string](where string, args []any, column string, values []T) (string,
 //     whatever its kind (order is the rule), and with hold a job backing
 //     off before a retry comes first, found in the partial index
 //     jobs_queued_retry;
-//   - room: the queue's RUNNING jobs and, for each pool it uses, the
-//     RUNNING jobs of every queue that uses the pool, counted by seeks
-//     in jobs_state_queue_run_at (state = 'running', queue = ?): the
-//     work is in the running jobs of the rule's queues, never the queued.
+//   - room, checked before any head is sought: each pool's RUNNING jobs
+//     (of every queue that uses it) counted once per claim, and each
+//     bounded queue's, by seeks in jobs_state_queue_run_at (state =
+//     'running', queue = ?): the work is in the running jobs of the
+//     rule's queues, never the queued.
 //
 // The rules are MATERIALIZED, so SQLite indexes them (an automatic
 // index) instead of re-reading the JSON for every queue. So a claim costs
 // a few seeks per queue with work, however deep the queues; the only sort
 // is of the heads, one row per queue.
 // TestClaimPlanSeeksEveryQueueHead pins it.
+//
+// Without any rule (no queue in f.Limits) the store needs no heads: it
+// reads the index jobs_state_run_at (or, for one queue,
+// jobs_state_queue_run_at) in claim order and stops at the first match,
+// as it did before queues had rules.
 func pickQuery(f store.ClaimFilter, ready bool) (string, []any) {
+	if len(f.Limits) == 0 {
+		return unruledPickQuery(f, ready)
+	}
 	args := []any{
 		sql.Named("now", toMicro(f.Now)),
 		sql.Named("limits", limitsJSON(f.Limits)),
@@ -612,26 +621,43 @@ func pickQuery(f store.ClaimFilter, ready bool) (string, []any) {
 		SELECT key, value ->> 'max', value ->> 'serial', value ->> 'hold' FROM json_each(:limits)),
 	pool_use(queue, pool) AS MATERIALIZED (
 		SELECT u.key, p.value FROM json_each(:uses) AS u, json_each(u.value) AS p),
-	pool_size(pool, size) AS MATERIALIZED (SELECT key, value FROM json_each(:sizes)),
+	full_pool(pool) AS MATERIALIZED (
+		SELECT z.key FROM json_each(:sizes) AS z
+		WHERE (SELECT COUNT(*) FROM jobs AS r WHERE r.state = 'running'
+			AND r.queue IN (SELECT o.queue FROM pool_use AS o WHERE o.pool = z.key)) >= z.value),
+	pool_blocked(queue) AS MATERIALIZED (
+		SELECT u.queue FROM pool_use AS u JOIN full_pool AS p ON p.pool = u.pool),
 	` + names + `,
-	heads(name, seq) AS (
-		SELECT n.name, CASE WHEN coalesce(l.serial, 0) THEN coalesce(
-			CASE WHEN l.hold THEN (SELECT seq FROM jobs INDEXED BY jobs_queued_retry
-				WHERE state = 'queued' AND attempt > 0 AND queue = n.name ORDER BY run_at, seq LIMIT 1) END,
-			(SELECT seq FROM jobs WHERE state = 'queued' AND queue = n.name ORDER BY run_at, seq LIMIT 1))
-		ELSE (SELECT seq FROM jobs WHERE state = 'queued' AND queue = n.name` + due + kinds + `
-			ORDER BY run_at, seq LIMIT 1) END
+	open_queues(name, serial, hold) AS (
+		SELECT n.name, coalesce(l.serial, 0), coalesce(l.hold, 0)
 		FROM names AS n LEFT JOIN lim AS l ON l.queue = n.name
-		WHERE n.name IS NOT NULL)
+		WHERE n.name IS NOT NULL
+			AND n.name NOT IN (SELECT queue FROM pool_blocked)
+			AND (coalesce(l.max_running, 0) = 0 OR (SELECT COUNT(*) FROM jobs AS r
+				WHERE r.state = 'running' AND r.queue = n.name) < l.max_running)),
+	heads(seq) AS (
+		SELECT CASE WHEN o.serial THEN coalesce(
+			CASE WHEN o.hold THEN (SELECT seq FROM jobs INDEXED BY jobs_queued_retry
+				WHERE state = 'queued' AND attempt > 0 AND queue = o.name ORDER BY run_at, seq LIMIT 1) END,
+			(SELECT seq FROM jobs WHERE state = 'queued' AND queue = o.name ORDER BY run_at, seq LIMIT 1))
+		ELSE (SELECT seq FROM jobs WHERE state = 'queued' AND queue = o.name` + due + kinds + `
+			ORDER BY run_at, seq LIMIT 1) END
+		FROM open_queues AS o)
 SELECT %s FROM heads AS h JOIN jobs AS j ON j.seq = h.seq
 WHERE 1` + due + kinds + `
-	AND NOT EXISTS (SELECT 1 FROM lim AS l WHERE l.queue = h.name AND l.max_running > 0
-		AND (SELECT COUNT(*) FROM jobs AS r WHERE r.state = 'running' AND r.queue = h.name) >= l.max_running)
-	AND NOT EXISTS (SELECT 1 FROM pool_use AS u JOIN pool_size AS z ON z.pool = u.pool
-		WHERE u.queue = h.name AND (SELECT COUNT(*) FROM jobs AS r WHERE r.state = 'running'
-			AND r.queue IN (SELECT o.queue FROM pool_use AS o WHERE o.pool = u.pool)) >= z.size)
 ORDER BY j.run_at, j.seq LIMIT 1`
 	return query, args
+}
+
+func unruledPickQuery(f store.ClaimFilter, ready bool) (string, []any) {
+	where, args := "state = 'queued'", []any(nil)
+	if ready {
+		where, args = where+" AND run_at <= ?", append(args, toMicro(f.Now))
+	}
+	where, args = in(where, args, "kind", f.Kinds)
+	where, args = in(where, args, "queue", f.Queues)
+	// j names the table as the ruled query does, for the caller's %s.
+	return "SELECT %s FROM jobs AS j WHERE " + where + " ORDER BY run_at, seq LIMIT 1", args
 }
 
 // mustJSON encodes v, or gives empty when v is nil.
