@@ -248,3 +248,27 @@ func TestSetRulesRefusesQueueLimitsItCannotApply(t *testing.T) {
 		})
 	}
 }
+
+// A reload that raises a queue's limit lets a claimer parked behind the
+// old one go at once, without waiting for a job to end or be submitted.
+func TestAReloadThatGivesRoomWakesAParkedClaim(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{Rules: jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {Serial: true}}}})
+	submit(t, e, jobs.SubmitRequest{Queue: "index"})
+	second := submit(t, e, jobs.SubmitRequest{Queue: "index"})
+	if _, err := claimNow(e, "index"); err != nil {
+		t.Fatal(err)
+	}
+	parked := async(func() (store.Job, error) {
+		return e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w2", Queues: []string{"index"}}, time.Now().Add(time.Minute))
+	})
+	notYet(t, parked, 50*time.Millisecond)
+	// The cap is a minute and await gives up after 10 s: only the wake-up
+	// can answer in time.
+	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {MaxRunning: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := await(t, parked)
+	if err != nil || got.ID != second.ID {
+		t.Errorf("parked claim after the reload = %v, %v; want %s", got.ID, err, second.ID)
+	}
+}

@@ -118,8 +118,8 @@ func (r Rules) claimLimits() map[string]store.QueueLimit {
 
 // SetRules replaces the rules in effect, atomically: a decision already
 // under way finishes with the rules it read, every later one reads r.
-// Parked calls are not disturbed. Rules the engine cannot apply are
-// refused and the old ones stay.
+// Parked calls are not disturbed, but parked claims look again, under r.
+// Rules the engine cannot apply are refused and the old ones stay.
 func (e *Engine) SetRules(r Rules) error {
 	if err := r.validate(); err != nil {
 		return fmt.Errorf("set rules: %w", err)
@@ -128,6 +128,8 @@ func (e *Engine) SetRules(r Rules) error {
 	r.Pools = maps.Clone(r.Pools)
 	r.limits = r.claimLimits()
 	e.rules.Store(&r)
+	// New limits may give room to claimers parked behind the old ones.
+	e.signals.Publish(claimSignal, e.signalSeq.Add(1), struct{}{})
 	return nil
 }
 
