@@ -43,7 +43,7 @@ type File struct {
 type Queue struct {
 	Name         string
 	Mode         string // "parallel" (also when left out) or "serial"
-	OnFailure    string // serial only: "block" or "skip"
+	OnFailure    string // serial only: "block" (also when left out) or "skip"
 	Retry        Retry
 	LeaseTimeout time.Duration
 	Timeout      time.Duration
@@ -513,16 +513,7 @@ func (f *File) Rules() (jobs.Rules, error) {
 	r := jobs.Rules{Source: "config " + filepath.Base(f.Path), Retention: f.Retention, Strict: f.Strict, Queues: map[string]jobs.QueueRules{}}
 	for i, q := range f.Queues {
 		key := fmt.Sprintf("queues[%d]", i)
-		if q.Mode == ModeSerial {
-			unsupported(key+".mode", "serial is not supported yet")
-		}
-		if q.OnFailure != "" {
-			unsupported(key+".on_failure", "is not supported yet")
-		}
-		if q.MaxRunning > 0 {
-			unsupported(key+".max_running", "is not supported yet (0 or left out: unbounded)")
-		}
-		for _, k := range []string{"uses", "timeout", "alert_after"} {
+		for _, k := range []string{"timeout", "alert_after"} {
 			if _, ok := f.keys[key+"."+k]; ok {
 				unsupported(key+"."+k, "is not supported yet")
 			}
@@ -532,10 +523,16 @@ func (f *File) Rules() (jobs.Rules, error) {
 			InitialBackoff: q.Retry.InitialBackoff,
 			MaxBackoff:     q.Retry.MaxBackoff,
 			LeaseTimeout:   q.LeaseTimeout,
+			Serial:         q.Mode == ModeSerial,
+			// A serial queue promises order, so a failed head holds it
+			// unless the file says skip.
+			BlockOnFailure: q.Mode == ModeSerial && q.OnFailure != OnFailureSkip,
+			MaxRunning:     q.MaxRunning,
+			Uses:           q.Uses,
 		}
 	}
 	if len(f.Pools) > 0 {
-		unsupported("pools", "are not supported yet")
+		r.Pools = f.Pools
 	}
 	if len(f.Schedules) > 0 {
 		unsupported("schedules", "are not supported yet")

@@ -44,16 +44,16 @@ func TestRulesRefuseWhatTheEngineDoesNotEnforceYet(t *testing.T) {
 	}
 	_, err = f.Rules()
 	if err == nil {
-		t.Fatal("the example's serial queue, pools, schedules and alerts were accepted, and would be ignored")
+		t.Fatal("the example's timeouts, schedules and alerts were accepted, and would be ignored")
+	}
+	for _, enforced := range []string{"queues[0].mode", "queues[0].on_failure", "queues[1].max_running", "queues[1].uses", " pools:"} {
+		if strings.Contains(err.Error(), enforced) {
+			t.Errorf("refusal names %s, which the engine enforces:\n%v", enforced, err)
+		}
 	}
 	for _, want := range []string{
-		"issue8-example.yaml:5:5: queues[0].mode: serial is not supported yet",
-		"queues[0].on_failure: is not supported yet",
 		":9:5: queues[0].timeout: is not supported yet",
 		"queues[0].alert_after: is not supported yet",
-		":13:5: queues[1].max_running: is not supported yet",
-		"queues[1].uses: is not supported yet",
-		":17:1: pools: are not supported yet",
 		"schedules: are not supported yet",
 		":27:3: alerts.webhook: is not supported yet",
 	} {
@@ -87,6 +87,37 @@ schedules: []
 	want := jobs.Rules{Source: "config jobwatch.yaml", Retention: 2 * time.Hour, Strict: true, Queues: map[string]jobs.QueueRules{
 		"index": {MaxAttempts: 10, InitialBackoff: time.Second, MaxBackoff: 5 * time.Minute, LeaseTimeout: 45 * time.Second},
 		"mail":  {},
+	}}
+	if !reflect.DeepEqual(r, want) {
+		t.Fatalf("rules %+v\nwant %+v", r, want)
+	}
+}
+
+func TestRulesCarryQueueLimitsAndPools(t *testing.T) {
+	f, err := config.Parse("jobwatch.yaml", []byte(`
+queues:
+  - name: index
+    mode: serial
+  - name: git
+    mode: serial
+    on_failure: skip
+  - name: readme
+    max_running: 8
+    uses: [db]
+pools:
+  db: 4
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := f.Rules()
+	if err != nil {
+		t.Fatalf("rules: %v", err)
+	}
+	want := jobs.Rules{Source: "config jobwatch.yaml", Pools: map[string]int{"db": 4}, Queues: map[string]jobs.QueueRules{
+		"index":  {Serial: true, BlockOnFailure: true}, // block when on_failure is left out
+		"git":    {Serial: true},
+		"readme": {MaxRunning: 8, Uses: []string{"db"}},
 	}}
 	if !reflect.DeepEqual(r, want) {
 		t.Fatalf("rules %+v\nwant %+v", r, want)

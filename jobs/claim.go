@@ -47,7 +47,8 @@ func validNames(field string, vs []string) error {
 // it from time.Now or a context's deadline (see Wait).
 //
 // Parking polls nothing: it sleeps on the claim signal, which every commit
-// that leaves a job QUEUED publishes, and on a timer for the earliest
+// that leaves a job QUEUED publishes (and every end of a job whose queue
+// has limits, which frees room), and on a timer for the earliest
 // future RunAt among the jobs it may run. A signal wakes every parked
 // claimer, also those that cannot run the job (another kind or queue, a
 // RunAt still to come). So a claimer that wakes first reads whether a job
@@ -131,8 +132,12 @@ func (e *Engine) Claim(ctx context.Context, r ClaimRequest, deadline time.Time) 
 	}
 }
 
+// claimFilter carries the queue rules in effect to the store, which
+// checks them in the transaction that claims: a replica-local count
+// could not see the other replicas' claims.
 func (e *Engine) claimFilter(r ClaimRequest) store.ClaimFilter {
-	return store.ClaimFilter{Kinds: r.Kinds, Queues: r.Queues, Now: e.now()}
+	rules := e.rules.Load()
+	return store.ClaimFilter{Kinds: r.Kinds, Queues: r.Queues, Now: e.now(), Limits: rules.limits, Pools: rules.Pools}
 }
 
 // claimOnce tries one claim of a job f selects, for workerID. woken says

@@ -229,7 +229,10 @@ func (e *Engine) Publish(j store.Job) { e.publish(j) }
 func (e *Engine) publish(j store.Job) {
 	e.hub.Publish(j.ID, j.Version, j)
 	e.signals.Publish(tenantSignal(j.Tenant), e.signalSeq.Add(1), struct{}{})
-	if j.State == store.Queued {
+	// A job that ends frees room in its queue and pools: claimers parked
+	// behind a limit must look again.
+	_, limited := e.rules.Load().limits[j.Queue]
+	if j.State == store.Queued || (limited && j.State.Terminal()) {
 		e.signals.Publish(claimSignal, e.signalSeq.Add(1), struct{}{})
 	}
 }

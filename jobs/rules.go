@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"time"
+
+	"github.com/jobwatch/jobwatch/store"
 )
 
 // Rules are the per-queue rules the engine keeps, as read from the serve
@@ -23,6 +25,13 @@ type Rules struct {
 	// Queues holds the rules of each declared queue, by name. A queue not
 	// in it is parallel and unbounded with Config's defaults.
 	Queues map[string]QueueRules
+	// Pools gives each pool's units: the RUNNING jobs of all the queues
+	// that use a pool never number more than its units.
+	Pools map[string]int
+
+	// limits are Queues' claim rules as the store checks them, built by
+	// SetRules.
+	limits map[string]store.QueueLimit
 }
 
 // QueueRules are one queue's rules. A zero field takes Config's default.
@@ -35,6 +44,20 @@ type QueueRules struct {
 	// LeaseTimeout is how long a RUNNING job of this queue may go without
 	// a heartbeat.
 	LeaseTimeout time.Duration
+
+	// Serial: at most one RUNNING job of the queue across all workers,
+	// claimed in order of RunAt, then submission, whatever the workers'
+	// kinds. A job retried after a failed or lost attempt goes back with
+	// a later RunAt; with BlockOnFailure it stays the head and the queue
+	// waits behind it until it succeeds or runs out of attempts, without
+	// it the next job goes meanwhile. A cancelled job never holds it.
+	Serial         bool
+	BlockOnFailure bool
+	// MaxRunning bounds the queue's RUNNING jobs across all workers
+	// (parallel queues); 0: unbounded.
+	MaxRunning int
+	// Uses names the pools of which each RUNNING job holds one unit.
+	Uses []string
 }
 
 // validate refuses rules the engine could not apply as written.
@@ -53,21 +76,60 @@ func (r Rules) validate() error {
 			return fmt.Errorf("queue %s: durations must not be negative", name)
 		case q.InitialBackoff > 0 && q.MaxBackoff > 0 && q.MaxBackoff < q.InitialBackoff:
 			return fmt.Errorf("queue %s: max_backoff %v is below initial_backoff %v", name, q.MaxBackoff, q.InitialBackoff)
+		case q.MaxRunning < 0:
+			return fmt.Errorf("queue %s: max_running must not be negative", name)
+		case q.Serial && q.MaxRunning > 1:
+			return fmt.Errorf("queue %s: a serial queue runs one job at a time, max_running %d says otherwise", name, q.MaxRunning)
+		case !q.Serial && q.BlockOnFailure:
+			return fmt.Errorf("queue %s: only a serial queue blocks on failure", name)
+		}
+		for _, pool := range q.Uses {
+			if _, ok := r.Pools[pool]; !ok {
+				return fmt.Errorf("queue %s: uses pool %q, which is not declared", name, pool)
+			}
+		}
+	}
+	for pool, units := range r.Pools {
+		if err := validName("pool", pool); err != nil {
+			return fmt.Errorf("pool %q: %w", pool, err)
+		}
+		if units < 1 {
+			return fmt.Errorf("pool %s: must have at least 1 unit, got %d", pool, units)
 		}
 	}
 	return nil
 }
 
+// claimLimits are the queues' claim rules in the store's terms; queues
+// with none are left out, as the store treats them as unbounded.
+func (r Rules) claimLimits() map[string]store.QueueLimit {
+	limits := map[string]store.QueueLimit{}
+	for name, q := range r.Queues {
+		l := store.QueueLimit{MaxRunning: q.MaxRunning, Serial: q.Serial, HoldRetry: q.BlockOnFailure, Pools: q.Uses}
+		if q.Serial {
+			l.MaxRunning = 1
+		}
+		if l.MaxRunning > 0 || l.Serial || len(l.Pools) > 0 {
+			limits[name] = l
+		}
+	}
+	return limits
+}
+
 // SetRules replaces the rules in effect, atomically: a decision already
 // under way finishes with the rules it read, every later one reads r.
-// Parked calls are not disturbed. Rules the engine cannot apply are
-// refused and the old ones stay.
+// Parked calls are not disturbed, but parked claims look again, under r.
+// Rules the engine cannot apply are refused and the old ones stay.
 func (e *Engine) SetRules(r Rules) error {
 	if err := r.validate(); err != nil {
 		return fmt.Errorf("set rules: %w", err)
 	}
 	r.Queues = maps.Clone(r.Queues)
+	r.Pools = maps.Clone(r.Pools)
+	r.limits = r.claimLimits()
 	e.rules.Store(&r)
+	// New limits may give room to claimers parked behind the old ones.
+	e.signals.Publish(claimSignal, e.signalSeq.Add(1), struct{}{})
 	return nil
 }
 
@@ -75,6 +137,8 @@ func (e *Engine) SetRules(r Rules) error {
 func (e *Engine) Rules() Rules {
 	r := *e.rules.Load()
 	r.Queues = maps.Clone(r.Queues)
+	r.Pools = maps.Clone(r.Pools)
+	r.limits = nil
 	return r
 }
 

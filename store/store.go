@@ -170,6 +170,30 @@ type ClaimFilter struct {
 	Queues []string
 	// Now: only jobs whose RunAt is at or before it are ready.
 	Now time.Time
+	// Limits are the claim rules of the queues that have any, by queue
+	// name; a queue not in it is unbounded. Pools gives each pool's size.
+	// The store decides none of them: it checks them in SQL, in the
+	// transaction that claims, so that replicas sharing a database
+	// enforce them together.
+	Limits map[string]QueueLimit
+	Pools  map[string]int
+}
+
+// QueueLimit is what a claim must respect for one queue.
+type QueueLimit struct {
+	// MaxRunning bounds the queue's RUNNING jobs; 0: unbounded.
+	MaxRunning int
+	// Serial: only the queue's head (the QUEUED job first by RunAt, then
+	// creation order, whatever its kind) may be claimed, so jobs run in
+	// order; with MaxRunning 1 that is one at a time, in order.
+	Serial bool
+	// HoldRetry (serial only): a QUEUED job that has run before (Attempt
+	// above 0, backing off before a retry) is the head whatever its RunAt,
+	// so the queue waits behind it.
+	HoldRetry bool
+	// Pools names the pools of which each RUNNING job of the queue holds
+	// one unit; a job is claimed only when every one has a free unit.
+	Pools []string
 }
 
 // QueueStats is one queue's unfinished work, as QueueStats reads it.
@@ -218,14 +242,17 @@ type Store interface {
 	UpdateJob(ctx context.Context, id string, update func(*Job) error) (Job, error)
 
 	// ClaimJob picks the oldest ready QUEUED job matching f (by RunAt,
-	// then creation order), lets claim change it (to RUNNING, with a
+	// then creation order) whose queue and pools have room under
+	// f.Limits and f.Pools, lets claim change it (to RUNNING, with a
 	// lease), and commits with Version + 1. Two concurrent claims never
-	// get the same job. It returns ErrNoJob when nothing is ready.
+	// get the same job, and never together take a queue or pool past its
+	// limit. It returns ErrNoJob when nothing is ready.
 	ClaimJob(ctx context.Context, f ClaimFilter, claim func(*Job)) (Job, error)
 
 	// NextReady returns the earliest RunAt among QUEUED jobs matching f's
-	// kinds and queues, whether it is past or not (f.Now is not used), and
-	// ok false if none matches. It is a read, so a parked claim that wakes
+	// kinds and queues that ClaimJob could take once that time comes
+	// (their queue and pools have room now, and a serial queue's job is
+	// its head), whether it is past or not, and ok false if none does. It is a read, so a parked claim that wakes
 	// can learn whether ClaimJob, a write, would find a job (runAt at or
 	// before now) and, if not, when it should look again.
 	NextReady(ctx context.Context, f ClaimFilter) (runAt time.Time, ok bool, err error)

@@ -132,6 +132,13 @@ CREATE INDEX jobs_state_lease ON jobs (state, lease_expires_at);
 CREATE INDEX jobs_state_finished ON jobs (state, finished_at);
 CREATE INDEX jobs_state_queue_run_at ON jobs (state, queue, run_at);
 `,
+	// 4: a serial queue that holds on failure finds the job backing off
+	// before a retry (its head) without walking the queue's other jobs.
+	// Few rows are in it: a QUEUED job is here only between a failed
+	// attempt and the next.
+	`
+CREATE INDEX jobs_queued_retry ON jobs (queue, run_at) WHERE state = 'queued' AND attempt > 0;
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a

@@ -545,12 +545,6 @@ func (s *Store) UpdateJob(ctx context.Context, id string, update func(*store.Job
 	return out, nil
 }
 
-// claimFilter appends f's kinds and queues to a WHERE clause.
-func claimFilter(where string, args []any, f store.ClaimFilter) (string, []any) {
-	where, args = in(where, args, "kind", f.Kinds)
-	return in(where, args, "queue", f.Queues)
-}
-
 func in[T ~string](where string, args []any, column string, values []T) (string, []any) {
 	if len(values) == 0 {
 		return where, args
@@ -562,11 +556,152 @@ func in[T ~string](where string, args []any, column string, values []T) (string,
 	return where, args
 }
 
-// ClaimJob implements store.Store. The pick and the change are one
-// immediate transaction, so no other claim can see the job still queued.
+// pickQuery finds the job ClaimJob takes (the ready case) or the earliest
+// RunAt NextReady reports, with the queue rules checked in SQL. Its
+// parameters: :now, :limits (a JSON object: queue -> {max, serial,
+// hold}), :uses (queue -> [pool, ...]), :sizes (pool -> units), and,
+// when filtered, :kinds and :queues (JSON arrays).
+//
+// Plan, so that no claim scans every queued job:
+//   - names: the queues with QUEUED jobs, by a skip-scan of the index
+//     jobs_state_queue_run_at (one seek per queue: MIN(queue) > the last
+//     one), or the worker's own list of queues;
+//   - heads: each queue's first job, one seek in the same index, whose
+//     rows of one (state, queue) are in run_at then seq (rowid) order,
+//     which is claim order; a serial queue's head is its first job
+//     whatever its kind (order is the rule), and with hold a job backing
+//     off before a retry comes first, found in the partial index
+//     jobs_queued_retry;
+//   - room, checked before any head is sought: each pool's RUNNING jobs
+//     (of every queue that uses it) counted once per claim, and each
+//     bounded queue's, by seeks in jobs_state_queue_run_at (state =
+//     'running', queue = ?): the work is in the running jobs of the
+//     rule's queues, never the queued.
+//
+// The rules are MATERIALIZED, so SQLite indexes them (an automatic
+// index) instead of re-reading the JSON for every queue. So a claim costs
+// a few seeks per queue with work, however deep the queues; the only sort
+// is of the heads, one row per queue.
+// TestClaimPlanSeeksEveryQueueHead pins it.
+//
+// Without any rule (no queue in f.Limits) the store needs no heads: it
+// reads the index jobs_state_run_at (or, for one queue,
+// jobs_state_queue_run_at) in claim order and stops at the first match,
+// as it did before queues had rules.
+func pickQuery(f store.ClaimFilter, ready bool) (string, []any) {
+	if len(f.Limits) == 0 {
+		return unruledPickQuery(f, ready)
+	}
+	args := []any{
+		sql.Named("now", toMicro(f.Now)),
+		sql.Named("limits", limitsJSON(f.Limits)),
+		sql.Named("uses", usesJSON(f.Limits)),
+		sql.Named("sizes", mustJSON(f.Pools, "{}")),
+	}
+	names := `names(name) AS (
+		SELECT (SELECT MIN(queue) FROM jobs WHERE state = 'queued')
+		UNION ALL
+		SELECT (SELECT MIN(queue) FROM jobs WHERE state = 'queued' AND queue > name)
+		FROM names WHERE name IS NOT NULL)`
+	if len(f.Queues) > 0 {
+		names = `names(name) AS (SELECT DISTINCT value FROM json_each(:queues))`
+		args = append(args, sql.Named("queues", mustJSON(f.Queues, "[]")))
+	}
+	kinds := ""
+	if len(f.Kinds) > 0 {
+		kinds = " AND kind IN (SELECT value FROM json_each(:kinds))"
+		args = append(args, sql.Named("kinds", mustJSON(f.Kinds, "[]")))
+	}
+	due := ""
+	if ready {
+		due = " AND run_at <= :now"
+	}
+	query := `WITH RECURSIVE
+	lim(queue, max_running, serial, hold) AS MATERIALIZED (
+		SELECT key, value ->> 'max', value ->> 'serial', value ->> 'hold' FROM json_each(:limits)),
+	pool_use(queue, pool) AS MATERIALIZED (
+		SELECT u.key, p.value FROM json_each(:uses) AS u, json_each(u.value) AS p),
+	full_pool(pool) AS MATERIALIZED (
+		SELECT z.key FROM json_each(:sizes) AS z
+		WHERE (SELECT COUNT(*) FROM jobs AS r WHERE r.state = 'running'
+			AND r.queue IN (SELECT o.queue FROM pool_use AS o WHERE o.pool = z.key)) >= z.value),
+	pool_blocked(queue) AS MATERIALIZED (
+		SELECT u.queue FROM pool_use AS u JOIN full_pool AS p ON p.pool = u.pool),
+	` + names + `,
+	open_queues(name, serial, hold) AS (
+		SELECT n.name, coalesce(l.serial, 0), coalesce(l.hold, 0)
+		FROM names AS n LEFT JOIN lim AS l ON l.queue = n.name
+		WHERE n.name IS NOT NULL
+			AND n.name NOT IN (SELECT queue FROM pool_blocked)
+			AND (coalesce(l.max_running, 0) = 0 OR (SELECT COUNT(*) FROM jobs AS r
+				WHERE r.state = 'running' AND r.queue = n.name) < l.max_running)),
+	heads(seq) AS (
+		SELECT CASE WHEN o.serial THEN coalesce(
+			CASE WHEN o.hold THEN (SELECT seq FROM jobs INDEXED BY jobs_queued_retry
+				WHERE state = 'queued' AND attempt > 0 AND queue = o.name ORDER BY run_at, seq LIMIT 1) END,
+			(SELECT seq FROM jobs WHERE state = 'queued' AND queue = o.name ORDER BY run_at, seq LIMIT 1))
+		ELSE (SELECT seq FROM jobs WHERE state = 'queued' AND queue = o.name` + due + kinds + `
+			ORDER BY run_at, seq LIMIT 1) END
+		FROM open_queues AS o)
+SELECT %s FROM heads AS h JOIN jobs AS j ON j.seq = h.seq
+WHERE 1` + due + kinds + `
+ORDER BY j.run_at, j.seq LIMIT 1`
+	return query, args
+}
+
+func unruledPickQuery(f store.ClaimFilter, ready bool) (string, []any) {
+	where, args := "state = 'queued'", []any(nil)
+	if ready {
+		where, args = where+" AND run_at <= ?", append(args, toMicro(f.Now))
+	}
+	where, args = in(where, args, "kind", f.Kinds)
+	where, args = in(where, args, "queue", f.Queues)
+	// j names the table as the ruled query does, for the caller's %s.
+	return "SELECT %s FROM jobs AS j WHERE " + where + " ORDER BY run_at, seq LIMIT 1", args
+}
+
+// mustJSON encodes v, or gives empty when v is nil.
+func mustJSON(v any, empty string) string {
+	if reflect.ValueOf(v).Len() == 0 {
+		return empty
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("encode %T: %v", v, err)) // maps of strings and ints always encode
+	}
+	return string(b)
+}
+
+type queueLimitJSON struct {
+	Max    int  `json:"max"`
+	Serial bool `json:"serial"`
+	Hold   bool `json:"hold"`
+}
+
+func limitsJSON(limits map[string]store.QueueLimit) string {
+	m := make(map[string]queueLimitJSON, len(limits))
+	for q, l := range limits {
+		m[q] = queueLimitJSON{Max: l.MaxRunning, Serial: l.Serial, Hold: l.Serial && l.HoldRetry}
+	}
+	return mustJSON(m, "{}")
+}
+
+func usesJSON(limits map[string]store.QueueLimit) string {
+	m := map[string][]string{}
+	for q, l := range limits {
+		if len(l.Pools) > 0 {
+			m[q] = l.Pools
+		}
+	}
+	return mustJSON(m, "{}")
+}
+
+// ClaimJob implements store.Store. The pick, with the queue rules, and
+// the change are one immediate transaction, so no other claim can see the
+// job still queued or a queue's or pool's room before this one took it.
 func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, claim func(*store.Job)) (store.Job, error) {
-	where, args := claimFilter("state = 'queued' AND run_at <= ?", []any{toMicro(f.Now)}, f)
-	query := "SELECT " + columns + " FROM jobs WHERE " + where + " ORDER BY run_at, seq LIMIT 1"
+	pick, args := pickQuery(f, true)
+	query := "SELECT " + columns + " FROM jobs WHERE seq = (" + fmt.Sprintf(pick, "j.seq") + ")"
 	var out store.Job
 	err := s.writeTx(ctx, "claim job", func(ctx context.Context, tx *sql.Tx) error {
 		old, seq, err := scanJob(tx.QueryRowContext(ctx, query, args...))
@@ -712,17 +847,11 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, 
 	return jobs, "", nil
 }
 
-// nextReadyQuery is completed by claimFilter. It reads the claim order
-// of the index jobs_state_run_at (or, for a queue, jobs_state_queue_run_at)
-// and stops at the first match, where MIN(run_at) with a filter would
-// visit every queued row.
-const nextReadyQuery = "SELECT run_at FROM jobs WHERE %s ORDER BY run_at LIMIT 1"
-
-// NextReady implements store.Store.
+// NextReady implements store.Store, with the plan of pickQuery.
 func (s *Store) NextReady(ctx context.Context, f store.ClaimFilter) (time.Time, bool, error) {
-	where, args := claimFilter("state = 'queued'", nil, f)
+	pick, args := pickQuery(f, false)
 	var runAt int64
-	err := s.read.QueryRowContext(ctx, fmt.Sprintf(nextReadyQuery, where), args...).Scan(&runAt)
+	err := s.read.QueryRowContext(ctx, fmt.Sprintf(pick, "j.run_at"), args...).Scan(&runAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, false, nil
 	}

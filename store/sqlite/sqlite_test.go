@@ -467,31 +467,54 @@ func TestUpgradingMovesPayloadAndResultLastAndKeepsJobsAndSeq(t *testing.T) {
 	}
 }
 
-// Every parked claimer reads NextReady when any job is queued, so it must
-// walk an index in claim order and stop at the first match, not sort.
-func TestNextReadyReadsAnIndexInClaimOrder(t *testing.T) {
+// Every claim and every parked claimer's look runs pickQuery, so it must
+// find each queue's head and count running jobs by index seeks, never
+// scan the table or sort the queued jobs.
+func TestClaimPlanSeeksEveryQueueHead(t *testing.T) {
 	s := openTemp(t, tempPath(t))
 	defer s.Close()
+	limits := map[string]store.QueueLimit{
+		"index":  {MaxRunning: 1, Serial: true, HoldRetry: true},
+		"readme": {MaxRunning: 8, Pools: []string{"db"}},
+	}
+	pools := map[string]int{"db": 4}
 	tests := []struct {
 		name   string
 		filter store.ClaimFilter
-		index  string
 	}{
-		{"any job", store.ClaimFilter{}, "jobs_state_run_at"},
-		{"some kinds", store.ClaimFilter{Kinds: []string{"a", "b"}}, "jobs_state_run_at"},
-		{"one queue", store.ClaimFilter{Queues: []string{"q"}}, "jobs_state_queue_run_at"},
+		{"any job", store.ClaimFilter{}},
+		{"some kinds", store.ClaimFilter{Kinds: []string{"a", "b"}}},
+		{"one queue", store.ClaimFilter{Queues: []string{"q"}}},
+		{"queues with rules and a pool", store.ClaimFilter{Limits: limits, Pools: pools}},
+		{"rules, kinds and queues", store.ClaimFilter{Kinds: []string{"a"}, Queues: []string{"index", "readme"}, Limits: limits, Pools: pools}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			where, args := claimFilter("state = 'queued'", nil, tt.filter)
-			joined := strings.Join(explain(t, s.read, fmt.Sprintf(nextReadyQuery, where), args...), "\n")
-			if !strings.Contains(joined, "INDEX "+tt.index+" (state=?") {
-				t.Errorf("plan:\n%s\nwant a search of %s", joined, tt.index)
-			}
-			if strings.Contains(joined, "TEMP B-TREE") {
-				t.Errorf("plan sorts in a temp B-tree:\n%s", joined)
-			}
-		})
+		for _, ready := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s, ready %v", tt.name, ready), func(t *testing.T) {
+				pick, args := pickQuery(tt.filter, ready)
+				plan := explain(t, s.read, fmt.Sprintf(pick, "j.seq"), args...)
+				joined := strings.Join(plan, "\n")
+				for _, line := range plan {
+					// Scans of the rules (json_each) and of the CTEs
+					// (one row per queue) are fine; of the jobs, never.
+					if f := strings.Fields(line); len(f) > 1 && f[0] == "SCAN" && (f[1] == "jobs" || f[1] == "j" || f[1] == "r") {
+						t.Errorf("plan scans the jobs: %q\n%s", line, joined)
+					}
+				}
+				if tt.filter.Limits != nil && !strings.Contains(joined, "INDEX jobs_queued_retry") {
+					t.Errorf("plan:\n%s\nwant a held serial queue's retry found in jobs_queued_retry", joined)
+				}
+				switch {
+				case tt.filter.Limits == nil:
+					// No rules: one walk of an index in claim order.
+					if len(plan) != 1 || !strings.Contains(joined, "INDEX jobs_state_") || strings.Contains(joined, "TEMP B-TREE") {
+						t.Errorf("plan:\n%s\nwant one search of an index in claim order", joined)
+					}
+				case !strings.Contains(joined, "INDEX jobs_state_queue_run_at (state=? AND queue=?"):
+					t.Errorf("plan:\n%s\nwant each queue's head sought in jobs_state_queue_run_at", joined)
+				}
+			})
+		}
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,6 +93,13 @@ var cases = []struct {
 	{"claims and updates racing on the same jobs never lose a change", testClaimUpdateRace},
 
 	{"next ready is the earliest RunAt of matching queued jobs, past or future", testNextReady},
+
+	{"a serial queue runs one job at a time, in RunAt then creation order, whatever the worker's kinds", testClaimSerial},
+	{"a serial queue that blocks waits behind its head backing off; one that skips moves on", testClaimSerialBlockSkip},
+	{"a parallel queue never has more than max_running running", testClaimMaxRunning},
+	{"a pool shared by two queues is never exceeded, and a full queue does not hold back others", testClaimPool},
+	{"concurrent claims never take a queue or a pool past its limit", testClaimLimitsConcurrent},
+	{"next ready reports nothing for a queue that is full, and the head's RunAt for one backing off", testNextReadyLimits},
 	{"expired leases are those of running jobs whose lease ended before now", testExpiredLeases},
 	{"delete finished before removes only terminal jobs that ended earlier", testDeleteFinishedBefore},
 	{"count by state counts every job once", testCountByState},
@@ -1453,4 +1461,278 @@ func sameQueueStats(got, want []store.QueueStats) bool {
 			a.OldestReadyRunAt.Equal(b.OldestReadyRunAt) &&
 			a.OldestReadyRunAt.IsZero() == b.OldestReadyRunAt.IsZero()
 	})
+}
+
+// fresh is a QUEUED job never attempted, of queue, created at sec.
+func fresh(id, queue string, sec int) store.Job {
+	j := newJob(id, at(sec))
+	j.Queue, j.Attempt = queue, 0
+	return j
+}
+
+// finish ends a running job, freeing its queue's and pools' room.
+func finish(t *testing.T, s store.Store, id string) {
+	t.Helper()
+	if _, err := s.UpdateJob(t.Context(), id, func(j *store.Job) error {
+		j.State, j.LeaseID = store.Succeeded, ""
+		j.FinishedAt = at(200)
+		return nil
+	}); err != nil {
+		t.Fatalf("finish %s: %v", id, err)
+	}
+}
+
+// claimOne claims with f and returns the id, or "" for ErrNoJob.
+func claimOne(t *testing.T, s store.Store, f store.ClaimFilter) string {
+	t.Helper()
+	j, err := s.ClaimJob(t.Context(), f, toRunning)
+	if errors.Is(err, store.ErrNoJob) {
+		return ""
+	}
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return j.ID
+}
+
+var serialLimits = map[string]store.QueueLimit{"index": {MaxRunning: 1, Serial: true}}
+
+func testClaimSerial(t *testing.T, s store.Store) {
+	for i, runAt := range []int{5, 1, 3, 1} {
+		j := fresh(fmt.Sprintf("job-%d", i+1), "index", i)
+		j.RunAt = at(runAt)
+		create(t, s, j)
+	}
+	other := fresh("other", "default", 0)
+	other.RunAt = at(50)
+	create(t, s, other)
+	report := fresh("report", "index", 9)
+	report.Kind, report.RunAt = "report", at(0)
+	create(t, s, report)
+
+	// The head is "report", of another kind: an email worker must not
+	// overtake it, whatever else the queue holds.
+	email := store.ClaimFilter{Kinds: []string{"email"}, Now: at(100), Limits: serialLimits}
+	if got := claimOne(t, s, email); got != "other" {
+		t.Fatalf("email worker claimed %q, want only %q of the unlimited queue (index's head is a report)", got, "other")
+	}
+	f := store.ClaimFilter{Now: at(100), Limits: serialLimits}
+	var order []string
+	for range 10 {
+		id := claimOne(t, s, f)
+		if id == "" {
+			break
+		}
+		order = append(order, id)
+		if again := claimOne(t, s, f); again != "" {
+			t.Fatalf("claimed %s while %s of the serial queue runs", again, id)
+		}
+		finish(t, s, id)
+	}
+	if want := []string{"report", "job-2", "job-4", "job-3", "job-1"}; !slices.Equal(order, want) {
+		t.Errorf("serial order = %v, want %v", order, want)
+	}
+}
+
+// retrying puts a running job back to QUEUED backing off until sec, as
+// the engine does after a failed attempt with attempts left.
+func retrying(t *testing.T, s store.Store, id string, sec int) {
+	t.Helper()
+	if _, err := s.UpdateJob(t.Context(), id, func(j *store.Job) error {
+		j.State, j.LeaseID, j.RunAt = store.Queued, "", at(sec)
+		j.Attempt = max(j.Attempt, 1) // the engine counts the attempt at its claim
+		return nil
+	}); err != nil {
+		t.Fatalf("retry %s: %v", id, err)
+	}
+}
+
+func testClaimSerialBlockSkip(t *testing.T, s store.Store) {
+	for _, q := range []string{"block", "skip"} {
+		for i := range 3 {
+			create(t, s, fresh(fmt.Sprintf("%s-%d", q, i+1), q, i))
+		}
+	}
+	limits := map[string]store.QueueLimit{
+		"block": {MaxRunning: 1, Serial: true, HoldRetry: true},
+		"skip":  {MaxRunning: 1, Serial: true},
+	}
+	for _, q := range []string{"block", "skip"} {
+		f := store.ClaimFilter{Queues: []string{q}, Now: at(10), Limits: limits}
+		head := claimOne(t, s, f)
+		if head != q+"-1" {
+			t.Fatalf("%s: first claim %q, want %s-1", q, head, q)
+		}
+		retrying(t, s, head, 60)
+		next := claimOne(t, s, f)
+		switch q {
+		case "block":
+			if next != "" {
+				t.Errorf("block: claimed %s while the head backs off until a later RunAt", next)
+			}
+			f.Now = at(60)
+			if got := claimOne(t, s, f); got != head {
+				t.Errorf("block: claim once the head is due = %q, want the head %s", got, head)
+			}
+			finish(t, s, head)
+			if got := claimOne(t, s, f); got != "block-2" {
+				t.Errorf("block: claim after the head succeeded = %q, want block-2", got)
+			}
+		case "skip":
+			if next != "skip-2" {
+				t.Errorf("skip: claim while the head backs off = %q, want skip-2", next)
+			}
+		}
+	}
+	// A cancelled head is not QUEUED: it holds nothing.
+	create(t, s, fresh("c-1", "block2", 0))
+	create(t, s, fresh("c-2", "block2", 1))
+	limits["block2"] = store.QueueLimit{MaxRunning: 1, Serial: true, HoldRetry: true}
+	f := store.ClaimFilter{Queues: []string{"block2"}, Now: at(10), Limits: limits}
+	if got := claimOne(t, s, f); got != "c-1" {
+		t.Fatalf("block2: first claim %q, want c-1", got)
+	}
+	retrying(t, s, "c-1", 60)
+	if _, err := s.UpdateJob(t.Context(), "c-1", func(j *store.Job) error {
+		j.State, j.FinishedAt = store.Cancelled, at(11)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimOne(t, s, f); got != "c-2" {
+		t.Errorf("claim after the backing-off head was cancelled = %q, want c-2", got)
+	}
+}
+
+func testClaimMaxRunning(t *testing.T, s store.Store) {
+	for i := range 6 {
+		create(t, s, fresh(fmt.Sprintf("job-%d", i+1), "readme", i))
+	}
+	f := store.ClaimFilter{Now: at(100), Limits: map[string]store.QueueLimit{"readme": {MaxRunning: 3}}}
+	got := claimAll(t, s, f)
+	if want := []string{"job-1", "job-2", "job-3"}; !slices.Equal(got, want) {
+		t.Fatalf("claims with max_running 3 = %v, want %v", got, want)
+	}
+	finish(t, s, "job-2")
+	if got := claimAll(t, s, f); !slices.Equal(got, []string{"job-4"}) {
+		t.Errorf("claims after one ended = %v, want [job-4]", got)
+	}
+	// 0 is unbounded.
+	f.Limits = map[string]store.QueueLimit{"readme": {}}
+	if got := claimAll(t, s, f); !slices.Equal(got, []string{"job-5", "job-6"}) {
+		t.Errorf("claims with max_running 0 = %v, want the rest", got)
+	}
+}
+
+func testClaimPool(t *testing.T, s store.Store) {
+	for i := range 4 {
+		create(t, s, fresh(fmt.Sprintf("a-%d", i+1), "a", i))
+		create(t, s, fresh(fmt.Sprintf("b-%d", i+1), "b", i))
+	}
+	create(t, s, fresh("free-1", "free", 50))
+	f := store.ClaimFilter{
+		Now: at(100),
+		Limits: map[string]store.QueueLimit{
+			"a": {MaxRunning: 2, Pools: []string{"db"}},
+			"b": {Pools: []string{"db"}},
+		},
+		Pools: map[string]int{"db": 3},
+	}
+	got := claimAll(t, s, f)
+	slices.Sort(got)
+	// By RunAt: a-1, b-1, a-2 take the pool's three units; a is also at
+	// its own max. free is in no pool.
+	if want := []string{"a-1", "a-2", "b-1", "free-1"}; !slices.Equal(got, want) {
+		t.Fatalf("claims with pool db of 3 = %v, want %v", got, want)
+	}
+	finish(t, s, "a-1")
+	if got := claimAll(t, s, f); !slices.Equal(got, []string{"b-2"}) {
+		t.Errorf("claims after a-1 ended = %v, want [b-2]: the freed unit goes to the earliest RunAt of either queue", got)
+	}
+	finish(t, s, "a-2")
+	if got := claimAll(t, s, store.ClaimFilter{Queues: []string{"b"}, Now: f.Now, Limits: f.Limits, Pools: f.Pools}); !slices.Equal(got, []string{"b-3"}) {
+		t.Errorf("claims of b after a-2 ended = %v, want [b-3]", got)
+	}
+	// b holds the whole pool now: a, with nothing running and its own
+	// limit far off, waits for a unit.
+	if got := claimAll(t, s, f); len(got) > 0 {
+		t.Errorf("claims with pool db full = %v, want none", got)
+	}
+}
+
+func testClaimLimitsConcurrent(t *testing.T, s store.Store) {
+	const perQueue, workers = 15, 8
+	for i := range perQueue {
+		for _, q := range []string{"serial", "bounded", "pooled"} {
+			create(t, s, fresh(fmt.Sprintf("%s-%02d", q, i), q, i))
+		}
+	}
+	f := store.ClaimFilter{
+		Now: at(100),
+		Limits: map[string]store.QueueLimit{
+			"serial":  {MaxRunning: 1, Serial: true, Pools: []string{"db"}},
+			"bounded": {MaxRunning: 2},
+			"pooled":  {Pools: []string{"db"}},
+		},
+		Pools: map[string]int{"db": 3},
+	}
+	// Each worker, right after its claim, reads the RUNNING jobs in one
+	// snapshot: no snapshot may ever hold more than the rules allow.
+	var claimed atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for range 3 * perQueue * 20 {
+				if claimed.Load() == 3*perQueue {
+					return
+				}
+				j, err := s.ClaimJob(t.Context(), f, toRunning)
+				if errors.Is(err, store.ErrNoJob) {
+					continue
+				}
+				if err != nil {
+					t.Errorf("worker %d: claim: %v", w, err)
+					return
+				}
+				claimed.Add(1)
+				running, _, err := s.ListJobs(t.Context(), store.ListFilter{States: []store.State{store.Running}, Limit: 100})
+				if err != nil {
+					t.Errorf("worker %d: list running: %v", w, err)
+					return
+				}
+				perQ, pool := map[string]int{}, 0
+				for _, r := range running {
+					perQ[r.Queue]++
+					if r.Queue != "bounded" {
+						pool++
+					}
+				}
+				if perQ["serial"] > 1 || perQ["bounded"] > 2 || pool > 3 {
+					t.Errorf("after claiming %s: running %v, pool db %d; want serial ≤ 1, bounded ≤ 2, db ≤ 3", j.ID, perQ, pool)
+				}
+				finish(t, s, j.ID)
+			}
+		})
+	}
+	wg.Wait()
+	if n := claimed.Load(); n != 3*perQueue {
+		t.Errorf("%d jobs claimed, want %d", n, 3*perQueue)
+	}
+}
+
+func testNextReadyLimits(t *testing.T, s store.Store) {
+	create(t, s, fresh("s-1", "serial", 0))
+	create(t, s, fresh("s-2", "serial", 1))
+	f := store.ClaimFilter{Now: at(10), Limits: map[string]store.QueueLimit{"serial": {MaxRunning: 1, Serial: true, HoldRetry: true}}}
+	if got := claimOne(t, s, f); got != "s-1" {
+		t.Fatalf("claim = %q, want s-1", got)
+	}
+	if runAt, ok, err := s.NextReady(t.Context(), f); err != nil || ok {
+		t.Errorf("next ready while the serial queue runs = %v, %v, %v; want none", runAt, ok, err)
+	}
+	retrying(t, s, "s-1", 60)
+	runAt, ok, err := s.NextReady(t.Context(), f)
+	if err != nil || !ok || !runAt.Equal(at(60)) {
+		t.Errorf("next ready while the head backs off = %v, %v, %v; want the head's RunAt %v", runAt, ok, err, at(60))
+	}
 }

@@ -1,0 +1,65 @@
+package server_test
+
+import (
+	"testing"
+	"time"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
+)
+
+// Over the wire, as a remote worker sees it: a serial queue gives out its
+// next job only once the running one ended, in submission order, and two
+// queues sharing a pool of one unit never run two jobs at once. A claim
+// that finds nothing it may run parks and ends empty at its deadline.
+func TestClaimJobOverTheWireRespectsSerialQueuesAndPools(t *testing.T) {
+	ts := startServer(t, serverOptions{engine: jobs.Config{Rules: jobs.Rules{
+		Queues: map[string]jobs.QueueRules{
+			"index": {Serial: true, BlockOnFailure: true},
+			"a":     {Uses: []string{"db"}},
+			"b":     {Uses: []string{"db"}},
+		},
+		Pools: map[string]int{"db": 1},
+	}}})
+	c := ts.h2c()
+	claimFrom := func(queue string) *jobwatchv1.ClaimJobResponse {
+		t.Helper()
+		// Short: an empty answer is the expected one half the time.
+		resp, err := c.workers.ClaimJob(ctxTimeout(t, 700*time.Millisecond), &jobwatchv1.ClaimJobRequest{
+			WorkerId: "remote", Queues: []string{queue},
+		})
+		if err != nil {
+			t.Fatalf("claim from %s: %v", queue, err)
+		}
+		return resp
+	}
+
+	var ids []string
+	for range 3 {
+		ids = append(ids, submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "idx", Queue: "index"}).GetId())
+	}
+	for i, id := range ids {
+		got := claimFrom("index")
+		if got.GetJob().GetId() != id {
+			t.Fatalf("claim %d from the serial queue = %q, want %s", i+1, got.GetJob().GetId(), id)
+		}
+		if other := claimFrom("index"); other.GetJob() != nil {
+			t.Fatalf("claimed %s while %s of the serial queue runs", other.GetJob().GetId(), id)
+		}
+		complete(t, c, got, nil)
+	}
+
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "q", Queue: "a"})
+	bJob := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "q", Queue: "b"})
+	held := claimFrom("a")
+	if held.GetJob() == nil {
+		t.Fatal("claim from a found nothing, want its job")
+	}
+	if got := claimFrom("b"); got.GetJob() != nil {
+		t.Fatalf("claimed %s of b while a holds the pool's only unit", got.GetJob().GetId())
+	}
+	complete(t, c, held, nil)
+	if got := claimFrom("b"); got.GetJob().GetId() != bJob.GetId() {
+		t.Errorf("claim from b once a ended = %q, want %s", got.GetJob().GetId(), bJob.GetId())
+	}
+}
