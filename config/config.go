@@ -522,7 +522,7 @@ func (f *File) Rules() (jobs.Rules, error) {
 		if q.MaxRunning > 0 {
 			unsupported(key+".max_running", "is not supported yet (0 or left out: unbounded)")
 		}
-		for _, k := range []string{"uses", "timeout", "alert_after"} {
+		for _, k := range []string{"uses", "alert_after"} {
 			if _, ok := f.keys[key+"."+k]; ok {
 				unsupported(key+"."+k, "is not supported yet")
 			}
@@ -532,6 +532,7 @@ func (f *File) Rules() (jobs.Rules, error) {
 			InitialBackoff: q.Retry.InitialBackoff,
 			MaxBackoff:     q.Retry.MaxBackoff,
 			LeaseTimeout:   q.LeaseTimeout,
+			Timeout:        q.Timeout,
 		}
 	}
 	if len(f.Pools) > 0 {

@@ -35,6 +35,10 @@ type QueueRules struct {
 	// LeaseTimeout is how long a RUNNING job of this queue may go without
 	// a heartbeat.
 	LeaseTimeout time.Duration
+	// Timeout, when positive, is how long one attempt may run: the sweep
+	// ends an attempt running longer as TimeoutErrorType (retryable).
+	// Zero: no limit (there is no server-wide default).
+	Timeout time.Duration
 }
 
 // validate refuses rules the engine could not apply as written.
@@ -49,7 +53,7 @@ func (r Rules) validate() error {
 		switch {
 		case q.MaxAttempts < 0:
 			return fmt.Errorf("queue %s: max_attempts must not be negative", name)
-		case q.InitialBackoff < 0 || q.MaxBackoff < 0 || q.LeaseTimeout < 0:
+		case q.InitialBackoff < 0 || q.MaxBackoff < 0 || q.LeaseTimeout < 0 || q.Timeout < 0:
 			return fmt.Errorf("queue %s: durations must not be negative", name)
 		case q.InitialBackoff > 0 && q.MaxBackoff > 0 && q.MaxBackoff < q.InitialBackoff:
 			return fmt.Errorf("queue %s: max_backoff %v is below initial_backoff %v", name, q.MaxBackoff, q.InitialBackoff)

@@ -754,6 +754,32 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]string, err
 	return ids, nil
 }
 
+// timedOutQuery reads running_attempts (one row per RUNNING job, a
+// handful) and each one's job by seq; it never reads payload or result.
+const timedOutQuery = `SELECT j.id, j.lease_id FROM running_attempts a JOIN jobs j ON j.seq = a.seq
+	WHERE a.started_at < ? AND j.state = 'running' AND j.queue = ?`
+
+// TimedOut implements store.Store.
+func (s *Store) TimedOut(ctx context.Context, queue string, startedBefore time.Time) ([]store.Attempt, error) {
+	rows, err := s.read.QueryContext(ctx, timedOutQuery, toMicro(startedBefore), queue)
+	if err != nil {
+		return nil, fmt.Errorf("timed out attempts: %w", classify(err))
+	}
+	defer rows.Close()
+	var attempts []store.Attempt
+	for rows.Next() {
+		var a store.Attempt
+		if err := rows.Scan(&a.JobID, &a.LeaseID); err != nil {
+			return nil, fmt.Errorf("timed out attempts: %w", classify(err))
+		}
+		attempts = append(attempts, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("timed out attempts: %w", classify(err))
+	}
+	return attempts, nil
+}
+
 // CountByState implements store.Store.
 func (s *Store) CountByState(ctx context.Context) (map[store.State]int64, error) {
 	rows, err := s.read.QueryContext(ctx, "SELECT state, COUNT(*) FROM jobs GROUP BY state")
