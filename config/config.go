@@ -522,10 +522,8 @@ func (f *File) Rules() (jobs.Rules, error) {
 		if q.MaxRunning > 0 {
 			unsupported(key+".max_running", "is not supported yet (0 or left out: unbounded)")
 		}
-		for _, k := range []string{"uses", "alert_after"} {
-			if _, ok := f.keys[key+"."+k]; ok {
-				unsupported(key+"."+k, "is not supported yet")
-			}
+		if _, ok := f.keys[key+".uses"]; ok {
+			unsupported(key+".uses", "is not supported yet")
 		}
 		r.Queues[q.Name] = jobs.QueueRules{
 			MaxAttempts:    int32(q.Retry.MaxAttempts),
@@ -533,6 +531,7 @@ func (f *File) Rules() (jobs.Rules, error) {
 			MaxBackoff:     q.Retry.MaxBackoff,
 			LeaseTimeout:   q.LeaseTimeout,
 			Timeout:        q.Timeout,
+			AlertAfter:     q.AlertAfter,
 		}
 	}
 	if len(f.Pools) > 0 {

@@ -49,7 +49,6 @@ func TestRulesRefuseWhatTheEngineDoesNotEnforceYet(t *testing.T) {
 	for _, want := range []string{
 		"issue8-example.yaml:5:5: queues[0].mode: serial is not supported yet",
 		"queues[0].on_failure: is not supported yet",
-		"queues[0].alert_after: is not supported yet",
 		":13:5: queues[1].max_running: is not supported yet",
 		"queues[1].uses: is not supported yet",
 		":17:1: pools: are not supported yet",
@@ -73,6 +72,7 @@ queues:
     retry: {max_attempts: 10, initial_backoff: 1s, max_backoff: 5m}
     lease_timeout: 45s
     timeout: 10m
+    alert_after: 5m
   - name: mail
 pools: {}
 schedules: []
@@ -85,7 +85,7 @@ schedules: []
 		t.Fatalf("rules: %v", err)
 	}
 	want := jobs.Rules{Source: "config jobwatch.yaml", Retention: 2 * time.Hour, Strict: true, Queues: map[string]jobs.QueueRules{
-		"index": {MaxAttempts: 10, InitialBackoff: time.Second, MaxBackoff: 5 * time.Minute, LeaseTimeout: 45 * time.Second, Timeout: 10 * time.Minute},
+		"index": {MaxAttempts: 10, InitialBackoff: time.Second, MaxBackoff: 5 * time.Minute, LeaseTimeout: 45 * time.Second, Timeout: 10 * time.Minute, AlertAfter: 5 * time.Minute},
 		"mail":  {},
 	}}
 	if !reflect.DeepEqual(r, want) {

@@ -174,6 +174,8 @@ type Engine struct {
 	// writes knows since when this engine's writes in flight were
 	// stamped, so WatchTenant never moves its cursor past one.
 	writes inFlight
+	// alerts remembers what the sweep needs to log alerts once.
+	alerts alertState
 
 	// done is closed by Shutdown; every parked call selects on it.
 	done     chan struct{}

@@ -39,6 +39,10 @@ type QueueRules struct {
 	// ends an attempt running longer as TimeoutErrorType (retryable).
 	// Zero: no limit (there is no server-wide default).
 	Timeout time.Duration
+	// AlertAfter, when positive, makes the queue alerting while it has
+	// unfinished work and has not drained for longer (alerts.go). Zero:
+	// never alerting.
+	AlertAfter time.Duration
 }
 
 // validate refuses rules the engine could not apply as written.
@@ -53,7 +57,7 @@ func (r Rules) validate() error {
 		switch {
 		case q.MaxAttempts < 0:
 			return fmt.Errorf("queue %s: max_attempts must not be negative", name)
-		case q.InitialBackoff < 0 || q.MaxBackoff < 0 || q.LeaseTimeout < 0 || q.Timeout < 0:
+		case q.InitialBackoff < 0 || q.MaxBackoff < 0 || q.LeaseTimeout < 0 || q.Timeout < 0 || q.AlertAfter < 0:
 			return fmt.Errorf("queue %s: durations must not be negative", name)
 		case q.InitialBackoff > 0 && q.MaxBackoff > 0 && q.MaxBackoff < q.InitialBackoff:
 			return fmt.Errorf("queue %s: max_backoff %v is below initial_backoff %v", name, q.MaxBackoff, q.InitialBackoff)

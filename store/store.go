@@ -246,6 +246,15 @@ type Store interface {
 	// can end exactly that attempt and no later one.
 	TimedOut(ctx context.Context, queue string, startedBefore time.Time) ([]Attempt, error)
 
+	// MarkDrained records that each of queues had no QUEUED or RUNNING
+	// job at t. A later time already stored is kept, so replicas sweeping
+	// at once never move a queue's drain back.
+	MarkDrained(ctx context.Context, queues []string, t time.Time) error
+
+	// LastDrained returns, by queue, the latest time MarkDrained recorded;
+	// a queue never marked is absent.
+	LastDrained(ctx context.Context) (map[string]time.Time, error)
+
 	// DeleteFinishedBefore deletes terminal jobs whose FinishedAt is
 	// before t and reports how many it deleted.
 	DeleteFinishedBefore(ctx context.Context, t time.Time) (int, error)

@@ -141,7 +141,8 @@ CREATE INDEX jobs_state_queue_run_at ON jobs (state, queue, run_at);
 	// becomes RUNNING gets a row with its updated_at (the claim's time),
 	// one that stops being RUNNING loses it. Jobs already RUNNING take
 	// their updated_at, which is no earlier than their claim, so an
-	// upgrade times nothing out before its time.
+	// upgrade times nothing out before its time. queue_drains keeps when
+	// each queue last drained, for alerting.
 	`
 CREATE TABLE running_attempts (
 	seq        INTEGER PRIMARY KEY,
@@ -153,6 +154,12 @@ CREATE TRIGGER jobs_attempt_started AFTER UPDATE OF state ON jobs
 BEGIN
 	INSERT OR REPLACE INTO running_attempts (seq, started_at) VALUES (NEW.seq, NEW.updated_at);
 END;
+-- When each queue was last seen with no QUEUED or RUNNING job
+-- (MarkDrained, LastDrained), for alerting; it must outlive a restart.
+CREATE TABLE queue_drains (
+	queue      TEXT    PRIMARY KEY,
+	drained_at INTEGER NOT NULL
+) STRICT;
 CREATE TRIGGER jobs_attempt_ended AFTER UPDATE OF state ON jobs
 	WHEN OLD.state = 'running' AND NEW.state <> 'running'
 BEGIN
