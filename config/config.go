@@ -510,7 +510,7 @@ func (f *File) Rules() (jobs.Rules, error) {
 	}
 	// Callers refused by strict see the file's name, not the server's
 	// directory layout.
-	r := jobs.Rules{Source: "config " + filepath.Base(f.Path), Retention: f.Retention, Strict: f.Strict, Queues: map[string]jobs.QueueRules{}}
+	r := jobs.Rules{Source: "config " + filepath.Base(f.Path), Retention: f.Retention, Strict: f.Strict, Queues: map[string]jobs.QueueRules{}, AlertWebhook: f.Alerts.Webhook}
 	for i, q := range f.Queues {
 		key := fmt.Sprintf("queues[%d]", i)
 		if q.Mode == ModeSerial {
@@ -539,9 +539,6 @@ func (f *File) Rules() (jobs.Rules, error) {
 	}
 	if len(f.Schedules) > 0 {
 		unsupported("schedules", "are not supported yet")
-	}
-	if f.Alerts.Webhook != "" {
-		unsupported("alerts.webhook", "is not supported yet")
 	}
 	if len(errs) > 0 {
 		return jobs.Rules{}, errors.Join(errs...)

@@ -53,7 +53,6 @@ func TestRulesRefuseWhatTheEngineDoesNotEnforceYet(t *testing.T) {
 		"queues[1].uses: is not supported yet",
 		":17:1: pools: are not supported yet",
 		"schedules: are not supported yet",
-		":27:3: alerts.webhook: is not supported yet",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("refusal does not say %q:\n%v", want, err)
@@ -76,6 +75,8 @@ queues:
   - name: mail
 pools: {}
 schedules: []
+alerts:
+  webhook: http://127.0.0.1:9000/hooks/jobwatch
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +85,7 @@ schedules: []
 	if err != nil {
 		t.Fatalf("rules: %v", err)
 	}
-	want := jobs.Rules{Source: "config jobwatch.yaml", Retention: 2 * time.Hour, Strict: true, Queues: map[string]jobs.QueueRules{
+	want := jobs.Rules{Source: "config jobwatch.yaml", Retention: 2 * time.Hour, Strict: true, AlertWebhook: "http://127.0.0.1:9000/hooks/jobwatch", Queues: map[string]jobs.QueueRules{
 		"index": {MaxAttempts: 10, InitialBackoff: time.Second, MaxBackoff: 5 * time.Minute, LeaseTimeout: 45 * time.Second, Timeout: 10 * time.Minute, AlertAfter: 5 * time.Minute},
 		"mail":  {},
 	}}

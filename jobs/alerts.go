@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/jobwatch/jobwatch/alerthook"
 )
 
 // Alerting: a queue whose rules give an alert_after (QueueRules.AlertAfter)
@@ -102,6 +104,11 @@ func (e *Engine) watchQueues(ctx context.Context) error {
 
 	e.alerts.mu.Lock()
 	defer e.alerts.mu.Unlock()
+	webhook := e.rules.Load().AlertWebhook
+	byName := map[string]QueueStats{}
+	for _, q := range stats {
+		byName[q.Name] = q
+	}
 	for name, q := range alerting {
 		if e.alerts.on[name] {
 			continue
@@ -109,10 +116,18 @@ func (e *Engine) watchQueues(ctx context.Context) error {
 		e.log.Warn("queue alerting: unfinished work has not drained for longer than alert_after",
 			"queue", name, "alert_after", q.AlertAfter, "last_drained_at", q.LastDrainedAt,
 			"queued", q.Queued, "running", q.Running)
+		if webhook != "" {
+			e.hook.Send(webhook, alertEvent(q, now))
+		}
 	}
 	for name := range e.alerts.on {
 		if _, still := alerting[name]; !still {
 			e.log.Info("queue no longer alerting", "queue", name)
+			if webhook != "" {
+				q := byName[name]
+				q.Name, q.Alerting = name, false
+				e.hook.Send(webhook, alertEvent(q, now))
+			}
 		}
 	}
 	e.alerts.on = map[string]bool{}
@@ -126,4 +141,17 @@ func (e *Engine) watchQueues(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// alertEvent is the webhook body for q's change, seen at now.
+func alertEvent(q QueueStats, now time.Time) alerthook.Event {
+	ev := alerthook.Event{Queue: q.Name, Alerting: q.Alerting, At: now, Queued: q.Queued, Running: q.Running}
+	if q.AlertAfter > 0 {
+		ev.AlertAfter = q.AlertAfter.String()
+	}
+	if !q.LastDrainedAt.IsZero() {
+		at := q.LastDrainedAt
+		ev.LastDrainedAt = &at
+	}
+	return ev
 }

@@ -3,9 +3,13 @@ package jobs_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,5 +154,74 @@ func TestAWatchedQueueNeverSeenDrainedCountsFromWhenTheEngineFirstWatchedIt(t *t
 	clock.Advance(time.Minute + time.Second)
 	if q := queueStat(t, e, "backlog"); !q.Alerting || !q.LastDrainedAt.IsZero() {
 		t.Fatalf("watched for 61s, never drained: %+v; want alerting", q)
+	}
+}
+
+func TestTheWebhookReceivesEnteringAndLeavingRetriedPastAFailure(t *testing.T) {
+	type received struct {
+		Queue         string     `json:"queue"`
+		Alerting      bool       `json:"alerting"`
+		LastDrainedAt *time.Time `json:"last_drained_at"`
+		AlertAfter    string     `json:"alert_after"`
+		Queued        int64      `json:"queued"`
+	}
+	events := make(chan received, 10)
+	var calls atomic.Int32
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The first POST fails: the hook must try again.
+		if calls.Add(1) == 1 {
+			http.Error(w, "not now", http.StatusServiceUnavailable)
+			return
+		}
+		var ev received
+		if r.Method != http.MethodPost || r.Header.Get("Content-Type") != "application/json" || json.NewDecoder(r.Body).Decode(&ev) != nil {
+			t.Errorf("webhook got %s %s, want a JSON POST", r.Method, r.Header.Get("Content-Type"))
+		}
+		events <- ev
+	}))
+	defer hook.Close()
+	next := func() received {
+		t.Helper()
+		select {
+		case ev := <-events:
+			return ev
+		case <-time.After(10 * time.Second):
+			t.Fatal("no webhook POST")
+			return received{}
+		}
+	}
+
+	clock := newFakeClock()
+	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour})
+	if err := e.SetRules(jobs.Rules{AlertWebhook: hook.URL + "/hooks/jobwatch",
+		Queues: map[string]jobs.QueueRules{"index": {AlertAfter: time.Minute}}}); err != nil {
+		t.Fatal(err)
+	}
+	sweep(t, e)
+	drainedAt := clock.Now()
+	j := running(t, e, jobs.SubmitRequest{Queue: "index"})
+	clock.Advance(2 * time.Minute)
+	sweep(t, e)
+	sweep(t, e) // still alerting: no second POST
+
+	ev := next()
+	if ev.Queue != "index" || !ev.Alerting || ev.LastDrainedAt == nil || !ev.LastDrainedAt.Equal(drainedAt) || ev.AlertAfter != "1m0s" {
+		t.Fatalf("entering: %+v; want index alerting, last drained at %v, alert_after 1m0s", ev, drainedAt)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("POSTs so far: %d, want 2 (one refused, one delivered)", n)
+	}
+
+	if _, err := e.Complete(context.Background(), j.ID, j.LeaseID, nil); err != nil {
+		t.Fatal(err)
+	}
+	sweep(t, e)
+	if ev := next(); ev.Queue != "index" || ev.Alerting {
+		t.Fatalf("leaving: %+v; want index not alerting", ev)
+	}
+	select {
+	case ev := <-events:
+		t.Errorf("an extra POST: %+v", ev)
+	case <-time.After(50 * time.Millisecond):
 	}
 }

@@ -23,6 +23,9 @@ type Rules struct {
 	// Queues holds the rules of each declared queue, by name. A queue not
 	// in it is parallel and unbounded with Config's defaults.
 	Queues map[string]QueueRules
+	// AlertWebhook, when set, is POSTed a JSON body (alerthook.Event)
+	// each time a queue starts or stops alerting, retried with backoff.
+	AlertWebhook string
 }
 
 // QueueRules are one queue's rules. A zero field takes Config's default.
