@@ -754,8 +754,9 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]string, err
 	return ids, nil
 }
 
-// timedOutQuery reads running_attempts (one row per RUNNING job, a
-// handful) and each one's job by seq; it never reads payload or result.
+// timedOutQuery reads the queue's RUNNING jobs (a handful) through
+// jobs_state_queue_run_at and each one's attempt by seq; it never scans
+// jobs (TestTimedOutReadsRunningAttemptsNotTheJobsTable).
 const timedOutQuery = `SELECT j.id, j.lease_id FROM running_attempts a JOIN jobs j ON j.seq = a.seq
 	WHERE a.started_at < ? AND j.state = 'running' AND j.queue = ?`
 
