@@ -82,6 +82,9 @@ func (e *Engine) judgeAlerts(ctx context.Context, now time.Time, stats []QueueSt
 // queues are drained now and logs each queue entering or leaving the
 // alerting state, once.
 func (e *Engine) watchQueues(ctx context.Context) error {
+	if !e.watchingAny() {
+		return nil
+	}
 	now := e.now()
 	stats, err := e.queueStats(ctx, now)
 	if err != nil {
@@ -154,4 +157,19 @@ func alertEvent(q QueueStats, now time.Time) alerthook.Event {
 		ev.LastDrainedAt = &at
 	}
 	return ev
+}
+
+// watchingAny reports whether the sweep has alerting work: a queue with
+// an alert_after, or an alert to end (its alert_after just removed).
+// Without one it reads nothing, so a server without alert_after pays
+// nothing for alerting.
+func (e *Engine) watchingAny() bool {
+	for _, q := range e.rules.Load().Queues {
+		if q.AlertAfter > 0 {
+			return true
+		}
+	}
+	e.alerts.mu.Lock()
+	defer e.alerts.mu.Unlock()
+	return len(e.alerts.on) > 0
 }

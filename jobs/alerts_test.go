@@ -225,3 +225,30 @@ func TestTheWebhookReceivesEnteringAndLeavingRetriedPastAFailure(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 }
+
+func TestAReloadWithoutAlertAfterEndsTheAlertOnce(t *testing.T) {
+	clock := newFakeClock()
+	logs := &lockedBuffer{}
+	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {AlertAfter: time.Minute}}}); err != nil {
+		t.Fatal(err)
+	}
+	submit(t, e, jobs.SubmitRequest{Queue: "index"})
+	sweep(t, e)
+	clock.Advance(2 * time.Minute)
+	sweep(t, e)
+	if q := queueStat(t, e, "index"); !q.Alerting {
+		t.Fatalf("%+v, want alerting", q)
+	}
+	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {}}}); err != nil {
+		t.Fatal(err)
+	}
+	sweep(t, e)
+	sweep(t, e)
+	if q := queueStat(t, e, "index"); q.Alerting {
+		t.Errorf("%+v after the reload, want not alerting", q)
+	}
+	if n := logs.count("queue no longer alerting"); n != 1 {
+		t.Errorf("logged leaving %d times, want once", n)
+	}
+}
