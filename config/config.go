@@ -510,14 +510,8 @@ func (f *File) Rules() (jobs.Rules, error) {
 	}
 	// Callers refused by strict see the file's name, not the server's
 	// directory layout.
-	r := jobs.Rules{Source: "config " + filepath.Base(f.Path), Retention: f.Retention, Strict: f.Strict, Queues: map[string]jobs.QueueRules{}}
-	for i, q := range f.Queues {
-		key := fmt.Sprintf("queues[%d]", i)
-		for _, k := range []string{"timeout", "alert_after"} {
-			if _, ok := f.keys[key+"."+k]; ok {
-				unsupported(key+"."+k, "is not supported yet")
-			}
-		}
+	r := jobs.Rules{Source: "config " + filepath.Base(f.Path), Retention: f.Retention, Strict: f.Strict, Queues: map[string]jobs.QueueRules{}, AlertWebhook: f.Alerts.Webhook}
+	for _, q := range f.Queues {
 		r.Queues[q.Name] = jobs.QueueRules{
 			MaxAttempts:    int32(q.Retry.MaxAttempts),
 			InitialBackoff: q.Retry.InitialBackoff,
@@ -529,6 +523,8 @@ func (f *File) Rules() (jobs.Rules, error) {
 			BlockOnFailure: q.Mode == ModeSerial && q.OnFailure != OnFailureSkip,
 			MaxRunning:     q.MaxRunning,
 			Uses:           q.Uses,
+			Timeout:        q.Timeout,
+			AlertAfter:     q.AlertAfter,
 		}
 	}
 	if len(f.Pools) > 0 {
@@ -536,9 +532,6 @@ func (f *File) Rules() (jobs.Rules, error) {
 	}
 	if len(f.Schedules) > 0 {
 		unsupported("schedules", "are not supported yet")
-	}
-	if f.Alerts.Webhook != "" {
-		unsupported("alerts.webhook", "is not supported yet")
 	}
 	if len(errs) > 0 {
 		return jobs.Rules{}, errors.Join(errs...)

@@ -44,18 +44,15 @@ func TestRulesRefuseWhatTheEngineDoesNotEnforceYet(t *testing.T) {
 	}
 	_, err = f.Rules()
 	if err == nil {
-		t.Fatal("the example's timeouts, schedules and alerts were accepted, and would be ignored")
+		t.Fatal("the example's schedules were accepted, and would be ignored")
 	}
-	for _, enforced := range []string{"queues[0].mode", "queues[0].on_failure", "queues[1].max_running", "queues[1].uses", " pools:"} {
+	for _, enforced := range []string{"queues[0].mode", "queues[0].on_failure", "queues[1].max_running", "queues[1].uses", " pools:", "queues[0].timeout", "queues[0].alert_after", "alerts.webhook"} {
 		if strings.Contains(err.Error(), enforced) {
 			t.Errorf("refusal names %s, which the engine enforces:\n%v", enforced, err)
 		}
 	}
 	for _, want := range []string{
-		":9:5: queues[0].timeout: is not supported yet",
-		"queues[0].alert_after: is not supported yet",
 		"schedules: are not supported yet",
-		":27:3: alerts.webhook: is not supported yet",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("refusal does not say %q:\n%v", want, err)
@@ -73,9 +70,13 @@ queues:
     max_running: 0
     retry: {max_attempts: 10, initial_backoff: 1s, max_backoff: 5m}
     lease_timeout: 45s
+    timeout: 10m
+    alert_after: 5m
   - name: mail
 pools: {}
 schedules: []
+alerts:
+  webhook: http://127.0.0.1:9000/hooks/jobwatch
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -84,8 +85,8 @@ schedules: []
 	if err != nil {
 		t.Fatalf("rules: %v", err)
 	}
-	want := jobs.Rules{Source: "config jobwatch.yaml", Retention: 2 * time.Hour, Strict: true, Queues: map[string]jobs.QueueRules{
-		"index": {MaxAttempts: 10, InitialBackoff: time.Second, MaxBackoff: 5 * time.Minute, LeaseTimeout: 45 * time.Second},
+	want := jobs.Rules{Source: "config jobwatch.yaml", Retention: 2 * time.Hour, Strict: true, AlertWebhook: "http://127.0.0.1:9000/hooks/jobwatch", Queues: map[string]jobs.QueueRules{
+		"index": {MaxAttempts: 10, InitialBackoff: time.Second, MaxBackoff: 5 * time.Minute, LeaseTimeout: 45 * time.Second, Timeout: 10 * time.Minute, AlertAfter: 5 * time.Minute},
 		"mail":  {},
 	}}
 	if !reflect.DeepEqual(r, want) {

@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jobwatch/jobwatch/alerthook"
 	"github.com/jobwatch/jobwatch/store"
 	"github.com/jobwatch/jobwatch/watch"
 )
@@ -174,6 +175,10 @@ type Engine struct {
 	// writes knows since when this engine's writes in flight were
 	// stamped, so WatchTenant never moves its cursor past one.
 	writes inFlight
+	// alerts remembers what the sweep needs to log alerts once; hook
+	// posts their changes to Rules.AlertWebhook.
+	alerts alertState
+	hook   *alerthook.Hook
 
 	// done is closed by Shutdown; every parked call selects on it.
 	done     chan struct{}
@@ -197,6 +202,7 @@ func New(st store.Store, cfg Config) *Engine {
 		signals: watch.NewHub[struct{}](),
 		done:    make(chan struct{}),
 	}
+	e.hook = alerthook.New(e.log, e.done)
 	e.rules.Store(&Rules{})
 	if err := e.SetRules(cfg.Rules); err != nil {
 		e.log.Error("rules refused: no queue is declared", "err", err)

@@ -25,6 +25,10 @@ type Rules struct {
 	// Queues holds the rules of each declared queue, by name. A queue not
 	// in it is parallel and unbounded with Config's defaults.
 	Queues map[string]QueueRules
+	// AlertWebhook, when set, is POSTed a JSON body (alerthook.Event)
+	// each time a queue starts or stops alerting, retried with backoff.
+	AlertWebhook string
+
 	// Pools gives each pool's units: the RUNNING jobs of all the queues
 	// that use a pool never number more than its units.
 	Pools map[string]int
@@ -58,6 +62,14 @@ type QueueRules struct {
 	MaxRunning int
 	// Uses names the pools of which each RUNNING job holds one unit.
 	Uses []string
+	// Timeout, when positive, is how long one attempt may run: the sweep
+	// ends an attempt running longer as TimeoutErrorType (retryable).
+	// Zero: no limit (there is no server-wide default).
+	Timeout time.Duration
+	// AlertAfter, when positive, makes the queue alerting while it has
+	// unfinished work and has not drained for longer (alerts.go). Zero:
+	// never alerting.
+	AlertAfter time.Duration
 }
 
 // validate refuses rules the engine could not apply as written.
@@ -72,7 +84,7 @@ func (r Rules) validate() error {
 		switch {
 		case q.MaxAttempts < 0:
 			return fmt.Errorf("queue %s: max_attempts must not be negative", name)
-		case q.InitialBackoff < 0 || q.MaxBackoff < 0 || q.LeaseTimeout < 0:
+		case q.InitialBackoff < 0 || q.MaxBackoff < 0 || q.LeaseTimeout < 0 || q.Timeout < 0 || q.AlertAfter < 0:
 			return fmt.Errorf("queue %s: durations must not be negative", name)
 		case q.InitialBackoff > 0 && q.MaxBackoff > 0 && q.MaxBackoff < q.InitialBackoff:
 			return fmt.Errorf("queue %s: max_backoff %v is below initial_backoff %v", name, q.MaxBackoff, q.InitialBackoff)

@@ -27,17 +27,29 @@ type QueueStats struct {
 	// ready: now minus OldestReadyRunAt. It is zero, and means nothing,
 	// when OldestReadyRunAt is zero (nothing waits).
 	OldestQueuedAge time.Duration
+	// AlertAfter is the queue's alert_after (QueueRules); zero: the
+	// queue is not watched, and the two fields below stay zero.
+	AlertAfter time.Duration
+	// LastDrainedAt is when the queue last had no unfinished work: now
+	// when it has none, else as the sweep last recorded it; zero: never
+	// seen drained.
+	LastDrainedAt time.Time
+	// Alerting: unfinished work has not drained for longer than
+	// AlertAfter (see alerts.go).
+	Alerting bool
 }
 
 // Waiting reports whether a ready job waits in the queue.
 func (q QueueStats) Waiting() bool { return !q.OldestReadyRunAt.IsZero() }
 
-// QueueStats returns every queue that has a QUEUED or RUNNING job, and
-// the default queue always (with zero counts when it is idle), sorted by
-// name. Queues are only names on jobs until queue configuration exists;
-// configured queues will then be listed even when idle.
+// QueueStats returns every queue that has a QUEUED or RUNNING job, every
+// queue the rules declare, and the default queue always (with zero counts
+// when idle), sorted by name, with their alerting state.
 func (e *Engine) QueueStats(ctx context.Context) ([]QueueStats, error) {
-	now := e.now()
+	return e.queueStats(ctx, e.now())
+}
+
+func (e *Engine) queueStats(ctx context.Context, now time.Time) ([]QueueStats, error) {
 	stored, err := e.store.QueueStats(ctx, now)
 	if err != nil {
 		return nil, fmt.Errorf("queue stats: %w", err)
@@ -54,9 +66,23 @@ func (e *Engine) QueueStats(ctx context.Context) ([]QueueStats, error) {
 		seenDefault = seenDefault || s.Name == DefaultQueue
 		stats = append(stats, q)
 	}
-	if !seenDefault {
-		stats = append(stats, QueueStats{QueueStats: store.QueueStats{Name: DefaultQueue}})
-		slices.SortFunc(stats, func(a, b QueueStats) int { return strings.Compare(a.Name, b.Name) })
+	listed := map[string]bool{}
+	for _, q := range stats {
+		listed[q.Name] = true
+	}
+	idle := []string{DefaultQueue}
+	for name := range e.rules.Load().Queues {
+		idle = append(idle, name)
+	}
+	for _, name := range idle {
+		if !listed[name] {
+			listed[name] = true
+			stats = append(stats, QueueStats{QueueStats: store.QueueStats{Name: name}})
+		}
+	}
+	slices.SortFunc(stats, func(a, b QueueStats) int { return strings.Compare(a.Name, b.Name) })
+	if err := e.judgeAlerts(ctx, now, stats); err != nil {
+		return nil, fmt.Errorf("queue stats: %w", err)
 	}
 	return stats, nil
 }

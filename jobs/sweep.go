@@ -8,7 +8,8 @@ import (
 	"github.com/jobwatch/jobwatch/store"
 )
 
-// Run performs the periodic duties (lease expiry, retention) every
+// Run performs the periodic duties (lease expiry, timeouts, retention,
+// alerting) every
 // SweepInterval until ctx ends, then returns nil. A failed sweep is logged
 // and tried again at the next tick. It is safe to run on several replicas
 // at once: every change is re-checked inside its own transaction.
@@ -34,10 +35,12 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 }
 
-// Sweep runs the periodic duties once, now: expire stale leases, delete
-// jobs past retention. Tests call it instead of waiting for Run.
+// Sweep runs the periodic duties once, now: expire stale leases, end
+// attempts past their queue's timeout, delete jobs past retention, record
+// drained queues and log alerts starting and ending. Tests
+// call it instead of waiting for Run.
 func (e *Engine) Sweep(ctx context.Context) error {
-	return errors.Join(e.expireLeases(ctx), e.deleteExpired(ctx))
+	return errors.Join(e.expireLeases(ctx), e.timeOutAttempts(ctx), e.deleteExpired(ctx), e.watchQueues(ctx))
 }
 
 // expireLeases ends the attempt of every RUNNING job whose worker has not

@@ -124,6 +124,7 @@ func (m *Metrics) register(reg *prometheus.Registry, engine *jobs.Engine, log *s
 		m.connections, m.connectionsRefused, m.connectionsIdleClosed, m.parkedCalls, m.parkRefused,
 		m.bodiesReading, m.bodyTimeouts, m.abandoned, m.sendsInProgress, m.sendsCut,
 		&jobsCollector{engine: engine, log: log},
+		&alertsCollector{engine: engine, log: log},
 	} {
 		// A Metrics shared by two servers on one registry is registered
 		// once; that is not an error.
@@ -160,6 +161,42 @@ func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, s := range allStates {
 		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(counts[s]), string(s))
+	}
+}
+
+// alertsCollector reports, for each queue with an alert_after, whether it
+// is alerting, decided at scrape time from the store as ListQueues
+// decides it. Queues without alert_after have no series: their names
+// come from callers, and a gauge that is always 0 says nothing.
+type alertsCollector struct {
+	engine *jobs.Engine
+	log    *slog.Logger
+}
+
+var queueAlertingDesc = prometheus.NewDesc("jobwatch_queue_alerting",
+	"1 while the queue's unfinished work has not drained for longer than its alert_after, else 0; only queues with an alert_after.",
+	[]string{"queue"}, nil)
+
+func (c *alertsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- queueAlertingDesc }
+
+func (c *alertsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stats, err := c.engine.QueueStats(ctx)
+	if err != nil {
+		c.log.Warn("read queues for metrics", "err", err)
+		ch <- prometheus.NewInvalidMetric(queueAlertingDesc, err)
+		return
+	}
+	for _, q := range stats {
+		if q.AlertAfter <= 0 {
+			continue
+		}
+		v := 0.0
+		if q.Alerting {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(queueAlertingDesc, prometheus.GaugeValue, v, q.Name)
 	}
 }
 

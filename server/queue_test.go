@@ -1,12 +1,18 @@
 package server_test
 
 import (
+	"io"
+	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/server"
 )
 
@@ -80,5 +86,135 @@ func TestListQueuesShowsEachQueuesCountsAndHowLongItsOldestJobHasWaited(t *testi
 			// answer came at most listedBy after start.
 			t.Errorf("queue %s: oldest_queued_age %v, want between %v and %v", q.GetName(), age.AsDuration(), w.age, w.age+listedBy)
 		}
+	}
+}
+
+// testClock is an engine clock that moves only when told to.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// metricLine is the line of name{labels} in the /metrics text, or "".
+func metricLine(t *testing.T, url, series string) string {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, series+" ") {
+			return line
+		}
+	}
+	return ""
+}
+
+func TestListQueuesAndMetricsShowAQueueAlertingUntilItDrains(t *testing.T) {
+	clock := &testClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	ts := startServer(t, serverOptions{now: clock.Now, engine: jobs.Config{
+		LeaseTimeout: time.Hour,
+		Rules:        jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {AlertAfter: 5 * time.Minute}}},
+	}})
+	c := ts.h2c()
+	ctx := ctxTimeout(t, 10*time.Second)
+	sweep := func() {
+		t.Helper()
+		if err := ts.engine.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	index := func() *jobwatchv1.Queue {
+		t.Helper()
+		resp, err := c.queues.ListQueues(ctx, &jobwatchv1.ListQueuesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range resp.GetQueues() {
+			if q.GetName() == "index" {
+				return q
+			}
+		}
+		t.Fatalf("index not listed: %v", resp.GetQueues())
+		return nil
+	}
+	const series = `jobwatch_queue_alerting{queue="index"}`
+
+	sweep()
+	drainedAt := clock.Now()
+	if q := index(); q.GetAlerting() || !q.GetLastDrainedAt().AsTime().Equal(drainedAt) {
+		t.Fatalf("idle declared queue: %v; want listed, drained now, not alerting", q)
+	}
+	if line := metricLine(t, ts.url, series); line != series+" 0" {
+		t.Fatalf("metrics: %q, want %q", line, series+" 0")
+	}
+
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "reindex", Queue: "index"})
+	clock.Advance(5*time.Minute + time.Second)
+	sweep()
+	if q := index(); !q.GetAlerting() || !q.GetLastDrainedAt().AsTime().Equal(drainedAt) || q.GetQueued() != 1 {
+		t.Fatalf("undrained for 5m1s: %v; want alerting, last drained at %v", q, drainedAt)
+	}
+	if line := metricLine(t, ts.url, series); line != series+" 1" {
+		t.Fatalf("metrics: %q, want %q", line, series+" 1")
+	}
+	if !strings.Contains(ts.logs.String(), "queue alerting") {
+		t.Errorf("no log line on entering:\n%s", ts.logs.String())
+	}
+
+	complete(t, c, claim(t, c, "reindex"), nil)
+	sweep()
+	if q := index(); q.GetAlerting() || !q.GetLastDrainedAt().AsTime().Equal(clock.Now()) {
+		t.Fatalf("drained: %v; want not alerting, drained now", q)
+	}
+	if line := metricLine(t, ts.url, series); line != series+" 0" {
+		t.Fatalf("metrics: %q, want %q", line, series+" 0")
+	}
+	if !strings.Contains(ts.logs.String(), "queue no longer alerting") {
+		t.Errorf("no log line on leaving:\n%s", ts.logs.String())
+	}
+}
+
+func TestAnAttemptPastItsQueueTimeoutLosesItsLeaseOverTheWire(t *testing.T) {
+	clock := &testClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	ts := startServer(t, serverOptions{now: clock.Now, engine: jobs.Config{
+		LeaseTimeout: time.Hour,
+		Rules:        jobs.Rules{Queues: map[string]jobs.QueueRules{"slow": {Timeout: time.Minute}}},
+	}})
+	c := ts.h2c()
+	ctx := ctxTimeout(t, 10*time.Second)
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "crawl", Queue: "slow"})
+	lease := claim(t, c, "crawl")
+	clock.Advance(time.Minute + time.Second)
+	if err := ts.engine.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.workers.Heartbeat(ctx, &jobwatchv1.HeartbeatRequest{JobId: lease.GetJob().GetId(), LeaseId: lease.GetLeaseId(), Percent: 10})
+	wantCode(t, err, connect.CodeFailedPrecondition)
+	_, err = c.workers.CompleteJob(ctx, &jobwatchv1.CompleteJobRequest{JobId: lease.GetJob().GetId(), LeaseId: lease.GetLeaseId()})
+	wantCode(t, err, connect.CodeFailedPrecondition)
+	got, err := c.jobs.GetJob(ctx, &jobwatchv1.GetJobRequest{JobId: lease.GetJob().GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := got.GetJob(); j.GetState() != jobwatchv1.JobState_JOB_STATE_FAILED || j.GetError().GetType() != "Timeout" {
+		t.Fatalf("job after its timeout: %v; want FAILED with error type Timeout (one attempt)", j)
 	}
 }

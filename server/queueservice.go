@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
@@ -15,15 +16,18 @@ type queueService struct{ s *Server }
 var _ jobwatchv1connect.QueueServiceHandler = (*queueService)(nil)
 
 // ListQueues reports one row per queue that has QUEUED or RUNNING jobs,
-// and "default" always, sorted by name. oldest_queued_age is how long the
-// oldest ready job has waited (unset when none waits: a job scheduled for
-// later is not waiting).
+// per queue the rules declare, and "default" always, sorted by name.
+// oldest_queued_age is how long the oldest ready job has waited (unset
+// when none waits: a job scheduled for later is not waiting).
 //
-// Queue configuration (serial mode, max_running, alert_after) comes in a
-// later issue; until then every queue is reported PARALLEL with
-// max_running 0 (no limit), which is how the engine runs them, and
-// last_drained_at and alerting stay unset, because without an alert_after
-// there is nothing to alert on and nothing records when a queue drained.
+// last_drained_at and alerting are kept for queues with an alert_after
+// only (see package jobs, alerts.go): last_drained_at is now for an idle
+// queue, the last drain the sweep recorded for a busy one, and unset when
+// none was ever seen; both stay unset for queues without alert_after.
+//
+// Mode and max_running come with serial and bounded queues; until then
+// every queue is reported PARALLEL with max_running 0 (no limit), which
+// is how the engine runs them.
 func (h *queueService) ListQueues(ctx context.Context, _ *jobwatchv1.ListQueuesRequest) (*jobwatchv1.ListQueuesResponse, error) {
 	stats, err := h.s.engine.QueueStats(ctx)
 	if err != nil {
@@ -41,6 +45,10 @@ func (h *queueService) ListQueues(ctx context.Context, _ *jobwatchv1.ListQueuesR
 		if q.Waiting() {
 			row.OldestQueuedAge = durationpb.New(q.OldestQueuedAge)
 		}
+		if !q.LastDrainedAt.IsZero() {
+			row.LastDrainedAt = timestamppb.New(q.LastDrainedAt)
+		}
+		row.Alerting = q.Alerting
 		queues = append(queues, row)
 	}
 	return &jobwatchv1.ListQueuesResponse{Queues: queues}, nil

@@ -211,6 +211,12 @@ type QueueStats struct {
 	OldestReadyRunAt time.Time
 }
 
+// Attempt names one attempt of a RUNNING job: the job and its lease.
+type Attempt struct {
+	JobID   string
+	LeaseID string
+}
+
 // Store persists jobs. Implementations are safe for concurrent use.
 type Store interface {
 	// CreateJob inserts j as given (the caller sets ID, State, Version 1
@@ -260,6 +266,21 @@ type Store interface {
 	// ExpiredLeases returns the ids of RUNNING jobs whose lease expired
 	// before now.
 	ExpiredLeases(ctx context.Context, now time.Time) ([]string, error)
+
+	// TimedOut returns the RUNNING jobs of queue whose current attempt
+	// began (the commit that made them RUNNING, as its UpdatedAt) before
+	// startedBefore, each with the lease of that attempt, so the caller
+	// can end exactly that attempt and no later one.
+	TimedOut(ctx context.Context, queue string, startedBefore time.Time) ([]Attempt, error)
+
+	// MarkDrained records that each of queues had no QUEUED or RUNNING
+	// job at t. A later time already stored is kept, so replicas sweeping
+	// at once never move a queue's drain back.
+	MarkDrained(ctx context.Context, queues []string, t time.Time) error
+
+	// LastDrained returns, by queue, the latest time MarkDrained recorded;
+	// a queue never marked is absent.
+	LastDrained(ctx context.Context) (map[string]time.Time, error)
 
 	// DeleteFinishedBefore deletes terminal jobs whose FinishedAt is
 	// before t and reports how many it deleted.

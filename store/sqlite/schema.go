@@ -139,6 +139,40 @@ CREATE INDEX jobs_state_queue_run_at ON jobs (state, queue, run_at);
 	`
 CREATE INDEX jobs_queued_retry ON jobs (queue, run_at) WHERE state = 'queued' AND attempt > 0;
 `,
+	// 5: when the current attempt of each RUNNING job began, for
+	// per-queue timeouts (TimedOut), in a side table keyed by the job's
+	// seq rather than a column: ADD COLUMN would land after payload (see
+	// 3), and rebuilding the table again would rewrite every job on
+	// upgrade. Triggers keep it, so every path that claims or ends an
+	// attempt (now and later) maintains it without knowing: a job that
+	// becomes RUNNING gets a row with its updated_at (the claim's time),
+	// one that stops being RUNNING loses it. Jobs already RUNNING take
+	// their updated_at, which is no earlier than their claim, so an
+	// upgrade times nothing out before its time. queue_drains keeps when
+	// each queue last drained, for alerting.
+	`
+CREATE TABLE running_attempts (
+	seq        INTEGER PRIMARY KEY,
+	started_at INTEGER NOT NULL
+) STRICT;
+INSERT INTO running_attempts (seq, started_at) SELECT seq, updated_at FROM jobs WHERE state = 'running';
+CREATE TRIGGER jobs_attempt_started AFTER UPDATE OF state ON jobs
+	WHEN NEW.state = 'running' AND OLD.state <> 'running'
+BEGIN
+	INSERT OR REPLACE INTO running_attempts (seq, started_at) VALUES (NEW.seq, NEW.updated_at);
+END;
+-- When each queue was last seen with no QUEUED or RUNNING job
+-- (MarkDrained, LastDrained), for alerting; it must outlive a restart.
+CREATE TABLE queue_drains (
+	queue      TEXT    PRIMARY KEY,
+	drained_at INTEGER NOT NULL
+) STRICT;
+CREATE TRIGGER jobs_attempt_ended AFTER UPDATE OF state ON jobs
+	WHEN OLD.state = 'running' AND NEW.state <> 'running'
+BEGIN
+	DELETE FROM running_attempts WHERE seq = OLD.seq;
+END;
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a

@@ -883,6 +883,74 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]string, err
 	return ids, nil
 }
 
+// timedOutQuery reads the queue's RUNNING jobs (a handful) through
+// jobs_state_queue_run_at and each one's attempt by seq; it never scans
+// jobs (TestTimedOutReadsRunningAttemptsNotTheJobsTable).
+const timedOutQuery = `SELECT j.id, j.lease_id FROM running_attempts a JOIN jobs j ON j.seq = a.seq
+	WHERE a.started_at < ? AND j.state = 'running' AND j.queue = ?`
+
+// TimedOut implements store.Store.
+func (s *Store) TimedOut(ctx context.Context, queue string, startedBefore time.Time) ([]store.Attempt, error) {
+	rows, err := s.read.QueryContext(ctx, timedOutQuery, toMicro(startedBefore), queue)
+	if err != nil {
+		return nil, fmt.Errorf("timed out attempts: %w", classify(err))
+	}
+	defer rows.Close()
+	var attempts []store.Attempt
+	for rows.Next() {
+		var a store.Attempt
+		if err := rows.Scan(&a.JobID, &a.LeaseID); err != nil {
+			return nil, fmt.Errorf("timed out attempts: %w", classify(err))
+		}
+		attempts = append(attempts, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("timed out attempts: %w", classify(err))
+	}
+	return attempts, nil
+}
+
+// MarkDrained implements store.Store, in one transaction.
+func (s *Store) MarkDrained(ctx context.Context, queues []string, t time.Time) error {
+	if len(queues) == 0 {
+		return nil
+	}
+	return s.writeTx(ctx, "mark queues drained", func(ctx context.Context, tx *sql.Tx) error {
+		for _, q := range queues {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO queue_drains (queue, drained_at) VALUES (?, ?)
+				ON CONFLICT (queue) DO UPDATE SET drained_at = max(drained_at, excluded.drained_at)`,
+				q, toMicro(t)); err != nil {
+				return fmt.Errorf("mark queue %s drained: %w", q, classify(err))
+			}
+		}
+		return nil
+	})
+}
+
+// LastDrained implements store.Store.
+func (s *Store) LastDrained(ctx context.Context) (map[string]time.Time, error) {
+	rows, err := s.read.QueryContext(ctx, "SELECT queue, drained_at FROM queue_drains")
+	if err != nil {
+		return nil, fmt.Errorf("read queue drains: %w", classify(err))
+	}
+	defer rows.Close()
+	drained := map[string]time.Time{}
+	for rows.Next() {
+		var (
+			q  string
+			at int64
+		)
+		if err := rows.Scan(&q, &at); err != nil {
+			return nil, fmt.Errorf("read queue drains: %w", classify(err))
+		}
+		drained[q] = fromMicro(at)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read queue drains: %w", classify(err))
+	}
+	return drained, nil
+}
+
 // CountByState implements store.Store.
 func (s *Store) CountByState(ctx context.Context) (map[store.State]int64, error) {
 	rows, err := s.read.QueryContext(ctx, "SELECT state, COUNT(*) FROM jobs GROUP BY state")

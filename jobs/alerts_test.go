@@ -1,0 +1,254 @@
+package jobs_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jobwatch/jobwatch/jobs"
+)
+
+// lockedBuffer is a log destination safe for concurrent writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) count(s string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Count(b.buf.String(), s)
+}
+
+func queueStat(t *testing.T, e *jobs.Engine, name string) jobs.QueueStats {
+	t.Helper()
+	stats, err := e.QueueStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range stats {
+		if q.Name == name {
+			return q
+		}
+	}
+	t.Fatalf("queue %s not listed in %+v", name, stats)
+	return jobs.QueueStats{}
+}
+
+func sweep(t *testing.T, e *jobs.Engine) {
+	t.Helper()
+	if err := e.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAQueueAlertsWhenItsWorkHasNotDrainedForAlertAfterAndStopsWhenItDrains(t *testing.T) {
+	clock := newFakeClock()
+	logs := &lockedBuffer{}
+	st := openStore(t)
+	e := newEngineOver(t, st, jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {AlertAfter: 5 * time.Minute}, "quiet": {}}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	// Declared queues are listed while idle; an idle watched queue is
+	// drained now.
+	sweep(t, e)
+	drainedAt := clock.Now()
+	if q := queueStat(t, e, "index"); q.Alerting || !q.LastDrainedAt.Equal(drainedAt) || q.AlertAfter != 5*time.Minute {
+		t.Fatalf("idle index: %+v; want drained now, not alerting", q)
+	}
+
+	// Jobs keep coming and going, but the queue never empties.
+	clock.Advance(time.Minute)
+	first := running(t, e, jobs.SubmitRequest{Queue: "index"})
+	for range 4 {
+		clock.Advance(time.Minute)
+		submit(t, e, jobs.SubmitRequest{Queue: "index", Kind: "next"})
+		sweep(t, e)
+	}
+	// 5 minutes after the last drain: not yet longer than alert_after.
+	if q := queueStat(t, e, "index"); q.Alerting || !q.LastDrainedAt.Equal(drainedAt) {
+		t.Fatalf("5m after draining: %+v; want last drained at %v, not alerting", q, drainedAt)
+	}
+	if _, err := e.Complete(ctx, first.ID, first.LeaseID, nil); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	sweep(t, e)
+	q := queueStat(t, e, "index")
+	if !q.Alerting || !q.LastDrainedAt.Equal(drainedAt) || q.Queued != 4 {
+		t.Fatalf("5m1s after draining, 4 queued: %+v; want alerting", q)
+	}
+	sweep(t, e)
+	if n := logs.count("queue alerting"); n != 1 {
+		t.Errorf("logged entering %d times over two sweeps, want once:\n%s", n, logs.buf.String())
+	}
+	// A queue without alert_after never alerts, however long it waits.
+	submit(t, e, jobs.SubmitRequest{Queue: "quiet"})
+	clock.Advance(time.Hour)
+	if q := queueStat(t, e, "quiet"); q.Alerting || !q.LastDrainedAt.IsZero() {
+		t.Errorf("queue without alert_after: %+v; want never alerting", q)
+	}
+
+	// Drain it: the alert ends, logged once.
+	for {
+		j, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w", Queues: []string{"index"}}, time.Now())
+		if err != nil {
+			break
+		}
+		if _, err := e.Complete(ctx, j.ID, j.LeaseID, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sweep(t, e)
+	sweep(t, e)
+	if q := queueStat(t, e, "index"); q.Alerting || !q.LastDrainedAt.Equal(clock.Now()) {
+		t.Fatalf("after draining: %+v; want drained now, not alerting", q)
+	}
+	if n := logs.count("queue no longer alerting"); n != 1 {
+		t.Errorf("logged leaving %d times, want once:\n%s", n, logs.buf.String())
+	}
+
+	// When it drained outlives the engine: a new engine over the same
+	// store alerts on time without having seen the drain itself.
+	drainedAt = clock.Now()
+	submit(t, e, jobs.SubmitRequest{Queue: "index"})
+	e.Shutdown()
+	clock.Advance(6 * time.Minute)
+	restarted := newEngineOver(t, st, jobs.Config{Now: clock.Now, Rules: e.Rules()})
+	if q := queueStat(t, restarted, "index"); !q.Alerting || !q.LastDrainedAt.Equal(drainedAt) {
+		t.Errorf("after a restart, 6m since the drain: %+v; want alerting, last drained at %v", q, drainedAt)
+	}
+}
+
+func TestAWatchedQueueNeverSeenDrainedCountsFromWhenTheEngineFirstWatchedIt(t *testing.T) {
+	clock := newFakeClock()
+	e, _ := newEngine(t, jobs.Config{Now: clock.Now})
+	// Busy for a day before anyone watched it.
+	submit(t, e, jobs.SubmitRequest{Queue: "backlog"})
+	clock.Advance(24 * time.Hour)
+	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"backlog": {AlertAfter: time.Minute}}}); err != nil {
+		t.Fatal(err)
+	}
+	sweep(t, e)
+	if q := queueStat(t, e, "backlog"); q.Alerting || !q.LastDrainedAt.IsZero() {
+		t.Fatalf("just watched: %+v; want not alerting yet, never drained", q)
+	}
+	clock.Advance(time.Minute + time.Second)
+	if q := queueStat(t, e, "backlog"); !q.Alerting || !q.LastDrainedAt.IsZero() {
+		t.Fatalf("watched for 61s, never drained: %+v; want alerting", q)
+	}
+}
+
+func TestTheWebhookReceivesEnteringAndLeavingRetriedPastAFailure(t *testing.T) {
+	type received struct {
+		Queue         string     `json:"queue"`
+		Alerting      bool       `json:"alerting"`
+		LastDrainedAt *time.Time `json:"last_drained_at"`
+		AlertAfter    string     `json:"alert_after"`
+		Queued        int64      `json:"queued"`
+	}
+	events := make(chan received, 10)
+	var calls atomic.Int32
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The first POST fails: the hook must try again.
+		if calls.Add(1) == 1 {
+			http.Error(w, "not now", http.StatusServiceUnavailable)
+			return
+		}
+		var ev received
+		if r.Method != http.MethodPost || r.Header.Get("Content-Type") != "application/json" || json.NewDecoder(r.Body).Decode(&ev) != nil {
+			t.Errorf("webhook got %s %s, want a JSON POST", r.Method, r.Header.Get("Content-Type"))
+		}
+		events <- ev
+	}))
+	defer hook.Close()
+	next := func() received {
+		t.Helper()
+		select {
+		case ev := <-events:
+			return ev
+		case <-time.After(10 * time.Second):
+			t.Fatal("no webhook POST")
+			return received{}
+		}
+	}
+
+	clock := newFakeClock()
+	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour})
+	if err := e.SetRules(jobs.Rules{AlertWebhook: hook.URL + "/hooks/jobwatch",
+		Queues: map[string]jobs.QueueRules{"index": {AlertAfter: time.Minute}}}); err != nil {
+		t.Fatal(err)
+	}
+	sweep(t, e)
+	drainedAt := clock.Now()
+	j := running(t, e, jobs.SubmitRequest{Queue: "index"})
+	clock.Advance(2 * time.Minute)
+	sweep(t, e)
+	sweep(t, e) // still alerting: no second POST
+
+	ev := next()
+	if ev.Queue != "index" || !ev.Alerting || ev.LastDrainedAt == nil || !ev.LastDrainedAt.Equal(drainedAt) || ev.AlertAfter != "1m0s" {
+		t.Fatalf("entering: %+v; want index alerting, last drained at %v, alert_after 1m0s", ev, drainedAt)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("POSTs so far: %d, want 2 (one refused, one delivered)", n)
+	}
+
+	if _, err := e.Complete(context.Background(), j.ID, j.LeaseID, nil); err != nil {
+		t.Fatal(err)
+	}
+	sweep(t, e)
+	if ev := next(); ev.Queue != "index" || ev.Alerting {
+		t.Fatalf("leaving: %+v; want index not alerting", ev)
+	}
+	select {
+	case ev := <-events:
+		t.Errorf("an extra POST: %+v", ev)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+func TestAReloadWithoutAlertAfterEndsTheAlertOnce(t *testing.T) {
+	clock := newFakeClock()
+	logs := &lockedBuffer{}
+	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {AlertAfter: time.Minute}}}); err != nil {
+		t.Fatal(err)
+	}
+	submit(t, e, jobs.SubmitRequest{Queue: "index"})
+	sweep(t, e)
+	clock.Advance(2 * time.Minute)
+	sweep(t, e)
+	if q := queueStat(t, e, "index"); !q.Alerting {
+		t.Fatalf("%+v, want alerting", q)
+	}
+	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {}}}); err != nil {
+		t.Fatal(err)
+	}
+	sweep(t, e)
+	sweep(t, e)
+	if q := queueStat(t, e, "index"); q.Alerting {
+		t.Errorf("%+v after the reload, want not alerting", q)
+	}
+	if n := logs.count("queue no longer alerting"); n != 1 {
+		t.Errorf("logged leaving %d times, want once", n)
+	}
+}

@@ -1,0 +1,115 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/store"
+)
+
+func TestAnAttemptPastItsQueueTimeoutIsRetriedThenFailed(t *testing.T) {
+	clock := newFakeClock()
+	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour})
+	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {Timeout: 10 * time.Minute}}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	j := running(t, e, jobs.SubmitRequest{Queue: "index", MaxAttempts: 2})
+	// A job of a queue without a timeout runs as long as it heartbeats.
+	other := running(t, e, jobs.SubmitRequest{})
+	parked := async(func() (store.Job, error) { return e.Wait(ctx, j.ID, time.Now().Add(time.Hour)) })
+
+	clock.Advance(9 * time.Minute)
+	if _, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 50, "halfway"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, e, j.ID); got.State != store.Running {
+		t.Fatalf("9m into a 10m timeout: %s, want running", got.State)
+	}
+
+	clock.Advance(2 * time.Minute) // 11m: heartbeats do not extend a timeout
+	if err := e.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := get(t, e, j.ID)
+	want := store.JobError{Type: jobs.TimeoutErrorType, Message: "attempt ran longer than the queue's timeout of 10m0s"}
+	if got.State != store.Queued || got.Attempt != 1 || got.Error == nil || *got.Error != want || got.LeaseID != "" {
+		t.Fatalf("after the timeout: %+v; want queued again, attempt 1, error %+v", got, want)
+	}
+	if !got.RunAt.After(clock.Now()) {
+		t.Errorf("retry run_at %v is not after now %v: no backoff", got.RunAt, clock.Now())
+	}
+	// The waiter is not woken as if the job had ended.
+	notYet(t, parked, 20*time.Millisecond)
+	if _, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 60, ""); !errors.Is(err, jobs.ErrStaleLease) {
+		t.Errorf("the timed-out worker's heartbeat: %v, want ErrStaleLease", err)
+	}
+	if _, err := e.Complete(ctx, j.ID, j.LeaseID, nil); !errors.Is(err, jobs.ErrStaleLease) {
+		t.Errorf("the timed-out worker's complete: %v, want ErrStaleLease", err)
+	}
+	if got := get(t, e, other.ID); got.State != store.Running {
+		t.Errorf("job of a queue without timeout: %s, want running", got.State)
+	}
+
+	// The second attempt has its own 10 minutes, from its claim.
+	clock.Advance(time.Hour) // past the backoff
+	again, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w2", Queues: []string{"index"}}, time.Time{})
+	if err != nil || again.ID != j.ID || again.Attempt != 2 {
+		t.Fatalf("re-claim: %+v, %v; want attempt 2 of %s", again, err, j.ID)
+	}
+	clock.Advance(9 * time.Minute)
+	if err := e.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, e, j.ID); got.State != store.Running {
+		t.Fatalf("9m into the second attempt: %s, want running", got.State)
+	}
+	clock.Advance(2 * time.Minute)
+	if err := e.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	final, err := await(t, parked)
+	if err != nil || final.State != store.Failed || final.Error == nil || final.Error.Type != jobs.TimeoutErrorType || final.FinishedAt.IsZero() {
+		t.Fatalf("after the last attempt timed out: %+v, %v; want FAILED with type Timeout", final, err)
+	}
+	// Sweeping again changes nothing.
+	if err := e.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, e, j.ID); got.Version != final.Version {
+		t.Errorf("a second sweep changed the job: version %d, was %d", got.Version, final.Version)
+	}
+}
+
+func TestATimeoutLeavesANewerAttemptAlone(t *testing.T) {
+	clock := newFakeClock()
+	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour})
+	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"q": {Timeout: time.Minute}}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	j := running(t, e, jobs.SubmitRequest{Queue: "q", MaxAttempts: 3})
+	clock.Advance(2 * time.Minute)
+	if err := e.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour)
+	again, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w2", Queues: []string{"q"}}, time.Time{})
+	if err != nil || again.Attempt != 2 {
+		t.Fatalf("re-claim: %+v, %v", again, err)
+	}
+	// Released and claimed again: the clock of the attempt starts over.
+	clock.Advance(30 * time.Second)
+	if err := e.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, e, j.ID); got.State != store.Running || got.LeaseID != again.LeaseID {
+		t.Fatalf("30s into the new attempt: %s lease %s, want running under %s", got.State, got.LeaseID, again.LeaseID)
+	}
+}
