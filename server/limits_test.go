@@ -495,6 +495,9 @@ func TestParkedCallsPastTheLimitAreAnsweredAtOnceAndNobodyElsesCallIsDropped(t *
 		t.Fatalf("jobwatch_parked_calls = %v, want the 2 first calls still parked", got)
 	}
 	complete(t, c, lease, nil)
+	// The first wait has ended and freed its place before the next
+	// claim asks, or that claim too would be past the limit.
+	ts.waitForGauge("jobwatch_parked_calls", 1)
 	complete(t, c, claim(t, c, "b"), nil)
 	for range 2 {
 		if got := <-results; got.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
