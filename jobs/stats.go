@@ -37,6 +37,20 @@ type QueueStats struct {
 	// Alerting: unfinished work has not drained for longer than
 	// AlertAfter (see alerts.go).
 	Alerting bool
+	// Serial and MaxRunning are the queue's claim rules (QueueRules); a
+	// queue the rules do not declare is parallel and unbounded.
+	Serial     bool
+	MaxRunning int
+	// Pools are the pools the queue's running jobs hold units of, in the
+	// order the rules name them.
+	Pools []PoolUse
+}
+
+// PoolUse is a pool as ListQueues shows it.
+type PoolUse struct {
+	Name  string
+	Units int   // the pool's size
+	InUse int64 // RUNNING jobs of every queue that uses the pool
 }
 
 // Waiting reports whether a ready job waits in the queue.
@@ -81,8 +95,29 @@ func (e *Engine) queueStats(ctx context.Context, now time.Time) ([]QueueStats, e
 		}
 	}
 	slices.SortFunc(stats, func(a, b QueueStats) int { return strings.Compare(a.Name, b.Name) })
+	addClaimRules(stats, e.rules.Load())
 	if err := e.judgeAlerts(ctx, now, stats); err != nil {
 		return nil, fmt.Errorf("queue stats: %w", err)
 	}
 	return stats, nil
+}
+
+// addClaimRules fills in each queue's mode, limit and pools from rules. A
+// pool's use is counted from the same stats, so it agrees with their
+// Running: every queue that uses a pool is declared, hence listed.
+func addClaimRules(stats []QueueStats, rules *Rules) {
+	inUse := map[string]int64{}
+	for _, q := range stats {
+		for _, pool := range rules.Queues[q.Name].Uses {
+			inUse[pool] += q.Running
+		}
+	}
+	for i := range stats {
+		qr := rules.Queues[stats[i].Name]
+		stats[i].Serial = qr.Serial
+		stats[i].MaxRunning = qr.MaxRunning
+		for _, pool := range qr.Uses {
+			stats[i].Pools = append(stats[i].Pools, PoolUse{Name: pool, Units: rules.Pools[pool], InUse: inUse[pool]})
+		}
+	}
 }

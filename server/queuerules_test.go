@@ -55,6 +55,26 @@ func TestClaimJobOverTheWireRespectsSerialQueuesAndPools(t *testing.T) {
 	if held.GetJob() == nil {
 		t.Fatal("claim from a found nothing, want its job")
 	}
+	listed, err := c.queues.ListQueues(ctxTimeout(t, 5*time.Second), &jobwatchv1.ListQueuesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]*jobwatchv1.Queue{}
+	for _, q := range listed.GetQueues() {
+		rows[q.GetName()] = q
+	}
+	if got := rows["index"].GetMode(); got != jobwatchv1.QueueMode_QUEUE_MODE_SERIAL {
+		t.Errorf("ListQueues says index is %v, want SERIAL", got)
+	}
+	if got := rows["default"].GetMode(); got != jobwatchv1.QueueMode_QUEUE_MODE_PARALLEL {
+		t.Errorf("ListQueues says default is %v, want PARALLEL", got)
+	}
+	for _, name := range []string{"a", "b"} {
+		pools := rows[name].GetPools()
+		if len(pools) != 1 || pools[0].GetName() != "db" || pools[0].GetUnits() != 1 || pools[0].GetInUse() != 1 {
+			t.Errorf("ListQueues shows %s's pools as %v, want db with its 1 unit in use (a's running job)", name, pools)
+		}
+	}
 	if got := claimFrom("b"); got.GetJob() != nil {
 		t.Fatalf("claimed %s of b while a holds the pool's only unit", got.GetJob().GetId())
 	}

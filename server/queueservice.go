@@ -25,9 +25,9 @@ var _ jobwatchv1connect.QueueServiceHandler = (*queueService)(nil)
 // queue, the last drain the sweep recorded for a busy one, and unset when
 // none was ever seen; both stay unset for queues without alert_after.
 //
-// Mode and max_running come with serial and bounded queues; until then
-// every queue is reported PARALLEL with max_running 0 (no limit), which
-// is how the engine runs them.
+// mode, max_running and pools are the queue's claim rules from the
+// configuration file: a queue it does not declare is PARALLEL with
+// max_running 0 (no limit) and no pools.
 func (h *queueService) ListQueues(ctx context.Context, _ *jobwatchv1.ListQueuesRequest) (*jobwatchv1.ListQueuesResponse, error) {
 	stats, err := h.s.engine.QueueStats(ctx)
 	if err != nil {
@@ -38,9 +38,15 @@ func (h *queueService) ListQueues(ctx context.Context, _ *jobwatchv1.ListQueuesR
 		row := &jobwatchv1.Queue{
 			Name:       q.Name,
 			Mode:       jobwatchv1.QueueMode_QUEUE_MODE_PARALLEL,
-			MaxRunning: 0,
+			MaxRunning: int32(q.MaxRunning),
 			Queued:     q.Queued,
 			Running:    q.Running,
+		}
+		if q.Serial {
+			row.Mode = jobwatchv1.QueueMode_QUEUE_MODE_SERIAL
+		}
+		for _, p := range q.Pools {
+			row.Pools = append(row.Pools, &jobwatchv1.PoolUse{Name: p.Name, Units: int32(p.Units), InUse: p.InUse})
 		}
 		if q.Waiting() {
 			row.OldestQueuedAge = durationpb.New(q.OldestQueuedAge)

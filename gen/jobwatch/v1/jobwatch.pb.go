@@ -2000,7 +2000,10 @@ type Queue struct {
 	OldestQueuedAge *durationpb.Duration   `protobuf:"bytes,6,opt,name=oldest_queued_age,json=oldestQueuedAge,proto3" json:"oldest_queued_age,omitempty"`
 	LastDrainedAt   *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_drained_at,json=lastDrainedAt,proto3" json:"last_drained_at,omitempty"`
 	// Work has waited longer than the queue's alert_after without draining.
-	Alerting      bool `protobuf:"varint,8,opt,name=alerting,proto3" json:"alerting,omitempty"`
+	Alerting bool `protobuf:"varint,8,opt,name=alerting,proto3" json:"alerting,omitempty"`
+	// The pools each running job of the queue holds one unit of (the
+	// configuration's `uses`), with how many units they hold now.
+	Pools         []*PoolUse `protobuf:"bytes,9,rep,name=pools,proto3" json:"pools,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2091,6 +2094,77 @@ func (x *Queue) GetAlerting() bool {
 	return false
 }
 
+func (x *Queue) GetPools() []*PoolUse {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+// PoolUse is one pool as a queue that uses it sees it.
+type PoolUse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The pool's size: the running jobs of all the queues that use it never
+	// number more.
+	Units int32 `protobuf:"varint,2,opt,name=units,proto3" json:"units,omitempty"`
+	// Units held now: the running jobs of every queue that uses the pool.
+	InUse         int64 `protobuf:"varint,3,opt,name=in_use,json=inUse,proto3" json:"in_use,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolUse) Reset() {
+	*x = PoolUse{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolUse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolUse) ProtoMessage() {}
+
+func (x *PoolUse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolUse.ProtoReflect.Descriptor instead.
+func (*PoolUse) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *PoolUse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PoolUse) GetUnits() int32 {
+	if x != nil {
+		return x.Units
+	}
+	return 0
+}
+
+func (x *PoolUse) GetInUse() int64 {
+	if x != nil {
+		return x.InUse
+	}
+	return 0
+}
+
 type ListQueuesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2099,7 +2173,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2185,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2198,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{30}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{31}
 }
 
 type ListQueuesResponse struct {
@@ -2136,7 +2210,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2148,7 +2222,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2161,7 +2235,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{31}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*Queue {
@@ -2299,7 +2373,7 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\v2\x15.jobwatch.v1.JobErrorR\x05error\x12\x1c\n" +
 	"\tretryable\x18\x04 \x01(\bR\tretryable\"5\n" +
 	"\x0fFailJobResponse\x12\"\n" +
-	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\"\xc1\x02\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\"\xed\x02\n" +
 	"\x05Queue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x16.jobwatch.v1.QueueModeR\x04mode\x12\x1f\n" +
@@ -2309,7 +2383,12 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\arunning\x18\x05 \x01(\x03R\arunning\x12E\n" +
 	"\x11oldest_queued_age\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x0foldestQueuedAge\x12B\n" +
 	"\x0flast_drained_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rlastDrainedAt\x12\x1a\n" +
-	"\balerting\x18\b \x01(\bR\balerting\"\x13\n" +
+	"\balerting\x18\b \x01(\bR\balerting\x12*\n" +
+	"\x05pools\x18\t \x03(\v2\x14.jobwatch.v1.PoolUseR\x05pools\"J\n" +
+	"\aPoolUse\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05units\x18\x02 \x01(\x05R\x05units\x12\x15\n" +
+	"\x06in_use\x18\x03 \x01(\x03R\x05inUse\"\x13\n" +
 	"\x11ListQueuesRequest\"@\n" +
 	"\x12ListQueuesResponse\x12*\n" +
 	"\x06queues\x18\x01 \x03(\v2\x12.jobwatch.v1.QueueR\x06queues*\xc5\x01\n" +
@@ -2363,7 +2442,7 @@ func file_jobwatch_v1_jobwatch_proto_rawDescGZIP() []byte {
 }
 
 var file_jobwatch_v1_jobwatch_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(JobState)(0),                 // 0: jobwatch.v1.JobState
 	(JobView)(0),                  // 1: jobwatch.v1.JobView
@@ -2398,24 +2477,25 @@ var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(*FailJobRequest)(nil),        // 30: jobwatch.v1.FailJobRequest
 	(*FailJobResponse)(nil),       // 31: jobwatch.v1.FailJobResponse
 	(*Queue)(nil),                 // 32: jobwatch.v1.Queue
-	(*ListQueuesRequest)(nil),     // 33: jobwatch.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),    // 34: jobwatch.v1.ListQueuesResponse
-	(*structpb.Value)(nil),        // 35: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 37: google.protobuf.Duration
+	(*PoolUse)(nil),               // 33: jobwatch.v1.PoolUse
+	(*ListQueuesRequest)(nil),     // 34: jobwatch.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),    // 35: jobwatch.v1.ListQueuesResponse
+	(*structpb.Value)(nil),        // 36: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 37: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 38: google.protobuf.Duration
 }
 var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	0,  // 0: jobwatch.v1.Job.state:type_name -> jobwatch.v1.JobState
-	35, // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
-	35, // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
+	36, // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
+	36, // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
 	3,  // 3: jobwatch.v1.Job.error:type_name -> jobwatch.v1.JobError
-	36, // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	36, // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	36, // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	36, // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	36, // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	35, // 9: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
-	36, // 10: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	37, // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	37, // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	37, // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	37, // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	37, // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	36, // 9: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
+	37, // 10: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
 	4,  // 11: jobwatch.v1.SubmitJobResponse.job:type_name -> jobwatch.v1.Job
 	4,  // 12: jobwatch.v1.StartJobResponse.job:type_name -> jobwatch.v1.Job
 	4,  // 13: jobwatch.v1.GetJobResponse.job:type_name -> jobwatch.v1.Job
@@ -2428,49 +2508,50 @@ var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	1,  // 20: jobwatch.v1.WatchJobsRequest.view:type_name -> jobwatch.v1.JobView
 	4,  // 21: jobwatch.v1.WatchJobsResponse.jobs:type_name -> jobwatch.v1.Job
 	4,  // 22: jobwatch.v1.ClaimJobResponse.job:type_name -> jobwatch.v1.Job
-	36, // 23: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	36, // 24: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	35, // 25: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
+	37, // 23: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	37, // 24: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	36, // 25: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
 	4,  // 26: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
 	3,  // 27: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
 	4,  // 28: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
 	2,  // 29: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
-	37, // 30: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
-	36, // 31: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
-	32, // 32: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
-	6,  // 33: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
-	8,  // 34: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
-	10, // 35: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
-	12, // 36: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
-	14, // 37: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
-	16, // 38: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
-	18, // 39: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
-	20, // 40: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
-	22, // 41: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
-	24, // 42: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
-	26, // 43: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
-	28, // 44: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
-	30, // 45: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
-	33, // 46: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
-	7,  // 47: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
-	9,  // 48: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
-	11, // 49: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
-	13, // 50: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
-	15, // 51: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
-	17, // 52: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
-	19, // 53: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
-	21, // 54: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
-	23, // 55: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
-	25, // 56: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
-	27, // 57: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
-	29, // 58: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
-	31, // 59: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
-	34, // 60: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
-	47, // [47:61] is the sub-list for method output_type
-	33, // [33:47] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	38, // 30: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
+	37, // 31: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
+	33, // 32: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
+	32, // 33: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
+	6,  // 34: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
+	8,  // 35: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
+	10, // 36: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
+	12, // 37: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
+	14, // 38: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
+	16, // 39: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
+	18, // 40: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
+	20, // 41: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
+	22, // 42: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
+	24, // 43: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
+	26, // 44: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
+	28, // 45: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
+	30, // 46: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
+	34, // 47: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
+	7,  // 48: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
+	9,  // 49: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
+	11, // 50: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
+	13, // 51: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
+	15, // 52: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
+	17, // 53: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
+	19, // 54: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
+	21, // 55: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
+	23, // 56: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
+	25, // 57: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
+	27, // 58: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
+	29, // 59: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
+	31, // 60: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
+	35, // 61: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
+	48, // [48:62] is the sub-list for method output_type
+	34, // [34:48] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_jobwatch_v1_jobwatch_proto_init() }
@@ -2484,7 +2565,7 @@ func file_jobwatch_v1_jobwatch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobwatch_v1_jobwatch_proto_rawDesc), len(file_jobwatch_v1_jobwatch_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
