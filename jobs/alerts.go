@@ -50,11 +50,11 @@ func (a *alertState) watchedSince(queue string, now time.Time) time.Time {
 }
 
 // judgeAlerts fills the drain and alert fields of stats as of now.
-func (e *Engine) judgeAlerts(ctx context.Context, now time.Time, stats []QueueStats) error {
+func (e *Engine) judgeAlerts(ctx context.Context, now time.Time, rules *Rules, stats []QueueStats) error {
 	var drained map[string]time.Time
 	for i := range stats {
 		q := &stats[i]
-		q.AlertAfter = e.rules.Load().Queues[q.Name].AlertAfter
+		q.AlertAfter = rules.Queues[q.Name].AlertAfter
 		if q.AlertAfter <= 0 {
 			continue
 		}

@@ -84,8 +84,11 @@ func (e *Engine) queueStats(ctx context.Context, now time.Time) ([]QueueStats, e
 	for _, q := range stats {
 		listed[q.Name] = true
 	}
+	// One reading of the rules for the whole answer, so a reload part way
+	// cannot list a queue under one config and judge it under another.
+	rules := e.rules.Load()
 	idle := []string{DefaultQueue}
-	for name := range e.rules.Load().Queues {
+	for name := range rules.Queues {
 		idle = append(idle, name)
 	}
 	for _, name := range idle {
@@ -95,8 +98,8 @@ func (e *Engine) queueStats(ctx context.Context, now time.Time) ([]QueueStats, e
 		}
 	}
 	slices.SortFunc(stats, func(a, b QueueStats) int { return strings.Compare(a.Name, b.Name) })
-	addClaimRules(stats, e.rules.Load())
-	if err := e.judgeAlerts(ctx, now, stats); err != nil {
+	addClaimRules(stats, rules)
+	if err := e.judgeAlerts(ctx, now, rules, stats); err != nil {
 		return nil, fmt.Errorf("queue stats: %w", err)
 	}
 	return stats, nil
