@@ -2,6 +2,9 @@ package server
 
 import (
 	"context"
+	"errors"
+
+	"connectrpc.com/connect"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -58,4 +61,9 @@ func (h *queueService) ListQueues(ctx context.Context, _ *jobwatchv1.ListQueuesR
 		queues = append(queues, row)
 	}
 	return &jobwatchv1.ListQueuesResponse{Queues: queues}, nil
+}
+
+// ListSchedules is being built (issue 8): until then it says so.
+func (h *queueService) ListSchedules(context.Context, *jobwatchv1.ListSchedulesRequest) (*jobwatchv1.ListSchedulesResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("schedules are not supported yet"))
 }

@@ -2003,7 +2003,16 @@ type Queue struct {
 	Alerting bool `protobuf:"varint,8,opt,name=alerting,proto3" json:"alerting,omitempty"`
 	// The pools each running job of the queue holds one unit of (the
 	// configuration's `uses`), with how many units they hold now.
-	Pools         []*PoolUse `protobuf:"bytes,9,rep,name=pools,proto3" json:"pools,omitempty"`
+	Pools []*PoolUse `protobuf:"bytes,9,rep,name=pools,proto3" json:"pools,omitempty"`
+	// The queue's alert_after; unset: the queue is not watched.
+	AlertAfter *durationpb.Duration `protobuf:"bytes,10,opt,name=alert_after,json=alertAfter,proto3" json:"alert_after,omitempty"`
+	// When the queue began alerting (its work had waited alert_after
+	// without draining); unset unless alerting.
+	AlertingSince *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=alerting_since,json=alertingSince,proto3" json:"alerting_since,omitempty"`
+	// The queue's depth over the last 15 minutes, oldest first, one sample
+	// per interval the server states in ListQueuesResponse; the last is
+	// now. A replica keeps its own samples from when it started.
+	DepthHistory  []*QueueDepth `protobuf:"bytes,12,rep,name=depth_history,json=depthHistory,proto3" json:"depth_history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2101,6 +2110,88 @@ func (x *Queue) GetPools() []*PoolUse {
 	return nil
 }
 
+func (x *Queue) GetAlertAfter() *durationpb.Duration {
+	if x != nil {
+		return x.AlertAfter
+	}
+	return nil
+}
+
+func (x *Queue) GetAlertingSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AlertingSince
+	}
+	return nil
+}
+
+func (x *Queue) GetDepthHistory() []*QueueDepth {
+	if x != nil {
+		return x.DepthHistory
+	}
+	return nil
+}
+
+// QueueDepth is a queue's unfinished work at one moment.
+type QueueDepth struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	Queued        int64                  `protobuf:"varint,2,opt,name=queued,proto3" json:"queued,omitempty"`
+	Running       int64                  `protobuf:"varint,3,opt,name=running,proto3" json:"running,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueDepth) Reset() {
+	*x = QueueDepth{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDepth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDepth) ProtoMessage() {}
+
+func (x *QueueDepth) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDepth.ProtoReflect.Descriptor instead.
+func (*QueueDepth) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *QueueDepth) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *QueueDepth) GetQueued() int64 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *QueueDepth) GetRunning() int64 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
 // PoolUse is one pool as a queue that uses it sees it.
 type PoolUse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2116,7 +2207,7 @@ type PoolUse struct {
 
 func (x *PoolUse) Reset() {
 	*x = PoolUse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2219,7 @@ func (x *PoolUse) String() string {
 func (*PoolUse) ProtoMessage() {}
 
 func (x *PoolUse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2232,7 @@ func (x *PoolUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolUse.ProtoReflect.Descriptor instead.
 func (*PoolUse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{30}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PoolUse) GetName() string {
@@ -2173,7 +2264,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2185,7 +2276,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2198,19 +2289,21 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{31}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{32}
 }
 
 type ListQueuesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Queues        []*Queue               `protobuf:"bytes,1,rep,name=queues,proto3" json:"queues,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Queues []*Queue               `protobuf:"bytes,1,rep,name=queues,proto3" json:"queues,omitempty"`
+	// How far apart the samples of each queue's depth_history are.
+	DepthInterval *durationpb.Duration `protobuf:"bytes,2,opt,name=depth_interval,json=depthInterval,proto3" json:"depth_interval,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2315,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,12 +2328,215 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{32}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*Queue {
 	if x != nil {
 		return x.Queues
+	}
+	return nil
+}
+
+func (x *ListQueuesResponse) GetDepthInterval() *durationpb.Duration {
+	if x != nil {
+		return x.DepthInterval
+	}
+	return nil
+}
+
+// Schedule is a repeated job of the configuration: a run of kind is
+// queued `every` after the previous run ended, whatever its outcome, and
+// never while a run is unfinished.
+type Schedule struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Kind   string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Queue  string                 `protobuf:"bytes,3,opt,name=queue,proto3" json:"queue,omitempty"`
+	Tenant string                 `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Every  *durationpb.Duration   `protobuf:"bytes,5,opt,name=every,proto3" json:"every,omitempty"`
+	// When the next run will be queued; unset while a run is unfinished
+	// (its end decides the next).
+	NextRunAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=next_run_at,json=nextRunAt,proto3" json:"next_run_at,omitempty"`
+	// The latest run: unfinished, or the last that ended. Empty before the
+	// first run.
+	LastJobId    string   `protobuf:"bytes,7,opt,name=last_job_id,json=lastJobId,proto3" json:"last_job_id,omitempty"`
+	LastJobState JobState `protobuf:"varint,8,opt,name=last_job_state,json=lastJobState,proto3,enum=jobwatch.v1.JobState" json:"last_job_state,omitempty"`
+	// When the latest run ended; unset while it runs or before the first.
+	LastEndedAt   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_ended_at,json=lastEndedAt,proto3" json:"last_ended_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Schedule) Reset() {
+	*x = Schedule{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Schedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Schedule) ProtoMessage() {}
+
+func (x *Schedule) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
+func (*Schedule) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *Schedule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Schedule) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Schedule) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *Schedule) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Schedule) GetEvery() *durationpb.Duration {
+	if x != nil {
+		return x.Every
+	}
+	return nil
+}
+
+func (x *Schedule) GetNextRunAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextRunAt
+	}
+	return nil
+}
+
+func (x *Schedule) GetLastJobId() string {
+	if x != nil {
+		return x.LastJobId
+	}
+	return ""
+}
+
+func (x *Schedule) GetLastJobState() JobState {
+	if x != nil {
+		return x.LastJobState
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *Schedule) GetLastEndedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastEndedAt
+	}
+	return nil
+}
+
+type ListSchedulesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesRequest) Reset() {
+	*x = ListSchedulesRequest{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesRequest) ProtoMessage() {}
+
+func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
+func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{35}
+}
+
+type ListSchedulesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Schedules     []*Schedule            `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesResponse) Reset() {
+	*x = ListSchedulesResponse{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesResponse) ProtoMessage() {}
+
+func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
+func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
+	if x != nil {
+		return x.Schedules
 	}
 	return nil
 }
@@ -2373,7 +2669,7 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\v2\x15.jobwatch.v1.JobErrorR\x05error\x12\x1c\n" +
 	"\tretryable\x18\x04 \x01(\bR\tretryable\"5\n" +
 	"\x0fFailJobResponse\x12\"\n" +
-	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\"\xed\x02\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\"\xaa\x04\n" +
 	"\x05Queue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x16.jobwatch.v1.QueueModeR\x04mode\x12\x1f\n" +
@@ -2384,14 +2680,38 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x11oldest_queued_age\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x0foldestQueuedAge\x12B\n" +
 	"\x0flast_drained_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rlastDrainedAt\x12\x1a\n" +
 	"\balerting\x18\b \x01(\bR\balerting\x12*\n" +
-	"\x05pools\x18\t \x03(\v2\x14.jobwatch.v1.PoolUseR\x05pools\"J\n" +
+	"\x05pools\x18\t \x03(\v2\x14.jobwatch.v1.PoolUseR\x05pools\x12:\n" +
+	"\valert_after\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"alertAfter\x12A\n" +
+	"\x0ealerting_since\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\ralertingSince\x12<\n" +
+	"\rdepth_history\x18\f \x03(\v2\x17.jobwatch.v1.QueueDepthR\fdepthHistory\"j\n" +
+	"\n" +
+	"QueueDepth\x12*\n" +
+	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x16\n" +
+	"\x06queued\x18\x02 \x01(\x03R\x06queued\x12\x18\n" +
+	"\arunning\x18\x03 \x01(\x03R\arunning\"J\n" +
 	"\aPoolUse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05units\x18\x02 \x01(\x05R\x05units\x12\x15\n" +
 	"\x06in_use\x18\x03 \x01(\x03R\x05inUse\"\x13\n" +
-	"\x11ListQueuesRequest\"@\n" +
+	"\x11ListQueuesRequest\"\x82\x01\n" +
 	"\x12ListQueuesResponse\x12*\n" +
-	"\x06queues\x18\x01 \x03(\v2\x12.jobwatch.v1.QueueR\x06queues*\xc5\x01\n" +
+	"\x06queues\x18\x01 \x03(\v2\x12.jobwatch.v1.QueueR\x06queues\x12@\n" +
+	"\x0edepth_interval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\rdepthInterval\"\xea\x02\n" +
+	"\bSchedule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05queue\x18\x03 \x01(\tR\x05queue\x12\x16\n" +
+	"\x06tenant\x18\x04 \x01(\tR\x06tenant\x12/\n" +
+	"\x05every\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x05every\x12:\n" +
+	"\vnext_run_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tnextRunAt\x12\x1e\n" +
+	"\vlast_job_id\x18\a \x01(\tR\tlastJobId\x12;\n" +
+	"\x0elast_job_state\x18\b \x01(\x0e2\x15.jobwatch.v1.JobStateR\flastJobState\x12>\n" +
+	"\rlast_ended_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vlastEndedAt\"\x16\n" +
+	"\x14ListSchedulesRequest\"L\n" +
+	"\x15ListSchedulesResponse\x123\n" +
+	"\tschedules\x18\x01 \x03(\v2\x15.jobwatch.v1.ScheduleR\tschedules*\xc5\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_PENDING\x10\x01\x12\x14\n" +
@@ -2424,10 +2744,11 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\bClaimJob\x12\x1c.jobwatch.v1.ClaimJobRequest\x1a\x1d.jobwatch.v1.ClaimJobResponse\x12J\n" +
 	"\tHeartbeat\x12\x1d.jobwatch.v1.HeartbeatRequest\x1a\x1e.jobwatch.v1.HeartbeatResponse\x12P\n" +
 	"\vCompleteJob\x12\x1f.jobwatch.v1.CompleteJobRequest\x1a .jobwatch.v1.CompleteJobResponse\x12D\n" +
-	"\aFailJob\x12\x1b.jobwatch.v1.FailJobRequest\x1a\x1c.jobwatch.v1.FailJobResponse2]\n" +
+	"\aFailJob\x12\x1b.jobwatch.v1.FailJobRequest\x1a\x1c.jobwatch.v1.FailJobResponse2\xb5\x01\n" +
 	"\fQueueService\x12M\n" +
 	"\n" +
-	"ListQueues\x12\x1e.jobwatch.v1.ListQueuesRequest\x1a\x1f.jobwatch.v1.ListQueuesResponseB9Z7github.com/jobwatch/jobwatch/gen/jobwatch/v1;jobwatchv1b\x06proto3"
+	"ListQueues\x12\x1e.jobwatch.v1.ListQueuesRequest\x1a\x1f.jobwatch.v1.ListQueuesResponse\x12V\n" +
+	"\rListSchedules\x12!.jobwatch.v1.ListSchedulesRequest\x1a\".jobwatch.v1.ListSchedulesResponseB9Z7github.com/jobwatch/jobwatch/gen/jobwatch/v1;jobwatchv1b\x06proto3"
 
 var (
 	file_jobwatch_v1_jobwatch_proto_rawDescOnce sync.Once
@@ -2442,7 +2763,7 @@ func file_jobwatch_v1_jobwatch_proto_rawDescGZIP() []byte {
 }
 
 var file_jobwatch_v1_jobwatch_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(JobState)(0),                 // 0: jobwatch.v1.JobState
 	(JobView)(0),                  // 1: jobwatch.v1.JobView
@@ -2477,25 +2798,29 @@ var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(*FailJobRequest)(nil),        // 30: jobwatch.v1.FailJobRequest
 	(*FailJobResponse)(nil),       // 31: jobwatch.v1.FailJobResponse
 	(*Queue)(nil),                 // 32: jobwatch.v1.Queue
-	(*PoolUse)(nil),               // 33: jobwatch.v1.PoolUse
-	(*ListQueuesRequest)(nil),     // 34: jobwatch.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),    // 35: jobwatch.v1.ListQueuesResponse
-	(*structpb.Value)(nil),        // 36: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil), // 37: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 38: google.protobuf.Duration
+	(*QueueDepth)(nil),            // 33: jobwatch.v1.QueueDepth
+	(*PoolUse)(nil),               // 34: jobwatch.v1.PoolUse
+	(*ListQueuesRequest)(nil),     // 35: jobwatch.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),    // 36: jobwatch.v1.ListQueuesResponse
+	(*Schedule)(nil),              // 37: jobwatch.v1.Schedule
+	(*ListSchedulesRequest)(nil),  // 38: jobwatch.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil), // 39: jobwatch.v1.ListSchedulesResponse
+	(*structpb.Value)(nil),        // 40: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 42: google.protobuf.Duration
 }
 var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	0,  // 0: jobwatch.v1.Job.state:type_name -> jobwatch.v1.JobState
-	36, // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
-	36, // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
+	40, // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
+	40, // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
 	3,  // 3: jobwatch.v1.Job.error:type_name -> jobwatch.v1.JobError
-	37, // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	37, // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	37, // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	37, // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	37, // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	36, // 9: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
-	37, // 10: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	41, // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	41, // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	41, // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	41, // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	41, // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	40, // 9: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
+	41, // 10: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
 	4,  // 11: jobwatch.v1.SubmitJobResponse.job:type_name -> jobwatch.v1.Job
 	4,  // 12: jobwatch.v1.StartJobResponse.job:type_name -> jobwatch.v1.Job
 	4,  // 13: jobwatch.v1.GetJobResponse.job:type_name -> jobwatch.v1.Job
@@ -2508,50 +2833,62 @@ var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	1,  // 20: jobwatch.v1.WatchJobsRequest.view:type_name -> jobwatch.v1.JobView
 	4,  // 21: jobwatch.v1.WatchJobsResponse.jobs:type_name -> jobwatch.v1.Job
 	4,  // 22: jobwatch.v1.ClaimJobResponse.job:type_name -> jobwatch.v1.Job
-	37, // 23: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	37, // 24: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	36, // 25: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
+	41, // 23: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	41, // 24: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	40, // 25: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
 	4,  // 26: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
 	3,  // 27: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
 	4,  // 28: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
 	2,  // 29: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
-	38, // 30: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
-	37, // 31: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
-	33, // 32: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
-	32, // 33: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
-	6,  // 34: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
-	8,  // 35: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
-	10, // 36: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
-	12, // 37: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
-	14, // 38: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
-	16, // 39: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
-	18, // 40: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
-	20, // 41: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
-	22, // 42: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
-	24, // 43: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
-	26, // 44: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
-	28, // 45: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
-	30, // 46: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
-	34, // 47: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
-	7,  // 48: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
-	9,  // 49: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
-	11, // 50: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
-	13, // 51: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
-	15, // 52: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
-	17, // 53: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
-	19, // 54: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
-	21, // 55: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
-	23, // 56: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
-	25, // 57: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
-	27, // 58: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
-	29, // 59: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
-	31, // 60: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
-	35, // 61: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
-	48, // [48:62] is the sub-list for method output_type
-	34, // [34:48] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	42, // 30: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
+	41, // 31: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
+	34, // 32: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
+	42, // 33: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
+	41, // 34: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
+	33, // 35: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
+	41, // 36: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
+	32, // 37: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
+	42, // 38: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
+	42, // 39: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
+	41, // 40: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
+	0,  // 41: jobwatch.v1.Schedule.last_job_state:type_name -> jobwatch.v1.JobState
+	41, // 42: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
+	37, // 43: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
+	6,  // 44: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
+	8,  // 45: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
+	10, // 46: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
+	12, // 47: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
+	14, // 48: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
+	16, // 49: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
+	18, // 50: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
+	20, // 51: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
+	22, // 52: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
+	24, // 53: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
+	26, // 54: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
+	28, // 55: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
+	30, // 56: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
+	35, // 57: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
+	38, // 58: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
+	7,  // 59: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
+	9,  // 60: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
+	11, // 61: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
+	13, // 62: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
+	15, // 63: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
+	17, // 64: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
+	19, // 65: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
+	21, // 66: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
+	23, // 67: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
+	25, // 68: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
+	27, // 69: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
+	29, // 70: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
+	31, // 71: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
+	36, // 72: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
+	39, // 73: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
+	59, // [59:74] is the sub-list for method output_type
+	44, // [44:59] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_jobwatch_v1_jobwatch_proto_init() }
@@ -2565,7 +2902,7 @@ func file_jobwatch_v1_jobwatch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobwatch_v1_jobwatch_proto_rawDesc), len(file_jobwatch_v1_jobwatch_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   33,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

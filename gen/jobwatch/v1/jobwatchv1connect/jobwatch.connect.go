@@ -71,6 +71,9 @@ const (
 	WorkerServiceFailJobProcedure = "/jobwatch.v1.WorkerService/FailJob"
 	// QueueServiceListQueuesProcedure is the fully-qualified name of the QueueService's ListQueues RPC.
 	QueueServiceListQueuesProcedure = "/jobwatch.v1.QueueService/ListQueues"
+	// QueueServiceListSchedulesProcedure is the fully-qualified name of the QueueService's
+	// ListSchedules RPC.
+	QueueServiceListSchedulesProcedure = "/jobwatch.v1.QueueService/ListSchedules"
 )
 
 // JobServiceClient is a client for the jobwatch.v1.JobService service.
@@ -576,6 +579,8 @@ func (UnimplementedWorkerServiceHandler) FailJob(context.Context, *v1.FailJobReq
 // QueueServiceClient is a client for the jobwatch.v1.QueueService service.
 type QueueServiceClient interface {
 	ListQueues(context.Context, *v1.ListQueuesRequest) (*v1.ListQueuesResponse, error)
+	// ListSchedules lists the configuration's schedules with their next run.
+	ListSchedules(context.Context, *v1.ListSchedulesRequest) (*v1.ListSchedulesResponse, error)
 }
 
 // NewQueueServiceClient constructs a client for the jobwatch.v1.QueueService service. By default,
@@ -595,12 +600,19 @@ func NewQueueServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(queueServiceMethods.ByName("ListQueues")),
 			connect.WithClientOptions(opts...),
 		),
+		listSchedules: connect.NewClient[v1.ListSchedulesRequest, v1.ListSchedulesResponse](
+			httpClient,
+			baseURL+QueueServiceListSchedulesProcedure,
+			connect.WithSchema(queueServiceMethods.ByName("ListSchedules")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // queueServiceClient implements QueueServiceClient.
 type queueServiceClient struct {
-	listQueues *connect.Client[v1.ListQueuesRequest, v1.ListQueuesResponse]
+	listQueues    *connect.Client[v1.ListQueuesRequest, v1.ListQueuesResponse]
+	listSchedules *connect.Client[v1.ListSchedulesRequest, v1.ListSchedulesResponse]
 }
 
 // ListQueues calls jobwatch.v1.QueueService.ListQueues.
@@ -612,9 +624,20 @@ func (c *queueServiceClient) ListQueues(ctx context.Context, req *v1.ListQueuesR
 	return nil, err
 }
 
+// ListSchedules calls jobwatch.v1.QueueService.ListSchedules.
+func (c *queueServiceClient) ListSchedules(ctx context.Context, req *v1.ListSchedulesRequest) (*v1.ListSchedulesResponse, error) {
+	response, err := c.listSchedules.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // QueueServiceHandler is an implementation of the jobwatch.v1.QueueService service.
 type QueueServiceHandler interface {
 	ListQueues(context.Context, *v1.ListQueuesRequest) (*v1.ListQueuesResponse, error)
+	// ListSchedules lists the configuration's schedules with their next run.
+	ListSchedules(context.Context, *v1.ListSchedulesRequest) (*v1.ListSchedulesResponse, error)
 }
 
 // NewQueueServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -630,10 +653,18 @@ func NewQueueServiceHandler(svc QueueServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(queueServiceMethods.ByName("ListQueues")),
 		connect.WithHandlerOptions(opts...),
 	)
+	queueServiceListSchedulesHandler := connect.NewUnaryHandlerSimple(
+		QueueServiceListSchedulesProcedure,
+		svc.ListSchedules,
+		connect.WithSchema(queueServiceMethods.ByName("ListSchedules")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/jobwatch.v1.QueueService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case QueueServiceListQueuesProcedure:
 			queueServiceListQueuesHandler.ServeHTTP(w, r)
+		case QueueServiceListSchedulesProcedure:
+			queueServiceListSchedulesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -645,4 +676,8 @@ type UnimplementedQueueServiceHandler struct{}
 
 func (UnimplementedQueueServiceHandler) ListQueues(context.Context, *v1.ListQueuesRequest) (*v1.ListQueuesResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("jobwatch.v1.QueueService.ListQueues is not implemented"))
+}
+
+func (UnimplementedQueueServiceHandler) ListSchedules(context.Context, *v1.ListSchedulesRequest) (*v1.ListSchedulesResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("jobwatch.v1.QueueService.ListSchedules is not implemented"))
 }

@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file jobwatch/v1/jobwatch.proto.
  */
 export const file_jobwatch_v1_jobwatch: GenFile = /*@__PURE__*/
-  fileDesc("Chpqb2J3YXRjaC92MS9qb2J3YXRjaC5wcm90bxILam9id2F0Y2gudjEiKQoISm9iRXJyb3ISDAoEdHlwZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIsYECgNKb2ISCgoCaWQYASABKAkSDgoGdGVuYW50GAIgASgJEgwKBGtpbmQYAyABKAkSDQoFcXVldWUYBCABKAkSJAoFc3RhdGUYBSABKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIPCgd2ZXJzaW9uGAYgASgDEg8KB3BlcmNlbnQYByABKAUSDAoEc3RlcBgIIAEoCRInCgdwYXlsb2FkGAkgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEiYKBnJlc3VsdBgKIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIkCgVlcnJvchgLIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEg8KB2F0dGVtcHQYDCABKAUSFAoMbWF4X2F0dGVtcHRzGA0gASgFEhIKCnVuaXF1ZV9rZXkYDiABKAkSLgoKY3JlYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBnJ1bl9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJd29ya2VyX2lkGBQgASgJIjYKEEpvYkFscmVhZHlBY3RpdmUSDgoGam9iX2lkGAEgASgJEhIKCnVuaXF1ZV9rZXkYAiABKAki2gEKEFN1Ym1pdEpvYlJlcXVlc3QSDgoGdGVuYW50GAEgASgJEgwKBGtpbmQYAiABKAkSDQoFcXVldWUYAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRISCgp1bmlxdWVfa2V5GAUgASgJEgwKBGhvbGQYBiABKAgSKgoGcnVuX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxtYXhfYXR0ZW1wdHMYCCABKAUSDAoEd2FpdBgJIAEoCCIyChFTdWJtaXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IiIQoPU3RhcnRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIxChBTdGFydEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIfCg1HZXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIvCg5HZXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IisAEKD0xpc3RKb2JzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSJQoGc3RhdGVzGAIgAygOMhUuam9id2F0Y2gudjEuSm9iU3RhdGUSDAoEa2luZBgDIAEoCRINCgVxdWV1ZRgEIAEoCRIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCRIiCgR2aWV3GAcgASgOMhQuam9id2F0Y2gudjEuSm9iVmlldyJLChBMaXN0Sm9ic1Jlc3BvbnNlEh4KBGpvYnMYASADKAsyEC5qb2J3YXRjaC52MS5Kb2ISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIiIKEENhbmNlbEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjIKEUNhbmNlbEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIgCg5XYWl0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiMAoPV2FpdEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiI4Cg9XYXRjaEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhUKDWFmdGVyX3ZlcnNpb24YAiABKAMiMQoQV2F0Y2hKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IibwoQV2F0Y2hKb2JzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSFAoMcmVzdW1lX3Rva2VuGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRIiCgR2aWV3GAQgASgOMhQuam9id2F0Y2gudjEuSm9iVmlldyJJChFXYXRjaEpvYnNSZXNwb25zZRIeCgRqb2JzGAEgAygLMhAuam9id2F0Y2gudjEuSm9iEhQKDHJlc3VtZV90b2tlbhgCIAEoCSIWChRHZXRTZXJ2ZXJJbmZvUmVxdWVzdCJhChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDAoEZGVtbxgBIAEoCBISCgpkZW1vX2tpbmRzGAIgAygJEhUKDWF1dGhfcmVxdWlyZWQYAyABKAgSDwoHdmVyc2lvbhgEIAEoCSJDCg9DbGFpbUpvYlJlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEg0KBWtpbmRzGAIgAygJEg4KBnF1ZXVlcxgDIAMoCSJ5ChBDbGFpbUpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYhIQCghsZWFzZV9pZBgCIAEoCRI0ChBsZWFzZV9leHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJTChBIZWFydGJlYXRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIPCgdwZXJjZW50GAMgASgFEgwKBHN0ZXAYBCABKAkiXAoRSGVhcnRiZWF0UmVzcG9uc2USEQoJY2FuY2VsbGVkGAEgASgIEjQKEGxlYXNlX2V4cGlyZXNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl4KEkNvbXBsZXRlSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSJgoGcmVzdWx0GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIjQKE0NvbXBsZXRlSm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iImsKDkZhaWxKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIkCgVlcnJvchgDIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEhEKCXJldHJ5YWJsZRgEIAEoCCIwCg9GYWlsSm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iIpMCCgVRdWV1ZRIMCgRuYW1lGAEgASgJEiQKBG1vZGUYAiABKA4yFi5qb2J3YXRjaC52MS5RdWV1ZU1vZGUSEwoLbWF4X3J1bm5pbmcYAyABKAUSDgoGcXVldWVkGAQgASgDEg8KB3J1bm5pbmcYBSABKAMSNAoRb2xkZXN0X3F1ZXVlZF9hZ2UYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMwoPbGFzdF9kcmFpbmVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghhbGVydGluZxgIIAEoCBIjCgVwb29scxgJIAMoCzIULmpvYndhdGNoLnYxLlBvb2xVc2UiNgoHUG9vbFVzZRIMCgRuYW1lGAEgASgJEg0KBXVuaXRzGAIgASgFEg4KBmluX3VzZRgDIAEoAyITChFMaXN0UXVldWVzUmVxdWVzdCI4ChJMaXN0UXVldWVzUmVzcG9uc2USIgoGcXVldWVzGAEgAygLMhIuam9id2F0Y2gudjEuUXVldWUqxQEKCEpvYlN0YXRlEhkKFUpPQl9TVEFURV9VTlNQRUNJRklFRBAAEhUKEUpPQl9TVEFURV9QRU5ESU5HEAESFAoQSk9CX1NUQVRFX1FVRVVFRBACEhUKEUpPQl9TVEFURV9SVU5OSU5HEAMSFwoTSk9CX1NUQVRFX1NVQ0NFRURFRBAEEhQKEEpPQl9TVEFURV9GQUlMRUQQBRIXChNKT0JfU1RBVEVfQ0FOQ0VMTEVEEAYSEgoOSk9CX1NUQVRFX0xPU1QQBypMCgdKb2JWaWV3EhgKFEpPQl9WSUVXX1VOU1BFQ0lGSUVEEAASFAoQSk9CX1ZJRVdfU1VNTUFSWRABEhEKDUpPQl9WSUVXX0ZVTEwQAipXCglRdWV1ZU1vZGUSGgoWUVVFVUVfTU9ERV9VTlNQRUNJRklFRBAAEhcKE1FVRVVFX01PREVfUEFSQUxMRUwQARIVChFRVUVVRV9NT0RFX1NFUklBTBACMrAFCgpKb2JTZXJ2aWNlEkoKCVN1Ym1pdEpvYhIdLmpvYndhdGNoLnYxLlN1Ym1pdEpvYlJlcXVlc3QaHi5qb2J3YXRjaC52MS5TdWJtaXRKb2JSZXNwb25zZRJHCghTdGFydEpvYhIcLmpvYndhdGNoLnYxLlN0YXJ0Sm9iUmVxdWVzdBodLmpvYndhdGNoLnYxLlN0YXJ0Sm9iUmVzcG9uc2USQQoGR2V0Sm9iEhouam9id2F0Y2gudjEuR2V0Sm9iUmVxdWVzdBobLmpvYndhdGNoLnYxLkdldEpvYlJlc3BvbnNlEkcKCExpc3RKb2JzEhwuam9id2F0Y2gudjEuTGlzdEpvYnNSZXF1ZXN0Gh0uam9id2F0Y2gudjEuTGlzdEpvYnNSZXNwb25zZRJKCglDYW5jZWxKb2ISHS5qb2J3YXRjaC52MS5DYW5jZWxKb2JSZXF1ZXN0Gh4uam9id2F0Y2gudjEuQ2FuY2VsSm9iUmVzcG9uc2USRAoHV2FpdEpvYhIbLmpvYndhdGNoLnYxLldhaXRKb2JSZXF1ZXN0Ghwuam9id2F0Y2gudjEuV2FpdEpvYlJlc3BvbnNlEkkKCFdhdGNoSm9iEhwuam9id2F0Y2gudjEuV2F0Y2hKb2JSZXF1ZXN0Gh0uam9id2F0Y2gudjEuV2F0Y2hKb2JSZXNwb25zZTABEkwKCVdhdGNoSm9icxIdLmpvYndhdGNoLnYxLldhdGNoSm9ic1JlcXVlc3QaHi5qb2J3YXRjaC52MS5XYXRjaEpvYnNSZXNwb25zZTABElYKDUdldFNlcnZlckluZm8SIS5qb2J3YXRjaC52MS5HZXRTZXJ2ZXJJbmZvUmVxdWVzdBoiLmpvYndhdGNoLnYxLkdldFNlcnZlckluZm9SZXNwb25zZTK8AgoNV29ya2VyU2VydmljZRJHCghDbGFpbUpvYhIcLmpvYndhdGNoLnYxLkNsYWltSm9iUmVxdWVzdBodLmpvYndhdGNoLnYxLkNsYWltSm9iUmVzcG9uc2USSgoJSGVhcnRiZWF0Eh0uam9id2F0Y2gudjEuSGVhcnRiZWF0UmVxdWVzdBoeLmpvYndhdGNoLnYxLkhlYXJ0YmVhdFJlc3BvbnNlElAKC0NvbXBsZXRlSm9iEh8uam9id2F0Y2gudjEuQ29tcGxldGVKb2JSZXF1ZXN0GiAuam9id2F0Y2gudjEuQ29tcGxldGVKb2JSZXNwb25zZRJECgdGYWlsSm9iEhsuam9id2F0Y2gudjEuRmFpbEpvYlJlcXVlc3QaHC5qb2J3YXRjaC52MS5GYWlsSm9iUmVzcG9uc2UyXQoMUXVldWVTZXJ2aWNlEk0KCkxpc3RRdWV1ZXMSHi5qb2J3YXRjaC52MS5MaXN0UXVldWVzUmVxdWVzdBofLmpvYndhdGNoLnYxLkxpc3RRdWV1ZXNSZXNwb25zZUI5WjdnaXRodWIuY29tL2pvYndhdGNoL2pvYndhdGNoL2dlbi9qb2J3YXRjaC92MTtqb2J3YXRjaHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Chpqb2J3YXRjaC92MS9qb2J3YXRjaC5wcm90bxILam9id2F0Y2gudjEiKQoISm9iRXJyb3ISDAoEdHlwZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIsYECgNKb2ISCgoCaWQYASABKAkSDgoGdGVuYW50GAIgASgJEgwKBGtpbmQYAyABKAkSDQoFcXVldWUYBCABKAkSJAoFc3RhdGUYBSABKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIPCgd2ZXJzaW9uGAYgASgDEg8KB3BlcmNlbnQYByABKAUSDAoEc3RlcBgIIAEoCRInCgdwYXlsb2FkGAkgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEiYKBnJlc3VsdBgKIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIkCgVlcnJvchgLIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEg8KB2F0dGVtcHQYDCABKAUSFAoMbWF4X2F0dGVtcHRzGA0gASgFEhIKCnVuaXF1ZV9rZXkYDiABKAkSLgoKY3JlYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBnJ1bl9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJd29ya2VyX2lkGBQgASgJIjYKEEpvYkFscmVhZHlBY3RpdmUSDgoGam9iX2lkGAEgASgJEhIKCnVuaXF1ZV9rZXkYAiABKAki2gEKEFN1Ym1pdEpvYlJlcXVlc3QSDgoGdGVuYW50GAEgASgJEgwKBGtpbmQYAiABKAkSDQoFcXVldWUYAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRISCgp1bmlxdWVfa2V5GAUgASgJEgwKBGhvbGQYBiABKAgSKgoGcnVuX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxtYXhfYXR0ZW1wdHMYCCABKAUSDAoEd2FpdBgJIAEoCCIyChFTdWJtaXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IiIQoPU3RhcnRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIxChBTdGFydEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIfCg1HZXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIvCg5HZXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IisAEKD0xpc3RKb2JzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSJQoGc3RhdGVzGAIgAygOMhUuam9id2F0Y2gudjEuSm9iU3RhdGUSDAoEa2luZBgDIAEoCRINCgVxdWV1ZRgEIAEoCRIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCRIiCgR2aWV3GAcgASgOMhQuam9id2F0Y2gudjEuSm9iVmlldyJLChBMaXN0Sm9ic1Jlc3BvbnNlEh4KBGpvYnMYASADKAsyEC5qb2J3YXRjaC52MS5Kb2ISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIiIKEENhbmNlbEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjIKEUNhbmNlbEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIgCg5XYWl0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiMAoPV2FpdEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiI4Cg9XYXRjaEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhUKDWFmdGVyX3ZlcnNpb24YAiABKAMiMQoQV2F0Y2hKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IibwoQV2F0Y2hKb2JzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSFAoMcmVzdW1lX3Rva2VuGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRIiCgR2aWV3GAQgASgOMhQuam9id2F0Y2gudjEuSm9iVmlldyJJChFXYXRjaEpvYnNSZXNwb25zZRIeCgRqb2JzGAEgAygLMhAuam9id2F0Y2gudjEuSm9iEhQKDHJlc3VtZV90b2tlbhgCIAEoCSIWChRHZXRTZXJ2ZXJJbmZvUmVxdWVzdCJhChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDAoEZGVtbxgBIAEoCBISCgpkZW1vX2tpbmRzGAIgAygJEhUKDWF1dGhfcmVxdWlyZWQYAyABKAgSDwoHdmVyc2lvbhgEIAEoCSJDCg9DbGFpbUpvYlJlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEg0KBWtpbmRzGAIgAygJEg4KBnF1ZXVlcxgDIAMoCSJ5ChBDbGFpbUpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYhIQCghsZWFzZV9pZBgCIAEoCRI0ChBsZWFzZV9leHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJTChBIZWFydGJlYXRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIPCgdwZXJjZW50GAMgASgFEgwKBHN0ZXAYBCABKAkiXAoRSGVhcnRiZWF0UmVzcG9uc2USEQoJY2FuY2VsbGVkGAEgASgIEjQKEGxlYXNlX2V4cGlyZXNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl4KEkNvbXBsZXRlSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSJgoGcmVzdWx0GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIjQKE0NvbXBsZXRlSm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iImsKDkZhaWxKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIkCgVlcnJvchgDIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEhEKCXJldHJ5YWJsZRgEIAEoCCIwCg9GYWlsSm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iIqcDCgVRdWV1ZRIMCgRuYW1lGAEgASgJEiQKBG1vZGUYAiABKA4yFi5qb2J3YXRjaC52MS5RdWV1ZU1vZGUSEwoLbWF4X3J1bm5pbmcYAyABKAUSDgoGcXVldWVkGAQgASgDEg8KB3J1bm5pbmcYBSABKAMSNAoRb2xkZXN0X3F1ZXVlZF9hZ2UYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMwoPbGFzdF9kcmFpbmVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghhbGVydGluZxgIIAEoCBIjCgVwb29scxgJIAMoCzIULmpvYndhdGNoLnYxLlBvb2xVc2USLgoLYWxlcnRfYWZ0ZXIYCiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoOYWxlcnRpbmdfc2luY2UYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KDWRlcHRoX2hpc3RvcnkYDCADKAsyFy5qb2J3YXRjaC52MS5RdWV1ZURlcHRoIlUKClF1ZXVlRGVwdGgSJgoCYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnF1ZXVlZBgCIAEoAxIPCgdydW5uaW5nGAMgASgDIjYKB1Bvb2xVc2USDAoEbmFtZRgBIAEoCRINCgV1bml0cxgCIAEoBRIOCgZpbl91c2UYAyABKAMiEwoRTGlzdFF1ZXVlc1JlcXVlc3QiawoSTGlzdFF1ZXVlc1Jlc3BvbnNlEiIKBnF1ZXVlcxgBIAMoCzISLmpvYndhdGNoLnYxLlF1ZXVlEjEKDmRlcHRoX2ludGVydmFsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIpcCCghTY2hlZHVsZRIMCgRuYW1lGAEgASgJEgwKBGtpbmQYAiABKAkSDQoFcXVldWUYAyABKAkSDgoGdGVuYW50GAQgASgJEigKBWV2ZXJ5GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi8KC25leHRfcnVuX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtsYXN0X2pvYl9pZBgHIAEoCRItCg5sYXN0X2pvYl9zdGF0ZRgIIAEoDjIVLmpvYndhdGNoLnYxLkpvYlN0YXRlEjEKDWxhc3RfZW5kZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIhYKFExpc3RTY2hlZHVsZXNSZXF1ZXN0IkEKFUxpc3RTY2hlZHVsZXNSZXNwb25zZRIoCglzY2hlZHVsZXMYASADKAsyFS5qb2J3YXRjaC52MS5TY2hlZHVsZSrFAQoISm9iU3RhdGUSGQoVSk9CX1NUQVRFX1VOU1BFQ0lGSUVEEAASFQoRSk9CX1NUQVRFX1BFTkRJTkcQARIUChBKT0JfU1RBVEVfUVVFVUVEEAISFQoRSk9CX1NUQVRFX1JVTk5JTkcQAxIXChNKT0JfU1RBVEVfU1VDQ0VFREVEEAQSFAoQSk9CX1NUQVRFX0ZBSUxFRBAFEhcKE0pPQl9TVEFURV9DQU5DRUxMRUQQBhISCg5KT0JfU1RBVEVfTE9TVBAHKkwKB0pvYlZpZXcSGAoUSk9CX1ZJRVdfVU5TUEVDSUZJRUQQABIUChBKT0JfVklFV19TVU1NQVJZEAESEQoNSk9CX1ZJRVdfRlVMTBACKlcKCVF1ZXVlTW9kZRIaChZRVUVVRV9NT0RFX1VOU1BFQ0lGSUVEEAASFwoTUVVFVUVfTU9ERV9QQVJBTExFTBABEhUKEVFVRVVFX01PREVfU0VSSUFMEAIysAUKCkpvYlNlcnZpY2USSgoJU3VibWl0Sm9iEh0uam9id2F0Y2gudjEuU3VibWl0Sm9iUmVxdWVzdBoeLmpvYndhdGNoLnYxLlN1Ym1pdEpvYlJlc3BvbnNlEkcKCFN0YXJ0Sm9iEhwuam9id2F0Y2gudjEuU3RhcnRKb2JSZXF1ZXN0Gh0uam9id2F0Y2gudjEuU3RhcnRKb2JSZXNwb25zZRJBCgZHZXRKb2ISGi5qb2J3YXRjaC52MS5HZXRKb2JSZXF1ZXN0Ghsuam9id2F0Y2gudjEuR2V0Sm9iUmVzcG9uc2USRwoITGlzdEpvYnMSHC5qb2J3YXRjaC52MS5MaXN0Sm9ic1JlcXVlc3QaHS5qb2J3YXRjaC52MS5MaXN0Sm9ic1Jlc3BvbnNlEkoKCUNhbmNlbEpvYhIdLmpvYndhdGNoLnYxLkNhbmNlbEpvYlJlcXVlc3QaHi5qb2J3YXRjaC52MS5DYW5jZWxKb2JSZXNwb25zZRJECgdXYWl0Sm9iEhsuam9id2F0Y2gudjEuV2FpdEpvYlJlcXVlc3QaHC5qb2J3YXRjaC52MS5XYWl0Sm9iUmVzcG9uc2USSQoIV2F0Y2hKb2ISHC5qb2J3YXRjaC52MS5XYXRjaEpvYlJlcXVlc3QaHS5qb2J3YXRjaC52MS5XYXRjaEpvYlJlc3BvbnNlMAESTAoJV2F0Y2hKb2JzEh0uam9id2F0Y2gudjEuV2F0Y2hKb2JzUmVxdWVzdBoeLmpvYndhdGNoLnYxLldhdGNoSm9ic1Jlc3BvbnNlMAESVgoNR2V0U2VydmVySW5mbxIhLmpvYndhdGNoLnYxLkdldFNlcnZlckluZm9SZXF1ZXN0GiIuam9id2F0Y2gudjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlMrwCCg1Xb3JrZXJTZXJ2aWNlEkcKCENsYWltSm9iEhwuam9id2F0Y2gudjEuQ2xhaW1Kb2JSZXF1ZXN0Gh0uam9id2F0Y2gudjEuQ2xhaW1Kb2JSZXNwb25zZRJKCglIZWFydGJlYXQSHS5qb2J3YXRjaC52MS5IZWFydGJlYXRSZXF1ZXN0Gh4uam9id2F0Y2gudjEuSGVhcnRiZWF0UmVzcG9uc2USUAoLQ29tcGxldGVKb2ISHy5qb2J3YXRjaC52MS5Db21wbGV0ZUpvYlJlcXVlc3QaIC5qb2J3YXRjaC52MS5Db21wbGV0ZUpvYlJlc3BvbnNlEkQKB0ZhaWxKb2ISGy5qb2J3YXRjaC52MS5GYWlsSm9iUmVxdWVzdBocLmpvYndhdGNoLnYxLkZhaWxKb2JSZXNwb25zZTK1AQoMUXVldWVTZXJ2aWNlEk0KCkxpc3RRdWV1ZXMSHi5qb2J3YXRjaC52MS5MaXN0UXVldWVzUmVxdWVzdBofLmpvYndhdGNoLnYxLkxpc3RRdWV1ZXNSZXNwb25zZRJWCg1MaXN0U2NoZWR1bGVzEiEuam9id2F0Y2gudjEuTGlzdFNjaGVkdWxlc1JlcXVlc3QaIi5qb2J3YXRjaC52MS5MaXN0U2NoZWR1bGVzUmVzcG9uc2VCOVo3Z2l0aHViLmNvbS9qb2J3YXRjaC9qb2J3YXRjaC9nZW4vam9id2F0Y2gvdjE7am9id2F0Y2h2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * JobError says why a job (or its last attempt) failed. Callers see the
@@ -950,6 +950,30 @@ export type Queue = Message<"jobwatch.v1.Queue"> & {
    * @generated from field: repeated jobwatch.v1.PoolUse pools = 9;
    */
   pools: PoolUse[];
+
+  /**
+   * The queue's alert_after; unset: the queue is not watched.
+   *
+   * @generated from field: google.protobuf.Duration alert_after = 10;
+   */
+  alertAfter?: Duration | undefined;
+
+  /**
+   * When the queue began alerting (its work had waited alert_after
+   * without draining); unset unless alerting.
+   *
+   * @generated from field: google.protobuf.Timestamp alerting_since = 11;
+   */
+  alertingSince?: Timestamp | undefined;
+
+  /**
+   * The queue's depth over the last 15 minutes, oldest first, one sample
+   * per interval the server states in ListQueuesResponse; the last is
+   * now. A replica keeps its own samples from when it started.
+   *
+   * @generated from field: repeated jobwatch.v1.QueueDepth depth_history = 12;
+   */
+  depthHistory: QueueDepth[];
 };
 
 /**
@@ -958,6 +982,35 @@ export type Queue = Message<"jobwatch.v1.Queue"> & {
  */
 export const QueueSchema: GenMessage<Queue> = /*@__PURE__*/
   messageDesc(file_jobwatch_v1_jobwatch, 29);
+
+/**
+ * QueueDepth is a queue's unfinished work at one moment.
+ *
+ * @generated from message jobwatch.v1.QueueDepth
+ */
+export type QueueDepth = Message<"jobwatch.v1.QueueDepth"> & {
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 1;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * @generated from field: int64 queued = 2;
+   */
+  queued: bigint;
+
+  /**
+   * @generated from field: int64 running = 3;
+   */
+  running: bigint;
+};
+
+/**
+ * Describes the message jobwatch.v1.QueueDepth.
+ * Use `create(QueueDepthSchema)` to create a new message.
+ */
+export const QueueDepthSchema: GenMessage<QueueDepth> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 30);
 
 /**
  * PoolUse is one pool as a queue that uses it sees it.
@@ -991,7 +1044,7 @@ export type PoolUse = Message<"jobwatch.v1.PoolUse"> & {
  * Use `create(PoolUseSchema)` to create a new message.
  */
 export const PoolUseSchema: GenMessage<PoolUse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 30);
+  messageDesc(file_jobwatch_v1_jobwatch, 31);
 
 /**
  * @generated from message jobwatch.v1.ListQueuesRequest
@@ -1004,7 +1057,7 @@ export type ListQueuesRequest = Message<"jobwatch.v1.ListQueuesRequest"> & {
  * Use `create(ListQueuesRequestSchema)` to create a new message.
  */
 export const ListQueuesRequestSchema: GenMessage<ListQueuesRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 31);
+  messageDesc(file_jobwatch_v1_jobwatch, 32);
 
 /**
  * @generated from message jobwatch.v1.ListQueuesResponse
@@ -1014,6 +1067,13 @@ export type ListQueuesResponse = Message<"jobwatch.v1.ListQueuesResponse"> & {
    * @generated from field: repeated jobwatch.v1.Queue queues = 1;
    */
   queues: Queue[];
+
+  /**
+   * How far apart the samples of each queue's depth_history are.
+   *
+   * @generated from field: google.protobuf.Duration depth_interval = 2;
+   */
+  depthInterval?: Duration | undefined;
 };
 
 /**
@@ -1021,7 +1081,106 @@ export type ListQueuesResponse = Message<"jobwatch.v1.ListQueuesResponse"> & {
  * Use `create(ListQueuesResponseSchema)` to create a new message.
  */
 export const ListQueuesResponseSchema: GenMessage<ListQueuesResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 32);
+  messageDesc(file_jobwatch_v1_jobwatch, 33);
+
+/**
+ * Schedule is a repeated job of the configuration: a run of kind is
+ * queued `every` after the previous run ended, whatever its outcome, and
+ * never while a run is unfinished.
+ *
+ * @generated from message jobwatch.v1.Schedule
+ */
+export type Schedule = Message<"jobwatch.v1.Schedule"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string kind = 2;
+   */
+  kind: string;
+
+  /**
+   * @generated from field: string queue = 3;
+   */
+  queue: string;
+
+  /**
+   * @generated from field: string tenant = 4;
+   */
+  tenant: string;
+
+  /**
+   * @generated from field: google.protobuf.Duration every = 5;
+   */
+  every?: Duration | undefined;
+
+  /**
+   * When the next run will be queued; unset while a run is unfinished
+   * (its end decides the next).
+   *
+   * @generated from field: google.protobuf.Timestamp next_run_at = 6;
+   */
+  nextRunAt?: Timestamp | undefined;
+
+  /**
+   * The latest run: unfinished, or the last that ended. Empty before the
+   * first run.
+   *
+   * @generated from field: string last_job_id = 7;
+   */
+  lastJobId: string;
+
+  /**
+   * @generated from field: jobwatch.v1.JobState last_job_state = 8;
+   */
+  lastJobState: JobState;
+
+  /**
+   * When the latest run ended; unset while it runs or before the first.
+   *
+   * @generated from field: google.protobuf.Timestamp last_ended_at = 9;
+   */
+  lastEndedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message jobwatch.v1.Schedule.
+ * Use `create(ScheduleSchema)` to create a new message.
+ */
+export const ScheduleSchema: GenMessage<Schedule> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 34);
+
+/**
+ * @generated from message jobwatch.v1.ListSchedulesRequest
+ */
+export type ListSchedulesRequest = Message<"jobwatch.v1.ListSchedulesRequest"> & {
+};
+
+/**
+ * Describes the message jobwatch.v1.ListSchedulesRequest.
+ * Use `create(ListSchedulesRequestSchema)` to create a new message.
+ */
+export const ListSchedulesRequestSchema: GenMessage<ListSchedulesRequest> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 35);
+
+/**
+ * @generated from message jobwatch.v1.ListSchedulesResponse
+ */
+export type ListSchedulesResponse = Message<"jobwatch.v1.ListSchedulesResponse"> & {
+  /**
+   * @generated from field: repeated jobwatch.v1.Schedule schedules = 1;
+   */
+  schedules: Schedule[];
+};
+
+/**
+ * Describes the message jobwatch.v1.ListSchedulesResponse.
+ * Use `create(ListSchedulesResponseSchema)` to create a new message.
+ */
+export const ListSchedulesResponseSchema: GenMessage<ListSchedulesResponse> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 36);
 
 /**
  * JobState is where a job is in its life. PENDING, QUEUED and RUNNING are
@@ -1307,6 +1466,16 @@ export const QueueService: GenService<{
     methodKind: "unary";
     input: typeof ListQueuesRequestSchema;
     output: typeof ListQueuesResponseSchema;
+  },
+  /**
+   * ListSchedules lists the configuration's schedules with their next run.
+   *
+   * @generated from rpc jobwatch.v1.QueueService.ListSchedules
+   */
+  listSchedules: {
+    methodKind: "unary";
+    input: typeof ListSchedulesRequestSchema;
+    output: typeof ListSchedulesResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_jobwatch_v1_jobwatch, 2);
