@@ -55,7 +55,7 @@ func (b engineBackend) Heartbeat(ctx context.Context, l *Lease, percent int32, s
 	if err != nil {
 		return false, engineError(err)
 	}
-	return j.State == store.Cancelled, nil
+	return j.State != store.Running, nil // cancelled, or timed out (see jobs.Engine.Heartbeat)
 }
 
 func (b engineBackend) Complete(ctx context.Context, l *Lease, result json.RawMessage) error {

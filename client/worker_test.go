@@ -291,6 +291,36 @@ func TestWorkerCancelsTheHandlerWhenTheJobIsCancelled(t *testing.T) {
 	})
 }
 
+// A queue's timeout ends an attempt on the server; the worker hears it at
+// its next heartbeat and stops the handler, whose late result is refused.
+func TestWorkerStopsTheHandlerWhenItsQueuesTimeoutEndsTheAttempt(t *testing.T) {
+	stopped := make(chan error, 1)
+	forEachBackend(t, client.WorkerConfig{}, nil, func(w *client.Worker) {
+		w.Handle("slow", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+			<-ctx.Done()
+			stopped <- context.Cause(ctx)
+			return "too late", nil
+		})
+	}, func(t *testing.T, env *workerEnv) {
+		if err := env.s.Engine.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"slow": {Timeout: 200 * time.Millisecond}}}); err != nil {
+			t.Fatal(err)
+		}
+		id := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "slow", Queue: "slow"})
+		select {
+		case cause := <-stopped:
+			if cause == nil {
+				t.Fatal("the handler's context ended without a cause")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the handler was not stopped after its queue's timeout")
+		}
+		j := env.wait(t, id)
+		if j.GetState() != jobwatchv1.JobState_JOB_STATE_FAILED || j.GetError().GetType() != jobs.TimeoutErrorType || j.GetResult() != nil {
+			t.Fatalf("job %v %v result %v, want FAILED with type Timeout and no late result", j.GetState(), j.GetError(), j.GetResult())
+		}
+	})
+}
+
 // silentBackend swallows heartbeats while silent is set, as a worker
 // whose heartbeats never arrive (a frozen process, a partition) would.
 type silentBackend struct {

@@ -32,9 +32,12 @@ func validLease(id, leaseID string) error {
 
 // Heartbeat extends the lease and records progress (percent clamped to
 // 0..100 and never lowered within an attempt; an empty step keeps the
-// last; a step over MaxStepBytes is an *InvalidError). A job cancelled while the lease was held returns with State
-// Cancelled and nil error, so the worker learns of it; any other lease
-// mismatch is ErrStaleLease.
+// last; a step over MaxStepBytes is an *InvalidError). A job whose
+// attempt the server ended while the lease was held (cancelled, or timed
+// out by its queue's timeout: QUEUED again or FAILED) returns as it is,
+// not RUNNING, with a nil error, so the worker learns that it should stop;
+// the wire calls that "cancelled". Any other lease mismatch is
+// ErrStaleLease.
 func (e *Engine) Heartbeat(ctx context.Context, id, leaseID string, percent int32, step string) (store.Job, error) {
 	if err := validLease(id, leaseID); err != nil {
 		return store.Job{}, err
@@ -44,8 +47,8 @@ func (e *Engine) Heartbeat(ctx context.Context, id, leaseID string, percent int3
 	}
 	percent = min(max(percent, 0), 100)
 	return e.update(ctx, "heartbeat", id, func(j *store.Job, now time.Time) error {
-		if j.State == store.Cancelled && j.LeaseID == leaseID {
-			return errUnchanged
+		if j.State != store.Running && j.LeaseID == leaseID {
+			return errUnchanged // ended by a cancel or a timeout: see above
 		}
 		if err := checkLease(j, leaseID); err != nil {
 			return err
@@ -141,9 +144,9 @@ func releaseLease(j *store.Job) {
 
 // backoff is the delay before the attempt after attempt of a job of
 // queue: the queue's initial backoff doubled per attempt, capped at its
-// maximum, of which a random
-// half is dropped ("equal jitter") so retries of jobs that failed together
-// spread out, while no delay falls below half the exponential step.
+// maximum, and then "full jitter": a delay drawn uniformly between zero
+// and that step, so retries of jobs that failed together spread over the
+// whole step instead of arriving together.
 func (e *Engine) backoff(queue string, attempt int32) time.Duration {
 	q := e.queueRules(queue)
 	d := q.InitialBackoff
@@ -151,8 +154,7 @@ func (e *Engine) backoff(queue string, attempt int32) time.Duration {
 		d *= 2
 	}
 	d = min(d, q.MaxBackoff)
-	half := d / 2
-	return half + rand.N(d-half+1)
+	return rand.N(d + 1)
 }
 
 // leaseExpiredError says why a job's attempt ended with no word from its

@@ -207,9 +207,10 @@ func TestFail(t *testing.T) {
 				}
 				return
 			}
-			// Equal jitter: between half and all of the first step.
-			if delay := failed.RunAt.Sub(clock.Now()); delay < time.Second || delay > 2*time.Second {
-				t.Errorf("retry after %v, want 1s..2s", delay)
+			// Full jitter: up to the first step.
+			delay := failed.RunAt.Sub(clock.Now())
+			if delay < 0 || delay > 2*time.Second {
+				t.Errorf("retry after %v, want 0..2s", delay)
 			}
 			if failed.Percent != 0 || failed.Step != "" {
 				t.Errorf("progress %d%% %q carried into the next attempt", failed.Percent, failed.Step)
@@ -237,12 +238,40 @@ func TestRetryBackoffGrowsAndIsCapped(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := failed.RunAt.Sub(clock.Now()); d < max/2 || d > max {
-			t.Errorf("after attempt %d: retry in %v, want %v..%v", attempt+1, d, max/2, max)
+		if d := failed.RunAt.Sub(clock.Now()); d < 0 || d > max {
+			t.Errorf("after attempt %d: retry in %v, want 0..%v", attempt+1, d, max)
 		}
 		clock.Advance(time.Minute)
 		if j, err = e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w"}, time.Now()); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// Full jitter: retries of jobs that failed together spread over the whole
+// step, below its half too, not only over its upper half.
+func TestRetriesSpreadOverTheWholeBackoffStep(t *testing.T) {
+	clock := newFakeClock()
+	e, _ := newEngine(t, jobs.Config{Now: clock.Now, RetryInitialBackoff: time.Minute, RetryMaxBackoff: time.Minute})
+	ctx := context.Background()
+	var low, high int
+	for range 64 {
+		j := running(t, e, jobs.SubmitRequest{MaxAttempts: 2})
+		failed, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "X"}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch d := failed.RunAt.Sub(clock.Now()); {
+		case d < 0 || d > time.Minute:
+			t.Fatalf("retry in %v, want 0..1m", d)
+		case d < 30*time.Second:
+			low++
+		default:
+			high++
+		}
+	}
+	// Each count is 0 with probability 2^-64 under full jitter.
+	if low == 0 || high == 0 {
+		t.Errorf("of 64 retries %d waited under 30s and %d over: want both halves of the 1m step used", low, high)
 	}
 }

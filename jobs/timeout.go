@@ -25,9 +25,12 @@ func timeoutError(timeout time.Duration) *store.JobError {
 // is still RUNNING under the very lease the store reported, so a
 // completion, a heartbeat's cancel, a newer attempt or another replica's
 // sweep that came first is left alone, and sweeping twice changes
-// nothing. The worker learns of it at its next call: the lease is gone,
-// so Heartbeat and Complete are refused with ErrStaleLease (the client
-// worker then stops the job's handler).
+// nothing. The worker learns of it at its next call: the ended attempt's
+// lease stays on the row (like a cancel's), so its next Heartbeat answers
+// with the job no longer RUNNING, which the wire calls cancelled, and its
+// Complete or Fail is refused with ErrStaleLease. Once another worker
+// claims the retry, the old lease is gone and its heartbeat is
+// ErrStaleLease too: either way the worker stops the handler.
 func (e *Engine) timeOutAttempts(ctx context.Context) error {
 	now := e.now()
 	var errs []error
@@ -60,11 +63,14 @@ func (e *Engine) timeOut(ctx context.Context, a store.Attempt, timeout time.Dura
 		j.Error = timeoutError(timeout)
 		if j.Attempt < j.MaxAttempts {
 			e.requeue(j, now)
-			return nil
+		} else {
+			j.State = store.Failed
+			j.FinishedAt = now
+			releaseLease(j)
 		}
-		j.State = store.Failed
-		j.FinishedAt = now
-		releaseLease(j)
+		// The ended attempt's lease stays, so that its worker's next
+		// heartbeat hears that the attempt was ended (see Heartbeat).
+		j.LeaseID = a.LeaseID
 		return nil
 	})
 	switch {

@@ -39,7 +39,7 @@ func TestAnAttemptPastItsQueueTimeoutIsRetriedThenFailed(t *testing.T) {
 	}
 	got := get(t, e, j.ID)
 	want := store.JobError{Type: jobs.TimeoutErrorType, Message: "attempt ran longer than the queue's timeout of 10m0s"}
-	if got.State != store.Queued || got.Attempt != 1 || got.Error == nil || *got.Error != want || got.LeaseID != "" {
+	if got.State != store.Queued || got.Attempt != 1 || got.Error == nil || *got.Error != want {
 		t.Fatalf("after the timeout: %+v; want queued again, attempt 1, error %+v", got, want)
 	}
 	if !got.RunAt.After(clock.Now()) {
@@ -47,8 +47,10 @@ func TestAnAttemptPastItsQueueTimeoutIsRetriedThenFailed(t *testing.T) {
 	}
 	// The waiter is not woken as if the job had ended.
 	notYet(t, parked, 20*time.Millisecond)
-	if _, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 60, ""); !errors.Is(err, jobs.ErrStaleLease) {
-		t.Errorf("the timed-out worker's heartbeat: %v, want ErrStaleLease", err)
+	// Its worker's next heartbeat hears that the attempt is over (the
+	// wire's cancelled), and its completion is refused.
+	if hb, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 60, ""); err != nil || hb.State == store.Running {
+		t.Errorf("the timed-out worker's heartbeat: %s, %v; want the job not running, no error", hb.State, err)
 	}
 	if _, err := e.Complete(ctx, j.ID, j.LeaseID, nil); !errors.Is(err, jobs.ErrStaleLease) {
 		t.Errorf("the timed-out worker's complete: %v, want ErrStaleLease", err)
@@ -62,6 +64,10 @@ func TestAnAttemptPastItsQueueTimeoutIsRetriedThenFailed(t *testing.T) {
 	again, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w2", Queues: []string{"index"}}, time.Time{})
 	if err != nil || again.ID != j.ID || again.Attempt != 2 {
 		t.Fatalf("re-claim: %+v, %v; want attempt 2 of %s", again, err, j.ID)
+	}
+	// The first attempt's lease is gone for good once the job runs again.
+	if _, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 60, ""); !errors.Is(err, jobs.ErrStaleLease) {
+		t.Errorf("the first worker's heartbeat during the second attempt: %v, want ErrStaleLease", err)
 	}
 	clock.Advance(9 * time.Minute)
 	if err := e.Sweep(ctx); err != nil {
@@ -77,6 +83,9 @@ func TestAnAttemptPastItsQueueTimeoutIsRetriedThenFailed(t *testing.T) {
 	final, err := await(t, parked)
 	if err != nil || final.State != store.Failed || final.Error == nil || final.Error.Type != jobs.TimeoutErrorType || final.FinishedAt.IsZero() {
 		t.Fatalf("after the last attempt timed out: %+v, %v; want FAILED with type Timeout", final, err)
+	}
+	if hb, err := e.Heartbeat(ctx, j.ID, again.LeaseID, 70, ""); err != nil || hb.State != store.Failed {
+		t.Errorf("the last worker's heartbeat: %s, %v; want FAILED, no error", hb.State, err)
 	}
 	// Sweeping again changes nothing.
 	if err := e.Sweep(ctx); err != nil {

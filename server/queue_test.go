@@ -206,8 +206,11 @@ func TestAnAttemptPastItsQueueTimeoutLosesItsLeaseOverTheWire(t *testing.T) {
 	if err := ts.engine.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_, err := c.workers.Heartbeat(ctx, &jobwatchv1.HeartbeatRequest{JobId: lease.GetJob().GetId(), LeaseId: lease.GetLeaseId(), Percent: 10})
-	wantCode(t, err, connect.CodeFailedPrecondition)
+	// The worker's next heartbeat says to stop; its completion is refused.
+	hb, err := c.workers.Heartbeat(ctx, &jobwatchv1.HeartbeatRequest{JobId: lease.GetJob().GetId(), LeaseId: lease.GetLeaseId(), Percent: 10})
+	if err != nil || !hb.GetCancelled() {
+		t.Fatalf("heartbeat after the timeout: %v, %v; want cancelled", hb, err)
+	}
 	_, err = c.workers.CompleteJob(ctx, &jobwatchv1.CompleteJobRequest{JobId: lease.GetJob().GetId(), LeaseId: lease.GetLeaseId()})
 	wantCode(t, err, connect.CodeFailedPrecondition)
 	got, err := c.jobs.GetJob(ctx, &jobwatchv1.GetJobRequest{JobId: lease.GetJob().GetId()})

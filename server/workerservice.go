@@ -94,7 +94,9 @@ func (h *workerService) Heartbeat(ctx context.Context, req *jobwatchv1.Heartbeat
 		return nil, h.s.toConnectError(ctx, "heartbeat", err)
 	}
 	return &jobwatchv1.HeartbeatResponse{
-		Cancelled:      j.State == store.Cancelled,
+		// Not RUNNING: the server ended the attempt (a cancel, or the
+		// queue's timeout); either way the worker must stop.
+		Cancelled:      j.State != store.Running,
 		LeaseExpiresAt: wire.Timestamp(j.LeaseExpiresAt),
 	}, nil
 }

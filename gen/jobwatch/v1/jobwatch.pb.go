@@ -1721,7 +1721,9 @@ func (x *HeartbeatRequest) GetStep() string {
 
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The job was cancelled: stop working on it.
+	// Stop working on the job: it was cancelled, or the queue's timeout
+	// ended this attempt (the job is QUEUED again or FAILED with type
+	// Timeout).
 	Cancelled      bool                   `protobuf:"varint,1,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
 	LeaseExpiresAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=lease_expires_at,json=leaseExpiresAt,proto3" json:"lease_expires_at,omitempty"`
 	unknownFields  protoimpl.UnknownFields

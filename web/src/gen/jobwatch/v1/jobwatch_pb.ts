@@ -781,7 +781,9 @@ export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*
  */
 export type HeartbeatResponse = Message<"jobwatch.v1.HeartbeatResponse"> & {
   /**
-   * The job was cancelled: stop working on it.
+   * Stop working on the job: it was cancelled, or the queue's timeout
+   * ended this attempt (the job is QUEUED again or FAILED with type
+   * Timeout).
    *
    * @generated from field: bool cancelled = 1;
    */
