@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/client"
+	"github.com/jobwatch/jobwatch/config"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/server"
@@ -21,7 +22,7 @@ import (
 
 const demoUsage = `Usage: jobwatch demo [flags]
 
-Runs a server on a local SQLite file with in-process workers for four demo
+Runs a server on a local SQLite file with in-process workers for the demo
 kinds, submits a few jobs and keeps submitting new ones, so the page has
 something to show. Open the URL it prints.
 
@@ -30,11 +31,35 @@ something to show. Open the URL it prints.
   flaky    fails with a typed, retryable error; FAILED after its 2 attempts
   hang     stops heartbeating and is LOST after the lease timeout
 
+and, under queue rules (its configuration, as serve --config reads it):
+
+  reindex  in the serial queue "index": one at a time, in order; the queue
+           alerts when it has not drained for 45s
+  render   in the queues "readme" and "thumbnails", which share the pool
+           "db" of 2 units: never more than 2 running between them
+
 Flags:
 `
 
-// demoKinds are the kinds the demo's workers run, in submission rotation.
+// demoKinds are the kinds the demo's workers run, in submission rotation;
+// the page's demo button submits them.
 var demoKinds = []string{"enrich", "pairing", "flaky", "hang"}
+
+// demoConfig is the demo's configuration file, in the format of serve
+// --config (README "Configuration file"), so that the page shows queue
+// rules at work: a serial queue and two queues sharing a pool.
+const demoConfig = `queues:
+  - name: index           # one git repository: one writer at a time, in order
+    mode: serial
+    on_failure: block
+    alert_after: 45s
+  - name: readme
+    uses: [db]
+  - name: thumbnails
+    uses: [db]
+pools:
+  db: 2                   # readme and thumbnails together: at most 2 running
+`
 
 // demo runs "jobwatch demo".
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -46,7 +71,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&db, "db", "jobwatch-demo.db", "SQLite database `file` (created if missing)")
 	fs.DurationVar(&every, "every", 6*time.Second, "submit a new demo job this often (0: only the first few)")
 	fs.DurationVar(&leaseTimeout, "lease-timeout", 5*time.Second, "how long a silent job runs before it is LOST")
-	fs.IntVar(&concurrency, "concurrency", 4, "demo jobs that run at once")
+	fs.IntVar(&concurrency, "concurrency", 8, "demo jobs that run at once")
 	fs.Usage = func() { fmt.Fprint(stderr, demoUsage); fs.PrintDefaults() }
 	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
@@ -80,8 +105,13 @@ func serveDemo(ctx context.Context, ln net.Listener, o demoOptions, stdout, stde
 		return fmt.Errorf("open database %s: %w", o.db, err)
 	}
 	defer st.Close()
+	rules, err := demoRules()
+	if err != nil {
+		return err
+	}
 	metrics := server.NewMetrics()
 	engine := jobs.New(st, jobs.Config{
+		Rules:               rules,
 		LeaseTimeout:        o.leaseTimeout,
 		SweepInterval:       250 * time.Millisecond,
 		RetryInitialBackoff: time.Second,
@@ -119,6 +149,8 @@ func serveDemo(ctx context.Context, ln net.Listener, o demoOptions, stdout, stde
 	w.Handle("pairing", pairingJob)
 	w.Handle("flaky", flakyJob)
 	w.Handle("hang", hangJob)
+	w.Handle("reindex", reindexJob)
+	w.Handle("render", renderJob)
 	bg.Go(func() {
 		if err := w.Run(demoCtx); err != nil {
 			log.Error("demo worker stopped", "err", err)
@@ -159,20 +191,54 @@ func submitDemoJobs(ctx context.Context, e *jobs.Engine, every time.Duration, lo
 	for _, k := range demoKinds {
 		submit(k)
 	}
+	submitRuledDemoJobs(ctx, e, log)
 	if every <= 0 {
 		return
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	// enrich and pairing are what a page should mostly show; the failing
-	// and hanging kinds come now and then.
+	// and hanging kinds come now and then, and every fifth tick a burst
+	// for the ruled queues.
 	weighted := []string{"enrich", "enrich", "enrich", "pairing", "pairing", "flaky", "hang"}
-	for {
+	for tick := 1; ; tick++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			if tick%5 == 0 {
+				submitRuledDemoJobs(ctx, e, log)
+				continue
+			}
 			submit(weighted[rand.N(len(weighted))])
+		}
+	}
+}
+
+// demoRules are demoConfig's rules.
+func demoRules() (jobs.Rules, error) {
+	f, err := config.Parse("demo.yaml", []byte(demoConfig))
+	if err != nil {
+		return jobs.Rules{}, fmt.Errorf("the demo's configuration: %w", err)
+	}
+	return f.Rules()
+}
+
+// submitRuledDemoJobs submits a burst for the ruled queues: three
+// reindexes wait their turn in the serial queue, and three renders in
+// each of the pooled queues wait for a unit of the db pool.
+func submitRuledDemoJobs(ctx context.Context, e *jobs.Engine, log *slog.Logger) {
+	var reqs []jobs.SubmitRequest
+	for i := range 3 {
+		reqs = append(reqs,
+			jobs.SubmitRequest{Kind: "reindex", Queue: "index",
+				Payload: json.RawMessage(fmt.Sprintf(`{"repository":"catalogue","commit":"%07x"}`, rand.N(1<<28)))},
+			jobs.SubmitRequest{Kind: "render", Queue: "readme", Payload: json.RawMessage(fmt.Sprintf(`{"page":%d}`, i+1))},
+			jobs.SubmitRequest{Kind: "render", Queue: "thumbnails", Payload: json.RawMessage(fmt.Sprintf(`{"image":%d}`, i+1))})
+	}
+	for _, r := range reqs {
+		if _, err := e.Submit(ctx, r); err != nil && ctx.Err() == nil {
+			log.Warn("demo submit failed", "kind", r.Kind, "queue", r.Queue, "err", err)
 		}
 	}
 }
@@ -232,6 +298,31 @@ func pairingJob(ctx context.Context, job *jobwatchv1.Job, progress client.Progre
 		done += ph.weight
 	}
 	return map[string]any{"pairs": 1000 + rand.N(4000), "unmatched": rand.N(200)}, nil
+}
+
+// reindexJob updates a repository's search index: only one may touch the
+// repository at a time, which the serial queue "index" guarantees.
+func reindexJob(ctx context.Context, job *jobwatchv1.Job, progress client.Progress) (any, error) {
+	steps := []string{"fetch", "diff", "write index", "commit"}
+	for i, step := range steps {
+		progress(i*100/len(steps), step)
+		if err := sleep(ctx, time.Duration(800+rand.N(700))*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	return map[string]any{"files_indexed": 100 + rand.N(900)}, nil
+}
+
+// renderJob renders with a connection of the pool "db", which the queues
+// readme and thumbnails share.
+func renderJob(ctx context.Context, job *jobwatchv1.Job, progress client.Progress) (any, error) {
+	for i := 1; i <= 3; i++ {
+		progress((i-1)*33, fmt.Sprintf("query %d of 3", i))
+		if err := sleep(ctx, time.Duration(700+rand.N(600))*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	return map[string]any{"bytes": 10_000 + rand.N(90_000)}, nil
 }
 
 // UpstreamTimeoutError is the flaky kind's failure: a typed error whose

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jobwatch/jobwatch/client"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+)
+
+// The demo shows its queue rules at work on the page: ListQueues (what the
+// page's queue panel reads) shows the serial queue and the pooled pair
+// with their rules, the serial queue never runs two, the pooled pair never
+// holds more than the pool's two units, and the serial queue's jobs run in
+// the order they were submitted.
+func TestTheDemoShowsASerialQueueAndAPooledPair(t *testing.T) {
+	c := client.New(startDemo(t))
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	sawPoolFull, sawSerialRun := false, false
+	for {
+		resp, err := c.QueueService().ListQueues(ctx, &jobwatchv1.ListQueuesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := map[string]*jobwatchv1.Queue{}
+		for _, q := range resp.GetQueues() {
+			rows[q.GetName()] = q
+		}
+		index, readme, thumbs := rows["index"], rows["readme"], rows["thumbnails"]
+		if index.GetMode() != jobwatchv1.QueueMode_QUEUE_MODE_SERIAL || readme == nil || thumbs == nil {
+			t.Fatalf("ListQueues: index %v, readme %v, thumbnails %v; want a serial index and the pooled pair", index, readme, thumbs)
+		}
+		for _, q := range []*jobwatchv1.Queue{readme, thumbs} {
+			if p := q.GetPools(); len(p) != 1 || p[0].GetName() != "db" || p[0].GetUnits() != 2 {
+				t.Fatalf("%s uses pools %v, want db of 2 units", q.GetName(), p)
+			}
+		}
+		if index.GetRunning() > 1 {
+			t.Fatalf("the serial queue runs %d at once", index.GetRunning())
+		}
+		if n := readme.GetRunning() + thumbs.GetRunning(); n > 2 {
+			t.Fatalf("the pooled pair runs %d at once, over the pool's 2 units", n)
+		}
+		sawSerialRun = sawSerialRun || index.GetRunning() == 1
+		sawPoolFull = sawPoolFull || readme.GetRunning()+thumbs.GetRunning() == 2
+		if sawSerialRun && sawPoolFull && index.GetQueued()+index.GetRunning() == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("within 60s: saw the serial queue run %v, the pool full %v; index still has %d queued, %d running",
+				sawSerialRun, sawPoolFull, index.GetQueued(), index.GetRunning())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// The serial queue's jobs started in submission order.
+	list, err := c.JobService().ListJobs(ctx, &jobwatchv1.ListJobsRequest{Queue: "index", PageSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := list.GetJobs()
+	slices.Reverse(jobs) // newest first: oldest first now
+	if len(jobs) != 3 {
+		t.Fatalf("the serial queue has %d jobs, want the demo's 3", len(jobs))
+	}
+	for i := 1; i < len(jobs); i++ {
+		prev, cur := jobs[i-1], jobs[i]
+		if cur.GetStartedAt().AsTime().Before(prev.GetFinishedAt().AsTime()) {
+			t.Errorf("%s started at %v, before %s, submitted earlier, finished at %v",
+				cur.GetId(), cur.GetStartedAt().AsTime(), prev.GetId(), prev.GetFinishedAt().AsTime())
+		}
+	}
+}
