@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,8 +38,6 @@ and, under queue rules (its configuration, as serve --config reads it):
            alerts when it has not drained for 45s
   render   in the queues "readme" and "thumbnails", which share the pool
            "db" of 2 units: never more than 2 running between them
-
-Flags:
 `
 
 // demoKinds are the kinds the demo's workers run, in submission rotation;
@@ -72,7 +71,10 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&every, "every", 6*time.Second, "submit a new demo job this often (0: only the first few)")
 	fs.DurationVar(&leaseTimeout, "lease-timeout", 5*time.Second, "how long a silent job runs before it is LOST")
 	fs.IntVar(&concurrency, "concurrency", 8, "demo jobs that run at once")
-	fs.Usage = func() { fmt.Fprint(stderr, demoUsage); fs.PrintDefaults() }
+	fs.Usage = func() {
+		fmt.Fprint(stderr, demoUsage, "\nIts configuration:\n\n", indent(demoConfig, "  "), "\nFlags:\n")
+		fs.PrintDefaults()
+	}
 	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
 	}
@@ -213,6 +215,12 @@ func submitDemoJobs(ctx context.Context, e *jobs.Engine, every time.Duration, lo
 			submit(weighted[rand.N(len(weighted))])
 		}
 	}
+}
+
+// indent puts prefix before every line of text.
+func indent(text, prefix string) string {
+	lines := strings.SplitAfter(strings.TrimSuffix(text, "\n"), "\n")
+	return prefix + strings.Join(lines, prefix) + "\n"
 }
 
 // demoRules are demoConfig's rules.
