@@ -2,7 +2,9 @@ package jobs_test
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -423,4 +425,35 @@ type countingSchedules struct {
 func (c *countingSchedules) RunSchedules(ctx context.Context, runs []store.ScheduleRun, now time.Time) ([]store.Job, error) {
 	c.writes.Add(1)
 	return c.Store.RunSchedules(ctx, runs, now)
+}
+
+// BenchmarkScheduleTickNothingDue is what a sweep costs with 100
+// schedules whose runs are all unfinished (their tick is one read),
+// beside a sweep without schedules.
+func BenchmarkScheduleTickNothingDue(b *testing.B) {
+	for _, n := range []int{0, 100} {
+		b.Run(strconv.Itoa(n)+" schedules", func(b *testing.B) {
+			st, err := sqlite.Open(filepath.Join(b.TempDir(), "jobs.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			var schedules []jobs.Schedule
+			for i := range n {
+				schedules = append(schedules, jobs.Schedule{Name: "s" + strconv.Itoa(i), Kind: "k", Every: time.Minute})
+			}
+			clock := newFakeClock()
+			e := jobs.New(st, jobs.Config{Now: clock.Now, Logger: slog.New(slog.DiscardHandler), Rules: withSchedules(schedules...)})
+			defer e.Shutdown()
+			ctx := context.Background()
+			if err := e.Sweep(ctx); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if err := e.Sweep(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
