@@ -277,6 +277,16 @@ func (p *parser) name(n *yaml.Node, key string, dst *string) {
 	*dst = s
 }
 
+// requiredName is name where "" is refused rather than taken for the
+// default.
+func (p *parser) requiredName(n *yaml.Node, key string, dst *string) {
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" && n.Value == "" {
+		p.fail(n, key, "must not be empty")
+		return
+	}
+	p.name(n, key, dst)
+}
+
 func reasonOf(err error) string {
 	var inv *jobs.InvalidError
 	if errors.As(err, &inv) {
@@ -403,11 +413,17 @@ func (p *parser) pools(n *yaml.Node, key string) {
 func (p *parser) schedule(key string, n *yaml.Node) {
 	var s Schedule
 	p.mapping(n, key, map[string]func(string, *yaml.Node){
-		"name":   func(k string, v *yaml.Node) { p.name(v, k, &s.Name) },
-		"kind":   func(k string, v *yaml.Node) { p.name(v, k, &s.Kind) },
+		"name":   func(k string, v *yaml.Node) { p.requiredName(v, k, &s.Name) },
+		"kind":   func(k string, v *yaml.Node) { p.requiredName(v, k, &s.Kind) },
 		"queue":  func(k string, v *yaml.Node) { p.name(v, k, &s.Queue) },
 		"tenant": func(k string, v *yaml.Node) { p.name(v, k, &s.Tenant) },
-		"every":  func(k string, v *yaml.Node) { p.duration(v, k, &s.Every) },
+		"every": func(k string, v *yaml.Node) {
+			p.duration(v, k, &s.Every)
+			if s.Every > 0 && s.Every < jobs.MinScheduleEvery {
+				p.fail(v, k, "must be at least %v (runs are queued by a sweep once a second), got %s", jobs.MinScheduleEvery, v.Value)
+				s.Every = 0
+			}
+		},
 		"payload": func(k string, v *yaml.Node) {
 			var payload any
 			if err := v.Decode(&payload); err != nil {
@@ -417,6 +433,12 @@ func (p *parser) schedule(key string, n *yaml.Node) {
 			b, err := json.Marshal(payload)
 			if err != nil {
 				p.fail(v, k, "cannot be read as JSON: %v", err)
+				return
+			}
+			// As a submission's payload would be, at the default limit;
+			// the engine checks it again at the server's own.
+			if err := jobs.CheckPayload(b, jobs.DefaultMaxPayloadBytes); err != nil {
+				p.fail(v, k, "%s", payloadReason(err))
 				return
 			}
 			s.Payload = b
@@ -430,6 +452,16 @@ func (p *parser) schedule(key string, n *yaml.Node) {
 		}
 	}
 	p.f.Schedules = append(p.f.Schedules, s)
+}
+
+// payloadReason is why the engine refuses a payload, without the field
+// name the key already gives.
+func payloadReason(err error) string {
+	var tooLarge *jobs.TooLargeError
+	if errors.As(err, &tooLarge) {
+		return fmt.Sprintf("%d bytes as JSON is over the limit of %d", tooLarge.Bytes, tooLarge.Limit)
+	}
+	return reasonOf(err)
 }
 
 func (p *parser) webhook(n *yaml.Node, key string) {
@@ -498,16 +530,11 @@ func (p *parser) crossCheck() {
 	}
 }
 
-// Rules returns what the engine enforces from the file. Keys the engine
-// does not enforce yet are refused, each with its line, rather than
-// accepted and ignored: a user who declares a serial queue must not
-// believe it is serial.
+// Rules returns what the engine enforces from the file: every key. The
+// error is kept for a key the engine may not enforce yet, which must be
+// refused, each with its line, rather than accepted and ignored: a user
+// who declares a serial queue must not believe it is serial.
 func (f *File) Rules() (jobs.Rules, error) {
-	var errs []error
-	unsupported := func(key, format string, args ...any) {
-		n := f.keys[key]
-		errs = append(errs, &Error{Path: f.Path, Line: n.Line, Column: n.Column, Key: key, Reason: fmt.Sprintf(format, args...)})
-	}
 	// Callers refused by strict see the file's name, not the server's
 	// directory layout.
 	r := jobs.Rules{Source: "config " + filepath.Base(f.Path), Retention: f.Retention, Strict: f.Strict, Queues: map[string]jobs.QueueRules{}, AlertWebhook: f.Alerts.Webhook}
@@ -530,11 +557,8 @@ func (f *File) Rules() (jobs.Rules, error) {
 	if len(f.Pools) > 0 {
 		r.Pools = f.Pools
 	}
-	if len(f.Schedules) > 0 {
-		unsupported("schedules", "are not supported yet")
-	}
-	if len(errs) > 0 {
-		return jobs.Rules{}, errors.Join(errs...)
+	for _, s := range f.Schedules {
+		r.Schedules = append(r.Schedules, jobs.Schedule{Name: s.Name, Kind: s.Kind, Queue: s.Queue, Tenant: s.Tenant, Every: s.Every, Payload: s.Payload})
 	}
 	return r, nil
 }

@@ -37,26 +37,46 @@ func TestTheIssuesExampleLoads(t *testing.T) {
 	}
 }
 
-func TestRulesRefuseWhatTheEngineDoesNotEnforceYet(t *testing.T) {
+func TestTheIssuesExampleGivesTheEngineEveryKey(t *testing.T) {
 	f, err := config.Load(filepath.Join("testdata", "issue8-example.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = f.Rules()
-	if err == nil {
-		t.Fatal("the example's schedules were accepted, and would be ignored")
+	r, err := f.Rules()
+	if err != nil {
+		t.Fatalf("the example is refused: %v", err)
 	}
-	for _, enforced := range []string{"queues[0].mode", "queues[0].on_failure", "queues[1].max_running", "queues[1].uses", " pools:", "queues[0].timeout", "queues[0].alert_after", "alerts.webhook"} {
-		if strings.Contains(err.Error(), enforced) {
-			t.Errorf("refusal names %s, which the engine enforces:\n%v", enforced, err)
-		}
+	want := []jobs.Schedule{{Name: "update-downloads", Kind: "update_downloads", Queue: "downloads", Tenant: "crates", Every: 10 * time.Minute, Payload: []byte("{}")}}
+	if !reflect.DeepEqual(r.Schedules, want) {
+		t.Errorf("schedules %+v\nwant %+v", r.Schedules, want)
 	}
-	for _, want := range []string{
-		"schedules: are not supported yet",
-	} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("refusal does not say %q:\n%v", want, err)
-		}
+	if len(r.Queues) != 2 || r.Pools["db"] != 4 || r.AlertWebhook == "" || r.Retention != 24*time.Hour {
+		t.Errorf("rules %+v; want the example's queues, pool, webhook and retention", r)
+	}
+}
+
+func TestRulesCarrySchedulesInTheFilesOrder(t *testing.T) {
+	f, err := config.Parse("jobwatch.yaml", []byte(`
+schedules:
+  - name: nightly
+    kind: report
+    every: 24h
+    payload: {format: pdf, pages: [1, 2]}
+  - {name: tick, kind: tick, every: 1s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := f.Rules()
+	if err != nil {
+		t.Fatalf("rules: %v", err)
+	}
+	want := []jobs.Schedule{
+		{Name: "nightly", Kind: "report", Every: 24 * time.Hour, Payload: []byte(`{"format":"pdf","pages":[1,2]}`)},
+		{Name: "tick", Kind: "tick", Every: time.Second}, // no payload: none, not null
+	}
+	if !reflect.DeepEqual(r.Schedules, want) {
+		t.Fatalf("schedules %+v\nwant %+v", r.Schedules, want)
 	}
 }
 
@@ -173,6 +193,17 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"pools given as a list", "pools: [db]\n", "c.yaml:1:8: pools: must be a mapping of pool names to sizes"},
 		{"a schedule without every", "schedules:\n  - name: s\n    kind: k\n", "c.yaml:2:5: schedules[0]: needs every"},
 		{"a schedule declared twice", "schedules:\n  - {name: s, kind: k, every: 1m}\n  - {name: s, kind: k, every: 1m}\n", `c.yaml:3:6: schedules[1].name: schedule "s" is declared twice`},
+		{"a schedule without a name", "schedules:\n  - {kind: k, every: 1m}\n", "c.yaml:2:5: schedules[0]: needs name"},
+		{"a schedule without a kind", "schedules:\n  - {name: s, every: 1m}\n", "c.yaml:2:5: schedules[0]: needs kind"},
+		{"a schedule every zero", "schedules:\n  - {name: s, kind: k, every: 0s}\n", "c.yaml:2:31: schedules[0].every: must be positive"},
+		{"a schedule every below a second", "schedules:\n  - name: s\n    kind: k\n    every: 500ms\n", "c.yaml:4:12: schedules[0].every: must be at least 1s"},
+		{"a schedule name no request could use", "schedules:\n  - {name: nightly report, kind: k, every: 1m}\n", `c.yaml:2:12: schedules[0].name: "nightly report": may only contain`},
+		{"a schedule with an empty kind", "schedules:\n  - {name: s, kind: \"\", every: 1m}\n", "c.yaml:2:21: schedules[0].kind: must not be empty"},
+		{"a schedule tenant no request could use", "schedules:\n  - {name: s, kind: k, tenant: a b, every: 1m}\n", `schedules[0].tenant: "a b": may only contain`},
+		{"a schedule payload nested too deep", "schedules:\n  - name: s\n    kind: k\n    every: 1m\n    payload: " + strings.Repeat("[", 129) + strings.Repeat("]", 129) + "\n", "c.yaml:5:14: schedules[0].payload: nests arrays and objects more than 128 levels deep"},
+		{"a schedule payload over the limit", "schedules:\n  - name: s\n    kind: k\n    every: 1m\n    payload: " + strings.Repeat("x", jobs.DefaultMaxPayloadBytes) + "\n", "c.yaml:5:14: schedules[0].payload: 262146 bytes as JSON is over the limit of 262144"},
+		{"a schedule with an unknown key", "schedules:\n  - {name: s, kind: k, every: 1m, cron: '* * * * *'}\n", "c.yaml:2:35: schedules[0].cron: unknown key"},
+		{"a schedule with no default queue declared under strict", "strict: true\nqueues:\n  - name: a\nschedules:\n  - {name: s, kind: k, every: 1m}\n", `c.yaml:5:5: schedules[0]: queue "default" is not declared, and strict is true`},
 		{"a schedule on an undeclared queue under strict", "strict: true\nschedules:\n  - {name: s, kind: k, queue: q, every: 1m}\n", `c.yaml:3:24: schedules[0].queue: queue "q" is not declared, and strict is true`},
 		{"a webhook that is not a URL", "alerts:\n  webhook: localhost:9000\n", `c.yaml:2:12: alerts.webhook: "localhost:9000" is not an http:// or https:// URL`},
 		{"an unknown key under alerts", "alerts:\n  email: ops@example.org\n", "c.yaml:2:3: alerts.email: unknown key (known here: webhook)"},

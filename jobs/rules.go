@@ -3,6 +3,7 @@ package jobs
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/jobwatch/jobwatch/store"
@@ -32,6 +33,11 @@ type Rules struct {
 	// Pools gives each pool's units: the RUNNING jobs of all the queues
 	// that use a pool never number more than its units.
 	Pools map[string]int
+
+	// Schedules are the repeated jobs (schedules.go), in the file's
+	// order; names are unique. A reload applies a changed Every to the
+	// next run, and a removed schedule queues no more runs.
+	Schedules []Schedule
 
 	// limits are Queues' claim rules as the store checks them, built by
 	// SetRules.
@@ -133,11 +139,16 @@ func (r Rules) claimLimits() map[string]store.QueueLimit {
 // Parked calls are not disturbed, but parked claims look again, under r.
 // Rules the engine cannot apply are refused and the old ones stay.
 func (e *Engine) SetRules(r Rules) error {
-	if err := r.validate(); err != nil {
+	err := r.validate()
+	if err == nil {
+		err = r.validateSchedules(e.cfg.MaxPayloadBytes)
+	}
+	if err != nil {
 		return fmt.Errorf("set rules: %w", err)
 	}
 	r.Queues = maps.Clone(r.Queues)
 	r.Pools = maps.Clone(r.Pools)
+	r.Schedules = slices.Clone(r.Schedules)
 	r.limits = r.claimLimits()
 	e.rules.Store(&r)
 	// New limits may give room to claimers parked behind the old ones.
@@ -150,6 +161,7 @@ func (e *Engine) Rules() Rules {
 	r := *e.rules.Load()
 	r.Queues = maps.Clone(r.Queues)
 	r.Pools = maps.Clone(r.Pools)
+	r.Schedules = slices.Clone(r.Schedules)
 	r.limits = nil
 	return r
 }

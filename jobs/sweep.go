@@ -8,8 +8,8 @@ import (
 	"github.com/jobwatch/jobwatch/store"
 )
 
-// Run performs the periodic duties (lease expiry, timeouts, retention,
-// alerting) every
+// Run performs the periodic duties (lease expiry, timeouts, schedules,
+// retention, alerting) every
 // SweepInterval until ctx ends, then returns nil. A failed sweep is logged
 // and tried again at the next tick. It is safe to run on several replicas
 // at once: every change is re-checked inside its own transaction.
@@ -36,11 +36,13 @@ func (e *Engine) Run(ctx context.Context) error {
 }
 
 // Sweep runs the periodic duties once, now: expire stale leases, end
-// attempts past their queue's timeout, delete jobs past retention, record
+// attempts past their queue's timeout, queue the schedules' due runs
+// (after the expiries, so a run that just ended counts), delete jobs past
+// retention, record
 // drained queues and log alerts starting and ending. Tests
 // call it instead of waiting for Run.
 func (e *Engine) Sweep(ctx context.Context) error {
-	return errors.Join(e.expireLeases(ctx), e.timeOutAttempts(ctx), e.deleteExpired(ctx), e.watchQueues(ctx))
+	return errors.Join(e.expireLeases(ctx), e.timeOutAttempts(ctx), e.runSchedules(ctx), e.deleteExpired(ctx), e.watchQueues(ctx))
 }
 
 // expireLeases ends the attempt of every RUNNING job whose worker has not

@@ -2,15 +2,13 @@ package server
 
 import (
 	"context"
-	"errors"
-
-	"connectrpc.com/connect"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"github.com/jobwatch/jobwatch/wire"
 )
 
 // queueService adapts QueueService to the engine.
@@ -63,7 +61,35 @@ func (h *queueService) ListQueues(ctx context.Context, _ *jobwatchv1.ListQueuesR
 	return &jobwatchv1.ListQueuesResponse{Queues: queues}, nil
 }
 
-// ListSchedules is being built (issue 8): until then it says so.
-func (h *queueService) ListSchedules(context.Context, *jobwatchv1.ListSchedulesRequest) (*jobwatchv1.ListSchedulesResponse, error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("schedules are not supported yet"))
+// ListSchedules reports the schedules of the configuration in effect, in
+// the file's order, each with its next run: next_run_at is unset while a
+// run is unfinished (its end decides the next), now for a schedule that
+// has never run (the next sweep queues it), and may be in the past when
+// the sweep has yet to queue a run that is due. The latest run's state
+// and end outlive its job's retention.
+func (h *queueService) ListSchedules(ctx context.Context, _ *jobwatchv1.ListSchedulesRequest) (*jobwatchv1.ListSchedulesResponse, error) {
+	schedules, err := h.s.engine.Schedules(ctx)
+	if err != nil {
+		return nil, h.s.toConnectError(ctx, "list schedules", err)
+	}
+	rows := make([]*jobwatchv1.Schedule, 0, len(schedules))
+	for _, s := range schedules {
+		row := &jobwatchv1.Schedule{
+			Name:         s.Name,
+			Kind:         s.Kind,
+			Queue:        s.Queue,
+			Tenant:       s.Tenant,
+			Every:        durationpb.New(s.Every),
+			LastJobId:    s.LastJobID,
+			LastJobState: wire.State(s.LastJobState),
+		}
+		if !s.NextRunAt.IsZero() {
+			row.NextRunAt = timestamppb.New(s.NextRunAt)
+		}
+		if !s.LastEndedAt.IsZero() {
+			row.LastEndedAt = timestamppb.New(s.LastEndedAt)
+		}
+		rows = append(rows, row)
+	}
+	return &jobwatchv1.ListSchedulesResponse{Schedules: rows}, nil
 }

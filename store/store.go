@@ -217,6 +217,38 @@ type Attempt struct {
 	LeaseID string
 }
 
+// ScheduleRun is one schedule as RunSchedules sees it: its name, its
+// period, and the job to create as its next run if it is due.
+type ScheduleRun struct {
+	Name  string
+	Every time.Duration
+	// Job is the next run, complete as CreateJob takes it (the caller
+	// sets ID, State QUEUED, Version 1, times and RunAt); it is created
+	// only if the schedule is due. It should carry no UniqueKey.
+	Job Job
+}
+
+// ScheduleState is what the store keeps of one schedule: its latest run.
+// It outlives the run's job, which retention may delete.
+type ScheduleState struct {
+	Name string
+	// LastJobID is the latest run's job id.
+	LastJobID string
+	// LastJobState is that job's state: PENDING, QUEUED or RUNNING while it
+	// is unfinished, the state it ended in afterwards (also once the job
+	// is deleted). "" only for a run whose job was deleted unfinished.
+	LastJobState State
+	// LastEndedAt is when the latest run ended (its FinishedAt, as
+	// committed with its end); zero while it is unfinished.
+	LastEndedAt time.Time
+}
+
+// Unfinished reports whether the latest run has not ended: its job
+// exists and is not terminal.
+func (s ScheduleState) Unfinished() bool {
+	return s.LastEndedAt.IsZero() && s.LastJobState != "" && !s.LastJobState.Terminal()
+}
+
 // Store persists jobs. Implementations are safe for concurrent use.
 type Store interface {
 	// CreateJob inserts j as given (the caller sets ID, State, Version 1
@@ -295,6 +327,28 @@ type Store interface {
 	// It reads every unfinished job once, so backends should answer it
 	// from an index rather than the table.
 	QueueStats(ctx context.Context, now time.Time) ([]QueueStats, error)
+
+	// Schedules returns the state of every schedule that RunSchedules
+	// ever started a run of, sorted by name. It is a read, so a caller
+	// can learn cheaply whether RunSchedules would do anything.
+	Schedules(ctx context.Context) ([]ScheduleState, error)
+
+	// RunSchedules starts the runs that are due, in one transaction that
+	// reads each schedule's state again, so that callers running it at
+	// once (replicas sharing the database) never start two runs of one
+	// schedule. For each of runs, by Name:
+	//   - never run: run.Job is created and becomes its latest run;
+	//   - latest run unfinished: nothing (never two runs at once);
+	//   - latest run ended at E: if E + run.Every is at or before now,
+	//     run.Job is created and becomes its latest run. A run whose job
+	//     is gone without a recorded end counts as ended at now, and that
+	//     is recorded.
+	// It returns the jobs it created, as stored. The end of a run is
+	// recorded in the same transaction as the change that ended its job
+	// (whatever made it: UpdateJob, ClaimJob's caller, a sweep), so it
+	// survives the job's deletion. State of schedules not in runs is
+	// kept as it is.
+	RunSchedules(ctx context.Context, runs []ScheduleRun, now time.Time) ([]Job, error)
 
 	// Close releases the database.
 	Close() error

@@ -62,7 +62,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "`host:port` to listen on (HTTP/1.1 and h2c)")
 	fs.StringVar(&f.db, "db", "jobwatch.db", "SQLite database `file` (created if missing)")
-	fs.StringVar(&f.config, "config", "", "YAML configuration `file`: retention, strict, per-queue retry and lease_timeout (see the README); SIGHUP reloads it")
+	fs.StringVar(&f.config, "config", "", "YAML configuration `file`: retention, strict, queues, pools, schedules and alerts (see the README); SIGHUP reloads it")
 	fs.DurationVar(&f.waitCap, "wait-cap", 60*time.Second, "longest a WaitJob parks before answering with the current state")
 	fs.DurationVar(&f.claimCap, "claim-cap", 30*time.Second, "longest a ClaimJob parks before answering with no job")
 	fs.DurationVar(&f.leaseTimeout, "lease-timeout", 30*time.Second, "a running job without a heartbeat for this long is lost (or retried)")
@@ -248,8 +248,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 }
 
 // loadRules reads the configuration file at path into the rules the
-// engine keeps. Keys the engine does not enforce yet are refused (see
-// config.File.Rules), never ignored.
+// engine keeps: every key of the format, schedules included (see
+// config.File.Rules).
 func loadRules(path string) (jobs.Rules, error) {
 	f, err := config.Load(path)
 	if err != nil {
@@ -296,8 +296,8 @@ func reloadConfig(engine *jobs.Engine, path string, log *slog.Logger) {
 			"err", strings.ReplaceAll(err.Error(), "\n", "; "))
 		return
 	}
-	log.Info("config reloaded", "config", path, "queues", len(rules.Queues), "strict", rules.Strict,
-		"retention", rules.Retention)
+	log.Info("config reloaded", "config", path, "queues", len(rules.Queues), "schedules", len(rules.Schedules),
+		"strict", rules.Strict, "retention", rules.Retention)
 }
 
 func splitList(s string) []string {

@@ -20,8 +20,6 @@ import (
 func TestServeRefusesWhatItCannotDoSafely(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "jobwatch.db")
-	later := filepath.Join(dir, "later.yaml")
-	writeFile(t, later, "schedules:\n  - {name: s, kind: k, every: 1m}\n")
 	typo := filepath.Join(dir, "typo.yaml")
 	writeFile(t, typo, "retention: 24h\nqueues:\n  - name: index\n    retry: {max_attempt: 3}\n")
 	tests := []struct {
@@ -35,7 +33,6 @@ func TestServeRefusesWhatItCannotDoSafely(t *testing.T) {
 		{"a host name other than localhost is refused", []string{"--addr", "example.org:8080"}, 2, "--insecure"},
 		{"a PostgreSQL URL is not supported yet", []string{"--db", "postgres://u@h/db"}, 1, "PostgreSQL is not supported yet"},
 		{"a missing config file is an error", []string{"--config", filepath.Join(dir, "nope.yaml")}, 1, "nope.yaml"},
-		{"a config key the engine does not enforce yet is refused, not ignored", []string{"--config", later}, 1, "later.yaml:1:1: schedules: are not supported yet"},
 		{"a config file with a mistake is refused with its line and key", []string{"--config", typo}, 1, "typo.yaml:4:13: queues[0].retry.max_attempt: unknown key"},
 		{"a zero wait cap is refused", []string{"--wait-cap", "0s"}, 2, "--wait-cap must be positive"},
 		{"a zero lock timeout is refused", []string{"--lock-timeout", "0s"}, 2, "--lock-timeout must be positive"},

@@ -173,6 +173,29 @@ BEGIN
 	DELETE FROM running_attempts WHERE seq = OLD.seq;
 END;
 `,
+	// 6: schedules (Schedules, RunSchedules): each schedule's latest run.
+	// ended_at is NULL while that run is unfinished; a trigger records
+	// the end (and the state it ended in) in the transaction that ends
+	// the job, whatever path ends it, so the end is known without a write
+	// of the schedule's own and survives retention deleting the job. A
+	// schedule's row is only ever written by RunSchedules, which starts a
+	// run, and by that trigger: a sweep with nothing due writes nothing.
+	`
+CREATE TABLE schedules (
+	name        TEXT    PRIMARY KEY,
+	job_id      TEXT    NOT NULL,
+	ended_at    INTEGER,
+	ended_state TEXT    NOT NULL DEFAULT ''
+) STRICT;
+CREATE UNIQUE INDEX schedules_job ON schedules (job_id);
+CREATE TRIGGER jobs_schedule_run_ended AFTER UPDATE OF state ON jobs
+	WHEN NEW.state IN ('succeeded', 'failed', 'cancelled', 'lost')
+		AND OLD.state NOT IN ('succeeded', 'failed', 'cancelled', 'lost')
+BEGIN
+	UPDATE schedules SET ended_at = NEW.finished_at, ended_state = NEW.state
+		WHERE job_id = NEW.id AND ended_at IS NULL;
+END;
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a

@@ -31,7 +31,7 @@ import (
 // closes it when the subtest ends; open should register the removal of
 // anything it made (a temp file, a schema) with t.Cleanup.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
-	for _, tc := range cases {
+	for _, tc := range slices.Concat(cases, scheduleCases) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)
 			t.Cleanup(func() {

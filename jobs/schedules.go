@@ -1,0 +1,236 @@
+package jobs
+
+// Schedules are the repeated jobs of the configuration file. A
+// schedule's next run is queued Every after its previous run ended,
+// whatever the outcome (succeeded, failed, cancelled, lost), and never
+// while a run is unfinished: a run retried after a failed attempt is
+// still the same run. The store keeps each schedule's latest run, so a
+// restart neither forgets a schedule nor queues a run per period it was
+// down: after a gap it queues one catch-up run, and the next counts from
+// that one's end.
+//
+// The sweep ticks them every second. The tick reads first and writes only
+// when a run may be due; the write (Store.RunSchedules) decides again in
+// one transaction, so engines sharing a database, ticking at once, queue
+// one run between them.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jobwatch/jobwatch/store"
+)
+
+// MinScheduleEvery is the shortest Every a schedule may have: the sweep
+// that queues runs ticks about once a second, so a shorter period could
+// not be kept.
+const MinScheduleEvery = time.Second
+
+// Schedule is one repeated job: a run of Kind, in Queue for Tenant, with
+// Payload, queued Every after the previous run ended. A schedule never
+// run before (a new name) runs once at once.
+type Schedule struct {
+	Name    string // unique among the schedules; the store keeps its runs by it
+	Kind    string
+	Queue   string // "": DefaultQueue
+	Tenant  string // "": DefaultTenant
+	Every   time.Duration
+	Payload json.RawMessage // nil: none
+}
+
+// CheckPayload refuses v as a payload exactly as Submit would with a
+// payload limit of limit bytes: not JSON, nested deeper than
+// MaxJSONDepth, or no protobuf Value is an *InvalidError, larger than
+// limit a *TooLargeError. The configuration file checks a schedule's
+// payload with it.
+func CheckPayload(v json.RawMessage, limit int) error { return checkJSON("payload", v, limit) }
+
+// validateSchedules refuses schedules that could never queue a run as
+// written: each field is checked as a submission's would be.
+func (r Rules) validateSchedules(maxPayloadBytes int) error {
+	seen := map[string]bool{}
+	for _, s := range r.Schedules {
+		if err := validName("schedule", s.Name); err != nil {
+			return fmt.Errorf("schedule %q: %w", s.Name, err)
+		}
+		if seen[s.Name] {
+			return fmt.Errorf("schedule %s: declared twice", s.Name)
+		}
+		seen[s.Name] = true
+		if err := validName("kind", s.Kind); err != nil {
+			return fmt.Errorf("schedule %s: %w", s.Name, err)
+		}
+		if err := validOptionalName("queue", s.Queue); err != nil {
+			return fmt.Errorf("schedule %s: %w", s.Name, err)
+		}
+		if err := validOptionalName("tenant", s.Tenant); err != nil {
+			return fmt.Errorf("schedule %s: %w", s.Name, err)
+		}
+		if s.Every < MinScheduleEvery {
+			return fmt.Errorf("schedule %s: every must be at least %v, got %v", s.Name, MinScheduleEvery, s.Every)
+		}
+		if err := CheckPayload(s.Payload, maxPayloadBytes); err != nil {
+			return fmt.Errorf("schedule %s: %w", s.Name, err)
+		}
+		if _, declared := r.Queues[s.queue()]; r.Strict && !declared {
+			return fmt.Errorf("schedule %s: queue %q is not declared, and the rules are strict", s.Name, s.queue())
+		}
+	}
+	return nil
+}
+
+func (s Schedule) queue() string {
+	if s.Queue == "" {
+		return DefaultQueue
+	}
+	return s.Queue
+}
+
+func (s Schedule) tenant() string {
+	if s.Tenant == "" {
+		return DefaultTenant
+	}
+	return s.Tenant
+}
+
+// ScheduleInfo is a schedule of the rules in effect with the state of its
+// runs, as Engine.Schedules reports it.
+type ScheduleInfo struct {
+	Schedule // Queue and Tenant with their defaults filled in
+	// NextRunAt is when the next run is queued: the latest run's end
+	// plus Every (in the past when the sweep has yet to queue it), now
+	// for a schedule never run. Zero while a run is unfinished: its end
+	// decides the next.
+	NextRunAt time.Time
+	// LastJobID, LastJobState and LastEndedAt describe the latest run:
+	// unfinished, or the last that ended (its state and end are kept
+	// after retention deletes its job). Empty before the first run.
+	LastJobID    string
+	LastJobState store.State
+	LastEndedAt  time.Time
+}
+
+// Schedules returns the schedules of the rules in effect, in their
+// order, each with the state of its runs. A schedule removed from the
+// rules is not listed, though the store keeps its state: declared again
+// under the same name, it goes on from its latest run.
+func (e *Engine) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
+	r := e.rules.Load()
+	if len(r.Schedules) == 0 {
+		return nil, nil
+	}
+	states, err := e.scheduleStates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := e.now()
+	infos := make([]ScheduleInfo, 0, len(r.Schedules))
+	for _, s := range r.Schedules {
+		info := ScheduleInfo{Schedule: s}
+		info.Queue, info.Tenant = s.queue(), s.tenant()
+		st, ok := states[s.Name]
+		info.LastJobID, info.LastJobState, info.LastEndedAt = st.LastJobID, st.LastJobState, st.LastEndedAt
+		switch {
+		case !ok:
+			info.NextRunAt = now
+		case st.Unfinished():
+		case st.LastEndedAt.IsZero():
+			// The run's job is gone without a recorded end: the next
+			// tick counts it as ended then, so the next run is due
+			// Every after now.
+			info.NextRunAt = now.Add(s.Every)
+		default:
+			info.NextRunAt = st.LastEndedAt.Add(s.Every)
+		}
+		infos = append(infos, info)
+	}
+	return infos, nil
+}
+
+func (e *Engine) scheduleStates(ctx context.Context) (map[string]store.ScheduleState, error) {
+	list, err := e.store.Schedules(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read schedules: %w", err)
+	}
+	states := make(map[string]store.ScheduleState, len(list))
+	for _, st := range list {
+		states[st.Name] = st
+	}
+	return states, nil
+}
+
+// runSchedules queues the runs that are due under the rules in effect
+// and publishes them, so parked claimers and tenant feeds see them. With
+// nothing due it only reads: a write transaction a second would hold the
+// single SQLite writer for nothing.
+func (e *Engine) runSchedules(ctx context.Context) error {
+	r := e.rules.Load()
+	if len(r.Schedules) == 0 {
+		return nil
+	}
+	states, err := e.scheduleStates(ctx)
+	if err != nil {
+		return err
+	}
+	var due []Schedule
+	readAt := e.now()
+	for _, s := range r.Schedules {
+		if st, ok := states[s.Name]; !ok || mayBeDue(st, s.Every, readAt) {
+			due = append(due, s)
+		}
+	}
+	if len(due) == 0 {
+		return nil
+	}
+	now, done := e.writes.begin(e.now)
+	defer done()
+	runs := make([]store.ScheduleRun, 0, len(due))
+	for _, s := range due {
+		runs = append(runs, store.ScheduleRun{Name: s.Name, Every: s.Every, Job: e.scheduledRun(r, s, now)})
+	}
+	created, err := e.store.RunSchedules(ctx, runs, now)
+	if err != nil {
+		return fmt.Errorf("run schedules: %w", err)
+	}
+	for _, j := range created {
+		e.publish(j)
+		e.log.Info("schedule queued a run", "job_id", j.ID, "kind", j.Kind, "queue", j.Queue, "tenant", j.Tenant)
+	}
+	return nil
+}
+
+// mayBeDue reports whether the store may start a run of a schedule in
+// state st at now, or must record the end of a run whose job is gone.
+func mayBeDue(st store.ScheduleState, every time.Duration, now time.Time) bool {
+	switch {
+	case st.Unfinished():
+		return false
+	case st.LastEndedAt.IsZero():
+		return true
+	}
+	return !st.LastEndedAt.Add(every).After(now)
+}
+
+// scheduledRun is the job a run of s would be, queued at now, as Submit
+// would make it from s's fields under the rules r.
+func (e *Engine) scheduledRun(r *Rules, s Schedule, now time.Time) store.Job {
+	maxAttempts := r.Queues[s.queue()].MaxAttempts
+	if maxAttempts <= 0 {
+		maxAttempts = e.cfg.DefaultMaxAttempts
+	}
+	return store.Job{
+		ID:          newJobID(now),
+		Tenant:      s.tenant(),
+		Kind:        s.Kind,
+		Queue:       s.queue(),
+		State:       store.Queued,
+		Version:     1,
+		Payload:     s.Payload,
+		MaxAttempts: maxAttempts,
+		CreatedAt:   now,
+		UpdatedAt:   now,
+		RunAt:       now,
+	}
+}

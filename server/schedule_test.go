@@ -1,0 +1,120 @@
+package server_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
+)
+
+func TestListSchedulesShowsEachScheduleWithItsNextRun(t *testing.T) {
+	clock := &testClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	ts := startServer(t, serverOptions{now: clock.Now, engine: jobs.Config{
+		LeaseTimeout: time.Hour,
+		Rules: jobs.Rules{Schedules: []jobs.Schedule{
+			{Name: "update-downloads", Kind: "update_downloads", Queue: "downloads", Tenant: "crates", Every: 10 * time.Minute},
+			{Name: "cleanup", Kind: "cleanup", Every: time.Hour},
+		}},
+	}})
+	c := ts.h2c()
+	ctx := ctxTimeout(t, 10*time.Second)
+	list := func() []*jobwatchv1.Schedule {
+		t.Helper()
+		resp, err := c.queues.ListSchedules(ctx, &jobwatchv1.ListSchedulesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.GetSchedules()) != 2 {
+			t.Fatalf("ListSchedules = %v, want the 2 schedules", resp.GetSchedules())
+		}
+		return resp.GetSchedules()
+	}
+	sameSchedule := func(when string, got, want *jobwatchv1.Schedule) {
+		t.Helper()
+		if !proto.Equal(got, want) {
+			t.Errorf("%s: %v\nwant %v", when, got, want)
+		}
+	}
+
+	start := clock.Now()
+	got := list()
+	sameSchedule("before the first sweep", got[0], &jobwatchv1.Schedule{
+		Name: "update-downloads", Kind: "update_downloads", Queue: "downloads", Tenant: "crates",
+		Every: durationpb.New(10 * time.Minute), NextRunAt: timestamppb.New(start),
+	})
+	sameSchedule("the schedule with defaults, before the first sweep", got[1], &jobwatchv1.Schedule{
+		Name: "cleanup", Kind: "cleanup", Queue: jobs.DefaultQueue, Tenant: jobs.DefaultTenant,
+		Every: durationpb.New(time.Hour), NextRunAt: timestamppb.New(start),
+	})
+
+	if err := ts.engine.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got = list()
+	runID := got[0].GetLastJobId()
+	sameSchedule("while the first run is queued", got[0], &jobwatchv1.Schedule{
+		Name: "update-downloads", Kind: "update_downloads", Queue: "downloads", Tenant: "crates",
+		Every: durationpb.New(10 * time.Minute), LastJobId: runID, LastJobState: jobwatchv1.JobState_JOB_STATE_QUEUED,
+	})
+	lease := claim(t, c, "update_downloads")
+	if lease.GetJob().GetId() != runID || lease.GetJob().GetTenant() != "crates" {
+		t.Fatalf("claimed %v, want the schedule's run %s", lease.GetJob(), runID)
+	}
+	if s := list()[0]; s.GetLastJobState() != jobwatchv1.JobState_JOB_STATE_RUNNING || s.GetNextRunAt() != nil {
+		t.Errorf("while the run is running: %v; want RUNNING and no next run", s)
+	}
+
+	clock.Advance(3 * time.Minute)
+	done := complete(t, c, lease, nil)
+	endedAt := done.GetFinishedAt().AsTime()
+	sameSchedule("after the run succeeded", list()[0], &jobwatchv1.Schedule{
+		Name: "update-downloads", Kind: "update_downloads", Queue: "downloads", Tenant: "crates",
+		Every: durationpb.New(10 * time.Minute), LastJobId: runID, LastJobState: jobwatchv1.JobState_JOB_STATE_SUCCEEDED,
+		LastEndedAt: timestamppb.New(endedAt), NextRunAt: timestamppb.New(endedAt.Add(10 * time.Minute)),
+	})
+
+	// curl, with JSON over HTTP/1.1, sees the same in camelCase.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ts.url+"/jobwatch.v1.QueueService/ListSchedules", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := ts.http1Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var out struct {
+		Schedules []struct {
+			Name      string `json:"name"`
+			Every     string `json:"every"`
+			NextRunAt string `json:"nextRunAt"`
+			LastState string `json:"lastJobState"`
+		} `json:"schedules"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil || resp.StatusCode != http.StatusOK || len(out.Schedules) != 2 {
+		t.Fatalf("JSON ListSchedules: %d %s (%v)", resp.StatusCode, body, err)
+	}
+	wantNext := endedAt.Add(10 * time.Minute).Format(time.RFC3339Nano)
+	if s := out.Schedules[0]; s.Name != "update-downloads" || s.Every != "600s" || s.NextRunAt != wantNext || s.LastState != "JOB_STATE_SUCCEEDED" {
+		t.Errorf("JSON schedule %+v; want every 600s, nextRunAt %s, lastJobState JOB_STATE_SUCCEEDED", s, wantNext)
+	}
+}
+
+func TestListSchedulesIsEmptyWithoutSchedules(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	resp, err := ts.h2c().queues.ListSchedules(ctxTimeout(t, 5*time.Second), &jobwatchv1.ListSchedulesRequest{})
+	if err != nil || len(resp.GetSchedules()) != 0 {
+		t.Fatalf("ListSchedules: %v, %v; want no schedules", resp.GetSchedules(), err)
+	}
+}

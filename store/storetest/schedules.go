@@ -1,0 +1,232 @@
+package storetest
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jobwatch/jobwatch/store"
+)
+
+var scheduleCases = []struct {
+	name string
+	run  func(t *testing.T, s store.Store)
+}{
+	{"a schedule never run starts its first run at once and records it", testScheduleFirstRun},
+	{"a schedule never starts a run while its latest is unfinished", testScheduleNeverTwoAtOnce},
+	{"the next run starts every after the latest ended, whatever its outcome", testScheduleNextAfterEnd},
+	{"after a long gap a schedule starts one run, not one per missed period", testScheduleNoBurst},
+	{"a run's end is kept after retention deletes its job", testScheduleEndOutlivesJob},
+	{"concurrent ticks start one run of a schedule", testScheduleConcurrentTicks},
+	{"schedules not passed to a tick are left as they are", testScheduleOthersUntouched},
+}
+
+var runSeq atomic.Int64
+
+// scheduleRun is the run of name that a tick at now would hand the store.
+func scheduleRun(name string, every time.Duration, now time.Time) store.ScheduleRun {
+	j := newJob(fmt.Sprintf("%s-run-%d", name, runSeq.Add(1)), now)
+	j.Kind, j.Attempt = name, 0
+	return store.ScheduleRun{Name: name, Every: every, Job: j}
+}
+
+// tick runs the schedules at now and returns the ids of the runs started.
+func tick(t *testing.T, s store.Store, now time.Time, runs ...store.ScheduleRun) []string {
+	t.Helper()
+	created, err := s.RunSchedules(t.Context(), runs, now)
+	if err != nil {
+		t.Fatalf("run schedules at %v: %v", now, err)
+	}
+	return ids(created)
+}
+
+func scheduleState(t *testing.T, s store.Store, name string) (store.ScheduleState, bool) {
+	t.Helper()
+	states, err := s.Schedules(t.Context())
+	if err != nil {
+		t.Fatalf("schedules: %v", err)
+	}
+	for _, st := range states {
+		if st.Name == name {
+			return st, true
+		}
+	}
+	return store.ScheduleState{}, false
+}
+
+// end ends job id in state at finished, as the engine would.
+func end(t *testing.T, s store.Store, id string, state store.State, finished time.Time) {
+	t.Helper()
+	if _, err := s.UpdateJob(t.Context(), id, func(j *store.Job) error {
+		j.State, j.FinishedAt, j.LeaseID = state, finished, ""
+		return nil
+	}); err != nil {
+		t.Fatalf("end %s: %v", id, err)
+	}
+}
+
+func testScheduleFirstRun(t *testing.T, s store.Store) {
+	if _, ok := scheduleState(t, s, "nightly"); ok {
+		t.Fatal("a schedule has state before its first run")
+	}
+	run := scheduleRun("nightly", time.Hour, at(0))
+	started := tick(t, s, at(0), run)
+	if len(started) != 1 || started[0] != run.Job.ID {
+		t.Fatalf("first tick started %v, want %s", started, run.Job.ID)
+	}
+	sameJob(t, "the first run as stored", get(t, s, run.Job.ID), run.Job)
+	st, ok := scheduleState(t, s, "nightly")
+	want := store.ScheduleState{Name: "nightly", LastJobID: run.Job.ID, LastJobState: store.Queued}
+	if !ok || st != want {
+		t.Errorf("state %+v, want %+v", st, want)
+	}
+}
+
+func testScheduleNeverTwoAtOnce(t *testing.T, s store.Store) {
+	first := scheduleRun("sync", time.Second, at(0))
+	tick(t, s, at(0), first)
+	// Long past every, the run is still queued, then running, then queued
+	// again for a retry: no second run starts meanwhile.
+	for i, state := range []store.State{store.Queued, store.Running, store.Queued} {
+		if _, err := s.UpdateJob(t.Context(), first.Job.ID, func(j *store.Job) error { j.State = state; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		now := at(100 * (i + 1))
+		if started := tick(t, s, now, scheduleRun("sync", time.Second, now)); len(started) != 0 {
+			t.Fatalf("tick while the run is %s started %v", state, started)
+		}
+		st, _ := scheduleState(t, s, "sync")
+		if st.LastJobID != first.Job.ID || st.LastJobState != state || !st.LastEndedAt.IsZero() || !st.Unfinished() {
+			t.Errorf("while the run is %s: state %+v", state, st)
+		}
+	}
+}
+
+func testScheduleNextAfterEnd(t *testing.T, s store.Store) {
+	const every = 10 * time.Minute
+	for i, outcome := range []store.State{store.Succeeded, store.Failed, store.Cancelled, store.Lost} {
+		t.Run(string(outcome), func(t *testing.T) {
+			name := "every-" + string(outcome)
+			start := at(i * 10000)
+			run := scheduleRun(name, every, start)
+			tick(t, s, start, run)
+			ended := start.Add(3 * time.Minute)
+			end(t, s, run.Job.ID, outcome, ended)
+
+			st, _ := scheduleState(t, s, name)
+			want := store.ScheduleState{Name: name, LastJobID: run.Job.ID, LastJobState: outcome, LastEndedAt: ended}
+			if st != want {
+				t.Errorf("after the run ended: state %+v, want %+v", st, want)
+			}
+			justBefore := ended.Add(every - time.Microsecond)
+			if started := tick(t, s, justBefore, scheduleRun(name, every, justBefore)); len(started) != 0 {
+				t.Fatalf("a tick before end+every started %v", started)
+			}
+			due := ended.Add(every)
+			next := scheduleRun(name, every, due)
+			if started := tick(t, s, due, next); len(started) != 1 || started[0] != next.Job.ID {
+				t.Fatalf("the tick at end+every started %v, want %s", started, next.Job.ID)
+			}
+			st, _ = scheduleState(t, s, name)
+			want = store.ScheduleState{Name: name, LastJobID: next.Job.ID, LastJobState: store.Queued}
+			if st != want {
+				t.Errorf("after the next run started: state %+v, want %+v", st, want)
+			}
+		})
+	}
+}
+
+func testScheduleNoBurst(t *testing.T, s store.Store) {
+	const every = time.Minute
+	run := scheduleRun("hourly", every, at(0))
+	tick(t, s, at(0), run)
+	end(t, s, run.Job.ID, store.Succeeded, at(1))
+	// Fifty periods later (a server stopped meanwhile), ticks in a row
+	// start one catch-up run, then wait for it.
+	late := at(1).Add(50 * every)
+	var started []string
+	for i := range 5 {
+		now := late.Add(time.Duration(i) * time.Second)
+		started = append(started, tick(t, s, now, scheduleRun("hourly", every, now))...)
+	}
+	if len(started) != 1 {
+		t.Errorf("after a gap of 50 periods, ticks started %v, want one run", started)
+	}
+}
+
+func testScheduleEndOutlivesJob(t *testing.T, s store.Store) {
+	const every = 48 * time.Hour // longer than the retention below
+	run := scheduleRun("weekly", every, at(0))
+	tick(t, s, at(0), run)
+	end(t, s, run.Job.ID, store.Failed, at(5))
+	if n, err := s.DeleteFinishedBefore(t.Context(), at(5).Add(24*time.Hour)); err != nil || n != 1 {
+		t.Fatalf("retention: deleted %d, %v; want the run", n, err)
+	}
+	mustBeGone(t, s, run.Job.ID)
+	st, _ := scheduleState(t, s, "weekly")
+	want := store.ScheduleState{Name: "weekly", LastJobID: run.Job.ID, LastJobState: store.Failed, LastEndedAt: at(5)}
+	if st != want {
+		t.Errorf("after its job was deleted: state %+v, want %+v", st, want)
+	}
+	now := at(5).Add(30 * time.Hour)
+	if started := tick(t, s, now, scheduleRun("weekly", every, now)); len(started) != 0 {
+		t.Fatalf("a tick before end+every started %v", started)
+	}
+	now = at(5).Add(every)
+	if started := tick(t, s, now, scheduleRun("weekly", every, now)); len(started) != 1 {
+		t.Fatalf("the tick at end+every started %v, want one run", started)
+	}
+}
+
+func testScheduleConcurrentTicks(t *testing.T, s store.Store) {
+	const ticks = 8
+	for round, now := range []time.Time{at(0), at(100)} {
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			started []string
+		)
+		for range ticks {
+			wg.Go(func() {
+				created, err := s.RunSchedules(t.Context(), []store.ScheduleRun{
+					scheduleRun("a", time.Minute, now), scheduleRun("b", time.Minute, now),
+				}, now)
+				if err != nil {
+					t.Errorf("run schedules: %v", err)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				started = append(started, ids(created)...)
+			})
+		}
+		wg.Wait()
+		if len(started) != 2 {
+			t.Fatalf("round %d: %d concurrent ticks started %v, want one run of each schedule", round, ticks, started)
+		}
+		for _, name := range []string{"a", "b"} {
+			st, _ := scheduleState(t, s, name)
+			end(t, s, st.LastJobID, store.Succeeded, now.Add(time.Second))
+		}
+	}
+}
+
+func testScheduleOthersUntouched(t *testing.T, s store.Store) {
+	kept := scheduleRun("kept", time.Minute, at(0))
+	tick(t, s, at(0), kept)
+	end(t, s, kept.Job.ID, store.Succeeded, at(1))
+	// A tick without "kept" (removed from the configuration) starts
+	// nothing of it, however late, and keeps its state.
+	later := at(1000)
+	tick(t, s, later, scheduleRun("other", time.Minute, later))
+	st, ok := scheduleState(t, s, "kept")
+	want := store.ScheduleState{Name: "kept", LastJobID: kept.Job.ID, LastJobState: store.Succeeded, LastEndedAt: at(1)}
+	if !ok || st != want {
+		t.Errorf("state of a schedule left out of ticks: %+v, want %+v", st, want)
+	}
+	if n, err := s.CountByState(t.Context()); err != nil || n[store.Queued] != 1 {
+		t.Errorf("queued jobs %v, %v; want only the other schedule's run", n, err)
+	}
+}
