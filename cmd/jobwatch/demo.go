@@ -38,6 +38,8 @@ and, under queue rules (its configuration, as serve --config reads it):
            alerts when it has not drained for 45s
   render   in the queues "readme" and "thumbnails", which share the pool
            "db" of 2 units: never more than 2 running between them
+  digest   the schedule "digest" in the queue "reports": a run 20s after
+           the previous one ended
 `
 
 // demoKinds are the kinds the demo's workers run, in submission rotation;
@@ -46,7 +48,7 @@ var demoKinds = []string{"enrich", "pairing", "flaky", "hang"}
 
 // demoConfig is the demo's configuration file, in the format of serve
 // --config (README "Configuration file"), so that the page shows queue
-// rules at work: a serial queue and two queues sharing a pool.
+// rules at work: a serial queue, two queues sharing a pool, a schedule.
 const demoConfig = `queues:
   - name: index           # one git repository: one writer at a time, in order
     mode: serial
@@ -58,6 +60,12 @@ const demoConfig = `queues:
     uses: [db]
 pools:
   db: 2                   # readme and thumbnails together: at most 2 running
+schedules:
+  - name: digest
+    kind: digest
+    queue: reports
+    every: 20s              # the next run 20s after the previous one ended
+    payload: {"recipients": "team"}
 `
 
 // demo runs "jobwatch demo".
@@ -153,6 +161,7 @@ func serveDemo(ctx context.Context, ln net.Listener, o demoOptions, stdout, stde
 	w.Handle("hang", hangJob)
 	w.Handle("reindex", reindexJob)
 	w.Handle("render", renderJob)
+	w.Handle("digest", digestJob)
 	bg.Go(func() {
 		if err := w.Run(demoCtx); err != nil {
 			log.Error("demo worker stopped", "err", err)
@@ -331,6 +340,18 @@ func renderJob(ctx context.Context, job *jobwatchv1.Job, progress client.Progres
 		}
 	}
 	return map[string]any{"bytes": 10_000 + rand.N(90_000)}, nil
+}
+
+// digestJob is the schedule's run: it gathers what happened and mails a
+// digest.
+func digestJob(ctx context.Context, job *jobwatchv1.Job, progress client.Progress) (any, error) {
+	for i, step := range []string{"gather", "summarise", "send"} {
+		progress(i*33, step)
+		if err := sleep(ctx, time.Duration(500+rand.N(500))*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	return map[string]any{"items": rand.N(50)}, nil
 }
 
 // UpstreamTimeoutError is the flaky kind's failure: a typed error whose

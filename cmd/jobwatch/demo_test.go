@@ -14,8 +14,9 @@ import (
 // page's queue panel reads) shows the serial queue and the pooled pair
 // with their rules, the serial queue never runs two, the pooled pair never
 // holds more than the pool's two units, and the serial queue's jobs run in
-// the order they were submitted.
-func TestTheDemoShowsASerialQueueAndAPooledPair(t *testing.T) {
+// the order they were submitted. Its schedule runs at once and then says
+// when it runs next.
+func TestTheDemoShowsASerialQueueAPooledPairAndASchedule(t *testing.T) {
 	c := client.New(startDemo(t))
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -54,6 +55,29 @@ func TestTheDemoShowsASerialQueueAndAPooledPair(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatalf("within 60s: saw the serial queue run %v, the pool full %v; index still has %d queued, %d running",
 				sawSerialRun, sawPoolFull, index.GetQueued(), index.GetRunning())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// The schedule's first run has ended, and it says when the next one
+	// comes: 20s after.
+	for {
+		resp, err := c.QueueService().ListSchedules(ctx, &jobwatchv1.ListSchedulesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.GetSchedules()) != 1 || resp.GetSchedules()[0].GetName() != "digest" {
+			t.Fatalf("ListSchedules: %v, want the demo's digest", resp.GetSchedules())
+		}
+		s := resp.GetSchedules()[0]
+		if s.GetLastJobState() == jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+			if got := s.GetNextRunAt().AsTime().Sub(s.GetLastEndedAt().AsTime()); got != 20*time.Second {
+				t.Errorf("next run %v after the last ended, want 20s", got)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the schedule's first run did not succeed within 60s: %v", s)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
