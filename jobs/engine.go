@@ -7,10 +7,11 @@
 //
 // A job's path through the files of this package, in order: submit.go
 // (Submit, Start, Get, List, Cancel), claim.go (Claim), lease.go
-// (Heartbeat, Complete, Fail), sweep.go (lease expiry, retention), wait.go
-// (Wait) and watch.go (Watch, WatchTenant); rules.go holds the per-queue
-// rules read from the configuration file (Rules, SetRules, swapped whole
-// on a reload); limits.go holds every limit
+// (Heartbeat, Complete, Fail), sweep.go (lease expiry, retention; with
+// timeout.go, schedules.go and alerts.go for the other periodic duties),
+// wait.go (Wait) and watch.go (Watch, WatchTenant); rules.go holds the
+// per-queue rules read from the configuration file (Rules, SetRules,
+// swapped whole on a reload); limits.go holds every limit
 // on what callers send, for the server and the client to map and trim
 // to. This file holds what they share: configuration, errors, publishing
 // and shutdown.
