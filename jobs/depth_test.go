@@ -162,3 +162,32 @@ func TestAtMostMaxDepthQueuesKeepAHistory(t *testing.T) {
 		t.Errorf("%d queues with a history and %d with only now, want %d and 2", kept, bare, jobs.MaxDepthQueues)
 	}
 }
+
+func TestTheSweepReadsTheQueuesOnceForDepthAndAlertsTogether(t *testing.T) {
+	tests := []struct {
+		name  string
+		rules jobs.Rules
+		want  int64 // reads over 30 sweeps a second apart
+	}{
+		{"without alert_after, once per depth interval", jobs.Rules{}, 2},
+		{"with alert_after, once per sweep, samples included", jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {AlertAfter: time.Minute}}}, 30},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := newFakeClock() // 5s into a 15s interval
+			clock.Advance(10 * time.Second)
+			st := &drainCountingStore{Store: openStore(t)}
+			e := newEngineOver(t, st, jobs.Config{Now: clock.Now, Rules: tt.rules})
+			for range 30 {
+				sweep(t, e)
+				clock.Advance(time.Second)
+			}
+			if n := st.statReads.Load(); n != tt.want {
+				t.Errorf("%d queue stats reads, want %d", n, tt.want)
+			}
+			if h := queueStat(t, e, "default").DepthHistory; len(h) != 3 {
+				t.Errorf("%d depth samples, want 2 and now", len(h))
+			}
+		})
+	}
+}
