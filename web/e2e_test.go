@@ -375,6 +375,9 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 		p.waitFor("index's counts", textIs(queueRow("index")+" .queued", "1")+" && "+textIs(queueRow("index")+" .running", "1"))
 		p.waitFor("reports as bounded parallel, sharing the pool", textIs(queueRow("reports")+" .mode", "parallel · max 8")+" && "+textIs(queueRow("reports")+" .pools", "db 1/4"))
 		p.waitFor("an undeclared queue as parallel without pools", textIs(queueRow("default")+" .mode", "parallel")+" && "+textIs(queueRow("default")+" .pools", ""))
+		// No schedules (and a server that cannot list them yet): no
+		// section, and no error.
+		p.waitFor("no schedules section, silently", `document.getElementById("schedules-panel").hidden`+" && "+textIs("#queues-note", "")+` && document.getElementById("error").hidden`)
 	})
 
 	t.Run("an alerting queue's row is red and says since when", func(t *testing.T) {
