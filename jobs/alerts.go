@@ -13,24 +13,51 @@ import (
 // is alerting while it has unfinished work (QUEUED, also scheduled or
 // backing off, or RUNNING) and has not drained for longer than that.
 //
-// When a queue last drained is kept in the store (MarkDrained), so it
-// outlives a restart and is shared by replicas: each sweep records "no
-// unfinished work now" for every watched queue it finds empty. It is
-// therefore sampled once per sweep (Config.SweepInterval): a queue that
-// drains and fills again between two sweeps is not seen drained. A watched
-// queue the store has never seen drained (new in the file, or busy since
-// before this version) counts from when this engine first watched it,
-// not from the beginning of time, so that declaring alert_after on a busy
-// queue does not raise an alert at once.
+// When a queue last drained is sampled by the sweep, once per
+// Config.SweepInterval: a queue that drains and fills again between two
+// sweeps is not seen drained. A watched queue never seen drained (new in
+// the file, or busy since before this version) counts from when this
+// engine first watched it, not from the beginning of time, so that
+// declaring alert_after on a busy queue does not raise an alert at once.
+//
+// What the sweep saw is kept in the store (MarkDrained), so it outlives a
+// restart and is shared by replicas, but not written at every sweep: an
+// idle server would then commit a write transaction (an fsync on SQLite)
+// every second for nothing. The drain time only matters once the queue is
+// busy again (an idle queue shows "drained now" and never alerts), so:
+//
+//   - The engine remembers in memory the last sweep that found each
+//     watched queue empty and that the store has not been told (alertState.idle).
+//     ListQueues reads the later of that and the stored time, so what a
+//     user sees of this replica is the same as if it had been written.
+//   - The first sweep that finds the queue busy again writes that time:
+//     exact, once per busy period.
+//   - While the queue stays empty, the sweep writes "empty now" only when
+//     the stored time is older than drainRefresh (a tenth of alert_after,
+//     at most a minute), and as Run ends (a stop or restart) it writes what
+//     it remembers. So only a crash loses anything, and then only up to
+//     drainRefresh: a queue that fills right after a crash, before a new
+//     sweep saw it empty, may start alerting that much early.
+//   - Replicas each remember their own sightings and write the same way;
+//     the store keeps the later of two times, so they never move a drain
+//     back, and a refresh one replica wrote spares the others theirs.
+
+// drainRefresh is how stale the stored drain of an empty queue may grow
+// before the sweep writes it again (see above).
+func drainRefresh(alertAfter time.Duration) time.Duration {
+	return min(time.Minute, alertAfter/10)
+}
 
 // alertState is what the engine remembers between sweeps: since when it
-// has watched each queue, and which queues alerted at the last sweep, so
-// that each change is logged once. Whether a queue alerts is decided from
-// the store each time, never from this.
+// has watched each queue, which queues alerted at the last sweep, so
+// that each change is logged once, and the drains the store has not been
+// told. Whether a queue alerts is decided from the store and these
+// drains each time, never from the rest.
 type alertState struct {
 	mu       sync.Mutex
 	watching map[string]time.Time // queue -> when this engine first watched it
 	on       map[string]bool      // queues alerting at the last sweep
+	idle     map[string]time.Time // queue -> last sweep that found it empty, not yet stored
 }
 
 // watchedSince returns since when the engine has watched queue, starting
@@ -49,8 +76,28 @@ func (a *alertState) watchedSince(queue string, now time.Time) time.Time {
 	return since
 }
 
-// judgeAlerts fills the drain and alert fields of stats as of now.
-func (e *Engine) judgeAlerts(ctx context.Context, now time.Time, rules *Rules, stats []QueueStats) error {
+// idleSeen returns the last sweep that found queue empty and that the
+// store has not been told; zero if none.
+func (a *alertState) idleSeen(queue string) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.idle[queue]
+}
+
+// stored forgets the sightings of queues that the store now has at t.
+func (a *alertState) stored(queues []string, t time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, q := range queues {
+		if a.idle[q].Equal(t) {
+			delete(a.idle, q)
+		}
+	}
+}
+
+// judgeAlerts fills the drain and alert fields of stats as of now. It
+// returns the drains as stored (nil when no queue is watched).
+func (e *Engine) judgeAlerts(ctx context.Context, now time.Time, rules *Rules, stats []QueueStats) (map[string]time.Time, error) {
 	var drained map[string]time.Time
 	for i := range stats {
 		q := &stats[i]
@@ -61,7 +108,7 @@ func (e *Engine) judgeAlerts(ctx context.Context, now time.Time, rules *Rules, s
 		if drained == nil {
 			var err error
 			if drained, err = e.store.LastDrained(ctx); err != nil {
-				return fmt.Errorf("read when queues drained: %w", err)
+				return nil, fmt.Errorf("read when queues drained: %w", err)
 			}
 		}
 		if q.Queued+q.Running == 0 {
@@ -69,40 +116,47 @@ func (e *Engine) judgeAlerts(ctx context.Context, now time.Time, rules *Rules, s
 			continue
 		}
 		q.LastDrainedAt = drained[q.Name]
+		if seen := e.alerts.idleSeen(q.Name); seen.After(q.LastDrainedAt) {
+			q.LastDrainedAt = seen
+		}
 		busySince := q.LastDrainedAt
 		if busySince.IsZero() {
 			busySince = e.alerts.watchedSince(q.Name, now)
 		}
-		q.Alerting = now.Sub(busySince) > q.AlertAfter
+		if now.Sub(busySince) > q.AlertAfter {
+			q.Alerting = true
+			q.AlertingSince = busySince.Add(q.AlertAfter)
+		}
 	}
-	return nil
+	return drained, nil
 }
 
-// watchQueues is the sweep's part in alerting: it records which watched
-// queues are drained now and logs each queue entering or leaving the
-// alerting state, once.
+// watchQueues is the sweep's look at the queues: one read of their stats,
+// when a depth sample is due (depth.go) or a queue is watched for
+// alerting. It takes the depth sample, records drains as the store needs
+// them, and logs each queue entering or leaving the alerting state, once.
 func (e *Engine) watchQueues(ctx context.Context) error {
-	if !e.watchingAny() {
+	now := e.now()
+	watching := e.watchingAny()
+	if !watching && !e.depthDue(now) {
 		return nil
 	}
-	now := e.now()
-	stats, err := e.queueStats(ctx, now)
+	stats, drained, err := e.queueStats(ctx, now)
 	if err != nil {
 		return fmt.Errorf("watch queues: %w", err)
 	}
-	var drained []string
+	e.recordDepth(now, stats)
+	if !watching {
+		return nil
+	}
+	if err := e.recordDrains(ctx, now, stats, drained); err != nil {
+		return fmt.Errorf("watch queues: %w", err)
+	}
 	alerting := map[string]QueueStats{}
 	for _, q := range stats {
-		switch {
-		case q.AlertAfter <= 0:
-		case q.Queued+q.Running == 0:
-			drained = append(drained, q.Name)
-		case q.Alerting:
+		if q.Alerting {
 			alerting[q.Name] = q
 		}
-	}
-	if err := e.store.MarkDrained(ctx, drained, now); err != nil {
-		return fmt.Errorf("watch queues: %w", err)
 	}
 
 	e.alerts.mu.Lock()
@@ -143,7 +197,79 @@ func (e *Engine) watchQueues(ctx context.Context) error {
 			delete(e.alerts.watching, name)
 		}
 	}
+	for name := range e.alerts.idle {
+		if e.rules.Load().Queues[name].AlertAfter <= 0 {
+			delete(e.alerts.idle, name)
+		}
+	}
 	return nil
+}
+
+// recordDrains remembers the watched queues that stats show empty at now
+// and writes to the store what it must know (see the top of this file):
+// the last empty sighting of a queue busy again, and "empty now" for the
+// empty queues once a stored drain is older than its drainRefresh.
+// drained is the store's drains, as read for stats.
+func (e *Engine) recordDrains(ctx context.Context, now time.Time, stats []QueueStats, drained map[string]time.Time) error {
+	writes := map[time.Time][]string{}
+	var empty []string
+	refresh := false
+	e.alerts.mu.Lock()
+	for _, q := range stats {
+		switch {
+		case q.AlertAfter <= 0:
+		case q.Queued+q.Running == 0:
+			if e.alerts.idle == nil {
+				e.alerts.idle = map[string]time.Time{}
+			}
+			e.alerts.idle[q.Name] = now
+			empty = append(empty, q.Name)
+			refresh = refresh || now.Sub(drained[q.Name]) >= drainRefresh(q.AlertAfter)
+		default:
+			seen, ok := e.alerts.idle[q.Name]
+			switch {
+			case !ok:
+			case seen.After(drained[q.Name]):
+				writes[seen] = append(writes[seen], q.Name)
+			default: // another replica stored a later drain
+				delete(e.alerts.idle, q.Name)
+			}
+		}
+	}
+	e.alerts.mu.Unlock()
+	if refresh {
+		writes[now] = append(writes[now], empty...)
+	}
+	return e.writeDrains(ctx, writes)
+}
+
+// writeDrains stores each group of queues as drained at its time, and
+// forgets the sightings stored.
+func (e *Engine) writeDrains(ctx context.Context, writes map[time.Time][]string) error {
+	for t, queues := range writes {
+		if err := e.store.MarkDrained(ctx, queues, t); err != nil {
+			return fmt.Errorf("record drained queues: %w", err)
+		}
+		e.alerts.stored(queues, t)
+	}
+	return nil
+}
+
+// storeIdleSightings writes every drain this engine saw and the store has
+// not been told: Run calls it as it ends, so that a stop loses nothing
+// of when queues last drained.
+func (e *Engine) storeIdleSightings() {
+	writes := map[time.Time][]string{}
+	e.alerts.mu.Lock()
+	for q, t := range e.alerts.idle {
+		writes[t] = append(writes[t], q)
+	}
+	e.alerts.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.writeDrains(ctx, writes); err != nil {
+		e.log.Warn("could not record when queues last drained before stopping", "err", err)
+	}
 }
 
 // alertEvent is the webhook body for q's change, seen at now.

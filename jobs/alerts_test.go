@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 // lockedBuffer is a log destination safe for concurrent writes.
@@ -250,5 +251,144 @@ func TestAReloadWithoutAlertAfterEndsTheAlertOnce(t *testing.T) {
 	}
 	if n := logs.count("queue no longer alerting"); n != 1 {
 		t.Errorf("logged leaving %d times, want once", n)
+	}
+}
+
+// drainCountingStore counts the MarkDrained writes and the QueueStats
+// reads that reach the store.
+type drainCountingStore struct {
+	store.Store
+	marks, statReads atomic.Int64
+}
+
+func (s *drainCountingStore) MarkDrained(ctx context.Context, queues []string, t time.Time) error {
+	s.marks.Add(1)
+	return s.Store.MarkDrained(ctx, queues, t)
+}
+
+func (s *drainCountingStore) QueueStats(ctx context.Context, now time.Time) ([]store.QueueStats, error) {
+	s.statReads.Add(1)
+	return s.Store.QueueStats(ctx, now)
+}
+
+func TestAnIdleServerWithAlertQueuesDoesNotWriteEverySweep(t *testing.T) {
+	clock := newFakeClock()
+	st := &drainCountingStore{Store: openStore(t)}
+	rules := jobs.Rules{Queues: map[string]jobs.QueueRules{
+		"index":  {AlertAfter: 5 * time.Minute}, // refreshed every 30s while idle
+		"deploy": {AlertAfter: time.Hour},
+	}}
+	e := newEngineOver(t, st, jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour, Rules: rules})
+
+	// Two minutes idle, a sweep a second: the first sweep records both
+	// queues, then one write every 30s (a tenth of index's alert_after).
+	for i := range 120 {
+		if i > 0 {
+			clock.Advance(time.Second)
+		}
+		sweep(t, e)
+	}
+	if n := st.marks.Load(); n != 4 {
+		t.Errorf("%d drain writes over 120 idle sweeps, want 4 (at 0s, 30s, 60s and 90s)", n)
+	}
+	lastIdle := clock.Now() // 119s: not written yet
+
+	// Work arrives: what users see is exact at once, and the first sweep
+	// that sees it busy writes the last idle sighting, once.
+	clock.Advance(time.Second)
+	submit(t, e, jobs.SubmitRequest{Queue: "index"})
+	if q := queueStat(t, e, "index"); !q.LastDrainedAt.Equal(lastIdle) {
+		t.Errorf("busy before a sweep: last drained %v, want the last idle sweep %v", q.LastDrainedAt, lastIdle)
+	}
+	before := st.marks.Load()
+	for range 10 {
+		clock.Advance(time.Second)
+		sweep(t, e)
+	}
+	if n := st.marks.Load() - before; n != 1 {
+		t.Errorf("%d drain writes over 10 busy sweeps, want 1", n)
+	}
+	// The store has it: a restarted engine shows the same drain, and
+	// alerts 5 minutes after it.
+	restarted := newEngineOver(t, st, jobs.Config{Now: clock.Now, Rules: rules})
+	if q := queueStat(t, restarted, "index"); !q.LastDrainedAt.Equal(lastIdle) || q.Alerting {
+		t.Errorf("after a restart: %+v; want last drained at %v, not alerting", q, lastIdle)
+	}
+	clock.Advance(5*time.Minute - 10*time.Second)
+	q := queueStat(t, restarted, "index")
+	if !q.Alerting || !q.AlertingSince.Equal(lastIdle.Add(5*time.Minute)) {
+		t.Errorf("5m1s after the drain: %+v; want alerting since %v", q, lastIdle.Add(5*time.Minute))
+	}
+}
+
+func TestTwoReplicasSharingAnIdleStoreWriteAsLittleAsOne(t *testing.T) {
+	clock := newFakeClock()
+	st := &drainCountingStore{Store: openStore(t)}
+	rules := jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {AlertAfter: 5 * time.Minute}}}
+	a := newEngineOver(t, st, jobs.Config{Now: clock.Now, Rules: rules})
+	b := newEngineOver(t, st, jobs.Config{Now: clock.Now, Rules: rules})
+	for i := range 60 {
+		if i > 0 {
+			clock.Advance(time.Second)
+		}
+		sweep(t, a)
+		sweep(t, b)
+	}
+	// a writes at 0s and 30s; b finds those fresh each time.
+	if n := st.marks.Load(); n != 2 {
+		t.Errorf("%d drain writes by two replicas over a minute idle, want 2", n)
+	}
+	lastIdle := clock.Now()
+	clock.Advance(time.Second)
+	submit(t, a, jobs.SubmitRequest{Queue: "index"})
+	before := st.marks.Load()
+	sweep(t, a)
+	sweep(t, b)
+	if n := st.marks.Load() - before; n != 1 {
+		t.Errorf("%d drain writes when the queue filled, want 1: b finds a's", n)
+	}
+	for _, e := range []*jobs.Engine{a, b} {
+		if q := queueStat(t, e, "index"); !q.LastDrainedAt.Equal(lastIdle) {
+			t.Errorf("last drained %v, want %v on both replicas", q.LastDrainedAt, lastIdle)
+		}
+	}
+}
+
+func TestRunRecordsTheLastDrainItSawAsItStops(t *testing.T) {
+	clock := newFakeClock()
+	st := &drainCountingStore{Store: openStore(t)}
+	rules := jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {AlertAfter: time.Hour}}}
+	e := newEngineOver(t, st, jobs.Config{Now: clock.Now, Rules: rules, SweepInterval: 5 * time.Millisecond})
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- e.Run(ctx) }()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitFor("the first sweep's write", func() bool { return st.marks.Load() == 1 })
+	clock.Advance(30 * time.Second) // idle still: nothing to write before a minute (an hour's alert_after)
+	reads := st.statReads.Load()
+	waitFor("a sweep at the new time", func() bool { return st.statReads.Load() > reads+1 })
+	lastIdle := clock.Now()
+	stop()
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	if n := st.marks.Load(); n != 2 {
+		t.Errorf("%d drain writes, want 2: the first sweep's and the one as Run ended", n)
+	}
+
+	clock.Advance(time.Minute)
+	restarted := newEngineOver(t, st, jobs.Config{Now: clock.Now, Rules: rules})
+	submit(t, restarted, jobs.SubmitRequest{Queue: "index"})
+	if q := queueStat(t, restarted, "index"); !q.LastDrainedAt.Equal(lastIdle) {
+		t.Errorf("after a stop and a restart: last drained %v, want the last idle sweep %v", q.LastDrainedAt, lastIdle)
 	}
 }

@@ -41,6 +41,10 @@ type Config struct {
 	SweepInterval time.Duration
 	// Retention is how long terminal jobs are kept. Default 24h.
 	Retention time.Duration
+	// DepthInterval is how often the sweep samples each queue's depth for
+	// ListQueues' history (see depth.go): DepthWindow / DepthInterval
+	// samples per queue. Default 15s (60 samples cover 15 minutes).
+	DepthInterval time.Duration
 	// DefaultMaxAttempts applies when a submission says 0. Default 1.
 	DefaultMaxAttempts int32
 	// RetryInitialBackoff and RetryMaxBackoff bound the exponential,
@@ -76,6 +80,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Retention <= 0 {
 		c.Retention = 24 * time.Hour
+	}
+	if c.DepthInterval <= 0 {
+		c.DepthInterval = 15 * time.Second
 	}
 	if c.DefaultMaxAttempts <= 0 {
 		c.DefaultMaxAttempts = 1
@@ -180,6 +187,8 @@ type Engine struct {
 	// posts their changes to Rules.AlertWebhook.
 	alerts alertState
 	hook   *alerthook.Hook
+	// depth is each queue's recent depth, sampled by the sweep.
+	depth depthHistory
 
 	// done is closed by Shutdown; every parked call selects on it.
 	done     chan struct{}

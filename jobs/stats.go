@@ -37,6 +37,10 @@ type QueueStats struct {
 	// Alerting: unfinished work has not drained for longer than
 	// AlertAfter (see alerts.go).
 	Alerting bool
+	// AlertingSince is when the queue began alerting: when its work
+	// started to wait (its last drain, or when this engine began to
+	// watch it) plus AlertAfter. Zero unless Alerting.
+	AlertingSince time.Time
 	// Serial and MaxRunning are the queue's claim rules (QueueRules); a
 	// queue the rules do not declare is parallel and unbounded.
 	Serial     bool
@@ -44,6 +48,11 @@ type QueueStats struct {
 	// Pools are the pools the queue's running jobs hold units of, in the
 	// order the rules name them.
 	Pools []PoolUse
+	// DepthHistory is the queue's depth over the last DepthWindow, oldest
+	// first, one sample per Config.DepthInterval as the sweep took them
+	// (see depth.go), and last its depth as of this answer. Only
+	// Engine.QueueStats fills it.
+	DepthHistory []DepthSample
 }
 
 // PoolUse is a pool as ListQueues shows it.
@@ -58,15 +67,27 @@ func (q QueueStats) Waiting() bool { return !q.OldestReadyRunAt.IsZero() }
 
 // QueueStats returns every queue that has a QUEUED or RUNNING job, every
 // queue the rules declare, and the default queue always (with zero counts
-// when idle), sorted by name, with their alerting state.
+// when idle), sorted by name, with their alerting state and depth history.
 func (e *Engine) QueueStats(ctx context.Context) ([]QueueStats, error) {
-	return e.queueStats(ctx, e.now())
+	now := e.now()
+	stats, _, err := e.queueStats(ctx, now)
+	if err != nil {
+		return nil, err
+	}
+	for i := range stats {
+		q := &stats[i]
+		q.DepthHistory = e.depthHistoryOf(q.Name, DepthSample{At: now, Queued: q.Queued, Running: q.Running})
+	}
+	return stats, nil
 }
 
-func (e *Engine) queueStats(ctx context.Context, now time.Time) ([]QueueStats, error) {
+// queueStats is QueueStats without the depth history, from one read of
+// the store's queue stats; it also returns the drains as stored (nil
+// when no queue is watched).
+func (e *Engine) queueStats(ctx context.Context, now time.Time) ([]QueueStats, map[string]time.Time, error) {
 	stored, err := e.store.QueueStats(ctx, now)
 	if err != nil {
-		return nil, fmt.Errorf("queue stats: %w", err)
+		return nil, nil, fmt.Errorf("queue stats: %w", err)
 	}
 	stats := make([]QueueStats, 0, len(stored)+1)
 	seenDefault := false
@@ -99,10 +120,11 @@ func (e *Engine) queueStats(ctx context.Context, now time.Time) ([]QueueStats, e
 	}
 	slices.SortFunc(stats, func(a, b QueueStats) int { return strings.Compare(a.Name, b.Name) })
 	addClaimRules(stats, rules)
-	if err := e.judgeAlerts(ctx, now, rules, stats); err != nil {
-		return nil, fmt.Errorf("queue stats: %w", err)
+	drained, err := e.judgeAlerts(ctx, now, rules, stats)
+	if err != nil {
+		return nil, nil, fmt.Errorf("queue stats: %w", err)
 	}
-	return stats, nil
+	return stats, drained, nil
 }
 
 // addClaimRules fills in each queue's mode, limit and pools from rules. A

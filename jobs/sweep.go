@@ -19,6 +19,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			e.storeIdleSightings() // see alerts.go: a stop loses no drain
 			return nil
 		case <-ticker.C:
 			err := e.Sweep(ctx)

@@ -192,6 +192,101 @@ func TestListQueuesAndMetricsShowAQueueAlertingUntilItDrains(t *testing.T) {
 	}
 }
 
+func TestListQueuesShowsWhenAnAlertBeganAndFifteenMinutesOfDepth(t *testing.T) {
+	clock := &testClock{now: time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)}
+	ts := startServer(t, serverOptions{now: clock.Now, engine: jobs.Config{
+		LeaseTimeout: time.Hour,
+		Rules:        jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {AlertAfter: 5 * time.Minute}}},
+	}})
+	// JSON over HTTP/1.1, as the page and curl read it.
+	c := ts.clients(ts.http1Client(), connect.WithProtoJSON())
+	ctx := ctxTimeout(t, 10*time.Second)
+	list := func() *jobwatchv1.ListQueuesResponse {
+		t.Helper()
+		resp, err := c.queues.ListQueues(ctx, &jobwatchv1.ListQueuesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	queue := func(resp *jobwatchv1.ListQueuesResponse, name string) *jobwatchv1.Queue {
+		t.Helper()
+		for _, q := range resp.GetQueues() {
+			if q.GetName() == name {
+				return q
+			}
+		}
+		t.Fatalf("%s not listed: %v", name, resp.GetQueues())
+		return nil
+	}
+
+	// Sampled every 15s: idle, then a job in each queue, then a second
+	// one in index for the last 5 minutes.
+	drainedAt := clock.Now()
+	for i := range 25 {
+		switch i {
+		case 1:
+			submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "reindex", Queue: "index"})
+			submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "mail", Queue: "mail"})
+		case 5:
+			claim(t, c, "reindex")
+			submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "reindex", Queue: "index"})
+		}
+		if err := ts.engine.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(15 * time.Second)
+	}
+	// 6m15s after the first sweep saw index empty, the last time it was.
+	resp := list()
+	if got := resp.GetDepthInterval().AsDuration(); got != 15*time.Second {
+		t.Errorf("depth_interval %v, want 15s", got)
+	}
+	index := queue(resp, "index")
+	if !index.GetAlerting() || !index.GetAlertingSince().AsTime().Equal(drainedAt.Add(5*time.Minute)) ||
+		index.GetAlertAfter().AsDuration() != 5*time.Minute || !index.GetLastDrainedAt().AsTime().Equal(drainedAt) {
+		t.Errorf("index: alerting %v since %v, alert_after %v, last drained %v; want alerting since %v, 5m, drained at %v",
+			index.GetAlerting(), index.GetAlertingSince().AsTime(), index.GetAlertAfter().AsDuration(), index.GetLastDrainedAt().AsTime(),
+			drainedAt.Add(5*time.Minute), drainedAt)
+	}
+	history := index.GetDepthHistory()
+	if len(history) != 26 {
+		t.Fatalf("index has %d depth samples, want 25 sweeps and now", len(history))
+	}
+	for i, d := range history {
+		wantQueued, wantRunning := int64(1), int64(0)
+		switch {
+		case i == 0:
+			wantQueued = 0
+		case i >= 5:
+			wantRunning = 1
+		}
+		if d.GetQueued() != wantQueued || d.GetRunning() != wantRunning || !d.GetAt().AsTime().Equal(drainedAt.Add(time.Duration(i)*15*time.Second)) {
+			t.Errorf("index sample %d: %v; want %d queued and %d running at +%v", i, d, wantQueued, wantRunning, time.Duration(i)*15*time.Second)
+		}
+	}
+	// A queue without alert_after says nothing of alerts, yet has a
+	// history.
+	mail := queue(resp, "mail")
+	if mail.GetAlertAfter() != nil || mail.GetAlertingSince() != nil || mail.GetAlerting() || len(mail.GetDepthHistory()) != 25 {
+		t.Errorf("mail: %v; want no alert_after, no alert, 24 samples (from its first job) and now", mail)
+	}
+
+	// After an hour of sweeps, 15 minutes of them: 60 samples, the last
+	// now.
+	for range 4 * 60 {
+		if err := ts.engine.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(15 * time.Second)
+	}
+	history = queue(list(), "index").GetDepthHistory()
+	if len(history) != 60 || !history[59].GetAt().AsTime().Equal(clock.Now()) || history[0].GetAt().AsTime().Before(clock.Now().Add(-15*time.Minute)) {
+		t.Errorf("after an hour: %d samples from %v to %v; want 60 within the 15 minutes before %v", len(history),
+			history[0].GetAt().AsTime(), history[len(history)-1].GetAt().AsTime(), clock.Now())
+	}
+}
+
 func TestAnAttemptPastItsQueueTimeoutLosesItsLeaseOverTheWire(t *testing.T) {
 	clock := &testClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
 	ts := startServer(t, serverOptions{now: clock.Now, engine: jobs.Config{

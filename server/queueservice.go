@@ -21,14 +21,21 @@ var _ jobwatchv1connect.QueueServiceHandler = (*queueService)(nil)
 // oldest_queued_age is how long the oldest ready job has waited (unset
 // when none waits: a job scheduled for later is not waiting).
 //
-// last_drained_at and alerting are kept for queues with an alert_after
-// only (see package jobs, alerts.go): last_drained_at is now for an idle
-// queue, the last drain the sweep recorded for a busy one, and unset when
-// none was ever seen; both stay unset for queues without alert_after.
+// last_drained_at, alerting and alerting_since are kept for queues with
+// an alert_after only (see package jobs, alerts.go): last_drained_at is
+// now for an idle queue, the last drain the sweep saw for a busy one, and
+// unset when none was ever seen; alerting_since is when the alert began
+// (the last drain, or when this server began watching a queue never seen
+// drained, plus alert_after), set only while alerting. All are unset for
+// queues without alert_after, and so is alert_after.
 //
 // mode, max_running and pools are the queue's claim rules from the
 // configuration file: a queue it does not declare is PARALLEL with
 // max_running 0 (no limit) and no pools.
+//
+// depth_history is the queue's depth over the last 15 minutes as this
+// server sampled it (one sample per depth_interval, kept in memory: see
+// package jobs, depth.go), and last its depth in this answer.
 func (h *queueService) ListQueues(ctx context.Context, _ *jobwatchv1.ListQueuesRequest) (*jobwatchv1.ListQueuesResponse, error) {
 	stats, err := h.s.engine.QueueStats(ctx)
 	if err != nil {
@@ -52,13 +59,26 @@ func (h *queueService) ListQueues(ctx context.Context, _ *jobwatchv1.ListQueuesR
 		if q.Waiting() {
 			row.OldestQueuedAge = durationpb.New(q.OldestQueuedAge)
 		}
+		if q.AlertAfter > 0 {
+			row.AlertAfter = durationpb.New(q.AlertAfter)
+		}
 		if !q.LastDrainedAt.IsZero() {
 			row.LastDrainedAt = timestamppb.New(q.LastDrainedAt)
 		}
 		row.Alerting = q.Alerting
+		if q.Alerting {
+			row.AlertingSince = timestamppb.New(q.AlertingSince)
+		}
+		row.DepthHistory = make([]*jobwatchv1.QueueDepth, 0, len(q.DepthHistory))
+		for _, d := range q.DepthHistory {
+			row.DepthHistory = append(row.DepthHistory, &jobwatchv1.QueueDepth{At: timestamppb.New(d.At), Queued: d.Queued, Running: d.Running})
+		}
 		queues = append(queues, row)
 	}
-	return &jobwatchv1.ListQueuesResponse{Queues: queues}, nil
+	return &jobwatchv1.ListQueuesResponse{
+		Queues:        queues,
+		DepthInterval: durationpb.New(h.s.engine.Config().DepthInterval),
+	}, nil
 }
 
 // ListSchedules reports the schedules of the configuration in effect, in

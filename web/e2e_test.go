@@ -52,7 +52,8 @@ func startServer(t *testing.T, addr, dbPath string) *liveServer {
 		t.Fatal(err)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	engine := jobs.New(st, jobs.Config{Logger: logger})
+	// Depth samples 100ms apart, so that a few sweeps draw a sparkline.
+	engine := jobs.New(st, jobs.Config{Logger: logger, DepthInterval: 100 * time.Millisecond})
 	srv := server.New(engine, server.Config{
 		Page:      web.Handler(),
 		DemoKinds: []string{"demo.sleep", "demo.fail"},
@@ -333,6 +334,124 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 		p.waitFor("one queued", textIs(`tr[data-queue="default"] .queued`, "1"))
 		p.waitFor("one running", textIs(`tr[data-queue="default"] .running`, "1"))
 		p.waitFor("no stale error note", textIs("#queues-note", ""))
+	})
+
+	// The queue panel's rules, alerts and depths, from jobs of a tenant
+	// of their own (the queue panel shows every tenant's queues; the job
+	// list keeps showing the default tenant's four).
+	opsJob := func(t *testing.T, queue, kind string) store.Job {
+		t.Helper()
+		j, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Tenant: "ops", Queue: queue, Kind: kind})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	sweep := func(t *testing.T) {
+		t.Helper()
+		if err := srv.engine.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queueRow := func(name string) string { return fmt.Sprintf(`tr[data-queue=%q]`, name) }
+
+	t.Run("a serial queue with pools shows its mode and pool use", func(t *testing.T) {
+		p.t = t
+		if err := srv.engine.SetRules(jobs.Rules{
+			Pools: map[string]int{"db": 4},
+			Queues: map[string]jobs.QueueRules{
+				"index":   {Serial: true, Uses: []string{"db"}},
+				"reports": {MaxRunning: 8, Uses: []string{"db"}},
+				"deploys": {AlertAfter: time.Second},
+			},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		opsJob(t, "index", "git.reindex")
+		claim(t, ctx, srv.engine, "git.reindex")
+		opsJob(t, "index", "git.reindex")
+		p.waitFor("index as serial", textIs(queueRow("index")+" .mode", "serial"))
+		p.waitFor("index's pool use", textIs(queueRow("index")+" .pools", "db 1/4"))
+		p.waitFor("index's counts", textIs(queueRow("index")+" .queued", "1")+" && "+textIs(queueRow("index")+" .running", "1"))
+		p.waitFor("reports as bounded parallel, sharing the pool", textIs(queueRow("reports")+" .mode", "parallel · max 8")+" && "+textIs(queueRow("reports")+" .pools", "db 1/4"))
+		p.waitFor("an undeclared queue as parallel without pools", textIs(queueRow("default")+" .mode", "parallel")+" && "+textIs(queueRow("default")+" .pools", ""))
+		// No schedules (and a server that cannot list them yet): no
+		// section, and no error.
+		p.waitFor("no schedules section, silently", `document.getElementById("schedules-panel").hidden`+" && "+textIs("#queues-note", "")+` && document.getElementById("error").hidden`)
+	})
+
+	t.Run("an alerting queue's row is red and says since when", func(t *testing.T) {
+		p.t = t
+		sweep(t) // deploys is empty: drained now
+		opsJob(t, "deploys", "deploy.rollout")
+		// alert_after is a second: sweep until the engine says so.
+		var since time.Time
+		deadline := time.Now().Add(20 * time.Second)
+		for since.IsZero() {
+			if time.Now().After(deadline) {
+				t.Fatal("deploys did not alert within 20s")
+			}
+			time.Sleep(50 * time.Millisecond)
+			sweep(t)
+			stats, err := srv.engine.QueueStats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range stats {
+				if q.Name == "deploys" && q.Alerting {
+					since = q.AlertingSince
+				}
+			}
+		}
+		row := queueRow("deploys")
+		p.waitFor("deploys alerting", exists(row+`[data-alerting="true"]`))
+		p.waitFor("since when, as the browser tells the time",
+			fmt.Sprintf(`(document.querySelector(%q)?.textContent ?? "").startsWith("alerting since " + new Date(%d).toLocaleTimeString(undefined, {hour: "2-digit", minute: "2-digit"}) + ", ")`,
+				row+" .queue-status", since.UnixMilli()))
+		// Red: the status in the alert colour, and the bar on the row's edge.
+		p.waitFor("the row in red", fmt.Sprintf(`(() => {
+			const probe = document.createElement("span");
+			probe.style.color = "var(--failed)";
+			document.body.append(probe);
+			const red = getComputedStyle(probe).color;
+			probe.remove();
+			const status = getComputedStyle(document.querySelector(%q));
+			const edge = getComputedStyle(document.querySelector(%q));
+			return status.backgroundColor === red && edge.boxShadow.includes(red) && edge.backgroundColor !== "rgba(0, 0, 0, 0)";
+		})()`, row+" .queue-status", row+" td"))
+		p.waitFor("a quiet queue not red", exists(queueRow("reports")+`[data-alerting="false"]`)+" && "+textIs(queueRow("reports")+" .queue-status", ""))
+	})
+
+	t.Run("the sparkline draws one point per depth sample", func(t *testing.T) {
+		p.t = t
+		// Sweeps further apart than the 100ms depth interval each take a
+		// sample; deploys now holds its job, so the line rises.
+		for range 5 {
+			time.Sleep(150 * time.Millisecond)
+			sweep(t)
+		}
+		stats, err := srv.engine.QueueStats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		samples := 0
+		for _, q := range stats {
+			if q.Name == "deploys" {
+				samples = len(q.DepthHistory) // the samples, and this read's now
+			}
+		}
+		if samples < 7 {
+			t.Fatalf("deploys has %d depth samples, want at least 7 (the sweeps above, and now)", samples)
+		}
+		spark := queueRow("deploys") + " svg.spark"
+		p.waitFor(fmt.Sprintf("a sparkline of %d samples", samples), fmt.Sprintf(`(() => {
+			const svg = document.querySelector(%q);
+			if (svg === null || svg.dataset.samples !== %q) return false;
+			const points = svg.querySelector("polyline").points;
+			// Empty at the first sample (the bottom), one job at the last
+			// (the top).
+			return points.length === %d && points[0].y > points[points.length - 1].y;
+		})()`, spark, strconv.Itoa(samples), samples))
 	})
 
 	t.Run("switching the tenant shows that tenant's jobs only, still on one stream", func(t *testing.T) {

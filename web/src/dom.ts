@@ -29,7 +29,7 @@ export function h<K extends keyof HTMLElementTagNameMap>(
 
 // setText writes only when the text differs, so unchanged parts of the
 // page are never touched while snapshots stream in.
-export function setText(el: HTMLElement, text: string): void {
+export function setText(el: Element, text: string): void {
   if (el.textContent !== text) {
     el.textContent = text;
   }
@@ -38,5 +38,22 @@ export function setText(el: HTMLElement, text: string): void {
 export function setData(el: HTMLElement, name: string, value: string): void {
   if (el.dataset[name] !== value) {
     el.dataset[name] = value;
+  }
+}
+
+// svg makes an SVG element (h makes HTML ones, which an <svg> would not
+// draw).
+export function svg<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Record<string, string> = {}, ...children: Child[]): SVGElementTagNameMap[K] {
+  const el = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    el.setAttribute(name, value);
+  }
+  el.append(...children);
+  return el;
+}
+
+export function setAttr(el: Element, name: string, value: string): void {
+  if (el.getAttribute(name) !== value) {
+    el.setAttribute(name, value);
   }
 }

@@ -7,7 +7,7 @@ import { byId, setData, setText } from "./dom";
 import { JobFeed, type FeedStatus } from "./feed";
 import type { Job } from "./gen/jobwatch/v1/jobwatch_pb";
 import { isTerminal, JobBook, summaryOf } from "./model";
-import { Detail, JobList, QueueTable } from "./views";
+import { Detail, JobList, QueueTable, ScheduleTable } from "./views";
 import "./style.css";
 
 const tenantKey = "jobwatch.tenant";
@@ -31,6 +31,7 @@ const errorEl = byId<HTMLElement>("error");
 const list = new JobList(byId("jobs"), byId("jobs-empty"), byId("jobs-count"), select);
 const detail = new Detail(byId("detail"), closeDetail, cancelJob);
 const queues = new QueueTable(byId("queues"));
+const schedules = new ScheduleTable(byId("schedules-panel"), byId("schedules"), select);
 
 let tenant = initialTenant();
 let feed: JobFeed | undefined;
@@ -252,17 +253,19 @@ let queueShown = 0;
 
 // pollQueues may run twice at once (the timer and a job change); only an
 // answer to a later call than the one on screen is shown, so a call that
-// failed while the server restarted cannot overwrite a fresh answer.
+// failed while the server restarted cannot overwrite a fresh answer. The
+// schedules come with the queues, at the same pace.
 async function pollQueues(): Promise<void> {
   clearTimeout(queueTimer);
   queueTimer = setTimeout(() => void pollQueues(), queuePollMs);
   const call = ++queueCalls;
   const note = byId("queues-note");
+  void pollSchedules(call);
   try {
     const res = await queueClient.listQueues({});
     if (call > queueShown) {
       queueShown = call;
-      queues.render(res.queues);
+      queues.render(res.queues, Date.now());
       setText(note, "");
     }
   } catch (err) {
@@ -270,6 +273,26 @@ async function pollQueues(): Promise<void> {
       queueShown = call;
       const ce = ConnectError.from(err);
       setText(note, ce.code === Code.Unknown || ce.code === Code.Unavailable ? "server unreachable; retrying" : ce.rawMessage);
+    }
+  }
+}
+
+let schedulesShown = 0;
+
+// pollSchedules shows ListSchedules. A server without schedules support
+// (unimplemented) has none; any other failure keeps what is shown, and
+// the queues' note already says when the server cannot be reached.
+async function pollSchedules(call: number): Promise<void> {
+  try {
+    const res = await queueClient.listSchedules({});
+    if (call > schedulesShown) {
+      schedulesShown = call;
+      schedules.render(res.schedules, Date.now());
+    }
+  } catch (err) {
+    if (call > schedulesShown && ConnectError.from(err).code === Code.Unimplemented) {
+      schedulesShown = call;
+      schedules.render([], Date.now());
     }
   }
 }
@@ -345,6 +368,8 @@ demoForm.addEventListener("submit", (e) => {
 setInterval(() => {
   const now = Date.now();
   list.tick(now);
+  queues.tick(now);
+  schedules.tick(now);
   renderBanner(now);
 }, 1000);
 

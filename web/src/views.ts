@@ -2,9 +2,10 @@
 // updates them in place, so a stream of snapshots never rebuilds (and
 // never flickers) what is already on screen.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { JobState, QueueMode, type Job, type Queue } from "./gen/jobwatch/v1/jobwatch_pb";
+import { JobState, QueueMode, type Job, type Queue, type QueueDepth, type Schedule } from "./gen/jobwatch/v1/jobwatch_pb";
 import { age, clockTime, durationText, jsonText } from "./format";
-import { h, setData, setText } from "./dom";
+import { h, setAttr, setData, setText, svg } from "./dom";
+import { alertingText, drainedText, lastState, nextRun, spark, type NextRun } from "./queues";
 import { isTerminal, millis, stateName, type JobBook } from "./model";
 
 // ProgressView is a bar with its percent and step text (or, for a job
@@ -333,13 +334,16 @@ export class Detail {
   }
 }
 
-// QueueTable shows ListQueues, one row per queue name, updated in place.
+// QueueTable shows ListQueues, one row per queue name, updated in place:
+// the queue's name and rules (mode, limit, pools in use), its counts, how
+// long the oldest job has waited, its drain or alert, and a sparkline of
+// its depth over the last 15 minutes.
 export class QueueTable {
-  private readonly rows = new Map<string, { el: HTMLTableRowElement; cells: HTMLElement[] }>();
+  private readonly rows = new Map<string, QueueRow>();
 
   constructor(private readonly body: HTMLElement) {}
 
-  render(queues: Queue[]): void {
+  render(queues: Queue[], now: number): void {
     const names = new Set(queues.map((q) => q.name));
     for (const [name, row] of this.rows) {
       if (!names.has(name)) {
@@ -350,32 +354,212 @@ export class QueueTable {
     for (const q of queues) {
       let row = this.rows.get(q.name);
       if (row === undefined) {
-        const cells = [
-          h("td", { class: "queue-name" }),
-          h("td", { class: "num queued" }),
-          h("td", { class: "num running" }),
-          h("td", { class: "num oldest" }),
-          h("td", { class: "alert-cell" }),
-        ];
-        row = { el: h("tr", { "data-queue": q.name }, ...cells), cells };
+        row = new QueueRow(q.name);
         this.rows.set(q.name, row);
       }
       this.body.append(row.el); // keeps the server's order
-      const [name, queued, running, oldest, alert] = row.cells as [HTMLElement, HTMLElement, HTMLElement, HTMLElement, HTMLElement];
-      const mode = q.mode === QueueMode.SERIAL ? "serial" : q.maxRunning > 0 ? `parallel · max ${q.maxRunning}` : "parallel";
-      if (name.dataset["key"] !== q.name + mode) {
-        name.dataset["key"] = q.name + mode;
-        name.replaceChildren(h("span", {}, q.name), h("span", { class: "muted mode" }, mode));
+      row.update(q, now);
+    }
+  }
+
+  // tick moves the "since" texts along between two answers.
+  tick(now: number): void {
+    for (const row of this.rows.values()) {
+      row.tick(now);
+    }
+  }
+}
+
+const sparkWidth = 72;
+const sparkHeight = 22;
+
+class QueueRow {
+  readonly el: HTMLTableRowElement;
+  private readonly mode = h("span", { class: "mode" });
+  private readonly pools = h("span", { class: "pools" });
+  private readonly status = h("span", { class: "queue-status" });
+  private readonly queued = h("td", { class: "num queued" });
+  private readonly running = h("td", { class: "num running" });
+  private readonly oldest = h("td", { class: "num oldest" });
+  private readonly area = svg("polygon", { class: "spark-area" });
+  private readonly line = svg("polyline", { class: "spark-line" });
+  private readonly dot = svg("circle", { class: "spark-now", r: "2" });
+  private readonly label = svg("title");
+  // The baseline spans the whole 15 minutes, so a server that started
+  // lately shows where its samples begin.
+  private readonly spark = svg(
+    "svg",
+    { class: "spark", width: String(sparkWidth), height: String(sparkHeight), viewBox: `0 0 ${sparkWidth} ${sparkHeight}`, role: "img" },
+    this.label,
+    svg("line", { class: "spark-base", x1: "0", x2: String(sparkWidth), y1: String(sparkHeight - 0.5), y2: String(sparkHeight - 0.5) }),
+    this.area,
+    this.line,
+    this.dot,
+  );
+  // What tick needs to say "since when" again: the alert's start, or the
+  // last drain; 0 when the queue is not watched.
+  private alertingSince = 0;
+  private drainedAt = 0;
+  private watched = false;
+  private empty = true;
+
+  constructor(name: string) {
+    this.el = h(
+      "tr",
+      { "data-queue": name },
+      // A cell stays a table cell: the column is laid out inside it.
+      h("td", {}, h("div", { class: "queue-name" }, h("span", { class: "name" }, name), h("span", { class: "muted rules" }, this.mode, this.pools), this.status)),
+      this.queued,
+      this.running,
+      this.oldest,
+      h("td", { class: "depth" }, this.spark),
+    );
+  }
+
+  update(q: Queue, now: number): void {
+    setText(this.mode, q.mode === QueueMode.SERIAL ? "serial" : q.maxRunning > 0 ? `parallel · max ${q.maxRunning}` : "parallel");
+    setText(this.pools, q.pools.map((p) => `${p.name} ${p.inUse}/${p.units}`).join(" · "));
+    this.pools.title = q.pools.length === 0 ? "" : "pool: units held by running jobs of every queue that uses it / units";
+    setText(this.queued, String(q.queued));
+    setText(this.running, String(q.running));
+    setText(this.oldest, q.queued > 0n ? durationText(q.oldestQueuedAge) : "—");
+    setData(this.el, "alerting", String(q.alerting));
+    this.alertingSince = q.alerting ? millis(q.alertingSince) : 0;
+    this.watched = q.alertAfter !== undefined;
+    this.drainedAt = millis(q.lastDrainedAt);
+    this.empty = q.queued + q.running === 0n;
+    this.status.title = this.watched ? `alert_after ${durationText(q.alertAfter)}` : "";
+    this.tick(now);
+    this.drawSpark(q.depthHistory);
+  }
+
+  tick(now: number): void {
+    this.status.classList.toggle("alert", this.alertingSince > 0);
+    if (this.alertingSince > 0) {
+      setText(this.status, alertingText(this.alertingSince, now));
+    } else if (this.watched) {
+      setText(this.status, drainedText(this.drainedAt, this.empty, now));
+    } else {
+      setText(this.status, "");
+    }
+    this.status.hidden = this.status.textContent === "";
+  }
+
+  private drawSpark(history: QueueDepth[]): void {
+    const s = spark(history, sparkWidth, sparkHeight);
+    const line = s.points.map(([x, y]) => `${x},${y}`).join(" ");
+    setAttr(this.line, "points", line);
+    const first = s.points[0];
+    const last = s.points.at(-1);
+    setAttr(this.area, "points", first === undefined || last === undefined ? "" : `${first[0]},${sparkHeight} ${line} ${last[0]},${sparkHeight}`);
+    setAttr(this.dot, "cx", String(last?.[0] ?? 0));
+    setAttr(this.dot, "cy", String(last?.[1] ?? sparkHeight));
+    setAttr(this.spark, "data-samples", String(history.length));
+    const text = `depth over the last 15 minutes: ${s.now} now, at most ${s.max}`;
+    setAttr(this.spark, "aria-label", text);
+    setText(this.label, text);
+  }
+}
+
+// ScheduleTable shows ListSchedules, one row per schedule, updated in
+// place; the section is hidden while there are none.
+export class ScheduleTable {
+  private readonly rows = new Map<string, ScheduleRow>();
+
+  constructor(
+    private readonly section: HTMLElement,
+    private readonly body: HTMLElement,
+    private readonly onSelect: (id: string) => void,
+  ) {}
+
+  render(schedules: Schedule[], now: number): void {
+    const names = new Set(schedules.map((s) => s.name));
+    for (const [name, row] of this.rows) {
+      if (!names.has(name)) {
+        row.el.remove();
+        this.rows.delete(name);
       }
-      setText(queued, String(q.queued));
-      setText(running, String(q.running));
-      setText(oldest, q.queued > 0n ? durationText(q.oldestQueuedAge) : "—");
-      setData(row.el, "alerting", String(q.alerting));
-      if (q.alerting && alert.childElementCount === 0) {
-        alert.append(h("span", { class: "alert", title: "work has waited longer than the queue's alert_after without draining" }, "alerting"));
-      } else if (!q.alerting) {
-        alert.replaceChildren();
+    }
+    for (const s of schedules) {
+      let row = this.rows.get(s.name);
+      if (row === undefined) {
+        row = new ScheduleRow(s.name, this.onSelect);
+        this.rows.set(s.name, row);
       }
+      this.body.append(row.el);
+      row.update(s, now);
+    }
+    this.section.hidden = this.rows.size === 0;
+  }
+
+  tick(now: number): void {
+    for (const row of this.rows.values()) {
+      row.tick(now);
+    }
+  }
+}
+
+class ScheduleRow {
+  readonly el: HTMLTableRowElement;
+  private readonly kind = h("span", { class: "muted kind-of" });
+  private readonly queue = h("td", { class: "schedule-queue" });
+  private readonly every = h("td", { class: "num every" });
+  private readonly next = h("td", { class: "next-run" });
+  private readonly last = badge();
+  private readonly ended = h("span", { class: "muted ended" });
+  private nextRun: NextRun = { kind: "none" };
+  private key = "";
+
+  constructor(
+    name: string,
+    private readonly onSelect: (id: string) => void,
+  ) {
+    this.el = h(
+      "tr",
+      { "data-schedule": name },
+      h("td", {}, h("div", { class: "schedule-name" }, h("span", { class: "name" }, name), this.kind)),
+      this.queue,
+      this.every,
+      this.next,
+      h("td", {}, h("div", { class: "last-run" }, this.last, this.ended)),
+    );
+  }
+
+  update(s: Schedule, now: number): void {
+    setText(this.kind, s.tenant === "" ? s.kind : `${s.kind} · ${s.tenant}`);
+    setText(this.queue, s.queue);
+    setText(this.every, durationText(s.every));
+    const state = lastState(s);
+    this.last.hidden = state === "";
+    if (state !== "") {
+      setText(this.last, state);
+      setData(this.last, "state", state);
+    }
+    setText(this.ended, s.lastEndedAt === undefined ? (state === "" ? "no run yet" : "") : `ended ${clockTime(timestampDate(s.lastEndedAt))}`);
+    this.nextRun = nextRun(s);
+    this.tick(now);
+  }
+
+  tick(now: number): void {
+    const n = this.nextRun;
+    const key = n.kind === "at" ? `at ${clockTime(new Date(n.atMs))} ${age(now, n.atMs)}` : JSON.stringify(n);
+    if (key === this.key) {
+      return;
+    }
+    this.key = key;
+    setData(this.next, "kind", n.kind);
+    if (n.kind === "at") {
+      const due = n.atMs <= now;
+      this.next.replaceChildren(h("span", {}, clockTime(new Date(n.atMs))), h("span", { class: "muted" }, due ? " due" : ` in ${age(now, n.atMs)}`));
+    } else if (n.kind === "run") {
+      const link = h("a", { href: `#job=${encodeURIComponent(n.jobId)}`, class: "job-link" }, n.jobId);
+      link.addEventListener("click", (e) => {
+        e.preventDefault();
+        this.onSelect(n.jobId);
+      });
+      this.next.replaceChildren(`${n.state}: `, link);
+    } else {
+      this.next.replaceChildren("—");
     }
   }
 }

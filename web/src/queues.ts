@@ -1,0 +1,92 @@
+// What the queue panel computes from ListQueues and ListSchedules,
+// without the DOM: the depth sparkline's shape and the texts that say
+// since when. web/test/queues.test.ts tests it in Node.
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { JobState, type QueueDepth, type Schedule } from "./gen/jobwatch/v1/jobwatch_pb";
+import { isTerminal, millis, stateName } from "./model";
+
+// depthWindowMs is how far back ListQueues' depth_history reaches.
+export const depthWindowMs = 15 * 60 * 1000;
+
+export interface Spark {
+  // points for an SVG polyline in a width × height box: one per sample,
+  // x by the sample's time in the 15 minutes before the last sample
+  // (a server that started a minute ago draws only the right edge), y by
+  // its depth (queued + running), 0 at the bottom.
+  points: [number, number][];
+  max: bigint; // the deepest sample
+  now: bigint; // the last sample: the depth as of the answer
+}
+
+export function spark(history: readonly QueueDepth[], width: number, height: number): Spark {
+  const depths = history.map((d) => d.queued + d.running);
+  const max = depths.reduce((a, b) => (b > a ? b : a), 0n);
+  const end = history.length > 0 ? millis(history[history.length - 1]!.at) : 0;
+  const top = 1; // room for the line's width
+  const points = history.map((d, i): [number, number] => {
+    const x = width * (1 - Math.min(1, Math.max(0, (end - millis(d.at)) / depthWindowMs)));
+    const y = max === 0n ? height - top : height - top - ((height - 2 * top) * Number(depths[i]!)) / Number(max);
+    return [round(x), round(y)];
+  });
+  return { points, max, now: depths.at(-1) ?? 0n };
+}
+
+function round(v: number): number {
+  return Math.round(v * 10) / 10;
+}
+
+// hourMinute is a time of day as people say it: "14:03".
+export function hourMinute(d: Date): string {
+  return d.toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit" });
+}
+
+// lasted says how long, in minutes once past the first: "12 min",
+// "2 h 5 min".
+export function lasted(fromMs: number, nowMs: number): string {
+  const s = Math.max(0, nowMs - fromMs) / 1000;
+  if (s < 60) {
+    return "under a minute";
+  }
+  const m = Math.floor(s / 60);
+  if (m < 60) {
+    return `${m} min`;
+  }
+  return `${Math.floor(m / 60)} h ${m % 60} min`;
+}
+
+// alertingText is what an alerting queue's row says: "alerting since
+// 14:03, 12 min".
+export function alertingText(sinceMs: number, nowMs: number): string {
+  return `alerting since ${hourMinute(new Date(sinceMs))}, ${lasted(sinceMs, nowMs)}`;
+}
+
+// drainedText is what a watched queue's row says of its last drain:
+// "drained" when it is empty, else since when it has not been.
+export function drainedText(drainedMs: number, empty: boolean, nowMs: number): string {
+  if (empty) {
+    return "drained";
+  }
+  if (drainedMs === 0) {
+    return "not seen drained";
+  }
+  return `last drained ${hourMinute(new Date(drainedMs))}, ${lasted(drainedMs, nowMs)} ago`;
+}
+
+// NextRun is a schedule's next run as the panel shows it: a time, or the
+// run that is not over yet (its end decides the next).
+export type NextRun = { kind: "at"; atMs: number } | { kind: "run"; jobId: string; state: string } | { kind: "none" };
+
+export function nextRun(s: Schedule): NextRun {
+  if (s.nextRunAt !== undefined) {
+    return { kind: "at", atMs: timestampDate(s.nextRunAt).getTime() };
+  }
+  if (s.lastJobId !== "" && !isTerminal(s.lastJobState)) {
+    return { kind: "run", jobId: s.lastJobId, state: stateName(s.lastJobState) };
+  }
+  return { kind: "none" };
+}
+
+// lastState is the schedule's latest run's state, "" before the first.
+export function lastState(s: Schedule): string {
+  return s.lastJobState === JobState.UNSPECIFIED ? "" : stateName(s.lastJobState);
+}

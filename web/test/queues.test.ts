@@ -1,0 +1,58 @@
+// Tests of what the queue panel computes: the sparkline's points and the
+// texts that say since when. web/page_logic_test.go runs them.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { create } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { JobState, QueueDepthSchema, ScheduleSchema } from "../src/gen/jobwatch/v1/jobwatch_pb";
+import { alertingText, depthWindowMs, drainedText, hourMinute, lasted, nextRun, spark } from "../src/queues";
+
+const t0 = Date.UTC(2030, 0, 2, 3, 0, 0);
+
+function sample(ms: number, queued: number, running = 0) {
+  return create(QueueDepthSchema, { at: timestampFromMs(ms), queued: BigInt(queued), running: BigInt(running) });
+}
+
+test("the sparkline puts each sample at its time in the last 15 minutes and its depth", () => {
+  const s = spark([sample(t0 - depthWindowMs, 0), sample(t0 - depthWindowMs / 2, 2, 2), sample(t0, 1, 1)], 100, 22);
+  assert.deepEqual(s.points, [
+    [0, 21], // 15 minutes ago, empty: left, bottom
+    [50, 1], // the deepest: the top
+    [100, 11], // now, half as deep
+  ]);
+  assert.equal(s.max, 4n);
+  assert.equal(s.now, 2n);
+});
+
+test("a server that started lately draws only the right edge, and an idle queue a flat line", () => {
+  const s = spark([sample(t0 - 30_000, 0), sample(t0 - 15_000, 0), sample(t0, 0)], 72, 22);
+  assert.deepEqual(
+    s.points.map(([x]) => x),
+    [69.6, 70.8, 72],
+  );
+  assert.ok(s.points.every(([, y]) => y === 21), "an idle queue's line is not at the bottom");
+  assert.deepEqual(spark([], 72, 22).points, []);
+});
+
+test("an alert says since when and for how long", () => {
+  const since = t0 - 12 * 60_000 - 5_000;
+  assert.equal(alertingText(since, t0), `alerting since ${hourMinute(new Date(since))}, 12 min`);
+  assert.equal(lasted(t0 - 20_000, t0), "under a minute");
+  assert.equal(lasted(t0 - 125 * 60_000, t0), "2 h 5 min");
+});
+
+test("a watched queue says when it last drained", () => {
+  assert.equal(drainedText(t0, true, t0), "drained");
+  assert.equal(drainedText(0, false, t0), "not seen drained");
+  assert.equal(drainedText(t0 - 3 * 60_000, false, t0), `last drained ${hourMinute(new Date(t0 - 3 * 60_000))}, 3 min ago`);
+});
+
+test("a schedule's next run is a time, or the run not over yet", () => {
+  assert.deepEqual(nextRun(create(ScheduleSchema, { name: "a", nextRunAt: timestampFromMs(t0) })), { kind: "at", atMs: t0 });
+  assert.deepEqual(nextRun(create(ScheduleSchema, { name: "b", lastJobId: "j_1", lastJobState: JobState.RUNNING })), {
+    kind: "run",
+    jobId: "j_1",
+    state: "running",
+  });
+  assert.deepEqual(nextRun(create(ScheduleSchema, { name: "c", lastJobId: "j_2", lastJobState: JobState.SUCCEEDED })), { kind: "none" });
+});
