@@ -454,6 +454,25 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 		})()`, spark, strconv.Itoa(samples), samples))
 	})
 
+	t.Run("a schedule shows its run while it is unfinished, then when the next comes", func(t *testing.T) {
+		p.t = t
+		rules := srv.engine.Rules()
+		rules.Schedules = []jobs.Schedule{{Name: "nightly-digest", Kind: "digest.send", Queue: "reports", Tenant: "ops", Every: time.Hour}}
+		if err := srv.engine.SetRules(rules); err != nil {
+			t.Fatal(err)
+		}
+		sweep(t) // queues the schedule's first run
+		row := `tr[data-schedule="nightly-digest"]`
+		p.waitFor("the schedules section", `!document.getElementById("schedules-panel").hidden`)
+		p.waitFor("the schedule's row", textIs(row+" .schedule-queue", "reports")+" && "+textIs(row+" .every", "1h"))
+		run := claim(t, ctx, srv.engine, "digest.send")
+		p.waitFor("the running run, linked", exists(row+` .next-run[data-kind="run"] a.job-link`)+
+			fmt.Sprintf(` && (document.querySelector(%q)?.textContent ?? "").startsWith("running: %s")`, row+" .next-run", run.job.ID))
+		run.complete(`{"sent": 3}`)
+		p.waitFor("the next run an hour after the end", exists(row+` .next-run[data-kind="at"]`)+
+			` && / in (1h|59m)/.test(document.querySelector(`+strconv.Quote(row+" .next-run")+`)?.textContent ?? "")`)
+	})
+
 	t.Run("switching the tenant shows that tenant's jobs only, still on one stream", func(t *testing.T) {
 		p.t = t
 		setTenant := func(name string) {

@@ -13,6 +13,23 @@ export function durationText(d: Duration | undefined): string {
   return span(Number(d.seconds) + d.nanos / 1e9);
 }
 
+// periodText writes a configured period as the configuration file would:
+// "20s", "10m", "1h", "1h 30m", without the zero parts an age shows.
+export function periodText(d: Duration | undefined): string {
+  if (d === undefined) {
+    return "—";
+  }
+  let rest = Math.round(Number(d.seconds) + d.nanos / 1e9);
+  const parts: string[] = [];
+  for (const [unit, size] of [["h", 3600], ["m", 60], ["s", 1]] as const) {
+    if (rest >= size) {
+      parts.push(`${Math.floor(rest / size)}${unit}`);
+      rest %= size;
+    }
+  }
+  return parts.length === 0 ? "0s" : parts.join(" ");
+}
+
 function span(seconds: number): string {
   if (seconds < 1) {
     return "now";

@@ -3,7 +3,7 @@
 // never flickers) what is already on screen.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { JobState, QueueMode, type Job, type Queue, type QueueDepth, type Schedule } from "./gen/jobwatch/v1/jobwatch_pb";
-import { age, clockTime, durationText, jsonText } from "./format";
+import { age, clockTime, durationText, jsonText, periodText } from "./format";
 import { h, setAttr, setData, setText, svg } from "./dom";
 import { alertingText, drainedText, lastState, nextRun, spark, type NextRun } from "./queues";
 import { isTerminal, millis, stateName, type JobBook } from "./model";
@@ -428,7 +428,7 @@ class QueueRow {
     this.watched = q.alertAfter !== undefined;
     this.drainedAt = millis(q.lastDrainedAt);
     this.empty = q.queued + q.running === 0n;
-    this.status.title = this.watched ? `alert_after ${durationText(q.alertAfter)}` : "";
+    this.status.title = this.watched ? `alert_after ${periodText(q.alertAfter)}` : "";
     this.tick(now);
     this.drawSpark(q.depthHistory);
   }
@@ -528,7 +528,7 @@ class ScheduleRow {
   update(s: Schedule, now: number): void {
     setText(this.kind, s.tenant === "" ? s.kind : `${s.kind} · ${s.tenant}`);
     setText(this.queue, s.queue);
-    setText(this.every, durationText(s.every));
+    setText(this.every, periodText(s.every));
     const state = lastState(s);
     this.last.hidden = state === "";
     if (state !== "") {

@@ -3,7 +3,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
+import { periodText } from "../src/format";
 import { JobState, QueueDepthSchema, ScheduleSchema } from "../src/gen/jobwatch/v1/jobwatch_pb";
 import { alertingText, depthWindowMs, drainedText, hourMinute, lasted, nextRun, spark } from "../src/queues";
 
@@ -55,4 +56,14 @@ test("a schedule's next run is a time, or the run not over yet", () => {
     state: "running",
   });
   assert.deepEqual(nextRun(create(ScheduleSchema, { name: "c", lastJobId: "j_2", lastJobState: JobState.SUCCEEDED })), { kind: "none" });
+});
+
+test("a schedule's period reads as the configuration file writes it", () => {
+  const d = (seconds: number) => ({ seconds: BigInt(seconds), nanos: 0 }) as Duration;
+  assert.equal(periodText(d(20)), "20s");
+  assert.equal(periodText(d(600)), "10m");
+  assert.equal(periodText(d(3600)), "1h");
+  assert.equal(periodText(d(5400)), "1h 30m");
+  assert.equal(periodText(d(3661)), "1h 1m 1s");
+  assert.equal(periodText(undefined), "—");
 });
