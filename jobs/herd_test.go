@@ -172,3 +172,75 @@ func BenchmarkSubmitWithParkedClaimers(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNewJobWithParkedClaimersOfItsKind submits a job of the kind 50
+// parked claimers run, waits for one of them to claim it and for every
+// claimer to be parked again (the counters stop moving), and reports what
+// the job cost the store: reads/op counts NextReady reads, claimwrites/op
+// ClaimJob writes. Both include the winner's next Claim, whose first look
+// writes once and reads once before it parks, so the wake-ups a job causes
+// are reads/op less that one read. ns/op includes the settling wait and
+// means nothing here.
+//
+//	go test ./jobs/ -run '^$' -bench BenchmarkNewJobWithParkedClaimersOfItsKind -benchtime 200x
+func BenchmarkNewJobWithParkedClaimersOfItsKind(b *testing.B) {
+	const parked = 50
+	st := &countingStore{Store: openBenchStore(b)}
+	e := jobs.New(st, jobs.Config{Logger: slog.New(slog.DiscardHandler)})
+	defer e.Shutdown()
+	ctx, cancel := context.WithCancel(context.Background())
+	claimed := make(chan string, parked)
+	r := jobs.ClaimRequest{Kinds: []string{"work"}}
+	var wg sync.WaitGroup
+	for i := range parked {
+		wg.Go(func() {
+			r := r
+			r.WorkerID = fmt.Sprintf("parked-%d", i)
+			for ctx.Err() == nil {
+				j, err := e.Claim(ctx, r, time.Time{})
+				switch {
+				case err == nil:
+					claimed <- j.ID
+				case !errors.Is(err, jobs.ErrNoJob) && ctx.Err() == nil:
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	defer func() { cancel(); wg.Wait() }()
+	settle(st)
+
+	reads0, claims0 := st.reads.Load(), st.claims.Load()
+	for b.Loop() {
+		j, err := e.Submit(ctx, jobs.SubmitRequest{Kind: "work"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case id := <-claimed:
+			if id != j.ID {
+				b.Fatalf("claimed %s, want %s", id, j.ID)
+			}
+		case <-time.After(10 * time.Second):
+			b.Fatal("no parked claimer claimed the job within 10s")
+		}
+		settle(st)
+	}
+	b.ReportMetric(float64(st.reads.Load()-reads0)/float64(b.N), "reads/op")
+	b.ReportMetric(float64(st.claims.Load()-claims0)/float64(b.N), "claimwrites/op")
+}
+
+// settle waits until the store's counters have not moved for 10ms: the
+// claimers have done what a change made them do and are parked. Only
+// benchmarks use it; tests wait for conditions.
+func settle(st *countingStore) {
+	last := st.reads.Load() + st.claims.Load()
+	quiet := time.Now()
+	for time.Since(quiet) < 10*time.Millisecond {
+		time.Sleep(time.Millisecond)
+		if n := st.reads.Load() + st.claims.Load(); n != last {
+			last, quiet = n, time.Now()
+		}
+	}
+}
