@@ -165,13 +165,15 @@ type Engine struct {
 
 	// hub holds each watched job's latest committed snapshot, keyed by id.
 	hub *watch.Hub[store.Job]
-	// signals carries no values, only "look again": the key claimSignal
-	// wakes parked claimers when a job may have become claimable, and
+	// signals carries no values, only "look again": the key
 	// tenantSignal(t) wakes WatchTenant streams of tenant t. Each publish
 	// takes the next value of signalSeq as its version, so it is always
 	// newer than whatever a cell holds.
 	signals   *watch.Hub[struct{}]
 	signalSeq atomic.Int64
+	// claimers are the Claims in progress, which publish wakes one at a
+	// time (claimers.go).
+	claimers claimers
 	// writes knows since when this engine's writes in flight were
 	// stamped, so WatchTenant never moves its cursor past one.
 	writes inFlight
@@ -184,8 +186,6 @@ type Engine struct {
 	done     chan struct{}
 	shutdown sync.Once
 }
-
-const claimSignal = "claim"
 
 func tenantSignal(tenant string) string { return "tenant/" + tenant }
 
@@ -229,18 +229,14 @@ func (e *Engine) Shutdown() { e.shutdown.Do(func() { close(e.done) }) }
 // newer than what the hub holds are ignored.
 func (e *Engine) Publish(j store.Job) { e.publish(j) }
 
-// publish wakes everyone who may care about the committed snapshot j. It
-// must only be called after the commit, so that whoever wakes and reads
-// the store sees at least j.
+// publish wakes everyone who may care about the committed snapshot j: its
+// waiters and watchers, its tenant's feeds, and the claimers it may give
+// work or room to. It must only be called after the commit, so that
+// whoever wakes and reads the store sees at least j.
 func (e *Engine) publish(j store.Job) {
 	e.hub.Publish(j.ID, j.Version, j)
 	e.signals.Publish(tenantSignal(j.Tenant), e.signalSeq.Add(1), struct{}{})
-	// A job that ends frees room in its queue and pools: claimers parked
-	// behind a limit must look again.
-	_, limited := e.rules.Load().limits[j.Queue]
-	if j.State == store.Queued || (limited && j.State.Terminal()) {
-		e.signals.Publish(claimSignal, e.signalSeq.Add(1), struct{}{})
-	}
+	e.wakeClaimers(j)
 }
 
 // now is the wall-clock time for stamps. UTC drops the monotonic

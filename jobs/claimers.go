@@ -1,0 +1,428 @@
+package jobs
+
+import (
+	"container/heap"
+	"container/list"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jobwatch/jobwatch/store"
+)
+
+// The registry of parked claims: whom each change wakes.
+//
+// A Claim registers itself (its kinds and queues) before its first look
+// and stays registered until it returns, so a job committed after the
+// registration is either seen by a look or wakes the claimer: none is
+// lost between a look and a park. Each claimer counts the wakes it was
+// given (gen); it parks only if none came since its last look began,
+// else it looks again.
+//
+// Whom a change wakes:
+//
+//   - A job committed QUEUED and ready now wakes one claimer whose
+//     filter takes it: the first parked one in registration order, or,
+//     when none is parked, the first one that is looking (its look may
+//     have begun before the commit). The claimer owes the job an answer:
+//     if it claims another job or returns without one (its caller went
+//     away, its deadline passed, the store failed), the wake passes to
+//     the next claimer. A look that finds nothing ready answers it: the
+//     job was taken by another look, or its queue has no room.
+//   - A job committed QUEUED with a future RunAt (scheduled, or backing
+//     off before a retry) wakes nobody. The engine keeps it, by RunAt,
+//     under one timer for the whole engine, which at RunAt wakes one
+//     claimer for it as if it had just been queued: no claimer polls,
+//     and 50 parked claimers do not all wake for one due job.
+//   - A job that ends, or is QUEUED again after it ran, in a queue with
+//     limits (serial, max_running, pools) frees room in the queue and in
+//     every queue sharing a pool with it: every claimer that may take
+//     from those queues is woken (a broadcast: which of them has a job
+//     behind the limit is known only to the store). One blocked by the
+//     limits again finds nothing and parks. The snapshot does not say
+//     whether a QUEUED job ran before, so any QUEUED snapshot after the
+//     first version of a job in such a queue counts as freeing room.
+//   - SetRules wakes every claimer: the limits changed.
+//
+// Jobs the engine never saw committed (queued before it started, by a
+// replica that does not Publish) are found by the claimers' own looks:
+// each reports the earliest RunAt it could claim, and at that time one
+// claimer of each filter is woken; if it claims, the wake passes to the
+// next claimer of that filter, because the store said when, not how many.
+type claimers struct {
+	mu    sync.Mutex
+	fifo  list.List // of *claimer, in registration order
+	wakes int64     // wakes given, for tests
+
+	// scheduled holds the RunAt of each job this engine saw committed
+	// QUEUED with a future RunAt, by id; byRunAt orders them, with stale
+	// entries (the job changed since) skipped when they come due.
+	scheduled map[string]scheduledJob
+	byRunAt   dueJobs
+	timer     *time.Timer
+	timerAt   time.Time // when timer fires; zero: not set
+}
+
+// scheduledJob is the version of a job that was QUEUED with a future
+// RunAt, and that RunAt. A snapshot older than version, published late
+// (another replica's), does not unschedule it.
+type scheduledJob struct {
+	at      time.Time
+	version int64
+}
+
+// maxScheduled bounds the jobs kept under the timer. Beyond it a
+// scheduled job's RunAt is given to the claimers that may take it as if
+// their look had reported it: no job is forgotten, but when it comes due
+// one claimer of each filter wakes instead of one in all.
+const maxScheduled = 100_000
+
+// claimer is one registered Claim.
+type claimer struct {
+	kinds, queues []string
+	key           string // kinds and queues sorted: claimers with one key see the same jobs
+	elem          *list.Element
+	wake          chan struct{} // capacity 1: look again
+
+	parked   bool        // parked since its last look, and not woken since
+	gen      uint64      // wakes given to it
+	owed     []claimWake // wakes it must answer, or pass on when it returns
+	byChange bool        // a wake followed a commit (for the woke metric)
+	due      time.Time   // earliest RunAt its last look reported; zero: none
+}
+
+// claimWake is a reason to look: a job that is ready (jobID), or a time
+// that came due for the claimers of one filter (due, key).
+type claimWake struct {
+	jobID, kind, queue string
+	due                bool
+	key                string
+}
+
+func newClaimer(r ClaimRequest) *claimer {
+	kinds, queues := slices.Clone(r.Kinds), slices.Clone(r.Queues)
+	slices.Sort(kinds)
+	slices.Sort(queues)
+	return &claimer{
+		kinds:  r.Kinds,
+		queues: r.Queues,
+		key:    strings.Join(kinds, ",") + "|" + strings.Join(queues, ","),
+		wake:   make(chan struct{}, 1),
+	}
+}
+
+// takes reports whether c may claim a job of kind in queue.
+func (c *claimer) takes(kind, queue string) bool {
+	return (len(c.kinds) == 0 || slices.Contains(c.kinds, kind)) &&
+		(len(c.queues) == 0 || slices.Contains(c.queues, queue))
+}
+
+// takesFrom reports whether c may claim from any of queues.
+func (c *claimer) takesFrom(queues []string) bool {
+	if len(c.queues) == 0 {
+		return true
+	}
+	for _, q := range queues {
+		if slices.Contains(c.queues, q) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *claimer) answers(w claimWake) bool {
+	if w.due {
+		return c.key == w.key
+	}
+	return c.takes(w.kind, w.queue)
+}
+
+// addClaimer registers a claim; call it before the claim's first look.
+func (e *Engine) addClaimer(r ClaimRequest) *claimer {
+	c := newClaimer(r)
+	cs := &e.claimers
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	c.elem = cs.fifo.PushBack(c)
+	return c
+}
+
+// beginLook starts a look of c: it returns the count of wakes given so
+// far, for park, and whether one since the last look followed a commit.
+func (e *Engine) beginLook(c *claimer) (gen uint64, byChange bool) {
+	cs := &e.claimers
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	select {
+	case <-c.wake:
+	default:
+	}
+	byChange, c.byChange = c.byChange, false
+	return c.gen, byChange
+}
+
+// park records that c's look, begun at gen, found nothing ready, and
+// that c may be woken at due (zero: only by a change). It returns false,
+// and c must look again, if a wake came since the look began or due has
+// passed. Wakes owed from before the look are answered by it.
+func (e *Engine) park(c *claimer, gen uint64, due time.Time) bool {
+	cs := &e.claimers
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if c.gen != gen || (!due.IsZero() && !due.After(e.now())) {
+		return false
+	}
+	c.parked = true
+	c.owed = nil
+	c.due = due
+	if !due.IsZero() {
+		e.armLocked(due)
+	}
+	return true
+}
+
+// removeClaimer unregisters c, which claimed the job claimed ("" for
+// none), and passes on every wake it did not answer.
+func (e *Engine) removeClaimer(c *claimer, claimed string) {
+	cs := &e.claimers
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.fifo.Remove(c.elem)
+	passedDue := false
+	for _, w := range c.owed {
+		switch {
+		case w.due && !passedDue:
+			// Whether c claimed or not, another job may have come due at
+			// the same time: the next claimer of the filter looks.
+			passedDue = true
+			e.wakeOneLocked(w, false)
+		case !w.due && w.jobID != claimed:
+			e.wakeOneLocked(w, true)
+		}
+	}
+	if c.due.IsZero() {
+		return
+	}
+	for el := cs.fifo.Front(); el != nil; el = el.Next() {
+		if p := el.Value.(*claimer); p.key == c.key {
+			if p.due.IsZero() || c.due.Before(p.due) {
+				p.due = c.due
+			}
+			return
+		}
+	}
+}
+
+// wakeOneLocked wakes one claimer that answers w: the first parked one,
+// else the first one looking. It reports whether there was one.
+func (e *Engine) wakeOneLocked(w claimWake, byChange bool) bool {
+	var looking *claimer
+	for el := e.claimers.fifo.Front(); el != nil; el = el.Next() {
+		c := el.Value.(*claimer)
+		if !c.answers(w) {
+			continue
+		}
+		if c.parked {
+			e.deliverLocked(c, &w, byChange)
+			return true
+		}
+		if looking == nil {
+			looking = c
+		}
+	}
+	if looking == nil {
+		return false
+	}
+	e.deliverLocked(looking, &w, byChange)
+	return true
+}
+
+// wakeAllLocked wakes every claimer for which match is true, owing
+// nothing: every one of them looks.
+func (e *Engine) wakeAllLocked(match func(*claimer) bool) {
+	for el := e.claimers.fifo.Front(); el != nil; el = el.Next() {
+		if c := el.Value.(*claimer); match(c) {
+			e.deliverLocked(c, nil, true)
+		}
+	}
+}
+
+func (e *Engine) deliverLocked(c *claimer, w *claimWake, byChange bool) {
+	c.parked = false
+	if w != nil {
+		c.owed = append(c.owed, *w)
+	}
+	c.gen++
+	c.byChange = c.byChange || byChange
+	e.claimers.wakes++
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wakeAllClaimers wakes every registered claimer.
+func (e *Engine) wakeAllClaimers() {
+	cs := &e.claimers
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	e.wakeAllLocked(func(*claimer) bool { return true })
+}
+
+// wakeClaimers tells the claimers about the committed snapshot j (see
+// the comment at the top of this file).
+func (e *Engine) wakeClaimers(j store.Job) {
+	rules := e.rules.Load()
+	_, limited := rules.limits[j.Queue]
+	now := e.now()
+	cs := &e.claimers
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if s, ok := cs.scheduled[j.ID]; ok {
+		if j.Version < s.version {
+			return
+		}
+		delete(cs.scheduled, j.ID)
+	}
+	if limited && (j.State.Terminal() || (j.State == store.Queued && j.Version > 1)) {
+		queues := sharingPools(rules, j.Queue)
+		e.wakeAllLocked(func(c *claimer) bool { return c.takesFrom(queues) })
+	}
+	switch {
+	case j.State != store.Queued:
+	case j.RunAt.After(now):
+		e.scheduleLocked(j)
+	case !limited || j.Version == 1:
+		e.wakeOneLocked(claimWake{jobID: j.ID, kind: j.Kind, queue: j.Queue}, true)
+	}
+}
+
+// sharingPools returns queue and every queue that uses a pool it uses.
+func sharingPools(r *Rules, queue string) []string {
+	queues := []string{queue}
+	pools := r.limits[queue].Pools
+	for name, l := range r.limits {
+		if name == queue {
+			continue
+		}
+		for _, p := range l.Pools {
+			if slices.Contains(pools, p) {
+				queues = append(queues, name)
+				break
+			}
+		}
+	}
+	return queues
+}
+
+// scheduleLocked keeps the QUEUED job j until its future RunAt.
+func (e *Engine) scheduleLocked(j store.Job) {
+	cs := &e.claimers
+	if len(cs.byRunAt) >= maxScheduled {
+		for el := cs.fifo.Front(); el != nil; el = el.Next() {
+			if c := el.Value.(*claimer); c.takes(j.Kind, j.Queue) && (c.due.IsZero() || j.RunAt.Before(c.due)) {
+				c.due = j.RunAt
+			}
+		}
+		e.armLocked(j.RunAt)
+		return
+	}
+	if cs.scheduled == nil {
+		cs.scheduled = map[string]scheduledJob{}
+	}
+	cs.scheduled[j.ID] = scheduledJob{at: j.RunAt, version: j.Version}
+	heap.Push(&cs.byRunAt, dueJob{at: j.RunAt, wake: claimWake{jobID: j.ID, kind: j.Kind, queue: j.Queue}})
+	e.armLocked(j.RunAt)
+}
+
+// armLocked makes the timer fire at at, unless it fires earlier already.
+// After Shutdown it is not set: no claim parks any more.
+func (e *Engine) armLocked(at time.Time) {
+	cs := &e.claimers
+	if e.shuttingDown() || (!cs.timerAt.IsZero() && !at.Before(cs.timerAt)) {
+		return
+	}
+	cs.timerAt = at
+	// at is a wall-clock instant from the engine's clock; the timer runs
+	// on the monotonic one, so fireDue checks what is due by the engine's
+	// clock and sets the timer again for what is not.
+	d := max(at.Sub(e.now()), 0)
+	if cs.timer == nil {
+		cs.timer = time.AfterFunc(d, e.fireDue)
+		return
+	}
+	cs.timer.Reset(d)
+}
+
+// fireDue wakes one claimer for each scheduled job whose RunAt has come,
+// and one claimer of each filter whose reported RunAt has come and is
+// not such a job's, then sets the timer for the next RunAt.
+func (e *Engine) fireDue() {
+	cs := &e.claimers
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.timerAt = time.Time{}
+	now := e.now()
+	var fired []dueJob
+	for len(cs.byRunAt) > 0 && !cs.byRunAt[0].at.After(now) {
+		d := heap.Pop(&cs.byRunAt).(dueJob)
+		if s, ok := cs.scheduled[d.wake.jobID]; ok && s.at.Equal(d.at) {
+			delete(cs.scheduled, d.wake.jobID)
+			fired = append(fired, d)
+		}
+	}
+	for _, d := range fired {
+		e.wakeOneLocked(d.wake, false)
+	}
+	var next time.Time
+	woken := map[string]bool{}
+	for el := cs.fifo.Front(); el != nil; el = el.Next() {
+		c := el.Value.(*claimer)
+		switch {
+		case c.due.IsZero():
+			continue
+		case c.due.After(now):
+			if next.IsZero() || c.due.Before(next) {
+				next = c.due
+			}
+			continue
+		}
+		due := c.due
+		c.due = time.Time{}
+		if woken[c.key] || slices.ContainsFunc(fired, func(d dueJob) bool { return d.at.Equal(due) && c.takes(d.wake.kind, d.wake.queue) }) {
+			// The claimer's look reported a job the engine scheduled
+			// itself, which has its own wake; or another claimer of the
+			// filter looks for them both.
+			continue
+		}
+		woken[c.key] = true
+		e.deliverLocked(c, &claimWake{due: true, key: c.key}, false)
+	}
+	if len(cs.byRunAt) > 0 && (next.IsZero() || cs.byRunAt[0].at.Before(next)) {
+		next = cs.byRunAt[0].at
+	}
+	if !next.IsZero() {
+		e.armLocked(next)
+	}
+}
+
+// dueJob is a scheduled job's wake and when it is due.
+type dueJob struct {
+	at   time.Time
+	wake claimWake
+}
+
+// dueJobs is a min-heap of dueJob by at.
+type dueJobs []dueJob
+
+func (h dueJobs) Len() int           { return len(h) }
+func (h dueJobs) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h dueJobs) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueJobs) Push(x any)        { *h = append(*h, x.(dueJob)) }
+func (h *dueJobs) Pop() any {
+	old := *h
+	d := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return d
+}
