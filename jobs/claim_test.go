@@ -156,7 +156,7 @@ func TestTwoClaimersNeverShareAJob(t *testing.T) {
 
 // nextReadyHook runs hook once right after the first NextReady has read
 // the store: after a claim found nothing and before it parks. Only the
-// claim signal can tell the claimer about what hook does.
+// wake the job's commit gives can tell the claimer about what hook does.
 type nextReadyHook struct {
 	store.Store
 	once sync.Once

@@ -1,12 +1,15 @@
 // Package jobs is the engine of jobwatch: it decides every state change of
 // a job (submit, start, claim, heartbeat, complete, fail, cancel, lease
 // expiry, retention), commits it through a store.Store and then publishes
-// the committed snapshot to a watch.Hub, which wakes parked waiters,
-// watchers and claimers. It knows nothing of Connect, HTTP or SQL, and it
-// must never publish a change before the store has committed it.
+// the committed snapshot: to a watch.Hub, which wakes parked waiters and
+// watchers, and to the registry of parked claims, which wakes one claim
+// that may run a job newly ready (claimers.go). It knows nothing of
+// Connect, HTTP or SQL, and it must never publish a change before the
+// store has committed it.
 //
 // A job's path through the files of this package, in order: submit.go
-// (Submit, Start, Get, List, Cancel), claim.go (Claim), lease.go
+// (Submit, Start, Get, List, Cancel), claim.go (Claim) and claimers.go
+// (whom a change wakes), lease.go
 // (Heartbeat, Complete, Fail), sweep.go (lease expiry, retention), wait.go
 // (Wait) and watch.go (Watch, WatchTenant); rules.go holds the per-queue
 // rules read from the configuration file (Rules, SetRules, swapped whole
