@@ -71,6 +71,7 @@ func (e *Engine) Claim(ctx context.Context, r ClaimRequest, deadline time.Time) 
 	// look wakes us (or, if the look sees it, is simply claimed), and
 	// unregistered with the id of what we claimed, so that a wake we were
 	// given for another job passes to another claimer.
+	e.loadScheduled(ctx)
 	c := e.addClaimer(r)
 	var claimed string
 	defer func() { e.removeClaimer(c, claimed) }()

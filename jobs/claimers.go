@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"container/heap"
+	"context"
 	"container/list"
 	"slices"
 	"strings"
@@ -45,15 +46,27 @@ import (
 //     first version of a job in such a queue counts as freeing room.
 //   - SetRules wakes every claimer: the limits changed.
 //
-// Jobs the engine never saw committed (queued before it started, by a
-// replica that does not Publish) are found by the claimers' own looks:
-// each reports the earliest RunAt it could claim, and at that time one
-// claimer of each filter is woken; if it claims, the wake passes to the
-// next claimer of that filter, because the store said when, not how many.
+// The jobs queued to run later before the engine started are read from
+// the store once, by the first Claim (store.ScheduledJobs), and kept like
+// those committed since. Beyond maxScheduled such jobs, or should one
+// escape the engine's notice, the claimers' own looks find them: each
+// look reports the earliest RunAt its claimer could claim, and at that
+// time one claimer of each filter is woken, unless a kept job due then
+// has its own wake; if it claims, the wake passes to the next claimer of
+// the filter, because the store said when, not how many. After an
+// overflow no kept job is taken to stand for the store's answer.
 type claimers struct {
 	mu    sync.Mutex
 	fifo  list.List // of *claimer, in registration order
 	wakes int64     // wakes given, for tests
+
+	// loaded: the store's scheduled jobs have been read. While loading,
+	// seen holds the version of every job published meanwhile, so that
+	// the read does not bring back a job that has changed since.
+	loaded, loading bool
+	seen            map[string]int64
+	// overflowed: some scheduled job was not kept (maxScheduled).
+	overflowed bool
 
 	// scheduled holds the RunAt of each job this engine saw committed
 	// QUEUED with a future RunAt, by id; byRunAt orders them, with stale
@@ -64,11 +77,11 @@ type claimers struct {
 	timerAt   time.Time // when timer fires; zero: not set
 }
 
-// scheduledJob is the version of a job that was QUEUED with a future
-// RunAt, and that RunAt. A snapshot older than version, published late
-// (another replica's), does not unschedule it.
+// scheduledJob is a job that was QUEUED with a future RunAt: its wake,
+// that RunAt and the version that said so. A snapshot older than version,
+// published late (another replica's), does not unschedule it.
 type scheduledJob struct {
-	at      time.Time
+	dueJob
 	version int64
 }
 
@@ -279,6 +292,12 @@ func (e *Engine) wakeClaimers(j store.Job) {
 	cs := &e.claimers
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
+	if cs.loading {
+		if cs.seen == nil {
+			cs.seen = map[string]int64{}
+		}
+		cs.seen[j.ID] = max(cs.seen[j.ID], j.Version)
+	}
 	if s, ok := cs.scheduled[j.ID]; ok {
 		if j.Version < s.version {
 			return
@@ -292,7 +311,7 @@ func (e *Engine) wakeClaimers(j store.Job) {
 	switch {
 	case j.State != store.Queued:
 	case j.RunAt.After(now):
-		e.scheduleLocked(j)
+		e.scheduleLocked(store.ScheduledJob{ID: j.ID, Kind: j.Kind, Queue: j.Queue, RunAt: j.RunAt, Version: j.Version})
 	case !limited || j.Version == 1:
 		e.wakeOneLocked(claimWake{jobID: j.ID, kind: j.Kind, queue: j.Queue}, true)
 	}
@@ -316,10 +335,59 @@ func sharingPools(r *Rules, queue string) []string {
 	return queues
 }
 
-// scheduleLocked keeps the QUEUED job j until its future RunAt.
-func (e *Engine) scheduleLocked(j store.Job) {
+// loadScheduled reads the jobs queued to run later from the store, once:
+// the first Claim calls it before it registers. A failed read is tried
+// again by the next Claim; meanwhile the claimers' looks stand in.
+func (e *Engine) loadScheduled(ctx context.Context) {
 	cs := &e.claimers
+	cs.mu.Lock()
+	if cs.loaded || cs.loading {
+		cs.mu.Unlock()
+		return
+	}
+	cs.loading = true
+	cs.mu.Unlock()
+
+	jobs, err := e.store.ScheduledJobs(ctx, e.now(), maxScheduled+1)
+
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	seen := cs.seen
+	cs.loading, cs.seen = false, nil
+	if err != nil {
+		e.log.Debug("read scheduled jobs", "err", err)
+		return
+	}
+	cs.loaded = true
+	if len(jobs) > maxScheduled {
+		cs.overflowed = true
+		jobs = jobs[:maxScheduled]
+	}
+	for _, j := range jobs {
+		if v, ok := seen[j.ID]; ok && v >= j.Version {
+			continue
+		}
+		if s, ok := cs.scheduled[j.ID]; ok && s.version >= j.Version {
+			continue
+		}
+		e.scheduleLocked(j)
+	}
+}
+
+// scheduleLocked keeps the QUEUED job j until its future RunAt.
+func (e *Engine) scheduleLocked(j store.ScheduledJob) {
+	cs := &e.claimers
+	if len(cs.byRunAt) >= maxScheduled && len(cs.scheduled) < maxScheduled/2 {
+		// Most entries are of jobs that changed since (cancelled, say):
+		// drop them rather than fall back.
+		cs.byRunAt = cs.byRunAt[:0]
+		for _, sj := range cs.scheduled {
+			cs.byRunAt = append(cs.byRunAt, sj.dueJob)
+		}
+		heap.Init(&cs.byRunAt)
+	}
 	if len(cs.byRunAt) >= maxScheduled {
+		cs.overflowed = true
 		for el := cs.fifo.Front(); el != nil; el = el.Next() {
 			if c := el.Value.(*claimer); c.takes(j.Kind, j.Queue) && (c.due.IsZero() || j.RunAt.Before(c.due)) {
 				c.due = j.RunAt
@@ -331,8 +399,9 @@ func (e *Engine) scheduleLocked(j store.Job) {
 	if cs.scheduled == nil {
 		cs.scheduled = map[string]scheduledJob{}
 	}
-	cs.scheduled[j.ID] = scheduledJob{at: j.RunAt, version: j.Version}
-	heap.Push(&cs.byRunAt, dueJob{at: j.RunAt, wake: claimWake{jobID: j.ID, kind: j.Kind, queue: j.Queue}})
+	d := dueJob{at: j.RunAt, wake: claimWake{jobID: j.ID, kind: j.Kind, queue: j.Queue}}
+	cs.scheduled[j.ID] = scheduledJob{dueJob: d, version: j.Version}
+	heap.Push(&cs.byRunAt, d)
 	e.armLocked(j.RunAt)
 }
 
@@ -390,10 +459,11 @@ func (e *Engine) fireDue() {
 		}
 		due := c.due
 		c.due = time.Time{}
-		if woken[c.key] || slices.ContainsFunc(fired, func(d dueJob) bool { return d.at.Equal(due) && c.takes(d.wake.kind, d.wake.queue) }) {
-			// The claimer's look reported a job the engine scheduled
-			// itself, which has its own wake; or another claimer of the
-			// filter looks for them both.
+		if woken[c.key] || (!cs.overflowed && slices.ContainsFunc(fired, func(d dueJob) bool { return d.at.Equal(due) && c.takes(d.wake.kind, d.wake.queue) })) {
+			// Another claimer of the filter looks for them both; or the
+			// claimer's look reported a job the engine keeps, which has
+			// its own wake (when none was left out, any other job due
+			// then is kept too).
 			continue
 		}
 		woken[c.key] = true

@@ -302,8 +302,9 @@ func TestAJobQueuedBeforeTheEngineStartedWakesAClaimerWhenDue(t *testing.T) {
 	want := submit(t, before, jobs.SubmitRequest{Kind: "mail", RunAt: runAt})
 	before.Shutdown()
 
-	// A new engine never saw the job committed: the claimers' first
-	// looks tell it when the job is due.
+	// A new engine never saw the job committed: it reads the jobs queued
+	// to run later once, at the first claim, and wakes one claimer when
+	// this one is due.
 	e := newEngineOver(t, st, jobs.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -318,16 +319,13 @@ func TestAJobQueuedBeforeTheEngineStartedWakesAClaimerWhenDue(t *testing.T) {
 	if at.Before(runAt.Truncate(time.Microsecond)) || at.After(runAt.Add(time.Second)) {
 		t.Errorf("claimed %v after run_at, want within a second after it", at.Sub(runAt))
 	}
-	// The claimer woken at run_at reads; having claimed, it passes the
-	// wake to the next of its kind, which reads whether another job came
-	// due at the same time, finds none and parks.
+	if n := st.reads.Load() - reads; n != 1 {
+		t.Errorf("reads: %d, want 1", n)
+	}
+	if n := e.ClaimWakes() - wakes; n != 1 {
+		t.Errorf("wakes: %d, want 1", n)
+	}
 	waitParked(t, e, parked-1)
-	if n := st.reads.Load() - reads; n != 2 {
-		t.Errorf("reads: %d, want 2", n)
-	}
-	if n := e.ClaimWakes() - wakes; n != 2 {
-		t.Errorf("wakes: %d, want 2", n)
-	}
 }
 
 // BenchmarkSubmitWithParkedClaimers submits a job and claims it while
@@ -429,5 +427,42 @@ func settle(st *countingStore) {
 		if n := st.reads.Load() + st.claims.Load(); n != last {
 			last, quiet = n, time.Now()
 		}
+	}
+}
+
+func TestAJobRetriedAfterABackoffWakesOneParkedClaimerWhenDue(t *testing.T) {
+	const parked = 5
+	st := &countingStore{Store: openStore(t)}
+	e := newEngineOver(t, st, jobs.Config{RetryInitialBackoff: 400 * time.Millisecond, RetryMaxBackoff: 400 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := submit(t, e, jobs.SubmitRequest{Kind: "mail", MaxAttempts: 2})
+	j, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w", Kinds: []string{"mail"}}, time.Time{})
+	if err != nil || j.ID != first.ID {
+		t.Fatalf("claim: %s, %v", j.ID, err)
+	}
+	claimed := parkOnce(t, e, ctx, parked, jobs.ClaimRequest{Kinds: []string{"mail"}})
+	reads, wakes := st.reads.Load(), e.ClaimWakes()
+
+	retried, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "Flaky"}, true)
+	if err != nil || retried.State != store.Queued {
+		t.Fatalf("fail: %s, %v; want queued again", retried.State, err)
+	}
+	if n := e.ClaimWakes() - wakes; n != 0 {
+		t.Errorf("wakes when the job was queued to run later: %d, want 0", n)
+	}
+	again := claimedWithin(t, claimed)
+	at := time.Now()
+	if again.ID != j.ID || again.Attempt != 2 {
+		t.Fatalf("claimed %s attempt %d, want %s attempt 2", again.ID, again.Attempt, j.ID)
+	}
+	if at.Before(retried.RunAt) || at.After(retried.RunAt.Add(time.Second)) {
+		t.Errorf("claimed %v after run_at, want within a second after it", at.Sub(retried.RunAt))
+	}
+	if n := st.reads.Load() - reads; n != 1 {
+		t.Errorf("reads: %d, want 1", n)
+	}
+	if n := e.ClaimWakes() - wakes; n != 1 {
+		t.Errorf("wakes: %d, want 1", n)
 	}
 }
