@@ -2,8 +2,8 @@ package jobs
 
 import (
 	"container/heap"
-	"context"
 	"container/list"
+	"context"
 	"slices"
 	"strings"
 	"sync"
@@ -67,6 +67,8 @@ type claimers struct {
 	seen            map[string]int64
 	// overflowed: some scheduled job was not kept (maxScheduled).
 	overflowed bool
+	// max replaces maxScheduled when positive (tests).
+	max int
 
 	// scheduled holds the RunAt of each job this engine saw committed
 	// QUEUED with a future RunAt, by id; byRunAt orders them, with stale
@@ -90,6 +92,13 @@ type scheduledJob struct {
 // their look had reported it: no job is forgotten, but when it comes due
 // one claimer of each filter wakes instead of one in all.
 const maxScheduled = 100_000
+
+func (cs *claimers) limit() int {
+	if cs.max > 0 {
+		return cs.max
+	}
+	return maxScheduled
+}
 
 // claimer is one registered Claim.
 type claimer struct {
@@ -346,9 +355,10 @@ func (e *Engine) loadScheduled(ctx context.Context) {
 		return
 	}
 	cs.loading = true
+	limit := cs.limit()
 	cs.mu.Unlock()
 
-	jobs, err := e.store.ScheduledJobs(ctx, e.now(), maxScheduled+1)
+	jobs, err := e.store.ScheduledJobs(ctx, e.now(), limit+1)
 
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -359,9 +369,9 @@ func (e *Engine) loadScheduled(ctx context.Context) {
 		return
 	}
 	cs.loaded = true
-	if len(jobs) > maxScheduled {
+	if len(jobs) > limit {
 		cs.overflowed = true
-		jobs = jobs[:maxScheduled]
+		jobs = jobs[:limit]
 	}
 	for _, j := range jobs {
 		if v, ok := seen[j.ID]; ok && v >= j.Version {
@@ -377,7 +387,7 @@ func (e *Engine) loadScheduled(ctx context.Context) {
 // scheduleLocked keeps the QUEUED job j until its future RunAt.
 func (e *Engine) scheduleLocked(j store.ScheduledJob) {
 	cs := &e.claimers
-	if len(cs.byRunAt) >= maxScheduled && len(cs.scheduled) < maxScheduled/2 {
+	if len(cs.byRunAt) >= cs.limit() && len(cs.scheduled) < cs.limit()/2 {
 		// Most entries are of jobs that changed since (cancelled, say):
 		// drop them rather than fall back.
 		cs.byRunAt = cs.byRunAt[:0]
@@ -386,7 +396,7 @@ func (e *Engine) scheduleLocked(j store.ScheduledJob) {
 		}
 		heap.Init(&cs.byRunAt)
 	}
-	if len(cs.byRunAt) >= maxScheduled {
+	if len(cs.byRunAt) >= cs.limit() {
 		cs.overflowed = true
 		for el := cs.fifo.Front(); el != nil; el = el.Next() {
 			if c := el.Value.(*claimer); c.takes(j.Kind, j.Queue) && (c.due.IsZero() || j.RunAt.Before(c.due)) {

@@ -24,3 +24,11 @@ func (e *Engine) ParkedClaimers() int {
 	}
 	return n
 }
+
+// SetMaxScheduled replaces maxScheduled, the jobs due later that the
+// engine keeps under its timer.
+func (e *Engine) SetMaxScheduled(n int) {
+	e.claimers.mu.Lock()
+	defer e.claimers.mu.Unlock()
+	e.claimers.max = n
+}

@@ -466,3 +466,28 @@ func TestAJobRetriedAfterABackoffWakesOneParkedClaimerWhenDue(t *testing.T) {
 		t.Errorf("wakes: %d, want 1", n)
 	}
 }
+
+func TestJobsDueLaterBeyondWhatTheEngineKeepsAreAllClaimedWhenDue(t *testing.T) {
+	const parked, jobCount = 5, 3
+	e, _ := newEngine(t, jobs.Config{})
+	e.SetMaxScheduled(1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	claimed := parkOnce(t, e, ctx, parked, jobs.ClaimRequest{Kinds: []string{"mail"}})
+	// All due at once: the one the engine keeps has its own wake, the
+	// claimers' looks stand in for the other two, which are newer, so
+	// the claimer woken for the first claims it and passes nothing on.
+	runAt := time.Now().Add(300 * time.Millisecond)
+	want := map[string]bool{}
+	for range jobCount {
+		want[submit(t, e, jobs.SubmitRequest{Kind: "mail", RunAt: runAt}).ID] = true
+	}
+	for range jobCount {
+		j := claimedWithin(t, claimed)
+		if !want[j.ID] {
+			t.Errorf("claimed %s, not one of the jobs or twice", j.ID)
+		}
+		delete(want, j.ID)
+	}
+	waitParked(t, e, parked-jobCount)
+}
