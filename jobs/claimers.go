@@ -126,10 +126,11 @@ func newClaimer(r ClaimRequest) *claimer {
 	kinds, queues := slices.Clone(r.Kinds), slices.Clone(r.Queues)
 	slices.Sort(kinds)
 	slices.Sort(queues)
+	// Names never hold "," or "|" (validName), so the key is unambiguous.
 	return &claimer{
 		kinds:  r.Kinds,
 		queues: r.Queues,
-		key:    strings.Join(kinds, ",") + "|" + strings.Join(queues, ","),
+		key:    strings.Join(slices.Compact(kinds), ",") + "|" + strings.Join(slices.Compact(queues), ","),
 		wake:   make(chan struct{}, 1),
 	}
 }

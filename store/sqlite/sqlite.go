@@ -861,13 +861,14 @@ func (s *Store) NextReady(ctx context.Context, f store.ClaimFilter) (time.Time, 
 	return fromMicro(runAt), true, nil
 }
 
-// ScheduledJobs implements store.Store. It reads the index
-// jobs_state_run_at from the first RunAt after now: only the rows it
-// returns.
+// scheduledJobsQuery walks the index jobs_state_run_at from the first
+// RunAt after now, in its order: it reads only the rows it returns
+// (TestScheduledJobsPlanSeeksTheIndex).
+const scheduledJobsQuery = "SELECT id, kind, queue, run_at, version FROM jobs WHERE state = 'queued' AND run_at > ? ORDER BY run_at, seq LIMIT ?"
+
+// ScheduledJobs implements store.Store.
 func (s *Store) ScheduledJobs(ctx context.Context, now time.Time, limit int) ([]store.ScheduledJob, error) {
-	rows, err := s.read.QueryContext(ctx,
-		"SELECT id, kind, queue, run_at, version FROM jobs WHERE state = 'queued' AND run_at > ? ORDER BY run_at, seq LIMIT ?",
-		toMicro(now), limit)
+	rows, err := s.read.QueryContext(ctx, scheduledJobsQuery, toMicro(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("scheduled jobs: %w", classify(err))
 	}
