@@ -213,6 +213,7 @@ func (e *Engine) removeClaimer(c *claimer, claimed string) {
 	defer cs.mu.Unlock()
 	cs.fifo.Remove(c.elem)
 	passedDue := false
+	var jobs []claimWake
 	for _, w := range c.owed {
 		switch {
 		case w.due && !passedDue:
@@ -221,9 +222,10 @@ func (e *Engine) removeClaimer(c *claimer, claimed string) {
 			passedDue = true
 			e.wakeOneLocked(w, false)
 		case !w.due && w.jobID != claimed:
-			e.wakeOneLocked(w, true)
+			jobs = append(jobs, w)
 		}
 	}
+	e.passOnLocked(jobs)
 	if c.due.IsZero() {
 		return
 	}
@@ -259,6 +261,51 @@ func (e *Engine) wakeOneLocked(w claimWake, byChange bool) bool {
 	}
 	e.deliverLocked(looking, &w, byChange)
 	return true
+}
+
+// passOnLocked wakes a claimer for each of the job wakes ws, as
+// wakeOneLocked would one by one, but in one pass over the claimers: a
+// claimer that was looking while many jobs were queued can owe many, and
+// passing them on one at a time would cost their number times the
+// claimers' at every claim.
+func (e *Engine) passOnLocked(ws []claimWake) {
+	if len(ws) == 0 {
+		return
+	}
+	var looking []*claimer
+	for el := e.claimers.fifo.Front(); el != nil && len(ws) > 0; el = el.Next() {
+		c := el.Value.(*claimer)
+		if !c.parked {
+			looking = append(looking, c)
+			continue
+		}
+		if i := slices.IndexFunc(ws, c.answers); i >= 0 {
+			e.deliverLocked(c, &ws[i], true)
+			ws = slices.Delete(ws, i, i+1)
+		}
+	}
+	// No parked claimer is left for the rest: each goes to the first
+	// claimer looking that may take it, several to one with a single
+	// wake.
+	for len(ws) > 0 {
+		i := slices.IndexFunc(looking, func(c *claimer) bool { return c.answers(ws[0]) })
+		if i < 0 {
+			ws = ws[1:]
+			continue
+		}
+		c := looking[i]
+		var mine []claimWake
+		ws = slices.DeleteFunc(ws, func(w claimWake) bool {
+			if c.answers(w) {
+				mine = append(mine, w)
+				return true
+			}
+			return false
+		})
+		e.deliverLocked(c, nil, true)
+		c.owed = append(c.owed, mine...)
+		looking = slices.Delete(looking, i, i+1)
+	}
 }
 
 // wakeAllLocked wakes every claimer for which match is true, owing
