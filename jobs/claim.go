@@ -46,18 +46,19 @@ func validNames(field string, vs []string) error {
 // and then returns ErrNoJob. The deadline is on the monotonic clock: take
 // it from time.Now or a context's deadline (see Wait).
 //
-// Parking polls nothing: it sleeps on the claim signal, which every commit
-// that leaves a job QUEUED publishes (and every end of a job whose queue
-// has limits, which frees room), and on a timer for the earliest
-// future RunAt among the jobs it may run. A signal wakes every parked
-// claimer, also those that cannot run the job (another kind or queue, a
-// RunAt still to come). So a claimer that wakes first reads whether a job
-// it may run is ready (store.NextReady, on the read pool) and writes
-// (store.ClaimJob, one transaction on the single writer) only if one is:
-// idle workers of other kinds cost a submission reads, never writes
-// queued in front of the next Submit or Complete. The first look of a
-// call writes at once, because a worker that asks usually has work
-// waiting.
+// The first look of a call writes at once (store.ClaimJob, one
+// transaction on the single writer), because a worker that asks usually
+// has work waiting. Parking polls nothing: the claim is registered with
+// its kinds and queues (claimers.go) from before that first look, and a
+// new ready job wakes one registered claim that may run it, not every
+// one; a job due later wakes one when its RunAt comes, by one timer for
+// the whole engine; a job ending in a queue with limits wakes every
+// claim that may take from the queues whose room it frees. A woken claim
+// first reads whether a job it may run is ready (store.NextReady, on the
+// read pool) and writes only if one is, so a wake that was not needed
+// (the job was taken by another first look, or its queue is full) costs
+// one read, never a write queued in front of the next Submit or
+// Complete.
 //
 // If ctx ends just after the store committed a claim, the job is RUNNING
 // under a lease nobody holds; a caller that can tell its requester is gone
@@ -66,14 +67,19 @@ func (e *Engine) Claim(ctx context.Context, r ClaimRequest, deadline time.Time) 
 	if err := r.validate(); err != nil {
 		return store.Job{}, err
 	}
-	sub := e.signals.Subscribe(claimSignal)
-	defer sub.Close()
+	// Registered before the first look, so that a job queued during a
+	// look wakes us (or, if the look sees it, is simply claimed), and
+	// unregistered with the id of what we claimed, so that a wake we were
+	// given for another job passes to another claimer.
+	e.loadScheduled(ctx)
+	c := e.addClaimer(r)
+	var claimed string
+	defer func() { e.removeClaimer(c, claimed) }()
 
 	write, woken := true, false
 	for {
-		// Take the signal's channel before looking, so that a job queued
-		// during the look closes it and we look again instead of parking.
-		_, _, changed := sub.Latest()
+		gen, byChange := e.beginLook(c)
+		woken = woken || byChange
 
 		// One reading of the clock for the claim and for the next
 		// RunAt: with two, a job whose RunAt fell between them would be
@@ -82,6 +88,7 @@ func (e *Engine) Claim(ctx context.Context, r ClaimRequest, deadline time.Time) 
 		if write {
 			j, err := e.claimOnce(ctx, f, r.WorkerID, woken)
 			if !errors.Is(err, store.ErrNoJob) {
+				claimed = j.ID
 				return j, err
 			}
 		}
@@ -96,10 +103,9 @@ func (e *Engine) Claim(ctx context.Context, r ClaimRequest, deadline time.Time) 
 			return store.Job{}, wrap("claim", "", err)
 		}
 		// Ready now: a job queued since the write looked, or the one a
-		// signal or the timer woke us for. Look again with the write
-		// (after a lost race the read says whether another is ready).
-		// Also past the deadline and on shutdown, which stop parking,
-		// not work.
+		// wake was for. Look again with the write (after a lost race
+		// the read says whether another is ready). Also past the
+		// deadline and on shutdown, which stop parking, not work.
 		if ok && !runAt.After(f.Now) {
 			write = true
 			continue
@@ -108,27 +114,26 @@ func (e *Engine) Claim(ctx context.Context, r ClaimRequest, deadline time.Time) 
 			return store.Job{}, ErrNoJob
 		}
 
-		// Two clocks, two timers: the deadline is a monotonic instant
-		// (see timerUntil), RunAt a wall-clock one that the engine's
-		// clock says when it is due.
-		capped, stopCap := e.timerUntil(deadline)
-		var due <-chan time.Time
-		stopDue := func() bool { return false }
+		// Park, with the earliest RunAt we could claim for the engine's
+		// timer, unless a wake came during the look (or that RunAt has
+		// just passed): then look again, reading first.
+		var due time.Time
 		if ok {
-			t := time.NewTimer(runAt.Sub(f.Now))
-			due, stopDue = t.C, t.Stop
+			due = runAt
 		}
-		write, woken = false, false
+		write = false
+		if !e.park(c, gen, due) {
+			continue
+		}
+		woken = false
+		capped, stopCap := e.timerUntil(deadline)
 		select {
-		case <-changed:
-			woken = true
+		case <-c.wake:
 		case <-capped:
-		case <-due:
 		case <-ctx.Done():
 		case <-e.done:
 		}
 		stopCap()
-		stopDue()
 	}
 }
 
@@ -141,7 +146,7 @@ func (e *Engine) claimFilter(r ClaimRequest) store.ClaimFilter {
 }
 
 // claimOnce tries one claim of a job f selects, for workerID. woken says
-// the try follows a claim signal, so that the wake-up latency is reported
+// the try follows a wake by a commit, so that the wake-up latency is reported
 // against the commit that queued the job.
 func (e *Engine) claimOnce(ctx context.Context, f store.ClaimFilter, workerID string, woken bool) (store.Job, error) {
 	if err := ctx.Err(); err != nil {

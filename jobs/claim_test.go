@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,7 +156,7 @@ func TestTwoClaimersNeverShareAJob(t *testing.T) {
 
 // nextReadyHook runs hook once right after the first NextReady has read
 // the store: after a claim found nothing and before it parks. Only the
-// claim signal can tell the claimer about what hook does.
+// wake the job's commit gives can tell the claimer about what hook does.
 type nextReadyHook struct {
 	store.Store
 	once sync.Once
@@ -211,5 +212,267 @@ func TestClaimSeesAJobThatBecomesReadyBetweenItsLookAndItsPark(t *testing.T) {
 	}
 	if time.Since(start) > 2*time.Second {
 		t.Errorf("claim took %v: it parked until its deadline with a ready job", time.Since(start))
+	}
+}
+
+// readHookKey carries a *readHook in the context of the one claim whose
+// reads it sees.
+type readHookKey struct{}
+
+// readHook runs before every NextReady of the claim whose context holds
+// it, with the read's number (1 is the first look's); an error is
+// returned instead of reading.
+type readHook struct {
+	n      atomic.Int64
+	before func(n int64) error
+}
+
+// hookedStore runs the readHook of a claim's context.
+type hookedStore struct{ store.Store }
+
+func (s hookedStore) NextReady(ctx context.Context, f store.ClaimFilter) (time.Time, bool, error) {
+	if h, ok := ctx.Value(readHookKey{}).(*readHook); ok {
+		if err := h.before(h.n.Add(1)); err != nil {
+			return time.Time{}, false, err
+		}
+	}
+	return s.Store.NextReady(ctx, f)
+}
+
+// parkInOrder starts a claim for each context, each parked before the
+// next starts, so that they are registered in that order. The first has
+// deadline, the others none.
+func parkInOrder(t *testing.T, e *jobs.Engine, r jobs.ClaimRequest, deadline time.Time, ctxs ...context.Context) []<-chan outcome[store.Job] {
+	t.Helper()
+	var out []<-chan outcome[store.Job]
+	for i, ctx := range ctxs {
+		r := r
+		r.WorkerID = fmt.Sprintf("w%d", i)
+		dl := deadline
+		if i > 0 {
+			dl = time.Time{}
+		}
+		out = append(out, async(func() (store.Job, error) { return e.Claim(ctx, r, dl) }))
+		waitParked(t, e, i+1)
+	}
+	return out
+}
+
+func TestAJobWokenForIsClaimedWhenItsClaimerCannotClaimIt(t *testing.T) {
+	const (
+		first  = "first"
+		second = "second"
+	)
+	tests := []struct {
+		name string
+		// woken runs before the read of the first claimer woken.
+		woken func(e *jobs.Engine, cancel context.CancelFunc, deadline time.Time) error
+		// by names who claims the job ("" either), and fails says
+		// whether the first claimer returns without one.
+		by    string
+		fails bool
+	}{
+		{"its caller goes away first: the wake passes to the next",
+			func(_ *jobs.Engine, cancel context.CancelFunc, _ time.Time) error { cancel(); return nil }, second, true},
+		{"its store read fails: the wake passes to the next",
+			func(*jobs.Engine, context.CancelFunc, time.Time) error { return store.ErrUnavailable }, second, true},
+		{"its deadline passes first: it still looks once and claims",
+			func(_ *jobs.Engine, _ context.CancelFunc, deadline time.Time) error {
+				time.Sleep(time.Until(deadline) + 10*time.Millisecond)
+				return nil
+			}, first, false},
+		{"shutdown comes first: it still looks once, and one of them claims",
+			func(e *jobs.Engine, _ context.CancelFunc, _ time.Time) error { e.Shutdown(); return nil }, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEngineOver(t, hookedStore{openStore(t)}, jobs.Config{})
+			deadline := time.Now().Add(time.Second)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			// The first claimer's context: its second read is the one
+			// after the wake.
+			var cancelFirst context.CancelFunc
+			hook := &readHook{before: func(n int64) error {
+				if n == 2 {
+					return tt.woken(e, cancelFirst, deadline)
+				}
+				return nil
+			}}
+			firstCtx, cancelFirst := context.WithCancel(context.WithValue(ctx, readHookKey{}, hook))
+			defer cancelFirst()
+			claims := parkInOrder(t, e, jobs.ClaimRequest{Kinds: []string{"mail"}}, deadline, firstCtx, ctx)
+
+			want := submit(t, e, jobs.SubmitRequest{Kind: "mail"})
+			j1, err1 := await(t, claims[0])
+			switch {
+			case tt.fails && err1 == nil:
+				t.Fatalf("first claimer claimed %s, want it to return without a job", j1.ID)
+			case !tt.fails && err1 != nil && !errors.Is(err1, jobs.ErrNoJob):
+				t.Fatalf("first claimer: %v", err1)
+			}
+			var j2 store.Job
+			if j1.ID != want.ID {
+				var err2 error
+				j2, err2 = await(t, claims[1])
+				if err2 != nil && !errors.Is(err2, jobs.ErrNoJob) {
+					t.Fatalf("second claimer: %v", err2)
+				}
+			}
+			by := map[string]string{j1.ID: first, j2.ID: second}[want.ID]
+			switch {
+			case by == "":
+				t.Fatalf("nobody claimed %s (first %q, second %q)", want.ID, j1.ID, j2.ID)
+			case tt.by != "" && by != tt.by:
+				t.Errorf("claimed by the %s claimer, want the %s", by, tt.by)
+			}
+		})
+	}
+}
+
+func TestAClaimerWokenForAJobThatClaimsAnOlderOnePassesTheWakeOn(t *testing.T) {
+	clock := newFakeClock()
+	e := newEngineOver(t, openStore(t), jobs.Config{Now: clock.Now})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// older is due in an hour by the engine's clock, which the real
+	// timer would wait for; the clock jumps past it instead, so no wake
+	// comes for it and it is ready, older than any new job.
+	older := submit(t, e, jobs.SubmitRequest{Kind: "mail", RunAt: clock.Now().Add(time.Hour)})
+	claims := parkInOrder(t, e, jobs.ClaimRequest{Kinds: []string{"mail"}}, time.Time{}, ctx, ctx)
+	clock.Advance(2 * time.Hour)
+	wakes := e.ClaimWakes()
+
+	newer := submit(t, e, jobs.SubmitRequest{Kind: "mail"})
+	j1, err := await(t, claims[0])
+	if err != nil || j1.ID != older.ID {
+		t.Fatalf("first claimer: %s, %v; want the older job %s", j1.ID, err, older.ID)
+	}
+	j2, err := await(t, claims[1])
+	if err != nil || j2.ID != newer.ID {
+		t.Fatalf("second claimer: %s, %v; want the job the first was woken for, %s", j2.ID, err, newer.ID)
+	}
+	if n := e.ClaimWakes() - wakes; n != 2 {
+		t.Errorf("wakes: %d, want 2 (the first claimer's, passed to the second)", n)
+	}
+}
+
+func TestAClaimerWokenForAJobAnotherTookParksAgain(t *testing.T) {
+	st := &countingStore{Store: hookedStore{openStore(t)}}
+	e := newEngineOver(t, st, jobs.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := jobs.ClaimRequest{Kinds: []string{"mail"}}
+	// Before the woken claimer reads, a new claim's first look takes
+	// the job.
+	var took store.Job
+	hook := &readHook{before: func(n int64) error {
+		if n == 2 {
+			took, _ = e.Claim(ctx, jobs.ClaimRequest{WorkerID: "newcomer", Kinds: r.Kinds}, time.Time{})
+		}
+		return nil
+	}}
+	claims := parkInOrder(t, e, r, time.Time{}, context.WithValue(ctx, readHookKey{}, hook), ctx)
+	wakes, writes := e.ClaimWakes(), st.claims.Load()
+
+	want := submit(t, e, jobs.SubmitRequest{Kind: "mail"})
+	waitParked(t, e, 2)
+	if hook.n.Load() != 2 || took.ID != want.ID {
+		t.Fatalf("the newcomer took %q, want %s", took.ID, want.ID)
+	}
+	if n := e.ClaimWakes() - wakes; n != 1 {
+		t.Errorf("wakes: %d, want 1: finding nothing passes nothing on", n)
+	}
+	if n := st.claims.Load() - writes; n != 1 {
+		t.Errorf("claim writes: %d, want only the newcomer's", n)
+	}
+	for _, c := range claims {
+		notYet(t, c, 10*time.Millisecond)
+	}
+}
+
+func TestAJobEndingInAPoolWakesTheClaimersOfTheQueuesSharingIt(t *testing.T) {
+	st := &countingStore{Store: openStore(t)}
+	e := newEngineOver(t, st, jobs.Config{Rules: jobs.Rules{
+		Pools: map[string]int{"db": 1},
+		Queues: map[string]jobs.QueueRules{
+			"readme":    {Uses: []string{"db"}},
+			"index":     {Uses: []string{"db"}},
+			"serial":    {Serial: true},
+			"unlimited": {},
+		},
+	}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	holder := running(t, e, jobs.SubmitRequest{Queue: "readme"})
+
+	// One claimer per queue but readme's; each parks.
+	claims := map[string]<-chan outcome[store.Job]{}
+	for i, q := range []string{"index", "serial", "unlimited"} {
+		claims[q] = async(func() (store.Job, error) {
+			return e.Claim(ctx, jobs.ClaimRequest{WorkerID: q, Queues: []string{q}}, time.Time{})
+		})
+		waitParked(t, e, i+1)
+	}
+
+	// A new job in index wakes its claimer, which finds the pool full
+	// and parks without writing.
+	reads, writes, wakes := st.reads.Load(), st.claims.Load(), e.ClaimWakes()
+	want := submit(t, e, jobs.SubmitRequest{Queue: "index"})
+	if n := e.ClaimWakes() - wakes; n != 1 {
+		t.Errorf("wakes by a job behind the pool: %d, want 1", n)
+	}
+	waitFor(t, "reads", &st.reads, reads+1)
+	waitParked(t, e, 3)
+	if n := st.claims.Load() - writes; n != 0 {
+		t.Errorf("claim writes by a claimer blocked by the pool: %d, want 0", n)
+	}
+
+	// The pool's unit comes back: the claimers of readme and index may
+	// use it, and only they are woken.
+	wakes = e.ClaimWakes()
+	if _, err := e.Complete(context.Background(), holder.ID, holder.LeaseID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.ClaimWakes() - wakes; n != 1 {
+		t.Errorf("wakes by the pool's unit coming back: %d, want 1 (index's claimer)", n)
+	}
+	if j, err := await(t, claims["index"]); err != nil || j.ID != want.ID {
+		t.Fatalf("index's claimer: %s, %v; want %s", j.ID, err, want.ID)
+	}
+	waitParked(t, e, 2)
+}
+
+func TestARulesReloadWakesEveryParkedClaimer(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i, kind := range []string{"a", "b", "c"} {
+		go e.Claim(ctx, jobs.ClaimRequest{WorkerID: kind, Kinds: []string{kind}}, time.Time{})
+		waitParked(t, e, i+1)
+	}
+	wakes := e.ClaimWakes()
+	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"q": {MaxRunning: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.ClaimWakes() - wakes; n != 3 {
+		t.Errorf("wakes: %d, want 3", n)
+	}
+	waitParked(t, e, 3)
+}
+
+func TestAJobPublishedByAnotherReplicaWakesAParkedClaimer(t *testing.T) {
+	st := openStore(t)
+	here, there := newEngineOver(t, st, jobs.Config{}), newEngineOver(t, st, jobs.Config{})
+	parked := async(func() (store.Job, error) {
+		return here.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w"}, soon())
+	})
+	waitParked(t, here, 1)
+
+	want := submit(t, there, jobs.SubmitRequest{})
+	notYet(t, parked, 50*time.Millisecond) // nothing told this replica yet
+	here.Publish(want)
+	if j, err := await(t, parked); err != nil || j.ID != want.ID {
+		t.Fatalf("claim: %s, %v; want %s", j.ID, err, want.ID)
 	}
 }

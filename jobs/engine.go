@@ -1,17 +1,20 @@
 // Package jobs is the engine of jobwatch: it decides every state change of
 // a job (submit, start, claim, heartbeat, complete, fail, cancel, lease
 // expiry, retention), commits it through a store.Store and then publishes
-// the committed snapshot to a watch.Hub, which wakes parked waiters,
-// watchers and claimers. It knows nothing of Connect, HTTP or SQL, and it
-// must never publish a change before the store has committed it.
+// the committed snapshot: to a watch.Hub, which wakes parked waiters and
+// watchers, and to the registry of parked claims, which wakes one claim
+// that may run a job newly ready (claimers.go). It knows nothing of
+// Connect, HTTP or SQL, and it must never publish a change before the
+// store has committed it.
 //
 // A job's path through the files of this package, in order: submit.go
-// (Submit, Start, Get, List, Cancel), claim.go (Claim), lease.go
-// (Heartbeat, Complete, Fail), sweep.go (lease expiry, retention; with
-// timeout.go, schedules.go and alerts.go for the other periodic duties),
-// wait.go (Wait) and watch.go (Watch, WatchTenant); rules.go holds the
-// per-queue rules read from the configuration file (Rules, SetRules,
-// swapped whole on a reload); limits.go holds every limit
+// (Submit, Start, Get, List, Cancel), claim.go (Claim) and claimers.go
+// (whom a change wakes), lease.go (Heartbeat, Complete, Fail), sweep.go
+// (lease expiry, retention; with timeout.go, schedules.go and alerts.go
+// for the other periodic duties), wait.go (Wait) and watch.go (Watch,
+// WatchTenant); rules.go holds the per-queue rules read from the
+// configuration file (Rules, SetRules, swapped whole on a reload);
+// limits.go holds every limit
 // on what callers send, for the server and the client to map and trim
 // to. This file holds what they share: configuration, errors, publishing
 // and shutdown.
@@ -173,13 +176,15 @@ type Engine struct {
 
 	// hub holds each watched job's latest committed snapshot, keyed by id.
 	hub *watch.Hub[store.Job]
-	// signals carries no values, only "look again": the key claimSignal
-	// wakes parked claimers when a job may have become claimable, and
+	// signals carries no values, only "look again": the key
 	// tenantSignal(t) wakes WatchTenant streams of tenant t. Each publish
 	// takes the next value of signalSeq as its version, so it is always
 	// newer than whatever a cell holds.
 	signals   *watch.Hub[struct{}]
 	signalSeq atomic.Int64
+	// claimers are the Claims in progress, which publish wakes one at a
+	// time (claimers.go).
+	claimers claimers
 	// writes knows since when this engine's writes in flight were
 	// stamped, so WatchTenant never moves its cursor past one.
 	writes inFlight
@@ -194,8 +199,6 @@ type Engine struct {
 	done     chan struct{}
 	shutdown sync.Once
 }
-
-const claimSignal = "claim"
 
 func tenantSignal(tenant string) string { return "tenant/" + tenant }
 
@@ -239,18 +242,14 @@ func (e *Engine) Shutdown() { e.shutdown.Do(func() { close(e.done) }) }
 // newer than what the hub holds are ignored.
 func (e *Engine) Publish(j store.Job) { e.publish(j) }
 
-// publish wakes everyone who may care about the committed snapshot j. It
-// must only be called after the commit, so that whoever wakes and reads
-// the store sees at least j.
+// publish wakes everyone who may care about the committed snapshot j: its
+// waiters and watchers, its tenant's feeds, and the claimers it may give
+// work or room to. It must only be called after the commit, so that
+// whoever wakes and reads the store sees at least j.
 func (e *Engine) publish(j store.Job) {
 	e.hub.Publish(j.ID, j.Version, j)
 	e.signals.Publish(tenantSignal(j.Tenant), e.signalSeq.Add(1), struct{}{})
-	// A job that ends frees room in its queue and pools: claimers parked
-	// behind a limit must look again.
-	_, limited := e.rules.Load().limits[j.Queue]
-	if j.State == store.Queued || (limited && j.State.Terminal()) {
-		e.signals.Publish(claimSignal, e.signalSeq.Add(1), struct{}{})
-	}
+	e.wakeClaimers(j)
 }
 
 // now is the wall-clock time for stamps. UTC drops the monotonic

@@ -3,3 +3,32 @@ package jobs
 // WatchedJobs reports how many jobs have a cell in the hub, so tests can
 // show that a finished wait frees its cell.
 func (e *Engine) WatchedJobs() int { return e.hub.Len() }
+
+// ClaimWakes reports how many wakes have been given to claimers: each
+// makes one claimer look again.
+func (e *Engine) ClaimWakes() int64 {
+	e.claimers.mu.Lock()
+	defer e.claimers.mu.Unlock()
+	return e.claimers.wakes
+}
+
+// ParkedClaimers reports how many claimers are parked and not woken.
+func (e *Engine) ParkedClaimers() int {
+	e.claimers.mu.Lock()
+	defer e.claimers.mu.Unlock()
+	n := 0
+	for el := e.claimers.fifo.Front(); el != nil; el = el.Next() {
+		if el.Value.(*claimer).parked {
+			n++
+		}
+	}
+	return n
+}
+
+// SetMaxScheduled replaces maxScheduled, the jobs due later that the
+// engine keeps under its timer.
+func (e *Engine) SetMaxScheduled(n int) {
+	e.claimers.mu.Lock()
+	defer e.claimers.mu.Unlock()
+	e.claimers.max = n
+}

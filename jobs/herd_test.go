@@ -44,11 +44,9 @@ func (s *countingStore) ClaimJob(ctx context.Context, f store.ClaimFilter, claim
 }
 
 // parkClaimers starts n claimers for r that claim until ctx ends, and
-// returns once each has made its first claim write (the first look of a
-// claim goes to the store) and had a moment to park. stop waits for them.
-func parkClaimers(tb testing.TB, e *jobs.Engine, st *countingStore, ctx context.Context, n int, r jobs.ClaimRequest) (stop func()) {
+// returns once all are parked. stop waits for them.
+func parkClaimers(tb testing.TB, e *jobs.Engine, ctx context.Context, n int, r jobs.ClaimRequest) (stop func()) {
 	tb.Helper()
-	before := st.claims.Load()
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
@@ -62,15 +60,37 @@ func parkClaimers(tb testing.TB, e *jobs.Engine, st *countingStore, ctx context.
 			}
 		})
 	}
+	waitParked(tb, e, n)
+	return wg.Wait
+}
+
+// parkOnce starts n claims for r, each claiming at most one job, and
+// returns once all are parked. Each claim's outcome goes to the channel.
+func parkOnce(tb testing.TB, e *jobs.Engine, ctx context.Context, n int, r jobs.ClaimRequest) <-chan outcome[store.Job] {
+	tb.Helper()
+	out := make(chan outcome[store.Job], n)
+	for i := range n {
+		go func() {
+			r := r
+			r.WorkerID = fmt.Sprintf("parked-%d", i)
+			j, err := e.Claim(ctx, r, time.Time{})
+			out <- outcome[store.Job]{j, err}
+		}()
+	}
+	waitParked(tb, e, n)
+	return out
+}
+
+// waitParked waits until exactly n claimers are parked.
+func waitParked(tb testing.TB, e *jobs.Engine, n int) {
+	tb.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for st.claims.Load()-before < int64(n) {
+	for e.ParkedClaimers() != n {
 		if time.Now().After(deadline) {
-			tb.Fatalf("%d of %d claimers looked within 10s", st.claims.Load()-before, n)
+			tb.Fatalf("%d claimers parked within 10s, want %d", e.ParkedClaimers(), n)
 		}
 		time.Sleep(time.Millisecond)
 	}
-	time.Sleep(20 * time.Millisecond)
-	return wg.Wait
 }
 
 // waitFor waits until n reaches want and fails if it passes it.
@@ -88,7 +108,22 @@ func waitFor(t *testing.T, what string, n *atomic.Int64, want int64) {
 	}
 }
 
-func TestParkedClaimersThatCannotUseAJobDoNotWrite(t *testing.T) {
+// claimedWithin returns the job a claim of out claimed within 10s.
+func claimedWithin(t *testing.T, out <-chan outcome[store.Job]) store.Job {
+	t.Helper()
+	select {
+	case o := <-out:
+		if o.err != nil {
+			t.Fatalf("claim: %v", o.err)
+		}
+		return o.v
+	case <-time.After(10 * time.Second):
+		t.Fatal("no parked claimer claimed a job within 10s")
+		panic("unreachable")
+	}
+}
+
+func TestParkedClaimersThatCannotUseAJobAreNotWoken(t *testing.T) {
 	const parked = 10
 	tests := []struct {
 		name string
@@ -103,45 +138,194 @@ func TestParkedClaimersThatCannotUseAJobDoNotWrite(t *testing.T) {
 			st := &countingStore{Store: openStore(t)}
 			e := newEngineOver(t, st, jobs.Config{})
 			ctx, cancel := context.WithCancel(context.Background())
-			claimed := make(chan store.Job, parked)
-			var wg sync.WaitGroup
-			defer func() { cancel(); wg.Wait() }()
-			for i := range parked {
-				wg.Go(func() {
-					r := jobs.ClaimRequest{WorkerID: fmt.Sprintf("w%d", i), Kinds: []string{"mail"}, Queues: []string{"mail"}}
-					if j, err := e.Claim(ctx, r, time.Time{}); err == nil {
-						claimed <- j
-					}
-				})
+			defer cancel()
+			claimed := parkOnce(t, e, ctx, parked, jobs.ClaimRequest{Kinds: []string{"mail"}, Queues: []string{"mail"}})
+			// Each claimer's first look wrote, then read when to look
+			// again.
+			reads, writes, wakes := st.reads.Load(), st.claims.Load(), e.ClaimWakes()
+			if reads != parked || writes != parked {
+				t.Fatalf("first looks: %d reads, %d writes; want %d of each", reads, writes, parked)
 			}
-			// Each claimer's first look writes, then reads when to look
-			// again, having taken the signal's channel before both.
-			waitFor(t, "claim writes", &st.claims, parked)
-			waitFor(t, "reads", &st.reads, parked)
 
-			// Every job wakes every claimer once: each reads, and sees
-			// nothing it may claim. A claimer that wrote would do so
-			// before its next read, so two jobs in turn show it.
-			for round := int64(2); round <= 3; round++ {
+			// A wake is given while the commit is published, before
+			// Submit returns.
+			for range 2 {
 				submit(t, e, tt.job)
-				waitFor(t, "reads", &st.reads, round*parked)
 			}
-			if n := st.claims.Load(); n != parked {
-				t.Errorf("claim writes: %d, want only the %d first looks", n, parked)
+			if n := e.ClaimWakes(); n != wakes {
+				t.Errorf("wakes: %d, want none", n-wakes)
 			}
 
-			// They are still parked and still claim what they may run.
+			// They are still parked: the one job they may run wakes
+			// one of them, which reads once and claims it.
 			want := submit(t, e, jobs.SubmitRequest{Kind: "mail", Queue: "mail"})
-			select {
-			case j := <-claimed:
-				if j.ID != want.ID {
-					t.Errorf("claimed %s, want %s", j.ID, want.ID)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("no parked claimer claimed a job it may run")
+			if j := claimedWithin(t, claimed); j.ID != want.ID {
+				t.Errorf("claimed %s, want %s", j.ID, want.ID)
+			}
+			if n := st.reads.Load() - reads; n != 1 {
+				t.Errorf("reads: %d, want 1 by the claimer woken", n)
+			}
+			if n := st.claims.Load() - writes; n != 1 {
+				t.Errorf("claim writes: %d, want 1", n)
 			}
 		})
 	}
+}
+
+func TestANewJobWakesOneOfFiftyParkedClaimersOfItsKind(t *testing.T) {
+	const parked = 50
+	st := &countingStore{Store: openStore(t)}
+	e := newEngineOver(t, st, jobs.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	claimed := parkOnce(t, e, ctx, parked, jobs.ClaimRequest{Kinds: []string{"mail"}})
+	reads, writes, wakes := st.reads.Load(), st.claims.Load(), e.ClaimWakes()
+
+	want := submit(t, e, jobs.SubmitRequest{Kind: "mail"})
+	if j := claimedWithin(t, claimed); j.ID != want.ID {
+		t.Fatalf("claimed %s, want %s", j.ID, want.ID)
+	}
+	if got := get(t, e, want.ID); got.State != store.Running {
+		t.Errorf("job is %s, want running", got.State)
+	}
+	if n := e.ClaimWakes() - wakes; n != 1 {
+		t.Errorf("wakes: %d, want 1", n)
+	}
+	if n := st.reads.Load() - reads; n != 1 {
+		t.Errorf("reads: %d, want 1", n)
+	}
+	if n := st.claims.Load() - writes; n != 1 {
+		t.Errorf("claim writes: %d, want 1", n)
+	}
+	waitParked(t, e, parked-1)
+}
+
+// Run with -race -count=20: a lost wake shows as a claimer parked while a
+// job waits, which fails the test at its 10s bound.
+func TestJobsSubmittedQuicklyToParkedClaimersAreAllClaimed(t *testing.T) {
+	const parked = 50
+	for _, jobCount := range []int{parked, 2 * parked} {
+		t.Run(fmt.Sprintf("%d jobs, claimers that claim once", jobCount), func(t *testing.T) {
+			e, _ := newEngine(t, jobs.Config{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			claimed := parkOnce(t, e, ctx, parked, jobs.ClaimRequest{Kinds: []string{"mail"}})
+			submitConcurrently(t, e, jobCount, jobs.SubmitRequest{Kind: "mail"})
+
+			// Every claimer gets a job: none parks while one waits.
+			seen := map[string]bool{}
+			for range parked {
+				j := claimedWithin(t, claimed)
+				if seen[j.ID] {
+					t.Errorf("job %s claimed twice", j.ID)
+				}
+				seen[j.ID] = true
+			}
+			if n := e.ParkedClaimers(); n != 0 {
+				t.Errorf("%d claimers parked after claiming", n)
+			}
+		})
+	}
+	t.Run(fmt.Sprintf("%d jobs, claimers that claim again", 2*parked), func(t *testing.T) {
+		e, st := newEngine(t, jobs.Config{})
+		ctx, cancel := context.WithCancel(context.Background())
+		stop := parkClaimers(t, e, ctx, parked, jobs.ClaimRequest{Kinds: []string{"mail"}})
+		defer func() { cancel(); stop() }()
+		submitConcurrently(t, e, 2*parked, jobs.SubmitRequest{Kind: "mail"})
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			jobsLeft, _, err := st.ListJobs(context.Background(), store.ListFilter{States: []store.State{store.Queued}, Limit: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(jobsLeft) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s still queued after 10s with %d claimers parked", jobsLeft[0].ID, e.ParkedClaimers())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		waitParked(t, e, parked)
+	})
+}
+
+// submitConcurrently submits n jobs like r from four goroutines.
+func submitConcurrently(t *testing.T, e *jobs.Engine, n int, r jobs.SubmitRequest) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := g; i < n; i += 4 {
+				if _, err := e.Submit(context.Background(), r); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestAJobDueLaterWakesOneParkedClaimerWithoutPolling(t *testing.T) {
+	const parked = 10
+	st := &countingStore{Store: openStore(t)}
+	e := newEngineOver(t, st, jobs.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	claimed := parkOnce(t, e, ctx, parked, jobs.ClaimRequest{Kinds: []string{"mail"}})
+	reads, wakes := st.reads.Load(), e.ClaimWakes()
+
+	runAt := time.Now().Add(1500 * time.Millisecond)
+	want := submit(t, e, jobs.SubmitRequest{Kind: "mail", RunAt: runAt})
+	j := claimedWithin(t, claimed)
+	at := time.Now()
+	if j.ID != want.ID {
+		t.Fatalf("claimed %s, want %s", j.ID, want.ID)
+	}
+	if at.Before(runAt.Truncate(time.Microsecond)) || at.After(runAt.Add(time.Second)) {
+		t.Errorf("claimed %v after run_at, want within a second after it", at.Sub(runAt))
+	}
+	// One read: the woken claimer's, at run_at. None polled before.
+	if n := st.reads.Load() - reads; n != 1 {
+		t.Errorf("reads: %d, want 1", n)
+	}
+	if n := e.ClaimWakes() - wakes; n != 1 {
+		t.Errorf("wakes: %d, want 1", n)
+	}
+}
+
+func TestAJobQueuedBeforeTheEngineStartedWakesAClaimerWhenDue(t *testing.T) {
+	const parked = 10
+	st := &countingStore{Store: openStore(t)}
+	before := newEngineOver(t, st, jobs.Config{})
+	runAt := time.Now().Add(time.Second)
+	want := submit(t, before, jobs.SubmitRequest{Kind: "mail", RunAt: runAt})
+	before.Shutdown()
+
+	// A new engine never saw the job committed: it reads the jobs queued
+	// to run later once, at the first claim, and wakes one claimer when
+	// this one is due.
+	e := newEngineOver(t, st, jobs.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	claimed := parkOnce(t, e, ctx, parked, jobs.ClaimRequest{Kinds: []string{"mail"}})
+	reads, wakes := st.reads.Load(), e.ClaimWakes()
+
+	j := claimedWithin(t, claimed)
+	at := time.Now()
+	if j.ID != want.ID {
+		t.Fatalf("claimed %s, want %s", j.ID, want.ID)
+	}
+	if at.Before(runAt.Truncate(time.Microsecond)) || at.After(runAt.Add(time.Second)) {
+		t.Errorf("claimed %v after run_at, want within a second after it", at.Sub(runAt))
+	}
+	if n := st.reads.Load() - reads; n != 1 {
+		t.Errorf("reads: %d, want 1", n)
+	}
+	if n := e.ClaimWakes() - wakes; n != 1 {
+		t.Errorf("wakes: %d, want 1", n)
+	}
+	waitParked(t, e, parked-1)
 }
 
 // BenchmarkSubmitWithParkedClaimers submits a job and claims it while
@@ -154,7 +338,7 @@ func BenchmarkSubmitWithParkedClaimers(b *testing.B) {
 			e := jobs.New(st, jobs.Config{Logger: slog.New(slog.DiscardHandler)})
 			defer e.Shutdown()
 			ctx, cancel := context.WithCancel(context.Background())
-			stop := parkClaimers(b, e, st, ctx, parked, jobs.ClaimRequest{Kinds: []string{"other"}})
+			stop := parkClaimers(b, e, ctx, parked, jobs.ClaimRequest{Kinds: []string{"other"}})
 			defer func() { cancel(); stop() }()
 
 			work := jobs.ClaimRequest{WorkerID: "w", Kinds: []string{"work"}}
@@ -171,4 +355,139 @@ func BenchmarkSubmitWithParkedClaimers(b *testing.B) {
 			b.ReportMetric(float64(st.claims.Load())/float64(b.N), "claimwrites/op")
 		})
 	}
+}
+
+// BenchmarkNewJobWithParkedClaimersOfItsKind submits a job of the kind 50
+// parked claimers run, waits for one of them to claim it and for every
+// claimer to be parked again (the counters stop moving), and reports what
+// the job cost: wakeups/op counts the claimers woken, reads/op the
+// NextReady reads, claimwrites/op the ClaimJob writes. reads/op and
+// claimwrites/op include the winner's next Claim, whose first look writes
+// once and reads once before it parks. ns/op includes the settling wait
+// and means nothing here.
+//
+//	go test ./jobs/ -run '^$' -bench BenchmarkNewJobWithParkedClaimersOfItsKind -benchtime 200x
+func BenchmarkNewJobWithParkedClaimersOfItsKind(b *testing.B) {
+	const parked = 50
+	st := &countingStore{Store: openBenchStore(b)}
+	e := jobs.New(st, jobs.Config{Logger: slog.New(slog.DiscardHandler)})
+	defer e.Shutdown()
+	ctx, cancel := context.WithCancel(context.Background())
+	claimed := make(chan string, parked)
+	r := jobs.ClaimRequest{Kinds: []string{"work"}}
+	var wg sync.WaitGroup
+	for i := range parked {
+		wg.Go(func() {
+			r := r
+			r.WorkerID = fmt.Sprintf("parked-%d", i)
+			for ctx.Err() == nil {
+				j, err := e.Claim(ctx, r, time.Time{})
+				switch {
+				case err == nil:
+					claimed <- j.ID
+				case !errors.Is(err, jobs.ErrNoJob) && ctx.Err() == nil:
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	defer func() { cancel(); wg.Wait() }()
+	settle(st)
+
+	reads0, claims0, wakes0 := st.reads.Load(), st.claims.Load(), e.ClaimWakes()
+	for b.Loop() {
+		j, err := e.Submit(ctx, jobs.SubmitRequest{Kind: "work"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case id := <-claimed:
+			if id != j.ID {
+				b.Fatalf("claimed %s, want %s", id, j.ID)
+			}
+		case <-time.After(10 * time.Second):
+			b.Fatal("no parked claimer claimed the job within 10s")
+		}
+		settle(st)
+	}
+	b.ReportMetric(float64(e.ClaimWakes()-wakes0)/float64(b.N), "wakeups/op")
+	b.ReportMetric(float64(st.reads.Load()-reads0)/float64(b.N), "reads/op")
+	b.ReportMetric(float64(st.claims.Load()-claims0)/float64(b.N), "claimwrites/op")
+}
+
+// settle waits until the store's counters have not moved for 10ms: the
+// claimers have done what a change made them do and are parked. Only
+// benchmarks use it; tests wait for conditions.
+func settle(st *countingStore) {
+	last := st.reads.Load() + st.claims.Load()
+	quiet := time.Now()
+	for time.Since(quiet) < 10*time.Millisecond {
+		time.Sleep(time.Millisecond)
+		if n := st.reads.Load() + st.claims.Load(); n != last {
+			last, quiet = n, time.Now()
+		}
+	}
+}
+
+func TestAJobRetriedAfterABackoffWakesOneParkedClaimerWhenDue(t *testing.T) {
+	const parked = 5
+	st := &countingStore{Store: openStore(t)}
+	e := newEngineOver(t, st, jobs.Config{RetryInitialBackoff: 400 * time.Millisecond, RetryMaxBackoff: 400 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := submit(t, e, jobs.SubmitRequest{Kind: "mail", MaxAttempts: 2})
+	j, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w", Kinds: []string{"mail"}}, time.Time{})
+	if err != nil || j.ID != first.ID {
+		t.Fatalf("claim: %s, %v", j.ID, err)
+	}
+	claimed := parkOnce(t, e, ctx, parked, jobs.ClaimRequest{Kinds: []string{"mail"}})
+	reads, wakes := st.reads.Load(), e.ClaimWakes()
+
+	retried, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "Flaky"}, true)
+	if err != nil || retried.State != store.Queued {
+		t.Fatalf("fail: %s, %v; want queued again", retried.State, err)
+	}
+	if n := e.ClaimWakes() - wakes; n != 0 {
+		t.Errorf("wakes when the job was queued to run later: %d, want 0", n)
+	}
+	again := claimedWithin(t, claimed)
+	at := time.Now()
+	if again.ID != j.ID || again.Attempt != 2 {
+		t.Fatalf("claimed %s attempt %d, want %s attempt 2", again.ID, again.Attempt, j.ID)
+	}
+	if at.Before(retried.RunAt) || at.After(retried.RunAt.Add(time.Second)) {
+		t.Errorf("claimed %v after run_at, want within a second after it", at.Sub(retried.RunAt))
+	}
+	if n := st.reads.Load() - reads; n != 1 {
+		t.Errorf("reads: %d, want 1", n)
+	}
+	if n := e.ClaimWakes() - wakes; n != 1 {
+		t.Errorf("wakes: %d, want 1", n)
+	}
+}
+
+func TestJobsDueLaterBeyondWhatTheEngineKeepsAreAllClaimedWhenDue(t *testing.T) {
+	const parked, jobCount = 5, 3
+	e, _ := newEngine(t, jobs.Config{})
+	e.SetMaxScheduled(1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	claimed := parkOnce(t, e, ctx, parked, jobs.ClaimRequest{Kinds: []string{"mail"}})
+	// All due at once: the one the engine keeps has its own wake, the
+	// claimers' looks stand in for the other two, which are newer, so
+	// the claimer woken for the first claims it and passes nothing on.
+	runAt := time.Now().Add(300 * time.Millisecond)
+	want := map[string]bool{}
+	for range jobCount {
+		want[submit(t, e, jobs.SubmitRequest{Kind: "mail", RunAt: runAt}).ID] = true
+	}
+	for range jobCount {
+		j := claimedWithin(t, claimed)
+		if !want[j.ID] {
+			t.Errorf("claimed %s, not one of the jobs or twice", j.ID)
+		}
+		delete(want, j.ID)
+	}
+	waitParked(t, e, parked-jobCount)
 }

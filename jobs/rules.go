@@ -152,7 +152,7 @@ func (e *Engine) SetRules(r Rules) error {
 	r.limits = r.claimLimits()
 	e.rules.Store(&r)
 	// New limits may give room to claimers parked behind the old ones.
-	e.signals.Publish(claimSignal, e.signalSeq.Add(1), struct{}{})
+	e.wakeAllClaimers()
 	return nil
 }
 

@@ -211,6 +211,14 @@ type QueueStats struct {
 	OldestReadyRunAt time.Time
 }
 
+// ScheduledJob is a QUEUED job waiting for its RunAt, as ScheduledJobs
+// reads it: enough to wake a claimer that may run it when it is due.
+type ScheduledJob struct {
+	ID, Kind, Queue string
+	RunAt           time.Time
+	Version         int64
+}
+
 // Attempt names one attempt of a RUNNING job: the job and its lease.
 type Attempt struct {
 	JobID   string
@@ -294,6 +302,13 @@ type Store interface {
 	// can learn whether ClaimJob, a write, would find a job (runAt at or
 	// before now) and, if not, when it should look again.
 	NextReady(ctx context.Context, f ClaimFilter) (runAt time.Time, ok bool, err error)
+
+	// ScheduledJobs returns the QUEUED jobs whose RunAt is after now,
+	// earliest first (ties in creation order), at most limit of them. The
+	// engine reads it once at start, to wake a claimer when each is due
+	// without any claimer polling; it learns of later ones as they are
+	// committed.
+	ScheduledJobs(ctx context.Context, now time.Time, limit int) ([]ScheduledJob, error)
 
 	// ExpiredLeases returns the ids of RUNNING jobs whose lease expired
 	// before now.

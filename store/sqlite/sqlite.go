@@ -861,6 +861,36 @@ func (s *Store) NextReady(ctx context.Context, f store.ClaimFilter) (time.Time, 
 	return fromMicro(runAt), true, nil
 }
 
+// scheduledJobsQuery walks the index jobs_state_run_at from the first
+// RunAt after now, in its order: it reads only the rows it returns
+// (TestScheduledJobsPlanSeeksTheIndex).
+const scheduledJobsQuery = "SELECT id, kind, queue, run_at, version FROM jobs WHERE state = 'queued' AND run_at > ? ORDER BY run_at, seq LIMIT ?"
+
+// ScheduledJobs implements store.Store.
+func (s *Store) ScheduledJobs(ctx context.Context, now time.Time, limit int) ([]store.ScheduledJob, error) {
+	rows, err := s.read.QueryContext(ctx, scheduledJobsQuery, toMicro(now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("scheduled jobs: %w", classify(err))
+	}
+	defer rows.Close()
+	var jobs []store.ScheduledJob
+	for rows.Next() {
+		var (
+			j     store.ScheduledJob
+			runAt int64
+		)
+		if err := rows.Scan(&j.ID, &j.Kind, &j.Queue, &runAt, &j.Version); err != nil {
+			return nil, fmt.Errorf("scheduled jobs: %w", classify(err))
+		}
+		j.RunAt = fromMicro(runAt)
+		jobs = append(jobs, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("scheduled jobs: %w", classify(err))
+	}
+	return jobs, nil
+}
+
 // ExpiredLeases implements store.Store.
 func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]string, error) {
 	rows, err := s.read.QueryContext(ctx,

@@ -518,6 +518,18 @@ func TestClaimPlanSeeksEveryQueueHead(t *testing.T) {
 	}
 }
 
+// The engine reads the jobs due later once at start: a seek into the
+// queued jobs in RunAt order, never a scan or a sort of them.
+func TestScheduledJobsPlanSeeksTheIndex(t *testing.T) {
+	s := openTemp(t, tempPath(t))
+	defer s.Close()
+	plan := explain(t, s.read, scheduledJobsQuery, int64(0), 10)
+	joined := strings.Join(plan, "\n")
+	if len(plan) != 1 || !strings.Contains(joined, "SEARCH jobs USING INDEX jobs_state_run_at (state=? AND run_at>?)") {
+		t.Errorf("plan:\n%s\nwant one search of jobs_state_run_at", joined)
+	}
+}
+
 // TestRetentionDeletesABacklogInSeveralTransactions: a backlog larger
 // than one batch is deleted whole, batch by batch, and only what ended
 // before the cutoff.

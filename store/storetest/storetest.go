@@ -93,6 +93,7 @@ var cases = []struct {
 	{"claims and updates racing on the same jobs never lose a change", testClaimUpdateRace},
 
 	{"next ready is the earliest RunAt of matching queued jobs, past or future", testNextReady},
+	{"scheduled jobs are the queued jobs due after now, earliest first, up to the limit", testScheduledJobs},
 
 	{"a serial queue runs one job at a time, in RunAt then creation order, whatever the worker's kinds", testClaimSerial},
 	{"a serial queue that blocks waits behind its head backing off; one that skips moves on", testClaimSerialBlockSkip},
@@ -1264,6 +1265,56 @@ func testNextReady(t *testing.T, s store.Store) {
 			}
 			if ok != !tc.want.IsZero() || !got.Equal(tc.want) {
 				t.Errorf("next ready = %v, %v; want %v, %v", got, ok, tc.want, !tc.want.IsZero())
+			}
+		})
+	}
+}
+
+func testScheduledJobs(t *testing.T, s store.Store) {
+	fixture := []struct {
+		id    string
+		state store.State
+		runAt int
+	}{
+		{"due", store.Queued, 5},
+		{"later", store.Queued, 30},
+		{"soon", store.Queued, 20},
+		{"held", store.Pending, 15},
+		{"running", store.Running, 25},
+		{"soon-too", store.Queued, 20},
+		{"now", store.Queued, 10},
+	}
+	for i, f := range fixture {
+		j := newJob(f.id, at(i))
+		j.State, j.Kind, j.Queue, j.RunAt = f.state, "k-"+f.id, "q-"+f.id, at(f.runAt)
+		create(t, s, j)
+	}
+	tests := []struct {
+		name  string
+		limit int
+		want  []string
+	}{
+		{"all of them", 10, []string{"soon", "soon-too", "later"}},
+		{"the earliest up to the limit, ties in creation order", 2, []string{"soon", "soon-too"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := s.ScheduledJobs(t.Context(), at(10), tc.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var gotIDs []string
+			for _, j := range got {
+				gotIDs = append(gotIDs, j.ID)
+				if j.Kind != "k-"+j.ID || j.Queue != "q-"+j.ID || j.Version != 1 {
+					t.Errorf("%s: kind %q, queue %q, version %d", j.ID, j.Kind, j.Queue, j.Version)
+				}
+			}
+			if !slices.Equal(gotIDs, tc.want) {
+				t.Fatalf("scheduled jobs %v, want %v", gotIDs, tc.want)
+			}
+			if !got[0].RunAt.Equal(at(20)) {
+				t.Errorf("run_at %v, want %v", got[0].RunAt, at(20))
 			}
 		})
 	}
