@@ -463,6 +463,19 @@ func (e *Engine) scheduleLocked(j store.ScheduledJob) {
 	e.armLocked(j.RunAt)
 }
 
+// stopDueTimer stops the timer of the jobs due later, for Shutdown: a
+// stopped engine wakes no claimer, and a pending timer would keep it in
+// memory until it fired.
+func (e *Engine) stopDueTimer() {
+	cs := &e.claimers
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.timer != nil {
+		cs.timer.Stop()
+	}
+	cs.timerAt = time.Time{}
+}
+
 // armLocked makes the timer fire at at, unless it fires earlier already.
 // After Shutdown it is not set: no claim parks any more.
 func (e *Engine) armLocked(at time.Time) {

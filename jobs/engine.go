@@ -235,7 +235,12 @@ func (e *Engine) Config() Config {
 // Shutdown makes every parked Wait, Watch, WatchTenant and Claim return at
 // once (OK, with the latest state) and every later one return without
 // parking. It is idempotent.
-func (e *Engine) Shutdown() { e.shutdown.Do(func() { close(e.done) }) }
+func (e *Engine) Shutdown() {
+	e.shutdown.Do(func() {
+		close(e.done)
+		e.stopDueTimer()
+	})
+}
 
 // Publish hands a snapshot committed elsewhere (another replica) to the
 // local hub, as if this engine had committed it. Snapshots that are not

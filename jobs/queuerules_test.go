@@ -183,7 +183,9 @@ func TestSerialBlockHoldsTheQueueBehindItsHeadAndSkipMovesOn(t *testing.T) {
 	ctx := context.Background()
 	heads := map[string]store.Job{}
 	nexts := map[string]store.Job{}
-	for _, q := range []string{"block", "skip", "lost", "cancels"} {
+	// lost first: its sweep moves the clock, which must not end the
+	// others' backoffs (full jitter may draw a short one).
+	for _, q := range []string{"lost", "block", "skip", "cancels"} {
 		heads[q] = submit(t, e, jobs.SubmitRequest{Queue: q})
 		nexts[q] = submit(t, e, jobs.SubmitRequest{Queue: q})
 		j, err := claimNow(e, q)

@@ -42,8 +42,10 @@ func TestAnAttemptPastItsQueueTimeoutIsRetriedThenFailed(t *testing.T) {
 	if got.State != store.Queued || got.Attempt != 1 || got.Error == nil || *got.Error != want {
 		t.Fatalf("after the timeout: %+v; want queued again, attempt 1, error %+v", got, want)
 	}
-	if !got.RunAt.After(clock.Now()) {
-		t.Errorf("retry run_at %v is not after now %v: no backoff", got.RunAt, clock.Now())
+	// The retry waits a backoff drawn from zero up (full jitter): never
+	// before now.
+	if got.RunAt.Before(clock.Now()) {
+		t.Errorf("retry run_at %v is before now %v", got.RunAt, clock.Now())
 	}
 	// The waiter is not woken as if the job had ended.
 	notYet(t, parked, 20*time.Millisecond)
