@@ -340,7 +340,7 @@ func (p *parser) duration(n *yaml.Node, key string, dst *time.Duration) {
 func (p *parser) names(n *yaml.Node, key string, dst *[]string) {
 	p.sequence(n, key, func(k string, v *yaml.Node) {
 		var s string
-		p.name(v, k, &s)
+		p.requiredName(v, k, &s)
 		if s != "" {
 			*dst = append(*dst, s)
 		}
@@ -350,7 +350,7 @@ func (p *parser) names(n *yaml.Node, key string, dst *[]string) {
 func (p *parser) queue(key string, n *yaml.Node) {
 	var q Queue
 	p.mapping(n, key, map[string]func(string, *yaml.Node){
-		"name":          func(k string, v *yaml.Node) { p.name(v, k, &q.Name) },
+		"name":          func(k string, v *yaml.Node) { p.requiredName(v, k, &q.Name) },
 		"mode":          func(k string, v *yaml.Node) { p.oneOf(v, k, &q.Mode, ModeParallel, ModeSerial) },
 		"on_failure":    func(k string, v *yaml.Node) { p.oneOf(v, k, &q.OnFailure, OnFailureBlock, OnFailureSkip) },
 		"lease_timeout": func(k string, v *yaml.Node) { p.duration(v, k, &q.LeaseTimeout) },

@@ -180,6 +180,8 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"queues that are not a list", "queues:\n  name: a\n", "c.yaml:2:3: queues: must be a list"},
 		{"a queue without a name", "queues:\n  - mode: parallel\n", "c.yaml:2:5: queues[0]: needs a name"},
 		{"a queue name no request could use", "queues:\n  - name: my queue\n", `c.yaml:2:11: queues[0].name: "my queue": may only contain`},
+		{"an empty queue name", "queues:\n  - name: \"\"\n", `c.yaml:2:11: queues[0].name: must not be empty`},
+		{"an empty pool name in uses", "pools:\n  db: 4\nqueues:\n  - name: a\n    uses: [db, \"\"]\n", `c.yaml:5:16: queues[0].uses[1]: must not be empty`},
 		{"a queue name that is a number", "queues:\n  - name: 2024\n", "queues[0].name: must be a string (quote it"},
 		{"a queue declared twice", "queues:\n  - name: a\n  - name: b\n  - name: a\n", `c.yaml:4:5: queues[2].name: queue "a" is declared twice`},
 		{"an unknown mode", "queues:\n  - name: a\n    mode: seriel\n", `c.yaml:3:11: queues[0].mode: must be parallel or serial, got "seriel"`},
