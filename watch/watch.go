@@ -1,6 +1,8 @@
 // Package watch is a per-key latest-value broadcaster: the mechanism that
-// wakes every parked WaitJob, WatchJob and ClaimJob the moment a value
-// changes. It imports nothing of jobwatch.
+// wakes every parked WaitJob and WatchJob (and tenant feed) the moment a
+// value changes. Parked ClaimJob calls are not woken through it: the
+// engine wakes one claim per job (jobs/claimers.go). It imports nothing
+// of jobwatch.
 //
 // The invariants, which the rest of jobwatch relies on:
 //
