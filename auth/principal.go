@@ -1,0 +1,48 @@
+// Package auth decides who a caller is: it reads the tokens file (serve
+// --tokens), matches a request's bearer token against it in constant
+// time, and carries the caller's Principal in the request's context for
+// the handlers to check what it may do. It never logs or returns a token.
+package auth
+
+import "context"
+
+// Role is what a token may do (README "Security").
+type Role string
+
+const (
+	// RoleClient submits, gets, lists, cancels, starts, waits on and
+	// watches the jobs of its one tenant.
+	RoleClient Role = "client"
+	// RoleWorker calls WorkerService only, claiming within its tenants
+	// and kinds.
+	RoleWorker Role = "worker"
+	// RoleAdmin may do everything, for every tenant.
+	RoleAdmin Role = "admin"
+)
+
+// Principal is the caller a token names.
+type Principal struct {
+	Role Role
+	// Tenant is a client's tenant; empty for workers and admins.
+	Tenant string
+	// Tenants and Kinds bound what a worker may claim; empty: any.
+	Tenants []string
+	Kinds   []string
+	// TokenID names the token in logs and metrics without revealing it:
+	// a short prefix of its SHA-256, as the tokens file lists it.
+	TokenID string
+}
+
+type principalKey struct{}
+
+// WithPrincipal returns ctx carrying p.
+func WithPrincipal(ctx context.Context, p Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// FromContext returns the caller's Principal, and false when the server
+// runs without a tokens file (everyone may do everything).
+func FromContext(ctx context.Context) (Principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(Principal)
+	return p, ok
+}
