@@ -31,6 +31,10 @@ type Principal struct {
 	// TokenID names the token in logs and metrics without revealing it:
 	// a short prefix of its SHA-256, as the tokens file lists it.
 	TokenID string
+
+	// digest is the token's SHA-256, which Tokens.Grants looks for after
+	// a reload.
+	digest [32]byte
 }
 
 type principalKey struct{}

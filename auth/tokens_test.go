@@ -1,0 +1,184 @@
+package auth_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jobwatch/jobwatch/auth"
+)
+
+// The issue's example file: the digests of "acme-client-token",
+// "worker-token" and "admin-token".
+const exampleFile = `tokens:
+  - sha256: 6702afda86bf2e55d06d328eed0fc08aecd8b7243a764e86e2a7c70d077773f9
+    tenant: acme
+    role: client
+  - sha256: dedd02022dba76562722a9463558e4124c82c5e6a09e925e6b11eec9a7042bf7
+    role: worker
+    tenants: [acme]
+    kinds: [enrich]
+  - sha256: 10a4c7c9fc5206d6f36dc6944a81bb6f4a3cb0e25014ae3b12e6c3e52712292a
+    role: admin
+`
+
+func TestLookupFindsThePrincipalOfEachTokenOfTheFile(t *testing.T) {
+	tokens, err := auth.ParseTokens("tokens.yaml", []byte(exampleFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tokens.Len() != 3 {
+		t.Fatalf("Len = %d, want 3", tokens.Len())
+	}
+	tests := []struct {
+		token   string
+		want    auth.Principal
+		matches bool
+	}{
+		{"acme-client-token", auth.Principal{Role: auth.RoleClient, Tenant: "acme", TokenID: "6702afda86bf"}, true},
+		{"worker-token", auth.Principal{Role: auth.RoleWorker, Tenants: []string{"acme"}, Kinds: []string{"enrich"}, TokenID: "dedd02022dba"}, true},
+		{"admin-token", auth.Principal{Role: auth.RoleAdmin, TokenID: "10a4c7c9fc52"}, true},
+		{"acme-client-token ", auth.Principal{}, false},
+		{"6702afda86bf2e55d06d328eed0fc08aecd8b7243a764e86e2a7c70d077773f9", auth.Principal{}, false},
+		{"", auth.Principal{}, false},
+	}
+	for _, tt := range tests {
+		got, ok := tokens.Lookup(tt.token)
+		if ok != tt.matches {
+			t.Errorf("Lookup(%q) found = %v, want %v", tt.token, ok, tt.matches)
+			continue
+		}
+		if got.Role != tt.want.Role || got.Tenant != tt.want.Tenant || got.TokenID != tt.want.TokenID ||
+			strings.Join(got.Tenants, ",") != strings.Join(tt.want.Tenants, ",") || strings.Join(got.Kinds, ",") != strings.Join(tt.want.Kinds, ",") {
+			t.Errorf("Lookup(%q) = %+v, want %+v", tt.token, got, tt.want)
+		}
+	}
+}
+
+func TestDigestIsWhatTheFileLists(t *testing.T) {
+	if got := auth.Digest("acme-client-token"); got != "6702afda86bf2e55d06d328eed0fc08aecd8b7243a764e86e2a7c70d077773f9" {
+		t.Errorf("Digest = %s", got)
+	}
+}
+
+func TestAnUppercaseDigestMatchesToo(t *testing.T) {
+	tokens, err := auth.ParseTokens("t.yaml", []byte("tokens:\n  - sha256: "+strings.ToUpper(auth.Digest("x"))+"\n    role: admin\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tokens.Lookup("x"); !ok {
+		t.Error("an uppercase sha256 does not match its token")
+	}
+}
+
+func TestGrantsKnowsWhetherAReloadKeptAToken(t *testing.T) {
+	old, err := auth.ParseTokens("t.yaml", []byte(exampleFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, _ := old.Lookup("acme-client-token")
+	worker, _ := old.Lookup("worker-token")
+	reloaded, err := auth.ParseTokens("t.yaml", []byte(`tokens:
+  - sha256: 6702afda86bf2e55d06d328eed0fc08aecd8b7243a764e86e2a7c70d077773f9
+    tenant: acme
+    role: client
+  - sha256: dedd02022dba76562722a9463558e4124c82c5e6a09e925e6b11eec9a7042bf7
+    role: worker
+    kinds: [enrich, resize]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reloaded.Grants(client) {
+		t.Error("a token kept as it was is no longer granted")
+	}
+	if reloaded.Grants(worker) {
+		t.Error("a token whose kinds changed is still granted as it was")
+	}
+	admin, _ := old.Lookup("admin-token")
+	if reloaded.Grants(admin) {
+		t.Error("a removed token is still granted")
+	}
+	var none *auth.Tokens
+	if none.Grants(client) || none.Len() != 0 {
+		t.Error("a nil Tokens grants a token")
+	}
+}
+
+func TestAnEmptyFileKnowsNoToken(t *testing.T) {
+	for _, data := range []string{"", "tokens: []\n", "# nothing yet\n"} {
+		tokens, err := auth.ParseTokens("t.yaml", []byte(data))
+		if err != nil {
+			t.Fatalf("%q: %v", data, err)
+		}
+		if tokens.Len() != 0 {
+			t.Errorf("%q: Len = %d", data, tokens.Len())
+		}
+	}
+}
+
+func TestParseTokensRefusesEveryMistakeWithItsLineAndKey(t *testing.T) {
+	const digest = "6702afda86bf2e55d06d328eed0fc08aecd8b7243a764e86e2a7c70d077773f9"
+	tests := []struct {
+		name string
+		data string
+		want []string
+	}{
+		{"an unknown top-level key", "tokenz: []\n", []string{"t.yaml:1:1: tokenz: unknown key (known here: tokens)"}},
+		{"an unknown key in an entry", "tokens:\n  - sha256: " + digest + "\n    role: admin\n    name: ops\n",
+			[]string{"t.yaml:4:5: tokens[0].name: unknown key (known here: kinds role sha256 tenant tenants)"}},
+		{"the token instead of its digest", "tokens:\n  - sha256: acme-client-token\n    role: admin\n",
+			[]string{"t.yaml:2:13: tokens[0].sha256: must be 64 hex digits"}},
+		{"a digest too short", "tokens:\n  - sha256: 6702afda\n    role: admin\n", []string{"tokens[0].sha256: must be 64 hex digits"}},
+		{"a digest listed twice", "tokens:\n  - {sha256: " + digest + ", role: admin}\n  - {sha256: " + strings.ToUpper(digest) + ", role: admin}\n",
+			[]string{"t.yaml:3:14: tokens[1].sha256: the same sha256 as tokens[0].sha256"}},
+		{"no sha256", "tokens:\n  - role: admin\n", []string{"t.yaml:2:5: tokens[0].sha256: is required"}},
+		{"no role", "tokens:\n  - sha256: " + digest + "\n", []string{"tokens[0].role: is required"}},
+		{"an unknown role", "tokens:\n  - {sha256: " + digest + ", role: root}\n", []string{`tokens[0].role: "root" is not a role: client, worker or admin`}},
+		{"a client without a tenant", "tokens:\n  - {sha256: " + digest + ", role: client}\n", []string{"tokens[0].tenant: is required for a client token"}},
+		{"a client with kinds", "tokens:\n  - {sha256: " + digest + ", role: client, tenant: acme, kinds: [a]}\n", []string{"tokens[0].kinds: is for worker tokens"}},
+		{"a client with tenants", "tokens:\n  - {sha256: " + digest + ", role: client, tenant: acme, tenants: [a]}\n", []string{"tokens[0].tenants: is for worker tokens"}},
+		{"a worker with a tenant", "tokens:\n  - {sha256: " + digest + ", role: worker, tenant: acme}\n", []string{"tokens[0].tenant: is for client tokens"}},
+		{"an admin with a tenant", "tokens:\n  - {sha256: " + digest + ", role: admin, tenant: acme}\n", []string{"tokens[0].tenant: is refused for an admin token"}},
+		{"an admin with kinds", "tokens:\n  - {sha256: " + digest + ", role: admin, kinds: [a]}\n", []string{"tokens[0].kinds: is refused for an admin token"}},
+		{"an empty kinds list", "tokens:\n  - {sha256: " + digest + ", role: worker, kinds: []}\n", []string{"tokens[0].kinds: is empty"}},
+		{"a tenant that is no name", "tokens:\n  - {sha256: " + digest + ", role: client, tenant: \"a b\"}\n", []string{`tokens[0].tenant: "a b"`}},
+		{"a number for a tenant", "tokens:\n  - {sha256: " + digest + ", role: client, tenant: 12}\n", []string{"tokens[0].tenant: must be a string"}},
+		{"a key given twice", "tokens:\n  - sha256: " + digest + "\n    role: admin\n    role: client\n", []string{"t.yaml:4:5: tokens[0].role: given twice"}},
+		{"tokens not a list", "tokens: {}\n", []string{"tokens: must be a list"}},
+		{"two documents", "tokens: []\n---\ntokens: []\n", []string{"one YAML document"}},
+		{"two mistakes at once", "tokens:\n  - {sha256: x, role: admin}\n  - {sha256: " + digest + ", role: boss}\n",
+			[]string{"tokens[0].sha256: must be 64 hex digits", `tokens[1].role: "boss" is not a role`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tokens, err := auth.ParseTokens("t.yaml", []byte(tt.data))
+			if err == nil {
+				t.Fatalf("accepted, with %d tokens", tokens.Len())
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+			if strings.Contains(err.Error(), "acme-client-token") {
+				t.Errorf("the error %q repeats what may be a token", err)
+			}
+		})
+	}
+}
+
+func TestLoadTokensReadsTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(path, []byte(exampleFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := auth.LoadTokens(path)
+	if err != nil || tokens.Len() != 3 {
+		t.Fatalf("LoadTokens = %d tokens, %v", tokens.Len(), err)
+	}
+	if _, err := auth.LoadTokens(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Errorf("a missing file: %v", err)
+	}
+}
