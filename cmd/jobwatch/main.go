@@ -33,6 +33,7 @@ Commands:
   watch    follow a job's progress live
   worker   run a shell command for each job of a kind
   bench    measure how soon waits and watches learn that a job ended
+  token    make a bearer token: jobwatch token new --role client --tenant acme
   version  print the version jobwatch was built from
   help     print this text, or "jobwatch help <command>" for a command's flags
 
@@ -79,6 +80,8 @@ func command(name string) commandFunc {
 		return worker
 	case "bench":
 		return bench
+	case "token":
+		return token
 	}
 	return nil
 }
