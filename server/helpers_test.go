@@ -38,6 +38,7 @@ type testServer struct {
 	served   chan error
 	stopOnce sync.Once
 	stopErr  error
+	srv      *server.Server
 
 	mu         sync.Mutex
 	transports []*http.Transport
@@ -104,6 +105,7 @@ func startServer(t *testing.T, o serverOptions) *testServer {
 		logs:     logs,
 		cancel:   cancel,
 		served:   make(chan error, 1),
+		srv:      srv,
 	}
 	go func() { ts.served <- srv.Serve(ctx, ln) }()
 	t.Cleanup(func() {

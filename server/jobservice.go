@@ -68,8 +68,12 @@ func (s *Server) protoJob(ctx context.Context, j *store.Job) (*jobwatchv1.Job, e
 
 func (h *jobService) SubmitJob(ctx context.Context, req *jobwatchv1.SubmitJobRequest) (*jobwatchv1.SubmitJobResponse, error) {
 	s := h.s
+	tenant, err := tenantFor(ctx, req.GetTenant())
+	if err != nil {
+		return nil, err
+	}
 	r := jobs.SubmitRequest{
-		Tenant:      req.GetTenant(),
+		Tenant:      tenant,
 		Kind:        req.GetKind(),
 		Queue:       req.GetQueue(),
 		UniqueKey:   req.GetUniqueKey(),
@@ -118,6 +122,9 @@ func checkSubmit(req *jobwatchv1.SubmitJobRequest) error {
 }
 
 func (h *jobService) StartJob(ctx context.Context, req *jobwatchv1.StartJobRequest) (*jobwatchv1.StartJobResponse, error) {
+	if err := h.s.checkJobTenant(ctx, "start job", req.GetJobId()); err != nil {
+		return nil, err
+	}
 	j, err := h.s.engine.Start(ctx, req.GetJobId())
 	if err != nil {
 		return nil, h.s.toConnectError(ctx, "start job", err)
@@ -128,6 +135,9 @@ func (h *jobService) StartJob(ctx context.Context, req *jobwatchv1.StartJobReque
 
 func (h *jobService) GetJob(ctx context.Context, req *jobwatchv1.GetJobRequest) (*jobwatchv1.GetJobResponse, error) {
 	j, err := h.s.engine.Get(ctx, req.GetJobId())
+	if tenant, confined := clientTenant(ctx); err == nil && confined && j.Tenant != tenant {
+		err = jobs.ErrNotFound // as checkJobTenant, without reading the job twice
+	}
 	if err != nil {
 		return nil, h.s.toConnectError(ctx, "get job", err)
 	}
@@ -141,8 +151,12 @@ func (h *jobService) ListJobs(ctx context.Context, req *jobwatchv1.ListJobsReque
 	if err != nil {
 		return nil, err
 	}
+	tenant, err := tenantFor(ctx, req.GetTenant())
+	if err != nil {
+		return nil, err
+	}
 	f := store.ListFilter{
-		Tenant:    req.GetTenant(),
+		Tenant:    tenant,
 		Kind:      req.GetKind(),
 		Queue:     req.GetQueue(),
 		Limit:     limit,
@@ -168,6 +182,9 @@ func (h *jobService) ListJobs(ctx context.Context, req *jobwatchv1.ListJobsReque
 }
 
 func (h *jobService) CancelJob(ctx context.Context, req *jobwatchv1.CancelJobRequest) (*jobwatchv1.CancelJobResponse, error) {
+	if err := h.s.checkJobTenant(ctx, "cancel job", req.GetJobId()); err != nil {
+		return nil, err
+	}
 	j, err := h.s.engine.Cancel(ctx, req.GetJobId())
 	if err != nil {
 		return nil, h.s.toConnectError(ctx, "cancel job", err)
@@ -177,6 +194,9 @@ func (h *jobService) CancelJob(ctx context.Context, req *jobwatchv1.CancelJobReq
 }
 
 func (h *jobService) WaitJob(ctx context.Context, req *jobwatchv1.WaitJobRequest) (*jobwatchv1.WaitJobResponse, error) {
+	if err := h.s.checkJobTenant(ctx, "wait job", req.GetJobId()); err != nil {
+		return nil, err
+	}
 	pj, err := h.s.wait(ctx, req.GetJobId())
 	if err != nil {
 		return nil, err
@@ -186,6 +206,11 @@ func (h *jobService) WaitJob(ctx context.Context, req *jobwatchv1.WaitJobRequest
 
 func (h *jobService) WatchJob(ctx context.Context, req *jobwatchv1.WatchJobRequest, stream *connect.ServerStream[jobwatchv1.WatchJobResponse]) error {
 	s := h.s
+	// Before anything is sent: another tenant's job is not_found, with
+	// no headers first that a job of its own would not have had either.
+	if err := s.checkJobTenant(ctx, "watch job", req.GetJobId()); err != nil {
+		return err
+	}
 	deadline, done, err := s.parkWatch(ctx)
 	if err != nil {
 		return err
@@ -220,6 +245,10 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 		return err
 	}
 	limit := int(req.GetPageSize()) // the engine applies the default and cap
+	tenant, err := tenantFor(ctx, req.GetTenant())
+	if err != nil {
+		return err
+	}
 	deadline, done, err := s.parkWatch(ctx)
 	if err != nil {
 		return err
@@ -228,7 +257,7 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 	if err := sendHeaders(stream); err != nil {
 		return err
 	}
-	err = s.engine.WatchTenant(ctx, req.GetTenant(), jobs.TenantWatchOptions{
+	err = s.engine.WatchTenant(ctx, tenant, jobs.TenantWatchOptions{
 		ResumeToken: req.GetResumeToken(),
 		Full:        full,
 		PageSize:    limit,
@@ -266,7 +295,7 @@ func (h *jobService) GetServerInfo(context.Context, *jobwatchv1.GetServerInfoReq
 	return &jobwatchv1.GetServerInfoResponse{
 		Demo:         len(h.s.cfg.DemoKinds) > 0,
 		DemoKinds:    h.s.cfg.DemoKinds,
-		AuthRequired: false, // no tokens file support yet: loopback only
+		AuthRequired: h.s.authRequired,
 		Version:      h.s.cfg.Version,
 	}, nil
 }

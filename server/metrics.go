@@ -27,6 +27,9 @@ type Metrics struct {
 	parkedClaims prometheus.Gauge
 	wakeLatency  *prometheus.HistogramVec
 	requests     *prometheus.CounterVec
+	// tokenRequests: the calls of callers with a token, by its role,
+	// tenant and id (a prefix of its SHA-256), never the token.
+	tokenRequests *prometheus.CounterVec
 
 	// The network limits of limits.go: use now and refusals of each.
 	connections        prometheus.Gauge
@@ -70,6 +73,10 @@ func NewMetrics() *Metrics {
 			Name: "jobwatch_requests_total",
 			Help: "RPCs handled, by procedure and Connect code.",
 		}, []string{"procedure", "code"}),
+		tokenRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jobwatch_token_requests_total",
+			Help: "RPCs of callers with a known token (serve --tokens), by the token's role, tenant (empty for workers and admins) and token_id (the first 12 hex digits of its SHA-256), and Connect code.",
+		}, []string{"role", "tenant", "token_id", "code"}),
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "jobwatch_connections",
 			Help: "Client connections open now (limit: --max-connections).",
@@ -120,7 +127,7 @@ func (m *Metrics) Woke(kind string, latency time.Duration) {
 
 func (m *Metrics) register(reg *prometheus.Registry, engine *jobs.Engine, log *slog.Logger) {
 	for _, c := range []prometheus.Collector{
-		m.parkedWaits, m.openWatches, m.parkedClaims, m.wakeLatency, m.requests,
+		m.parkedWaits, m.openWatches, m.parkedClaims, m.wakeLatency, m.requests, m.tokenRequests,
 		m.connections, m.connectionsRefused, m.connectionsIdleClosed, m.parkedCalls, m.parkRefused,
 		m.bodiesReading, m.bodyTimeouts, m.abandoned, m.sendsInProgress, m.sendsCut,
 		&jobsCollector{engine: engine, log: log},
@@ -209,6 +216,7 @@ type callInterceptor struct {
 func (i *callInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		start := time.Now()
+		ctx = withCallerNote(ctx)
 		resp, err := next(ctx, req)
 		i.done(ctx, req.Spec().Procedure, req.Peer(), start, err)
 		return resp, err
@@ -222,6 +230,7 @@ func (i *callInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) 
 func (i *callInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		start := time.Now()
+		ctx = withCallerNote(ctx)
 		err := next(ctx, conn)
 		i.done(ctx, conn.Spec().Procedure, conn.Peer(), start, err)
 		return err
@@ -245,12 +254,18 @@ func (i *callInterceptor) done(ctx context.Context, procedure string, peer conne
 	}
 	i.metrics.requests.WithLabelValues(procedure, code).Inc()
 	markCounted(ctx)
-	i.log.DebugContext(ctx, "call",
+	attrs := []any{
 		"procedure", procedure,
 		"protocol", peer.Protocol,
 		"peer", peer.Addr,
 		"code", code,
-		"duration", time.Since(start))
+		"duration", time.Since(start),
+	}
+	if p, ok := callerOf(ctx); ok {
+		i.metrics.tokenRequests.WithLabelValues(string(p.Role), p.Tenant, p.TokenID, code).Inc()
+		attrs = append(attrs, "role", p.Role, "tenant", p.Tenant, "token_id", p.TokenID)
+	}
+	i.log.DebugContext(ctx, "call", attrs...)
 }
 
 // unaryProcedures are the unary RPCs of jobwatch's services: the calls

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -24,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/cors"
 
+	"github.com/jobwatch/jobwatch/auth"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
 	"github.com/jobwatch/jobwatch/jobs"
 )
@@ -109,6 +111,12 @@ type Config struct {
 	DemoKinds []string
 	// Version is reported by GetServerInfo. Default "dev".
 	Version string
+	// Tokens, when not nil, makes every call but GetServerInfo need a
+	// bearer token it knows, and confines each to what the token's role
+	// and tenant allow (README "Security"); SetTokens swaps them later.
+	// Nil (the default): no token is asked for and everyone may do
+	// everything, which is why serve then listens on loopback only.
+	Tokens *auth.Tokens
 }
 
 func (c Config) withDefaults() Config {
@@ -166,6 +174,10 @@ type Server struct {
 	health  *grpchealth.StaticChecker
 	handler http.Handler
 	parked  *parkedCalls
+
+	authRequired bool // Config.Tokens was given
+	tokens       atomic.Pointer[auth.Tokens]
+	openCalls    openCalls
 }
 
 // serviceNames are the services health and reflection report.
@@ -187,11 +199,17 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 		health:  grpchealth.NewStaticChecker(serviceNames...),
 	}
 	s.parked = &parkedCalls{limit: int64(cfg.MaxParkedCalls), metrics: s.metrics}
+	if cfg.Tokens != nil {
+		s.authRequired = true
+		s.tokens.Store(cfg.Tokens)
+	}
 	s.metrics.register(cfg.Registry, engine, cfg.Logger)
 
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
-		connect.WithInterceptors(&callInterceptor{metrics: s.metrics, log: s.log}),
+		// The gate runs inside callInterceptor, so the call's log line
+		// and metrics count its refusals and name the caller it admitted.
+		connect.WithInterceptors(&callInterceptor{metrics: s.metrics, log: s.log}, &gate{s}),
 		// Without it net/http would swallow a handler's panic into a
 		// debug-level log line and drop the connection, which clients
 		// retry as a transport error, forever.

@@ -19,6 +19,14 @@ var _ jobwatchv1connect.WorkerServiceHandler = (*workerService)(nil)
 
 func (h *workerService) ClaimJob(ctx context.Context, req *jobwatchv1.ClaimJobRequest) (*jobwatchv1.ClaimJobResponse, error) {
 	s := h.s
+	r := jobs.ClaimRequest{
+		WorkerID: req.GetWorkerId(),
+		Kinds:    req.GetKinds(),
+		Queues:   req.GetQueues(),
+	}
+	if err := workerScope(ctx, &r); err != nil {
+		return nil, err
+	}
 	s.metrics.parkedClaims.Inc()
 	defer s.metrics.parkedClaims.Dec()
 	deadline, parked := s.capDeadline(ctx, s.cfg.ClaimCap), s.parked.park("claim")
@@ -30,11 +38,7 @@ func (h *workerService) ClaimJob(ctx context.Context, req *jobwatchv1.ClaimJobRe
 		// workers from the jobs they wait for; it only may not park.
 		deadline = time.Now()
 	}
-	j, err := s.engine.Claim(ctx, jobs.ClaimRequest{
-		WorkerID: req.GetWorkerId(),
-		Kinds:    req.GetKinds(),
-		Queues:   req.GetQueues(),
-	}, deadline)
+	j, err := s.engine.Claim(ctx, r, deadline)
 	if errors.Is(err, jobs.ErrNoJob) && !parked {
 		return nil, s.parked.parkLimitError("claim")
 	}

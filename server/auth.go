@@ -1,0 +1,312 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+
+	"connectrpc.com/connect"
+
+	"github.com/jobwatch/jobwatch/auth"
+	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"github.com/jobwatch/jobwatch/jobs"
+)
+
+// Bearer tokens are checked in one place, gate, a connect interceptor on
+// every handler of JobService, WorkerService and QueueService: connect
+// hands it the same procedure and headers for Connect, gRPC and gRPC-Web,
+// and writes its refusals in each protocol's own way. gRPC health and
+// reflection stay open (they say nothing about jobs), and so does /metrics
+// (for scrapers; it shows tenant names and counts, never a token or a
+// job): bind or firewall the port accordingly (README "Security").
+
+// Errors a caller sees when its token does not let it in. None repeats
+// the token.
+var (
+	errTokenRequired = errors.New("a bearer token is required")
+	errTokenUnknown  = errors.New("the token is not known")
+	// errTokenRevoked ends the calls, streams included, of a token a
+	// reload removed or changed.
+	errTokenRevoked = errors.New("the token is no longer known")
+)
+
+// SetTokens swaps the tokens file in effect (serve does on SIGHUP): each
+// later call is checked against t, and every call in flight whose token t
+// no longer grants as it was (removed, or its role, tenant, tenants or
+// kinds changed) ends at once with unauthenticated, WatchJob and WatchJobs
+// streams included. It does nothing on a server made without
+// Config.Tokens, which never asks for a token; t nil then knows no token.
+func (s *Server) SetTokens(t *auth.Tokens) {
+	if !s.authRequired {
+		return
+	}
+	if t == nil {
+		t = &auth.Tokens{}
+	}
+	s.tokens.Store(t)
+	s.openCalls.endUngranted(t)
+}
+
+// gate is the interceptor that checks the bearer token of every call,
+// and the role the procedure needs. It puts the caller's Principal in the
+// context for the handlers, which scope what they read and change to the
+// caller's tenant.
+type gate struct{ s *Server }
+
+func (g *gate) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		ctx, end, err := g.s.admit(ctx, req.Spec().Procedure, req.Header())
+		if err != nil {
+			return nil, err
+		}
+		defer end()
+		resp, err := next(ctx, req)
+		if err := revoked(ctx); err != nil {
+			return nil, err
+		}
+		return resp, err
+	}
+}
+
+func (g *gate) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (g *gate) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		ctx, end, err := g.s.admit(ctx, conn.Spec().Procedure, conn.RequestHeader())
+		if err != nil {
+			return err
+		}
+		defer end()
+		err = next(ctx, conn)
+		if rerr := revoked(ctx); rerr != nil {
+			return rerr
+		}
+		return err
+	}
+}
+
+// admit decides whether the call may run: it returns the context the
+// handler runs in (carrying the caller's Principal, and cancelled if a
+// reload revokes the token) and end, to call when the call is over.
+func (s *Server) admit(ctx context.Context, procedure string, header http.Header) (context.Context, func(), error) {
+	nothing := func() {}
+	if !s.authRequired || procedure == jobwatchv1connect.JobServiceGetServerInfoProcedure {
+		// GetServerInfo is how the page learns that it needs a token.
+		return ctx, nothing, nil
+	}
+	token, ok := bearer(header)
+	if !ok {
+		return ctx, nothing, connect.NewError(connect.CodeUnauthenticated, errTokenRequired)
+	}
+	p, ok := s.tokens.Load().Lookup(token)
+	if !ok {
+		return ctx, nothing, connect.NewError(connect.CodeUnauthenticated, errTokenUnknown)
+	}
+	noteCaller(ctx, p)
+	if !may(p.Role, procedure) {
+		return ctx, nothing, connect.NewError(connect.CodePermissionDenied,
+			fmt.Errorf("a %s token may not call %s", p.Role, procedure))
+	}
+	ctx = auth.WithPrincipal(ctx, p)
+	ctx, cancel := context.WithCancelCause(ctx)
+	id := s.openCalls.add(p, cancel)
+	end := func() {
+		s.openCalls.remove(id)
+		cancel(nil)
+	}
+	// A reload that swapped the tokens between Lookup and add has not
+	// seen this call: look again, now that a later reload will.
+	if !s.tokens.Load().Grants(p) {
+		end()
+		return ctx, nothing, connect.NewError(connect.CodeUnauthenticated, errTokenUnknown)
+	}
+	return ctx, end, nil
+}
+
+// revoked is the error a call ends with when a reload revoked its token
+// while it ran, whatever the handler answered: unauthenticated.
+func revoked(ctx context.Context) error {
+	if errors.Is(context.Cause(ctx), errTokenRevoked) {
+		return connect.NewError(connect.CodeUnauthenticated, errTokenRevoked)
+	}
+	return nil
+}
+
+// bearer reads the token of an "Authorization: Bearer <token>" header;
+// the scheme is case-insensitive (RFC 9110).
+func bearer(h http.Header) (string, bool) {
+	scheme, token, ok := strings.Cut(h.Get("Authorization"), " ")
+	token = strings.TrimSpace(token)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return "", false
+	}
+	return token, true
+}
+
+// may reports whether role may call procedure: clients JobService,
+// workers WorkerService, admins everything (QueueService is admin only:
+// it shows every tenant's counts and schedules).
+func may(role auth.Role, procedure string) bool {
+	if role == auth.RoleAdmin {
+		return true
+	}
+	service, _, _ := strings.Cut(strings.TrimPrefix(procedure, "/"), "/")
+	switch service {
+	case jobwatchv1connect.JobServiceName:
+		return role == auth.RoleClient
+	case jobwatchv1connect.WorkerServiceName:
+		return role == auth.RoleWorker
+	}
+	return false
+}
+
+// openCalls are the calls admitted with a token and not yet over, so a
+// reload can end those whose token it revoked.
+type openCalls struct {
+	mu    sync.Mutex
+	next  uint64
+	calls map[uint64]openCall
+}
+
+type openCall struct {
+	principal auth.Principal
+	cancel    context.CancelCauseFunc
+}
+
+func (o *openCalls) add(p auth.Principal, cancel context.CancelCauseFunc) uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.calls == nil {
+		o.calls = map[uint64]openCall{}
+	}
+	o.next++
+	o.calls[o.next] = openCall{principal: p, cancel: cancel}
+	return o.next
+}
+
+func (o *openCalls) remove(id uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.calls, id)
+}
+
+// endUngranted ends every open call whose token t does not grant.
+func (o *openCalls) endUngranted(t *auth.Tokens) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for id, c := range o.calls {
+		if !t.Grants(c.principal) {
+			c.cancel(errTokenRevoked)
+			delete(o.calls, id)
+		}
+	}
+}
+
+// clientTenant is the tenant a client token confines the call to; ok is
+// false for an admin, a worker and a server without tokens, which are not
+// confined to one tenant.
+func clientTenant(ctx context.Context) (tenant string, ok bool) {
+	p, ok := auth.FromContext(ctx)
+	if !ok || p.Role != auth.RoleClient {
+		return "", false
+	}
+	return p.Tenant, true
+}
+
+// tenantFor is the tenant a call that names one (SubmitJob, ListJobs,
+// WatchJobs) acts for: a client's own when it names none or its own, and
+// permission_denied when it names another. Others get what they named.
+func tenantFor(ctx context.Context, requested string) (string, error) {
+	tenant, confined := clientTenant(ctx)
+	switch {
+	case !confined, requested == tenant:
+		return requested, nil
+	case requested == "":
+		return tenant, nil
+	}
+	return "", connect.NewError(connect.CodePermissionDenied,
+		fmt.Errorf("tenant: this token may only use tenant %q", tenant))
+}
+
+// checkJobTenant answers not_found, exactly as for a job that does not
+// exist, when a client asks for another tenant's job by id: whether the
+// job exists is none of its business. It reads the job first (a job's
+// tenant never changes, so the answer holds for the call after it).
+func (s *Server) checkJobTenant(ctx context.Context, op, id string) error {
+	tenant, confined := clientTenant(ctx)
+	if !confined {
+		return nil
+	}
+	j, err := s.engine.Get(ctx, id)
+	if err != nil {
+		return s.toConnectError(ctx, op, err)
+	}
+	if j.Tenant != tenant {
+		return s.toConnectError(ctx, op, jobs.ErrNotFound)
+	}
+	return nil
+}
+
+// workerScope narrows a claim to the worker token's tenants and kinds.
+// A request naming a kind the token may not claim is permission_denied
+// rather than silently narrowed, so a misconfigured worker learns it at
+// once instead of waiting for jobs it will never get; a request naming no
+// kinds claims the token's kinds.
+func workerScope(ctx context.Context, r *jobs.ClaimRequest) error {
+	p, ok := auth.FromContext(ctx)
+	if !ok || p.Role != auth.RoleWorker {
+		return nil
+	}
+	if len(p.Kinds) > 0 {
+		if len(r.Kinds) == 0 {
+			r.Kinds = slices.Clone(p.Kinds)
+		}
+		for i, k := range r.Kinds {
+			if !slices.Contains(p.Kinds, k) {
+				return connect.NewError(connect.CodePermissionDenied,
+					fmt.Errorf("kinds[%d]: this token may not claim jobs of kind %q", i, k))
+			}
+		}
+	}
+	scopeTenants(r, p.Tenants)
+	return nil
+}
+
+// callerNote is where gate leaves the caller it found (admitted or not)
+// for callInterceptor, which runs around it, to log and count.
+type callerNote struct {
+	principal auth.Principal
+	ok        bool
+}
+
+type callerNoteKey struct{}
+
+func withCallerNote(ctx context.Context) context.Context {
+	return context.WithValue(ctx, callerNoteKey{}, &callerNote{})
+}
+
+func noteCaller(ctx context.Context, p auth.Principal) {
+	if n, ok := ctx.Value(callerNoteKey{}).(*callerNote); ok {
+		n.principal, n.ok = p, true
+	}
+}
+
+func callerOf(ctx context.Context) (auth.Principal, bool) {
+	if n, ok := ctx.Value(callerNoteKey{}).(*callerNote); ok && n.ok {
+		return n.principal, true
+	}
+	return auth.Principal{}, false
+}
+
+// scopeTenants limits a worker's claim to its token's tenants (empty:
+// any).
+func scopeTenants(r *jobs.ClaimRequest, tenants []string) {
+	// jobs.ClaimRequest.Tenants lands with issue 9's tenant filter.
+	_ = tenants
+}
