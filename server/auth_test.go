@@ -21,13 +21,13 @@ import (
 // worker token without limits, a worker token limited to one kind, and
 // an admin token.
 const (
-	acmeToken      = "acme-client-token"
-	globexToken    = "globex-client-token"
-	workerToken    = "worker-token"
-	enrichToken    = "enrich-worker-token"
-	adminToken     = "admin-token"
-	unknownToken   = "a-token-nobody-issued"
-	missingJobID   = "01JZZZZZZZZZZZZZZZZZZZZZZZ" // well formed, never issued
+	acmeToken    = "acme-client-token"
+	globexToken  = "globex-client-token"
+	workerToken  = "worker-token"
+	enrichToken  = "enrich-worker-token"
+	adminToken   = "admin-token"
+	unknownToken = "a-token-nobody-issued"
+	missingJobID = "01JZZZZZZZZZZZZZZZZZZZZZZZ" // well formed, never issued
 )
 
 func testTokens(t *testing.T, tokens ...string) *auth.Tokens {

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jobwatch/jobwatch/auth"
 	"github.com/jobwatch/jobwatch/config"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/server"
@@ -26,10 +27,12 @@ const serveUsage = `Usage: jobwatch serve [flags]
 
 Runs the server: the API (Connect, gRPC and gRPC-Web), the page at /,
 /metrics and gRPC health on one port, HTTP/1.1 and cleartext HTTP/2, with
-jobs in a SQLite file. Without authentication it listens on loopback only.
-SIGINT or SIGTERM shuts it down gracefully: parked calls answer at once.
-SIGHUP reloads the --config file; a file with a mistake is refused (the
-log names its line and key) and the config in effect stays.
+jobs in a SQLite file. With --tokens every call needs a bearer token the
+file lists (jobwatch token new makes one); without it, it listens on
+loopback only. SIGINT or SIGTERM shuts it down gracefully: parked calls
+answer at once. SIGHUP reloads the --config and --tokens files; a file
+with a mistake is refused (the log names its line and key) and the one in
+effect stays; calls and streams of a token the new file removed end.
 
 Flags:
 `
@@ -39,6 +42,7 @@ type serveFlags struct {
 	addr            string
 	db              string
 	config          string
+	tokens          string
 	waitCap         time.Duration
 	claimCap        time.Duration
 	leaseTimeout    time.Duration
@@ -63,6 +67,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "`host:port` to listen on (HTTP/1.1 and h2c)")
 	fs.StringVar(&f.db, "db", "jobwatch.db", "SQLite database `file` (created if missing)")
 	fs.StringVar(&f.config, "config", "", "YAML configuration `file`: retention, strict, queues, pools, schedules and alerts (see the README); SIGHUP reloads it")
+	fs.StringVar(&f.tokens, "tokens", "", "YAML tokens `file`: the SHA-256 of each bearer token with its role and tenant (see the README \"Security\"); every call then needs a token, and --addr may be any address; SIGHUP reloads it")
 	fs.DurationVar(&f.waitCap, "wait-cap", 60*time.Second, "longest a WaitJob parks before answering with the current state")
 	fs.DurationVar(&f.claimCap, "claim-cap", 30*time.Second, "longest a ClaimJob parks before answering with no job")
 	fs.DurationVar(&f.leaseTimeout, "lease-timeout", 30*time.Second, "a running job without a heartbeat for this long is lost (or retried)")
@@ -112,7 +117,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 			return f, usageError{"--cors-origins: " + err.Error()}
 		}
 	}
-	if err := checkLoopback(f.addr, f.insecure); err != nil {
+	if err := checkLoopback(f.addr, f.insecure || f.tokens != ""); err != nil {
 		return f, err
 	}
 	return f, nil
@@ -137,19 +142,19 @@ func checkOrigin(o string) error {
 	return nil
 }
 
-// checkLoopback enforces DESIGN.md "Auth": with no tokens file (none can
-// be given yet) the server may listen on loopback only, unless --insecure
-// says the operator knows.
-func checkLoopback(addr string, insecure bool) error {
+// checkLoopback enforces DESIGN.md "Auth": with no tokens file the
+// server may listen on loopback only, unless --insecure says the operator
+// knows. allowed is true when either is given.
+func checkLoopback(addr string, allowed bool) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return usageError{fmt.Sprintf("--addr %q: %v", addr, err)}
 	}
-	if insecure || isLoopback(host) {
+	if allowed || isLoopback(host) {
 		return nil
 	}
 	return usageError{fmt.Sprintf("--addr %q is not a loopback address and there is no authentication: "+
-		"listen on 127.0.0.1 or [::1], or pass --insecure to let anyone who can reach it submit, cancel and run jobs", addr)}
+		"give --tokens, listen on 127.0.0.1 or [::1], or pass --insecure to let anyone who can reach it submit, cancel and run jobs", addr)}
 }
 
 // isLoopback reports whether host names only this machine. An empty host
@@ -178,6 +183,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("--config: %w", err)
 		}
 	}
+	var tokens *auth.Tokens
+	if f.tokens != "" {
+		if tokens, err = auth.LoadTokens(f.tokens); err != nil {
+			return fmt.Errorf("--tokens: %w", err)
+		}
+	}
 
 	st, err := sqlite.OpenWith(f.db, sqlite.Config{LockTimeout: f.lockTimeout, Logger: log})
 	if err != nil {
@@ -192,11 +203,6 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Metrics:      metrics,
 		Rules:        rules,
 	})
-	if f.config != "" {
-		// From here on a SIGHUP reloads the file instead of ending the process.
-		stopReloads := reloadOnHangup(engine, f.config, log)
-		defer stopReloads()
-	}
 	srv := server.New(engine, server.Config{
 		WaitCap:             f.waitCap,
 		ClaimCap:            f.claimCap,
@@ -213,7 +219,20 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Page:                web.Handler(),
 		CORSOrigins:         splitList(f.corsOrigins),
 		Version:             version(),
+		Tokens:              tokens,
 	})
+	if f.config != "" || f.tokens != "" {
+		// From here on a SIGHUP reloads the files instead of ending the process.
+		stopReloads := reloadOnHangup(log, func() {
+			if f.config != "" {
+				reloadConfig(engine, f.config, log)
+			}
+			if f.tokens != "" {
+				reloadTokens(srv, f.tokens, log)
+			}
+		})
+		defer stopReloads()
+	}
 
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
@@ -229,7 +248,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if f.config != "" {
 		attrs = append(attrs, "config", f.config, "queues", len(rules.Queues), "strict", rules.Strict)
 	}
-	if host, _, _ := net.SplitHostPort(f.addr); isLoopback(host) {
+	if f.tokens != "" {
+		attrs = append(attrs, "tokens", f.tokens, "tokens_known", tokens.Len())
+	}
+	if host, _, _ := net.SplitHostPort(f.addr); f.tokens != "" {
+		log.Info("listening; every call but GetServerInfo needs a bearer token from the tokens file", attrs...)
+	} else if isLoopback(host) {
 		log.Info("listening on loopback only, without authentication: any local user can call the API", attrs...)
 	} else {
 		log.Warn("listening beyond loopback WITHOUT authentication (--insecure): anyone who can reach it can submit, cancel and run jobs", attrs...)
@@ -258,12 +282,12 @@ func loadRules(path string) (jobs.Rules, error) {
 	return f.Rules()
 }
 
-// reloadOnHangup reloads the configuration file at path on every SIGHUP
-// until the returned function is called. The engine swaps the rules
-// whole, so parked calls stay parked and each later decision sees either
-// the old rules or the new ones; a file with a mistake is refused and
-// logged, and the rules in effect stay.
-func reloadOnHangup(engine *jobs.Engine, path string, log *slog.Logger) (stop func()) {
+// reloadOnHangup calls reload on every SIGHUP until the returned function
+// is called. reloadConfig and reloadTokens each swap what they read whole,
+// so parked calls stay parked and each later decision sees either the old
+// file or the new one; a file with a mistake is refused and logged, and
+// the one in effect stays.
+func reloadOnHangup(log *slog.Logger, reload func()) (stop func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	done := make(chan struct{})
@@ -274,7 +298,8 @@ func reloadOnHangup(engine *jobs.Engine, path string, log *slog.Logger) (stop fu
 			case <-done:
 				return
 			case <-hup:
-				reloadConfig(engine, path, log)
+				log.Debug("SIGHUP: reloading")
+				reload()
 			}
 		}
 	})
@@ -298,6 +323,19 @@ func reloadConfig(engine *jobs.Engine, path string, log *slog.Logger) {
 	}
 	log.Info("config reloaded", "config", path, "queues", len(rules.Queues), "schedules", len(rules.Schedules),
 		"strict", rules.Strict, "retention", rules.Retention)
+}
+
+// reloadTokens reads the tokens file at path again and hands it to srv,
+// which ends the calls of the tokens it no longer lists.
+func reloadTokens(srv *server.Server, path string, log *slog.Logger) {
+	tokens, err := auth.LoadTokens(path)
+	if err != nil {
+		log.Error("tokens reload refused; the tokens in effect stay", "tokens", path,
+			"err", strings.ReplaceAll(err.Error(), "\n", "; "))
+		return
+	}
+	srv.SetTokens(tokens)
+	log.Info("tokens reloaded", "tokens", path, "tokens_known", tokens.Len())
 }
 
 func splitList(s string) []string {
