@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -52,11 +52,12 @@ func (t *Tokens) Lookup(token string) (Principal, bool) {
 		return Principal{}, false
 	}
 	digest := sha256.Sum256([]byte(token))
+	// found is chosen without a branch on the comparison; the digests
+	// of a file are distinct, so at most one entry matches.
 	found := -1
 	for i := range t.entries {
-		if subtle.ConstantTimeCompare(digest[:], t.entries[i].digest[:]) == 1 {
-			found = i
-		}
+		match := subtle.ConstantTimeCompare(digest[:], t.entries[i].digest[:])
+		found = subtle.ConstantTimeSelect(match, i, found)
 	}
 	if found < 0 {
 		return Principal{}, false
@@ -124,7 +125,8 @@ func LoadTokens(path string) (*Tokens, error) {
 //	    kinds: [enrich]     # worker only, optional: which kinds (default all)
 //
 // Unknown keys, a sha256 listed twice and keys that do not fit the role
-// are refused with their line; path only names the file in errors. An
+// are refused with their line; path only names the file in errors, which
+// never quote a value of the file (it may be a token pasted by mistake). An
 // empty file, or tokens: [], knows no token: every call that needs one is
 // refused.
 func ParseTokens(path string, data []byte) (*Tokens, error) {
@@ -134,7 +136,7 @@ func ParseTokens(path string, data []byte) (*Tokens, error) {
 	case errors.Is(err, io.EOF):
 		return &Tokens{}, nil
 	case err != nil:
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, &Error{Path: path, Reason: "not valid YAML: " + unquoted(err.Error())}
 	}
 	var more yaml.Node
 	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
@@ -217,7 +219,7 @@ func (p *parser) token(key string, n *yaml.Node) {
 			case RoleClient, RoleWorker, RoleAdmin:
 				pr.Role = r
 			default:
-				p.fail(v, k, "%q is not a role: client, worker or admin", s)
+				p.fail(v, k, "is not a role: client, worker or admin")
 			}
 		},
 		"tenant": func(k string, v *yaml.Node) {
@@ -290,6 +292,9 @@ func (p *parser) mapping(n *yaml.Node, prefix string, fs fields) bool {
 		}
 		field, ok := fs[k.Value]
 		switch {
+		case !ok && looksLikeToken(k.Value):
+			p.fail(k, prefix, "an unknown key that looks like a token (not shown)%s", knownKeys(fs))
+			continue
 		case !ok:
 			p.fail(k, key, "unknown key%s", knownKeys(fs))
 			continue
@@ -305,6 +310,13 @@ func (p *parser) mapping(n *yaml.Node, prefix string, fs fields) bool {
 		field(key, v)
 	}
 	return true
+}
+
+// looksLikeToken reports whether a key may be a token pasted in the
+// wrong place: one with jobwatch token new's prefix, or longer than any
+// key.
+func looksLikeToken(key string) bool {
+	return strings.Contains(key, "jw_") || len(key) > 32
 }
 
 func knownKeys(fs fields) string {
@@ -336,7 +348,7 @@ func (p *parser) name(n *yaml.Node, key string, dst *string) {
 		return
 	}
 	if err := jobs.CheckName(key, s); err != nil {
-		p.fail(n, key, "%q: %s", s, reasonOf(err))
+		p.fail(n, key, "%s", reasonOf(err))
 		return
 	}
 	*dst = s
@@ -372,6 +384,15 @@ func reasonOf(err error) string {
 	return err.Error()
 }
 
+// quotedRE is what YAML's syntax errors quote from the file (an anchor's
+// name, a character).
+var quotedRE = regexp.MustCompile(`'[^']*'`)
+
+// unquoted is a YAML syntax error without what it quotes of the file.
+func unquoted(msg string) string {
+	return quotedRE.ReplaceAllString(strings.TrimPrefix(msg, "yaml: "), "'…'")
+}
+
 // deref follows an alias (*anchor) to the node it names.
 func deref(n *yaml.Node) *yaml.Node {
 	for n.Kind == yaml.AliasNode {
@@ -380,6 +401,9 @@ func deref(n *yaml.Node) *yaml.Node {
 	return n
 }
 
+// describe says what n is without quoting it: a value in the wrong place
+// of a tokens file may be a token pasted by mistake, and errors go to
+// logs. The line and column show where it is.
 func describe(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.SequenceNode:
@@ -387,5 +411,13 @@ func describe(n *yaml.Node) string {
 	case yaml.MappingNode:
 		return "a mapping"
 	}
-	return strconv.Quote(n.Value)
+	switch n.ShortTag() {
+	case "!!str":
+		return "a string"
+	case "!!int", "!!float":
+		return "a number"
+	case "!!bool":
+		return "true or false"
+	}
+	return "a value"
 }

@@ -135,7 +135,7 @@ func TestParseTokensRefusesEveryMistakeWithItsLineAndKey(t *testing.T) {
 			[]string{"t.yaml:3:14: tokens[1].sha256: the same sha256 as tokens[0].sha256"}},
 		{"no sha256", "tokens:\n  - role: admin\n", []string{"t.yaml:2:5: tokens[0].sha256: is required"}},
 		{"no role", "tokens:\n  - sha256: " + digest + "\n", []string{"tokens[0].role: is required"}},
-		{"an unknown role", "tokens:\n  - {sha256: " + digest + ", role: root}\n", []string{`tokens[0].role: "root" is not a role: client, worker or admin`}},
+		{"an unknown role", "tokens:\n  - {sha256: " + digest + ", role: root}\n", []string{`t.yaml:2:86: tokens[0].role: is not a role: client, worker or admin`}},
 		{"a client without a tenant", "tokens:\n  - {sha256: " + digest + ", role: client}\n", []string{"tokens[0].tenant: is required for a client token"}},
 		{"a client with kinds", "tokens:\n  - {sha256: " + digest + ", role: client, tenant: acme, kinds: [a]}\n", []string{"tokens[0].kinds: is for worker tokens"}},
 		{"a client with tenants", "tokens:\n  - {sha256: " + digest + ", role: client, tenant: acme, tenants: [a]}\n", []string{"tokens[0].tenants: is for worker tokens"}},
@@ -143,13 +143,13 @@ func TestParseTokensRefusesEveryMistakeWithItsLineAndKey(t *testing.T) {
 		{"an admin with a tenant", "tokens:\n  - {sha256: " + digest + ", role: admin, tenant: acme}\n", []string{"tokens[0].tenant: is refused for an admin token"}},
 		{"an admin with kinds", "tokens:\n  - {sha256: " + digest + ", role: admin, kinds: [a]}\n", []string{"tokens[0].kinds: is refused for an admin token"}},
 		{"an empty kinds list", "tokens:\n  - {sha256: " + digest + ", role: worker, kinds: []}\n", []string{"tokens[0].kinds: is empty"}},
-		{"a tenant that is no name", "tokens:\n  - {sha256: " + digest + ", role: client, tenant: \"a b\"}\n", []string{`tokens[0].tenant: "a b"`}},
+		{"a tenant that is no name", "tokens:\n  - {sha256: " + digest + ", role: client, tenant: \"a b\"}\n", []string{`tokens[0].tenant: may only contain letters`}},
 		{"a number for a tenant", "tokens:\n  - {sha256: " + digest + ", role: client, tenant: 12}\n", []string{"tokens[0].tenant: must be a string"}},
 		{"a key given twice", "tokens:\n  - sha256: " + digest + "\n    role: admin\n    role: client\n", []string{"t.yaml:4:5: tokens[0].role: given twice"}},
 		{"tokens not a list", "tokens: {}\n", []string{"tokens: must be a list"}},
 		{"two documents", "tokens: []\n---\ntokens: []\n", []string{"one YAML document"}},
 		{"two mistakes at once", "tokens:\n  - {sha256: x, role: admin}\n  - {sha256: " + digest + ", role: boss}\n",
-			[]string{"tokens[0].sha256: must be 64 hex digits", `tokens[1].role: "boss" is not a role`}},
+			[]string{"tokens[0].sha256: must be 64 hex digits", `t.yaml:3:86: tokens[1].role: is not a role`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -162,7 +162,7 @@ func TestParseTokensRefusesEveryMistakeWithItsLineAndKey(t *testing.T) {
 					t.Errorf("error %q does not say %q", err, want)
 				}
 			}
-			if strings.Contains(err.Error(), "acme-client-token") {
+			if strings.Contains(err.Error(), "acme-client-token") || strings.Contains(err.Error(), "root") || strings.Contains(err.Error(), "boss") {
 				t.Errorf("the error %q repeats what may be a token", err)
 			}
 		})
