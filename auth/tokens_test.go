@@ -1,6 +1,7 @@
 package auth_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -180,5 +181,29 @@ func TestLoadTokensReadsTheFile(t *testing.T) {
 	}
 	if _, err := auth.LoadTokens(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("a missing file: %v", err)
+	}
+}
+
+// BenchmarkLookup is the cost of checking one call's token against files
+// of growing size: Lookup compares with every entry.
+func BenchmarkLookup(b *testing.B) {
+	for _, n := range []int{1, 10, 100, 1000} {
+		b.Run(fmt.Sprintf("%d tokens", n), func(b *testing.B) {
+			var file strings.Builder
+			file.WriteString("tokens:\n")
+			for i := range n {
+				fmt.Fprintf(&file, "  - {sha256: %s, role: admin}\n", auth.Digest(fmt.Sprint("token-", i)))
+			}
+			tokens, err := auth.ParseTokens("t.yaml", []byte(file.String()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			token := fmt.Sprint("token-", n/2)
+			for b.Loop() {
+				if _, ok := tokens.Lookup(token); !ok {
+					b.Fatal("not found")
+				}
+			}
+		})
 	}
 }
