@@ -131,6 +131,18 @@ func claimedWithin(t *testing.T, out <-chan outcome[store.Job]) store.Job {
 	}
 }
 
+// claimedWhenDue fails the test if a job due at runAt was claimed at at,
+// before it was due or long after. The upper bound is loose on purpose:
+// on a shared machine under -race the timer, the read and the claim took
+// over a second (1.29s seen with -count=5), and it is the counts of reads
+// and wakes, not the lateness, that show no claimer polled.
+func claimedWhenDue(t *testing.T, at, runAt time.Time) {
+	t.Helper()
+	if at.Before(runAt.Truncate(time.Microsecond)) || at.After(runAt.Add(5*time.Second)) {
+		t.Errorf("claimed %v after run_at, want at or after it, within 5s", at.Sub(runAt))
+	}
+}
+
 func TestParkedClaimersThatCannotUseAJobAreNotWoken(t *testing.T) {
 	const parked = 10
 	tests := []struct {
@@ -291,9 +303,7 @@ func TestAJobDueLaterWakesOneParkedClaimerWithoutPolling(t *testing.T) {
 	if j.ID != want.ID {
 		t.Fatalf("claimed %s, want %s", j.ID, want.ID)
 	}
-	if at.Before(runAt.Truncate(time.Microsecond)) || at.After(runAt.Add(time.Second)) {
-		t.Errorf("claimed %v after run_at, want within a second after it", at.Sub(runAt))
-	}
+	claimedWhenDue(t, at, runAt)
 	// One read: the woken claimer's, at run_at. None polled before.
 	if n := st.reads.Load() - reads; n != 1 {
 		t.Errorf("reads: %d, want 1", n)
@@ -325,9 +335,7 @@ func TestAJobQueuedBeforeTheEngineStartedWakesAClaimerWhenDue(t *testing.T) {
 	if j.ID != want.ID {
 		t.Fatalf("claimed %s, want %s", j.ID, want.ID)
 	}
-	if at.Before(runAt.Truncate(time.Microsecond)) || at.After(runAt.Add(time.Second)) {
-		t.Errorf("claimed %v after run_at, want within a second after it", at.Sub(runAt))
-	}
+	claimedWhenDue(t, at, runAt)
 	if n := st.reads.Load() - reads; n != 1 {
 		t.Errorf("reads: %d, want 1", n)
 	}
@@ -387,7 +395,7 @@ func TestAJobOfAnotherTenantDueLaterWakesNoParkedClaimer(t *testing.T) {
 			// globex's job is due first, acme's a moment later: acme's
 			// claimers must sleep through the first and wake once for
 			// the second.
-			due := time.Now().Add(time.Second)
+			due := time.Now().Add(1500 * time.Millisecond)
 			submitBoth := func() store.Job {
 				submit(t, e, jobs.SubmitRequest{Tenant: "globex", Kind: "mail", RunAt: due})
 				return submit(t, e, jobs.SubmitRequest{Tenant: "acme", Kind: "mail", RunAt: due.Add(300 * time.Millisecond)})
@@ -549,9 +557,7 @@ func TestAJobRetriedAfterABackoffWakesOneParkedClaimerWhenDue(t *testing.T) {
 	if again.ID != j.ID || again.Attempt != 2 {
 		t.Fatalf("claimed %s attempt %d, want %s attempt 2", again.ID, again.Attempt, j.ID)
 	}
-	if at.Before(retried.RunAt) || at.After(retried.RunAt.Add(time.Second)) {
-		t.Errorf("claimed %v after run_at, want within a second after it", at.Sub(retried.RunAt))
-	}
+	claimedWhenDue(t, at, retried.RunAt)
 	if n := st.reads.Load() - reads; n != 1 {
 		t.Errorf("reads: %d, want 1", n)
 	}
