@@ -304,9 +304,9 @@ type Store interface {
 	// tenants, kinds and queues that ClaimJob could take once that time
 	// comes (their queue and pools have room now, and a serial queue's job
 	// is its head), whether it is past or not, and ok false if none does.
-	// It is a read, so a parked claim that wakes
-	// can learn whether ClaimJob, a write, would find a job (runAt at or
-	// before now) and, if not, when it should look again.
+	// It is a read, so a parked claim that wakes can learn whether
+	// ClaimJob, a write, would find a job (runAt at or before now) and, if
+	// not, when it should look again.
 	NextReady(ctx context.Context, f ClaimFilter) (runAt time.Time, ok bool, err error)
 
 	// ScheduledJobs returns the QUEUED jobs whose RunAt is after now,

@@ -608,8 +608,9 @@ func pickQuery(f store.ClaimFilter, ready bool) (string, []any) {
 		names = `names(name) AS (SELECT DISTINCT value FROM json_each(:queues))`
 		args = append(args, sql.Named("queues", mustJSON(f.Queues, "[]")))
 	}
-	// match is the worker's own filter, checked on each queue's head
-	// after the rules chose it.
+	// match is the worker's own filter: a queue's head is its first job
+	// that matches, but a serial queue's is its first job, which then
+	// must match.
 	match := ""
 	if len(f.Tenants) > 0 {
 		match += " AND tenant IN (SELECT value FROM json_each(:tenants))"
