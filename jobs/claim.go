@@ -10,14 +10,22 @@ import (
 )
 
 // ClaimRequest says which jobs a worker may run.
+//
+// Tenants, Kinds and Queues each narrow the jobs it may claim; none lets
+// it past a queue's order: a serial queue whose head it may not run
+// (another tenant's or kind's) gives it nothing until that head is taken.
 type ClaimRequest struct {
 	WorkerID string   // required: shown on the job as who runs it
+	Tenants  []string // empty: any
 	Kinds    []string // empty: any
 	Queues   []string // empty: any
 }
 
 func (r ClaimRequest) validate() error {
 	if err := validName("worker_id", r.WorkerID); err != nil {
+		return err
+	}
+	if err := validNames("tenants", r.Tenants); err != nil {
 		return err
 	}
 	if err := validNames("kinds", r.Kinds); err != nil {
@@ -49,15 +57,15 @@ func validNames(field string, vs []string) error {
 // The first look of a call writes at once (store.ClaimJob, one
 // transaction on the single writer), because a worker that asks usually
 // has work waiting. Parking polls nothing: the claim is registered with
-// its kinds and queues (claimers.go) from before that first look, and a
-// new ready job wakes one registered claim that may run it, not every
-// one; a job due later wakes one when its RunAt comes, by one timer for
-// the whole engine; a job ending in a queue with limits wakes every
-// claim that may take from the queues whose room it frees. A woken claim
-// first reads whether a job it may run is ready (store.NextReady, on the
-// read pool) and writes only if one is, so a wake that was not needed
-// (the job was taken by another first look, or its queue is full) costs
-// one read, never a write queued in front of the next Submit or
+// its tenants, kinds and queues (claimers.go) from before that first
+// look, and a new ready job wakes one registered claim that may run it,
+// not every one; a job due later wakes one when its RunAt comes, by one
+// timer for the whole engine; a job ending in a queue with limits wakes
+// every claim that may take from the queues whose room it frees. A woken
+// claim first reads whether a job it may run is ready (store.NextReady,
+// on the read pool) and writes only if one is, so a wake that was not
+// needed (the job was taken by another first look, or its queue is full)
+// costs one read, never a write queued in front of the next Submit or
 // Complete.
 //
 // If ctx ends just after the store committed a claim, the job is RUNNING
@@ -142,7 +150,7 @@ func (e *Engine) Claim(ctx context.Context, r ClaimRequest, deadline time.Time) 
 // could not see the other replicas' claims.
 func (e *Engine) claimFilter(r ClaimRequest) store.ClaimFilter {
 	rules := e.rules.Load()
-	return store.ClaimFilter{Kinds: r.Kinds, Queues: r.Queues, Now: e.now(), Limits: rules.limits, Pools: rules.Pools}
+	return store.ClaimFilter{Tenants: r.Tenants, Kinds: r.Kinds, Queues: r.Queues, Now: e.now(), Limits: rules.limits, Pools: rules.Pools}
 }
 
 // claimOnce tries one claim of a job f selects, for workerID. woken says

@@ -476,3 +476,69 @@ func TestAJobPublishedByAnotherReplicaWakesAParkedClaimer(t *testing.T) {
 		t.Fatalf("claim: %s, %v; want %s", j.ID, err, want.ID)
 	}
 }
+
+func TestAWorkerLimitedToATenantNeverGetsAnotherTenantsJob(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{Rules: jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {Serial: true}}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	acme := jobs.ClaimRequest{WorkerID: "acme-worker", Tenants: []string{"acme"}}
+	claimNow := func(r jobs.ClaimRequest) (store.Job, error) { return e.Claim(ctx, r, time.Now()) }
+
+	// A queue without rules: acme's worker takes acme's job past an
+	// older one of globex, and nothing else.
+	theirs := submit(t, e, jobs.SubmitRequest{Tenant: "globex"})
+	mine := submit(t, e, jobs.SubmitRequest{Tenant: "acme"})
+	if j, err := claimNow(acme); err != nil || j.ID != mine.ID {
+		t.Fatalf("acme's worker claimed %s, %v; want acme's %s", j.ID, err, mine.ID)
+	}
+	if j, err := claimNow(acme); !errors.Is(err, jobs.ErrNoJob) {
+		t.Fatalf("acme's worker claimed %s, %v; want ErrNoJob with only globex's job queued", j.ID, err)
+	}
+	if got := get(t, e, theirs.ID); got.State != store.Queued {
+		t.Fatalf("globex's job is %s, want still queued", got.State)
+	}
+
+	// A serial queue whose head is globex's: acme's worker waits behind
+	// it, parked, and claims its own job once the head has run.
+	head := submit(t, e, jobs.SubmitRequest{Tenant: "globex", Queue: "index"})
+	next := submit(t, e, jobs.SubmitRequest{Tenant: "acme", Queue: "index"})
+	acme.Queues = []string{"index"}
+	parked := async(func() (store.Job, error) { return e.Claim(ctx, acme, soon()) })
+	waitParked(t, e, 1)
+	j, err := claimNow(jobs.ClaimRequest{WorkerID: "globex-worker", Tenants: []string{"globex"}, Queues: []string{"index"}})
+	if err != nil || j.ID != head.ID {
+		t.Fatalf("globex's worker claimed %s, %v; want the head %s", j.ID, err, head.ID)
+	}
+	waitParked(t, e, 1)
+	if _, err := e.Complete(ctx, j.ID, j.LeaseID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := await(t, parked); err != nil || j.ID != next.ID {
+		t.Fatalf("acme's parked worker claimed %s, %v; want %s once the head ended", j.ID, err, next.ID)
+	}
+}
+
+func TestAClaimNamingTooManyTenantsOrABadOneIsRefused(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	many := make([]string, jobs.MaxFilterItems+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("t%d", i)
+	}
+	tests := []struct {
+		name    string
+		tenants []string
+		field   string
+	}{
+		{"more tenants than a filter may list", many, "tenants"},
+		{"a tenant that is no name", []string{"acme", "a,b"}, "tenants[1]"},
+		{"an empty tenant", []string{""}, "tenants[0]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w", Tenants: tt.tenants}, time.Now())
+			if !isInvalid(err, tt.field) {
+				t.Fatalf("claim: %v; want an InvalidError for %q", err, tt.field)
+			}
+		})
+	}
+}

@@ -14,17 +14,18 @@ import (
 
 // The registry of parked claims: whom each change wakes.
 //
-// A Claim registers itself (its kinds and queues) before its first look
-// and stays registered until it returns, so a job committed after the
-// registration is either seen by a look or wakes the claimer: none is
-// lost between a look and a park. Each claimer counts the wakes it was
-// given (gen); it parks only if none came since its last look began,
-// else it looks again.
+// A Claim registers itself (its tenants, kinds and queues) before its
+// first look and stays registered until it returns, so a job committed
+// after the registration is either seen by a look or wakes the claimer:
+// none is lost between a look and a park. Each claimer counts the wakes
+// it was given (gen); it parks only if none came since its last look
+// began, else it looks again.
 //
 // Whom a change wakes:
 //
 //   - A job committed QUEUED and ready now wakes one claimer whose
-//     filter takes it: the first parked one in registration order, or,
+//     filter (tenants, kinds, queues) takes it, never one limited to
+//     other tenants: the first parked one in registration order, or,
 //     when none is parked, the first one that is looking (its look may
 //     have begun before the commit). The claimer owes the job an answer:
 //     if it claims another job or returns without one (its caller went
@@ -39,11 +40,12 @@ import (
 //   - A job that ends, or is QUEUED again after it ran, in a queue with
 //     limits (serial, max_running, pools) frees room in the queue and in
 //     every queue sharing a pool with it: every claimer that may take
-//     from those queues is woken (a broadcast: which of them has a job
-//     behind the limit is known only to the store). One blocked by the
-//     limits again finds nothing and parks. The snapshot does not say
-//     whether a QUEUED job ran before, so any QUEUED snapshot after the
-//     first version of a job in such a queue counts as freeing room.
+//     from those queues, whatever its tenants and kinds, is woken (a
+//     broadcast: which of them has a job behind the limit is known only
+//     to the store). One blocked by the limits again finds nothing and
+//     parks. The snapshot does not say whether a QUEUED job ran before,
+//     so any QUEUED snapshot after the first version of a job in such a
+//     queue counts as freeing room.
 //   - SetRules wakes every claimer: the limits changed.
 //
 // The jobs queued to run later before the engine started are read from
@@ -102,10 +104,12 @@ func (cs *claimers) limit() int {
 
 // claimer is one registered Claim.
 type claimer struct {
-	kinds, queues []string
-	key           string // kinds and queues sorted: claimers with one key see the same jobs
-	elem          *list.Element
-	wake          chan struct{} // capacity 1: look again
+	tenants, kinds, queues []string
+	// key: tenants, kinds and queues sorted; claimers with one key see
+	// the same jobs.
+	key  string
+	elem *list.Element
+	wake chan struct{} // capacity 1: look again
 
 	parked   bool        // parked since its last look, and not woken since
 	gen      uint64      // wakes given to it
@@ -117,31 +121,37 @@ type claimer struct {
 // claimWake is a reason to look: a job that is ready (jobID), or a time
 // that came due for the claimers of one filter (due, key).
 type claimWake struct {
-	jobID, kind, queue string
-	due                bool
-	key                string
+	jobID, tenant, kind, queue string
+	due                        bool
+	key                        string
 }
 
 func newClaimer(r ClaimRequest) *claimer {
-	kinds, queues := slices.Clone(r.Kinds), slices.Clone(r.Queues)
-	slices.Sort(kinds)
-	slices.Sort(queues)
 	// Names never hold "," or "|" (validName), so the key is unambiguous.
+	part := func(names []string) string {
+		names = slices.Clone(names)
+		slices.Sort(names)
+		return strings.Join(slices.Compact(names), ",")
+	}
 	return &claimer{
-		kinds:  r.Kinds,
-		queues: r.Queues,
-		key:    strings.Join(slices.Compact(kinds), ",") + "|" + strings.Join(slices.Compact(queues), ","),
-		wake:   make(chan struct{}, 1),
+		tenants: r.Tenants,
+		kinds:   r.Kinds,
+		queues:  r.Queues,
+		key:     part(r.Tenants) + "|" + part(r.Kinds) + "|" + part(r.Queues),
+		wake:    make(chan struct{}, 1),
 	}
 }
 
-// takes reports whether c may claim a job of kind in queue.
-func (c *claimer) takes(kind, queue string) bool {
-	return (len(c.kinds) == 0 || slices.Contains(c.kinds, kind)) &&
+// takes reports whether c may claim a job of tenant and kind in queue.
+func (c *claimer) takes(tenant, kind, queue string) bool {
+	return (len(c.tenants) == 0 || slices.Contains(c.tenants, tenant)) &&
+		(len(c.kinds) == 0 || slices.Contains(c.kinds, kind)) &&
 		(len(c.queues) == 0 || slices.Contains(c.queues, queue))
 }
 
-// takesFrom reports whether c may claim from any of queues.
+// takesFrom reports whether c may claim from any of queues. Room freed
+// in a queue is room for every tenant's and kind's job behind it, so
+// neither narrows whom it wakes.
 func (c *claimer) takesFrom(queues []string) bool {
 	if len(c.queues) == 0 {
 		return true
@@ -158,7 +168,7 @@ func (c *claimer) answers(w claimWake) bool {
 	if w.due {
 		return c.key == w.key
 	}
-	return c.takes(w.kind, w.queue)
+	return c.takes(w.tenant, w.kind, w.queue)
 }
 
 // addClaimer registers a claim; call it before the claim's first look.
@@ -368,9 +378,9 @@ func (e *Engine) wakeClaimers(j store.Job) {
 	switch {
 	case j.State != store.Queued:
 	case j.RunAt.After(now):
-		e.scheduleLocked(store.ScheduledJob{ID: j.ID, Kind: j.Kind, Queue: j.Queue, RunAt: j.RunAt, Version: j.Version})
+		e.scheduleLocked(store.ScheduledJob{ID: j.ID, Tenant: j.Tenant, Kind: j.Kind, Queue: j.Queue, RunAt: j.RunAt, Version: j.Version})
 	case !limited || j.Version == 1:
-		e.wakeOneLocked(claimWake{jobID: j.ID, kind: j.Kind, queue: j.Queue}, true)
+		e.wakeOneLocked(claimWake{jobID: j.ID, tenant: j.Tenant, kind: j.Kind, queue: j.Queue}, true)
 	}
 }
 
@@ -447,7 +457,7 @@ func (e *Engine) scheduleLocked(j store.ScheduledJob) {
 	if len(cs.byRunAt) >= cs.limit() {
 		cs.overflowed = true
 		for el := cs.fifo.Front(); el != nil; el = el.Next() {
-			if c := el.Value.(*claimer); c.takes(j.Kind, j.Queue) && (c.due.IsZero() || j.RunAt.Before(c.due)) {
+			if c := el.Value.(*claimer); c.takes(j.Tenant, j.Kind, j.Queue) && (c.due.IsZero() || j.RunAt.Before(c.due)) {
 				c.due = j.RunAt
 			}
 		}
@@ -457,7 +467,7 @@ func (e *Engine) scheduleLocked(j store.ScheduledJob) {
 	if cs.scheduled == nil {
 		cs.scheduled = map[string]scheduledJob{}
 	}
-	d := dueJob{at: j.RunAt, wake: claimWake{jobID: j.ID, kind: j.Kind, queue: j.Queue}}
+	d := dueJob{at: j.RunAt, wake: claimWake{jobID: j.ID, tenant: j.Tenant, kind: j.Kind, queue: j.Queue}}
 	cs.scheduled[j.ID] = scheduledJob{dueJob: d, version: j.Version}
 	heap.Push(&cs.byRunAt, d)
 	e.armLocked(j.RunAt)
@@ -530,7 +540,7 @@ func (e *Engine) fireDue() {
 		}
 		due := c.due
 		c.due = time.Time{}
-		if woken[c.key] || (!cs.overflowed && slices.ContainsFunc(fired, func(d dueJob) bool { return d.at.Equal(due) && c.takes(d.wake.kind, d.wake.queue) })) {
+		if woken[c.key] || (!cs.overflowed && slices.ContainsFunc(fired, func(d dueJob) bool { return d.at.Equal(due) && c.answers(d.wake) })) {
 			// Another claimer of the filter looks for them both; or the
 			// claimer's look reported a job the engine keeps, which has
 			// its own wake (when none was left out, any other job due

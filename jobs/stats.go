@@ -42,7 +42,8 @@ type QueueStats struct {
 	// watch it) plus AlertAfter. Zero unless Alerting.
 	AlertingSince time.Time
 	// Serial and MaxRunning are the queue's claim rules (QueueRules); a
-	// queue the rules do not declare is parallel and unbounded.
+	// queue the rules do not declare is parallel and unbounded. A serial
+	// queue's MaxRunning is 1.
 	Serial     bool
 	MaxRunning int
 	// Pools are the pools the queue's running jobs hold units of, in the
@@ -141,6 +142,9 @@ func addClaimRules(stats []QueueStats, rules *Rules) {
 		qr := rules.Queues[stats[i].Name]
 		stats[i].Serial = qr.Serial
 		stats[i].MaxRunning = qr.MaxRunning
+		if qr.Serial {
+			stats[i].MaxRunning = 1 // one at a time is what serial means
+		}
 		for _, pool := range qr.Uses {
 			stats[i].Pools = append(stats[i].Pools, PoolUse{Name: pool, Units: rules.Pools[pool], InUse: inUse[pool]})
 		}

@@ -165,9 +165,13 @@ type ListFilter struct {
 }
 
 // ClaimFilter selects the jobs a worker may claim. Empty lists mean any.
+// Tenants filters like Kinds: a serial queue's head of another tenant
+// blocks the queue for this claim, as one of another kind does, since
+// order is the queue's rule.
 type ClaimFilter struct {
-	Kinds  []string
-	Queues []string
+	Tenants []string
+	Kinds   []string
+	Queues  []string
 	// Now: only jobs whose RunAt is at or before it are ready.
 	Now time.Time
 	// Limits are the claim rules of the queues that have any, by queue
@@ -212,11 +216,12 @@ type QueueStats struct {
 }
 
 // ScheduledJob is a QUEUED job waiting for its RunAt, as ScheduledJobs
-// reads it: enough to wake a claimer that may run it when it is due.
+// reads it: enough to wake a claimer that may run it (its tenant, kind
+// and queue) when it is due.
 type ScheduledJob struct {
-	ID, Kind, Queue string
-	RunAt           time.Time
-	Version         int64
+	ID, Tenant, Kind, Queue string
+	RunAt                   time.Time
+	Version                 int64
 }
 
 // Attempt names one attempt of a RUNNING job: the job and its lease.
@@ -296,11 +301,12 @@ type Store interface {
 	ClaimJob(ctx context.Context, f ClaimFilter, claim func(*Job)) (Job, error)
 
 	// NextReady returns the earliest RunAt among QUEUED jobs matching f's
-	// kinds and queues that ClaimJob could take once that time comes
-	// (their queue and pools have room now, and a serial queue's job is
-	// its head), whether it is past or not, and ok false if none does. It is a read, so a parked claim that wakes
-	// can learn whether ClaimJob, a write, would find a job (runAt at or
-	// before now) and, if not, when it should look again.
+	// tenants, kinds and queues that ClaimJob could take once that time
+	// comes (their queue and pools have room now, and a serial queue's job
+	// is its head), whether it is past or not, and ok false if none does.
+	// It is a read, so a parked claim that wakes can learn whether
+	// ClaimJob, a write, would find a job (runAt at or before now) and, if
+	// not, when it should look again.
 	NextReady(ctx context.Context, f ClaimFilter) (runAt time.Time, ok bool, err error)
 
 	// ScheduledJobs returns the QUEUED jobs whose RunAt is after now,

@@ -560,7 +560,7 @@ func in[T ~string](where string, args []any, column string, values []T) (string,
 // RunAt NextReady reports, with the queue rules checked in SQL. Its
 // parameters: :now, :limits (a JSON object: queue -> {max, serial,
 // hold}), :uses (queue -> [pool, ...]), :sizes (pool -> units), and,
-// when filtered, :kinds and :queues (JSON arrays).
+// when filtered, :tenants, :kinds and :queues (JSON arrays).
 //
 // Plan, so that no claim scans every queued job:
 //   - names: the queues with QUEUED jobs, by a skip-scan of the index
@@ -569,7 +569,8 @@ func in[T ~string](where string, args []any, column string, values []T) (string,
 //   - heads: each queue's first job, one seek in the same index, whose
 //     rows of one (state, queue) are in run_at then seq (rowid) order,
 //     which is claim order; a serial queue's head is its first job
-//     whatever its kind (order is the rule), and with hold a job backing
+//     whatever its kind or tenant (order is the rule: a head the worker
+//     may not take blocks the queue for it), and with hold a job backing
 //     off before a retry comes first, found in the partial index
 //     jobs_queued_retry;
 //   - room, checked before any head is sought: each pool's RUNNING jobs
@@ -607,9 +608,16 @@ func pickQuery(f store.ClaimFilter, ready bool) (string, []any) {
 		names = `names(name) AS (SELECT DISTINCT value FROM json_each(:queues))`
 		args = append(args, sql.Named("queues", mustJSON(f.Queues, "[]")))
 	}
-	kinds := ""
+	// match is the worker's own filter: a queue's head is its first job
+	// that matches, but a serial queue's is its first job, which then
+	// must match.
+	match := ""
+	if len(f.Tenants) > 0 {
+		match += " AND tenant IN (SELECT value FROM json_each(:tenants))"
+		args = append(args, sql.Named("tenants", mustJSON(f.Tenants, "[]")))
+	}
 	if len(f.Kinds) > 0 {
-		kinds = " AND kind IN (SELECT value FROM json_each(:kinds))"
+		match += " AND kind IN (SELECT value FROM json_each(:kinds))"
 		args = append(args, sql.Named("kinds", mustJSON(f.Kinds, "[]")))
 	}
 	due := ""
@@ -640,11 +648,11 @@ func pickQuery(f store.ClaimFilter, ready bool) (string, []any) {
 			CASE WHEN o.hold THEN (SELECT seq FROM jobs INDEXED BY jobs_queued_retry
 				WHERE state = 'queued' AND attempt > 0 AND queue = o.name ORDER BY run_at, seq LIMIT 1) END,
 			(SELECT seq FROM jobs WHERE state = 'queued' AND queue = o.name ORDER BY run_at, seq LIMIT 1))
-		ELSE (SELECT seq FROM jobs WHERE state = 'queued' AND queue = o.name` + due + kinds + `
+		ELSE (SELECT seq FROM jobs WHERE state = 'queued' AND queue = o.name` + due + match + `
 			ORDER BY run_at, seq LIMIT 1) END
 		FROM open_queues AS o)
 SELECT %s FROM heads AS h JOIN jobs AS j ON j.seq = h.seq
-WHERE 1` + due + kinds + `
+WHERE 1` + due + match + `
 ORDER BY j.run_at, j.seq LIMIT 1`
 	return query, args
 }
@@ -654,6 +662,7 @@ func unruledPickQuery(f store.ClaimFilter, ready bool) (string, []any) {
 	if ready {
 		where, args = where+" AND run_at <= ?", append(args, toMicro(f.Now))
 	}
+	where, args = in(where, args, "tenant", f.Tenants)
 	where, args = in(where, args, "kind", f.Kinds)
 	where, args = in(where, args, "queue", f.Queues)
 	// j names the table as the ruled query does, for the caller's %s.
@@ -864,7 +873,7 @@ func (s *Store) NextReady(ctx context.Context, f store.ClaimFilter) (time.Time, 
 // scheduledJobsQuery walks the index jobs_state_run_at from the first
 // RunAt after now, in its order: it reads only the rows it returns
 // (TestScheduledJobsPlanSeeksTheIndex).
-const scheduledJobsQuery = "SELECT id, kind, queue, run_at, version FROM jobs WHERE state = 'queued' AND run_at > ? ORDER BY run_at, seq LIMIT ?"
+const scheduledJobsQuery = "SELECT id, tenant, kind, queue, run_at, version FROM jobs WHERE state = 'queued' AND run_at > ? ORDER BY run_at, seq LIMIT ?"
 
 // ScheduledJobs implements store.Store.
 func (s *Store) ScheduledJobs(ctx context.Context, now time.Time, limit int) ([]store.ScheduledJob, error) {
@@ -879,7 +888,7 @@ func (s *Store) ScheduledJobs(ctx context.Context, now time.Time, limit int) ([]
 			j     store.ScheduledJob
 			runAt int64
 		)
-		if err := rows.Scan(&j.ID, &j.Kind, &j.Queue, &runAt, &j.Version); err != nil {
+		if err := rows.Scan(&j.ID, &j.Tenant, &j.Kind, &j.Queue, &runAt, &j.Version); err != nil {
 			return nil, fmt.Errorf("scheduled jobs: %w", classify(err))
 		}
 		j.RunAt = fromMicro(runAt)

@@ -487,6 +487,10 @@ func TestClaimPlanSeeksEveryQueueHead(t *testing.T) {
 		{"one queue", store.ClaimFilter{Queues: []string{"q"}}},
 		{"queues with rules and a pool", store.ClaimFilter{Limits: limits, Pools: pools}},
 		{"rules, kinds and queues", store.ClaimFilter{Kinds: []string{"a"}, Queues: []string{"index", "readme"}, Limits: limits, Pools: pools}},
+		{"some tenants", store.ClaimFilter{Tenants: []string{"acme", "globex"}}},
+		{"a tenant and a queue", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"q"}}},
+		{"rules and tenants", store.ClaimFilter{Tenants: []string{"acme"}, Limits: limits, Pools: pools}},
+		{"rules, tenants, kinds and queues", store.ClaimFilter{Tenants: []string{"acme"}, Kinds: []string{"a"}, Queues: []string{"index", "readme"}, Limits: limits, Pools: pools}},
 	}
 	for _, tt := range tests {
 		for _, ready := range []bool{true, false} {

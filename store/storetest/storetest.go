@@ -19,6 +19,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -88,6 +89,7 @@ var cases = []struct {
 	{"claim skips jobs whose RunAt is still in the future", testClaimFuture},
 	{"claim takes only queued jobs", testClaimOnlyQueued},
 	{"claim honours the kinds and queues filters", testClaimFilters},
+	{"claim honours the tenants filter, alone and with kinds and queues", testClaimTenants},
 	{"a claim commits its changes with the version plus one", testClaimCommits},
 	{"concurrent claims never hand out one job twice", testClaimConcurrent},
 	{"claims and updates racing on the same jobs never lose a change", testClaimUpdateRace},
@@ -97,6 +99,8 @@ var cases = []struct {
 
 	{"a serial queue runs one job at a time, in RunAt then creation order, whatever the worker's kinds", testClaimSerial},
 	{"a serial queue that blocks waits behind its head backing off; one that skips moves on", testClaimSerialBlockSkip},
+	{"a serial queue's head of another tenant blocks a worker of one tenant; a parallel queue's does not", testClaimSerialTenants},
+	{"next ready counts only the worker's tenants, and a serial head of another tenant hides the queue", testNextReadyTenants},
 	{"a parallel queue never has more than max_running running", testClaimMaxRunning},
 	{"a pool shared by two queues is never exceeded, and a full queue does not hold back others", testClaimPool},
 	{"concurrent claims never take a queue or a pool past its limit", testClaimLimitsConcurrent},
@@ -1221,6 +1225,55 @@ func testClaimUpdateRace(t *testing.T, s store.Store) {
 
 // --- periodic queries ---
 
+func testClaimTenants(t *testing.T, s store.Store) {
+	fixture := []struct{ id, tenant, kind, queue string }{
+		{"a", "acme", "email", "default"},
+		{"b", "globex", "email", "default"},
+		{"c", "acme", "report", "bulk"},
+		{"d", "initech", "email", "bulk"},
+		{"e", "globex", "report", "default"},
+	}
+	tests := []struct {
+		name   string
+		filter store.ClaimFilter
+		want   []string
+	}{
+		{"no tenants takes every tenant's", store.ClaimFilter{}, []string{"a", "b", "c", "d", "e"}},
+		{"one tenant", store.ClaimFilter{Tenants: []string{"acme"}}, []string{"a", "c"}},
+		{"two tenants", store.ClaimFilter{Tenants: []string{"globex", "initech"}}, []string{"b", "d", "e"}},
+		{"a tenant and a kind", store.ClaimFilter{Tenants: []string{"globex"}, Kinds: []string{"report"}}, []string{"e"}},
+		{"a tenant and a queue", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"bulk"}}, []string{"c"}},
+		{"a tenant with no jobs", store.ClaimFilter{Tenants: []string{"umbrella"}}, nil},
+	}
+	for ti, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// Tenants are the filter here, so each case has its own
+			// queues instead: nothing of an earlier case can match.
+			prefix := fmt.Sprintf("t%d-", ti)
+			for i, f := range fixture {
+				j := newJob(prefix+f.id, at(i))
+				j.Tenant, j.Kind, j.Queue = f.tenant, f.kind, prefix+f.queue
+				create(t, s, j)
+			}
+			tc.filter.Now = at(100)
+			for i, q := range tc.filter.Queues {
+				tc.filter.Queues[i] = prefix + q
+			}
+			var got []string
+			for _, id := range claimAll(t, s, tc.filter) {
+				if !strings.HasPrefix(id, prefix) {
+					t.Fatalf("claimed %s, left over from an earlier case", id)
+				}
+				got = append(got, strings.TrimPrefix(id, prefix))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("claimed %v, want %v", got, tc.want)
+			}
+			claimAll(t, s, store.ClaimFilter{Now: at(100)}) // leave nothing for the next case
+		})
+	}
+}
+
 func testNextReady(t *testing.T, s store.Store) {
 	fixture := []struct {
 		id    string
@@ -1286,7 +1339,7 @@ func testScheduledJobs(t *testing.T, s store.Store) {
 	}
 	for i, f := range fixture {
 		j := newJob(f.id, at(i))
-		j.State, j.Kind, j.Queue, j.RunAt = f.state, "k-"+f.id, "q-"+f.id, at(f.runAt)
+		j.State, j.Tenant, j.Kind, j.Queue, j.RunAt = f.state, "t-"+f.id, "k-"+f.id, "q-"+f.id, at(f.runAt)
 		create(t, s, j)
 	}
 	tests := []struct {
@@ -1306,8 +1359,8 @@ func testScheduledJobs(t *testing.T, s store.Store) {
 			var gotIDs []string
 			for _, j := range got {
 				gotIDs = append(gotIDs, j.ID)
-				if j.Kind != "k-"+j.ID || j.Queue != "q-"+j.ID || j.Version != 1 {
-					t.Errorf("%s: kind %q, queue %q, version %d", j.ID, j.Kind, j.Queue, j.Version)
+				if j.Tenant != "t-"+j.ID || j.Kind != "k-"+j.ID || j.Queue != "q-"+j.ID || j.Version != 1 {
+					t.Errorf("%s: tenant %q, kind %q, queue %q, version %d", j.ID, j.Tenant, j.Kind, j.Queue, j.Version)
 				}
 			}
 			if !slices.Equal(gotIDs, tc.want) {
@@ -1768,6 +1821,84 @@ func testClaimLimitsConcurrent(t *testing.T, s store.Store) {
 	wg.Wait()
 	if n := claimed.Load(); n != 3*perQueue {
 		t.Errorf("%d jobs claimed, want %d", n, 3*perQueue)
+	}
+}
+
+func testClaimSerialTenants(t *testing.T, s store.Store) {
+	limits := map[string]store.QueueLimit{
+		"index":  {MaxRunning: 1, Serial: true},
+		"resize": {MaxRunning: 4},
+	}
+	for _, j := range []struct {
+		id, tenant, queue string
+		sec               int
+	}{
+		{"index-globex", "globex", "index", 0},
+		{"index-acme", "acme", "index", 1},
+		{"resize-globex", "globex", "resize", 2},
+		{"resize-acme", "acme", "resize", 3},
+	} {
+		job := fresh(j.id, j.queue, j.sec)
+		job.Tenant = j.tenant
+		create(t, s, job)
+	}
+	acme := store.ClaimFilter{Tenants: []string{"acme"}, Now: at(100), Limits: limits}
+	// index's head is globex's: acme's worker must not overtake it, and
+	// it takes acme's job of the parallel queue, past globex's.
+	if got := claimAll(t, s, acme); !slices.Equal(got, []string{"resize-acme"}) {
+		t.Fatalf("acme's worker claimed %v, want only resize-acme (index's head is globex's)", got)
+	}
+	globex := store.ClaimFilter{Tenants: []string{"globex"}, Now: at(100), Limits: limits}
+	if got := claimOne(t, s, globex); got != "index-globex" {
+		t.Fatalf("globex's worker claimed %q, want index's head index-globex", got)
+	}
+	if got := claimOne(t, s, acme); got != "" {
+		t.Fatalf("acme's worker claimed %q while index-globex runs in the serial queue", got)
+	}
+	finish(t, s, "index-globex")
+	if got := claimOne(t, s, acme); got != "index-acme" {
+		t.Fatalf("acme's worker claimed %q, want index-acme, now the head", got)
+	}
+}
+
+func testNextReadyTenants(t *testing.T, s store.Store) {
+	for _, j := range []struct {
+		id, tenant, queue string
+		runAt             int
+	}{
+		{"index-globex", "globex", "index", 5},
+		{"index-acme", "acme", "index", 6},
+		{"default-globex", "globex", "default", 7},
+		{"default-acme", "acme", "default", 8},
+		{"bulk-globex", "globex", "bulk", 3},
+	} {
+		job := fresh(j.id, j.queue, 0)
+		job.Tenant, job.RunAt = j.tenant, at(j.runAt)
+		create(t, s, job)
+	}
+	none := time.Time{}
+	tests := []struct {
+		name   string
+		filter store.ClaimFilter
+		want   time.Time // zero: ok is false
+	}{
+		{"unruled: the tenant's earliest", store.ClaimFilter{Tenants: []string{"acme"}}, at(6)},
+		{"unruled: several tenants", store.ClaimFilter{Tenants: []string{"acme", "globex"}}, at(3)},
+		{"unruled: a tenant with no jobs", store.ClaimFilter{Tenants: []string{"umbrella"}}, none},
+		{"serial: the other tenant's head hides the queue", store.ClaimFilter{Tenants: []string{"acme"}, Limits: serialLimits}, at(8)},
+		{"serial: the tenant's own head counts", store.ClaimFilter{Tenants: []string{"globex"}, Limits: serialLimits}, at(3)},
+		{"serial, one queue: nothing but the other tenant's head", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"index"}, Limits: serialLimits}, none},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok, err := s.NextReady(t.Context(), tc.filter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok != !tc.want.IsZero() || !got.Equal(tc.want) {
+				t.Errorf("next ready = %v, %v; want %v, %v", got, ok, tc.want, !tc.want.IsZero())
+			}
+		})
 	}
 }
 

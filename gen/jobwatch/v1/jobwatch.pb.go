@@ -1995,7 +1995,8 @@ type Queue struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Mode  QueueMode              `protobuf:"varint,2,opt,name=mode,proto3,enum=jobwatch.v1.QueueMode" json:"mode,omitempty"`
-	// 0 means no limit.
+	// At most this many RUNNING at once across all workers: 1 for a serial
+	// queue; 0 means no limit.
 	MaxRunning      int32                  `protobuf:"varint,3,opt,name=max_running,json=maxRunning,proto3" json:"max_running,omitempty"`
 	Queued          int64                  `protobuf:"varint,4,opt,name=queued,proto3" json:"queued,omitempty"`
 	Running         int64                  `protobuf:"varint,5,opt,name=running,proto3" json:"running,omitempty"`

@@ -912,7 +912,8 @@ export type Queue = Message<"jobwatch.v1.Queue"> & {
   mode: QueueMode;
 
   /**
-   * 0 means no limit.
+   * At most this many RUNNING at once across all workers: 1 for a serial
+   * queue; 0 means no limit.
    *
    * @generated from field: int32 max_running = 3;
    */
