@@ -253,7 +253,8 @@ func (s *Server) checkJobTenant(ctx context.Context, op, id string) error {
 	return nil
 }
 
-// workerScope narrows a claim to the worker token's tenants and kinds.
+// workerScope narrows a claim to the worker token's tenants and kinds
+// (each: any when the token names none).
 // A request naming a kind the token may not claim is permission_denied
 // rather than silently narrowed, so a misconfigured worker learns it at
 // once instead of waiting for jobs it will never get; a request naming no
@@ -274,7 +275,7 @@ func workerScope(ctx context.Context, r *jobs.ClaimRequest) error {
 			}
 		}
 	}
-	scopeTenants(r, p.Tenants)
+	r.Tenants = slices.Clone(p.Tenants) // the request has no tenants of its own
 	return nil
 }
 
@@ -302,11 +303,4 @@ func callerOf(ctx context.Context) (auth.Principal, bool) {
 		return n.principal, true
 	}
 	return auth.Principal{}, false
-}
-
-// scopeTenants limits a worker's claim to its token's tenants (empty:
-// any).
-func scopeTenants(r *jobs.ClaimRequest, tenants []string) {
-	// jobs.ClaimRequest.Tenants lands with issue 9's tenant filter.
-	_ = tenants
 }

@@ -18,13 +18,14 @@ import (
 )
 
 // The tokens of the auth tests: two client tokens of two tenants, a
-// worker token without limits, a worker token limited to one kind, and
-// an admin token.
+// worker token without limits, worker tokens limited to one kind and to
+// one tenant, and an admin token.
 const (
 	acmeToken    = "acme-client-token"
 	globexToken  = "globex-client-token"
 	workerToken  = "worker-token"
 	enrichToken  = "enrich-worker-token"
+	acmeWorker   = "acme-worker-token"
 	adminToken   = "admin-token"
 	unknownToken = "a-token-nobody-issued"
 	missingJobID = "01JZZZZZZZZZZZZZZZZZZZZZZZ" // well formed, never issued
@@ -33,7 +34,7 @@ const (
 func testTokens(t *testing.T, tokens ...string) *auth.Tokens {
 	t.Helper()
 	if len(tokens) == 0 {
-		tokens = []string{acmeToken, globexToken, workerToken, enrichToken, adminToken}
+		tokens = []string{acmeToken, globexToken, workerToken, enrichToken, acmeWorker, adminToken}
 	}
 	var b strings.Builder
 	b.WriteString("tokens:\n")
@@ -42,6 +43,7 @@ func testTokens(t *testing.T, tokens ...string) *auth.Tokens {
 		globexToken: "{role: client, tenant: globex}",
 		workerToken: "{role: worker}",
 		enrichToken: "{role: worker, kinds: [enrich]}",
+		acmeWorker:  "{role: worker, tenants: [acme]}",
 		adminToken:  "{role: admin}",
 	}
 	for _, tok := range tokens {
@@ -469,6 +471,27 @@ func TestAWorkerTokenClaimsOnlyItsKinds(t *testing.T) {
 	resp, err = enrich.workers.ClaimJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.ClaimJobRequest{WorkerId: "w"})
 	if err != nil || resp.GetJob() != nil {
 		t.Fatalf("a second claim got %v, %v; want none (the resize job is not its kind)", resp.GetJob(), err)
+	}
+}
+
+func TestAWorkerTokenClaimsOnlyItsTenants(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{Tokens: testTokens(t), ClaimCap: 200 * time.Millisecond}})
+	p := authProtocols[2]
+	admin, worker := ts.clientsWithToken(p, adminToken), ts.clientsWithToken(p, acmeWorker)
+	submit(t, admin, &jobwatchv1.SubmitJobRequest{Tenant: "globex", Kind: "index"})
+	want := submit(t, admin, &jobwatchv1.SubmitJobRequest{Tenant: "acme", Kind: "index"})
+
+	resp, err := worker.workers.ClaimJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.ClaimJobRequest{WorkerId: "w", Kinds: []string{"index"}})
+	if err != nil || resp.GetJob().GetId() != want.GetId() {
+		t.Fatalf("claim got %v, %v; want acme's job %s", resp.GetJob(), err, want.GetId())
+	}
+	resp, err = worker.workers.ClaimJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.ClaimJobRequest{WorkerId: "w", Kinds: []string{"index"}})
+	if err != nil || resp.GetJob() != nil {
+		t.Fatalf("a second claim got %v, %v; want none (the other job is globex's)", resp.GetJob(), err)
+	}
+	resp, err = ts.clientsWithToken(p, workerToken).workers.ClaimJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.ClaimJobRequest{WorkerId: "w"})
+	if err != nil || resp.GetJob().GetTenant() != "globex" {
+		t.Fatalf("a worker token for every tenant got %v, %v; want globex's job", resp.GetJob(), err)
 	}
 }
 
