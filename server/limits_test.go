@@ -874,7 +874,9 @@ func TestShortCallsOfATenantKeepTheirLatencyWhileAnotherFloodsParkedCalls(t *tes
 	ts.waitForMetric("tenant flood refused past its limit", 30*time.Second, func(v float64) bool { return v > 0 },
 		"jobwatch_parked_calls_tenant_refused_total", "tenant", "flood")
 	refusedBefore := ts.metric("jobwatch_parked_calls_tenant_refused_total", "tenant", "flood")
+	phaseStart := time.Now()
 	flooded := shortCalls()
+	phase := time.Since(phaseStart)
 	refused := ts.metric("jobwatch_parked_calls_tenant_refused_total", "tenant", "flood") - refusedBefore
 	if held := ts.metric("jobwatch_parked_calls_by_tenant", "tenant", "flood"); held != perTenant {
 		t.Errorf("tenant flood holds %v parked calls at the end, want its limit %d", held, perTenant)
@@ -886,7 +888,8 @@ func TestShortCallsOfATenantKeepTheirLatencyWhileAnotherFloodsParkedCalls(t *tes
 	q50, q99 := percentile(quiet, 50), percentile(quiet, 99)
 	f50, f99 := percentile(flooded, 50), percentile(flooded, 99)
 	t.Logf("tenant calm, %d short calls (GetJob, SubmitJob alternately) a phase; tenant flood: %d parked waits (its limit), "+
-		"%d more asking again every 10 ms and 10 watches refused, %.0f refusals during the phase", n, perTenant, perTenant, refused)
+		"%d more asking again every 10 ms and 10 watches refused: %.0f refusals in the %v of the phase (%.0f/s)",
+		n, perTenant, perTenant, refused, phase.Round(time.Millisecond), refused/phase.Seconds())
 	t.Logf("without the flood: p50 %v, p99 %v", q50, q99)
 	t.Logf("with the flood:    p50 %v, p99 %v", f50, f99)
 	t.Logf("p99 with / without: %.2f", float64(f99)/float64(q99))
