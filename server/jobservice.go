@@ -43,8 +43,8 @@ func (s *Server) wait(ctx context.Context, id string) (*jobwatchv1.Job, error) {
 	s.metrics.parkedWaits.Inc()
 	defer s.metrics.parkedWaits.Dec()
 	deadline := s.capDeadline(ctx, s.cfg.WaitCap)
-	if s.parked.park("wait") {
-		defer s.parked.release()
+	if release, refused := s.parkWait(ctx, id); refused == nil {
+		defer release()
 	} else {
 		deadline = time.Now() // over MaxParkedCalls: the current state, at once
 		markParkedCallsFull(ctx)
@@ -186,7 +186,7 @@ func (h *jobService) WaitJob(ctx context.Context, req *jobwatchv1.WaitJobRequest
 
 func (h *jobService) WatchJob(ctx context.Context, req *jobwatchv1.WatchJobRequest, stream *connect.ServerStream[jobwatchv1.WatchJobResponse]) error {
 	s := h.s
-	deadline, done, err := s.parkWatch(ctx)
+	deadline, done, err := s.parkWatch(ctx, s.jobTenant(req.GetJobId()))
 	if err != nil {
 		return err
 	}
@@ -220,7 +220,7 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 		return err
 	}
 	limit := int(req.GetPageSize()) // the engine applies the default and cap
-	deadline, done, err := s.parkWatch(ctx)
+	deadline, done, err := s.parkWatch(ctx, namedTenant(req.GetTenant()))
 	if err != nil {
 		return err
 	}

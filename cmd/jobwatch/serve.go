@@ -50,6 +50,8 @@ type serveFlags struct {
 	bodyTimeout     time.Duration
 	maxConnections  int
 	maxParkedCalls  int
+	maxParkedTenant int
+	allowedHosts    string
 	maxSendBytes    int
 	logLevel        slog.Level
 	insecure        bool
@@ -78,6 +80,10 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 		"most `bytes` of large responses held at once for clients that do not read them; past it the write blocked longest is cut")
 	fs.IntVar(&f.maxParkedCalls, "max-parked-calls", server.DefaultMaxParkedCalls,
 		"most WaitJob, WatchJob(s) and ClaimJob `calls` parked at once; beyond it a wait answers at once, a watch or claim gets resource_exhausted")
+	fs.IntVar(&f.maxParkedTenant, "max-parked-calls-per-tenant", 0,
+		"most parked `calls` of one tenant (see the README); 0: a quarter of --max-parked-calls; set it to --max-parked-calls to turn it off")
+	fs.StringVar(&f.allowedHosts, "allowed-hosts", "",
+		"comma-separated `hosts` (name or address, with or without a port) whose Host header is answered besides loopback ones; without tokens the server refuses every other Host (DNS rebinding)")
 	fs.Var(levelFlag{&f.logLevel}, "log-level", "log `level`: debug (logs every call), info, warn or error")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without authentication")
 	fs.StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated browser `origins` allowed to call the API (\"*\" for any); empty: no CORS")
@@ -102,6 +108,17 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	} {
 		if n <= 0 {
 			return f, usageError{fmt.Sprintf("--%s must be positive, got %d", name, n)}
+		}
+	}
+	if f.maxParkedTenant < 0 {
+		return f, usageError{fmt.Sprintf("--max-parked-calls-per-tenant must not be negative, got %d", f.maxParkedTenant)}
+	}
+	if f.maxParkedTenant == 0 {
+		f.maxParkedTenant = max(1, f.maxParkedCalls/4)
+	}
+	for _, h := range splitList(f.allowedHosts) {
+		if err := server.CheckAllowedHost(h); err != nil {
+			return f, usageError{"--allowed-hosts: " + err.Error()}
 		}
 	}
 	if strings.HasPrefix(f.db, "postgres://") || strings.HasPrefix(f.db, "postgresql://") {
@@ -197,7 +214,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		stopReloads := reloadOnHangup(engine, f.config, log)
 		defer stopReloads()
 	}
-	srv := server.New(engine, server.Config{
+	host, _, _ := net.SplitHostPort(f.addr)
+	loopback := isLoopback(host)
+	cfg := server.Config{
 		WaitCap:             f.waitCap,
 		ClaimCap:            f.claimCap,
 		StreamLifetime:      f.streamLifetime,
@@ -213,7 +232,17 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Page:                web.Handler(),
 		CORSOrigins:         splitList(f.corsOrigins),
 		Version:             version(),
-	})
+	}
+	// Never above the total, where it would only mislead.
+	cfg.MaxParkedCallsPerTenant = min(f.maxParkedTenant, f.maxParkedCalls)
+	// Without tokens only this machine's users should reach the server;
+	// the Host check keeps out pages that reach it through a browser (DNS
+	// rebinding). A server exposed with --insecure is reachable anyway, so
+	// it checks only the hosts listed, if any.
+	cfg.CheckHost = loopback || f.allowedHosts != ""
+	cfg.AllowedHosts = splitList(f.allowedHosts)
+	cfg.Insecure = !loopback
+	srv := server.New(engine, cfg)
 
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
@@ -229,10 +258,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if f.config != "" {
 		attrs = append(attrs, "config", f.config, "queues", len(rules.Queues), "strict", rules.Strict)
 	}
-	if host, _, _ := net.SplitHostPort(f.addr); isLoopback(host) {
+	if loopback {
 		log.Info("listening on loopback only, without authentication: any local user can call the API", attrs...)
 	} else {
-		log.Warn("listening beyond loopback WITHOUT authentication (--insecure): anyone who can reach it can submit, cancel and run jobs", attrs...)
+		// The server warns that it is exposed (Config.Insecure), now and
+		// every hour.
+		log.Info("listening", attrs...)
 	}
 
 	serveErr := srv.Serve(ctx, ln)
