@@ -43,8 +43,8 @@ func (s *Server) wait(ctx context.Context, id string) (*jobwatchv1.Job, error) {
 	s.metrics.parkedWaits.Inc()
 	defer s.metrics.parkedWaits.Dec()
 	deadline := s.capDeadline(ctx, s.cfg.WaitCap)
-	if s.parked.park("wait") {
-		defer s.parked.release()
+	if release, refused := s.parkWait(ctx, id); refused == nil {
+		defer release()
 	} else {
 		deadline = time.Now() // over MaxParkedCalls: the current state, at once
 		markParkedCallsFull(ctx)
@@ -211,7 +211,7 @@ func (h *jobService) WatchJob(ctx context.Context, req *jobwatchv1.WatchJobReque
 	if err := s.checkJobTenant(ctx, "watch job", req.GetJobId()); err != nil {
 		return err
 	}
-	deadline, done, err := s.parkWatch(ctx)
+	deadline, done, err := s.parkWatch(ctx, s.jobTenant(req.GetJobId()))
 	if err != nil {
 		return err
 	}
@@ -249,7 +249,7 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 	if err != nil {
 		return err
 	}
-	deadline, done, err := s.parkWatch(ctx)
+	deadline, done, err := s.parkWatch(ctx, namedTenant(tenant))
 	if err != nil {
 		return err
 	}

@@ -3,8 +3,9 @@ package server
 // The network limits: how many connections the server holds, how long a
 // request body may take to arrive, how long a response write may stay
 // blocked on a client that stopped reading and how many bytes such
-// writes may hold together, and how many calls may park at once. Each is
-// refused or ended with a clear answer and counted on /metrics. Another
+// writes may hold together, and how many calls may park at once, in all
+// and of one tenant. Each is refused or ended with a clear answer and
+// counted on /metrics. Another
 // caller pays for it only as the longest-idle connection (no call in
 // flight) or the write blocked the longest (a client that does not read).
 
@@ -24,6 +25,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+
+	"github.com/jobwatch/jobwatch/auth"
+	"github.com/jobwatch/jobwatch/jobs"
 )
 
 // Defaults of the limits in Config.
@@ -219,29 +223,163 @@ func withConn(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, connKey{}, c)
 }
 
-// parkedCalls counts the calls parked now against one limit. A call that
-// finds it full is answered at once; nobody else's call is ended for it.
+// parkedCalls counts the calls parked now against the total limit and,
+// when perTenant is set, against the limit of each tenant. A call that
+// finds either full is answered at once; nobody else's call is ended for
+// it.
 type parkedCalls struct {
-	limit   int64
-	n       atomic.Int64
-	metrics *Metrics
+	limit     int64
+	perTenant int64 // 0: no per-tenant limit
+	n         atomic.Int64
+	metrics   *Metrics
+
+	mu      sync.Mutex
+	tenants map[string]int64 // parked calls of each tenant with any
 }
 
-// park takes a place for a call of kind ("wait", "watch" or "claim"), or
-// reports false when there is none; release gives a taken place back.
-func (p *parkedCalls) park(kind string) bool {
+func newParkedCalls(limit, perTenant int, metrics *Metrics) *parkedCalls {
+	return &parkedCalls{
+		limit:     int64(limit),
+		perTenant: int64(max(0, perTenant)),
+		metrics:   metrics,
+		tenants:   map[string]int64{},
+	}
+}
+
+// park takes a place for a call of kind ("wait", "watch" or "claim") of
+// tenant, or answers why there is none: the resource_exhausted error a
+// watch or claim returns. A call whose tenant is not known (counted
+// false, or no per-tenant limit) counts against the total alone.
+func (p *parkedCalls) park(kind, tenant string, counted bool) (release func(), refused error) {
 	if p.n.Add(1) > p.limit {
 		p.n.Add(-1)
 		p.metrics.parkRefused.WithLabelValues(kind).Inc()
-		return false
+		return nil, p.limitError(kind)
 	}
+	if p.perTenant == 0 || !counted {
+		p.metrics.parkedCalls.Inc()
+		return p.releaseTotal, nil
+	}
+	label := tenantLabel(tenant)
+	p.mu.Lock()
+	if p.tenants[tenant] >= p.perTenant {
+		p.mu.Unlock()
+		p.n.Add(-1)
+		p.metrics.tenantParkRefused.WithLabelValues(kind, label).Inc()
+		return nil, p.tenantLimitError(kind, tenant)
+	}
+	p.tenants[tenant]++
+	p.metrics.parkedByTenant.WithLabelValues(label).Inc()
+	p.mu.Unlock()
 	p.metrics.parkedCalls.Inc()
-	return true
+	return func() {
+		p.mu.Lock()
+		if p.tenants[tenant]--; p.tenants[tenant] == 0 {
+			// Only tenants with parked calls keep a series, so the
+			// tenants a caller may name cannot grow /metrics for ever.
+			delete(p.tenants, tenant)
+			p.metrics.parkedByTenant.DeleteLabelValues(label)
+		} else {
+			p.metrics.parkedByTenant.WithLabelValues(label).Dec()
+		}
+		p.mu.Unlock()
+		p.releaseTotal()
+	}, nil
 }
 
-func (p *parkedCalls) release() {
+func (p *parkedCalls) releaseTotal() {
 	p.n.Add(-1)
 	p.metrics.parkedCalls.Dec()
+}
+
+// tenantLabel is a tenant as /metrics shows it: claims of workers bound
+// to no tenant count as "(none)", which no tenant name can be.
+func tenantLabel(tenant string) string {
+	if tenant == "" {
+		return "(none)"
+	}
+	return tenant
+}
+
+// limitError is what a watch or claim gets when every place is taken.
+func (p *parkedCalls) limitError(kind string) error {
+	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+		"the server already holds its limit of %d parked calls (waits, watches and claims; --max-parked-calls); "+
+			"retry the %s later with backoff, or ask the operator to raise the limit", p.limit, kind))
+}
+
+// tenantLimitError is what a watch or claim gets when its tenant's
+// places are taken.
+func (p *parkedCalls) tenantLimitError(kind, tenant string) error {
+	who := fmt.Sprintf("tenant %q", tenant)
+	if tenant == "" {
+		who = "workers bound to no tenant"
+	}
+	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+		"%s already hold their limit of %d parked calls (waits, watches and claims; --max-parked-calls-per-tenant); "+
+			"retry the %s later with backoff, close calls you no longer need, or ask the operator to raise the limit",
+		who, p.perTenant, kind))
+}
+
+// parkWait takes a place for a WaitJob (or SubmitJob with wait) on job
+// id. Its tenant is the caller's token's, else the job's, read here,
+// before the call parks, and only while there is a per-tenant limit: one
+// read by primary key, against a call that may park for a minute. A job
+// that cannot be read counts against the total alone; the wait itself
+// then answers the same error.
+func (s *Server) parkWait(ctx context.Context, id string) (release func(), refused error) {
+	tenant, counted := s.callTenant(ctx, s.jobTenant(id))
+	return s.parked.park("wait", tenant, counted)
+}
+
+// parkClaim takes a place for a ClaimJob. Its tenant is its worker
+// token's first tenant; workers bound to no tenant (any token without
+// tenants, and every worker without tokens) share the tenant "".
+func (s *Server) parkClaim(ctx context.Context) (release func(), refused error) {
+	tenant, counted := "", s.parked.perTenant > 0
+	if p, ok := auth.FromContext(ctx); ok && len(p.Tenants) > 0 {
+		tenant = p.Tenants[0]
+	}
+	return s.parked.park("claim", tenant, counted)
+}
+
+// tenantOf finds the tenant a parked call counts against; ok false when
+// it cannot be known (the call then counts against the total alone).
+type tenantOf func(ctx context.Context) (tenant string, ok bool)
+
+// callTenant is the tenant a parked call counts against: its token's
+// when the token names one (a client's), else what of finds. With no
+// per-tenant limit it is not looked for.
+func (s *Server) callTenant(ctx context.Context, of tenantOf) (string, bool) {
+	if s.parked.perTenant == 0 {
+		return "", false
+	}
+	if p, ok := auth.FromContext(ctx); ok && p.Tenant != "" {
+		return p.Tenant, true
+	}
+	return of(ctx)
+}
+
+// jobTenant finds the tenant of job id in the store.
+func (s *Server) jobTenant(id string) tenantOf {
+	return func(ctx context.Context) (string, bool) {
+		j, err := s.engine.Get(ctx, id)
+		if err != nil {
+			return "", false
+		}
+		return j.Tenant, true
+	}
+}
+
+// namedTenant is the tenant a request names; "" is jobs.DefaultTenant, as
+// for the engine.
+func namedTenant(tenant string) tenantOf {
+	return func(context.Context) (string, bool) {
+		if tenant == "" {
+			return jobs.DefaultTenant, true
+		}
+		return tenant, true
+	}
 }
 
 // ParkedCallsHeader is set to "full" on a WaitJob (or SubmitJob with
@@ -254,13 +392,6 @@ func markParkedCallsFull(ctx context.Context) {
 	if call, ok := connect.CallInfoForHandlerContext(ctx); ok {
 		call.ResponseHeader().Set(ParkedCallsHeader, "full")
 	}
-}
-
-// parkLimitError is what a watch or claim gets when every place is taken.
-func (p *parkedCalls) parkLimitError(what string) error {
-	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
-		"the server already holds its limit of %d parked calls (waits, watches and claims; --max-parked-calls); "+
-			"retry the %s later with backoff, or ask the operator to raise the limit", p.limit, what))
 }
 
 // exchange limits one HTTP request and its response: the body must arrive
@@ -575,9 +706,14 @@ func clientGone(ctx context.Context) bool {
 // the engine's clock. Until done, every write of the stream is also cut
 // at that end, so a stream blocked on a client that does not read still
 // ends at its lifetime.
-func (s *Server) parkWatch(ctx context.Context) (deadline time.Time, done func(), err error) {
-	if !s.parked.park("watch") {
-		return time.Time{}, nil, s.parked.parkLimitError("watch")
+//
+// of finds the stream's tenant when its caller's token does not name one
+// (see callTenant).
+func (s *Server) parkWatch(ctx context.Context, of tenantOf) (deadline time.Time, done func(), err error) {
+	tenant, counted := s.callTenant(ctx, of)
+	release, refused := s.parked.park("watch", tenant, counted)
+	if refused != nil {
+		return time.Time{}, nil, refused
 	}
 	s.metrics.openWatches.Inc()
 	deadline = s.capDeadline(ctx, s.cfg.StreamLifetime)
@@ -585,6 +721,6 @@ func (s *Server) parkWatch(ctx context.Context) (deadline time.Time, done func()
 	return deadline, func() {
 		lift()
 		s.metrics.openWatches.Dec()
-		s.parked.release()
+		release()
 	}, nil
 }

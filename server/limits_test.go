@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -624,4 +626,285 @@ func TestParkedWaitsDoNotHoldTheirJobsPayloads(t *testing.T) {
 			t.Fatalf("a wait answered without the job's payload")
 		}
 	}
+}
+
+// watchErr opens a WatchJob and returns how it ended, or nil if it sent a
+// snapshot (it is then closed).
+func watchErr(t *testing.T, c clients, id string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := c.jobs.WatchJob(ctx, &jobwatchv1.WatchJobRequest{JobId: id})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	for s.Receive() {
+		if s.Msg().GetJob() != nil {
+			return nil
+		}
+	}
+	return s.Err()
+}
+
+func wantTenantLimit(t *testing.T, err error, who string) {
+	t.Helper()
+	wantCode(t, err, connect.CodeResourceExhausted)
+	if msg := err.Error(); !strings.Contains(msg, "--max-parked-calls-per-tenant") || !strings.Contains(msg, who) || !strings.Contains(msg, "retry") {
+		t.Errorf("the refusal %q does not name %s, the per-tenant limit and what to do", msg, who)
+	}
+}
+
+// Past --max-parked-calls-per-tenant a tenant's wait answers at once with
+// the current state, its new watches and claims get resource_exhausted,
+// and its calls already parked stay; other tenants still park, and every
+// short call of any tenant is answered. A wait's tenant is its job's; a
+// claim without a token counts as a worker bound to no tenant.
+func TestATenantPastItsParkedCallLimitIsAnsweredAtOnceWhileOthersPark(t *testing.T) {
+	const perTenant = 3
+	ts := startServer(t, serverOptions{config: server.Config{
+		MaxParkedCalls: 100, MaxParkedCallsPerTenant: perTenant, WaitCap: time.Minute, ClaimCap: time.Minute,
+	}})
+	c := ts.h2c()
+	flood := submit(t, c, &jobwatchv1.SubmitJobRequest{Tenant: "flood", Kind: "f"})
+	calm := submit(t, c, &jobwatchv1.SubmitJobRequest{Tenant: "calm", Kind: "c"})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	results := make(chan *jobwatchv1.Job, perTenant)
+	for range perTenant {
+		go func() {
+			resp, err := c.jobs.WaitJob(ctx, &jobwatchv1.WaitJobRequest{JobId: flood.GetId()})
+			if err != nil {
+				t.Errorf("a parked wait of tenant flood: %v", err)
+			}
+			results <- resp.GetJob()
+		}()
+	}
+	ts.waitForMetric("flood's waits parked", 10*time.Second, func(v float64) bool { return v == perTenant },
+		"jobwatch_parked_calls_by_tenant", "tenant", "flood")
+
+	// The tenant's next wait answers at once, marked, with the job as it is.
+	callCtx, call := connect.NewClientContext(ctxTimeout(t, 30*time.Second))
+	resp, err := c.jobs.WaitJob(callCtx, &jobwatchv1.WaitJobRequest{JobId: flood.GetId()})
+	if err != nil || resp.GetJob().GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED {
+		t.Fatalf("a wait past the tenant's limit: %v, %v; want OK with the QUEUED job", resp, err)
+	}
+	if got := call.ResponseHeader().Get(server.ParkedCallsHeader); got != "full" {
+		t.Errorf("the answer's %s header = %q, want full", server.ParkedCallsHeader, got)
+	}
+	// Its new watches are refused, of one job and of the tenant's feed.
+	wantTenantLimit(t, watchErr(t, c, flood.GetId()), `tenant "flood"`)
+	feed, err := c.jobs.WatchJobs(ctxTimeout(t, 10*time.Second), &jobwatchv1.WatchJobsRequest{Tenant: "flood"})
+	if err == nil {
+		for feed.Receive() {
+		}
+		err = feed.Err()
+	}
+	wantTenantLimit(t, err, `tenant "flood"`)
+
+	// Another tenant parks a wait and opens a watch...
+	calmWait := make(chan *jobwatchv1.Job, 1)
+	go func() {
+		resp, err := c.jobs.WaitJob(ctx, &jobwatchv1.WaitJobRequest{JobId: calm.GetId()})
+		if err != nil {
+			t.Errorf("tenant calm's wait: %v", err)
+		}
+		calmWait <- resp.GetJob()
+	}()
+	ts.waitForMetric("calm's wait parked", 10*time.Second, func(v float64) bool { return v == 1 },
+		"jobwatch_parked_calls_by_tenant", "tenant", "calm")
+	if err := watchErr(t, c, calm.GetId()); err != nil {
+		t.Errorf("tenant calm's watch while flood is at its limit: %v", err)
+	}
+	// ...and short calls of both tenants are answered.
+	if _, err := c.jobs.GetJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.GetJobRequest{JobId: flood.GetId()}); err != nil {
+		t.Errorf("GetJob of tenant flood at its limit: %v", err)
+	}
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Tenant: "flood", Kind: "more"})
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Tenant: "calm", Kind: "more"})
+
+	// Workers without a token count together: past the limit a claim
+	// still takes a ready job but may not park.
+	claims := make(chan error, perTenant)
+	for range perTenant {
+		go func() {
+			_, err := c.workers.ClaimJob(ctx, &jobwatchv1.ClaimJobRequest{WorkerId: "idle", Kinds: []string{"none"}})
+			claims <- err
+		}()
+	}
+	ts.waitForMetric("claims parked", 10*time.Second, func(v float64) bool { return v == perTenant },
+		"jobwatch_parked_calls_by_tenant", "tenant", "(none)")
+	_, err = c.workers.ClaimJob(ctxTimeout(t, 10*time.Second), &jobwatchv1.ClaimJobRequest{WorkerId: "w", Kinds: []string{"none"}})
+	wantTenantLimit(t, err, "workers bound to no tenant")
+	lease := claim(t, c, "f")
+
+	for kind, want := range map[string]float64{"wait": 1, "watch": 2} {
+		if got := ts.metric("jobwatch_parked_calls_tenant_refused_total", "kind", kind, "tenant", "flood"); got != want {
+			t.Errorf("jobwatch_parked_calls_tenant_refused_total{kind=%q,tenant=flood} = %v, want %v", kind, got, want)
+		}
+	}
+	// Both claims past the limit count: the one refused and the one
+	// that took a ready job without parking.
+	if got := ts.metric("jobwatch_parked_calls_tenant_refused_total", "kind", "claim", "tenant", "(none)"); got != 2 {
+		t.Errorf("jobwatch_parked_calls_tenant_refused_total{kind=claim,tenant=(none)} = %v, want 2", got)
+	}
+	if got := ts.metric("jobwatch_parked_calls_refused_total"); got != 0 {
+		t.Errorf("jobwatch_parked_calls_refused_total = %v, want 0: the total limit was never reached", got)
+	}
+
+	// The parked waits were kept, and answer when the job ends; then
+	// the tenant's places are free again.
+	complete(t, c, lease, nil)
+	for range perTenant {
+		if got := <-results; got.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+			t.Errorf("a parked wait of tenant flood answered %v, want SUCCEEDED", got.GetState())
+		}
+	}
+	ts.waitForMetric("flood's places freed", 10*time.Second, func(v float64) bool { return v == 0 },
+		"jobwatch_parked_calls_by_tenant", "tenant", "flood")
+	if err := watchErr(t, c, flood.GetId()); err != nil {
+		t.Errorf("a watch of tenant flood once its calls ended: %v", err)
+	}
+	complete(t, c, claim(t, c, "c"), nil)
+	if got := <-calmWait; got.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Errorf("tenant calm's wait answered %v, want SUCCEEDED", got.GetState())
+	}
+	cancel()
+	for range perTenant {
+		<-claims
+	}
+}
+
+// floodCallsEnv sets the number of short calls each phase of
+// TestShortCallsOfATenantKeepTheirLatencyWhileAnotherFloodsParkedCalls
+// measures; unset, 200.
+const floodCallsEnv = "JOBWATCH_MEASURE_FLOOD_CALLS"
+
+// One tenant floods parked waits, twice as many as its limit, each
+// refused one asking again 10 ms later (a client that ignores the
+// header), and watches that are refused; another tenant's short calls
+// (GetJob, SubmitJob) keep being answered, and the flooding tenant never
+// holds more than its limit. The test logs the p50 and p99 of the short
+// calls without and with the flood, in one run (timings are logged, not
+// asserted):
+//
+//	JOBWATCH_MEASURE_FLOOD_CALLS=2000 go test ./server -run TestShortCallsOfATenantKeepTheirLatency -v
+func TestShortCallsOfATenantKeepTheirLatencyWhileAnotherFloodsParkedCalls(t *testing.T) {
+	const perTenant = 100
+	n := 200
+	if v, err := strconv.Atoi(os.Getenv(floodCallsEnv)); err == nil && v > 0 {
+		n = v
+	}
+	ts := startServer(t, serverOptions{config: server.Config{
+		MaxParkedCalls: 4 * perTenant, MaxParkedCallsPerTenant: perTenant, WaitCap: time.Minute, Keepalive: -1,
+	}})
+	calm, flooding := ts.h2c(), ts.h2c() // each its own connection, as separate clients
+	floodJob := submit(t, flooding, &jobwatchv1.SubmitJobRequest{Tenant: "flood", Kind: "f"})
+	calmJob := submit(t, calm, &jobwatchv1.SubmitJobRequest{Tenant: "calm", Kind: "c"})
+
+	shortCalls := func() []time.Duration {
+		took := make([]time.Duration, 0, n)
+		for i := range n {
+			start := time.Now()
+			var err error
+			if i%2 == 0 {
+				_, err = calm.jobs.GetJob(ctxTimeout(t, 10*time.Second), &jobwatchv1.GetJobRequest{JobId: calmJob.GetId()})
+			} else {
+				_, err = calm.jobs.SubmitJob(ctxTimeout(t, 10*time.Second), &jobwatchv1.SubmitJobRequest{Tenant: "calm", Kind: "short"})
+			}
+			took = append(took, time.Since(start))
+			if err != nil {
+				t.Fatalf("short call %d of tenant calm: %v", i, err)
+			}
+			if i%20 == 0 {
+				if held := ts.metric("jobwatch_parked_calls_by_tenant", "tenant", "flood"); held > perTenant {
+					t.Fatalf("tenant flood holds %v parked calls, over its limit of %d", held, perTenant)
+				}
+			}
+		}
+		return took
+	}
+	quiet := shortCalls()
+
+	floodCtx, stopFlood := context.WithCancel(context.Background())
+	var flood sync.WaitGroup
+	defer func() { stopFlood(); flood.Wait() }()
+	pause := func() {
+		select {
+		case <-floodCtx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	var (
+		refusedMu   sync.Mutex
+		refusedTook []time.Duration // of the waits answered at once, marked full
+	)
+	for range 2 * perTenant {
+		flood.Go(func() {
+			for floodCtx.Err() == nil {
+				callCtx, call := connect.NewClientContext(floodCtx)
+				start := time.Now()
+				_, err := flooding.jobs.WaitJob(callCtx, &jobwatchv1.WaitJobRequest{JobId: floodJob.GetId()})
+				if err != nil || call.ResponseHeader().Get(server.ParkedCallsHeader) == "full" {
+					if err == nil {
+						refusedMu.Lock()
+						refusedTook = append(refusedTook, time.Since(start))
+						refusedMu.Unlock()
+					}
+					pause()
+				}
+			}
+		})
+	}
+	for range 10 {
+		flood.Go(func() {
+			for floodCtx.Err() == nil {
+				if s, err := flooding.jobs.WatchJob(floodCtx, &jobwatchv1.WatchJobRequest{JobId: floodJob.GetId()}); err == nil {
+					for s.Receive() {
+					}
+					s.Close()
+				}
+				pause()
+			}
+		})
+	}
+	ts.waitForMetric("tenant flood at its limit", 30*time.Second, func(v float64) bool { return v == perTenant },
+		"jobwatch_parked_calls_by_tenant", "tenant", "flood")
+	ts.waitForMetric("tenant flood refused past its limit", 30*time.Second, func(v float64) bool { return v > 0 },
+		"jobwatch_parked_calls_tenant_refused_total", "tenant", "flood")
+	refusedBefore := ts.metric("jobwatch_parked_calls_tenant_refused_total", "tenant", "flood")
+	phaseStart := time.Now()
+	flooded := shortCalls()
+	phase := time.Since(phaseStart)
+	refused := ts.metric("jobwatch_parked_calls_tenant_refused_total", "tenant", "flood") - refusedBefore
+	if held := ts.metric("jobwatch_parked_calls_by_tenant", "tenant", "flood"); held != perTenant {
+		t.Errorf("tenant flood holds %v parked calls at the end, want its limit %d", held, perTenant)
+	}
+	if got := ts.metric("jobwatch_parked_calls_refused_total"); got != 0 {
+		t.Errorf("jobwatch_parked_calls_refused_total = %v: the total limit was reached, want only the tenant's", got)
+	}
+
+	q50, q99 := percentile(quiet, 50), percentile(quiet, 99)
+	f50, f99 := percentile(flooded, 50), percentile(flooded, 99)
+	t.Logf("tenant calm, %d short calls (GetJob, SubmitJob alternately) a phase; tenant flood: %d parked waits (its limit), "+
+		"%d more asking again every 10 ms and 10 watches refused: %.0f refusals in the %v of the phase (%.0f/s)",
+		n, perTenant, perTenant, refused, phase.Round(time.Millisecond), refused/phase.Seconds())
+	t.Logf("without the flood: p50 %v, p99 %v", q50, q99)
+	t.Logf("with the flood:    p50 %v, p99 %v", f50, f99)
+	t.Logf("p99 with / without: %.2f", float64(f99)/float64(q99))
+	refusedMu.Lock()
+	defer refusedMu.Unlock()
+	if len(refusedTook) > 0 {
+		t.Logf("tenant flood's waits past its limit, answered at once: %d in all, p50 %v, p99 %v",
+			len(refusedTook), percentile(refusedTook, 50), percentile(refusedTook, 99))
+	}
+}
+
+// percentile is the p-th percentile (nearest rank) of ds.
+func percentile(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[max(0, i-1)].Round(time.Microsecond)
 }

@@ -38,6 +38,9 @@ type Metrics struct {
 	connectionsIdleClosed prometheus.Counter
 	parkedCalls           prometheus.Gauge
 	parkRefused           *prometheus.CounterVec
+	parkedByTenant        *prometheus.GaugeVec
+	tenantParkRefused     *prometheus.CounterVec
+	hostRefused           prometheus.Counter
 	bodiesReading         prometheus.Gauge
 	bodyTimeouts          prometheus.Counter
 	abandoned             prometheus.Counter
@@ -97,6 +100,18 @@ func NewMetrics() *Metrics {
 			Name: "jobwatch_parked_calls_refused_total",
 			Help: "Calls that found --max-parked-calls taken, by kind: a wait answered at once with the current state, a watch or claim refused with resource_exhausted.",
 		}, []string{"kind"}),
+		parkedByTenant: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jobwatch_parked_calls_by_tenant",
+			Help: "Parked calls by tenant, for the tenants with any parked now, while --max-parked-calls-per-tenant is on; tenant=\"(none)\" counts claims of workers bound to no tenant.",
+		}, []string{"tenant"}),
+		tenantParkRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jobwatch_parked_calls_tenant_refused_total",
+			Help: "Calls that found their tenant's --max-parked-calls-per-tenant taken, by kind and tenant: a wait answered at once with the current state, a watch or claim refused with resource_exhausted.",
+		}, []string{"kind", "tenant"}),
+		hostRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "jobwatch_requests_refused_host_total",
+			Help: "Requests refused (403, permission_denied) because their Host was neither loopback nor in --allowed-hosts: DNS rebinding, or a name to allow.",
+		}),
 		bodiesReading: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "jobwatch_request_bodies_reading",
 			Help: "Request bodies being received now (each within --body-timeout).",
@@ -129,6 +144,7 @@ func (m *Metrics) register(reg *prometheus.Registry, engine *jobs.Engine, log *s
 	for _, c := range []prometheus.Collector{
 		m.parkedWaits, m.openWatches, m.parkedClaims, m.wakeLatency, m.requests, m.tokenRequests,
 		m.connections, m.connectionsRefused, m.connectionsIdleClosed, m.parkedCalls, m.parkRefused,
+		m.parkedByTenant, m.tenantParkRefused, m.hostRefused,
 		m.bodiesReading, m.bodyTimeouts, m.abandoned, m.sendsInProgress, m.sendsCut,
 		&jobsCollector{engine: engine, log: log},
 		&alertsCollector{engine: engine, log: log},

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -90,6 +91,36 @@ type Config struct {
 	// wait answers OK at once with the current state, and a watch or a
 	// claim gets resource_exhausted. Default DefaultMaxParkedCalls.
 	MaxParkedCalls int
+	// MaxParkedCallsPerTenant bounds the parked calls of one tenant, so
+	// one tenant cannot take every place of MaxParkedCalls: past it a
+	// wait of that tenant answers OK at once with the current state, and
+	// its new watches and claims get resource_exhausted. A call's tenant
+	// is its token's tenant (a client token), else the tenant it names
+	// (WatchJobs, SubmitJob with wait), else its job's (WaitJob,
+	// WatchJob: read before the call parks); a claim's is its worker
+	// token's first tenant, else "" (workers not bound to a tenant share
+	// one count). Default 0: no per-tenant limit (serve sets a quarter of
+	// --max-parked-calls).
+	MaxParkedCallsPerTenant int
+	// CheckHost refuses every request (RPCs of every protocol, the page,
+	// /metrics) whose Host header, or HTTP/2 :authority, is neither a
+	// loopback name or address (localhost, *.localhost, 127.0.0.0/8,
+	// ::1, with any port) nor one of AllowedHosts, with
+	// permission_denied (HTTP 403): a server on loopback without tokens
+	// cannot then be reached through DNS rebinding. serve sets it then,
+	// and whenever --allowed-hosts is given. Default false: any Host.
+	CheckHost bool
+	// AllowedHosts are the hosts CheckHost lets through besides loopback,
+	// each a name or address, with a port (only that port) or without
+	// (any port). See CheckAllowedHost.
+	AllowedHosts []string
+	// Insecure says the server listens beyond loopback without
+	// authentication (serve --insecure): Serve logs a warning saying what
+	// is exposed and how to fix it as it starts and every
+	// InsecureWarnEvery while it serves. Default
+	// DefaultInsecureWarnEvery (1h).
+	Insecure          bool
+	InsecureWarnEvery time.Duration
 	// Logger receives the server's logs; per-call logs are at debug
 	// level. Default slog.Default().
 	Logger *slog.Logger
@@ -139,6 +170,7 @@ func (c Config) withDefaults() Config {
 		c.MaxConnections = DefaultMaxConnections()
 	}
 	setDefault(&c.MaxParkedCalls, DefaultMaxParkedCalls)
+	setDefault(&c.InsecureWarnEvery, DefaultInsecureWarnEvery)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -198,7 +230,7 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 		metrics: cfg.Metrics,
 		health:  grpchealth.NewStaticChecker(serviceNames...),
 	}
-	s.parked = &parkedCalls{limit: int64(cfg.MaxParkedCalls), metrics: s.metrics}
+	s.parked = newParkedCalls(cfg.MaxParkedCalls, cfg.MaxParkedCallsPerTenant, s.metrics)
 	if cfg.Tokens != nil {
 		s.authRequired = true
 		s.tokens.Store(cfg.Tokens)
@@ -232,7 +264,11 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 	}))
 	mux.Handle("/", cfg.Page)
 
-	var h http.Handler = s.countEarlyAnswers(s.checkEnvelopes(mux))
+	var h http.Handler = s.checkEnvelopes(mux)
+	if cfg.CheckHost {
+		h = newHostCheck(cfg.AllowedHosts, s.metrics, s.log, opts).handler(h)
+	}
+	h = s.countEarlyAnswers(h)
 	if len(cfg.CORSOrigins) > 0 {
 		h = cors.New(cors.Options{
 			AllowedOrigins: cfg.CORSOrigins,
@@ -309,6 +345,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(limit) }()
+	if s.cfg.Insecure {
+		warnCtx, stopWarnings := context.WithCancel(ctx)
+		var warnings sync.WaitGroup
+		warnings.Go(func() { s.warnInsecure(warnCtx, ln.Addr(), s.cfg.InsecureWarnEvery) })
+		defer warnings.Wait()
+		defer stopWarnings()
+	}
 
 	select {
 	case err := <-served:

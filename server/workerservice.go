@@ -29,9 +29,10 @@ func (h *workerService) ClaimJob(ctx context.Context, req *jobwatchv1.ClaimJobRe
 	}
 	s.metrics.parkedClaims.Inc()
 	defer s.metrics.parkedClaims.Dec()
-	deadline, parked := s.capDeadline(ctx, s.cfg.ClaimCap), s.parked.park("claim")
-	if parked {
-		defer s.parked.release()
+	deadline := s.capDeadline(ctx, s.cfg.ClaimCap)
+	release, refused := s.parkClaim(ctx)
+	if refused == nil {
+		defer release()
 	} else {
 		// Over MaxParkedCalls a claim still takes a job that is ready
 		// now (it need not park for it), so parked waits can never keep
@@ -39,8 +40,8 @@ func (h *workerService) ClaimJob(ctx context.Context, req *jobwatchv1.ClaimJobRe
 		deadline = time.Now()
 	}
 	j, err := s.engine.Claim(ctx, r, deadline)
-	if errors.Is(err, jobs.ErrNoJob) && !parked {
-		return nil, s.parked.parkLimitError("claim")
+	if errors.Is(err, jobs.ErrNoJob) && refused != nil {
+		return nil, refused
 	}
 	if errors.Is(err, jobs.ErrNoJob) {
 		return &jobwatchv1.ClaimJobResponse{}, nil

@@ -133,6 +133,9 @@ func serveDemo(ctx context.Context, ln net.Listener, o demoOptions, stdout, stde
 		Logger:    log,
 		Metrics:   metrics,
 		DemoKinds: demoKinds,
+		// The demo listens on loopback only, without tokens: refuse
+		// other Host names, as serve does (DNS rebinding).
+		CheckHost: true,
 		Version:   version(),
 		Page:      web.Handler(),
 	})

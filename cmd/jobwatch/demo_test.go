@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,5 +100,26 @@ func TestTheDemoShowsASerialQueueAPooledPairAndASchedule(t *testing.T) {
 			t.Errorf("%s started at %v, before %s, submitted earlier, finished at %v",
 				cur.GetId(), cur.GetStartedAt().AsTime(), prev.GetId(), prev.GetFinishedAt().AsTime())
 		}
+	}
+}
+
+// The demo, like serve on loopback without tokens, refuses a request
+// whose Host is not a loopback name: a page of another site cannot reach
+// it through DNS rebinding.
+func TestTheDemoRefusesAForeignHost(t *testing.T) {
+	base := startDemo(t)
+	req, err := http.NewRequest(http.MethodPost, base+"/jobwatch.v1.JobService/GetServerInfo", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Host = "evil.example"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("Host evil.example: HTTP %d, want 403", resp.StatusCode)
 	}
 }

@@ -54,6 +54,8 @@ type serveFlags struct {
 	bodyTimeout     time.Duration
 	maxConnections  int
 	maxParkedCalls  int
+	maxParkedTenant int
+	allowedHosts    string
 	maxSendBytes    int
 	logLevel        slog.Level
 	insecure        bool
@@ -83,6 +85,10 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 		"most `bytes` of large responses held at once for clients that do not read them; past it the write blocked longest is cut")
 	fs.IntVar(&f.maxParkedCalls, "max-parked-calls", server.DefaultMaxParkedCalls,
 		"most WaitJob, WatchJob(s) and ClaimJob `calls` parked at once; beyond it a wait answers at once, a watch or claim gets resource_exhausted")
+	fs.IntVar(&f.maxParkedTenant, "max-parked-calls-per-tenant", 0,
+		"most parked `calls` of one tenant (see the README); 0: a quarter of --max-parked-calls; set it to --max-parked-calls to turn it off")
+	fs.StringVar(&f.allowedHosts, "allowed-hosts", "",
+		"comma-separated `hosts` (name or address, with or without a port) whose Host header is answered besides loopback ones; without tokens the server refuses every other Host (DNS rebinding)")
 	fs.Var(levelFlag{&f.logLevel}, "log-level", "log `level`: debug (logs every call), info, warn or error")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without authentication")
 	fs.StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated browser `origins` allowed to call the API (\"*\" for any); empty: no CORS")
@@ -107,6 +113,17 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	} {
 		if n <= 0 {
 			return f, usageError{fmt.Sprintf("--%s must be positive, got %d", name, n)}
+		}
+	}
+	if f.maxParkedTenant < 0 {
+		return f, usageError{fmt.Sprintf("--max-parked-calls-per-tenant must not be negative, got %d", f.maxParkedTenant)}
+	}
+	if f.maxParkedTenant == 0 {
+		f.maxParkedTenant = max(1, f.maxParkedCalls/4)
+	}
+	for _, h := range splitList(f.allowedHosts) {
+		if err := server.CheckAllowedHost(h); err != nil {
+			return f, usageError{"--allowed-hosts: " + err.Error()}
 		}
 	}
 	if strings.HasPrefix(f.db, "postgres://") || strings.HasPrefix(f.db, "postgresql://") {
@@ -203,7 +220,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Metrics:      metrics,
 		Rules:        rules,
 	})
-	srv := server.New(engine, server.Config{
+	host, _, _ := net.SplitHostPort(f.addr)
+	loopback := isLoopback(host)
+	cfg := server.Config{
 		WaitCap:             f.waitCap,
 		ClaimCap:            f.claimCap,
 		StreamLifetime:      f.streamLifetime,
@@ -220,7 +239,18 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		CORSOrigins:         splitList(f.corsOrigins),
 		Version:             version(),
 		Tokens:              tokens,
-	})
+	}
+	// Never above the total, where it would only mislead.
+	cfg.MaxParkedCallsPerTenant = min(f.maxParkedTenant, f.maxParkedCalls)
+	// Without tokens only this machine's users should reach the server;
+	// the Host check keeps out pages that reach it through a browser (DNS
+	// rebinding). A server exposed with --insecure is reachable anyway, so
+	// it checks only the hosts listed, if any; so does one with --tokens,
+	// where a page without a token gets nothing but GetServerInfo.
+	cfg.CheckHost = (loopback && f.tokens == "") || f.allowedHosts != ""
+	cfg.AllowedHosts = splitList(f.allowedHosts)
+	cfg.Insecure = !loopback && f.tokens == ""
+	srv := server.New(engine, cfg)
 	if f.config != "" || f.tokens != "" {
 		// From here on a SIGHUP reloads the files instead of ending the process.
 		stopReloads := reloadOnHangup(log, func() {
@@ -250,13 +280,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if f.tokens != "" {
 		attrs = append(attrs, "tokens", f.tokens, "tokens_known", tokens.Len())
-	}
-	if host, _, _ := net.SplitHostPort(f.addr); f.tokens != "" {
 		log.Info("listening; every call but GetServerInfo needs a bearer token from the tokens file", attrs...)
-	} else if isLoopback(host) {
+	} else if loopback {
 		log.Info("listening on loopback only, without authentication: any local user can call the API", attrs...)
 	} else {
-		log.Warn("listening beyond loopback WITHOUT authentication (--insecure): anyone who can reach it can submit, cancel and run jobs", attrs...)
+		// The server warns that it is exposed (Config.Insecure), now and
+		// every hour.
+		log.Info("listening", attrs...)
 	}
 
 	serveErr := srv.Serve(ctx, ln)

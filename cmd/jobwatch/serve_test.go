@@ -42,6 +42,9 @@ func TestServeRefusesWhatItCannotDoSafely(t *testing.T) {
 		{"a duration without a unit is refused", []string{"--claim-cap", "30"}, 2, "claim-cap"},
 		{"an unknown log level is refused", []string{"--log-level", "loud"}, 2, "log-level"},
 		{"a CORS origin with a path is refused", []string{"--cors-origins", "https://app.example.org/"}, 2, "scheme://host[:port] and nothing more"},
+		{"a negative per-tenant parked-call limit is refused", []string{"--max-parked-calls-per-tenant", "-1"}, 2, "--max-parked-calls-per-tenant must not be negative"},
+		{"an allowed host with a scheme is refused", []string{"--allowed-hosts", "localhost,https://jobs.example.org"}, 2, "--allowed-hosts: \"https://jobs.example.org\" is not a host"},
+		{"an allowed host with a wildcard is refused", []string{"--allowed-hosts", "*.example.org"}, 2, "--allowed-hosts"},
 		{"a CORS origin without a scheme is refused", []string{"--cors-origins", "*,app.example.org"}, 2, "http:// or https://"},
 	}
 	for _, tt := range tests {
@@ -126,11 +129,71 @@ func TestServeAnswersOnLoopbackSaysSoAndStopsCleanlyOnSignal(t *testing.T) {
 		t.Errorf("GET / = %s %s, want the page", page.Status, page.Header.Get("Content-Type"))
 	}
 
+	// On loopback without tokens a page whose name was rebound to this
+	// address is refused (DNS rebinding).
+	rebound, err := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rebound.Host = "evil.example"
+	page, err = http.DefaultClient.Do(rebound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page.Body.Close()
+	if page.StatusCode != http.StatusForbidden {
+		t.Errorf("GET / with Host evil.example = %s, want 403 Forbidden", page.Status)
+	}
+
 	signal() // what SIGTERM does through signal.NotifyContext
 	select {
 	case code := <-exited:
 		if code != 0 {
 			t.Fatalf("serve exited %d after a signal, want 0:\n%s", code, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop after a signal")
+	}
+}
+
+// With --insecure beyond loopback, serve warns as it starts (and the
+// server every hour after, see server.Config.Insecure), and answers any
+// Host: anyone on the network reaches it anyway.
+func TestServeInsecureWarnsThatItIsExposed(t *testing.T) {
+	var stderr lockedBuffer
+	ctx, signal := context.WithCancel(context.Background())
+	defer signal()
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, []string{"serve", "--insecure", "--addr", "0.0.0.0:0", "--db", filepath.Join(t.TempDir(), "j.db")}, io.Discard, &stderr)
+	}()
+	addrRE := regexp.MustCompile(`level=WARN msg="serving beyond loopback WITHOUT authentication.*--tokens FILE.* addr=\S+:(\d+)`)
+	var port string
+	for deadline := time.Now().Add(10 * time.Second); port == ""; time.Sleep(10 * time.Millisecond) {
+		if m := addrRE.FindStringSubmatch(stderr.String()); m != nil {
+			port = m[1]
+		} else if time.Now().After(deadline) {
+			t.Fatalf("serve --insecure did not warn:\n%s", stderr.String())
+		}
+	}
+	req, err := http.NewRequest(http.MethodGet, "http://127.0.0.1:"+port+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = "jobs.example.org"
+	page, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page.Body.Close()
+	if page.StatusCode != http.StatusOK {
+		t.Errorf("GET / with Host jobs.example.org = %s, want the page", page.Status)
+	}
+	signal()
+	select {
+	case code := <-exited:
+		if code != 0 {
+			t.Fatalf("serve exited %d, want 0:\n%s", code, stderr.String())
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("serve did not stop after a signal")
