@@ -111,7 +111,7 @@ func (s *Server) admit(ctx context.Context, procedure string, header http.Header
 	noteCaller(ctx, p)
 	if !may(p.Role, procedure) {
 		return ctx, nothing, connect.NewError(connect.CodePermissionDenied,
-			fmt.Errorf("a %s token may not call %s", p.Role, procedure))
+			fmt.Errorf("a %s token may not call %s; %s", p.Role, procedure, whoMay(procedure)))
 	}
 	ctx = auth.WithPrincipal(ctx, p)
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -164,6 +164,19 @@ func may(role auth.Role, procedure string) bool {
 		return role == auth.RoleWorker
 	}
 	return false
+}
+
+// whoMay says which tokens may call procedure, for a refusal a person
+// can act on.
+func whoMay(procedure string) string {
+	service, _, _ := strings.Cut(strings.TrimPrefix(procedure, "/"), "/")
+	switch service {
+	case jobwatchv1connect.JobServiceName:
+		return "it takes a client token (or an admin one)"
+	case jobwatchv1connect.WorkerServiceName:
+		return "it takes a worker token (or an admin one)"
+	}
+	return "it takes an admin token"
 }
 
 // openCalls are the calls admitted with a token and not yet over, so a

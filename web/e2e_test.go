@@ -45,7 +45,7 @@ type liveServer struct {
 	served chan error
 }
 
-func startServer(t *testing.T, addr, dbPath string) *liveServer {
+func startServer(t *testing.T, addr, dbPath string, configure ...func(*server.Config)) *liveServer {
 	t.Helper()
 	st, err := sqlite.Open(dbPath)
 	if err != nil {
@@ -54,13 +54,17 @@ func startServer(t *testing.T, addr, dbPath string) *liveServer {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// Depth samples 100ms apart, so that a few sweeps draw a sparkline.
 	engine := jobs.New(st, jobs.Config{Logger: logger, DepthInterval: 100 * time.Millisecond})
-	srv := server.New(engine, server.Config{
+	cfg := server.Config{
 		Page:      web.Handler(),
 		DemoKinds: []string{"demo.sleep", "demo.fail"},
 		Logger:    logger,
 		// Short, so a test never waits on a parked call at shutdown.
 		ShutdownGrace: 2 * time.Second,
-	})
+	}
+	for _, f := range configure {
+		f(&cfg)
+	}
+	srv := server.New(engine, cfg)
 	var ln net.Listener
 	// The address was just freed by the previous server; the kernel may
 	// take a moment to let it go.
@@ -192,6 +196,34 @@ func artifactPath(t *testing.T, name string) string {
 	return filepath.Join(dir, name)
 }
 
+// newTab starts headless Chromium and opens a tab in it, both closed when
+// the test ends.
+func newTab(t *testing.T, ctx context.Context) context.Context {
+	t.Helper()
+	opts := append([]chromedp.ExecAllocatorOption{},
+		chromedp.ExecPath(chromiumPath),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1360, 900),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("hide-scrollbars", true),
+		chromedp.Flag("mute-audio", true),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(cancelAlloc)
+	tabCtx, cancelTab := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelTab)
+	return tabCtx
+}
+
 func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 	requireChromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -211,28 +243,7 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 		}
 	}()
 
-	opts := append([]chromedp.ExecAllocatorOption{},
-		chromedp.ExecPath(chromiumPath),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1360, 900),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("hide-scrollbars", true),
-		chromedp.Flag("mute-audio", true),
-	)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	tabCtx, cancelTab := chromedp.NewContext(allocCtx)
-	defer cancelTab()
-	p := &page{t: t, ctx: tabCtx}
+	p := &page{t: t, ctx: newTab(t, ctx)}
 
 	// A job from before the page opened is in the stream's first batch.
 	resize := submit(t, ctx, srv.engine, "images.resize", `{"album":"summer-2026","images":11}`)
@@ -298,7 +309,7 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 		p.waitFor("the reconnecting banner", `!document.getElementById("banner").hidden && document.getElementById("banner").textContent.startsWith("Reconnecting…")`)
 		p.waitFor("the reconnecting status", `document.getElementById("status").dataset.status === "reconnecting"`)
 		p.waitFor("the last known jobs still listed", `window.rowsBefore.every(el => el.isConnected)`)
-		if png, err := chromedp.Run(tabCtx, chromedp.CaptureScreenshot()); err == nil {
+		if png, err := chromedp.Run(p.ctx, chromedp.CaptureScreenshot()); err == nil {
 			os.WriteFile(artifactPath(t, "web-e2e-reconnecting.png"), png, 0o644)
 		}
 
@@ -507,7 +518,7 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 	p.t = t
 	p.do("move the pointer away", chromedp.MouseEvent(chromedp.MouseMoved, 1, 880))
 
-	png, err := chromedp.Run(tabCtx, chromedp.FullScreenshot(100))
+	png, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}

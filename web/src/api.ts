@@ -7,17 +7,19 @@ import { JobService, QueueService } from "./gen/jobwatch/v1/jobwatch_pb";
 
 const tokenKey = "jobwatch.token";
 
-// The token lives in localStorage so a reload keeps it; it is sent only to
-// the origin that served the page.
+// The token lives in sessionStorage: a reload of the tab keeps it, but it
+// is gone when the tab closes and is never shared with other tabs or
+// written to disk for later, as localStorage would. It is sent only to the
+// origin that served the page.
 export function savedToken(): string {
-  return localStorage.getItem(tokenKey) ?? "";
+  return sessionStorage.getItem(tokenKey) ?? "";
 }
 
 export function saveToken(token: string): void {
   if (token === "") {
-    localStorage.removeItem(tokenKey);
+    sessionStorage.removeItem(tokenKey);
   } else {
-    localStorage.setItem(tokenKey, token);
+    sessionStorage.setItem(tokenKey, token);
   }
 }
 

@@ -1,0 +1,80 @@
+package web_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/jobwatch/jobwatch/auth"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/server"
+)
+
+// With a tokens file the page asks for a token (GetServerInfo says one is
+// needed), says plainly when the server refuses one, keeps the accepted
+// token in sessionStorage only, sends it on every call and on the stream,
+// and shows the token's tenant's jobs; the queue panel, which needs an
+// admin token, says why it shows nothing.
+func TestPageAsksForATokenAndSendsItEverywhere(t *testing.T) {
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	const clientToken = "jw_e2e-acme-client-token"
+	tokens, err := auth.ParseTokens("tokens.yaml", []byte(fmt.Sprintf(
+		"tokens:\n  - sha256: %s\n    tenant: acme\n    role: client\n", auth.Digest(clientToken))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := probe.Addr().String()
+	probe.Close()
+	srv := startServer(t, addr, filepath.Join(t.TempDir(), "jobwatch.db"), func(c *server.Config) { c.Tokens = tokens })
+	defer srv.shutdown(t)
+	acme, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Tenant: "acme", Kind: "billing.invoice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Tenant: "globex", Kind: "billing.invoice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p := &page{t: t, ctx: newTab(t, ctx)}
+	p.do("open the page on tenant acme", chromedp.Navigate("http://"+addr+"/?tenant=acme"))
+	p.waitFor("the token field, asked for", `!document.getElementById("token-form").hidden`)
+	p.waitFor("the feed waiting for a token", `document.getElementById("status").dataset.status === "unauthenticated"`)
+
+	useToken := func(token string) {
+		p.do("enter a token", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(
+			`{document.getElementById("token").value = %q; document.getElementById("token-form").requestSubmit();}`, token)))
+	}
+	useToken("jw_not-a-token-the-server-knows")
+	p.waitFor("a clear refusal", `document.getElementById("status").dataset.status === "unauthenticated"`+" && "+
+		`!document.getElementById("banner").hidden && document.getElementById("banner").textContent.includes("the token is not known")`)
+	p.waitFor("the refused token not echoed", `!document.body.innerText.includes("jw_not-a-token")`)
+
+	useToken(clientToken)
+	p.waitFor("the live status", `document.getElementById("status").dataset.status === "live"`)
+	p.waitFor("acme's job, and only acme's", exists(row(acme.ID))+" && !"+exists(row(other.ID)))
+	p.waitFor("the token in sessionStorage, not localStorage",
+		fmt.Sprintf(`sessionStorage.getItem("jobwatch.token") === %q && !Object.values(localStorage).includes(%q)`, clientToken, clientToken))
+
+	// A change reaches the page on the stream opened with the token.
+	if _, err := srv.engine.Cancel(ctx, acme.ID); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor("the cancel, live", exists(row(acme.ID)+`[data-state="cancelled"]`))
+	// The detail's GetJob carries the token too.
+	p.do("open the detail", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`document.querySelector(%q).click()`, row(acme.ID))))
+	p.waitFor("the detail", textHas("#detail", acme.ID))
+	p.waitFor("the queue panel saying it needs an admin token", textHas("#queues-note", "admin"))
+}
