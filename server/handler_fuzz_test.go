@@ -1,0 +1,185 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/store/sqlite"
+)
+
+// fuzzMaxRequestBytes is the request limit of fuzzServer: small, so that
+// fuzzed length prefixes cross it often.
+const fuzzMaxRequestBytes = 64 << 10
+
+// fuzzServer returns the whole HTTP surface of a server over a real
+// SQLite file, with caps short enough that a fuzzed wait, claim or watch
+// ends in milliseconds, and the log it writes. It is made once per fuzz
+// worker process: jobs that fuzzed submissions create stay, so later
+// claims and reports find work.
+func fuzzServer(f *testing.F) (http.Handler, *lockedBuffer) {
+	logs := &lockedBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	st, err := sqlite.OpenWith(filepath.Join(f.TempDir(), "jobwatch.db"), sqlite.Config{Logger: log})
+	if err != nil {
+		f.Fatalf("open store: %v", err)
+	}
+	engine := jobs.New(st, jobs.Config{Logger: log})
+	srv := New(engine, Config{
+		WaitCap:         20 * time.Millisecond,
+		ClaimCap:        20 * time.Millisecond,
+		StreamLifetime:  50 * time.Millisecond,
+		Keepalive:       -1,
+		MaxRequestBytes: fuzzMaxRequestBytes,
+		Logger:          log,
+	})
+	f.Cleanup(func() {
+		engine.Shutdown()
+		st.Close()
+	})
+	return srv.Handler(), logs
+}
+
+// lockedBuffer is a log sink safe for the server's goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// take returns what was logged since the last take.
+func (b *lockedBuffer) take() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.buf.String()
+	b.buf.Reset()
+	return s
+}
+
+// The ways a request reaches a handler that FuzzHandlers tries, by the
+// fuzzer's protocol byte modulo their number.
+var fuzzProtocols = []struct {
+	name      string
+	binary    bool
+	unary     string // the Content-Type of a unary call
+	stream    string // the Content-Type of a server stream
+	enveloped bool   // the message goes in an envelope (gRPC-Web, Connect streams)
+}{
+	{"connect json", false, "application/json", "application/connect+json", false},
+	{"connect proto", true, "application/proto", "application/connect+proto", false},
+	{"grpc-web proto", true, "application/grpc-web+proto", "application/grpc-web+proto", true},
+	{"grpc-web json", false, "application/grpc-web+json", "application/grpc-web+json", true},
+	{"grpc proto", true, "application/grpc", "application/grpc", true},
+	{"grpc json", false, "application/grpc+json", "application/grpc+json", true},
+}
+
+// envelope frames msg as one uncompressed message of a gRPC-Web or
+// Connect stream.
+func envelope(msg []byte) []byte {
+	out := make([]byte, envelopePrefixBytes, envelopePrefixBytes+len(msg))
+	binary.BigEndian.PutUint32(out[1:], uint32(len(msg)))
+	return append(out, msg...)
+}
+
+// failedInside matches the answers of a server that failed, not the
+// caller: internal or unknown, in Connect's JSON and in the gRPC (and
+// gRPC-Web) status, as a header or a trailer.
+var failedInside = regexp.MustCompile(`"code":"(internal|unknown)"|(?i)grpc-status: ?(13|2)\r`)
+
+// FuzzHandlers sends arbitrary request messages to every RPC through the
+// server's whole HTTP surface, over Connect (JSON and binary, unary and
+// streams), gRPC and gRPC-Web (binary and JSON), with a real engine over a real
+// SQLite file behind it: decoding, the handlers' checks and the engine's.
+// Whatever arrives, the answer is the caller's fault or a success: never
+// a 5xx, never internal or unknown, and no handler panics.
+func FuzzHandlers(f *testing.F) {
+	methods := rpcMethods()
+	for i, md := range methods {
+		for _, body := range seedRequests[md.Name()] {
+			msg := newInput(f, md)
+			bin := []byte(nil)
+			if err := (jsonCodec{"json"}).Unmarshal([]byte(body), msg); err == nil {
+				bin, _ = protoCodec{}.Marshal(msg)
+			}
+			for p, proto := range fuzzProtocols {
+				if !proto.binary {
+					f.Add(uint8(i), uint8(p), []byte(body))
+				} else if bin != nil {
+					f.Add(uint8(i), uint8(p), bin)
+				}
+			}
+		}
+	}
+	handler, logs := fuzzServer(f)
+	f.Fuzz(func(t *testing.T, method, protocol uint8, msg []byte) {
+		md := methods[int(method)%len(methods)]
+		proto := fuzzProtocols[int(protocol)%len(fuzzProtocols)]
+		contentType, body := proto.unary, msg
+		if md.IsStreamingServer() {
+			contentType = proto.stream
+		}
+		if proto.enveloped || md.IsStreamingServer() {
+			body = envelope(msg)
+		}
+		status, answer := call(handler, md, contentType, body)
+		checkAnswer(t, md, proto.name, status, answer, logs)
+	})
+}
+
+// call POSTs body to md's path and returns the status and the whole
+// answer: headers, body and trailers as text.
+func call(handler http.Handler, md protoreflect.MethodDescriptor, contentType string, body []byte) (int, []byte) {
+	path := "/" + string(md.Parent().FullName()) + "/" + string(md.Name())
+	req := httptest.NewRequestWithContext(context.Background(), http.MethodPost, path, bytes.NewReader(body))
+	req.Header.Set("Content-Type", contentType)
+	if strings.HasPrefix(contentType, "application/grpc") && !strings.HasPrefix(contentType, "application/grpc-web") {
+		req.Proto, req.ProtoMajor, req.ProtoMinor = "HTTP/2.0", 2, 0 // gRPC is HTTP/2 only
+		req.Header.Set("Te", "trailers")
+	}
+	rec := httptest.NewRecorder()
+	handler.ServeHTTP(rec, req)
+	res := rec.Result()
+	var answer bytes.Buffer
+	_ = res.Header.Write(&answer)
+	_, _ = io.Copy(&answer, res.Body)
+	_ = res.Trailer.Write(&answer)
+	return res.StatusCode, answer.Bytes()
+}
+
+func checkAnswer(t *testing.T, md protoreflect.MethodDescriptor, protocol string, status int, answer []byte, logs *lockedBuffer) {
+	t.Helper()
+	if status >= 500 || failedInside.Match(answer) {
+		t.Fatalf("%s over %s: the server failed (status %d):\n%s\nlog:\n%s", md.Name(), protocol, status, answer, logs.take())
+	}
+	if log := logs.take(); bytes.Contains([]byte(log), []byte("panic")) {
+		t.Fatalf("%s over %s: a handler panicked:\n%s", md.Name(), protocol, log)
+	}
+}
+
+// allocatedDuring returns the bytes the process allocated while fn ran.
+func allocatedDuring(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
