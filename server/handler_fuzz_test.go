@@ -40,9 +40,9 @@ func fuzzServer(f *testing.F) (http.Handler, *lockedBuffer) {
 	}
 	engine := jobs.New(st, jobs.Config{Logger: log})
 	srv := New(engine, Config{
-		WaitCap:         20 * time.Millisecond,
-		ClaimCap:        20 * time.Millisecond,
-		StreamLifetime:  50 * time.Millisecond,
+		WaitCap:         2 * time.Millisecond,
+		ClaimCap:        2 * time.Millisecond,
+		StreamLifetime:  5 * time.Millisecond,
 		Keepalive:       -1,
 		MaxRequestBytes: fuzzMaxRequestBytes,
 		Logger:          log,
