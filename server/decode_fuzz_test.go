@@ -41,6 +41,16 @@ func newInput(t testing.TB, md protoreflect.MethodDescriptor) proto.Message {
 	return mt.New().Interface()
 }
 
+// runningJob and itsLease stand for the id and the lease of a job that
+// is RUNNING when FuzzHandlers sends a request: it puts real ones in
+// their place, so that the calls of a worker holding a lease reach the
+// engine and the store. They are as long as real ids, so a request in
+// binary stays well formed when they are replaced.
+const (
+	runningJob = "j_runningjobrunningjobrunnin"
+	itsLease   = "l_itsleaseitsleaseitsleaseit"
+)
+
 // seedRequests are real requests in JSON, per RPC name: the README's curl
 // bodies, and requests the tests send, good and bad. Each is also seeded
 // in binary, converted by the server's own codecs.
@@ -58,23 +68,34 @@ var seedRequests = map[protoreflect.Name][]string{
 		`{"kind":"k","runAt":"10000-01-01T00:00:00Z"}`,
 		`{"kind":["a"]}`,
 	},
-	"StartJob":  {`{"jobId":"j_01hzzzzzzzzzzzzzzzzzzzzzzz"}`},
-	"GetJob":    {`{"jobId":"j_nosuchjob"}`, `{"job_id":`, `{"job_id": 5}`, `{}`},
-	"CancelJob": {`{"job_id":"a b"}`},
-	"WaitJob":   {`{"jobId":"j_nosuchjob"}`},
+	"StartJob":  {`{"jobId":"j_01hzzzzzzzzzzzzzzzzzzzzzzz"}`, `{"jobId":"` + runningJob + `"}`},
+	"GetJob":    {`{"jobId":"j_nosuchjob"}`, `{"job_id":`, `{"job_id": 5}`, `{}`, `{"jobId":"` + runningJob + `"}`},
+	"CancelJob": {`{"job_id":"a b"}`, `{"jobId":"` + runningJob + `"}`},
+	"WaitJob":   {`{"jobId":"j_nosuchjob"}`, `{"jobId":"` + runningJob + `"}`},
 	"ListJobs": {
 		`{"tenant":"acme","states":["JOB_STATE_QUEUED","JOB_STATE_RUNNING"],"kind":"enrich","queue":"default","pageSize":10,"view":"JOB_VIEW_FULL"}`,
 		`{"states":["JOB_STATE_QUEUED","RUNNING"]}`,
 		`{"page_size":"many"}`,
 		`{"page_token":"bogus","states":[3,99],"view":7}`,
 	},
-	"WatchJob":      {`{"jobId":"j_nosuchjob","afterVersion":"3"}`},
+	"WatchJob":      {`{"jobId":"j_nosuchjob","afterVersion":"3"}`, `{"jobId":"` + runningJob + `","afterVersion":"1"}`},
 	"WatchJobs":     {`{"tenant":"acme","resumeToken":"x","pageSize":5,"view":"JOB_VIEW_SUMMARY"}`},
 	"GetServerInfo": {`{}`},
 	"ClaimJob":      {`{"workerId":"host-1@42","kinds":["enrich","render"],"queues":["index"]}`, `{}`},
-	"Heartbeat":     {`{"jobId":"j_x","leaseId":"l_y","percent":45,"step":"batch 5 of 11"}`, `{"jobId":"j_x","leaseId":"l_y","percent":-7,"step":"\u0000"}`},
-	"CompleteJob":   {`{"jobId":"j_x","leaseId":"l_y","result":{"rows":[1,2.5,"x",true,null]}}`},
-	"FailJob":       {`{"jobId":"j_x","leaseId":"l_y","error":{"type":"Timeout","message":"took too long"},"retryable":true}`},
+	"Heartbeat": {
+		`{"jobId":"j_x","leaseId":"l_y","percent":45,"step":"batch 5 of 11"}`,
+		`{"jobId":"` + runningJob + `","leaseId":"` + itsLease + `","percent":45,"step":"batch 5 of 11"}`,
+		`{"jobId":"` + runningJob + `","leaseId":"` + itsLease + `","percent":-7,"step":"\u0000"}`,
+	},
+	"CompleteJob": {
+		`{"jobId":"j_x","leaseId":"l_y","result":{"rows":[1,2.5,"x",true,null]}}`,
+		`{"jobId":"` + runningJob + `","leaseId":"` + itsLease + `","result":{"rows":[1,2.5,"x",true,null],"n":-0,"big":1e308}}`,
+	},
+	"FailJob": {
+		`{"jobId":"j_x","leaseId":"l_y","error":{"type":"Timeout","message":"took too long"},"retryable":true}`,
+		`{"jobId":"` + runningJob + `","leaseId":"` + itsLease + `","error":{"type":"Timeout","message":"took too long"},"retryable":true}`,
+		`{"jobId":"` + runningJob + `","leaseId":"` + itsLease + `","error":{"message":"\u2028"}}`,
+	},
 	"ListQueues":    {`{}`},
 	"ListSchedules": {`{}`},
 }

@@ -92,7 +92,7 @@ func FuzzEnvelope(f *testing.F) {
 		f.Add(seed, uint8(7), false, uint16(64), false)
 		f.Add(seed, uint8(1), true, uint16(0), true)
 	}
-	handler, logs := fuzzServer(f)
+	handler, _, logs := fuzzServer(f)
 	methods := rpcMethods()
 	f.Fuzz(func(t *testing.T, body []byte, chunk uint8, compressed bool, maxBytes uint16, eofWithEnd bool) {
 		checkEnvelopeReader(t, body, int(chunk)%32+1, compressed, uint32(maxBytes), eofWithEnd)

@@ -31,7 +31,7 @@ const fuzzMaxRequestBytes = 64 << 10
 // ends in milliseconds, and the log it writes. It is made once per fuzz
 // worker process: jobs that fuzzed submissions create stay, so later
 // claims and reports find work.
-func fuzzServer(f *testing.F) (http.Handler, *lockedBuffer) {
+func fuzzServer(f *testing.F) (http.Handler, *jobs.Engine, *lockedBuffer) {
 	logs := &lockedBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	st, err := sqlite.OpenWith(filepath.Join(f.TempDir(), "jobwatch.db"), sqlite.Config{Logger: log})
@@ -51,7 +51,32 @@ func fuzzServer(f *testing.F) (http.Handler, *lockedBuffer) {
 		engine.Shutdown()
 		st.Close()
 	})
-	return srv.Handler(), logs
+	return srv.Handler(), engine, logs
+}
+
+// harnessKind is the kind of the jobs FuzzHandlers claims to stand for
+// runningJob.
+const harnessKind = "fuzz.harness"
+
+// withRunningJob replaces runningJob and itsLease in msg with the id and
+// lease of a job just submitted and claimed.
+func withRunningJob(t *testing.T, engine *jobs.Engine, msg []byte) []byte {
+	if !bytes.Contains(msg, []byte(runningJob)) && !bytes.Contains(msg, []byte(itsLease)) {
+		return msg
+	}
+	ctx := context.Background()
+	if _, err := engine.Submit(ctx, jobs.SubmitRequest{Kind: harnessKind}); err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	j, err := engine.Claim(ctx, jobs.ClaimRequest{WorkerID: "fuzz", Kinds: []string{harnessKind}}, time.Now().Add(time.Second))
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	if len(j.ID) != len(runningJob) || len(j.LeaseID) != len(itsLease) {
+		t.Fatalf("job %q and lease %q are not as long as their stand-ins: binary requests would break", j.ID, j.LeaseID)
+	}
+	msg = bytes.ReplaceAll(msg, []byte(runningJob), []byte(j.ID))
+	return bytes.ReplaceAll(msg, []byte(itsLease), []byte(j.LeaseID))
 }
 
 // lockedBuffer is a log sink safe for the server's goroutines.
@@ -109,6 +134,8 @@ var failedInside = regexp.MustCompile(`"code":"(internal|unknown)"|(?i)grpc-stat
 // server's whole HTTP surface, over Connect (JSON and binary, unary and
 // streams), gRPC and gRPC-Web (binary and JSON), with a real engine over a real
 // SQLite file behind it: decoding, the handlers' checks and the engine's.
+// Requests that name runningJob and itsLease get a job RUNNING under that
+// lease, so a worker's reports reach the store and come back.
 // Whatever arrives, the answer is the caller's fault or a success: never
 // a 5xx, never internal or unknown, and no handler panics.
 func FuzzHandlers(f *testing.F) {
@@ -129,9 +156,10 @@ func FuzzHandlers(f *testing.F) {
 			}
 		}
 	}
-	handler, logs := fuzzServer(f)
+	handler, engine, logs := fuzzServer(f)
 	f.Fuzz(func(t *testing.T, method, protocol uint8, msg []byte) {
 		md := methods[int(method)%len(methods)]
+		msg = withRunningJob(t, engine, msg)
 		proto := fuzzProtocols[int(protocol)%len(fuzzProtocols)]
 		contentType, body := proto.unary, msg
 		if md.IsStreamingServer() {
