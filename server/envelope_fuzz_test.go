@@ -67,7 +67,8 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 // FuzzEnvelope feeds arbitrary bodies (lengths, flags, truncation), in
 // arbitrary chunks, through the envelope reader of checkEnvelopes, and
 // then through the server's whole surface as gRPC, gRPC-Web and
-// Connect-stream requests. The reader must refuse exactly the bodies a plain walk over
+// Connect-stream requests (naming gzip when compressed is set, so flagged
+// messages reach the decompressor). The reader must refuse exactly the bodies a plain walk over
 // their envelopes refuses, with its code and a message that says why,
 // hand on nothing of a refused prefix, and stay refused; the server must
 // answer without failing, refuse a message longer than its limit with
@@ -112,12 +113,16 @@ func FuzzEnvelope(f *testing.F) {
 				}
 				var status int
 				var answer []byte
-				allocated := allocatedDuring(func() { status, answer = call(handler, md, contentType, body) })
+				encoding := ""
+				if compressed {
+					encoding = "gzip" // flagged messages reach the decompressor
+				}
+				allocated := allocatedDuring(func() { status, answer = call(handler, md, contentType, encoding, body) })
 				checkAnswer(t, md, contentType, status, answer, logs)
 				if limit := uint64(4*len(body) + 4<<20); allocated > limit {
 					t.Fatalf("%s over %s: a body of %d bytes cost %d bytes of allocation (limit %d)", name, contentType, len(body), allocated, limit)
 				}
-				v := judgeEnvelopes(body, false, fuzzMaxRequestBytes)
+				v := judgeEnvelopes(body, compressed, fuzzMaxRequestBytes)
 				overLimit := v.code == connect.CodeResourceExhausted && v.at == 0
 				if overLimit && !exhausted.Match(answer) {
 					t.Fatalf("%s over %s: a first message over the limit was not resource_exhausted:\n%s", name, contentType, answer)

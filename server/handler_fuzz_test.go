@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"io"
@@ -136,22 +137,28 @@ var failedInside = regexp.MustCompile(`"code":"(internal|unknown)"|(?i)grpc-stat
 // SQLite file behind it: decoding, the handlers' checks and the engine's.
 // Requests that name runningJob and itsLease get a job RUNNING under that
 // lease, so a worker's reports reach the store and come back.
-// Whatever arrives, the answer is the caller's fault or a success: never
+// Messages go uncompressed or gzipped. Whatever arrives, the answer is the caller's fault or a success: never
 // a 5xx, never internal or unknown, and no handler panics.
 func FuzzHandlers(f *testing.F) {
 	methods := rpcMethods()
 	for i, md := range methods {
-		for _, body := range seedRequests[md.Name()] {
+		for k, body := range seedRequests[md.Name()] {
 			msg := newInput(f, md)
 			bin := []byte(nil)
 			if err := (jsonCodec{"json"}).Unmarshal([]byte(body), msg); err == nil {
 				bin, _ = protoCodec{}.Marshal(msg)
 			}
 			for p, proto := range fuzzProtocols {
-				if !proto.binary {
-					f.Add(uint8(i), uint8(p), []byte(body))
-				} else if bin != nil {
-					f.Add(uint8(i), uint8(p), bin)
+				seed := []byte(body)
+				if proto.binary {
+					seed = bin
+				}
+				if seed == nil {
+					continue
+				}
+				f.Add(uint8(i), uint8(p), seed)
+				if k == 0 {
+					f.Add(uint8(i), uint8(p)|128, seed) // gzipped
 				}
 			}
 		}
@@ -160,22 +167,45 @@ func FuzzHandlers(f *testing.F) {
 	f.Fuzz(func(t *testing.T, method, protocol uint8, msg []byte) {
 		md := methods[int(method)%len(methods)]
 		msg = withRunningJob(t, engine, msg)
-		proto := fuzzProtocols[int(protocol)%len(fuzzProtocols)]
+		proto := fuzzProtocols[int(protocol&127)%len(fuzzProtocols)]
 		contentType, body := proto.unary, msg
 		if md.IsStreamingServer() {
 			contentType = proto.stream
 		}
-		if proto.enveloped || md.IsStreamingServer() {
-			body = envelope(msg)
+		// The high bit of protocol sends the message gzipped.
+		encoding := ""
+		if protocol >= 128 {
+			encoding, body = "gzip", gzipped(t, msg)
 		}
-		status, answer := call(handler, md, contentType, body)
+		if proto.enveloped || md.IsStreamingServer() {
+			body = envelope(body)
+			if encoding != "" {
+				body[0] = flagCompressed
+			}
+		}
+		status, answer := call(handler, md, contentType, encoding, body)
 		checkAnswer(t, md, proto.name, status, answer, logs)
 	})
 }
 
+// gzipped returns msg compressed with gzip.
+func gzipped(t *testing.T, msg []byte) []byte {
+	var buf bytes.Buffer
+	w := gzip.NewWriter(&buf)
+	if _, err := w.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
 // call POSTs body to md's path and returns the status and the whole
-// answer: headers, body and trailers as text.
-func call(handler http.Handler, md protoreflect.MethodDescriptor, contentType string, body []byte) (int, []byte) {
+// answer: headers, body and trailers as text. A non-empty encoding names
+// the compression of the request's messages, in the header of its
+// protocol.
+func call(handler http.Handler, md protoreflect.MethodDescriptor, contentType, encoding string, body []byte) (int, []byte) {
 	path := "/" + string(md.Parent().FullName()) + "/" + string(md.Name())
 	req := httptest.NewRequestWithContext(context.Background(), http.MethodPost, path, bytes.NewReader(body))
 	req.Header.Set("Content-Type", contentType)
@@ -183,14 +213,66 @@ func call(handler http.Handler, md protoreflect.MethodDescriptor, contentType st
 		req.Proto, req.ProtoMajor, req.ProtoMinor = "HTTP/2.0", 2, 0 // gRPC is HTTP/2 only
 		req.Header.Set("Te", "trailers")
 	}
+	if encoding != "" {
+		switch {
+		case strings.HasPrefix(contentType, "application/grpc"):
+			req.Header.Set("Grpc-Encoding", encoding)
+		case strings.HasPrefix(contentType, "application/connect+"):
+			req.Header.Set("Connect-Content-Encoding", encoding)
+		default:
+			req.Header.Set("Content-Encoding", encoding)
+		}
+	}
 	rec := httptest.NewRecorder()
 	handler.ServeHTTP(rec, req)
 	res := rec.Result()
 	var answer bytes.Buffer
 	_ = res.Header.Write(&answer)
-	_, _ = io.Copy(&answer, res.Body)
+	out, _ := io.ReadAll(res.Body)
+	answer.Write(uncompressed(res.Header, out))
 	_ = res.Trailer.Write(&answer)
 	return res.StatusCode, answer.Bytes()
+}
+
+// uncompressed returns an answer's body with what the server gzipped
+// (the whole body of a unary Connect answer, flagged messages of the
+// others) uncompressed, so that its error can be read.
+func uncompressed(h http.Header, body []byte) []byte {
+	if h.Get("Grpc-Encoding") != "gzip" && h.Get("Connect-Content-Encoding") != "gzip" && h.Get("Content-Encoding") != "gzip" {
+		return body
+	}
+	if !enveloped(h.Get("Content-Type")) {
+		return gunzipped(body)
+	}
+	var out []byte
+	for len(body) >= envelopePrefixBytes {
+		flags, n := body[0], binary.BigEndian.Uint32(body[1:envelopePrefixBytes])
+		if uint64(len(body)-envelopePrefixBytes) < uint64(n) {
+			break
+		}
+		msg := body[envelopePrefixBytes : envelopePrefixBytes+int(n)]
+		if flags&flagCompressed != 0 {
+			msg = gunzipped(msg)
+		}
+		out = append(append(out, flags&^flagCompressed), 0, 0, 0, 0)
+		binary.BigEndian.PutUint32(out[len(out)-4:], uint32(len(msg)))
+		out = append(out, msg...)
+		body = body[envelopePrefixBytes+int(n):]
+	}
+	return append(out, body...)
+}
+
+// gunzipped returns b uncompressed, or as it is if it is not gzip.
+func gunzipped(b []byte) []byte {
+	r, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return b
+	}
+	out, err := io.ReadAll(r)
+	if err != nil {
+		return b
+	}
+	return out
 }
 
 func checkAnswer(t *testing.T, md protoreflect.MethodDescriptor, protocol string, status int, answer []byte, logs *lockedBuffer) {
