@@ -67,13 +67,14 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 // FuzzEnvelope feeds arbitrary bodies (lengths, flags, truncation), in
 // arbitrary chunks, through the envelope reader of checkEnvelopes, and
 // then through the server's whole surface as gRPC, gRPC-Web and
-// Connect-stream requests (naming gzip when compressed is set, so flagged
-// messages reach the decompressor). The reader must refuse exactly the bodies a plain walk over
-// their envelopes refuses, with its code and a message that says why,
-// hand on nothing of a refused prefix, and stay refused; the server must
-// answer without failing, refuse a message longer than its limit with
-// resource_exhausted, and allocate no more for a body than it carries: a
-// prefix promising 4 GiB costs nothing.
+// Connect-stream requests (naming gzip when compressed is set, so that
+// flagged messages reach the decompressor). The reader must refuse
+// exactly the bodies a plain walk over their envelopes refuses, with its
+// code and a message that says why, hand on nothing of a refused prefix,
+// and stay refused. The server must answer without failing, refuse a
+// first message longer than its limit with resource_exhausted, and
+// allocate in proportion to the bytes a body carries, not to the lengths
+// its prefixes promise: a prefix promising 4 GiB costs nothing.
 func FuzzEnvelope(f *testing.F) {
 	watch := []byte(`{"jobId":"j_nosuchjob"}`)
 	frame := envelope(watch)
@@ -132,8 +133,8 @@ func FuzzEnvelope(f *testing.F) {
 	})
 }
 
-// exhausted matches resource_exhausted in Connect's JSON and gRPC-Web's
-// status.
+// exhausted matches resource_exhausted in Connect's JSON and in the gRPC
+// (and gRPC-Web) status.
 var exhausted = regexp.MustCompile(`"code":"resource_exhausted"|(?i)grpc-status: ?8\r`)
 
 // checkEnvelopeReader reads body through an envelopeBody, reads of
