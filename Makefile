@@ -1,11 +1,27 @@
 # The README's commands. `make test` is what CI runs (via .ci/run).
 BUF := go tool -modfile=tools/go.mod buf
 
-.PHONY: test check generate web web-deps demo
+.PHONY: test check generate web web-deps demo fuzz
 
 ## test: every check and every test suite, race detector on.
 test: check
 	go test -race -count=1 -timeout 20m ./...
+
+## fuzz: a short run of every Go fuzz target (every func Fuzz* in a
+## _test.go file), FUZZTIME each. A crasher fails it loudly; go saves the
+## input under the package's testdata/fuzz/, where, committed, it is a
+## regression test that every `go test` runs.
+FUZZTIME ?= 10s
+fuzz:
+	@for file in $$(git ls-files '*_test.go'); do \
+	  for name in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$$file"); do \
+	    pkg=./$$(dirname "$$file"); \
+	    echo "fuzz: $$pkg $$name for $(FUZZTIME)"; \
+	    go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s "$$pkg" || { \
+	      echo "FUZZ FAILED: $$name in $$pkg; the crasher is in $$pkg/testdata/fuzz/$$name/: fix the bug and commit the input" >&2; \
+	      exit 1; }; \
+	  done; \
+	done
 
 ## check: formatting, vet, lint, and that generated code and the page bundle
 ## are exactly what their sources produce.
