@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/jobwatch/jobwatch/config"
 	"github.com/jobwatch/jobwatch/jobs"
 )
 
@@ -89,22 +90,9 @@ func Digest(token string) string {
 }
 
 // Error is one mistake in a tokens file: where it is and what is wrong,
-// printed as config.Error is: file:line:col: key: reason. LoadTokens
-// returns every mistake it finds, joined (errors.Join).
-type Error struct {
-	Path   string
-	Line   int // 1-based; 0 when the mistake has no place
-	Column int
-	Key    string // such as "tokens[2].role"
-	Reason string
-}
-
-func (e *Error) Error() string {
-	if e.Key == "" {
-		return fmt.Sprintf("%s:%d:%d: %s", e.Path, e.Line, e.Column, e.Reason)
-	}
-	return fmt.Sprintf("%s:%d:%d: %s: %s", e.Path, e.Line, e.Column, e.Key, e.Reason)
-}
+// the same type as a configuration file's, printed file:line:col: key:
+// reason. LoadTokens returns every mistake it finds, joined (errors.Join).
+type Error = config.Error
 
 // LoadTokens reads and checks the tokens file at path.
 func LoadTokens(path string) (*Tokens, error) {
