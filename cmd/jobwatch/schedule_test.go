@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,19 +25,7 @@ func TestServeLoadsTheIssuesExampleAndRunsItsSchedule(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := jobwatchCmd(ctx, "serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(dir, "j.db"), "--config", cfg)
-	var logs lockedBuffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-	}()
-	addrRE := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
-	waitFor(t, "serve to say where it listens", func() bool { return addrRE.MatchString(logs.String()) })
-	base := "http://" + addrRE.FindStringSubmatch(logs.String())[1]
+	base, cmd, logs := startServe(t, ctx, "--db", filepath.Join(dir, "j.db"), "--config", cfg)
 	queues := jobwatchv1connect.NewQueueServiceClient(http.DefaultClient, base)
 	jobsClient := jobwatchv1connect.NewJobServiceClient(http.DefaultClient, base)
 

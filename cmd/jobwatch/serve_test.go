@@ -6,10 +6,12 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -198,4 +200,25 @@ func TestServeInsecureWarnsThatItIsExposed(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("serve did not stop after a signal")
 	}
+}
+
+// startServe runs the jobwatch binary as "serve --addr 127.0.0.1:0" with
+// args, as a user would, until the test ends (SIGTERM), and returns once
+// it has said where it listens: its base URL, the process (for signals)
+// and what it logs.
+func startServe(t *testing.T, ctx context.Context, args ...string) (base string, cmd *exec.Cmd, logs *lockedBuffer) {
+	t.Helper()
+	cmd = jobwatchCmd(ctx, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+	logs = &lockedBuffer{}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	})
+	addrRE := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
+	waitFor(t, "serve to say where it listens", func() bool { return addrRE.MatchString(logs.String()) })
+	return "http://" + addrRE.FindStringSubmatch(logs.String())[1], cmd, logs
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,19 +36,7 @@ func TestServeWithTokensRotatesThemOnSIGHUP(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := jobwatchCmd(ctx, "serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(dir, "j.db"), "--tokens", tokensFile, "--log-level", "debug")
-	var logs lockedBuffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-	}()
-	addrRE := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
-	waitFor(t, "serve to say where it listens", func() bool { return addrRE.MatchString(logs.String()) })
-	base := "http://" + addrRE.FindStringSubmatch(logs.String())[1]
+	base, cmd, logs := startServe(t, ctx, "--db", filepath.Join(dir, "j.db"), "--tokens", tokensFile, "--log-level", "debug")
 	if !strings.Contains(logs.String(), "needs a bearer token") || !strings.Contains(logs.String(), "tokens_known=2") {
 		t.Errorf("the start log does not say tokens are needed:\n%s", logs.String())
 	}
