@@ -53,3 +53,11 @@ func (h *health) observe(err error, wrote bool) {
 			"after", time.Since(h.since).Round(time.Millisecond), "refused_writes", h.failures)
 	}
 }
+
+// isFailing reports whether an episode is on: only then does a commit
+// need to tell whether it changed rows.
+func (h *health) isFailing() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.failing
+}

@@ -85,9 +85,11 @@ type Config struct {
 // Store is a store.Store on one SQLite file. Create it with Open or
 // OpenWith.
 type Store struct {
-	write *sql.DB // exactly one connection, BEGIN IMMEDIATE
+	write *sql.DB // exactly one connection, BEGIN IMMEDIATE, used by the writer goroutine
 	read  *sql.DB // query-only connections
 	cfg   Config
+	// w queues writes for the writer goroutine (writer.go).
+	w *writer
 	// writes tracks episodes of failing writes, so each is logged once.
 	writes health
 	// deleteBatch bounds one retention transaction, so that a backlog
@@ -138,6 +140,7 @@ func OpenWith(path string, cfg Config) (*Store, error) {
 		writes:      health{log: cfg.Logger},
 		deleteBatch: 1000,
 		holderQuery: holderQuery,
+		w:           newWriter(),
 	}
 	ctx := context.Background()
 	if err := write.PingContext(ctx); err != nil {
@@ -166,6 +169,7 @@ func OpenWith(path string, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, store.ErrUnavailable, err)
 	}
 	s.read = read
+	go s.runWriter()
 	return s, nil
 }
 
@@ -176,7 +180,11 @@ func dsn(path, params string) string {
 }
 
 // Close closes the database. Every acknowledged write is already on disk.
+// A batch being written completes first; writes still queued, and any
+// made afterwards, fail with store.ErrUnavailable and write nothing.
 func (s *Store) Close() error {
+	s.w.close()
+	<-s.w.stopped
 	return errors.Join(s.read.Close(), s.write.Close())
 }
 
@@ -204,41 +212,6 @@ func isUniqueViolation(err error) bool {
 func isBusy(err error) bool {
 	var se sqlite3.Error
 	return errors.As(err, &se) && (se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked)
-}
-
-// writeTx runs fn in an immediate transaction on the writer connection and
-// commits it, unless ctx ended before the commit. fn's own errors come
-// back as they are.
-//
-// fn's statements run on a context the caller cannot cancel: a statement
-// interrupted half way, or database/sql rolling back on cancellation while
-// Commit runs ("transaction has already been committed or rolled back"),
-// would leave the outcome to chance. Whether the caller is still there is
-// asked once, just before the commit: gone, nothing is written; there,
-// the commit completes even if the caller leaves meanwhile.
-func (s *Store) writeTx(ctx context.Context, what string, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
-	wrote := false
-	defer func() { s.writes.observe(err, wrote) }()
-	conn, tx, err := s.begin(ctx)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	defer conn.Close()
-	defer tx.Rollback()
-	txCtx := context.WithoutCancel(ctx)
-	before := totalChanges(txCtx, tx)
-	if err := fn(txCtx, tx); err != nil {
-		return err
-	}
-	changed := totalChanges(txCtx, tx) > before
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%s: the caller left before the commit, nothing was written: %w", what, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("%s: commit: %w", what, classify(err))
-	}
-	wrote = changed
-	return nil
 }
 
 // totalChanges is the writer connection's count of rows changed so far,
