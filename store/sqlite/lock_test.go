@@ -107,6 +107,56 @@ func TestAWriteUnderAHeldLockAnswersUnavailableInBoundedTime(t *testing.T) {
 	}
 }
 
+func TestAWriteQueuedWhileAnotherProcessHoldsTheLockGivesUpAtItsOwnDeadline(t *testing.T) {
+	path := tempPath(t)
+	s, err := OpenWith(path, Config{LockTimeout: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	release := holdWriteLock(t, path)
+
+	patient := make(chan error, 1)
+	go func() {
+		_, err := s.CreateJob(context.Background(), testJob("patient"))
+		patient <- err
+	}()
+	for !s.w.lockHeld.Load() { // the writer waits for the lock with the patient write
+		time.Sleep(time.Millisecond)
+	}
+
+	const timeout = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	start := time.Now()
+	_, err = s.CreateJob(ctx, testJob("hasty"))
+	elapsed := time.Since(start)
+	switch {
+	case errors.Is(err, store.ErrUnavailable):
+		if !strings.Contains(err.Error(), "another process holds the write lock") {
+			t.Errorf("err = %v, want it to say another process holds the lock", err)
+		}
+	case errors.Is(err, context.DeadlineExceeded): // a machine stalled past the margin
+	default:
+		t.Errorf("err = %v, want ErrUnavailable", err)
+	}
+	if elapsed > timeout+slack {
+		t.Errorf("answered after %v, want by its deadline %v", elapsed, timeout)
+	}
+	t.Logf("queued behind a held lock with a %v deadline: answered after %v: %v", timeout, elapsed, err)
+
+	release()
+	if err := <-patient; err != nil {
+		t.Errorf("the patient write, once the lock is free: %v", err)
+	}
+	if _, err := s.GetJob(t.Context(), "patient"); err != nil {
+		t.Errorf("patient: %v", err)
+	}
+	if _, err := s.GetJob(t.Context(), "hasty"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("hasty: %v, want ErrNotFound", err)
+	}
+}
+
 func TestAWriteWhoseCallerLeftBeforeTheCommitWritesNothing(t *testing.T) {
 	s := openTemp(t, tempPath(t))
 	defer s.Close()

@@ -80,13 +80,16 @@ type writer struct {
 	// they committed, for tests.
 	commits atomic.Int64
 	batched atomic.Int64
-	// beforeBatch, if set, runs before the writer takes each batch; a
-	// test blocks in it so that requests pile up into one batch.
-	beforeBatch func()
+	// beforeTake, if set, runs each time the writer is about to take a
+	// batch from the queue; a test blocks in it so that requests pile up
+	// into one batch.
+	beforeTake atomic.Pointer[func()]
+	// batchTime is maxBatchTime; a field so that a test can change it.
+	batchTime time.Duration
 }
 
 func newWriter() *writer {
-	return &writer{wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+	return &writer{wake: make(chan struct{}, 1), stopped: make(chan struct{}), batchTime: maxBatchTime}
 }
 
 // enqueue adds r to the queue; false if the store is closed.
@@ -124,6 +127,9 @@ func (w *writer) take(carry []*writeRequest) (batch []*writeRequest, closed bool
 		}
 	}
 	for {
+		if f := w.beforeTake.Load(); f != nil {
+			(*f)()
+		}
 		w.mu.Lock()
 		if w.closed {
 			batch = append(batch, w.queue...)
@@ -230,9 +236,6 @@ func (s *Store) runWriter() {
 	defer close(s.w.stopped)
 	var carry []*writeRequest
 	for {
-		if s.w.beforeBatch != nil {
-			s.w.beforeBatch()
-		}
 		batch, closed := s.w.take(carry)
 		if closed {
 			for _, r := range batch {
@@ -277,7 +280,7 @@ func (s *Store) runBatch(batch []*writeRequest) (carry []*writeRequest) {
 		began    = time.Now()
 	)
 	for i, r := range batch {
-		if released > 0 && time.Since(began) > maxBatchTime {
+		if released > 0 && time.Since(began) > s.w.batchTime {
 			carry = batch[i:]
 			break
 		}
