@@ -201,10 +201,13 @@ func TestEveryAcknowledgedCallSurvivesKillingTheServer(t *testing.T) {
 	first := startCrashChild(t, path)
 	c := first.clients(t)
 
+	// Enough callers at once that the store's writer gathers their writes
+	// into shared commits (group commit): what a batch acknowledged must
+	// survive as a lone write's does.
 	const (
-		submitters            = 2
-		workers               = 3
-		completionsBeforeKill = 20
+		submitters            = 6
+		workers               = 6
+		completionsBeforeKill = 40
 	)
 	acked := newAcks()
 	var inFlight atomic.Int64

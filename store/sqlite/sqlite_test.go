@@ -233,10 +233,17 @@ func durableJob(i int) store.Job {
 	return j
 }
 
+// durableWriters is how many goroutines of the child write at once, so
+// that its writes share commits (group commit) as a server's do.
+const durableWriters = 8
+
 // TestDurabilityChild is not a test on its own: it is the child process of
-// TestEveryAcknowledgedWriteSurvivesKill9. For each job it creates the job,
-// prints "created <i>", sets its progress and prints "progress <i>
-// <version>": a line is printed only after the write returned nil.
+// TestEveryAcknowledgedWriteSurvivesKill9. durableWriters goroutines each
+// create jobs (writer w the jobs w, w+durableWriters, ...); for each job a
+// goroutine creates it, prints "created <i>", sets its progress and
+// prints "progress <i> <version>": a line is printed only after the write
+// returned nil. Every 20 jobs it prints "commits <commits> <writes>", the
+// writer's counts so far.
 func TestDurabilityChild(t *testing.T) {
 	path := os.Getenv(childEnv)
 	if path == "" {
@@ -248,22 +255,31 @@ func TestDurabilityChild(t *testing.T) {
 		os.Exit(1)
 	}
 	deadline := time.Now().Add(time.Minute) // in case the parent is gone
-	for i := 0; time.Now().Before(deadline); i++ {
-		if _, err := s.CreateJob(t.Context(), durableJob(i)); err != nil {
-			fmt.Printf("error %v\n", err)
-			os.Exit(1)
-		}
-		fmt.Printf("created %d\n", i)
-		j, err := s.UpdateJob(t.Context(), durableJob(i).ID, func(j *store.Job) error {
-			j.State, j.Percent, j.Step = store.Running, int32(i%100), fmt.Sprintf("step %d", i)
-			return nil
-		})
-		if err != nil {
-			fmt.Printf("error %v\n", err)
-			os.Exit(1)
-		}
-		fmt.Printf("progress %d %d\n", i, j.Version)
+	for w := range durableWriters {
+		go func() {
+			for i := w; time.Now().Before(deadline); i += durableWriters {
+				if _, err := s.CreateJob(t.Context(), durableJob(i)); err != nil {
+					fmt.Printf("error %v\n", err)
+					os.Exit(1)
+				}
+				fmt.Printf("created %d\n", i)
+				j, err := s.UpdateJob(t.Context(), durableJob(i).ID, func(j *store.Job) error {
+					j.State, j.Percent, j.Step = store.Running, int32(i%100), fmt.Sprintf("step %d", i)
+					return nil
+				})
+				if err != nil {
+					fmt.Printf("error %v\n", err)
+					os.Exit(1)
+				}
+				fmt.Printf("progress %d %d\n", i, j.Version)
+				if i%20 == 0 {
+					c := s.counts()
+					fmt.Printf("commits %d %d\n", c.commits, c.writes)
+				}
+			}
+		}()
 	}
+	time.Sleep(time.Until(deadline))
 	os.Exit(1)
 }
 
@@ -288,6 +304,7 @@ func TestEveryAcknowledgedWriteSurvivesKill9(t *testing.T) {
 	const killAfter = 150 // acknowledged creates before the kill
 	created := map[int]bool{}
 	progress := map[int]int64{}
+	var commits, writes int64
 	killed := false
 	lines := bufio.NewScanner(out)
 	for lines.Scan() {
@@ -300,6 +317,9 @@ func TestEveryAcknowledgedWriteSurvivesKill9(t *testing.T) {
 			i, _ := strconv.Atoi(f[1])
 			v, _ := strconv.ParseInt(f[2], 10, 64)
 			progress[i] = v
+		case len(f) == 3 && f[0] == "commits":
+			commits, _ = strconv.ParseInt(f[1], 10, 64)
+			writes, _ = strconv.ParseInt(f[2], 10, 64)
 		default:
 			t.Errorf("child said %q", lines.Text())
 		}
@@ -315,7 +335,12 @@ func TestEveryAcknowledgedWriteSurvivesKill9(t *testing.T) {
 	if !killed {
 		t.Fatalf("the child ended before it was killed: %v", err)
 	}
-	t.Logf("child killed after %d acknowledged creates and %d acknowledged updates", len(created), len(progress))
+	t.Logf("child killed after %d acknowledged creates and %d acknowledged updates; it had made %d writes in %d commits",
+		len(created), len(progress), writes, commits)
+	if writes <= commits {
+		t.Errorf("the child's %d writers made %d writes in %d commits: no commit was shared, so batches were not tested",
+			durableWriters, writes, commits)
+	}
 
 	s := openTemp(t, path)
 	defer s.Close()
