@@ -4,8 +4,12 @@
 // knows nothing of RPC. Backends live in subpackages (store/sqlite, later
 // store/postgres) and all pass the shared suite in store/storetest.
 //
-// Every write is a transaction that returns the committed snapshot, with
-// its new version, so the caller can publish exactly what was stored.
+// Every write is atomic and returns once it is committed, with the
+// committed snapshot and its new version, so the caller can publish
+// exactly what was stored. A backend may commit the writes of several
+// callers in one transaction (group commit) if each still succeeds or
+// fails alone and sees the writes committed before it, as serial
+// transactions would; store/storetest holds every backend to that.
 package store
 
 import (

@@ -1,14 +1,22 @@
 // Package sqlite is jobwatch's embedded default store.Store: one SQLite
 // file (github.com/mattn/go-sqlite3, so it needs cgo), nothing else to run.
 //
-// Durability: the file is in WAL mode with synchronous=FULL, and every
-// method that writes is one transaction whose commit fsyncs the WAL before
-// the method returns. So every write acknowledged with a nil error
-// survives kill -9 of the process and a power loss (as far as the disk
-// honours fsync). A write that returned an error changed nothing.
+// Durability: the file is in WAL mode with synchronous=FULL, and a method
+// that writes returns only after the transaction holding its write has
+// committed, and the commit has fsynced the WAL. So every write
+// acknowledged with a nil error survives kill -9 of the process and a
+// power loss (as far as the disk honours fsync). A write that returned an
+// error changed nothing.
 //
-// Writes are serialized through one connection that opens its
-// transactions with BEGIN IMMEDIATE, so a read-modify-write (UpdateJob,
+// Group commit: writes are made by one writer goroutine on one connection
+// that opens its transactions with BEGIN IMMEDIATE. It gathers the writes
+// waiting for it (up to maxBatchWrites, and no more once the batch has run
+// maxBatchTime) into one transaction, one commit and one fsync, each write
+// inside a SAVEPOINT of its own: a write that fails its own checks is
+// rolled back to its savepoint and fails nothing else. Nothing waits for
+// company: a lone write commits at once, and batches grow with the load.
+// The writes of a batch run one after another in their order of arrival,
+// and each sees the ones before it, so a read-modify-write (UpdateJob,
 // ClaimJob) can never interleave with another, also across processes
 // sharing the file. A write waits for the database (the writes ahead of it
 // in this process, then another process's write lock) at most
@@ -16,10 +24,12 @@
 // with store.ErrUnavailable. Reads use a separate pool of query-only
 // connections and see every committed write.
 //
-// A write whose caller has gone (its context ended) before the commit is
-// rolled back and returns the context's error; once the commit has begun
-// it completes, whatever the caller does. So every write either committed
-// and returned nil, or changed nothing.
+// A write whose caller has gone (its context ended) while it waits, or
+// before its function returned, is rolled back (or never run) and
+// returns the context's error; once its changes have joined the batch it
+// commits with the batch, whatever the caller does. A batch whose commit
+// fails fails every write in it. So every write either committed and
+// returned nil, or changed nothing.
 //
 // The package only stores and finds jobs; it must never decide a job's
 // life cycle (package jobs does) or change a job outside the transaction
@@ -258,9 +268,10 @@ func totalChanges(ctx context.Context, tx *sql.Tx) int64 {
 }
 
 // begin takes the writer connection and opens an immediate transaction
-// on it, waiting for both at most until lockDeadline. The transaction is
-// not bound to ctx (see writeTx); the caller must roll it back or commit
-// it, then close the connection.
+// on it, waiting for both at most until lockDeadline; the migration uses
+// it, before the writer goroutine starts. The transaction is not bound to
+// ctx (see writeTx); the caller must roll it back or commit it, then close
+// the connection.
 func (s *Store) begin(ctx context.Context) (*sql.Conn, *sql.Tx, error) {
 	start := time.Now()
 	waitCtx, cancel := context.WithDeadline(ctx, s.lockDeadline(ctx))
