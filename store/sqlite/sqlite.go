@@ -428,7 +428,10 @@ const updateJob = `UPDATE jobs SET id = ?, tenant = ?, kind = ?, queue = ?, stat
 // CreateJob implements store.Store.
 func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 	j = normalize(j)
-	err := s.writeTx(ctx, "create job", func(ctx context.Context, tx *sql.Tx) error {
+	err := s.writeStatement(ctx, "create job", func(ctx context.Context, tx *sql.Tx) error {
+		if err := callerLeft(ctx, "create job"); err != nil {
+			return err
+		}
 		_, err := tx.ExecContext(ctx, insertJob, values(j)...)
 		if isUniqueViolation(err) {
 			if conflict := s.activeHolder(ctx, tx, j); conflict != nil {
@@ -495,7 +498,9 @@ func getJob(ctx context.Context, q interface {
 
 // writeJob stores next over the row seq, with old's id and the version the
 // store decides: old's, plus one for a visible change (or always, with
-// bump). It skips the write when nothing changed at all.
+// bump). It skips the write when nothing changed at all. It is the one
+// statement that changes anything in UpdateJob and ClaimJob
+// (writeStatement), so it asks first whether the caller is still there.
 func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next store.Job, bump bool) (store.Job, error) {
 	next = normalize(next)
 	if next.ID != old.ID {
@@ -507,6 +512,9 @@ func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next s
 	}
 	if reflect.DeepEqual(next, old) {
 		return old, nil
+	}
+	if err := callerLeft(ctx, "update job "+old.ID); err != nil {
+		return store.Job{}, err
 	}
 	_, err := tx.ExecContext(ctx, updateJob, append(values(next), seq)...)
 	if isUniqueViolation(err) {
@@ -541,7 +549,7 @@ func clone(j store.Job) store.Job {
 // UpdateJob implements store.Store.
 func (s *Store) UpdateJob(ctx context.Context, id string, update func(*store.Job) error) (store.Job, error) {
 	var out store.Job
-	err := s.writeTx(ctx, "update job", func(ctx context.Context, tx *sql.Tx) error {
+	err := s.writeStatement(ctx, "update job", func(ctx context.Context, tx *sql.Tx) error {
 		old, seq, err := getJob(ctx, tx, id)
 		if err != nil {
 			return err
@@ -726,7 +734,7 @@ func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, claim func(*s
 	pick, args := pickQuery(f, true)
 	query := "SELECT " + columns + " FROM jobs WHERE seq = (" + fmt.Sprintf(pick, "j.seq") + ")"
 	var out store.Job
-	err := s.writeTx(ctx, "claim job", func(ctx context.Context, tx *sql.Tx) error {
+	err := s.writeStatement(ctx, "claim job", func(ctx context.Context, tx *sql.Tx) error {
 		old, seq, err := scanJob(tx.QueryRowContext(ctx, query, args...))
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.ErrNoJob

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mattn/go-sqlite3"
+
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -49,11 +51,14 @@ const (
 
 // writeRequest is one call of writeTx.
 type writeRequest struct {
-	ctx   context.Context
-	what  string
-	fn    func(ctx context.Context, tx *sql.Tx) error
-	state atomic.Int32
-	done  chan struct{} // closed by the writer once err, panicked and wrote are set
+	ctx  context.Context
+	what string
+	fn   func(ctx context.Context, tx *sql.Tx) error
+	// statement: fn changes the database with at most one statement,
+	// its last, and asks callerLeft just before it (writeStatement).
+	statement bool
+	state     atomic.Int32
+	done      chan struct{} // closed by the writer once err, panicked and wrote are set
 
 	err      error
 	panicked any  // what fn panicked with, to panic again in the caller
@@ -195,11 +200,38 @@ func (w *writer) lockWaitError(ctx context.Context, start time.Time) error {
 // then gives up with store.ErrUnavailable, or with the context's error if
 // the caller left.
 func (s *Store) writeTx(ctx context.Context, what string, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return s.write1(ctx, what, fn, false)
+}
+
+// writeStatement is writeTx for a write whose fn changes the database
+// with at most one statement, its last, having asked callerLeft just
+// before it. A statement that fails changes nothing (SQLite undoes it
+// alone), so such a write needs no savepoint of its own, which costs
+// about a third of a small write's time in the writer. If the caller
+// leaves after callerLeft answered, the write commits.
+func (s *Store) writeStatement(ctx context.Context, what string, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return s.write1(ctx, what, fn, true)
+}
+
+// callerKey holds, in the context a write's fn runs with, its caller's
+// own context.
+type callerKey struct{}
+
+// callerLeft returns, wrapped, the error of the context of the caller of
+// the write whose fn runs with ctx, if that caller has left.
+func callerLeft(ctx context.Context, what string) error {
+	if c, ok := ctx.Value(callerKey{}).(context.Context); ok && c.Err() != nil {
+		return fmt.Errorf("%s: the caller left before the commit, nothing was written: %w", what, c.Err())
+	}
+	return nil
+}
+
+func (s *Store) write1(ctx context.Context, what string, fn func(ctx context.Context, tx *sql.Tx) error, statement bool) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s: wait for the database: %w", what, err)
 	}
 	start := time.Now()
-	r := &writeRequest{ctx: ctx, what: what, fn: fn, done: make(chan struct{})}
+	r := &writeRequest{ctx: ctx, what: what, fn: fn, statement: statement, done: make(chan struct{})}
 	if !s.w.enqueue(r) {
 		return fmt.Errorf("%s: %w", what, errClosed)
 	}
@@ -288,7 +320,7 @@ func (s *Store) runBatch(batch []*writeRequest) (carry []*writeRequest) {
 			continue
 		}
 		taken = append(taken, r)
-		if err := s.runOne(ctx, tx, r, lone); err != nil {
+		if err := s.runOne(ctx, conn, tx, r, lone); err != nil {
 			// The transaction is gone with the writes released into it.
 			_ = tx.Rollback()
 			for _, t := range taken {
@@ -329,27 +361,28 @@ func (s *Store) runBatch(batch []*writeRequest) (carry []*writeRequest) {
 	return carry
 }
 
-// runOne runs r's function in tx, inside a savepoint unless r is alone in
-// its batch (then the whole transaction is its savepoint). It returns an
-// error only when the transaction itself is lost (SQLite rolls back the
-// whole transaction on some I/O and full-disk errors), which undoes the
-// writes before r in the batch too.
-func (s *Store) runOne(ctx context.Context, tx *sql.Tx, r *writeRequest, lone bool) error {
-	if !lone {
+// runOne runs r's function in tx: inside a savepoint, unless r is alone
+// in its batch (then the whole transaction is its savepoint) or its
+// function is one statement (writeStatement). It returns an error only
+// when the transaction itself is lost (SQLite rolls back the whole
+// transaction on some I/O and full-disk errors), which undoes the writes
+// before r in the batch too.
+func (s *Store) runOne(ctx context.Context, conn *sql.Conn, tx *sql.Tx, r *writeRequest, lone bool) error {
+	savepoint := !lone && !r.statement
+	if savepoint {
 		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
 			r.err = fmt.Errorf("%s: %w", r.what, classify(err))
 			return lostTx(err)
 		}
 	}
-	r.err, r.panicked = call(context.WithoutCancel(r.ctx), tx, r.fn)
-	if r.err == nil && r.panicked == nil {
-		if err := r.ctx.Err(); err != nil {
-			r.err = fmt.Errorf("%s: the caller left before the commit, nothing was written: %w", r.what, err)
-		}
+	fnCtx := context.WithValue(context.WithoutCancel(r.ctx), callerKey{}, r.ctx)
+	r.err, r.panicked = call(fnCtx, tx, r.fn)
+	if r.err == nil && r.panicked == nil && !r.statement {
+		r.err = callerLeft(fnCtx, r.what)
 	}
 	if r.err == nil && r.panicked == nil {
 		r.released = true
-		if lone {
+		if !savepoint {
 			return nil
 		}
 		if _, err := tx.ExecContext(ctx, "RELEASE w"); err != nil {
@@ -358,12 +391,19 @@ func (s *Store) runOne(ctx context.Context, tx *sql.Tx, r *writeRequest, lone bo
 		}
 		return nil
 	}
-	if lone {
+	switch {
+	case lone:
 		return nil // nothing released: runBatch rolls the transaction back
+	case !savepoint:
+		// The failed statement undid itself, unless its failure (a full
+		// disk, say) made SQLite roll back the whole transaction.
+		if inTx(conn) {
+			return nil
+		}
+		return lostTx(r.err)
 	}
 	if _, err := tx.ExecContext(ctx, "ROLLBACK TO w; RELEASE w"); err != nil {
-		// The savepoint is gone with the transaction: r's own failure
-		// (a full disk, say) made SQLite roll it all back.
+		// The savepoint is gone with the transaction.
 		cause := r.err
 		if !errors.Is(cause, store.ErrUnavailable) {
 			cause = classify(err)
@@ -371,6 +411,18 @@ func (s *Store) runOne(ctx context.Context, tx *sql.Tx, r *writeRequest, lone bo
 		return lostTx(cause)
 	}
 	return nil
+}
+
+// inTx reports whether conn is still in a transaction.
+func inTx(conn *sql.Conn) bool {
+	open := false
+	_ = conn.Raw(func(c any) error {
+		if sc, ok := c.(*sqlite3.SQLiteConn); ok {
+			open = !sc.AutoCommit()
+		}
+		return nil
+	})
+	return open
 }
 
 // lostTx is what the writes of a batch whose transaction was rolled back

@@ -395,3 +395,69 @@ func TestCloseWithWritesQueued(t *testing.T) {
 		t.Errorf("after reopening: %d jobs, %v; want none of the refused writes", len(jobs), err)
 	}
 }
+
+// TestAWriteThatFillsTheDiskInABatch: SQLite may undo only the failed
+// statement or the whole transaction; either way a write acknowledged
+// with nil is stored and one that failed is not.
+func TestAWriteThatFillsTheDiskInABatch(t *testing.T) {
+	s := openTemp(t, tempPath(t))
+	defer s.Close()
+	s.w.batchTime = time.Hour
+	if _, err := s.CreateJob(t.Context(), testJob("before")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.write.Exec("VACUUM"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.write.Exec("PRAGMA max_page_count = 1"); err != nil { // no page more than it has
+		t.Fatal(err)
+	}
+	resume := pauseWriter(t, s)
+	ids := []string{"small-1", "large", "small-2", "large-update", "small-3"}
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			big := `"` + strings.Repeat("x", 64<<10) + `"`
+			switch id {
+			case "large":
+				j := testJob(id)
+				j.Payload = []byte(big)
+				_, errs[i] = s.CreateJob(context.Background(), j)
+			case "large-update":
+				_, errs[i] = s.UpdateJob(context.Background(), "before", func(j *store.Job) error {
+					j.Result = []byte(big)
+					return nil
+				})
+			default:
+				_, errs[i] = s.CreateJob(context.Background(), testJob(id))
+			}
+		})
+		waitQueued(t, s, i+1)
+	}
+	resume()
+	wg.Wait()
+	if _, err := s.write.Exec("PRAGMA max_page_count = 1073741823"); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		t.Logf("%s: %v", id, errs[i])
+		if errs[i] != nil && !errors.Is(errs[i], store.ErrUnavailable) {
+			t.Errorf("%s: %v, want nil or ErrUnavailable", id, errs[i])
+		}
+		if id == "large-update" {
+			got, err := s.GetJob(t.Context(), "before")
+			if err != nil || (errs[i] == nil) != (got.Result != nil) {
+				t.Errorf("before: result of %d bytes, %v; its update answered %v", len(got.Result), err, errs[i])
+			}
+			continue
+		}
+		_, err := s.GetJob(t.Context(), id)
+		if (errs[i] == nil) != (err == nil) {
+			t.Errorf("%s: the write answered %v, the read %v", id, errs[i], err)
+		}
+	}
+	if errs[1] == nil || errs[3] == nil {
+		t.Errorf("the large writes succeeded on a full disk: %v, %v", errs[1], errs[3])
+	}
+}
