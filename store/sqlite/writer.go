@@ -396,8 +396,11 @@ func (s *Store) runOne(ctx context.Context, conn *sql.Conn, tx *sql.Tx, r *write
 		return nil // nothing released: runBatch rolls the transaction back
 	case !savepoint:
 		// The failed statement undid itself, unless its failure (a full
-		// disk, say) made SQLite roll back the whole transaction.
-		if inTx(conn) {
+		// disk, say) made SQLite roll back the whole transaction. Errors
+		// of the write's own checks (not found, a conflict, nothing to
+		// claim) come from no failed statement.
+		var se sqlite3.Error
+		if !errors.As(r.err, &se) || inTx(conn) {
 			return nil
 		}
 		return lostTx(r.err)
