@@ -15,11 +15,13 @@ import (
 )
 
 // Group commit. Every write is a request to one writer goroutine, which
-// owns the writer connection. It takes every request waiting (at most
+// uses the writer connection. It takes every request waiting (at most
 // maxBatchWrites), opens one BEGIN IMMEDIATE, runs each request's function
-// inside a SAVEPOINT of its own (ROLLBACK TO it when the function fails,
-// so a write that fails its own checks changes nothing and fails nothing
-// else), commits once, with one fsync, and only then answers every caller.
+// so that a write that fails its own checks changes nothing and fails
+// nothing else (inside a SAVEPOINT of its own, rolled back to when the
+// function fails; or, for a function whose one change is its last
+// statement, by SQLite undoing a failed statement), commits once, with one
+// fsync, and only then answers every caller.
 // Nothing waits for company: requests that arrive while a batch runs form
 // the next one, so a lone write commits at once and the batch grows only
 // with the load. The requests of a batch run one after another in their
@@ -49,7 +51,7 @@ const (
 	writeAbandoned              // its caller left first; the writer skips it
 )
 
-// writeRequest is one call of writeTx.
+// writeRequest is one call of writeTx or writeStatement.
 type writeRequest struct {
 	ctx  context.Context
 	what string
@@ -195,22 +197,24 @@ func (w *writer) lockWaitError(ctx context.Context, start time.Time) error {
 // interrupted half way would leave the outcome to chance. Whether the
 // caller is still there is asked once, when fn has returned: gone, its
 // savepoint is rolled back and nothing is written; there, its changes join
-// the batch and commit with it even if the caller leaves meanwhile.
+// the batch and commit with it even if the caller leaves meanwhile. fn
+// must return or panic (not call runtime.Goexit, as t.FailNow does): it
+// runs on the writer goroutine.
 // While queued, the write waits at most its lock deadline (lockDeadline),
 // then gives up with store.ErrUnavailable, or with the context's error if
 // the caller left.
 func (s *Store) writeTx(ctx context.Context, what string, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	return s.write1(ctx, what, fn, false)
+	return s.submitWrite(ctx, what, fn, false)
 }
 
 // writeStatement is writeTx for a write whose fn changes the database
 // with at most one statement, its last, having asked callerLeft just
 // before it. A statement that fails changes nothing (SQLite undoes it
-// alone), so such a write needs no savepoint of its own, which costs
-// about a third of a small write's time in the writer. If the caller
+// alone), so such a write needs no savepoint of its own: SAVEPOINT and
+// RELEASE added about 11 µs of CPU to a 25 µs insert. If the caller
 // leaves after callerLeft answered, the write commits.
 func (s *Store) writeStatement(ctx context.Context, what string, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	return s.write1(ctx, what, fn, true)
+	return s.submitWrite(ctx, what, fn, true)
 }
 
 // callerKey holds, in the context a write's fn runs with, its caller's
@@ -226,7 +230,8 @@ func callerLeft(ctx context.Context, what string) error {
 	return nil
 }
 
-func (s *Store) write1(ctx context.Context, what string, fn func(ctx context.Context, tx *sql.Tx) error, statement bool) error {
+// submitWrite queues the write and waits for its answer.
+func (s *Store) submitWrite(ctx context.Context, what string, fn func(ctx context.Context, tx *sql.Tx) error, statement bool) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s: wait for the database: %w", what, err)
 	}
