@@ -459,8 +459,8 @@ func updateChanged(seq int64, old, next store.Job) (string, []any) {
 func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 	j = normalize(j)
 	err := s.writeStatement(ctx, "create job", func(ctx context.Context, tx *sql.Tx) error {
-		if err := callerLeft(ctx, "create job"); err != nil {
-			return err
+		if err := callerLeft(ctx); err != nil {
+			return leftError("create job "+j.ID, err)
 		}
 		_, err := tx.ExecContext(ctx, insertJob, values(j)...)
 		if isUniqueViolation(err) {
@@ -540,15 +540,12 @@ func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next s
 	if bump || !next.SameVisible(&old) {
 		next.Version++
 	}
-	if reflect.DeepEqual(next, old) {
-		return old, nil
-	}
-	if err := callerLeft(ctx, "update job "+old.ID); err != nil {
-		return store.Job{}, err
-	}
 	query, args := updateChanged(seq, old, next)
 	if query == "" {
-		return next, nil
+		return old, nil // nothing changed
+	}
+	if err := callerLeft(ctx); err != nil {
+		return store.Job{}, leftError("update job "+old.ID, err)
 	}
 	_, err := tx.ExecContext(ctx, query, args...)
 	if isUniqueViolation(err) {

@@ -221,13 +221,18 @@ func (s *Store) writeStatement(ctx context.Context, what string, fn func(ctx con
 // own context.
 type callerKey struct{}
 
-// callerLeft returns, wrapped, the error of the context of the caller of
-// the write whose fn runs with ctx, if that caller has left.
-func callerLeft(ctx context.Context, what string) error {
-	if c, ok := ctx.Value(callerKey{}).(context.Context); ok && c.Err() != nil {
-		return fmt.Errorf("%s: the caller left before the commit, nothing was written: %w", what, c.Err())
+// callerLeft returns the error of the context of the caller of the write
+// whose fn runs with ctx, if that caller has left.
+func callerLeft(ctx context.Context) error {
+	if c, ok := ctx.Value(callerKey{}).(context.Context); ok {
+		return c.Err()
 	}
 	return nil
+}
+
+// leftError is what a write whose caller left before the commit returns.
+func leftError(what string, err error) error {
+	return fmt.Errorf("%s: the caller left before the commit, nothing was written: %w", what, err)
 }
 
 // submitWrite queues the write and waits for its answer.
@@ -383,7 +388,9 @@ func (s *Store) runOne(ctx context.Context, conn *sql.Conn, tx *sql.Tx, r *write
 	fnCtx := context.WithValue(context.WithoutCancel(r.ctx), callerKey{}, r.ctx)
 	r.err, r.panicked = call(fnCtx, tx, r.fn)
 	if r.err == nil && r.panicked == nil && !r.statement {
-		r.err = callerLeft(fnCtx, r.what)
+		if err := callerLeft(fnCtx); err != nil {
+			r.err = leftError(r.what, err)
+		}
 	}
 	if r.err == nil && r.panicked == nil {
 		r.released = true
