@@ -68,6 +68,7 @@ type benchOptions struct {
 	probes      int
 	shortCalls  int
 	idle        time.Duration
+	settle      time.Duration
 	jobs        int
 	poll        time.Duration
 	serveFloor  string
@@ -97,6 +98,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.IntVar(&o.probes, "probes", 100, "wake-ups timed at each parked count")
 	fs.IntVar(&o.shortCalls, "short-calls", 2000, "sequential GetJob calls timed at each parked count")
 	fs.DurationVar(&o.idle, "idle", 5*time.Second, "time over which idle CPU is measured at each parked count")
+	fs.DurationVar(&o.settle, "settle", time.Second, "pause between parking calls and measuring the server, for its handlers to park and its heap to grow")
 	fs.IntVar(&o.jobs, "jobs", 200, "jobs of the wakeup scenario, one after another")
 	fs.DurationVar(&o.poll, "poll", 10*time.Millisecond, "interval of the wakeup scenario's GetJob poll loop")
 	fs.StringVar(&o.serveFloor, "serve-floor", "", "internal: serve the floor on `host:port` instead of measuring (the bench starts it so)")
@@ -142,8 +144,8 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 			return o, usageError{fmt.Sprintf("--%s must be positive, got %v", name, d)}
 		}
 	}
-	if o.warmup < 0 {
-		return o, usageError{"--warmup must not be negative"}
+	if o.warmup < 0 || o.settle < 0 {
+		return o, usageError{"--warmup and --settle must not be negative"}
 	}
 	return o, nil
 }
@@ -247,14 +249,15 @@ type benchRun struct {
 	quiet    *slog.Logger
 }
 
-// limits are the parked-call limits of every jobwatch process: room for
-// the largest scenario, its probes and claims.
-func (b *benchRun) limits() serverLimits {
+// serverOptions start a process of scenario on a database of its own,
+// with room for the largest scenario's parked calls, its probes and
+// claims.
+func (b *benchRun) serverOptions(scenario string) serverOptions {
 	most := 0
 	for _, n := range append(slices.Clone(b.o.fanout), b.o.parked...) {
 		most = max(most, n)
 	}
-	return serverLimits{parked: most + 1000}
+	return serverOptions{db: scenario, parked: most + 1000}
 }
 
 // newClient returns a client of the bench's codec whose long calls share
@@ -290,7 +293,7 @@ func (o benchOptions) settings() benchSettings {
 		Workers: o.workers, Submitters: o.submitters, Backlog: o.backlog,
 		DurationS: o.duration.Seconds(), WarmupS: o.warmup.Seconds(),
 		Fanout: o.fanout, Parked: o.parked, Conns: o.conns, Probes: o.probes,
-		ShortCalls: o.shortCalls, IdleS: o.idle.Seconds(), Jobs: o.jobs, PollMS: ms(o.poll),
+		ShortCalls: o.shortCalls, IdleS: o.idle.Seconds(), SettleS: o.settle.Seconds(), Jobs: o.jobs, PollMS: ms(o.poll),
 		Before: o.before,
 	}
 }

@@ -143,7 +143,7 @@ func claimOne(ctx context.Context, c *client.Client, kind string) (id, lease str
 // of --fanout, against a fresh srv process, and times how long after the
 // worker's CompleteJob reply the last of them had the finished job.
 func (b *benchRun) fanout(ctx context.Context, srv benchServer) ([]fanoutFigures, error) {
-	p, err := startServer(ctx, srv, b.dir, b.limits())
+	p, err := startServer(ctx, srv, b.dir, b.serverOptions("fanout"))
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +192,7 @@ func (b *benchRun) fanoutOnce(ctx context.Context, p *serverProc, ctl *client.Cl
 	if err := awaitParked(ctx, p, pc, k, int(before)+n); err != nil {
 		return 0, err
 	}
-	time.Sleep(200 * time.Millisecond) // from the handler's entry to its park
+	time.Sleep(b.o.settle / 5) // from the handlers' entry to their park
 	if _, err := ctl.WorkerService().CompleteJob(ctx, &jobwatchv1.CompleteJobRequest{JobId: id, LeaseId: lease}); err != nil {
 		return 0, fmt.Errorf("complete: %w", err)
 	}
@@ -245,7 +245,7 @@ func (b *benchRun) parked(ctx context.Context, srv benchServer) ([]parkedFigures
 // idle, then parks calls of k up to each count of --parked in turn and
 // measures it again. It returns the jobs' ids for the next ramp.
 func (b *benchRun) parkedRamp(ctx context.Context, srv benchServer, k longCall, ids []string) ([]parkedStage, []string, error) {
-	p, err := startServer(ctx, srv, b.dir, b.limits())
+	p, err := startServer(ctx, srv, b.dir, b.serverOptions("parked"))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -280,7 +280,7 @@ func (b *benchRun) parkedRamp(ctx context.Context, srv benchServer, k longCall, 
 		if err := awaitParked(ctx, p, pc, k, n); err != nil {
 			return nil, nil, fmt.Errorf("%d parked: %w", n, err)
 		}
-		time.Sleep(time.Second) // from the handlers' entry to their park, and the heap's growth
+		time.Sleep(b.o.settle)
 		st, err := b.measureStage(ctx, p, ctl, probe, k, ids[0], n)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%d parked: %w", n, errors.Join(err, p.alive()))

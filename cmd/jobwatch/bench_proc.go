@@ -43,15 +43,18 @@ type serverProc struct {
 	http *http.Client  // for /metrics, its own pool
 }
 
-// serverLimits are the flags every jobwatch process gets: room for every
-// call the bench parks, and caps longer than any scenario, so a parked
-// call stays parked while it is measured.
-type serverLimits struct {
+// serverOptions say how to start a jobwatch process: its database (in
+// the bench's directory; a scenario that needs the jobs of an earlier
+// process names the same one), and room for every call the bench parks.
+// Every process also gets caps longer than any scenario, so a parked call
+// stays parked while it is measured.
+type serverOptions struct {
+	db     string
 	parked int
 }
 
 // startServer starts srv with its data in dir and waits until it answers.
-func startServer(ctx context.Context, srv benchServer, dir string, lim serverLimits) (*serverProc, error) {
+func startServer(ctx context.Context, srv benchServer, dir string, opts serverOptions) (*serverProc, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -60,8 +63,8 @@ func startServer(ctx context.Context, srv benchServer, dir string, lim serverLim
 	if srv.floor {
 		args = []string{"bench", "--serve-floor", addr}
 	} else {
-		parked := strconv.Itoa(lim.parked)
-		args = []string{"serve", "--db", filepath.Join(dir, srv.name+".db"), "--addr", addr,
+		parked := strconv.Itoa(opts.parked)
+		args = []string{"serve", "--db", filepath.Join(dir, srv.name+"-"+opts.db+".db"), "--addr", addr,
 			"--max-parked-calls", parked, "--max-parked-calls-per-tenant", parked,
 			"--wait-cap", "30m", "--stream-lifetime", "30m", "--log-level", "warn"}
 	}

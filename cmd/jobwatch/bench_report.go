@@ -44,6 +44,7 @@ type benchSettings struct {
 	Probes     int      `json:"probes"`
 	ShortCalls int      `json:"short_calls"`
 	IdleS      float64  `json:"idle_s"`
+	SettleS    float64  `json:"settle_s"`
 	Jobs       int      `json:"jobs"`
 	PollMS     float64  `json:"poll_ms"`
 	Before     string   `json:"before,omitempty"`

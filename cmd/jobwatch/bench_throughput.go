@@ -25,7 +25,7 @@ const throughputKind = "bench"
 // own, against a fresh srv process, and returns the jobs completed per
 // second over --duration.
 func (b *benchRun) throughputRPC(ctx context.Context, srv benchServer) (float64, error) {
-	p, err := startServer(ctx, srv, b.dir, b.limits())
+	p, err := startServer(ctx, srv, b.dir, b.serverOptions("throughput"))
 	if err != nil {
 		return 0, err
 	}

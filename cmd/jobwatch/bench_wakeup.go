@@ -17,7 +17,7 @@ import (
 // observe the job while a worker completes it (see benchOne), against a
 // fresh srv process.
 func (b *benchRun) wakeup(ctx context.Context, srv benchServer) (*wakeupFigures, error) {
-	p, err := startServer(ctx, srv, b.dir, b.limits())
+	p, err := startServer(ctx, srv, b.dir, b.serverOptions("wakeup"))
 	if err != nil {
 		return nil, err
 	}
