@@ -56,6 +56,7 @@ type benchOptions struct {
 	before      string
 	binary      string
 	json        bool
+	jsonFile    string
 	codec       string
 	workers     int
 	submitters  int
@@ -86,6 +87,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.StringVar(&o.before, "before", "", "another jobwatch `binary` to measure as the \"before\" column")
 	fs.StringVar(&o.binary, "binary", "", "the jobwatch `binary` of the \"jobwatch\" column and of the floor (default: this one)")
 	fs.BoolVar(&o.json, "json", false, "print the figures as JSON instead of a table")
+	fs.StringVar(&o.jsonFile, "json-file", "", "also write the figures as JSON to `file` (for tools/benchplot), whatever is printed")
 	fs.StringVar(&o.codec, "codec", "proto", "`codec` of every RPC the bench makes: proto or json")
 	fs.IntVar(&o.workers, "workers", 16, "workers of the throughput scenarios, one job at a time each")
 	fs.IntVar(&o.submitters, "submitters", 4, "goroutines submitting jobs in the throughput scenarios")
@@ -233,10 +235,19 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
+	js, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	js = append(js, '\n')
+	if o.jsonFile != "" {
+		if err := os.WriteFile(o.jsonFile, js, 0o644); err != nil {
+			return err
+		}
+	}
 	if o.json {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		_, err := stdout.Write(js)
+		return err
 	}
 	return res.writeTable(stdout)
 }
