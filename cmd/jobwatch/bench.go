@@ -36,8 +36,8 @@ Scenarios (--scenarios, comma-separated; default all):
   throughput-inproc  the same with in-process Workers on an embedded engine
                      and SQLite in this process (jobwatch only)
   fanout             N WaitJob, then N WatchJob, parked on one job (N from
-                     --fanout); time from the CompleteJob reply until the
-                     last of them has the finished job
+                     --fanout); time from the worker's CompleteJob call
+                     until the last of them has the finished job
   parked             park N WaitJob (then, in a new process, N WatchJob) on
                      N distinct jobs for each N of --parked; server RSS and
                      goroutines per parked call, short-call (GetJob)
@@ -99,7 +99,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.IntVar(&o.conns, "conns", 64, "client connections the fanout and parked calls are spread over")
 	fs.IntVar(&o.probes, "probes", 100, "wake-ups timed at each parked count")
 	fs.IntVar(&o.shortCalls, "short-calls", 2000, "sequential GetJob calls timed at each parked count")
-	fs.DurationVar(&o.idle, "idle", 5*time.Second, "time over which idle CPU is measured at each parked count")
+	fs.DurationVar(&o.idle, "idle", 3*time.Second, "time over which idle CPU is measured at each parked count")
 	fs.DurationVar(&o.settle, "settle", time.Second, "pause between parking calls and measuring the server, for its handlers to park and its heap to grow")
 	fs.IntVar(&o.jobs, "jobs", 200, "jobs of the wakeup scenario, one after another")
 	fs.DurationVar(&o.poll, "poll", 10*time.Millisecond, "interval of the wakeup scenario's GetJob poll loop")
@@ -198,7 +198,10 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		res.Servers = append(res.Servers, s.name)
 		res.Results[s.name] = &serverFigures{}
 	}
-	progress := func(format string, a ...any) { fmt.Fprintf(stderr, "bench: "+format+"\n", a...) }
+	began := time.Now()
+	progress := func(format string, a ...any) {
+		fmt.Fprintf(stderr, "bench: %4.0fs  %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, a...))
+	}
 	b := &benchRun{o: o, dir: dir, progress: progress, quiet: slog.New(slog.DiscardHandler)}
 
 	for _, name := range benchScenarios {

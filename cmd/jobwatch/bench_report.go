@@ -60,7 +60,7 @@ type serverFigures struct {
 }
 
 // fanoutFigures: N callers parked on one job; the time from the worker's
-// CompleteJob reply until the last of them had the finished job.
+// CompleteJob call until the last of them had the finished job.
 type fanoutFigures struct {
 	N           int     `json:"n"`
 	WaitLastMS  float64 `json:"wait_last_answer_ms"`
@@ -127,14 +127,14 @@ func (r *benchResult) rows() []benchRow {
 	)
 	for _, n := range s.Fanout {
 		rows = append(rows,
-			benchRow{fmt.Sprintf("%d WaitJob of one job: last answered, ms after the reply", n), func(f *serverFigures) (float64, bool) {
+			benchRow{fmt.Sprintf("%d WaitJob of one job: last answered, ms after CompleteJob", n), func(f *serverFigures) (float64, bool) {
 				i := slices.IndexFunc(f.Fanout, func(x fanoutFigures) bool { return x.N == n })
 				if i < 0 {
 					return 0, false
 				}
 				return f.Fanout[i].WaitLastMS, true
 			}},
-			benchRow{fmt.Sprintf("%d WatchJob of one job: last answered, ms after the reply", n), func(f *serverFigures) (float64, bool) {
+			benchRow{fmt.Sprintf("%d WatchJob of one job: last answered, ms after CompleteJob", n), func(f *serverFigures) (float64, bool) {
 				i := slices.IndexFunc(f.Fanout, func(x fanoutFigures) bool { return x.N == n })
 				if i < 0 {
 					return 0, false
