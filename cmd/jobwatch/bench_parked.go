@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jobwatch/jobwatch/client"
@@ -196,6 +197,7 @@ func (b *benchRun) fanoutOnce(ctx context.Context, p *serverProc, ctl *client.Cl
 	// From the call, not its reply: the server that wakes ten thousand
 	// callers at once may answer the worker last, which would hide the
 	// fan-out's cost instead of measuring it.
+	serverCPU, benchCPU := cpuMeter(p)
 	sent := time.Now()
 	if _, err := ctl.WorkerService().CompleteJob(ctx, &jobwatchv1.CompleteJobRequest{JobId: id, LeaseId: lease}); err != nil {
 		return 0, fmt.Errorf("complete: %w", err)
@@ -204,6 +206,8 @@ func (b *benchRun) fanoutOnce(ctx context.Context, p *serverProc, ctl *client.Cl
 	if err := pc.failed(); err != nil {
 		return 0, err
 	}
+	b.progress("  %d %s: the last answered %v after CompleteJob; CPU meanwhile: server %.2fs, bench %.2fs",
+		n, k.name, time.Since(sent).Round(time.Millisecond), serverCPU(), benchCPU())
 	last := sent
 	for i, t := range answered {
 		if t.IsZero() {
@@ -414,4 +418,23 @@ func wakeOne(ctx context.Context, p *serverProc, ctl, probe *client.Client, k lo
 		return 0, 0, fmt.Errorf("%s: %w", k.name, callErr)
 	}
 	return answered.Sub(replied), replied.Sub(sent), nil
+}
+
+// cpuMeter returns functions that say how much CPU time the server
+// process and this one have used since the call, so a scenario can say
+// which side its time went to.
+func cpuMeter(p *serverProc) (server, bench func() float64) {
+	s0, _ := p.cpuSeconds()
+	b0 := selfCPUSeconds()
+	return func() float64 { s1, _ := p.cpuSeconds(); return s1 - s0 },
+		func() float64 { return selfCPUSeconds() - b0 }
+}
+
+// selfCPUSeconds is the CPU time (user + system) this process has used.
+func selfCPUSeconds() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
