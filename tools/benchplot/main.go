@@ -175,6 +175,7 @@ func newPlot(title, unit string, list []series) (*plot.Plot, error) {
 		p.Legend.Add(s.label, l)
 	}
 	p.X.Min = 0
+	p.X.Tick.Marker = parkedTicks{}
 	return p, nil
 }
 
@@ -190,4 +191,26 @@ func shareY(row []*plot.Plot) {
 	for _, p := range row {
 		p.Y.Min, p.Y.Max = lo, hi*1.45
 	}
+}
+
+// parkedTicks labels the counts the bench parks by default in thousands
+// (1k … 20k), and any other count in the range as it is.
+type parkedTicks struct{}
+
+func (parkedTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ts []plot.Tick
+	for _, n := range []float64{0, 1000, 5000, 10000, 15000, 20000} {
+		if n < lo || n > hi {
+			continue
+		}
+		label := fmt.Sprintf("%gk", n/1000)
+		if n == 0 {
+			label = "" // the baseline's point; "0" would run into "1k"
+		}
+		ts = append(ts, plot.Tick{Value: n, Label: label})
+	}
+	if len(ts) < 3 { // not the default counts: let gonum choose
+		return plot.DefaultTicks{}.Ticks(lo, hi)
+	}
+	return ts
 }
