@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -296,10 +295,6 @@ func (b *benchRun) clients(base string) (cs []*client.Client, closeAll func()) {
 		}
 	}
 }
-
-// errNotTerminal: a long call answered with a non-terminal job where the
-// scenario cannot go on without the terminal one.
-var errNotTerminal = errors.New("the job is not finished")
 
 func (o benchOptions) settings() benchSettings {
 	return benchSettings{

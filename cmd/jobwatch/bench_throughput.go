@@ -42,15 +42,14 @@ func (b *benchRun) throughputRPC(ctx context.Context, srv benchServer) (float64,
 		_, err := submitter.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: throughputKind, Payload: structpb.NewNumberValue(float64(i))})
 		return err
 	}
-	cpu0, _ := p.cpuSeconds()
+	serverCPU, benchCPU := cpuMeter(p)
 	t0 := time.Now()
 	rate, err := b.throughput(ctx, backends, submit)
 	if err == nil {
 		err = p.alive()
 	}
-	if cpu1, cerr := p.cpuSeconds(); cerr == nil {
-		b.progress("  %.0f jobs/s; the server used %.0f%% of a core", rate, (cpu1-cpu0)/time.Since(t0).Seconds()*100)
-	}
+	took := time.Since(t0).Seconds()
+	b.progress("  %.0f jobs/s; the server used %.0f%% of a core, the bench %.0f%%", rate, serverCPU()/took*100, benchCPU()/took*100)
 	return rate, err
 }
 
