@@ -2,315 +2,333 @@ package main
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
-	"sync"
-	"text/tabwriter"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jobwatch/jobwatch/client"
-	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
-	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/server"
-	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
-// bench measures what jobwatch is for: how soon a caller learns that a job
-// ended. It runs a real server on a temporary SQLite file on loopback and,
-// for each of --jobs jobs, parks a WaitJob, opens a WatchJob and starts a
-// GetJob poll loop (--poll apart), all through the Go client over HTTP,
-// then completes the job. Each observer's latency is the time from the
-// commit of the completion (the job's finished_at, same clock) to the
-// moment the observer holds the terminal job; the worker's own CompleteJob
-// reply is measured the same way, as the floor (the commit's fsync is in
-// every row). The three are measured side
-// by side on the same jobs, so their ratio survives a noisy machine.
-//
-// A second table parks --parked waits at once and reports what each costs
-// the process in goroutines and heap, and how fast one completion wakes
-// its waiter while they are all parked.
-func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+const benchUsage = `Usage: jobwatch bench [flags]
+
+Measures jobwatch against a floor and prints one table (rows: figures,
+columns: servers), or the same figures as JSON with --json. Each server
+runs as a process of its own, started afresh for each scenario:
+
+  floor     connect-go handlers over an in-memory map, served with h2c
+            like jobwatch: the cost of the wire alone
+  before    the jobwatch binary given by --before (optional)
+  jobwatch  this binary's serve (or --binary's), on a temporary SQLite file
+
+Scenarios (--scenarios, comma-separated; default all):
+
+  throughput-rpc     --workers remote Workers (the Go client over RPC) run
+                     no-op jobs that --submitters keep queued; jobs/s
+                     completed over --duration after --warmup
+  throughput-inproc  the same with in-process Workers on an embedded engine
+                     and SQLite in this process (jobwatch only)
+  fanout             N WaitJob, then N WatchJob, parked on one job (N from
+                     --fanout); time from the worker's CompleteJob call
+                     until the last of them has the finished job
+  parked             park N WaitJob (then, in a new process, N WatchJob) on
+                     N distinct jobs for each N of --parked; server RSS and
+                     goroutines per parked call, short-call (GetJob)
+                     p50/p99, idle CPU, and wake-up p50/p99 of one more
+                     waiter after the worker's CompleteJob reply
+  wakeup             for --jobs jobs one after another: how much later
+                     than the worker's reply a WaitJob, a WatchJob and a
+                     GetJob poll loop learn that the job ended
+
+Flags:
+`
+
+// benchOptions are the flags of "jobwatch bench".
+type benchOptions struct {
+	scenarios   map[string]bool
+	before      string
+	binary      string
+	json        bool
+	jsonFile    string
+	codec       string
+	workers     int
+	submitters  int
+	backlog     int
+	duration    time.Duration
+	warmup      time.Duration
+	fanout      []int
+	parked      []int
+	conns       int
+	probes      int
+	shortCalls  int
+	idle        time.Duration
+	settle      time.Duration
+	jobs        int
+	poll        time.Duration
+	serveFloor  string
+	scenarioArg string
+}
+
+var benchScenarios = []string{"throughput-rpc", "throughput-inproc", "fanout", "parked", "wakeup"}
+
+func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
+	var o benchOptions
+	var fanout, parked string
 	fs := newFlagSet("bench", stderr)
-	n := fs.Int("jobs", 200, "jobs to complete, one after another")
-	poll := fs.Duration("poll", 10*time.Millisecond, "interval of the GetJob poll loop measured for comparison")
-	parked := fs.Int("parked", 10000, "waits to park at once for the cost table (0: skip it)")
+	fs.Usage = func() { fmt.Fprint(stderr, benchUsage); fs.PrintDefaults() }
+	fs.StringVar(&o.scenarioArg, "scenarios", strings.Join(benchScenarios, ","), "comma-separated `scenarios` to run (\"throughput\" is both throughput ones)")
+	fs.StringVar(&o.before, "before", "", "another jobwatch `binary` to measure as the \"before\" column")
+	fs.StringVar(&o.binary, "binary", "", "the jobwatch `binary` of the \"jobwatch\" column and of the floor (default: this one)")
+	fs.BoolVar(&o.json, "json", false, "print the figures as JSON instead of a table")
+	fs.StringVar(&o.jsonFile, "json-file", "", "also write the figures as JSON to `file` (for tools/benchplot), whatever is printed")
+	fs.StringVar(&o.codec, "codec", "proto", "`codec` of every RPC the bench makes: proto or json")
+	fs.IntVar(&o.workers, "workers", 16, "workers of the throughput scenarios, one job at a time each")
+	fs.IntVar(&o.submitters, "submitters", 4, "goroutines submitting jobs in the throughput scenarios")
+	fs.IntVar(&o.backlog, "backlog", 512, "most jobs submitted but not completed in the throughput scenarios")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured time of each throughput run")
+	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time before it")
+	fs.StringVar(&fanout, "fanout", "10000,20000", "comma-separated `counts` of waiters and watchers of one job")
+	fs.StringVar(&parked, "parked", "1000,5000,10000,20000", "comma-separated `counts` of parked calls, each measured against none")
+	fs.IntVar(&o.conns, "conns", 64, "client connections the fanout and parked calls are spread over")
+	fs.IntVar(&o.probes, "probes", 100, "wake-ups timed at each parked count")
+	fs.IntVar(&o.shortCalls, "short-calls", 2000, "sequential GetJob calls timed at each parked count")
+	fs.DurationVar(&o.idle, "idle", 3*time.Second, "time over which idle CPU is measured at each parked count")
+	fs.DurationVar(&o.settle, "settle", time.Second, "pause between parking calls and measuring the server, for its handlers to park and its heap to grow")
+	fs.IntVar(&o.jobs, "jobs", 200, "jobs of the wakeup scenario, one after another")
+	fs.DurationVar(&o.poll, "poll", 10*time.Millisecond, "interval of the wakeup scenario's GetJob poll loop")
+	fs.StringVar(&o.serveFloor, "serve-floor", "", "internal: serve the floor on `host:port` instead of measuring (the bench starts it so)")
 	if err := parseFlags(fs, args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, usageError{fmt.Sprintf("bench takes no arguments, got %q", fs.Args())}
+	}
+	o.scenarios = map[string]bool{}
+	for _, s := range splitList(o.scenarioArg) {
+		switch {
+		case s == "all":
+			for _, n := range benchScenarios {
+				o.scenarios[n] = true
+			}
+		case s == "throughput":
+			o.scenarios["throughput-rpc"], o.scenarios["throughput-inproc"] = true, true
+		case slices.Contains(benchScenarios, s):
+			o.scenarios[s] = true
+		default:
+			return o, usageError{fmt.Sprintf("--scenarios: unknown scenario %q (known: %s, throughput, all)", s, strings.Join(benchScenarios, ", "))}
+		}
+	}
+	var err error
+	if o.fanout, err = parseCounts("fanout", fanout); err != nil {
+		return o, err
+	}
+	if o.parked, err = parseCounts("parked", parked); err != nil {
+		return o, err
+	}
+	if o.codec != "proto" && o.codec != "json" {
+		return o, usageError{fmt.Sprintf("--codec must be proto or json, got %q", o.codec)}
+	}
+	for name, n := range map[string]int{"workers": o.workers, "submitters": o.submitters, "backlog": o.backlog,
+		"conns": o.conns, "probes": o.probes, "short-calls": o.shortCalls, "jobs": o.jobs} {
+		if n <= 0 {
+			return o, usageError{fmt.Sprintf("--%s must be positive, got %d", name, n)}
+		}
+	}
+	for name, d := range map[string]time.Duration{"duration": o.duration, "idle": o.idle, "poll": o.poll} {
+		if d <= 0 {
+			return o, usageError{fmt.Sprintf("--%s must be positive, got %v", name, d)}
+		}
+	}
+	if o.warmup < 0 || o.settle < 0 {
+		return o, usageError{"--warmup and --settle must not be negative"}
+	}
+	return o, nil
+}
+
+// parseCounts parses "1000,5000" into sorted distinct positive counts.
+func parseCounts(flag, s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, usageError{fmt.Sprintf("--%s: %q is not a positive count", flag, f)}
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// bench measures jobwatch against the floor (and --before): see
+// benchUsage and docs/BENCHMARKS.md.
+func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseBenchFlags(args, stderr)
+	if err != nil {
 		return err
 	}
-	if *n <= 0 || *poll <= 0 || *parked < 0 {
-		return usageError{"--jobs and --poll must be positive, --parked not negative"}
+	if o.serveFloor != "" {
+		return serveFloor(ctx, o.serveFloor)
 	}
+	if o.binary == "" {
+		if o.binary, err = os.Executable(); err != nil {
+			return fmt.Errorf("find this binary (give --binary): %w", err)
+		}
+	}
+	servers := []benchServer{{name: "floor", binary: o.binary, floor: true}}
+	if o.before != "" {
+		servers = append(servers, benchServer{name: "before", binary: o.before})
+	}
+	servers = append(servers, benchServer{name: "jobwatch", binary: o.binary})
 
 	dir, err := os.MkdirTemp("", "jobwatch-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	st, err := sqlite.Open(filepath.Join(dir, "bench.db"))
+
+	res := &benchResult{Settings: o.settings(), Machine: thisMachine(), Results: map[string]*serverFigures{}}
+	for _, s := range servers {
+		res.Servers = append(res.Servers, s.name)
+		res.Results[s.name] = &serverFigures{}
+	}
+	began := time.Now()
+	progress := func(format string, a ...any) {
+		fmt.Fprintf(stderr, "bench: %4.0fs  %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, a...))
+	}
+	b := &benchRun{o: o, dir: dir, progress: progress, quiet: slog.New(slog.DiscardHandler)}
+
+	for _, name := range benchScenarios {
+		if !o.scenarios[name] {
+			continue
+		}
+		if name == "throughput-inproc" {
+			progress("throughput-inproc: %d in-process workers on SQLite", o.workers)
+			v, err := b.throughputInproc(ctx)
+			if err != nil {
+				return fmt.Errorf("throughput-inproc: %w", err)
+			}
+			res.Results["jobwatch"].ThroughputInprocPerS = &v
+			continue
+		}
+		for _, s := range servers {
+			progress("%s: %s", name, s.name)
+			f := res.Results[s.name]
+			var err error
+			switch name {
+			case "throughput-rpc":
+				var v float64
+				v, err = b.throughputRPC(ctx, s)
+				f.ThroughputRPCPerS = &v
+			case "fanout":
+				f.Fanout, err = b.fanout(ctx, s)
+			case "parked":
+				f.Parked, err = b.parked(ctx, s)
+			case "wakeup":
+				f.Wakeup, err = b.wakeup(ctx, s)
+			}
+			if err != nil {
+				return fmt.Errorf("%s, %s: %w", name, s.name, err)
+			}
+		}
+	}
+	js, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	metrics := server.NewMetrics()
-	engine := jobs.New(st, jobs.Config{Logger: quiet, Metrics: metrics})
-	// Room for every wait the cost table parks, and the first table's.
-	srv := server.New(engine, server.Config{Logger: quiet, Metrics: metrics, MaxParkedCalls: *parked + server.DefaultMaxParkedCalls})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	js = append(js, '\n')
+	if o.jsonFile != "" {
+		if err := os.WriteFile(o.jsonFile, js, 0o644); err != nil {
+			return err
+		}
+	}
+	if o.json {
+		_, err := stdout.Write(js)
 		return err
 	}
-	srvCtx, stopServer := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(srvCtx, ln) }()
-	defer func() { stopServer(); <-served }()
-
-	base := "http://" + ln.Addr().String()
-	c := client.New(base, client.WithLongCallConns(4))
-	defer c.Close()
-	fmt.Fprintf(stderr, "bench: server on %s, SQLite at %s, %d jobs\n", base, dir, *n)
-
-	// lat is each observer's latency from the commit; behind, the same
-	// less the worker's own reply, per job: how much later than the worker
-	// that finished the job the observer knew (negative: sooner).
-	lat, behind := map[string][]time.Duration{}, map[string][]time.Duration{}
-	for i := 0; i < *n; i++ {
-		r, err := benchOne(ctx, c, *poll)
-		if err != nil {
-			return fmt.Errorf("job %d: %w", i, err)
-		}
-		for k, d := range r {
-			lat[k] = append(lat[k], d)
-			behind[k] = append(behind[k], d-r[completeName])
-		}
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "observer\tjobs\tmedian\tp99\tmax\tbehind the reply: median\tp99\t\n")
-	for _, k := range []string{completeName, "WaitJob", "WatchJob", fmt.Sprintf("GetJob every %v", *poll)} {
-		ds, bs := lat[k], behind[k]
-		slices.Sort(ds)
-		slices.Sort(bs)
-		fmt.Fprintf(tw, "%s\t%d\t%v\t%v\t%v\t%v\t%v\t\n", k, len(ds),
-			round(quantile(ds, 0.5)), round(quantile(ds, 0.99)), round(ds[len(ds)-1]),
-			round(quantile(bs, 0.5)), round(quantile(bs, 0.99)))
-	}
-	tw.Flush()
-
-	if *parked > 0 {
-		return benchParked(ctx, c, *parked, stdout)
-	}
-	return nil
+	return res.writeTable(stdout)
 }
 
-// completeName is the reference row: the worker's own CompleteJob reply,
-// which carries the same commit (and its fsync) the observers wait for.
-const completeName = "CompleteJob reply"
-
-// benchOne runs one job past the three observers and returns how long
-// each took to see it end.
-func benchOne(ctx context.Context, c *client.Client, poll time.Duration) (map[string]time.Duration, error) {
-	job, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "bench"})
-	if err != nil {
-		return nil, err
-	}
-	claim, err := c.WorkerService().ClaimJob(ctx, &jobwatchv1.ClaimJobRequest{WorkerId: "bench", Kinds: []string{"bench"}})
-	if err != nil {
-		return nil, err
-	}
-	if claim.GetJob().GetId() != job.GetId() {
-		return nil, fmt.Errorf("claimed %q, want %q", claim.GetJob().GetId(), job.GetId())
-	}
-
-	// An observer that fails cancels the others with its error as the
-	// cause; every way out waits for all three, so none outlives the call.
-	seen := map[string]time.Time{}
-	var mu sync.Mutex
-	saw := func(who string) {
-		mu.Lock()
-		seen[who] = time.Now()
-		mu.Unlock()
-	}
-	failed, fail := context.WithCancelCause(ctx)
-	obsCtx, cancel := context.WithTimeoutCause(failed, time.Minute, errors.New("no observer saw the job end within a minute"))
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		fail(nil)
-		wg.Wait()
-	}()
-	observe := func(who string, f func() error) {
-		wg.Go(func() {
-			if err := f(); err != nil && obsCtx.Err() == nil {
-				fail(fmt.Errorf("%s: %w", who, err))
-			}
-		})
-	}
-	// ready: the wait's request is about to go out, and the watch holds
-	// the claim's snapshot, so both are under way before the completion.
-	ready := make(chan struct{}, 2)
-	observe("WaitJob", func() error {
-		ready <- struct{}{}
-		if _, err := c.WaitForJob(obsCtx, job.GetId()); err != nil {
-			return err
-		}
-		saw("WaitJob")
-		return nil
-	})
-	observe("WatchJob", func() error {
-		for j, err := range c.Watch(obsCtx, job.GetId()) {
-			if err != nil {
-				return err
-			}
-			if j.GetVersion() == job.GetVersion()+1 { // the claim's snapshot
-				ready <- struct{}{}
-			}
-			if client.Terminal(j.GetState()) {
-				saw("WatchJob")
-				return nil
-			}
-		}
-		return errors.New("the stream ended before the job did")
-	})
-	pollName := fmt.Sprintf("GetJob every %v", poll)
-	observe(pollName, func() error {
-		t := time.NewTicker(poll)
-		defer t.Stop()
-		for {
-			j, err := c.Get(obsCtx, job.GetId())
-			if err != nil {
-				return err
-			}
-			if client.Terminal(j.GetState()) {
-				saw(pollName)
-				return nil
-			}
-			select {
-			case <-t.C:
-			case <-obsCtx.Done():
-				return context.Cause(obsCtx)
-			}
-		}
-	})
-	for range 2 {
-		select {
-		case <-ready:
-		case <-obsCtx.Done():
-			return nil, context.Cause(obsCtx)
-		}
-	}
-	// The wait's request is on the wire once its goroutine runs; give it
-	// time to park, and the poll loop a random phase, before completing.
-	time.Sleep(20*time.Millisecond + time.Duration(time.Now().UnixNano()%int64(poll)))
-	done, err := c.WorkerService().CompleteJob(ctx, &jobwatchv1.CompleteJobRequest{JobId: job.GetId(), LeaseId: claim.GetLeaseId()})
-	if err != nil {
-		return nil, err
-	}
-	saw(completeName)
-	wg.Wait()
-	if obsCtx.Err() != nil { // an observer failed, or the minute passed
-		return nil, context.Cause(obsCtx)
-	}
-	ended := done.GetJob().GetFinishedAt().AsTime()
-	out := map[string]time.Duration{}
-	for _, who := range []string{completeName, "WaitJob", "WatchJob", pollName} {
-		t, ok := seen[who]
-		if !ok {
-			return nil, fmt.Errorf("%s never saw the job end", who)
-		}
-		out[who] = t.Sub(ended)
-	}
-	return out, nil
+// benchRun is one run of the bench: its options and scratch directory.
+type benchRun struct {
+	o        benchOptions
+	dir      string
+	progress func(format string, a ...any)
+	quiet    *slog.Logger
 }
 
-// benchParked parks n waits on n running jobs, reports the cost per wait,
-// then ends the jobs one by one and reports the wake-up latency of each.
-func benchParked(ctx context.Context, c *client.Client, n int, stdout io.Writer) error {
-	type running struct{ id, lease string }
-	jobsRunning := make([]running, n)
-	for i := range jobsRunning {
-		job, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "parked"})
-		if err != nil {
-			return err
-		}
-		claim, err := c.WorkerService().ClaimJob(ctx, &jobwatchv1.ClaimJobRequest{WorkerId: "bench", Kinds: []string{"parked"}})
-		if err != nil {
-			return err
-		}
-		jobsRunning[i] = running{job.GetId(), claim.GetLeaseId()}
+// serverOptions start a process of scenario on a database of its own,
+// with room for the largest scenario's parked calls, its probes and
+// claims.
+func (b *benchRun) serverOptions(scenario string) serverOptions {
+	most := 0
+	for _, n := range append(slices.Clone(b.o.fanout), b.o.parked...) {
+		most = max(most, n)
 	}
-	runtime.GC()
-	var before runtime.MemStats
-	runtime.ReadMemStats(&before)
-	g0 := runtime.NumGoroutine()
-
-	// A completion that fails returns early: the waits still parked are
-	// cancelled and waited for, not left behind.
-	waitCtx, cancel := context.WithCancel(ctx)
-	woke := make([]time.Time, n)
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
-	for i, r := range jobsRunning {
-		wg.Go(func() {
-			if _, err := c.WaitForJob(waitCtx, r.id); err == nil {
-				woke[i] = time.Now()
-			}
-		})
-	}
-	// Parked: every wait's handler is in the engine (a metric would tell
-	// exactly; the goroutine count is a plain proxy both sides share).
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if runtime.NumGoroutine()-g0 >= 2*n {
-			break
-		}
-	}
-	time.Sleep(500 * time.Millisecond)
-	runtime.GC()
-	var after runtime.MemStats
-	runtime.ReadMemStats(&after)
-	g1 := runtime.NumGoroutine()
-
-	ended := make([]time.Time, n)
-	for i, r := range jobsRunning {
-		done, err := c.WorkerService().CompleteJob(ctx, &jobwatchv1.CompleteJobRequest{JobId: r.id, LeaseId: r.lease})
-		if err != nil {
-			return err
-		}
-		ended[i] = done.GetJob().GetFinishedAt().AsTime()
-	}
-	wg.Wait()
-	var ds []time.Duration
-	for i := range woke {
-		if woke[i].IsZero() {
-			return fmt.Errorf("wait %d never returned", i)
-		}
-		ds = append(ds, woke[i].Sub(ended[i]))
-	}
-	slices.Sort(ds)
-	fmt.Fprintf(stdout, "\n%d waits parked at once (client and server in this process):\n", n)
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "goroutines per parked wait\theap per parked wait\twake median\twake p99\t\n")
-	fmt.Fprintf(tw, "%.1f\t%.1f KiB\t%v\t%v\t\n",
-		float64(g1-g0)/float64(n),
-		(float64(after.HeapAlloc)-float64(before.HeapAlloc))/float64(n)/1024,
-		round(quantile(ds, 0.5)), round(quantile(ds, 0.99)))
-	return tw.Flush()
+	return serverOptions{db: scenario, parked: most + 1000}
 }
 
-// round keeps a table readable: microseconds are plenty.
-func round(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
-
-// quantile returns the q-quantile of sorted ds (nearest rank).
-func quantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
+// newClient returns a client of the bench's codec whose long calls share
+// longConns connections.
+func (b *benchRun) newClient(base string, longConns int) *client.Client {
+	opts := []client.Option{client.WithLongCallConns(longConns)}
+	if b.o.codec == "json" {
+		opts = append(opts, client.WithJSON())
 	}
-	i := int(q*float64(len(ds))+0.5) - 1
-	return ds[max(0, min(i, len(ds)-1))]
+	return client.New(base, opts...)
+}
+
+// clients returns --conns clients of one long connection each, for calls
+// spread over many connections as many callers would.
+func (b *benchRun) clients(base string) (cs []*client.Client, closeAll func()) {
+	for range b.o.conns {
+		cs = append(cs, b.newClient(base, 1))
+	}
+	return cs, func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}
+}
+
+func (o benchOptions) settings() benchSettings {
+	return benchSettings{
+		Scenarios: strings.Split(o.scenarioArg, ","), Codec: o.codec,
+		Workers: o.workers, Submitters: o.submitters, Backlog: o.backlog,
+		DurationS: o.duration.Seconds(), WarmupS: o.warmup.Seconds(),
+		Fanout: o.fanout, Parked: o.parked, Conns: o.conns, Probes: o.probes,
+		ShortCalls: o.shortCalls, IdleS: o.idle.Seconds(), SettleS: o.settle.Seconds(), Jobs: o.jobs, PollMS: ms(o.poll),
+		Before: o.before,
+	}
+}
+
+// ms is d in milliseconds, for the figures.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// thisMachine describes where the figures were measured.
+func thisMachine() benchMachine {
+	m := benchMachine{Cores: runtime.NumCPU(), Go: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				if f := strings.Fields(rest); len(f) > 0 {
+					m.MemKiB, _ = strconv.ParseFloat(f[0], 64)
+				}
+			}
+		}
+	}
+	return m
 }

@@ -3,12 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,24 +24,122 @@ import (
 	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
-// TestBenchPrintsEveryObserverAndTheParkedCost runs a tiny bench: the
-// numbers are the machine's, but every row must be there, measured.
-func TestBenchPrintsEveryObserverAndTheParkedCost(t *testing.T) {
-	var out bytes.Buffer
-	if code := run(context.Background(), []string{"bench", "--jobs", "3", "--parked", "20"}, &out, io.Discard); code != 0 {
-		t.Fatalf("bench exited %d:\n%s", code, &out)
+// TestBenchMeasuresEveryFigure runs a tiny bench of every scenario, with
+// this test binary as the jobwatch and the floor (--before runs the same
+// code with another binary: left out to keep the test short), and checks that the JSON holds every figure for every server, each a
+// finite number, positive where a measurement must be. The numbers
+// themselves are the machine's and are not judged.
+func TestBenchMeasuresEveryFigure(t *testing.T) {
+	t.Setenv("JOBWATCH_TEST_RUN_MAIN", "1") // the servers bench starts from this binary run main
+	var out, errOut bytes.Buffer
+	args := []string{"bench", "--json",
+		"--workers", "2", "--submitters", "1", "--duration", "300ms", "--warmup", "100ms",
+		"--fanout", "5,20", "--parked", "10,20", "--conns", "3", "--probes", "3", "--short-calls", "10",
+		"--idle", "100ms", "--settle", "50ms", "--jobs", "3"}
+	if code := run(context.Background(), args, &out, &errOut); code != 0 {
+		t.Fatalf("bench exited %d:\n%s", code, &errOut)
 	}
-	for _, row := range []string{
-		`CompleteJob reply\s+3\s`,
-		`WaitJob\s+3\s`,
-		`WatchJob\s+3\s`,
-		`GetJob every 10ms\s+3\s`,
-		`20 waits parked at once`,
-		`\d+(\.\d+)? KiB`,
-	} {
-		if !regexp.MustCompile(row).Match(out.Bytes()) {
-			t.Errorf("bench output lacks %q:\n%s", row, &out)
+	var res benchResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("bench --json printed no JSON: %v\n%s", err, &out)
+	}
+	if want := []string{"floor", "jobwatch"}; !slices.Equal(res.Servers, want) {
+		t.Fatalf("servers = %q, want %q", res.Servers, want)
+	}
+	// Every figure by its JSON name, read generically so a field the
+	// struct gained but a scenario forgot to fill shows up as missing.
+	var raw struct {
+		Results map[string]map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	// Differences between two readings of the clock (a caller's answer
+	// less the worker's reply) may be negative, and so may RSS per call
+	// with ten calls parked (the runtime may return memory in between);
+	// everything else is positive, or at least zero for CPU.
+	signed := regexp.MustCompile(`^wake_|_behind_reply_|^rss_per_call_kib$`)
+	nonNegative := regexp.MustCompile(`^idle_cpu_pct$`)
+	check := func(where string, m map[string]any, keys ...string) {
+		t.Helper()
+		for _, k := range keys {
+			v, ok := m[k].(float64)
+			switch {
+			case !ok:
+				t.Errorf("%s: no figure %s in %v", where, k, m)
+			case math.IsNaN(v) || math.IsInf(v, 0):
+				t.Errorf("%s: %s = %v", where, k, v)
+			case signed.MatchString(k):
+			case nonNegative.MatchString(k) && v < 0, !nonNegative.MatchString(k) && v <= 0:
+				t.Errorf("%s: %s = %v, want it positive", where, k, v)
+			}
 		}
+	}
+	stageKeys := []string{"rss_kib", "goroutines", "short_call_p50_ms", "short_call_p99_ms", "idle_cpu_pct",
+		"wake_p50_ms", "wake_p99_ms", "complete_call_p50_ms"}
+	for _, name := range res.Servers {
+		r := raw.Results[name]
+		check(name, r, "throughput_rpc_per_s")
+		if name == "jobwatch" {
+			check(name, r, "throughput_inproc_per_s")
+		}
+		fanout, _ := r["fanout"].([]any)
+		if len(fanout) != 2 {
+			t.Errorf("%s: fanout = %v, want N = 5 and 20", name, r["fanout"])
+		}
+		for _, f := range fanout {
+			check(name+" fanout", f.(map[string]any), "n", "wait_last_answer_ms", "watch_last_answer_ms")
+		}
+		parked, _ := r["parked"].([]any)
+		if len(parked) != 3 {
+			t.Errorf("%s: parked = %v, want N = 0, 10 and 20", name, r["parked"])
+		}
+		for i, p := range parked {
+			p := p.(map[string]any)
+			for _, kind := range []string{"waits", "watches"} {
+				where := fmt.Sprintf("%s parked %v %s", name, p["n"], kind)
+				st, _ := p[kind].(map[string]any)
+				check(where, st, stageKeys...)
+				if i > 0 { // per call: against the baseline, so from N = 10 on
+					// A parked call holds at least its handler's goroutine.
+					check(where, st, "rss_per_call_kib", "goroutines_per_call")
+				}
+			}
+		}
+		wakeup, _ := r["wakeup"].(map[string]any)
+		check(name+" wakeup", wakeup, "jobs", "complete_reply_p50_ms", "wait_behind_reply_p50_ms", "wait_behind_reply_p99_ms",
+			"watch_behind_reply_p50_ms", "watch_behind_reply_p99_ms", "poll_behind_reply_p50_ms", "poll_behind_reply_p99_ms")
+	}
+
+	// The table shows the same figures: a row for each, a number in every
+	// column but the in-process throughput's, which is jobwatch's alone.
+	var table bytes.Buffer
+	if err := res.writeTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(table.String()), "\n")
+	if want := len(res.rows()) + 1; len(lines) != want {
+		t.Errorf("table has %d lines, want %d (a header and a row per figure):\n%s", len(lines), want, &table)
+	}
+	for _, line := range lines[1:] {
+		f := strings.Fields(line)
+		cells := f[len(f)-len(res.Servers):]
+		dashes := slices.Index(cells, "-") >= 0
+		if dashes != strings.HasPrefix(line, "jobs/s in process") {
+			t.Errorf("row %q: a column without a figure", line)
+		}
+	}
+}
+
+// TestBenchRefusesAnUnknownScenario: a typo is a usage error, not a run
+// of nothing.
+func TestBenchRefusesAnUnknownScenario(t *testing.T) {
+	var errOut bytes.Buffer
+	if code := run(context.Background(), []string{"bench", "--scenarios", "fanout,parkd"}, io.Discard, &errOut); code != 2 {
+		t.Fatalf("bench --scenarios fanout,parkd exited %d, want 2:\n%s", code, &errOut)
+	}
+	if !strings.Contains(errOut.String(), `"parkd"`) {
+		t.Errorf("the error does not name the unknown scenario:\n%s", &errOut)
 	}
 }
 

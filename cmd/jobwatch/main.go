@@ -32,7 +32,7 @@ Commands:
   wait     wait for a job to end; the exit status says how it ended
   watch    follow a job's progress live
   worker   run a shell command for each job of a kind
-  bench    measure how soon waits and watches learn that a job ended
+  bench    measure jobwatch against an in-memory floor: throughput, fan-out, parked calls
   token    make a bearer token: jobwatch token new --role client --tenant acme
   version  print the version jobwatch was built from
   help     print this text, or "jobwatch help <command>" for a command's flags

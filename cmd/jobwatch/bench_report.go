@@ -1,0 +1,261 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// benchResult is what "jobwatch bench --json" prints; the table shows the
+// same figures. Field names are stable (tools/benchplot reads them) and
+// carry their unit: _ms, _kib, _per_s, _pct. A figure a scenario did not
+// measure is absent.
+type benchResult struct {
+	Servers  []string                  `json:"servers"` // the table's columns, in order
+	Machine  benchMachine              `json:"machine"`
+	Settings benchSettings             `json:"settings"`
+	Results  map[string]*serverFigures `json:"results"` // by server name
+}
+
+type benchMachine struct {
+	CPU    string  `json:"cpu"`
+	Cores  int     `json:"cores"`
+	MemKiB float64 `json:"mem_kib"`
+	Go     string  `json:"go"`
+	OS     string  `json:"os"`
+}
+
+type benchSettings struct {
+	Scenarios  []string `json:"scenarios"`
+	Codec      string   `json:"codec"`
+	Workers    int      `json:"workers"`
+	Submitters int      `json:"submitters"`
+	Backlog    int      `json:"backlog"`
+	DurationS  float64  `json:"duration_s"`
+	WarmupS    float64  `json:"warmup_s"`
+	Fanout     []int    `json:"fanout"`
+	Parked     []int    `json:"parked"`
+	Conns      int      `json:"conns"`
+	Probes     int      `json:"probes"`
+	ShortCalls int      `json:"short_calls"`
+	IdleS      float64  `json:"idle_s"`
+	SettleS    float64  `json:"settle_s"`
+	Jobs       int      `json:"jobs"`
+	PollMS     float64  `json:"poll_ms"`
+	Before     string   `json:"before,omitempty"`
+}
+
+// serverFigures are one server's figures.
+type serverFigures struct {
+	ThroughputRPCPerS    *float64        `json:"throughput_rpc_per_s,omitempty"`
+	ThroughputInprocPerS *float64        `json:"throughput_inproc_per_s,omitempty"`
+	Fanout               []fanoutFigures `json:"fanout,omitempty"`
+	Parked               []parkedFigures `json:"parked,omitempty"`
+	Wakeup               *wakeupFigures  `json:"wakeup,omitempty"`
+}
+
+// fanoutFigures: N callers parked on one job; the time from the worker's
+// CompleteJob call until the last of them had the finished job.
+type fanoutFigures struct {
+	N           int     `json:"n"`
+	WaitLastMS  float64 `json:"wait_last_answer_ms"`
+	WatchLastMS float64 `json:"watch_last_answer_ms"`
+}
+
+// parkedFigures: the server with N WaitJob parked (waits) and, in another
+// process, N WatchJob open (watches). N = 0 is the baseline.
+type parkedFigures struct {
+	N       int         `json:"n"`
+	Waits   parkedStage `json:"waits"`
+	Watches parkedStage `json:"watches"`
+}
+
+type parkedStage struct {
+	RSSKiB     float64 `json:"rss_kib"`
+	Goroutines float64 `json:"goroutines"`
+	// Per parked call: the growth over the baseline (N = 0) over N.
+	RSSPerCallKiB     float64 `json:"rss_per_call_kib"`
+	GoroutinesPerCall float64 `json:"goroutines_per_call"`
+	ShortP50MS        float64 `json:"short_call_p50_ms"`
+	ShortP99MS        float64 `json:"short_call_p99_ms"`
+	IdleCPUPct        float64 `json:"idle_cpu_pct"`
+	// Wake-up: when one more caller's answer came, less when the worker
+	// had its CompleteJob reply (negative: the caller knew first).
+	WakeP50MS float64 `json:"wake_p50_ms"`
+	WakeP99MS float64 `json:"wake_p99_ms"`
+	// The worker's CompleteJob round trip, for scale.
+	CompleteP50MS float64 `json:"complete_call_p50_ms"`
+}
+
+// wakeupFigures: per observer, how much later than the worker's reply it
+// learnt that the job ended (negative: sooner); the reply itself from
+// the job's finished_at.
+type wakeupFigures struct {
+	Jobs             int     `json:"jobs"`
+	ReplyP50MS       float64 `json:"complete_reply_p50_ms"`
+	WaitBehindP50MS  float64 `json:"wait_behind_reply_p50_ms"`
+	WaitBehindP99MS  float64 `json:"wait_behind_reply_p99_ms"`
+	WatchBehindP50MS float64 `json:"watch_behind_reply_p50_ms"`
+	WatchBehindP99MS float64 `json:"watch_behind_reply_p99_ms"`
+	PollBehindP50MS  float64 `json:"poll_behind_reply_p50_ms"`
+	PollBehindP99MS  float64 `json:"poll_behind_reply_p99_ms"`
+}
+
+// benchRow is one row of the table: a label and how to read the figure
+// from one server's results.
+type benchRow struct {
+	label string
+	value func(*serverFigures) (float64, bool)
+}
+
+// rows lists the table's rows for the figures present in r.
+func (r *benchResult) rows() []benchRow {
+	var rows []benchRow
+	s := r.Settings
+	rows = append(rows,
+		benchRow{fmt.Sprintf("jobs/s over RPC, %d remote workers (%s)", s.Workers, s.Codec), func(f *serverFigures) (float64, bool) {
+			return deref(f.ThroughputRPCPerS)
+		}},
+		benchRow{fmt.Sprintf("jobs/s in process, %d workers, SQLite", s.Workers), func(f *serverFigures) (float64, bool) {
+			return deref(f.ThroughputInprocPerS)
+		}},
+	)
+	for _, n := range s.Fanout {
+		rows = append(rows,
+			benchRow{fmt.Sprintf("%d WaitJob of one job: last answered, ms after CompleteJob", n), func(f *serverFigures) (float64, bool) {
+				i := slices.IndexFunc(f.Fanout, func(x fanoutFigures) bool { return x.N == n })
+				if i < 0 {
+					return 0, false
+				}
+				return f.Fanout[i].WaitLastMS, true
+			}},
+			benchRow{fmt.Sprintf("%d WatchJob of one job: last answered, ms after CompleteJob", n), func(f *serverFigures) (float64, bool) {
+				i := slices.IndexFunc(f.Fanout, func(x fanoutFigures) bool { return x.N == n })
+				if i < 0 {
+					return 0, false
+				}
+				return f.Fanout[i].WatchLastMS, true
+			}},
+		)
+	}
+	type stageField struct {
+		label string
+		get   func(parkedStage) float64
+		base  bool // also shown for N = 0
+	}
+	fields := []stageField{
+		{"server RSS, MiB", func(p parkedStage) float64 { return p.RSSKiB / 1024 }, true},
+		{"RSS per call, KiB", func(p parkedStage) float64 { return p.RSSPerCallKiB }, false},
+		{"goroutines per call", func(p parkedStage) float64 { return p.GoroutinesPerCall }, false},
+		{"short-call p50, ms", func(p parkedStage) float64 { return p.ShortP50MS }, true},
+		{"short-call p99, ms", func(p parkedStage) float64 { return p.ShortP99MS }, true},
+		{"idle CPU, % of a core", func(p parkedStage) float64 { return p.IdleCPUPct }, true},
+		{"wake-up p50, ms after the reply", func(p parkedStage) float64 { return p.WakeP50MS }, true},
+		{"wake-up p99, ms after the reply", func(p parkedStage) float64 { return p.WakeP99MS }, true},
+	}
+	for _, kind := range []string{"WaitJob", "WatchJob"} {
+		for _, n := range append([]int{0}, s.Parked...) {
+			for _, fd := range fields {
+				if n == 0 && !fd.base {
+					continue
+				}
+				rows = append(rows, benchRow{fmt.Sprintf("%d %s parked: %s", n, kind, fd.label), func(f *serverFigures) (float64, bool) {
+					i := slices.IndexFunc(f.Parked, func(x parkedFigures) bool { return x.N == n })
+					if i < 0 {
+						return 0, false
+					}
+					if kind == "WaitJob" {
+						return fd.get(f.Parked[i].Waits), true
+					}
+					return fd.get(f.Parked[i].Watches), true
+				}})
+			}
+		}
+	}
+	wake := func(label string, get func(*wakeupFigures) float64) benchRow {
+		return benchRow{label, func(f *serverFigures) (float64, bool) {
+			if f.Wakeup == nil {
+				return 0, false
+			}
+			return get(f.Wakeup), true
+		}}
+	}
+	poll := time.Duration(s.PollMS * float64(time.Millisecond))
+	rows = append(rows,
+		wake("one at a time: CompleteJob reply p50, ms after finished_at", func(w *wakeupFigures) float64 { return w.ReplyP50MS }),
+		wake("one at a time: WaitJob p50, ms behind the reply", func(w *wakeupFigures) float64 { return w.WaitBehindP50MS }),
+		wake("one at a time: WaitJob p99, ms behind the reply", func(w *wakeupFigures) float64 { return w.WaitBehindP99MS }),
+		wake("one at a time: WatchJob p50, ms behind the reply", func(w *wakeupFigures) float64 { return w.WatchBehindP50MS }),
+		wake("one at a time: WatchJob p99, ms behind the reply", func(w *wakeupFigures) float64 { return w.WatchBehindP99MS }),
+		wake(fmt.Sprintf("one at a time: GetJob every %v p50, ms behind the reply", poll), func(w *wakeupFigures) float64 { return w.PollBehindP50MS }),
+		wake(fmt.Sprintf("one at a time: GetJob every %v p99, ms behind the reply", poll), func(w *wakeupFigures) float64 { return w.PollBehindP99MS }),
+	)
+	return rows
+}
+
+func deref(p *float64) (float64, bool) {
+	if p == nil {
+		return 0, false
+	}
+	return *p, true
+}
+
+// writeTable prints the rows some server has a figure for, one column per
+// server, numbers right-aligned; "-" where a server has none.
+func (r *benchResult) writeTable(w io.Writer) error {
+	table := [][]string{append([]string{"figure"}, r.Servers...)}
+	for _, row := range r.rows() {
+		line := []string{row.label}
+		measured := false
+		for _, name := range r.Servers {
+			cell := "-"
+			if v, ok := row.value(r.Results[name]); ok {
+				cell, measured = formatFigure(v), true
+			}
+			line = append(line, cell)
+		}
+		if measured {
+			table = append(table, line)
+		}
+	}
+	widths := make([]int, len(table[0]))
+	for _, line := range table {
+		for i, cell := range line {
+			widths[i] = max(widths[i], utf8.RuneCountInString(cell))
+		}
+	}
+	var sb strings.Builder
+	for _, line := range table {
+		for i, cell := range line {
+			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(cell))
+			if i == 0 {
+				sb.WriteString(cell + pad)
+			} else {
+				sb.WriteString("  " + pad + cell)
+			}
+		}
+		sb.WriteString("\n")
+	}
+	_, err := io.WriteString(w, sb.String())
+	return err
+}
+
+// formatFigure keeps three significant digits or so, and whole numbers
+// from 100 up.
+func formatFigure(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case a >= 1:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	}
+}

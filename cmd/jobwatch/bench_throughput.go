@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/jobwatch/jobwatch/client"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/store/sqlite"
+)
+
+// throughputKind is the kind of the throughput scenarios' no-op jobs.
+const throughputKind = "bench"
+
+// throughputRPC runs --workers remote Workers, each with a client of its
+// own, against a fresh srv process, and returns the jobs completed per
+// second over --duration.
+func (b *benchRun) throughputRPC(ctx context.Context, srv benchServer) (float64, error) {
+	p, err := startServer(ctx, srv, b.dir, b.serverOptions("throughput"))
+	if err != nil {
+		return 0, err
+	}
+	defer p.stop()
+	submitter := b.newClient(p.base, 1)
+	defer submitter.Close()
+	backends := make([]client.WorkerBackend, b.o.workers)
+	for i := range backends {
+		c := b.newClient(p.base, 1)
+		defer c.Close()
+		backends[i] = c.WorkerBackend()
+	}
+	submit := func(ctx context.Context, i int64) error {
+		_, err := submitter.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: throughputKind, Payload: structpb.NewNumberValue(float64(i))})
+		return err
+	}
+	serverCPU, benchCPU := cpuMeter(p)
+	t0 := time.Now()
+	rate, err := b.throughput(ctx, backends, submit)
+	if err == nil {
+		err = p.alive()
+	}
+	took := time.Since(t0).Seconds()
+	b.progress("  %.0f jobs/s; the server used %.0f%% of a core, the bench %.0f%%", rate, serverCPU()/took*100, benchCPU()/took*100)
+	return rate, err
+}
+
+// throughputInproc runs --workers Workers over an embedded engine on a
+// SQLite file, in this process, and returns the jobs completed per
+// second over --duration.
+func (b *benchRun) throughputInproc(ctx context.Context) (float64, error) {
+	st, err := sqlite.Open(filepath.Join(b.dir, "inproc.db"))
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	engine := jobs.New(st, jobs.Config{Logger: b.quiet})
+	engineCtx, stopEngine := context.WithCancel(ctx)
+	engineDone := make(chan struct{})
+	go func() { engine.Run(engineCtx); close(engineDone) }()
+	defer func() { stopEngine(); engine.Shutdown(); <-engineDone }()
+
+	backends := make([]client.WorkerBackend, b.o.workers)
+	for i := range backends {
+		backends[i] = client.EngineBackend(engine, 0)
+	}
+	submit := func(ctx context.Context, i int64) error {
+		_, err := engine.Submit(ctx, jobs.SubmitRequest{Kind: throughputKind, Payload: json.RawMessage(fmt.Sprint(i))})
+		return err
+	}
+	return b.throughput(ctx, backends, submit)
+}
+
+// throughput runs one Worker per backend, one job at a time each, while
+// --submitters goroutines keep at most --backlog jobs unfinished, and
+// counts the completions the backends acknowledge over --duration after
+// --warmup.
+func (b *benchRun) throughput(ctx context.Context, backends []client.WorkerBackend,
+	submit func(context.Context, int64) error) (float64, error) {
+	runCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	var completed atomic.Int64
+	backlog := make(chan struct{}, b.o.backlog) // one token per unfinished job
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop(nil) // before wg.Wait: every goroutine ends with runCtx
+
+	for i, be := range backends {
+		w := client.NewWorker(&countingBackend{WorkerBackend: be, completed: &completed, backlog: backlog},
+			client.WorkerConfig{ID: fmt.Sprintf("bench-%d", i), Concurrency: 1, Logger: b.quiet})
+		w.Handle(throughputKind, func(context.Context, *jobwatchv1.Job, client.Progress) (any, error) {
+			return map[string]bool{"ok": true}, nil
+		})
+		wg.Go(func() {
+			if err := w.Run(runCtx); err != nil {
+				stop(fmt.Errorf("worker: %w", err))
+			}
+		})
+	}
+	var seq atomic.Int64
+	for range b.o.submitters {
+		wg.Go(func() {
+			for {
+				select {
+				case backlog <- struct{}{}:
+				case <-runCtx.Done():
+					return
+				}
+				if err := submit(runCtx, seq.Add(1)); err != nil {
+					if runCtx.Err() == nil {
+						stop(fmt.Errorf("submit: %w", err))
+					}
+					return
+				}
+			}
+		})
+	}
+
+	sleep := func(d time.Duration) error {
+		select {
+		case <-time.After(d):
+			return nil
+		case <-runCtx.Done():
+			return context.Cause(runCtx)
+		}
+	}
+	if err := sleep(b.o.warmup); err != nil {
+		return 0, err
+	}
+	c0, t0 := completed.Load(), time.Now()
+	if err := sleep(b.o.duration); err != nil {
+		return 0, err
+	}
+	c1, t1 := completed.Load(), time.Now()
+	if c1 == c0 {
+		return 0, errors.New("no job completed")
+	}
+	return float64(c1-c0) / t1.Sub(t0).Seconds(), nil
+}
+
+// countingBackend counts the completions its backend acknowledges and
+// frees a backlog slot for each job that ends.
+type countingBackend struct {
+	client.WorkerBackend
+	completed *atomic.Int64
+	backlog   chan struct{}
+}
+
+func (c *countingBackend) Complete(ctx context.Context, l *client.Lease, result json.RawMessage) error {
+	err := c.WorkerBackend.Complete(ctx, l, result)
+	if err == nil {
+		c.completed.Add(1)
+	}
+	c.free()
+	return err
+}
+
+func (c *countingBackend) Fail(ctx context.Context, l *client.Lease, jerr *jobwatchv1.JobError, retryable bool) error {
+	err := c.WorkerBackend.Fail(ctx, l, jerr, retryable)
+	c.free()
+	return err
+}
+
+// free gives back a backlog slot; never blocking, so a report retried
+// after a transient error cannot hang the worker.
+func (c *countingBackend) free() {
+	select {
+	case <-c.backlog:
+	default:
+	}
+}
