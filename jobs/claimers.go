@@ -25,13 +25,20 @@ import (
 //
 //   - A job committed QUEUED and ready now wakes one claimer whose
 //     filter (tenants, kinds, queues) takes it, never one limited to
-//     other tenants: the first parked one in registration order, or,
-//     when none is parked, the first one that is looking (its look may
-//     have begun before the commit). The claimer owes the job an answer:
-//     if it claims another job or returns without one (its caller went
-//     away, its deadline passed, the store failed), the wake passes to
-//     the next claimer. A look that finds nothing ready answers it: the
-//     job was taken by another look, or its queue has no room.
+//     other tenants: the first parked one in registration order. That
+//     claimer owes the job an answer: if it claims another job or
+//     returns without one (its caller went away, its deadline passed,
+//     the store failed), the wake passes to the next claimer. A look
+//     that finds nothing ready answers it: the job was taken by another
+//     look, or its queue has no room.
+//     When none is parked, every claimer that is looking and takes the
+//     job looks once more (its look may have begun before the commit),
+//     and none owes it: each either looks again after the commit or
+//     returns with a job, and a claimer that parks later has looked
+//     since the commit. So a busy engine, whose claimers are all
+//     looking, keeps no list of the jobs behind them: handing such a
+//     list from claimer to claimer cost every claim the length of the
+//     backlog.
 //   - A job committed QUEUED with a future RunAt (scheduled, or backing
 //     off before a retry) wakes nobody. The engine keeps it, by RunAt,
 //     under one timer for the whole engine, which at RunAt wakes one
@@ -249,44 +256,36 @@ func (e *Engine) removeClaimer(c *claimer, claimed string) {
 	}
 }
 
-// wakeOneLocked wakes one claimer that answers w: the first parked one,
-// else the first one looking. It reports whether there was one.
-func (e *Engine) wakeOneLocked(w claimWake, byChange bool) bool {
-	var looking *claimer
+// wakeOneLocked wakes one parked claimer that answers w, which then owes
+// it an answer, else every looking one that answers it, owing nothing
+// (see the comment at the top of this file).
+func (e *Engine) wakeOneLocked(w claimWake, byChange bool) {
 	for el := e.claimers.fifo.Front(); el != nil; el = el.Next() {
-		c := el.Value.(*claimer)
-		if !c.answers(w) {
-			continue
-		}
-		if c.parked {
+		if c := el.Value.(*claimer); c.parked && c.answers(w) {
 			e.deliverLocked(c, &w, byChange)
-			return true
-		}
-		if looking == nil {
-			looking = c
+			return
 		}
 	}
-	if looking == nil {
-		return false
+	e.wakeLookingLocked(w, byChange)
+}
+
+// wakeLookingLocked makes every looking claimer that answers w look once
+// more; a claimer already due to look again costs nothing more.
+func (e *Engine) wakeLookingLocked(w claimWake, byChange bool) {
+	for el := e.claimers.fifo.Front(); el != nil; el = el.Next() {
+		if c := el.Value.(*claimer); !c.parked && c.answers(w) {
+			e.deliverLocked(c, nil, byChange)
+		}
 	}
-	e.deliverLocked(looking, &w, byChange)
-	return true
 }
 
 // passOnLocked wakes a claimer for each of the job wakes ws, as
-// wakeOneLocked would one by one, but in one pass over the claimers: a
-// claimer that was looking while many jobs were queued can owe many, and
-// passing them on one at a time would cost their number times the
-// claimers' at every claim.
+// wakeOneLocked would one by one, but in one pass over the parked
+// claimers.
 func (e *Engine) passOnLocked(ws []claimWake) {
-	if len(ws) == 0 {
-		return
-	}
-	var looking []*claimer
 	for el := e.claimers.fifo.Front(); el != nil && len(ws) > 0; el = el.Next() {
 		c := el.Value.(*claimer)
 		if !c.parked {
-			looking = append(looking, c)
 			continue
 		}
 		if i := slices.IndexFunc(ws, c.answers); i >= 0 {
@@ -294,27 +293,9 @@ func (e *Engine) passOnLocked(ws []claimWake) {
 			ws = slices.Delete(ws, i, i+1)
 		}
 	}
-	// No parked claimer is left for the rest: each goes to the first
-	// claimer looking that may take it, several to one with a single
-	// wake.
-	for len(ws) > 0 {
-		i := slices.IndexFunc(looking, func(c *claimer) bool { return c.answers(ws[0]) })
-		if i < 0 {
-			ws = ws[1:]
-			continue
-		}
-		c := looking[i]
-		var mine []claimWake
-		ws = slices.DeleteFunc(ws, func(w claimWake) bool {
-			if c.answers(w) {
-				mine = append(mine, w)
-				return true
-			}
-			return false
-		})
-		e.deliverLocked(c, nil, true)
-		c.owed = append(c.owed, mine...)
-		looking = slices.Delete(looking, i, i+1)
+	// No parked claimer is left for the rest.
+	for _, w := range ws {
+		e.wakeLookingLocked(w, true)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,6 +73,7 @@ type benchOptions struct {
 	jobs        int
 	poll        time.Duration
 	serveFloor  string
+	cpuProfile  string
 	scenarioArg string
 }
 
@@ -102,6 +104,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.DurationVar(&o.settle, "settle", time.Second, "pause between parking calls and measuring the server, for its handlers to park and its heap to grow")
 	fs.IntVar(&o.jobs, "jobs", 200, "jobs of the wakeup scenario, one after another")
 	fs.DurationVar(&o.poll, "poll", 10*time.Millisecond, "interval of the wakeup scenario's GetJob poll loop")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to `file` (the in-process scenario runs in it; the servers do not)")
 	fs.StringVar(&o.serveFloor, "serve-floor", "", "internal: serve the floor on `host:port` instead of measuring (the bench starts it so)")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
@@ -174,6 +177,17 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.serveFloor != "" {
 		return serveFloor(ctx, o.serveFloor)
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if o.binary == "" {
 		if o.binary, err = os.Executable(); err != nil {
