@@ -61,12 +61,15 @@ func validNames(field string, vs []string) error {
 // look, and a new ready job wakes one registered claim that may run it,
 // not every one; a job due later wakes one when its RunAt comes, by one
 // timer for the whole engine; a job ending in a queue with limits wakes
-// every claim that may take from the queues whose room it frees. A woken
-// claim first reads whether a job it may run is ready (store.NextReady,
-// on the read pool) and writes only if one is, so a wake that was not
-// needed (the job was taken by another first look, or its queue is full)
-// costs one read, never a write queued in front of the next Submit or
-// Complete.
+// every claim that may take from the queues whose room it frees. A claim
+// woken for one ready job in a queue without limits, the only one woken
+// for it, claims at once. A
+// claim woken otherwise (room freed, a time come due, a job it might have
+// missed while looking) first reads whether a job it may run is ready
+// (store.NextReady, on the read pool) and writes only if one is, so a
+// wake that was not needed (the job was taken by another look, or its
+// queue is full) costs one read, never a write queued in front of the
+// next Submit or Complete.
 //
 // If ctx ends just after the store committed a claim, the job is RUNNING
 // under a lease nobody holds; a caller that can tell its requester is gone
@@ -86,8 +89,11 @@ func (e *Engine) Claim(ctx context.Context, r ClaimRequest, deadline time.Time) 
 
 	write, woken := true, false
 	for {
-		gen, byChange := e.beginLook(c)
+		gen, byChange, owesJob := e.beginLook(c)
 		woken = woken || byChange
+		// Woken for one ready job, which no other claimer was: claim
+		// it without reading first.
+		write = write || owesJob
 
 		// One reading of the clock for the claim and for the next
 		// RunAt: with two, a job whose RunAt fell between them would be

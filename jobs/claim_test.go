@@ -228,7 +228,20 @@ type readHook struct {
 }
 
 // hookedStore runs the readHook of a claim's context.
+// hookedStore runs a context's readHook before each look of a claim:
+// each ClaimJob and each NextReady. A claimer's first look is a claim
+// write and a read (hook calls 1 and 2), and the look of a claimer woken
+// for a job is its claim write (3).
 type hookedStore struct{ store.Store }
+
+func (s hookedStore) ClaimJob(ctx context.Context, f store.ClaimFilter, claim func(*store.Job)) (store.Job, error) {
+	if h, ok := ctx.Value(readHookKey{}).(*readHook); ok {
+		if err := h.before(h.n.Add(1)); err != nil {
+			return store.Job{}, err
+		}
+	}
+	return s.Store.ClaimJob(ctx, f, claim)
+}
 
 func (s hookedStore) NextReady(ctx context.Context, f store.ClaimFilter) (time.Time, bool, error) {
 	if h, ok := ctx.Value(readHookKey{}).(*readHook); ok {
@@ -265,7 +278,7 @@ func TestAJobWokenForIsClaimedWhenItsClaimerCannotClaimIt(t *testing.T) {
 	)
 	tests := []struct {
 		name string
-		// woken runs before the read of the first claimer woken.
+		// woken runs before the look of the first claimer woken.
 		woken func(e *jobs.Engine, cancel context.CancelFunc, deadline time.Time) error
 		// by names who claims the job ("" either), and fails says
 		// whether the first claimer returns without one.
@@ -274,7 +287,7 @@ func TestAJobWokenForIsClaimedWhenItsClaimerCannotClaimIt(t *testing.T) {
 	}{
 		{"its caller goes away first: the wake passes to the next",
 			func(_ *jobs.Engine, cancel context.CancelFunc, _ time.Time) error { cancel(); return nil }, second, true},
-		{"its store read fails: the wake passes to the next",
+		{"its store fails: the wake passes to the next",
 			func(*jobs.Engine, context.CancelFunc, time.Time) error { return store.ErrUnavailable }, second, true},
 		{"its deadline passes first: it still looks once and claims",
 			func(_ *jobs.Engine, _ context.CancelFunc, deadline time.Time) error {
@@ -290,11 +303,11 @@ func TestAJobWokenForIsClaimedWhenItsClaimerCannotClaimIt(t *testing.T) {
 			deadline := time.Now().Add(time.Second)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			// The first claimer's context: its second read is the one
+			// The first claimer's context: its third look is the one
 			// after the wake.
 			var cancelFirst context.CancelFunc
 			hook := &readHook{before: func(n int64) error {
-				if n == 2 {
+				if n == 3 {
 					return tt.woken(e, cancelFirst, deadline)
 				}
 				return nil
@@ -363,11 +376,11 @@ func TestAClaimerWokenForAJobAnotherTookParksAgain(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r := jobs.ClaimRequest{Kinds: []string{"mail"}}
-	// Before the woken claimer reads, a new claim's first look takes
+	// Before the woken claimer looks, a new claim's first look takes
 	// the job.
 	var took store.Job
 	hook := &readHook{before: func(n int64) error {
-		if n == 2 {
+		if n == 3 {
 			took, _ = e.Claim(ctx, jobs.ClaimRequest{WorkerID: "newcomer", Kinds: r.Kinds}, time.Time{})
 		}
 		return nil
@@ -377,14 +390,16 @@ func TestAClaimerWokenForAJobAnotherTookParksAgain(t *testing.T) {
 
 	want := submit(t, e, jobs.SubmitRequest{Kind: "mail"})
 	waitParked(t, e, 2)
-	if hook.n.Load() != 2 || took.ID != want.ID {
+	if hook.n.Load() != 4 || took.ID != want.ID {
 		t.Fatalf("the newcomer took %q, want %s", took.ID, want.ID)
 	}
 	if n := e.ClaimWakes() - wakes; n != 1 {
 		t.Errorf("wakes: %d, want 1: finding nothing passes nothing on", n)
 	}
-	if n := st.claims.Load() - writes; n != 1 {
-		t.Errorf("claim writes: %d, want only the newcomer's", n)
+	// The newcomer's, and the woken claimer's, which found nothing and
+	// read before it parked.
+	if n := st.claims.Load() - writes; n != 2 {
+		t.Errorf("claim writes: %d, want 2: the newcomer's and the woken claimer's", n)
 	}
 	for _, c := range claims {
 		notYet(t, c, 10*time.Millisecond)

@@ -189,8 +189,11 @@ func (e *Engine) addClaimer(r ClaimRequest) *claimer {
 }
 
 // beginLook starts a look of c: it returns the count of wakes given so
-// far, for park, and whether one since the last look followed a commit.
-func (e *Engine) beginLook(c *claimer) (gen uint64, byChange bool) {
+// far, for park, whether one since the last look followed a commit, and
+// whether c owes an answer to a ready job in a queue without limits (it
+// was woken for that job alone, so a claim will most likely find it; in
+// a queue with limits, the limits may still hold it back).
+func (e *Engine) beginLook(c *claimer) (gen uint64, byChange, owesJob bool) {
 	cs := &e.claimers
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -199,7 +202,12 @@ func (e *Engine) beginLook(c *claimer) (gen uint64, byChange bool) {
 	default:
 	}
 	byChange, c.byChange = c.byChange, false
-	return c.gen, byChange
+	limits := e.rules.Load().limits
+	owesJob = slices.ContainsFunc(c.owed, func(w claimWake) bool {
+		_, limited := limits[w.queue]
+		return !w.due && !limited
+	})
+	return c.gen, byChange, owesJob
 }
 
 // park records that c's look, begun at gen, found nothing ready, and
