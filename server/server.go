@@ -210,6 +210,7 @@ type Server struct {
 	authRequired bool // Config.Tokens was given
 	tokens       atomic.Pointer[auth.Tokens]
 	openCalls    openCalls
+	shared       sharedResponses // responses encoded once for many calls (shared.go)
 }
 
 // serviceNames are the services health and reflection report.
@@ -247,7 +248,7 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 		// retry as a transport error, forever.
 		connect.WithRecover(s.recovered),
 	}
-	opts = append(opts, jsonCodecs()...)
+	opts = append(opts, jsonCodecs(&s.shared)...)
 	mux := http.NewServeMux()
 	mux.Handle(jobwatchv1connect.NewJobServiceHandler(&jobService{s}, opts...))
 	mux.Handle(jobwatchv1connect.NewWorkerServiceHandler(&workerService{s}, opts...))
