@@ -12,7 +12,8 @@
 // (whom a change wakes), lease.go (Heartbeat, Complete, Fail), sweep.go
 // (lease expiry, retention; with timeout.go, schedules.go and alerts.go
 // for the other periodic duties), wait.go (Wait) and watch.go (Watch,
-// WatchTenant); rules.go holds the per-queue rules read from the
+// WatchTenant), which hand on the Snapshot a publish shares among every
+// call it wakes (snapshot.go); rules.go holds the per-queue rules read from the
 // configuration file (Rules, SetRules, swapped whole on a reload);
 // limits.go holds every limit
 // on what callers send, for the server and the client to map and trim

@@ -43,6 +43,12 @@ type wireSnapshot struct {
 // to every waiter and watcher of the job) the response messages are
 // registered with the codecs, which then encode each once per format.
 // Nobody may modify what it returns.
+//
+// The wire form, and the bytes encoded from it, live as long as the
+// snapshot: while it is the latest of a job someone waits on or watches
+// (a terminal one only until its callers have left), and then until the
+// last call it woke has sent it. That is one converted copy per watched
+// job, where each woken call used to hold its own.
 func (s *Server) wireFor(snap *jobs.Snapshot) *wireSnapshot {
 	return snap.Memo(func(j *store.Job) any {
 		pj, err := wire.Job(j)
