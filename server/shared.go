@@ -184,6 +184,7 @@ type sharingCodec struct {
 // codec is a connect.Codec that can append, as jsonCodec and protoCodec do.
 type codec interface {
 	connect.Codec
+	IsBinary() bool
 	MarshalAppend(dst []byte, v any) ([]byte, error)
 }
 
