@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
 )
 
 // steppedClock is the real clock shifted by an offset that the test
@@ -30,7 +29,7 @@ func TestParkedCallsAnswerAtTheirCapWhenTheWallClockSteps(t *testing.T) {
 			return err
 		}},
 		{"watch", func(e *jobs.Engine, id string, deadline time.Time) error {
-			return e.Watch(context.Background(), id, jobs.WatchOptions{Deadline: deadline, Send: func(*store.Job) error { return nil }})
+			return e.Watch(context.Background(), id, jobs.WatchOptions{Deadline: deadline, Send: func(*jobs.Snapshot) error { return nil }})
 		}},
 		{"claim", func(e *jobs.Engine, _ string, deadline time.Time) error {
 			_, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w", Kinds: []string{"nothing-of-this-kind"}}, deadline)

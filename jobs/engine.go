@@ -12,7 +12,8 @@
 // (whom a change wakes), lease.go (Heartbeat, Complete, Fail), sweep.go
 // (lease expiry, retention; with timeout.go, schedules.go and alerts.go
 // for the other periodic duties), wait.go (Wait) and watch.go (Watch,
-// WatchTenant); rules.go holds the per-queue rules read from the
+// WatchTenant), which hand on the Snapshot a publish shares among every
+// call it wakes (snapshot.go); rules.go holds the per-queue rules read from the
 // configuration file (Rules, SetRules, swapped whole on a reload);
 // limits.go holds every limit
 // on what callers send, for the server and the client to map and trim
@@ -174,8 +175,9 @@ type Engine struct {
 	// decision loads them once.
 	rules atomic.Pointer[Rules]
 
-	// hub holds each watched job's latest committed snapshot, keyed by id.
-	hub *watch.Hub[store.Job]
+	// hub holds each watched job's latest committed snapshot, keyed by id:
+	// one *Snapshot per publish, shared by every call it wakes.
+	hub *watch.Hub[*Snapshot]
 	// signals carries no values, only "look again": the key
 	// tenantSignal(t) wakes WatchTenant streams of tenant t. Each publish
 	// takes the next value of signalSeq as its version, so it is always
@@ -211,7 +213,7 @@ func New(st store.Store, cfg Config) *Engine {
 		store:   st,
 		cfg:     cfg,
 		log:     cfg.Logger,
-		hub:     watch.NewHub[store.Job](),
+		hub:     watch.NewHub[*Snapshot](),
 		signals: watch.NewHub[struct{}](),
 		done:    make(chan struct{}),
 	}
@@ -252,7 +254,7 @@ func (e *Engine) Publish(j store.Job) { e.publish(j) }
 // work or room to. It must only be called after the commit, so that
 // whoever wakes and reads the store sees at least j.
 func (e *Engine) publish(j store.Job) {
-	e.hub.Publish(j.ID, j.Version, j)
+	e.hub.Publish(j.ID, j.Version, &Snapshot{Job: j, shared: true})
 	e.signals.Publish(tenantSignal(j.Tenant), e.signalSeq.Add(1), struct{}{})
 	e.wakeClaimers(j)
 }

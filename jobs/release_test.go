@@ -140,9 +140,9 @@ func TestAReleasedJobWakesAParkedClaimerAndItsWatchers(t *testing.T) {
 	defer cancel()
 	seen := make(chan store.Job, 16)
 	watching := async(func() (struct{}, error) {
-		return struct{}{}, e.Watch(ctx, j.ID, jobs.WatchOptions{AfterVersion: j.Version, Send: func(j *store.Job) error {
-			if j != nil {
-				seen <- *j
+		return struct{}{}, e.Watch(ctx, j.ID, jobs.WatchOptions{AfterVersion: j.Version, Send: func(s *jobs.Snapshot) error {
+			if s != nil {
+				seen <- s.Job
 			}
 			return nil
 		}})

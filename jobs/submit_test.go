@@ -222,7 +222,7 @@ func TestUnknownAndMalformedIDs(t *testing.T) {
 		"cancel": func(id string) error { _, err := e.Cancel(ctx, id); return err },
 		"wait":   func(id string) error { _, err := e.Wait(ctx, id, soon()); return err },
 		"watch": func(id string) error {
-			return e.Watch(ctx, id, jobs.WatchOptions{Send: func(*store.Job) error { return nil }})
+			return e.Watch(ctx, id, jobs.WatchOptions{Send: func(*jobs.Snapshot) error { return nil }})
 		},
 		"heartbeat": func(id string) error { _, err := e.Heartbeat(ctx, id, "l_x", 1, ""); return err },
 		"complete":  func(id string) error { _, err := e.Complete(ctx, id, "l_x", nil); return err },

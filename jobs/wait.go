@@ -27,21 +27,33 @@ import (
 // store, not the hub, so a job that ended long ago (its cell freed) is
 // still answered at once.
 func (e *Engine) Wait(ctx context.Context, id string, deadline time.Time) (store.Job, error) {
-	if err := validID("job_id", id); err != nil {
+	snap, err := e.WaitSnapshot(ctx, id, deadline)
+	if err != nil {
 		return store.Job{}, err
+	}
+	return snap.Job, nil
+}
+
+// WaitSnapshot is Wait returning the snapshot itself: a Wait woken by a
+// publish returns the very Snapshot that publish handed to every waiter
+// and watcher of the job, so what the caller derives from it through
+// Memo is built once for all of them. The snapshot must not be modified.
+func (e *Engine) WaitSnapshot(ctx context.Context, id string, deadline time.Time) (*Snapshot, error) {
+	if err := validID("job_id", id); err != nil {
+		return nil, err
 	}
 	sub := e.hub.Subscribe(id)
 	defer sub.Close()
 
 	j, err := e.store.GetJob(ctx, id)
 	if err != nil {
-		return store.Job{}, wrap("wait for", id, err)
+		return nil, wrap("wait for", id, err)
 	}
 	if j.State == store.Pending {
-		return store.Job{}, ErrNotStarted
+		return nil, ErrNotStarted
 	}
 	if j.State.Terminal() {
-		return j, nil
+		return newSnapshot(j), nil
 	}
 	// While parked the wait keeps its job without payload and result, so
 	// a parked call costs as little for a job of 256 KiB as for one of
@@ -50,42 +62,46 @@ func (e *Engine) Wait(ctx context.Context, id string, deadline time.Time) (store
 	// every subscriber, and whole; a wait that ends without one reads the
 	// job again (whole).
 	j.Payload, j.Result = nil, nil
-	stripped := true
-	whole := func() (store.Job, error) {
-		if !stripped {
-			return j, nil
+	var latest *Snapshot // the newest from the cell, once there is one
+	current := func() (*Snapshot, error) {
+		if latest != nil {
+			return latest, nil
 		}
 		again, err := e.store.GetJob(context.WithoutCancel(ctx), id)
 		if err != nil {
-			return store.Job{}, wrap("wait for", id, err)
+			return nil, wrap("wait for", id, err)
 		}
-		return again, nil
+		return newSnapshot(again), nil
 	}
 
 	timer, stop := e.timerUntil(deadline)
 	defer stop()
 	woken := false
+	seen := j.Version
 	for {
-		latest, version, changed := sub.Latest()
-		if version > j.Version {
-			j, stripped = latest, false
+		snap, version, changed := sub.Latest()
+		if version > seen {
+			latest, seen = snap, version
 			if woken {
-				e.woke("wait", j.UpdatedAt)
+				e.woke("wait", snap.Job.UpdatedAt)
 			}
-		}
-		if j.State.Terminal() {
-			return j, nil
+			if snap.Job.State.Terminal() {
+				return snap, nil
+			}
 		}
 		woken = false
 		select {
 		case <-changed:
 			woken = true
 		case <-timer:
-			return whole()
+			return current()
 		case <-ctx.Done():
-			return j, nil // nobody reads it
+			if latest != nil {
+				return latest, nil
+			}
+			return newSnapshot(j), nil // nobody reads it
 		case <-e.done:
-			return whole()
+			return current()
 		}
 	}
 }

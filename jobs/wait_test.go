@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,7 +159,7 @@ func TestShutdownReleasesEveryParkedCallAtOnce(t *testing.T) {
 			errs <- err
 		})
 		wg.Go(func() {
-			errs <- e.Watch(ctx, j.ID, jobs.WatchOptions{Deadline: far, Send: func(*store.Job) error { return nil }})
+			errs <- e.Watch(ctx, j.ID, jobs.WatchOptions{Deadline: far, Send: func(*jobs.Snapshot) error { return nil }})
 		})
 		wg.Go(func() {
 			_, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w"}, far)
@@ -242,5 +243,82 @@ func TestAWaitThatEndsWithoutAChangeAnswersWithTheWholeJob(t *testing.T) {
 	got, err = await(t, parked)
 	if err != nil || string(got.Payload) != string(payload) {
 		t.Fatalf("on shutdown: %v with payload %.30q, want the payload", err, got.Payload)
+	}
+}
+
+// TestCallsWokenByOnePublishShareOneSnapshot: the waits and watches that
+// one completion wakes all get the same *Snapshot, so what the server
+// builds from it through Memo (the wire message, its encoded bytes) is
+// built once for all of them; a job read for one call is its own.
+func TestCallsWokenByOnePublishShareOneSnapshot(t *testing.T) {
+	const waiters, watchers = 40, 10
+	st := openStore(t)
+	counted := &readCounter{Store: st}
+	e := newEngineOver(t, counted, jobs.Config{})
+	ctx := context.Background()
+	j := running(t, e, jobs.SubmitRequest{Payload: []byte(`{"n":1}`)})
+	before := counted.reads.Load()
+
+	got := make(chan *jobs.Snapshot, waiters+watchers)
+	for range waiters {
+		go func() {
+			snap, err := e.WaitSnapshot(ctx, j.ID, soon())
+			if err != nil {
+				t.Errorf("wait: %v", err)
+			}
+			got <- snap
+		}()
+	}
+	for range watchers {
+		go func() {
+			err := e.Watch(ctx, j.ID, jobs.WatchOptions{AfterVersion: j.Version, Deadline: soon(), Send: func(s *jobs.Snapshot) error {
+				if s.Job.State.Terminal() {
+					got <- s
+				}
+				return nil
+			}})
+			if err != nil {
+				t.Errorf("watch: %v", err)
+			}
+		}()
+	}
+	for counted.reads.Load()-before < waiters+watchers {
+		time.Sleep(time.Millisecond) // each has subscribed once its read returns
+	}
+	done, err := e.Complete(ctx, j.ID, j.LeaseID, []byte(`{"ok":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var builds atomic.Int64
+	var first *jobs.Snapshot
+	for range waiters + watchers {
+		var snap *jobs.Snapshot
+		select {
+		case snap = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a woken call did not return")
+		}
+		if first == nil {
+			first = snap
+		}
+		if snap != first {
+			t.Fatal("two calls woken by one publish got different snapshots")
+		}
+		if !snap.Shared() || snap.Job.Version != done.Version || string(snap.Job.Result) != `{"ok":true}` {
+			t.Fatalf("snapshot = shared %v, v%d, result %s; want shared v%d with the result", snap.Shared(), snap.Job.Version, snap.Job.Result, done.Version)
+		}
+		snap.Memo(func(*store.Job) any { builds.Add(1); return nil })
+	}
+	if n := builds.Load(); n != 1 {
+		t.Fatalf("Memo built %d times for one snapshot, want 1", n)
+	}
+
+	again, err := e.WaitSnapshot(ctx, j.ID, soon())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again == first || again.Shared() {
+		t.Fatal("a wait answered from the store shares the published snapshot")
 	}
 }

@@ -21,8 +21,10 @@ type WatchOptions struct {
 	// Keepalive: Send(nil) after this long without a snapshot. 0: never.
 	Keepalive time.Duration
 	// Send delivers a snapshot, or nil for a keepalive. An error ends the
-	// watch with that error.
-	Send func(*store.Job) error
+	// watch with that error. A snapshot woken by a publish is the one
+	// every waiter and watcher of the job gets (see Snapshot): Send must
+	// not modify it.
+	Send func(*Snapshot) error
 }
 
 // Watch sends the job's snapshots as DESIGN.md says for WatchJob: current
@@ -50,7 +52,7 @@ func (e *Engine) Watch(ctx context.Context, id string, o WatchOptions) error {
 	}
 	sent := o.AfterVersion
 	if j.Version != o.AfterVersion {
-		if err := o.Send(&j); err != nil {
+		if err := o.Send(newSnapshot(j)); err != nil {
 			return err
 		}
 		sent = j.Version
@@ -68,14 +70,14 @@ func (e *Engine) Watch(ctx context.Context, id string, o WatchOptions) error {
 		latest, version, changed := sub.Latest()
 		if version > sent {
 			if woken {
-				e.woke("watch", latest.UpdatedAt)
+				e.woke("watch", latest.Job.UpdatedAt)
 			}
-			if err := o.Send(&latest); err != nil {
+			if err := o.Send(latest); err != nil {
 				return err
 			}
 			sent = version
 			keepalive.reset()
-			if latest.State.Terminal() {
+			if latest.Job.State.Terminal() {
 				return nil
 			}
 		}

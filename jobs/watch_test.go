@@ -22,13 +22,13 @@ type recorder struct {
 
 func newRecorder() *recorder { return &recorder{sent: make(chan struct{}, 1000)} }
 
-func (r *recorder) send(j *store.Job) error {
+func (r *recorder) send(s *jobs.Snapshot) error {
 	r.mu.Lock()
-	if j == nil {
+	if s == nil {
 		r.keepalives++
 	} else {
-		r.versions = append(r.versions, j.Version)
-		r.states = append(r.states, j.State)
+		r.versions = append(r.versions, s.Job.Version)
+		r.states = append(r.states, s.Job.State)
 	}
 	r.mu.Unlock()
 	r.sent <- struct{}{}
@@ -172,9 +172,9 @@ func TestWatchSkipsToTheLatestForASlowReader(t *testing.T) {
 	)
 	first := make(chan struct{})
 	done := async(func() (struct{}, error) {
-		return struct{}{}, e.Watch(ctx, j.ID, jobs.WatchOptions{Deadline: soon(), Send: func(s *store.Job) error {
+		return struct{}{}, e.Watch(ctx, j.ID, jobs.WatchOptions{Deadline: soon(), Send: func(s *jobs.Snapshot) error {
 			mu.Lock()
-			versions = append(versions, s.Version)
+			versions = append(versions, s.Job.Version)
 			n := len(versions)
 			mu.Unlock()
 			if n == 1 {
@@ -243,7 +243,7 @@ func TestWatchEnds(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			done := async(func() (struct{}, error) {
-				return struct{}{}, e.Watch(ctx, j.ID, jobs.WatchOptions{Deadline: time.Now().Add(time.Hour), Send: func(*store.Job) error { return tt.send }})
+				return struct{}{}, e.Watch(ctx, j.ID, jobs.WatchOptions{Deadline: time.Now().Add(time.Hour), Send: func(*jobs.Snapshot) error { return tt.send }})
 			})
 			time.Sleep(20 * time.Millisecond)
 			tt.end(e, cancel)

@@ -23,12 +23,13 @@ import (
 type jsonCodec struct{ name string }
 
 // jsonCodecs replace Connect's codecs of the same names, the binary one
-// included (see protoCodec).
-func jsonCodecs() []connect.HandlerOption {
+// included (see protoCodec). They answer the messages registered in
+// shared with bytes encoded once (see shared.go).
+func jsonCodecs(shared *sharedResponses) []connect.HandlerOption {
 	return []connect.HandlerOption{
-		connect.WithCodec(jsonCodec{"json"}),
-		connect.WithCodec(jsonCodec{"json; charset=utf-8"}),
-		connect.WithCodec(protoCodec{}),
+		connect.WithCodec(sharingCodec{jsonCodec{"json"}, formatJSON, shared}),
+		connect.WithCodec(sharingCodec{jsonCodec{"json; charset=utf-8"}, formatJSON, shared}),
+		connect.WithCodec(sharingCodec{protoCodec{}, formatProto, shared}),
 	}
 }
 
@@ -48,12 +49,16 @@ func (protoCodec) Name() string { return "proto" }
 
 func (protoCodec) IsBinary() bool { return true }
 
-func (protoCodec) Marshal(v any) ([]byte, error) {
+func (c protoCodec) Marshal(v any) ([]byte, error) { return c.MarshalAppend(nil, v) }
+
+// MarshalAppend is Marshal appending to dst: connect-go then marshals
+// into a buffer from its pool.
+func (protoCodec) MarshalAppend(dst []byte, v any) ([]byte, error) {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("%T is not a proto.Message", v)
 	}
-	return proto.Marshal(m)
+	return proto.MarshalOptions{}.MarshalAppend(dst, m)
 }
 
 func (protoCodec) Unmarshal(data []byte, v any) error {
@@ -68,12 +73,17 @@ func (c jsonCodec) Name() string { return c.name }
 
 func (c jsonCodec) IsBinary() bool { return false }
 
-func (c jsonCodec) Marshal(v any) ([]byte, error) {
+func (c jsonCodec) Marshal(v any) ([]byte, error) { return c.MarshalAppend(nil, v) }
+
+// MarshalAppend is Marshal appending to dst: connect-go then marshals
+// into a buffer from its pool. The bytes are protojson's defaults, as
+// connect-go's own JSON codec writes them.
+func (jsonCodec) MarshalAppend(dst []byte, v any) ([]byte, error) {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("%T is not a proto.Message", v)
 	}
-	return protojson.Marshal(m)
+	return protojson.MarshalOptions{}.MarshalAppend(dst, m)
 }
 
 func (c jsonCodec) Unmarshal(data []byte, v any) error {

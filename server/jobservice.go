@@ -38,8 +38,10 @@ func (s *Server) capDeadline(ctx context.Context, limit time.Duration) time.Time
 	return now.Add(wait)
 }
 
-// wait parks on the engine's Wait, counted as a parked wait.
-func (s *Server) wait(ctx context.Context, id string) (*jobwatchv1.Job, error) {
+// wait parks on the engine's Wait, counted as a parked wait. It returns
+// the snapshot's wire form: when a publish woke the wait, the one built
+// for every call it woke (see shared.go).
+func (s *Server) wait(ctx context.Context, id string) (*wireSnapshot, error) {
 	s.metrics.parkedWaits.Inc()
 	defer s.metrics.parkedWaits.Dec()
 	deadline := s.capDeadline(ctx, s.cfg.WaitCap)
@@ -49,11 +51,15 @@ func (s *Server) wait(ctx context.Context, id string) (*jobwatchv1.Job, error) {
 		deadline = time.Now() // over MaxParkedCalls: the current state, at once
 		markParkedCallsFull(ctx)
 	}
-	j, err := s.engine.Wait(ctx, id, deadline)
+	snap, err := s.engine.WaitSnapshot(ctx, id, deadline)
 	if err != nil {
 		return nil, s.toConnectError(ctx, "wait job", err)
 	}
-	return s.protoJob(ctx, &j)
+	w := s.wireFor(snap)
+	if w.err != nil {
+		return nil, s.toConnectError(ctx, "convert job", w.err)
+	}
+	return w, nil
 }
 
 // protoJob converts for the wire; a stored value that is not JSON is an
@@ -103,11 +109,11 @@ func (h *jobService) SubmitJob(ctx context.Context, req *jobwatchv1.SubmitJobReq
 		pj, err := s.protoJob(ctx, &j)
 		return &jobwatchv1.SubmitJobResponse{Job: pj}, err
 	}
-	pj, err := s.wait(ctx, j.ID)
+	w, err := s.wait(ctx, j.ID)
 	if err != nil {
 		return nil, err
 	}
-	return &jobwatchv1.SubmitJobResponse{Job: pj}, nil
+	return &jobwatchv1.SubmitJobResponse{Job: w.job}, nil
 }
 
 // checkSubmit refuses what only the server can judge: the wait is the
@@ -197,11 +203,11 @@ func (h *jobService) WaitJob(ctx context.Context, req *jobwatchv1.WaitJobRequest
 	if err := h.s.checkJobTenant(ctx, "wait job", req.GetJobId()); err != nil {
 		return nil, err
 	}
-	pj, err := h.s.wait(ctx, req.GetJobId())
+	w, err := h.s.wait(ctx, req.GetJobId())
 	if err != nil {
 		return nil, err
 	}
-	return &jobwatchv1.WaitJobResponse{Job: pj}, nil
+	return w.wait, nil // shared with every call the same publish woke: not to be modified
 }
 
 func (h *jobService) WatchJob(ctx context.Context, req *jobwatchv1.WatchJobRequest, stream *connect.ServerStream[jobwatchv1.WatchJobResponse]) error {
@@ -223,16 +229,15 @@ func (h *jobService) WatchJob(ctx context.Context, req *jobwatchv1.WatchJobReque
 		AfterVersion: req.GetAfterVersion(),
 		Deadline:     deadline,
 		Keepalive:    s.cfg.Keepalive,
-		Send: func(j *store.Job) error {
-			resp := &jobwatchv1.WatchJobResponse{} // no job: a keepalive
-			if j != nil {
-				pj, err := wire.Job(j)
-				if err != nil {
-					return err
-				}
-				resp.Job = pj
+		Send: func(snap *jobs.Snapshot) error {
+			if snap == nil {
+				return stream.Send(&jobwatchv1.WatchJobResponse{}) // no job: a keepalive
 			}
-			return stream.Send(resp)
+			w := s.wireFor(snap)
+			if w.err != nil {
+				return w.err
+			}
+			return stream.Send(w.watch) // shared with every call the same publish woke
 		},
 	})
 	return s.toConnectError(ctx, "watch job", err)

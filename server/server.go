@@ -210,6 +210,7 @@ type Server struct {
 	authRequired bool // Config.Tokens was given
 	tokens       atomic.Pointer[auth.Tokens]
 	openCalls    openCalls
+	shared       sharedResponses // responses encoded once for many calls (shared.go)
 }
 
 // serviceNames are the services health and reflection report.
@@ -239,6 +240,11 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
+		// Below 1 KiB gzip costs more than it saves: resetting a pooled
+		// writer alone takes longer than sending the bytes, and a publish
+		// that wakes 10,000 waiters paid it 10,000 times (connect-go
+		// compresses every response by default when the client accepts it).
+		connect.WithCompressMinBytes(1 << 10),
 		// The gate runs inside callInterceptor, so the call's log line
 		// and metrics count its refusals and name the caller it admitted.
 		connect.WithInterceptors(&callInterceptor{metrics: s.metrics, log: s.log}, &gate{s}),
@@ -247,7 +253,7 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 		// retry as a transport error, forever.
 		connect.WithRecover(s.recovered),
 	}
-	opts = append(opts, jsonCodecs()...)
+	opts = append(opts, jsonCodecs(&s.shared)...)
 	mux := http.NewServeMux()
 	mux.Handle(jobwatchv1connect.NewJobServiceHandler(&jobService{s}, opts...))
 	mux.Handle(jobwatchv1connect.NewWorkerServiceHandler(&workerService{s}, opts...))

@@ -20,27 +20,68 @@
 //     cell; a publish to a key nobody watches costs one map lookup. A value
 //     published before the last Close (a terminal job, say) stays readable
 //     by every subscription that is still open.
+//
+// No lock is shared by all keys, and none is taken to read or wake. The
+// cells are spread over shards, each a map under its own lock, which
+// Subscribe takes (shared, unless it creates the cell) and which only the
+// last Close of a cell takes to free it. A cell's value, version and
+// channel are one immutable state behind an atomic pointer: Latest is one
+// atomic load, and Publish swaps in a new state with compare-and-swap and
+// closes the old state's channel, so the 10,000 readers that one publish
+// wakes each read the new state without queueing on anything. A
+// subscription counts itself in the cell with an atomic add; the count is
+// decremented without a lock, and a Close that takes it to zero frees the
+// cell under the shard's lock only if no Subscribe has counted itself in
+// again meanwhile (Subscribe counts under the shard's lock, so the two
+// cannot interleave).
 package watch
 
-import "sync"
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+)
+
+// shards spreads the cells over this many maps, each with its own lock.
+const shards = 64
 
 // Hub holds one cell per key that has subscribers. The zero value is not
 // usable; call NewHub.
 type Hub[V any] struct {
-	mu    sync.Mutex
+	seed   maphash.Seed
+	shards [shards]shard[V]
+}
+
+type shard[V any] struct {
+	mu    sync.RWMutex
 	cells map[string]*cell[V]
+	_     [32]byte // a shard per 64-byte line: neighbours' locks do not share one
 }
 
 type cell[V any] struct {
-	refs    int
+	refs  atomic.Int64
+	state atomic.Pointer[state[V]]
+}
+
+// state is what a cell holds at one version. It is never modified once
+// stored: Publish replaces it whole.
+type state[V any] struct {
 	version int64 // 0: nothing published since the cell was created
 	value   V
-	changed chan struct{} // closed and replaced on every accepted publish
+	changed chan struct{} // closed when a newer state replaces this one
 }
 
 // NewHub returns an empty hub.
 func NewHub[V any]() *Hub[V] {
-	return &Hub[V]{cells: make(map[string]*cell[V])}
+	h := &Hub[V]{seed: maphash.MakeSeed()}
+	for i := range h.shards {
+		h.shards[i].cells = make(map[string]*cell[V])
+	}
+	return h
+}
+
+func (h *Hub[V]) shard(key string) *shard[V] {
+	return &h.shards[maphash.String(h.seed, key)%shards]
 }
 
 // Publish offers value at version for key. It is kept, and every
@@ -48,47 +89,75 @@ func NewHub[V any]() *Hub[V] {
 // It reports whether the value was kept; with no subscribers it is dropped
 // and Publish returns false.
 func (h *Hub[V]) Publish(key string, version int64, value V) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	c, ok := h.cells[key]
-	if !ok || version <= c.version {
+	sh := h.shard(key)
+	sh.mu.RLock()
+	c, ok := sh.cells[key]
+	sh.mu.RUnlock()
+	if !ok {
 		return false
 	}
-	c.version = version
-	c.value = value
-	close(c.changed)
-	c.changed = make(chan struct{})
-	return true
+	// A cell freed since the lookup has no subscriber left; one created
+	// for key since then was created after this publish started, which
+	// the invariant does not promise to reach.
+	next := &state[V]{version: version, value: value}
+	for {
+		cur := c.state.Load()
+		if version <= cur.version {
+			return false
+		}
+		if next.changed == nil {
+			next.changed = make(chan struct{})
+		}
+		if c.state.CompareAndSwap(cur, next) {
+			close(cur.changed) // only the publisher that replaced cur closes it
+			return true
+		}
+	}
 }
 
 // Subscribe opens a subscription to key. Every Publish to key that starts
 // after Subscribe returns is visible through it. Close it when done.
 func (h *Hub[V]) Subscribe(key string) *Subscription[V] {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	c, ok := h.cells[key]
-	if !ok {
-		c = &cell[V]{changed: make(chan struct{})}
-		h.cells[key] = c
+	sh := h.shard(key)
+	sh.mu.RLock()
+	c, ok := sh.cells[key]
+	if ok {
+		c.refs.Add(1)
 	}
-	c.refs++
+	sh.mu.RUnlock()
+	if !ok {
+		sh.mu.Lock()
+		c, ok = sh.cells[key]
+		if !ok {
+			c = &cell[V]{}
+			c.state.Store(&state[V]{changed: make(chan struct{})})
+			sh.cells[key] = c
+		}
+		c.refs.Add(1)
+		sh.mu.Unlock()
+	}
 	return &Subscription[V]{hub: h, key: key, cell: c}
 }
 
 // Len reports how many keys have at least one subscriber.
 func (h *Hub[V]) Len() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.cells)
+	n := 0
+	for i := range h.shards {
+		sh := &h.shards[i]
+		sh.mu.RLock()
+		n += len(sh.cells)
+		sh.mu.RUnlock()
+	}
+	return n
 }
 
 // Subscription is one reader's view of a cell. Its methods are safe for
 // concurrent use.
 type Subscription[V any] struct {
-	hub  *Hub[V]
-	key  string
-	cell *cell[V]
-	once sync.Once
+	hub    *Hub[V]
+	key    string
+	cell   *cell[V]
+	closed atomic.Bool
 }
 
 // Latest returns the newest value published since the cell was created
@@ -105,20 +174,26 @@ type Subscription[V any] struct {
 //		}
 //	}
 func (s *Subscription[V]) Latest() (value V, version int64, changed <-chan struct{}) {
-	s.hub.mu.Lock()
-	defer s.hub.mu.Unlock()
-	return s.cell.value, s.cell.version, s.cell.changed
+	st := s.cell.state.Load()
+	return st.value, st.version, st.changed
 }
 
 // Close ends the subscription; the last one to close frees the cell.
 // Close is idempotent.
 func (s *Subscription[V]) Close() {
-	s.once.Do(func() {
-		s.hub.mu.Lock()
-		defer s.hub.mu.Unlock()
-		s.cell.refs--
-		if s.cell.refs == 0 {
-			delete(s.hub.cells, s.key)
-		}
-	})
+	if !s.closed.CompareAndSwap(false, true) {
+		return
+	}
+	if s.cell.refs.Add(-1) > 0 {
+		return
+	}
+	sh := s.hub.shard(s.key)
+	sh.mu.Lock()
+	// A Subscribe may have found the cell and counted itself in after the
+	// count reached zero, and it may even have been freed and replaced
+	// since: free only this cell, and only if it is still unused.
+	if s.cell.refs.Load() == 0 && sh.cells[s.key] == s.cell {
+		delete(sh.cells, s.key)
+	}
+	sh.mu.Unlock()
 }
