@@ -4,7 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/jobwatch/jobwatch/internal/shallow"
 	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/watch"
 )
 
 // Wait subscribes to the job, then reads it: a terminal job returns at
@@ -27,21 +29,37 @@ import (
 // store, not the hub, so a job that ended long ago (its cell freed) is
 // still answered at once.
 func (e *Engine) Wait(ctx context.Context, id string, deadline time.Time) (store.Job, error) {
-	if err := validID("job_id", id); err != nil {
+	var j store.Job
+	if err := e.WaitInto(ctx, id, deadline, &j); err != nil {
 		return store.Job{}, err
+	}
+	return j, nil
+}
+
+// WaitInto is Wait writing the job into *j, which is not to be read on
+// an error.
+// A caller whose goroutine parks in it keeps no copy of the job in its
+// own frame: see waitParked.
+func (e *Engine) WaitInto(ctx context.Context, id string, deadline time.Time, j *store.Job) error {
+	if err := validID("job_id", id); err != nil {
+		return err
 	}
 	sub := e.hub.Subscribe(id)
 	defer sub.Close()
 
-	j, err := e.store.GetJob(ctx, id)
-	if err != nil {
-		return store.Job{}, wrap("wait for", id, err)
+	// On a goroutine of its own: the read is deep, and this goroutine is
+	// about to park (see package shallow). Without ctx's cancellation: the
+	// SQLite driver would register a context.AfterFunc with ctx, and the
+	// map that holds it stays with ctx while the call is parked. The read
+	// is one row by primary key.
+	if err := shallow.Do(func() error { return e.readInto(context.WithoutCancel(ctx), id, j) }); err != nil {
+		return wrap("wait for", id, err)
 	}
 	if j.State == store.Pending {
-		return store.Job{}, ErrNotStarted
+		return ErrNotStarted
 	}
 	if j.State.Terminal() {
-		return j, nil
+		return nil
 	}
 	// While parked the wait keeps its job without payload and result, so
 	// a parked call costs as little for a job of 256 KiB as for one of
@@ -50,42 +68,73 @@ func (e *Engine) Wait(ctx context.Context, id string, deadline time.Time) (store
 	// every subscriber, and whole; a wait that ends without one reads the
 	// job again (whole).
 	j.Payload, j.Result = nil, nil
-	stripped := true
-	whole := func() (store.Job, error) {
-		if !stripped {
-			return j, nil
+	if e.waitParked(ctx, sub, j, deadline) {
+		if err := e.readInto(context.WithoutCancel(ctx), id, j); err != nil {
+			return wrap("wait for", id, err)
 		}
-		again, err := e.store.GetJob(context.WithoutCancel(ctx), id)
-		if err != nil {
-			return store.Job{}, wrap("wait for", id, err)
-		}
-		return again, nil
 	}
+	return nil
+}
 
+// readInto reads job id into *j, keeping a copy of the job out of the
+// caller's frame (see waitParked).
+//
+//go:noinline
+func (e *Engine) readInto(ctx context.Context, id string, j *store.Job) error {
+	again, err := e.store.GetJob(ctx, id)
+	if err != nil {
+		return err
+	}
+	*j = again
+	return nil
+}
+
+// waitParked waits until *j is terminal, the deadline, ctx's end or Shutdown,
+// copying each newer snapshot of the cell into *j. It reports whether the
+// wait ended at the deadline or Shutdown with *j possibly not whole (no
+// snapshot came from the cell since the read), which Wait then reads again.
+//
+// Its frame holds no job: a parked call's goroutine sits here, under
+// net/http, connect and the server's middleware, and every byte of depth
+// counts against the 8 KiB a parked goroutine's stack can stay within.
+func (e *Engine) waitParked(ctx context.Context, sub *watch.Subscription[store.Job], j *store.Job, deadline time.Time) (reread bool) {
 	timer, stop := e.timerUntil(deadline)
 	defer stop()
-	woken := false
+	stripped, woken := true, false
 	for {
-		latest, version, changed := sub.Latest()
-		if version > j.Version {
-			j, stripped = latest, false
+		changed, newer := takeNewer(sub, j)
+		if newer {
+			stripped = false
 			if woken {
 				e.woke("wait", j.UpdatedAt)
 			}
 		}
 		if j.State.Terminal() {
-			return j, nil
+			return false
 		}
 		woken = false
 		select {
 		case <-changed:
 			woken = true
 		case <-timer:
-			return whole()
+			return stripped
 		case <-ctx.Done():
-			return j, nil // nobody reads it
+			return false // nobody reads it
 		case <-e.done:
-			return whole()
+			return stripped
 		}
 	}
+}
+
+// takeNewer copies the cell's value into *j when its version is above
+// j's, and returns the channel that is closed at the next change.
+//
+//go:noinline
+func takeNewer(sub *watch.Subscription[store.Job], j *store.Job) (changed <-chan struct{}, newer bool) {
+	latest, version, changed := sub.Latest()
+	if version > j.Version {
+		*j = latest
+		return changed, true
+	}
+	return changed, false
 }

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jobwatch/jobwatch/internal/shallow"
 	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/watch"
 )
 
 // WatchOptions says how long to watch and where to send snapshots.
@@ -44,38 +46,48 @@ func (e *Engine) Watch(ctx context.Context, id string, o WatchOptions) error {
 	sub := e.hub.Subscribe(id)
 	defer sub.Close()
 
-	j, err := e.store.GetJob(ctx, id)
-	if err != nil {
+	// On a goroutine of its own: the read is deep, and this goroutine is
+	// about to park (see package shallow); without ctx's cancellation, as
+	// for Wait. The job is kept on the heap: see watchParked.
+	j := new(store.Job)
+	if err := shallow.Do(func() error { return e.readInto(context.WithoutCancel(ctx), id, j) }); err != nil {
 		return wrap("watch", id, err)
 	}
-	sent := o.AfterVersion
 	if j.Version != o.AfterVersion {
-		if err := o.Send(&j); err != nil {
+		if err := o.Send(j); err != nil {
 			return err
 		}
-		sent = j.Version
 	}
 	if j.State.Terminal() {
 		return nil
 	}
+	return e.watchParked(ctx, sub, j, &o)
+}
 
+// watchParked sends each snapshot of the cell newer than *j (which was
+// sent, or is what the caller has), copying it into *j first, until a
+// terminal one, the deadline, ctx's end or Shutdown.
+//
+// Its frame holds no job, like waitParked's: a watch's goroutine sits
+// here between changes, and both this depth and that of a Send made from
+// here count against the 8 KiB its stack can stay within.
+func (e *Engine) watchParked(ctx context.Context, sub *watch.Subscription[store.Job], j *store.Job, o *WatchOptions) error {
 	deadline, stop := e.timerUntil(o.Deadline)
 	defer stop()
 	keepalive := newKeepalive(o.Keepalive)
 	defer keepalive.stop()
 	woken := false
 	for {
-		latest, version, changed := sub.Latest()
-		if version > sent {
+		changed, newer := takeNewer(sub, j)
+		if newer {
 			if woken {
-				e.woke("watch", latest.UpdatedAt)
+				e.woke("watch", j.UpdatedAt)
 			}
-			if err := o.Send(&latest); err != nil {
+			if err := o.Send(j); err != nil {
 				return err
 			}
-			sent = version
 			keepalive.reset()
-			if latest.State.Terminal() {
+			if j.State.Terminal() {
 				return nil
 			}
 		}
