@@ -49,11 +49,26 @@ func (s *Server) wait(ctx context.Context, id string) (*jobwatchv1.Job, error) {
 		deadline = time.Now() // over MaxParkedCalls: the current state, at once
 		markParkedCallsFull(ctx)
 	}
-	j, err := s.engine.Wait(ctx, id, deadline)
+	return s.waitProto(ctx, id, deadline)
+}
+
+// waitProto is the engine's Wait and the conversion of its answer, apart
+// from wait so that the parked goroutine's stack holds as little as it
+// can (see jobs.Engine.waitParked).
+//
+//go:noinline
+func (s *Server) waitProto(ctx context.Context, id string, deadline time.Time) (*jobwatchv1.Job, error) {
+	var j store.Job
+	err := s.engine.WaitInto(ctx, id, deadline, &j)
+	return s.waitAnswer(ctx, &j, err)
+}
+
+//go:noinline
+func (s *Server) waitAnswer(ctx context.Context, j *store.Job, err error) (*jobwatchv1.Job, error) {
 	if err != nil {
 		return nil, s.toConnectError(ctx, "wait job", err)
 	}
-	return s.protoJob(ctx, &j)
+	return s.protoJob(ctx, j)
 }
 
 // protoJob converts for the wire; a stored value that is not JSON is an

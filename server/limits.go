@@ -27,6 +27,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/jobwatch/jobwatch/auth"
+	"github.com/jobwatch/jobwatch/internal/shallow"
 	"github.com/jobwatch/jobwatch/jobs"
 )
 
@@ -363,11 +364,20 @@ func (s *Server) callTenant(ctx context.Context, of tenantOf) (string, bool) {
 // jobTenant finds the tenant of job id in the store.
 func (s *Server) jobTenant(id string) tenantOf {
 	return func(ctx context.Context) (string, bool) {
-		j, err := s.engine.Get(ctx, id)
+		// On a goroutine of its own: the read is deep, and the call's
+		// goroutine is about to park (see package shallow). Without the
+		// call's cancellation: the SQLite driver would register a
+		// context.AfterFunc with it, and the map that holds it stays
+		// with the call's context for as long as the call is parked.
+		// The read is one row by primary key.
+		tenant, err := shallow.Call(func() (string, error) {
+			j, err := s.engine.Get(context.WithoutCancel(ctx), id)
+			return j.Tenant, err
+		})
 		if err != nil {
 			return "", false
 		}
-		return j.Tenant, true
+		return tenant, true
 	}
 }
 
@@ -647,14 +657,22 @@ func (b *limitedBody) start() {
 	_ = b.ex.rc.SetReadDeadline(time.Now().Add(b.ex.limits.bodyTimeout))
 }
 
-// done ends the body's count. Its deadline needs no lifting once it has
-// arrived in full: net/http lifts an HTTP/1.1 connection's read deadline
-// itself when it starts the background read that notices a client that
-// hangs up, and an HTTP/2 stream's read deadline only closes its body,
-// which after the end of the body does nothing (the stream stops the
-// timer when it closes).
+// done ends the body's count.
 func (b *limitedBody) done() {
 	b.doneOnce.Do(func() { b.ex.limits.metrics.bodiesReading.Dec() })
+}
+
+// arrived lifts the deadline of a body that has arrived in full. An
+// HTTP/2 stream's read deadline is a timer of its own (and a closure the
+// HTTP/2 server keeps for it) until the stream closes, which for a parked
+// call is a minute later: lifting it frees both. An HTTP/1.1 connection's
+// needs no lifting: net/http lifts it itself when it starts the background
+// read that notices a client that hangs up.
+func (b *limitedBody) arrived() {
+	b.done()
+	if b.ex.http2 {
+		_ = b.ex.rc.SetReadDeadline(time.Time{})
+	}
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
@@ -663,7 +681,7 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	case err == nil:
 		return n, nil
 	case errors.Is(err, io.EOF):
-		b.done()
+		b.arrived()
 		if clientGone(b.ctx) {
 			b.ex.limits.metrics.abandoned.Inc()
 			return n, connect.NewError(connect.CodeCanceled,
@@ -671,7 +689,7 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		}
 		return n, err
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		b.done()
+		b.arrived()
 		b.ex.limits.metrics.bodyTimeouts.Inc()
 		if !b.ex.http2 {
 			// The rest of the body will not be read: the connection
@@ -681,7 +699,7 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		return n, connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf(
 			"the request body did not arrive within %v (--body-timeout); send the whole request at once", b.ex.limits.bodyTimeout))
 	default:
-		b.done()
+		b.arrived()
 		return n, err
 	}
 }
