@@ -457,7 +457,13 @@ func (l *limits) handler(next http.Handler) http.Handler {
 			limits:         l,
 			http2:          r.ProtoMajor >= 2,
 		}
-		r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
+		if !unaryProcedures[r.URL.Path] {
+			// Only a stream looks its exchange up (endStreamBy). A unary
+			// call, a parked WaitJob among them, is spared the copy of
+			// its request that a context value takes, for as long as it
+			// is parked.
+			r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
+		}
 		if r.Body != nil && r.Body != http.NoBody && !l.bodyIsStream(r.URL.Path) {
 			b := &limitedBody{ReadCloser: r.Body, ex: ex, ctx: r.Context()}
 			b.start()
