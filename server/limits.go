@@ -55,10 +55,11 @@ const (
 	// 10 s): at 1 MiB, the largest request, that is 100 KiB/s.
 	DefaultBodyTimeout = 10 * time.Second
 	// DefaultMaxParkedCalls bounds the WaitJob, WatchJob, WatchJobs and
-	// ClaimJob calls parked at once, across all clients. A parked call
-	// costs about 13 KiB of heap and a goroutine or two, whatever the size
-	// of its job (a parked wait keeps no payload, see jobs.Engine.Wait),
-	// so the default holds the server to a few hundred MiB.
+	// ClaimJob calls parked at once, across all clients. A parked
+	// WaitJob costs about 19 KiB of server memory, 8 KiB of it its one
+	// goroutine's stack, whatever the size of its job (a parked wait
+	// keeps no payload, see jobs.Engine.Wait; README "What a parked call
+	// costs"), so the default holds the server to a few hundred MiB.
 	DefaultMaxParkedCalls = 10_000
 	// reservedFiles are the file descriptors DefaultMaxConnections leaves
 	// for everything that is not a client: the listener, the SQLite
