@@ -37,9 +37,8 @@ func (e *Engine) Wait(ctx context.Context, id string, deadline time.Time) (store
 }
 
 // WaitInto is Wait writing the job into *j, which is not to be read on
-// an error.
-// A caller whose goroutine parks in it keeps no copy of the job in its
-// own frame: see waitParked.
+// an error. A caller whose goroutine parks in it keeps no copy of the
+// job in its own frame: see waitParked.
 func (e *Engine) WaitInto(ctx context.Context, id string, deadline time.Time, j *store.Job) error {
 	if err := validID("job_id", id); err != nil {
 		return err
@@ -89,10 +88,11 @@ func (e *Engine) readInto(ctx context.Context, id string, j *store.Job) error {
 	return nil
 }
 
-// waitParked waits until *j is terminal, the deadline, ctx's end or Shutdown,
-// copying each newer snapshot of the cell into *j. It reports whether the
-// wait ended at the deadline or Shutdown with *j possibly not whole (no
-// snapshot came from the cell since the read), which Wait then reads again.
+// waitParked waits until *j is terminal, the deadline, ctx's end or
+// Shutdown, copying each newer snapshot of the cell into *j. It reports
+// whether the wait ended at the deadline or Shutdown with *j possibly not
+// whole (no snapshot came from the cell since the read), which WaitInto
+// then reads again.
 //
 // Its frame holds no job: a parked call's goroutine sits here, under
 // net/http, connect and the server's middleware, and every byte of depth

@@ -63,6 +63,9 @@ func (s *Server) waitProto(ctx context.Context, id string, deadline time.Time) (
 	return s.waitAnswer(ctx, &j, err)
 }
 
+// waitAnswer converts what the wait ended with, in a frame of its own
+// for the same reason.
+//
 //go:noinline
 func (s *Server) waitAnswer(ctx context.Context, j *store.Job, err error) (*jobwatchv1.Job, error) {
 	if err != nil {
