@@ -197,6 +197,8 @@ type Engine struct {
 	// depth is each queue's recent depth, sampled by the sweep.
 	depth depthHistory
 
+	// deadlines are the caps of parked calls, shared (deadlines.go).
+	deadlines *deadlines
 	// done is closed by Shutdown; every parked call selects on it.
 	done     chan struct{}
 	shutdown sync.Once
@@ -210,12 +212,13 @@ func tenantSignal(tenant string) string { return "tenant/" + tenant }
 func New(st store.Store, cfg Config) *Engine {
 	cfg = cfg.withDefaults()
 	e := &Engine{
-		store:   st,
-		cfg:     cfg,
-		log:     cfg.Logger,
-		hub:     watch.NewHub[*Snapshot](),
-		signals: watch.NewHub[struct{}](),
-		done:    make(chan struct{}),
+		store:     st,
+		cfg:       cfg,
+		log:       cfg.Logger,
+		hub:       watch.NewHub[*Snapshot](),
+		signals:   watch.NewHub[struct{}](),
+		deadlines: newDeadlines(),
+		done:      make(chan struct{}),
 	}
 	e.hook = alerthook.New(e.log, e.done)
 	e.rules.Store(&Rules{})
@@ -378,18 +381,16 @@ func wrap(op, id string, err error) error {
 	return fmt.Errorf("%s job %s: %w", op, id, err)
 }
 
-// timerUntil returns a channel that fires at the deadline t, and a stop
-// function. The zero t never fires.
+// timerUntil returns a channel that fires at the deadline t, at most a
+// 64th of the wait (and 16ms) late, never early, and a stop function. The
+// zero t never fires. Parked calls share one timer per slot of deadlines
+// (see deadlines), not one each.
 //
 // A deadline is an instant taken from time.Now (or a context's deadline,
 // which is one) plus the time allowed, so it carries a monotonic reading
-// and time.Until measures what is left by the monotonic clock: a step of
-// the wall clock, or an engine clock (Config.Now) that is not the wall
-// clock, cannot stretch or cut it.
+// and the wait is measured by the monotonic clock: a step of the wall
+// clock, or an engine clock (Config.Now) that is not the wall clock,
+// cannot stretch or cut it.
 func (e *Engine) timerUntil(t time.Time) (<-chan time.Time, func()) {
-	if t.IsZero() {
-		return nil, func() {}
-	}
-	timer := time.NewTimer(time.Until(t))
-	return timer.C, func() { timer.Stop() }
+	return e.deadlines.until(t)
 }

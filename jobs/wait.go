@@ -4,7 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/jobwatch/jobwatch/internal/shallow"
 	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/watch"
 )
 
 // Wait subscribes to the job, then reads it: a terminal job returns at
@@ -45,15 +47,15 @@ func (e *Engine) WaitSnapshot(ctx context.Context, id string, deadline time.Time
 	sub := e.hub.Subscribe(id)
 	defer sub.Close()
 
-	j, err := e.store.GetJob(ctx, id)
+	first, err := e.readSnapshot(ctx, id)
 	if err != nil {
 		return nil, wrap("wait for", id, err)
 	}
-	if j.State == store.Pending {
+	if first.Job.State == store.Pending {
 		return nil, ErrNotStarted
 	}
-	if j.State.Terminal() {
-		return newSnapshot(j), nil
+	if first.Job.State.Terminal() {
+		return first, nil
 	}
 	// While parked the wait keeps its job without payload and result, so
 	// a parked call costs as little for a job of 256 KiB as for one of
@@ -61,32 +63,55 @@ func (e *Engine) WaitSnapshot(ctx context.Context, id string, deadline time.Time
 	// gigabytes, one copy each. Snapshots from the cell are shared by
 	// every subscriber, and whole; a wait that ends without one reads the
 	// job again (whole).
-	j.Payload, j.Result = nil, nil
-	var latest *Snapshot // the newest from the cell, once there is one
-	current := func() (*Snapshot, error) {
-		if latest != nil {
-			return latest, nil
-		}
-		again, err := e.store.GetJob(context.WithoutCancel(ctx), id)
-		if err != nil {
+	first.Job.Payload, first.Job.Result = nil, nil
+	snap, reread := e.waitParked(ctx, sub, first, deadline)
+	if reread {
+		if snap, err = e.readSnapshot(ctx, id); err != nil {
 			return nil, wrap("wait for", id, err)
 		}
-		return newSnapshot(again), nil
 	}
+	return snap, nil
+}
 
+// readSnapshot reads job id for one call, on a goroutine of its own: the
+// read is deep, and the caller's goroutine is about to park (see package
+// shallow). It reads without ctx's cancellation: the SQLite driver would
+// register a context.AfterFunc with ctx, and the map that holds it stays
+// with ctx while the call is parked. The read is one row by primary key.
+func (e *Engine) readSnapshot(ctx context.Context, id string) (*Snapshot, error) {
+	return shallow.Call(func() (*Snapshot, error) {
+		j, err := e.store.GetJob(context.WithoutCancel(ctx), id)
+		if err != nil {
+			return nil, err
+		}
+		return newSnapshot(j), nil
+	})
+}
+
+// waitParked waits until the job is terminal, the deadline, ctx's end or
+// Shutdown, and returns the newest snapshot it saw (first, the stripped
+// read, until the cell has a newer one). reread reports that the wait
+// ended at the deadline or Shutdown with no snapshot from the cell, so
+// the caller reads the job again, whole.
+//
+// Its frame holds pointers only, no job: a parked call's goroutine sits
+// here, under net/http, connect and the server's middleware, and every
+// byte of depth counts against the 8 KiB a parked goroutine's stack can
+// stay within.
+func (e *Engine) waitParked(ctx context.Context, sub *watch.Subscription[*Snapshot], first *Snapshot, deadline time.Time) (latest *Snapshot, reread bool) {
 	timer, stop := e.timerUntil(deadline)
 	defer stop()
+	latest = first
 	woken := false
-	seen := j.Version
 	for {
 		snap, version, changed := sub.Latest()
-		if version > seen {
-			latest, seen = snap, version
+		if version > latest.Job.Version {
+			latest = snap
 			if woken {
 				e.woke("wait", snap.Job.UpdatedAt)
 			}
 			if snap.Job.State.Terminal() {
-				return snap, nil
+				return snap, false
 			}
 		}
 		woken = false
@@ -94,14 +119,11 @@ func (e *Engine) WaitSnapshot(ctx context.Context, id string, deadline time.Time
 		case <-changed:
 			woken = true
 		case <-timer:
-			return current()
+			return latest, latest == first
 		case <-ctx.Done():
-			if latest != nil {
-				return latest, nil
-			}
-			return newSnapshot(j), nil // nobody reads it
+			return latest, false // nobody reads it
 		case <-e.done:
-			return current()
+			return latest, latest == first
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/watch"
 )
 
 // WatchOptions says how long to watch and where to send snapshots.
@@ -46,21 +47,30 @@ func (e *Engine) Watch(ctx context.Context, id string, o WatchOptions) error {
 	sub := e.hub.Subscribe(id)
 	defer sub.Close()
 
-	j, err := e.store.GetJob(ctx, id)
+	first, err := e.readSnapshot(ctx, id)
 	if err != nil {
 		return wrap("watch", id, err)
 	}
-	sent := o.AfterVersion
-	if j.Version != o.AfterVersion {
-		if err := o.Send(newSnapshot(j)); err != nil {
+	if first.Job.Version != o.AfterVersion {
+		if err := o.Send(first); err != nil {
 			return err
 		}
-		sent = j.Version
 	}
-	if j.State.Terminal() {
+	if first.Job.State.Terminal() {
 		return nil
 	}
+	return e.watchParked(ctx, sub, first.Job.Version, &o)
+}
 
+// watchParked sends each snapshot of the cell newer than version sent
+// (what was sent, or what the caller has), until a terminal one, the
+// deadline, ctx's end or Shutdown.
+//
+// Its frame holds pointers only, no job, like waitParked's: a watch's
+// goroutine sits here between changes, and both this depth and that of
+// a Send made from here count against the 8 KiB its stack can stay
+// within.
+func (e *Engine) watchParked(ctx context.Context, sub *watch.Subscription[*Snapshot], sent int64, o *WatchOptions) error {
 	deadline, stop := e.timerUntil(o.Deadline)
 	defer stop()
 	keepalive := newKeepalive(o.Keepalive)

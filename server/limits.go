@@ -27,6 +27,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/jobwatch/jobwatch/auth"
+	"github.com/jobwatch/jobwatch/internal/shallow"
 	"github.com/jobwatch/jobwatch/jobs"
 )
 
@@ -54,10 +55,11 @@ const (
 	// 10 s): at 1 MiB, the largest request, that is 100 KiB/s.
 	DefaultBodyTimeout = 10 * time.Second
 	// DefaultMaxParkedCalls bounds the WaitJob, WatchJob, WatchJobs and
-	// ClaimJob calls parked at once, across all clients. A parked call
-	// costs about 13 KiB of heap and a goroutine or two, whatever the size
-	// of its job (a parked wait keeps no payload, see jobs.Engine.Wait),
-	// so the default holds the server to a few hundred MiB.
+	// ClaimJob calls parked at once, across all clients. A parked
+	// WaitJob costs about 19 KiB of server memory, 8 KiB of it its one
+	// goroutine's stack, whatever the size of its job (a parked wait
+	// keeps no payload, see jobs.Engine.Wait; README "What a parked call
+	// costs"), so the default holds the server to a few hundred MiB.
 	DefaultMaxParkedCalls = 10_000
 	// reservedFiles are the file descriptors DefaultMaxConnections leaves
 	// for everything that is not a client: the listener, the SQLite
@@ -363,11 +365,20 @@ func (s *Server) callTenant(ctx context.Context, of tenantOf) (string, bool) {
 // jobTenant finds the tenant of job id in the store.
 func (s *Server) jobTenant(id string) tenantOf {
 	return func(ctx context.Context) (string, bool) {
-		j, err := s.engine.Get(ctx, id)
+		// On a goroutine of its own: the read is deep, and the call's
+		// goroutine is about to park (see package shallow). Without the
+		// call's cancellation: the SQLite driver would register a
+		// context.AfterFunc with it, and the map that holds it stays
+		// with the call's context for as long as the call is parked.
+		// The read is one row by primary key.
+		tenant, err := shallow.Call(func() (string, error) {
+			j, err := s.engine.Get(context.WithoutCancel(ctx), id)
+			return j.Tenant, err
+		})
 		if err != nil {
 			return "", false
 		}
-		return j.Tenant, true
+		return tenant, true
 	}
 }
 
@@ -447,7 +458,13 @@ func (l *limits) handler(next http.Handler) http.Handler {
 			limits:         l,
 			http2:          r.ProtoMajor >= 2,
 		}
-		r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
+		if !unaryProcedures[r.URL.Path] {
+			// Only a stream looks its exchange up (endStreamBy). A unary
+			// call, a parked WaitJob among them, is spared the copy of
+			// its request that a context value takes, for as long as it
+			// is parked.
+			r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
+		}
 		if r.Body != nil && r.Body != http.NoBody && !l.bodyIsStream(r.URL.Path) {
 			b := &limitedBody{ReadCloser: r.Body, ex: ex, ctx: r.Context()}
 			b.start()
@@ -647,14 +664,22 @@ func (b *limitedBody) start() {
 	_ = b.ex.rc.SetReadDeadline(time.Now().Add(b.ex.limits.bodyTimeout))
 }
 
-// done ends the body's count. Its deadline needs no lifting once it has
-// arrived in full: net/http lifts an HTTP/1.1 connection's read deadline
-// itself when it starts the background read that notices a client that
-// hangs up, and an HTTP/2 stream's read deadline only closes its body,
-// which after the end of the body does nothing (the stream stops the
-// timer when it closes).
+// done ends the body's count.
 func (b *limitedBody) done() {
 	b.doneOnce.Do(func() { b.ex.limits.metrics.bodiesReading.Dec() })
+}
+
+// arrived lifts the deadline of a body that has arrived in full. An
+// HTTP/2 stream's read deadline is a timer of its own (and a closure the
+// HTTP/2 server keeps for it) until the stream closes, which for a parked
+// call is a minute later: lifting it frees both. An HTTP/1.1 connection's
+// needs no lifting: net/http lifts it itself when it starts the background
+// read that notices a client that hangs up.
+func (b *limitedBody) arrived() {
+	b.done()
+	if b.ex.http2 {
+		_ = b.ex.rc.SetReadDeadline(time.Time{})
+	}
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
@@ -663,7 +688,7 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	case err == nil:
 		return n, nil
 	case errors.Is(err, io.EOF):
-		b.done()
+		b.arrived()
 		if clientGone(b.ctx) {
 			b.ex.limits.metrics.abandoned.Inc()
 			return n, connect.NewError(connect.CodeCanceled,
@@ -671,7 +696,7 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		}
 		return n, err
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		b.done()
+		b.arrived()
 		b.ex.limits.metrics.bodyTimeouts.Inc()
 		if !b.ex.http2 {
 			// The rest of the body will not be read: the connection
@@ -681,7 +706,7 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		return n, connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf(
 			"the request body did not arrive within %v (--body-timeout); send the whole request at once", b.ex.limits.bodyTimeout))
 	default:
-		b.done()
+		b.arrived()
 		return n, err
 	}
 }

@@ -1,0 +1,101 @@
+package server_test
+
+import (
+	"encoding/binary"
+	"runtime"
+	"testing"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/protobuf/proto"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+)
+
+// postProto opens a stream with a Connect request for procedure whose
+// body is msg in binary protobuf, as the Go client sends it: unary, or
+// one enveloped message for a server stream.
+func (c *rawH2) postProto(procedure string, msg proto.Message, stream bool) uint32 {
+	c.t.Helper()
+	body, err := proto.Marshal(msg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	contentType := "application/proto"
+	if stream {
+		contentType = "application/connect+proto"
+		envelope := make([]byte, 5+len(body))
+		binary.BigEndian.PutUint32(envelope[1:], uint32(len(body)))
+		copy(envelope[5:], body)
+		body = envelope
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id := c.nextID
+	c.nextID += 2
+	c.buf.Reset()
+	for _, hf := range [][2]string{
+		{":method", "POST"}, {":scheme", "http"}, {":authority", c.conn.RemoteAddr().String()},
+		{":path", procedure}, {"content-type", contentType}, {"connect-protocol-version", "1"},
+	} {
+		_ = c.enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]})
+	}
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{
+		StreamID: id, BlockFragment: c.buf.Bytes(), EndHeaders: true,
+	}); err != nil {
+		c.t.Fatalf("headers: %v", err)
+	}
+	if err := c.fr.WriteData(id, true, body); err != nil {
+		c.t.Fatalf("data: %v", err)
+	}
+	return id
+}
+
+// A parked WaitJob or WatchJob holds one goroutine whose stack stays
+// within 8 KiB: the store reads made before it parks run off it, and the
+// frames it parks under hold no job (README "What a parked call costs").
+// At 16 KiB, the size a store read made from the parked depth grew it to,
+// the stacks were half of a parked call's memory. The calls come from a
+// raw HTTP/2 client with one goroutine, so the stacks counted are the
+// server's, in binary protobuf as the Go client sends them. (A JSON
+// WatchJob stream, as the page opens, still grows its stack to 16 KiB
+// when it encodes a snapshot: see the README.)
+func TestParkedCallsKeepTheirStacksWithin8KiB(t *testing.T) {
+	const calls = 200
+	for _, procedure := range []string{"/jobwatch.v1.JobService/WaitJob", "/jobwatch.v1.JobService/WatchJob"} {
+		t.Run(procedure, func(t *testing.T) {
+			ts := startServer(t, serverOptions{})
+			job := submit(t, ts.h2c(), &jobwatchv1.SubmitJobRequest{Kind: "k"})
+			raw := dialRawH2Window(t, addrOf(ts.url), 1<<20)
+
+			before := stackInUse()
+			for range calls {
+				if procedure == "/jobwatch.v1.JobService/WatchJob" {
+					raw.postProto(procedure, &jobwatchv1.WatchJobRequest{JobId: job.GetId()}, true)
+				} else {
+					raw.postProto(procedure, &jobwatchv1.WaitJobRequest{JobId: job.GetId()}, false)
+				}
+			}
+			ts.waitForGauge("jobwatch_parked_calls", calls)
+			perCall := (stackInUse() - before) / calls
+			t.Logf("%d parked calls hold %d bytes of stack each", calls, perCall)
+			if raceEnabled {
+				return // its instrumentation deepens every frame
+			}
+			// Between 8 KiB and the 16 KiB a grown stack takes.
+			if perCall > 10<<10 {
+				t.Errorf("a parked call holds %d KiB of goroutine stack, want 8 KiB", perCall>>10)
+			}
+		})
+	}
+}
+
+// stackInUse is the bytes of goroutine stacks, after the garbage
+// collector has shrunk those it could.
+func stackInUse() int64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.StackInuse)
+}
