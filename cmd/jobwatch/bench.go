@@ -33,8 +33,11 @@ Scenarios (--scenarios, comma-separated; default all):
   throughput-rpc     --workers remote Workers (the Go client over RPC) run
                      no-op jobs that --submitters keep queued; jobs/s
                      completed over --duration after --warmup
-  throughput-inproc  the same with in-process Workers on an embedded engine
-                     and SQLite in this process (jobwatch only)
+  throughput-inproc  the same with --inproc-workers in-process Workers and
+                     --inproc-submitters on an embedded engine and SQLite in
+                     this process (jobwatch only): more of each than over
+                     RPC, since group commit needs writes in flight to share
+                     a commit and here nothing else bounds them
   fanout             N WaitJob, then N WatchJob, parked on one job (N from
                      --fanout); time from the worker's CompleteJob call
                      until the last of them has the finished job
@@ -52,29 +55,30 @@ Flags:
 
 // benchOptions are the flags of "jobwatch bench".
 type benchOptions struct {
-	scenarios   map[string]bool
-	before      string
-	binary      string
-	json        bool
-	jsonFile    string
-	codec       string
-	workers     int
-	submitters  int
-	backlog     int
-	duration    time.Duration
-	warmup      time.Duration
-	fanout      []int
-	parked      []int
-	conns       int
-	probes      int
-	shortCalls  int
-	idle        time.Duration
-	settle      time.Duration
-	jobs        int
-	poll        time.Duration
-	serveFloor  string
-	cpuProfile  string
-	scenarioArg string
+	scenarios                       map[string]bool
+	before                          string
+	binary                          string
+	json                            bool
+	jsonFile                        string
+	codec                           string
+	workers                         int
+	inprocWorkers, inprocSubmitters int
+	submitters                      int
+	backlog                         int
+	duration                        time.Duration
+	warmup                          time.Duration
+	fanout                          []int
+	parked                          []int
+	conns                           int
+	probes                          int
+	shortCalls                      int
+	idle                            time.Duration
+	settle                          time.Duration
+	jobs                            int
+	poll                            time.Duration
+	serveFloor                      string
+	cpuProfile                      string
+	scenarioArg                     string
 }
 
 var benchScenarios = []string{"throughput-rpc", "throughput-inproc", "fanout", "parked", "wakeup"}
@@ -92,7 +96,9 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.StringVar(&o.codec, "codec", "proto", "`codec` of every RPC the bench makes: proto or json")
 	fs.IntVar(&o.workers, "workers", 16, "workers of the throughput scenarios, one job at a time each")
 	fs.IntVar(&o.submitters, "submitters", 4, "goroutines submitting jobs in the throughput scenarios")
-	fs.IntVar(&o.backlog, "backlog", 512, "most jobs submitted but not completed in the throughput scenarios")
+	fs.IntVar(&o.inprocWorkers, "inproc-workers", 128, "workers of the throughput-inproc scenario")
+	fs.IntVar(&o.inprocSubmitters, "inproc-submitters", 64, "goroutines submitting jobs in the throughput-inproc scenario")
+	fs.IntVar(&o.backlog, "backlog", 2048, "most jobs submitted but not completed in the throughput scenarios")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured time of each throughput run")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time before it")
 	fs.StringVar(&fanout, "fanout", "10000,20000", "comma-separated `counts` of waiters and watchers of one job")
@@ -138,6 +144,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 		return o, usageError{fmt.Sprintf("--codec must be proto or json, got %q", o.codec)}
 	}
 	for name, n := range map[string]int{"workers": o.workers, "submitters": o.submitters, "backlog": o.backlog,
+		"inproc-workers": o.inprocWorkers, "inproc-submitters": o.inprocSubmitters,
 		"conns": o.conns, "probes": o.probes, "short-calls": o.shortCalls, "jobs": o.jobs} {
 		if n <= 0 {
 			return o, usageError{fmt.Sprintf("--%s must be positive, got %d", name, n)}
@@ -222,7 +229,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			continue
 		}
 		if name == "throughput-inproc" {
-			progress("throughput-inproc: %d in-process workers on SQLite", o.workers)
+			progress("throughput-inproc: %d in-process workers on SQLite", o.inprocWorkers)
 			v, err := b.throughputInproc(ctx)
 			if err != nil {
 				return fmt.Errorf("throughput-inproc: %w", err)
@@ -314,6 +321,7 @@ func (o benchOptions) settings() benchSettings {
 	return benchSettings{
 		Scenarios: strings.Split(o.scenarioArg, ","), Codec: o.codec,
 		Workers: o.workers, Submitters: o.submitters, Backlog: o.backlog,
+		InprocWorkers: o.inprocWorkers, InprocSubmitters: o.inprocSubmitters,
 		DurationS: o.duration.Seconds(), WarmupS: o.warmup.Seconds(),
 		Fanout: o.fanout, Parked: o.parked, Conns: o.conns, Probes: o.probes,
 		ShortCalls: o.shortCalls, IdleS: o.idle.Seconds(), SettleS: o.settle.Seconds(), Jobs: o.jobs, PollMS: ms(o.poll),

@@ -31,23 +31,25 @@ type benchMachine struct {
 }
 
 type benchSettings struct {
-	Scenarios  []string `json:"scenarios"`
-	Codec      string   `json:"codec"`
-	Workers    int      `json:"workers"`
-	Submitters int      `json:"submitters"`
-	Backlog    int      `json:"backlog"`
-	DurationS  float64  `json:"duration_s"`
-	WarmupS    float64  `json:"warmup_s"`
-	Fanout     []int    `json:"fanout"`
-	Parked     []int    `json:"parked"`
-	Conns      int      `json:"conns"`
-	Probes     int      `json:"probes"`
-	ShortCalls int      `json:"short_calls"`
-	IdleS      float64  `json:"idle_s"`
-	SettleS    float64  `json:"settle_s"`
-	Jobs       int      `json:"jobs"`
-	PollMS     float64  `json:"poll_ms"`
-	Before     string   `json:"before,omitempty"`
+	Scenarios        []string `json:"scenarios"`
+	Codec            string   `json:"codec"`
+	Workers          int      `json:"workers"`
+	Submitters       int      `json:"submitters"`
+	InprocWorkers    int      `json:"inproc_workers"`
+	InprocSubmitters int      `json:"inproc_submitters"`
+	Backlog          int      `json:"backlog"`
+	DurationS        float64  `json:"duration_s"`
+	WarmupS          float64  `json:"warmup_s"`
+	Fanout           []int    `json:"fanout"`
+	Parked           []int    `json:"parked"`
+	Conns            int      `json:"conns"`
+	Probes           int      `json:"probes"`
+	ShortCalls       int      `json:"short_calls"`
+	IdleS            float64  `json:"idle_s"`
+	SettleS          float64  `json:"settle_s"`
+	Jobs             int      `json:"jobs"`
+	PollMS           float64  `json:"poll_ms"`
+	Before           string   `json:"before,omitempty"`
 }
 
 // serverFigures are one server's figures.
@@ -121,7 +123,7 @@ func (r *benchResult) rows() []benchRow {
 		benchRow{fmt.Sprintf("jobs/s over RPC, %d remote workers (%s)", s.Workers, s.Codec), func(f *serverFigures) (float64, bool) {
 			return deref(f.ThroughputRPCPerS)
 		}},
-		benchRow{fmt.Sprintf("jobs/s in process, %d workers, SQLite", s.Workers), func(f *serverFigures) (float64, bool) {
+		benchRow{fmt.Sprintf("jobs/s in process, %d workers, SQLite", s.InprocWorkers), func(f *serverFigures) (float64, bool) {
 			return deref(f.ThroughputInprocPerS)
 		}},
 	)

@@ -33,7 +33,7 @@ func TestBenchMeasuresEveryFigure(t *testing.T) {
 	t.Setenv("JOBWATCH_TEST_RUN_MAIN", "1") // the servers bench starts from this binary run main
 	var out, errOut bytes.Buffer
 	args := []string{"bench", "--json",
-		"--workers", "2", "--submitters", "1", "--duration", "300ms", "--warmup", "100ms",
+		"--workers", "2", "--submitters", "1", "--inproc-workers", "2", "--inproc-submitters", "1", "--duration", "300ms", "--warmup", "100ms",
 		"--fanout", "5,20", "--parked", "10,20", "--conns", "3", "--probes", "3", "--short-calls", "10",
 		"--idle", "100ms", "--settle", "50ms", "--jobs", "3"}
 	if code := run(context.Background(), args, &out, &errOut); code != 0 {

@@ -44,7 +44,7 @@ func (b *benchRun) throughputRPC(ctx context.Context, srv benchServer) (float64,
 	}
 	serverCPU, benchCPU := cpuMeter(p)
 	t0 := time.Now()
-	rate, err := b.throughput(ctx, backends, submit)
+	rate, err := b.throughput(ctx, backends, b.o.submitters, submit)
 	if err == nil {
 		err = p.alive()
 	}
@@ -53,7 +53,7 @@ func (b *benchRun) throughputRPC(ctx context.Context, srv benchServer) (float64,
 	return rate, err
 }
 
-// throughputInproc runs --workers Workers over an embedded engine on a
+// throughputInproc runs --inproc-workers Workers over an embedded engine on a
 // SQLite file, in this process, and returns the jobs completed per
 // second over --duration.
 func (b *benchRun) throughputInproc(ctx context.Context) (float64, error) {
@@ -68,7 +68,7 @@ func (b *benchRun) throughputInproc(ctx context.Context) (float64, error) {
 	go func() { engine.Run(engineCtx); close(engineDone) }()
 	defer func() { stopEngine(); engine.Shutdown(); <-engineDone }()
 
-	backends := make([]client.WorkerBackend, b.o.workers)
+	backends := make([]client.WorkerBackend, b.o.inprocWorkers)
 	for i := range backends {
 		backends[i] = client.EngineBackend(engine, 0)
 	}
@@ -76,14 +76,14 @@ func (b *benchRun) throughputInproc(ctx context.Context) (float64, error) {
 		_, err := engine.Submit(ctx, jobs.SubmitRequest{Kind: throughputKind, Payload: json.RawMessage(fmt.Sprint(i))})
 		return err
 	}
-	return b.throughput(ctx, backends, submit)
+	return b.throughput(ctx, backends, b.o.inprocSubmitters, submit)
 }
 
 // throughput runs one Worker per backend, one job at a time each, while
-// --submitters goroutines keep at most --backlog jobs unfinished, and
+// submitters goroutines keep at most --backlog jobs unfinished, and
 // counts the completions the backends acknowledge over --duration after
 // --warmup.
-func (b *benchRun) throughput(ctx context.Context, backends []client.WorkerBackend,
+func (b *benchRun) throughput(ctx context.Context, backends []client.WorkerBackend, submitters int,
 	submit func(context.Context, int64) error) (float64, error) {
 	runCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
@@ -106,7 +106,7 @@ func (b *benchRun) throughput(ctx context.Context, backends []client.WorkerBacke
 		})
 	}
 	var seq atomic.Int64
-	for range b.o.submitters {
+	for range submitters {
 		wg.Go(func() {
 			for {
 				select {
