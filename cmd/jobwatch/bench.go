@@ -95,7 +95,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.StringVar(&o.jsonFile, "json-file", "", "also write the figures as JSON to `file` (for tools/benchplot), whatever is printed")
 	fs.StringVar(&o.codec, "codec", "proto", "`codec` of every RPC the bench makes: proto or json")
 	fs.IntVar(&o.workers, "workers", 16, "workers of the throughput scenarios, one job at a time each")
-	fs.IntVar(&o.submitters, "submitters", 4, "goroutines submitting jobs in the throughput scenarios")
+	fs.IntVar(&o.submitters, "submitters", 16, "goroutines submitting jobs in the throughput scenarios")
 	fs.IntVar(&o.inprocWorkers, "inproc-workers", 128, "workers of the throughput-inproc scenario")
 	fs.IntVar(&o.inprocSubmitters, "inproc-submitters", 64, "goroutines submitting jobs in the throughput-inproc scenario")
 	fs.IntVar(&o.backlog, "backlog", 2048, "most jobs submitted but not completed in the throughput scenarios")
