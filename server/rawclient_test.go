@@ -110,10 +110,21 @@ func (c *rawH2) post(procedure string, msg any) uint32 {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	return c.open(procedure, "application/connect+json", envelop(body))
+}
+
+// envelop frames body as one message of a Connect stream.
+func envelop(body []byte) []byte {
 	envelope := make([]byte, 5+len(body))
 	binary.BigEndian.PutUint32(envelope[1:], uint32(len(body)))
 	copy(envelope[5:], body)
+	return envelope
+}
 
+// open opens a stream with a Connect request for procedure of
+// contentType whose whole body is body, and returns the stream's id.
+func (c *rawH2) open(procedure, contentType string, body []byte) uint32 {
+	c.t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	id := c.nextID
@@ -121,8 +132,7 @@ func (c *rawH2) post(procedure string, msg any) uint32 {
 	c.buf.Reset()
 	for _, hf := range [][2]string{
 		{":method", "POST"}, {":scheme", "http"}, {":authority", c.conn.RemoteAddr().String()},
-		{":path", procedure}, {"content-type", "application/connect+json"},
-		{"connect-protocol-version", "1"},
+		{":path", procedure}, {"content-type", contentType}, {"connect-protocol-version", "1"},
 	} {
 		_ = c.enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]})
 	}
@@ -131,7 +141,7 @@ func (c *rawH2) post(procedure string, msg any) uint32 {
 	}); err != nil {
 		c.t.Fatalf("headers: %v", err)
 	}
-	if err := c.fr.WriteData(id, true, envelope); err != nil {
+	if err := c.fr.WriteData(id, true, body); err != nil {
 		c.t.Fatalf("data: %v", err)
 	}
 	return id

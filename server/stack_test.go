@@ -1,12 +1,9 @@
 package server_test
 
 import (
-	"encoding/binary"
 	"runtime"
 	"testing"
 
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 	"google.golang.org/protobuf/proto"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
@@ -21,34 +18,10 @@ func (c *rawH2) postProto(procedure string, msg proto.Message, stream bool) uint
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	contentType := "application/proto"
 	if stream {
-		contentType = "application/connect+proto"
-		envelope := make([]byte, 5+len(body))
-		binary.BigEndian.PutUint32(envelope[1:], uint32(len(body)))
-		copy(envelope[5:], body)
-		body = envelope
+		return c.open(procedure, "application/connect+proto", envelop(body))
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	id := c.nextID
-	c.nextID += 2
-	c.buf.Reset()
-	for _, hf := range [][2]string{
-		{":method", "POST"}, {":scheme", "http"}, {":authority", c.conn.RemoteAddr().String()},
-		{":path", procedure}, {"content-type", contentType}, {"connect-protocol-version", "1"},
-	} {
-		_ = c.enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]})
-	}
-	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{
-		StreamID: id, BlockFragment: c.buf.Bytes(), EndHeaders: true,
-	}); err != nil {
-		c.t.Fatalf("headers: %v", err)
-	}
-	if err := c.fr.WriteData(id, true, body); err != nil {
-		c.t.Fatalf("data: %v", err)
-	}
-	return id
+	return c.open(procedure, "application/proto", body)
 }
 
 // A parked WaitJob or WatchJob holds one goroutine whose stack stays
