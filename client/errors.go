@@ -10,7 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
-	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // Errors callers branch on, returned wrapped with what was being done.
@@ -138,14 +138,14 @@ type TypedError interface {
 // found in its chain, or else the Go type name (without package or
 // pointer) of the first error in the chain that is not a mere wrapper
 // (fmt.Errorf, Public, Retryable). A plain errors.New error, or an empty
-// ErrorType(), is "Error" (jobs.DefaultErrorType).
+// ErrorType(), is "Error" (jobtype.DefaultErrorType).
 func ErrorType(err error) string {
 	var typed TypedError
 	if errors.As(err, &typed) {
 		if t := typed.ErrorType(); t != "" {
 			return t
 		}
-		return jobs.DefaultErrorType // what the engine stores for an empty type
+		return jobtype.DefaultErrorType // what the engine stores for an empty type
 	}
 	for err != nil {
 		switch err.(type) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs/inproc"
 	"github.com/jobwatch/jobwatch/server"
 )
 
@@ -98,7 +99,7 @@ func exampleServer() (url string, stop func()) {
 		log.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w := client.NewWorker(client.EngineBackend(s.Engine, 0), client.WorkerConfig{})
+	w := client.NewWorker(inproc.WorkerBackend(s.Engine, 0), client.WorkerConfig{})
 	w.Handle("resize", func(ctx context.Context, job *jobwatchv1.Job, progress client.Progress) (any, error) {
 		name := job.GetPayload().GetStringValue()
 		return strings.TrimSuffix(name, ".png") + "-small.png", nil

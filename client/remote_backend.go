@@ -90,7 +90,7 @@ func leaseError(err error) error {
 func jsonValue(raw json.RawMessage) (*structpb.Value, error) {
 	v, err := wire.Value(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: result is not JSON: %w", errRefused, err)
+		return nil, fmt.Errorf("%w: result is not JSON: %w", ErrRefused, err)
 	}
 	return v, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobs/inproc"
 	"github.com/jobwatch/jobwatch/store"
 	"github.com/jobwatch/jobwatch/store/sqlite"
 )
@@ -200,7 +201,7 @@ func TestAnInProcessClaimAnswersAtItsCapWhateverTheEngineClockSays(t *testing.T)
 		t.Run(skew.String(), func(t *testing.T) {
 			const capAfter = 200 * time.Millisecond
 			s := startServer(t, serverOptions{engine: jobs.Config{Now: func() time.Time { return time.Now().Add(skew) }}})
-			b := client.EngineBackend(s.Engine, capAfter)
+			b := inproc.WorkerBackend(s.Engine, capAfter)
 			start := time.Now()
 			done := make(chan error, 1)
 			go func() {

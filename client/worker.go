@@ -17,7 +17,7 @@ import (
 	"connectrpc.com/connect"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
-	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // Handler runs one job. It reports progress as it goes and returns the
@@ -37,7 +37,7 @@ type Handler func(ctx context.Context, job *jobwatchv1.Job, progress Progress) (
 
 // Progress records how far the job is: percent 0..100 (clamped; the
 // server never lets it go backwards) and a step text such as
-// "batch 5 of 11" ("" keeps the last step; longer than jobs.MaxStepBytes
+// "batch 5 of 11" ("" keeps the last step; longer than jobtype.MaxStepBytes
 // is cut). It never blocks: the latest
 // values reach the server with the next heartbeat, which a change brings
 // forward.
@@ -53,7 +53,7 @@ type Lease struct {
 }
 
 // WorkerBackend is where a Worker gets jobs and reports on them: a remote
-// server (Client.WorkerBackend) or an embedded engine (EngineBackend).
+// server (Client.WorkerBackend) or an embedded engine (package jobs/inproc).
 type WorkerBackend interface {
 	// Claim parks until a job of one of kinds (any kind if empty) in one
 	// of queues (any if empty) is ready, and returns it RUNNING under a
@@ -272,11 +272,13 @@ func backendTransient(ctx context.Context, err error) bool {
 	if errors.As(err, &ce) {
 		return transient(ctx, err)
 	}
-	return !errors.Is(err, errRefused)
+	return !errors.Is(err, ErrRefused)
 }
 
-// errRefused marks in-process backend errors that retrying cannot fix.
-var errRefused = errors.New("refused")
+// ErrRefused marks backend errors that retrying cannot fix: a request the
+// engine or server refused as invalid. A WorkerBackend wraps such errors
+// with it.
+var ErrRefused = errors.New("refused")
 
 // run runs one claimed job to its end and reports the outcome.
 func (w *Worker) run(ctx context.Context, lease *Lease) {
@@ -350,8 +352,8 @@ func (w *Worker) report(ctx context.Context, log *slog.Logger, lease *Lease, res
 			err = w.backend.Complete(ctx, lease, raw)
 		} else {
 			jerr := &jobwatchv1.JobError{
-				Type:    truncate(ErrorType(herr), jobs.MaxErrorTypeBytes),
-				Message: truncate(publicMessage(herr), jobs.MaxErrorMessageBytes),
+				Type:    truncate(ErrorType(herr), jobtype.MaxErrorTypeBytes),
+				Message: truncate(publicMessage(herr), jobtype.MaxErrorMessageBytes),
 			}
 			err = w.backend.Fail(ctx, lease, jerr, isRetryable(herr))
 		}
@@ -472,7 +474,7 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 
 // truncate cuts s to at most n bytes without splitting a UTF-8 sequence,
 // after replacing invalid UTF-8, so a report fits the engine's limits
-// (jobs.MaxStepBytes, jobs.MaxErrorTypeBytes, jobs.MaxErrorMessageBytes)
+// (jobtype.MaxStepBytes, jobtype.MaxErrorTypeBytes, jobtype.MaxErrorMessageBytes)
 // instead of having every heartbeat refused until the lease is lost.
 func truncate(s string, n int) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
@@ -492,7 +494,7 @@ func refused(err error) bool {
 	case connect.CodeInvalidArgument, connect.CodeResourceExhausted:
 		return true
 	}
-	return errors.Is(err, errRefused)
+	return errors.Is(err, ErrRefused)
 }
 
 // resultRejectedError fails a job whose handler succeeded but whose
@@ -561,7 +563,7 @@ func (p *progressState) set(percent int, step string) {
 	p.mu.Lock()
 	p.percent = int32(percent)
 	if step != "" {
-		p.step = truncate(step, jobs.MaxStepBytes)
+		p.step = truncate(step, jobtype.MaxStepBytes)
 	}
 	p.mu.Unlock()
 	select {

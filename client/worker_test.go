@@ -16,6 +16,7 @@ import (
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobs/inproc"
 )
 
 // workerEnv is a server, a client to it and a worker over one of the two
@@ -35,7 +36,7 @@ var backends = map[string]func(t *testing.T, s *testServer) client.WorkerBackend
 		return fastClient(t, s.URL).WorkerBackend()
 	},
 	"in-process": func(t *testing.T, s *testServer) client.WorkerBackend {
-		return client.EngineBackend(s.Engine, time.Second)
+		return inproc.WorkerBackend(s.Engine, time.Second)
 	},
 }
 

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // The limits of what a caller or a worker may hand the engine. They are
@@ -21,11 +23,11 @@ const (
 	// MaxUniqueKeyBytes bounds a submission's unique key.
 	MaxUniqueKeyBytes = 128
 	// MaxStepBytes bounds the step text of a heartbeat.
-	MaxStepBytes = 1024
+	MaxStepBytes = jobtype.MaxStepBytes
 	// MaxErrorTypeBytes and MaxErrorMessageBytes bound the error a worker
 	// fails a job with.
-	MaxErrorTypeBytes    = 256
-	MaxErrorMessageBytes = 4096
+	MaxErrorTypeBytes    = jobtype.MaxErrorTypeBytes
+	MaxErrorMessageBytes = jobtype.MaxErrorMessageBytes
 	// MaxFilterItems bounds the kinds or queues of one claim, and the
 	// states of one list.
 	MaxFilterItems = 100
@@ -46,7 +48,7 @@ const (
 
 // DefaultErrorType is the error type of a failure reported without one:
 // callers see only the class of an error, so it must never be empty.
-const DefaultErrorType = "Error"
+const DefaultErrorType = jobtype.DefaultErrorType
 
 // TooLargeError is a payload or result over Config.MaxPayloadBytes.
 // resource_exhausted. It is returned unwrapped.

@@ -198,11 +198,11 @@ func TestTheEngineRefusesAnOverlongListOrWatchRequestNamingTheField(t *testing.T
 			for i := range states {
 				states[i] = store.Queued
 			}
-			_, _, err := e.List(ctx, store.ListFilter{States: states})
+			_, _, err := e.List(ctx, jobs.ListRequest{States: states})
 			return err
 		}, "states", "100 entries"},
 		{"a list with a page token over 1024 bytes", func() error {
-			_, _, err := e.List(ctx, store.ListFilter{PageToken: long})
+			_, _, err := e.List(ctx, jobs.ListRequest{PageToken: long})
 			return err
 		}, "page_token", "1024 bytes"},
 		{"a tenant watch with a resume token over 1024 bytes", func() error {

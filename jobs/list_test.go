@@ -37,7 +37,7 @@ func TestListOfNoTenantListsTheDefaultTenant(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
 	mine := submit(t, e, jobs.SubmitRequest{})
 	submit(t, e, jobs.SubmitRequest{Tenant: "acme"})
-	page, _, err := e.List(context.Background(), store.ListFilter{})
+	page, _, err := e.List(context.Background(), jobs.ListRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,14 +50,14 @@ func TestListIsASummaryUnlessFull(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
 	j := submit(t, e, jobs.SubmitRequest{Payload: mustJSON(map[string]any{"album": "summer"})})
 	ctx := context.Background()
-	page, _, err := e.List(ctx, store.ListFilter{})
+	page, _, err := e.List(ctx, jobs.ListRequest{})
 	if err != nil || len(page) != 1 {
 		t.Fatalf("List = %v, %v; want the job", jobIDs(page), err)
 	}
 	if page[0].Payload != nil || page[0].Version != j.Version || page[0].Kind != j.Kind {
 		t.Errorf("summary = %+v, want the job without its payload", page[0])
 	}
-	page, _, err = e.List(ctx, store.ListFilter{Full: true})
+	page, _, err = e.List(ctx, jobs.ListRequest{Full: true})
 	if err != nil || len(page) != 1 || string(page[0].Payload) != string(j.Payload) {
 		t.Fatalf("full List = %+v, %v; want the job with its payload", page, err)
 	}
@@ -71,7 +71,7 @@ func TestListPagesEndAtMaxPageBytes(t *testing.T) {
 	}
 	ctx := context.Background()
 	var got []string
-	f := store.ListFilter{Full: true, Limit: jobs.MaxPageSize}
+	f := jobs.ListRequest{Full: true, Limit: jobs.MaxPageSize}
 	for pages := 1; ; pages++ {
 		page, next, err := e.List(ctx, f)
 		if err != nil {
@@ -94,7 +94,7 @@ func TestListPagesEndAtMaxPageBytes(t *testing.T) {
 	}
 
 	// A caller cannot raise the bound.
-	page, _, err := e.List(ctx, store.ListFilter{Full: true, Limit: jobs.MaxPageSize, MaxBytes: 1 << 30})
+	page, _, err := e.List(ctx, jobs.ListRequest{Full: true, Limit: jobs.MaxPageSize, MaxBytes: 1 << 30})
 	if err != nil || pageBytes(page) > jobs.MaxPageBytes {
 		t.Errorf("List with MaxBytes 1 GiB = %d bytes, %v; want at most MaxPageBytes", pageBytes(page), err)
 	}

@@ -27,7 +27,7 @@ var downloads = jobs.Schedule{Name: "update-downloads", Kind: "update_downloads"
 // runs lists the jobs of kind in tenant, oldest first.
 func runs(t *testing.T, e *jobs.Engine, tenant, kind string) []store.Job {
 	t.Helper()
-	list, _, err := e.List(context.Background(), store.ListFilter{Tenant: tenant, Kind: kind, Full: true})
+	list, _, err := e.List(context.Background(), jobs.ListRequest{Tenant: tenant, Kind: kind, Full: true})
 	if err != nil {
 		t.Fatalf("list: %v", err)
 	}

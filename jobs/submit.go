@@ -144,12 +144,33 @@ func (e *Engine) Get(ctx context.Context, id string) (store.Job, error) {
 	return j, nil
 }
 
+// ListRequest selects one page of a tenant's jobs for List. Zero fields
+// do not filter.
+type ListRequest struct {
+	Tenant string
+	States []store.State
+	Kind   string
+	Queue  string
+	// Limit is the page size: 0 means DefaultPageSize, and more than
+	// MaxPageSize is cut to it.
+	Limit int
+	// PageToken is the previous page's next-page token.
+	PageToken string
+	// Full also returns Payload and Result; without it the jobs are
+	// summaries.
+	Full bool
+	// MaxBytes may lower MaxPageBytes, the bound on a page's size.
+	MaxBytes int
+}
+
 // List returns one page of a tenant's jobs, newest first. An empty
 // f.Tenant means DefaultTenant, as in Submit and WatchTenant. f.Limit is
 // the page size: 0 means DefaultPageSize, and more than MaxPageSize is cut
 // to it; the page also ends at MaxPageBytes (f.MaxBytes may only lower
 // it). The jobs are summaries (no Payload or Result) unless f.Full.
-func (e *Engine) List(ctx context.Context, f store.ListFilter) ([]store.Job, string, error) {
+func (e *Engine) List(ctx context.Context, r ListRequest) ([]store.Job, string, error) {
+	f := store.ListFilter{Tenant: r.Tenant, States: r.States, Kind: r.Kind, Queue: r.Queue,
+		Limit: r.Limit, PageToken: r.PageToken, Full: r.Full, MaxBytes: r.MaxBytes}
 	if f.Tenant == "" {
 		f.Tenant = DefaultTenant
 	}

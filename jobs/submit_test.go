@@ -253,7 +253,7 @@ func TestListIsNewestFirstInPages(t *testing.T) {
 		clock.Advance(time.Millisecond)
 	}
 	ctx := context.Background()
-	page, next, err := e.List(ctx, store.ListFilter{})
+	page, next, err := e.List(ctx, jobs.ListRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,14 +263,14 @@ func TestListIsNewestFirstInPages(t *testing.T) {
 	if page[0].ID != ids[59] {
 		t.Errorf("first job %s, want the newest %s", page[0].ID, ids[59])
 	}
-	rest, next, err := e.List(ctx, store.ListFilter{PageToken: next, Limit: 1000})
+	rest, next, err := e.List(ctx, jobs.ListRequest{PageToken: next, Limit: 1000})
 	if err != nil || len(rest) != 10 || next != "" {
 		t.Fatalf("second page: %d jobs, next %q, %v; want the last 10", len(rest), next, err)
 	}
 	if rest[9].ID != ids[0] {
 		t.Errorf("last job %s, want the oldest %s", rest[9].ID, ids[0])
 	}
-	if _, _, err := e.List(ctx, store.ListFilter{Limit: -1}); !isInvalid(err, "page_size") {
+	if _, _, err := e.List(ctx, jobs.ListRequest{Limit: -1}); !isInvalid(err, "page_size") {
 		t.Errorf("negative page size: %v", err)
 	}
 }

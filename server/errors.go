@@ -9,7 +9,7 @@ import (
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // toConnectError maps an engine or store error to what the caller sees.
@@ -25,7 +25,7 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 		invalidErr  *jobs.InvalidError
 		tooLargeErr *jobs.TooLargeError
 		stateErr    *jobs.StateError
-		conflictErr *store.ConflictError
+		conflictErr *jobtype.ConflictError
 	)
 	switch {
 	case errors.As(err, &connectErr):
@@ -35,7 +35,7 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 		return connect.NewError(connect.CodeInvalidArgument, invalidErr)
 	case errors.As(err, &tooLargeErr):
 		return connect.NewError(connect.CodeResourceExhausted, tooLargeErr)
-	case errors.Is(err, store.ErrInvalidPageToken):
+	case errors.Is(err, jobtype.ErrInvalidPageToken):
 		return invalid("page_token", "was not issued by this server")
 	case errors.Is(err, jobs.ErrNotFound):
 		return connect.NewError(connect.CodeNotFound, jobs.ErrNotFound)
@@ -64,7 +64,7 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 
 // conflict is already_exists with the active job's id in the message and
 // in a JobAlreadyActive detail that generated clients can read.
-func conflict(c *store.ConflictError) error {
+func conflict(c *jobtype.ConflictError) error {
 	err := connect.NewError(connect.CodeAlreadyExists,
 		fmt.Errorf("job %s is already active with unique_key %q", c.ActiveID, c.UniqueKey))
 	if detail, derr := connect.NewErrorDetail(&jobwatchv1.JobAlreadyActive{

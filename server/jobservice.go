@@ -10,7 +10,7 @@ import (
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/wire"
 )
 
@@ -64,7 +64,7 @@ func (s *Server) wait(ctx context.Context, id string) (*wireSnapshot, error) {
 
 // protoJob converts for the wire; a stored value that is not JSON is an
 // internal error.
-func (s *Server) protoJob(ctx context.Context, j *store.Job) (*jobwatchv1.Job, error) {
+func (s *Server) protoJob(ctx context.Context, j *jobtype.Job) (*jobwatchv1.Job, error) {
 	pj, err := wire.Job(j)
 	if err != nil {
 		return nil, s.toConnectError(ctx, "convert job", err)
@@ -161,7 +161,7 @@ func (h *jobService) ListJobs(ctx context.Context, req *jobwatchv1.ListJobsReque
 	if err != nil {
 		return nil, err
 	}
-	f := store.ListFilter{
+	f := jobs.ListRequest{
 		Tenant:    tenant,
 		Kind:      req.GetKind(),
 		Queue:     req.GetQueue(),
@@ -268,7 +268,7 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 		PageSize:    limit,
 		Deadline:    deadline,
 		Keepalive:   s.cfg.Keepalive,
-		Send: func(js []store.Job, resumeToken string) error {
+		Send: func(js []jobtype.Job, resumeToken string) error {
 			pjs, err := wire.Jobs(js)
 			if err != nil {
 				return err

@@ -15,7 +15,7 @@ import (
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // Metrics is jobwatch's Prometheus collector set. It implements
@@ -166,9 +166,9 @@ type jobsCollector struct {
 
 var jobsDesc = prometheus.NewDesc("jobwatch_jobs", "Jobs stored, by state.", []string{"state"}, nil)
 
-var allStates = []store.State{
-	store.Pending, store.Queued, store.Running,
-	store.Succeeded, store.Failed, store.Cancelled, store.Lost,
+var allStates = []jobtype.State{
+	jobtype.Pending, jobtype.Queued, jobtype.Running,
+	jobtype.Succeeded, jobtype.Failed, jobtype.Cancelled, jobtype.Lost,
 }
 
 func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- jobsDesc }

@@ -12,7 +12,7 @@ import (
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/wire"
 )
 
@@ -50,7 +50,7 @@ type wireSnapshot struct {
 // last call it woke has sent it. That is one converted copy per watched
 // job, where each woken call used to hold its own.
 func (s *Server) wireFor(snap *jobs.Snapshot) *wireSnapshot {
-	return snap.Memo(func(j *store.Job) any {
+	return snap.Memo(func(j *jobtype.Job) any {
 		pj, err := wire.Job(j)
 		if err != nil {
 			return &wireSnapshot{err: err}

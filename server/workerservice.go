@@ -8,7 +8,7 @@ import (
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/wire"
 )
 
@@ -75,7 +75,7 @@ const releaseTimeout = 5 * time.Second
 
 // releaseClaim gives back job j, claimed for a caller that will never
 // receive it (why says why), so another worker can claim it at once.
-func (s *Server) releaseClaim(ctx context.Context, j store.Job, why string) {
+func (s *Server) releaseClaim(ctx context.Context, j jobtype.Job, why string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	_, err := s.engine.Release(ctx, j.ID, j.LeaseID)
@@ -101,7 +101,7 @@ func (h *workerService) Heartbeat(ctx context.Context, req *jobwatchv1.Heartbeat
 	return &jobwatchv1.HeartbeatResponse{
 		// Not RUNNING: the server ended the attempt (a cancel, or the
 		// queue's timeout); either way the worker must stop.
-		Cancelled:      j.State != store.Running,
+		Cancelled:      j.State != jobtype.Running,
 		LeaseExpiresAt: wire.Timestamp(j.LeaseExpiresAt),
 	}, nil
 }
@@ -123,7 +123,7 @@ func (h *workerService) FailJob(ctx context.Context, req *jobwatchv1.FailJobRequ
 	// An empty type is the engine's to default (jobs.DefaultErrorType).
 	jerr := req.GetError()
 	j, err := h.s.engine.Fail(ctx, req.GetJobId(), req.GetLeaseId(),
-		store.JobError{Type: jerr.GetType(), Message: jerr.GetMessage()}, req.GetRetryable())
+		jobtype.JobError{Type: jerr.GetType(), Message: jerr.GetMessage()}, req.GetRetryable())
 	if err != nil {
 		return nil, h.s.toConnectError(ctx, "fail job", err)
 	}

@@ -14,135 +14,42 @@ package store
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"time"
+
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
-// State is a job's place in its life cycle. The string values are stored
-// as they are.
-type State string
+// The job as every layer sees it lives in package jobtype; these names
+// keep the store's own code and its callers reading as before.
+type (
+	State         = jobtype.State
+	Job           = jobtype.Job
+	JobError      = jobtype.JobError
+	ConflictError = jobtype.ConflictError
+)
 
 const (
-	Pending   State = "pending"
-	Queued    State = "queued"
-	Running   State = "running"
-	Succeeded State = "succeeded"
-	Failed    State = "failed"
-	Cancelled State = "cancelled"
-	Lost      State = "lost"
-)
+	Pending   = jobtype.Pending
+	Queued    = jobtype.Queued
+	Running   = jobtype.Running
+	Succeeded = jobtype.Succeeded
+	Failed    = jobtype.Failed
+	Cancelled = jobtype.Cancelled
+	Lost      = jobtype.Lost
 
-// Terminal reports whether s never changes again.
-func (s State) Terminal() bool {
-	switch s {
-	case Succeeded, Failed, Cancelled, Lost:
-		return true
-	}
-	return false
-}
+	SizeOverhead = jobtype.SizeOverhead
+)
 
 // ActiveStates are the states in which a job holds its unique key.
-var ActiveStates = []State{Pending, Queued, Running}
+var ActiveStates = jobtype.ActiveStates
 
-// JobError is why a job, or its last attempt, failed.
-type JobError struct {
-	Type    string `json:"type"`
-	Message string `json:"message,omitempty"`
-}
-
-// Job is one stored job. Times are UTC; a zero time means "not set".
-// Backends keep times to the microsecond (PostgreSQL's precision) and
-// return what they stored, so publish the returned job, not the input.
-type Job struct {
-	ID          string
-	Tenant      string
-	Kind        string
-	Queue       string
-	State       State
-	Version     int64 // starts at 1; +1 on every change a watcher could see
-	Percent     int32
-	Step        string
-	Payload     json.RawMessage // nil: none
-	Result      json.RawMessage // nil: none
-	Error       *JobError       // nil: none
-	Attempt     int32
-	MaxAttempts int32
-	UniqueKey   string // "" : none
-	CreatedAt   time.Time
-	StartedAt   time.Time
-	UpdatedAt   time.Time
-	FinishedAt  time.Time
-	RunAt       time.Time // not claimable before this
-	WorkerID    string
-
-	// The lease of the worker running the job; empty unless RUNNING.
-	LeaseID        string
-	LeaseExpiresAt time.Time
-}
-
-// SameVisible reports whether a watcher would see no difference between j
-// and o: the fields whose change bumps Version are equal.
-func (j *Job) SameVisible(o *Job) bool {
-	return j.State == o.State &&
-		j.Percent == o.Percent &&
-		j.Step == o.Step &&
-		string(j.Result) == string(o.Result) &&
-		sameError(j.Error, o.Error) &&
-		j.Attempt == o.Attempt &&
-		j.WorkerID == o.WorkerID &&
-		j.RunAt.Equal(o.RunAt)
-}
-
-// SizeOverhead is what Size adds to every job for the fields it does not
-// measure (numbers, times, field names): about what they take in a JSON
-// response, more than in protobuf.
-const SizeOverhead = 256
-
-// Size is what j counts against a page's ListFilter.MaxBytes: the bytes of
-// its text and JSON fields plus SizeOverhead. It is close to the job's size
-// in a response without encoding it; every backend counts with it, so a
-// bound means the same on each. A summary (no payload or result) is small.
-func (j *Job) Size() int {
-	n := SizeOverhead + len(j.ID) + len(j.Tenant) + len(j.Kind) + len(j.Queue) + len(j.State) +
-		len(j.Step) + len(j.Payload) + len(j.Result) + len(j.UniqueKey) + len(j.WorkerID)
-	if j.Error != nil {
-		n += len(j.Error.Type) + len(j.Error.Message)
-	}
-	return n
-}
-
-func sameError(a, b *JobError) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
-}
-
-// Errors every backend returns, possibly wrapped.
+// Errors every backend returns, possibly wrapped; see package jobtype.
 var (
-	// ErrNotFound: no job has that id (never did, or retention deleted it).
-	ErrNotFound = errors.New("job not found")
-	// ErrNoJob: ClaimJob found nothing ready to run.
-	ErrNoJob = errors.New("no job ready")
-	// ErrUnavailable: the database cannot be reached or is busy beyond its
-	// timeout; nothing was written. Backends log each episode of it once
-	// (when it begins and when it ends), so callers need not.
-	ErrUnavailable = errors.New("store unavailable")
-	// ErrInvalidPageToken: ListJobs got a page token it did not issue.
-	ErrInvalidPageToken = errors.New("invalid page token")
+	ErrNotFound         = jobtype.ErrNotFound
+	ErrNoJob            = jobtype.ErrNoJob
+	ErrUnavailable      = jobtype.ErrUnavailable
+	ErrInvalidPageToken = jobtype.ErrInvalidPageToken
 )
-
-// ConflictError is returned by CreateJob when the tenant already has an
-// active job with the same unique key.
-type ConflictError struct {
-	ActiveID  string // the id of the job holding the key
-	UniqueKey string
-}
-
-func (e *ConflictError) Error() string {
-	return "job " + e.ActiveID + " is already active with unique key " + e.UniqueKey
-}
 
 // ListFilter selects jobs for ListJobs. Zero fields do not filter.
 type ListFilter struct {

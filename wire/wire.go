@@ -1,4 +1,4 @@
-// Package wire converts jobs between their stored form (store.Job, JSON
+// Package wire converts jobs between their stored form (jobtype.Job, JSON
 // bytes) and their wire form (jobwatch.v1.Job, google.protobuf.Value), for
 // the server's handlers and for the client's in-process worker backend,
 // which must hand handlers the same message a remote worker would get. It
@@ -15,31 +15,31 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
-var stateToProto = map[store.State]jobwatchv1.JobState{
-	store.Pending:   jobwatchv1.JobState_JOB_STATE_PENDING,
-	store.Queued:    jobwatchv1.JobState_JOB_STATE_QUEUED,
-	store.Running:   jobwatchv1.JobState_JOB_STATE_RUNNING,
-	store.Succeeded: jobwatchv1.JobState_JOB_STATE_SUCCEEDED,
-	store.Failed:    jobwatchv1.JobState_JOB_STATE_FAILED,
-	store.Cancelled: jobwatchv1.JobState_JOB_STATE_CANCELLED,
-	store.Lost:      jobwatchv1.JobState_JOB_STATE_LOST,
+var stateToProto = map[jobtype.State]jobwatchv1.JobState{
+	jobtype.Pending:   jobwatchv1.JobState_JOB_STATE_PENDING,
+	jobtype.Queued:    jobwatchv1.JobState_JOB_STATE_QUEUED,
+	jobtype.Running:   jobwatchv1.JobState_JOB_STATE_RUNNING,
+	jobtype.Succeeded: jobwatchv1.JobState_JOB_STATE_SUCCEEDED,
+	jobtype.Failed:    jobwatchv1.JobState_JOB_STATE_FAILED,
+	jobtype.Cancelled: jobwatchv1.JobState_JOB_STATE_CANCELLED,
+	jobtype.Lost:      jobwatchv1.JobState_JOB_STATE_LOST,
 }
 
 // State returns the wire form of s.
-func State(s store.State) jobwatchv1.JobState { return stateToProto[s] }
+func State(s jobtype.State) jobwatchv1.JobState { return stateToProto[s] }
 
 // StoreState returns the stored form of p; false for UNSPECIFIED or an
 // unknown value.
-func StoreState(p jobwatchv1.JobState) (store.State, bool) {
+func StoreState(p jobwatchv1.JobState) (jobtype.State, bool) {
 	s, ok := stateFromProto[p]
 	return s, ok
 }
 
-var stateFromProto = func() map[jobwatchv1.JobState]store.State {
-	m := make(map[jobwatchv1.JobState]store.State, len(stateToProto))
+var stateFromProto = func() map[jobwatchv1.JobState]jobtype.State {
+	m := make(map[jobwatchv1.JobState]jobtype.State, len(stateToProto))
 	for s, p := range stateToProto {
 		m[p] = s
 	}
@@ -61,7 +61,7 @@ func FullView(v jobwatchv1.JobView) (full, ok bool) {
 
 // Job converts a stored job for the wire. It fails only when the
 // stored payload or result is not valid JSON.
-func Job(j *store.Job) (*jobwatchv1.Job, error) {
+func Job(j *jobtype.Job) (*jobwatchv1.Job, error) {
 	payload, err := Value(j.Payload)
 	if err != nil {
 		return nil, fmt.Errorf("job %s payload: %w", j.ID, err)
@@ -98,7 +98,7 @@ func Job(j *store.Job) (*jobwatchv1.Job, error) {
 }
 
 // Jobs converts a list of stored jobs for the wire.
-func Jobs(js []store.Job) ([]*jobwatchv1.Job, error) {
+func Jobs(js []jobtype.Job) ([]*jobwatchv1.Job, error) {
 	out := make([]*jobwatchv1.Job, len(js))
 	for i := range js {
 		pj, err := Job(&js[i])

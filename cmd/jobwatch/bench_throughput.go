@@ -15,6 +15,7 @@ import (
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobs/inproc"
 	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
@@ -70,7 +71,7 @@ func (b *benchRun) throughputInproc(ctx context.Context) (float64, error) {
 
 	backends := make([]client.WorkerBackend, b.o.inprocWorkers)
 	for i := range backends {
-		backends[i] = client.EngineBackend(engine, 0)
+		backends[i] = inproc.WorkerBackend(engine, 0)
 	}
 	submit := func(ctx context.Context, i int64) error {
 		_, err := engine.Submit(ctx, jobs.SubmitRequest{Kind: throughputKind, Payload: json.RawMessage(fmt.Sprint(i))})

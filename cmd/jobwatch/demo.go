@@ -16,6 +16,7 @@ import (
 	"github.com/jobwatch/jobwatch/config"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobs/inproc"
 	"github.com/jobwatch/jobwatch/server"
 	"github.com/jobwatch/jobwatch/store/sqlite"
 	"github.com/jobwatch/jobwatch/web"
@@ -151,7 +152,7 @@ func serveDemo(ctx context.Context, ln net.Listener, o demoOptions, stdout, stde
 	var bg sync.WaitGroup
 	bg.Go(func() { _ = engine.Run(engineCtx) })
 
-	w := client.NewWorker(&demoBackend{WorkerBackend: client.EngineBackend(engine, 0)}, client.WorkerConfig{
+	w := client.NewWorker(&demoBackend{WorkerBackend: inproc.WorkerBackend(engine, 0)}, client.WorkerConfig{
 		ID:                "demo-worker",
 		Concurrency:       o.concurrency,
 		HeartbeatInterval: o.leaseTimeout / 5,

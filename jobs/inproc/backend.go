@@ -1,4 +1,8 @@
-package client
+// Package inproc runs a client.Worker in the same process as the engine,
+// with no network in between: the demo, the bench and single-binary
+// deployments use it. It lives beside the engine so that package client,
+// the remote Go client, does not import the engine.
+package inproc
 
 import (
 	"context"
@@ -8,16 +12,17 @@ import (
 	"time"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/client"
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/wire"
 )
 
-// EngineBackend runs a Worker in the same process as the engine, with no
+// WorkerBackend runs a client.Worker in the same process as the engine, with no
 // network in between: the demo and single-binary deployments use it.
 // claimCap bounds one parked Claim (0: 30s), as the server's claim cap
 // does for remote workers.
-func EngineBackend(e *jobs.Engine, claimCap time.Duration) WorkerBackend {
+func WorkerBackend(e *jobs.Engine, claimCap time.Duration) client.WorkerBackend {
 	if claimCap <= 0 {
 		claimCap = 30 * time.Second
 	}
@@ -29,7 +34,7 @@ type engineBackend struct {
 	claimCap time.Duration
 }
 
-func (b engineBackend) Claim(ctx context.Context, workerID string, kinds, queues []string) (*Lease, error) {
+func (b engineBackend) Claim(ctx context.Context, workerID string, kinds, queues []string) (*client.Lease, error) {
 	// time.Now, not the engine's clock (which may be a test's, or stepped):
 	// the deadline keeps its monotonic reading, and the engine waits for
 	// it with a timer.
@@ -45,27 +50,27 @@ func (b engineBackend) Claim(ctx context.Context, workerID string, kinds, queues
 	if err != nil {
 		// Stored before the engine checked what it stores: the worker
 		// fails it rather than leave it RUNNING until the lease expires.
-		return nil, &UndecodableJobError{JobID: j.ID, LeaseID: j.LeaseID, Err: err}
+		return nil, &client.UndecodableJobError{JobID: j.ID, LeaseID: j.LeaseID, Err: err}
 	}
-	return &Lease{Job: pj, ID: j.LeaseID, TTL: j.LeaseExpiresAt.Sub(j.UpdatedAt)}, nil
+	return &client.Lease{Job: pj, ID: j.LeaseID, TTL: j.LeaseExpiresAt.Sub(j.UpdatedAt)}, nil
 }
 
-func (b engineBackend) Heartbeat(ctx context.Context, l *Lease, percent int32, step string) (bool, error) {
+func (b engineBackend) Heartbeat(ctx context.Context, l *client.Lease, percent int32, step string) (bool, error) {
 	j, err := b.e.Heartbeat(ctx, l.Job.GetId(), l.ID, percent, step)
 	if err != nil {
 		return false, engineError(err)
 	}
-	return j.State != store.Running, nil // cancelled, or timed out (see jobs.Engine.Heartbeat)
+	return j.State != jobtype.Running, nil // cancelled, or timed out (see jobs.Engine.Heartbeat)
 }
 
-func (b engineBackend) Complete(ctx context.Context, l *Lease, result json.RawMessage) error {
+func (b engineBackend) Complete(ctx context.Context, l *client.Lease, result json.RawMessage) error {
 	_, err := b.e.Complete(ctx, l.Job.GetId(), l.ID, result)
 	return engineError(err)
 }
 
-func (b engineBackend) Fail(ctx context.Context, l *Lease, jerr *jobwatchv1.JobError, retryable bool) error {
+func (b engineBackend) Fail(ctx context.Context, l *client.Lease, jerr *jobwatchv1.JobError, retryable bool) error {
 	_, err := b.e.Fail(ctx, l.Job.GetId(), l.ID,
-		store.JobError{Type: jerr.GetType(), Message: jerr.GetMessage()}, retryable)
+		jobtype.JobError{Type: jerr.GetType(), Message: jerr.GetMessage()}, retryable)
 	return engineError(err)
 }
 
@@ -78,9 +83,9 @@ func engineError(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, jobs.ErrStaleLease), errors.Is(err, jobs.ErrNotFound), errors.As(err, &state):
-		return fmt.Errorf("%w: %w", ErrLeaseLost, err)
+		return fmt.Errorf("%w: %w", client.ErrLeaseLost, err)
 	case errors.As(err, &invalid), errors.As(err, &tooLarge):
-		return fmt.Errorf("%w: %w", errRefused, err)
+		return fmt.Errorf("%w: %w", client.ErrRefused, err)
 	}
 	return err
 }

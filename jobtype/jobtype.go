@@ -1,0 +1,152 @@
+// Package jobtype holds the job as every layer of jobwatch sees it: the
+// Job record, its states, and the errors a store returns, which the
+// engine and the server branch on. It imports nothing of jobwatch, so
+// that store/, jobs/, server/ and client/ can all share it without
+// reaching into each other (River keeps such types in rivertype).
+package jobtype
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// State is a job's place in its life cycle. The string values are stored
+// as they are.
+type State string
+
+const (
+	Pending   State = "pending"
+	Queued    State = "queued"
+	Running   State = "running"
+	Succeeded State = "succeeded"
+	Failed    State = "failed"
+	Cancelled State = "cancelled"
+	Lost      State = "lost"
+)
+
+// Terminal reports whether s never changes again.
+func (s State) Terminal() bool {
+	switch s {
+	case Succeeded, Failed, Cancelled, Lost:
+		return true
+	}
+	return false
+}
+
+// ActiveStates are the states in which a job holds its unique key.
+var ActiveStates = []State{Pending, Queued, Running}
+
+// JobError is why a job, or its last attempt, failed.
+type JobError struct {
+	Type    string `json:"type"`
+	Message string `json:"message,omitempty"`
+}
+
+// Job is one stored job. Times are UTC; a zero time means "not set".
+// Backends keep times to the microsecond (PostgreSQL's precision) and
+// return what they stored, so publish the returned job, not the input.
+type Job struct {
+	ID          string
+	Tenant      string
+	Kind        string
+	Queue       string
+	State       State
+	Version     int64 // starts at 1; +1 on every change a watcher could see
+	Percent     int32
+	Step        string
+	Payload     json.RawMessage // nil: none
+	Result      json.RawMessage // nil: none
+	Error       *JobError       // nil: none
+	Attempt     int32
+	MaxAttempts int32
+	UniqueKey   string // "" : none
+	CreatedAt   time.Time
+	StartedAt   time.Time
+	UpdatedAt   time.Time
+	FinishedAt  time.Time
+	RunAt       time.Time // not claimable before this
+	WorkerID    string
+
+	// The lease of the worker running the job; empty unless RUNNING.
+	LeaseID        string
+	LeaseExpiresAt time.Time
+}
+
+// SameVisible reports whether a watcher would see no difference between j
+// and o: the fields whose change bumps Version are equal.
+func (j *Job) SameVisible(o *Job) bool {
+	return j.State == o.State &&
+		j.Percent == o.Percent &&
+		j.Step == o.Step &&
+		string(j.Result) == string(o.Result) &&
+		sameError(j.Error, o.Error) &&
+		j.Attempt == o.Attempt &&
+		j.WorkerID == o.WorkerID &&
+		j.RunAt.Equal(o.RunAt)
+}
+
+// SizeOverhead is what Size adds to every job for the fields it does not
+// measure (numbers, times, field names): about what they take in a JSON
+// response, more than in protobuf.
+const SizeOverhead = 256
+
+// Size is what j counts against a page's ListFilter.MaxBytes: the bytes of
+// its text and JSON fields plus SizeOverhead. It is close to the job's size
+// in a response without encoding it; every backend counts with it, so a
+// bound means the same on each. A summary (no payload or result) is small.
+func (j *Job) Size() int {
+	n := SizeOverhead + len(j.ID) + len(j.Tenant) + len(j.Kind) + len(j.Queue) + len(j.State) +
+		len(j.Step) + len(j.Payload) + len(j.Result) + len(j.UniqueKey) + len(j.WorkerID)
+	if j.Error != nil {
+		n += len(j.Error.Type) + len(j.Error.Message)
+	}
+	return n
+}
+
+func sameError(a, b *JobError) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// Errors every backend returns, possibly wrapped.
+var (
+	// ErrNotFound: no job has that id (never did, or retention deleted it).
+	ErrNotFound = errors.New("job not found")
+	// ErrNoJob: ClaimJob found nothing ready to run.
+	ErrNoJob = errors.New("no job ready")
+	// ErrUnavailable: the database cannot be reached or is busy beyond its
+	// timeout; nothing was written. Backends log each episode of it once
+	// (when it begins and when it ends), so callers need not.
+	ErrUnavailable = errors.New("store unavailable")
+	// ErrInvalidPageToken: ListJobs got a page token it did not issue.
+	ErrInvalidPageToken = errors.New("invalid page token")
+)
+
+// ConflictError is returned by CreateJob when the tenant already has an
+// active job with the same unique key.
+type ConflictError struct {
+	ActiveID  string // the id of the job holding the key
+	UniqueKey string
+}
+
+func (e *ConflictError) Error() string {
+	return "job " + e.ActiveID + " is already active with unique key " + e.UniqueKey
+}
+
+// Bounds a worker's reports must keep to; the engine refuses more, and
+// the Go client trims what it sends to them.
+const (
+	// MaxStepBytes bounds the step text of a heartbeat.
+	MaxStepBytes = 1024
+	// MaxErrorTypeBytes and MaxErrorMessageBytes bound the error a worker
+	// fails a job with.
+	MaxErrorTypeBytes    = 256
+	MaxErrorMessageBytes = 4096
+)
+
+// DefaultErrorType is the error type of a failure reported without one:
+// callers see only the class of an error, so it must never be empty.
+const DefaultErrorType = "Error"
