@@ -1,0 +1,301 @@
+// Package postgres is the store.Store for several jobwatch replicas
+// sharing one PostgreSQL database (github.com/jackc/pgx/v5, a pgxpool).
+//
+// It keeps jobs, schedules and queue drains in tables of one schema (the
+// first of the connection's search_path, "public" by default), migrated
+// at Open under an advisory lock so replicas starting together take
+// turns. Every write is one statement (or, for a claim under queue rules,
+// one pipelined round trip) that checks in SQL what it depends on: a
+// claim picks with FOR UPDATE SKIP LOCKED and counts RUNNING jobs after
+// taking the advisory locks of the limited queues and pools it may touch;
+// UpdateJob reads without a lock and writes only if the row's revision
+// is still the one it read. No transaction stays open while Go code runs.
+// Triggers stamp each visible write with a change sequence and its
+// transaction id (ChangeCursor) and NOTIFY it to every replica (Listen).
+//
+// A write acknowledged with a nil error is committed, with PostgreSQL's
+// durability. Errors that mean the database cannot be reached (refused
+// or lost connections, shutdowns, timeouts) wrap store.ErrUnavailable.
+//
+// The package only stores and finds jobs; it must never decide a job's
+// life cycle (package jobs does).
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jobwatch/jobwatch/store"
+)
+
+// deleteBatch bounds one retention statement, so a backlog (the first
+// sweep after a long stop) never holds locks on many rows at once.
+const deleteBatch = 1000
+
+// Store is a store.Store on a PostgreSQL database. Create it with Open.
+type Store struct {
+	pool    *pgxpool.Pool
+	schema  string // where the tables are
+	channel string // the NOTIFY channel of the schema
+	log     *slog.Logger
+
+	// closing ends the listeners when the store closes.
+	closing   context.Context
+	close     context.CancelFunc
+	listeners sync.WaitGroup
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to the database at url (a postgres:// URL or a key=value
+// connection string; search_path, if given, names the schema), applies
+// the migrations it lacks and returns the store. A database it cannot
+// reach returns an error wrapping store.ErrUnavailable; one migrated by a
+// newer jobwatch, ErrSchemaTooNew.
+func Open(ctx context.Context, url string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres: %w", classify(err))
+	}
+	s := &Store{pool: pool, log: slog.Default()}
+	s.closing, s.close = context.WithCancel(context.Background())
+	var schema *string
+	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open postgres: %w", classify(err))
+	}
+	if schema == nil {
+		pool.Close()
+		return nil, errors.New("open postgres: no schema of the search_path exists")
+	}
+	s.schema, s.channel = *schema, channelFor(*schema)
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	return s, nil
+}
+
+// Close stops the listeners and closes the pool.
+func (s *Store) Close() error {
+	s.close()
+	s.listeners.Wait()
+	s.pool.Close()
+	return nil
+}
+
+// classify wraps the errors that mean "the database cannot be used right
+// now" with store.ErrUnavailable, keeping only the server's short message
+// (never the statement). A caller's own cancellation stays what it is.
+func classify(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"), // connection exception
+			strings.HasPrefix(pe.Code, "53"),                           // insufficient resources, too many connections
+			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", // shutdown, cannot connect now
+			pe.Code == "57014", // statement timeout
+			pe.Code == "55P03", // lock timeout
+			pe.Code == "25006": // read-only transaction (a standby)
+			return fmt.Errorf("%w: %s (SQLSTATE %s)", store.ErrUnavailable, pe.Message, pe.Code)
+		}
+		return err
+	}
+	var (
+		ce *pgconn.ConnectError
+		ne net.Error
+	)
+	if errors.As(err, &ce) || errors.As(err, &ne) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		strings.Contains(err.Error(), "closed pool") || strings.Contains(err.Error(), "conn closed") {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return err
+}
+
+func isUniqueViolation(err error, constraint string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505" && (constraint == "" || pe.ConstraintName == constraint)
+}
+
+// --- encoding ---
+
+// columns are every column of a job, in scanJob's order; summaryColumns
+// the same with NULL for payload and result, so a summary never reads
+// them.
+const columns = `id, tenant, kind, queue, state, version, percent, step, payload::text, result::text,
+	error_type, error_message, attempt, max_attempts, unique_key, created_at, started_at,
+	updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, seq, rev`
+
+var summaryColumns = strings.Replace(columns, "payload::text, result::text", "NULL::text, NULL::text", 1)
+
+// qualified prefixes every column of columns with alias.
+func qualified(cols, alias string) string {
+	parts := strings.Split(cols, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if !strings.HasPrefix(p, "NULL") {
+			p = alias + "." + p
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ", ")
+}
+
+// sizeExpr is jobtype.Job.Size in SQL, for ListFilter.MaxBytes; with
+// full false it leaves payload and result out, as a summary has none.
+func sizeExpr(full bool) string {
+	e := fmt.Sprintf(`(%d + octet_length(id) + octet_length(tenant) + octet_length(kind) + octet_length(queue)
+		+ octet_length(state) + octet_length(step) + octet_length(unique_key) + octet_length(worker_id)
+		+ coalesce(octet_length(error_type), 0) + coalesce(octet_length(error_message), 0)`, store.SizeOverhead)
+	if full {
+		e += " + coalesce(octet_length(payload::text), 0) + coalesce(octet_length(result::text), 0)"
+	}
+	return e + ")"
+}
+
+// micro returns t as it is stored: UTC, truncated to the microsecond.
+func micro(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.Truncate(time.Microsecond).UTC()
+}
+
+// nullTime is the bind value of a nullable time column: NULL for zero.
+func nullTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+// orderTime is the bind value of created_at and run_at: '-infinity' for
+// zero, which sorts first as the zero time does.
+func orderTime(t time.Time) any {
+	if t.IsZero() {
+		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	}
+	return t
+}
+
+// fromTime reads back what nullTime and orderTime wrote.
+func fromTime(t pgtype.Timestamptz) time.Time {
+	if !t.Valid || t.InfinityModifier != pgtype.Finite {
+		return time.Time{}
+	}
+	return t.Time.UTC()
+}
+
+func nullJSON(m json.RawMessage) any {
+	if len(m) == 0 {
+		return nil
+	}
+	return string(m)
+}
+
+func fromText(t pgtype.Text) json.RawMessage {
+	if !t.Valid {
+		return nil
+	}
+	return json.RawMessage(t.String)
+}
+
+// normalize returns j as it will read back: times in UTC to the
+// microsecond, an empty payload or result as none, its own copies of
+// slices and the error.
+func normalize(j store.Job) store.Job {
+	for _, t := range []*time.Time{&j.CreatedAt, &j.StartedAt, &j.UpdatedAt, &j.FinishedAt, &j.RunAt, &j.LeaseExpiresAt} {
+		*t = micro(*t)
+	}
+	j.Payload = append(json.RawMessage(nil), j.Payload...)
+	j.Result = append(json.RawMessage(nil), j.Result...)
+	if len(j.Payload) == 0 {
+		j.Payload = nil
+	}
+	if len(j.Result) == 0 {
+		j.Result = nil
+	}
+	if j.Error != nil {
+		e := *j.Error
+		j.Error = &e
+	}
+	return j
+}
+
+// sameStored reports whether a and b (both normalized) store the same
+// row, so that an update that changes nothing writes nothing.
+func sameStored(a, b store.Job) bool {
+	return a.SameVisible(&b) && a.ID == b.ID && a.Tenant == b.Tenant && a.Kind == b.Kind &&
+		a.Queue == b.Queue && string(a.Payload) == string(b.Payload) &&
+		(a.Error == nil) == (b.Error == nil) && a.MaxAttempts == b.MaxAttempts &&
+		a.UniqueKey == b.UniqueKey && a.CreatedAt.Equal(b.CreatedAt) && a.StartedAt.Equal(b.StartedAt) &&
+		a.UpdatedAt.Equal(b.UpdatedAt) && a.FinishedAt.Equal(b.FinishedAt) &&
+		a.LeaseID == b.LeaseID && a.LeaseExpiresAt.Equal(b.LeaseExpiresAt)
+}
+
+// values are the bind values of the job's columns in insertJob's order.
+func values(j store.Job) []any {
+	var errType, errMsg any
+	if j.Error != nil {
+		errType, errMsg = j.Error.Type, j.Error.Message
+	}
+	return []any{
+		j.ID, j.Tenant, j.Kind, j.Queue, string(j.State), j.Version, j.Percent, j.Step,
+		nullJSON(j.Payload), nullJSON(j.Result), errType, errMsg, j.Attempt, j.MaxAttempts,
+		j.UniqueKey, orderTime(j.CreatedAt), nullTime(j.StartedAt), nullTime(j.UpdatedAt),
+		nullTime(j.FinishedAt), orderTime(j.RunAt), j.WorkerID, j.LeaseID, nullTime(j.LeaseExpiresAt),
+	}
+}
+
+// storedRow is one job row as read: the job, its seq and its revision.
+type storedRow struct {
+	job      store.Job
+	seq, rev int64
+}
+
+// scanJob reads the columns of columns (or summaryColumns), then extra.
+func scanJob(r pgx.Row, extra ...any) (storedRow, error) {
+	var (
+		row                                               storedRow
+		j                                                 = &row.job
+		state                                             string
+		payload, result, errType, errMsg                  pgtype.Text
+		created, started, updated, finished, runAt, lease pgtype.Timestamptz
+	)
+	dest := append([]any{&j.ID, &j.Tenant, &j.Kind, &j.Queue, &state, &j.Version, &j.Percent, &j.Step,
+		&payload, &result, &errType, &errMsg, &j.Attempt, &j.MaxAttempts, &j.UniqueKey,
+		&created, &started, &updated, &finished, &runAt, &j.WorkerID, &j.LeaseID, &lease,
+		&row.seq, &row.rev}, extra...)
+	if err := r.Scan(dest...); err != nil {
+		return storedRow{}, err
+	}
+	j.State = store.State(state)
+	j.Payload, j.Result = fromText(payload), fromText(result)
+	if errType.Valid {
+		j.Error = &store.JobError{Type: errType.String, Message: errMsg.String}
+	}
+	j.CreatedAt, j.StartedAt, j.UpdatedAt = fromTime(created), fromTime(started), fromTime(updated)
+	j.FinishedAt, j.RunAt, j.LeaseExpiresAt = fromTime(finished), fromTime(runAt), fromTime(lease)
+	return row, nil
+}

@@ -1,0 +1,122 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/jobwatch/jobwatch/store"
+)
+
+// scheduleStates reads each schedule's latest run: the job's own state
+// while it exists, else the state recorded at its end.
+const scheduleStates = `SELECT s.name, s.job_id, s.ended_at, coalesce(j.state, s.ended_state)
+	FROM schedules AS s LEFT JOIN jobs AS j ON j.id = s.job_id`
+
+func scanSchedule(r pgx.Row) (store.ScheduleState, error) {
+	var (
+		st    store.ScheduleState
+		ended pgtype.Timestamptz
+		state string
+	)
+	if err := r.Scan(&st.Name, &st.LastJobID, &ended, &state); err != nil {
+		return store.ScheduleState{}, err
+	}
+	st.LastJobState = store.State(state)
+	st.LastEndedAt = fromTime(ended)
+	return st, nil
+}
+
+// Schedules implements store.Store.
+func (s *Store) Schedules(ctx context.Context) ([]store.ScheduleState, error) {
+	return collect(ctx, s, "read schedules", func(r pgx.Rows) (store.ScheduleState, error) {
+		return scanSchedule(r)
+	}, scheduleStates+" ORDER BY s.name")
+}
+
+// RunSchedules implements store.Store in one transaction that first
+// takes an advisory lock of the schema's schedules, so replicas run it
+// one at a time, and then reads each schedule's state: each statement of
+// a READ COMMITTED transaction sees every commit before it began, so each
+// decision sees the runs the replica before it started. The end of a run
+// is recorded by the trigger jobs_schedule_run_ended, in the transaction
+// that ends its job.
+func (s *Store) RunSchedules(ctx context.Context, runs []store.ScheduleRun, now time.Time) ([]store.Job, error) {
+	if len(runs) == 0 {
+		return nil, nil
+	}
+	now = micro(now)
+	var created []store.Job
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		created = created[:0]
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(s.schema, "schedules", "")); err != nil {
+			return err
+		}
+		for _, run := range runs {
+			j, started, err := runSchedule(ctx, tx, run, now)
+			if err != nil {
+				return fmt.Errorf("run schedule %s: %w", run.Name, err)
+			}
+			if started {
+				created = append(created, j)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("run schedules: %w", classify(err))
+	}
+	return created, nil
+}
+
+// runSchedule starts run's next run if it is due, in tx.
+func runSchedule(ctx context.Context, tx pgx.Tx, run store.ScheduleRun, now time.Time) (store.Job, bool, error) {
+	st, err := scanSchedule(tx.QueryRow(ctx, scheduleStates+" WHERE s.name = $1 FOR UPDATE OF s", run.Name))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		j, err := insertRun(ctx, tx, run)
+		if err != nil {
+			return store.Job{}, false, err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO schedules (name, job_id) VALUES ($1, $2)`, run.Name, j.ID); err != nil {
+			return store.Job{}, false, fmt.Errorf("record its first run: %w", err)
+		}
+		return j, true, nil
+	case err != nil:
+		return store.Job{}, false, fmt.Errorf("read its state: %w", err)
+	case st.Unfinished():
+		return store.Job{}, false, nil
+	}
+	if st.LastEndedAt.IsZero() {
+		// The job is gone and its end was never recorded: it ended no
+		// later than now, which is what the schedule counts from.
+		st.LastEndedAt = now
+		if _, err := tx.Exec(ctx, `UPDATE schedules SET ended_at = $1 WHERE name = $2`, now, run.Name); err != nil {
+			return store.Job{}, false, fmt.Errorf("record the end of a run that is gone: %w", err)
+		}
+	}
+	if st.LastEndedAt.Add(run.Every).After(now) {
+		return store.Job{}, false, nil
+	}
+	j, err := insertRun(ctx, tx, run)
+	if err != nil {
+		return store.Job{}, false, err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE schedules SET job_id = $1, ended_at = NULL, ended_state = '' WHERE name = $2`,
+		j.ID, run.Name); err != nil {
+		return store.Job{}, false, fmt.Errorf("record its run: %w", err)
+	}
+	return j, true, nil
+}
+
+func insertRun(ctx context.Context, tx pgx.Tx, run store.ScheduleRun) (store.Job, error) {
+	j := normalize(run.Job)
+	if _, err := tx.Exec(ctx, insertJob, values(j)...); err != nil {
+		return store.Job{}, fmt.Errorf("create job %s: %w", j.ID, err)
+	}
+	return j, nil
+}

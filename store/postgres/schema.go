@@ -1,0 +1,242 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrSchemaTooNew: the database was migrated by a newer jobwatch, whose
+// schema this binary does not know. Nothing was changed; run the newer
+// binary.
+var ErrSchemaTooNew = errors.New("database schema is newer than this jobwatch")
+
+// migrations are applied in order, each in a transaction of its own that
+// also records its number in schema_migrations. Never edit or reorder a
+// released step: add one.
+//
+// {{schema}} is the quoted schema the store lives in and {{channel}} its
+// NOTIFY channel (see channelFor): the trigger functions name them
+// outright, so they mean the same whatever search_path the writing
+// session has.
+//
+// Times are timestamptz to the microsecond. A zero time.Time is NULL,
+// except in created_at and run_at, which order lists and claims: there it
+// is '-infinity', which sorts before every real time, as the zero time
+// does. seq is creation order (never reused); rev counts every write of a
+// row (UpdateJob's optimistic check); change_seq and change_xid stamp
+// every write that raised version (ChangeCursor).
+var migrations = []string{
+	// 1: jobs, their triggers, schedules and queue drains.
+	`
+CREATE SEQUENCE {{schema}}.job_changes;
+
+CREATE TABLE {{schema}}.jobs (
+	seq                bigserial   PRIMARY KEY,
+	id                 text        NOT NULL UNIQUE,
+	tenant             text        NOT NULL,
+	kind               text        NOT NULL,
+	queue              text        NOT NULL,
+	state              text        NOT NULL,
+	version            bigint      NOT NULL,
+	rev                bigint      NOT NULL DEFAULT 1,
+	percent            integer     NOT NULL,
+	step               text        NOT NULL,
+	error_type         text,
+	error_message      text,
+	attempt            integer     NOT NULL,
+	max_attempts       integer     NOT NULL,
+	unique_key         text        NOT NULL,
+	created_at         timestamptz NOT NULL,
+	started_at         timestamptz,
+	updated_at         timestamptz,
+	finished_at        timestamptz,
+	run_at             timestamptz NOT NULL,
+	worker_id          text        NOT NULL,
+	lease_id           text        NOT NULL,
+	lease_expires_at   timestamptz,
+	-- When the current attempt began (the updated_at of the write that
+	-- made the job RUNNING), for TimedOut; set by jobs_stamp.
+	attempt_started_at timestamptz,
+	change_seq         bigint      NOT NULL,
+	change_xid         xid8        NOT NULL,
+	-- json, not jsonb: jsonb refuses "\u0000" inside strings, which the
+	-- API accepts, and json keeps the text exactly as given.
+	result             json,
+	payload            json
+);
+
+-- One active job per (tenant, unique_key): the database, not a read
+-- before the insert, is what refuses the second one.
+CREATE UNIQUE INDEX jobs_unique_active ON {{schema}}.jobs (tenant, unique_key)
+	WHERE unique_key <> '' AND state IN ('pending', 'queued', 'running');
+-- ListJobs, newest first, with or without a tenant.
+CREATE INDEX jobs_created ON {{schema}}.jobs (created_at, seq);
+CREATE INDEX jobs_tenant_created ON {{schema}}.jobs (tenant, created_at, seq);
+-- ListJobs with ChangedSince (a tenant's feed resuming).
+CREATE INDEX jobs_tenant_change ON {{schema}}.jobs (tenant, change_xid);
+-- Claims, NextReady and ScheduledJobs: queued jobs in claim order, of
+-- every queue and of one; a serial queue's head backing off.
+CREATE INDEX jobs_queued ON {{schema}}.jobs (run_at, seq) WHERE state = 'queued';
+CREATE INDEX jobs_queued_queue ON {{schema}}.jobs (queue, run_at, seq) WHERE state = 'queued';
+CREATE INDEX jobs_queued_retry ON {{schema}}.jobs (queue, run_at, seq) WHERE state = 'queued' AND attempt > 0;
+-- Room in queues and pools, TimedOut, ExpiredLeases.
+CREATE INDEX jobs_running_queue ON {{schema}}.jobs (queue, attempt_started_at) WHERE state = 'running';
+CREATE INDEX jobs_running_lease ON {{schema}}.jobs (lease_expires_at) WHERE state = 'running';
+-- DeleteFinishedBefore.
+CREATE INDEX jobs_finished ON {{schema}}.jobs (finished_at)
+	WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost');
+-- CountByState.
+CREATE INDEX jobs_state ON {{schema}}.jobs (state);
+
+-- jobs_stamp stamps every write that raises version with the next
+-- change_seq and the writing transaction's id, and every write that
+-- makes a job RUNNING with when its attempt began. A trigger, so that no
+-- statement that writes jobs can forget it.
+CREATE FUNCTION {{schema}}.jobs_stamp() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF TG_OP = 'INSERT' OR NEW.version <> OLD.version THEN
+		NEW.change_seq := nextval('{{schema}}.job_changes');
+		NEW.change_xid := pg_current_xact_id();
+	END IF;
+	IF NEW.state = 'running' AND (TG_OP = 'INSERT' OR OLD.state <> 'running') THEN
+		NEW.attempt_started_at := NEW.updated_at;
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER jobs_stamp_insert BEFORE INSERT ON {{schema}}.jobs
+	FOR EACH ROW EXECUTE FUNCTION {{schema}}.jobs_stamp();
+CREATE TRIGGER jobs_stamp_update BEFORE UPDATE ON {{schema}}.jobs
+	FOR EACH ROW WHEN (NEW.version <> OLD.version OR (NEW.state = 'running' AND OLD.state <> 'running'))
+	EXECUTE FUNCTION {{schema}}.jobs_stamp();
+
+-- jobs_notify tells every listener of the change, at commit (NOTIFY is
+-- transactional): a JSON array [id, version, tenant, kind, queue,
+-- state], at most a few KB as names are bounded, well under NOTIFY's
+-- 8000 bytes.
+CREATE FUNCTION {{schema}}.jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM pg_notify('{{channel}}',
+		json_build_array(NEW.id, NEW.version, NEW.tenant, NEW.kind, NEW.queue, NEW.state)::text);
+	RETURN NULL;
+END $$;
+CREATE TRIGGER jobs_notify_insert AFTER INSERT ON {{schema}}.jobs
+	FOR EACH ROW EXECUTE FUNCTION {{schema}}.jobs_notify();
+CREATE TRIGGER jobs_notify_update AFTER UPDATE ON {{schema}}.jobs
+	FOR EACH ROW WHEN (NEW.version <> OLD.version) EXECUTE FUNCTION {{schema}}.jobs_notify();
+
+-- Schedules: each schedule's latest run. ended_at is NULL while that run
+-- is unfinished; jobs_schedule_run_ended records its end (and the state
+-- it ended in) in the transaction that ends the job, whatever statement
+-- ends it, so the end survives retention deleting the job.
+CREATE TABLE {{schema}}.schedules (
+	name        text        PRIMARY KEY,
+	job_id      text        NOT NULL UNIQUE,
+	ended_at    timestamptz,
+	ended_state text        NOT NULL DEFAULT ''
+);
+CREATE FUNCTION {{schema}}.jobs_schedule_run_ended() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	UPDATE {{schema}}.schedules
+		SET ended_at = coalesce(NEW.finished_at, '-infinity'), ended_state = NEW.state
+		WHERE job_id = NEW.id AND ended_at IS NULL;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER jobs_schedule_run_ended AFTER UPDATE OF state ON {{schema}}.jobs
+	FOR EACH ROW WHEN (NEW.state IN ('succeeded', 'failed', 'cancelled', 'lost')
+		AND OLD.state NOT IN ('succeeded', 'failed', 'cancelled', 'lost'))
+	EXECUTE FUNCTION {{schema}}.jobs_schedule_run_ended();
+
+-- When each queue was last seen with no QUEUED or RUNNING job.
+CREATE TABLE {{schema}}.queue_drains (
+	queue      text        PRIMARY KEY,
+	drained_at timestamptz NOT NULL
+);
+`,
+}
+
+// channelFor is the NOTIFY channel of the store in schema: one per schema,
+// so that stores in different schemas of one database (tests, or two
+// installations) never hear each other. A channel name is an identifier,
+// at most 63 bytes.
+func channelFor(schema string) string {
+	if schema == "public" {
+		return "jobwatch_changes"
+	}
+	ch := "jobwatch_changes_" + schema
+	if len(ch) > 63 {
+		ch = fmt.Sprintf("jobwatch_changes_%016x", lockKey(schema, "channel", ""))
+	}
+	return ch
+}
+
+// lockKey is the advisory lock key of one thing (a queue, a pool, the
+// migrations) of the store in schema. Every replica computes the same
+// key from the same names.
+func lockKey(schema, what, name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("jobwatch\x00" + schema + "\x00" + what + "\x00" + name))
+	return int64(h.Sum64())
+}
+
+func (s *Store) migrationSQL(i int) string {
+	return strings.NewReplacer(
+		"{{schema}}", pgx.Identifier{s.schema}.Sanitize(),
+		"{{channel}}", strings.ReplaceAll(s.channel, "'", "''"),
+	).Replace(migrations[i])
+}
+
+// migrate brings the schema up to date. It holds a session advisory lock
+// (one key per schema) throughout, so replicas starting together take
+// turns: the first applies what is missing, the others then find nothing
+// to do. Each step commits with its number, so a crash part way leaves
+// the schema at a version it records.
+func (s *Store) migrate(ctx context.Context) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", classify(err))
+	}
+	defer conn.Release()
+	key := lockKey(s.schema, "migrate", "")
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		return fmt.Errorf("migrate: take the migration lock: %w", classify(err))
+	}
+	defer func() {
+		// An unlock that fails leaves the lock to end with the session;
+		// the pool then closes the connection.
+		if _, err := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", key); err != nil {
+			conn.Conn().Close(context.Background())
+		}
+	}()
+	table := pgx.Identifier{s.schema, "schema_migrations"}.Sanitize()
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (
+		version    integer     PRIMARY KEY,
+		applied_at timestamptz NOT NULL DEFAULT clock_timestamp())`); err != nil {
+		return fmt.Errorf("migrate: %w", classify(err))
+	}
+	var version int
+	if err := conn.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+table).Scan(&version); err != nil {
+		return fmt.Errorf("migrate: read schema version: %w", classify(err))
+	}
+	if version > len(migrations) {
+		return fmt.Errorf("%w: schema %s is at version %d, this binary knows up to %d",
+			ErrSchemaTooNew, s.schema, version, len(migrations))
+	}
+	for i := version; i < len(migrations); i++ {
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, s.migrationSQL(i)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO "+table+" (version) VALUES ($1)", i+1)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migrate to schema version %d: %w", i+1, classify(err))
+		}
+	}
+	return nil
+}
