@@ -56,7 +56,8 @@ func Main(m *testing.M) int {
 
 // URL returns the URL of a new, empty schema on the test server (it is
 // the first of the search_path of every connection made with the URL),
-// and drops the schema with everything in it when t ends.
+// and drops the schema with everything in it when t ends. The URL is for
+// pgx, which sets search_path from the parameter of that name.
 func URL(t testing.TB) string {
 	t.Helper()
 	once.Do(func() { baseURL, why = find() })
@@ -97,7 +98,7 @@ func URL(t testing.TB) string {
 		t.Fatalf("pgtest: %v", err)
 	}
 	q := u.Query()
-	q.Set("options", "-c search_path="+schema)
+	q.Set("search_path", schema) // pgx sends parameters it does not know as run-time settings
 	u.RawQuery = q.Encode()
 	return u.String()
 }

@@ -432,16 +432,14 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, 
 		selected = columns
 	}
 	order := " ORDER BY created_at DESC, seq DESC"
-	query := "SELECT " + selected + ", true FROM jobs WHERE " + strings.Join(where, " AND ") + order
+	limit := ""
 	if f.Limit > 0 {
 		// One more than asked tells whether there is a next page.
-		query += " LIMIT " + arg(f.Limit+1)
+		limit = " LIMIT " + arg(f.Limit+1)
 	}
+	query := "SELECT " + selected + ", true FROM jobs WHERE " + strings.Join(where, " AND ") + order + limit
 	if f.MaxBytes > 0 {
-		inner := "SELECT *, " + sizeExpr(f.Full) + " AS size FROM jobs WHERE " + strings.Join(where, " AND ") + order
-		if f.Limit > 0 {
-			inner += " LIMIT " + arg(f.Limit+1)
-		}
+		inner := "SELECT *, " + sizeExpr(f.Full) + " AS size FROM jobs WHERE " + strings.Join(where, " AND ") + order + limit
 		max := arg(f.MaxBytes)
 		fits := "(p.rn = 1 OR p.total <= " + max + ")"
 		sel := strings.Replace(qualified(selected, "p"),
