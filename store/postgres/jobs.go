@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobwatch/jobwatch/store"
 )
@@ -46,7 +48,10 @@ const conflictAttempts = 3
 func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 	j = normalize(j)
 	for attempt := 1; ; attempt++ {
-		_, err := s.pool.Exec(ctx, insertJob, values(j)...)
+		err := s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+			_, err := conn.Exec(ctx, insertJob, values(j)...)
+			return err
+		})
 		if err == nil {
 			return j, nil
 		}
@@ -117,7 +122,11 @@ func (s *Store) UpdateJob(ctx context.Context, id string, update func(*store.Job
 		if sameStored(next, old.job) {
 			return old.job, nil
 		}
-		tag, err := s.pool.Exec(ctx, updateJob, append(values(next), old.rev)...)
+		var tag pgconn.CommandTag
+		err = s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+			tag, err = conn.Exec(ctx, updateJob, append(values(next), old.rev)...)
+			return err
+		})
 		switch {
 		case isUniqueViolation(err, "jobs_unique_active") && conflicts < conflictAttempts:
 			conflicts++
@@ -317,20 +326,22 @@ func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, c store.Claim
 		row storedRow
 		err error
 	)
-	if keys := s.lockKeys(f); len(keys) > 0 {
+	keys := s.lockKeys(f)
+	err = s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		if len(keys) == 0 {
+			row, err = scanJob(conn.QueryRow(ctx, query, args...), &queuedAt)
+			return err
+		}
 		b := &pgx.Batch{}
 		b.Queue("SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k", keys)
 		b.Queue(query, args...)
-		br := s.pool.SendBatch(ctx, b)
-		if _, err = br.Exec(); err == nil {
+		br := conn.SendBatch(ctx, b)
+		_, err := br.Exec()
+		if err == nil {
 			row, err = scanJob(br.QueryRow(), &queuedAt)
 		}
-		if cerr := br.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	} else {
-		row, err = scanJob(s.pool.QueryRow(ctx, query, args...), &queuedAt)
-	}
+		return errors.Join(err, br.Close())
+	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return store.Job{}, time.Time{}, store.ErrNoJob
@@ -448,7 +459,7 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, 
 		query = "SELECT " + sel + ", " + fits + " FROM (SELECT q.*, " +
 			"row_number() OVER w AS rn, sum(q.size) OVER w AS total FROM (" + inner + ") AS q " +
 			"WINDOW w AS (ORDER BY q.created_at DESC, q.seq DESC ROWS UNBOUNDED PRECEDING)) AS p " +
-			"WHERE p.rn = 1 OR p.total - p.size <= " + max + " ORDER BY p.created_at DESC, p.seq DESC"
+			"WHERE p.rn <= 2 OR p.total - p.size <= " + max + " ORDER BY p.created_at DESC, p.seq DESC"
 	}
 	rows, err := s.pool.Query(ctx, query, args...)
 	if err != nil {

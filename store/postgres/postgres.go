@@ -101,6 +101,24 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// write runs one write on a connection of the pool. The caller's ctx
+// bounds the wait for the connection; once the write is sent it runs to
+// its end whatever the caller does (its context reaches the statement
+// only for its values), so that an error from a write the caller left
+// always means it changed nothing. Only a lost connection leaves the
+// outcome unknown, and that error wraps store.ErrUnavailable.
+func (s *Store) write(ctx context.Context, fn func(context.Context, *pgxpool.Conn) error) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fn(context.WithoutCancel(ctx), conn)
+}
+
 // classify wraps the errors that mean "the database cannot be used right
 // now" with store.ErrUnavailable, keeping only the server's short message
 // (never the statement). A caller's own cancellation stays what it is.
