@@ -321,13 +321,34 @@ func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, c store.Claim
 	query := "WITH picked AS (" + picked + ") " + fmt.Sprintf(claimSet, qualified(columns, "j"))
 	args = append(args, pickArgs...)
 
-	var queuedAt pgtype.Timestamptz
-	var (
-		row storedRow
-		err error
-	)
 	keys := s.lockKeys(f)
-	err = s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+	for attempt := 1; ; attempt++ {
+		j, queuedAt, err := s.claim(ctx, keys, query, args)
+		if !errors.Is(err, store.ErrNoJob) || attempt == claimAttempts {
+			return j, queuedAt, err
+		}
+		// The claim's snapshot may predate jobs committed while it ran,
+		// and the jobs it saw may have been taken meanwhile: if a fresh
+		// read finds one ready, claim again.
+		if _, ok, err := s.nextReady(ctx, f, true); err != nil || !ok {
+			return store.Job{}, time.Time{}, store.ErrNoJob
+		}
+	}
+}
+
+// claimAttempts bounds how often ClaimJob claims again after finding
+// nothing while a later read finds a job ready.
+const claimAttempts = 3
+
+// claim runs the claim statement, after the batch of advisory locks
+// keys if there are any.
+func (s *Store) claim(ctx context.Context, keys []int64, query string, args []any) (store.Job, time.Time, error) {
+	var (
+		queuedAt pgtype.Timestamptz
+		row      storedRow
+	)
+	err := s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		var err error
 		if len(keys) == 0 {
 			row, err = scanJob(conn.QueryRow(ctx, query, args...), &queuedAt)
 			return err
@@ -336,8 +357,7 @@ func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, c store.Claim
 		b.Queue("SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k", keys)
 		b.Queue(query, args...)
 		br := conn.SendBatch(ctx, b)
-		_, err := br.Exec()
-		if err == nil {
+		if _, err = br.Exec(); err == nil {
 			row, err = scanJob(br.QueryRow(), &queuedAt)
 		}
 		return errors.Join(err, br.Close())
@@ -354,7 +374,12 @@ func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, c store.Claim
 // NextReady implements store.Store with ClaimJob's pick, without the
 // ready condition and without locks: it is a read.
 func (s *Store) NextReady(ctx context.Context, f store.ClaimFilter) (time.Time, bool, error) {
-	query, args := pick(f, false, "j.run_at", "", 1)
+	return s.nextReady(ctx, f, false)
+}
+
+func (s *Store) nextReady(ctx context.Context, f store.ClaimFilter, ready bool) (time.Time, bool, error) {
+	f.Now = micro(f.Now)
+	query, args := pick(f, ready, "j.run_at", "", 1)
 	var runAt pgtype.Timestamptz
 	err := s.pool.QueryRow(ctx, query, args...).Scan(&runAt)
 	if errors.Is(err, pgx.ErrNoRows) {
