@@ -51,6 +51,8 @@ type Store struct {
 	schema  string // where the tables are
 	channel string // the NOTIFY channel of the schema
 	log     *slog.Logger
+	// writes tracks episodes of failing writes, so each is logged once.
+	writes health
 
 	// closing ends the listeners when the store closes.
 	closing   context.Context
@@ -74,7 +76,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", classify(err))
 	}
-	s := &Store{pool: pool, log: slog.Default()}
+	s := &Store{pool: pool, log: slog.Default(), writes: health{log: slog.Default()}}
 	s.closing, s.close = context.WithCancel(context.Background())
 	var schema *string
 	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
@@ -110,13 +112,17 @@ func (s *Store) Close() error {
 func (s *Store) write(ctx context.Context, fn func(context.Context, *pgxpool.Conn) error) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
+		err = classify(err)
+		s.writes.observe(err)
 		return err
 	}
 	defer conn.Release()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return fn(context.WithoutCancel(ctx), conn)
+	err = fn(context.WithoutCancel(ctx), conn)
+	s.writes.observe(classify(err))
+	return err
 }
 
 // classify wraps the errors that mean "the database cannot be used right
