@@ -201,9 +201,8 @@ func pick(f store.ClaimFilter, ready bool, sel, suffix string, first int) (strin
 	pool_size(pool, size) AS (
 		SELECT * FROM unnest(` + arg(rules.pools) + `::text[], ` + arg(rules.sizes) + `::int[])),
 	running(queue, n) AS (
-		SELECT r.queue, count(*) FROM jobs AS r
-		WHERE r.state = 'running' AND r.queue IN (SELECT queue FROM lim UNION SELECT queue FROM pool_use)
-		GROUP BY r.queue),
+		SELECT q.queue, (SELECT count(*) FROM jobs AS r WHERE r.state = 'running' AND r.queue = q.queue)
+		FROM (SELECT queue FROM lim UNION SELECT queue FROM pool_use) AS q),
 	blocked(queue) AS (
 		SELECT u.queue FROM pool_use AS u JOIN pool_size AS p ON p.pool = u.pool
 		WHERE (SELECT coalesce(sum(r.n), 0) FROM pool_use AS o JOIN running AS r ON r.queue = o.queue
