@@ -57,8 +57,14 @@ type ListFilter struct {
 	States []State
 	Kind   string
 	Queue  string
-	// UpdatedSince keeps jobs whose UpdatedAt is at or after it.
-	UpdatedSince time.Time
+	// ChangedSince, a cursor from ChangeCursor, keeps the jobs whose
+	// Version went up in a write committed after ChangeCursor returned it
+	// (and maybe some committed shortly before: a reader must expect to
+	// see a version again). A cursor the backend did not issue returns
+	// ErrInvalidPageToken. "": no filter. With it the list comes in
+	// change order, oldest change first, not newest first, and its page
+	// tokens are for that order.
+	ChangedSince string
 	// Limit is the page size; the backend caps nothing, the caller does.
 	Limit int
 	// PageToken is the NextPageToken of the previous page.
@@ -135,6 +141,61 @@ type ScheduledJob struct {
 	Version                 int64
 }
 
+// Claim is what ClaimJob sets on the job it takes: State RUNNING,
+// Attempt + 1, WorkerID, LeaseID, LeaseExpiresAt = Now + the queue's
+// lease, StartedAt = Now if it was unset, UpdatedAt = Now, Version + 1.
+// It is data, not a function, so that a backend can claim in one
+// statement.
+type Claim struct {
+	WorkerID string
+	LeaseID  string
+	// Now is the time of the claim, on the database's clock as the
+	// engine reads it (see Store.Now).
+	Now time.Time
+	// Lease is how long the lease lasts in a queue not in Leases.
+	Lease time.Duration
+	// Leases gives the lease of the queues that have their own.
+	Leases map[string]time.Duration
+}
+
+// Apply makes j what claiming it under c makes it, but for Version,
+// which the store raises.
+func (c Claim) Apply(j *Job) {
+	j.State = Running
+	j.Attempt++
+	j.WorkerID, j.LeaseID = c.WorkerID, c.LeaseID
+	j.LeaseExpiresAt = c.Now.Add(c.LeaseFor(j.Queue))
+	if j.StartedAt.IsZero() {
+		j.StartedAt = c.Now
+	}
+	j.UpdatedAt = c.Now
+}
+
+// LeaseFor returns how long a lease of queue lasts.
+func (c Claim) LeaseFor(queue string) time.Duration {
+	if d, ok := c.Leases[queue]; ok {
+		return d
+	}
+	return c.Lease
+}
+
+// Change is one committed change to a job, as a listener hears of it:
+// enough to decide whether anyone local cares (waiters of the job,
+// watchers of the tenant, claimers of the kind and queue) before
+// reading the job itself.
+type Change struct {
+	JobID   string
+	Version int64
+	Tenant  string
+	Kind    string
+	Queue   string
+	State   State
+	RunAt   time.Time
+	// Local: the write was made through the Store that hears it, whose
+	// caller has the committed job already.
+	Local bool
+}
+
 // Attempt names one attempt of a RUNNING job: the job and its lease.
 type Attempt struct {
 	JobID   string
@@ -174,14 +235,23 @@ func (s ScheduleState) Unfinished() bool {
 }
 
 // Store persists jobs. Implementations are safe for concurrent use.
+//
+// Each method says whether a caller may retry it after an error that
+// leaves the outcome unknown (ErrUnavailable, a lost connection):
+// "retry: safe" means running it again cannot do anything twice.
+// Decisions that depend on the row (state, lease, version) are checked
+// in the write itself, so no backend holds a row lock while Go code runs
+// between round trips.
 type Store interface {
 	// CreateJob inserts j as given (the caller sets ID, State, Version 1
 	// and times) and returns the stored job. If j.UniqueKey is set and
 	// another job of j.Tenant in an active state has the same key, it
 	// returns a *ConflictError and stores nothing.
+	// Retry: not blindly. A create that did commit fails when run again
+	// (its id is taken); a caller that retries reads j.ID first.
 	CreateJob(ctx context.Context, j Job) (Job, error)
 
-	// GetJob returns the job with id, or ErrNotFound.
+	// GetJob returns the job with id, or ErrNotFound. Retry: safe.
 	GetJob(ctx context.Context, id string) (Job, error)
 
 	// ListJobs returns jobs matching f, newest first (by CreatedAt, ties
@@ -191,25 +261,32 @@ type Store interface {
 	// Payload and Result. A token that the backend did not issue returns
 	// ErrInvalidPageToken. Paging is by key, not offset: jobs created
 	// while a caller pages never shift later pages, so there are no gaps
-	// and no duplicates.
+	// and no duplicates. Retry: safe.
 	ListJobs(ctx context.Context, f ListFilter) (jobs []Job, nextPageToken string, err error)
 
-	// UpdateJob reads job id under a write lock, lets update change it,
-	// and commits. If update returns an error nothing is written and the
-	// error is returned as it is. If the change is visible (see
-	// SameVisible) Version goes up by one; the caller sets UpdatedAt.
-	// update may change any field but ID and Version, which the store
-	// owns.
+	// UpdateJob reads job id, lets update change it, and commits the
+	// change only if the job is still as update saw it; otherwise it
+	// reads it again and calls update again. So update may run more than
+	// once and must decide from the job it is given alone. If update
+	// returns an error nothing is written and the error is returned as it
+	// is. If the change is visible (see SameVisible) Version goes up by
+	// one; the caller sets UpdatedAt. update may change any field but ID
+	// and Version, which the store owns.
 	// It returns the committed job, or ErrNotFound.
+	// Retry: safe when update checks what it expects (a lease, a state),
+	// as every engine update does; the write is conditional on the row.
 	UpdateJob(ctx context.Context, id string, update func(*Job) error) (Job, error)
 
 	// ClaimJob picks the oldest ready QUEUED job matching f (by RunAt,
 	// then creation order) whose queue and pools have room under
-	// f.Limits and f.Pools, lets claim change it (to RUNNING, with a
-	// lease), and commits with Version + 1. Two concurrent claims never
-	// get the same job, and never together take a queue or pool past its
-	// limit. It returns ErrNoJob when nothing is ready.
-	ClaimJob(ctx context.Context, f ClaimFilter, claim func(*Job)) (Job, error)
+	// f.Limits and f.Pools, makes it RUNNING under c (see Claim), and
+	// commits, in one statement. Two concurrent claims never get the same
+	// job, and never together take a queue or pool past its limit. It
+	// returns the claimed job and when it was queued (its UpdatedAt before
+	// the claim), or ErrNoJob when nothing is ready.
+	// Retry: not safe. A claim that committed but whose answer was lost
+	// holds a job under a lease no one knows; the lease expires.
+	ClaimJob(ctx context.Context, f ClaimFilter, c Claim) (j Job, queuedAt time.Time, err error)
 
 	// NextReady returns the earliest RunAt among QUEUED jobs matching f's
 	// tenants, kinds and queues that ClaimJob could take once that time
@@ -217,52 +294,54 @@ type Store interface {
 	// is its head), whether it is past or not, and ok false if none does.
 	// It is a read, so a parked claim that wakes can learn whether
 	// ClaimJob, a write, would find a job (runAt at or before now) and, if
-	// not, when it should look again.
+	// not, when it should look again. Retry: safe.
 	NextReady(ctx context.Context, f ClaimFilter) (runAt time.Time, ok bool, err error)
 
 	// ScheduledJobs returns the QUEUED jobs whose RunAt is after now,
 	// earliest first (ties in creation order), at most limit of them. The
 	// engine reads it once at start, to wake a claimer when each is due
 	// without any claimer polling; it learns of later ones as they are
-	// committed.
+	// committed. Retry: safe.
 	ScheduledJobs(ctx context.Context, now time.Time, limit int) ([]ScheduledJob, error)
 
 	// ExpiredLeases returns the ids of RUNNING jobs whose lease expired
-	// before now.
+	// before now. Retry: safe.
 	ExpiredLeases(ctx context.Context, now time.Time) ([]string, error)
 
 	// TimedOut returns the RUNNING jobs of queue whose current attempt
 	// began (the commit that made them RUNNING, as its UpdatedAt) before
 	// startedBefore, each with the lease of that attempt, so the caller
-	// can end exactly that attempt and no later one.
+	// can end exactly that attempt and no later one. Retry: safe.
 	TimedOut(ctx context.Context, queue string, startedBefore time.Time) ([]Attempt, error)
 
 	// MarkDrained records that each of queues had no QUEUED or RUNNING
 	// job at t. A later time already stored is kept, so replicas sweeping
-	// at once never move a queue's drain back.
+	// at once never move a queue's drain back. Retry: safe.
 	MarkDrained(ctx context.Context, queues []string, t time.Time) error
 
 	// LastDrained returns, by queue, the latest time MarkDrained recorded;
-	// a queue never marked is absent.
+	// a queue never marked is absent. Retry: safe.
 	LastDrained(ctx context.Context) (map[string]time.Time, error)
 
 	// DeleteFinishedBefore deletes terminal jobs whose FinishedAt is
-	// before t and reports how many it deleted.
+	// before t and reports how many it deleted. Retry: safe.
 	DeleteFinishedBefore(ctx context.Context, t time.Time) (int, error)
 
 	// CountByState returns how many jobs are in each state, for metrics.
+	// Retry: safe.
 	CountByState(ctx context.Context) (map[State]int64, error)
 
 	// QueueStats returns, for each queue with at least one QUEUED or
 	// RUNNING job, its counts and the RunAt of its oldest ready job as of
 	// now, sorted by name. Queues with nothing unfinished are absent.
 	// It reads every unfinished job once, so backends should answer it
-	// from an index rather than the table.
+	// from an index rather than the table. Retry: safe.
 	QueueStats(ctx context.Context, now time.Time) ([]QueueStats, error)
 
 	// Schedules returns the state of every schedule that RunSchedules
 	// ever started a run of, sorted by name. It is a read, so a caller
 	// can learn cheaply whether RunSchedules would do anything.
+	// Retry: safe.
 	Schedules(ctx context.Context) ([]ScheduleState, error)
 
 	// RunSchedules starts the runs that are due, in one transaction that
@@ -279,8 +358,36 @@ type Store interface {
 	// recorded in the same transaction as the change that ended its job
 	// (whatever made it: UpdateJob, ClaimJob's caller, a sweep), so it
 	// survives the job's deletion. State of schedules not in runs is
-	// kept as it is.
+	// kept as it is. Retry: safe (a run created already makes the
+	// schedule unfinished or not yet due).
 	RunSchedules(ctx context.Context, runs []ScheduleRun, now time.Time) ([]Job, error)
+
+	// ChangeCursor returns a cursor for ListFilter.ChangedSince that
+	// means the same on every Store sharing the database: a later list
+	// with it returns every job whose Version went up in a write that
+	// committed after ChangeCursor returned. It comes from the database
+	// (a change sequence stamped on every write), not from a clock, so
+	// nothing is skipped or guessed. At most 64 bytes of URL-safe text.
+	// Retry: safe.
+	ChangeCursor(ctx context.Context) (string, error)
+
+	// Listen calls fn with the changes committed to the database from
+	// the time Listen returns until ctx ends: every write whose Version
+	// went up, by this Store or any other sharing the database, in
+	// batches, from one goroutine, in commit order for each job (a job
+	// may appear more than once in a batch; its highest Version is the
+	// latest). fn must not block for long. If the backend may have
+	// missed changes (it lost its connection to the database and has it
+	// again), it calls fn with missed true: the caller must read again
+	// whatever it watches. Listen returns once listening has begun, or
+	// the error that stopped it from starting.
+	Listen(ctx context.Context, fn func(changes []Change, missed bool)) error
+
+	// Now reads the database's clock. Every replica sharing a database
+	// takes the times that decide anything (leases, RunAt, retention,
+	// UpdatedAt) from it, through the engine's clock, not from its own
+	// machine's clock. Retry: safe.
+	Now(ctx context.Context) (time.Time, error)
 
 	// Close releases the database.
 	Close() error
