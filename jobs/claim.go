@@ -166,21 +166,12 @@ func (e *Engine) claimOnce(ctx context.Context, f store.ClaimFilter, workerID st
 	if err := ctx.Err(); err != nil {
 		return store.Job{}, store.ErrNoJob
 	}
-	var queuedAt time.Time
-	_, done := e.writes.begin(e.now)
-	defer done()
-	j, err := e.store.ClaimJob(ctx, f, func(j *store.Job) {
-		now := e.now()
-		queuedAt = j.UpdatedAt
-		j.State = store.Running
-		j.Attempt++
-		j.WorkerID = workerID
-		j.LeaseID = newLeaseID()
-		j.LeaseExpiresAt = now.Add(e.queueRules(j.Queue).LeaseTimeout)
-		if j.StartedAt.IsZero() {
-			j.StartedAt = now
-		}
-		j.UpdatedAt = now
+	j, queuedAt, err := e.store.ClaimJob(ctx, f, store.Claim{
+		WorkerID: workerID,
+		LeaseID:  newLeaseID(),
+		Now:      e.now(),
+		Lease:    e.cfg.LeaseTimeout,
+		Leases:   e.rules.Load().leases,
 	})
 	switch {
 	case errors.Is(err, store.ErrNoJob):

@@ -191,10 +191,10 @@ type afterClaim struct {
 	hook func()
 }
 
-func (s *afterClaim) ClaimJob(ctx context.Context, f store.ClaimFilter, claim func(*store.Job)) (store.Job, error) {
-	j, err := s.Store.ClaimJob(ctx, f, claim)
+func (s *afterClaim) ClaimJob(ctx context.Context, f store.ClaimFilter, claim store.Claim) (store.Job, time.Time, error) {
+	j, queuedAt, err := s.Store.ClaimJob(ctx, f, claim)
 	s.once.Do(s.hook)
-	return j, err
+	return j, queuedAt, err
 }
 
 func TestClaimSeesAJobThatBecomesReadyBetweenItsLookAndItsPark(t *testing.T) {
@@ -234,10 +234,10 @@ type readHook struct {
 // for a job is its claim write (3).
 type hookedStore struct{ store.Store }
 
-func (s hookedStore) ClaimJob(ctx context.Context, f store.ClaimFilter, claim func(*store.Job)) (store.Job, error) {
+func (s hookedStore) ClaimJob(ctx context.Context, f store.ClaimFilter, claim store.Claim) (store.Job, time.Time, error) {
 	if h, ok := ctx.Value(readHookKey{}).(*readHook); ok {
 		if err := h.before(h.n.Add(1)); err != nil {
-			return store.Job{}, err
+			return store.Job{}, time.Time{}, err
 		}
 	}
 	return s.Store.ClaimJob(ctx, f, claim)

@@ -61,8 +61,10 @@ type Config struct {
 	// DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
 	// Now is the wall clock, read for what is stored or shown: the
-	// stamps of a job, its RunAt, its lease's expiry, retention. Default
-	// time.Now. The deadlines of parked calls never read it: they are
+	// stamps of a job, its RunAt, its lease's expiry, retention. Default:
+	// the database's clock (store.Store.Now), read through an offset
+	// from this machine's that Run measures again every 30 s, so that
+	// replicas agree on time. The deadlines of parked calls never read it: they are
 	// instants on the monotonic clock (see Wait), so neither a fake clock
 	// nor a step of the system's clock can stretch a cap.
 	Now func() time.Time
@@ -187,9 +189,6 @@ type Engine struct {
 	// claimers are the Claims in progress, which publish wakes one at a
 	// time (claimers.go).
 	claimers claimers
-	// writes knows since when this engine's writes in flight were
-	// stamped, so WatchTenant never moves its cursor past one.
-	writes inFlight
 	// alerts remembers what the sweep needs to log alerts once; hook
 	// posts their changes to Rules.AlertWebhook.
 	alerts alertState
@@ -199,6 +198,13 @@ type Engine struct {
 
 	// deadlines are the caps of parked calls, shared (deadlines.go).
 	deadlines *deadlines
+	// clock is the database's clock (listen.go), nil when Config.Now
+	// was given.
+	clock *storeClock
+	// listenCtx lives while the engine hears the store's changes
+	// (listen.go); stopListening ends it.
+	listenCtx     context.Context
+	stopListening context.CancelFunc
 	// done is closed by Shutdown; every parked call selects on it.
 	done     chan struct{}
 	shutdown sync.Once
@@ -210,6 +216,11 @@ func tenantSignal(tenant string) string { return "tenant/" + tenant }
 // are logged and replaced by the zero Rules; package config refuses such
 // a file earlier, with the line at fault.
 func New(st store.Store, cfg Config) *Engine {
+	var clock *storeClock
+	if cfg.Now == nil {
+		clock = &storeClock{st: st}
+		cfg.Now = clock.now
+	}
 	cfg = cfg.withDefaults()
 	e := &Engine{
 		store:     st,
@@ -219,7 +230,16 @@ func New(st store.Store, cfg Config) *Engine {
 		signals:   watch.NewHub[struct{}](),
 		deadlines: newDeadlines(),
 		done:      make(chan struct{}),
+		clock:     clock,
 	}
+	if clock != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := clock.sync(ctx); err != nil {
+			e.log.Warn("cannot read the database's clock; using this machine's until it answers", "err", err)
+		}
+		cancel()
+	}
+	e.startListening()
 	e.hook = alerthook.New(e.log, e.done)
 	e.rules.Store(&Rules{})
 	if err := e.SetRules(cfg.Rules); err != nil {
@@ -243,6 +263,7 @@ func (e *Engine) Config() Config {
 func (e *Engine) Shutdown() {
 	e.shutdown.Do(func() {
 		close(e.done)
+		e.stopListening()
 		e.stopDueTimer()
 	})
 }
@@ -267,54 +288,6 @@ func (e *Engine) publish(j store.Job) {
 // never compared with it (see timerUntil).
 func (e *Engine) now() time.Time { return e.cfg.Now().UTC() }
 
-// inFlight tracks the writes that have read the clock but not yet
-// returned from the store. A write stamps UpdatedAt with a reading taken
-// at or after its start, and becomes visible only when it commits, which
-// can be long after (a submission queued behind other writes, or waiting
-// out another process's lock). WatchTenant reads "updated since its
-// cursor", so its cursor must never pass the start of a write that may
-// still commit: horizon is the earliest such start, or now.
-type inFlight struct {
-	mu     sync.Mutex
-	starts map[int64]int // UnixNano of a start -> writes that began then
-}
-
-// begin records a write starting now and returns now and the function to
-// call once the store has returned (committed or not). The clock is read
-// under the lock, so a horizon taken concurrently is either before now or
-// already counts this write.
-func (w *inFlight) begin(clock func() time.Time) (time.Time, func()) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	now := clock()
-	key := now.UnixNano()
-	if w.starts == nil {
-		w.starts = map[int64]int{}
-	}
-	w.starts[key]++
-	return now, func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if w.starts[key]--; w.starts[key] == 0 {
-			delete(w.starts, key)
-		}
-	}
-}
-
-// horizon returns the earliest start of a write in flight, or now if
-// there is none: every write stamped before it has committed.
-func (w *inFlight) horizon(clock func() time.Time) time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	now := clock()
-	for start := range w.starts {
-		if t := time.Unix(0, start).UTC(); t.Before(now) {
-			now = t
-		}
-	}
-	return now
-}
-
 // woke reports a wake-up caused by the change committed at changedAt.
 func (e *Engine) woke(kind string, changedAt time.Time) {
 	d := e.now().Sub(changedAt)
@@ -338,8 +311,6 @@ func (e *Engine) update(ctx context.Context, op, id string, change func(j *store
 		return store.Job{}, err
 	}
 	var before store.Job
-	_, done := e.writes.begin(e.now)
-	defer done()
 	j, err := e.store.UpdateJob(ctx, id, func(j *store.Job) error {
 		before = *j
 		now := e.now()

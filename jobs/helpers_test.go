@@ -35,6 +35,22 @@ func openStore(t *testing.T) store.Store {
 	return st
 }
 
+// openSharedStores returns two Stores on one fresh database, as two
+// replicas would have.
+func openSharedStores(t *testing.T) (a, b store.Store) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "jobs.db")
+	for _, s := range []*store.Store{&a, &b} {
+		st, err := sqlite.Open(path)
+		if err != nil {
+			t.Fatalf("open store: %v", err)
+		}
+		t.Cleanup(func() { st.Close() })
+		*s = st
+	}
+	return a, b
+}
+
 func newEngineOver(t *testing.T, st store.Store, cfg jobs.Config) *jobs.Engine {
 	t.Helper()
 	if cfg.RetryInitialBackoff == 0 {

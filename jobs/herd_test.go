@@ -39,7 +39,7 @@ func (s *countingStore) NextReady(ctx context.Context, f store.ClaimFilter) (tim
 	return s.Store.NextReady(ctx, f)
 }
 
-func (s *countingStore) ClaimJob(ctx context.Context, f store.ClaimFilter, claim func(*store.Job)) (store.Job, error) {
+func (s *countingStore) ClaimJob(ctx context.Context, f store.ClaimFilter, claim store.Claim) (store.Job, time.Time, error) {
 	s.claims.Add(1)
 	return s.Store.ClaimJob(ctx, f, claim)
 }

@@ -39,9 +39,10 @@ type Rules struct {
 	// next run, and a removed schedule queues no more runs.
 	Schedules []Schedule
 
-	// limits are Queues' claim rules as the store checks them, built by
-	// SetRules.
+	// limits are Queues' claim rules as the store checks them, and
+	// leases the queues' own lease timeouts, built by SetRules.
 	limits map[string]store.QueueLimit
+	leases map[string]time.Duration
 }
 
 // QueueRules are one queue's rules. A zero field takes Config's default.
@@ -150,6 +151,12 @@ func (e *Engine) SetRules(r Rules) error {
 	r.Pools = maps.Clone(r.Pools)
 	r.Schedules = slices.Clone(r.Schedules)
 	r.limits = r.claimLimits()
+	r.leases = map[string]time.Duration{}
+	for name, q := range r.Queues {
+		if q.LeaseTimeout > 0 {
+			r.leases[name] = q.LeaseTimeout
+		}
+	}
 	e.rules.Store(&r)
 	// New limits may give room to claimers parked behind the old ones.
 	e.wakeAllClaimers()
@@ -162,7 +169,7 @@ func (e *Engine) Rules() Rules {
 	r.Queues = maps.Clone(r.Queues)
 	r.Pools = maps.Clone(r.Pools)
 	r.Schedules = slices.Clone(r.Schedules)
-	r.limits = nil
+	r.limits, r.leases = nil, nil
 	return r
 }
 

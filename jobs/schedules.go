@@ -184,8 +184,7 @@ func (e *Engine) runSchedules(ctx context.Context) error {
 	if len(due) == 0 {
 		return nil
 	}
-	now, done := e.writes.begin(e.now)
-	defer done()
+	now := e.now()
 	runs := make([]store.ScheduleRun, 0, len(due))
 	for _, s := range due {
 		runs = append(runs, store.ScheduleRun{Name: s.Name, Every: s.Every, Job: e.scheduledRun(r, s, now)})

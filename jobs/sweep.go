@@ -16,11 +16,21 @@ import (
 func (e *Engine) Run(ctx context.Context) error {
 	ticker := time.NewTicker(e.cfg.SweepInterval)
 	defer ticker.Stop()
+	var clockTicks <-chan time.Time
+	if e.clock != nil {
+		t := time.NewTicker(clockSync)
+		defer t.Stop()
+		clockTicks = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			e.storeIdleSightings() // see alerts.go: a stop loses no drain
 			return nil
+		case <-clockTicks:
+			if err := e.clock.sync(ctx); err != nil {
+				e.log.Debug("read the database's clock", "err", err)
+			}
 		case <-ticker.C:
 			err := e.Sweep(ctx)
 			switch {

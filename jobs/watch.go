@@ -2,7 +2,7 @@ package jobs
 
 import (
 	"context"
-	"strconv"
+	"errors"
 	"strings"
 	"time"
 
@@ -166,25 +166,21 @@ type TenantWatchOptions struct {
 	Send func(jobs []store.Job, resumeToken string) error
 }
 
-// tenantOverlap is how far before its cursor each WatchTenant query looks
-// again. This engine's own writes never need it (the cursor stays behind
-// every write in flight, see inFlight); it is for writes of other
-// replicas, announced through Publish, whose clocks and commit delays this
-// engine cannot see: any of those that commits within this long of its
-// stamp, by a clock within this much of ours, is seen. The cost is
-// re-reading (and not re-sending) the jobs changed in that window.
-const tenantOverlap = 2 * time.Second
-
 // WatchTenant sends batches of a tenant's changed jobs until the
 // deadline or Shutdown (nil error), or ctx's end (ctx.Err()). An empty
 // tenant means DefaultTenant.
 //
-// It subscribes to the tenant's signal, then queries the store for jobs
-// updated since its cursor less tenantOverlap and sends those whose
-// version it has not yet sent in this stream. The resume token encodes
-// the cursor, so a resumed stream may repeat a job at a version the
-// client already has (the client keeps the higher version), but misses
-// none. A job deleted by retention is not announced.
+// It subscribes to the tenant's signal, then asks the store for the jobs
+// changed since its cursor and sends those whose version it has not yet
+// sent in this stream. The cursor is the store's (store.ChangeCursor): a
+// change sequence stamped in the database, taken before each read, so
+// the resume token that carries it means the same on every replica
+// sharing the database, and no clock is guessed at. A resumed stream may
+// repeat a job at a version the client already has (one whose write was
+// in flight as the cursor was taken; the client keeps the higher
+// version), but misses none. A job deleted by retention is not
+// announced. A token of the earlier, clock-based format ("t1.") starts
+// the stream over, as one without a token does.
 //
 // Every read is a store page bounded by MaxPageBytes and sent before the
 // next is read, so a stream holds at most two pages of jobs however many
@@ -203,18 +199,9 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 		return err
 	}
 	size := pageSize(o.PageSize)
-	var cursor time.Time
-	if o.ResumeToken != "" {
-		var err error
-		if cursor, err = decodeTenantToken(o.ResumeToken); err != nil {
-			return err
-		}
-		// A token from the future (another replica's clock ran ahead,
-		// or the clock was set back) would skip every change stamped
-		// before it by this clock: resume from now instead.
-		if now := e.writes.horizon(e.now); cursor.After(now) {
-			cursor = now
-		}
+	cursor, err := decodeTenantToken(o.ResumeToken)
+	if err != nil {
+		return err
 	}
 	sub := e.signals.Subscribe(tenantSignal(tenant))
 	defer sub.Close()
@@ -227,8 +214,10 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 	// changed is taken again only right before each query: a signal that
 	// arrives while the stream sends a keepalive must still cause a look.
 	_, _, changed := sub.Latest()
-	if o.ResumeToken == "" {
-		cursor = e.writes.horizon(e.now)
+	if cursor == "" {
+		if cursor, err = e.store.ChangeCursor(ctx); err != nil {
+			return wrap("watch tenant", "", err)
+		}
 		if err := e.sendRecent(ctx, tenant, size, o, cursor, sent); err != nil {
 			return err
 		}
@@ -245,15 +234,15 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 	for {
 		if look {
 			_, _, changed = sub.Latest()
-			next := cursor
-			if start := e.writes.horizon(e.now); start.After(next) {
-				next = start
+			next, err := e.store.ChangeCursor(ctx)
+			if err != nil {
+				return wrap("watch tenant", "", err)
 			}
 			// Until the last batch is sent a resume must read this window
 			// again: only the last batch advances the client's token.
 			token, nextToken := encodeTenantToken(cursor), encodeTenantToken(next)
 			first := true
-			all, err := e.tenantChanges(ctx, tenant, cursor.Add(-tenantOverlap), sent, o.Full, size,
+			all, err := e.tenantChanges(ctx, tenant, cursor, sent, o.Full, size,
 				func(batch []store.Job, last bool) error {
 					if first && woken {
 						e.woke("watch", newestUpdate(batch))
@@ -296,7 +285,7 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 // (bounded by MaxPageBytes) per batch, and records their versions in
 // sent. Only the last batch carries the token of cursor: a client that
 // loses the stream before it starts over.
-func (e *Engine) sendRecent(ctx context.Context, tenant string, size int, o TenantWatchOptions, cursor time.Time, sent map[string]int64) error {
+func (e *Engine) sendRecent(ctx context.Context, tenant string, size int, o TenantWatchOptions, cursor string, sent map[string]int64) error {
 	f := store.ListFilter{Tenant: tenant, Limit: size, Full: o.Full, MaxBytes: MaxPageBytes}
 	for left := size; ; {
 		jobs, next, err := e.store.ListJobs(ctx, f)
@@ -327,13 +316,16 @@ func (e *Engine) sendRecent(ctx context.Context, tenant string, size int, o Tena
 // each batch back until it knows whether another follows, so that send
 // learns which is the last. It returns the versions of all it read (to
 // become the next sent).
-func (e *Engine) tenantChanges(ctx context.Context, tenant string, since time.Time, sent map[string]int64, full bool, size int,
+func (e *Engine) tenantChanges(ctx context.Context, tenant string, since string, sent map[string]int64, full bool, size int,
 	send func(batch []store.Job, last bool) error) (map[string]int64, error) {
 	all := map[string]int64{}
-	f := store.ListFilter{Tenant: tenant, UpdatedSince: since, Limit: MaxPageSize, Full: full, MaxBytes: MaxPageBytes}
+	f := store.ListFilter{Tenant: tenant, ChangedSince: since, Limit: MaxPageSize, Full: full, MaxBytes: MaxPageBytes}
 	var held []store.Job
 	for {
 		jobs, next, err := e.store.ListJobs(ctx, f)
+		if errors.Is(err, store.ErrInvalidPageToken) && f.PageToken == "" {
+			return nil, badTenantToken
+		}
 		if err != nil {
 			return nil, wrap("watch tenant", "", err)
 		}
@@ -375,23 +367,29 @@ func newestUpdate(jobs []store.Job) time.Time {
 	return t
 }
 
-// A tenant resume token is "t1." and the cursor in Unix nanoseconds,
-// base 36. The prefix versions the format.
-const tenantTokenPrefix = "t1."
+// A tenant resume token is "t2." and the store's change cursor. The
+// prefix versions the format: "t1." tokens held a time, which no longer
+// means anything to the store.
+const (
+	tenantTokenPrefix    = "t2."
+	oldTenantTokenPrefix = "t1."
+)
 
-func encodeTenantToken(cursor time.Time) string {
-	return tenantTokenPrefix + strconv.FormatInt(cursor.UnixNano(), 36)
+var badTenantToken = &InvalidError{Field: "resume_token", Reason: "is not a token this server issued"}
+
+func encodeTenantToken(cursor string) string {
+	return tenantTokenPrefix + cursor
 }
 
-func decodeTenantToken(tok string) (time.Time, error) {
-	bad := &InvalidError{Field: "resume_token", Reason: "is not a token this server issued"}
-	rest, ok := strings.CutPrefix(tok, tenantTokenPrefix)
-	if !ok {
-		return time.Time{}, bad
+// decodeTenantToken returns the store cursor in tok, or "" for no token
+// or one of the old format: start over.
+func decodeTenantToken(tok string) (string, error) {
+	if tok == "" || strings.HasPrefix(tok, oldTenantTokenPrefix) {
+		return "", nil
 	}
-	n, err := strconv.ParseInt(rest, 36, 64)
-	if err != nil || n < 0 {
-		return time.Time{}, bad
+	cursor, ok := strings.CutPrefix(tok, tenantTokenPrefix)
+	if !ok || cursor == "" {
+		return "", badTenantToken
 	}
-	return time.Unix(0, n).UTC(), nil
+	return cursor, nil
 }

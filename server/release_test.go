@@ -25,8 +25,8 @@ type leavesOnClaim struct {
 	left    chan string // what the request context said, once ended
 }
 
-func (s *leavesOnClaim) ClaimJob(ctx context.Context, f store.ClaimFilter, claim func(*store.Job)) (store.Job, error) {
-	j, err := s.Store.ClaimJob(ctx, f, claim)
+func (s *leavesOnClaim) ClaimJob(ctx context.Context, f store.ClaimFilter, claim store.Claim) (store.Job, time.Time, error) {
+	j, queuedAt, err := s.Store.ClaimJob(ctx, f, claim)
 	if err == nil && j.WorkerID == s.leaving {
 		s.once.Do(func() {
 			s.leave()
@@ -38,7 +38,7 @@ func (s *leavesOnClaim) ClaimJob(ctx context.Context, f store.ClaimFilter, claim
 			}
 		})
 	}
-	return j, err
+	return j, queuedAt, err
 }
 
 func TestAClaimWhoseWorkerLeavesAsItIsGrantedGivesTheJobBack(t *testing.T) {

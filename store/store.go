@@ -61,7 +61,9 @@ type ListFilter struct {
 	// Version went up in a write committed after ChangeCursor returned it
 	// (and maybe some committed shortly before: a reader must expect to
 	// see a version again). A cursor the backend did not issue returns
-	// ErrInvalidPageToken. "": no filter.
+	// ErrInvalidPageToken. "": no filter. With it the list comes in
+	// change order, oldest change first, not newest first, and its page
+	// tokens are for that order.
 	ChangedSince string
 	// Limit is the page size; the backend caps nothing, the caller does.
 	Limit int
@@ -156,6 +158,19 @@ type Claim struct {
 	Leases map[string]time.Duration
 }
 
+// Apply makes j what claiming it under c makes it, but for Version,
+// which the store raises.
+func (c Claim) Apply(j *Job) {
+	j.State = Running
+	j.Attempt++
+	j.WorkerID, j.LeaseID = c.WorkerID, c.LeaseID
+	j.LeaseExpiresAt = c.Now.Add(c.LeaseFor(j.Queue))
+	if j.StartedAt.IsZero() {
+		j.StartedAt = c.Now
+	}
+	j.UpdatedAt = c.Now
+}
+
 // LeaseFor returns how long a lease of queue lasts.
 func (c Claim) LeaseFor(queue string) time.Duration {
 	if d, ok := c.Leases[queue]; ok {
@@ -175,6 +190,10 @@ type Change struct {
 	Kind    string
 	Queue   string
 	State   State
+	RunAt   time.Time
+	// Local: the write was made through the Store that hears it, whose
+	// caller has the committed job already.
+	Local bool
 }
 
 // Attempt names one attempt of a RUNNING job: the job and its lease.

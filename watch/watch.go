@@ -139,6 +139,34 @@ func (h *Hub[V]) Subscribe(key string) *Subscription[V] {
 	return &Subscription[V]{hub: h, key: key, cell: c}
 }
 
+// Version reports the version key's cell holds (0 if nothing was
+// published to it since it was created) and whether key has any
+// subscriber at all. It takes no lock but its shard's read lock.
+func (h *Hub[V]) Version(key string) (version int64, subscribed bool) {
+	sh := h.shard(key)
+	sh.mu.RLock()
+	c, ok := sh.cells[key]
+	sh.mu.RUnlock()
+	if !ok {
+		return 0, false
+	}
+	return c.state.Load().version, true
+}
+
+// Keys returns the keys that have at least one subscriber, in no order.
+func (h *Hub[V]) Keys() []string {
+	var keys []string
+	for i := range h.shards {
+		sh := &h.shards[i]
+		sh.mu.RLock()
+		for k := range sh.cells {
+			keys = append(keys, k)
+		}
+		sh.mu.RUnlock()
+	}
+	return keys
+}
+
 // Len reports how many keys have at least one subscriber.
 func (h *Hub[V]) Len() int {
 	n := 0

@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -189,5 +190,31 @@ func BenchmarkPublishToParkedReaders(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		h.Publish("job", int64(i+1), int64(i))
+	}
+}
+
+func TestVersionAndKeysShowOnlySubscribedKeys(t *testing.T) {
+	h := NewHub[string]()
+	if _, ok := h.Version("a"); ok {
+		t.Fatal("a key nobody subscribed to reports a subscriber")
+	}
+	sub := h.Subscribe("a")
+	other := h.Subscribe("b")
+	if v, ok := h.Version("a"); !ok || v != 0 {
+		t.Errorf("Version(a) = %d, %v before any publish, want 0, true", v, ok)
+	}
+	h.Publish("a", 7, "seven")
+	if v, ok := h.Version("a"); !ok || v != 7 {
+		t.Errorf("Version(a) = %d, %v, want 7, true", v, ok)
+	}
+	keys := h.Keys()
+	slices.Sort(keys)
+	if !slices.Equal(keys, []string{"a", "b"}) {
+		t.Errorf("Keys() = %v, want [a b]", keys)
+	}
+	sub.Close()
+	other.Close()
+	if _, ok := h.Version("a"); ok || len(h.Keys()) != 0 {
+		t.Errorf("after the last Close: Version(a) subscribed, or Keys() = %v", h.Keys())
 	}
 }

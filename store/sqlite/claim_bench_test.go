@@ -25,7 +25,7 @@ func BenchmarkClaim(b *testing.B) {
 			ctx := context.Background()
 			b.ResetTimer()
 			for i := range b.N {
-				j, err := s.ClaimJob(ctx, f, func(j *store.Job) { j.State, j.LeaseID = store.Running, "l" })
+				j, _, err := s.ClaimJob(ctx, f, store.Claim{LeaseID: "l", Now: f.Now, Lease: time.Minute})
 				if err != nil {
 					b.Fatalf("claim %d: %v", i, err)
 				}
@@ -108,7 +108,7 @@ func seedClaimBench(b *testing.B, queues int, limits map[string]store.QueueLimit
 			j := store.Job{ID: fmt.Sprintf("job-%05d", i), Tenant: "t", Kind: "k",
 				Queue: fmt.Sprintf("q%02d", i%queues), State: store.Queued, Version: 1,
 				MaxAttempts: 1, CreatedAt: at, UpdatedAt: at, RunAt: at}
-			if _, err := tx.ExecContext(ctx, insertJob, values(normalize(j))...); err != nil {
+			if _, err := tx.ExecContext(ctx, insertJob, append(values(normalize(j)), int64(0))...); err != nil {
 				return err
 			}
 		}

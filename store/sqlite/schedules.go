@@ -65,7 +65,7 @@ func (s *Store) RunSchedules(ctx context.Context, runs []store.ScheduleRun, now 
 	err := s.writeTx(ctx, "run schedules", func(ctx context.Context, tx *sql.Tx) error {
 		created = created[:0]
 		for _, run := range runs {
-			j, started, err := runSchedule(ctx, tx, run, now)
+			j, started, err := s.runSchedule(ctx, tx, run, now)
 			if err != nil {
 				return fmt.Errorf("run schedule %s: %w", run.Name, err)
 			}
@@ -82,11 +82,11 @@ func (s *Store) RunSchedules(ctx context.Context, runs []store.ScheduleRun, now 
 }
 
 // runSchedule starts run's next run if it is due, in tx.
-func runSchedule(ctx context.Context, tx *sql.Tx, run store.ScheduleRun, now time.Time) (store.Job, bool, error) {
+func (s *Store) runSchedule(ctx context.Context, tx *sql.Tx, run store.ScheduleRun, now time.Time) (store.Job, bool, error) {
 	st, err := scanSchedule(tx.QueryRowContext(ctx, scheduleStates+" WHERE s.name = ?", run.Name))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		j, err := insertRun(ctx, tx, run)
+		j, err := s.insertRun(ctx, tx, run)
 		if err != nil {
 			return store.Job{}, false, err
 		}
@@ -110,7 +110,7 @@ func runSchedule(ctx context.Context, tx *sql.Tx, run store.ScheduleRun, now tim
 	if st.LastEndedAt.Add(run.Every).After(now) {
 		return store.Job{}, false, nil
 	}
-	j, err := insertRun(ctx, tx, run)
+	j, err := s.insertRun(ctx, tx, run)
 	if err != nil {
 		return store.Job{}, false, err
 	}
@@ -121,9 +121,9 @@ func runSchedule(ctx context.Context, tx *sql.Tx, run store.ScheduleRun, now tim
 	return j, true, nil
 }
 
-func insertRun(ctx context.Context, tx *sql.Tx, run store.ScheduleRun) (store.Job, error) {
+func (s *Store) insertRun(ctx context.Context, tx *sql.Tx, run store.ScheduleRun) (store.Job, error) {
 	j := normalize(run.Job)
-	if _, err := tx.ExecContext(ctx, insertJob, values(j)...); err != nil {
+	if err := s.insert(ctx, tx, j); err != nil {
 		return store.Job{}, fmt.Errorf("create job %s: %w", j.ID, classify(err))
 	}
 	return j, nil

@@ -116,6 +116,8 @@ type Store struct {
 	// holderQuery finds the active job holding a unique key; a field so a
 	// test can make the lookup fail.
 	holderQuery string
+	// feed hands committed changes to listeners (listen.go).
+	feed *feed
 }
 
 var _ store.Store = (*Store)(nil)
@@ -185,6 +187,7 @@ func OpenWith(path string, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, store.ErrUnavailable, err)
 	}
 	s.read = read
+	s.feed = openFeed(path)
 	go s.runWriter()
 	return s, nil
 }
@@ -225,6 +228,7 @@ func dsn(path, params string) string {
 func (s *Store) Close() error {
 	s.w.close()
 	<-s.w.stopped
+	s.feed.close()
 	return errors.Join(s.read.Close(), s.write.Close())
 }
 
@@ -388,6 +392,14 @@ func values(j store.Job) []any {
 
 type scanner interface{ Scan(dest ...any) error }
 
+// scanAlso scans the columns a query selects after a job's.
+type scanAlso struct {
+	r     scanner
+	extra any
+}
+
+func (s scanAlso) Scan(dest ...any) error { return s.r.Scan(append(dest, s.extra)...) }
+
 func scanJob(r scanner) (store.Job, int64, error) {
 	var (
 		j                                                 store.Job
@@ -414,10 +426,21 @@ func scanJob(r scanner) (store.Job, int64, error) {
 
 // --- writes ---
 
+// insertJob takes values(j) and then the change sequence's value.
 const insertJob = `INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step,
 	payload, result, error_type, error_message, attempt, max_attempts, unique_key, created_at,
-	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, change_seq)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// insert adds j, stamped with the batch's change sequence value. Only
+// the writer goroutine calls it.
+func (s *Store) insert(ctx context.Context, tx *sql.Tx, j store.Job) error {
+	if _, err := tx.ExecContext(ctx, insertJob, append(values(j), s.w.change)...); err != nil {
+		return err
+	}
+	s.changed(j)
+	return nil
+}
 
 // valueColumns name the values of values(j), in order.
 var valueColumns = []string{"id", "tenant", "kind", "queue", "state", "version", "percent", "step",
@@ -431,8 +454,9 @@ var valueColumns = []string{"id", "tenant", "kind", "queue", "state", "version",
 // and completion. The few shapes of change (claim, heartbeat, complete,
 // ...) each make one statement text, prepared once by the statement
 // cache. Triggers on "UPDATE OF state" fire only when state is set, and
-// they act only when it changes.
-func updateChanged(seq int64, old, next store.Job) (string, []any) {
+// they act only when it changes. A change of version also stamps the
+// batch's change sequence value, change.
+func updateChanged(seq int64, old, next store.Job, change int64) (string, []any) {
 	was, now := values(old), values(next)
 	var q strings.Builder
 	q.WriteString("UPDATE jobs SET ")
@@ -451,6 +475,10 @@ func updateChanged(seq int64, old, next store.Job) (string, []any) {
 	if len(args) == 0 {
 		return "", nil // nothing stored differs
 	}
+	if next.Version != old.Version {
+		q.WriteString(", change_seq = ?")
+		args = append(args, change)
+	}
 	q.WriteString(" WHERE seq = ?")
 	return q.String(), append(args, seq)
 }
@@ -462,7 +490,7 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 		if err := callerLeft(ctx); err != nil {
 			return leftError("create job "+j.ID, err)
 		}
-		_, err := tx.ExecContext(ctx, insertJob, values(j)...)
+		err := s.insert(ctx, tx, j)
 		if isUniqueViolation(err) {
 			if conflict := s.activeHolder(ctx, tx, j); conflict != nil {
 				return conflict
@@ -540,7 +568,7 @@ func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next s
 	if bump || !next.SameVisible(&old) {
 		next.Version++
 	}
-	query, args := updateChanged(seq, old, next)
+	query, args := updateChanged(seq, old, next, s.w.change)
 	if query == "" {
 		return old, nil // nothing changed
 	}
@@ -555,6 +583,9 @@ func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next s
 	}
 	if err != nil {
 		return store.Job{}, fmt.Errorf("update job %s: %w", old.ID, classify(err))
+	}
+	if next.Version != old.Version {
+		s.changed(next)
 	}
 	return next, nil
 }
@@ -761,10 +792,11 @@ func usesJSON(limits map[string]store.QueueLimit) string {
 // ClaimJob implements store.Store. The pick, with the queue rules, and
 // the change are one immediate transaction, so no other claim can see the
 // job still queued or a queue's or pool's room before this one took it.
-func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, claim func(*store.Job)) (store.Job, error) {
+func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, c store.Claim) (store.Job, time.Time, error) {
 	pick, args := pickQuery(f, true)
 	query := "SELECT " + columns + " FROM jobs WHERE seq = (" + fmt.Sprintf(pick, "j.seq") + ")"
 	var out store.Job
+	var queuedAt time.Time
 	err := s.writeStatement(ctx, "claim job", func(ctx context.Context, tx *sql.Tx) error {
 		old, seq, err := scanJob(tx.QueryRowContext(ctx, query, args...))
 		if errors.Is(err, sql.ErrNoRows) {
@@ -774,14 +806,15 @@ func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, claim func(*s
 			return fmt.Errorf("claim job: %w", classify(err))
 		}
 		next := clone(old)
-		claim(&next)
+		c.Apply(&next)
+		queuedAt = old.UpdatedAt
 		out, err = s.writeJob(ctx, tx, seq, old, next, true)
 		return err
 	})
 	if err != nil {
-		return store.Job{}, err
+		return store.Job{}, time.Time{}, err
 	}
-	return out, nil
+	return out, queuedAt, nil
 }
 
 // DeleteFinishedBefore implements store.Store.
@@ -815,28 +848,32 @@ func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
 	return j, err
 }
 
-// A page token is the (created_at, seq) of the last job of the page,
-// behind a format byte so a later format can tell itself apart.
-const tokenFormat = 1
+// A page token is the sort key of the last job of the page behind a
+// format byte, so that a later format can tell itself apart: (created_at,
+// seq) for a list newest first, (change_seq, seq) for a list of changes.
+const (
+	tokenFormat       = 1
+	changeTokenFormat = 2
+)
 
-func encodeToken(createdAt, seq int64) string {
+func encodeToken(format byte, key, seq int64) string {
 	b := make([]byte, 17)
-	b[0] = tokenFormat
-	binary.BigEndian.PutUint64(b[1:], uint64(createdAt))
+	b[0] = format
+	binary.BigEndian.PutUint64(b[1:], uint64(key))
 	binary.BigEndian.PutUint64(b[9:], uint64(seq))
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func decodeToken(token string) (createdAt, seq int64, err error) {
+func decodeToken(format byte, token string) (key, seq int64, err error) {
 	b, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil || len(b) != 17 || b[0] != tokenFormat {
+	if err != nil || len(b) != 17 || b[0] != format {
 		return 0, 0, fmt.Errorf("list jobs: %w", store.ErrInvalidPageToken)
 	}
-	createdAt, seq = int64(binary.BigEndian.Uint64(b[1:])), int64(binary.BigEndian.Uint64(b[9:]))
+	key, seq = int64(binary.BigEndian.Uint64(b[1:])), int64(binary.BigEndian.Uint64(b[9:]))
 	if seq <= 0 {
 		return 0, 0, fmt.Errorf("list jobs: %w", store.ErrInvalidPageToken)
 	}
-	return createdAt, seq, nil
+	return key, seq, nil
 }
 
 // summaryColumns are columns with NULL for payload and result, so that
@@ -860,21 +897,29 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, 
 	if f.Queue != "" {
 		where, args = where+" AND queue = ?", append(args, f.Queue)
 	}
-	if !f.UpdatedSince.IsZero() {
-		where, args = where+" AND updated_at >= ?", append(args, toMicro(f.UpdatedSince))
-	}
-	if f.PageToken != "" {
-		createdAt, seq, err := decodeToken(f.PageToken)
+	// A list of changes comes in change order, which the index on
+	// (tenant, change_seq, seq) gives: a feed reads only what changed.
+	format, keyColumns, after, order := byte(tokenFormat), "(created_at, seq)", " < ", " ORDER BY created_at DESC, seq DESC"
+	if f.ChangedSince != "" {
+		change, err := decodeCursor(f.ChangedSince)
 		if err != nil {
 			return nil, "", err
 		}
-		where, args = where+" AND (created_at, seq) < (?, ?)", append(args, createdAt, seq)
+		where, args = where+" AND change_seq > ?", append(args, change)
+		format, keyColumns, after, order = changeTokenFormat, "(change_seq, seq)", " > ", " ORDER BY change_seq, seq"
+	}
+	if f.PageToken != "" {
+		key, seq, err := decodeToken(format, f.PageToken)
+		if err != nil {
+			return nil, "", err
+		}
+		where, args = where+" AND "+keyColumns+after+"(?, ?)", append(args, key, seq)
 	}
 	selected := summaryColumns
 	if f.Full {
 		selected = columns
 	}
-	query := "SELECT " + selected + " FROM jobs WHERE " + where + " ORDER BY created_at DESC, seq DESC"
+	query := "SELECT " + selected + ", change_seq FROM jobs WHERE " + where + order
 	if f.Limit > 0 {
 		// One more than asked tells whether there is a next page.
 		query, args = query+" LIMIT ?", append(args, f.Limit+1)
@@ -885,12 +930,13 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, 
 	}
 	defer rows.Close()
 	var (
-		jobs      []store.Job
-		lastSeq   int64
-		pageBytes int
+		jobs             []store.Job
+		lastKey, lastSeq int64
+		pageBytes        int
 	)
 	for rows.Next() {
-		j, seq, err := scanJob(rows)
+		var change int64
+		j, seq, err := scanJob(scanAlso{rows, &change})
 		if err != nil {
 			return nil, "", fmt.Errorf("list jobs: %w", classify(err))
 		}
@@ -898,10 +944,13 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, 
 		pageBytes += j.Size()
 		if full || (f.MaxBytes > 0 && pageBytes > f.MaxBytes && len(jobs) > 0) {
 			// j starts the next page.
-			last := jobs[len(jobs)-1]
-			return jobs, encodeToken(toMicro(last.CreatedAt), lastSeq), nil
+			return jobs, encodeToken(format, lastKey, lastSeq), nil
 		}
 		jobs, lastSeq = append(jobs, j), seq
+		lastKey = toMicro(j.CreatedAt)
+		if format == changeTokenFormat {
+			lastKey = change
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, "", fmt.Errorf("list jobs: %w", classify(err))

@@ -36,6 +36,15 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return openTemp(t, tempPath(t)) })
 }
 
+// Two Stores of this process on one file share their listener feed and
+// change sequence, as two replicas on PostgreSQL do.
+func TestConformanceShared(t *testing.T) {
+	storetest.RunShared(t, func(t *testing.T) (store.Store, store.Store) {
+		path := tempPath(t)
+		return openTemp(t, path), openTemp(t, path)
+	})
+}
+
 func pragma(t *testing.T, db *sql.DB, name string) string {
 	t.Helper()
 	var v string

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jobwatch/jobwatch/store"
 )
@@ -31,9 +32,7 @@ func TestTimedOutSeesEachAttemptFromItsClaim(t *testing.T) {
 	}
 	claimAt := func(at int64, lease string) {
 		t.Helper()
-		if _, err := s.ClaimJob(ctx, store.ClaimFilter{Now: fromMicro(at)}, func(j *store.Job) {
-			j.State, j.LeaseID, j.UpdatedAt = store.Running, lease, fromMicro(at)
-		}); err != nil {
+		if _, _, err := s.ClaimJob(ctx, store.ClaimFilter{Now: fromMicro(at)}, store.Claim{LeaseID: lease, Now: fromMicro(at), Lease: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -93,6 +93,14 @@ type writer struct {
 	beforeTake atomic.Pointer[func()]
 	// batchTime is maxBatchTime; a field so that a test can change it.
 	batchTime time.Duration
+
+	// Only the writer goroutine touches these. change is the change
+	// sequence's value the current batch took; changes are the changes
+	// its released writes made, collected only while anyone listens
+	// (collect), and delivered once it commits.
+	change  int64
+	collect bool
+	changes []store.Change
 }
 
 func newWriter() *writer {
@@ -309,6 +317,11 @@ func (s *Store) runBatch(batch []*writeRequest) (carry []*writeRequest) {
 	if tx == nil {
 		return batch // nobody is waiting any more, or the store is closing
 	}
+	if err := tx.QueryRowContext(ctx, "UPDATE changes SET seq = seq + 1 WHERE id = 1 RETURNING seq").Scan(&s.w.change); err != nil {
+		_ = tx.Rollback()
+		return s.refuse(batch, fmt.Errorf("take the next change sequence value: %w", classify(err)))
+	}
+	s.w.collect, s.w.changes = s.feed.listening(), s.w.changes[:0]
 
 	measure := s.writes.isFailing()
 	before := int64(-1)
@@ -364,6 +377,7 @@ func (s *Store) runBatch(batch []*writeRequest) (carry []*writeRequest) {
 	}
 	s.w.commits.Add(1)
 	s.w.batched.Add(int64(released))
+	s.feed.deliver(s, s.w.changes)
 	for _, t := range taken {
 		t.wrote = changed
 	}
@@ -386,6 +400,12 @@ func (s *Store) runOne(ctx context.Context, conn *sql.Conn, tx *sql.Tx, r *write
 		}
 	}
 	fnCtx := context.WithValue(context.WithoutCancel(r.ctx), callerKey{}, r.ctx)
+	mark := len(s.w.changes)
+	defer func() {
+		if !r.released {
+			s.w.changes = s.w.changes[:mark] // undone, or never made
+		}
+	}()
 	r.err, r.panicked = call(fnCtx, tx, r.fn)
 	if r.err == nil && r.panicked == nil && !r.statement {
 		if err := callerLeft(fnCtx); err != nil {

@@ -32,7 +32,7 @@ import (
 // closes it when the subtest ends; open should register the removal of
 // anything it made (a temp file, a schema) with t.Cleanup.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
-	for _, tc := range slices.Concat(cases, scheduleCases, concurrentCases) {
+	for _, tc := range slices.Concat(cases, scheduleCases, concurrentCases, changeCases) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)
 			t.Cleanup(func() {
@@ -64,7 +64,7 @@ var cases = []struct {
 	{"jobs without a unique key never conflict", testNoUniqueKey},
 	{"concurrent creates with one unique key admit exactly one", testUniqueConcurrent},
 
-	{"list filters by tenant, states, kind, queue and updated-since", testListFilters},
+	{"list filters by tenant, states, kind and queue", testListFilters},
 	{"list orders newest first, ties by later creation first", testListOrder},
 	{"paging through a list yields every job once and in order", testListPaging},
 	{"a page that ends at the last job has no next token", testListLastPageExact},
@@ -576,7 +576,6 @@ func testListFilters(t *testing.T, s store.Store) {
 		{"one state", store.ListFilter{States: []store.State{store.Succeeded}}, []string{"c"}},
 		{"kind", store.ListFilter{Kind: "email"}, []string{"e", "d", "c", "a"}},
 		{"queue", store.ListFilter{Queue: "bulk"}, []string{"c"}},
-		{"updated since includes its boundary", store.ListFilter{UpdatedSince: at(10)}, []string{"e", "b"}},
 		{"all together", store.ListFilter{Tenant: "acme", Kind: "email", Queue: "default", States: []store.State{store.Failed, store.Queued}}, []string{"e", "a"}},
 		{"nothing matches", store.ListFilter{Tenant: "initech"}, nil},
 	}
@@ -1006,15 +1005,14 @@ func testUpdateConcurrent(t *testing.T, s store.Store) {
 
 // --- claim ---
 
-func toRunning(j *store.Job) {
-	j.State, j.WorkerID, j.LeaseID = store.Running, "worker-1", "lease-"+j.ID
-}
+// toRunning is a claim by worker-1 with a lease of a minute.
+var toRunning = store.Claim{WorkerID: "worker-1", LeaseID: "lease-1", Now: at(100), Lease: time.Minute}
 
 func claimAll(t *testing.T, s store.Store, f store.ClaimFilter) []string {
 	t.Helper()
 	var out []string
 	for range 1000 {
-		j, err := s.ClaimJob(t.Context(), f, toRunning)
+		j, _, err := s.ClaimJob(t.Context(), f, toRunning)
 		if errors.Is(err, store.ErrNoJob) {
 			return out
 		}
@@ -1043,11 +1041,11 @@ func testClaimFuture(t *testing.T, s store.Store) {
 	j := newJob("job-1", at(0))
 	j.RunAt = at(10)
 	create(t, s, j)
-	if _, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(9)}, toRunning); !errors.Is(err, store.ErrNoJob) {
+	if _, _, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(9)}, toRunning); !errors.Is(err, store.ErrNoJob) {
 		t.Fatalf("claim before RunAt: err = %v, want ErrNoJob", err)
 	}
 	sameJob(t, "the job after an empty claim", get(t, s, "job-1"), j)
-	got, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(10)}, toRunning)
+	got, _, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(10)}, toRunning)
 	if err != nil || got.ID != "job-1" {
 		t.Fatalf("claim at RunAt: %v, %v; want job-1", got.ID, err)
 	}
@@ -1109,16 +1107,19 @@ func testClaimFilters(t *testing.T, s store.Store) {
 
 func testClaimCommits(t *testing.T, s store.Store) {
 	j := create(t, s, newJob("job-1", at(0)))
-	claim := func(j *store.Job) {
-		j.State, j.WorkerID, j.LeaseID, j.LeaseExpiresAt = store.Running, "worker-9", "lease-9", at(30)
-		j.StartedAt, j.UpdatedAt = at(1), at(1)
-	}
+	claim := store.Claim{WorkerID: "worker-9", LeaseID: "lease-9", Now: at(1), Lease: 10 * time.Second,
+		Leases: map[string]time.Duration{"other": time.Hour}}
 	want := j
-	claim(&want)
+	want.State, want.WorkerID, want.LeaseID, want.LeaseExpiresAt = store.Running, "worker-9", "lease-9", at(11)
+	want.Attempt++
+	want.StartedAt, want.UpdatedAt = at(1), at(1)
 	want.Version = 2
-	got, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(1)}, claim)
+	got, queuedAt, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(1)}, claim)
 	if err != nil {
 		t.Fatalf("claim: %v", err)
+	}
+	if !queuedAt.Equal(j.UpdatedAt) {
+		t.Errorf("queuedAt = %v, want the job's UpdatedAt before the claim, %v", queuedAt, j.UpdatedAt)
 	}
 	sameJob(t, "ClaimJob's result", got, want)
 	sameJob(t, "GetJob's result", get(t, s, "job-1"), want)
@@ -1134,7 +1135,7 @@ func testClaimConcurrent(t *testing.T, s store.Store) {
 	for w := range workers {
 		wg.Go(func() {
 			for range jobs + 1 { // a store that hands out jobs forever must not hang the suite
-				j, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(100)}, toRunning)
+				j, _, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(100)}, toRunning)
 				if errors.Is(err, store.ErrNoJob) {
 					return
 				}
@@ -1179,7 +1180,7 @@ func testClaimUpdateRace(t *testing.T, s store.Store) {
 	for w := range workers {
 		wg.Go(func() {
 			for range jobs + 1 {
-				j, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(100)}, toRunning)
+				j, _, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(100)}, toRunning)
 				if errors.Is(err, store.ErrNoJob) {
 					return
 				}
@@ -1589,7 +1590,7 @@ func finish(t *testing.T, s store.Store, id string) {
 // claimOne claims with f and returns the id, or "" for ErrNoJob.
 func claimOne(t *testing.T, s store.Store, f store.ClaimFilter) string {
 	t.Helper()
-	j, err := s.ClaimJob(t.Context(), f, toRunning)
+	j, _, err := s.ClaimJob(t.Context(), f, toRunning)
 	if errors.Is(err, store.ErrNoJob) {
 		return ""
 	}
@@ -1790,7 +1791,7 @@ func testClaimLimitsConcurrent(t *testing.T, s store.Store) {
 				if claimed.Load() == 3*perQueue {
 					return
 				}
-				j, err := s.ClaimJob(t.Context(), f, toRunning)
+				j, _, err := s.ClaimJob(t.Context(), f, toRunning)
 				if errors.Is(err, store.ErrNoJob) {
 					continue
 				}

@@ -1,0 +1,142 @@
+package jobs
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/jobwatch/jobwatch/store"
+)
+
+// Changes this engine did not make itself (another replica's, on a
+// shared PostgreSQL database) reach it through the store's listener
+// (store.Store.Listen), and are published as its own are: a waiter
+// parked here wakes when a worker on another replica completes its job.
+//
+// A change the store marks Local was made through this engine, which
+// published it right after the commit, so it is passed over. For any
+// other, the engine reads the job only if someone here waits on it or
+// watches it (the hub has a subscriber below the change's version); a
+// tenant's feeds are told to look again (they read the store
+// themselves); and the claimers it may give work or room to are woken
+// from what the change says (tenant, kind, queue, state, RunAt), with no
+// read.
+//
+// When the store says it may have missed changes (its connection to the
+// database was lost and is back), the engine reads again every job with
+// a subscriber, tells every feed to look again, reloads the jobs due
+// later and wakes every claimer: nothing that changed during the gap
+// stays unannounced.
+
+// startListening begins hearing the store's changes; Shutdown stops it.
+// A store that cannot listen yet (the database is down at start) is
+// asked again every listenRetry, and the first success counts as a gap.
+func (e *Engine) startListening() {
+	ctx, cancel := context.WithCancel(context.Background())
+	e.stopListening = cancel
+	e.listenCtx = ctx
+	if err := e.store.Listen(ctx, e.heard); err != nil {
+		e.log.Warn("cannot hear other replicas' changes yet; trying again", "err", err)
+		go e.listenLater(ctx)
+	}
+}
+
+const listenRetry = time.Second
+
+func (e *Engine) listenLater(ctx context.Context) {
+	t := time.NewTicker(listenRetry)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := e.store.Listen(ctx, e.heard); err == nil {
+			e.log.Info("hearing other replicas' changes")
+			e.heard(nil, true)
+			return
+		}
+	}
+}
+
+// heard is the store's listener callback.
+func (e *Engine) heard(changes []store.Change, missed bool) {
+	ctx := e.listenCtx
+	if missed {
+		e.resync(ctx)
+	}
+	for _, c := range changes {
+		if c.Local {
+			continue
+		}
+		if v, subscribed := e.hub.Version(c.JobID); subscribed && v < c.Version {
+			j, err := e.store.GetJob(ctx, c.JobID)
+			if err == nil {
+				e.publish(j)
+				continue
+			}
+			// Deleted since, or unreadable: the feeds and claimers below
+			// still hear of it; a waiter's next wake or cap reads again.
+			e.log.Debug("read a job another replica changed", "job", c.JobID, "err", err)
+		}
+		e.signals.Publish(tenantSignal(c.Tenant), e.signalSeq.Add(1), struct{}{})
+		e.wakeClaimers(store.Job{ID: c.JobID, Tenant: c.Tenant, Kind: c.Kind, Queue: c.Queue,
+			State: c.State, Version: c.Version, RunAt: c.RunAt})
+	}
+}
+
+// resync announces whatever may have changed while the listener was deaf.
+func (e *Engine) resync(ctx context.Context) {
+	for _, id := range e.hub.Keys() {
+		if j, err := e.store.GetJob(ctx, id); err == nil {
+			e.hub.Publish(j.ID, j.Version, &Snapshot{Job: j, shared: true})
+		}
+	}
+	for _, key := range e.signals.Keys() {
+		e.signals.Publish(key, e.signalSeq.Add(1), struct{}{})
+	}
+	cs := &e.claimers
+	cs.mu.Lock()
+	cs.loaded = false
+	cs.mu.Unlock()
+	e.loadScheduled(ctx)
+	e.wakeAllClaimers()
+}
+
+// storeClock is the database's clock as this machine reads it: this
+// machine's clock plus an offset measured against store.Store.Now, at
+// start and every clockSync. Replicas sharing a database then stamp and
+// compare times (leases, RunAt, retention, UpdatedAt) on one clock, to
+// within half a round trip, without a round trip per reading. An offset
+// under clockTolerance is taken as none: one round trip cannot measure
+// less, and the database on this machine (SQLite) has none.
+type storeClock struct {
+	st     store.Store
+	offset atomic.Int64 // nanoseconds to add to time.Now
+}
+
+const (
+	clockSync      = 30 * time.Second
+	clockTolerance = time.Millisecond
+)
+
+func (c *storeClock) now() time.Time {
+	return time.Now().Add(time.Duration(c.offset.Load()))
+}
+
+// sync measures the offset again; on error the last one stays.
+func (c *storeClock) sync(ctx context.Context) error {
+	before := time.Now()
+	db, err := c.st.Now(ctx)
+	if err != nil {
+		return err
+	}
+	after := time.Now()
+	offset := db.Sub(before.Add(after.Sub(before) / 2))
+	if offset.Abs() < clockTolerance {
+		offset = 0
+	}
+	c.offset.Store(int64(offset))
+	return nil
+}

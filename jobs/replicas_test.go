@@ -1,0 +1,166 @@
+package jobs_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/store"
+)
+
+// Two engines over two Stores on one database stand for two replicas:
+// what one commits must wake what is parked on the other, through the
+// store's listener alone.
+
+func replicas(t *testing.T) (a, b *jobs.Engine) {
+	t.Helper()
+	sa, sb := openSharedStores(t)
+	return newEngineOver(t, sa, jobs.Config{}), newEngineOver(t, sb, jobs.Config{})
+}
+
+func TestAWaiterOnOneReplicaWakesWhenAWorkerOnAnotherCompletesTheJob(t *testing.T) {
+	a, b := replicas(t)
+	j := running(t, a, jobs.SubmitRequest{})
+	waited := async(func() (store.Job, error) { return b.Wait(context.Background(), j.ID, soon()) })
+	notYet(t, waited, 50*time.Millisecond)
+	if _, err := a.Complete(context.Background(), j.ID, j.LeaseID, mustJSON("done")); err != nil {
+		t.Fatalf("complete: %v", err)
+	}
+	got, err := await(t, waited)
+	if err != nil || got.State != store.Succeeded {
+		t.Fatalf("wait on the other replica = %s, %v; want succeeded", got.State, err)
+	}
+}
+
+func TestAWatcherOnOneReplicaSeesEveryChangeMadeOnAnother(t *testing.T) {
+	a, b := replicas(t)
+	j := running(t, a, jobs.SubmitRequest{})
+	seen := make(chan *jobs.Snapshot, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go b.Watch(ctx, j.ID, jobs.WatchOptions{Deadline: soon(), Send: func(s *jobs.Snapshot) error {
+		seen <- s
+		return nil
+	}})
+	next := func() store.Job {
+		t.Helper()
+		select {
+		case s := <-seen:
+			return s.Job
+		case <-time.After(10 * time.Second):
+			t.Fatal("no snapshot within 10s")
+			panic("unreachable")
+		}
+	}
+	if got := next(); got.Version != j.Version {
+		t.Fatalf("first snapshot at version %d, want %d", got.Version, j.Version)
+	}
+	if _, err := a.Heartbeat(context.Background(), j.ID, j.LeaseID, 40, "half"); err != nil {
+		t.Fatalf("heartbeat: %v", err)
+	}
+	if got := next(); got.Percent != 40 {
+		t.Errorf("snapshot after the heartbeat: %d%%, want 40", got.Percent)
+	}
+	if _, err := a.Complete(context.Background(), j.ID, j.LeaseID, nil); err != nil {
+		t.Fatalf("complete: %v", err)
+	}
+	if got := next(); got.State != store.Succeeded {
+		t.Errorf("last snapshot %s, want succeeded", got.State)
+	}
+}
+
+func TestAClaimerParkedOnOneReplicaTakesAJobSubmittedOnAnother(t *testing.T) {
+	a, b := replicas(t)
+	claimed := async(func() (store.Job, error) {
+		return b.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w-b", Kinds: []string{"remote"}}, soon())
+	})
+	notYet(t, claimed, 50*time.Millisecond)
+	j := submit(t, a, jobs.SubmitRequest{Kind: "remote"})
+	got, err := await(t, claimed)
+	if err != nil || got.ID != j.ID {
+		t.Fatalf("claim on the other replica = %q, %v; want %s", got.ID, err, j.ID)
+	}
+}
+
+func TestATenantFeedOnOneReplicaSeesJobsSubmittedOnAnother(t *testing.T) {
+	a, b := replicas(t)
+	batches := make(chan []store.Job, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go b.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{Deadline: soon(), Send: func(jobs []store.Job, _ string) error {
+		batches <- jobs
+		return nil
+	}})
+	<-batches // the recent jobs: none
+	j := submit(t, a, jobs.SubmitRequest{Tenant: "acme"})
+	select {
+	case got := <-batches:
+		if len(got) != 1 || got[0].ID != j.ID {
+			t.Errorf("batch %v, want the job submitted on the other replica", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no batch within 10s")
+	}
+}
+
+// deafStore drops every change while deaf, as a lost LISTEN connection
+// would, and lets the test say when the store has heard again.
+type deafStore struct {
+	store.Store
+	mu   sync.Mutex
+	deaf bool
+	fn   func([]store.Change, bool)
+}
+
+func (s *deafStore) Listen(ctx context.Context, fn func([]store.Change, bool)) error {
+	s.mu.Lock()
+	s.fn = fn
+	s.mu.Unlock()
+	return s.Store.Listen(ctx, func(changes []store.Change, missed bool) {
+		s.mu.Lock()
+		deaf := s.deaf
+		s.mu.Unlock()
+		if !deaf {
+			fn(changes, missed)
+		}
+	})
+}
+
+func (s *deafStore) hearAgain() {
+	s.mu.Lock()
+	s.deaf = false
+	fn := s.fn
+	s.mu.Unlock()
+	fn(nil, true)
+}
+
+func TestAfterAGapInHearingAReplicaAnnouncesWhatChangedMeanwhile(t *testing.T) {
+	sa, sb := openSharedStores(t)
+	deaf := &deafStore{Store: sb}
+	a, b := newEngineOver(t, sa, jobs.Config{}), newEngineOver(t, deaf, jobs.Config{})
+	j := running(t, a, jobs.SubmitRequest{})
+	waited := async(func() (store.Job, error) { return b.Wait(context.Background(), j.ID, soon()) })
+	claimed := async(func() (store.Job, error) {
+		return b.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w-b", Kinds: []string{"later"}}, soon())
+	})
+	notYet(t, waited, 50*time.Millisecond)
+
+	deaf.mu.Lock()
+	deaf.deaf = true
+	deaf.mu.Unlock()
+	if _, err := a.Complete(context.Background(), j.ID, j.LeaseID, nil); err != nil {
+		t.Fatalf("complete: %v", err)
+	}
+	queued := submit(t, a, jobs.SubmitRequest{Kind: "later"})
+	notYet(t, waited, 50*time.Millisecond)
+
+	deaf.hearAgain()
+	if got, err := await(t, waited); err != nil || got.State != store.Succeeded {
+		t.Errorf("wait after the gap = %s, %v; want succeeded", got.State, err)
+	}
+	if got, err := await(t, claimed); err != nil || got.ID != queued.ID {
+		t.Errorf("claim after the gap = %q, %v; want %s", got.ID, err, queued.ID)
+	}
+}
