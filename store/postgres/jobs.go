@@ -392,37 +392,42 @@ func (s *Store) nextReady(ctx context.Context, f store.ClaimFilter, ready bool) 
 
 // --- lists ---
 
-// A page token is the (created_at, seq) of the last job of the page,
-// behind a format byte so a later format can tell itself apart.
-const tokenFormat = 1
+// A page token is the key of the last job of the page behind a format
+// byte: (created_at in microseconds, seq) for a list newest first
+// (listFormat), (change_seq, seq) for a list of changes (changeFormat),
+// so a token of one order is refused in the other.
+const (
+	listFormat   = 1
+	changeFormat = 2
+)
 
-func encodeToken(createdAt time.Time, seq int64) string {
+func encodeToken(format byte, key, seq int64) string {
 	b := make([]byte, 17)
-	b[0] = tokenFormat
-	binary.BigEndian.PutUint64(b[1:], uint64(createdAt.UnixMicro()))
+	b[0] = format
+	binary.BigEndian.PutUint64(b[1:], uint64(key))
 	binary.BigEndian.PutUint64(b[9:], uint64(seq))
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func decodeToken(token string) (time.Time, int64, error) {
+func decodeToken(format byte, token string) (key, seq int64, err error) {
 	b, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil || len(b) != 17 || b[0] != tokenFormat {
-		return time.Time{}, 0, fmt.Errorf("list jobs: %w", store.ErrInvalidPageToken)
+	if err != nil || len(b) != 17 || b[0] != format {
+		return 0, 0, fmt.Errorf("list jobs: %w", store.ErrInvalidPageToken)
 	}
-	createdAt := time.UnixMicro(int64(binary.BigEndian.Uint64(b[1:]))).UTC()
-	seq := int64(binary.BigEndian.Uint64(b[9:]))
+	key, seq = int64(binary.BigEndian.Uint64(b[1:])), int64(binary.BigEndian.Uint64(b[9:]))
 	if seq <= 0 {
-		return time.Time{}, 0, fmt.Errorf("list jobs: %w", store.ErrInvalidPageToken)
+		return 0, 0, fmt.Errorf("list jobs: %w", store.ErrInvalidPageToken)
 	}
-	return createdAt, seq, nil
+	return key, seq, nil
 }
 
 // ListJobs implements store.Store. Pages are keyed by (created_at, seq),
-// so rows created meanwhile never shift them. With MaxBytes the database
-// adds up each row's size (Job.Size, in SQL, from lengths it knows
-// without reading the values) in list order and returns only the rows
-// that fit, and the first that does not with no payload or result: so a
-// page of large jobs reads at most MaxBytes of them.
+// or with ChangedSince by (change_seq, seq), so rows created meanwhile
+// never shift them. With MaxBytes the database adds up each row's size
+// (Job.Size, in SQL, from lengths it knows without reading the values)
+// in list order and returns only the rows that fit, and the first that
+// does not with no payload or result: so a page of large jobs reads at
+// most MaxBytes of them.
 func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, string, error) {
 	var (
 		where = []string{"true"}
@@ -448,42 +453,53 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, 
 	if f.Queue != "" {
 		where = append(where, "queue = "+arg(f.Queue))
 	}
+	// order is the list's order by its key, for alias a.
+	format := byte(listFormat)
+	order := func(a string) string { return a + "created_at DESC, " + a + "seq DESC" }
 	if f.ChangedSince != "" {
 		c, err := decodeCursor(f.ChangedSince)
 		if err != nil {
 			return nil, "", err
 		}
 		where = append(where, "change_xid >= "+arg(fmt.Sprint(c.xmin))+"::text::xid8")
+		format = changeFormat
+		order = func(a string) string { return a + "change_seq, " + a + "seq" }
 	}
 	if f.PageToken != "" {
-		createdAt, seq, err := decodeToken(f.PageToken)
+		key, seq, err := decodeToken(format, f.PageToken)
 		if err != nil {
 			return nil, "", err
 		}
-		where = append(where, "(created_at, seq) < ("+arg(orderTime(createdAt))+"::timestamptz, "+arg(seq)+"::bigint)")
+		if format == listFormat {
+			createdAt := time.UnixMicro(key).UTC()
+			where = append(where, "(created_at, seq) < ("+arg(orderTime(createdAt))+"::timestamptz, "+arg(seq)+"::bigint)")
+		} else {
+			where = append(where, "(change_seq, seq) > ("+arg(key)+"::bigint, "+arg(seq)+"::bigint)")
+		}
 	}
 	selected := summaryColumns
 	if f.Full {
 		selected = columns
 	}
-	order := " ORDER BY created_at DESC, seq DESC"
 	limit := ""
 	if f.Limit > 0 {
 		// One more than asked tells whether there is a next page.
 		limit = " LIMIT " + arg(f.Limit+1)
 	}
-	query := "SELECT " + selected + ", true FROM jobs WHERE " + strings.Join(where, " AND ") + order + limit
+	query := "SELECT " + selected + ", change_seq, true FROM jobs WHERE " + strings.Join(where, " AND ") +
+		" ORDER BY " + order("") + limit
 	if f.MaxBytes > 0 {
-		inner := "SELECT *, " + sizeExpr(f.Full) + " AS size FROM jobs WHERE " + strings.Join(where, " AND ") + order + limit
+		inner := "SELECT *, " + sizeExpr(f.Full) + " AS size FROM jobs WHERE " + strings.Join(where, " AND ") +
+			" ORDER BY " + order("") + limit
 		max := arg(f.MaxBytes)
 		fits := "(p.rn = 1 OR p.total <= " + max + ")"
 		sel := strings.Replace(qualified(selected, "p"),
 			"p.payload::text, p.result::text",
 			"CASE WHEN "+fits+" THEN p.payload::text END, CASE WHEN "+fits+" THEN p.result::text END", 1)
-		query = "SELECT " + sel + ", " + fits + " FROM (SELECT q.*, " +
+		query = "SELECT " + sel + ", p.change_seq, " + fits + " FROM (SELECT q.*, " +
 			"row_number() OVER w AS rn, sum(q.size) OVER w AS total FROM (" + inner + ") AS q " +
-			"WINDOW w AS (ORDER BY q.created_at DESC, q.seq DESC ROWS UNBOUNDED PRECEDING)) AS p " +
-			"WHERE p.rn <= 2 OR p.total - p.size <= " + max + " ORDER BY p.created_at DESC, p.seq DESC"
+			"WINDOW w AS (ORDER BY " + order("q.") + " ROWS UNBOUNDED PRECEDING)) AS p " +
+			"WHERE p.rn <= 2 OR p.total - p.size <= " + max + " ORDER BY " + order("p.")
 	}
 	rows, err := s.pool.Query(ctx, query, args...)
 	if err != nil {
@@ -492,19 +508,26 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, 
 	defer rows.Close()
 	var (
 		jobs    []store.Job
+		lastKey int64
 		lastSeq int64
 	)
 	for rows.Next() {
-		var fits bool
-		row, err := scanJob(rows, &fits)
+		var (
+			changeSeq int64
+			fits      bool
+		)
+		row, err := scanJob(rows, &changeSeq, &fits)
 		if err != nil {
 			return nil, "", fmt.Errorf("list jobs: %w", classify(err))
 		}
 		if !fits || (f.Limit > 0 && len(jobs) == f.Limit) {
 			// row starts the next page.
-			return jobs, encodeToken(jobs[len(jobs)-1].CreatedAt, lastSeq), nil
+			return jobs, encodeToken(format, lastKey, lastSeq), nil
 		}
 		jobs, lastSeq = append(jobs, row.job), row.seq
+		if lastKey = row.job.CreatedAt.UnixMicro(); format == changeFormat {
+			lastKey = changeSeq
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, "", fmt.Errorf("list jobs: %w", classify(err))

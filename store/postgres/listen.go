@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -166,21 +167,56 @@ func (s *Store) appendChange(batch []store.Change, n *pgconn.Notification) []sto
 		fields []json.RawMessage
 		c      store.Change
 		state  string
+		runAt  *int64
 	)
 	err := json.Unmarshal([]byte(n.Payload), &fields)
-	if err == nil && len(fields) == 6 {
-		for i, dst := range []any{&c.JobID, &c.Version, &c.Tenant, &c.Kind, &c.Queue, &state} {
+	if err == nil && len(fields) == 7 {
+		for i, dst := range []any{&c.JobID, &c.Version, &c.Tenant, &c.Kind, &c.Queue, &state, &runAt} {
 			if err = json.Unmarshal(fields[i], dst); err != nil {
 				break
 			}
 		}
 	}
-	if err != nil || len(fields) != 6 {
+	if err != nil || len(fields) != 7 {
 		s.log.Warn("postgres listener: a notification it cannot read", "channel", n.Channel)
 		return batch
 	}
 	c.State = store.State(state)
+	if runAt != nil {
+		c.RunAt = time.UnixMicro(*runAt).UTC()
+	}
+	c.Local = s.conns.has(n.PID)
 	return append(batch, c)
+}
+
+// conns are the backend process ids of the pool's open connections: a
+// notification sent by one of them is of a write made through this
+// Store (Change.Local). A pid is in the set only while its connection is
+// open, so another backend cannot have it meanwhile.
+type conns struct {
+	mu   sync.Mutex
+	pids map[uint32]bool
+}
+
+func (c *conns) add(pid uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pids == nil {
+		c.pids = map[uint32]bool{}
+	}
+	c.pids[pid] = true
+}
+
+func (c *conns) remove(pid uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.pids, pid)
+}
+
+func (c *conns) has(pid uint32) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pids[pid]
 }
 
 // relisten connects and listens again, backing off between attempts,

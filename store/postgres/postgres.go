@@ -51,6 +51,9 @@ type Store struct {
 	schema  string // where the tables are
 	channel string // the NOTIFY channel of the schema
 	log     *slog.Logger
+	// conns knows the pool's connections, to tell Listen which changes
+	// were made through this Store.
+	conns conns
 	// writes tracks episodes of failing writes, so each is logged once.
 	writes health
 
@@ -72,11 +75,17 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
+	s := &Store{log: slog.Default(), writes: health{log: slog.Default()}}
+	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+		s.conns.add(c.PgConn().PID())
+		return nil
+	}
+	cfg.BeforeClose = func(c *pgx.Conn) { s.conns.remove(c.PgConn().PID()) }
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", classify(err))
 	}
-	s := &Store{pool: pool, log: slog.Default(), writes: health{log: slog.Default()}}
+	s.pool = pool
 	s.closing, s.close = context.WithCancel(context.Background())
 	var schema *string
 	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {

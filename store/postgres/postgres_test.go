@@ -315,7 +315,7 @@ func TestListenHearsAnotherStoreAndRecoversALostConnection(t *testing.T) {
 	l.mu.Lock()
 	c := l.changes[len(l.changes)-1]
 	l.mu.Unlock()
-	if c != (store.Change{JobID: "job-1", Version: 2, Tenant: "acme", Kind: "email", Queue: "default", State: store.Queued}) {
+	if c != (store.Change{JobID: "job-1", Version: 2, Tenant: "acme", Kind: "email", Queue: "default", State: store.Queued, RunAt: t0}) {
 		t.Errorf("change %+v, want every field of job-1 at version 2", c)
 	}
 

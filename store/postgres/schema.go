@@ -115,13 +115,14 @@ CREATE TRIGGER jobs_stamp_update BEFORE UPDATE ON {{schema}}.jobs
 	EXECUTE FUNCTION {{schema}}.jobs_stamp();
 
 -- jobs_notify tells every listener of the change, at commit (NOTIFY is
--- transactional): a JSON array [id, version, tenant, kind, queue,
--- state], at most a few KB as names are bounded, well under NOTIFY's
--- 8000 bytes.
+-- transactional): a JSON array [id, version, tenant, kind, queue, state,
+-- run_at in microseconds since 1970 or null for the zero time], at most
+-- a few KB as names are bounded, well under NOTIFY's 8000 bytes.
 CREATE FUNCTION {{schema}}.jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-	PERFORM pg_notify('{{channel}}',
-		json_build_array(NEW.id, NEW.version, NEW.tenant, NEW.kind, NEW.queue, NEW.state)::text);
+	PERFORM pg_notify('{{channel}}', json_build_array(NEW.id, NEW.version, NEW.tenant, NEW.kind,
+		NEW.queue, NEW.state, CASE WHEN isfinite(NEW.run_at)
+			THEN (extract(epoch FROM NEW.run_at) * 1000000)::bigint END)::text);
 	RETURN NULL;
 END $$;
 CREATE TRIGGER jobs_notify_insert AFTER INSERT ON {{schema}}.jobs
