@@ -3,9 +3,13 @@ BUF := go tool -modfile=tools/go.mod buf
 
 .PHONY: test check generate web web-deps demo fuzz
 
-## test: every check and every test suite, race detector on.
+## test: every check and every test suite, race detector on; then the
+## engine and wire suites again with PostgreSQL as their store (a server
+## from JOBWATCH_TEST_POSTGRES, 127.0.0.1:5432 or a throwaway initdb
+## cluster; see internal/pgtest).
 test: check
 	go test -race -count=1 -timeout 20m ./...
+	JOBWATCH_TEST_BACKEND=postgres go test -race -count=1 -timeout 20m ./jobs/... ./server/... ./client/... ./cmd/... ./web/...
 
 ## fuzz: a short run of every Go fuzz target (every func Fuzz* in a
 ## _test.go file), FUZZTIME each. A crasher fails it loudly; go saves the
