@@ -20,6 +20,7 @@ import (
 
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/internal/pgtest"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/server"
 	"github.com/jobwatch/jobwatch/store"
@@ -29,13 +30,14 @@ import (
 // TestMain lets the test binary be the jobwatch binary: with
 // JOBWATCH_TEST_RUN_MAIN set it runs main instead of the tests, so the
 // CLI tests drive real processes (exit codes, stdin/stdout, signals)
-// without a separate go build.
+// without a separate go build. pgtest.Main stops the throwaway
+// PostgreSQL cluster the replica and bench tests may have started.
 func TestMain(m *testing.M) {
 	if os.Getenv("JOBWATCH_TEST_RUN_MAIN") == "1" {
 		main()
 		return
 	}
-	os.Exit(m.Run())
+	os.Exit(pgtest.Main(m))
 }
 
 // runInProcess runs the command as main would, in this process: for the
