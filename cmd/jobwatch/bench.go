@@ -50,6 +50,14 @@ Scenarios (--scenarios, comma-separated; default all):
                      than the worker's reply a WaitJob, a WatchJob and a
                      GetJob poll loop learn that the job ended
 
+With --postgres URL, throughput-rpc and wakeup also run jobwatch on that
+PostgreSQL database, each run in a schema of its own that the bench
+creates and drops (jobwatch_bench_...; nothing else in the database is
+touched): throughput with 1 and with 3 replicas (submits and workers
+spread round-robin over them), and wakeup with the observers on the
+worker's replica and on another one. These are rows of the jobwatch
+column beside its SQLite figures.
+
 Flags:
 `
 
@@ -79,6 +87,7 @@ type benchOptions struct {
 	serveFloor                      string
 	cpuProfile                      string
 	scenarioArg                     string
+	postgres                        string
 }
 
 var benchScenarios = []string{"throughput-rpc", "throughput-inproc", "fanout", "parked", "wakeup"}
@@ -110,6 +119,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.DurationVar(&o.settle, "settle", time.Second, "pause between parking calls and measuring the server, for its handlers to park and its heap to grow")
 	fs.IntVar(&o.jobs, "jobs", 200, "jobs of the wakeup scenario, one after another")
 	fs.DurationVar(&o.poll, "poll", 10*time.Millisecond, "interval of the wakeup scenario's GetJob poll loop")
+	fs.StringVar(&o.postgres, "postgres", "", "PostgreSQL `URL` (postgres://...) to also measure jobwatch on, in schemas the bench creates and drops; empty: SQLite only")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to `file` (the in-process scenario runs in it; the servers do not)")
 	fs.StringVar(&o.serveFloor, "serve-floor", "", "internal: serve the floor on `host:port` instead of measuring (the bench starts it so)")
 	if err := parseFlags(fs, args); err != nil {
@@ -154,6 +164,9 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 		if d <= 0 {
 			return o, usageError{fmt.Sprintf("--%s must be positive, got %v", name, d)}
 		}
+	}
+	if err := checkPostgresURL(o.postgres); err != nil {
+		return o, err
 	}
 	if o.warmup < 0 || o.settle < 0 {
 		return o, usageError{"--warmup and --settle must not be negative"}
@@ -256,6 +269,14 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return fmt.Errorf("%s, %s: %w", name, s.name, err)
 			}
+			if o.postgres != "" && s.name == "jobwatch" && (name == "throughput-rpc" || name == "wakeup") {
+				if f.Postgres == nil {
+					f.Postgres = &postgresFigures{}
+				}
+				if err := b.postgresRows(ctx, name, s, f.Postgres); err != nil {
+					return fmt.Errorf("%s, %s: %w", name, s.name, err)
+				}
+			}
 		}
 	}
 	js, err := json.MarshalIndent(res, "", "  ")
@@ -325,7 +346,7 @@ func (o benchOptions) settings() benchSettings {
 		DurationS: o.duration.Seconds(), WarmupS: o.warmup.Seconds(),
 		Fanout: o.fanout, Parked: o.parked, Conns: o.conns, Probes: o.probes,
 		ShortCalls: o.shortCalls, IdleS: o.idle.Seconds(), SettleS: o.settle.Seconds(), Jobs: o.jobs, PollMS: ms(o.poll),
-		Before: o.before,
+		Before: o.before, Postgres: o.postgres != "",
 	}
 }
 

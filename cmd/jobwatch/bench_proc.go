@@ -51,6 +51,9 @@ type serverProc struct {
 type serverOptions struct {
 	db     string
 	parked int
+	// dbURL, when set, is the PostgreSQL database of the process instead
+	// of a SQLite file (db is then unused).
+	dbURL string
 }
 
 // startServer starts srv with its data in dir and waits until it answers.
@@ -64,7 +67,11 @@ func startServer(ctx context.Context, srv benchServer, dir string, opts serverOp
 		args = []string{"bench", "--serve-floor", addr}
 	} else {
 		parked := strconv.Itoa(opts.parked)
-		args = []string{"serve", "--db", filepath.Join(dir, srv.name+"-"+opts.db+".db"), "--addr", addr,
+		db := filepath.Join(dir, srv.name+"-"+opts.db+".db")
+		if opts.dbURL != "" {
+			db = opts.dbURL
+		}
+		args = []string{"serve", "--db", db, "--addr", addr,
 			"--max-parked-calls", parked, "--max-parked-calls-per-tenant", parked,
 			"--wait-cap", "30m", "--stream-lifetime", "30m", "--log-level", "warn"}
 	}

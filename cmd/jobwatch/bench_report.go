@@ -50,6 +50,9 @@ type benchSettings struct {
 	Jobs             int      `json:"jobs"`
 	PollMS           float64  `json:"poll_ms"`
 	Before           string   `json:"before,omitempty"`
+	// Postgres: jobwatch was also measured on PostgreSQL (the URL is
+	// left out: it may hold a password).
+	Postgres bool `json:"postgres,omitempty"`
 }
 
 // serverFigures are one server's figures.
@@ -59,6 +62,8 @@ type serverFigures struct {
 	Fanout               []fanoutFigures `json:"fanout,omitempty"`
 	Parked               []parkedFigures `json:"parked,omitempty"`
 	Wakeup               *wakeupFigures  `json:"wakeup,omitempty"`
+	// Postgres: jobwatch's figures on PostgreSQL, with --postgres.
+	Postgres *postgresFigures `json:"postgres,omitempty"`
 }
 
 // fanoutFigures: N callers parked on one job; the time from the worker's
@@ -123,6 +128,24 @@ func (r *benchResult) rows() []benchRow {
 		benchRow{fmt.Sprintf("jobs/s over RPC, %d remote workers (%s)", s.Workers, s.Codec), func(f *serverFigures) (float64, bool) {
 			return deref(f.ThroughputRPCPerS)
 		}},
+	)
+	if s.Postgres {
+		rows = append(rows,
+			benchRow{fmt.Sprintf("jobs/s over RPC, %d remote workers (%s), PostgreSQL, 1 replica", s.Workers, s.Codec), func(f *serverFigures) (float64, bool) {
+				if f.Postgres == nil {
+					return 0, false
+				}
+				return deref(f.Postgres.ThroughputRPC1PerS)
+			}},
+			benchRow{fmt.Sprintf("jobs/s over RPC, %d remote workers (%s), PostgreSQL, %d replicas", s.Workers, s.Codec, benchReplicas), func(f *serverFigures) (float64, bool) {
+				if f.Postgres == nil {
+					return 0, false
+				}
+				return deref(f.Postgres.ThroughputRPCNPerS)
+			}},
+		)
+	}
+	rows = append(rows,
 		benchRow{fmt.Sprintf("jobs/s in process, %d workers, SQLite", s.InprocWorkers), func(f *serverFigures) (float64, bool) {
 			return deref(f.ThroughputInprocPerS)
 		}},
@@ -197,6 +220,33 @@ func (r *benchResult) rows() []benchRow {
 		wake(fmt.Sprintf("one at a time: GetJob every %v p50, ms behind the reply", poll), func(w *wakeupFigures) float64 { return w.PollBehindP50MS }),
 		wake(fmt.Sprintf("one at a time: GetJob every %v p99, ms behind the reply", poll), func(w *wakeupFigures) float64 { return w.PollBehindP99MS }),
 	)
+	if !s.Postgres {
+		return rows
+	}
+	for _, variant := range []struct {
+		label string
+		get   func(*postgresFigures) *wakeupFigures
+	}{
+		{"PostgreSQL, 1 replica", func(p *postgresFigures) *wakeupFigures { return p.Wakeup }},
+		{"PostgreSQL, observers on another replica", func(p *postgresFigures) *wakeupFigures { return p.WakeupCross }},
+	} {
+		wake := func(label string, get func(*wakeupFigures) float64) benchRow {
+			return benchRow{variant.label + ": " + label, func(f *serverFigures) (float64, bool) {
+				if f.Postgres == nil || variant.get(f.Postgres) == nil {
+					return 0, false
+				}
+				return get(variant.get(f.Postgres)), true
+			}}
+		}
+		rows = append(rows,
+			wake("CompleteJob reply p50, ms after finished_at", func(w *wakeupFigures) float64 { return w.ReplyP50MS }),
+			wake("WaitJob p50, ms behind the reply", func(w *wakeupFigures) float64 { return w.WaitBehindP50MS }),
+			wake("WaitJob p99, ms behind the reply", func(w *wakeupFigures) float64 { return w.WaitBehindP99MS }),
+			wake("WatchJob p50, ms behind the reply", func(w *wakeupFigures) float64 { return w.WatchBehindP50MS }),
+			wake("WatchJob p99, ms behind the reply", func(w *wakeupFigures) float64 { return w.WatchBehindP99MS }),
+			wake(fmt.Sprintf("GetJob every %v p50, ms behind the reply", poll), func(w *wakeupFigures) float64 { return w.PollBehindP50MS }),
+		)
+	}
 	return rows
 }
 

@@ -18,7 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/jobwatch/jobwatch/client"
+	"github.com/jobwatch/jobwatch/internal/pgtest"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/server"
 	"github.com/jobwatch/jobwatch/store/sqlite"
@@ -187,7 +190,7 @@ func TestBenchReportsAWatchThatFailsFirst(t *testing.T) {
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := benchOne(context.Background(), c, 10*time.Millisecond)
+		res, err := benchOne(context.Background(), c, c, 10*time.Millisecond)
 		done <- outcome{res, err}
 	}()
 	select {
@@ -202,5 +205,93 @@ func TestBenchReportsAWatchThatFailsFirst(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d WaitJob calls still parked after bench gave up", waits.Load())
 		}
+	}
+}
+
+// TestBenchMeasuresJobwatchOnPostgreSQL: with --postgres, throughput-rpc
+// and wakeup also measure jobwatch on PostgreSQL with one replica and
+// with several, and the table shows those rows in the jobwatch column
+// beside its SQLite figures. The bench works in schemas of its own and
+// drops them: a table of the database's own schema is still there, and
+// no schema of the bench is left.
+func TestBenchMeasuresJobwatchOnPostgreSQL(t *testing.T) {
+	dbURL := pgtest.URL(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE TABLE users_own (v text); INSERT INTO users_own VALUES ('kept')"); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv("JOBWATCH_TEST_RUN_MAIN", "1")
+	var out, errOut bytes.Buffer
+	args := []string{"bench", "--json", "--scenarios", "throughput-rpc,wakeup", "--postgres", dbURL,
+		"--workers", "3", "--submitters", "1", "--duration", "300ms", "--warmup", "100ms", "--jobs", "3"}
+	if code := run(ctx, args, &out, &errOut); code != 0 {
+		t.Fatalf("bench exited %d:\n%s", code, &errOut)
+	}
+	var res benchResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("bench --json printed no JSON: %v\n%s", err, &out)
+	}
+	if res.Results["floor"].Postgres != nil {
+		t.Errorf("the floor has PostgreSQL figures: %+v", res.Results["floor"].Postgres)
+	}
+	pg := res.Results["jobwatch"].Postgres
+	if pg == nil {
+		t.Fatalf("jobwatch has no PostgreSQL figures:\n%s", &out)
+	}
+	for name, v := range map[string]*float64{"1 replica": pg.ThroughputRPC1PerS, "3 replicas": pg.ThroughputRPCNPerS} {
+		if v == nil || !(*v > 0) || math.IsInf(*v, 0) {
+			t.Errorf("jobs/s on PostgreSQL, %s = %v, want a positive figure", name, v)
+		}
+	}
+	for name, w := range map[string]*wakeupFigures{"1 replica": pg.Wakeup, "across replicas": pg.WakeupCross} {
+		if w == nil || w.Jobs != 3 || !(w.ReplyP50MS > 0) {
+			t.Errorf("wakeup on PostgreSQL, %s = %+v, want 3 jobs and their figures", name, w)
+		}
+	}
+
+	var table bytes.Buffer
+	if err := res.writeTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	var pgRows int
+	for line := range strings.Lines(table.String()) {
+		if !strings.Contains(line, "PostgreSQL") {
+			continue
+		}
+		pgRows++
+		f := strings.Fields(line)
+		if floor, jw := f[len(f)-2], f[len(f)-1]; floor != "-" || jw == "-" {
+			t.Errorf("row %q: want a figure for jobwatch only", line)
+		}
+	}
+	if want := 2 + 2*6; pgRows != want {
+		t.Errorf("the table has %d PostgreSQL rows, want %d:\n%s", pgRows, want, &table)
+	}
+
+	var kept string
+	if err := conn.QueryRow(ctx, "SELECT v FROM users_own").Scan(&kept); err != nil || kept != "kept" {
+		t.Errorf("the database's own table after the bench: %q, %v", kept, err)
+	}
+	var left int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'jobwatch_bench_%'").Scan(&left); err != nil || left != 0 {
+		t.Errorf("schemas of the bench left behind: %d, %v", left, err)
+	}
+}
+
+// TestBenchRefusesAPostgreSQLDSN: --postgres must be a URL, to which the
+// bench adds its own schema.
+func TestBenchRefusesAPostgreSQLDSN(t *testing.T) {
+	var errOut bytes.Buffer
+	if code := run(context.Background(), []string{"bench", "--postgres", "host=127.0.0.1 user=postgres"}, io.Discard, &errOut); code != 2 {
+		t.Fatalf("bench --postgres DSN exited %d, want 2:\n%s", code, &errOut)
+	}
+	if !strings.Contains(errOut.String(), "postgres:// or postgresql:// URL") {
+		t.Errorf("the error does not say what --postgres takes:\n%s", &errOut)
 	}
 }

@@ -31,26 +31,50 @@ func (b *benchRun) throughputRPC(ctx context.Context, srv benchServer) (float64,
 		return 0, err
 	}
 	defer p.stop()
-	submitter := b.newClient(p.base, 1)
-	defer submitter.Close()
+	return b.throughputOver(ctx, []*serverProc{p})
+}
+
+// throughputOver runs the throughput-rpc scenario against running server
+// processes (replicas of one database when there are several): worker i
+// and the submits of job i go to procs[i%len(procs)], as a round-robin
+// load balancer would send them.
+func (b *benchRun) throughputOver(ctx context.Context, procs []*serverProc) (float64, error) {
+	var submitters []*client.Client
+	for _, p := range procs {
+		c := b.newClient(p.base, 1)
+		defer c.Close()
+		submitters = append(submitters, c)
+	}
 	backends := make([]client.WorkerBackend, b.o.workers)
 	for i := range backends {
-		c := b.newClient(p.base, 1)
+		c := b.newClient(procs[i%len(procs)].base, 1)
 		defer c.Close()
 		backends[i] = c.WorkerBackend()
 	}
 	submit := func(ctx context.Context, i int64) error {
-		_, err := submitter.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: throughputKind, Payload: structpb.NewNumberValue(float64(i))})
+		c := submitters[i%int64(len(submitters))]
+		_, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: throughputKind, Payload: structpb.NewNumberValue(float64(i))})
 		return err
 	}
-	serverCPU, benchCPU := cpuMeter(p)
+	var serverCPU []func() float64
+	var benchCPU func() float64
+	for _, p := range procs {
+		s, b := cpuMeter(p)
+		serverCPU, benchCPU = append(serverCPU, s), b
+	}
 	t0 := time.Now()
 	rate, err := b.throughput(ctx, backends, b.o.submitters, submit)
-	if err == nil {
-		err = p.alive()
+	for _, p := range procs {
+		if err == nil {
+			err = p.alive()
+		}
 	}
 	took := time.Since(t0).Seconds()
-	b.progress("  %.0f jobs/s; the server used %.0f%% of a core, the bench %.0f%%", rate, serverCPU()/took*100, benchCPU()/took*100)
+	var used float64
+	for _, s := range serverCPU {
+		used += s()
+	}
+	b.progress("  %.0f jobs/s; the server processes used %.0f%% of a core, the bench %.0f%%", rate, used/took*100, benchCPU()/took*100)
 	return rate, err
 }
 

@@ -22,17 +22,29 @@ func (b *benchRun) wakeup(ctx context.Context, srv benchServer) (*wakeupFigures,
 		return nil, err
 	}
 	defer p.stop()
-	c := b.newClient(p.base, 4)
-	defer c.Close()
+	return b.wakeupOver(ctx, p, p)
+}
+
+// wakeupOver runs the wakeup scenario with the worker's calls (submit,
+// claim, complete) on worker and the observers' on observer: the same
+// process, or two replicas of one database.
+func (b *benchRun) wakeupOver(ctx context.Context, worker, observer *serverProc) (*wakeupFigures, error) {
+	wc := b.newClient(worker.base, 4)
+	defer wc.Close()
+	oc := wc
+	if observer != worker {
+		oc = b.newClient(observer.base, 4)
+		defer oc.Close()
+	}
 	pollName := fmt.Sprintf("GetJob every %v", b.o.poll)
 	// lat is each observer's latency from the commit; behind, the same
 	// less the worker's own reply, per job: how much later than the worker
 	// that finished the job the observer knew (negative: sooner).
 	lat, behind := map[string][]time.Duration{}, map[string][]time.Duration{}
 	for i := 0; i < b.o.jobs; i++ {
-		r, err := benchOne(ctx, c, b.o.poll)
+		r, err := benchOne(ctx, wc, oc, b.o.poll)
 		if err != nil {
-			return nil, fmt.Errorf("job %d: %w", i, errors.Join(err, p.alive()))
+			return nil, fmt.Errorf("job %d: %w", i, errors.Join(err, worker.alive(), observer.alive()))
 		}
 		for k, d := range r {
 			lat[k] = append(lat[k], d)
@@ -60,14 +72,15 @@ func (b *benchRun) wakeup(ctx context.Context, srv benchServer) (*wakeupFigures,
 // which carries the same commit (and its fsync) the observers wait for.
 const completeName = "CompleteJob reply"
 
-// benchOne runs one job past the three observers and returns how long
+// benchOne runs one job, submitted, claimed and completed through w,
+// past the three observers, which call through c, and returns how long
 // each took to see it end.
-func benchOne(ctx context.Context, c *client.Client, poll time.Duration) (map[string]time.Duration, error) {
-	job, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "bench"})
+func benchOne(ctx context.Context, w, c *client.Client, poll time.Duration) (map[string]time.Duration, error) {
+	job, err := w.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "bench"})
 	if err != nil {
 		return nil, err
 	}
-	claim, err := c.WorkerService().ClaimJob(ctx, &jobwatchv1.ClaimJobRequest{WorkerId: "bench", Kinds: []string{"bench"}})
+	claim, err := w.WorkerService().ClaimJob(ctx, &jobwatchv1.ClaimJobRequest{WorkerId: "bench", Kinds: []string{"bench"}})
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +168,7 @@ func benchOne(ctx context.Context, c *client.Client, poll time.Duration) (map[st
 	// The wait's request is on the wire once its goroutine runs; give it
 	// time to park, and the poll loop a random phase, before completing.
 	time.Sleep(20*time.Millisecond + time.Duration(time.Now().UnixNano()%int64(poll)))
-	done, err := c.WorkerService().CompleteJob(ctx, &jobwatchv1.CompleteJobRequest{JobId: job.GetId(), LeaseId: claim.GetLeaseId()})
+	done, err := w.WorkerService().CompleteJob(ctx, &jobwatchv1.CompleteJobRequest{JobId: job.GetId(), LeaseId: claim.GetLeaseId()})
 	if err != nil {
 		return nil, err
 	}
