@@ -13,9 +13,12 @@
 // Triggers stamp each visible write with a change sequence and its
 // transaction id (ChangeCursor) and NOTIFY it to every replica (Listen).
 //
-// A write acknowledged with a nil error is committed, with PostgreSQL's
-// durability. Errors that mean the database cannot be reached (refused
-// or lost connections, shutdowns, timeouts) wrap store.ErrUnavailable.
+// A write acknowledged with a nil error is committed, with the durability
+// the server's synchronous_commit gives; one whose caller left before it
+// was sent changed nothing, and once sent it runs to its end. Errors that
+// mean the database cannot be reached (refused or lost connections,
+// shutdowns, timeouts) wrap store.ErrUnavailable. The pool's settings
+// (pool_max_conns and the like) come from the URL, as pgxpool reads them.
 //
 // The package only stores and finds jobs; it must never decide a job's
 // life cycle (package jobs does).
