@@ -465,3 +465,53 @@ func TestClaimReadsNoBacklogOfAFullQueue(t *testing.T) {
 		t.Errorf("claim: %s, %v; want free-1, the one job with room", j.ID, err)
 	}
 }
+
+// Replicas ticking at once start one run of a schedule per period, and
+// the end of a run, recorded with its job's end, counts on every one.
+func TestSchedulesTickedOnTwoStoresStartOneRunPerPeriod(t *testing.T) {
+	a, b := openTwo(t)
+	var n atomic.Int64
+	run := func(now time.Time) store.ScheduleRun {
+		j := job(fmt.Sprintf("nightly-%d", n.Add(1)), "default", 0)
+		j.CreatedAt, j.UpdatedAt, j.RunAt = now, now, now
+		return store.ScheduleRun{Name: "nightly", Every: time.Minute, Job: j}
+	}
+	for round, now := range []time.Time{t0, t0.Add(30 * time.Second), t0.Add(2 * time.Minute)} {
+		var (
+			mu      sync.Mutex
+			started []string
+			wg      sync.WaitGroup
+		)
+		for i := range 8 {
+			s := []*Store{a, b}[i%2]
+			wg.Go(func() {
+				created, err := s.RunSchedules(t.Context(), []store.ScheduleRun{run(now)}, now)
+				if err != nil {
+					t.Errorf("run schedules: %v", err)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for _, j := range created {
+					started = append(started, j.ID)
+				}
+			})
+		}
+		wg.Wait()
+		want := 1
+		if round == 1 {
+			want = 0 // the first run ended at t0+1s: not due before t0+61s
+		}
+		if len(started) != want {
+			t.Fatalf("round %d: 8 ticks on two stores started %v, want %d run", round, started, want)
+		}
+		if len(started) == 1 {
+			if _, err := b.UpdateJob(t.Context(), started[0], func(j *store.Job) error {
+				j.State, j.FinishedAt = store.Succeeded, now.Add(time.Second)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
