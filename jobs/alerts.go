@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -41,6 +42,12 @@ import (
 //   - Replicas each remember their own sightings and write the same way;
 //     the store keeps the later of two times, so they never move a drain
 //     back, and a refresh one replica wrote spares the others theirs.
+//
+// Each replica logs a queue starting and stopping to alert as it sees
+// it, but the webhook hears each change once between them: the store
+// records whether the queue is alerting, and only the replica whose
+// record changed it posts (announce). A replica that starts during an
+// episode, or sees it a sweep late, finds it recorded and stays quiet.
 
 // drainRefresh is how stale the stored drain of an empty queue may grow
 // before the sweep writes it again (see above).
@@ -166,6 +173,7 @@ func (e *Engine) watchQueues(ctx context.Context) error {
 	for _, q := range stats {
 		byName[q.Name] = q
 	}
+	var errs []error
 	for name, q := range alerting {
 		if e.alerts.on[name] {
 			continue
@@ -173,17 +181,19 @@ func (e *Engine) watchQueues(ctx context.Context) error {
 		e.log.Warn("queue alerting: unfinished work has not drained for longer than alert_after",
 			"queue", name, "alert_after", q.AlertAfter, "last_drained_at", q.LastDrainedAt,
 			"queued", q.Queued, "running", q.Running)
-		if webhook != "" {
-			e.hook.Send(webhook, alertEvent(q, now))
+		if err := e.announce(ctx, webhook, q, now); err != nil {
+			errs = append(errs, err)
+			delete(alerting, name) // not recorded: try again at the next sweep
 		}
 	}
 	for name := range e.alerts.on {
 		if _, still := alerting[name]; !still {
 			e.log.Info("queue no longer alerting", "queue", name)
-			if webhook != "" {
-				q := byName[name]
-				q.Name, q.Alerting = name, false
-				e.hook.Send(webhook, alertEvent(q, now))
+			q := byName[name]
+			q.Name, q.Alerting = name, false
+			if err := e.announce(ctx, webhook, q, now); err != nil {
+				errs = append(errs, err)
+				alerting[name] = q // not recorded: try again at the next sweep
 			}
 		}
 	}
@@ -201,6 +211,25 @@ func (e *Engine) watchQueues(ctx context.Context) error {
 		if e.rules.Load().Queues[name].AlertAfter <= 0 {
 			delete(e.alerts.idle, name)
 		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("watch queues: %w", err)
+	}
+	return nil
+}
+
+// announce records q's change of alerting in the store and, if this
+// call is the one that changed it, posts it to the webhook. Replicas
+// each see a queue start or stop alerting, in their own sweeps; the store
+// tells exactly one of them that the record changed, so the webhook
+// hears each episode's start and end once (see store.Store.SetAlerting).
+func (e *Engine) announce(ctx context.Context, webhook string, q QueueStats, now time.Time) error {
+	changed, err := e.store.SetAlerting(ctx, q.Name, q.Alerting, now)
+	if err != nil {
+		return fmt.Errorf("record queue %s alerting: %w", q.Name, err)
+	}
+	if changed && webhook != "" {
+		e.hook.Send(webhook, alertEvent(q, now))
 	}
 	return nil
 }

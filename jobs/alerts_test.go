@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -390,5 +391,63 @@ func TestRunRecordsTheLastDrainItSawAsItStops(t *testing.T) {
 	submit(t, restarted, jobs.SubmitRequest{Queue: "index"})
 	if q := queueStat(t, restarted, "index"); !q.LastDrainedAt.Equal(lastIdle) {
 		t.Errorf("after a stop and a restart: last drained %v, want the last idle sweep %v", q.LastDrainedAt, lastIdle)
+	}
+}
+
+// Three replicas sweeping one store each see a queue start and stop
+// alerting; the webhook hears each once, and a replica that starts in
+// the middle of the episode does not announce it again.
+func TestThreeReplicasAnnounceEachAlertEpisodeOnce(t *testing.T) {
+	type received struct {
+		Queue    string `json:"queue"`
+		Alerting bool   `json:"alerting"`
+	}
+	events := make(chan received, 20)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var ev received
+		if err := json.NewDecoder(r.Body).Decode(&ev); err != nil {
+			t.Errorf("webhook body: %v", err)
+		}
+		events <- ev
+	}))
+	defer hook.Close()
+
+	clock := newFakeClock()
+	sa, sb := openSharedStores(t)
+	rules := jobs.Rules{AlertWebhook: hook.URL, Queues: map[string]jobs.QueueRules{"index": {AlertAfter: time.Minute}}}
+	cfg := jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour, Rules: rules}
+	replicas := []*jobs.Engine{newEngineOver(t, sa, cfg), newEngineOver(t, sb, cfg), newEngineOver(t, sa, cfg)}
+	sweepAll := func() {
+		for _, e := range replicas {
+			sweep(t, e)
+		}
+	}
+	sweepAll()
+	j := running(t, replicas[0], jobs.SubmitRequest{Queue: "index"})
+	clock.Advance(2 * time.Minute)
+	sweepAll()
+	sweepAll()
+	late := newEngineOver(t, sb, cfg) // a replica started during the episode
+	replicas = append(replicas, late)
+	sweepAll()
+	if _, err := replicas[1].Complete(context.Background(), j.ID, j.LeaseID, nil); err != nil {
+		t.Fatal(err)
+	}
+	sweepAll()
+	sweepAll()
+
+	var got []received
+	for {
+		select {
+		case ev := <-events:
+			got = append(got, ev)
+			continue
+		case <-time.After(200 * time.Millisecond):
+		}
+		break
+	}
+	want := []received{{"index", true}, {"index", false}}
+	if !slices.Equal(got, want) {
+		t.Errorf("webhook heard %+v, want %+v: one start and one end", got, want)
 	}
 }

@@ -319,6 +319,16 @@ type Store interface {
 	// at once never move a queue's drain back. Retry: safe.
 	MarkDrained(ctx context.Context, queues []string, t time.Time) error
 
+	// SetAlerting records whether queue is alerting, as of at, and
+	// reports whether this call changed what was recorded: of several
+	// callers (replicas) recording the same change at once, exactly one
+	// is told changed, and it alone announces the change (the alert
+	// webhook), so each episode is announced once whichever replicas saw
+	// it. A queue never recorded counts as not alerting: recording false
+	// for it changes nothing. Retry: safe, but a retry of a call that
+	// committed is told unchanged.
+	SetAlerting(ctx context.Context, queue string, alerting bool, at time.Time) (changed bool, err error)
+
 	// LastDrained returns, by queue, the latest time MarkDrained recorded;
 	// a queue never marked is absent. Retry: safe.
 	LastDrained(ctx context.Context) (map[string]time.Time, error)

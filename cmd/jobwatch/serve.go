@@ -29,10 +29,10 @@ const serveUsage = `Usage: jobwatch serve [flags]
 
 Runs the server: the API (Connect, gRPC and gRPC-Web), the page at /,
 /metrics and gRPC health on one port, HTTP/1.1 and cleartext HTTP/2, with
-jobs in a SQLite file, or in PostgreSQL (--db postgres://...), which
-several serve processes may share. With --tokens every call needs a bearer token the
-file lists (jobwatch token new makes one); without it, it listens on
-loopback only. SIGINT or SIGTERM shuts it down gracefully: parked calls
+jobs in a SQLite file, or in a PostgreSQL database (--db postgres://...)
+that several servers may share. With --tokens every call needs a bearer
+token the file lists (jobwatch token new makes one); without it, it
+listens on loopback only. SIGINT or SIGTERM shuts it down gracefully: parked calls
 answer at once. SIGHUP reloads the --config and --tokens files; a file
 with a mistake is refused (the log names its line and key) and the one in
 effect stays; calls and streams of a token the new file removed end.
@@ -70,7 +70,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	fs := newFlagSet("serve", stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "`host:port` to listen on (HTTP/1.1 and h2c)")
-	fs.StringVar(&f.db, "db", "jobwatch.db", "SQLite database `file` (created if missing), or a postgres:// URL (the first schema of its search_path, migrated at start)")
+	fs.StringVar(&f.db, "db", "jobwatch.db", "SQLite database `file` (created if missing), or a postgres:// URL of a database that several replicas may share")
 	fs.StringVar(&f.config, "config", "", "YAML configuration `file`: retention, strict, queues, pools, schedules and alerts (see the README); SIGHUP reloads it")
 	fs.StringVar(&f.tokens, "tokens", "", "YAML tokens `file`: the SHA-256 of each bearer token with its role and tenant (see the README \"Security\"); every call then needs a token, and --addr may be any address; SIGHUP reloads it")
 	fs.DurationVar(&f.waitCap, "wait-cap", 60*time.Second, "longest a WaitJob parks before answering with the current state")
@@ -184,6 +184,32 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// isPostgresURL reports whether --db names a PostgreSQL database rather
+// than a SQLite file.
+func isPostgresURL(db string) bool {
+	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
+}
+
+// openStore opens the store --db names.
+func openStore(ctx context.Context, f serveFlags, log *slog.Logger) (store.Store, error) {
+	if isPostgresURL(f.db) {
+		return postgres.Open(ctx, f.db)
+	}
+	return sqlite.OpenWith(f.db, sqlite.Config{LockTimeout: f.lockTimeout, Logger: log})
+}
+
+// dbName is --db as logs may show it: a URL without its password.
+func dbName(db string) string {
+	if !isPostgresURL(db) {
+		return db
+	}
+	u, err := url.Parse(db)
+	if err != nil {
+		return "(a PostgreSQL URL that does not parse)"
+	}
+	return u.Redacted()
+}
+
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	f, err := parseServeFlags(args, stderr)
 	if err != nil {
@@ -209,7 +235,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 
 	st, err := openStore(ctx, f, log)
 	if err != nil {
-		return err
+		return fmt.Errorf("open database %s: %w", dbName(f.db), err)
 	}
 	defer st.Close()
 
@@ -274,11 +300,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	engineDone := make(chan error, 1)
 	go func() { engineDone <- engine.Run(engineCtx) }()
 
-	db := f.db
-	if isPostgresURL(db) {
-		db = "postgres" // the URL may carry a password
-	}
-	attrs := []any{"addr", ln.Addr().String(), "db", db}
+	attrs := []any{"addr", ln.Addr().String(), "db", dbName(f.db)}
 	if f.config != "" {
 		attrs = append(attrs, "config", f.config, "queues", len(rules.Queues), "strict", rules.Strict)
 	}
@@ -303,29 +325,6 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
-}
-
-// isPostgresURL reports whether --db names a PostgreSQL database rather
-// than a SQLite file.
-func isPostgresURL(db string) bool {
-	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
-}
-
-// openStore opens the database --db names. A PostgreSQL URL is left out
-// of the error, since it may carry a password.
-func openStore(ctx context.Context, f serveFlags, log *slog.Logger) (store.Store, error) {
-	if isPostgresURL(f.db) {
-		st, err := postgres.Open(ctx, f.db)
-		if err != nil {
-			return nil, fmt.Errorf("open PostgreSQL database: %w", err)
-		}
-		return st, nil
-	}
-	st, err := sqlite.OpenWith(f.db, sqlite.Config{LockTimeout: f.lockTimeout, Logger: log})
-	if err != nil {
-		return nil, fmt.Errorf("open database %s: %w", f.db, err)
-	}
-	return st, nil
 }
 
 // loadRules reads the configuration file at path into the rules the

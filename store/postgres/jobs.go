@@ -158,44 +158,67 @@ RETURNING ` + "%s" + `, picked.updated_at`
 
 // pick builds the query that finds the job ClaimJob takes (ready true)
 // or the earliest RunAt NextReady reports (ready false), with the queue
-// rules checked in SQL, selecting sel from it (alias j). Its arguments
-// start at $first.
+// rules checked in SQL, selecting sel from it (alias j) and ending with
+// suffix. Its arguments start at $first.
 //
 // A queue's rules: a serial queue offers only its head (its first QUEUED
 // job by RunAt then creation, whatever its kind or tenant, or with
 // HoldRetry its first job backing off before a retry), which must then
 // match the worker's filter; a queue at its max_running, or one that uses
-// a full pool, offers nothing. Without rules it is the first matching
-// ready job, read from the partial index jobs_queued (or
-// jobs_queued_queue for given queues) in claim order.
+// a full pool, offers nothing.
+//
+// Without rules it is the first matching ready job, read from the
+// partial index jobs_queued (or jobs_queued_queue for given queues) in
+// claim order. With rules no query walks the jobs of a queue that has no
+// room: each ruled queue offers at most as many of its first matching
+// jobs as it has room for (one, if serial), from jobs_queued_queue, and
+// each queue without rules at most candidatesFree of its own, the first
+// candidatesFree of which are kept; the job taken is the first of those
+// candidates that no other claim holds.
 func pick(f store.ClaimFilter, ready bool, sel, suffix string, first int) (string, []any) {
 	var (
 		args  []any
-		where []string
+		match []string // the worker's filter, on alias h
 	)
 	arg := func(v any) string {
 		args = append(args, v)
 		return fmt.Sprintf("$%d", first+len(args)-1)
 	}
-	where = append(where, "j.state = 'queued'")
+	match = append(match, "h.state = 'queued'")
 	if ready {
-		where = append(where, "j.run_at <= "+arg(f.Now)+"::timestamptz")
+		match = append(match, "h.run_at <= "+arg(f.Now)+"::timestamptz")
 	}
 	if len(f.Tenants) > 0 {
-		where = append(where, "j.tenant = ANY("+arg(f.Tenants)+"::text[])")
+		match = append(match, "h.tenant = ANY("+arg(f.Tenants)+"::text[])")
 	}
 	if len(f.Kinds) > 0 {
-		where = append(where, "j.kind = ANY("+arg(f.Kinds)+"::text[])")
+		match = append(match, "h.kind = ANY("+arg(f.Kinds)+"::text[])")
 	}
 	if len(f.Queues) > 0 {
-		where = append(where, "j.queue = ANY("+arg(f.Queues)+"::text[])")
+		match = append(match, "h.queue = ANY("+arg(f.Queues)+"::text[])")
 	}
+	matches := strings.Join(match, " AND ")
 	rules := rulesFor(f)
-	with := ""
-	if len(rules.queues) > 0 {
-		with = `WITH lim(queue, max_running, serial, hold) AS (
-		SELECT * FROM unnest(` + arg(rules.queues) + `::text[], ` + arg(rules.max) + `::int[], ` +
-			arg(rules.serial) + `::bool[], ` + arg(rules.hold) + `::bool[])),
+	if len(rules.queues) == 0 {
+		return "SELECT " + sel + " FROM jobs AS j WHERE " + strings.ReplaceAll(matches, "h.", "j.") +
+			" ORDER BY j.run_at, j.seq LIMIT 1" + suffix, args
+	}
+	ruled := arg(rules.queues)
+	// names are the queues without rules that may offer candidates: the
+	// worker's, or every queue with a QUEUED job, found by a skip scan of
+	// jobs_queued_queue (one seek per queue, never a walk of its jobs).
+	names := `names(queue) AS (
+		SELECT (SELECT min(x.queue) FROM jobs AS x WHERE x.state = 'queued')
+		UNION ALL
+		SELECT (SELECT min(x.queue) FROM jobs AS x WHERE x.state = 'queued' AND x.queue > n.queue)
+		FROM names AS n WHERE n.queue IS NOT NULL)`
+	if len(f.Queues) > 0 {
+		names = `names(queue) AS (SELECT DISTINCT q FROM unnest(` + arg(f.Queues) + `::text[]) AS q)`
+	}
+	q := `WITH RECURSIVE ` + names + `,
+	lim(queue, max_running, serial, hold) AS (
+		SELECT * FROM unnest(` + ruled + `::text[], ` + arg(rules.max) + `::int[], ` +
+		arg(rules.serial) + `::bool[], ` + arg(rules.hold) + `::bool[])),
 	pool_use(queue, pool) AS (
 		SELECT DISTINCT * FROM unnest(` + arg(rules.useQueues) + `::text[], ` + arg(rules.usePools) + `::text[])),
 	pool_size(pool, size) AS (
@@ -203,29 +226,52 @@ func pick(f store.ClaimFilter, ready bool, sel, suffix string, first int) (strin
 	running(queue, n) AS (
 		SELECT q.queue, (SELECT count(*) FROM jobs AS r WHERE r.state = 'running' AND r.queue = q.queue)
 		FROM (SELECT queue FROM lim UNION SELECT queue FROM pool_use) AS q),
-	blocked(queue) AS (
-		SELECT u.queue FROM pool_use AS u JOIN pool_size AS p ON p.pool = u.pool
-		WHERE (SELECT coalesce(sum(r.n), 0) FROM pool_use AS o JOIN running AS r ON r.queue = o.queue
-			WHERE o.pool = p.pool) >= p.size
-		UNION
-		SELECT l.queue FROM lim AS l JOIN running AS r ON r.queue = l.queue
-		WHERE l.max_running > 0 AND r.n >= l.max_running),
+	pool_free(pool, free) AS (
+		SELECT p.pool, p.size - (SELECT coalesce(sum(r.n), 0) FROM pool_use AS o
+			JOIN running AS r ON r.queue = o.queue WHERE o.pool = p.pool)
+		FROM pool_size AS p),
+	room(queue, serial, hold, n) AS (
+		SELECT l.queue, l.serial, l.hold, least(
+			CASE WHEN l.serial THEN 1 ELSE ` + fmt.Sprint(candidatesRuled) + ` END,
+			CASE WHEN l.max_running > 0 THEN l.max_running - r.n END,
+			(SELECT min(p.free) FROM pool_use AS u JOIN pool_free AS p ON p.pool = u.pool WHERE u.queue = l.queue))
+		FROM lim AS l JOIN running AS r ON r.queue = l.queue),
 	heads(seq) AS (
 		SELECT coalesce(
-			CASE WHEN l.hold THEN (SELECT h.seq FROM jobs AS h
-				WHERE h.state = 'queued' AND h.attempt > 0 AND h.queue = l.queue
-				ORDER BY h.run_at, h.seq LIMIT 1) END,
-			(SELECT h.seq FROM jobs AS h WHERE h.state = 'queued' AND h.queue = l.queue
-				ORDER BY h.run_at, h.seq LIMIT 1))
-		FROM lim AS l WHERE l.serial)
-	`
-		where = append(where, "j.queue NOT IN (SELECT queue FROM blocked)",
-			"(j.queue NOT IN (SELECT queue FROM lim WHERE serial) OR j.seq IN (SELECT seq FROM heads))")
-	}
-	q := with + "SELECT " + sel + " FROM jobs AS j WHERE " + strings.Join(where, " AND ") +
-		" ORDER BY j.run_at, j.seq LIMIT 1" + suffix
+			CASE WHEN o.hold THEN (SELECT x.seq FROM jobs AS x
+				WHERE x.state = 'queued' AND x.attempt > 0 AND x.queue = o.queue
+				ORDER BY x.run_at, x.seq LIMIT 1) END,
+			(SELECT x.seq FROM jobs AS x WHERE x.state = 'queued' AND x.queue = o.queue
+				ORDER BY x.run_at, x.seq LIMIT 1))
+		FROM room AS o WHERE o.serial AND o.n > 0),
+	candidates(seq, run_at) AS (
+		SELECT h.seq, h.run_at FROM heads JOIN jobs AS h ON h.seq = heads.seq WHERE ` + matches + `
+		UNION ALL
+		SELECT c.seq, c.run_at FROM room AS o, LATERAL (
+			SELECT h.seq, h.run_at FROM jobs AS h WHERE ` + matches + ` AND h.queue = o.queue
+			ORDER BY h.run_at, h.seq LIMIT o.n) AS c
+		WHERE NOT o.serial AND o.n > 0
+		UNION ALL
+		(SELECT c.seq, c.run_at FROM names AS n, LATERAL (
+			SELECT h.seq, h.run_at FROM jobs AS h WHERE ` + matches + ` AND h.queue = n.queue
+			ORDER BY h.run_at, h.seq LIMIT ` + fmt.Sprint(candidatesFree) + `) AS c
+		WHERE n.queue IS NOT NULL AND n.queue <> ALL(` + ruled + `::text[])
+		ORDER BY c.run_at, c.seq LIMIT ` + fmt.Sprint(candidatesFree) + `))
+	SELECT ` + sel + ` FROM candidates AS c JOIN jobs AS j ON j.seq = c.seq WHERE j.state = 'queued'
+	ORDER BY c.run_at, c.seq LIMIT 1` + suffix
 	return q, args
 }
+
+// candidatesRuled bounds the jobs a ruled queue offers a claim, and
+// candidatesFree those the queues without rules offer together: a claim
+// under rules holds the advisory locks of every ruled queue it may take
+// from, so only claims from queues without rules alone (which lock
+// nothing) compete with it for those jobs' row locks, and a claim that
+// finds all its candidates taken looks again (ClaimJob).
+const (
+	candidatesRuled = 8
+	candidatesFree  = 8
+)
 
 // rules are a claim's queue rules as arrays, for unnest.
 type rules struct {
@@ -307,6 +353,12 @@ func (s *Store) lockKeys(f store.ClaimFilter) []int64 {
 // statement) is later than the commit of every claim that held those
 // locks before. Both statements go in one pipelined batch, one
 // round trip and one implicit transaction that the locks last for.
+//
+// A statement's snapshot may miss jobs committed while it ran, and find
+// the jobs it saw taken: so a claim that finds nothing reads whether a
+// job is ready now (NextReady's query) and, if one is, claims again (at
+// most claimAttempts in all). The engine reads NextReady after a claim
+// that found nothing anyway; this saves it a park and a wake-up.
 func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, c store.Claim) (store.Job, time.Time, error) {
 	now := micro(c.Now)
 	f.Now = micro(f.Now)

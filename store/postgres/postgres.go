@@ -13,9 +13,12 @@
 // Triggers stamp each visible write with a change sequence and its
 // transaction id (ChangeCursor) and NOTIFY it to every replica (Listen).
 //
-// A write acknowledged with a nil error is committed, with PostgreSQL's
-// durability. Errors that mean the database cannot be reached (refused
-// or lost connections, shutdowns, timeouts) wrap store.ErrUnavailable.
+// A write acknowledged with a nil error is committed, with the durability
+// the server's synchronous_commit gives; one whose caller left before it
+// was sent changed nothing, and once sent it runs to its end. Errors that
+// mean the database cannot be reached (refused or lost connections,
+// shutdowns, timeouts) wrap store.ErrUnavailable. The pool's settings
+// (pool_max_conns and the like) come from the URL, as pgxpool reads them.
 //
 // The package only stores and finds jobs; it must never decide a job's
 // life cycle (package jobs does).
@@ -118,20 +121,28 @@ func (s *Store) Close() error {
 // only for its values), so that an error from a write the caller left
 // always means it changed nothing. Only a lost connection leaves the
 // outcome unknown, and that error wraps store.ErrUnavailable.
+//
+// A write that failed before anything was sent (a connection found dead
+// as the write began) runs again once, on another connection.
 func (s *Store) write(ctx context.Context, fn func(context.Context, *pgxpool.Conn) error) error {
+	err := s.writeOnce(ctx, fn)
+	if pgconn.SafeToRetry(err) {
+		err = s.writeOnce(ctx, fn)
+	}
+	s.writes.observe(classify(err))
+	return err
+}
+
+func (s *Store) writeOnce(ctx context.Context, fn func(context.Context, *pgxpool.Conn) error) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		err = classify(err)
-		s.writes.observe(err)
-		return err
+		return classify(err)
 	}
 	defer conn.Release()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err = fn(context.WithoutCancel(ctx), conn)
-	s.writes.observe(classify(err))
-	return err
+	return fn(context.WithoutCancel(ctx), conn)
 }
 
 // classify wraps the errors that mean "the database cannot be used right

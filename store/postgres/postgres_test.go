@@ -421,3 +421,97 @@ func TestUnreachableDatabaseIsUnavailable(t *testing.T) {
 		t.Errorf("open of a closed port: %v, want ErrUnavailable", err)
 	}
 }
+
+// A claim under rules must not read the backlog of a queue without room:
+// with 20000 ready jobs in a queue at its max_running, a claim (and
+// NextReady) reads a few pages, not the queue.
+func TestClaimReadsNoBacklogOfAFullQueue(t *testing.T) {
+	s, _ := openTwo(t)
+	_, err := s.pool.Exec(t.Context(), `INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step,
+			attempt, max_attempts, unique_key, created_at, run_at, worker_id, lease_id)
+		SELECT 'capped-'||i, 'acme', 'email', 'capped', CASE WHEN i <= 2 THEN 'running' ELSE 'queued' END,
+			1, 0, '', 0, 1, '', $1::timestamptz + i * interval '1 ms', $1::timestamptz + i * interval '1 ms', '', ''
+		FROM generate_series(1, 20000) AS i`, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, job("free-1", "free", 3600))
+	if _, err := s.pool.Exec(t.Context(), "VACUUM ANALYZE jobs"); err != nil {
+		t.Fatal(err)
+	}
+	f := store.ClaimFilter{Now: t0.Add(2 * time.Hour), Kinds: []string{"email"},
+		Limits: map[string]store.QueueLimit{"capped": {MaxRunning: 2}}}
+	for _, ready := range []bool{true, false} {
+		query, args := pick(f, ready, "j.seq", "", 1)
+		var plan []byte
+		if err := s.pool.QueryRow(t.Context(), "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+query, args...).Scan(&plan); err != nil {
+			t.Fatal(err)
+		}
+		var out []struct {
+			Plan struct {
+				Hit  int `json:"Shared Hit Blocks"`
+				Read int `json:"Shared Read Blocks"`
+			}
+		}
+		if err := json.Unmarshal(plan, &out); err != nil || len(out) != 1 {
+			t.Fatalf("plan %s: %v", plan, err)
+		}
+		if pages := out[0].Plan.Hit + out[0].Plan.Read; pages > 100 {
+			t.Errorf("ready %v: the pick read %d pages, want a few: it walked the full queue's jobs", ready, pages)
+		}
+	}
+	j, _, err := s.ClaimJob(t.Context(), f, store.Claim{WorkerID: "w", LeaseID: "l", Now: f.Now, Lease: time.Minute})
+	if err != nil || j.ID != "free-1" {
+		t.Errorf("claim: %s, %v; want free-1, the one job with room", j.ID, err)
+	}
+}
+
+// Replicas ticking at once start one run of a schedule per period, and
+// the end of a run, recorded with its job's end, counts on every one.
+func TestSchedulesTickedOnTwoStoresStartOneRunPerPeriod(t *testing.T) {
+	a, b := openTwo(t)
+	var n atomic.Int64
+	run := func(now time.Time) store.ScheduleRun {
+		j := job(fmt.Sprintf("nightly-%d", n.Add(1)), "default", 0)
+		j.CreatedAt, j.UpdatedAt, j.RunAt = now, now, now
+		return store.ScheduleRun{Name: "nightly", Every: time.Minute, Job: j}
+	}
+	for round, now := range []time.Time{t0, t0.Add(30 * time.Second), t0.Add(2 * time.Minute)} {
+		var (
+			mu      sync.Mutex
+			started []string
+			wg      sync.WaitGroup
+		)
+		for i := range 8 {
+			s := []*Store{a, b}[i%2]
+			wg.Go(func() {
+				created, err := s.RunSchedules(t.Context(), []store.ScheduleRun{run(now)}, now)
+				if err != nil {
+					t.Errorf("run schedules: %v", err)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for _, j := range created {
+					started = append(started, j.ID)
+				}
+			})
+		}
+		wg.Wait()
+		want := 1
+		if round == 1 {
+			want = 0 // the first run ended at t0+1s: not due before t0+61s
+		}
+		if len(started) != want {
+			t.Fatalf("round %d: 8 ticks on two stores started %v, want %d run", round, started, want)
+		}
+		if len(started) == 1 {
+			if _, err := b.UpdateJob(t.Context(), started[0], func(j *store.Job) error {
+				j.State, j.FinishedAt = store.Succeeded, now.Add(time.Second)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

@@ -157,6 +157,14 @@ CREATE TABLE {{schema}}.queue_drains (
 	queue      text        PRIMARY KEY,
 	drained_at timestamptz NOT NULL
 );
+
+-- Whether each queue is alerting (SetAlerting), so replicas announce each
+-- change of it once between them.
+CREATE TABLE {{schema}}.queue_alerts (
+	queue      text        PRIMARY KEY,
+	alerting   boolean     NOT NULL,
+	changed_at timestamptz NOT NULL
+);
 `,
 }
 

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobwatch/jobwatch/store"
 )
@@ -86,6 +88,29 @@ func (s *Store) MarkDrained(ctx context.Context, queues []string, t time.Time) e
 		return fmt.Errorf("mark queues drained: %w", classify(err))
 	}
 	return nil
+}
+
+// SetAlerting implements store.Store. Each statement changes the row only
+// if the recorded state differs; a concurrent caller's statement waits for
+// the row and checks that again on the version the first committed, so of
+// callers recording one change exactly one changes a row.
+func (s *Store) SetAlerting(ctx context.Context, queue string, alerting bool, at time.Time) (bool, error) {
+	query := `INSERT INTO queue_alerts (queue, alerting, changed_at) VALUES ($1, true, $2)
+		ON CONFLICT (queue) DO UPDATE SET alerting = true, changed_at = excluded.changed_at
+		WHERE NOT queue_alerts.alerting`
+	if !alerting {
+		query = `UPDATE queue_alerts SET alerting = false, changed_at = $2 WHERE queue = $1 AND alerting`
+	}
+	var tag pgconn.CommandTag
+	err := s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		var err error
+		tag, err = conn.Exec(ctx, query, queue, orderTime(micro(at)))
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("record queue %s alerting: %w", queue, classify(err))
+	}
+	return tag.RowsAffected() > 0, nil
 }
 
 // LastDrained implements store.Store.

@@ -282,6 +282,15 @@ BEGIN
 		WHERE job_id = NEW.id AND ended_at IS NULL;
 END;
 `,
+	// 8: whether each queue is alerting (SetAlerting), so that replicas
+	// announce each change of it once between them.
+	`
+CREATE TABLE queue_alerts (
+	queue      TEXT    PRIMARY KEY,
+	alerting   INTEGER NOT NULL,
+	changed_at INTEGER NOT NULL
+) STRICT;
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a

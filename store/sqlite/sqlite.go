@@ -1068,6 +1068,36 @@ func (s *Store) MarkDrained(ctx context.Context, queues []string, t time.Time) e
 	})
 }
 
+// SetAlerting implements store.Store. The statement changes a row only
+// if the recorded state differs, and the writer runs writes one at a
+// time, so of two callers recording one change the second changes
+// nothing.
+func (s *Store) SetAlerting(ctx context.Context, queue string, alerting bool, at time.Time) (bool, error) {
+	query := `INSERT INTO queue_alerts (queue, alerting, changed_at) VALUES (?, 1, ?)
+		ON CONFLICT (queue) DO UPDATE SET alerting = 1, changed_at = excluded.changed_at WHERE alerting = 0`
+	if !alerting {
+		query = `UPDATE queue_alerts SET alerting = 0, changed_at = ? WHERE queue = ? AND alerting = 1`
+	}
+	var changed bool
+	err := s.writeStatement(ctx, "record a queue alerting", func(ctx context.Context, tx *sql.Tx) error {
+		if err := callerLeft(ctx); err != nil {
+			return leftError("record queue "+queue+" alerting", err)
+		}
+		args := []any{queue, toMicro(at)}
+		if !alerting {
+			args = []any{toMicro(at), queue}
+		}
+		res, err := tx.ExecContext(ctx, query, args...)
+		if err != nil {
+			return fmt.Errorf("record queue %s alerting: %w", queue, classify(err))
+		}
+		n, err := res.RowsAffected()
+		changed = n > 0
+		return err
+	})
+	return changed, err
+}
+
 // LastDrained implements store.Store.
 func (s *Store) LastDrained(ctx context.Context) (map[string]time.Time, error) {
 	rows, err := s.read.QueryContext(ctx, "SELECT queue, drained_at FROM queue_drains")

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +25,7 @@ var changeCases = []struct {
 	{"a listener hears every change that raises a version", testListenHears},
 	{"a listener stops when its context ends", testListenStops},
 	{"the database's clock is a UTC time near this machine's", testNow},
+	{"recording a queue alerting tells one caller of each change", testSetAlerting},
 }
 
 // RunShared runs the cases that need two Stores on one database, as two
@@ -37,6 +40,7 @@ func RunShared(t *testing.T, open func(t *testing.T) (a, b store.Store)) {
 		{"a change committed through one store is heard by the other's listener", testListenShared},
 		{"a change cursor from one store lists changes made through the other", testChangeCursorShared},
 		{"a claim through either store never takes a job the other took", testClaimShared},
+		{"of two stores recording one alert, one is told it changed", testSetAlertingShared},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := open(t)
@@ -328,5 +332,74 @@ func testClaimShared(t *testing.T, a, b store.Store) {
 	}
 	if len(seen) != jobs {
 		t.Errorf("%d jobs claimed, want %d", len(seen), jobs)
+	}
+}
+
+func setAlerting(t *testing.T, s store.Store, queue string, alerting bool) bool {
+	t.Helper()
+	changed, err := s.SetAlerting(t.Context(), queue, alerting, at(5))
+	if err != nil {
+		t.Fatalf("set alerting %s %v: %v", queue, alerting, err)
+	}
+	return changed
+}
+
+func testSetAlerting(t *testing.T, s store.Store) {
+	steps := []struct {
+		queue    string
+		alerting bool
+		changed  bool
+	}{
+		{"mail", false, false}, // never recorded: not alerting
+		{"mail", true, true},
+		{"mail", true, false},
+		{"other", true, true},
+		{"mail", false, true},
+		{"mail", false, false},
+		{"mail", true, true},
+		{"other", true, false},
+	}
+	for i, st := range steps {
+		if got := setAlerting(t, s, st.queue, st.alerting); got != st.changed {
+			t.Errorf("step %d: set %s alerting=%v: changed %v, want %v", i, st.queue, st.alerting, got, st.changed)
+		}
+	}
+
+	var changed atomic.Int32
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if c, err := s.SetAlerting(context.Background(), "busy", true, at(9)); err != nil {
+				t.Errorf("set alerting: %v", err)
+			} else if c {
+				changed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := changed.Load(); n != 1 {
+		t.Errorf("8 callers recorded one alert: %d told changed, want 1", n)
+	}
+}
+
+func testSetAlertingShared(t *testing.T, a, b store.Store) {
+	var changed atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 8 {
+		s := []store.Store{a, b}[i%2]
+		wg.Go(func() {
+			if c, err := s.SetAlerting(context.Background(), "busy", true, at(9)); err != nil {
+				t.Errorf("set alerting: %v", err)
+			} else if c {
+				changed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := changed.Load(); n != 1 {
+		t.Errorf("8 callers on two stores recorded one alert: %d told changed, want 1", n)
+	}
+	if setAlerting(t, b, "busy", false) != true || setAlerting(t, a, "busy", false) != false {
+		t.Errorf("ending the alert through b then a: want b told changed and a not")
 	}
 }
