@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,9 +15,9 @@ import (
 
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/server"
-	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
 // testServer is a real jobwatch server on a loopback port over a real
@@ -44,7 +43,7 @@ type serverOptions struct {
 func startServer(t testing.TB, o serverOptions) *testServer {
 	t.Helper()
 	if o.db == "" {
-		o.db = filepath.Join(t.TempDir(), "jobwatch.db")
+		o.db = testdb.New(t)
 	}
 	s, err := launch(o)
 	if err != nil {
@@ -59,7 +58,7 @@ func launch(o serverOptions) (*testServer, error) {
 	if o.addr == "" {
 		o.addr = "127.0.0.1:0"
 	}
-	st, err := sqlite.Open(o.db)
+	st, err := testdb.Open(o.db)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}

@@ -12,10 +12,10 @@ import (
 
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobs/inproc"
 	"github.com/jobwatch/jobwatch/store"
-	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
 // storeUndecodable makes a held job one its worker cannot decode, as a row
@@ -25,7 +25,7 @@ import (
 // JSON at all, which an in-process worker cannot convert.
 func storeUndecodable(t *testing.T, s *testServer, id string, payload string) {
 	t.Helper()
-	st, err := sqlite.Open(s.DB)
+	st, err := testdb.Open(s.DB)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +47,7 @@ func TestAWorkerFailsAJobItCannotDecodeAndClaimsTheNext(t *testing.T) {
 		"remote":     strings.Repeat("[", 5000) + strings.Repeat("]", 5000),
 		"in-process": `{"not json`,
 	}
+
 	ran := make(chan string, 10)
 	forEachBackend(t, client.WorkerConfig{}, nil, func(w *client.Worker) {
 		w.Handle("k", func(_ context.Context, j *jobwatchv1.Job, _ client.Progress) (any, error) {
@@ -55,6 +56,11 @@ func TestAWorkerFailsAJobItCannotDecodeAndClaimsTheNext(t *testing.T) {
 		})
 	}, func(t *testing.T, env *workerEnv) {
 		backend := strings.TrimPrefix(t.Name()[strings.LastIndex(t.Name(), "/")+1:], "")
+		if backend == "in-process" && testdb.Backend() == "postgres" {
+			// What an in-process worker cannot convert is text that is not
+			// JSON, which PostgreSQL's json column refuses to hold.
+			t.Skip("PostgreSQL cannot hold a payload an in-process worker cannot decode")
+		}
 		bad := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "k", Hold: true})
 		storeUndecodable(t, env.s, bad, undecodable[backend])
 

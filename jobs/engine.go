@@ -268,9 +268,10 @@ func (e *Engine) Shutdown() {
 	})
 }
 
-// Publish hands a snapshot committed elsewhere (another replica) to the
-// local hub, as if this engine had committed it. Snapshots that are not
-// newer than what the hub holds are ignored.
+// Publish hands a snapshot committed elsewhere to the local hub, as if
+// this engine had committed it, as the engine's listener does for the
+// changes other replicas make (listen.go). Snapshots that are not newer
+// than what the hub holds are ignored.
 func (e *Engine) Publish(j store.Job) { e.publish(j) }
 
 // publish wakes everyone who may care about the committed snapshot j: its

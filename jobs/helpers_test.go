@@ -5,16 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/store"
-	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
 // newEngine returns an engine over a fresh SQLite file. cfg.Now nil means
@@ -27,28 +26,15 @@ func newEngine(t *testing.T, cfg jobs.Config) (*jobs.Engine, store.Store) {
 
 func openStore(t *testing.T) store.Store {
 	t.Helper()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "jobs.db"))
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
+	return testdb.OpenT(t, testdb.New(t))
 }
 
 // openSharedStores returns two Stores on one fresh database, as two
 // replicas would have.
 func openSharedStores(t *testing.T) (a, b store.Store) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "jobs.db")
-	for _, s := range []*store.Store{&a, &b} {
-		st, err := sqlite.Open(path)
-		if err != nil {
-			t.Fatalf("open store: %v", err)
-		}
-		t.Cleanup(func() { st.Close() })
-		*s = st
-	}
-	return a, b
+	db := testdb.New(t)
+	return testdb.OpenT(t, db), testdb.OpenT(t, db)
 }
 
 func newEngineOver(t *testing.T, st store.Store, cfg jobs.Config) *jobs.Engine {

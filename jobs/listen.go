@@ -66,8 +66,9 @@ func (e *Engine) heard(changes []store.Change, missed bool) {
 	if missed {
 		e.resync(ctx)
 	}
-	for _, c := range changes {
-		if c.Local {
+	latest := latestChanges(changes)
+	for i, c := range changes {
+		if c.Local || (latest != nil && latest[c.JobID] != i) {
 			continue
 		}
 		if v, subscribed := e.hub.Version(c.JobID); subscribed && v < c.Version {
@@ -84,6 +85,26 @@ func (e *Engine) heard(changes []store.Change, missed bool) {
 		e.wakeClaimers(store.Job{ID: c.JobID, Tenant: c.Tenant, Kind: c.Kind, Queue: c.Queue,
 			State: c.State, Version: c.Version, RunAt: c.RunAt})
 	}
+}
+
+// latestChanges returns, for a batch holding several changes of one job,
+// the index of each job's latest change, so that a burst of changes is
+// handled once per job: a job queued and claimed elsewhere within one
+// batch wakes no claimer here. nil when no job appears twice.
+func latestChanges(changes []store.Change) map[string]int {
+	if len(changes) < 2 {
+		return nil
+	}
+	latest := make(map[string]int, len(changes))
+	for i, c := range changes {
+		if j, ok := latest[c.JobID]; !ok || c.Version >= changes[j].Version {
+			latest[c.JobID] = i
+		}
+	}
+	if len(latest) == len(changes) {
+		return nil
+	}
+	return latest
 }
 
 // resync announces whatever may have changed while the listener was deaf.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/store"
 	"github.com/jobwatch/jobwatch/store/sqlite"
@@ -162,20 +163,15 @@ func TestTheNextRunIsQueuedEveryAfterThePreviousEndedWhateverItsOutcome(t *testi
 	}
 }
 
-// openFile opens the SQLite file at path as an engine's store would.
-func openFile(t *testing.T, path string) store.Store {
+// openFile opens the database db as an engine's store would.
+func openFile(t *testing.T, db string) store.Store {
 	t.Helper()
-	st, err := sqlite.Open(path)
-	if err != nil {
-		t.Fatalf("open %s: %v", path, err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
+	return testdb.OpenT(t, db)
 }
 
 func TestARestartAfterFivePeriodsQueuesOneCatchUpRun(t *testing.T) {
 	clock := newFakeClock()
-	path := filepath.Join(t.TempDir(), "jobs.db")
+	path := testdb.New(t)
 	cfg := jobs.Config{Now: clock.Now, Rules: withSchedules(downloads)}
 
 	first := openFile(t, path)
@@ -265,7 +261,7 @@ func TestAReloadAppliesANewEveryToTheNextRunAndARemovedScheduleQueuesNoMore(t *t
 
 func TestTwoEnginesOnOneFileTickingAtOnceQueueOneRun(t *testing.T) {
 	clock := newFakeClock()
-	path := filepath.Join(t.TempDir(), "jobs.db")
+	path := testdb.New(t)
 	cfg := jobs.Config{Now: clock.Now, Rules: withSchedules(downloads)}
 	engines := []*jobs.Engine{newEngineOver(t, openFile(t, path), cfg), newEngineOver(t, openFile(t, path), cfg)}
 	tickAll := func() {

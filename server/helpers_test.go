@@ -20,6 +20,7 @@ import (
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/server"
 	"github.com/jobwatch/jobwatch/store"
@@ -47,7 +48,7 @@ type testServer struct {
 // serverOptions adjust a test server; the zero value is the defaults with
 // a fresh database file.
 type serverOptions struct {
-	dbPath string // "": a new file in t.TempDir()
+	dbPath string // "": a new database of the backend under test (testdb)
 	config server.Config
 	// engine configures the engine; its Logger, Metrics and Now are set
 	// from the test server's.
@@ -63,19 +64,28 @@ type serverOptions struct {
 
 func startServer(t *testing.T, o serverOptions) *testServer {
 	t.Helper()
+	if o.dbPath == "" && o.storeConfig != (sqlite.Config{}) {
+		o.dbPath = filepath.Join(t.TempDir(), "jobwatch.db") // a test of SQLite itself
+	}
 	if o.dbPath == "" {
-		o.dbPath = filepath.Join(t.TempDir(), "jobwatch.db")
+		o.dbPath = testdb.New(t)
 	}
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if o.storeConfig.Logger == nil {
 		o.storeConfig.Logger = log
 	}
-	sqliteStore, err := sqlite.OpenWith(o.dbPath, o.storeConfig)
+	var st store.Store
+	var err error
+	if testdb.IsSQLite(o.dbPath) {
+		st, err = sqlite.OpenWith(o.dbPath, o.storeConfig)
+	} else {
+		st, err = testdb.Open(o.dbPath)
+	}
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
-	var st store.Store = sqliteStore
+	base := st
 	if o.wrapStore != nil {
 		st = o.wrapStore(st)
 	}
@@ -112,7 +122,7 @@ func startServer(t *testing.T, o serverOptions) *testServer {
 		if err := ts.stop(); err != nil {
 			t.Errorf("serve: %v", err)
 		}
-		sqliteStore.Close()
+		base.Close()
 	})
 	return ts
 }

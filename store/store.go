@@ -192,7 +192,7 @@ type Change struct {
 	State   State
 	RunAt   time.Time
 	// Local: the write was made through the Store that hears it, whose
-	// caller has the committed job already.
+	// caller has the committed job already (an engine owns its Store).
 	Local bool
 }
 

@@ -15,6 +15,7 @@ import (
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"github.com/jobwatch/jobwatch/internal/testdb"
 )
 
 func writeFile(t *testing.T, path, text string) {
@@ -31,7 +32,7 @@ func TestServeAppliesTheConfigAndReloadsItOnSIGHUP(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	base, cmd, logs := startServe(t, ctx, "--db", filepath.Join(dir, "j.db"), "--config", cfg)
+	base, cmd, logs := startServe(t, ctx, "--db", testdb.New(t), "--config", cfg)
 	jobsClient := jobwatchv1connect.NewJobServiceClient(http.DefaultClient, base)
 	workers := jobwatchv1connect.NewWorkerServiceClient(http.DefaultClient, base)
 	submit := func(queue string) (*jobwatchv1.Job, error) {

@@ -12,6 +12,7 @@ import (
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"github.com/jobwatch/jobwatch/internal/testdb"
 )
 
 func TestServeLoadsTheIssuesExampleAndRunsItsSchedule(t *testing.T) {
@@ -25,7 +26,7 @@ func TestServeLoadsTheIssuesExampleAndRunsItsSchedule(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	base, cmd, logs := startServe(t, ctx, "--db", filepath.Join(dir, "j.db"), "--config", cfg)
+	base, cmd, logs := startServe(t, ctx, "--db", testdb.New(t), "--config", cfg)
 	queues := jobwatchv1connect.NewQueueServiceClient(http.DefaultClient, base)
 	jobsClient := jobwatchv1connect.NewJobServiceClient(http.DefaultClient, base)
 

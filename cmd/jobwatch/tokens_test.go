@@ -17,6 +17,7 @@ import (
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"github.com/jobwatch/jobwatch/internal/testdb"
 )
 
 func tokensEntry(token, rest string) string {
@@ -36,7 +37,7 @@ func TestServeWithTokensRotatesThemOnSIGHUP(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	base, cmd, logs := startServe(t, ctx, "--db", filepath.Join(dir, "j.db"), "--tokens", tokensFile, "--log-level", "debug")
+	base, cmd, logs := startServe(t, ctx, "--db", testdb.New(t), "--tokens", tokensFile, "--log-level", "debug")
 	if !strings.Contains(logs.String(), "needs a bearer token") || !strings.Contains(logs.String(), "tokens_known=2") {
 		t.Errorf("the start log does not say tokens are needed:\n%s", logs.String())
 	}
@@ -144,7 +145,7 @@ func TestServeWithTokensMayListenBeyondLoopback(t *testing.T) {
 	broken := filepath.Join(dir, "broken.yaml")
 	writeFile(t, broken, "tokens:\n  - {sha256: abc, role: admin}\n")
 	var stderr bytes.Buffer
-	code := run(context.Background(), []string{"serve", "--db", filepath.Join(dir, "j.db"), "--tokens", broken}, io.Discard, &stderr)
+	code := run(context.Background(), []string{"serve", "--db", testdb.New(t), "--tokens", broken}, io.Discard, &stderr)
 	if code != 1 || !strings.Contains(stderr.String(), "broken.yaml:2:14: tokens[0].sha256: must be 64 hex digits") {
 		t.Fatalf("a broken tokens file: exit %d, %s", code, stderr.String())
 	}

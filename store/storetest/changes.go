@@ -365,28 +365,18 @@ func testSetAlerting(t *testing.T, s store.Store) {
 		}
 	}
 
-	var changed atomic.Int32
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			if c, err := s.SetAlerting(context.Background(), "busy", true, at(9)); err != nil {
-				t.Errorf("set alerting: %v", err)
-			} else if c {
-				changed.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	if n := changed.Load(); n != 1 {
+	if n := alertAtOnce(t, s); n != 1 {
 		t.Errorf("8 callers recorded one alert: %d told changed, want 1", n)
 	}
 }
 
-func testSetAlertingShared(t *testing.T, a, b store.Store) {
+// alertAtOnce records queue "busy" alerting from 8 goroutines at once,
+// taking the stores in turn, and counts the calls told changed.
+func alertAtOnce(t *testing.T, stores ...store.Store) int32 {
 	var changed atomic.Int32
 	var wg sync.WaitGroup
 	for i := range 8 {
-		s := []store.Store{a, b}[i%2]
+		s := stores[i%len(stores)]
 		wg.Go(func() {
 			if c, err := s.SetAlerting(context.Background(), "busy", true, at(9)); err != nil {
 				t.Errorf("set alerting: %v", err)
@@ -396,7 +386,11 @@ func testSetAlertingShared(t *testing.T, a, b store.Store) {
 		})
 	}
 	wg.Wait()
-	if n := changed.Load(); n != 1 {
+	return changed.Load()
+}
+
+func testSetAlertingShared(t *testing.T, a, b store.Store) {
+	if n := alertAtOnce(t, a, b); n != 1 {
 		t.Errorf("8 callers on two stores recorded one alert: %d told changed, want 1", n)
 	}
 	if setAlerting(t, b, "busy", false) != true || setAlerting(t, a, "busy", false) != false {
