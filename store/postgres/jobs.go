@@ -353,6 +353,12 @@ func (s *Store) lockKeys(f store.ClaimFilter) []int64 {
 // statement) is later than the commit of every claim that held those
 // locks before. Both statements go in one pipelined batch, one
 // round trip and one implicit transaction that the locks last for.
+//
+// A statement's snapshot may miss jobs committed while it ran, and find
+// the jobs it saw taken: so a claim that finds nothing reads whether a
+// job is ready now (NextReady's query) and, if one is, claims again (at
+// most claimAttempts in all). The engine reads NextReady after a claim
+// that found nothing anyway; this saves it a park and a wake-up.
 func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, c store.Claim) (store.Job, time.Time, error) {
 	now := micro(c.Now)
 	f.Now = micro(f.Now)
