@@ -59,6 +59,9 @@ type Store struct {
 	conns conns
 	// writes tracks episodes of failing writes, so each is logged once.
 	writes health
+	// notifier tells every replica's listener of this Store's writes,
+	// after they commit.
+	notifier *notifier
 
 	// closing ends the listeners when the store closes.
 	closing   context.Context
@@ -104,11 +107,14 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
+	s.notifier = newNotifier(s.sendChanges, s.logNotify)
 	return s, nil
 }
 
-// Close stops the listeners and closes the pool.
+// Close sends the notifications still queued, stops the listeners and
+// closes the pool.
 func (s *Store) Close() error {
+	s.notifier.close()
 	s.close()
 	s.listeners.Wait()
 	s.pool.Close()

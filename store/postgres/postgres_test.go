@@ -322,7 +322,7 @@ func TestListenHearsAnotherStoreAndRecoversALostConnection(t *testing.T) {
 	// Kill the listening connection from another one.
 	var killed int
 	err := b.pool.QueryRow(t.Context(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE application_name = $1 AND query = $2`, listenApp, "LISTEN \""+a.channel+"\"").Scan(&killed)
+		WHERE application_name = $1`, a.listenName()).Scan(&killed)
 	if err != nil || killed != 1 {
 		t.Fatalf("terminate the listener: %d killed, %v", killed, err)
 	}
