@@ -119,7 +119,10 @@ func (s *Store) announce(j store.Job) { s.notifier.add(changeOf(j)) }
 // sendChanges notifies changes in one round trip: one transaction that
 // commits without waiting for its WAL flush, so it holds the cluster's
 // notify lock only briefly, with as few notifications as the payload
-// bound allows.
+// bound allows. It sends on a connection of its own, so writers never
+// wait for the pool's connection it would hold; that connection's pid is
+// in conns, so this Store's listeners hear these changes as Local.
+// Only the notifier's goroutine calls it.
 func (s *Store) sendChanges(changes []store.Change) error {
 	payloads := packChanges(changes, maxPayload)
 	if len(payloads) == 0 {
@@ -127,15 +130,42 @@ func (s *Store) sendChanges(changes []store.Change) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
 	defer cancel()
+	if s.notifyConn == nil || s.notifyConn.IsClosed() {
+		s.closeNotifyConn()
+		cfg := s.pool.Config().ConnConfig.Copy()
+		cfg.RuntimeParams["application_name"] = notifyApp + " " + s.schema
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("notify %d changes: %w", len(changes), classify(err))
+		}
+		s.notifyConn = conn
+		s.conns.add(conn.PgConn().PID())
+	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue("SET LOCAL synchronous_commit TO off")
 	b.Queue("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p", s.channel, payloads)
 	b.Queue("COMMIT")
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+	if err := s.notifyConn.SendBatch(ctx, b).Close(); err != nil {
+		// Whatever state the connection is in, the next send starts on a
+		// new one.
+		s.closeNotifyConn()
 		return fmt.Errorf("notify %d changes: %w", len(changes), classify(err))
 	}
 	return nil
+}
+
+// notifyApp names the notifying connections in pg_stat_activity, followed
+// by a space and the store's schema.
+const notifyApp = "jobwatch-notify"
+
+func (s *Store) closeNotifyConn() {
+	if s.notifyConn == nil {
+		return
+	}
+	s.conns.remove(s.notifyConn.PgConn().PID())
+	s.notifyConn.Close(context.Background())
+	s.notifyConn = nil
 }
 
 func (s *Store) logNotify(failing bool, err error) {

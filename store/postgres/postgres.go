@@ -65,8 +65,9 @@ type Store struct {
 	// writes tracks episodes of failing writes, so each is logged once.
 	writes health
 	// notifier tells every replica's listener of this Store's writes,
-	// after they commit.
-	notifier *notifier
+	// after they commit, on notifyConn (its goroutine's only).
+	notifier   *notifier
+	notifyConn *pgx.Conn
 
 	// closing ends the listeners when the store closes.
 	closing   context.Context
@@ -120,6 +121,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 // closes the pool.
 func (s *Store) Close() error {
 	s.notifier.close()
+	s.closeNotifyConn()
 	s.close()
 	s.listeners.Wait()
 	s.pool.Close()
