@@ -107,7 +107,11 @@ func URL(t testing.TB) string {
 func find() (string, error) {
 	if env := os.Getenv(Env); env != "" {
 		if err := ping(env); err != nil {
-			return "", fmt.Errorf("%s=%s: %w", Env, env, err)
+			shown := "(a URL that does not parse)"
+			if u, perr := url.Parse(env); perr == nil {
+				shown = u.Redacted()
+			}
+			return "", fmt.Errorf("%s=%s: %w", Env, shown, err)
 		}
 		return env, nil
 	}

@@ -53,6 +53,7 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 			return err
 		})
 		if err == nil {
+			s.announce(j)
 			return j, nil
 		}
 		if !isUniqueViolation(err, "jobs_unique_active") || attempt == conflictAttempts {
@@ -138,6 +139,9 @@ func (s *Store) UpdateJob(ctx context.Context, id string, update func(*store.Job
 			return store.Job{}, fmt.Errorf("update job %s: %w", id, classify(err))
 		case tag.RowsAffected() == 0:
 			continue // written (or deleted) since the read: read again
+		}
+		if next.Version > old.job.Version {
+			s.announce(next)
 		}
 		return next, nil
 	}
@@ -419,6 +423,7 @@ func (s *Store) claim(ctx context.Context, keys []int64, query string, args []an
 	case err != nil:
 		return store.Job{}, time.Time{}, fmt.Errorf("claim job: %w", classify(err))
 	}
+	s.announce(row.job)
 	return row.job, fromTime(queuedAt), nil
 }
 

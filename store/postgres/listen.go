@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/jobwatch/jobwatch/store"
 )
@@ -67,29 +67,55 @@ func (s *Store) ChangeCursor(ctx context.Context) (string, error) {
 	return c.String(), nil
 }
 
-// Listening: reconnect backoff and how long a batch waits for
-// notifications that are already on their way.
+// Listening: reconnect backoff, how long a batch waits for notifications
+// that are already on their way, and how often the listener catches up
+// from the database.
 const (
 	listenBackoffMin = 100 * time.Millisecond
 	listenBackoffMax = 5 * time.Second
 	batchWait        = 200 * time.Microsecond
 	maxBatch         = 1024
+	catchUpEvery     = time.Second
+	// maxRemembered bounds the jobs a listener remembers having
+	// delivered in one catch-up window (it remembers two windows).
+	maxRemembered = 1 << 16
 )
 
-// listenApp names the listening connections in pg_stat_activity.
+// listenApp names the listening connections in pg_stat_activity,
+// followed by a space and the store's schema.
 const listenApp = "jobwatch-listen"
+
+func (s *Store) listenName() string { return listenApp + " " + s.schema }
+
+// catchUp lists, in one statement, every job whose version went up in a
+// write that committed after the cursor since (a snapshot's xmin, as
+// ChangeCursor's), with the xmin of its own snapshot: the cursor of the
+// next catch-up.
+const catchUp = `SELECT x.xmin, j.id, j.version, j.tenant, j.kind, j.queue, j.state, j.run_at
+	FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::numeric::bigint AS xmin) AS x
+	LEFT JOIN jobs AS j ON j.change_xid >= $1::text::xid8
+	ORDER BY j.change_seq`
 
 // Listen implements store.Store with LISTEN on a connection of its own
 // (not from the pool, which it would hold forever). One goroutine reads
 // notifications, gathers those that arrive together into one batch, and
-// calls fn. When the connection is lost it reconnects (backing off from
-// listenBackoffMin, doubling to listenBackoffMax), listens again, and
-// then calls fn(nil, true): changes committed meanwhile were not heard.
-// It stops when ctx ends or the store closes.
+// calls fn. Every catchUpEvery it also lists on that connection the
+// changes committed since its previous list (catchUp) and delivers those
+// it has not delivered (as not Local): a change whose notification never
+// came (its replica died after the commit, or the send failed) is heard
+// within about catchUpEvery. When the connection is lost it reconnects
+// (backing off from listenBackoffMin, doubling to listenBackoffMax),
+// listens again, and then calls fn(nil, true): changes committed
+// meanwhile were not heard. It stops when ctx ends or the store closes.
 func (s *Store) Listen(ctx context.Context, fn func(changes []store.Change, missed bool)) error {
 	conn, err := s.listenConn(ctx)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
+	}
+	h := &hearing{fn: fn, delivered: map[string]int64{}, next: time.Now().Add(catchUpEvery)}
+	if err := conn.QueryRow(ctx, "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::numeric::bigint").Scan(&h.since); err != nil {
+		conn.Close(context.Background())
+		return fmt.Errorf("listen: %w", classify(err))
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.closing, cancel)
@@ -98,14 +124,14 @@ func (s *Store) Listen(ctx context.Context, fn func(changes []store.Change, miss
 		defer s.listeners.Done()
 		defer stop()
 		defer cancel()
-		s.listen(ctx, conn, fn)
+		s.listen(ctx, conn, h)
 	}()
 	return nil
 }
 
 func (s *Store) listenConn(ctx context.Context) (*pgx.Conn, error) {
 	cfg := s.pool.Config().ConnConfig.Copy()
-	cfg.RuntimeParams["application_name"] = listenApp
+	cfg.RuntimeParams["application_name"] = s.listenName()
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, classify(err)
@@ -117,13 +143,58 @@ func (s *Store) listenConn(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-func (s *Store) listen(ctx context.Context, conn *pgx.Conn, fn func([]store.Change, bool)) {
+// hearing is one listener's state, used by its goroutine only.
+type hearing struct {
+	fn    func([]store.Change, bool)
+	since uint64    // the cursor of the next catch-up
+	next  time.Time // when the next catch-up is due
+	// delivered and before hold the highest version delivered of each job
+	// in this catch-up window and the one before, so that a change heard
+	// both ways, or listed by several catch-ups (a long transaction holds
+	// their cursor back), is delivered once, and a job's versions are
+	// delivered only upwards.
+	delivered, before map[string]int64
+}
+
+// fresh reports whether c is newer than what was delivered of its job,
+// and remembers it in this window either way.
+func (h *hearing) fresh(c store.Change) bool {
+	v, ok := h.delivered[c.JobID]
+	if !ok {
+		v, ok = h.before[c.JobID]
+	}
+	if ok && v >= c.Version {
+		h.delivered[c.JobID] = v
+		return false
+	}
+	if len(h.delivered) >= maxRemembered {
+		h.rotate()
+	}
+	h.delivered[c.JobID] = c.Version
+	return true
+}
+
+func (h *hearing) rotate() {
+	h.before, h.delivered = h.delivered, make(map[string]int64, len(h.delivered))
+}
+
+// deliver calls fn with the changes not delivered before.
+func (h *hearing) deliver(changes []store.Change) {
+	fresh := changes[:0]
+	for _, c := range changes {
+		if h.fresh(c) {
+			fresh = append(fresh, c)
+		}
+	}
+	if len(fresh) > 0 {
+		h.fn(fresh, false)
+	}
+}
+
+func (s *Store) listen(ctx context.Context, conn *pgx.Conn, h *hearing) {
 	defer func() { conn.Close(context.Background()) }()
 	for {
-		batch, err := s.readBatch(ctx, conn)
-		if len(batch) > 0 {
-			fn(batch, false)
-		}
+		err := s.hear(ctx, conn, h)
 		if ctx.Err() != nil {
 			return
 		}
@@ -135,18 +206,78 @@ func (s *Store) listen(ctx context.Context, conn *pgx.Conn, fn func([]store.Chan
 		if conn = s.relisten(ctx); conn == nil {
 			return
 		}
-		fn(nil, true)
+		h.fn(nil, true)
 	}
 }
 
-// readBatch waits for a notification, then takes the ones that follow
-// it within batchWait: those the server has already sent.
-func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn) ([]store.Change, error) {
-	n, err := conn.WaitForNotification(ctx)
+// hear catches up if that is due, else delivers the next batch of
+// notifications that arrives before it is.
+func (s *Store) hear(ctx context.Context, conn *pgx.Conn, h *hearing) error {
+	if !time.Now().Before(h.next) {
+		changes, since, err := s.catchUp(ctx, conn, h.since)
+		if err != nil {
+			return err
+		}
+		h.since, h.next = since, time.Now().Add(catchUpEvery)
+		h.rotate()
+		if len(changes) > 0 {
+			h.deliver(changes)
+		}
+		return nil
+	}
+	batch, err := s.readBatch(ctx, conn, h.next)
+	if len(batch) > 0 {
+		h.deliver(batch)
+	}
+	return err
+}
+
+// catchUp runs the catchUp statement from cursor since.
+func (s *Store) catchUp(ctx context.Context, conn *pgx.Conn, since uint64) ([]store.Change, uint64, error) {
+	rows, err := conn.Query(ctx, catchUp, fmt.Sprint(since))
 	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var (
+		changes []store.Change
+		next    uint64
+	)
+	for rows.Next() {
+		var (
+			id, tenant, kind, queue, state pgtype.Text
+			version                        pgtype.Int8
+			runAt                          pgtype.Timestamptz
+		)
+		if err := rows.Scan(&next, &id, &version, &tenant, &kind, &queue, &state, &runAt); err != nil {
+			return nil, 0, err
+		}
+		if !id.Valid {
+			continue // no change: the row carries only the cursor
+		}
+		changes = append(changes, store.Change{JobID: id.String, Version: version.Int64, Tenant: tenant.String,
+			Kind: kind.String, Queue: queue.String, State: store.State(state.String), RunAt: fromTime(runAt)})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	return changes, next, nil
+}
+
+// readBatch waits until deadline for a notification, then takes the
+// ones that follow it within batchWait: those the server has already
+// sent. Nothing by deadline is no error.
+func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, deadline time.Time) ([]store.Change, error) {
+	wait, cancel := context.WithDeadline(ctx, deadline)
+	n, err := conn.WaitForNotification(wait)
+	cancel()
+	if err != nil {
+		if pgconn.Timeout(err) && ctx.Err() == nil && !conn.IsClosed() {
+			return nil, nil
+		}
 		return nil, err
 	}
-	batch := s.appendChange(nil, n)
+	batch := s.appendChanges(nil, n)
 	for len(batch) < maxBatch {
 		short, cancel := context.WithTimeout(ctx, batchWait)
 		n, err := conn.WaitForNotification(short)
@@ -157,36 +288,23 @@ func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn) ([]store.Change, 
 			}
 			return batch, err
 		}
-		batch = s.appendChange(batch, n)
+		batch = s.appendChanges(batch, n)
 	}
 	return batch, nil
 }
 
-func (s *Store) appendChange(batch []store.Change, n *pgconn.Notification) []store.Change {
-	var (
-		fields []json.RawMessage
-		c      store.Change
-		state  string
-		runAt  *int64
-	)
-	err := json.Unmarshal([]byte(n.Payload), &fields)
-	if err == nil && len(fields) == 7 {
-		for i, dst := range []any{&c.JobID, &c.Version, &c.Tenant, &c.Kind, &c.Queue, &state, &runAt} {
-			if err = json.Unmarshal(fields[i], dst); err != nil {
-				break
-			}
-		}
-	}
-	if err != nil || len(fields) != 7 {
-		s.log.Warn("postgres listener: a notification it cannot read", "channel", n.Channel)
+func (s *Store) appendChanges(batch []store.Change, n *pgconn.Notification) []store.Change {
+	changes, err := parseChanges(n.Payload)
+	if err != nil {
+		s.log.Warn("postgres listener: a notification it cannot read", "channel", n.Channel, "err", err)
 		return batch
 	}
-	c.State = store.State(state)
-	if runAt != nil {
-		c.RunAt = time.UnixMicro(*runAt).UTC()
+	local := s.conns.has(n.PID)
+	for _, c := range changes {
+		c.Local = local
+		batch = append(batch, c)
 	}
-	c.Local = s.conns.has(n.PID)
-	return append(batch, c)
+	return batch
 }
 
 // conns are the backend process ids of the pool's open connections: a

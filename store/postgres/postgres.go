@@ -10,8 +10,13 @@
 // taking the advisory locks of the limited queues and pools it may touch;
 // UpdateJob reads without a lock and writes only if the row's revision
 // is still the one it read. No transaction stays open while Go code runs.
-// Triggers stamp each visible write with a change sequence and its
-// transaction id (ChangeCursor) and NOTIFY it to every replica (Listen).
+// A trigger stamps each visible write with a change sequence and its
+// transaction id (ChangeCursor). Writes do not NOTIFY in their own
+// transaction, which PostgreSQL would commit one at a time: after the
+// commit the Store hands the change to its notifier, which sends all
+// that is queued in one short transaction of its own (notify.go), and
+// each listener also lists the changes since its last look every second,
+// so a change whose notification was lost is still heard (Listen).
 //
 // A write acknowledged with a nil error is committed, with the durability
 // the server's synchronous_commit gives; one whose caller left before it
@@ -59,6 +64,10 @@ type Store struct {
 	conns conns
 	// writes tracks episodes of failing writes, so each is logged once.
 	writes health
+	// notifier tells every replica's listener of this Store's writes,
+	// after they commit, on notifyConn (its goroutine's only).
+	notifier   *notifier
+	notifyConn *pgx.Conn
 
 	// closing ends the listeners when the store closes.
 	closing   context.Context
@@ -104,11 +113,15 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
+	s.notifier = newNotifier(s.sendChanges, s.logNotify)
 	return s, nil
 }
 
-// Close stops the listeners and closes the pool.
+// Close sends the notifications still queued, stops the listeners and
+// closes the pool.
 func (s *Store) Close() error {
+	s.notifier.close()
+	s.closeNotifyConn()
 	s.close()
 	s.listeners.Wait()
 	s.pool.Close()

@@ -322,7 +322,7 @@ func TestListenHearsAnotherStoreAndRecoversALostConnection(t *testing.T) {
 	// Kill the listening connection from another one.
 	var killed int
 	err := b.pool.QueryRow(t.Context(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE application_name = $1 AND query = $2`, listenApp, "LISTEN \""+a.channel+"\"").Scan(&killed)
+		WHERE application_name = $1`, a.listenName()).Scan(&killed)
 	if err != nil || killed != 1 {
 		t.Fatalf("terminate the listener: %d killed, %v", killed, err)
 	}
@@ -368,12 +368,18 @@ func TestChangedSinceListsWritesCommittedAfterTheCursor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// "before" may be listed too, at the version it had then, if some
+	// transaction (of any session on the server) was in flight when the
+	// cursor was taken: the cursor is that snapshot's xmin.
 	var ids []string
 	for _, j := range jobs {
+		if j.ID == "before" && j.Version == 1 {
+			continue
+		}
 		ids = append(ids, j.ID)
 	}
 	if !slices.Equal(ids, []string{"after", "touched"}) {
-		t.Errorf("changed since the cursor: %v, want [after touched]", ids)
+		t.Errorf("changed since the cursor, in change order: %v, want [after touched]", ids)
 	}
 	if _, _, err := b.ListJobs(t.Context(), store.ListFilter{ChangedSince: "nonsense"}); !errors.Is(err, store.ErrInvalidPageToken) {
 		t.Errorf("a cursor it did not issue: %v, want ErrInvalidPageToken", err)

@@ -70,6 +70,9 @@ func (s *Store) RunSchedules(ctx context.Context, runs []store.ScheduleRun, now 
 	if err != nil {
 		return nil, fmt.Errorf("run schedules: %w", classify(err))
 	}
+	for _, j := range created {
+		s.announce(j)
+	}
 	return created, nil
 }
 

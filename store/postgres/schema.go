@@ -20,9 +20,9 @@ var ErrSchemaTooNew = errors.New("database schema is newer than this jobwatch")
 // released step: add one.
 //
 // {{schema}} is the quoted schema the store lives in and {{channel}} its
-// NOTIFY channel (see channelFor): the trigger functions name them
-// outright, so they mean the same whatever search_path the writing
-// session has.
+// NOTIFY channel (see channelFor; only step 1 used it): the trigger
+// functions name them outright, so they mean the same whatever
+// search_path the writing session has.
 //
 // Times are timestamptz to the microsecond. A zero time.Time is NULL,
 // except in created_at and run_at, which order lists and claims: there it
@@ -165,6 +165,16 @@ CREATE TABLE {{schema}}.queue_alerts (
 	alerting   boolean     NOT NULL,
 	changed_at timestamptz NOT NULL
 );
+`,
+	// 2: writes no longer NOTIFY in their transaction (PostgreSQL commits
+	// notifying transactions one at a time): the Store notifies after the
+	// commit (notify.go), and listeners catch up from change_xid, over
+	// every tenant, by jobs_change.
+	`
+DROP TRIGGER jobs_notify_insert ON {{schema}}.jobs;
+DROP TRIGGER jobs_notify_update ON {{schema}}.jobs;
+DROP FUNCTION {{schema}}.jobs_notify();
+CREATE INDEX jobs_change ON {{schema}}.jobs (change_xid);
 `,
 }
 
