@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // benchReplicas is how many serve processes share one PostgreSQL schema
@@ -56,10 +57,16 @@ func postgresSchema(ctx context.Context, base string) (schemaURL string, drop fu
 	b := make([]byte, 6)
 	rand.Read(b)
 	schema := "jobwatch_bench_" + hex.EncodeToString(b)
+	// Parsed as the pool of serve parses it, so that pool settings in
+	// the URL (pool_max_conns) are not sent to the server as parameters.
+	cfg, err := pgxpool.ParseConfig(base)
+	if err != nil {
+		return "", nil, errors.New("--postgres: not a connection URL pgx takes")
+	}
 	exec := func(ctx context.Context, sql string) error {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
+		conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig.Copy())
 		if err != nil {
 			return fmt.Errorf("connect to --postgres: %w", err)
 		}

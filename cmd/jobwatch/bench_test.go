@@ -228,7 +228,9 @@ func TestBenchMeasuresJobwatchOnPostgreSQL(t *testing.T) {
 
 	t.Setenv("JOBWATCH_TEST_RUN_MAIN", "1")
 	var out, errOut bytes.Buffer
-	args := []string{"bench", "--json", "--scenarios", "throughput-rpc,wakeup", "--postgres", dbURL,
+	// A pool setting in the URL is for the pools of serve, not a
+	// parameter the bench may send to the server.
+	args := []string{"bench", "--json", "--scenarios", "throughput-rpc,wakeup", "--postgres", dbURL + "&pool_max_conns=8",
 		"--workers", "3", "--submitters", "1", "--duration", "300ms", "--warmup", "100ms", "--jobs", "3"}
 	if code := run(ctx, args, &out, &errOut); code != 0 {
 		t.Fatalf("bench exited %d:\n%s", code, &errOut)
