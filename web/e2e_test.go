@@ -19,10 +19,10 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/jobwatch/jobwatch/internal/ci"
+	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/server"
 	"github.com/jobwatch/jobwatch/store"
-	"github.com/jobwatch/jobwatch/store/sqlite"
 	"github.com/jobwatch/jobwatch/web"
 )
 
@@ -40,14 +40,14 @@ func requireChromium(t *testing.T) {
 // `jobwatch demo` runs, with the test as its worker.
 type liveServer struct {
 	engine *jobs.Engine
-	store  *sqlite.Store
+	store  store.Store
 	stop   context.CancelFunc
 	served chan error
 }
 
 func startServer(t *testing.T, addr, dbPath string, configure ...func(*server.Config)) *liveServer {
 	t.Helper()
-	st, err := sqlite.Open(dbPath)
+	st, err := testdb.Open(dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	dbPath := filepath.Join(t.TempDir(), "jobwatch.db")
+	dbPath := testdb.New(t)
 	probe, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
