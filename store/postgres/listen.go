@@ -90,7 +90,10 @@ func (s *Store) listenName() string { return listenApp + " " + s.schema }
 // catchUp lists, in one statement, every job whose version went up in a
 // write that committed after the cursor since (a snapshot's xmin, as
 // ChangeCursor's), with the xmin of its own snapshot: the cursor of the
-// next catch-up.
+// next catch-up. It reads the index jobs_change, and usually finds the
+// few jobs changed in the last second; a transaction left open holds
+// every snapshot's xmin back, and the catch-ups then list again every
+// change since it began, which hearing.fresh passes over.
 const catchUp = `SELECT x.xmin, j.id, j.version, j.tenant, j.kind, j.queue, j.state, j.run_at
 	FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::numeric::bigint AS xmin) AS x
 	LEFT JOIN jobs AS j ON j.change_xid >= $1::text::xid8
