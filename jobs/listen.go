@@ -128,18 +128,26 @@ func (e *Engine) resync(ctx context.Context) {
 // storeClock is the database's clock as this machine reads it: this
 // machine's clock plus an offset measured against store.Store.Now, at
 // start and every clockSync. Replicas sharing a database then stamp and
-// compare times (leases, RunAt, retention, UpdatedAt) on one clock, to
-// within half a round trip, without a round trip per reading. An offset
-// under clockTolerance is taken as none: one round trip cannot measure
-// less, and the database on this machine (SQLite) has none.
+// compare times (leases, RunAt, retention, UpdatedAt) on one clock
+// without a round trip per reading.
+//
+// A reading of the database's clock lands somewhere within the round
+// trip that fetched it, so an offset is known only to within half that
+// round trip. Of clockSamples readings the one with the shortest round
+// trip is kept, and an offset no larger than its half round trip is
+// taken as none: it cannot be told from zero. So a database on this
+// machine, or one whose clock agrees with it, never shifts this clock;
+// had it, a replica that happened to measure a slow round trip would
+// have stamped times a few milliseconds off its neighbours', enough to
+// reorder jobs submitted one after another to different replicas.
 type storeClock struct {
 	st     store.Store
 	offset atomic.Int64 // nanoseconds to add to time.Now
 }
 
 const (
-	clockSync      = 30 * time.Second
-	clockTolerance = time.Millisecond
+	clockSync    = 30 * time.Second
+	clockSamples = 3
 )
 
 func (c *storeClock) now() time.Time {
@@ -148,16 +156,21 @@ func (c *storeClock) now() time.Time {
 
 // sync measures the offset again; on error the last one stays.
 func (c *storeClock) sync(ctx context.Context) error {
-	before := time.Now()
-	db, err := c.st.Now(ctx)
-	if err != nil {
-		return err
+	best, bestRTT := time.Duration(0), time.Duration(-1)
+	for range clockSamples {
+		before := time.Now()
+		db, err := c.st.Now(ctx)
+		if err != nil {
+			return err
+		}
+		rtt := time.Since(before)
+		if bestRTT < 0 || rtt < bestRTT {
+			best, bestRTT = db.Sub(before.Add(rtt/2)), rtt
+		}
 	}
-	after := time.Now()
-	offset := db.Sub(before.Add(after.Sub(before) / 2))
-	if offset.Abs() < clockTolerance {
-		offset = 0
+	if best.Abs() <= bestRTT/2 {
+		best = 0
 	}
-	c.offset.Store(int64(offset))
+	c.offset.Store(int64(best))
 	return nil
 }
