@@ -198,6 +198,9 @@ type Engine struct {
 
 	// deadlines are the caps of parked calls, shared (deadlines.go).
 	deadlines *deadlines
+	// heldWakes are other replicas' queued jobs waiting to wake a
+	// claimer here (listen.go).
+	heldWakes heldWakes
 	// clock is the database's clock (listen.go), nil when Config.Now
 	// was given.
 	clock *storeClock

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,7 +21,9 @@ import (
 // tenant's feeds are told to look again (they read the store
 // themselves); and the claimers it may give work or room to are woken
 // from what the change says (tenant, kind, queue, state, RunAt), with no
-// read.
+// read. A job queued ready elsewhere wakes a claimer here only if no
+// claimer there took it within claimWakeDelay (holdClaimWake), so that
+// each new job does not wake a claimer on every replica.
 //
 // When the store says it may have missed changes (its connection to the
 // database was lost and is back), the engine reads again every job with
@@ -71,19 +74,76 @@ func (e *Engine) heard(changes []store.Change, missed bool) {
 		if c.Local || (latest != nil && latest[c.JobID] != i) {
 			continue
 		}
+		j := store.Job{ID: c.JobID, Tenant: c.Tenant, Kind: c.Kind, Queue: c.Queue,
+			State: c.State, Version: c.Version, RunAt: c.RunAt}
 		if v, subscribed := e.hub.Version(c.JobID); subscribed && v < c.Version {
-			j, err := e.store.GetJob(ctx, c.JobID)
+			full, err := e.store.GetJob(ctx, c.JobID)
 			if err == nil {
-				e.publish(j)
-				continue
+				j = full
+				e.hub.Publish(j.ID, j.Version, &Snapshot{Job: j, shared: true})
+			} else {
+				// Deleted since, or unreadable: the feeds and claimers
+				// below still hear of it; a waiter's next wake or cap
+				// reads again.
+				e.log.Debug("read a job another replica changed", "job", c.JobID, "err", err)
 			}
-			// Deleted since, or unreadable: the feeds and claimers below
-			// still hear of it; a waiter's next wake or cap reads again.
-			e.log.Debug("read a job another replica changed", "job", c.JobID, "err", err)
 		}
 		e.signals.Publish(tenantSignal(c.Tenant), e.signalSeq.Add(1), struct{}{})
-		e.wakeClaimers(store.Job{ID: c.JobID, Tenant: c.Tenant, Kind: c.Kind, Queue: c.Queue,
-			State: c.State, Version: c.Version, RunAt: c.RunAt})
+		e.holdClaimWake(j)
+	}
+}
+
+// claimWakeDelay is how long a job another replica queued waits before
+// it wakes a claimer here: long enough for a claimer of that replica,
+// if it has one parked, to take it (a claim and its notification take a
+// few milliseconds), so that a job does not wake a claimer on every
+// replica of which all but one then find nothing. A claimer of another
+// replica takes a job queued where no claimer waits this much later.
+const claimWakeDelay = 20 * time.Millisecond
+
+// heldWakes are the jobs other replicas queued, ready, held for
+// claimWakeDelay (holdClaimWake).
+type heldWakes struct {
+	mu    sync.Mutex
+	jobs  map[string]store.Job
+	armed bool
+}
+
+// holdClaimWake tells the claimers of another replica's change j: at
+// once, unless j is a job queued and ready, which is held for
+// claimWakeDelay and dropped if a later change (claimed there) comes
+// first. Claim wake-ups from other replicas are so coalesced per job.
+func (e *Engine) holdClaimWake(j store.Job) {
+	h := &e.heldWakes
+	ready := j.State == store.Queued && !j.RunAt.After(e.now())
+	h.mu.Lock()
+	if !ready {
+		delete(h.jobs, j.ID)
+		h.mu.Unlock()
+		e.wakeClaimers(j)
+		return
+	}
+	if h.jobs == nil {
+		h.jobs = map[string]store.Job{}
+	}
+	h.jobs[j.ID] = j
+	arm := !h.armed
+	h.armed = true
+	h.mu.Unlock()
+	if arm {
+		time.AfterFunc(claimWakeDelay, e.releaseClaimWakes)
+	}
+}
+
+// releaseClaimWakes wakes the claimers of every job held.
+func (e *Engine) releaseClaimWakes() {
+	h := &e.heldWakes
+	h.mu.Lock()
+	jobs := h.jobs
+	h.jobs, h.armed = nil, false
+	h.mu.Unlock()
+	for _, j := range jobs {
+		e.wakeClaimers(j)
 	}
 }
 

@@ -164,3 +164,33 @@ func TestAfterAGapInHearingAReplicaAnnouncesWhatChangedMeanwhile(t *testing.T) {
 		t.Errorf("claim after the gap = %q, %v; want %s", got.ID, err, queued.ID)
 	}
 }
+
+// A job queued on a replica whose own claimer takes it wakes no claimer
+// of another replica; one queued where no claimer waits is taken by
+// another replica's.
+func TestAJobClaimedWhereItWasQueuedWakesNoClaimerOfAnotherReplica(t *testing.T) {
+	a, b := replicas(t)
+	claim := func(e *jobs.Engine, worker string) <-chan outcome[store.Job] {
+		return async(func() (store.Job, error) {
+			return e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: worker, Kinds: []string{"herd"}}, soon())
+		})
+	}
+	onA, onB := claim(a, "w-a"), claim(b, "w-b")
+	waitParked(t, a, 1)
+	waitParked(t, b, 1)
+	wakesB := b.ClaimWakes()
+
+	first := submit(t, a, jobs.SubmitRequest{Kind: "herd"})
+	if got, err := await(t, onA); err != nil || got.ID != first.ID {
+		t.Fatalf("claim on the replica that queued it = %q, %v; want %s", got.ID, err, first.ID)
+	}
+	notYet(t, onB, 200*time.Millisecond)
+	if n := b.ClaimWakes() - wakesB; n != 0 {
+		t.Errorf("the other replica's claimer was woken %d times for a job claimed where it was queued", n)
+	}
+
+	second := submit(t, a, jobs.SubmitRequest{Kind: "herd"})
+	if got, err := await(t, onB); err != nil || got.ID != second.ID {
+		t.Fatalf("claim on the other replica = %q, %v; want %s", got.ID, err, second.ID)
+	}
+}
