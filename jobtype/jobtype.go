@@ -104,6 +104,24 @@ func (j *Job) Size() int {
 	return n
 }
 
+// Clone returns a copy of j deep enough that changing the copy, even
+// its bytes, cannot change j. An empty payload or result becomes none.
+func (j Job) Clone() Job {
+	j.Payload = append(json.RawMessage(nil), j.Payload...)
+	j.Result = append(json.RawMessage(nil), j.Result...)
+	if len(j.Payload) == 0 {
+		j.Payload = nil
+	}
+	if len(j.Result) == 0 {
+		j.Result = nil
+	}
+	if j.Error != nil {
+		e := *j.Error
+		j.Error = &e
+	}
+	return j
+}
+
 func sameError(a, b *JobError) bool {
 	if a == nil || b == nil {
 		return a == b

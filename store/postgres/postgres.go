@@ -295,19 +295,7 @@ func normalize(j store.Job) store.Job {
 	for _, t := range []*time.Time{&j.CreatedAt, &j.StartedAt, &j.UpdatedAt, &j.FinishedAt, &j.RunAt, &j.LeaseExpiresAt} {
 		*t = micro(*t)
 	}
-	j.Payload = append(json.RawMessage(nil), j.Payload...)
-	j.Result = append(json.RawMessage(nil), j.Result...)
-	if len(j.Payload) == 0 {
-		j.Payload = nil
-	}
-	if len(j.Result) == 0 {
-		j.Result = nil
-	}
-	if j.Error != nil {
-		e := *j.Error
-		j.Error = &e
-	}
-	return j
+	return j.Clone()
 }
 
 // sameStored reports whether a and b (both normalized) store the same

@@ -590,24 +590,6 @@ func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next s
 	return next, nil
 }
 
-// clone copies j deeply enough that a func changing the copy, even its
-// bytes, cannot change j.
-func clone(j store.Job) store.Job {
-	j.Payload = append(json.RawMessage(nil), j.Payload...)
-	j.Result = append(json.RawMessage(nil), j.Result...)
-	if len(j.Payload) == 0 {
-		j.Payload = nil
-	}
-	if len(j.Result) == 0 {
-		j.Result = nil
-	}
-	if j.Error != nil {
-		e := *j.Error
-		j.Error = &e
-	}
-	return j
-}
-
 // UpdateJob implements store.Store.
 func (s *Store) UpdateJob(ctx context.Context, id string, update func(*store.Job) error) (store.Job, error) {
 	var out store.Job
@@ -616,7 +598,7 @@ func (s *Store) UpdateJob(ctx context.Context, id string, update func(*store.Job
 		if err != nil {
 			return err
 		}
-		next := clone(old)
+		next := old.Clone()
 		if err := update(&next); err != nil {
 			return err
 		}
@@ -805,7 +787,7 @@ func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, c store.Claim
 		if err != nil {
 			return fmt.Errorf("claim job: %w", classify(err))
 		}
-		next := clone(old)
+		next := old.Clone()
 		c.Apply(&next)
 		queuedAt = old.UpdatedAt
 		out, err = s.writeJob(ctx, tx, seq, old, next, true)
