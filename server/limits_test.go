@@ -585,8 +585,14 @@ func heapAndGoroutines() memory {
 // payload: --max-parked-calls waits on jobs of 256 KiB must not hold a
 // copy of each payload (10,000 of them would hold 2.5 GB). The waits
 // still answer with the whole job.
+//
+// What is measured is the cost of a second batch of waits, once a first
+// has parked: reading the job to answer the first ones grows buffers
+// that are paid once, not per call (PostgreSQL's pool keeps a read
+// buffer the size of the largest row on each of its 16 connections).
 func TestParkedWaitsDoNotHoldTheirJobsPayloads(t *testing.T) {
 	const (
+		warm    = 50
 		waits   = 100
 		payload = 200 << 10
 	)
@@ -600,18 +606,23 @@ func TestParkedWaitsDoNotHoldTheirJobsPayloads(t *testing.T) {
 		runtime.ReadMemStats(&m)
 		return m.HeapAlloc
 	}
-	before := heap()
-	answers := make(chan *jobwatchv1.WaitJobResponse, waits)
-	for range waits {
-		go func() {
-			resp, err := c.jobs.WaitJob(ctxTimeout(t, 30*time.Second), &jobwatchv1.WaitJobRequest{JobId: job.GetId()})
-			if err != nil {
-				t.Errorf("WaitJob: %v", err)
-			}
-			answers <- resp
-		}()
+	answers := make(chan *jobwatchv1.WaitJobResponse, warm+waits)
+	park := func(n int) {
+		for range n {
+			go func() {
+				resp, err := c.jobs.WaitJob(ctxTimeout(t, 30*time.Second), &jobwatchv1.WaitJobRequest{JobId: job.GetId()})
+				if err != nil {
+					t.Errorf("WaitJob: %v", err)
+				}
+				answers <- resp
+			}()
+		}
 	}
-	ts.waitForGauge("jobwatch_parked_calls", waits)
+	park(warm)
+	ts.waitForGauge("jobwatch_parked_calls", warm)
+	before := heap()
+	park(waits)
+	ts.waitForGauge("jobwatch_parked_calls", warm+waits)
 	parked := heap()
 	perWait := (int64(parked) - int64(before)) / waits
 	t.Logf("a parked wait on a job of %d KiB holds %d KiB", payload>>10, perWait>>10)
@@ -621,7 +632,7 @@ func TestParkedWaitsDoNotHoldTheirJobsPayloads(t *testing.T) {
 
 	lease := claim(t, c, "big")
 	complete(t, c, lease, nil)
-	for range waits {
+	for range warm + waits {
 		if resp := <-answers; len(resp.GetJob().GetPayload().GetStringValue()) != payload {
 			t.Fatalf("a wait answered without the job's payload")
 		}
