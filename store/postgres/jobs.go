@@ -2,8 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -458,26 +456,6 @@ const (
 	changeFormat = 2
 )
 
-func encodeToken(format byte, key, seq int64) string {
-	b := make([]byte, 17)
-	b[0] = format
-	binary.BigEndian.PutUint64(b[1:], uint64(key))
-	binary.BigEndian.PutUint64(b[9:], uint64(seq))
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func decodeToken(format byte, token string) (key, seq int64, err error) {
-	b, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil || len(b) != 17 || b[0] != format {
-		return 0, 0, fmt.Errorf("list jobs: %w", store.ErrInvalidPageToken)
-	}
-	key, seq = int64(binary.BigEndian.Uint64(b[1:])), int64(binary.BigEndian.Uint64(b[9:]))
-	if seq <= 0 {
-		return 0, 0, fmt.Errorf("list jobs: %w", store.ErrInvalidPageToken)
-	}
-	return key, seq, nil
-}
-
 // ListJobs implements store.Store. Pages are keyed by (created_at, seq),
 // or with ChangedSince by (change_seq, seq), so rows created meanwhile
 // never shift them. With MaxBytes the database adds up each row's size
@@ -523,7 +501,7 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, 
 		order = func(a string) string { return a + "change_seq, " + a + "seq" }
 	}
 	if f.PageToken != "" {
-		key, seq, err := decodeToken(format, f.PageToken)
+		key, seq, err := store.DecodePageToken(format, f.PageToken)
 		if err != nil {
 			return nil, "", err
 		}
@@ -579,7 +557,7 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, 
 		}
 		if !fits || (f.Limit > 0 && len(jobs) == f.Limit) {
 			// row starts the next page.
-			return jobs, encodeToken(format, lastKey, lastSeq), nil
+			return jobs, store.EncodePageToken(format, lastKey, lastSeq), nil
 		}
 		jobs, lastSeq = append(jobs, row.job), row.seq
 		if lastKey = row.job.CreatedAt.UnixMicro(); format == changeFormat {

@@ -40,8 +40,6 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -838,26 +836,6 @@ const (
 	changeTokenFormat = 2
 )
 
-func encodeToken(format byte, key, seq int64) string {
-	b := make([]byte, 17)
-	b[0] = format
-	binary.BigEndian.PutUint64(b[1:], uint64(key))
-	binary.BigEndian.PutUint64(b[9:], uint64(seq))
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func decodeToken(format byte, token string) (key, seq int64, err error) {
-	b, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil || len(b) != 17 || b[0] != format {
-		return 0, 0, fmt.Errorf("list jobs: %w", store.ErrInvalidPageToken)
-	}
-	key, seq = int64(binary.BigEndian.Uint64(b[1:])), int64(binary.BigEndian.Uint64(b[9:]))
-	if seq <= 0 {
-		return 0, 0, fmt.Errorf("list jobs: %w", store.ErrInvalidPageToken)
-	}
-	return key, seq, nil
-}
-
 // summaryColumns are columns with NULL for payload and result, so that
 // a summary list never copies them out of the database.
 var summaryColumns = strings.Replace(columns, "payload, result", "NULL, NULL", 1)
@@ -891,7 +869,7 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, 
 		format, keyColumns, after, order = changeTokenFormat, "(change_seq, seq)", " > ", " ORDER BY change_seq, seq"
 	}
 	if f.PageToken != "" {
-		key, seq, err := decodeToken(format, f.PageToken)
+		key, seq, err := store.DecodePageToken(format, f.PageToken)
 		if err != nil {
 			return nil, "", err
 		}
@@ -926,7 +904,7 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, 
 		pageBytes += j.Size()
 		if full || (f.MaxBytes > 0 && pageBytes > f.MaxBytes && len(jobs) > 0) {
 			// j starts the next page.
-			return jobs, encodeToken(format, lastKey, lastSeq), nil
+			return jobs, store.EncodePageToken(format, lastKey, lastSeq), nil
 		}
 		jobs, lastSeq = append(jobs, j), seq
 		lastKey = toMicro(j.CreatedAt)
