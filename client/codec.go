@@ -60,6 +60,11 @@ func (c codec) Unmarshal(data []byte, v any) error {
 		return nil
 	}
 	err = fmt.Errorf("unmarshal %s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+	if _, ok := m.(*jobwatchv1.ClaimJobResponse); ok {
+		if partial := c.claimsOf(data, err); partial != nil {
+			return partial
+		}
+	}
 	var jobID, leaseID string
 	var job *jobwatchv1.Job
 	if c.json {
@@ -142,30 +147,11 @@ func jobOfBinary(data []byte, md protoreflect.MessageDescriptor) (jobID, leaseID
 // message's bytes (the last, as protobuf merges repeated occurrences of a
 // singular field that way).
 func bytesField(data []byte, num protowire.Number) ([]byte, bool) {
-	var found []byte
-	ok := false
-	for len(data) > 0 {
-		n, typ, tagLen := protowire.ConsumeTag(data)
-		if tagLen < 0 {
-			return found, ok
-		}
-		data = data[tagLen:]
-		if n == num && typ == protowire.BytesType {
-			v, vLen := protowire.ConsumeBytes(data)
-			if vLen < 0 {
-				return found, ok
-			}
-			found, ok = v, true
-			data = data[vLen:]
-			continue
-		}
-		vLen := protowire.ConsumeFieldValue(n, typ, data)
-		if vLen < 0 {
-			return found, ok
-		}
-		data = data[vLen:]
+	all := repeatedBytes(data, num)
+	if len(all) == 0 {
+		return nil, false
 	}
-	return found, ok
+	return all[len(all)-1], true
 }
 
 // jobOfJSON is jobOfBinary for the JSON form ("job": {"id": ...},
@@ -186,4 +172,97 @@ func jobOfJSON(data []byte) (jobID, leaseID string) {
 		resp.LeaseID = resp.LeaseID2
 	}
 	return resp.Job.ID, resp.LeaseID
+}
+
+// undecodableClaimsError is a ClaimJobResponse with several claims, some
+// of which this client cannot decode: the rest, decoded, and for each of
+// those an *UndecodableJobError with its lease, so that a Worker runs the
+// rest and fails those.
+type undecodableClaimsError struct {
+	decoded     *jobwatchv1.ClaimJobResponse
+	undecodable []*UndecodableJobError
+	err         error
+}
+
+func (e *undecodableClaimsError) Error() string { return e.err.Error() }
+func (e *undecodableClaimsError) Unwrap() error { return e.err }
+
+var claimDescriptor = (*jobwatchv1.Claim)(nil).ProtoReflect().Descriptor()
+
+// claimsOf decodes a ClaimJobResponse that did not decode whole claim by
+// claim; nil if it has no claims (an answer with one job in job) or
+// none of them can be named.
+func (c codec) claimsOf(data []byte, err error) *undecodableClaimsError {
+	var raw [][]byte
+	if c.json {
+		var resp struct {
+			Claims []json.RawMessage `json:"claims"`
+		}
+		if json.Unmarshal(data, &resp) != nil {
+			return nil
+		}
+		for _, r := range resp.Claims {
+			raw = append(raw, r)
+		}
+	} else {
+		num := (*jobwatchv1.ClaimJobResponse)(nil).ProtoReflect().Descriptor().Fields().ByName("claims").Number()
+		raw = repeatedBytes(data, num)
+	}
+	if len(raw) == 0 {
+		return nil
+	}
+	out := &undecodableClaimsError{decoded: &jobwatchv1.ClaimJobResponse{}, err: err}
+	for _, r := range raw {
+		claim := new(jobwatchv1.Claim)
+		var cerr error
+		if c.json {
+			cerr = protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(r, claim)
+		} else {
+			cerr = proto.Unmarshal(r, claim)
+		}
+		if cerr == nil {
+			out.decoded.Claims = append(out.decoded.Claims, claim)
+			continue
+		}
+		u := &UndecodableJobError{Err: fmt.Errorf("unmarshal %s: %w", claimDescriptor.FullName(), cerr)}
+		if c.json {
+			u.JobID, u.LeaseID = jobOfJSON(r)
+		} else {
+			u.JobID, u.LeaseID = jobOfBinary(r, claimDescriptor)
+			u.Job = summaryOfBinary(r, claimDescriptor)
+		}
+		if u.JobID == "" {
+			return nil
+		}
+		out.undecodable = append(out.undecodable, u)
+	}
+	return out
+}
+
+// repeatedBytes returns every length-delimited field numbered num in a
+// message's bytes, in order.
+func repeatedBytes(data []byte, num protowire.Number) [][]byte {
+	var found [][]byte
+	for len(data) > 0 {
+		n, typ, tagLen := protowire.ConsumeTag(data)
+		if tagLen < 0 {
+			return found
+		}
+		data = data[tagLen:]
+		if n == num && typ == protowire.BytesType {
+			v, vLen := protowire.ConsumeBytes(data)
+			if vLen < 0 {
+				return found
+			}
+			found = append(found, v)
+			data = data[vLen:]
+			continue
+		}
+		vLen := protowire.ConsumeFieldValue(n, typ, data)
+		if vLen < 0 {
+			return found
+		}
+		data = data[vLen:]
+	}
+	return found
 }

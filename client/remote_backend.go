@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/wire"
@@ -30,12 +31,45 @@ func (b remoteBackend) Claim(ctx context.Context, workerID string, kinds, queues
 	if resp.GetJob() == nil {
 		return nil, nil
 	}
-	l := &Lease{Job: resp.GetJob(), ID: resp.GetLeaseId()}
+	return newLease(resp.GetJob(), resp.GetLeaseId(), resp.GetLeaseExpiresAt()), nil
+}
+
+// ClaimJobs implements BatchClaimer with ClaimJob's max_jobs. A server
+// that predates max_jobs answers with one job, which it returns as one.
+func (b remoteBackend) ClaimJobs(ctx context.Context, workerID string, kinds, queues []string, max int) ([]*Lease, []*UndecodableJobError, error) {
+	resp, err := b.c.longWorkers.ClaimJob(ctx, &jobwatchv1.ClaimJobRequest{
+		WorkerId: workerID, Kinds: kinds, Queues: queues, MaxJobs: int32(max),
+	})
+	var partial *undecodableClaimsError
+	switch {
+	case errors.As(err, &partial):
+		resp = partial.decoded
+	case err != nil:
+		return nil, nil, err // an *UndecodableJobError of an old server's one job among them
+	}
+	claims := resp.GetClaims()
+	if len(claims) == 0 && resp.GetJob() != nil {
+		claims = []*jobwatchv1.Claim{{Job: resp.GetJob(), LeaseId: resp.GetLeaseId(), LeaseExpiresAt: resp.GetLeaseExpiresAt()}}
+	}
+	leases := make([]*Lease, 0, len(claims))
+	for _, c := range claims {
+		leases = append(leases, newLease(c.GetJob(), c.GetLeaseId(), c.GetLeaseExpiresAt()))
+	}
+	var undecodable []*UndecodableJobError
+	if partial != nil {
+		undecodable = partial.undecodable
+	}
+	return leases, undecodable, nil
+}
+
+// newLease is the lease of job under id expiring at exp.
+func newLease(job *jobwatchv1.Job, id string, exp *timestamppb.Timestamp) *Lease {
+	l := &Lease{Job: job, ID: id}
 	// Both times are the server's, so clock skew does not shorten the TTL.
-	if exp, at := resp.GetLeaseExpiresAt(), resp.GetJob().GetUpdatedAt(); exp != nil && at != nil {
+	if at := job.GetUpdatedAt(); exp != nil && at != nil {
 		l.TTL = exp.AsTime().Sub(at.AsTime())
 	}
-	return l, nil
+	return l
 }
 
 func (b remoteBackend) Heartbeat(ctx context.Context, l *Lease, percent int32, step string) (bool, error) {

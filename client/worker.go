@@ -72,6 +72,18 @@ type WorkerBackend interface {
 	Fail(ctx context.Context, l *Lease, jerr *jobwatchv1.JobError, retryable bool) error
 }
 
+// BatchClaimer is a WorkerBackend that can claim several jobs in one
+// call (ClaimJob's max_jobs): a Worker with several free slots claims
+// for all of them at once, so a busy worker pays a fraction of a claim
+// per job.
+type BatchClaimer interface {
+	// ClaimJobs is Claim for up to max jobs: it returns as soon as at
+	// least one is ready, each RUNNING under its own lease, or none when
+	// the backend's cap passes. Jobs claimed but not decodable come back
+	// in undecodable, with their lease ids, for the worker to fail.
+	ClaimJobs(ctx context.Context, workerID string, kinds, queues []string, max int) (leases []*Lease, undecodable []*UndecodableJobError, err error)
+}
+
 // WorkerConfig tunes a Worker. Zero fields take the documented defaults.
 type WorkerConfig struct {
 	// ID names the worker in claims and in the job's worker_id. Default:
@@ -188,24 +200,47 @@ claiming:
 		case <-ctx.Done():
 			break claiming
 		}
+		// Every other free slot is claimed for in the same call: only
+		// this loop fills slots, so those free now stay free until it
+		// fills them.
+		n := 1
+		for n < min(w.cfg.Concurrency, MaxClaimJobs) {
+			select {
+			case slots <- struct{}{}:
+				n++
+				continue
+			default:
+			}
+			break
+		}
 		_, kinds := w.handler("")
 		asked := time.Now()
-		lease, err := w.backend.Claim(claimCtx, w.cfg.ID, kinds, w.cfg.Queues)
-		if undecodable := (*UndecodableJobError)(nil); errors.As(err, &undecodable) && undecodable.LeaseID != "" {
+		leases, undecodable, err := w.claim(claimCtx, kinds, n)
+		// Each job claimed keeps one slot until it is done; the rest go
+		// back now.
+		for range n - len(leases) - len(undecodable) {
+			<-slots
+		}
+		for _, u := range undecodable {
 			// A job no handler could be given: fail it as a handler
 			// would have, so it ends now instead of when its lease
 			// expires, and the worker goes on with the next.
-			r.reset()
 			running.Add(1)
 			go func() {
 				defer running.Done()
 				defer func() { <-slots }()
-				w.failUndecodable(handlerCtx, undecodable)
+				w.failUndecodable(handlerCtx, u)
 			}()
-			continue
+		}
+		for _, lease := range leases {
+			running.Add(1)
+			go func() {
+				defer running.Done()
+				defer func() { <-slots }()
+				w.run(handlerCtx, lease)
+			}()
 		}
 		if err != nil {
-			<-slots
 			if ctx.Err() != nil {
 				break claiming
 			}
@@ -219,25 +254,14 @@ claiming:
 			}
 			continue
 		}
-		if lease == nil {
-			<-slots
-			if time.Since(asked) < minPark && ctx.Err() == nil {
-				// Nothing, at once: the server is shutting down.
-				if r.wait(ctx, errNotParked) != nil {
-					break claiming
-				}
-				continue
+		if len(leases)+len(undecodable) == 0 && time.Since(asked) < minPark && ctx.Err() == nil {
+			// Nothing, at once: the server is shutting down.
+			if r.wait(ctx, errNotParked) != nil {
+				break claiming
 			}
-			r.reset()
 			continue
 		}
 		r.reset()
-		running.Add(1)
-		go func() {
-			defer running.Done()
-			defer func() { <-slots }()
-			w.run(handlerCtx, lease)
-		}()
 	}
 
 	drained := make(chan struct{})
@@ -254,6 +278,27 @@ claiming:
 	}
 	<-drained
 	return runErr
+}
+
+// MaxClaimJobs is the most jobs a Worker claims in one call, however
+// many slots it has free: the server's limit of ClaimJob's max_jobs.
+const MaxClaimJobs = 100
+
+// claim claims up to n jobs of kinds: through BatchClaimer if the
+// backend has it and n is above one, else one through Claim. Jobs it
+// claimed but cannot decode come back in undecodable, to be failed.
+func (w *Worker) claim(ctx context.Context, kinds []string, n int) ([]*Lease, []*UndecodableJobError, error) {
+	if bc, ok := w.backend.(BatchClaimer); ok && n > 1 {
+		return bc.ClaimJobs(ctx, w.cfg.ID, kinds, w.cfg.Queues, n)
+	}
+	lease, err := w.backend.Claim(ctx, w.cfg.ID, kinds, w.cfg.Queues)
+	if undecodable := (*UndecodableJobError)(nil); errors.As(err, &undecodable) && undecodable.LeaseID != "" {
+		return nil, []*UndecodableJobError{undecodable}, nil
+	}
+	if err != nil || lease == nil {
+		return nil, nil, err
+	}
+	return []*Lease{lease}, nil, nil
 }
 
 // claimGrace is how long a claim in flight may still answer after Run's

@@ -184,17 +184,17 @@ func TestClaimSeesAJobQueuedBetweenItsLookAndItsPark(t *testing.T) {
 	}
 }
 
-// afterClaim runs hook once, right after the first ClaimJob returned.
+// afterClaim runs hook once, right after the first ClaimJobs returned.
 type afterClaim struct {
 	store.Store
 	once sync.Once
 	hook func()
 }
 
-func (s *afterClaim) ClaimJob(ctx context.Context, f store.ClaimFilter, claim store.Claim) (store.Job, time.Time, error) {
-	j, queuedAt, err := s.Store.ClaimJob(ctx, f, claim)
+func (s *afterClaim) ClaimJobs(ctx context.Context, f store.ClaimFilter, claim store.Claim) ([]store.Claimed, error) {
+	claimed, err := s.Store.ClaimJobs(ctx, f, claim)
 	s.once.Do(s.hook)
-	return j, queuedAt, err
+	return claimed, err
 }
 
 func TestClaimSeesAJobThatBecomesReadyBetweenItsLookAndItsPark(t *testing.T) {
@@ -229,18 +229,18 @@ type readHook struct {
 
 // hookedStore runs the readHook of a claim's context.
 // hookedStore runs a context's readHook before each look of a claim:
-// each ClaimJob and each NextReady. A claimer's first look is a claim
+// each ClaimJobs and each NextReady. A claimer's first look is a claim
 // write and a read (hook calls 1 and 2), and the look of a claimer woken
 // for a job is its claim write (3).
 type hookedStore struct{ store.Store }
 
-func (s hookedStore) ClaimJob(ctx context.Context, f store.ClaimFilter, claim store.Claim) (store.Job, time.Time, error) {
+func (s hookedStore) ClaimJobs(ctx context.Context, f store.ClaimFilter, claim store.Claim) ([]store.Claimed, error) {
 	if h, ok := ctx.Value(readHookKey{}).(*readHook); ok {
 		if err := h.before(h.n.Add(1)); err != nil {
-			return store.Job{}, time.Time{}, err
+			return nil, err
 		}
 	}
-	return s.Store.ClaimJob(ctx, f, claim)
+	return s.Store.ClaimJobs(ctx, f, claim)
 }
 
 func (s hookedStore) NextReady(ctx context.Context, f store.ClaimFilter) (time.Time, bool, error) {

@@ -230,9 +230,9 @@ func (e *Engine) park(c *claimer, gen uint64, due time.Time) bool {
 	return true
 }
 
-// removeClaimer unregisters c, which claimed the job claimed ("" for
+// removeClaimer unregisters c, which claimed the jobs claimed (none
 // none), and passes on every wake it did not answer.
-func (e *Engine) removeClaimer(c *claimer, claimed string) {
+func (e *Engine) removeClaimer(c *claimer, claimed []string) {
 	cs := &e.claimers
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -246,7 +246,7 @@ func (e *Engine) removeClaimer(c *claimer, claimed string) {
 			// the same time: the next claimer of the filter looks.
 			passedDue = true
 			e.wakeOneLocked(w, false)
-		case !w.due && w.jobID != claimed:
+		case !w.due && !slices.Contains(claimed, w.jobID):
 			jobs = append(jobs, w)
 		}
 	}

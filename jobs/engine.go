@@ -196,6 +196,9 @@ type Engine struct {
 	// depth is each queue's recent depth, sampled by the sweep.
 	depth depthHistory
 
+	// leaseWriter combines the writes of workers holding leases
+	// (leasewrites.go).
+	leaseWriter leaseWriter
 	// deadlines are the caps of parked calls, shared (deadlines.go).
 	deadlines *deadlines
 	// heldWakes are other replicas' queued jobs waiting to wake a

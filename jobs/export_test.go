@@ -32,3 +32,18 @@ func (e *Engine) SetMaxScheduled(n int) {
 	defer e.claimers.mu.Unlock()
 	e.claimers.max = n
 }
+
+// QueuedLeaseWrites reports how many lease writes wait for a batch,
+// the one being written excluded.
+func (e *Engine) QueuedLeaseWrites() int {
+	lw := &e.leaseWriter
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	n := 0
+	for _, c := range lw.queue {
+		if !c.lead {
+			n++
+		}
+	}
+	return n
+}

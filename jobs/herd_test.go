@@ -39,9 +39,9 @@ func (s *countingStore) NextReady(ctx context.Context, f store.ClaimFilter) (tim
 	return s.Store.NextReady(ctx, f)
 }
 
-func (s *countingStore) ClaimJob(ctx context.Context, f store.ClaimFilter, claim store.Claim) (store.Job, time.Time, error) {
+func (s *countingStore) ClaimJobs(ctx context.Context, f store.ClaimFilter, claim store.Claim) ([]store.Claimed, error) {
 	s.claims.Add(1)
-	return s.Store.ClaimJob(ctx, f, claim)
+	return s.Store.ClaimJobs(ctx, f, claim)
 }
 
 // parkClaimers starts n claimers for r that claim until ctx ends, and
@@ -431,7 +431,7 @@ func TestAJobOfAnotherTenantDueLaterWakesNoParkedClaimer(t *testing.T) {
 
 // BenchmarkSubmitWithParkedClaimers submits a job and claims it while
 // workers of another kind are parked: what those workers cost everyone
-// else. claimwrites/op counts every ClaimJob that reached the store.
+// else. claimwrites/op counts every ClaimJobs that reached the store.
 func BenchmarkSubmitWithParkedClaimers(b *testing.B) {
 	for _, parked := range []int{0, 50} {
 		b.Run(fmt.Sprintf("parked=%d", parked), func(b *testing.B) {
@@ -462,7 +462,7 @@ func BenchmarkSubmitWithParkedClaimers(b *testing.B) {
 // parked claimers run, waits for one of them to claim it and for every
 // claimer to be parked again (the counters stop moving), and reports what
 // the job cost: wakeups/op counts the claimers woken, reads/op the
-// NextReady reads, claimwrites/op the ClaimJob writes. reads/op and
+// NextReady reads, claimwrites/op the ClaimJobs writes. reads/op and
 // claimwrites/op include the winner's next Claim, whose first look writes
 // once and reads once before it parks. ns/op includes the settling wait
 // and means nothing here.

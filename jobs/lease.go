@@ -45,21 +45,8 @@ func (e *Engine) Heartbeat(ctx context.Context, id, leaseID string, percent int3
 	if err := checkText("step", step, MaxStepBytes); err != nil {
 		return store.Job{}, err
 	}
-	percent = min(max(percent, 0), 100)
-	return e.update(ctx, "heartbeat", id, func(j *store.Job, now time.Time) error {
-		if j.State != store.Running && j.LeaseID == leaseID {
-			return errUnchanged // ended by a cancel or a timeout: see above
-		}
-		if err := checkLease(j, leaseID); err != nil {
-			return err
-		}
-		j.Percent = max(j.Percent, percent)
-		if step != "" {
-			j.Step = step
-		}
-		j.LeaseExpiresAt = now.Add(e.queueRules(j.Queue).LeaseTimeout)
-		return nil
-	})
+	return e.writeLease(ctx, "heartbeat", store.LeaseWrite{Op: store.Heartbeat, JobID: id, LeaseID: leaseID,
+		Percent: min(max(percent, 0), 100), Step: step})
 }
 
 // Complete ends the job SUCCEEDED with result and percent 100. A result
@@ -72,18 +59,7 @@ func (e *Engine) Complete(ctx context.Context, id, leaseID string, result json.R
 	if err := checkJSON("result", result, e.cfg.MaxPayloadBytes); err != nil {
 		return store.Job{}, err
 	}
-	return e.update(ctx, "complete", id, func(j *store.Job, now time.Time) error {
-		if err := checkLease(j, leaseID); err != nil {
-			return err
-		}
-		j.State = store.Succeeded
-		j.Percent = 100
-		j.Result = result
-		j.Error = nil // an earlier attempt's error is history once one succeeds
-		j.FinishedAt = now
-		releaseLease(j)
-		return nil
-	})
+	return e.writeLease(ctx, "complete", store.LeaseWrite{Op: store.Complete, JobID: id, LeaseID: leaseID, Result: result})
 }
 
 // Fail ends the attempt. With retryable and attempts left the job is
@@ -110,20 +86,8 @@ func (e *Engine) Fail(ctx context.Context, id, leaseID string, jerr store.JobErr
 	if err := checkText("error.message", jerr.Message, MaxErrorMessageBytes); err != nil {
 		return store.Job{}, err
 	}
-	return e.update(ctx, "fail", id, func(j *store.Job, now time.Time) error {
-		if err := checkLease(j, leaseID); err != nil {
-			return err
-		}
-		j.Error = &jerr
-		if retryable && j.Attempt < j.MaxAttempts {
-			e.requeue(j, now)
-			return nil
-		}
-		j.State = store.Failed
-		j.FinishedAt = now
-		releaseLease(j)
-		return nil
-	})
+	return e.writeLease(ctx, "fail", store.LeaseWrite{Op: store.Fail, JobID: id, LeaseID: leaseID,
+		Error: &jerr, Retry: retryable, Jitter: rand.Float64()})
 }
 
 // requeue puts a job whose attempt ended back in the queue after a
@@ -131,7 +95,7 @@ func (e *Engine) Fail(ctx context.Context, id, leaseID string, jerr store.JobErr
 // attempt's percent over would pin the new attempt's reports below it.
 func (e *Engine) requeue(j *store.Job, now time.Time) {
 	j.State = store.Queued
-	j.RunAt = now.Add(e.backoff(j.Queue, j.Attempt))
+	j.RunAt = now.Add(e.backoffOf(e.queueRules(j.Queue)).Delay(j.Attempt, rand.Float64()))
 	j.Percent = 0
 	j.Step = ""
 	releaseLease(j)
@@ -140,21 +104,6 @@ func (e *Engine) requeue(j *store.Job, now time.Time) {
 func releaseLease(j *store.Job) {
 	j.LeaseID = ""
 	j.LeaseExpiresAt = time.Time{}
-}
-
-// backoff is the delay before the attempt after attempt of a job of
-// queue: the queue's initial backoff doubled per attempt, capped at its
-// maximum, and then "full jitter": a delay drawn uniformly between zero
-// and that step, so retries of jobs that failed together spread over the
-// whole step instead of arriving together.
-func (e *Engine) backoff(queue string, attempt int32) time.Duration {
-	q := e.queueRules(queue)
-	d := q.InitialBackoff
-	for i := int32(1); i < attempt && d < q.MaxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, q.MaxBackoff)
-	return rand.N(d + 1)
 }
 
 // leaseExpiredError says why a job's attempt ended with no word from its

@@ -31,6 +31,9 @@ const (
 	// MaxFilterItems bounds the kinds or queues of one claim, and the
 	// states of one list.
 	MaxFilterItems = 100
+	// MaxClaimJobs bounds the jobs one claim may take (ClaimJobs): a
+	// worker's free slots, River's MaxWorkers default.
+	MaxClaimJobs = 100
 	// MaxTokenBytes bounds a page token or resume token handed back.
 	// Tokens this engine and its stores issue are far shorter.
 	MaxTokenBytes = 1024

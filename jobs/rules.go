@@ -39,10 +39,12 @@ type Rules struct {
 	// next run, and a removed schedule queues no more runs.
 	Schedules []Schedule
 
-	// limits are Queues' claim rules as the store checks them, and
-	// leases the queues' own lease timeouts, built by SetRules.
-	limits map[string]store.QueueLimit
-	leases map[string]time.Duration
+	// limits are Queues' claim rules as the store checks them, leases
+	// the queues' own lease timeouts and backoffs their retry backoffs
+	// (Config's defaults filled in), built by SetRules.
+	limits   map[string]store.QueueLimit
+	leases   map[string]time.Duration
+	backoffs map[string]store.Backoff
 }
 
 // QueueRules are one queue's rules. A zero field takes Config's default.
@@ -152,9 +154,13 @@ func (e *Engine) SetRules(r Rules) error {
 	r.Schedules = slices.Clone(r.Schedules)
 	r.limits = r.claimLimits()
 	r.leases = map[string]time.Duration{}
+	r.backoffs = map[string]store.Backoff{}
 	for name, q := range r.Queues {
 		if q.LeaseTimeout > 0 {
 			r.leases[name] = q.LeaseTimeout
+		}
+		if q.InitialBackoff > 0 || q.MaxBackoff > 0 {
+			r.backoffs[name] = e.backoffOf(q)
 		}
 	}
 	e.rules.Store(&r)
@@ -169,7 +175,7 @@ func (e *Engine) Rules() Rules {
 	r.Queues = maps.Clone(r.Queues)
 	r.Pools = maps.Clone(r.Pools)
 	r.Schedules = slices.Clone(r.Schedules)
-	r.limits, r.leases = nil, nil
+	r.limits, r.leases, r.backoffs = nil, nil, nil
 	return r
 }
 
@@ -180,16 +186,37 @@ func (e *Engine) queueRules(queue string) QueueRules {
 	if q.MaxAttempts <= 0 {
 		q.MaxAttempts = e.cfg.DefaultMaxAttempts
 	}
-	if q.InitialBackoff <= 0 {
-		q.InitialBackoff = e.cfg.RetryInitialBackoff
-	}
-	if q.MaxBackoff <= 0 {
-		q.MaxBackoff = max(e.cfg.RetryMaxBackoff, q.InitialBackoff)
-	}
+	b := e.backoffOf(q)
+	q.InitialBackoff, q.MaxBackoff = b.Initial, b.Max
 	if q.LeaseTimeout <= 0 {
 		q.LeaseTimeout = e.cfg.LeaseTimeout
 	}
 	return q
+}
+
+// backoffOf is q's retry backoff with Config's defaults filled in.
+func (e *Engine) backoffOf(q QueueRules) store.Backoff {
+	b := store.Backoff{Initial: q.InitialBackoff, Max: q.MaxBackoff}
+	if b.Initial <= 0 {
+		b.Initial = e.cfg.RetryInitialBackoff
+	}
+	if b.Max <= 0 {
+		b.Max = max(e.cfg.RetryMaxBackoff, b.Initial)
+	}
+	return b
+}
+
+// leaseRules are the rules in effect as store.WriteLeases takes them,
+// at now.
+func (e *Engine) leaseRules(now time.Time) store.LeaseRules {
+	r := e.rules.Load()
+	return store.LeaseRules{
+		Now:      now,
+		Lease:    e.cfg.LeaseTimeout,
+		Leases:   r.leases,
+		Backoff:  e.backoffOf(QueueRules{}),
+		Backoffs: r.backoffs,
+	}
 }
 
 // retention is how long terminal jobs are kept under the rules in effect.

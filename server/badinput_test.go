@@ -58,6 +58,8 @@ func TestBadInputIsRefusedWithAClearErrorAndTheServerKeepsServing(t *testing.T) 
 		{"a state name the server does not know is invalid_argument, not a dropped filter", jobs + "ListJobs", jsonType, `{"states":["JOB_STATE_QUEUED","RUNNING"]}`, 400, "invalid_argument", `states[1]: "RUNNING" is not a JobState`},
 		{"a page_token the server never issued is invalid_argument", jobs + "ListJobs", jsonType, `{"page_token":"bogus"}`, 400, "invalid_argument", "page_token"},
 		{"an empty worker_id is invalid_argument", workers + "ClaimJob", jsonType, `{}`, 400, "invalid_argument", "worker_id: must not be empty"},
+		{"a max_jobs over 100 is invalid_argument naming the field", workers + "ClaimJob", jsonType, `{"worker_id":"w","max_jobs":101}`, 400, "invalid_argument", "max_jobs: must be 0 (one job) to 100, got 101"},
+		{"a negative max_jobs is invalid_argument naming the field", workers + "ClaimJob", jsonType, `{"worker_id":"w","max_jobs":-1}`, 400, "invalid_argument", "max_jobs:"},
 		{"an empty lease_id is invalid_argument", workers + "Heartbeat", jsonType, `{"job_id":"j_1"}`, 400, "invalid_argument", "lease_id: must not be empty"},
 		{"a failure with an error type over 256 bytes is invalid_argument", workers + "FailJob", jsonType, `{"job_id":"j_1","lease_id":"l_1","error":{"type":"` + strings.Repeat("E", 257) + `"}}`, 400, "invalid_argument", "error.type: must be at most 256 bytes"},
 		{"a request over the size limit is resource_exhausted", jobs + "SubmitJob", jsonType, `{"kind":"k","payload":"` + strings.Repeat("x", 8000) + `"}`, 429, "resource_exhausted", "larger than configured max"},

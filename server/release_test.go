@@ -25,9 +25,9 @@ type leavesOnClaim struct {
 	left    chan string // what the request context said, once ended
 }
 
-func (s *leavesOnClaim) ClaimJob(ctx context.Context, f store.ClaimFilter, claim store.Claim) (store.Job, time.Time, error) {
-	j, queuedAt, err := s.Store.ClaimJob(ctx, f, claim)
-	if err == nil && j.WorkerID == s.leaving {
+func (s *leavesOnClaim) ClaimJobs(ctx context.Context, f store.ClaimFilter, claim store.Claim) ([]store.Claimed, error) {
+	claimed, err := s.Store.ClaimJobs(ctx, f, claim)
+	if err == nil && claim.WorkerID == s.leaving {
 		s.once.Do(func() {
 			s.leave()
 			select {
@@ -38,7 +38,7 @@ func (s *leavesOnClaim) ClaimJob(ctx context.Context, f store.ClaimFilter, claim
 			}
 		})
 	}
-	return j, queuedAt, err
+	return claimed, err
 }
 
 func TestAClaimWhoseWorkerLeavesAsItIsGrantedGivesTheJobBack(t *testing.T) {

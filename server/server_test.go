@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,6 +135,61 @@ func TestClaimJobParksUntilAJobIsReadyOrTheCapPasses(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("parked claim did not wake when a job was submitted")
+	}
+}
+
+func TestClaimJobWithMaxJobsAnswersEveryReadyJobUpToItInClaims(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	for _, tr := range []struct {
+		name string
+		c    clients
+	}{
+		{"connect over h2c", ts.h2c()},
+		{"gRPC", ts.clients(ts.h2cClient(), connect.WithGRPC())},
+		{"connect JSON over HTTP/1.1", ts.clients(ts.http1Client(), connect.WithProtoJSON())},
+	} {
+		t.Run(tr.name, func(t *testing.T) {
+			c := tr.c
+			kind := "batch-" + strings.ReplaceAll(tr.name, " ", "-")
+			var want []string
+			for range 5 {
+				want = append(want, submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: kind}).GetId())
+			}
+			resp, err := c.workers.ClaimJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.ClaimJobRequest{WorkerId: "w", Kinds: []string{kind}, MaxJobs: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.GetJob() != nil || resp.GetLeaseId() != "" {
+				t.Errorf("answer with max_jobs set job %v lease %q, want both only in claims", resp.GetJob(), resp.GetLeaseId())
+			}
+			var got []string
+			leases := map[string]bool{}
+			for _, cl := range resp.GetClaims() {
+				got = append(got, cl.GetJob().GetId())
+				leases[cl.GetLeaseId()] = true
+				if cl.GetJob().GetState() != jobwatchv1.JobState_JOB_STATE_RUNNING || cl.GetLeaseExpiresAt() == nil {
+					t.Errorf("claim %v, want a RUNNING job and its lease expiry", cl)
+				}
+			}
+			if !slices.Equal(got, want[:3]) || len(leases) != 3 || leases[""] {
+				t.Fatalf("claimed %v under %d leases, want the oldest three %v under three", got, len(leases), want[:3])
+			}
+			// Each lease holds its own job alone.
+			first := resp.GetClaims()[0]
+			_, err = c.workers.CompleteJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.CompleteJobRequest{JobId: first.GetJob().GetId(), LeaseId: resp.GetClaims()[1].GetLeaseId()})
+			wantCode(t, err, connect.CodeFailedPrecondition)
+			for _, cl := range resp.GetClaims() {
+				if _, err := c.workers.CompleteJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.CompleteJobRequest{JobId: cl.GetJob().GetId(), LeaseId: cl.GetLeaseId()}); err != nil {
+					t.Fatalf("complete %s: %v", cl.GetJob().GetId(), err)
+				}
+			}
+
+			// Without max_jobs, one job, in job and lease_id, as before.
+			one, err := c.workers.ClaimJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.ClaimJobRequest{WorkerId: "w", Kinds: []string{kind}})
+			if err != nil || one.GetJob().GetId() != want[3] || one.GetLeaseId() == "" || len(one.GetClaims()) != 0 {
+				t.Fatalf("claim without max_jobs = %v, %v; want %s in job and lease_id alone", one, err, want[3])
+			}
+		})
 	}
 }
 

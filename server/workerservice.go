@@ -39,7 +39,11 @@ func (h *workerService) ClaimJob(ctx context.Context, req *jobwatchv1.ClaimJobRe
 		// workers from the jobs they wait for; it only may not park.
 		deadline = time.Now()
 	}
-	j, err := s.engine.Claim(ctx, r, deadline)
+	n := int(req.GetMaxJobs())
+	if n == 0 {
+		n = 1
+	}
+	claimed, err := s.engine.ClaimJobs(ctx, r, n, deadline)
 	if errors.Is(err, jobs.ErrNoJob) && refused != nil {
 		return nil, refused
 	}
@@ -51,23 +55,54 @@ func (h *workerService) ClaimJob(ctx context.Context, req *jobwatchv1.ClaimJobRe
 	}
 	if err := ctx.Err(); err != nil {
 		// The worker went away (or ran out of time) while the claim was
-		// being granted: nobody will hold the lease, so the job goes back
-		// now instead of sitting RUNNING until the reaper calls it LOST.
-		// A worker that leaves after this check is the reaper's.
-		s.releaseClaim(ctx, j, "the worker is gone")
+		// being granted: nobody will hold the leases, so the jobs go back
+		// now instead of sitting RUNNING until the reaper calls them
+		// LOST. A worker that leaves after this check is the reaper's.
+		for _, j := range claimed {
+			s.releaseClaim(ctx, j, "the worker is gone")
+		}
 		return nil, s.toConnectError(ctx, "claim job", err)
 	}
-	pj, err := s.protoJob(ctx, &j)
-	if err != nil {
-		s.releaseClaim(ctx, j, "the job cannot be sent")
-		return nil, err
+	resp := &jobwatchv1.ClaimJobResponse{}
+	size := 0
+	var sendErr error
+	for i, j := range claimed {
+		// The answer stays under what gRPC clients take by default: the
+		// jobs past that go back to the queue at once, as if never
+		// claimed, for the worker's next claim.
+		if size += j.Size(); i > 0 && size > maxClaimResponseBytes {
+			s.releaseClaim(ctx, j, "the answer is full")
+			continue
+		}
+		pj, err := s.protoJob(ctx, &j)
+		if err != nil {
+			s.releaseClaim(ctx, j, "the job cannot be sent")
+			sendErr = err
+			continue
+		}
+		resp.Claims = append(resp.Claims, &jobwatchv1.Claim{
+			Job:            pj,
+			LeaseId:        j.LeaseID,
+			LeaseExpiresAt: wire.Timestamp(j.LeaseExpiresAt),
+		})
 	}
-	return &jobwatchv1.ClaimJobResponse{
-		Job:            pj,
-		LeaseId:        j.LeaseID,
-		LeaseExpiresAt: wire.Timestamp(j.LeaseExpiresAt),
-	}, nil
+	if len(resp.Claims) == 0 {
+		return nil, sendErr
+	}
+	if req.GetMaxJobs() == 0 {
+		// A request without max_jobs (an older worker) reads job and
+		// lease_id.
+		c := resp.Claims[0]
+		return &jobwatchv1.ClaimJobResponse{Job: c.Job, LeaseId: c.LeaseId, LeaseExpiresAt: c.LeaseExpiresAt}, nil
+	}
+	return resp, nil
 }
+
+// maxClaimResponseBytes bounds the jobs of one ClaimJob answer, as
+// jobtype.Job.Size counts them: gRPC clients refuse a message over 4 MiB
+// by default. The first job always goes, whatever its size (a payload is
+// bounded by the server's --max-payload-bytes).
+const maxClaimResponseBytes = 3 << 20
 
 // releaseTimeout bounds giving back a claim whose caller is gone; it
 // runs on a context of its own, as the request's has ended.

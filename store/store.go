@@ -14,6 +14,8 @@ package store
 
 import (
 	"context"
+	"encoding/json"
+	"math"
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobtype"
@@ -149,6 +151,10 @@ type ScheduledJob struct {
 type Claim struct {
 	WorkerID string
 	LeaseID  string
+	// LeaseIDs are the leases of ClaimJobs, one per job it may take: it
+	// takes at most len(LeaseIDs) jobs and gives the i-th it takes (in
+	// claim order) LeaseIDs[i]. ClaimJob uses LeaseID.
+	LeaseIDs []string
 	// Now is the time of the claim, on the database's clock as the
 	// engine reads it (see Store.Now).
 	Now time.Time
@@ -177,6 +183,165 @@ func (c Claim) LeaseFor(queue string) time.Duration {
 		return d
 	}
 	return c.Lease
+}
+
+// Claimed is one job ClaimJobs took: the job as committed and when it
+// was queued (its UpdatedAt before the claim).
+type Claimed struct {
+	Job      Job
+	QueuedAt time.Time
+}
+
+// LeaseOp is what a LeaseWrite does.
+type LeaseOp int
+
+const (
+	// Heartbeat raises Percent to the write's (never lowers it), sets
+	// Step unless the write's is "", and extends the lease to Now plus
+	// the queue's lease.
+	Heartbeat LeaseOp = iota + 1
+	// Complete ends the job SUCCEEDED with Result, Percent 100, no Error,
+	// FinishedAt Now.
+	Complete
+	// Fail sets Error and, if Retry and Attempt < MaxAttempts, makes the
+	// job QUEUED again at Now plus its queue's backoff for Attempt, with
+	// Percent 0 and Step ""; else FAILED with FinishedAt Now.
+	Fail
+)
+
+// LeaseWrite is one write by the worker holding a job's lease: a
+// heartbeat or the end of the attempt. It is data, not a function, so
+// that a backend checks the lease and makes the change in one statement,
+// and many writes in one statement (River's JobSetStateIfRunningMany).
+type LeaseWrite struct {
+	Op      LeaseOp
+	JobID   string
+	LeaseID string
+	Percent int32           // Heartbeat, 0..100
+	Step    string          // Heartbeat
+	Result  json.RawMessage // Complete; nil: none
+	Error   *JobError       // Fail
+	Retry   bool            // Fail: another attempt if attempts remain
+	// Jitter, in [0, 1), picks the retry's delay within its backoff step
+	// ("full jitter"): the delay is Jitter * (step + 1µs), floored to the
+	// microsecond. Drawn by the caller so every backend computes the
+	// same RunAt.
+	Jitter float64
+}
+
+// Backoff is a queue's retry delay: Initial doubled per attempt after
+// the first, capped at Max.
+type Backoff struct {
+	Initial, Max time.Duration
+}
+
+// Step is the backoff step after attempt (1 for the first attempt), in
+// whole microseconds as every backend stores times.
+func (b Backoff) Step(attempt int32) time.Duration {
+	d := b.Initial.Truncate(time.Microsecond)
+	limit := b.Max.Truncate(time.Microsecond)
+	for i := int32(1); i < attempt && d > 0 && d < limit; i++ {
+		if d > limit/2 {
+			return limit // doubling would pass the limit, or overflow
+		}
+		d *= 2
+	}
+	return min(d, limit)
+}
+
+// Delay is the delay before the attempt after attempt, for a jitter in
+// [0, 1): uniform over [0, Step(attempt)] in microseconds.
+func (b Backoff) Delay(attempt int32, jitter float64) time.Duration {
+	step := b.Step(attempt).Microseconds()
+	return time.Duration(math.Floor(jitter*float64(step+1))) * time.Microsecond
+}
+
+// LeaseRules are what LeaseWrites need of the queue rules, by queue: a
+// backend reads a job's queue in the statement that writes it, so the
+// caller, who has only the job's id, cannot pick them itself.
+type LeaseRules struct {
+	// Now is the time of the writes, on the database's clock as the
+	// engine reads it.
+	Now time.Time
+	// Lease and Backoff apply to queues not in Leases and Backoffs.
+	Lease    time.Duration
+	Leases   map[string]time.Duration
+	Backoff  Backoff
+	Backoffs map[string]Backoff
+}
+
+// LeaseFor returns how long a lease of queue lasts.
+func (r LeaseRules) LeaseFor(queue string) time.Duration {
+	if d, ok := r.Leases[queue]; ok {
+		return d
+	}
+	return r.Lease
+}
+
+// BackoffFor returns queue's backoff.
+func (r LeaseRules) BackoffFor(queue string) Backoff {
+	if b, ok := r.Backoffs[queue]; ok {
+		return b
+	}
+	return r.Backoff
+}
+
+// Apply makes j what w makes it under r, and reports whether w's lease
+// holds j (j RUNNING under w.LeaseID); if not, j is left as it is.
+// UpdatedAt becomes r.Now when a watcher could see the change; Version
+// is the store's to raise (by one, when j is not SameVisible as before).
+// Backends that write in SQL must do exactly this; store/storetest
+// compares them with it.
+func (w LeaseWrite) Apply(j *Job, r LeaseRules) (held bool) {
+	if j.State != Running || j.LeaseID != w.LeaseID {
+		return false
+	}
+	before := j.Clone()
+	switch w.Op {
+	case Heartbeat:
+		j.Percent = max(j.Percent, min(max(w.Percent, 0), 100))
+		if w.Step != "" {
+			j.Step = w.Step
+		}
+		j.LeaseExpiresAt = r.Now.Add(r.LeaseFor(j.Queue))
+	case Complete:
+		j.State = Succeeded
+		j.Percent = 100
+		j.Result = w.Result
+		j.Error = nil // an earlier attempt's error is history once one succeeds
+		j.FinishedAt = r.Now
+		j.LeaseID, j.LeaseExpiresAt = "", time.Time{}
+	case Fail:
+		e := *w.Error
+		j.Error = &e
+		j.LeaseID, j.LeaseExpiresAt = "", time.Time{}
+		if w.Retry && j.Attempt < j.MaxAttempts {
+			// Progress starts over with the next attempt: carrying the
+			// last attempt's percent over would pin the new attempt's
+			// reports below it.
+			j.State = Queued
+			j.RunAt = r.Now.Add(r.BackoffFor(j.Queue).Delay(j.Attempt, w.Jitter))
+			j.Percent = 0
+			j.Step = ""
+			break
+		}
+		j.State = Failed
+		j.FinishedAt = r.Now
+	}
+	if !j.SameVisible(&before) {
+		j.UpdatedAt = r.Now
+	}
+	return true
+}
+
+// LeaseResult is the outcome of one LeaseWrite.
+type LeaseResult struct {
+	// Job is the job as committed by the write when Held, else as it
+	// is (the write changed nothing). Zero when Err is set.
+	Job  Job
+	Held bool
+	// Err is ErrNotFound for a job that does not exist, else nil.
+	Err error
 }
 
 // Change is one committed change to a job, as a listener hears of it:
@@ -241,7 +406,8 @@ func (s ScheduleState) Unfinished() bool {
 // "retry: safe" means running it again cannot do anything twice.
 // Decisions that depend on the row (state, lease, version) are checked
 // in the write itself, so no backend holds a row lock while Go code runs
-// between round trips.
+// between round trips; the one exception is an UpdateJob that lost its
+// compare-and-swap to other writers too often (below).
 type Store interface {
 	// CreateJob inserts j as given (the caller sets ID, State, Version 1
 	// and times) and returns the stored job. If j.UniqueKey is set and
@@ -273,6 +439,11 @@ type Store interface {
 	// one; the caller sets UpdatedAt. update may change any field but ID
 	// and Version, which the store owns.
 	// It returns the committed job, or ErrNotFound.
+	// It tries a bounded number of times: a backend whose writes compare
+	// and swap locks the row for its last try (PostgreSQL after 8), so a
+	// job that keeps changing delays the update, never starves it.
+	// The engine uses it for the rarer changes (start, cancel, release,
+	// the sweeps); a worker's reports go through WriteLeases.
 	// Retry: safe when update checks what it expects (a lease, a state),
 	// as every engine update does; the write is conditional on the row.
 	UpdateJob(ctx context.Context, id string, update func(*Job) error) (Job, error)
@@ -287,6 +458,25 @@ type Store interface {
 	// Retry: not safe. A claim that committed but whose answer was lost
 	// holds a job under a lease no one knows; the lease expires.
 	ClaimJob(ctx context.Context, f ClaimFilter, c Claim) (j Job, queuedAt time.Time, err error)
+
+	// ClaimJobs is ClaimJob for up to len(c.LeaseIDs) jobs at once, in
+	// one statement: the first ready jobs matching f in claim order,
+	// each under its own lease, no more of any queue or pool than its
+	// limits leave room for. It returns them in claim order, or
+	// ErrNoJob when none is ready. Its cost does not depend on how many
+	// jobs wait (at most a few index seeks per queue with work, and the
+	// jobs taken). Retry: not safe, as ClaimJob.
+	ClaimJobs(ctx context.Context, f ClaimFilter, c Claim) ([]Claimed, error)
+
+	// WriteLeases makes each of ws, in order, if its lease holds the job
+	// (see LeaseWrite.Apply), each checked and made in the statement that
+	// writes it, without a read before, and all of ws in one transaction
+	// (one statement where the backend can). Results are in ws's order.
+	// A write whose lease does not hold changes nothing. An error fails
+	// every write: none is committed. Retry: safe (a write whose lease
+	// held once does not hold again, except a Heartbeat, which sets what
+	// it set).
+	WriteLeases(ctx context.Context, ws []LeaseWrite, r LeaseRules) ([]LeaseResult, error)
 
 	// NextReady returns the earliest RunAt among QUEUED jobs matching f's
 	// tenants, kinds and queues that ClaimJob could take once that time

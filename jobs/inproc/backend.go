@@ -35,24 +35,47 @@ type engineBackend struct {
 }
 
 func (b engineBackend) Claim(ctx context.Context, workerID string, kinds, queues []string) (*client.Lease, error) {
+	leases, undecodable, err := b.ClaimJobs(ctx, workerID, kinds, queues, 1)
+	switch {
+	case err != nil:
+		return nil, err
+	case len(undecodable) > 0:
+		return nil, undecodable[0]
+	case len(leases) == 0:
+		return nil, nil
+	}
+	return leases[0], nil
+}
+
+// ClaimJobs implements client.BatchClaimer with Engine.ClaimJobs.
+func (b engineBackend) ClaimJobs(ctx context.Context, workerID string, kinds, queues []string, max int) ([]*client.Lease, []*client.UndecodableJobError, error) {
 	// time.Now, not the engine's clock (which may be a test's, or stepped):
 	// the deadline keeps its monotonic reading, and the engine waits for
 	// it with a timer.
 	deadline := time.Now().Add(b.claimCap)
-	j, err := b.e.Claim(ctx, jobs.ClaimRequest{WorkerID: workerID, Kinds: kinds, Queues: queues}, deadline)
+	js, err := b.e.ClaimJobs(ctx, jobs.ClaimRequest{WorkerID: workerID, Kinds: kinds, Queues: queues}, max, deadline)
 	if errors.Is(err, jobs.ErrNoJob) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, engineError(err)
+		return nil, nil, engineError(err)
 	}
-	pj, err := wire.Job(&j)
-	if err != nil {
-		// Stored before the engine checked what it stores: the worker
-		// fails it rather than leave it RUNNING until the lease expires.
-		return nil, &client.UndecodableJobError{JobID: j.ID, LeaseID: j.LeaseID, Err: err}
+	var (
+		leases      []*client.Lease
+		undecodable []*client.UndecodableJobError
+	)
+	for _, j := range js {
+		pj, err := wire.Job(&j)
+		if err != nil {
+			// Stored before the engine checked what it stores: the
+			// worker fails it rather than leave it RUNNING until the
+			// lease expires.
+			undecodable = append(undecodable, &client.UndecodableJobError{JobID: j.ID, LeaseID: j.LeaseID, Err: err})
+			continue
+		}
+		leases = append(leases, &client.Lease{Job: pj, ID: j.LeaseID, TTL: j.LeaseExpiresAt.Sub(j.UpdatedAt)})
 	}
-	return &client.Lease{Job: pj, ID: j.LeaseID, TTL: j.LeaseExpiresAt.Sub(j.UpdatedAt)}, nil
+	return leases, undecodable, nil
 }
 
 func (b engineBackend) Heartbeat(ctx context.Context, l *client.Lease, percent int32, step string) (bool, error) {

@@ -76,3 +76,147 @@ func BenchmarkWriteCycle(b *testing.B) {
 		}
 	}
 }
+
+// fillQueued gives s a table as a backlog leaves it: finished jobs that
+// the statistics know (ANALYZE), then depth QUEUED jobs of kind "email"
+// in queue "default", inserted in one statement, which they do not
+// know, with autovacuum off for the table so that they stay unknown.
+func fillQueued(tb testing.TB, s *Store, depth int) {
+	tb.Helper()
+	ctx := tb.Context()
+	for _, st := range []struct {
+		sql  string
+		args []any
+	}{
+		{"ALTER TABLE jobs SET (autovacuum_enabled = false)", nil},
+		{`INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step, attempt, max_attempts,
+			unique_key, created_at, run_at, finished_at, worker_id, lease_id)
+		SELECT 'done-'||i, 'acme', 'email', 'default', 'succeeded', 3, 100, '', 1, 1, '', $1::timestamptz,
+			$1::timestamptz, $1::timestamptz, '', '' FROM generate_series(1, 2000) AS i`, []any{t0}},
+		{"ANALYZE jobs", nil},
+		{`INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step, attempt, max_attempts,
+			unique_key, created_at, run_at, worker_id, lease_id)
+		SELECT 'job-'||i, 'acme', 'email', 'default', 'queued', 1, 0, '', 0, 3, '',
+			$1::timestamptz + i * interval '1 ms', $1::timestamptz + i * interval '1 ms', '', ''
+		FROM generate_series(1, $2::int) AS i`, []any{t0, depth}},
+	} {
+		if _, err := s.pool.Exec(ctx, st.sql, st.args...); err != nil {
+			tb.Fatalf("%s: %v", st.sql, err)
+		}
+	}
+}
+
+// requeue puts the RUNNING and finished jobs among ids back in the
+// queue, after every job fillQueued made (a day after t0, in the order of
+// ids, one microsecond apart from at), so that the backlog stays as deep
+// as it was. It returns the at of the next requeue.
+func requeue(tb testing.TB, s *Store, ids []string, at time.Time) time.Time {
+	tb.Helper()
+	_, err := s.pool.Exec(tb.Context(), `UPDATE jobs AS j SET state = 'queued', lease_id = '', worker_id = '',
+			lease_expires_at = NULL, finished_at = NULL, result = NULL, percent = 0, version = version + 1,
+			run_at = $2::timestamptz + r.i * interval '1 microsecond'
+		FROM unnest($1::text[]) WITH ORDINALITY AS r(id, i)
+		WHERE j.id = r.id AND j.state <> 'queued'`, ids, at)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return at.Add(time.Duration(len(ids)+1) * time.Microsecond)
+}
+
+// BenchmarkClaimAtDepth measures what a claim and a completion cost
+// when depth jobs wait, with statistics that have not seen them
+// (fillQueued): a claim of 1, 10 and 100 jobs by a worker of one kind,
+// and the completion of 1 or 100 claimed jobs in one WriteLeases, or of
+// one by UpdateJob (a read, then a compare-and-swap). The backlog keeps
+// its depth: what an op takes goes back to the end of the queue, outside
+// the timer. ns/job is the cost per job.
+//
+//	go test ./store/postgres/ -run '^$' -bench 'BenchmarkClaimAtDepth' -benchtime 200x
+func BenchmarkClaimAtDepth(b *testing.B) {
+	for _, depth := range []int{2_000, 20_000, 200_000, 1_000_000} {
+		b.Run(fmt.Sprintf("queued=%d", depth), func(b *testing.B) {
+			s := openURL(b, pgtest.URL(b)+"&pool_max_conns=2")
+			fillQueued(b, s, depth)
+			ctx := context.Background()
+			now := t0.Add(24 * time.Hour * 365)
+			f := store.ClaimFilter{Kinds: []string{"email"}, Now: now}
+			claim := func(b *testing.B, n int) []store.Claimed {
+				c := store.Claim{WorkerID: "w", LeaseIDs: make([]string, n), Now: now, Lease: time.Minute}
+				for i := range c.LeaseIDs {
+					c.LeaseIDs[i] = fmt.Sprint("lease-", i)
+				}
+				got, err := s.ClaimJobs(ctx, f, c)
+				if err != nil || len(got) != n {
+					b.Fatalf("claim %d: %d claimed, %v", n, len(got), err)
+				}
+				return got
+			}
+			requeued := t0.Add(24 * time.Hour)
+			idsOf := func(cs []store.Claimed) []string {
+				ids := make([]string, len(cs))
+				for i, c := range cs {
+					ids[i] = c.Job.ID
+				}
+				return ids
+			}
+			perJob := func(b *testing.B, n int) {
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/job")
+			}
+			for _, n := range []int{1, 10, 100} {
+				b.Run(fmt.Sprintf("claim=%d", n), func(b *testing.B) {
+					for b.Loop() {
+						got := claim(b, n)
+						b.StopTimer()
+						requeued = requeue(b, s, idsOf(got), requeued)
+						b.StartTimer()
+					}
+					perJob(b, n)
+				})
+			}
+			rules := store.LeaseRules{Now: now, Lease: time.Minute}
+			for _, n := range []int{1, 100} {
+				b.Run(fmt.Sprintf("complete=%d", n), func(b *testing.B) {
+					for b.Loop() {
+						b.StopTimer()
+						got := claim(b, n)
+						ws := make([]store.LeaseWrite, n)
+						for i, c := range got {
+							ws[i] = store.LeaseWrite{Op: store.Complete, JobID: c.Job.ID, LeaseID: c.Job.LeaseID, Result: []byte(`"ok"`)}
+						}
+						b.StartTimer()
+						res, err := s.WriteLeases(ctx, ws, rules)
+						if err != nil || len(res) != n || !res[0].Held {
+							b.Fatalf("complete %d: %v", n, err)
+						}
+						b.StopTimer()
+						requeued = requeue(b, s, idsOf(got), requeued)
+						b.StartTimer()
+					}
+					perJob(b, n)
+				})
+			}
+			b.Run("complete=1/by-update", func(b *testing.B) {
+				for b.Loop() {
+					b.StopTimer()
+					got := claim(b, 1)
+					b.StartTimer()
+					_, err := s.UpdateJob(ctx, got[0].Job.ID, func(j *store.Job) error {
+						if j.State != store.Running || j.LeaseID != got[0].Job.LeaseID {
+							return errors.New("lease lost")
+						}
+						j.State, j.Percent, j.Result, j.Error, j.FinishedAt = store.Succeeded, 100, []byte(`"ok"`), nil, now
+						j.LeaseID, j.LeaseExpiresAt, j.UpdatedAt = "", time.Time{}, now
+						return nil
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.StopTimer()
+					requeued = requeue(b, s, idsOf(got), requeued)
+					b.StartTimer()
+				}
+				perJob(b, 1)
+			})
+		})
+	}
+}

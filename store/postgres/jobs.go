@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobwatch/jobwatch/store"
@@ -95,354 +93,145 @@ func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
 	return row.job, err
 }
 
+// optimisticUpdates bounds how often UpdateJob tries its write without a
+// lock: a job that other writers keep changing between its read and its
+// write (many writers of one job at once) could otherwise starve it
+// without bound. After that it reads the job FOR NO KEY UPDATE in a
+// transaction of its own, so the write cannot lose, and the writers of
+// one job take turns: one round trip more, and a row lock held while
+// update runs, only under contention. A job holds no other lock while it
+// waits for that one, so it never deadlocks.
+const optimisticUpdates = 8
+
+// updated is the outcome of one try of UpdateJob's write.
+type updated struct {
+	job     store.Job // the committed job, or the one the write tried
+	changed bool      // the write raised the version: announce it
+	raced   bool      // another write came between the read and the write
+}
+
+// funcError carries the error of UpdateJob's func, which UpdateJob
+// returns as it is.
+type funcError struct{ err error }
+
+func (e funcError) Error() string { return e.err.Error() }
+
 // UpdateJob implements store.Store optimistically: it reads the row
 // (no lock), lets update change a copy, and writes it with one UPDATE
 // that holds only if the row's revision is still the one read; if
-// another write came between, it reads again and calls update again.
+// another write came between, it reads again and calls update again, at
+// most optimisticUpdates times before it locks the row for the read (see
+// optimisticUpdates). So it ends after at most optimisticUpdates + 1
+// reads, and conflictAttempts more when a unique key's holder ends under
+// it.
 func (s *Store) UpdateJob(ctx context.Context, id string, update func(*store.Job) error) (store.Job, error) {
 	conflicts := 0
-	for {
-		old, err := s.getJob(ctx, id)
-		if err != nil {
-			return store.Job{}, err
+	for attempt := 1; ; attempt++ {
+		var (
+			u   updated
+			err error
+		)
+		if attempt <= optimisticUpdates {
+			u, err = s.updateOptimistic(ctx, id, update)
+		} else {
+			u, err = s.updateLocked(ctx, id, update)
 		}
-		next := normalize(old.job)
-		if err := update(&next); err != nil {
-			return store.Job{}, err
-		}
-		next = normalize(next)
-		if next.ID != old.job.ID {
-			return store.Job{}, fmt.Errorf("update job %s: the id cannot change (to %q)", id, next.ID)
-		}
-		next.Version = old.job.Version
-		if !next.SameVisible(&old.job) {
-			next.Version++
-		}
-		if sameStored(next, old.job) {
-			return old.job, nil
-		}
-		var tag pgconn.CommandTag
-		err = s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-			tag, err = conn.Exec(ctx, updateJob, append(values(next), old.rev)...)
-			return err
-		})
+		var fe funcError
 		switch {
+		case errors.As(err, &fe):
+			return store.Job{}, fe.err
 		case isUniqueViolation(err, "jobs_unique_active") && conflicts < conflictAttempts:
 			conflicts++
-			if conflict := s.activeHolder(ctx, next); conflict != nil {
+			if conflict := s.activeHolder(ctx, u.job); conflict != nil {
 				return store.Job{}, conflict
 			}
 			continue
+		case errors.Is(err, store.ErrNotFound):
+			return store.Job{}, err
 		case err != nil:
 			return store.Job{}, fmt.Errorf("update job %s: %w", id, classify(err))
-		case tag.RowsAffected() == 0:
-			continue // written (or deleted) since the read: read again
+		case u.raced:
+			continue // written since the read: read again
 		}
-		if next.Version > old.job.Version {
-			s.announce(next)
+		if u.changed {
+			s.announce(u.job)
 		}
-		return next, nil
+		return u.job, nil
 	}
 }
 
-// --- claims ---
-
-// claimSet is what ClaimJob's UPDATE sets; $1 is the claim's time, $2
-// the worker, $3 the lease id, $4 and $5 the queues with leases of their
-// own and those leases in microseconds, $6 the default lease.
-const claimSet = `UPDATE jobs AS j SET state = 'running', attempt = j.attempt + 1, worker_id = $2,
-	lease_id = $3, started_at = coalesce(j.started_at, $1), updated_at = $1,
-	lease_expires_at = $1 + coalesce((SELECT l.d FROM unnest($4::text[], $5::bigint[]) AS l(q, d)
-		WHERE l.q = j.queue), $6) * interval '1 microsecond',
-	version = j.version + 1, rev = j.rev + 1
-FROM picked WHERE j.seq = picked.seq
-RETURNING ` + "%s" + `, picked.updated_at`
-
-// pick builds the query that finds the job ClaimJob takes (ready true)
-// or the earliest RunAt NextReady reports (ready false), with the queue
-// rules checked in SQL, selecting sel from it (alias j) and ending with
-// suffix. Its arguments start at $first.
-//
-// A queue's rules: a serial queue offers only its head (its first QUEUED
-// job by RunAt then creation, whatever its kind or tenant, or with
-// HoldRetry its first job backing off before a retry), which must then
-// match the worker's filter; a queue at its max_running, or one that uses
-// a full pool, offers nothing.
-//
-// Without rules it is the first matching ready job, read from the
-// partial index jobs_queued (or jobs_queued_queue for given queues) in
-// claim order. With rules no query walks the jobs of a queue that has no
-// room: each ruled queue offers at most as many of its first matching
-// jobs as it has room for (one, if serial), from jobs_queued_queue, and
-// each queue without rules at most candidatesFree of its own, the first
-// candidatesFree of which are kept; the job taken is the first of those
-// candidates that no other claim holds.
-func pick(f store.ClaimFilter, ready bool, sel, suffix string, first int) (string, []any) {
-	var (
-		args  []any
-		match []string // the worker's filter, on alias h
-	)
-	arg := func(v any) string {
-		args = append(args, v)
-		return fmt.Sprintf("$%d", first+len(args)-1)
+// change lets update change old and returns what to write (with its
+// version), and whether there is anything to write.
+func change(id string, old store.Job, update func(*store.Job) error) (store.Job, bool, error) {
+	next := normalize(old)
+	if err := update(&next); err != nil {
+		return store.Job{}, false, funcError{err}
 	}
-	match = append(match, "h.state = 'queued'")
-	if ready {
-		match = append(match, "h.run_at <= "+arg(f.Now)+"::timestamptz")
+	next = normalize(next)
+	if next.ID != old.ID {
+		return store.Job{}, false, fmt.Errorf("update job %s: the id cannot change (to %q)", id, next.ID)
 	}
-	if len(f.Tenants) > 0 {
-		match = append(match, "h.tenant = ANY("+arg(f.Tenants)+"::text[])")
+	next.Version = old.Version
+	if !next.SameVisible(&old) {
+		next.Version++
 	}
-	if len(f.Kinds) > 0 {
-		match = append(match, "h.kind = ANY("+arg(f.Kinds)+"::text[])")
-	}
-	if len(f.Queues) > 0 {
-		match = append(match, "h.queue = ANY("+arg(f.Queues)+"::text[])")
-	}
-	matches := strings.Join(match, " AND ")
-	rules := rulesFor(f)
-	if len(rules.queues) == 0 {
-		return "SELECT " + sel + " FROM jobs AS j WHERE " + strings.ReplaceAll(matches, "h.", "j.") +
-			" ORDER BY j.run_at, j.seq LIMIT 1" + suffix, args
-	}
-	ruled := arg(rules.queues)
-	// names are the queues without rules that may offer candidates: the
-	// worker's, or every queue with a QUEUED job, found by a skip scan of
-	// jobs_queued_queue (one seek per queue, never a walk of its jobs).
-	names := `names(queue) AS (
-		SELECT (SELECT min(x.queue) FROM jobs AS x WHERE x.state = 'queued')
-		UNION ALL
-		SELECT (SELECT min(x.queue) FROM jobs AS x WHERE x.state = 'queued' AND x.queue > n.queue)
-		FROM names AS n WHERE n.queue IS NOT NULL)`
-	if len(f.Queues) > 0 {
-		names = `names(queue) AS (SELECT DISTINCT q FROM unnest(` + arg(f.Queues) + `::text[]) AS q)`
-	}
-	q := `WITH RECURSIVE ` + names + `,
-	lim(queue, max_running, serial, hold) AS (
-		SELECT * FROM unnest(` + ruled + `::text[], ` + arg(rules.max) + `::int[], ` +
-		arg(rules.serial) + `::bool[], ` + arg(rules.hold) + `::bool[])),
-	pool_use(queue, pool) AS (
-		SELECT DISTINCT * FROM unnest(` + arg(rules.useQueues) + `::text[], ` + arg(rules.usePools) + `::text[])),
-	pool_size(pool, size) AS (
-		SELECT * FROM unnest(` + arg(rules.pools) + `::text[], ` + arg(rules.sizes) + `::int[])),
-	running(queue, n) AS (
-		SELECT q.queue, (SELECT count(*) FROM jobs AS r WHERE r.state = 'running' AND r.queue = q.queue)
-		FROM (SELECT queue FROM lim UNION SELECT queue FROM pool_use) AS q),
-	pool_free(pool, free) AS (
-		SELECT p.pool, p.size - (SELECT coalesce(sum(r.n), 0) FROM pool_use AS o
-			JOIN running AS r ON r.queue = o.queue WHERE o.pool = p.pool)
-		FROM pool_size AS p),
-	room(queue, serial, hold, n) AS (
-		SELECT l.queue, l.serial, l.hold, least(
-			CASE WHEN l.serial THEN 1 ELSE ` + fmt.Sprint(candidatesRuled) + ` END,
-			CASE WHEN l.max_running > 0 THEN l.max_running - r.n END,
-			(SELECT min(p.free) FROM pool_use AS u JOIN pool_free AS p ON p.pool = u.pool WHERE u.queue = l.queue))
-		FROM lim AS l JOIN running AS r ON r.queue = l.queue),
-	heads(seq) AS (
-		SELECT coalesce(
-			CASE WHEN o.hold THEN (SELECT x.seq FROM jobs AS x
-				WHERE x.state = 'queued' AND x.attempt > 0 AND x.queue = o.queue
-				ORDER BY x.run_at, x.seq LIMIT 1) END,
-			(SELECT x.seq FROM jobs AS x WHERE x.state = 'queued' AND x.queue = o.queue
-				ORDER BY x.run_at, x.seq LIMIT 1))
-		FROM room AS o WHERE o.serial AND o.n > 0),
-	candidates(seq, run_at) AS (
-		SELECT h.seq, h.run_at FROM heads JOIN jobs AS h ON h.seq = heads.seq WHERE ` + matches + `
-		UNION ALL
-		SELECT c.seq, c.run_at FROM room AS o, LATERAL (
-			SELECT h.seq, h.run_at FROM jobs AS h WHERE ` + matches + ` AND h.queue = o.queue
-			ORDER BY h.run_at, h.seq LIMIT o.n) AS c
-		WHERE NOT o.serial AND o.n > 0
-		UNION ALL
-		(SELECT c.seq, c.run_at FROM names AS n, LATERAL (
-			SELECT h.seq, h.run_at FROM jobs AS h WHERE ` + matches + ` AND h.queue = n.queue
-			ORDER BY h.run_at, h.seq LIMIT ` + fmt.Sprint(candidatesFree) + `) AS c
-		WHERE n.queue IS NOT NULL AND n.queue <> ALL(` + ruled + `::text[])
-		ORDER BY c.run_at, c.seq LIMIT ` + fmt.Sprint(candidatesFree) + `))
-	SELECT ` + sel + ` FROM candidates AS c JOIN jobs AS j ON j.seq = c.seq WHERE j.state = 'queued'
-	ORDER BY c.run_at, c.seq LIMIT 1` + suffix
-	return q, args
+	return next, !sameStored(next, old), nil
 }
 
-// candidatesRuled bounds the jobs a ruled queue offers a claim, and
-// candidatesFree those the queues without rules offer together: a claim
-// under rules holds the advisory locks of every ruled queue it may take
-// from, so only claims from queues without rules alone (which lock
-// nothing) compete with it for those jobs' row locks, and a claim that
-// finds all its candidates taken looks again (ClaimJob).
-const (
-	candidatesRuled = 8
-	candidatesFree  = 8
-)
-
-// rules are a claim's queue rules as arrays, for unnest.
-type rules struct {
-	queues       []string
-	max          []int32
-	serial, hold []bool
-	useQueues    []string
-	usePools     []string
-	pools        []string
-	sizes        []int32
-}
-
-// rulesFor keeps the rules of the queues f may claim from (all of
-// f.Limits when f names no queues).
-func rulesFor(f store.ClaimFilter) rules {
-	var r rules
-	for q, l := range f.Limits {
-		if len(f.Queues) > 0 && !slices.Contains(f.Queues, q) {
-			continue
-		}
-		r.queues = append(r.queues, q)
-		r.max = append(r.max, int32(l.MaxRunning))
-		r.serial = append(r.serial, l.Serial)
-		r.hold = append(r.hold, l.Serial && l.HoldRetry)
-		for _, p := range l.Pools {
-			r.useQueues, r.usePools = append(r.useQueues, q), append(r.usePools, p)
-		}
-	}
-	// A pool counts the running jobs of every queue that uses it, also of
-	// queues this claim does not take from.
-	for q, l := range f.Limits {
-		if len(f.Queues) == 0 || slices.Contains(f.Queues, q) {
-			continue
-		}
-		for _, p := range l.Pools {
-			if slices.Contains(r.usePools, p) {
-				r.useQueues, r.usePools = append(r.useQueues, q), append(r.usePools, p)
-			}
-		}
-	}
-	for p, n := range f.Pools {
-		r.pools, r.sizes = append(r.pools, p), append(r.sizes, int32(n))
-	}
-	return r
-}
-
-// lockKeys are the advisory locks a claim under f takes before it
-// counts: one per queue it may take from that has a rule, one per pool
-// such a queue uses, sorted so that claims take them in one order and
-// never deadlock. Claims from queues without rules take none, so they
-// never wait for each other.
-func (s *Store) lockKeys(f store.ClaimFilter) []int64 {
-	var keys []int64
-	for q, l := range f.Limits {
-		if len(f.Queues) > 0 && !slices.Contains(f.Queues, q) {
-			continue
-		}
-		if l.MaxRunning <= 0 && !l.Serial && len(l.Pools) == 0 {
-			continue
-		}
-		keys = append(keys, lockKey(s.schema, "queue", q))
-		for _, p := range l.Pools {
-			keys = append(keys, lockKey(s.schema, "pool", p))
-		}
-	}
-	slices.Sort(keys)
-	return slices.Compact(keys)
-}
-
-// ClaimJob implements store.Store with one statement: it picks the job
-// with FOR UPDATE SKIP LOCKED (claimers never wait for each other's rows,
-// and a row another claim took is re-checked and passed over) and
-// updates it, returning it and its old updated_at.
-//
-// Under queue rules, counting RUNNING jobs in a statement that began
-// before another claim committed would let both see room for one: so the
-// claim first takes the transaction advisory locks of lockKeys, then
-// runs its statement, whose snapshot (READ COMMITTED takes one per
-// statement) is later than the commit of every claim that held those
-// locks before. Both statements go in one pipelined batch, one
-// round trip and one implicit transaction that the locks last for.
-//
-// A statement's snapshot may miss jobs committed while it ran, and find
-// the jobs it saw taken: so a claim that finds nothing reads whether a
-// job is ready now (NextReady's query) and, if one is, claims again (at
-// most claimAttempts in all). The engine reads NextReady after a claim
-// that found nothing anyway; this saves it a park and a wake-up.
-func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, c store.Claim) (store.Job, time.Time, error) {
-	now := micro(c.Now)
-	f.Now = micro(f.Now)
-	var leaseQueues []string
-	var leases []int64
-	for q, d := range c.Leases {
-		leaseQueues, leases = append(leaseQueues, q), append(leases, d.Microseconds())
-	}
-	args := []any{now, c.WorkerID, c.LeaseID, leaseQueues, leases, c.Lease.Microseconds()}
-	picked, pickArgs := pick(f, true, "j.seq, j.updated_at", " FOR UPDATE OF j SKIP LOCKED", len(args)+1)
-	query := "WITH picked AS (" + picked + ") " + fmt.Sprintf(claimSet, qualified(columns, "j"))
-	args = append(args, pickArgs...)
-
-	keys := s.lockKeys(f)
-	for attempt := 1; ; attempt++ {
-		j, queuedAt, err := s.claim(ctx, keys, query, args)
-		if !errors.Is(err, store.ErrNoJob) || attempt == claimAttempts {
-			return j, queuedAt, err
-		}
-		// The claim's snapshot may predate jobs committed while it ran,
-		// and the jobs it saw may have been taken meanwhile: if a fresh
-		// read finds one ready, claim again.
-		if _, ok, err := s.nextReady(ctx, f, true); err != nil || !ok {
-			return store.Job{}, time.Time{}, store.ErrNoJob
-		}
-	}
-}
-
-// claimAttempts bounds how often ClaimJob claims again after finding
-// nothing while a later read finds a job ready.
-const claimAttempts = 3
-
-// claim runs the claim statement, after the batch of advisory locks
-// keys if there are any.
-func (s *Store) claim(ctx context.Context, keys []int64, query string, args []any) (store.Job, time.Time, error) {
-	var (
-		queuedAt pgtype.Timestamptz
-		row      storedRow
-	)
-	err := s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-		var err error
-		if len(keys) == 0 {
-			row, err = scanJob(conn.QueryRow(ctx, query, args...), &queuedAt)
-			return err
-		}
-		b := &pgx.Batch{}
-		b.Queue("SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k", keys)
-		b.Queue(query, args...)
-		br := conn.SendBatch(ctx, b)
-		if _, err = br.Exec(); err == nil {
-			row, err = scanJob(br.QueryRow(), &queuedAt)
-		}
-		return errors.Join(err, br.Close())
-	})
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return store.Job{}, time.Time{}, store.ErrNoJob
-	case err != nil:
-		return store.Job{}, time.Time{}, fmt.Errorf("claim job: %w", classify(err))
-	}
-	s.announce(row.job)
-	return row.job, fromTime(queuedAt), nil
-}
-
-// NextReady implements store.Store with ClaimJob's pick, without the
-// ready condition and without locks: it is a read.
-func (s *Store) NextReady(ctx context.Context, f store.ClaimFilter) (time.Time, bool, error) {
-	return s.nextReady(ctx, f, false)
-}
-
-func (s *Store) nextReady(ctx context.Context, f store.ClaimFilter, ready bool) (time.Time, bool, error) {
-	f.Now = micro(f.Now)
-	query, args := pick(f, ready, "j.run_at", "", 1)
-	var runAt pgtype.Timestamptz
-	err := s.pool.QueryRow(ctx, query, args...).Scan(&runAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return time.Time{}, false, nil
-	}
+// updateOptimistic is one try of UpdateJob without a lock: the read, and
+// the write if the row's revision is still the one read.
+func (s *Store) updateOptimistic(ctx context.Context, id string, update func(*store.Job) error) (updated, error) {
+	old, err := s.getJob(ctx, id)
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("next ready: %w", classify(err))
+		return updated{}, err
 	}
-	return fromTime(runAt), true, nil
+	next, write, err := change(id, old.job, update)
+	if err != nil || !write {
+		return updated{job: old.job}, err
+	}
+	var tag pgconn.CommandTag
+	err = s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		tag, err = conn.Exec(ctx, updateJob, append(values(next), old.rev)...)
+		return err
+	})
+	if err != nil {
+		return updated{job: next}, err
+	}
+	return updated{job: next, changed: next.Version > old.job.Version, raced: tag.RowsAffected() == 0}, nil
+}
+
+// updateLocked is UpdateJob's try that cannot lose: the read locks the
+// row, in a transaction that also writes it. A caller that leaves while
+// update runs writes nothing.
+func (s *Store) updateLocked(ctx context.Context, id string, update func(*store.Job) error) (updated, error) {
+	var u updated
+	err := s.write(ctx, func(wctx context.Context, conn *pgxpool.Conn) error {
+		u = updated{}
+		return pgx.BeginFunc(wctx, conn, func(tx pgx.Tx) error {
+			old, err := scanJob(tx.QueryRow(wctx, "SELECT "+columns+" FROM jobs WHERE id = $1 FOR NO KEY UPDATE", id))
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("job %s: %w", id, store.ErrNotFound)
+			}
+			if err != nil {
+				return err
+			}
+			next, write, err := change(id, old.job, update)
+			u.job = old.job
+			if err != nil || !write {
+				return err
+			}
+			u.job = next
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(wctx, updateJob, append(values(next), old.rev)...); err != nil {
+				return err
+			}
+			u.changed = next.Version > old.job.Version
+			return nil
+		})
+	})
+	return u, err
 }
 
 // --- lists ---

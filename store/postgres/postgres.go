@@ -4,12 +4,18 @@
 // It keeps jobs, schedules and queue drains in tables of one schema (the
 // first of the connection's search_path, "public" by default), migrated
 // at Open under an advisory lock so replicas starting together take
-// turns. Every write is one statement (or, for a claim under queue rules,
-// one pipelined round trip) that checks in SQL what it depends on: a
-// claim picks with FOR UPDATE SKIP LOCKED and counts RUNNING jobs after
-// taking the advisory locks of the limited queues and pools it may touch;
-// UpdateJob reads without a lock and writes only if the row's revision
-// is still the one it read. No transaction stays open while Go code runs.
+// turns. Every write is one statement that checks in SQL what it depends
+// on, sent in one round trip (a claim and a batch of lease writes behind
+// a statement that sets their plan and takes their advisory locks, in
+// one pipelined batch): a claim picks up to n jobs with FOR UPDATE SKIP
+// LOCKED from indexes in claim order, with a plan that stale statistics
+// cannot turn into a scan of the backlog (claims.go), and counts RUNNING
+// jobs after taking the advisory locks of the limited queues and pools it
+// may touch; WriteLeases checks each lease in the UPDATE that writes it;
+// UpdateJob reads without a lock and writes only if the row's revision is
+// still the one it read. No transaction stays open while Go code runs,
+// but for UpdateJob's last try on a job other writers keep changing,
+// which locks the row for its read (see optimisticUpdates).
 // A trigger stamps each visible write with a change sequence and its
 // transaction id (ChangeCursor). Writes do not NOTIFY in their own
 // transaction, which PostgreSQL would commit one at a time: after the

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/jobwatch/jobwatch/internal/pgtest"
 	"github.com/jobwatch/jobwatch/store"
 )
@@ -448,9 +450,15 @@ func TestClaimReadsNoBacklogOfAFullQueue(t *testing.T) {
 	f := store.ClaimFilter{Now: t0.Add(2 * time.Hour), Kinds: []string{"email"},
 		Limits: map[string]store.QueueLimit{"capped": {MaxRunning: 2}}}
 	for _, ready := range []bool{true, false} {
-		query, args := pick(f, ready, "j.seq", "", 1)
+		query, args := pickQuery(f, ready, 1, "j.seq", false, 1)
 		var plan []byte
-		if err := s.pool.QueryRow(t.Context(), "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+query, args...).Scan(&plan); err != nil {
+		err := pgx.BeginFunc(t.Context(), s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(t.Context(), prelude, []int64(nil)); err != nil {
+				return err
+			}
+			return tx.QueryRow(t.Context(), "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+query, args...).Scan(&plan)
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 		var out []struct {
@@ -519,5 +527,35 @@ func TestSchedulesTickedOnTwoStoresStartOneRunPerPeriod(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// An update whose job another writer changes between every read and its
+// write stops trying without a lock after optimisticUpdates tries and
+// then locks the row for its read, so it commits however busy the job.
+func TestUpdateOfAJobThatKeepsChangingLocksItAndCommits(t *testing.T) {
+	s, other := openTwo(t)
+	mustCreate(t, s, job("job-1", "default", 0))
+	calls := 0
+	got, err := s.UpdateJob(t.Context(), "job-1", func(j *store.Job) error {
+		calls++
+		// Another replica writes the job after each read but the locked
+		// one, whose lock that write would wait for.
+		if calls <= optimisticUpdates {
+			if _, err := other.UpdateJob(t.Context(), "job-1", func(j *store.Job) error { j.Step = fmt.Sprint(calls); return nil }); err != nil {
+				return err
+			}
+		}
+		j.Percent = 50
+		return nil
+	})
+	if err != nil || calls != optimisticUpdates+1 {
+		t.Fatalf("update: %v after %d calls, want success after %d", err, calls, optimisticUpdates+1)
+	}
+	stored, _ := s.GetJob(t.Context(), "job-1")
+	want := fmt.Sprint(optimisticUpdates)
+	if got.Percent != 50 || got.Step != want || got.Version != optimisticUpdates+2 || fmt.Sprint(stored) != fmt.Sprint(got) {
+		t.Errorf("update returned percent %d step %q version %d, stored %+v; want 50, %q (the other's last write) and %d",
+			got.Percent, got.Step, got.Version, stored, want, optimisticUpdates+2)
 	}
 }

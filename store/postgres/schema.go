@@ -176,6 +176,15 @@ DROP TRIGGER jobs_notify_update ON {{schema}}.jobs;
 DROP FUNCTION {{schema}}.jobs_notify();
 CREATE INDEX jobs_change ON {{schema}}.jobs (change_xid);
 `,
+	// 3: claims seek one kind's queued jobs, or one queue's of one kind,
+	// in claim order (claims.go), so that a worker's kinds never make a
+	// claim walk the jobs of other kinds. The indexes are partial: a job
+	// is in them only while QUEUED, so they cost a write only when a job
+	// is queued.
+	`
+CREATE INDEX jobs_queued_kind ON {{schema}}.jobs (kind, run_at, seq) WHERE state = 'queued';
+CREATE INDEX jobs_queued_queue_kind ON {{schema}}.jobs (queue, kind, run_at, seq) WHERE state = 'queued';
+`,
 }
 
 // channelFor is the NOTIFY channel of the store in schema: one per schema,

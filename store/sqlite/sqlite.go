@@ -45,7 +45,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -555,37 +554,43 @@ func getJob(ctx context.Context, q interface {
 // writeJob stores next over the row seq, with old's id and the version the
 // store decides: old's, plus one for a visible change (or always, with
 // bump). It skips the write when nothing changed at all. It is the one
-// statement that changes anything in UpdateJob and ClaimJob
-// (writeStatement), so it asks first whether the caller is still there.
+// statement that changes anything in UpdateJob (writeStatement), so it
+// asks first whether the caller is still there.
 func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next store.Job, bump bool) (store.Job, error) {
-	next = normalize(next)
 	if next.ID != old.ID {
 		return store.Job{}, fmt.Errorf("update job %s: the id cannot change (to %q)", old.ID, next.ID)
 	}
-	next.Version = old.Version
-	if bump || !next.SameVisible(&old) {
-		next.Version++
-	}
-	query, args := updateChanged(seq, old, next, s.w.change)
-	if query == "" {
-		return old, nil // nothing changed
-	}
-	if err := callerLeft(ctx); err != nil {
-		return store.Job{}, leftError("update job "+old.ID, err)
-	}
-	_, err := tx.ExecContext(ctx, query, args...)
-	if isUniqueViolation(err) {
-		if conflict := s.activeHolder(ctx, tx, next); conflict != nil {
-			return store.Job{}, conflict
-		}
-	}
-	if err != nil {
-		return store.Job{}, fmt.Errorf("update job %s: %w", old.ID, classify(err))
+	next = versioned(old, next, bump)
+	if err := s.updateRow(ctx, tx, seq, old, next); err != nil {
+		return store.Job{}, err
 	}
 	if next.Version != old.Version {
 		s.changed(next)
 	}
 	return next, nil
+}
+
+// updateRow stores next (as versioned makes it) over the row seq, which
+// holds old, setting what changed; nothing if nothing did. It asks first
+// whether the caller is still there.
+func (s *Store) updateRow(ctx context.Context, tx *sql.Tx, seq int64, old, next store.Job) error {
+	query, args := updateChanged(seq, old, next, s.w.change)
+	if query == "" {
+		return nil
+	}
+	if err := callerLeft(ctx); err != nil {
+		return leftError("update job "+old.ID, err)
+	}
+	_, err := tx.ExecContext(ctx, query, args...)
+	if isUniqueViolation(err) {
+		if conflict := s.activeHolder(ctx, tx, next); conflict != nil {
+			return conflict
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("update job %s: %w", old.ID, classify(err))
+	}
+	return nil
 }
 
 // UpdateJob implements store.Store.
@@ -618,183 +623,6 @@ func in[T ~string](where string, args []any, column string, values []T) (string,
 		args = append(args, string(v))
 	}
 	return where, args
-}
-
-// pickQuery finds the job ClaimJob takes (the ready case) or the earliest
-// RunAt NextReady reports, with the queue rules checked in SQL. Its
-// parameters: :now, :limits (a JSON object: queue -> {max, serial,
-// hold}), :uses (queue -> [pool, ...]), :sizes (pool -> units), and,
-// when filtered, :tenants, :kinds and :queues (JSON arrays).
-//
-// Plan, so that no claim scans every queued job:
-//   - names: the queues with QUEUED jobs, by a skip-scan of the index
-//     jobs_state_queue_run_at (one seek per queue: MIN(queue) > the last
-//     one), or the worker's own list of queues;
-//   - heads: each queue's first job, one seek in the same index, whose
-//     rows of one (state, queue) are in run_at then seq (rowid) order,
-//     which is claim order; a serial queue's head is its first job
-//     whatever its kind or tenant (order is the rule: a head the worker
-//     may not take blocks the queue for it), and with hold a job backing
-//     off before a retry comes first, found in the partial index
-//     jobs_queued_retry;
-//   - room, checked before any head is sought: each pool's RUNNING jobs
-//     (of every queue that uses it) counted once per claim, and each
-//     bounded queue's, by seeks in jobs_state_queue_run_at (state =
-//     'running', queue = ?): the work is in the running jobs of the
-//     rule's queues, never the queued.
-//
-// The rules are MATERIALIZED, so SQLite indexes them (an automatic
-// index) instead of re-reading the JSON for every queue. So a claim costs
-// a few seeks per queue with work, however deep the queues; the only sort
-// is of the heads, one row per queue.
-// TestClaimPlanSeeksEveryQueueHead pins it.
-//
-// Without any rule (no queue in f.Limits) the store needs no heads: it
-// reads the index jobs_state_run_at (or, for one queue,
-// jobs_state_queue_run_at) in claim order and stops at the first match,
-// as it did before queues had rules.
-func pickQuery(f store.ClaimFilter, ready bool) (string, []any) {
-	if len(f.Limits) == 0 {
-		return unruledPickQuery(f, ready)
-	}
-	args := []any{
-		sql.Named("now", toMicro(f.Now)),
-		sql.Named("limits", limitsJSON(f.Limits)),
-		sql.Named("uses", usesJSON(f.Limits)),
-		sql.Named("sizes", mustJSON(f.Pools, "{}")),
-	}
-	names := `names(name) AS (
-		SELECT (SELECT MIN(queue) FROM jobs WHERE state = 'queued')
-		UNION ALL
-		SELECT (SELECT MIN(queue) FROM jobs WHERE state = 'queued' AND queue > name)
-		FROM names WHERE name IS NOT NULL)`
-	if len(f.Queues) > 0 {
-		names = `names(name) AS (SELECT DISTINCT value FROM json_each(:queues))`
-		args = append(args, sql.Named("queues", mustJSON(f.Queues, "[]")))
-	}
-	// match is the worker's own filter: a queue's head is its first job
-	// that matches, but a serial queue's is its first job, which then
-	// must match.
-	match := ""
-	if len(f.Tenants) > 0 {
-		match += " AND tenant IN (SELECT value FROM json_each(:tenants))"
-		args = append(args, sql.Named("tenants", mustJSON(f.Tenants, "[]")))
-	}
-	if len(f.Kinds) > 0 {
-		match += " AND kind IN (SELECT value FROM json_each(:kinds))"
-		args = append(args, sql.Named("kinds", mustJSON(f.Kinds, "[]")))
-	}
-	due := ""
-	if ready {
-		due = " AND run_at <= :now"
-	}
-	query := `WITH RECURSIVE
-	lim(queue, max_running, serial, hold) AS MATERIALIZED (
-		SELECT key, value ->> 'max', value ->> 'serial', value ->> 'hold' FROM json_each(:limits)),
-	pool_use(queue, pool) AS MATERIALIZED (
-		SELECT u.key, p.value FROM json_each(:uses) AS u, json_each(u.value) AS p),
-	full_pool(pool) AS MATERIALIZED (
-		SELECT z.key FROM json_each(:sizes) AS z
-		WHERE (SELECT COUNT(*) FROM jobs AS r WHERE r.state = 'running'
-			AND r.queue IN (SELECT o.queue FROM pool_use AS o WHERE o.pool = z.key)) >= z.value),
-	pool_blocked(queue) AS MATERIALIZED (
-		SELECT u.queue FROM pool_use AS u JOIN full_pool AS p ON p.pool = u.pool),
-	` + names + `,
-	open_queues(name, serial, hold) AS (
-		SELECT n.name, coalesce(l.serial, 0), coalesce(l.hold, 0)
-		FROM names AS n LEFT JOIN lim AS l ON l.queue = n.name
-		WHERE n.name IS NOT NULL
-			AND n.name NOT IN (SELECT queue FROM pool_blocked)
-			AND (coalesce(l.max_running, 0) = 0 OR (SELECT COUNT(*) FROM jobs AS r
-				WHERE r.state = 'running' AND r.queue = n.name) < l.max_running)),
-	heads(seq) AS (
-		SELECT CASE WHEN o.serial THEN coalesce(
-			CASE WHEN o.hold THEN (SELECT seq FROM jobs INDEXED BY jobs_queued_retry
-				WHERE state = 'queued' AND attempt > 0 AND queue = o.name ORDER BY run_at, seq LIMIT 1) END,
-			(SELECT seq FROM jobs WHERE state = 'queued' AND queue = o.name ORDER BY run_at, seq LIMIT 1))
-		ELSE (SELECT seq FROM jobs WHERE state = 'queued' AND queue = o.name` + due + match + `
-			ORDER BY run_at, seq LIMIT 1) END
-		FROM open_queues AS o)
-SELECT %s FROM heads AS h JOIN jobs AS j ON j.seq = h.seq
-WHERE 1` + due + match + `
-ORDER BY j.run_at, j.seq LIMIT 1`
-	return query, args
-}
-
-func unruledPickQuery(f store.ClaimFilter, ready bool) (string, []any) {
-	where, args := "state = 'queued'", []any(nil)
-	if ready {
-		where, args = where+" AND run_at <= ?", append(args, toMicro(f.Now))
-	}
-	where, args = in(where, args, "tenant", f.Tenants)
-	where, args = in(where, args, "kind", f.Kinds)
-	where, args = in(where, args, "queue", f.Queues)
-	// j names the table as the ruled query does, for the caller's %s.
-	return "SELECT %s FROM jobs AS j WHERE " + where + " ORDER BY run_at, seq LIMIT 1", args
-}
-
-// mustJSON encodes v, or gives empty when v is nil.
-func mustJSON(v any, empty string) string {
-	if reflect.ValueOf(v).Len() == 0 {
-		return empty
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(fmt.Sprintf("encode %T: %v", v, err)) // maps of strings and ints always encode
-	}
-	return string(b)
-}
-
-type queueLimitJSON struct {
-	Max    int  `json:"max"`
-	Serial bool `json:"serial"`
-	Hold   bool `json:"hold"`
-}
-
-func limitsJSON(limits map[string]store.QueueLimit) string {
-	m := make(map[string]queueLimitJSON, len(limits))
-	for q, l := range limits {
-		m[q] = queueLimitJSON{Max: l.MaxRunning, Serial: l.Serial, Hold: l.Serial && l.HoldRetry}
-	}
-	return mustJSON(m, "{}")
-}
-
-func usesJSON(limits map[string]store.QueueLimit) string {
-	m := map[string][]string{}
-	for q, l := range limits {
-		if len(l.Pools) > 0 {
-			m[q] = l.Pools
-		}
-	}
-	return mustJSON(m, "{}")
-}
-
-// ClaimJob implements store.Store. The pick, with the queue rules, and
-// the change are one immediate transaction, so no other claim can see the
-// job still queued or a queue's or pool's room before this one took it.
-func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, c store.Claim) (store.Job, time.Time, error) {
-	pick, args := pickQuery(f, true)
-	query := "SELECT " + columns + " FROM jobs WHERE seq = (" + fmt.Sprintf(pick, "j.seq") + ")"
-	var out store.Job
-	var queuedAt time.Time
-	err := s.writeStatement(ctx, "claim job", func(ctx context.Context, tx *sql.Tx) error {
-		old, seq, err := scanJob(tx.QueryRowContext(ctx, query, args...))
-		if errors.Is(err, sql.ErrNoRows) {
-			return store.ErrNoJob
-		}
-		if err != nil {
-			return fmt.Errorf("claim job: %w", classify(err))
-		}
-		next := old.Clone()
-		c.Apply(&next)
-		queuedAt = old.UpdatedAt
-		out, err = s.writeJob(ctx, tx, seq, old, next, true)
-		return err
-	})
-	if err != nil {
-		return store.Job{}, time.Time{}, err
-	}
-	return out, queuedAt, nil
 }
 
 // DeleteFinishedBefore implements store.Store.
@@ -920,9 +748,9 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, 
 
 // NextReady implements store.Store, with the plan of pickQuery.
 func (s *Store) NextReady(ctx context.Context, f store.ClaimFilter) (time.Time, bool, error) {
-	pick, args := pickQuery(f, false)
+	pick, args := pickQuery(f, false, "run_at")
 	var runAt int64
-	err := s.read.QueryRowContext(ctx, fmt.Sprintf(pick, "j.run_at"), args...).Scan(&runAt)
+	err := s.read.QueryRowContext(ctx, pick, args...).Scan(&runAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, false, nil
 	}

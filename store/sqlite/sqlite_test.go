@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"bufio"
+	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -501,12 +502,14 @@ func TestUpgradingMovesPayloadAndResultLastAndKeepsJobsAndSeq(t *testing.T) {
 	}
 }
 
-// Every claim and every parked claimer's look runs pickQuery, so it must
-// find each queue's head and count running jobs by index seeks, never
-// scan the table or sort the queued jobs.
+// Every claim and every parked claimer's look runs the pick, so it must
+// find each group's first jobs and count running jobs by index seeks,
+// never scan the table or sort the queued jobs, whatever the worker's
+// filter, the rules and the statistics: on an empty file, on a deep one
+// (SQLite never analyzes by itself, so its planner has no statistics),
+// after ANALYZE, and with statistics of a small table on a deep one (an
+// operator's ANALYZE long ago).
 func TestClaimPlanSeeksEveryQueueHead(t *testing.T) {
-	s := openTemp(t, tempPath(t))
-	defer s.Close()
 	limits := map[string]store.QueueLimit{
 		"index":  {MaxRunning: 1, Serial: true, HoldRetry: true},
 		"readme": {MaxRunning: 8, Pools: []string{"db"}},
@@ -515,44 +518,118 @@ func TestClaimPlanSeeksEveryQueueHead(t *testing.T) {
 	tests := []struct {
 		name   string
 		filter store.ClaimFilter
+		// index is the index a job is sought in, by its leading
+		// columns; "" for none in particular.
+		index string
 	}{
-		{"any job", store.ClaimFilter{}},
-		{"some kinds", store.ClaimFilter{Kinds: []string{"a", "b"}}},
-		{"one queue", store.ClaimFilter{Queues: []string{"q"}}},
-		{"queues with rules and a pool", store.ClaimFilter{Limits: limits, Pools: pools}},
-		{"rules, kinds and queues", store.ClaimFilter{Kinds: []string{"a"}, Queues: []string{"index", "readme"}, Limits: limits, Pools: pools}},
-		{"some tenants", store.ClaimFilter{Tenants: []string{"acme", "globex"}}},
-		{"a tenant and a queue", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"q"}}},
-		{"rules and tenants", store.ClaimFilter{Tenants: []string{"acme"}, Limits: limits, Pools: pools}},
-		{"rules, tenants, kinds and queues", store.ClaimFilter{Tenants: []string{"acme"}, Kinds: []string{"a"}, Queues: []string{"index", "readme"}, Limits: limits, Pools: pools}},
+		{"any job", store.ClaimFilter{}, "jobs_state_run_at (state=?"},
+		{"some kinds", store.ClaimFilter{Kinds: []string{"a", "b"}}, "jobs_queued_kind (kind=? AND queue=?"},
+		{"one queue", store.ClaimFilter{Queues: []string{"q"}}, "jobs_state_queue_run_at (state=? AND queue=?"},
+		{"some queues", store.ClaimFilter{Queues: []string{"q", "index"}}, "jobs_state_queue_run_at (state=? AND queue=?"},
+		{"kinds and queues", store.ClaimFilter{Kinds: []string{"a"}, Queues: []string{"q", "index"}}, "jobs_queued_kind (kind=? AND queue=?"},
+		{"queues with rules and a pool", store.ClaimFilter{Limits: limits, Pools: pools}, "jobs_state_queue_run_at (state=? AND queue=?"},
+		{"rules and kinds", store.ClaimFilter{Kinds: []string{"a", "b"}, Limits: limits, Pools: pools}, "jobs_queued_kind (kind=? AND queue=?"},
+		{"rules, kinds and queues", store.ClaimFilter{Kinds: []string{"a"}, Queues: []string{"index", "readme"}, Limits: limits, Pools: pools}, "jobs_queued_kind (kind=? AND queue=?"},
+		{"some tenants", store.ClaimFilter{Tenants: []string{"acme", "globex"}}, "jobs_state_run_at (state=?"},
+		{"a tenant and a queue", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"q"}}, "jobs_state_queue_run_at (state=? AND queue=?"},
+		{"a tenant and kinds", store.ClaimFilter{Tenants: []string{"acme"}, Kinds: []string{"a"}}, "jobs_queued_kind (kind=? AND queue=?"},
+		{"rules and tenants", store.ClaimFilter{Tenants: []string{"acme"}, Limits: limits, Pools: pools}, "jobs_state_queue_run_at (state=? AND queue=?"},
+		{"rules, tenants, kinds and queues", store.ClaimFilter{Tenants: []string{"acme"}, Kinds: []string{"a"}, Queues: []string{"index", "readme"}, Limits: limits, Pools: pools}, "jobs_queued_kind (kind=? AND queue=?"},
 	}
-	for _, tt := range tests {
-		for _, ready := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s, ready %v", tt.name, ready), func(t *testing.T) {
-				pick, args := pickQuery(tt.filter, ready)
-				plan := explain(t, s.read, fmt.Sprintf(pick, "j.seq"), args...)
-				joined := strings.Join(plan, "\n")
-				for _, line := range plan {
-					// Scans of the rules (json_each) and of the CTEs
-					// (one row per queue) are fine; of the jobs, never.
-					if f := strings.Fields(line); len(f) > 1 && f[0] == "SCAN" && (f[1] == "jobs" || f[1] == "j" || f[1] == "r") {
-						t.Errorf("plan scans the jobs: %q\n%s", line, joined)
+	check := func(t *testing.T, db *sql.DB) {
+		for _, tt := range tests {
+			for _, ready := range []bool{true, false} {
+				for _, n := range []int{1, 100} {
+					if n > 1 && (tt.filter.Limits != nil || !ready) {
+						continue // only unruled claims pick many at once
 					}
+					t.Run(fmt.Sprintf("%s, ready %v, %d jobs", tt.name, ready, n), func(t *testing.T) {
+						query, args := pickQuery(tt.filter, ready, "seq")
+						if n > 1 {
+							query, args = unruledPickQuery(tt.filter, ready, n, columns)
+						}
+						checkPickPlan(t, explain(t, db, query, args...), tt.filter, tt.index)
+					})
 				}
-				if tt.filter.Limits != nil && !strings.Contains(joined, "INDEX jobs_queued_retry") {
-					t.Errorf("plan:\n%s\nwant a held serial queue's retry found in jobs_queued_retry", joined)
-				}
-				switch {
-				case tt.filter.Limits == nil:
-					// No rules: one walk of an index in claim order.
-					if len(plan) != 1 || !strings.Contains(joined, "INDEX jobs_state_") || strings.Contains(joined, "TEMP B-TREE") {
-						t.Errorf("plan:\n%s\nwant one search of an index in claim order", joined)
-					}
-				case !strings.Contains(joined, "INDEX jobs_state_queue_run_at (state=? AND queue=?"):
-					t.Errorf("plan:\n%s\nwant each queue's head sought in jobs_state_queue_run_at", joined)
-				}
-			})
+			}
 		}
+	}
+	path := tempPath(t)
+	s := openTemp(t, path)
+	defer s.Close()
+	t.Run("an empty file", func(t *testing.T) { check(t, s.read) })
+
+	// The statistics of a small table, kept while the table grows.
+	fillPlanTable(t, s, 0, 100)
+	if _, err := s.write.Exec("ANALYZE"); err != nil {
+		t.Fatal(err)
+	}
+	fillPlanTable(t, s, 100, 30_000)
+	t.Run("a deep file, statistics of a small one", func(t *testing.T) { check(t, s.read) })
+	if _, err := s.write.Exec("ANALYZE"); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("a deep file, analyzed", func(t *testing.T) { check(t, s.read) })
+	if _, err := s.write.Exec("DROP TABLE sqlite_stat1"); err != nil {
+		t.Fatal(err)
+	}
+	// A new connection, whose planner has never seen the statistics.
+	s.Close()
+	s = openTemp(t, path)
+	t.Run("a deep file, no statistics", func(t *testing.T) { check(t, s.read) })
+}
+
+// checkPickPlan fails t unless plan (of a pick under f) seeks every job
+// it reads, in index (as its detail reads, e.g. "jobs_queued_kind
+// (kind=? AND queue=?"), and sorts at most the groups' first jobs.
+func checkPickPlan(t *testing.T, plan []string, f store.ClaimFilter, index string) {
+	t.Helper()
+	joined := strings.Join(plan, "\n")
+	for _, line := range plan {
+		// Scans of the rules and filters (json_each) and of the CTEs (one
+		// row per queue, group or job picked) are fine; of the jobs, by
+		// any of their names, never.
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "SCAN" && slices.Contains([]string{"jobs", "j", "r", "h"}, f[1]) {
+			t.Errorf("plan scans the jobs: %q\n%s", line, joined)
+		}
+	}
+	if !strings.Contains(joined, "INDEX "+index) {
+		t.Errorf("plan:\n%s\nwant jobs sought in %s", joined, index)
+	}
+	if f.Limits != nil && !strings.Contains(joined, "INDEX jobs_queued_retry") {
+		t.Errorf("plan:\n%s\nwant a held serial queue's retry found in jobs_queued_retry", joined)
+	}
+	if f.Limits == nil && len(f.Kinds) == 0 && len(f.Queues) == 0 {
+		// No groups: one walk of an index in claim order (and maybe the
+		// list of tenants).
+		if searches := strings.Count(joined, "SEARCH "); searches != 1 || strings.Contains(joined, "TEMP B-TREE") {
+			t.Errorf("plan:\n%s\nwant one search of an index in claim order", joined)
+		}
+	}
+}
+
+// fillPlanTable adds jobs from..to-1 of TestClaimPlanSeeksEveryQueueHead's
+// deep file: mostly queued, over three queues, three kinds and two
+// tenants, some running, retrying or ended, with one statement.
+func fillPlanTable(t *testing.T, s *Store, from, to int) {
+	t.Helper()
+	zero := toMicro(time.Time{})
+	err := s.writeTx(t.Context(), "fill", func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step,
+			payload, result, error_type, error_message, attempt, max_attempts, unique_key, created_at,
+			started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, change_seq)
+			WITH RECURSIVE n(i) AS (SELECT :from UNION ALL SELECT i + 1 FROM n WHERE i + 1 < :to)
+			SELECT 'job-' || i, CASE i % 2 WHEN 0 THEN 'acme' ELSE 'globex' END,
+				CASE i % 3 WHEN 0 THEN 'a' WHEN 1 THEN 'b' ELSE 'c' END,
+				CASE i % 5 WHEN 0 THEN 'index' WHEN 1 THEN 'readme' ELSE 'q' END,
+				CASE WHEN i % 100 = 7 THEN 'running' WHEN i % 100 = 8 THEN 'succeeded' ELSE 'queued' END,
+				1, 0, '', '{}', NULL, NULL, NULL, CASE WHEN i % 100 = 9 THEN 1 ELSE 0 END, 3, '',
+				i, :zero, i, :zero, i, '', '', :zero, i
+			FROM n`, sql.Named("from", from), sql.Named("to", to), sql.Named("zero", zero))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -604,5 +681,33 @@ func TestRetentionDeletesABacklogInSeveralTransactions(t *testing.T) {
 	}
 	if len(left) != 2 || !slices.Contains(left, "j_recent") || !slices.Contains(left, "j_active") {
 		t.Fatalf("left %v, want j_recent and j_active", left)
+	}
+}
+
+// WriteLeases reads its jobs by id and writes them by seq, in one
+// statement each however many: seeks, never a scan of the jobs.
+func TestLeaseWritesSeekTheirJobs(t *testing.T) {
+	s := openTemp(t, tempPath(t))
+	defer s.Close()
+	fillPlanTable(t, s, 0, 1000)
+	old, next := testJob("job-1"), testJob("job-1")
+	next.State, next.Version, next.LeaseID = store.Succeeded, 2, "l"
+	writes := []jobWrite{{seq: 1, old: old, next: next}, {seq: 2, old: old, next: next}, {seq: 3, old: old, next: next}}
+	now := [][]any{values(next), values(next), values(next)}
+	changed := []int{slices.Index(valueColumns, "state"), slices.Index(valueColumns, "version"), slices.Index(valueColumns, "lease_id")}
+	update, updateArgs := updateRows(writes, now, changed, 7)
+	for name, plan := range map[string][]string{
+		"read":  explain(t, s.read, "SELECT "+columns+" FROM jobs WHERE id IN (?, ?, ?, ?)", "job-1", "job-2", "job-3", nil),
+		"write": explain(t, s.read, update, updateArgs...),
+	} {
+		joined := strings.Join(plan, "\n")
+		for _, line := range plan {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "SCAN" && f[1] == "jobs" {
+				t.Errorf("%s plan scans the jobs:\n%s", name, joined)
+			}
+		}
+		if !strings.Contains(joined, "SEARCH jobs USING") {
+			t.Errorf("%s plan:\n%s\nwant each job sought", name, joined)
+		}
 	}
 }

@@ -33,7 +33,7 @@ var changeCases = []struct {
 // registers their removal with t.Cleanup. A backend that cannot share a
 // database between Stores does not call it.
 func RunShared(t *testing.T, open func(t *testing.T) (a, b store.Store)) {
-	for _, tc := range []struct {
+	for _, tc := range slices.Concat([]struct {
 		name string
 		run  func(t *testing.T, a, b store.Store)
 	}{
@@ -41,7 +41,7 @@ func RunShared(t *testing.T, open func(t *testing.T) (a, b store.Store)) {
 		{"a change cursor from one store lists changes made through the other", testChangeCursorShared},
 		{"a claim through either store never takes a job the other took", testClaimShared},
 		{"of two stores recording one alert, one is told it changed", testSetAlertingShared},
-	} {
+	}, sharedLeaseCases) {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := open(t)
 			t.Cleanup(func() {

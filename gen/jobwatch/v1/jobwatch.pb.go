@@ -1532,7 +1532,13 @@ type ClaimJobRequest struct {
 	// Empty means any kind.
 	Kinds []string `protobuf:"bytes,2,rep,name=kinds,proto3" json:"kinds,omitempty"`
 	// Empty means any queue.
-	Queues        []string `protobuf:"bytes,3,rep,name=queues,proto3" json:"queues,omitempty"`
+	Queues []string `protobuf:"bytes,3,rep,name=queues,proto3" json:"queues,omitempty"`
+	// The most jobs to claim in this call, for a worker with that many
+	// free slots: set, the call answers in claims, with as many jobs as
+	// are ready (at least one, or none at the cap), each under its own
+	// lease. 0 (unset) claims one and answers in job and lease_id, as
+	// before max_jobs existed. At most 100; more is invalid_argument.
+	MaxJobs       int32 `protobuf:"varint,4,opt,name=max_jobs,json=maxJobs,proto3" json:"max_jobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1588,14 +1594,25 @@ func (x *ClaimJobRequest) GetQueues() []string {
 	return nil
 }
 
+func (x *ClaimJobRequest) GetMaxJobs() int32 {
+	if x != nil {
+		return x.MaxJobs
+	}
+	return 0
+}
+
 type ClaimJobResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Empty when the cap passed with nothing to run.
+	// The job claimed by a request without max_jobs; empty when the cap
+	// passed with nothing to run.
 	Job            *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	LeaseId        string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	LeaseExpiresAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=lease_expires_at,json=leaseExpiresAt,proto3" json:"lease_expires_at,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The jobs claimed by a request with max_jobs, in claim order, each
+	// with its lease; empty when the cap passed with nothing to run.
+	Claims        []*Claim `protobuf:"bytes,4,rep,name=claims,proto3" json:"claims,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClaimJobResponse) Reset() {
@@ -1649,6 +1666,75 @@ func (x *ClaimJobResponse) GetLeaseExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ClaimJobResponse) GetClaims() []*Claim {
+	if x != nil {
+		return x.Claims
+	}
+	return nil
+}
+
+// Claim is one job a ClaimJob took and the lease the worker runs it
+// under.
+type Claim struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Job            *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	LeaseId        string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	LeaseExpiresAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=lease_expires_at,json=leaseExpiresAt,proto3" json:"lease_expires_at,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Claim) Reset() {
+	*x = Claim{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Claim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Claim) ProtoMessage() {}
+
+func (x *Claim) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Claim.ProtoReflect.Descriptor instead.
+func (*Claim) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Claim) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *Claim) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *Claim) GetLeaseExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseExpiresAt
+	}
+	return nil
+}
+
 type HeartbeatRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	JobId   string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -1663,7 +1749,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +1761,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +1774,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{23}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HeartbeatRequest) GetJobId() string {
@@ -1732,7 +1818,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1830,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1843,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{24}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HeartbeatResponse) GetCancelled() bool {
@@ -1785,7 +1871,7 @@ type CompleteJobRequest struct {
 
 func (x *CompleteJobRequest) Reset() {
 	*x = CompleteJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +1883,7 @@ func (x *CompleteJobRequest) String() string {
 func (*CompleteJobRequest) ProtoMessage() {}
 
 func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +1896,7 @@ func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobRequest.ProtoReflect.Descriptor instead.
 func (*CompleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{25}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CompleteJobRequest) GetJobId() string {
@@ -1843,7 +1929,7 @@ type CompleteJobResponse struct {
 
 func (x *CompleteJobResponse) Reset() {
 	*x = CompleteJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +1941,7 @@ func (x *CompleteJobResponse) String() string {
 func (*CompleteJobResponse) ProtoMessage() {}
 
 func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +1954,7 @@ func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobResponse.ProtoReflect.Descriptor instead.
 func (*CompleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{26}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CompleteJobResponse) GetJob() *Job {
@@ -1891,7 +1977,7 @@ type FailJobRequest struct {
 
 func (x *FailJobRequest) Reset() {
 	*x = FailJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +1989,7 @@ func (x *FailJobRequest) String() string {
 func (*FailJobRequest) ProtoMessage() {}
 
 func (x *FailJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2002,7 @@ func (x *FailJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobRequest.ProtoReflect.Descriptor instead.
 func (*FailJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{27}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FailJobRequest) GetJobId() string {
@@ -1956,7 +2042,7 @@ type FailJobResponse struct {
 
 func (x *FailJobResponse) Reset() {
 	*x = FailJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2054,7 @@ func (x *FailJobResponse) String() string {
 func (*FailJobResponse) ProtoMessage() {}
 
 func (x *FailJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2067,7 @@ func (x *FailJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobResponse.ProtoReflect.Descriptor instead.
 func (*FailJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{28}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FailJobResponse) GetJob() *Job {
@@ -2022,7 +2108,7 @@ type Queue struct {
 
 func (x *Queue) Reset() {
 	*x = Queue{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2120,7 @@ func (x *Queue) String() string {
 func (*Queue) ProtoMessage() {}
 
 func (x *Queue) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2133,7 @@ func (x *Queue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Queue.ProtoReflect.Descriptor instead.
 func (*Queue) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{29}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Queue) GetName() string {
@@ -2146,7 +2232,7 @@ type QueueDepth struct {
 
 func (x *QueueDepth) Reset() {
 	*x = QueueDepth{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2244,7 @@ func (x *QueueDepth) String() string {
 func (*QueueDepth) ProtoMessage() {}
 
 func (x *QueueDepth) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2257,7 @@ func (x *QueueDepth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepth.ProtoReflect.Descriptor instead.
 func (*QueueDepth) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{30}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *QueueDepth) GetAt() *timestamppb.Timestamp {
@@ -2210,7 +2296,7 @@ type PoolUse struct {
 
 func (x *PoolUse) Reset() {
 	*x = PoolUse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2308,7 @@ func (x *PoolUse) String() string {
 func (*PoolUse) ProtoMessage() {}
 
 func (x *PoolUse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,7 +2321,7 @@ func (x *PoolUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolUse.ProtoReflect.Descriptor instead.
 func (*PoolUse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{31}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PoolUse) GetName() string {
@@ -2267,7 +2353,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2365,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2378,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{32}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{33}
 }
 
 type ListQueuesResponse struct {
@@ -2306,7 +2392,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2404,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2417,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{33}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*Queue {
@@ -2373,7 +2459,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2471,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2484,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{34}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Schedule) GetName() string {
@@ -2472,7 +2558,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2484,7 +2570,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2497,7 +2583,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{35}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{36}
 }
 
 type ListSchedulesResponse struct {
@@ -2509,7 +2595,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2521,7 +2607,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2534,7 +2620,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{36}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -2643,12 +2729,18 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\n" +
 	"demo_kinds\x18\x02 \x03(\tR\tdemoKinds\x12#\n" +
 	"\rauth_required\x18\x03 \x01(\bR\fauthRequired\x12\x18\n" +
-	"\aversion\x18\x04 \x01(\tR\aversion\"\\\n" +
+	"\aversion\x18\x04 \x01(\tR\aversion\"w\n" +
 	"\x0fClaimJobRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x14\n" +
 	"\x05kinds\x18\x02 \x03(\tR\x05kinds\x12\x16\n" +
-	"\x06queues\x18\x03 \x03(\tR\x06queues\"\x97\x01\n" +
+	"\x06queues\x18\x03 \x03(\tR\x06queues\x12\x19\n" +
+	"\bmax_jobs\x18\x04 \x01(\x05R\amaxJobs\"\xc3\x01\n" +
 	"\x10ClaimJobResponse\x12\"\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12D\n" +
+	"\x10lease_expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\x12*\n" +
+	"\x06claims\x18\x04 \x03(\v2\x12.jobwatch.v1.ClaimR\x06claims\"\x8c\x01\n" +
+	"\x05Claim\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12D\n" +
 	"\x10lease_expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\"r\n" +
@@ -2766,7 +2858,7 @@ func file_jobwatch_v1_jobwatch_proto_rawDescGZIP() []byte {
 }
 
 var file_jobwatch_v1_jobwatch_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(JobState)(0),                 // 0: jobwatch.v1.JobState
 	(JobView)(0),                  // 1: jobwatch.v1.JobView
@@ -2794,36 +2886,37 @@ var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(*GetServerInfoResponse)(nil), // 23: jobwatch.v1.GetServerInfoResponse
 	(*ClaimJobRequest)(nil),       // 24: jobwatch.v1.ClaimJobRequest
 	(*ClaimJobResponse)(nil),      // 25: jobwatch.v1.ClaimJobResponse
-	(*HeartbeatRequest)(nil),      // 26: jobwatch.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 27: jobwatch.v1.HeartbeatResponse
-	(*CompleteJobRequest)(nil),    // 28: jobwatch.v1.CompleteJobRequest
-	(*CompleteJobResponse)(nil),   // 29: jobwatch.v1.CompleteJobResponse
-	(*FailJobRequest)(nil),        // 30: jobwatch.v1.FailJobRequest
-	(*FailJobResponse)(nil),       // 31: jobwatch.v1.FailJobResponse
-	(*Queue)(nil),                 // 32: jobwatch.v1.Queue
-	(*QueueDepth)(nil),            // 33: jobwatch.v1.QueueDepth
-	(*PoolUse)(nil),               // 34: jobwatch.v1.PoolUse
-	(*ListQueuesRequest)(nil),     // 35: jobwatch.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),    // 36: jobwatch.v1.ListQueuesResponse
-	(*Schedule)(nil),              // 37: jobwatch.v1.Schedule
-	(*ListSchedulesRequest)(nil),  // 38: jobwatch.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil), // 39: jobwatch.v1.ListSchedulesResponse
-	(*structpb.Value)(nil),        // 40: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 42: google.protobuf.Duration
+	(*Claim)(nil),                 // 26: jobwatch.v1.Claim
+	(*HeartbeatRequest)(nil),      // 27: jobwatch.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 28: jobwatch.v1.HeartbeatResponse
+	(*CompleteJobRequest)(nil),    // 29: jobwatch.v1.CompleteJobRequest
+	(*CompleteJobResponse)(nil),   // 30: jobwatch.v1.CompleteJobResponse
+	(*FailJobRequest)(nil),        // 31: jobwatch.v1.FailJobRequest
+	(*FailJobResponse)(nil),       // 32: jobwatch.v1.FailJobResponse
+	(*Queue)(nil),                 // 33: jobwatch.v1.Queue
+	(*QueueDepth)(nil),            // 34: jobwatch.v1.QueueDepth
+	(*PoolUse)(nil),               // 35: jobwatch.v1.PoolUse
+	(*ListQueuesRequest)(nil),     // 36: jobwatch.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),    // 37: jobwatch.v1.ListQueuesResponse
+	(*Schedule)(nil),              // 38: jobwatch.v1.Schedule
+	(*ListSchedulesRequest)(nil),  // 39: jobwatch.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil), // 40: jobwatch.v1.ListSchedulesResponse
+	(*structpb.Value)(nil),        // 41: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 42: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 43: google.protobuf.Duration
 }
 var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	0,  // 0: jobwatch.v1.Job.state:type_name -> jobwatch.v1.JobState
-	40, // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
-	40, // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
+	41, // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
+	41, // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
 	3,  // 3: jobwatch.v1.Job.error:type_name -> jobwatch.v1.JobError
-	41, // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	41, // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	41, // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	41, // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	41, // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	40, // 9: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
-	41, // 10: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	42, // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	42, // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	42, // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	42, // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	42, // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	41, // 9: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
+	42, // 10: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
 	4,  // 11: jobwatch.v1.SubmitJobResponse.job:type_name -> jobwatch.v1.Job
 	4,  // 12: jobwatch.v1.StartJobResponse.job:type_name -> jobwatch.v1.Job
 	4,  // 13: jobwatch.v1.GetJobResponse.job:type_name -> jobwatch.v1.Job
@@ -2836,62 +2929,65 @@ var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	1,  // 20: jobwatch.v1.WatchJobsRequest.view:type_name -> jobwatch.v1.JobView
 	4,  // 21: jobwatch.v1.WatchJobsResponse.jobs:type_name -> jobwatch.v1.Job
 	4,  // 22: jobwatch.v1.ClaimJobResponse.job:type_name -> jobwatch.v1.Job
-	41, // 23: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	41, // 24: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	40, // 25: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
-	4,  // 26: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
-	3,  // 27: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
-	4,  // 28: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
-	2,  // 29: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
-	42, // 30: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
-	41, // 31: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
-	34, // 32: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
-	42, // 33: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
-	41, // 34: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
-	33, // 35: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
-	41, // 36: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
-	32, // 37: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
-	42, // 38: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
-	42, // 39: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
-	41, // 40: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
-	0,  // 41: jobwatch.v1.Schedule.last_job_state:type_name -> jobwatch.v1.JobState
-	41, // 42: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
-	37, // 43: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
-	6,  // 44: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
-	8,  // 45: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
-	10, // 46: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
-	12, // 47: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
-	14, // 48: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
-	16, // 49: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
-	18, // 50: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
-	20, // 51: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
-	22, // 52: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
-	24, // 53: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
-	26, // 54: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
-	28, // 55: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
-	30, // 56: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
-	35, // 57: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
-	38, // 58: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
-	7,  // 59: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
-	9,  // 60: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
-	11, // 61: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
-	13, // 62: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
-	15, // 63: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
-	17, // 64: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
-	19, // 65: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
-	21, // 66: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
-	23, // 67: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
-	25, // 68: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
-	27, // 69: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
-	29, // 70: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
-	31, // 71: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
-	36, // 72: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
-	39, // 73: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
-	59, // [59:74] is the sub-list for method output_type
-	44, // [44:59] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	42, // 23: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	26, // 24: jobwatch.v1.ClaimJobResponse.claims:type_name -> jobwatch.v1.Claim
+	4,  // 25: jobwatch.v1.Claim.job:type_name -> jobwatch.v1.Job
+	42, // 26: jobwatch.v1.Claim.lease_expires_at:type_name -> google.protobuf.Timestamp
+	42, // 27: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	41, // 28: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
+	4,  // 29: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
+	3,  // 30: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
+	4,  // 31: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
+	2,  // 32: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
+	43, // 33: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
+	42, // 34: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
+	35, // 35: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
+	43, // 36: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
+	42, // 37: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
+	34, // 38: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
+	42, // 39: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
+	33, // 40: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
+	43, // 41: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
+	43, // 42: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
+	42, // 43: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
+	0,  // 44: jobwatch.v1.Schedule.last_job_state:type_name -> jobwatch.v1.JobState
+	42, // 45: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
+	38, // 46: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
+	6,  // 47: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
+	8,  // 48: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
+	10, // 49: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
+	12, // 50: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
+	14, // 51: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
+	16, // 52: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
+	18, // 53: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
+	20, // 54: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
+	22, // 55: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
+	24, // 56: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
+	27, // 57: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
+	29, // 58: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
+	31, // 59: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
+	36, // 60: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
+	39, // 61: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
+	7,  // 62: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
+	9,  // 63: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
+	11, // 64: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
+	13, // 65: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
+	15, // 66: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
+	17, // 67: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
+	19, // 68: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
+	21, // 69: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
+	23, // 70: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
+	25, // 71: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
+	28, // 72: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
+	30, // 73: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
+	32, // 74: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
+	37, // 75: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
+	40, // 76: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
+	62, // [62:77] is the sub-list for method output_type
+	47, // [47:62] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_jobwatch_v1_jobwatch_proto_init() }
@@ -2905,7 +3001,7 @@ func file_jobwatch_v1_jobwatch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobwatch_v1_jobwatch_proto_rawDesc), len(file_jobwatch_v1_jobwatch_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

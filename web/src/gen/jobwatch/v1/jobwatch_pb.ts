@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file jobwatch/v1/jobwatch.proto.
  */
 export const file_jobwatch_v1_jobwatch: GenFile = /*@__PURE__*/
-  fileDesc("Chpqb2J3YXRjaC92MS9qb2J3YXRjaC5wcm90bxILam9id2F0Y2gudjEiKQoISm9iRXJyb3ISDAoEdHlwZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIsYECgNKb2ISCgoCaWQYASABKAkSDgoGdGVuYW50GAIgASgJEgwKBGtpbmQYAyABKAkSDQoFcXVldWUYBCABKAkSJAoFc3RhdGUYBSABKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIPCgd2ZXJzaW9uGAYgASgDEg8KB3BlcmNlbnQYByABKAUSDAoEc3RlcBgIIAEoCRInCgdwYXlsb2FkGAkgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEiYKBnJlc3VsdBgKIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIkCgVlcnJvchgLIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEg8KB2F0dGVtcHQYDCABKAUSFAoMbWF4X2F0dGVtcHRzGA0gASgFEhIKCnVuaXF1ZV9rZXkYDiABKAkSLgoKY3JlYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBnJ1bl9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJd29ya2VyX2lkGBQgASgJIjYKEEpvYkFscmVhZHlBY3RpdmUSDgoGam9iX2lkGAEgASgJEhIKCnVuaXF1ZV9rZXkYAiABKAki2gEKEFN1Ym1pdEpvYlJlcXVlc3QSDgoGdGVuYW50GAEgASgJEgwKBGtpbmQYAiABKAkSDQoFcXVldWUYAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRISCgp1bmlxdWVfa2V5GAUgASgJEgwKBGhvbGQYBiABKAgSKgoGcnVuX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxtYXhfYXR0ZW1wdHMYCCABKAUSDAoEd2FpdBgJIAEoCCIyChFTdWJtaXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IiIQoPU3RhcnRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIxChBTdGFydEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIfCg1HZXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIvCg5HZXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IisAEKD0xpc3RKb2JzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSJQoGc3RhdGVzGAIgAygOMhUuam9id2F0Y2gudjEuSm9iU3RhdGUSDAoEa2luZBgDIAEoCRINCgVxdWV1ZRgEIAEoCRIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCRIiCgR2aWV3GAcgASgOMhQuam9id2F0Y2gudjEuSm9iVmlldyJLChBMaXN0Sm9ic1Jlc3BvbnNlEh4KBGpvYnMYASADKAsyEC5qb2J3YXRjaC52MS5Kb2ISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIiIKEENhbmNlbEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjIKEUNhbmNlbEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIgCg5XYWl0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiMAoPV2FpdEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiI4Cg9XYXRjaEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhUKDWFmdGVyX3ZlcnNpb24YAiABKAMiMQoQV2F0Y2hKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IibwoQV2F0Y2hKb2JzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSFAoMcmVzdW1lX3Rva2VuGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRIiCgR2aWV3GAQgASgOMhQuam9id2F0Y2gudjEuSm9iVmlldyJJChFXYXRjaEpvYnNSZXNwb25zZRIeCgRqb2JzGAEgAygLMhAuam9id2F0Y2gudjEuSm9iEhQKDHJlc3VtZV90b2tlbhgCIAEoCSIWChRHZXRTZXJ2ZXJJbmZvUmVxdWVzdCJhChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDAoEZGVtbxgBIAEoCBISCgpkZW1vX2tpbmRzGAIgAygJEhUKDWF1dGhfcmVxdWlyZWQYAyABKAgSDwoHdmVyc2lvbhgEIAEoCSJDCg9DbGFpbUpvYlJlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEg0KBWtpbmRzGAIgAygJEg4KBnF1ZXVlcxgDIAMoCSJ5ChBDbGFpbUpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYhIQCghsZWFzZV9pZBgCIAEoCRI0ChBsZWFzZV9leHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJTChBIZWFydGJlYXRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIPCgdwZXJjZW50GAMgASgFEgwKBHN0ZXAYBCABKAkiXAoRSGVhcnRiZWF0UmVzcG9uc2USEQoJY2FuY2VsbGVkGAEgASgIEjQKEGxlYXNlX2V4cGlyZXNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl4KEkNvbXBsZXRlSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSJgoGcmVzdWx0GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIjQKE0NvbXBsZXRlSm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iImsKDkZhaWxKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIkCgVlcnJvchgDIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEhEKCXJldHJ5YWJsZRgEIAEoCCIwCg9GYWlsSm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iIqcDCgVRdWV1ZRIMCgRuYW1lGAEgASgJEiQKBG1vZGUYAiABKA4yFi5qb2J3YXRjaC52MS5RdWV1ZU1vZGUSEwoLbWF4X3J1bm5pbmcYAyABKAUSDgoGcXVldWVkGAQgASgDEg8KB3J1bm5pbmcYBSABKAMSNAoRb2xkZXN0X3F1ZXVlZF9hZ2UYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMwoPbGFzdF9kcmFpbmVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghhbGVydGluZxgIIAEoCBIjCgVwb29scxgJIAMoCzIULmpvYndhdGNoLnYxLlBvb2xVc2USLgoLYWxlcnRfYWZ0ZXIYCiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoOYWxlcnRpbmdfc2luY2UYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KDWRlcHRoX2hpc3RvcnkYDCADKAsyFy5qb2J3YXRjaC52MS5RdWV1ZURlcHRoIlUKClF1ZXVlRGVwdGgSJgoCYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnF1ZXVlZBgCIAEoAxIPCgdydW5uaW5nGAMgASgDIjYKB1Bvb2xVc2USDAoEbmFtZRgBIAEoCRINCgV1bml0cxgCIAEoBRIOCgZpbl91c2UYAyABKAMiEwoRTGlzdFF1ZXVlc1JlcXVlc3QiawoSTGlzdFF1ZXVlc1Jlc3BvbnNlEiIKBnF1ZXVlcxgBIAMoCzISLmpvYndhdGNoLnYxLlF1ZXVlEjEKDmRlcHRoX2ludGVydmFsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIpcCCghTY2hlZHVsZRIMCgRuYW1lGAEgASgJEgwKBGtpbmQYAiABKAkSDQoFcXVldWUYAyABKAkSDgoGdGVuYW50GAQgASgJEigKBWV2ZXJ5GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi8KC25leHRfcnVuX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtsYXN0X2pvYl9pZBgHIAEoCRItCg5sYXN0X2pvYl9zdGF0ZRgIIAEoDjIVLmpvYndhdGNoLnYxLkpvYlN0YXRlEjEKDWxhc3RfZW5kZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIhYKFExpc3RTY2hlZHVsZXNSZXF1ZXN0IkEKFUxpc3RTY2hlZHVsZXNSZXNwb25zZRIoCglzY2hlZHVsZXMYASADKAsyFS5qb2J3YXRjaC52MS5TY2hlZHVsZSrFAQoISm9iU3RhdGUSGQoVSk9CX1NUQVRFX1VOU1BFQ0lGSUVEEAASFQoRSk9CX1NUQVRFX1BFTkRJTkcQARIUChBKT0JfU1RBVEVfUVVFVUVEEAISFQoRSk9CX1NUQVRFX1JVTk5JTkcQAxIXChNKT0JfU1RBVEVfU1VDQ0VFREVEEAQSFAoQSk9CX1NUQVRFX0ZBSUxFRBAFEhcKE0pPQl9TVEFURV9DQU5DRUxMRUQQBhISCg5KT0JfU1RBVEVfTE9TVBAHKkwKB0pvYlZpZXcSGAoUSk9CX1ZJRVdfVU5TUEVDSUZJRUQQABIUChBKT0JfVklFV19TVU1NQVJZEAESEQoNSk9CX1ZJRVdfRlVMTBACKlcKCVF1ZXVlTW9kZRIaChZRVUVVRV9NT0RFX1VOU1BFQ0lGSUVEEAASFwoTUVVFVUVfTU9ERV9QQVJBTExFTBABEhUKEVFVRVVFX01PREVfU0VSSUFMEAIysAUKCkpvYlNlcnZpY2USSgoJU3VibWl0Sm9iEh0uam9id2F0Y2gudjEuU3VibWl0Sm9iUmVxdWVzdBoeLmpvYndhdGNoLnYxLlN1Ym1pdEpvYlJlc3BvbnNlEkcKCFN0YXJ0Sm9iEhwuam9id2F0Y2gudjEuU3RhcnRKb2JSZXF1ZXN0Gh0uam9id2F0Y2gudjEuU3RhcnRKb2JSZXNwb25zZRJBCgZHZXRKb2ISGi5qb2J3YXRjaC52MS5HZXRKb2JSZXF1ZXN0Ghsuam9id2F0Y2gudjEuR2V0Sm9iUmVzcG9uc2USRwoITGlzdEpvYnMSHC5qb2J3YXRjaC52MS5MaXN0Sm9ic1JlcXVlc3QaHS5qb2J3YXRjaC52MS5MaXN0Sm9ic1Jlc3BvbnNlEkoKCUNhbmNlbEpvYhIdLmpvYndhdGNoLnYxLkNhbmNlbEpvYlJlcXVlc3QaHi5qb2J3YXRjaC52MS5DYW5jZWxKb2JSZXNwb25zZRJECgdXYWl0Sm9iEhsuam9id2F0Y2gudjEuV2FpdEpvYlJlcXVlc3QaHC5qb2J3YXRjaC52MS5XYWl0Sm9iUmVzcG9uc2USSQoIV2F0Y2hKb2ISHC5qb2J3YXRjaC52MS5XYXRjaEpvYlJlcXVlc3QaHS5qb2J3YXRjaC52MS5XYXRjaEpvYlJlc3BvbnNlMAESTAoJV2F0Y2hKb2JzEh0uam9id2F0Y2gudjEuV2F0Y2hKb2JzUmVxdWVzdBoeLmpvYndhdGNoLnYxLldhdGNoSm9ic1Jlc3BvbnNlMAESVgoNR2V0U2VydmVySW5mbxIhLmpvYndhdGNoLnYxLkdldFNlcnZlckluZm9SZXF1ZXN0GiIuam9id2F0Y2gudjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlMrwCCg1Xb3JrZXJTZXJ2aWNlEkcKCENsYWltSm9iEhwuam9id2F0Y2gudjEuQ2xhaW1Kb2JSZXF1ZXN0Gh0uam9id2F0Y2gudjEuQ2xhaW1Kb2JSZXNwb25zZRJKCglIZWFydGJlYXQSHS5qb2J3YXRjaC52MS5IZWFydGJlYXRSZXF1ZXN0Gh4uam9id2F0Y2gudjEuSGVhcnRiZWF0UmVzcG9uc2USUAoLQ29tcGxldGVKb2ISHy5qb2J3YXRjaC52MS5Db21wbGV0ZUpvYlJlcXVlc3QaIC5qb2J3YXRjaC52MS5Db21wbGV0ZUpvYlJlc3BvbnNlEkQKB0ZhaWxKb2ISGy5qb2J3YXRjaC52MS5GYWlsSm9iUmVxdWVzdBocLmpvYndhdGNoLnYxLkZhaWxKb2JSZXNwb25zZTK1AQoMUXVldWVTZXJ2aWNlEk0KCkxpc3RRdWV1ZXMSHi5qb2J3YXRjaC52MS5MaXN0UXVldWVzUmVxdWVzdBofLmpvYndhdGNoLnYxLkxpc3RRdWV1ZXNSZXNwb25zZRJWCg1MaXN0U2NoZWR1bGVzEiEuam9id2F0Y2gudjEuTGlzdFNjaGVkdWxlc1JlcXVlc3QaIi5qb2J3YXRjaC52MS5MaXN0U2NoZWR1bGVzUmVzcG9uc2VCOVo3Z2l0aHViLmNvbS9qb2J3YXRjaC9qb2J3YXRjaC9nZW4vam9id2F0Y2gvdjE7am9id2F0Y2h2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Chpqb2J3YXRjaC92MS9qb2J3YXRjaC5wcm90bxILam9id2F0Y2gudjEiKQoISm9iRXJyb3ISDAoEdHlwZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIsYECgNKb2ISCgoCaWQYASABKAkSDgoGdGVuYW50GAIgASgJEgwKBGtpbmQYAyABKAkSDQoFcXVldWUYBCABKAkSJAoFc3RhdGUYBSABKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIPCgd2ZXJzaW9uGAYgASgDEg8KB3BlcmNlbnQYByABKAUSDAoEc3RlcBgIIAEoCRInCgdwYXlsb2FkGAkgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEiYKBnJlc3VsdBgKIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIkCgVlcnJvchgLIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEg8KB2F0dGVtcHQYDCABKAUSFAoMbWF4X2F0dGVtcHRzGA0gASgFEhIKCnVuaXF1ZV9rZXkYDiABKAkSLgoKY3JlYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBnJ1bl9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJd29ya2VyX2lkGBQgASgJIjYKEEpvYkFscmVhZHlBY3RpdmUSDgoGam9iX2lkGAEgASgJEhIKCnVuaXF1ZV9rZXkYAiABKAki2gEKEFN1Ym1pdEpvYlJlcXVlc3QSDgoGdGVuYW50GAEgASgJEgwKBGtpbmQYAiABKAkSDQoFcXVldWUYAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRISCgp1bmlxdWVfa2V5GAUgASgJEgwKBGhvbGQYBiABKAgSKgoGcnVuX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxtYXhfYXR0ZW1wdHMYCCABKAUSDAoEd2FpdBgJIAEoCCIyChFTdWJtaXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IiIQoPU3RhcnRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIxChBTdGFydEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIfCg1HZXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIvCg5HZXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IisAEKD0xpc3RKb2JzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSJQoGc3RhdGVzGAIgAygOMhUuam9id2F0Y2gudjEuSm9iU3RhdGUSDAoEa2luZBgDIAEoCRINCgVxdWV1ZRgEIAEoCRIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCRIiCgR2aWV3GAcgASgOMhQuam9id2F0Y2gudjEuSm9iVmlldyJLChBMaXN0Sm9ic1Jlc3BvbnNlEh4KBGpvYnMYASADKAsyEC5qb2J3YXRjaC52MS5Kb2ISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIiIKEENhbmNlbEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjIKEUNhbmNlbEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIgCg5XYWl0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiMAoPV2FpdEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiI4Cg9XYXRjaEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhUKDWFmdGVyX3ZlcnNpb24YAiABKAMiMQoQV2F0Y2hKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IibwoQV2F0Y2hKb2JzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSFAoMcmVzdW1lX3Rva2VuGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRIiCgR2aWV3GAQgASgOMhQuam9id2F0Y2gudjEuSm9iVmlldyJJChFXYXRjaEpvYnNSZXNwb25zZRIeCgRqb2JzGAEgAygLMhAuam9id2F0Y2gudjEuSm9iEhQKDHJlc3VtZV90b2tlbhgCIAEoCSIWChRHZXRTZXJ2ZXJJbmZvUmVxdWVzdCJhChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDAoEZGVtbxgBIAEoCBISCgpkZW1vX2tpbmRzGAIgAygJEhUKDWF1dGhfcmVxdWlyZWQYAyABKAgSDwoHdmVyc2lvbhgEIAEoCSJVCg9DbGFpbUpvYlJlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEg0KBWtpbmRzGAIgAygJEg4KBnF1ZXVlcxgDIAMoCRIQCghtYXhfam9icxgEIAEoBSKdAQoQQ2xhaW1Kb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2ISEAoIbGVhc2VfaWQYAiABKAkSNAoQbGVhc2VfZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASIgoGY2xhaW1zGAQgAygLMhIuam9id2F0Y2gudjEuQ2xhaW0ibgoFQ2xhaW0SHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iEhAKCGxlYXNlX2lkGAIgASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIlMKEEhlYXJ0YmVhdFJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEg8KB3BlcmNlbnQYAyABKAUSDAoEc3RlcBgEIAEoCSJcChFIZWFydGJlYXRSZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgSNAoQbGVhc2VfZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiXgoSQ29tcGxldGVKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRImCgZyZXN1bHQYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiNAoTQ29tcGxldGVKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IiawoORmFpbEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEiQKBWVycm9yGAMgASgLMhUuam9id2F0Y2gudjEuSm9iRXJyb3ISEQoJcmV0cnlhYmxlGAQgASgIIjAKD0ZhaWxKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IipwMKBVF1ZXVlEgwKBG5hbWUYASABKAkSJAoEbW9kZRgCIAEoDjIWLmpvYndhdGNoLnYxLlF1ZXVlTW9kZRITCgttYXhfcnVubmluZxgDIAEoBRIOCgZxdWV1ZWQYBCABKAMSDwoHcnVubmluZxgFIAEoAxI0ChFvbGRlc3RfcXVldWVkX2FnZRgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIzCg9sYXN0X2RyYWluZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCGFsZXJ0aW5nGAggASgIEiMKBXBvb2xzGAkgAygLMhQuam9id2F0Y2gudjEuUG9vbFVzZRIuCgthbGVydF9hZnRlchgKIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIyCg5hbGVydGluZ19zaW5jZRgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoNZGVwdGhfaGlzdG9yeRgMIAMoCzIXLmpvYndhdGNoLnYxLlF1ZXVlRGVwdGgiVQoKUXVldWVEZXB0aBImCgJhdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcXVldWVkGAIgASgDEg8KB3J1bm5pbmcYAyABKAMiNgoHUG9vbFVzZRIMCgRuYW1lGAEgASgJEg0KBXVuaXRzGAIgASgFEg4KBmluX3VzZRgDIAEoAyITChFMaXN0UXVldWVzUmVxdWVzdCJrChJMaXN0UXVldWVzUmVzcG9uc2USIgoGcXVldWVzGAEgAygLMhIuam9id2F0Y2gudjEuUXVldWUSMQoOZGVwdGhfaW50ZXJ2YWwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ilwIKCFNjaGVkdWxlEgwKBG5hbWUYASABKAkSDAoEa2luZBgCIAEoCRINCgVxdWV1ZRgDIAEoCRIOCgZ0ZW5hbnQYBCABKAkSKAoFZXZlcnkYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoLbmV4dF9ydW5fYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2xhc3Rfam9iX2lkGAcgASgJEi0KDmxhc3Rfam9iX3N0YXRlGAggASgOMhUuam9id2F0Y2gudjEuSm9iU3RhdGUSMQoNbGFzdF9lbmRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiFgoUTGlzdFNjaGVkdWxlc1JlcXVlc3QiQQoVTGlzdFNjaGVkdWxlc1Jlc3BvbnNlEigKCXNjaGVkdWxlcxgBIAMoCzIVLmpvYndhdGNoLnYxLlNjaGVkdWxlKsUBCghKb2JTdGF0ZRIZChVKT0JfU1RBVEVfVU5TUEVDSUZJRUQQABIVChFKT0JfU1RBVEVfUEVORElORxABEhQKEEpPQl9TVEFURV9RVUVVRUQQAhIVChFKT0JfU1RBVEVfUlVOTklORxADEhcKE0pPQl9TVEFURV9TVUNDRUVERUQQBBIUChBKT0JfU1RBVEVfRkFJTEVEEAUSFwoTSk9CX1NUQVRFX0NBTkNFTExFRBAGEhIKDkpPQl9TVEFURV9MT1NUEAcqTAoHSm9iVmlldxIYChRKT0JfVklFV19VTlNQRUNJRklFRBAAEhQKEEpPQl9WSUVXX1NVTU1BUlkQARIRCg1KT0JfVklFV19GVUxMEAIqVwoJUXVldWVNb2RlEhoKFlFVRVVFX01PREVfVU5TUEVDSUZJRUQQABIXChNRVUVVRV9NT0RFX1BBUkFMTEVMEAESFQoRUVVFVUVfTU9ERV9TRVJJQUwQAjKwBQoKSm9iU2VydmljZRJKCglTdWJtaXRKb2ISHS5qb2J3YXRjaC52MS5TdWJtaXRKb2JSZXF1ZXN0Gh4uam9id2F0Y2gudjEuU3VibWl0Sm9iUmVzcG9uc2USRwoIU3RhcnRKb2ISHC5qb2J3YXRjaC52MS5TdGFydEpvYlJlcXVlc3QaHS5qb2J3YXRjaC52MS5TdGFydEpvYlJlc3BvbnNlEkEKBkdldEpvYhIaLmpvYndhdGNoLnYxLkdldEpvYlJlcXVlc3QaGy5qb2J3YXRjaC52MS5HZXRKb2JSZXNwb25zZRJHCghMaXN0Sm9icxIcLmpvYndhdGNoLnYxLkxpc3RKb2JzUmVxdWVzdBodLmpvYndhdGNoLnYxLkxpc3RKb2JzUmVzcG9uc2USSgoJQ2FuY2VsSm9iEh0uam9id2F0Y2gudjEuQ2FuY2VsSm9iUmVxdWVzdBoeLmpvYndhdGNoLnYxLkNhbmNlbEpvYlJlc3BvbnNlEkQKB1dhaXRKb2ISGy5qb2J3YXRjaC52MS5XYWl0Sm9iUmVxdWVzdBocLmpvYndhdGNoLnYxLldhaXRKb2JSZXNwb25zZRJJCghXYXRjaEpvYhIcLmpvYndhdGNoLnYxLldhdGNoSm9iUmVxdWVzdBodLmpvYndhdGNoLnYxLldhdGNoSm9iUmVzcG9uc2UwARJMCglXYXRjaEpvYnMSHS5qb2J3YXRjaC52MS5XYXRjaEpvYnNSZXF1ZXN0Gh4uam9id2F0Y2gudjEuV2F0Y2hKb2JzUmVzcG9uc2UwARJWCg1HZXRTZXJ2ZXJJbmZvEiEuam9id2F0Y2gudjEuR2V0U2VydmVySW5mb1JlcXVlc3QaIi5qb2J3YXRjaC52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2UyvAIKDVdvcmtlclNlcnZpY2USRwoIQ2xhaW1Kb2ISHC5qb2J3YXRjaC52MS5DbGFpbUpvYlJlcXVlc3QaHS5qb2J3YXRjaC52MS5DbGFpbUpvYlJlc3BvbnNlEkoKCUhlYXJ0YmVhdBIdLmpvYndhdGNoLnYxLkhlYXJ0YmVhdFJlcXVlc3QaHi5qb2J3YXRjaC52MS5IZWFydGJlYXRSZXNwb25zZRJQCgtDb21wbGV0ZUpvYhIfLmpvYndhdGNoLnYxLkNvbXBsZXRlSm9iUmVxdWVzdBogLmpvYndhdGNoLnYxLkNvbXBsZXRlSm9iUmVzcG9uc2USRAoHRmFpbEpvYhIbLmpvYndhdGNoLnYxLkZhaWxKb2JSZXF1ZXN0Ghwuam9id2F0Y2gudjEuRmFpbEpvYlJlc3BvbnNlMrUBCgxRdWV1ZVNlcnZpY2USTQoKTGlzdFF1ZXVlcxIeLmpvYndhdGNoLnYxLkxpc3RRdWV1ZXNSZXF1ZXN0Gh8uam9id2F0Y2gudjEuTGlzdFF1ZXVlc1Jlc3BvbnNlElYKDUxpc3RTY2hlZHVsZXMSIS5qb2J3YXRjaC52MS5MaXN0U2NoZWR1bGVzUmVxdWVzdBoiLmpvYndhdGNoLnYxLkxpc3RTY2hlZHVsZXNSZXNwb25zZUI5WjdnaXRodWIuY29tL2pvYndhdGNoL2pvYndhdGNoL2dlbi9qb2J3YXRjaC92MTtqb2J3YXRjaHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * JobError says why a job (or its last attempt) failed. Callers see the
@@ -702,6 +702,17 @@ export type ClaimJobRequest = Message<"jobwatch.v1.ClaimJobRequest"> & {
    * @generated from field: repeated string queues = 3;
    */
   queues: string[];
+
+  /**
+   * The most jobs to claim in this call, for a worker with that many
+   * free slots: set, the call answers in claims, with as many jobs as
+   * are ready (at least one, or none at the cap), each under its own
+   * lease. 0 (unset) claims one and answers in job and lease_id, as
+   * before max_jobs existed. At most 100; more is invalid_argument.
+   *
+   * @generated from field: int32 max_jobs = 4;
+   */
+  maxJobs: number;
 };
 
 /**
@@ -716,8 +727,47 @@ export const ClaimJobRequestSchema: GenMessage<ClaimJobRequest> = /*@__PURE__*/
  */
 export type ClaimJobResponse = Message<"jobwatch.v1.ClaimJobResponse"> & {
   /**
-   * Empty when the cap passed with nothing to run.
+   * The job claimed by a request without max_jobs; empty when the cap
+   * passed with nothing to run.
    *
+   * @generated from field: jobwatch.v1.Job job = 1;
+   */
+  job?: Job | undefined;
+
+  /**
+   * @generated from field: string lease_id = 2;
+   */
+  leaseId: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp lease_expires_at = 3;
+   */
+  leaseExpiresAt?: Timestamp | undefined;
+
+  /**
+   * The jobs claimed by a request with max_jobs, in claim order, each
+   * with its lease; empty when the cap passed with nothing to run.
+   *
+   * @generated from field: repeated jobwatch.v1.Claim claims = 4;
+   */
+  claims: Claim[];
+};
+
+/**
+ * Describes the message jobwatch.v1.ClaimJobResponse.
+ * Use `create(ClaimJobResponseSchema)` to create a new message.
+ */
+export const ClaimJobResponseSchema: GenMessage<ClaimJobResponse> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 22);
+
+/**
+ * Claim is one job a ClaimJob took and the lease the worker runs it
+ * under.
+ *
+ * @generated from message jobwatch.v1.Claim
+ */
+export type Claim = Message<"jobwatch.v1.Claim"> & {
+  /**
    * @generated from field: jobwatch.v1.Job job = 1;
    */
   job?: Job | undefined;
@@ -734,11 +784,11 @@ export type ClaimJobResponse = Message<"jobwatch.v1.ClaimJobResponse"> & {
 };
 
 /**
- * Describes the message jobwatch.v1.ClaimJobResponse.
- * Use `create(ClaimJobResponseSchema)` to create a new message.
+ * Describes the message jobwatch.v1.Claim.
+ * Use `create(ClaimSchema)` to create a new message.
  */
-export const ClaimJobResponseSchema: GenMessage<ClaimJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 22);
+export const ClaimSchema: GenMessage<Claim> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 23);
 
 /**
  * @generated from message jobwatch.v1.HeartbeatRequest
@@ -774,7 +824,7 @@ export type HeartbeatRequest = Message<"jobwatch.v1.HeartbeatRequest"> & {
  * Use `create(HeartbeatRequestSchema)` to create a new message.
  */
 export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 23);
+  messageDesc(file_jobwatch_v1_jobwatch, 24);
 
 /**
  * @generated from message jobwatch.v1.HeartbeatResponse
@@ -800,7 +850,7 @@ export type HeartbeatResponse = Message<"jobwatch.v1.HeartbeatResponse"> & {
  * Use `create(HeartbeatResponseSchema)` to create a new message.
  */
 export const HeartbeatResponseSchema: GenMessage<HeartbeatResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 24);
+  messageDesc(file_jobwatch_v1_jobwatch, 25);
 
 /**
  * @generated from message jobwatch.v1.CompleteJobRequest
@@ -827,7 +877,7 @@ export type CompleteJobRequest = Message<"jobwatch.v1.CompleteJobRequest"> & {
  * Use `create(CompleteJobRequestSchema)` to create a new message.
  */
 export const CompleteJobRequestSchema: GenMessage<CompleteJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 25);
+  messageDesc(file_jobwatch_v1_jobwatch, 26);
 
 /**
  * @generated from message jobwatch.v1.CompleteJobResponse
@@ -844,7 +894,7 @@ export type CompleteJobResponse = Message<"jobwatch.v1.CompleteJobResponse"> & {
  * Use `create(CompleteJobResponseSchema)` to create a new message.
  */
 export const CompleteJobResponseSchema: GenMessage<CompleteJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 26);
+  messageDesc(file_jobwatch_v1_jobwatch, 27);
 
 /**
  * @generated from message jobwatch.v1.FailJobRequest
@@ -878,7 +928,7 @@ export type FailJobRequest = Message<"jobwatch.v1.FailJobRequest"> & {
  * Use `create(FailJobRequestSchema)` to create a new message.
  */
 export const FailJobRequestSchema: GenMessage<FailJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 27);
+  messageDesc(file_jobwatch_v1_jobwatch, 28);
 
 /**
  * @generated from message jobwatch.v1.FailJobResponse
@@ -895,7 +945,7 @@ export type FailJobResponse = Message<"jobwatch.v1.FailJobResponse"> & {
  * Use `create(FailJobResponseSchema)` to create a new message.
  */
 export const FailJobResponseSchema: GenMessage<FailJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 28);
+  messageDesc(file_jobwatch_v1_jobwatch, 29);
 
 /**
  * @generated from message jobwatch.v1.Queue
@@ -984,7 +1034,7 @@ export type Queue = Message<"jobwatch.v1.Queue"> & {
  * Use `create(QueueSchema)` to create a new message.
  */
 export const QueueSchema: GenMessage<Queue> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 29);
+  messageDesc(file_jobwatch_v1_jobwatch, 30);
 
 /**
  * QueueDepth is a queue's unfinished work at one moment.
@@ -1013,7 +1063,7 @@ export type QueueDepth = Message<"jobwatch.v1.QueueDepth"> & {
  * Use `create(QueueDepthSchema)` to create a new message.
  */
 export const QueueDepthSchema: GenMessage<QueueDepth> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 30);
+  messageDesc(file_jobwatch_v1_jobwatch, 31);
 
 /**
  * PoolUse is one pool as a queue that uses it sees it.
@@ -1047,7 +1097,7 @@ export type PoolUse = Message<"jobwatch.v1.PoolUse"> & {
  * Use `create(PoolUseSchema)` to create a new message.
  */
 export const PoolUseSchema: GenMessage<PoolUse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 31);
+  messageDesc(file_jobwatch_v1_jobwatch, 32);
 
 /**
  * @generated from message jobwatch.v1.ListQueuesRequest
@@ -1060,7 +1110,7 @@ export type ListQueuesRequest = Message<"jobwatch.v1.ListQueuesRequest"> & {
  * Use `create(ListQueuesRequestSchema)` to create a new message.
  */
 export const ListQueuesRequestSchema: GenMessage<ListQueuesRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 32);
+  messageDesc(file_jobwatch_v1_jobwatch, 33);
 
 /**
  * @generated from message jobwatch.v1.ListQueuesResponse
@@ -1084,7 +1134,7 @@ export type ListQueuesResponse = Message<"jobwatch.v1.ListQueuesResponse"> & {
  * Use `create(ListQueuesResponseSchema)` to create a new message.
  */
 export const ListQueuesResponseSchema: GenMessage<ListQueuesResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 33);
+  messageDesc(file_jobwatch_v1_jobwatch, 34);
 
 /**
  * Schedule is a repeated job of the configuration: a run of kind is
@@ -1153,7 +1203,7 @@ export type Schedule = Message<"jobwatch.v1.Schedule"> & {
  * Use `create(ScheduleSchema)` to create a new message.
  */
 export const ScheduleSchema: GenMessage<Schedule> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 34);
+  messageDesc(file_jobwatch_v1_jobwatch, 35);
 
 /**
  * @generated from message jobwatch.v1.ListSchedulesRequest
@@ -1166,7 +1216,7 @@ export type ListSchedulesRequest = Message<"jobwatch.v1.ListSchedulesRequest"> &
  * Use `create(ListSchedulesRequestSchema)` to create a new message.
  */
 export const ListSchedulesRequestSchema: GenMessage<ListSchedulesRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 35);
+  messageDesc(file_jobwatch_v1_jobwatch, 36);
 
 /**
  * @generated from message jobwatch.v1.ListSchedulesResponse
@@ -1183,7 +1233,7 @@ export type ListSchedulesResponse = Message<"jobwatch.v1.ListSchedulesResponse">
  * Use `create(ListSchedulesResponseSchema)` to create a new message.
  */
 export const ListSchedulesResponseSchema: GenMessage<ListSchedulesResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 36);
+  messageDesc(file_jobwatch_v1_jobwatch, 37);
 
 /**
  * JobState is where a job is in its life. PENDING, QUEUED and RUNNING are

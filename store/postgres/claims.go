@@ -1,0 +1,600 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jobwatch/jobwatch/store"
+)
+
+// A claim must cost the same however many jobs wait, and the planner
+// must not be able to decide otherwise from statistics that lag behind
+// the table. Right after a bulk insert into a table last analyzed when
+// it held only finished jobs, PostgreSQL estimates one queued row, and
+// then a sort of every queued job (or a bitmap scan of them and a sort)
+// looks as cheap as a walk of an index in claim order. It picked the
+// sort: a claim of one job took 14 ms at 20,000 queued jobs, 100 ms at
+// 200,000, 630 ms at 1,000,000; and for a join of candidates with the
+// jobs, a nested loop over every queued job on both sides. So:
+//
+//   - every scan of the queued jobs seeks one index whose columns are the
+//     scan's equality columns followed by run_at and seq (claim order):
+//     jobs_queued (any job), jobs_queued_queue (one queue),
+//     jobs_queued_kind (one kind), jobs_queued_queue_kind (one queue and
+//     one kind); a filter on several queues or kinds seeks once per
+//     queue, kind or pair, and a tenant filter is checked on the jobs
+//     those seeks find;
+//   - a seek of one queue or kind is written as a range of (queue, kind,
+//     run_at) ordered by those columns, not as queue = $1 ORDER BY
+//     run_at: equality would make the queue a constant that any index in
+//     run_at order also satisfies (jobs_queued, with the queue as a
+//     filter), and with stale statistics that walk of every queue's jobs
+//     looks as cheap as the seek; ordered by the range, only the index
+//     that holds it gives that order without a sort;
+//   - a job a claim reads by seq (a candidate, a serial queue's head) is
+//     checked with a condition no index answers (see recheck), so the
+//     planner cannot read it by a scan of every queued job instead;
+//   - the statement runs with sorts, bitmap scans, sequential scans, hash
+//     and merge joins disabled (planSettings), so a plan that sorts or
+//     scans the jobs costs more than any that seeks, whatever the row
+//     estimates; the only sorts left are of the few candidates the seeks
+//     return, which every plan has. JIT is off too: the disabled paths'
+//     cost would pass jit_above_cost and compile every claim.
+//   - the plan is generic (made once per connection for any arguments),
+//     not one made for each run's arguments: PostgreSQL keeps making
+//     custom plans for these statements, as their generic plans look
+//     dearer, and planning cost half of a claim of one job or a
+//     heartbeat (0.5 of 1.1 ms). The settings above make the generic
+//     plan the one that seeks, as they do a custom one.
+//
+// So a claim of one job takes about 1 to 2 ms at any depth here.
+// TestClaimPlanSeeksIndexesWithStaleStatistics pins the plans.
+const planSettings = `set_config('enable_sort', 'off', true), set_config('enable_incremental_sort', 'off', true),
+	set_config('enable_bitmapscan', 'off', true),
+	set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
+	set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true),
+	set_config('plan_cache_mode', 'force_generic_plan', true)`
+
+// prelude is the statement a claim, NextReady and WriteLeases send
+// before their own, in one pipelined batch and so one implicit
+// transaction: the plan settings for the transaction, and the advisory
+// locks $1 (none but for claims from queues with rules). The server runs
+// a pipeline's messages in order, so the settings hold when the next
+// statement is bound to its plan.
+const prelude = `SELECT ` + planSettings + `,
+	(SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k)`
+
+// claimSet is ClaimJobs' statement around the pick (the CTE picked: the
+// jobs taken, locked, with their seq, updated_at and run_at): it numbers
+// them in claim order and gives the i-th lease i. $1 is the claim's
+// time, $2 the worker, $3 the lease ids, $4 and $5 the queues with leases
+// of their own and those leases in microseconds, $6 the default lease.
+const claimSet = `, numbered AS (
+	SELECT p.seq, p.updated_at, row_number() OVER (ORDER BY p.run_at, p.seq) AS i FROM picked AS p)
+UPDATE jobs AS j SET state = 'running', attempt = j.attempt + 1, worker_id = $2,
+	lease_id = ($3::text[])[p.i], started_at = coalesce(j.started_at, $1), updated_at = $1,
+	lease_expires_at = $1 + coalesce((SELECT d.us FROM unnest($4::text[], $5::bigint[]) AS d(q, us)
+		WHERE d.q = j.queue), $6) * interval '1 microsecond',
+	version = j.version + 1, rev = j.rev + 1
+FROM numbered AS p
+WHERE j.seq = p.seq
+RETURNING %s, p.updated_at, p.i`
+
+// candidateSlack is how many jobs beyond the ones it takes a claim reads
+// where it reads candidates before it locks any (a filter of several
+// queues or kinds, and queues without rules beside queues with rules):
+// claims running beside it may hold some of the first ones, and skipping
+// those must leave enough. A pool of DefaultMaxConns runs at most as
+// many claims at once.
+const candidateSlack = DefaultMaxConns
+
+// pickQuery is the query that finds the jobs a claim takes (ready true:
+// up to n, locked, in claim order) or the earliest RunAt NextReady
+// reports (ready false, n 1, not locked), with the queue rules checked in
+// SQL, selecting sel (of alias j). Its arguments start at $first.
+//
+// Without rules, one queue or kind (or none) is one walk of one index in
+// claim order, locking as it goes with SKIP LOCKED until it has n jobs:
+// claims running beside it cost it only the rows they hold. Several
+// queues or kinds are a seek per queue, kind or pair, each reading its
+// first n + candidateSlack jobs, of which the first n + candidateSlack in
+// claim order are candidates; the claim takes the first n of those that
+// no other claim holds.
+//
+// A queue's rules: a serial queue offers only its head (its first QUEUED
+// job by RunAt then creation, whatever its kind or tenant, or with
+// HoldRetry its first job backing off before a retry), which must then
+// match the worker's filter; a queue with max_running offers at most its
+// room (max_running less its RUNNING jobs), and a queue using a pool at
+// most the pool's free units. Several queues sharing a pool offer at most
+// its free units between them: the candidates are counted per pool in
+// claim order, and one past the pool's free units is dropped. No query
+// walks the jobs of a queue that has no room. Queues without rules offer
+// their first n + candidateSlack jobs each, found by a skip scan of the
+// queue names (one seek per queue), never by a walk of the jobs of the
+// queues with rules.
+func pickQuery(f store.ClaimFilter, ready bool, n int, sel string, lock bool, first int) (string, []any) {
+	p := &picker{first: first, ready: ready}
+	if ready {
+		p.due = p.arg(f.Now) + "::timestamptz"
+	}
+	if len(f.Tenants) > 0 {
+		p.tenants = p.arg(f.Tenants) + "::text[]"
+	}
+	queues, kinds := distinct(f.Queues), distinct(f.Kinds)
+	suffix := ""
+	if lock {
+		suffix = " FOR UPDATE OF j SKIP LOCKED"
+	}
+	rules := rulesFor(f)
+	if len(rules.queues) == 0 {
+		return p.free(queues, kinds, n, sel, suffix), p.args
+	}
+	return p.ruled(rules, queues, kinds, n, sel, suffix), p.args
+}
+
+// picker builds a pick query and its arguments.
+type picker struct {
+	first   int
+	args    []any
+	ready   bool
+	due     string // the claim's time, when ready
+	tenants string // the tenants to match, or "" for any
+}
+
+func (p *picker) arg(v any) string {
+	p.args = append(p.args, v)
+	return fmt.Sprintf("$%d", p.first+len(p.args)-1)
+}
+
+// seek is the WHERE and ORDER BY of a walk, in claim order, of the
+// QUEUED jobs (alias a) of queue q and kind k (SQL expressions of one
+// value, or "" for any) that match the worker's tenants, from the index
+// whose columns are those and run_at, seq. The walk is a range of the
+// index, not an equality: see planSettings.
+func (p *picker) seek(a, q, k string) (where, order string) {
+	var cols, vals []string
+	if q != "" {
+		cols, vals = append(cols, a+".queue"), append(vals, q)
+	}
+	if k != "" {
+		cols, vals = append(cols, a+".kind"), append(vals, k)
+	}
+	where = a + ".state = 'queued'"
+	order = a + ".run_at, " + a + ".seq"
+	switch {
+	case len(cols) > 0:
+		upper := "'infinity'::timestamptz"
+		if p.ready {
+			upper = p.due
+		}
+		c, v := strings.Join(cols, ", "), strings.Join(vals, ", ")
+		where += fmt.Sprintf(" AND (%s, %s.run_at) >= (%s, '-infinity'::timestamptz) AND (%s, %s.run_at) <= (%s, %s)",
+			c, a, v, c, a, v, upper)
+		order = c + ", " + order
+	case p.ready:
+		where += " AND " + a + ".run_at <= " + p.due
+	}
+	if p.tenants != "" {
+		where += " AND " + a + ".tenant = ANY(" + p.tenants + ")"
+	}
+	return where, order
+}
+
+// recheck is what the job a candidate names (alias j, joined by seq)
+// must still be when it is locked: another claim may have taken it, and
+// failed it back to QUEUED with a later run_at, since the candidates were
+// read. It is written "(...) IS TRUE", which no index can answer (state
+// is never NULL, so it means what the condition inside says): as
+// "j.state = 'queued'" it would let the planner read j by a scan of every
+// queued job (any index on state, or any partial index of the queued
+// jobs, which it matches) instead of by seq, and with stale statistics,
+// which expect no queued job, that scan looks cheapest.
+func (p *picker) recheck() string {
+	if p.ready {
+		return "(j.state = 'queued' AND j.run_at <= " + p.due + ") IS TRUE"
+	}
+	return "(j.state = 'queued') IS TRUE"
+}
+
+// free is the pick without queue rules.
+func (p *picker) free(queues, kinds []string, n int, sel, suffix string) string {
+	if len(queues) <= 1 && len(kinds) <= 1 {
+		var q, k string
+		if len(queues) == 1 {
+			q = p.arg(queues[0]) + "::text"
+		}
+		if len(kinds) == 1 {
+			k = p.arg(kinds[0]) + "::text"
+		}
+		where, order := p.seek("j", q, k)
+		return "SELECT " + sel + " FROM jobs AS j WHERE " + where + " ORDER BY " + order +
+			fmt.Sprintf(" LIMIT %d", n) + suffix
+	}
+	// One seek per queue, kind, or pair of them.
+	var keys, q, k string
+	switch {
+	case len(queues) > 0 && len(kinds) > 0:
+		var kq, kk []string
+		for _, queue := range queues {
+			for _, kind := range kinds {
+				kq, kk = append(kq, queue), append(kk, kind)
+			}
+		}
+		keys = "unnest(" + p.arg(kq) + "::text[], " + p.arg(kk) + "::text[]) AS k(queue, kind)"
+		q, k = "k.queue", "k.kind"
+	case len(queues) > 0:
+		keys, q = "unnest("+p.arg(queues)+"::text[]) AS k(queue)", "k.queue"
+	default:
+		keys, k = "unnest("+p.arg(kinds)+"::text[]) AS k(kind)", "k.kind"
+	}
+	m := n + candidateSlack
+	where, order := p.seek("h", q, k)
+	return fmt.Sprintf(`SELECT %s FROM (
+	SELECT c.seq, c.run_at FROM %s, LATERAL (
+		SELECT h.seq, h.run_at FROM jobs AS h WHERE %s ORDER BY %s LIMIT %d) AS c
+	ORDER BY c.run_at, c.seq LIMIT %d) AS c
+JOIN jobs AS j ON j.seq = c.seq WHERE %s
+ORDER BY c.run_at, c.seq LIMIT %d%s`, sel, keys, where, order, m, m, p.recheck(), n, suffix)
+}
+
+// ruled is the pick under queue rules.
+func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix string) string {
+	m := n + candidateSlack
+	// match is the worker's filter on a serial queue's head (alias h),
+	// which is its first job whatever its kind or tenant; read by seq,
+	// it is written as recheck is.
+	match := []string{"h.state = 'queued'"}
+	if p.ready {
+		match = append(match, "h.run_at <= "+p.due)
+	}
+	if p.tenants != "" {
+		match = append(match, "h.tenant = ANY("+p.tenants+")")
+	}
+	if len(kinds) > 0 {
+		match = append(match, "h.kind = ANY("+p.arg(kinds)+"::text[])")
+	}
+	// kinds, for the seeks of a queue's jobs: a join with one row per
+	// kind (k.kind), or one kind as a constant, or none.
+	var kindRows, kind string
+	switch len(kinds) {
+	case 0:
+	case 1:
+		kind = p.arg(kinds[0]) + "::text"
+	default:
+		kindRows, kind = " CROSS JOIN unnest("+p.arg(kinds)+"::text[]) AS k(kind)", "k.kind"
+	}
+	ruled := p.arg(rules.queues)
+	// names are the queues without rules that may offer candidates: the
+	// worker's, or every queue with a QUEUED job, found by a skip scan of
+	// jobs_queued_queue (one seek per queue, never a walk of its jobs).
+	names := `names(queue) AS (
+		SELECT (SELECT x.queue FROM jobs AS x WHERE x.state = 'queued' ORDER BY x.queue LIMIT 1)
+		UNION ALL
+		SELECT (SELECT x.queue FROM jobs AS x WHERE x.state = 'queued' AND x.queue > n.queue ORDER BY x.queue LIMIT 1)
+		FROM names AS n WHERE n.queue IS NOT NULL)`
+	if len(queues) > 0 {
+		names = `names(queue) AS (SELECT q FROM unnest(` + p.arg(queues) + `::text[]) AS q)`
+	}
+	headWhere, headOrder := p.seekAll("o.queue")
+	retryWhere, retryOrder := headWhere+" AND h.attempt > 0", headOrder
+	ruledWhere, ruledOrder := p.seek("h", "o.queue", kind)
+	freeWhere, freeOrder := p.seek("h", "n.queue", kind)
+	return `WITH RECURSIVE ` + names + `,
+	lim(queue, max_running, serial, hold) AS (
+		SELECT * FROM unnest(` + ruled + `::text[], ` + p.arg(rules.max) + `::int[], ` +
+		p.arg(rules.serial) + `::bool[], ` + p.arg(rules.hold) + `::bool[])),
+	pool_use(queue, pool) AS (
+		SELECT DISTINCT * FROM unnest(` + p.arg(rules.useQueues) + `::text[], ` + p.arg(rules.usePools) + `::text[])),
+	pool_size(pool, size) AS (
+		SELECT * FROM unnest(` + p.arg(rules.pools) + `::text[], ` + p.arg(rules.sizes) + `::int[])),
+	-- Each queue's RUNNING jobs, counted up to the largest limit they
+	-- count against (past it the queue, or the pool, is full anyway), so
+	-- that counting reads no more jobs than the rules allow to run.
+	running(queue, n) AS (
+		SELECT q.queue, (SELECT count(*) FROM (SELECT FROM jobs AS r
+			WHERE r.state = 'running' AND r.queue >= q.queue AND r.queue <= q.queue ORDER BY r.queue LIMIT greatest(q.cap, 0)) AS r)
+		FROM (SELECT c.queue, max(c.cap) AS cap FROM (
+			SELECT queue, max_running AS cap FROM lim
+			UNION ALL
+			SELECT u.queue, coalesce(z.size, 0) FROM pool_use AS u LEFT JOIN pool_size AS z ON z.pool = u.pool) AS c
+			GROUP BY c.queue) AS q),
+	pool_free(pool, free) AS (
+		SELECT p.pool, p.size - (SELECT coalesce(sum(r.n), 0) FROM pool_use AS o
+			JOIN running AS r ON r.queue = o.queue WHERE o.pool = p.pool)
+		FROM pool_size AS p),
+	room(queue, serial, hold, n) AS (
+		SELECT l.queue, l.serial, l.hold, least(
+			CASE WHEN l.serial THEN 1 END,
+			CASE WHEN l.max_running > 0 THEN l.max_running - r.n END,
+			(SELECT min(p.free) FROM pool_use AS u JOIN pool_free AS p ON p.pool = u.pool WHERE u.queue = l.queue))
+		FROM lim AS l JOIN running AS r ON r.queue = l.queue),
+	heads(seq) AS (
+		SELECT coalesce(
+			CASE WHEN o.hold THEN (SELECT h.seq FROM jobs AS h WHERE ` + retryWhere + ` ORDER BY ` + retryOrder + ` LIMIT 1) END,
+			(SELECT h.seq FROM jobs AS h WHERE ` + headWhere + ` ORDER BY ` + headOrder + ` LIMIT 1))
+		FROM room AS o WHERE o.serial AND o.n > 0),
+	candidates(seq, run_at, queue) AS (
+		SELECT h.seq, h.run_at, h.queue FROM heads JOIN jobs AS h ON h.seq = heads.seq
+		WHERE (` + strings.Join(match, " AND ") + `) IS TRUE
+		UNION ALL
+		SELECT c.seq, c.run_at, c.queue FROM room AS o` + kindRows + `, LATERAL (
+			SELECT h.seq, h.run_at, h.queue FROM jobs AS h WHERE ` + ruledWhere + `
+			ORDER BY ` + ruledOrder + fmt.Sprintf(` LIMIT least(o.n, %d)) AS c`, m) + `
+		WHERE NOT o.serial AND coalesce(o.n, 1) > 0
+		UNION ALL
+		(SELECT c.seq, c.run_at, c.queue FROM names AS n` + kindRows + `, LATERAL (
+			SELECT h.seq, h.run_at, h.queue FROM jobs AS h WHERE ` + freeWhere + `
+			ORDER BY ` + freeOrder + fmt.Sprintf(` LIMIT %d) AS c`, m) + `
+		WHERE n.queue IS NOT NULL AND n.queue <> ALL(` + ruled + `::text[])
+		ORDER BY c.run_at, c.seq` + fmt.Sprintf(` LIMIT %d))`, m) + `,
+	-- Each queue keeps the candidates it has room for, in claim order,
+	-- and then each pool those its free units allow.
+	queue_fit(seq, run_at, queue) AS (
+		SELECT c.seq, c.run_at, c.queue FROM (
+			SELECT c.*, row_number() OVER (PARTITION BY c.queue ORDER BY c.run_at, c.seq) AS i
+			FROM candidates AS c) AS c
+		LEFT JOIN room AS o ON o.queue = c.queue
+		WHERE o.n IS NULL OR c.i <= o.n),
+	pool_over(seq) AS (
+		SELECT u.seq FROM (
+			SELECT c.seq, p.pool, row_number() OVER (PARTITION BY p.pool ORDER BY c.run_at, c.seq) AS i
+			FROM queue_fit AS c JOIN pool_use AS p ON p.queue = c.queue) AS u
+		JOIN pool_free AS f ON f.pool = u.pool WHERE u.i > f.free)
+	SELECT ` + sel + ` FROM queue_fit AS c JOIN jobs AS j ON j.seq = c.seq
+	WHERE ` + p.recheck() + ` AND c.seq NOT IN (SELECT seq FROM pool_over)
+	ORDER BY c.run_at, c.seq` + fmt.Sprintf(" LIMIT %d", n) + suffix
+}
+
+// seekAll is seek of every QUEUED job of queue q, whatever its run_at,
+// kind and tenant: a serial queue's head.
+func (p *picker) seekAll(q string) (where, order string) {
+	saved := *p
+	p.ready, p.tenants = false, ""
+	where, order = p.seek("h", q, "")
+	p.ready, p.tenants = saved.ready, saved.tenants
+	return where, order
+}
+
+// distinct returns names without repeats, in their first order.
+func distinct(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// rules are a claim's queue rules as arrays, for unnest.
+type rules struct {
+	queues       []string
+	max          []int32
+	serial, hold []bool
+	useQueues    []string
+	usePools     []string
+	pools        []string
+	sizes        []int32
+}
+
+// rulesFor keeps the rules of the queues f may claim from (all of
+// f.Limits when f names no queues).
+func rulesFor(f store.ClaimFilter) rules {
+	var r rules
+	for q, l := range f.Limits {
+		if len(f.Queues) > 0 && !slices.Contains(f.Queues, q) {
+			continue
+		}
+		r.queues = append(r.queues, q)
+		r.max = append(r.max, int32(l.MaxRunning))
+		r.serial = append(r.serial, l.Serial)
+		r.hold = append(r.hold, l.Serial && l.HoldRetry)
+		for _, p := range l.Pools {
+			r.useQueues, r.usePools = append(r.useQueues, q), append(r.usePools, p)
+		}
+	}
+	// A pool counts the running jobs of every queue that uses it, also of
+	// queues this claim does not take from.
+	for q, l := range f.Limits {
+		if len(f.Queues) == 0 || slices.Contains(f.Queues, q) {
+			continue
+		}
+		for _, p := range l.Pools {
+			if slices.Contains(r.usePools, p) {
+				r.useQueues, r.usePools = append(r.useQueues, q), append(r.usePools, p)
+			}
+		}
+	}
+	for p, n := range f.Pools {
+		r.pools, r.sizes = append(r.pools, p), append(r.sizes, int32(n))
+	}
+	return r
+}
+
+// lockKeys are the advisory locks a claim under f takes before it
+// counts: one per queue it may take from that has a rule, one per pool
+// such a queue uses, sorted so that claims take them in one order and
+// never deadlock. Claims from queues without rules take none, so they
+// never wait for each other.
+func (s *Store) lockKeys(f store.ClaimFilter) []int64 {
+	var keys []int64
+	for q, l := range f.Limits {
+		if len(f.Queues) > 0 && !slices.Contains(f.Queues, q) {
+			continue
+		}
+		if l.MaxRunning <= 0 && !l.Serial && len(l.Pools) == 0 {
+			continue
+		}
+		keys = append(keys, lockKey(s.schema, "queue", q))
+		for _, p := range l.Pools {
+			keys = append(keys, lockKey(s.schema, "pool", p))
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// ClaimJob implements store.Store: ClaimJobs of one job.
+func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, c store.Claim) (store.Job, time.Time, error) {
+	c.LeaseIDs = []string{c.LeaseID}
+	claimed, err := s.ClaimJobs(ctx, f, c)
+	if err != nil {
+		return store.Job{}, time.Time{}, err
+	}
+	return claimed[0].Job, claimed[0].QueuedAt, nil
+}
+
+// ClaimJobs implements store.Store with one statement: it picks the jobs
+// with FOR UPDATE SKIP LOCKED (claimers never wait for each other's rows,
+// and a row another claim took is re-checked and passed over) and
+// updates them, returning them and their old updated_at.
+//
+// Under queue rules, counting RUNNING jobs in a statement that began
+// before another claim committed would let both see room for one: so the
+// claim first takes the transaction advisory locks of lockKeys, then
+// runs its statement, whose snapshot (READ COMMITTED takes one per
+// statement) is later than the commit of every claim that held those
+// locks before. The locks and the plan settings (see planSettings) go in
+// a statement before the claim's, in one pipelined batch: one round trip
+// and one implicit transaction that both last for.
+//
+// A statement's snapshot may miss jobs committed while it ran, and find
+// the jobs it saw taken: so a claim that finds nothing reads whether a
+// job is ready now (NextReady's query) and, if one is, claims again (at
+// most claimAttempts in all). The engine reads NextReady after a claim
+// that found nothing anyway; this saves it a park and a wake-up.
+func (s *Store) ClaimJobs(ctx context.Context, f store.ClaimFilter, c store.Claim) ([]store.Claimed, error) {
+	if len(c.LeaseIDs) == 0 {
+		return nil, store.ErrNoJob
+	}
+	f.Now = micro(f.Now)
+	query, args := claimQuery(f, c)
+	keys := s.lockKeys(f)
+	for attempt := 1; ; attempt++ {
+		claimed, err := s.claim(ctx, keys, query, args)
+		if !errors.Is(err, store.ErrNoJob) || attempt == claimAttempts {
+			return claimed, err
+		}
+		// The claim's snapshot may predate jobs committed while it ran,
+		// and the jobs it saw may have been taken meanwhile: if a fresh
+		// read finds one ready, claim again.
+		if _, ok, err := s.nextReady(ctx, f, true); err != nil || !ok {
+			return nil, store.ErrNoJob
+		}
+	}
+}
+
+// claimQuery is ClaimJobs' statement and its arguments.
+func claimQuery(f store.ClaimFilter, c store.Claim) (string, []any) {
+	var leaseQueues []string
+	var leases []int64
+	for q, d := range c.Leases {
+		leaseQueues, leases = append(leaseQueues, q), append(leases, d.Microseconds())
+	}
+	args := []any{micro(c.Now), c.WorkerID, c.LeaseIDs, leaseQueues, leases, c.Lease.Microseconds()}
+	picked, pickArgs := pickQuery(f, true, len(c.LeaseIDs), "j.seq, j.updated_at, j.run_at", true, len(args)+1)
+	return "WITH picked AS (" + picked + ")" + fmt.Sprintf(claimSet, qualified(columns, "j")), append(args, pickArgs...)
+}
+
+// claimAttempts bounds how often ClaimJobs claims again after finding
+// nothing while a later read finds a job ready.
+const claimAttempts = 3
+
+// claim runs the claim statement after the prelude with the advisory
+// locks keys, and returns the jobs in claim order.
+func (s *Store) claim(ctx context.Context, keys []int64, query string, args []any) ([]store.Claimed, error) {
+	var claimed []store.Claimed
+	err := s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		b := &pgx.Batch{}
+		b.Queue(prelude, keys)
+		b.Queue(query, args...)
+		br := conn.SendBatch(ctx, b)
+		var err error
+		claimed, err = readClaims(br)
+		return errors.Join(err, br.Close())
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim jobs: %w", classify(err))
+	}
+	if len(claimed) == 0 {
+		return nil, store.ErrNoJob
+	}
+	for _, c := range claimed {
+		s.announce(c.Job)
+	}
+	return claimed, nil
+}
+
+// readClaims reads the prelude's result and then the claimed rows, which
+// RETURNING gives in no set order, into claim order.
+func readClaims(br pgx.BatchResults) ([]store.Claimed, error) {
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var (
+		claimed []store.Claimed
+		order   []int64
+	)
+	for rows.Next() {
+		var (
+			queuedAt pgtype.Timestamptz
+			i        int64
+		)
+		row, err := scanJob(rows, &queuedAt, &i)
+		if err != nil {
+			return nil, err
+		}
+		claimed = append(claimed, store.Claimed{Job: row.job, QueuedAt: fromTime(queuedAt)})
+		order = append(order, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]store.Claimed, len(claimed))
+	for k, i := range order {
+		out[i-1] = claimed[k]
+	}
+	return out, nil
+}
+
+// NextReady implements store.Store with ClaimJobs' pick of one job,
+// without the ready condition and without locks: it is a read.
+func (s *Store) NextReady(ctx context.Context, f store.ClaimFilter) (time.Time, bool, error) {
+	return s.nextReady(ctx, f, false)
+}
+
+func (s *Store) nextReady(ctx context.Context, f store.ClaimFilter, ready bool) (time.Time, bool, error) {
+	f.Now = micro(f.Now)
+	query, args := pickQuery(f, ready, 1, "j.run_at", false, 1)
+	var runAt pgtype.Timestamptz
+	b := &pgx.Batch{}
+	b.Queue(prelude, []int64(nil))
+	b.Queue(query, args...)
+	br := s.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&runAt)
+	}
+	err = errors.Join(err, br.Close())
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("next ready: %w", classify(err))
+	}
+	return fromTime(runAt), true, nil
+}
