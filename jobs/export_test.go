@@ -1,5 +1,7 @@
 package jobs
 
+import "time"
+
 // WatchedJobs reports how many jobs have a cell in the hub, so tests can
 // show that a finished wait frees its cell.
 func (e *Engine) WatchedJobs() int { return e.hub.Len() }
@@ -46,4 +48,13 @@ func (e *Engine) QueuedLeaseWrites() int {
 		}
 	}
 	return n
+}
+
+// SetClaimWakeDelay replaces claimWakeDelay: how long a job another
+// replica queued is held before it wakes a claimer here. Set it before
+// the engine hears anything.
+func (e *Engine) SetClaimWakeDelay(d time.Duration) {
+	e.heldWakes.mu.Lock()
+	defer e.heldWakes.mu.Unlock()
+	e.heldWakes.delay = d
 }

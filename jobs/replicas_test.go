@@ -170,6 +170,9 @@ func TestAfterAGapInHearingAReplicaAnnouncesWhatChangedMeanwhile(t *testing.T) {
 // another replica's.
 func TestAJobClaimedWhereItWasQueuedWakesNoClaimerOfAnotherReplica(t *testing.T) {
 	a, b := replicas(t)
+	// Long enough for A's claim to be heard on B before B would wake its
+	// claimer, however loaded the machine.
+	b.SetClaimWakeDelay(2 * time.Second)
 	claim := func(e *jobs.Engine, worker string) <-chan outcome[store.Job] {
 		return async(func() (store.Job, error) {
 			return e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: worker, Kinds: []string{"herd"}}, soon())
