@@ -54,7 +54,7 @@ func validNames(field string, vs []string) error {
 // and then returns ErrNoJob. The deadline is on the monotonic clock: take
 // it from time.Now or a context's deadline (see Wait).
 //
-// The first look of a call writes at once (store.ClaimJob, one
+// The first look of a call writes at once (store.ClaimJobs, one
 // transaction on the single writer), because a worker that asks usually
 // has work waiting. Parking polls nothing: the claim is registered with
 // its tenants, kinds and queues (claimers.go) from before that first

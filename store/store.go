@@ -143,7 +143,7 @@ type ScheduledJob struct {
 	Version                 int64
 }
 
-// Claim is what ClaimJob sets on the job it takes: State RUNNING,
+// Claim is what ClaimJobs sets on each job it takes: State RUNNING,
 // Attempt + 1, WorkerID, LeaseID, LeaseExpiresAt = Now + the queue's
 // lease, StartedAt = Now if it was unset, UpdatedAt = Now, Version + 1.
 // It is data, not a function, so that a backend can claim in one
@@ -153,7 +153,7 @@ type Claim struct {
 	LeaseID  string
 	// LeaseIDs are the leases of ClaimJobs, one per job it may take: it
 	// takes at most len(LeaseIDs) jobs and gives the i-th it takes (in
-	// claim order) LeaseIDs[i]. ClaimJob uses LeaseID.
+	// claim order) LeaseIDs[i]. ClaimOne uses LeaseID instead.
 	LeaseIDs []string
 	// Now is the time of the claim, on the database's clock as the
 	// engine reads it (see Store.Now).
@@ -190,6 +190,17 @@ func (c Claim) LeaseFor(queue string) time.Duration {
 type Claimed struct {
 	Job      Job
 	QueuedAt time.Time
+}
+
+// ClaimOne is ClaimJobs of one job, under c.LeaseID: the job and when
+// it was queued, or ErrNoJob.
+func ClaimOne(ctx context.Context, s Store, f ClaimFilter, c Claim) (Job, time.Time, error) {
+	c.LeaseIDs = []string{c.LeaseID}
+	claimed, err := s.ClaimJobs(ctx, f, c)
+	if err != nil {
+		return Job{}, time.Time{}, err
+	}
+	return claimed[0].Job, claimed[0].QueuedAt, nil
 }
 
 // LeaseOp is what a LeaseWrite does.
@@ -448,24 +459,19 @@ type Store interface {
 	// as every engine update does; the write is conditional on the row.
 	UpdateJob(ctx context.Context, id string, update func(*Job) error) (Job, error)
 
-	// ClaimJob picks the oldest ready QUEUED job matching f (by RunAt,
-	// then creation order) whose queue and pools have room under
-	// f.Limits and f.Pools, makes it RUNNING under c (see Claim), and
-	// commits, in one statement. Two concurrent claims never get the same
-	// job, and never together take a queue or pool past its limit. It
-	// returns the claimed job and when it was queued (its UpdatedAt before
-	// the claim), or ErrNoJob when nothing is ready.
+	// ClaimJobs picks the oldest ready QUEUED jobs matching f (by RunAt,
+	// then creation order), up to len(c.LeaseIDs) of them, no more of any
+	// queue or pool than f.Limits and f.Pools leave room for (one of a
+	// serial queue: its head), makes each RUNNING under c with its own
+	// lease (see Claim), and commits, in one statement. Two concurrent
+	// claims never get the same job, and never together take a queue or
+	// pool past its limit. It returns the claimed jobs in claim order,
+	// each with when it was queued (its UpdatedAt before the claim), or
+	// ErrNoJob when nothing is ready. Its cost does not depend on how
+	// many jobs wait: a few index seeks per queue (and kind) with work,
+	// and the jobs taken, whatever the database's statistics say.
 	// Retry: not safe. A claim that committed but whose answer was lost
-	// holds a job under a lease no one knows; the lease expires.
-	ClaimJob(ctx context.Context, f ClaimFilter, c Claim) (j Job, queuedAt time.Time, err error)
-
-	// ClaimJobs is ClaimJob for up to len(c.LeaseIDs) jobs at once, in
-	// one statement: the first ready jobs matching f in claim order,
-	// each under its own lease, no more of any queue or pool than its
-	// limits leave room for. It returns them in claim order, or
-	// ErrNoJob when none is ready. Its cost does not depend on how many
-	// jobs wait (at most a few index seeks per queue with work, and the
-	// jobs taken). Retry: not safe, as ClaimJob.
+	// holds jobs under leases no one knows; the leases expire.
 	ClaimJobs(ctx context.Context, f ClaimFilter, c Claim) ([]Claimed, error)
 
 	// WriteLeases makes each of ws, in order, if its lease holds the job
@@ -479,11 +485,11 @@ type Store interface {
 	WriteLeases(ctx context.Context, ws []LeaseWrite, r LeaseRules) ([]LeaseResult, error)
 
 	// NextReady returns the earliest RunAt among QUEUED jobs matching f's
-	// tenants, kinds and queues that ClaimJob could take once that time
+	// tenants, kinds and queues that ClaimJobs could take once that time
 	// comes (their queue and pools have room now, and a serial queue's job
 	// is its head), whether it is past or not, and ok false if none does.
 	// It is a read, so a parked claim that wakes can learn whether
-	// ClaimJob, a write, would find a job (runAt at or before now) and, if
+	// ClaimJobs, a write, would find a job (runAt at or before now) and, if
 	// not, when it should look again. Retry: safe.
 	NextReady(ctx context.Context, f ClaimFilter) (runAt time.Time, ok bool, err error)
 
@@ -556,7 +562,7 @@ type Store interface {
 	//     is recorded.
 	// It returns the jobs it created, as stored. The end of a run is
 	// recorded in the same transaction as the change that ended its job
-	// (whatever made it: UpdateJob, ClaimJob's caller, a sweep), so it
+	// (whatever made it: UpdateJob, WriteLeases, a sweep), so it
 	// survives the job's deletion. State of schedules not in runs is
 	// kept as it is. Retry: safe (a run created already makes the
 	// schedule unfinished or not yet due).

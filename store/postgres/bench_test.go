@@ -15,7 +15,7 @@ import (
 
 // BenchmarkWriteCycle measures a job's three writes, as store/sqlite's
 // benchmark of the same name does: one op is a submit (CreateJob), a
-// claim (ClaimJob, of whichever job is first) and a completion
+// claim (ClaimOne, of whichever job is first) and a completion
 // (UpdateJob of the claimed job), by a number of concurrent writers on
 // a pool of as many connections. "limited" claims from a queue with a
 // max_running rule, so every claim takes the queue's advisory lock.
@@ -42,9 +42,9 @@ func BenchmarkWriteCycle(b *testing.B) {
 					// A claim may find every job it saw taken by claims
 					// running beside it (ErrNoJob after claimAttempts), as
 					// a worker's may; a worker claims again, so does this.
-					j, _, err := s.ClaimJob(ctx, f, c)
+					j, _, err := store.ClaimOne(ctx, s, f, c)
 					for errors.Is(err, store.ErrNoJob) {
-						j, _, err = s.ClaimJob(ctx, f, c)
+						j, _, err = store.ClaimOne(ctx, s, f, c)
 					}
 					if err != nil {
 						return fmt.Errorf("claim: %w", err)

@@ -443,16 +443,6 @@ func (s *Store) lockKeys(f store.ClaimFilter) []int64 {
 	return slices.Compact(keys)
 }
 
-// ClaimJob implements store.Store: ClaimJobs of one job.
-func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, c store.Claim) (store.Job, time.Time, error) {
-	c.LeaseIDs = []string{c.LeaseID}
-	claimed, err := s.ClaimJobs(ctx, f, c)
-	if err != nil {
-		return store.Job{}, time.Time{}, err
-	}
-	return claimed[0].Job, claimed[0].QueuedAt, nil
-}
-
 // ClaimJobs implements store.Store with one statement: it picks the jobs
 // with FOR UPDATE SKIP LOCKED (claimers never wait for each other's rows,
 // and a row another claim took is re-checked and passed over) and

@@ -177,7 +177,7 @@ func TestClaimsOnManyConnectionsKeepEveryLimit(t *testing.T) {
 		s := []*Store{a, b}[w%2]
 		wg.Go(func() {
 			for done.Load() < int64(perQueue*len(queues)) {
-				j, _, err := s.ClaimJob(t.Context(), f, store.Claim{WorkerID: fmt.Sprint("w", w),
+				j, _, err := store.ClaimOne(t.Context(), s, f, store.Claim{WorkerID: fmt.Sprint("w", w),
 					LeaseID: fmt.Sprint("l", w), Now: t0.Add(time.Hour), Lease: time.Minute})
 				if errors.Is(err, store.ErrNoJob) {
 					time.Sleep(time.Millisecond) // others hold the room; poll, as a parked claim would wake
@@ -232,7 +232,7 @@ func TestClaimSetsTheClaimAndReturnsWhenItWasQueued(t *testing.T) {
 	j := job("job-1", "slow", 0)
 	mustCreate(t, s, j)
 	now := t0.Add(time.Minute + 789*time.Nanosecond)
-	got, queuedAt, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: now},
+	got, queuedAt, err := store.ClaimOne(t.Context(), s, store.ClaimFilter{Now: now},
 		store.Claim{WorkerID: "w", LeaseID: "l", Now: now, Lease: time.Second, Leases: map[string]time.Duration{"slow": time.Hour}})
 	if err != nil {
 		t.Fatal(err)
@@ -474,7 +474,7 @@ func TestClaimReadsNoBacklogOfAFullQueue(t *testing.T) {
 			t.Errorf("ready %v: the pick read %d pages, want a few: it walked the full queue's jobs", ready, pages)
 		}
 	}
-	j, _, err := s.ClaimJob(t.Context(), f, store.Claim{WorkerID: "w", LeaseID: "l", Now: f.Now, Lease: time.Minute})
+	j, _, err := store.ClaimOne(t.Context(), s, f, store.Claim{WorkerID: "w", LeaseID: "l", Now: f.Now, Lease: time.Minute})
 	if err != nil || j.ID != "free-1" {
 		t.Errorf("claim: %s, %v; want free-1, the one job with room", j.ID, err)
 	}

@@ -25,7 +25,7 @@ func BenchmarkClaim(b *testing.B) {
 			ctx := context.Background()
 			b.ResetTimer()
 			for i := range b.N {
-				j, _, err := s.ClaimJob(ctx, f, store.Claim{LeaseID: "l", Now: f.Now, Lease: time.Minute})
+				j, _, err := store.ClaimOne(ctx, s, f, store.Claim{LeaseID: "l", Now: f.Now, Lease: time.Minute})
 				if err != nil {
 					b.Fatalf("claim %d: %v", i, err)
 				}

@@ -10,20 +10,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jobwatch/jobwatch/store"
 )
-
-// ClaimJob implements store.Store: ClaimJobs of one job, under c.LeaseID.
-func (s *Store) ClaimJob(ctx context.Context, f store.ClaimFilter, c store.Claim) (store.Job, time.Time, error) {
-	c.LeaseIDs = []string{c.LeaseID}
-	claimed, err := s.ClaimJobs(ctx, f, c)
-	if err != nil {
-		return store.Job{}, time.Time{}, err
-	}
-	return claimed[0].Job, claimed[0].QueuedAt, nil
-}
 
 // ClaimJobs implements store.Store. The picks, with the queue rules, and
 // the changes are one immediate transaction on the single writer, so no
@@ -254,7 +243,7 @@ func distinct(names []string) []string {
 	return out
 }
 
-// ruledPickQuery finds the job ClaimJob takes under rules (the ready
+// ruledPickQuery finds the job ClaimJobs takes next under rules (the ready
 // case) or the one whose RunAt NextReady reports, with the queue rules
 // checked in SQL: selected (columns of jobs AS j) of one job, or no row.
 // Its parameters: :now,
@@ -361,7 +350,7 @@ ORDER BY j.run_at, j.seq LIMIT 1`
 }
 
 // pickQuery is the pick of one job, the one NextReady looks at:
-// selected of the first QUEUED job ClaimJob could take (ready) or could
+// selected of the first QUEUED job ClaimJobs could take (ready) or could
 // take once its RunAt comes, in the first row (of maybe more); a bare
 // column name, which both picks know (the ruled one as j's).
 func pickQuery(f store.ClaimFilter, ready bool, selected string) (string, []any) {

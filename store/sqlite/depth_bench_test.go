@@ -259,7 +259,7 @@ func (d *depthStore) claimed(n int) ([]store.Job, error) {
 	c := store.Claim{WorkerID: "w", Now: d.now(), Lease: time.Hour}
 	if n == 0 {
 		c.LeaseID = d.leases(1)[0]
-		j, _, err := d.s.ClaimJob(ctx, d.filter(), c)
+		j, _, err := store.ClaimOne(ctx, d.s, d.filter(), c)
 		if err != nil {
 			return nil, fmt.Errorf("claim job: %w", err)
 		}

@@ -32,7 +32,7 @@ func TestTimedOutSeesEachAttemptFromItsClaim(t *testing.T) {
 	}
 	claimAt := func(at int64, lease string) {
 		t.Helper()
-		if _, _, err := s.ClaimJob(ctx, store.ClaimFilter{Now: fromMicro(at)}, store.Claim{LeaseID: lease, Now: fromMicro(at), Lease: time.Minute}); err != nil {
+		if _, _, err := store.ClaimOne(ctx, s, store.ClaimFilter{Now: fromMicro(at)}, store.Claim{LeaseID: lease, Now: fromMicro(at), Lease: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}

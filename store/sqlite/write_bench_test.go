@@ -56,7 +56,7 @@ func BenchmarkWriteCycle(b *testing.B) {
 				if _, err := s.CreateJob(ctx, benchJob(n.Add(1))); err != nil {
 					return err
 				}
-				j, _, err := s.ClaimJob(ctx, store.ClaimFilter{Now: at}, store.Claim{WorkerID: "w", LeaseID: "lease", Now: at, Lease: time.Minute})
+				j, _, err := store.ClaimOne(ctx, s, store.ClaimFilter{Now: at}, store.Claim{WorkerID: "w", LeaseID: "lease", Now: at, Lease: time.Minute})
 				if err != nil {
 					return fmt.Errorf("claim: %w", err)
 				}

@@ -226,7 +226,7 @@ func TestOneFailingWriteFailsNothingElseInItsBatch(t *testing.T) {
 			return err
 		}},
 		{"claim with nothing to claim", func() error {
-			_, _, err := s.ClaimJob(t.Context(), store.ClaimFilter{Kinds: []string{"none"}, Now: time.Now()}, store.Claim{})
+			_, _, err := store.ClaimOne(t.Context(), s, store.ClaimFilter{Kinds: []string{"none"}, Now: time.Now()}, store.Claim{})
 			return err
 		}},
 		{"update that panics after changing the job", func() error {

@@ -218,7 +218,7 @@ func testListenHears(t *testing.T, s store.Store) {
 	}
 	visibleUpdate(t, s, "job-1", 20)
 	h.waitFor(t, "job-1", 2)
-	claimed, _, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(100)}, toRunning)
+	claimed, _, err := store.ClaimOne(t.Context(), s, store.ClaimFilter{Now: at(100)}, toRunning)
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -304,7 +304,7 @@ func testClaimShared(t *testing.T, a, b store.Store) {
 		s := []store.Store{a, b}[i%2]
 		go func() {
 			for {
-				j, _, err := s.ClaimJob(context.Background(), store.ClaimFilter{Now: at(100)}, toRunning)
+				j, _, err := store.ClaimOne(context.Background(), s, store.ClaimFilter{Now: at(100)}, toRunning)
 				if errors.Is(err, store.ErrNoJob) {
 					errs <- nil
 					return

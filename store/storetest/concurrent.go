@@ -131,7 +131,7 @@ func testConcurrentMixedWrites(t *testing.T, s store.Store) {
 	})
 	claimed := make([]string, claimers)
 	run(claimers, func(i int) {
-		j, _, err := s.ClaimJob(t.Context(), store.ClaimFilter{Kinds: []string{"claimable"}, Now: at(100)}, toRunning)
+		j, _, err := store.ClaimOne(t.Context(), s, store.ClaimFilter{Kinds: []string{"claimable"}, Now: at(100)}, toRunning)
 		switch {
 		case errors.Is(err, store.ErrNoJob):
 		case err != nil:
@@ -143,7 +143,7 @@ func testConcurrentMixedWrites(t *testing.T, s store.Store) {
 		}
 	})
 	run(idleClaims, func(i int) {
-		if _, _, err := s.ClaimJob(t.Context(), store.ClaimFilter{Kinds: []string{"nobody"}, Now: at(100)}, toRunning); !errors.Is(err, store.ErrNoJob) {
+		if _, _, err := store.ClaimOne(t.Context(), s, store.ClaimFilter{Kinds: []string{"nobody"}, Now: at(100)}, toRunning); !errors.Is(err, store.ErrNoJob) {
 			failf("claim %d of a kind nobody submitted: err = %v, want ErrNoJob", i, err)
 		}
 	})

@@ -631,7 +631,7 @@ func testClaimJobsLikeSingleClaims(t *testing.T, s store.Store) {
 			}
 			var gotSingle []string
 			for range ask {
-				j, _, err := s.ClaimJob(t.Context(), filter(single), toRunning)
+				j, _, err := store.ClaimOne(t.Context(), s, filter(single), toRunning)
 				if errors.Is(err, store.ErrNoJob) {
 					break
 				}

@@ -1012,7 +1012,7 @@ func claimAll(t *testing.T, s store.Store, f store.ClaimFilter) []string {
 	t.Helper()
 	var out []string
 	for range 1000 {
-		j, _, err := s.ClaimJob(t.Context(), f, toRunning)
+		j, _, err := store.ClaimOne(t.Context(), s, f, toRunning)
 		if errors.Is(err, store.ErrNoJob) {
 			return out
 		}
@@ -1041,11 +1041,11 @@ func testClaimFuture(t *testing.T, s store.Store) {
 	j := newJob("job-1", at(0))
 	j.RunAt = at(10)
 	create(t, s, j)
-	if _, _, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(9)}, toRunning); !errors.Is(err, store.ErrNoJob) {
+	if _, _, err := store.ClaimOne(t.Context(), s, store.ClaimFilter{Now: at(9)}, toRunning); !errors.Is(err, store.ErrNoJob) {
 		t.Fatalf("claim before RunAt: err = %v, want ErrNoJob", err)
 	}
 	sameJob(t, "the job after an empty claim", get(t, s, "job-1"), j)
-	got, _, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(10)}, toRunning)
+	got, _, err := store.ClaimOne(t.Context(), s, store.ClaimFilter{Now: at(10)}, toRunning)
 	if err != nil || got.ID != "job-1" {
 		t.Fatalf("claim at RunAt: %v, %v; want job-1", got.ID, err)
 	}
@@ -1114,7 +1114,7 @@ func testClaimCommits(t *testing.T, s store.Store) {
 	want.Attempt++
 	want.StartedAt, want.UpdatedAt = at(1), at(1)
 	want.Version = 2
-	got, queuedAt, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(1)}, claim)
+	got, queuedAt, err := store.ClaimOne(t.Context(), s, store.ClaimFilter{Now: at(1)}, claim)
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -1135,7 +1135,7 @@ func testClaimConcurrent(t *testing.T, s store.Store) {
 	for w := range workers {
 		wg.Go(func() {
 			for range jobs + 1 { // a store that hands out jobs forever must not hang the suite
-				j, _, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(100)}, toRunning)
+				j, _, err := store.ClaimOne(t.Context(), s, store.ClaimFilter{Now: at(100)}, toRunning)
 				if errors.Is(err, store.ErrNoJob) {
 					return
 				}
@@ -1180,7 +1180,7 @@ func testClaimUpdateRace(t *testing.T, s store.Store) {
 	for w := range workers {
 		wg.Go(func() {
 			for range jobs + 1 {
-				j, _, err := s.ClaimJob(t.Context(), store.ClaimFilter{Now: at(100)}, toRunning)
+				j, _, err := store.ClaimOne(t.Context(), s, store.ClaimFilter{Now: at(100)}, toRunning)
 				if errors.Is(err, store.ErrNoJob) {
 					return
 				}
@@ -1590,7 +1590,7 @@ func finish(t *testing.T, s store.Store, id string) {
 // claimOne claims with f and returns the id, or "" for ErrNoJob.
 func claimOne(t *testing.T, s store.Store, f store.ClaimFilter) string {
 	t.Helper()
-	j, _, err := s.ClaimJob(t.Context(), f, toRunning)
+	j, _, err := store.ClaimOne(t.Context(), s, f, toRunning)
 	if errors.Is(err, store.ErrNoJob) {
 		return ""
 	}
@@ -1791,7 +1791,7 @@ func testClaimLimitsConcurrent(t *testing.T, s store.Store) {
 				if claimed.Load() == 3*perQueue {
 					return
 				}
-				j, _, err := s.ClaimJob(t.Context(), f, toRunning)
+				j, _, err := store.ClaimOne(t.Context(), s, f, toRunning)
 				if errors.Is(err, store.ErrNoJob) {
 					continue
 				}
