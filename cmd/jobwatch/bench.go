@@ -49,6 +49,25 @@ Scenarios (--scenarios, comma-separated; default all):
   wakeup             for --jobs jobs one after another: how much later
                      than the worker's reply a WaitJob, a WatchJob and a
                      GetJob poll loop learn that the job ended
+  burndown           not in the default (all): at the default --depths it
+                     takes an hour or more. For each depth of --depths,
+                     on a fresh database: --burndown-submitters goroutines
+                     insert that many no-op jobs (Engine.Submit, one job
+                     each), then --burndown-slots worker slots claim and
+                     complete them all; jobs/s from the workers' start to
+                     the last completion (or the part done when
+                     --burndown-cap passes first), and the p50/p99 of the
+                     claim calls that returned work. In process (one
+                     Worker with every slot over an embedded engine) and
+                     over RPC (--burndown-rpc-workers remote Workers
+                     sharing the slots, against a fresh serve process
+                     whose database the bench fills in process first);
+                     see --burndown-modes. Then the steady loop
+                     (--burndown-submitters keep --backlog jobs
+                     unfinished, as in throughput) for --duration after
+                     --warmup, with no backlog and with as many ready
+                     jobs as the largest depth, of a kind no worker
+                     runs, waiting in the same queue
 
 With --postgres URL, throughput-rpc and wakeup also run jobwatch on that
 PostgreSQL database, each run in a schema of its own that the bench
@@ -56,7 +75,8 @@ creates and drops (jobwatch_bench_...; nothing else in the database is
 touched): throughput with 1 and with 3 replicas (submits and workers
 spread round-robin over them), and wakeup with the observers on the
 worker's replica and on another one. These are rows of the jobwatch
-column beside its SQLite figures.
+column beside its SQLite figures. burndown runs on PostgreSQL too, in a
+schema of its own for each run.
 
 Flags:
 `
@@ -88,16 +108,27 @@ type benchOptions struct {
 	cpuProfile                      string
 	scenarioArg                     string
 	postgres                        string
+	// The burndown scenario's flags.
+	depths                                                []int
+	burndownSlots, burndownRPCWorkers, burndownSubmitters int
+	burndownModes                                         []string
+	burndownCap                                           time.Duration
 }
 
-var benchScenarios = []string{"throughput-rpc", "throughput-inproc", "fanout", "parked", "wakeup"}
+// benchScenarios are the scenarios in the order they run; "all" (the
+// default) is every one but burndown, which only runs when named.
+var benchScenarios = []string{"throughput-rpc", "throughput-inproc", "fanout", "parked", "wakeup", "burndown"}
+
+// benchAll is what "all" means: every scenario that takes minutes, not
+// hours, at its defaults.
+var benchAll = slices.DeleteFunc(slices.Clone(benchScenarios), func(s string) bool { return s == "burndown" })
 
 func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	var o benchOptions
-	var fanout, parked string
+	var fanout, parked, depths, modes string
 	fs := newFlagSet("bench", stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, benchUsage); fs.PrintDefaults() }
-	fs.StringVar(&o.scenarioArg, "scenarios", strings.Join(benchScenarios, ","), "comma-separated `scenarios` to run (\"throughput\" is both throughput ones)")
+	fs.StringVar(&o.scenarioArg, "scenarios", strings.Join(benchAll, ","), "comma-separated `scenarios` to run (\"throughput\" is both throughput ones; \"all\" is every one but burndown)")
 	fs.StringVar(&o.before, "before", "", "another jobwatch `binary` to measure as the \"before\" column")
 	fs.StringVar(&o.binary, "binary", "", "the jobwatch `binary` of the \"jobwatch\" column and of the floor (default: this one)")
 	fs.BoolVar(&o.json, "json", false, "print the figures as JSON instead of a table")
@@ -120,6 +151,12 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.IntVar(&o.jobs, "jobs", 200, "jobs of the wakeup scenario, one after another")
 	fs.DurationVar(&o.poll, "poll", 10*time.Millisecond, "interval of the wakeup scenario's GetJob poll loop")
 	fs.StringVar(&o.postgres, "postgres", "", "PostgreSQL `URL` (postgres://...) to also measure jobwatch on, in schemas the bench creates and drops; empty: SQLite only")
+	fs.StringVar(&depths, "depths", "2000,20000,200000,1000000", "comma-separated `counts` of queued jobs the burndown scenario burns down, each on a fresh database")
+	fs.IntVar(&o.burndownSlots, "burndown-slots", 100, "worker slots (concurrent jobs) of the burndown scenario")
+	fs.IntVar(&o.burndownRPCWorkers, "burndown-rpc-workers", 4, "remote Workers sharing --burndown-slots over RPC in the burndown scenario, each with a client of its own")
+	fs.IntVar(&o.burndownSubmitters, "burndown-submitters", 8, "goroutines inserting jobs in the burndown scenario")
+	fs.StringVar(&modes, "burndown-modes", "inproc,rpc", "comma-separated `modes` of the burndown scenario: inproc, rpc")
+	fs.DurationVar(&o.burndownCap, "burndown-cap", 5*time.Minute, "longest one burn-down may take (not counting its inserts); past it the run reports the rate of the part done")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to `file` (the in-process scenario runs in it; the servers do not)")
 	fs.StringVar(&o.serveFloor, "serve-floor", "", "internal: serve the floor on `host:port` instead of measuring (the bench starts it so)")
 	if err := parseFlags(fs, args); err != nil {
@@ -132,7 +169,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	for _, s := range splitList(o.scenarioArg) {
 		switch {
 		case s == "all":
-			for _, n := range benchScenarios {
+			for _, n := range benchAll {
 				o.scenarios[n] = true
 			}
 		case s == "throughput":
@@ -150,17 +187,35 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	if o.parked, err = parseCounts("parked", parked); err != nil {
 		return o, err
 	}
+	if o.depths, err = parseCounts("depths", depths); err != nil {
+		return o, err
+	}
+	if len(o.depths) == 0 {
+		return o, usageError{"--depths: no depth given"}
+	}
+	for _, m := range splitList(modes) {
+		if m != modeInproc && m != modeRPC {
+			return o, usageError{fmt.Sprintf("--burndown-modes: unknown mode %q (known: inproc, rpc)", m)}
+		}
+		if !slices.Contains(o.burndownModes, m) {
+			o.burndownModes = append(o.burndownModes, m)
+		}
+	}
+	if len(o.burndownModes) == 0 {
+		return o, usageError{"--burndown-modes: no mode given"}
+	}
 	if o.codec != "proto" && o.codec != "json" {
 		return o, usageError{fmt.Sprintf("--codec must be proto or json, got %q", o.codec)}
 	}
 	for name, n := range map[string]int{"workers": o.workers, "submitters": o.submitters, "backlog": o.backlog,
 		"inproc-workers": o.inprocWorkers, "inproc-submitters": o.inprocSubmitters,
-		"conns": o.conns, "probes": o.probes, "short-calls": o.shortCalls, "jobs": o.jobs} {
+		"conns": o.conns, "probes": o.probes, "short-calls": o.shortCalls, "jobs": o.jobs,
+		"burndown-slots": o.burndownSlots, "burndown-rpc-workers": o.burndownRPCWorkers, "burndown-submitters": o.burndownSubmitters} {
 		if n <= 0 {
 			return o, usageError{fmt.Sprintf("--%s must be positive, got %d", name, n)}
 		}
 	}
-	for name, d := range map[string]time.Duration{"duration": o.duration, "idle": o.idle, "poll": o.poll} {
+	for name, d := range map[string]time.Duration{"duration": o.duration, "idle": o.idle, "poll": o.poll, "burndown-cap": o.burndownCap} {
 		if d <= 0 {
 			return o, usageError{fmt.Sprintf("--%s must be positive, got %v", name, d)}
 		}
@@ -248,6 +303,14 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return fmt.Errorf("throughput-inproc: %w", err)
 			}
 			res.Results["jobwatch"].ThroughputInprocPerS = &v
+			continue
+		}
+		if name == "burndown" {
+			f, err := b.burndown(ctx, servers[len(servers)-1])
+			if err != nil {
+				return fmt.Errorf("burndown: %w", err)
+			}
+			res.Results["jobwatch"].Burndown = f
 			continue
 		}
 		for _, s := range servers {
@@ -339,7 +402,7 @@ func (b *benchRun) clients(base string) (cs []*client.Client, closeAll func()) {
 }
 
 func (o benchOptions) settings() benchSettings {
-	return benchSettings{
+	s := benchSettings{
 		Scenarios: strings.Split(o.scenarioArg, ","), Codec: o.codec,
 		Workers: o.workers, Submitters: o.submitters, Backlog: o.backlog,
 		InprocWorkers: o.inprocWorkers, InprocSubmitters: o.inprocSubmitters,
@@ -348,6 +411,11 @@ func (o benchOptions) settings() benchSettings {
 		ShortCalls: o.shortCalls, IdleS: o.idle.Seconds(), SettleS: o.settle.Seconds(), Jobs: o.jobs, PollMS: ms(o.poll),
 		Before: o.before, Postgres: o.postgres != "",
 	}
+	if o.scenarios["burndown"] {
+		s.Burndown = &burndownSettings{Depths: o.depths, Slots: o.burndownSlots, RPCWorkers: o.burndownRPCWorkers,
+			Submitters: o.burndownSubmitters, Modes: o.burndownModes, CapS: o.burndownCap.Seconds()}
+	}
+	return s
 }
 
 // ms is d in milliseconds, for the figures.

@@ -53,6 +53,8 @@ type benchSettings struct {
 	// Postgres: jobwatch was also measured on PostgreSQL (the URL is
 	// left out: it may hold a password).
 	Postgres bool `json:"postgres,omitempty"`
+	// Burndown: the burndown scenario's flags, when it ran.
+	Burndown *burndownSettings `json:"burndown,omitempty"`
 }
 
 // serverFigures are one server's figures.
@@ -64,6 +66,8 @@ type serverFigures struct {
 	Wakeup               *wakeupFigures  `json:"wakeup,omitempty"`
 	// Postgres: jobwatch's figures on PostgreSQL, with --postgres.
 	Postgres *postgresFigures `json:"postgres,omitempty"`
+	// Burndown: the burndown scenario (jobwatch only).
+	Burndown *burndownFigures `json:"burndown,omitempty"`
 }
 
 // fanoutFigures: N callers parked on one job; the time from the worker's
@@ -220,6 +224,7 @@ func (r *benchResult) rows() []benchRow {
 		wake(fmt.Sprintf("one at a time: GetJob every %v p50, ms behind the reply", poll), func(w *wakeupFigures) float64 { return w.PollBehindP50MS }),
 		wake(fmt.Sprintf("one at a time: GetJob every %v p99, ms behind the reply", poll), func(w *wakeupFigures) float64 { return w.PollBehindP99MS }),
 	)
+	rows = append(rows, r.burndownRows()...)
 	if !s.Postgres {
 		return rows
 	}
@@ -310,4 +315,76 @@ func formatFigure(v float64) string {
 	default:
 		return strconv.FormatFloat(v, 'f', 3, 64)
 	}
+}
+
+// burndownRows are the rows of the burndown scenario's runs, in the order
+// they ran: for each burn-down its jobs/s, claim p50 and p99, its insert
+// rate in process, and how many jobs it completed if --burndown-cap cut
+// it short; then the steady loop's.
+func (r *benchResult) burndownRows() []benchRow {
+	if r.Settings.Burndown == nil {
+		return nil
+	}
+	var runs []burndownRunFigures
+	var steady []steadyFigures
+	for _, name := range r.Servers {
+		if f := r.Results[name]; f != nil && f.Burndown != nil {
+			runs, steady = append(runs, f.Burndown.Runs...), append(steady, f.Burndown.Steady...)
+		}
+	}
+	o := benchOptions{burndownSlots: r.Settings.Burndown.Slots, burndownRPCWorkers: r.Settings.Burndown.RPCWorkers}
+	var rows []benchRow
+	for _, run := range runs {
+		label := fmt.Sprintf("burn-down of %d queued, %s, %s: ", run.Depth, modeLabel(run.Mode, o), storeLabel(run.Store))
+		get := func(v func(burndownRunFigures) (float64, bool)) func(*serverFigures) (float64, bool) {
+			return func(f *serverFigures) (float64, bool) {
+				if f.Burndown == nil {
+					return 0, false
+				}
+				i := slices.IndexFunc(f.Burndown.Runs, func(x burndownRunFigures) bool {
+					return x.Mode == run.Mode && x.Store == run.Store && x.Depth == run.Depth
+				})
+				if i < 0 {
+					return 0, false
+				}
+				return v(f.Burndown.Runs[i])
+			}
+		}
+		rows = append(rows,
+			benchRow{label + "jobs/s", get(func(x burndownRunFigures) (float64, bool) { return x.BurndownPerS, true })},
+			benchRow{label + "claim p50, ms", get(func(x burndownRunFigures) (float64, bool) { return x.P50MS, true })},
+			benchRow{label + "claim p99, ms", get(func(x burndownRunFigures) (float64, bool) { return x.P99MS, true })},
+		)
+		if run.InsertPerS != nil {
+			rows = append(rows, benchRow{label + fmt.Sprintf("inserts/s (%d submitters)", r.Settings.Burndown.Submitters),
+				get(func(x burndownRunFigures) (float64, bool) { return deref(x.InsertPerS) })})
+		}
+		if run.Completed < run.Depth {
+			rows = append(rows, benchRow{label + "jobs completed before --burndown-cap",
+				get(func(x burndownRunFigures) (float64, bool) { return float64(x.Completed), true })})
+		}
+	}
+	for _, st := range steady {
+		label := fmt.Sprintf("steady, %d idle jobs waiting behind, %s, %s: ", st.Backlog, modeLabel(st.Mode, o), storeLabel(st.Store))
+		get := func(v func(steadyFigures) float64) func(*serverFigures) (float64, bool) {
+			return func(f *serverFigures) (float64, bool) {
+				if f.Burndown == nil {
+					return 0, false
+				}
+				i := slices.IndexFunc(f.Burndown.Steady, func(x steadyFigures) bool {
+					return x.Mode == st.Mode && x.Store == st.Store && x.Backlog == st.Backlog
+				})
+				if i < 0 {
+					return 0, false
+				}
+				return v(f.Burndown.Steady[i]), true
+			}
+		}
+		rows = append(rows,
+			benchRow{label + "jobs/s", get(func(x steadyFigures) float64 { return x.PerS })},
+			benchRow{label + "claim p50, ms", get(func(x steadyFigures) float64 { return x.P50MS })},
+			benchRow{label + "claim p99, ms", get(func(x steadyFigures) float64 { return x.P99MS })},
+		)
+	}
+	return rows
 }
