@@ -89,7 +89,11 @@ type WorkerConfig struct {
 	// ID names the worker in claims and in the job's worker_id. Default:
 	// hostname-pid-random.
 	ID string
-	// Concurrency is how many jobs run at once. Default 1.
+	// Concurrency is how many handlers run at once. Default 1. A job
+	// gives up its slot when its handler returns, and its outcome is
+	// reported while the slot runs the next job, as River's completer
+	// does: at most Concurrency outcomes are on their way at once, and
+	// Run returns only after every one of them has been answered.
 	Concurrency int
 	// Queues the worker claims from; empty means any.
 	Queues []string
@@ -190,6 +194,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopAfter()
 
 	slots := make(chan struct{}, w.cfg.Concurrency)
+	reports := make(chan struct{}, w.cfg.Concurrency)
 	var running sync.WaitGroup
 	r := &retrier{b: w.cfg.Backoff}
 	var runErr error
@@ -228,16 +233,18 @@ claiming:
 			running.Add(1)
 			go func() {
 				defer running.Done()
-				defer func() { <-slots }()
-				w.failUndecodable(handlerCtx, u)
+				s := &slot{slots: slots, reports: reports}
+				defer s.release()
+				w.failUndecodable(handlerCtx, s, u)
 			}()
 		}
 		for _, lease := range leases {
 			running.Add(1)
 			go func() {
 				defer running.Done()
-				defer func() { <-slots }()
-				w.run(handlerCtx, lease)
+				s := &slot{slots: slots, reports: reports}
+				defer s.release()
+				w.run(handlerCtx, s, lease)
 			}()
 		}
 		if err != nil {
@@ -325,14 +332,44 @@ func backendTransient(ctx context.Context, err error) bool {
 // with it.
 var ErrRefused = errors.New("refused")
 
+// A slot is what one claimed job holds: a place among Concurrency
+// while its handler runs, then, while its outcome is reported, a place
+// among as many reports. A job whose handler has returned thus no longer
+// keeps the next one waiting for the store's commit, and a backend that
+// cannot take reports stops the claims once every report is taken.
+type slot struct {
+	slots, reports chan struct{}
+	reporting      bool
+}
+
+// report trades the slot's place among handlers for one among reports,
+// waiting for one if all are taken.
+func (s *slot) report() {
+	if s.reporting {
+		return
+	}
+	s.reports <- struct{}{}
+	<-s.slots
+	s.reporting = true
+}
+
+// release gives up whichever place the slot holds.
+func (s *slot) release() {
+	if s.reporting {
+		<-s.reports
+	} else {
+		<-s.slots
+	}
+}
+
 // run runs one claimed job to its end and reports the outcome.
-func (w *Worker) run(ctx context.Context, lease *Lease) {
+func (w *Worker) run(ctx context.Context, s *slot, lease *Lease) {
 	job := lease.Job
 	log := w.log.With("job", job.GetId(), "kind", job.GetKind(), "attempt", job.GetAttempt())
 	h, _ := w.handler(job.GetKind())
 	if h == nil {
 		// Claims name only kinds with handlers; a handler removed since.
-		w.report(ctx, log, lease, nil, fmt.Errorf("no handler for kind %q", job.GetKind()))
+		w.report(ctx, log, s, lease, nil, fmt.Errorf("no handler for kind %q", job.GetKind()))
 		return
 	}
 
@@ -361,20 +398,22 @@ func (w *Worker) run(ctx context.Context, lease *Lease) {
 	case errors.Is(cause, ErrWorkerStopped):
 		result, err = nil, workerStoppedError{}
 	}
-	w.report(ctx, log, lease, result, err)
+	w.report(ctx, log, s, lease, result, err)
 }
 
 // failUndecodable fails a job claimed under a lease that the backend
 // could not decode, with error.type "UndecodableJob".
-func (w *Worker) failUndecodable(ctx context.Context, u *UndecodableJobError) {
+func (w *Worker) failUndecodable(ctx context.Context, s *slot, u *UndecodableJobError) {
 	log := w.log.With("job", u.JobID)
 	log.Error("claimed a job that cannot be decoded; failing it", "err", u.Err)
-	w.report(ctx, log, &Lease{Job: &jobwatchv1.Job{Id: u.JobID}, ID: u.LeaseID}, nil, u)
+	w.report(ctx, log, s, &Lease{Job: &jobwatchv1.Job{Id: u.JobID}, ID: u.LeaseID}, nil, u)
 }
 
 // report completes or fails the job, retrying transient failures for as
-// long as the lease can still be held.
-func (w *Worker) report(ctx context.Context, log *slog.Logger, lease *Lease, result any, herr error) {
+// long as the lease can still be held. It first hands s's place among
+// handlers to the next job.
+func (w *Worker) report(ctx context.Context, log *slog.Logger, s *slot, lease *Lease, result any, herr error) {
+	s.report()
 	ttl := lease.TTL
 	if ttl <= 0 {
 		ttl = 30 * time.Second

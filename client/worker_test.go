@@ -464,6 +464,99 @@ func TestWorkerRunsAtMostConcurrencyJobsAtOnce(t *testing.T) {
 	})
 }
 
+// heldReportsBackend holds every Complete until release closes, counting
+// those it holds.
+type heldReportsBackend struct {
+	client.WorkerBackend
+	held    chan string // the job of each Complete as it arrives
+	release chan struct{}
+	done    func() // closes release
+}
+
+func (b *heldReportsBackend) Complete(ctx context.Context, l *client.Lease, result json.RawMessage) error {
+	b.held <- l.Job.GetId()
+	<-b.release
+	return b.WorkerBackend.Complete(ctx, l, result)
+}
+
+// A job whose handler returned gives its slot to the next job while its
+// outcome is on its way, as River's completer does; outcomes on their way
+// are bounded by Concurrency, and Run waits for every one of them.
+func TestWorkerRunsTheNextJobWhileAnOutcomeIsOnItsWay(t *testing.T) {
+	var held *heldReportsBackend
+	wrap := func(b client.WorkerBackend) client.WorkerBackend {
+		release := make(chan struct{})
+		held = &heldReportsBackend{WorkerBackend: b, held: make(chan string, 10), release: release,
+			done: sync.OnceFunc(func() { close(release) })}
+		return held
+	}
+	started := make(chan string, 10)
+	forEachBackend(t, client.WorkerConfig{Concurrency: 1}, wrap, func(w *client.Worker) {
+		w.Handle("quick", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+			started <- j.GetId()
+			return "done", nil
+		})
+	}, func(t *testing.T, env *workerEnv) {
+		t.Cleanup(held.done)
+		next := func(ch chan string, what string) string {
+			t.Helper()
+			select {
+			case id := <-ch:
+				return id
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no %s", what)
+				return ""
+			}
+		}
+		var ids []string
+		for range 3 {
+			ids = append(ids, env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "quick"}))
+		}
+		// The first job's outcome is held; the second job runs meanwhile.
+		first := next(started, "first job started")
+		if got := next(held.held, "first outcome reported"); got != first {
+			t.Fatalf("the outcome of %s came first, want %s's", got, first)
+		}
+		next(started, "second job started while the first's outcome was on its way")
+		// One outcome is on its way and Concurrency is 1: the second
+		// job keeps its slot until that one is answered, so the third
+		// waits.
+		select {
+		case id := <-started:
+			t.Fatalf("job %s started with an outcome on its way, a job done and a Concurrency of 1", id)
+		case id := <-held.held:
+			t.Fatalf("the outcome of %s was sent with another on its way and a Concurrency of 1", id)
+		case <-time.After(100 * time.Millisecond):
+		}
+		env.stop()
+		select {
+		case err := <-env.run:
+			t.Fatalf("Run returned (%v) with an outcome still on its way", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		held.done()
+		select {
+		case err := <-env.run:
+			env.run <- err // for the cleanup
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return after its outcomes were answered")
+		}
+		done := 0
+		for _, id := range ids {
+			j, err := env.c.Get(context.Background(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.GetState() == jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+				done++
+			}
+		}
+		if done != 2 {
+			t.Fatalf("%d jobs SUCCEEDED, want the 2 whose outcomes were held until Run returned", done)
+		}
+	})
+}
+
 // lateClaimBackend models a claim whose answer is still on the wire when
 // the worker is told to stop: the server has handed the job out, and the
 // reply reaches the worker a moment later, unless the worker has given

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -42,6 +43,74 @@ func TestPackedChangesStayUnderTheBoundAndReadBackInOrder(t *testing.T) {
 	if !slices.Equal(got, changes) {
 		t.Errorf("read back %d changes, not the %d packed, in order", len(got), len(changes))
 	}
+}
+
+// Names a store holds need no escape, but the payload is JSON whatever
+// they hold, and reads back the same; a payload written by encoding/json
+// (as by a replica of an earlier version) reads the same too.
+func TestPackedChangesReadBackWhateverTheirStringsHold(t *testing.T) {
+	odd := []string{`quo"te`, `back\slash`, "tab\tnew\nline", "\x00nul", "caf\u00e9 \u2028", "bad \xff utf-8", ""}
+	var changes []store.Change
+	for i, v := range odd {
+		changes = append(changes, store.Change{JobID: "j" + v, Version: int64(i), Tenant: v, Kind: "k" + v,
+			Queue: v + "q", State: store.State(v), RunAt: t0.Add(time.Duration(-i) * time.Hour)})
+	}
+	for _, c := range changes {
+		want := c
+		want.JobID, want.Tenant, want.Kind, want.Queue = valid(c.JobID), valid(c.Tenant), valid(c.Kind), valid(c.Queue)
+		want.State = store.State(valid(string(c.State)))
+		payloads := packChanges([]store.Change{c}, maxPayload)
+		if len(payloads) != 1 {
+			t.Fatalf("%d payloads for one change", len(payloads))
+		}
+		if !json.Valid([]byte(payloads[0])) {
+			t.Errorf("payload %q is not JSON", payloads[0])
+		}
+		got, err := parseChanges(payloads[0])
+		if err != nil || len(got) != 1 || got[0] != want {
+			t.Errorf("parse %q: %v, %v; want %v", payloads[0], got, err, want)
+		}
+		old, err := json.Marshal([][]any{{c.JobID, c.Version, c.Tenant, c.Kind, c.Queue, string(c.State), c.RunAt.UnixMicro()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := parseChanges(string(old)); err != nil || len(got) != 1 || got[0] != want {
+			t.Errorf("parse %s (encoding/json's): %v, %v; want %v", old, got, err, want)
+		}
+	}
+}
+
+// valid is v as JSON carries it: invalid UTF-8 replaced.
+func valid(v string) string { return strings.ToValidUTF8(v, "\uFFFD") }
+
+// Whatever payload arrives, the hand-written reader agrees with
+// encoding/json's or leaves it to it.
+func FuzzParseChanges(f *testing.F) {
+	f.Add(packChanges([]store.Change{{JobID: "j_1", Version: 2, Tenant: "t", Kind: "k", Queue: "q", State: store.Queued}}, maxPayload)[0])
+	f.Add(`[["a",1,"b","c","d","e",null],["f",-2,"g","h","i","j",17]]`)
+	f.Add(`[["a\"",1,"b","c","d","e",null]]`)
+	f.Fuzz(func(t *testing.T, payload string) {
+		fast, ok := scanChanges(payload)
+		if !ok {
+			parseChanges(payload) // must not panic
+			return
+		}
+		var list [][]json.RawMessage
+		if err := json.Unmarshal([]byte(payload), &list); err != nil {
+			t.Fatalf("scanChanges read %q, which is not JSON: %v", payload, err)
+		}
+		if len(list) != len(fast) {
+			t.Fatalf("scanChanges read %d changes of %q, JSON has %d", len(fast), payload, len(list))
+		}
+		for i, fields := range list {
+			var id string
+			var version int64
+			if len(fields) != 7 || json.Unmarshal(fields[0], &id) != nil || json.Unmarshal(fields[1], &version) != nil ||
+				id != fast[i].JobID || version != fast[i].Version {
+				t.Fatalf("scanChanges read %+v from %s", fast[i], payload)
+			}
+		}
+	})
 }
 
 // A change committed without its notification (as if its replica died
