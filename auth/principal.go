@@ -18,6 +18,10 @@ const (
 	RoleWorker Role = "worker"
 	// RoleAdmin may do everything, for every tenant.
 	RoleAdmin Role = "admin"
+	// RoleMetrics may read /metrics and call nothing else: the token a
+	// Prometheus scraper is given when /metrics shares the API's port on
+	// a server with tokens (admin tokens may read it too).
+	RoleMetrics Role = "metrics"
 )
 
 // Principal is the caller a token names.

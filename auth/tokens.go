@@ -107,22 +107,25 @@ func LoadTokens(path string) (*Tokens, error) {
 //
 //	tokens:
 //	  - sha256: <64 hex digits: the SHA-256 of the token, never the token>
-//	    role: client | worker | admin
+//	    role: client | worker | admin | metrics
 //	    tenant: acme        # client: required; others: refused
 //	    tenants: [acme]     # worker only, optional: whose jobs (default all)
 //	    kinds: [enrich]     # worker only, optional: which kinds (default all)
 //
 // Unknown keys, a sha256 listed twice and keys that do not fit the role
 // are refused with their line; path only names the file in errors, which
-// never quote a value of the file (it may be a token pasted by mistake). An
-// empty file, or tokens: [], knows no token: every call that needs one is
-// refused.
+// never quote a value of the file (it may be a token pasted by mistake).
+//
+// A file that lists no token is refused (ErrNoTokens) unless it says so
+// on purpose with "tokens: []": an empty or half-written copy must not
+// lock every caller out unnoticed. "tokens: []" knows no token: every
+// call that needs one is refused until the file lists one again.
 func ParseTokens(path string, data []byte) (*Tokens, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	switch err := dec.Decode(&doc); {
 	case errors.Is(err, io.EOF):
-		return &Tokens{}, nil
+		return nil, noTokens(path)
 	case err != nil:
 		return nil, &Error{Path: path, Reason: "not valid YAML: " + unquoted(err.Error())}
 	}
@@ -133,10 +136,12 @@ func ParseTokens(path string, data []byte) (*Tokens, error) {
 	p := &parser{path: path, t: &Tokens{}, seen: map[[sha256.Size]byte]string{}}
 	root := doc.Content[0]
 	if root.ShortTag() == "!!null" {
-		return p.t, nil
+		return nil, noTokens(path)
 	}
+	listed := false // the file has a tokens key, [] included
 	p.mapping(root, "", fields{
 		"tokens": func(k string, v *yaml.Node) {
+			listed = true
 			if v.Kind != yaml.SequenceNode {
 				p.fail(v, k, "must be a list (lines starting with -), got %s", describe(v))
 				return
@@ -149,7 +154,19 @@ func ParseTokens(path string, data []byte) (*Tokens, error) {
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
 	}
+	if !listed {
+		return nil, noTokens(path)
+	}
 	return p.t, nil
+}
+
+// ErrNoTokens is why a tokens file that lists no token, without saying
+// so with "tokens: []", is refused (errors.Is finds it in ParseTokens'
+// and LoadTokens' error).
+var ErrNoTokens = errors.New(`the file lists no token; write "tokens: []" to refuse every caller on purpose`)
+
+func noTokens(path string) error {
+	return fmt.Errorf("%s: %w", path, ErrNoTokens)
 }
 
 type fields map[string]func(key string, v *yaml.Node)
@@ -204,10 +221,10 @@ func (p *parser) token(key string, n *yaml.Node) {
 				return
 			}
 			switch r := Role(s); r {
-			case RoleClient, RoleWorker, RoleAdmin:
+			case RoleClient, RoleWorker, RoleAdmin, RoleMetrics:
 				pr.Role = r
 			default:
-				p.fail(v, k, "is not a role: client, worker or admin")
+				p.fail(v, k, "is not a role: client, worker, admin or metrics")
 			}
 		},
 		"tenant": func(k string, v *yaml.Node) {
@@ -231,7 +248,7 @@ func (p *parser) token(key string, n *yaml.Node) {
 	}
 	switch {
 	case role == nil:
-		p.fail(n, key+".role", "is required: client, worker or admin")
+		p.fail(n, key+".role", "is required: client, worker, admin or metrics")
 	case pr.Role == RoleClient:
 		if tenant == nil {
 			p.fail(n, tenantKey, "is required for a client token: the tenant whose jobs it sees")
@@ -246,13 +263,17 @@ func (p *parser) token(key string, n *yaml.Node) {
 		if tenant != nil {
 			p.fail(tenant, tenantKey, "is for client tokens; a worker token names the tenants it may claim for in tenants")
 		}
-	case pr.Role == RoleAdmin:
+	case pr.Role == RoleAdmin, pr.Role == RoleMetrics:
+		why := "an admin token, which may do everything for every tenant"
+		if pr.Role == RoleMetrics {
+			why = "a metrics token, which reads /metrics (every tenant's counts) and nothing else"
+		}
 		for _, k := range []struct {
 			n   *yaml.Node
 			key string
 		}{{tenant, tenantKey}, {tenants, tenantsKey}, {kinds, kindsKey}} {
 			if k.n != nil {
-				p.fail(k.n, k.key, "is refused for an admin token, which may do everything for every tenant")
+				p.fail(k.n, k.key, "is refused for %s", why)
 			}
 		}
 	}

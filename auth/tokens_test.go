@@ -1,6 +1,7 @@
 package auth_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -107,15 +108,44 @@ func TestGrantsKnowsWhetherAReloadKeptAToken(t *testing.T) {
 	}
 }
 
-func TestAnEmptyFileKnowsNoToken(t *testing.T) {
-	for _, data := range []string{"", "tokens: []\n", "# nothing yet\n"} {
+// TestAFileThatListsNoTokenIsRefusedUnlessItSaysSo: an empty or
+// half-written file (nothing, a comment, a document with no tokens key)
+// is refused, naming the file and how to lock everyone out on purpose;
+// "tokens: []" is that purpose and knows no token.
+func TestAFileThatListsNoTokenIsRefusedUnlessItSaysSo(t *testing.T) {
+	for _, data := range []string{"", "# nothing yet\n", "---\n", "{}\n", "~\n"} {
 		tokens, err := auth.ParseTokens("t.yaml", []byte(data))
-		if err != nil {
-			t.Fatalf("%q: %v", data, err)
+		if !errors.Is(err, auth.ErrNoTokens) || tokens != nil {
+			t.Errorf("%q: %v, %v; want ErrNoTokens", data, tokens, err)
+			continue
 		}
-		if tokens.Len() != 0 {
-			t.Errorf("%q: Len = %d", data, tokens.Len())
+		if !strings.Contains(err.Error(), "t.yaml: the file lists no token") || !strings.Contains(err.Error(), `"tokens: []"`) {
+			t.Errorf("%q: the refusal %q does not say what to write", data, err)
 		}
+	}
+	for _, data := range []string{"tokens: []\n", "# everyone locked out while we rotate\ntokens: []\n"} {
+		tokens, err := auth.ParseTokens("t.yaml", []byte(data))
+		if err != nil || tokens.Len() != 0 {
+			t.Errorf("%q: %v tokens, %v; want an explicit empty set", data, tokens.Len(), err)
+		}
+	}
+	if _, err := auth.ParseTokens("t.yaml", []byte("tokens:\n")); err == nil || !strings.Contains(err.Error(), "tokens: has no value") {
+		t.Errorf("tokens with no value: %v, want refused", err)
+	}
+}
+
+func TestAMetricsTokenTakesNoTenantOrKinds(t *testing.T) {
+	digest := auth.Digest("scraper-token")
+	tokens, err := auth.ParseTokens("t.yaml", []byte("tokens:\n  - {sha256: "+digest+", role: metrics}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := tokens.Lookup("scraper-token"); !ok || p.Role != auth.RoleMetrics {
+		t.Errorf("Lookup = %+v, %v; want the metrics role", p, ok)
+	}
+	_, err = auth.ParseTokens("t.yaml", []byte("tokens:\n  - {sha256: "+digest+", role: metrics, tenant: acme}\n"))
+	if err == nil || !strings.Contains(err.Error(), "tokens[0].tenant: is refused for a metrics token") {
+		t.Errorf("a metrics token with a tenant: %v", err)
 	}
 }
 
@@ -136,7 +166,7 @@ func TestParseTokensRefusesEveryMistakeWithItsLineAndKey(t *testing.T) {
 			[]string{"t.yaml:3:14: tokens[1].sha256: the same sha256 as tokens[0].sha256"}},
 		{"no sha256", "tokens:\n  - role: admin\n", []string{"t.yaml:2:5: tokens[0].sha256: is required"}},
 		{"no role", "tokens:\n  - sha256: " + digest + "\n", []string{"tokens[0].role: is required"}},
-		{"an unknown role", "tokens:\n  - {sha256: " + digest + ", role: root}\n", []string{`t.yaml:2:86: tokens[0].role: is not a role: client, worker or admin`}},
+		{"an unknown role", "tokens:\n  - {sha256: " + digest + ", role: root}\n", []string{`t.yaml:2:86: tokens[0].role: is not a role: client, worker, admin or metrics`}},
 		{"a client without a tenant", "tokens:\n  - {sha256: " + digest + ", role: client}\n", []string{"tokens[0].tenant: is required for a client token"}},
 		{"a client with kinds", "tokens:\n  - {sha256: " + digest + ", role: client, tenant: acme, kinds: [a]}\n", []string{"tokens[0].kinds: is for worker tokens"}},
 		{"a client with tenants", "tokens:\n  - {sha256: " + digest + ", role: client, tenant: acme, tenants: [a]}\n", []string{"tokens[0].tenants: is for worker tokens"}},

@@ -472,7 +472,9 @@ func (p *parser) webhook(n *yaml.Node, key string) {
 	}
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		p.fail(n, key, "%q is not an http:// or https:// URL", s)
+		// The value is not quoted: a webhook's path or query is often
+		// its secret, and this message reaches the log on a reload.
+		p.fail(n, key, "is not an http:// or https:// URL (the value is not shown: a webhook URL may hold a secret)")
 		return
 	}
 	p.f.Alerts.Webhook = s

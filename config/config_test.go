@@ -207,7 +207,7 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"a schedule with an unknown key", "schedules:\n  - {name: s, kind: k, every: 1m, cron: '* * * * *'}\n", "c.yaml:2:35: schedules[0].cron: unknown key"},
 		{"a schedule with no default queue declared under strict", "strict: true\nqueues:\n  - name: a\nschedules:\n  - {name: s, kind: k, every: 1m}\n", `c.yaml:5:5: schedules[0]: queue "default" is not declared, and strict is true`},
 		{"a schedule on an undeclared queue under strict", "strict: true\nschedules:\n  - {name: s, kind: k, queue: q, every: 1m}\n", `c.yaml:3:24: schedules[0].queue: queue "q" is not declared, and strict is true`},
-		{"a webhook that is not a URL", "alerts:\n  webhook: localhost:9000\n", `c.yaml:2:12: alerts.webhook: "localhost:9000" is not an http:// or https:// URL`},
+		{"a webhook that is not a URL", "alerts:\n  webhook: localhost:9000\n", `c.yaml:2:12: alerts.webhook: is not an http:// or https:// URL (the value is not shown: a webhook URL may hold a secret)`},
 		{"an unknown key under alerts", "alerts:\n  email: ops@example.org\n", "c.yaml:2:3: alerts.email: unknown key (known here: webhook)"},
 		{"a file that is not a mapping", "- a\n- b\n", "c.yaml:1:1: must be a mapping"},
 		{"two documents", "strict: true\n---\nstrict: false\n", "c.yaml:2:1: a config file holds one YAML document"},

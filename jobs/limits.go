@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jobwatch/jobwatch/jobtype"
@@ -48,6 +49,41 @@ const (
 	// DefaultMaxPayloadBytes is Config.MaxPayloadBytes when unset.
 	DefaultMaxPayloadBytes = 256 << 10
 )
+
+// MaxTimeOffset bounds how far from now, either way, a time a caller
+// gives (a submission's run_at) may be: 100 years of 365.25 days, on the
+// engine's clock. A time.Duration spans ±292 years, so every duration
+// the engine derives from a stored time and now (a queue's oldest queued
+// age, a job's wait until its run_at) stays representable, and exact,
+// for the next 190 years; and every such time is a valid wire timestamp
+// (years 1 to 9999). No job waits a century; a time outside the range is
+// a mistake, such as an unset date sent as 0001-01-01 (which once read
+// as "now") or a sentinel like 1700-01-01 (which once made a queue's
+// oldest queued age the largest duration there is).
+const MaxTimeOffset = 36525 * 24 * time.Hour
+
+// CheckTime refuses, as an *InvalidError naming field, a time a caller
+// gave that is more than MaxTimeOffset from now, either way, and the zero
+// time (0001-01-01T00:00:00Z), which callers mean as "unset": leave the
+// field out for that. Submit checks RunAt with it; a server calls it for
+// a time the caller sent, since the zero time is also SubmitRequest's
+// "unset".
+func (e *Engine) CheckTime(field string, t time.Time) error {
+	return checkTime(field, t, e.now())
+}
+
+func checkTime(field string, t, now time.Time) error {
+	if t.IsZero() {
+		return &InvalidError{Field: field, Reason: "0001-01-01T00:00:00Z is no time: leave " + field + " out to mean now"}
+	}
+	earliest, latest := now.Add(-MaxTimeOffset), now.Add(MaxTimeOffset)
+	if t.Before(earliest) || t.After(latest) {
+		return &InvalidError{Field: field, Reason: "must be within 100 years of now, between " +
+			earliest.UTC().Format(time.RFC3339) + " and " + latest.UTC().Format(time.RFC3339) +
+			", got " + t.UTC().Format(time.RFC3339Nano)}
+	}
+	return nil
+}
 
 // DefaultErrorType is the error type of a failure reported without one:
 // callers see only the class of an error, so it must never be empty.

@@ -35,7 +35,7 @@ type SubmitRequest struct {
 	Payload     json.RawMessage // at most Config.MaxPayloadBytes and MaxJSONDepth deep
 	UniqueKey   string
 	Hold        bool
-	RunAt       time.Time // zero: now
+	RunAt       time.Time // zero: now; else within MaxTimeOffset of now
 	MaxAttempts int32     // 0: the queue's Rules, else Config.DefaultMaxAttempts
 }
 
@@ -70,6 +70,11 @@ func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (store.Job, error)
 		return store.Job{}, err
 	}
 	now := e.now()
+	if !r.RunAt.IsZero() {
+		if err := checkTime("run_at", r.RunAt, now); err != nil {
+			return store.Job{}, err
+		}
+	}
 	j := store.Job{
 		ID:          newJobID(now),
 		Tenant:      r.Tenant,

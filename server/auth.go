@@ -19,10 +19,12 @@ import (
 // Bearer tokens are checked in one place, gate, a connect interceptor on
 // every handler of JobService, WorkerService and QueueService: connect
 // hands it the same procedure and headers for Connect, gRPC and gRPC-Web,
-// and writes its refusals in each protocol's own way. gRPC health and
-// reflection stay open (they say nothing about jobs), and so does /metrics
-// (for scrapers; it shows tenant names and counts, never a token or a
-// job): bind or firewall the port accordingly (README "Security").
+// and writes its refusals in each protocol's own way. gRPC health's
+// unary Check stays open (it says nothing about jobs); its Watch and
+// reflection take a token of any role (admitAnyToken, streams.go).
+// /metrics takes a metrics or admin token on the API's port, read by the
+// same rule (bearer), unless it is moved to a listener of its own
+// (metrics.go).
 
 // Errors a caller sees when its token does not let it in. None repeats
 // the token.
@@ -100,18 +102,32 @@ func (s *Server) admit(ctx context.Context, procedure string, header http.Header
 		// GetServerInfo is how the page learns that it needs a token.
 		return ctx, nothing, nil
 	}
-	token, ok := bearer(header)
-	if !ok {
-		return ctx, nothing, connect.NewError(connect.CodeUnauthenticated, errTokenRequired)
+	return s.admitToken(ctx, header, func(p auth.Principal) error {
+		if !may(p.Role, procedure) {
+			return connect.NewError(connect.CodePermissionDenied,
+				fmt.Errorf("a %s token may not call %s; %s", p.Role, procedure, whoMay(procedure)))
+		}
+		return nil
+	})
+}
+
+// admitToken admits a call whose bearer token the tokens know and whose
+// Principal passes check (nil: any role), as admit describes.
+func (s *Server) admitToken(ctx context.Context, header http.Header, check func(auth.Principal) error) (context.Context, func(), error) {
+	nothing := func() {}
+	token, err := bearer(header)
+	if err != nil {
+		return ctx, nothing, connect.NewError(connect.CodeUnauthenticated, err)
 	}
 	p, ok := s.tokens.Load().Lookup(token)
 	if !ok {
 		return ctx, nothing, connect.NewError(connect.CodeUnauthenticated, errTokenUnknown)
 	}
 	noteCaller(ctx, p)
-	if !may(p.Role, procedure) {
-		return ctx, nothing, connect.NewError(connect.CodePermissionDenied,
-			fmt.Errorf("a %s token may not call %s; %s", p.Role, procedure, whoMay(procedure)))
+	if check != nil {
+		if err := check(p); err != nil {
+			return ctx, nothing, err
+		}
 	}
 	ctx = auth.WithPrincipal(ctx, p)
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -138,15 +154,44 @@ func revoked(ctx context.Context) error {
 	return nil
 }
 
-// bearer reads the token of an "Authorization: Bearer <token>" header;
-// the scheme is case-insensitive (RFC 9110).
-func bearer(h http.Header) (string, bool) {
-	scheme, token, ok := strings.Cut(h.Get("Authorization"), " ")
-	token = strings.TrimSpace(token)
-	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return "", false
+// bearer reads the token of the request's one "Authorization: Bearer
+// <token>" header. It is the one rule for every protocol (Connect, gRPC,
+// gRPC-Web) over HTTP/1.1 and HTTP/2 alike:
+//
+//   - exactly one Authorization header: two or more are refused, never
+//     one of them picked, so a proxy that adds its own and a client
+//     that sends another cannot disagree on who calls;
+//   - spaces and tabs around the value are ignored, as HTTP/1.1 parsing
+//     already drops them (HTTP/2 hands them over), so " Bearer t" means
+//     the same on both;
+//   - the scheme is Bearer, in any case (RFC 9110), then one or more
+//     spaces, then the token: one or more characters, none of them a
+//     space, a tab or another control character.
+//
+// Anything else is refused with an error that says what is wrong, never
+// quoting the header (it may be a token).
+func bearer(h http.Header) (string, error) {
+	values := h.Values("Authorization")
+	switch len(values) {
+	case 0:
+		return "", errTokenRequired
+	case 1:
+	default:
+		return "", fmt.Errorf("%w: the request has %d Authorization headers; send exactly one", errTokenRequired, len(values))
 	}
-	return token, true
+	value := strings.Trim(values[0], " \t")
+	if strings.EqualFold(value, "Bearer") {
+		return "", fmt.Errorf(`%w: the Authorization header has no token after "Bearer"`, errTokenRequired)
+	}
+	scheme, token, ok := strings.Cut(value, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", fmt.Errorf(`%w: the Authorization header must read "Bearer <token>"`, errTokenRequired)
+	}
+	token = strings.TrimLeft(token, " ")
+	if strings.IndexFunc(token, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
+		return "", fmt.Errorf("%w: the token in the Authorization header contains a space, a tab or a control character", errTokenRequired)
+	}
+	return token, nil
 }
 
 // may reports whether role may call procedure: clients JobService,
@@ -245,25 +290,6 @@ func tenantFor(ctx context.Context, requested string) (string, error) {
 	}
 	return "", connect.NewError(connect.CodePermissionDenied,
 		fmt.Errorf("tenant: this token may only use tenant %q", tenant))
-}
-
-// checkJobTenant answers not_found, exactly as for a job that does not
-// exist, when a client asks for another tenant's job by id: whether the
-// job exists is none of its business. It reads the job first (a job's
-// tenant never changes, so the answer holds for the call after it).
-func (s *Server) checkJobTenant(ctx context.Context, op, id string) error {
-	tenant, confined := clientTenant(ctx)
-	if !confined {
-		return nil
-	}
-	j, err := s.engine.Get(ctx, id)
-	if err != nil {
-		return s.toConnectError(ctx, op, err)
-	}
-	if j.Tenant != tenant {
-		return s.toConnectError(ctx, op, jobs.ErrNotFound)
-	}
-	return nil
 }
 
 // workerScope narrows a claim to the worker token's tenants and kinds

@@ -2,9 +2,11 @@ package server
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 
@@ -22,15 +24,150 @@ import (
 // "RUNNING" (for JOB_STATE_RUNNING) into no filter at all.
 type jsonCodec struct{ name string }
 
-// jsonCodecs replace Connect's codecs of the same names, the binary one
-// included (see protoCodec). They answer the messages registered in
-// shared with bytes encoded once (see shared.go).
+// jsonCodecs are the options that shape how the services' messages are
+// encoded, compressed and admitted:
+//   - codecs that replace Connect's of the same names, the binary one
+//     included (see protoCodec), and answer the messages registered in
+//     shared with bytes encoded once (see shared.go);
+//   - gzip, replacing Connect's: requests inflate up to the request size
+//     limit and no further (limitedGunzip), and answers shared by many
+//     calls are compressed once (sharingGzip);
+//   - the send budget's admission of answers (sends.go), innermost, so
+//     a call waits for room only once it is let in.
 func jsonCodecs(shared *sharedResponses) []connect.HandlerOption {
 	return []connect.HandlerOption{
 		connect.WithCodec(sharingCodec{jsonCodec{"json"}, formatJSON, shared}),
 		connect.WithCodec(sharingCodec{jsonCodec{"json; charset=utf-8"}, formatJSON, shared}),
 		connect.WithCodec(sharingCodec{protoCodec{}, formatProto, shared}),
+		gzipCompression(shared),
+		connect.WithInterceptors(sendAdmission{shared}),
 	}
+}
+
+// gzipCompression replaces connect-go's gzip with limitedGunzip and
+// sharingGzip. Every handler that accepts requests needs it (health and
+// reflection too), or a gzip bomb is inflated in full to be refused.
+func gzipCompression(shared *sharedResponses) connect.HandlerOption {
+	return connect.WithCompression("gzip",
+		func() connect.Decompressor { return &limitedGunzip{shared: shared} },
+		func() connect.Compressor { return &sharingGzip{shared: shared} })
+}
+
+// limitedGunzip inflates a gzip request message and stops as soon as it
+// has inflated more than the request size limit: connect-go's own
+// inflates the rest to io.Discard to report the size, so a 509 KB bomb
+// took 524 MB of inflating to refuse. The error is a *connect.Error,
+// which connect-go answers as it is.
+type limitedGunzip struct {
+	shared *sharedResponses
+	gz     gzip.Reader
+	limit  int64 // 0: none
+	n      int64 // inflated so far
+}
+
+func (d *limitedGunzip) Reset(r io.Reader) error {
+	d.limit, d.n = d.shared.maxRequestBytes, 0
+	return d.gz.Reset(r)
+}
+
+func (d *limitedGunzip) Read(p []byte) (int, error) {
+	if d.limit > 0 && d.n > d.limit {
+		return 0, d.tooLarge()
+	}
+	n, err := d.gz.Read(p)
+	d.n += int64(n)
+	d.shared.inflated.Add(int64(n))
+	if d.limit > 0 && d.n > d.limit {
+		return n, d.tooLarge()
+	}
+	return n, err
+}
+
+func (d *limitedGunzip) tooLarge() error {
+	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+		"the request message inflates to more than %d bytes, the limit (--max-request-bytes); "+
+			"it was refused without inflating the rest: send a smaller message", d.limit))
+}
+
+func (d *limitedGunzip) Close() error { return d.gz.Close() }
+
+// sharingGzip is a gzip compressor that knows the encodings shared by
+// many calls (shared.go): connect-go hands it a message's whole encoding
+// in one Write, and when that is a shared one it writes the gzip form
+// compressed once for all its calls. 2,000 gRPC waiters accepting gzip
+// woken on one 250 KB result were compressed 2,000 times, and the last
+// answer left 8.2 s after the completion instead of 1.2 s. Anything else
+// it compresses as gzip does.
+type sharingGzip struct {
+	shared *sharedResponses
+	dst    io.Writer
+	gz     *gzip.Writer // made the first time something is compressed here
+
+	match *encodeOnce // the first Write was this shared encoding
+	state gzipState
+}
+
+type gzipState int
+
+const (
+	gzipEmpty   gzipState = iota // nothing written since Reset
+	gzipShared                   // the first Write was a shared encoding (match)
+	gzipWriting                  // compressing through gz
+)
+
+func (c *sharingGzip) Reset(w io.Writer) {
+	c.dst, c.match, c.state = w, nil, gzipEmpty
+	if c.gz != nil {
+		c.gz.Reset(w)
+	}
+}
+
+func (c *sharingGzip) writer() *gzip.Writer {
+	if c.gz == nil {
+		c.gz = gzip.NewWriter(c.dst)
+	}
+	return c.gz
+}
+
+func (c *sharingGzip) Write(p []byte) (int, error) {
+	switch c.state {
+	case gzipEmpty:
+		if o := c.shared.encodingOf(p); o != nil {
+			c.match, c.state = o, gzipShared
+			return len(p), nil
+		}
+	case gzipShared:
+		// More than one Write: compress it all here.
+		first := c.match.done.Load().b
+		c.match = nil
+		if _, err := c.writer().Write(first); err != nil {
+			return 0, err
+		}
+	}
+	c.state = gzipWriting
+	return c.writer().Write(p)
+}
+
+func (c *sharingGzip) Close() error {
+	if c.state != gzipShared {
+		return c.writer().Close()
+	}
+	o := c.match
+	c.match, c.state = nil, gzipEmpty
+	z, err := o.gzipped.get(func() ([]byte, error) {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		if _, err := zw.Write(o.done.Load().b); err != nil {
+			return nil, err
+		}
+		err := zw.Close()
+		return buf.Bytes(), err
+	}, &c.shared.compressions)
+	if err != nil {
+		return err
+	}
+	_, err = c.dst.Write(z)
+	return err
 }
 
 // protoCodec is Connect's binary codec, decoding messages nested twice as

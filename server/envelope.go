@@ -41,8 +41,12 @@ const envelopePrefixBytes = 5
 // Streaming calls are counted by callInterceptor, which sees the error;
 // unary calls fail before any interceptor runs, and countEarlyAnswers
 // counts them.
+//
+// It also logs, once the request is over, an answer that was cut because
+// its client did not read it (sends.go).
 func (s *Server) checkEnvelopes(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer s.noteSendCut(w, r)
 		if !enveloped(r.Header.Get("Content-Type")) || r.Body == nil {
 			next.ServeHTTP(w, r)
 			return

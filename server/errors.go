@@ -47,19 +47,44 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 		return connect.NewError(connect.CodeFailedPrecondition, stateErr)
 	case errors.As(err, &conflictErr):
 		return conflict(conflictErr)
-	case errors.Is(err, jobs.ErrUnavailable):
+	}
+	if cerr := callersEnd(ctx, err); cerr != nil {
+		return cerr
+	}
+	if errors.Is(err, jobs.ErrUnavailable) {
 		// The cause (locked, full, read-only) is the operator's, in the
 		// log; the caller learns what to do.
 		return connect.NewError(connect.CodeUnavailable, errRetryLater)
-	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
-		// The caller went away or gave up; nobody reads the answer.
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
-		}
-		return connect.NewError(connect.CodeCanceled, ctx.Err())
 	}
 	s.log.ErrorContext(ctx, "internal error", "op", op, "err", err)
 	return connect.NewError(connect.CodeInternal, errors.New("internal error"))
+}
+
+// callersEnd is what a call whose own context ended answers when the
+// engine or store failed because of it: the caller left (canceled) or its
+// deadline passed (deadline_exceeded), whether the store said so with the
+// context's error or in its own words (pgx may report a read cut short
+// as a lost connection, which the store calls unavailable). It also
+// answers deadline_exceeded for an error wrapping
+// context.DeadlineExceeded that is no store failure while the caller has
+// a deadline: a store stops waiting for the database a little before
+// that deadline, so that the caller hears an answer before its own
+// timeout cuts the call. A caller's deadline is never unavailable (503):
+// it says nothing of the database. nil for any other error (an
+// unexpected one stays internal, and logged, even if the caller left).
+func callersEnd(ctx context.Context, err error) *connect.Error {
+	cut := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jobs.ErrUnavailable)
+	switch {
+	case cut && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, context.DeadlineExceeded)
+	case cut && ctx.Err() != nil:
+		return connect.NewError(connect.CodeCanceled, context.Canceled)
+	case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jobs.ErrUnavailable):
+		if _, ok := ctx.Deadline(); ok {
+			return connect.NewError(connect.CodeDeadlineExceeded, context.DeadlineExceeded)
+		}
+	}
+	return nil
 }
 
 // conflict is already_exists with the active job's id in the message and

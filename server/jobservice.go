@@ -38,6 +38,25 @@ func (s *Server) capDeadline(ctx context.Context, limit time.Duration) time.Time
 	return now.Add(wait)
 }
 
+// checkClientJob answers not_found, exactly as for a job that does not
+// exist (same code, same message), when a client asks for another
+// tenant's job by id: whether the job exists is none of its business.
+// It reads the job's tenant alone, with the caller's tenant in the
+// read's WHERE, before anything of the job that grows with it (payload,
+// result) is read, so the answer takes as long for another tenant's job
+// of 256 KiB as for an id that does not exist. A job's tenant never
+// changes, so the answer holds for the call that follows.
+func (s *Server) checkClientJob(ctx context.Context, op, id string) error {
+	tenant, confined := clientTenant(ctx)
+	if !confined {
+		return nil
+	}
+	if err := s.engine.CheckScope(ctx, id, jobs.Scope{Tenants: []string{tenant}}); err != nil {
+		return s.toConnectError(ctx, op, err)
+	}
+	return nil
+}
+
 // wait parks on the engine's Wait, counted as a parked wait. It returns
 // the snapshot's wire form: when a publish woke the wait, the one built
 // for every call it woke (see shared.go).
@@ -90,10 +109,16 @@ func (h *jobService) SubmitJob(ctx context.Context, req *jobwatchv1.SubmitJobReq
 		return nil, err
 	}
 	if req.RunAt != nil {
+		// A timestamp the caller sent is a time it means: within
+		// jobs.MaxTimeOffset of now, and never the zero time, which
+		// SubmitRequest takes for "unset".
 		if err := req.RunAt.CheckValid(); err != nil {
 			return nil, invalid("run_at", err.Error())
 		}
 		r.RunAt = req.RunAt.AsTime()
+		if err := s.engine.CheckTime("run_at", r.RunAt); err != nil {
+			return nil, s.toConnectError(ctx, "submit job", err)
+		}
 	}
 	payload, err := jsonField("payload", req.GetPayload())
 	if err != nil {
@@ -128,7 +153,7 @@ func checkSubmit(req *jobwatchv1.SubmitJobRequest) error {
 }
 
 func (h *jobService) StartJob(ctx context.Context, req *jobwatchv1.StartJobRequest) (*jobwatchv1.StartJobResponse, error) {
-	if err := h.s.checkJobTenant(ctx, "start job", req.GetJobId()); err != nil {
+	if err := h.s.checkClientJob(ctx, "start job", req.GetJobId()); err != nil {
 		return nil, err
 	}
 	j, err := h.s.engine.Start(ctx, req.GetJobId())
@@ -140,9 +165,17 @@ func (h *jobService) StartJob(ctx context.Context, req *jobwatchv1.StartJobReque
 }
 
 func (h *jobService) GetJob(ctx context.Context, req *jobwatchv1.GetJobRequest) (*jobwatchv1.GetJobResponse, error) {
-	j, err := h.s.engine.Get(ctx, req.GetJobId())
-	if tenant, confined := clientTenant(ctx); err == nil && confined && j.Tenant != tenant {
-		err = jobs.ErrNotFound // as checkJobTenant, without reading the job twice
+	// A client reads its own tenant's jobs only: the tenant is in the
+	// read's WHERE, so another tenant's job is not found without a byte
+	// of it read (see checkClientJob).
+	var (
+		j   jobtype.Job
+		err error
+	)
+	if tenant, confined := clientTenant(ctx); confined {
+		j, err = h.s.engine.GetIn(ctx, tenant, req.GetJobId())
+	} else {
+		j, err = h.s.engine.Get(ctx, req.GetJobId())
 	}
 	if err != nil {
 		return nil, h.s.toConnectError(ctx, "get job", err)
@@ -188,7 +221,7 @@ func (h *jobService) ListJobs(ctx context.Context, req *jobwatchv1.ListJobsReque
 }
 
 func (h *jobService) CancelJob(ctx context.Context, req *jobwatchv1.CancelJobRequest) (*jobwatchv1.CancelJobResponse, error) {
-	if err := h.s.checkJobTenant(ctx, "cancel job", req.GetJobId()); err != nil {
+	if err := h.s.checkClientJob(ctx, "cancel job", req.GetJobId()); err != nil {
 		return nil, err
 	}
 	j, err := h.s.engine.Cancel(ctx, req.GetJobId())
@@ -200,7 +233,7 @@ func (h *jobService) CancelJob(ctx context.Context, req *jobwatchv1.CancelJobReq
 }
 
 func (h *jobService) WaitJob(ctx context.Context, req *jobwatchv1.WaitJobRequest) (*jobwatchv1.WaitJobResponse, error) {
-	if err := h.s.checkJobTenant(ctx, "wait job", req.GetJobId()); err != nil {
+	if err := h.s.checkClientJob(ctx, "wait job", req.GetJobId()); err != nil {
 		return nil, err
 	}
 	w, err := h.s.wait(ctx, req.GetJobId())
@@ -214,7 +247,7 @@ func (h *jobService) WatchJob(ctx context.Context, req *jobwatchv1.WatchJobReque
 	s := h.s
 	// Before anything is sent: another tenant's job is not_found, with
 	// no headers first that a job of its own would not have had either.
-	if err := s.checkJobTenant(ctx, "watch job", req.GetJobId()); err != nil {
+	if err := s.checkClientJob(ctx, "watch job", req.GetJobId()); err != nil {
 		return err
 	}
 	deadline, done, err := s.parkWatch(ctx, s.jobTenant(req.GetJobId()))

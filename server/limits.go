@@ -1,21 +1,21 @@
 package server
 
-// The network limits: how many connections the server holds, how long a
-// request body may take to arrive, how long a response write may stay
-// blocked on a client that stopped reading and how many bytes such
-// writes may hold together, and how many calls may park at once, in all
-// and of one tenant. Each is refused or ended with a clear answer and
-// counted on /metrics. Another
-// caller pays for it only as the longest-idle connection (no call in
-// flight) or the write blocked the longest (a client that does not read).
+// The network limits: how long a request body may take to arrive, how
+// long a response write may stay blocked on a client that stopped
+// reading and how many bytes such writes may hold together, and how many
+// calls may park at once, in all, of one tenant and of one connection.
+// (How many connections the server holds, and how many bodies may be on
+// their way, are in conns.go; health and reflection streams in
+// streams.go.) Each is refused or ended with a clear answer and counted
+// on /metrics. Another caller pays for it only as the longest-idle
+// connection (no call in flight) or the write blocked the longest (a
+// client that does not read).
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -36,20 +36,6 @@ const (
 	// DefaultSendTimeout is how long one response write may stay blocked
 	// on a client that does not read before its stream or call is ended.
 	DefaultSendTimeout = 30 * time.Second
-	// DefaultMaxPendingSendBytes bounds the bytes of large response
-	// writes under way at once, across all clients. A response is bounded
-	// (a page of jobs by jobs.MaxPageBytes, 1 MiB), but a write blocked on
-	// a client that does not read holds it, and one HTTP/2 connection can
-	// open any number of streams: 1,000 zero-window ListJobs streams held
-	// 2.2 GB for the SendTimeout. A blocked write holds about three times
-	// its bytes (the jobs, their wire form, the encoded answer), so this
-	// keeps blocked writes to a few hundred MB; writes to clients that
-	// read finish in milliseconds and never come near it.
-	DefaultMaxPendingSendBytes = 64 << 20
-	// trackedWriteBytes is the smallest write counted against
-	// MaxPendingSendBytes; smaller ones (keepalives, summaries, errors)
-	// hold too little to matter and skip the bookkeeping.
-	trackedWriteBytes = 32 << 10
 	// DefaultBodyTimeout is how long a request body may take to arrive
 	// in full, counted from the end of its headers (which have their own
 	// 10 s): at 1 MiB, the largest request, that is 100 KiB/s.
@@ -87,172 +73,81 @@ func DefaultMaxConnections() int {
 	return max(16, files-max(reservedFiles, files/8))
 }
 
-// connLimit is a listener that holds at most max connections open.
-// At the limit it first closes the connection that has been idle the
-// longest (a keep-alive connection with no call in flight), so clients
-// that made a call and keep their connection open cannot lock newcomers
-// out for the idle timeout (2 minutes). With none idle it accepts and
-// closes the new one at once: a connection left in the kernel's backlog
-// would look to its client like a server that hangs, and would wait
-// behind every slow one. A connection with a call in flight, parked calls
-// included, is never closed for a newcomer.
-type connLimit struct {
-	net.Listener
-	max     int64
-	open    atomic.Int64
-	metrics *Metrics
-	log     *slog.Logger
-
-	mu          sync.Mutex
-	idle        list.List // of *limitedConn, idle the longest first
-	refused     int64     // since the last warning
-	lastWarning time.Time // zero: none yet
-}
-
-// connLimitWarnEvery spaces the warnings of a refusing listener, so a
-// flood makes one line a minute, with a count, not one per connection.
-const connLimitWarnEvery = time.Minute
-
-func newConnLimit(ln net.Listener, limit int, metrics *Metrics, log *slog.Logger) *connLimit {
-	return &connLimit{Listener: ln, max: int64(limit), metrics: metrics, log: log}
-}
-
-func (l *connLimit) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		if !l.admit() {
-			c.Close()
-			l.metrics.connectionsRefused.Inc()
-			l.refusedOne()
-			continue
-		}
-		l.metrics.connections.Inc()
-		return &limitedConn{Conn: c, limit: l}, nil
-	}
-}
-
-// admit takes a place for a new connection, closing idle ones to make
-// room, or reports false when every place is held by a connection that
-// is busy or has not yet sent a request (which ReadHeaderTimeout bounds).
-func (l *connLimit) admit() bool {
-	for {
-		if l.open.Add(1) <= l.max {
-			return true
-		}
-		l.open.Add(-1)
-		if !l.closeLongestIdle() {
-			return false
-		}
-		l.metrics.connectionsIdleClosed.Inc()
-	}
-}
-
-// closeLongestIdle closes the connection idle the longest, which gives
-// its place back, and reports whether there was one.
-func (l *connLimit) closeLongestIdle() bool {
-	l.mu.Lock()
-	front := l.idle.Front()
-	if front == nil {
-		l.mu.Unlock()
-		return false
-	}
-	c := l.idle.Remove(front).(*limitedConn)
-	c.idle = nil
-	l.mu.Unlock()
-	c.Close()
-	return true
-}
-
-// track is the http.Server's ConnState hook: it keeps the idle list.
-// net/http calls a connection idle between HTTP/1.1 requests and when an
-// HTTP/2 connection has no stream open.
-func (l *connLimit) track(nc net.Conn, state http.ConnState) {
-	c, ok := nc.(*limitedConn)
-	if !ok {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if c.idle != nil {
-		l.idle.Remove(c.idle)
-		c.idle = nil
-	}
-	if state == http.StateIdle {
-		c.idle = l.idle.PushBack(c)
-	}
-}
-
-func (l *connLimit) refusedOne() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.refused++
-	if !l.lastWarning.IsZero() && time.Since(l.lastWarning) < connLimitWarnEvery {
-		return
-	}
-	l.log.Warn("connection limit reached: new connections are closed at once (--max-connections)",
-		"limit", l.max, "refused", l.refused)
-	l.lastWarning, l.refused = time.Now(), 0
-}
-
-// limitedConn gives its place back when closed, once.
-type limitedConn struct {
-	net.Conn
-	limit *connLimit
-	once  sync.Once
-	idle  *list.Element // in limit.idle while idle; guarded by limit.mu
-}
-
-func (c *limitedConn) Close() error {
-	c.once.Do(func() {
-		c.limit.open.Add(-1)
-		c.limit.metrics.connections.Dec()
-	})
-	return c.Conn.Close()
-}
-
-// connKey holds, in a request's context, the client connection it came
-// on (unwrapped), so the body check can ask the socket whether the client
-// has already hung up.
-type connKey struct{}
-
-func withConn(ctx context.Context, c net.Conn) context.Context {
-	if lc, ok := c.(*limitedConn); ok {
-		c = lc.Conn
-	}
-	return context.WithValue(ctx, connKey{}, c)
-}
-
-// parkedCalls counts the calls parked now against the total limit and,
-// when perTenant is set, against the limit of each tenant. A call that
-// finds either full is answered at once; nobody else's call is ended for
-// it.
+// parkedCalls counts the calls parked now against the limit of their
+// connection, the total limit and, when perTenant is set, the limit of
+// their tenant. A call that finds any full is answered at once; nobody
+// else's call is ended for it.
 type parkedCalls struct {
 	limit     int64
 	perTenant int64 // 0: no per-tenant limit
+	perConn   int64
 	n         atomic.Int64
 	metrics   *Metrics
+	conns     *connMetrics
 
 	mu      sync.Mutex
 	tenants map[string]int64 // parked calls of each tenant with any
 }
 
-func newParkedCalls(limit, perTenant int, metrics *Metrics) *parkedCalls {
+func newParkedCalls(limit, perTenant, perConn int, metrics *Metrics, conns *connMetrics) *parkedCalls {
 	return &parkedCalls{
 		limit:     int64(limit),
 		perTenant: int64(max(0, perTenant)),
+		perConn:   int64(perConn),
 		metrics:   metrics,
+		conns:     conns,
 		tenants:   map[string]int64{},
 	}
 }
 
-// park takes a place for a call of kind ("wait", "watch" or "claim") of
-// tenant, or answers why there is none: the resource_exhausted error a
-// watch or claim returns. A call whose tenant is not known (counted
-// false, or no per-tenant limit) counts against the total alone.
-func (p *parkedCalls) park(kind, tenant string, counted bool) (release func(), refused error) {
+// Kinds of parked calls, as /metrics labels them.
+const (
+	parkWaitKind       = "wait"
+	parkWatchKind      = "watch"
+	parkClaimKind      = "claim"
+	parkHealthKind     = "health_watch" // grpc.health.v1.Health/Watch
+	parkReflectionKind = "reflection"   // a gRPC reflection stream
+)
+
+// kindNoun names a kind of parked call in a refusal.
+func kindNoun(kind string) string {
+	switch kind {
+	case parkHealthKind:
+		return "health Watch"
+	case parkReflectionKind:
+		return "reflection stream"
+	}
+	return kind
+}
+
+// park takes a place for a call of kind of tenant, made on the
+// connection in ctx, or answers why there is none: the
+// resource_exhausted error a watch or claim returns. A call whose tenant
+// is not known (counted false, or no per-tenant limit) counts against its
+// connection and the total alone.
+func (p *parkedCalls) park(ctx context.Context, kind, tenant string, counted bool) (release func(), refused error) {
+	conn := connOf(ctx)
+	if conn != nil && conn.parked.Add(1) > p.perConn {
+		conn.parked.Add(-1)
+		p.conns.parkConnRefused.WithLabelValues(kind).Inc()
+		return nil, p.connLimitError(kind)
+	}
+	releaseCounted, refused := p.parkCounted(kind, tenant, counted)
+	if conn == nil {
+		return releaseCounted, refused
+	}
+	if refused != nil {
+		conn.parked.Add(-1)
+		return nil, refused
+	}
+	return func() {
+		conn.parked.Add(-1)
+		releaseCounted()
+	}, nil
+}
+
+// parkCounted takes a place of the total and of tenant.
+func (p *parkedCalls) parkCounted(kind, tenant string, counted bool) (release func(), refused error) {
 	if p.n.Add(1) > p.limit {
 		p.n.Add(-1)
 		p.metrics.parkRefused.WithLabelValues(kind).Inc()
@@ -307,7 +202,15 @@ func tenantLabel(tenant string) string {
 func (p *parkedCalls) limitError(kind string) error {
 	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
 		"the server already holds its limit of %d parked calls (waits, watches and claims; --max-parked-calls); "+
-			"retry the %s later with backoff, or ask the operator to raise the limit", p.limit, kind))
+			"retry the %s later with backoff, or ask the operator to raise the limit", p.limit, kindNoun(kind)))
+}
+
+// connLimitError is what a watch or claim gets when its connection's
+// places are taken.
+func (p *parkedCalls) connLimitError(kind string) error {
+	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+		"this connection already holds its limit of %d parked calls (waits, watches, claims and other long-lived streams); "+
+			"open another connection for more, or retry the %s later with backoff", p.perConn, kindNoun(kind)))
 }
 
 // tenantLimitError is what a watch or claim gets when its tenant's
@@ -320,7 +223,7 @@ func (p *parkedCalls) tenantLimitError(kind, tenant string) error {
 	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
 		"%s already hold their limit of %d parked calls (waits, watches and claims; --max-parked-calls-per-tenant); "+
 			"retry the %s later with backoff, close calls you no longer need, or ask the operator to raise the limit",
-		who, p.perTenant, kind))
+		who, p.perTenant, kindNoun(kind)))
 }
 
 // parkWait takes a place for a WaitJob (or SubmitJob with wait) on job
@@ -331,7 +234,7 @@ func (p *parkedCalls) tenantLimitError(kind, tenant string) error {
 // then answers the same error.
 func (s *Server) parkWait(ctx context.Context, id string) (release func(), refused error) {
 	tenant, counted := s.callTenant(ctx, s.jobTenant(id))
-	return s.parked.park("wait", tenant, counted)
+	return s.parked.park(ctx, parkWaitKind, tenant, counted)
 }
 
 // parkClaim takes a place for a ClaimJob. Its tenant is its worker
@@ -342,7 +245,7 @@ func (s *Server) parkClaim(ctx context.Context) (release func(), refused error) 
 	if p, ok := auth.FromContext(ctx); ok && len(p.Tenants) > 0 {
 		tenant = p.Tenants[0]
 	}
-	return s.parked.park("claim", tenant, counted)
+	return s.parked.park(ctx, parkClaimKind, tenant, counted)
 }
 
 // tenantOf finds the tenant a parked call counts against; ok false when
@@ -370,10 +273,10 @@ func (s *Server) jobTenant(id string) tenantOf {
 		// call's cancellation: the SQLite driver would register a
 		// context.AfterFunc with it, and the map that holds it stays
 		// with the call's context for as long as the call is parked.
-		// The read is one row by primary key.
+		// The read is the tenant of one row by primary key, none of
+		// its payload or result.
 		tenant, err := shallow.Call(func() (string, error) {
-			j, err := s.engine.Get(context.WithoutCancel(ctx), id)
-			return j.Tenant, err
+			return s.engine.TenantOf(context.WithoutCancel(ctx), id)
 		})
 		if err != nil {
 			return "", false
@@ -430,17 +333,15 @@ type exchange struct {
 	// Only the handler's goroutine writes and sets streamEnd.
 	deadline  time.Time // the write deadline in force; zero: none
 	streamEnd time.Time // set by a stream's handler: its lifetime's end
-	timedOut  bool
-	// budgetCut is set, by whichever write needed the room, when this
-	// exchange's blocked write was cut for MaxPendingSendBytes.
-	budgetCut atomic.Bool
+	// cutReason says why a write of the answer was cut ("send_timeout",
+	// "stream_lifetime"), once one was (sends.go).
+	cutReason string
 }
 
 // limits holds what the middleware needs of the server.
 type limits struct {
 	sendTimeout time.Duration
 	bodyTimeout time.Duration
-	sends       *sendBudget
 	metrics     *Metrics
 	// unbounded lists path prefixes whose request bodies are streams
 	// that stay open as long as the call: no body deadline applies.
@@ -458,6 +359,10 @@ func (l *limits) handler(next http.Handler) http.Handler {
 			limits:         l,
 			http2:          r.ProtoMajor >= 2,
 		}
+		conn := connOf(r.Context())
+		if conn != nil {
+			conn.limit.spoke(conn)
+		}
 		if !unaryProcedures[r.URL.Path] {
 			// Only a stream looks its exchange up (endStreamBy). A unary
 			// call, a parked WaitJob among them, is spared the copy of
@@ -466,7 +371,7 @@ func (l *limits) handler(next http.Handler) http.Handler {
 			r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
 		}
 		if r.Body != nil && r.Body != http.NoBody && !l.bodyIsStream(r.URL.Path) {
-			b := &limitedBody{ReadCloser: r.Body, ex: ex, ctx: r.Context()}
+			b := &limitedBody{ReadCloser: r.Body, ex: ex, ctx: r.Context(), conn: conn}
 			b.start()
 			defer b.done()
 			r.Body = b
@@ -517,45 +422,6 @@ func (ex *exchange) disarm() {
 	_ = ex.rc.SetWriteDeadline(time.Time{})
 }
 
-// wrote notes a write's outcome: one that failed at its deadline, or at
-// the HTTP/2 connection's WriteByteTimeout, was blocked on a client that
-// does not read.
-func (ex *exchange) wrote(err error) {
-	if err == nil || ex.timedOut {
-		return
-	}
-	if ex.budgetCut.Load() {
-		ex.timedOut = true
-		ex.limits.metrics.sendsCut.WithLabelValues("send_budget").Inc()
-		return
-	}
-	if ex.deadline.IsZero() {
-		return
-	}
-	if time.Now().Before(ex.deadline) && !errors.Is(err, os.ErrDeadlineExceeded) {
-		return
-	}
-	ex.timedOut = true
-	reason := "send_timeout"
-	if ex.deadline.Equal(ex.streamEnd) && !time.Now().Before(ex.deadline) {
-		reason = "stream_lifetime"
-	}
-	ex.limits.metrics.sendsCut.WithLabelValues(reason).Inc()
-}
-
-func (ex *exchange) Write(p []byte) (int, error) {
-	ex.arm()
-	ex.limits.metrics.sendsInProgress.Inc()
-	if len(p) >= trackedWriteBytes && ex.limits.sends != nil {
-		w := ex.limits.sends.start(ex, len(p))
-		defer ex.limits.sends.done(w)
-	}
-	n, err := ex.ResponseWriter.Write(p)
-	ex.limits.metrics.sendsInProgress.Dec()
-	ex.wrote(err)
-	return n, err
-}
-
 // FlushError sends what was written; it stays blocked for SendTimeout at
 // most. The deadline is the one the last Write set (writes and their
 // flush come together); it is lifted once everything is sent.
@@ -590,65 +456,6 @@ func (ex *exchange) finish() {
 	}
 }
 
-// sendBudget bounds the bytes of the large response writes under way at
-// once. A write that takes it past its limit first cuts the writes that
-// have been under way the longest, which are those of clients that do not
-// read (a client that reads takes a megabyte in milliseconds), as
-// SendTimeout would later: their streams are reset, or their HTTP/1.1
-// connections closed, and what they held is freed. A write is never cut
-// for itself, so one larger than the whole budget still goes out.
-type sendBudget struct {
-	limit int64
-
-	mu      sync.Mutex
-	pending int64     // bytes of the writes in writes
-	writes  list.List // of *pendingWrite, under way the longest first
-}
-
-type pendingWrite struct {
-	ex  *exchange
-	n   int64
-	el  *list.Element // in sendBudget.writes until done or cut; guarded by its mu
-	cut bool          // guarded by sendBudget.mu
-}
-
-// start counts a write of n bytes by ex, cutting older writes to make
-// room; done must follow once the write has returned.
-//
-// A cut write may, by a hair, have finished meanwhile; its answer is then
-// cut short. Only the write under way the longest is cut, and only while
-// the budget is full, so that is a client that does not read, or a
-// server that is overloaded.
-func (b *sendBudget) start(ex *exchange, n int) *pendingWrite {
-	w := &pendingWrite{ex: ex, n: int64(n)}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	w.el = b.writes.PushBack(w)
-	b.pending += w.n
-	for b.pending > b.limit && b.writes.Front() != w.el {
-		old := b.writes.Remove(b.writes.Front()).(*pendingWrite)
-		b.pending -= old.n
-		old.cut = true
-		// Under b.mu the cut write has not returned from done, so its
-		// handler, and the ResponseWriter the deadline is set on, are
-		// still there. A passed deadline resets an HTTP/2 stream at once
-		// and fails an HTTP/1.1 connection's blocked write.
-		old.ex.budgetCut.Store(true)
-		_ = old.ex.rc.SetWriteDeadline(time.Now())
-	}
-	return w
-}
-
-// done ends the count of a write that start began.
-func (b *sendBudget) done(w *pendingWrite) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !w.cut {
-		b.writes.Remove(w.el)
-		b.pending -= w.n
-	}
-}
-
 // limitedBody is a request body that must arrive within BodyTimeout. At
 // its end it also checks that the client is still there: a request whose
 // client hung up before it was handled must change nothing.
@@ -656,17 +463,27 @@ type limitedBody struct {
 	io.ReadCloser
 	ex       *exchange
 	ctx      context.Context
+	conn     *limitedConn // nil: not served by Serve
+	pending  *pendingBody // its place among the bodies on their way
 	doneOnce sync.Once
 }
 
 func (b *limitedBody) start() {
 	b.ex.limits.metrics.bodiesReading.Inc()
 	_ = b.ex.rc.SetReadDeadline(time.Now().Add(b.ex.limits.bodyTimeout))
+	if b.conn != nil {
+		b.pending = b.conn.limit.bodies.start(b.conn)
+	}
 }
 
 // done ends the body's count.
 func (b *limitedBody) done() {
-	b.doneOnce.Do(func() { b.ex.limits.metrics.bodiesReading.Dec() })
+	b.doneOnce.Do(func() {
+		b.ex.limits.metrics.bodiesReading.Dec()
+		if b.pending != nil {
+			b.conn.limit.bodies.done(b.pending)
+		}
+	})
 }
 
 // arrived lifts the deadline of a body that has arrived in full. An
@@ -736,7 +553,7 @@ func clientGone(ctx context.Context) bool {
 // (see callTenant).
 func (s *Server) parkWatch(ctx context.Context, of tenantOf) (deadline time.Time, done func(), err error) {
 	tenant, counted := s.callTenant(ctx, of)
-	release, refused := s.parked.park("watch", tenant, counted)
+	release, refused := s.parked.park(ctx, parkWatchKind, tenant, counted)
 	if refused != nil {
 		return time.Time{}, nil, refused
 	}

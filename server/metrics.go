@@ -4,18 +4,23 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/jobwatch/jobwatch/auth"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 // Metrics is jobwatch's Prometheus collector set. It implements
@@ -46,6 +51,10 @@ type Metrics struct {
 	abandoned             prometheus.Counter
 	sendsInProgress       prometheus.Gauge
 	sendsCut              *prometheus.CounterVec
+
+	// elsewhere: /metrics is served on a listener of its own
+	// (Server.MoveMetrics), not on the API's port.
+	elsewhere atomic.Bool
 }
 
 var _ jobs.Metrics = (*Metrics)(nil)
@@ -130,7 +139,7 @@ func NewMetrics() *Metrics {
 		}),
 		sendsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jobwatch_sends_cut_total",
-			Help: "Responses and streams ended because a write stayed blocked on a client that does not read: for --send-timeout, until the stream's --stream-lifetime, or (send_budget) while newer writes needed the room of the pending-send budget.",
+			Help: "Responses and streams ended because a write stayed blocked on a client that does not read: for --send-timeout (send_timeout) or until the stream's --stream-lifetime (stream_lifetime). Each is also counted as a failed call in jobwatch_requests_total.",
 		}, []string{"reason"}),
 	}
 }
@@ -146,8 +155,8 @@ func (m *Metrics) register(reg *prometheus.Registry, engine *jobs.Engine, log *s
 		m.connections, m.connectionsRefused, m.connectionsIdleClosed, m.parkedCalls, m.parkRefused,
 		m.parkedByTenant, m.tenantParkRefused, m.hostRefused,
 		m.bodiesReading, m.bodyTimeouts, m.abandoned, m.sendsInProgress, m.sendsCut,
-		&jobsCollector{engine: engine, log: log},
-		&alertsCollector{engine: engine, log: log},
+		&jobsCollector{counts: &jobCounts{engine: engine, log: log}},
+		&alertsCollector{engine: engine},
 	} {
 		// A Metrics shared by two servers on one registry is registered
 		// once; that is not an error.
@@ -157,70 +166,224 @@ func (m *Metrics) register(reg *prometheus.Registry, engine *jobs.Engine, log *s
 	}
 }
 
-// jobsCollector reports jobs by state, read from the store at scrape time
-// so the numbers are right across restarts and replicas.
-type jobsCollector struct {
+// What a scrape costs: the same whatever the number of jobs. Scrapes
+// read the engine's memory, never every job:
+//
+//   - jobwatch_jobs{state} comes from a count over every job
+//     (Engine.CountByState) that jobCounts keeps and shares between
+//     scrapes. It counts again only when a scrape finds it stale: a job
+//     changed since (Engine.Changes: this engine's changes and the
+//     changes of other replicas it hears), or it is older than
+//     jobCountsMaxAge (for what the engine does not hear: retention's
+//     deletes, a notification a replica lost). Two counts are at least
+//     jobCountsMinGap apart (a scrape in between waits for the next, so
+//     what it shows is never older than its own start) and never run at
+//     once (concurrent scrapes share one). So while jobs change,
+//     /metrics costs at most four counts a second however many scrapers
+//     there are; while they do not, one per jobCountsMaxAge.
+//     Across replicas sharing a database each serves the same totals,
+//     of the whole database, each at most jobCountsMaxAge behind;
+//     jobwatch_jobs_counted_timestamp_seconds says when they were
+//     counted.
+//   - jobwatch_queue_alerting comes from the sweep's memory
+//     (Engine.AlertingQueues): what the last sweep decided.
+const (
+	jobCountsMinGap = 250 * time.Millisecond
+	jobCountsMaxAge = 30 * time.Second
+	// jobCountTimeout bounds one count; a scrape that cannot get one
+	// serves the last (with its timestamp), or none before the first.
+	jobCountTimeout = 10 * time.Second
+)
+
+// jobCounts is the count of jobs by state that scrapes share.
+type jobCounts struct {
 	engine *jobs.Engine
 	log    *slog.Logger
+
+	mu        sync.Mutex
+	counts    map[store.State]int64 // nil until a count succeeds
+	countedAt time.Time             // when the last good count started
+	seq       int64                 // Engine.Changes() when it started
+	tried     time.Time             // when the last count, good or not, started
+	counting  chan struct{}         // not nil while a count runs; closed at its end
 }
 
-var jobsDesc = prometheus.NewDesc("jobwatch_jobs", "Jobs stored, by state.", []string{"state"}, nil)
+// get returns the counts and when they were counted, counting again
+// first when they are stale (see above). ok is false when no count has
+// ever succeeded.
+func (c *jobCounts) get() (counts map[store.State]int64, at time.Time, ok bool) {
+	arrived := time.Now()
+	for {
+		c.mu.Lock()
+		if running := c.counting; running != nil {
+			c.mu.Unlock()
+			<-running // bounded by jobCountsMinGap + jobCountTimeout
+			continue
+		}
+		// A count that started after this scrape did is as fresh as one
+		// of its own: under constant change a scrape waits for at most
+		// one count, never for the next and the next.
+		started := !c.countedAt.Before(arrived)
+		if c.counts != nil && (started || c.engine.Changes() == c.seq && time.Since(c.countedAt) < jobCountsMaxAge) {
+			defer c.mu.Unlock()
+			return c.counts, c.countedAt, true
+		}
+		done := make(chan struct{})
+		c.counting = done
+		wait := jobCountsMinGap - time.Since(c.tried)
+		c.mu.Unlock()
+
+		if wait > 0 {
+			time.Sleep(wait)
+		}
+		start, seq := time.Now(), c.engine.Changes()
+		ctx, cancel := context.WithTimeout(context.Background(), jobCountTimeout)
+		counts, err := c.engine.CountByState(ctx)
+		cancel()
+
+		c.mu.Lock()
+		c.tried = start
+		if err != nil {
+			c.log.Warn("count jobs for metrics; /metrics shows the last count", "counted_at", c.countedAt, "err", err)
+		} else {
+			c.counts, c.countedAt, c.seq = counts, start, seq
+		}
+		c.counting = nil
+		close(done)
+		counts, at, ok = c.counts, c.countedAt, c.counts != nil
+		c.mu.Unlock()
+		return counts, at, ok
+	}
+}
+
+// jobsCollector reports jobs by state from jobCounts.
+type jobsCollector struct{ counts *jobCounts }
+
+var (
+	jobsDesc          = prometheus.NewDesc("jobwatch_jobs", "Jobs stored, by state, in the whole database (every replica's), as counted at jobwatch_jobs_counted_timestamp_seconds: again at a scrape after any change this server makes or hears of (at most four times a second), and at least every 30 s.", []string{"state"}, nil)
+	jobsCountedAtDesc = prometheus.NewDesc("jobwatch_jobs_counted_timestamp_seconds", "When the jobwatch_jobs values were counted, in seconds since the Unix epoch.", nil, nil)
+)
 
 var allStates = []jobtype.State{
 	jobtype.Pending, jobtype.Queued, jobtype.Running,
 	jobtype.Succeeded, jobtype.Failed, jobtype.Cancelled, jobtype.Lost,
 }
 
-func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- jobsDesc }
+func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- jobsDesc
+	ch <- jobsCountedAtDesc
+}
 
 func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	counts, err := c.engine.CountByState(ctx)
-	if err != nil {
-		c.log.Warn("count jobs for metrics", "err", err)
-		ch <- prometheus.NewInvalidMetric(jobsDesc, err)
+	counts, at, ok := c.counts.get()
+	if !ok {
+		ch <- prometheus.NewInvalidMetric(jobsDesc, errors.New("jobs could not be counted yet"))
 		return
 	}
 	for _, s := range allStates {
 		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(counts[s]), string(s))
 	}
+	ch <- prometheus.MustNewConstMetric(jobsCountedAtDesc, prometheus.GaugeValue, float64(at.UnixNano())/1e9)
 }
 
-// alertsCollector reports, for each queue with an alert_after, whether it
-// is alerting, decided at scrape time from the store as ListQueues
-// decides it. Queues without alert_after have no series: their names
-// come from callers, and a gauge that is always 0 says nothing.
-type alertsCollector struct {
-	engine *jobs.Engine
-	log    *slog.Logger
-}
+// alertsCollector reports, for each queue with an alert_after, whether
+// the last sweep found it alerting. Queues without alert_after have no
+// series: their names come from callers, and a gauge that is always 0
+// says nothing.
+type alertsCollector struct{ engine *jobs.Engine }
 
 var queueAlertingDesc = prometheus.NewDesc("jobwatch_queue_alerting",
-	"1 while the queue's unfinished work has not drained for longer than its alert_after, else 0; only queues with an alert_after.",
+	"1 while the queue's unfinished work has not drained for longer than its alert_after, as of the last sweep (every second), else 0; only queues with an alert_after.",
 	[]string{"queue"}, nil)
 
 func (c *alertsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- queueAlertingDesc }
 
 func (c *alertsCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	stats, err := c.engine.QueueStats(ctx)
-	if err != nil {
-		c.log.Warn("read queues for metrics", "err", err)
-		ch <- prometheus.NewInvalidMetric(queueAlertingDesc, err)
-		return
-	}
-	for _, q := range stats {
-		if q.AlertAfter <= 0 {
-			continue
-		}
+	for name, alerting := range c.engine.AlertingQueues() {
 		v := 0.0
-		if q.Alerting {
+		if alerting {
 			v = 1
 		}
-		ch <- prometheus.MustNewConstMetric(queueAlertingDesc, prometheus.GaugeValue, v, q.Name)
+		ch <- prometheus.MustNewConstMetric(queueAlertingDesc, prometheus.GaugeValue, v, name)
 	}
+}
+
+// Who may read /metrics. It shows every tenant's name and counts (never
+// a token, a payload or a job), so:
+//
+//   - without tokens it is open, like the rest of the port (loopback
+//     only, unless --insecure);
+//   - with tokens, on the API's port, it takes an
+//     "Authorization: Bearer <token>" header (the rule of bearer) of a
+//     metrics token (jobwatch token new --role metrics, for scrapers) or
+//     an admin one: 401 without a token or with one not known, 403 for a
+//     client or worker token;
+//   - moved to a listener of its own (MoveMetrics, serve
+//     --metrics-addr), it asks for no token there, and the API's port
+//     answers /metrics 404: whoever reaches that address reads it, so
+//     bind it where only the scraper does.
+
+// metricsOnAPIPort is /metrics (metrics, the registry's handler) as
+// server.New mounts it on the API's port.
+func (s *Server) metricsOnAPIPort(metrics http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.metrics.elsewhere.Load() {
+			http.Error(w, "404 page not found: /metrics is served on its own address (serve --metrics-addr)", http.StatusNotFound)
+			return
+		}
+		if s.authRequired && !s.mayReadMetrics(w, r) {
+			return
+		}
+		metrics.ServeHTTP(w, r)
+	})
+}
+
+// MoveMetrics takes /metrics off Handler (the API's port then answers it
+// 404) and returns it, asking no token, for a listener of its own (serve
+// --metrics-addr); the handler answers /metrics only, and with CheckHost
+// refuses other Hosts as the API's port does, so that a page cannot read
+// it through DNS rebinding either. Call it before Serve. A Metrics shared
+// by several servers moves for all of them.
+func (s *Server) MoveMetrics() http.Handler {
+	s.metrics.elsewhere.Store(true)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", s.metricsHandler())
+	if s.hosts != nil {
+		return s.hosts.handler(mux)
+	}
+	return mux
+}
+
+func (s *Server) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	})
+}
+
+// mayReadMetrics checks the bearer token of a scrape on the API's port
+// and answers the refusal itself: 401 with WWW-Authenticate when there
+// is no usable token, 403 when its role may not read /metrics.
+func (s *Server) mayReadMetrics(w http.ResponseWriter, r *http.Request) bool {
+	refuse := func(status int, err error) bool {
+		if status == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="jobwatch /metrics"`)
+		}
+		http.Error(w, err.Error(), status)
+		return false
+	}
+	token, err := bearer(r.Header)
+	if err != nil {
+		return refuse(http.StatusUnauthorized, fmt.Errorf("%w (a metrics or admin token)", err))
+	}
+	p, ok := s.tokens.Load().Lookup(token)
+	if !ok {
+		return refuse(http.StatusUnauthorized, errTokenUnknown)
+	}
+	if p.Role != auth.RoleMetrics && p.Role != auth.RoleAdmin {
+		return refuse(http.StatusForbidden, fmt.Errorf("a %s token may not read /metrics; it takes a metrics token (jobwatch token new --role metrics) or an admin one", p.Role))
+	}
+	return true
 }
 
 // callInterceptor counts every RPC and logs it at debug level.
@@ -268,7 +431,19 @@ func (i *callInterceptor) done(ctx context.Context, procedure string, peer conne
 	default:
 		code = connect.CodeOf(err).String()
 	}
-	i.metrics.requests.WithLabelValues(procedure, code).Inc()
+	// A write of a stream's answer that was cut fails the stream; a
+	// unary answer is written after this returns, and counted then
+	// (countWhenSent, sends.go).
+	code = streamOutcome(ctx, code)
+	count := func(code string) {
+		i.metrics.requests.WithLabelValues(procedure, code).Inc()
+		if p, ok := callerOf(ctx); ok {
+			i.metrics.tokenRequests.WithLabelValues(string(p.Role), p.Tenant, p.TokenID, code).Inc()
+		}
+	}
+	if !countWhenSent(ctx, code, count) {
+		count(code)
+	}
 	markCounted(ctx)
 	attrs := []any{
 		"procedure", procedure,
@@ -278,7 +453,6 @@ func (i *callInterceptor) done(ctx context.Context, procedure string, peer conne
 		"duration", time.Since(start),
 	}
 	if p, ok := callerOf(ctx); ok {
-		i.metrics.tokenRequests.WithLabelValues(string(p.Role), p.Tenant, p.TokenID, code).Inc()
 		attrs = append(attrs, "role", p.Role, "tenant", p.Tenant, "token_id", p.TokenID)
 	}
 	i.log.DebugContext(ctx, "call", attrs...)
@@ -319,6 +493,7 @@ func (s *Server) countEarlyAnswers(next http.Handler) http.Handler {
 		a := &answer{ResponseWriter: w}
 		next.ServeHTTP(a, r)
 		if call.counted.Load() {
+			call.sent(w) // a cut answer counts as a failure (sends.go)
 			return
 		}
 		if code, ok := a.code(); ok {
@@ -331,7 +506,14 @@ func (s *Server) countEarlyAnswers(next http.Handler) http.Handler {
 // callInterceptor sets once it has counted the call.
 type countedCallKey struct{}
 
-type countedCall struct{ counted atomic.Bool }
+type countedCall struct {
+	counted atomic.Bool
+	// count and code: the count callInterceptor left until the answer
+	// is sent (countWhenSent, sends.go). Only the call's goroutine
+	// touches them.
+	count func(code string)
+	code  string
+}
 
 // markCounted tells countEarlyAnswers that the call in ctx was counted.
 func markCounted(ctx context.Context) {

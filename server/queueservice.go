@@ -2,12 +2,14 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/wire"
 )
 
@@ -19,7 +21,8 @@ var _ jobwatchv1connect.QueueServiceHandler = (*queueService)(nil)
 // ListQueues reports one row per queue that has QUEUED or RUNNING jobs,
 // per queue the rules declare, and "default" always, sorted by name.
 // oldest_queued_age is how long the oldest ready job has waited (unset
-// when none waits: a job scheduled for later is not waiting).
+// when none waits: a job scheduled for later is not waiting), at most 100
+// years (queuedAge).
 //
 // last_drained_at, alerting and alerting_since are kept for queues with
 // an alert_after only (see package jobs, alerts.go): last_drained_at is
@@ -57,7 +60,7 @@ func (h *queueService) ListQueues(ctx context.Context, _ *jobwatchv1.ListQueuesR
 			row.Pools = append(row.Pools, &jobwatchv1.PoolUse{Name: p.Name, Units: int32(p.Units), InUse: p.InUse})
 		}
 		if q.Waiting() {
-			row.OldestQueuedAge = durationpb.New(q.OldestQueuedAge)
+			row.OldestQueuedAge = durationpb.New(queuedAge(q.OldestQueuedAge))
 		}
 		if q.AlertAfter > 0 {
 			row.AlertAfter = durationpb.New(q.AlertAfter)
@@ -79,6 +82,18 @@ func (h *queueService) ListQueues(ctx context.Context, _ *jobwatchv1.ListQueuesR
 		Queues:        queues,
 		DepthInterval: durationpb.New(h.s.engine.Config().DepthInterval),
 	}, nil
+}
+
+// queuedAge is a queue's oldest queued age as ListQueues answers it:
+// never below zero (a job that became ready a moment ago on another
+// replica's reading of the clock) and never above jobs.MaxTimeOffset.
+// Callers cannot give a run_at further back than that, but a job stored
+// before that rule may have one (1700-01-01), and the age the engine
+// computes from it saturates at the largest time.Duration
+// (9223372036.854775807s), a figure that means nothing; it reads 100
+// years instead.
+func queuedAge(age time.Duration) time.Duration {
+	return min(max(age, 0), jobs.MaxTimeOffset)
 }
 
 // ListSchedules reports the schedules of the configuration in effect, in

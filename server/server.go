@@ -23,7 +23,6 @@ import (
 	"connectrpc.com/grpcreflect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/cors"
 
 	"github.com/jobwatch/jobwatch/auth"
@@ -42,6 +41,7 @@ type Config struct {
 	ClaimCap time.Duration
 	// StreamLifetime ends a WatchJob or WatchJobs stream (OK) after this
 	// long, so load balancers can rotate connections; clients resume.
+	// gRPC health Watch and reflection streams end (OK) after it too.
 	// Default 10m.
 	StreamLifetime time.Duration
 	// Keepalive is how often an idle stream sends a message with no job,
@@ -70,26 +70,67 @@ type Config struct {
 	// window full), freeing what it held. A stream's write is also cut at
 	// its StreamLifetime, blocked or not. Default DefaultSendTimeout (30s).
 	SendTimeout time.Duration
-	// MaxPendingSendBytes bounds the bytes of large response writes
-	// under way at once, across all clients; past it the writes under way
-	// the longest (clients that do not read) are cut, as SendTimeout
-	// would cut them later. Default DefaultMaxPendingSendBytes (64 MiB).
+	// MaxPendingSendBytes is the send budget: the bytes of answers (of
+	// 32 KiB or more) being built or held unsent, across all clients. An
+	// answer takes its bytes before it is built or encoded and gives them
+	// back once written; a call that finds no room waits its turn while
+	// answers ahead of it are sent, and gets resource_exhausted when none
+	// has been sent for 5s (or SendTimeout, if shorter). Nothing admitted
+	// is cut for another (sends.go). Default DefaultSendBudget(): a
+	// sixty-fourth of the memory the process may use, at least 64 MiB.
 	MaxPendingSendBytes int
 	// BodyTimeout is how long a request body may take to arrive in full;
 	// a slower one is answered deadline_exceeded and its connection (or
-	// HTTP/2 stream) closed. Bidi streams (gRPC reflection) are exempt.
+	// HTTP/2 stream) closed. Bidi streams (gRPC reflection) are exempt:
+	// they are bounded as parked calls, by StreamLifetime.
 	// Default DefaultBodyTimeout (10s).
 	BodyTimeout time.Duration
-	// MaxConnections bounds the client connections Serve holds. At it,
-	// the connection idle the longest (no call in flight) is closed to
-	// make room for a new one; with none idle, the new one is accepted
-	// and closed at once. Default DefaultMaxConnections(), from the
-	// open-file limit.
+	// MaxPendingBodies bounds the requests, across all clients, whose
+	// headers have arrived and whose body has not yet arrived in full.
+	// Past it Serve closes the connection whose body has been awaited the
+	// longest. Default DefaultMaxPendingBodies (2,048).
+	MaxPendingBodies int
+	// MaxConnections bounds the client connections Serve holds. A new
+	// connection that finds it reached closes the one that has been
+	// silent (no request yet) the longest; with none silent it is
+	// accepted and closed at once. Connections that have sent a request
+	// hold at most MaxConnections - MaxNewConnections places: when one
+	// more sends its first request, the one idle the longest (no call in
+	// flight) is closed for it; with none idle it takes a place of the
+	// silent ones. Default DefaultMaxConnections(), from the open-file
+	// limit.
 	MaxConnections int
+	// MaxNewConnections bounds the connections that have not sent a
+	// request yet: past it a new one closes the one silent the longest,
+	// so silent connections can only crowd out each other, never a
+	// client that has spoken. Default DefaultMaxNewConnections (an
+	// eighth of MaxConnections).
+	MaxNewConnections int
+	// FirstRequestTimeout closes a connection that has not sent its first
+	// request's headers (HTTP/1.1) or opened its first stream (HTTP/2)
+	// this long after it was accepted. Later requests' headers have
+	// 10s each from their first byte. Default
+	// DefaultFirstRequestTimeout (5s).
+	FirstRequestTimeout time.Duration
+	// MaxStreamsPerConn is the HTTP/2 streams one connection may have
+	// open at once (SETTINGS_MAX_CONCURRENT_STREAMS); past it the client
+	// waits for one to end or opens another connection (Go's HTTP
+	// client does; grpc-go waits). Default DefaultMaxStreamsPerConn
+	// (4,000).
+	MaxStreamsPerConn int
+	// MaxParkedCallsPerConn bounds the parked calls of one connection,
+	// below MaxStreamsPerConn so a client's parked calls always leave it
+	// streams for its short calls; past it a wait answers OK at once with
+	// the current state (marked with ParkedCallsHeader), and a watch, a
+	// claim, a health Watch or a reflection stream gets
+	// resource_exhausted. Default MaxStreamsPerConn less a tenth (3,600).
+	MaxParkedCallsPerConn int
 	// MaxParkedCalls bounds the WaitJob (and SubmitJob with wait),
-	// WatchJob, WatchJobs and ClaimJob calls parked at once. Beyond it a
-	// wait answers OK at once with the current state, and a watch or a
-	// claim gets resource_exhausted. Default DefaultMaxParkedCalls.
+	// WatchJob, WatchJobs and ClaimJob calls parked at once, and the
+	// gRPC health Watch and reflection streams open. Beyond it a
+	// wait answers OK at once with the current state, and a watch, a
+	// claim or another stream gets resource_exhausted. Default
+	// DefaultMaxParkedCalls.
 	MaxParkedCalls int
 	// MaxParkedCallsPerTenant bounds the parked calls of one tenant, so
 	// one tenant cannot take every place of MaxParkedCalls: past it a
@@ -165,10 +206,25 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.PingTimeout, 5*time.Second)
 	setDefault(&c.SendTimeout, DefaultSendTimeout)
 	setDefault(&c.BodyTimeout, DefaultBodyTimeout)
-	setDefault(&c.MaxPendingSendBytes, DefaultMaxPendingSendBytes)
+	if c.MaxPendingSendBytes <= 0 {
+		c.MaxPendingSendBytes = DefaultSendBudget()
+	}
 	if c.MaxConnections <= 0 {
 		c.MaxConnections = DefaultMaxConnections()
 	}
+	if c.MaxNewConnections <= 0 {
+		c.MaxNewConnections = DefaultMaxNewConnections(c.MaxConnections)
+	}
+	// Clients that spoke keep at least one place.
+	c.MaxNewConnections = max(1, min(c.MaxNewConnections, c.MaxConnections-1))
+	setDefault(&c.FirstRequestTimeout, DefaultFirstRequestTimeout)
+	setDefault(&c.MaxPendingBodies, DefaultMaxPendingBodies)
+	setDefault(&c.MaxStreamsPerConn, DefaultMaxStreamsPerConn)
+	if c.MaxParkedCallsPerConn <= 0 {
+		c.MaxParkedCallsPerConn = c.MaxStreamsPerConn - c.MaxStreamsPerConn/10
+	}
+	// At least one stream stays free of parked calls.
+	c.MaxParkedCallsPerConn = max(1, min(c.MaxParkedCallsPerConn, c.MaxStreamsPerConn-1))
 	setDefault(&c.MaxParkedCalls, DefaultMaxParkedCalls)
 	setDefault(&c.InsecureWarnEvery, DefaultInsecureWarnEvery)
 	if c.Logger == nil {
@@ -206,11 +262,17 @@ type Server struct {
 	health  *grpchealth.StaticChecker
 	handler http.Handler
 	parked  *parkedCalls
+	conns   *connMetrics
+	// stopping ends when Serve starts to shut down; health Watch and
+	// reflection streams end with it.
+	stopping    context.Context
+	stopStreams context.CancelFunc
 
 	authRequired bool // Config.Tokens was given
 	tokens       atomic.Pointer[auth.Tokens]
 	openCalls    openCalls
 	shared       sharedResponses // responses encoded once for many calls (shared.go)
+	hosts        *hostCheck      // with CheckHost: the Host check of every listener
 }
 
 // serviceNames are the services health and reflection report.
@@ -231,7 +293,10 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 		metrics: cfg.Metrics,
 		health:  grpchealth.NewStaticChecker(serviceNames...),
 	}
-	s.parked = newParkedCalls(cfg.MaxParkedCalls, cfg.MaxParkedCallsPerTenant, s.metrics)
+	s.stopping, s.stopStreams = context.WithCancel(context.Background())
+	s.conns = newConnMetrics()
+	s.conns.register(cfg.Registry, cfg.Logger)
+	s.parked = newParkedCalls(cfg.MaxParkedCalls, cfg.MaxParkedCallsPerTenant, cfg.MaxParkedCallsPerConn, s.metrics, s.conns)
 	if cfg.Tokens != nil {
 		s.authRequired = true
 		s.tokens.Store(cfg.Tokens)
@@ -258,21 +323,28 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 	mux.Handle(jobwatchv1connect.NewJobServiceHandler(&jobService{s}, opts...))
 	mux.Handle(jobwatchv1connect.NewWorkerServiceHandler(&workerService{s}, opts...))
 	mux.Handle(jobwatchv1connect.NewQueueServiceHandler(&queueService{s}, opts...))
-	mux.Handle(grpchealth.NewHandler(s.health))
+	// Health and reflection: counted and logged like every call, their
+	// streams bounded like parked calls (streams.go).
+	streamOpts := []connect.HandlerOption{
+		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
+		gzipCompression(&s.shared), // a gzip bomb is refused here too (codec.go)
+		connect.WithInterceptors(&callInterceptor{metrics: s.metrics, log: s.log}, &streamGuard{s}),
+		connect.WithRecover(s.recovered),
+	}
+	mux.Handle(grpchealth.NewHandler(s.health, streamOpts...))
 	reflector := grpcreflect.NewStaticReflector(serviceNames...)
-	reflectV1, reflectV1Handler := grpcreflect.NewHandlerV1(reflector)
-	reflectV1Alpha, reflectV1AlphaHandler := grpcreflect.NewHandlerV1Alpha(reflector)
+	reflectV1, reflectV1Handler := grpcreflect.NewHandlerV1(reflector, streamOpts...)
+	reflectV1Alpha, reflectV1AlphaHandler := grpcreflect.NewHandlerV1Alpha(reflector, streamOpts...)
 	mux.Handle(reflectV1, reflectV1Handler)
 	mux.Handle(reflectV1Alpha, reflectV1AlphaHandler)
-	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{
-		ErrorHandling: promhttp.ContinueOnError,
-		ErrorLog:      slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
-	}))
+	mux.Handle("/metrics", s.metricsOnAPIPort(s.metricsHandler()))
 	mux.Handle("/", cfg.Page)
 
+	s.setUpSends()
 	var h http.Handler = s.checkEnvelopes(mux)
 	if cfg.CheckHost {
-		h = newHostCheck(cfg.AllowedHosts, s.metrics, s.log, opts).handler(h)
+		s.hosts = newHostCheck(cfg.AllowedHosts, s.metrics, s.log, opts)
+		h = s.hosts.handler(h)
 	}
 	h = s.countEarlyAnswers(h)
 	if len(cfg.CORSOrigins) > 0 {
@@ -288,10 +360,10 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 	lim := &limits{
 		sendTimeout: cfg.SendTimeout,
 		bodyTimeout: cfg.BodyTimeout,
-		sends:       &sendBudget{limit: int64(cfg.MaxPendingSendBytes)},
 		metrics:     s.metrics,
 		// Reflection is a bidi stream: its request body is open as long
-		// as the call, so it has no deadline to arrive by.
+		// as the call, so it has no deadline to arrive by; the stream
+		// itself ends at its lifetime (streams.go).
 		unbounded: []string{reflectV1, reflectV1Alpha},
 	}
 	s.handler = lim.handler(h)
@@ -310,10 +382,6 @@ func (s *Server) recovered(ctx context.Context, spec connect.Spec, _ http.Header
 // the page at /.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Parked calls are HTTP/2 streams; a per-connection limit they could
-// exhaust would block a client's short calls behind its own long-polls.
-const maxConcurrentStreams = 1 << 20
-
 // Serve answers on ln with HTTP/1.1 and cleartext HTTP/2 (h2c with prior
 // knowledge) side by side, until ctx ends. Then it shuts down in order:
 // the engine first, so every parked WaitJob, WatchJob and ClaimJob answers
@@ -321,13 +389,16 @@ const maxConcurrentStreams = 1 << 20
 // calls in flight, then closes what is left (and logs it). It returns nil
 // once shut down, or the listener's error.
 //
-// It holds at most MaxConnections at once. There are no whole-request
-// read or write timeouts, which would cut long-polls and streams: slow
-// headers are bounded by ReadHeaderTimeout, slow bodies by BodyTimeout,
-// writes blocked on a client that does not read by SendTimeout, dead
-// clients by HTTP/2 pings, idle connections by IdleTimeout.
+// It holds at most MaxConnections at once, at most MaxNewConnections of
+// them silent (conns.go), and at most MaxStreamsPerConn streams on each.
+// There are no whole-request read or write timeouts, which would cut
+// long-polls and streams: a silent new connection is bounded by
+// FirstRequestTimeout, later requests' headers by ReadHeaderTimeout,
+// slow bodies by BodyTimeout and MaxPendingBodies, writes blocked on a
+// client that does not read by SendTimeout, dead clients by HTTP/2
+// pings, idle connections by IdleTimeout.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	limit := newConnLimit(ln, s.cfg.MaxConnections, s.metrics, s.log)
+	limit := newConnLimit(ln, s.cfg, s.metrics, s.conns, s.log)
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
@@ -335,7 +406,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		Handler:   s.handler,
 		Protocols: &protocols,
 		HTTP2: &http.HTTP2Config{
-			MaxConcurrentStreams: maxConcurrentStreams,
+			// Parked calls take at most MaxParkedCallsPerConn of these,
+			// so a client's short calls are never blocked behind its own
+			// long-polls (DefaultMaxParkedCallsPerConn).
+			MaxConcurrentStreams: s.cfg.MaxStreamsPerConn,
 			SendPingTimeout:      s.cfg.PingInterval,
 			PingTimeout:          s.cfg.PingTimeout,
 			// A client that stops reading its TCP socket blocks every
@@ -369,6 +443,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.health.SetStatus(name, grpchealth.StatusNotServing)
 	}
 	s.engine.Shutdown()
+	s.stopStreams()
 	graceCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
 	defer cancel()
 	if err := hs.Shutdown(graceCtx); err != nil {

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+	"hash/maphash"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -28,7 +30,7 @@ import (
 //
 // What is shared holds nothing of the caller: a WaitJobResponse and a
 // WatchJobResponse carry only the job, and every call that parks on a job
-// has passed checkJobTenant for it (or submitted it) before it parks, so
+// has passed checkClientJob for it (or submitted it) before it parks, so
 // all who receive a job's shared message may see the job.
 
 // wireSnapshot is a snapshot's wire form, built once per snapshot.
@@ -92,16 +94,32 @@ func (f wireFormat) String() string {
 // cleanup removes the entry once the message is garbage. The weak
 // pointer also tells an entry's own message from a new one allocated at
 // the address of a collected one before its cleanup ran.
+//
+// The compressed form is shared too: the bytes of each format are also
+// found by their content (byContent), so the gzip compressor, handed an
+// encoding it knows, writes its compressed form, compressed once per
+// format, instead of compressing it again for every call (see
+// sharingGzip).
 type sharedResponses struct {
 	entries sync.Map // uintptr (message address) → *sharedResponse
 	// encodes counts the encodings of shared messages, per format: the
 	// figure that shows one encoding serving many calls.
 	encodes [wireFormats]atomic.Int64
+	// byContent finds a shared message's encoding from its bytes.
+	byContent sync.Map // contentKey → *encodeOnce
+	// compressions counts the compressions of shared encodings.
+	compressions atomic.Int64
+
+	// Set by setUpSends (sends.go) before anything is served.
+	sends           *sendBudget
+	maxRequestBytes int64
+	inflated        atomic.Int64 // request bytes inflated, for tests
 }
 
 type sharedResponse struct {
 	is    func(msg any) bool // msg is this entry's message, still alive
 	bytes [wireFormats]encodeOnce
+	size  atomic.Int64 // proto.Size of the message, once asked (sends.go)
 }
 
 // share registers msg, which many calls are about to return, so that the
@@ -117,7 +135,18 @@ func share[T any, M interface {
 	}}
 	key := uintptr(unsafe.Pointer(msg))
 	r.entries.Store(key, e)
-	runtime.AddCleanup((*T)(msg), func(key uintptr) { r.entries.CompareAndDelete(key, e) }, key)
+	runtime.AddCleanup((*T)(msg), func(key uintptr) { r.forget(key, e) }, key)
+}
+
+// forget removes the entry of a message that is garbage, and its bytes
+// from byContent.
+func (r *sharedResponses) forget(key uintptr, e *sharedResponse) {
+	r.entries.CompareAndDelete(key, e)
+	for f := range e.bytes {
+		if enc := e.bytes[f].done.Load(); enc != nil && enc.err == nil {
+			r.byContent.CompareAndDelete(keyOf(enc.b), &e.bytes[f])
+		}
+	}
 }
 
 // lookup returns msg's entry, or nil for a message nobody shared (the
@@ -148,6 +177,62 @@ func (r *sharedResponses) lookup(msg any) *sharedResponse {
 type encodeOnce struct {
 	done atomic.Pointer[encoded]
 	mu   sync.Mutex
+	// gzipped is the gzip form of the bytes, compressed by the first call
+	// that sends them compressed.
+	gzipped lazyBytes
+}
+
+// lazyBytes is bytes made once, by the first that asks.
+type lazyBytes struct {
+	done atomic.Pointer[encoded]
+	mu   sync.Mutex
+}
+
+func (l *lazyBytes) get(make func() ([]byte, error), count *atomic.Int64) ([]byte, error) {
+	if e := l.done.Load(); e != nil {
+		return e.b, e.err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.done.Load(); e != nil {
+		return e.b, e.err
+	}
+	b, err := make()
+	count.Add(1)
+	l.done.Store(&encoded{b: b, err: err})
+	return b, err
+}
+
+// contentKey finds bytes by their length and hash.
+type contentKey struct {
+	n    int
+	hash uint64
+}
+
+// contentSeed seeds the hash of contentKey; set once, never changed.
+var contentSeed = maphash.MakeSeed()
+
+func keyOf(b []byte) contentKey { return contentKey{len(b), maphash.Bytes(contentSeed, b)} }
+
+// sharedMinBytes is the smallest encoding found by its content: below it,
+// compressing again costs less than hashing (and connect does not
+// compress under 1 KiB).
+const sharedMinBytes = 4 << 10
+
+// encodingOf returns the shared encoding whose bytes are b, or nil.
+func (r *sharedResponses) encodingOf(b []byte) *encodeOnce {
+	if len(b) < sharedMinBytes {
+		return nil
+	}
+	v, ok := r.byContent.Load(keyOf(b))
+	if !ok {
+		return nil
+	}
+	o := v.(*encodeOnce)
+	if e := o.done.Load(); e == nil || !bytes.Equal(e.b, b) {
+		return nil
+	}
+	return o
 }
 
 type encoded struct {
@@ -193,7 +278,14 @@ func (c sharingCodec) MarshalAppend(dst []byte, v any) ([]byte, error) {
 	if e == nil {
 		return c.codec.MarshalAppend(dst, v)
 	}
-	b, err := e.bytes[c.format].get(func() ([]byte, error) { return c.codec.MarshalAppend(nil, v) }, &c.shared.encodes[c.format])
+	once := &e.bytes[c.format]
+	b, err := once.get(func() ([]byte, error) {
+		b, err := c.codec.MarshalAppend(nil, v)
+		if err == nil && len(b) >= sharedMinBytes {
+			c.shared.byContent.Store(keyOf(b), once)
+		}
+		return b, err
+	}, &c.shared.encodes[c.format])
 	if err != nil {
 		return nil, err
 	}

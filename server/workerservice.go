@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/jobwatch/jobwatch/auth"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
 	"github.com/jobwatch/jobwatch/jobs"
@@ -127,7 +128,33 @@ func (s *Server) releaseClaim(ctx context.Context, j jobtype.Job, why string) {
 	s.log.InfoContext(ctx, "claim given back", "job_id", j.ID, "worker_id", j.WorkerID, "why", why)
 }
 
+// checkWorkerJob answers not_found, exactly as for a job that does not
+// exist (same code, same message), when a worker token bound to tenants
+// or kinds names a job outside them in a lease call (Heartbeat,
+// CompleteJob, FailJob): without it a real job's id would answer
+// failed_precondition (its lease is not the caller's) and a made-up one
+// not_found, telling the worker which ids exist. The job is left as it
+// was, even by a caller that holds its lease (a token narrowed by a
+// reload while its worker ran the job: the lease expires as the worker's
+// would). The check reads the job's tenant and kind alone, never its
+// payload or result (see jobs.Scope). A worker bound to nothing may
+// touch every job, and hears failed_precondition for a lease that does
+// not hold, as without tokens.
+func (s *Server) checkWorkerJob(ctx context.Context, op, id string) error {
+	p, ok := auth.FromContext(ctx)
+	if !ok || p.Role != auth.RoleWorker {
+		return nil
+	}
+	if err := s.engine.CheckScope(ctx, id, jobs.Scope{Tenants: p.Tenants, Kinds: p.Kinds}); err != nil {
+		return s.toConnectError(ctx, op, err)
+	}
+	return nil
+}
+
 func (h *workerService) Heartbeat(ctx context.Context, req *jobwatchv1.HeartbeatRequest) (*jobwatchv1.HeartbeatResponse, error) {
+	if err := h.s.checkWorkerJob(ctx, "heartbeat", req.GetJobId()); err != nil {
+		return nil, err
+	}
 	// percent out of range is clamped by the engine, not refused.
 	j, err := h.s.engine.Heartbeat(ctx, req.GetJobId(), req.GetLeaseId(), req.GetPercent(), req.GetStep())
 	if err != nil {
@@ -146,6 +173,9 @@ func (h *workerService) CompleteJob(ctx context.Context, req *jobwatchv1.Complet
 	if err != nil {
 		return nil, err
 	}
+	if err := h.s.checkWorkerJob(ctx, "complete job", req.GetJobId()); err != nil {
+		return nil, err
+	}
 	j, err := h.s.engine.Complete(ctx, req.GetJobId(), req.GetLeaseId(), result)
 	if err != nil {
 		return nil, h.s.toConnectError(ctx, "complete job", err)
@@ -155,6 +185,9 @@ func (h *workerService) CompleteJob(ctx context.Context, req *jobwatchv1.Complet
 }
 
 func (h *workerService) FailJob(ctx context.Context, req *jobwatchv1.FailJobRequest) (*jobwatchv1.FailJobResponse, error) {
+	if err := h.s.checkWorkerJob(ctx, "fail job", req.GetJobId()); err != nil {
+		return nil, err
+	}
 	// An empty type is the engine's to default (jobs.DefaultErrorType).
 	jerr := req.GetError()
 	j, err := h.s.engine.Fail(ctx, req.GetJobId(), req.GetLeaseId(),

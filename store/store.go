@@ -83,6 +83,20 @@ type ListFilter struct {
 	MaxBytes int
 }
 
+// JobRead says what ReadJob reads of one job. The zero JobRead reads the
+// whole job, whatever its tenant, as GetJob does.
+type JobRead struct {
+	// Tenant, when not "", scopes the read to that tenant's jobs: it is
+	// in the statement's WHERE, so a job of another tenant is not found
+	// and none of its columns (its payload and result least of all) is
+	// read or sent.
+	Tenant string
+	// Summary leaves Payload and Result out (nil) and the backend does
+	// not read them, so that a check of a job's tenant, kind or state
+	// costs the same for a job of 256 KiB as for one of ten bytes.
+	Summary bool
+}
+
 // ClaimFilter selects the jobs a worker may claim. Empty lists mean any.
 // Tenants filters like Kinds: a serial queue's head of another tenant
 // blocks the queue for this claim, as one of another kind does, since
@@ -428,8 +442,17 @@ type Store interface {
 	// (its id is taken); a caller that retries reads j.ID first.
 	CreateJob(ctx context.Context, j Job) (Job, error)
 
-	// GetJob returns the job with id, or ErrNotFound. Retry: safe.
+	// GetJob returns the job with id, or ErrNotFound. It is ReadJob with
+	// a zero JobRead. Retry: safe.
 	GetJob(ctx context.Context, id string) (Job, error)
+
+	// ReadJob returns the job with id as r says: only if it belongs to
+	// r.Tenant (when set), and without Payload and Result with
+	// r.Summary. A job of another tenant is ErrNotFound, as one that does
+	// not exist, and the statement reads nothing of its row but its key
+	// and tenant, so neither the answer nor its cost tells a caller
+	// confined to one tenant that the job exists. Retry: safe.
+	ReadJob(ctx context.Context, id string, r JobRead) (Job, error)
 
 	// ListJobs returns jobs matching f, newest first (by CreatedAt, ties
 	// by creation order, later first), and a token for the next page (""

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -35,7 +36,11 @@ token the file lists (jobwatch token new makes one); without it, it
 listens on loopback only. SIGINT or SIGTERM shuts it down gracefully: parked calls
 answer at once. SIGHUP reloads the --config and --tokens files; a file
 with a mistake is refused (the log names its line and key) and the one in
-effect stays; calls and streams of a token the new file removed end.
+effect stays; calls and streams of a token the new file removed end. A
+tokens file that lists no token is refused, at start and on SIGHUP,
+unless it says "tokens: []" (everyone locked out, on purpose).
+--metrics-addr moves /metrics to a listener of its own; without it, and
+with --tokens, /metrics takes a metrics or admin token.
 
 Flags:
 `
@@ -58,11 +63,23 @@ type serveFlags struct {
 	maxConnections  int
 	maxParkedCalls  int
 	maxParkedTenant int
+	conns           connFlags
 	allowedHosts    string
 	maxSendBytes    int
 	logLevel        slog.Level
 	insecure        bool
 	corsOrigins     string
+	metricsAddr     string
+}
+
+// connFlags are serve's stream and connection bounds: server.Config's
+// fields of the same names (0: the server's default).
+type connFlags struct {
+	maxStreamsPerConn   int
+	maxParkedConn       int
+	maxPendingBodies    int
+	maxNewConnections   int
+	firstRequestTimeout time.Duration
 }
 
 func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
@@ -84,17 +101,28 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.DurationVar(&f.bodyTimeout, "body-timeout", server.DefaultBodyTimeout, "a request body must arrive in full within this long, else deadline_exceeded and the connection closes")
 	fs.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections(),
 		"most client `connections` held at once, beyond which new ones are closed at once; the default is this process's open-file limit less an eighth (at least 128), kept for the database and logs")
-	fs.IntVar(&f.maxSendBytes, "max-pending-send-bytes", server.DefaultMaxPendingSendBytes,
-		"most `bytes` of large responses held at once for clients that do not read them; past it the write blocked longest is cut")
+	fs.IntVar(&f.maxSendBytes, "max-pending-send-bytes", server.DefaultSendBudget(),
+		"the send budget: most `bytes` of answers being built or held unsent at once; a call over it waits while answers ahead are sent, else gets resource_exhausted; the default is a sixty-fourth of the memory the process may use (machine, cgroup, GOMEMLIMIT), at least 64 MiB")
 	fs.IntVar(&f.maxParkedCalls, "max-parked-calls", server.DefaultMaxParkedCalls,
 		"most WaitJob, WatchJob(s) and ClaimJob `calls` parked at once; beyond it a wait answers at once, a watch or claim gets resource_exhausted")
 	fs.IntVar(&f.maxParkedTenant, "max-parked-calls-per-tenant", 0,
 		"most parked `calls` of one tenant (see the README); 0: a quarter of --max-parked-calls; set it to --max-parked-calls to turn it off")
+	fs.IntVar(&f.conns.maxStreamsPerConn, "max-streams-per-conn", server.DefaultMaxStreamsPerConn,
+		"most HTTP/2 `streams` one connection may have open at once")
+	fs.IntVar(&f.conns.maxParkedConn, "max-parked-calls-per-conn", 0,
+		"most parked `calls` (waits, watches, claims, health Watch and reflection streams) of one connection, below --max-streams-per-conn so its short calls always find a stream; 0: --max-streams-per-conn less a tenth")
+	fs.IntVar(&f.conns.maxPendingBodies, "max-pending-bodies", server.DefaultMaxPendingBodies,
+		"most `requests` whose body has not arrived yet, across all clients; past it the connection whose body has been awaited the longest is closed")
+	fs.IntVar(&f.conns.maxNewConnections, "max-new-connections", 0,
+		"most `connections` that have not sent a request yet; past it a new one closes the one silent the longest; 0: an eighth of --max-connections")
+	fs.DurationVar(&f.conns.firstRequestTimeout, "first-request-timeout", server.DefaultFirstRequestTimeout,
+		"a new connection that has not sent its first request within this long is closed")
 	fs.StringVar(&f.allowedHosts, "allowed-hosts", "",
 		"comma-separated `hosts` (name or address, with or without a port) whose Host header is answered besides loopback ones; without tokens the server refuses every other Host (DNS rebinding)")
 	fs.Var(levelFlag{&f.logLevel}, "log-level", "log `level`: debug (logs every call), info, warn or error")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without authentication")
 	fs.StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated browser `origins` allowed to call the API (\"*\" for any); empty: no CORS")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "`host:port` of a listener of its own for /metrics, which then leaves --addr; it asks for no token, so bind it where only your scraper reaches. Empty: /metrics on --addr, taking a metrics or admin token when --tokens is given")
 	if err := parseFlags(fs, args); err != nil {
 		return f, err
 	}
@@ -124,6 +152,14 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	if f.maxParkedTenant == 0 {
 		f.maxParkedTenant = max(1, f.maxParkedCalls/4)
 	}
+	if f.conns.maxStreamsPerConn < 2 || f.conns.maxPendingBodies <= 0 || f.conns.firstRequestTimeout <= 0 || f.conns.maxParkedConn < 0 || f.conns.maxNewConnections < 0 {
+		return f, usageError{"--max-streams-per-conn must be at least 2, --max-pending-bodies and --first-request-timeout positive, " +
+			"--max-parked-calls-per-conn and --max-new-connections not negative"}
+	}
+	if f.conns.maxParkedConn >= f.conns.maxStreamsPerConn {
+		return f, usageError{fmt.Sprintf("--max-parked-calls-per-conn (%d) must be below --max-streams-per-conn (%d), which leaves streams for short calls",
+			f.conns.maxParkedConn, f.conns.maxStreamsPerConn)}
+	}
 	for _, h := range splitList(f.allowedHosts) {
 		if err := server.CheckAllowedHost(h); err != nil {
 			return f, usageError{"--allowed-hosts: " + err.Error()}
@@ -136,6 +172,19 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	}
 	if err := checkLoopback(f.addr, f.insecure || f.tokens != ""); err != nil {
 		return f, err
+	}
+	if f.metricsAddr != "" {
+		// The listener asks for no token: beyond loopback it takes what
+		// --addr takes there, --tokens or --insecure, so that a server
+		// kept to this machine does not show its tenants to the network.
+		host, _, err := net.SplitHostPort(f.metricsAddr)
+		switch {
+		case err != nil:
+			return f, usageError{fmt.Sprintf("--metrics-addr %q: %v", f.metricsAddr, err)}
+		case !isLoopback(host) && !f.insecure && f.tokens == "":
+			return f, usageError{fmt.Sprintf("--metrics-addr %q is not a loopback address and there is no authentication: "+
+				"listen on 127.0.0.1 or [::1], or give --tokens or --insecure to show every tenant's counts to whoever reaches it", f.metricsAddr)}
+		}
 	}
 	return f, nil
 }
@@ -198,7 +247,9 @@ func openStore(ctx context.Context, f serveFlags, log *slog.Logger) (store.Store
 	return sqlite.OpenWith(f.db, sqlite.Config{LockTimeout: f.lockTimeout, Logger: log})
 }
 
-// dbName is --db as logs may show it: a URL without its password.
+// dbName is --db as logs may show it: a URL without its password,
+// whether in the user part or in a password or sslpassword parameter
+// (libpq reads both; pgx's own errors mask the same ones).
 func dbName(db string) string {
 	if !isPostgresURL(db) {
 		return db
@@ -206,6 +257,16 @@ func dbName(db string) string {
 	u, err := url.Parse(db)
 	if err != nil {
 		return "(a PostgreSQL URL that does not parse)"
+	}
+	q := u.Query()
+	masked := false
+	for key := range q {
+		if k := strings.ToLower(key); k == "password" || k == "sslpassword" {
+			q[key], masked = []string{"xxxxx"}, true
+		}
+	}
+	if masked {
+		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
 }
@@ -268,6 +329,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	// Never above the total, where it would only mislead.
 	cfg.MaxParkedCallsPerTenant = min(f.maxParkedTenant, f.maxParkedCalls)
+	cfg.MaxStreamsPerConn, cfg.MaxParkedCallsPerConn = f.conns.maxStreamsPerConn, f.conns.maxParkedConn
+	cfg.MaxPendingBodies, cfg.MaxNewConnections = f.conns.maxPendingBodies, f.conns.maxNewConnections
+	cfg.FirstRequestTimeout = f.conns.firstRequestTimeout
 	// Without tokens only this machine's users should reach the server;
 	// the Host check keeps out pages that reach it through a browser (DNS
 	// rebinding). A server exposed with --insecure is reachable anyway, so
@@ -277,6 +341,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.AllowedHosts = splitList(f.allowedHosts)
 	cfg.Insecure = !loopback && f.tokens == ""
 	srv := server.New(engine, cfg)
+	reloads := &tokenReloads{srv: srv, path: f.tokens, log: log, known: tokens.Len()}
 	if f.config != "" || f.tokens != "" {
 		// From here on a SIGHUP reloads the files instead of ending the process.
 		stopReloads := reloadOnHangup(log, func() {
@@ -284,7 +349,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 				reloadConfig(engine, f.config, log)
 			}
 			if f.tokens != "" {
-				reloadTokens(srv, f.tokens, log)
+				reloads.reload()
 			}
 		})
 		defer stopReloads()
@@ -294,6 +359,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	metricsAddr := "" // where /metrics listens when not on ln
+	if f.metricsAddr != "" {
+		addr, stopMetrics, err := serveMetrics(srv, f.metricsAddr, log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer stopMetrics()
+		metricsAddr = addr
+	}
 	// The engine's duties (lease expiry, retention) run until the server
 	// has stopped, so calls finishing during shutdown still see them.
 	engineCtx, stopEngine := context.WithCancel(context.Background())
@@ -301,12 +376,19 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	go func() { engineDone <- engine.Run(engineCtx) }()
 
 	attrs := []any{"addr", ln.Addr().String(), "db", dbName(f.db)}
+	if metricsAddr != "" {
+		attrs = append(attrs, "metrics_addr", metricsAddr)
+	}
 	if f.config != "" {
 		attrs = append(attrs, "config", f.config, "queues", len(rules.Queues), "strict", rules.Strict)
 	}
 	if f.tokens != "" {
 		attrs = append(attrs, "tokens", f.tokens, "tokens_known", tokens.Len())
-		log.Info("listening; every call but GetServerInfo needs a bearer token from the tokens file", attrs...)
+		if tokens.Len() == 0 {
+			log.Warn("listening; the tokens file says tokens: [], so every call but GetServerInfo is refused until it lists a token and serve gets a SIGHUP", attrs...)
+		} else {
+			log.Info("listening; every call but GetServerInfo needs a bearer token from the tokens file", attrs...)
+		}
 	} else if loopback {
 		log.Info("listening on loopback only, without authentication: any local user can call the API", attrs...)
 	} else {
@@ -325,6 +407,40 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// serveMetrics moves /metrics off the API's port to a listener of its
+// own at addr (--metrics-addr) and serves it there, over HTTP/1.1, until
+// stop is called; it returns the address it listens on. That listener
+// answers /metrics only and asks for no token.
+func serveMetrics(srv *server.Server, addr string, log *slog.Logger) (listening string, stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	hs := &http.Server{
+		Handler:           srv.MoveMetrics(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		// A scrape of a busy server takes milliseconds; a reader that
+		// takes longer is not a scraper.
+		WriteTimeout:   time.Minute,
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 16 << 10,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	return ln.Addr().String(), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := hs.Shutdown(ctx); err != nil {
+			hs.Close()
+		}
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("metrics listener stopped with an error", "err", err)
+		}
+	}, nil
 }
 
 // loadRules reads the configuration file at path into the rules the
@@ -381,17 +497,37 @@ func reloadConfig(engine *jobs.Engine, path string, log *slog.Logger) {
 		"strict", rules.Strict, "retention", rules.Retention)
 }
 
-// reloadTokens reads the tokens file at path again and hands it to srv,
-// which ends the calls of the tokens it no longer lists.
-func reloadTokens(srv *server.Server, path string, log *slog.Logger) {
-	tokens, err := auth.LoadTokens(path)
+// tokenReloads reads the tokens file again on each SIGHUP and hands it
+// to srv, which ends the calls of the tokens it no longer lists. A file
+// that lists no token is refused unless it says tokens: [] (see
+// auth.ParseTokens), and a reload that changes how many tokens there are
+// is logged at warn with both counts, so a copy that dropped half the
+// file is seen. Reloads run one at a time (reloadOnHangup).
+type tokenReloads struct {
+	srv   interface{ SetTokens(*auth.Tokens) }
+	path  string
+	log   *slog.Logger
+	known int // how many tokens the file in effect lists
+}
+
+func (r *tokenReloads) reload() {
+	tokens, err := auth.LoadTokens(r.path)
 	if err != nil {
-		log.Error("tokens reload refused; the tokens in effect stay", "tokens", path,
+		r.log.Error("tokens reload refused; the tokens in effect stay", "tokens", r.path, "tokens_known", r.known,
 			"err", strings.ReplaceAll(err.Error(), "\n", "; "))
 		return
 	}
-	srv.SetTokens(tokens)
-	log.Info("tokens reloaded", "tokens", path, "tokens_known", tokens.Len())
+	r.srv.SetTokens(tokens)
+	before := r.known
+	r.known = tokens.Len()
+	switch attrs := []any{"tokens", r.path, "tokens_before", before, "tokens_known", r.known}; {
+	case r.known == 0:
+		r.log.Warn("tokens reloaded: the file says tokens: [], so every call but GetServerInfo is now refused", attrs...)
+	case r.known != before:
+		r.log.Warn("tokens reloaded: the number of tokens changed", attrs...)
+	default:
+		r.log.Info("tokens reloaded", attrs...)
+	}
 }
 
 func splitList(s string) []string {

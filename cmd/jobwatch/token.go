@@ -16,7 +16,7 @@ import (
 	"github.com/jobwatch/jobwatch/jobs"
 )
 
-const tokenUsage = `Usage: jobwatch token new --role client|worker|admin [flags]
+const tokenUsage = `Usage: jobwatch token new --role client|worker|admin|metrics [flags]
 
 Prints a fresh random bearer token, once, and the entry to paste into the
 tokens file (serve --tokens) under "tokens:". The file keeps only the
@@ -26,6 +26,7 @@ now. SIGHUP makes serve read the file again (see the README "Security").
   jobwatch token new --role client --tenant acme
   jobwatch token new --role worker --tenants acme,globex --kinds enrich
   jobwatch token new --role admin
+  jobwatch token new --role metrics   # for a Prometheus scraper of /metrics
 
 Flags:
 `
@@ -41,7 +42,7 @@ func token(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	var role, tenant, tenants, kinds string
 	fs := newFlagSet("token new", stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, tokenUsage); fs.PrintDefaults() }
-	fs.StringVar(&role, "role", "", "`role`: what the token may do: client (its tenant's jobs), worker (WorkerService) or admin (everything)")
+	fs.StringVar(&role, "role", "", "`role`: what the token may do: client (its tenant's jobs), worker (WorkerService), admin (everything) or metrics (read /metrics only)")
 	fs.StringVar(&tenant, "tenant", "", "a client token's `tenant` (required with --role client)")
 	fs.StringVar(&tenants, "tenants", "", "a worker token's comma-separated `tenants` whose jobs it may claim (default: all)")
 	fs.StringVar(&kinds, "kinds", "", "a worker token's comma-separated job `kinds` it may claim (default: all)")
@@ -93,10 +94,14 @@ func tokenEntry(digest string, role auth.Role, tenant string, tenants, kinds []s
 		if tenant != "" || len(tenants) > 0 || len(kinds) > 0 {
 			return "", usageError{"an admin token may do everything for every tenant: --tenant, --tenants and --kinds are refused"}
 		}
+	case auth.RoleMetrics:
+		if tenant != "" || len(tenants) > 0 || len(kinds) > 0 {
+			return "", usageError{"a metrics token reads /metrics, every tenant's counts, and nothing else: --tenant, --tenants and --kinds are refused"}
+		}
 	case "":
-		return "", usageError{"--role is required: client, worker or admin"}
+		return "", usageError{"--role is required: client, worker, admin or metrics"}
 	default:
-		return "", usageError{fmt.Sprintf("--role %q: client, worker or admin", role)}
+		return "", usageError{fmt.Sprintf("--role %q: client, worker, admin or metrics", role)}
 	}
 	for flag, names := range map[string][]string{"tenant": {tenant}, "tenants": tenants, "kinds": kinds} {
 		for _, name := range names {

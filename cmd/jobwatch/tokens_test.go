@@ -117,8 +117,14 @@ func TestServeWithTokensRotatesThemOnSIGHUP(t *testing.T) {
 	if err != nil || !info.GetAuthRequired() {
 		t.Fatalf("GetServerInfo = %v, %v; want auth_required", info, err)
 	}
-	// /metrics stays open, and carries no token.
-	mresp, err := http.Get(base + "/metrics")
+	// /metrics takes a metrics or admin token on the API's port, and
+	// carries no token.
+	if mresp, err := http.Get(base + "/metrics"); err != nil || mresp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("/metrics without a token: %v, %v; want 401", mresp.Status, err)
+	}
+	mreq, _ := http.NewRequest(http.MethodGet, base+"/metrics", nil)
+	mreq.Header.Set("Authorization", "Bearer "+adminToken)
+	mresp, err := http.DefaultClient.Do(mreq)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,6 +93,27 @@ func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
 	return row.job, err
 }
 
+// ReadJob implements store.Store. The tenant is compared in the WHERE, so
+// a row of another tenant is never returned, and its payload and result,
+// stored out of line (TOAST) once they are large, are never fetched.
+func (s *Store) ReadJob(ctx context.Context, id string, r store.JobRead) (store.Job, error) {
+	selected, where, args := columns, "id = $1", []any{id}
+	if r.Summary {
+		selected = summaryColumns
+	}
+	if r.Tenant != "" {
+		where, args = where+" AND tenant = $2", append(args, r.Tenant)
+	}
+	row, err := scanJob(s.pool.QueryRow(ctx, "SELECT "+selected+" FROM jobs WHERE "+where, args...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Job{}, fmt.Errorf("job %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Job{}, fmt.Errorf("get job %s: %w", id, classify(err))
+	}
+	return row.job, nil
+}
+
 // optimisticUpdates bounds how often UpdateJob tries its write without a
 // lock: a job that other writers keep changing between its read and its
 // write (many writers of one job at once) could otherwise starve it

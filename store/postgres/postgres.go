@@ -165,6 +165,12 @@ func (s *Store) write(ctx context.Context, fn func(context.Context, *pgxpool.Con
 func (s *Store) writeOnce(ctx context.Context, fn func(context.Context, *pgxpool.Conn) error) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			// The caller left or its deadline passed while it waited:
+			// its own doing, however pgx wrapped it (a dial cut short
+			// reads as a network error), so no store failure.
+			return fmt.Errorf("wait for a connection: %w (%v)", ctx.Err(), err)
+		}
 		return classify(err)
 	}
 	defer conn.Release()

@@ -21,7 +21,9 @@
 // sharing the file. A write waits for the database (the writes ahead of it
 // in this process, then another process's write lock) at most
 // Config.LockTimeout and never past its caller's deadline; then it fails
-// with store.ErrUnavailable. Reads use a separate pool of query-only
+// with store.ErrUnavailable (at the lock timeout) or with an error
+// wrapping context.DeadlineExceeded (near the caller's deadline, which is
+// no store failure). Reads use a separate pool of query-only
 // connections and see every committed write.
 //
 // A write whose caller has gone (its context ended) while it waits, or
@@ -43,8 +45,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -66,7 +70,9 @@ const busyStep = 20 * time.Millisecond
 
 // lockDeadlineMargin is how long before its caller's deadline a write
 // stops waiting for the lock (at most a tenth of the time left), so the
-// caller hears unavailable, and why, instead of its own timeout.
+// caller hears an answer (deadline exceeded: the time was the caller's to
+// set, so it says nothing of the database) before its own timeout cuts
+// the call.
 const lockDeadlineMargin = 100 * time.Millisecond
 
 // stmtCacheSize is how many prepared statements each connection keeps
@@ -83,11 +89,14 @@ const readConns = 4
 type Config struct {
 	// LockTimeout bounds how long a write waits for the database: for the
 	// writes ahead of it in this process and for another process holding
-	// the file's write lock, together. Past it, or lockDeadlineMargin
-	// before the caller's own deadline if that comes first, the write
-	// fails with store.ErrUnavailable and writes nothing. Reads wait up to
-	// it too, though in WAL mode a held write lock does not block them.
-	// Default DefaultLockTimeout.
+	// the file's write lock, together. Past it the write fails with
+	// store.ErrUnavailable and writes nothing. A caller whose own
+	// deadline comes first stops waiting lockDeadlineMargin before it,
+	// with an error wrapping context.DeadlineExceeded, not
+	// store.ErrUnavailable: a caller's short deadline is no sign that
+	// the database is failing, and never starts an episode (health.go).
+	// Reads wait up to it too, though in WAL mode a held write lock does
+	// not block them. Default DefaultLockTimeout.
 	LockTimeout time.Duration
 	// Logger hears when writes start failing with store.ErrUnavailable
 	// (locked, disk full, read-only, unreadable): one warning with the
@@ -139,6 +148,9 @@ func OpenWith(path string, cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if err := createPrivate(path, cfg.Logger); err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, store.ErrUnavailable, err)
+	}
 	// mattn/go-sqlite3 sets these pragmas on every new connection, and
 	// writerConnector the one it has no parameter for.
 	write := sql.OpenDB(writerConnector(dsn(path, fmt.Sprintf(
@@ -187,6 +199,31 @@ func OpenWith(path string, cfg Config) (*Store, error) {
 	s.feed = openFeed(path)
 	go s.runWriter()
 	return s, nil
+}
+
+// FileMode is the mode a new database file is created with: readable
+// and writable by its owner alone, since it holds every tenant's
+// payloads and results. SQLite gives the -wal and -shm files beside it
+// the database file's mode, so they are 0600 too (less the umask).
+const FileMode fs.FileMode = 0o600
+
+// createPrivate creates the database file at path, empty, with FileMode
+// if it does not exist, before SQLite opens it (SQLite would create it
+// 0644). An existing file keeps its mode: it is the operator's; one that
+// others may read is logged at warn, with what to do.
+func createPrivate(path string, log *slog.Logger) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, FileMode)
+	if err == nil {
+		return f.Close()
+	}
+	if !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if info, err := os.Stat(path); err == nil && info.Mode().Perm()&0o077 != 0 {
+		log.Warn("the database file may be read by other users: it holds every job's payload and result; "+
+			"chmod 600 it and its -wal and -shm files", "path", path, "mode", fmt.Sprintf("%#o", info.Mode().Perm()))
+	}
+	return nil
 }
 
 // writerConnector opens the writer's connections with temp_store =
@@ -275,11 +312,12 @@ func totalChanges(ctx context.Context, tx *sql.Tx) int64 {
 // the connection.
 func (s *Store) begin(ctx context.Context) (*sql.Conn, *sql.Tx, error) {
 	start := time.Now()
-	waitCtx, cancel := context.WithDeadline(ctx, s.lockDeadline(ctx))
+	deadline, callers := s.lockDeadline(ctx)
+	waitCtx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	conn, err := s.write.Conn(waitCtx)
 	if err != nil {
-		return nil, nil, lockWaitError(ctx, start, "other writes of this process held the database", err)
+		return nil, nil, lockWaitError(ctx, start, callers, "other writes of this process held the database", err)
 	}
 	for {
 		attempt := time.Now()
@@ -301,37 +339,39 @@ func (s *Store) begin(ctx context.Context) (*sql.Conn, *sql.Tx, error) {
 		}
 		if waitCtx.Err() != nil {
 			conn.Close()
-			return nil, nil, lockWaitError(ctx, start, "another process holds the write lock", err)
+			return nil, nil, lockWaitError(ctx, start, callers, "another process holds the write lock", err)
 		}
 	}
 }
 
 // lockDeadline is when a write stops waiting for the database: after the
-// lock timeout, or lockDeadlineMargin before the caller's deadline.
-func (s *Store) lockDeadline(ctx context.Context) time.Time {
-	deadline := time.Now().Add(s.cfg.LockTimeout)
+// lock timeout, or lockDeadlineMargin before the caller's deadline,
+// whichever is sooner; callers reports that it is the caller's.
+func (s *Store) lockDeadline(ctx context.Context) (deadline time.Time, callers bool) {
+	deadline = time.Now().Add(s.cfg.LockTimeout)
 	if callerDeadline, ok := ctx.Deadline(); ok {
 		margin := min(lockDeadlineMargin, time.Until(callerDeadline)/10)
-		deadline = minTime(deadline, callerDeadline.Add(-max(0, margin)))
+		if near := callerDeadline.Add(-max(0, margin)); near.Before(deadline) {
+			return near, true
+		}
 	}
-	return deadline
+	return deadline, false
 }
 
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-// lockWaitError says why a write got no transaction: its caller left
-// (the context's error, not a store failure), or the database stayed
-// held past the lock deadline (store.ErrUnavailable, with why).
-func lockWaitError(ctx context.Context, start time.Time, why string, err error) error {
+// lockWaitError says why a write got no transaction: its caller left or
+// its caller's deadline was near (callers: the lock deadline was the
+// caller's; either is the context's error, not a store failure), or the
+// database stayed held past the lock timeout (store.ErrUnavailable, with
+// why).
+func lockWaitError(ctx context.Context, start time.Time, callers bool, why string, err error) error {
+	waited := time.Since(start).Round(time.Millisecond)
 	if ctx.Err() != nil {
 		return fmt.Errorf("wait for the database: %w", ctx.Err())
 	}
-	waited := time.Since(start).Round(time.Millisecond)
+	if callers {
+		return fmt.Errorf("wait for the database: the caller's deadline is near, after %v (%s): %w",
+			waited, why, context.DeadlineExceeded)
+	}
 	return fmt.Errorf("%w: no write lock after %v (%s): %w", store.ErrUnavailable, waited, why, err)
 }
 
@@ -654,6 +694,28 @@ func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, err
 func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
 	j, _, err := getJob(ctx, s.read, id)
 	return j, err
+}
+
+// ReadJob implements store.Store. The tenant is compared in the WHERE,
+// before any column is returned; payload and result are the last columns
+// of a row (migration 3), so a row that fails the comparison has its
+// overflow pages, where a large payload lives, left unread.
+func (s *Store) ReadJob(ctx context.Context, id string, r store.JobRead) (store.Job, error) {
+	selected, where, args := columns, "id = ?", []any{id}
+	if r.Summary {
+		selected = summaryColumns
+	}
+	if r.Tenant != "" {
+		where, args = where+" AND tenant = ?", append(args, r.Tenant)
+	}
+	j, _, err := scanJob(s.read.QueryRowContext(ctx, "SELECT "+selected+" FROM jobs WHERE "+where, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Job{}, fmt.Errorf("job %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Job{}, fmt.Errorf("get job %s: %w", id, classify(err))
+	}
+	return j, nil
 }
 
 // A page token is the sort key of the last job of the page behind a

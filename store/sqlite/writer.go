@@ -184,16 +184,17 @@ func (w *writer) close() {
 	}
 }
 
-// lockWaitError says why a request gave up while queued.
-func (w *writer) lockWaitError(ctx context.Context, start time.Time) error {
+// lockWaitError says why a request gave up while queued; callers: at
+// its caller's deadline, not the lock timeout.
+func (w *writer) lockWaitError(ctx context.Context, start time.Time, callers bool) error {
 	if w.lockHeld.Load() {
 		var busy error = errors.New("database is locked")
 		if p := w.lastBusy.Load(); p != nil {
 			busy = *p
 		}
-		return lockWaitError(ctx, start, "another process holds the write lock", busy)
+		return lockWaitError(ctx, start, callers, "another process holds the write lock", busy)
 	}
-	return lockWaitError(ctx, start, "other writes of this process held the database", context.DeadlineExceeded)
+	return lockWaitError(ctx, start, callers, "other writes of this process held the database", errors.New("the lock timeout passed"))
 }
 
 // writeTx runs fn in the writer's transaction (see Group commit above) and
@@ -210,7 +211,8 @@ func (w *writer) lockWaitError(ctx context.Context, start time.Time) error {
 // runs on the writer goroutine.
 // While queued, the write waits at most its lock deadline (lockDeadline),
 // then gives up with store.ErrUnavailable, or with the context's error if
-// the caller left.
+// the caller left or its deadline was near: a caller's own deadline is no
+// store failure, and is not counted as one (health).
 func (s *Store) writeTx(ctx context.Context, what string, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return s.submitWrite(ctx, what, fn, false)
 }
@@ -253,7 +255,8 @@ func (s *Store) submitWrite(ctx context.Context, what string, fn func(ctx contex
 	if !s.w.enqueue(r) {
 		return fmt.Errorf("%s: %w", what, errClosed)
 	}
-	timer := time.NewTimer(time.Until(s.lockDeadline(ctx)))
+	deadline, callers := s.lockDeadline(ctx)
+	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	select {
 	case <-r.done:
@@ -262,7 +265,7 @@ func (s *Store) submitWrite(ctx context.Context, what string, fn func(ctx contex
 	case <-timer.C:
 	}
 	if r.state.CompareAndSwap(writeQueued, writeAbandoned) {
-		err := fmt.Errorf("%s: %w", what, s.w.lockWaitError(ctx, start))
+		err := fmt.Errorf("%s: %w", what, s.w.lockWaitError(ctx, start, callers))
 		s.writes.observe(err, false)
 		return err
 	}

@@ -1,0 +1,204 @@
+package server_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/server"
+)
+
+// gzipBomb is a gzip stream of 64 MiB of spaces, about 64 KB long.
+var gzipBomb = sync.OnceValue(func() []byte {
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	chunk := bytes.Repeat([]byte(" "), 1<<20)
+	for range 64 {
+		zw.Write(chunk)
+	}
+	zw.Close()
+	return buf.Bytes()
+})
+
+// A compressed request is refused as soon as it inflates past the
+// request size limit, with resource_exhausted and a message that names
+// the limit, over every protocol: connect-go inflated a 509 KB bomb to
+// 524 MB (into io.Discard) just to report its size.
+func TestAGzipBombIsRefusedOnceItInflatesPastTheLimit(t *testing.T) {
+	const limit = 256 << 10
+	ts := startServer(t, serverOptions{config: server.Config{MaxRequestBytes: limit}})
+	bomb := gzipBomb()
+	enveloped := func(flags byte) []byte {
+		b := make([]byte, 5+len(bomb))
+		b[0] = flags
+		binary.BigEndian.PutUint32(b[1:], uint32(len(bomb)))
+		copy(b[5:], bomb)
+		return b
+	}
+	const submitPath = "/jobwatch.v1.JobService/SubmitJob"
+	for _, tt := range []struct {
+		name        string
+		hc          *http.Client
+		path        string
+		contentType string
+		header      []string
+		body        []byte
+	}{
+		{"Connect unary JSON", ts.http1Client(), submitPath, "application/json", []string{"Content-Encoding", "gzip"}, bomb},
+		{"Connect unary proto", ts.h2cClient(), submitPath, "application/proto", []string{"Content-Encoding", "gzip"}, bomb},
+		{"Connect streaming", ts.h2cClient(), watchJobPath, "application/connect+json", []string{"Connect-Content-Encoding", "gzip"}, enveloped(1)},
+		{"gRPC", ts.h2cClient(), submitPath, "application/grpc", []string{"Grpc-Encoding", "gzip", "Te", "trailers"}, enveloped(1)},
+		{"gRPC-Web", ts.http1Client(), submitPath, "application/grpc-web+proto", []string{"Grpc-Encoding", "gzip"}, enveloped(1)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			before := server.InflatedRequestBytes(ts.srv)
+			req, err := http.NewRequest(http.MethodPost, ts.url+tt.path, bytes.NewReader(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", tt.contentType)
+			for i := 0; i+1 < len(tt.header); i += 2 {
+				req.Header.Set(tt.header[i], tt.header[i+1])
+			}
+			resp, err := tt.hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			answer := string(b) + " " + resp.Header.Get("Grpc-Status") + " " + resp.Header.Get("Grpc-Message") +
+				" " + resp.Trailer.Get("Grpc-Status") + " " + resp.Trailer.Get("Grpc-Message")
+			if tt.contentType == "application/grpc-web+proto" {
+				answer += " " + string(b) // gRPC-Web trailers come in the body
+			}
+			if !strings.Contains(answer, "resource_exhausted") && !strings.Contains(answer, " 8 ") && !strings.Contains(answer, "grpc-status:8") {
+				t.Errorf("answer %d %q, want resource_exhausted", resp.StatusCode, answer)
+			}
+			if !strings.Contains(answer, "max-request-bytes") {
+				t.Errorf("answer %q does not name --max-request-bytes", answer)
+			}
+			inflated := server.InflatedRequestBytes(ts.srv) - before
+			t.Logf("a %d KB bomb of %d MiB: %d bytes inflated to refuse it", len(bomb)/1000, 64, inflated)
+			if inflated > 2*limit {
+				t.Errorf("inflated %d bytes of a %d-byte bomb to refuse it, want at most %d", inflated, 64<<20, 2*limit)
+			}
+		})
+	}
+}
+
+// An answer shared by the calls one publish woke is compressed once per
+// wire format, whoever accepts gzip (gRPC, Connect, gRPC-Web): 2,000 gRPC
+// waiters accepting gzip on a 250 KB result were compressed 2,000 times.
+func TestASharedAnswerIsCompressedOncePerFormat(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{Keepalive: -1}})
+	c := ts.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "fan"})
+	lease := claim(t, c, "fan")
+	result := hexText(bigPayloadChars)
+	protocols := []struct {
+		name string
+		c    clients
+	}{
+		{"gRPC", ts.clients(ts.h2cClient(), connect.WithGRPC(), connect.WithSendGzip())},
+		{"Connect proto", ts.clients(ts.h2cClient(), connect.WithSendGzip())},
+		{"Connect JSON", ts.clients(ts.http1Client(), connect.WithProtoJSON(), connect.WithSendGzip())},
+		{"gRPC-Web", ts.clients(ts.h2cClient(), connect.WithGRPCWeb(), connect.WithSendGzip())},
+	}
+	const each = 10
+	errs := make(chan error, len(protocols)*each)
+	var wg sync.WaitGroup
+	for _, p := range protocols {
+		for range each {
+			wg.Go(func() {
+				resp, err := p.c.jobs.WaitJob(ctxTimeout(t, time.Minute), &jobwatchv1.WaitJobRequest{JobId: job.GetId()})
+				switch {
+				case err != nil:
+					errs <- fmt.Errorf("%s: %w", p.name, err)
+				case resp.GetJob().GetResult().GetStringValue() != result:
+					errs <- fmt.Errorf("%s: the result differs", p.name)
+				}
+			})
+		}
+	}
+	ts.waitForGauge("jobwatch_parked_waits", float64(len(protocols)*each))
+	complete(t, c, lease, mustValue(t, result))
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	waitForBudgetEmpty(t, ts)
+	// One JSON encoding and one protobuf encoding, each compressed once.
+	if got := server.SharedCompressions(ts.srv); got != 2 {
+		t.Errorf("shared answers compressed %d times for %d calls in 2 formats, want 2", got, len(protocols)*each)
+	}
+}
+
+// hexText is n characters of hex digits, about as compressible as the
+// JSON of real results.
+func hexText(n int) string {
+	var b strings.Builder
+	sum := sha256.Sum256(nil)
+	for b.Len() < n {
+		b.WriteString(hex.EncodeToString(sum[:]))
+		sum = sha256.Sum256(sum[:])
+	}
+	return b.String()[:n]
+}
+
+// Health and reflection have no token and handlers of their own: a gzip
+// bomb sent to them is refused as well, once it inflates past the limit.
+func TestAGzipBombToHealthIsRefusedOnceItInflatesPastTheLimit(t *testing.T) {
+	const limit = 256 << 10
+	ts := startServer(t, serverOptions{config: server.Config{MaxRequestBytes: limit}})
+	bomb := gzipBomb()
+	const checkPath = "/grpc.health.v1.Health/Check"
+	envelope := make([]byte, 5+len(bomb))
+	envelope[0] = 1
+	binary.BigEndian.PutUint32(envelope[1:], uint32(len(bomb)))
+	copy(envelope[5:], bomb)
+	for _, tt := range []struct {
+		name        string
+		hc          *http.Client
+		contentType string
+		header      []string
+		body        []byte
+	}{
+		{"gRPC", ts.h2cClient(), "application/grpc", []string{"Grpc-Encoding", "gzip", "Te", "trailers"}, envelope},
+		{"Connect unary", ts.http1Client(), "application/proto", []string{"Content-Encoding", "gzip"}, bomb},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			before := server.InflatedRequestBytes(ts.srv)
+			req, _ := http.NewRequest(http.MethodPost, ts.url+checkPath, bytes.NewReader(tt.body))
+			req.Header.Set("Content-Type", tt.contentType)
+			for i := 0; i+1 < len(tt.header); i += 2 {
+				req.Header.Set(tt.header[i], tt.header[i+1])
+			}
+			resp, err := tt.hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			answer := string(b) + " " + resp.Header.Get("Grpc-Message") + resp.Trailer.Get("Grpc-Message")
+			if !strings.Contains(answer, "max-request-bytes") {
+				t.Errorf("answer %d %q, want resource_exhausted naming --max-request-bytes", resp.StatusCode, answer)
+			}
+			if inflated := server.InflatedRequestBytes(ts.srv) - before; inflated == 0 || inflated > 2*limit {
+				t.Errorf("inflated %d bytes through the limited gzip, want between 1 and %d", inflated, 2*limit)
+			}
+		})
+	}
+}

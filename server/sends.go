@@ -1,0 +1,574 @@
+package server
+
+// The send budget: answers are admitted before they are built, and a
+// caller that reads gets what it was admitted for.
+//
+// Every large answer (admittedAnswerBytes, 32 KiB, or more) takes its
+// size from one server-wide budget of bytes (Config.MaxPendingSendBytes)
+// before the bytes that are its own are made, and gives it back once
+// they are handed to the connection:
+//   - ListJobs of full jobs takes a whole page's worth before it reads
+//     the store (the answer's real size is only known after), and keeps
+//     what the answer turns out to need;
+//   - any other unary answer, and every stream message, takes its size
+//     after the handler has built the message and before it is encoded:
+//     for an answer shared by the calls one publish woke (shared.go) that
+//     is the only copy the call makes of it, so 2,000 woken waiters hold
+//     one message and at most the budget's worth of encodings.
+//
+// A call that finds the budget full waits its turn, first come first
+// served, for as long as the answers ahead of it are being sent. When
+// none has been sent for sendStall (the budget is held by clients that
+// do not read) it gets resource_exhausted instead. Nothing that was
+// admitted is ever cut for another: a write is cut only when it stayed
+// blocked for SendTimeout (or past its stream's lifetime) on a client
+// that does not read. Such a cut is counted as a failed call
+// (deadline_exceeded) in jobwatch_requests_total and logged at warn once
+// per episode of cuts.
+
+import (
+	"bufio"
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
+)
+
+const (
+	// MinSendBudget is the smallest default send budget (DefaultSendBudget).
+	MinSendBudget = 64 << 20
+	// admittedAnswerBytes is the smallest answer admitted against the
+	// send budget; smaller ones (keepalives, summaries, small jobs,
+	// errors) hold too little to matter and never wait for it, so other
+	// callers are answered while the budget is full.
+	admittedAnswerBytes = 32 << 10
+	// sendStall is how long a call waits for room in the send budget
+	// while no admitted answer is sent; past it the budget is held by
+	// clients that do not read, and the call is refused. It is never
+	// longer than SendTimeout, which frees what those clients hold.
+	sendStall = 5 * time.Second
+	// sendBudgetMemoryShare is the share of the machine's memory the
+	// default send budget takes. Answers to clients that read drain at
+	// network speed and need little of it; what it bounds is answers
+	// held for clients that do not, which the memory of the process
+	// (payloads read, connections, parked calls) must not give way to.
+	sendBudgetMemoryShare = 64
+	// cutEpisodeGap ends an episode of cut sends: the next cut after this
+	// long without one is logged again.
+	cutEpisodeGap = time.Minute
+	// cutReminder is how often a long episode of cuts is logged again,
+	// with the number cut meanwhile.
+	cutReminder = 10 * time.Minute
+)
+
+// DefaultSendBudget is what Config.MaxPendingSendBytes defaults to: a
+// sixty-fourth of the memory this process may use (the smallest of the
+// machine's memory, its cgroup's limit and GOMEMLIMIT), and at least
+// MinSendBudget (64 MiB): 64 MiB up to 4 GiB of memory, 384
+// MiB on 24 GiB.
+func DefaultSendBudget() int {
+	budget := max(MinSendBudget, usableMemory()/sendBudgetMemoryShare)
+	return int(min(budget, math.MaxInt))
+}
+
+// usableMemory is the memory this process may use, or 0 when unknown.
+func usableMemory() int64 {
+	limit := int64(0)
+	consider := func(n int64) {
+		if n > 0 && (limit == 0 || n < limit) {
+			limit = n
+		}
+	}
+	if n := debug.SetMemoryLimit(-1); n < math.MaxInt64 {
+		consider(n)
+	}
+	consider(memTotal("/proc/meminfo"))
+	consider(cgroupLimit("/sys/fs/cgroup/memory.max"))                   // cgroup v2
+	consider(cgroupLimit("/sys/fs/cgroup/memory/memory.limit_in_bytes")) // cgroup v1
+	return limit
+}
+
+func memTotal(path string) int64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// cgroupLimit reads a cgroup memory limit: "max" (v2) or a value near
+// MaxInt64 (v1) is none.
+func cgroupLimit(path string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || n >= math.MaxInt64/2 {
+		return 0
+	}
+	return n
+}
+
+// sendBudget holds the bytes of answers admitted and not yet sent.
+type sendBudget struct {
+	limit int64
+	stall time.Duration // see sendStall; 0: sendStall
+	log   *slog.Logger  // nil: slog.Default()
+
+	mu      sync.Mutex
+	held    int64
+	waiting list.List // of *admission, first come first served
+	sent    time.Time // when an admitted answer was last sent
+	cuts    cutEpisode
+
+	peak    atomic.Int64 // the most held at once, for tests
+	waits   atomic.Int64 // calls that waited for room
+	refused atomic.Int64 // calls refused for want of room
+}
+
+type admission struct {
+	n       int64
+	el      *list.Element // in waiting; guarded by sendBudget.mu
+	granted chan struct{}
+}
+
+// setUpSends gives the codecs and interceptor of codec.go the send budget
+// and the request size limit. It runs in New, before anything is served.
+func (s *Server) setUpSends() {
+	s.shared.sends = &sendBudget{
+		limit: int64(s.cfg.MaxPendingSendBytes),
+		stall: min(sendStall, s.cfg.SendTimeout),
+		log:   s.log,
+	}
+	s.shared.maxRequestBytes = int64(s.cfg.MaxRequestBytes)
+	s.shared.sends.register(s.cfg.Registry, s.log)
+}
+
+// register puts the budget's use on /metrics.
+func (b *sendBudget) register(reg *prometheus.Registry, log *slog.Logger) {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "jobwatch_send_budget_bytes",
+			Help: "Bytes of answers admitted and not yet sent (limit: --max-pending-send-bytes).",
+		}, func() float64 {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			return float64(b.held)
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "jobwatch_send_budget_waits_total",
+			Help: "Answers that waited for room in the send budget before being built or encoded.",
+		}, func() float64 { return float64(b.waits.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "jobwatch_send_budget_refused_total",
+			Help: "Calls refused with resource_exhausted because the send budget was full and nothing was sent for a while (clients that do not read hold it).",
+		}, func() float64 { return float64(b.refused.Load()) }),
+	} {
+		if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+			log.Warn("register metric", "err", err)
+		}
+	}
+}
+
+// admit takes n bytes of the budget, waiting for room first come first
+// served while answers ahead are being sent, and returns what it took:
+// n, or the whole budget for an answer larger than all of it (which then
+// goes alone). give must return it.
+func (b *sendBudget) admit(ctx context.Context, n int64) (took int64, err error) {
+	n = min(max(n, 0), b.limit)
+	b.mu.Lock()
+	if b.waiting.Len() == 0 && b.held+n <= b.limit {
+		b.take(n)
+		b.mu.Unlock()
+		return n, nil
+	}
+	a := &admission{n: n, granted: make(chan struct{})}
+	a.el = b.waiting.PushBack(a)
+	since := time.Now()
+	b.mu.Unlock()
+	b.waits.Add(1)
+
+	stall := b.stall
+	if stall <= 0 {
+		stall = sendStall
+	}
+	timer := time.NewTimer(stall)
+	defer timer.Stop()
+	for {
+		select {
+		case <-a.granted:
+			return n, nil
+		case <-ctx.Done():
+			if !b.leave(a) {
+				b.give(n)
+			}
+			code := connect.CodeCanceled
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				code = connect.CodeDeadlineExceeded
+			}
+			return 0, connect.NewError(code, fmt.Errorf(
+				"the call ended while its answer waited for room in the send budget: %w", ctx.Err()))
+		case <-timer.C:
+			b.mu.Lock()
+			last := b.sent
+			if last.Before(since) {
+				last = since
+			}
+			idle := time.Since(last)
+			b.mu.Unlock()
+			if idle < stall {
+				timer.Reset(stall - idle)
+				continue
+			}
+			if !b.leave(a) {
+				return n, nil // granted just now
+			}
+			b.refused.Add(1)
+			return 0, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+				"the server holds its limit of %d bytes of answers not yet sent (--max-pending-send-bytes), "+
+					"and none of them has been sent for %v: clients that do not read hold it; retry later with backoff, "+
+					"ask for smaller pages, or ask the operator to raise the limit", b.limit, stall))
+		}
+	}
+}
+
+// take counts n more bytes held; b.mu is held.
+func (b *sendBudget) take(n int64) {
+	b.held += n
+	if b.held > b.peak.Load() {
+		b.peak.Store(b.held)
+	}
+}
+
+// leave takes a out of the queue and reports true, or false when it had
+// been granted meanwhile (its bytes are then held, and the caller gives
+// them back).
+func (b *sendBudget) leave(a *admission) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if a.el == nil {
+		return false
+	}
+	b.waiting.Remove(a.el)
+	a.el = nil
+	b.grant() // a first in line that leaves lets those behind it in
+	return true
+}
+
+// grant admits the waiting calls that fit, in order; b.mu is held.
+func (b *sendBudget) grant() {
+	for front := b.waiting.Front(); front != nil; front = b.waiting.Front() {
+		a := front.Value.(*admission)
+		if b.held+a.n > b.limit {
+			return
+		}
+		b.waiting.Remove(front)
+		a.el = nil
+		b.take(a.n)
+		close(a.granted)
+	}
+}
+
+// give returns n bytes: their answer was sent (or will never be).
+func (b *sendBudget) give(n int64) {
+	if n <= 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.held -= n
+	b.sent = time.Now()
+	b.grant()
+}
+
+// sendAdmission is the interceptor that admits answers against the send
+// budget (see the top of this file).
+type sendAdmission struct{ shared *sharedResponses }
+
+func (a sendAdmission) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		b := a.shared.sends
+		if b == nil {
+			return next(ctx, req)
+		}
+		var held int64
+		if est := buildEstimate(req.Any()); est > 0 {
+			took, err := b.admit(ctx, est)
+			if err != nil {
+				return nil, err
+			}
+			held = took
+		}
+		resp, err := next(ctx, req)
+		if err != nil || resp == nil {
+			b.give(held)
+			return resp, err
+		}
+		need := a.shared.cost(resp.Any(), acceptsGzip(req.Header()))
+		switch {
+		case held > need: // a page smaller than the largest
+			b.give(held - need)
+			held = need
+		case held > 0 && need > held: // one job larger than a page
+			took, err := b.admit(ctx, need-held)
+			if err != nil {
+				b.give(held)
+				return nil, err
+			}
+			held += took
+		case held == 0 && need >= admittedAnswerBytes:
+			took, err := b.admit(ctx, need)
+			if err != nil {
+				return nil, err
+			}
+			held = took
+		}
+		if held > 0 {
+			// connect encodes and writes the answer after this returns;
+			// the call's context ends once it is written (or cut).
+			context.AfterFunc(ctx, func() { b.give(held) })
+		}
+		return resp, nil
+	}
+}
+
+func (sendAdmission) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (a sendAdmission) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if a.shared.sends == nil {
+			return next(ctx, conn)
+		}
+		return next(ctx, &admittedStream{StreamingHandlerConn: conn, ctx: ctx, shared: a.shared, gzip: acceptsGzip(conn.RequestHeader())})
+	}
+}
+
+// admittedStream admits each large message of a stream before it is
+// encoded, and gives its bytes back once it is written.
+type admittedStream struct {
+	connect.StreamingHandlerConn
+	ctx    context.Context
+	shared *sharedResponses
+	gzip   bool // the caller accepts gzip
+}
+
+func (s *admittedStream) Send(msg any) error {
+	need := s.shared.cost(msg, s.gzip)
+	if need < admittedAnswerBytes {
+		return s.StreamingHandlerConn.Send(msg)
+	}
+	took, err := s.shared.sends.admit(s.ctx, need)
+	if err != nil {
+		return err
+	}
+	defer s.shared.sends.give(took)
+	return s.StreamingHandlerConn.Send(msg)
+}
+
+// buildEstimate is what a request may make the server build, taken from
+// the budget before it is built: a page of full jobs for ListJobs with the
+// full view (the jobs read from the store and their wire form). Other
+// answers hold one job or a batch the engine bounds, and are admitted
+// once built.
+func buildEstimate(req any) int64 {
+	if r, ok := req.(*jobwatchv1.ListJobsRequest); ok && r.GetView() == jobwatchv1.JobView_JOB_VIEW_FULL {
+		return 2 * jobs.MaxPageBytes
+	}
+	return 0
+}
+
+// cost is what sending msg holds: its encoding, its gzip form when the
+// caller accepts gzip (connect-go compresses into a buffer of its own),
+// and the message itself unless many calls share it (then it is held
+// once, whoever sends it).
+func (r *sharedResponses) cost(msg any, gzip bool) int64 {
+	var size, copies int64
+	if e := r.lookup(msg); e != nil {
+		if size = e.size.Load(); size == 0 {
+			size = max(int64(proto.Size(msg.(proto.Message))), 1)
+			e.size.Store(size)
+		}
+		copies = 1
+	} else if m, ok := msg.(proto.Message); ok && m != nil {
+		size, copies = int64(proto.Size(m)), 2
+	}
+	if gzip {
+		copies++ // at most the size: gzip does not grow what it cannot shrink by much
+	}
+	return copies * size
+}
+
+// acceptsGzip reports whether the caller of a call with these request
+// headers takes gzip answers (gRPC and gRPC-Web, Connect unary, Connect
+// streaming).
+func acceptsGzip(h http.Header) bool {
+	for _, key := range []string{"Grpc-Accept-Encoding", "Accept-Encoding", "Connect-Accept-Encoding"} {
+		for _, v := range h.Values(key) {
+			if strings.Contains(v, "gzip") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// cutEpisode logs cut sends at warn: the first of an episode (cuts less
+// than cutEpisodeGap apart), and a reminder with a count every
+// cutReminder while it lasts.
+type cutEpisode struct {
+	last     time.Time // the last cut
+	logged   time.Time // the last line
+	unlogged int64     // cuts since the last line
+}
+
+// noteCut logs, when it starts an episode or is due, a send that was cut.
+func (b *sendBudget) noteCut(reason, procedure, peer string) {
+	b.mu.Lock()
+	now := time.Now()
+	c := &b.cuts
+	c.unlogged++
+	fresh := c.last.IsZero() || now.Sub(c.last) > cutEpisodeGap
+	c.last = now
+	if !fresh && now.Sub(c.logged) < cutReminder {
+		b.mu.Unlock()
+		return
+	}
+	n := c.unlogged
+	c.unlogged, c.logged = 0, now
+	b.mu.Unlock()
+	log := b.log
+	if log == nil {
+		log = slog.Default()
+	}
+	why := "its write stayed blocked for --send-timeout"
+	if reason == "stream_lifetime" {
+		why = "its write was still blocked at the end of the stream's --stream-lifetime"
+	}
+	log.Warn("answer cut: a client did not read it ("+why+"); counted as deadline_exceeded in jobwatch_requests_total",
+		"reason", reason, "procedure", procedure, "peer", peer, "cut", n)
+}
+
+// exchangeOf finds the exchange under w, or nil.
+func exchangeOf(w http.ResponseWriter) *exchange {
+	for {
+		switch x := w.(type) {
+		case *exchange:
+			return x
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = x.Unwrap()
+		default:
+			return nil
+		}
+	}
+}
+
+// sendCut is what a call counts as when its answer was cut: the Connect
+// code, and whether it was.
+func sendCut(ex *exchange) (string, bool) {
+	if ex == nil || ex.cutReason == "" {
+		return "", false
+	}
+	return connect.CodeDeadlineExceeded.String(), true
+}
+
+// streamOutcome is the code a stream counts as: deadline_exceeded when a
+// write of it was cut, else code.
+func streamOutcome(ctx context.Context, code string) string {
+	ex, _ := ctx.Value(exchangeKey{}).(*exchange)
+	if cut, ok := sendCut(ex); ok {
+		return cut
+	}
+	return code
+}
+
+// countWhenSent leaves the counting of a unary call to countEarlyAnswers,
+// which runs once the answer is written and calls sent: connect writes a
+// unary answer after the interceptors return, and a cut answer is a
+// failed call. It reports false when ctx holds no such call (a stream).
+func countWhenSent(ctx context.Context, code string, count func(code string)) bool {
+	c, ok := ctx.Value(countedCallKey{}).(*countedCall)
+	if !ok {
+		return false
+	}
+	c.code, c.count = code, count
+	return true
+}
+
+// sent counts the call whose count countWhenSent left, as a failure if
+// its answer was cut.
+func (c *countedCall) sent(w http.ResponseWriter) {
+	if c.count == nil {
+		return
+	}
+	code := c.code
+	if cut, ok := sendCut(exchangeOf(w)); ok {
+		code = cut
+	}
+	c.count(code)
+}
+
+// noteSendCut logs a request whose answer was cut, once it is over.
+func (s *Server) noteSendCut(w http.ResponseWriter, r *http.Request) {
+	ex := exchangeOf(w)
+	if ex == nil || ex.cutReason == "" || s.shared.sends == nil {
+		return
+	}
+	s.shared.sends.noteCut(ex.cutReason, r.URL.Path, r.RemoteAddr)
+}
+
+// wrote notes a write's outcome: one that failed at its deadline, or at
+// the HTTP/2 connection's WriteByteTimeout, was blocked on a client that
+// does not read, and its answer is cut.
+func (ex *exchange) wrote(err error) {
+	if err == nil || ex.cutReason != "" || ex.deadline.IsZero() {
+		return
+	}
+	if time.Now().Before(ex.deadline) && !errors.Is(err, os.ErrDeadlineExceeded) {
+		return
+	}
+	ex.cutReason = "send_timeout"
+	if ex.deadline.Equal(ex.streamEnd) && !time.Now().Before(ex.deadline) {
+		ex.cutReason = "stream_lifetime"
+	}
+	ex.limits.metrics.sendsCut.WithLabelValues(ex.cutReason).Inc()
+}
+
+func (ex *exchange) Write(p []byte) (int, error) {
+	ex.arm()
+	ex.limits.metrics.sendsInProgress.Inc()
+	n, err := ex.ResponseWriter.Write(p)
+	ex.limits.metrics.sendsInProgress.Dec()
+	ex.wrote(err)
+	return n, err
+}
