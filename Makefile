@@ -3,13 +3,28 @@ BUF := go tool -modfile=tools/go.mod buf
 
 .PHONY: test check generate web web-deps demo fuzz
 
+# check as a pass of test, through a variable rather than $(MAKE) itself,
+# so that `make -n test` prints the passes instead of running them.
+CHECK := $(MAKE) --no-print-directory check
+
 ## test: every check and every test suite, race detector on; then the
-## engine and wire suites again with PostgreSQL as their store (a server
-## from JOBWATCH_TEST_POSTGRES, 127.0.0.1:5432 or a throwaway initdb
-## cluster; see internal/pgtest).
-test: check
-	go test -race -count=1 -timeout 20m ./...
-	JOBWATCH_TEST_BACKEND=postgres go test -race -count=1 -timeout 20m ./jobs/... ./server/... ./client/... ./cmd/... ./web/...
+## assertions the race detector would distort (the parked call's stack
+## size), without it; then the engine and wire suites again with
+## PostgreSQL as their store (a server from JOBWATCH_TEST_POSTGRES,
+## 127.0.0.1:5432 or a throwaway initdb cluster; see internal/pgtest).
+## Every pass runs even when one before it failed, so a slip in the
+## first does not hide what the others would have said; the failed
+## passes are named at the end and make fails.
+test:
+	@failed=""; \
+	run() { what="$$1"; shift; echo "make test: $$what: $$*"; \
+	  "$$@" || { echo "make test: FAILED: $$what" >&2; failed="$$failed\n  $$what"; }; }; \
+	run "check" $(CHECK); \
+	run "SQLite, race detector on" go test -race -count=1 -timeout 20m ./...; \
+	run "stack sizes, race detector off" go test -count=1 -timeout 5m -run '^TestParkedCallsKeepTheirStacksWithin8KiB$$' ./server/; \
+	run "PostgreSQL, race detector on" env JOBWATCH_TEST_BACKEND=postgres go test -race -count=1 -timeout 20m ./jobs/... ./server/... ./client/... ./cmd/... ./web/...; \
+	if [ -n "$$failed" ]; then printf 'make test: these passes failed:%b\n' "$$failed" >&2; exit 1; fi; \
+	echo "make test: every pass passed"
 
 ## fuzz: a short run of every Go fuzz target (every func Fuzz* in a
 ## _test.go file), FUZZTIME each. A crasher fails it loudly; go saves the
@@ -27,11 +42,19 @@ fuzz:
 	  done; \
 	done
 
-## check: formatting, vet, lint, and that generated code and the page bundle
-## are exactly what their sources produce.
+## check: formatting, tidy modules, vet, lint, and that generated code and
+## the page bundle are exactly what their sources produce. Tidy: go.mod
+## and go.sum are what `go mod tidy` makes of them, here and in
+## tools/riverbench (a module of its own, so River's dependencies stay
+## out of jobwatch's). tools/go.mod is left out: it only pins the code
+## generators `go tool` runs, and tidying it would add to tools/go.sum
+## the checksums of modules that only the tests of buf's dependencies
+## use.
 check: web-deps
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	go mod tidy -diff || { echo "go.mod is not tidy: run go mod tidy"; exit 1; }
+	cd tools/riverbench && go mod tidy -diff || { echo "tools/riverbench/go.mod is not tidy: run go mod tidy there"; exit 1; }
 	go vet ./...
 	$(BUF) lint
 	$(MAKE) generate
@@ -52,6 +75,8 @@ web-deps:
 	  if [ ! -d web/node_modules ] || [ web/package-lock.json -nt web/node_modules ]; then cd web && npm ci --no-audit --no-fund; fi; \
 	fi
 
-## demo: the README's first command.
+## demo: the README's first command. go run says nothing while it
+## builds, and the first build compiles SQLite's C source (cgo): say so.
 demo:
+	@echo "make demo: building jobwatch; the first build compiles SQLite (cgo) and takes a few minutes without output, later ones seconds"
 	go run ./cmd/jobwatch demo

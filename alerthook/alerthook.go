@@ -1,7 +1,9 @@
 // Package alerthook delivers queue alert changes to a webhook: one JSON
 // POST per change, in order, retried with backoff, on a goroutine of its
 // own so that whoever reports a change (the engine's sweep) never waits
-// for the receiver.
+// for the receiver. The backoff is jobwatch's one retry policy
+// (internal/backoff: exponential, full jitter), so the hooks of replicas
+// that saw one receiver fail together do not retry together.
 //
 // A webhook URL is a secret (Slack-style hooks carry theirs in the path,
 // others in the query): it never reaches the log whole. Logs name it by
@@ -21,14 +23,19 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/jobwatch/jobwatch/internal/backoff"
 )
 
 // Delivery limits. A receiver that is down longer than the retries last
-// (about a minute) misses the change; the log says so.
+// misses the change; the log says so. The waits between the attempts add
+// up to at most 12.7 s (about half that on average, with the jitter), and
+// each attempt may take up to RequestTimeout.
 const (
 	// MaxAttempts is how often one change is POSTed before it is dropped.
 	MaxAttempts = 8
-	// InitialBackoff doubles after each failed attempt, up to MaxBackoff.
+	// InitialBackoff doubles after each failed attempt, up to MaxBackoff;
+	// the wait after an attempt is drawn between 0 and that step.
 	InitialBackoff = 100 * time.Millisecond
 	MaxBackoff     = 30 * time.Second
 	// RequestTimeout bounds one POST.
@@ -62,13 +69,14 @@ type Hook struct {
 	client  *http.Client
 	pending chan delivery
 	done    <-chan struct{}
-	backoff time.Duration // the first retry's wait: InitialBackoff
+	retry   backoff.Policy // InitialBackoff up to MaxBackoff
 }
 
 // New starts a hook that stops when done is closed; changes still
 // pending then are dropped.
 func New(log *slog.Logger, done <-chan struct{}) *Hook {
-	h := &Hook{log: log, client: &http.Client{Timeout: RequestTimeout}, pending: make(chan delivery, Pending), done: done, backoff: InitialBackoff}
+	h := &Hook{log: log, client: &http.Client{Timeout: RequestTimeout}, pending: make(chan delivery, Pending), done: done,
+		retry: backoff.Policy{Initial: InitialBackoff, Max: MaxBackoff}}
 	go h.run()
 	return h
 }
@@ -133,7 +141,7 @@ func (h *Hook) deliver(d delivery) {
 		h.log.Error("alert webhook: encode event", "err", err)
 		return
 	}
-	backoff := h.backoff
+	retry := backoff.Retry{Policy: h.retry}
 	webhook := Describe(d.url)
 	for attempt := 1; ; attempt++ {
 		err := h.post(d.url, body)
@@ -145,15 +153,11 @@ func (h *Hook) deliver(d delivery) {
 			h.log.Warn("alert webhook: giving up", "queue", d.event.Queue, "alerting", d.event.Alerting, "attempts", attempt, "webhook", webhook, "err", err)
 			return
 		}
-		h.log.Debug("alert webhook failed; retrying", "queue", d.event.Queue, "attempt", attempt, "in", backoff, "webhook", webhook, "err", err)
-		timer := time.NewTimer(backoff)
-		select {
-		case <-h.done:
-			timer.Stop()
+		wait := retry.Next()
+		h.log.Debug("alert webhook failed; retrying", "queue", d.event.Queue, "attempt", attempt, "in", wait, "webhook", webhook, "err", err)
+		if !backoff.Sleep(h.done, wait) {
 			return
-		case <-timer.C:
 		}
-		backoff = min(backoff*2, MaxBackoff)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jobwatch/jobwatch/internal/backoff"
 )
 
 // logLines is a slog.Handler that keeps every record as the line a user
@@ -83,7 +85,7 @@ func TestAFailingWebhookNeverLogsItsSecret(t *testing.T) {
 			done := make(chan struct{})
 			defer close(done)
 			h := New(slog.New(logs), done)
-			h.backoff = time.Millisecond
+			h.retry = backoff.Policy{Initial: time.Millisecond, Max: MaxBackoff}
 			h.Send(tt.url, Event{Queue: "q", Alerting: true})
 			deadline := time.Now().Add(20 * time.Second)
 			for !strings.Contains(logs.all(), "giving up") {

@@ -6,7 +6,8 @@ package auth
 
 import "context"
 
-// Role is what a token may do (README "Security").
+// Role is what a token may do (docs/SECURITY.md, "The tokens file and
+// the roles").
 type Role string
 
 const (

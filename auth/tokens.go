@@ -1,21 +1,17 @@
 package auth
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"regexp"
 	"slices"
-	"strings"
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/jobwatch/jobwatch/config"
+	"github.com/jobwatch/jobwatch/internal/yamlread"
 	"github.com/jobwatch/jobwatch/jobs"
 )
 
@@ -90,9 +86,10 @@ func Digest(token string) string {
 }
 
 // Error is one mistake in a tokens file: where it is and what is wrong,
-// the same type as a configuration file's, printed file:line:col: key:
-// reason. LoadTokens returns every mistake it finds, joined (errors.Join).
-type Error = config.Error
+// printed file:line:col: key: reason, the same type as a configuration
+// file's (config.Error), read by the same reader. LoadTokens returns
+// every mistake it finds, joined (errors.Join).
+type Error = yamlread.Error
 
 // LoadTokens reads and checks the tokens file at path.
 func LoadTokens(path string) (*Tokens, error) {
@@ -103,7 +100,7 @@ func LoadTokens(path string) (*Tokens, error) {
 	return ParseTokens(path, data)
 }
 
-// ParseTokens checks data as the tokens file path (README "Security"):
+// ParseTokens checks data as the tokens file path (docs/SECURITY.md):
 //
 //	tokens:
 //	  - sha256: <64 hex digits: the SHA-256 of the token, never the token>
@@ -114,45 +111,31 @@ func LoadTokens(path string) (*Tokens, error) {
 //
 // Unknown keys, a sha256 listed twice and keys that do not fit the role
 // are refused with their line; path only names the file in errors, which
-// never quote a value of the file (it may be a token pasted by mistake).
+// never quote a value of the file (it may be a token pasted by mistake):
+// the file is read by internal/yamlread, as the configuration file is.
 //
 // A file that lists no token is refused (ErrNoTokens) unless it says so
 // on purpose with "tokens: []": an empty or half-written copy must not
 // lock every caller out unnoticed. "tokens: []" knows no token: every
 // call that needs one is refused until the file lists one again.
 func ParseTokens(path string, data []byte) (*Tokens, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	switch err := dec.Decode(&doc); {
-	case errors.Is(err, io.EOF):
-		return nil, noTokens(path)
-	case err != nil:
-		return nil, &Error{Path: path, Reason: "not valid YAML: " + unquoted(err.Error())}
+	r, root, err := yamlread.Read(path, data)
+	if err != nil {
+		return nil, err
 	}
-	var more yaml.Node
-	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
-		return nil, &Error{Path: path, Line: more.Line, Column: more.Column, Reason: "a tokens file holds one YAML document; remove the second"}
-	}
-	p := &parser{path: path, t: &Tokens{}, seen: map[[sha256.Size]byte]string{}}
-	root := doc.Content[0]
-	if root.ShortTag() == "!!null" {
+	if root == nil {
 		return nil, noTokens(path)
 	}
+	p := &parser{r: r, t: &Tokens{}, seen: map[[sha256.Size]byte]string{}}
 	listed := false // the file has a tokens key, [] included
-	p.mapping(root, "", fields{
+	r.Mapping(root, "", yamlread.Fields{
 		"tokens": func(k string, v *yaml.Node) {
 			listed = true
-			if v.Kind != yaml.SequenceNode {
-				p.fail(v, k, "must be a list (lines starting with -), got %s", describe(v))
-				return
-			}
-			for i, item := range v.Content {
-				p.token(fmt.Sprintf("%s[%d]", k, i), deref(item))
-			}
+			r.List(v, k, p.token)
 		},
 	})
-	if len(p.errs) > 0 {
-		return nil, errors.Join(p.errs...)
+	if err := r.Err(); err != nil {
+		return nil, err
 	}
 	if !listed {
 		return nil, noTokens(path)
@@ -169,67 +152,65 @@ func noTokens(path string) error {
 	return fmt.Errorf("%s: %w", path, ErrNoTokens)
 }
 
-type fields map[string]func(key string, v *yaml.Node)
-
-// parser walks the YAML tree, filling t and collecting every mistake.
+// parser fills t from the tree r walks.
 type parser struct {
-	path string
+	r    *yamlread.Reader
 	t    *Tokens
 	seen map[[sha256.Size]byte]string // digest -> the key that listed it first
-	errs []error
 }
 
-func (p *parser) fail(n *yaml.Node, key, format string, args ...any) {
-	p.errs = append(p.errs, &Error{Path: p.path, Line: n.Line, Column: n.Column, Key: key, Reason: fmt.Sprintf(format, args...)})
+// nameRule is the API's rule for a tenant or kind name, as the reason
+// the reader gives.
+func nameRule(s string) error {
+	var inv *jobs.InvalidError
+	if err := jobs.CheckName("name", s); errors.As(err, &inv) {
+		return errors.New(inv.Reason)
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 // token reads one entry of tokens at key.
 func (p *parser) token(key string, n *yaml.Node) {
+	r := p.r
 	var (
 		digest                 [sha256.Size]byte
 		pr                     Principal
 		sha, role              *yaml.Node // nil: the key is left out
 		tenant, tenants, kinds *yaml.Node
-		errsBefore             = len(p.errs)
+		mistakesBefore         = r.Mistakes()
 		tenantKey, tenantsKey  = key + ".tenant", key + ".tenants"
 		kindsKey               = key + ".kinds"
 	)
-	ok := p.mapping(n, key, fields{
+	ok := r.Mapping(n, key, yamlread.Fields{
 		"sha256": func(k string, v *yaml.Node) {
 			sha = v
-			var s string
-			if !p.str(v, k, &s) {
+			s, ok := r.String(v, k)
+			if !ok {
 				return
 			}
 			b, err := hex.DecodeString(s)
 			if err != nil || len(b) != sha256.Size {
 				// Never quote the value: it may be a token pasted by mistake.
-				p.fail(v, k, "must be 64 hex digits, the SHA-256 of the token (jobwatch token new prints it), not the token itself")
+				r.Fail(v, k, "must be 64 hex digits, the SHA-256 of the token (jobwatch token new prints it), not the token itself")
 				return
 			}
 			copy(digest[:], b)
 			if first, dup := p.seen[digest]; dup {
-				p.fail(v, k, "the same sha256 as %s: each token is listed once", first)
+				r.Fail(v, k, "the same sha256 as %s: each token is listed once", first)
 				return
 			}
 			p.seen[digest] = k
 		},
 		"role": func(k string, v *yaml.Node) {
 			role = v
-			var s string
-			if !p.str(v, k, &s) {
-				return
-			}
-			switch r := Role(s); r {
-			case RoleClient, RoleWorker, RoleAdmin, RoleMetrics:
-				pr.Role = r
-			default:
-				p.fail(v, k, "is not a role: client, worker, admin or metrics")
-			}
+			s, _ := r.OneOf(v, k, string(RoleClient), string(RoleWorker), string(RoleAdmin), string(RoleMetrics))
+			pr.Role = Role(s)
 		},
 		"tenant": func(k string, v *yaml.Node) {
 			tenant = v
-			p.name(v, k, &pr.Tenant)
+			pr.Tenant, _ = r.Name(v, k, nameRule)
 		},
 		"tenants": func(k string, v *yaml.Node) {
 			tenants = v
@@ -244,24 +225,24 @@ func (p *parser) token(key string, n *yaml.Node) {
 		return
 	}
 	if sha == nil {
-		p.fail(n, key+".sha256", "is required: the hex SHA-256 of the token")
+		r.Fail(n, key+".sha256", "is required: the hex SHA-256 of the token")
 	}
 	switch {
 	case role == nil:
-		p.fail(n, key+".role", "is required: client, worker, admin or metrics")
+		r.Fail(n, key+".role", "is required: client, worker, admin or metrics")
 	case pr.Role == RoleClient:
 		if tenant == nil {
-			p.fail(n, tenantKey, "is required for a client token: the tenant whose jobs it sees")
+			r.Fail(n, tenantKey, "is required for a client token: the tenant whose jobs it sees")
 		}
 		if tenants != nil {
-			p.fail(tenants, tenantsKey, "is for worker tokens; a client token has one tenant")
+			r.Fail(tenants, tenantsKey, "is for worker tokens; a client token has one tenant")
 		}
 		if kinds != nil {
-			p.fail(kinds, kindsKey, "is for worker tokens")
+			r.Fail(kinds, kindsKey, "is for worker tokens")
 		}
 	case pr.Role == RoleWorker:
 		if tenant != nil {
-			p.fail(tenant, tenantKey, "is for client tokens; a worker token names the tenants it may claim for in tenants")
+			r.Fail(tenant, tenantKey, "is for client tokens; a worker token names the tenants it may claim for in tenants")
 		}
 	case pr.Role == RoleAdmin, pr.Role == RoleMetrics:
 		why := "an admin token, which may do everything for every tenant"
@@ -273,11 +254,11 @@ func (p *parser) token(key string, n *yaml.Node) {
 			key string
 		}{{tenant, tenantKey}, {tenants, tenantsKey}, {kinds, kindsKey}} {
 			if k.n != nil {
-				p.fail(k.n, k.key, "is refused for %s", why)
+				r.Fail(k.n, k.key, "is refused for %s", why)
 			}
 		}
 	}
-	if len(p.errs) > errsBefore {
+	if r.Mistakes() > mistakesBefore {
 		return
 	}
 	pr.digest = digest
@@ -285,148 +266,22 @@ func (p *parser) token(key string, n *yaml.Node) {
 	p.t.entries = append(p.t.entries, entry{digest: digest, principal: pr})
 }
 
-// mapping walks the mapping n at path prefix: each key must be one of
-// fs, once, and have a value. It reports false when n is no mapping.
-func (p *parser) mapping(n *yaml.Node, prefix string, fs fields) bool {
-	if n.Kind != yaml.MappingNode {
-		p.fail(n, prefix, "must be a mapping (key: value lines), got %s", describe(n))
-		return false
-	}
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], deref(n.Content[i+1])
-		key := k.Value
-		if prefix != "" {
-			key = prefix + "." + k.Value
-		}
-		field, ok := fs[k.Value]
-		switch {
-		case !ok && looksLikeToken(k.Value):
-			p.fail(k, prefix, "an unknown key that looks like a token (not shown)%s", knownKeys(fs))
-			continue
-		case !ok:
-			p.fail(k, key, "unknown key%s", knownKeys(fs))
-			continue
-		case seen[k.Value]:
-			p.fail(k, key, "given twice")
-			continue
-		}
-		seen[k.Value] = true
-		if v.ShortTag() == "!!null" {
-			p.fail(k, key, "has no value")
-			continue
-		}
-		field(key, v)
-	}
-	return true
-}
-
-// looksLikeToken reports whether a key may be a token pasted in the
-// wrong place: one with jobwatch token new's prefix, or longer than any
-// key.
-func looksLikeToken(key string) bool {
-	return strings.Contains(key, "jw_") || len(key) > 32
-}
-
-func knownKeys(fs fields) string {
-	names := make([]string, 0, len(fs))
-	for name := range fs {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return " (known here: " + strings.Join(names, " ") + ")"
-}
-
-func (p *parser) str(n *yaml.Node, key string, dst *string) bool {
-	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
-		p.fail(n, key, "must be a string (quote it if it looks like a number), got %s", describe(n))
-		return false
-	}
-	*dst = n.Value
-	return true
-}
-
-// name reads a tenant or kind name: one the API would accept.
-func (p *parser) name(n *yaml.Node, key string, dst *string) {
-	var s string
-	if !p.str(n, key, &s) {
-		return
-	}
-	if s == "" {
-		p.fail(n, key, "must not be empty")
-		return
-	}
-	if err := jobs.CheckName(key, s); err != nil {
-		p.fail(n, key, "%s", reasonOf(err))
-		return
-	}
-	*dst = s
-}
-
 // names reads a non-empty list of names; leaving the key out is how a
-// worker token says "all".
+// worker token says "all". A name listed twice counts once.
 func (p *parser) names(n *yaml.Node, key string) []string {
-	if n.Kind != yaml.SequenceNode {
-		p.fail(n, key, "must be a list such as [a, b], got %s", describe(n))
+	names, ok := p.r.Names(n, key, nameRule)
+	if !ok {
 		return nil
 	}
 	if len(n.Content) == 0 {
-		p.fail(n, key, "is empty, which would allow nothing; leave the key out to allow all")
+		p.r.Fail(n, key, "is empty, which would allow nothing; leave the key out to allow all")
 		return nil
 	}
 	var out []string
-	for i, v := range n.Content {
-		var s string
-		p.name(deref(v), fmt.Sprintf("%s[%d]", key, i), &s)
-		if s != "" && !slices.Contains(out, s) {
+	for _, s := range names {
+		if !slices.Contains(out, s) {
 			out = append(out, s)
 		}
 	}
 	return out
-}
-
-func reasonOf(err error) string {
-	var inv *jobs.InvalidError
-	if errors.As(err, &inv) {
-		return inv.Reason
-	}
-	return err.Error()
-}
-
-// quotedRE is what YAML's syntax errors quote from the file (an anchor's
-// name, a character).
-var quotedRE = regexp.MustCompile(`'[^']*'`)
-
-// unquoted is a YAML syntax error without what it quotes of the file.
-func unquoted(msg string) string {
-	return quotedRE.ReplaceAllString(strings.TrimPrefix(msg, "yaml: "), "'…'")
-}
-
-// deref follows an alias (*anchor) to the node it names.
-func deref(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	return n
-}
-
-// describe says what n is without quoting it: a value in the wrong place
-// of a tokens file may be a token pasted by mistake, and errors go to
-// logs. The line and column show where it is.
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.MappingNode:
-		return "a mapping"
-	}
-	switch n.ShortTag() {
-	case "!!str":
-		return "a string"
-	case "!!int", "!!float":
-		return "a number"
-	case "!!bool":
-		return "true or false"
-	}
-	return "a value"
 }

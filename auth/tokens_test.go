@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/jobwatch/jobwatch/auth"
+	"github.com/jobwatch/jobwatch/config"
 )
 
 // The issue's example file: the digests of "acme-client-token",
@@ -166,7 +167,7 @@ func TestParseTokensRefusesEveryMistakeWithItsLineAndKey(t *testing.T) {
 			[]string{"t.yaml:3:14: tokens[1].sha256: the same sha256 as tokens[0].sha256"}},
 		{"no sha256", "tokens:\n  - role: admin\n", []string{"t.yaml:2:5: tokens[0].sha256: is required"}},
 		{"no role", "tokens:\n  - sha256: " + digest + "\n", []string{"tokens[0].role: is required"}},
-		{"an unknown role", "tokens:\n  - {sha256: " + digest + ", role: root}\n", []string{`t.yaml:2:86: tokens[0].role: is not a role: client, worker, admin or metrics`}},
+		{"an unknown role", "tokens:\n  - {sha256: " + digest + ", role: root}\n", []string{`t.yaml:2:86: tokens[0].role: must be client, worker, admin or metrics`}},
 		{"a client without a tenant", "tokens:\n  - {sha256: " + digest + ", role: client}\n", []string{"tokens[0].tenant: is required for a client token"}},
 		{"a client with kinds", "tokens:\n  - {sha256: " + digest + ", role: client, tenant: acme, kinds: [a]}\n", []string{"tokens[0].kinds: is for worker tokens"}},
 		{"a client with tenants", "tokens:\n  - {sha256: " + digest + ", role: client, tenant: acme, tenants: [a]}\n", []string{"tokens[0].tenants: is for worker tokens"}},
@@ -180,7 +181,7 @@ func TestParseTokensRefusesEveryMistakeWithItsLineAndKey(t *testing.T) {
 		{"tokens not a list", "tokens: {}\n", []string{"tokens: must be a list"}},
 		{"two documents", "tokens: []\n---\ntokens: []\n", []string{"one YAML document"}},
 		{"two mistakes at once", "tokens:\n  - {sha256: x, role: admin}\n  - {sha256: " + digest + ", role: boss}\n",
-			[]string{"tokens[0].sha256: must be 64 hex digits", `t.yaml:3:86: tokens[1].role: is not a role`}},
+			[]string{"tokens[0].sha256: must be 64 hex digits", `t.yaml:3:86: tokens[1].role: must be client, worker, admin or metrics`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -235,5 +236,72 @@ func BenchmarkLookup(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+func TestASyntaxErrorInTheTokensFileNamesTheFileLineAndColumn(t *testing.T) {
+	_, err := auth.ParseTokens("tokens.yaml", []byte("tokens:\n  - sha256: "+auth.Digest("x")+"\n    role: admin\n  - {sha256: jw_secret, role: [admin\n"))
+	var e *auth.Error
+	if !errors.As(err, &e) || e.Path != "tokens.yaml" || e.Line != 4 || e.Column == 0 {
+		t.Fatalf("error %v (%+v); want an *auth.Error at tokens.yaml line 4 with a column", err, e)
+	}
+	if !strings.HasPrefix(err.Error(), "tokens.yaml:4:") || !strings.Contains(err.Error(), ": not valid YAML: ") || strings.Contains(err.Error(), "jw_secret") {
+		t.Errorf("error %q, want tokens.yaml:4:col: not valid YAML: …, without the file's text", err)
+	}
+}
+
+// TestTheTokensAndConfigFilesReportAMistakeTheSameWay: a mistake either
+// file can make reads the same in both, value unquoted and aliases
+// followed, because one reader reads both.
+func TestTheTokensAndConfigFilesReportAMistakeTheSameWay(t *testing.T) {
+	d := auth.Digest("x")
+	tests := []struct {
+		name           string
+		config, tokens string
+		want           string // the reason both give
+	}{
+		{"a name no request could use",
+			"schedules:\n  - {name: s, kind: k, every: 1m, tenant: \"my secret\"}\n",
+			"tokens:\n  - {sha256: " + d + ", role: client, tenant: \"my secret\"}\n",
+			"may only contain letters, digits and . _ - : / @"},
+		{"a number for a name",
+			"schedules:\n  - {name: s, kind: k, every: 1m, tenant: 123456}\n",
+			"tokens:\n  - {sha256: " + d + ", role: client, tenant: 123456}\n",
+			"must be a string (quote it if it looks like a number), got a number"},
+		{"an alias to a list for a name",
+			"pools: {db: 1}\nqueues:\n  - {name: a, uses: &secret [db]}\nschedules:\n  - {name: s, kind: k, every: 1m, tenant: *secret}\n",
+			"tokens:\n  - {sha256: " + d + ", role: worker, kinds: &secret [db]}\n  - {sha256: " + auth.Digest("y") + ", role: client, tenant: *secret}\n",
+			"must be a string (quote it if it looks like a number), got a list"},
+		{"an alias to an empty name in a list",
+			"schedules:\n  - {name: s, kind: k, every: 1m, queue: &secret \"\"}\npools: {db: 1}\nqueues:\n  - {name: b, uses: [db, *secret]}\n",
+			"tokens:\n  - {sha256: " + d + ", role: worker, tenants: [&secret \"\"], kinds: [a, *secret]}\n",
+			"must not be empty"},
+		{"a key given twice", "strict: true\nstrict: true\n", "tokens: []\ntokens: []\n", "given twice"},
+		{"a key with no value", "strict:\n", "tokens:\n", "has no value"},
+		{"a merge key", "alerts: &secret {}\n<<: *secret\n", "tokens: &secret []\n<<: *secret\n", "merge keys (<<) are not read here; write the keys out"},
+		{"an unknown key that looks like a token", "jw_secret: 1\n", "jw_secret: 1\n", "an unknown key that looks like a token (not shown)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, configErr := config.Parse("f.yaml", []byte(tt.config))
+			_, tokensErr := auth.ParseTokens("f.yaml", []byte(tt.tokens))
+			for file, err := range map[string]error{"config": configErr, "tokens": tokensErr} {
+				var e *auth.Error
+				if !errors.As(err, &e) || !strings.HasPrefix(e.Reason, tt.want) || e.Line == 0 {
+					t.Errorf("the %s file's refusal %v; want %q at a line", file, err, tt.want)
+				}
+				if strings.Contains(err.Error(), "secret") {
+					t.Errorf("the %s file's refusal %q repeats the file's text", file, err)
+				}
+			}
+		})
+	}
+	// A syntax error reads the same, to the column.
+	for _, text := range []string{"a: 1\nb: [1, 2\n", "a:\n\t- b\n", "a: *secret\n"} {
+		_, configErr := config.Parse("f.yaml", []byte(text))
+		_, tokensErr := auth.ParseTokens("f.yaml", []byte(text))
+		if configErr == nil || tokensErr == nil || configErr.Error() != tokensErr.Error() {
+			t.Errorf("%q: the config file says %v, the tokens file %v; want one refusal", text, configErr, tokensErr)
+		}
 	}
 }

@@ -2,47 +2,49 @@ package client
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
+
+	"github.com/jobwatch/jobwatch/internal/backoff"
 )
 
-// Backoff is an exponential delay with jitter: about Initial before the
-// first retry, doubling up to Max. Zero fields take the package defaults.
+// Backoff is the delay between retries: the first retry waits up to
+// Initial, each next one up to twice as long, at most Max, each a random
+// delay between 0 and that step ("full jitter", jobwatch's one retry
+// policy), so many clients cut off together do not come back together.
+// Zero fields take the package defaults (DefaultBackoffInitial,
+// DefaultBackoffMax); a Max below Initial is Initial.
 type Backoff struct {
 	Initial time.Duration
 	Max     time.Duration
 }
 
+// policy is b with the defaults filled in.
+func (b Backoff) policy() backoff.Policy {
+	p := backoff.Policy(b)
+	if p.Initial <= 0 {
+		p.Initial = DefaultBackoffInitial
+	}
+	if p.Max <= 0 {
+		p.Max = DefaultBackoffMax
+	}
+	p.Max = max(p.Max, p.Initial)
+	return p
+}
+
 // retrier counts consecutive failures of one loop; reset it after any
 // success so the next outage starts from Initial again.
 type retrier struct {
-	b        Backoff
-	failures int
-	notify   func(err error, delay time.Duration)
+	b      Backoff
+	notify func(err error, delay time.Duration)
+	retry  backoff.Retry
 }
 
-func (r *retrier) reset() { r.failures = 0 }
+func (r *retrier) reset() { r.retry.Reset() }
 
-// delay is the next sleep: half of the exponential step fixed, half
-// random, so many clients cut off together do not come back together
-// while each still waits at least half its step.
+// delay is the next sleep, counting one more failure.
 func (r *retrier) delay() time.Duration {
-	initial, maxd := r.b.Initial, r.b.Max
-	if initial <= 0 {
-		initial = DefaultBackoffInitial
-	}
-	if maxd <= 0 {
-		maxd = DefaultBackoffMax
-	}
-	maxd = max(maxd, initial)
-	step := initial
-	for i := 0; i < r.failures && step < maxd; i++ {
-		step *= 2
-	}
-	step = min(step, maxd)
-	r.failures++
-	half := step / 2
-	return half + rand.N(step-half+1)
+	r.retry.Policy = r.b.policy()
+	return r.retry.Next()
 }
 
 // wait sleeps the next delay after err, or returns ctx's error first.
@@ -51,12 +53,8 @@ func (r *retrier) wait(ctx context.Context, err error) error {
 	if r.notify != nil {
 		r.notify(err, d)
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
+	if !backoff.Sleep(ctx.Done(), d) {
 		return context.Cause(ctx)
-	case <-t.C:
-		return nil
 	}
+	return nil
 }

@@ -105,9 +105,9 @@ func WithPings(interval, timeout time.Duration) Option {
 }
 
 // WithBackoff bounds the delay between retries of WaitForJob, Watch and a
-// Worker's claims: the first retry waits about initial, each next one
-// twice as long up to max, each with random jitter; any successful answer
-// starts over from initial.
+// Worker's claims: the first retry waits a random time up to initial,
+// each next one up to twice as long, at most max (full jitter); any
+// successful answer starts over from initial.
 func WithBackoff(initial, max time.Duration) Option {
 	return func(c *config) { c.backoff = Backoff{Initial: initial, Max: max} }
 }

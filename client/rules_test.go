@@ -61,6 +61,17 @@ func TestAWorkerFailsAJobItCannotDecodeAndClaimsTheNext(t *testing.T) {
 			// JSON, which PostgreSQL's json column refuses to hold.
 			t.Skip("PostgreSQL cannot hold a payload an in-process worker cannot decode")
 		}
+		// The lease of forEachBackend's servers (1s) is there to test
+		// leases; here it could run out on a loaded machine between the
+		// claim and the worker's report, and the job would then end for
+		// the lease, not for what this test checks. The queue's own
+		// lease holds however slow the machine; a worker that never
+		// reported would still leave the job RUNNING and fail the wait.
+		if err := env.s.Engine.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{
+			jobs.DefaultQueue: {LeaseTimeout: 5 * time.Minute},
+		}}); err != nil {
+			t.Fatal(err)
+		}
 		bad := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "k", Hold: true})
 		storeUndecodable(t, env.s, bad, undecodable[backend])
 

@@ -31,8 +31,17 @@ func TestWaitForJob(t *testing.T) {
 			name: "a job completed after several server caps returns SUCCEEDED with its result",
 			job: func(t *testing.T) string {
 				j := submit(t, c, "later")
+				before := s.waitJobCalls()
 				go func() {
-					time.Sleep(200 * time.Millisecond)
+					// Completed once the server has answered three
+					// WaitJob calls at their cap: WaitForJob has called
+					// again after each.
+					for deadline := time.Now().Add(10 * time.Second); s.waitJobCalls()-before < 3; time.Sleep(5 * time.Millisecond) {
+						if time.Now().After(deadline) {
+							t.Errorf("WaitForJob made %v WaitJob calls within 10s, want 3 capped ones", s.waitJobCalls()-before)
+							break
+						}
+					}
 					id, lease := claim(t, s.Engine, "later")
 					complete(t, s.Engine, id, lease, `{"rows":3}`)
 				}()
@@ -256,4 +265,24 @@ func TestShortCallsKeepAnsweringWhileAThousandWaitsAreParked(t *testing.T) {
 	if n := succeeded.Load(); int(n) != parked {
 		t.Fatalf("%d of %d waits returned SUCCEEDED", n, parked)
 	}
+}
+
+// waitJobCalls is how many WaitJob calls the server has answered, with
+// any code (jobwatch_requests_total).
+func (s *testServer) waitJobCalls() float64 {
+	mfs, _ := s.registry.Gather()
+	n := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "jobwatch_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "procedure" && l.GetValue() == "/jobwatch.v1.JobService/WaitJob" {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
 }

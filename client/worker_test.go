@@ -439,6 +439,17 @@ func TestWorkerRunsAtMostConcurrencyJobsAtOnce(t *testing.T) {
 			running++
 			peak = max(peak, running)
 			mu.Unlock()
+			// Held until two have run at once, however the machine
+			// schedules the worker's claims; then a little work, in
+			// which a third would overlap if the limit let it.
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+				mu.Lock()
+				reached := peak >= 2
+				mu.Unlock()
+				if reached || time.Now().After(deadline) {
+					break
+				}
+			}
 			time.Sleep(30 * time.Millisecond)
 			mu.Lock()
 			running--
@@ -616,8 +627,15 @@ func TestWorkerReportsWhatTheServerWouldRefuse(t *testing.T) {
 	})
 	w.Handle("long-step", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
 		p(50, long)
-		time.Sleep(300 * time.Millisecond) // several heartbeats carry the step
-		return "done", nil
+		// Done once a heartbeat has carried the step to the server.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if got, err := s.Engine.Get(ctx, j.GetId()); err == nil && got.Step != "" {
+				return "done", nil
+			}
+			if time.Now().After(deadline) {
+				return nil, errors.New("no heartbeat carried the step to the server within 10s")
+			}
+		}
 	})
 	w.Handle("long-error", func(context.Context, *jobwatchv1.Job, client.Progress) (any, error) {
 		return nil, client.Public(errors.New(long))

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -10,11 +11,12 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/config"
+	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
 )
 
 func TestTheIssuesExampleLoads(t *testing.T) {
-	f, err := config.Load(filepath.Join("testdata", "issue8-example.yaml"))
+	f, err := config.Load(filepath.Join("testdata", "example.yaml"))
 	if err != nil {
 		t.Fatalf("load the example: %v", err)
 	}
@@ -38,7 +40,7 @@ func TestTheIssuesExampleLoads(t *testing.T) {
 }
 
 func TestTheIssuesExampleGivesTheEngineEveryKey(t *testing.T) {
-	f, err := config.Load(filepath.Join("testdata", "issue8-example.yaml"))
+	f, err := config.Load(filepath.Join("testdata", "example.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +171,7 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"a key given twice", "strict: true\nstrict: false\n", "c.yaml:2:1: strict: given twice"},
 		{"a key with no value", "retention:\n", "c.yaml:1:1: retention: has no value"},
 		{"a duration without a unit", "retention: 30\n", "c.yaml:1:12: retention: 30 needs a unit"},
-		{"a duration that does not parse", "queues:\n  - name: a\n    lease_timeout: soon\n", `c.yaml:3:20: queues[0].lease_timeout: "soon" is not a duration`},
+		{"a duration that does not parse", "queues:\n  - name: a\n    lease_timeout: soon\n", `c.yaml:3:20: queues[0].lease_timeout: is not a duration such as 30s`},
 		{"a negative duration", "retention: -1h\n", "c.yaml:1:12: retention: must be positive"},
 		{"a zero duration", "queues:\n  - name: a\n    retry: {initial_backoff: 0s}\n", "queues[0].retry.initial_backoff: must be positive"},
 		{"strict that is not a boolean", "strict: yes please\n", `c.yaml:1:9: strict: must be true or false`},
@@ -179,29 +181,29 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"max_attempts beyond the wire's int32", "queues:\n  - name: a\n    retry: {max_attempts: 3000000000}\n", "queues[0].retry.max_attempts: must be from 1 to 2147483647"},
 		{"queues that are not a list", "queues:\n  name: a\n", "c.yaml:2:3: queues: must be a list"},
 		{"a queue without a name", "queues:\n  - mode: parallel\n", "c.yaml:2:5: queues[0]: needs a name"},
-		{"a queue name no request could use", "queues:\n  - name: my queue\n", `c.yaml:2:11: queues[0].name: "my queue": may only contain`},
+		{"a queue name no request could use", "queues:\n  - name: my queue\n", `c.yaml:2:11: queues[0].name: may only contain`},
 		{"an empty queue name", "queues:\n  - name: \"\"\n", `c.yaml:2:11: queues[0].name: must not be empty`},
 		{"an empty pool name in uses", "pools:\n  db: 4\nqueues:\n  - name: a\n    uses: [db, \"\"]\n", `c.yaml:5:16: queues[0].uses[1]: must not be empty`},
 		{"a queue name that is a number", "queues:\n  - name: 2024\n", "queues[0].name: must be a string (quote it"},
 		{"a queue declared twice", "queues:\n  - name: a\n  - name: b\n  - name: a\n", `c.yaml:4:5: queues[2].name: queue "a" is declared twice`},
-		{"an unknown mode", "queues:\n  - name: a\n    mode: seriel\n", `c.yaml:3:11: queues[0].mode: must be parallel or serial, got "seriel"`},
+		{"an unknown mode", "queues:\n  - name: a\n    mode: seriel\n", `c.yaml:3:11: queues[0].mode: must be parallel or serial`},
 		{"an unknown on_failure", "queues:\n  - name: a\n    mode: serial\n    on_failure: retry\n", `queues[0].on_failure: must be block or skip`},
 		{"on_failure on a parallel queue", "queues:\n  - name: a\n    on_failure: skip\n", "c.yaml:3:5: queues[0].on_failure: applies to serial queues only"},
-		{"max_running on a serial queue", "queues:\n  - name: a\n    mode: serial\n    max_running: 2\n", "c.yaml:4:5: queues[0].max_running: a serial queue runs one job at a time"},
+		{"max_running on a serial queue", "queues:\n  - name: a\n    mode: serial\n    max_running: 2\n", "c.yaml:4:5: queues[0].max_running: a serial queue runs one job at a time: 0 or 1, got 2"},
 		{"max_backoff below initial_backoff", "queues:\n  - name: a\n    retry:\n      initial_backoff: 1m\n      max_backoff: 1s\n", "c.yaml:5:7: queues[0].retry.max_backoff: 1s is below initial_backoff 1m0s"},
-		{"uses naming an undeclared pool", "pools:\n  db: 4\nqueues:\n  - name: a\n    uses: [db, cache]\n", `c.yaml:5:16: queues[0].uses[1]: pool "cache" is not declared under pools`},
+		{"uses naming an undeclared pool", "pools:\n  db: 4\nqueues:\n  - name: a\n    uses: [db, cache]\n", `c.yaml:5:16: queues[0].uses[1]: pool "cache" is not declared`},
 		{"uses naming a pool twice", "pools:\n  db: 4\nqueues:\n  - name: a\n    uses: [db, db]\n", `queues[0].uses[1]: pool "db" is listed twice`},
 		{"a pool of zero", "pools:\n  db: 0\n", "c.yaml:2:7: pools.db: must be from 1"},
-		{"pools given as a list", "pools: [db]\n", "c.yaml:1:8: pools: must be a mapping of pool names to sizes"},
+		{"pools given as a list", "pools: [db]\n", "c.yaml:1:8: pools: must be a mapping (key: value lines), got a list"},
 		{"a schedule without every", "schedules:\n  - name: s\n    kind: k\n", "c.yaml:2:5: schedules[0]: needs every"},
 		{"a schedule declared twice", "schedules:\n  - {name: s, kind: k, every: 1m}\n  - {name: s, kind: k, every: 1m}\n", `c.yaml:3:6: schedules[1].name: schedule "s" is declared twice`},
 		{"a schedule without a name", "schedules:\n  - {kind: k, every: 1m}\n", "c.yaml:2:5: schedules[0]: needs name"},
 		{"a schedule without a kind", "schedules:\n  - {name: s, every: 1m}\n", "c.yaml:2:5: schedules[0]: needs kind"},
 		{"a schedule every zero", "schedules:\n  - {name: s, kind: k, every: 0s}\n", "c.yaml:2:31: schedules[0].every: must be positive"},
 		{"a schedule every below a second", "schedules:\n  - name: s\n    kind: k\n    every: 500ms\n", "c.yaml:4:12: schedules[0].every: must be at least 1s"},
-		{"a schedule name no request could use", "schedules:\n  - {name: nightly report, kind: k, every: 1m}\n", `c.yaml:2:12: schedules[0].name: "nightly report": may only contain`},
+		{"a schedule name no request could use", "schedules:\n  - {name: nightly report, kind: k, every: 1m}\n", `c.yaml:2:12: schedules[0].name: may only contain`},
 		{"a schedule with an empty kind", "schedules:\n  - {name: s, kind: \"\", every: 1m}\n", "c.yaml:2:21: schedules[0].kind: must not be empty"},
-		{"a schedule tenant no request could use", "schedules:\n  - {name: s, kind: k, tenant: a b, every: 1m}\n", `schedules[0].tenant: "a b": may only contain`},
+		{"a schedule tenant no request could use", "schedules:\n  - {name: s, kind: k, tenant: a b, every: 1m}\n", `c.yaml:2:32: schedules[0].tenant: may only contain`},
 		{"a schedule payload nested too deep", "schedules:\n  - name: s\n    kind: k\n    every: 1m\n    payload: " + strings.Repeat("[", 129) + strings.Repeat("]", 129) + "\n", "c.yaml:5:14: schedules[0].payload: nests arrays and objects more than 128 levels deep"},
 		{"a schedule payload over the limit", "schedules:\n  - name: s\n    kind: k\n    every: 1m\n    payload: " + strings.Repeat("x", jobs.DefaultMaxPayloadBytes) + "\n", "c.yaml:5:14: schedules[0].payload: 262146 bytes as JSON is over the limit of 262144"},
 		{"a schedule with an unknown key", "schedules:\n  - {name: s, kind: k, every: 1m, cron: '* * * * *'}\n", "c.yaml:2:35: schedules[0].cron: unknown key"},
@@ -210,8 +212,8 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"a webhook that is not a URL", "alerts:\n  webhook: localhost:9000\n", `c.yaml:2:12: alerts.webhook: is not an http:// or https:// URL (the value is not shown: a webhook URL may hold a secret)`},
 		{"an unknown key under alerts", "alerts:\n  email: ops@example.org\n", "c.yaml:2:3: alerts.email: unknown key (known here: webhook)"},
 		{"a file that is not a mapping", "- a\n- b\n", "c.yaml:1:1: must be a mapping"},
-		{"two documents", "strict: true\n---\nstrict: false\n", "c.yaml:2:1: a config file holds one YAML document"},
-		{"YAML that does not parse", "a: 1\nb: 2\n  c: 3\n", "c.yaml: yaml: line 3: mapping values are not allowed"},
+		{"two documents", "strict: true\n---\nstrict: false\n", "c.yaml:2:1: the file holds one YAML document"},
+		{"YAML that does not parse", "a: 1\nb: 2\n  c: 3\n", "c.yaml:3:4: not valid YAML: mapping values are not allowed in this context"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -236,27 +238,102 @@ func TestAllMistakesAreReportedAtOnce(t *testing.T) {
 	}
 }
 
-// TestTheREADMEDocumentsTheWholeFormat: the README's example is the one
-// this package is tested with, and every key the format knows is in the
-// README's table.
-func TestTheREADMEDocumentsTheWholeFormat(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+// TestTheREADMEAndDocsDocumentTheWholeFormat: the example in the
+// operator's guide (docs/OPERATING.md, "The configuration file", linked
+// from README.md) is the one this package is tested with, and every key
+// the format knows is in its table.
+func TestTheREADMEAndDocsDocumentTheWholeFormat(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "docs", "OPERATING.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	example, err := os.ReadFile(filepath.Join("testdata", "issue8-example.yaml"))
+	example, err := os.ReadFile(filepath.Join("testdata", "example.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(readme), "```yaml\n"+string(example)+"```\n") {
-		t.Errorf("the README's configuration example is not testdata/issue8-example.yaml")
+		t.Errorf("docs/OPERATING.md's configuration example is not testdata/example.yaml")
 	}
 	for _, key := range []string{"`retention`", "`strict`", "`queues[].name`", "`queues[].retry.max_attempts`", "`queues[].retry.initial_backoff`, `queues[].retry.max_backoff`",
 		"`queues[].lease_timeout`", "`queues[].mode`", "`queues[].max_running`",
 		"`queues[].on_failure`", "`queues[].uses`", "`queues[].timeout`", "`queues[].alert_after`", "`pools`",
 		"`schedules[]`", "`alerts.webhook`"} {
 		if !strings.Contains(string(readme), "| "+key) {
-			t.Errorf("the README's table of configuration keys lacks %s", key)
+			t.Errorf("docs/OPERATING.md's table of configuration keys lacks %s", key)
 		}
+	}
+}
+
+func TestASyntaxErrorNamesTheFileLineAndColumn(t *testing.T) {
+	_, err := config.Parse("jobwatch.yaml", []byte("retention: 24h\nqueues:\n  - name: index\n    mode: [serial\n"))
+	var e *config.Error
+	if !errors.As(err, &e) || e.Path != "jobwatch.yaml" || e.Line != 4 || e.Column == 0 {
+		t.Fatalf("error %v (%+v); want a *config.Error at jobwatch.yaml line 4 with a column", err, e)
+	}
+	if want := "jobwatch.yaml:4:"; !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), ": not valid YAML: ") {
+		t.Errorf("error %q, want it to start %q and say the YAML is not valid", err, want)
+	}
+}
+
+func TestAliasesAreFollowed(t *testing.T) {
+	f, err := config.Parse("c.yaml", []byte(`
+queues:
+  - name: index
+    retry: &retry {max_attempts: 3, initial_backoff: 1s}
+  - name: mail
+    retry: *retry
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := config.Retry{MaxAttempts: 3, InitialBackoff: time.Second}
+	if len(f.Queues) != 2 || f.Queues[0].Retry != want || f.Queues[1].Retry != want {
+		t.Errorf("queues %+v; want both with retry %+v", f.Queues, want)
+	}
+}
+
+// TestTheFileRefusesAQueueExactlyAsTheEngineDoes: for each queue, the
+// file is refused if and only if the engine refuses the same rules given
+// to SetRules, the serial queue's max_running included (0 and 1 are one
+// job at a time; 2 is not).
+func TestTheFileRefusesAQueueExactlyAsTheEngineDoes(t *testing.T) {
+	e := jobs.New(testdb.OpenT(t, testdb.New(t)), jobs.Config{Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(e.Shutdown)
+	tests := []struct {
+		name  string
+		queue string // a queues entry, in flow style
+		rules jobs.QueueRules
+		key   string // where the file's refusal is, when refused
+	}{
+		{"a serial queue without max_running", "{name: q, mode: serial}", jobs.QueueRules{Serial: true, BlockOnFailure: true}, ""},
+		{"a serial queue of max_running 1", "{name: q, mode: serial, max_running: 1}", jobs.QueueRules{Serial: true, BlockOnFailure: true, MaxRunning: 1}, ""},
+		{"a serial queue of max_running 2", "{name: q, mode: serial, max_running: 2}", jobs.QueueRules{Serial: true, BlockOnFailure: true, MaxRunning: 2}, "queues[0].max_running"},
+		{"a parallel queue of max_running 2", "{name: q, max_running: 2}", jobs.QueueRules{MaxRunning: 2}, ""},
+		{"max_backoff below initial_backoff", "{name: q, retry: {initial_backoff: 1m, max_backoff: 1s}}", jobs.QueueRules{InitialBackoff: time.Minute, MaxBackoff: time.Second}, "queues[0].retry.max_backoff"},
+		{"a pool not declared", "{name: q, uses: [db, cache]}", jobs.QueueRules{Uses: []string{"db", "cache"}}, "queues[0].uses[1]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pools := map[string]int{"db": 2}
+			engineErr := e.SetRules(jobs.Rules{Pools: pools, Queues: map[string]jobs.QueueRules{"q": tt.rules}})
+			f, fileErr := config.Parse("c.yaml", []byte("pools: {db: 2}\nqueues:\n  - "+tt.queue+"\n"))
+			if (engineErr == nil) != (fileErr == nil) {
+				t.Fatalf("the engine says %v, the file %v; want both to refuse or both to accept", engineErr, fileErr)
+			}
+			if fileErr != nil {
+				var first *config.Error
+				if !errors.As(fileErr, &first) || first.Key != tt.key || first.Line != 3 {
+					t.Errorf("refused as %v; want it at line 3, key %s", fileErr, tt.key)
+				}
+				return
+			}
+			r, err := f.Rules()
+			if err == nil {
+				err = e.SetRules(r)
+			}
+			if err != nil || !reflect.DeepEqual(r.Queues["q"], tt.rules) {
+				t.Errorf("the file's rules %+v, %v; want %+v, which the engine accepts", r.Queues["q"], err, tt.rules)
+			}
+		})
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/jobwatch/jobwatch/alerthook"
 )
 
 // Alerting: a queue whose rules give an alert_after (QueueRules.AlertAfter)
@@ -228,8 +226,13 @@ func (e *Engine) announce(ctx context.Context, webhook string, q QueueStats, now
 	if err != nil {
 		return fmt.Errorf("record queue %s alerting: %w", q.Name, err)
 	}
-	if changed && webhook != "" {
-		e.hook.Send(webhook, alertEvent(q, now))
+	switch {
+	case !changed || webhook == "":
+	case e.cfg.Alerts == nil:
+		e.log.Warn("alert_webhook is set but this engine has no jobs.Config.Alerts to send with: the change is not posted",
+			"queue", q.Name, "alerting", q.Alerting)
+	default:
+		e.cfg.Alerts.SendAlert(webhook, alertChange(q, now))
 	}
 	return nil
 }
@@ -301,17 +304,34 @@ func (e *Engine) storeIdleSightings() {
 	}
 }
 
-// alertEvent is the webhook body for q's change, seen at now.
-func alertEvent(q QueueStats, now time.Time) alerthook.Event {
-	ev := alerthook.Event{Queue: q.Name, Alerting: q.Alerting, At: now, Queued: q.Queued, Running: q.Running}
-	if q.AlertAfter > 0 {
-		ev.AlertAfter = q.AlertAfter.String()
-	}
-	if !q.LastDrainedAt.IsZero() {
-		at := q.LastDrainedAt
-		ev.LastDrainedAt = &at
-	}
-	return ev
+// AlertSender delivers a queue's alert changes to the webhook of the
+// rules (Rules.AlertWebhook); Config.Alerts holds it. Package alerthook's
+// *Hook is one: a JSON POST per change, retried, in order.
+type AlertSender interface {
+	// SendAlert hands over one change for webhook and returns at once:
+	// the sweep calls it and must never wait for the receiver.
+	SendAlert(webhook string, c AlertChange)
+}
+
+// AlertChange is a queue starting or ending an alert, as the sweep saw
+// it. Each episode's start and end reach an AlertSender once across
+// replicas (see announce).
+type AlertChange struct {
+	Queue    string
+	Alerting bool      // true: starting; false: ending
+	At       time.Time // when the sweep saw the change
+	// LastDrainedAt is when the queue last drained; zero: never seen.
+	LastDrainedAt time.Time
+	// AlertAfter is the queue's alert_after; 0 when it was removed
+	// (which ends the alert).
+	AlertAfter      time.Duration
+	Queued, Running int64
+}
+
+// alertChange is q's change, seen at now.
+func alertChange(q QueueStats, now time.Time) AlertChange {
+	return AlertChange{Queue: q.Name, Alerting: q.Alerting, At: now, LastDrainedAt: q.LastDrainedAt,
+		AlertAfter: max(q.AlertAfter, 0), Queued: q.Queued, Running: q.Running}
 }
 
 // watchingAny reports whether the sweep has alerting work: a queue with

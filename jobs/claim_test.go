@@ -19,7 +19,7 @@ func TestClaimParksUntilAJobIsSubmitted(t *testing.T) {
 	parked := async(func() (store.Job, error) {
 		return e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w", Kinds: []string{"mail"}}, soon())
 	})
-	notYet(t, parked, 50*time.Millisecond)
+	waitParked(t, e, 1)
 
 	submit(t, e, jobs.SubmitRequest{Kind: "report"}) // not a kind it runs
 	notYet(t, parked, 50*time.Millisecond)
@@ -53,7 +53,7 @@ func TestClaimWakesWhenAHeldJobStarts(t *testing.T) {
 	parked := async(func() (store.Job, error) {
 		return e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w"}, soon())
 	})
-	notYet(t, parked, 50*time.Millisecond)
+	waitParked(t, e, 1)
 	if _, err := e.Start(context.Background(), held.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,9 @@ func TestClaimEndsWithErrNoJob(t *testing.T) {
 			parked := async(func() (store.Job, error) {
 				return e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w"}, time.Now().Add(tt.dl))
 			})
-			time.Sleep(20 * time.Millisecond)
+			if tt.dl == time.Hour { // parked before it is ended; the other runs out on its own
+				waitParked(t, e, 1)
+			}
 			tt.end(e, cancel)
 			if _, err := await(t, parked); !errors.Is(err, jobs.ErrNoJob) {
 				t.Fatalf("got %v, want ErrNoJob", err)

@@ -30,15 +30,26 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jobwatch/jobwatch/alerthook"
 	"github.com/jobwatch/jobwatch/store"
 	"github.com/jobwatch/jobwatch/watch"
+)
+
+// Defaults that callers of the engine show or share.
+const (
+	// DefaultLeaseTimeout is Config.LeaseTimeout's default.
+	DefaultLeaseTimeout = 30 * time.Second
+	// DefaultClaimCap is how long a parked claim waits for a job before
+	// it answers with none, unless told otherwise: the server's
+	// ClaimCap and in-process workers (jobs/inproc) default to it. The
+	// engine itself takes each claim's deadline from its caller.
+	DefaultClaimCap = 30 * time.Second
 )
 
 // Config tunes an Engine. Zero fields take the documented defaults.
 type Config struct {
 	// LeaseTimeout is how long a RUNNING job may go without a heartbeat
-	// before it is LOST (or re-queued when attempts remain). Default 30s.
+	// before it is LOST (or re-queued when attempts remain). Default
+	// DefaultLeaseTimeout (30s).
 	LeaseTimeout time.Duration
 	// SweepInterval is how often expired leases and old jobs are looked
 	// for. Default 1s.
@@ -75,11 +86,17 @@ type Config struct {
 	// Rules are the per-queue rules in effect at start; SetRules
 	// replaces them. The zero Rules declares no queue.
 	Rules Rules
+	// Alerts delivers a queue's alert starting and ending to
+	// Rules.AlertWebhook (alerts.go); the engine knows no HTTP, so it is
+	// given the sender: serve gives it an *alerthook.Hook. Default nil:
+	// changes are logged, and a webhook in the rules is logged as not
+	// sent.
+	Alerts AlertSender
 }
 
 func (c Config) withDefaults() Config {
 	if c.LeaseTimeout <= 0 {
-		c.LeaseTimeout = 30 * time.Second
+		c.LeaseTimeout = DefaultLeaseTimeout
 	}
 	if c.SweepInterval <= 0 {
 		c.SweepInterval = time.Second
@@ -189,10 +206,9 @@ type Engine struct {
 	// claimers are the Claims in progress, which publish wakes one at a
 	// time (claimers.go).
 	claimers claimers
-	// alerts remembers what the sweep needs to log alerts once; hook
-	// posts their changes to Rules.AlertWebhook.
+	// alerts remembers what the sweep needs to log alerts once;
+	// Config.Alerts posts their changes to Rules.AlertWebhook.
 	alerts alertState
-	hook   *alerthook.Hook
 	// depth is each queue's recent depth, sampled by the sweep.
 	depth depthHistory
 
@@ -246,7 +262,6 @@ func New(st store.Store, cfg Config) *Engine {
 		cancel()
 	}
 	e.startListening()
-	e.hook = alerthook.New(e.log, e.done)
 	e.rules.Store(&Rules{})
 	if err := e.SetRules(cfg.Rules); err != nil {
 		e.log.Error("rules refused: no queue is declared", "err", err)
@@ -273,12 +288,6 @@ func (e *Engine) Shutdown() {
 		e.stopDueTimer()
 	})
 }
-
-// Publish hands a snapshot committed elsewhere to the local hub, as if
-// this engine had committed it, as the engine's listener does for the
-// changes other replicas make (listen.go). Snapshots that are not newer
-// than what the hub holds are ignored.
-func (e *Engine) Publish(j store.Job) { e.publish(j) }
 
 // publish wakes everyone who may care about the committed snapshot j: its
 // waiters and watchers, its tenant's feeds, and the claimers it may give

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/alerthook"
 	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/store"
@@ -45,6 +46,13 @@ func newEngineOver(t *testing.T, st store.Store, cfg jobs.Config) *jobs.Engine {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Alerts == nil {
+		// The engine posts no webhook itself: serve hands it a hook.
+		// It stops after the engine (cleanups run last first).
+		done := make(chan struct{})
+		t.Cleanup(func() { close(done) })
+		cfg.Alerts = alerthook.New(cfg.Logger, done)
 	}
 	e := jobs.New(st, cfg)
 	t.Cleanup(e.Shutdown)
@@ -161,7 +169,9 @@ func await[T any](t *testing.T, c <-chan outcome[T]) (T, error) {
 	}
 }
 
-// notYet fails the test if c delivers within d: the call is parked.
+// notYet fails the test if c delivers within d. It shows that a call has
+// not returned, never that it has parked: a test that needs a parked call
+// waits for it with waitParked (claims) or waitedRead (waits, watches).
 func notYet[T any](t *testing.T, c <-chan outcome[T], d time.Duration) {
 	t.Helper()
 	select {

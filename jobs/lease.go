@@ -3,9 +3,9 @@ package jobs
 import (
 	"context"
 	"encoding/json"
-	"math/rand/v2"
 	"time"
 
+	"github.com/jobwatch/jobwatch/internal/backoff"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -87,15 +87,16 @@ func (e *Engine) Fail(ctx context.Context, id, leaseID string, jerr store.JobErr
 		return store.Job{}, err
 	}
 	return e.writeLease(ctx, "fail", store.LeaseWrite{Op: store.Fail, JobID: id, LeaseID: leaseID,
-		Error: &jerr, Retry: retryable, Jitter: rand.Float64()})
+		Error: &jerr, Retry: retryable, Jitter: backoff.Jitter()})
 }
 
-// requeue puts a job whose attempt ended back in the queue after a
-// backoff. Progress starts over with the next attempt: carrying the last
-// attempt's percent over would pin the new attempt's reports below it.
+// requeue puts a job whose attempt ended back in the queue after its
+// queue's backoff (store.Backoff: full jitter). Progress starts over with
+// the next attempt: carrying the last attempt's percent over would pin the
+// new attempt's reports below it.
 func (e *Engine) requeue(j *store.Job, now time.Time) {
 	j.State = store.Queued
-	j.RunAt = now.Add(e.backoffOf(e.queueRules(j.Queue)).Delay(j.Attempt, rand.Float64()))
+	j.RunAt = now.Add(e.backoffOf(e.queueRules(j.Queue)).Delay(j.Attempt, backoff.Jitter()))
 	j.Percent = 0
 	j.Step = ""
 	releaseLease(j)

@@ -156,7 +156,7 @@ func TestAClaimParkedBehindAFullQueueWakesWhenTheRunningJobEnds(t *testing.T) {
 		// A cap beyond await's 10 s: only the wake-up can answer in time.
 		return e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w2", Queues: []string{"index"}}, time.Now().Add(time.Minute))
 	})
-	notYet(t, parked, 50*time.Millisecond)
+	waitParked(t, e, 1)
 	if _, err := e.Complete(context.Background(), j.ID, j.LeaseID, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestAReloadThatGivesRoomWakesAParkedClaim(t *testing.T) {
 	parked := async(func() (store.Job, error) {
 		return e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w2", Queues: []string{"index"}}, time.Now().Add(time.Minute))
 	})
-	notYet(t, parked, 50*time.Millisecond)
+	waitParked(t, e, 1)
 	// The cap is a minute and await gives up after 10 s: only the wake-up
 	// can answer in time.
 	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {MaxRunning: 2}}}); err != nil {

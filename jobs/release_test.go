@@ -134,7 +134,7 @@ func TestAReleasedJobWakesAParkedClaimerAndItsWatchers(t *testing.T) {
 	parked := async(func() (store.Job, error) {
 		return e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w2", Kinds: []string{j.Kind}}, soon())
 	})
-	notYet(t, parked, 30*time.Millisecond)
+	waitParked(t, e, 1)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -21,10 +21,10 @@ func replicas(t *testing.T) (a, b *jobs.Engine) {
 }
 
 func TestAWaiterOnOneReplicaWakesWhenAWorkerOnAnotherCompletesTheJob(t *testing.T) {
-	a, b := replicas(t)
+	sa, sb := openSharedStores(t)
+	a, b := newEngineOver(t, sa, jobs.Config{}), newEngineOver(t, callReads{sb}, jobs.Config{})
 	j := running(t, a, jobs.SubmitRequest{})
-	waited := async(func() (store.Job, error) { return b.Wait(context.Background(), j.ID, soon()) })
-	notYet(t, waited, 50*time.Millisecond)
+	waited := waitedRead(t, b, context.Background(), j.ID, soon())
 	if _, err := a.Complete(context.Background(), j.ID, j.LeaseID, mustJSON("done")); err != nil {
 		t.Fatalf("complete: %v", err)
 	}
@@ -76,7 +76,7 @@ func TestAClaimerParkedOnOneReplicaTakesAJobSubmittedOnAnother(t *testing.T) {
 	claimed := async(func() (store.Job, error) {
 		return b.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w-b", Kinds: []string{"remote"}}, soon())
 	})
-	notYet(t, claimed, 50*time.Millisecond)
+	waitParked(t, b, 1)
 	j := submit(t, a, jobs.SubmitRequest{Kind: "remote"})
 	got, err := await(t, claimed)
 	if err != nil || got.ID != j.ID {
@@ -109,7 +109,7 @@ func TestATenantFeedOnOneReplicaSeesJobsSubmittedOnAnother(t *testing.T) {
 // would, and lets the test say when the store has heard again.
 type deafStore struct {
 	store.Store
-	mu   sync.Mutex
+	mu   sync.Mutex // held while a change is handed on, so goDeaf waits for it
 	deaf bool
 	fn   func([]store.Change, bool)
 }
@@ -120,12 +120,22 @@ func (s *deafStore) Listen(ctx context.Context, fn func([]store.Change, bool)) e
 	s.mu.Unlock()
 	return s.Store.Listen(ctx, func(changes []store.Change, missed bool) {
 		s.mu.Lock()
-		deaf := s.deaf
-		s.mu.Unlock()
-		if !deaf {
+		defer s.mu.Unlock()
+		if !s.deaf {
 			fn(changes, missed)
 		}
 	})
+}
+
+// goDeaf makes the store drop every change from now on. It returns once
+// a change being handed on has been handled: an earlier change still on
+// its way (PostgreSQL's notifications arrive when they arrive) would
+// otherwise have the engine read the job after the test changed it, and
+// announce the change it must not hear.
+func (s *deafStore) goDeaf() {
+	s.mu.Lock()
+	s.deaf = true
+	s.mu.Unlock()
 }
 
 func (s *deafStore) hearAgain() {
@@ -139,17 +149,17 @@ func (s *deafStore) hearAgain() {
 func TestAfterAGapInHearingAReplicaAnnouncesWhatChangedMeanwhile(t *testing.T) {
 	sa, sb := openSharedStores(t)
 	deaf := &deafStore{Store: sb}
-	a, b := newEngineOver(t, sa, jobs.Config{}), newEngineOver(t, deaf, jobs.Config{})
+	a, b := newEngineOver(t, sa, jobs.Config{}), newEngineOver(t, callReads{deaf}, jobs.Config{})
 	j := running(t, a, jobs.SubmitRequest{})
-	waited := async(func() (store.Job, error) { return b.Wait(context.Background(), j.ID, soon()) })
+	// Both calls are parked before B goes deaf: a wait that read the job
+	// only after the gap would see it ended without any announcement.
+	waited := waitedRead(t, b, context.Background(), j.ID, soon())
 	claimed := async(func() (store.Job, error) {
 		return b.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w-b", Kinds: []string{"later"}}, soon())
 	})
-	notYet(t, waited, 50*time.Millisecond)
+	waitParked(t, b, 1)
 
-	deaf.mu.Lock()
-	deaf.deaf = true
-	deaf.mu.Unlock()
+	deaf.goDeaf()
 	if _, err := a.Complete(context.Background(), j.ID, j.LeaseID, nil); err != nil {
 		t.Fatalf("complete: %v", err)
 	}

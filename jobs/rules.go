@@ -90,24 +90,8 @@ func (r Rules) validate() error {
 		if err := validName("queue", name); err != nil {
 			return fmt.Errorf("queue %q: %w", name, err)
 		}
-		switch {
-		case q.MaxAttempts < 0:
-			return fmt.Errorf("queue %s: max_attempts must not be negative", name)
-		case q.InitialBackoff < 0 || q.MaxBackoff < 0 || q.LeaseTimeout < 0 || q.Timeout < 0 || q.AlertAfter < 0:
-			return fmt.Errorf("queue %s: durations must not be negative", name)
-		case q.InitialBackoff > 0 && q.MaxBackoff > 0 && q.MaxBackoff < q.InitialBackoff:
-			return fmt.Errorf("queue %s: max_backoff %v is below initial_backoff %v", name, q.MaxBackoff, q.InitialBackoff)
-		case q.MaxRunning < 0:
-			return fmt.Errorf("queue %s: max_running must not be negative", name)
-		case q.Serial && q.MaxRunning > 1:
-			return fmt.Errorf("queue %s: a serial queue runs one job at a time, max_running %d says otherwise", name, q.MaxRunning)
-		case !q.Serial && q.BlockOnFailure:
-			return fmt.Errorf("queue %s: only a serial queue blocks on failure", name)
-		}
-		for _, pool := range q.Uses {
-			if _, ok := r.Pools[pool]; !ok {
-				return fmt.Errorf("queue %s: uses pool %q, which is not declared", name, pool)
-			}
+		if err := CheckQueueRules(q, r.Pools); err != nil {
+			return fmt.Errorf("queue %s: %w", name, err)
 		}
 	}
 	for pool, units := range r.Pools {
@@ -116,6 +100,40 @@ func (r Rules) validate() error {
 		}
 		if units < 1 {
 			return fmt.Errorf("pool %s: must have at least 1 unit, got %d", pool, units)
+		}
+	}
+	return nil
+}
+
+// CheckQueueRules refuses q as one queue's rules, with pools the pools
+// declared, exactly as SetRules would: an *InvalidError whose Field names
+// the rule at fault as the configuration file does ("max_running",
+// "max_backoff", "uses[1]"). The configuration file checks each queue
+// with it, so the file and the engine keep one rule.
+func CheckQueueRules(q QueueRules, pools map[string]int) error {
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"initial_backoff", q.InitialBackoff}, {"max_backoff", q.MaxBackoff}, {"lease_timeout", q.LeaseTimeout}, {"timeout", q.Timeout}, {"alert_after", q.AlertAfter}} {
+		if d.v < 0 {
+			return &InvalidError{Field: d.field, Reason: "must not be negative"}
+		}
+	}
+	switch {
+	case q.MaxAttempts < 0:
+		return &InvalidError{Field: "max_attempts", Reason: "must not be negative"}
+	case q.InitialBackoff > 0 && q.MaxBackoff > 0 && q.MaxBackoff < q.InitialBackoff:
+		return &InvalidError{Field: "max_backoff", Reason: fmt.Sprintf("%v is below initial_backoff %v", q.MaxBackoff, q.InitialBackoff)}
+	case q.MaxRunning < 0:
+		return &InvalidError{Field: "max_running", Reason: "must not be negative"}
+	case q.Serial && q.MaxRunning > 1:
+		return &InvalidError{Field: "max_running", Reason: fmt.Sprintf("a serial queue runs one job at a time: 0 or 1, got %d", q.MaxRunning)}
+	case !q.Serial && q.BlockOnFailure:
+		return &InvalidError{Field: "block_on_failure", Reason: "only a serial queue blocks on failure"}
+	}
+	for i, pool := range q.Uses {
+		if _, ok := pools[pool]; !ok {
+			return &InvalidError{Field: fmt.Sprintf("uses[%d]", i), Reason: fmt.Sprintf("pool %q is not declared", pool)}
 		}
 	}
 	return nil

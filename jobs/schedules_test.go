@@ -302,7 +302,7 @@ func TestARunWakesAParkedClaimer(t *testing.T) {
 	parked := async(func() (store.Job, error) {
 		return e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w1", Kinds: []string{downloads.Kind}}, soon())
 	})
-	notYet(t, parked, 50*time.Millisecond)
+	waitParked(t, e, 1)
 	sweep(t, e)
 	j, err := await(t, parked)
 	if err != nil || j.Kind != downloads.Kind || j.State != store.Running {

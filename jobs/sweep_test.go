@@ -13,10 +13,10 @@ import (
 
 func TestAnExpiredLeaseMakesTheJobLostAndWakesItsWaiter(t *testing.T) {
 	clock := newFakeClock()
-	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: 30 * time.Second})
+	e := newEngineOver(t, callReads{openStore(t)}, jobs.Config{Now: clock.Now, LeaseTimeout: 30 * time.Second})
 	ctx := context.Background()
 	j := running(t, e, jobs.SubmitRequest{})
-	parked := async(func() (store.Job, error) { return e.Wait(ctx, j.ID, time.Now().Add(time.Hour)) })
+	parked := waitedRead(t, e, ctx, j.ID, time.Now().Add(time.Hour))
 
 	clock.Advance(20 * time.Second)
 	if _, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 10, ""); err != nil {

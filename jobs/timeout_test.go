@@ -12,7 +12,7 @@ import (
 
 func TestAnAttemptPastItsQueueTimeoutIsRetriedThenFailed(t *testing.T) {
 	clock := newFakeClock()
-	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour})
+	e := newEngineOver(t, callReads{openStore(t)}, jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour})
 	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {Timeout: 10 * time.Minute}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -20,7 +20,7 @@ func TestAnAttemptPastItsQueueTimeoutIsRetriedThenFailed(t *testing.T) {
 	j := running(t, e, jobs.SubmitRequest{Queue: "index", MaxAttempts: 2})
 	// A job of a queue without a timeout runs as long as it heartbeats.
 	other := running(t, e, jobs.SubmitRequest{})
-	parked := async(func() (store.Job, error) { return e.Wait(ctx, j.ID, time.Now().Add(time.Hour)) })
+	parked := waitedRead(t, e, ctx, j.ID, time.Now().Add(time.Hour))
 
 	clock.Advance(9 * time.Minute)
 	if _, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 50, "halfway"); err != nil {

@@ -91,11 +91,10 @@ func TestWaitReturnsAtOnce(t *testing.T) {
 }
 
 func TestWaitForAJobWhoseCellWasFreedReadsTheStore(t *testing.T) {
-	e, _ := newEngine(t, jobs.Config{})
+	e := newEngineOver(t, callReads{openStore(t)}, jobs.Config{})
 	ctx := context.Background()
 	j := running(t, e, jobs.SubmitRequest{})
-	parked := async(func() (store.Job, error) { return e.Wait(ctx, j.ID, soon()) })
-	notYet(t, parked, 20*time.Millisecond)
+	parked := waitedRead(t, e, ctx, j.ID, soon())
 	if _, err := e.Complete(ctx, j.ID, j.LeaseID, mustJSON("done")); err != nil {
 		t.Fatal(err)
 	}
@@ -112,11 +111,12 @@ func TestWaitForAJobWhoseCellWasFreedReadsTheStore(t *testing.T) {
 }
 
 func TestWaitAtItsDeadlineReturnsTheLatestState(t *testing.T) {
-	e, _ := newEngine(t, jobs.Config{})
+	e := newEngineOver(t, callReads{openStore(t)}, jobs.Config{})
 	ctx := context.Background()
 	j := running(t, e, jobs.SubmitRequest{})
-	parked := async(func() (store.Job, error) { return e.Wait(ctx, j.ID, time.Now().Add(150*time.Millisecond)) })
-	notYet(t, parked, 20*time.Millisecond)
+	// The deadline leaves the heartbeat below room to land before it on
+	// a loaded machine; the test waits for it.
+	parked := waitedRead(t, e, ctx, j.ID, time.Now().Add(time.Second))
 	if _, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 45, "batch 5 of 11"); err != nil {
 		t.Fatal(err)
 	}
@@ -127,11 +127,10 @@ func TestWaitAtItsDeadlineReturnsTheLatestState(t *testing.T) {
 }
 
 func TestWaitWhenTheCallerGoesAwayReturnsTheLatestState(t *testing.T) {
-	e, _ := newEngine(t, jobs.Config{})
+	e := newEngineOver(t, callReads{openStore(t)}, jobs.Config{})
 	j := running(t, e, jobs.SubmitRequest{})
 	ctx, cancel := context.WithCancel(context.Background())
-	parked := async(func() (store.Job, error) { return e.Wait(ctx, j.ID, time.Time{}) })
-	notYet(t, parked, 20*time.Millisecond)
+	parked := waitedRead(t, e, ctx, j.ID, time.Time{})
 	cancel()
 	if got, err := await(t, parked); err != nil || got.State != store.Running {
 		t.Fatalf("wait: %s, %v", got.State, err)
@@ -142,8 +141,9 @@ func TestWaitWhenTheCallerGoesAwayReturnsTheLatestState(t *testing.T) {
 }
 
 func TestShutdownReleasesEveryParkedCallAtOnce(t *testing.T) {
-	e, _ := newEngine(t, jobs.Config{})
-	ctx := context.Background()
+	e := newEngineOver(t, callReads{openStore(t)}, jobs.Config{})
+	var reads atomic.Int64
+	ctx := countingReads(context.Background(), &reads)
 	j := running(t, e, jobs.SubmitRequest{})
 	far := time.Now().Add(time.Hour)
 
@@ -169,7 +169,8 @@ func TestShutdownReleasesEveryParkedCallAtOnce(t *testing.T) {
 			errs <- err
 		})
 	}
-	time.Sleep(50 * time.Millisecond)
+	waitReads(t, &reads, 2*each) // the waits and watches have parked, or cannot miss Shutdown
+	waitParked(t, e, each)       // so have the claims
 	start := time.Now()
 	e.Shutdown()
 	wg.Wait()
@@ -190,8 +191,9 @@ func TestShutdownReleasesEveryParkedCallAtOnce(t *testing.T) {
 
 func TestOneCompletionWakesAThousandWaiters(t *testing.T) {
 	metrics := &recordingMetrics{}
-	e, _ := newEngine(t, jobs.Config{Metrics: metrics})
-	ctx := context.Background()
+	e := newEngineOver(t, callReads{openStore(t)}, jobs.Config{Metrics: metrics})
+	var reads atomic.Int64
+	ctx := countingReads(context.Background(), &reads)
 	j := running(t, e, jobs.SubmitRequest{})
 
 	const waiters = 1000
@@ -206,7 +208,7 @@ func TestOneCompletionWakesAThousandWaiters(t *testing.T) {
 			states <- got.State
 		})
 	}
-	time.Sleep(100 * time.Millisecond) // most park; the rest race the completion
+	waitReads(t, &reads, waiters) // every waiter has read RUNNING: the completion must wake each
 	if _, err := e.Complete(ctx, j.ID, j.LeaseID, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +228,7 @@ func TestOneCompletionWakesAThousandWaiters(t *testing.T) {
 // answers with the whole job, payload included, at its deadline and on
 // Shutdown.
 func TestAWaitThatEndsWithoutAChangeAnswersWithTheWholeJob(t *testing.T) {
-	e, _ := newEngine(t, jobs.Config{})
+	e := newEngineOver(t, callReads{openStore(t)}, jobs.Config{})
 	payload := mustJSON(map[string]string{"file": strings.Repeat("x", 1000)})
 	j := submit(t, e, jobs.SubmitRequest{Payload: payload})
 	got, err := e.Wait(context.Background(), j.ID, time.Now().Add(20*time.Millisecond))
@@ -237,8 +239,7 @@ func TestAWaitThatEndsWithoutAChangeAnswersWithTheWholeJob(t *testing.T) {
 		t.Fatalf("at the deadline: %s with payload %.30q, want QUEUED with the payload", got.State, got.Payload)
 	}
 
-	parked := async(func() (store.Job, error) { return e.Wait(context.Background(), j.ID, time.Time{}) })
-	notYet(t, parked, 20*time.Millisecond)
+	parked := waitedRead(t, e, context.Background(), j.ID, time.Time{})
 	e.Shutdown()
 	got, err = await(t, parked)
 	if err != nil || string(got.Payload) != string(payload) {

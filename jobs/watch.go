@@ -28,7 +28,7 @@ type WatchOptions struct {
 	Send func(*Snapshot) error
 }
 
-// Watch sends the job's snapshots as DESIGN.md says for WatchJob: current
+// Watch sends the job's snapshots as WatchJob promises: current
 // first, then each change, and returns nil right after sending a terminal
 // snapshot, at the deadline, or on Shutdown; ctx's end returns ctx.Err().
 // ErrNotFound for an unknown job. A PENDING job is watched like any other.

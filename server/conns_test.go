@@ -44,7 +44,7 @@ func TestAConnectionThatSaysNothingIsClosedAtTheFirstRequestTimeout(t *testing.T
 		{"silent", func(net.Conn) {}},
 		{"half a request line", func(c net.Conn) { fmt.Fprint(c, "POST /jobwatch.v1.JobService/GetJob HT") }},
 		{"headers without their end", func(c net.Conn) {
-			fmt.Fprint(c, "POST /jobwatch.v1.JobService/GetJob HTTP/1.1\r\nHost: jobwatch\r\n")
+			fmt.Fprint(c, "POST /jobwatch.v1.JobService/GetJob HTTP/1.1\r\nHost: localhost\r\n")
 		}},
 		{"an HTTP/2 preface and settings", func(c net.Conn) {
 			fmt.Fprint(c, http2.ClientPreface)

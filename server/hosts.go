@@ -206,7 +206,7 @@ func (s *Server) warnInsecure(ctx context.Context, addr net.Addr, every time.Dur
 	warn := func() {
 		s.log.Warn("serving beyond loopback WITHOUT authentication (--insecure): anyone who can reach this address "+
 			"can read every tenant's jobs, payloads and results, and submit, cancel and claim jobs; "+
-			"to fix it, give serve a tokens file (--tokens FILE, see the README's Security section) or listen on 127.0.0.1",
+			"to fix it, give serve a tokens file (--tokens FILE, see docs/SECURITY.md) or listen on 127.0.0.1",
 			"addr", addr.String())
 	}
 	warn()

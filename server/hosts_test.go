@@ -66,7 +66,7 @@ func (ts *testServer) do(t *testing.T, host, method, path, body string) (int, st
 // loopback host: a page on evil.example whose name was rebound to
 // 127.0.0.1 is refused on every protocol and path, and changes nothing.
 func TestRequestsForAHostThatIsNotLoopbackAreRefusedOnEveryProtocolAndPath(t *testing.T) {
-	ts := startServer(t, serverOptions{config: server.Config{CheckHost: true}})
+	ts := startServer(t, serverOptions{config: server.Config{}}) // the Host check is the default
 	const evil = "evil.example:8080"
 	protocols := []struct {
 		name string
@@ -135,7 +135,6 @@ func TestRequestsForAHostThatIsNotLoopbackAreRefusedOnEveryProtocolAndPath(t *te
 // when the entry gives one.
 func TestLoopbackAndAllowedHostsAreAnswered(t *testing.T) {
 	ts := startServer(t, serverOptions{config: server.Config{
-		CheckHost:    true,
 		AllowedHosts: []string{"jobs.example.org", "Proxy.Example:8443", "10.1.2.3", "fd00::7"},
 	}})
 	for _, tt := range []struct {
@@ -183,10 +182,10 @@ func TestLoopbackAndAllowedHostsAreAnswered(t *testing.T) {
 	}
 }
 
-// Without CheckHost (a server with tokens, and no --allowed-hosts) any
-// Host is answered: the tokens decide.
+// With AnyHost (a server with tokens, and no --allowed-hosts) any Host
+// is answered: the tokens decide.
 func TestWithoutTheHostCheckAnyHostIsAnswered(t *testing.T) {
-	ts := startServer(t, serverOptions{})
+	ts := startServer(t, serverOptions{config: server.Config{AnyHost: true}})
 	c := ts.clients(withHost(ts.h2cClient(), "jobs.example.org"))
 	if _, err := c.jobs.GetServerInfo(ctxTimeout(t, 5*time.Second), &jobwatchv1.GetServerInfoRequest{}); err != nil {
 		t.Fatalf("GetServerInfo: %v", err)

@@ -220,6 +220,11 @@ func (h *jobService) ListJobs(ctx context.Context, req *jobwatchv1.ListJobsReque
 	return &jobwatchv1.ListJobsResponse{Jobs: pjs, NextPageToken: next}, nil
 }
 
+// CancelJob makes a job that has not ended CANCELLED (jobs.Engine.Cancel).
+// On a job that has ended it answers what a caller retrying a cancel
+// needs to know: OK with the job unchanged when it is CANCELLED already
+// (the cancel asked for holds), failed_precondition naming the state when
+// it ended otherwise (SUCCEEDED, FAILED, LOST: no cancel happened).
 func (h *jobService) CancelJob(ctx context.Context, req *jobwatchv1.CancelJobRequest) (*jobwatchv1.CancelJobResponse, error) {
 	if err := h.s.checkClientJob(ctx, "cancel job", req.GetJobId()); err != nil {
 		return nil, err

@@ -44,8 +44,8 @@ const (
 	// ClaimJob calls parked at once, across all clients. A parked
 	// WaitJob costs about 19 KiB of server memory, 8 KiB of it its one
 	// goroutine's stack, whatever the size of its job (a parked wait
-	// keeps no payload, see jobs.Engine.Wait; README "What a parked call
-	// costs"), so the default holds the server to a few hundred MiB.
+	// keeps no payload, see jobs.Engine.Wait; docs/BENCHMARKS.md "What a
+	// parked call costs"), so the default holds the server to a few hundred MiB.
 	DefaultMaxParkedCalls = 10_000
 	// reservedFiles are the file descriptors DefaultMaxConnections leaves
 	// for everything that is not a client: the listener, the SQLite

@@ -32,7 +32,7 @@ func TestARequestWhoseClientHungUpBeforeItWasHandledCreatesNothing(t *testing.T)
 		t.Fatalf("cork: %v %v", err, corkErr)
 	}
 	body := `{"kind":"abandoned"}`
-	fmt.Fprintf(conn, "POST /jobwatch.v1.JobService/SubmitJob HTTP/1.1\r\nHost: jobwatch\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	fmt.Fprintf(conn, "POST /jobwatch.v1.JobService/SubmitJob HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	conn.Close()
 
 	ts.waitForMetric("the server saw the hang-up", 10*time.Second, func(v float64) bool { return v == 1 },

@@ -85,7 +85,7 @@ func TestAStreamBlockedOnAnHTTP1ClientThatStopsReadingIsEnded(t *testing.T) {
 	}
 	defer conn.Close()
 	body := fmt.Sprintf(`{"jobId":%q}`, job.GetId())
-	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: jobwatch\r\nContent-Type: application/connect+json\r\nContent-Length: %d\r\n\r\n\x00%s%s",
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/connect+json\r\nContent-Length: %d\r\n\r\n\x00%s%s",
 		watchJobPath, 5+len(body), string([]byte{0, 0, byte(len(body) >> 8), byte(len(body))}), body)
 	ts.waitForGauge("jobwatch_open_watches", 1)
 
@@ -182,7 +182,7 @@ func rawHTTP1(t *testing.T, ts *testServer, path string, header string, body str
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: jobwatch\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s",
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s",
 		path, len(body), header, body[:sendBytes])
 	return conn
 }
@@ -367,7 +367,7 @@ const measureEnv = "JOBWATCH_MEASURE_BLOCKED_STREAMS"
 
 // TestMeasureMemoryOfBlockedStreams measures what WatchJob streams whose
 // client grants no window hold, before and after --send-timeout frees
-// them, and prints the figures the README quotes:
+// them, and prints the figures docs/OPERATING.md "Limits" quotes:
 //
 //	JOBWATCH_MEASURE_BLOCKED_STREAMS=2000 go test ./server -run TestMeasureMemoryOfBlockedStreams -v
 //

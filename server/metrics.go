@@ -340,7 +340,7 @@ func (s *Server) metricsOnAPIPort(metrics http.Handler) http.Handler {
 
 // MoveMetrics takes /metrics off Handler (the API's port then answers it
 // 404) and returns it, asking no token, for a listener of its own (serve
-// --metrics-addr); the handler answers /metrics only, and with CheckHost
+// --metrics-addr); the handler answers /metrics only, and without AnyHost
 // refuses other Hosts as the API's port does, so that a page cannot read
 // it through DNS rebinding either. Call it before Serve. A Metrics shared
 // by several servers moves for all of them.

@@ -203,7 +203,7 @@ func TestMoveMetricsServesThemOnlyOnTheirOwnListener(t *testing.T) {
 // refuses a Host that is not loopback or allowed, as the API's port does:
 // a page on another site cannot read it through DNS rebinding.
 func TestMovedMetricsCheckTheHostAsTheAPIPortDoes(t *testing.T) {
-	ts := startServer(t, serverOptions{config: server.Config{CheckHost: true}})
+	ts := startServer(t, serverOptions{config: server.Config{}}) // the Host check is the default
 	own := httptest.NewServer(ts.srv.MoveMetrics())
 	defer own.Close()
 	for host, want := range map[string]int{"evil.example": http.StatusForbidden, "localhost": http.StatusOK} {

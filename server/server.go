@@ -30,22 +30,41 @@ import (
 	"github.com/jobwatch/jobwatch/jobs"
 )
 
+// Defaults of Config that jobwatch serve's flags show too (their
+// --help and the flag table of docs/OPERATING.md "Serving" name these
+// values).
+const (
+	// DefaultWaitCap is Config.WaitCap's default.
+	DefaultWaitCap = 60 * time.Second
+	// DefaultStreamLifetime is Config.StreamLifetime's default.
+	DefaultStreamLifetime = 10 * time.Minute
+	// DefaultKeepalive is Config.Keepalive's default.
+	DefaultKeepalive = 15 * time.Second
+	// DefaultMaxRequestBytes is Config.MaxRequestBytes's default: 1 MiB.
+	DefaultMaxRequestBytes = 1 << 20
+)
+
 // Config tunes a Server. Zero fields take the documented defaults, so
-// Config{} is a working configuration.
+// Config{} is a working configuration, and the safe one: Serve listens
+// on loopback only unless Tokens or Insecure says otherwise, and every
+// request's Host is checked unless AnyHost says otherwise.
 type Config struct {
 	// WaitCap is the longest a WaitJob (or SubmitJob with wait) parks
-	// before answering OK with the current state. Default 60s.
+	// before answering OK with the current state. Default
+	// DefaultWaitCap (60s).
 	WaitCap time.Duration
 	// ClaimCap is the longest a ClaimJob parks before answering with no
-	// job. Default 30s.
+	// job. Default jobs.DefaultClaimCap (30s), which in-process workers
+	// (jobs/inproc) take too.
 	ClaimCap time.Duration
 	// StreamLifetime ends a WatchJob or WatchJobs stream (OK) after this
 	// long, so load balancers can rotate connections; clients resume.
 	// gRPC health Watch and reflection streams end (OK) after it too.
-	// Default 10m.
+	// Default DefaultStreamLifetime (10m).
 	StreamLifetime time.Duration
 	// Keepalive is how often an idle stream sends a message with no job,
-	// so idle proxies keep it open. Default 15s; negative disables it.
+	// so idle proxies keep it open. Default DefaultKeepalive (15s);
+	// negative disables it.
 	Keepalive time.Duration
 	// DeadlineMargin is how long before the caller's own deadline
 	// (Connect-Timeout-Ms, grpc-timeout) a parked call answers, so the
@@ -54,7 +73,7 @@ type Config struct {
 	// their time. Default 200ms.
 	DeadlineMargin time.Duration
 	// MaxRequestBytes bounds one request message; larger ones are refused
-	// with resource_exhausted. Default 1 MiB.
+	// with resource_exhausted. Default DefaultMaxRequestBytes (1 MiB).
 	MaxRequestBytes int
 	// ShutdownGrace is how long Serve waits for calls in flight after its
 	// context ends (parked calls return at once). Default 10s.
@@ -143,23 +162,29 @@ type Config struct {
 	// one count). Default 0: no per-tenant limit (serve sets a quarter of
 	// --max-parked-calls).
 	MaxParkedCallsPerTenant int
-	// CheckHost refuses every request (RPCs of every protocol, the page,
-	// /metrics) whose Host header, or HTTP/2 :authority, is neither a
-	// loopback name or address (localhost, *.localhost, 127.0.0.0/8,
-	// ::1, with any port) nor one of AllowedHosts, with
-	// permission_denied (HTTP 403): a server on loopback without tokens
-	// cannot then be reached through DNS rebinding. serve sets it then,
-	// and whenever --allowed-hosts is given. Default false: any Host.
-	CheckHost bool
-	// AllowedHosts are the hosts CheckHost lets through besides loopback,
-	// each a name or address, with a port (only that port) or without
-	// (any port). See CheckAllowedHost.
+	// AnyHost turns the Host check off. By default (false) the server
+	// refuses every request (RPCs of every protocol, the page, /metrics)
+	// whose Host header, or HTTP/2 :authority, is neither a loopback name
+	// or address (localhost, *.localhost, 127.0.0.0/8, ::1, with any
+	// port) nor one of AllowedHosts, with permission_denied (HTTP 403):
+	// a server on loopback without tokens cannot then be reached through
+	// DNS rebinding. Set it where the names clients use cannot be listed
+	// and something else keeps pages out: Tokens (a page without a token
+	// gets nothing but GetServerInfo), or a server exposed on purpose
+	// (Insecure). serve sets it with --tokens or --insecure, unless
+	// --allowed-hosts is given.
+	AnyHost bool
+	// AllowedHosts are the hosts the Host check lets through besides
+	// loopback, each a name or address, with a port (only that port) or
+	// without (any port). See CheckAllowedHost.
 	AllowedHosts []string
-	// Insecure says the server listens beyond loopback without
-	// authentication (serve --insecure): Serve logs a warning saying what
-	// is exposed and how to fix it as it starts and every
-	// InsecureWarnEvery while it serves. Default
-	// DefaultInsecureWarnEvery (1h).
+	// Insecure lets Serve listen beyond loopback without Tokens. By
+	// default (false) Serve refuses such a listener with an error that
+	// wraps ErrNoAuthBeyondLoopback and says what to do. With it the
+	// server is exposed on purpose (serve --insecure): Serve logs a
+	// warning saying what is exposed and how to fix it as it starts and
+	// every InsecureWarnEvery (default DefaultInsecureWarnEvery, 1h)
+	// while it serves.
 	Insecure          bool
 	InsecureWarnEvery time.Duration
 	// Logger receives the server's logs; per-call logs are at debug
@@ -185,22 +210,23 @@ type Config struct {
 	Version string
 	// Tokens, when not nil, makes every call but GetServerInfo need a
 	// bearer token it knows, and confines each to what the token's role
-	// and tenant allow (README "Security"); SetTokens swaps them later.
+	// and tenant allow (docs/SECURITY.md); SetTokens swaps them later.
 	// Nil (the default): no token is asked for and everyone may do
-	// everything, which is why serve then listens on loopback only.
+	// everything, which is why Serve then listens on loopback only
+	// (see Insecure).
 	Tokens *auth.Tokens
 }
 
 func (c Config) withDefaults() Config {
-	setDefault(&c.WaitCap, 60*time.Second)
-	setDefault(&c.ClaimCap, 30*time.Second)
-	setDefault(&c.StreamLifetime, 10*time.Minute)
-	setDefault(&c.Keepalive, 15*time.Second)
+	setDefault(&c.WaitCap, DefaultWaitCap)
+	setDefault(&c.ClaimCap, jobs.DefaultClaimCap)
+	setDefault(&c.StreamLifetime, DefaultStreamLifetime)
+	setDefault(&c.Keepalive, DefaultKeepalive)
 	if c.Keepalive < 0 {
 		c.Keepalive = 0 // the engine's "never"
 	}
 	setDefault(&c.DeadlineMargin, 200*time.Millisecond)
-	setDefault(&c.MaxRequestBytes, 1<<20)
+	setDefault(&c.MaxRequestBytes, DefaultMaxRequestBytes)
 	setDefault(&c.ShutdownGrace, 10*time.Second)
 	setDefault(&c.PingInterval, 10*time.Second)
 	setDefault(&c.PingTimeout, 5*time.Second)
@@ -272,7 +298,7 @@ type Server struct {
 	tokens       atomic.Pointer[auth.Tokens]
 	openCalls    openCalls
 	shared       sharedResponses // responses encoded once for many calls (shared.go)
-	hosts        *hostCheck      // with CheckHost: the Host check of every listener
+	hosts        *hostCheck      // without AnyHost: the Host check of every listener
 }
 
 // serviceNames are the services health and reflection report.
@@ -342,7 +368,7 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 
 	s.setUpSends()
 	var h http.Handler = s.checkEnvelopes(mux)
-	if cfg.CheckHost {
+	if !cfg.AnyHost {
 		s.hosts = newHostCheck(cfg.AllowedHosts, s.metrics, s.log, opts)
 		h = s.hosts.handler(h)
 	}
@@ -351,7 +377,8 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 		h = cors.New(cors.Options{
 			AllowedOrigins: cfg.CORSOrigins,
 			AllowedMethods: connectcors.AllowedMethods(),
-			// Authorization is for the bearer tokens of DESIGN.md "Auth".
+			// Authorization carries the bearer tokens of --tokens
+			// (docs/SECURITY.md).
 			AllowedHeaders: append(connectcors.AllowedHeaders(), "Authorization"),
 			ExposedHeaders: connectcors.ExposedHeaders(),
 			MaxAge:         2 * 60 * 60,
@@ -387,7 +414,13 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // the engine first, so every parked WaitJob, WatchJob and ClaimJob answers
 // OK at once, then the HTTP server, which waits up to ShutdownGrace for
 // calls in flight, then closes what is left (and logs it). It returns nil
-// once shut down, or the listener's error.
+// once shut down, or the listener's error. It closes ln before it
+// returns. Serve does not run the engine's periodic duties (lease
+// expiry, schedules, retention): Run does both, in order.
+//
+// Without Tokens, Serve refuses a listener beyond loopback (see
+// Insecure) and returns at once an error wrapping
+// ErrNoAuthBeyondLoopback.
 //
 // It holds at most MaxConnections at once, at most MaxNewConnections of
 // them silent (conns.go), and at most MaxStreamsPerConn streams on each.
@@ -398,6 +431,10 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // client that does not read by SendTimeout, dead clients by HTTP/2
 // pings, idle connections by IdleTimeout.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if err := s.checkListener(ln.Addr()); err != nil {
+		ln.Close()
+		return err
+	}
 	limit := newConnLimit(ln, s.cfg, s.metrics, s.conns, s.log)
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)

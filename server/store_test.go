@@ -133,7 +133,7 @@ func TestASubmitWhileAnotherProcessHoldsTheLock(t *testing.T) {
 			_, err := c.jobs.SubmitJob(context.Background(), &jobwatchv1.SubmitJobRequest{Kind: "no-deadline"})
 			return err
 		}},
-		// Its own deadline is no store failure (issue 18): it hears
+		// Its own deadline is no store failure (docs/SECURITY.md): it hears
 		// deadline_exceeded, a little before that deadline.
 		{"a Go client with a shorter deadline gets deadline_exceeded by it", callerDeadline, connect.CodeDeadlineExceeded, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), callerDeadline)

@@ -15,9 +15,9 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"math"
 	"time"
 
+	"github.com/jobwatch/jobwatch/internal/backoff"
 	"github.com/jobwatch/jobwatch/jobtype"
 )
 
@@ -255,7 +255,8 @@ type LeaseWrite struct {
 }
 
 // Backoff is a queue's retry delay: Initial doubled per attempt after
-// the first, capped at Max.
+// the first, capped at Max, with full jitter (package internal/backoff,
+// the one policy every retry in jobwatch uses).
 type Backoff struct {
 	Initial, Max time.Duration
 }
@@ -263,22 +264,13 @@ type Backoff struct {
 // Step is the backoff step after attempt (1 for the first attempt), in
 // whole microseconds as every backend stores times.
 func (b Backoff) Step(attempt int32) time.Duration {
-	d := b.Initial.Truncate(time.Microsecond)
-	limit := b.Max.Truncate(time.Microsecond)
-	for i := int32(1); i < attempt && d > 0 && d < limit; i++ {
-		if d > limit/2 {
-			return limit // doubling would pass the limit, or overflow
-		}
-		d *= 2
-	}
-	return min(d, limit)
+	return backoff.Policy(b).Step(int(attempt))
 }
 
 // Delay is the delay before the attempt after attempt, for a jitter in
 // [0, 1): uniform over [0, Step(attempt)] in microseconds.
 func (b Backoff) Delay(attempt int32, jitter float64) time.Duration {
-	step := b.Step(attempt).Microseconds()
-	return time.Duration(math.Floor(jitter*float64(step+1))) * time.Microsecond
+	return backoff.Policy(b).Delay(int(attempt), jitter)
 }
 
 // LeaseRules are what LeaseWrites need of the queue rules, by queue: a
@@ -314,7 +306,7 @@ func (r LeaseRules) BackoffFor(queue string) Backoff {
 // Apply makes j what w makes it under r, and reports whether w's lease
 // holds j (j RUNNING under w.LeaseID); if not, j is left as it is.
 // UpdatedAt becomes r.Now when a watcher could see the change; Version
-// is the store's to raise (by one, when j is not SameVisible as before).
+// is the store's to raise (see Versioned).
 // Backends that write in SQL must do exactly this; store/storetest
 // compares them with it.
 func (w LeaseWrite) Apply(j *Job, r LeaseRules) (held bool) {
@@ -576,7 +568,7 @@ type Store interface {
 	// RunSchedules starts the runs that are due, in one transaction that
 	// reads each schedule's state again, so that callers running it at
 	// once (replicas sharing the database) never start two runs of one
-	// schedule. For each of runs, by Name:
+	// schedule. For each of runs, by Name, as ScheduleRun.Step decides:
 	//   - never run: run.Job is created and becomes its latest run;
 	//   - latest run unfinished: nothing (never two runs at once);
 	//   - latest run ended at E: if E + run.Every is at or before now,

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -281,7 +282,8 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer os.RemoveAll(dir)
 
-	res := &benchResult{Settings: o.settings(), Machine: thisMachine(), Results: map[string]*serverFigures{}}
+	bi, _ := debug.ReadBuildInfo()
+	res := &benchResult{Commit: builtFrom(bi), Settings: o.settings(), Machine: thisMachine(), Results: map[string]*serverFigures{}}
 	for _, s := range servers {
 		res.Servers = append(res.Servers, s.name)
 		res.Results[s.name] = &serverFigures{}

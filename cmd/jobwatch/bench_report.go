@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,10 +17,35 @@ import (
 // carry their unit: _ms, _kib, _per_s, _pct. A figure a scenario did not
 // measure is absent.
 type benchResult struct {
+	// Commit is the commit this binary was built from, as go build
+	// stamped it: the full revision, "-dirty" appended when the checkout
+	// had changes; absent from a binary without the stamp (go run, or
+	// -buildvcs=false), whose figures then name no code. Build with go
+	// build in the checkout to have it.
+	Commit   string                    `json:"commit,omitempty"`
 	Servers  []string                  `json:"servers"` // the table's columns, in order
 	Machine  benchMachine              `json:"machine"`
 	Settings benchSettings             `json:"settings"`
 	Results  map[string]*serverFigures `json:"results"` // by server name
+}
+
+// builtFrom is the commit bi says the binary was built from (see
+// benchResult.Commit), or "" when go build stamped none.
+func builtFrom(bi *debug.BuildInfo) string {
+	if bi == nil {
+		return ""
+	}
+	setting := func(key string) string {
+		if i := slices.IndexFunc(bi.Settings, func(s debug.BuildSetting) bool { return s.Key == key }); i >= 0 {
+			return bi.Settings[i].Value
+		}
+		return ""
+	}
+	rev := setting("vcs.revision")
+	if rev != "" && setting("vcs.modified") == "true" {
+		rev += "-dirty"
+	}
+	return rev
 }
 
 type benchMachine struct {

@@ -143,10 +143,19 @@ func callError(what string, err error) error {
 	}
 	var ce *connect.Error
 	if errors.As(err, &ce) {
-		return fmt.Errorf("%s: %s: %s", what, ce.Code(), ce.Message())
+		msg := fmt.Sprintf("%s: %s: %s", what, ce.Code(), ce.Message())
+		if ce.Code() == connect.CodeUnauthenticated {
+			// The server says what is wrong with the Authorization
+			// header; at a terminal the question is how to send one.
+			msg += "\n" + tokenHint
+		}
+		return errors.New(msg)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
+
+// tokenHint is how the client commands take a bearer token.
+const tokenHint = "jobwatch: give a token the server's tokens file lists, with --token TOKEN or in the JOBWATCH_TOKEN environment variable"
 
 // stateName is a state as people say it: "RUNNING".
 func stateName(s jobwatchv1.JobState) string {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/jobwatch/jobwatch/client"
@@ -78,10 +79,11 @@ func runJobwatch(t *testing.T, args ...string) (code int, stdout, stderr string)
 // cliServer is a real server over a real SQLite file, in the test process;
 // the commands under test are separate processes talking to it.
 type cliServer struct {
-	URL    string
-	DB     string // the SQLite file
-	Engine *jobs.Engine
-	Client *client.Client
+	URL      string
+	DB       string // the SQLite file
+	Engine   *jobs.Engine
+	Client   *client.Client
+	registry *prometheus.Registry
 }
 
 func startCLIServer(t *testing.T, leaseTimeout time.Duration) *cliServer {
@@ -96,7 +98,8 @@ func startCLIServer(t *testing.T, leaseTimeout time.Duration) *cliServer {
 		LeaseTimeout: leaseTimeout, SweepInterval: 20 * time.Millisecond,
 		RetryInitialBackoff: 10 * time.Millisecond, RetryMaxBackoff: 10 * time.Millisecond, Logger: log,
 	})
-	srv := server.New(engine, server.Config{Logger: log, ShutdownGrace: 100 * time.Millisecond})
+	reg := prometheus.NewRegistry()
+	srv := server.New(engine, server.Config{Logger: log, ShutdownGrace: 100 * time.Millisecond, Registry: reg})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +108,7 @@ func startCLIServer(t *testing.T, leaseTimeout time.Duration) *cliServer {
 	var bg sync.WaitGroup
 	bg.Go(func() { _ = engine.Run(ctx) })
 	bg.Go(func() { _ = srv.Serve(ctx, ln) })
-	s := &cliServer{URL: "http://" + ln.Addr().String(), DB: db, Engine: engine}
+	s := &cliServer{URL: "http://" + ln.Addr().String(), DB: db, Engine: engine, registry: reg}
 	s.Client = client.New(s.URL)
 	t.Cleanup(func() {
 		s.Client.Close()
@@ -114,6 +117,18 @@ func startCLIServer(t *testing.T, leaseTimeout time.Duration) *cliServer {
 		st.Close()
 	})
 	return s
+}
+
+// parkedWaits reads the server's jobwatch_parked_waits gauge: the
+// WaitJob calls parked on a job that has not ended.
+func (s *cliServer) parkedWaits() float64 {
+	mfs, _ := s.registry.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == "jobwatch_parked_waits" && len(mf.GetMetric()) > 0 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return 0
 }
 
 func (s *cliServer) submit(t *testing.T, req *jobwatchv1.SubmitJobRequest) string {
@@ -190,7 +205,13 @@ func TestWaitExitStatusSaysHowTheJobEnded(t *testing.T) {
 	t.Run("a job that ends while the command waits exits with its outcome", func(t *testing.T) {
 		id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "later"})
 		go func() {
-			time.Sleep(200 * time.Millisecond)
+			// Ended once the command's WaitJob is parked on it.
+			for deadline := time.Now().Add(20 * time.Second); s.parkedWaits() < 1; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Error("the command's wait did not park within 20s")
+					break
+				}
+			}
 			j, err := s.Engine.Claim(ctx, jobs.ClaimRequest{WorkerID: "w", Kinds: []string{"later"}}, time.Now().Add(5*time.Second))
 			if err == nil {
 				_, _ = s.Engine.Complete(ctx, j.ID, j.LeaseID, nil)

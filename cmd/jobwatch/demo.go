@@ -48,7 +48,7 @@ and, under queue rules (its configuration, as serve --config reads it):
 var demoKinds = []string{"enrich", "pairing", "flaky", "hang"}
 
 // demoConfig is the demo's configuration file, in the format of serve
-// --config (README "Configuration file"), so that the page shows queue
+// --config (docs/OPERATING.md "The configuration file"), so that the page shows queue
 // rules at work: a serial queue, two queues sharing a pool, a schedule.
 const demoConfig = `queues:
   - name: index           # one git repository: one writer at a time, in order
@@ -75,7 +75,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var every, leaseTimeout time.Duration
 	var concurrency int
 	fs := newFlagSet("demo", stderr)
-	fs.StringVar(&addr, "addr", "127.0.0.1:8080", "`host:port` to listen on")
+	fs.StringVar(&addr, "addr", defaultAddr, "`host:port` to listen on")
 	fs.StringVar(&db, "db", "jobwatch-demo.db", "SQLite database `file` (created if missing)")
 	fs.DurationVar(&every, "every", 6*time.Second, "submit a new demo job this often (0: only the first few)")
 	fs.DurationVar(&leaseTimeout, "lease-timeout", 5*time.Second, "how long a silent job runs before it is LOST")
@@ -134,23 +134,20 @@ func serveDemo(ctx context.Context, ln net.Listener, o demoOptions, stdout, stde
 		Logger:    log,
 		Metrics:   metrics,
 		DemoKinds: demoKinds,
-		// The demo listens on loopback only, without tokens: refuse
-		// other Host names, as serve does (DNS rebinding).
-		CheckHost: true,
-		Version:   version(),
-		Page:      web.Handler(),
+		// The demo listens on loopback only, without tokens: the
+		// server's defaults refuse any other listener, and Host names
+		// other than loopback ones (DNS rebinding), as serve does.
+		Version: version(),
+		Page:    web.Handler(),
 	})
 
 	// The workers and the submitter run until ctx ends or the server
 	// stops serving, whichever is first: a server that failed must not
 	// leave them waiting for a Ctrl-C. The engine's duties run until the
-	// server has shut down.
+	// server has shut down (server.Server.Run).
 	demoCtx, stopDemo := context.WithCancel(ctx)
 	defer stopDemo()
-	engineCtx, stopEngine := context.WithCancel(context.Background())
-	defer stopEngine()
 	var bg sync.WaitGroup
-	bg.Go(func() { _ = engine.Run(engineCtx) })
 
 	w := client.NewWorker(&demoBackend{WorkerBackend: inproc.WorkerBackend(engine, 0)}, client.WorkerConfig{
 		ID:                "demo-worker",
@@ -175,13 +172,12 @@ func serveDemo(ctx context.Context, ln net.Listener, o demoOptions, stdout, stde
 
 	url := "http://" + ln.Addr().String() + "/"
 	fmt.Fprintf(stdout, "jobwatch demo: open %s\n", url)
-	fmt.Fprintf(stdout, "  try: jobwatch list --server http://%s   (Ctrl-C stops the demo)\n", ln.Addr())
-	err = srv.Serve(ctx, ln)
+	fmt.Fprintf(stdout, "  try: %s list --server http://%s   (Ctrl-C stops the demo)\n", rerunCommand(), ln.Addr())
+	err = srv.Run(ctx, ln)
 	if err != nil {
 		err = fmt.Errorf("serve: %w", err)
 	}
 	stopDemo()
-	stopEngine() // engine.Run is one of bg's goroutines
 	bg.Wait()
 	return err
 }

@@ -23,6 +23,7 @@ Usage:
 
 Commands:
   serve    run the server (HTTP/1.1 and h2c on one port)
+  reload   make a serve read its config and tokens again: jobwatch reload --pid-file FILE
   demo     run a server with demo workers and jobs; prints the page's URL
   submit   submit a job: jobwatch submit KIND [--payload JSON] [--wait]
   get      show a job: jobwatch get ID
@@ -60,6 +61,8 @@ func command(name string) commandFunc {
 	switch name {
 	case "serve":
 		return func(ctx context.Context, args []string, _, stderr io.Writer) error { return serve(ctx, args, stderr) }
+	case "reload":
+		return reload
 	case "demo":
 		return demo
 	case "submit":
@@ -154,12 +157,24 @@ func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args into fs; a parse error (already printed by the
-// flag package) becomes a usageError.
+// parseFlags parses args into fs. A parse error becomes a usageError that
+// run prints once, naming the command and where its flags are listed:
+// the flag package's own print of it (and of the whole usage, which
+// buried the one line that mattered) is silenced. -h prints the usage.
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	err := fs.Parse(args)
-	if err == nil || errors.Is(err, flag.ErrHelp) {
+	fs.SetOutput(out)
+	fs.Usage = usage
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
 		return err
 	}
-	return usageError{err.Error()}
+	name := strings.TrimPrefix(fs.Name(), "jobwatch ")
+	return usageError{fmt.Sprintf("%s: %v\nRun \"jobwatch %s -h\" for its flags.", name, err, name)}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,26 +14,141 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/auth"
 	"github.com/jobwatch/jobwatch/internal/ci"
 )
 
-// readmeBlocks returns the code blocks of README.md marked with
-// "<!-- readme-test: NAME -->".
-func readmeBlocks(t *testing.T, name string) []string {
+// The README and the documents under docs/ are checked by the tests in
+// this file, so that none of their examples can rot. Every fenced code
+// block in README.md and docs/*.md has an info string:
+//
+//   - "text": output or a table as a program prints it; not run.
+//   - a language ("sh", "go", "ts", "yaml", …) preceded by the line
+//     "<!-- readme-test: NAME -->": run or checked by the test that
+//     docTests names for NAME (curl, cli and worker blocks are run as
+//     written; go and ts blocks must be, line for line, code the suite
+//     runs; config and tokens blocks must be files serve accepts).
+//   - a language followed by "no-run" ("```sh no-run"): a block that
+//     cannot run in a test, such as a server that runs until stopped, a
+//     minute-long measurement, a second machine or `make test` itself.
+//     The block still names real commands; it is only not run here.
+//
+// TestEveryDocBlockIsRunOrMarkedNoRun holds every block to this.
+
+// docTests maps each "readme-test" name to the test that runs or checks
+// its blocks.
+var docTests = map[string]string{
+	"curl":   "TestREADMECurlExamples",
+	"cli":    "TestREADMECommandLineTour",
+	"worker": "TestREADMEWorkerExampleRunsTheShippedScript",
+	"go":     "TestREADMEGoExampleUsesAKindTheDemoRuns, TestREADMESnippetsAreTheTestedCode",
+	"ts":     "TestREADMESnippetsAreTheTestedCode",
+	"config": "config.TestTheREADMEAndDocsDocumentTheWholeFormat",
+	"tokens": "TestREADMETokensFilesAreFilesServeAccepts",
+}
+
+// docBlock is one fenced code block of README.md or docs/*.md.
+type docBlock struct {
+	file string // relative to the repository's root
+	line int    // of the opening fence
+	info string // the info string: a language, then "no-run" if so marked
+	test string // the NAME of a preceding "<!-- readme-test: NAME -->", or ""
+	body string
+}
+
+// docFiles are README.md and every Markdown file under docs/, relative to
+// this package's directory.
+func docFiles(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	files, err := filepath.Glob("../../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	re := regexp.MustCompile("(?s)<!-- readme-test: " + regexp.QuoteMeta(name) + " -->\n```\\w+\n(.*?)```")
-	var blocks []string
-	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
-		blocks = append(blocks, m[1])
-	}
-	if len(blocks) == 0 {
-		t.Fatalf("README.md has no %q blocks", name)
+	return append([]string{"../../README.md"}, files...)
+}
+
+// allDocBlocks returns every fenced code block of README.md and docs/*.md.
+func allDocBlocks(t *testing.T) []docBlock {
+	t.Helper()
+	marker := regexp.MustCompile(`^<!-- readme-test: (\S+) -->$`)
+	var blocks []docBlock
+	for _, path := range docFiles(t) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimPrefix(path, "../../")
+		lines := strings.Split(string(b), "\n")
+		prev := "" // the last non-blank line outside a block
+		for i := 0; i < len(lines); i++ {
+			if !strings.HasPrefix(lines[i], "```") {
+				if strings.TrimSpace(lines[i]) != "" {
+					prev = lines[i]
+				}
+				continue
+			}
+			blk := docBlock{file: name, line: i + 1, info: strings.TrimSpace(strings.TrimPrefix(lines[i], "```"))}
+			if m := marker.FindStringSubmatch(prev); m != nil {
+				blk.test = m[1]
+			}
+			var body []string
+			for i++; i < len(lines) && !strings.HasPrefix(lines[i], "```"); i++ {
+				body = append(body, lines[i])
+			}
+			if i == len(lines) {
+				t.Fatalf("%s:%d: a code block that is never closed", name, blk.line)
+			}
+			blk.body = strings.Join(body, "\n") + "\n"
+			blocks = append(blocks, blk)
+			prev = ""
+		}
 	}
 	return blocks
+}
+
+// readmeBlocks returns the code blocks of README.md and docs/*.md marked
+// with "<!-- readme-test: NAME -->".
+func readmeBlocks(t *testing.T, name string) []string {
+	t.Helper()
+	var blocks []string
+	for _, b := range allDocBlocks(t) {
+		if b.test == name {
+			blocks = append(blocks, b.body)
+		}
+	}
+	if len(blocks) == 0 {
+		t.Fatalf("README.md and docs/*.md have no %q blocks", name)
+	}
+	return blocks
+}
+
+// TestEveryDocBlockIsRunOrMarkedNoRun: a block a reader could run or
+// paste is either run or checked by a test, or says it is not.
+func TestEveryDocBlockIsRunOrMarkedNoRun(t *testing.T) {
+	blocks := allDocBlocks(t)
+	if len(blocks) == 0 {
+		t.Fatal("found no code blocks in README.md and docs/*.md")
+	}
+	for _, b := range blocks {
+		words := strings.Fields(b.info)
+		noRun := slices.Contains(words, "no-run")
+		switch {
+		case len(words) == 0:
+			t.Errorf("%s:%d: a code block without an info string: give it a language, or \"text\" for output", b.file, b.line)
+		case words[0] == "text":
+			if b.test != "" {
+				t.Errorf("%s:%d: a \"text\" block marked readme-test: %s; text is not run", b.file, b.line, b.test)
+			}
+		case b.test != "" && noRun:
+			t.Errorf("%s:%d: a block both marked readme-test: %s and no-run", b.file, b.line, b.test)
+		case b.test != "":
+			if _, ok := docTests[b.test]; !ok {
+				t.Errorf("%s:%d: readme-test: %s names no test (known: %v)", b.file, b.line, b.test, slices.Sorted(maps.Keys(docTests)))
+			}
+		case !noRun:
+			t.Errorf("%s:%d: a %s block that no test runs: mark it <!-- readme-test: NAME --> with a test that runs it, or \"%s no-run\" if it cannot run in a test", b.file, b.line, words[0], words[0])
+		}
+	}
 }
 
 // needTools fails under CI (where .ci/run installs them) and skips
@@ -131,6 +247,53 @@ func jobwatchOnPath(t *testing.T, server string) []string {
 	}
 	return append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"JOBWATCH_SERVER="+server, "JOBWATCH_TOKEN=")
+}
+
+// TestREADMECommandLineTour runs the README's command-line tour as
+// written, with the built command on PATH, against "jobwatch demo": every
+// command exits 0 (so wait and submit --wait saw the job succeed), the
+// job watched and waited for succeeded, and the hang job was cancelled.
+func TestREADMECommandLineTour(t *testing.T) {
+	needTools(t, "sh")
+	base := startDemo(t)
+	script := "set -eu\n" + strings.Join(readmeBlocks(t, "cli"), "\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "-c", script)
+	cmd.Dir = "../.."
+	cmd.Env = jobwatchOnPath(t, base)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the README's command-line tour failed: %v\n%s", err, out)
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(` RUNNING .* "batch 1 of 5"`),  // watch printed progress
+		regexp.MustCompile(`(?m)^state: +SUCCEEDED$`),     // get showed the job's end
+		regexp.MustCompile(`(?m)^j_[0-9a-z]+ CANCELLED `), // cancel ended the hang job
+	} {
+		if !want.Match(out) {
+			t.Errorf("the README's command-line tour printed no match for %s:\n%s", want, out)
+		}
+	}
+}
+
+// TestREADMETokensFilesAreFilesServeAccepts: every tokens file the docs
+// show is one serve --tokens accepts, and a token a comment names
+// (`# of "TOKEN"`) is one the file lists.
+func TestREADMETokensFilesAreFilesServeAccepts(t *testing.T) {
+	of := regexp.MustCompile(`# of "([^"]+)"`)
+	for _, block := range readmeBlocks(t, "tokens") {
+		tokens, err := auth.ParseTokens("tokens.yaml", []byte(block))
+		if err != nil {
+			t.Errorf("serve refuses the docs' tokens file: %v\n%s", err, block)
+			continue
+		}
+		for _, m := range of.FindAllStringSubmatch(block, -1) {
+			if _, ok := tokens.Lookup(m[1]); !ok {
+				t.Errorf("the docs' tokens file says it lists %q, but that token is not known:\n%s", m[1], block)
+			}
+		}
+	}
 }
 
 // TestREADMEWorkerExampleRunsTheShippedScript runs the README's worker

@@ -40,7 +40,7 @@ pools:
 
 // TestReplicasOnOnePostgreSQLKeepEveryPromise runs three jobwatch serve
 // processes on one PostgreSQL schema and checks through the Go client,
-// over real HTTP, what issue 11 promises of replicas: waiters, watchers
+// over real HTTP, what docs/OPERATING.md promises of replicas: waiters, watchers
 // and tenant feeds on one replica hear jobs that workers on the others
 // finish; a serial queue stays serial and a pool bounded with workers on
 // every replica; no job is claimed twice; and a replica killed with

@@ -17,7 +17,7 @@ import (
 
 func TestServeLoadsTheIssuesExampleAndRunsItsSchedule(t *testing.T) {
 	dir := t.TempDir()
-	example, err := os.ReadFile(filepath.Join("..", "..", "config", "testdata", "issue8-example.yaml"))
+	example, err := os.ReadFile(filepath.Join("..", "..", "config", "testdata", "example.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jobwatch/jobwatch/alerthook"
 	"github.com/jobwatch/jobwatch/auth"
 	"github.com/jobwatch/jobwatch/config"
 	"github.com/jobwatch/jobwatch/jobs"
@@ -45,12 +47,17 @@ with --tokens, /metrics takes a metrics or admin token.
 Flags:
 `
 
+// defaultAddr is where serve and demo listen unless --addr says
+// otherwise: loopback, which needs no tokens.
+const defaultAddr = "127.0.0.1:8080"
+
 // serveFlags are the flags of "jobwatch serve".
 type serveFlags struct {
 	addr            string
 	db              string
 	config          string
 	tokens          string
+	pidFile         string
 	waitCap         time.Duration
 	claimCap        time.Duration
 	leaseTimeout    time.Duration
@@ -84,19 +91,33 @@ type connFlags struct {
 
 func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	var f serveFlags
+	fs := newServeFlagSet(&f, stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return f, err
+	}
+	return checkServeFlags(f, fs.Args())
+}
+
+// newServeFlagSet declares serve's flags into f. Their defaults are the
+// server's and the engine's (server.Default*, jobs.Default*), so --help,
+// the flag table of the docs (checked by
+// TestTheServeFlagTableInTheDocsIsServes) and a server built with a zero
+// Config agree.
+func newServeFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs := newFlagSet("serve", stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
-	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "`host:port` to listen on (HTTP/1.1 and h2c)")
+	fs.StringVar(&f.addr, "addr", defaultAddr, "`host:port` to listen on (HTTP/1.1 and h2c)")
 	fs.StringVar(&f.db, "db", "jobwatch.db", "SQLite database `file` (created if missing), or a postgres:// URL of a database that several replicas may share")
 	fs.StringVar(&f.config, "config", "", "YAML configuration `file`: retention, strict, queues, pools, schedules and alerts (see the README); SIGHUP reloads it")
 	fs.StringVar(&f.tokens, "tokens", "", "YAML tokens `file`: the SHA-256 of each bearer token with its role and tenant (see the README \"Security\"); every call then needs a token, and --addr may be any address; SIGHUP reloads it")
-	fs.DurationVar(&f.waitCap, "wait-cap", 60*time.Second, "longest a WaitJob parks before answering with the current state")
-	fs.DurationVar(&f.claimCap, "claim-cap", 30*time.Second, "longest a ClaimJob parks before answering with no job")
-	fs.DurationVar(&f.leaseTimeout, "lease-timeout", 30*time.Second, "a running job without a heartbeat for this long is lost (or retried)")
-	fs.DurationVar(&f.streamLifetime, "stream-lifetime", 10*time.Minute, "WatchJob and WatchJobs streams end (OK) after this long, so load balancers rotate; clients resume")
-	fs.DurationVar(&f.keepalive, "keepalive", 15*time.Second, "idle streams send an empty message this often")
+	fs.StringVar(&f.pidFile, "pid-file", "", "`file` to write the process id to while serving (removed at exit), so \"jobwatch reload --pid-file FILE\" signals this server alone; refused if a running serve holds it")
+	fs.DurationVar(&f.waitCap, "wait-cap", server.DefaultWaitCap, "longest a WaitJob parks before answering with the current state")
+	fs.DurationVar(&f.claimCap, "claim-cap", jobs.DefaultClaimCap, "longest a ClaimJob parks before answering with no job")
+	fs.DurationVar(&f.leaseTimeout, "lease-timeout", jobs.DefaultLeaseTimeout, "a running job without a heartbeat for this long is lost (or retried)")
+	fs.DurationVar(&f.streamLifetime, "stream-lifetime", server.DefaultStreamLifetime, "WatchJob and WatchJobs streams end (OK) after this long, so load balancers rotate; clients resume")
+	fs.DurationVar(&f.keepalive, "keepalive", server.DefaultKeepalive, "idle streams send an empty message this often")
 	fs.DurationVar(&f.lockTimeout, "lock-timeout", sqlite.DefaultLockTimeout, "a write that cannot get the database this long (another process holds its lock, or writes queue) answers unavailable")
-	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", 1<<20, "largest request message in `bytes`")
+	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request message in `bytes`")
 	fs.DurationVar(&f.sendTimeout, "send-timeout", server.DefaultSendTimeout, "a response or stream whose write stays blocked this long on a client that does not read is ended")
 	fs.DurationVar(&f.bodyTimeout, "body-timeout", server.DefaultBodyTimeout, "a request body must arrive in full within this long, else deadline_exceeded and the connection closes")
 	fs.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections(),
@@ -123,11 +144,14 @@ func parseServeFlags(args []string, stderr io.Writer) (serveFlags, error) {
 	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without authentication")
 	fs.StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated browser `origins` allowed to call the API (\"*\" for any); empty: no CORS")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "`host:port` of a listener of its own for /metrics, which then leaves --addr; it asks for no token, so bind it where only your scraper reaches. Empty: /metrics on --addr, taking a metrics or admin token when --tokens is given")
-	if err := parseFlags(fs, args); err != nil {
-		return f, err
-	}
-	if fs.NArg() > 0 {
-		return f, usageError{fmt.Sprintf("serve takes no arguments, got %q", fs.Args())}
+	return fs
+}
+
+// checkServeFlags refuses flags that cannot work together, and fills in
+// the ones whose default depends on another.
+func checkServeFlags(f serveFlags, args []string) (serveFlags, error) {
+	if len(args) > 0 {
+		return f, usageError{fmt.Sprintf("serve takes no arguments, got %q", args)}
 	}
 	for name, d := range map[string]time.Duration{
 		"wait-cap": f.waitCap, "claim-cap": f.claimCap, "lease-timeout": f.leaseTimeout,
@@ -208,7 +232,7 @@ func checkOrigin(o string) error {
 	return nil
 }
 
-// checkLoopback enforces DESIGN.md "Auth": with no tokens file the
+// checkLoopback enforces docs/SECURITY.md "Who may call it": with no tokens file the
 // server may listen on loopback only, unless --insecure says the operator
 // knows. allowed is true when either is given.
 func checkLoopback(addr string, allowed bool) error {
@@ -301,11 +325,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	defer st.Close()
 
 	metrics := server.NewMetrics()
+	// The webhook's deliveries end when serve returns, after the engine
+	// has stopped announcing.
+	hookDone := make(chan struct{})
+	defer close(hookDone)
 	engine := jobs.New(st, jobs.Config{
 		LeaseTimeout: f.leaseTimeout,
 		Logger:       log,
 		Metrics:      metrics,
 		Rules:        rules,
+		Alerts:       alerthook.New(log, hookDone),
 	})
 	host, _, _ := net.SplitHostPort(f.addr)
 	loopback := isLoopback(host)
@@ -333,12 +362,18 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.MaxPendingBodies, cfg.MaxNewConnections = f.conns.maxPendingBodies, f.conns.maxNewConnections
 	cfg.FirstRequestTimeout = f.conns.firstRequestTimeout
 	// Without tokens only this machine's users should reach the server;
-	// the Host check keeps out pages that reach it through a browser (DNS
-	// rebinding). A server exposed with --insecure is reachable anyway, so
-	// it checks only the hosts listed, if any; so does one with --tokens,
-	// where a page without a token gets nothing but GetServerInfo.
-	cfg.CheckHost = (loopback && f.tokens == "") || f.allowedHosts != ""
+	// the Host check (the server's default) keeps out pages that reach it
+	// through a browser (DNS rebinding). A server exposed with --insecure
+	// is reachable anyway, so it checks only the hosts listed, if any; so
+	// does one with --tokens, where a page without a token gets nothing
+	// but GetServerInfo.
+	cfg.AnyHost = !loopback || f.tokens != ""
+	if f.allowedHosts != "" {
+		cfg.AnyHost = false
+	}
 	cfg.AllowedHosts = splitList(f.allowedHosts)
+	// parseServeFlags let a non-loopback --addr without --tokens through
+	// only with --insecure; the server refuses it otherwise.
 	cfg.Insecure = !loopback && f.tokens == ""
 	srv := server.New(engine, cfg)
 	reloads := &tokenReloads{srv: srv, path: f.tokens, log: log, known: tokens.Len()}
@@ -353,6 +388,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			}
 		})
 		defer stopReloads()
+	}
+	// Written once a SIGHUP reloads (above): "jobwatch reload" reads it.
+	if f.pidFile != "" {
+		removePIDFile, err := writePIDFile(f.pidFile)
+		if err != nil {
+			return err
+		}
+		defer removePIDFile()
 	}
 
 	ln, err := net.Listen("tcp", f.addr)
@@ -369,12 +412,6 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		defer stopMetrics()
 		metricsAddr = addr
 	}
-	// The engine's duties (lease expiry, retention) run until the server
-	// has stopped, so calls finishing during shutdown still see them.
-	engineCtx, stopEngine := context.WithCancel(context.Background())
-	engineDone := make(chan error, 1)
-	go func() { engineDone <- engine.Run(engineCtx) }()
-
 	attrs := []any{"addr", ln.Addr().String(), "db", dbName(f.db)}
 	if metricsAddr != "" {
 		attrs = append(attrs, "metrics_addr", metricsAddr)
@@ -397,13 +434,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Info("listening", attrs...)
 	}
 
-	serveErr := srv.Serve(ctx, ln)
-	stopEngine()
-	if err := <-engineDone; err != nil && !errors.Is(err, context.Canceled) {
-		log.Warn("engine stopped with an error", "err", err)
-	}
-	if serveErr != nil {
-		return serveErr
+	// The engine's duties (lease expiry, retention) start before the
+	// first call and stop after the last one (server.Server.Run).
+	if err := srv.Run(ctx, ln); err != nil {
+		return err
 	}
 	log.Info("stopped")
 	return nil
@@ -540,7 +574,7 @@ func splitList(s string) []string {
 	return out
 }
 
-// levelFlag is a log level as the README and --help spell it: "info",
+// levelFlag is a log level as docs/OPERATING.md and --help spell it: "info",
 // where slog.Level prints "INFO". The zero levelFlag prints "", so the
 // flag package shows the default (info, slog's zero level) in --help.
 type levelFlag struct{ level *slog.Level }

@@ -21,7 +21,7 @@ const tokenUsage = `Usage: jobwatch token new --role client|worker|admin|metrics
 Prints a fresh random bearer token, once, and the entry to paste into the
 tokens file (serve --tokens) under "tokens:". The file keeps only the
 token's SHA-256, so the token cannot be shown again: hand it to its user
-now. SIGHUP makes serve read the file again (see the README "Security").
+now. SIGHUP makes serve read the file again (see docs/SECURITY.md).
 
   jobwatch token new --role client --tenant acme
   jobwatch token new --role worker --tenants acme,globex --kinds enrich

@@ -24,8 +24,8 @@ func tokensEntry(token, rest string) string {
 	return "  - {sha256: " + auth.Digest(token) + ", " + rest + "}\n"
 }
 
-// TestServeWithTokensRotatesThemOnSIGHUP is the rotation of the README
-// "Security" end to end: serve --tokens, a removed token stops working
+// TestServeWithTokensRotatesThemOnSIGHUP is the rotation of
+// docs/SECURITY.md end to end: serve --tokens, a removed token stops working
 // after a SIGHUP without a restart and its open WatchJob stream ends, a
 // broken file is refused with the tokens in effect kept, and a new token
 // works.

@@ -2,7 +2,7 @@
 // against: the job and worker RPCs a benchmark drives (SubmitJob, GetJob,
 // WaitJob, WatchJob, ClaimJob, Heartbeat, CompleteJob, FailJob) as plain
 // connect-go handlers over an in-memory map, served with h2c and the same
-// HTTP/2 settings as jobwatch. It is what "connect-go with an in-memory
+// HTTP/2 settings and compression threshold as jobwatch. It is what "connect-go with an in-memory
 // table" means in docs/BENCHMARKS.md: the cost of the wire and of the Go
 // HTTP/2 server alone, with no store, no engine and no limits.
 //
@@ -41,6 +41,15 @@ const (
 // maxConcurrentStreams matches jobwatch's server (server.Serve), so
 // parked calls multiplex the same way on both.
 const maxConcurrentStreams = 1 << 20
+
+// compressMinBytes is jobwatch's compression setting (server.New): a
+// response under 1 KiB goes uncompressed even to a caller that accepts
+// gzip. connect-go's default compresses every response, so a floor
+// without it would pay gzip for each small answer of a fan-out that
+// jobwatch does not, and the comparison would not be like with like.
+// (jobwatch's gzip also shares one compressed body among the calls one
+// publish wakes: that is jobwatch's work, not the floor's.)
+var compressMinBytes = connect.WithCompressMinBytes(1 << 10)
 
 // Config tunes a Server. The zero value takes the defaults above.
 type Config struct {
@@ -98,8 +107,8 @@ func New(cfg Config) *Server {
 // them so a benchmark reads both servers alike.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(jobwatchv1connect.NewJobServiceHandler(s))
-	mux.Handle(jobwatchv1connect.NewWorkerServiceHandler(s))
+	mux.Handle(jobwatchv1connect.NewJobServiceHandler(s, compressMinBytes))
+	mux.Handle(jobwatchv1connect.NewWorkerServiceHandler(s, compressMinBytes))
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		fmt.Fprintf(w, "go_goroutines %d\njobwatch_parked_waits %d\njobwatch_open_watches %d\n",

@@ -148,3 +148,40 @@ func TestTheFloorAnswersLikeJobwatchWhereTheBenchLooks(t *testing.T) {
 		t.Errorf("CancelJob: %v, want unimplemented (the floor is not a second jobwatch)", err)
 	}
 }
+
+// The floor compresses as jobwatch does (server.New): a response under
+// 1 KiB goes as it is, a larger one gzipped, to a caller that accepts
+// gzip; so a fan-out of small answers costs both servers the same.
+func TestTheFloorCompressesOnlyResponsesOfAKiBOrMore(t *testing.T) {
+	_, base := serve(t, Config{})
+	for _, tt := range []struct {
+		name     string
+		payload  int // bytes of the job's payload, echoed in the response
+		encoding string
+	}{
+		{"a small response goes uncompressed", 10, ""},
+		{"a response over 1 KiB goes gzipped", 4 << 10, "gzip"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			body := `{"kind":"k","payload":"` + strings.Repeat("x", tt.payload) + `"}`
+			req, err := http.NewRequest(http.MethodPost, base+"/jobwatch.v1.JobService/SubmitJob", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept-Encoding", "gzip") // set by hand: net/http then leaves the body as sent
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			io.Copy(io.Discard, resp.Body)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("SubmitJob: %s", resp.Status)
+			}
+			if got := resp.Header.Get("Content-Encoding"); got != tt.encoding {
+				t.Errorf("Content-Encoding %q, want %q", got, tt.encoding)
+			}
+		})
+	}
+}

@@ -11,7 +11,8 @@
 // cluster stops it at exit by calling Main from its TestMain; without
 // it the cluster's postmaster outlives the test binary.
 //
-// Without a server the test is skipped, unless CI=true, where it fails.
+// Without a server the test is skipped, unless it runs under CI (as
+// internal/ci decides, the one rule every test uses), where it fails.
 package pgtest
 
 import (
@@ -32,6 +33,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/jobwatch/jobwatch/internal/ci"
 )
 
 // Env names the variable that gives a server's URL.
@@ -62,10 +65,7 @@ func URL(t testing.TB) string {
 	t.Helper()
 	once.Do(func() { baseURL, why = find() })
 	if baseURL == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("no PostgreSQL for tests (CI=true makes that a failure): %v", why)
-		}
-		t.Skipf("no PostgreSQL for tests: %v", why)
+		ci.Require(t, why, "no PostgreSQL for tests (set "+Env+", or install Debian's postgresql package)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -20,11 +20,11 @@ import (
 
 // WorkerBackend runs a client.Worker in the same process as the engine, with no
 // network in between: the demo and single-binary deployments use it.
-// claimCap bounds one parked Claim (0: 30s), as the server's claim cap
-// does for remote workers.
+// claimCap bounds one parked Claim (0: jobs.DefaultClaimCap, the
+// server's default claim cap for remote workers).
 func WorkerBackend(e *jobs.Engine, claimCap time.Duration) client.WorkerBackend {
 	if claimCap <= 0 {
-		claimCap = 30 * time.Second
+		claimCap = jobs.DefaultClaimCap
 	}
 	return engineBackend{e: e, claimCap: claimCap}
 }

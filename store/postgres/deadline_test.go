@@ -34,10 +34,7 @@ func TestACallersDeadlineWhileWaitingForAConnectionIsNoStoreFailure(t *testing.T
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("a write that waited for a connection past its caller's deadline: %v, want context.DeadlineExceeded only", err)
 	}
-	s.writes.mu.Lock()
-	failing := s.writes.failing
-	s.writes.mu.Unlock()
-	if failing {
+	if s.writes.episodes.Failing() {
 		t.Error("a caller's deadline started an episode of failing writes")
 	}
 	conn.Release()

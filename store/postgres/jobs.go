@@ -181,8 +181,9 @@ func (s *Store) UpdateJob(ctx context.Context, id string, update func(*store.Job
 	}
 }
 
-// change lets update change old and returns what to write (with its
-// version), and whether there is anything to write.
+// change lets update change old and returns what to write (with the
+// version store.Versioned decides), and whether there is anything to
+// write.
 func change(id string, old store.Job, update func(*store.Job) error) (store.Job, bool, error) {
 	next := normalize(old)
 	if err := update(&next); err != nil {
@@ -192,10 +193,7 @@ func change(id string, old store.Job, update func(*store.Job) error) (store.Job,
 	if next.ID != old.ID {
 		return store.Job{}, false, fmt.Errorf("update job %s: the id cannot change (to %q)", id, next.ID)
 	}
-	next.Version = old.Version
-	if !next.SameVisible(&old) {
-		next.Version++
-	}
+	next = store.Versioned(old, next)
 	return next, !sameStored(next, old), nil
 }
 

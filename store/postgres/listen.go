@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/jobwatch/jobwatch/internal/backoff"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -107,9 +108,10 @@ const catchUp = `SELECT x.xmin, j.id, j.version, j.tenant, j.kind, j.queue, j.st
 // it has not delivered (as not Local): a change whose notification never
 // came (its replica died after the commit, or the send failed) is heard
 // within about catchUpEvery. When the connection is lost it reconnects
-// (backing off from listenBackoffMin, doubling to listenBackoffMax),
-// listens again, and then calls fn(nil, true): changes committed
-// meanwhile were not heard. It stops when ctx ends or the store closes.
+// (backing off from listenBackoffMin, doubling to listenBackoffMax, with
+// full jitter), listens again, and then calls fn(nil, true): changes
+// committed meanwhile were not heard. It stops when ctx ends or the store
+// closes.
 func (s *Store) Listen(ctx context.Context, fn func(changes []store.Change, missed bool)) error {
 	conn, err := s.listenConn(ctx)
 	if err != nil {
@@ -340,17 +342,15 @@ func (c *conns) has(pid uint32) bool {
 	return c.pids[pid]
 }
 
-// relisten connects and listens again, backing off between attempts,
-// until it succeeds (the connection) or ctx ends (nil).
+// relisten connects and listens again, backing off between attempts
+// (internal/backoff: with full jitter, so replicas that lost the database
+// together do not all come back in the same instant), until it succeeds
+// (the connection) or ctx ends (nil).
 func (s *Store) relisten(ctx context.Context) *pgx.Conn {
-	wait := listenBackoffMin
+	retry := backoff.Retry{Policy: backoff.Policy{Initial: listenBackoffMin, Max: listenBackoffMax}}
 	for {
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx.Done(), retry.Next()) {
 			return nil
-		case <-t.C:
 		}
 		conn, err := s.listenConn(ctx)
 		if err == nil {
@@ -360,6 +360,5 @@ func (s *Store) relisten(ctx context.Context) *pgx.Conn {
 		if ctx.Err() != nil {
 			return nil
 		}
-		wait = min(2*wait, listenBackoffMax)
 	}
 }

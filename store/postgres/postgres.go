@@ -121,8 +121,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, fmt.Errorf("open postgres: %w", classify(err))
 	}
 	if schema == nil {
+		err := missingSchema(ctx, pool)
 		pool.Close()
-		return nil, errors.New("open postgres: no schema of the search_path exists")
+		return nil, err
 	}
 	s.schema, s.channel = *schema, channelFor(*schema)
 	if err := s.migrate(ctx); err != nil {
@@ -131,6 +132,27 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	}
 	s.notifier = newNotifier(s.sendChanges, s.logNotify)
 	return s, nil
+}
+
+// missingSchema is the error of Open when no schema of the search_path
+// exists (current_schema() is NULL): jobwatch creates its tables but not
+// the schema, so it names the schema and the statement that creates it.
+func missingSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	var path string
+	if err := pool.QueryRow(ctx, "SELECT current_setting('search_path')").Scan(&path); err != nil {
+		return fmt.Errorf("open postgres: no schema of the search_path exists: %w", classify(err))
+	}
+	first := ""
+	for _, name := range strings.Split(path, ",") {
+		if name = strings.TrimSpace(name); name != "" && name != `"$user"` {
+			first = name // as PostgreSQL prints it: quoted where SQL needs it
+			break
+		}
+	}
+	if first == "" {
+		return fmt.Errorf("open postgres: no schema of the search_path (%s) exists: name one in the URL's search_path parameter", path)
+	}
+	return fmt.Errorf("open postgres: schema %s does not exist (search_path is %s); jobwatch creates its tables, not the schema: create it first with CREATE SCHEMA %s", first, path, first)
 }
 
 // Close sends the notifications still queued, stops the listeners and

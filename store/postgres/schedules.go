@@ -76,41 +76,35 @@ func (s *Store) RunSchedules(ctx context.Context, runs []store.ScheduleRun, now 
 	return created, nil
 }
 
-// runSchedule starts run's next run if it is due, in tx.
+// runSchedule does in tx what run.Step decides for run's schedule.
 func runSchedule(ctx context.Context, tx pgx.Tx, run store.ScheduleRun, now time.Time) (store.Job, bool, error) {
+	var last *store.ScheduleState
 	st, err := scanSchedule(tx.QueryRow(ctx, scheduleStates+" WHERE s.name = $1 FOR UPDATE OF s", run.Name))
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		j, err := insertRun(ctx, tx, run)
-		if err != nil {
-			return store.Job{}, false, err
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO schedules (name, job_id) VALUES ($1, $2)`, run.Name, j.ID); err != nil {
-			return store.Job{}, false, fmt.Errorf("record its first run: %w", err)
-		}
-		return j, true, nil
+	case errors.Is(err, pgx.ErrNoRows): // never run
 	case err != nil:
 		return store.Job{}, false, fmt.Errorf("read its state: %w", err)
-	case st.Unfinished():
-		return store.Job{}, false, nil
+	default:
+		last = &st
 	}
-	if st.LastEndedAt.IsZero() {
-		// The job is gone and its end was never recorded: it ended no
-		// later than now, which is what the schedule counts from.
-		st.LastEndedAt = now
+	step := run.Step(last, now)
+	if step.RecordEnd {
 		if _, err := tx.Exec(ctx, `UPDATE schedules SET ended_at = $1 WHERE name = $2`, now, run.Name); err != nil {
 			return store.Job{}, false, fmt.Errorf("record the end of a run that is gone: %w", err)
 		}
 	}
-	if st.LastEndedAt.Add(run.Every).After(now) {
+	if !step.Start {
 		return store.Job{}, false, nil
 	}
 	j, err := insertRun(ctx, tx, run)
 	if err != nil {
 		return store.Job{}, false, err
 	}
-	if _, err := tx.Exec(ctx, `UPDATE schedules SET job_id = $1, ended_at = NULL, ended_state = '' WHERE name = $2`,
-		j.ID, run.Name); err != nil {
+	record := `UPDATE schedules SET job_id = $1, ended_at = NULL, ended_state = '' WHERE name = $2`
+	if last == nil {
+		record = `INSERT INTO schedules (job_id, name) VALUES ($1, $2)`
+	}
+	if _, err := tx.Exec(ctx, record, j.ID, run.Name); err != nil {
 		return store.Job{}, false, fmt.Errorf("record its run: %w", err)
 	}
 	return j, true, nil

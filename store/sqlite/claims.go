@@ -115,7 +115,7 @@ func claimAs(old store.Job, c store.Claim, i int) store.Job {
 	next := old.Clone()
 	c.LeaseID = c.LeaseIDs[i]
 	c.Apply(&next)
-	return versioned(old, next, true)
+	return versioned(old, next)
 }
 
 // The pick. Every claim and every parked claimer's look (NextReady) runs
@@ -406,14 +406,9 @@ type jobWrite struct {
 }
 
 // versioned is next as the store commits it over old: normalized, with
-// old's version, plus one for a visible change (or always, with bump).
-func versioned(old, next store.Job, bump bool) store.Job {
-	next = normalize(next)
-	next.Version = old.Version
-	if bump || !next.SameVisible(&old) {
-		next.Version++
-	}
-	return next
+// the version store.Versioned gives it.
+func versioned(old, next store.Job) store.Job {
+	return store.Versioned(old, normalize(next))
 }
 
 // maxRowsPerUpdate bounds the rows of one UPDATE of writeJobs, and so

@@ -16,7 +16,7 @@ import (
 	"github.com/jobwatch/jobwatch/store"
 )
 
-// benchDepths are the backlogs of issue 17: how a claim and a completion
+// benchDepths are the backlogs of docs/BENCHMARKS.md "Depth": how a claim and a completion
 // cost at 2,000 queued jobs and at a million.
 var benchDepths = []int{2_000, 20_000, 200_000, 1_000_000}
 
@@ -33,7 +33,7 @@ const depthKind = "k"
 // depth jobs queued in one queue, the depth kept by putting the jobs
 // taken back at the end of the queue (untimed). claim: a ClaimJob, or a
 // ClaimJobs of 1 or 100 (ns/op is per call; jobs/s counts jobs).
-// complete: the engine's completion before issue 17 (an UpdateJob whose
+// complete: the engine's completion before batched claims (an UpdateJob whose
 // function checks the lease), or a WriteLeases of 1 or 100 completions,
 // of jobs claimed untimed before:
 //
@@ -128,7 +128,7 @@ func BenchmarkClaimBehindOtherKinds(b *testing.B) {
 // of a backlog of depth with 100 slots at once, as the issue's burn-down
 // does through the engine: claims of batch jobs each, and each claim's
 // jobs completed together (batch 0: ClaimJob and one UpdateJob per job,
-// the store calls of the engine before issue 17). Claim latency is of
+// the store calls of the engine before batched claims). Claim latency is of
 // the calls that returned jobs.
 //
 //	go test ./store/sqlite/ -run '^$' -bench BenchmarkBurnDownAtDepth -benchtime 1x

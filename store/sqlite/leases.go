@@ -71,7 +71,7 @@ func (s *Store) writeLeases(ctx context.Context, tx *sql.Tx, ws []store.LeaseWri
 			results[i] = store.LeaseResult{Job: j.now.Clone()}
 			continue
 		}
-		next = versioned(j.now, next, false)
+		next = versioned(j.now, next)
 		if next.Version != j.now.Version {
 			raised = append(raised, next)
 		}

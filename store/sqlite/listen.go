@@ -15,8 +15,8 @@ import (
 // The listener of a SQLite store is in-process: the writer goroutine
 // hands each committed batch's changes to the listeners of every Store
 // this process opened on the same file. A SQLite file is served by one
-// process; another process writing it is not heard (DESIGN.md: several
-// replicas need PostgreSQL).
+// process; another process writing it is not heard (several replicas
+// need PostgreSQL: docs/OPERATING.md, "Several replicas").
 
 // feeds holds one feed per file path this process opened.
 var (

@@ -81,41 +81,35 @@ func (s *Store) RunSchedules(ctx context.Context, runs []store.ScheduleRun, now 
 	return created, nil
 }
 
-// runSchedule starts run's next run if it is due, in tx.
+// runSchedule does in tx what run.Step decides for run's schedule.
 func (s *Store) runSchedule(ctx context.Context, tx *sql.Tx, run store.ScheduleRun, now time.Time) (store.Job, bool, error) {
+	var last *store.ScheduleState
 	st, err := scanSchedule(tx.QueryRowContext(ctx, scheduleStates+" WHERE s.name = ?", run.Name))
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		j, err := s.insertRun(ctx, tx, run)
-		if err != nil {
-			return store.Job{}, false, err
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO schedules (name, job_id) VALUES (?, ?)`, run.Name, j.ID); err != nil {
-			return store.Job{}, false, fmt.Errorf("record its first run: %w", classify(err))
-		}
-		return j, true, nil
+	case errors.Is(err, sql.ErrNoRows): // never run
 	case err != nil:
 		return store.Job{}, false, fmt.Errorf("read its state: %w", classify(err))
-	case st.Unfinished():
-		return store.Job{}, false, nil
+	default:
+		last = &st
 	}
-	if st.LastEndedAt.IsZero() {
-		// The job is gone and its end was never recorded: it ended no
-		// later than now, which is what the schedule counts from.
-		st.LastEndedAt = fromMicro(toMicro(now))
+	step := run.Step(last, now)
+	if step.RecordEnd {
 		if _, err := tx.ExecContext(ctx, `UPDATE schedules SET ended_at = ? WHERE name = ?`, toMicro(now), run.Name); err != nil {
 			return store.Job{}, false, fmt.Errorf("record the end of a run that is gone: %w", classify(err))
 		}
 	}
-	if st.LastEndedAt.Add(run.Every).After(now) {
+	if !step.Start {
 		return store.Job{}, false, nil
 	}
 	j, err := s.insertRun(ctx, tx, run)
 	if err != nil {
 		return store.Job{}, false, err
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE schedules SET job_id = ?, ended_at = NULL, ended_state = '' WHERE name = ?`,
-		j.ID, run.Name); err != nil {
+	record := `UPDATE schedules SET job_id = ?, ended_at = NULL, ended_state = '' WHERE name = ?`
+	if last == nil {
+		record = `INSERT INTO schedules (job_id, name) VALUES (?, ?)`
+	}
+	if _, err := tx.ExecContext(ctx, record, j.ID, run.Name); err != nil {
 		return store.Job{}, false, fmt.Errorf("record its run: %w", classify(err))
 	}
 	return j, true, nil

@@ -591,16 +591,15 @@ func getJob(ctx context.Context, q interface {
 	return j, seq, nil
 }
 
-// writeJob stores next over the row seq, with old's id and the version the
-// store decides: old's, plus one for a visible change (or always, with
-// bump). It skips the write when nothing changed at all. It is the one
-// statement that changes anything in UpdateJob (writeStatement), so it
-// asks first whether the caller is still there.
-func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next store.Job, bump bool) (store.Job, error) {
+// writeJob stores next over the row seq, with old's id and the version
+// store.Versioned decides. It skips the write when nothing changed at
+// all. It is the one statement that changes anything in UpdateJob
+// (writeStatement), so it asks first whether the caller is still there.
+func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next store.Job) (store.Job, error) {
 	if next.ID != old.ID {
 		return store.Job{}, fmt.Errorf("update job %s: the id cannot change (to %q)", old.ID, next.ID)
 	}
-	next = versioned(old, next, bump)
+	next = versioned(old, next)
 	if err := s.updateRow(ctx, tx, seq, old, next); err != nil {
 		return store.Job{}, err
 	}
@@ -645,7 +644,7 @@ func (s *Store) UpdateJob(ctx context.Context, id string, update func(*store.Job
 		if err := update(&next); err != nil {
 			return err
 		}
-		out, err = s.writeJob(ctx, tx, seq, old, next, false)
+		out, err = s.writeJob(ctx, tx, seq, old, next)
 		return err
 	})
 	if err != nil {

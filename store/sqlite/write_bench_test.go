@@ -22,7 +22,7 @@ var benchWriters = []int{1, 2, 8, 32, 128}
 // by a number of concurrent writers, with full durability
 // (synchronous=FULL: a write returns after the fsync of its commit).
 // With one commit per write more writers get no more done; with group
-// commit (issue 10) concurrent writes share commits. Compare with
+// commit (docs/DESIGN-NOTES.md) concurrent writes share commits. Compare with
 // benchstat:
 //
 //	go test ./store/sqlite/ -run '^$' -bench 'BenchmarkWrite' -count 6

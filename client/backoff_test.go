@@ -1,0 +1,57 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestABackoffsZeroFieldsTakeTheDefaults(t *testing.T) {
+	tests := []struct {
+		name             string
+		b                Backoff
+		initial, maximum time.Duration
+	}{
+		{"zero is the defaults", Backoff{}, DefaultBackoffInitial, DefaultBackoffMax},
+		{"an initial alone keeps the default maximum", Backoff{Initial: time.Second}, time.Second, DefaultBackoffMax},
+		{"a maximum alone keeps the default initial", Backoff{Max: time.Minute}, DefaultBackoffInitial, time.Minute},
+		{"a maximum below the initial is the initial", Backoff{Initial: time.Second, Max: time.Millisecond}, time.Second, time.Second},
+		{"negative fields are the defaults", Backoff{Initial: -1, Max: -1}, DefaultBackoffInitial, DefaultBackoffMax},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := tt.b.policy()
+			if p.Initial != tt.initial || p.Max != tt.maximum {
+				t.Errorf("%+v waits from %v up to %v, want from %v up to %v", tt.b, p.Initial, p.Max, tt.initial, tt.maximum)
+			}
+		})
+	}
+}
+
+func TestARetrierWaitsAtMostADoublingStepAndStartsOverAfterReset(t *testing.T) {
+	r := &retrier{b: Backoff{Initial: 10 * time.Millisecond, Max: 40 * time.Millisecond}}
+	steps := []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond, 40 * time.Millisecond}
+	for round := range 2 {
+		for i, step := range steps {
+			if d := r.delay(); d < 0 || d > step {
+				t.Errorf("round %d, retry %d: delay %v, want 0..%v", round+1, i+1, d, step)
+			}
+		}
+		r.reset()
+	}
+}
+
+func TestARetrierTellsTheDelayAndStopsWithItsContext(t *testing.T) {
+	told := time.Duration(-1) // notify not called
+	cause := errors.New("the caller gave up")
+	r := &retrier{b: Backoff{Initial: time.Hour, Max: time.Hour}, notify: func(_ error, d time.Duration) { told = d }}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(cause)
+	if err := r.wait(ctx, errors.New("unavailable")); !errors.Is(err, cause) {
+		t.Errorf("wait with a cancelled context = %v, want its cause", err)
+	}
+	if told < 0 || told > time.Hour {
+		t.Errorf("notify was told %v, want the delay drawn, 0..1h", told)
+	}
+}
