@@ -7,7 +7,8 @@ BUF := go tool -modfile=tools/go.mod buf
 # so that `make -n test` prints the passes instead of running them.
 CHECK := $(MAKE) --no-print-directory check
 
-## test: every check and every test suite, race detector on; then the
+## test: every check (gofmt, go mod tidy, go vet, staticcheck, buf lint,
+## generated code) and every test suite, race detector on; then the
 ## assertions the race detector would distort (the parked call's stack
 ## size), without it; then the engine and wire suites again with
 ## PostgreSQL as their store (a server from JOBWATCH_TEST_POSTGRES,
@@ -56,6 +57,7 @@ check: web-deps
 	go mod tidy -diff || { echo "go.mod is not tidy: run go mod tidy"; exit 1; }
 	cd tools/riverbench && go mod tidy -diff || { echo "tools/riverbench/go.mod is not tidy: run go mod tidy there"; exit 1; }
 	go vet ./...
+	go tool -modfile=tools/go.mod staticcheck ./...
 	$(BUF) lint
 	$(MAKE) generate
 	git diff --exit-code -- gen web/src/gen || { echo "generated code is stale: run make generate"; exit 1; }

@@ -28,7 +28,7 @@ func BenchmarkPublishWakeN(b *testing.B) {
 					defer stopped.Done()
 					sub := h.Subscribe("job")
 					defer sub.Close()
-					_, seen, changed := sub.Latest()
+					_, _, changed := sub.Latest()
 					subscribed.Done()
 					for {
 						select {
@@ -36,8 +36,8 @@ func BenchmarkPublishWakeN(b *testing.B) {
 						case <-quit:
 							return
 						}
-						var v int64
-						v, seen, changed = sub.Latest()
+						v, seen, next := sub.Latest()
+						changed = next
 						if v != seen {
 							panic("value does not belong to its version")
 						}

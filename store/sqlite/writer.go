@@ -409,7 +409,7 @@ func (s *Store) runOne(ctx context.Context, conn *sql.Conn, tx *sql.Tx, r *write
 			s.w.changes = s.w.changes[:mark] // undone, or never made
 		}
 	}()
-	r.err, r.panicked = call(fnCtx, tx, r.fn)
+	r.panicked, r.err = call(fnCtx, tx, r.fn)
 	if r.err == nil && r.panicked == nil && !r.statement {
 		if err := callerLeft(fnCtx); err != nil {
 			r.err = leftError(r.what, err)
@@ -473,13 +473,13 @@ func lostTx(cause error) error {
 }
 
 // call runs fn, turning a panic into a value to hand to the caller.
-func call(ctx context.Context, tx *sql.Tx, fn func(context.Context, *sql.Tx) error) (err error, panicked any) {
+func call(ctx context.Context, tx *sql.Tx, fn func(context.Context, *sql.Tx) error) (panicked any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			panicked = p
 		}
 	}()
-	return fn(ctx, tx), nil
+	return nil, fn(ctx, tx)
 }
 
 // refuse answers every request of batch still queued with err (a batch

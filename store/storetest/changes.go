@@ -393,7 +393,7 @@ func testSetAlertingShared(t *testing.T, a, b store.Store) {
 	if n := alertAtOnce(t, a, b); n != 1 {
 		t.Errorf("8 callers on two stores recorded one alert: %d told changed, want 1", n)
 	}
-	if setAlerting(t, b, "busy", false) != true || setAlerting(t, a, "busy", false) != false {
+	if !setAlerting(t, b, "busy", false) || setAlerting(t, a, "busy", false) {
 		t.Errorf("ending the alert through b then a: want b told changed and a not")
 	}
 }
