@@ -45,8 +45,12 @@ func checkPostgresURL(s string) error {
 	return nil
 }
 
-// postgresSchema creates a schema of its own (jobwatch_bench_ and random
-// hex) in the database at base and returns base with that schema as its
+// benchSchemaPrefix begins the name of every schema the bench creates;
+// a test that shares its database with other runs narrows it to its own.
+var benchSchemaPrefix = "jobwatch_bench_"
+
+// postgresSchema creates a schema of its own (benchSchemaPrefix and
+// random hex) in the database at base and returns base with that schema as its
 // search_path, and drop, which drops the schema with everything in it.
 // The bench touches nothing else in the database.
 func postgresSchema(ctx context.Context, base string) (schemaURL string, drop func() error, err error) {
@@ -56,7 +60,7 @@ func postgresSchema(ctx context.Context, base string) (schemaURL string, drop fu
 	}
 	b := make([]byte, 6)
 	rand.Read(b)
-	schema := "jobwatch_bench_" + hex.EncodeToString(b)
+	schema := benchSchemaPrefix + hex.EncodeToString(b)
 	// Parsed as the pool of serve parses it, so that pool settings in
 	// the URL (pool_max_conns) are not sent to the server as parameters.
 	cfg, err := pgxpool.ParseConfig(base)

@@ -227,6 +227,11 @@ func TestBenchMeasuresJobwatchOnPostgreSQL(t *testing.T) {
 	}
 
 	t.Setenv("JOBWATCH_TEST_RUN_MAIN", "1")
+	// Other runs of this test may share the database: only this run's
+	// schemas are looked for afterwards.
+	prefix := fmt.Sprintf("jobwatch_bench_t%d_", time.Now().UnixNano())
+	defer func(p string) { benchSchemaPrefix = p }(benchSchemaPrefix)
+	benchSchemaPrefix = prefix
 	var out, errOut bytes.Buffer
 	// A pool setting in the URL is for the pools of serve, not a
 	// parameter the bench may send to the server.
@@ -281,7 +286,7 @@ func TestBenchMeasuresJobwatchOnPostgreSQL(t *testing.T) {
 		t.Errorf("the database's own table after the bench: %q, %v", kept, err)
 	}
 	var left int
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'jobwatch_bench_%'").Scan(&left); err != nil || left != 0 {
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE starts_with(nspname, $1)", prefix).Scan(&left); err != nil || left != 0 {
 		t.Errorf("schemas of the bench left behind: %d, %v", left, err)
 	}
 }
