@@ -12,7 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/jobwatch/jobwatch/internal/yamlread"
-	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // Tokens is the set of tokens a tokens file names. The zero value (and
@@ -159,18 +159,6 @@ type parser struct {
 	seen map[[sha256.Size]byte]string // digest -> the key that listed it first
 }
 
-// nameRule is the API's rule for a tenant or kind name, as the reason
-// the reader gives.
-func nameRule(s string) error {
-	var inv *jobs.InvalidError
-	if err := jobs.CheckName("name", s); errors.As(err, &inv) {
-		return errors.New(inv.Reason)
-	} else if err != nil {
-		return err
-	}
-	return nil
-}
-
 // token reads one entry of tokens at key.
 func (p *parser) token(key string, n *yaml.Node) {
 	r := p.r
@@ -210,7 +198,7 @@ func (p *parser) token(key string, n *yaml.Node) {
 		},
 		"tenant": func(k string, v *yaml.Node) {
 			tenant = v
-			pr.Tenant, _ = r.Name(v, k, nameRule)
+			pr.Tenant, _ = r.Name(v, k, jobtype.NameReason)
 		},
 		"tenants": func(k string, v *yaml.Node) {
 			tenants = v
@@ -269,7 +257,7 @@ func (p *parser) token(key string, n *yaml.Node) {
 // names reads a non-empty list of names; leaving the key out is how a
 // worker token says "all". A name listed twice counts once.
 func (p *parser) names(n *yaml.Node, key string) []string {
-	names, ok := p.r.Names(n, key, nameRule)
+	names, ok := p.r.Names(n, key, jobtype.NameReason)
 	if !ok {
 		return nil
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/internal/testdb"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // gatedClaims holds a Worker's first claim until open is closed and
@@ -87,9 +87,9 @@ func TestAWorkerWithFreeSlotsClaimsForAllOfThemInOneCall(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				j, err := env.s.Engine.Wait(ctx, id, time.Now().Add(10*time.Second))
 				cancel()
-				want := store.Succeeded
+				want := jobtype.Succeeded
 				if id == undecodable {
-					want = store.Failed
+					want = jobtype.Failed
 					if j.Error == nil || j.Error.Type != "UndecodableJob" {
 						t.Errorf("undecodable job failed with %+v, want UndecodableJob", j.Error)
 					}

@@ -15,7 +15,7 @@ import (
 	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobs/inproc"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // storeUndecodable makes a held job one its worker cannot decode, as a row
@@ -30,7 +30,7 @@ func storeUndecodable(t *testing.T, s *testServer, id string, payload string) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if _, err := st.UpdateJob(context.Background(), id, func(j *store.Job) error {
+	if _, err := st.UpdateJob(context.Background(), id, func(j *jobtype.Job) error {
 		j.Payload = []byte(payload)
 		j.Version++
 		return nil
@@ -61,24 +61,13 @@ func TestAWorkerFailsAJobItCannotDecodeAndClaimsTheNext(t *testing.T) {
 			// JSON, which PostgreSQL's json column refuses to hold.
 			t.Skip("PostgreSQL cannot hold a payload an in-process worker cannot decode")
 		}
-		// The lease of forEachBackend's servers (1s) is there to test
-		// leases; here it could run out on a loaded machine between the
-		// claim and the worker's report, and the job would then end for
-		// the lease, not for what this test checks. The queue's own
-		// lease holds however slow the machine; a worker that never
-		// reported would still leave the job RUNNING and fail the wait.
-		if err := env.s.Engine.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{
-			jobs.DefaultQueue: {LeaseTimeout: 5 * time.Minute},
-		}}); err != nil {
-			t.Fatal(err)
-		}
 		bad := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "k", Hold: true})
 		storeUndecodable(t, env.s, bad, undecodable[backend])
 
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		j, err := env.s.Engine.Wait(ctx, bad, time.Now().Add(10*time.Second))
-		if err != nil || j.State != store.Failed || j.Error == nil || j.Error.Type != "UndecodableJob" {
+		if err != nil || j.State != jobtype.Failed || j.Error == nil || j.Error.Type != "UndecodableJob" {
 			t.Fatalf("the undecodable job is %s with error %+v (%v), want FAILED with UndecodableJob", j.State, j.Error, err)
 		}
 		if !strings.Contains(j.Error.Message, "could not decode") {
@@ -141,9 +130,9 @@ func TestAWorkerAlwaysEndsAFailedJob(t *testing.T) {
 	}, func(t *testing.T, env *workerEnv) {
 		t.Run("a failure without a type fails the job with the default type", func(t *testing.T) {
 			j := env.wait(t, env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "untyped"}))
-			if j.GetState() != jobwatchv1.JobState_JOB_STATE_FAILED || j.GetError().GetType() != jobs.DefaultErrorType ||
+			if j.GetState() != jobwatchv1.JobState_JOB_STATE_FAILED || j.GetError().GetType() != jobtype.DefaultErrorType ||
 				j.GetError().GetMessage() != "failed" {
-				t.Fatalf("job %v with error %v, want FAILED with type %q", j.GetState(), j.GetError(), jobs.DefaultErrorType)
+				t.Fatalf("job %v with error %v, want FAILED with type %q", j.GetState(), j.GetError(), jobtype.DefaultErrorType)
 			}
 		})
 		t.Run("a failure the backend refuses fails the job with the refusal", func(t *testing.T) {
@@ -170,8 +159,8 @@ func TestARawFailureWithoutATypeFailsTheJob(t *testing.T) {
 	if err != nil {
 		t.Fatalf("FailJob with an empty error type: %v, want OK", err)
 	}
-	if j := resp.GetJob(); j.GetState() != jobwatchv1.JobState_JOB_STATE_FAILED || j.GetError().GetType() != jobs.DefaultErrorType {
-		t.Fatalf("job %v with error %v, want FAILED with type %q", j.GetState(), j.GetError(), jobs.DefaultErrorType)
+	if j := resp.GetJob(); j.GetState() != jobwatchv1.JobState_JOB_STATE_FAILED || j.GetError().GetType() != jobtype.DefaultErrorType {
+		t.Fatalf("job %v with error %v, want FAILED with type %q", j.GetState(), j.GetError(), jobtype.DefaultErrorType)
 	}
 }
 
@@ -180,11 +169,11 @@ func TestARawFailureWithoutATypeFailsTheJob(t *testing.T) {
 func TestAWorkerMeetsTheSameLimitsInProcessAndRemotely(t *testing.T) {
 	forEachBackend(t, client.WorkerConfig{}, nil, func(w *client.Worker) {
 		w.Handle("big-result", func(context.Context, *jobwatchv1.Job, client.Progress) (any, error) {
-			return strings.Repeat("x", jobs.DefaultMaxPayloadBytes), nil
+			return strings.Repeat("x", jobtype.DefaultMaxPayloadBytes), nil
 		})
 		w.Handle("deep-result", func(context.Context, *jobwatchv1.Job, client.Progress) (any, error) {
 			var v any = []any{}
-			for range jobs.MaxJSONDepth {
+			for range jobtype.MaxJSONDepth {
 				v = []any{v}
 			}
 			return v, nil
@@ -205,8 +194,8 @@ func TestAWorkerMeetsTheSameLimitsInProcessAndRemotely(t *testing.T) {
 			}
 		}
 		j := env.wait(t, env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "long-step"}))
-		if j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED || len(j.GetStep()) == 0 || len(j.GetStep()) > jobs.MaxStepBytes {
-			t.Errorf("long-step: job %v with a step of %d bytes, want SUCCEEDED with the step cut to %d", j.GetState(), len(j.GetStep()), jobs.MaxStepBytes)
+		if j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED || len(j.GetStep()) == 0 || len(j.GetStep()) > jobtype.MaxStepBytes {
+			t.Errorf("long-step: job %v with a step of %d bytes, want SUCCEEDED with the step cut to %d", j.GetState(), len(j.GetStep()), jobtype.MaxStepBytes)
 		}
 	})
 }
@@ -251,7 +240,7 @@ func TestErrorTypeNamesWhatTheJobWillSay(t *testing.T) {
 	}{
 		{"a plain error is Error", errors.New("boom"), "Error"},
 		{"an error that chooses its type keeps it", typedError{typ: "Upstream503"}, "Upstream503"},
-		{"an error that chooses an empty type is Error, as the engine stores it", typedError{typ: ""}, jobs.DefaultErrorType},
+		{"an error that chooses an empty type is Error, as the engine stores it", typedError{typ: ""}, jobtype.DefaultErrorType},
 		{"a wrapped typed error", fmt.Errorf("call: %w", typedError{typ: "Timeout"}), "Timeout"},
 	}
 	for _, tt := range tests {

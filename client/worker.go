@@ -289,7 +289,7 @@ claiming:
 
 // MaxClaimJobs is the most jobs a Worker claims in one call, however
 // many slots it has free: the server's limit of ClaimJob's max_jobs.
-const MaxClaimJobs = 100
+const MaxClaimJobs = jobtype.MaxClaimJobs
 
 // claim claims up to n jobs of kinds: through BatchClaimer if the
 // backend has it and n is above one, else one through Claim. Jobs it

@@ -17,6 +17,7 @@ import (
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobs/inproc"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // workerEnv is a server, a client to it and a worker over one of the two
@@ -41,13 +42,15 @@ var backends = map[string]func(t *testing.T, s *testServer) client.WorkerBackend
 }
 
 // forEachBackend runs test against a fresh server with a remote worker and
-// again with an in-process one.
+// again with an in-process one. Its leases last a minute, so that no job
+// ends for its lease on a loaded machine between its claim and its
+// worker's report; a test of lease loss shortens them (shortLeases).
 func forEachBackend(t *testing.T, cfg client.WorkerConfig, wrap func(client.WorkerBackend) client.WorkerBackend,
 	setup func(w *client.Worker), test func(t *testing.T, env *workerEnv)) {
 	for name, backend := range backends {
 		t.Run(name, func(t *testing.T) {
 			s := startServer(t, serverOptions{engine: jobs.Config{
-				LeaseTimeout:        time.Second,
+				LeaseTimeout:        time.Minute,
 				RetryInitialBackoff: 10 * time.Millisecond,
 				RetryMaxBackoff:     10 * time.Millisecond,
 			}})
@@ -75,6 +78,17 @@ func forEachBackend(t *testing.T, cfg client.WorkerConfig, wrap func(client.Work
 			})
 			test(t, env)
 		})
+	}
+}
+
+// shortLeases gives the jobs of the default queue leases of one second,
+// for tests of what a worker does when its lease runs out.
+func (env *workerEnv) shortLeases(t *testing.T) {
+	t.Helper()
+	if err := env.s.Engine.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{
+		jobtype.DefaultQueue: {LeaseTimeout: time.Second},
+	}}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -304,7 +318,7 @@ func TestWorkerStopsTheHandlerWhenItsQueuesTimeoutEndsTheAttempt(t *testing.T) {
 			return "too late", nil
 		})
 	}, func(t *testing.T, env *workerEnv) {
-		if err := env.s.Engine.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"slow": {Timeout: 200 * time.Millisecond}}}); err != nil {
+		if err := env.s.Engine.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{"slow": {Timeout: 200 * time.Millisecond}}}); err != nil {
 			t.Fatal(err)
 		}
 		id := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "slow", Queue: "slow"})
@@ -352,6 +366,7 @@ func TestWorkerCancelsTheHandlerWhenTheLeaseIsLost(t *testing.T) {
 			return "too late", nil
 		})
 	}, func(t *testing.T, env *workerEnv) {
+		env.shortLeases(t)
 		id := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "stuck"})
 		// No heartbeat reaches the server: after the lease timeout the
 		// reaper marks the job LOST.
@@ -691,6 +706,7 @@ func TestWorkerCancelsTheHandlerWhenAHeartbeatHangsPastTheLease(t *testing.T) {
 			return nil, nil
 		})
 	}, func(t *testing.T, env *workerEnv) {
+		env.shortLeases(t)
 		env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "frozen"})
 		// The lease is 1s: once it has passed unrenewed, another worker
 		// may run the job, so this one must stop.

@@ -1,11 +1,11 @@
 // Package config reads the serve configuration file (YAML) into engine
-// configuration (jobs.Rules). It decides nothing: it checks the file
-// against its format and refuses every mistake with the file, line and
-// key at fault; what a rule means is the engine's business, so a queue's
-// rules are refused by the engine's own check (jobs.CheckQueueRules),
-// reported at the key at fault. The file is read by internal/yamlread,
-// which reads the tokens file too: a mistake, a syntax error included,
-// reads the same in both.
+// configuration (jobtype.Rules), without importing the engine. It
+// decides nothing: it checks the file against its format and refuses
+// every mistake with the file, line and key at fault; what a rule means
+// is the engine's business, so a queue's rules are refused by the
+// engine's own check (jobtype.CheckQueueRules), reported at the key at
+// fault. The file is read by internal/yamlread, which reads the tokens
+// file too: a mistake, a syntax error included, reads the same in both.
 package config
 
 import (
@@ -21,7 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/jobwatch/jobwatch/internal/yamlread"
-	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // File is a configuration file as read, before the engine sees it. A
@@ -45,7 +45,7 @@ type Queue struct {
 	LeaseTimeout time.Duration
 	Timeout      time.Duration
 	AlertAfter   time.Duration
-	MaxRunning   int // parallel: 0 is unbounded; serial: 0 or 1 only, as the engine allows (jobs.CheckQueueRules)
+	MaxRunning   int // parallel: 0 is unbounded; serial: 0 or 1 only, as the engine allows (jobtype.CheckQueueRules)
 	Uses         []string
 }
 
@@ -96,7 +96,7 @@ func Load(path string) (*File, error) {
 
 // Parse checks data as the file path. Every key must be one of the format
 // (docs/OPERATING.md "The configuration file") and of its type; each queue's rules are
-// then checked by the engine's own rule (jobs.CheckQueueRules), so the
+// then checked by the engine's own rule (jobtype.CheckQueueRules), so the
 // file refuses exactly what the engine would, at the key at fault. path
 // only names the file in errors. Mistakes are reported as
 // internal/yamlread reports them: a value the reader could not read is
@@ -135,31 +135,18 @@ type parser struct {
 	f *File
 }
 
-// nameRule is the API's rule for a queue, kind, tenant or pool name, as
-// the reason the reader gives: a file cannot declare a name no request
-// could use.
-func nameRule(s string) error {
-	var inv *jobs.InvalidError
-	if err := jobs.CheckName("name", s); errors.As(err, &inv) {
-		return errors.New(inv.Reason)
-	} else if err != nil {
-		return err
-	}
-	return nil
-}
-
 func (p *parser) queue(key string, n *yaml.Node) {
 	r := p.r
 	var q Queue
 	ok := r.Mapping(n, key, yamlread.Fields{
-		"name":          func(k string, v *yaml.Node) { q.Name, _ = r.Name(v, k, nameRule) },
+		"name":          func(k string, v *yaml.Node) { q.Name, _ = r.Name(v, k, jobtype.NameReason) },
 		"mode":          func(k string, v *yaml.Node) { q.Mode, _ = r.OneOf(v, k, ModeParallel, ModeSerial) },
 		"on_failure":    func(k string, v *yaml.Node) { q.OnFailure, _ = r.OneOf(v, k, OnFailureBlock, OnFailureSkip) },
 		"lease_timeout": func(k string, v *yaml.Node) { q.LeaseTimeout, _ = r.Duration(v, k) },
 		"timeout":       func(k string, v *yaml.Node) { q.Timeout, _ = r.Duration(v, k) },
 		"alert_after":   func(k string, v *yaml.Node) { q.AlertAfter, _ = r.Duration(v, k) },
 		"max_running":   func(k string, v *yaml.Node) { q.MaxRunning, _ = r.Int(v, k, 0, math.MaxInt32) },
-		"uses":          func(k string, v *yaml.Node) { q.Uses, _ = r.Names(v, k, nameRule) },
+		"uses":          func(k string, v *yaml.Node) { q.Uses, _ = r.Names(v, k, jobtype.NameReason) },
 		"retry": func(k string, v *yaml.Node) {
 			r.Mapping(v, k, yamlread.Fields{
 				"max_attempts":    func(k string, v *yaml.Node) { q.Retry.MaxAttempts, _ = r.Int(v, k, 1, math.MaxInt32) },
@@ -176,7 +163,7 @@ func (p *parser) queue(key string, n *yaml.Node) {
 
 func (p *parser) pools(n *yaml.Node, key string) {
 	p.f.Pools = map[string]int{}
-	p.r.Entries(n, key, nameRule, func(k, name string, v *yaml.Node) {
+	p.r.Entries(n, key, jobtype.NameReason, func(k, name string, v *yaml.Node) {
 		p.f.Pools[name], _ = p.r.Int(v, k, 1, math.MaxInt32)
 	})
 }
@@ -185,14 +172,14 @@ func (p *parser) schedule(key string, n *yaml.Node) {
 	r := p.r
 	var s Schedule
 	ok := r.Mapping(n, key, yamlread.Fields{
-		"name":   func(k string, v *yaml.Node) { s.Name, _ = r.Name(v, k, nameRule) },
-		"kind":   func(k string, v *yaml.Node) { s.Kind, _ = r.Name(v, k, nameRule) },
+		"name":   func(k string, v *yaml.Node) { s.Name, _ = r.Name(v, k, jobtype.NameReason) },
+		"kind":   func(k string, v *yaml.Node) { s.Kind, _ = r.Name(v, k, jobtype.NameReason) },
 		"queue":  func(k string, v *yaml.Node) { s.Queue = p.optionalName(v, k) },
 		"tenant": func(k string, v *yaml.Node) { s.Tenant = p.optionalName(v, k) },
 		"every": func(k string, v *yaml.Node) {
 			s.Every, _ = r.Duration(v, k)
-			if s.Every > 0 && s.Every < jobs.MinScheduleEvery {
-				r.Fail(v, k, "must be at least %v (runs are queued by a sweep once a second), got %v", jobs.MinScheduleEvery, s.Every)
+			if s.Every > 0 && s.Every < jobtype.MinScheduleEvery {
+				r.Fail(v, k, "must be at least %v (runs are queued by a sweep once a second), got %v", jobtype.MinScheduleEvery, s.Every)
 				s.Every = 0
 			}
 		},
@@ -209,7 +196,7 @@ func (p *parser) schedule(key string, n *yaml.Node) {
 			}
 			// As a submission's payload would be, at the default limit;
 			// the engine checks it again at the server's own.
-			if err := jobs.CheckPayload(b, jobs.DefaultMaxPayloadBytes); err != nil {
+			if err := jobtype.CheckJSON("payload", b, jobtype.DefaultMaxPayloadBytes); err != nil {
 				r.Fail(v, k, "%s", payloadReason(err))
 				return
 			}
@@ -231,18 +218,18 @@ func (p *parser) optionalName(n *yaml.Node, key string) string {
 	if s, ok := p.r.String(n, key); !ok || s == "" {
 		return ""
 	}
-	s, _ := p.r.Name(n, key, nameRule)
+	s, _ := p.r.Name(n, key, jobtype.NameReason)
 	return s
 }
 
 // payloadReason is why the engine refuses a payload, without the field
 // name the key already gives.
 func payloadReason(err error) string {
-	var tooLarge *jobs.TooLargeError
+	var tooLarge *jobtype.TooLargeError
 	if errors.As(err, &tooLarge) {
 		return fmt.Sprintf("%d bytes as JSON is over the limit of %d", tooLarge.Bytes, tooLarge.Limit)
 	}
-	var inv *jobs.InvalidError
+	var inv *jobtype.InvalidError
 	if errors.As(err, &inv) {
 		return inv.Reason
 	}
@@ -266,7 +253,7 @@ func (p *parser) webhook(n *yaml.Node, key string) {
 
 // crossCheck refuses what each key allows alone but the file does not
 // allow together. What a queue's rules may be is the engine's to decide
-// (jobs.CheckQueueRules), reported at the key at fault; what is left
+// (jobtype.CheckQueueRules), reported at the key at fault; what is left
 // here is the file's own shape: a name declared twice, a key that has
 // no meaning where it is, a pool listed twice, strict's declared queues.
 func (p *parser) crossCheck() {
@@ -301,7 +288,7 @@ func (p *parser) crossCheck() {
 		schedules[s.Name] = true
 		queue := s.Queue
 		if queue == "" {
-			queue = jobs.DefaultQueue
+			queue = jobtype.DefaultQueue
 		}
 		if p.f.Strict && !queues[queue] {
 			at := key + ".queue"
@@ -314,7 +301,7 @@ func (p *parser) crossCheck() {
 }
 
 // engineKeys are the file's keys, under a queue, of the rules
-// jobs.CheckQueueRules names differently.
+// jobtype.CheckQueueRules names differently.
 var engineKeys = map[string]string{
 	"max_attempts":     "retry.max_attempts",
 	"initial_backoff":  "retry.initial_backoff",
@@ -325,11 +312,11 @@ var engineKeys = map[string]string{
 // engineCheck refuses the queue q, at key, as the engine would refuse
 // its rules, at the key the engine names.
 func (p *parser) engineCheck(key string, q Queue) {
-	err := jobs.CheckQueueRules(queueRules(q), p.f.Pools)
+	err := jobtype.CheckQueueRules(queueRules(q), p.f.Pools)
 	if err == nil {
 		return
 	}
-	var inv *jobs.InvalidError
+	var inv *jobtype.InvalidError
 	if !errors.As(err, &inv) {
 		p.r.FailAt(key, "%v", err)
 		return
@@ -349,10 +336,10 @@ func (p *parser) engineCheck(key string, q Queue) {
 // error is kept for a key the engine may not enforce yet, which must be
 // refused, each with its line, rather than accepted and ignored: a user
 // who declares a serial queue must not believe it is serial.
-func (f *File) Rules() (jobs.Rules, error) {
+func (f *File) Rules() (jobtype.Rules, error) {
 	// Callers refused by strict see the file's name, not the server's
 	// directory layout.
-	r := jobs.Rules{Source: "config " + filepath.Base(f.Path), Retention: f.Retention, Strict: f.Strict, Queues: map[string]jobs.QueueRules{}, AlertWebhook: f.Alerts.Webhook}
+	r := jobtype.Rules{Source: "config " + filepath.Base(f.Path), Retention: f.Retention, Strict: f.Strict, Queues: map[string]jobtype.QueueRules{}, AlertWebhook: f.Alerts.Webhook}
 	for _, q := range f.Queues {
 		r.Queues[q.Name] = queueRules(q)
 	}
@@ -360,14 +347,14 @@ func (f *File) Rules() (jobs.Rules, error) {
 		r.Pools = f.Pools
 	}
 	for _, s := range f.Schedules {
-		r.Schedules = append(r.Schedules, jobs.Schedule{Name: s.Name, Kind: s.Kind, Queue: s.Queue, Tenant: s.Tenant, Every: s.Every, Payload: s.Payload})
+		r.Schedules = append(r.Schedules, jobtype.Schedule{Name: s.Name, Kind: s.Kind, Queue: s.Queue, Tenant: s.Tenant, Every: s.Every, Payload: s.Payload})
 	}
 	return r, nil
 }
 
 // queueRules are q's rules as the engine keeps them.
-func queueRules(q Queue) jobs.QueueRules {
-	return jobs.QueueRules{
+func queueRules(q Queue) jobtype.QueueRules {
+	return jobtype.QueueRules{
 		MaxAttempts:    int32(q.Retry.MaxAttempts),
 		InitialBackoff: q.Retry.InitialBackoff,
 		MaxBackoff:     q.Retry.MaxBackoff,

@@ -13,6 +13,7 @@ import (
 	"github.com/jobwatch/jobwatch/config"
 	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 func TestTheIssuesExampleLoads(t *testing.T) {
@@ -48,7 +49,7 @@ func TestTheIssuesExampleGivesTheEngineEveryKey(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the example is refused: %v", err)
 	}
-	want := []jobs.Schedule{{Name: "update-downloads", Kind: "update_downloads", Queue: "downloads", Tenant: "crates", Every: 10 * time.Minute, Payload: []byte("{}")}}
+	want := []jobtype.Schedule{{Name: "update-downloads", Kind: "update_downloads", Queue: "downloads", Tenant: "crates", Every: 10 * time.Minute, Payload: []byte("{}")}}
 	if !reflect.DeepEqual(r.Schedules, want) {
 		t.Errorf("schedules %+v\nwant %+v", r.Schedules, want)
 	}
@@ -73,7 +74,7 @@ schedules:
 	if err != nil {
 		t.Fatalf("rules: %v", err)
 	}
-	want := []jobs.Schedule{
+	want := []jobtype.Schedule{
 		{Name: "nightly", Kind: "report", Every: 24 * time.Hour, Payload: []byte(`{"format":"pdf","pages":[1,2]}`)},
 		{Name: "tick", Kind: "tick", Every: time.Second}, // no payload: none, not null
 	}
@@ -107,7 +108,7 @@ alerts:
 	if err != nil {
 		t.Fatalf("rules: %v", err)
 	}
-	want := jobs.Rules{Source: "config jobwatch.yaml", Retention: 2 * time.Hour, Strict: true, AlertWebhook: "http://127.0.0.1:9000/hooks/jobwatch", Queues: map[string]jobs.QueueRules{
+	want := jobtype.Rules{Source: "config jobwatch.yaml", Retention: 2 * time.Hour, Strict: true, AlertWebhook: "http://127.0.0.1:9000/hooks/jobwatch", Queues: map[string]jobtype.QueueRules{
 		"index": {MaxAttempts: 10, InitialBackoff: time.Second, MaxBackoff: 5 * time.Minute, LeaseTimeout: 45 * time.Second, Timeout: 10 * time.Minute, AlertAfter: 5 * time.Minute},
 		"mail":  {},
 	}}
@@ -137,7 +138,7 @@ pools:
 	if err != nil {
 		t.Fatalf("rules: %v", err)
 	}
-	want := jobs.Rules{Source: "config jobwatch.yaml", Pools: map[string]int{"db": 4}, Queues: map[string]jobs.QueueRules{
+	want := jobtype.Rules{Source: "config jobwatch.yaml", Pools: map[string]int{"db": 4}, Queues: map[string]jobtype.QueueRules{
 		"index":  {Serial: true, BlockOnFailure: true}, // block when on_failure is left out
 		"git":    {Serial: true},
 		"readme": {MaxRunning: 8, Uses: []string{"db"}},
@@ -205,7 +206,7 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"a schedule with an empty kind", "schedules:\n  - {name: s, kind: \"\", every: 1m}\n", "c.yaml:2:21: schedules[0].kind: must not be empty"},
 		{"a schedule tenant no request could use", "schedules:\n  - {name: s, kind: k, tenant: a b, every: 1m}\n", `c.yaml:2:32: schedules[0].tenant: may only contain`},
 		{"a schedule payload nested too deep", "schedules:\n  - name: s\n    kind: k\n    every: 1m\n    payload: " + strings.Repeat("[", 129) + strings.Repeat("]", 129) + "\n", "c.yaml:5:14: schedules[0].payload: nests arrays and objects more than 128 levels deep"},
-		{"a schedule payload over the limit", "schedules:\n  - name: s\n    kind: k\n    every: 1m\n    payload: " + strings.Repeat("x", jobs.DefaultMaxPayloadBytes) + "\n", "c.yaml:5:14: schedules[0].payload: 262146 bytes as JSON is over the limit of 262144"},
+		{"a schedule payload over the limit", "schedules:\n  - name: s\n    kind: k\n    every: 1m\n    payload: " + strings.Repeat("x", jobtype.DefaultMaxPayloadBytes) + "\n", "c.yaml:5:14: schedules[0].payload: 262146 bytes as JSON is over the limit of 262144"},
 		{"a schedule with an unknown key", "schedules:\n  - {name: s, kind: k, every: 1m, cron: '* * * * *'}\n", "c.yaml:2:35: schedules[0].cron: unknown key"},
 		{"a schedule with no default queue declared under strict", "strict: true\nqueues:\n  - name: a\nschedules:\n  - {name: s, kind: k, every: 1m}\n", `c.yaml:5:5: schedules[0]: queue "default" is not declared, and strict is true`},
 		{"a schedule on an undeclared queue under strict", "strict: true\nschedules:\n  - {name: s, kind: k, queue: q, every: 1m}\n", `c.yaml:3:24: schedules[0].queue: queue "q" is not declared, and strict is true`},
@@ -302,20 +303,20 @@ func TestTheFileRefusesAQueueExactlyAsTheEngineDoes(t *testing.T) {
 	tests := []struct {
 		name  string
 		queue string // a queues entry, in flow style
-		rules jobs.QueueRules
+		rules jobtype.QueueRules
 		key   string // where the file's refusal is, when refused
 	}{
-		{"a serial queue without max_running", "{name: q, mode: serial}", jobs.QueueRules{Serial: true, BlockOnFailure: true}, ""},
-		{"a serial queue of max_running 1", "{name: q, mode: serial, max_running: 1}", jobs.QueueRules{Serial: true, BlockOnFailure: true, MaxRunning: 1}, ""},
-		{"a serial queue of max_running 2", "{name: q, mode: serial, max_running: 2}", jobs.QueueRules{Serial: true, BlockOnFailure: true, MaxRunning: 2}, "queues[0].max_running"},
-		{"a parallel queue of max_running 2", "{name: q, max_running: 2}", jobs.QueueRules{MaxRunning: 2}, ""},
-		{"max_backoff below initial_backoff", "{name: q, retry: {initial_backoff: 1m, max_backoff: 1s}}", jobs.QueueRules{InitialBackoff: time.Minute, MaxBackoff: time.Second}, "queues[0].retry.max_backoff"},
-		{"a pool not declared", "{name: q, uses: [db, cache]}", jobs.QueueRules{Uses: []string{"db", "cache"}}, "queues[0].uses[1]"},
+		{"a serial queue without max_running", "{name: q, mode: serial}", jobtype.QueueRules{Serial: true, BlockOnFailure: true}, ""},
+		{"a serial queue of max_running 1", "{name: q, mode: serial, max_running: 1}", jobtype.QueueRules{Serial: true, BlockOnFailure: true, MaxRunning: 1}, ""},
+		{"a serial queue of max_running 2", "{name: q, mode: serial, max_running: 2}", jobtype.QueueRules{Serial: true, BlockOnFailure: true, MaxRunning: 2}, "queues[0].max_running"},
+		{"a parallel queue of max_running 2", "{name: q, max_running: 2}", jobtype.QueueRules{MaxRunning: 2}, ""},
+		{"max_backoff below initial_backoff", "{name: q, retry: {initial_backoff: 1m, max_backoff: 1s}}", jobtype.QueueRules{InitialBackoff: time.Minute, MaxBackoff: time.Second}, "queues[0].retry.max_backoff"},
+		{"a pool not declared", "{name: q, uses: [db, cache]}", jobtype.QueueRules{Uses: []string{"db", "cache"}}, "queues[0].uses[1]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pools := map[string]int{"db": 2}
-			engineErr := e.SetRules(jobs.Rules{Pools: pools, Queues: map[string]jobs.QueueRules{"q": tt.rules}})
+			engineErr := e.SetRules(jobtype.Rules{Pools: pools, Queues: map[string]jobtype.QueueRules{"q": tt.rules}})
 			f, fileErr := config.Parse("c.yaml", []byte("pools: {db: 2}\nqueues:\n  - "+tt.queue+"\n"))
 			if (engineErr == nil) != (fileErr == nil) {
 				t.Fatalf("the engine says %v, the file %v; want both to refuse or both to accept", engineErr, fileErr)

@@ -102,7 +102,7 @@ func (a *alertState) stored(queues []string, t time.Time) {
 
 // judgeAlerts fills the drain and alert fields of stats as of now. It
 // returns the drains as stored (nil when no queue is watched).
-func (e *Engine) judgeAlerts(ctx context.Context, now time.Time, rules *Rules, stats []QueueStats) (map[string]time.Time, error) {
+func (e *Engine) judgeAlerts(ctx context.Context, now time.Time, rules *ruleSet, stats []QueueStats) (map[string]time.Time, error) {
 	var drained map[string]time.Time
 	for i := range stats {
 		q := &stats[i]

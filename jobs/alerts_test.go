@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -64,7 +65,7 @@ func TestAQueueAlertsWhenItsWorkHasNotDrainedForAlertAfterAndStopsWhenItDrains(t
 	st := openStore(t)
 	e := newEngineOver(t, st, jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {AlertAfter: 5 * time.Minute}, "quiet": {}}}); err != nil {
+	if err := e.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {AlertAfter: 5 * time.Minute}, "quiet": {}}}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
@@ -146,7 +147,7 @@ func TestAWatchedQueueNeverSeenDrainedCountsFromWhenTheEngineFirstWatchedIt(t *t
 	// Busy for a day before anyone watched it.
 	submit(t, e, jobs.SubmitRequest{Queue: "backlog"})
 	clock.Advance(24 * time.Hour)
-	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"backlog": {AlertAfter: time.Minute}}}); err != nil {
+	if err := e.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{"backlog": {AlertAfter: time.Minute}}}); err != nil {
 		t.Fatal(err)
 	}
 	sweep(t, e)
@@ -195,8 +196,8 @@ func TestTheWebhookReceivesEnteringAndLeavingRetriedPastAFailure(t *testing.T) {
 
 	clock := newFakeClock()
 	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour})
-	if err := e.SetRules(jobs.Rules{AlertWebhook: hook.URL + "/hooks/jobwatch",
-		Queues: map[string]jobs.QueueRules{"index": {AlertAfter: time.Minute}}}); err != nil {
+	if err := e.SetRules(jobtype.Rules{AlertWebhook: hook.URL + "/hooks/jobwatch",
+		Queues: map[string]jobtype.QueueRules{"index": {AlertAfter: time.Minute}}}); err != nil {
 		t.Fatal(err)
 	}
 	sweep(t, e)
@@ -232,7 +233,7 @@ func TestAReloadWithoutAlertAfterEndsTheAlertOnce(t *testing.T) {
 	clock := newFakeClock()
 	logs := &lockedBuffer{}
 	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour, Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {AlertAfter: time.Minute}}}); err != nil {
+	if err := e.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {AlertAfter: time.Minute}}}); err != nil {
 		t.Fatal(err)
 	}
 	submit(t, e, jobs.SubmitRequest{Queue: "index"})
@@ -242,7 +243,7 @@ func TestAReloadWithoutAlertAfterEndsTheAlertOnce(t *testing.T) {
 	if q := queueStat(t, e, "index"); !q.Alerting {
 		t.Fatalf("%+v, want alerting", q)
 	}
-	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {}}}); err != nil {
+	if err := e.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {}}}); err != nil {
 		t.Fatal(err)
 	}
 	sweep(t, e)
@@ -275,7 +276,7 @@ func (s *drainCountingStore) QueueStats(ctx context.Context, now time.Time) ([]s
 func TestAnIdleServerWithAlertQueuesDoesNotWriteEverySweep(t *testing.T) {
 	clock := newFakeClock()
 	st := &drainCountingStore{Store: openStore(t)}
-	rules := jobs.Rules{Queues: map[string]jobs.QueueRules{
+	rules := jobtype.Rules{Queues: map[string]jobtype.QueueRules{
 		"index":  {AlertAfter: 5 * time.Minute}, // refreshed every 30s while idle
 		"deploy": {AlertAfter: time.Hour},
 	}}
@@ -325,7 +326,7 @@ func TestAnIdleServerWithAlertQueuesDoesNotWriteEverySweep(t *testing.T) {
 func TestTwoReplicasSharingAnIdleStoreWriteAsLittleAsOne(t *testing.T) {
 	clock := newFakeClock()
 	st := &drainCountingStore{Store: openStore(t)}
-	rules := jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {AlertAfter: 5 * time.Minute}}}
+	rules := jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {AlertAfter: 5 * time.Minute}}}
 	a := newEngineOver(t, st, jobs.Config{Now: clock.Now, Rules: rules})
 	b := newEngineOver(t, st, jobs.Config{Now: clock.Now, Rules: rules})
 	for i := range 60 {
@@ -358,7 +359,7 @@ func TestTwoReplicasSharingAnIdleStoreWriteAsLittleAsOne(t *testing.T) {
 func TestRunRecordsTheLastDrainItSawAsItStops(t *testing.T) {
 	clock := newFakeClock()
 	st := &drainCountingStore{Store: openStore(t)}
-	rules := jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {AlertAfter: time.Hour}}}
+	rules := jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {AlertAfter: time.Hour}}}
 	e := newEngineOver(t, st, jobs.Config{Now: clock.Now, Rules: rules, SweepInterval: 5 * time.Millisecond})
 	ctx, stop := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
@@ -414,7 +415,7 @@ func TestThreeReplicasAnnounceEachAlertEpisodeOnce(t *testing.T) {
 
 	clock := newFakeClock()
 	sa, sb := openSharedStores(t)
-	rules := jobs.Rules{AlertWebhook: hook.URL, Queues: map[string]jobs.QueueRules{"index": {AlertAfter: time.Minute}}}
+	rules := jobtype.Rules{AlertWebhook: hook.URL, Queues: map[string]jobtype.QueueRules{"index": {AlertAfter: time.Minute}}}
 	cfg := jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour, Rules: rules}
 	replicas := []*jobs.Engine{newEngineOver(t, sa, cfg), newEngineOver(t, sb, cfg), newEngineOver(t, sa, cfg)}
 	sweepAll := func() {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // sentAlerts is a jobs.AlertSender that keeps what it is handed.
@@ -38,8 +39,8 @@ func TestTheEngineHandsAlertChangesToItsSender(t *testing.T) {
 	sender := &sentAlerts{}
 	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour, Alerts: sender})
 	const webhook = "https://hooks.example.org/jobwatch/SECRET"
-	if err := e.SetRules(jobs.Rules{AlertWebhook: webhook,
-		Queues: map[string]jobs.QueueRules{"index": {AlertAfter: time.Minute}}}); err != nil {
+	if err := e.SetRules(jobtype.Rules{AlertWebhook: webhook,
+		Queues: map[string]jobtype.QueueRules{"index": {AlertAfter: time.Minute}}}); err != nil {
 		t.Fatal(err)
 	}
 	sweep(t, e)
@@ -81,8 +82,8 @@ func TestAnEngineWithoutASenderLogsThatTheWebhookWasNotPosted(t *testing.T) {
 	// Not newEngine, which may give every engine a sender.
 	e := jobs.New(openStore(t), jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	t.Cleanup(e.Shutdown)
-	if err := e.SetRules(jobs.Rules{AlertWebhook: "https://hooks.example.org/x",
-		Queues: map[string]jobs.QueueRules{"index": {AlertAfter: time.Minute}}}); err != nil {
+	if err := e.SetRules(jobtype.Rules{AlertWebhook: "https://hooks.example.org/x",
+		Queues: map[string]jobtype.QueueRules{"index": {AlertAfter: time.Minute}}}); err != nil {
 		t.Fatal(err)
 	}
 	sweep(t, e)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -25,7 +26,7 @@ func TestClaimJobsTakesUpToNInClaimOrderEachUnderItsOwnLease(t *testing.T) {
 	var ids, leases []string
 	for _, j := range got {
 		ids, leases = append(ids, j.ID), append(leases, j.LeaseID)
-		if j.State != store.Running || j.WorkerID != "w" || j.Attempt != 1 {
+		if j.State != jobtype.Running || j.WorkerID != "w" || j.Attempt != 1 {
 			t.Errorf("claimed %s: state %s, worker %q, attempt %d; want running, w, 1", j.ID, j.State, j.WorkerID, j.Attempt)
 		}
 		if stored := get(t, e, j.ID); stored.LeaseID != j.LeaseID || stored.Version != j.Version {
@@ -48,7 +49,7 @@ func TestClaimJobsTakesUpToNInClaimOrderEachUnderItsOwnLease(t *testing.T) {
 
 func TestClaimJobsParksUntilOneIsReadyAndDoesNotWaitForMore(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
-	parked := async(func() ([]store.Job, error) {
+	parked := async(func() ([]jobtype.Job, error) {
 		return e.ClaimJobs(context.Background(), jobs.ClaimRequest{WorkerID: "w", Kinds: []string{"mail"}}, 10, soon())
 	})
 	waitUntil(t, "the claim to park", func() bool { return e.ParkedClaimers() == 1 })
@@ -61,7 +62,7 @@ func TestClaimJobsParksUntilOneIsReadyAndDoesNotWaitForMore(t *testing.T) {
 
 func TestClaimJobsRefusesABatchSizeOutOfRange(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
-	for _, n := range []int{-1, 0, jobs.MaxClaimJobs + 1} {
+	for _, n := range []int{-1, 0, jobtype.MaxClaimJobs + 1} {
 		_, err := e.ClaimJobs(t.Context(), jobs.ClaimRequest{WorkerID: "w"}, n, soon())
 		if !isInvalid(err, "max_jobs") {
 			t.Errorf("ClaimJobs of %d: %v, want an InvalidError for max_jobs", n, err)
@@ -70,7 +71,7 @@ func TestClaimJobsRefusesABatchSizeOutOfRange(t *testing.T) {
 }
 
 func TestClaimJobsTakesNoMoreThanASerialQueueOrItsLimitAllows(t *testing.T) {
-	e, _ := newEngine(t, jobs.Config{Rules: jobs.Rules{Queues: map[string]jobs.QueueRules{
+	e, _ := newEngine(t, jobs.Config{Rules: jobtype.Rules{Queues: map[string]jobtype.QueueRules{
 		"serial": {Serial: true},
 		"three":  {MaxRunning: 3},
 	}}})
@@ -116,7 +117,7 @@ func TestLeaseWritesThatArriveDuringABatchShareTheNext(t *testing.T) {
 		t.Fatalf("claim: %d jobs, %v", len(claimed), err)
 	}
 	outcomes := make(chan error, n+1)
-	complete := func(j store.Job) {
+	complete := func(j jobtype.Job) {
 		_, err := e.Complete(context.Background(), j.ID, j.LeaseID, nil)
 		outcomes <- err
 	}
@@ -136,7 +137,7 @@ func TestLeaseWritesThatArriveDuringABatchShareTheNext(t *testing.T) {
 		t.Errorf("batches written: %v, want [1 %d]", gs.batches, n)
 	}
 	for _, j := range claimed {
-		if got := get(t, e, j.ID); got.State != store.Succeeded {
+		if got := get(t, e, j.ID); got.State != jobtype.Succeeded {
 			t.Errorf("job %s: %s, want succeeded", j.ID, got.State)
 		}
 	}
@@ -144,7 +145,7 @@ func TestLeaseWritesThatArriveDuringABatchShareTheNext(t *testing.T) {
 
 func TestABatchOfLeaseWritesAnswersEachCallerAsAloneItWould(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{DefaultMaxAttempts: 2})
-	jobsOf := func(n int) []store.Job {
+	jobsOf := func(n int) []jobtype.Job {
 		for range n {
 			submit(t, e, jobs.SubmitRequest{Kind: "k"})
 		}
@@ -161,23 +162,23 @@ func TestABatchOfLeaseWritesAnswersEachCallerAsAloneItWould(t *testing.T) {
 	}
 	type call struct {
 		name  string
-		do    func() (store.Job, error)
-		state store.State
+		do    func() (jobtype.Job, error)
+		state jobtype.State
 		err   error
 	}
 	calls := []call{
-		{"complete", func() (store.Job, error) { return e.Complete(context.Background(), js[0].ID, js[0].LeaseID, nil) }, store.Succeeded, nil},
-		{"retryable failure", func() (store.Job, error) {
-			return e.Fail(context.Background(), js[1].ID, js[1].LeaseID, store.JobError{Type: "Flaky"}, true)
-		}, store.Queued, nil},
-		{"heartbeat", func() (store.Job, error) {
+		{"complete", func() (jobtype.Job, error) { return e.Complete(context.Background(), js[0].ID, js[0].LeaseID, nil) }, jobtype.Succeeded, nil},
+		{"retryable failure", func() (jobtype.Job, error) {
+			return e.Fail(context.Background(), js[1].ID, js[1].LeaseID, jobtype.JobError{Type: "Flaky"}, true)
+		}, jobtype.Queued, nil},
+		{"heartbeat", func() (jobtype.Job, error) {
 			return e.Heartbeat(context.Background(), js[2].ID, js[2].LeaseID, 40, "half")
-		}, store.Running, nil},
-		{"stale lease", func() (store.Job, error) { return e.Complete(context.Background(), js[3].ID, "l_other", nil) }, "", jobs.ErrStaleLease},
-		{"heartbeat of a cancelled job", func() (store.Job, error) {
+		}, jobtype.Running, nil},
+		{"stale lease", func() (jobtype.Job, error) { return e.Complete(context.Background(), js[3].ID, "l_other", nil) }, "", jobs.ErrStaleLease},
+		{"heartbeat of a cancelled job", func() (jobtype.Job, error) {
 			return e.Heartbeat(context.Background(), cancelled.ID, cancelled.LeaseID, 50, "")
-		}, store.Cancelled, nil},
-		{"unknown job", func() (store.Job, error) { return e.Complete(context.Background(), "j_unknown", "l_x", nil) }, "", jobs.ErrNotFound},
+		}, jobtype.Cancelled, nil},
+		{"unknown job", func() (jobtype.Job, error) { return e.Complete(context.Background(), "j_unknown", "l_x", nil) }, "", jobtype.ErrNotFound},
 	}
 	var wg sync.WaitGroup
 	for _, c := range calls {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -22,7 +23,7 @@ type ClaimRequest struct {
 }
 
 func (r ClaimRequest) validate() error {
-	if err := validName("worker_id", r.WorkerID); err != nil {
+	if err := jobtype.CheckName("worker_id", r.WorkerID); err != nil {
 		return err
 	}
 	if err := validNames("tenants", r.Tenants); err != nil {
@@ -34,14 +35,14 @@ func (r ClaimRequest) validate() error {
 	return validNames("queues", r.Queues)
 }
 
-// validNames checks a filter list: at most MaxFilterItems names.
+// validNames checks a filter list: at most jobtype.MaxFilterItems names.
 func validNames(field string, vs []string) error {
-	if len(vs) > MaxFilterItems {
-		return &InvalidError{Field: field, Reason: "must list at most " + strconv.Itoa(MaxFilterItems) +
+	if len(vs) > jobtype.MaxFilterItems {
+		return &jobtype.InvalidError{Field: field, Reason: "must list at most " + strconv.Itoa(jobtype.MaxFilterItems) +
 			" entries, got " + strconv.Itoa(len(vs))}
 	}
 	for i, v := range vs {
-		if err := validName(field+"["+strconv.Itoa(i)+"]", v); err != nil {
+		if err := jobtype.CheckName(field+"["+strconv.Itoa(i)+"]", v); err != nil {
 			return err
 		}
 	}
@@ -74,10 +75,10 @@ func validNames(field string, vs []string) error {
 // If ctx ends just after the store committed a claim, the job is RUNNING
 // under a lease nobody holds; a caller that can tell its requester is gone
 // gives it back with Release, else the lease reaper takes it back.
-func (e *Engine) Claim(ctx context.Context, r ClaimRequest, deadline time.Time) (store.Job, error) {
+func (e *Engine) Claim(ctx context.Context, r ClaimRequest, deadline time.Time) (jobtype.Job, error) {
 	js, err := e.ClaimJobs(ctx, r, 1, deadline)
 	if err != nil {
-		return store.Job{}, err
+		return jobtype.Job{}, err
 	}
 	return js[0], nil
 }
@@ -89,12 +90,12 @@ func (e *Engine) Claim(ctx context.Context, r ClaimRequest, deadline time.Time) 
 // fetches for all its free slots at once. It returns as soon as at least
 // one is ready: it never waits for more. With none ready it parks as
 // Claim does and returns ErrNoJob.
-func (e *Engine) ClaimJobs(ctx context.Context, r ClaimRequest, n int, deadline time.Time) ([]store.Job, error) {
+func (e *Engine) ClaimJobs(ctx context.Context, r ClaimRequest, n int, deadline time.Time) ([]jobtype.Job, error) {
 	if err := r.validate(); err != nil {
 		return nil, err
 	}
-	if n < 1 || n > MaxClaimJobs {
-		return nil, &InvalidError{Field: "max_jobs", Reason: "must be 0 (one job) to " + strconv.Itoa(MaxClaimJobs) +
+	if n < 1 || n > jobtype.MaxClaimJobs {
+		return nil, &jobtype.InvalidError{Field: "max_jobs", Reason: "must be 0 (one job) to " + strconv.Itoa(jobtype.MaxClaimJobs) +
 			", got " + strconv.Itoa(n)}
 	}
 	// Registered before the first look, so that a job queued during a
@@ -120,7 +121,7 @@ func (e *Engine) ClaimJobs(ctx context.Context, r ClaimRequest, n int, deadline 
 		f := e.claimFilter(r)
 		if write {
 			js, err := e.claimOnce(ctx, f, r.WorkerID, n, woken)
-			if !errors.Is(err, store.ErrNoJob) {
+			if !errors.Is(err, jobtype.ErrNoJob) {
 				for _, j := range js {
 					claimed = append(claimed, j.ID)
 				}
@@ -128,12 +129,12 @@ func (e *Engine) ClaimJobs(ctx context.Context, r ClaimRequest, n int, deadline 
 			}
 		}
 		if ctx.Err() != nil {
-			return nil, ErrNoJob
+			return nil, jobtype.ErrNoJob
 		}
 		runAt, ok, err := e.store.NextReady(ctx, f)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ErrNoJob
+				return nil, jobtype.ErrNoJob
 			}
 			return nil, wrap("claim", "", err)
 		}
@@ -146,7 +147,7 @@ func (e *Engine) ClaimJobs(ctx context.Context, r ClaimRequest, n int, deadline 
 			continue
 		}
 		if e.shuttingDown() || (!deadline.IsZero() && time.Until(deadline) <= 0) {
-			return nil, ErrNoJob
+			return nil, jobtype.ErrNoJob
 		}
 
 		// Park, with the earliest RunAt we could claim for the engine's
@@ -183,9 +184,9 @@ func (e *Engine) claimFilter(r ClaimRequest) store.ClaimFilter {
 // claimOnce tries one claim of up to n jobs f selects, for workerID.
 // woken says the try follows a wake by a commit, so that the wake-up
 // latency is reported against the commit that queued the job.
-func (e *Engine) claimOnce(ctx context.Context, f store.ClaimFilter, workerID string, n int, woken bool) ([]store.Job, error) {
+func (e *Engine) claimOnce(ctx context.Context, f store.ClaimFilter, workerID string, n int, woken bool) ([]jobtype.Job, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, store.ErrNoJob
+		return nil, jobtype.ErrNoJob
 	}
 	leases := make([]string, n)
 	for i := range leases {
@@ -199,12 +200,12 @@ func (e *Engine) claimOnce(ctx context.Context, f store.ClaimFilter, workerID st
 		Leases:   e.rules.Load().leases,
 	})
 	switch {
-	case errors.Is(err, store.ErrNoJob):
-		return nil, store.ErrNoJob
+	case errors.Is(err, jobtype.ErrNoJob):
+		return nil, jobtype.ErrNoJob
 	case err != nil:
 		return nil, wrap("claim", "", err)
 	}
-	js := make([]store.Job, len(claimed))
+	js := make([]jobtype.Job, len(claimed))
 	for i, c := range claimed {
 		if woken {
 			e.woke("claim", c.QueuedAt)
@@ -233,15 +234,15 @@ func (e *Engine) shuttingDown() bool {
 // queue) and the version goes up like for any change. A lease that does
 // not hold the job (cancelled, finished, lost, re-claimed) is
 // ErrStaleLease and changes nothing.
-func (e *Engine) Release(ctx context.Context, id, leaseID string) (store.Job, error) {
+func (e *Engine) Release(ctx context.Context, id, leaseID string) (jobtype.Job, error) {
 	if err := validLease(id, leaseID); err != nil {
-		return store.Job{}, err
+		return jobtype.Job{}, err
 	}
-	return e.update(ctx, "release", id, func(j *store.Job, now time.Time) error {
+	return e.update(ctx, "release", id, func(j *jobtype.Job, now time.Time) error {
 		if err := checkLease(j, leaseID); err != nil {
 			return err
 		}
-		j.State = store.Queued
+		j.State = jobtype.Queued
 		j.Attempt = max(j.Attempt-1, 0)
 		if j.Attempt == 0 {
 			j.StartedAt = time.Time{}

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
 func TestClaimParksUntilAJobIsSubmitted(t *testing.T) {
 	metrics := &recordingMetrics{}
 	e, _ := newEngine(t, jobs.Config{Metrics: metrics})
-	parked := async(func() (store.Job, error) {
+	parked := async(func() (jobtype.Job, error) {
 		return e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w", Kinds: []string{"mail"}}, soon())
 	})
 	waitParked(t, e, 1)
@@ -50,7 +51,7 @@ func TestClaimParksUntilRunAtArrives(t *testing.T) {
 func TestClaimWakesWhenAHeldJobStarts(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
 	held := submit(t, e, jobs.SubmitRequest{Hold: true})
-	parked := async(func() (store.Job, error) {
+	parked := async(func() (jobtype.Job, error) {
 		return e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w"}, soon())
 	})
 	waitParked(t, e, 1)
@@ -77,14 +78,14 @@ func TestClaimEndsWithErrNoJob(t *testing.T) {
 			e, _ := newEngine(t, jobs.Config{})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			parked := async(func() (store.Job, error) {
+			parked := async(func() (jobtype.Job, error) {
 				return e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w"}, time.Now().Add(tt.dl))
 			})
 			if tt.dl == time.Hour { // parked before it is ended; the other runs out on its own
 				waitParked(t, e, 1)
 			}
 			tt.end(e, cancel)
-			if _, err := await(t, parked); !errors.Is(err, jobs.ErrNoJob) {
+			if _, err := await(t, parked); !errors.Is(err, jobtype.ErrNoJob) {
 				t.Fatalf("got %v, want ErrNoJob", err)
 			}
 		})
@@ -94,7 +95,7 @@ func TestClaimEndsWithErrNoJob(t *testing.T) {
 func TestClaimAfterShutdownDoesNotPark(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
 	e.Shutdown()
-	if _, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w"}, time.Now().Add(time.Hour)); !errors.Is(err, jobs.ErrNoJob) {
+	if _, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w"}, time.Now().Add(time.Hour)); !errors.Is(err, jobtype.ErrNoJob) {
 		t.Fatalf("got %v, want ErrNoJob at once", err)
 	}
 	// A ready job is still handed out: shutdown stops parking, not work.
@@ -120,7 +121,7 @@ func TestTwoClaimersNeverShareAJob(t *testing.T) {
 			worker := fmt.Sprintf("w%d", w)
 			for {
 				j, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: worker}, soon())
-				if errors.Is(err, jobs.ErrNoJob) {
+				if errors.Is(err, jobtype.ErrNoJob) {
 					return
 				}
 				if err != nil {
@@ -174,7 +175,7 @@ func (s *nextReadyHook) NextReady(ctx context.Context, f store.ClaimFilter) (tim
 func TestClaimSeesAJobQueuedBetweenItsLookAndItsPark(t *testing.T) {
 	hs := &nextReadyHook{Store: openStore(t)}
 	e := newEngineOver(t, hs, jobs.Config{})
-	var want store.Job
+	var want jobtype.Job
 	hs.hook = func() { want = submit(t, e, jobs.SubmitRequest{}) }
 	start := time.Now()
 	j, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w"}, time.Now().Add(5*time.Second))
@@ -257,9 +258,9 @@ func (s hookedStore) NextReady(ctx context.Context, f store.ClaimFilter) (time.T
 // parkInOrder starts a claim for each context, each parked before the
 // next starts, so that they are registered in that order. The first has
 // deadline, the others none.
-func parkInOrder(t *testing.T, e *jobs.Engine, r jobs.ClaimRequest, deadline time.Time, ctxs ...context.Context) []<-chan outcome[store.Job] {
+func parkInOrder(t *testing.T, e *jobs.Engine, r jobs.ClaimRequest, deadline time.Time, ctxs ...context.Context) []<-chan outcome[jobtype.Job] {
 	t.Helper()
-	var out []<-chan outcome[store.Job]
+	var out []<-chan outcome[jobtype.Job]
 	for i, ctx := range ctxs {
 		r := r
 		r.WorkerID = fmt.Sprintf("w%d", i)
@@ -267,7 +268,7 @@ func parkInOrder(t *testing.T, e *jobs.Engine, r jobs.ClaimRequest, deadline tim
 		if i > 0 {
 			dl = time.Time{}
 		}
-		out = append(out, async(func() (store.Job, error) { return e.Claim(ctx, r, dl) }))
+		out = append(out, async(func() (jobtype.Job, error) { return e.Claim(ctx, r, dl) }))
 		waitParked(t, e, i+1)
 	}
 	return out
@@ -290,7 +291,7 @@ func TestAJobWokenForIsClaimedWhenItsClaimerCannotClaimIt(t *testing.T) {
 		{"its caller goes away first: the wake passes to the next",
 			func(_ *jobs.Engine, cancel context.CancelFunc, _ time.Time) error { cancel(); return nil }, second, true},
 		{"its store fails: the wake passes to the next",
-			func(*jobs.Engine, context.CancelFunc, time.Time) error { return store.ErrUnavailable }, second, true},
+			func(*jobs.Engine, context.CancelFunc, time.Time) error { return jobtype.ErrUnavailable }, second, true},
 		{"its deadline passes first: it still looks once and claims",
 			func(_ *jobs.Engine, _ context.CancelFunc, deadline time.Time) error {
 				time.Sleep(time.Until(deadline) + 10*time.Millisecond)
@@ -323,14 +324,14 @@ func TestAJobWokenForIsClaimedWhenItsClaimerCannotClaimIt(t *testing.T) {
 			switch {
 			case tt.fails && err1 == nil:
 				t.Fatalf("first claimer claimed %s, want it to return without a job", j1.ID)
-			case !tt.fails && err1 != nil && !errors.Is(err1, jobs.ErrNoJob):
+			case !tt.fails && err1 != nil && !errors.Is(err1, jobtype.ErrNoJob):
 				t.Fatalf("first claimer: %v", err1)
 			}
-			var j2 store.Job
+			var j2 jobtype.Job
 			if j1.ID != want.ID {
 				var err2 error
 				j2, err2 = await(t, claims[1])
-				if err2 != nil && !errors.Is(err2, jobs.ErrNoJob) {
+				if err2 != nil && !errors.Is(err2, jobtype.ErrNoJob) {
 					t.Fatalf("second claimer: %v", err2)
 				}
 			}
@@ -380,7 +381,7 @@ func TestAClaimerWokenForAJobAnotherTookParksAgain(t *testing.T) {
 	r := jobs.ClaimRequest{Kinds: []string{"mail"}}
 	// Before the woken claimer looks, a new claim's first look takes
 	// the job.
-	var took store.Job
+	var took jobtype.Job
 	hook := &readHook{before: func(n int64) error {
 		if n == 3 {
 			took, _ = e.Claim(ctx, jobs.ClaimRequest{WorkerID: "newcomer", Kinds: r.Kinds}, time.Time{})
@@ -410,9 +411,9 @@ func TestAClaimerWokenForAJobAnotherTookParksAgain(t *testing.T) {
 
 func TestAJobEndingInAPoolWakesTheClaimersOfTheQueuesSharingIt(t *testing.T) {
 	st := &countingStore{Store: openStore(t)}
-	e := newEngineOver(t, st, jobs.Config{Rules: jobs.Rules{
+	e := newEngineOver(t, st, jobs.Config{Rules: jobtype.Rules{
 		Pools: map[string]int{"db": 1},
-		Queues: map[string]jobs.QueueRules{
+		Queues: map[string]jobtype.QueueRules{
 			"readme":    {Uses: []string{"db"}},
 			"index":     {Uses: []string{"db"}},
 			"serial":    {Serial: true},
@@ -424,9 +425,9 @@ func TestAJobEndingInAPoolWakesTheClaimersOfTheQueuesSharingIt(t *testing.T) {
 	holder := running(t, e, jobs.SubmitRequest{Queue: "readme"})
 
 	// One claimer per queue but readme's; each parks.
-	claims := map[string]<-chan outcome[store.Job]{}
+	claims := map[string]<-chan outcome[jobtype.Job]{}
 	for i, q := range []string{"index", "serial", "unlimited"} {
-		claims[q] = async(func() (store.Job, error) {
+		claims[q] = async(func() (jobtype.Job, error) {
 			return e.Claim(ctx, jobs.ClaimRequest{WorkerID: q, Queues: []string{q}}, time.Time{})
 		})
 		waitParked(t, e, i+1)
@@ -469,7 +470,7 @@ func TestARulesReloadWakesEveryParkedClaimer(t *testing.T) {
 		waitParked(t, e, i+1)
 	}
 	wakes := e.ClaimWakes()
-	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"q": {MaxRunning: 2}}}); err != nil {
+	if err := e.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{"q": {MaxRunning: 2}}}); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.ClaimWakes() - wakes; n != 3 {
@@ -481,7 +482,7 @@ func TestARulesReloadWakesEveryParkedClaimer(t *testing.T) {
 func TestAJobPublishedByAnotherReplicaWakesAParkedClaimer(t *testing.T) {
 	st := openStore(t)
 	here, there := newEngineOver(t, st, jobs.Config{}), newEngineOver(t, st, jobs.Config{})
-	parked := async(func() (store.Job, error) {
+	parked := async(func() (jobtype.Job, error) {
 		return here.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w"}, soon())
 	})
 	waitParked(t, here, 1)
@@ -495,11 +496,11 @@ func TestAJobPublishedByAnotherReplicaWakesAParkedClaimer(t *testing.T) {
 }
 
 func TestAWorkerLimitedToATenantNeverGetsAnotherTenantsJob(t *testing.T) {
-	e, _ := newEngine(t, jobs.Config{Rules: jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {Serial: true}}}})
+	e, _ := newEngine(t, jobs.Config{Rules: jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {Serial: true}}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	acme := jobs.ClaimRequest{WorkerID: "acme-worker", Tenants: []string{"acme"}}
-	claimNow := func(r jobs.ClaimRequest) (store.Job, error) { return e.Claim(ctx, r, time.Now()) }
+	claimNow := func(r jobs.ClaimRequest) (jobtype.Job, error) { return e.Claim(ctx, r, time.Now()) }
 
 	// A queue without rules: acme's worker takes acme's job past an
 	// older one of globex, and nothing else.
@@ -508,10 +509,10 @@ func TestAWorkerLimitedToATenantNeverGetsAnotherTenantsJob(t *testing.T) {
 	if j, err := claimNow(acme); err != nil || j.ID != mine.ID {
 		t.Fatalf("acme's worker claimed %s, %v; want acme's %s", j.ID, err, mine.ID)
 	}
-	if j, err := claimNow(acme); !errors.Is(err, jobs.ErrNoJob) {
+	if j, err := claimNow(acme); !errors.Is(err, jobtype.ErrNoJob) {
 		t.Fatalf("acme's worker claimed %s, %v; want ErrNoJob with only globex's job queued", j.ID, err)
 	}
-	if got := get(t, e, theirs.ID); got.State != store.Queued {
+	if got := get(t, e, theirs.ID); got.State != jobtype.Queued {
 		t.Fatalf("globex's job is %s, want still queued", got.State)
 	}
 
@@ -520,7 +521,7 @@ func TestAWorkerLimitedToATenantNeverGetsAnotherTenantsJob(t *testing.T) {
 	head := submit(t, e, jobs.SubmitRequest{Tenant: "globex", Queue: "index"})
 	next := submit(t, e, jobs.SubmitRequest{Tenant: "acme", Queue: "index"})
 	acme.Queues = []string{"index"}
-	parked := async(func() (store.Job, error) { return e.Claim(ctx, acme, soon()) })
+	parked := async(func() (jobtype.Job, error) { return e.Claim(ctx, acme, soon()) })
 	waitParked(t, e, 1)
 	j, err := claimNow(jobs.ClaimRequest{WorkerID: "globex-worker", Tenants: []string{"globex"}, Queues: []string{"index"}})
 	if err != nil || j.ID != head.ID {
@@ -537,7 +538,7 @@ func TestAWorkerLimitedToATenantNeverGetsAnotherTenantsJob(t *testing.T) {
 
 func TestAClaimNamingTooManyTenantsOrABadOneIsRefused(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
-	many := make([]string, jobs.MaxFilterItems+1)
+	many := make([]string, jobtype.MaxFilterItems+1)
 	for i := range many {
 		many[i] = fmt.Sprintf("t%d", i)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -134,7 +135,7 @@ type claimWake struct {
 }
 
 func newClaimer(r ClaimRequest) *claimer {
-	// Names never hold "," or "|" (validName), so the key is unambiguous.
+	// Names never hold "," or "|" (jobtype.NameReason), so the key is unambiguous.
 	part := func(names []string) string {
 		names = slices.Clone(names)
 		slices.Sort(names)
@@ -341,7 +342,7 @@ func (e *Engine) wakeAllClaimers() {
 
 // wakeClaimers tells the claimers about the committed snapshot j (see
 // the comment at the top of this file).
-func (e *Engine) wakeClaimers(j store.Job) {
+func (e *Engine) wakeClaimers(j jobtype.Job) {
 	rules := e.rules.Load()
 	_, limited := rules.limits[j.Queue]
 	now := e.now()
@@ -360,12 +361,12 @@ func (e *Engine) wakeClaimers(j store.Job) {
 		}
 		delete(cs.scheduled, j.ID)
 	}
-	if limited && (j.State.Terminal() || (j.State == store.Queued && j.Version > 1)) {
+	if limited && (j.State.Terminal() || (j.State == jobtype.Queued && j.Version > 1)) {
 		queues := sharingPools(rules, j.Queue)
 		e.wakeAllLocked(func(c *claimer) bool { return c.takesFrom(queues) })
 	}
 	switch {
-	case j.State != store.Queued:
+	case j.State != jobtype.Queued:
 	case j.RunAt.After(now):
 		e.scheduleLocked(store.ScheduledJob{ID: j.ID, Tenant: j.Tenant, Kind: j.Kind, Queue: j.Queue, RunAt: j.RunAt, Version: j.Version})
 	case !limited || j.Version == 1:
@@ -374,7 +375,7 @@ func (e *Engine) wakeClaimers(j store.Job) {
 }
 
 // sharingPools returns queue and every queue that uses a pool it uses.
-func sharingPools(r *Rules, queue string) []string {
+func sharingPools(r *ruleSet, queue string) []string {
 	queues := []string{queue}
 	pools := r.limits[queue].Pools
 	for name, l := range r.limits {

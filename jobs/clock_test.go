@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // steppedClock is the real clock shifted by an offset that the test
@@ -33,7 +34,7 @@ func TestParkedCallsAnswerAtTheirCapWhenTheWallClockSteps(t *testing.T) {
 		}},
 		{"claim", func(e *jobs.Engine, _ string, deadline time.Time) error {
 			_, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w", Kinds: []string{"nothing-of-this-kind"}}, deadline)
-			if errors.Is(err, jobs.ErrNoJob) {
+			if errors.Is(err, jobtype.ErrNoJob) {
 				return nil
 			}
 			return err

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // depths is a queue's history as a list of queued+running, as the
@@ -166,11 +167,11 @@ func TestAtMostMaxDepthQueuesKeepAHistory(t *testing.T) {
 func TestTheSweepReadsTheQueuesOnceForDepthAndAlertsTogether(t *testing.T) {
 	tests := []struct {
 		name  string
-		rules jobs.Rules
+		rules jobtype.Rules
 		want  int64 // reads over 30 sweeps a second apart
 	}{
-		{"without alert_after, once per depth interval", jobs.Rules{}, 2},
-		{"with alert_after, once per sweep, samples included", jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {AlertAfter: time.Minute}}}, 30},
+		{"without alert_after, once per depth interval", jobtype.Rules{}, 2},
+		{"with alert_after, once per sweep, samples included", jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {AlertAfter: time.Minute}}}, 30},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

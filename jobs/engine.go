@@ -30,6 +30,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 	"github.com/jobwatch/jobwatch/watch"
 )
@@ -68,8 +69,8 @@ type Config struct {
 	RetryInitialBackoff time.Duration
 	RetryMaxBackoff     time.Duration
 	// MaxPayloadBytes bounds a job's payload and a worker's result as
-	// JSON; larger ones are a *TooLargeError. Default
-	// DefaultMaxPayloadBytes.
+	// JSON; larger ones are a *jobtype.TooLargeError. Default
+	// jobtype.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
 	// Now is the wall clock, read for what is stored or shown: the
 	// stamps of a job, its RunAt, its lease's expiry, retention. Default:
@@ -85,7 +86,7 @@ type Config struct {
 	Metrics Metrics
 	// Rules are the per-queue rules in effect at start; SetRules
 	// replaces them. The zero Rules declares no queue.
-	Rules Rules
+	Rules jobtype.Rules
 	// Alerts delivers a queue's alert starting and ending to
 	// Rules.AlertWebhook (alerts.go); the engine knows no HTTP, so it is
 	// given the sender: serve gives it an *alerthook.Hook. Default nil:
@@ -120,7 +121,7 @@ func (c Config) withDefaults() Config {
 		c.RetryMaxBackoff = c.RetryInitialBackoff
 	}
 	if c.MaxPayloadBytes <= 0 {
-		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+		c.MaxPayloadBytes = jobtype.DefaultMaxPayloadBytes
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -148,32 +149,27 @@ type noMetrics struct{}
 func (noMetrics) Woke(string, time.Duration) {}
 
 // Errors the engine returns, possibly wrapped (use errors.Is); package
-// server maps them to Connect codes.
+// server maps them to Connect codes. Besides these, the engine returns the
+// store's: jobtype.ErrNotFound (not_found), jobtype.ErrNoJob (a claim's
+// cap passed) and jobtype.ErrUnavailable (unavailable).
 var (
-	ErrNotFound   = store.ErrNotFound                            // not_found
 	ErrNotStarted = errors.New("job is pending: start it first") // failed_precondition (wait on PENDING)
 	// ErrStaleLease: the lease id does not hold the job any more (it was
 	// cancelled, lost, re-claimed or finished). Nothing was changed.
-	ErrStaleLease  = errors.New("lease is not held") // failed_precondition
-	ErrNoJob       = store.ErrNoJob                  // claim cap passed
-	ErrUnavailable = store.ErrUnavailable            // unavailable
+	ErrStaleLease = errors.New("lease is not held") // failed_precondition
 )
 
-// InvalidError is a request the engine refuses because of one field.
-// It is returned unwrapped.
-type InvalidError struct {
-	Field  string // as named in the API, e.g. "kind"
-	Reason string // e.g. "must not be empty"
-}
-
-func (e *InvalidError) Error() string { return e.Field + ": " + e.Reason }
+// A request the engine refuses because of one field is a
+// *jobtype.InvalidError, and a payload or result over
+// Config.MaxPayloadBytes a *jobtype.TooLargeError, both returned
+// unwrapped.
 
 // StateError is a request that does not fit the job's current state, such
 // as starting a job that has already ended. failed_precondition. It is
 // returned unwrapped.
 type StateError struct {
 	JobID string
-	State store.State
+	State jobtype.State
 	Op    string // "start", "cancel", ...
 }
 
@@ -181,7 +177,7 @@ func (e *StateError) Error() string {
 	return "cannot " + e.Op + " job " + e.JobID + ": it is " + string(e.State)
 }
 
-// The conflict of SubmitJob is a *store.ConflictError (already_exists),
+// The conflict of SubmitJob is a *jobtype.ConflictError (already_exists),
 // returned unwrapped.
 
 // Engine runs jobs. Create it with New; it is safe for concurrent use.
@@ -192,7 +188,7 @@ type Engine struct {
 
 	// rules are the Rules in effect; SetRules swaps them whole, and each
 	// decision loads them once.
-	rules atomic.Pointer[Rules]
+	rules atomic.Pointer[ruleSet]
 
 	// hub holds each watched job's latest committed snapshot, keyed by id:
 	// one *Snapshot per publish, shared by every call it wakes.
@@ -262,11 +258,11 @@ func New(st store.Store, cfg Config) *Engine {
 		cancel()
 	}
 	e.startListening()
-	e.rules.Store(&Rules{})
+	e.rules.Store(&ruleSet{})
 	if err := e.SetRules(cfg.Rules); err != nil {
 		e.log.Error("rules refused: no queue is declared", "err", err)
 	}
-	e.cfg.Rules = Rules{}
+	e.cfg.Rules = jobtype.Rules{}
 	return e
 }
 
@@ -293,7 +289,7 @@ func (e *Engine) Shutdown() {
 // waiters and watchers, its tenant's feeds, and the claimers it may give
 // work or room to. It must only be called after the commit, so that
 // whoever wakes and reads the store sees at least j.
-func (e *Engine) publish(j store.Job) {
+func (e *Engine) publish(j jobtype.Job) {
 	e.hub.Publish(j.ID, j.Version, &Snapshot{Job: j, shared: true})
 	e.signals.Publish(tenantSignal(j.Tenant), e.signalSeq.Add(1), struct{}{})
 	e.wakeClaimers(j)
@@ -322,12 +318,12 @@ var errUnchanged = errors.New("unchanged")
 // the time of the change; it returns errUnchanged to change nothing, or
 // another error to refuse. UpdatedAt is set here, only for visible changes,
 // so that it always says when the version last went up.
-func (e *Engine) update(ctx context.Context, op, id string, change func(j *store.Job, now time.Time) error) (store.Job, error) {
+func (e *Engine) update(ctx context.Context, op, id string, change func(j *jobtype.Job, now time.Time) error) (jobtype.Job, error) {
 	if err := validID("job_id", id); err != nil {
-		return store.Job{}, err
+		return jobtype.Job{}, err
 	}
-	var before store.Job
-	j, err := e.store.UpdateJob(ctx, id, func(j *store.Job) error {
+	var before jobtype.Job
+	j, err := e.store.UpdateJob(ctx, id, func(j *jobtype.Job) error {
 		before = *j
 		now := e.now()
 		if err := change(j, now); err != nil {
@@ -342,7 +338,7 @@ func (e *Engine) update(ctx context.Context, op, id string, change func(j *store
 	case errors.Is(err, errUnchanged):
 		return before, nil
 	case err != nil:
-		return store.Job{}, wrap(op, id, err)
+		return jobtype.Job{}, wrap(op, id, err)
 	}
 	if j.Version != before.Version {
 		e.publish(j)
@@ -354,10 +350,10 @@ func (e *Engine) update(ctx context.Context, op, id string, change func(j *store
 // read fields of: those go through as they are.
 func wrap(op, id string, err error) error {
 	var (
-		invalid  *InvalidError
-		tooLarge *TooLargeError
+		invalid  *jobtype.InvalidError
+		tooLarge *jobtype.TooLargeError
 		state    *StateError
-		conflict *store.ConflictError
+		conflict *jobtype.ConflictError
 	)
 	if errors.As(err, &invalid) || errors.As(err, &tooLarge) || errors.As(err, &state) || errors.As(err, &conflict) {
 		return err

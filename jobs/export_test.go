@@ -3,7 +3,7 @@ package jobs
 import (
 	"time"
 
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // Publish hands j to the local hub as if this engine had committed it,
@@ -11,7 +11,7 @@ import (
 // (listen.go): tests play another replica with it. Snapshots that are not
 // newer than what the hub holds are ignored. Outside tests nothing may
 // publish a snapshot the store has not committed, so it is not exported.
-func (e *Engine) Publish(j store.Job) { e.publish(j) }
+func (e *Engine) Publish(j jobtype.Job) { e.publish(j) }
 
 // WatchedJobs reports how many jobs have a cell in the hub, so tests can
 // show that a finished wait frees its cell.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 	"github.com/jobwatch/jobwatch/store/sqlite"
 )
@@ -23,7 +24,7 @@ type readCounter struct {
 	reads atomic.Int64
 }
 
-func (r *readCounter) GetJob(ctx context.Context, id string) (store.Job, error) {
+func (r *readCounter) GetJob(ctx context.Context, id string) (jobtype.Job, error) {
 	defer r.reads.Add(1)
 	return r.Store.GetJob(ctx, id)
 }
@@ -73,7 +74,7 @@ func BenchmarkFanOutWait(b *testing.B) {
 				for counted.reads.Load()-before < int64(n) {
 					time.Sleep(time.Millisecond)
 				}
-				end.State, end.Version = store.Succeeded, end.Version+1
+				end.State, end.Version = jobtype.Succeeded, end.Version+1
 				end.Result = []byte(`{"ok":true}`)
 				end.FinishedAt = time.Now().UTC()
 				b.StartTimer()

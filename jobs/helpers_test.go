@@ -14,6 +14,7 @@ import (
 	"github.com/jobwatch/jobwatch/alerthook"
 	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -102,7 +103,7 @@ func (m *recordingMetrics) count(kind string) int {
 	return m.woken[kind]
 }
 
-func submit(t *testing.T, e *jobs.Engine, r jobs.SubmitRequest) store.Job {
+func submit(t *testing.T, e *jobs.Engine, r jobs.SubmitRequest) jobtype.Job {
 	t.Helper()
 	if r.Kind == "" {
 		r.Kind = "test"
@@ -117,7 +118,7 @@ func submit(t *testing.T, e *jobs.Engine, r jobs.SubmitRequest) store.Job {
 var kinds atomic.Int64
 
 // running submits a job of a kind of its own and claims it.
-func running(t *testing.T, e *jobs.Engine, r jobs.SubmitRequest) store.Job {
+func running(t *testing.T, e *jobs.Engine, r jobs.SubmitRequest) jobtype.Job {
 	t.Helper()
 	if r.Kind == "" {
 		r.Kind = "k" + strconv.FormatInt(kinds.Add(1), 10)
@@ -130,7 +131,7 @@ func running(t *testing.T, e *jobs.Engine, r jobs.SubmitRequest) store.Job {
 	return j
 }
 
-func get(t *testing.T, e *jobs.Engine, id string) store.Job {
+func get(t *testing.T, e *jobs.Engine, id string) jobtype.Job {
 	t.Helper()
 	j, err := e.Get(context.Background(), id)
 	if err != nil {
@@ -190,6 +191,6 @@ func mustJSON(v any) json.RawMessage {
 }
 
 func isInvalid(err error, field string) bool {
-	var inv *jobs.InvalidError
+	var inv *jobtype.InvalidError
 	return errors.As(err, &inv) && inv.Field == field
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 	"github.com/jobwatch/jobwatch/store/sqlite"
 )
@@ -54,7 +55,7 @@ func parkClaimers(tb testing.TB, e *jobs.Engine, ctx context.Context, n int, r j
 			r := r
 			r.WorkerID = fmt.Sprintf("parked-%d", i)
 			for ctx.Err() == nil {
-				if _, err := e.Claim(ctx, r, time.Time{}); err != nil && !errors.Is(err, jobs.ErrNoJob) && ctx.Err() == nil {
+				if _, err := e.Claim(ctx, r, time.Time{}); err != nil && !errors.Is(err, jobtype.ErrNoJob) && ctx.Err() == nil {
 					tb.Error(err)
 					return
 				}
@@ -69,20 +70,20 @@ func parkClaimers(tb testing.TB, e *jobs.Engine, ctx context.Context, n int, r j
 // returns once all are parked (with those parked before). Each claim's
 // outcome goes to the channel. Worker ids are r.WorkerID (default
 // "parked") and a number.
-func parkOnce(tb testing.TB, e *jobs.Engine, ctx context.Context, n int, r jobs.ClaimRequest) <-chan outcome[store.Job] {
+func parkOnce(tb testing.TB, e *jobs.Engine, ctx context.Context, n int, r jobs.ClaimRequest) <-chan outcome[jobtype.Job] {
 	tb.Helper()
 	parked := e.ParkedClaimers()
 	prefix := r.WorkerID
 	if prefix == "" {
 		prefix = "parked"
 	}
-	out := make(chan outcome[store.Job], n)
+	out := make(chan outcome[jobtype.Job], n)
 	for i := range n {
 		go func() {
 			r := r
 			r.WorkerID = fmt.Sprintf("%s-%d", prefix, i)
 			j, err := e.Claim(ctx, r, time.Time{})
-			out <- outcome[store.Job]{j, err}
+			out <- outcome[jobtype.Job]{j, err}
 		}()
 	}
 	waitParked(tb, e, parked+n)
@@ -117,7 +118,7 @@ func waitFor(t *testing.T, what string, n *atomic.Int64, want int64) {
 }
 
 // claimedWithin returns the job a claim of out claimed within 10s.
-func claimedWithin(t *testing.T, out <-chan outcome[store.Job]) store.Job {
+func claimedWithin(t *testing.T, out <-chan outcome[jobtype.Job]) jobtype.Job {
 	t.Helper()
 	select {
 	case o := <-out:
@@ -206,7 +207,7 @@ func TestANewJobWakesOneOfFiftyParkedClaimersOfItsKind(t *testing.T) {
 	if j := claimedWithin(t, claimed); j.ID != want.ID {
 		t.Fatalf("claimed %s, want %s", j.ID, want.ID)
 	}
-	if got := get(t, e, want.ID); got.State != store.Running {
+	if got := get(t, e, want.ID); got.State != jobtype.Running {
 		t.Errorf("job is %s, want running", got.State)
 	}
 	if n := e.ClaimWakes() - wakes; n != 1 {
@@ -255,7 +256,7 @@ func TestJobsSubmittedQuicklyToParkedClaimersAreAllClaimed(t *testing.T) {
 		submitConcurrently(t, e, 2*parked, jobs.SubmitRequest{Kind: "mail"})
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			jobsLeft, _, err := st.ListJobs(context.Background(), store.ListFilter{States: []store.State{store.Queued}, Limit: 1})
+			jobsLeft, _, err := st.ListJobs(context.Background(), store.ListFilter{States: []jobtype.State{jobtype.Queued}, Limit: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -357,7 +358,7 @@ func TestAJobWakesOnlyAParkedClaimerThatMayTakeItsTenant(t *testing.T) {
 	globex := parkOnce(t, e, ctx, parked, jobs.ClaimRequest{WorkerID: "globex", Tenants: []string{"globex"}})
 
 	for i, tenant := range []string{"globex", "acme"} {
-		claimed := map[string]<-chan outcome[store.Job]{"acme": acme, "globex": globex}[tenant]
+		claimed := map[string]<-chan outcome[jobtype.Job]{"acme": acme, "globex": globex}[tenant]
 		reads, wakes := st.reads.Load(), e.ClaimWakes()
 		want := submit(t, e, jobs.SubmitRequest{Tenant: tenant})
 		if n := e.ClaimWakes() - wakes; n != 1 {
@@ -373,7 +374,7 @@ func TestAJobWakesOnlyAParkedClaimerThatMayTakeItsTenant(t *testing.T) {
 		waitParked(t, e, 2*parked-1-i)
 	}
 	// Every claimer left is still parked, and none holds a job.
-	for _, c := range []<-chan outcome[store.Job]{acme, globex} {
+	for _, c := range []<-chan outcome[jobtype.Job]{acme, globex} {
 		select {
 		case o := <-c:
 			t.Fatalf("a claim returned %s, %v; want it parked", o.v.ID, o.err)
@@ -396,11 +397,11 @@ func TestAJobOfAnotherTenantDueLaterWakesNoParkedClaimer(t *testing.T) {
 			// claimers must sleep through the first and wake once for
 			// the second.
 			due := time.Now().Add(1500 * time.Millisecond)
-			submitBoth := func() store.Job {
+			submitBoth := func() jobtype.Job {
 				submit(t, e, jobs.SubmitRequest{Tenant: "globex", Kind: "mail", RunAt: due})
 				return submit(t, e, jobs.SubmitRequest{Tenant: "acme", Kind: "mail", RunAt: due.Add(300 * time.Millisecond)})
 			}
-			var want store.Job
+			var want jobtype.Job
 			if restart {
 				want = submitBoth()
 				e.Shutdown()
@@ -486,7 +487,7 @@ func BenchmarkNewJobWithParkedClaimersOfItsKind(b *testing.B) {
 				switch {
 				case err == nil:
 					claimed <- j.ID
-				case !errors.Is(err, jobs.ErrNoJob) && ctx.Err() == nil:
+				case !errors.Is(err, jobtype.ErrNoJob) && ctx.Err() == nil:
 					b.Error(err)
 					return
 				}
@@ -545,8 +546,8 @@ func TestAJobRetriedAfterABackoffWakesOneParkedClaimerWhenDue(t *testing.T) {
 	claimed := parkOnce(t, e, ctx, parked, jobs.ClaimRequest{Kinds: []string{"mail"}})
 	reads, wakes := st.reads.Load(), e.ClaimWakes()
 
-	retried, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "Flaky"}, true)
-	if err != nil || retried.State != store.Queued {
+	retried, err := e.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "Flaky"}, true)
+	if err != nil || retried.State != jobtype.Queued {
 		t.Fatalf("fail: %s, %v; want queued again", retried.State, err)
 	}
 	// Full jitter may draw a delay shorter than the commit took: the

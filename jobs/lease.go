@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/internal/backoff"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -16,8 +17,8 @@ import (
 // checkLease refuses a lease that does not hold j. A lease that expired
 // but has not been reaped yet still holds: nobody else has the job, and
 // the reaper re-checks the expiry inside its own transaction.
-func checkLease(j *store.Job, leaseID string) error {
-	if j.State != store.Running || j.LeaseID != leaseID {
+func checkLease(j *jobtype.Job, leaseID string) error {
+	if j.State != jobtype.Running || j.LeaseID != leaseID {
 		return ErrStaleLease
 	}
 	return nil
@@ -27,37 +28,38 @@ func validLease(id, leaseID string) error {
 	if err := validID("job_id", id); err != nil {
 		return err
 	}
-	return validName("lease_id", leaseID)
+	return jobtype.CheckName("lease_id", leaseID)
 }
 
 // Heartbeat extends the lease and records progress (percent clamped to
 // 0..100 and never lowered within an attempt; an empty step keeps the
-// last; a step over MaxStepBytes is an *InvalidError). A job whose
-// attempt the server ended while the lease was held (cancelled, or timed
-// out by its queue's timeout: QUEUED again or FAILED) returns as it is,
-// not RUNNING, with a nil error, so the worker learns that it should stop;
-// the wire calls that "cancelled". Any other lease mismatch is
-// ErrStaleLease.
-func (e *Engine) Heartbeat(ctx context.Context, id, leaseID string, percent int32, step string) (store.Job, error) {
+// last; a step over jobtype.MaxStepBytes is a *jobtype.InvalidError). A
+// job whose attempt the server ended while the lease was held (cancelled,
+// or timed out by its queue's timeout: QUEUED again or FAILED) returns as
+// it is, not RUNNING, with a nil error, so the worker learns that it
+// should stop; the wire calls that "cancelled". Any other lease mismatch
+// is ErrStaleLease.
+func (e *Engine) Heartbeat(ctx context.Context, id, leaseID string, percent int32, step string) (jobtype.Job, error) {
 	if err := validLease(id, leaseID); err != nil {
-		return store.Job{}, err
+		return jobtype.Job{}, err
 	}
-	if err := checkText("step", step, MaxStepBytes); err != nil {
-		return store.Job{}, err
+	if err := jobtype.CheckText("step", step, jobtype.MaxStepBytes); err != nil {
+		return jobtype.Job{}, err
 	}
 	return e.writeLease(ctx, "heartbeat", store.LeaseWrite{Op: store.Heartbeat, JobID: id, LeaseID: leaseID,
 		Percent: min(max(percent, 0), 100), Step: step})
 }
 
 // Complete ends the job SUCCEEDED with result and percent 100. A result
-// is checked like a payload: *TooLargeError over Config.MaxPayloadBytes,
-// *InvalidError when it is not JSON or nests deeper than MaxJSONDepth.
-func (e *Engine) Complete(ctx context.Context, id, leaseID string, result json.RawMessage) (store.Job, error) {
+// is checked like a payload: *jobtype.TooLargeError over
+// Config.MaxPayloadBytes, *jobtype.InvalidError when it is not JSON or
+// nests deeper than jobtype.MaxJSONDepth.
+func (e *Engine) Complete(ctx context.Context, id, leaseID string, result json.RawMessage) (jobtype.Job, error) {
 	if err := validLease(id, leaseID); err != nil {
-		return store.Job{}, err
+		return jobtype.Job{}, err
 	}
-	if err := checkJSON("result", result, e.cfg.MaxPayloadBytes); err != nil {
-		return store.Job{}, err
+	if err := jobtype.CheckJSON("result", result, e.cfg.MaxPayloadBytes); err != nil {
+		return jobtype.Job{}, err
 	}
 	return e.writeLease(ctx, "complete", store.LeaseWrite{Op: store.Complete, JobID: id, LeaseID: leaseID, Result: result})
 }
@@ -72,19 +74,19 @@ func (e *Engine) Complete(ctx context.Context, id, leaseID string, result json.R
 // line with nothing after it) still ends the job, instead of having its
 // report refused and the job sit RUNNING until its lease expires. A type
 // or message over its limit (MaxErrorTypeBytes, MaxErrorMessageBytes) or
-// not UTF-8 is an *InvalidError; workers trim to the limits.
-func (e *Engine) Fail(ctx context.Context, id, leaseID string, jerr store.JobError, retryable bool) (store.Job, error) {
+// not UTF-8 is a *jobtype.InvalidError; workers trim to the limits.
+func (e *Engine) Fail(ctx context.Context, id, leaseID string, jerr jobtype.JobError, retryable bool) (jobtype.Job, error) {
 	if err := validLease(id, leaseID); err != nil {
-		return store.Job{}, err
+		return jobtype.Job{}, err
 	}
 	if jerr.Type == "" {
-		jerr.Type = DefaultErrorType
+		jerr.Type = jobtype.DefaultErrorType
 	}
-	if err := checkText("error.type", jerr.Type, MaxErrorTypeBytes); err != nil {
-		return store.Job{}, err
+	if err := jobtype.CheckText("error.type", jerr.Type, jobtype.MaxErrorTypeBytes); err != nil {
+		return jobtype.Job{}, err
 	}
-	if err := checkText("error.message", jerr.Message, MaxErrorMessageBytes); err != nil {
-		return store.Job{}, err
+	if err := jobtype.CheckText("error.message", jerr.Message, jobtype.MaxErrorMessageBytes); err != nil {
+		return jobtype.Job{}, err
 	}
 	return e.writeLease(ctx, "fail", store.LeaseWrite{Op: store.Fail, JobID: id, LeaseID: leaseID,
 		Error: &jerr, Retry: retryable, Jitter: backoff.Jitter()})
@@ -94,21 +96,21 @@ func (e *Engine) Fail(ctx context.Context, id, leaseID string, jerr store.JobErr
 // queue's backoff (store.Backoff: full jitter). Progress starts over with
 // the next attempt: carrying the last attempt's percent over would pin the
 // new attempt's reports below it.
-func (e *Engine) requeue(j *store.Job, now time.Time) {
-	j.State = store.Queued
+func (e *Engine) requeue(j *jobtype.Job, now time.Time) {
+	j.State = jobtype.Queued
 	j.RunAt = now.Add(e.backoffOf(e.queueRules(j.Queue)).Delay(j.Attempt, backoff.Jitter()))
 	j.Percent = 0
 	j.Step = ""
 	releaseLease(j)
 }
 
-func releaseLease(j *store.Job) {
+func releaseLease(j *jobtype.Job) {
 	j.LeaseID = ""
 	j.LeaseExpiresAt = time.Time{}
 }
 
 // leaseExpiredError says why a job's attempt ended with no word from its
 // worker.
-func leaseExpiredError(timeout time.Duration) *store.JobError {
-	return &store.JobError{Type: "LeaseExpired", Message: "no heartbeat for " + timeout.String()}
+func leaseExpiredError(timeout time.Duration) *jobtype.JobError {
+	return &jobtype.JobError{Type: "LeaseExpired", Message: "no heartbeat for " + timeout.String()}
 }

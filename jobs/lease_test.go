@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 func TestClaimGivesALease(t *testing.T) {
@@ -18,7 +18,7 @@ func TestClaimGivesALease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.ID != submitted.ID || j.State != store.Running || j.Attempt != 1 || j.WorkerID != "worker-7" || j.Version != 2 {
+	if j.ID != submitted.ID || j.State != jobtype.Running || j.Attempt != 1 || j.WorkerID != "worker-7" || j.Version != 2 {
 		t.Errorf("claimed %+v; want the job running, attempt 1, worker-7, version 2", j)
 	}
 	if j.LeaseID == "" || !j.LeaseExpiresAt.Equal(clock.Now().Add(10*time.Second)) || !j.StartedAt.Equal(clock.Now()) {
@@ -92,7 +92,7 @@ func TestCompleteEndsTheJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if done.State != store.Succeeded || done.Percent != 100 || string(done.Result) != `{"report":"ok"}` || done.LeaseID != "" || done.FinishedAt.IsZero() {
+	if done.State != jobtype.Succeeded || done.Percent != 100 || string(done.Result) != `{"report":"ok"}` || done.LeaseID != "" || done.FinishedAt.IsZero() {
 		t.Errorf("completed %+v; want succeeded at 100%% with the result and no lease", done)
 	}
 	if _, err := e.Complete(ctx, j.ID, j.LeaseID, nil); !errors.Is(err, jobs.ErrStaleLease) {
@@ -112,7 +112,7 @@ func TestAStaleLeaseChangesNothing(t *testing.T) {
 		},
 		"complete": func(e *jobs.Engine, id, lease string) error { _, err := e.Complete(ctx, id, lease, nil); return err },
 		"fail": func(e *jobs.Engine, id, lease string) error {
-			_, err := e.Fail(ctx, id, lease, store.JobError{Type: "X"}, true)
+			_, err := e.Fail(ctx, id, lease, jobtype.JobError{Type: "X"}, true)
 			return err
 		},
 	}
@@ -123,15 +123,15 @@ func TestAStaleLeaseChangesNothing(t *testing.T) {
 			if err := call(e, j.ID, "l_someoneelse"); !errors.Is(err, jobs.ErrStaleLease) {
 				t.Fatalf("got %v, want ErrStaleLease", err)
 			}
-			if after := get(t, e, j.ID); after.Version != j.Version || after.State != store.Running {
+			if after := get(t, e, j.ID); after.Version != j.Version || after.State != jobtype.Running {
 				t.Errorf("job changed to %s v%d", after.State, after.Version)
 			}
 		})
 		t.Run(name+" from the previous holder after a re-claim", func(t *testing.T) {
 			e, _ := newEngine(t, jobs.Config{})
 			j := running(t, e, jobs.SubmitRequest{MaxAttempts: 2})
-			requeued, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "Flaky"}, true)
-			if err != nil || requeued.State != store.Queued {
+			requeued, err := e.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "Flaky"}, true)
+			if err != nil || requeued.State != jobtype.Queued {
 				t.Fatalf("fail: %+v, %v", requeued, err)
 			}
 			again, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w2"}, soon())
@@ -153,20 +153,20 @@ func TestCancelWhileAWorkerHoldsTheLease(t *testing.T) {
 	ctx := context.Background()
 	j := running(t, e, jobs.SubmitRequest{})
 	cancelled, err := e.Cancel(ctx, j.ID)
-	if err != nil || cancelled.State != store.Cancelled {
+	if err != nil || cancelled.State != jobtype.Cancelled {
 		t.Fatalf("cancel: %+v, %v", cancelled, err)
 	}
 	hb, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 50, "still going")
-	if err != nil || hb.State != store.Cancelled {
+	if err != nil || hb.State != jobtype.Cancelled {
 		t.Fatalf("heartbeat: %s, %v; want the job cancelled and no error", hb.State, err)
 	}
 	if _, err := e.Complete(ctx, j.ID, j.LeaseID, nil); !errors.Is(err, jobs.ErrStaleLease) {
 		t.Errorf("complete after cancel: %v, want ErrStaleLease", err)
 	}
-	if _, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "X"}, true); !errors.Is(err, jobs.ErrStaleLease) {
+	if _, err := e.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "X"}, true); !errors.Is(err, jobs.ErrStaleLease) {
 		t.Errorf("fail after cancel: %v, want ErrStaleLease", err)
 	}
-	if after := get(t, e, j.ID); after.State != store.Cancelled || after.Version != cancelled.Version || after.Percent != j.Percent {
+	if after := get(t, e, j.ID); after.State != jobtype.Cancelled || after.Version != cancelled.Version || after.Percent != j.Percent {
 		t.Errorf("after the worker's calls: %s v%d %d%%; want cancelled, unchanged", after.State, after.Version, after.Percent)
 	}
 	if _, err := e.Heartbeat(ctx, j.ID, "l_other", 50, ""); !errors.Is(err, jobs.ErrStaleLease) {
@@ -179,11 +179,11 @@ func TestFail(t *testing.T) {
 		name        string
 		maxAttempts int32
 		retryable   bool
-		want        store.State
+		want        jobtype.State
 	}{
-		{"a retryable failure with attempts left is queued again", 3, true, store.Queued},
-		{"a retryable failure on the last attempt fails the job", 1, true, store.Failed},
-		{"a permanent failure fails the job at once", 3, false, store.Failed},
+		{"a retryable failure with attempts left is queued again", 3, true, jobtype.Queued},
+		{"a retryable failure on the last attempt fails the job", 1, true, jobtype.Failed},
+		{"a permanent failure fails the job at once", 3, false, jobtype.Failed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -194,14 +194,14 @@ func TestFail(t *testing.T) {
 			if _, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 60, "half"); err != nil {
 				t.Fatal(err)
 			}
-			failed, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "Timeout", Message: "upstream slow"}, tt.retryable)
+			failed, err := e.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "Timeout", Message: "upstream slow"}, tt.retryable)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if failed.State != tt.want || failed.Error == nil || *failed.Error != (store.JobError{Type: "Timeout", Message: "upstream slow"}) || failed.Attempt != 1 || failed.LeaseID != "" {
+			if failed.State != tt.want || failed.Error == nil || *failed.Error != (jobtype.JobError{Type: "Timeout", Message: "upstream slow"}) || failed.Attempt != 1 || failed.LeaseID != "" {
 				t.Fatalf("failed %+v; want %s with the error, attempt 1, no lease", failed, tt.want)
 			}
-			if tt.want == store.Failed {
+			if tt.want == jobtype.Failed {
 				if failed.FinishedAt.IsZero() {
 					t.Error("a failed job has no finished_at")
 				}
@@ -215,7 +215,7 @@ func TestFail(t *testing.T) {
 			if failed.Percent != 0 || failed.Step != "" {
 				t.Errorf("progress %d%% %q carried into the next attempt", failed.Percent, failed.Step)
 			}
-			if _, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w"}, time.Now()); !errors.Is(err, jobs.ErrNoJob) {
+			if _, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w"}, time.Now()); !errors.Is(err, jobtype.ErrNoJob) {
 				t.Fatalf("claim during the backoff: %v, want ErrNoJob", err)
 			}
 			clock.Advance(2 * time.Second)
@@ -234,7 +234,7 @@ func TestRetryBackoffGrowsAndIsCapped(t *testing.T) {
 	j := running(t, e, jobs.SubmitRequest{MaxAttempts: 10})
 	wantMax := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second}
 	for attempt, max := range wantMax {
-		failed, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "X"}, true)
+		failed, err := e.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "X"}, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -257,7 +257,7 @@ func TestRetriesSpreadOverTheWholeBackoffStep(t *testing.T) {
 	var low, high int
 	for range 64 {
 		j := running(t, e, jobs.SubmitRequest{MaxAttempts: 2})
-		failed, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "X"}, true)
+		failed, err := e.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "X"}, true)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -55,18 +56,18 @@ type leaseCall struct {
 // engine's: the committed job (published if its version went up),
 // ErrStaleLease, or for a heartbeat of a job the server ended while
 // the lease held, the job as it is.
-func (e *Engine) writeLease(ctx context.Context, op string, w store.LeaseWrite) (store.Job, error) {
+func (e *Engine) writeLease(ctx context.Context, op string, w store.LeaseWrite) (jobtype.Job, error) {
 	res, now, err := e.leaseWriter.write(ctx, e, w)
 	switch {
 	case err != nil:
-		return store.Job{}, wrap(op, w.JobID, err)
+		return jobtype.Job{}, wrap(op, w.JobID, err)
 	case res.Err != nil:
-		return store.Job{}, wrap(op, w.JobID, res.Err)
+		return jobtype.Job{}, wrap(op, w.JobID, res.Err)
 	case !res.Held:
-		if w.Op == store.Heartbeat && res.Job.State != store.Running && res.Job.LeaseID == w.LeaseID {
+		if w.Op == store.Heartbeat && res.Job.State != jobtype.Running && res.Job.LeaseID == w.LeaseID {
 			return res.Job, nil // ended by a cancel or a timeout: see Heartbeat
 		}
-		return store.Job{}, ErrStaleLease
+		return jobtype.Job{}, ErrStaleLease
 	}
 	// A heartbeat that changed nothing a watcher sees keeps UpdatedAt
 	// (store.LeaseWrite.Apply); every other held write changes it to

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/wire"
 )
 
@@ -23,47 +23,47 @@ func TestTheEngineRefusesWhatNoReaderCouldTakeNamingTheFieldAndTheLimit(t *testi
 	long := func(n int) string { return strings.Repeat("x", n) }
 	tests := []struct {
 		name  string
-		call  func(j store.Job) error
+		call  func(j jobtype.Job) error
 		field string
 		limit string // in the reason
 	}{
-		{"a payload nested 5,000 levels deep", func(store.Job) error {
+		{"a payload nested 5,000 levels deep", func(jobtype.Job) error {
 			_, err := e.Submit(ctx, jobs.SubmitRequest{Kind: "k", Payload: nested(5000)})
 			return err
 		}, "payload", "128"},
-		{"a payload one level over the limit", func(store.Job) error {
-			_, err := e.Submit(ctx, jobs.SubmitRequest{Kind: "k", Payload: nested(jobs.MaxJSONDepth + 1)})
+		{"a payload one level over the limit", func(jobtype.Job) error {
+			_, err := e.Submit(ctx, jobs.SubmitRequest{Kind: "k", Payload: nested(jobtype.MaxJSONDepth + 1)})
 			return err
 		}, "payload", "128"},
-		{"a result nested 5,000 levels deep", func(j store.Job) error {
+		{"a result nested 5,000 levels deep", func(j jobtype.Job) error {
 			_, err := e.Complete(ctx, j.ID, j.LeaseID, nested(5000))
 			return err
 		}, "result", "128"},
-		{"a unique key over 128 bytes", func(store.Job) error {
+		{"a unique key over 128 bytes", func(jobtype.Job) error {
 			_, err := e.Submit(ctx, jobs.SubmitRequest{Kind: "k", UniqueKey: long(129)})
 			return err
 		}, "unique_key", "128 bytes"},
-		{"a step over 1024 bytes", func(j store.Job) error {
+		{"a step over 1024 bytes", func(j jobtype.Job) error {
 			_, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 1, long(1025))
 			return err
 		}, "step", "1024 bytes"},
-		{"a step that is not UTF-8", func(j store.Job) error {
+		{"a step that is not UTF-8", func(j jobtype.Job) error {
 			_, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 1, "a\xffb")
 			return err
 		}, "step", "UTF-8"},
-		{"an error type over 256 bytes", func(j store.Job) error {
-			_, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: long(257)}, false)
+		{"an error type over 256 bytes", func(j jobtype.Job) error {
+			_, err := e.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: long(257)}, false)
 			return err
 		}, "error.type", "256 bytes"},
-		{"an error message over 4096 bytes", func(j store.Job) error {
-			_, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "E", Message: long(4097)}, false)
+		{"an error message over 4096 bytes", func(j jobtype.Job) error {
+			_, err := e.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "E", Message: long(4097)}, false)
 			return err
 		}, "error.message", "4096 bytes"},
-		{"a worker id over 128 bytes", func(store.Job) error {
+		{"a worker id over 128 bytes", func(jobtype.Job) error {
 			_, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: long(129)}, soon())
 			return err
 		}, "worker_id", "128 bytes"},
-		{"a claim naming 101 kinds", func(store.Job) error {
+		{"a claim naming 101 kinds", func(jobtype.Job) error {
 			_, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w", Kinds: strings.Split(strings.Repeat("k,", 100)+"k", ",")}, soon())
 			return err
 		}, "kinds", "100 entries"},
@@ -72,11 +72,11 @@ func TestTheEngineRefusesWhatNoReaderCouldTakeNamingTheFieldAndTheLimit(t *testi
 		t.Run(tt.name, func(t *testing.T) {
 			j := running(t, e, jobs.SubmitRequest{})
 			err := tt.call(j)
-			var inv *jobs.InvalidError
+			var inv *jobtype.InvalidError
 			if !errors.As(err, &inv) || inv.Field != tt.field || !strings.Contains(inv.Reason, tt.limit) {
 				t.Fatalf("got %v, want an InvalidError for %q naming %q", err, tt.field, tt.limit)
 			}
-			if got := get(t, e, j.ID); got.State != store.Running || got.Version != j.Version {
+			if got := get(t, e, j.ID); got.State != jobtype.Running || got.Version != j.Version {
 				t.Errorf("the refused call changed the job: %s version %d, was version %d", got.State, got.Version, j.Version)
 			}
 		})
@@ -126,7 +126,7 @@ func TestTheEngineKeepsExactlyTheJSONTheWireCanCarry(t *testing.T) {
 					}
 					continue
 				}
-				var inv *jobs.InvalidError
+				var inv *jobtype.InvalidError
 				if !errors.As(err, &inv) || inv.Field != field || !strings.Contains(inv.Reason, tt.reason) {
 					t.Errorf("%s %s: got %v, want an InvalidError for %q saying %q", field, tt.json, err, field, tt.reason)
 				}
@@ -139,7 +139,7 @@ func TestAPayloadOrResultOverTheSizeLimitIsTooLarge(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{MaxPayloadBytes: 1000})
 	big := []byte(`"` + strings.Repeat("x", 1000) + `"`)
 	_, err := e.Submit(context.Background(), jobs.SubmitRequest{Kind: "k", Payload: big})
-	var tooLarge *jobs.TooLargeError
+	var tooLarge *jobtype.TooLargeError
 	if !errors.As(err, &tooLarge) || tooLarge.Field != "payload" || tooLarge.Limit != 1000 || tooLarge.Bytes != len(big) {
 		t.Fatalf("submit: got %v, want a TooLargeError for payload, %d bytes over 1000", err, len(big))
 	}
@@ -153,8 +153,8 @@ func TestAPayloadOrResultOverTheSizeLimitIsTooLarge(t *testing.T) {
 func TestAPayloadAtTheDepthLimitIsKept(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
 	// Brackets inside strings are text, not nesting.
-	atLimit := []byte(strings.Repeat("[", jobs.MaxJSONDepth-1) + `{"s":"` + strings.Repeat("[", 500) + `"}` + strings.Repeat("]", jobs.MaxJSONDepth-1))
-	for _, payload := range [][]byte{nested(jobs.MaxJSONDepth), atLimit} {
+	atLimit := []byte(strings.Repeat("[", jobtype.MaxJSONDepth-1) + `{"s":"` + strings.Repeat("[", 500) + `"}` + strings.Repeat("]", jobtype.MaxJSONDepth-1))
+	for _, payload := range [][]byte{nested(jobtype.MaxJSONDepth), atLimit} {
 		j := submit(t, e, jobs.SubmitRequest{Payload: payload})
 		if got := get(t, e, j.ID); string(got.Payload) != string(payload) {
 			t.Fatalf("payload stored as %.40s…, want it as sent", got.Payload)
@@ -172,12 +172,12 @@ func TestAPayloadAtTheDepthLimitIsKept(t *testing.T) {
 func TestAFailureWithoutAnErrorTypeFailsTheJobWithTheDefaultType(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
 	j := running(t, e, jobs.SubmitRequest{})
-	failed, err := e.Fail(context.Background(), j.ID, j.LeaseID, store.JobError{Message: "disk full"}, false)
+	failed, err := e.Fail(context.Background(), j.ID, j.LeaseID, jobtype.JobError{Message: "disk full"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if failed.State != store.Failed || failed.Error == nil || *failed.Error != (store.JobError{Type: jobs.DefaultErrorType, Message: "disk full"}) {
-		t.Fatalf("job %s with error %+v, want FAILED with type %q", failed.State, failed.Error, jobs.DefaultErrorType)
+	if failed.State != jobtype.Failed || failed.Error == nil || *failed.Error != (jobtype.JobError{Type: jobtype.DefaultErrorType, Message: "disk full"}) {
+		t.Fatalf("job %s with error %+v, want FAILED with type %q", failed.State, failed.Error, jobtype.DefaultErrorType)
 	}
 }
 
@@ -186,7 +186,7 @@ func TestAFailureWithoutAnErrorTypeFailsTheJobWithTheDefaultType(t *testing.T) {
 func TestTheEngineRefusesAnOverlongListOrWatchRequestNamingTheField(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
 	ctx := context.Background()
-	long := strings.Repeat("t", jobs.MaxTokenBytes+1)
+	long := strings.Repeat("t", jobtype.MaxTokenBytes+1)
 	tests := []struct {
 		name  string
 		call  func() error
@@ -194,9 +194,9 @@ func TestTheEngineRefusesAnOverlongListOrWatchRequestNamingTheField(t *testing.T
 		limit string
 	}{
 		{"a list filtering on 101 states", func() error {
-			states := make([]store.State, jobs.MaxFilterItems+1)
+			states := make([]jobtype.State, jobtype.MaxFilterItems+1)
 			for i := range states {
-				states[i] = store.Queued
+				states[i] = jobtype.Queued
 			}
 			_, _, err := e.List(ctx, jobs.ListRequest{States: states})
 			return err
@@ -207,12 +207,12 @@ func TestTheEngineRefusesAnOverlongListOrWatchRequestNamingTheField(t *testing.T
 		}, "page_token", "1024 bytes"},
 		{"a tenant watch with a resume token over 1024 bytes", func() error {
 			return e.WatchTenant(ctx, "", jobs.TenantWatchOptions{ResumeToken: long, Deadline: soon(),
-				Send: func([]store.Job, string) error { return nil }})
+				Send: func([]jobtype.Job, string) error { return nil }})
 		}, "resume_token", "1024 bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var inv *jobs.InvalidError
+			var inv *jobtype.InvalidError
 			if err := tt.call(); !errors.As(err, &inv) || inv.Field != tt.field || !strings.Contains(inv.Reason, tt.limit) {
 				t.Fatalf("got %v, want an InvalidError for %q naming %q", err, tt.field, tt.limit)
 			}

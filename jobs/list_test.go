@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // largePayload is about 200 KB of JSON, under every payload limit, so
@@ -17,7 +17,7 @@ func largePayload(i int) []byte {
 	return mustJSON(map[string]any{"n": i, "pad": strings.Repeat("x", 200_000)})
 }
 
-func pageBytes(page []store.Job) int {
+func pageBytes(page []jobtype.Job) int {
 	n := 0
 	for i := range page {
 		n += page[i].Size()
@@ -25,7 +25,7 @@ func pageBytes(page []store.Job) int {
 	return n
 }
 
-func jobIDs(js []store.Job) []string {
+func jobIDs(js []jobtype.Job) []string {
 	out := make([]string, len(js))
 	for i, j := range js {
 		out[i] = j.ID
@@ -117,7 +117,7 @@ func TestWatchTenantSendsLargeJobsInBatchesBoundedInBytes(t *testing.T) {
 			// one look.
 			gate := make(chan struct{})
 			waited := false // only the stream's goroutine touches it
-			send := func(batch []store.Job, token string) error {
+			send := func(batch []jobtype.Job, token string) error {
 				err := out.send(batch, token)
 				if token != "" && !waited {
 					waited = true
@@ -130,7 +130,7 @@ func TestWatchTenantSendsLargeJobsInBatchesBoundedInBytes(t *testing.T) {
 			})
 			// batch waits for the next batch, checks its size and view, and
 			// returns it with its token.
-			batch := func() ([]store.Job, string) {
+			batch := func() ([]jobtype.Job, string) {
 				t.Helper()
 				out.next(t)
 				out.mu.Lock()

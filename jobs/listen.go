@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -74,7 +75,7 @@ func (e *Engine) heard(changes []store.Change, missed bool) {
 		if c.Local || (latest != nil && latest[c.JobID] != i) {
 			continue
 		}
-		j := store.Job{ID: c.JobID, Tenant: c.Tenant, Kind: c.Kind, Queue: c.Queue,
+		j := jobtype.Job{ID: c.JobID, Tenant: c.Tenant, Kind: c.Kind, Queue: c.Queue,
 			State: c.State, Version: c.Version, RunAt: c.RunAt}
 		if v, subscribed := e.hub.Version(c.JobID); subscribed && v < c.Version {
 			full, err := e.store.GetJob(ctx, c.JobID)
@@ -108,7 +109,7 @@ type heldWakes struct {
 	// delay replaces claimWakeDelay when positive (tests on a busy
 	// machine, where a claim's notice may take longer than 20ms).
 	delay time.Duration
-	jobs  map[string]store.Job
+	jobs  map[string]jobtype.Job
 	armed bool
 }
 
@@ -116,9 +117,9 @@ type heldWakes struct {
 // once, unless j is a job queued and ready, which is held for
 // claimWakeDelay and dropped if a later change (claimed there) comes
 // first. Claim wake-ups from other replicas are so coalesced per job.
-func (e *Engine) holdClaimWake(j store.Job) {
+func (e *Engine) holdClaimWake(j jobtype.Job) {
 	h := &e.heldWakes
-	ready := j.State == store.Queued && !j.RunAt.After(e.now())
+	ready := j.State == jobtype.Queued && !j.RunAt.After(e.now())
 	h.mu.Lock()
 	if !ready {
 		delete(h.jobs, j.ID)
@@ -127,7 +128,7 @@ func (e *Engine) holdClaimWake(j store.Job) {
 		return
 	}
 	if h.jobs == nil {
-		h.jobs = map[string]store.Job{}
+		h.jobs = map[string]jobtype.Job{}
 	}
 	h.jobs[j.ID] = j
 	arm := !h.armed

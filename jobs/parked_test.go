@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -33,7 +34,7 @@ func countingReads(ctx context.Context, n *atomic.Int64) context.Context {
 // the GetJob reads that have returned.
 type callReads struct{ store.Store }
 
-func (s callReads) GetJob(ctx context.Context, id string) (store.Job, error) {
+func (s callReads) GetJob(ctx context.Context, id string) (jobtype.Job, error) {
 	if n, ok := ctx.Value(callReadsKey{}).(*atomic.Int64); ok {
 		defer n.Add(1)
 	}
@@ -43,11 +44,11 @@ func (s callReads) GetJob(ctx context.Context, id string) (store.Job, error) {
 // waitedRead starts a Wait on job id of e (an engine over callReads)
 // and returns once it has read its job: it is parked, or cannot miss a
 // change. It fails if the Wait returns first.
-func waitedRead(t *testing.T, e *jobs.Engine, ctx context.Context, id string, deadline time.Time) <-chan outcome[store.Job] {
+func waitedRead(t *testing.T, e *jobs.Engine, ctx context.Context, id string, deadline time.Time) <-chan outcome[jobtype.Job] {
 	t.Helper()
 	var reads atomic.Int64
 	ctx = countingReads(ctx, &reads)
-	c := async(func() (store.Job, error) { return e.Wait(ctx, id, deadline) })
+	c := async(func() (jobtype.Job, error) { return e.Wait(ctx, id, deadline) })
 	until := time.Now().Add(20 * time.Second)
 	for reads.Load() == 0 {
 		select {

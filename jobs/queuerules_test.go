@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // claimNow claims without parking long: a job ready now, or ErrNoJob.
-func claimNow(e *jobs.Engine, queue string) (store.Job, error) {
+func claimNow(e *jobs.Engine, queue string) (jobtype.Job, error) {
 	return e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w", Queues: []string{queue}}, time.Now())
 }
 
@@ -23,8 +23,8 @@ func claimNow(e *jobs.Engine, queue string) (store.Job, error) {
 // jobs in submission order, and a head that fails is retried before the
 // next one runs (on_failure: block).
 func TestQueueRulesHoldWithManyWorkersRacing(t *testing.T) {
-	e, _ := newEngine(t, jobs.Config{Rules: jobs.Rules{
-		Queues: map[string]jobs.QueueRules{
+	e, _ := newEngine(t, jobs.Config{Rules: jobtype.Rules{
+		Queues: map[string]jobtype.QueueRules{
 			"index":  {Serial: true, BlockOnFailure: true, MaxAttempts: 3},
 			"readme": {MaxRunning: 3, Uses: []string{"db"}},
 			"stats":  {Uses: []string{"db"}},
@@ -60,7 +60,7 @@ func TestQueueRulesHoldWithManyWorkersRacing(t *testing.T) {
 		wg.Go(func() {
 			for {
 				j, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: fmt.Sprintf("w%d", w)}, soon())
-				if errors.Is(err, jobs.ErrNoJob) {
+				if errors.Is(err, jobtype.ErrNoJob) {
 					if ctx.Err() != nil {
 						return
 					}
@@ -98,7 +98,7 @@ func TestQueueRulesHoldWithManyWorkersRacing(t *testing.T) {
 				}
 				mu.Unlock()
 				if fail {
-					if _, err := e.Fail(context.Background(), j.ID, j.LeaseID, store.JobError{Type: "Busy"}, true); err != nil {
+					if _, err := e.Fail(context.Background(), j.ID, j.LeaseID, jobtype.JobError{Type: "Busy"}, true); err != nil {
 						t.Error(err)
 					}
 					continue
@@ -145,14 +145,14 @@ func TestQueueRulesHoldWithManyWorkersRacing(t *testing.T) {
 // One claimer holds a serial queue's only slot; another waits parked. The
 // end of the running job, not a new submission, must wake it.
 func TestAClaimParkedBehindAFullQueueWakesWhenTheRunningJobEnds(t *testing.T) {
-	e, _ := newEngine(t, jobs.Config{Rules: jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {Serial: true}}}})
+	e, _ := newEngine(t, jobs.Config{Rules: jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {Serial: true}}}})
 	first := submit(t, e, jobs.SubmitRequest{Queue: "index"})
 	second := submit(t, e, jobs.SubmitRequest{Queue: "index"})
 	j, err := claimNow(e, "index")
 	if err != nil || j.ID != first.ID {
 		t.Fatalf("claim = %v, %v; want %s", j.ID, err, first.ID)
 	}
-	parked := async(func() (store.Job, error) {
+	parked := async(func() (jobtype.Job, error) {
 		// A cap beyond await's 10 s: only the wake-up can answer in time.
 		return e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w2", Queues: []string{"index"}}, time.Now().Add(time.Minute))
 	})
@@ -172,8 +172,8 @@ func TestAClaimParkedBehindAFullQueueWakesWhenTheRunningJobEnds(t *testing.T) {
 // never holds the queue.
 func TestSerialBlockHoldsTheQueueBehindItsHeadAndSkipMovesOn(t *testing.T) {
 	clock := newFakeClock()
-	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: 10 * time.Second, Rules: jobs.Rules{
-		Queues: map[string]jobs.QueueRules{
+	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: 10 * time.Second, Rules: jobtype.Rules{
+		Queues: map[string]jobtype.QueueRules{
 			"block":   {Serial: true, BlockOnFailure: true, MaxAttempts: 3, InitialBackoff: time.Minute, MaxBackoff: time.Minute},
 			"skip":    {Serial: true, MaxAttempts: 3, InitialBackoff: time.Minute, MaxBackoff: time.Minute},
 			"lost":    {Serial: true, BlockOnFailure: true, MaxAttempts: 3, InitialBackoff: time.Minute, MaxBackoff: time.Minute},
@@ -181,8 +181,8 @@ func TestSerialBlockHoldsTheQueueBehindItsHeadAndSkipMovesOn(t *testing.T) {
 		},
 	}})
 	ctx := context.Background()
-	heads := map[string]store.Job{}
-	nexts := map[string]store.Job{}
+	heads := map[string]jobtype.Job{}
+	nexts := map[string]jobtype.Job{}
 	// lost first: its sweep moves the clock, which must not end the
 	// others' backoffs (full jitter may draw a short one).
 	for _, q := range []string{"lost", "block", "skip", "cancels"} {
@@ -198,11 +198,11 @@ func TestSerialBlockHoldsTheQueueBehindItsHeadAndSkipMovesOn(t *testing.T) {
 			if err := e.Sweep(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if got := get(t, e, j.ID); got.State != store.Queued {
+			if got := get(t, e, j.ID); got.State != jobtype.Queued {
 				t.Fatalf("lost head is %s, want queued again", got.State)
 			}
 		default:
-			if _, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "Busy"}, true); err != nil {
+			if _, err := e.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "Busy"}, true); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -214,7 +214,7 @@ func TestSerialBlockHoldsTheQueueBehindItsHeadAndSkipMovesOn(t *testing.T) {
 	}
 	for q, want := range map[string]string{"block": "", "lost": "", "skip": nexts["skip"].ID, "cancels": nexts["cancels"].ID} {
 		j, err := claimNow(e, q)
-		if want == "" && !errors.Is(err, jobs.ErrNoJob) {
+		if want == "" && !errors.Is(err, jobtype.ErrNoJob) {
 			t.Errorf("%s: claim while the head backs off = %v, %v; want nothing", q, j.ID, err)
 		}
 		if want != "" && (err != nil || j.ID != want) {
@@ -234,13 +234,13 @@ func TestSetRulesRefusesQueueLimitsItCannotApply(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
 	tests := []struct {
 		name  string
-		rules jobs.Rules
+		rules jobtype.Rules
 	}{
-		{"a queue using an undeclared pool", jobs.Rules{Queues: map[string]jobs.QueueRules{"a": {Uses: []string{"db"}}}}},
-		{"a pool of no units", jobs.Rules{Pools: map[string]int{"db": 0}}},
-		{"a serial queue running two", jobs.Rules{Queues: map[string]jobs.QueueRules{"a": {Serial: true, MaxRunning: 2}}}},
-		{"a parallel queue blocking on failure", jobs.Rules{Queues: map[string]jobs.QueueRules{"a": {BlockOnFailure: true}}}},
-		{"a negative max_running", jobs.Rules{Queues: map[string]jobs.QueueRules{"a": {MaxRunning: -1}}}},
+		{"a queue using an undeclared pool", jobtype.Rules{Queues: map[string]jobtype.QueueRules{"a": {Uses: []string{"db"}}}}},
+		{"a pool of no units", jobtype.Rules{Pools: map[string]int{"db": 0}}},
+		{"a serial queue running two", jobtype.Rules{Queues: map[string]jobtype.QueueRules{"a": {Serial: true, MaxRunning: 2}}}},
+		{"a parallel queue blocking on failure", jobtype.Rules{Queues: map[string]jobtype.QueueRules{"a": {BlockOnFailure: true}}}},
+		{"a negative max_running", jobtype.Rules{Queues: map[string]jobtype.QueueRules{"a": {MaxRunning: -1}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -254,19 +254,19 @@ func TestSetRulesRefusesQueueLimitsItCannotApply(t *testing.T) {
 // A reload that raises a queue's limit lets a claimer parked behind the
 // old one go at once, without waiting for a job to end or be submitted.
 func TestAReloadThatGivesRoomWakesAParkedClaim(t *testing.T) {
-	e, _ := newEngine(t, jobs.Config{Rules: jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {Serial: true}}}})
+	e, _ := newEngine(t, jobs.Config{Rules: jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {Serial: true}}}})
 	submit(t, e, jobs.SubmitRequest{Queue: "index"})
 	second := submit(t, e, jobs.SubmitRequest{Queue: "index"})
 	if _, err := claimNow(e, "index"); err != nil {
 		t.Fatal(err)
 	}
-	parked := async(func() (store.Job, error) {
+	parked := async(func() (jobtype.Job, error) {
 		return e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w2", Queues: []string{"index"}}, time.Now().Add(time.Minute))
 	})
 	waitParked(t, e, 1)
 	// The cap is a minute and await gives up after 10 s: only the wake-up
 	// can answer in time.
-	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {MaxRunning: 2}}}); err != nil {
+	if err := e.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {MaxRunning: 2}}}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := await(t, parked)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 func TestReleasePutsTheJobBackAsIfNeverClaimed(t *testing.T) {
@@ -24,8 +24,8 @@ func TestReleasePutsTheJobBackAsIfNeverClaimed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, j := range []store.Job{got, get(t, e, claimed.ID)} {
-		if j.State != store.Queued || j.Attempt != 0 || j.WorkerID != "" || j.LeaseID != "" ||
+	for _, j := range []jobtype.Job{got, get(t, e, claimed.ID)} {
+		if j.State != jobtype.Queued || j.Attempt != 0 || j.WorkerID != "" || j.LeaseID != "" ||
 			!j.LeaseExpiresAt.IsZero() || !j.StartedAt.IsZero() {
 			t.Errorf("released %+v; want queued, attempt 0, no worker, lease or start", j)
 		}
@@ -45,7 +45,7 @@ func TestReleaseAfterARetryKeepsTheAttemptsMade(t *testing.T) {
 	clock := newFakeClock()
 	e, _ := newEngine(t, jobs.Config{Now: clock.Now, RetryInitialBackoff: time.Second, RetryMaxBackoff: time.Second})
 	first := running(t, e, jobs.SubmitRequest{MaxAttempts: 3})
-	if _, err := e.Fail(context.Background(), first.ID, first.LeaseID, store.JobError{Type: "Timeout"}, true); err != nil {
+	if _, err := e.Fail(context.Background(), first.ID, first.LeaseID, jobtype.JobError{Type: "Timeout"}, true); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(time.Second)
@@ -57,7 +57,7 @@ func TestReleaseAfterARetryKeepsTheAttemptsMade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != store.Queued || got.Attempt != 1 || !got.StartedAt.Equal(first.StartedAt) ||
+	if got.State != jobtype.Queued || got.Attempt != 1 || !got.StartedAt.Equal(first.StartedAt) ||
 		got.Error == nil || got.Error.Type != "Timeout" || !got.RunAt.Equal(second.RunAt) {
 		t.Errorf("released %+v; want queued with the first attempt, its start and its error kept, run_at unchanged", got)
 	}
@@ -66,28 +66,28 @@ func TestReleaseAfterARetryKeepsTheAttemptsMade(t *testing.T) {
 func TestReleaseWithALeaseThatDoesNotHoldTheJobChangesNothing(t *testing.T) {
 	tests := []struct {
 		name  string
-		after func(t *testing.T, e *jobs.Engine, j store.Job) (leaseID string)
+		after func(t *testing.T, e *jobs.Engine, j jobtype.Job) (leaseID string)
 	}{
-		{"another lease id", func(*testing.T, *jobs.Engine, store.Job) string { return "not-the-lease" }},
-		{"the job was completed", func(t *testing.T, e *jobs.Engine, j store.Job) string {
+		{"another lease id", func(*testing.T, *jobs.Engine, jobtype.Job) string { return "not-the-lease" }},
+		{"the job was completed", func(t *testing.T, e *jobs.Engine, j jobtype.Job) string {
 			if _, err := e.Complete(context.Background(), j.ID, j.LeaseID, nil); err != nil {
 				t.Fatal(err)
 			}
 			return j.LeaseID
 		}},
-		{"the job was cancelled", func(t *testing.T, e *jobs.Engine, j store.Job) string {
+		{"the job was cancelled", func(t *testing.T, e *jobs.Engine, j jobtype.Job) string {
 			if _, err := e.Cancel(context.Background(), j.ID); err != nil {
 				t.Fatal(err)
 			}
 			return j.LeaseID
 		}},
-		{"the job was released already", func(t *testing.T, e *jobs.Engine, j store.Job) string {
+		{"the job was released already", func(t *testing.T, e *jobs.Engine, j jobtype.Job) string {
 			if _, err := e.Release(context.Background(), j.ID, j.LeaseID); err != nil {
 				t.Fatal(err)
 			}
 			return j.LeaseID
 		}},
-		{"the job was released and claimed again", func(t *testing.T, e *jobs.Engine, j store.Job) string {
+		{"the job was released and claimed again", func(t *testing.T, e *jobs.Engine, j jobtype.Job) string {
 			if _, err := e.Release(context.Background(), j.ID, j.LeaseID); err != nil {
 				t.Fatal(err)
 			}
@@ -123,7 +123,7 @@ func TestReleaseRefusesBadIDs(t *testing.T) {
 	if _, err := e.Release(context.Background(), j.ID, ""); !isInvalid(err, "lease_id") {
 		t.Errorf("release without lease id: %v", err)
 	}
-	if _, err := e.Release(context.Background(), "no-such-job", "lease"); !errors.Is(err, jobs.ErrNotFound) {
+	if _, err := e.Release(context.Background(), "no-such-job", "lease"); !errors.Is(err, jobtype.ErrNotFound) {
 		t.Errorf("release of an unknown job: %v, want ErrNotFound", err)
 	}
 }
@@ -131,14 +131,14 @@ func TestReleaseRefusesBadIDs(t *testing.T) {
 func TestAReleasedJobWakesAParkedClaimerAndItsWatchers(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
 	j := running(t, e, jobs.SubmitRequest{})
-	parked := async(func() (store.Job, error) {
+	parked := async(func() (jobtype.Job, error) {
 		return e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w2", Kinds: []string{j.Kind}}, soon())
 	})
 	waitParked(t, e, 1)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	seen := make(chan store.Job, 16)
+	seen := make(chan jobtype.Job, 16)
 	watching := async(func() (struct{}, error) {
 		return struct{}{}, e.Watch(ctx, j.ID, jobs.WatchOptions{AfterVersion: j.Version, Send: func(s *jobs.Snapshot) error {
 			if s != nil {

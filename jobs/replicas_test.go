@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -29,7 +30,7 @@ func TestAWaiterOnOneReplicaWakesWhenAWorkerOnAnotherCompletesTheJob(t *testing.
 		t.Fatalf("complete: %v", err)
 	}
 	got, err := await(t, waited)
-	if err != nil || got.State != store.Succeeded {
+	if err != nil || got.State != jobtype.Succeeded {
 		t.Fatalf("wait on the other replica = %s, %v; want succeeded", got.State, err)
 	}
 }
@@ -44,7 +45,7 @@ func TestAWatcherOnOneReplicaSeesEveryChangeMadeOnAnother(t *testing.T) {
 		seen <- s
 		return nil
 	}})
-	next := func() store.Job {
+	next := func() jobtype.Job {
 		t.Helper()
 		select {
 		case s := <-seen:
@@ -66,14 +67,14 @@ func TestAWatcherOnOneReplicaSeesEveryChangeMadeOnAnother(t *testing.T) {
 	if _, err := a.Complete(context.Background(), j.ID, j.LeaseID, nil); err != nil {
 		t.Fatalf("complete: %v", err)
 	}
-	if got := next(); got.State != store.Succeeded {
+	if got := next(); got.State != jobtype.Succeeded {
 		t.Errorf("last snapshot %s, want succeeded", got.State)
 	}
 }
 
 func TestAClaimerParkedOnOneReplicaTakesAJobSubmittedOnAnother(t *testing.T) {
 	a, b := replicas(t)
-	claimed := async(func() (store.Job, error) {
+	claimed := async(func() (jobtype.Job, error) {
 		return b.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w-b", Kinds: []string{"remote"}}, soon())
 	})
 	waitParked(t, b, 1)
@@ -86,10 +87,10 @@ func TestAClaimerParkedOnOneReplicaTakesAJobSubmittedOnAnother(t *testing.T) {
 
 func TestATenantFeedOnOneReplicaSeesJobsSubmittedOnAnother(t *testing.T) {
 	a, b := replicas(t)
-	batches := make(chan []store.Job, 16)
+	batches := make(chan []jobtype.Job, 16)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go b.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{Deadline: soon(), Send: func(jobs []store.Job, _ string) error {
+	go b.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{Deadline: soon(), Send: func(jobs []jobtype.Job, _ string) error {
 		batches <- jobs
 		return nil
 	}})
@@ -154,7 +155,7 @@ func TestAfterAGapInHearingAReplicaAnnouncesWhatChangedMeanwhile(t *testing.T) {
 	// Both calls are parked before B goes deaf: a wait that read the job
 	// only after the gap would see it ended without any announcement.
 	waited := waitedRead(t, b, context.Background(), j.ID, soon())
-	claimed := async(func() (store.Job, error) {
+	claimed := async(func() (jobtype.Job, error) {
 		return b.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w-b", Kinds: []string{"later"}}, soon())
 	})
 	waitParked(t, b, 1)
@@ -167,7 +168,7 @@ func TestAfterAGapInHearingAReplicaAnnouncesWhatChangedMeanwhile(t *testing.T) {
 	notYet(t, waited, 50*time.Millisecond)
 
 	deaf.hearAgain()
-	if got, err := await(t, waited); err != nil || got.State != store.Succeeded {
+	if got, err := await(t, waited); err != nil || got.State != jobtype.Succeeded {
 		t.Errorf("wait after the gap = %s, %v; want succeeded", got.State, err)
 	}
 	if got, err := await(t, claimed); err != nil || got.ID != queued.ID {
@@ -183,8 +184,8 @@ func TestAJobClaimedWhereItWasQueuedWakesNoClaimerOfAnotherReplica(t *testing.T)
 	// Long enough for A's claim to be heard on B before B would wake its
 	// claimer, however loaded the machine.
 	b.SetClaimWakeDelay(2 * time.Second)
-	claim := func(e *jobs.Engine, worker string) <-chan outcome[store.Job] {
-		return async(func() (store.Job, error) {
+	claim := func(e *jobs.Engine, worker string) <-chan outcome[jobtype.Job] {
+		return async(func() (jobtype.Job, error) {
 			return e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: worker, Kinds: []string{"herd"}}, soon())
 		})
 	}

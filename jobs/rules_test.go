@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 func TestStrictRulesRefuseAnUndeclaredQueue(t *testing.T) {
-	e, _ := newEngine(t, jobs.Config{Rules: jobs.Rules{
+	e, _ := newEngine(t, jobs.Config{Rules: jobtype.Rules{
 		Source: "config jobwatch.yaml", Strict: true,
-		Queues: map[string]jobs.QueueRules{"index": {}},
+		Queues: map[string]jobtype.QueueRules{"index": {}},
 	}})
 	ctx := context.Background()
 	if _, err := e.Submit(ctx, jobs.SubmitRequest{Kind: "k", Queue: "index"}); err != nil {
@@ -28,7 +28,7 @@ func TestStrictRulesRefuseAnUndeclaredQueue(t *testing.T) {
 		t.Fatalf("submit without a queue under strict rules: %v; want the default queue refused too", err)
 	}
 
-	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {}}}); err != nil {
+	if err := e.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.Submit(ctx, jobs.SubmitRequest{Kind: "k", Queue: "other"}); err != nil {
@@ -37,8 +37,8 @@ func TestStrictRulesRefuseAnUndeclaredQueue(t *testing.T) {
 }
 
 func TestAQueuesMaxAttemptsIsTheDefaultOfItsSubmissions(t *testing.T) {
-	e, _ := newEngine(t, jobs.Config{DefaultMaxAttempts: 2, Rules: jobs.Rules{
-		Queues: map[string]jobs.QueueRules{"index": {MaxAttempts: 10}},
+	e, _ := newEngine(t, jobs.Config{DefaultMaxAttempts: 2, Rules: jobtype.Rules{
+		Queues: map[string]jobtype.QueueRules{"index": {MaxAttempts: 10}},
 	}})
 	tests := []struct {
 		name  string
@@ -62,7 +62,7 @@ func TestAQueuesBackoffBoundsItsRetries(t *testing.T) {
 	clock := newFakeClock()
 	e, _ := newEngine(t, jobs.Config{
 		Now: clock.Now, RetryInitialBackoff: time.Millisecond, RetryMaxBackoff: time.Millisecond,
-		Rules: jobs.Rules{Queues: map[string]jobs.QueueRules{
+		Rules: jobtype.Rules{Queues: map[string]jobtype.QueueRules{
 			"index": {InitialBackoff: 10 * time.Second, MaxBackoff: 40 * time.Second},
 		}},
 	})
@@ -77,8 +77,8 @@ func TestAQueuesBackoffBoundsItsRetries(t *testing.T) {
 		if err != nil || c.ID != j.ID {
 			t.Fatalf("claim of attempt %d: %+v, %v", n+1, c, err)
 		}
-		failed, err := e.Fail(ctx, j.ID, c.LeaseID, store.JobError{Type: "Busy"}, true)
-		if err != nil || failed.State != store.Queued {
+		failed, err := e.Fail(ctx, j.ID, c.LeaseID, jobtype.JobError{Type: "Busy"}, true)
+		if err != nil || failed.State != jobtype.Queued {
 			t.Fatalf("fail attempt %d: %+v, %v; want queued again", n+1, failed, err)
 		}
 		if wait := failed.RunAt.Sub(clock.Now()); wait < 0 || wait > step {
@@ -87,7 +87,7 @@ func TestAQueuesBackoffBoundsItsRetries(t *testing.T) {
 	}
 
 	other := running(t, e, jobs.SubmitRequest{MaxAttempts: 2})
-	failed, err := e.Fail(ctx, other.ID, other.LeaseID, store.JobError{Type: "Busy"}, true)
+	failed, err := e.Fail(ctx, other.ID, other.LeaseID, jobtype.JobError{Type: "Busy"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,8 +98,8 @@ func TestAQueuesBackoffBoundsItsRetries(t *testing.T) {
 
 func TestAQueuesLeaseTimeoutDecidesWhenItsJobsAreLost(t *testing.T) {
 	clock := newFakeClock()
-	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: 30 * time.Second, Rules: jobs.Rules{
-		Queues: map[string]jobs.QueueRules{"slow": {LeaseTimeout: 5 * time.Minute}},
+	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: 30 * time.Second, Rules: jobtype.Rules{
+		Queues: map[string]jobtype.QueueRules{"slow": {LeaseTimeout: 5 * time.Minute}},
 	}})
 	ctx := context.Background()
 	slow := running(t, e, jobs.SubmitRequest{Queue: "slow"})
@@ -111,10 +111,10 @@ func TestAQueuesLeaseTimeoutDecidesWhenItsJobsAreLost(t *testing.T) {
 	if err := e.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := get(t, e, fast.ID); got.State != store.Lost {
+	if got := get(t, e, fast.ID); got.State != jobtype.Lost {
 		t.Errorf("a default-queue job a minute without heartbeat: %s, want lost", got.State)
 	}
-	if got := get(t, e, slow.ID); got.State != store.Running {
+	if got := get(t, e, slow.ID); got.State != jobtype.Running {
 		t.Errorf("a slow-queue job a minute without heartbeat: %s, want still running", got.State)
 	}
 	hb, err := e.Heartbeat(ctx, slow.ID, slow.LeaseID, 10, "")
@@ -126,14 +126,14 @@ func TestAQueuesLeaseTimeoutDecidesWhenItsJobsAreLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := get(t, e, slow.ID)
-	if got.State != store.Lost || got.Error == nil || !strings.Contains(got.Error.Message, "5m0s") {
+	if got.State != jobtype.Lost || got.Error == nil || !strings.Contains(got.Error.Message, "5m0s") {
 		t.Fatalf("after 6 minutes: %s, %+v; want lost, saying no heartbeat for 5m0s", got.State, got.Error)
 	}
 }
 
 func TestRulesRetentionReplacesTheServersAndReloads(t *testing.T) {
 	clock := newFakeClock()
-	e, _ := newEngine(t, jobs.Config{Now: clock.Now, Retention: 24 * time.Hour, Rules: jobs.Rules{Retention: time.Hour}})
+	e, _ := newEngine(t, jobs.Config{Now: clock.Now, Retention: 24 * time.Hour, Rules: jobtype.Rules{Retention: time.Hour}})
 	ctx := context.Background()
 	old := submit(t, e, jobs.SubmitRequest{})
 	e.Cancel(ctx, old.ID)
@@ -149,7 +149,7 @@ func TestRulesRetentionReplacesTheServersAndReloads(t *testing.T) {
 		t.Errorf("an active job 2h old: %v, want it kept", err)
 	}
 
-	if err := e.SetRules(jobs.Rules{}); err != nil {
+	if err := e.SetRules(jobtype.Rules{}); err != nil {
 		t.Fatal(err)
 	}
 	recent := submit(t, e, jobs.SubmitRequest{})
@@ -164,12 +164,12 @@ func TestRulesRetentionReplacesTheServersAndReloads(t *testing.T) {
 }
 
 func TestSetRulesRefusesWhatItCannotApplyAndKeepsTheOld(t *testing.T) {
-	old := jobs.Rules{Source: "config a.yaml", Strict: true, Queues: map[string]jobs.QueueRules{"index": {MaxAttempts: 4}}}
+	old := jobtype.Rules{Source: "config a.yaml", Strict: true, Queues: map[string]jobtype.QueueRules{"index": {MaxAttempts: 4}}}
 	e, _ := newEngine(t, jobs.Config{Rules: old})
-	for name, bad := range map[string]jobs.Rules{
-		"max_backoff below initial_backoff": {Queues: map[string]jobs.QueueRules{"q": {InitialBackoff: time.Minute, MaxBackoff: time.Second}}},
-		"a queue name with a space":         {Queues: map[string]jobs.QueueRules{"a b": {}}},
-		"negative max_attempts":             {Queues: map[string]jobs.QueueRules{"q": {MaxAttempts: -1}}},
+	for name, bad := range map[string]jobtype.Rules{
+		"max_backoff below initial_backoff": {Queues: map[string]jobtype.QueueRules{"q": {InitialBackoff: time.Minute, MaxBackoff: time.Second}}},
+		"a queue name with a space":         {Queues: map[string]jobtype.QueueRules{"a b": {}}},
+		"negative max_attempts":             {Queues: map[string]jobtype.QueueRules{"q": {MaxAttempts: -1}}},
 	} {
 		if err := e.SetRules(bad); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -16,50 +16,26 @@ package jobs
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
-// MinScheduleEvery is the shortest Every a schedule may have: the sweep
-// that queues runs ticks about once a second, so a shorter period could
-// not be kept.
-const MinScheduleEvery = time.Second
-
-// Schedule is one repeated job: a run of Kind, in Queue for Tenant, with
-// Payload, queued Every after the previous run ended. A schedule never
-// run before (a new name) runs once at once.
-type Schedule struct {
-	Name    string // unique among the schedules; the store keeps its runs by it
-	Kind    string
-	Queue   string // "": DefaultQueue
-	Tenant  string // "": DefaultTenant
-	Every   time.Duration
-	Payload json.RawMessage // nil: none
-}
-
-// CheckPayload refuses v as a payload exactly as Submit would with a
-// payload limit of limit bytes: not JSON, nested deeper than
-// MaxJSONDepth, or no protobuf Value is an *InvalidError, larger than
-// limit a *TooLargeError. The configuration file checks a schedule's
-// payload with it.
-func CheckPayload(v json.RawMessage, limit int) error { return checkJSON("payload", v, limit) }
-
 // validateSchedules refuses schedules that could never queue a run as
 // written: each field is checked as a submission's would be.
-func (r Rules) validateSchedules(maxPayloadBytes int) error {
+func validateSchedules(r jobtype.Rules, maxPayloadBytes int) error {
 	seen := map[string]bool{}
 	for _, s := range r.Schedules {
-		if err := validName("schedule", s.Name); err != nil {
+		if err := jobtype.CheckName("schedule", s.Name); err != nil {
 			return fmt.Errorf("schedule %q: %w", s.Name, err)
 		}
 		if seen[s.Name] {
 			return fmt.Errorf("schedule %s: declared twice", s.Name)
 		}
 		seen[s.Name] = true
-		if err := validName("kind", s.Kind); err != nil {
+		if err := jobtype.CheckName("kind", s.Kind); err != nil {
 			return fmt.Errorf("schedule %s: %w", s.Name, err)
 		}
 		if err := validOptionalName("queue", s.Queue); err != nil {
@@ -68,29 +44,31 @@ func (r Rules) validateSchedules(maxPayloadBytes int) error {
 		if err := validOptionalName("tenant", s.Tenant); err != nil {
 			return fmt.Errorf("schedule %s: %w", s.Name, err)
 		}
-		if s.Every < MinScheduleEvery {
-			return fmt.Errorf("schedule %s: every must be at least %v, got %v", s.Name, MinScheduleEvery, s.Every)
+		if s.Every < jobtype.MinScheduleEvery {
+			return fmt.Errorf("schedule %s: every must be at least %v, got %v", s.Name, jobtype.MinScheduleEvery, s.Every)
 		}
-		if err := CheckPayload(s.Payload, maxPayloadBytes); err != nil {
+		if err := jobtype.CheckJSON("payload", s.Payload, maxPayloadBytes); err != nil {
 			return fmt.Errorf("schedule %s: %w", s.Name, err)
 		}
-		if _, declared := r.Queues[s.queue()]; r.Strict && !declared {
-			return fmt.Errorf("schedule %s: queue %q is not declared, and the rules are strict", s.Name, s.queue())
+		if _, declared := r.Queues[scheduleQueue(s)]; r.Strict && !declared {
+			return fmt.Errorf("schedule %s: queue %q is not declared, and the rules are strict", s.Name, scheduleQueue(s))
 		}
 	}
 	return nil
 }
 
-func (s Schedule) queue() string {
+// scheduleQueue is the queue s's runs go to.
+func scheduleQueue(s jobtype.Schedule) string {
 	if s.Queue == "" {
-		return DefaultQueue
+		return jobtype.DefaultQueue
 	}
 	return s.Queue
 }
 
-func (s Schedule) tenant() string {
+// scheduleTenant is the tenant s's runs belong to.
+func scheduleTenant(s jobtype.Schedule) string {
 	if s.Tenant == "" {
-		return DefaultTenant
+		return jobtype.DefaultTenant
 	}
 	return s.Tenant
 }
@@ -98,7 +76,7 @@ func (s Schedule) tenant() string {
 // ScheduleInfo is a schedule of the rules in effect with the state of its
 // runs, as Engine.Schedules reports it.
 type ScheduleInfo struct {
-	Schedule // Queue and Tenant with their defaults filled in
+	jobtype.Schedule // Queue and Tenant with their defaults filled in
 	// NextRunAt is when the next run is queued: the latest run's end
 	// plus Every (in the past when the sweep has yet to queue it), now
 	// for a schedule never run. Zero while a run is unfinished: its end
@@ -108,7 +86,7 @@ type ScheduleInfo struct {
 	// unfinished, or the last that ended (its state and end are kept
 	// after retention deletes its job). Empty before the first run.
 	LastJobID    string
-	LastJobState store.State
+	LastJobState jobtype.State
 	LastEndedAt  time.Time
 }
 
@@ -129,7 +107,7 @@ func (e *Engine) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
 	infos := make([]ScheduleInfo, 0, len(r.Schedules))
 	for _, s := range r.Schedules {
 		info := ScheduleInfo{Schedule: s}
-		info.Queue, info.Tenant = s.queue(), s.tenant()
+		info.Queue, info.Tenant = scheduleQueue(s), scheduleTenant(s)
 		st, ok := states[s.Name]
 		info.LastJobID, info.LastJobState, info.LastEndedAt = st.LastJobID, st.LastJobState, st.LastEndedAt
 		switch {
@@ -174,7 +152,7 @@ func (e *Engine) runSchedules(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var due []Schedule
+	var due []jobtype.Schedule
 	readAt := e.now()
 	for _, s := range r.Schedules {
 		if st, ok := states[s.Name]; !ok || mayBeDue(st, s.Every, readAt) {
@@ -214,17 +192,17 @@ func mayBeDue(st store.ScheduleState, every time.Duration, now time.Time) bool {
 
 // scheduledRun is the job a run of s would be, queued at now, as Submit
 // would make it from s's fields under the rules r.
-func (e *Engine) scheduledRun(r *Rules, s Schedule, now time.Time) store.Job {
-	maxAttempts := r.Queues[s.queue()].MaxAttempts
+func (e *Engine) scheduledRun(r *ruleSet, s jobtype.Schedule, now time.Time) jobtype.Job {
+	maxAttempts := r.Queues[scheduleQueue(s)].MaxAttempts
 	if maxAttempts <= 0 {
 		maxAttempts = e.cfg.DefaultMaxAttempts
 	}
-	return store.Job{
+	return jobtype.Job{
 		ID:          newJobID(now),
-		Tenant:      s.tenant(),
+		Tenant:      scheduleTenant(s),
 		Kind:        s.Kind,
-		Queue:       s.queue(),
-		State:       store.Queued,
+		Queue:       scheduleQueue(s),
+		State:       jobtype.Queued,
 		Version:     1,
 		Payload:     s.Payload,
 		MaxAttempts: maxAttempts,

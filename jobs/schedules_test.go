@@ -13,20 +13,21 @@ import (
 
 	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
 const every = 10 * time.Minute
 
-func withSchedules(schedules ...jobs.Schedule) jobs.Rules {
-	return jobs.Rules{Schedules: schedules}
+func withSchedules(schedules ...jobtype.Schedule) jobtype.Rules {
+	return jobtype.Rules{Schedules: schedules}
 }
 
-var downloads = jobs.Schedule{Name: "update-downloads", Kind: "update_downloads", Queue: "downloads", Tenant: "crates", Every: every, Payload: mustJSON(map[string]any{})}
+var downloads = jobtype.Schedule{Name: "update-downloads", Kind: "update_downloads", Queue: "downloads", Tenant: "crates", Every: every, Payload: mustJSON(map[string]any{})}
 
 // runs lists the jobs of kind in tenant, oldest first.
-func runs(t *testing.T, e *jobs.Engine, tenant, kind string) []store.Job {
+func runs(t *testing.T, e *jobs.Engine, tenant, kind string) []jobtype.Job {
 	t.Helper()
 	list, _, err := e.List(context.Background(), jobs.ListRequest{Tenant: tenant, Kind: kind, Full: true})
 	if err != nil {
@@ -38,7 +39,7 @@ func runs(t *testing.T, e *jobs.Engine, tenant, kind string) []store.Job {
 	return list
 }
 
-func claimRun(t *testing.T, e *jobs.Engine, kind string) store.Job {
+func claimRun(t *testing.T, e *jobs.Engine, kind string) jobtype.Job {
 	t.Helper()
 	j, err := e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w1", Kinds: []string{kind}}, time.Time{})
 	if err != nil {
@@ -49,9 +50,9 @@ func claimRun(t *testing.T, e *jobs.Engine, kind string) store.Job {
 
 func TestANewScheduleQueuesItsFirstRunAtOnceAsASubmissionWould(t *testing.T) {
 	clock := newFakeClock()
-	e, _ := newEngine(t, jobs.Config{Now: clock.Now, Rules: jobs.Rules{
-		Schedules: []jobs.Schedule{downloads},
-		Queues:    map[string]jobs.QueueRules{"downloads": {MaxAttempts: 3}},
+	e, _ := newEngine(t, jobs.Config{Now: clock.Now, Rules: jobtype.Rules{
+		Schedules: []jobtype.Schedule{downloads},
+		Queues:    map[string]jobtype.QueueRules{"downloads": {MaxAttempts: 3}},
 	}})
 	sweep(t, e)
 	got := runs(t, e, "crates", "update_downloads")
@@ -59,7 +60,7 @@ func TestANewScheduleQueuesItsFirstRunAtOnceAsASubmissionWould(t *testing.T) {
 		t.Fatalf("after the first sweep: %d runs, want 1", len(got))
 	}
 	j := got[0]
-	if j.State != store.Queued || j.Queue != "downloads" || j.Tenant != "crates" || string(j.Payload) != "{}" ||
+	if j.State != jobtype.Queued || j.Queue != "downloads" || j.Tenant != "crates" || string(j.Payload) != "{}" ||
 		j.MaxAttempts != 3 || !j.RunAt.Equal(clock.Now()) || j.Version != 1 {
 		t.Errorf("first run %+v; want QUEUED in downloads for crates, payload {}, the queue's 3 attempts, run_at now", j)
 	}
@@ -67,9 +68,9 @@ func TestANewScheduleQueuesItsFirstRunAtOnceAsASubmissionWould(t *testing.T) {
 
 func TestAScheduleNeverHasTwoRunsAtOnce(t *testing.T) {
 	clock := newFakeClock()
-	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: 24 * time.Hour, Rules: jobs.Rules{
-		Schedules: []jobs.Schedule{{Name: "tick", Kind: "tick", Every: time.Second}},
-		Queues:    map[string]jobs.QueueRules{jobs.DefaultQueue: {MaxAttempts: 2}},
+	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: 24 * time.Hour, Rules: jobtype.Rules{
+		Schedules: []jobtype.Schedule{{Name: "tick", Kind: "tick", Every: time.Second}},
+		Queues:    map[string]jobtype.QueueRules{jobtype.DefaultQueue: {MaxAttempts: 2}},
 	}})
 	ctx := context.Background()
 	sweep(t, e)
@@ -79,17 +80,17 @@ func TestAScheduleNeverHasTwoRunsAtOnce(t *testing.T) {
 			clock.Advance(time.Hour)
 			sweep(t, e)
 		}
-		if got := runs(t, e, jobs.DefaultTenant, "tick"); len(got) != 1 {
+		if got := runs(t, e, jobtype.DefaultTenant, "tick"); len(got) != 1 {
 			t.Fatalf("%s, hours later: %d runs, want still 1", when, len(got))
 		}
 	}
 	onlyOne("while the run is queued")
 	j := claimRun(t, e, "tick")
 	onlyOne("while the run is running")
-	if _, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "Flaky"}, true); err != nil {
+	if _, err := e.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "Flaky"}, true); err != nil {
 		t.Fatal(err)
 	}
-	if got := get(t, e, j.ID); got.State != store.Queued || got.Attempt != 1 {
+	if got := get(t, e, j.ID); got.State != jobtype.Queued || got.Attempt != 1 {
 		t.Fatalf("after a retryable failure the run is %s at attempt %d, want queued for a retry", got.State, got.Attempt)
 	}
 	onlyOne("while the run waits for its retry")
@@ -99,7 +100,7 @@ func TestAScheduleNeverHasTwoRunsAtOnce(t *testing.T) {
 	}
 	clock.Advance(time.Second)
 	sweep(t, e)
-	if got := runs(t, e, jobs.DefaultTenant, "tick"); len(got) != 2 {
+	if got := runs(t, e, jobtype.DefaultTenant, "tick"); len(got) != 2 {
 		t.Fatalf("a second after the run ended: %d runs, want 2", len(got))
 	}
 }
@@ -108,28 +109,28 @@ func TestTheNextRunIsQueuedEveryAfterThePreviousEndedWhateverItsOutcome(t *testi
 	const leaseTimeout = 30 * time.Second
 	outcomes := []struct {
 		name string
-		end  func(t *testing.T, e *jobs.Engine, clock *fakeClock, j store.Job)
-		want store.State
+		end  func(t *testing.T, e *jobs.Engine, clock *fakeClock, j jobtype.Job)
+		want jobtype.State
 	}{
-		{"succeeded", func(t *testing.T, e *jobs.Engine, _ *fakeClock, j store.Job) {
+		{"succeeded", func(t *testing.T, e *jobs.Engine, _ *fakeClock, j jobtype.Job) {
 			if _, err := e.Complete(context.Background(), j.ID, j.LeaseID, nil); err != nil {
 				t.Fatal(err)
 			}
-		}, store.Succeeded},
-		{"failed", func(t *testing.T, e *jobs.Engine, _ *fakeClock, j store.Job) {
-			if _, err := e.Fail(context.Background(), j.ID, j.LeaseID, store.JobError{Type: "Broken"}, false); err != nil {
+		}, jobtype.Succeeded},
+		{"failed", func(t *testing.T, e *jobs.Engine, _ *fakeClock, j jobtype.Job) {
+			if _, err := e.Fail(context.Background(), j.ID, j.LeaseID, jobtype.JobError{Type: "Broken"}, false); err != nil {
 				t.Fatal(err)
 			}
-		}, store.Failed},
-		{"cancelled", func(t *testing.T, e *jobs.Engine, _ *fakeClock, j store.Job) {
+		}, jobtype.Failed},
+		{"cancelled", func(t *testing.T, e *jobs.Engine, _ *fakeClock, j jobtype.Job) {
 			if _, err := e.Cancel(context.Background(), j.ID); err != nil {
 				t.Fatal(err)
 			}
-		}, store.Cancelled},
-		{"lost", func(t *testing.T, e *jobs.Engine, clock *fakeClock, _ store.Job) {
+		}, jobtype.Cancelled},
+		{"lost", func(t *testing.T, e *jobs.Engine, clock *fakeClock, _ jobtype.Job) {
 			clock.Advance(leaseTimeout + time.Second)
 			sweep(t, e)
-		}, store.Lost},
+		}, jobtype.Lost},
 	}
 	for _, o := range outcomes {
 		t.Run(o.name, func(t *testing.T) {
@@ -235,7 +236,7 @@ func TestAReloadAppliesANewEveryToTheNextRunAndARemovedScheduleQueuesNoMore(t *t
 	}
 	finishRun()
 
-	if err := e.SetRules(jobs.Rules{}); err != nil {
+	if err := e.SetRules(jobtype.Rules{}); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(2 * time.Hour)
@@ -299,20 +300,20 @@ func TestTwoEnginesOnOneFileTickingAtOnceQueueOneRun(t *testing.T) {
 func TestARunWakesAParkedClaimer(t *testing.T) {
 	clock := newFakeClock()
 	e, _ := newEngine(t, jobs.Config{Now: clock.Now, Rules: withSchedules(downloads)})
-	parked := async(func() (store.Job, error) {
+	parked := async(func() (jobtype.Job, error) {
 		return e.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "w1", Kinds: []string{downloads.Kind}}, soon())
 	})
 	waitParked(t, e, 1)
 	sweep(t, e)
 	j, err := await(t, parked)
-	if err != nil || j.Kind != downloads.Kind || j.State != store.Running {
+	if err != nil || j.Kind != downloads.Kind || j.State != jobtype.Running {
 		t.Fatalf("parked claim: %+v, %v; want the schedule's run", j, err)
 	}
 }
 
 func TestSchedulesReportEachScheduleWithItsNextRun(t *testing.T) {
 	clock := newFakeClock()
-	other := jobs.Schedule{Name: "cleanup", Kind: "cleanup", Every: time.Hour}
+	other := jobtype.Schedule{Name: "cleanup", Kind: "cleanup", Every: time.Hour}
 	e, _ := newEngine(t, jobs.Config{Now: clock.Now, Rules: withSchedules(downloads, other)})
 	ctx := context.Background()
 	schedules := func() []jobs.ScheduleInfo {
@@ -325,7 +326,7 @@ func TestSchedulesReportEachScheduleWithItsNextRun(t *testing.T) {
 	}
 
 	info := schedules()
-	if info[0].Name != downloads.Name || info[1].Name != "cleanup" || info[1].Queue != jobs.DefaultQueue || info[1].Tenant != jobs.DefaultTenant {
+	if info[0].Name != downloads.Name || info[1].Name != "cleanup" || info[1].Queue != jobtype.DefaultQueue || info[1].Tenant != jobtype.DefaultTenant {
 		t.Errorf("schedules %+v; want the file's order, defaults filled in", info)
 	}
 	for _, s := range info {
@@ -336,17 +337,17 @@ func TestSchedulesReportEachScheduleWithItsNextRun(t *testing.T) {
 
 	sweep(t, e)
 	info = schedules()
-	if !info[0].NextRunAt.IsZero() || info[0].LastJobID == "" || info[0].LastJobState != store.Queued || !info[0].LastEndedAt.IsZero() {
+	if !info[0].NextRunAt.IsZero() || info[0].LastJobID == "" || info[0].LastJobState != jobtype.Queued || !info[0].LastEndedAt.IsZero() {
 		t.Errorf("while its run is queued: %+v; want no next run, the run queued", info[0])
 	}
 	j := claimRun(t, e, downloads.Kind)
 	clock.Advance(time.Minute)
-	done, err := e.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "Broken"}, false)
+	done, err := e.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "Broken"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	info = schedules()
-	if info[0].LastJobID != j.ID || info[0].LastJobState != store.Failed || !info[0].LastEndedAt.Equal(done.FinishedAt) ||
+	if info[0].LastJobID != j.ID || info[0].LastJobState != jobtype.Failed || !info[0].LastEndedAt.Equal(done.FinishedAt) ||
 		!info[0].NextRunAt.Equal(done.FinishedAt.Add(every)) {
 		t.Errorf("after its run failed: %+v; want the failed run, next at its end + every", info[0])
 	}
@@ -356,18 +357,18 @@ func TestSetRulesRefusesSchedulesThatCouldNeverRun(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{MaxPayloadBytes: 300, Rules: withSchedules(downloads)})
 	tests := []struct {
 		name string
-		r    jobs.Rules
+		r    jobtype.Rules
 		want string
 	}{
-		{"every below a second", withSchedules(jobs.Schedule{Name: "s", Kind: "k", Every: 500 * time.Millisecond}), "every must be at least 1s"},
-		{"no every", withSchedules(jobs.Schedule{Name: "s", Kind: "k"}), "every must be at least 1s"},
-		{"no kind", withSchedules(jobs.Schedule{Name: "s", Every: time.Minute}), "kind: must not be empty"},
-		{"a name no request could use", withSchedules(jobs.Schedule{Name: "my schedule", Kind: "k", Every: time.Minute}), "may only contain"},
-		{"a name given twice", withSchedules(jobs.Schedule{Name: "s", Kind: "k", Every: time.Minute}, jobs.Schedule{Name: "s", Kind: "k", Every: time.Minute}), "declared twice"},
-		{"a queue no request could use", withSchedules(jobs.Schedule{Name: "s", Kind: "k", Queue: "a queue", Every: time.Minute}), "queue: may only contain"},
-		{"a payload over the limit", withSchedules(jobs.Schedule{Name: "s", Kind: "k", Every: time.Minute, Payload: mustJSON(strings.Repeat("x", 400))}), "over the limit of 300"},
-		{"a payload nested too deep", withSchedules(jobs.Schedule{Name: "s", Kind: "k", Every: time.Minute, Payload: []byte(strings.Repeat("[", 129) + strings.Repeat("]", 129))}), "levels deep"},
-		{"an undeclared queue under strict rules", jobs.Rules{Strict: true, Schedules: []jobs.Schedule{{Name: "s", Kind: "k", Every: time.Minute}}}, `queue "default" is not declared`},
+		{"every below a second", withSchedules(jobtype.Schedule{Name: "s", Kind: "k", Every: 500 * time.Millisecond}), "every must be at least 1s"},
+		{"no every", withSchedules(jobtype.Schedule{Name: "s", Kind: "k"}), "every must be at least 1s"},
+		{"no kind", withSchedules(jobtype.Schedule{Name: "s", Every: time.Minute}), "kind: must not be empty"},
+		{"a name no request could use", withSchedules(jobtype.Schedule{Name: "my schedule", Kind: "k", Every: time.Minute}), "may only contain"},
+		{"a name given twice", withSchedules(jobtype.Schedule{Name: "s", Kind: "k", Every: time.Minute}, jobtype.Schedule{Name: "s", Kind: "k", Every: time.Minute}), "declared twice"},
+		{"a queue no request could use", withSchedules(jobtype.Schedule{Name: "s", Kind: "k", Queue: "a queue", Every: time.Minute}), "queue: may only contain"},
+		{"a payload over the limit", withSchedules(jobtype.Schedule{Name: "s", Kind: "k", Every: time.Minute, Payload: mustJSON(strings.Repeat("x", 400))}), "over the limit of 300"},
+		{"a payload nested too deep", withSchedules(jobtype.Schedule{Name: "s", Kind: "k", Every: time.Minute, Payload: []byte(strings.Repeat("[", 129) + strings.Repeat("]", 129))}), "levels deep"},
+		{"an undeclared queue under strict rules", jobtype.Rules{Strict: true, Schedules: []jobtype.Schedule{{Name: "s", Kind: "k", Every: time.Minute}}}, `queue "default" is not declared`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -418,7 +419,7 @@ type countingSchedules struct {
 	writes atomic.Int64
 }
 
-func (c *countingSchedules) RunSchedules(ctx context.Context, runs []store.ScheduleRun, now time.Time) ([]store.Job, error) {
+func (c *countingSchedules) RunSchedules(ctx context.Context, runs []store.ScheduleRun, now time.Time) ([]jobtype.Job, error) {
 	c.writes.Add(1)
 	return c.Store.RunSchedules(ctx, runs, now)
 }
@@ -434,9 +435,9 @@ func BenchmarkScheduleTickNothingDue(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer st.Close()
-			var schedules []jobs.Schedule
+			var schedules []jobtype.Schedule
 			for i := range n {
-				schedules = append(schedules, jobs.Schedule{Name: "s" + strconv.Itoa(i), Kind: "k", Every: time.Minute})
+				schedules = append(schedules, jobtype.Schedule{Name: "s" + strconv.Itoa(i), Kind: "k", Every: time.Minute})
 			}
 			clock := newFakeClock()
 			e := jobs.New(st, jobs.Config{Now: clock.Now, Logger: slog.New(slog.DiscardHandler), Rules: withSchedules(schedules...)})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -26,7 +27,7 @@ type Scope struct {
 func (s Scope) unbounded() bool { return len(s.Tenants) == 0 && len(s.Kinds) == 0 }
 
 // reaches reports whether j is in the scope.
-func (s Scope) reaches(j *store.Job) bool {
+func (s Scope) reaches(j *jobtype.Job) bool {
 	return (len(s.Tenants) == 0 || slices.Contains(s.Tenants, j.Tenant)) &&
 		(len(s.Kinds) == 0 || slices.Contains(s.Kinds, j.Kind))
 }
@@ -47,7 +48,7 @@ func (e *Engine) CheckScope(ctx context.Context, id string, sc Scope) error {
 	}
 	j, err := e.store.ReadJob(ctx, id, r)
 	if err == nil && !sc.reaches(&j) {
-		err = fmt.Errorf("job %s: %w", id, store.ErrNotFound) // as the store words a missing one
+		err = fmt.Errorf("job %s: %w", id, jobtype.ErrNotFound) // as the store words a missing one
 	}
 	if err != nil {
 		return wrap("get", id, err)
@@ -59,13 +60,13 @@ func (e *Engine) CheckScope(ctx context.Context, id string, sc Scope) error {
 // tenant's job is ErrNotFound, as one that does not exist, and is not
 // read (the tenant is in the read's WHERE), in one read for a job of the
 // caller's own.
-func (e *Engine) GetIn(ctx context.Context, tenant, id string) (store.Job, error) {
+func (e *Engine) GetIn(ctx context.Context, tenant, id string) (jobtype.Job, error) {
 	if err := validID("job_id", id); err != nil {
-		return store.Job{}, err
+		return jobtype.Job{}, err
 	}
 	j, err := e.store.ReadJob(ctx, id, store.JobRead{Tenant: tenant})
 	if err != nil {
-		return store.Job{}, wrap("get", id, err)
+		return jobtype.Job{}, wrap("get", id, err)
 	}
 	return j, nil
 }

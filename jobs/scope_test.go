@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 func TestCheckScopeFindsOnlyJobsInTheScopeAndCallsTheRestNotFound(t *testing.T) {
@@ -34,7 +35,7 @@ func TestCheckScopeFindsOnlyJobsInTheScopeAndCallsTheRestNotFound(t *testing.T) 
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			err := e.CheckScope(ctx, tc.id, tc.scope)
-			if tc.found && err != nil || !tc.found && !errors.Is(err, jobs.ErrNotFound) {
+			if tc.found && err != nil || !tc.found && !errors.Is(err, jobtype.ErrNotFound) {
 				t.Fatalf("err = %v, want found %v", err, tc.found)
 			}
 			if !tc.found {
@@ -46,7 +47,7 @@ func TestCheckScopeFindsOnlyJobsInTheScopeAndCallsTheRestNotFound(t *testing.T) 
 			}
 		})
 	}
-	if err := e.CheckScope(ctx, "not an id!", jobs.Scope{Tenants: []string{"acme"}}); !errors.As(err, new(*jobs.InvalidError)) {
+	if err := e.CheckScope(ctx, "not an id!", jobs.Scope{Tenants: []string{"acme"}}); !errors.As(err, new(*jobtype.InvalidError)) {
 		t.Errorf("a malformed id: %v, want an InvalidError", err)
 	}
 }
@@ -59,7 +60,7 @@ func TestGetInReadsOnlyTheCallersTenant(t *testing.T) {
 	if err != nil || string(got.Payload) != `{"secret":1}` {
 		t.Errorf("its own tenant: %s, %v; want the whole job", got.Payload, err)
 	}
-	if _, err := e.GetIn(ctx, "globex", j.ID); !errors.Is(err, jobs.ErrNotFound) {
+	if _, err := e.GetIn(ctx, "globex", j.ID); !errors.Is(err, jobtype.ErrNotFound) {
 		t.Errorf("another tenant: %v, want ErrNotFound", err)
 	}
 	if tenant, err := e.TenantOf(ctx, j.ID); tenant != "acme" || err != nil {
@@ -72,24 +73,24 @@ func TestSubmitRefusesARunAtMoreThanACenturyFromNow(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{Now: clock.Now})
 	now := clock.Now()
 	for _, runAt := range []time.Time{
-		now.Add(-jobs.MaxTimeOffset - time.Microsecond),
-		now.Add(jobs.MaxTimeOffset + time.Microsecond),
+		now.Add(-jobtype.MaxTimeOffset - time.Microsecond),
+		now.Add(jobtype.MaxTimeOffset + time.Microsecond),
 		time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC),
 		time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC),
 	} {
 		_, err := e.Submit(context.Background(), jobs.SubmitRequest{Kind: "k", RunAt: runAt})
-		var invalid *jobs.InvalidError
+		var invalid *jobtype.InvalidError
 		if !errors.As(err, &invalid) || invalid.Field != "run_at" || !strings.Contains(invalid.Reason, "within 100 years") {
 			t.Errorf("run_at %v: %v, want an InvalidError for run_at", runAt, err)
 		}
 	}
-	for _, runAt := range []time.Time{now.Add(-jobs.MaxTimeOffset), now.Add(jobs.MaxTimeOffset), now.Add(-time.Hour)} {
+	for _, runAt := range []time.Time{now.Add(-jobtype.MaxTimeOffset), now.Add(jobtype.MaxTimeOffset), now.Add(-time.Hour)} {
 		j, err := e.Submit(context.Background(), jobs.SubmitRequest{Kind: "k", RunAt: runAt})
 		if err != nil || !j.RunAt.Equal(runAt) {
 			t.Errorf("run_at %v: %v, %v; want it taken as given", runAt, j.RunAt, err)
 		}
 	}
-	if err := e.CheckTime("run_at", time.Time{}); !errors.As(err, new(*jobs.InvalidError)) {
+	if err := e.CheckTime("run_at", time.Time{}); !errors.As(err, new(*jobtype.InvalidError)) {
 		t.Errorf("the zero time: %v, want an InvalidError", err)
 	}
 	if err := e.CheckTime("run_at", now); err != nil {
@@ -97,7 +98,7 @@ func TestSubmitRefusesARunAtMoreThanACenturyFromNow(t *testing.T) {
 	}
 	// ListQueues' oldest queued age is computed from these times: it is
 	// representable on either side of the range.
-	if d := now.Sub(now.Add(-jobs.MaxTimeOffset)); d != jobs.MaxTimeOffset {
-		t.Errorf("the age of the oldest run_at allowed is %v, want %v", d, jobs.MaxTimeOffset)
+	if d := now.Sub(now.Add(-jobtype.MaxTimeOffset)); d != jobtype.MaxTimeOffset {
+		t.Errorf("the age of the oldest run_at allowed is %v, want %v", d, jobtype.MaxTimeOffset)
 	}
 }

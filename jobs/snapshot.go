@@ -4,7 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // Snapshot is one committed version of a job as handed to waiters and
@@ -17,7 +17,7 @@ import (
 // A Snapshot is immutable: nobody may modify Job, or anything it points
 // to, once it has been handed out.
 type Snapshot struct {
-	Job store.Job
+	Job jobtype.Job
 
 	// shared: published through the hub, so possibly handed to many
 	// calls. A snapshot read for one call is not.
@@ -30,7 +30,7 @@ type Snapshot struct {
 type memoValue struct{ v any }
 
 // newSnapshot wraps a job read for one call.
-func newSnapshot(j store.Job) *Snapshot { return &Snapshot{Job: j} }
+func newSnapshot(j jobtype.Job) *Snapshot { return &Snapshot{Job: j} }
 
 // Shared reports whether the snapshot came from a publish, and so may be
 // held by every waiter and watcher of its job at once; false for one read
@@ -46,7 +46,7 @@ func (s *Snapshot) Shared() bool { return s.shared }
 //
 // Once built, Memo is one atomic load: the thousands of calls one publish
 // wakes do not queue on a lock to read it.
-func (s *Snapshot) Memo(build func(*store.Job) any) any {
+func (s *Snapshot) Memo(build func(*jobtype.Job) any) any {
 	if m := s.memo.Load(); m != nil {
 		return m.v
 	}

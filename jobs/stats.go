@@ -7,12 +7,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
 // CountByState returns how many stored jobs are in each state (absent:
 // none), for metrics and queue summaries.
-func (e *Engine) CountByState(ctx context.Context) (map[store.State]int64, error) {
+func (e *Engine) CountByState(ctx context.Context) (map[jobtype.State]int64, error) {
 	counts, err := e.store.CountByState(ctx)
 	if err != nil {
 		return nil, wrap("count", "", err)
@@ -99,7 +100,7 @@ func (e *Engine) queueStats(ctx context.Context, now time.Time) ([]QueueStats, m
 			// never negative.
 			q.OldestQueuedAge = now.Sub(s.OldestReadyRunAt)
 		}
-		seenDefault = seenDefault || s.Name == DefaultQueue
+		seenDefault = seenDefault || s.Name == jobtype.DefaultQueue
 		stats = append(stats, q)
 	}
 	listed := map[string]bool{}
@@ -109,7 +110,7 @@ func (e *Engine) queueStats(ctx context.Context, now time.Time) ([]QueueStats, m
 	// One reading of the rules for the whole answer, so a reload part way
 	// cannot list a queue under one config and judge it under another.
 	rules := e.rules.Load()
-	idle := []string{DefaultQueue}
+	idle := []string{jobtype.DefaultQueue}
 	for name := range rules.Queues {
 		idle = append(idle, name)
 	}
@@ -131,7 +132,7 @@ func (e *Engine) queueStats(ctx context.Context, now time.Time) ([]QueueStats, m
 // addClaimRules fills in each queue's mode, limit and pools from rules. A
 // pool's use is counted from the same stats, so it agrees with their
 // Running: every queue that uses a pool is declared, hence listed.
-func addClaimRules(stats []QueueStats, rules *Rules) {
+func addClaimRules(stats []QueueStats, rules *ruleSet) {
 	inUse := map[string]int64{}
 	for _, q := range stats {
 		for _, pool := range rules.Queues[q.Name].Uses {

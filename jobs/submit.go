@@ -7,19 +7,19 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
-// Defaults for SubmitRequest and List.
+// Defaults for List; a submission's tenant and queue default to
+// jobtype.DefaultTenant and jobtype.DefaultQueue.
 const (
-	DefaultTenant   = "default"
-	DefaultQueue    = "default"
 	DefaultPageSize = 50
 	MaxPageSize     = 500
 )
 
 // MaxPageBytes bounds every page List returns and every batch WatchTenant
-// sends, by the sum of its jobs' store.Job.Size (their text and JSON), as
+// sends, by the sum of its jobs' jobtype.Job.Size (their text and JSON), as
 // MaxPageSize bounds them by count: 600 jobs of 250 KB must not make one
 // answer of 150 MB. A page that reaches it ends early with a token for
 // the rest; a single larger job still comes, alone. Text and JSON take
@@ -32,15 +32,15 @@ type SubmitRequest struct {
 	Tenant      string          // "" : "default"
 	Kind        string          // required
 	Queue       string          // "" : "default"
-	Payload     json.RawMessage // at most Config.MaxPayloadBytes and MaxJSONDepth deep
+	Payload     json.RawMessage // at most Config.MaxPayloadBytes and jobtype.MaxJSONDepth deep
 	UniqueKey   string
 	Hold        bool
-	RunAt       time.Time // zero: now; else within MaxTimeOffset of now
+	RunAt       time.Time // zero: now; else within jobtype.MaxTimeOffset of now
 	MaxAttempts int32     // 0: the queue's Rules, else Config.DefaultMaxAttempts
 }
 
 func (r SubmitRequest) validate() error {
-	if err := validName("kind", r.Kind); err != nil {
+	if err := jobtype.CheckName("kind", r.Kind); err != nil {
 		return err
 	}
 	if err := validOptionalName("tenant", r.Tenant); err != nil {
@@ -49,38 +49,38 @@ func (r SubmitRequest) validate() error {
 	if err := validOptionalName("queue", r.Queue); err != nil {
 		return err
 	}
-	if err := validUniqueKey(r.UniqueKey); err != nil {
+	if err := jobtype.CheckUniqueKey(r.UniqueKey); err != nil {
 		return err
 	}
 	if r.MaxAttempts < 0 {
-		return &InvalidError{Field: "max_attempts", Reason: "must not be negative"}
+		return &jobtype.InvalidError{Field: "max_attempts", Reason: "must not be negative"}
 	}
 	return nil
 }
 
 // Submit creates a job QUEUED (PENDING with Hold). Under strict Rules a
-// queue they do not declare is an *InvalidError. A tenant's second
+// queue they do not declare is a *jobtype.InvalidError. A tenant's second
 // active job with the same unique key is refused with the
-// *store.ConflictError naming the active one.
-func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (store.Job, error) {
+// *jobtype.ConflictError naming the active one.
+func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (jobtype.Job, error) {
 	if err := r.validate(); err != nil {
-		return store.Job{}, err
+		return jobtype.Job{}, err
 	}
-	if err := checkJSON("payload", r.Payload, e.cfg.MaxPayloadBytes); err != nil {
-		return store.Job{}, err
+	if err := jobtype.CheckJSON("payload", r.Payload, e.cfg.MaxPayloadBytes); err != nil {
+		return jobtype.Job{}, err
 	}
 	now := e.now()
 	if !r.RunAt.IsZero() {
 		if err := checkTime("run_at", r.RunAt, now); err != nil {
-			return store.Job{}, err
+			return jobtype.Job{}, err
 		}
 	}
-	j := store.Job{
+	j := jobtype.Job{
 		ID:          newJobID(now),
 		Tenant:      r.Tenant,
 		Kind:        r.Kind,
 		Queue:       r.Queue,
-		State:       store.Queued,
+		State:       jobtype.Queued,
 		Version:     1,
 		Payload:     r.Payload,
 		MaxAttempts: r.MaxAttempts,
@@ -90,13 +90,13 @@ func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (store.Job, error)
 		RunAt:       r.RunAt.UTC(),
 	}
 	if j.Tenant == "" {
-		j.Tenant = DefaultTenant
+		j.Tenant = jobtype.DefaultTenant
 	}
 	if j.Queue == "" {
-		j.Queue = DefaultQueue
+		j.Queue = jobtype.DefaultQueue
 	}
 	if err := e.checkDeclared(j.Queue); err != nil {
-		return store.Job{}, err
+		return jobtype.Job{}, err
 	}
 	if j.MaxAttempts == 0 {
 		j.MaxAttempts = e.queueRules(j.Queue).MaxAttempts
@@ -105,11 +105,11 @@ func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (store.Job, error)
 		j.RunAt = now
 	}
 	if r.Hold {
-		j.State = store.Pending
+		j.State = jobtype.Pending
 	}
 	j, err := e.store.CreateJob(ctx, j)
 	if err != nil {
-		return store.Job{}, wrap("submit", "", err)
+		return jobtype.Job{}, wrap("submit", "", err)
 	}
 	e.publish(j)
 	return j, nil
@@ -118,11 +118,11 @@ func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (store.Job, error)
 // Start moves a PENDING job to QUEUED. A job already QUEUED or RUNNING is
 // returned unchanged, so a retried Start is harmless; an ended job is a
 // *StateError.
-func (e *Engine) Start(ctx context.Context, id string) (store.Job, error) {
-	return e.update(ctx, "start", id, func(j *store.Job, now time.Time) error {
+func (e *Engine) Start(ctx context.Context, id string) (jobtype.Job, error) {
+	return e.update(ctx, "start", id, func(j *jobtype.Job, now time.Time) error {
 		switch {
-		case j.State == store.Pending:
-			j.State = store.Queued
+		case j.State == jobtype.Pending:
+			j.State = jobtype.Queued
 			if j.RunAt.Before(now) {
 				// RunAt said "not before"; a held job runs from its start.
 				j.RunAt = now
@@ -137,13 +137,13 @@ func (e *Engine) Start(ctx context.Context, id string) (store.Job, error) {
 }
 
 // Get returns a job, or ErrNotFound.
-func (e *Engine) Get(ctx context.Context, id string) (store.Job, error) {
+func (e *Engine) Get(ctx context.Context, id string) (jobtype.Job, error) {
 	if err := validID("job_id", id); err != nil {
-		return store.Job{}, err
+		return jobtype.Job{}, err
 	}
 	j, err := e.store.GetJob(ctx, id)
 	if err != nil {
-		return store.Job{}, wrap("get", id, err)
+		return jobtype.Job{}, wrap("get", id, err)
 	}
 	return j, nil
 }
@@ -152,7 +152,7 @@ func (e *Engine) Get(ctx context.Context, id string) (store.Job, error) {
 // do not filter.
 type ListRequest struct {
 	Tenant string
-	States []store.State
+	States []jobtype.State
 	Kind   string
 	Queue  string
 	// Limit is the page size: 0 means DefaultPageSize, and more than
@@ -168,15 +168,15 @@ type ListRequest struct {
 }
 
 // List returns one page of a tenant's jobs, newest first. An empty
-// f.Tenant means DefaultTenant, as in Submit and WatchTenant. f.Limit is
+// f.Tenant means jobtype.DefaultTenant, as in Submit and WatchTenant. f.Limit is
 // the page size: 0 means DefaultPageSize, and more than MaxPageSize is cut
 // to it; the page also ends at MaxPageBytes (f.MaxBytes may only lower
 // it). The jobs are summaries (no Payload or Result) unless f.Full.
-func (e *Engine) List(ctx context.Context, r ListRequest) ([]store.Job, string, error) {
+func (e *Engine) List(ctx context.Context, r ListRequest) ([]jobtype.Job, string, error) {
 	f := store.ListFilter{Tenant: r.Tenant, States: r.States, Kind: r.Kind, Queue: r.Queue,
 		Limit: r.Limit, PageToken: r.PageToken, Full: r.Full, MaxBytes: r.MaxBytes}
 	if f.Tenant == "" {
-		f.Tenant = DefaultTenant
+		f.Tenant = jobtype.DefaultTenant
 	}
 	if err := validOptionalName("tenant", f.Tenant); err != nil {
 		return nil, "", err
@@ -187,15 +187,15 @@ func (e *Engine) List(ctx context.Context, r ListRequest) ([]store.Job, string, 
 	if err := validOptionalName("queue", f.Queue); err != nil {
 		return nil, "", err
 	}
-	if len(f.States) > MaxFilterItems {
-		return nil, "", &InvalidError{Field: "states", Reason: "must list at most " + strconv.Itoa(MaxFilterItems) +
+	if len(f.States) > jobtype.MaxFilterItems {
+		return nil, "", &jobtype.InvalidError{Field: "states", Reason: "must list at most " + strconv.Itoa(jobtype.MaxFilterItems) +
 			" entries, got " + strconv.Itoa(len(f.States))}
 	}
-	if err := checkLen("page_token", f.PageToken, MaxTokenBytes); err != nil {
+	if err := jobtype.CheckLen("page_token", f.PageToken, jobtype.MaxTokenBytes); err != nil {
 		return nil, "", err
 	}
 	if f.Limit < 0 {
-		return nil, "", &InvalidError{Field: "page_size", Reason: "must not be negative"}
+		return nil, "", &jobtype.InvalidError{Field: "page_size", Reason: "must not be negative"}
 	}
 	f.Limit = pageSize(f.Limit)
 	if f.MaxBytes <= 0 || f.MaxBytes > MaxPageBytes {
@@ -224,19 +224,19 @@ func pageSize(n int) int {
 // Cancelling a job that is already CANCELLED returns it unchanged (a
 // retried cancel is harmless); one that ended otherwise is a *StateError,
 // because the caller's belief that it was still running is wrong.
-func (e *Engine) Cancel(ctx context.Context, id string) (store.Job, error) {
-	return e.update(ctx, "cancel", id, func(j *store.Job, now time.Time) error {
+func (e *Engine) Cancel(ctx context.Context, id string) (jobtype.Job, error) {
+	return e.update(ctx, "cancel", id, func(j *jobtype.Job, now time.Time) error {
 		switch {
-		case j.State == store.Cancelled:
+		case j.State == jobtype.Cancelled:
 			return errUnchanged
 		case j.State.Terminal():
 			return &StateError{JobID: j.ID, State: j.State, Op: "cancel"}
 		}
-		j.State = store.Cancelled
+		j.State = jobtype.Cancelled
 		j.FinishedAt = now
 		return nil
 	})
 }
 
 // isNotFound reports whether err means the job does not exist.
-func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
+func isNotFound(err error) bool { return errors.Is(err, jobtype.ErrNotFound) }

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 func TestSubmitRefusesBadFieldsNamingTheField(t *testing.T) {
@@ -62,11 +62,11 @@ func TestSubmitFillsDefaults(t *testing.T) {
 	}
 	type fields struct {
 		Tenant, Queue string
-		State         store.State
+		State         jobtype.State
 		Version       int64
 		MaxAttempts   int32
 	}
-	want := fields{"default", "default", store.Queued, 1, 3}
+	want := fields{"default", "default", jobtype.Queued, 1, 3}
 	got := fields{j.Tenant, j.Queue, j.State, j.Version, j.MaxAttempts}
 	if got != want {
 		t.Errorf("got %+v, want %+v", got, want)
@@ -100,14 +100,14 @@ func TestSubmitWithHoldIsPendingUntilStarted(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
 	ctx := context.Background()
 	j := submit(t, e, jobs.SubmitRequest{Kind: "k", Hold: true})
-	if j.State != store.Pending {
+	if j.State != jobtype.Pending {
 		t.Fatalf("state %s, want pending", j.State)
 	}
-	if _, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w"}, time.Now()); !errors.Is(err, jobs.ErrNoJob) {
+	if _, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w"}, time.Now()); !errors.Is(err, jobtype.ErrNoJob) {
 		t.Fatalf("claim of a held job: %v, want ErrNoJob", err)
 	}
 	started, err := e.Start(ctx, j.ID)
-	if err != nil || started.State != store.Queued || started.Version != 2 {
+	if err != nil || started.State != jobtype.Queued || started.Version != 2 {
 		t.Fatalf("start: %+v, %v; want queued at version 2", started, err)
 	}
 	again, err := e.Start(ctx, j.ID)
@@ -118,7 +118,7 @@ func TestSubmitWithHoldIsPendingUntilStarted(t *testing.T) {
 	if err != nil || claimed.ID != j.ID {
 		t.Fatalf("claim after start: %+v, %v", claimed, err)
 	}
-	if again, err := e.Start(ctx, j.ID); err != nil || again.State != store.Running {
+	if again, err := e.Start(ctx, j.ID); err != nil || again.State != jobtype.Running {
 		t.Fatalf("start of a running job: %+v, %v; want it unchanged", again, err)
 	}
 }
@@ -131,7 +131,7 @@ func TestStartOfAnEndedJobIsAStateError(t *testing.T) {
 	}
 	_, err := e.Start(context.Background(), j.ID)
 	var se *jobs.StateError
-	if !errors.As(err, &se) || se.State != store.Cancelled || se.Op != "start" {
+	if !errors.As(err, &se) || se.State != jobtype.Cancelled || se.Op != "start" {
 		t.Fatalf("got %v, want a StateError for a cancelled job", err)
 	}
 }
@@ -142,7 +142,7 @@ func TestUniqueKeyIsHeldOnlyByActiveJobs(t *testing.T) {
 	first := submit(t, e, jobs.SubmitRequest{Kind: "k", UniqueKey: "nightly"})
 
 	_, err := e.Submit(ctx, jobs.SubmitRequest{Kind: "k", UniqueKey: "nightly"})
-	var conflict *store.ConflictError
+	var conflict *jobtype.ConflictError
 	if !errors.As(err, &conflict) || conflict.ActiveID != first.ID {
 		t.Fatalf("second submit: %v, want a ConflictError naming %s", err, first.ID)
 	}
@@ -161,29 +161,29 @@ func TestCancel(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
 		name    string
-		prepare func(t *testing.T, e *jobs.Engine) store.Job
-		want    store.State
+		prepare func(t *testing.T, e *jobs.Engine) jobtype.Job
+		want    jobtype.State
 		wantErr bool
 	}{
-		{"a pending job is cancelled", func(t *testing.T, e *jobs.Engine) store.Job {
+		{"a pending job is cancelled", func(t *testing.T, e *jobs.Engine) jobtype.Job {
 			return submit(t, e, jobs.SubmitRequest{Hold: true})
-		}, store.Cancelled, false},
-		{"a queued job is cancelled", func(t *testing.T, e *jobs.Engine) store.Job {
+		}, jobtype.Cancelled, false},
+		{"a queued job is cancelled", func(t *testing.T, e *jobs.Engine) jobtype.Job {
 			return submit(t, e, jobs.SubmitRequest{})
-		}, store.Cancelled, false},
-		{"a running job is cancelled", func(t *testing.T, e *jobs.Engine) store.Job {
+		}, jobtype.Cancelled, false},
+		{"a running job is cancelled", func(t *testing.T, e *jobs.Engine) jobtype.Job {
 			return running(t, e, jobs.SubmitRequest{})
-		}, store.Cancelled, false},
-		{"a cancelled job is returned unchanged", func(t *testing.T, e *jobs.Engine) store.Job {
+		}, jobtype.Cancelled, false},
+		{"a cancelled job is returned unchanged", func(t *testing.T, e *jobs.Engine) jobtype.Job {
 			j := submit(t, e, jobs.SubmitRequest{})
 			j, _ = e.Cancel(ctx, j.ID)
 			return j
-		}, store.Cancelled, false},
-		{"a succeeded job is refused", func(t *testing.T, e *jobs.Engine) store.Job {
+		}, jobtype.Cancelled, false},
+		{"a succeeded job is refused", func(t *testing.T, e *jobs.Engine) jobtype.Job {
 			j := running(t, e, jobs.SubmitRequest{})
 			j, _ = e.Complete(ctx, j.ID, j.LeaseID, nil)
 			return j
-		}, store.Succeeded, true},
+		}, jobtype.Succeeded, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -226,11 +226,11 @@ func TestUnknownAndMalformedIDs(t *testing.T) {
 		},
 		"heartbeat": func(id string) error { _, err := e.Heartbeat(ctx, id, "l_x", 1, ""); return err },
 		"complete":  func(id string) error { _, err := e.Complete(ctx, id, "l_x", nil); return err },
-		"fail":      func(id string) error { _, err := e.Fail(ctx, id, "l_x", store.JobError{}, false); return err },
+		"fail":      func(id string) error { _, err := e.Fail(ctx, id, "l_x", jobtype.JobError{}, false); return err },
 	}
 	for name, call := range calls {
 		t.Run(name+" of an unknown job is ErrNotFound", func(t *testing.T) {
-			if err := call("j_nosuchjob"); !errors.Is(err, jobs.ErrNotFound) {
+			if err := call("j_nosuchjob"); !errors.Is(err, jobtype.ErrNotFound) {
 				t.Fatalf("got %v, want ErrNotFound", err)
 			}
 		})
@@ -285,7 +285,7 @@ func TestCountByStateCountsEveryJobOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[store.State]int64{store.Pending: 1, store.Queued: 2, store.Running: 1}
+	want := map[jobtype.State]int64{jobtype.Pending: 1, jobtype.Queued: 2, jobtype.Running: 1}
 	for s, n := range want {
 		if counts[s] != n {
 			t.Errorf("%s: %d, want %d (all: %v)", s, counts[s], n, counts)

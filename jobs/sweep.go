@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // Run performs the periodic duties (lease expiry, timeouts, schedules,
@@ -35,7 +35,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			err := e.Sweep(ctx)
 			switch {
 			case err == nil || ctx.Err() != nil:
-			case errors.Is(err, store.ErrUnavailable):
+			case errors.Is(err, jobtype.ErrUnavailable):
 				// The store logs each episode of unavailability once;
 				// a warning per tick would repeat it every second.
 				e.log.Debug("sweep failed", "err", err)
@@ -69,8 +69,8 @@ func (e *Engine) expireLeases(ctx context.Context) error {
 	var errs []error
 	for _, id := range ids {
 		expired := false
-		j, err := e.update(ctx, "expire lease of", id, func(j *store.Job, now time.Time) error {
-			if j.State != store.Running || !j.LeaseExpiresAt.Before(now) {
+		j, err := e.update(ctx, "expire lease of", id, func(j *jobtype.Job, now time.Time) error {
+			if j.State != jobtype.Running || !j.LeaseExpiresAt.Before(now) {
 				return errUnchanged
 			}
 			expired = true
@@ -79,7 +79,7 @@ func (e *Engine) expireLeases(ctx context.Context) error {
 				e.requeue(j, now)
 				return nil
 			}
-			j.State = store.Lost
+			j.State = jobtype.Lost
 			j.FinishedAt = now
 			releaseLease(j)
 			return nil

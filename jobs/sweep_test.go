@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 func TestAnExpiredLeaseMakesTheJobLostAndWakesItsWaiter(t *testing.T) {
@@ -33,10 +33,10 @@ func TestAnExpiredLeaseMakesTheJobLostAndWakesItsWaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := await(t, parked)
-	if err != nil || got.State != store.Lost {
+	if err != nil || got.State != jobtype.Lost {
 		t.Fatalf("wait: %s, %v; want lost", got.State, err)
 	}
-	want := store.JobError{Type: "LeaseExpired", Message: "no heartbeat for 30s"}
+	want := jobtype.JobError{Type: "LeaseExpired", Message: "no heartbeat for 30s"}
 	if got.Error == nil || *got.Error != want || got.FinishedAt.IsZero() || got.LeaseID != "" {
 		t.Errorf("lost job %+v; want error %+v, finished, no lease", got, want)
 	}
@@ -55,7 +55,7 @@ func TestAnExpiredLeaseWithAttemptsLeftQueuesTheJobAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := get(t, e, j.ID)
-	if got.State != store.Queued || got.Attempt != 1 || got.Error == nil || got.Error.Type != "LeaseExpired" || got.LeaseID != "" {
+	if got.State != jobtype.Queued || got.Attempt != 1 || got.Error == nil || got.Error.Type != "LeaseExpired" || got.LeaseID != "" {
 		t.Fatalf("after expiry: %+v; want queued, attempt 1, error LeaseExpired", got)
 	}
 	if _, err := e.Complete(ctx, j.ID, j.LeaseID, nil); !errors.Is(err, jobs.ErrStaleLease) {
@@ -70,7 +70,7 @@ func TestAnExpiredLeaseWithAttemptsLeftQueuesTheJobAgain(t *testing.T) {
 	if err := e.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := get(t, e, j.ID); got.State != store.Lost {
+	if got := get(t, e, j.ID); got.State != jobtype.Lost {
 		t.Fatalf("after the last attempt expired: %s, want lost", got.State)
 	}
 }
@@ -89,10 +89,10 @@ func TestRetentionDeletesOldEndedJobs(t *testing.T) {
 	if err := e.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Get(ctx, old.ID); !errors.Is(err, jobs.ErrNotFound) {
+	if _, err := e.Get(ctx, old.ID); !errors.Is(err, jobtype.ErrNotFound) {
 		t.Errorf("job ended 25h ago: %v, want ErrNotFound", err)
 	}
-	if _, err := e.Wait(ctx, old.ID, time.Now()); !errors.Is(err, jobs.ErrNotFound) {
+	if _, err := e.Wait(ctx, old.ID, time.Now()); !errors.Is(err, jobtype.ErrNotFound) {
 		t.Errorf("wait for the deleted job: %v, want ErrNotFound", err)
 	}
 	for _, id := range []string{active.ID, recent.ID} {
@@ -110,7 +110,7 @@ func TestRunSweepsEveryInterval(t *testing.T) {
 	j := running(t, e, jobs.SubmitRequest{})
 	clock.Advance(2 * time.Second)
 	got, err := e.Wait(context.Background(), j.ID, time.Now().Add(5*time.Second))
-	if err != nil || got.State != store.Lost {
+	if err != nil || got.State != jobtype.Lost {
 		t.Fatalf("wait: %s, %v; want lost by the running sweeper", got.State, err)
 	}
 	cancel()
@@ -141,7 +141,7 @@ func TestReplicasSweepingAtOnceExpireALeaseOnce(t *testing.T) {
 	}
 	wg.Wait()
 	got := get(t, engines[0], j.ID)
-	if got.State != store.Queued || got.Version != j.Version+1 {
+	if got.State != jobtype.Queued || got.Version != j.Version+1 {
 		t.Fatalf("after %d concurrent sweeps: %s v%d; want queued once, at v%d", replicas, got.State, got.Version, j.Version+1)
 	}
 }

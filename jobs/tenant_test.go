@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
 // batches is a TenantWatchOptions.Send that keeps what it was sent.
 type batches struct {
 	mu     sync.Mutex
-	got    [][]store.Job
+	got    [][]jobtype.Job
 	tokens []string
 	read   int // batches next has returned
 	sent   chan struct{}
@@ -21,7 +22,7 @@ type batches struct {
 
 func newBatches() *batches { return &batches{sent: make(chan struct{}, 1000)} }
 
-func (b *batches) send(jobs []store.Job, token string) error {
+func (b *batches) send(jobs []jobtype.Job, token string) error {
 	b.mu.Lock()
 	b.got = append(b.got, jobs)
 	b.tokens = append(b.tokens, token)
@@ -120,7 +121,7 @@ func TestWatchTenantResumesFromItsToken(t *testing.T) {
 
 func TestWatchTenantRefusesBadInput(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
-	send := func([]store.Job, string) error { return nil }
+	send := func([]jobtype.Job, string) error { return nil }
 	ctx := context.Background()
 	if err := e.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{ResumeToken: "nonsense", Send: send}); !isInvalid(err, "resume_token") {
 		t.Errorf("bad token: %v", err)
@@ -161,7 +162,7 @@ type listHook struct {
 	hook func()
 }
 
-func (s *listHook) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, string, error) {
+func (s *listHook) ListJobs(ctx context.Context, f store.ListFilter) ([]jobtype.Job, string, error) {
 	jobs, next, err := s.Store.ListJobs(ctx, f)
 	if s.hook != nil {
 		s.once.Do(s.hook)
@@ -204,7 +205,7 @@ type slowCreate struct {
 	release chan struct{}
 }
 
-func (s *slowCreate) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
+func (s *slowCreate) CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, error) {
 	if j.Kind == "slow" {
 		close(s.blocked)
 		<-s.release
@@ -226,7 +227,7 @@ func TestWatchTenantSeesAJobThatCommitsLongAfterItsStamp(t *testing.T) {
 	})
 	out.next(t) // the (empty) first batch
 
-	slow := async(func() (store.Job, error) {
+	slow := async(func() (jobtype.Job, error) {
 		return e.Submit(ctx, jobs.SubmitRequest{Tenant: "acme", Kind: "slow"})
 	})
 	<-hs.blocked // stamped, not committed

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -15,8 +16,8 @@ import (
 const TimeoutErrorType = "Timeout"
 
 // timeoutError says why an attempt was ended by its queue's timeout.
-func timeoutError(timeout time.Duration) *store.JobError {
-	return &store.JobError{Type: TimeoutErrorType, Message: "attempt ran longer than the queue's timeout of " + timeout.String()}
+func timeoutError(timeout time.Duration) *jobtype.JobError {
+	return &jobtype.JobError{Type: TimeoutErrorType, Message: "attempt ran longer than the queue's timeout of " + timeout.String()}
 }
 
 // timeOutAttempts ends every RUNNING attempt that has run longer than its
@@ -55,8 +56,8 @@ func (e *Engine) timeOutAttempts(ctx context.Context) error {
 // timeOut ends attempt a as timed out after timeout.
 func (e *Engine) timeOut(ctx context.Context, a store.Attempt, timeout time.Duration) error {
 	ended := false
-	j, err := e.update(ctx, "time out", a.JobID, func(j *store.Job, now time.Time) error {
-		if j.State != store.Running || j.LeaseID != a.LeaseID {
+	j, err := e.update(ctx, "time out", a.JobID, func(j *jobtype.Job, now time.Time) error {
+		if j.State != jobtype.Running || j.LeaseID != a.LeaseID {
 			return errUnchanged
 		}
 		ended = true
@@ -64,7 +65,7 @@ func (e *Engine) timeOut(ctx context.Context, a store.Attempt, timeout time.Dura
 		if j.Attempt < j.MaxAttempts {
 			e.requeue(j, now)
 		} else {
-			j.State = store.Failed
+			j.State = jobtype.Failed
 			j.FinishedAt = now
 			releaseLease(j)
 		}

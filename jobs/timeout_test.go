@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 func TestAnAttemptPastItsQueueTimeoutIsRetriedThenFailed(t *testing.T) {
 	clock := newFakeClock()
 	e := newEngineOver(t, callReads{openStore(t)}, jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour})
-	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {Timeout: 10 * time.Minute}}}); err != nil {
+	if err := e.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {Timeout: 10 * time.Minute}}}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
@@ -29,7 +29,7 @@ func TestAnAttemptPastItsQueueTimeoutIsRetriedThenFailed(t *testing.T) {
 	if err := e.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := get(t, e, j.ID); got.State != store.Running {
+	if got := get(t, e, j.ID); got.State != jobtype.Running {
 		t.Fatalf("9m into a 10m timeout: %s, want running", got.State)
 	}
 
@@ -38,8 +38,8 @@ func TestAnAttemptPastItsQueueTimeoutIsRetriedThenFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := get(t, e, j.ID)
-	want := store.JobError{Type: jobs.TimeoutErrorType, Message: "attempt ran longer than the queue's timeout of 10m0s"}
-	if got.State != store.Queued || got.Attempt != 1 || got.Error == nil || *got.Error != want {
+	want := jobtype.JobError{Type: jobs.TimeoutErrorType, Message: "attempt ran longer than the queue's timeout of 10m0s"}
+	if got.State != jobtype.Queued || got.Attempt != 1 || got.Error == nil || *got.Error != want {
 		t.Fatalf("after the timeout: %+v; want queued again, attempt 1, error %+v", got, want)
 	}
 	// The retry waits a backoff drawn from zero up (full jitter): never
@@ -51,13 +51,13 @@ func TestAnAttemptPastItsQueueTimeoutIsRetriedThenFailed(t *testing.T) {
 	notYet(t, parked, 20*time.Millisecond)
 	// Its worker's next heartbeat hears that the attempt is over (the
 	// wire's cancelled), and its completion is refused.
-	if hb, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 60, ""); err != nil || hb.State == store.Running {
+	if hb, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 60, ""); err != nil || hb.State == jobtype.Running {
 		t.Errorf("the timed-out worker's heartbeat: %s, %v; want the job not running, no error", hb.State, err)
 	}
 	if _, err := e.Complete(ctx, j.ID, j.LeaseID, nil); !errors.Is(err, jobs.ErrStaleLease) {
 		t.Errorf("the timed-out worker's complete: %v, want ErrStaleLease", err)
 	}
-	if got := get(t, e, other.ID); got.State != store.Running {
+	if got := get(t, e, other.ID); got.State != jobtype.Running {
 		t.Errorf("job of a queue without timeout: %s, want running", got.State)
 	}
 
@@ -75,7 +75,7 @@ func TestAnAttemptPastItsQueueTimeoutIsRetriedThenFailed(t *testing.T) {
 	if err := e.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := get(t, e, j.ID); got.State != store.Running {
+	if got := get(t, e, j.ID); got.State != jobtype.Running {
 		t.Fatalf("9m into the second attempt: %s, want running", got.State)
 	}
 	clock.Advance(2 * time.Minute)
@@ -83,10 +83,10 @@ func TestAnAttemptPastItsQueueTimeoutIsRetriedThenFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	final, err := await(t, parked)
-	if err != nil || final.State != store.Failed || final.Error == nil || final.Error.Type != jobs.TimeoutErrorType || final.FinishedAt.IsZero() {
+	if err != nil || final.State != jobtype.Failed || final.Error == nil || final.Error.Type != jobs.TimeoutErrorType || final.FinishedAt.IsZero() {
 		t.Fatalf("after the last attempt timed out: %+v, %v; want FAILED with type Timeout", final, err)
 	}
-	if hb, err := e.Heartbeat(ctx, j.ID, again.LeaseID, 70, ""); err != nil || hb.State != store.Failed {
+	if hb, err := e.Heartbeat(ctx, j.ID, again.LeaseID, 70, ""); err != nil || hb.State != jobtype.Failed {
 		t.Errorf("the last worker's heartbeat: %s, %v; want FAILED, no error", hb.State, err)
 	}
 	// Sweeping again changes nothing.
@@ -101,7 +101,7 @@ func TestAnAttemptPastItsQueueTimeoutIsRetriedThenFailed(t *testing.T) {
 func TestATimeoutLeavesANewerAttemptAlone(t *testing.T) {
 	clock := newFakeClock()
 	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour})
-	if err := e.SetRules(jobs.Rules{Queues: map[string]jobs.QueueRules{"q": {Timeout: time.Minute}}}); err != nil {
+	if err := e.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{"q": {Timeout: time.Minute}}}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
@@ -120,7 +120,7 @@ func TestATimeoutLeavesANewerAttemptAlone(t *testing.T) {
 	if err := e.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := get(t, e, j.ID); got.State != store.Running || got.LeaseID != again.LeaseID {
+	if got := get(t, e, j.ID); got.State != jobtype.Running || got.LeaseID != again.LeaseID {
 		t.Fatalf("30s into the new attempt: %s lease %s, want running under %s", got.State, got.LeaseID, again.LeaseID)
 	}
 }

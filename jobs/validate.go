@@ -4,64 +4,21 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/binary"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
-)
 
-// validName checks an identifier-like field: ids, kinds, tenants, queues,
-// worker ids and lease ids. The charset (ASCII letters, digits and
-// "._-:/@") is wide enough for "email.send", "reports/monthly" or
-// "host-1@42", and narrow enough to be safe in URLs, logs and metrics
-// labels without escaping.
-func validName(field, v string) error {
-	if v == "" {
-		return &InvalidError{Field: field, Reason: "must not be empty"}
-	}
-	if err := checkLen(field, v, MaxNameBytes); err != nil {
-		return err
-	}
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("._-:/@", c) >= 0:
-		default:
-			return &InvalidError{Field: field, Reason: "may only contain letters, digits and . _ - : / @"}
-		}
-	}
-	return nil
-}
+	"github.com/jobwatch/jobwatch/jobtype"
+)
 
 // validID checks a job id given by a caller. Ids this engine made match
 // the name charset; anything else cannot name a job.
-func validID(field, id string) error { return validName(field, id) }
+func validID(field, id string) error { return jobtype.CheckName(field, id) }
 
-// validOptionalName is validName where "" means "use the default".
+// validOptionalName is jobtype.CheckName where "" means "use the default".
 func validOptionalName(field, v string) error {
 	if v == "" {
 		return nil
 	}
-	return validName(field, v)
-}
-
-// validUniqueKey allows any printable UTF-8 (users key jobs by things like
-// "report 2024-05 für Acme"), but no control characters, which would hide
-// in logs.
-func validUniqueKey(v string) error {
-	if err := checkLen("unique_key", v, MaxUniqueKeyBytes); err != nil {
-		return err
-	}
-	if !utf8.ValidString(v) {
-		return &InvalidError{Field: "unique_key", Reason: "must be valid UTF-8"}
-	}
-	for _, r := range v {
-		if !unicode.IsPrint(r) {
-			return &InvalidError{Field: "unique_key", Reason: "must not contain control characters"}
-		}
-	}
-	return nil
+	return jobtype.CheckName(field, v)
 }
 
 // lowerBase32 is Crockford's alphabet in lower case: no padding, no
@@ -88,8 +45,3 @@ func newLeaseID() string {
 	_, _ = rand.Read(b[:])
 	return "l_" + lowerBase32.EncodeToString(b[:])
 }
-
-// CheckName refuses v as the value of field (a queue, kind or tenant
-// name) exactly as a request carrying it would be refused, so a
-// configuration file cannot declare a name no request could use.
-func CheckName(field, v string) error { return validName(field, v) }

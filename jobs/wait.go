@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/internal/shallow"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/watch"
 )
 
@@ -28,10 +28,10 @@ import (
 // after the subscription opened, so the cell has it. The read goes to the
 // store, not the hub, so a job that ended long ago (its cell freed) is
 // still answered at once.
-func (e *Engine) Wait(ctx context.Context, id string, deadline time.Time) (store.Job, error) {
+func (e *Engine) Wait(ctx context.Context, id string, deadline time.Time) (jobtype.Job, error) {
 	snap, err := e.WaitSnapshot(ctx, id, deadline)
 	if err != nil {
-		return store.Job{}, err
+		return jobtype.Job{}, err
 	}
 	return snap.Job, nil
 }
@@ -51,7 +51,7 @@ func (e *Engine) WaitSnapshot(ctx context.Context, id string, deadline time.Time
 	if err != nil {
 		return nil, wrap("wait for", id, err)
 	}
-	if first.Job.State == store.Pending {
+	if first.Job.State == jobtype.Pending {
 		return nil, ErrNotStarted
 	}
 	if first.Job.State.Terminal() {

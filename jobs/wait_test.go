@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -19,10 +20,10 @@ import (
 type hookStore struct {
 	store.Store
 	once     sync.Once
-	afterGet func(store.Job)
+	afterGet func(jobtype.Job)
 }
 
-func (s *hookStore) GetJob(ctx context.Context, id string) (store.Job, error) {
+func (s *hookStore) GetJob(ctx context.Context, id string) (jobtype.Job, error) {
 	j, err := s.Store.GetJob(ctx, id)
 	if err == nil && s.afterGet != nil {
 		s.once.Do(func() { s.afterGet(j) })
@@ -34,14 +35,14 @@ func TestWaitSeesAnEndBetweenItsReadAndItsPark(t *testing.T) {
 	hs := &hookStore{Store: openStore(t)}
 	e := newEngineOver(t, hs, jobs.Config{})
 	j := running(t, e, jobs.SubmitRequest{})
-	hs.afterGet = func(read store.Job) {
+	hs.afterGet = func(read jobtype.Job) {
 		if _, err := e.Complete(context.Background(), read.ID, read.LeaseID, nil); err != nil {
 			t.Error(err)
 		}
 	}
 	start := time.Now()
 	got, err := e.Wait(context.Background(), j.ID, time.Now().Add(5*time.Second))
-	if err != nil || got.State != store.Succeeded {
+	if err != nil || got.State != jobtype.Succeeded {
 		t.Fatalf("wait: %s, %v; want succeeded", got.State, err)
 	}
 	if time.Since(start) > 2*time.Second {
@@ -54,25 +55,25 @@ func TestWaitReturnsAtOnce(t *testing.T) {
 	tests := []struct {
 		name    string
 		prepare func(t *testing.T, e *jobs.Engine) string
-		want    store.State
+		want    jobtype.State
 		wantErr error
 	}{
 		{"for a job that already succeeded", func(t *testing.T, e *jobs.Engine) string {
 			j := running(t, e, jobs.SubmitRequest{})
 			e.Complete(ctx, j.ID, j.LeaseID, nil)
 			return j.ID
-		}, store.Succeeded, nil},
+		}, jobtype.Succeeded, nil},
 		{"for a cancelled job", func(t *testing.T, e *jobs.Engine) string {
 			j := submit(t, e, jobs.SubmitRequest{})
 			e.Cancel(ctx, j.ID)
 			return j.ID
-		}, store.Cancelled, nil},
+		}, jobtype.Cancelled, nil},
 		{"with ErrNotStarted for a pending job", func(t *testing.T, e *jobs.Engine) string {
 			return submit(t, e, jobs.SubmitRequest{Hold: true}).ID
 		}, "", jobs.ErrNotStarted},
 		{"with ErrNotFound for an unknown job", func(t *testing.T, e *jobs.Engine) string {
 			return "j_unknown"
-		}, "", jobs.ErrNotFound},
+		}, "", jobtype.ErrNotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -98,14 +99,14 @@ func TestWaitForAJobWhoseCellWasFreedReadsTheStore(t *testing.T) {
 	if _, err := e.Complete(ctx, j.ID, j.LeaseID, mustJSON("done")); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := await(t, parked); err != nil || got.State != store.Succeeded {
+	if got, err := await(t, parked); err != nil || got.State != jobtype.Succeeded {
 		t.Fatalf("first wait: %s, %v", got.State, err)
 	}
 	if n := e.WatchedJobs(); n != 0 {
 		t.Fatalf("%d cells left in the hub, want 0", n)
 	}
 	got, err := e.Wait(ctx, j.ID, time.Now().Add(time.Hour))
-	if err != nil || got.State != store.Succeeded || string(got.Result) != `"done"` {
+	if err != nil || got.State != jobtype.Succeeded || string(got.Result) != `"done"` {
 		t.Fatalf("second wait: %+v, %v; want the stored result", got, err)
 	}
 }
@@ -121,7 +122,7 @@ func TestWaitAtItsDeadlineReturnsTheLatestState(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := await(t, parked)
-	if err != nil || got.State != store.Running || got.Percent != 45 || got.Step != "batch 5 of 11" {
+	if err != nil || got.State != jobtype.Running || got.Percent != 45 || got.Step != "batch 5 of 11" {
 		t.Fatalf("wait: %s %d%% %q, %v; want running at 45%% with the step, no error", got.State, got.Percent, got.Step, err)
 	}
 }
@@ -132,7 +133,7 @@ func TestWaitWhenTheCallerGoesAwayReturnsTheLatestState(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	parked := waitedRead(t, e, ctx, j.ID, time.Time{})
 	cancel()
-	if got, err := await(t, parked); err != nil || got.State != store.Running {
+	if got, err := await(t, parked); err != nil || got.State != jobtype.Running {
 		t.Fatalf("wait: %s, %v", got.State, err)
 	}
 	if n := e.WatchedJobs(); n != 0 {
@@ -153,7 +154,7 @@ func TestShutdownReleasesEveryParkedCallAtOnce(t *testing.T) {
 	for range each {
 		wg.Go(func() {
 			got, err := e.Wait(ctx, j.ID, far)
-			if err == nil && got.State != store.Running {
+			if err == nil && got.State != jobtype.Running {
 				err = errors.New("wait returned " + string(got.State))
 			}
 			errs <- err
@@ -163,7 +164,7 @@ func TestShutdownReleasesEveryParkedCallAtOnce(t *testing.T) {
 		})
 		wg.Go(func() {
 			_, err := e.Claim(ctx, jobs.ClaimRequest{WorkerID: "w"}, far)
-			if errors.Is(err, jobs.ErrNoJob) {
+			if errors.Is(err, jobtype.ErrNoJob) {
 				err = nil
 			}
 			errs <- err
@@ -184,7 +185,7 @@ func TestShutdownReleasesEveryParkedCallAtOnce(t *testing.T) {
 		}
 	}
 	// Later calls do not park either.
-	if got, err := e.Wait(ctx, j.ID, far); err != nil || got.State != store.Running {
+	if got, err := e.Wait(ctx, j.ID, far); err != nil || got.State != jobtype.Running {
 		t.Errorf("wait after shutdown: %s, %v", got.State, err)
 	}
 }
@@ -198,7 +199,7 @@ func TestOneCompletionWakesAThousandWaiters(t *testing.T) {
 
 	const waiters = 1000
 	var wg sync.WaitGroup
-	states := make(chan store.State, waiters)
+	states := make(chan jobtype.State, waiters)
 	for range waiters {
 		wg.Go(func() {
 			got, err := e.Wait(ctx, j.ID, time.Now().Add(20*time.Second))
@@ -215,7 +216,7 @@ func TestOneCompletionWakesAThousandWaiters(t *testing.T) {
 	wg.Wait()
 	close(states)
 	for s := range states {
-		if s != store.Succeeded {
+		if s != jobtype.Succeeded {
 			t.Fatalf("a waiter returned %s, want succeeded", s)
 		}
 	}
@@ -235,7 +236,7 @@ func TestAWaitThatEndsWithoutAChangeAnswersWithTheWholeJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != store.Queued || string(got.Payload) != string(payload) {
+	if got.State != jobtype.Queued || string(got.Payload) != string(payload) {
 		t.Fatalf("at the deadline: %s with payload %.30q, want QUEUED with the payload", got.State, got.Payload)
 	}
 
@@ -309,7 +310,7 @@ func TestCallsWokenByOnePublishShareOneSnapshot(t *testing.T) {
 		if !snap.Shared() || snap.Job.Version != done.Version || string(snap.Job.Result) != `{"ok":true}` {
 			t.Fatalf("snapshot = shared %v, v%d, result %s; want shared v%d with the result", snap.Shared(), snap.Job.Version, snap.Job.Result, done.Version)
 		}
-		snap.Memo(func(*store.Job) any { builds.Add(1); return nil })
+		snap.Memo(func(*jobtype.Job) any { builds.Add(1); return nil })
 	}
 	if n := builds.Load(); n != 1 {
 		t.Fatalf("Memo built %d times for one snapshot, want 1", n)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 	"github.com/jobwatch/jobwatch/watch"
 )
@@ -42,7 +43,7 @@ func (e *Engine) Watch(ctx context.Context, id string, o WatchOptions) error {
 		return err
 	}
 	if o.AfterVersion < 0 {
-		return &InvalidError{Field: "after_version", Reason: "must not be negative"}
+		return &jobtype.InvalidError{Field: "after_version", Reason: "must not be negative"}
 	}
 	sub := e.hub.Subscribe(id)
 	defer sub.Close()
@@ -163,12 +164,12 @@ type TenantWatchOptions struct {
 	// still coming, and it stays what the last batch said while a burst
 	// of changes takes several batches: a client keeps the last non-empty
 	// token.
-	Send func(jobs []store.Job, resumeToken string) error
+	Send func(jobs []jobtype.Job, resumeToken string) error
 }
 
 // WatchTenant sends batches of a tenant's changed jobs until the
 // deadline or Shutdown (nil error), or ctx's end (ctx.Err()). An empty
-// tenant means DefaultTenant.
+// tenant means jobtype.DefaultTenant.
 //
 // It subscribes to the tenant's signal, then asks the store for the jobs
 // changed since its cursor and sends those whose version it has not yet
@@ -187,15 +188,15 @@ type TenantWatchOptions struct {
 // changed and however large they are.
 func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOptions) error {
 	if tenant == "" {
-		tenant = DefaultTenant
+		tenant = jobtype.DefaultTenant
 	}
-	if err := validName("tenant", tenant); err != nil {
+	if err := jobtype.CheckName("tenant", tenant); err != nil {
 		return err
 	}
 	if o.PageSize < 0 {
-		return &InvalidError{Field: "page_size", Reason: "must not be negative"}
+		return &jobtype.InvalidError{Field: "page_size", Reason: "must not be negative"}
 	}
-	if err := checkLen("resume_token", o.ResumeToken, MaxTokenBytes); err != nil {
+	if err := jobtype.CheckLen("resume_token", o.ResumeToken, jobtype.MaxTokenBytes); err != nil {
 		return err
 	}
 	size := pageSize(o.PageSize)
@@ -243,7 +244,7 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 			token, nextToken := encodeTenantToken(cursor), encodeTenantToken(next)
 			first := true
 			all, err := e.tenantChanges(ctx, tenant, cursor, sent, o.Full, size,
-				func(batch []store.Job, last bool) error {
+				func(batch []jobtype.Job, last bool) error {
 					if first && woken {
 						e.woke("watch", newestUpdate(batch))
 					}
@@ -317,19 +318,19 @@ func (e *Engine) sendRecent(ctx context.Context, tenant string, size int, o Tena
 // learns which is the last. It returns the versions of all it read (to
 // become the next sent).
 func (e *Engine) tenantChanges(ctx context.Context, tenant string, since string, sent map[string]int64, full bool, size int,
-	send func(batch []store.Job, last bool) error) (map[string]int64, error) {
+	send func(batch []jobtype.Job, last bool) error) (map[string]int64, error) {
 	all := map[string]int64{}
 	f := store.ListFilter{Tenant: tenant, ChangedSince: since, Limit: MaxPageSize, Full: full, MaxBytes: MaxPageBytes}
-	var held []store.Job
+	var held []jobtype.Job
 	for {
 		jobs, next, err := e.store.ListJobs(ctx, f)
-		if errors.Is(err, store.ErrInvalidPageToken) && f.PageToken == "" {
+		if errors.Is(err, jobtype.ErrInvalidPageToken) && f.PageToken == "" {
 			return nil, badTenantToken
 		}
 		if err != nil {
 			return nil, wrap("watch tenant", "", err)
 		}
-		var fresh []store.Job
+		var fresh []jobtype.Job
 		for _, j := range jobs {
 			if j.Version > sent[j.ID] {
 				fresh = append(fresh, j)
@@ -357,7 +358,7 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant string, since string,
 	}
 }
 
-func newestUpdate(jobs []store.Job) time.Time {
+func newestUpdate(jobs []jobtype.Job) time.Time {
 	var t time.Time
 	for _, j := range jobs {
 		if j.UpdatedAt.After(t) {
@@ -375,7 +376,7 @@ const (
 	oldTenantTokenPrefix = "t1."
 )
 
-var badTenantToken = &InvalidError{Field: "resume_token", Reason: "is not a token this server issued"}
+var badTenantToken = &jobtype.InvalidError{Field: "resume_token", Reason: "is not a token this server issued"}
 
 func encodeTenantToken(cursor string) string {
 	return tenantTokenPrefix + cursor

@@ -9,14 +9,14 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // recorder is a WatchOptions.Send that keeps what it was sent.
 type recorder struct {
 	mu         sync.Mutex
 	versions   []int64
-	states     []store.State
+	states     []jobtype.State
 	keepalives int
 	sent       chan struct{} // gets a value per call, if anyone listens
 }
@@ -97,7 +97,7 @@ func TestWatchSendsTheCurrentSnapshotThenEachChangeAndEndsAfterTheTerminalOne(t 
 	if versions, _ := rec.got(); !equalVersions(versions, []int64{1, 2, 3, 4, 5}) {
 		t.Errorf("sent versions %v, want 1..5", versions)
 	}
-	if rec.states[0] != store.Pending || rec.states[4] != store.Succeeded {
+	if rec.states[0] != jobtype.Pending || rec.states[4] != jobtype.Succeeded {
 		t.Errorf("states %v", rec.states)
 	}
 }
@@ -273,7 +273,7 @@ func TestWatchSeesAChangeBetweenItsReadAndItsPark(t *testing.T) {
 	hs := &hookStore{Store: openStore(t)}
 	e := newEngineOver(t, hs, jobs.Config{})
 	j := running(t, e, jobs.SubmitRequest{})
-	hs.afterGet = func(read store.Job) {
+	hs.afterGet = func(read jobtype.Job) {
 		if _, err := e.Complete(context.Background(), read.ID, read.LeaseID, nil); err != nil {
 			t.Error(err)
 		}
@@ -301,7 +301,7 @@ func TestASnapshotFromAnotherReplicaWakesLocalWatchersOncePublished(t *testing.T
 	}
 	notYet(t, parked, 50*time.Millisecond) // b's hub has not heard of it
 	b.Publish(done)
-	if got, err := await(t, parked); err != nil || got.State != store.Succeeded {
+	if got, err := await(t, parked); err != nil || got.State != jobtype.Succeeded {
 		t.Fatalf("wait on the other replica: %s, %v", got.State, err)
 	}
 }

@@ -1,8 +1,12 @@
 // Package jobtype holds the job as every layer of jobwatch sees it: the
-// Job record, its states, and the errors a store returns, which the
-// engine and the server branch on. It imports nothing of jobwatch, so
-// that store/, jobs/, server/ and client/ can all share it without
-// reaching into each other (River keeps such types in rivertype).
+// Job record, its states, the errors a store returns, which the engine
+// and the server branch on, the limits of what a caller may hand the
+// engine with the checks of names, text and JSON that enforce them, and
+// the queue rules and schedules the engine is given. It imports nothing
+// of jobwatch, so that store/, jobs/, server/, client/ and the files read
+// without the engine (config/, auth/) can all share it without reaching
+// into each other (River keeps such types in rivertype). What the rules
+// mean in practice, and how a job moves, is package jobs' to decide.
 package jobtype
 
 import (
@@ -153,18 +157,3 @@ type ConflictError struct {
 func (e *ConflictError) Error() string {
 	return "job " + e.ActiveID + " is already active with unique key " + e.UniqueKey
 }
-
-// Bounds a worker's reports must keep to; the engine refuses more, and
-// the Go client trims what it sends to them.
-const (
-	// MaxStepBytes bounds the step text of a heartbeat.
-	MaxStepBytes = 1024
-	// MaxErrorTypeBytes and MaxErrorMessageBytes bound the error a worker
-	// fails a job with.
-	MaxErrorTypeBytes    = 256
-	MaxErrorMessageBytes = 4096
-)
-
-// DefaultErrorType is the error type of a failure reported without one:
-// callers see only the class of an error, so it must never be empty.
-const DefaultErrorType = "Error"

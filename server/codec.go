@@ -176,7 +176,7 @@ func (c *sharingGzip) Close() error {
 // protojson, so with the default a payload 5,000 levels deep would fail
 // in the decoder with "exceeded maximum recursion depth" from a Go client
 // and reach the engine from curl. Decoded alike, both reach the engine,
-// which refuses it past jobs.MaxJSONDepth naming the field and the
+// which refuses it past jobtype.MaxJSONDepth naming the field and the
 // limit. The request size limit still bounds the work.
 type protoCodec struct{}
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -138,12 +139,12 @@ func grepLines(s, sub string) string {
 
 // cutStore is the real store whose CreateJob, like pgx when a caller's
 // context cuts a read off mid-way, reports the cut as a lost connection
-// (store.ErrUnavailable) once the caller's context has ended.
+// (jobtype.ErrUnavailable) once the caller's context has ended.
 type cutStore struct{ store.Store }
 
-func (s cutStore) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
+func (s cutStore) CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, error) {
 	<-ctx.Done()
-	return store.Job{}, fmt.Errorf("create job: %w: conn closed", store.ErrUnavailable)
+	return jobtype.Job{}, fmt.Errorf("create job: %w: conn closed", jobtype.ErrUnavailable)
 }
 
 // TestACallWhoseDeadlinePassedIsDeadlineExceededWhateverTheStoreSays: a

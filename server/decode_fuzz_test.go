@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
-	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/wire"
 )
 
@@ -196,7 +196,7 @@ func checkHandlerChecks(t *testing.T, msg proto.Message) {
 		}
 		checkJSONField(t, "payload", req.GetPayload())
 		for _, name := range []string{req.GetTenant(), req.GetKind(), req.GetQueue()} {
-			_ = jobs.CheckName("name", name)
+			_ = jobtype.CheckName("name", name)
 		}
 	case *jobwatchv1.CompleteJobRequest:
 		checkJSONField(t, "result", req.GetResult())
@@ -230,7 +230,7 @@ func checkJSONField(t *testing.T, field string, v *structpb.Value) {
 	if raw == nil {
 		return
 	}
-	if err := jobs.CheckPayload(raw, jobs.DefaultMaxPayloadBytes); err != nil {
+	if err := jobtype.CheckJSON("payload", raw, jobtype.DefaultMaxPayloadBytes); err != nil {
 		return
 	}
 	back, err := wire.Value(raw)

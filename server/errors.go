@@ -22,8 +22,8 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 	}
 	var (
 		connectErr  *connect.Error
-		invalidErr  *jobs.InvalidError
-		tooLargeErr *jobs.TooLargeError
+		invalidErr  *jobtype.InvalidError
+		tooLargeErr *jobtype.TooLargeError
 		stateErr    *jobs.StateError
 		conflictErr *jobtype.ConflictError
 	)
@@ -37,8 +37,8 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 		return connect.NewError(connect.CodeResourceExhausted, tooLargeErr)
 	case errors.Is(err, jobtype.ErrInvalidPageToken):
 		return invalid("page_token", "was not issued by this server")
-	case errors.Is(err, jobs.ErrNotFound):
-		return connect.NewError(connect.CodeNotFound, jobs.ErrNotFound)
+	case errors.Is(err, jobtype.ErrNotFound):
+		return connect.NewError(connect.CodeNotFound, jobtype.ErrNotFound)
 	case errors.Is(err, jobs.ErrNotStarted):
 		return connect.NewError(connect.CodeFailedPrecondition, jobs.ErrNotStarted)
 	case errors.Is(err, jobs.ErrStaleLease):
@@ -51,7 +51,7 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 	if cerr := callersEnd(ctx, err); cerr != nil {
 		return cerr
 	}
-	if errors.Is(err, jobs.ErrUnavailable) {
+	if errors.Is(err, jobtype.ErrUnavailable) {
 		// The cause (locked, full, read-only) is the operator's, in the
 		// log; the caller learns what to do.
 		return connect.NewError(connect.CodeUnavailable, errRetryLater)
@@ -73,13 +73,13 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 // it says nothing of the database. nil for any other error (an
 // unexpected one stays internal, and logged, even if the caller left).
 func callersEnd(ctx context.Context, err error) *connect.Error {
-	cut := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jobs.ErrUnavailable)
+	cut := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jobtype.ErrUnavailable)
 	switch {
 	case cut && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, context.DeadlineExceeded)
 	case cut && ctx.Err() != nil:
 		return connect.NewError(connect.CodeCanceled, context.Canceled)
-	case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jobs.ErrUnavailable):
+	case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jobtype.ErrUnavailable):
 		if _, ok := ctx.Deadline(); ok {
 			return connect.NewError(connect.CodeDeadlineExceeded, context.DeadlineExceeded)
 		}

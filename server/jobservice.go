@@ -110,7 +110,7 @@ func (h *jobService) SubmitJob(ctx context.Context, req *jobwatchv1.SubmitJobReq
 	}
 	if req.RunAt != nil {
 		// A timestamp the caller sent is a time it means: within
-		// jobs.MaxTimeOffset of now, and never the zero time, which
+		// jobtype.MaxTimeOffset of now, and never the zero time, which
 		// SubmitRequest takes for "unset".
 		if err := req.RunAt.CheckValid(); err != nil {
 			return nil, invalid("run_at", err.Error())

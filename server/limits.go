@@ -28,7 +28,7 @@ import (
 
 	"github.com/jobwatch/jobwatch/auth"
 	"github.com/jobwatch/jobwatch/internal/shallow"
-	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // Defaults of the limits in Config.
@@ -285,12 +285,12 @@ func (s *Server) jobTenant(id string) tenantOf {
 	}
 }
 
-// namedTenant is the tenant a request names; "" is jobs.DefaultTenant, as
+// namedTenant is the tenant a request names; "" is jobtype.DefaultTenant, as
 // for the engine.
 func namedTenant(tenant string) tenantOf {
 	return func(context.Context) (string, bool) {
 		if tenant == "" {
-			return jobs.DefaultTenant, true
+			return jobtype.DefaultTenant, true
 		}
 		return tenant, true
 	}

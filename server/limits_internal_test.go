@@ -10,6 +10,7 @@ import (
 
 	"github.com/jobwatch/jobwatch/auth"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
@@ -60,8 +61,8 @@ func TestAParkedCallCountsAgainstItsTokensTenantFirst(t *testing.T) {
 	refusedFor("a watch of tenant acme's feed", refused, `"acme"`)
 	_, done, refused := s.parkWatch(ctx, namedTenant(""))
 	parked("a watch of the default tenant's feed", done, refused)
-	_, _, refused = s.parkWatch(ctx, namedTenant(jobs.DefaultTenant))
-	refusedFor("a second watch of the default tenant's feed", refused, `"`+jobs.DefaultTenant+`"`)
+	_, _, refused = s.parkWatch(ctx, namedTenant(jobtype.DefaultTenant))
+	refusedFor("a second watch of the default tenant's feed", refused, `"`+jobtype.DefaultTenant+`"`)
 
 	release, refused = s.parkClaim(as(auth.Principal{Role: auth.RoleWorker, Tenants: []string{"gamma", "acme"}}))
 	parked("a claim of a worker of gamma and acme (counted for gamma)", release, refused)

@@ -20,7 +20,7 @@ import (
 const listJobsPath = "/jobwatch.v1.JobService/ListJobs"
 
 // wireSlack is what a response may add to the bytes a page counts: the
-// envelope and the per-job encoding beyond store.SizeOverhead.
+// envelope and the per-job encoding beyond jobtype.SizeOverhead.
 const wireSlack = 16 << 10
 
 // largeJobs submits n jobs of about 200 KB of payload each to tenant over

@@ -20,7 +20,6 @@ import (
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
-	"github.com/jobwatch/jobwatch/store"
 )
 
 // Metrics is jobwatch's Prometheus collector set. It implements
@@ -201,17 +200,17 @@ type jobCounts struct {
 	log    *slog.Logger
 
 	mu        sync.Mutex
-	counts    map[store.State]int64 // nil until a count succeeds
-	countedAt time.Time             // when the last good count started
-	seq       int64                 // Engine.Changes() when it started
-	tried     time.Time             // when the last count, good or not, started
-	counting  chan struct{}         // not nil while a count runs; closed at its end
+	counts    map[jobtype.State]int64 // nil until a count succeeds
+	countedAt time.Time               // when the last good count started
+	seq       int64                   // Engine.Changes() when it started
+	tried     time.Time               // when the last count, good or not, started
+	counting  chan struct{}           // not nil while a count runs; closed at its end
 }
 
 // get returns the counts and when they were counted, counting again
 // first when they are stale (see above). ok is false when no count has
 // ever succeeded.
-func (c *jobCounts) get() (counts map[store.State]int64, at time.Time, ok bool) {
+func (c *jobCounts) get() (counts map[jobtype.State]int64, at time.Time, ok bool) {
 	arrived := time.Now()
 	for {
 		c.mu.Lock()

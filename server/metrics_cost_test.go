@@ -19,6 +19,7 @@ import (
 	"github.com/jobwatch/jobwatch/auth"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/server"
 	"github.com/jobwatch/jobwatch/store"
 )
@@ -29,7 +30,7 @@ type countingStore struct {
 	counts atomic.Int64
 }
 
-func (s *countingStore) CountByState(ctx context.Context) (map[store.State]int64, error) {
+func (s *countingStore) CountByState(ctx context.Context) (map[jobtype.State]int64, error) {
 	s.counts.Add(1)
 	return s.Store.CountByState(ctx)
 }

@@ -13,6 +13,7 @@ import (
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/server"
 )
 
@@ -131,7 +132,7 @@ func TestListQueuesAndMetricsShowAQueueAlertingUntilItDrains(t *testing.T) {
 	clock := &testClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
 	ts := startServer(t, serverOptions{now: clock.Now, engine: jobs.Config{
 		LeaseTimeout: time.Hour,
-		Rules:        jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {AlertAfter: 5 * time.Minute}}},
+		Rules:        jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {AlertAfter: 5 * time.Minute}}},
 	}})
 	c := ts.h2c()
 	ctx := ctxTimeout(t, 10*time.Second)
@@ -196,7 +197,7 @@ func TestListQueuesShowsWhenAnAlertBeganAndFifteenMinutesOfDepth(t *testing.T) {
 	clock := &testClock{now: time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)}
 	ts := startServer(t, serverOptions{now: clock.Now, engine: jobs.Config{
 		LeaseTimeout: time.Hour,
-		Rules:        jobs.Rules{Queues: map[string]jobs.QueueRules{"index": {AlertAfter: 5 * time.Minute}}},
+		Rules:        jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {AlertAfter: 5 * time.Minute}}},
 	}})
 	// JSON over HTTP/1.1, as the page and curl read it.
 	c := ts.clients(ts.http1Client(), connect.WithProtoJSON())
@@ -291,7 +292,7 @@ func TestAnAttemptPastItsQueueTimeoutLosesItsLeaseOverTheWire(t *testing.T) {
 	clock := &testClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
 	ts := startServer(t, serverOptions{now: clock.Now, engine: jobs.Config{
 		LeaseTimeout: time.Hour,
-		Rules:        jobs.Rules{Queues: map[string]jobs.QueueRules{"slow": {Timeout: time.Minute}}},
+		Rules:        jobtype.Rules{Queues: map[string]jobtype.QueueRules{"slow": {Timeout: time.Minute}}},
 	}})
 	c := ts.h2c()
 	ctx := ctxTimeout(t, 10*time.Second)

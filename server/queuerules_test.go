@@ -6,6 +6,7 @@ import (
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // Over the wire, as a remote worker sees it: a serial queue gives out its
@@ -13,8 +14,8 @@ import (
 // queues sharing a pool of one unit never run two jobs at once. A claim
 // that finds nothing it may run parks and ends empty at its deadline.
 func TestClaimJobOverTheWireRespectsSerialQueuesAndPools(t *testing.T) {
-	ts := startServer(t, serverOptions{engine: jobs.Config{Rules: jobs.Rules{
-		Queues: map[string]jobs.QueueRules{
+	ts := startServer(t, serverOptions{engine: jobs.Config{Rules: jobtype.Rules{
+		Queues: map[string]jobtype.QueueRules{
 			"index": {Serial: true, BlockOnFailure: true},
 			"a":     {Uses: []string{"db"}},
 			"b":     {Uses: []string{"db"}},

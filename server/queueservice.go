@@ -9,7 +9,7 @@ import (
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
-	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/wire"
 )
 
@@ -86,14 +86,14 @@ func (h *queueService) ListQueues(ctx context.Context, _ *jobwatchv1.ListQueuesR
 
 // queuedAge is a queue's oldest queued age as ListQueues answers it:
 // never below zero (a job that became ready a moment ago on another
-// replica's reading of the clock) and never above jobs.MaxTimeOffset.
+// replica's reading of the clock) and never above jobtype.MaxTimeOffset.
 // Callers cannot give a run_at further back than that, but a job stored
 // before that rule may have one (1700-01-01), and the age the engine
 // computes from it saturates at the largest time.Duration
 // (9223372036.854775807s), a figure that means nothing; it reads 100
 // years instead.
 func queuedAge(age time.Duration) time.Duration {
-	return min(max(age, 0), jobs.MaxTimeOffset)
+	return min(max(age, 0), jobtype.MaxTimeOffset)
 }
 
 // ListSchedules reports the schedules of the configuration in effect, in

@@ -17,7 +17,7 @@ import (
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // nestedJSON is a JSON array nested depth levels deep: [[[...]]].
@@ -78,7 +78,7 @@ func TestAPayloadNestedTooDeepIsRefusedOverEveryWireNamingTheFieldAndTheLimit(t 
 	t.Run("a payload at the limit is kept and read back by the Go client", func(t *testing.T) {
 		c := client.New(ts.url)
 		defer c.Close()
-		sent := nestedValue(jobs.MaxJSONDepth)
+		sent := nestedValue(jobtype.MaxJSONDepth)
 		j, err := c.Submit(ctxTimeout(t, 5*time.Second), &jobwatchv1.SubmitJobRequest{Kind: "k", Payload: sent})
 		if err != nil {
 			t.Fatalf("submit at the limit: %v", err)
@@ -146,7 +146,7 @@ func TestTheEngineAndTheWireRefuseAlike(t *testing.T) {
 			return err
 		}, connect.CodeInvalidArgument},
 		{"an error type over 256 bytes", func(l *jobwatchv1.ClaimJobResponse) error {
-			_, err := ts.engine.Fail(ctx, l.GetJob().GetId(), l.GetLeaseId(), store.JobError{Type: long(257)}, false)
+			_, err := ts.engine.Fail(ctx, l.GetJob().GetId(), l.GetLeaseId(), jobtype.JobError{Type: long(257)}, false)
 			return err
 		}, func(l *jobwatchv1.ClaimJobResponse) error {
 			_, err := c.workers.FailJob(ctx, &jobwatchv1.FailJobRequest{JobId: l.GetJob().GetId(), LeaseId: l.GetLeaseId(),
@@ -154,7 +154,7 @@ func TestTheEngineAndTheWireRefuseAlike(t *testing.T) {
 			return err
 		}, connect.CodeInvalidArgument},
 		{"an error message over 4096 bytes", func(l *jobwatchv1.ClaimJobResponse) error {
-			_, err := ts.engine.Fail(ctx, l.GetJob().GetId(), l.GetLeaseId(), store.JobError{Type: "E", Message: long(4097)}, false)
+			_, err := ts.engine.Fail(ctx, l.GetJob().GetId(), l.GetLeaseId(), jobtype.JobError{Type: "E", Message: long(4097)}, false)
 			return err
 		}, func(l *jobwatchv1.ClaimJobResponse) error {
 			_, err := c.workers.FailJob(ctx, &jobwatchv1.FailJobRequest{JobId: l.GetJob().GetId(), LeaseId: l.GetLeaseId(),

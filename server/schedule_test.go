@@ -14,13 +14,14 @@ import (
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 func TestListSchedulesShowsEachScheduleWithItsNextRun(t *testing.T) {
 	clock := &testClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
 	ts := startServer(t, serverOptions{now: clock.Now, engine: jobs.Config{
 		LeaseTimeout: time.Hour,
-		Rules: jobs.Rules{Schedules: []jobs.Schedule{
+		Rules: jobtype.Rules{Schedules: []jobtype.Schedule{
 			{Name: "update-downloads", Kind: "update_downloads", Queue: "downloads", Tenant: "crates", Every: 10 * time.Minute},
 			{Name: "cleanup", Kind: "cleanup", Every: time.Hour},
 		}},
@@ -52,7 +53,7 @@ func TestListSchedulesShowsEachScheduleWithItsNextRun(t *testing.T) {
 		Every: durationpb.New(10 * time.Minute), NextRunAt: timestamppb.New(start),
 	})
 	sameSchedule("the schedule with defaults, before the first sweep", got[1], &jobwatchv1.Schedule{
-		Name: "cleanup", Kind: "cleanup", Queue: jobs.DefaultQueue, Tenant: jobs.DefaultTenant,
+		Name: "cleanup", Kind: "cleanup", Queue: jobtype.DefaultQueue, Tenant: jobtype.DefaultTenant,
 		Every: durationpb.New(time.Hour), NextRunAt: timestamppb.New(start),
 	})
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/server"
 	"github.com/jobwatch/jobwatch/store"
 )
@@ -43,12 +44,12 @@ func (s *wholeReads) of(id string) int {
 	return s.reads[id]
 }
 
-func (s *wholeReads) GetJob(ctx context.Context, id string) (store.Job, error) {
+func (s *wholeReads) GetJob(ctx context.Context, id string) (jobtype.Job, error) {
 	s.note(id)
 	return s.Store.GetJob(ctx, id)
 }
 
-func (s *wholeReads) ReadJob(ctx context.Context, id string, r store.JobRead) (store.Job, error) {
+func (s *wholeReads) ReadJob(ctx context.Context, id string, r store.JobRead) (jobtype.Job, error) {
 	j, err := s.Store.ReadJob(ctx, id, r)
 	if err == nil && !r.Summary {
 		s.note(id)
@@ -56,7 +57,7 @@ func (s *wholeReads) ReadJob(ctx context.Context, id string, r store.JobRead) (s
 	return j, err
 }
 
-func (s *wholeReads) UpdateJob(ctx context.Context, id string, update func(*store.Job) error) (store.Job, error) {
+func (s *wholeReads) UpdateJob(ctx context.Context, id string, update func(*jobtype.Job) error) (jobtype.Job, error) {
 	s.note(id)
 	return s.Store.UpdateJob(ctx, id, update)
 }

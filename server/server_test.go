@@ -17,6 +17,7 @@ import (
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/server"
 	"github.com/jobwatch/jobwatch/store"
 )
@@ -29,9 +30,9 @@ type brokenStore struct {
 
 const brokenID = "j_broken"
 
-func (s brokenStore) GetJob(ctx context.Context, id string) (store.Job, error) {
+func (s brokenStore) GetJob(ctx context.Context, id string) (jobtype.Job, error) {
 	if id == brokenID {
-		return store.Job{}, errors.New("disk I/O error at page 7731 of /var/lib/secret.db")
+		return jobtype.Job{}, errors.New("disk I/O error at page 7731 of /var/lib/secret.db")
 	}
 	return s.Store.GetJob(ctx, id)
 }
@@ -61,7 +62,7 @@ type panickingStore struct {
 
 const panicID = "j_panics"
 
-func (s panickingStore) GetJob(ctx context.Context, id string) (store.Job, error) {
+func (s panickingStore) GetJob(ctx context.Context, id string) (jobtype.Job, error) {
 	if id == panicID {
 		panic("nil map write in the secret module")
 	}

@@ -13,16 +13,16 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/wire"
 )
 
-func testJob(payloadBytes int) *store.Job {
+func testJob(payloadBytes int) *jobtype.Job {
 	payload, _ := json.Marshal(map[string]any{"rows": 11, "note": strings.Repeat("x", payloadBytes)})
 	now := time.Now().UTC()
-	return &store.Job{
+	return &jobtype.Job{
 		ID: "01JOBIDXXXXXXXXXXXXXXXXXXX", Tenant: "acme", Kind: "import", Queue: "default",
-		State: store.Succeeded, Version: 7, Percent: 100, Step: "batch 11 of 11",
+		State: jobtype.Succeeded, Version: 7, Percent: 100, Step: "batch 11 of 11",
 		Payload: payload, Result: json.RawMessage(`{"imported":11,"skipped":0}`),
 		Attempt: 1, MaxAttempts: 3, CreatedAt: now, StartedAt: now, UpdatedAt: now, FinishedAt: now,
 		WorkerID: "worker-1",

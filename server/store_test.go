@@ -19,6 +19,7 @@ import (
 	"connectrpc.com/connect"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 	"github.com/jobwatch/jobwatch/store/sqlite"
 )
@@ -198,10 +199,10 @@ type hangsUpInTransaction struct {
 	hungUp atomic.Bool
 }
 
-func (s *hangsUpInTransaction) UpdateJob(ctx context.Context, id string, update func(*store.Job) error) (store.Job, error) {
-	return s.Store.UpdateJob(ctx, id, func(j *store.Job) error {
+func (s *hangsUpInTransaction) UpdateJob(ctx context.Context, id string, update func(*jobtype.Job) error) (jobtype.Job, error) {
+	return s.Store.UpdateJob(ctx, id, func(j *jobtype.Job) error {
 		err := update(j)
-		if j.State == store.Cancelled && !s.hungUp.Swap(true) {
+		if j.State == jobtype.Cancelled && !s.hungUp.Swap(true) {
 			close(s.inTx)
 			<-ctx.Done()
 		}

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
-	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -70,8 +70,8 @@ func TestListQueuesAgeOfAJobStoredBeforeTheTimeRangeIsBounded(t *testing.T) {
 	var st store.Store
 	ts := startServer(t, serverOptions{wrapStore: func(s store.Store) store.Store { st = s; return s }})
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	if _, err := st.CreateJob(ctxTimeout(t, 5*time.Second), store.Job{
-		ID: "j_legacy_1700", Tenant: "default", Kind: "old", Queue: "legacy", State: store.Queued, Version: 1,
+	if _, err := st.CreateJob(ctxTimeout(t, 5*time.Second), jobtype.Job{
+		ID: "j_legacy_1700", Tenant: "default", Kind: "old", Queue: "legacy", State: jobtype.Queued, Version: 1,
 		MaxAttempts: 1, CreatedAt: now, UpdatedAt: now, RunAt: time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC),
 	}); err != nil {
 		t.Fatal(err)
@@ -87,14 +87,14 @@ func TestListQueuesAgeOfAJobStoredBeforeTheTimeRangeIsBounded(t *testing.T) {
 	found := false
 	for _, q := range resp.GetQueues() {
 		if age := q.GetOldestQueuedAge(); age != nil {
-			if err := age.CheckValid(); err != nil || age.AsDuration() < 0 || age.AsDuration() > jobs.MaxTimeOffset {
-				t.Errorf("queue %s: oldest queued age %v (%v), want within 0..%v", q.GetName(), age.AsDuration(), err, jobs.MaxTimeOffset)
+			if err := age.CheckValid(); err != nil || age.AsDuration() < 0 || age.AsDuration() > jobtype.MaxTimeOffset {
+				t.Errorf("queue %s: oldest queued age %v (%v), want within 0..%v", q.GetName(), age.AsDuration(), err, jobtype.MaxTimeOffset)
 			}
 		}
 		if q.GetName() == "legacy" {
 			found = true
-			if got := q.GetOldestQueuedAge().AsDuration(); got != jobs.MaxTimeOffset {
-				t.Errorf("the legacy queue's oldest queued age is %v, want %v (100 years)", got, jobs.MaxTimeOffset)
+			if got := q.GetOldestQueuedAge().AsDuration(); got != jobtype.MaxTimeOffset {
+				t.Errorf("the legacy queue's oldest queued age is %v, want %v (100 years)", got, jobtype.MaxTimeOffset)
 			}
 		}
 	}

@@ -45,10 +45,10 @@ func (h *workerService) ClaimJob(ctx context.Context, req *jobwatchv1.ClaimJobRe
 		n = 1
 	}
 	claimed, err := s.engine.ClaimJobs(ctx, r, n, deadline)
-	if errors.Is(err, jobs.ErrNoJob) && refused != nil {
+	if errors.Is(err, jobtype.ErrNoJob) && refused != nil {
 		return nil, refused
 	}
-	if errors.Is(err, jobs.ErrNoJob) {
+	if errors.Is(err, jobtype.ErrNoJob) {
 		return &jobwatchv1.ClaimJobResponse{}, nil
 	}
 	if err != nil {
@@ -188,7 +188,7 @@ func (h *workerService) FailJob(ctx context.Context, req *jobwatchv1.FailJobRequ
 	if err := h.s.checkWorkerJob(ctx, "fail job", req.GetJobId()); err != nil {
 		return nil, err
 	}
-	// An empty type is the engine's to default (jobs.DefaultErrorType).
+	// An empty type is the engine's to default (jobtype.DefaultErrorType).
 	jerr := req.GetError()
 	j, err := h.s.engine.Fail(ctx, req.GetJobId(), req.GetLeaseId(),
 		jobtype.JobError{Type: jerr.GetType(), Message: jerr.GetMessage()}, req.GetRetryable())

@@ -1,6 +1,10 @@
 package store
 
-import "time"
+import (
+	"time"
+
+	"github.com/jobwatch/jobwatch/jobtype"
+)
 
 // The decisions below are every backend's: a backend does in SQL what
 // they decide, and decides nothing of its own about versions or
@@ -12,7 +16,7 @@ import "time"
 // old's Version, plus one when a watcher could see the change (next is
 // not SameVisible as old). Whatever Version next carried is replaced:
 // the version is the store's alone.
-func Versioned(old, next Job) Job {
+func Versioned(old, next jobtype.Job) jobtype.Job {
 	next.Version = old.Version
 	if !next.SameVisible(&old) {
 		next.Version++

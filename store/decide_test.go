@@ -4,31 +4,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
 func TestAWriteRaisesTheVersionByOneOnlyWhenAWatcherCouldSeeIt(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	old := store.Job{ID: "j", State: store.Running, Version: 7, Percent: 40, Step: "batch 4 of 10", Attempt: 1, WorkerID: "w", LeaseID: "l"}
+	old := jobtype.Job{ID: "j", State: jobtype.Running, Version: 7, Percent: 40, Step: "batch 4 of 10", Attempt: 1, WorkerID: "w", LeaseID: "l"}
 	tests := []struct {
 		name   string
-		change func(*store.Job)
+		change func(*jobtype.Job)
 		want   int64
 	}{
-		{"nothing changed keeps the version", func(*store.Job) {}, 7},
-		{"a longer lease alone keeps the version", func(j *store.Job) { j.LeaseExpiresAt = now }, 7},
-		{"a new UpdatedAt alone keeps the version", func(j *store.Job) { j.UpdatedAt = now }, 7},
-		{"progress raises it by one", func(j *store.Job) { j.Percent = 50 }, 8},
-		{"a new step raises it by one", func(j *store.Job) { j.Step = "batch 5 of 10" }, 8},
-		{"a new state raises it by one", func(j *store.Job) { j.State = store.Succeeded }, 8},
-		{"a result raises it by one", func(j *store.Job) { j.Result = []byte(`"ok"`) }, 8},
-		{"an error raises it by one", func(j *store.Job) { j.Error = &store.JobError{Type: "X"} }, 8},
-		{"a new attempt raises it by one", func(j *store.Job) { j.Attempt = 2 }, 8},
-		{"a new worker raises it by one", func(j *store.Job) { j.WorkerID = "w2" }, 8},
-		{"a new run_at raises it by one", func(j *store.Job) { j.RunAt = now }, 8},
-		{"many visible changes at once raise it by one", func(j *store.Job) { j.State, j.Percent, j.Step = store.Failed, 0, "" }, 8},
-		{"a version the caller set is ignored", func(j *store.Job) { j.Version = 100 }, 7},
-		{"a version the caller set with a visible change is old's plus one", func(j *store.Job) { j.Version, j.Percent = 100, 41 }, 8},
+		{"nothing changed keeps the version", func(*jobtype.Job) {}, 7},
+		{"a longer lease alone keeps the version", func(j *jobtype.Job) { j.LeaseExpiresAt = now }, 7},
+		{"a new UpdatedAt alone keeps the version", func(j *jobtype.Job) { j.UpdatedAt = now }, 7},
+		{"progress raises it by one", func(j *jobtype.Job) { j.Percent = 50 }, 8},
+		{"a new step raises it by one", func(j *jobtype.Job) { j.Step = "batch 5 of 10" }, 8},
+		{"a new state raises it by one", func(j *jobtype.Job) { j.State = jobtype.Succeeded }, 8},
+		{"a result raises it by one", func(j *jobtype.Job) { j.Result = []byte(`"ok"`) }, 8},
+		{"an error raises it by one", func(j *jobtype.Job) { j.Error = &jobtype.JobError{Type: "X"} }, 8},
+		{"a new attempt raises it by one", func(j *jobtype.Job) { j.Attempt = 2 }, 8},
+		{"a new worker raises it by one", func(j *jobtype.Job) { j.WorkerID = "w2" }, 8},
+		{"a new run_at raises it by one", func(j *jobtype.Job) { j.RunAt = now }, 8},
+		{"many visible changes at once raise it by one", func(j *jobtype.Job) { j.State, j.Percent, j.Step = jobtype.Failed, 0, "" }, 8},
+		{"a version the caller set is ignored", func(j *jobtype.Job) { j.Version = 100 }, 7},
+		{"a version the caller set with a visible change is old's plus one", func(j *jobtype.Job) { j.Version, j.Percent = 100, 41 }, 8},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -45,7 +46,7 @@ func TestAScheduleStartsItsNextRunEveryAfterTheLastEndedAndNeverTwoAtOnce(t *tes
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	run := store.ScheduleRun{Name: "nightly", Every: time.Hour}
 	ended := func(at time.Time) *store.ScheduleState {
-		return &store.ScheduleState{Name: "nightly", LastJobID: "j1", LastJobState: store.Succeeded, LastEndedAt: at}
+		return &store.ScheduleState{Name: "nightly", LastJobID: "j1", LastJobState: jobtype.Succeeded, LastEndedAt: at}
 	}
 	tests := []struct {
 		name string
@@ -53,13 +54,13 @@ func TestAScheduleStartsItsNextRunEveryAfterTheLastEndedAndNeverTwoAtOnce(t *tes
 		want store.ScheduleStep
 	}{
 		{"a schedule that never ran starts", nil, store.ScheduleStep{Start: true}},
-		{"a queued run holds the next", &store.ScheduleState{Name: "nightly", LastJobID: "j1", LastJobState: store.Queued}, store.ScheduleStep{}},
-		{"a running run holds the next", &store.ScheduleState{Name: "nightly", LastJobID: "j1", LastJobState: store.Running}, store.ScheduleStep{}},
-		{"a held run holds the next", &store.ScheduleState{Name: "nightly", LastJobID: "j1", LastJobState: store.Pending}, store.ScheduleStep{}},
+		{"a queued run holds the next", &store.ScheduleState{Name: "nightly", LastJobID: "j1", LastJobState: jobtype.Queued}, store.ScheduleStep{}},
+		{"a running run holds the next", &store.ScheduleState{Name: "nightly", LastJobID: "j1", LastJobState: jobtype.Running}, store.ScheduleStep{}},
+		{"a held run holds the next", &store.ScheduleState{Name: "nightly", LastJobID: "j1", LastJobState: jobtype.Pending}, store.ScheduleStep{}},
 		{"a run that ended less than every ago waits", ended(now.Add(-time.Hour + time.Microsecond)), store.ScheduleStep{}},
 		{"a run that ended exactly every ago starts the next", ended(now.Add(-time.Hour)), store.ScheduleStep{Start: true}},
 		{"a run that ended long ago starts the next", ended(now.Add(-48 * time.Hour)), store.ScheduleStep{Start: true}},
-		{"a failed run counts as ended too", &store.ScheduleState{Name: "nightly", LastJobID: "j1", LastJobState: store.Failed, LastEndedAt: now.Add(-time.Hour)},
+		{"a failed run counts as ended too", &store.ScheduleState{Name: "nightly", LastJobID: "j1", LastJobState: jobtype.Failed, LastEndedAt: now.Add(-time.Hour)},
 			store.ScheduleStep{Start: true}},
 		{"a run whose job is gone without a recorded end is recorded as ended now, and waits",
 			&store.ScheduleState{Name: "nightly", LastJobID: "j1"}, store.ScheduleStep{RecordEnd: true}},

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // WriteHealth turns the outcomes of a backend's writes into episodes an
@@ -28,7 +30,7 @@ type WriteHealth struct {
 // Observe records the outcome of one write, err (nil: it succeeded), and
 // logs to log when an episode begins or ends.
 func (h *WriteHealth) Observe(log *slog.Logger, err error) {
-	if err != nil && !errors.Is(err, ErrUnavailable) {
+	if err != nil && !errors.Is(err, jobtype.ErrUnavailable) {
 		return
 	}
 	h.mu.Lock()

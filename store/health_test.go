@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -26,11 +27,11 @@ func TestAnOutageOfWritesLogsOneWarningAndOneRecovery(t *testing.T) {
 		}
 		return lines
 	}
-	refused := fmt.Errorf("create job j1: %w", store.ErrUnavailable)
+	refused := fmt.Errorf("create job j1: %w", jobtype.ErrUnavailable)
 
 	h.Observe(log, nil)
-	h.Observe(log, fmt.Errorf("job j2: %w", store.ErrNotFound))
-	h.Observe(log, &store.ConflictError{ActiveID: "j0", UniqueKey: "nightly"})
+	h.Observe(log, fmt.Errorf("job j2: %w", jobtype.ErrNotFound))
+	h.Observe(log, &jobtype.ConflictError{ActiveID: "j0", UniqueKey: "nightly"})
 	if got := logged(); len(got) != 0 || h.Failing() {
 		t.Fatalf("successes and the callers' errors logged %q, failing %v; want nothing", got, h.Failing())
 	}
@@ -41,8 +42,8 @@ func TestAnOutageOfWritesLogsOneWarningAndOneRecovery(t *testing.T) {
 	}
 
 	h.Observe(log, refused)
-	h.Observe(log, errors.Join(errors.New("disk full"), store.ErrUnavailable))
-	h.Observe(log, fmt.Errorf("job j3: %w", store.ErrNotFound))
+	h.Observe(log, errors.Join(errors.New("disk full"), jobtype.ErrUnavailable))
+	h.Observe(log, fmt.Errorf("job j3: %w", jobtype.ErrNotFound))
 	if got := logged(); len(got) != 0 || !h.Failing() {
 		t.Fatalf("refusals within the episode logged %q, failing %v; want nothing more", got, h.Failing())
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // EncodePageToken makes the page token that backends hand out from
@@ -24,11 +26,11 @@ func EncodePageToken(format byte, key, seq int64) string {
 func DecodePageToken(format byte, token string) (key, seq int64, err error) {
 	b, err := base64.RawURLEncoding.DecodeString(token)
 	if err != nil || len(b) != 17 || b[0] != format {
-		return 0, 0, fmt.Errorf("list jobs: %w", ErrInvalidPageToken)
+		return 0, 0, fmt.Errorf("list jobs: %w", jobtype.ErrInvalidPageToken)
 	}
 	key, seq = int64(binary.BigEndian.Uint64(b[1:])), int64(binary.BigEndian.Uint64(b[9:]))
 	if seq <= 0 {
-		return 0, 0, fmt.Errorf("list jobs: %w", ErrInvalidPageToken)
+		return 0, 0, fmt.Errorf("list jobs: %w", jobtype.ErrInvalidPageToken)
 	}
 	return key, seq, nil
 }

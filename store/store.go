@@ -1,8 +1,12 @@
-// Package store defines how jobwatch persists jobs: the Job record, the
-// Store interface every backend implements, and the errors callers branch
-// on. It decides nothing about job life cycles (that is package jobs) and
-// knows nothing of RPC. Backends live in subpackages (store/sqlite, later
-// store/postgres) and all pass the shared suite in store/storetest.
+// Package store defines what jobwatch asks of a database: the Store
+// interface every backend implements, the filters, claims and lease
+// writes it takes, and the decisions every backend shares (the version
+// rule, a schedule's next step, a lease write's effect, write-health
+// logging, page tokens), so that no backend decides them alone. The job
+// itself, its states and the errors a store returns are package
+// jobtype's. store decides nothing about job life cycles (that is package
+// jobs) and knows nothing of RPC. The backends, store/sqlite and
+// store/postgres, both pass the shared suite in store/storetest.
 //
 // Every write is atomic and returns once it is committed, with the
 // committed snapshot and its new version, so the caller can publish
@@ -21,42 +25,10 @@ import (
 	"github.com/jobwatch/jobwatch/jobtype"
 )
 
-// The job as every layer sees it lives in package jobtype; these names
-// keep the store's own code and its callers reading as before.
-type (
-	State         = jobtype.State
-	Job           = jobtype.Job
-	JobError      = jobtype.JobError
-	ConflictError = jobtype.ConflictError
-)
-
-const (
-	Pending   = jobtype.Pending
-	Queued    = jobtype.Queued
-	Running   = jobtype.Running
-	Succeeded = jobtype.Succeeded
-	Failed    = jobtype.Failed
-	Cancelled = jobtype.Cancelled
-	Lost      = jobtype.Lost
-
-	SizeOverhead = jobtype.SizeOverhead
-)
-
-// ActiveStates are the states in which a job holds its unique key.
-var ActiveStates = jobtype.ActiveStates
-
-// Errors every backend returns, possibly wrapped; see package jobtype.
-var (
-	ErrNotFound         = jobtype.ErrNotFound
-	ErrNoJob            = jobtype.ErrNoJob
-	ErrUnavailable      = jobtype.ErrUnavailable
-	ErrInvalidPageToken = jobtype.ErrInvalidPageToken
-)
-
 // ListFilter selects jobs for ListJobs. Zero fields do not filter.
 type ListFilter struct {
 	Tenant string
-	States []State
+	States []jobtype.State
 	Kind   string
 	Queue  string
 	// ChangedSince, a cursor from ChangeCursor, keeps the jobs whose
@@ -180,8 +152,8 @@ type Claim struct {
 
 // Apply makes j what claiming it under c makes it, but for Version,
 // which the store raises.
-func (c Claim) Apply(j *Job) {
-	j.State = Running
+func (c Claim) Apply(j *jobtype.Job) {
+	j.State = jobtype.Running
 	j.Attempt++
 	j.WorkerID, j.LeaseID = c.WorkerID, c.LeaseID
 	j.LeaseExpiresAt = c.Now.Add(c.LeaseFor(j.Queue))
@@ -202,17 +174,17 @@ func (c Claim) LeaseFor(queue string) time.Duration {
 // Claimed is one job ClaimJobs took: the job as committed and when it
 // was queued (its UpdatedAt before the claim).
 type Claimed struct {
-	Job      Job
+	Job      jobtype.Job
 	QueuedAt time.Time
 }
 
 // ClaimOne is ClaimJobs of one job, under c.LeaseID: the job and when
 // it was queued, or ErrNoJob.
-func ClaimOne(ctx context.Context, s Store, f ClaimFilter, c Claim) (Job, time.Time, error) {
+func ClaimOne(ctx context.Context, s Store, f ClaimFilter, c Claim) (jobtype.Job, time.Time, error) {
 	c.LeaseIDs = []string{c.LeaseID}
 	claimed, err := s.ClaimJobs(ctx, f, c)
 	if err != nil {
-		return Job{}, time.Time{}, err
+		return jobtype.Job{}, time.Time{}, err
 	}
 	return claimed[0].Job, claimed[0].QueuedAt, nil
 }
@@ -242,11 +214,11 @@ type LeaseWrite struct {
 	Op      LeaseOp
 	JobID   string
 	LeaseID string
-	Percent int32           // Heartbeat, 0..100
-	Step    string          // Heartbeat
-	Result  json.RawMessage // Complete; nil: none
-	Error   *JobError       // Fail
-	Retry   bool            // Fail: another attempt if attempts remain
+	Percent int32             // Heartbeat, 0..100
+	Step    string            // Heartbeat
+	Result  json.RawMessage   // Complete; nil: none
+	Error   *jobtype.JobError // Fail
+	Retry   bool              // Fail: another attempt if attempts remain
 	// Jitter, in [0, 1), picks the retry's delay within its backoff step
 	// ("full jitter"): the delay is Jitter * (step + 1µs), floored to the
 	// microsecond. Drawn by the caller so every backend computes the
@@ -309,8 +281,8 @@ func (r LeaseRules) BackoffFor(queue string) Backoff {
 // is the store's to raise (see Versioned).
 // Backends that write in SQL must do exactly this; store/storetest
 // compares them with it.
-func (w LeaseWrite) Apply(j *Job, r LeaseRules) (held bool) {
-	if j.State != Running || j.LeaseID != w.LeaseID {
+func (w LeaseWrite) Apply(j *jobtype.Job, r LeaseRules) (held bool) {
+	if j.State != jobtype.Running || j.LeaseID != w.LeaseID {
 		return false
 	}
 	before := j.Clone()
@@ -322,7 +294,7 @@ func (w LeaseWrite) Apply(j *Job, r LeaseRules) (held bool) {
 		}
 		j.LeaseExpiresAt = r.Now.Add(r.LeaseFor(j.Queue))
 	case Complete:
-		j.State = Succeeded
+		j.State = jobtype.Succeeded
 		j.Percent = 100
 		j.Result = w.Result
 		j.Error = nil // an earlier attempt's error is history once one succeeds
@@ -336,13 +308,13 @@ func (w LeaseWrite) Apply(j *Job, r LeaseRules) (held bool) {
 			// Progress starts over with the next attempt: carrying the
 			// last attempt's percent over would pin the new attempt's
 			// reports below it.
-			j.State = Queued
+			j.State = jobtype.Queued
 			j.RunAt = r.Now.Add(r.BackoffFor(j.Queue).Delay(j.Attempt, w.Jitter))
 			j.Percent = 0
 			j.Step = ""
 			break
 		}
-		j.State = Failed
+		j.State = jobtype.Failed
 		j.FinishedAt = r.Now
 	}
 	if !j.SameVisible(&before) {
@@ -355,7 +327,7 @@ func (w LeaseWrite) Apply(j *Job, r LeaseRules) (held bool) {
 type LeaseResult struct {
 	// Job is the job as committed by the write when Held, else as it
 	// is (the write changed nothing). Zero when Err is set.
-	Job  Job
+	Job  jobtype.Job
 	Held bool
 	// Err is ErrNotFound for a job that does not exist, else nil.
 	Err error
@@ -371,7 +343,7 @@ type Change struct {
 	Tenant  string
 	Kind    string
 	Queue   string
-	State   State
+	State   jobtype.State
 	RunAt   time.Time
 	// Local: the write was made through the Store that hears it, whose
 	// caller has the committed job already (an engine owns its Store).
@@ -392,7 +364,7 @@ type ScheduleRun struct {
 	// Job is the next run, complete as CreateJob takes it (the caller
 	// sets ID, State QUEUED, Version 1, times and RunAt); it is created
 	// only if the schedule is due. It should carry no UniqueKey.
-	Job Job
+	Job jobtype.Job
 }
 
 // ScheduleState is what the store keeps of one schedule: its latest run.
@@ -404,7 +376,7 @@ type ScheduleState struct {
 	// LastJobState is that job's state: PENDING, QUEUED or RUNNING while it
 	// is unfinished, the state it ended in afterwards (also once the job
 	// is deleted). "" only for a run whose job was deleted unfinished.
-	LastJobState State
+	LastJobState jobtype.State
 	// LastEndedAt is when the latest run ended (its FinishedAt, as
 	// committed with its end); zero while it is unfinished.
 	LastEndedAt time.Time
@@ -432,11 +404,11 @@ type Store interface {
 	// returns a *ConflictError and stores nothing.
 	// Retry: not blindly. A create that did commit fails when run again
 	// (its id is taken); a caller that retries reads j.ID first.
-	CreateJob(ctx context.Context, j Job) (Job, error)
+	CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, error)
 
 	// GetJob returns the job with id, or ErrNotFound. It is ReadJob with
 	// a zero JobRead. Retry: safe.
-	GetJob(ctx context.Context, id string) (Job, error)
+	GetJob(ctx context.Context, id string) (jobtype.Job, error)
 
 	// ReadJob returns the job with id as r says: only if it belongs to
 	// r.Tenant (when set), and without Payload and Result with
@@ -444,7 +416,7 @@ type Store interface {
 	// not exist, and the statement reads nothing of its row but its key
 	// and tenant, so neither the answer nor its cost tells a caller
 	// confined to one tenant that the job exists. Retry: safe.
-	ReadJob(ctx context.Context, id string, r JobRead) (Job, error)
+	ReadJob(ctx context.Context, id string, r JobRead) (jobtype.Job, error)
 
 	// ListJobs returns jobs matching f, newest first (by CreatedAt, ties
 	// by creation order, later first), and a token for the next page (""
@@ -454,7 +426,7 @@ type Store interface {
 	// ErrInvalidPageToken. Paging is by key, not offset: jobs created
 	// while a caller pages never shift later pages, so there are no gaps
 	// and no duplicates. Retry: safe.
-	ListJobs(ctx context.Context, f ListFilter) (jobs []Job, nextPageToken string, err error)
+	ListJobs(ctx context.Context, f ListFilter) (jobs []jobtype.Job, nextPageToken string, err error)
 
 	// UpdateJob reads job id, lets update change it, and commits the
 	// change only if the job is still as update saw it; otherwise it
@@ -472,7 +444,7 @@ type Store interface {
 	// the sweeps); a worker's reports go through WriteLeases.
 	// Retry: safe when update checks what it expects (a lease, a state),
 	// as every engine update does; the write is conditional on the row.
-	UpdateJob(ctx context.Context, id string, update func(*Job) error) (Job, error)
+	UpdateJob(ctx context.Context, id string, update func(*jobtype.Job) error) (jobtype.Job, error)
 
 	// ClaimJobs picks the oldest ready QUEUED jobs matching f (by RunAt,
 	// then creation order), up to len(c.LeaseIDs) of them, no more of any
@@ -550,7 +522,7 @@ type Store interface {
 
 	// CountByState returns how many jobs are in each state, for metrics.
 	// Retry: safe.
-	CountByState(ctx context.Context) (map[State]int64, error)
+	CountByState(ctx context.Context) (map[jobtype.State]int64, error)
 
 	// QueueStats returns, for each queue with at least one QUEUED or
 	// RUNNING job, its counts and the RunAt of its oldest ready job as of
@@ -581,7 +553,7 @@ type Store interface {
 	// survives the job's deletion. State of schedules not in runs is
 	// kept as it is. Retry: safe (a run created already makes the
 	// schedule unfinished or not yet due).
-	RunSchedules(ctx context.Context, runs []ScheduleRun, now time.Time) ([]Job, error)
+	RunSchedules(ctx context.Context, runs []ScheduleRun, now time.Time) ([]jobtype.Job, error)
 
 	// ChangeCursor returns a cursor for ListFilter.ChangedSince that
 	// means the same on every Store sharing the database: a later list

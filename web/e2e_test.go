@@ -21,6 +21,7 @@ import (
 	"github.com/jobwatch/jobwatch/internal/ci"
 	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/server"
 	"github.com/jobwatch/jobwatch/store"
 	"github.com/jobwatch/jobwatch/web"
@@ -102,7 +103,7 @@ type worker struct {
 	t   *testing.T
 	ctx context.Context
 	e   *jobs.Engine
-	job store.Job
+	job jobtype.Job
 }
 
 func claim(t *testing.T, ctx context.Context, e *jobs.Engine, kind string) *worker {
@@ -130,12 +131,12 @@ func (w *worker) complete(result string) {
 
 func (w *worker) fail(typ, msg string) {
 	w.t.Helper()
-	if _, err := w.e.Fail(w.ctx, w.job.ID, w.job.LeaseID, store.JobError{Type: typ, Message: msg}, false); err != nil {
+	if _, err := w.e.Fail(w.ctx, w.job.ID, w.job.LeaseID, jobtype.JobError{Type: typ, Message: msg}, false); err != nil {
 		w.t.Fatalf("fail: %v", err)
 	}
 }
 
-func submit(t *testing.T, ctx context.Context, e *jobs.Engine, kind, payload string) store.Job {
+func submit(t *testing.T, ctx context.Context, e *jobs.Engine, kind, payload string) jobtype.Job {
 	t.Helper()
 	j, err := e.Submit(ctx, jobs.SubmitRequest{Kind: kind, Payload: json.RawMessage(payload)})
 	if err != nil {
@@ -350,7 +351,7 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 	// The queue panel's rules, alerts and depths, from jobs of a tenant
 	// of their own (the queue panel shows every tenant's queues; the job
 	// list keeps showing the default tenant's four).
-	opsJob := func(t *testing.T, queue, kind string) store.Job {
+	opsJob := func(t *testing.T, queue, kind string) jobtype.Job {
 		t.Helper()
 		j, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Tenant: "ops", Queue: queue, Kind: kind})
 		if err != nil {
@@ -368,9 +369,9 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 
 	t.Run("a serial queue with pools shows its mode and pool use", func(t *testing.T) {
 		p.t = t
-		if err := srv.engine.SetRules(jobs.Rules{
+		if err := srv.engine.SetRules(jobtype.Rules{
 			Pools: map[string]int{"db": 4},
-			Queues: map[string]jobs.QueueRules{
+			Queues: map[string]jobtype.QueueRules{
 				"index":   {Serial: true, Uses: []string{"db"}},
 				"reports": {MaxRunning: 8, Uses: []string{"db"}},
 				"deploys": {AlertAfter: time.Second},
@@ -468,7 +469,7 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 	t.Run("a schedule shows its run while it is unfinished, then when the next comes", func(t *testing.T) {
 		p.t = t
 		rules := srv.engine.Rules()
-		rules.Schedules = []jobs.Schedule{{Name: "nightly-digest", Kind: "digest.send", Queue: "reports", Tenant: "ops", Every: time.Hour}}
+		rules.Schedules = []jobtype.Schedule{{Name: "nightly-digest", Kind: "digest.send", Queue: "reports", Tenant: "ops", Every: time.Hour}}
 		if err := srv.engine.SetRules(rules); err != nil {
 			t.Fatal(err)
 		}
@@ -549,7 +550,7 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 		p.t = t
 		// MaxJSONDepth levels: an object, then arrays down to a string.
 		nested := func(bottom string) string {
-			n := jobs.MaxJSONDepth - 1
+			n := jobtype.MaxJSONDepth - 1
 			return `{"deep":` + strings.Repeat("[", n) + strconv.Quote(bottom) + strings.Repeat("]", n) + `}`
 		}
 		deep := submit(t, ctx, srv.engine, "tree.walk", nested("payload-bottom"))

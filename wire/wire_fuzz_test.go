@@ -11,15 +11,14 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
-	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
-var storeStates = []store.State{store.Pending, store.Queued, store.Running,
-	store.Succeeded, store.Failed, store.Cancelled, store.Lost}
+var storeStates = []jobtype.State{jobtype.Pending, jobtype.Queued, jobtype.Running,
+	jobtype.Succeeded, jobtype.Failed, jobtype.Cancelled, jobtype.Lost}
 
 // FuzzJob converts fuzzed stored jobs for the wire. A job the engine could
-// have stored (text in UTF-8, payload and result that jobs.CheckPayload
+// have stored (text in UTF-8, payload and result that jobtype.CheckJSON
 // accepts) always converts, reads back equal from binary with protobuf's
 // default limits and, when its times fit in RFC 3339, from JSON; and its
 // payload and result read back from the wire as the JSON documents
@@ -35,7 +34,7 @@ func FuzzJob(f *testing.F) {
 		"", int64(1<<62), int64(-1<<62), "w")
 	f.Fuzz(func(t *testing.T, id, tenant, kind, queue string, state uint8, version int64, percent int32, step string,
 		payload, result []byte, errType, errMessage, uniqueKey string, createdNanos, finishedNanos int64, workerID string) {
-		j := store.Job{
+		j := jobtype.Job{
 			ID: id, Tenant: tenant, Kind: kind, Queue: queue,
 			State:   storeStates[int(state)%len(storeStates)],
 			Version: version, Percent: percent, Step: step,
@@ -46,7 +45,7 @@ func FuzzJob(f *testing.F) {
 			WorkerID:   workerID,
 		}
 		if errType != "" || errMessage != "" {
-			j.Error = &store.JobError{Type: errType, Message: errMessage}
+			j.Error = &jobtype.JobError{Type: errType, Message: errMessage}
 		}
 		pj, err := Job(&j)
 		storable := jsonOK(payload) && jsonOK(result)
@@ -110,9 +109,9 @@ func FuzzJob(f *testing.F) {
 }
 
 // jsonOK reports whether the engine would store raw as a payload or
-// result: none, or what jobs.CheckPayload accepts.
+// result: none, or what jobtype.CheckJSON accepts.
 func jsonOK(raw []byte) bool {
-	return raw == nil || jobs.CheckPayload(raw, jobs.DefaultMaxPayloadBytes) == nil
+	return raw == nil || jobtype.CheckJSON("payload", raw, jobtype.DefaultMaxPayloadBytes) == nil
 }
 
 // fuzzTime is the time nanos after the Unix epoch, and 0 the zero time:

@@ -6,12 +6,12 @@ import (
 	"time"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 func TestEveryStateMapsBothWays(t *testing.T) {
-	for _, s := range []store.State{store.Pending, store.Queued, store.Running,
-		store.Succeeded, store.Failed, store.Cancelled, store.Lost} {
+	for _, s := range []jobtype.State{jobtype.Pending, jobtype.Queued, jobtype.Running,
+		jobtype.Succeeded, jobtype.Failed, jobtype.Cancelled, jobtype.Lost} {
 		p := State(s)
 		if p == jobwatchv1.JobState_JOB_STATE_UNSPECIFIED {
 			t.Errorf("%s has no wire state", s)
@@ -27,11 +27,11 @@ func TestEveryStateMapsBothWays(t *testing.T) {
 
 func TestJobCarriesEveryFieldACallerSees(t *testing.T) {
 	at := time.Date(2026, 11, 29, 12, 0, 0, 123000, time.UTC)
-	j := store.Job{
-		ID: "j_1", Tenant: "acme", Kind: "report", Queue: "default", State: store.Failed,
+	j := jobtype.Job{
+		ID: "j_1", Tenant: "acme", Kind: "report", Queue: "default", State: jobtype.Failed,
 		Version: 7, Percent: 45, Step: "batch 5 of 11",
 		Payload: json.RawMessage(`{"month":"2026-11"}`), Result: json.RawMessage(`[1,2]`),
-		Error:   &store.JobError{Type: "TimeoutError", Message: "warehouse slow"},
+		Error:   &jobtype.JobError{Type: "TimeoutError", Message: "warehouse slow"},
 		Attempt: 2, MaxAttempts: 3, UniqueKey: "nov", CreatedAt: at, StartedAt: at,
 		UpdatedAt: at, FinishedAt: at, RunAt: at, WorkerID: "w1",
 		LeaseID: "l_secret",
@@ -57,7 +57,7 @@ func TestJobCarriesEveryFieldACallerSees(t *testing.T) {
 }
 
 func TestAbsentValuesStayAbsent(t *testing.T) {
-	pj, err := Job(&store.Job{ID: "j_2", State: store.Queued})
+	pj, err := Job(&jobtype.Job{ID: "j_2", State: jobtype.Queued})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestAbsentValuesStayAbsent(t *testing.T) {
 }
 
 func TestStoredJSONThatIsNotJSONIsAnError(t *testing.T) {
-	if _, err := Job(&store.Job{ID: "j_3", Payload: json.RawMessage(`{nope`)}); err == nil {
+	if _, err := Job(&jobtype.Job{ID: "j_3", Payload: json.RawMessage(`{nope`)}); err == nil {
 		t.Fatal("a corrupt payload converted without error")
 	}
 }

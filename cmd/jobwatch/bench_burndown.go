@@ -19,6 +19,7 @@ import (
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobs/inproc"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 	"github.com/jobwatch/jobwatch/store/postgres"
 	"github.com/jobwatch/jobwatch/store/sqlite"
@@ -241,12 +242,12 @@ func checkBurnedDown(ctx context.Context, st store.Store, depth, completed int64
 	if err != nil {
 		return fmt.Errorf("count jobs: %w", err)
 	}
-	if got := counts[store.Succeeded]; got < completed {
+	if got := counts[jobtype.Succeeded]; got < completed {
 		return fmt.Errorf("%d jobs SUCCEEDED, but the workers had %d completions acknowledged", got, completed)
 	}
-	if completed == depth && counts[store.Queued]+counts[store.Running] != 0 {
+	if completed == depth && counts[jobtype.Queued]+counts[jobtype.Running] != 0 {
 		return fmt.Errorf("all %d completions acknowledged, but %d jobs QUEUED and %d RUNNING remain",
-			depth, counts[store.Queued], counts[store.Running])
+			depth, counts[jobtype.Queued], counts[jobtype.Running])
 	}
 	return nil
 }

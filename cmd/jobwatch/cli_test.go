@@ -23,8 +23,8 @@ import (
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/internal/pgtest"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/server"
-	"github.com/jobwatch/jobwatch/store"
 	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
@@ -140,7 +140,7 @@ func (s *cliServer) submit(t *testing.T, req *jobwatchv1.SubmitJobRequest) strin
 	return j.GetId()
 }
 
-func (s *cliServer) claim(t *testing.T, kind string) store.Job {
+func (s *cliServer) claim(t *testing.T, kind string) jobtype.Job {
 	t.Helper()
 	j, err := s.Engine.Claim(context.Background(), jobs.ClaimRequest{WorkerID: "test", Kinds: []string{kind}},
 		time.Now().Add(5*time.Second))
@@ -170,7 +170,7 @@ func TestWaitExitStatusSaysHowTheJobEnded(t *testing.T) {
 		{"a job that fails exits 3", func(t *testing.T) string {
 			id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "bad"})
 			j := s.claim(t, "bad")
-			if _, err := s.Engine.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "QuotaError"}, false); err != nil {
+			if _, err := s.Engine.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "QuotaError"}, false); err != nil {
 				t.Fatal(err)
 			}
 			return id
@@ -280,7 +280,7 @@ func TestListShowsTheStepOfARetryAndTheErrorOfAnEndedJob(t *testing.T) {
 			t.Fatalf("claim attempt %d: %v", attempt, err)
 		}
 		if attempt == 1 {
-			if _, err := s.Engine.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "TimeoutError"}, true); err != nil {
+			if _, err := s.Engine.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "TimeoutError"}, true); err != nil {
 				t.Fatal(err)
 			}
 			continue
@@ -301,7 +301,7 @@ func TestListShowsTheStepOfARetryAndTheErrorOfAnEndedJob(t *testing.T) {
 	if err != nil || j.ID != failed {
 		t.Fatalf("claim = %v, %v", j.ID, err)
 	}
-	if _, err := s.Engine.Fail(ctx, j.ID, j.LeaseID, store.JobError{Type: "QuotaError", Message: "over quota"}, false); err != nil {
+	if _, err := s.Engine.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "QuotaError", Message: "over quota"}, false); err != nil {
 		t.Fatal(err)
 	}
 	if code, out, _ := runInProcess(t, "list", "--server", s.URL, "--state", "failed"); code != 0 || !strings.Contains(out, "QuotaError over quota") {

@@ -17,6 +17,7 @@ import (
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobs/inproc"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/server"
 	"github.com/jobwatch/jobwatch/store/sqlite"
 	"github.com/jobwatch/jobwatch/web"
@@ -233,10 +234,10 @@ func indent(text, prefix string) string {
 }
 
 // demoRules are demoConfig's rules.
-func demoRules() (jobs.Rules, error) {
+func demoRules() (jobtype.Rules, error) {
 	f, err := config.Parse("demo.yaml", []byte(demoConfig))
 	if err != nil {
-		return jobs.Rules{}, fmt.Errorf("the demo's configuration: %w", err)
+		return jobtype.Rules{}, fmt.Errorf("the demo's configuration: %w", err)
 	}
 	return f.Rules()
 }

@@ -10,7 +10,7 @@ import (
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
@@ -97,7 +97,7 @@ func TestCommandsShowAJobWhosePayloadCannotBeDecoded(t *testing.T) {
 		t.Fatal(err)
 	}
 	deep := strings.Repeat("[", 5000) + strings.Repeat("]", 5000) // past protobuf's decoding limit
-	if _, err := st.UpdateJob(ctx, id, func(j *store.Job) error {
+	if _, err := st.UpdateJob(ctx, id, func(j *jobtype.Job) error {
 		j.Payload = []byte(deep)
 		j.Version++
 		return nil
@@ -109,7 +109,7 @@ func TestCommandsShowAJobWhosePayloadCannotBeDecoded(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := s.claim(t, "tree")
-	if _, err := s.Engine.Fail(ctx, id, j.LeaseID, store.JobError{Type: "UndecodableJob", Message: "too deep"}, false); err != nil {
+	if _, err := s.Engine.Fail(ctx, id, j.LeaseID, jobtype.JobError{Type: "UndecodableJob", Message: "too deep"}, false); err != nil {
 		t.Fatal(err)
 	}
 

@@ -21,6 +21,7 @@ import (
 	"github.com/jobwatch/jobwatch/auth"
 	"github.com/jobwatch/jobwatch/config"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/server"
 	"github.com/jobwatch/jobwatch/store"
 	"github.com/jobwatch/jobwatch/store/postgres"
@@ -305,7 +306,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 
 	// The file is read before the database is opened, so a mistake in it
 	// changes nothing on disk.
-	var rules jobs.Rules
+	var rules jobtype.Rules
 	if f.config != "" {
 		if rules, err = loadRules(f.config); err != nil {
 			return fmt.Errorf("--config: %w", err)
@@ -480,10 +481,10 @@ func serveMetrics(srv *server.Server, addr string, log *slog.Logger) (listening 
 // loadRules reads the configuration file at path into the rules the
 // engine keeps: every key of the format, schedules included (see
 // config.File.Rules).
-func loadRules(path string) (jobs.Rules, error) {
+func loadRules(path string) (jobtype.Rules, error) {
 	f, err := config.Load(path)
 	if err != nil {
-		return jobs.Rules{}, err
+		return jobtype.Rules{}, err
 	}
 	return f.Rules()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -13,7 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/jobwatch/jobwatch/auth"
-	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 const tokenUsage = `Usage: jobwatch token new --role client|worker|admin|metrics [flags]
@@ -105,9 +104,8 @@ func tokenEntry(digest string, role auth.Role, tenant string, tenants, kinds []s
 	}
 	for flag, names := range map[string][]string{"tenant": {tenant}, "tenants": tenants, "kinds": kinds} {
 		for _, name := range names {
-			var invalid *jobs.InvalidError
-			if err := jobs.CheckName("--"+flag, name); name != "" && errors.As(err, &invalid) {
-				return "", usageError{fmt.Sprintf("--%s %q: %s", flag, name, invalid.Reason)}
+			if reason := jobtype.NameReason(name); name != "" && reason != "" {
+				return "", usageError{fmt.Sprintf("--%s %q: %s", flag, name, reason)}
 			}
 		}
 	}

@@ -330,7 +330,7 @@ func execHandler(command string, env []string, out io.Writer, kill time.Duration
 }
 
 // maxStdoutLine is the longest stdout line the worker reads as a progress,
-// error or result line; a result is far smaller (jobs.DefaultMaxPayloadBytes).
+// error or result line; a result is far smaller (jobtype.DefaultMaxPayloadBytes).
 // A longer line is only output: it is copied to stderr in pieces, and the
 // lines after it are still read.
 const maxStdoutLine = 4 << 20

@@ -369,9 +369,10 @@ func (r *Reader) String(n *yaml.Node, key string) (string, bool) {
 	return resolve(n).Value, true
 }
 
-// Name reads a non-empty string that check accepts; check's error is
-// the reason, and the value is not shown.
-func (r *Reader) Name(n *yaml.Node, key string, check func(string) error) (string, bool) {
+// Name reads a non-empty string that check accepts: check returns why a
+// string cannot be a name, or "" (jobtype.NameReason is one). The value
+// is not shown.
+func (r *Reader) Name(n *yaml.Node, key string, check func(string) string) (string, bool) {
 	s, ok := r.String(n, key)
 	if !ok {
 		return "", false
@@ -380,8 +381,8 @@ func (r *Reader) Name(n *yaml.Node, key string, check func(string) error) (strin
 		r.Fail(resolve(n), key, "must not be empty")
 		return "", false
 	}
-	if err := check(s); err != nil {
-		r.Fail(resolve(n), key, "%v", err)
+	if reason := check(s); reason != "" {
+		r.Fail(resolve(n), key, "%s", reason)
 		return "", false
 	}
 	return s, true
@@ -389,7 +390,7 @@ func (r *Reader) Name(n *yaml.Node, key string, check func(string) error) (strin
 
 // Names reads a list of names, each as Name reads it, in the file's
 // order; what a name listed twice means is the caller's to decide.
-func (r *Reader) Names(n *yaml.Node, key string, check func(string) error) ([]string, bool) {
+func (r *Reader) Names(n *yaml.Node, key string, check func(string) string) ([]string, bool) {
 	var names []string
 	ok := r.List(n, key, func(k string, v *yaml.Node) {
 		if s, ok := r.Name(v, k, check); ok {
@@ -481,7 +482,7 @@ func (r *Reader) Duration(n *yaml.Node, key string) (time.Duration, bool) {
 // as pool names): each key must be a name check accepts, given once, with
 // a value. entry is called with the key's path ("pools.db"), the name and
 // the value, aliases followed. It reports false when n is no mapping.
-func (r *Reader) Entries(n *yaml.Node, key string, check func(string) error, entry func(key, name string, v *yaml.Node)) bool {
+func (r *Reader) Entries(n *yaml.Node, key string, check func(string) string, entry func(key, name string, v *yaml.Node)) bool {
 	n = resolve(n)
 	if n.Kind != yaml.MappingNode {
 		r.Fail(n, key, "must be a mapping (key: value lines), got %s", describe(n))

@@ -67,11 +67,11 @@ func read(t *testing.T, text string, field func(r *yamlread.Reader, key string, 
 }
 
 func TestEveryMistakeSaysWhatItFoundWithoutRepeatingIt(t *testing.T) {
-	noName := func(s string) error {
+	noName := func(s string) string {
 		if strings.Contains(s, " ") {
-			return errors.New("may not contain a space")
+			return "may not contain a space"
 		}
-		return nil
+		return ""
 	}
 	str := func(r *yamlread.Reader, k string, v *yaml.Node) { r.String(v, k) }
 	tests := []struct {
@@ -118,7 +118,7 @@ func TestAliasesAreFollowedWhereverAValueMayStand(t *testing.T) {
 	var every time.Duration
 	err := read(t, "anchor: {names: &n [a, b], every: &e 5m}\nv: {names: *n, every: *e}\n", func(r *yamlread.Reader, k string, v *yaml.Node) {
 		r.Mapping(v, k, yamlread.Fields{
-			"names": func(k string, v *yaml.Node) { got, _ = r.Names(v, k, func(string) error { return nil }) },
+			"names": func(k string, v *yaml.Node) { got, _ = r.Names(v, k, func(string) string { return "" }) },
 			"every": func(k string, v *yaml.Node) { every, _ = r.Duration(v, k) },
 		})
 	})
@@ -138,11 +138,11 @@ func TestEntriesReadKeysTheFileChooses(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := map[string]int{}
-	r.Entries(root, "pools", func(s string) error {
+	r.Entries(root, "pools", func(s string) string {
 		if strings.Contains(s, " ") {
-			return errors.New("may not contain a space")
+			return "may not contain a space"
 		}
-		return nil
+		return ""
 	}, func(k, name string, v *yaml.Node) { got[name], _ = r.Int(v, k, 1, 10) })
 	want := "f.yaml:3:1: pools.db: given twice\nf.yaml:4:1: pools: may not contain a space\nf.yaml:5:1: pools.empty: has no value"
 	if err := r.Err(); err == nil || err.Error() != want || got["db"] != 4 || got["cache"] != 2 {

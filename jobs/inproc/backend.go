@@ -54,7 +54,7 @@ func (b engineBackend) ClaimJobs(ctx context.Context, workerID string, kinds, qu
 	// it with a timer.
 	deadline := time.Now().Add(b.claimCap)
 	js, err := b.e.ClaimJobs(ctx, jobs.ClaimRequest{WorkerID: workerID, Kinds: kinds, Queues: queues}, max, deadline)
-	if errors.Is(err, jobs.ErrNoJob) {
+	if errors.Is(err, jobtype.ErrNoJob) {
 		return nil, nil, nil
 	}
 	if err != nil {
@@ -99,13 +99,13 @@ func (b engineBackend) Fail(ctx context.Context, l *client.Lease, jerr *jobwatch
 
 // engineError maps the engine's errors onto what a Worker branches on.
 func engineError(err error) error {
-	var invalid *jobs.InvalidError
-	var tooLarge *jobs.TooLargeError
+	var invalid *jobtype.InvalidError
+	var tooLarge *jobtype.TooLargeError
 	var state *jobs.StateError
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, jobs.ErrStaleLease), errors.Is(err, jobs.ErrNotFound), errors.As(err, &state):
+	case errors.Is(err, jobs.ErrStaleLease), errors.Is(err, jobtype.ErrNotFound), errors.As(err, &state):
 		return fmt.Errorf("%w: %w", client.ErrLeaseLost, err)
 	case errors.As(err, &invalid), errors.As(err, &tooLarge):
 		return fmt.Errorf("%w: %w", client.ErrRefused, err)

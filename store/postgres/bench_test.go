@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/internal/pgtest"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -43,17 +44,17 @@ func BenchmarkWriteCycle(b *testing.B) {
 					// running beside it (ErrNoJob after claimAttempts), as
 					// a worker's may; a worker claims again, so does this.
 					j, _, err := store.ClaimOne(ctx, s, f, c)
-					for errors.Is(err, store.ErrNoJob) {
+					for errors.Is(err, jobtype.ErrNoJob) {
 						j, _, err = store.ClaimOne(ctx, s, f, c)
 					}
 					if err != nil {
 						return fmt.Errorf("claim: %w", err)
 					}
-					_, err = s.UpdateJob(ctx, j.ID, func(j *store.Job) error {
-						if j.State != store.Running {
+					_, err = s.UpdateJob(ctx, j.ID, func(j *jobtype.Job) error {
+						if j.State != jobtype.Running {
 							return errors.New("not running")
 						}
-						j.State, j.Result, j.FinishedAt, j.LeaseID = store.Succeeded, []byte(`"ok"`), at, ""
+						j.State, j.Result, j.FinishedAt, j.LeaseID = jobtype.Succeeded, []byte(`"ok"`), at, ""
 						return nil
 					})
 					return err
@@ -200,11 +201,11 @@ func BenchmarkClaimAtDepth(b *testing.B) {
 					b.StopTimer()
 					got := claim(b, 1)
 					b.StartTimer()
-					_, err := s.UpdateJob(ctx, got[0].Job.ID, func(j *store.Job) error {
-						if j.State != store.Running || j.LeaseID != got[0].Job.LeaseID {
+					_, err := s.UpdateJob(ctx, got[0].Job.ID, func(j *jobtype.Job) error {
+						if j.State != jobtype.Running || j.LeaseID != got[0].Job.LeaseID {
 							return errors.New("lease lost")
 						}
-						j.State, j.Percent, j.Result, j.Error, j.FinishedAt = store.Succeeded, 100, []byte(`"ok"`), nil, now
+						j.State, j.Percent, j.Result, j.Error, j.FinishedAt = jobtype.Succeeded, 100, []byte(`"ok"`), nil, now
 						j.LeaseID, j.LeaseExpiresAt, j.UpdatedAt = "", time.Time{}, now
 						return nil
 					})

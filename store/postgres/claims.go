@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -464,21 +465,21 @@ func (s *Store) lockKeys(f store.ClaimFilter) []int64 {
 // that found nothing anyway; this saves it a park and a wake-up.
 func (s *Store) ClaimJobs(ctx context.Context, f store.ClaimFilter, c store.Claim) ([]store.Claimed, error) {
 	if len(c.LeaseIDs) == 0 {
-		return nil, store.ErrNoJob
+		return nil, jobtype.ErrNoJob
 	}
 	f.Now = micro(f.Now)
 	query, args := claimQuery(f, c)
 	keys := s.lockKeys(f)
 	for attempt := 1; ; attempt++ {
 		claimed, err := s.claim(ctx, keys, query, args)
-		if !errors.Is(err, store.ErrNoJob) || attempt == claimAttempts {
+		if !errors.Is(err, jobtype.ErrNoJob) || attempt == claimAttempts {
 			return claimed, err
 		}
 		// The claim's snapshot may predate jobs committed while it ran,
 		// and the jobs it saw may have been taken meanwhile: if a fresh
 		// read finds one ready, claim again.
 		if _, ok, err := s.nextReady(ctx, f, true); err != nil || !ok {
-			return nil, store.ErrNoJob
+			return nil, jobtype.ErrNoJob
 		}
 	}
 }
@@ -516,7 +517,7 @@ func (s *Store) claim(ctx context.Context, keys []int64, query string, args []an
 		return nil, fmt.Errorf("claim jobs: %w", classify(err))
 	}
 	if len(claimed) == 0 {
-		return nil, store.ErrNoJob
+		return nil, jobtype.ErrNoJob
 	}
 	for _, c := range claimed {
 		s.announce(c.Job)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/jobwatch/jobwatch/internal/pgtest"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -279,7 +280,7 @@ func TestClaimPlanSeeksIndexesWithStaleStatistics(t *testing.T) {
 	// Lease writes find each job by id, never by a walk of the RUNNING
 	// jobs.
 	writes := func(t *testing.T) {
-		e := &store.JobError{Type: "Timeout", Message: "too slow"}
+		e := &jobtype.JobError{Type: "Timeout", Message: "too slow"}
 		ws := []store.LeaseWrite{
 			{Op: store.Heartbeat, JobID: "job-1", LeaseID: "", Percent: 50, Step: "half"},
 			{Op: store.Complete, JobID: "job-101", LeaseID: "", Result: []byte(`1`)},

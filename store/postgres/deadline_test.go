@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/internal/pgtest"
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // TestACallersDeadlineWhileWaitingForAConnectionIsNoStoreFailure: a write
 // whose caller's deadline passes while every connection of the pool is
 // busy answers with the caller's deadline (context.DeadlineExceeded),
-// not store.ErrUnavailable, and starts no "refuses writes" episode: the
+// not jobtype.ErrUnavailable, and starts no "refuses writes" episode: the
 // database is fine, the caller was short of time. The write changed
 // nothing, and the next one goes through.
 func TestACallersDeadlineWhileWaitingForAConnectionIsNoStoreFailure(t *testing.T) {
@@ -31,7 +31,7 @@ func TestACallersDeadlineWhileWaitingForAConnectionIsNoStoreFailure(t *testing.T
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	_, err = s.CreateJob(ctx, job("hasty", "default", 0))
-	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrUnavailable) {
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jobtype.ErrUnavailable) {
 		t.Errorf("a write that waited for a connection past its caller's deadline: %v, want context.DeadlineExceeded only", err)
 	}
 	if s.writes.episodes.Failing() {
@@ -39,7 +39,7 @@ func TestACallersDeadlineWhileWaitingForAConnectionIsNoStoreFailure(t *testing.T
 	}
 	conn.Release()
 	mustCreate(t, s, job("patient", "default", 1))
-	if _, err := s.GetJob(t.Context(), "hasty"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.GetJob(t.Context(), "hasty"); !errors.Is(err, jobtype.ErrNotFound) {
 		t.Errorf("the hasty write: %v, want ErrNotFound", err)
 	}
 }

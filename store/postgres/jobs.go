@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -41,7 +42,7 @@ const holderQuery = `SELECT id FROM jobs
 const conflictAttempts = 3
 
 // CreateJob implements store.Store.
-func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
+func (s *Store) CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, error) {
 	j = normalize(j)
 	for attempt := 1; ; attempt++ {
 		err := s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
@@ -53,18 +54,18 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 			return j, nil
 		}
 		if !isUniqueViolation(err, "jobs_unique_active") || attempt == conflictAttempts {
-			return store.Job{}, fmt.Errorf("create job %s: %w", j.ID, classify(err))
+			return jobtype.Job{}, fmt.Errorf("create job %s: %w", j.ID, classify(err))
 		}
 		if conflict := s.activeHolder(ctx, j); conflict != nil {
-			return store.Job{}, conflict
+			return jobtype.Job{}, conflict
 		}
 	}
 }
 
 // activeHolder explains a unique violation on jobs_unique_active while
-// writing j: the *store.ConflictError naming the holder, nil if none holds
+// writing j: the *jobtype.ConflictError naming the holder, nil if none holds
 // the key any more (the caller tries again), or the lookup's own error.
-func (s *Store) activeHolder(ctx context.Context, j store.Job) error {
+func (s *Store) activeHolder(ctx context.Context, j jobtype.Job) error {
 	var id string
 	err := s.pool.QueryRow(ctx, holderQuery, j.Tenant, j.UniqueKey, j.ID).Scan(&id)
 	switch {
@@ -73,13 +74,13 @@ func (s *Store) activeHolder(ctx context.Context, j store.Job) error {
 	case err != nil:
 		return fmt.Errorf("job %s: look up the active job with unique key %q: %w", j.ID, j.UniqueKey, classify(err))
 	}
-	return &store.ConflictError{ActiveID: id, UniqueKey: j.UniqueKey}
+	return &jobtype.ConflictError{ActiveID: id, UniqueKey: j.UniqueKey}
 }
 
 func (s *Store) getJob(ctx context.Context, id string) (storedRow, error) {
 	row, err := scanJob(s.pool.QueryRow(ctx, "SELECT "+columns+" FROM jobs WHERE id = $1", id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return storedRow{}, fmt.Errorf("job %s: %w", id, store.ErrNotFound)
+		return storedRow{}, fmt.Errorf("job %s: %w", id, jobtype.ErrNotFound)
 	}
 	if err != nil {
 		return storedRow{}, fmt.Errorf("get job %s: %w", id, classify(err))
@@ -88,7 +89,7 @@ func (s *Store) getJob(ctx context.Context, id string) (storedRow, error) {
 }
 
 // GetJob implements store.Store.
-func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
+func (s *Store) GetJob(ctx context.Context, id string) (jobtype.Job, error) {
 	row, err := s.getJob(ctx, id)
 	return row.job, err
 }
@@ -96,7 +97,7 @@ func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
 // ReadJob implements store.Store. The tenant is compared in the WHERE, so
 // a row of another tenant is never returned, and its payload and result,
 // stored out of line (TOAST) once they are large, are never fetched.
-func (s *Store) ReadJob(ctx context.Context, id string, r store.JobRead) (store.Job, error) {
+func (s *Store) ReadJob(ctx context.Context, id string, r store.JobRead) (jobtype.Job, error) {
 	selected, where, args := columns, "id = $1", []any{id}
 	if r.Summary {
 		selected = summaryColumns
@@ -106,10 +107,10 @@ func (s *Store) ReadJob(ctx context.Context, id string, r store.JobRead) (store.
 	}
 	row, err := scanJob(s.pool.QueryRow(ctx, "SELECT "+selected+" FROM jobs WHERE "+where, args...))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return store.Job{}, fmt.Errorf("job %s: %w", id, store.ErrNotFound)
+		return jobtype.Job{}, fmt.Errorf("job %s: %w", id, jobtype.ErrNotFound)
 	}
 	if err != nil {
-		return store.Job{}, fmt.Errorf("get job %s: %w", id, classify(err))
+		return jobtype.Job{}, fmt.Errorf("get job %s: %w", id, classify(err))
 	}
 	return row.job, nil
 }
@@ -126,9 +127,9 @@ const optimisticUpdates = 8
 
 // updated is the outcome of one try of UpdateJob's write.
 type updated struct {
-	job     store.Job // the committed job, or the one the write tried
-	changed bool      // the write raised the version: announce it
-	raced   bool      // another write came between the read and the write
+	job     jobtype.Job // the committed job, or the one the write tried
+	changed bool        // the write raised the version: announce it
+	raced   bool        // another write came between the read and the write
 }
 
 // funcError carries the error of UpdateJob's func, which UpdateJob
@@ -145,7 +146,7 @@ func (e funcError) Error() string { return e.err.Error() }
 // optimisticUpdates). So it ends after at most optimisticUpdates + 1
 // reads, and conflictAttempts more when a unique key's holder ends under
 // it.
-func (s *Store) UpdateJob(ctx context.Context, id string, update func(*store.Job) error) (store.Job, error) {
+func (s *Store) UpdateJob(ctx context.Context, id string, update func(*jobtype.Job) error) (jobtype.Job, error) {
 	conflicts := 0
 	for attempt := 1; ; attempt++ {
 		var (
@@ -160,17 +161,17 @@ func (s *Store) UpdateJob(ctx context.Context, id string, update func(*store.Job
 		var fe funcError
 		switch {
 		case errors.As(err, &fe):
-			return store.Job{}, fe.err
+			return jobtype.Job{}, fe.err
 		case isUniqueViolation(err, "jobs_unique_active") && conflicts < conflictAttempts:
 			conflicts++
 			if conflict := s.activeHolder(ctx, u.job); conflict != nil {
-				return store.Job{}, conflict
+				return jobtype.Job{}, conflict
 			}
 			continue
-		case errors.Is(err, store.ErrNotFound):
-			return store.Job{}, err
+		case errors.Is(err, jobtype.ErrNotFound):
+			return jobtype.Job{}, err
 		case err != nil:
-			return store.Job{}, fmt.Errorf("update job %s: %w", id, classify(err))
+			return jobtype.Job{}, fmt.Errorf("update job %s: %w", id, classify(err))
 		case u.raced:
 			continue // written since the read: read again
 		}
@@ -184,14 +185,14 @@ func (s *Store) UpdateJob(ctx context.Context, id string, update func(*store.Job
 // change lets update change old and returns what to write (with the
 // version store.Versioned decides), and whether there is anything to
 // write.
-func change(id string, old store.Job, update func(*store.Job) error) (store.Job, bool, error) {
+func change(id string, old jobtype.Job, update func(*jobtype.Job) error) (jobtype.Job, bool, error) {
 	next := normalize(old)
 	if err := update(&next); err != nil {
-		return store.Job{}, false, funcError{err}
+		return jobtype.Job{}, false, funcError{err}
 	}
 	next = normalize(next)
 	if next.ID != old.ID {
-		return store.Job{}, false, fmt.Errorf("update job %s: the id cannot change (to %q)", id, next.ID)
+		return jobtype.Job{}, false, fmt.Errorf("update job %s: the id cannot change (to %q)", id, next.ID)
 	}
 	next = store.Versioned(old, next)
 	return next, !sameStored(next, old), nil
@@ -199,7 +200,7 @@ func change(id string, old store.Job, update func(*store.Job) error) (store.Job,
 
 // updateOptimistic is one try of UpdateJob without a lock: the read, and
 // the write if the row's revision is still the one read.
-func (s *Store) updateOptimistic(ctx context.Context, id string, update func(*store.Job) error) (updated, error) {
+func (s *Store) updateOptimistic(ctx context.Context, id string, update func(*jobtype.Job) error) (updated, error) {
 	old, err := s.getJob(ctx, id)
 	if err != nil {
 		return updated{}, err
@@ -222,14 +223,14 @@ func (s *Store) updateOptimistic(ctx context.Context, id string, update func(*st
 // updateLocked is UpdateJob's try that cannot lose: the read locks the
 // row, in a transaction that also writes it. A caller that leaves while
 // update runs writes nothing.
-func (s *Store) updateLocked(ctx context.Context, id string, update func(*store.Job) error) (updated, error) {
+func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtype.Job) error) (updated, error) {
 	var u updated
 	err := s.write(ctx, func(wctx context.Context, conn *pgxpool.Conn) error {
 		u = updated{}
 		return pgx.BeginFunc(wctx, conn, func(tx pgx.Tx) error {
 			old, err := scanJob(tx.QueryRow(wctx, "SELECT "+columns+" FROM jobs WHERE id = $1 FOR NO KEY UPDATE", id))
 			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("job %s: %w", id, store.ErrNotFound)
+				return fmt.Errorf("job %s: %w", id, jobtype.ErrNotFound)
 			}
 			if err != nil {
 				return err
@@ -271,7 +272,7 @@ const (
 // in list order and returns only the rows that fit, and the first that
 // does not with no payload or result: so a page of large jobs reads at
 // most MaxBytes of them.
-func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, string, error) {
+func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]jobtype.Job, string, error) {
 	var (
 		where = []string{"true"}
 		args  []any
@@ -350,7 +351,7 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, 
 	}
 	defer rows.Close()
 	var (
-		jobs    []store.Job
+		jobs    []jobtype.Job
 		lastKey int64
 		lastSeq int64
 	)

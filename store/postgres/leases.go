@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -134,7 +135,7 @@ func (s *Store) WriteLeases(ctx context.Context, ws []store.LeaseWrite, r store.
 		args[i] = append(leaseWriteArgs(ws, round), rules...)
 	}
 	results := make([]store.LeaseResult, len(ws))
-	var changed []store.Job
+	var changed []jobtype.Job
 	err := s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
 		clear(results)
 		changed = changed[:0]
@@ -161,7 +162,7 @@ func (s *Store) WriteLeases(ctx context.Context, ws []store.LeaseWrite, r store.
 	// lost to a change committed while it ran: read what that made.
 	var raced []string
 	for i, res := range results {
-		if !res.Held && res.Job.State == store.Running && res.Job.LeaseID == ws[i].LeaseID {
+		if !res.Held && res.Job.State == jobtype.Running && res.Job.LeaseID == ws[i].LeaseID {
 			raced = append(raced, ws[i].JobID)
 		}
 	}
@@ -172,7 +173,7 @@ func (s *Store) WriteLeases(ctx context.Context, ws []store.LeaseWrite, r store.
 	}
 	for i, res := range results {
 		if !res.Held && res.Job.ID == "" {
-			results[i].Err = fmt.Errorf("job %s: %w", ws[i].JobID, store.ErrNotFound)
+			results[i].Err = fmt.Errorf("job %s: %w", ws[i].JobID, jobtype.ErrNotFound)
 		}
 	}
 	// A job written twice is announced at each version it reached.
@@ -190,7 +191,7 @@ func (s *Store) readRaced(ctx context.Context, ws []store.LeaseWrite, ids []stri
 		return fmt.Errorf("write leases: read the jobs whose lease broke meanwhile: %w", classify(err))
 	}
 	defer rows.Close()
-	now := map[string]store.Job{}
+	now := map[string]jobtype.Job{}
 	for rows.Next() {
 		row, err := scanJob(rows)
 		if err != nil {
@@ -212,7 +213,7 @@ func (s *Store) readRaced(ctx context.Context, ws []store.LeaseWrite, ids []stri
 // readLeaseResults reads one round's rows into results (by the index in
 // ws of the write each answers) and appends the jobs whose version the
 // write raised to changed.
-func readLeaseResults(br pgx.BatchResults, round []int, results []store.LeaseResult, changed *[]store.Job) error {
+func readLeaseResults(br pgx.BatchResults, round []int, results []store.LeaseResult, changed *[]jobtype.Job) error {
 	rows, err := br.Query()
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -27,7 +28,7 @@ func TestRetryRunAtIsApplysAtTheEdgesOfBackoff(t *testing.T) {
 		{Initial: -time.Second, Max: time.Minute},
 	}
 	var (
-		jobs []store.Job
+		jobs []jobtype.Job
 		ws   []store.LeaseWrite
 	)
 	rules := store.LeaseRules{Now: t0.Add(time.Hour + 789*time.Nanosecond), Lease: time.Minute,
@@ -38,10 +39,10 @@ func TestRetryRunAtIsApplysAtTheEdgesOfBackoff(t *testing.T) {
 		for _, attempt := range []int32{0, 1, 2, 7, 40, 100, math.MaxInt32 - 1} {
 			for _, jitter := range []float64{0, 0.5, 0.999999, math.Nextafter(1, 0)} {
 				j := job(fmt.Sprintf("job-%d-%d-%v", b, attempt, jitter), queue, 0)
-				j.State, j.Attempt, j.MaxAttempts, j.LeaseID, j.WorkerID = store.Running, attempt, math.MaxInt32, "lease", "w"
+				j.State, j.Attempt, j.MaxAttempts, j.LeaseID, j.WorkerID = jobtype.Running, attempt, math.MaxInt32, "lease", "w"
 				jobs = append(jobs, mustCreate(t, s, j))
 				ws = append(ws, store.LeaseWrite{Op: store.Fail, JobID: j.ID, LeaseID: "lease",
-					Error: &store.JobError{Type: "Boom", Message: "no"}, Retry: true, Jitter: jitter})
+					Error: &jobtype.JobError{Type: "Boom", Message: "no"}, Retry: true, Jitter: jitter})
 			}
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/jobwatch/jobwatch/internal/backoff"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -52,7 +53,7 @@ func (c cursor) String() string {
 func decodeCursor(s string) (cursor, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(b) != 17 || b[0] != cursorFormat {
-		return cursor{}, fmt.Errorf("list jobs: change cursor: %w", store.ErrInvalidPageToken)
+		return cursor{}, fmt.Errorf("list jobs: change cursor: %w", jobtype.ErrInvalidPageToken)
 	}
 	return cursor{xmin: binary.BigEndian.Uint64(b[1:]), seq: int64(binary.BigEndian.Uint64(b[9:]))}, nil
 }
@@ -261,7 +262,7 @@ func (s *Store) catchUp(ctx context.Context, conn *pgx.Conn, since uint64) ([]st
 			continue // no change: the row carries only the cursor
 		}
 		changes = append(changes, store.Change{JobID: id.String, Version: version.Int64, Tenant: tenant.String,
-			Kind: kind.String, Queue: queue.String, State: store.State(state.String), RunAt: fromTime(runAt)})
+			Kind: kind.String, Queue: queue.String, State: jobtype.State(state.String), RunAt: fromTime(runAt)})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, 0, err

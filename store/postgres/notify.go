@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -110,13 +111,13 @@ func (n *notifier) close() {
 }
 
 // changeOf is the change a write of j committed.
-func changeOf(j store.Job) store.Change {
+func changeOf(j jobtype.Job) store.Change {
 	return store.Change{JobID: j.ID, Version: j.Version, Tenant: j.Tenant, Kind: j.Kind,
 		Queue: j.Queue, State: j.State, RunAt: j.RunAt}
 }
 
 // announce hands the change of a committed write of j to the notifier.
-func (s *Store) announce(j store.Job) { s.notifier.add(changeOf(j)) }
+func (s *Store) announce(j jobtype.Job) { s.notifier.add(changeOf(j)) }
 
 // sendChanges notifies changes in one round trip: one transaction that
 // commits without waiting for its WAL flush, so it holds the cluster's
@@ -274,7 +275,7 @@ func parseChanges(payload string) ([]store.Change, error) {
 				return nil, err
 			}
 		}
-		c.State = store.State(state)
+		c.State = jobtype.State(state)
 		if runAt != nil {
 			c.RunAt = time.UnixMicro(*runAt).UTC()
 		}
@@ -303,7 +304,7 @@ func scanChanges(payload string) (changes []store.Change, ok bool) {
 			p.byte(',') && p.int(&runAt, &null) && p.byte(']')) {
 			return nil, false
 		}
-		c.State = store.State(state)
+		c.State = jobtype.State(state)
 		if !null {
 			c.RunAt = time.UnixMicro(runAt).UTC()
 		}

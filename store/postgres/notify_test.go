@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/jobwatch/jobwatch/internal/pgtest"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -19,7 +20,7 @@ func TestPackedChangesStayUnderTheBoundAndReadBackInOrder(t *testing.T) {
 	var changes []store.Change
 	for i := range 200 {
 		c := store.Change{JobID: fmt.Sprintf("job-%03d", i), Version: int64(i + 1), Tenant: "acme",
-			Kind: "email", Queue: strings.Repeat("q", i%128), State: store.Queued}
+			Kind: "email", Queue: strings.Repeat("q", i%128), State: jobtype.Queued}
 		if i%2 == 0 {
 			c.RunAt = t0.Add(time.Duration(i) * time.Microsecond)
 		}
@@ -53,12 +54,12 @@ func TestPackedChangesReadBackWhateverTheirStringsHold(t *testing.T) {
 	var changes []store.Change
 	for i, v := range odd {
 		changes = append(changes, store.Change{JobID: "j" + v, Version: int64(i), Tenant: v, Kind: "k" + v,
-			Queue: v + "q", State: store.State(v), RunAt: t0.Add(time.Duration(-i) * time.Hour)})
+			Queue: v + "q", State: jobtype.State(v), RunAt: t0.Add(time.Duration(-i) * time.Hour)})
 	}
 	for _, c := range changes {
 		want := c
 		want.JobID, want.Tenant, want.Kind, want.Queue = valid(c.JobID), valid(c.Tenant), valid(c.Kind), valid(c.Queue)
-		want.State = store.State(valid(string(c.State)))
+		want.State = jobtype.State(valid(string(c.State)))
 		payloads := packChanges([]store.Change{c}, maxPayload)
 		if len(payloads) != 1 {
 			t.Fatalf("%d payloads for one change", len(payloads))
@@ -86,7 +87,7 @@ func valid(v string) string { return strings.ToValidUTF8(v, "\uFFFD") }
 // Whatever payload arrives, the hand-written reader agrees with
 // encoding/json's or leaves it to it.
 func FuzzParseChanges(f *testing.F) {
-	f.Add(packChanges([]store.Change{{JobID: "j_1", Version: 2, Tenant: "t", Kind: "k", Queue: "q", State: store.Queued}}, maxPayload)[0])
+	f.Add(packChanges([]store.Change{{JobID: "j_1", Version: 2, Tenant: "t", Kind: "k", Queue: "q", State: jobtype.Queued}}, maxPayload)[0])
 	f.Add(`[["a",1,"b","c","d","e",null],["f",-2,"g","h","i","j",17]]`)
 	f.Add(`[["a\"",1,"b","c","d","e",null]]`)
 	f.Fuzz(func(t *testing.T, payload string) {
@@ -129,7 +130,7 @@ func TestListenCatchesUpWithAChangeNeverNotified(t *testing.T) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := l.changes[len(l.changes)-1]
-	if c != (store.Change{JobID: "silent", Version: 2, Tenant: "acme", Kind: "email", Queue: "default", State: store.Queued, RunAt: t0}) {
+	if c != (store.Change{JobID: "silent", Version: 2, Tenant: "acme", Kind: "email", Queue: "default", State: jobtype.Queued, RunAt: t0}) {
 		t.Errorf("change %+v, want every field of the job at version 2, not Local", c)
 	}
 	for _, c := range l.changes {

@@ -28,7 +28,7 @@
 // the server's synchronous_commit gives; one whose caller left before it
 // was sent changed nothing, and once sent it runs to its end. Errors that
 // mean the database cannot be reached (refused or lost connections,
-// shutdowns, timeouts) wrap store.ErrUnavailable. The pool's settings
+// shutdowns, timeouts) wrap jobtype.ErrUnavailable. The pool's settings
 // (pool_max_conns and the like) come from the URL, as pgxpool reads them,
 // but for a pool of DefaultMaxConns when the URL sets no size.
 //
@@ -53,6 +53,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -93,7 +94,7 @@ var _ store.Store = (*Store)(nil)
 // Open connects to the database at url (a postgres:// URL or a key=value
 // connection string; search_path, if given, names the schema), applies
 // the migrations it lacks and returns the store. A database it cannot
-// reach returns an error wrapping store.ErrUnavailable; one migrated by a
+// reach returns an error wrapping jobtype.ErrUnavailable; one migrated by a
 // newer jobwatch, ErrSchemaTooNew.
 func Open(ctx context.Context, url string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
@@ -171,7 +172,7 @@ func (s *Store) Close() error {
 // its end whatever the caller does (its context reaches the statement
 // only for its values), so that an error from a write the caller left
 // always means it changed nothing. Only a lost connection leaves the
-// outcome unknown, and that error wraps store.ErrUnavailable.
+// outcome unknown, and that error wraps jobtype.ErrUnavailable.
 //
 // A write that failed before anything was sent (a connection found dead
 // as the write began) runs again once, on another connection.
@@ -203,7 +204,7 @@ func (s *Store) writeOnce(ctx context.Context, fn func(context.Context, *pgxpool
 }
 
 // classify wraps the errors that mean "the database cannot be used right
-// now" with store.ErrUnavailable, keeping only the server's short message
+// now" with jobtype.ErrUnavailable, keeping only the server's short message
 // (never the statement). A caller's own cancellation stays what it is.
 func classify(err error) error {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -218,7 +219,7 @@ func classify(err error) error {
 			pe.Code == "57014", // statement timeout
 			pe.Code == "55P03", // lock timeout
 			pe.Code == "25006": // read-only transaction (a standby)
-			return fmt.Errorf("%w: %s (SQLSTATE %s)", store.ErrUnavailable, pe.Message, pe.Code)
+			return fmt.Errorf("%w: %s (SQLSTATE %s)", jobtype.ErrUnavailable, pe.Message, pe.Code)
 		}
 		return err
 	}
@@ -229,7 +230,7 @@ func classify(err error) error {
 	if errors.As(err, &ce) || errors.As(err, &ne) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
 		strings.Contains(err.Error(), "closed pool") || strings.Contains(err.Error(), "conn closed") {
-		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", jobtype.ErrUnavailable, err)
 	}
 	return err
 }
@@ -268,7 +269,7 @@ func qualified(cols, alias string) string {
 func sizeExpr(full bool) string {
 	e := fmt.Sprintf(`(%d + octet_length(id) + octet_length(tenant) + octet_length(kind) + octet_length(queue)
 		+ octet_length(state) + octet_length(step) + octet_length(unique_key) + octet_length(worker_id)
-		+ coalesce(octet_length(error_type), 0) + coalesce(octet_length(error_message), 0)`, store.SizeOverhead)
+		+ coalesce(octet_length(error_type), 0) + coalesce(octet_length(error_message), 0)`, jobtype.SizeOverhead)
 	if full {
 		e += " + coalesce(octet_length(payload::text), 0) + coalesce(octet_length(result::text), 0)"
 	}
@@ -325,7 +326,7 @@ func fromText(t pgtype.Text) json.RawMessage {
 // normalize returns j as it will read back: times in UTC to the
 // microsecond, an empty payload or result as none, its own copies of
 // slices and the error.
-func normalize(j store.Job) store.Job {
+func normalize(j jobtype.Job) jobtype.Job {
 	for _, t := range []*time.Time{&j.CreatedAt, &j.StartedAt, &j.UpdatedAt, &j.FinishedAt, &j.RunAt, &j.LeaseExpiresAt} {
 		*t = micro(*t)
 	}
@@ -334,7 +335,7 @@ func normalize(j store.Job) store.Job {
 
 // sameStored reports whether a and b (both normalized) store the same
 // row, so that an update that changes nothing writes nothing.
-func sameStored(a, b store.Job) bool {
+func sameStored(a, b jobtype.Job) bool {
 	return a.SameVisible(&b) && a.ID == b.ID && a.Tenant == b.Tenant && a.Kind == b.Kind &&
 		a.Queue == b.Queue && string(a.Payload) == string(b.Payload) &&
 		(a.Error == nil) == (b.Error == nil) && a.MaxAttempts == b.MaxAttempts &&
@@ -344,7 +345,7 @@ func sameStored(a, b store.Job) bool {
 }
 
 // values are the bind values of the job's columns in insertJob's order.
-func values(j store.Job) []any {
+func values(j jobtype.Job) []any {
 	var errType, errMsg any
 	if j.Error != nil {
 		errType, errMsg = j.Error.Type, j.Error.Message
@@ -359,7 +360,7 @@ func values(j store.Job) []any {
 
 // storedRow is one job row as read: the job, its seq and its revision.
 type storedRow struct {
-	job      store.Job
+	job      jobtype.Job
 	seq, rev int64
 }
 
@@ -379,10 +380,10 @@ func scanJob(r pgx.Row, extra ...any) (storedRow, error) {
 	if err := r.Scan(dest...); err != nil {
 		return storedRow{}, err
 	}
-	j.State = store.State(state)
+	j.State = jobtype.State(state)
 	j.Payload, j.Result = fromText(payload), fromText(result)
 	if errType.Valid {
-		j.Error = &store.JobError{Type: errType.String, Message: errMsg.String}
+		j.Error = &jobtype.JobError{Type: errType.String, Message: errMsg.String}
 	}
 	j.CreatedAt, j.StartedAt, j.UpdatedAt = fromTime(created), fromTime(started), fromTime(updated)
 	j.FinishedAt, j.RunAt, j.LeaseExpiresAt = fromTime(finished), fromTime(runAt), fromTime(lease)

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/jobwatch/jobwatch/internal/pgtest"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -39,13 +40,13 @@ func openTwo(t testing.TB) (*Store, *Store) {
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 123456000, time.UTC)
 
-func job(id, queue string, sec int) store.Job {
+func job(id, queue string, sec int) jobtype.Job {
 	at := t0.Add(time.Duration(sec) * time.Second)
-	return store.Job{ID: id, Tenant: "acme", Kind: "email", Queue: queue, State: store.Queued,
+	return jobtype.Job{ID: id, Tenant: "acme", Kind: "email", Queue: queue, State: jobtype.Queued,
 		Version: 1, MaxAttempts: 3, CreatedAt: at, UpdatedAt: at, RunAt: at}
 }
 
-func mustCreate(t testing.TB, s store.Store, j store.Job) store.Job {
+func mustCreate(t testing.TB, s store.Store, j jobtype.Job) jobtype.Job {
 	t.Helper()
 	got, err := s.CreateJob(t.Context(), j)
 	if err != nil {
@@ -179,7 +180,7 @@ func TestClaimsOnManyConnectionsKeepEveryLimit(t *testing.T) {
 			for done.Load() < int64(perQueue*len(queues)) {
 				j, _, err := store.ClaimOne(t.Context(), s, f, store.Claim{WorkerID: fmt.Sprint("w", w),
 					LeaseID: fmt.Sprint("l", w), Now: t0.Add(time.Hour), Lease: time.Minute})
-				if errors.Is(err, store.ErrNoJob) {
+				if errors.Is(err, jobtype.ErrNoJob) {
 					time.Sleep(time.Millisecond) // others hold the room; poll, as a parked claim would wake
 					continue
 				}
@@ -199,8 +200,8 @@ func TestClaimsOnManyConnectionsKeepEveryLimit(t *testing.T) {
 				}
 				time.Sleep(time.Duration(w%3) * time.Millisecond)
 				bd.leave(keys)
-				if _, err := s.UpdateJob(t.Context(), j.ID, func(j *store.Job) error {
-					j.State = store.Succeeded
+				if _, err := s.UpdateJob(t.Context(), j.ID, func(j *jobtype.Job) error {
+					j.State = jobtype.Succeeded
 					return nil
 				}); err != nil {
 					t.Errorf("complete %s: %v", j.ID, err)
@@ -239,7 +240,7 @@ func TestClaimSetsTheClaimAndReturnsWhenItWasQueued(t *testing.T) {
 	}
 	want := j
 	now = now.Truncate(time.Microsecond)
-	want.State, want.Attempt, want.WorkerID, want.LeaseID, want.Version = store.Running, 1, "w", "l", 2
+	want.State, want.Attempt, want.WorkerID, want.LeaseID, want.Version = jobtype.Running, 1, "w", "l", 2
 	want.LeaseExpiresAt, want.StartedAt, want.UpdatedAt = now.Add(time.Hour), now, now
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("claimed\n%+v\nwant\n%+v", got, want)
@@ -310,14 +311,14 @@ func TestListenHearsAnotherStoreAndRecoversALostConnection(t *testing.T) {
 	l := listen(t, a)
 	mustCreate(t, b, job("job-1", "default", 0))
 	l.waitFor(t, "the create by another store", heard("job-1", 1))
-	if _, err := b.UpdateJob(t.Context(), "job-1", func(j *store.Job) error { j.Percent = 5; return nil }); err != nil {
+	if _, err := b.UpdateJob(t.Context(), "job-1", func(j *jobtype.Job) error { j.Percent = 5; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	l.waitFor(t, "the update by another store", heard("job-1", 2))
 	l.mu.Lock()
 	c := l.changes[len(l.changes)-1]
 	l.mu.Unlock()
-	if c != (store.Change{JobID: "job-1", Version: 2, Tenant: "acme", Kind: "email", Queue: "default", State: store.Queued, RunAt: t0}) {
+	if c != (store.Change{JobID: "job-1", Version: 2, Tenant: "acme", Kind: "email", Queue: "default", State: jobtype.Queued, RunAt: t0}) {
 		t.Errorf("change %+v, want every field of job-1 at version 2", c)
 	}
 
@@ -359,11 +360,11 @@ func TestChangedSinceListsWritesCommittedAfterTheCursor(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustCreate(t, a, job("after", "default", 2))
-	if _, err := a.UpdateJob(t.Context(), "touched", func(j *store.Job) error { j.Step = "x"; return nil }); err != nil {
+	if _, err := a.UpdateJob(t.Context(), "touched", func(j *jobtype.Job) error { j.Step = "x"; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	// An invisible write raises no version and is no change.
-	if _, err := a.UpdateJob(t.Context(), "before", func(j *store.Job) error { j.LeaseID = "x"; return nil }); err != nil {
+	if _, err := a.UpdateJob(t.Context(), "before", func(j *jobtype.Job) error { j.LeaseID = "x"; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	jobs, _, err := b.ListJobs(t.Context(), store.ListFilter{ChangedSince: cur})
@@ -383,7 +384,7 @@ func TestChangedSinceListsWritesCommittedAfterTheCursor(t *testing.T) {
 	if !slices.Equal(ids, []string{"after", "touched"}) {
 		t.Errorf("changed since the cursor, in change order: %v, want [after touched]", ids)
 	}
-	if _, _, err := b.ListJobs(t.Context(), store.ListFilter{ChangedSince: "nonsense"}); !errors.Is(err, store.ErrInvalidPageToken) {
+	if _, _, err := b.ListJobs(t.Context(), store.ListFilter{ChangedSince: "nonsense"}); !errors.Is(err, jobtype.ErrInvalidPageToken) {
 		t.Errorf("a cursor it did not issue: %v, want ErrInvalidPageToken", err)
 	}
 }
@@ -396,7 +397,7 @@ func TestListPagesByBytes(t *testing.T) {
 		j.Payload = big
 		mustCreate(t, s, j)
 	}
-	one := (&store.Job{ID: "job-0", Tenant: "acme", Kind: "email", Queue: "default", State: store.Queued, Payload: big}).Size()
+	one := (&jobtype.Job{ID: "job-0", Tenant: "acme", Kind: "email", Queue: "default", State: jobtype.Queued, Payload: big}).Size()
 	var seen []string
 	token := ""
 	for pages := 0; ; pages++ {
@@ -425,7 +426,7 @@ func TestUnreachableDatabaseIsUnavailable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	_, err := Open(ctx, "postgres://postgres@127.0.0.1:1/test?connect_timeout=2")
-	if !errors.Is(err, store.ErrUnavailable) {
+	if !errors.Is(err, jobtype.ErrUnavailable) {
 		t.Errorf("open of a closed port: %v, want ErrUnavailable", err)
 	}
 }
@@ -520,8 +521,8 @@ func TestSchedulesTickedOnTwoStoresStartOneRunPerPeriod(t *testing.T) {
 			t.Fatalf("round %d: 8 ticks on two stores started %v, want %d run", round, started, want)
 		}
 		if len(started) == 1 {
-			if _, err := b.UpdateJob(t.Context(), started[0], func(j *store.Job) error {
-				j.State, j.FinishedAt = store.Succeeded, now.Add(time.Second)
+			if _, err := b.UpdateJob(t.Context(), started[0], func(j *jobtype.Job) error {
+				j.State, j.FinishedAt = jobtype.Succeeded, now.Add(time.Second)
 				return nil
 			}); err != nil {
 				t.Fatal(err)
@@ -537,12 +538,12 @@ func TestUpdateOfAJobThatKeepsChangingLocksItAndCommits(t *testing.T) {
 	s, other := openTwo(t)
 	mustCreate(t, s, job("job-1", "default", 0))
 	calls := 0
-	got, err := s.UpdateJob(t.Context(), "job-1", func(j *store.Job) error {
+	got, err := s.UpdateJob(t.Context(), "job-1", func(j *jobtype.Job) error {
 		calls++
 		// Another replica writes the job after each read but the locked
 		// one, whose lock that write would wait for.
 		if calls <= optimisticUpdates {
-			if _, err := other.UpdateJob(t.Context(), "job-1", func(j *store.Job) error { j.Step = fmt.Sprint(calls); return nil }); err != nil {
+			if _, err := other.UpdateJob(t.Context(), "job-1", func(j *jobtype.Job) error { j.Step = fmt.Sprint(calls); return nil }); err != nil {
 				return err
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -26,7 +27,7 @@ func scanSchedule(r pgx.Row) (store.ScheduleState, error) {
 	if err := r.Scan(&st.Name, &st.LastJobID, &ended, &state); err != nil {
 		return store.ScheduleState{}, err
 	}
-	st.LastJobState = store.State(state)
+	st.LastJobState = jobtype.State(state)
 	st.LastEndedAt = fromTime(ended)
 	return st, nil
 }
@@ -45,12 +46,12 @@ func (s *Store) Schedules(ctx context.Context) ([]store.ScheduleState, error) {
 // decision sees the runs the replica before it started. The end of a run
 // is recorded by the trigger jobs_schedule_run_ended, in the transaction
 // that ends its job.
-func (s *Store) RunSchedules(ctx context.Context, runs []store.ScheduleRun, now time.Time) ([]store.Job, error) {
+func (s *Store) RunSchedules(ctx context.Context, runs []store.ScheduleRun, now time.Time) ([]jobtype.Job, error) {
 	if len(runs) == 0 {
 		return nil, nil
 	}
 	now = micro(now)
-	var created []store.Job
+	var created []jobtype.Job
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		created = created[:0]
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(s.schema, "schedules", "")); err != nil {
@@ -77,43 +78,43 @@ func (s *Store) RunSchedules(ctx context.Context, runs []store.ScheduleRun, now 
 }
 
 // runSchedule does in tx what run.Step decides for run's schedule.
-func runSchedule(ctx context.Context, tx pgx.Tx, run store.ScheduleRun, now time.Time) (store.Job, bool, error) {
+func runSchedule(ctx context.Context, tx pgx.Tx, run store.ScheduleRun, now time.Time) (jobtype.Job, bool, error) {
 	var last *store.ScheduleState
 	st, err := scanSchedule(tx.QueryRow(ctx, scheduleStates+" WHERE s.name = $1 FOR UPDATE OF s", run.Name))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows): // never run
 	case err != nil:
-		return store.Job{}, false, fmt.Errorf("read its state: %w", err)
+		return jobtype.Job{}, false, fmt.Errorf("read its state: %w", err)
 	default:
 		last = &st
 	}
 	step := run.Step(last, now)
 	if step.RecordEnd {
 		if _, err := tx.Exec(ctx, `UPDATE schedules SET ended_at = $1 WHERE name = $2`, now, run.Name); err != nil {
-			return store.Job{}, false, fmt.Errorf("record the end of a run that is gone: %w", err)
+			return jobtype.Job{}, false, fmt.Errorf("record the end of a run that is gone: %w", err)
 		}
 	}
 	if !step.Start {
-		return store.Job{}, false, nil
+		return jobtype.Job{}, false, nil
 	}
 	j, err := insertRun(ctx, tx, run)
 	if err != nil {
-		return store.Job{}, false, err
+		return jobtype.Job{}, false, err
 	}
 	record := `UPDATE schedules SET job_id = $1, ended_at = NULL, ended_state = '' WHERE name = $2`
 	if last == nil {
 		record = `INSERT INTO schedules (job_id, name) VALUES ($1, $2)`
 	}
 	if _, err := tx.Exec(ctx, record, j.ID, run.Name); err != nil {
-		return store.Job{}, false, fmt.Errorf("record its run: %w", err)
+		return jobtype.Job{}, false, fmt.Errorf("record its run: %w", err)
 	}
 	return j, true, nil
 }
 
-func insertRun(ctx context.Context, tx pgx.Tx, run store.ScheduleRun) (store.Job, error) {
+func insertRun(ctx context.Context, tx pgx.Tx, run store.ScheduleRun) (jobtype.Job, error) {
 	j := normalize(run.Job)
 	if _, err := tx.Exec(ctx, insertJob, values(j)...); err != nil {
-		return store.Job{}, fmt.Errorf("create job %s: %w", j.ID, err)
+		return jobtype.Job{}, fmt.Errorf("create job %s: %w", j.ID, err)
 	}
 	return j, nil
 }

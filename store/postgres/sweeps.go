@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -158,7 +159,7 @@ func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, err
 }
 
 // CountByState implements store.Store.
-func (s *Store) CountByState(ctx context.Context) (map[store.State]int64, error) {
+func (s *Store) CountByState(ctx context.Context) (map[jobtype.State]int64, error) {
 	type count struct {
 		state string
 		n     int64
@@ -171,9 +172,9 @@ func (s *Store) CountByState(ctx context.Context) (map[store.State]int64, error)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[store.State]int64, len(counts))
+	out := make(map[jobtype.State]int64, len(counts))
 	for _, c := range counts {
-		out[store.State(c.state)] = c.n
+		out[jobtype.State(c.state)] = c.n
 	}
 	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -29,8 +30,8 @@ func BenchmarkClaim(b *testing.B) {
 				if err != nil {
 					b.Fatalf("claim %d: %v", i, err)
 				}
-				if _, err := s.UpdateJob(ctx, j.ID, func(j *store.Job) error {
-					j.State, j.LeaseID = store.Queued, ""
+				if _, err := s.UpdateJob(ctx, j.ID, func(j *jobtype.Job) error {
+					j.State, j.LeaseID = jobtype.Queued, ""
 					j.RunAt = j.RunAt.Add(claimBacklog * time.Millisecond)
 					return nil
 				}); err != nil {
@@ -105,8 +106,8 @@ func seedClaimBench(b *testing.B, queues int, limits map[string]store.QueueLimit
 	err = s.writeTx(context.Background(), "seed", func(ctx context.Context, tx *sql.Tx) error {
 		for i := range claimBacklog {
 			at := start.Add(time.Duration(i) * time.Millisecond)
-			j := store.Job{ID: fmt.Sprintf("job-%05d", i), Tenant: "t", Kind: "k",
-				Queue: fmt.Sprintf("q%02d", i%queues), State: store.Queued, Version: 1,
+			j := jobtype.Job{ID: fmt.Sprintf("job-%05d", i), Tenant: "t", Kind: "k",
+				Queue: fmt.Sprintf("q%02d", i%queues), State: jobtype.Queued, Version: 1,
 				MaxAttempts: 1, CreatedAt: at, UpdatedAt: at, RunAt: at}
 			if _, err := tx.ExecContext(ctx, insertJob, append(values(normalize(j)), int64(0))...); err != nil {
 				return err

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -28,7 +29,7 @@ import (
 // runs once per job, each followed by its claim's UPDATE (claimRuled).
 func (s *Store) ClaimJobs(ctx context.Context, f store.ClaimFilter, c store.Claim) ([]store.Claimed, error) {
 	if len(c.LeaseIDs) == 0 {
-		return nil, store.ErrNoJob
+		return nil, jobtype.ErrNoJob
 	}
 	claim := s.claimUnruled
 	if len(f.Limits) > 0 {
@@ -45,7 +46,7 @@ func (s *Store) ClaimJobs(ctx context.Context, f store.ClaimFilter, c store.Clai
 		var err error
 		taken, err = claim(ctx, tx, f, c)
 		if err == nil && len(taken) == 0 {
-			err = store.ErrNoJob
+			err = jobtype.ErrNoJob
 		}
 		return err
 	})
@@ -111,7 +112,7 @@ func (s *Store) claimRuled(ctx context.Context, tx *sql.Tx, f store.ClaimFilter,
 }
 
 // claimAs is old as the i-th job a claim under c takes, as committed.
-func claimAs(old store.Job, c store.Claim, i int) store.Job {
+func claimAs(old jobtype.Job, c store.Claim, i int) jobtype.Job {
 	next := old.Clone()
 	c.LeaseID = c.LeaseIDs[i]
 	c.Apply(&next)
@@ -402,12 +403,12 @@ func usesJSON(limits map[string]store.QueueLimit) string {
 // to be (next, from versioned).
 type jobWrite struct {
 	seq       int64
-	old, next store.Job
+	old, next jobtype.Job
 }
 
 // versioned is next as the store commits it over old: normalized, with
 // the version store.Versioned gives it.
-func versioned(old, next store.Job) store.Job {
+func versioned(old, next jobtype.Job) jobtype.Job {
 	return store.Versioned(old, normalize(next))
 }
 

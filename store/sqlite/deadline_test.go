@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // TestACallersNearDeadlineIsNoStoreFailure: a write that waits behind
 // the other writes of this process until its caller's deadline is near
 // gives up with the caller's deadline (context.DeadlineExceeded), not
-// store.ErrUnavailable, and logs no "refuses writes" warning: a caller's
+// jobtype.ErrUnavailable, and logs no "refuses writes" warning: a caller's
 // short deadline says nothing of the database. A write that waits its
 // lock timeout, with no deadline of its caller's sooner, still does.
 func TestACallersNearDeadlineIsNoStoreFailure(t *testing.T) {
@@ -31,7 +31,7 @@ func TestACallersNearDeadlineIsNoStoreFailure(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		_, err := s.CreateJob(ctx, testJob("hasty-"+timeout.String()))
 		cancel()
-		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrUnavailable) {
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jobtype.ErrUnavailable) {
 			t.Errorf("a caller with a %v deadline: %v, want context.DeadlineExceeded only", timeout, err)
 		}
 	}
@@ -41,7 +41,7 @@ func TestACallersNearDeadlineIsNoStoreFailure(t *testing.T) {
 
 	// The lock timeout is the store's: past it the store is failing.
 	_, err = s.CreateJob(context.Background(), testJob("patient"))
-	if !errors.Is(err, store.ErrUnavailable) {
+	if !errors.Is(err, jobtype.ErrUnavailable) {
 		t.Errorf("a write held past the lock timeout: %v, want ErrUnavailable", err)
 	}
 	if !strings.Contains(logs.String(), "refuses writes") {
@@ -52,7 +52,7 @@ func TestACallersNearDeadlineIsNoStoreFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"hasty-2ms", "hasty-20ms", "hasty-100ms", "patient"} {
-		if _, err := s.GetJob(t.Context(), id); !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.GetJob(t.Context(), id); !errors.Is(err, jobtype.ErrNotFound) {
 			t.Errorf("job %s after a refused write: %v, want ErrNotFound", id, err)
 		}
 	}

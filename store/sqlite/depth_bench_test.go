@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -56,7 +57,7 @@ func BenchmarkClaimAtDepth(b *testing.B) {
 						}
 						cpu += cpuTime() - start
 						b.StopTimer()
-						d.requeue(b, store.Running)
+						d.requeue(b, jobtype.Running)
 						b.StartTimer()
 					}
 					reportJobs(b, max(n, 1), cpu)
@@ -82,7 +83,7 @@ func BenchmarkClaimAtDepth(b *testing.B) {
 						}
 						cpu += cpuTime() - start
 						b.StopTimer()
-						d.requeue(b, store.Succeeded)
+						d.requeue(b, jobtype.Succeeded)
 						b.StartTimer()
 					}
 					reportJobs(b, max(n, 1), cpu)
@@ -114,7 +115,7 @@ func BenchmarkClaimBehindOtherKinds(b *testing.B) {
 						}
 						cpu += cpuTime() - start
 						b.StopTimer()
-						d.requeue(b, store.Running)
+						d.requeue(b, jobtype.Running)
 						b.StartTimer()
 					}
 					reportJobs(b, n, cpu)
@@ -155,7 +156,7 @@ func BenchmarkBurnDownAtDepth(b *testing.B) {
 						completed += n
 						latencies = append(latencies, l...)
 						b.StopTimer()
-						d.requeue(b, store.Succeeded)
+						d.requeue(b, jobtype.Succeeded)
 						b.StartTimer()
 					}
 					b.ReportMetric(float64(completed)/b.Elapsed().Seconds(), "jobs/s")
@@ -254,7 +255,7 @@ func (d *depthStore) claim(n int) error {
 	return err
 }
 
-func (d *depthStore) claimed(n int) ([]store.Job, error) {
+func (d *depthStore) claimed(n int) ([]jobtype.Job, error) {
 	ctx := context.Background()
 	c := store.Claim{WorkerID: "w", Now: d.now(), Lease: time.Hour}
 	if n == 0 {
@@ -263,14 +264,14 @@ func (d *depthStore) claimed(n int) ([]store.Job, error) {
 		if err != nil {
 			return nil, fmt.Errorf("claim job: %w", err)
 		}
-		return []store.Job{j}, nil
+		return []jobtype.Job{j}, nil
 	}
 	c.LeaseIDs = d.leases(n)
 	claimed, err := d.s.ClaimJobs(ctx, d.filter(), c)
 	if err != nil {
 		return nil, fmt.Errorf("claim %d jobs: %w", n, err)
 	}
-	jobs := make([]store.Job, len(claimed))
+	jobs := make([]jobtype.Job, len(claimed))
 	for i, c := range claimed {
 		jobs[i] = c.Job
 	}
@@ -279,7 +280,7 @@ func (d *depthStore) claimed(n int) ([]store.Job, error) {
 
 // complete completes jobs: with one WriteLeases, or with batched false
 // one UpdateJob each, whose function applies the same LeaseWrite.
-func (d *depthStore) complete(jobs []store.Job, batched bool) error {
+func (d *depthStore) complete(jobs []jobtype.Job, batched bool) error {
 	ctx := context.Background()
 	r := store.LeaseRules{Now: d.now(), Lease: time.Hour}
 	ws := make([]store.LeaseWrite, len(jobs))
@@ -299,7 +300,7 @@ func (d *depthStore) complete(jobs []store.Job, batched bool) error {
 		return nil
 	}
 	for _, w := range ws {
-		_, err := d.s.UpdateJob(ctx, w.JobID, func(j *store.Job) error {
+		_, err := d.s.UpdateJob(ctx, w.JobID, func(j *jobtype.Job) error {
 			if !w.Apply(j, r) {
 				return errors.New("lease not held")
 			}
@@ -314,7 +315,7 @@ func (d *depthStore) complete(jobs []store.Job, batched bool) error {
 
 // requeue puts every job in state back at the end of the queue, as
 // QUEUED jobs due at the clock's time, so that the backlog is depth again.
-func (d *depthStore) requeue(b testing.TB, state store.State) {
+func (d *depthStore) requeue(b testing.TB, state jobtype.State) {
 	at := toMicro(d.now())
 	zero := toMicro(time.Time{})
 	err := d.s.writeTx(context.Background(), "requeue", func(ctx context.Context, tx *sql.Tx) error {
@@ -359,7 +360,7 @@ func (d *depthStore) burnDown(burn, slots, batch int) (int, []time.Duration, err
 				}
 				start := time.Now()
 				jobs, err := d.claimed(min(int(n), batch))
-				if errors.Is(err, store.ErrNoJob) {
+				if errors.Is(err, jobtype.ErrNoJob) {
 					return
 				}
 				if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -41,7 +42,7 @@ func (s *Store) WriteLeases(ctx context.Context, ws []store.LeaseWrite, r store.
 // writes so far made it; held: one of them held its lease.
 type leasedJob struct {
 	seq      int64
-	old, now store.Job
+	old, now jobtype.Job
 	held     bool
 }
 
@@ -59,11 +60,11 @@ func (s *Store) writeLeases(ctx context.Context, tx *sql.Tx, ws []store.LeaseWri
 		return nil, fmt.Errorf("write leases: %w", err)
 	}
 	results := make([]store.LeaseResult, len(ws))
-	var raised []store.Job // every version a write raised, in order
+	var raised []jobtype.Job // every version a write raised, in order
 	for i, w := range ws {
 		j := jobs[w.JobID]
 		if j == nil {
-			results[i] = store.LeaseResult{Err: store.ErrNotFound}
+			results[i] = store.LeaseResult{Err: jobtype.ErrNotFound}
 			continue
 		}
 		next := j.now.Clone()

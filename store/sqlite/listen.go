@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -155,11 +156,11 @@ func (s *Store) ChangeCursor(ctx context.Context) (string, error) {
 func decodeCursor(c string) (int64, error) {
 	rest, ok := strings.CutPrefix(c, cursorPrefix)
 	if !ok || len(rest) > 13 {
-		return 0, fmt.Errorf("list jobs: change cursor: %w", store.ErrInvalidPageToken)
+		return 0, fmt.Errorf("list jobs: change cursor: %w", jobtype.ErrInvalidPageToken)
 	}
 	n, err := strconv.ParseInt(rest, 36, 64)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("list jobs: change cursor: %w", store.ErrInvalidPageToken)
+		return 0, fmt.Errorf("list jobs: change cursor: %w", jobtype.ErrInvalidPageToken)
 	}
 	return n, nil
 }
@@ -173,7 +174,7 @@ func (s *Store) Now(context.Context) (time.Time, error) {
 // changed records, for the batch being written, that j was committed at
 // a new version; the writer delivers the batch's changes once it
 // commits. Only the writer goroutine calls it.
-func (s *Store) changed(j store.Job) {
+func (s *Store) changed(j jobtype.Job) {
 	if !s.w.collect {
 		return
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // slack is how much later than its bound a write may answer on a loaded
@@ -59,7 +59,7 @@ func TestAWriteUnderAHeldLockAnswersUnavailableInBoundedTime(t *testing.T) {
 		}
 		wg.Wait()
 		for i := range writers {
-			if !errors.Is(errs[i], store.ErrUnavailable) {
+			if !errors.Is(errs[i], jobtype.ErrUnavailable) {
 				t.Errorf("write %d: err = %v, want ErrUnavailable", i, errs[i])
 			}
 			if elapsed[i] > lockTimeout+slack {
@@ -80,7 +80,7 @@ func TestAWriteUnderAHeldLockAnswersUnavailableInBoundedTime(t *testing.T) {
 		elapsed := time.Since(start)
 		// The deadline was the caller's to set: it says nothing of the
 		// database, so the write is no store failure.
-		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrUnavailable) {
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jobtype.ErrUnavailable) {
 			t.Errorf("err = %v, want context.DeadlineExceeded only", err)
 		}
 		if elapsed > timeout+slack {
@@ -95,13 +95,13 @@ func TestAWriteUnderAHeldLockAnswersUnavailableInBoundedTime(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(100*time.Millisecond, cancel)
 		_, err := s.CreateJob(ctx, testJob("left"))
-		if !errors.Is(err, context.Canceled) || errors.Is(err, store.ErrUnavailable) {
+		if !errors.Is(err, context.Canceled) || errors.Is(err, jobtype.ErrUnavailable) {
 			t.Errorf("err = %v, want context.Canceled only", err)
 		}
 	})
 
 	for _, id := range []string{"queued-0", "with-deadline", "left"} {
-		if _, err := s.GetJob(t.Context(), id); !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.GetJob(t.Context(), id); !errors.Is(err, jobtype.ErrNotFound) {
 			t.Errorf("job %s after a refused write: %v, want ErrNotFound", id, err)
 		}
 	}
@@ -134,7 +134,7 @@ func TestAWriteQueuedWhileAnotherProcessHoldsTheLockGivesUpAtItsOwnDeadline(t *t
 	// Its own deadline came before the lock timeout: the caller's, not a
 	// store failure, though the message says what it waited for.
 	switch {
-	case !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrUnavailable):
+	case !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jobtype.ErrUnavailable):
 		t.Errorf("err = %v, want context.DeadlineExceeded only", err)
 	case !strings.Contains(err.Error(), "another process holds the write lock"):
 		t.Errorf("err = %v, want it to say another process holds the lock", err)
@@ -151,7 +151,7 @@ func TestAWriteQueuedWhileAnotherProcessHoldsTheLockGivesUpAtItsOwnDeadline(t *t
 	if _, err := s.GetJob(t.Context(), "patient"); err != nil {
 		t.Errorf("patient: %v", err)
 	}
-	if _, err := s.GetJob(t.Context(), "hasty"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.GetJob(t.Context(), "hasty"); !errors.Is(err, jobtype.ErrNotFound) {
 		t.Errorf("hasty: %v, want ErrNotFound", err)
 	}
 }
@@ -165,7 +165,7 @@ func TestAWriteWhoseCallerLeftBeforeTheCommitWritesNothing(t *testing.T) {
 
 	t.Run("the caller leaves after the change, before the commit", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
-		_, err := s.UpdateJob(ctx, "job-1", func(j *store.Job) error {
+		_, err := s.UpdateJob(ctx, "job-1", func(j *jobtype.Job) error {
 			j.Percent = 50
 			cancel() // the client hangs up while its write is in the transaction
 			return nil
@@ -183,7 +183,7 @@ func TestAWriteWhoseCallerLeftBeforeTheCommitWritesNothing(t *testing.T) {
 	})
 
 	t.Run("the store writes on afterwards", func(t *testing.T) {
-		got, err := s.UpdateJob(t.Context(), "job-1", func(j *store.Job) error { j.Percent = 60; return nil })
+		got, err := s.UpdateJob(t.Context(), "job-1", func(j *jobtype.Job) error { j.Percent = 60; return nil })
 		if err != nil || got.Percent != 60 || got.Version != 2 {
 			t.Fatalf("update after a left caller = %+v, %v; want percent 60 at version 2", got, err)
 		}
@@ -235,13 +235,13 @@ func TestStoreFailuresAreLoggedOncePerEpisode(t *testing.T) {
 				if i == 2 {
 					// A sweep with nothing to delete changes nothing, so it
 					// commits (or fails) without ending the episode.
-					if _, err := s.DeleteFinishedBefore(t.Context(), time.Now()); err != nil && !errors.Is(err, store.ErrUnavailable) {
+					if _, err := s.DeleteFinishedBefore(t.Context(), time.Now()); err != nil && !errors.Is(err, jobtype.ErrUnavailable) {
 						t.Fatal(err)
 					}
 				}
 				j := testJob(fmt.Sprintf("during-%d", i))
 				j.Payload = []byte(`"` + strings.Repeat("x", 8192) + `"`) // needs new pages
-				if _, err := s.CreateJob(t.Context(), j); !errors.Is(err, store.ErrUnavailable) {
+				if _, err := s.CreateJob(t.Context(), j); !errors.Is(err, jobtype.ErrUnavailable) {
 					t.Fatalf("write %d: err = %v, want ErrUnavailable", i, err)
 				}
 			}
@@ -274,7 +274,7 @@ func TestStoreFailuresAreLoggedOncePerEpisode(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		if _, err := s.UpdateJob(t.Context(), "nosuchjob", func(*store.Job) error { return nil }); !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.UpdateJob(t.Context(), "nosuchjob", func(*jobtype.Job) error { return nil }); !errors.Is(err, jobtype.ErrNotFound) {
 			t.Fatalf("err = %v, want ErrNotFound", err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -299,7 +299,7 @@ func TestAUniqueKeyConflict(t *testing.T) {
 
 	t.Run("names the active job", func(t *testing.T) {
 		_, err := s.CreateJob(t.Context(), second)
-		var conflict *store.ConflictError
+		var conflict *jobtype.ConflictError
 		if !errors.As(err, &conflict) || conflict.ActiveID != "job-1" {
 			t.Fatalf("err = %v, want a ConflictError naming job-1", err)
 		}
@@ -312,7 +312,7 @@ func TestAUniqueKeyConflict(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "look up the active job") || !strings.Contains(err.Error(), "no_such_table") {
 			t.Fatalf("err = %v, want the lookup's own error", err)
 		}
-		if _, err := s.GetJob(t.Context(), "job-2"); !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.GetJob(t.Context(), "job-2"); !errors.Is(err, jobtype.ErrNotFound) {
 			t.Errorf("job-2: %v, want ErrNotFound", err)
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -24,7 +25,7 @@ func scanSchedule(r scanner) (store.ScheduleState, error) {
 	if err := r.Scan(&st.Name, &st.LastJobID, &ended, &state); err != nil {
 		return store.ScheduleState{}, err
 	}
-	st.LastJobState = store.State(state)
+	st.LastJobState = jobtype.State(state)
 	if ended.Valid {
 		st.LastEndedAt = fromMicro(ended.Int64)
 	}
@@ -57,11 +58,11 @@ func (s *Store) Schedules(ctx context.Context) ([]store.ScheduleState, error) {
 // holds the database's write lock from the first read, so the state each
 // decision reads cannot change before the commit, in this process or in
 // another sharing the file.
-func (s *Store) RunSchedules(ctx context.Context, runs []store.ScheduleRun, now time.Time) ([]store.Job, error) {
+func (s *Store) RunSchedules(ctx context.Context, runs []store.ScheduleRun, now time.Time) ([]jobtype.Job, error) {
 	if len(runs) == 0 {
 		return nil, nil
 	}
-	var created []store.Job
+	var created []jobtype.Job
 	err := s.writeTx(ctx, "run schedules", func(ctx context.Context, tx *sql.Tx) error {
 		created = created[:0]
 		for _, run := range runs {
@@ -82,43 +83,43 @@ func (s *Store) RunSchedules(ctx context.Context, runs []store.ScheduleRun, now 
 }
 
 // runSchedule does in tx what run.Step decides for run's schedule.
-func (s *Store) runSchedule(ctx context.Context, tx *sql.Tx, run store.ScheduleRun, now time.Time) (store.Job, bool, error) {
+func (s *Store) runSchedule(ctx context.Context, tx *sql.Tx, run store.ScheduleRun, now time.Time) (jobtype.Job, bool, error) {
 	var last *store.ScheduleState
 	st, err := scanSchedule(tx.QueryRowContext(ctx, scheduleStates+" WHERE s.name = ?", run.Name))
 	switch {
 	case errors.Is(err, sql.ErrNoRows): // never run
 	case err != nil:
-		return store.Job{}, false, fmt.Errorf("read its state: %w", classify(err))
+		return jobtype.Job{}, false, fmt.Errorf("read its state: %w", classify(err))
 	default:
 		last = &st
 	}
 	step := run.Step(last, now)
 	if step.RecordEnd {
 		if _, err := tx.ExecContext(ctx, `UPDATE schedules SET ended_at = ? WHERE name = ?`, toMicro(now), run.Name); err != nil {
-			return store.Job{}, false, fmt.Errorf("record the end of a run that is gone: %w", classify(err))
+			return jobtype.Job{}, false, fmt.Errorf("record the end of a run that is gone: %w", classify(err))
 		}
 	}
 	if !step.Start {
-		return store.Job{}, false, nil
+		return jobtype.Job{}, false, nil
 	}
 	j, err := s.insertRun(ctx, tx, run)
 	if err != nil {
-		return store.Job{}, false, err
+		return jobtype.Job{}, false, err
 	}
 	record := `UPDATE schedules SET job_id = ?, ended_at = NULL, ended_state = '' WHERE name = ?`
 	if last == nil {
 		record = `INSERT INTO schedules (job_id, name) VALUES (?, ?)`
 	}
 	if _, err := tx.ExecContext(ctx, record, j.ID, run.Name); err != nil {
-		return store.Job{}, false, fmt.Errorf("record its run: %w", classify(err))
+		return jobtype.Job{}, false, fmt.Errorf("record its run: %w", classify(err))
 	}
 	return j, true, nil
 }
 
-func (s *Store) insertRun(ctx context.Context, tx *sql.Tx, run store.ScheduleRun) (store.Job, error) {
+func (s *Store) insertRun(ctx context.Context, tx *sql.Tx, run store.ScheduleRun) (jobtype.Job, error) {
 	j := normalize(run.Job)
 	if err := s.insert(ctx, tx, j); err != nil {
-		return store.Job{}, fmt.Errorf("create job %s: %w", j.ID, classify(err))
+		return jobtype.Job{}, fmt.Errorf("create job %s: %w", j.ID, classify(err))
 	}
 	return j, nil
 }

@@ -21,7 +21,7 @@
 // sharing the file. A write waits for the database (the writes ahead of it
 // in this process, then another process's write lock) at most
 // Config.LockTimeout and never past its caller's deadline; then it fails
-// with store.ErrUnavailable (at the lock timeout) or with an error
+// with jobtype.ErrUnavailable (at the lock timeout) or with an error
 // wrapping context.DeadlineExceeded (near the caller's deadline, which is
 // no store failure). Reads use a separate pool of query-only
 // connections and see every committed write.
@@ -55,6 +55,7 @@ import (
 
 	"github.com/mattn/go-sqlite3"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -90,15 +91,15 @@ type Config struct {
 	// LockTimeout bounds how long a write waits for the database: for the
 	// writes ahead of it in this process and for another process holding
 	// the file's write lock, together. Past it the write fails with
-	// store.ErrUnavailable and writes nothing. A caller whose own
+	// jobtype.ErrUnavailable and writes nothing. A caller whose own
 	// deadline comes first stops waiting lockDeadlineMargin before it,
 	// with an error wrapping context.DeadlineExceeded, not
-	// store.ErrUnavailable: a caller's short deadline is no sign that
+	// jobtype.ErrUnavailable: a caller's short deadline is no sign that
 	// the database is failing, and never starts an episode (health.go).
 	// Reads wait up to it too, though in WAL mode a held write lock does
 	// not block them. Default DefaultLockTimeout.
 	LockTimeout time.Duration
-	// Logger hears when writes start failing with store.ErrUnavailable
+	// Logger hears when writes start failing with jobtype.ErrUnavailable
 	// (locked, disk full, read-only, unreadable): one warning with the
 	// cause when an episode begins, one info line when a write succeeds
 	// again. Default slog.Default().
@@ -131,7 +132,7 @@ var _ store.Store = (*Store)(nil)
 // Open opens (creating it if needed) the SQLite database file at path and
 // brings its schema up to date, with the default Config. A file written
 // by a newer jobwatch is refused with ErrSchemaTooNew; a file that cannot
-// be opened returns an error wrapping store.ErrUnavailable. path must name
+// be opened returns an error wrapping jobtype.ErrUnavailable. path must name
 // a file: ":memory:" is refused because the read pool would not share it.
 func Open(path string) (*Store, error) {
 	return OpenWith(path, Config{})
@@ -149,7 +150,7 @@ func OpenWith(path string, cfg Config) (*Store, error) {
 		cfg.Logger = slog.Default()
 	}
 	if err := createPrivate(path, cfg.Logger); err != nil {
-		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, store.ErrUnavailable, err)
+		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, jobtype.ErrUnavailable, err)
 	}
 	// mattn/go-sqlite3 sets these pragmas on every new connection, and
 	// writerConnector the one it has no parameter for.
@@ -172,7 +173,7 @@ func OpenWith(path string, cfg Config) (*Store, error) {
 	ctx := context.Background()
 	if err := write.PingContext(ctx); err != nil {
 		write.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, store.ErrUnavailable, err)
+		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, jobtype.ErrUnavailable, err)
 	}
 	if err := s.migrate(ctx); err != nil {
 		write.Close()
@@ -186,14 +187,14 @@ func OpenWith(path string, cfg Config) (*Store, error) {
 		"_busy_timeout=%d&_foreign_keys=on&_query_only=1", cfg.LockTimeout.Milliseconds())))
 	if err != nil {
 		write.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, store.ErrUnavailable, err)
+		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, jobtype.ErrUnavailable, err)
 	}
 	read.SetMaxOpenConns(readConns)
 	read.SetMaxIdleConns(readConns)
 	if err := read.PingContext(ctx); err != nil {
 		write.Close()
 		read.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, store.ErrUnavailable, err)
+		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, jobtype.ErrUnavailable, err)
 	}
 	s.read = read
 	s.feed = openFeed(path)
@@ -258,7 +259,7 @@ func dsn(path, params string) string {
 
 // Close closes the database. Every acknowledged write is already on disk.
 // A batch being written completes first; writes still queued, and any
-// made afterwards, fail with store.ErrUnavailable and write nothing.
+// made afterwards, fail with jobtype.ErrUnavailable and write nothing.
 func (s *Store) Close() error {
 	s.w.close()
 	<-s.w.stopped
@@ -268,7 +269,7 @@ func (s *Store) Close() error {
 
 // classify wraps the errors that mean "the database cannot be used right
 // now" (locked by another process beyond the busy timeout, unreadable,
-// full) with store.ErrUnavailable; nothing was written in those cases.
+// full) with jobtype.ErrUnavailable; nothing was written in those cases.
 func classify(err error) error {
 	var se sqlite3.Error
 	if !errors.As(err, &se) {
@@ -277,7 +278,7 @@ func classify(err error) error {
 	switch se.Code {
 	case sqlite3.ErrBusy, sqlite3.ErrLocked, sqlite3.ErrCantOpen, sqlite3.ErrIoErr,
 		sqlite3.ErrFull, sqlite3.ErrNotADB, sqlite3.ErrCorrupt, sqlite3.ErrPerm, sqlite3.ErrReadonly:
-		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", jobtype.ErrUnavailable, err)
 	}
 	return err
 }
@@ -361,7 +362,7 @@ func (s *Store) lockDeadline(ctx context.Context) (deadline time.Time, callers b
 // lockWaitError says why a write got no transaction: its caller left or
 // its caller's deadline was near (callers: the lock deadline was the
 // caller's; either is the context's error, not a store failure), or the
-// database stayed held past the lock timeout (store.ErrUnavailable, with
+// database stayed held past the lock timeout (jobtype.ErrUnavailable, with
 // why).
 func lockWaitError(ctx context.Context, start time.Time, callers bool, why string, err error) error {
 	waited := time.Since(start).Round(time.Millisecond)
@@ -372,7 +373,7 @@ func lockWaitError(ctx context.Context, start time.Time, callers bool, why strin
 		return fmt.Errorf("wait for the database: the caller's deadline is near, after %v (%s): %w",
 			waited, why, context.DeadlineExceeded)
 	}
-	return fmt.Errorf("%w: no write lock after %v (%s): %w", store.ErrUnavailable, waited, why, err)
+	return fmt.Errorf("%w: no write lock after %v (%s): %w", jobtype.ErrUnavailable, waited, why, err)
 }
 
 // --- encoding ---
@@ -399,7 +400,7 @@ func fromNullJSON(s sql.NullString) json.RawMessage {
 // normalize returns j as it will read back: times in UTC to the
 // microsecond, an empty payload or result as none, its own copies of
 // slices and the error.
-func normalize(j store.Job) store.Job {
+func normalize(j jobtype.Job) jobtype.Job {
 	for _, t := range []*time.Time{&j.CreatedAt, &j.StartedAt, &j.UpdatedAt, &j.FinishedAt, &j.RunAt, &j.LeaseExpiresAt} {
 		*t = fromMicro(toMicro(*t))
 	}
@@ -413,7 +414,7 @@ func normalize(j store.Job) store.Job {
 }
 
 // values are the bind values of every column but seq, in columns' order.
-func values(j store.Job) []any {
+func values(j jobtype.Job) []any {
 	var errType, errMsg sql.NullString
 	if j.Error != nil {
 		errType = sql.NullString{String: j.Error.Type, Valid: true}
@@ -437,9 +438,9 @@ type scanAlso struct {
 
 func (s scanAlso) Scan(dest ...any) error { return s.r.Scan(append(dest, s.extra)...) }
 
-func scanJob(r scanner) (store.Job, int64, error) {
+func scanJob(r scanner) (jobtype.Job, int64, error) {
 	var (
-		j                                                 store.Job
+		j                                                 jobtype.Job
 		state                                             string
 		payload, result, errType, errMsg                  sql.NullString
 		created, started, updated, finished, runAt, lease int64
@@ -449,12 +450,12 @@ func scanJob(r scanner) (store.Job, int64, error) {
 		&payload, &result, &errType, &errMsg, &j.Attempt, &j.MaxAttempts, &j.UniqueKey,
 		&created, &started, &updated, &finished, &runAt, &j.WorkerID, &j.LeaseID, &lease, &seq)
 	if err != nil {
-		return store.Job{}, 0, err
+		return jobtype.Job{}, 0, err
 	}
-	j.State = store.State(state)
+	j.State = jobtype.State(state)
 	j.Payload, j.Result = fromNullJSON(payload), fromNullJSON(result)
 	if errType.Valid {
-		j.Error = &store.JobError{Type: errType.String, Message: errMsg.String}
+		j.Error = &jobtype.JobError{Type: errType.String, Message: errMsg.String}
 	}
 	j.CreatedAt, j.StartedAt, j.UpdatedAt = fromMicro(created), fromMicro(started), fromMicro(updated)
 	j.FinishedAt, j.RunAt, j.LeaseExpiresAt = fromMicro(finished), fromMicro(runAt), fromMicro(lease)
@@ -471,7 +472,7 @@ const insertJob = `INSERT INTO jobs (id, tenant, kind, queue, state, version, pe
 
 // insert adds j, stamped with the batch's change sequence value. Only
 // the writer goroutine calls it.
-func (s *Store) insert(ctx context.Context, tx *sql.Tx, j store.Job) error {
+func (s *Store) insert(ctx context.Context, tx *sql.Tx, j jobtype.Job) error {
 	if _, err := tx.ExecContext(ctx, insertJob, append(values(j), s.w.change)...); err != nil {
 		return err
 	}
@@ -493,7 +494,7 @@ var valueColumns = []string{"id", "tenant", "kind", "queue", "state", "version",
 // cache. Triggers on "UPDATE OF state" fire only when state is set, and
 // they act only when it changes. A change of version also stamps the
 // batch's change sequence value, change.
-func updateChanged(seq int64, old, next store.Job, change int64) (string, []any) {
+func updateChanged(seq int64, old, next jobtype.Job, change int64) (string, []any) {
 	was, now := values(old), values(next)
 	var q strings.Builder
 	q.WriteString("UPDATE jobs SET ")
@@ -521,7 +522,7 @@ func updateChanged(seq int64, old, next store.Job, change int64) (string, []any)
 }
 
 // CreateJob implements store.Store.
-func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
+func (s *Store) CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, error) {
 	j = normalize(j)
 	err := s.writeStatement(ctx, "create job", func(ctx context.Context, tx *sql.Tx) error {
 		if err := callerLeft(ctx); err != nil {
@@ -539,7 +540,7 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) (store.Job, error) {
 		return nil
 	})
 	if err != nil {
-		return store.Job{}, err
+		return jobtype.Job{}, err
 	}
 	return j, nil
 }
@@ -551,10 +552,10 @@ const holderQuery = `SELECT id FROM jobs
 	AND unique_key <> '' AND state IN ('pending', 'queued', 'running')`
 
 // activeHolder explains the unique violation just seen while writing j:
-// the *store.ConflictError naming the active job that holds j's unique
+// the *jobtype.ConflictError naming the active job that holds j's unique
 // key, nil if no job holds it (the violation was something else, such as
 // the id), or the lookup's own error, classified, if the lookup failed.
-func (s *Store) activeHolder(ctx context.Context, tx *sql.Tx, j store.Job) error {
+func (s *Store) activeHolder(ctx context.Context, tx *sql.Tx, j jobtype.Job) error {
 	if j.UniqueKey == "" || !isActive(j.State) {
 		return nil
 	}
@@ -566,11 +567,11 @@ func (s *Store) activeHolder(ctx context.Context, tx *sql.Tx, j store.Job) error
 	case err != nil:
 		return fmt.Errorf("job %s: look up the active job with unique key %q: %w", j.ID, j.UniqueKey, classify(err))
 	}
-	return &store.ConflictError{ActiveID: id, UniqueKey: j.UniqueKey}
+	return &jobtype.ConflictError{ActiveID: id, UniqueKey: j.UniqueKey}
 }
 
-func isActive(s store.State) bool {
-	for _, a := range store.ActiveStates {
+func isActive(s jobtype.State) bool {
+	for _, a := range jobtype.ActiveStates {
 		if s == a {
 			return true
 		}
@@ -580,13 +581,13 @@ func isActive(s store.State) bool {
 
 func getJob(ctx context.Context, q interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
-}, id string) (store.Job, int64, error) {
+}, id string) (jobtype.Job, int64, error) {
 	j, seq, err := scanJob(q.QueryRowContext(ctx, "SELECT "+columns+" FROM jobs WHERE id = ?", id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return store.Job{}, 0, fmt.Errorf("job %s: %w", id, store.ErrNotFound)
+		return jobtype.Job{}, 0, fmt.Errorf("job %s: %w", id, jobtype.ErrNotFound)
 	}
 	if err != nil {
-		return store.Job{}, 0, fmt.Errorf("get job %s: %w", id, classify(err))
+		return jobtype.Job{}, 0, fmt.Errorf("get job %s: %w", id, classify(err))
 	}
 	return j, seq, nil
 }
@@ -595,13 +596,13 @@ func getJob(ctx context.Context, q interface {
 // store.Versioned decides. It skips the write when nothing changed at
 // all. It is the one statement that changes anything in UpdateJob
 // (writeStatement), so it asks first whether the caller is still there.
-func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next store.Job) (store.Job, error) {
+func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next jobtype.Job) (jobtype.Job, error) {
 	if next.ID != old.ID {
-		return store.Job{}, fmt.Errorf("update job %s: the id cannot change (to %q)", old.ID, next.ID)
+		return jobtype.Job{}, fmt.Errorf("update job %s: the id cannot change (to %q)", old.ID, next.ID)
 	}
 	next = versioned(old, next)
 	if err := s.updateRow(ctx, tx, seq, old, next); err != nil {
-		return store.Job{}, err
+		return jobtype.Job{}, err
 	}
 	if next.Version != old.Version {
 		s.changed(next)
@@ -612,7 +613,7 @@ func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next s
 // updateRow stores next (as versioned makes it) over the row seq, which
 // holds old, setting what changed; nothing if nothing did. It asks first
 // whether the caller is still there.
-func (s *Store) updateRow(ctx context.Context, tx *sql.Tx, seq int64, old, next store.Job) error {
+func (s *Store) updateRow(ctx context.Context, tx *sql.Tx, seq int64, old, next jobtype.Job) error {
 	query, args := updateChanged(seq, old, next, s.w.change)
 	if query == "" {
 		return nil
@@ -633,8 +634,8 @@ func (s *Store) updateRow(ctx context.Context, tx *sql.Tx, seq int64, old, next 
 }
 
 // UpdateJob implements store.Store.
-func (s *Store) UpdateJob(ctx context.Context, id string, update func(*store.Job) error) (store.Job, error) {
-	var out store.Job
+func (s *Store) UpdateJob(ctx context.Context, id string, update func(*jobtype.Job) error) (jobtype.Job, error) {
+	var out jobtype.Job
 	err := s.writeStatement(ctx, "update job", func(ctx context.Context, tx *sql.Tx) error {
 		old, seq, err := getJob(ctx, tx, id)
 		if err != nil {
@@ -648,7 +649,7 @@ func (s *Store) UpdateJob(ctx context.Context, id string, update func(*store.Job
 		return err
 	})
 	if err != nil {
-		return store.Job{}, err
+		return jobtype.Job{}, err
 	}
 	return out, nil
 }
@@ -690,7 +691,7 @@ func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, err
 // --- reads ---
 
 // GetJob implements store.Store.
-func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
+func (s *Store) GetJob(ctx context.Context, id string) (jobtype.Job, error) {
 	j, _, err := getJob(ctx, s.read, id)
 	return j, err
 }
@@ -699,7 +700,7 @@ func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
 // before any column is returned; payload and result are the last columns
 // of a row (migration 3), so a row that fails the comparison has its
 // overflow pages, where a large payload lives, left unread.
-func (s *Store) ReadJob(ctx context.Context, id string, r store.JobRead) (store.Job, error) {
+func (s *Store) ReadJob(ctx context.Context, id string, r store.JobRead) (jobtype.Job, error) {
 	selected, where, args := columns, "id = ?", []any{id}
 	if r.Summary {
 		selected = summaryColumns
@@ -709,10 +710,10 @@ func (s *Store) ReadJob(ctx context.Context, id string, r store.JobRead) (store.
 	}
 	j, _, err := scanJob(s.read.QueryRowContext(ctx, "SELECT "+selected+" FROM jobs WHERE "+where, args...))
 	if errors.Is(err, sql.ErrNoRows) {
-		return store.Job{}, fmt.Errorf("job %s: %w", id, store.ErrNotFound)
+		return jobtype.Job{}, fmt.Errorf("job %s: %w", id, jobtype.ErrNotFound)
 	}
 	if err != nil {
-		return store.Job{}, fmt.Errorf("get job %s: %w", id, classify(err))
+		return jobtype.Job{}, fmt.Errorf("get job %s: %w", id, classify(err))
 	}
 	return j, nil
 }
@@ -734,7 +735,7 @@ var summaryColumns = strings.Replace(columns, "payload, result", "NULL, NULL", 1
 // and the query is closed as soon as the page is full by count or by
 // bytes, so a page of large jobs holds at most f.MaxBytes of them, plus
 // the one row that told it to stop.
-func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, string, error) {
+func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]jobtype.Job, string, error) {
 	where, args := "1 = 1", []any(nil)
 	if f.Tenant != "" {
 		where, args = where+" AND tenant = ?", append(args, f.Tenant)
@@ -779,7 +780,7 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]store.Job, 
 	}
 	defer rows.Close()
 	var (
-		jobs             []store.Job
+		jobs             []jobtype.Job
 		lastKey, lastSeq int64
 		pageBytes        int
 	)
@@ -972,13 +973,13 @@ func (s *Store) LastDrained(ctx context.Context) (map[string]time.Time, error) {
 }
 
 // CountByState implements store.Store.
-func (s *Store) CountByState(ctx context.Context) (map[store.State]int64, error) {
+func (s *Store) CountByState(ctx context.Context) (map[jobtype.State]int64, error) {
 	rows, err := s.read.QueryContext(ctx, "SELECT state, COUNT(*) FROM jobs GROUP BY state")
 	if err != nil {
 		return nil, fmt.Errorf("count jobs: %w", classify(err))
 	}
 	defer rows.Close()
-	counts := map[store.State]int64{}
+	counts := map[jobtype.State]int64{}
 	for rows.Next() {
 		var (
 			state string
@@ -987,7 +988,7 @@ func (s *Store) CountByState(ctx context.Context) (map[store.State]int64, error)
 		if err := rows.Scan(&state, &n); err != nil {
 			return nil, fmt.Errorf("count jobs: %w", classify(err))
 		}
-		counts[store.State(state)] = n
+		counts[jobtype.State(state)] = n
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("count jobs: %w", classify(err))
@@ -1025,13 +1026,13 @@ func (s *Store) QueueStats(ctx context.Context, now time.Time) ([]store.QueueSta
 			q = &store.QueueStats{Name: name}
 			byName[name] = q
 		}
-		switch store.State(state) {
-		case store.Queued:
+		switch jobtype.State(state) {
+		case jobtype.Queued:
 			q.Queued = n
 			if oldest.Valid {
 				q.OldestReadyRunAt = fromMicro(oldest.Int64)
 			}
-		case store.Running:
+		case jobtype.Running:
 			q.Running = n
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 	"github.com/jobwatch/jobwatch/store/storetest"
 )
@@ -67,10 +68,10 @@ func rawDB(t *testing.T, path string) *sql.DB {
 	return db
 }
 
-func testJob(id string) store.Job {
+func testJob(id string) jobtype.Job {
 	now := time.Date(2030, 5, 6, 7, 8, 9, 123456000, time.UTC)
-	return store.Job{
-		ID: id, Tenant: "acme", Kind: "email", Queue: "default", State: store.Queued,
+	return jobtype.Job{
+		ID: id, Tenant: "acme", Kind: "email", Queue: "default", State: jobtype.Queued,
 		Version: 1, MaxAttempts: 1, Payload: json.RawMessage(`{"to":"a@example.com"}`),
 		CreatedAt: now, UpdatedAt: now, RunAt: now,
 	}
@@ -162,7 +163,7 @@ func TestOpen(t *testing.T) {
 
 	t.Run("a path that cannot be opened is unavailable", func(t *testing.T) {
 		_, err := Open(filepath.Join(t.TempDir(), "no", "such", "dir", "jobs.db"))
-		if !errors.Is(err, store.ErrUnavailable) {
+		if !errors.Is(err, jobtype.ErrUnavailable) {
 			t.Errorf("err = %v, want ErrUnavailable", err)
 		}
 	})
@@ -208,10 +209,10 @@ func TestAnotherProcessHoldingTheWriteLock(t *testing.T) {
 
 	t.Run("a write fails as unavailable and writes nothing", func(t *testing.T) {
 		_, err := s.CreateJob(t.Context(), testJob("job-2"))
-		if !errors.Is(err, store.ErrUnavailable) {
+		if !errors.Is(err, jobtype.ErrUnavailable) {
 			t.Fatalf("err = %v, want ErrUnavailable", err)
 		}
-		if _, err := s.GetJob(t.Context(), "job-2"); !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.GetJob(t.Context(), "job-2"); !errors.Is(err, jobtype.ErrNotFound) {
 			t.Errorf("get job-2: %v, want ErrNotFound", err)
 		}
 	})
@@ -236,7 +237,7 @@ const childEnv = "JOBWATCH_SQLITE_DURABILITY_CHILD"
 
 // durableJob is the i-th job the child writes; the parent rebuilds it to
 // compare.
-func durableJob(i int) store.Job {
+func durableJob(i int) jobtype.Job {
 	j := testJob(fmt.Sprintf("job-%06d", i))
 	j.Payload = json.RawMessage(fmt.Sprintf(`{"n":%d,"text":"payload of job %d"}`, i, i))
 	j.CreatedAt = j.CreatedAt.Add(time.Duration(i) * time.Microsecond)
@@ -273,8 +274,8 @@ func TestDurabilityChild(t *testing.T) {
 					os.Exit(1)
 				}
 				fmt.Printf("created %d\n", i)
-				j, err := s.UpdateJob(t.Context(), durableJob(i).ID, func(j *store.Job) error {
-					j.State, j.Percent, j.Step = store.Running, int32(i%100), fmt.Sprintf("step %d", i)
+				j, err := s.UpdateJob(t.Context(), durableJob(i).ID, func(j *jobtype.Job) error {
+					j.State, j.Percent, j.Step = jobtype.Running, int32(i%100), fmt.Sprintf("step %d", i)
 					return nil
 				})
 				if err != nil {
@@ -365,7 +366,7 @@ func TestEveryAcknowledgedWriteSurvivesKill9(t *testing.T) {
 			t.Errorf("job %s: payload %s created %v, want %s %v", want.ID, got.Payload, got.CreatedAt, want.Payload, want.CreatedAt)
 		}
 		if v, ok := progress[i]; ok {
-			if got.Version != v || got.Percent != int32(i%100) || got.State != store.Running {
+			if got.Version != v || got.Percent != int32(i%100) || got.State != jobtype.Running {
 				t.Errorf("job %s: version %d percent %d state %s, want the acknowledged %d, %d, running",
 					want.ID, got.Version, got.Percent, got.State, v, i%100)
 			}
@@ -488,8 +489,8 @@ func TestUpgradingMovesPayloadAndResultLastAndKeepsJobsAndSeq(t *testing.T) {
 	if n := len(cols); n < 2 || cols[n-2] != "result" || cols[n-1] != "payload" {
 		t.Errorf("columns = %v, want result and payload last", cols)
 	}
-	created, err := s.CreateJob(t.Context(), store.Job{ID: "job-3", Tenant: "acme", Kind: "email", Queue: "mail",
-		State: store.Queued, Version: 1, CreatedAt: fromMicro(8), UpdatedAt: fromMicro(8), RunAt: fromMicro(8)})
+	created, err := s.CreateJob(t.Context(), jobtype.Job{ID: "job-3", Tenant: "acme", Kind: "email", Queue: "mail",
+		State: jobtype.Queued, Version: 1, CreatedAt: fromMicro(8), UpdatedAt: fromMicro(8), RunAt: fromMicro(8)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -654,18 +655,18 @@ func TestRetentionDeletesABacklogInSeveralTransactions(t *testing.T) {
 	s.deleteBatch = 2
 	ctx := t.Context()
 	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
-	add := func(id string, state store.State, finished time.Time) {
-		j := store.Job{ID: id, Tenant: "acme", Kind: "k", Queue: "default", State: state, Version: 1,
+	add := func(id string, state jobtype.State, finished time.Time) {
+		j := jobtype.Job{ID: id, Tenant: "acme", Kind: "k", Queue: "default", State: state, Version: 1,
 			MaxAttempts: 1, CreatedAt: t0, UpdatedAt: t0, RunAt: t0, FinishedAt: finished}
 		if _, err := s.CreateJob(ctx, j); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := range 5 {
-		add(fmt.Sprintf("j_old%d", i), store.Succeeded, t0.Add(time.Hour))
+		add(fmt.Sprintf("j_old%d", i), jobtype.Succeeded, t0.Add(time.Hour))
 	}
-	add("j_recent", store.Failed, t0.Add(3*time.Hour))
-	add("j_active", store.Queued, time.Time{})
+	add("j_recent", jobtype.Failed, t0.Add(3*time.Hour))
+	add("j_active", jobtype.Queued, time.Time{})
 
 	n, err := s.DeleteFinishedBefore(ctx, t0.Add(2*time.Hour))
 	if err != nil || n != 5 {
@@ -691,7 +692,7 @@ func TestLeaseWritesSeekTheirJobs(t *testing.T) {
 	defer s.Close()
 	fillPlanTable(t, s, 0, 1000)
 	old, next := testJob("job-1"), testJob("job-1")
-	next.State, next.Version, next.LeaseID = store.Succeeded, 2, "l"
+	next.State, next.Version, next.LeaseID = jobtype.Succeeded, 2, "l"
 	writes := []jobWrite{{seq: 1, old: old, next: next}, {seq: 2, old: old, next: next}, {seq: 3, old: old, next: next}}
 	now := [][]any{values(next), values(next), values(next)}
 	changed := []int{slices.Index(valueColumns, "state"), slices.Index(valueColumns, "version"), slices.Index(valueColumns, "lease_id")}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -26,7 +27,7 @@ func TestTimedOutSeesEachAttemptFromItsClaim(t *testing.T) {
 	s := openTemp(t, tempPath(t))
 	defer s.Close()
 	ctx := t.Context()
-	if _, err := s.CreateJob(ctx, store.Job{ID: "job-1", Tenant: "t", Kind: "k", Queue: "q", State: store.Queued,
+	if _, err := s.CreateJob(ctx, jobtype.Job{ID: "job-1", Tenant: "t", Kind: "k", Queue: "q", State: jobtype.Queued,
 		Version: 1, MaxAttempts: 2, CreatedAt: fromMicro(1), UpdatedAt: fromMicro(1), RunAt: fromMicro(1)}); err != nil {
 		t.Fatal(err)
 	}
@@ -54,8 +55,8 @@ func TestTimedOutSeesEachAttemptFromItsClaim(t *testing.T) {
 	if got, err := s.TimedOut(ctx, "other", fromMicro(100)); err != nil || len(got) != 0 {
 		t.Errorf("another queue: %v, %v; want none", got, err)
 	}
-	if _, err := s.UpdateJob(ctx, "job-1", func(j *store.Job) error {
-		j.State, j.LeaseID, j.UpdatedAt = store.Queued, "", fromMicro(20)
+	if _, err := s.UpdateJob(ctx, "job-1", func(j *jobtype.Job) error {
+		j.State, j.LeaseID, j.UpdatedAt = jobtype.Queued, "", fromMicro(20)
 		return nil
 	}); err != nil {
 		t.Fatal(err)

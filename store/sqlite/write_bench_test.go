@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -60,11 +61,11 @@ func BenchmarkWriteCycle(b *testing.B) {
 				if err != nil {
 					return fmt.Errorf("claim: %w", err)
 				}
-				_, err = s.UpdateJob(ctx, j.ID, func(j *store.Job) error {
-					if j.State != store.Running {
+				_, err = s.UpdateJob(ctx, j.ID, func(j *jobtype.Job) error {
+					if j.State != jobtype.Running {
 						return errors.New("not running")
 					}
-					j.State, j.Result, j.FinishedAt, j.LeaseID = store.Succeeded, []byte(`"ok"`), at, ""
+					j.State, j.Result, j.FinishedAt, j.LeaseID = jobtype.Succeeded, []byte(`"ok"`), at, ""
 					return nil
 				})
 				return err
@@ -85,10 +86,10 @@ func openBench(b *testing.B) *Store {
 	return s
 }
 
-func benchJob(i int64) store.Job {
+func benchJob(i int64) jobtype.Job {
 	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	return store.Job{ID: fmt.Sprintf("job-%09d", i), Tenant: "t", Kind: "k", Queue: "q",
-		State: store.Queued, Version: 1, MaxAttempts: 1, CreatedAt: at, UpdatedAt: at, RunAt: at}
+	return jobtype.Job{ID: fmt.Sprintf("job-%09d", i), Tenant: "t", Kind: "k", Queue: "q",
+		State: jobtype.Queued, Version: 1, MaxAttempts: 1, CreatedAt: at, UpdatedAt: at, RunAt: at}
 }
 
 // runWriters runs op b.N times in all, from writers goroutines at once,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mattn/go-sqlite3"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -43,7 +44,7 @@ const maxBatchWrites = 256
 const maxBatchTime = 20 * time.Millisecond
 
 // errClosed answers writes made after Close, or queued when it came.
-var errClosed = fmt.Errorf("%w: the store is closed", store.ErrUnavailable)
+var errClosed = fmt.Errorf("%w: the store is closed", jobtype.ErrUnavailable)
 
 const (
 	writeQueued    int32 = iota // waiting for its turn
@@ -210,7 +211,7 @@ func (w *writer) lockWaitError(ctx context.Context, start time.Time, callers boo
 // must return or panic (not call runtime.Goexit, as t.FailNow does): it
 // runs on the writer goroutine.
 // While queued, the write waits at most its lock deadline (lockDeadline),
-// then gives up with store.ErrUnavailable, or with the context's error if
+// then gives up with jobtype.ErrUnavailable, or with the context's error if
 // the caller left or its deadline was near: a caller's own deadline is no
 // store failure, and is not counted as one (health).
 func (s *Store) writeTx(ctx context.Context, what string, fn func(ctx context.Context, tx *sql.Tx) error) error {
@@ -310,7 +311,7 @@ func (s *Store) runBatch(batch []*writeRequest) (carry []*writeRequest) {
 	ctx := context.Background()
 	conn, err := s.write.Conn(ctx)
 	if err != nil {
-		return s.refuse(batch, fmt.Errorf("%w: %w", store.ErrUnavailable, err))
+		return s.refuse(batch, fmt.Errorf("%w: %w", jobtype.ErrUnavailable, err))
 	}
 	defer conn.Close()
 	tx, err := s.beginBatch(ctx, conn, batch)
@@ -443,7 +444,7 @@ func (s *Store) runOne(ctx context.Context, conn *sql.Conn, tx *sql.Tx, r *write
 	if _, err := tx.ExecContext(ctx, "ROLLBACK TO w; RELEASE w"); err != nil {
 		// The savepoint is gone with the transaction.
 		cause := r.err
-		if !errors.Is(cause, store.ErrUnavailable) {
+		if !errors.Is(cause, jobtype.ErrUnavailable) {
 			cause = classify(err)
 		}
 		return lostTx(cause)
@@ -466,10 +467,10 @@ func inTx(conn *sql.Conn) bool {
 // lostTx is what the writes of a batch whose transaction was rolled back
 // under them hear.
 func lostTx(cause error) error {
-	if errors.Is(cause, store.ErrUnavailable) {
+	if errors.Is(cause, jobtype.ErrUnavailable) {
 		return fmt.Errorf("the transaction shared with other writes was rolled back: %w", cause)
 	}
-	return fmt.Errorf("%w: the transaction shared with other writes was rolled back: %w", store.ErrUnavailable, cause)
+	return fmt.Errorf("%w: the transaction shared with other writes was rolled back: %w", jobtype.ErrUnavailable, cause)
 }
 
 // call runs fn, turning a panic into a value to hand to the caller.

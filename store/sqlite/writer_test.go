@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -184,7 +185,7 @@ func TestOneFailingWriteFailsNothingElseInItsBatch(t *testing.T) {
 	s.w.batchTime = time.Hour
 	held := testJob("held")
 	held.UniqueKey = "nightly"
-	for _, j := range []store.Job{held, testJob("counter"), testJob("refused")} {
+	for _, j := range []jobtype.Job{held, testJob("counter"), testJob("refused")} {
 		if _, err := s.CreateJob(t.Context(), j); err != nil {
 			t.Fatal(err)
 		}
@@ -210,19 +211,19 @@ func TestOneFailingWriteFailsNothingElseInItsBatch(t *testing.T) {
 			return err
 		}},
 		{"increment", func() error {
-			_, err := s.UpdateJob(t.Context(), "counter", func(j *store.Job) error { j.Percent++; return nil })
+			_, err := s.UpdateJob(t.Context(), "counter", func(j *jobtype.Job) error { j.Percent++; return nil })
 			return err
 		}},
 		{"create with an id that exists", func() error { _, err := s.CreateJob(t.Context(), testJob("counter")); return err }},
 		{"update refused by its func after changing the job", func() error {
-			_, err := s.UpdateJob(t.Context(), "refused", func(j *store.Job) error {
-				j.State, j.Percent = store.Failed, 99
+			_, err := s.UpdateJob(t.Context(), "refused", func(j *jobtype.Job) error {
+				j.State, j.Percent = jobtype.Failed, 99
 				return refusal
 			})
 			return err
 		}},
 		{"update of an unknown job", func() error {
-			_, err := s.UpdateJob(t.Context(), "nosuchjob", func(*store.Job) error { return nil })
+			_, err := s.UpdateJob(t.Context(), "nosuchjob", func(*jobtype.Job) error { return nil })
 			return err
 		}},
 		{"claim with nothing to claim", func() error {
@@ -230,14 +231,14 @@ func TestOneFailingWriteFailsNothingElseInItsBatch(t *testing.T) {
 			return err
 		}},
 		{"update that panics after changing the job", func() error {
-			_, err := s.UpdateJob(t.Context(), "refused", func(j *store.Job) error {
+			_, err := s.UpdateJob(t.Context(), "refused", func(j *jobtype.Job) error {
 				j.Percent = 77
 				panic("boom")
 			})
 			return err
 		}},
 		{"update whose caller leaves before the commit", func() error {
-			_, err := s.UpdateJob(leaver, "refused", func(j *store.Job) error {
+			_, err := s.UpdateJob(leaver, "refused", func(j *jobtype.Job) error {
 				j.Percent = 55
 				leave()
 				return nil
@@ -245,7 +246,7 @@ func TestOneFailingWriteFailsNothingElseInItsBatch(t *testing.T) {
 			return err
 		}},
 		{"increment again", func() error {
-			_, err := s.UpdateJob(t.Context(), "counter", func(j *store.Job) error { j.Percent++; return nil })
+			_, err := s.UpdateJob(t.Context(), "counter", func(j *jobtype.Job) error { j.Percent++; return nil })
 			return err
 		}},
 		{"good create after the failures", func() error { _, err := s.CreateJob(t.Context(), testJob("good-2")); return err }},
@@ -270,7 +271,7 @@ func TestOneFailingWriteFailsNothingElseInItsBatch(t *testing.T) {
 
 	for i, w := range writes {
 		o := outcomes[i]
-		var conflict *store.ConflictError
+		var conflict *jobtype.ConflictError
 		ok := false
 		switch w.name {
 		case "good create", "increment", "increment again", "good create after the failures":
@@ -278,13 +279,13 @@ func TestOneFailingWriteFailsNothingElseInItsBatch(t *testing.T) {
 		case "create with a unique key held":
 			ok = errors.As(o.err, &conflict) && conflict.ActiveID == "held"
 		case "create with an id that exists":
-			ok = o.err != nil && !errors.Is(o.err, store.ErrUnavailable)
+			ok = o.err != nil && !errors.Is(o.err, jobtype.ErrUnavailable)
 		case "update refused by its func after changing the job":
 			ok = o.err == refusal // the func's own error, unwrapped
 		case "update of an unknown job":
-			ok = errors.Is(o.err, store.ErrNotFound)
+			ok = errors.Is(o.err, jobtype.ErrNotFound)
 		case "claim with nothing to claim":
-			ok = errors.Is(o.err, store.ErrNoJob)
+			ok = errors.Is(o.err, jobtype.ErrNoJob)
 		case "update that panics after changing the job":
 			ok = o.panicked == "boom" // panics again in its caller, with its value
 		case "update whose caller leaves before the commit":
@@ -299,13 +300,13 @@ func TestOneFailingWriteFailsNothingElseInItsBatch(t *testing.T) {
 			t.Errorf("%s: %v", id, err)
 		}
 	}
-	if _, err := s.GetJob(t.Context(), "dup-key"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.GetJob(t.Context(), "dup-key"); !errors.Is(err, jobtype.ErrNotFound) {
 		t.Errorf("dup-key: %v, want ErrNotFound", err)
 	}
 	if got, err := s.GetJob(t.Context(), "counter"); err != nil || got.Percent != 2 || got.Version != 3 {
 		t.Errorf("counter = percent %d version %d, %v; want 2 at version 3", got.Percent, got.Version, err)
 	}
-	if got, err := s.GetJob(t.Context(), "refused"); err != nil || got.Percent != 0 || got.State != store.Queued || got.Version != 1 {
+	if got, err := s.GetJob(t.Context(), "refused"); err != nil || got.Percent != 0 || got.State != jobtype.Queued || got.Version != 1 {
 		t.Errorf("refused = %s percent %d version %d, %v; want it untouched", got.State, got.Percent, got.Version, err)
 	}
 	// The writer outlived the panic.
@@ -322,7 +323,7 @@ func TestAWriteWhoseCallerLeavesWhileQueuedIsAnsweredAtOnceAndNeverRuns(t *testi
 	ran := make(chan struct{}, 1)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := s.UpdateJob(ctx, "nosuchjob", func(*store.Job) error { ran <- struct{}{}; return nil })
+		_, err := s.UpdateJob(ctx, "nosuchjob", func(*jobtype.Job) error { ran <- struct{}{}; return nil })
 		errc <- err
 	}()
 	created := make(chan error, 1)
@@ -335,7 +336,7 @@ func TestAWriteWhoseCallerLeavesWhileQueuedIsAnsweredAtOnceAndNeverRuns(t *testi
 	cancel()
 	// The writer is still paused: the answers come from the queue.
 	for _, c := range []chan error{errc, created} {
-		if err := <-c; !errors.Is(err, context.Canceled) || errors.Is(err, store.ErrUnavailable) {
+		if err := <-c; !errors.Is(err, context.Canceled) || errors.Is(err, jobtype.ErrUnavailable) {
 			t.Errorf("err = %v, want context.Canceled only", err)
 		}
 	}
@@ -349,7 +350,7 @@ func TestAWriteWhoseCallerLeavesWhileQueuedIsAnsweredAtOnceAndNeverRuns(t *testi
 		t.Error("the write of a caller that left ran anyway")
 	default:
 	}
-	if _, err := s.GetJob(t.Context(), "left"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.GetJob(t.Context(), "left"); !errors.Is(err, jobtype.ErrNotFound) {
 		t.Errorf("left: %v, want ErrNotFound", err)
 	}
 	if got := s.counts().since(before); got != (counts{1, 1}) {
@@ -380,11 +381,11 @@ func TestCloseWithWritesQueued(t *testing.T) {
 		t.Fatalf("close: %v", err)
 	}
 	for range n {
-		if err := <-errs; !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "closed") {
+		if err := <-errs; !errors.Is(err, jobtype.ErrUnavailable) || !strings.Contains(err.Error(), "closed") {
 			t.Errorf("a write queued at Close: %v, want ErrUnavailable, closed", err)
 		}
 	}
-	if _, err := s.CreateJob(t.Context(), testJob("after")); !errors.Is(err, store.ErrUnavailable) {
+	if _, err := s.CreateJob(t.Context(), testJob("after")); !errors.Is(err, jobtype.ErrUnavailable) {
 		t.Errorf("a write after Close: %v, want ErrUnavailable", err)
 	}
 
@@ -425,7 +426,7 @@ func TestAWriteThatFillsTheDiskInABatch(t *testing.T) {
 				j.Payload = []byte(big)
 				_, errs[i] = s.CreateJob(context.Background(), j)
 			case "large-update":
-				_, errs[i] = s.UpdateJob(context.Background(), "before", func(j *store.Job) error {
+				_, errs[i] = s.UpdateJob(context.Background(), "before", func(j *jobtype.Job) error {
 					j.Result = []byte(big)
 					return nil
 				})
@@ -442,7 +443,7 @@ func TestAWriteThatFillsTheDiskInABatch(t *testing.T) {
 	}
 	for i, id := range ids {
 		t.Logf("%s: %v", id, errs[i])
-		if errs[i] != nil && !errors.Is(errs[i], store.ErrUnavailable) {
+		if errs[i] != nil && !errors.Is(errs[i], jobtype.ErrUnavailable) {
 			t.Errorf("%s: %v, want nil or ErrUnavailable", id, errs[i])
 		}
 		if id == "large-update" {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -87,9 +88,9 @@ func changedSince(t *testing.T, s store.Store, f store.ListFilter, c string) map
 }
 
 // visibleUpdate moves job id's progress, which raises its version.
-func visibleUpdate(t *testing.T, s store.Store, id string, percent int32) store.Job {
+func visibleUpdate(t *testing.T, s store.Store, id string, percent int32) jobtype.Job {
 	t.Helper()
-	j, err := s.UpdateJob(t.Context(), id, func(j *store.Job) error {
+	j, err := s.UpdateJob(t.Context(), id, func(j *jobtype.Job) error {
 		j.Percent = percent
 		return nil
 	})
@@ -106,7 +107,7 @@ func testChangeCursor(t *testing.T, s store.Store) {
 	c := cursor(t, s)
 	visibleUpdate(t, s, "a", 10)
 	create(t, s, newJob("d", at(2)))
-	if _, err := s.UpdateJob(t.Context(), "b", func(j *store.Job) error {
+	if _, err := s.UpdateJob(t.Context(), "b", func(j *jobtype.Job) error {
 		j.LeaseExpiresAt = at(50) // not visible: the version stays
 		return nil
 	}); err != nil {
@@ -160,7 +161,7 @@ func testChangeCursorBad(t *testing.T, s store.Store) {
 	create(t, s, newJob("a", at(1)))
 	for _, c := range []string{"x", "not a cursor", "t1.abc", string(make([]byte, 70))} {
 		_, _, err := s.ListJobs(t.Context(), store.ListFilter{ChangedSince: c, Limit: 10})
-		if !errors.Is(err, store.ErrInvalidPageToken) {
+		if !errors.Is(err, jobtype.ErrInvalidPageToken) {
 			t.Errorf("cursor %q: err = %v, want ErrInvalidPageToken", c, err)
 		}
 	}
@@ -210,7 +211,7 @@ func testListenHears(t *testing.T, s store.Store) {
 	j.Tenant, j.Kind, j.Queue = "acme", "email", "bulk"
 	create(t, s, j)
 	c := h.waitFor(t, "job-1", 1)
-	want := store.Change{JobID: "job-1", Version: 1, Tenant: "acme", Kind: "email", Queue: "bulk", State: store.Queued,
+	want := store.Change{JobID: "job-1", Version: 1, Tenant: "acme", Kind: "email", Queue: "bulk", State: jobtype.Queued,
 		RunAt: j.RunAt, Local: true}
 	if c.RunAt = c.RunAt.UTC(); !c.RunAt.Equal(want.RunAt) || c.JobID != want.JobID || c.Version != want.Version ||
 		c.Tenant != want.Tenant || c.Kind != want.Kind || c.Queue != want.Queue || c.State != want.State || c.Local != want.Local {
@@ -222,7 +223,7 @@ func testListenHears(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
-	if c := h.waitFor(t, "job-1", claimed.Version); c.State != store.Running {
+	if c := h.waitFor(t, "job-1", claimed.Version); c.State != jobtype.Running {
 		t.Errorf("the claim was heard with state %q, want running", c.State)
 	}
 }
@@ -305,7 +306,7 @@ func testClaimShared(t *testing.T, a, b store.Store) {
 		go func() {
 			for {
 				j, _, err := store.ClaimOne(context.Background(), s, store.ClaimFilter{Now: at(100)}, toRunning)
-				if errors.Is(err, store.ErrNoJob) {
+				if errors.Is(err, jobtype.ErrNoJob) {
 					errs <- nil
 					return
 				}

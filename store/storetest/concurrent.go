@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -37,7 +38,7 @@ func testConcurrentMixedWrites(t *testing.T, s store.Store) {
 		idleClaims  = 5  // claims of a kind nobody submitted
 		leavers     = 10 // updates whose caller leaves before the commit
 	)
-	create(t, s, keyed("held", at(0), "k", store.Queued))
+	create(t, s, keyed("held", at(0), "k", jobtype.Queued))
 	create(t, s, newJob("counter", at(0)))
 	setup := 2
 	for i := range refused {
@@ -51,7 +52,7 @@ func testConcurrentMixedWrites(t *testing.T, s store.Store) {
 		create(t, s, j)
 		setup++
 	}
-	before := map[string]store.Job{}
+	before := map[string]jobtype.Job{}
 	for _, id := range []string{"held", "counter"} {
 		before[id] = get(t, s, id)
 	}
@@ -91,8 +92,8 @@ func testConcurrentMixedWrites(t *testing.T, s store.Store) {
 		}
 	})
 	run(conflicts, func(i int) {
-		_, err := s.CreateJob(t.Context(), keyed(fmt.Sprintf("dup-%02d", i), at(i), "k", store.Queued))
-		var ce *store.ConflictError
+		_, err := s.CreateJob(t.Context(), keyed(fmt.Sprintf("dup-%02d", i), at(i), "k", jobtype.Queued))
+		var ce *jobtype.ConflictError
 		if !errors.As(err, &ce) || ce.ActiveID != "held" || ce.UniqueKey != "k" {
 			failf("create dup-%02d with a held key: err = %v, want a ConflictError naming held", i, err)
 		}
@@ -104,7 +105,7 @@ func testConcurrentMixedWrites(t *testing.T, s store.Store) {
 	})
 	versions := make([]int64, increments)
 	run(increments, func(i int) {
-		got, err := s.UpdateJob(t.Context(), "counter", func(j *store.Job) error { j.Percent++; return nil })
+		got, err := s.UpdateJob(t.Context(), "counter", func(j *jobtype.Job) error { j.Percent++; return nil })
 		if err != nil {
 			failf("increment %d: %v", i, err)
 		}
@@ -112,8 +113,8 @@ func testConcurrentMixedWrites(t *testing.T, s store.Store) {
 	})
 	refusal := &refusal{"not in this state"}
 	run(refused, func(i int) {
-		_, err := s.UpdateJob(t.Context(), fmt.Sprintf("guarded-%02d", i), func(j *store.Job) error {
-			j.State, j.Percent, j.Step = store.Failed, 50, "half way"
+		_, err := s.UpdateJob(t.Context(), fmt.Sprintf("guarded-%02d", i), func(j *jobtype.Job) error {
+			j.State, j.Percent, j.Step = jobtype.Failed, 50, "half way"
 			return refusal
 		})
 		if err != refusal {
@@ -121,11 +122,11 @@ func testConcurrentMixedWrites(t *testing.T, s store.Store) {
 		}
 	})
 	run(unknown, func(i int) {
-		_, err := s.UpdateJob(t.Context(), fmt.Sprintf("missing-%02d", i), func(*store.Job) error {
+		_, err := s.UpdateJob(t.Context(), fmt.Sprintf("missing-%02d", i), func(*jobtype.Job) error {
 			failf("update of missing-%02d called its func", i)
 			return nil
 		})
-		if !errors.Is(err, store.ErrNotFound) {
+		if !errors.Is(err, jobtype.ErrNotFound) {
 			failf("update of missing-%02d: err = %v, want ErrNotFound", i, err)
 		}
 	})
@@ -133,24 +134,24 @@ func testConcurrentMixedWrites(t *testing.T, s store.Store) {
 	run(claimers, func(i int) {
 		j, _, err := store.ClaimOne(t.Context(), s, store.ClaimFilter{Kinds: []string{"claimable"}, Now: at(100)}, toRunning)
 		switch {
-		case errors.Is(err, store.ErrNoJob):
+		case errors.Is(err, jobtype.ErrNoJob):
 		case err != nil:
 			failf("claim %d: %v", i, err)
-		case j.State != store.Running || j.Version != 2:
+		case j.State != jobtype.Running || j.Version != 2:
 			failf("claim %d got %s at version %d, want running at 2", i, j.State, j.Version)
 		default:
 			claimed[i] = j.ID
 		}
 	})
 	run(idleClaims, func(i int) {
-		if _, _, err := store.ClaimOne(t.Context(), s, store.ClaimFilter{Kinds: []string{"nobody"}, Now: at(100)}, toRunning); !errors.Is(err, store.ErrNoJob) {
+		if _, _, err := store.ClaimOne(t.Context(), s, store.ClaimFilter{Kinds: []string{"nobody"}, Now: at(100)}, toRunning); !errors.Is(err, jobtype.ErrNoJob) {
 			failf("claim %d of a kind nobody submitted: err = %v, want ErrNoJob", i, err)
 		}
 	})
 	run(leavers, func(i int) {
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
-		_, err := s.UpdateJob(ctx, fmt.Sprintf("live-%02d", i), func(j *store.Job) error {
+		_, err := s.UpdateJob(ctx, fmt.Sprintf("live-%02d", i), func(j *jobtype.Job) error {
 			j.Percent = 70
 			cancel() // the caller hangs up while its write runs
 			return nil
@@ -191,7 +192,7 @@ func testConcurrentMixedWrites(t *testing.T, s store.Store) {
 		t.Errorf("claimed %v, want each of the %d claimable jobs once", took, claimable)
 	}
 	for _, id := range took {
-		if got := get(t, s, id); got.State != store.Running || got.Version != 2 {
+		if got := get(t, s, id); got.State != jobtype.Running || got.Version != 2 {
 			t.Errorf("%s after its claim: %s at version %d, want running at 2", id, got.State, got.Version)
 		}
 	}
@@ -214,8 +215,8 @@ func testConcurrentMixedWrites(t *testing.T, s store.Store) {
 	for _, n := range counts {
 		total += n
 	}
-	if want := int64(setup + goodCreates); total != want || counts[store.Running] != claimable {
-		t.Errorf("counts %v: %d jobs, %d running; want %d jobs, %d running", counts, total, counts[store.Running], want, claimable)
+	if want := int64(setup + goodCreates); total != want || counts[jobtype.Running] != claimable {
+		t.Errorf("counts %v: %d jobs, %d running; want %d jobs, %d running", counts, total, counts[jobtype.Running], want, claimable)
 	}
 }
 
@@ -247,7 +248,7 @@ func testConcurrentCallersLeaving(t *testing.T, s store.Store) {
 			switch {
 			case err == nil && getErr != nil:
 				t.Errorf("%s was acknowledged but reads back %v", id, getErr)
-			case err != nil && !errors.Is(getErr, store.ErrNotFound):
+			case err != nil && !errors.Is(getErr, jobtype.ErrNotFound):
 				t.Errorf("%s failed (%v) but reads back %v, want ErrNotFound", id, err, getErr)
 			case err != nil && i%2 == 1:
 				t.Errorf("%s, whose caller stayed, failed: %v", id, err)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -70,7 +71,7 @@ func batchClaim(prefix string, n int) store.Claim {
 func claimJobs(t *testing.T, s store.Store, f store.ClaimFilter, c store.Claim) []store.Claimed {
 	t.Helper()
 	got, err := s.ClaimJobs(t.Context(), f, c)
-	if errors.Is(err, store.ErrNoJob) {
+	if errors.Is(err, jobtype.ErrNoJob) {
 		if len(got) > 0 {
 			t.Errorf("ClaimJobs returned ErrNoJob with %d jobs", len(got))
 		}
@@ -103,13 +104,13 @@ func claimedIDs(cs []store.Claimed) []string {
 
 // running is a RUNNING job of queue under lease "lease-"+id in its
 // second of three attempts, 30 % done, with the error of its first.
-func running(id, queue string, sec int) store.Job {
+func running(id, queue string, sec int) jobtype.Job {
 	j := newJob(id, at(sec))
-	j.Queue, j.State = queue, store.Running
+	j.Queue, j.State = queue, jobtype.Running
 	j.Attempt, j.MaxAttempts = 2, 3
 	j.Percent, j.Step = 30, "batch 3 of 10"
 	j.Payload = json.RawMessage(`{"n":1}`)
-	j.Error = &store.JobError{Type: "Timeout", Message: "attempt 1 took too long"}
+	j.Error = &jobtype.JobError{Type: "Timeout", Message: "attempt 1 took too long"}
 	j.StartedAt, j.UpdatedAt = at(sec+1), at(sec+2)
 	j.WorkerID, j.LeaseID, j.LeaseExpiresAt = "worker-1", "lease-"+id, at(sec+32)
 	return j
@@ -125,13 +126,13 @@ var leaseRules = store.LeaseRules{
 	Backoffs: map[string]store.Backoff{"patient": {Initial: 10 * time.Second, Max: time.Hour}},
 }
 
-var boom = &store.JobError{Type: "Boom", Message: "it broke"}
+var boom = &jobtype.JobError{Type: "Boom", Message: "it broke"}
 
-func heartbeat(j store.Job, percent int32, step string) store.LeaseWrite {
+func heartbeat(j jobtype.Job, percent int32, step string) store.LeaseWrite {
 	return store.LeaseWrite{Op: store.Heartbeat, JobID: j.ID, LeaseID: j.LeaseID, Percent: percent, Step: step}
 }
 
-func complete(j store.Job, result string) store.LeaseWrite {
+func complete(j jobtype.Job, result string) store.LeaseWrite {
 	w := store.LeaseWrite{Op: store.Complete, JobID: j.ID, LeaseID: j.LeaseID}
 	if result != "" {
 		w.Result = json.RawMessage(result)
@@ -139,13 +140,13 @@ func complete(j store.Job, result string) store.LeaseWrite {
 	return w
 }
 
-func fail(j store.Job, retry bool, jitter float64) store.LeaseWrite {
+func fail(j jobtype.Job, retry bool, jitter float64) store.LeaseWrite {
 	return store.LeaseWrite{Op: store.Fail, JobID: j.ID, LeaseID: j.LeaseID, Error: boom, Retry: retry, Jitter: jitter}
 }
 
 // applied is what w makes before under r, as the store must commit it:
 // LeaseWrite.Apply, and the version up by one on a visible change.
-func applied(before store.Job, w store.LeaseWrite, r store.LeaseRules) (store.Job, bool) {
+func applied(before jobtype.Job, w store.LeaseWrite, r store.LeaseRules) (jobtype.Job, bool) {
 	want := before.Clone()
 	held := w.Apply(&want, r)
 	if held && !want.SameVisible(&before) {
@@ -159,13 +160,13 @@ func applied(before store.Job, w store.LeaseWrite, r store.LeaseRules) (store.Jo
 // LeaseWrite.Apply. It returns the results.
 func writeLeases(t *testing.T, s store.Store, ws []store.LeaseWrite, r store.LeaseRules) []store.LeaseResult {
 	t.Helper()
-	model := map[string]store.Job{}
+	model := map[string]jobtype.Job{}
 	for _, w := range ws {
 		if _, ok := model[w.JobID]; ok {
 			continue
 		}
 		j, err := s.GetJob(t.Context(), w.JobID)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, jobtype.ErrNotFound) {
 			continue
 		}
 		if err != nil {
@@ -184,10 +185,10 @@ func writeLeases(t *testing.T, s store.Store, ws []store.LeaseWrite, r store.Lea
 		what := fmt.Sprintf("write %d (%s of %s under %q)", i, opName(w.Op), w.JobID, w.LeaseID)
 		before, exists := model[w.JobID]
 		if !exists {
-			if !errors.Is(got[i].Err, store.ErrNotFound) || got[i].Held {
+			if !errors.Is(got[i].Err, jobtype.ErrNotFound) || got[i].Held {
 				t.Errorf("%s to an unknown job: held %v, err %v; want not held, ErrNotFound", what, got[i].Held, got[i].Err)
 			}
-			sameJob(t, what+": the job of a result with an error", got[i].Job, store.Job{})
+			sameJob(t, what+": the job of a result with an error", got[i].Job, jobtype.Job{})
 			continue
 		}
 		want, held := applied(before, w, r)
@@ -225,25 +226,25 @@ func testClaimJobsCommits(t *testing.T, s store.Store) {
 	fixture := []struct {
 		id    string
 		queue string
-		state store.State
+		state jobtype.State
 		runAt time.Time
 	}{
-		{"a", "default", store.Queued, at(5)},
-		{"b", "slow", store.Queued, at(1)},
-		{"c", "default", store.Queued, at(3)},
-		{"d", "default", store.Queued, at(1)},
-		{"e", "default", store.Queued, time.Time{}},
-		{"later", "default", store.Queued, at(500)},
-		{"held", "default", store.Pending, at(0)},
-		{"busy", "default", store.Running, at(0)},
-		{"done", "default", store.Succeeded, at(0)},
+		{"a", "default", jobtype.Queued, at(5)},
+		{"b", "slow", jobtype.Queued, at(1)},
+		{"c", "default", jobtype.Queued, at(3)},
+		{"d", "default", jobtype.Queued, at(1)},
+		{"e", "default", jobtype.Queued, time.Time{}},
+		{"later", "default", jobtype.Queued, at(500)},
+		{"held", "default", jobtype.Pending, at(0)},
+		{"busy", "default", jobtype.Running, at(0)},
+		{"done", "default", jobtype.Succeeded, at(0)},
 	}
 	for i, f := range fixture {
 		j := newJob(f.id, at(i))
 		j.Queue, j.State, j.RunAt, j.Attempt = f.queue, f.state, f.runAt, 0
 		if f.id == "c" { // a retry: attempted before, queued again later
 			j.Attempt, j.StartedAt, j.UpdatedAt = 1, at(20), at(40)
-			j.Error = &store.JobError{Type: "Boom"}
+			j.Error = &jobtype.JobError{Type: "Boom"}
 		}
 		create(t, s, j)
 	}
@@ -265,7 +266,7 @@ func testClaimJobsCommits(t *testing.T, s store.Store) {
 	}
 	for si, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
-			before := map[string]store.Job{}
+			before := map[string]jobtype.Job{}
 			for _, fx := range fixture {
 				before[fx.id] = get(t, s, fx.id)
 			}
@@ -303,7 +304,7 @@ func testClaimJobsCommits(t *testing.T, s store.Store) {
 	// Spelled out once, beside Claim.Apply: b, in queue slow, first
 	// claimed by the first batch, as its second job.
 	b := get(t, s, "b")
-	if b.State != store.Running || b.Attempt != 1 || b.WorkerID != "worker-7" || b.LeaseID != "lease-0-1" ||
+	if b.State != jobtype.Running || b.Attempt != 1 || b.WorkerID != "worker-7" || b.LeaseID != "lease-0-1" ||
 		!b.LeaseExpiresAt.Equal(at(100).Add(5*time.Minute)) || !b.StartedAt.Equal(at(100)) || b.Version != 2 {
 		t.Errorf("b after its claim: %s, attempt %d, worker %q, lease %q until %v, started %v, version %d; "+
 			"want running, 1, worker-7, lease-0-1 until %v, started %v, version 2",
@@ -368,8 +369,8 @@ func testClaimJobsFilters(t *testing.T, s store.Store) {
 // limitJob is one job of a limits fixture.
 type limitJob struct {
 	id, queue string
-	state     store.State // "" is QUEUED
-	kind      string      // "" is email
+	state     jobtype.State // "" is QUEUED
+	kind      string        // "" is email
 	attempt   int32
 	runAt     int
 }
@@ -384,7 +385,7 @@ func createLimitJobs(t *testing.T, s store.Store, prefix string, jobs []limitJob
 		if lj.state != "" {
 			j.State = lj.state
 		}
-		if lj.state == store.Running {
+		if lj.state == jobtype.Running {
 			j.LeaseID, j.LeaseExpiresAt = "lease-"+lj.id, at(1000)
 		}
 		if lj.kind != "" {
@@ -441,7 +442,7 @@ func testClaimJobsLimits(t *testing.T, s store.Store) {
 		{
 			name:   "a serial queue with a job running yields nothing",
 			limits: map[string]store.QueueLimit{"index": serial},
-			jobs:   []limitJob{{id: "r", queue: "index", state: store.Running}, {id: "i1", queue: "index", runAt: 1}, {id: "i2", queue: "index", runAt: 2}},
+			jobs:   []limitJob{{id: "r", queue: "index", state: jobtype.Running}, {id: "i1", queue: "index", runAt: 1}, {id: "i2", queue: "index", runAt: 2}},
 			want:   nil,
 		},
 		{
@@ -485,7 +486,7 @@ func testClaimJobsLimits(t *testing.T, s store.Store) {
 			name:   "max_running 3 with one running yields at most two",
 			limits: map[string]store.QueueLimit{"readme": {MaxRunning: 3}},
 			jobs: []limitJob{
-				{id: "r", queue: "readme", state: store.Running},
+				{id: "r", queue: "readme", state: jobtype.Running},
 				{id: "j1", queue: "readme", runAt: 1}, {id: "j2", queue: "readme", runAt: 2}, {id: "j3", queue: "readme", runAt: 3},
 				{id: "j4", queue: "readme", runAt: 4},
 			},
@@ -495,8 +496,8 @@ func testClaimJobsLimits(t *testing.T, s store.Store) {
 			name:   "max_running 3 with three running yields none",
 			limits: map[string]store.QueueLimit{"readme": {MaxRunning: 3}},
 			jobs: []limitJob{
-				{id: "r1", queue: "readme", state: store.Running}, {id: "r2", queue: "readme", state: store.Running},
-				{id: "r3", queue: "readme", state: store.Running}, {id: "j1", queue: "readme", runAt: 1},
+				{id: "r1", queue: "readme", state: jobtype.Running}, {id: "r2", queue: "readme", state: jobtype.Running},
+				{id: "r3", queue: "readme", state: jobtype.Running}, {id: "j1", queue: "readme", runAt: 1},
 			},
 			want: nil,
 		},
@@ -504,7 +505,7 @@ func testClaimJobsLimits(t *testing.T, s store.Store) {
 			name:   "max_running 0 is unbounded",
 			limits: map[string]store.QueueLimit{"readme": {}},
 			jobs: []limitJob{
-				{id: "r", queue: "readme", state: store.Running},
+				{id: "r", queue: "readme", state: jobtype.Running},
 				{id: "j1", queue: "readme", runAt: 1}, {id: "j2", queue: "readme", runAt: 2}, {id: "j3", queue: "readme", runAt: 3},
 			},
 			want: []string{"j1", "j2", "j3"},
@@ -517,7 +518,7 @@ func testClaimJobsLimits(t *testing.T, s store.Store) {
 			},
 			pools: map[string]int{"db": 3},
 			jobs: []limitJob{
-				{id: "b0", queue: "b", state: store.Running},
+				{id: "b0", queue: "b", state: jobtype.Running},
 				{id: "a1", queue: "a", runAt: 1}, {id: "b1", queue: "b", runAt: 2}, {id: "a2", queue: "a", runAt: 3},
 				{id: "b2", queue: "b", runAt: 4}, {id: "free1", queue: "free", runAt: 5},
 			},
@@ -542,7 +543,7 @@ func testClaimJobsLimits(t *testing.T, s store.Store) {
 				"full": {MaxRunning: 1},
 			},
 			jobs: []limitJob{
-				{id: "r", queue: "full", state: store.Running},
+				{id: "r", queue: "full", state: jobtype.Running},
 				{id: "f1", queue: "full", runAt: 1}, {id: "f2", queue: "full", runAt: 2},
 				{id: "o1", queue: "open", runAt: 3}, {id: "o2", queue: "open", runAt: 4},
 			},
@@ -605,9 +606,9 @@ func testClaimJobsLikeSingleClaims(t *testing.T, s store.Store) {
 				lj := limitJob{id: fmt.Sprintf("j%02d", i), queue: queues[r.IntN(len(queues))], runAt: r.IntN(30)}
 				switch r.IntN(10) {
 				case 0:
-					lj.state = store.Running
+					lj.state = jobtype.Running
 				case 1:
-					lj.state = store.Pending
+					lj.state = jobtype.Pending
 				case 2:
 					lj.attempt, lj.runAt = 1, 40+r.IntN(30) // backing off, due later or not
 				}
@@ -632,7 +633,7 @@ func testClaimJobsLikeSingleClaims(t *testing.T, s store.Store) {
 			var gotSingle []string
 			for range ask {
 				j, _, err := store.ClaimOne(t.Context(), s, filter(single), toRunning)
-				if errors.Is(err, store.ErrNoJob) {
+				if errors.Is(err, jobtype.ErrNoJob) {
 					break
 				}
 				if err != nil {
@@ -681,7 +682,7 @@ func testClaimJobsConcurrent(t *testing.T, s store.Store) {
 			for b := range jobs + 1 { // a store that hands out jobs forever must not hang the suite
 				c := batchClaim(fmt.Sprintf("w%d-b%d", w, b), batch)
 				got, err := s.ClaimJobs(t.Context(), store.ClaimFilter{Now: at(100)}, c)
-				if errors.Is(err, store.ErrNoJob) {
+				if errors.Is(err, jobtype.ErrNoJob) {
 					return
 				}
 				if err != nil {
@@ -701,7 +702,7 @@ func testClaimJobsConcurrent(t *testing.T, s store.Store) {
 						t.Errorf("%s claimed by claimer %d and claimer %d", cl.Job.ID, prev.by, w)
 					}
 					taken[cl.Job.ID] = took{c.LeaseIDs[i], w}
-					if cl.Job.State != store.Running || cl.Job.LeaseID != c.LeaseIDs[i] || cl.Job.Version != 2 {
+					if cl.Job.State != jobtype.Running || cl.Job.LeaseID != c.LeaseIDs[i] || cl.Job.Version != 2 {
 						t.Errorf("%s claimed as %s under %q at version %d, want running under %q at 2",
 							cl.Job.ID, cl.Job.State, cl.Job.LeaseID, cl.Job.Version, c.LeaseIDs[i])
 					}
@@ -716,7 +717,7 @@ func testClaimJobsConcurrent(t *testing.T, s store.Store) {
 	}
 	all, _ := list(t, s, store.ListFilter{Limit: 2 * jobs})
 	for _, j := range all {
-		if tk, ok := taken[j.ID]; ok && (j.LeaseID != tk.lease || j.State != store.Running || j.Version != 2) {
+		if tk, ok := taken[j.ID]; ok && (j.LeaseID != tk.lease || j.State != jobtype.Running || j.Version != 2) {
 			t.Errorf("%s stored as %s under %q at version %d, want running under %q, the lease of the claim that returned it, at 2",
 				j.ID, j.State, j.LeaseID, j.Version, tk.lease)
 		}
@@ -754,7 +755,7 @@ func testClaimJobsLimitsConcurrent(t *testing.T, s store.Store) {
 				}
 				c := batchClaim(fmt.Sprintf("w%d-b%d", w, b), batch)
 				got, err := s.ClaimJobs(t.Context(), f, c)
-				if errors.Is(err, store.ErrNoJob) {
+				if errors.Is(err, jobtype.ErrNoJob) {
 					continue
 				}
 				if err != nil {
@@ -764,7 +765,7 @@ func testClaimJobsLimitsConcurrent(t *testing.T, s store.Store) {
 				claimed.Add(int64(len(got)))
 				// Right after the claim, one snapshot of the RUNNING jobs:
 				// none may ever hold more than the rules allow.
-				running, _, err := s.ListJobs(t.Context(), store.ListFilter{States: []store.State{store.Running}, Limit: 1000})
+				running, _, err := s.ListJobs(t.Context(), store.ListFilter{States: []jobtype.State{jobtype.Running}, Limit: 1000})
 				if err != nil {
 					t.Errorf("claimer %d: list running: %v", w, err)
 					return
@@ -795,7 +796,7 @@ func testClaimJobsLimitsConcurrent(t *testing.T, s store.Store) {
 					return
 				}
 				for i, r := range res {
-					if !r.Held || r.Err != nil || r.Job.State != store.Succeeded {
+					if !r.Held || r.Err != nil || r.Job.State != jobtype.Succeeded {
 						t.Errorf("claimer %d: completing %s: held %v, err %v, state %s; want held, succeeded",
 							w, ws[i].JobID, r.Held, r.Err, r.Job.State)
 					}
@@ -826,7 +827,7 @@ func testClaimJobsHeard(t *testing.T, s store.Store) {
 		want[cl.Job.ID] = cl.Job.Version
 	}
 	for _, c := range h.untilAll(t, want) {
-		if v, ok := want[c.JobID]; ok && c.Version == v && (c.State != store.Running || !c.Local) {
+		if v, ok := want[c.JobID]; ok && c.Version == v && (c.State != jobtype.Running || !c.Local) {
 			t.Errorf("the claim of %s was heard as %+v, want running, local", c.JobID, c)
 		}
 	}
@@ -855,7 +856,7 @@ func testClaimJobsShared(t *testing.T, a, b store.Store) {
 		wg.Go(func() {
 			for n := range jobs + 1 {
 				got, err := claimer.ClaimJobs(t.Context(), store.ClaimFilter{Now: at(100)}, batchClaim(fmt.Sprintf("w%d-b%d", w, n), batch))
-				if errors.Is(err, store.ErrNoJob) {
+				if errors.Is(err, jobtype.ErrNoJob) {
 					return
 				}
 				if err != nil {
@@ -878,7 +879,7 @@ func testClaimJobsShared(t *testing.T, a, b store.Store) {
 					return
 				}
 				for i, r := range res {
-					if !r.Held || r.Job.State != store.Succeeded {
+					if !r.Held || r.Job.State != jobtype.Succeeded {
 						t.Errorf("completing %s through the other store: held %v, state %s; want held, succeeded", ws[i].JobID, r.Held, r.Job.State)
 					}
 				}
@@ -893,7 +894,7 @@ func testClaimJobsShared(t *testing.T, a, b store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if counts[store.Succeeded] != jobs {
+	if counts[jobtype.Succeeded] != jobs {
 		t.Errorf("counts after claiming and completing every job: %v, want %d succeeded", counts, jobs)
 	}
 }
@@ -906,75 +907,75 @@ func testWriteLeasesApply(t *testing.T, s store.Store) {
 	tests := []struct {
 		name  string
 		queue string
-		job   func(j *store.Job) // from running(...), before the write
-		write func(j store.Job) store.LeaseWrite
+		job   func(j *jobtype.Job) // from running(...), before the write
+		write func(j jobtype.Job) store.LeaseWrite
 		// check states the expected outcome once more, apart from
 		// LeaseWrite.Apply, for the reader and against Apply itself.
-		check func(before, got store.Job) string
+		check func(before, got jobtype.Job) string
 	}{
 		{
 			name:  "a heartbeat raises percent, sets step and extends the lease",
-			write: func(j store.Job) store.LeaseWrite { return heartbeat(j, 45, "batch 5 of 11") },
-			check: func(b, g store.Job) string {
+			write: func(j jobtype.Job) store.LeaseWrite { return heartbeat(j, 45, "batch 5 of 11") },
+			check: func(b, g jobtype.Job) string {
 				return expect(g.Percent == 45 && g.Step == "batch 5 of 11" && g.LeaseExpiresAt.Equal(now.Add(30*second)) &&
-					g.Version == b.Version+1 && g.UpdatedAt.Equal(now) && g.State == store.Running && g.LeaseID == b.LeaseID,
+					g.Version == b.Version+1 && g.UpdatedAt.Equal(now) && g.State == jobtype.Running && g.LeaseID == b.LeaseID,
 					"percent 45, the new step, lease until now+30s, version+1, updated now, still running under its lease")
 			},
 		},
 		{
 			name:  "a heartbeat never lowers percent",
-			write: func(j store.Job) store.LeaseWrite { return heartbeat(j, 10, "batch 4 of 10") },
-			check: func(b, g store.Job) string {
+			write: func(j jobtype.Job) store.LeaseWrite { return heartbeat(j, 10, "batch 4 of 10") },
+			check: func(b, g jobtype.Job) string {
 				return expect(g.Percent == 30 && g.Step == "batch 4 of 10" && g.Version == b.Version+1, "percent kept at 30, the new step, version+1")
 			},
 		},
 		{
 			name:  "a heartbeat with an empty step keeps the step",
-			write: func(j store.Job) store.LeaseWrite { return heartbeat(j, 40, "") },
-			check: func(b, g store.Job) string {
+			write: func(j jobtype.Job) store.LeaseWrite { return heartbeat(j, 40, "") },
+			check: func(b, g jobtype.Job) string {
 				return expect(g.Percent == 40 && g.Step == b.Step && g.Version == b.Version+1, "percent 40, step kept, version+1")
 			},
 		},
 		{
 			name:  "a heartbeat that changes nothing visible keeps the version and UpdatedAt but extends the lease",
-			write: func(j store.Job) store.LeaseWrite { return heartbeat(j, 30, "") },
-			check: func(b, g store.Job) string {
+			write: func(j jobtype.Job) store.LeaseWrite { return heartbeat(j, 30, "") },
+			check: func(b, g jobtype.Job) string {
 				return expect(g.Version == b.Version && g.UpdatedAt.Equal(b.UpdatedAt) && g.LeaseExpiresAt.Equal(now.Add(30*second)),
 					"version and UpdatedAt kept, lease until now+30s")
 			},
 		},
 		{
 			name:  "a heartbeat repeating the step and a lower percent keeps the version",
-			write: func(j store.Job) store.LeaseWrite { return heartbeat(j, 20, j.Step) },
-			check: func(b, g store.Job) string {
+			write: func(j jobtype.Job) store.LeaseWrite { return heartbeat(j, 20, j.Step) },
+			check: func(b, g jobtype.Job) string {
 				return expect(g.Version == b.Version && g.Percent == 30 && g.LeaseExpiresAt.Equal(now.Add(30*second)), "version and percent kept, lease extended")
 			},
 		},
 		{
 			name:  "a heartbeat over 100 percent counts as 100",
-			write: func(j store.Job) store.LeaseWrite { return heartbeat(j, 250, "") },
-			check: func(b, g store.Job) string { return expect(g.Percent == 100, "percent 100") },
+			write: func(j jobtype.Job) store.LeaseWrite { return heartbeat(j, 250, "") },
+			check: func(b, g jobtype.Job) string { return expect(g.Percent == 100, "percent 100") },
 		},
 		{
 			name:  "a heartbeat below 0 percent changes no progress",
-			write: func(j store.Job) store.LeaseWrite { return heartbeat(j, -5, "") },
-			check: func(b, g store.Job) string {
+			write: func(j jobtype.Job) store.LeaseWrite { return heartbeat(j, -5, "") },
+			check: func(b, g jobtype.Job) string {
 				return expect(g.Percent == 30 && g.Version == b.Version, "percent kept, version kept")
 			},
 		},
 		{
 			name:  "a heartbeat in a queue with its own lease extends the lease by that",
 			queue: "slow",
-			write: func(j store.Job) store.LeaseWrite { return heartbeat(j, 50, "") },
-			check: func(b, g store.Job) string {
+			write: func(j jobtype.Job) store.LeaseWrite { return heartbeat(j, 50, "") },
+			check: func(b, g jobtype.Job) string {
 				return expect(g.LeaseExpiresAt.Equal(now.Add(10*time.Minute)), "lease until now+10m")
 			},
 		},
 		{
 			name:  "a completion ends the job succeeded with its result, percent 100, no error and no lease",
-			write: func(j store.Job) store.LeaseWrite { return complete(j, `{"rows":3,"tags":["a"]}`) },
-			check: func(b, g store.Job) string {
-				return expect(g.State == store.Succeeded && g.Percent == 100 && jsonEqual(g.Result, json.RawMessage(`{"rows":3,"tags":["a"]}`)) &&
+			write: func(j jobtype.Job) store.LeaseWrite { return complete(j, `{"rows":3,"tags":["a"]}`) },
+			check: func(b, g jobtype.Job) string {
+				return expect(g.State == jobtype.Succeeded && g.Percent == 100 && jsonEqual(g.Result, json.RawMessage(`{"rows":3,"tags":["a"]}`)) &&
 					g.Error == nil && g.LeaseID == "" && g.LeaseExpiresAt.IsZero() && g.FinishedAt.Equal(now) &&
 					g.WorkerID == b.WorkerID && g.Attempt == b.Attempt && g.Step == b.Step && g.Version == b.Version+1 && g.UpdatedAt.Equal(now),
 					"succeeded, 100 %, the result, no error, no lease, finished now, worker, attempt and step kept, version+1")
@@ -982,26 +983,26 @@ func testWriteLeasesApply(t *testing.T, s store.Store) {
 		},
 		{
 			name:  "a completion without a result stores none",
-			write: func(j store.Job) store.LeaseWrite { return complete(j, "") },
-			check: func(b, g store.Job) string {
-				return expect(g.State == store.Succeeded && g.Result == nil, "succeeded without a result")
+			write: func(j jobtype.Job) store.LeaseWrite { return complete(j, "") },
+			check: func(b, g jobtype.Job) string {
+				return expect(g.State == jobtype.Succeeded && g.Result == nil, "succeeded without a result")
 			},
 		},
 		{
 			name: "a completion at 100 percent without an error still raises the version",
-			job: func(j *store.Job) {
+			job: func(j *jobtype.Job) {
 				j.Percent, j.Error = 100, nil
 			},
-			write: func(j store.Job) store.LeaseWrite { return complete(j, `{}`) },
-			check: func(b, g store.Job) string { return expect(g.Version == b.Version+1, "version+1") },
+			write: func(j jobtype.Job) store.LeaseWrite { return complete(j, `{}`) },
+			check: func(b, g jobtype.Job) string { return expect(g.Version == b.Version+1, "version+1") },
 		},
 		{
 			name:  "a failure with retry and attempts left queues the job again at now plus the backoff",
-			job:   func(j *store.Job) { j.Attempt = 1 },
-			write: func(j store.Job) store.LeaseWrite { return fail(j, true, 0.5) },
-			check: func(b, g store.Job) string {
+			job:   func(j *jobtype.Job) { j.Attempt = 1 },
+			write: func(j jobtype.Job) store.LeaseWrite { return fail(j, true, 0.5) },
+			check: func(b, g jobtype.Job) string {
 				// Step 1 s: the delay is ⌊0.5 × 1,000,001⌋ µs.
-				return expect(g.State == store.Queued && g.RunAt.Equal(now.Add(500*time.Millisecond)) &&
+				return expect(g.State == jobtype.Queued && g.RunAt.Equal(now.Add(500*time.Millisecond)) &&
 					g.Percent == 0 && g.Step == "" && g.Error != nil && *g.Error == *boom && g.LeaseID == "" && g.LeaseExpiresAt.IsZero() &&
 					g.FinishedAt.IsZero() && g.Attempt == 1 && g.StartedAt.Equal(b.StartedAt) && g.Version == b.Version+1 && g.UpdatedAt.Equal(now),
 					"queued at now+0.5s, progress reset, the new error, no lease, not finished, attempt and start kept, version+1")
@@ -1010,46 +1011,46 @@ func testWriteLeasesApply(t *testing.T, s store.Store) {
 		{
 			name:  "a failure with retry in a queue with its own backoff waits that backoff",
 			queue: "patient",
-			job:   func(j *store.Job) { j.Attempt = 2 },
-			write: func(j store.Job) store.LeaseWrite { return fail(j, true, 0.5) },
-			check: func(b, g store.Job) string {
+			job:   func(j *jobtype.Job) { j.Attempt = 2 },
+			write: func(j jobtype.Job) store.LeaseWrite { return fail(j, true, 0.5) },
+			check: func(b, g jobtype.Job) string {
 				// Step 20 s after the second attempt: ⌊0.5 × 20,000,001⌋ µs.
-				return expect(g.State == store.Queued && g.RunAt.Equal(now.Add(10*time.Second)), "queued at now+10s")
+				return expect(g.State == jobtype.Queued && g.RunAt.Equal(now.Add(10*time.Second)), "queued at now+10s")
 			},
 		},
 		{
 			name: "a failure with retry after many attempts waits at most the maximum backoff",
-			job:  func(j *store.Job) { j.Attempt, j.MaxAttempts = 30, 40 },
-			write: func(j store.Job) store.LeaseWrite {
+			job:  func(j *jobtype.Job) { j.Attempt, j.MaxAttempts = 30, 40 },
+			write: func(j jobtype.Job) store.LeaseWrite {
 				return fail(j, true, math.Nextafter(1, 0))
 			},
-			check: func(b, g store.Job) string {
-				return expect(g.State == store.Queued && g.RunAt.Equal(now.Add(time.Minute)), "queued at now+1m, the maximum")
+			check: func(b, g jobtype.Job) string {
+				return expect(g.State == jobtype.Queued && g.RunAt.Equal(now.Add(time.Minute)), "queued at now+1m, the maximum")
 			},
 		},
 		{
 			name:  "a failure with retry and jitter 0 is due at once",
-			write: func(j store.Job) store.LeaseWrite { return fail(j, true, 0) },
-			check: func(b, g store.Job) string {
-				return expect(g.State == store.Queued && g.RunAt.Equal(now), "queued at now")
+			write: func(j jobtype.Job) store.LeaseWrite { return fail(j, true, 0) },
+			check: func(b, g jobtype.Job) string {
+				return expect(g.State == jobtype.Queued && g.RunAt.Equal(now), "queued at now")
 			},
 		},
 		{
 			name:  "a failure with retry on the last attempt ends the job failed",
-			job:   func(j *store.Job) { j.Attempt = 3 },
-			write: func(j store.Job) store.LeaseWrite { return fail(j, true, 0.5) },
-			check: func(b, g store.Job) string {
-				return expect(g.State == store.Failed && g.FinishedAt.Equal(now) && g.Error != nil && *g.Error == *boom && g.LeaseID == "" &&
+			job:   func(j *jobtype.Job) { j.Attempt = 3 },
+			write: func(j jobtype.Job) store.LeaseWrite { return fail(j, true, 0.5) },
+			check: func(b, g jobtype.Job) string {
+				return expect(g.State == jobtype.Failed && g.FinishedAt.Equal(now) && g.Error != nil && *g.Error == *boom && g.LeaseID == "" &&
 					g.LeaseExpiresAt.IsZero() && g.RunAt.Equal(b.RunAt) && g.Percent == b.Percent && g.Step == b.Step && g.Version == b.Version+1,
 					"failed, finished now, the new error, no lease, RunAt and progress kept, version+1")
 			},
 		},
 		{
 			name:  "a failure without retry ends the job failed though attempts are left",
-			job:   func(j *store.Job) { j.Attempt = 1 },
-			write: func(j store.Job) store.LeaseWrite { return fail(j, false, 0.5) },
-			check: func(b, g store.Job) string {
-				return expect(g.State == store.Failed && g.FinishedAt.Equal(now), "failed, finished now")
+			job:   func(j *jobtype.Job) { j.Attempt = 1 },
+			write: func(j jobtype.Job) store.LeaseWrite { return fail(j, false, 0.5) },
+			check: func(b, g jobtype.Job) string {
+				return expect(g.State == jobtype.Failed && g.FinishedAt.Equal(now), "failed, finished now")
 			},
 		},
 	}
@@ -1086,25 +1087,25 @@ func expect(ok bool, want string) string {
 func testWriteLeasesStale(t *testing.T, s store.Store) {
 	tests := []struct {
 		name  string
-		job   func(j *store.Job)
+		job   func(j *jobtype.Job)
 		lease string // of the write; "" is the job's own
 	}{
 		{"another lease id", nil, "lease-other"},
 		{"no lease id", nil, "-"},
-		{"a job queued again for a retry", func(j *store.Job) {
-			j.State, j.LeaseID, j.LeaseExpiresAt = store.Queued, "", time.Time{}
+		{"a job queued again for a retry", func(j *jobtype.Job) {
+			j.State, j.LeaseID, j.LeaseExpiresAt = jobtype.Queued, "", time.Time{}
 		}, "lease-old"},
-		{"a job cancelled that keeps its lease id", func(j *store.Job) {
-			j.State, j.FinishedAt = store.Cancelled, at(200)
+		{"a job cancelled that keeps its lease id", func(j *jobtype.Job) {
+			j.State, j.FinishedAt = jobtype.Cancelled, at(200)
 		}, ""},
-		{"a job lost that keeps its lease id", func(j *store.Job) {
-			j.State, j.FinishedAt = store.Lost, at(200)
+		{"a job lost that keeps its lease id", func(j *jobtype.Job) {
+			j.State, j.FinishedAt = jobtype.Lost, at(200)
 		}, ""},
-		{"a job re-claimed under a new lease", func(j *store.Job) {
+		{"a job re-claimed under a new lease", func(j *jobtype.Job) {
 			j.LeaseID, j.Attempt = "lease-new", 3
 		}, "lease-old"},
-		{"a job that succeeded", func(j *store.Job) {
-			j.State, j.FinishedAt, j.LeaseID, j.LeaseExpiresAt = store.Succeeded, at(200), "", time.Time{}
+		{"a job that succeeded", func(j *jobtype.Job) {
+			j.State, j.FinishedAt, j.LeaseID, j.LeaseExpiresAt = jobtype.Succeeded, at(200), "", time.Time{}
 		}, "lease-old"},
 	}
 	for i, tc := range tests {
@@ -1138,13 +1139,13 @@ func testWriteLeasesUnknown(t *testing.T, s store.Store) {
 	a := create(t, s, running("a", "default", 0))
 	b := create(t, s, running("b", "default", 1))
 	got := writeLeases(t, s, []store.LeaseWrite{
-		complete(store.Job{ID: "missing", LeaseID: "lease-missing"}, `1`),
+		complete(jobtype.Job{ID: "missing", LeaseID: "lease-missing"}, `1`),
 		heartbeat(a, 50, "on"),
-		fail(store.Job{ID: "", LeaseID: ""}, true, 0.5),
+		fail(jobtype.Job{ID: "", LeaseID: ""}, true, 0.5),
 		complete(b, `2`),
 	}, leaseRules)
 	for _, i := range []int{0, 2} {
-		if !errors.Is(got[i].Err, store.ErrNotFound) {
+		if !errors.Is(got[i].Err, jobtype.ErrNotFound) {
 			t.Errorf("write %d to an unknown job: err %v, want ErrNotFound", i, got[i].Err)
 		}
 	}
@@ -1154,12 +1155,12 @@ func testWriteLeasesUnknown(t *testing.T, s store.Store) {
 }
 
 func testWriteLeasesMixed(t *testing.T, s store.Store) {
-	var jobs []store.Job
+	var jobs []jobtype.Job
 	for i := range 8 {
 		jobs = append(jobs, create(t, s, running(fmt.Sprintf("job-%d", i), []string{"default", "slow", "patient"}[i%3], i)))
 	}
 	cancelled := running("cancelled", "default", 9)
-	cancelled.State, cancelled.FinishedAt = store.Cancelled, at(200)
+	cancelled.State, cancelled.FinishedAt = jobtype.Cancelled, at(200)
 	create(t, s, cancelled)
 	other := jobs[7]
 	other.LeaseID = "lease-other"
@@ -1167,7 +1168,7 @@ func testWriteLeasesMixed(t *testing.T, s store.Store) {
 		heartbeat(jobs[0], 60, "more"),
 		complete(cancelled, `1`),
 		fail(jobs[1], true, 0.25),
-		complete(store.Job{ID: "missing", LeaseID: "l"}, `1`),
+		complete(jobtype.Job{ID: "missing", LeaseID: "l"}, `1`),
 		fail(jobs[2], true, 0.75),
 		heartbeat(other, 99, "stale"),
 		complete(jobs[3], `{"done":true}`),
@@ -1195,7 +1196,7 @@ func testWriteLeasesManyCompletions(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if counts[store.Succeeded] != n || counts[store.Running] != 0 {
+	if counts[jobtype.Succeeded] != n || counts[jobtype.Running] != 0 {
 		t.Errorf("after %d completions: %v, want all succeeded", n, counts)
 	}
 }
@@ -1203,25 +1204,25 @@ func testWriteLeasesManyCompletions(t *testing.T, s store.Store) {
 func testWriteLeasesSameJobTwice(t *testing.T, s store.Store) {
 	tests := []struct {
 		name   string
-		writes func(j store.Job) []store.LeaseWrite
+		writes func(j jobtype.Job) []store.LeaseWrite
 		held   []bool
-		state  store.State
+		state  jobtype.State
 	}{
-		{"a heartbeat then a completion: both hold", func(j store.Job) []store.LeaseWrite {
+		{"a heartbeat then a completion: both hold", func(j jobtype.Job) []store.LeaseWrite {
 			return []store.LeaseWrite{heartbeat(j, 80, "last batch"), complete(j, `1`)}
-		}, []bool{true, true}, store.Succeeded},
-		{"a completion then a heartbeat: the heartbeat finds the lease gone", func(j store.Job) []store.LeaseWrite {
+		}, []bool{true, true}, jobtype.Succeeded},
+		{"a completion then a heartbeat: the heartbeat finds the lease gone", func(j jobtype.Job) []store.LeaseWrite {
 			return []store.LeaseWrite{complete(j, `1`), heartbeat(j, 80, "late")}
-		}, []bool{true, false}, store.Succeeded},
-		{"two completions: the second finds the lease gone", func(j store.Job) []store.LeaseWrite {
+		}, []bool{true, false}, jobtype.Succeeded},
+		{"two completions: the second finds the lease gone", func(j jobtype.Job) []store.LeaseWrite {
 			return []store.LeaseWrite{complete(j, `1`), complete(j, `2`)}
-		}, []bool{true, false}, store.Succeeded},
-		{"a failure to retry then a completion: the completion finds the lease gone", func(j store.Job) []store.LeaseWrite {
+		}, []bool{true, false}, jobtype.Succeeded},
+		{"a failure to retry then a completion: the completion finds the lease gone", func(j jobtype.Job) []store.LeaseWrite {
 			return []store.LeaseWrite{fail(j, true, 0.5), complete(j, `1`)}
-		}, []bool{true, false}, store.Queued},
-		{"three heartbeats: each applies to what the one before left", func(j store.Job) []store.LeaseWrite {
+		}, []bool{true, false}, jobtype.Queued},
+		{"three heartbeats: each applies to what the one before left", func(j jobtype.Job) []store.LeaseWrite {
 			return []store.LeaseWrite{heartbeat(j, 40, "a"), heartbeat(j, 35, "b"), heartbeat(j, 60, "")}
-		}, []bool{true, true, true}, store.Running},
+		}, []bool{true, true, true}, jobtype.Running},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1281,11 +1282,11 @@ func testWriteLeasesConcurrent(t *testing.T, s store.Store) {
 	const writers, each = 8, 12
 	type plan struct {
 		ws     []store.LeaseWrite
-		before map[string]store.Job
+		before map[string]jobtype.Job
 	}
 	plans := make([]plan, writers)
 	for w := range writers {
-		p := plan{before: map[string]store.Job{}}
+		p := plan{before: map[string]jobtype.Job{}}
 		for i := range each {
 			j := create(t, s, running(fmt.Sprintf("w%d-%02d", w, i), []string{"default", "slow", "patient"}[i%3], i))
 			p.before[j.ID] = j
@@ -1302,7 +1303,7 @@ func testWriteLeasesConcurrent(t *testing.T, s store.Store) {
 				p.ws = append(p.ws, heartbeat(stale, 99, "stale"))
 			}
 		}
-		p.ws = append(p.ws, complete(store.Job{ID: fmt.Sprintf("w%d-missing", w), LeaseID: "l"}, `1`))
+		p.ws = append(p.ws, complete(jobtype.Job{ID: fmt.Sprintf("w%d-missing", w), LeaseID: "l"}, `1`))
 		plans[w] = p
 	}
 	results := make([][]store.LeaseResult, writers)
@@ -1329,7 +1330,7 @@ func testWriteLeasesConcurrent(t *testing.T, s store.Store) {
 		for i, wr := range p.ws {
 			before, ok := p.before[wr.JobID]
 			if !ok {
-				if !errors.Is(results[w][i].Err, store.ErrNotFound) {
+				if !errors.Is(results[w][i].Err, jobtype.ErrNotFound) {
 					t.Errorf("writer %d, write %d to an unknown job: err %v, want ErrNotFound", w, i, results[w][i].Err)
 				}
 				continue
@@ -1346,7 +1347,7 @@ func testWriteLeasesConcurrent(t *testing.T, s store.Store) {
 
 func testWriteLeasesCancelRace(t *testing.T, s store.Store) {
 	const jobs = 24
-	before := make([]store.Job, jobs)
+	before := make([]jobtype.Job, jobs)
 	for i := range jobs {
 		before[i] = create(t, s, running(fmt.Sprintf("job-%02d", i), "default", i))
 	}
@@ -1367,9 +1368,9 @@ func testWriteLeasesCancelRace(t *testing.T, s store.Store) {
 			<-start
 			// A cancel keeps the lease id, as the engine's does: the
 			// worker learns of it when its lease no longer holds.
-			if _, err := s.UpdateJob(t.Context(), before[i].ID, func(j *store.Job) error {
-				if j.State == store.Running {
-					j.State, j.FinishedAt, j.UpdatedAt = store.Cancelled, at(400), at(400)
+			if _, err := s.UpdateJob(t.Context(), before[i].ID, func(j *jobtype.Job) error {
+				if j.State == jobtype.Running {
+					j.State, j.FinishedAt, j.UpdatedAt = jobtype.Cancelled, at(400), at(400)
 				}
 				return nil
 			}); err != nil {
@@ -1382,10 +1383,10 @@ func testWriteLeasesCancelRace(t *testing.T, s store.Store) {
 	for i, r := range results {
 		got := get(t, s, before[i].ID)
 		switch {
-		case r.Held && (got.State != store.Succeeded || got.Version != before[i].Version+1 || r.Job.State != store.Succeeded):
+		case r.Held && (got.State != jobtype.Succeeded || got.Version != before[i].Version+1 || r.Job.State != jobtype.Succeeded):
 			t.Errorf("job-%02d: the completion held, yet it is %s at version %d (the completion returned %s); want succeeded at %d",
 				i, got.State, got.Version, r.Job.State, before[i].Version+1)
-		case !r.Held && (got.State != store.Cancelled || got.Version != before[i].Version+1 || r.Job.State != store.Cancelled):
+		case !r.Held && (got.State != jobtype.Cancelled || got.Version != before[i].Version+1 || r.Job.State != jobtype.Cancelled):
 			t.Errorf("job-%02d: the completion did not hold, yet it is %s at version %d (the completion returned %s); want cancelled at %d",
 				i, got.State, got.Version, r.Job.State, before[i].Version+1)
 		}
@@ -1444,11 +1445,11 @@ func testWriteLeasesHeard(t *testing.T, s store.Store) {
 	for _, c := range changes {
 		switch {
 		case c.JobID == "done" && c.Version == got[0].Job.Version:
-			if c.State != store.Succeeded || !c.Local || c.Tenant != done.Tenant || c.Kind != done.Kind || c.Queue != done.Queue {
+			if c.State != jobtype.Succeeded || !c.Local || c.Tenant != done.Tenant || c.Kind != done.Kind || c.Queue != done.Queue {
 				t.Errorf("the completion was heard as %+v, want succeeded, local, with the job's tenant, kind and queue", c)
 			}
 		case c.JobID == "retried" && c.Version == got[2].Job.Version:
-			if c.State != store.Queued || !c.RunAt.Equal(got[2].Job.RunAt) {
+			if c.State != jobtype.Queued || !c.RunAt.Equal(got[2].Job.RunAt) {
 				t.Errorf("the retry was heard as %+v, want queued with its new RunAt %v", c, got[2].Job.RunAt)
 			}
 		}
@@ -1472,15 +1473,15 @@ func testWriteLeasesEndScheduleRun(t *testing.T, s store.Store) {
 	const every = time.Hour
 	tests := []struct {
 		name   string
-		end    func(j store.Job) store.LeaseWrite
-		state  store.State
+		end    func(j jobtype.Job) store.LeaseWrite
+		state  jobtype.State
 		ended  bool
-		second func(j store.Job) store.LeaseWrite // after claiming the run again
+		second func(j jobtype.Job) store.LeaseWrite // after claiming the run again
 	}{
-		{"a completion", func(j store.Job) store.LeaseWrite { return complete(j, `1`) }, store.Succeeded, true, nil},
-		{"a failure without retry", func(j store.Job) store.LeaseWrite { return fail(j, false, 0) }, store.Failed, true, nil},
-		{"a failure to retry, which does not end the run, then a final failure", func(j store.Job) store.LeaseWrite { return fail(j, true, 0) },
-			store.Queued, false, func(j store.Job) store.LeaseWrite { return fail(j, true, 0) }},
+		{"a completion", func(j jobtype.Job) store.LeaseWrite { return complete(j, `1`) }, jobtype.Succeeded, true, nil},
+		{"a failure without retry", func(j jobtype.Job) store.LeaseWrite { return fail(j, false, 0) }, jobtype.Failed, true, nil},
+		{"a failure to retry, which does not end the run, then a final failure", func(j jobtype.Job) store.LeaseWrite { return fail(j, true, 0) },
+			jobtype.Queued, false, func(j jobtype.Job) store.LeaseWrite { return fail(j, true, 0) }},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1488,7 +1489,7 @@ func testWriteLeasesEndScheduleRun(t *testing.T, s store.Store) {
 			run := scheduleRun(name, every, at(0))
 			run.Job.MaxAttempts = 2
 			tick(t, s, at(0), run)
-			claim := func(lease string, now time.Time) store.Job {
+			claim := func(lease string, now time.Time) jobtype.Job {
 				got := claimJobs(t, s, store.ClaimFilter{Kinds: []string{name}, Now: now},
 					store.Claim{WorkerID: "w", LeaseIDs: []string{lease}, Now: now, Lease: time.Minute})
 				if len(got) != 1 {
@@ -1497,7 +1498,7 @@ func testWriteLeasesEndScheduleRun(t *testing.T, s store.Store) {
 				return got[0].Job
 			}
 			j := claim("lease-a", at(100))
-			if st, _ := scheduleState(t, s, name); st.LastJobState != store.Running || !st.Unfinished() {
+			if st, _ := scheduleState(t, s, name); st.LastJobState != jobtype.Running || !st.Unfinished() {
 				t.Errorf("while the run runs: state %+v, want running and unfinished", st)
 			}
 			writeLeases(t, s, []store.LeaseWrite{tc.end(j)}, leaseRules)
@@ -1517,7 +1518,7 @@ func testWriteLeasesEndScheduleRun(t *testing.T, s store.Store) {
 				j = claim("lease-b", leaseRules.Now) // the retry is due at once
 				writeLeases(t, s, []store.LeaseWrite{tc.second(j)}, leaseRules)
 				st, _ = scheduleState(t, s, name)
-				if st.LastJobState != store.Failed || !st.LastEndedAt.Equal(leaseRules.Now) || st.Unfinished() {
+				if st.LastJobState != jobtype.Failed || !st.LastEndedAt.Equal(leaseRules.Now) || st.Unfinished() {
 					t.Errorf("after the last attempt failed: state %+v, want failed, ended at %v", st, leaseRules.Now)
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -24,7 +25,7 @@ func testReadJobOwnTenant(t *testing.T, s store.Store) {
 	j := newJob("job-1", at(0))
 	j.Payload = json.RawMessage(`{"to":"a@example.com"}`)
 	j.Result = json.RawMessage(`{"sent":true}`)
-	j.Error = &store.JobError{Type: "Timeout", Message: "earlier attempt"}
+	j.Error = &jobtype.JobError{Type: "Timeout", Message: "earlier attempt"}
 	create(t, s, j)
 	want := get(t, s, j.ID)
 	for _, r := range []store.JobRead{{}, {Tenant: j.Tenant}} {
@@ -59,7 +60,7 @@ func testReadJobOtherTenant(t *testing.T, s store.Store) {
 	for _, summary := range []bool{false, true} {
 		_, otherErr := s.ReadJob(t.Context(), "job-1", store.JobRead{Tenant: "globex", Summary: summary})
 		_, missingErr := s.ReadJob(t.Context(), "job-2", store.JobRead{Tenant: "globex", Summary: summary})
-		if !errors.Is(otherErr, store.ErrNotFound) || !errors.Is(missingErr, store.ErrNotFound) {
+		if !errors.Is(otherErr, jobtype.ErrNotFound) || !errors.Is(missingErr, jobtype.ErrNotFound) {
 			t.Fatalf("summary %v: another tenant's job: %v; a missing job: %v; want ErrNotFound for both", summary, otherErr, missingErr)
 		}
 		// The message names the id asked for, and nothing else tells them
@@ -96,7 +97,7 @@ func testReadJobReadsNoPayload(t *testing.T, s store.Store) {
 		runtime.ReadMemStats(&before)
 		for range reads {
 			got, err := s.ReadJob(t.Context(), j.ID, r)
-			if r.Tenant == "globex" && !errors.Is(err, store.ErrNotFound) || r.Tenant != "globex" && err != nil {
+			if r.Tenant == "globex" && !errors.Is(err, jobtype.ErrNotFound) || r.Tenant != "globex" && err != nil {
 				t.Fatalf("read %+v: %v", r, err)
 			}
 			if got.Payload != nil && r.Summary {

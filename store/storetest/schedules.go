@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -57,9 +58,9 @@ func scheduleState(t *testing.T, s store.Store, name string) (store.ScheduleStat
 }
 
 // end ends job id in state at finished, as the engine would.
-func end(t *testing.T, s store.Store, id string, state store.State, finished time.Time) {
+func end(t *testing.T, s store.Store, id string, state jobtype.State, finished time.Time) {
 	t.Helper()
-	if _, err := s.UpdateJob(t.Context(), id, func(j *store.Job) error {
+	if _, err := s.UpdateJob(t.Context(), id, func(j *jobtype.Job) error {
 		j.State, j.FinishedAt, j.LeaseID = state, finished, ""
 		return nil
 	}); err != nil {
@@ -78,7 +79,7 @@ func testScheduleFirstRun(t *testing.T, s store.Store) {
 	}
 	sameJob(t, "the first run as stored", get(t, s, run.Job.ID), run.Job)
 	st, ok := scheduleState(t, s, "nightly")
-	want := store.ScheduleState{Name: "nightly", LastJobID: run.Job.ID, LastJobState: store.Queued}
+	want := store.ScheduleState{Name: "nightly", LastJobID: run.Job.ID, LastJobState: jobtype.Queued}
 	if !ok || st != want {
 		t.Errorf("state %+v, want %+v", st, want)
 	}
@@ -89,8 +90,8 @@ func testScheduleNeverTwoAtOnce(t *testing.T, s store.Store) {
 	tick(t, s, at(0), first)
 	// Long past every, the run is still queued, then running, then queued
 	// again for a retry: no second run starts meanwhile.
-	for i, state := range []store.State{store.Queued, store.Running, store.Queued} {
-		if _, err := s.UpdateJob(t.Context(), first.Job.ID, func(j *store.Job) error { j.State = state; return nil }); err != nil {
+	for i, state := range []jobtype.State{jobtype.Queued, jobtype.Running, jobtype.Queued} {
+		if _, err := s.UpdateJob(t.Context(), first.Job.ID, func(j *jobtype.Job) error { j.State = state; return nil }); err != nil {
 			t.Fatal(err)
 		}
 		now := at(100 * (i + 1))
@@ -106,7 +107,7 @@ func testScheduleNeverTwoAtOnce(t *testing.T, s store.Store) {
 
 func testScheduleNextAfterEnd(t *testing.T, s store.Store) {
 	const every = 10 * time.Minute
-	for i, outcome := range []store.State{store.Succeeded, store.Failed, store.Cancelled, store.Lost} {
+	for i, outcome := range []jobtype.State{jobtype.Succeeded, jobtype.Failed, jobtype.Cancelled, jobtype.Lost} {
 		t.Run(string(outcome), func(t *testing.T) {
 			name := "every-" + string(outcome)
 			start := at(i * 10000)
@@ -130,7 +131,7 @@ func testScheduleNextAfterEnd(t *testing.T, s store.Store) {
 				t.Fatalf("the tick at end+every started %v, want %s", started, next.Job.ID)
 			}
 			st, _ = scheduleState(t, s, name)
-			want = store.ScheduleState{Name: name, LastJobID: next.Job.ID, LastJobState: store.Queued}
+			want = store.ScheduleState{Name: name, LastJobID: next.Job.ID, LastJobState: jobtype.Queued}
 			if st != want {
 				t.Errorf("after the next run started: state %+v, want %+v", st, want)
 			}
@@ -142,7 +143,7 @@ func testScheduleNoBurst(t *testing.T, s store.Store) {
 	const every = time.Minute
 	run := scheduleRun("hourly", every, at(0))
 	tick(t, s, at(0), run)
-	end(t, s, run.Job.ID, store.Succeeded, at(1))
+	end(t, s, run.Job.ID, jobtype.Succeeded, at(1))
 	// Fifty periods later (a server stopped meanwhile), ticks in a row
 	// start one catch-up run, then wait for it.
 	late := at(1).Add(50 * every)
@@ -160,13 +161,13 @@ func testScheduleEndOutlivesJob(t *testing.T, s store.Store) {
 	const every = 48 * time.Hour // longer than the retention below
 	run := scheduleRun("weekly", every, at(0))
 	tick(t, s, at(0), run)
-	end(t, s, run.Job.ID, store.Failed, at(5))
+	end(t, s, run.Job.ID, jobtype.Failed, at(5))
 	if n, err := s.DeleteFinishedBefore(t.Context(), at(5).Add(24*time.Hour)); err != nil || n != 1 {
 		t.Fatalf("retention: deleted %d, %v; want the run", n, err)
 	}
 	mustBeGone(t, s, run.Job.ID)
 	st, _ := scheduleState(t, s, "weekly")
-	want := store.ScheduleState{Name: "weekly", LastJobID: run.Job.ID, LastJobState: store.Failed, LastEndedAt: at(5)}
+	want := store.ScheduleState{Name: "weekly", LastJobID: run.Job.ID, LastJobState: jobtype.Failed, LastEndedAt: at(5)}
 	if st != want {
 		t.Errorf("after its job was deleted: state %+v, want %+v", st, want)
 	}
@@ -208,7 +209,7 @@ func testScheduleConcurrentTicks(t *testing.T, s store.Store) {
 		}
 		for _, name := range []string{"a", "b"} {
 			st, _ := scheduleState(t, s, name)
-			end(t, s, st.LastJobID, store.Succeeded, now.Add(time.Second))
+			end(t, s, st.LastJobID, jobtype.Succeeded, now.Add(time.Second))
 		}
 	}
 }
@@ -216,17 +217,17 @@ func testScheduleConcurrentTicks(t *testing.T, s store.Store) {
 func testScheduleOthersUntouched(t *testing.T, s store.Store) {
 	kept := scheduleRun("kept", time.Minute, at(0))
 	tick(t, s, at(0), kept)
-	end(t, s, kept.Job.ID, store.Succeeded, at(1))
+	end(t, s, kept.Job.ID, jobtype.Succeeded, at(1))
 	// A tick without "kept" (removed from the configuration) starts
 	// nothing of it, however late, and keeps its state.
 	later := at(1000)
 	tick(t, s, later, scheduleRun("other", time.Minute, later))
 	st, ok := scheduleState(t, s, "kept")
-	want := store.ScheduleState{Name: "kept", LastJobID: kept.Job.ID, LastJobState: store.Succeeded, LastEndedAt: at(1)}
+	want := store.ScheduleState{Name: "kept", LastJobID: kept.Job.ID, LastJobState: jobtype.Succeeded, LastEndedAt: at(1)}
 	if !ok || st != want {
 		t.Errorf("state of a schedule left out of ticks: %+v, want %+v", st, want)
 	}
-	if n, err := s.CountByState(t.Context()); err != nil || n[store.Queued] != 1 {
+	if n, err := s.CountByState(t.Context()); err != nil || n[jobtype.Queued] != 1 {
 		t.Errorf("queued jobs %v, %v; want only the other schedule's run", n, err)
 	}
 }

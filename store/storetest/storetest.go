@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -118,13 +119,13 @@ var base = time.Date(2030, 1, 2, 3, 4, 5, 123456000, time.UTC)
 
 func at(sec int) time.Time { return base.Add(time.Duration(sec) * time.Second) }
 
-func newJob(id string, created time.Time) store.Job {
-	return store.Job{
+func newJob(id string, created time.Time) jobtype.Job {
+	return jobtype.Job{
 		ID:          id,
 		Tenant:      "acme",
 		Kind:        "email",
 		Queue:       "default",
-		State:       store.Queued,
+		State:       jobtype.Queued,
 		Version:     1,
 		Attempt:     1,
 		MaxAttempts: 3,
@@ -134,7 +135,7 @@ func newJob(id string, created time.Time) store.Job {
 	}
 }
 
-func create(t *testing.T, s store.Store, j store.Job) store.Job {
+func create(t *testing.T, s store.Store, j jobtype.Job) jobtype.Job {
 	t.Helper()
 	got, err := s.CreateJob(t.Context(), j)
 	if err != nil {
@@ -143,7 +144,7 @@ func create(t *testing.T, s store.Store, j store.Job) store.Job {
 	return got
 }
 
-func get(t *testing.T, s store.Store, id string) store.Job {
+func get(t *testing.T, s store.Store, id string) jobtype.Job {
 	t.Helper()
 	got, err := s.GetJob(t.Context(), id)
 	if err != nil {
@@ -154,14 +155,14 @@ func get(t *testing.T, s store.Store, id string) store.Job {
 
 func mustBeGone(t *testing.T, s store.Store, id string) {
 	t.Helper()
-	if _, err := s.GetJob(t.Context(), id); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.GetJob(t.Context(), id); !errors.Is(err, jobtype.ErrNotFound) {
 		t.Errorf("get %s: err = %v, want ErrNotFound", id, err)
 	}
 }
 
 // diff lists the fields in which got and want differ: times by instant,
 // JSON by meaning, the rest exactly.
-func diff(got, want store.Job) []string {
+func diff(got, want jobtype.Job) []string {
 	var out []string
 	gv, wv := reflect.ValueOf(got), reflect.ValueOf(want)
 	for i := range gv.NumField() {
@@ -173,8 +174,8 @@ func diff(got, want store.Job) []string {
 			same = g.Equal(w.(time.Time))
 		case json.RawMessage:
 			same = jsonEqual(g, w.(json.RawMessage))
-		case *store.JobError:
-			w := w.(*store.JobError)
+		case *jobtype.JobError:
+			w := w.(*jobtype.JobError)
 			same = (g == nil && w == nil) || (g != nil && w != nil && *g == *w)
 		default:
 			same = reflect.DeepEqual(g, w)
@@ -193,7 +194,7 @@ func show(v any) any {
 			return "<nil>"
 		}
 		return string(v)
-	case *store.JobError:
+	case *jobtype.JobError:
 		if v == nil {
 			return "<nil>"
 		}
@@ -202,7 +203,7 @@ func show(v any) any {
 	return v
 }
 
-func sameJob(t *testing.T, what string, got, want store.Job) {
+func sameJob(t *testing.T, what string, got, want jobtype.Job) {
 	t.Helper()
 	if d := diff(got, want); len(d) > 0 {
 		t.Errorf("%s differs from what was expected:\n  %s", what, joinLines(d))
@@ -271,7 +272,7 @@ func sameJSONValue(x, y any) bool {
 	return reflect.DeepEqual(x, y)
 }
 
-func ids(jobs []store.Job) []string {
+func ids(jobs []jobtype.Job) []string {
 	out := make([]string, len(jobs))
 	for i, j := range jobs {
 		out[i] = j.ID
@@ -281,20 +282,20 @@ func ids(jobs []store.Job) []string {
 
 // --- create and get ---
 
-func fullJob() store.Job {
+func fullJob() jobtype.Job {
 	zone := time.FixedZone("UTC+5:30", 5*3600+1800)
-	return store.Job{
+	return jobtype.Job{
 		ID:             "job-full",
 		Tenant:         "acme",
 		Kind:           "report",
 		Queue:          "bulk",
-		State:          store.Running,
+		State:          jobtype.Running,
 		Version:        7,
 		Percent:        45,
 		Step:           "batch 5 of 11",
 		Payload:        json.RawMessage(`{"account":42,"tags":["a","b"]}`),
 		Result:         json.RawMessage(`{"rows":1000}`),
-		Error:          &store.JobError{Type: "Timeout", Message: "attempt 1 took too long"},
+		Error:          &jobtype.JobError{Type: "Timeout", Message: "attempt 1 took too long"},
 		Attempt:        2,
 		MaxAttempts:    5,
 		UniqueKey:      "report:42",
@@ -341,7 +342,7 @@ func testCreateCancelledContext(t *testing.T, s store.Store) {
 	mustBeGone(t, s, "job-1")
 }
 
-func timeFields(j store.Job) map[string]time.Time {
+func timeFields(j jobtype.Job) map[string]time.Time {
 	return map[string]time.Time{
 		"CreatedAt": j.CreatedAt, "StartedAt": j.StartedAt, "UpdatedAt": j.UpdatedAt,
 		"FinishedAt": j.FinishedAt, "RunAt": j.RunAt, "LeaseExpiresAt": j.LeaseExpiresAt,
@@ -352,9 +353,9 @@ func testTimesUTC(t *testing.T, s store.Store) {
 	full := fullJob()
 	sparse := newJob("job-sparse", at(0).In(time.FixedZone("UTC-7", -7*3600)))
 	sparse.RunAt = time.Time{}
-	for _, j := range []store.Job{full, sparse} {
+	for _, j := range []jobtype.Job{full, sparse} {
 		created := create(t, s, j)
-		for _, got := range []store.Job{created, get(t, s, j.ID)} {
+		for _, got := range []jobtype.Job{created, get(t, s, j.ID)} {
 			want := timeFields(j)
 			for name, tm := range timeFields(got) {
 				if want[name].IsZero() {
@@ -403,7 +404,7 @@ func testJSONRoundTrip(t *testing.T, s store.Store) {
 			j := newJob(fmt.Sprintf("job-%d", i), at(i))
 			j.Payload, j.Result = tc.json, tc.json
 			created := create(t, s, j)
-			for what, got := range map[string]store.Job{"CreateJob": created, "GetJob": get(t, s, j.ID)} {
+			for what, got := range map[string]jobtype.Job{"CreateJob": created, "GetJob": get(t, s, j.ID)} {
 				if !jsonEqual(got.Payload, tc.json) {
 					t.Errorf("%s payload: got %s, want %s", what, show(got.Payload), show(tc.json))
 				}
@@ -419,27 +420,27 @@ func testJSONRoundTrip(t *testing.T, s store.Store) {
 
 func wantConflict(t *testing.T, err error, activeID, key string) {
 	t.Helper()
-	var ce *store.ConflictError
+	var ce *jobtype.ConflictError
 	if !errors.As(err, &ce) {
-		t.Fatalf("err = %v, want a *store.ConflictError", err)
+		t.Fatalf("err = %v, want a *jobtype.ConflictError", err)
 	}
 	if ce.ActiveID != activeID || ce.UniqueKey != key {
 		t.Errorf("conflict = {ActiveID: %q, UniqueKey: %q}, want {%q, %q}", ce.ActiveID, ce.UniqueKey, activeID, key)
 	}
 }
 
-func keyed(id string, created time.Time, key string, state store.State) store.Job {
+func keyed(id string, created time.Time, key string, state jobtype.State) jobtype.Job {
 	j := newJob(id, created)
 	j.UniqueKey, j.State = key, state
 	return j
 }
 
 func testUniqueConflict(t *testing.T, s store.Store) {
-	for i, holder := range store.ActiveStates {
+	for i, holder := range jobtype.ActiveStates {
 		t.Run("holder "+string(holder), func(t *testing.T) {
 			key := "key-" + string(holder)
 			first := create(t, s, keyed(fmt.Sprintf("job-%d-a", i), at(0), key, holder))
-			_, err := s.CreateJob(t.Context(), keyed(fmt.Sprintf("job-%d-b", i), at(1), key, store.Queued))
+			_, err := s.CreateJob(t.Context(), keyed(fmt.Sprintf("job-%d-b", i), at(1), key, jobtype.Queued))
 			wantConflict(t, err, first.ID, key)
 			mustBeGone(t, s, fmt.Sprintf("job-%d-b", i))
 		})
@@ -447,41 +448,41 @@ func testUniqueConflict(t *testing.T, s store.Store) {
 }
 
 func testUniqueFreedByTerminal(t *testing.T, s store.Store) {
-	for i, end := range []store.State{store.Succeeded, store.Failed, store.Cancelled, store.Lost} {
+	for i, end := range []jobtype.State{jobtype.Succeeded, jobtype.Failed, jobtype.Cancelled, jobtype.Lost} {
 		t.Run("holder "+string(end), func(t *testing.T) {
 			key := "key-" + string(end)
 			a, b, c := fmt.Sprintf("job-%d-a", i), fmt.Sprintf("job-%d-b", i), fmt.Sprintf("job-%d-c", i)
-			create(t, s, keyed(a, at(0), key, store.Running))
-			if _, err := s.UpdateJob(t.Context(), a, func(j *store.Job) error {
+			create(t, s, keyed(a, at(0), key, jobtype.Running))
+			if _, err := s.UpdateJob(t.Context(), a, func(j *jobtype.Job) error {
 				j.State, j.FinishedAt = end, at(1)
 				return nil
 			}); err != nil {
 				t.Fatalf("end the holder: %v", err)
 			}
-			create(t, s, keyed(b, at(2), key, store.Queued))
-			_, err := s.CreateJob(t.Context(), keyed(c, at(3), key, store.Pending))
+			create(t, s, keyed(b, at(2), key, jobtype.Queued))
+			_, err := s.CreateJob(t.Context(), keyed(c, at(3), key, jobtype.Pending))
 			wantConflict(t, err, b, key)
 		})
 	}
 }
 
 func testUniqueTerminalHoldsNothing(t *testing.T, s store.Store) {
-	create(t, s, keyed("job-old", at(0), "k", store.Succeeded))
-	create(t, s, keyed("job-new", at(1), "k", store.Queued))
+	create(t, s, keyed("job-old", at(0), "k", jobtype.Succeeded))
+	create(t, s, keyed("job-new", at(1), "k", jobtype.Queued))
 }
 
 func testUniquePerTenant(t *testing.T, s store.Store) {
-	create(t, s, keyed("job-acme", at(0), "k", store.Queued))
-	other := keyed("job-other", at(1), "k", store.Queued)
+	create(t, s, keyed("job-acme", at(0), "k", jobtype.Queued))
+	other := keyed("job-other", at(1), "k", jobtype.Queued)
 	other.Tenant = "globex"
 	create(t, s, other)
-	_, err := s.CreateJob(t.Context(), keyed("job-acme-2", at(2), "k", store.Queued))
+	_, err := s.CreateJob(t.Context(), keyed("job-acme-2", at(2), "k", jobtype.Queued))
 	wantConflict(t, err, "job-acme", "k")
 }
 
 func testNoUniqueKey(t *testing.T, s store.Store) {
 	for i := range 3 {
-		create(t, s, keyed(fmt.Sprintf("job-%d", i), at(i), "", store.Running))
+		create(t, s, keyed(fmt.Sprintf("job-%d", i), at(i), "", jobtype.Running))
 	}
 }
 
@@ -491,7 +492,7 @@ func testUniqueConcurrent(t *testing.T, s store.Store) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			_, errs[i] = s.CreateJob(t.Context(), keyed(fmt.Sprintf("job-%02d", i), at(i), "k", store.Queued))
+			_, errs[i] = s.CreateJob(t.Context(), keyed(fmt.Sprintf("job-%02d", i), at(i), "k", jobtype.Queued))
 		})
 	}
 	wg.Wait()
@@ -516,7 +517,7 @@ func testUniqueConcurrent(t *testing.T, s store.Store) {
 
 // --- list ---
 
-func list(t *testing.T, s store.Store, f store.ListFilter) ([]store.Job, string) {
+func list(t *testing.T, s store.Store, f store.ListFilter) ([]jobtype.Job, string) {
 	t.Helper()
 	jobs, next, err := s.ListJobs(t.Context(), f)
 	if err != nil {
@@ -551,14 +552,14 @@ func listAll(t *testing.T, s store.Store, f store.ListFilter, size int) []string
 func testListFilters(t *testing.T, s store.Store) {
 	fixture := []struct {
 		id, tenant, kind, queue string
-		state                   store.State
+		state                   jobtype.State
 		created, updated        int
 	}{
-		{"a", "acme", "email", "default", store.Queued, 1, 1},
-		{"b", "acme", "report", "default", store.Running, 2, 10},
-		{"c", "acme", "email", "bulk", store.Succeeded, 3, 5},
-		{"d", "globex", "email", "default", store.Queued, 4, 4},
-		{"e", "acme", "email", "default", store.Failed, 5, 20},
+		{"a", "acme", "email", "default", jobtype.Queued, 1, 1},
+		{"b", "acme", "report", "default", jobtype.Running, 2, 10},
+		{"c", "acme", "email", "bulk", jobtype.Succeeded, 3, 5},
+		{"d", "globex", "email", "default", jobtype.Queued, 4, 4},
+		{"e", "acme", "email", "default", jobtype.Failed, 5, 20},
 	}
 	for _, f := range fixture {
 		j := newJob(f.id, at(f.created))
@@ -572,11 +573,11 @@ func testListFilters(t *testing.T, s store.Store) {
 	}{
 		{"no filter lists every job", store.ListFilter{}, []string{"e", "d", "c", "b", "a"}},
 		{"tenant", store.ListFilter{Tenant: "acme"}, []string{"e", "c", "b", "a"}},
-		{"states", store.ListFilter{States: []store.State{store.Queued, store.Running}}, []string{"d", "b", "a"}},
-		{"one state", store.ListFilter{States: []store.State{store.Succeeded}}, []string{"c"}},
+		{"states", store.ListFilter{States: []jobtype.State{jobtype.Queued, jobtype.Running}}, []string{"d", "b", "a"}},
+		{"one state", store.ListFilter{States: []jobtype.State{jobtype.Succeeded}}, []string{"c"}},
 		{"kind", store.ListFilter{Kind: "email"}, []string{"e", "d", "c", "a"}},
 		{"queue", store.ListFilter{Queue: "bulk"}, []string{"c"}},
-		{"all together", store.ListFilter{Tenant: "acme", Kind: "email", Queue: "default", States: []store.State{store.Failed, store.Queued}}, []string{"e", "a"}},
+		{"all together", store.ListFilter{Tenant: "acme", Kind: "email", Queue: "default", States: []jobtype.State{jobtype.Failed, jobtype.Queued}}, []string{"e", "a"}},
 		{"nothing matches", store.ListFilter{Tenant: "initech"}, nil},
 	}
 	for _, tc := range tests {
@@ -697,7 +698,7 @@ func testListPagingFiltered(t *testing.T, s store.Store) {
 func testListBadToken(t *testing.T, s store.Store) {
 	create(t, s, newJob("job-1", at(0)))
 	for _, token := range []string{"garbage!", "AAAA", "%%%"} {
-		if _, _, err := s.ListJobs(t.Context(), store.ListFilter{PageToken: token}); !errors.Is(err, store.ErrInvalidPageToken) {
+		if _, _, err := s.ListJobs(t.Context(), store.ListFilter{PageToken: token}); !errors.Is(err, jobtype.ErrInvalidPageToken) {
 			t.Errorf("token %q: err = %v, want ErrInvalidPageToken", token, err)
 		}
 	}
@@ -726,22 +727,22 @@ func testListSummary(t *testing.T, s store.Store) {
 // sizedJobs creates n jobs, newest last, whose payloads and results take
 // about the given bytes each (varying, so that page ends fall anywhere),
 // and returns them newest first, as a list orders them.
-func sizedJobs(t *testing.T, s store.Store, n, bytes int) []store.Job {
+func sizedJobs(t *testing.T, s store.Store, n, bytes int) []jobtype.Job {
 	t.Helper()
-	var out []store.Job
+	var out []jobtype.Job
 	for i := range n {
 		j := newJob(fmt.Sprintf("job-%02d", i), at(i))
 		pad := bytes/2 + (i%5)*bytes/8
 		j.Payload = json.RawMessage(fmt.Sprintf(`{"pad":%q}`, bytes2(pad)))
 		j.Result = json.RawMessage(fmt.Sprintf(`{"n":%d,"pad":%q}`, i, bytes2(bytes-pad)))
-		out = append([]store.Job{create(t, s, j)}, out...)
+		out = append([]jobtype.Job{create(t, s, j)}, out...)
 	}
 	return out
 }
 
 func bytes2(n int) string { return string(bytes.Repeat([]byte("x"), max(0, n))) }
 
-func sizeOf(jobs []store.Job) int {
+func sizeOf(jobs []jobtype.Job) int {
 	n := 0
 	for i := range jobs {
 		n += jobs[i].Size()
@@ -755,7 +756,7 @@ func testListMaxBytes(t *testing.T, s store.Store) {
 	for _, full := range []bool{true, false} {
 		t.Run(fmt.Sprintf("full %v", full), func(t *testing.T) {
 			f := store.ListFilter{Limit: 100, MaxBytes: maxBytes, Full: full}
-			var got []store.Job
+			var got []jobtype.Job
 			pages := 0
 			for range 100 {
 				page, next := list(t, s, f)
@@ -793,7 +794,7 @@ func testListMaxBytes(t *testing.T, s store.Store) {
 }
 
 // summaries returns jobs as a list in the given view returns them.
-func summaries(jobs []store.Job, full bool) []store.Job {
+func summaries(jobs []jobtype.Job, full bool) []jobtype.Job {
 	if full {
 		return jobs
 	}
@@ -826,7 +827,7 @@ func testListReadsOnlyWhatItReturns(t *testing.T, s store.Store) {
 	const n, each = 64, 64 << 10
 	sizedJobs(t, s, n, each)
 	stored := n * each
-	allocated := func(f store.ListFilter) (int, []store.Job) {
+	allocated := func(f store.ListFilter) (int, []jobtype.Job) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
@@ -856,9 +857,9 @@ func testListReadsOnlyWhatItReturns(t *testing.T, s store.Store) {
 
 // --- update ---
 
-func update(t *testing.T, s store.Store, id string, f func(*store.Job)) store.Job {
+func update(t *testing.T, s store.Store, id string, f func(*jobtype.Job)) jobtype.Job {
 	t.Helper()
-	got, err := s.UpdateJob(t.Context(), id, func(j *store.Job) error { f(j); return nil })
+	got, err := s.UpdateJob(t.Context(), id, func(j *jobtype.Job) error { f(j); return nil })
 	if err != nil {
 		t.Fatalf("update %s: %v", id, err)
 	}
@@ -868,23 +869,23 @@ func update(t *testing.T, s store.Store, id string, f func(*store.Job)) store.Jo
 func testUpdateVisible(t *testing.T, s store.Store) {
 	tests := []struct {
 		name   string
-		change func(*store.Job)
+		change func(*jobtype.Job)
 	}{
-		{"state", func(j *store.Job) { j.State = store.Running }},
-		{"percent", func(j *store.Job) { j.Percent = 45 }},
-		{"step", func(j *store.Job) { j.Step = "batch 5 of 11" }},
-		{"result", func(j *store.Job) { j.Result = json.RawMessage(`{"ok":true}`) }},
-		{"error", func(j *store.Job) { j.Error = &store.JobError{Type: "Timeout"} }},
-		{"error message", func(j *store.Job) { j.Error = &store.JobError{Type: "Boom", Message: "other"} }},
-		{"attempt", func(j *store.Job) { j.Attempt++ }},
-		{"worker", func(j *store.Job) { j.WorkerID = "worker-2" }},
-		{"run at", func(j *store.Job) { j.RunAt = at(60) }},
-		{"several at once", func(j *store.Job) { j.State, j.Percent, j.UpdatedAt = store.Succeeded, 100, at(9) }},
+		{"state", func(j *jobtype.Job) { j.State = jobtype.Running }},
+		{"percent", func(j *jobtype.Job) { j.Percent = 45 }},
+		{"step", func(j *jobtype.Job) { j.Step = "batch 5 of 11" }},
+		{"result", func(j *jobtype.Job) { j.Result = json.RawMessage(`{"ok":true}`) }},
+		{"error", func(j *jobtype.Job) { j.Error = &jobtype.JobError{Type: "Timeout"} }},
+		{"error message", func(j *jobtype.Job) { j.Error = &jobtype.JobError{Type: "Boom", Message: "other"} }},
+		{"attempt", func(j *jobtype.Job) { j.Attempt++ }},
+		{"worker", func(j *jobtype.Job) { j.WorkerID = "worker-2" }},
+		{"run at", func(j *jobtype.Job) { j.RunAt = at(60) }},
+		{"several at once", func(j *jobtype.Job) { j.State, j.Percent, j.UpdatedAt = jobtype.Succeeded, 100, at(9) }},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			j := newJob(fmt.Sprintf("job-%d", i), at(i))
-			j.Error = &store.JobError{Type: "Boom", Message: "first"}
+			j.Error = &jobtype.JobError{Type: "Boom", Message: "first"}
 			create(t, s, j)
 			want := j
 			tc.change(&want)
@@ -898,9 +899,9 @@ func testUpdateVisible(t *testing.T, s store.Store) {
 
 func testUpdateInvisible(t *testing.T, s store.Store) {
 	j := newJob("job-1", at(0))
-	j.State = store.Running
+	j.State = jobtype.Running
 	create(t, s, j)
-	change := func(j *store.Job) {
+	change := func(j *jobtype.Job) {
 		j.LeaseID, j.LeaseExpiresAt, j.UpdatedAt = "lease-2", at(90), at(60)
 	}
 	want := j
@@ -912,7 +913,7 @@ func testUpdateInvisible(t *testing.T, s store.Store) {
 
 func testUpdateNoChange(t *testing.T, s store.Store) {
 	j := create(t, s, newJob("job-1", at(0)))
-	got := update(t, s, j.ID, func(*store.Job) {})
+	got := update(t, s, j.ID, func(*jobtype.Job) {})
 	sameJob(t, "UpdateJob's result", got, j)
 }
 
@@ -920,12 +921,12 @@ func testUpdateOwnsVersion(t *testing.T, s store.Store) {
 	create(t, s, newJob("job-1", at(0)))
 	tests := []struct {
 		name        string
-		change      func(*store.Job)
+		change      func(*jobtype.Job)
 		wantVersion int64
 	}{
-		{"visible change with a made-up version", func(j *store.Job) { j.Percent, j.Version = 10, 99 }, 2},
-		{"invisible change with a made-up version", func(j *store.Job) { j.LeaseID, j.Version = "l", 0 }, 2},
-		{"no change but a made-up version", func(j *store.Job) { j.Version = 50 }, 2},
+		{"visible change with a made-up version", func(j *jobtype.Job) { j.Percent, j.Version = 10, 99 }, 2},
+		{"invisible change with a made-up version", func(j *jobtype.Job) { j.LeaseID, j.Version = "l", 0 }, 2},
+		{"no change but a made-up version", func(j *jobtype.Job) { j.Version = 50 }, 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -946,8 +947,8 @@ func (r *refusal) Error() string { return r.reason }
 func testUpdateError(t *testing.T, s store.Store) {
 	j := create(t, s, newJob("job-1", at(0)))
 	want := &refusal{"not in this state"}
-	_, err := s.UpdateJob(t.Context(), j.ID, func(j *store.Job) error {
-		j.State, j.Percent, j.LeaseID = store.Failed, 50, "lease-x"
+	_, err := s.UpdateJob(t.Context(), j.ID, func(j *jobtype.Job) error {
+		j.State, j.Percent, j.LeaseID = jobtype.Failed, 50, "lease-x"
 		return want
 	})
 	if err != want {
@@ -958,8 +959,8 @@ func testUpdateError(t *testing.T, s store.Store) {
 
 func testUpdateUnknown(t *testing.T, s store.Store) {
 	called := false
-	_, err := s.UpdateJob(t.Context(), "job-missing", func(*store.Job) error { called = true; return nil })
-	if !errors.Is(err, store.ErrNotFound) {
+	_, err := s.UpdateJob(t.Context(), "job-missing", func(*jobtype.Job) error { called = true; return nil })
+	if !errors.Is(err, jobtype.ErrNotFound) {
 		t.Errorf("err = %v, want ErrNotFound", err)
 	}
 	if called {
@@ -970,7 +971,7 @@ func testUpdateUnknown(t *testing.T, s store.Store) {
 func testUpdateSeesStored(t *testing.T, s store.Store) {
 	create(t, s, fullJob())
 	stored := get(t, s, "job-full")
-	update(t, s, "job-full", func(j *store.Job) { sameJob(t, "the job update sees", *j, stored) })
+	update(t, s, "job-full", func(j *jobtype.Job) { sameJob(t, "the job update sees", *j, stored) })
 }
 
 func testUpdateConcurrent(t *testing.T, s store.Store) {
@@ -980,7 +981,7 @@ func testUpdateConcurrent(t *testing.T, s store.Store) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			got, err := s.UpdateJob(t.Context(), "job-1", func(j *store.Job) error {
+			got, err := s.UpdateJob(t.Context(), "job-1", func(j *jobtype.Job) error {
 				j.Percent++
 				return nil
 			})
@@ -1013,7 +1014,7 @@ func claimAll(t *testing.T, s store.Store, f store.ClaimFilter) []string {
 	var out []string
 	for range 1000 {
 		j, _, err := store.ClaimOne(t.Context(), s, f, toRunning)
-		if errors.Is(err, store.ErrNoJob) {
+		if errors.Is(err, jobtype.ErrNoJob) {
 			return out
 		}
 		if err != nil {
@@ -1041,7 +1042,7 @@ func testClaimFuture(t *testing.T, s store.Store) {
 	j := newJob("job-1", at(0))
 	j.RunAt = at(10)
 	create(t, s, j)
-	if _, _, err := store.ClaimOne(t.Context(), s, store.ClaimFilter{Now: at(9)}, toRunning); !errors.Is(err, store.ErrNoJob) {
+	if _, _, err := store.ClaimOne(t.Context(), s, store.ClaimFilter{Now: at(9)}, toRunning); !errors.Is(err, jobtype.ErrNoJob) {
 		t.Fatalf("claim before RunAt: err = %v, want ErrNoJob", err)
 	}
 	sameJob(t, "the job after an empty claim", get(t, s, "job-1"), j)
@@ -1052,7 +1053,7 @@ func testClaimFuture(t *testing.T, s store.Store) {
 }
 
 func testClaimOnlyQueued(t *testing.T, s store.Store) {
-	for i, st := range []store.State{store.Pending, store.Running, store.Succeeded, store.Failed, store.Cancelled, store.Lost} {
+	for i, st := range []jobtype.State{jobtype.Pending, jobtype.Running, jobtype.Succeeded, jobtype.Failed, jobtype.Cancelled, jobtype.Lost} {
 		j := newJob("job-"+string(st), at(i))
 		j.State = st
 		create(t, s, j)
@@ -1110,7 +1111,7 @@ func testClaimCommits(t *testing.T, s store.Store) {
 	claim := store.Claim{WorkerID: "worker-9", LeaseID: "lease-9", Now: at(1), Lease: 10 * time.Second,
 		Leases: map[string]time.Duration{"other": time.Hour}}
 	want := j
-	want.State, want.WorkerID, want.LeaseID, want.LeaseExpiresAt = store.Running, "worker-9", "lease-9", at(11)
+	want.State, want.WorkerID, want.LeaseID, want.LeaseExpiresAt = jobtype.Running, "worker-9", "lease-9", at(11)
 	want.Attempt++
 	want.StartedAt, want.UpdatedAt = at(1), at(1)
 	want.Version = 2
@@ -1136,7 +1137,7 @@ func testClaimConcurrent(t *testing.T, s store.Store) {
 		wg.Go(func() {
 			for range jobs + 1 { // a store that hands out jobs forever must not hang the suite
 				j, _, err := store.ClaimOne(t.Context(), s, store.ClaimFilter{Now: at(100)}, toRunning)
-				if errors.Is(err, store.ErrNoJob) {
+				if errors.Is(err, jobtype.ErrNoJob) {
 					return
 				}
 				if err != nil {
@@ -1181,7 +1182,7 @@ func testClaimUpdateRace(t *testing.T, s store.Store) {
 		wg.Go(func() {
 			for range jobs + 1 {
 				j, _, err := store.ClaimOne(t.Context(), s, store.ClaimFilter{Now: at(100)}, toRunning)
-				if errors.Is(err, store.ErrNoJob) {
+				if errors.Is(err, jobtype.ErrNoJob) {
 					return
 				}
 				if err != nil {
@@ -1196,11 +1197,11 @@ func testClaimUpdateRace(t *testing.T, s store.Store) {
 	}
 	for i := range jobs {
 		wg.Go(func() {
-			_, err := s.UpdateJob(t.Context(), fmt.Sprintf("job-%02d", i), func(j *store.Job) error {
+			_, err := s.UpdateJob(t.Context(), fmt.Sprintf("job-%02d", i), func(j *jobtype.Job) error {
 				switch j.State {
-				case store.Queued:
-					j.State = store.Cancelled
-				case store.Running:
+				case jobtype.Queued:
+					j.State = jobtype.Cancelled
+				case jobtype.Running:
 					j.Step = sawRunning
 				}
 				return nil
@@ -1215,10 +1216,10 @@ func testClaimUpdateRace(t *testing.T, s store.Store) {
 		id := fmt.Sprintf("job-%02d", i)
 		got := get(t, s, id)
 		switch {
-		case claimed[id] && (got.State != store.Running || got.Step != sawRunning || got.Version != 3):
+		case claimed[id] && (got.State != jobtype.Running || got.Step != sawRunning || got.Version != 3):
 			t.Errorf("%s was claimed, then updated: state %s, step %q, version %d; want running, %q, 3",
 				id, got.State, got.Step, got.Version, sawRunning)
-		case !claimed[id] && (got.State != store.Cancelled || got.Version != 2):
+		case !claimed[id] && (got.State != jobtype.Cancelled || got.Version != 2):
 			t.Errorf("%s was cancelled, never claimed: state %s, version %d; want cancelled, 2", id, got.State, got.Version)
 		}
 	}
@@ -1278,18 +1279,18 @@ func testClaimTenants(t *testing.T, s store.Store) {
 func testNextReady(t *testing.T, s store.Store) {
 	fixture := []struct {
 		id    string
-		state store.State
+		state jobtype.State
 		kind  string
 		queue string
 		runAt int
 	}{
-		{"a", store.Queued, "email", "default", 10},
-		{"b", store.Queued, "report", "default", 5},
-		{"c", store.Queued, "email", "bulk", 1},
-		{"d", store.Pending, "email", "default", 3},
-		{"e", store.Running, "email", "default", 4},
-		{"f", store.Succeeded, "email", "default", 2},
-		{"g", store.Queued, "email", "default", 7},
+		{"a", jobtype.Queued, "email", "default", 10},
+		{"b", jobtype.Queued, "report", "default", 5},
+		{"c", jobtype.Queued, "email", "bulk", 1},
+		{"d", jobtype.Pending, "email", "default", 3},
+		{"e", jobtype.Running, "email", "default", 4},
+		{"f", jobtype.Succeeded, "email", "default", 2},
+		{"g", jobtype.Queued, "email", "default", 7},
 	}
 	for i, f := range fixture {
 		j := newJob(f.id, at(i))
@@ -1327,16 +1328,16 @@ func testNextReady(t *testing.T, s store.Store) {
 func testScheduledJobs(t *testing.T, s store.Store) {
 	fixture := []struct {
 		id    string
-		state store.State
+		state jobtype.State
 		runAt int
 	}{
-		{"due", store.Queued, 5},
-		{"later", store.Queued, 30},
-		{"soon", store.Queued, 20},
-		{"held", store.Pending, 15},
-		{"running", store.Running, 25},
-		{"soon-too", store.Queued, 20},
-		{"now", store.Queued, 10},
+		{"due", jobtype.Queued, 5},
+		{"later", jobtype.Queued, 30},
+		{"soon", jobtype.Queued, 20},
+		{"held", jobtype.Pending, 15},
+		{"running", jobtype.Running, 25},
+		{"soon-too", jobtype.Queued, 20},
+		{"now", jobtype.Queued, 10},
 	}
 	for i, f := range fixture {
 		j := newJob(f.id, at(i))
@@ -1377,14 +1378,14 @@ func testScheduledJobs(t *testing.T, s store.Store) {
 func testExpiredLeases(t *testing.T, s store.Store) {
 	fixture := []struct {
 		id      string
-		state   store.State
+		state   jobtype.State
 		expires int
 	}{
-		{"a", store.Running, 5},
-		{"b", store.Running, 10},
-		{"c", store.Queued, 1},
-		{"d", store.Succeeded, 1},
-		{"e", store.Running, 30},
+		{"a", jobtype.Running, 5},
+		{"b", jobtype.Running, 10},
+		{"c", jobtype.Queued, 1},
+		{"d", jobtype.Succeeded, 1},
+		{"e", jobtype.Running, 30},
 	}
 	for i, f := range fixture {
 		j := newJob(f.id, at(i))
@@ -1417,16 +1418,16 @@ func testExpiredLeases(t *testing.T, s store.Store) {
 func testDeleteFinishedBefore(t *testing.T, s store.Store) {
 	fixture := []struct {
 		id       string
-		state    store.State
+		state    jobtype.State
 		finished int
 	}{
-		{"a", store.Succeeded, 1},
-		{"b", store.Failed, 2},
-		{"c", store.Cancelled, 9},
-		{"d", store.Lost, 1},
-		{"e", store.Running, 1}, // odd, but not terminal: kept
-		{"f", store.Queued, 0},
-		{"g", store.Succeeded, 5}, // exactly at the cut: kept
+		{"a", jobtype.Succeeded, 1},
+		{"b", jobtype.Failed, 2},
+		{"c", jobtype.Cancelled, 9},
+		{"d", jobtype.Lost, 1},
+		{"e", jobtype.Running, 1}, // odd, but not terminal: kept
+		{"f", jobtype.Queued, 0},
+		{"g", jobtype.Succeeded, 5}, // exactly at the cut: kept
 	}
 	for i, f := range fixture {
 		j := newJob(f.id, at(i))
@@ -1452,7 +1453,7 @@ func testDeleteFinishedBefore(t *testing.T, s store.Store) {
 }
 
 func testCountByState(t *testing.T, s store.Store) {
-	want := map[store.State]int64{store.Queued: 2, store.Running: 1, store.Succeeded: 3, store.Pending: 1}
+	want := map[jobtype.State]int64{jobtype.Queued: 2, jobtype.Running: 1, jobtype.Succeeded: 3, jobtype.Pending: 1}
 	i := 0
 	for st, n := range want {
 		for range n {
@@ -1466,7 +1467,7 @@ func testCountByState(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, st := range []store.State{store.Pending, store.Queued, store.Running, store.Succeeded, store.Failed, store.Cancelled, store.Lost} {
+	for _, st := range []jobtype.State{jobtype.Pending, jobtype.Queued, jobtype.Running, jobtype.Succeeded, jobtype.Failed, jobtype.Cancelled, jobtype.Lost} {
 		if got[st] != want[st] {
 			t.Errorf("%s: %d, want %d", st, got[st], want[st])
 		}
@@ -1476,25 +1477,25 @@ func testCountByState(t *testing.T, s store.Store) {
 func testQueueStats(t *testing.T, s store.Store) {
 	fixture := []struct {
 		queue string
-		state store.State
+		state jobtype.State
 		runAt int
 	}{
 		// Created in this order, so creation order is not RunAt order.
-		{"bulk", store.Queued, 3},
-		{"bulk", store.Queued, 1},
-		{"bulk", store.Queued, 50},
-		{"bulk", store.Running, 0},
-		{"bulk", store.Succeeded, 0},
-		{"alpha", store.Running, 0},
-		{"alpha", store.Running, 0},
-		{"alpha", store.Pending, 0},
-		{"mail", store.Queued, 20},
-		{"done", store.Succeeded, 0},
-		{"done", store.Failed, 0},
-		{"done", store.Cancelled, 0},
-		{"done", store.Lost, 0},
-		{"done", store.Pending, 0},
-		{"zeta", store.Queued, 5},
+		{"bulk", jobtype.Queued, 3},
+		{"bulk", jobtype.Queued, 1},
+		{"bulk", jobtype.Queued, 50},
+		{"bulk", jobtype.Running, 0},
+		{"bulk", jobtype.Succeeded, 0},
+		{"alpha", jobtype.Running, 0},
+		{"alpha", jobtype.Running, 0},
+		{"alpha", jobtype.Pending, 0},
+		{"mail", jobtype.Queued, 20},
+		{"done", jobtype.Succeeded, 0},
+		{"done", jobtype.Failed, 0},
+		{"done", jobtype.Cancelled, 0},
+		{"done", jobtype.Lost, 0},
+		{"done", jobtype.Pending, 0},
+		{"zeta", jobtype.Queued, 5},
 	}
 	for i, f := range fixture {
 		j := newJob(fmt.Sprintf("job-%02d", i), at(i-100))
@@ -1547,7 +1548,7 @@ func testQueueStats(t *testing.T, s store.Store) {
 
 func testQueueStatsEmpty(t *testing.T, s store.Store) {
 	j := newJob("ended", at(0))
-	j.State = store.Succeeded
+	j.State = jobtype.Succeeded
 	create(t, s, j)
 	got, err := s.QueueStats(t.Context(), at(10))
 	if err != nil {
@@ -1569,7 +1570,7 @@ func sameQueueStats(got, want []store.QueueStats) bool {
 }
 
 // fresh is a QUEUED job never attempted, of queue, created at sec.
-func fresh(id, queue string, sec int) store.Job {
+func fresh(id, queue string, sec int) jobtype.Job {
 	j := newJob(id, at(sec))
 	j.Queue, j.Attempt = queue, 0
 	return j
@@ -1578,8 +1579,8 @@ func fresh(id, queue string, sec int) store.Job {
 // finish ends a running job, freeing its queue's and pools' room.
 func finish(t *testing.T, s store.Store, id string) {
 	t.Helper()
-	if _, err := s.UpdateJob(t.Context(), id, func(j *store.Job) error {
-		j.State, j.LeaseID = store.Succeeded, ""
+	if _, err := s.UpdateJob(t.Context(), id, func(j *jobtype.Job) error {
+		j.State, j.LeaseID = jobtype.Succeeded, ""
 		j.FinishedAt = at(200)
 		return nil
 	}); err != nil {
@@ -1591,7 +1592,7 @@ func finish(t *testing.T, s store.Store, id string) {
 func claimOne(t *testing.T, s store.Store, f store.ClaimFilter) string {
 	t.Helper()
 	j, _, err := store.ClaimOne(t.Context(), s, f, toRunning)
-	if errors.Is(err, store.ErrNoJob) {
+	if errors.Is(err, jobtype.ErrNoJob) {
 		return ""
 	}
 	if err != nil {
@@ -1643,8 +1644,8 @@ func testClaimSerial(t *testing.T, s store.Store) {
 // the engine does after a failed attempt with attempts left.
 func retrying(t *testing.T, s store.Store, id string, sec int) {
 	t.Helper()
-	if _, err := s.UpdateJob(t.Context(), id, func(j *store.Job) error {
-		j.State, j.LeaseID, j.RunAt = store.Queued, "", at(sec)
+	if _, err := s.UpdateJob(t.Context(), id, func(j *jobtype.Job) error {
+		j.State, j.LeaseID, j.RunAt = jobtype.Queued, "", at(sec)
 		j.Attempt = max(j.Attempt, 1) // the engine counts the attempt at its claim
 		return nil
 	}); err != nil {
@@ -1698,8 +1699,8 @@ func testClaimSerialBlockSkip(t *testing.T, s store.Store) {
 		t.Fatalf("block2: first claim %q, want c-1", got)
 	}
 	retrying(t, s, "c-1", 60)
-	if _, err := s.UpdateJob(t.Context(), "c-1", func(j *store.Job) error {
-		j.State, j.FinishedAt = store.Cancelled, at(11)
+	if _, err := s.UpdateJob(t.Context(), "c-1", func(j *jobtype.Job) error {
+		j.State, j.FinishedAt = jobtype.Cancelled, at(11)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -1792,7 +1793,7 @@ func testClaimLimitsConcurrent(t *testing.T, s store.Store) {
 					return
 				}
 				j, _, err := store.ClaimOne(t.Context(), s, f, toRunning)
-				if errors.Is(err, store.ErrNoJob) {
+				if errors.Is(err, jobtype.ErrNoJob) {
 					continue
 				}
 				if err != nil {
@@ -1800,7 +1801,7 @@ func testClaimLimitsConcurrent(t *testing.T, s store.Store) {
 					return
 				}
 				claimed.Add(1)
-				running, _, err := s.ListJobs(t.Context(), store.ListFilter{States: []store.State{store.Running}, Limit: 100})
+				running, _, err := s.ListJobs(t.Context(), store.ListFilter{States: []jobtype.State{jobtype.Running}, Limit: 100})
 				if err != nil {
 					t.Errorf("worker %d: list running: %v", w, err)
 					return

@@ -18,7 +18,7 @@ const transport = createConnectTransport({
   baseUrl,
   httpVersion: "1.1",
   // Deep enough for any payload or result the server takes (128 levels,
-  // jobs.MaxJSONDepth): protobuf-es stops at 100 nested messages otherwise.
+  // jobtype.MaxJSONDepth): protobuf-es stops at 100 nested messages otherwise.
   jsonOptions: { recursionLimit: 2 * 128 + 8 },
   interceptors: token ? [(next) => (req) => (req.header.set("Authorization", `Bearer ${token}`), next(req))] : [],
 });

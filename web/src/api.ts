@@ -33,7 +33,7 @@ const bearer: Interceptor = (next) => (req) => {
 
 // recursionLimit lets the page decode every job the server stores. The
 // engine takes payloads and results nested up to 128 levels deep
-// (jobs.MaxJSONDepth); protobuf-es gives up at 100 nested messages unless
+// (jobtype.MaxJSONDepth); protobuf-es gives up at 100 nested messages unless
 // told otherwise, and counts one per level in JSON, two in binary (a Value
 // and its ListValue or Struct), plus the response and the job around them.
 export const recursionLimit = 2 * 128 + 8;
