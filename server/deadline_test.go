@@ -65,7 +65,7 @@ func TestACallersShortDeadlineIsNoStoreFailure(t *testing.T) {
 				switch {
 				case code == "ok", code == "deadline_exceeded":
 				case strings.HasPrefix(code, "canceled: the client hung up"):
-					// server/limits.go's check at the end of the body
+					// server/bodies.go's check at the end of the body
 					// (clientGone) answers so, rarely (1 of 800 in a
 					// loaded run), for a request whose context ended as
 					// its body arrived. No store failure either; noted

@@ -35,7 +35,7 @@ type Metrics struct {
 	// tenant and id (a prefix of its SHA-256), never the token.
 	tokenRequests *prometheus.CounterVec
 
-	// The network limits of limits.go: use now and refusals of each.
+	// The network limits (limits.go and the files it names): use now and refusals of each.
 	connections        prometheus.Gauge
 	connectionsRefused prometheus.Counter
 	// connectionsIdleClosed: idle connections closed to make room.

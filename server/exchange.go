@@ -1,0 +1,162 @@
+package server
+
+// Write deadlines: the middleware (limits.handler) that wraps each
+// request in an exchange, whose writes may stay blocked on a client
+// that does not read for SendTimeout at most, and a stream's for no
+// longer than its lifetime (endStreamBy). The send budget that bounds
+// the bytes such writes hold together is in sends.go.
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// exchange limits one HTTP request and its response: the body must arrive
+// within BodyTimeout, and each write of the response may stay blocked for
+// at most SendTimeout (and, for a stream, not past its lifetime).
+//
+// Deadlines are set through http.ResponseController, which for HTTP/1.1
+// sets them on the connection and for HTTP/2 on the stream alone (a
+// passed write deadline resets just that stream). net/http's own
+// Server.ReadTimeout and WriteTimeout cannot do this: they bound the
+// whole request, so they would cut every parked call and stream, and
+// ReadTimeout would also close the body of a bidi stream such as gRPC
+// reflection.
+//
+// A Write arms the write deadline and a Flush lifts it, so an idle stream
+// is never cut; a handler must flush what it writes before it idles.
+// connect does: it flushes each stream message as it writes it, and
+// writes a unary answer as the handler returns.
+type exchange struct {
+	http.ResponseWriter
+	rc     *http.ResponseController
+	limits *limits
+	http2  bool
+
+	// Only the handler's goroutine writes and sets streamEnd.
+	deadline  time.Time // the write deadline in force; zero: none
+	streamEnd time.Time // set by a stream's handler: its lifetime's end
+	// cutReason says why a write of the answer was cut ("send_timeout",
+	// "stream_lifetime"), once one was (sends.go).
+	cutReason string
+}
+
+// limits holds what the middleware needs of the server.
+type limits struct {
+	sendTimeout time.Duration
+	bodyTimeout time.Duration
+	metrics     *Metrics
+	// unbounded lists path prefixes whose request bodies are streams
+	// that stay open as long as the call: no body deadline applies.
+	unbounded []string
+}
+
+type exchangeKey struct{}
+
+// handler wraps next with the body and write limits.
+func (l *limits) handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ex := &exchange{
+			ResponseWriter: w,
+			rc:             http.NewResponseController(w),
+			limits:         l,
+			http2:          r.ProtoMajor >= 2,
+		}
+		conn := connOf(r.Context())
+		if conn != nil {
+			conn.limit.spoke(conn)
+		}
+		if !unaryProcedures[r.URL.Path] {
+			// Only a stream looks its exchange up (endStreamBy). A unary
+			// call, a parked WaitJob among them, is spared the copy of
+			// its request that a context value takes, for as long as it
+			// is parked.
+			r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
+		}
+		if r.Body != nil && r.Body != http.NoBody && !l.bodyIsStream(r.URL.Path) {
+			b := &limitedBody{ReadCloser: r.Body, ex: ex, ctx: r.Context(), conn: conn}
+			b.start()
+			defer b.done()
+			r.Body = b
+		}
+		next.ServeHTTP(ex, r)
+		ex.finish()
+	})
+}
+
+func (l *limits) bodyIsStream(path string) bool {
+	for _, p := range l.unbounded {
+		if strings.HasPrefix(path, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// endStreamBy makes every later write of the call's response end by t at
+// the latest (a stream's lifetime), blocked or not; the returned func
+// lifts it again, so the stream's own closing message is not cut.
+func endStreamBy(ctx context.Context, t time.Time) (lift func()) {
+	ex, ok := ctx.Value(exchangeKey{}).(*exchange)
+	if !ok {
+		return func() {}
+	}
+	ex.streamEnd = t
+	return func() { ex.streamEnd = time.Time{} }
+}
+
+// arm sets the write deadline for the write about to happen.
+func (ex *exchange) arm() {
+	deadline := time.Now().Add(ex.limits.sendTimeout)
+	if !ex.streamEnd.IsZero() && ex.streamEnd.Before(deadline) {
+		deadline = ex.streamEnd
+	}
+	ex.deadline = deadline
+	_ = ex.rc.SetWriteDeadline(deadline)
+}
+
+// disarm lifts the write deadline once nothing waits to be written, so
+// an idle stream (a parked call, a watch between changes) is not reset.
+func (ex *exchange) disarm() {
+	if ex.deadline.IsZero() {
+		return
+	}
+	ex.deadline = time.Time{}
+	_ = ex.rc.SetWriteDeadline(time.Time{})
+}
+
+// FlushError sends what was written; it stays blocked for SendTimeout at
+// most. The deadline is the one the last Write set (writes and their
+// flush come together); it is lifted once everything is sent.
+func (ex *exchange) FlushError() error {
+	if ex.deadline.IsZero() {
+		ex.arm()
+	}
+	ex.limits.metrics.sendsInProgress.Inc()
+	err := ex.rc.Flush()
+	ex.limits.metrics.sendsInProgress.Dec()
+	ex.wrote(err)
+	ex.disarm()
+	return err
+}
+
+// Flush is for http.Flusher, which connect uses for streams.
+func (ex *exchange) Flush() { _ = ex.FlushError() }
+
+// Unwrap lets http.ResponseController reach the connection's writer for
+// everything else (read deadlines, full duplex).
+func (ex *exchange) Unwrap() http.ResponseWriter { return ex.ResponseWriter }
+
+// finish bounds what net/http writes after the handler returns. HTTP/1.1
+// flushes its buffer under the connection's write deadline, and lifts it
+// afterwards. An HTTP/2 stream flushes what is pending under the deadline
+// its last Write set, which is still armed (a response with nothing
+// pending ends with frames that need no flow-control window), and stops
+// the timer when the stream closes.
+func (ex *exchange) finish() {
+	if !ex.http2 {
+		_ = ex.rc.SetWriteDeadline(time.Now().Add(ex.limits.sendTimeout))
+	}
+}

@@ -1,0 +1,347 @@
+package sqlite
+
+// The job table's own writes and reads: CreateJob and UpdateJob (each
+// one statement of the writer's batch, stored by insert and updateRow),
+// the unique-key conflict they report, GetJob, ReadJob, ListJobs and
+// NextReady.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/store"
+)
+
+// insertJob takes values(j) and then the change sequence's value.
+const insertJob = `INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step,
+	payload, result, error_type, error_message, attempt, max_attempts, unique_key, created_at,
+	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, change_seq)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// insert adds j, stamped with the batch's change sequence value. Only
+// the writer goroutine calls it.
+func (s *Store) insert(ctx context.Context, tx *sql.Tx, j jobtype.Job) error {
+	if _, err := tx.ExecContext(ctx, insertJob, append(values(j), s.w.change)...); err != nil {
+		return err
+	}
+	s.changed(j)
+	return nil
+}
+
+// valueColumns name the values of values(j), in order.
+var valueColumns = []string{"id", "tenant", "kind", "queue", "state", "version", "percent", "step",
+	"payload", "result", "error_type", "error_message", "attempt", "max_attempts", "unique_key", "created_at",
+	"started_at", "updated_at", "finished_at", "run_at", "worker_id", "lease_id", "lease_expires_at"}
+
+// updateChanged makes the UPDATE of row seq from old to next that sets
+// only the columns whose values differ, or "" if none does. SQLite rewrites the entry of every
+// index on a column an UPDATE sets, whether its value changed or not, so
+// setting every column rewrote all nine indexes of jobs on each heartbeat
+// and completion. The few shapes of change (claim, heartbeat, complete,
+// ...) each make one statement text, prepared once by the statement
+// cache. Triggers on "UPDATE OF state" fire only when state is set, and
+// they act only when it changes. A change of version also stamps the
+// batch's change sequence value, change.
+func updateChanged(seq int64, old, next jobtype.Job, change int64) (string, []any) {
+	was, now := values(old), values(next)
+	var q strings.Builder
+	q.WriteString("UPDATE jobs SET ")
+	args := make([]any, 0, len(now)+1)
+	for i, v := range now {
+		if v == was[i] {
+			continue
+		}
+		if len(args) > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString(valueColumns[i])
+		q.WriteString(" = ?")
+		args = append(args, v)
+	}
+	if len(args) == 0 {
+		return "", nil // nothing stored differs
+	}
+	if next.Version != old.Version {
+		q.WriteString(", change_seq = ?")
+		args = append(args, change)
+	}
+	q.WriteString(" WHERE seq = ?")
+	return q.String(), append(args, seq)
+}
+
+// CreateJob implements store.Store.
+func (s *Store) CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, error) {
+	j = normalize(j)
+	err := s.writeStatement(ctx, "create job", func(ctx context.Context, tx *sql.Tx) error {
+		if err := callerLeft(ctx); err != nil {
+			return leftError("create job "+j.ID, err)
+		}
+		err := s.insert(ctx, tx, j)
+		if isUniqueViolation(err) {
+			if conflict := s.activeHolder(ctx, tx, j); conflict != nil {
+				return conflict
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("create job %s: %w", j.ID, classify(err))
+		}
+		return nil
+	})
+	if err != nil {
+		return jobtype.Job{}, err
+	}
+	return j, nil
+}
+
+// holderQuery finds the active job holding a unique key; its WHERE says
+// what jobs_unique_active says, so that index answers it.
+const holderQuery = `SELECT id FROM jobs
+	WHERE tenant = ? AND unique_key = ? AND id <> ?
+	AND unique_key <> '' AND state IN ('pending', 'queued', 'running')`
+
+// activeHolder explains the unique violation just seen while writing j:
+// the *jobtype.ConflictError naming the active job that holds j's unique
+// key, nil if no job holds it (the violation was something else, such as
+// the id), or the lookup's own error, classified, if the lookup failed.
+func (s *Store) activeHolder(ctx context.Context, tx *sql.Tx, j jobtype.Job) error {
+	if j.UniqueKey == "" || !isActive(j.State) {
+		return nil
+	}
+	var id string
+	err := tx.QueryRowContext(ctx, s.holderQuery, j.Tenant, j.UniqueKey, j.ID).Scan(&id)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("job %s: look up the active job with unique key %q: %w", j.ID, j.UniqueKey, classify(err))
+	}
+	return &jobtype.ConflictError{ActiveID: id, UniqueKey: j.UniqueKey}
+}
+
+func isActive(s jobtype.State) bool {
+	for _, a := range jobtype.ActiveStates {
+		if s == a {
+			return true
+		}
+	}
+	return false
+}
+
+func getJob(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, id string) (jobtype.Job, int64, error) {
+	j, seq, err := scanJob(q.QueryRowContext(ctx, "SELECT "+columns+" FROM jobs WHERE id = ?", id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return jobtype.Job{}, 0, fmt.Errorf("job %s: %w", id, jobtype.ErrNotFound)
+	}
+	if err != nil {
+		return jobtype.Job{}, 0, fmt.Errorf("get job %s: %w", id, classify(err))
+	}
+	return j, seq, nil
+}
+
+// writeJob stores next over the row seq, with old's id and the version
+// store.Versioned decides. It skips the write when nothing changed at
+// all. It is the one statement that changes anything in UpdateJob
+// (writeStatement), so it asks first whether the caller is still there.
+func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next jobtype.Job) (jobtype.Job, error) {
+	if next.ID != old.ID {
+		return jobtype.Job{}, fmt.Errorf("update job %s: the id cannot change (to %q)", old.ID, next.ID)
+	}
+	next = versioned(old, next)
+	if err := s.updateRow(ctx, tx, seq, old, next); err != nil {
+		return jobtype.Job{}, err
+	}
+	if next.Version != old.Version {
+		s.changed(next)
+	}
+	return next, nil
+}
+
+// updateRow stores next (as versioned makes it) over the row seq, which
+// holds old, setting what changed; nothing if nothing did. It asks first
+// whether the caller is still there.
+func (s *Store) updateRow(ctx context.Context, tx *sql.Tx, seq int64, old, next jobtype.Job) error {
+	query, args := updateChanged(seq, old, next, s.w.change)
+	if query == "" {
+		return nil
+	}
+	if err := callerLeft(ctx); err != nil {
+		return leftError("update job "+old.ID, err)
+	}
+	_, err := tx.ExecContext(ctx, query, args...)
+	if isUniqueViolation(err) {
+		if conflict := s.activeHolder(ctx, tx, next); conflict != nil {
+			return conflict
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("update job %s: %w", old.ID, classify(err))
+	}
+	return nil
+}
+
+// UpdateJob implements store.Store.
+func (s *Store) UpdateJob(ctx context.Context, id string, update func(*jobtype.Job) error) (jobtype.Job, error) {
+	var out jobtype.Job
+	err := s.writeStatement(ctx, "update job", func(ctx context.Context, tx *sql.Tx) error {
+		old, seq, err := getJob(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		next := old.Clone()
+		if err := update(&next); err != nil {
+			return err
+		}
+		out, err = s.writeJob(ctx, tx, seq, old, next)
+		return err
+	})
+	if err != nil {
+		return jobtype.Job{}, err
+	}
+	return out, nil
+}
+
+func in[T ~string](where string, args []any, column string, values []T) (string, []any) {
+	if len(values) == 0 {
+		return where, args
+	}
+	where += " AND " + column + " IN (?" + strings.Repeat(", ?", len(values)-1) + ")"
+	for _, v := range values {
+		args = append(args, string(v))
+	}
+	return where, args
+}
+
+// GetJob implements store.Store.
+func (s *Store) GetJob(ctx context.Context, id string) (jobtype.Job, error) {
+	j, _, err := getJob(ctx, s.read, id)
+	return j, err
+}
+
+// ReadJob implements store.Store. The tenant is compared in the WHERE,
+// before any column is returned; payload and result are the last columns
+// of a row (migration 3), so a row that fails the comparison has its
+// overflow pages, where a large payload lives, left unread.
+func (s *Store) ReadJob(ctx context.Context, id string, r store.JobRead) (jobtype.Job, error) {
+	selected, where, args := columns, "id = ?", []any{id}
+	if r.Summary {
+		selected = summaryColumns
+	}
+	if r.Tenant != "" {
+		where, args = where+" AND tenant = ?", append(args, r.Tenant)
+	}
+	j, _, err := scanJob(s.read.QueryRowContext(ctx, "SELECT "+selected+" FROM jobs WHERE "+where, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return jobtype.Job{}, fmt.Errorf("job %s: %w", id, jobtype.ErrNotFound)
+	}
+	if err != nil {
+		return jobtype.Job{}, fmt.Errorf("get job %s: %w", id, classify(err))
+	}
+	return j, nil
+}
+
+// A page token is the sort key of the last job of the page behind a
+// format byte, so that a later format can tell itself apart: (created_at,
+// seq) for a list newest first, (change_seq, seq) for a list of changes.
+const (
+	tokenFormat       = 1
+	changeTokenFormat = 2
+)
+
+// ListJobs implements store.Store. Pages are keyed by (created_at, seq),
+// so rows created meanwhile never shift them. Rows are read one at a time
+// and the query is closed as soon as the page is full by count or by
+// bytes, so a page of large jobs holds at most f.MaxBytes of them, plus
+// the one row that told it to stop.
+func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]jobtype.Job, string, error) {
+	where, args := "1 = 1", []any(nil)
+	if f.Tenant != "" {
+		where, args = where+" AND tenant = ?", append(args, f.Tenant)
+	}
+	where, args = in(where, args, "state", f.States)
+	if f.Kind != "" {
+		where, args = where+" AND kind = ?", append(args, f.Kind)
+	}
+	if f.Queue != "" {
+		where, args = where+" AND queue = ?", append(args, f.Queue)
+	}
+	// A list of changes comes in change order, which the index on
+	// (tenant, change_seq, seq) gives: a feed reads only what changed.
+	format, keyColumns, after, order := byte(tokenFormat), "(created_at, seq)", " < ", " ORDER BY created_at DESC, seq DESC"
+	if f.ChangedSince != "" {
+		change, err := decodeCursor(f.ChangedSince)
+		if err != nil {
+			return nil, "", err
+		}
+		where, args = where+" AND change_seq > ?", append(args, change)
+		format, keyColumns, after, order = changeTokenFormat, "(change_seq, seq)", " > ", " ORDER BY change_seq, seq"
+	}
+	if f.PageToken != "" {
+		key, seq, err := store.DecodePageToken(format, f.PageToken)
+		if err != nil {
+			return nil, "", err
+		}
+		where, args = where+" AND "+keyColumns+after+"(?, ?)", append(args, key, seq)
+	}
+	selected := summaryColumns
+	if f.Full {
+		selected = columns
+	}
+	query := "SELECT " + selected + ", change_seq FROM jobs WHERE " + where + order
+	if f.Limit > 0 {
+		// One more than asked tells whether there is a next page.
+		query, args = query+" LIMIT ?", append(args, f.Limit+1)
+	}
+	rows, err := s.read.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("list jobs: %w", classify(err))
+	}
+	defer rows.Close()
+	var (
+		jobs             []jobtype.Job
+		lastKey, lastSeq int64
+		pageBytes        int
+	)
+	for rows.Next() {
+		var change int64
+		j, seq, err := scanJob(scanAlso{rows, &change})
+		if err != nil {
+			return nil, "", fmt.Errorf("list jobs: %w", classify(err))
+		}
+		full := f.Limit > 0 && len(jobs) == f.Limit
+		pageBytes += j.Size()
+		if full || (f.MaxBytes > 0 && pageBytes > f.MaxBytes && len(jobs) > 0) {
+			// j starts the next page.
+			return jobs, store.EncodePageToken(format, lastKey, lastSeq), nil
+		}
+		jobs, lastSeq = append(jobs, j), seq
+		lastKey = toMicro(j.CreatedAt)
+		if format == changeTokenFormat {
+			lastKey = change
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("list jobs: %w", classify(err))
+	}
+	return jobs, "", nil
+}
+
+// NextReady implements store.Store, with the plan of pickQuery.
+func (s *Store) NextReady(ctx context.Context, f store.ClaimFilter) (time.Time, bool, error) {
+	pick, args := pickQuery(f, false, "run_at")
+	var runAt int64
+	err := s.read.QueryRowContext(ctx, pick, args...).Scan(&runAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("next ready: %w", classify(err))
+	}
+	return fromMicro(runAt), true, nil
+}
