@@ -65,6 +65,26 @@ func dialRawH2Window(t *testing.T, addr string, window uint32) *rawH2 {
 	return c
 }
 
+// answerControl acks the server's SETTINGS and PINGs on fr (writes under
+// mu), as a client must, and reports whether f was one of them.
+func answerControl(f http2.Frame, mu *sync.Mutex, fr *http2.Framer) bool {
+	mu.Lock()
+	defer mu.Unlock()
+	switch f := f.(type) {
+	case *http2.SettingsFrame:
+		if !f.IsAck() {
+			_ = fr.WriteSettingsAck()
+		}
+		return true
+	case *http2.PingFrame:
+		if !f.IsAck() {
+			_ = fr.WritePing(true, f.Data)
+		}
+		return true
+	}
+	return false
+}
+
 func (c *rawH2) readLoop() {
 	defer close(c.closed)
 	for {
@@ -77,19 +97,10 @@ func (c *rawH2) readLoop() {
 		if err != nil {
 			return
 		}
+		if answerControl(f, &c.mu, c.fr) {
+			continue
+		}
 		switch f := f.(type) {
-		case *http2.SettingsFrame:
-			if !f.IsAck() {
-				c.mu.Lock()
-				_ = c.fr.WriteSettingsAck()
-				c.mu.Unlock()
-			}
-		case *http2.PingFrame:
-			if !f.IsAck() {
-				c.mu.Lock()
-				_ = c.fr.WritePing(true, f.Data)
-				c.mu.Unlock()
-			}
 		case *http2.RSTStreamFrame:
 			c.resets <- f.StreamID
 		}

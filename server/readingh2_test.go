@@ -69,19 +69,10 @@ func (c *readingH2) readLoop() {
 		if err != nil {
 			return
 		}
+		if answerControl(f, &c.mu, c.fr) {
+			continue
+		}
 		switch f := f.(type) {
-		case *http2.SettingsFrame:
-			if !f.IsAck() {
-				c.mu.Lock()
-				_ = c.fr.WriteSettingsAck()
-				c.mu.Unlock()
-			}
-		case *http2.PingFrame:
-			if !f.IsAck() {
-				c.mu.Lock()
-				_ = c.fr.WritePing(true, f.Data)
-				c.mu.Unlock()
-			}
 		case *http2.DataFrame:
 			n := len(f.Data())
 			received[f.StreamID] += n

@@ -343,32 +343,8 @@ func (b *benchRun) steadyOver(ctx context.Context, backends []client.WorkerBacke
 	defer stopSubmits()
 	var submitted atomic.Int64
 	var submitters sync.WaitGroup
-	for range b.o.burndownSubmitters {
-		submitters.Go(func() {
-			for {
-				select {
-				case tokens <- struct{}{}:
-				case <-submitCtx.Done():
-					return
-				}
-				if err := submit(submitCtx, submitted.Add(1)); err != nil {
-					submitted.Add(-1) // a submit cut short may not have committed: not waited for
-					if submitCtx.Err() == nil {
-						stopWork(fmt.Errorf("submit: %w", err))
-					}
-					return
-				}
-			}
-		})
-	}
-	sleep := func(d time.Duration) error {
-		select {
-		case <-time.After(d):
-			return nil
-		case <-workCtx.Done():
-			return context.Cause(workCtx)
-		}
-	}
+	keepSubmitting(submitCtx, stopWork, &submitters, b.o.burndownSubmitters, tokens, &submitted, submit)
+	sleep := func(d time.Duration) error { return sleepCtx(workCtx, d) }
 	if err := sleep(b.o.warmup); err != nil {
 		return s, err
 	}

@@ -130,32 +130,9 @@ func (b *benchRun) throughput(ctx context.Context, backends []client.WorkerBacke
 		})
 	}
 	var seq atomic.Int64
-	for range submitters {
-		wg.Go(func() {
-			for {
-				select {
-				case backlog <- struct{}{}:
-				case <-runCtx.Done():
-					return
-				}
-				if err := submit(runCtx, seq.Add(1)); err != nil {
-					if runCtx.Err() == nil {
-						stop(fmt.Errorf("submit: %w", err))
-					}
-					return
-				}
-			}
-		})
-	}
+	keepSubmitting(runCtx, stop, &wg, submitters, backlog, &seq, submit)
 
-	sleep := func(d time.Duration) error {
-		select {
-		case <-time.After(d):
-			return nil
-		case <-runCtx.Done():
-			return context.Cause(runCtx)
-		}
-	}
+	sleep := func(d time.Duration) error { return sleepCtx(runCtx, d) }
 	if err := sleep(b.o.warmup); err != nil {
 		return 0, err
 	}
@@ -176,6 +153,43 @@ func (b *benchRun) throughput(ctx context.Context, backends []client.WorkerBacke
 		return 0, fmt.Errorf("no job completed in %v", t1.Sub(t0).Round(time.Millisecond))
 	}
 	return float64(c1-c0) / t1.Sub(t0).Seconds(), nil
+}
+
+// keepSubmitting starts n goroutines on wg that submit one job for each
+// token they put in tokens (a place in the backlog, taken back when the
+// job ends), numbering them from seq, until ctx ends. A failed submit
+// stops the run (unless it ended already) and is not counted in seq: cut
+// short, it may not have committed.
+func keepSubmitting(ctx context.Context, stop context.CancelCauseFunc, wg *sync.WaitGroup, n int,
+	tokens chan<- struct{}, seq *atomic.Int64, submit func(context.Context, int64) error) {
+	for range n {
+		wg.Go(func() {
+			for {
+				select {
+				case tokens <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+				if err := submit(ctx, seq.Add(1)); err != nil {
+					seq.Add(-1)
+					if ctx.Err() == nil {
+						stop(fmt.Errorf("submit: %w", err))
+					}
+					return
+				}
+			}
+		})
+	}
+}
+
+// sleepCtx waits d, or less if ctx ends first (then its cause).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // stretchWindow is how much longer than --duration a throughput window
