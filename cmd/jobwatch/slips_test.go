@@ -65,6 +65,7 @@ func TestAnUnauthenticatedCommandSaysHowToGiveAToken(t *testing.T) {
 		{"list without a token", "", "a bearer token is required", []string{"list"}},
 		{"get with a token the server does not know", "jw_unknown-token", "the token is not known", []string{"get", "j_00000000000000000000000000"}},
 		{"submit without a token", "", "a bearer token is required", []string{"submit", "enrich"}},
+		{"worker without a token", "", "a bearer token is required", []string{"worker", "--kind", "enrich", "--exec", "true"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append(tt.args, "--server", base)

@@ -111,7 +111,10 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		<-told
 	}
 	log.Info("worker stopped")
-	return err
+	if err != nil {
+		return callError("worker", err)
+	}
+	return nil
 }
 
 // runningJobs knows which jobs the worker's commands are running, so that
