@@ -1,6 +1,6 @@
 // Command jobwatch is the one binary of jobwatch: the server and the
 // command-line tools that talk to it. Each subcommand lives in its own
-// file; main only dispatches. It must hold no logic a library user would
+// file (bench in package internal/bench); main only dispatches. It must hold no logic a library user would
 // need: that belongs in server, client or jobs.
 package main
 
@@ -14,6 +14,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/jobwatch/jobwatch/internal/bench"
 )
 
 const usage = `jobwatch: a job service you can wait for and watch.
@@ -82,7 +84,11 @@ func command(name string) commandFunc {
 	case "worker":
 		return worker
 	case "bench":
-		return bench
+		// Its bad flags are reported, and exit 2, as every command's.
+		cli := bench.CLI{ParseFlags: parseFlags, UsageError: func(msg string) error { return usageError{msg} }}
+		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+			return bench.Run(ctx, args, stdout, stderr, cli)
+		}
 	case "token":
 		return token
 	}

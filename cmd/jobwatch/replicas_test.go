@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -337,10 +338,7 @@ type replica struct {
 
 func startReplica(t *testing.T, ctx context.Context, name, dbURL, cfg string) *replica {
 	t.Helper()
-	addr, err := freeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
+	addr := freeAddr(t)
 	r := &replica{name: name, url: "http://" + addr, logs: &lockedBuffer{}, exited: make(chan struct{}), dead: make(chan struct{})}
 	r.cmd = jobwatchCmd(ctx, "serve", "--addr", addr, "--db", dbURL, "--config", cfg, "--log-level", "warn")
 	r.cmd.Stderr = r.logs
@@ -376,6 +374,18 @@ func startReplica(t *testing.T, ctx context.Context, name, dbURL, cfg string) *r
 	r.client = client.New(r.url, client.WithBackoff(10*time.Millisecond, 100*time.Millisecond))
 	t.Cleanup(r.client.Close)
 	return r
+}
+
+// freeAddr is a loopback address whose port is free right now, for a
+// replica to listen on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // kill ends the process with SIGKILL: no graceful shutdown, no answer to

@@ -28,7 +28,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// The part of the bench's JSON this reads (cmd/jobwatch/bench_report.go).
+// The part of the bench's JSON this reads (internal/bench/report.go).
 type benchResult struct {
 	Servers []string `json:"servers"`
 	Machine struct {

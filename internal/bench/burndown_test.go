@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -16,10 +16,10 @@ import (
 // numbers themselves are the machine's and are not judged.
 func TestBenchBurndownCompletesEveryJob(t *testing.T) {
 	var out, errOut bytes.Buffer
-	args := []string{"bench", "--json", "--scenarios", "burndown", "--depths", "200", "--burndown-modes", "inproc",
+	args := []string{"--json", "--scenarios", "burndown", "--depths", "200", "--burndown-modes", "inproc",
 		"--burndown-slots", "10", "--burndown-submitters", "2", "--backlog", "20", "--duration", "300ms", "--warmup", "100ms"}
-	if code := run(context.Background(), args, &out, &errOut); code != 0 {
-		t.Fatalf("bench exited %d:\n%s", code, &errOut)
+	if err := Run(context.Background(), args, &out, &errOut, CLI{}); err != nil {
+		t.Fatalf("bench: %v\n%s", err, &errOut)
 	}
 	var res benchResult
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
@@ -80,7 +80,7 @@ func TestBenchBurndownCompletesEveryJob(t *testing.T) {
 // --burndown-modes is a usage error.
 func TestBenchBurndownIsNotInAll(t *testing.T) {
 	for _, args := range [][]string{nil, {"--scenarios", "all"}} {
-		o, err := parseBenchFlags(args, io.Discard)
+		o, err := CLI{}.parseBenchFlags(args, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +88,7 @@ func TestBenchBurndownIsNotInAll(t *testing.T) {
 			t.Errorf("bench %q runs %v, want every scenario but burndown", args, o.scenarios)
 		}
 	}
-	if _, err := parseBenchFlags([]string{"--burndown-modes", "inproc,grpc"}, io.Discard); err == nil || !strings.Contains(err.Error(), `"grpc"`) {
-		t.Errorf("--burndown-modes inproc,grpc: err = %v, want a usage error naming grpc", err)
+	if msg := refusal(t, "--burndown-modes", "inproc,grpc"); !strings.Contains(msg, `"grpc"`) {
+		t.Errorf("--burndown-modes inproc,grpc: %s, want a usage error naming grpc", msg)
 	}
 }

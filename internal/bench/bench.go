@@ -1,8 +1,10 @@
-package main
+package bench
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -124,10 +126,41 @@ var benchScenarios = []string{"throughput-rpc", "throughput-inproc", "fanout", "
 // hours, at its defaults.
 var benchAll = slices.DeleteFunc(slices.Clone(benchScenarios), func(s string) bool { return s == "burndown" })
 
-func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
+// CLI is what the command line lends the bench, so that "jobwatch
+// bench" reports a bad flag as every other command does. Its zero value
+// is usable: flag's own parse and plain errors.
+type CLI struct {
+	// ParseFlags parses args into fs: -h prints fs.Usage and returns
+	// flag.ErrHelp; a bad flag is a usage error in the command line's
+	// format. Nil: fs.Parse.
+	ParseFlags func(fs *flag.FlagSet, args []string) error
+	// UsageError is msg, a bad flag value or argument, as the command
+	// line's usage error (exit status 2). Nil: errors.New.
+	UsageError func(msg string) error
+}
+
+func (c CLI) parseFlags(fs *flag.FlagSet, args []string) error {
+	if c.ParseFlags == nil {
+		return fs.Parse(args)
+	}
+	return c.ParseFlags(fs, args)
+}
+
+func (c CLI) usageError(msg string) error {
+	if c.UsageError == nil {
+		return errors.New(msg)
+	}
+	return c.UsageError(msg)
+}
+
+// parseBenchFlags reads the flags of "jobwatch bench".
+func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	var o benchOptions
 	var fanout, parked, depths, modes string
-	fs := newFlagSet("bench", stderr)
+	// Named as every command's flag set is: the command line's parse
+	// errors say "bench" and point to "jobwatch bench -h".
+	fs := flag.NewFlagSet("jobwatch bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, benchUsage); fs.PrintDefaults() }
 	fs.StringVar(&o.scenarioArg, "scenarios", strings.Join(benchAll, ","), "comma-separated `scenarios` to run (\"throughput\" is both throughput ones; \"all\" is every one but burndown)")
 	fs.StringVar(&o.before, "before", "", "another jobwatch `binary` to measure as the \"before\" column")
@@ -160,14 +193,14 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.DurationVar(&o.burndownCap, "burndown-cap", 5*time.Minute, "longest one burn-down may take (not counting its inserts); past it the run reports the rate of the part done")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to `file` (the in-process scenario runs in it; the servers do not)")
 	fs.StringVar(&o.serveFloor, "serve-floor", "", "internal: serve the floor on `host:port` instead of measuring (the bench starts it so)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := c.parseFlags(fs, args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
-		return o, usageError{fmt.Sprintf("bench takes no arguments, got %q", fs.Args())}
+		return o, c.usageError(fmt.Sprintf("bench takes no arguments, got %q", fs.Args()))
 	}
 	o.scenarios = map[string]bool{}
-	for _, s := range splitList(o.scenarioArg) {
+	for _, s := range listItems(o.scenarioArg) {
 		switch {
 		case s == "all":
 			for _, n := range benchAll {
@@ -178,65 +211,75 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 		case slices.Contains(benchScenarios, s):
 			o.scenarios[s] = true
 		default:
-			return o, usageError{fmt.Sprintf("--scenarios: unknown scenario %q (known: %s, throughput, all)", s, strings.Join(benchScenarios, ", "))}
+			return o, c.usageError(fmt.Sprintf("--scenarios: unknown scenario %q (known: %s, throughput, all)", s, strings.Join(benchScenarios, ", ")))
 		}
 	}
 	var err error
-	if o.fanout, err = parseCounts("fanout", fanout); err != nil {
+	if o.fanout, err = c.parseCounts("fanout", fanout); err != nil {
 		return o, err
 	}
-	if o.parked, err = parseCounts("parked", parked); err != nil {
+	if o.parked, err = c.parseCounts("parked", parked); err != nil {
 		return o, err
 	}
-	if o.depths, err = parseCounts("depths", depths); err != nil {
+	if o.depths, err = c.parseCounts("depths", depths); err != nil {
 		return o, err
 	}
 	if len(o.depths) == 0 {
-		return o, usageError{"--depths: no depth given"}
+		return o, c.usageError("--depths: no depth given")
 	}
-	for _, m := range splitList(modes) {
+	for _, m := range listItems(modes) {
 		if m != modeInproc && m != modeRPC {
-			return o, usageError{fmt.Sprintf("--burndown-modes: unknown mode %q (known: inproc, rpc)", m)}
+			return o, c.usageError(fmt.Sprintf("--burndown-modes: unknown mode %q (known: inproc, rpc)", m))
 		}
 		if !slices.Contains(o.burndownModes, m) {
 			o.burndownModes = append(o.burndownModes, m)
 		}
 	}
 	if len(o.burndownModes) == 0 {
-		return o, usageError{"--burndown-modes: no mode given"}
+		return o, c.usageError("--burndown-modes: no mode given")
 	}
 	if o.codec != "proto" && o.codec != "json" {
-		return o, usageError{fmt.Sprintf("--codec must be proto or json, got %q", o.codec)}
+		return o, c.usageError(fmt.Sprintf("--codec must be proto or json, got %q", o.codec))
 	}
 	for name, n := range map[string]int{"workers": o.workers, "submitters": o.submitters, "backlog": o.backlog,
 		"inproc-workers": o.inprocWorkers, "inproc-submitters": o.inprocSubmitters,
 		"conns": o.conns, "probes": o.probes, "short-calls": o.shortCalls, "jobs": o.jobs,
 		"burndown-slots": o.burndownSlots, "burndown-rpc-workers": o.burndownRPCWorkers, "burndown-submitters": o.burndownSubmitters} {
 		if n <= 0 {
-			return o, usageError{fmt.Sprintf("--%s must be positive, got %d", name, n)}
+			return o, c.usageError(fmt.Sprintf("--%s must be positive, got %d", name, n))
 		}
 	}
 	for name, d := range map[string]time.Duration{"duration": o.duration, "idle": o.idle, "poll": o.poll, "burndown-cap": o.burndownCap} {
 		if d <= 0 {
-			return o, usageError{fmt.Sprintf("--%s must be positive, got %v", name, d)}
+			return o, c.usageError(fmt.Sprintf("--%s must be positive, got %v", name, d))
 		}
 	}
-	if err := checkPostgresURL(o.postgres); err != nil {
+	if err := c.checkPostgresURL(o.postgres); err != nil {
 		return o, err
 	}
 	if o.warmup < 0 || o.settle < 0 {
-		return o, usageError{"--warmup and --settle must not be negative"}
+		return o, c.usageError("--warmup and --settle must not be negative")
 	}
 	return o, nil
 }
 
+// listItems is the comma-separated items of a list flag, trimmed, empty
+// ones left out, as jobwatch's other commands read their lists.
+func listItems(s string) []string {
+	items := strings.Split(s, ",")
+	for i := range items {
+		items[i] = strings.TrimSpace(items[i])
+	}
+	return slices.DeleteFunc(items, func(v string) bool { return v == "" })
+}
+
 // parseCounts parses "1000,5000" into sorted distinct positive counts.
-func parseCounts(flag, s string) ([]int, error) {
+func (c CLI) parseCounts(name, s string) ([]int, error) {
 	var out []int
-	for _, f := range splitList(s) {
+	for _, f := range listItems(s) {
 		n, err := strconv.Atoi(f)
 		if err != nil || n <= 0 {
-			return nil, usageError{fmt.Sprintf("--%s: %q is not a positive count", flag, f)}
+			return nil, c.usageError(fmt.Sprintf("--%s: %q is not a positive count", name, f))
 		}
 		out = append(out, n)
 	}
@@ -244,10 +287,14 @@ func parseCounts(flag, s string) ([]int, error) {
 	return slices.Compact(out), nil
 }
 
-// bench measures jobwatch against the floor (and --before): see
-// benchUsage and docs/BENCHMARKS.md.
-func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o, err := parseBenchFlags(args, stderr)
+// Run is "jobwatch bench": it measures jobwatch against the floor (and
+// --before) and prints the figures to stdout, its progress to stderr; see
+// benchUsage and docs/BENCHMARKS.md. With --serve-floor it serves the
+// floor instead, until ctx ends: the process Run starts for the floor
+// column, from the jobwatch binary (this one, or --binary), whose bench
+// command must be Run.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer, cli CLI) error {
+	o, err := cli.parseBenchFlags(args, stderr)
 	if err != nil {
 		return err
 	}

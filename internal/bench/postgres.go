@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,15 +33,16 @@ type postgresFigures struct {
 
 // checkPostgresURL refuses what --postgres cannot be: it must be a URL,
 // since the bench adds its own schema to it as search_path.
-func checkPostgresURL(s string) error {
+func (c CLI) checkPostgresURL(s string) error {
 	if s == "" {
 		return nil
 	}
-	if !isPostgresURL(s) {
-		return usageError{"--postgres must be a postgres:// or postgresql:// URL"}
+	// The prefixes by which serve's --db tells a URL from a SQLite file.
+	if !strings.HasPrefix(s, "postgres://") && !strings.HasPrefix(s, "postgresql://") {
+		return c.usageError("--postgres must be a postgres:// or postgresql:// URL")
 	}
 	if _, err := url.Parse(s); err != nil {
-		return usageError{"--postgres: not a URL"} // the URL may hold a password: not repeated
+		return c.usageError("--postgres: not a URL") // the URL may hold a password: not repeated
 	}
 	return nil
 }
