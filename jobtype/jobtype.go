@@ -75,6 +75,32 @@ type Job struct {
 	// The lease of the worker running the job; empty unless RUNNING.
 	LeaseID        string
 	LeaseExpiresAt time.Time
+
+	// Priority is 0 (most urgent) to 9: a claim takes a queue's most
+	// urgent ready job first, then the oldest.
+	Priority int32
+	// History is the job's past, oldest first, at most MaxHistory
+	// entries: attempts that ended and operators' actions.
+	History []HistoryEntry
+}
+
+// MaxHistory is how many entries a job's History keeps: the oldest go
+// first.
+const MaxHistory = 20
+
+// HistoryEntry is one entry of a job's History: an attempt that ended,
+// or an operator's action on the job.
+type HistoryEntry struct {
+	Attempt    int32     `json:"attempt"`
+	WorkerID   string    `json:"worker_id,omitempty"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// State is what the entry left the job in.
+	State State     `json:"state"`
+	Error *JobError `json:"error,omitempty"`
+	// By names the operator who acted; empty for what workers and the
+	// server did on their own.
+	By string `json:"by,omitempty"`
 }
 
 // SameVisible reports whether a watcher would see no difference between j
@@ -122,6 +148,17 @@ func (j Job) Clone() Job {
 	if j.Error != nil {
 		e := *j.Error
 		j.Error = &e
+	}
+	if j.History != nil {
+		h := make([]HistoryEntry, len(j.History))
+		for i, e := range j.History {
+			if e.Error != nil {
+				je := *e.Error
+				e.Error = &je
+			}
+			h[i] = e
+		}
+		j.History = h
 	}
 	return j
 }

@@ -17,19 +17,19 @@ import (
 
 const insertJob = `INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step,
 	payload, result, error_type, error_message, attempt, max_attempts, unique_key, created_at,
-	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at)
+	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, history)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::text::json, $10::text::json, $11, $12, $13, $14, $15,
-	$16, $17, $18, $19, $20, $21, $22, $23)`
+	$16, $17, $18, $19, $20, $21, $22, $23, $24, $25::text::json)`
 
 // updateJob writes every column (PostgreSQL keeps an update HOT when no
 // indexed value changed, whatever the SET list says) if the row is still
 // at the revision UpdateJob read.
 const updateJob = `UPDATE jobs SET (tenant, kind, queue, state, version, percent, step,
 	payload, result, error_type, error_message, attempt, max_attempts, unique_key, created_at,
-	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at) =
+	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, history) =
 	($2, $3, $4, $5, $6, $7, $8, $9::text::json, $10::text::json, $11, $12, $13, $14, $15,
-	$16, $17, $18, $19, $20, $21, $22, $23), rev = rev + 1
-	WHERE id = $1 AND rev = $24`
+	$16, $17, $18, $19, $20, $21, $22, $23, $24, $25::text::json), rev = rev + 1
+	WHERE id = $1 AND rev = $26`
 
 // holderQuery finds the active job holding a unique key; its WHERE says
 // what jobs_unique_active says, so that index answers it.

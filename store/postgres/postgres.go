@@ -44,6 +44,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -243,13 +244,14 @@ func isUniqueViolation(err error, constraint string) bool {
 // --- encoding ---
 
 // columns are every column of a job, in scanJob's order; summaryColumns
-// the same with NULL for payload and result, so a summary never reads
-// them.
-const columns = `id, tenant, kind, queue, state, version, percent, step, payload::text, result::text,
-	error_type, error_message, attempt, max_attempts, unique_key, created_at, started_at,
-	updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, seq, rev`
+// the same with NULL for payload, result and history, so a summary never
+// reads them.
+const columns = `id, tenant, kind, queue, state, version, percent, step,
+	payload::text, result::text, history::text, error_type, error_message, attempt, max_attempts,
+	unique_key, created_at, started_at, updated_at, finished_at, run_at, worker_id, lease_id,
+	lease_expires_at, priority, seq, rev`
 
-var summaryColumns = strings.Replace(columns, "payload::text, result::text", "NULL::text, NULL::text", 1)
+var summaryColumns = strings.Replace(columns, "payload::text, result::text, history::text", "NULL::text, NULL::text, NULL::text", 1)
 
 // qualified prefixes every column of columns with alias.
 func qualified(cols, alias string) string {
@@ -330,7 +332,11 @@ func normalize(j jobtype.Job) jobtype.Job {
 	for _, t := range []*time.Time{&j.CreatedAt, &j.StartedAt, &j.UpdatedAt, &j.FinishedAt, &j.RunAt, &j.LeaseExpiresAt} {
 		*t = micro(*t)
 	}
-	return j.Clone()
+	j = j.Clone()
+	for i := range j.History {
+		j.History[i].StartedAt, j.History[i].FinishedAt = micro(j.History[i].StartedAt), micro(j.History[i].FinishedAt)
+	}
+	return j
 }
 
 // sameStored reports whether a and b (both normalized) store the same
@@ -341,7 +347,8 @@ func sameStored(a, b jobtype.Job) bool {
 		(a.Error == nil) == (b.Error == nil) && a.MaxAttempts == b.MaxAttempts &&
 		a.UniqueKey == b.UniqueKey && a.CreatedAt.Equal(b.CreatedAt) && a.StartedAt.Equal(b.StartedAt) &&
 		a.UpdatedAt.Equal(b.UpdatedAt) && a.FinishedAt.Equal(b.FinishedAt) &&
-		a.LeaseID == b.LeaseID && a.LeaseExpiresAt.Equal(b.LeaseExpiresAt)
+		a.LeaseID == b.LeaseID && a.LeaseExpiresAt.Equal(b.LeaseExpiresAt) &&
+		a.Priority == b.Priority && toHistory(a.History) == toHistory(b.History)
 }
 
 // values are the bind values of the job's columns in insertJob's order.
@@ -355,7 +362,37 @@ func values(j jobtype.Job) []any {
 		nullJSON(j.Payload), nullJSON(j.Result), errType, errMsg, j.Attempt, j.MaxAttempts,
 		j.UniqueKey, orderTime(j.CreatedAt), nullTime(j.StartedAt), nullTime(j.UpdatedAt),
 		nullTime(j.FinishedAt), orderTime(j.RunAt), j.WorkerID, j.LeaseID, nullTime(j.LeaseExpiresAt),
+		j.Priority, toHistory(j.History),
 	}
+}
+
+// toHistory is how History is stored: a JSON array, NULL while empty.
+func toHistory(h []jobtype.HistoryEntry) any {
+	if len(h) == 0 {
+		return nil
+	}
+	h = slices.Clone(h)
+	for i := range h {
+		h[i].StartedAt, h[i].FinishedAt = micro(h[i].StartedAt), micro(h[i].FinishedAt)
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		panic("postgres: encode history: " + err.Error()) // plain data: cannot fail
+	}
+	return string(b)
+}
+
+// fromHistory reads what toHistory stored; what it cannot read (no
+// binary writes it) reads as no history rather than failing the job.
+func fromHistory(t pgtype.Text) []jobtype.HistoryEntry {
+	if !t.Valid {
+		return nil
+	}
+	var h []jobtype.HistoryEntry
+	if json.Unmarshal([]byte(t.String), &h) != nil {
+		return nil
+	}
+	return h
 }
 
 // storedRow is one job row as read: the job, its seq and its revision.
@@ -370,18 +407,19 @@ func scanJob(r pgx.Row, extra ...any) (storedRow, error) {
 		row                                               storedRow
 		j                                                 = &row.job
 		state                                             string
-		payload, result, errType, errMsg                  pgtype.Text
+		payload, result, history, errType, errMsg         pgtype.Text
 		created, started, updated, finished, runAt, lease pgtype.Timestamptz
 	)
 	dest := append([]any{&j.ID, &j.Tenant, &j.Kind, &j.Queue, &state, &j.Version, &j.Percent, &j.Step,
-		&payload, &result, &errType, &errMsg, &j.Attempt, &j.MaxAttempts, &j.UniqueKey,
+		&payload, &result, &history, &errType, &errMsg, &j.Attempt, &j.MaxAttempts, &j.UniqueKey,
 		&created, &started, &updated, &finished, &runAt, &j.WorkerID, &j.LeaseID, &lease,
-		&row.seq, &row.rev}, extra...)
+		&j.Priority, &row.seq, &row.rev}, extra...)
 	if err := r.Scan(dest...); err != nil {
 		return storedRow{}, err
 	}
 	j.State = jobtype.State(state)
 	j.Payload, j.Result = fromText(payload), fromText(result)
+	j.History = fromHistory(history)
 	if errType.Valid {
 		j.Error = &jobtype.JobError{Type: errType.String, Message: errMsg.String}
 	}

@@ -185,6 +185,21 @@ CREATE INDEX jobs_change ON {{schema}}.jobs (change_xid);
 CREATE INDEX jobs_queued_kind ON {{schema}}.jobs (kind, run_at, seq) WHERE state = 'queued';
 CREATE INDEX jobs_queued_queue_kind ON {{schema}}.jobs (queue, kind, run_at, seq) WHERE state = 'queued';
 `,
+	// 4: each job's priority (0 most urgent to 9) and history
+	// (jobtype.HistoryEntry, as a JSON array, NULL while empty).
+	`
+ALTER TABLE {{schema}}.jobs ADD COLUMN priority integer NOT NULL DEFAULT 0;
+ALTER TABLE {{schema}}.jobs ADD COLUMN history json;
+`,
+	// 5: paused queues (PauseQueue): a queue with a row hands out no
+	// claims.
+	`
+CREATE TABLE {{schema}}.queue_pauses (
+	queue     text        PRIMARY KEY,
+	paused_at timestamptz NOT NULL,
+	paused_by text        NOT NULL
+);
+`,
 }
 
 // channelFor is the NOTIFY channel of the store in schema: one per schema,

@@ -7,15 +7,16 @@ package sqlite
 import (
 	"database/sql"
 	"encoding/json"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobtype"
 )
 
-const columns = `id, tenant, kind, queue, state, version, percent, step, payload, result,
+const columns = `id, tenant, kind, queue, state, version, percent, step, payload, result, history,
 	error_type, error_message, attempt, max_attempts, unique_key, created_at, started_at,
-	updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, seq`
+	updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, seq`
 
 func toMicro(t time.Time) int64 { return t.UnixMicro() }
 
@@ -45,7 +46,48 @@ func normalize(j jobtype.Job) jobtype.Job {
 		e := *j.Error
 		j.Error = &e
 	}
+	j.History = fromHistory(toHistory(j.History))
 	return j
+}
+
+// toHistory is how History is stored: a JSON array, NULL while empty.
+// Its times go to the microsecond, as every stored time does.
+func toHistory(h []jobtype.HistoryEntry) sql.NullString {
+	if len(h) == 0 {
+		return sql.NullString{}
+	}
+	h = slices.Clone(h)
+	for i := range h {
+		h[i].StartedAt = fromMicroOrZero(h[i].StartedAt)
+		h[i].FinishedAt = fromMicroOrZero(h[i].FinishedAt)
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		panic("sqlite: encode history: " + err.Error()) // plain data: cannot fail
+	}
+	return sql.NullString{String: string(b), Valid: true}
+}
+
+// fromHistory reads what toHistory stored; what it cannot read (no
+// binary writes it) reads as no history rather than failing the job.
+func fromHistory(s sql.NullString) []jobtype.HistoryEntry {
+	if !s.Valid {
+		return nil
+	}
+	var h []jobtype.HistoryEntry
+	if json.Unmarshal([]byte(s.String), &h) != nil {
+		return nil
+	}
+	return h
+}
+
+// fromMicroOrZero is t to the microsecond in UTC, the zero time kept
+// zero (so that omitzero leaves it out).
+func fromMicroOrZero(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return fromMicro(toMicro(t))
 }
 
 // values are the bind values of every column but seq, in columns' order.
@@ -57,9 +99,10 @@ func values(j jobtype.Job) []any {
 	}
 	return []any{
 		j.ID, j.Tenant, j.Kind, j.Queue, string(j.State), j.Version, j.Percent, j.Step,
-		nullJSON(j.Payload), nullJSON(j.Result), errType, errMsg, j.Attempt, j.MaxAttempts,
+		nullJSON(j.Payload), nullJSON(j.Result), toHistory(j.History), errType, errMsg, j.Attempt, j.MaxAttempts,
 		j.UniqueKey, toMicro(j.CreatedAt), toMicro(j.StartedAt), toMicro(j.UpdatedAt),
 		toMicro(j.FinishedAt), toMicro(j.RunAt), j.WorkerID, j.LeaseID, toMicro(j.LeaseExpiresAt),
+		j.Priority,
 	}
 }
 
@@ -77,18 +120,19 @@ func scanJob(r scanner) (jobtype.Job, int64, error) {
 	var (
 		j                                                 jobtype.Job
 		state                                             string
-		payload, result, errType, errMsg                  sql.NullString
+		payload, result, history, errType, errMsg         sql.NullString
 		created, started, updated, finished, runAt, lease int64
 		seq                                               int64
 	)
 	err := r.Scan(&j.ID, &j.Tenant, &j.Kind, &j.Queue, &state, &j.Version, &j.Percent, &j.Step,
-		&payload, &result, &errType, &errMsg, &j.Attempt, &j.MaxAttempts, &j.UniqueKey,
-		&created, &started, &updated, &finished, &runAt, &j.WorkerID, &j.LeaseID, &lease, &seq)
+		&payload, &result, &history, &errType, &errMsg, &j.Attempt, &j.MaxAttempts, &j.UniqueKey,
+		&created, &started, &updated, &finished, &runAt, &j.WorkerID, &j.LeaseID, &lease, &j.Priority, &seq)
 	if err != nil {
 		return jobtype.Job{}, 0, err
 	}
 	j.State = jobtype.State(state)
 	j.Payload, j.Result = fromNullJSON(payload), fromNullJSON(result)
+	j.History = fromHistory(history)
 	if errType.Valid {
 		j.Error = &jobtype.JobError{Type: errType.String, Message: errMsg.String}
 	}
@@ -97,6 +141,6 @@ func scanJob(r scanner) (jobtype.Job, int64, error) {
 	return j, seq, nil
 }
 
-// summaryColumns are columns with NULL for payload and result, so that
-// a summary list never copies them out of the database.
-var summaryColumns = strings.Replace(columns, "payload, result", "NULL, NULL", 1)
+// summaryColumns are columns with NULL for payload, result and history,
+// so that a summary list never copies them out of the database.
+var summaryColumns = strings.Replace(columns, "payload, result, history", "NULL, NULL, NULL", 1)

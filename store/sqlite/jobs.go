@@ -19,9 +19,9 @@ import (
 
 // insertJob takes values(j) and then the change sequence's value.
 const insertJob = `INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step,
-	payload, result, error_type, error_message, attempt, max_attempts, unique_key, created_at,
-	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, change_seq)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	payload, result, history, error_type, error_message, attempt, max_attempts, unique_key, created_at,
+	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, change_seq)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // insert adds j, stamped with the batch's change sequence value. Only
 // the writer goroutine calls it.
@@ -35,8 +35,8 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, j jobtype.Job) error {
 
 // valueColumns name the values of values(j), in order.
 var valueColumns = []string{"id", "tenant", "kind", "queue", "state", "version", "percent", "step",
-	"payload", "result", "error_type", "error_message", "attempt", "max_attempts", "unique_key", "created_at",
-	"started_at", "updated_at", "finished_at", "run_at", "worker_id", "lease_id", "lease_expires_at"}
+	"payload", "result", "history", "error_type", "error_message", "attempt", "max_attempts", "unique_key", "created_at",
+	"started_at", "updated_at", "finished_at", "run_at", "worker_id", "lease_id", "lease_expires_at", "priority"}
 
 // updateChanged makes the UPDATE of row seq from old to next that sets
 // only the columns whose values differ, or "" if none does. SQLite rewrites the entry of every
