@@ -36,6 +36,9 @@ type Principal struct {
 	// TokenID names the token in logs and metrics without revealing it:
 	// a short prefix of its SHA-256, as the tokens file lists it.
 	TokenID string
+	// Name is the token's name in the tokens file (name:), or TokenID
+	// when the file gives none. It says who acted in a job's history.
+	Name string
 
 	// digest is the token's SHA-256, which Tokens.Grants looks for after
 	// a reload.
@@ -54,4 +57,31 @@ func WithPrincipal(ctx context.Context, p Principal) context.Context {
 func FromContext(ctx context.Context) (Principal, bool) {
 	p, ok := ctx.Value(principalKey{}).(Principal)
 	return p, ok
+}
+
+// Anonymous is who acted when the server runs without a tokens file.
+const Anonymous = "anonymous"
+
+// Describe names p as a job's history and the logs record who did an
+// operator's action: the token's name, then its role and, for a client,
+// its tenant, as in "deploy-bot (client, tenant acme)" or "ops (admin)".
+func (p Principal) Describe() string {
+	name := p.Name
+	if name == "" {
+		name = p.TokenID
+	}
+	if p.Tenant != "" {
+		return name + " (" + string(p.Role) + ", tenant " + p.Tenant + ")"
+	}
+	return name + " (" + string(p.Role) + ")"
+}
+
+// DescribeCaller is Describe of ctx's Principal, or Anonymous when the
+// server runs without a tokens file.
+func DescribeCaller(ctx context.Context) string {
+	p, ok := FromContext(ctx)
+	if !ok {
+		return Anonymous
+	}
+	return p.Describe()
 }

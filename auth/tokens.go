@@ -108,6 +108,8 @@ func LoadTokens(path string) (*Tokens, error) {
 //	    tenant: acme        # client: required; others: refused
 //	    tenants: [acme]     # worker only, optional: whose jobs (default all)
 //	    kinds: [enrich]     # worker only, optional: which kinds (default all)
+//	    name: deploy-bot    # optional: names the token in the history of what
+//	                        # it did (default: its TokenID, a prefix of sha256)
 //
 // Unknown keys, a sha256 listed twice and keys that do not fit the role
 // are refused with their line; path only names the file in errors, which
@@ -208,6 +210,9 @@ func (p *parser) token(key string, n *yaml.Node) {
 			kinds = v
 			pr.Kinds = p.names(v, k)
 		},
+		"name": func(k string, v *yaml.Node) {
+			pr.Name, _ = r.Name(v, k, jobtype.NameReason)
+		},
 	})
 	if !ok {
 		return
@@ -251,6 +256,9 @@ func (p *parser) token(key string, n *yaml.Node) {
 	}
 	pr.digest = digest
 	pr.TokenID = hex.EncodeToString(digest[:])[:TokenIDLength]
+	if pr.Name == "" {
+		pr.Name = pr.TokenID
+	}
 	p.t.entries = append(p.t.entries, entry{digest: digest, principal: pr})
 }
 

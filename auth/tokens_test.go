@@ -158,8 +158,8 @@ func TestParseTokensRefusesEveryMistakeWithItsLineAndKey(t *testing.T) {
 		want []string
 	}{
 		{"an unknown top-level key", "tokenz: []\n", []string{"t.yaml:1:1: tokenz: unknown key (known here: tokens)"}},
-		{"an unknown key in an entry", "tokens:\n  - sha256: " + digest + "\n    role: admin\n    name: ops\n",
-			[]string{"t.yaml:4:5: tokens[0].name: unknown key (known here: kinds role sha256 tenant tenants)"}},
+		{"an unknown key in an entry", "tokens:\n  - sha256: " + digest + "\n    role: admin\n    label: ops\n",
+			[]string{"t.yaml:4:5: tokens[0].label: unknown key (known here: kinds name role sha256 tenant tenants)"}},
 		{"the token instead of its digest", "tokens:\n  - sha256: acme-client-token\n    role: admin\n",
 			[]string{"t.yaml:2:13: tokens[0].sha256: must be 64 hex digits"}},
 		{"a digest too short", "tokens:\n  - sha256: 6702afda\n    role: admin\n", []string{"tokens[0].sha256: must be 64 hex digits"}},
@@ -303,5 +303,36 @@ func TestTheTokensAndConfigFilesReportAMistakeTheSameWay(t *testing.T) {
 		if configErr == nil || tokensErr == nil || configErr.Error() != tokensErr.Error() {
 			t.Errorf("%q: the config file says %v, the tokens file %v; want one refusal", text, configErr, tokensErr)
 		}
+	}
+}
+
+func TestATokenIsNamedByItsNameOrElseItsID(t *testing.T) {
+	named, unnamed := auth.Digest("named-token"), auth.Digest("unnamed-token")
+	tokens, err := auth.ParseTokens("t.yaml", []byte("tokens:\n  - {sha256: "+named+", role: client, tenant: acme, name: deploy-bot}\n  - {sha256: "+unnamed+", role: admin}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ token, want string }{
+		{"named-token", "deploy-bot (client, tenant acme)"},
+		{"unnamed-token", unnamed[:auth.TokenIDLength] + " (admin)"},
+	}
+	for _, tc := range tests {
+		p, ok := tokens.Lookup(tc.token)
+		if !ok {
+			t.Fatalf("%s: not found", tc.token)
+		}
+		if got := p.Describe(); got != tc.want {
+			t.Errorf("%s: Describe() = %q, want %q", tc.token, got, tc.want)
+		}
+		if got := auth.DescribeCaller(auth.WithPrincipal(t.Context(), p)); got != tc.want {
+			t.Errorf("%s: DescribeCaller = %q, want %q", tc.token, got, tc.want)
+		}
+	}
+	if got := auth.DescribeCaller(t.Context()); got != auth.Anonymous {
+		t.Errorf("DescribeCaller without a principal = %q, want %q", got, auth.Anonymous)
+	}
+	_, err = auth.ParseTokens("t.yaml", []byte("tokens:\n  - {sha256: "+named+", role: admin, name: \"has space\"}\n"))
+	if err == nil || !strings.Contains(err.Error(), "t.yaml:2:") || !strings.Contains(err.Error(), "tokens[0].name") {
+		t.Errorf("a name that is not a name: %v, want a file:line:col error on tokens[0].name", err)
 	}
 }

@@ -47,6 +47,11 @@ type Queue struct {
 	AlertAfter   time.Duration
 	MaxRunning   int // parallel: 0 is unbounded; serial: 0 or 1 only, as the engine allows (jobtype.CheckQueueRules)
 	Uses         []string
+	// Priority is given to a job submitted without one:
+	// jobtype.MinPriority (most urgent, also when left out) to
+	// jobtype.MaxPriority. A serial queue runs its jobs in order whatever
+	// their priority.
+	Priority int
 }
 
 // Retry is a queue's retry: {...}. Zero fields take the server's flags.
@@ -58,12 +63,17 @@ type Retry struct {
 
 // Schedule is one entry of schedules.
 type Schedule struct {
-	Name    string
-	Kind    string
-	Queue   string // "": the default queue
-	Tenant  string // "": the default tenant
-	Every   time.Duration
-	Payload json.RawMessage // the payload as JSON; null when left out
+	Name   string
+	Kind   string
+	Queue  string // "": the default queue
+	Tenant string // "": the default tenant
+	Every  time.Duration
+	// Cron is a cron expression (jobtype.ParseCron), given instead of
+	// Every; Timezone the IANA zone it is read in ("": UTC), only with
+	// Cron.
+	Cron     string
+	Timezone string
+	Payload  json.RawMessage // the payload as JSON; null when left out
 }
 
 // Alerts is the alerts: mapping.
@@ -147,6 +157,9 @@ func (p *parser) queue(key string, n *yaml.Node) {
 		"alert_after":   func(k string, v *yaml.Node) { q.AlertAfter, _ = r.Duration(v, k) },
 		"max_running":   func(k string, v *yaml.Node) { q.MaxRunning, _ = r.Int(v, k, 0, math.MaxInt32) },
 		"uses":          func(k string, v *yaml.Node) { q.Uses, _ = r.Names(v, k, jobtype.NameReason) },
+		"priority": func(k string, v *yaml.Node) {
+			q.Priority, _ = r.Int(v, k, jobtype.MinPriority, jobtype.MaxPriority)
+		},
 		"retry": func(k string, v *yaml.Node) {
 			r.Mapping(v, k, yamlread.Fields{
 				"max_attempts":    func(k string, v *yaml.Node) { q.Retry.MaxAttempts, _ = r.Int(v, k, 1, math.MaxInt32) },
@@ -171,6 +184,7 @@ func (p *parser) pools(n *yaml.Node, key string) {
 func (p *parser) schedule(key string, n *yaml.Node) {
 	r := p.r
 	var s Schedule
+	var times scheduleTimes
 	ok := r.Mapping(n, key, yamlread.Fields{
 		"name":   func(k string, v *yaml.Node) { s.Name, _ = r.Name(v, k, jobtype.NameReason) },
 		"kind":   func(k string, v *yaml.Node) { s.Kind, _ = r.Name(v, k, jobtype.NameReason) },
@@ -181,6 +195,18 @@ func (p *parser) schedule(key string, n *yaml.Node) {
 			if s.Every > 0 && s.Every < jobtype.MinScheduleEvery {
 				r.Fail(v, k, "must be at least %v (runs are queued by a sweep once a second), got %v", jobtype.MinScheduleEvery, s.Every)
 				s.Every = 0
+			}
+		},
+		"cron": func(k string, v *yaml.Node) {
+			var ok bool
+			if s.Cron, ok = r.String(v, k); ok {
+				times.cron = v
+			}
+		},
+		"timezone": func(k string, v *yaml.Node) {
+			var ok bool
+			if s.Timezone, ok = r.String(v, k); ok {
+				times.zone = v
 			}
 		},
 		"payload": func(k string, v *yaml.Node) {
@@ -204,13 +230,47 @@ func (p *parser) schedule(key string, n *yaml.Node) {
 		},
 	})
 	if ok {
-		for _, required := range []string{"name", "kind", "every"} {
+		for _, required := range []string{"name", "kind"} {
 			if !r.Has(key + "." + required) {
 				r.Fail(n, key, "needs %s", required)
 			}
 		}
+		p.scheduleTimes(key, n, s, times)
 	}
 	p.f.Schedules = append(p.f.Schedules, s)
+}
+
+// scheduleTimes are the values of a schedule's cron and timezone, each
+// nil when left out or refused as it is (not a string): a value refused
+// is not read again for what it says.
+type scheduleTimes struct{ cron, zone *yaml.Node }
+
+// scheduleTimes checks when the schedule s at key runs: every, or cron
+// with its timezone, as the engine reads them (jobtype.ParseCron).
+func (p *parser) scheduleTimes(key string, n *yaml.Node, s Schedule, times scheduleTimes) {
+	r := p.r
+	every, cron, zone := r.Has(key+".every"), r.Has(key+".cron"), r.Has(key+".timezone")
+	switch {
+	case every && cron:
+		r.FailAt(key+".cron", "is given with every; a schedule runs on one of the two")
+		return
+	case !every && !cron:
+		r.Fail(n, key, "needs every or cron")
+		return
+	case zone && !cron:
+		r.FailAt(key+".timezone", "applies to cron schedules only")
+		return
+	case times.cron == nil || (zone && times.zone == nil):
+		return
+	}
+	if _, err := jobtype.ParseCron(s.Cron, s.Timezone); err != nil {
+		at, node := key+".cron", times.cron
+		var inv *jobtype.InvalidError
+		if errors.As(err, &inv) && inv.Field == "timezone" {
+			at, node = key+".timezone", times.zone
+		}
+		r.Fail(node, at, "%s", payloadReason(err))
+	}
 }
 
 // optionalName is a name where "" takes the default.
@@ -347,7 +407,7 @@ func (f *File) Rules() (jobtype.Rules, error) {
 		r.Pools = f.Pools
 	}
 	for _, s := range f.Schedules {
-		r.Schedules = append(r.Schedules, jobtype.Schedule{Name: s.Name, Kind: s.Kind, Queue: s.Queue, Tenant: s.Tenant, Every: s.Every, Payload: s.Payload})
+		r.Schedules = append(r.Schedules, jobtype.Schedule{Name: s.Name, Kind: s.Kind, Queue: s.Queue, Tenant: s.Tenant, Every: s.Every, Cron: s.Cron, Timezone: s.Timezone, Payload: s.Payload})
 	}
 	return r, nil
 }
@@ -367,5 +427,6 @@ func queueRules(q Queue) jobtype.QueueRules {
 		Uses:           q.Uses,
 		Timeout:        q.Timeout,
 		AlertAfter:     q.AlertAfter,
+		Priority:       int32(q.Priority),
 	}
 }

@@ -24,7 +24,7 @@ func TestTheIssuesExampleLoads(t *testing.T) {
 	want := []config.Queue{
 		{Name: "index", Mode: "serial", OnFailure: "block", LeaseTimeout: 30 * time.Second, Timeout: 10 * time.Minute, AlertAfter: 5 * time.Minute,
 			Retry: config.Retry{MaxAttempts: 10, InitialBackoff: time.Second, MaxBackoff: 5 * time.Minute}},
-		{Name: "readme", Mode: "parallel", MaxRunning: 8, Uses: []string{"db"}, AlertAfter: time.Hour,
+		{Name: "readme", Mode: "parallel", MaxRunning: 8, Uses: []string{"db"}, AlertAfter: time.Hour, Priority: 5,
 			Retry: config.Retry{MaxAttempts: 3, InitialBackoff: 2 * time.Second, MaxBackoff: time.Minute}},
 	}
 	if f.Retention != 24*time.Hour || f.Strict || !reflect.DeepEqual(f.Queues, want) {
@@ -34,7 +34,7 @@ func TestTheIssuesExampleLoads(t *testing.T) {
 		t.Errorf("read pools %v, alerts %+v", f.Pools, f.Alerts)
 	}
 	s := f.Schedules
-	if len(s) != 1 || s[0].Name != "update-downloads" || s[0].Kind != "update_downloads" || s[0].Queue != "downloads" ||
+	if len(s) != 2 || s[1].Cron != "0 2 * * *" || s[1].Timezone != "Europe/Berlin" || s[0].Name != "update-downloads" || s[0].Kind != "update_downloads" || s[0].Queue != "downloads" ||
 		s[0].Tenant != "crates" || s[0].Every != 10*time.Minute || string(s[0].Payload) != "{}" {
 		t.Errorf("read schedules %+v", s)
 	}
@@ -49,7 +49,8 @@ func TestTheIssuesExampleGivesTheEngineEveryKey(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the example is refused: %v", err)
 	}
-	want := []jobtype.Schedule{{Name: "update-downloads", Kind: "update_downloads", Queue: "downloads", Tenant: "crates", Every: 10 * time.Minute, Payload: []byte("{}")}}
+	want := []jobtype.Schedule{{Name: "update-downloads", Kind: "update_downloads", Queue: "downloads", Tenant: "crates", Every: 10 * time.Minute, Payload: []byte("{}")},
+		{Name: "nightly-report", Kind: "report", Cron: "0 2 * * *", Timezone: "Europe/Berlin"}}
 	if !reflect.DeepEqual(r.Schedules, want) {
 		t.Errorf("schedules %+v\nwant %+v", r.Schedules, want)
 	}
@@ -66,6 +67,11 @@ schedules:
     every: 24h
     payload: {format: pdf, pages: [1, 2]}
   - {name: tick, kind: tick, every: 1s}
+  - name: backup
+    kind: backup
+    cron: "0 2 * * *"
+    timezone: Europe/Berlin
+  - {name: hourly, kind: sync, cron: "@hourly"}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +83,8 @@ schedules:
 	want := []jobtype.Schedule{
 		{Name: "nightly", Kind: "report", Every: 24 * time.Hour, Payload: []byte(`{"format":"pdf","pages":[1,2]}`)},
 		{Name: "tick", Kind: "tick", Every: time.Second}, // no payload: none, not null
+		{Name: "backup", Kind: "backup", Cron: "0 2 * * *", Timezone: "Europe/Berlin"},
+		{Name: "hourly", Kind: "sync", Cron: "@hourly"}, // no timezone: UTC
 	}
 	if !reflect.DeepEqual(r.Schedules, want) {
 		t.Fatalf("schedules %+v\nwant %+v", r.Schedules, want)
@@ -95,6 +103,7 @@ queues:
     lease_timeout: 45s
     timeout: 10m
     alert_after: 5m
+    priority: 3
   - name: mail
 pools: {}
 schedules: []
@@ -109,7 +118,7 @@ alerts:
 		t.Fatalf("rules: %v", err)
 	}
 	want := jobtype.Rules{Source: "config jobwatch.yaml", Retention: 2 * time.Hour, Strict: true, AlertWebhook: "http://127.0.0.1:9000/hooks/jobwatch", Queues: map[string]jobtype.QueueRules{
-		"index": {MaxAttempts: 10, InitialBackoff: time.Second, MaxBackoff: 5 * time.Minute, LeaseTimeout: 45 * time.Second, Timeout: 10 * time.Minute, AlertAfter: 5 * time.Minute},
+		"index": {MaxAttempts: 10, InitialBackoff: time.Second, MaxBackoff: 5 * time.Minute, LeaseTimeout: 45 * time.Second, Timeout: 10 * time.Minute, AlertAfter: 5 * time.Minute, Priority: 3},
 		"mail":  {},
 	}}
 	if !reflect.DeepEqual(r, want) {
@@ -178,6 +187,9 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"strict that is not a boolean", "strict: yes please\n", `c.yaml:1:9: strict: must be true or false`},
 		{"a number given as text", "queues:\n  - name: a\n    max_running: eight\n", `c.yaml:3:18: queues[0].max_running: must be a whole number`},
 		{"a negative max_running", "queues:\n  - name: a\n    max_running: -1\n", "queues[0].max_running: must be from 0"},
+		{"a priority past the least urgent", "queues:\n  - name: a\n    priority: 10\n", "c.yaml:3:15: queues[0].priority: must be from 0 to 9, got 10"},
+		{"a negative priority", "queues:\n  - name: a\n    priority: -1\n", "c.yaml:3:15: queues[0].priority: must be from 0 to 9, got -1"},
+		{"a priority given as a word", "queues:\n  - name: a\n    priority: high\n", "c.yaml:3:15: queues[0].priority: must be a whole number"},
 		{"zero max_attempts", "queues:\n  - name: a\n    retry: {max_attempts: 0}\n", "c.yaml:3:27: queues[0].retry.max_attempts: must be from 1"},
 		{"max_attempts beyond the wire's int32", "queues:\n  - name: a\n    retry: {max_attempts: 3000000000}\n", "queues[0].retry.max_attempts: must be from 1 to 2147483647"},
 		{"queues that are not a list", "queues:\n  name: a\n", "c.yaml:2:3: queues: must be a list"},
@@ -196,7 +208,20 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"uses naming a pool twice", "pools:\n  db: 4\nqueues:\n  - name: a\n    uses: [db, db]\n", `queues[0].uses[1]: pool "db" is listed twice`},
 		{"a pool of zero", "pools:\n  db: 0\n", "c.yaml:2:7: pools.db: must be from 1"},
 		{"pools given as a list", "pools: [db]\n", "c.yaml:1:8: pools: must be a mapping (key: value lines), got a list"},
-		{"a schedule without every", "schedules:\n  - name: s\n    kind: k\n", "c.yaml:2:5: schedules[0]: needs every"},
+		{"a schedule with neither every nor cron", "schedules:\n  - name: s\n    kind: k\n", "c.yaml:2:5: schedules[0]: needs every or cron"},
+		{"a schedule with both every and cron", "schedules:\n  - {name: s, kind: k, every: 1m, cron: '* * * * *'}\n", "c.yaml:2:35: schedules[0].cron: is given with every; a schedule runs on one of the two"},
+		{"a cron expression of three fields", "schedules:\n  - name: s\n    kind: k\n    cron: \"0 2 *\"\n", "c.yaml:4:11: schedules[0].cron: does not parse (expected exactly 5 fields, found 3); give five fields"},
+		{"a cron expression with a minute out of range", "schedules:\n  - name: s\n    kind: k\n    cron: \"61 2 * * *\"\n", "c.yaml:4:11: schedules[0].cron: does not parse (end of range (61) above maximum (59))"},
+		{"a cron expression with a word for a field", "schedules:\n  - name: s\n    kind: k\n    cron: \"secret-token * * * *\"\n", "c.yaml:4:11: schedules[0].cron: does not parse (a field holds something other than numbers"},
+		{"an unknown cron descriptor", "schedules:\n  - {name: s, kind: k, cron: '@nightly'}\n", "c.yaml:2:30: schedules[0].cron: does not parse (unknown descriptor)"},
+		{"a cron expression naming no day that exists", "schedules:\n  - {name: s, kind: k, cron: '0 0 30 2 *'}\n", "c.yaml:2:30: schedules[0].cron: names no time that exists"},
+		{"a cron @every", "schedules:\n  - {name: s, kind: k, cron: '@every 1h'}\n", "c.yaml:2:30: schedules[0].cron: must not be @every; give the period as every"},
+		{"a cron expression with its own zone", "schedules:\n  - {name: s, kind: k, cron: 'CRON_TZ=UTC 0 2 * * *'}\n", "c.yaml:2:30: schedules[0].cron: must not name a time zone; give it as timezone"},
+		{"an empty cron expression", "schedules:\n  - {name: s, kind: k, cron: ''}\n", "c.yaml:2:30: schedules[0].cron: must not be empty"},
+		{"a cron expression that is a number", "schedules:\n  - {name: s, kind: k, cron: 5}\n", "c.yaml:2:30: schedules[0].cron: must be a string"},
+		{"an unknown time zone", "schedules:\n  - name: s\n    kind: k\n    cron: \"0 2 * * *\"\n    timezone: Europe/Berlni\n", "c.yaml:5:15: schedules[0].timezone: is not a known IANA time zone name, such as Europe/Berlin or UTC"},
+		{"the machine's local zone", "schedules:\n  - {name: s, kind: k, cron: '0 2 * * *', timezone: Local}\n", "schedules[0].timezone: must name a zone"},
+		{"a time zone on an every schedule", "schedules:\n  - {name: s, kind: k, every: 1h, timezone: UTC}\n", "c.yaml:2:35: schedules[0].timezone: applies to cron schedules only"},
 		{"a schedule declared twice", "schedules:\n  - {name: s, kind: k, every: 1m}\n  - {name: s, kind: k, every: 1m}\n", `c.yaml:3:6: schedules[1].name: schedule "s" is declared twice`},
 		{"a schedule without a name", "schedules:\n  - {kind: k, every: 1m}\n", "c.yaml:2:5: schedules[0]: needs name"},
 		{"a schedule without a kind", "schedules:\n  - {name: s, every: 1m}\n", "c.yaml:2:5: schedules[0]: needs kind"},
@@ -207,7 +232,7 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"a schedule tenant no request could use", "schedules:\n  - {name: s, kind: k, tenant: a b, every: 1m}\n", `c.yaml:2:32: schedules[0].tenant: may only contain`},
 		{"a schedule payload nested too deep", "schedules:\n  - name: s\n    kind: k\n    every: 1m\n    payload: " + strings.Repeat("[", 129) + strings.Repeat("]", 129) + "\n", "c.yaml:5:14: schedules[0].payload: nests arrays and objects more than 128 levels deep"},
 		{"a schedule payload over the limit", "schedules:\n  - name: s\n    kind: k\n    every: 1m\n    payload: " + strings.Repeat("x", jobtype.DefaultMaxPayloadBytes) + "\n", "c.yaml:5:14: schedules[0].payload: 262146 bytes as JSON is over the limit of 262144"},
-		{"a schedule with an unknown key", "schedules:\n  - {name: s, kind: k, every: 1m, cron: '* * * * *'}\n", "c.yaml:2:35: schedules[0].cron: unknown key"},
+		{"a schedule with an unknown key", "schedules:\n  - {name: s, kind: k, every: 1m, at: '02:00'}\n", "c.yaml:2:35: schedules[0].at: unknown key"},
 		{"a schedule with no default queue declared under strict", "strict: true\nqueues:\n  - name: a\nschedules:\n  - {name: s, kind: k, every: 1m}\n", `c.yaml:5:5: schedules[0]: queue "default" is not declared, and strict is true`},
 		{"a schedule on an undeclared queue under strict", "strict: true\nschedules:\n  - {name: s, kind: k, queue: q, every: 1m}\n", `c.yaml:3:24: schedules[0].queue: queue "q" is not declared, and strict is true`},
 		{"a webhook that is not a URL", "alerts:\n  webhook: localhost:9000\n", `c.yaml:2:12: alerts.webhook: is not an http:// or https:// URL (the value is not shown: a webhook URL may hold a secret)`},
@@ -258,7 +283,7 @@ func TestTheREADMEAndDocsDocumentTheWholeFormat(t *testing.T) {
 	for _, key := range []string{"`retention`", "`strict`", "`queues[].name`", "`queues[].retry.max_attempts`", "`queues[].retry.initial_backoff`, `queues[].retry.max_backoff`",
 		"`queues[].lease_timeout`", "`queues[].mode`", "`queues[].max_running`",
 		"`queues[].on_failure`", "`queues[].uses`", "`queues[].timeout`", "`queues[].alert_after`", "`pools`",
-		"`schedules[]`", "`alerts.webhook`"} {
+		"`queues[].priority`", "`schedules[]`", "`schedules[].cron`", "`schedules[].timezone`", "`alerts.webhook`"} {
 		if !strings.Contains(string(readme), "| "+key) {
 			t.Errorf("docs/OPERATING.md's table of configuration keys lacks %s", key)
 		}
@@ -312,6 +337,9 @@ func TestTheFileRefusesAQueueExactlyAsTheEngineDoes(t *testing.T) {
 		{"a parallel queue of max_running 2", "{name: q, max_running: 2}", jobtype.QueueRules{MaxRunning: 2}, ""},
 		{"max_backoff below initial_backoff", "{name: q, retry: {initial_backoff: 1m, max_backoff: 1s}}", jobtype.QueueRules{InitialBackoff: time.Minute, MaxBackoff: time.Second}, "queues[0].retry.max_backoff"},
 		{"a pool not declared", "{name: q, uses: [db, cache]}", jobtype.QueueRules{Uses: []string{"db", "cache"}}, "queues[0].uses[1]"},
+		{"the least urgent priority", "{name: q, priority: 9}", jobtype.QueueRules{Priority: 9}, ""},
+		{"a priority past the least urgent", "{name: q, priority: 10}", jobtype.QueueRules{Priority: 10}, "queues[0].priority"},
+		{"a serial queue with a priority", "{name: q, mode: serial, priority: 2}", jobtype.QueueRules{Serial: true, BlockOnFailure: true, Priority: 2}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

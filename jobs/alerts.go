@@ -63,6 +63,9 @@ type alertState struct {
 	watching map[string]time.Time // queue -> when this engine first watched it
 	on       map[string]bool      // queues alerting at the last sweep
 	idle     map[string]time.Time // queue -> last sweep that found it empty, not yet stored
+	// paused are the queues paused at the last judgeAlerts (pause.go),
+	// which count as empty: their work waits by an operator's choice.
+	paused map[string]bool
 }
 
 // watchedSince returns since when the engine has watched queue, starting
@@ -103,7 +106,10 @@ func (a *alertState) stored(queues []string, t time.Time) {
 // judgeAlerts fills the drain and alert fields of stats as of now. It
 // returns the drains as stored (nil when no queue is watched).
 func (e *Engine) judgeAlerts(ctx context.Context, now time.Time, rules *ruleSet, stats []QueueStats) (map[string]time.Time, error) {
-	var drained map[string]time.Time
+	var (
+		drained map[string]time.Time
+		paused  map[string]bool
+	)
 	for i := range stats {
 		q := &stats[i]
 		q.AlertAfter = rules.Queues[q.Name].AlertAfter
@@ -115,9 +121,12 @@ func (e *Engine) judgeAlerts(ctx context.Context, now time.Time, rules *ruleSet,
 			if drained, err = e.store.LastDrained(ctx); err != nil {
 				return nil, fmt.Errorf("read when queues drained: %w", err)
 			}
+			if paused, err = e.pausedSet(ctx); err != nil {
+				return nil, err
+			}
 		}
-		if q.Queued+q.Running == 0 {
-			q.LastDrainedAt = now // it is drained now
+		if q.Queued+q.Running == 0 || paused[q.Name] {
+			q.LastDrainedAt = now // it is drained now, or paused: as good as drained
 			continue
 		}
 		q.LastDrainedAt = drained[q.Name]
@@ -134,6 +143,23 @@ func (e *Engine) judgeAlerts(ctx context.Context, now time.Time, rules *ruleSet,
 		}
 	}
 	return drained, nil
+}
+
+// pausedSet reads the paused queues, and remembers them for
+// recordDrains.
+func (e *Engine) pausedSet(ctx context.Context) (map[string]bool, error) {
+	ps, err := e.Paused(ctx)
+	if err != nil {
+		return nil, err
+	}
+	paused := make(map[string]bool, len(ps))
+	for _, p := range ps {
+		paused[p.Queue] = true
+	}
+	e.alerts.mu.Lock()
+	e.alerts.paused = paused
+	e.alerts.mu.Unlock()
+	return paused, nil
 }
 
 // watchQueues is the sweep's look at the queues: one read of their stats,
@@ -250,7 +276,7 @@ func (e *Engine) recordDrains(ctx context.Context, now time.Time, stats []QueueS
 	for _, q := range stats {
 		switch {
 		case q.AlertAfter <= 0:
-		case q.Queued+q.Running == 0:
+		case q.Queued+q.Running == 0 || e.alerts.paused[q.Name]:
 			if e.alerts.idle == nil {
 				e.alerts.idle = map[string]time.Time{}
 			}

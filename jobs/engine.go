@@ -171,10 +171,16 @@ type StateError struct {
 	JobID string
 	State jobtype.State
 	Op    string // "start", "cancel", ...
+	// Hint, when set, says what would let Op succeed ("cancel it first").
+	Hint string
 }
 
 func (e *StateError) Error() string {
-	return "cannot " + e.Op + " job " + e.JobID + ": it is " + string(e.State)
+	msg := "cannot " + e.Op + " job " + e.JobID + ": it is " + string(e.State)
+	if e.Hint != "" {
+		msg += "; " + e.Hint
+	}
+	return msg
 }
 
 // The conflict of SubmitJob is a *jobtype.ConflictError (already_exists),

@@ -72,6 +72,10 @@ func (e *Engine) heard(changes []store.Change, missed bool) {
 	}
 	latest := latestChanges(changes)
 	for i, c := range changes {
+		if c.QueueChange {
+			e.heardQueueChange(c) // pause.go
+			continue
+		}
 		if c.Local || (latest != nil && latest[c.JobID] != i) {
 			continue
 		}
@@ -79,11 +83,17 @@ func (e *Engine) heard(changes []store.Change, missed bool) {
 			State: c.State, Version: c.Version, RunAt: c.RunAt}
 		if v, subscribed := e.hub.Version(c.JobID); subscribed && v < c.Version {
 			full, err := e.store.GetJob(ctx, c.JobID)
-			if err == nil {
+			switch {
+			case err == nil:
 				j = full
 				e.hub.Publish(j.ID, j.Version, &Snapshot{Job: j, shared: true})
-			} else {
-				// Deleted since, or unreadable: the feeds and claimers
+			case isNotFound(err):
+				// Deleted (another replica's Delete announces the
+				// deletion at the version past the job's last): its
+				// waiters and watchers end with not found.
+				e.hub.Publish(j.ID, j.Version, &Snapshot{Job: j, shared: true, Gone: true})
+			default:
+				// Unreadable: the feeds and claimers
 				// below still hear of it; a waiter's next wake or cap
 				// reads again.
 				e.log.Debug("read a job another replica changed", "job", c.JobID, "err", err)

@@ -19,6 +19,7 @@ type ruleSet struct {
 	limits   map[string]store.QueueLimit
 	leases   map[string]time.Duration
 	backoffs map[string]store.Backoff
+	crons    map[string]*jobtype.Cron // by schedule name, each cron schedule's times (schedules.go)
 }
 
 // validateRules refuses rules the engine could not apply as written.
@@ -82,6 +83,7 @@ func (e *Engine) SetRules(rules jobtype.Rules) error {
 		limits:   claimLimits(rules),
 		leases:   map[string]time.Duration{},
 		backoffs: map[string]store.Backoff{},
+		crons:    cronsOf(rules),
 	}
 	for name, q := range r.Queues {
 		if q.LeaseTimeout > 0 {

@@ -9,6 +9,17 @@ package jobs
 // down: after a gap it queues one catch-up run, and the next counts from
 // that one's end.
 //
+// A cron schedule's runs are queued at the times of its expression in
+// its time zone (jobtype.Cron tells how daylight saving is read), never
+// while a run is unfinished: a time that passes while the latest run is
+// unfinished is skipped, and the next run is at the first time after
+// that run's end. After a gap (the server was down) in which one or more
+// times passed, it queues one catch-up run at once, and then follows the
+// expression from that run's end. A new cron schedule is recorded by the
+// first tick that sees it, and waits for its first time after that: it
+// does not run at once. store.ScheduleRun.Step decides all this, for
+// every backend.
+//
 // The sweep ticks them every second. The tick reads first and writes only
 // when a run may be due; the write (Store.RunSchedules) decides again in
 // one transaction, so engines sharing a database, ticking at once, queue
@@ -44,8 +55,8 @@ func validateSchedules(r jobtype.Rules, maxPayloadBytes int) error {
 		if err := validOptionalName("tenant", s.Tenant); err != nil {
 			return fmt.Errorf("schedule %s: %w", s.Name, err)
 		}
-		if s.Every < jobtype.MinScheduleEvery {
-			return fmt.Errorf("schedule %s: every must be at least %v, got %v", s.Name, jobtype.MinScheduleEvery, s.Every)
+		if err := validateScheduleTimes(s); err != nil {
+			return fmt.Errorf("schedule %s: %w", s.Name, err)
 		}
 		if err := jobtype.CheckJSON("payload", s.Payload, maxPayloadBytes); err != nil {
 			return fmt.Errorf("schedule %s: %w", s.Name, err)
@@ -55,6 +66,44 @@ func validateSchedules(r jobtype.Rules, maxPayloadBytes int) error {
 		}
 	}
 	return nil
+}
+
+// validateScheduleTimes refuses a schedule without exactly one of Every
+// and Cron, or whose cron or timezone does not parse.
+func validateScheduleTimes(s jobtype.Schedule) error {
+	switch {
+	case s.Cron != "" && s.Every != 0:
+		return fmt.Errorf("give every or cron, not both")
+	case s.Cron != "":
+		_, err := jobtype.ParseCron(s.Cron, s.Timezone)
+		return err
+	case s.Timezone != "":
+		return fmt.Errorf("timezone applies to cron schedules only")
+	case s.Every < jobtype.MinScheduleEvery:
+		return fmt.Errorf("every must be at least %v, got %v", jobtype.MinScheduleEvery, s.Every)
+	}
+	return nil
+}
+
+// cronsOf parses each cron schedule of r once, for the rules in effect;
+// validateSchedules has refused those that do not parse.
+func cronsOf(r jobtype.Rules) map[string]*jobtype.Cron {
+	crons := map[string]*jobtype.Cron{}
+	for _, s := range r.Schedules {
+		if s.Cron == "" {
+			continue
+		}
+		if c, err := jobtype.ParseCron(s.Cron, s.Timezone); err == nil {
+			crons[s.Name] = c
+		}
+	}
+	return crons
+}
+
+// scheduleRun is s as the store's decision (store.ScheduleRun.Step) reads
+// it under the rules r, with job as its next run.
+func scheduleRun(r *ruleSet, s jobtype.Schedule, job jobtype.Job) store.ScheduleRun {
+	return store.ScheduleRun{Name: s.Name, Every: s.Every, Cron: r.crons[s.Name], Job: job}
 }
 
 // scheduleQueue is the queue s's runs go to.
@@ -77,11 +126,15 @@ func scheduleTenant(s jobtype.Schedule) string {
 // runs, as Engine.Schedules reports it.
 type ScheduleInfo struct {
 	jobtype.Schedule // Queue and Tenant with their defaults filled in
-	// NextRunAt is when the next run is queued: the latest run's end
-	// plus Every (in the past when the sweep has yet to queue it), now
-	// for a schedule never run. Zero while a run is unfinished: its end
-	// decides the next.
+	// NextRunAt is when the next run is queued, in UTC: the latest run's
+	// end plus Every, or the first cron time after it (in the past when
+	// the sweep has yet to queue it); for a schedule never run, now
+	// (every) or its first cron time. Zero while a run is unfinished:
+	// its end decides the next.
 	NextRunAt time.Time
+	// Location is the zone a cron schedule's times are read in (UTC
+	// when it names none); nil for an every schedule.
+	Location *time.Location
 	// LastJobID, LastJobState and LastEndedAt describe the latest run:
 	// unfinished, or the last that ended (its state and end are kept
 	// after retention deletes its job). Empty before the first run.
@@ -108,20 +161,20 @@ func (e *Engine) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
 	for _, s := range r.Schedules {
 		info := ScheduleInfo{Schedule: s}
 		info.Queue, info.Tenant = scheduleQueue(s), scheduleTenant(s)
-		st, ok := states[s.Name]
-		info.LastJobID, info.LastJobState, info.LastEndedAt = st.LastJobID, st.LastJobState, st.LastEndedAt
-		switch {
-		case !ok:
-			info.NextRunAt = now
-		case st.Unfinished():
-		case st.LastEndedAt.IsZero():
-			// The run's job is gone without a recorded end: the next
-			// tick counts it as ended then, so the next run is due
-			// Every after now.
-			info.NextRunAt = now.Add(s.Every)
-		default:
-			info.NextRunAt = st.LastEndedAt.Add(s.Every)
+		run := scheduleRun(r, s, jobtype.Job{})
+		if run.Cron != nil {
+			info.Location = run.Cron.Location()
 		}
+		var last *store.ScheduleState
+		if st, ok := states[s.Name]; ok {
+			last = &st
+			// Before a cron schedule's first run its record holds when
+			// it was first seen, not a run.
+			if st.LastJobID != "" {
+				info.LastJobID, info.LastJobState, info.LastEndedAt = st.LastJobID, st.LastJobState, st.LastEndedAt
+			}
+		}
+		info.NextRunAt = run.NextRun(last, now)
 		infos = append(infos, info)
 	}
 	return infos, nil
@@ -155,7 +208,11 @@ func (e *Engine) runSchedules(ctx context.Context) error {
 	var due []jobtype.Schedule
 	readAt := e.now()
 	for _, s := range r.Schedules {
-		if st, ok := states[s.Name]; !ok || mayBeDue(st, s.Every, readAt) {
+		var last *store.ScheduleState
+		if st, ok := states[s.Name]; ok {
+			last = &st
+		}
+		if scheduleRun(r, s, jobtype.Job{}).Step(last, readAt) != (store.ScheduleStep{}) {
 			due = append(due, s)
 		}
 	}
@@ -165,7 +222,7 @@ func (e *Engine) runSchedules(ctx context.Context) error {
 	now := e.now()
 	runs := make([]store.ScheduleRun, 0, len(due))
 	for _, s := range due {
-		runs = append(runs, store.ScheduleRun{Name: s.Name, Every: s.Every, Job: e.scheduledRun(r, s, now)})
+		runs = append(runs, scheduleRun(r, s, e.scheduledRun(r, s, now)))
 	}
 	created, err := e.store.RunSchedules(ctx, runs, now)
 	if err != nil {
@@ -176,18 +233,6 @@ func (e *Engine) runSchedules(ctx context.Context) error {
 		e.log.Info("schedule queued a run", "job_id", j.ID, "kind", j.Kind, "queue", j.Queue, "tenant", j.Tenant)
 	}
 	return nil
-}
-
-// mayBeDue reports whether the store may start a run of a schedule in
-// state st at now, or must record the end of a run whose job is gone.
-func mayBeDue(st store.ScheduleState, every time.Duration, now time.Time) bool {
-	switch {
-	case st.Unfinished():
-		return false
-	case st.LastEndedAt.IsZero():
-		return true
-	}
-	return !st.LastEndedAt.Add(every).After(now)
 }
 
 // scheduledRun is the job a run of s would be, queued at now, as Submit

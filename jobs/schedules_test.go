@@ -368,6 +368,10 @@ func TestSetRulesRefusesSchedulesThatCouldNeverRun(t *testing.T) {
 		{"a queue no request could use", withSchedules(jobtype.Schedule{Name: "s", Kind: "k", Queue: "a queue", Every: time.Minute}), "queue: may only contain"},
 		{"a payload over the limit", withSchedules(jobtype.Schedule{Name: "s", Kind: "k", Every: time.Minute, Payload: mustJSON(strings.Repeat("x", 400))}), "over the limit of 300"},
 		{"a payload nested too deep", withSchedules(jobtype.Schedule{Name: "s", Kind: "k", Every: time.Minute, Payload: []byte(strings.Repeat("[", 129) + strings.Repeat("]", 129))}), "levels deep"},
+		{"both every and cron", withSchedules(jobtype.Schedule{Name: "s", Kind: "k", Every: time.Minute, Cron: "* * * * *"}), "give every or cron, not both"},
+		{"a cron expression that does not parse", withSchedules(jobtype.Schedule{Name: "s", Kind: "k", Cron: "0 2 *"}), "cron: does not parse (expected exactly 5 fields, found 3)"},
+		{"an unknown time zone", withSchedules(jobtype.Schedule{Name: "s", Kind: "k", Cron: "0 2 * * *", Timezone: "Mars/Olympus"}), "timezone: is not a known IANA time zone name"},
+		{"a time zone without cron", withSchedules(jobtype.Schedule{Name: "s", Kind: "k", Every: time.Minute, Timezone: "UTC"}), "timezone applies to cron schedules only"},
 		{"an undeclared queue under strict rules", jobtype.Rules{Strict: true, Schedules: []jobtype.Schedule{{Name: "s", Kind: "k", Every: time.Minute}}}, `queue "default" is not declared`},
 	}
 	for _, tt := range tests {
@@ -452,5 +456,67 @@ func BenchmarkScheduleTickNothingDue(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+func TestACronScheduleRunsAtItsTimesOnceEachAndCatchesUpOnceAfterAGap(t *testing.T) {
+	clock := newFakeClock()
+	report := jobtype.Schedule{Name: "report", Kind: "report", Cron: "*/5 * * * *", Timezone: "Europe/Berlin"}
+	e, _ := newEngine(t, jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour, Rules: withSchedules(report)})
+	ctx := context.Background()
+	nextRun := func() time.Time {
+		t.Helper()
+		infos, err := e.Schedules(ctx)
+		if err != nil || len(infos) != 1 {
+			t.Fatalf("Schedules: %v, %v", infos, err)
+		}
+		if infos[0].Location.String() != "Europe/Berlin" {
+			t.Errorf("location %v, want Europe/Berlin", infos[0].Location)
+		}
+		return infos[0].NextRunAt
+	}
+	if got, want := nextRun(), time.Date(2030, 1, 2, 3, 5, 0, 0, time.UTC); !got.Equal(want) {
+		t.Errorf("before the first sweep the next run is %v, want the first time %v", got, want)
+	}
+	sweep(t, e)
+	if got := runs(t, e, jobtype.DefaultTenant, "report"); len(got) != 0 {
+		t.Fatalf("a new cron schedule ran at once: %v", got)
+	}
+	clock.Advance(55*time.Second - time.Millisecond)
+	sweep(t, e)
+	if got := runs(t, e, jobtype.DefaultTenant, "report"); len(got) != 0 {
+		t.Fatalf("a run before the first time: %v", got)
+	}
+	clock.Advance(time.Millisecond) // 03:05:00
+	sweep(t, e)
+	if got := runs(t, e, jobtype.DefaultTenant, "report"); len(got) != 1 {
+		t.Fatalf("at the first time: %d runs, want 1", len(got))
+	}
+	// The run takes until 03:11: 03:10 is skipped, the next is 03:15.
+	j := claimRun(t, e, "report")
+	clock.Advance(6 * time.Minute)
+	sweep(t, e)
+	if got := runs(t, e, jobtype.DefaultTenant, "report"); len(got) != 1 {
+		t.Fatalf("while the run is unfinished at 03:10: %d runs, want 1", len(got))
+	}
+	if !nextRun().IsZero() {
+		t.Errorf("while a run is unfinished the next run is %v, want none", nextRun())
+	}
+	if _, err := e.Complete(ctx, j.ID, j.LeaseID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := nextRun(), time.Date(2030, 1, 2, 3, 15, 0, 0, time.UTC); !got.Equal(want) {
+		t.Errorf("after the run ended at 03:11 the next run is %v, want %v", got, want)
+	}
+	// Stopped for a day: one catch-up run, whatever the ticks. (The
+	// first run is gone by then: retention deleted it.)
+	clock.Advance(24 * time.Hour)
+	for range 3 {
+		sweep(t, e)
+		clock.Advance(time.Second)
+	}
+	got := runs(t, e, jobtype.DefaultTenant, "report")
+	if len(got) != 1 || got[0].ID == j.ID || got[0].State != jobtype.Queued {
+		t.Fatalf("after a day's gap: runs %v, want one catch-up run queued", got)
 	}
 }

@@ -19,6 +19,11 @@ import (
 type Snapshot struct {
 	Job jobtype.Job
 
+	// Gone: the job was deleted (Engine.Delete) after its last version;
+	// Job is that version with Version one past it. Waits and watches
+	// that see it end with ErrNotFound.
+	Gone bool
+
 	// shared: published through the hub, so possibly handed to many
 	// calls. A snapshot read for one call is not.
 	shared bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -37,6 +38,10 @@ type SubmitRequest struct {
 	Hold        bool
 	RunAt       time.Time // zero: now; else within jobtype.MaxTimeOffset of now
 	MaxAttempts int32     // 0: the queue's Rules, else Config.DefaultMaxAttempts
+	// Priority is jobtype.MinPriority (most urgent) to
+	// jobtype.MaxPriority; nil takes the queue's Rules
+	// (QueueRules.Priority), 0 for a queue without rules.
+	Priority *int32
 }
 
 func (r SubmitRequest) validate() error {
@@ -54,6 +59,10 @@ func (r SubmitRequest) validate() error {
 	}
 	if r.MaxAttempts < 0 {
 		return &jobtype.InvalidError{Field: "max_attempts", Reason: "must not be negative"}
+	}
+	if p := r.Priority; p != nil && (*p < jobtype.MinPriority || *p > jobtype.MaxPriority) {
+		return &jobtype.InvalidError{Field: "priority", Reason: fmt.Sprintf("must be %d (most urgent) to %d, got %d",
+			jobtype.MinPriority, jobtype.MaxPriority, *p)}
 	}
 	return nil
 }
@@ -98,8 +107,15 @@ func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (jobtype.Job, erro
 	if err := e.checkDeclared(j.Queue); err != nil {
 		return jobtype.Job{}, err
 	}
+	// One read of the rules, so that a reload cannot give the job one
+	// version's attempts and another's priority.
+	rules := e.queueRules(j.Queue)
 	if j.MaxAttempts == 0 {
-		j.MaxAttempts = e.queueRules(j.Queue).MaxAttempts
+		j.MaxAttempts = rules.MaxAttempts
+	}
+	j.Priority = rules.Priority
+	if r.Priority != nil {
+		j.Priority = *r.Priority
 	}
 	if r.RunAt.IsZero() {
 		j.RunAt = now
@@ -224,18 +240,36 @@ func pageSize(n int) int {
 // Cancelling a job that is already CANCELLED returns it unchanged (a
 // retried cancel is harmless); one that ended otherwise is a *StateError,
 // because the caller's belief that it was still running is wrong.
+//
+// The cancel is an entry of the job's History, with who cancelled it
+// (Actor): the end of the attempt, with its worker and start, for a
+// RUNNING job; the action alone for one that was waiting. A cancel made
+// by an actor is logged at info.
 func (e *Engine) Cancel(ctx context.Context, id string) (jobtype.Job, error) {
-	return e.update(ctx, "cancel", id, func(j *jobtype.Job, now time.Time) error {
+	by := Actor(ctx)
+	changed := false
+	j, err := e.update(ctx, "cancel", id, func(j *jobtype.Job, now time.Time) error {
 		switch {
 		case j.State == jobtype.Cancelled:
 			return errUnchanged
 		case j.State.Terminal():
 			return &StateError{JobID: j.ID, State: j.State, Op: "cancel"}
 		}
+		running := j.State == jobtype.Running
 		j.State = jobtype.Cancelled
 		j.FinishedAt = now
+		if running {
+			j.EndAttempt(now, by)
+		} else {
+			j.AddHistory(jobtype.HistoryEntry{Attempt: j.Attempt, FinishedAt: now, State: jobtype.Cancelled, By: by})
+		}
+		changed = true
 		return nil
 	})
+	if err == nil && changed && by != "" {
+		e.log.Info("job cancelled", "job_id", j.ID, "tenant", j.Tenant, "queue", j.Queue, "by", by)
+	}
+	return j, err
 }
 
 // isNotFound reports whether err means the job does not exist.

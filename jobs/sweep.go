@@ -77,11 +77,12 @@ func (e *Engine) expireLeases(ctx context.Context) error {
 			j.Error = leaseExpiredError(e.queueRules(j.Queue).LeaseTimeout)
 			if j.Attempt < j.MaxAttempts {
 				e.requeue(j, now)
-				return nil
+			} else {
+				j.State = jobtype.Lost
+				j.FinishedAt = now
+				releaseLease(j)
 			}
-			j.State = jobtype.Lost
-			j.FinishedAt = now
-			releaseLease(j)
+			j.EndAttempt(now, "")
 			return nil
 		})
 		switch {

@@ -69,6 +69,7 @@ func (e *Engine) timeOut(ctx context.Context, a store.Attempt, timeout time.Dura
 			j.FinishedAt = now
 			releaseLease(j)
 		}
+		j.EndAttempt(now, "")
 		// The ended attempt's lease stays, so that its worker's next
 		// heartbeat hears that the attempt was ended (see Heartbeat).
 		j.LeaseID = a.LeaseID

@@ -65,6 +65,9 @@ func (e *Engine) WaitSnapshot(ctx context.Context, id string, deadline time.Time
 	// job again (whole).
 	first.Job.Payload, first.Job.Result = nil, nil
 	snap, reread := e.waitParked(ctx, sub, first, deadline)
+	if snap.Gone {
+		return nil, wrap("wait for", id, jobtype.ErrNotFound) // deleted meanwhile
+	}
 	if reread {
 		if snap, err = e.readSnapshot(ctx, id); err != nil {
 			return nil, wrap("wait for", id, err)
@@ -110,7 +113,7 @@ func (e *Engine) waitParked(ctx context.Context, sub *watch.Subscription[*Snapsh
 			if woken {
 				e.woke("wait", snap.Job.UpdatedAt)
 			}
-			if snap.Job.State.Terminal() {
+			if snap.Gone || snap.Job.State.Terminal() {
 				return snap, false
 			}
 		}

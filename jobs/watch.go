@@ -80,6 +80,10 @@ func (e *Engine) watchParked(ctx context.Context, sub *watch.Subscription[*Snaps
 	for {
 		latest, version, changed := sub.Latest()
 		if version > sent {
+			if latest.Gone {
+				// Deleted meanwhile (Delete): nothing more will come.
+				return wrap("watch", latest.Job.ID, jobtype.ErrNotFound)
+			}
 			if woken {
 				e.woke("watch", latest.Job.UpdatedAt)
 			}

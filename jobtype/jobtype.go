@@ -82,6 +82,14 @@ type Job struct {
 	// History is the job's past, oldest first, at most MaxHistory
 	// entries: attempts that ended and operators' actions.
 	History []HistoryEntry
+
+	// AttemptStartedAt is when the current attempt of a RUNNING job
+	// began (the commit that made it RUNNING), for the history entry its
+	// end appends (EndAttempt). It is not a column of its own: a store
+	// sets it only on the job it hands a write that may end the attempt
+	// (UpdateJob's update, LeaseWrite.Apply), from what it keeps for
+	// TimedOut, and leaves it zero in every job it returns.
+	AttemptStartedAt time.Time
 }
 
 // MaxHistory is how many entries a job's History keeps: the oldest go

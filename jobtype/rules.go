@@ -76,7 +76,19 @@ type QueueRules struct {
 	// unfinished work and has not drained for longer (see jobs/alerts.go).
 	// Zero: never alerting.
 	AlertAfter time.Duration
+	// Priority is given to a submission to this queue that gives none,
+	// MinPriority to MaxPriority; zero is the most urgent, as for a
+	// queue without rules. A serial queue takes its jobs in order
+	// whatever their priority.
+	Priority int32
 }
+
+// The priorities a job may have, most urgent first: a claim takes the
+// most urgent ready job, then the oldest (see jobtype.Job.Priority).
+const (
+	MinPriority = 0
+	MaxPriority = 9
+)
 
 // CheckQueueRules refuses q as one queue's rules, with pools the pools
 // declared, exactly as jobs.Engine.SetRules would: an *InvalidError
@@ -103,6 +115,8 @@ func CheckQueueRules(q QueueRules, pools map[string]int) error {
 		return &InvalidError{Field: "max_running", Reason: fmt.Sprintf("a serial queue runs one job at a time: 0 or 1, got %d", q.MaxRunning)}
 	case !q.Serial && q.BlockOnFailure:
 		return &InvalidError{Field: "block_on_failure", Reason: "only a serial queue blocks on failure"}
+	case q.Priority < MinPriority || q.Priority > MaxPriority:
+		return &InvalidError{Field: "priority", Reason: fmt.Sprintf("must be %d to %d, got %d", MinPriority, MaxPriority, q.Priority)}
 	}
 	for i, pool := range q.Uses {
 		if _, ok := pools[pool]; !ok {
@@ -118,14 +132,18 @@ func CheckQueueRules(q QueueRules, pools map[string]int) error {
 const MinScheduleEvery = time.Second
 
 // Schedule is one repeated job: a run of Kind, in Queue for Tenant, with
-// Payload, queued Every after the previous run ended. A schedule never
-// run before (a new name) runs once at once. How the engine keeps them
-// is told in jobs/schedules.go.
+// Payload, queued Every after the previous run ended, or at the times of
+// Cron in Timezone (exactly one of Every and Cron is set). An every
+// schedule never run before (a new name) runs once at once; a cron
+// schedule waits for its first time. How the engine keeps them is told
+// in jobs/schedules.go.
 type Schedule struct {
-	Name    string // unique among the schedules; the store keeps its runs by it
-	Kind    string
-	Queue   string // "": DefaultQueue
-	Tenant  string // "": DefaultTenant
-	Every   time.Duration
-	Payload json.RawMessage // nil: none
+	Name     string // unique among the schedules; the store keeps its runs by it
+	Kind     string
+	Queue    string // "": DefaultQueue
+	Tenant   string // "": DefaultTenant
+	Every    time.Duration
+	Cron     string          // a cron expression as ParseCron reads it; "": none
+	Timezone string          // the IANA zone Cron is read in; "": UTC. Only with Cron
+	Payload  json.RawMessage // nil: none
 }

@@ -97,6 +97,15 @@ type authFixture struct {
 	n     *atomic.Int64
 }
 
+// queue returns a queue of its own, known to the server by a held job
+// in it, for the pause rows.
+func (f authFixture) queue() string {
+	f.t.Helper()
+	queue := fmt.Sprintf("auth-pause-%d", f.n.Add(1))
+	submit(f.t, f.admin, &jobwatchv1.SubmitJobRequest{Tenant: "acme", Kind: "auth-pause", Queue: queue, Hold: true})
+	return queue
+}
+
 // job submits a job of tenant acme with a kind of its own, so a claim
 // for that kind takes exactly it.
 func (f authFixture) job(hold bool) *jobwatchv1.Job {
@@ -191,6 +200,20 @@ var authTable = []authRPC{
 			return err
 		}
 	}, unauth, unauth, allowed, absent, denied, allowed},
+	{"RetryJob", func(f authFixture) func(context.Context, clients) error {
+		id := f.ended().GetId()
+		return func(ctx context.Context, c clients) error {
+			_, err := c.jobs.RetryJob(ctx, &jobwatchv1.RetryJobRequest{JobId: id})
+			return err
+		}
+	}, unauth, unauth, allowed, absent, denied, allowed},
+	{"DeleteJob", func(f authFixture) func(context.Context, clients) error {
+		id := f.ended().GetId()
+		return func(ctx context.Context, c clients) error {
+			_, err := c.jobs.DeleteJob(ctx, &jobwatchv1.DeleteJobRequest{JobId: id})
+			return err
+		}
+	}, unauth, unauth, allowed, absent, denied, allowed},
 	{"WaitJob", func(f authFixture) func(context.Context, clients) error {
 		id := f.ended().GetId()
 		return func(ctx context.Context, c clients) error {
@@ -208,6 +231,36 @@ var authTable = []authRPC{
 		f.job(false) // the feed's first message is a page with it
 		return func(ctx context.Context, c clients) error {
 			return firstMessage(c.jobs.WatchJobs(ctx, &jobwatchv1.WatchJobsRequest{Tenant: "acme"}))
+		}
+	}, unauth, unauth, allowed, denied, denied, allowed},
+	{"CancelJobs", func(f authFixture) func(context.Context, clients) error {
+		kind := f.job(false).GetKind()
+		return func(ctx context.Context, c clients) error {
+			resp, err := c.jobs.CancelJobs(ctx, &jobwatchv1.CancelJobsRequest{Filter: &jobwatchv1.JobFilter{Tenant: "acme", Kinds: []string{kind}}})
+			if err == nil && resp.GetChanged() != 1 {
+				return fmt.Errorf("cancelled %d jobs, want 1", resp.GetChanged())
+			}
+			return err
+		}
+	}, unauth, unauth, allowed, denied, denied, allowed},
+	{"RetryJobs", func(f authFixture) func(context.Context, clients) error {
+		kind := f.ended().GetKind()
+		return func(ctx context.Context, c clients) error {
+			resp, err := c.jobs.RetryJobs(ctx, &jobwatchv1.RetryJobsRequest{Filter: &jobwatchv1.JobFilter{Tenant: "acme", Kinds: []string{kind}}})
+			if err == nil && resp.GetChanged() != 1 {
+				return fmt.Errorf("retried %d jobs, want 1", resp.GetChanged())
+			}
+			return err
+		}
+	}, unauth, unauth, allowed, denied, denied, allowed},
+	{"DeleteJobs", func(f authFixture) func(context.Context, clients) error {
+		kind := f.ended().GetKind()
+		return func(ctx context.Context, c clients) error {
+			resp, err := c.jobs.DeleteJobs(ctx, &jobwatchv1.DeleteJobsRequest{Filter: &jobwatchv1.JobFilter{Tenant: "acme", Kinds: []string{kind}}})
+			if err == nil && resp.GetChanged() != 1 {
+				return fmt.Errorf("deleted %d jobs, want 1", resp.GetChanged())
+			}
+			return err
 		}
 	}, unauth, unauth, allowed, denied, denied, allowed},
 	{"GetServerInfo", func(f authFixture) func(context.Context, clients) error {
@@ -260,6 +313,23 @@ var authTable = []authRPC{
 	{"ListSchedules", func(f authFixture) func(context.Context, clients) error {
 		return func(ctx context.Context, c clients) error {
 			_, err := c.queues.ListSchedules(ctx, &jobwatchv1.ListSchedulesRequest{})
+			return err
+		}
+	}, unauth, unauth, denied, denied, denied, allowed},
+	{"PauseQueue", func(f authFixture) func(context.Context, clients) error {
+		queue := f.queue()
+		return func(ctx context.Context, c clients) error {
+			_, err := c.queues.PauseQueue(ctx, &jobwatchv1.PauseQueueRequest{Queue: queue})
+			return err
+		}
+	}, unauth, unauth, denied, denied, denied, allowed},
+	{"ResumeQueue", func(f authFixture) func(context.Context, clients) error {
+		queue := f.queue()
+		if _, err := f.admin.queues.PauseQueue(ctxTimeout(f.t, 5*time.Second), &jobwatchv1.PauseQueueRequest{Queue: queue}); err != nil {
+			f.t.Fatalf("pause %s: %v", queue, err)
+		}
+		return func(ctx context.Context, c clients) error {
+			_, err := c.queues.ResumeQueue(ctx, &jobwatchv1.ResumeQueueRequest{Queue: queue})
 			return err
 		}
 	}, unauth, unauth, denied, denied, denied, allowed},

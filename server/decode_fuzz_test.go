@@ -81,6 +81,13 @@ var seedRequests = map[protoreflect.Name][]string{
 	"WatchJob":      {`{"jobId":"j_nosuchjob","afterVersion":"3"}`, `{"jobId":"` + runningJob + `","afterVersion":"1"}`},
 	"WatchJobs":     {`{"tenant":"acme","resumeToken":"x","pageSize":5,"view":"JOB_VIEW_SUMMARY"}`},
 	"GetServerInfo": {`{}`},
+	"RetryJob":      {`{"jobId":"j_nosuchjob"}`, `{"jobId":"` + runningJob + `"}`},
+	"DeleteJob":     {`{"jobId":"j_nosuchjob"}`, `{"jobId":"` + runningJob + `"}`},
+	"RetryJobs":     {`{"filter":{"queues":["q"],"states":["JOB_STATE_FAILED"]}}`, `{"filter":{"all":true},"pageToken":"x","pageSize":5}`},
+	"CancelJobs":    {`{"filter":{"tenant":"acme","kinds":["k"],"createdBefore":"2030-01-02T03:04:05Z"}}`, `{}`},
+	"DeleteJobs":    {`{"filter":{"tenant":"*","states":["JOB_STATE_SUCCEEDED"]},"pageSize":1000}`},
+	"PauseQueue":    {`{"queue":"default"}`, `{"queue":""}`},
+	"ResumeQueue":   {`{"queue":"default"}`},
 	"ClaimJob":      {`{"workerId":"host-1@42","kinds":["enrich","render"],"queues":["index"]}`, `{}`},
 	"Heartbeat": {
 		`{"jobId":"j_x","leaseId":"l_y","percent":45,"step":"batch 5 of 11"}`,

@@ -104,6 +104,7 @@ func (h *jobService) SubmitJob(ctx context.Context, req *jobwatchv1.SubmitJobReq
 		UniqueKey:   req.GetUniqueKey(),
 		Hold:        req.GetHold(),
 		MaxAttempts: req.GetMaxAttempts(),
+		Priority:    req.Priority, // unset: the queue's default; the engine checks the range
 	}
 	if err := checkSubmit(req); err != nil {
 		return nil, err
@@ -229,7 +230,7 @@ func (h *jobService) CancelJob(ctx context.Context, req *jobwatchv1.CancelJobReq
 	if err := h.s.checkClientJob(ctx, "cancel job", req.GetJobId()); err != nil {
 		return nil, err
 	}
-	j, err := h.s.engine.Cancel(ctx, req.GetJobId())
+	j, err := h.s.engine.Cancel(asOperator(ctx), req.GetJobId())
 	if err != nil {
 		return nil, h.s.toConnectError(ctx, "cancel job", err)
 	}

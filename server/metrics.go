@@ -156,6 +156,7 @@ func (m *Metrics) register(reg *prometheus.Registry, engine *jobs.Engine, log *s
 		m.bodiesReading, m.bodyTimeouts, m.abandoned, m.sendsInProgress, m.sendsCut,
 		&jobsCollector{counts: &jobCounts{engine: engine, log: log}},
 		&alertsCollector{engine: engine},
+		&pausesCollector{engine: engine, log: log},
 	} {
 		// A Metrics shared by two servers on one registry is registered
 		// once; that is not an error.
@@ -186,6 +187,8 @@ func (m *Metrics) register(reg *prometheus.Registry, engine *jobs.Engine, log *s
 //     counted.
 //   - jobwatch_queue_alerting comes from the sweep's memory
 //     (Engine.AlertingQueues): what the last sweep decided.
+//   - jobwatch_queue_paused reads the paused queues (Engine.Paused): a
+//     table of one row per paused queue, never the jobs.
 const (
 	jobCountsMinGap = 250 * time.Millisecond
 	jobCountsMaxAge = 30 * time.Second
@@ -304,6 +307,45 @@ func (c *alertsCollector) Collect(ch chan<- prometheus.Metric) {
 			v = 1
 		}
 		ch <- prometheus.MustNewConstMetric(queueAlertingDesc, prometheus.GaugeValue, v, name)
+	}
+}
+
+// pausesCollector reports, for each queue the rules declare, the default
+// queue and each paused queue, whether it is paused. Like
+// jobwatch_queue_alerting it has no series for other queues: their
+// names come from callers.
+type pausesCollector struct {
+	engine *jobs.Engine
+	log    *slog.Logger
+}
+
+var queuePausedDesc = prometheus.NewDesc("jobwatch_queue_paused",
+	"1 while the queue is paused (PauseQueue: it hands out no claims on any replica), else 0; for the queues the configuration declares, the default queue, and every paused queue.",
+	[]string{"queue"}, nil)
+
+// pausesReadTimeout bounds a scrape's read of the paused queues.
+const pausesReadTimeout = 5 * time.Second
+
+func (c *pausesCollector) Describe(ch chan<- *prometheus.Desc) { ch <- queuePausedDesc }
+
+func (c *pausesCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), pausesReadTimeout)
+	defer cancel()
+	pauses, err := c.engine.Paused(ctx)
+	if err != nil {
+		c.log.Warn("read paused queues for metrics", "err", err)
+		ch <- prometheus.NewInvalidMetric(queuePausedDesc, err)
+		return
+	}
+	values := map[string]float64{jobtype.DefaultQueue: 0}
+	for name := range c.engine.Rules().Queues {
+		values[name] = 0
+	}
+	for _, p := range pauses {
+		values[p.Queue] = 1
+	}
+	for name, v := range values {
+		ch <- prometheus.MustNewConstMetric(queuePausedDesc, prometheus.GaugeValue, v, name)
 	}
 }
 

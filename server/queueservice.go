@@ -32,13 +32,17 @@ var _ jobwatchv1connect.QueueServiceHandler = (*queueService)(nil)
 // drained, plus alert_after), set only while alerting. All are unset for
 // queues without alert_after, and so is alert_after.
 //
-// mode, max_running and pools are the queue's claim rules from the
-// configuration file: a queue it does not declare is PARALLEL with
-// max_running 0 (no limit) and no pools.
+// mode, max_running, pools and default_priority are the queue's claim
+// rules from the configuration file: a queue it does not declare is
+// PARALLEL with max_running 0 (no limit), no pools and default priority
+// 0.
 //
 // depth_history is the queue's depth over the last 15 minutes as this
 // server sampled it (one sample per depth_interval, kept in memory: see
 // package jobs, depth.go), and last its depth in this answer.
+//
+// paused, paused_at and paused_by are set for a paused queue
+// (PauseQueue), which has a row even with no job and no rule.
 func (h *queueService) ListQueues(ctx context.Context, _ *jobwatchv1.ListQueuesRequest) (*jobwatchv1.ListQueuesResponse, error) {
 	stats, err := h.s.engine.QueueStats(ctx)
 	if err != nil {
@@ -78,6 +82,16 @@ func (h *queueService) ListQueues(ctx context.Context, _ *jobwatchv1.ListQueuesR
 		}
 		queues = append(queues, row)
 	}
+	queues, err = h.s.withPauses(ctx, queues) // pauses.go
+	if err != nil {
+		return nil, h.s.toConnectError(ctx, "list queues", err)
+	}
+	// default_priority is the queue's priority rule (0 without one), from
+	// one read of the rules, for every row, a paused queue's too.
+	rules := h.s.engine.Rules()
+	for _, row := range queues {
+		row.DefaultPriority = rules.Queues[row.Name].Priority
+	}
 	return &jobwatchv1.ListQueuesResponse{
 		Queues:        queues,
 		DepthInterval: durationpb.New(h.s.engine.Config().DepthInterval),
@@ -98,10 +112,11 @@ func queuedAge(age time.Duration) time.Duration {
 
 // ListSchedules reports the schedules of the configuration in effect, in
 // the file's order, each with its next run: next_run_at is unset while a
-// run is unfinished (its end decides the next), now for a schedule that
-// has never run (the next sweep queues it), and may be in the past when
-// the sweep has yet to queue a run that is due. The latest run's state
-// and end outlive its job's retention.
+// run is unfinished (its end decides the next), now for an every
+// schedule that has never run (the next sweep queues it), a cron
+// schedule's first time for one never run, and may be in the past when
+// the sweep has yet to queue a run that is due. A cron schedule has
+// next_run_local too: the same instant in its time zone. The latest run's state and end outlive its job's retention.
 func (h *queueService) ListSchedules(ctx context.Context, _ *jobwatchv1.ListSchedulesRequest) (*jobwatchv1.ListSchedulesResponse, error) {
 	schedules, err := h.s.engine.Schedules(ctx)
 	if err != nil {
@@ -114,12 +129,20 @@ func (h *queueService) ListSchedules(ctx context.Context, _ *jobwatchv1.ListSche
 			Kind:         s.Kind,
 			Queue:        s.Queue,
 			Tenant:       s.Tenant,
-			Every:        durationpb.New(s.Every),
 			LastJobId:    s.LastJobID,
 			LastJobState: wire.State(s.LastJobState),
 		}
+		if s.Cron == "" {
+			row.Every = durationpb.New(s.Every)
+		}
 		if !s.NextRunAt.IsZero() {
 			row.NextRunAt = timestamppb.New(s.NextRunAt)
+		}
+		if s.Cron != "" && s.Location != nil {
+			row.Cron, row.Timezone = s.Cron, s.Location.String()
+			if !s.NextRunAt.IsZero() {
+				row.NextRunLocal = s.NextRunAt.In(s.Location).Format(time.RFC3339)
+			}
 		}
 		if !s.LastEndedAt.IsZero() {
 			row.LastEndedAt = timestamppb.New(s.LastEndedAt)

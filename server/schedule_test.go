@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"encoding/json"
+
+	"connectrpc.com/connect"
 	"io"
 	"net/http"
 	"strings"
@@ -117,5 +119,72 @@ func TestListSchedulesIsEmptyWithoutSchedules(t *testing.T) {
 	resp, err := ts.h2c().queues.ListSchedules(ctxTimeout(t, 5*time.Second), &jobwatchv1.ListSchedulesRequest{})
 	if err != nil || len(resp.GetSchedules()) != 0 {
 		t.Fatalf("ListSchedules: %v, %v; want no schedules", resp.GetSchedules(), err)
+	}
+}
+
+func TestACronScheduleQueuesARunAtItsTimeAndListSchedulesShowsItsNextRunInItsZone(t *testing.T) {
+	clock := &testClock{now: time.Date(2030, 12, 2, 0, 59, 30, 0, time.UTC)}
+	ts := startServer(t, serverOptions{now: clock.Now, engine: jobs.Config{
+		LeaseTimeout: time.Hour,
+		Rules: jobtype.Rules{Schedules: []jobtype.Schedule{
+			{Name: "minutely", Kind: "tick", Cron: "* * * * *", Timezone: "Europe/Berlin"},
+		}},
+	}})
+	ctx := ctxTimeout(t, 10*time.Second)
+	for _, p := range []struct {
+		name string
+		hc   *http.Client
+		opts []connect.ClientOption
+	}{
+		{"Connect, h2c", ts.h2cClient(), nil},
+		{"gRPC, h2c", ts.h2cClient(), []connect.ClientOption{connect.WithGRPC()}},
+		{"gRPC-Web, HTTP/1.1", ts.http1Client(), []connect.ClientOption{connect.WithGRPCWeb()}},
+		{"Connect JSON, HTTP/1.1", ts.http1Client(), []connect.ClientOption{connect.WithProtoJSON()}},
+	} {
+		c := ts.clients(p.hc, p.opts...)
+		t.Run(p.name, func(t *testing.T) {
+			resp, err := c.queues.ListSchedules(ctx, &jobwatchv1.ListSchedulesRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := time.Date(2030, 12, 2, 1, 0, 0, 0, time.UTC)
+			want := &jobwatchv1.Schedule{
+				Name: "minutely", Kind: "tick", Queue: jobtype.DefaultQueue, Tenant: jobtype.DefaultTenant,
+				Cron: "* * * * *", Timezone: "Europe/Berlin",
+				NextRunAt: timestamppb.New(first), NextRunLocal: "2030-12-02T02:00:00+01:00",
+			}
+			if got := resp.GetSchedules(); len(got) != 1 || !proto.Equal(got[0], want) {
+				t.Errorf("ListSchedules = %v\nwant %v", got, want)
+			}
+		})
+	}
+
+	c := ts.h2c()
+	if err := ts.engine.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := c.jobs.ListJobs(ctx, &jobwatchv1.ListJobsRequest{Kind: "tick"}); err != nil || len(list.GetJobs()) != 0 {
+		t.Fatalf("before the first time: %v, %v; want no run", list.GetJobs(), err)
+	}
+	clock.Advance(30 * time.Second)
+	if err := ts.engine.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lease := claim(t, c, "tick")
+	resp, err := c.queues.ListSchedules(ctx, &jobwatchv1.ListSchedulesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := resp.GetSchedules()[0]; s.GetLastJobId() != lease.GetJob().GetId() || s.GetNextRunAt() != nil || s.GetNextRunLocal() != "" {
+		t.Errorf("while the run is running: %v; want its id and no next run", s)
+	}
+	clock.Advance(90 * time.Second) // ends at 01:01:30: 01:01 is skipped
+	complete(t, c, lease, nil)
+	resp, err = c.queues.ListSchedules(ctx, &jobwatchv1.ListSchedulesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := resp.GetSchedules()[0]; !s.GetNextRunAt().AsTime().Equal(time.Date(2030, 12, 2, 1, 2, 0, 0, time.UTC)) || s.GetNextRunLocal() != "2030-12-02T02:02:00+01:00" {
+		t.Errorf("after the run ended at 01:01:30: %v; want the next at 01:02 UTC, 02:02 in Berlin", s)
 	}
 }

@@ -33,20 +33,36 @@ type ScheduleStep struct {
 	// schedule counts from; before Start, if both.
 	RecordEnd bool
 	// Start: create the run's Job and record it as the schedule's latest
-	// run (the schedule's first record, when it never ran).
+	// run (the schedule's first record, when it has none).
 	Start bool
+	// RecordSeen: the cron schedule has no record; record it with no run,
+	// first seen at now, which its first cron time counts from.
+	RecordSeen bool
 }
 
 // Step decides what RunSchedules does at now with run, whose schedule's
-// state is last (nil: the schedule never ran):
-//   - never run: start;
+// state is last (nil: the store has no record of it):
+//   - no record: an every schedule starts; a cron schedule is recorded
+//     as first seen at now, and starts at its first time after that;
 //   - latest run unfinished: nothing (never two runs at once);
 //   - latest run's job gone without a recorded end: record it ended at
 //     now, then as below;
-//   - latest run ended at E: start if E + run.Every is at or before now.
+//   - latest run ended at E (for a cron schedule not yet run: first
+//     seen at E): an every schedule starts if E + run.Every is at or
+//     before now; a cron schedule starts if its first time after E is at
+//     or before now. An every schedule with no run yet (a cron schedule
+//     made an every one) starts.
+//
+// So a cron schedule's times that pass while a run is unfinished are
+// skipped (the next counts from its end), and however many of its times
+// passed since the latest run ended (the server was down, or the
+// schedule was not declared), one run starts for all of them, at once;
+// the next counts from that run's end.
 func (run ScheduleRun) Step(last *ScheduleState, now time.Time) ScheduleStep {
 	switch {
-	case last == nil:
+	case last == nil && run.Cron != nil:
+		return ScheduleStep{RecordSeen: true}
+	case last == nil || (last.LastJobID == "" && run.Cron == nil):
 		return ScheduleStep{Start: true}
 	case last.Unfinished():
 		return ScheduleStep{}
@@ -56,6 +72,35 @@ func (run ScheduleRun) Step(last *ScheduleState, now time.Time) ScheduleStep {
 	if step.RecordEnd {
 		ended = now
 	}
-	step.Start = !ended.Add(run.Every).After(now)
+	if run.Cron == nil {
+		step.Start = !ended.Add(run.Every).After(now)
+		return step
+	}
+	next := run.Cron.Next(ended)
+	step.Start = !next.IsZero() && !next.After(now)
 	return step
+}
+
+// NextRun is when run's next run is due after state last (nil: the store
+// has no record of it), as Step decides at now: zero while the latest
+// run is unfinished (its end decides the next), or when a cron
+// expression names no further time. It may be before now: the run is
+// due and the next sweep starts it.
+func (run ScheduleRun) NextRun(last *ScheduleState, now time.Time) time.Time {
+	switch {
+	case last != nil && last.Unfinished():
+		return time.Time{}
+	case last == nil && run.Cron != nil:
+		return run.Cron.Next(now)
+	case last == nil || (last.LastJobID == "" && run.Cron == nil):
+		return now
+	}
+	from := last.LastEndedAt
+	if from.IsZero() {
+		from = now
+	}
+	if run.Cron == nil {
+		return from.Add(run.Every)
+	}
+	return run.Cron.Next(from)
 }

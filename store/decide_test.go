@@ -79,3 +79,89 @@ func TestAScheduleStartsItsNextRunEveryAfterTheLastEndedAndNeverTwoAtOnce(t *tes
 		}
 	})
 }
+
+func mustCron(t *testing.T, expr, zone string) *jobtype.Cron {
+	t.Helper()
+	c, err := jobtype.ParseCron(expr, zone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestACronScheduleStartsAtItsFirstTimeAfterTheLatestRunEndedAndNeverTwoAtOnce(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(s string) time.Time {
+		t.Helper()
+		v, err := time.ParseInLocation("2006-01-02 15:04:05", s, berlin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	nightly := store.ScheduleRun{Name: "nightly", Cron: mustCron(t, "0 2 * * *", "Europe/Berlin")}
+	ended := func(e time.Time) *store.ScheduleState {
+		return &store.ScheduleState{Name: "nightly", LastJobID: "j1", LastJobState: jobtype.Succeeded, LastEndedAt: e}
+	}
+	seen := func(e time.Time) *store.ScheduleState { return &store.ScheduleState{Name: "nightly", LastEndedAt: e} }
+	tests := []struct {
+		name     string
+		last     *store.ScheduleState
+		now      time.Time
+		want     store.ScheduleStep
+		wantNext time.Time
+	}{
+		{"a cron schedule with no record is recorded as seen now and waits for its first time",
+			nil, at("2026-06-01 12:00:00"), store.ScheduleStep{RecordSeen: true}, at("2026-06-02 02:00:00")},
+		{"a schedule first seen waits until its first time",
+			seen(at("2026-06-01 12:00:00")), at("2026-06-02 01:59:59"), store.ScheduleStep{}, at("2026-06-02 02:00:00")},
+		{"a schedule first seen starts at its first time",
+			seen(at("2026-06-01 12:00:00")), at("2026-06-02 02:00:00"), store.ScheduleStep{Start: true}, at("2026-06-02 02:00:00")},
+		{"a run that ended waits for the next time",
+			ended(at("2026-06-02 02:03:00")), at("2026-06-02 23:00:00"), store.ScheduleStep{}, at("2026-06-03 02:00:00")},
+		{"a run that ended starts the next at the next time",
+			ended(at("2026-06-02 02:03:00")), at("2026-06-03 02:00:01"), store.ScheduleStep{Start: true}, at("2026-06-03 02:00:00")},
+		{"a queued run holds the next, however many times pass",
+			&store.ScheduleState{Name: "nightly", LastJobID: "j1", LastJobState: jobtype.Queued}, at("2026-06-09 02:00:00"), store.ScheduleStep{}, time.Time{}},
+		{"a running run holds the next",
+			&store.ScheduleState{Name: "nightly", LastJobID: "j1", LastJobState: jobtype.Running}, at("2026-06-09 02:00:00"), store.ScheduleStep{}, time.Time{}},
+		{"a run unfinished at a time skips it: the next is the first time after its end",
+			ended(at("2026-06-03 05:00:00")), at("2026-06-03 05:00:01"), store.ScheduleStep{}, at("2026-06-04 02:00:00")},
+		{"a run unfinished exactly at a time skips it",
+			ended(at("2026-06-03 02:00:00")), at("2026-06-03 02:00:01"), store.ScheduleStep{}, at("2026-06-04 02:00:00")},
+		{"after a week down, the times missed start one run at once",
+			ended(at("2026-06-01 02:10:00")), at("2026-06-08 09:00:00"), store.ScheduleStep{Start: true}, at("2026-06-02 02:00:00")},
+		{"a run whose job is gone without a recorded end is recorded as ended now, and waits for the next time",
+			&store.ScheduleState{Name: "nightly", LastJobID: "j1"}, at("2026-06-03 12:00:00"), store.ScheduleStep{RecordEnd: true}, at("2026-06-04 02:00:00")},
+		{"on the day the clocks go forward 02:00 does not exist and runs at 03:00 summer time",
+			ended(at("2026-03-28 02:05:00")), at("2026-03-29 03:00:00"), store.ScheduleStep{Start: true}, at("2026-03-29 03:00:00")},
+		{"on the day the clocks go forward nothing runs in the hour before",
+			ended(at("2026-03-28 02:05:00")), at("2026-03-29 01:59:59"), store.ScheduleStep{}, at("2026-03-29 03:00:00")},
+		{"on the day the clocks go back 02:00 runs at its first occurrence, summer time",
+			ended(at("2026-10-24 02:05:00")), time.Date(2026, 10, 25, 0, 0, 0, 0, time.UTC), store.ScheduleStep{Start: true}, time.Date(2026, 10, 25, 0, 0, 0, 0, time.UTC)},
+		{"on the day the clocks go back 02:00 does not run again an hour later, winter time",
+			ended(time.Date(2026, 10, 25, 0, 10, 0, 0, time.UTC)), time.Date(2026, 10, 25, 1, 0, 0, 0, time.UTC), store.ScheduleStep{}, at("2026-10-26 02:00:00")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := nightly.Step(tt.last, tt.now); got != tt.want {
+				t.Errorf("Step = %+v, want %+v", got, tt.want)
+			}
+			if got := nightly.NextRun(tt.last, tt.now); !got.Equal(tt.wantNext) {
+				t.Errorf("NextRun = %v, want %v", got, tt.wantNext.UTC())
+			}
+		})
+	}
+}
+
+func TestAnEveryScheduleRecordedOnlyAsSeenStartsAtOnce(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	// A cron schedule made an every one before its first run.
+	got := store.ScheduleRun{Name: "s", Every: time.Hour}.Step(&store.ScheduleState{Name: "s", LastEndedAt: now.Add(-time.Minute)}, now)
+	if want := (store.ScheduleStep{Start: true}); got != want {
+		t.Errorf("Step = %+v, want %+v", got, want)
+	}
+}

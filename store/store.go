@@ -31,6 +31,11 @@ type ListFilter struct {
 	States []jobtype.State
 	Kind   string
 	Queue  string
+	// Kinds and Queues keep the jobs of any of them (a bulk action's
+	// filter); with Kind or Queue set as well, a job must match both.
+	Kinds, Queues []string
+	// CreatedBefore keeps the jobs created before it; zero: no filter.
+	CreatedBefore time.Time
 	// ChangedSince, a cursor from ChangeCursor, keeps the jobs whose
 	// Version went up in a write committed after ChangeCursor returned it
 	// (and maybe some committed shortly before: a reader must expect to
@@ -276,7 +281,9 @@ func (r LeaseRules) BackoffFor(queue string) Backoff {
 }
 
 // Apply makes j what w makes it under r, and reports whether w's lease
-// holds j (j RUNNING under w.LeaseID); if not, j is left as it is.
+// holds j (j RUNNING under w.LeaseID); if not, j is left as it is. A
+// Complete or Fail ends the attempt and appends its entry to j's History
+// (jobtype.Job.EndAttempt, with j.AttemptStartedAt as its start).
 // UpdatedAt becomes r.Now when a watcher could see the change; Version
 // is the store's to raise (see Versioned).
 // Backends that write in SQL must do exactly this; store/storetest
@@ -317,6 +324,12 @@ func (w LeaseWrite) Apply(j *jobtype.Job, r LeaseRules) (held bool) {
 		j.State = jobtype.Failed
 		j.FinishedAt = r.Now
 	}
+	if w.Op != Heartbeat {
+		// The attempt ended: its entry joins the history in this same
+		// write (jobtype.Job.EndAttempt), so the history costs no
+		// statement of its own.
+		j.EndAttempt(r.Now, "")
+	}
 	if !j.SameVisible(&before) {
 		j.UpdatedAt = r.Now
 	}
@@ -348,6 +361,19 @@ type Change struct {
 	// Local: the write was made through the Store that hears it, whose
 	// caller has the committed job already (an engine owns its Store).
 	Local bool
+	// QueueChange: this is no job's change (JobID is "") but Queue's
+	// pause (Paused) or resume (!Paused), committed by PauseQueue or
+	// ResumeQueue; Local as for a job's.
+	QueueChange bool
+	Paused      bool
+}
+
+// QueuePause is a paused queue: since when, and who paused it.
+type QueuePause struct {
+	Queue    string
+	PausedAt time.Time
+	// PausedBy says who paused it, as the engine words it.
+	PausedBy string
 }
 
 // Attempt names one attempt of a RUNNING job: the job and its lease.
@@ -357,10 +383,14 @@ type Attempt struct {
 }
 
 // ScheduleRun is one schedule as RunSchedules sees it: its name, its
-// period, and the job to create as its next run if it is due.
+// period or its cron times, and the job to create as its next run if it
+// is due.
 type ScheduleRun struct {
 	Name  string
 	Every time.Duration
+	// Cron, when set, is when runs are due instead of Every: at its
+	// times, as Step tells.
+	Cron *jobtype.Cron
 	// Job is the next run, complete as CreateJob takes it (the caller
 	// sets ID, State QUEUED, Version 1, times and RunAt); it is created
 	// only if the schedule is due. It should carry no UniqueKey.
@@ -368,17 +398,21 @@ type ScheduleRun struct {
 }
 
 // ScheduleState is what the store keeps of one schedule: its latest run.
-// It outlives the run's job, which retention may delete.
+// It outlives the run's job, which retention may delete. A cron schedule
+// is kept from the time it was first seen, before its first run: then
+// LastJobID and LastJobState are "" and LastEndedAt is that time, which
+// its first cron time counts from.
 type ScheduleState struct {
 	Name string
-	// LastJobID is the latest run's job id.
+	// LastJobID is the latest run's job id; "" before the first run.
 	LastJobID string
 	// LastJobState is that job's state: PENDING, QUEUED or RUNNING while it
 	// is unfinished, the state it ended in afterwards (also once the job
 	// is deleted). "" only for a run whose job was deleted unfinished.
 	LastJobState jobtype.State
 	// LastEndedAt is when the latest run ended (its FinishedAt, as
-	// committed with its end); zero while it is unfinished.
+	// committed with its end); zero while it is unfinished. Before the
+	// first run, when the schedule was first seen.
 	LastEndedAt time.Time
 }
 
@@ -446,10 +480,14 @@ type Store interface {
 	// as every engine update does; the write is conditional on the row.
 	UpdateJob(ctx context.Context, id string, update func(*jobtype.Job) error) (jobtype.Job, error)
 
-	// ClaimJobs picks the oldest ready QUEUED jobs matching f (by RunAt,
-	// then creation order), up to len(c.LeaseIDs) of them, no more of any
+	// ClaimJobs picks the most urgent ready QUEUED jobs matching f, then
+	// the oldest (by Priority, 0 first, then RunAt, then creation order),
+	// up to len(c.LeaseIDs) of them, no more of any
 	// queue or pool than f.Limits and f.Pools leave room for (one of a
-	// serial queue: its head), makes each RUNNING under c with its own
+	// serial queue: its head, its first job by RunAt then creation
+	// whatever its priority: a serial queue stays first-in first-out; the
+	// head competes with other queues' jobs by its own priority), makes
+	// each RUNNING under c with its own
 	// lease (see Claim), and commits, in one statement. Two concurrent
 	// claims never get the same job, and never together take a queue or
 	// pool past its limit. It returns the claimed jobs in claim order,
@@ -474,7 +512,8 @@ type Store interface {
 	// NextReady returns the earliest RunAt among QUEUED jobs matching f's
 	// tenants, kinds and queues that ClaimJobs could take once that time
 	// comes (their queue and pools have room now, and a serial queue's job
-	// is its head), whether it is past or not, and ok false if none does.
+	// is its head), whatever their priority, whether it is past or not,
+	// and ok false if none does.
 	// It is a read, so a parked claim that wakes can learn whether
 	// ClaimJobs, a write, would find a job (runAt at or before now) and, if
 	// not, when it should look again. Retry: safe.
@@ -516,6 +555,38 @@ type Store interface {
 	// a queue never marked is absent. Retry: safe.
 	LastDrained(ctx context.Context) (map[string]time.Time, error)
 
+	// PauseQueue records p.Queue as paused at p.PausedAt by p.PausedBy,
+	// unless it is paused already: then the pause stays as it was. It
+	// returns the pause as stored. From its commit on, no ClaimJobs of
+	// any Store sharing the database takes a job of the queue, and
+	// NextReady passes over its jobs: both check the pauses in their own
+	// statement. Every Store sharing the database hears of it (Listen:
+	// a Change with QueueChange set). Retry: safe.
+	PauseQueue(ctx context.Context, p QueuePause) (QueuePause, error)
+
+	// ResumeQueue removes queue's pause and reports whether it was
+	// paused; a queue not paused is left as it is. Every Store sharing
+	// the database hears of a resume (Listen), so that claims parked on
+	// the queue look again. Retry: safe.
+	ResumeQueue(ctx context.Context, queue string) (resumed bool, err error)
+
+	// QueuePauses returns every paused queue, sorted by name.
+	// Retry: safe.
+	QueuePauses(ctx context.Context) ([]QueuePause, error)
+
+	// QueueHasJobs reports whether queue holds any job, in any state.
+	// Retry: safe.
+	QueueHasJobs(ctx context.Context, queue string) (bool, error)
+
+	// DeleteJob deletes job id if it is terminal, checked in the
+	// statement that deletes it, and returns the job as it was; a job
+	// that is not terminal is left as it is and returned with deleted
+	// false. ErrNotFound if there is no such job. Every Store sharing the
+	// database hears of the deletion (Listen: a Change of the job, at
+	// its version plus one, whose reading finds nothing).
+	// Retry: safe (a job deleted already is ErrNotFound).
+	DeleteJob(ctx context.Context, id string) (j jobtype.Job, deleted bool, err error)
+
 	// DeleteFinishedBefore deletes terminal jobs whose FinishedAt is
 	// before t and reports how many it deleted. Retry: safe.
 	DeleteFinishedBefore(ctx context.Context, t time.Time) (int, error)
@@ -541,12 +612,13 @@ type Store interface {
 	// reads each schedule's state again, so that callers running it at
 	// once (replicas sharing the database) never start two runs of one
 	// schedule. For each of runs, by Name, as ScheduleRun.Step decides:
-	//   - never run: run.Job is created and becomes its latest run;
+	//   - never run: run.Job is created and becomes its latest run; a
+	//     cron schedule instead is recorded as first seen at now;
 	//   - latest run unfinished: nothing (never two runs at once);
-	//   - latest run ended at E: if E + run.Every is at or before now,
-	//     run.Job is created and becomes its latest run. A run whose job
-	//     is gone without a recorded end counts as ended at now, and that
-	//     is recorded.
+	//   - latest run ended at E: if E + run.Every (for cron: its first
+	//     time after E) is at or before now, run.Job is created and
+	//     becomes its latest run. A run whose job is gone without a
+	//     recorded end counts as ended at now, and that is recorded.
 	// It returns the jobs it created, as stored. The end of a run is
 	// recorded in the same transaction as the change that ended its job
 	// (whatever made it: UpdateJob, WriteLeases, a sweep), so it

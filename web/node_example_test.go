@@ -14,6 +14,7 @@ import (
 
 	"github.com/jobwatch/jobwatch/internal/ci"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // requireNode skips where Node or web/node_modules is missing, except in
@@ -42,13 +43,16 @@ func TestNodeExampleSubmitsAJobAndWaitsForItsResult(t *testing.T) {
 	srv := startServer(t, addr, filepath.Join(t.TempDir(), "jobwatch.db"))
 	defer srv.shutdown(t)
 
-	// Without an argument it submits a kind the demo's workers run.
+	// Without an argument it submits a kind the demo's workers run. A job
+	// whose first run fails is retried, and its second run succeeds.
 	for _, tt := range []struct {
-		args []string
-		kind string
+		args      []string
+		kind      string
+		failFirst bool
 	}{
-		{[]string{"images.thumbnail"}, "images.thumbnail"},
-		{nil, "enrich"},
+		{[]string{"images.thumbnail"}, "images.thumbnail", false},
+		{nil, "enrich", false},
+		{[]string{"images.flaky"}, "images.flaky", true},
 	} {
 		// The worker: it takes the example's job once submitted and
 		// finishes it after a little progress, while the example is
@@ -57,6 +61,12 @@ func TestNodeExampleSubmitsAJobAndWaitsForItsResult(t *testing.T) {
 		go func() {
 			claim := jobs.ClaimRequest{WorkerID: "node-example-worker", Kinds: []string{tt.kind}}
 			j, err := srv.engine.Claim(ctx, claim, time.Now().Add(time.Minute))
+			if err == nil && tt.failFirst {
+				_, err = srv.engine.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "FlakyError", Message: "first run fails"}, false)
+				if err == nil {
+					j, err = srv.engine.Claim(ctx, claim, time.Now().Add(time.Minute)) // the example's retry
+				}
+			}
 			if err == nil {
 				_, err = srv.engine.Heartbeat(ctx, j.ID, j.LeaseID, 50, "half way")
 			}
@@ -84,7 +94,13 @@ func TestNodeExampleSubmitsAJobAndWaitsForItsResult(t *testing.T) {
 			t.Fatalf("worker: %v", err)
 		}
 		out := stdout.String()
-		for _, want := range []string{"submitted j", "(" + tt.kind + ")", " succeeded\n", `result {"thumbnails":3}`} {
+		wants := []string{"submitted j", "(" + tt.kind + ")", " succeeded\n", `result {"thumbnails":3}`}
+		if tt.failFirst {
+			wants = append(wants, " failed: FlakyError; retrying\n")
+		} else if strings.Contains(out, "retrying") {
+			t.Errorf("example %v retried a job that succeeded:\n%s", tt.args, out)
+		}
+		for _, want := range wants {
 			if !strings.Contains(out, want) {
 				t.Errorf("example %v output lacks %q:\n%s", tt.args, want, out)
 			}

@@ -78,3 +78,74 @@ func TestPageAsksForATokenAndSendsItEverywhere(t *testing.T) {
 	p.waitFor("the detail", textHas("#detail", acme.ID))
 	p.waitFor("the queue panel saying it needs an admin token", textHas("#queues-note", "admin"))
 }
+
+// A client token entered on a page opened with no tenant named opens the
+// token's own tenant at once: the page asks for the caller's own tenant,
+// which the server reads as the token's, so it never asks for the token a
+// second time. A page opened on another tenant says the token may not use
+// it and shows the token's own instead.
+func TestAClientTokenOpensItsOwnTenant(t *testing.T) {
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	const clientToken = "jw_e2e-acme-own-tenant-token"
+	tokens, err := auth.ParseTokens("tokens.yaml", []byte(fmt.Sprintf(
+		"tokens:\n  - sha256: %s\n    tenant: acme\n    role: client\n", auth.Digest(clientToken))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := probe.Addr().String()
+	probe.Close()
+	srv := startServer(t, addr, filepath.Join(t.TempDir(), "jobwatch.db"), func(c *server.Config) { c.Tokens = tokens })
+	defer srv.shutdown(t)
+	acme, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Tenant: "acme", Kind: "billing.invoice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Kind: "billing.invoice"}) // the default tenant
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p := &page{t: t, ctx: newTab(t, ctx)}
+	p.do("open the page", chromedp.Navigate("http://"+addr+"/"))
+	p.waitFor("the feed waiting for a token", `document.getElementById("status").dataset.status === "unauthenticated"`)
+	// Every status the page shows from now on.
+	p.do("record the statuses", chromedp.Evaluate[chromedp.Void](`{
+		window.statuses = [];
+		const el = document.getElementById("status");
+		new MutationObserver(() => window.statuses.push(el.dataset.status)).observe(el, {attributes: true, attributeFilter: ["data-status"]});
+	}`))
+	p.do("enter the client token", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(
+		`{document.getElementById("token").value = %q; document.getElementById("token-form").requestSubmit();}`, clientToken)))
+	p.waitFor("acme's job, and only acme's", exists(row(acme.ID))+" && !"+exists(row(other.ID)))
+	p.waitFor("the live status, the banner gone", `document.getElementById("status").dataset.status === "live" && document.getElementById("banner").hidden`)
+	p.waitFor("the tenant named", `document.getElementById("tenant").value === "acme"`)
+	p.waitFor("never asked again", `window.statuses.length > 0 && !window.statuses.includes("unauthenticated") && !window.statuses.includes("denied")`)
+
+	// A client token may retry its tenant's jobs; pausing a queue is for
+	// admins, and the queue panel, which it may not read, offers none.
+	if _, err := srv.engine.Cancel(ctx, acme.ID); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor("the cancel, live", exists(row(acme.ID)+`[data-state="cancelled"]`))
+	p.do("open the detail", chromedp.Click(chromedp.CSS(row(acme.ID))))
+	p.waitFor("retry offered", `!document.querySelector('#detail button[data-action="retry"]').disabled`)
+	p.do("click retry", chromedp.Click(chromedp.CSS(`#detail button[data-action="retry"]`)))
+	p.do("say yes", chromedp.Click(chromedp.CSS("#detail .confirm-yes")))
+	p.waitFor("the job queued again", exists(row(acme.ID)+`[data-state="queued"]`)+" && "+textHas("#detail .outcome", "Retried"))
+	p.waitFor("no pause for a client token, and why", textHas("#queues-note", "admin")+` && document.querySelector('button[data-action="pause"]') === null`)
+
+	// A link to another tenant, opened in the same tab (the token is kept
+	// for the tab): the token's own tenant, and why.
+	p.do("open the page on tenant default", chromedp.Navigate("http://"+addr+"/?tenant=default"))
+	p.waitFor("acme's job", exists(row(acme.ID))+" && !"+exists(row(other.ID)))
+	p.waitFor("live, saying the token may not use the default tenant", `document.getElementById("status").dataset.status === "live" && `+
+		`!document.getElementById("banner").hidden && document.getElementById("banner").textContent.includes("may not use tenant “default”")`)
+	p.waitFor("the tenant named", `document.getElementById("tenant").value === "acme"`)
+}

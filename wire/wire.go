@@ -90,11 +90,28 @@ func Job(j *jobtype.Job) (*jobwatchv1.Job, error) {
 		FinishedAt:  Timestamp(j.FinishedAt),
 		RunAt:       Timestamp(j.RunAt),
 		WorkerId:    j.WorkerID,
+		Priority:    j.Priority,
+		Error:       jobError(j.Error),
 	}
-	if j.Error != nil {
-		pj.Error = &jobwatchv1.JobError{Type: j.Error.Type, Message: j.Error.Message}
+	for _, h := range j.History {
+		pj.Attempts = append(pj.Attempts, &jobwatchv1.JobAttempt{
+			Attempt:    h.Attempt,
+			WorkerId:   h.WorkerID,
+			StartedAt:  Timestamp(h.StartedAt),
+			FinishedAt: Timestamp(h.FinishedAt),
+			State:      stateToProto[h.State],
+			Error:      jobError(h.Error),
+			By:         h.By,
+		})
 	}
 	return pj, nil
+}
+
+func jobError(e *jobtype.JobError) *jobwatchv1.JobError {
+	if e == nil {
+		return nil
+	}
+	return &jobwatchv1.JobError{Type: e.Type, Message: e.Message}
 }
 
 // Jobs converts a list of stored jobs for the wire.

@@ -235,6 +235,7 @@ func printJob(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
 	row("kind", j.GetKind())
 	row("tenant", j.GetTenant())
 	row("queue", j.GetQueue())
+	row("priority", fmt.Sprintf("%d (0 most urgent, 9 least)", j.GetPriority()))
 	row("state", stateName(j.GetState()))
 	row("progress", strings.TrimSpace(fmt.Sprintf("%d%% %s", j.GetPercent(), j.GetStep())))
 	row("attempt", fmt.Sprintf("%d of %d", j.GetAttempt(), j.GetMaxAttempts()))
@@ -249,7 +250,35 @@ func printJob(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
 		row("error", strings.TrimSuffix(e.GetType()+": "+e.GetMessage(), ": "))
 	}
 	row("version", fmt.Sprint(j.GetVersion()))
+	for i, a := range j.GetAttempts() {
+		key := "" // one entry a line, the first labelled
+		if i == 0 {
+			key = "history:"
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", key, historyLine(a))
+	}
 	return tw.Flush()
+}
+
+// historyLine is one entry of a job's history for a person: the
+// attempt, its outcome, when, by which worker or operator, and why.
+func historyLine(a *jobwatchv1.JobAttempt) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "#%d %s", a.GetAttempt(), stateName(a.GetState()))
+	if a.GetStartedAt() != nil {
+		fmt.Fprintf(&b, " %s ->", formatTime(a.GetStartedAt().AsTime(), true))
+	}
+	fmt.Fprintf(&b, " %s", formatTime(a.GetFinishedAt().AsTime(), a.GetFinishedAt() != nil))
+	if w := a.GetWorkerId(); w != "" {
+		fmt.Fprintf(&b, " worker=%s", w)
+	}
+	if by := a.GetBy(); by != "" {
+		fmt.Fprintf(&b, " by=%s", by)
+	}
+	if e := a.GetError(); e != nil {
+		fmt.Fprintf(&b, " error=%s", strings.TrimSuffix(e.GetType()+": "+e.GetMessage(), ": "))
+	}
+	return b.String()
 }
 
 func formatTime(t time.Time, set bool) string {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/jobwatch/jobwatch/client"
@@ -15,9 +14,26 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // cancel runs "jobwatch cancel ID": the job becomes CANCELLED at once; a
-// worker running it learns so from its next heartbeat.
+// worker running it learns so from its next heartbeat. With filter flags
+// instead of an ID it cancels every active job they match (oneOrMany).
 func cancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return jobCommand(ctx, "cancel", args, stdout, stderr, (*client.Client).Cancel, printOutcome)
+	return oneOrMany(ctx, "cancel", "cancel", args, stdout, stderr, (*client.Client).Cancel, (*client.Client).CancelJobs)
+}
+
+// retry runs "jobwatch retry ID": a FAILED, CANCELLED or LOST job is
+// QUEUED again under the same id, with a fresh allowance of attempts.
+// With filter flags instead of an ID it retries every such job they match.
+func retry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return oneOrMany(ctx, "retry", "retry", args, stdout, stderr, (*client.Client).Retry, (*client.Client).RetryJobs)
+}
+
+// deleteJob runs "jobwatch delete ID": an ended job is removed at once.
+// With filter flags instead of an ID it deletes every ended job they
+// match.
+func deleteJob(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return oneOrMany(ctx, "delete", "delete", args, stdout, stderr, func(c *client.Client, ctx context.Context, id string) (*jobwatchv1.Job, error) {
+		return nil, c.Delete(ctx, id)
+	}, (*client.Client).DeleteJobs)
 }
 
 // start runs "jobwatch start ID": a PENDING (held) job becomes QUEUED.
@@ -31,28 +47,5 @@ func jobCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	op func(*client.Client, context.Context, string) (*jobwatchv1.Job, error),
 	print func(io.Writer, *jobwatchv1.Job, bool) error,
 ) error {
-	var cf clientFlags
-	fs := newFlagSet(name, stderr)
-	cf.register(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: jobwatch %s ID [flags]\n\nFlags:\n", name)
-		fs.PrintDefaults()
-	}
-	pos, err := parseArgs(fs, args, 1, "ID")
-	if err != nil {
-		return err
-	}
-	c, err := cf.client(stderr, true)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	job, err := op(c, ctx, pos[0])
-	if j := withoutValues(err, name, false, stderr); j != nil {
-		job, err = j, nil
-	}
-	if err != nil {
-		return callError(name, err)
-	}
-	return print(stdout, job, cf.json)
+	return actOnJobs(ctx, name, "", args, stdout, stderr, op, print, nil)
 }

@@ -30,11 +30,16 @@ Commands:
   submit   submit a job: jobwatch submit KIND [--payload JSON] [--wait]
   get      show a job: jobwatch get ID
   list     list jobs, newest first
-  cancel   cancel a job: jobwatch cancel ID
+  cancel   cancel a job: jobwatch cancel ID, or every job a filter matches: --queue Q --state S ...
+  retry    run a failed, cancelled or lost job again: jobwatch retry ID, or --state failed --queue Q ...
+  delete   remove an ended job: jobwatch delete ID, or every ended job a filter matches
   start    start a held (PENDING) job: jobwatch start ID
   wait     wait for a job to end; the exit status says how it ended
   watch    follow a job's progress live
   worker   run a shell command for each job of a kind
+  queues   list the queues with their counts and whether each is paused
+  pause    stop a queue handing out jobs, on every replica: jobwatch pause QUEUE
+  resume   let a paused queue hand out jobs again: jobwatch resume QUEUE
   bench    measure jobwatch against an in-memory floor: throughput, fan-out, parked calls
   token    make a bearer token: jobwatch token new --role client --tenant acme
   version  print the version jobwatch was built from
@@ -75,6 +80,10 @@ func command(name string) commandFunc {
 		return list
 	case "cancel":
 		return cancel
+	case "retry":
+		return retry
+	case "delete":
+		return deleteJob
 	case "start":
 		return start
 	case "wait":
@@ -91,6 +100,12 @@ func command(name string) commandFunc {
 		}
 	case "token":
 		return token
+	case "pause":
+		return pause
+	case "resume":
+		return resume
+	case "queues":
+		return queues
 	}
 	return nil
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -35,6 +37,16 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.BoolVar(&hold, "hold", false, "create the job PENDING: it runs only after \"jobwatch start\"")
 	fs.BoolVar(&wait, "wait", false, "wait for the job to end and exit with its outcome (see \"jobwatch wait -h\")")
 	fs.IntVar(&maxAttempts, "max-attempts", 0, "attempts allowed, counting the first (0: the queue's default)")
+	var priority *int32
+	fs.Func("priority", "`N` from 0 (most urgent) to 9: claims take the most urgent ready job first, then the oldest;\nserial queues ignore it (default: the queue's priority rule, else 0)", func(s string) error {
+		n, err := strconv.ParseInt(s, 10, 32)
+		if err != nil {
+			return errors.New("must be a whole number from 0 to 9")
+		}
+		p := int32(n)
+		priority = &p // the server checks the range, as for any client
+		return nil
+	})
 	fs.Usage = func() { fmt.Fprint(stderr, submitUsage); fs.PrintDefaults() }
 	pos, err := parseArgs(fs, args, 1, "KIND")
 	if err != nil {
@@ -55,7 +67,7 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	job, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{
 		Tenant: tenant, Kind: pos[0], Queue: queue, Payload: value,
-		UniqueKey: uniqueKey, Hold: hold, MaxAttempts: int32(maxAttempts),
+		UniqueKey: uniqueKey, Hold: hold, MaxAttempts: int32(maxAttempts), Priority: priority,
 	})
 	if err != nil {
 		return callError("submit", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,14 +28,16 @@ import (
 // jobs, a nested loop over every queued job on both sides. So:
 //
 //   - every scan of the queued jobs seeks one index whose columns are the
-//     scan's equality columns followed by run_at and seq (claim order):
-//     jobs_queued (any job), jobs_queued_queue (one queue),
-//     jobs_queued_kind (one kind), jobs_queued_queue_kind (one queue and
-//     one kind); a filter on several queues or kinds seeks once per
-//     queue, kind or pair, and a tenant filter is checked on the jobs
-//     those seeks find;
+//     scan's equality columns followed by priority, run_at and seq (claim
+//     order), once per priority (see byPriority): jobs_queued_priority
+//     (any job), jobs_queued_queue_priority (one queue), jobs_queued_kind
+//     (one kind), jobs_queued_queue_kind (one queue and one kind); a
+//     serial queue's head, first by run_at whatever its priority, seeks
+//     jobs_queued_queue (queue, run_at, seq); a filter on several queues
+//     or kinds seeks once per queue, kind or pair, and a tenant filter is
+//     checked on the jobs those seeks find;
 //   - a seek of one queue or kind is written as a range of (queue, kind,
-//     run_at) ordered by those columns, not as queue = $1 ORDER BY
+//     priority, run_at) ordered by those columns, not as queue = $1 ORDER BY
 //     run_at: equality would make the queue a constant that any index in
 //     run_at order also satisfies (jobs_queued, with the queue as a
 //     filter), and with stale statistics that walk of every queue's jobs
@@ -74,12 +77,12 @@ const prelude = `SELECT ` + planSettings + `,
 	(SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k)`
 
 // claimSet is ClaimJobs' statement around the pick (the CTE picked: the
-// jobs taken, locked, with their seq, updated_at and run_at): it numbers
+// jobs taken, locked, with their seq, updated_at, run_at and priority): it numbers
 // them in claim order and gives the i-th lease i. $1 is the claim's
 // time, $2 the worker, $3 the lease ids, $4 and $5 the queues with leases
 // of their own and those leases in microseconds, $6 the default lease.
 const claimSet = `, numbered AS (
-	SELECT p.seq, p.updated_at, row_number() OVER (ORDER BY p.run_at, p.seq) AS i FROM picked AS p)
+	SELECT p.seq, p.updated_at, row_number() OVER (ORDER BY p.priority, p.run_at, p.seq) AS i FROM picked AS p)
 UPDATE jobs AS j SET state = 'running', attempt = j.attempt + 1, worker_id = $2,
 	lease_id = ($3::text[])[p.i], started_at = coalesce(j.started_at, $1), updated_at = $1,
 	lease_expires_at = $1 + coalesce((SELECT d.us FROM unnest($4::text[], $5::bigint[]) AS d(q, us)
@@ -102,9 +105,13 @@ const candidateSlack = DefaultMaxConns
 // reports (ready false, n 1, not locked), with the queue rules checked in
 // SQL, selecting sel (of alias j). Its arguments start at $first.
 //
+// Claim order is Priority (0 first), then RunAt, then creation; a serial
+// queue's own order ignores Priority.
+//
 // Without rules, one queue or kind (or none) is one walk of one index in
-// claim order, locking as it goes with SKIP LOCKED until it has n jobs:
-// claims running beside it cost it only the rows they hold. Several
+// claim order (a seek per priority), locking as it goes with SKIP LOCKED
+// until it has n jobs: claims running beside it cost it only the rows
+// they hold. Several
 // queues or kinds are a seek per queue, kind or pair, each reading its
 // first n + candidateSlack jobs, of which the first n + candidateSlack in
 // claim order are candidates; the claim takes the first n of those that
@@ -149,6 +156,9 @@ type picker struct {
 	ready   bool
 	due     string // the claim's time, when ready
 	tenants string // the tenants to match, or "" for any
+	// priority is the priority a seek is at (an SQL expression), or ""
+	// for any; set by byPriority for the seeks it writes.
+	priority string
 }
 
 func (p *picker) arg(v any) string {
@@ -156,11 +166,12 @@ func (p *picker) arg(v any) string {
 	return fmt.Sprintf("$%d", p.first+len(p.args)-1)
 }
 
-// seek is the WHERE and ORDER BY of a walk, in claim order, of the
-// QUEUED jobs (alias a) of queue q and kind k (SQL expressions of one
-// value, or "" for any) that match the worker's tenants, from the index
-// whose columns are those and run_at, seq. The walk is a range of the
-// index, not an equality: see planSettings.
+// seek is the WHERE and ORDER BY of a walk, in RunAt then creation
+// order, of the QUEUED jobs (alias a) of queue q and kind k (SQL
+// expressions of one value, or "" for any) and of p.priority, if set,
+// that match the worker's tenants, from the index whose columns are
+// those and run_at, seq. The walk is a range of the index, not an
+// equality: see planSettings.
 func (p *picker) seek(a, q, k string) (where, order string) {
 	var cols, vals []string
 	if q != "" {
@@ -168,6 +179,9 @@ func (p *picker) seek(a, q, k string) (where, order string) {
 	}
 	if k != "" {
 		cols, vals = append(cols, a+".kind"), append(vals, k)
+	}
+	if p.priority != "" {
+		cols, vals = append(cols, a+".priority"), append(vals, p.priority)
 	}
 	where = a + ".state = 'queued'"
 	order = a + ".run_at, " + a + ".seq"
@@ -187,6 +201,18 @@ func (p *picker) seek(a, q, k string) (where, order string) {
 	if p.tenants != "" {
 		where += " AND " + a + ".tenant = ANY(" + p.tenants + ")"
 	}
+	// Paused queues (pauses.go) are checked in the statement itself, so
+	// no replica claims from one paused before the claim began, heard
+	// of or not. Of one queue, the check references no column of the
+	// walk, so it runs once per seek and a paused queue's jobs are never
+	// walked; a walk of several queues (none named) checks each job, and
+	// steps over the ready jobs of paused queues ahead of the first it
+	// may take.
+	paused := a + ".queue"
+	if q != "" {
+		paused = q
+	}
+	where += " AND NOT EXISTS (SELECT FROM queue_pauses AS qp WHERE qp.queue = " + paused + ")"
 	return where, order
 }
 
@@ -206,6 +232,63 @@ func (p *picker) recheck() string {
 	return "(j.state = 'queued') IS TRUE"
 }
 
+// A ready job is one whose run_at has come: under each priority a range
+// of run_at, not one range of an index by priority then run_at, whose
+// walk would step over every urgent job due later before it reached the
+// ready jobs of the next priority. So every scan of the queued jobs in
+// claim order is one seek per priority (MinPriority to MaxPriority, as
+// constants in the statement), in order, under a Limit: PostgreSQL's
+// Append runs its inputs one after the other and stops with the Limit
+// above it, so the seeks of the priorities after the first that has
+// enough jobs never run, and a claim from a group whose most urgent
+// priority has ready jobs reads what it read before priorities. Where
+// the order of the Append's output matters (the candidates it keeps),
+// they are also sorted: a claim that reads more than one group, and the
+// numbering of the claimed jobs, sort the few candidates by claim order.
+// NextReady, which wants the earliest RunAt whatever the priority,
+// reads each priority's first job and sorts those by RunAt.
+
+// priorities are the priorities a job may have, as SQL constants, most
+// urgent first.
+var priorities = func() []string {
+	var out []string
+	for pr := jobtype.MinPriority; pr <= jobtype.MaxPriority; pr++ {
+		out = append(out, strconv.Itoa(pr))
+	}
+	return out
+}()
+
+// byPriority is a FROM item (alias c, columns seq, priority, run_at and
+// queue) of the QUEUED jobs of queue q and kind k (as for seek) that a
+// claim may take, in claim order, at most lim (an SQL expression) of
+// them: one seek per priority (see above). Not ready, it holds each
+// priority's first lim jobs, in no order.
+func (p *picker) byPriority(q, k, lim string) string {
+	arms := make([]string, len(priorities))
+	for i, pr := range priorities {
+		p.priority = pr
+		where, order := p.seek("h", q, k)
+		arms[i] = "(SELECT h.seq, h.priority, h.run_at, h.queue FROM jobs AS h WHERE " + where +
+			" ORDER BY " + order + " LIMIT " + lim + ")"
+	}
+	p.priority = ""
+	all := strings.Join(arms, "\n\t\tUNION ALL ")
+	if !p.ready {
+		return "(" + all + ") AS c"
+	}
+	return "(SELECT * FROM (" + all + ") AS c LIMIT " + lim + ") AS c"
+}
+
+// order is the order of the pick's jobs (alias a): claim order when
+// ready; by RunAt for NextReady, which reports the earliest RunAt,
+// whatever its priority.
+func (p *picker) order(a string) string {
+	if p.ready {
+		return a + ".priority, " + a + ".run_at, " + a + ".seq"
+	}
+	return a + ".run_at, " + a + ".seq"
+}
+
 // free is the pick without queue rules.
 func (p *picker) free(queues, kinds []string, n int, sel, suffix string) string {
 	if len(queues) <= 1 && len(kinds) <= 1 {
@@ -216,9 +299,27 @@ func (p *picker) free(queues, kinds []string, n int, sel, suffix string) string 
 		if len(kinds) == 1 {
 			k = p.arg(kinds[0]) + "::text"
 		}
-		where, order := p.seek("j", q, k)
-		return "SELECT " + sel + " FROM jobs AS j WHERE " + where + " ORDER BY " + order +
-			fmt.Sprintf(" LIMIT %d", n) + suffix
+		// One seek per priority, each locking as it goes (with SKIP
+		// LOCKED, claims running beside it cost it only the rows they
+		// hold) until the Limit has n jobs; not ready, each priority's
+		// first job, of which the earliest.
+		arms := make([]string, len(priorities))
+		for i, pr := range priorities {
+			p.priority = pr
+			where, order := p.seek("j", q, k)
+			limit := ""
+			if !p.ready {
+				limit = " LIMIT 1"
+			}
+			arms[i] = fmt.Sprintf("SELECT * FROM (SELECT %s FROM jobs AS j WHERE %s ORDER BY %s%s%s) AS a%d",
+				sel, where, order, limit, suffix, i)
+		}
+		p.priority = ""
+		all := strings.Join(arms, "\nUNION ALL ")
+		if !p.ready {
+			return "SELECT * FROM (" + all + ") AS c ORDER BY c.run_at LIMIT 1"
+		}
+		return all + fmt.Sprintf("\nLIMIT %d", n)
 	}
 	// One seek per queue, kind, or pair of them.
 	var keys, q, k string
@@ -238,13 +339,11 @@ func (p *picker) free(queues, kinds []string, n int, sel, suffix string) string 
 		keys, k = "unnest("+p.arg(kinds)+"::text[]) AS k(kind)", "k.kind"
 	}
 	m := n + candidateSlack
-	where, order := p.seek("h", q, k)
 	return fmt.Sprintf(`SELECT %s FROM (
-	SELECT c.seq, c.run_at FROM %s, LATERAL (
-		SELECT h.seq, h.run_at FROM jobs AS h WHERE %s ORDER BY %s LIMIT %d) AS c
-	ORDER BY c.run_at, c.seq LIMIT %d) AS c
+	SELECT c.seq, c.priority, c.run_at FROM %s, LATERAL %s
+	ORDER BY %s LIMIT %d) AS c
 JOIN jobs AS j ON j.seq = c.seq WHERE %s
-ORDER BY c.run_at, c.seq LIMIT %d%s`, sel, keys, where, order, m, m, p.recheck(), n, suffix)
+ORDER BY %s LIMIT %d%s`, sel, keys, p.byPriority(q, k, strconv.Itoa(m)), p.order("c"), m, p.recheck(), p.order("c"), n, suffix)
 }
 
 // ruled is the pick under queue rules.
@@ -287,8 +386,8 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 	}
 	headWhere, headOrder := p.seekAll("o.queue")
 	retryWhere, retryOrder := headWhere+" AND h.attempt > 0", headOrder
-	ruledWhere, ruledOrder := p.seek("h", "o.queue", kind)
-	freeWhere, freeOrder := p.seek("h", "n.queue", kind)
+	ruledJobs := p.byPriority("o.queue", kind, fmt.Sprintf("least(o.n, %d)", m))
+	freeJobs := p.byPriority("n.queue", kind, strconv.Itoa(m))
 	return `WITH RECURSIVE ` + names + `,
 	lim(queue, max_running, serial, hold) AS (
 		SELECT * FROM unnest(` + ruled + `::text[], ` + p.arg(rules.max) + `::int[], ` +
@@ -323,36 +422,34 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 			CASE WHEN o.hold THEN (SELECT h.seq FROM jobs AS h WHERE ` + retryWhere + ` ORDER BY ` + retryOrder + ` LIMIT 1) END,
 			(SELECT h.seq FROM jobs AS h WHERE ` + headWhere + ` ORDER BY ` + headOrder + ` LIMIT 1))
 		FROM room AS o WHERE o.serial AND o.n > 0),
-	candidates(seq, run_at, queue) AS (
-		SELECT h.seq, h.run_at, h.queue FROM heads JOIN jobs AS h ON h.seq = heads.seq
+	-- A serial queue's head is its first job whatever its priority;
+	-- among the queues' candidates it counts by its priority.
+	candidates(seq, priority, run_at, queue) AS (
+		SELECT h.seq, h.priority, h.run_at, h.queue FROM heads JOIN jobs AS h ON h.seq = heads.seq
 		WHERE (` + strings.Join(match, " AND ") + `) IS TRUE
 		UNION ALL
-		SELECT c.seq, c.run_at, c.queue FROM room AS o` + kindRows + `, LATERAL (
-			SELECT h.seq, h.run_at, h.queue FROM jobs AS h WHERE ` + ruledWhere + `
-			ORDER BY ` + ruledOrder + fmt.Sprintf(` LIMIT least(o.n, %d)) AS c`, m) + `
+		SELECT c.seq, c.priority, c.run_at, c.queue FROM room AS o` + kindRows + `, LATERAL ` + ruledJobs + `
 		WHERE NOT o.serial AND coalesce(o.n, 1) > 0
 		UNION ALL
-		(SELECT c.seq, c.run_at, c.queue FROM names AS n` + kindRows + `, LATERAL (
-			SELECT h.seq, h.run_at, h.queue FROM jobs AS h WHERE ` + freeWhere + `
-			ORDER BY ` + freeOrder + fmt.Sprintf(` LIMIT %d) AS c`, m) + `
+		(SELECT c.seq, c.priority, c.run_at, c.queue FROM names AS n` + kindRows + `, LATERAL ` + freeJobs + `
 		WHERE n.queue IS NOT NULL AND n.queue <> ALL(` + ruled + `::text[])
-		ORDER BY c.run_at, c.seq` + fmt.Sprintf(` LIMIT %d))`, m) + `,
+		ORDER BY ` + p.order("c") + fmt.Sprintf(` LIMIT %d))`, m) + `,
 	-- Each queue keeps the candidates it has room for, in claim order,
 	-- and then each pool those its free units allow.
-	queue_fit(seq, run_at, queue) AS (
-		SELECT c.seq, c.run_at, c.queue FROM (
-			SELECT c.*, row_number() OVER (PARTITION BY c.queue ORDER BY c.run_at, c.seq) AS i
+	queue_fit(seq, priority, run_at, queue) AS (
+		SELECT c.seq, c.priority, c.run_at, c.queue FROM (
+			SELECT c.*, row_number() OVER (PARTITION BY c.queue ORDER BY ` + p.order("c") + `) AS i
 			FROM candidates AS c) AS c
 		LEFT JOIN room AS o ON o.queue = c.queue
 		WHERE o.n IS NULL OR c.i <= o.n),
 	pool_over(seq) AS (
 		SELECT u.seq FROM (
-			SELECT c.seq, p.pool, row_number() OVER (PARTITION BY p.pool ORDER BY c.run_at, c.seq) AS i
+			SELECT c.seq, p.pool, row_number() OVER (PARTITION BY p.pool ORDER BY ` + p.order("c") + `) AS i
 			FROM queue_fit AS c JOIN pool_use AS p ON p.queue = c.queue) AS u
 		JOIN pool_free AS f ON f.pool = u.pool WHERE u.i > f.free)
 	SELECT ` + sel + ` FROM queue_fit AS c JOIN jobs AS j ON j.seq = c.seq
 	WHERE ` + p.recheck() + ` AND c.seq NOT IN (SELECT seq FROM pool_over)
-	ORDER BY c.run_at, c.seq` + fmt.Sprintf(" LIMIT %d", n) + suffix
+	ORDER BY ` + p.order("c") + fmt.Sprintf(" LIMIT %d", n) + suffix
 }
 
 // seekAll is seek of every QUEUED job of queue q, whatever its run_at,
@@ -492,7 +589,7 @@ func claimQuery(f store.ClaimFilter, c store.Claim) (string, []any) {
 		leaseQueues, leases = append(leaseQueues, q), append(leases, d.Microseconds())
 	}
 	args := []any{micro(c.Now), c.WorkerID, c.LeaseIDs, leaseQueues, leases, c.Lease.Microseconds()}
-	picked, pickArgs := pickQuery(f, true, len(c.LeaseIDs), "j.seq, j.updated_at, j.run_at", true, len(args)+1)
+	picked, pickArgs := pickQuery(f, true, len(c.LeaseIDs), "j.seq, j.updated_at, j.run_at, j.priority", true, len(args)+1)
 	return "WITH picked AS (" + picked + ")" + fmt.Sprintf(claimSet, qualified(columns, "j")), append(args, pickArgs...)
 }
 

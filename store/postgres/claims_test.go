@@ -186,6 +186,22 @@ func seekProblems(plan planNode) (problems []string, seeks int) {
 	return problems, seeks
 }
 
+// seeksByPriority says whether plan seeks one of the indexes of the
+// queued jobs in claim order, whose columns hold priority before run_at:
+// every pick finds the most urgent ready jobs first.
+func seeksByPriority(plan planNode) bool {
+	switch plan.IndexName {
+	case "jobs_queued_priority", "jobs_queued_queue_priority", "jobs_queued_kind", "jobs_queued_queue_kind":
+		return true
+	}
+	for _, c := range plan.Plans {
+		if seeksByPriority(c) {
+			return true
+		}
+	}
+	return false
+}
+
 // Every claim and every parked claimer's look runs pickQuery, so it must
 // seek each queue's (or kind's) first jobs in an index in claim order,
 // never scan the table or sort the queued jobs, whatever the statistics
@@ -207,13 +223,14 @@ func TestClaimPlanSeeksIndexesWithStaleStatistics(t *testing.T) {
 		SELECT 'done-'||i, 'acme', 'a', 'q', 'succeeded', 3, 100, '', 1, 1, '', $1::timestamptz, $1::timestamptz,
 			$1::timestamptz, '', '' FROM generate_series(1, 5000) AS i`, t0)
 	exec("ANALYZE jobs")
-	// 50,000 jobs the statistics know nothing of, over 4 queues, 3 kinds
-	// and 3 tenants, queued but for 1 in 100 running.
+	// 50,000 jobs the statistics know nothing of, over 4 queues, 3 kinds,
+	// 3 tenants and every priority, queued but for 1 in 100 running.
 	exec(`INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step, attempt, max_attempts,
-			unique_key, created_at, run_at, worker_id, lease_id)
+			unique_key, created_at, run_at, worker_id, lease_id, priority)
 		SELECT 'job-'||i, (ARRAY['acme', 'globex', 'initech'])[1 + i % 3], (ARRAY['a', 'b', 'c'])[1 + i % 5 % 3],
 			(ARRAY['q', 'index', 'readme', 'other'])[1 + i % 4], CASE WHEN i % 100 = 1 THEN 'running' ELSE 'queued' END,
-			1, 0, '', i % 7 / 6, 3, '', $1::timestamptz + i * interval '1 ms', $1::timestamptz + i * interval '1 ms', '', ''
+			1, 0, '', i % 7 / 6, 3, '', $1::timestamptz + i * interval '1 ms', $1::timestamptz + i * interval '1 ms', '', '',
+			i % 11 % 10
 		FROM generate_series(1, 50000) AS i`, t0)
 
 	limits := map[string]store.QueueLimit{
@@ -252,6 +269,9 @@ func TestClaimPlanSeeksIndexesWithStaleStatistics(t *testing.T) {
 			problems, seeks := seekProblems(plan)
 			if seeks == 0 {
 				problems = append(problems, "no seek of an index of the queued jobs")
+			}
+			if !seeksByPriority(plan) {
+				problems = append(problems, "no seek of an index of the queued jobs by priority")
 			}
 			if jit {
 				problems = append(problems, "JIT compiles it")

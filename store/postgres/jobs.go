@@ -178,7 +178,7 @@ func (s *Store) UpdateJob(ctx context.Context, id string, update func(*jobtype.J
 		if u.changed {
 			s.announce(u.job)
 		}
-		return u.job, nil
+		return returned(u.job), nil
 	}
 }
 
@@ -201,7 +201,7 @@ func change(id string, old jobtype.Job, update func(*jobtype.Job) error) (jobtyp
 // updateOptimistic is one try of UpdateJob without a lock: the read, and
 // the write if the row's revision is still the one read.
 func (s *Store) updateOptimistic(ctx context.Context, id string, update func(*jobtype.Job) error) (updated, error) {
-	old, err := s.getJob(ctx, id)
+	old, err := readForWrite(ctx, s.pool, id, false)
 	if err != nil {
 		return updated{}, err
 	}
@@ -228,10 +228,7 @@ func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtyp
 	err := s.write(ctx, func(wctx context.Context, conn *pgxpool.Conn) error {
 		u = updated{}
 		return pgx.BeginFunc(wctx, conn, func(tx pgx.Tx) error {
-			old, err := scanJob(tx.QueryRow(wctx, "SELECT "+columns+" FROM jobs WHERE id = $1 FOR NO KEY UPDATE", id))
-			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("job %s: %w", id, jobtype.ErrNotFound)
-			}
+			old, err := readForWrite(wctx, tx, id, true)
 			if err != nil {
 				return err
 			}
@@ -296,6 +293,15 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]jobtype.Job
 	}
 	if f.Queue != "" {
 		where = append(where, "queue = "+arg(f.Queue))
+	}
+	if len(f.Kinds) > 0 {
+		where = append(where, "kind = ANY("+arg(f.Kinds)+"::text[])")
+	}
+	if len(f.Queues) > 0 {
+		where = append(where, "queue = ANY("+arg(f.Queues)+"::text[])")
+	}
+	if !f.CreatedBefore.IsZero() {
+		where = append(where, "created_at < "+arg(micro(f.CreatedBefore))+"::timestamptz")
 	}
 	// order is the list's order by its key, for alias a.
 	format := byte(listFormat)

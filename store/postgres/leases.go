@@ -51,9 +51,21 @@ var writeLeases = strings.NewReplacer(
 	"{{complete}}", fmt.Sprint(int(store.Complete)),
 	"{{fail}}", fmt.Sprint(int(store.Fail)),
 	"{{columns}}", qualified(columns, "j"),
+	"{{maxHistory}}", fmt.Sprint(jobtype.MaxHistory),
 ).Replace(strings.NewReplacer(
 	// requeue: a Fail that leaves attempts and asks for one.
 	"{{requeue}}", "(w.op = {{fail}} AND w.retry AND j.attempt < j.max_attempts)",
+	// history: j's history with the entry of the attempt a Complete or
+	// Fail ends appended (jobtype.Job.EndAttempt), the last
+	// {{maxHistory}} kept, in the JSON that encoding/json reads back as
+	// the same []jobtype.HistoryEntry: times as RFC 3339 in UTC to the
+	// microsecond, the attempt's start from attempt_started_at.
+	"{{history}}", `CASE WHEN j.history IS NULL THEN json_build_array(`+historyEntry+`)
+		ELSE (SELECT json_agg(h.e ORDER BY h.n) FROM (
+			SELECT e, n FROM json_array_elements(j.history) WITH ORDINALITY AS o(e, n)
+			UNION ALL
+			SELECT `+historyEntry+`, json_array_length(j.history) + 1
+		) AS h(e, n) WHERE h.n > json_array_length(j.history) + 1 - {{maxHistory}}) END`,
 	// visible: the write changes a field a watcher sees (see
 	// jobtype.Job.SameVisible): Complete and Fail change the state; a
 	// Heartbeat, maybe percent or step.
@@ -96,6 +108,7 @@ held AS (
 		lease_expires_at = CASE WHEN w.op = {{heartbeat}}
 			THEN $11 + coalesce((SELECT d.us FROM unnest($12::text[], $13::bigint[]) AS d(q, us)
 				WHERE d.q = j.queue), $14) * interval '1 microsecond' END,
+		history = CASE WHEN w.op = {{heartbeat}} THEN j.history ELSE {{history}} END,
 		updated_at = CASE WHEN {{visible}} THEN $11 ELSE j.updated_at END,
 		version = j.version + CASE WHEN {{visible}} THEN 1 ELSE 0 END,
 		rev = j.rev + 1
@@ -107,6 +120,22 @@ stale AS (
 SELECT * FROM held
 UNION ALL
 SELECT * FROM stale`))
+
+// historyEntry is the JSON of the history entry of the attempt a
+// Complete or Fail w ends (jobtype.Job.EndAttempt). A job's first
+// attempt to end, the common case, makes the history a one-entry array
+// without reading any other.
+var historyEntry = `json_build_object('attempt', j.attempt, 'worker_id', j.worker_id,
+	'started_at', ` + jsonTime("j.attempt_started_at") + `, 'finished_at', ` + jsonTime("$11::timestamptz") + `,
+	'state', CASE WHEN w.op = {{complete}} THEN 'succeeded'
+		WHEN w.op = {{fail}} AND w.retry AND j.attempt < j.max_attempts THEN 'queued' ELSE 'failed' END,
+	'error', CASE WHEN w.op = {{fail}} THEN json_build_object('type', w.error_type, 'message', w.error_message) END)`
+
+// jsonTime is the SQL of timestamptz expr as encoding/json writes a UTC
+// time.Time to the microsecond (NULL stays NULL, which reads as zero).
+func jsonTime(expr string) string {
+	return `to_char(` + expr + ` AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`
+}
 
 // WriteLeases implements store.Store with writeLeases: one statement for
 // the whole batch. A batch that writes one job more than once (rare: a

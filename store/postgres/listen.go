@@ -188,7 +188,8 @@ func (h *hearing) rotate() {
 func (h *hearing) deliver(changes []store.Change) {
 	fresh := changes[:0]
 	for _, c := range changes {
-		if h.fresh(c) {
+		// A queue's pause or resume is no job's version: never a repeat.
+		if c.QueueChange || h.fresh(c) {
 			fresh = append(fresh, c)
 		}
 	}
@@ -300,7 +301,15 @@ func (s *Store) readBatch(ctx context.Context, conn *pgx.Conn, deadline time.Tim
 }
 
 func (s *Store) appendChanges(batch []store.Change, n *pgconn.Notification) []store.Change {
-	changes, err := parseChanges(n.Payload)
+	var changes []store.Change
+	var err error
+	if isPauseNotice(n.Payload) {
+		var c store.Change
+		c, err = parsePauseNotice(n.Payload)
+		changes = []store.Change{c}
+	} else {
+		changes, err = parseChanges(n.Payload)
+	}
 	if err != nil {
 		s.log.Warn("postgres listener: a notification it cannot read", "channel", n.Channel, "err", err)
 		return batch

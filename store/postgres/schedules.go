@@ -15,7 +15,8 @@ import (
 
 // scheduleStates reads each schedule's latest run: the job's own state
 // while it exists, else the state recorded at its end.
-const scheduleStates = `SELECT s.name, s.job_id, s.ended_at, coalesce(j.state, s.ended_state)
+// A cron schedule not yet run has no job_id (store.ScheduleState).
+const scheduleStates = `SELECT s.name, coalesce(s.job_id, ''), s.ended_at, coalesce(j.state, s.ended_state)
 	FROM schedules AS s LEFT JOIN jobs AS j ON j.id = s.job_id`
 
 func scanSchedule(r pgx.Row) (store.ScheduleState, error) {
@@ -92,6 +93,11 @@ func runSchedule(ctx context.Context, tx pgx.Tx, run store.ScheduleRun, now time
 	if step.RecordEnd {
 		if _, err := tx.Exec(ctx, `UPDATE schedules SET ended_at = $1 WHERE name = $2`, now, run.Name); err != nil {
 			return jobtype.Job{}, false, fmt.Errorf("record the end of a run that is gone: %w", err)
+		}
+	}
+	if step.RecordSeen {
+		if _, err := tx.Exec(ctx, `INSERT INTO schedules (name, ended_at) VALUES ($1, $2)`, run.Name, now); err != nil {
+			return jobtype.Job{}, false, fmt.Errorf("record it first seen: %w", err)
 		}
 	}
 	if !step.Start {

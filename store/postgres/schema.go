@@ -186,10 +186,23 @@ CREATE INDEX jobs_queued_kind ON {{schema}}.jobs (kind, run_at, seq) WHERE state
 CREATE INDEX jobs_queued_queue_kind ON {{schema}}.jobs (queue, kind, run_at, seq) WHERE state = 'queued';
 `,
 	// 4: each job's priority (0 most urgent to 9) and history
-	// (jobtype.HistoryEntry, as a JSON array, NULL while empty).
+	// (jobtype.HistoryEntry, as a JSON array, NULL while empty). Claims
+	// take the most urgent ready job first, then the oldest, so the
+	// indexes they seek in claim order hold priority before run_at
+	// (claims.go): jobs_queued_priority (any job) and
+	// jobs_queued_queue_priority (one queue's) are new, 3's kind indexes
+	// are replaced. jobs_queued and jobs_queued_queue stay, in run_at
+	// order, for what is in that order: the jobs due later, a serial
+	// queue's head, the queues' stats.
 	`
 ALTER TABLE {{schema}}.jobs ADD COLUMN priority integer NOT NULL DEFAULT 0;
 ALTER TABLE {{schema}}.jobs ADD COLUMN history json;
+DROP INDEX {{schema}}.jobs_queued_kind;
+DROP INDEX {{schema}}.jobs_queued_queue_kind;
+CREATE INDEX jobs_queued_priority ON {{schema}}.jobs (priority, run_at, seq) WHERE state = 'queued';
+CREATE INDEX jobs_queued_queue_priority ON {{schema}}.jobs (queue, priority, run_at, seq) WHERE state = 'queued';
+CREATE INDEX jobs_queued_kind ON {{schema}}.jobs (kind, priority, run_at, seq) WHERE state = 'queued';
+CREATE INDEX jobs_queued_queue_kind ON {{schema}}.jobs (queue, kind, priority, run_at, seq) WHERE state = 'queued';
 `,
 	// 5: paused queues (PauseQueue): a queue with a row hands out no
 	// claims.
@@ -199,6 +212,12 @@ CREATE TABLE {{schema}}.queue_pauses (
 	paused_at timestamptz NOT NULL,
 	paused_by text        NOT NULL
 );
+`,
+	// 6: a cron schedule is kept from the time it is first seen, before
+	// its first run (store.ScheduleState): job_id NULL, ended_at that
+	// time.
+	`
+ALTER TABLE {{schema}}.schedules ALTER COLUMN job_id DROP NOT NULL;
 `,
 }
 

@@ -123,13 +123,25 @@ func claimAs(old jobtype.Job, c store.Claim, i int) jobtype.Job {
 // it, so its cost must not grow with the jobs that wait, whatever the
 // worker's filter: TestClaimPlanSeeksEveryQueueHead pins the plans.
 //
-// Claim order is RunAt, then creation order (seq, the rowid). Each index
-// below holds the QUEUED jobs of one group in that order, so a group's
-// first ready job is one seek:
-//   - jobs_state_run_at (state, run_at, seq): every queued job;
-//   - jobs_state_queue_run_at (state, queue, run_at): one queue's;
-//   - jobs_queued_kind (kind, queue, run_at) WHERE state = 'queued': one
-//     kind's in one queue.
+// Claim order is Priority (0 first), then RunAt, then creation order
+// (seq, the rowid); a serial queue's own order ignores Priority (its head
+// is its first job by RunAt, then creation), though its head competes
+// with other queues' jobs by its priority. Each index below holds the
+// QUEUED jobs of one group by priority, then in that order:
+//   - jobs_queued_priority (priority, run_at): every queued job;
+//   - jobs_queued_queue (queue, priority, run_at): one queue's;
+//   - jobs_queued_kind (kind, queue, priority, run_at): one kind's in one
+//     queue.
+//
+// A ready job is one whose run_at has come, a range of run_at under each
+// priority, not one range of the index: a walk in index order would step
+// over every job of an urgent priority that is due later before it
+// reached the ready jobs of the next. So a group is walked a priority at
+// a time (priorityWalk): the next priority with queued jobs is one seek
+// (MIN(priority) above the last), its first ready job another, each next
+// one another. A group whose most urgent priority has ready jobs costs
+// one seek more than a walk of one range would; each priority passed
+// over, two.
 //
 // A worker names the kinds it runs (and maybe its queues): its pick walks
 // only those groups, never the jobs of other kinds waiting ahead of them
@@ -138,24 +150,85 @@ func claimAs(old jobtype.Job, c store.Claim, i int) jobtype.Job {
 // the groups walked: a tenant's claim steps over the ready jobs of other
 // tenants of the same kind and queue ahead of its own.
 
+// priorityWalk is the CTE walk(kind, queue, p, seq, run_at, i, phase):
+// the QUEUED jobs matching filter (conditions on jobs' columns, each
+// after AND) of each row of the CTE groups(kind, queue) that guard (a
+// condition on g, or "") keeps, sought in index by key (a condition on
+// the group's row of alias a, or "" for every job), in claim order. A
+// row with a seq is a job (its priority p, its run_at, the i-th of its
+// group); the others are the walk's steps between priorities. Its phase
+// says what the next step seeks: 0 the next priority with queued jobs,
+// 1 that priority's first job, 2 the job after this one. A group stops at
+// its last priority or once i reaches bound (an expression, or "" for no
+// bound); with each (NextReady's look at the earliest RunAt) it takes
+// each priority's first job only.
+func priorityWalk(index, guard string, key func(a string) string, filter string, bound string, each bool) string {
+	on := func(a string) string {
+		if k := key(a); k != "" {
+			return " AND " + k
+		}
+		return ""
+	}
+	from := "jobs INDEXED BY " + index + " WHERE state = 'queued'"
+	nextPriority := "(SELECT MIN(priority) FROM " + from + on("w") + " AND priority > w.p)"
+	first := "(SELECT seq FROM " + from + on("w") + " AND priority = w.p" + filter + " ORDER BY run_at, seq LIMIT 1)"
+	// The job after w: the range starts at w's run_at, and the few jobs
+	// of that run_at up to w are stepped over.
+	next := "(SELECT seq FROM " + from + on("w") + " AND priority = w.p" + filter +
+		" AND run_at >= w.run_at AND (run_at > w.run_at OR seq > w.seq) ORDER BY run_at, seq LIMIT 1)"
+	found := "2" // after a job, the job after it
+	if each {
+		found = "0" // after a job, the next priority
+	}
+	where := ""
+	if guard != "" {
+		where = "\n\t\tWHERE " + guard
+	}
+	stop := "w.p IS NOT NULL"
+	if bound != "" {
+		stop += " AND w.i < " + bound
+	}
+	return `walk(kind, queue, p, seq, run_at, i, phase) AS (
+		SELECT g.kind, g.queue, -1, NULL, NULL, 0, 0 FROM groups AS g` + where + `
+		UNION ALL
+		SELECT w.kind, w.queue, CASE WHEN w.phase = 0 THEN ` + nextPriority + ` ELSE w.p END,
+			j.seq, j.run_at, w.i + (j.seq IS NOT NULL),
+			CASE WHEN w.phase = 0 THEN 1 WHEN j.seq IS NULL THEN 0 ELSE ` + found + ` END
+		FROM walk AS w LEFT JOIN jobs AS j ON j.seq = CASE w.phase WHEN 1 THEN ` + first + `
+			WHEN 2 THEN ` + next + ` END
+		WHERE ` + stop + `)`
+}
+
+// pickOrder is the order of the pick's jobs (columns of alias a, or bare
+// with a ""): claim order when ready; by RunAt for NextReady, which
+// reports the earliest RunAt, whatever its priority.
+func pickOrder(a string, ready bool) string {
+	if a != "" {
+		a += "."
+	}
+	if ready {
+		return a + "priority, " + a + "run_at, " + a + "seq"
+	}
+	return a + "run_at, " + a + "seq"
+}
+
 // unruledPickQuery is the pick without rules: selected (columns of jobs)
 // of the QUEUED jobs matching f in claim order, ready ones (RunAt at or
 // before f.Now) only if ready, of which the first n are the pick. The
-// caller reads only the first n rows: the query may hold more.
+// caller reads only the first n rows: the query may hold more. Not ready
+// (NextReady), the first row is the job of the earliest RunAt.
 //
-// With neither kinds nor queues it walks jobs_state_run_at, and reads
-// only as many jobs as the caller reads rows. Otherwise its groups are
+// Its groups are every queued job (with neither kinds nor queues), or
 // each named queue, or each named kind in each queue that has queued jobs
 // of it (a skip-scan of jobs_queued_kind, one seek per queue), or both
-// lists' pairs; it walks each group's first n jobs, a seek each, sorts
-// their seqs in claim order and reads the first n (up to 2n) jobs: at
-// most n jobs per group are sought, however many wait.
+// lists' pairs; it walks each group's first n jobs (priorityWalk), a seek
+// each, sorts their seqs in claim order and reads the first n (up to 2n)
+// jobs: at most n jobs per group are sought, however many wait.
 //
-// Neither takes its LIMIT as a parameter: SQLite plans a statement that
-// sorts under a LIMIT parameter again at every run (it plans with the
-// value), which made the pick about ten times as slow (250 µs, not 25).
-// The walk of the index has no LIMIT (the caller stops reading), the sort
-// of the groups' jobs a literal one.
+// It takes no LIMIT as a parameter: SQLite plans a statement that sorts
+// under a LIMIT parameter again at every run (it plans with the value),
+// which made the pick about ten times as slow (250 µs, not 25). The sort
+// of the groups' jobs has a literal one.
 func unruledPickQuery(f store.ClaimFilter, ready bool, n int, selected string) (string, []any) {
 	var args []any
 	filter := ""
@@ -167,10 +240,6 @@ func unruledPickQuery(f store.ClaimFilter, ready bool, n int, selected string) (
 		filter += " AND tenant IN (SELECT value FROM json_each(:tenants))"
 		args = append(args, sql.Named("tenants", mustJSON(f.Tenants, "[]")))
 	}
-	if len(f.Kinds) == 0 && len(f.Queues) == 0 {
-		return "SELECT " + selected + " FROM jobs INDEXED BY jobs_state_run_at WHERE state = 'queued'" + filter +
-			" ORDER BY run_at, seq", args
-	}
 	args = append(args, sql.Named("n", n))
 	if len(f.Kinds) > 0 {
 		args = append(args, sql.Named("kinds", mustJSON(distinct(f.Kinds), "[]")))
@@ -178,12 +247,16 @@ func unruledPickQuery(f store.ClaimFilter, ready bool, n int, selected string) (
 	if len(f.Queues) > 0 {
 		args = append(args, sql.Named("queues", mustJSON(distinct(f.Queues), "[]")))
 	}
-	var groups, index string
+	var groups, index, guard string
 	var key func(group string) string
 	switch {
+	case len(f.Kinds) == 0 && len(f.Queues) == 0:
+		groups = `groups(kind, queue) AS (SELECT NULL, NULL)`
+		index = "jobs_queued_priority"
+		key = func(string) string { return "" }
 	case len(f.Kinds) == 0:
 		groups = `groups(kind, queue) AS (SELECT NULL, value FROM json_each(:queues))`
-		index = "jobs_state_queue_run_at"
+		index = "jobs_queued_queue"
 		key = func(g string) string { return "queue = " + g + ".queue" }
 	case len(f.Queues) == 0:
 		groups = `kinds(kind) AS (SELECT value FROM json_each(:kinds)),
@@ -194,7 +267,7 @@ func unruledPickQuery(f store.ClaimFilter, ready bool, n int, selected string) (
 		SELECT kind, (SELECT MIN(queue) FROM jobs INDEXED BY jobs_queued_kind
 			WHERE state = 'queued' AND kind = g.kind AND queue > g.queue) FROM groups AS g
 		WHERE g.queue IS NOT NULL)`
-		index = "jobs_queued_kind"
+		index, guard = "jobs_queued_kind", "g.queue IS NOT NULL"
 		key = func(g string) string { return "kind = " + g + ".kind AND queue = " + g + ".queue" }
 	default:
 		groups = `groups(kind, queue) AS (
@@ -202,24 +275,47 @@ func unruledPickQuery(f store.ClaimFilter, ready bool, n int, selected string) (
 		index = "jobs_queued_kind"
 		key = func(g string) string { return "kind = " + g + ".kind AND queue = " + g + ".queue" }
 	}
-	first := "SELECT seq FROM jobs INDEXED BY " + index + " WHERE state = 'queued' AND " + key("g") + filter +
-		" ORDER BY run_at, seq LIMIT 1"
-	// The job after w in its group: the index's range starts at w's
-	// run_at, and the few jobs of that run_at up to w are stepped over.
-	next := "SELECT seq FROM jobs INDEXED BY " + index + " WHERE state = 'queued' AND " + key("w") + filter +
-		" AND run_at >= w.run_at AND (run_at > w.run_at OR seq > w.seq) ORDER BY run_at, seq LIMIT 1"
+	// Paused queues (pauses.go) are passed over in the statement: a
+	// group of one queue whole, by its guard; the walk of every queued
+	// job (no kinds, no queues) job by job, so such a worker steps over
+	// the ready jobs of paused queues ahead of the first it may take.
+	if len(f.Kinds) == 0 && len(f.Queues) == 0 {
+		filter += " AND " + notPaused("queue")
+	} else if guard == "" {
+		guard = notPaused("g.queue")
+	} else {
+		guard += " AND " + notPaused("g.queue")
+	}
+	if !ready && len(f.Kinds) == 0 && len(f.Queues) == 0 {
+		// The earliest RunAt of every queued job, whatever its priority:
+		// the first of jobs_state_run_at, one seek.
+		return "SELECT " + selected + " FROM jobs INDEXED BY jobs_state_run_at WHERE state = 'queued'" + filter +
+			" ORDER BY run_at, seq", args
+	}
+	bound := ""
+	if ready {
+		bound = ":n"
+	}
 	query := `WITH RECURSIVE
 	` + groups + `,
-	walk(kind, queue, seq, run_at, i) AS (
-		SELECT g.kind, g.queue, j.seq, j.run_at, 1 FROM groups AS g JOIN jobs AS j ON j.seq = (` + first + `)
-		WHERE g.queue IS NOT NULL
-		UNION ALL
-		SELECT w.kind, w.queue, j.seq, j.run_at, w.i + 1 FROM walk AS w JOIN jobs AS j ON j.seq = (` + next + `)
-		WHERE w.i < :n)
+	` + priorityWalk(index, guard, key, filter, bound, !ready) + `
 `
-	if n == 1 {
+	order := "p, run_at, seq"
+	if !ready {
+		order = "run_at, seq"
+	}
+	queues := len(distinct(f.Queues))
+	if oneGroup := queues <= 1 && len(distinct(f.Kinds)) <= 1 && (queues == 1 || len(f.Kinds) == 0); ready && n == 1 && oneGroup {
+		// One group's walk finds its jobs in claim order (SQLite's
+		// recursive queue is first in, first out, and each step adds one
+		// row), so its first job is the pick, without a sort, which on a
+		// read connection (NextReady) makes a temporary file.
+		return query + "SELECT " + selected + " FROM jobs WHERE seq = (SELECT seq FROM walk WHERE seq IS NOT NULL LIMIT 1)", args
+	}
+	if n == 1 || !ready {
 		// One job: a lookup of the first, rather than a sort of them all.
-		return query + "SELECT " + selected + " FROM jobs WHERE seq = (SELECT seq FROM walk ORDER BY run_at, seq LIMIT 1)", args
+		return query + "SELECT " + selected + " FROM jobs WHERE seq = (SELECT seq FROM walk WHERE seq IS NOT NULL ORDER BY " +
+			order + " LIMIT 1)", args
 	}
 	// The first n of the groups' jobs, by a sort of their seqs, whose
 	// LIMIT is n rounded up to a power of two: a literal (so the statement
@@ -228,8 +324,8 @@ func unruledPickQuery(f store.ClaimFilter, ready bool, n int, selected string) (
 	for limit < n {
 		limit *= 2
 	}
-	return query + "SELECT " + selected + " FROM jobs WHERE seq IN (SELECT seq FROM walk ORDER BY run_at, seq LIMIT " +
-		strconv.Itoa(limit) + ") ORDER BY run_at, seq", args
+	return query + "SELECT " + selected + " FROM jobs WHERE seq IN (SELECT seq FROM walk WHERE seq IS NOT NULL ORDER BY " +
+		order + " LIMIT " + strconv.Itoa(limit) + ") ORDER BY " + pickOrder("", ready), args
 }
 
 // distinct returns names without repeats, so that no group is walked
@@ -256,25 +352,26 @@ func distinct(names []string) []string {
 //   - names: the queues with QUEUED jobs, by a skip-scan of the index
 //     jobs_state_queue_run_at (one seek per queue: MIN(queue) > the last
 //     one), or the worker's own list of queues;
-//   - heads: each queue's first job, one seek in the same index, whose
-//     rows of one (state, queue) are in run_at then seq (rowid) order,
-//     which is claim order; a serial queue's head is its first job
-//     whatever its kind or tenant (order is the rule: a head the worker
-//     may not take blocks the queue for it), and with hold a job backing
-//     off before a retry comes first, found in the partial index
-//     jobs_queued_retry; another queue's head, for a worker that names
-//     its kinds, is the first of its kinds' heads in the queue, one seek
-//     each in jobs_queued_kind;
+//   - heads: a serial queue's head is its first job by RunAt then
+//     creation, whatever its priority, kind or tenant (order is the rule:
+//     a head the worker may not take blocks the queue for it), one seek
+//     in jobs_state_queue_run_at, whose rows of one (state, queue) are in
+//     run_at then seq (rowid) order; with hold a job backing off before a
+//     retry comes first, found in the partial index jobs_queued_retry.
+//     Another queue's head is its first job in claim order, found by a
+//     walk of its priorities (priorityWalk) in jobs_queued_queue, or, for
+//     a worker that names its kinds, of each kind's in jobs_queued_kind;
 //   - room, checked before any head is sought: each pool's RUNNING jobs
 //     (of every queue that uses it) counted once per claim, and each
 //     bounded queue's, by seeks in jobs_state_queue_run_at (state =
 //     'running', queue = ?): the work is in the running jobs of the
 //     rule's queues, never the queued.
 //
-// The rules are MATERIALIZED, so SQLite indexes them (an automatic
-// index) instead of re-reading the JSON for every queue. So a claim costs
-// a few seeks per queue with work, however deep the queues; the only sort
-// is of the heads, one row per queue.
+// The heads compete in claim order, a serial queue's by its head's
+// priority. The rules are MATERIALIZED, so SQLite indexes them (an
+// automatic index) instead of re-reading the JSON for every queue. So a
+// claim costs a few seeks per queue with work, however deep the queues;
+// the only sort is of the heads, a few rows per queue.
 func ruledPickQuery(f store.ClaimFilter, ready bool, selected string) (string, []any) {
 	args := []any{
 		sql.Named("now", toMicro(f.Now)),
@@ -304,19 +401,24 @@ func ruledPickQuery(f store.ClaimFilter, ready bool, selected string) (string, [
 		args = append(args, sql.Named("tenants", mustJSON(f.Tenants, "[]")))
 	}
 	match := tenants
-	head := `(SELECT seq FROM jobs WHERE state = 'queued' AND queue = o.name` + due + tenants + `
-			ORDER BY run_at, seq LIMIT 1)`
+	// The queues without a serial rule are the walk's groups: each
+	// queue, or each of the worker's kinds in each queue.
+	groups := `groups(kind, queue) AS (SELECT NULL, o.name FROM open_queues AS o WHERE NOT o.serial)`
+	index := "jobs_queued_queue"
+	key := func(g string) string { return "queue = " + g + ".queue" }
 	kinds := ""
 	if len(f.Kinds) > 0 {
 		match += " AND kind IN (SELECT kind FROM kinds)"
 		args = append(args, sql.Named("kinds", mustJSON(f.Kinds, "[]")))
 		kinds = `kinds(kind) AS MATERIALIZED (SELECT DISTINCT value FROM json_each(:kinds)),
 	`
-		head = `(SELECT h.seq FROM kinds AS k JOIN jobs AS h ON h.seq = (
-				SELECT seq FROM jobs INDEXED BY jobs_queued_kind
-				WHERE state = 'queued' AND kind = k.kind AND queue = o.name` + due + tenants + `
-				ORDER BY run_at, seq LIMIT 1)
-			ORDER BY h.run_at, h.seq LIMIT 1)`
+		groups = `groups(kind, queue) AS (SELECT k.kind, o.name FROM open_queues AS o, kinds AS k WHERE NOT o.serial)`
+		index = "jobs_queued_kind"
+		key = func(g string) string { return "kind = " + g + ".kind AND queue = " + g + ".queue" }
+	}
+	bound := ""
+	if ready {
+		bound = "1"
 	}
 	query := `WITH RECURSIVE
 	lim(queue, max_running, serial, hold) AS MATERIALIZED (
@@ -333,27 +435,32 @@ func ruledPickQuery(f store.ClaimFilter, ready bool, selected string) (string, [
 	open_queues(name, serial, hold) AS (
 		SELECT n.name, coalesce(l.serial, 0), coalesce(l.hold, 0)
 		FROM names AS n LEFT JOIN lim AS l ON l.queue = n.name
-		WHERE n.name IS NOT NULL
+		WHERE n.name IS NOT NULL AND ` + notPaused("n.name") + `
 			AND n.name NOT IN (SELECT queue FROM pool_blocked)
 			AND (coalesce(l.max_running, 0) = 0 OR (SELECT COUNT(*) FROM jobs AS r
 				WHERE r.state = 'running' AND r.queue = n.name) < l.max_running)),
+	` + groups + `,
+	` + priorityWalk(index, "", key, due+tenants, bound, !ready) + `,
 	heads(seq) AS (
-		SELECT CASE WHEN o.serial THEN coalesce(
+		SELECT coalesce(
 			CASE WHEN o.hold THEN (SELECT seq FROM jobs INDEXED BY jobs_queued_retry
 				WHERE state = 'queued' AND attempt > 0 AND queue = o.name ORDER BY run_at, seq LIMIT 1) END,
-			(SELECT seq FROM jobs WHERE state = 'queued' AND queue = o.name ORDER BY run_at, seq LIMIT 1))
-		ELSE ` + head + ` END
-		FROM open_queues AS o)
-SELECT ` + selected + ` FROM heads AS h JOIN jobs AS j ON j.seq = h.seq
+			(SELECT seq FROM jobs INDEXED BY jobs_state_queue_run_at
+				WHERE state = 'queued' AND queue = o.name ORDER BY run_at, seq LIMIT 1))
+		FROM open_queues AS o WHERE o.serial
+		UNION ALL
+		SELECT seq FROM walk WHERE seq IS NOT NULL)
+SELECT ` + selected + ` FROM heads AS hd JOIN jobs AS j ON j.seq = hd.seq
 WHERE 1` + due + match + `
-ORDER BY j.run_at, j.seq LIMIT 1`
+ORDER BY ` + pickOrder("j", ready) + ` LIMIT 1`
 	return query, args
 }
 
 // pickQuery is the pick of one job, the one NextReady looks at:
-// selected of the first QUEUED job ClaimJobs could take (ready) or could
-// take once its RunAt comes, in the first row (of maybe more); a bare
-// column name, which both picks know (the ruled one as j's).
+// selected of the first QUEUED job ClaimJobs could take (ready), or of
+// the earliest RunAt among those it could take once their RunAt comes,
+// whatever their priority (not ready), in the first row (of maybe more);
+// a bare column name, which both picks know (the ruled one as j's).
 func pickQuery(f store.ClaimFilter, ready bool, selected string) (string, []any) {
 	if len(f.Limits) == 0 {
 		return unruledPickQuery(f, ready, 1, selected)

@@ -190,7 +190,7 @@ func (s *Store) updateRow(ctx context.Context, tx *sql.Tx, seq int64, old, next 
 func (s *Store) UpdateJob(ctx context.Context, id string, update func(*jobtype.Job) error) (jobtype.Job, error) {
 	var out jobtype.Job
 	err := s.writeStatement(ctx, "update job", func(ctx context.Context, tx *sql.Tx) error {
-		old, seq, err := getJob(ctx, tx, id)
+		old, seq, err := getJobForWrite(ctx, tx, id)
 		if err != nil {
 			return err
 		}
@@ -204,7 +204,7 @@ func (s *Store) UpdateJob(ctx context.Context, id string, update func(*jobtype.J
 	if err != nil {
 		return jobtype.Job{}, err
 	}
-	return out, nil
+	return returned(out), nil
 }
 
 func in[T ~string](where string, args []any, column string, values []T) (string, []any) {
@@ -270,6 +270,11 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]jobtype.Job
 	}
 	if f.Queue != "" {
 		where, args = where+" AND queue = ?", append(args, f.Queue)
+	}
+	where, args = in(where, args, "kind", f.Kinds)
+	where, args = in(where, args, "queue", f.Queues)
+	if !f.CreatedBefore.IsZero() {
+		where, args = where+" AND created_at < ?", append(args, toMicro(f.CreatedBefore))
 	}
 	// A list of changes comes in change order, which the index on
 	// (tenant, change_seq, seq) gives: a feed reads only what changed.

@@ -69,15 +69,15 @@ func (s *Store) writeLeases(ctx context.Context, tx *sql.Tx, ws []store.LeaseWri
 		}
 		next := j.now.Clone()
 		if !w.Apply(&next, r) {
-			results[i] = store.LeaseResult{Job: j.now.Clone()}
+			results[i] = store.LeaseResult{Job: returned(j.now)}
 			continue
 		}
 		next = versioned(j.now, next)
 		if next.Version != j.now.Version {
-			raised = append(raised, next)
+			raised = append(raised, returned(next))
 		}
 		j.now, j.held = next, true
-		results[i] = store.LeaseResult{Job: next, Held: true}
+		results[i] = store.LeaseResult{Job: returned(next), Held: true}
 	}
 	writes := make([]jobWrite, 0, len(jobs))
 	for _, id := range ids {
@@ -100,7 +100,7 @@ func (s *Store) writeLeases(ctx context.Context, tx *sql.Tx, ws []store.LeaseWri
 const maxIDsPerRead = 128
 
 // readJobs reads the jobs of ids that exist, by id: as read and, for now,
-// as the same, with one query per maxIDsPerRead ids (a power of two of
+// as the same, with the start of a RUNNING job's attempt (attemptStart), with one query per maxIDsPerRead ids (a power of two of
 // them, padded with NULLs, so that few statement texts exist).
 func readJobs(ctx context.Context, tx *sql.Tx, ids []string) (map[string]*leasedJob, error) {
 	jobs := make(map[string]*leasedJob, len(ids))
@@ -114,16 +114,18 @@ func readJobs(ctx context.Context, tx *sql.Tx, ids []string) (map[string]*leased
 		for i, id := range chunk {
 			args[i] = id
 		}
-		rows, err := tx.QueryContext(ctx, "SELECT "+columns+" FROM jobs WHERE id IN (?"+strings.Repeat(", ?", n-1)+")", args...)
+		rows, err := tx.QueryContext(ctx, "SELECT "+columns+", "+attemptStart+" FROM jobs WHERE id IN (?"+strings.Repeat(", ?", n-1)+")", args...)
 		if err != nil {
 			return nil, classify(err)
 		}
 		for rows.Next() {
-			j, seq, err := scanJob(rows)
+			var started sql.NullInt64
+			j, seq, err := scanJob(scanAlso{rows, &started})
 			if err != nil {
 				rows.Close()
 				return nil, classify(err)
 			}
+			j.AttemptStartedAt = attemptStartedAt(j, started)
 			jobs[j.ID] = &leasedJob{seq: seq, old: j, now: j}
 		}
 		err = rows.Err()

@@ -13,7 +13,8 @@ import (
 
 // scheduleStates reads each schedule's latest run: the job's own state
 // while it exists, else the state recorded at its end.
-const scheduleStates = `SELECT s.name, s.job_id, s.ended_at, COALESCE(j.state, s.ended_state)
+// A cron schedule not yet run has no job_id (store.ScheduleState).
+const scheduleStates = `SELECT s.name, COALESCE(s.job_id, ''), s.ended_at, COALESCE(j.state, s.ended_state)
 	FROM schedules s LEFT JOIN jobs j ON j.id = s.job_id`
 
 func scanSchedule(r scanner) (store.ScheduleState, error) {
@@ -97,6 +98,11 @@ func (s *Store) runSchedule(ctx context.Context, tx *sql.Tx, run store.ScheduleR
 	if step.RecordEnd {
 		if _, err := tx.ExecContext(ctx, `UPDATE schedules SET ended_at = ? WHERE name = ?`, toMicro(now), run.Name); err != nil {
 			return jobtype.Job{}, false, fmt.Errorf("record the end of a run that is gone: %w", classify(err))
+		}
+	}
+	if step.RecordSeen {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schedules (name, ended_at) VALUES (?, ?)`, run.Name, toMicro(now)); err != nil {
+			return jobtype.Job{}, false, fmt.Errorf("record it first seen: %w", classify(err))
 		}
 	}
 	if !step.Start {

@@ -302,7 +302,15 @@ CREATE INDEX jobs_queued_kind ON jobs (kind, queue, run_at) WHERE state = 'queue
 	// 10: each job's priority (0 most urgent to 9) and history
 	// (jobtype.HistoryEntry, as a JSON array, NULL while empty). Both
 	// are read with every job, so they go before payload and result
-	// (see 3): the table is rebuilt once more, as in 7.
+	// (see 3): the table is rebuilt once more, as in 7. Claims take the
+	// most urgent ready job first, so the QUEUED jobs are indexed by
+	// priority before run_at: jobs_queued_priority (any job),
+	// jobs_queued_queue (one queue's) and jobs_queued_kind (one kind's
+	// in one queue) replace 9's jobs_queued_kind; a claim seeks each
+	// priority's range of them (see the pick in claims.go). The indexes
+	// in run_at order stay for what is in that order: the jobs due later
+	// (jobs_state_run_at), a serial queue's head, the queues' stats and
+	// running jobs (jobs_state_queue_run_at).
 	`
 CREATE TABLE jobs_new (
 	seq              INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -356,7 +364,9 @@ CREATE INDEX jobs_state_lease ON jobs (state, lease_expires_at);
 CREATE INDEX jobs_state_finished ON jobs (state, finished_at);
 CREATE INDEX jobs_state_queue_run_at ON jobs (state, queue, run_at);
 CREATE INDEX jobs_queued_retry ON jobs (queue, run_at) WHERE state = 'queued' AND attempt > 0;
-CREATE INDEX jobs_queued_kind ON jobs (kind, queue, run_at) WHERE state = 'queued';
+CREATE INDEX jobs_queued_priority ON jobs (priority, run_at) WHERE state = 'queued';
+CREATE INDEX jobs_queued_queue ON jobs (queue, priority, run_at) WHERE state = 'queued';
+CREATE INDEX jobs_queued_kind ON jobs (kind, queue, priority, run_at) WHERE state = 'queued';
 
 CREATE TRIGGER jobs_attempt_started AFTER UPDATE OF state ON jobs
 	WHEN NEW.state = 'running' AND OLD.state <> 'running'
@@ -384,6 +394,32 @@ CREATE TABLE queue_pauses (
 	paused_at INTEGER NOT NULL,
 	paused_by TEXT    NOT NULL
 ) STRICT;
+`,
+	// 12: a cron schedule is kept from the time it is first seen, before
+	// its first run (store.ScheduleState): job_id NULL, ended_at that
+	// time. SQLite cannot drop a NOT NULL, so the (small) table is
+	// rebuilt; the trigger that writes it goes first and comes back as
+	// it was, since a rename checks every trigger's tables.
+	`
+DROP TRIGGER jobs_schedule_run_ended;
+CREATE TABLE schedules_new (
+	name        TEXT    PRIMARY KEY,
+	job_id      TEXT,
+	ended_at    INTEGER,
+	ended_state TEXT    NOT NULL DEFAULT ''
+) STRICT;
+INSERT INTO schedules_new (name, job_id, ended_at, ended_state)
+	SELECT name, job_id, ended_at, ended_state FROM schedules;
+DROP TABLE schedules;
+ALTER TABLE schedules_new RENAME TO schedules;
+CREATE UNIQUE INDEX schedules_job ON schedules (job_id);
+CREATE TRIGGER jobs_schedule_run_ended AFTER UPDATE OF state ON jobs
+	WHEN NEW.state IN ('succeeded', 'failed', 'cancelled', 'lost')
+		AND OLD.state NOT IN ('succeeded', 'failed', 'cancelled', 'lost')
+BEGIN
+	UPDATE schedules SET ended_at = NEW.finished_at, ended_state = NEW.state
+		WHERE job_id = NEW.id AND ended_at IS NULL;
+END;
 `,
 }
 

@@ -196,6 +196,7 @@ func writeLeases(t *testing.T, s store.Store, ws []store.LeaseWrite, r store.Lea
 			t.Errorf("%s: held %v, err %v; want held %v, no error", what, got[i].Held, got[i].Err, held)
 		}
 		if held {
+			startFromStore(t, what, &want, got[i].Job)
 			model[w.JobID] = want
 			sameJob(t, what+": the job it committed", got[i].Job, want)
 		} else {
@@ -1338,6 +1339,9 @@ func testWriteLeasesConcurrent(t *testing.T, s store.Store) {
 			want, held := applied(before, wr, leaseRules)
 			if results[w][i].Held != held {
 				t.Errorf("writer %d, write %d: held %v, want %v", w, i, results[w][i].Held, held)
+			}
+			if held {
+				startFromStore(t, fmt.Sprintf("writer %d, write %d", w, i), &want, results[w][i].Job)
 			}
 			sameJob(t, fmt.Sprintf("writer %d, write %d's job", w, i), results[w][i].Job, want)
 			sameJob(t, wr.JobID+" as stored", get(t, s, wr.JobID), want)

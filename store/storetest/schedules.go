@@ -22,6 +22,9 @@ var scheduleCases = []struct {
 	{"a run's end is kept after retention deletes its job", testScheduleEndOutlivesJob},
 	{"concurrent ticks start one run of a schedule", testScheduleConcurrentTicks},
 	{"schedules not passed to a tick are left as they are", testScheduleOthersUntouched},
+	{"a new cron schedule is recorded as seen and starts its first run at its first time", testCronFirstRun},
+	{"a cron schedule skips the times its unfinished run spans and starts one catch-up run after a gap", testCronSkipsAndCatchesUpOnce},
+	{"concurrent ticks record a new cron schedule once and start one run at its time", testCronConcurrentTicks},
 }
 
 var runSeq atomic.Int64
@@ -229,5 +232,108 @@ func testScheduleOthersUntouched(t *testing.T, s store.Store) {
 	}
 	if n, err := s.CountByState(t.Context()); err != nil || n[jobtype.Queued] != 1 {
 		t.Errorf("queued jobs %v, %v; want only the other schedule's run", n, err)
+	}
+}
+
+// cronRun is the run of name on a cron expression that a tick at now
+// would hand the store.
+func cronRun(t *testing.T, name, expr string, now time.Time) store.ScheduleRun {
+	t.Helper()
+	c, err := jobtype.ParseCron(expr, "Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := scheduleRun(name, 0, now)
+	run.Cron = c
+	return run
+}
+
+// everyMinute is onMinute(0) (a whole minute) and each minute after.
+const everyMinute = "* * * * *"
+
+// onMinute is sec seconds after the first whole minute after base.
+func onMinute(sec int) time.Time {
+	return base.Truncate(time.Minute).Add(time.Minute + time.Duration(sec)*time.Second)
+}
+
+func testCronFirstRun(t *testing.T, s store.Store) {
+	if started := tick(t, s, onMinute(10), cronRun(t, "minutely", everyMinute, onMinute(10))); len(started) != 0 {
+		t.Fatalf("the first tick of a new cron schedule started %v, want none before its first time", started)
+	}
+	st, ok := scheduleState(t, s, "minutely")
+	if want := (store.ScheduleState{Name: "minutely", LastEndedAt: onMinute(10)}); !ok || st != want {
+		t.Fatalf("state after the first tick %+v, want %+v (first seen, no run)", st, want)
+	}
+	if started := tick(t, s, onMinute(59), cronRun(t, "minutely", everyMinute, onMinute(59))); len(started) != 0 {
+		t.Fatalf("a tick before the first time started %v", started)
+	}
+	run := cronRun(t, "minutely", everyMinute, onMinute(60))
+	started := tick(t, s, onMinute(60), run)
+	if len(started) != 1 || started[0] != run.Job.ID {
+		t.Fatalf("the tick at the first time started %v, want %s", started, run.Job.ID)
+	}
+	st, _ = scheduleState(t, s, "minutely")
+	if want := (store.ScheduleState{Name: "minutely", LastJobID: run.Job.ID, LastJobState: jobtype.Queued}); st != want {
+		t.Errorf("state after the first run %+v, want %+v", st, want)
+	}
+}
+
+func testCronSkipsAndCatchesUpOnce(t *testing.T, s store.Store) {
+	tick(t, s, onMinute(0), cronRun(t, "sync", everyMinute, onMinute(0)))
+	first := cronRun(t, "sync", everyMinute, onMinute(60))
+	tick(t, s, onMinute(60), first)
+	// The run is unfinished over the times at 120 and 180: no run starts.
+	for _, now := range []time.Time{onMinute(120), onMinute(180)} {
+		if started := tick(t, s, now, cronRun(t, "sync", everyMinute, now)); len(started) != 0 {
+			t.Fatalf("a tick at %v while the run is unfinished started %v", now, started)
+		}
+	}
+	// It ends at 190: 120 and 180 are skipped, the next is 240.
+	end(t, s, first.Job.ID, jobtype.Succeeded, onMinute(190))
+	if started := tick(t, s, onMinute(239), cronRun(t, "sync", everyMinute, onMinute(239))); len(started) != 0 {
+		t.Fatalf("a tick before the first time after the end started %v", started)
+	}
+	second := cronRun(t, "sync", everyMinute, onMinute(240))
+	if started := tick(t, s, onMinute(240), second); len(started) != 1 {
+		t.Fatalf("the tick at the first time after the end started %v, want one run", started)
+	}
+	end(t, s, second.Job.ID, jobtype.Succeeded, onMinute(250))
+	// A day later (the server was down): one catch-up run, then none
+	// until it ends.
+	late := onMinute(250).Add(24 * time.Hour)
+	var started []string
+	for i := range 5 {
+		now := late.Add(time.Duration(i) * time.Second)
+		started = append(started, tick(t, s, now, cronRun(t, "sync", everyMinute, now))...)
+	}
+	if len(started) != 1 {
+		t.Errorf("after a day's gap, ticks started %v, want one catch-up run", started)
+	}
+}
+
+func testCronConcurrentTicks(t *testing.T, s store.Store) {
+	const ticks = 8
+	for round, now := range []time.Time{onMinute(30), onMinute(60)} {
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			started []string
+		)
+		for range ticks {
+			wg.Go(func() {
+				created, err := s.RunSchedules(t.Context(), []store.ScheduleRun{cronRun(t, "c", everyMinute, now)}, now)
+				if err != nil {
+					t.Errorf("run schedules: %v", err)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				started = append(started, ids(created)...)
+			})
+		}
+		wg.Wait()
+		if want := round; len(started) != want {
+			t.Fatalf("round %d: %d concurrent ticks started %v, want %d runs", round, ticks, started, want)
+		}
 	}
 }

@@ -1,7 +1,10 @@
 // A Node program using the generated TypeScript client: submit a job, then
 // wait for it with WaitJob (a bounded long-poll, re-issued until the job
-// ends) and print how it ended. The kind defaults to enrich, which the
-// workers of `jobwatch demo` run; a kind no worker runs waits forever.
+// ends) and print how it ended; a job that failed, was cancelled or was
+// lost is run again with RetryJob (same id, a fresh allowance of
+// attempts), up to JOBWATCH_RETRIES times (1 unless set). The kind
+// defaults to enrich, which the workers of `jobwatch demo` run; a kind no
+// worker runs waits forever.
 //
 //	cd web && npm ci && JOBWATCH_URL=http://127.0.0.1:8080 npm run example -- enrich
 import { fromJson, toJson } from "@bufbuild/protobuf";
@@ -13,6 +16,7 @@ import { JobService, JobState, type Job } from "../src/gen/jobwatch/v1/jobwatch_
 const baseUrl = process.env["JOBWATCH_URL"] ?? "http://127.0.0.1:8080";
 const kind = process.argv[2] ?? "enrich";
 const token = process.env["JOBWATCH_TOKEN"];
+const retries = Number(process.env["JOBWATCH_RETRIES"] ?? "1");
 
 const transport = createConnectTransport({
   baseUrl,
@@ -56,7 +60,15 @@ if (job === undefined) {
 }
 console.log(`submitted ${job.id} (${job.kind})`);
 
-const done = await waitForJob(job.id);
+let done = await waitForJob(job.id);
+for (let retried = 0; done.state !== JobState.SUCCEEDED && retried < retries; retried++) {
+  const why = done.error === undefined ? "" : `: ${done.error.type}`;
+  console.log(`job ${done.id} ${JobState[done.state].toLowerCase()}${why}; retrying`);
+  // RetryJob puts the ended job back in its queue under the same id; its
+  // history keeps the error of the run that ended.
+  await jobs.retryJob({ jobId: done.id });
+  done = await waitForJob(done.id);
+}
 console.log(`job ${done.id} ${JobState[done.state].toLowerCase()}`);
 if (done.result !== undefined) {
   console.log(`result ${JSON.stringify(toJson(ValueSchema, done.result))}`);

@@ -12,6 +12,10 @@ export type FeedStatus =
   | { kind: "live" }
   | { kind: "reconnecting"; attempt: number; retryAt: number; reason: string }
   | { kind: "unauthenticated"; reason: string }
+  // The server knows the token but it may not watch this tenant (a
+  // client token of another tenant, a worker token): asking for the same
+  // token again cannot help.
+  | { kind: "denied"; reason: string }
   // The server will not watch this tenant (an invalid name): asking
   // again cannot help, a different tenant can.
   | { kind: "refused"; reason: string };
@@ -98,8 +102,12 @@ export class JobFeed {
       }
       if (end.kind === "failed") {
         const ce = end.error;
-        if (ce.code === Code.Unauthenticated || ce.code === Code.PermissionDenied) {
+        if (ce.code === Code.Unauthenticated) {
           this.listener.status({ kind: "unauthenticated", reason: ce.rawMessage });
+          return;
+        }
+        if (ce.code === Code.PermissionDenied) {
+          this.listener.status({ kind: "denied", reason: ce.rawMessage });
           return;
         }
         if (ce.code === Code.InvalidArgument) {

@@ -2,12 +2,14 @@
 // stream; a job's details; the queues. It talks only to the origin that
 // served it.
 import { Code, ConnectError } from "@connectrpc/connect";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { ActionButton, Confirm, Refusals, type Action } from "./actions";
 import { jobClient, queueClient, savedToken, saveToken } from "./api";
 import { byId, setData, setText } from "./dom";
 import { JobFeed, type FeedStatus } from "./feed";
-import type { Job } from "./gen/jobwatch/v1/jobwatch_pb";
-import { isTerminal, JobBook, summaryOf } from "./model";
-import { Detail, JobList, QueueTable, ScheduleTable } from "./views";
+import { JobState, type Job } from "./gen/jobwatch/v1/jobwatch_pb";
+import { JobBook, summaryOf } from "./model";
+import { Detail, JobList, QueueTable, ScheduleTable, type JobOps, type QueueOps } from "./views";
 import "./style.css";
 
 const tenantKey = "jobwatch.tenant";
@@ -28,28 +30,134 @@ const demoForm = byId<HTMLFormElement>("demo-form");
 const demoKind = byId<HTMLSelectElement>("demo-kind");
 const errorEl = byId<HTMLElement>("error");
 
+// refusals is what the server told this token it may not do; a new
+// token starts afresh.
+const refusals = new Refusals();
+
+const jobOps: JobOps = {
+  refusal: (action) => refusals.reason(action),
+  retry: (id) =>
+    act("retry", "Retry", async () => {
+      const res = await jobClient.retryJob({ jobId: id });
+      if (res.job !== undefined && adopt(res.job)) {
+        refreshDetail();
+      }
+      return `Retried: job ${id} is queued again. Its new run shows here as it happens.`;
+    }),
+  cancel: (id) =>
+    act("cancel", "Cancel", async () => {
+      const res = await jobClient.cancelJob({ jobId: id });
+      if (res.job !== undefined && adopt(res.job)) {
+        refreshDetail();
+      }
+      return `Cancelled job ${id}.`;
+    }),
+  delete: (id) =>
+    act("delete", "Delete", async () => {
+      await jobClient.deleteJob({ jobId: id });
+      // The stream says nothing of a job that is gone: drop it here.
+      book.forget(id);
+      list.remove([id]);
+      detail.deleted(id);
+      refreshActions();
+      return `Deleted job ${id}: it is gone for good.`;
+    }),
+};
+
+const queueOps: QueueOps = {
+  refusal: (action) => refusals.reason(action),
+  pause: (name) =>
+    act("pause", "Pause", async () => {
+      const res = await queueClient.pauseQueue({ queue: name });
+      if (res.queue !== undefined) {
+        queues.update(res.queue, Date.now());
+      }
+      soonPollQueues();
+      return `Paused queue ${name}: it hands out no jobs until resumed.`;
+    }),
+  resume: (name) =>
+    act("resume", "Resume", async () => {
+      const res = await queueClient.resumeQueue({ queue: name });
+      if (res.queue !== undefined) {
+        queues.update(res.queue, Date.now());
+      }
+      soonPollQueues();
+      return `Resumed queue ${name}.`;
+    }),
+};
+
 const list = new JobList(byId("jobs"), byId("jobs-empty"), byId("jobs-count"), select);
-const detail = new Detail(byId("detail"), closeDetail, cancelJob);
-const queues = new QueueTable(byId("queues"));
+const detail = new Detail(byId("detail"), closeDetail, jobOps);
+const queues = new QueueTable(byId("queues"), byId("queues-confirm"), queueOps);
+const jobsConfirm = new Confirm();
+const retryFailed = new ActionButton("retry-failed", "Retry all failed", () =>
+  jobsConfirm.request(
+    `Retry every failed job of ${tenantLabel()}? ${book.count(JobState.FAILED)} shown here, and any older ones.`,
+    "Retry all failed",
+    () => act("retry-failed", "Retry all failed", retryAllFailed),
+  ),
+);
+byId("jobs-actions").append(retryFailed.el);
+byId("jobs-confirm").append(jobsConfirm.el);
 const schedules = new ScheduleTable(byId("schedules-panel"), byId("schedules"), select);
 
+// tenant is the tenant the page asks for; "" asks for the caller's own.
+// The server confines a client token to its tenant and reads an empty
+// tenant as that one (and as "default" for a caller confined to none), so
+// a client token opens its own tenant without the page having to know
+// its name: the page asks for "" unless the user named a tenant.
 let tenant = initialTenant();
+// ownTenant is the name the server gave "" (learned from the jobs it
+// sends, which carry their tenant); "" until one arrives.
+let ownTenant = "";
+// deniedTenant is the tenant the token was refused (permission_denied: a
+// client token of another tenant), while the page shows the token's own
+// instead; "" when nothing was refused.
+let deniedTenant = "";
 let feed: JobFeed | undefined;
 let feedStatus: FeedStatus = { kind: "connecting" };
 
 function initialTenant(): string {
   const fromURL = new URLSearchParams(location.search).get("tenant");
-  return fromURL || localStorage.getItem(tenantKey) || "default";
+  return fromURL || localStorage.getItem(tenantKey) || "";
+}
+
+// shownTenant is the name of the tenant on screen, "" while the page asks
+// for its own and has not learned the name yet.
+function shownTenant(): string {
+  return tenant || ownTenant;
+}
+
+// tenantLabel names the tenant on screen for a sentence.
+function tenantLabel(): string {
+  const name = shownTenant();
+  if (name !== "") {
+    return `tenant “${name}”`;
+  }
+  return savedToken() === "" ? "the default tenant" : "the token's own tenant";
+}
+
+function showTenantName(): void {
+  if (document.activeElement !== tenantInput) {
+    tenantInput.value = shownTenant();
+  }
+  tenantInput.placeholder = savedToken() === "" ? "default" : "the token's own";
 }
 
 function startFeed(): void {
   feed?.stop();
   book.clear();
   list.clear();
+  jobsConfirm.reset();
+  refreshActions();
   const current = new JobFeed(jobClient, tenant, {
     jobs: (batch) => {
       if (feed !== current) {
         return;
+      }
+      if (tenant === "" && ownTenant === "" && batch[0] !== undefined) {
+        ownTenant = batch[0].tenant;
+        showTenantName();
       }
       const changed: string[] = [];
       for (const job of batch) {
@@ -61,13 +169,26 @@ function startFeed(): void {
         list.render(book, changed);
         list.remove(book.trim(maxJobsShown, detail.shown));
         refreshDetail();
+        refreshActions();
         soonPollQueues();
       }
     },
     status: (s) => {
-      if (feed === current) {
-        showStatus(s);
+      if (feed !== current) {
+        return;
       }
+      if (s.kind === "denied" && tenant !== "") {
+        // The token is good, for another tenant: show its own, and say
+        // which one was refused, rather than ask for a token again.
+        deniedTenant = tenant;
+        tenant = "";
+        ownTenant = "";
+        showTenantName();
+        select("");
+        startFeed();
+        return;
+      }
+      showStatus(s);
     },
   });
   feed = current;
@@ -79,6 +200,7 @@ const statusText: Record<FeedStatus["kind"], string> = {
   live: "live",
   reconnecting: "reconnecting…",
   unauthenticated: "token needed",
+  denied: "not allowed",
   refused: "not watching",
 };
 
@@ -86,7 +208,7 @@ function showStatus(s: FeedStatus): void {
   feedStatus = s;
   setData(statusEl, "status", s.kind);
   setText(statusEl, statusText[s.kind]);
-  if (s.kind === "unauthenticated") {
+  if (s.kind === "unauthenticated" || s.kind === "denied") {
     tokenForm.hidden = false;
     tokenInput.focus();
   }
@@ -103,14 +225,21 @@ function renderBanner(now: number): void {
     const secs = Math.max(0, Math.ceil((s.retryAt - now) / 1000));
     setText(bannerWhen, secs === 0 ? `Trying now (attempt ${s.attempt}).` : `Next try in ${secs}s (attempt ${s.attempt}).`);
   } else if (s.kind === "unauthenticated") {
-    setText(bannerText, `The server wants a token for tenant “${tenant}”: ${s.reason}`);
+    setText(bannerText, `The server wants a token for ${tenantLabel()}: ${s.reason}`);
+    setText(bannerWhen, "");
+  } else if (s.kind === "denied") {
+    setText(bannerText, `This token may not watch ${tenantLabel()}: ${s.reason}. Enter another token.`);
     setText(bannerWhen, "");
   } else if (s.kind === "refused") {
-    setText(bannerText, `The server will not watch tenant “${tenant}”: ${s.reason}. Enter another tenant.`);
+    setText(bannerText, `The server will not watch ${tenantLabel()}: ${s.reason}. Enter another tenant.`);
+    setText(bannerWhen, "");
+  } else if (deniedTenant !== "") {
+    setText(bannerText, `This token may not use tenant “${deniedTenant}”: showing ${tenantLabel()}, the token's own.`);
     setText(bannerWhen, "");
   }
-  const shown = s.kind === "reconnecting" || s.kind === "unauthenticated" || s.kind === "refused";
-  setData(banner, "kind", s.kind);
+  const trouble = s.kind === "reconnecting" || s.kind === "unauthenticated" || s.kind === "denied" || s.kind === "refused";
+  const shown = trouble || (s.kind === "live" && deniedTenant !== "");
+  setData(banner, "kind", trouble ? s.kind : "note");
   banner.hidden = !shown;
 }
 
@@ -179,7 +308,7 @@ function adopt(job: Job): boolean {
   if (!book.merge(summaryOf(job))) {
     return false;
   }
-  if (job.tenant === tenant) {
+  if (job.tenant === shownTenant()) {
     list.render(book, [job.id]);
   }
   return true;
@@ -200,20 +329,57 @@ function refreshDetail(id = detail.shown): void {
   }
   const shownFull = full?.id === id ? full : undefined;
   detail.show(job, book, shownFull);
-  if (shownFull !== undefined && isTerminal(job.state) && !isTerminal(shownFull.state)) {
-    fetchFull(id); // for the result
+  // A new state or attempt brings a result or an entry of the history
+  // (a run's end, a retry): ask for them.
+  if (shownFull !== undefined && (shownFull.state !== job.state || shownFull.attempt !== job.attempt)) {
+    fetchFull(id);
   }
 }
 
-function cancelJob(id: string): void {
-  jobClient.cancelJob({ jobId: id }).then(
-    (res) => {
-      if (res.job !== undefined && adopt(res.job)) {
-        refreshDetail();
-      }
-    },
-    (err) => showError("Cancel", err),
-  );
+// refreshActions shows the buttons as the jobs on screen and what the
+// server refused allow.
+function refreshActions(): void {
+  const failed = book.count(JobState.FAILED);
+  retryFailed.set(refusals.reason("retry-failed") || (failed === 0 ? "no failed job in this view" : ""));
+  detail.refreshActions(book.get(detail.shown));
+}
+
+// act runs an operator's action; a refusal the server gives for the
+// token's role (permission_denied) or for its own age (unimplemented)
+// disables that action, with the reason, until the token changes.
+async function act(action: Action, what: string, run: () => Promise<string>): Promise<string> {
+  try {
+    return await run();
+  } catch (err) {
+    const ce = ConnectError.from(err);
+    if (ce.code === Code.PermissionDenied) {
+      refusals.refuse(action, `not with this token: ${ce.rawMessage}`);
+    } else if (ce.code === Code.Unimplemented) {
+      refusals.refuse(action, "this server cannot do that yet");
+    } else if (ce.code === Code.Unauthenticated) {
+      tokenForm.hidden = false;
+    }
+    refreshActions();
+    void pollQueues(); // the queue rows read refusals when drawn
+    throw new Error(`${what}: ${ce.rawMessage || Code[ce.code]}`);
+  }
+}
+
+// retryAllFailed retries every failed job of the tenant on screen, a
+// page (at most 1,000 jobs) per call, as RetryJobs allows. Only jobs
+// created before the click are looked at, so the call ends.
+async function retryAllFailed(): Promise<string> {
+  const filter = { tenant, states: [JobState.FAILED], createdBefore: timestampFromDate(new Date()) };
+  let matched = 0n;
+  let changed = 0n;
+  let pageToken = "";
+  do {
+    const res = await jobClient.retryJobs({ filter, pageToken });
+    matched += res.matched;
+    changed += res.changed;
+    pageToken = res.nextPageToken;
+  } while (pageToken !== "");
+  return `Retried ${changed} of ${matched} failed jobs of ${tenantLabel()}.`;
 }
 
 let errorTimer: ReturnType<typeof setTimeout> | undefined;
@@ -314,17 +480,28 @@ function soonPollQueues(): void {
 
 tenantForm.addEventListener("submit", (e) => {
   e.preventDefault();
-  const next = tenantInput.value.trim() || "default";
-  tenantInput.value = next;
-  if (next === tenant) {
+  // An empty field asks for the caller's own tenant again.
+  const next = tenantInput.value.trim();
+  if (next === shownTenant() && deniedTenant === "") {
     return;
   }
   tenant = next;
-  localStorage.setItem(tenantKey, tenant);
+  ownTenant = "";
+  deniedTenant = "";
+  showTenantName();
+  if (tenant === "") {
+    localStorage.removeItem(tenantKey);
+  } else {
+    localStorage.setItem(tenantKey, tenant);
+  }
   // A ?tenant= in the address would bring the old tenant back on reload.
   const url = new URL(location.href);
   if (url.searchParams.has("tenant")) {
-    url.searchParams.set("tenant", tenant);
+    if (tenant === "") {
+      url.searchParams.delete("tenant");
+    } else {
+      url.searchParams.set("tenant", tenant);
+    }
     url.hash = "";
     history.replaceState(null, "", url);
   }
@@ -341,6 +518,16 @@ byId("detail").addEventListener("keydown", (e) => {
 tokenForm.addEventListener("submit", (e) => {
   e.preventDefault();
   saveToken(tokenInput.value.trim());
+  refusals.clear();
+  refreshActions();
+  // A new token may be for another tenant: a tenant it was refused is
+  // asked for again.
+  if (deniedTenant !== "") {
+    tenant = deniedTenant;
+    deniedTenant = "";
+  }
+  ownTenant = "";
+  showTenantName();
   startFeed();
   void loadServerInfo();
   void pollQueues();
@@ -350,12 +537,19 @@ demoForm.addEventListener("submit", (e) => {
   e.preventDefault();
   const button = byId<HTMLButtonElement>("demo-submit");
   button.disabled = true;
+  const asked = tenant;
   jobClient
     .submitJob({ tenant, kind: demoKind.value })
     .then(
       (res) => {
-        // The user may have switched tenants while the call ran.
-        if (res.job !== undefined && res.job.tenant === tenant) {
+        // The server resolves an empty tenant as WatchJobs does: the
+        // answer names the tenant on screen. The user may have switched
+        // tenants while the call ran.
+        if (res.job !== undefined && tenant === "" && ownTenant === "" && asked === "") {
+          ownTenant = res.job.tenant;
+          showTenantName();
+        }
+        if (res.job !== undefined && res.job.tenant === shownTenant()) {
           adopt(res.job);
           select(res.job.id);
         }
@@ -373,7 +567,7 @@ setInterval(() => {
   renderBanner(now);
 }, 1000);
 
-tenantInput.value = tenant;
+showTenantName();
 tokenInput.value = savedToken();
 startFeed();
 void loadServerInfo();

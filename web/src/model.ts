@@ -62,6 +62,23 @@ export class JobBook {
     return removed;
   }
 
+  // forget drops a job that is gone (deleted).
+  forget(id: string): void {
+    this.jobs.delete(id);
+    this.seen.delete(id);
+  }
+
+  // count is how many jobs in the book are in state.
+  count(state: JobState): number {
+    let n = 0;
+    for (const job of this.jobs.values()) {
+      if (job.state === state) {
+        n++;
+      }
+    }
+    return n;
+  }
+
   clear(): void {
     this.jobs.clear();
     this.seen.clear();

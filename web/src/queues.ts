@@ -60,6 +60,15 @@ export function alertingText(sinceMs: number, nowMs: number): string {
   return `alerting since ${hourMinute(new Date(sinceMs))}, ${lasted(sinceMs, nowMs)}`;
 }
 
+// pausedText is what a paused queue's row says: "paused since 14:03 by
+// token ops (admin), 12 min" (PauseQueue keeps who, as paused_by).
+export function pausedText(sinceMs: number, by: string, nowMs: number): string {
+  if (sinceMs === 0) {
+    return by === "" ? "paused" : `paused by ${by}`;
+  }
+  return `paused since ${hourMinute(new Date(sinceMs))}${by === "" ? "" : ` by ${by}`}, ${lasted(sinceMs, nowMs)}`;
+}
+
 // drainedText is what a watched queue's row says of its last drain:
 // "drained" when it is empty, else since when it has not been.
 export function drainedText(drainedMs: number, empty: boolean, nowMs: number): string {

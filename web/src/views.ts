@@ -5,7 +5,8 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { JobState, QueueMode, type Job, type Queue, type QueueDepth, type Schedule } from "./gen/jobwatch/v1/jobwatch_pb";
 import { age, clockTime, durationText, jsonText, periodText } from "./format";
 import { h, setAttr, setData, setText, svg } from "./dom";
-import { alertingText, drainedText, lastState, nextRun, spark, type NextRun } from "./queues";
+import { ActionButton, Confirm, type Action } from "./actions";
+import { alertingText, drainedText, lastState, nextRun, pausedText, spark, type NextRun } from "./queues";
 import { isTerminal, millis, stateName, type JobBook } from "./model";
 
 // ProgressView is a bar with its percent and step text (or, for a job
@@ -178,6 +179,17 @@ interface TimelineEntry {
   label: string;
   state: string;
   seen: boolean; // from the browser's own observation, not a server time
+  note?: string; // an attempt's error
+}
+
+// JobOps is what the detail's buttons do. Each returns what it did, in a
+// sentence, or throws with why not; refusal is "" when the page's token
+// may take the action, else why not.
+export interface JobOps {
+  refusal(action: Action): string;
+  retry(id: string): Promise<string>;
+  cancel(id: string): Promise<string>;
+  delete(id: string): Promise<string>;
 }
 
 // Detail shows one job in full. It is built once per selection and then
@@ -197,16 +209,40 @@ export class Detail {
   private readonly errorMessage = h("span", { class: "error-message" });
   private readonly payload = h("pre", { class: "json payload" });
   private readonly timeline = h("ol", { class: "timeline" });
-  private readonly cancel = h("button", { type: "button", class: "danger" }, "Cancel job");
+  private readonly confirm = new Confirm();
+  private readonly retry: ActionButton;
+  private readonly cancel: ActionButton;
+  private readonly remove: ActionButton;
 
   constructor(
     private readonly el: HTMLElement,
     onClose: () => void,
-    onCancel: (id: string) => void,
+    private readonly ops: JobOps,
   ) {
     const close = h("button", { type: "button", class: "ghost", "aria-label": "Close details" }, "✕");
     close.addEventListener("click", onClose);
-    this.cancel.addEventListener("click", () => onCancel(this.jobId));
+    this.retry = new ActionButton("retry", "Retry", () => {
+      const id = this.jobId;
+      this.confirm.request(`Retry job ${id}? It is queued again, with a fresh allowance of attempts.`, "Retry", () => ops.retry(id));
+    });
+    this.cancel = new ActionButton(
+      "cancel",
+      "Cancel job",
+      () => {
+        const id = this.jobId;
+        this.confirm.request(`Cancel job ${id}? A running attempt is told to stop.`, "Cancel job", () => ops.cancel(id));
+      },
+      true,
+    );
+    this.remove = new ActionButton(
+      "delete",
+      "Delete",
+      () => {
+        const id = this.jobId;
+        this.confirm.request(`Delete job ${id}? It is gone for good, with its history.`, "Delete", () => ops.delete(id));
+      },
+      true,
+    );
     this.el.setAttribute("aria-labelledby", "detail-title");
     this.el.append(
       h("div", { class: "panel-head" }, this.title, close),
@@ -219,7 +255,8 @@ export class Detail {
       h("h3", {}, "Payload"),
       this.payload,
       this.facts,
-      h("div", { class: "actions" }, this.cancel),
+      h("div", { class: "actions" }, this.retry.el, this.cancel.el, this.remove.el),
+      this.confirm.el,
     );
     this.resultBox.append(h("h3", {}, "Result"), this.result);
     this.errorBox.append(h("h3", {}, "Error"), h("p", {}, this.errorType, " ", this.errorMessage));
@@ -234,6 +271,9 @@ export class Detail {
   // runs). A payload never changes; a result comes with the job's end, so
   // a full job fetched before then has none yet.
   show(job: Job, book: JobBook, full: Job | undefined): void {
+    if (this.jobId !== job.id) {
+      this.confirm.reset();
+    }
     this.jobId = job.id;
     this.el.hidden = false;
     setData(this.el, "jobId", job.id);
@@ -259,13 +299,46 @@ export class Detail {
     setData(this.payload, "loaded", String(full !== undefined));
 
     this.renderFacts(job);
-    this.renderTimeline(job, book);
-    this.cancel.hidden = isTerminal(job.state);
+    this.renderTimeline(job, book, full);
+    this.renderActions(job);
   }
 
   hide(): void {
     this.jobId = "";
+    this.confirm.reset();
     this.el.hidden = true;
+  }
+
+  // deleted shows that job id, on screen, is gone: its last known state
+  // stays until the panel closes, with no action left to take.
+  deleted(id: string): void {
+    if (id !== this.jobId) {
+      return;
+    }
+    setData(this.el, "state", "deleted");
+    setText(this.badge, "deleted");
+    setData(this.badge, "state", "deleted");
+    for (const b of [this.retry, this.cancel, this.remove]) {
+      b.set("", true);
+    }
+  }
+
+  // refreshActions shows what the page has since learned it may not do.
+  refreshActions(job: Job | undefined): void {
+    if (job !== undefined && job.id === this.jobId) {
+      this.renderActions(job);
+    }
+  }
+
+  // renderActions offers what applies to the job's state: cancel while it
+  // has not ended; retry once it ended without succeeding; delete once it
+  // ended (a running job must be cancelled first, and says so).
+  private renderActions(job: Job): void {
+    const ended = isTerminal(job.state);
+    const retryable = job.state === JobState.FAILED || job.state === JobState.CANCELLED || job.state === JobState.LOST;
+    this.retry.set(retryable ? this.ops.refusal("retry") : "it succeeded: nothing to retry", !ended);
+    this.cancel.set(this.ops.refusal("cancel"), ended);
+    this.remove.set(ended ? this.ops.refusal("delete") : "cancel it first: only an ended job can be deleted");
   }
 
   private renderFacts(job: Job): void {
@@ -274,6 +347,7 @@ export class Detail {
       ["Queue", job.queue],
       ["Worker", job.workerId || "—"],
       ["Unique key", job.uniqueKey || "—"],
+      ["Priority", String(job.priority)],
       ["Version", String(job.version)],
     ];
     // A retry's backoff or a scheduled start; an ended job runs no more.
@@ -288,16 +362,42 @@ export class Detail {
     this.facts.replaceChildren(...facts.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
   }
 
-  private renderTimeline(job: Job, book: JobBook): void {
+  private renderTimeline(job: Job, book: JobBook, full: Job | undefined): void {
     const entries: TimelineEntry[] = [];
-    const server = (ts: typeof job.createdAt, label: string, state: JobState) => {
+    const server = (ts: typeof job.createdAt, label: string, state: JobState, note?: string) => {
       if (ts !== undefined && millis(ts) > 0) {
-        entries.push({ at: millis(ts), label, state: stateName(state), seen: false });
+        entries.push({ at: millis(ts), label, state: stateName(state), seen: false, ...(note === undefined ? {} : { note }) });
       }
     };
     const sightings = book.sightings(job.id);
     const held = sightings[0]?.state === JobState.PENDING;
     server(job.createdAt, "submitted", held ? JobState.PENDING : JobState.QUEUED);
+    const history = full?.id === job.id ? full.attempts : [];
+    if (history.length > 0) {
+      // The server's history (GetJob's full view, fetched again on each
+      // change of state) tells every attempt and action: the page's own
+      // sightings would only repeat it.
+      const ends = new Set<number>();
+      for (const a of history) {
+        const nth = a.attempt > 1 ? ` (attempt ${a.attempt})` : "";
+        server(a.startedAt, `started${nth}`, JobState.RUNNING, a.workerId === "" ? undefined : `worker ${a.workerId}`);
+        const what = a.state !== JobState.QUEUED ? stateName(a.state) : a.by !== "" ? "retried" : a.error !== undefined ? "failed, to be tried again" : "ended, to be tried again";
+        const by = a.by === "" ? "" : ` by ${a.by}`;
+        const error = a.error === undefined ? undefined : `${a.error.type}: ${a.error.message}`;
+        server(a.finishedAt, `${what}${a.by === "" ? nth : ""}${by}`, a.state, error);
+        ends.add(millis(a.finishedAt));
+      }
+      const last = history[history.length - 1]!;
+      if (millis(job.startedAt) > millis(last.finishedAt)) {
+        server(job.startedAt, job.attempt > 1 ? `started (attempt ${job.attempt})` : "started", JobState.RUNNING);
+      }
+      if (isTerminal(job.state) && !ends.has(millis(job.finishedAt))) {
+        server(job.finishedAt, stateName(job.state), job.state);
+      }
+      entries.sort((a, b) => a.at - b.at);
+      this.drawTimeline(entries);
+      return;
+    }
     server(job.startedAt, "started", JobState.RUNNING);
     if (isTerminal(job.state)) {
       server(job.finishedAt, stateName(job.state), job.state);
@@ -315,6 +415,10 @@ export class Detail {
       entries.push({ at: s.at.getTime(), label, state: name, seen: true });
     }
     entries.sort((a, b) => a.at - b.at);
+    this.drawTimeline(entries);
+  }
+
+  private drawTimeline(entries: TimelineEntry[]): void {
     const key = JSON.stringify(entries);
     if (this.timeline.dataset["key"] === key) {
       return;
@@ -326,8 +430,13 @@ export class Detail {
           "li",
           { "data-state": e.state },
           h("time", { datetime: new Date(e.at).toISOString() }, clockTime(new Date(e.at))),
-          h("span", { class: "timeline-label" }, e.label),
-          ...(e.seen ? [h("span", { class: "muted seen", title: "observed by this page" }, "seen")] : []),
+          h(
+            "span",
+            { class: "timeline-text" },
+            h("span", { class: "timeline-label" }, e.label),
+            ...(e.seen ? [" ", h("span", { class: "muted seen", title: "observed by this page" }, "seen")] : []),
+            ...(e.note === undefined ? [] : [h("span", { class: "muted timeline-note" }, e.note)]),
+          ),
         ),
       ),
     );
@@ -340,8 +449,21 @@ export class Detail {
 // its depth over the last 15 minutes.
 export class QueueTable {
   private readonly rows = new Map<string, QueueRow>();
+  private readonly confirm = new Confirm();
 
-  constructor(private readonly body: HTMLElement) {}
+  // confirmAt is where the pause and resume questions are asked.
+  constructor(
+    private readonly body: HTMLElement,
+    confirmAt: HTMLElement,
+    private readonly ops: QueueOps,
+  ) {
+    confirmAt.append(this.confirm.el);
+  }
+
+  // update shows one queue as PauseQueue or ResumeQueue answered it.
+  update(q: Queue, now: number): void {
+    this.rows.get(q.name)?.update(q, now);
+  }
 
   render(queues: Queue[], now: number): void {
     const names = new Set(queues.map((q) => q.name));
@@ -354,7 +476,7 @@ export class QueueTable {
     for (const q of queues) {
       let row = this.rows.get(q.name);
       if (row === undefined) {
-        row = new QueueRow(q.name);
+        row = new QueueRow(q.name, this.ops, this.confirm);
         this.rows.set(q.name, row);
       }
       this.body.append(row.el); // keeps the server's order
@@ -368,6 +490,13 @@ export class QueueTable {
       row.tick(now);
     }
   }
+}
+
+// QueueOps is what the queue panel's buttons do (see JobOps).
+export interface QueueOps {
+  refusal(action: Action): string;
+  pause(queue: string): Promise<string>;
+  resume(queue: string): Promise<string>;
 }
 
 const sparkWidth = 72;
@@ -402,13 +531,39 @@ class QueueRow {
   private drainedAt = 0;
   private watched = false;
   private empty = true;
+  private paused = false;
+  private pausedAt = 0;
+  private pausedBy = "";
+  private readonly pause: ActionButton;
+  private readonly resume: ActionButton;
 
-  constructor(name: string) {
+  constructor(
+    name: string,
+    private readonly ops: QueueOps,
+    confirm: Confirm,
+  ) {
+    this.pause = new ActionButton("pause", "Pause", () =>
+      confirm.request(`Pause queue ${name}? It hands out no jobs until resumed; running jobs finish, new ones are still accepted.`, "Pause", () => ops.pause(name)),
+    );
+    this.resume = new ActionButton("resume", "Resume", () =>
+      confirm.request(`Resume queue ${name}? Its waiting jobs are handed out again.`, "Resume", () => ops.resume(name)),
+    );
     this.el = h(
       "tr",
       { "data-queue": name },
       // A cell stays a table cell: the column is laid out inside it.
-      h("td", {}, h("div", { class: "queue-name" }, h("span", { class: "name" }, name), h("span", { class: "muted rules" }, this.mode, this.pools), this.status)),
+      h(
+        "td",
+        {},
+        h(
+          "div",
+          { class: "queue-name" },
+          h("span", { class: "name" }, name),
+          h("span", { class: "muted rules" }, this.mode, this.pools),
+          this.status,
+          h("span", { class: "queue-actions" }, this.pause.el, this.resume.el),
+        ),
+      ),
       this.queued,
       this.running,
       this.oldest,
@@ -429,13 +584,23 @@ class QueueRow {
     this.drainedAt = millis(q.lastDrainedAt);
     this.empty = q.queued + q.running === 0n;
     this.status.title = this.watched ? `alert_after ${periodText(q.alertAfter)}` : "";
+    setData(this.el, "paused", String(q.paused));
+    this.pausedAt = q.paused ? millis(q.pausedAt) : 0;
+    this.pausedBy = q.pausedBy;
+    this.pause.set(this.ops.refusal("pause"), q.paused);
+    this.resume.set(this.ops.refusal("resume"), !q.paused);
+    this.paused = q.paused;
     this.tick(now);
     this.drawSpark(q.depthHistory);
   }
 
   tick(now: number): void {
-    this.status.classList.toggle("alert", this.alertingSince > 0);
-    if (this.alertingSince > 0) {
+    this.status.classList.toggle("alert", this.alertingSince > 0 && !this.paused);
+    this.status.classList.toggle("paused", this.paused);
+    if (this.paused) {
+      // A paused queue does not alert for not draining: say why it waits.
+      setText(this.status, pausedText(this.pausedAt, this.pausedBy, now));
+    } else if (this.alertingSince > 0) {
       setText(this.status, alertingText(this.alertingSince, now));
     } else if (this.watched) {
       setText(this.status, drainedText(this.drainedAt, this.empty, now));

@@ -159,6 +159,20 @@ test("a tenant the server refuses stops the feed with the server's reason instea
   assert.match((last as { reason: string }).reason, /tenant: may only contain/);
 });
 
+test("a token the server knows but that may not watch the tenant stops the feed as denied, not as a token needed", async (t) => {
+  const server = new Server((call) => {
+    call.headers();
+    call.fail(Code.PermissionDenied, 'tenant: this token may only use tenant "acme"');
+  });
+  const { feed, statuses } = follow(t, server);
+  await until("a denied status", () => statuses.some((s) => s.kind === "denied"));
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  feed.stop();
+  assert.equal(server.calls.length, 1, "the denied stream was dialled again");
+  assert.ok(!statuses.some((s) => s.kind === "unauthenticated"), `a known token was asked for again: ${JSON.stringify(statuses)}`);
+  assert.match((statuses.at(-1) as { reason: string }).reason, /may only use tenant "acme"/);
+});
+
 test("a token the server no longer knows is dropped and the feed starts over", async (t) => {
   const server = new Server((call, n) => {
     call.headers();

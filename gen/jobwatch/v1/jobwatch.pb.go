@@ -284,15 +284,24 @@ type Job struct {
 	Result *structpb.Value `protobuf:"bytes,10,opt,name=result,proto3" json:"result,omitempty"`
 	Error  *JobError       `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
 	// The attempt now running or last run, starting at 1 when first claimed.
-	Attempt       int32                  `protobuf:"varint,12,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	MaxAttempts   int32                  `protobuf:"varint,13,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
-	UniqueKey     string                 `protobuf:"bytes,14,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
-	RunAt         *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
-	WorkerId      string                 `protobuf:"bytes,20,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Attempt     int32                  `protobuf:"varint,12,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	MaxAttempts int32                  `protobuf:"varint,13,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	UniqueKey   string                 `protobuf:"bytes,14,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
+	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	StartedAt   *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	UpdatedAt   *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	FinishedAt  *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	RunAt       *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
+	WorkerId    string                 `protobuf:"bytes,20,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// 0 to 9, lower runs first: a claim takes the most urgent ready job of
+	// a queue first, then the oldest. A serial queue ignores it and runs in
+	// submission order.
+	Priority int32 `protobuf:"varint,21,opt,name=priority,proto3" json:"priority,omitempty"`
+	// The job's history, oldest first: each attempt that ended (the last
+	// one included, once it has ended) and each operator action (a retry,
+	// a cancel), at most the last 20 entries. Absent in a summary
+	// (JOB_VIEW_SUMMARY); GetJob has it.
+	Attempts      []*JobAttempt `protobuf:"bytes,22,rep,name=attempts,proto3" json:"attempts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -467,6 +476,127 @@ func (x *Job) GetWorkerId() string {
 	return ""
 }
 
+func (x *Job) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *Job) GetAttempts() []*JobAttempt {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+// JobAttempt is one entry of a job's history: an attempt that ended, or
+// an operator's action on the job.
+type JobAttempt struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The attempt this entry is about (1 for the first run); for a retry,
+	// the attempt that had ended before it.
+	Attempt int32 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The worker that ran the attempt; empty for an operator's action that
+	// ended no run (a retry, a cancel of a queued job).
+	WorkerId string `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// When the attempt began; unset for an action that ended no run.
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// When the attempt ended, or when the action was taken.
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// What the entry left the job in: SUCCEEDED, FAILED, CANCELLED or LOST
+	// for a run's end, QUEUED for a run that will be tried again or for a
+	// retry.
+	State JobState `protobuf:"varint,5,opt,name=state,proto3,enum=jobwatch.v1.JobState" json:"state,omitempty"`
+	// Why the attempt failed, if it did.
+	Error *JobError `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	// Who acted, for an operator's action: the caller's token name, role
+	// and tenant, such as "token ops (admin)"; empty for what workers and
+	// the server did on their own.
+	By            string `protobuf:"bytes,7,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobAttempt) Reset() {
+	*x = JobAttempt{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobAttempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobAttempt) ProtoMessage() {}
+
+func (x *JobAttempt) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobAttempt.ProtoReflect.Descriptor instead.
+func (*JobAttempt) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *JobAttempt) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *JobAttempt) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *JobAttempt) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *JobAttempt) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *JobAttempt) GetState() JobState {
+	if x != nil {
+		return x.State
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *JobAttempt) GetError() *JobError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *JobAttempt) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
 // JobAlreadyActive is the error detail of an already_exists answer to
 // SubmitJob: another active job of the tenant has the same unique_key.
 type JobAlreadyActive struct {
@@ -479,7 +609,7 @@ type JobAlreadyActive struct {
 
 func (x *JobAlreadyActive) Reset() {
 	*x = JobAlreadyActive{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[2]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +621,7 @@ func (x *JobAlreadyActive) String() string {
 func (*JobAlreadyActive) ProtoMessage() {}
 
 func (x *JobAlreadyActive) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[2]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +634,7 @@ func (x *JobAlreadyActive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAlreadyActive.ProtoReflect.Descriptor instead.
 func (*JobAlreadyActive) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{2}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *JobAlreadyActive) GetJobId() string {
@@ -537,14 +667,18 @@ type SubmitJobRequest struct {
 	// Attempts allowed, counting the first; 0 means the queue's default.
 	MaxAttempts int32 `protobuf:"varint,8,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	// Wait like WaitJob and answer with the final job when it ends in time.
-	Wait          bool `protobuf:"varint,9,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait bool `protobuf:"varint,9,opt,name=wait,proto3" json:"wait,omitempty"`
+	// 0 to 9, lower runs first; unset means the queue's default priority
+	// (0 unless the configuration says otherwise). Outside 0 to 9 is
+	// invalid_argument.
+	Priority      *int32 `protobuf:"varint,10,opt,name=priority,proto3,oneof" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitJobRequest) Reset() {
 	*x = SubmitJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[3]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +690,7 @@ func (x *SubmitJobRequest) String() string {
 func (*SubmitJobRequest) ProtoMessage() {}
 
 func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[3]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +703,7 @@ func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{3}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SubmitJobRequest) GetTenant() string {
@@ -635,6 +769,13 @@ func (x *SubmitJobRequest) GetWait() bool {
 	return false
 }
 
+func (x *SubmitJobRequest) GetPriority() int32 {
+	if x != nil && x.Priority != nil {
+		return *x.Priority
+	}
+	return 0
+}
+
 type SubmitJobResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -644,7 +785,7 @@ type SubmitJobResponse struct {
 
 func (x *SubmitJobResponse) Reset() {
 	*x = SubmitJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[4]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +797,7 @@ func (x *SubmitJobResponse) String() string {
 func (*SubmitJobResponse) ProtoMessage() {}
 
 func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[4]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +810,7 @@ func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobResponse.ProtoReflect.Descriptor instead.
 func (*SubmitJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{4}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SubmitJobResponse) GetJob() *Job {
@@ -688,7 +829,7 @@ type StartJobRequest struct {
 
 func (x *StartJobRequest) Reset() {
 	*x = StartJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[5]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +841,7 @@ func (x *StartJobRequest) String() string {
 func (*StartJobRequest) ProtoMessage() {}
 
 func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[5]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +854,7 @@ func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartJobRequest.ProtoReflect.Descriptor instead.
 func (*StartJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{5}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StartJobRequest) GetJobId() string {
@@ -732,7 +873,7 @@ type StartJobResponse struct {
 
 func (x *StartJobResponse) Reset() {
 	*x = StartJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[6]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -744,7 +885,7 @@ func (x *StartJobResponse) String() string {
 func (*StartJobResponse) ProtoMessage() {}
 
 func (x *StartJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[6]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -757,7 +898,7 @@ func (x *StartJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartJobResponse.ProtoReflect.Descriptor instead.
 func (*StartJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{6}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StartJobResponse) GetJob() *Job {
@@ -776,7 +917,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[7]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +929,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[7]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +942,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{7}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -820,7 +961,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[8]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +973,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[8]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +986,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{8}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -879,7 +1020,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[9]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +1032,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[9]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +1045,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{9}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListJobsRequest) GetTenant() string {
@@ -968,7 +1109,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[10]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -980,7 +1121,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[10]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -993,7 +1134,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{10}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1019,7 +1160,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[11]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1172,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[11]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1185,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{11}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -1063,7 +1204,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1075,7 +1216,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1088,7 +1229,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{12}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -1107,7 +1248,7 @@ type WaitJobRequest struct {
 
 func (x *WaitJobRequest) Reset() {
 	*x = WaitJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1260,7 @@ func (x *WaitJobRequest) String() string {
 func (*WaitJobRequest) ProtoMessage() {}
 
 func (x *WaitJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1273,7 @@ func (x *WaitJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitJobRequest.ProtoReflect.Descriptor instead.
 func (*WaitJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{13}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WaitJobRequest) GetJobId() string {
@@ -1151,7 +1292,7 @@ type WaitJobResponse struct {
 
 func (x *WaitJobResponse) Reset() {
 	*x = WaitJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1304,7 @@ func (x *WaitJobResponse) String() string {
 func (*WaitJobResponse) ProtoMessage() {}
 
 func (x *WaitJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1317,7 @@ func (x *WaitJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitJobResponse.ProtoReflect.Descriptor instead.
 func (*WaitJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{14}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WaitJobResponse) GetJob() *Job {
@@ -1197,7 +1338,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1350,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1363,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{15}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchJobRequest) GetJobId() string {
@@ -1249,7 +1390,7 @@ type WatchJobResponse struct {
 
 func (x *WatchJobResponse) Reset() {
 	*x = WatchJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1402,7 @@ func (x *WatchJobResponse) String() string {
 func (*WatchJobResponse) ProtoMessage() {}
 
 func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1415,7 @@ func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{16}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchJobResponse) GetJob() *Job {
@@ -1303,7 +1444,7 @@ type WatchJobsRequest struct {
 
 func (x *WatchJobsRequest) Reset() {
 	*x = WatchJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1456,7 @@ func (x *WatchJobsRequest) String() string {
 func (*WatchJobsRequest) ProtoMessage() {}
 
 func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1469,7 @@ func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobsRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{17}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchJobsRequest) GetTenant() string {
@@ -1378,7 +1519,7 @@ type WatchJobsResponse struct {
 
 func (x *WatchJobsResponse) Reset() {
 	*x = WatchJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1531,7 @@ func (x *WatchJobsResponse) String() string {
 func (*WatchJobsResponse) ProtoMessage() {}
 
 func (x *WatchJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1544,7 @@ func (x *WatchJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobsResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{18}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchJobsResponse) GetJobs() []*Job {
@@ -1420,6 +1561,635 @@ func (x *WatchJobsResponse) GetResumeToken() string {
 	return ""
 }
 
+type RetryJobRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryJobRequest) Reset() {
+	*x = RetryJobRequest{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryJobRequest) ProtoMessage() {}
+
+func (x *RetryJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryJobRequest.ProtoReflect.Descriptor instead.
+func (*RetryJobRequest) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RetryJobRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+type RetryJobResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryJobResponse) Reset() {
+	*x = RetryJobResponse{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryJobResponse) ProtoMessage() {}
+
+func (x *RetryJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryJobResponse.ProtoReflect.Descriptor instead.
+func (*RetryJobResponse) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RetryJobResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+type DeleteJobRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteJobRequest) Reset() {
+	*x = DeleteJobRequest{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteJobRequest) ProtoMessage() {}
+
+func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
+func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DeleteJobRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+type DeleteJobResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteJobResponse) Reset() {
+	*x = DeleteJobResponse{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteJobResponse) ProtoMessage() {}
+
+func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
+func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{23}
+}
+
+// JobFilter selects the jobs of a bulk action. Every field set narrows
+// it; a filter with none of queues, kinds, states and created_before
+// set is refused unless all is set, so that no call acts on every job by
+// a slip.
+type JobFilter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty means the caller's tenant ("default" for an admin). An admin
+	// may name another tenant, or "*" for every tenant.
+	Tenant string   `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Queues []string `protobuf:"bytes,2,rep,name=queues,proto3" json:"queues,omitempty"`
+	Kinds  []string `protobuf:"bytes,3,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// Empty means every state the action applies to.
+	States []JobState `protobuf:"varint,4,rep,packed,name=states,proto3,enum=jobwatch.v1.JobState" json:"states,omitempty"`
+	// Only jobs created before this time.
+	CreatedBefore *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
+	// Act on every job of the tenant (or tenants) even with no other field
+	// set.
+	All           bool `protobuf:"varint,6,opt,name=all,proto3" json:"all,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobFilter) Reset() {
+	*x = JobFilter{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobFilter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobFilter) ProtoMessage() {}
+
+func (x *JobFilter) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobFilter.ProtoReflect.Descriptor instead.
+func (*JobFilter) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *JobFilter) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *JobFilter) GetQueues() []string {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+func (x *JobFilter) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+func (x *JobFilter) GetStates() []JobState {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *JobFilter) GetCreatedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedBefore
+	}
+	return nil
+}
+
+func (x *JobFilter) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+type RetryJobsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Filter *JobFilter             `protobuf:"bytes,1,opt,name=filter,proto3" json:"filter,omitempty"`
+	// From a previous next_page_token, with the same filter.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Jobs to look at in this call; 0 means 1,000, more is clamped to 1,000.
+	PageSize      int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryJobsRequest) Reset() {
+	*x = RetryJobsRequest{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryJobsRequest) ProtoMessage() {}
+
+func (x *RetryJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryJobsRequest.ProtoReflect.Descriptor instead.
+func (*RetryJobsRequest) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RetryJobsRequest) GetFilter() *JobFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *RetryJobsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *RetryJobsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+// RetryJobsResponse, CancelJobsResponse and DeleteJobsResponse say what
+// one page of a bulk action did.
+type RetryJobsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Jobs of this page that matched the filter.
+	Matched int64 `protobuf:"varint,1,opt,name=matched,proto3" json:"matched,omitempty"`
+	// Jobs of this page the action changed.
+	Changed int64 `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	// Empty when no job matching the filter is left to look at.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryJobsResponse) Reset() {
+	*x = RetryJobsResponse{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryJobsResponse) ProtoMessage() {}
+
+func (x *RetryJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryJobsResponse.ProtoReflect.Descriptor instead.
+func (*RetryJobsResponse) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RetryJobsResponse) GetMatched() int64 {
+	if x != nil {
+		return x.Matched
+	}
+	return 0
+}
+
+func (x *RetryJobsResponse) GetChanged() int64 {
+	if x != nil {
+		return x.Changed
+	}
+	return 0
+}
+
+func (x *RetryJobsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type CancelJobsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Filter        *JobFilter             `protobuf:"bytes,1,opt,name=filter,proto3" json:"filter,omitempty"`
+	PageToken     string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize      int32                  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelJobsRequest) Reset() {
+	*x = CancelJobsRequest{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelJobsRequest) ProtoMessage() {}
+
+func (x *CancelJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelJobsRequest.ProtoReflect.Descriptor instead.
+func (*CancelJobsRequest) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *CancelJobsRequest) GetFilter() *JobFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *CancelJobsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *CancelJobsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+type CancelJobsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Matched       int64                  `protobuf:"varint,1,opt,name=matched,proto3" json:"matched,omitempty"`
+	Changed       int64                  `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelJobsResponse) Reset() {
+	*x = CancelJobsResponse{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelJobsResponse) ProtoMessage() {}
+
+func (x *CancelJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelJobsResponse.ProtoReflect.Descriptor instead.
+func (*CancelJobsResponse) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CancelJobsResponse) GetMatched() int64 {
+	if x != nil {
+		return x.Matched
+	}
+	return 0
+}
+
+func (x *CancelJobsResponse) GetChanged() int64 {
+	if x != nil {
+		return x.Changed
+	}
+	return 0
+}
+
+func (x *CancelJobsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type DeleteJobsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Filter        *JobFilter             `protobuf:"bytes,1,opt,name=filter,proto3" json:"filter,omitempty"`
+	PageToken     string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize      int32                  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteJobsRequest) Reset() {
+	*x = DeleteJobsRequest{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteJobsRequest) ProtoMessage() {}
+
+func (x *DeleteJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteJobsRequest.ProtoReflect.Descriptor instead.
+func (*DeleteJobsRequest) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *DeleteJobsRequest) GetFilter() *JobFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *DeleteJobsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *DeleteJobsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+type DeleteJobsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Matched       int64                  `protobuf:"varint,1,opt,name=matched,proto3" json:"matched,omitempty"`
+	Changed       int64                  `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteJobsResponse) Reset() {
+	*x = DeleteJobsResponse{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteJobsResponse) ProtoMessage() {}
+
+func (x *DeleteJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteJobsResponse.ProtoReflect.Descriptor instead.
+func (*DeleteJobsResponse) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *DeleteJobsResponse) GetMatched() int64 {
+	if x != nil {
+		return x.Matched
+	}
+	return 0
+}
+
+func (x *DeleteJobsResponse) GetChanged() int64 {
+	if x != nil {
+		return x.Changed
+	}
+	return 0
+}
+
+func (x *DeleteJobsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 type GetServerInfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1428,7 +2198,7 @@ type GetServerInfoRequest struct {
 
 func (x *GetServerInfoRequest) Reset() {
 	*x = GetServerInfoRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +2210,7 @@ func (x *GetServerInfoRequest) String() string {
 func (*GetServerInfoRequest) ProtoMessage() {}
 
 func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +2223,7 @@ func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{19}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{31}
 }
 
 type GetServerInfoResponse struct {
@@ -1470,7 +2240,7 @@ type GetServerInfoResponse struct {
 
 func (x *GetServerInfoResponse) Reset() {
 	*x = GetServerInfoResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +2252,7 @@ func (x *GetServerInfoResponse) String() string {
 func (*GetServerInfoResponse) ProtoMessage() {}
 
 func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +2265,7 @@ func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{20}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetServerInfoResponse) GetDemo() bool {
@@ -1545,7 +2315,7 @@ type ClaimJobRequest struct {
 
 func (x *ClaimJobRequest) Reset() {
 	*x = ClaimJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +2327,7 @@ func (x *ClaimJobRequest) String() string {
 func (*ClaimJobRequest) ProtoMessage() {}
 
 func (x *ClaimJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +2340,7 @@ func (x *ClaimJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimJobRequest.ProtoReflect.Descriptor instead.
 func (*ClaimJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{21}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ClaimJobRequest) GetWorkerId() string {
@@ -1617,7 +2387,7 @@ type ClaimJobResponse struct {
 
 func (x *ClaimJobResponse) Reset() {
 	*x = ClaimJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +2399,7 @@ func (x *ClaimJobResponse) String() string {
 func (*ClaimJobResponse) ProtoMessage() {}
 
 func (x *ClaimJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +2412,7 @@ func (x *ClaimJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimJobResponse.ProtoReflect.Descriptor instead.
 func (*ClaimJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{22}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ClaimJobResponse) GetJob() *Job {
@@ -1686,7 +2456,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +2468,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +2481,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{23}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Claim) GetJob() *Job {
@@ -1749,7 +2519,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +2531,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +2544,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{24}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HeartbeatRequest) GetJobId() string {
@@ -1818,7 +2588,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +2600,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +2613,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{25}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *HeartbeatResponse) GetCancelled() bool {
@@ -1871,7 +2641,7 @@ type CompleteJobRequest struct {
 
 func (x *CompleteJobRequest) Reset() {
 	*x = CompleteJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +2653,7 @@ func (x *CompleteJobRequest) String() string {
 func (*CompleteJobRequest) ProtoMessage() {}
 
 func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2666,7 @@ func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobRequest.ProtoReflect.Descriptor instead.
 func (*CompleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{26}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CompleteJobRequest) GetJobId() string {
@@ -1929,7 +2699,7 @@ type CompleteJobResponse struct {
 
 func (x *CompleteJobResponse) Reset() {
 	*x = CompleteJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2711,7 @@ func (x *CompleteJobResponse) String() string {
 func (*CompleteJobResponse) ProtoMessage() {}
 
 func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2724,7 @@ func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobResponse.ProtoReflect.Descriptor instead.
 func (*CompleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{27}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CompleteJobResponse) GetJob() *Job {
@@ -1977,7 +2747,7 @@ type FailJobRequest struct {
 
 func (x *FailJobRequest) Reset() {
 	*x = FailJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1989,7 +2759,7 @@ func (x *FailJobRequest) String() string {
 func (*FailJobRequest) ProtoMessage() {}
 
 func (x *FailJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2002,7 +2772,7 @@ func (x *FailJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobRequest.ProtoReflect.Descriptor instead.
 func (*FailJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{28}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FailJobRequest) GetJobId() string {
@@ -2042,7 +2812,7 @@ type FailJobResponse struct {
 
 func (x *FailJobResponse) Reset() {
 	*x = FailJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2054,7 +2824,7 @@ func (x *FailJobResponse) String() string {
 func (*FailJobResponse) ProtoMessage() {}
 
 func (x *FailJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2067,12 +2837,188 @@ func (x *FailJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobResponse.ProtoReflect.Descriptor instead.
 func (*FailJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{29}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FailJobResponse) GetJob() *Job {
 	if x != nil {
 		return x.Job
+	}
+	return nil
+}
+
+type PauseQueueRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseQueueRequest) Reset() {
+	*x = PauseQueueRequest{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseQueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseQueueRequest) ProtoMessage() {}
+
+func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
+func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *PauseQueueRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+type PauseQueueResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         *Queue                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseQueueResponse) Reset() {
+	*x = PauseQueueResponse{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseQueueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseQueueResponse) ProtoMessage() {}
+
+func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseQueueResponse.ProtoReflect.Descriptor instead.
+func (*PauseQueueResponse) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *PauseQueueResponse) GetQueue() *Queue {
+	if x != nil {
+		return x.Queue
+	}
+	return nil
+}
+
+type ResumeQueueRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeQueueRequest) Reset() {
+	*x = ResumeQueueRequest{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeQueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeQueueRequest) ProtoMessage() {}
+
+func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeQueueRequest.ProtoReflect.Descriptor instead.
+func (*ResumeQueueRequest) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ResumeQueueRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+type ResumeQueueResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         *Queue                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeQueueResponse) Reset() {
+	*x = ResumeQueueResponse{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeQueueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeQueueResponse) ProtoMessage() {}
+
+func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeQueueResponse.ProtoReflect.Descriptor instead.
+func (*ResumeQueueResponse) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ResumeQueueResponse) GetQueue() *Queue {
+	if x != nil {
+		return x.Queue
 	}
 	return nil
 }
@@ -2101,14 +3047,21 @@ type Queue struct {
 	// The queue's depth over the last 15 minutes, oldest first, one sample
 	// per interval the server states in ListQueuesResponse; the last is
 	// now. A replica keeps its own samples from when it started.
-	DepthHistory  []*QueueDepth `protobuf:"bytes,12,rep,name=depth_history,json=depthHistory,proto3" json:"depth_history,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DepthHistory []*QueueDepth `protobuf:"bytes,12,rep,name=depth_history,json=depthHistory,proto3" json:"depth_history,omitempty"`
+	// The queue hands out no claims until resumed (PauseQueue).
+	Paused bool `protobuf:"varint,13,opt,name=paused,proto3" json:"paused,omitempty"`
+	// When and by whom it was paused; unset unless paused.
+	PausedAt *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=paused_at,json=pausedAt,proto3" json:"paused_at,omitempty"`
+	PausedBy string                 `protobuf:"bytes,15,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`
+	// The priority of a job submitted to the queue without one.
+	DefaultPriority int32 `protobuf:"varint,16,opt,name=default_priority,json=defaultPriority,proto3" json:"default_priority,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Queue) Reset() {
 	*x = Queue{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2120,7 +3073,7 @@ func (x *Queue) String() string {
 func (*Queue) ProtoMessage() {}
 
 func (x *Queue) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2133,7 +3086,7 @@ func (x *Queue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Queue.ProtoReflect.Descriptor instead.
 func (*Queue) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{30}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Queue) GetName() string {
@@ -2220,6 +3173,34 @@ func (x *Queue) GetDepthHistory() []*QueueDepth {
 	return nil
 }
 
+func (x *Queue) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *Queue) GetPausedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PausedAt
+	}
+	return nil
+}
+
+func (x *Queue) GetPausedBy() string {
+	if x != nil {
+		return x.PausedBy
+	}
+	return ""
+}
+
+func (x *Queue) GetDefaultPriority() int32 {
+	if x != nil {
+		return x.DefaultPriority
+	}
+	return 0
+}
+
 // QueueDepth is a queue's unfinished work at one moment.
 type QueueDepth struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2232,7 +3213,7 @@ type QueueDepth struct {
 
 func (x *QueueDepth) Reset() {
 	*x = QueueDepth{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +3225,7 @@ func (x *QueueDepth) String() string {
 func (*QueueDepth) ProtoMessage() {}
 
 func (x *QueueDepth) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +3238,7 @@ func (x *QueueDepth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepth.ProtoReflect.Descriptor instead.
 func (*QueueDepth) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{31}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *QueueDepth) GetAt() *timestamppb.Timestamp {
@@ -2296,7 +3277,7 @@ type PoolUse struct {
 
 func (x *PoolUse) Reset() {
 	*x = PoolUse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2308,7 +3289,7 @@ func (x *PoolUse) String() string {
 func (*PoolUse) ProtoMessage() {}
 
 func (x *PoolUse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2321,7 +3302,7 @@ func (x *PoolUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolUse.ProtoReflect.Descriptor instead.
 func (*PoolUse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{32}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PoolUse) GetName() string {
@@ -2353,7 +3334,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +3346,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +3359,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{33}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{49}
 }
 
 type ListQueuesResponse struct {
@@ -2392,7 +3373,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +3385,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +3398,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{34}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*Queue {
@@ -2435,8 +3416,9 @@ func (x *ListQueuesResponse) GetDepthInterval() *durationpb.Duration {
 }
 
 // Schedule is a repeated job of the configuration: a run of kind is
-// queued `every` after the previous run ended, whatever its outcome, and
-// never while a run is unfinished.
+// queued `every` after the previous run ended, whatever its outcome, or
+// at the times of its `cron` expression in its time zone; never while a
+// run is unfinished.
 type Schedule struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2452,14 +3434,23 @@ type Schedule struct {
 	LastJobId    string   `protobuf:"bytes,7,opt,name=last_job_id,json=lastJobId,proto3" json:"last_job_id,omitempty"`
 	LastJobState JobState `protobuf:"varint,8,opt,name=last_job_state,json=lastJobState,proto3,enum=jobwatch.v1.JobState" json:"last_job_state,omitempty"`
 	// When the latest run ended; unset while it runs or before the first.
-	LastEndedAt   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_ended_at,json=lastEndedAt,proto3" json:"last_ended_at,omitempty"`
+	LastEndedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_ended_at,json=lastEndedAt,proto3" json:"last_ended_at,omitempty"`
+	// A cron expression (five fields, or a descriptor such as "@daily"),
+	// set instead of every.
+	Cron string `protobuf:"bytes,10,opt,name=cron,proto3" json:"cron,omitempty"`
+	// The IANA time zone cron is read in; "UTC" unless the configuration
+	// says otherwise. Empty for an every schedule.
+	Timezone string `protobuf:"bytes,11,opt,name=timezone,proto3" json:"timezone,omitempty"`
+	// next_run_at in timezone, as RFC 3339 with the zone's offset, such as
+	// "2026-12-02T02:00:00+01:00"; empty when next_run_at is unset.
+	NextRunLocal  string `protobuf:"bytes,12,opt,name=next_run_local,json=nextRunLocal,proto3" json:"next_run_local,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2471,7 +3462,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2484,7 +3475,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{35}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Schedule) GetName() string {
@@ -2550,6 +3541,27 @@ func (x *Schedule) GetLastEndedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Schedule) GetCron() string {
+	if x != nil {
+		return x.Cron
+	}
+	return ""
+}
+
+func (x *Schedule) GetTimezone() string {
+	if x != nil {
+		return x.Timezone
+	}
+	return ""
+}
+
+func (x *Schedule) GetNextRunLocal() string {
+	if x != nil {
+		return x.NextRunLocal
+	}
+	return ""
+}
+
 type ListSchedulesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2558,7 +3570,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2570,7 +3582,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2583,7 +3595,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{36}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{52}
 }
 
 type ListSchedulesResponse struct {
@@ -2595,7 +3607,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2607,7 +3619,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2620,7 +3632,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{37}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -2637,7 +3649,7 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x1ajobwatch/v1/jobwatch.proto\x12\vjobwatch.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"8\n" +
 	"\bJobError\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xf5\x05\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xc6\x06\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
@@ -2664,11 +3676,24 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\vfinished_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"finishedAt\x121\n" +
 	"\x06run_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12\x1b\n" +
-	"\tworker_id\x18\x14 \x01(\tR\bworkerId\"H\n" +
+	"\tworker_id\x18\x14 \x01(\tR\bworkerId\x12\x1a\n" +
+	"\bpriority\x18\x15 \x01(\x05R\bpriority\x123\n" +
+	"\battempts\x18\x16 \x03(\v2\x17.jobwatch.v1.JobAttemptR\battempts\"\xa5\x02\n" +
+	"\n" +
+	"JobAttempt\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x1b\n" +
+	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x129\n" +
+	"\n" +
+	"started_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
+	"\vfinished_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x12+\n" +
+	"\x05state\x18\x05 \x01(\x0e2\x15.jobwatch.v1.JobStateR\x05state\x12+\n" +
+	"\x05error\x18\x06 \x01(\v2\x15.jobwatch.v1.JobErrorR\x05error\x12\x0e\n" +
+	"\x02by\x18\a \x01(\tR\x02by\"H\n" +
 	"\x10JobAlreadyActive\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n" +
 	"\n" +
-	"unique_key\x18\x02 \x01(\tR\tuniqueKey\"\xa3\x02\n" +
+	"unique_key\x18\x02 \x01(\tR\tuniqueKey\"\xd1\x02\n" +
 	"\x10SubmitJobRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
@@ -2679,7 +3704,10 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x04hold\x18\x06 \x01(\bR\x04hold\x121\n" +
 	"\x06run_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12!\n" +
 	"\fmax_attempts\x18\b \x01(\x05R\vmaxAttempts\x12\x12\n" +
-	"\x04wait\x18\t \x01(\bR\x04wait\"7\n" +
+	"\x04wait\x18\t \x01(\bR\x04wait\x12\x1f\n" +
+	"\bpriority\x18\n" +
+	" \x01(\x05H\x00R\bpriority\x88\x01\x01B\v\n" +
+	"\t_priority\"7\n" +
 	"\x11SubmitJobResponse\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\"(\n" +
 	"\x0fStartJobRequest\x12\x15\n" +
@@ -2722,7 +3750,48 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x04view\x18\x04 \x01(\x0e2\x14.jobwatch.v1.JobViewR\x04view\"\\\n" +
 	"\x11WatchJobsResponse\x12$\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x10.jobwatch.v1.JobR\x04jobs\x12!\n" +
-	"\fresume_token\x18\x02 \x01(\tR\vresumeToken\"\x16\n" +
+	"\fresume_token\x18\x02 \x01(\tR\vresumeToken\"(\n" +
+	"\x0fRetryJobRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"6\n" +
+	"\x10RetryJobResponse\x12\"\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\")\n" +
+	"\x10DeleteJobRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\x13\n" +
+	"\x11DeleteJobResponse\"\xd5\x01\n" +
+	"\tJobFilter\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x16\n" +
+	"\x06queues\x18\x02 \x03(\tR\x06queues\x12\x14\n" +
+	"\x05kinds\x18\x03 \x03(\tR\x05kinds\x12-\n" +
+	"\x06states\x18\x04 \x03(\x0e2\x15.jobwatch.v1.JobStateR\x06states\x12A\n" +
+	"\x0ecreated_before\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\x12\x10\n" +
+	"\x03all\x18\x06 \x01(\bR\x03all\"~\n" +
+	"\x10RetryJobsRequest\x12.\n" +
+	"\x06filter\x18\x01 \x01(\v2\x16.jobwatch.v1.JobFilterR\x06filter\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"o\n" +
+	"\x11RetryJobsResponse\x12\x18\n" +
+	"\amatched\x18\x01 \x01(\x03R\amatched\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\x03R\achanged\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\x7f\n" +
+	"\x11CancelJobsRequest\x12.\n" +
+	"\x06filter\x18\x01 \x01(\v2\x16.jobwatch.v1.JobFilterR\x06filter\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"p\n" +
+	"\x12CancelJobsResponse\x12\x18\n" +
+	"\amatched\x18\x01 \x01(\x03R\amatched\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\x03R\achanged\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\x7f\n" +
+	"\x11DeleteJobsRequest\x12.\n" +
+	"\x06filter\x18\x01 \x01(\v2\x16.jobwatch.v1.JobFilterR\x06filter\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"p\n" +
+	"\x12DeleteJobsResponse\x12\x18\n" +
+	"\amatched\x18\x01 \x01(\x03R\amatched\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\x03R\achanged\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\x16\n" +
 	"\x14GetServerInfoRequest\"\x89\x01\n" +
 	"\x15GetServerInfoResponse\x12\x12\n" +
 	"\x04demo\x18\x01 \x01(\bR\x04demo\x12\x1d\n" +
@@ -2764,7 +3833,15 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\v2\x15.jobwatch.v1.JobErrorR\x05error\x12\x1c\n" +
 	"\tretryable\x18\x04 \x01(\bR\tretryable\"5\n" +
 	"\x0fFailJobResponse\x12\"\n" +
-	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\"\xaa\x04\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\")\n" +
+	"\x11PauseQueueRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\">\n" +
+	"\x12PauseQueueResponse\x12(\n" +
+	"\x05queue\x18\x01 \x01(\v2\x12.jobwatch.v1.QueueR\x05queue\"*\n" +
+	"\x12ResumeQueueRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\"?\n" +
+	"\x13ResumeQueueResponse\x12(\n" +
+	"\x05queue\x18\x01 \x01(\v2\x12.jobwatch.v1.QueueR\x05queue\"\xc3\x05\n" +
 	"\x05Queue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x16.jobwatch.v1.QueueModeR\x04mode\x12\x1f\n" +
@@ -2780,7 +3857,11 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	" \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"alertAfter\x12A\n" +
 	"\x0ealerting_since\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\ralertingSince\x12<\n" +
-	"\rdepth_history\x18\f \x03(\v2\x17.jobwatch.v1.QueueDepthR\fdepthHistory\"j\n" +
+	"\rdepth_history\x18\f \x03(\v2\x17.jobwatch.v1.QueueDepthR\fdepthHistory\x12\x16\n" +
+	"\x06paused\x18\r \x01(\bR\x06paused\x127\n" +
+	"\tpaused_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt\x12\x1b\n" +
+	"\tpaused_by\x18\x0f \x01(\tR\bpausedBy\x12)\n" +
+	"\x10default_priority\x18\x10 \x01(\x05R\x0fdefaultPriority\"j\n" +
 	"\n" +
 	"QueueDepth\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x16\n" +
@@ -2793,7 +3874,7 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x11ListQueuesRequest\"\x82\x01\n" +
 	"\x12ListQueuesResponse\x12*\n" +
 	"\x06queues\x18\x01 \x03(\v2\x12.jobwatch.v1.QueueR\x06queues\x12@\n" +
-	"\x0edepth_interval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\rdepthInterval\"\xea\x02\n" +
+	"\x0edepth_interval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\rdepthInterval\"\xc0\x03\n" +
 	"\bSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
@@ -2803,7 +3884,11 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\vnext_run_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tnextRunAt\x12\x1e\n" +
 	"\vlast_job_id\x18\a \x01(\tR\tlastJobId\x12;\n" +
 	"\x0elast_job_state\x18\b \x01(\x0e2\x15.jobwatch.v1.JobStateR\flastJobState\x12>\n" +
-	"\rlast_ended_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vlastEndedAt\"\x16\n" +
+	"\rlast_ended_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vlastEndedAt\x12\x12\n" +
+	"\x04cron\x18\n" +
+	" \x01(\tR\x04cron\x12\x1a\n" +
+	"\btimezone\x18\v \x01(\tR\btimezone\x12$\n" +
+	"\x0enext_run_local\x18\f \x01(\tR\fnextRunLocal\"\x16\n" +
 	"\x14ListSchedulesRequest\"L\n" +
 	"\x15ListSchedulesResponse\x123\n" +
 	"\tschedules\x18\x01 \x03(\v2\x15.jobwatch.v1.ScheduleR\tschedules*\xc5\x01\n" +
@@ -2823,7 +3908,7 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\tQueueMode\x12\x1a\n" +
 	"\x16QUEUE_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13QUEUE_MODE_PARALLEL\x10\x01\x12\x15\n" +
-	"\x11QUEUE_MODE_SERIAL\x10\x022\xb0\x05\n" +
+	"\x11QUEUE_MODE_SERIAL\x10\x022\xaf\b\n" +
 	"\n" +
 	"JobService\x12J\n" +
 	"\tSubmitJob\x12\x1d.jobwatch.v1.SubmitJobRequest\x1a\x1e.jobwatch.v1.SubmitJobResponse\x12G\n" +
@@ -2834,16 +3919,26 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\aWaitJob\x12\x1b.jobwatch.v1.WaitJobRequest\x1a\x1c.jobwatch.v1.WaitJobResponse\x12I\n" +
 	"\bWatchJob\x12\x1c.jobwatch.v1.WatchJobRequest\x1a\x1d.jobwatch.v1.WatchJobResponse0\x01\x12L\n" +
 	"\tWatchJobs\x12\x1d.jobwatch.v1.WatchJobsRequest\x1a\x1e.jobwatch.v1.WatchJobsResponse0\x01\x12V\n" +
-	"\rGetServerInfo\x12!.jobwatch.v1.GetServerInfoRequest\x1a\".jobwatch.v1.GetServerInfoResponse2\xbc\x02\n" +
+	"\rGetServerInfo\x12!.jobwatch.v1.GetServerInfoRequest\x1a\".jobwatch.v1.GetServerInfoResponse\x12G\n" +
+	"\bRetryJob\x12\x1c.jobwatch.v1.RetryJobRequest\x1a\x1d.jobwatch.v1.RetryJobResponse\x12J\n" +
+	"\tDeleteJob\x12\x1d.jobwatch.v1.DeleteJobRequest\x1a\x1e.jobwatch.v1.DeleteJobResponse\x12J\n" +
+	"\tRetryJobs\x12\x1d.jobwatch.v1.RetryJobsRequest\x1a\x1e.jobwatch.v1.RetryJobsResponse\x12M\n" +
+	"\n" +
+	"CancelJobs\x12\x1e.jobwatch.v1.CancelJobsRequest\x1a\x1f.jobwatch.v1.CancelJobsResponse\x12M\n" +
+	"\n" +
+	"DeleteJobs\x12\x1e.jobwatch.v1.DeleteJobsRequest\x1a\x1f.jobwatch.v1.DeleteJobsResponse2\xbc\x02\n" +
 	"\rWorkerService\x12G\n" +
 	"\bClaimJob\x12\x1c.jobwatch.v1.ClaimJobRequest\x1a\x1d.jobwatch.v1.ClaimJobResponse\x12J\n" +
 	"\tHeartbeat\x12\x1d.jobwatch.v1.HeartbeatRequest\x1a\x1e.jobwatch.v1.HeartbeatResponse\x12P\n" +
 	"\vCompleteJob\x12\x1f.jobwatch.v1.CompleteJobRequest\x1a .jobwatch.v1.CompleteJobResponse\x12D\n" +
-	"\aFailJob\x12\x1b.jobwatch.v1.FailJobRequest\x1a\x1c.jobwatch.v1.FailJobResponse2\xb5\x01\n" +
+	"\aFailJob\x12\x1b.jobwatch.v1.FailJobRequest\x1a\x1c.jobwatch.v1.FailJobResponse2\xd6\x02\n" +
 	"\fQueueService\x12M\n" +
 	"\n" +
 	"ListQueues\x12\x1e.jobwatch.v1.ListQueuesRequest\x1a\x1f.jobwatch.v1.ListQueuesResponse\x12V\n" +
-	"\rListSchedules\x12!.jobwatch.v1.ListSchedulesRequest\x1a\".jobwatch.v1.ListSchedulesResponseB9Z7github.com/jobwatch/jobwatch/gen/jobwatch/v1;jobwatchv1b\x06proto3"
+	"\rListSchedules\x12!.jobwatch.v1.ListSchedulesRequest\x1a\".jobwatch.v1.ListSchedulesResponse\x12M\n" +
+	"\n" +
+	"PauseQueue\x12\x1e.jobwatch.v1.PauseQueueRequest\x1a\x1f.jobwatch.v1.PauseQueueResponse\x12P\n" +
+	"\vResumeQueue\x12\x1f.jobwatch.v1.ResumeQueueRequest\x1a .jobwatch.v1.ResumeQueueResponseB9Z7github.com/jobwatch/jobwatch/gen/jobwatch/v1;jobwatchv1b\x06proto3"
 
 var (
 	file_jobwatch_v1_jobwatch_proto_rawDescOnce sync.Once
@@ -2858,136 +3953,180 @@ func file_jobwatch_v1_jobwatch_proto_rawDescGZIP() []byte {
 }
 
 var file_jobwatch_v1_jobwatch_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(JobState)(0),                 // 0: jobwatch.v1.JobState
 	(JobView)(0),                  // 1: jobwatch.v1.JobView
 	(QueueMode)(0),                // 2: jobwatch.v1.QueueMode
 	(*JobError)(nil),              // 3: jobwatch.v1.JobError
 	(*Job)(nil),                   // 4: jobwatch.v1.Job
-	(*JobAlreadyActive)(nil),      // 5: jobwatch.v1.JobAlreadyActive
-	(*SubmitJobRequest)(nil),      // 6: jobwatch.v1.SubmitJobRequest
-	(*SubmitJobResponse)(nil),     // 7: jobwatch.v1.SubmitJobResponse
-	(*StartJobRequest)(nil),       // 8: jobwatch.v1.StartJobRequest
-	(*StartJobResponse)(nil),      // 9: jobwatch.v1.StartJobResponse
-	(*GetJobRequest)(nil),         // 10: jobwatch.v1.GetJobRequest
-	(*GetJobResponse)(nil),        // 11: jobwatch.v1.GetJobResponse
-	(*ListJobsRequest)(nil),       // 12: jobwatch.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),      // 13: jobwatch.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),      // 14: jobwatch.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),     // 15: jobwatch.v1.CancelJobResponse
-	(*WaitJobRequest)(nil),        // 16: jobwatch.v1.WaitJobRequest
-	(*WaitJobResponse)(nil),       // 17: jobwatch.v1.WaitJobResponse
-	(*WatchJobRequest)(nil),       // 18: jobwatch.v1.WatchJobRequest
-	(*WatchJobResponse)(nil),      // 19: jobwatch.v1.WatchJobResponse
-	(*WatchJobsRequest)(nil),      // 20: jobwatch.v1.WatchJobsRequest
-	(*WatchJobsResponse)(nil),     // 21: jobwatch.v1.WatchJobsResponse
-	(*GetServerInfoRequest)(nil),  // 22: jobwatch.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil), // 23: jobwatch.v1.GetServerInfoResponse
-	(*ClaimJobRequest)(nil),       // 24: jobwatch.v1.ClaimJobRequest
-	(*ClaimJobResponse)(nil),      // 25: jobwatch.v1.ClaimJobResponse
-	(*Claim)(nil),                 // 26: jobwatch.v1.Claim
-	(*HeartbeatRequest)(nil),      // 27: jobwatch.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 28: jobwatch.v1.HeartbeatResponse
-	(*CompleteJobRequest)(nil),    // 29: jobwatch.v1.CompleteJobRequest
-	(*CompleteJobResponse)(nil),   // 30: jobwatch.v1.CompleteJobResponse
-	(*FailJobRequest)(nil),        // 31: jobwatch.v1.FailJobRequest
-	(*FailJobResponse)(nil),       // 32: jobwatch.v1.FailJobResponse
-	(*Queue)(nil),                 // 33: jobwatch.v1.Queue
-	(*QueueDepth)(nil),            // 34: jobwatch.v1.QueueDepth
-	(*PoolUse)(nil),               // 35: jobwatch.v1.PoolUse
-	(*ListQueuesRequest)(nil),     // 36: jobwatch.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),    // 37: jobwatch.v1.ListQueuesResponse
-	(*Schedule)(nil),              // 38: jobwatch.v1.Schedule
-	(*ListSchedulesRequest)(nil),  // 39: jobwatch.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil), // 40: jobwatch.v1.ListSchedulesResponse
-	(*structpb.Value)(nil),        // 41: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil), // 42: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 43: google.protobuf.Duration
+	(*JobAttempt)(nil),            // 5: jobwatch.v1.JobAttempt
+	(*JobAlreadyActive)(nil),      // 6: jobwatch.v1.JobAlreadyActive
+	(*SubmitJobRequest)(nil),      // 7: jobwatch.v1.SubmitJobRequest
+	(*SubmitJobResponse)(nil),     // 8: jobwatch.v1.SubmitJobResponse
+	(*StartJobRequest)(nil),       // 9: jobwatch.v1.StartJobRequest
+	(*StartJobResponse)(nil),      // 10: jobwatch.v1.StartJobResponse
+	(*GetJobRequest)(nil),         // 11: jobwatch.v1.GetJobRequest
+	(*GetJobResponse)(nil),        // 12: jobwatch.v1.GetJobResponse
+	(*ListJobsRequest)(nil),       // 13: jobwatch.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),      // 14: jobwatch.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),      // 15: jobwatch.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),     // 16: jobwatch.v1.CancelJobResponse
+	(*WaitJobRequest)(nil),        // 17: jobwatch.v1.WaitJobRequest
+	(*WaitJobResponse)(nil),       // 18: jobwatch.v1.WaitJobResponse
+	(*WatchJobRequest)(nil),       // 19: jobwatch.v1.WatchJobRequest
+	(*WatchJobResponse)(nil),      // 20: jobwatch.v1.WatchJobResponse
+	(*WatchJobsRequest)(nil),      // 21: jobwatch.v1.WatchJobsRequest
+	(*WatchJobsResponse)(nil),     // 22: jobwatch.v1.WatchJobsResponse
+	(*RetryJobRequest)(nil),       // 23: jobwatch.v1.RetryJobRequest
+	(*RetryJobResponse)(nil),      // 24: jobwatch.v1.RetryJobResponse
+	(*DeleteJobRequest)(nil),      // 25: jobwatch.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),     // 26: jobwatch.v1.DeleteJobResponse
+	(*JobFilter)(nil),             // 27: jobwatch.v1.JobFilter
+	(*RetryJobsRequest)(nil),      // 28: jobwatch.v1.RetryJobsRequest
+	(*RetryJobsResponse)(nil),     // 29: jobwatch.v1.RetryJobsResponse
+	(*CancelJobsRequest)(nil),     // 30: jobwatch.v1.CancelJobsRequest
+	(*CancelJobsResponse)(nil),    // 31: jobwatch.v1.CancelJobsResponse
+	(*DeleteJobsRequest)(nil),     // 32: jobwatch.v1.DeleteJobsRequest
+	(*DeleteJobsResponse)(nil),    // 33: jobwatch.v1.DeleteJobsResponse
+	(*GetServerInfoRequest)(nil),  // 34: jobwatch.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil), // 35: jobwatch.v1.GetServerInfoResponse
+	(*ClaimJobRequest)(nil),       // 36: jobwatch.v1.ClaimJobRequest
+	(*ClaimJobResponse)(nil),      // 37: jobwatch.v1.ClaimJobResponse
+	(*Claim)(nil),                 // 38: jobwatch.v1.Claim
+	(*HeartbeatRequest)(nil),      // 39: jobwatch.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 40: jobwatch.v1.HeartbeatResponse
+	(*CompleteJobRequest)(nil),    // 41: jobwatch.v1.CompleteJobRequest
+	(*CompleteJobResponse)(nil),   // 42: jobwatch.v1.CompleteJobResponse
+	(*FailJobRequest)(nil),        // 43: jobwatch.v1.FailJobRequest
+	(*FailJobResponse)(nil),       // 44: jobwatch.v1.FailJobResponse
+	(*PauseQueueRequest)(nil),     // 45: jobwatch.v1.PauseQueueRequest
+	(*PauseQueueResponse)(nil),    // 46: jobwatch.v1.PauseQueueResponse
+	(*ResumeQueueRequest)(nil),    // 47: jobwatch.v1.ResumeQueueRequest
+	(*ResumeQueueResponse)(nil),   // 48: jobwatch.v1.ResumeQueueResponse
+	(*Queue)(nil),                 // 49: jobwatch.v1.Queue
+	(*QueueDepth)(nil),            // 50: jobwatch.v1.QueueDepth
+	(*PoolUse)(nil),               // 51: jobwatch.v1.PoolUse
+	(*ListQueuesRequest)(nil),     // 52: jobwatch.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),    // 53: jobwatch.v1.ListQueuesResponse
+	(*Schedule)(nil),              // 54: jobwatch.v1.Schedule
+	(*ListSchedulesRequest)(nil),  // 55: jobwatch.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil), // 56: jobwatch.v1.ListSchedulesResponse
+	(*structpb.Value)(nil),        // 57: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 58: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 59: google.protobuf.Duration
 }
 var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	0,  // 0: jobwatch.v1.Job.state:type_name -> jobwatch.v1.JobState
-	41, // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
-	41, // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
+	57, // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
+	57, // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
 	3,  // 3: jobwatch.v1.Job.error:type_name -> jobwatch.v1.JobError
-	42, // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	42, // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	42, // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	42, // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	42, // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	41, // 9: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
-	42, // 10: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	4,  // 11: jobwatch.v1.SubmitJobResponse.job:type_name -> jobwatch.v1.Job
-	4,  // 12: jobwatch.v1.StartJobResponse.job:type_name -> jobwatch.v1.Job
-	4,  // 13: jobwatch.v1.GetJobResponse.job:type_name -> jobwatch.v1.Job
-	0,  // 14: jobwatch.v1.ListJobsRequest.states:type_name -> jobwatch.v1.JobState
-	1,  // 15: jobwatch.v1.ListJobsRequest.view:type_name -> jobwatch.v1.JobView
-	4,  // 16: jobwatch.v1.ListJobsResponse.jobs:type_name -> jobwatch.v1.Job
-	4,  // 17: jobwatch.v1.CancelJobResponse.job:type_name -> jobwatch.v1.Job
-	4,  // 18: jobwatch.v1.WaitJobResponse.job:type_name -> jobwatch.v1.Job
-	4,  // 19: jobwatch.v1.WatchJobResponse.job:type_name -> jobwatch.v1.Job
-	1,  // 20: jobwatch.v1.WatchJobsRequest.view:type_name -> jobwatch.v1.JobView
-	4,  // 21: jobwatch.v1.WatchJobsResponse.jobs:type_name -> jobwatch.v1.Job
-	4,  // 22: jobwatch.v1.ClaimJobResponse.job:type_name -> jobwatch.v1.Job
-	42, // 23: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	26, // 24: jobwatch.v1.ClaimJobResponse.claims:type_name -> jobwatch.v1.Claim
-	4,  // 25: jobwatch.v1.Claim.job:type_name -> jobwatch.v1.Job
-	42, // 26: jobwatch.v1.Claim.lease_expires_at:type_name -> google.protobuf.Timestamp
-	42, // 27: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	41, // 28: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
-	4,  // 29: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
-	3,  // 30: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
-	4,  // 31: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
-	2,  // 32: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
-	43, // 33: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
-	42, // 34: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
-	35, // 35: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
-	43, // 36: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
-	42, // 37: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
-	34, // 38: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
-	42, // 39: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
-	33, // 40: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
-	43, // 41: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
-	43, // 42: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
-	42, // 43: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
-	0,  // 44: jobwatch.v1.Schedule.last_job_state:type_name -> jobwatch.v1.JobState
-	42, // 45: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
-	38, // 46: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
-	6,  // 47: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
-	8,  // 48: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
-	10, // 49: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
-	12, // 50: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
-	14, // 51: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
-	16, // 52: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
-	18, // 53: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
-	20, // 54: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
-	22, // 55: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
-	24, // 56: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
-	27, // 57: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
-	29, // 58: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
-	31, // 59: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
-	36, // 60: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
-	39, // 61: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
-	7,  // 62: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
-	9,  // 63: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
-	11, // 64: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
-	13, // 65: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
-	15, // 66: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
-	17, // 67: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
-	19, // 68: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
-	21, // 69: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
-	23, // 70: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
-	25, // 71: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
-	28, // 72: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
-	30, // 73: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
-	32, // 74: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
-	37, // 75: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
-	40, // 76: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
-	62, // [62:77] is the sub-list for method output_type
-	47, // [47:62] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	58, // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	58, // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	58, // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	58, // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	58, // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	5,  // 9: jobwatch.v1.Job.attempts:type_name -> jobwatch.v1.JobAttempt
+	58, // 10: jobwatch.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
+	58, // 11: jobwatch.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	0,  // 12: jobwatch.v1.JobAttempt.state:type_name -> jobwatch.v1.JobState
+	3,  // 13: jobwatch.v1.JobAttempt.error:type_name -> jobwatch.v1.JobError
+	57, // 14: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
+	58, // 15: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	4,  // 16: jobwatch.v1.SubmitJobResponse.job:type_name -> jobwatch.v1.Job
+	4,  // 17: jobwatch.v1.StartJobResponse.job:type_name -> jobwatch.v1.Job
+	4,  // 18: jobwatch.v1.GetJobResponse.job:type_name -> jobwatch.v1.Job
+	0,  // 19: jobwatch.v1.ListJobsRequest.states:type_name -> jobwatch.v1.JobState
+	1,  // 20: jobwatch.v1.ListJobsRequest.view:type_name -> jobwatch.v1.JobView
+	4,  // 21: jobwatch.v1.ListJobsResponse.jobs:type_name -> jobwatch.v1.Job
+	4,  // 22: jobwatch.v1.CancelJobResponse.job:type_name -> jobwatch.v1.Job
+	4,  // 23: jobwatch.v1.WaitJobResponse.job:type_name -> jobwatch.v1.Job
+	4,  // 24: jobwatch.v1.WatchJobResponse.job:type_name -> jobwatch.v1.Job
+	1,  // 25: jobwatch.v1.WatchJobsRequest.view:type_name -> jobwatch.v1.JobView
+	4,  // 26: jobwatch.v1.WatchJobsResponse.jobs:type_name -> jobwatch.v1.Job
+	4,  // 27: jobwatch.v1.RetryJobResponse.job:type_name -> jobwatch.v1.Job
+	0,  // 28: jobwatch.v1.JobFilter.states:type_name -> jobwatch.v1.JobState
+	58, // 29: jobwatch.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
+	27, // 30: jobwatch.v1.RetryJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
+	27, // 31: jobwatch.v1.CancelJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
+	27, // 32: jobwatch.v1.DeleteJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
+	4,  // 33: jobwatch.v1.ClaimJobResponse.job:type_name -> jobwatch.v1.Job
+	58, // 34: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	38, // 35: jobwatch.v1.ClaimJobResponse.claims:type_name -> jobwatch.v1.Claim
+	4,  // 36: jobwatch.v1.Claim.job:type_name -> jobwatch.v1.Job
+	58, // 37: jobwatch.v1.Claim.lease_expires_at:type_name -> google.protobuf.Timestamp
+	58, // 38: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	57, // 39: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
+	4,  // 40: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
+	3,  // 41: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
+	4,  // 42: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
+	49, // 43: jobwatch.v1.PauseQueueResponse.queue:type_name -> jobwatch.v1.Queue
+	49, // 44: jobwatch.v1.ResumeQueueResponse.queue:type_name -> jobwatch.v1.Queue
+	2,  // 45: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
+	59, // 46: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
+	58, // 47: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
+	51, // 48: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
+	59, // 49: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
+	58, // 50: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
+	50, // 51: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
+	58, // 52: jobwatch.v1.Queue.paused_at:type_name -> google.protobuf.Timestamp
+	58, // 53: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
+	49, // 54: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
+	59, // 55: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
+	59, // 56: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
+	58, // 57: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
+	0,  // 58: jobwatch.v1.Schedule.last_job_state:type_name -> jobwatch.v1.JobState
+	58, // 59: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
+	54, // 60: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
+	7,  // 61: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
+	9,  // 62: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
+	11, // 63: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
+	13, // 64: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
+	15, // 65: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
+	17, // 66: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
+	19, // 67: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
+	21, // 68: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
+	34, // 69: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
+	23, // 70: jobwatch.v1.JobService.RetryJob:input_type -> jobwatch.v1.RetryJobRequest
+	25, // 71: jobwatch.v1.JobService.DeleteJob:input_type -> jobwatch.v1.DeleteJobRequest
+	28, // 72: jobwatch.v1.JobService.RetryJobs:input_type -> jobwatch.v1.RetryJobsRequest
+	30, // 73: jobwatch.v1.JobService.CancelJobs:input_type -> jobwatch.v1.CancelJobsRequest
+	32, // 74: jobwatch.v1.JobService.DeleteJobs:input_type -> jobwatch.v1.DeleteJobsRequest
+	36, // 75: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
+	39, // 76: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
+	41, // 77: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
+	43, // 78: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
+	52, // 79: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
+	55, // 80: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
+	45, // 81: jobwatch.v1.QueueService.PauseQueue:input_type -> jobwatch.v1.PauseQueueRequest
+	47, // 82: jobwatch.v1.QueueService.ResumeQueue:input_type -> jobwatch.v1.ResumeQueueRequest
+	8,  // 83: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
+	10, // 84: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
+	12, // 85: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
+	14, // 86: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
+	16, // 87: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
+	18, // 88: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
+	20, // 89: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
+	22, // 90: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
+	35, // 91: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
+	24, // 92: jobwatch.v1.JobService.RetryJob:output_type -> jobwatch.v1.RetryJobResponse
+	26, // 93: jobwatch.v1.JobService.DeleteJob:output_type -> jobwatch.v1.DeleteJobResponse
+	29, // 94: jobwatch.v1.JobService.RetryJobs:output_type -> jobwatch.v1.RetryJobsResponse
+	31, // 95: jobwatch.v1.JobService.CancelJobs:output_type -> jobwatch.v1.CancelJobsResponse
+	33, // 96: jobwatch.v1.JobService.DeleteJobs:output_type -> jobwatch.v1.DeleteJobsResponse
+	37, // 97: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
+	40, // 98: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
+	42, // 99: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
+	44, // 100: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
+	53, // 101: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
+	56, // 102: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
+	46, // 103: jobwatch.v1.QueueService.PauseQueue:output_type -> jobwatch.v1.PauseQueueResponse
+	48, // 104: jobwatch.v1.QueueService.ResumeQueue:output_type -> jobwatch.v1.ResumeQueueResponse
+	83, // [83:105] is the sub-list for method output_type
+	61, // [61:83] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_jobwatch_v1_jobwatch_proto_init() }
@@ -2995,13 +4134,14 @@ func file_jobwatch_v1_jobwatch_proto_init() {
 	if File_jobwatch_v1_jobwatch_proto != nil {
 		return
 	}
+	file_jobwatch_v1_jobwatch_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobwatch_v1_jobwatch_proto_rawDesc), len(file_jobwatch_v1_jobwatch_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   38,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file jobwatch/v1/jobwatch.proto.
  */
 export const file_jobwatch_v1_jobwatch: GenFile = /*@__PURE__*/
-  fileDesc("Chpqb2J3YXRjaC92MS9qb2J3YXRjaC5wcm90bxILam9id2F0Y2gudjEiKQoISm9iRXJyb3ISDAoEdHlwZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIsYECgNKb2ISCgoCaWQYASABKAkSDgoGdGVuYW50GAIgASgJEgwKBGtpbmQYAyABKAkSDQoFcXVldWUYBCABKAkSJAoFc3RhdGUYBSABKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIPCgd2ZXJzaW9uGAYgASgDEg8KB3BlcmNlbnQYByABKAUSDAoEc3RlcBgIIAEoCRInCgdwYXlsb2FkGAkgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEiYKBnJlc3VsdBgKIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIkCgVlcnJvchgLIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEg8KB2F0dGVtcHQYDCABKAUSFAoMbWF4X2F0dGVtcHRzGA0gASgFEhIKCnVuaXF1ZV9rZXkYDiABKAkSLgoKY3JlYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBnJ1bl9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJd29ya2VyX2lkGBQgASgJIjYKEEpvYkFscmVhZHlBY3RpdmUSDgoGam9iX2lkGAEgASgJEhIKCnVuaXF1ZV9rZXkYAiABKAki2gEKEFN1Ym1pdEpvYlJlcXVlc3QSDgoGdGVuYW50GAEgASgJEgwKBGtpbmQYAiABKAkSDQoFcXVldWUYAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRISCgp1bmlxdWVfa2V5GAUgASgJEgwKBGhvbGQYBiABKAgSKgoGcnVuX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxtYXhfYXR0ZW1wdHMYCCABKAUSDAoEd2FpdBgJIAEoCCIyChFTdWJtaXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IiIQoPU3RhcnRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIxChBTdGFydEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIfCg1HZXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIvCg5HZXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IisAEKD0xpc3RKb2JzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSJQoGc3RhdGVzGAIgAygOMhUuam9id2F0Y2gudjEuSm9iU3RhdGUSDAoEa2luZBgDIAEoCRINCgVxdWV1ZRgEIAEoCRIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCRIiCgR2aWV3GAcgASgOMhQuam9id2F0Y2gudjEuSm9iVmlldyJLChBMaXN0Sm9ic1Jlc3BvbnNlEh4KBGpvYnMYASADKAsyEC5qb2J3YXRjaC52MS5Kb2ISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIiIKEENhbmNlbEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjIKEUNhbmNlbEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIgCg5XYWl0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiMAoPV2FpdEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiI4Cg9XYXRjaEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhUKDWFmdGVyX3ZlcnNpb24YAiABKAMiMQoQV2F0Y2hKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IibwoQV2F0Y2hKb2JzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSFAoMcmVzdW1lX3Rva2VuGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRIiCgR2aWV3GAQgASgOMhQuam9id2F0Y2gudjEuSm9iVmlldyJJChFXYXRjaEpvYnNSZXNwb25zZRIeCgRqb2JzGAEgAygLMhAuam9id2F0Y2gudjEuSm9iEhQKDHJlc3VtZV90b2tlbhgCIAEoCSIWChRHZXRTZXJ2ZXJJbmZvUmVxdWVzdCJhChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDAoEZGVtbxgBIAEoCBISCgpkZW1vX2tpbmRzGAIgAygJEhUKDWF1dGhfcmVxdWlyZWQYAyABKAgSDwoHdmVyc2lvbhgEIAEoCSJVCg9DbGFpbUpvYlJlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEg0KBWtpbmRzGAIgAygJEg4KBnF1ZXVlcxgDIAMoCRIQCghtYXhfam9icxgEIAEoBSKdAQoQQ2xhaW1Kb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2ISEAoIbGVhc2VfaWQYAiABKAkSNAoQbGVhc2VfZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASIgoGY2xhaW1zGAQgAygLMhIuam9id2F0Y2gudjEuQ2xhaW0ibgoFQ2xhaW0SHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iEhAKCGxlYXNlX2lkGAIgASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIlMKEEhlYXJ0YmVhdFJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEg8KB3BlcmNlbnQYAyABKAUSDAoEc3RlcBgEIAEoCSJcChFIZWFydGJlYXRSZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgSNAoQbGVhc2VfZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiXgoSQ29tcGxldGVKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRImCgZyZXN1bHQYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiNAoTQ29tcGxldGVKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IiawoORmFpbEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEiQKBWVycm9yGAMgASgLMhUuam9id2F0Y2gudjEuSm9iRXJyb3ISEQoJcmV0cnlhYmxlGAQgASgIIjAKD0ZhaWxKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IipwMKBVF1ZXVlEgwKBG5hbWUYASABKAkSJAoEbW9kZRgCIAEoDjIWLmpvYndhdGNoLnYxLlF1ZXVlTW9kZRITCgttYXhfcnVubmluZxgDIAEoBRIOCgZxdWV1ZWQYBCABKAMSDwoHcnVubmluZxgFIAEoAxI0ChFvbGRlc3RfcXVldWVkX2FnZRgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIzCg9sYXN0X2RyYWluZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCGFsZXJ0aW5nGAggASgIEiMKBXBvb2xzGAkgAygLMhQuam9id2F0Y2gudjEuUG9vbFVzZRIuCgthbGVydF9hZnRlchgKIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIyCg5hbGVydGluZ19zaW5jZRgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoNZGVwdGhfaGlzdG9yeRgMIAMoCzIXLmpvYndhdGNoLnYxLlF1ZXVlRGVwdGgiVQoKUXVldWVEZXB0aBImCgJhdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcXVldWVkGAIgASgDEg8KB3J1bm5pbmcYAyABKAMiNgoHUG9vbFVzZRIMCgRuYW1lGAEgASgJEg0KBXVuaXRzGAIgASgFEg4KBmluX3VzZRgDIAEoAyITChFMaXN0UXVldWVzUmVxdWVzdCJrChJMaXN0UXVldWVzUmVzcG9uc2USIgoGcXVldWVzGAEgAygLMhIuam9id2F0Y2gudjEuUXVldWUSMQoOZGVwdGhfaW50ZXJ2YWwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ilwIKCFNjaGVkdWxlEgwKBG5hbWUYASABKAkSDAoEa2luZBgCIAEoCRINCgVxdWV1ZRgDIAEoCRIOCgZ0ZW5hbnQYBCABKAkSKAoFZXZlcnkYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoLbmV4dF9ydW5fYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2xhc3Rfam9iX2lkGAcgASgJEi0KDmxhc3Rfam9iX3N0YXRlGAggASgOMhUuam9id2F0Y2gudjEuSm9iU3RhdGUSMQoNbGFzdF9lbmRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiFgoUTGlzdFNjaGVkdWxlc1JlcXVlc3QiQQoVTGlzdFNjaGVkdWxlc1Jlc3BvbnNlEigKCXNjaGVkdWxlcxgBIAMoCzIVLmpvYndhdGNoLnYxLlNjaGVkdWxlKsUBCghKb2JTdGF0ZRIZChVKT0JfU1RBVEVfVU5TUEVDSUZJRUQQABIVChFKT0JfU1RBVEVfUEVORElORxABEhQKEEpPQl9TVEFURV9RVUVVRUQQAhIVChFKT0JfU1RBVEVfUlVOTklORxADEhcKE0pPQl9TVEFURV9TVUNDRUVERUQQBBIUChBKT0JfU1RBVEVfRkFJTEVEEAUSFwoTSk9CX1NUQVRFX0NBTkNFTExFRBAGEhIKDkpPQl9TVEFURV9MT1NUEAcqTAoHSm9iVmlldxIYChRKT0JfVklFV19VTlNQRUNJRklFRBAAEhQKEEpPQl9WSUVXX1NVTU1BUlkQARIRCg1KT0JfVklFV19GVUxMEAIqVwoJUXVldWVNb2RlEhoKFlFVRVVFX01PREVfVU5TUEVDSUZJRUQQABIXChNRVUVVRV9NT0RFX1BBUkFMTEVMEAESFQoRUVVFVUVfTU9ERV9TRVJJQUwQAjKwBQoKSm9iU2VydmljZRJKCglTdWJtaXRKb2ISHS5qb2J3YXRjaC52MS5TdWJtaXRKb2JSZXF1ZXN0Gh4uam9id2F0Y2gudjEuU3VibWl0Sm9iUmVzcG9uc2USRwoIU3RhcnRKb2ISHC5qb2J3YXRjaC52MS5TdGFydEpvYlJlcXVlc3QaHS5qb2J3YXRjaC52MS5TdGFydEpvYlJlc3BvbnNlEkEKBkdldEpvYhIaLmpvYndhdGNoLnYxLkdldEpvYlJlcXVlc3QaGy5qb2J3YXRjaC52MS5HZXRKb2JSZXNwb25zZRJHCghMaXN0Sm9icxIcLmpvYndhdGNoLnYxLkxpc3RKb2JzUmVxdWVzdBodLmpvYndhdGNoLnYxLkxpc3RKb2JzUmVzcG9uc2USSgoJQ2FuY2VsSm9iEh0uam9id2F0Y2gudjEuQ2FuY2VsSm9iUmVxdWVzdBoeLmpvYndhdGNoLnYxLkNhbmNlbEpvYlJlc3BvbnNlEkQKB1dhaXRKb2ISGy5qb2J3YXRjaC52MS5XYWl0Sm9iUmVxdWVzdBocLmpvYndhdGNoLnYxLldhaXRKb2JSZXNwb25zZRJJCghXYXRjaEpvYhIcLmpvYndhdGNoLnYxLldhdGNoSm9iUmVxdWVzdBodLmpvYndhdGNoLnYxLldhdGNoSm9iUmVzcG9uc2UwARJMCglXYXRjaEpvYnMSHS5qb2J3YXRjaC52MS5XYXRjaEpvYnNSZXF1ZXN0Gh4uam9id2F0Y2gudjEuV2F0Y2hKb2JzUmVzcG9uc2UwARJWCg1HZXRTZXJ2ZXJJbmZvEiEuam9id2F0Y2gudjEuR2V0U2VydmVySW5mb1JlcXVlc3QaIi5qb2J3YXRjaC52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2UyvAIKDVdvcmtlclNlcnZpY2USRwoIQ2xhaW1Kb2ISHC5qb2J3YXRjaC52MS5DbGFpbUpvYlJlcXVlc3QaHS5qb2J3YXRjaC52MS5DbGFpbUpvYlJlc3BvbnNlEkoKCUhlYXJ0YmVhdBIdLmpvYndhdGNoLnYxLkhlYXJ0YmVhdFJlcXVlc3QaHi5qb2J3YXRjaC52MS5IZWFydGJlYXRSZXNwb25zZRJQCgtDb21wbGV0ZUpvYhIfLmpvYndhdGNoLnYxLkNvbXBsZXRlSm9iUmVxdWVzdBogLmpvYndhdGNoLnYxLkNvbXBsZXRlSm9iUmVzcG9uc2USRAoHRmFpbEpvYhIbLmpvYndhdGNoLnYxLkZhaWxKb2JSZXF1ZXN0Ghwuam9id2F0Y2gudjEuRmFpbEpvYlJlc3BvbnNlMrUBCgxRdWV1ZVNlcnZpY2USTQoKTGlzdFF1ZXVlcxIeLmpvYndhdGNoLnYxLkxpc3RRdWV1ZXNSZXF1ZXN0Gh8uam9id2F0Y2gudjEuTGlzdFF1ZXVlc1Jlc3BvbnNlElYKDUxpc3RTY2hlZHVsZXMSIS5qb2J3YXRjaC52MS5MaXN0U2NoZWR1bGVzUmVxdWVzdBoiLmpvYndhdGNoLnYxLkxpc3RTY2hlZHVsZXNSZXNwb25zZUI5WjdnaXRodWIuY29tL2pvYndhdGNoL2pvYndhdGNoL2dlbi9qb2J3YXRjaC92MTtqb2J3YXRjaHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Chpqb2J3YXRjaC92MS9qb2J3YXRjaC5wcm90bxILam9id2F0Y2gudjEiKQoISm9iRXJyb3ISDAoEdHlwZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIoMFCgNKb2ISCgoCaWQYASABKAkSDgoGdGVuYW50GAIgASgJEgwKBGtpbmQYAyABKAkSDQoFcXVldWUYBCABKAkSJAoFc3RhdGUYBSABKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIPCgd2ZXJzaW9uGAYgASgDEg8KB3BlcmNlbnQYByABKAUSDAoEc3RlcBgIIAEoCRInCgdwYXlsb2FkGAkgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEiYKBnJlc3VsdBgKIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIkCgVlcnJvchgLIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEg8KB2F0dGVtcHQYDCABKAUSFAoMbWF4X2F0dGVtcHRzGA0gASgFEhIKCnVuaXF1ZV9rZXkYDiABKAkSLgoKY3JlYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBnJ1bl9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJd29ya2VyX2lkGBQgASgJEhAKCHByaW9yaXR5GBUgASgFEikKCGF0dGVtcHRzGBYgAygLMhcuam9id2F0Y2gudjEuSm9iQXR0ZW1wdCLpAQoKSm9iQXR0ZW1wdBIPCgdhdHRlbXB0GAEgASgFEhEKCXdvcmtlcl9pZBgCIAEoCRIuCgpzdGFydGVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJAoFc3RhdGUYBSABKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIkCgVlcnJvchgGIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEgoKAmJ5GAcgASgJIjYKEEpvYkFscmVhZHlBY3RpdmUSDgoGam9iX2lkGAEgASgJEhIKCnVuaXF1ZV9rZXkYAiABKAki/gEKEFN1Ym1pdEpvYlJlcXVlc3QSDgoGdGVuYW50GAEgASgJEgwKBGtpbmQYAiABKAkSDQoFcXVldWUYAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRISCgp1bmlxdWVfa2V5GAUgASgJEgwKBGhvbGQYBiABKAgSKgoGcnVuX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxtYXhfYXR0ZW1wdHMYCCABKAUSDAoEd2FpdBgJIAEoCBIVCghwcmlvcml0eRgKIAEoBUgAiAEBQgsKCV9wcmlvcml0eSIyChFTdWJtaXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IiIQoPU3RhcnRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIxChBTdGFydEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIfCg1HZXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIvCg5HZXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IisAEKD0xpc3RKb2JzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSJQoGc3RhdGVzGAIgAygOMhUuam9id2F0Y2gudjEuSm9iU3RhdGUSDAoEa2luZBgDIAEoCRINCgVxdWV1ZRgEIAEoCRIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCRIiCgR2aWV3GAcgASgOMhQuam9id2F0Y2gudjEuSm9iVmlldyJLChBMaXN0Sm9ic1Jlc3BvbnNlEh4KBGpvYnMYASADKAsyEC5qb2J3YXRjaC52MS5Kb2ISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIiIKEENhbmNlbEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjIKEUNhbmNlbEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIgCg5XYWl0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiMAoPV2FpdEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiI4Cg9XYXRjaEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhUKDWFmdGVyX3ZlcnNpb24YAiABKAMiMQoQV2F0Y2hKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IibwoQV2F0Y2hKb2JzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSFAoMcmVzdW1lX3Rva2VuGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRIiCgR2aWV3GAQgASgOMhQuam9id2F0Y2gudjEuSm9iVmlldyJJChFXYXRjaEpvYnNSZXNwb25zZRIeCgRqb2JzGAEgAygLMhAuam9id2F0Y2gudjEuSm9iEhQKDHJlc3VtZV90b2tlbhgCIAEoCSIhCg9SZXRyeUpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjEKEFJldHJ5Sm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iIiIKEERlbGV0ZUpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIhMKEURlbGV0ZUpvYlJlc3BvbnNlIqIBCglKb2JGaWx0ZXISDgoGdGVuYW50GAEgASgJEg4KBnF1ZXVlcxgCIAMoCRINCgVraW5kcxgDIAMoCRIlCgZzdGF0ZXMYBCADKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIyCg5jcmVhdGVkX2JlZm9yZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDYWxsGAYgASgIImEKEFJldHJ5Sm9ic1JlcXVlc3QSJgoGZmlsdGVyGAEgASgLMhYuam9id2F0Y2gudjEuSm9iRmlsdGVyEhIKCnBhZ2VfdG9rZW4YAiABKAkSEQoJcGFnZV9zaXplGAMgASgFIk4KEVJldHJ5Sm9ic1Jlc3BvbnNlEg8KB21hdGNoZWQYASABKAMSDwoHY2hhbmdlZBgCIAEoAxIXCg9uZXh0X3BhZ2VfdG9rZW4YAyABKAkiYgoRQ2FuY2VsSm9ic1JlcXVlc3QSJgoGZmlsdGVyGAEgASgLMhYuam9id2F0Y2gudjEuSm9iRmlsdGVyEhIKCnBhZ2VfdG9rZW4YAiABKAkSEQoJcGFnZV9zaXplGAMgASgFIk8KEkNhbmNlbEpvYnNSZXNwb25zZRIPCgdtYXRjaGVkGAEgASgDEg8KB2NoYW5nZWQYAiABKAMSFwoPbmV4dF9wYWdlX3Rva2VuGAMgASgJImIKEURlbGV0ZUpvYnNSZXF1ZXN0EiYKBmZpbHRlchgBIAEoCzIWLmpvYndhdGNoLnYxLkpvYkZpbHRlchISCgpwYWdlX3Rva2VuGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBSJPChJEZWxldGVKb2JzUmVzcG9uc2USDwoHbWF0Y2hlZBgBIAEoAxIPCgdjaGFuZ2VkGAIgASgDEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSIWChRHZXRTZXJ2ZXJJbmZvUmVxdWVzdCJhChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDAoEZGVtbxgBIAEoCBISCgpkZW1vX2tpbmRzGAIgAygJEhUKDWF1dGhfcmVxdWlyZWQYAyABKAgSDwoHdmVyc2lvbhgEIAEoCSJVCg9DbGFpbUpvYlJlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEg0KBWtpbmRzGAIgAygJEg4KBnF1ZXVlcxgDIAMoCRIQCghtYXhfam9icxgEIAEoBSKdAQoQQ2xhaW1Kb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2ISEAoIbGVhc2VfaWQYAiABKAkSNAoQbGVhc2VfZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASIgoGY2xhaW1zGAQgAygLMhIuam9id2F0Y2gudjEuQ2xhaW0ibgoFQ2xhaW0SHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iEhAKCGxlYXNlX2lkGAIgASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIlMKEEhlYXJ0YmVhdFJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEg8KB3BlcmNlbnQYAyABKAUSDAoEc3RlcBgEIAEoCSJcChFIZWFydGJlYXRSZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgSNAoQbGVhc2VfZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiXgoSQ29tcGxldGVKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRImCgZyZXN1bHQYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiNAoTQ29tcGxldGVKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IiawoORmFpbEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEiQKBWVycm9yGAMgASgLMhUuam9id2F0Y2gudjEuSm9iRXJyb3ISEQoJcmV0cnlhYmxlGAQgASgIIjAKD0ZhaWxKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IiIgoRUGF1c2VRdWV1ZVJlcXVlc3QSDQoFcXVldWUYASABKAkiNwoSUGF1c2VRdWV1ZVJlc3BvbnNlEiEKBXF1ZXVlGAEgASgLMhIuam9id2F0Y2gudjEuUXVldWUiIwoSUmVzdW1lUXVldWVSZXF1ZXN0Eg0KBXF1ZXVlGAEgASgJIjgKE1Jlc3VtZVF1ZXVlUmVzcG9uc2USIQoFcXVldWUYASABKAsyEi5qb2J3YXRjaC52MS5RdWV1ZSKTBAoFUXVldWUSDAoEbmFtZRgBIAEoCRIkCgRtb2RlGAIgASgOMhYuam9id2F0Y2gudjEuUXVldWVNb2RlEhMKC21heF9ydW5uaW5nGAMgASgFEg4KBnF1ZXVlZBgEIAEoAxIPCgdydW5uaW5nGAUgASgDEjQKEW9sZGVzdF9xdWV1ZWRfYWdlGAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjMKD2xhc3RfZHJhaW5lZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIYWxlcnRpbmcYCCABKAgSIwoFcG9vbHMYCSADKAsyFC5qb2J3YXRjaC52MS5Qb29sVXNlEi4KC2FsZXJ0X2FmdGVyGAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjIKDmFsZXJ0aW5nX3NpbmNlGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCg1kZXB0aF9oaXN0b3J5GAwgAygLMhcuam9id2F0Y2gudjEuUXVldWVEZXB0aBIOCgZwYXVzZWQYDSABKAgSLQoJcGF1c2VkX2F0GA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglwYXVzZWRfYnkYDyABKAkSGAoQZGVmYXVsdF9wcmlvcml0eRgQIAEoBSJVCgpRdWV1ZURlcHRoEiYKAmF0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZxdWV1ZWQYAiABKAMSDwoHcnVubmluZxgDIAEoAyI2CgdQb29sVXNlEgwKBG5hbWUYASABKAkSDQoFdW5pdHMYAiABKAUSDgoGaW5fdXNlGAMgASgDIhMKEUxpc3RRdWV1ZXNSZXF1ZXN0ImsKEkxpc3RRdWV1ZXNSZXNwb25zZRIiCgZxdWV1ZXMYASADKAsyEi5qb2J3YXRjaC52MS5RdWV1ZRIxCg5kZXB0aF9pbnRlcnZhbBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiLPAgoIU2NoZWR1bGUSDAoEbmFtZRgBIAEoCRIMCgRraW5kGAIgASgJEg0KBXF1ZXVlGAMgASgJEg4KBnRlbmFudBgEIAEoCRIoCgVldmVyeRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIvCgtuZXh0X3J1bl9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLbGFzdF9qb2JfaWQYByABKAkSLQoObGFzdF9qb2Jfc3RhdGUYCCABKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIxCg1sYXN0X2VuZGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRjcm9uGAogASgJEhAKCHRpbWV6b25lGAsgASgJEhYKDm5leHRfcnVuX2xvY2FsGAwgASgJIhYKFExpc3RTY2hlZHVsZXNSZXF1ZXN0IkEKFUxpc3RTY2hlZHVsZXNSZXNwb25zZRIoCglzY2hlZHVsZXMYASADKAsyFS5qb2J3YXRjaC52MS5TY2hlZHVsZSrFAQoISm9iU3RhdGUSGQoVSk9CX1NUQVRFX1VOU1BFQ0lGSUVEEAASFQoRSk9CX1NUQVRFX1BFTkRJTkcQARIUChBKT0JfU1RBVEVfUVVFVUVEEAISFQoRSk9CX1NUQVRFX1JVTk5JTkcQAxIXChNKT0JfU1RBVEVfU1VDQ0VFREVEEAQSFAoQSk9CX1NUQVRFX0ZBSUxFRBAFEhcKE0pPQl9TVEFURV9DQU5DRUxMRUQQBhISCg5KT0JfU1RBVEVfTE9TVBAHKkwKB0pvYlZpZXcSGAoUSk9CX1ZJRVdfVU5TUEVDSUZJRUQQABIUChBKT0JfVklFV19TVU1NQVJZEAESEQoNSk9CX1ZJRVdfRlVMTBACKlcKCVF1ZXVlTW9kZRIaChZRVUVVRV9NT0RFX1VOU1BFQ0lGSUVEEAASFwoTUVVFVUVfTU9ERV9QQVJBTExFTBABEhUKEVFVRVVFX01PREVfU0VSSUFMEAIyrwgKCkpvYlNlcnZpY2USSgoJU3VibWl0Sm9iEh0uam9id2F0Y2gudjEuU3VibWl0Sm9iUmVxdWVzdBoeLmpvYndhdGNoLnYxLlN1Ym1pdEpvYlJlc3BvbnNlEkcKCFN0YXJ0Sm9iEhwuam9id2F0Y2gudjEuU3RhcnRKb2JSZXF1ZXN0Gh0uam9id2F0Y2gudjEuU3RhcnRKb2JSZXNwb25zZRJBCgZHZXRKb2ISGi5qb2J3YXRjaC52MS5HZXRKb2JSZXF1ZXN0Ghsuam9id2F0Y2gudjEuR2V0Sm9iUmVzcG9uc2USRwoITGlzdEpvYnMSHC5qb2J3YXRjaC52MS5MaXN0Sm9ic1JlcXVlc3QaHS5qb2J3YXRjaC52MS5MaXN0Sm9ic1Jlc3BvbnNlEkoKCUNhbmNlbEpvYhIdLmpvYndhdGNoLnYxLkNhbmNlbEpvYlJlcXVlc3QaHi5qb2J3YXRjaC52MS5DYW5jZWxKb2JSZXNwb25zZRJECgdXYWl0Sm9iEhsuam9id2F0Y2gudjEuV2FpdEpvYlJlcXVlc3QaHC5qb2J3YXRjaC52MS5XYWl0Sm9iUmVzcG9uc2USSQoIV2F0Y2hKb2ISHC5qb2J3YXRjaC52MS5XYXRjaEpvYlJlcXVlc3QaHS5qb2J3YXRjaC52MS5XYXRjaEpvYlJlc3BvbnNlMAESTAoJV2F0Y2hKb2JzEh0uam9id2F0Y2gudjEuV2F0Y2hKb2JzUmVxdWVzdBoeLmpvYndhdGNoLnYxLldhdGNoSm9ic1Jlc3BvbnNlMAESVgoNR2V0U2VydmVySW5mbxIhLmpvYndhdGNoLnYxLkdldFNlcnZlckluZm9SZXF1ZXN0GiIuam9id2F0Y2gudjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlEkcKCFJldHJ5Sm9iEhwuam9id2F0Y2gudjEuUmV0cnlKb2JSZXF1ZXN0Gh0uam9id2F0Y2gudjEuUmV0cnlKb2JSZXNwb25zZRJKCglEZWxldGVKb2ISHS5qb2J3YXRjaC52MS5EZWxldGVKb2JSZXF1ZXN0Gh4uam9id2F0Y2gudjEuRGVsZXRlSm9iUmVzcG9uc2USSgoJUmV0cnlKb2JzEh0uam9id2F0Y2gudjEuUmV0cnlKb2JzUmVxdWVzdBoeLmpvYndhdGNoLnYxLlJldHJ5Sm9ic1Jlc3BvbnNlEk0KCkNhbmNlbEpvYnMSHi5qb2J3YXRjaC52MS5DYW5jZWxKb2JzUmVxdWVzdBofLmpvYndhdGNoLnYxLkNhbmNlbEpvYnNSZXNwb25zZRJNCgpEZWxldGVKb2JzEh4uam9id2F0Y2gudjEuRGVsZXRlSm9ic1JlcXVlc3QaHy5qb2J3YXRjaC52MS5EZWxldGVKb2JzUmVzcG9uc2UyvAIKDVdvcmtlclNlcnZpY2USRwoIQ2xhaW1Kb2ISHC5qb2J3YXRjaC52MS5DbGFpbUpvYlJlcXVlc3QaHS5qb2J3YXRjaC52MS5DbGFpbUpvYlJlc3BvbnNlEkoKCUhlYXJ0YmVhdBIdLmpvYndhdGNoLnYxLkhlYXJ0YmVhdFJlcXVlc3QaHi5qb2J3YXRjaC52MS5IZWFydGJlYXRSZXNwb25zZRJQCgtDb21wbGV0ZUpvYhIfLmpvYndhdGNoLnYxLkNvbXBsZXRlSm9iUmVxdWVzdBogLmpvYndhdGNoLnYxLkNvbXBsZXRlSm9iUmVzcG9uc2USRAoHRmFpbEpvYhIbLmpvYndhdGNoLnYxLkZhaWxKb2JSZXF1ZXN0Ghwuam9id2F0Y2gudjEuRmFpbEpvYlJlc3BvbnNlMtYCCgxRdWV1ZVNlcnZpY2USTQoKTGlzdFF1ZXVlcxIeLmpvYndhdGNoLnYxLkxpc3RRdWV1ZXNSZXF1ZXN0Gh8uam9id2F0Y2gudjEuTGlzdFF1ZXVlc1Jlc3BvbnNlElYKDUxpc3RTY2hlZHVsZXMSIS5qb2J3YXRjaC52MS5MaXN0U2NoZWR1bGVzUmVxdWVzdBoiLmpvYndhdGNoLnYxLkxpc3RTY2hlZHVsZXNSZXNwb25zZRJNCgpQYXVzZVF1ZXVlEh4uam9id2F0Y2gudjEuUGF1c2VRdWV1ZVJlcXVlc3QaHy5qb2J3YXRjaC52MS5QYXVzZVF1ZXVlUmVzcG9uc2USUAoLUmVzdW1lUXVldWUSHy5qb2J3YXRjaC52MS5SZXN1bWVRdWV1ZVJlcXVlc3QaIC5qb2J3YXRjaC52MS5SZXN1bWVRdWV1ZVJlc3BvbnNlQjlaN2dpdGh1Yi5jb20vam9id2F0Y2gvam9id2F0Y2gvZ2VuL2pvYndhdGNoL3YxO2pvYndhdGNodjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * JobError says why a job (or its last attempt) failed. Callers see the
@@ -170,6 +170,25 @@ export type Job = Message<"jobwatch.v1.Job"> & {
    * @generated from field: string worker_id = 20;
    */
   workerId: string;
+
+  /**
+   * 0 to 9, lower runs first: a claim takes the most urgent ready job of
+   * a queue first, then the oldest. A serial queue ignores it and runs in
+   * submission order.
+   *
+   * @generated from field: int32 priority = 21;
+   */
+  priority: number;
+
+  /**
+   * The job's history, oldest first: each attempt that ended (the last
+   * one included, once it has ended) and each operator action (a retry,
+   * a cancel), at most the last 20 entries. Absent in a summary
+   * (JOB_VIEW_SUMMARY); GetJob has it.
+   *
+   * @generated from field: repeated jobwatch.v1.JobAttempt attempts = 22;
+   */
+  attempts: JobAttempt[];
 };
 
 /**
@@ -178,6 +197,76 @@ export type Job = Message<"jobwatch.v1.Job"> & {
  */
 export const JobSchema: GenMessage<Job> = /*@__PURE__*/
   messageDesc(file_jobwatch_v1_jobwatch, 1);
+
+/**
+ * JobAttempt is one entry of a job's history: an attempt that ended, or
+ * an operator's action on the job.
+ *
+ * @generated from message jobwatch.v1.JobAttempt
+ */
+export type JobAttempt = Message<"jobwatch.v1.JobAttempt"> & {
+  /**
+   * The attempt this entry is about (1 for the first run); for a retry,
+   * the attempt that had ended before it.
+   *
+   * @generated from field: int32 attempt = 1;
+   */
+  attempt: number;
+
+  /**
+   * The worker that ran the attempt; empty for an operator's action that
+   * ended no run (a retry, a cancel of a queued job).
+   *
+   * @generated from field: string worker_id = 2;
+   */
+  workerId: string;
+
+  /**
+   * When the attempt began; unset for an action that ended no run.
+   *
+   * @generated from field: google.protobuf.Timestamp started_at = 3;
+   */
+  startedAt?: Timestamp | undefined;
+
+  /**
+   * When the attempt ended, or when the action was taken.
+   *
+   * @generated from field: google.protobuf.Timestamp finished_at = 4;
+   */
+  finishedAt?: Timestamp | undefined;
+
+  /**
+   * What the entry left the job in: SUCCEEDED, FAILED, CANCELLED or LOST
+   * for a run's end, QUEUED for a run that will be tried again or for a
+   * retry.
+   *
+   * @generated from field: jobwatch.v1.JobState state = 5;
+   */
+  state: JobState;
+
+  /**
+   * Why the attempt failed, if it did.
+   *
+   * @generated from field: jobwatch.v1.JobError error = 6;
+   */
+  error?: JobError | undefined;
+
+  /**
+   * Who acted, for an operator's action: the caller's token name, role
+   * and tenant, such as "token ops (admin)"; empty for what workers and
+   * the server did on their own.
+   *
+   * @generated from field: string by = 7;
+   */
+  by: string;
+};
+
+/**
+ * Describes the message jobwatch.v1.JobAttempt.
+ * Use `create(JobAttemptSchema)` to create a new message.
+ */
+export const JobAttemptSchema: GenMessage<JobAttempt> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 2);
 
 /**
  * JobAlreadyActive is the error detail of an already_exists answer to
@@ -202,7 +291,7 @@ export type JobAlreadyActive = Message<"jobwatch.v1.JobAlreadyActive"> & {
  * Use `create(JobAlreadyActiveSchema)` to create a new message.
  */
 export const JobAlreadyActiveSchema: GenMessage<JobAlreadyActive> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 2);
+  messageDesc(file_jobwatch_v1_jobwatch, 3);
 
 /**
  * @generated from message jobwatch.v1.SubmitJobRequest
@@ -264,6 +353,15 @@ export type SubmitJobRequest = Message<"jobwatch.v1.SubmitJobRequest"> & {
    * @generated from field: bool wait = 9;
    */
   wait: boolean;
+
+  /**
+   * 0 to 9, lower runs first; unset means the queue's default priority
+   * (0 unless the configuration says otherwise). Outside 0 to 9 is
+   * invalid_argument.
+   *
+   * @generated from field: optional int32 priority = 10;
+   */
+  priority?: number | undefined;
 };
 
 /**
@@ -271,7 +369,7 @@ export type SubmitJobRequest = Message<"jobwatch.v1.SubmitJobRequest"> & {
  * Use `create(SubmitJobRequestSchema)` to create a new message.
  */
 export const SubmitJobRequestSchema: GenMessage<SubmitJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 3);
+  messageDesc(file_jobwatch_v1_jobwatch, 4);
 
 /**
  * @generated from message jobwatch.v1.SubmitJobResponse
@@ -288,7 +386,7 @@ export type SubmitJobResponse = Message<"jobwatch.v1.SubmitJobResponse"> & {
  * Use `create(SubmitJobResponseSchema)` to create a new message.
  */
 export const SubmitJobResponseSchema: GenMessage<SubmitJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 4);
+  messageDesc(file_jobwatch_v1_jobwatch, 5);
 
 /**
  * @generated from message jobwatch.v1.StartJobRequest
@@ -305,7 +403,7 @@ export type StartJobRequest = Message<"jobwatch.v1.StartJobRequest"> & {
  * Use `create(StartJobRequestSchema)` to create a new message.
  */
 export const StartJobRequestSchema: GenMessage<StartJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 5);
+  messageDesc(file_jobwatch_v1_jobwatch, 6);
 
 /**
  * @generated from message jobwatch.v1.StartJobResponse
@@ -322,7 +420,7 @@ export type StartJobResponse = Message<"jobwatch.v1.StartJobResponse"> & {
  * Use `create(StartJobResponseSchema)` to create a new message.
  */
 export const StartJobResponseSchema: GenMessage<StartJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 6);
+  messageDesc(file_jobwatch_v1_jobwatch, 7);
 
 /**
  * @generated from message jobwatch.v1.GetJobRequest
@@ -339,7 +437,7 @@ export type GetJobRequest = Message<"jobwatch.v1.GetJobRequest"> & {
  * Use `create(GetJobRequestSchema)` to create a new message.
  */
 export const GetJobRequestSchema: GenMessage<GetJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 7);
+  messageDesc(file_jobwatch_v1_jobwatch, 8);
 
 /**
  * @generated from message jobwatch.v1.GetJobResponse
@@ -356,7 +454,7 @@ export type GetJobResponse = Message<"jobwatch.v1.GetJobResponse"> & {
  * Use `create(GetJobResponseSchema)` to create a new message.
  */
 export const GetJobResponseSchema: GenMessage<GetJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 8);
+  messageDesc(file_jobwatch_v1_jobwatch, 9);
 
 /**
  * @generated from message jobwatch.v1.ListJobsRequest
@@ -417,7 +515,7 @@ export type ListJobsRequest = Message<"jobwatch.v1.ListJobsRequest"> & {
  * Use `create(ListJobsRequestSchema)` to create a new message.
  */
 export const ListJobsRequestSchema: GenMessage<ListJobsRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 9);
+  messageDesc(file_jobwatch_v1_jobwatch, 10);
 
 /**
  * @generated from message jobwatch.v1.ListJobsResponse
@@ -442,7 +540,7 @@ export type ListJobsResponse = Message<"jobwatch.v1.ListJobsResponse"> & {
  * Use `create(ListJobsResponseSchema)` to create a new message.
  */
 export const ListJobsResponseSchema: GenMessage<ListJobsResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 10);
+  messageDesc(file_jobwatch_v1_jobwatch, 11);
 
 /**
  * @generated from message jobwatch.v1.CancelJobRequest
@@ -459,7 +557,7 @@ export type CancelJobRequest = Message<"jobwatch.v1.CancelJobRequest"> & {
  * Use `create(CancelJobRequestSchema)` to create a new message.
  */
 export const CancelJobRequestSchema: GenMessage<CancelJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 11);
+  messageDesc(file_jobwatch_v1_jobwatch, 12);
 
 /**
  * @generated from message jobwatch.v1.CancelJobResponse
@@ -476,7 +574,7 @@ export type CancelJobResponse = Message<"jobwatch.v1.CancelJobResponse"> & {
  * Use `create(CancelJobResponseSchema)` to create a new message.
  */
 export const CancelJobResponseSchema: GenMessage<CancelJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 12);
+  messageDesc(file_jobwatch_v1_jobwatch, 13);
 
 /**
  * @generated from message jobwatch.v1.WaitJobRequest
@@ -493,7 +591,7 @@ export type WaitJobRequest = Message<"jobwatch.v1.WaitJobRequest"> & {
  * Use `create(WaitJobRequestSchema)` to create a new message.
  */
 export const WaitJobRequestSchema: GenMessage<WaitJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 13);
+  messageDesc(file_jobwatch_v1_jobwatch, 14);
 
 /**
  * @generated from message jobwatch.v1.WaitJobResponse
@@ -510,7 +608,7 @@ export type WaitJobResponse = Message<"jobwatch.v1.WaitJobResponse"> & {
  * Use `create(WaitJobResponseSchema)` to create a new message.
  */
 export const WaitJobResponseSchema: GenMessage<WaitJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 14);
+  messageDesc(file_jobwatch_v1_jobwatch, 15);
 
 /**
  * @generated from message jobwatch.v1.WatchJobRequest
@@ -534,7 +632,7 @@ export type WatchJobRequest = Message<"jobwatch.v1.WatchJobRequest"> & {
  * Use `create(WatchJobRequestSchema)` to create a new message.
  */
 export const WatchJobRequestSchema: GenMessage<WatchJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 15);
+  messageDesc(file_jobwatch_v1_jobwatch, 16);
 
 /**
  * WatchJobResponse carries one snapshot, or none: a keepalive.
@@ -553,7 +651,7 @@ export type WatchJobResponse = Message<"jobwatch.v1.WatchJobResponse"> & {
  * Use `create(WatchJobResponseSchema)` to create a new message.
  */
 export const WatchJobResponseSchema: GenMessage<WatchJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 16);
+  messageDesc(file_jobwatch_v1_jobwatch, 17);
 
 /**
  * @generated from message jobwatch.v1.WatchJobsRequest
@@ -596,7 +694,7 @@ export type WatchJobsRequest = Message<"jobwatch.v1.WatchJobsRequest"> & {
  * Use `create(WatchJobsRequestSchema)` to create a new message.
  */
 export const WatchJobsRequestSchema: GenMessage<WatchJobsRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 17);
+  messageDesc(file_jobwatch_v1_jobwatch, 18);
 
 /**
  * WatchJobsResponse carries jobs that changed since the last response
@@ -629,7 +727,303 @@ export type WatchJobsResponse = Message<"jobwatch.v1.WatchJobsResponse"> & {
  * Use `create(WatchJobsResponseSchema)` to create a new message.
  */
 export const WatchJobsResponseSchema: GenMessage<WatchJobsResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 18);
+  messageDesc(file_jobwatch_v1_jobwatch, 19);
+
+/**
+ * @generated from message jobwatch.v1.RetryJobRequest
+ */
+export type RetryJobRequest = Message<"jobwatch.v1.RetryJobRequest"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+};
+
+/**
+ * Describes the message jobwatch.v1.RetryJobRequest.
+ * Use `create(RetryJobRequestSchema)` to create a new message.
+ */
+export const RetryJobRequestSchema: GenMessage<RetryJobRequest> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 20);
+
+/**
+ * @generated from message jobwatch.v1.RetryJobResponse
+ */
+export type RetryJobResponse = Message<"jobwatch.v1.RetryJobResponse"> & {
+  /**
+   * @generated from field: jobwatch.v1.Job job = 1;
+   */
+  job?: Job | undefined;
+};
+
+/**
+ * Describes the message jobwatch.v1.RetryJobResponse.
+ * Use `create(RetryJobResponseSchema)` to create a new message.
+ */
+export const RetryJobResponseSchema: GenMessage<RetryJobResponse> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 21);
+
+/**
+ * @generated from message jobwatch.v1.DeleteJobRequest
+ */
+export type DeleteJobRequest = Message<"jobwatch.v1.DeleteJobRequest"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+};
+
+/**
+ * Describes the message jobwatch.v1.DeleteJobRequest.
+ * Use `create(DeleteJobRequestSchema)` to create a new message.
+ */
+export const DeleteJobRequestSchema: GenMessage<DeleteJobRequest> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 22);
+
+/**
+ * @generated from message jobwatch.v1.DeleteJobResponse
+ */
+export type DeleteJobResponse = Message<"jobwatch.v1.DeleteJobResponse"> & {
+};
+
+/**
+ * Describes the message jobwatch.v1.DeleteJobResponse.
+ * Use `create(DeleteJobResponseSchema)` to create a new message.
+ */
+export const DeleteJobResponseSchema: GenMessage<DeleteJobResponse> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 23);
+
+/**
+ * JobFilter selects the jobs of a bulk action. Every field set narrows
+ * it; a filter with none of queues, kinds, states and created_before
+ * set is refused unless all is set, so that no call acts on every job by
+ * a slip.
+ *
+ * @generated from message jobwatch.v1.JobFilter
+ */
+export type JobFilter = Message<"jobwatch.v1.JobFilter"> & {
+  /**
+   * Empty means the caller's tenant ("default" for an admin). An admin
+   * may name another tenant, or "*" for every tenant.
+   *
+   * @generated from field: string tenant = 1;
+   */
+  tenant: string;
+
+  /**
+   * @generated from field: repeated string queues = 2;
+   */
+  queues: string[];
+
+  /**
+   * @generated from field: repeated string kinds = 3;
+   */
+  kinds: string[];
+
+  /**
+   * Empty means every state the action applies to.
+   *
+   * @generated from field: repeated jobwatch.v1.JobState states = 4;
+   */
+  states: JobState[];
+
+  /**
+   * Only jobs created before this time.
+   *
+   * @generated from field: google.protobuf.Timestamp created_before = 5;
+   */
+  createdBefore?: Timestamp | undefined;
+
+  /**
+   * Act on every job of the tenant (or tenants) even with no other field
+   * set.
+   *
+   * @generated from field: bool all = 6;
+   */
+  all: boolean;
+};
+
+/**
+ * Describes the message jobwatch.v1.JobFilter.
+ * Use `create(JobFilterSchema)` to create a new message.
+ */
+export const JobFilterSchema: GenMessage<JobFilter> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 24);
+
+/**
+ * @generated from message jobwatch.v1.RetryJobsRequest
+ */
+export type RetryJobsRequest = Message<"jobwatch.v1.RetryJobsRequest"> & {
+  /**
+   * @generated from field: jobwatch.v1.JobFilter filter = 1;
+   */
+  filter?: JobFilter | undefined;
+
+  /**
+   * From a previous next_page_token, with the same filter.
+   *
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+
+  /**
+   * Jobs to look at in this call; 0 means 1,000, more is clamped to 1,000.
+   *
+   * @generated from field: int32 page_size = 3;
+   */
+  pageSize: number;
+};
+
+/**
+ * Describes the message jobwatch.v1.RetryJobsRequest.
+ * Use `create(RetryJobsRequestSchema)` to create a new message.
+ */
+export const RetryJobsRequestSchema: GenMessage<RetryJobsRequest> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 25);
+
+/**
+ * RetryJobsResponse, CancelJobsResponse and DeleteJobsResponse say what
+ * one page of a bulk action did.
+ *
+ * @generated from message jobwatch.v1.RetryJobsResponse
+ */
+export type RetryJobsResponse = Message<"jobwatch.v1.RetryJobsResponse"> & {
+  /**
+   * Jobs of this page that matched the filter.
+   *
+   * @generated from field: int64 matched = 1;
+   */
+  matched: bigint;
+
+  /**
+   * Jobs of this page the action changed.
+   *
+   * @generated from field: int64 changed = 2;
+   */
+  changed: bigint;
+
+  /**
+   * Empty when no job matching the filter is left to look at.
+   *
+   * @generated from field: string next_page_token = 3;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message jobwatch.v1.RetryJobsResponse.
+ * Use `create(RetryJobsResponseSchema)` to create a new message.
+ */
+export const RetryJobsResponseSchema: GenMessage<RetryJobsResponse> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 26);
+
+/**
+ * @generated from message jobwatch.v1.CancelJobsRequest
+ */
+export type CancelJobsRequest = Message<"jobwatch.v1.CancelJobsRequest"> & {
+  /**
+   * @generated from field: jobwatch.v1.JobFilter filter = 1;
+   */
+  filter?: JobFilter | undefined;
+
+  /**
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+
+  /**
+   * @generated from field: int32 page_size = 3;
+   */
+  pageSize: number;
+};
+
+/**
+ * Describes the message jobwatch.v1.CancelJobsRequest.
+ * Use `create(CancelJobsRequestSchema)` to create a new message.
+ */
+export const CancelJobsRequestSchema: GenMessage<CancelJobsRequest> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 27);
+
+/**
+ * @generated from message jobwatch.v1.CancelJobsResponse
+ */
+export type CancelJobsResponse = Message<"jobwatch.v1.CancelJobsResponse"> & {
+  /**
+   * @generated from field: int64 matched = 1;
+   */
+  matched: bigint;
+
+  /**
+   * @generated from field: int64 changed = 2;
+   */
+  changed: bigint;
+
+  /**
+   * @generated from field: string next_page_token = 3;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message jobwatch.v1.CancelJobsResponse.
+ * Use `create(CancelJobsResponseSchema)` to create a new message.
+ */
+export const CancelJobsResponseSchema: GenMessage<CancelJobsResponse> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 28);
+
+/**
+ * @generated from message jobwatch.v1.DeleteJobsRequest
+ */
+export type DeleteJobsRequest = Message<"jobwatch.v1.DeleteJobsRequest"> & {
+  /**
+   * @generated from field: jobwatch.v1.JobFilter filter = 1;
+   */
+  filter?: JobFilter | undefined;
+
+  /**
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+
+  /**
+   * @generated from field: int32 page_size = 3;
+   */
+  pageSize: number;
+};
+
+/**
+ * Describes the message jobwatch.v1.DeleteJobsRequest.
+ * Use `create(DeleteJobsRequestSchema)` to create a new message.
+ */
+export const DeleteJobsRequestSchema: GenMessage<DeleteJobsRequest> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 29);
+
+/**
+ * @generated from message jobwatch.v1.DeleteJobsResponse
+ */
+export type DeleteJobsResponse = Message<"jobwatch.v1.DeleteJobsResponse"> & {
+  /**
+   * @generated from field: int64 matched = 1;
+   */
+  matched: bigint;
+
+  /**
+   * @generated from field: int64 changed = 2;
+   */
+  changed: bigint;
+
+  /**
+   * @generated from field: string next_page_token = 3;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message jobwatch.v1.DeleteJobsResponse.
+ * Use `create(DeleteJobsResponseSchema)` to create a new message.
+ */
+export const DeleteJobsResponseSchema: GenMessage<DeleteJobsResponse> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 30);
 
 /**
  * @generated from message jobwatch.v1.GetServerInfoRequest
@@ -642,7 +1036,7 @@ export type GetServerInfoRequest = Message<"jobwatch.v1.GetServerInfoRequest"> &
  * Use `create(GetServerInfoRequestSchema)` to create a new message.
  */
 export const GetServerInfoRequestSchema: GenMessage<GetServerInfoRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 19);
+  messageDesc(file_jobwatch_v1_jobwatch, 31);
 
 /**
  * @generated from message jobwatch.v1.GetServerInfoResponse
@@ -678,7 +1072,7 @@ export type GetServerInfoResponse = Message<"jobwatch.v1.GetServerInfoResponse">
  * Use `create(GetServerInfoResponseSchema)` to create a new message.
  */
 export const GetServerInfoResponseSchema: GenMessage<GetServerInfoResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 20);
+  messageDesc(file_jobwatch_v1_jobwatch, 32);
 
 /**
  * @generated from message jobwatch.v1.ClaimJobRequest
@@ -720,7 +1114,7 @@ export type ClaimJobRequest = Message<"jobwatch.v1.ClaimJobRequest"> & {
  * Use `create(ClaimJobRequestSchema)` to create a new message.
  */
 export const ClaimJobRequestSchema: GenMessage<ClaimJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 21);
+  messageDesc(file_jobwatch_v1_jobwatch, 33);
 
 /**
  * @generated from message jobwatch.v1.ClaimJobResponse
@@ -758,7 +1152,7 @@ export type ClaimJobResponse = Message<"jobwatch.v1.ClaimJobResponse"> & {
  * Use `create(ClaimJobResponseSchema)` to create a new message.
  */
 export const ClaimJobResponseSchema: GenMessage<ClaimJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 22);
+  messageDesc(file_jobwatch_v1_jobwatch, 34);
 
 /**
  * Claim is one job a ClaimJob took and the lease the worker runs it
@@ -788,7 +1182,7 @@ export type Claim = Message<"jobwatch.v1.Claim"> & {
  * Use `create(ClaimSchema)` to create a new message.
  */
 export const ClaimSchema: GenMessage<Claim> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 23);
+  messageDesc(file_jobwatch_v1_jobwatch, 35);
 
 /**
  * @generated from message jobwatch.v1.HeartbeatRequest
@@ -824,7 +1218,7 @@ export type HeartbeatRequest = Message<"jobwatch.v1.HeartbeatRequest"> & {
  * Use `create(HeartbeatRequestSchema)` to create a new message.
  */
 export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 24);
+  messageDesc(file_jobwatch_v1_jobwatch, 36);
 
 /**
  * @generated from message jobwatch.v1.HeartbeatResponse
@@ -850,7 +1244,7 @@ export type HeartbeatResponse = Message<"jobwatch.v1.HeartbeatResponse"> & {
  * Use `create(HeartbeatResponseSchema)` to create a new message.
  */
 export const HeartbeatResponseSchema: GenMessage<HeartbeatResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 25);
+  messageDesc(file_jobwatch_v1_jobwatch, 37);
 
 /**
  * @generated from message jobwatch.v1.CompleteJobRequest
@@ -877,7 +1271,7 @@ export type CompleteJobRequest = Message<"jobwatch.v1.CompleteJobRequest"> & {
  * Use `create(CompleteJobRequestSchema)` to create a new message.
  */
 export const CompleteJobRequestSchema: GenMessage<CompleteJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 26);
+  messageDesc(file_jobwatch_v1_jobwatch, 38);
 
 /**
  * @generated from message jobwatch.v1.CompleteJobResponse
@@ -894,7 +1288,7 @@ export type CompleteJobResponse = Message<"jobwatch.v1.CompleteJobResponse"> & {
  * Use `create(CompleteJobResponseSchema)` to create a new message.
  */
 export const CompleteJobResponseSchema: GenMessage<CompleteJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 27);
+  messageDesc(file_jobwatch_v1_jobwatch, 39);
 
 /**
  * @generated from message jobwatch.v1.FailJobRequest
@@ -928,7 +1322,7 @@ export type FailJobRequest = Message<"jobwatch.v1.FailJobRequest"> & {
  * Use `create(FailJobRequestSchema)` to create a new message.
  */
 export const FailJobRequestSchema: GenMessage<FailJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 28);
+  messageDesc(file_jobwatch_v1_jobwatch, 40);
 
 /**
  * @generated from message jobwatch.v1.FailJobResponse
@@ -945,7 +1339,75 @@ export type FailJobResponse = Message<"jobwatch.v1.FailJobResponse"> & {
  * Use `create(FailJobResponseSchema)` to create a new message.
  */
 export const FailJobResponseSchema: GenMessage<FailJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 29);
+  messageDesc(file_jobwatch_v1_jobwatch, 41);
+
+/**
+ * @generated from message jobwatch.v1.PauseQueueRequest
+ */
+export type PauseQueueRequest = Message<"jobwatch.v1.PauseQueueRequest"> & {
+  /**
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+};
+
+/**
+ * Describes the message jobwatch.v1.PauseQueueRequest.
+ * Use `create(PauseQueueRequestSchema)` to create a new message.
+ */
+export const PauseQueueRequestSchema: GenMessage<PauseQueueRequest> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 42);
+
+/**
+ * @generated from message jobwatch.v1.PauseQueueResponse
+ */
+export type PauseQueueResponse = Message<"jobwatch.v1.PauseQueueResponse"> & {
+  /**
+   * @generated from field: jobwatch.v1.Queue queue = 1;
+   */
+  queue?: Queue | undefined;
+};
+
+/**
+ * Describes the message jobwatch.v1.PauseQueueResponse.
+ * Use `create(PauseQueueResponseSchema)` to create a new message.
+ */
+export const PauseQueueResponseSchema: GenMessage<PauseQueueResponse> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 43);
+
+/**
+ * @generated from message jobwatch.v1.ResumeQueueRequest
+ */
+export type ResumeQueueRequest = Message<"jobwatch.v1.ResumeQueueRequest"> & {
+  /**
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+};
+
+/**
+ * Describes the message jobwatch.v1.ResumeQueueRequest.
+ * Use `create(ResumeQueueRequestSchema)` to create a new message.
+ */
+export const ResumeQueueRequestSchema: GenMessage<ResumeQueueRequest> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 44);
+
+/**
+ * @generated from message jobwatch.v1.ResumeQueueResponse
+ */
+export type ResumeQueueResponse = Message<"jobwatch.v1.ResumeQueueResponse"> & {
+  /**
+   * @generated from field: jobwatch.v1.Queue queue = 1;
+   */
+  queue?: Queue | undefined;
+};
+
+/**
+ * Describes the message jobwatch.v1.ResumeQueueResponse.
+ * Use `create(ResumeQueueResponseSchema)` to create a new message.
+ */
+export const ResumeQueueResponseSchema: GenMessage<ResumeQueueResponse> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 45);
 
 /**
  * @generated from message jobwatch.v1.Queue
@@ -1027,6 +1489,32 @@ export type Queue = Message<"jobwatch.v1.Queue"> & {
    * @generated from field: repeated jobwatch.v1.QueueDepth depth_history = 12;
    */
   depthHistory: QueueDepth[];
+
+  /**
+   * The queue hands out no claims until resumed (PauseQueue).
+   *
+   * @generated from field: bool paused = 13;
+   */
+  paused: boolean;
+
+  /**
+   * When and by whom it was paused; unset unless paused.
+   *
+   * @generated from field: google.protobuf.Timestamp paused_at = 14;
+   */
+  pausedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: string paused_by = 15;
+   */
+  pausedBy: string;
+
+  /**
+   * The priority of a job submitted to the queue without one.
+   *
+   * @generated from field: int32 default_priority = 16;
+   */
+  defaultPriority: number;
 };
 
 /**
@@ -1034,7 +1522,7 @@ export type Queue = Message<"jobwatch.v1.Queue"> & {
  * Use `create(QueueSchema)` to create a new message.
  */
 export const QueueSchema: GenMessage<Queue> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 30);
+  messageDesc(file_jobwatch_v1_jobwatch, 46);
 
 /**
  * QueueDepth is a queue's unfinished work at one moment.
@@ -1063,7 +1551,7 @@ export type QueueDepth = Message<"jobwatch.v1.QueueDepth"> & {
  * Use `create(QueueDepthSchema)` to create a new message.
  */
 export const QueueDepthSchema: GenMessage<QueueDepth> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 31);
+  messageDesc(file_jobwatch_v1_jobwatch, 47);
 
 /**
  * PoolUse is one pool as a queue that uses it sees it.
@@ -1097,7 +1585,7 @@ export type PoolUse = Message<"jobwatch.v1.PoolUse"> & {
  * Use `create(PoolUseSchema)` to create a new message.
  */
 export const PoolUseSchema: GenMessage<PoolUse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 32);
+  messageDesc(file_jobwatch_v1_jobwatch, 48);
 
 /**
  * @generated from message jobwatch.v1.ListQueuesRequest
@@ -1110,7 +1598,7 @@ export type ListQueuesRequest = Message<"jobwatch.v1.ListQueuesRequest"> & {
  * Use `create(ListQueuesRequestSchema)` to create a new message.
  */
 export const ListQueuesRequestSchema: GenMessage<ListQueuesRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 33);
+  messageDesc(file_jobwatch_v1_jobwatch, 49);
 
 /**
  * @generated from message jobwatch.v1.ListQueuesResponse
@@ -1134,12 +1622,13 @@ export type ListQueuesResponse = Message<"jobwatch.v1.ListQueuesResponse"> & {
  * Use `create(ListQueuesResponseSchema)` to create a new message.
  */
 export const ListQueuesResponseSchema: GenMessage<ListQueuesResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 34);
+  messageDesc(file_jobwatch_v1_jobwatch, 50);
 
 /**
  * Schedule is a repeated job of the configuration: a run of kind is
- * queued `every` after the previous run ended, whatever its outcome, and
- * never while a run is unfinished.
+ * queued `every` after the previous run ended, whatever its outcome, or
+ * at the times of its `cron` expression in its time zone; never while a
+ * run is unfinished.
  *
  * @generated from message jobwatch.v1.Schedule
  */
@@ -1196,6 +1685,30 @@ export type Schedule = Message<"jobwatch.v1.Schedule"> & {
    * @generated from field: google.protobuf.Timestamp last_ended_at = 9;
    */
   lastEndedAt?: Timestamp | undefined;
+
+  /**
+   * A cron expression (five fields, or a descriptor such as "@daily"),
+   * set instead of every.
+   *
+   * @generated from field: string cron = 10;
+   */
+  cron: string;
+
+  /**
+   * The IANA time zone cron is read in; "UTC" unless the configuration
+   * says otherwise. Empty for an every schedule.
+   *
+   * @generated from field: string timezone = 11;
+   */
+  timezone: string;
+
+  /**
+   * next_run_at in timezone, as RFC 3339 with the zone's offset, such as
+   * "2026-12-02T02:00:00+01:00"; empty when next_run_at is unset.
+   *
+   * @generated from field: string next_run_local = 12;
+   */
+  nextRunLocal: string;
 };
 
 /**
@@ -1203,7 +1716,7 @@ export type Schedule = Message<"jobwatch.v1.Schedule"> & {
  * Use `create(ScheduleSchema)` to create a new message.
  */
 export const ScheduleSchema: GenMessage<Schedule> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 35);
+  messageDesc(file_jobwatch_v1_jobwatch, 51);
 
 /**
  * @generated from message jobwatch.v1.ListSchedulesRequest
@@ -1216,7 +1729,7 @@ export type ListSchedulesRequest = Message<"jobwatch.v1.ListSchedulesRequest"> &
  * Use `create(ListSchedulesRequestSchema)` to create a new message.
  */
 export const ListSchedulesRequestSchema: GenMessage<ListSchedulesRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 36);
+  messageDesc(file_jobwatch_v1_jobwatch, 52);
 
 /**
  * @generated from message jobwatch.v1.ListSchedulesResponse
@@ -1233,7 +1746,7 @@ export type ListSchedulesResponse = Message<"jobwatch.v1.ListSchedulesResponse">
  * Use `create(ListSchedulesResponseSchema)` to create a new message.
  */
 export const ListSchedulesResponseSchema: GenMessage<ListSchedulesResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 37);
+  messageDesc(file_jobwatch_v1_jobwatch, 53);
 
 /**
  * JobState is where a job is in its life. PENDING, QUEUED and RUNNING are
@@ -1457,6 +1970,61 @@ export const JobService: GenService<{
     input: typeof GetServerInfoRequestSchema;
     output: typeof GetServerInfoResponseSchema;
   },
+  /**
+   * RetryJob makes a FAILED, CANCELLED or LOST job QUEUED again, with the
+   * same id and a fresh allowance of attempts; its version keeps counting
+   * up and its history keeps the run that ended. Any other state is
+   * failed_precondition; a unique_key another active job of the tenant
+   * holds is already_exists with JobAlreadyActive, as for SubmitJob.
+   *
+   * @generated from rpc jobwatch.v1.JobService.RetryJob
+   */
+  retryJob: {
+    methodKind: "unary";
+    input: typeof RetryJobRequestSchema;
+    output: typeof RetryJobResponseSchema;
+  },
+  /**
+   * DeleteJob removes a terminal job at once; afterwards it is not_found
+   * everywhere. An active job is failed_precondition: cancel it first.
+   *
+   * @generated from rpc jobwatch.v1.JobService.DeleteJob
+   */
+  deleteJob: {
+    methodKind: "unary";
+    input: typeof DeleteJobRequestSchema;
+    output: typeof DeleteJobResponseSchema;
+  },
+  /**
+   * RetryJobs, CancelJobs and DeleteJobs act on the jobs a filter
+   * matches, a page at a time (at most 1,000 jobs a call): follow
+   * next_page_token until it is empty. A job a page skips because it
+   * cannot take the action (RetryJobs of a SUCCEEDED job) is counted in
+   * matched, not changed.
+   *
+   * @generated from rpc jobwatch.v1.JobService.RetryJobs
+   */
+  retryJobs: {
+    methodKind: "unary";
+    input: typeof RetryJobsRequestSchema;
+    output: typeof RetryJobsResponseSchema;
+  },
+  /**
+   * @generated from rpc jobwatch.v1.JobService.CancelJobs
+   */
+  cancelJobs: {
+    methodKind: "unary";
+    input: typeof CancelJobsRequestSchema;
+    output: typeof CancelJobsResponseSchema;
+  },
+  /**
+   * @generated from rpc jobwatch.v1.JobService.DeleteJobs
+   */
+  deleteJobs: {
+    methodKind: "unary";
+    input: typeof DeleteJobsRequestSchema;
+    output: typeof DeleteJobsResponseSchema;
+  },
 }> = /*@__PURE__*/
   serviceDesc(file_jobwatch_v1_jobwatch, 0);
 
@@ -1529,6 +2097,30 @@ export const QueueService: GenService<{
     methodKind: "unary";
     input: typeof ListSchedulesRequestSchema;
     output: typeof ListSchedulesResponseSchema;
+  },
+  /**
+   * PauseQueue stops every replica handing out claims from queue until
+   * ResumeQueue; jobs are still accepted and running jobs finish. Admin
+   * only. An unknown queue (no rule and no job) is not_found; pausing a
+   * paused queue changes nothing.
+   *
+   * @generated from rpc jobwatch.v1.QueueService.PauseQueue
+   */
+  pauseQueue: {
+    methodKind: "unary";
+    input: typeof PauseQueueRequestSchema;
+    output: typeof PauseQueueResponseSchema;
+  },
+  /**
+   * ResumeQueue lets claims take from queue again, waking the claims
+   * parked for it. Admin only.
+   *
+   * @generated from rpc jobwatch.v1.QueueService.ResumeQueue
+   */
+  resumeQueue: {
+    methodKind: "unary";
+    input: typeof ResumeQueueRequestSchema;
+    output: typeof ResumeQueueResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_jobwatch_v1_jobwatch, 2);

@@ -1,0 +1,68 @@
+package client
+
+import (
+	"context"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+)
+
+// BulkResult is what a bulk action did, summed over the pages it took.
+type BulkResult struct {
+	// Matched counts the jobs the filter matched; Changed those the
+	// action changed (a job that ended or went meanwhile matched but did
+	// not change).
+	Matched, Changed int64
+}
+
+// BulkPage is one page of a bulk action: the call a bulk method repeats
+// with each page token until the server says no job is left.
+type BulkPage func(ctx context.Context, f *jobwatchv1.JobFilter, pageToken string) (matched, changed int64, next string, err error)
+
+// RetryJobs retries every job f matches (FAILED, CANCELLED or LOST), a
+// page of at most 1,000 at a time, until none is left; see
+// JobService.RetryJobs. onPage, if not nil, hears the running totals
+// after each page. An error stops it: what was done is in the result,
+// and calling it again with the same filter goes on where it stopped.
+func (c *Client) RetryJobs(ctx context.Context, f *jobwatchv1.JobFilter, onPage func(BulkResult)) (BulkResult, error) {
+	return c.bulk(ctx, f, onPage, func(ctx context.Context, f *jobwatchv1.JobFilter, token string) (int64, int64, string, error) {
+		resp, err := c.jobs.RetryJobs(ctx, &jobwatchv1.RetryJobsRequest{Filter: f, PageToken: token})
+		return resp.GetMatched(), resp.GetChanged(), resp.GetNextPageToken(), err
+	})
+}
+
+// CancelJobs cancels every active job f matches, as RetryJobs retries.
+func (c *Client) CancelJobs(ctx context.Context, f *jobwatchv1.JobFilter, onPage func(BulkResult)) (BulkResult, error) {
+	return c.bulk(ctx, f, onPage, func(ctx context.Context, f *jobwatchv1.JobFilter, token string) (int64, int64, string, error) {
+		resp, err := c.jobs.CancelJobs(ctx, &jobwatchv1.CancelJobsRequest{Filter: f, PageToken: token})
+		return resp.GetMatched(), resp.GetChanged(), resp.GetNextPageToken(), err
+	})
+}
+
+// DeleteJobs deletes every ended job f matches, as RetryJobs retries.
+func (c *Client) DeleteJobs(ctx context.Context, f *jobwatchv1.JobFilter, onPage func(BulkResult)) (BulkResult, error) {
+	return c.bulk(ctx, f, onPage, func(ctx context.Context, f *jobwatchv1.JobFilter, token string) (int64, int64, string, error) {
+		resp, err := c.jobs.DeleteJobs(ctx, &jobwatchv1.DeleteJobsRequest{Filter: f, PageToken: token})
+		return resp.GetMatched(), resp.GetChanged(), resp.GetNextPageToken(), err
+	})
+}
+
+// bulk calls page with each page token in turn until the server gives
+// none, summing what the pages did.
+func (c *Client) bulk(ctx context.Context, f *jobwatchv1.JobFilter, onPage func(BulkResult), page BulkPage) (BulkResult, error) {
+	var total BulkResult
+	for token := ""; ; {
+		matched, changed, next, err := page(ctx, f, token)
+		if err != nil {
+			return total, mapJobError(err)
+		}
+		total.Matched += matched
+		total.Changed += changed
+		if onPage != nil {
+			onPage(total)
+		}
+		if next == "" {
+			return total, nil
+		}
+		token = next
+	}
+}

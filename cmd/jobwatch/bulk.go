@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/jobwatch/jobwatch/client"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+)
+
+// The commands that act on jobs (cancel, retry, delete) take either one
+// job id or a filter: "jobwatch retry --state failed --queue q" acts on
+// every job it matches, a page at a time, and asks first when run at a
+// terminal (unless --yes).
+
+// filterFlags are the flags of a bulk action.
+type filterFlags struct {
+	tenant, queues, kinds, states, before string
+	all, yes                              bool
+}
+
+func (f *filterFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.tenant, "tenant", "", "act on this `tenant`'s jobs (\"*\": every tenant; admin tokens only) instead of one job")
+	fs.StringVar(&f.queues, "queue", "", "act on the jobs of these `queues` (comma-separated) instead of one job")
+	fs.StringVar(&f.kinds, "kind", "", "act on the jobs of these `kinds` (comma-separated) instead of one job")
+	fs.StringVar(&f.states, "state", "", "act on the jobs in these `states` (comma-separated) instead of one job")
+	fs.StringVar(&f.before, "created-before", "", "act on the jobs created before this `time` (RFC 3339, or a duration such as 24h: that long ago)")
+	fs.BoolVar(&f.all, "all", false, "act on every job of the tenant that the action applies to")
+	fs.BoolVar(&f.yes, "yes", false, "do not ask before a bulk action")
+}
+
+// filter is the JobFilter the flags say, as of now.
+func (f *filterFlags) filter(now time.Time) (*jobwatchv1.JobFilter, error) {
+	pf := &jobwatchv1.JobFilter{Tenant: f.tenant, Queues: splitList(f.queues), Kinds: splitList(f.kinds), All: f.all}
+	for _, s := range splitList(f.states) {
+		st, err := parseState(s)
+		if err != nil {
+			return nil, err
+		}
+		pf.States = append(pf.States, st)
+	}
+	if f.before != "" {
+		t, err := time.Parse(time.RFC3339Nano, f.before)
+		if err != nil {
+			d, derr := time.ParseDuration(f.before)
+			if derr != nil || d <= 0 {
+				return nil, usageError{fmt.Sprintf("--created-before %q is neither an RFC 3339 time nor a positive duration", f.before)}
+			}
+			t = now.Add(-d)
+		}
+		pf.CreatedBefore = timestamppb.New(t)
+	}
+	return pf, nil
+}
+
+// describe says what the filter selects, for the prompt.
+func describe(pf *jobwatchv1.JobFilter) string {
+	var parts []string
+	add := func(name string, vs []string) {
+		if len(vs) > 0 {
+			parts = append(parts, name+" "+strings.Join(vs, " or "))
+		}
+	}
+	tenant := pf.GetTenant()
+	switch tenant {
+	case "":
+		tenant = "your tenant"
+	case "*":
+		tenant = "every tenant"
+	default:
+		tenant = "tenant " + tenant
+	}
+	add("queue", pf.GetQueues())
+	add("kind", pf.GetKinds())
+	var states []string
+	for _, s := range pf.GetStates() {
+		states = append(states, stateName(s))
+	}
+	add("state", states)
+	if pf.GetCreatedBefore() != nil {
+		parts = append(parts, "created before "+pf.GetCreatedBefore().AsTime().Format(time.RFC3339))
+	}
+	if len(parts) == 0 {
+		return "every job of " + tenant
+	}
+	return "every job of " + tenant + " with " + strings.Join(parts, ", ")
+}
+
+// stdin is where a bulk action's confirmation is read, and stdinIsTerminal
+// whether to ask at all; tests replace them.
+var (
+	stdin           io.Reader = os.Stdin
+	stdinIsTerminal           = func() bool { return isTerminal(os.Stdin) }
+)
+
+// bulkCall is one of the client's bulk methods.
+type bulkCall func(c *client.Client, ctx context.Context, f *jobwatchv1.JobFilter, onPage func(client.BulkResult)) (client.BulkResult, error)
+
+// oneOrMany runs a command that acts on one job (its id as the one
+// argument) or on the jobs a filter matches (bulk): one prints the job
+// as printOutcome does, many prints how many jobs matched and changed.
+func oneOrMany(ctx context.Context, name, verb string, args []string, stdout, stderr io.Writer,
+	single func(*client.Client, context.Context, string) (*jobwatchv1.Job, error), bulk bulkCall,
+) error {
+	return actOnJobs(ctx, name, verb, args, stdout, stderr, single, printOutcome, bulk)
+}
+
+// actOnJobs runs a command that takes one job id and calls single with
+// it, printing the job it answers with (or that it was deleted: single
+// answered no job), or, with bulk set, that takes a filter instead and
+// calls bulk with it.
+func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, stderr io.Writer,
+	single func(*client.Client, context.Context, string) (*jobwatchv1.Job, error),
+	print func(io.Writer, *jobwatchv1.Job, bool) error, bulk bulkCall,
+) error {
+	var cf clientFlags
+	var ff filterFlags
+	fs := newFlagSet(name, stderr)
+	cf.register(fs)
+	want := 1
+	if bulk != nil {
+		ff.register(fs)
+		if hasFilterFlag(args) {
+			want = 0
+		}
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: jobwatch %s ID [flags]\n", name)
+		if bulk != nil {
+			fmt.Fprintf(stderr, "       jobwatch %s --queue Q --kind K --state S --created-before T [--all] [--yes] [flags]\n\n"+
+				"With an ID it %ss that job; with filter flags, every job they match, a page of 1,000 at a time.\n", name, verb)
+		}
+		fmt.Fprint(stderr, "\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	pos, err := parseArgs(fs, args, want, "ID")
+	if err != nil {
+		return err
+	}
+	c, err := cf.client(stderr, true)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if len(pos) == 1 {
+		job, err := single(c, ctx, pos[0])
+		if j := withoutValues(err, name, false, stderr); j != nil {
+			job, err = j, nil
+		}
+		if err != nil {
+			return callError(name, err)
+		}
+		if job == nil { // deleted: nothing left to show
+			if cf.json {
+				return json.NewEncoder(stdout).Encode(map[string]string{"deleted": pos[0]})
+			}
+			_, err := fmt.Fprintf(stdout, "%s deleted\n", pos[0])
+			return err
+		}
+		return print(stdout, job, cf.json)
+	}
+	pf, err := ff.filter(time.Now())
+	if err != nil {
+		return err
+	}
+	if !ff.yes && stdinIsTerminal() {
+		fmt.Fprintf(stderr, "%s %s? [y/N] ", verb, describe(pf))
+		answer, _ := bufio.NewReader(stdin).ReadString('\n')
+		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+			return fmt.Errorf("%s: nothing done", name)
+		}
+	}
+	r, err := bulk(c, ctx, pf, func(r client.BulkResult) {
+		if !cf.json {
+			fmt.Fprintf(stderr, "jobwatch: %s: %d matched, %d %s so far\n", name, r.Matched, r.Changed, pastTense(verb))
+		}
+	})
+	if cf.json {
+		if jerr := json.NewEncoder(stdout).Encode(map[string]int64{"matched": r.Matched, "changed": r.Changed}); jerr != nil && err == nil {
+			err = jerr
+		}
+	} else {
+		fmt.Fprintf(stdout, "%d matched, %d %s\n", r.Matched, r.Changed, pastTense(verb))
+	}
+	if err != nil {
+		return callError(name, err)
+	}
+	return nil
+}
+
+// hasFilterFlag reports whether args name a filter flag, which makes the
+// command a bulk action that takes no ID.
+func hasFilterFlag(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") {
+			switch name {
+			case "tenant", "queue", "kind", "state", "created-before", "all":
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func pastTense(verb string) string {
+	switch verb {
+	case "cancel":
+		return "cancelled"
+	case "retry":
+		return "retried"
+	}
+	return verb + "d"
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobtype"
+)
+
+// "jobwatch cancel" with filter flags instead of an ID cancels every job
+// they match; at a terminal it asks first, and no answer but yes does
+// nothing; --yes skips the question, and --json says what it did.
+func TestCancelWithAFilterCancelsEveryMatchAfterAsking(t *testing.T) {
+	s := startCLIServer(t, 5*time.Second)
+	var ids []string
+	for range 3 {
+		ids = append(ids, s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "bulk.cli", Queue: "nightly"}))
+	}
+	other := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "bulk.cli", Queue: "daytime"})
+
+	asked := func(answer string) {
+		t.Helper()
+		stdin, stdinIsTerminal = strings.NewReader(answer), func() bool { return true }
+		t.Cleanup(func() { stdinIsTerminal = func() bool { return false } })
+	}
+
+	asked("n\n")
+	code, stdout, stderr := runInProcess(t, "cancel", "--server", s.URL, "--queue", "nightly", "--state", "queued")
+	if code != 1 || !strings.Contains(stderr, "cancel every job of your tenant with queue nightly, state QUEUED? [y/N]") ||
+		!strings.Contains(stderr, "nothing done") {
+		t.Fatalf("answered no: exit %d, stdout %q, stderr %q; want the question, then nothing done", code, stdout, stderr)
+	}
+	for _, id := range ids {
+		if j, err := s.Client.Get(t.Context(), id); err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED {
+			t.Fatalf("after no, job %s is %v (%v)", id, j.GetState(), err)
+		}
+	}
+
+	asked("y\n")
+	code, stdout, stderr = runInProcess(t, "cancel", "--server", s.URL, "--queue", "nightly")
+	if code != 0 || stdout != "3 matched, 3 cancelled\n" {
+		t.Fatalf("answered yes: exit %d, stdout %q, stderr %q; want 3 cancelled", code, stdout, stderr)
+	}
+	for _, id := range ids {
+		if j, _ := s.Client.Get(t.Context(), id); j.GetState() != jobwatchv1.JobState_JOB_STATE_CANCELLED {
+			t.Fatalf("job %s is %v, want CANCELLED", id, j.GetState())
+		}
+	}
+	if j, _ := s.Client.Get(t.Context(), other); j.GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED {
+		t.Fatalf("the job of another queue is %v, want QUEUED", j.GetState())
+	}
+
+	asked("") // --yes never reads the answer
+	code, stdout, _ = runInProcess(t, "cancel", "--server", s.URL, "--all", "--yes", "--json")
+	if code != 0 || stdout != `{"changed":1,"matched":1}`+"\n" {
+		t.Fatalf("--all --yes --json: exit %d, %q; want the one job left cancelled", code, stdout)
+	}
+
+	// A filter that says nothing is refused by the server, naming it;
+	// an ID and a filter together are a usage error.
+	code, _, stderr = runInProcess(t, "cancel", "--server", s.URL, "--tenant", "default", "--yes")
+	if code != 1 || !strings.Contains(stderr, "invalid_argument") || !strings.Contains(stderr, "filter") {
+		t.Fatalf("a filter of a tenant alone: exit %d, %q; want invalid_argument naming the filter", code, stderr)
+	}
+	if code, _, stderr = runInProcess(t, "cancel", ids[0], "--server", s.URL, "--queue", "nightly"); code != 2 {
+		t.Fatalf("an ID and a filter: exit %d, %q; want 2", code, stderr)
+	}
+	if code, _, stderr = runInProcess(t, "cancel", "--server", s.URL, "--kind", "x", "--created-before", "yesterday"); code != 2 ||
+		!strings.Contains(stderr, "--created-before") {
+		t.Fatalf("a bad --created-before: exit %d, %q; want 2 naming the flag", code, stderr)
+	}
+}
+
+// "jobwatch retry ID" runs a failed job again, "jobwatch get" then shows
+// the failed attempt and the retry in its history, and "jobwatch delete"
+// removes a job once it has ended; "retry --state failed" retries every
+// failed job of a queue.
+func TestRetryAndDeleteOneJobOrEveryMatch(t *testing.T) {
+	s := startCLIServer(t, 5*time.Second)
+	failOne := func(queue string) string {
+		t.Helper()
+		id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "cli.retry", Queue: queue, MaxAttempts: 1})
+		j := s.claim(t, "cli.retry")
+		if _, err := s.Engine.Fail(t.Context(), j.ID, j.LeaseID, jobtype.JobError{Type: "Upstream", Message: "503"}, false); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	id := failOne("imports")
+	code, stdout, stderr := runInProcess(t, "retry", id, "--server", s.URL)
+	if code != 0 || !strings.Contains(stdout, "QUEUED") {
+		t.Fatalf("retry: exit %d, %q, %q; want the job QUEUED", code, stdout, stderr)
+	}
+	code, stdout, _ = runInProcess(t, "get", id, "--server", s.URL)
+	if code != 0 || !strings.Contains(stdout, "history:") || !strings.Contains(stdout, "#1 FAILED") ||
+		!strings.Contains(stdout, "error=Upstream: 503") || !strings.Contains(stdout, "QUEUED") || !strings.Contains(stdout, "by=anonymous") {
+		t.Fatalf("get after the retry: exit %d\n%s\nwant the failed attempt and the retry by anonymous in the history", code, stdout)
+	}
+	code, _, stderr = runInProcess(t, "delete", id, "--server", s.URL)
+	if code != 1 || !strings.Contains(stderr, "failed_precondition") || !strings.Contains(stderr, "cancel it first") {
+		t.Fatalf("delete of a queued job: exit %d, %q; want failed_precondition saying to cancel it first", code, stderr)
+	}
+	if code, _, stderr = runInProcess(t, "cancel", id, "--server", s.URL); code != 0 {
+		t.Fatalf("cancel: exit %d, %q", code, stderr)
+	}
+	if code, stdout, stderr = runInProcess(t, "delete", id, "--server", s.URL); code != 0 || stdout != id+" deleted\n" {
+		t.Fatalf("delete of a cancelled job: exit %d, %q, %q", code, stdout, stderr)
+	}
+	if code, _, stderr = runInProcess(t, "get", id, "--server", s.URL); code != 1 || !strings.Contains(stderr, "not found") {
+		t.Fatalf("get after the delete: exit %d, %q; want not found", code, stderr)
+	}
+
+	failed := []string{failOne("imports"), failOne("imports")}
+	code, stdout, stderr = runInProcess(t, "retry", "--server", s.URL, "--state", "failed", "--queue", "imports", "--yes")
+	if code != 0 || stdout != "2 matched, 2 retried\n" {
+		t.Fatalf("retry --state failed: exit %d, %q, %q; want both retried", code, stdout, stderr)
+	}
+	for _, id := range failed {
+		if j, _ := s.Client.Get(t.Context(), id); j.GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED {
+			t.Fatalf("job %s is %v after the bulk retry, want QUEUED", id, j.GetState())
+		}
+	}
+	code, _, stderr = runInProcess(t, "retry", "--server", s.URL, "--state", "succeeded", "--yes")
+	if code != 1 || !strings.Contains(stderr, "invalid_argument") || !strings.Contains(stderr, "SUCCEEDED") {
+		t.Fatalf("retry --state succeeded: exit %d, %q; want invalid_argument naming the state", code, stderr)
+	}
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/internal/pgtest"
+)
+
+// TestAPauseOnOneReplicaHoldsClaimsOnAnotherUntilAResumeThereWakesThem
+// runs two jobwatch serve processes on one PostgreSQL schema: a queue
+// paused through A hands nothing to a worker parked on B while its job
+// waits, and the resume through A wakes that claim on B at once (its
+// cap is a minute).
+func TestAPauseOnOneReplicaHoldsClaimsOnAnotherUntilAResumeThereWakesThem(t *testing.T) {
+	dbURL := pgtest.URL(t)
+	cfg := filepath.Join(t.TempDir(), "jobwatch.yaml")
+	writeFile(t, cfg, "queues:\n  - name: reports\n")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a := startReplica(t, ctx, "A", dbURL, cfg)
+	b := startReplica(t, ctx, "B", dbURL, cfg)
+
+	if _, err := a.client.PauseQueue(ctx, "reports"); err != nil {
+		t.Fatalf("pause on A: %v", err)
+	}
+	job, err := a.client.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "report", Queue: "reports"})
+	if err != nil {
+		t.Fatalf("submit on A: %v", err)
+	}
+	type claimed struct {
+		resp *jobwatchv1.ClaimJobResponse
+		err  error
+	}
+	done := make(chan claimed, 1)
+	go func() {
+		resp, err := b.client.WorkerService().ClaimJob(ctx, &jobwatchv1.ClaimJobRequest{WorkerId: "w-b", Queues: []string{"reports"}})
+		done <- claimed{resp, err}
+	}()
+	waitFor(t, "the claim parked on B", func() bool { return b.metric(t, "jobwatch_parked_claims") == 1 })
+	if rows, err := b.client.ListQueues(ctx); err != nil || !pausedIn(rows, "reports") {
+		t.Errorf("B's ListQueues: %v, %v; want reports paused", rows, err)
+	}
+	select {
+	case c := <-done:
+		t.Fatalf("B handed out %v, %v from a queue paused on A", c.resp.GetJob(), c.err)
+	default:
+	}
+
+	if _, err := a.client.ResumeQueue(ctx, "reports"); err != nil {
+		t.Fatalf("resume on A: %v", err)
+	}
+	select {
+	case c := <-done:
+		if c.err != nil || c.resp.GetJob().GetId() != job.GetId() {
+			t.Fatalf("the claim on B after A's resume got %v, %v; want %s", c.resp.GetJob(), c.err, job.GetId())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the claim parked on B was not woken by the resume on A")
+	}
+}
+
+func pausedIn(rows []*jobwatchv1.Queue, queue string) bool {
+	for _, q := range rows {
+		if q.GetName() == queue {
+			return q.GetPaused()
+		}
+	}
+	return false
+}

@@ -1,0 +1,105 @@
+package jobs
+
+import (
+	"context"
+	"time"
+
+	"github.com/jobwatch/jobwatch/jobtype"
+)
+
+// Operators' actions on one job: Retry, Delete, and Cancel (submit.go).
+// Each is recorded with who did it (the actor the caller put on the
+// context, WithActor) in the job's History, and logged once at info.
+
+// actorKey is the context key of WithActor.
+type actorKey struct{}
+
+// WithActor returns ctx carrying by, the words that name who acts
+// (auth.Principal.Describe), for the operator actions made with it:
+// Retry, Delete, Cancel and the bulk actions built on them. It travels
+// on the context so that the bulk actions, which call the single-job
+// ones, carry it without a parameter of their own.
+func WithActor(ctx context.Context, by string) context.Context {
+	return context.WithValue(ctx, actorKey{}, by)
+}
+
+// Actor returns the actor WithActor put on ctx, or "" if none.
+func Actor(ctx context.Context) string {
+	by, _ := ctx.Value(actorKey{}).(string)
+	return by
+}
+
+// Retry puts a FAILED, CANCELLED or LOST job back in its queue, QUEUED
+// with the same id, ready now (RunAt the time of the retry), without
+// worker, lease, progress or end. Its version keeps counting up, so
+// waiters and watchers see it run again; its Error stays until an
+// attempt succeeds, as between automatic retries.
+//
+// Attempts keep their numbers: the counter goes on (the next attempt of
+// a job that failed its third is the fourth), so each attempt's number
+// names one entry of the History, and the retry gives a fresh allowance
+// by raising MaxAttempts to Attempt plus the queue's MaxAttempts (its
+// rules, else Config.DefaultMaxAttempts). The retry itself is an entry of
+// the History: the attempt it follows, QUEUED, the time as FinishedAt,
+// and By.
+//
+// Any other state is a *StateError (failed_precondition). A retry that
+// would make a second active job with the tenant's unique key is the
+// store's *jobtype.ConflictError, as a submit's.
+func (e *Engine) Retry(ctx context.Context, id string) (jobtype.Job, error) {
+	by := Actor(ctx)
+	j, err := e.update(ctx, "retry", id, func(j *jobtype.Job, now time.Time) error {
+		switch j.State {
+		case jobtype.Failed, jobtype.Cancelled, jobtype.Lost:
+		default:
+			return &StateError{JobID: j.ID, State: j.State, Op: "retry",
+				Hint: "only a FAILED, CANCELLED or LOST job can be retried"}
+		}
+		j.State = jobtype.Queued
+		j.MaxAttempts = j.Attempt + e.queueRules(j.Queue).MaxAttempts
+		j.RunAt = now
+		j.FinishedAt = time.Time{}
+		j.Percent, j.Step = 0, ""
+		j.WorkerID = ""
+		releaseLease(j)
+		j.AddHistory(jobtype.HistoryEntry{Attempt: j.Attempt, FinishedAt: now, State: jobtype.Queued, By: by})
+		return nil
+	})
+	if err != nil {
+		return jobtype.Job{}, err
+	}
+	e.log.Info("job retried", "job_id", j.ID, "tenant", j.Tenant, "queue", j.Queue,
+		"attempt", j.Attempt, "max_attempts", j.MaxAttempts, "by", by)
+	return j, nil
+}
+
+// Delete removes a terminal job at once; afterwards it is ErrNotFound to
+// every read, and every waiter and watcher of it, here and on other
+// replicas (the store's change notice), ends with ErrNotFound. A job
+// that has not ended is a *StateError (cancel it first). Who deleted it
+// is logged at info: the job, and so its History, is gone.
+func (e *Engine) Delete(ctx context.Context, id string) error {
+	if err := validID("job_id", id); err != nil {
+		return err
+	}
+	j, deleted, err := e.store.DeleteJob(ctx, id)
+	if err != nil {
+		return wrap("delete", id, err)
+	}
+	if !deleted {
+		return &StateError{JobID: j.ID, State: j.State, Op: "delete", Hint: "cancel it first"}
+	}
+	e.publishGone(j)
+	e.log.Info("job deleted", "job_id", j.ID, "tenant", j.Tenant, "queue", j.Queue,
+		"state", j.State, "by", Actor(ctx))
+	return nil
+}
+
+// publishGone tells the waiters and watchers of deleted job j, and the
+// feeds of its tenant, that it is gone: a snapshot one version past its
+// last, marked Gone, which ends each wait and watch with ErrNotFound.
+func (e *Engine) publishGone(j jobtype.Job) {
+	j.Version++
+	e.hub.Publish(j.ID, j.Version, &Snapshot{Job: j, shared: true, Gone: true})
+	e.signals.Publish(tenantSignal(j.Tenant), e.signalSeq.Add(1), struct{}{})
+}

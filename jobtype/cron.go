@@ -1,0 +1,163 @@
+package jobtype
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	// The binary carries the IANA zone database, so a schedule's
+	// timezone reads the same on a machine (or a container image)
+	// without one.
+	_ "time/tzdata"
+
+	"github.com/robfig/cron/v3"
+)
+
+// Cron is a schedule's cron expression read in its time zone: the times
+// it names, in order. Parse it with ParseCron.
+type Cron struct {
+	// spec reads wall-clock times (its Location is UTC, standing for
+	// the clock on the wall of loc), so daylight saving is decided by
+	// Next alone, one way.
+	spec *cron.SpecSchedule
+	loc  *time.Location
+}
+
+// cronParser reads the five standard fields (minute, hour, day of month,
+// month, day of week) and the descriptors @yearly, @annually, @monthly,
+// @weekly, @daily, @midnight and @hourly. Its runner is not used: the
+// engine's sweep decides when a run is due (store.ScheduleRun.Step).
+var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// cronSyntax is what a cron expression may be, for the reason of a
+// refusal.
+const cronSyntax = "five fields (minute hour day-of-month month day-of-week, such as \"0 2 * * *\") or one of @yearly, @monthly, @weekly, @daily, @hourly"
+
+// ParseCron reads expr, a cron expression, in the IANA time zone
+// timezone ("" is UTC). A mistake is an *InvalidError whose Field is
+// "cron" or "timezone" and whose Reason quotes nothing of expr (it goes
+// to logs, and a value pasted into the wrong key may be a secret):
+// "@every" (a schedule's every says that) and a "TZ=" prefix (its
+// timezone says that) are refused, and so is an expression that names no
+// time at all, such as February 30, and the zone "Local", which would
+// mean whatever zone each machine is set to.
+func ParseCron(expr, timezone string) (*Cron, error) {
+	loc, err := cronLocation(timezone)
+	if err != nil {
+		return nil, err
+	}
+	expr = strings.TrimSpace(expr)
+	switch {
+	case expr == "":
+		return nil, &InvalidError{Field: "cron", Reason: "must not be empty; give " + cronSyntax}
+	case strings.HasPrefix(expr, "TZ=") || strings.HasPrefix(expr, "CRON_TZ="):
+		return nil, &InvalidError{Field: "cron", Reason: "must not name a time zone; give it as timezone"}
+	case strings.HasPrefix(expr, "@every"):
+		return nil, &InvalidError{Field: "cron", Reason: "must not be @every; give the period as every instead of cron"}
+	}
+	s, err := cronParser.Parse(expr)
+	if err != nil {
+		return nil, &InvalidError{Field: "cron", Reason: cronReason(err)}
+	}
+	spec, ok := s.(*cron.SpecSchedule)
+	if !ok { // only @every makes another kind, refused above
+		return nil, &InvalidError{Field: "cron", Reason: "must be " + cronSyntax}
+	}
+	spec.Location = time.UTC
+	c := &Cron{spec: spec, loc: loc}
+	// The parser looks five years ahead; an expression matching nothing
+	// in the five years from any date matches nothing ever (the
+	// calendar repeats leap days within four).
+	if c.Next(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)).IsZero() {
+		return nil, &InvalidError{Field: "cron", Reason: "names no time that exists (such as the 30th of February)"}
+	}
+	return c, nil
+}
+
+// cronReason is why the parser refused an expression, without the text
+// of the expression it quotes, with what the expression may be.
+func cronReason(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, ": "); i >= 0 {
+		msg = msg[:i]
+	}
+	switch {
+	case strings.HasPrefix(msg, "failed to parse int from"):
+		msg = "a field holds something other than numbers or names with *, -, / and ,"
+	case strings.HasPrefix(msg, "unrecognized descriptor"):
+		msg = "unknown descriptor"
+	}
+	return fmt.Sprintf("does not parse (%s); give %s", msg, cronSyntax)
+}
+
+// cronLocation is the zone timezone names, "" being UTC.
+func cronLocation(timezone string) (*time.Location, error) {
+	if timezone == "" {
+		return time.UTC, nil
+	}
+	if timezone == "Local" {
+		return nil, &InvalidError{Field: "timezone", Reason: "must name a zone, such as Europe/Berlin or UTC: Local would depend on each machine's setting"}
+	}
+	loc, err := time.LoadLocation(timezone)
+	if err != nil {
+		return nil, &InvalidError{Field: "timezone", Reason: "is not a known IANA time zone name, such as Europe/Berlin or UTC"}
+	}
+	return loc, nil
+}
+
+// Next returns the first of c's times strictly after t, in UTC; zero if
+// there is none within five years. c's times are wall-clock times in its
+// time zone, each taken once a day it names, across daylight saving:
+//   - on the day the clocks go forward, a time in the hour they skip is
+//     read with the offset before the change (in Europe/Berlin 02:30,
+//     which does not exist, is 03:30 summer time), so a daily run is not
+//     lost that day; times of the skipped hour that fall on one instant
+//     (02:00 and 03:00) are one time;
+//   - on the day the clocks go back, a time in the hour they repeat is
+//     its first occurrence only (02:30 summer time, not 02:30 winter
+//     time an hour later), so a daily run does not run twice.
+//
+// The parser's own Next, read in the zone, would skip the day in the
+// first case and run twice in the second.
+func (c *Cron) Next(t time.Time) time.Time {
+	wall := wallClock(t.In(c.loc))
+	for {
+		next := c.spec.Next(wall)
+		if next.IsZero() {
+			return next
+		}
+		at := c.firstOccurrence(next)
+		if at.After(t) {
+			return at.UTC()
+		}
+		// A wall-clock time of the repeated hour whose instant is not
+		// after t: its first occurrence is past.
+		wall = next
+	}
+}
+
+// firstOccurrence is the first instant whose clock in c's zone shows
+// wall (figures in UTC, as wallClock gives them). time.Date gives the
+// second one when the clocks go back.
+func (c *Cron) firstOccurrence(wall time.Time) time.Time {
+	at := time.Date(wall.Year(), wall.Month(), wall.Day(), wall.Hour(), wall.Minute(), wall.Second(), 0, c.loc)
+	_, offset := at.Zone()
+	// Zones change their offset at most a few times a year, never twice
+	// within hours.
+	_, before := at.Add(-3 * time.Hour).Zone()
+	if before <= offset {
+		return at
+	}
+	earlier := at.Add(-time.Duration(before-offset) * time.Second)
+	if wallClock(earlier.In(c.loc)).Equal(wall) {
+		return earlier
+	}
+	return at
+}
+
+// wallClock is the time t's clock shows, as the same figures in UTC.
+func wallClock(t time.Time) time.Time {
+	return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
+}
+
+// Location is the time zone c's times are read in.
+func (c *Cron) Location() *time.Location { return c.loc }

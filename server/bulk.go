@@ -1,0 +1,81 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jobwatch/jobwatch/auth"
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/wire"
+)
+
+// RetryJobs, CancelJobs and DeleteJobs: one page of a bulk action
+// (jobs.Engine.Bulk). A client acts within its tenant; naming another
+// tenant, or every tenant ("*"), is for admins.
+
+func (h *jobService) RetryJobs(ctx context.Context, req *jobwatchv1.RetryJobsRequest) (*jobwatchv1.RetryJobsResponse, error) {
+	r, err := h.s.bulk(ctx, h.s.engine.RetryAction(), req.GetFilter(), req.GetPageToken(), req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	return &jobwatchv1.RetryJobsResponse{Matched: int64(r.Matched), Changed: int64(r.Changed), NextPageToken: r.NextPageToken}, nil
+}
+
+func (h *jobService) CancelJobs(ctx context.Context, req *jobwatchv1.CancelJobsRequest) (*jobwatchv1.CancelJobsResponse, error) {
+	r, err := h.s.bulk(ctx, h.s.engine.CancelAction(), req.GetFilter(), req.GetPageToken(), req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	return &jobwatchv1.CancelJobsResponse{Matched: int64(r.Matched), Changed: int64(r.Changed), NextPageToken: r.NextPageToken}, nil
+}
+
+func (h *jobService) DeleteJobs(ctx context.Context, req *jobwatchv1.DeleteJobsRequest) (*jobwatchv1.DeleteJobsResponse, error) {
+	r, err := h.s.bulk(ctx, h.s.engine.DeleteAction(), req.GetFilter(), req.GetPageToken(), req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	return &jobwatchv1.DeleteJobsResponse{Matched: int64(r.Matched), Changed: int64(r.Changed), NextPageToken: r.NextPageToken}, nil
+}
+
+// bulk runs one page of a under the request's filter, scoped to what the
+// caller may reach, and logs what it did once.
+func (s *Server) bulk(ctx context.Context, a jobs.BulkAction, pf *jobwatchv1.JobFilter, pageToken string, pageSize int32) (jobs.BulkResult, error) {
+	f, err := bulkFilter(ctx, pf)
+	if err != nil {
+		return jobs.BulkResult{}, err
+	}
+	by := auth.DescribeCaller(ctx)
+	r, err := s.engine.Bulk(jobs.WithActor(ctx, by), a, f, pageToken, int(pageSize))
+	if err != nil {
+		return jobs.BulkResult{}, s.toConnectError(ctx, a.Name+" jobs", err)
+	}
+	s.log.InfoContext(ctx, "bulk "+a.Name, "by", by, "tenant", f.Tenant, "queues", f.Queues, "kinds", f.Kinds,
+		"states", f.States, "created_before", f.CreatedBefore, "matched", r.Matched, "changed", r.Changed, "more", r.NextPageToken != "")
+	return r, nil
+}
+
+// bulkFilter reads a JobFilter, with its tenant as the caller may use it:
+// "" is the caller's own (the default tenant for an admin), and only a
+// caller not confined to one tenant may name another or "*".
+func bulkFilter(ctx context.Context, pf *jobwatchv1.JobFilter) (jobs.BulkFilter, error) {
+	tenant, err := tenantFor(ctx, pf.GetTenant())
+	if err != nil {
+		return jobs.BulkFilter{}, err
+	}
+	f := jobs.BulkFilter{Tenant: tenant, Queues: pf.GetQueues(), Kinds: pf.GetKinds(), All: pf.GetAll()}
+	for i, ps := range pf.GetStates() {
+		st, ok := wire.StoreState(ps)
+		if !ok {
+			return jobs.BulkFilter{}, invalid(fmt.Sprintf("filter.states[%d]", i), fmt.Sprintf("%v is not a job state", ps))
+		}
+		f.States = append(f.States, st)
+	}
+	if pf.GetCreatedBefore() != nil {
+		if err := pf.GetCreatedBefore().CheckValid(); err != nil {
+			return jobs.BulkFilter{}, invalid("filter.created_before", err.Error())
+		}
+		f.CreatedBefore = pf.GetCreatedBefore().AsTime()
+	}
+	return f, nil
+}

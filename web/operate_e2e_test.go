@@ -1,0 +1,159 @@
+package web_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/jobwatch/jobwatch/internal/testdb"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
+)
+
+// The operator's buttons act through the real server and what they did
+// reaches the page through its one stream: no reload, ever (window.pageID
+// set at the start survives to the end). Each asks in the page first, and
+// only "yes" acts.
+func TestOperatorButtonsActAndThePageFollowsLive(t *testing.T) {
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := probe.Addr().String()
+	probe.Close()
+	srv := startServer(t, addr, testdb.New(t))
+	defer srv.shutdown(t)
+
+	export := submit(t, ctx, srv.engine, "report.export", `{"format":"csv"}`)
+	claim(t, ctx, srv.engine, "report.export").fail("TimeoutError", "warehouse did not answer in 30s")
+
+	p := &page{t: t, ctx: newTab(t, ctx)}
+	p.do("open the page", chromedp.Navigate("http://"+addr+"/"))
+	p.waitFor("the failed job", exists(row(export.ID)+`[data-state="failed"]`))
+	p.do("mark this page", chromedp.Evaluate[chromedp.Void](`window.pageID = "the page as first loaded"`))
+	button := func(action string) string { return fmt.Sprintf(`button[data-action=%q]`, action) }
+	confirmYes := func(scope string) {
+		p.waitFor("the question", `(() => { const b = document.querySelector(`+fmt.Sprintf("%q", scope+" .confirm-yes")+`); return b !== null && b.offsetParent !== null && !b.disabled; })()`)
+		p.do("say yes", chromedp.Click(chromedp.CSS(scope+" .confirm-yes")))
+	}
+
+	t.Run("retry a failed job: it runs again and finishes, with no reload", func(t *testing.T) {
+		p.t = t
+		p.do("open its detail", chromedp.Click(chromedp.CSS(row(export.ID))))
+		p.waitFor("retry offered, delete too, cancel not", `(() => {
+			const d = document.getElementById("detail");
+			const shown = (a) => { const b = d.querySelector('button[data-action="' + a + '"]'); return b.closest(".action").hidden ? "hidden" : b.disabled ? "disabled" : "enabled"; };
+			return shown("retry") === "enabled" && shown("delete") === "enabled" && shown("cancel") === "hidden";
+		})()`)
+		p.do("click retry", chromedp.Click(chromedp.CSS("#detail "+button("retry"))))
+		p.waitFor("a question, and nothing done yet", textHas("#detail .question", "Retry job "+export.ID)+" && "+exists(row(export.ID)+`[data-state="failed"]`))
+		confirmYes("#detail")
+		p.waitFor("what it did", textHas("#detail .outcome", "Retried"))
+		p.waitFor("the job queued again, in the list and the detail", exists(row(export.ID)+`[data-state="queued"]`)+` && document.getElementById("detail").dataset.state === "queued"`)
+		p.waitFor("no retry while it has not ended, and why delete must wait", `(() => {
+			const d = document.getElementById("detail");
+			return d.querySelector('button[data-action="retry"]').closest(".action").hidden &&
+				d.querySelector('button[data-action="delete"]').disabled &&
+				d.querySelector('button[data-action="delete"]').closest(".action").textContent.includes("cancel it first");
+		})()`)
+
+		w := claim(t, ctx, srv.engine, "report.export")
+		p.waitFor("it running again", exists(row(export.ID)+`[data-state="running"]`))
+		w.progress(50, "writing rows")
+		p.waitFor("its progress", textIs("#detail .percent", "50%"))
+		w.complete(`{"rows": 120}`)
+		p.waitFor("it succeeded", exists(row(export.ID)+`[data-state="succeeded"]`)+` && document.getElementById("detail").dataset.state === "succeeded"`)
+		p.waitFor("its result", textHas("#detail .result", `"rows": 120`))
+		p.waitFor("the retry on its timeline, between the failure and the success", `(() => {
+			const labels = [...document.querySelectorAll("#detail .timeline-label")].map(e => e.textContent);
+			const failed = labels.indexOf("failed"), retried = labels.findIndex(l => l.startsWith("retried")), succeeded = labels.findLastIndex(l => l.startsWith("succeeded"));
+			return failed >= 0 && failed < retried && retried < succeeded;
+		})()`)
+		p.waitFor("the first run's error kept in its history", textHas("#detail .timeline", "TimeoutError: warehouse did not answer in 30s"))
+		p.waitFor("the same page, never reloaded", `window.pageID === "the page as first loaded"`)
+	})
+
+	t.Run("delete an ended job: it leaves the list and the server", func(t *testing.T) {
+		p.t = t
+		p.do("click delete", chromedp.Click(chromedp.CSS("#detail "+button("delete"))))
+		p.do("change my mind", chromedp.Click(chromedp.CSS("#detail .confirm-no")))
+		p.waitFor("nothing done", exists(row(export.ID))+` && document.querySelector("#detail .confirm-ask").hidden`)
+		p.do("click delete again", chromedp.Click(chromedp.CSS("#detail "+button("delete"))))
+		confirmYes("#detail")
+		p.waitFor("what it did", textHas("#detail .outcome", "Deleted job "+export.ID))
+		p.waitFor("the row gone", "!"+exists(row(export.ID)))
+		if _, err := srv.engine.Get(ctx, export.ID); !errors.Is(err, jobtype.ErrNotFound) {
+			t.Fatalf("the deleted job on the server: %v, want not found", err)
+		}
+	})
+
+	t.Run("cancel a queued job", func(t *testing.T) {
+		p.t = t
+		queued := submit(t, ctx, srv.engine, "index.rebuild", `{}`)
+		p.waitFor("its row", exists(row(queued.ID)+`[data-state="queued"]`))
+		p.do("open its detail", chromedp.Click(chromedp.CSS(row(queued.ID))))
+		p.waitFor("cancel offered", fmt.Sprintf(`document.getElementById("detail").dataset.jobId === %q && !document.querySelector('#detail button[data-action="cancel"]').closest(".action").hidden`, queued.ID))
+		p.do("click cancel", chromedp.Click(chromedp.CSS("#detail "+button("cancel"))))
+		confirmYes("#detail")
+		p.waitFor("it cancelled", exists(row(queued.ID)+`[data-state="cancelled"]`)+" && "+textHas("#detail .outcome", "Cancelled job"))
+	})
+
+	t.Run("retry all failed in this view", func(t *testing.T) {
+		p.t = t
+		var failed []string
+		for range 2 {
+			j := submit(t, ctx, srv.engine, "mail.send", `{}`)
+			claim(t, ctx, srv.engine, "mail.send").fail("SMTPError", "relay refused")
+			failed = append(failed, j.ID)
+		}
+		for _, id := range failed {
+			p.waitFor("the failed job", exists(row(id)+`[data-state="failed"]`))
+		}
+		p.waitFor("the button enabled", `!document.querySelector('#jobs-actions button[data-action="retry-failed"]').disabled`)
+		p.do("click retry all failed", chromedp.Click(chromedp.CSS("#jobs-actions "+button("retry-failed"))))
+		p.waitFor("a question that says how many are shown", textHas("#jobs-confirm .question", "2 shown here"))
+		confirmYes("#jobs-confirm")
+		p.waitFor("what it did", textHas("#jobs-confirm .outcome", "Retried 2 of 2 failed jobs"))
+		for _, id := range failed {
+			p.waitFor("the job queued again", exists(row(id)+`[data-state="queued"]`))
+		}
+		p.waitFor("nothing left to retry, and why", `(() => {
+			const b = document.querySelector('#jobs-actions button[data-action="retry-failed"]');
+			return b.disabled && b.closest(".action").textContent.includes("no failed job in this view");
+		})()`)
+	})
+
+	t.Run("pause and resume a queue", func(t *testing.T) {
+		p.t = t
+		queue := `tr[data-queue="default"]`
+		p.waitFor("the default queue with a pause button", exists(queue+` button[data-action="pause"]`)+` && `+exists(queue+`[data-paused="false"]`))
+		p.do("click pause", chromedp.Click(chromedp.CSS(queue+" "+button("pause"))))
+		p.waitFor("a question", textHas("#queues-confirm .question", "Pause queue default?"))
+		confirmYes("#queues-confirm")
+		p.waitFor("what it did", textHas("#queues-confirm .outcome", "Paused queue default"))
+		p.waitFor("the row paused, saying since when", exists(queue+`[data-paused="true"]`)+" && "+textHas(queue+" .queue-status", "paused since "))
+		// A paused queue hands out nothing: a claim comes back empty.
+		short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
+		j, err := srv.engine.Claim(short, jobs.ClaimRequest{WorkerID: "e2e-worker", Kinds: []string{"mail.send"}}, time.Now().Add(300*time.Millisecond))
+		stop()
+		if err == nil && j.ID != "" {
+			t.Fatalf("claimed %s from a paused queue", j.ID)
+		}
+		p.waitFor("resume offered", `!document.querySelector(`+fmt.Sprintf("%q", queue+` button[data-action="resume"]`)+`).closest(".action").hidden`)
+		p.do("click resume", chromedp.Click(chromedp.CSS(queue+" "+button("resume"))))
+		confirmYes("#queues-confirm")
+		p.waitFor("the row running again", exists(queue+`[data-paused="false"]`)+" && "+textHas("#queues-confirm .outcome", "Resumed queue default"))
+		w := claim(t, ctx, srv.engine, "mail.send")
+		p.waitFor("a job handed out again, live", exists(row(w.job.ID)+`[data-state="running"]`))
+		p.waitFor("the same page, never reloaded", `window.pageID === "the page as first loaded"`)
+	})
+}
