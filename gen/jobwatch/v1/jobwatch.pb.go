@@ -510,9 +510,11 @@ type JobAttempt struct {
 	State JobState `protobuf:"varint,5,opt,name=state,proto3,enum=jobwatch.v1.JobState" json:"state,omitempty"`
 	// Why the attempt failed, if it did.
 	Error *JobError `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
-	// Who acted, for an operator's action: the caller's token name, role
-	// and tenant, such as "token ops (admin)"; empty for what workers and
-	// the server did on their own.
+	// Who acted, for an operator's action: the caller's token name (the
+	// tokens file's name:, else the token's id), role and tenant, such as
+	// "ops (admin)" or "deploy-bot (client, tenant acme)"; "anonymous" on a
+	// server without tokens; empty for what workers and the server did on
+	// their own.
 	By            string `protobuf:"bytes,7,opt,name=by,proto3" json:"by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3050,7 +3052,8 @@ type Queue struct {
 	DepthHistory []*QueueDepth `protobuf:"bytes,12,rep,name=depth_history,json=depthHistory,proto3" json:"depth_history,omitempty"`
 	// The queue hands out no claims until resumed (PauseQueue).
 	Paused bool `protobuf:"varint,13,opt,name=paused,proto3" json:"paused,omitempty"`
-	// When and by whom it was paused; unset unless paused.
+	// When and by whom it was paused (named as JobAttempt.by); unset
+	// unless paused.
 	PausedAt *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=paused_at,json=pausedAt,proto3" json:"paused_at,omitempty"`
 	PausedBy string                 `protobuf:"bytes,15,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`
 	// The priority of a job submitted to the queue without one.

@@ -252,9 +252,11 @@ export type JobAttempt = Message<"jobwatch.v1.JobAttempt"> & {
   error?: JobError | undefined;
 
   /**
-   * Who acted, for an operator's action: the caller's token name, role
-   * and tenant, such as "token ops (admin)"; empty for what workers and
-   * the server did on their own.
+   * Who acted, for an operator's action: the caller's token name (the
+   * tokens file's name:, else the token's id), role and tenant, such as
+   * "ops (admin)" or "deploy-bot (client, tenant acme)"; "anonymous" on a
+   * server without tokens; empty for what workers and the server did on
+   * their own.
    *
    * @generated from field: string by = 7;
    */
@@ -1498,7 +1500,8 @@ export type Queue = Message<"jobwatch.v1.Queue"> & {
   paused: boolean;
 
   /**
-   * When and by whom it was paused; unset unless paused.
+   * When and by whom it was paused (named as JobAttempt.by); unset
+   * unless paused.
    *
    * @generated from field: google.protobuf.Timestamp paused_at = 14;
    */
