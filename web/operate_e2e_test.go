@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -43,18 +44,18 @@ func TestOperatorButtonsActAndThePageFollowsLive(t *testing.T) {
 	button := func(action string) string { return fmt.Sprintf(`button[data-action=%q]`, action) }
 	confirmYes := func(scope string) {
 		p.waitFor("the question", `(() => { const b = document.querySelector(`+fmt.Sprintf("%q", scope+" .confirm-yes")+`); return b !== null && b.offsetParent !== null && !b.disabled; })()`)
-		p.do("say yes", chromedp.Click(chromedp.CSS(scope+" .confirm-yes")))
+		p.click("say yes", scope+" .confirm-yes")
 	}
 
 	t.Run("retry a failed job: it runs again and finishes, with no reload", func(t *testing.T) {
 		p.t = t
-		p.do("open its detail", chromedp.Click(chromedp.CSS(row(export.ID))))
+		p.click("open its detail", row(export.ID))
 		p.waitFor("retry offered, delete too, cancel not", `(() => {
 			const d = document.getElementById("detail");
 			const shown = (a) => { const b = d.querySelector('button[data-action="' + a + '"]'); return b.closest(".action").hidden ? "hidden" : b.disabled ? "disabled" : "enabled"; };
 			return shown("retry") === "enabled" && shown("delete") === "enabled" && shown("cancel") === "hidden";
 		})()`)
-		p.do("click retry", chromedp.Click(chromedp.CSS("#detail "+button("retry"))))
+		p.click("click retry", "#detail "+button("retry"))
 		p.waitFor("a question, and nothing done yet", textHas("#detail .question", "Retry job "+export.ID)+" && "+exists(row(export.ID)+`[data-state="failed"]`))
 		confirmYes("#detail")
 		p.waitFor("what it did", textHas("#detail .outcome", "Retried"))
@@ -84,10 +85,10 @@ func TestOperatorButtonsActAndThePageFollowsLive(t *testing.T) {
 
 	t.Run("delete an ended job: it leaves the list and the server", func(t *testing.T) {
 		p.t = t
-		p.do("click delete", chromedp.Click(chromedp.CSS("#detail "+button("delete"))))
-		p.do("change my mind", chromedp.Click(chromedp.CSS("#detail .confirm-no")))
+		p.click("click delete", "#detail "+button("delete"))
+		p.click("change my mind", "#detail .confirm-no")
 		p.waitFor("nothing done", exists(row(export.ID))+` && document.querySelector("#detail .confirm-ask").hidden`)
-		p.do("click delete again", chromedp.Click(chromedp.CSS("#detail "+button("delete"))))
+		p.click("click delete again", "#detail "+button("delete"))
 		confirmYes("#detail")
 		p.waitFor("what it did", textHas("#detail .outcome", "Deleted job "+export.ID))
 		p.waitFor("the row gone", "!"+exists(row(export.ID)))
@@ -100,9 +101,9 @@ func TestOperatorButtonsActAndThePageFollowsLive(t *testing.T) {
 		p.t = t
 		queued := submit(t, ctx, srv.engine, "index.rebuild", `{}`)
 		p.waitFor("its row", exists(row(queued.ID)+`[data-state="queued"]`))
-		p.do("open its detail", chromedp.Click(chromedp.CSS(row(queued.ID))))
+		p.click("open its detail", row(queued.ID))
 		p.waitFor("cancel offered", fmt.Sprintf(`document.getElementById("detail").dataset.jobId === %q && !document.querySelector('#detail button[data-action="cancel"]').closest(".action").hidden`, queued.ID))
-		p.do("click cancel", chromedp.Click(chromedp.CSS("#detail "+button("cancel"))))
+		p.click("click cancel", "#detail "+button("cancel"))
 		confirmYes("#detail")
 		p.waitFor("it cancelled", exists(row(queued.ID)+`[data-state="cancelled"]`)+" && "+textHas("#detail .outcome", "Cancelled job"))
 	})
@@ -119,7 +120,7 @@ func TestOperatorButtonsActAndThePageFollowsLive(t *testing.T) {
 			p.waitFor("the failed job", exists(row(id)+`[data-state="failed"]`))
 		}
 		p.waitFor("the button enabled", `!document.querySelector('#jobs-actions button[data-action="retry-failed"]').disabled`)
-		p.do("click retry all failed", chromedp.Click(chromedp.CSS("#jobs-actions "+button("retry-failed"))))
+		p.click("click retry all failed", "#jobs-actions "+button("retry-failed"))
 		p.waitFor("a question that says how many are shown", textHas("#jobs-confirm .question", "2 shown here"))
 		confirmYes("#jobs-confirm")
 		p.waitFor("what it did", textHas("#jobs-confirm .outcome", "Retried 2 of 2 failed jobs"))
@@ -136,7 +137,7 @@ func TestOperatorButtonsActAndThePageFollowsLive(t *testing.T) {
 		p.t = t
 		queue := `tr[data-queue="default"]`
 		p.waitFor("the default queue with a pause button", exists(queue+` button[data-action="pause"]`)+` && `+exists(queue+`[data-paused="false"]`))
-		p.do("click pause", chromedp.Click(chromedp.CSS(queue+" "+button("pause"))))
+		p.click("click pause", queue+" "+button("pause"))
 		p.waitFor("a question", textHas("#queues-confirm .question", "Pause queue default?"))
 		confirmYes("#queues-confirm")
 		p.waitFor("what it did", textHas("#queues-confirm .outcome", "Paused queue default"))
@@ -149,11 +150,26 @@ func TestOperatorButtonsActAndThePageFollowsLive(t *testing.T) {
 			t.Fatalf("claimed %s from a paused queue", j.ID)
 		}
 		p.waitFor("resume offered", `!document.querySelector(`+fmt.Sprintf("%q", queue+` button[data-action="resume"]`)+`).closest(".action").hidden`)
-		p.do("click resume", chromedp.Click(chromedp.CSS(queue+" "+button("resume"))))
+		p.click("click resume", queue+" "+button("resume"))
 		confirmYes("#queues-confirm")
 		p.waitFor("the row running again", exists(queue+`[data-paused="false"]`)+" && "+textHas("#queues-confirm .outcome", "Resumed queue default"))
 		w := claim(t, ctx, srv.engine, "mail.send")
 		p.waitFor("a job handed out again, live", exists(row(w.job.ID)+`[data-state="running"]`))
 		p.waitFor("the same page, never reloaded", `window.pageID === "the page as first loaded"`)
 	})
+}
+
+// click clicks the element selector names, in one step inside the page
+// (a querySelector and its click() together), as soon as it is there and
+// enabled: the page re-renders its panels as changes and polls arrive,
+// and a click that looked the node up first and clicked it after could
+// find it replaced in between.
+func (p *page) click(what, selector string) {
+	p.t.Helper()
+	p.waitFor(what, fmt.Sprintf(`(() => {
+		const e = document.querySelector(%s);
+		if (!e || e.disabled) return false;
+		e.click();
+		return true;
+	})()`, strconv.Quote(selector)))
 }
