@@ -169,7 +169,14 @@ func serveDemo(ctx context.Context, ln net.Listener, o demoOptions, stdout, stde
 			log.Error("demo worker stopped", "err", err)
 		}
 	})
-	bg.Go(func() { submitDemoJobs(demoCtx, engine, o.every, log) })
+	// The hint below suggests a list: it shows the first jobs once they
+	// are in.
+	firstIn := make(chan struct{})
+	bg.Go(func() { submitDemoJobs(demoCtx, engine, o.every, log, firstIn) })
+	select {
+	case <-firstIn:
+	case <-demoCtx.Done():
+	}
 
 	url := "http://" + ln.Addr().String() + "/"
 	fmt.Fprintf(stdout, "jobwatch demo: open %s\n", url)
@@ -183,9 +190,9 @@ func serveDemo(ctx context.Context, ln net.Listener, o demoOptions, stdout, stde
 	return err
 }
 
-// submitDemoJobs submits one job of each kind, then a random one every
-// interval, until ctx ends.
-func submitDemoJobs(ctx context.Context, e *jobs.Engine, every time.Duration, log *slog.Logger) {
+// submitDemoJobs submits one job of each kind, closes firstIn, then
+// submits a random one every interval, until ctx ends.
+func submitDemoJobs(ctx context.Context, e *jobs.Engine, every time.Duration, log *slog.Logger, firstIn chan<- struct{}) {
 	submit := func(kind string) {
 		r := jobs.SubmitRequest{Kind: kind} // the default tenant, which the page opens on
 		switch kind {
@@ -204,6 +211,7 @@ func submitDemoJobs(ctx context.Context, e *jobs.Engine, every time.Duration, lo
 		submit(k)
 	}
 	submitRuledDemoJobs(ctx, e, log)
+	close(firstIn)
 	if every <= 0 {
 		return
 	}
