@@ -220,9 +220,15 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// callBound bounds the calls of the helpers below from above only: a
+// store write on a machine running two race-enabled suites beside a
+// PostgreSQL server can take seconds, and a bound that short fails a
+// test that is right.
+const callBound = 30 * time.Second
+
 func submit(t *testing.T, c clients, req *jobwatchv1.SubmitJobRequest) *jobwatchv1.Job {
 	t.Helper()
-	resp, err := c.jobs.SubmitJob(ctxTimeout(t, 5*time.Second), req)
+	resp, err := c.jobs.SubmitJob(ctxTimeout(t, callBound), req)
 	if err != nil {
 		t.Fatalf("submit: %v", err)
 	}
@@ -232,7 +238,7 @@ func submit(t *testing.T, c clients, req *jobwatchv1.SubmitJobRequest) *jobwatch
 // claim claims the only ready job of kind.
 func claim(t *testing.T, c clients, kind string) *jobwatchv1.ClaimJobResponse {
 	t.Helper()
-	resp, err := c.workers.ClaimJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.ClaimJobRequest{
+	resp, err := c.workers.ClaimJob(ctxTimeout(t, callBound), &jobwatchv1.ClaimJobRequest{
 		WorkerId: "worker-1", Kinds: []string{kind},
 	})
 	if err != nil {
@@ -246,7 +252,7 @@ func claim(t *testing.T, c clients, kind string) *jobwatchv1.ClaimJobResponse {
 
 func complete(t *testing.T, c clients, lease *jobwatchv1.ClaimJobResponse, result *structpb.Value) *jobwatchv1.Job {
 	t.Helper()
-	resp, err := c.workers.CompleteJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.CompleteJobRequest{
+	resp, err := c.workers.CompleteJob(ctxTimeout(t, callBound), &jobwatchv1.CompleteJobRequest{
 		JobId: lease.GetJob().GetId(), LeaseId: lease.GetLeaseId(), Result: result,
 	})
 	if err != nil {
