@@ -169,6 +169,18 @@ func (p *page) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
+// freeAddr is a loopback address no listener holds right now, for a
+// server the test starts on it.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	return probe.Addr().String()
+}
+
 func row(id string) string { return fmt.Sprintf(`li.job[data-job-id=%q]`, id) }
 
 // textIs is a JS condition: the element's text is exactly want.
@@ -231,12 +243,7 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 	defer cancel()
 
 	dbPath := testdb.New(t)
-	probe, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := probe.Addr().String()
-	probe.Close()
+	addr := freeAddr(t)
 	srv := startServer(t, addr, dbPath)
 	defer func() {
 		if srv != nil {

@@ -3,7 +3,6 @@ package web_test
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,12 +33,7 @@ func TestNodeExampleSubmitsAJobAndWaitsForItsResult(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	probe, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := probe.Addr().String()
-	probe.Close()
+	addr := freeAddr(t)
 	srv := startServer(t, addr, filepath.Join(t.TempDir(), "jobwatch.db"))
 	defer srv.shutdown(t)
 

@@ -3,7 +3,6 @@ package web_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -24,12 +23,7 @@ func TestLongUnbrokenTextWrapsInsideTheDetail(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	probe, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := probe.Addr().String()
-	probe.Close()
+	addr := freeAddr(t)
 	srv := startServer(t, addr, testdb.New(t))
 	defer srv.shutdown(t)
 

@@ -3,7 +3,6 @@ package web_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -31,12 +30,7 @@ func TestPageAsksForATokenAndSendsItEverywhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	probe, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := probe.Addr().String()
-	probe.Close()
+	addr := freeAddr(t)
 	srv := startServer(t, addr, filepath.Join(t.TempDir(), "jobwatch.db"), func(c *server.Config) { c.Tokens = tokens })
 	defer srv.shutdown(t)
 	acme, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Tenant: "acme", Kind: "billing.invoice"})
@@ -95,12 +89,7 @@ func TestAClientTokenOpensItsOwnTenant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	probe, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := probe.Addr().String()
-	probe.Close()
+	addr := freeAddr(t)
 	srv := startServer(t, addr, filepath.Join(t.TempDir(), "jobwatch.db"), func(c *server.Config) { c.Tokens = tokens })
 	defer srv.shutdown(t)
 	acme, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Tenant: "acme", Kind: "billing.invoice"})
