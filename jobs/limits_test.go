@@ -207,7 +207,7 @@ func TestTheEngineRefusesAnOverlongListOrWatchRequestNamingTheField(t *testing.T
 		}, "page_token", "1024 bytes"},
 		{"a tenant watch with a resume token over 1024 bytes", func() error {
 			return e.WatchTenant(ctx, "", jobs.TenantWatchOptions{ResumeToken: long, Deadline: soon(),
-				Send: func([]jobtype.Job, string) error { return nil }})
+				Send: func([]jobtype.Job, []string, string) error { return nil }})
 		}, "resume_token", "1024 bytes"},
 	}
 	for _, tt := range tests {

@@ -117,8 +117,8 @@ func TestWatchTenantSendsLargeJobsInBatchesBoundedInBytes(t *testing.T) {
 			// one look.
 			gate := make(chan struct{})
 			waited := false // only the stream's goroutine touches it
-			send := func(batch []jobtype.Job, token string) error {
-				err := out.send(batch, token)
+			send := func(batch []jobtype.Job, deleted []string, token string) error {
+				err := out.send(batch, deleted, token)
 				if token != "" && !waited {
 					waited = true
 					<-gate

@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -71,5 +72,39 @@ func TestAJobDeletedOnOneReplicaIsNotFoundOnAnother(t *testing.T) {
 			t.Fatalf("a wait on the other replica 10s after the delete: %v; want not found", err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A tenant feed on one replica tells its reader of a job deleted on
+// another, so that a page open there drops the row.
+func TestATenantFeedOnOneReplicaHearsOfAJobDeletedOnAnother(t *testing.T) {
+	a, b := replicas(t)
+	j := submit(t, a, jobs.SubmitRequest{Tenant: "acme"})
+	if _, err := a.Cancel(context.Background(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	deleted := make(chan []string, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go b.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{Deadline: soon(), Send: func(_ []jobtype.Job, ids []string, token string) error {
+		if token != "" {
+			deleted <- ids
+		}
+		return nil
+	}})
+	<-deleted // the recent jobs
+	if err := a.Delete(context.Background(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ids := <-deleted:
+			if slices.Contains(ids, j.ID) {
+				return
+			}
+		case <-timeout:
+			t.Fatal("the feed on the other replica did not announce the deletion within 10s")
+		}
 	}
 }

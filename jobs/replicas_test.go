@@ -90,7 +90,7 @@ func TestATenantFeedOnOneReplicaSeesJobsSubmittedOnAnother(t *testing.T) {
 	batches := make(chan []jobtype.Job, 16)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go b.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{Deadline: soon(), Send: func(jobs []jobtype.Job, _ string) error {
+	go b.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{Deadline: soon(), Send: func(jobs []jobtype.Job, _ []string, _ string) error {
 		batches <- jobs
 		return nil
 	}})

@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -13,18 +14,20 @@ import (
 
 // batches is a TenantWatchOptions.Send that keeps what it was sent.
 type batches struct {
-	mu     sync.Mutex
-	got    [][]jobtype.Job
-	tokens []string
-	read   int // batches next has returned
-	sent   chan struct{}
+	mu      sync.Mutex
+	got     [][]jobtype.Job
+	deleted [][]string
+	tokens  []string
+	read    int // batches next has returned
+	sent    chan struct{}
 }
 
 func newBatches() *batches { return &batches{sent: make(chan struct{}, 1000)} }
 
-func (b *batches) send(jobs []jobtype.Job, token string) error {
+func (b *batches) send(jobs []jobtype.Job, deleted []string, token string) error {
 	b.mu.Lock()
 	b.got = append(b.got, jobs)
+	b.deleted = append(b.deleted, deleted)
 	b.tokens = append(b.tokens, token)
 	b.mu.Unlock()
 	b.sent <- struct{}{}
@@ -119,9 +122,66 @@ func TestWatchTenantResumesFromItsToken(t *testing.T) {
 	await(t, done)
 }
 
+// nextDeleted waits for the next batch and returns the ids of deleted
+// jobs it carried, and its token.
+func (b *batches) nextDeleted(t *testing.T) ([]string, string) {
+	t.Helper()
+	_, token := b.next(t)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.deleted[b.read-1], token
+}
+
+func TestWatchTenantAnnouncesDeletedJobsAndResumesWithThem(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	a := submit(t, e, jobs.SubmitRequest{Tenant: "acme"})
+	b := submit(t, e, jobs.SubmitRequest{Tenant: "acme"})
+	for _, j := range []jobtype.Job{a, b} {
+		if _, err := e.Cancel(ctx, j.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	out := newBatches()
+	done := async(func() (struct{}, error) {
+		return struct{}{}, e.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{Deadline: soon(), Send: out.send})
+	})
+	_, token := out.next(t) // the recent jobs
+	if err := e.Delete(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	deleted, after := out.nextDeleted(t)
+	if !slices.Equal(deleted, []string{a.ID}) || after == token {
+		t.Fatalf("batch after a delete: deleted %v, token changed %v; want [%s] and a new token", deleted, after != token, a.ID)
+	}
+	cancel() // the client disconnects
+	await(t, done)
+
+	if err := e.Delete(context.Background(), b.ID); err != nil { // while it was away
+		t.Fatal(err)
+	}
+	resumed := newBatches()
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	done = async(func() (struct{}, error) {
+		return struct{}{}, e.WatchTenant(ctx2, "acme", jobs.TenantWatchOptions{ResumeToken: token, Deadline: soon(), Send: resumed.send})
+	})
+	var all []string
+	for !slices.Contains(all, b.ID) {
+		ids, _ := resumed.nextDeleted(t)
+		all = append(all, ids...)
+	}
+	if !slices.Contains(all, a.ID) {
+		t.Errorf("a stream resumed from before both deletions announced %v; want both %s and %s", all, a.ID, b.ID)
+	}
+	cancel2()
+	await(t, done)
+}
+
 func TestWatchTenantRefusesBadInput(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
-	send := func([]jobtype.Job, string) error { return nil }
+	send := func([]jobtype.Job, []string, string) error { return nil }
 	ctx := context.Background()
 	if err := e.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{ResumeToken: "nonsense", Send: send}); !isInvalid(err, "resume_token") {
 		t.Errorf("bad token: %v", err)

@@ -162,13 +162,13 @@ type TenantWatchOptions struct {
 	Full      bool
 	Deadline  time.Time // zero: no limit
 	Keepalive time.Duration
-	// Send delivers jobs changed since the last batch and the token to
-	// resume after them; an empty batch is a keepalive. The token is ""
-	// while the most recent jobs of a stream started without one are
-	// still coming, and it stays what the last batch said while a burst
-	// of changes takes several batches: a client keeps the last non-empty
-	// token.
-	Send func(jobs []jobtype.Job, resumeToken string) error
+	// Send delivers jobs changed since the last batch, the ids of jobs
+	// deleted since then (Delete), and the token to resume after them; an
+	// empty batch is a keepalive. The token is "" while the most recent
+	// jobs of a stream started without one are still coming, and it stays
+	// what the last batch said while a burst of changes takes several
+	// batches: a client keeps the last non-empty token.
+	Send func(jobs []jobtype.Job, deleted []string, resumeToken string) error
 }
 
 // WatchTenant sends batches of a tenant's changed jobs until the
@@ -183,8 +183,10 @@ type TenantWatchOptions struct {
 // sharing the database, and no clock is guessed at. A resumed stream may
 // repeat a job at a version the client already has (one whose write was
 // in flight as the cursor was taken; the client keeps the higher
-// version), but misses none. A job deleted by retention is not
-// announced. A token of the earlier, clock-based format ("t1.") starts
+// version), but misses none. A job that Delete removed is announced by
+// its id (store.JobsDeleted), as long as the store keeps the record of
+// its deletion (as long as it keeps finished jobs); a job deleted by
+// retention is not announced. A token of the earlier, clock-based format ("t1.") starts
 // the stream over, as one without a token does.
 //
 // Every read is a store page bounded by MaxPageBytes and sent before the
@@ -248,16 +250,16 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 			token, nextToken := encodeTenantToken(cursor), encodeTenantToken(next)
 			first := true
 			all, err := e.tenantChanges(ctx, tenant, cursor, sent, o.Full, size,
-				func(batch []jobtype.Job, last bool) error {
-					if first && woken {
-						e.woke("watch", newestUpdate(batch))
+				func(b tenantBatch, last bool) error {
+					if first && woken && len(b.jobs) > 0 {
+						e.woke("watch", newestUpdate(b.jobs))
 					}
 					first = false
 					if last {
 						token = nextToken
 					}
 					keepalive.reset()
-					return o.Send(batch, token)
+					return o.Send(b.jobs, b.deleted, token)
 				})
 			if err != nil {
 				if ctx.Err() != nil {
@@ -272,7 +274,7 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 		case <-changed:
 			look, woken = true, true
 		case <-keepalive.c():
-			if err := o.Send(nil, encodeTenantToken(cursor)); err != nil {
+			if err := o.Send(nil, nil, encodeTenantToken(cursor)); err != nil {
 				return err
 			}
 			keepalive.reset()
@@ -305,7 +307,7 @@ func (e *Engine) sendRecent(ctx context.Context, tenant string, size int, o Tena
 		if next == "" || left <= 0 {
 			token = encodeTenantToken(cursor)
 		}
-		if err := o.Send(jobs, token); err != nil {
+		if err := o.Send(jobs, nil, token); err != nil {
 			return err
 		}
 		if token != "" {
@@ -315,24 +317,62 @@ func (e *Engine) sendRecent(ctx context.Context, tenant string, size int, o Tena
 	}
 }
 
-// tenantChanges pages through every job of tenant updated at or after
-// since and passes those with a version not in sent to send, in batches of
-// at most size jobs (and, as each page, at most MaxPageBytes). It holds
-// each batch back until it knows whether another follows, so that send
-// learns which is the last. It returns the versions of all it read (to
-// become the next sent).
+// A tenantBatch is what one Send of WatchTenant carries.
+type tenantBatch struct {
+	jobs    []jobtype.Job
+	deleted []string
+}
+
+// tenantChanges pages through the ids of tenant's jobs deleted after
+// since and every job of tenant changed after since, and passes the ids
+// and the jobs with a version not in sent to send, in batches of at most
+// size ids or jobs (a batch of jobs also at most MaxPageBytes, as each
+// page). It holds each batch back until it knows whether another
+// follows, so that send learns which is the last. It returns the
+// versions of all the jobs it read (to become the next sent).
 func (e *Engine) tenantChanges(ctx context.Context, tenant string, since string, sent map[string]int64, full bool, size int,
-	send func(batch []jobtype.Job, last bool) error) (map[string]int64, error) {
+	send func(b tenantBatch, last bool) error) (map[string]int64, error) {
+	var held *tenantBatch
+	hold := func(b tenantBatch) error {
+		if held != nil {
+			if err := send(*held, false); err != nil {
+				return err
+			}
+		}
+		held = &b
+		return nil
+	}
+	// A store refuses a cursor it did not issue as an invalid page token.
+	bad := func(err error, pageToken string) error {
+		if errors.Is(err, jobtype.ErrInvalidPageToken) && pageToken == "" {
+			return badTenantToken
+		}
+		return wrap("watch tenant", "", err)
+	}
+
+	d := store.DeletedFilter{Tenant: tenant, Since: since, Limit: size}
+	for {
+		ids, next, err := e.store.JobsDeleted(ctx, d)
+		if err != nil {
+			return nil, bad(err, d.PageToken)
+		}
+		if len(ids) > 0 {
+			if err := hold(tenantBatch{deleted: ids}); err != nil {
+				return nil, err
+			}
+		}
+		if next == "" {
+			break
+		}
+		d.PageToken = next
+	}
+
 	all := map[string]int64{}
 	f := store.ListFilter{Tenant: tenant, ChangedSince: since, Limit: MaxPageSize, Full: full, MaxBytes: MaxPageBytes}
-	var held []jobtype.Job
 	for {
 		jobs, next, err := e.store.ListJobs(ctx, f)
-		if errors.Is(err, jobtype.ErrInvalidPageToken) && f.PageToken == "" {
-			return nil, badTenantToken
-		}
 		if err != nil {
-			return nil, wrap("watch tenant", "", err)
+			return nil, bad(err, f.PageToken)
 		}
 		var fresh []jobtype.Job
 		for _, j := range jobs {
@@ -342,17 +382,15 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant string, since string,
 			all[j.ID] = max(j.Version, sent[j.ID])
 		}
 		for len(fresh) > 0 {
-			if held != nil {
-				if err := send(held, false); err != nil {
-					return nil, err
-				}
-			}
 			n := min(size, len(fresh))
-			held, fresh = fresh[:n], fresh[n:]
+			if err := hold(tenantBatch{jobs: fresh[:n]}); err != nil {
+				return nil, err
+			}
+			fresh = fresh[n:]
 		}
 		if next == "" {
 			if held != nil {
-				if err := send(held, true); err != nil {
+				if err := send(*held, true); err != nil {
 					return nil, err
 				}
 			}

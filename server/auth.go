@@ -98,8 +98,18 @@ func (g *gate) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.S
 // reload revokes the token) and end, to call when the call is over.
 func (s *Server) admit(ctx context.Context, procedure string, header http.Header) (context.Context, func(), error) {
 	nothing := func() {}
-	if !s.authRequired || procedure == jobwatchv1connect.JobServiceGetServerInfoProcedure {
-		// GetServerInfo is how the page learns that it needs a token.
+	if !s.authRequired {
+		return ctx, nothing, nil
+	}
+	if procedure == jobwatchv1connect.JobServiceGetServerInfoProcedure {
+		// GetServerInfo is how the page learns that it needs a token, and
+		// what the token it has may do: it refuses no one, and runs with
+		// the Principal of a token the tokens know.
+		if token, err := bearer(header); err == nil {
+			if p, ok := s.tokens.Load().Lookup(token); ok {
+				ctx = auth.WithPrincipal(ctx, p)
+			}
+		}
 		return ctx, nothing, nil
 	}
 	return s.admitToken(ctx, header, func(p auth.Principal) error {

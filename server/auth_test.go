@@ -691,7 +691,39 @@ func TestWithoutTokensNothingChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	info, err := c.jobs.GetServerInfo(ctxTimeout(t, 5*time.Second), &jobwatchv1.GetServerInfoRequest{})
-	if err != nil || info.GetAuthRequired() {
-		t.Errorf("GetServerInfo = %v, %v; want auth_required false", info, err)
+	if err != nil || info.GetAuthRequired() || info.GetCaller() != nil {
+		t.Errorf("GetServerInfo = %v, %v; want auth_required false and no caller", info, err)
+	}
+}
+
+// GetServerInfo says who a known token is, so that a page can offer only
+// what it may do, in every protocol; it refuses no one.
+func TestGetServerInfoSaysWhoTheTokenIs(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{Tokens: testTokens(t)}})
+	for _, p := range authProtocols {
+		for _, tc := range []struct {
+			token string
+			want  *jobwatchv1.Caller // nil: none
+		}{
+			{acmeToken, &jobwatchv1.Caller{Role: "client", Tenant: "acme"}},
+			{workerToken, &jobwatchv1.Caller{Role: "worker"}},
+			{adminToken, &jobwatchv1.Caller{Role: "admin"}},
+			{unknownToken, nil},
+			{"", nil},
+		} {
+			c := ts.clients(p.hc(ts), p.opts...)
+			if tc.token != "" {
+				c = ts.clientsWithToken(p, tc.token)
+			}
+			info, err := c.jobs.GetServerInfo(ctxTimeout(t, 5*time.Second), &jobwatchv1.GetServerInfoRequest{})
+			if err != nil || !info.GetAuthRequired() {
+				t.Errorf("%s, token %q: GetServerInfo = %v, %v; want auth_required", p.name, tc.token, info, err)
+				continue
+			}
+			got := info.GetCaller()
+			if (got == nil) != (tc.want == nil) || got.GetRole() != tc.want.GetRole() || got.GetTenant() != tc.want.GetTenant() {
+				t.Errorf("%s, token %q: caller %v, want %v", p.name, tc.token, got, tc.want)
+			}
+		}
 	}
 }

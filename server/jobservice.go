@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/jobwatch/jobwatch/auth"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
 	"github.com/jobwatch/jobwatch/jobs"
@@ -307,12 +308,12 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 		PageSize:    limit,
 		Deadline:    deadline,
 		Keepalive:   s.cfg.Keepalive,
-		Send: func(js []jobtype.Job, resumeToken string) error {
+		Send: func(js []jobtype.Job, deleted []string, resumeToken string) error {
 			pjs, err := wire.Jobs(js)
 			if err != nil {
 				return err
 			}
-			return stream.Send(&jobwatchv1.WatchJobsResponse{Jobs: pjs, ResumeToken: resumeToken})
+			return stream.Send(&jobwatchv1.WatchJobsResponse{Jobs: pjs, ResumeToken: resumeToken, DeletedJobIds: deleted})
 		},
 	})
 	return s.toConnectError(ctx, "watch jobs", err)
@@ -335,11 +336,18 @@ func sendHeaders[T any](stream *connect.ServerStream[T]) error {
 	return stream.Send(nil)
 }
 
-func (h *jobService) GetServerInfo(context.Context, *jobwatchv1.GetServerInfoRequest) (*jobwatchv1.GetServerInfoResponse, error) {
+// GetServerInfo also says who the caller's token is (auth.Principal), if
+// it carried one the tokens know.
+func (h *jobService) GetServerInfo(ctx context.Context, _ *jobwatchv1.GetServerInfoRequest) (*jobwatchv1.GetServerInfoResponse, error) {
+	var caller *jobwatchv1.Caller
+	if p, ok := auth.FromContext(ctx); ok {
+		caller = &jobwatchv1.Caller{Role: string(p.Role), Tenant: p.Tenant, Name: p.Name}
+	}
 	return &jobwatchv1.GetServerInfoResponse{
 		Demo:         len(h.s.cfg.DemoKinds) > 0,
 		DemoKinds:    h.s.cfg.DemoKinds,
 		AuthRequired: h.s.authRequired,
 		Version:      h.s.cfg.Version,
+		Caller:       caller,
 	}, nil
 }

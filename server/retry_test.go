@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -189,10 +190,20 @@ func TestDeleteMakesAJobNotFoundEverywhere(t *testing.T) {
 	ts := startServer(t, serverOptions{})
 	c := ts.h2c()
 	done := finishedJob(t, c, "gone", mustValue(t, 1))
+	feed, err := c.jobs.WatchJobs(ctxTimeout(t, 30*time.Second), &jobwatchv1.WatchJobsRequest{})
+	if err != nil || !feed.Receive() {
+		t.Fatalf("watch jobs: %v", errors.Join(err, feed.Err()))
+	}
 	if _, err := c.jobs.DeleteJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.DeleteJobRequest{JobId: done.GetId()}); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
-	_, err := c.jobs.GetJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.GetJobRequest{JobId: done.GetId()})
+	for !slices.Contains(feed.Msg().GetDeletedJobIds(), done.GetId()) {
+		if !feed.Receive() {
+			t.Fatalf("the tenant's feed ended before it announced the deletion: %v", feed.Err())
+		}
+	}
+	feed.Close()
+	_, err = c.jobs.GetJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.GetJobRequest{JobId: done.GetId()})
 	wantCode(t, err, connect.CodeNotFound)
 	_, err = c.jobs.WaitJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.WaitJobRequest{JobId: done.GetId()})
 	wantCode(t, err, connect.CodeNotFound)

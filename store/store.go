@@ -368,6 +368,17 @@ type Change struct {
 	Paused      bool
 }
 
+// DeletedFilter selects a page of JobsDeleted.
+type DeletedFilter struct {
+	Tenant string
+	// Since is a cursor from ChangeCursor.
+	Since string
+	// PageToken is the next of the page before; "" starts at Since.
+	PageToken string
+	// Limit bounds the page; it must be positive.
+	Limit int
+}
+
 // QueuePause is a paused queue: since when, and who paused it.
 type QueuePause struct {
 	Queue    string
@@ -587,8 +598,18 @@ type Store interface {
 	// Retry: safe (a job deleted already is ErrNotFound).
 	DeleteJob(ctx context.Context, id string) (j jobtype.Job, deleted bool, err error)
 
+	// JobsDeleted pages through the ids of the jobs DeleteJob deleted in
+	// writes committed after a change cursor, in the order they were
+	// deleted, so that a feed of changes (ListFilter.ChangedSince) can
+	// tell its readers to drop them. A deletion may be listed again for a
+	// later cursor taken while it was in flight, as a change may. The
+	// record of a deletion is kept until DeleteFinishedBefore passes its
+	// time; retention's own deletions are not recorded. Retry: safe.
+	JobsDeleted(ctx context.Context, f DeletedFilter) (ids []string, next string, err error)
+
 	// DeleteFinishedBefore deletes terminal jobs whose FinishedAt is
-	// before t and reports how many it deleted. Retry: safe.
+	// before t, and the records of deletions (JobsDeleted) made before t,
+	// and reports how many jobs it deleted. Retry: safe.
 	DeleteFinishedBefore(ctx context.Context, t time.Time) (int, error)
 
 	// CountByState returns how many jobs are in each state, for metrics.

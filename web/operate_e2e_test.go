@@ -85,7 +85,7 @@ func TestOperatorButtonsActAndThePageFollowsLive(t *testing.T) {
 		p.click("click delete again", "#detail "+button("delete"))
 		confirmYes("#detail")
 		p.waitFor("what it did", textHas("#detail .outcome", "Deleted job "+export.ID))
-		p.waitFor("the row gone", "!"+exists(row(export.ID)))
+		p.waitFor("the row gone", absent(row(export.ID)))
 		if _, err := srv.engine.Get(ctx, export.ID); !errors.Is(err, jobtype.ErrNotFound) {
 			t.Fatalf("the deleted job on the server: %v, want not found", err)
 		}

@@ -58,7 +58,7 @@ func TestPageAsksForATokenAndSendsItEverywhere(t *testing.T) {
 
 	useToken(clientToken)
 	p.waitFor("the live status", `document.getElementById("status").dataset.status === "live"`)
-	p.waitFor("acme's job, and only acme's", exists(row(acme.ID))+" && !"+exists(row(other.ID)))
+	p.waitFor("acme's job, and only acme's", exists(row(acme.ID))+" && "+absent(row(other.ID)))
 	p.waitFor("the token in sessionStorage, not localStorage",
 		fmt.Sprintf(`sessionStorage.getItem("jobwatch.token") === %q && !Object.values(localStorage).includes(%q)`, clientToken, clientToken))
 
@@ -112,7 +112,7 @@ func TestAClientTokenOpensItsOwnTenant(t *testing.T) {
 	}`))
 	p.do("enter the client token", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(
 		`{document.getElementById("token").value = %q; document.getElementById("token-form").requestSubmit();}`, clientToken)))
-	p.waitFor("acme's job, and only acme's", exists(row(acme.ID))+" && !"+exists(row(other.ID)))
+	p.waitFor("acme's job, and only acme's", exists(row(acme.ID))+" && "+absent(row(other.ID)))
 	p.waitFor("the live status, the banner gone", `document.getElementById("status").dataset.status === "live" && document.getElementById("banner").hidden`)
 	p.waitFor("the tenant named", `document.getElementById("tenant").value === "acme"`)
 	p.waitFor("never asked again", `window.statuses.length > 0 && !window.statuses.includes("unauthenticated") && !window.statuses.includes("denied")`)
@@ -133,7 +133,7 @@ func TestAClientTokenOpensItsOwnTenant(t *testing.T) {
 	// A link to another tenant, opened in the same tab (the token is kept
 	// for the tab): the token's own tenant, and why.
 	p.do("open the page on tenant default", chromedp.Navigate("http://"+addr+"/?tenant=default"))
-	p.waitFor("acme's job", exists(row(acme.ID))+" && !"+exists(row(other.ID)))
+	p.waitFor("acme's job", exists(row(acme.ID))+" && "+absent(row(other.ID)))
 	p.waitFor("live, saying the token may not use the default tenant", `document.getElementById("status").dataset.status === "live" && `+
 		`!document.getElementById("banner").hidden && document.getElementById("banner").textContent.includes("may not use tenant “default”")`)
 	p.waitFor("the tenant named", `document.getElementById("tenant").value === "acme"`)

@@ -47,10 +47,12 @@ func returned(j jobtype.Job) jobtype.Job {
 	return j
 }
 
-// deleteJob reads job $1's summary and deletes it if it is terminal, in
-// one statement; the last column says whether it did.
+// deleteJob reads job $1's summary and deletes it if it is terminal,
+// recording the deletion for JobsDeleted, in one statement; the last
+// column says whether it did.
 var deleteJob = `WITH old AS (SELECT ` + summaryColumns + ` FROM jobs WHERE id = $1),
-gone AS (DELETE FROM jobs WHERE id = $1 AND state IN ('succeeded', 'failed', 'cancelled', 'lost') RETURNING id)
+gone AS (DELETE FROM jobs WHERE id = $1 AND state IN ('succeeded', 'failed', 'cancelled', 'lost') RETURNING id, tenant),
+noted AS (INSERT INTO job_deletions (tenant, job_id) SELECT tenant, id FROM gone)
 SELECT old.*, EXISTS (SELECT 1 FROM gone) FROM old`
 
 // DeleteJob implements store.Store with deleteJob. The deletion is

@@ -219,6 +219,21 @@ CREATE TABLE {{schema}}.queue_pauses (
 	`
 ALTER TABLE {{schema}}.schedules ALTER COLUMN job_id DROP NOT NULL;
 `,
+	// 7: a record of each job DeleteJob deleted, stamped as jobs_stamp
+	// stamps a change, for the feeds of changes (JobsDeleted);
+	// DeleteFinishedBefore removes the old ones.
+	`
+CREATE TABLE {{schema}}.job_deletions (
+	seq        bigserial   PRIMARY KEY,
+	tenant     text        NOT NULL,
+	job_id     text        NOT NULL,
+	change_seq bigint      NOT NULL DEFAULT nextval('{{schema}}.job_changes'),
+	change_xid xid8        NOT NULL DEFAULT pg_current_xact_id(),
+	deleted_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX job_deletions_tenant_change ON {{schema}}.job_deletions (tenant, change_xid);
+CREATE INDEX job_deletions_deleted_at ON {{schema}}.job_deletions (deleted_at);
+`,
 }
 
 // channelFor is the NOTIFY channel of the store in schema: one per schema,

@@ -51,8 +51,9 @@ func getJobForWrite(ctx context.Context, tx *sql.Tx, id string) (jobtype.Job, in
 }
 
 // DeleteJob implements store.Store: one statement of the writer's batch
-// that reads the job's summary and deletes it if it is terminal. The
-// deletion is announced as a change of the job at its version plus one.
+// that reads the job's summary and deletes it if it is terminal, and
+// records the deletion for JobsDeleted. The deletion is announced as a
+// change of the job at its version plus one.
 func (s *Store) DeleteJob(ctx context.Context, id string) (jobtype.Job, bool, error) {
 	var (
 		j       jobtype.Job
@@ -75,6 +76,9 @@ func (s *Store) DeleteJob(ctx context.Context, id string) (jobtype.Job, bool, er
 			return leftError("delete job "+id, err)
 		}
 		if _, err := tx.ExecContext(ctx, "DELETE FROM jobs WHERE id = ?", id); err != nil {
+			return fmt.Errorf("delete job %s: %w", id, classify(err))
+		}
+		if _, err := tx.ExecContext(ctx, recordDeletion, old.Tenant, id, s.w.change, toMicro(time.Now())); err != nil {
 			return fmt.Errorf("delete job %s: %w", id, classify(err))
 		}
 		deleted = true

@@ -421,6 +421,20 @@ BEGIN
 		WHERE job_id = NEW.id AND ended_at IS NULL;
 END;
 `,
+	// 13: a record of each job DeleteJob deleted, stamped with the
+	// change sequence of its batch, for the feeds of changes
+	// (JobsDeleted); DeleteFinishedBefore removes the old ones.
+	`
+CREATE TABLE job_deletions (
+	seq        INTEGER PRIMARY KEY,
+	tenant     TEXT    NOT NULL,
+	job_id     TEXT    NOT NULL,
+	change_seq INTEGER NOT NULL,
+	deleted_at INTEGER NOT NULL
+) STRICT;
+CREATE INDEX job_deletions_tenant_change ON job_deletions (tenant, change_seq, seq);
+CREATE INDEX job_deletions_deleted_at ON job_deletions (deleted_at);
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a

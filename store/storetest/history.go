@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ var historyCases = []struct {
 }{
 	{"the end of each attempt appends its entry, with the claim's time as its start, and the history keeps the last MaxHistory", testAttemptHistory},
 	{"delete removes a terminal job, leaves an active one and says not found for an unknown one", testDeleteJob},
+	{"deletions are listed after a change cursor, by tenant and a page at a time, until retention forgets them", testJobsDeleted},
 }
 
 // startFromStore takes the start of the attempt a write just ended from
@@ -147,5 +149,101 @@ func testDeleteJob(t *testing.T, s store.Store) {
 	}
 	if _, _, err := s.DeleteJob(ctx, "never"); !errors.Is(err, jobtype.ErrNotFound) {
 		t.Errorf("delete an unknown job: %v, want ErrNotFound", err)
+	}
+}
+
+// testJobsDeleted: JobsDeleted lists what DeleteJob deleted after a
+// change cursor, in order, for one tenant, a page at a time; a refused
+// delete is not listed; DeleteFinishedBefore forgets the records made
+// before its time and keeps later ones.
+func testJobsDeleted(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	for i, id := range []string{"d1", "d2", "d3", "o1"} {
+		j := newJob(id, at(i))
+		j.State, j.FinishedAt = jobtype.Succeeded, at(i+1)
+		if id == "o1" {
+			j.Tenant = "other"
+		}
+		create(t, s, j)
+	}
+	create(t, s, running("busy", "default", 0))
+	cursor := func() string {
+		t.Helper()
+		c, err := s.ChangeCursor(ctx)
+		if err != nil {
+			t.Fatalf("change cursor: %v", err)
+		}
+		return c
+	}
+	del := func(id string) {
+		t.Helper()
+		if _, _, err := s.DeleteJob(ctx, id); err != nil {
+			t.Fatalf("delete %s: %v", id, err)
+		}
+	}
+	// all pages through the deletions of tenant after since, limit a page.
+	all := func(tenant, since string, limit int) []string {
+		t.Helper()
+		var ids []string
+		f := store.DeletedFilter{Tenant: tenant, Since: since, Limit: limit}
+		for pages := 0; ; pages++ {
+			page, next, err := s.JobsDeleted(ctx, f)
+			if err != nil {
+				t.Fatalf("jobs deleted of %s: %v", tenant, err)
+			}
+			if len(page) > limit {
+				t.Fatalf("a page of %d ids, limit %d", len(page), limit)
+			}
+			ids = append(ids, page...)
+			if next == "" {
+				return ids
+			}
+			if pages > 10 {
+				t.Fatalf("more than 10 pages of %d: %v", limit, ids)
+			}
+			f.PageToken = next
+		}
+	}
+
+	before := cursor()
+	del("d1")
+	del("d2")
+	del("o1")
+	del("busy") // refused: RUNNING
+	mid := cursor()
+	del("d3")
+
+	for _, limit := range []int{1, 2, 10} {
+		if got, want := all("acme", before, limit), []string{"d1", "d2", "d3"}; !slices.Equal(got, want) {
+			t.Errorf("deletions of acme after the first cursor, %d a page: %v, want %v", limit, got, want)
+		}
+	}
+	if got, want := all("other", before, 10), []string{"o1"}; !slices.Equal(got, want) {
+		t.Errorf("deletions of tenant other: %v, want %v", got, want)
+	}
+	// A cursor may list again a deletion in flight when it was taken
+	// (another transaction of the database may hold PostgreSQL's
+	// snapshot back), but never miss one committed after it.
+	if got := all("acme", mid, 10); !slices.Contains(got, "d3") || !slices.IsSorted(got) {
+		t.Errorf("deletions of acme after the second cursor: %v, want d3 (and perhaps d1, d2 before it)", got)
+	}
+	if _, _, err := s.JobsDeleted(ctx, store.DeletedFilter{Tenant: "acme", Since: "nonsense", Limit: 10}); !errors.Is(err, jobtype.ErrInvalidPageToken) {
+		t.Errorf("jobs deleted after a cursor the store did not issue: %v, want ErrInvalidPageToken", err)
+	}
+	if _, _, err := s.JobsDeleted(ctx, store.DeletedFilter{Tenant: "acme", Since: before, PageToken: "nonsense", Limit: 10}); !errors.Is(err, jobtype.ErrInvalidPageToken) {
+		t.Errorf("jobs deleted with a page token the store did not issue: %v, want ErrInvalidPageToken", err)
+	}
+
+	if _, err := s.DeleteFinishedBefore(ctx, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatalf("delete finished before an hour ago: %v", err)
+	}
+	if got := all("acme", before, 10); len(got) != 3 {
+		t.Errorf("deletions after retention of what ended over an hour ago: %v, want all three kept", got)
+	}
+	if _, err := s.DeleteFinishedBefore(ctx, time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("delete finished before an hour from now: %v", err)
+	}
+	if got := all("acme", before, 10); len(got) != 0 {
+		t.Errorf("deletions after retention passed them: %v, want none", got)
 	}
 }

@@ -80,6 +80,14 @@ export class Confirm {
     this.outcome.hidden = true;
   }
 
+  // withdraw takes back a question not yet answered, as what it asks
+  // about is gone; an action already running, and its outcome, stay.
+  withdraw(): void {
+    if (this.run !== undefined) {
+      this.reset();
+    }
+  }
+
   private async confirm(): Promise<void> {
     const act = this.run;
     if (act === undefined) {
@@ -106,13 +114,52 @@ export class Confirm {
   }
 }
 
+// Access is what the page knows of its token, from GetServerInfo's
+// caller: "open" on a server without tokens (every call is allowed);
+// "token" with the role of a token the server knows; "unknown" before
+// the answer, from an older server (no caller field), or for a token
+// the server does not know (its calls are refused anyway). While it is
+// unknown, only Refusals can disable a button.
+export type Access = { kind: "unknown" } | { kind: "open" } | { kind: "token"; role: string };
+
+// What each action does, as a refusal names it: "a worker token may not
+// retry jobs".
+const deeds: Record<Action, string> = {
+  retry: "retry jobs",
+  cancel: "cancel jobs",
+  delete: "delete jobs",
+  pause: "pause queues",
+  resume: "resume queues",
+  "retry-failed": "retry jobs",
+};
+
+// accessReason is why the token Access describes may not take action
+// ("" when it may), by the server's rules (server/auth.go): an admin may
+// do everything; a client may retry, cancel and delete its tenant's jobs
+// (the only tenant its page shows) but not pause or resume a queue; any
+// other role (worker, metrics) may do none of these.
+export function accessReason(access: Access, action: Action): string {
+  if (access.kind !== "token" || access.role === "admin") {
+    return "";
+  }
+  if (access.role === "client") {
+    if (action === "pause") {
+      return "pausing a queue takes an admin token";
+    }
+    if (action === "resume") {
+      return "resuming a queue takes an admin token";
+    }
+    return "";
+  }
+  return `a ${access.role} token may not ${deeds[action]}`;
+}
+
 // Refusals is what the server has told this page's token it may not do:
-// an action answered permission_denied (the token's role) or
-// unimplemented (an older server) stays disabled, with the server's
-// reason, until the token changes. The page cannot know a token's role
-// before it acts (GetServerInfo does not say), except that a token the
-// server lets list queues may also pause them (both are QueueService,
-// admin only).
+// an action answered permission_denied or unimplemented (an older
+// server) stays disabled, with the server's reason, until the token
+// changes. The page learns a token's role up front from GetServerInfo
+// (Access); Refusals covers what that cannot: a server too old to say
+// who the caller is, or to know the action at all.
 export class Refusals {
   private readonly reasons = new Map<Action, string>();
 

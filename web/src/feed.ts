@@ -2,7 +2,8 @@
 // stream per job: a browser allows only six HTTP/1.1 connections per
 // origin), resumed with its resume_token after any drop, with backoff. It
 // carries summaries: no payload or result, which the list does not show
-// (the detail fetches them with GetJob).
+// (the detail fetches them with GetJob); and the ids of jobs deleted,
+// wherever the deletion was made.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { JobView, type Job } from "./gen/jobwatch/v1/jobwatch_pb";
 import type { JobClient } from "./api";
@@ -22,6 +23,10 @@ export type FeedStatus =
 
 export interface FeedListener {
   jobs(batch: Job[]): void;
+  // deleted names jobs deleted (DeleteJob, DeleteJobs) since the last
+  // response; it comes after the same response's jobs, as a deleted job
+  // changes no more.
+  deleted(ids: string[]): void;
   status(s: FeedStatus): void;
 }
 
@@ -178,6 +183,9 @@ export class JobFeed {
         goLive();
         if (res.jobs.length > 0) {
           this.listener.jobs(res.jobs);
+        }
+        if (res.deletedJobIds.length > 0) {
+          this.listener.deleted(res.deletedJobIds);
         }
         // The first jobs of a fresh stream may take several responses,
         // only the last of which carries a token: keep the last one seen.

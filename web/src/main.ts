@@ -3,7 +3,7 @@
 // served it.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { ActionButton, Confirm, Refusals, type Action } from "./actions";
+import { accessReason, ActionButton, Confirm, Refusals, type Access, type Action } from "./actions";
 import { jobClient, queueClient, savedToken, saveToken } from "./api";
 import { byId, setData, setText } from "./dom";
 import { JobFeed, type FeedStatus } from "./feed";
@@ -30,12 +30,19 @@ const demoForm = byId<HTMLFormElement>("demo-form");
 const demoKind = byId<HTMLSelectElement>("demo-kind");
 const errorEl = byId<HTMLElement>("error");
 
-// refusals is what the server told this token it may not do; a new
-// token starts afresh.
+// access is what GetServerInfo said of the page's token, and refusals
+// what the server answered when this token tried anyway (an older server
+// does not say who the caller is); a new token starts afresh with both.
+let access: Access = { kind: "unknown" };
 const refusals = new Refusals();
 
+// refusal is why the page's token may not take action, "" if it may.
+function refusal(action: Action): string {
+  return accessReason(access, action) || refusals.reason(action);
+}
+
 const jobOps: JobOps = {
-  refusal: (action) => refusals.reason(action),
+  refusal,
   retry: (id) =>
     act("retry", "Retry", async () => {
       const res = await jobClient.retryJob({ jobId: id });
@@ -55,17 +62,15 @@ const jobOps: JobOps = {
   delete: (id) =>
     act("delete", "Delete", async () => {
       await jobClient.deleteJob({ jobId: id });
-      // The stream says nothing of a job that is gone: drop it here.
-      book.forget(id);
-      list.remove([id]);
-      detail.deleted(id);
-      refreshActions();
+      // Drop it now: the stream says so too, but later (and an older
+      // server's stream never does).
+      dropDeleted([id]);
       return `Deleted job ${id}: it is gone for good.`;
     }),
 };
 
 const queueOps: QueueOps = {
-  refusal: (action) => refusals.reason(action),
+  refusal,
   pause: (name) =>
     act("pause", "Pause", async () => {
       const res = await queueClient.pauseQueue({ queue: name });
@@ -173,6 +178,11 @@ function startFeed(): void {
         soonPollQueues();
       }
     },
+    deleted: (ids) => {
+      if (feed === current) {
+        dropDeleted(ids);
+      }
+    },
     status: (s) => {
       if (feed !== current) {
         return;
@@ -241,6 +251,18 @@ function renderBanner(now: number): void {
   const shown = trouble || (s.kind === "live" && deniedTenant !== "");
   setData(banner, "kind", trouble ? s.kind : "note");
   banner.hidden = !shown;
+}
+
+// dropDeleted takes jobs deleted, here or on any other page, out of the
+// list and its counts; the details of one of them say it was deleted.
+function dropDeleted(ids: string[]): void {
+  for (const id of ids) {
+    book.forget(id);
+    detail.deleted(id);
+  }
+  list.remove(ids);
+  refreshActions();
+  soonPollQueues();
 }
 
 // selected is the job the user asked to see; an answer that arrives after
@@ -337,11 +359,12 @@ function refreshDetail(id = detail.shown): void {
 }
 
 // refreshActions shows the buttons as the jobs on screen and what the
-// server refused allow.
+// token may do allow.
 function refreshActions(): void {
   const failed = book.count(JobState.FAILED);
-  retryFailed.set(refusals.reason("retry-failed") || (failed === 0 ? "no failed job in this view" : ""));
+  retryFailed.set(refusal("retry-failed") || (failed === 0 ? "no failed job in this view" : ""));
   detail.refreshActions(book.get(detail.shown));
+  queues.refreshActions();
 }
 
 // act runs an operator's action; a refusal the server gives for the
@@ -360,7 +383,6 @@ async function act(action: Action, what: string, run: () => Promise<string>): Pr
       tokenForm.hidden = false;
     }
     refreshActions();
-    void pollQueues(); // the queue rows read refusals when drawn
     throw new Error(`${what}: ${ce.rawMessage || Code[ce.code]}`);
   }
 }
@@ -395,21 +417,50 @@ function showError(what: string, err: unknown): void {
   errorTimer = setTimeout(() => (errorEl.hidden = true), 6000);
 }
 
+// infoAsked numbers the GetServerInfo calls: only the latest one's
+// answer (the token now in use) may set access.
+let infoAsked = 0;
+
+// loadServerInfo asks the server, with the page's token, whether it
+// needs one, who the token is (caller: set by a server that runs with
+// tokens for a token it knows), and whether it runs the demo.
 async function loadServerInfo(): Promise<void> {
+  const asked = ++infoAsked;
   try {
     const info = await jobClient.getServerInfo({});
+    if (asked !== infoAsked) {
+      return;
+    }
+    if (info.caller !== undefined) {
+      access = { kind: "token", role: info.caller.role };
+      if (access.role !== "admin") {
+        // A refusal of the queues may already be shown, in the server's
+        // words: say it in the page's.
+        void pollQueues();
+      }
+    } else {
+      access = info.authRequired ? { kind: "unknown" } : { kind: "open" };
+    }
+    refreshActions();
     tokenForm.hidden = !info.authRequired && savedToken() === "";
     if (info.demo && info.demoKinds.length > 0) {
       demoKind.replaceChildren(...info.demoKinds.map((k) => new Option(k, k)));
       demoForm.hidden = false;
     }
   } catch (err) {
+    if (asked !== infoAsked) {
+      return;
+    }
     const ce = ConnectError.from(err);
     if (ce.code === Code.Unauthenticated) {
       tokenForm.hidden = false;
       return;
     }
-    setTimeout(() => void loadServerInfo(), queuePollMs);
+    setTimeout(() => {
+      if (asked === infoAsked) {
+        void loadServerInfo();
+      }
+    }, queuePollMs);
   }
 }
 
@@ -437,10 +488,21 @@ async function pollQueues(): Promise<void> {
   } catch (err) {
     if (call > queueShown) {
       queueShown = call;
-      const ce = ConnectError.from(err);
-      setText(note, ce.code === Code.Unknown || ce.code === Code.Unavailable ? "server unreachable; retrying" : ce.rawMessage);
+      setText(note, queuesRefused(ConnectError.from(err)));
     }
   }
+}
+
+// queuesRefused says why ListQueues answered err: in the words of the
+// page's buttons once GetServerInfo has named the token's role.
+function queuesRefused(err: ConnectError): string {
+  if (err.code === Code.Unknown || err.code === Code.Unavailable) {
+    return "server unreachable; retrying";
+  }
+  if (err.code === Code.PermissionDenied && access.kind === "token") {
+    return `seeing and pausing queues takes an admin token; this is a ${access.role} token`;
+  }
+  return err.rawMessage;
 }
 
 let schedulesShown = 0;
@@ -518,6 +580,8 @@ byId("detail").addEventListener("keydown", (e) => {
 tokenForm.addEventListener("submit", (e) => {
   e.preventDefault();
   saveToken(tokenInput.value.trim());
+  // What the last token could do says nothing of this one: ask again.
+  access = { kind: "unknown" };
   refusals.clear();
   refreshActions();
   // A new token may be for another tenant: a tenant it was refused is

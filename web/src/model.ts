@@ -9,14 +9,23 @@ export interface Sighting {
   at: Date; // the browser's clock when the snapshot arrived
 }
 
+// A deleted job's id is remembered (at most this many, the latest) so
+// that a snapshot still on its way (a GetJob or RetryJob answer sent
+// before the deletion) cannot bring the job back.
+const maxGone = 10_000;
+
 export class JobBook {
   private readonly jobs = new Map<string, Job>();
   private readonly seen = new Map<string, Sighting[]>();
+  private readonly gone = new Set<string>();
 
   // merge keeps the higher version: a resumed stream may repeat a
-  // snapshot, and a late one must never overwrite a newer one. It reports
-  // whether the snapshot changed anything.
+  // snapshot, and a late one must never overwrite a newer one; a deleted
+  // job stays deleted. It reports whether the snapshot changed anything.
   merge(job: Job): boolean {
+    if (this.gone.has(job.id)) {
+      return false;
+    }
     const have = this.jobs.get(job.id);
     if (have !== undefined && have.version >= job.version) {
       return false;
@@ -62,10 +71,16 @@ export class JobBook {
     return removed;
   }
 
-  // forget drops a job that is gone (deleted).
-  forget(id: string): void {
-    this.jobs.delete(id);
+  // forget drops a job that was deleted, for good: it reports whether
+  // the book had it.
+  forget(id: string): boolean {
+    this.gone.delete(id);
+    this.gone.add(id);
+    if (this.gone.size > maxGone) {
+      this.gone.delete(this.gone.values().next().value!);
+    }
     this.seen.delete(id);
+    return this.jobs.delete(id);
   }
 
   // count is how many jobs in the book are in state.
@@ -82,6 +97,7 @@ export class JobBook {
   clear(): void {
     this.jobs.clear();
     this.seen.clear();
+    this.gone.clear();
   }
 }
 

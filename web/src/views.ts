@@ -209,6 +209,10 @@ export class Detail {
   private readonly errorMessage = h("span", { class: "error-message" });
   private readonly payload = h("pre", { class: "json payload" });
   private readonly timeline = h("ol", { class: "timeline" });
+  // body is all that shows the job's state; a deleted job's details show
+  // gone in its place, not its last known state.
+  private readonly body = h("div", { class: "detail-body" });
+  private readonly gone = h("p", { class: "deleted-note", role: "status" });
   private readonly confirm = new Confirm();
   private readonly retry: ActionButton;
   private readonly cancel: ActionButton;
@@ -244,9 +248,7 @@ export class Detail {
       true,
     );
     this.el.setAttribute("aria-labelledby", "detail-title");
-    this.el.append(
-      h("div", { class: "panel-head" }, this.title, close),
-      h("div", { class: "detail-line" }, this.badge, this.attempts, this.id),
+    this.body.append(
       this.progress.el,
       this.resultBox,
       this.errorBox,
@@ -256,6 +258,13 @@ export class Detail {
       this.payload,
       this.facts,
       h("div", { class: "actions" }, this.retry.el, this.cancel.el, this.remove.el),
+    );
+    this.gone.hidden = true;
+    this.el.append(
+      h("div", { class: "panel-head" }, this.title, close),
+      h("div", { class: "detail-line" }, this.badge, this.attempts, this.id),
+      this.gone,
+      this.body,
       this.confirm.el,
     );
     this.resultBox.append(h("h3", {}, "Result"), this.result);
@@ -276,6 +285,8 @@ export class Detail {
     }
     this.jobId = job.id;
     this.el.hidden = false;
+    this.gone.hidden = true;
+    this.body.hidden = false;
     setData(this.el, "jobId", job.id);
     setData(this.el, "state", stateName(job.state));
     setText(this.title, job.kind);
@@ -309,8 +320,10 @@ export class Detail {
     this.el.hidden = true;
   }
 
-  // deleted shows that job id, on screen, is gone: its last known state
-  // stays until the panel closes, with no action left to take.
+  // deleted shows that job id, on screen, was deleted (on this page or
+  // any other): its kind and id stay, to say which job, but its state,
+  // payload, history and buttons go, as none of them is true any more. A
+  // question about it not yet answered is taken back.
   deleted(id: string): void {
     if (id !== this.jobId) {
       return;
@@ -318,9 +331,11 @@ export class Detail {
     setData(this.el, "state", "deleted");
     setText(this.badge, "deleted");
     setData(this.badge, "state", "deleted");
-    for (const b of [this.retry, this.cancel, this.remove]) {
-      b.set("", true);
-    }
+    setText(this.attempts, "");
+    setText(this.gone, "This job was deleted: it is gone from the server, with its history.");
+    this.gone.hidden = false;
+    this.body.hidden = true;
+    this.confirm.withdraw();
   }
 
   // refreshActions shows what the page has since learned it may not do.
@@ -465,6 +480,14 @@ export class QueueTable {
     this.rows.get(q.name)?.update(q, now);
   }
 
+  // refreshActions shows the buttons as what the page knows its token
+  // may do now allows.
+  refreshActions(): void {
+    for (const row of this.rows.values()) {
+      row.refreshActions();
+    }
+  }
+
   render(queues: Queue[], now: number): void {
     const names = new Set(queues.map((q) => q.name));
     for (const [name, row] of this.rows) {
@@ -587,11 +610,15 @@ class QueueRow {
     setData(this.el, "paused", String(q.paused));
     this.pausedAt = q.paused ? millis(q.pausedAt) : 0;
     this.pausedBy = q.pausedBy;
-    this.pause.set(this.ops.refusal("pause"), q.paused);
-    this.resume.set(this.ops.refusal("resume"), !q.paused);
     this.paused = q.paused;
+    this.refreshActions();
     this.tick(now);
     this.drawSpark(q.depthHistory);
+  }
+
+  refreshActions(): void {
+    this.pause.set(this.ops.refusal("pause"), this.paused);
+    this.resume.set(this.ops.refusal("resume"), !this.paused);
   }
 
   tick(now: number): void {

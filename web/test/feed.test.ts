@@ -36,9 +36,9 @@ class Call {
     this.opts.onHeader?.(new Headers());
   }
 
-  send(jobs: { id: string; version: bigint }[], resumeToken: string): void {
+  send(jobs: { id: string; version: bigint }[], resumeToken: string, deletedJobIds: string[] = []): void {
     const js = jobs.map((j) => create(JobSchema, { id: j.id, version: j.version, state: JobState.RUNNING }));
-    this.push(create(WatchJobsResponseSchema, { jobs: js, resumeToken }));
+    this.push(create(WatchJobsResponseSchema, { jobs: js, resumeToken, deletedJobIds }));
   }
 
   fail(code: Code, message: string): void {
@@ -105,13 +105,20 @@ class Server {
   }
 }
 
+// follow runs a feed against server. batches has each batch of jobs
+// ("id@version") and each batch of deletions ("-id"), in the order the
+// listener heard them.
 function follow(t: TestContext, server: Server, opts: FeedOptions = {}) {
   const statuses: FeedStatus[] = [];
   const batches: string[][] = [];
   const feed = new JobFeed(
     server.client,
     "default",
-    { jobs: (b) => batches.push(b.map((j) => `${j.id}@${j.version}`)), status: (s) => statuses.push(s) },
+    {
+      jobs: (b) => batches.push(b.map((j) => `${j.id}@${j.version}`)),
+      deleted: (ids) => batches.push(ids.map((id) => `-${id}`)),
+      status: (s) => statuses.push(s),
+    },
     { backoffMs: () => 0, ...opts },
   );
   feed.start();
@@ -257,4 +264,19 @@ test("the feed asks for summaries and resumes with the last token it was given",
   for (const call of server.calls) {
     assert.equal(call.req.view, JobView.SUMMARY, "the feed asked for payloads it does not show");
   }
+});
+
+test("jobs deleted anywhere reach the listener, after the jobs of the same response", async (t) => {
+  // A job may change and then be deleted between two responses: its
+  // deletion is the later news.
+  const server = new Server((call) => {
+    call.headers();
+    call.send([{ id: "j_a", version: 1n }, { id: "j_b", version: 2n }], "t1.first");
+    call.send([{ id: "j_b", version: 3n }], "t1.second", ["j_b"]);
+    call.send([], "t1.third", ["j_a", "j_gone_before_this_page"]);
+  });
+  const { feed, batches } = follow(t, server);
+  await until("the third response", () => batches.length === 4);
+  feed.stop();
+  assert.deepEqual(batches, [["j_a@1", "j_b@2"], ["j_b@3"], ["-j_b"], ["-j_a", "-j_gone_before_this_page"]]);
 });

@@ -42,3 +42,26 @@ test("trimming drops the oldest ended jobs but keeps active ones and the one on 
   );
   assert.deepEqual(book.sightings("j_3"), []);
 });
+
+test("a deleted job leaves the book and its counts, and a snapshot still on its way cannot bring it back", () => {
+  const book = new JobBook();
+  book.merge(job("j_1", 3, JobState.FAILED, 0, 1_000));
+  book.merge(job("j_2", 3, JobState.FAILED, 0, 2_000));
+  assert.equal(book.count(JobState.FAILED), 2);
+  assert.equal(book.forget("j_1"), true);
+  assert.equal(book.forget("j_never_shown"), false, "a job the book never had was reported dropped");
+  assert.equal(book.get("j_1"), undefined);
+  assert.equal(book.count(JobState.FAILED), 1);
+  assert.deepEqual(
+    book.newestFirst().map((j) => j.id),
+    ["j_2"],
+  );
+  assert.deepEqual(book.sightings("j_1"), []);
+  // A GetJob or RetryJob answer that left the server before the deletion.
+  assert.equal(book.merge(job("j_1", 4, JobState.QUEUED, 0, 1_000)), false, "a late snapshot brought a deleted job back");
+  assert.equal(book.get("j_1"), undefined);
+  assert.equal(book.merge(job("j_never_shown", 1, JobState.QUEUED)), false);
+  // Another tenant or token starts afresh.
+  book.clear();
+  assert.equal(book.merge(job("j_1", 4, JobState.QUEUED, 0, 1_000)), true);
+});

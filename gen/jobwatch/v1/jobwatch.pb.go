@@ -1514,7 +1514,12 @@ type WatchJobsResponse struct {
 	// disconnect. Empty while the most recent jobs of a stream started
 	// without a token are still coming: a resume before the first token then
 	// starts over.
-	ResumeToken   string `protobuf:"bytes,2,opt,name=resume_token,json=resumeToken,proto3" json:"resume_token,omitempty"`
+	ResumeToken string `protobuf:"bytes,2,opt,name=resume_token,json=resumeToken,proto3" json:"resume_token,omitempty"`
+	// Jobs deleted (DeleteJob, DeleteJobs) since the last response: drop
+	// them. A job that retention removes is not announced. The server keeps
+	// a record of each deletion as long as it keeps finished jobs, so a
+	// stream resumed with an older token may not hear of a deletion.
+	DeletedJobIds []string `protobuf:"bytes,3,rep,name=deleted_job_ids,json=deletedJobIds,proto3" json:"deleted_job_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1561,6 +1566,13 @@ func (x *WatchJobsResponse) GetResumeToken() string {
 		return x.ResumeToken
 	}
 	return ""
+}
+
+func (x *WatchJobsResponse) GetDeletedJobIds() []string {
+	if x != nil {
+		return x.DeletedJobIds
+	}
+	return nil
 }
 
 type RetryJobRequest struct {
@@ -2234,8 +2246,12 @@ type GetServerInfoResponse struct {
 	Demo      bool     `protobuf:"varint,1,opt,name=demo,proto3" json:"demo,omitempty"`
 	DemoKinds []string `protobuf:"bytes,2,rep,name=demo_kinds,json=demoKinds,proto3" json:"demo_kinds,omitempty"`
 	// Calls need a bearer token.
-	AuthRequired  bool   `protobuf:"varint,3,opt,name=auth_required,json=authRequired,proto3" json:"auth_required,omitempty"`
-	Version       string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	AuthRequired bool   `protobuf:"varint,3,opt,name=auth_required,json=authRequired,proto3" json:"auth_required,omitempty"`
+	Version      string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	// Who the request's bearer token is, so a page can offer only what the
+	// token may do. Unset when the server runs without tokens (every call
+	// is allowed) or the request carried no token this server knows.
+	Caller        *Caller `protobuf:"bytes,5,opt,name=caller,proto3" json:"caller,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2298,6 +2314,80 @@ func (x *GetServerInfoResponse) GetVersion() string {
 	return ""
 }
 
+func (x *GetServerInfoResponse) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+// Caller is a token as the server knows it.
+type Caller struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "client", "worker" or "admin". A client acts on its tenant's jobs
+	// (retry, cancel, delete, bulk actions within it); pausing and resuming
+	// queues and cross-tenant bulk actions are the admin's; a worker may do
+	// none of these.
+	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	// A client's tenant; empty for workers and admins.
+	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The token's name from the tokens file, if it has one.
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Caller) Reset() {
+	*x = Caller{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Caller) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Caller) ProtoMessage() {}
+
+func (x *Caller) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Caller.ProtoReflect.Descriptor instead.
+func (*Caller) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *Caller) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *Caller) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Caller) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 type ClaimJobRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -2317,7 +2407,7 @@ type ClaimJobRequest struct {
 
 func (x *ClaimJobRequest) Reset() {
 	*x = ClaimJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2329,7 +2419,7 @@ func (x *ClaimJobRequest) String() string {
 func (*ClaimJobRequest) ProtoMessage() {}
 
 func (x *ClaimJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2342,7 +2432,7 @@ func (x *ClaimJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimJobRequest.ProtoReflect.Descriptor instead.
 func (*ClaimJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{33}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ClaimJobRequest) GetWorkerId() string {
@@ -2389,7 +2479,7 @@ type ClaimJobResponse struct {
 
 func (x *ClaimJobResponse) Reset() {
 	*x = ClaimJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2401,7 +2491,7 @@ func (x *ClaimJobResponse) String() string {
 func (*ClaimJobResponse) ProtoMessage() {}
 
 func (x *ClaimJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2414,7 +2504,7 @@ func (x *ClaimJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimJobResponse.ProtoReflect.Descriptor instead.
 func (*ClaimJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{34}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ClaimJobResponse) GetJob() *Job {
@@ -2458,7 +2548,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +2560,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +2573,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{35}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Claim) GetJob() *Job {
@@ -2521,7 +2611,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2533,7 +2623,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2546,7 +2636,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{36}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *HeartbeatRequest) GetJobId() string {
@@ -2590,7 +2680,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2602,7 +2692,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2615,7 +2705,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{37}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *HeartbeatResponse) GetCancelled() bool {
@@ -2643,7 +2733,7 @@ type CompleteJobRequest struct {
 
 func (x *CompleteJobRequest) Reset() {
 	*x = CompleteJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2745,7 @@ func (x *CompleteJobRequest) String() string {
 func (*CompleteJobRequest) ProtoMessage() {}
 
 func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2758,7 @@ func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobRequest.ProtoReflect.Descriptor instead.
 func (*CompleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{38}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CompleteJobRequest) GetJobId() string {
@@ -2701,7 +2791,7 @@ type CompleteJobResponse struct {
 
 func (x *CompleteJobResponse) Reset() {
 	*x = CompleteJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2713,7 +2803,7 @@ func (x *CompleteJobResponse) String() string {
 func (*CompleteJobResponse) ProtoMessage() {}
 
 func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2726,7 +2816,7 @@ func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobResponse.ProtoReflect.Descriptor instead.
 func (*CompleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{39}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CompleteJobResponse) GetJob() *Job {
@@ -2749,7 +2839,7 @@ type FailJobRequest struct {
 
 func (x *FailJobRequest) Reset() {
 	*x = FailJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2761,7 +2851,7 @@ func (x *FailJobRequest) String() string {
 func (*FailJobRequest) ProtoMessage() {}
 
 func (x *FailJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2774,7 +2864,7 @@ func (x *FailJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobRequest.ProtoReflect.Descriptor instead.
 func (*FailJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{40}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FailJobRequest) GetJobId() string {
@@ -2814,7 +2904,7 @@ type FailJobResponse struct {
 
 func (x *FailJobResponse) Reset() {
 	*x = FailJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +2916,7 @@ func (x *FailJobResponse) String() string {
 func (*FailJobResponse) ProtoMessage() {}
 
 func (x *FailJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +2929,7 @@ func (x *FailJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobResponse.ProtoReflect.Descriptor instead.
 func (*FailJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{41}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FailJobResponse) GetJob() *Job {
@@ -2858,7 +2948,7 @@ type PauseQueueRequest struct {
 
 func (x *PauseQueueRequest) Reset() {
 	*x = PauseQueueRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2870,7 +2960,7 @@ func (x *PauseQueueRequest) String() string {
 func (*PauseQueueRequest) ProtoMessage() {}
 
 func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2883,7 +2973,7 @@ func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
 func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{42}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PauseQueueRequest) GetQueue() string {
@@ -2902,7 +2992,7 @@ type PauseQueueResponse struct {
 
 func (x *PauseQueueResponse) Reset() {
 	*x = PauseQueueResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2914,7 +3004,7 @@ func (x *PauseQueueResponse) String() string {
 func (*PauseQueueResponse) ProtoMessage() {}
 
 func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2927,7 +3017,7 @@ func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueResponse.ProtoReflect.Descriptor instead.
 func (*PauseQueueResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{43}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PauseQueueResponse) GetQueue() *Queue {
@@ -2946,7 +3036,7 @@ type ResumeQueueRequest struct {
 
 func (x *ResumeQueueRequest) Reset() {
 	*x = ResumeQueueRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2958,7 +3048,7 @@ func (x *ResumeQueueRequest) String() string {
 func (*ResumeQueueRequest) ProtoMessage() {}
 
 func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2971,7 +3061,7 @@ func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueRequest.ProtoReflect.Descriptor instead.
 func (*ResumeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{44}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ResumeQueueRequest) GetQueue() string {
@@ -2990,7 +3080,7 @@ type ResumeQueueResponse struct {
 
 func (x *ResumeQueueResponse) Reset() {
 	*x = ResumeQueueResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3002,7 +3092,7 @@ func (x *ResumeQueueResponse) String() string {
 func (*ResumeQueueResponse) ProtoMessage() {}
 
 func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3015,7 +3105,7 @@ func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueResponse.ProtoReflect.Descriptor instead.
 func (*ResumeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{45}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ResumeQueueResponse) GetQueue() *Queue {
@@ -3064,7 +3154,7 @@ type Queue struct {
 
 func (x *Queue) Reset() {
 	*x = Queue{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3076,7 +3166,7 @@ func (x *Queue) String() string {
 func (*Queue) ProtoMessage() {}
 
 func (x *Queue) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3089,7 +3179,7 @@ func (x *Queue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Queue.ProtoReflect.Descriptor instead.
 func (*Queue) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{46}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Queue) GetName() string {
@@ -3216,7 +3306,7 @@ type QueueDepth struct {
 
 func (x *QueueDepth) Reset() {
 	*x = QueueDepth{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3318,7 @@ func (x *QueueDepth) String() string {
 func (*QueueDepth) ProtoMessage() {}
 
 func (x *QueueDepth) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3331,7 @@ func (x *QueueDepth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepth.ProtoReflect.Descriptor instead.
 func (*QueueDepth) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{47}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *QueueDepth) GetAt() *timestamppb.Timestamp {
@@ -3280,7 +3370,7 @@ type PoolUse struct {
 
 func (x *PoolUse) Reset() {
 	*x = PoolUse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3292,7 +3382,7 @@ func (x *PoolUse) String() string {
 func (*PoolUse) ProtoMessage() {}
 
 func (x *PoolUse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3305,7 +3395,7 @@ func (x *PoolUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolUse.ProtoReflect.Descriptor instead.
 func (*PoolUse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{48}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PoolUse) GetName() string {
@@ -3337,7 +3427,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3349,7 +3439,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3362,7 +3452,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{49}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{50}
 }
 
 type ListQueuesResponse struct {
@@ -3376,7 +3466,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3388,7 +3478,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3401,7 +3491,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{50}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*Queue {
@@ -3453,7 +3543,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3465,7 +3555,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3478,7 +3568,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{51}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Schedule) GetName() string {
@@ -3573,7 +3663,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3585,7 +3675,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3598,7 +3688,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{52}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{53}
 }
 
 type ListSchedulesResponse struct {
@@ -3610,7 +3700,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3622,7 +3712,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3635,7 +3725,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{53}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -3750,10 +3840,11 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12!\n" +
 	"\fresume_token\x18\x02 \x01(\tR\vresumeToken\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12(\n" +
-	"\x04view\x18\x04 \x01(\x0e2\x14.jobwatch.v1.JobViewR\x04view\"\\\n" +
+	"\x04view\x18\x04 \x01(\x0e2\x14.jobwatch.v1.JobViewR\x04view\"\x84\x01\n" +
 	"\x11WatchJobsResponse\x12$\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x10.jobwatch.v1.JobR\x04jobs\x12!\n" +
-	"\fresume_token\x18\x02 \x01(\tR\vresumeToken\"(\n" +
+	"\fresume_token\x18\x02 \x01(\tR\vresumeToken\x12&\n" +
+	"\x0fdeleted_job_ids\x18\x03 \x03(\tR\rdeletedJobIds\"(\n" +
 	"\x0fRetryJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"6\n" +
 	"\x10RetryJobResponse\x12\"\n" +
@@ -3795,13 +3886,18 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\amatched\x18\x01 \x01(\x03R\amatched\x12\x18\n" +
 	"\achanged\x18\x02 \x01(\x03R\achanged\x12&\n" +
 	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\x16\n" +
-	"\x14GetServerInfoRequest\"\x89\x01\n" +
+	"\x14GetServerInfoRequest\"\xb6\x01\n" +
 	"\x15GetServerInfoResponse\x12\x12\n" +
 	"\x04demo\x18\x01 \x01(\bR\x04demo\x12\x1d\n" +
 	"\n" +
 	"demo_kinds\x18\x02 \x03(\tR\tdemoKinds\x12#\n" +
 	"\rauth_required\x18\x03 \x01(\bR\fauthRequired\x12\x18\n" +
-	"\aversion\x18\x04 \x01(\tR\aversion\"w\n" +
+	"\aversion\x18\x04 \x01(\tR\aversion\x12+\n" +
+	"\x06caller\x18\x05 \x01(\v2\x13.jobwatch.v1.CallerR\x06caller\"H\n" +
+	"\x06Caller\x12\x12\n" +
+	"\x04role\x18\x01 \x01(\tR\x04role\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"w\n" +
 	"\x0fClaimJobRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x14\n" +
 	"\x05kinds\x18\x02 \x03(\tR\x05kinds\x12\x16\n" +
@@ -3956,7 +4052,7 @@ func file_jobwatch_v1_jobwatch_proto_rawDescGZIP() []byte {
 }
 
 var file_jobwatch_v1_jobwatch_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(JobState)(0),                 // 0: jobwatch.v1.JobState
 	(JobView)(0),                  // 1: jobwatch.v1.JobView
@@ -3994,48 +4090,49 @@ var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(*DeleteJobsResponse)(nil),    // 33: jobwatch.v1.DeleteJobsResponse
 	(*GetServerInfoRequest)(nil),  // 34: jobwatch.v1.GetServerInfoRequest
 	(*GetServerInfoResponse)(nil), // 35: jobwatch.v1.GetServerInfoResponse
-	(*ClaimJobRequest)(nil),       // 36: jobwatch.v1.ClaimJobRequest
-	(*ClaimJobResponse)(nil),      // 37: jobwatch.v1.ClaimJobResponse
-	(*Claim)(nil),                 // 38: jobwatch.v1.Claim
-	(*HeartbeatRequest)(nil),      // 39: jobwatch.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 40: jobwatch.v1.HeartbeatResponse
-	(*CompleteJobRequest)(nil),    // 41: jobwatch.v1.CompleteJobRequest
-	(*CompleteJobResponse)(nil),   // 42: jobwatch.v1.CompleteJobResponse
-	(*FailJobRequest)(nil),        // 43: jobwatch.v1.FailJobRequest
-	(*FailJobResponse)(nil),       // 44: jobwatch.v1.FailJobResponse
-	(*PauseQueueRequest)(nil),     // 45: jobwatch.v1.PauseQueueRequest
-	(*PauseQueueResponse)(nil),    // 46: jobwatch.v1.PauseQueueResponse
-	(*ResumeQueueRequest)(nil),    // 47: jobwatch.v1.ResumeQueueRequest
-	(*ResumeQueueResponse)(nil),   // 48: jobwatch.v1.ResumeQueueResponse
-	(*Queue)(nil),                 // 49: jobwatch.v1.Queue
-	(*QueueDepth)(nil),            // 50: jobwatch.v1.QueueDepth
-	(*PoolUse)(nil),               // 51: jobwatch.v1.PoolUse
-	(*ListQueuesRequest)(nil),     // 52: jobwatch.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),    // 53: jobwatch.v1.ListQueuesResponse
-	(*Schedule)(nil),              // 54: jobwatch.v1.Schedule
-	(*ListSchedulesRequest)(nil),  // 55: jobwatch.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil), // 56: jobwatch.v1.ListSchedulesResponse
-	(*structpb.Value)(nil),        // 57: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil), // 58: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 59: google.protobuf.Duration
+	(*Caller)(nil),                // 36: jobwatch.v1.Caller
+	(*ClaimJobRequest)(nil),       // 37: jobwatch.v1.ClaimJobRequest
+	(*ClaimJobResponse)(nil),      // 38: jobwatch.v1.ClaimJobResponse
+	(*Claim)(nil),                 // 39: jobwatch.v1.Claim
+	(*HeartbeatRequest)(nil),      // 40: jobwatch.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 41: jobwatch.v1.HeartbeatResponse
+	(*CompleteJobRequest)(nil),    // 42: jobwatch.v1.CompleteJobRequest
+	(*CompleteJobResponse)(nil),   // 43: jobwatch.v1.CompleteJobResponse
+	(*FailJobRequest)(nil),        // 44: jobwatch.v1.FailJobRequest
+	(*FailJobResponse)(nil),       // 45: jobwatch.v1.FailJobResponse
+	(*PauseQueueRequest)(nil),     // 46: jobwatch.v1.PauseQueueRequest
+	(*PauseQueueResponse)(nil),    // 47: jobwatch.v1.PauseQueueResponse
+	(*ResumeQueueRequest)(nil),    // 48: jobwatch.v1.ResumeQueueRequest
+	(*ResumeQueueResponse)(nil),   // 49: jobwatch.v1.ResumeQueueResponse
+	(*Queue)(nil),                 // 50: jobwatch.v1.Queue
+	(*QueueDepth)(nil),            // 51: jobwatch.v1.QueueDepth
+	(*PoolUse)(nil),               // 52: jobwatch.v1.PoolUse
+	(*ListQueuesRequest)(nil),     // 53: jobwatch.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),    // 54: jobwatch.v1.ListQueuesResponse
+	(*Schedule)(nil),              // 55: jobwatch.v1.Schedule
+	(*ListSchedulesRequest)(nil),  // 56: jobwatch.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil), // 57: jobwatch.v1.ListSchedulesResponse
+	(*structpb.Value)(nil),        // 58: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 59: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 60: google.protobuf.Duration
 }
 var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	0,  // 0: jobwatch.v1.Job.state:type_name -> jobwatch.v1.JobState
-	57, // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
-	57, // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
+	58, // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
+	58, // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
 	3,  // 3: jobwatch.v1.Job.error:type_name -> jobwatch.v1.JobError
-	58, // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	58, // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	58, // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	58, // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	58, // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	59, // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	59, // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	59, // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	59, // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	59, // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
 	5,  // 9: jobwatch.v1.Job.attempts:type_name -> jobwatch.v1.JobAttempt
-	58, // 10: jobwatch.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
-	58, // 11: jobwatch.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	59, // 10: jobwatch.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
+	59, // 11: jobwatch.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,  // 12: jobwatch.v1.JobAttempt.state:type_name -> jobwatch.v1.JobState
 	3,  // 13: jobwatch.v1.JobAttempt.error:type_name -> jobwatch.v1.JobError
-	57, // 14: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
-	58, // 15: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	58, // 14: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
+	59, // 15: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
 	4,  // 16: jobwatch.v1.SubmitJobResponse.job:type_name -> jobwatch.v1.Job
 	4,  // 17: jobwatch.v1.StartJobResponse.job:type_name -> jobwatch.v1.Job
 	4,  // 18: jobwatch.v1.GetJobResponse.job:type_name -> jobwatch.v1.Job
@@ -4049,87 +4146,88 @@ var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	4,  // 26: jobwatch.v1.WatchJobsResponse.jobs:type_name -> jobwatch.v1.Job
 	4,  // 27: jobwatch.v1.RetryJobResponse.job:type_name -> jobwatch.v1.Job
 	0,  // 28: jobwatch.v1.JobFilter.states:type_name -> jobwatch.v1.JobState
-	58, // 29: jobwatch.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
+	59, // 29: jobwatch.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
 	27, // 30: jobwatch.v1.RetryJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
 	27, // 31: jobwatch.v1.CancelJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
 	27, // 32: jobwatch.v1.DeleteJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
-	4,  // 33: jobwatch.v1.ClaimJobResponse.job:type_name -> jobwatch.v1.Job
-	58, // 34: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	38, // 35: jobwatch.v1.ClaimJobResponse.claims:type_name -> jobwatch.v1.Claim
-	4,  // 36: jobwatch.v1.Claim.job:type_name -> jobwatch.v1.Job
-	58, // 37: jobwatch.v1.Claim.lease_expires_at:type_name -> google.protobuf.Timestamp
-	58, // 38: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	57, // 39: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
-	4,  // 40: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
-	3,  // 41: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
-	4,  // 42: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
-	49, // 43: jobwatch.v1.PauseQueueResponse.queue:type_name -> jobwatch.v1.Queue
-	49, // 44: jobwatch.v1.ResumeQueueResponse.queue:type_name -> jobwatch.v1.Queue
-	2,  // 45: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
-	59, // 46: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
-	58, // 47: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
-	51, // 48: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
-	59, // 49: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
-	58, // 50: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
-	50, // 51: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
-	58, // 52: jobwatch.v1.Queue.paused_at:type_name -> google.protobuf.Timestamp
-	58, // 53: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
-	49, // 54: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
-	59, // 55: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
-	59, // 56: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
-	58, // 57: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
-	0,  // 58: jobwatch.v1.Schedule.last_job_state:type_name -> jobwatch.v1.JobState
-	58, // 59: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
-	54, // 60: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
-	7,  // 61: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
-	9,  // 62: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
-	11, // 63: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
-	13, // 64: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
-	15, // 65: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
-	17, // 66: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
-	19, // 67: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
-	21, // 68: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
-	34, // 69: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
-	23, // 70: jobwatch.v1.JobService.RetryJob:input_type -> jobwatch.v1.RetryJobRequest
-	25, // 71: jobwatch.v1.JobService.DeleteJob:input_type -> jobwatch.v1.DeleteJobRequest
-	28, // 72: jobwatch.v1.JobService.RetryJobs:input_type -> jobwatch.v1.RetryJobsRequest
-	30, // 73: jobwatch.v1.JobService.CancelJobs:input_type -> jobwatch.v1.CancelJobsRequest
-	32, // 74: jobwatch.v1.JobService.DeleteJobs:input_type -> jobwatch.v1.DeleteJobsRequest
-	36, // 75: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
-	39, // 76: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
-	41, // 77: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
-	43, // 78: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
-	52, // 79: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
-	55, // 80: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
-	45, // 81: jobwatch.v1.QueueService.PauseQueue:input_type -> jobwatch.v1.PauseQueueRequest
-	47, // 82: jobwatch.v1.QueueService.ResumeQueue:input_type -> jobwatch.v1.ResumeQueueRequest
-	8,  // 83: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
-	10, // 84: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
-	12, // 85: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
-	14, // 86: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
-	16, // 87: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
-	18, // 88: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
-	20, // 89: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
-	22, // 90: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
-	35, // 91: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
-	24, // 92: jobwatch.v1.JobService.RetryJob:output_type -> jobwatch.v1.RetryJobResponse
-	26, // 93: jobwatch.v1.JobService.DeleteJob:output_type -> jobwatch.v1.DeleteJobResponse
-	29, // 94: jobwatch.v1.JobService.RetryJobs:output_type -> jobwatch.v1.RetryJobsResponse
-	31, // 95: jobwatch.v1.JobService.CancelJobs:output_type -> jobwatch.v1.CancelJobsResponse
-	33, // 96: jobwatch.v1.JobService.DeleteJobs:output_type -> jobwatch.v1.DeleteJobsResponse
-	37, // 97: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
-	40, // 98: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
-	42, // 99: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
-	44, // 100: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
-	53, // 101: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
-	56, // 102: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
-	46, // 103: jobwatch.v1.QueueService.PauseQueue:output_type -> jobwatch.v1.PauseQueueResponse
-	48, // 104: jobwatch.v1.QueueService.ResumeQueue:output_type -> jobwatch.v1.ResumeQueueResponse
-	83, // [83:105] is the sub-list for method output_type
-	61, // [61:83] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	36, // 33: jobwatch.v1.GetServerInfoResponse.caller:type_name -> jobwatch.v1.Caller
+	4,  // 34: jobwatch.v1.ClaimJobResponse.job:type_name -> jobwatch.v1.Job
+	59, // 35: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	39, // 36: jobwatch.v1.ClaimJobResponse.claims:type_name -> jobwatch.v1.Claim
+	4,  // 37: jobwatch.v1.Claim.job:type_name -> jobwatch.v1.Job
+	59, // 38: jobwatch.v1.Claim.lease_expires_at:type_name -> google.protobuf.Timestamp
+	59, // 39: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	58, // 40: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
+	4,  // 41: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
+	3,  // 42: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
+	4,  // 43: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
+	50, // 44: jobwatch.v1.PauseQueueResponse.queue:type_name -> jobwatch.v1.Queue
+	50, // 45: jobwatch.v1.ResumeQueueResponse.queue:type_name -> jobwatch.v1.Queue
+	2,  // 46: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
+	60, // 47: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
+	59, // 48: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
+	52, // 49: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
+	60, // 50: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
+	59, // 51: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
+	51, // 52: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
+	59, // 53: jobwatch.v1.Queue.paused_at:type_name -> google.protobuf.Timestamp
+	59, // 54: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
+	50, // 55: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
+	60, // 56: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
+	60, // 57: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
+	59, // 58: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
+	0,  // 59: jobwatch.v1.Schedule.last_job_state:type_name -> jobwatch.v1.JobState
+	59, // 60: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
+	55, // 61: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
+	7,  // 62: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
+	9,  // 63: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
+	11, // 64: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
+	13, // 65: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
+	15, // 66: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
+	17, // 67: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
+	19, // 68: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
+	21, // 69: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
+	34, // 70: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
+	23, // 71: jobwatch.v1.JobService.RetryJob:input_type -> jobwatch.v1.RetryJobRequest
+	25, // 72: jobwatch.v1.JobService.DeleteJob:input_type -> jobwatch.v1.DeleteJobRequest
+	28, // 73: jobwatch.v1.JobService.RetryJobs:input_type -> jobwatch.v1.RetryJobsRequest
+	30, // 74: jobwatch.v1.JobService.CancelJobs:input_type -> jobwatch.v1.CancelJobsRequest
+	32, // 75: jobwatch.v1.JobService.DeleteJobs:input_type -> jobwatch.v1.DeleteJobsRequest
+	37, // 76: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
+	40, // 77: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
+	42, // 78: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
+	44, // 79: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
+	53, // 80: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
+	56, // 81: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
+	46, // 82: jobwatch.v1.QueueService.PauseQueue:input_type -> jobwatch.v1.PauseQueueRequest
+	48, // 83: jobwatch.v1.QueueService.ResumeQueue:input_type -> jobwatch.v1.ResumeQueueRequest
+	8,  // 84: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
+	10, // 85: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
+	12, // 86: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
+	14, // 87: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
+	16, // 88: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
+	18, // 89: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
+	20, // 90: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
+	22, // 91: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
+	35, // 92: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
+	24, // 93: jobwatch.v1.JobService.RetryJob:output_type -> jobwatch.v1.RetryJobResponse
+	26, // 94: jobwatch.v1.JobService.DeleteJob:output_type -> jobwatch.v1.DeleteJobResponse
+	29, // 95: jobwatch.v1.JobService.RetryJobs:output_type -> jobwatch.v1.RetryJobsResponse
+	31, // 96: jobwatch.v1.JobService.CancelJobs:output_type -> jobwatch.v1.CancelJobsResponse
+	33, // 97: jobwatch.v1.JobService.DeleteJobs:output_type -> jobwatch.v1.DeleteJobsResponse
+	38, // 98: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
+	41, // 99: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
+	43, // 100: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
+	45, // 101: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
+	54, // 102: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
+	57, // 103: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
+	47, // 104: jobwatch.v1.QueueService.PauseQueue:output_type -> jobwatch.v1.PauseQueueResponse
+	49, // 105: jobwatch.v1.QueueService.ResumeQueue:output_type -> jobwatch.v1.ResumeQueueResponse
+	84, // [84:106] is the sub-list for method output_type
+	62, // [62:84] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_jobwatch_v1_jobwatch_proto_init() }
@@ -4144,7 +4242,7 @@ func file_jobwatch_v1_jobwatch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobwatch_v1_jobwatch_proto_rawDesc), len(file_jobwatch_v1_jobwatch_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   54,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
