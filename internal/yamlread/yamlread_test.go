@@ -210,7 +210,9 @@ func FuzzRead(f *testing.F) {
 		if !errors.As(err, &e) {
 			t.Fatalf("refused with %T %v, want an *Error", err, err)
 		}
-		if lines := strings.Count(data, "\n") + 1; e.Line < 0 || e.Line > lines || (e.Line == 0) != (e.Column == 0) {
+		// YAML breaks lines at "\r\n", "\n" and a lone "\r" alike.
+		breaks := strings.ReplaceAll(data, "\r\n", "\n")
+		if lines := strings.Count(breaks, "\n") + strings.Count(breaks, "\r") + 1; e.Line < 0 || e.Line > lines || (e.Line == 0) != (e.Column == 0) {
 			t.Fatalf("refused at %d:%d, outside a file of %d lines: %v", e.Line, e.Column, lines, err)
 		}
 		if strings.Contains(err.Error(), "jw_secret") {
