@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"sort"
@@ -41,7 +43,65 @@ type Handler func(ctx context.Context, job *jobwatchv1.Job, progress Progress) (
 // is cut). It never blocks: the latest
 // values reach the server with the next heartbeat, which a change brings
 // forward.
+//
+// Its Logf and Log add lines to the job's log, which callers read with
+// GetJobLogs and WatchJobLogs (jobwatch logs). They never block either:
+// the Worker sends lines in batches (see LogFlushInterval and
+// LogFlushBytes), and all of them before it reports the job's outcome.
+// They reach the Worker through p itself, as calls with a percent far
+// below zero that its Progress takes as log output; a Progress made by
+// hand (a handler's unit test) receives them as such calls.
 type Progress func(percent int, step string)
+
+// Logf adds one line to the job's log, formatted as fmt.Sprintf does (a
+// final newline is dropped; text with newlines in it is several lines).
+// A line over jobtype.MaxLogLineBytes is cut there.
+func (p Progress) Logf(format string, args ...any) {
+	p(logCallBase+int(jobwatchv1.LogStream_LOG_STREAM_UNSPECIFIED), fmt.Sprintf(format, args...))
+}
+
+// Log is an io.Writer into the job's log: each line written becomes a
+// line of the log, and a last line without its newline is added when the
+// handler returns. A line is held until its newline for at most 64 KiB,
+// then added in pieces of that size. Writes never fail or block. Give it
+// to log.New, slog.NewTextHandler or an exec.Cmd's Stdout.
+func (p Progress) Log() io.Writer { return p.LogTo(jobwatchv1.LogStream_LOG_STREAM_UNSPECIFIED) }
+
+// LogTo is Log with its lines tagged as coming from stream s, as
+// jobwatch worker --exec tags a command's stdout and stderr.
+func (p Progress) LogTo(s jobwatchv1.LogStream) io.Writer { return progressLog{p: p, stream: s} }
+
+// progressLog is the writer of Progress.Log.
+type progressLog struct {
+	p      Progress
+	stream jobwatchv1.LogStream
+}
+
+func (l progressLog) Write(b []byte) (int, error) {
+	l.p(logCallBase+logWriteCall+int(l.stream), string(b))
+	return len(b), nil
+}
+
+// Log output reaches the Worker as a Progress call whose percent is
+// logCallBase plus the line's stream, plus logWriteCall for what a
+// writer wrote (to be split at its newlines, the rest held) rather than
+// whole lines.
+const (
+	logCallBase  = math.MinInt
+	logWriteCall = 8
+)
+
+// logCall decodes a Progress call that carries log output.
+func logCall(percent int) (stream jobwatchv1.LogStream, write, ok bool) {
+	if percent >= logCallBase+2*logWriteCall {
+		return 0, false, false
+	}
+	n := percent - logCallBase
+	if _, known := jobwatchv1.LogStream_name[int32(n%logWriteCall)]; !known {
+		return 0, false, false
+	}
+	return jobwatchv1.LogStream(n % logWriteCall), n >= logWriteCall, true
+}
 
 // Lease is a claimed job and the lease under which the worker runs it.
 type Lease struct {
@@ -112,6 +172,14 @@ type WorkerConfig struct {
 	Backoff Backoff
 	// Logger receives the worker's logs. Default slog.Default().
 	Logger *slog.Logger
+	// LogBufferBytes bounds the bytes of log lines (Progress.Logf) one
+	// running job may have waiting to be sent. Default
+	// DefaultLogBufferBytes (1 MiB); at least 256 KiB. When the server
+	// takes lines slower than the handler logs them, the oldest lines
+	// waiting are dropped and a line "N lines dropped by the worker"
+	// takes their place, so a chatty handler never blocks and never
+	// grows the worker's memory.
+	LogBufferBytes int
 }
 
 // Worker claims jobs of the kinds it has handlers for and runs them.
@@ -141,6 +209,9 @@ func NewWorker(backend WorkerBackend, cfg WorkerConfig) *Worker {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.LogBufferBytes <= 0 {
+		cfg.LogBufferBytes = DefaultLogBufferBytes
 	}
 	return &Worker{
 		backend:  backend,
@@ -375,7 +446,20 @@ func (w *Worker) run(ctx context.Context, s *slot, lease *Lease) {
 
 	jobCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	logs := w.startLogs(ctx, log, lease, cancel)
 	prog := newProgressState()
+	progress := func(percent int, step string) {
+		stream, write, isLog := logCall(percent)
+		switch {
+		case !isLog:
+			prog.set(percent, step)
+		case logs == nil:
+		case write:
+			logs.write(stream, []byte(step))
+		default:
+			logs.addLines(stream, step)
+		}
+	}
 	stop := make(chan struct{})
 	beats := make(chan struct{})
 	go func() {
@@ -384,21 +468,64 @@ func (w *Worker) run(ctx context.Context, s *slot, lease *Lease) {
 	}()
 
 	log.Debug("job started")
-	result, err := callHandler(jobCtx, h, job, prog.set)
+	result, err := callHandler(jobCtx, h, job, progress)
 	close(stop)
 	<-beats
 
 	switch cause := context.Cause(jobCtx); {
 	case errors.Is(cause, ErrJobCancelled):
+		logs.stop(nil)
 		log.Info("job cancelled while running")
 		return
 	case errors.Is(cause, ErrLeaseLost):
+		logs.stop(nil)
 		log.Warn("lease lost while running; outcome dropped")
 		return
 	case errors.Is(cause, ErrWorkerStopped):
 		result, err = nil, workerStoppedError{}
 	}
+	// Every line logged goes before the outcome, so a reader of the log
+	// who sees the job end has seen its last line.
+	s.report()
+	if cause := w.flushLogs(ctx, lease, logs); cause != nil {
+		log.Info("job ended by the server while its log was sent; outcome dropped", "cause", cause)
+		return
+	}
 	w.report(ctx, log, s, lease, result, err)
+}
+
+// startLogs starts the batcher of the job's log lines, or returns nil if
+// the backend takes no logs. What the server answers to an append can
+// end the job's ctx as a heartbeat's answer does.
+func (w *Worker) startLogs(ctx context.Context, log *slog.Logger, lease *Lease, cancel context.CancelCauseFunc) *logBatcher {
+	la, ok := w.backend.(LogAppender)
+	if !ok {
+		return nil
+	}
+	send := func(ctx context.Context, lines []*jobwatchv1.AppendLogLine) (bool, error) {
+		return la.AppendLogs(ctx, lease, lines)
+	}
+	return startLogBatcher(ctx, send, w.cfg.LogBufferBytes, cancel, w.cfg.Backoff, leaseTTL(lease), log)
+}
+
+// flushLogs sends the lines the job's handler left, for at most a third
+// of the lease: the last heartbeat extended it at most a third ago (see
+// heartbeat), so a third is left for the outcome however slow the
+// server is with lines. It returns why the server stopped the log
+// (ErrJobCancelled, ErrLeaseLost), if it did: then no outcome will be
+// taken either.
+func (w *Worker) flushLogs(ctx context.Context, lease *Lease, logs *logBatcher) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseTTL(lease)/3)
+	defer cancel()
+	return logs.close(ctx)
+}
+
+// leaseTTL is the lease's TTL, or 30 s when the backend did not say.
+func leaseTTL(l *Lease) time.Duration {
+	if l.TTL > 0 {
+		return l.TTL
+	}
+	return 30 * time.Second
 }
 
 // failUndecodable fails a job claimed under a lease that the backend
@@ -414,11 +541,7 @@ func (w *Worker) failUndecodable(ctx context.Context, s *slot, u *UndecodableJob
 // handlers to the next job.
 func (w *Worker) report(ctx context.Context, log *slog.Logger, s *slot, lease *Lease, result any, herr error) {
 	s.report()
-	ttl := lease.TTL
-	if ttl <= 0 {
-		ttl = 30 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseTTL(lease))
 	defer cancel()
 
 	var raw json.RawMessage

@@ -52,6 +52,9 @@ type Queue struct {
 	// jobtype.MaxPriority. A serial queue runs its jobs in order whatever
 	// their priority.
 	Priority int
+	// MaxLogBytes bounds the log each job of the queue keeps: past it
+	// the oldest lines are dropped. 0: jobtype.DefaultMaxLogBytes.
+	MaxLogBytes int
 }
 
 // Retry is a queue's retry: {...}. Zero fields take the server's flags.
@@ -159,6 +162,9 @@ func (p *parser) queue(key string, n *yaml.Node) {
 		"uses":          func(k string, v *yaml.Node) { q.Uses, _ = r.Names(v, k, jobtype.NameReason) },
 		"priority": func(k string, v *yaml.Node) {
 			q.Priority, _ = r.Int(v, k, jobtype.MinPriority, jobtype.MaxPriority)
+		},
+		"max_log_bytes": func(k string, v *yaml.Node) {
+			q.MaxLogBytes, _ = r.Int(v, k, jobtype.MinMaxLogBytes, jobtype.MaxMaxLogBytes)
 		},
 		"retry": func(k string, v *yaml.Node) {
 			r.Mapping(v, k, yamlread.Fields{
@@ -428,5 +434,6 @@ func queueRules(q Queue) jobtype.QueueRules {
 		Timeout:        q.Timeout,
 		AlertAfter:     q.AlertAfter,
 		Priority:       int32(q.Priority),
+		MaxLogBytes:    int64(q.MaxLogBytes),
 	}
 }

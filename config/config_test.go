@@ -104,6 +104,7 @@ queues:
     timeout: 10m
     alert_after: 5m
     priority: 3
+    max_log_bytes: 4194304
   - name: mail
 pools: {}
 schedules: []
@@ -118,7 +119,7 @@ alerts:
 		t.Fatalf("rules: %v", err)
 	}
 	want := jobtype.Rules{Source: "config jobwatch.yaml", Retention: 2 * time.Hour, Strict: true, AlertWebhook: "http://127.0.0.1:9000/hooks/jobwatch", Queues: map[string]jobtype.QueueRules{
-		"index": {MaxAttempts: 10, InitialBackoff: time.Second, MaxBackoff: 5 * time.Minute, LeaseTimeout: 45 * time.Second, Timeout: 10 * time.Minute, AlertAfter: 5 * time.Minute, Priority: 3},
+		"index": {MaxAttempts: 10, InitialBackoff: time.Second, MaxBackoff: 5 * time.Minute, LeaseTimeout: 45 * time.Second, Timeout: 10 * time.Minute, AlertAfter: 5 * time.Minute, Priority: 3, MaxLogBytes: 4 << 20},
 		"mail":  {},
 	}}
 	if !reflect.DeepEqual(r, want) {
@@ -190,6 +191,7 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"a priority past the least urgent", "queues:\n  - name: a\n    priority: 10\n", "c.yaml:3:15: queues[0].priority: must be from 0 to 9, got 10"},
 		{"a negative priority", "queues:\n  - name: a\n    priority: -1\n", "c.yaml:3:15: queues[0].priority: must be from 0 to 9, got -1"},
 		{"a priority given as a word", "queues:\n  - name: a\n    priority: high\n", "c.yaml:3:15: queues[0].priority: must be a whole number"},
+		{"a log bound below its least", "queues:\n  - name: a\n    max_log_bytes: 1000\n", "c.yaml:3:20: queues[0].max_log_bytes: must be from 65536 to 67108864, got 1000"},
 		{"zero max_attempts", "queues:\n  - name: a\n    retry: {max_attempts: 0}\n", "c.yaml:3:27: queues[0].retry.max_attempts: must be from 1"},
 		{"max_attempts beyond the wire's int32", "queues:\n  - name: a\n    retry: {max_attempts: 3000000000}\n", "queues[0].retry.max_attempts: must be from 1 to 2147483647"},
 		{"queues that are not a list", "queues:\n  name: a\n", "c.yaml:2:3: queues: must be a list"},
@@ -283,7 +285,7 @@ func TestTheREADMEAndDocsDocumentTheWholeFormat(t *testing.T) {
 	for _, key := range []string{"`retention`", "`strict`", "`queues[].name`", "`queues[].retry.max_attempts`", "`queues[].retry.initial_backoff`, `queues[].retry.max_backoff`",
 		"`queues[].lease_timeout`", "`queues[].mode`", "`queues[].max_running`",
 		"`queues[].on_failure`", "`queues[].uses`", "`queues[].timeout`", "`queues[].alert_after`", "`pools`",
-		"`queues[].priority`", "`schedules[]`", "`schedules[].cron`", "`schedules[].timezone`", "`alerts.webhook`"} {
+		"`queues[].priority`", "`queues[].max_log_bytes`", "`schedules[]`", "`schedules[].cron`", "`schedules[].timezone`", "`alerts.webhook`"} {
 		if !strings.Contains(string(readme), "| "+key) {
 			t.Errorf("docs/OPERATING.md's table of configuration keys lacks %s", key)
 		}

@@ -76,6 +76,12 @@ func (e *Engine) heard(changes []store.Change, missed bool) {
 			e.heardQueueChange(c) // pause.go
 			continue
 		}
+		if c.LogChange {
+			if !c.Local {
+				e.heardLogChange(c) // logs.go
+			}
+			continue
+		}
 		if c.Local || (latest != nil && latest[c.JobID] != i) {
 			continue
 		}
@@ -175,6 +181,9 @@ func latestChanges(changes []store.Change) map[string]int {
 	}
 	latest := make(map[string]int, len(changes))
 	for i, c := range changes {
+		if c.LogChange || c.QueueChange {
+			continue // no job's version
+		}
 		if j, ok := latest[c.JobID]; !ok || c.Version >= changes[j].Version {
 			latest[c.JobID] = i
 		}

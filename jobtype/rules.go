@@ -81,6 +81,10 @@ type QueueRules struct {
 	// queue without rules. A serial queue takes its jobs in order
 	// whatever their priority.
 	Priority int32
+	// MaxLogBytes bounds the lines each job of the queue keeps in its
+	// log (LogLine.Size): past it the oldest lines are dropped.
+	// 0: DefaultMaxLogBytes; else MinMaxLogBytes to MaxMaxLogBytes.
+	MaxLogBytes int64
 }
 
 // The priorities a job may have, most urgent first: a claim takes the
@@ -117,6 +121,8 @@ func CheckQueueRules(q QueueRules, pools map[string]int) error {
 		return &InvalidError{Field: "block_on_failure", Reason: "only a serial queue blocks on failure"}
 	case q.Priority < MinPriority || q.Priority > MaxPriority:
 		return &InvalidError{Field: "priority", Reason: fmt.Sprintf("must be %d to %d, got %d", MinPriority, MaxPriority, q.Priority)}
+	case q.MaxLogBytes != 0 && (q.MaxLogBytes < MinMaxLogBytes || q.MaxLogBytes > MaxMaxLogBytes):
+		return &InvalidError{Field: "max_log_bytes", Reason: fmt.Sprintf("must be %d to %d, got %d", MinMaxLogBytes, MaxMaxLogBytes, q.MaxLogBytes)}
 	}
 	for i, pool := range q.Uses {
 		if _, ok := pools[pool]; !ok {

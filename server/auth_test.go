@@ -227,6 +227,25 @@ var authTable = []authRPC{
 			return firstMessage(c.jobs.WatchJob(ctx, &jobwatchv1.WatchJobRequest{JobId: id}))
 		}
 	}, unauth, unauth, allowed, absent, denied, allowed},
+	{"GetJobLogs", func(f authFixture) func(context.Context, clients) error {
+		id := f.ended().GetId()
+		return func(ctx context.Context, c clients) error {
+			_, err := c.jobs.GetJobLogs(ctx, &jobwatchv1.GetJobLogsRequest{JobId: id})
+			return err
+		}
+	}, unauth, unauth, allowed, absent, denied, allowed},
+	{"WatchJobLogs", func(f authFixture) func(context.Context, clients) error {
+		id := f.ended().GetId()
+		return func(ctx context.Context, c clients) error {
+			stream, err := c.jobs.WatchJobLogs(ctx, &jobwatchv1.WatchJobLogsRequest{JobId: id})
+			if err != nil {
+				return err
+			}
+			for stream.Receive() {
+			}
+			return stream.Err() // an ended job without lines: the stream ends OK at once
+		}
+	}, unauth, unauth, allowed, absent, denied, allowed},
 	{"WatchJobs", func(f authFixture) func(context.Context, clients) error {
 		f.job(false) // the feed's first message is a page with it
 		return func(ctx context.Context, c clients) error {
@@ -286,6 +305,14 @@ var authTable = []authRPC{
 		lease := f.claimed()
 		return func(ctx context.Context, c clients) error {
 			_, err := c.workers.Heartbeat(ctx, &jobwatchv1.HeartbeatRequest{JobId: lease.GetJob().GetId(), LeaseId: lease.GetLeaseId(), Percent: 10})
+			return err
+		}
+	}, unauth, unauth, denied, denied, allowed, allowed},
+	{"AppendJobLogs", func(f authFixture) func(context.Context, clients) error {
+		lease := f.claimed()
+		return func(ctx context.Context, c clients) error {
+			_, err := c.workers.AppendJobLogs(ctx, &jobwatchv1.AppendJobLogsRequest{JobId: lease.GetJob().GetId(), LeaseId: lease.GetLeaseId(),
+				Lines: []*jobwatchv1.AppendLogLine{{Text: "a line"}}})
 			return err
 		}
 	}, unauth, unauth, denied, denied, allowed, allowed},

@@ -366,6 +366,43 @@ type Change struct {
 	// ResumeQueue; Local as for a job's.
 	QueueChange bool
 	Paused      bool
+	// LogChange: this is an append to JobID's log (AppendLogs), not a
+	// change of the job; LogSeq is the seq of its last line, Tenant the
+	// job's; Local as for a job's change.
+	LogChange bool
+	LogSeq    int64
+}
+
+// LogAppend is the input of AppendLogs.
+type LogAppend struct {
+	JobID, LeaseID string
+	// Lines to append; Seq and Attempt are the store's to set.
+	Lines []jobtype.LogLine
+	// MaxBytes gives the bound of the lines a job of a queue keeps; it
+	// must be positive. (The store knows the job's queue only once it
+	// has read the job in the append's transaction.)
+	MaxBytes func(queue string) int64
+}
+
+// LogAppended is what AppendLogs did.
+type LogAppended struct {
+	// Held: the lease held and the lines were appended.
+	Held bool
+	// Job is the job's summary as it was read.
+	Job jobtype.Job
+	// LastSeq is the seq of the job's last line (after the append, if
+	// it was made).
+	LastSeq int64
+}
+
+// LogPage is a page of a job's log, as JobLogs reads it.
+type LogPage struct {
+	// Job is the job's summary, read before the lines.
+	Job   jobtype.Job
+	Lines []jobtype.LogLine
+	// FirstSeq is the seq of the oldest line kept (LastSeq+1 when none
+	// is), LastSeq that of the last line appended (0: none ever was).
+	FirstSeq, LastSeq int64
 }
 
 // DeletedFilter selects a page of JobsDeleted.
@@ -606,6 +643,23 @@ type Store interface {
 	// record of a deletion is kept until DeleteFinishedBefore passes its
 	// time; retention's own deletions are not recorded. Retry: safe.
 	JobsDeleted(ctx context.Context, f DeletedFilter) (ids []string, next string, err error)
+
+	// AppendLogs appends a.Lines to the log of job a.JobID if a.LeaseID
+	// holds it (RUNNING under that lease), numbering them after the
+	// job's last line and stamping them with its attempt, and then drops
+	// the job's oldest lines while the lines kept add up to more than
+	// a.MaxBytes of its queue (LogLine.Size), all in one transaction. A lease that does
+	// not hold is answered with Held false and the job's summary as it
+	// is, and changes nothing. Every Store sharing the database hears of
+	// the append (Listen: a Change with LogChange). ErrNotFound if there
+	// is no such job. Retry: not safe (lines would repeat).
+	AppendLogs(ctx context.Context, a LogAppend) (LogAppended, error)
+
+	// JobLogs reads the summary of job id, then (so that lines appended
+	// before the job was seen ended are all there) at most limit of its
+	// lines after afterSeq, oldest first, with the bounds of what is
+	// kept. ErrNotFound if there is no such job. Retry: safe.
+	JobLogs(ctx context.Context, id string, afterSeq int64, limit int) (LogPage, error)
 
 	// DeleteFinishedBefore deletes terminal jobs whose FinishedAt is
 	// before t, and the records of deletions (JobsDeleted) made before t,

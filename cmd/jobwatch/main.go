@@ -35,7 +35,8 @@ Commands:
   delete   remove an ended job: jobwatch delete ID, or every ended job a filter matches
   start    start a held (PENDING) job: jobwatch start ID
   wait     wait for a job to end; the exit status says how it ended
-  watch    follow a job's progress live
+  watch    follow a job's progress live (--logs: and its log)
+  logs     print a job's log, or follow it with -f: jobwatch logs ID
   worker   run a shell command for each job of a kind
   queues   list the queues with their counts and whether each is paused
   pause    stop a queue handing out jobs, on every replica: jobwatch pause QUEUE
@@ -90,6 +91,8 @@ func command(name string) commandFunc {
 		return wait
 	case "watch":
 		return watch
+	case "logs":
+		return logs
 	case "worker":
 		return worker
 	case "bench":

@@ -20,6 +20,10 @@ Follows a job until it ends. On a terminal it draws a live progress bar
 with the percent, the step text and the elapsed time; otherwise (a pipe,
 a file, --json) it prints one line per new snapshot. It resumes after
 server restarts and dropped connections without repeating a snapshot.
+With --logs it also prints the job's log as it grows, every line kept
+from the first (above the bar on a terminal; "TIME | text" between the
+snapshot lines; with --json, {"lines": [...]} objects between the jobs),
+and shows the job's end after its last line.
 
 ` + exitCodesHelp + `
 
@@ -31,10 +35,12 @@ func watch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cf clientFlags
 	var timeout time.Duration
 	var display string
+	var withLogs bool
 	fs := newFlagSet("watch", stderr)
 	cf.register(fs)
 	fs.DurationVar(&timeout, "timeout", 0, "give up after this long (exit 1); 0 watches as long as it takes")
 	fs.StringVar(&display, "progress", "auto", "`how` to show snapshots: bar, lines, or auto (bar on a terminal)")
+	fs.BoolVar(&withLogs, "logs", false, "print the job's log lines too, as they come")
 	fs.Usage = func() { fmt.Fprint(stderr, watchUsage); fs.PrintDefaults() }
 	pos, err := parseArgs(fs, args, 1, "ID")
 	if err != nil {
@@ -62,13 +68,27 @@ func watch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	var show func(*jobwatchv1.Job) error
+	var showLogs func(*jobwatchv1.WatchJobLogsResponse) error
 	var tick func()
 	switch {
 	case cf.json:
 		show = func(j *jobwatchv1.Job) error { return printJSON(stdout, j) }
+		showLogs = func(m *jobwatchv1.WatchJobLogsResponse) error { return printJSON(stdout, m) }
 	case display == "bar":
 		b := &bar{w: stdout, width: terminalWidth(stdout), now: time.Now}
 		show = func(j *jobwatchv1.Job) error { b.job = j; b.draw(); return nil }
+		showLogs = func(m *jobwatchv1.WatchJobLogsResponse) error {
+			// The lines scroll above the bar: clear it, print them, draw
+			// it again below them.
+			fmt.Fprint(stdout, "\r\x1b[K")
+			if err := printLogs(stdout, m, false, false); err != nil {
+				return err
+			}
+			if b.job != nil {
+				b.draw()
+			}
+			return nil
+		}
 		tick = func() {
 			if b.job != nil {
 				b.draw()
@@ -76,9 +96,13 @@ func watch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	default:
 		show = func(j *jobwatchv1.Job) error { return printLine(stdout, j) }
+		showLogs = func(m *jobwatchv1.WatchJobLogsResponse) error { return printLogLines(stdout, m) }
+	}
+	if !withLogs {
+		showLogs = nil
 	}
 
-	last, err := follow(ctx, c, pos[0], show, tick)
+	last, err := follow(ctx, c, pos[0], show, showLogs, tick)
 	if j := withoutValues(err, "watch", true, stderr); j != nil {
 		last, err = j, show(j)
 	}
@@ -99,11 +123,18 @@ func watch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // follow shows each snapshot of the job until the terminal one, calling
 // tick every second in between (the bar's elapsed time must move while
-// nothing else does). It returns the last snapshot shown.
+// nothing else does). With showLogs it also shows the job's log from its
+// first line kept, and holds the terminal snapshot until the log's last
+// line is shown, so the end comes after the output. It returns the last
+// snapshot shown.
 func follow(ctx context.Context, c *client.Client, id string, show func(*jobwatchv1.Job) error,
-	tick func()) (*jobwatchv1.Job, error) {
+	showLogs func(*jobwatchv1.WatchJobLogsResponse) error, tick func()) (*jobwatchv1.Job, error) {
 	type item struct {
 		job *jobwatchv1.Job
+		err error
+	}
+	type logItem struct {
+		msg *jobwatchv1.WatchJobLogsResponse
 		err error
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -119,20 +150,50 @@ func follow(ctx context.Context, c *client.Client, id string, show func(*jobwatc
 			}
 		}
 	}()
+	var logItems chan logItem // nil: no logs, and this case never fires
+	if showLogs != nil {
+		logItems = make(chan logItem)
+		go func() {
+			defer close(logItems)
+			for m, err := range c.WatchLogs(ctx, id, 0) {
+				select {
+				case logItems <- logItem{m, err}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
-	var last *jobwatchv1.Job
-	for {
+	var last, terminal *jobwatchv1.Job
+	for items != nil || logItems != nil {
 		select {
 		case it, ok := <-items:
 			if !ok {
-				return last, nil
+				items = nil
+				continue
 			}
 			if it.err != nil {
 				return last, it.err
 			}
+			if logItems != nil && client.Terminal(it.job.GetState()) {
+				terminal = it.job // shown once the log's last line is
+				continue
+			}
 			last = it.job
 			if err := show(it.job); err != nil {
+				return last, err
+			}
+		case it, ok := <-logItems:
+			if !ok {
+				logItems = nil
+				continue
+			}
+			if it.err != nil {
+				return last, it.err
+			}
+			if err := showLogs(it.msg); err != nil {
 				return last, err
 			}
 		case <-ticker.C:
@@ -141,6 +202,26 @@ func follow(ctx context.Context, c *client.Client, id string, show func(*jobwatc
 			}
 		}
 	}
+	if terminal != nil {
+		return terminal, show(terminal)
+	}
+	return last, nil
+}
+
+// printLogLines prints log lines between snapshot lines: each line's time
+// (as printLine prints a snapshot's), "|" and its text.
+func printLogLines(w io.Writer, m *jobwatchv1.WatchJobLogsResponse) error {
+	if g := m.GetGap(); g != nil {
+		if _, err := fmt.Fprintf(w, "%s | %s\n", time.Now().Format("15:04:05"), gapLine(g)); err != nil {
+			return err
+		}
+	}
+	for _, l := range m.GetLines() {
+		if _, err := fmt.Fprintf(w, "%s | %s\n", l.GetTime().AsTime().Local().Format("15:04:05"), l.GetText()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // printLine prints one snapshot as a line a log reader can follow.

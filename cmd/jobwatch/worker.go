@@ -41,9 +41,11 @@ The command's protocol:
            "error TYPE message" sets the error reported if the command fails
            (TYPE and message are shown to callers);
            the last line that is JSON becomes the job's result;
-           other lines are copied to the worker's stderr
+           other lines are copied to the worker's stderr and added to the
+           job's log (jobwatch logs) as stdout
   stderr   copied to the worker's stderr, each line prefixed with the job id
-           (a line longer than 64 KiB is copied in pieces)
+           (a line longer than 64 KiB is copied in pieces), and added to the
+           job's log as stderr (a log line over 16 KiB is cut there)
   exit 0   the job SUCCEEDED
   exit 75  the attempt failed and may be retried (EX_TEMPFAIL), if the job
            has attempts left: submit it with --max-attempts 2 or more
@@ -258,7 +260,10 @@ func execHandler(command string, env []string, out io.Writer, kill time.Duration
 			"JOBWATCH_ATTEMPT="+strconv.Itoa(int(job.GetAttempt())),
 			"JOBWATCH_MAX_ATTEMPTS="+strconv.Itoa(int(job.GetMaxAttempts())),
 		)
-		errOut := &prefixWriter{w: out, prefix: job.GetId() + ": "}
+		// Output that is not the protocol's goes to the worker's stderr
+		// and to the job's log, tagged with the stream it came from.
+		stdoutLog := progress.LogTo(jobwatchv1.LogStream_LOG_STREAM_STDOUT)
+		errOut := &prefixWriter{w: out, prefix: job.GetId() + ": ", log: progress.LogTo(jobwatchv1.LogStream_LOG_STREAM_STDERR)}
 		defer errOut.flush()
 		cmd.Stderr = errOut
 		// Its own process group, so a Ctrl-C at the worker's terminal
@@ -283,7 +288,7 @@ func execHandler(command string, env []string, out io.Writer, kill time.Duration
 		}
 		var result json.RawMessage
 		var declared *declaredError
-		copied := &prefixWriter{w: out, prefix: job.GetId() + ": "}
+		copied := &prefixWriter{w: out, prefix: job.GetId() + ": ", log: stdoutLog}
 		_ = readLines(pipe, maxStdoutLine, copied, func(raw string) {
 			raw = strings.TrimSuffix(raw, "\r")
 			line := strings.TrimSpace(raw)
@@ -305,6 +310,7 @@ func execHandler(command string, env []string, out io.Writer, kill time.Duration
 				return
 			}
 			fmt.Fprintf(out, "%s: %s\n", job.GetId(), raw)
+			fmt.Fprintf(stdoutLog, "%s\n", raw)
 		})
 		_, _ = io.Copy(io.Discard, pipe) // after a read error: drain so the command can exit
 		err = cmd.Wait()
@@ -429,9 +435,12 @@ const maxStderrLine = 64 << 10
 
 // prefixWriter prefixes each line with the job id; flush writes out a
 // last line that has no newline. It holds at most maxStderrLine bytes.
+// Each line (or piece of one) also goes, without the prefix, to log if
+// set: the job's log.
 type prefixWriter struct {
 	w      io.Writer
 	prefix string
+	log    io.Writer
 	mu     sync.Mutex
 	buf    []byte
 }
@@ -467,6 +476,9 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 // emit writes out the held line (or piece of one); p.mu is held.
 func (p *prefixWriter) emit() error {
 	_, err := fmt.Fprintf(p.w, "%s%s\n", p.prefix, p.buf)
+	if p.log != nil {
+		_, _ = fmt.Fprintf(p.log, "%s\n", p.buf)
+	}
 	p.buf = p.buf[:0]
 	return err
 }

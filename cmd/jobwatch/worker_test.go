@@ -215,3 +215,33 @@ func TestExecHandlerReadsTheLinesAfterAHugeStdoutLine(t *testing.T) {
 		t.Fatalf("copied %d of the long line's %d bytes", n, size)
 	}
 }
+
+// worker --exec adds each stdout line that is not progress, an error or
+// a result to the job's log as stdout, and every stderr line as stderr
+// (the last one without its newline too), before the job ends.
+func TestWorkerExecAddsTheCommandsOutputToTheJobsLog(t *testing.T) {
+	s := startCLIServer(t, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	script := `echo "hello from stdout"; echo "progress 50 half"; echo oops >&2; echo; ` +
+		`echo "error NotReally this is not reported"; echo '{"ok":true}'; printf 'no newline on stderr' >&2`
+	logs, _, _ := startWorker(t, ctx, nil, "--server", s.URL, "--kind", "talk", "--exec", script)
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "talk"})
+	j, err := s.Client.WaitForJob(ctx, id)
+	if err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED || j.GetStep() != "half" {
+		t.Fatalf("talk job = %v, %v; want SUCCEEDED at step half; worker:\n%s", j, err, logs)
+	}
+	page, err := s.Client.Logs(ctx, id, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[jobwatchv1.LogStream][]string{}
+	for _, l := range page.GetLines() {
+		got[l.GetStream()] = append(got[l.GetStream()], l.GetText())
+	}
+	// The two pipes are read apart: only each stream's own order holds.
+	if strings.Join(got[jobwatchv1.LogStream_LOG_STREAM_STDOUT], "|") != "hello from stdout|" ||
+		strings.Join(got[jobwatchv1.LogStream_LOG_STREAM_STDERR], "|") != "oops|no newline on stderr" || len(got) != 2 {
+		t.Fatalf("the job's log by stream is %q; want stdout's plain lines and stderr's lines", got)
+	}
+}

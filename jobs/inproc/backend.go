@@ -97,6 +97,21 @@ func (b engineBackend) Fail(ctx context.Context, l *client.Lease, jerr *jobwatch
 	return engineError(err)
 }
 
+// AppendLogs implements client.LogAppender with the engine's AppendLogs.
+func (b engineBackend) AppendLogs(ctx context.Context, l *client.Lease, lines []*jobwatchv1.AppendLogLine) (bool, error) {
+	ls := make([]jobtype.LogLine, len(lines))
+	for i, line := range lines {
+		ls[i] = jobtype.LogLine{Text: line.GetText(), Stream: jobtype.LogStream(line.GetStream())}
+		if line.GetTime() != nil {
+			ls[i].Time = line.GetTime().AsTime()
+		}
+	}
+	_, cancelled, err := b.e.AppendLogs(ctx, l.Job.GetId(), l.ID, ls)
+	return cancelled, engineError(err)
+}
+
+var _ client.LogAppender = engineBackend{}
+
 // engineError maps the engine's errors onto what a Worker branches on.
 func engineError(err error) error {
 	var invalid *jobtype.InvalidError

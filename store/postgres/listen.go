@@ -188,8 +188,9 @@ func (h *hearing) rotate() {
 func (h *hearing) deliver(changes []store.Change) {
 	fresh := changes[:0]
 	for _, c := range changes {
-		// A queue's pause or resume is no job's version: never a repeat.
-		if c.QueueChange || h.fresh(c) {
+		// A queue's pause or resume, or an append to a job's log, is no
+		// job's version: never a repeat.
+		if c.QueueChange || c.LogChange || h.fresh(c) {
 			fresh = append(fresh, c)
 		}
 	}
@@ -304,9 +305,11 @@ func (s *Store) appendChanges(batch []store.Change, n *pgconn.Notification) []st
 	var changes []store.Change
 	var err error
 	if isPauseNotice(n.Payload) {
-		var c store.Change
-		c, err = parsePauseNotice(n.Payload)
-		changes = []store.Change{c}
+		c, isLog, lerr := parseLogNotice(n.Payload)
+		if !isLog && lerr == nil {
+			c, lerr = parsePauseNotice(n.Payload)
+		}
+		changes, err = []store.Change{c}, lerr
 	} else {
 		changes, err = parseChanges(n.Payload)
 	}

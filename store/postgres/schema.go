@@ -234,6 +234,26 @@ CREATE TABLE {{schema}}.job_deletions (
 CREATE INDEX job_deletions_tenant_change ON {{schema}}.job_deletions (tenant, change_xid);
 CREATE INDEX job_deletions_deleted_at ON {{schema}}.job_deletions (deleted_at);
 `,
+	// 8: jobs' logs (AppendLogs): each job's bounds (the first line kept,
+	// the last appended, the bytes kept) and its lines, removed with
+	// their job, whoever deletes it, by the cascade.
+	`
+CREATE TABLE {{schema}}.job_log_heads (
+	job_id    text   PRIMARY KEY REFERENCES {{schema}}.jobs (id) ON DELETE CASCADE,
+	first_seq bigint NOT NULL,
+	last_seq  bigint NOT NULL,
+	bytes     bigint NOT NULL
+);
+CREATE TABLE {{schema}}.job_logs (
+	job_id  text        NOT NULL REFERENCES {{schema}}.job_log_heads (job_id) ON DELETE CASCADE,
+	seq     bigint      NOT NULL,
+	at      timestamptz NOT NULL,
+	stream  smallint    NOT NULL,
+	attempt integer     NOT NULL,
+	text    text        NOT NULL,
+	PRIMARY KEY (job_id, seq)
+);
+`,
 }
 
 // channelFor is the NOTIFY channel of the store in schema: one per schema,

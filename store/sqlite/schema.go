@@ -435,6 +435,31 @@ CREATE TABLE job_deletions (
 CREATE INDEX job_deletions_tenant_change ON job_deletions (tenant, change_seq, seq);
 CREATE INDEX job_deletions_deleted_at ON job_deletions (deleted_at);
 `,
+	// 14: jobs' logs (AppendLogs): the lines, and each job's bounds
+	// (the first line kept, the last appended, the bytes kept), both
+	// removed with their job by a trigger, whoever deletes it.
+	`
+CREATE TABLE job_logs (
+	job_id  TEXT    NOT NULL,
+	seq     INTEGER NOT NULL,
+	at      INTEGER NOT NULL,
+	stream  INTEGER NOT NULL,
+	attempt INTEGER NOT NULL,
+	text    TEXT    NOT NULL,
+	PRIMARY KEY (job_id, seq)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE job_log_heads (
+	job_id    TEXT    PRIMARY KEY,
+	first_seq INTEGER NOT NULL,
+	last_seq  INTEGER NOT NULL,
+	bytes     INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE TRIGGER jobs_logs_deleted AFTER DELETE ON jobs
+BEGIN
+	DELETE FROM job_logs WHERE job_id = OLD.id;
+	DELETE FROM job_log_heads WHERE job_id = OLD.id;
+END;
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a

@@ -204,7 +204,8 @@ export class JobFeed {
   }
 }
 
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
+// sleep waits ms, or less if signal aborts first.
+export function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     const done = () => {
       clearTimeout(timer);

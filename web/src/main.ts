@@ -8,6 +8,7 @@ import { jobClient, queueClient, savedToken, saveToken } from "./api";
 import { byId, setData, setText } from "./dom";
 import { JobFeed, type FeedStatus } from "./feed";
 import { JobState, type Job } from "./gen/jobwatch/v1/jobwatch_pb";
+import { LogPane } from "./logview";
 import { JobBook, summaryOf } from "./model";
 import { Detail, JobList, QueueTable, ScheduleTable, type JobOps, type QueueOps } from "./views";
 import "./style.css";
@@ -92,7 +93,7 @@ const queueOps: QueueOps = {
 };
 
 const list = new JobList(byId("jobs"), byId("jobs-empty"), byId("jobs-count"), select);
-const detail = new Detail(byId("detail"), closeDetail, jobOps);
+const detail = new Detail(byId("detail"), closeDetail, jobOps, new LogPane(jobClient));
 const queues = new QueueTable(byId("queues"), byId("queues-confirm"), queueOps);
 const jobsConfirm = new Confirm();
 const retryFailed = new ActionButton("retry-failed", "Retry all failed", () =>

@@ -8,6 +8,7 @@ import { h, setAttr, setData, setText, svg } from "./dom";
 import { ActionButton, Confirm, type Action } from "./actions";
 import { alertingText, drainedText, lastState, nextRun, pausedText, spark, type NextRun } from "./queues";
 import { isTerminal, millis, stateName, type JobBook } from "./model";
+import type { LogPane } from "./logview";
 
 // ProgressView is a bar with its percent and step text (or, for a job
 // that failed, the error type in place of the step).
@@ -192,8 +193,9 @@ export interface JobOps {
   delete(id: string): Promise<string>;
 }
 
-// Detail shows one job in full. It is built once per selection and then
-// updated in place.
+// Detail shows one job in full, with its live log (logs, which follows
+// the log of the job shown and of no other). It is built once per
+// selection and then updated in place.
 export class Detail {
   private jobId = "";
   private readonly title = h("h2", { id: "detail-title" });
@@ -222,6 +224,7 @@ export class Detail {
     private readonly el: HTMLElement,
     onClose: () => void,
     private readonly ops: JobOps,
+    private readonly logs: LogPane,
   ) {
     const close = h("button", { type: "button", class: "ghost", "aria-label": "Close details" }, "✕");
     close.addEventListener("click", onClose);
@@ -252,6 +255,7 @@ export class Detail {
       this.progress.el,
       this.resultBox,
       this.errorBox,
+      this.logs.el,
       h("h3", {}, "Timeline"),
       this.timeline,
       h("h3", {}, "Payload"),
@@ -282,6 +286,7 @@ export class Detail {
   show(job: Job, book: JobBook, full: Job | undefined): void {
     if (this.jobId !== job.id) {
       this.confirm.reset();
+      this.logs.open(job.id);
     }
     this.jobId = job.id;
     this.el.hidden = false;
@@ -294,6 +299,7 @@ export class Detail {
     setText(this.attempts, job.attempt === 0 ? "not started" : `attempt ${job.attempt} of ${job.maxAttempts || 1}`);
     setText(this.id, job.id);
     this.progress.update(job);
+    this.logs.jobChanged(job);
 
     const result = jsonText(full?.result ?? job.result);
     this.resultBox.hidden = result === "";
@@ -317,6 +323,7 @@ export class Detail {
   hide(): void {
     this.jobId = "";
     this.confirm.reset();
+    this.logs.close();
     this.el.hidden = true;
   }
 
@@ -335,6 +342,7 @@ export class Detail {
     setText(this.gone, "This job was deleted: it is gone from the server, with its history.");
     this.gone.hidden = false;
     this.body.hidden = true;
+    this.logs.close();
     this.confirm.withdraw();
   }
 

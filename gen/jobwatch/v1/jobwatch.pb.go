@@ -154,6 +154,59 @@ func (JobView) EnumDescriptor() ([]byte, []int) {
 	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{1}
 }
 
+// LogStream says where a line of a job's log came from.
+type LogStream int32
+
+const (
+	// The handler logged it (the Go Worker's Progress.Logf), or the client
+	// did not say.
+	LogStream_LOG_STREAM_UNSPECIFIED LogStream = 0
+	// The command's standard output or error (jobwatch worker --exec).
+	LogStream_LOG_STREAM_STDOUT LogStream = 1
+	LogStream_LOG_STREAM_STDERR LogStream = 2
+)
+
+// Enum value maps for LogStream.
+var (
+	LogStream_name = map[int32]string{
+		0: "LOG_STREAM_UNSPECIFIED",
+		1: "LOG_STREAM_STDOUT",
+		2: "LOG_STREAM_STDERR",
+	}
+	LogStream_value = map[string]int32{
+		"LOG_STREAM_UNSPECIFIED": 0,
+		"LOG_STREAM_STDOUT":      1,
+		"LOG_STREAM_STDERR":      2,
+	}
+)
+
+func (x LogStream) Enum() *LogStream {
+	p := new(LogStream)
+	*p = x
+	return p
+}
+
+func (x LogStream) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LogStream) Descriptor() protoreflect.EnumDescriptor {
+	return file_jobwatch_v1_jobwatch_proto_enumTypes[2].Descriptor()
+}
+
+func (LogStream) Type() protoreflect.EnumType {
+	return &file_jobwatch_v1_jobwatch_proto_enumTypes[2]
+}
+
+func (x LogStream) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LogStream.Descriptor instead.
+func (LogStream) EnumDescriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{2}
+}
+
 type QueueMode int32
 
 const (
@@ -187,11 +240,11 @@ func (x QueueMode) String() string {
 }
 
 func (QueueMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_jobwatch_v1_jobwatch_proto_enumTypes[2].Descriptor()
+	return file_jobwatch_v1_jobwatch_proto_enumTypes[3].Descriptor()
 }
 
 func (QueueMode) Type() protoreflect.EnumType {
-	return &file_jobwatch_v1_jobwatch_proto_enumTypes[2]
+	return &file_jobwatch_v1_jobwatch_proto_enumTypes[3]
 }
 
 func (x QueueMode) Number() protoreflect.EnumNumber {
@@ -200,7 +253,7 @@ func (x QueueMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use QueueMode.Descriptor instead.
 func (QueueMode) EnumDescriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{2}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{3}
 }
 
 // JobError says why a job (or its last attempt) failed. Callers see the
@@ -653,6 +706,385 @@ func (x *JobAlreadyActive) GetUniqueKey() string {
 	return ""
 }
 
+// LogLine is one line of a job's log.
+type LogLine struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 for the job's first line and one more for each after it, across
+	// attempts; a line dropped to keep the log under its bound keeps its
+	// number.
+	Seq    int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Time   *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	Stream LogStream              `protobuf:"varint,3,opt,name=stream,proto3,enum=jobwatch.v1.LogStream" json:"stream,omitempty"`
+	// The attempt that logged it.
+	Attempt int32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The line without its newline. A line over 16 KiB is cut there, on a
+	// character boundary, and ends with "…[N bytes cut]".
+	Text          string `protobuf:"bytes,5,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogLine) Reset() {
+	*x = LogLine{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogLine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogLine) ProtoMessage() {}
+
+func (x *LogLine) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
+func (*LogLine) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *LogLine) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *LogLine) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *LogLine) GetStream() LogStream {
+	if x != nil {
+		return x.Stream
+	}
+	return LogStream_LOG_STREAM_UNSPECIFIED
+}
+
+func (x *LogLine) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *LogLine) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+// LogGap says that lines between the reader's last and the next it gets
+// are no longer kept: the queue's max_log_bytes dropped them.
+type LogGap struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Skipped int64                  `protobuf:"varint,1,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// The seq of the first line kept after the gap.
+	ResumeFrom    int64 `protobuf:"varint,2,opt,name=resume_from,json=resumeFrom,proto3" json:"resume_from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogGap) Reset() {
+	*x = LogGap{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogGap) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogGap) ProtoMessage() {}
+
+func (x *LogGap) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogGap.ProtoReflect.Descriptor instead.
+func (*LogGap) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *LogGap) GetSkipped() int64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *LogGap) GetResumeFrom() int64 {
+	if x != nil {
+		return x.ResumeFrom
+	}
+	return 0
+}
+
+type GetJobLogsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The last seq the caller has; 0 starts with the oldest line kept.
+	AfterSeq int64 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	// 0 means 1,000; more than 1,000 means 1,000.
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetJobLogsRequest) Reset() {
+	*x = GetJobLogsRequest{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetJobLogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetJobLogsRequest) ProtoMessage() {}
+
+func (x *GetJobLogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetJobLogsRequest.ProtoReflect.Descriptor instead.
+func (*GetJobLogsRequest) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GetJobLogsRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *GetJobLogsRequest) GetAfterSeq() int64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
+
+func (x *GetJobLogsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type GetJobLogsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Lines []*LogLine             `protobuf:"bytes,1,rep,name=lines,proto3" json:"lines,omitempty"`
+	// Set when lines after after_seq were dropped before the first here.
+	Gap *LogGap `protobuf:"bytes,2,opt,name=gap,proto3" json:"gap,omitempty"`
+	// More lines are kept after these: ask again with after_seq the last
+	// line's seq.
+	More bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
+	// The job has ended: no line will follow the last one kept.
+	JobEnded      bool `protobuf:"varint,4,opt,name=job_ended,json=jobEnded,proto3" json:"job_ended,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetJobLogsResponse) Reset() {
+	*x = GetJobLogsResponse{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetJobLogsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetJobLogsResponse) ProtoMessage() {}
+
+func (x *GetJobLogsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetJobLogsResponse.ProtoReflect.Descriptor instead.
+func (*GetJobLogsResponse) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *GetJobLogsResponse) GetLines() []*LogLine {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
+func (x *GetJobLogsResponse) GetGap() *LogGap {
+	if x != nil {
+		return x.Gap
+	}
+	return nil
+}
+
+func (x *GetJobLogsResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+func (x *GetJobLogsResponse) GetJobEnded() bool {
+	if x != nil {
+		return x.JobEnded
+	}
+	return false
+}
+
+type WatchJobLogsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The last seq the caller saw; 0 starts with the oldest line kept.
+	AfterSeq      int64 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchJobLogsRequest) Reset() {
+	*x = WatchJobLogsRequest{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchJobLogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchJobLogsRequest) ProtoMessage() {}
+
+func (x *WatchJobLogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchJobLogsRequest.ProtoReflect.Descriptor instead.
+func (*WatchJobLogsRequest) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *WatchJobLogsRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *WatchJobLogsRequest) GetAfterSeq() int64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
+
+type WatchJobLogsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Lines []*LogLine             `protobuf:"bytes,1,rep,name=lines,proto3" json:"lines,omitempty"`
+	// Set when lines between the last sent and the first here are no
+	// longer kept.
+	Gap           *LogGap `protobuf:"bytes,2,opt,name=gap,proto3" json:"gap,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchJobLogsResponse) Reset() {
+	*x = WatchJobLogsResponse{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchJobLogsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchJobLogsResponse) ProtoMessage() {}
+
+func (x *WatchJobLogsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchJobLogsResponse.ProtoReflect.Descriptor instead.
+func (*WatchJobLogsResponse) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *WatchJobLogsResponse) GetLines() []*LogLine {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
+func (x *WatchJobLogsResponse) GetGap() *LogGap {
+	if x != nil {
+		return x.Gap
+	}
+	return nil
+}
+
 type SubmitJobRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -680,7 +1112,7 @@ type SubmitJobRequest struct {
 
 func (x *SubmitJobRequest) Reset() {
 	*x = SubmitJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[4]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +1124,7 @@ func (x *SubmitJobRequest) String() string {
 func (*SubmitJobRequest) ProtoMessage() {}
 
 func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[4]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +1137,7 @@ func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{4}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SubmitJobRequest) GetTenant() string {
@@ -787,7 +1219,7 @@ type SubmitJobResponse struct {
 
 func (x *SubmitJobResponse) Reset() {
 	*x = SubmitJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[5]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -799,7 +1231,7 @@ func (x *SubmitJobResponse) String() string {
 func (*SubmitJobResponse) ProtoMessage() {}
 
 func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[5]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -812,7 +1244,7 @@ func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobResponse.ProtoReflect.Descriptor instead.
 func (*SubmitJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{5}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SubmitJobResponse) GetJob() *Job {
@@ -831,7 +1263,7 @@ type StartJobRequest struct {
 
 func (x *StartJobRequest) Reset() {
 	*x = StartJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[6]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +1275,7 @@ func (x *StartJobRequest) String() string {
 func (*StartJobRequest) ProtoMessage() {}
 
 func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[6]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +1288,7 @@ func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartJobRequest.ProtoReflect.Descriptor instead.
 func (*StartJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{6}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StartJobRequest) GetJobId() string {
@@ -875,7 +1307,7 @@ type StartJobResponse struct {
 
 func (x *StartJobResponse) Reset() {
 	*x = StartJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[7]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +1319,7 @@ func (x *StartJobResponse) String() string {
 func (*StartJobResponse) ProtoMessage() {}
 
 func (x *StartJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[7]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +1332,7 @@ func (x *StartJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartJobResponse.ProtoReflect.Descriptor instead.
 func (*StartJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{7}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StartJobResponse) GetJob() *Job {
@@ -919,7 +1351,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[8]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +1363,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[8]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +1376,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{8}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -963,7 +1395,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[9]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1407,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[9]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1420,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{9}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1022,7 +1454,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[10]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1466,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[10]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1479,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{10}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListJobsRequest) GetTenant() string {
@@ -1111,7 +1543,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[11]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1555,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[11]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1568,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{11}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1162,7 +1594,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1606,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1619,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{12}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -1206,7 +1638,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1650,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1663,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{13}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -1250,7 +1682,7 @@ type WaitJobRequest struct {
 
 func (x *WaitJobRequest) Reset() {
 	*x = WaitJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1694,7 @@ func (x *WaitJobRequest) String() string {
 func (*WaitJobRequest) ProtoMessage() {}
 
 func (x *WaitJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1707,7 @@ func (x *WaitJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitJobRequest.ProtoReflect.Descriptor instead.
 func (*WaitJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{14}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WaitJobRequest) GetJobId() string {
@@ -1294,7 +1726,7 @@ type WaitJobResponse struct {
 
 func (x *WaitJobResponse) Reset() {
 	*x = WaitJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1738,7 @@ func (x *WaitJobResponse) String() string {
 func (*WaitJobResponse) ProtoMessage() {}
 
 func (x *WaitJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1751,7 @@ func (x *WaitJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitJobResponse.ProtoReflect.Descriptor instead.
 func (*WaitJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{15}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WaitJobResponse) GetJob() *Job {
@@ -1340,7 +1772,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +1784,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +1797,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{16}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchJobRequest) GetJobId() string {
@@ -1392,7 +1824,7 @@ type WatchJobResponse struct {
 
 func (x *WatchJobResponse) Reset() {
 	*x = WatchJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1836,7 @@ func (x *WatchJobResponse) String() string {
 func (*WatchJobResponse) ProtoMessage() {}
 
 func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1849,7 @@ func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{17}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchJobResponse) GetJob() *Job {
@@ -1446,7 +1878,7 @@ type WatchJobsRequest struct {
 
 func (x *WatchJobsRequest) Reset() {
 	*x = WatchJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1890,7 @@ func (x *WatchJobsRequest) String() string {
 func (*WatchJobsRequest) ProtoMessage() {}
 
 func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1903,7 @@ func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobsRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{18}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchJobsRequest) GetTenant() string {
@@ -1526,7 +1958,7 @@ type WatchJobsResponse struct {
 
 func (x *WatchJobsResponse) Reset() {
 	*x = WatchJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1970,7 @@ func (x *WatchJobsResponse) String() string {
 func (*WatchJobsResponse) ProtoMessage() {}
 
 func (x *WatchJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1983,7 @@ func (x *WatchJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobsResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{19}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchJobsResponse) GetJobs() []*Job {
@@ -1584,7 +2016,7 @@ type RetryJobRequest struct {
 
 func (x *RetryJobRequest) Reset() {
 	*x = RetryJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +2028,7 @@ func (x *RetryJobRequest) String() string {
 func (*RetryJobRequest) ProtoMessage() {}
 
 func (x *RetryJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +2041,7 @@ func (x *RetryJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobRequest.ProtoReflect.Descriptor instead.
 func (*RetryJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{20}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RetryJobRequest) GetJobId() string {
@@ -1628,7 +2060,7 @@ type RetryJobResponse struct {
 
 func (x *RetryJobResponse) Reset() {
 	*x = RetryJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +2072,7 @@ func (x *RetryJobResponse) String() string {
 func (*RetryJobResponse) ProtoMessage() {}
 
 func (x *RetryJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +2085,7 @@ func (x *RetryJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobResponse.ProtoReflect.Descriptor instead.
 func (*RetryJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{21}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RetryJobResponse) GetJob() *Job {
@@ -1672,7 +2104,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +2116,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +2129,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{22}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteJobRequest) GetJobId() string {
@@ -1715,7 +2147,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +2159,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +2172,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{23}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{29}
 }
 
 // JobFilter selects the jobs of a bulk action. Every field set narrows
@@ -1767,7 +2199,7 @@ type JobFilter struct {
 
 func (x *JobFilter) Reset() {
 	*x = JobFilter{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +2211,7 @@ func (x *JobFilter) String() string {
 func (*JobFilter) ProtoMessage() {}
 
 func (x *JobFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +2224,7 @@ func (x *JobFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFilter.ProtoReflect.Descriptor instead.
 func (*JobFilter) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{24}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *JobFilter) GetTenant() string {
@@ -1850,7 +2282,7 @@ type RetryJobsRequest struct {
 
 func (x *RetryJobsRequest) Reset() {
 	*x = RetryJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +2294,7 @@ func (x *RetryJobsRequest) String() string {
 func (*RetryJobsRequest) ProtoMessage() {}
 
 func (x *RetryJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +2307,7 @@ func (x *RetryJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobsRequest.ProtoReflect.Descriptor instead.
 func (*RetryJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{25}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RetryJobsRequest) GetFilter() *JobFilter {
@@ -1915,7 +2347,7 @@ type RetryJobsResponse struct {
 
 func (x *RetryJobsResponse) Reset() {
 	*x = RetryJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2359,7 @@ func (x *RetryJobsResponse) String() string {
 func (*RetryJobsResponse) ProtoMessage() {}
 
 func (x *RetryJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2372,7 @@ func (x *RetryJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobsResponse.ProtoReflect.Descriptor instead.
 func (*RetryJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{26}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RetryJobsResponse) GetMatched() int64 {
@@ -1975,7 +2407,7 @@ type CancelJobsRequest struct {
 
 func (x *CancelJobsRequest) Reset() {
 	*x = CancelJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1987,7 +2419,7 @@ func (x *CancelJobsRequest) String() string {
 func (*CancelJobsRequest) ProtoMessage() {}
 
 func (x *CancelJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2000,7 +2432,7 @@ func (x *CancelJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobsRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{27}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CancelJobsRequest) GetFilter() *JobFilter {
@@ -2035,7 +2467,7 @@ type CancelJobsResponse struct {
 
 func (x *CancelJobsResponse) Reset() {
 	*x = CancelJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2479,7 @@ func (x *CancelJobsResponse) String() string {
 func (*CancelJobsResponse) ProtoMessage() {}
 
 func (x *CancelJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2492,7 @@ func (x *CancelJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobsResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{28}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CancelJobsResponse) GetMatched() int64 {
@@ -2095,7 +2527,7 @@ type DeleteJobsRequest struct {
 
 func (x *DeleteJobsRequest) Reset() {
 	*x = DeleteJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2107,7 +2539,7 @@ func (x *DeleteJobsRequest) String() string {
 func (*DeleteJobsRequest) ProtoMessage() {}
 
 func (x *DeleteJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2120,7 +2552,7 @@ func (x *DeleteJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{29}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteJobsRequest) GetFilter() *JobFilter {
@@ -2155,7 +2587,7 @@ type DeleteJobsResponse struct {
 
 func (x *DeleteJobsResponse) Reset() {
 	*x = DeleteJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2167,7 +2599,7 @@ func (x *DeleteJobsResponse) String() string {
 func (*DeleteJobsResponse) ProtoMessage() {}
 
 func (x *DeleteJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2180,7 +2612,7 @@ func (x *DeleteJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{30}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteJobsResponse) GetMatched() int64 {
@@ -2212,7 +2644,7 @@ type GetServerInfoRequest struct {
 
 func (x *GetServerInfoRequest) Reset() {
 	*x = GetServerInfoRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2224,7 +2656,7 @@ func (x *GetServerInfoRequest) String() string {
 func (*GetServerInfoRequest) ProtoMessage() {}
 
 func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2237,7 +2669,7 @@ func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{31}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{37}
 }
 
 type GetServerInfoResponse struct {
@@ -2258,7 +2690,7 @@ type GetServerInfoResponse struct {
 
 func (x *GetServerInfoResponse) Reset() {
 	*x = GetServerInfoResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2270,7 +2702,7 @@ func (x *GetServerInfoResponse) String() string {
 func (*GetServerInfoResponse) ProtoMessage() {}
 
 func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2283,7 +2715,7 @@ func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{32}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetServerInfoResponse) GetDemo() bool {
@@ -2339,7 +2771,7 @@ type Caller struct {
 
 func (x *Caller) Reset() {
 	*x = Caller{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2351,7 +2783,7 @@ func (x *Caller) String() string {
 func (*Caller) ProtoMessage() {}
 
 func (x *Caller) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2364,7 +2796,7 @@ func (x *Caller) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Caller.ProtoReflect.Descriptor instead.
 func (*Caller) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{33}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Caller) GetRole() string {
@@ -2388,6 +2820,184 @@ func (x *Caller) GetName() string {
 	return ""
 }
 
+type AppendJobLogsRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	JobId   string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	LeaseId string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// At most 1,000 lines a call.
+	Lines         []*AppendLogLine `protobuf:"bytes,3,rep,name=lines,proto3" json:"lines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendJobLogsRequest) Reset() {
+	*x = AppendJobLogsRequest{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendJobLogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendJobLogsRequest) ProtoMessage() {}
+
+func (x *AppendJobLogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendJobLogsRequest.ProtoReflect.Descriptor instead.
+func (*AppendJobLogsRequest) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *AppendJobLogsRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *AppendJobLogsRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *AppendJobLogsRequest) GetLines() []*AppendLogLine {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
+// AppendLogLine is a line as a worker sends it; the server numbers it.
+type AppendLogLine struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Without its newline; a line over 16 KiB is cut (see LogLine.text).
+	Text   string    `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	Stream LogStream `protobuf:"varint,2,opt,name=stream,proto3,enum=jobwatch.v1.LogStream" json:"stream,omitempty"`
+	// When the worker saw the line; unset means when the server takes it.
+	Time          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendLogLine) Reset() {
+	*x = AppendLogLine{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendLogLine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendLogLine) ProtoMessage() {}
+
+func (x *AppendLogLine) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendLogLine.ProtoReflect.Descriptor instead.
+func (*AppendLogLine) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *AppendLogLine) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *AppendLogLine) GetStream() LogStream {
+	if x != nil {
+		return x.Stream
+	}
+	return LogStream_LOG_STREAM_UNSPECIFIED
+}
+
+func (x *AppendLogLine) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+type AppendJobLogsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The seq of the last line appended.
+	LastSeq int64 `protobuf:"varint,1,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	// Stop working on the job, as HeartbeatResponse.cancelled says.
+	Cancelled     bool `protobuf:"varint,2,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendJobLogsResponse) Reset() {
+	*x = AppendJobLogsResponse{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendJobLogsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendJobLogsResponse) ProtoMessage() {}
+
+func (x *AppendJobLogsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendJobLogsResponse.ProtoReflect.Descriptor instead.
+func (*AppendJobLogsResponse) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *AppendJobLogsResponse) GetLastSeq() int64 {
+	if x != nil {
+		return x.LastSeq
+	}
+	return 0
+}
+
+func (x *AppendJobLogsResponse) GetCancelled() bool {
+	if x != nil {
+		return x.Cancelled
+	}
+	return false
+}
+
 type ClaimJobRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -2407,7 +3017,7 @@ type ClaimJobRequest struct {
 
 func (x *ClaimJobRequest) Reset() {
 	*x = ClaimJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2419,7 +3029,7 @@ func (x *ClaimJobRequest) String() string {
 func (*ClaimJobRequest) ProtoMessage() {}
 
 func (x *ClaimJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2432,7 +3042,7 @@ func (x *ClaimJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimJobRequest.ProtoReflect.Descriptor instead.
 func (*ClaimJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{34}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ClaimJobRequest) GetWorkerId() string {
@@ -2479,7 +3089,7 @@ type ClaimJobResponse struct {
 
 func (x *ClaimJobResponse) Reset() {
 	*x = ClaimJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2491,7 +3101,7 @@ func (x *ClaimJobResponse) String() string {
 func (*ClaimJobResponse) ProtoMessage() {}
 
 func (x *ClaimJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2504,7 +3114,7 @@ func (x *ClaimJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimJobResponse.ProtoReflect.Descriptor instead.
 func (*ClaimJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{35}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ClaimJobResponse) GetJob() *Job {
@@ -2548,7 +3158,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2560,7 +3170,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2573,7 +3183,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{36}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Claim) GetJob() *Job {
@@ -2611,7 +3221,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2623,7 +3233,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2636,7 +3246,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{37}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *HeartbeatRequest) GetJobId() string {
@@ -2680,7 +3290,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2692,7 +3302,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2705,7 +3315,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{38}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *HeartbeatResponse) GetCancelled() bool {
@@ -2733,7 +3343,7 @@ type CompleteJobRequest struct {
 
 func (x *CompleteJobRequest) Reset() {
 	*x = CompleteJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2745,7 +3355,7 @@ func (x *CompleteJobRequest) String() string {
 func (*CompleteJobRequest) ProtoMessage() {}
 
 func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2758,7 +3368,7 @@ func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobRequest.ProtoReflect.Descriptor instead.
 func (*CompleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{39}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CompleteJobRequest) GetJobId() string {
@@ -2791,7 +3401,7 @@ type CompleteJobResponse struct {
 
 func (x *CompleteJobResponse) Reset() {
 	*x = CompleteJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2803,7 +3413,7 @@ func (x *CompleteJobResponse) String() string {
 func (*CompleteJobResponse) ProtoMessage() {}
 
 func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2816,7 +3426,7 @@ func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobResponse.ProtoReflect.Descriptor instead.
 func (*CompleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{40}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CompleteJobResponse) GetJob() *Job {
@@ -2839,7 +3449,7 @@ type FailJobRequest struct {
 
 func (x *FailJobRequest) Reset() {
 	*x = FailJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +3461,7 @@ func (x *FailJobRequest) String() string {
 func (*FailJobRequest) ProtoMessage() {}
 
 func (x *FailJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +3474,7 @@ func (x *FailJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobRequest.ProtoReflect.Descriptor instead.
 func (*FailJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{41}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FailJobRequest) GetJobId() string {
@@ -2904,7 +3514,7 @@ type FailJobResponse struct {
 
 func (x *FailJobResponse) Reset() {
 	*x = FailJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2916,7 +3526,7 @@ func (x *FailJobResponse) String() string {
 func (*FailJobResponse) ProtoMessage() {}
 
 func (x *FailJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2929,7 +3539,7 @@ func (x *FailJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobResponse.ProtoReflect.Descriptor instead.
 func (*FailJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{42}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *FailJobResponse) GetJob() *Job {
@@ -2948,7 +3558,7 @@ type PauseQueueRequest struct {
 
 func (x *PauseQueueRequest) Reset() {
 	*x = PauseQueueRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2960,7 +3570,7 @@ func (x *PauseQueueRequest) String() string {
 func (*PauseQueueRequest) ProtoMessage() {}
 
 func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2973,7 +3583,7 @@ func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
 func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{43}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PauseQueueRequest) GetQueue() string {
@@ -2992,7 +3602,7 @@ type PauseQueueResponse struct {
 
 func (x *PauseQueueResponse) Reset() {
 	*x = PauseQueueResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3004,7 +3614,7 @@ func (x *PauseQueueResponse) String() string {
 func (*PauseQueueResponse) ProtoMessage() {}
 
 func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3017,7 +3627,7 @@ func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueResponse.ProtoReflect.Descriptor instead.
 func (*PauseQueueResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{44}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PauseQueueResponse) GetQueue() *Queue {
@@ -3036,7 +3646,7 @@ type ResumeQueueRequest struct {
 
 func (x *ResumeQueueRequest) Reset() {
 	*x = ResumeQueueRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3048,7 +3658,7 @@ func (x *ResumeQueueRequest) String() string {
 func (*ResumeQueueRequest) ProtoMessage() {}
 
 func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3061,7 +3671,7 @@ func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueRequest.ProtoReflect.Descriptor instead.
 func (*ResumeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{45}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ResumeQueueRequest) GetQueue() string {
@@ -3080,7 +3690,7 @@ type ResumeQueueResponse struct {
 
 func (x *ResumeQueueResponse) Reset() {
 	*x = ResumeQueueResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3092,7 +3702,7 @@ func (x *ResumeQueueResponse) String() string {
 func (*ResumeQueueResponse) ProtoMessage() {}
 
 func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3105,7 +3715,7 @@ func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueResponse.ProtoReflect.Descriptor instead.
 func (*ResumeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{46}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ResumeQueueResponse) GetQueue() *Queue {
@@ -3154,7 +3764,7 @@ type Queue struct {
 
 func (x *Queue) Reset() {
 	*x = Queue{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3166,7 +3776,7 @@ func (x *Queue) String() string {
 func (*Queue) ProtoMessage() {}
 
 func (x *Queue) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3179,7 +3789,7 @@ func (x *Queue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Queue.ProtoReflect.Descriptor instead.
 func (*Queue) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{47}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Queue) GetName() string {
@@ -3306,7 +3916,7 @@ type QueueDepth struct {
 
 func (x *QueueDepth) Reset() {
 	*x = QueueDepth{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3318,7 +3928,7 @@ func (x *QueueDepth) String() string {
 func (*QueueDepth) ProtoMessage() {}
 
 func (x *QueueDepth) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3331,7 +3941,7 @@ func (x *QueueDepth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepth.ProtoReflect.Descriptor instead.
 func (*QueueDepth) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{48}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *QueueDepth) GetAt() *timestamppb.Timestamp {
@@ -3370,7 +3980,7 @@ type PoolUse struct {
 
 func (x *PoolUse) Reset() {
 	*x = PoolUse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3382,7 +3992,7 @@ func (x *PoolUse) String() string {
 func (*PoolUse) ProtoMessage() {}
 
 func (x *PoolUse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3395,7 +4005,7 @@ func (x *PoolUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolUse.ProtoReflect.Descriptor instead.
 func (*PoolUse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{49}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PoolUse) GetName() string {
@@ -3427,7 +4037,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3439,7 +4049,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3452,7 +4062,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{50}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{59}
 }
 
 type ListQueuesResponse struct {
@@ -3466,7 +4076,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3478,7 +4088,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3491,7 +4101,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{51}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*Queue {
@@ -3543,7 +4153,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3555,7 +4165,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3568,7 +4178,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{52}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Schedule) GetName() string {
@@ -3663,7 +4273,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3675,7 +4285,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3688,7 +4298,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{53}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{62}
 }
 
 type ListSchedulesResponse struct {
@@ -3700,7 +4310,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3712,7 +4322,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3725,7 +4335,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{54}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -3786,7 +4396,32 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x10JobAlreadyActive\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n" +
 	"\n" +
-	"unique_key\x18\x02 \x01(\tR\tuniqueKey\"\xd1\x02\n" +
+	"unique_key\x18\x02 \x01(\tR\tuniqueKey\"\xa9\x01\n" +
+	"\aLogLine\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12.\n" +
+	"\x06stream\x18\x03 \x01(\x0e2\x16.jobwatch.v1.LogStreamR\x06stream\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12\x12\n" +
+	"\x04text\x18\x05 \x01(\tR\x04text\"C\n" +
+	"\x06LogGap\x12\x18\n" +
+	"\askipped\x18\x01 \x01(\x03R\askipped\x12\x1f\n" +
+	"\vresume_from\x18\x02 \x01(\x03R\n" +
+	"resumeFrom\"]\n" +
+	"\x11GetJobLogsRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
+	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"\x98\x01\n" +
+	"\x12GetJobLogsResponse\x12*\n" +
+	"\x05lines\x18\x01 \x03(\v2\x14.jobwatch.v1.LogLineR\x05lines\x12%\n" +
+	"\x03gap\x18\x02 \x01(\v2\x13.jobwatch.v1.LogGapR\x03gap\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\x12\x1b\n" +
+	"\tjob_ended\x18\x04 \x01(\bR\bjobEnded\"I\n" +
+	"\x13WatchJobLogsRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
+	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\"i\n" +
+	"\x14WatchJobLogsResponse\x12*\n" +
+	"\x05lines\x18\x01 \x03(\v2\x14.jobwatch.v1.LogLineR\x05lines\x12%\n" +
+	"\x03gap\x18\x02 \x01(\v2\x13.jobwatch.v1.LogGapR\x03gap\"\xd1\x02\n" +
 	"\x10SubmitJobRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
@@ -3897,7 +4532,18 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x06Caller\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"w\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"z\n" +
+	"\x14AppendJobLogsRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\tR\aleaseId\x120\n" +
+	"\x05lines\x18\x03 \x03(\v2\x1a.jobwatch.v1.AppendLogLineR\x05lines\"\x83\x01\n" +
+	"\rAppendLogLine\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12.\n" +
+	"\x06stream\x18\x02 \x01(\x0e2\x16.jobwatch.v1.LogStreamR\x06stream\x12.\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"P\n" +
+	"\x15AppendJobLogsResponse\x12\x19\n" +
+	"\blast_seq\x18\x01 \x01(\x03R\alastSeq\x12\x1c\n" +
+	"\tcancelled\x18\x02 \x01(\bR\tcancelled\"w\n" +
 	"\x0fClaimJobRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x14\n" +
 	"\x05kinds\x18\x02 \x03(\tR\x05kinds\x12\x16\n" +
@@ -4003,11 +4649,15 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\aJobView\x12\x18\n" +
 	"\x14JOB_VIEW_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_VIEW_SUMMARY\x10\x01\x12\x11\n" +
-	"\rJOB_VIEW_FULL\x10\x02*W\n" +
+	"\rJOB_VIEW_FULL\x10\x02*U\n" +
+	"\tLogStream\x12\x1a\n" +
+	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
+	"\x11LOG_STREAM_STDERR\x10\x02*W\n" +
 	"\tQueueMode\x12\x1a\n" +
 	"\x16QUEUE_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13QUEUE_MODE_PARALLEL\x10\x01\x12\x15\n" +
-	"\x11QUEUE_MODE_SERIAL\x10\x022\xaf\b\n" +
+	"\x11QUEUE_MODE_SERIAL\x10\x022\xd5\t\n" +
 	"\n" +
 	"JobService\x12J\n" +
 	"\tSubmitJob\x12\x1d.jobwatch.v1.SubmitJobRequest\x1a\x1e.jobwatch.v1.SubmitJobResponse\x12G\n" +
@@ -4025,12 +4675,16 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\n" +
 	"CancelJobs\x12\x1e.jobwatch.v1.CancelJobsRequest\x1a\x1f.jobwatch.v1.CancelJobsResponse\x12M\n" +
 	"\n" +
-	"DeleteJobs\x12\x1e.jobwatch.v1.DeleteJobsRequest\x1a\x1f.jobwatch.v1.DeleteJobsResponse2\xbc\x02\n" +
+	"DeleteJobs\x12\x1e.jobwatch.v1.DeleteJobsRequest\x1a\x1f.jobwatch.v1.DeleteJobsResponse\x12M\n" +
+	"\n" +
+	"GetJobLogs\x12\x1e.jobwatch.v1.GetJobLogsRequest\x1a\x1f.jobwatch.v1.GetJobLogsResponse\x12U\n" +
+	"\fWatchJobLogs\x12 .jobwatch.v1.WatchJobLogsRequest\x1a!.jobwatch.v1.WatchJobLogsResponse0\x012\x94\x03\n" +
 	"\rWorkerService\x12G\n" +
 	"\bClaimJob\x12\x1c.jobwatch.v1.ClaimJobRequest\x1a\x1d.jobwatch.v1.ClaimJobResponse\x12J\n" +
 	"\tHeartbeat\x12\x1d.jobwatch.v1.HeartbeatRequest\x1a\x1e.jobwatch.v1.HeartbeatResponse\x12P\n" +
 	"\vCompleteJob\x12\x1f.jobwatch.v1.CompleteJobRequest\x1a .jobwatch.v1.CompleteJobResponse\x12D\n" +
-	"\aFailJob\x12\x1b.jobwatch.v1.FailJobRequest\x1a\x1c.jobwatch.v1.FailJobResponse2\xd6\x02\n" +
+	"\aFailJob\x12\x1b.jobwatch.v1.FailJobRequest\x1a\x1c.jobwatch.v1.FailJobResponse\x12V\n" +
+	"\rAppendJobLogs\x12!.jobwatch.v1.AppendJobLogsRequest\x1a\".jobwatch.v1.AppendJobLogsResponse2\xd6\x02\n" +
 	"\fQueueService\x12M\n" +
 	"\n" +
 	"ListQueues\x12\x1e.jobwatch.v1.ListQueuesRequest\x1a\x1f.jobwatch.v1.ListQueuesResponse\x12V\n" +
@@ -4051,183 +4705,208 @@ func file_jobwatch_v1_jobwatch_proto_rawDescGZIP() []byte {
 	return file_jobwatch_v1_jobwatch_proto_rawDescData
 }
 
-var file_jobwatch_v1_jobwatch_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_jobwatch_v1_jobwatch_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(JobState)(0),                 // 0: jobwatch.v1.JobState
 	(JobView)(0),                  // 1: jobwatch.v1.JobView
-	(QueueMode)(0),                // 2: jobwatch.v1.QueueMode
-	(*JobError)(nil),              // 3: jobwatch.v1.JobError
-	(*Job)(nil),                   // 4: jobwatch.v1.Job
-	(*JobAttempt)(nil),            // 5: jobwatch.v1.JobAttempt
-	(*JobAlreadyActive)(nil),      // 6: jobwatch.v1.JobAlreadyActive
-	(*SubmitJobRequest)(nil),      // 7: jobwatch.v1.SubmitJobRequest
-	(*SubmitJobResponse)(nil),     // 8: jobwatch.v1.SubmitJobResponse
-	(*StartJobRequest)(nil),       // 9: jobwatch.v1.StartJobRequest
-	(*StartJobResponse)(nil),      // 10: jobwatch.v1.StartJobResponse
-	(*GetJobRequest)(nil),         // 11: jobwatch.v1.GetJobRequest
-	(*GetJobResponse)(nil),        // 12: jobwatch.v1.GetJobResponse
-	(*ListJobsRequest)(nil),       // 13: jobwatch.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),      // 14: jobwatch.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),      // 15: jobwatch.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),     // 16: jobwatch.v1.CancelJobResponse
-	(*WaitJobRequest)(nil),        // 17: jobwatch.v1.WaitJobRequest
-	(*WaitJobResponse)(nil),       // 18: jobwatch.v1.WaitJobResponse
-	(*WatchJobRequest)(nil),       // 19: jobwatch.v1.WatchJobRequest
-	(*WatchJobResponse)(nil),      // 20: jobwatch.v1.WatchJobResponse
-	(*WatchJobsRequest)(nil),      // 21: jobwatch.v1.WatchJobsRequest
-	(*WatchJobsResponse)(nil),     // 22: jobwatch.v1.WatchJobsResponse
-	(*RetryJobRequest)(nil),       // 23: jobwatch.v1.RetryJobRequest
-	(*RetryJobResponse)(nil),      // 24: jobwatch.v1.RetryJobResponse
-	(*DeleteJobRequest)(nil),      // 25: jobwatch.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),     // 26: jobwatch.v1.DeleteJobResponse
-	(*JobFilter)(nil),             // 27: jobwatch.v1.JobFilter
-	(*RetryJobsRequest)(nil),      // 28: jobwatch.v1.RetryJobsRequest
-	(*RetryJobsResponse)(nil),     // 29: jobwatch.v1.RetryJobsResponse
-	(*CancelJobsRequest)(nil),     // 30: jobwatch.v1.CancelJobsRequest
-	(*CancelJobsResponse)(nil),    // 31: jobwatch.v1.CancelJobsResponse
-	(*DeleteJobsRequest)(nil),     // 32: jobwatch.v1.DeleteJobsRequest
-	(*DeleteJobsResponse)(nil),    // 33: jobwatch.v1.DeleteJobsResponse
-	(*GetServerInfoRequest)(nil),  // 34: jobwatch.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil), // 35: jobwatch.v1.GetServerInfoResponse
-	(*Caller)(nil),                // 36: jobwatch.v1.Caller
-	(*ClaimJobRequest)(nil),       // 37: jobwatch.v1.ClaimJobRequest
-	(*ClaimJobResponse)(nil),      // 38: jobwatch.v1.ClaimJobResponse
-	(*Claim)(nil),                 // 39: jobwatch.v1.Claim
-	(*HeartbeatRequest)(nil),      // 40: jobwatch.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 41: jobwatch.v1.HeartbeatResponse
-	(*CompleteJobRequest)(nil),    // 42: jobwatch.v1.CompleteJobRequest
-	(*CompleteJobResponse)(nil),   // 43: jobwatch.v1.CompleteJobResponse
-	(*FailJobRequest)(nil),        // 44: jobwatch.v1.FailJobRequest
-	(*FailJobResponse)(nil),       // 45: jobwatch.v1.FailJobResponse
-	(*PauseQueueRequest)(nil),     // 46: jobwatch.v1.PauseQueueRequest
-	(*PauseQueueResponse)(nil),    // 47: jobwatch.v1.PauseQueueResponse
-	(*ResumeQueueRequest)(nil),    // 48: jobwatch.v1.ResumeQueueRequest
-	(*ResumeQueueResponse)(nil),   // 49: jobwatch.v1.ResumeQueueResponse
-	(*Queue)(nil),                 // 50: jobwatch.v1.Queue
-	(*QueueDepth)(nil),            // 51: jobwatch.v1.QueueDepth
-	(*PoolUse)(nil),               // 52: jobwatch.v1.PoolUse
-	(*ListQueuesRequest)(nil),     // 53: jobwatch.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),    // 54: jobwatch.v1.ListQueuesResponse
-	(*Schedule)(nil),              // 55: jobwatch.v1.Schedule
-	(*ListSchedulesRequest)(nil),  // 56: jobwatch.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil), // 57: jobwatch.v1.ListSchedulesResponse
-	(*structpb.Value)(nil),        // 58: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil), // 59: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 60: google.protobuf.Duration
+	(LogStream)(0),                // 2: jobwatch.v1.LogStream
+	(QueueMode)(0),                // 3: jobwatch.v1.QueueMode
+	(*JobError)(nil),              // 4: jobwatch.v1.JobError
+	(*Job)(nil),                   // 5: jobwatch.v1.Job
+	(*JobAttempt)(nil),            // 6: jobwatch.v1.JobAttempt
+	(*JobAlreadyActive)(nil),      // 7: jobwatch.v1.JobAlreadyActive
+	(*LogLine)(nil),               // 8: jobwatch.v1.LogLine
+	(*LogGap)(nil),                // 9: jobwatch.v1.LogGap
+	(*GetJobLogsRequest)(nil),     // 10: jobwatch.v1.GetJobLogsRequest
+	(*GetJobLogsResponse)(nil),    // 11: jobwatch.v1.GetJobLogsResponse
+	(*WatchJobLogsRequest)(nil),   // 12: jobwatch.v1.WatchJobLogsRequest
+	(*WatchJobLogsResponse)(nil),  // 13: jobwatch.v1.WatchJobLogsResponse
+	(*SubmitJobRequest)(nil),      // 14: jobwatch.v1.SubmitJobRequest
+	(*SubmitJobResponse)(nil),     // 15: jobwatch.v1.SubmitJobResponse
+	(*StartJobRequest)(nil),       // 16: jobwatch.v1.StartJobRequest
+	(*StartJobResponse)(nil),      // 17: jobwatch.v1.StartJobResponse
+	(*GetJobRequest)(nil),         // 18: jobwatch.v1.GetJobRequest
+	(*GetJobResponse)(nil),        // 19: jobwatch.v1.GetJobResponse
+	(*ListJobsRequest)(nil),       // 20: jobwatch.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),      // 21: jobwatch.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),      // 22: jobwatch.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),     // 23: jobwatch.v1.CancelJobResponse
+	(*WaitJobRequest)(nil),        // 24: jobwatch.v1.WaitJobRequest
+	(*WaitJobResponse)(nil),       // 25: jobwatch.v1.WaitJobResponse
+	(*WatchJobRequest)(nil),       // 26: jobwatch.v1.WatchJobRequest
+	(*WatchJobResponse)(nil),      // 27: jobwatch.v1.WatchJobResponse
+	(*WatchJobsRequest)(nil),      // 28: jobwatch.v1.WatchJobsRequest
+	(*WatchJobsResponse)(nil),     // 29: jobwatch.v1.WatchJobsResponse
+	(*RetryJobRequest)(nil),       // 30: jobwatch.v1.RetryJobRequest
+	(*RetryJobResponse)(nil),      // 31: jobwatch.v1.RetryJobResponse
+	(*DeleteJobRequest)(nil),      // 32: jobwatch.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),     // 33: jobwatch.v1.DeleteJobResponse
+	(*JobFilter)(nil),             // 34: jobwatch.v1.JobFilter
+	(*RetryJobsRequest)(nil),      // 35: jobwatch.v1.RetryJobsRequest
+	(*RetryJobsResponse)(nil),     // 36: jobwatch.v1.RetryJobsResponse
+	(*CancelJobsRequest)(nil),     // 37: jobwatch.v1.CancelJobsRequest
+	(*CancelJobsResponse)(nil),    // 38: jobwatch.v1.CancelJobsResponse
+	(*DeleteJobsRequest)(nil),     // 39: jobwatch.v1.DeleteJobsRequest
+	(*DeleteJobsResponse)(nil),    // 40: jobwatch.v1.DeleteJobsResponse
+	(*GetServerInfoRequest)(nil),  // 41: jobwatch.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil), // 42: jobwatch.v1.GetServerInfoResponse
+	(*Caller)(nil),                // 43: jobwatch.v1.Caller
+	(*AppendJobLogsRequest)(nil),  // 44: jobwatch.v1.AppendJobLogsRequest
+	(*AppendLogLine)(nil),         // 45: jobwatch.v1.AppendLogLine
+	(*AppendJobLogsResponse)(nil), // 46: jobwatch.v1.AppendJobLogsResponse
+	(*ClaimJobRequest)(nil),       // 47: jobwatch.v1.ClaimJobRequest
+	(*ClaimJobResponse)(nil),      // 48: jobwatch.v1.ClaimJobResponse
+	(*Claim)(nil),                 // 49: jobwatch.v1.Claim
+	(*HeartbeatRequest)(nil),      // 50: jobwatch.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 51: jobwatch.v1.HeartbeatResponse
+	(*CompleteJobRequest)(nil),    // 52: jobwatch.v1.CompleteJobRequest
+	(*CompleteJobResponse)(nil),   // 53: jobwatch.v1.CompleteJobResponse
+	(*FailJobRequest)(nil),        // 54: jobwatch.v1.FailJobRequest
+	(*FailJobResponse)(nil),       // 55: jobwatch.v1.FailJobResponse
+	(*PauseQueueRequest)(nil),     // 56: jobwatch.v1.PauseQueueRequest
+	(*PauseQueueResponse)(nil),    // 57: jobwatch.v1.PauseQueueResponse
+	(*ResumeQueueRequest)(nil),    // 58: jobwatch.v1.ResumeQueueRequest
+	(*ResumeQueueResponse)(nil),   // 59: jobwatch.v1.ResumeQueueResponse
+	(*Queue)(nil),                 // 60: jobwatch.v1.Queue
+	(*QueueDepth)(nil),            // 61: jobwatch.v1.QueueDepth
+	(*PoolUse)(nil),               // 62: jobwatch.v1.PoolUse
+	(*ListQueuesRequest)(nil),     // 63: jobwatch.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),    // 64: jobwatch.v1.ListQueuesResponse
+	(*Schedule)(nil),              // 65: jobwatch.v1.Schedule
+	(*ListSchedulesRequest)(nil),  // 66: jobwatch.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil), // 67: jobwatch.v1.ListSchedulesResponse
+	(*structpb.Value)(nil),        // 68: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 69: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 70: google.protobuf.Duration
 }
 var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	0,  // 0: jobwatch.v1.Job.state:type_name -> jobwatch.v1.JobState
-	58, // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
-	58, // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
-	3,  // 3: jobwatch.v1.Job.error:type_name -> jobwatch.v1.JobError
-	59, // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	59, // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	59, // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	59, // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	59, // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	5,  // 9: jobwatch.v1.Job.attempts:type_name -> jobwatch.v1.JobAttempt
-	59, // 10: jobwatch.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
-	59, // 11: jobwatch.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	68, // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
+	68, // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
+	4,  // 3: jobwatch.v1.Job.error:type_name -> jobwatch.v1.JobError
+	69, // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	69, // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	69, // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	69, // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	69, // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	6,  // 9: jobwatch.v1.Job.attempts:type_name -> jobwatch.v1.JobAttempt
+	69, // 10: jobwatch.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
+	69, // 11: jobwatch.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,  // 12: jobwatch.v1.JobAttempt.state:type_name -> jobwatch.v1.JobState
-	3,  // 13: jobwatch.v1.JobAttempt.error:type_name -> jobwatch.v1.JobError
-	58, // 14: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
-	59, // 15: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	4,  // 16: jobwatch.v1.SubmitJobResponse.job:type_name -> jobwatch.v1.Job
-	4,  // 17: jobwatch.v1.StartJobResponse.job:type_name -> jobwatch.v1.Job
-	4,  // 18: jobwatch.v1.GetJobResponse.job:type_name -> jobwatch.v1.Job
-	0,  // 19: jobwatch.v1.ListJobsRequest.states:type_name -> jobwatch.v1.JobState
-	1,  // 20: jobwatch.v1.ListJobsRequest.view:type_name -> jobwatch.v1.JobView
-	4,  // 21: jobwatch.v1.ListJobsResponse.jobs:type_name -> jobwatch.v1.Job
-	4,  // 22: jobwatch.v1.CancelJobResponse.job:type_name -> jobwatch.v1.Job
-	4,  // 23: jobwatch.v1.WaitJobResponse.job:type_name -> jobwatch.v1.Job
-	4,  // 24: jobwatch.v1.WatchJobResponse.job:type_name -> jobwatch.v1.Job
-	1,  // 25: jobwatch.v1.WatchJobsRequest.view:type_name -> jobwatch.v1.JobView
-	4,  // 26: jobwatch.v1.WatchJobsResponse.jobs:type_name -> jobwatch.v1.Job
-	4,  // 27: jobwatch.v1.RetryJobResponse.job:type_name -> jobwatch.v1.Job
-	0,  // 28: jobwatch.v1.JobFilter.states:type_name -> jobwatch.v1.JobState
-	59, // 29: jobwatch.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
-	27, // 30: jobwatch.v1.RetryJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
-	27, // 31: jobwatch.v1.CancelJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
-	27, // 32: jobwatch.v1.DeleteJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
-	36, // 33: jobwatch.v1.GetServerInfoResponse.caller:type_name -> jobwatch.v1.Caller
-	4,  // 34: jobwatch.v1.ClaimJobResponse.job:type_name -> jobwatch.v1.Job
-	59, // 35: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	39, // 36: jobwatch.v1.ClaimJobResponse.claims:type_name -> jobwatch.v1.Claim
-	4,  // 37: jobwatch.v1.Claim.job:type_name -> jobwatch.v1.Job
-	59, // 38: jobwatch.v1.Claim.lease_expires_at:type_name -> google.protobuf.Timestamp
-	59, // 39: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	58, // 40: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
-	4,  // 41: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
-	3,  // 42: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
-	4,  // 43: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
-	50, // 44: jobwatch.v1.PauseQueueResponse.queue:type_name -> jobwatch.v1.Queue
-	50, // 45: jobwatch.v1.ResumeQueueResponse.queue:type_name -> jobwatch.v1.Queue
-	2,  // 46: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
-	60, // 47: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
-	59, // 48: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
-	52, // 49: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
-	60, // 50: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
-	59, // 51: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
-	51, // 52: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
-	59, // 53: jobwatch.v1.Queue.paused_at:type_name -> google.protobuf.Timestamp
-	59, // 54: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
-	50, // 55: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
-	60, // 56: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
-	60, // 57: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
-	59, // 58: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
-	0,  // 59: jobwatch.v1.Schedule.last_job_state:type_name -> jobwatch.v1.JobState
-	59, // 60: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
-	55, // 61: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
-	7,  // 62: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
-	9,  // 63: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
-	11, // 64: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
-	13, // 65: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
-	15, // 66: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
-	17, // 67: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
-	19, // 68: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
-	21, // 69: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
-	34, // 70: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
-	23, // 71: jobwatch.v1.JobService.RetryJob:input_type -> jobwatch.v1.RetryJobRequest
-	25, // 72: jobwatch.v1.JobService.DeleteJob:input_type -> jobwatch.v1.DeleteJobRequest
-	28, // 73: jobwatch.v1.JobService.RetryJobs:input_type -> jobwatch.v1.RetryJobsRequest
-	30, // 74: jobwatch.v1.JobService.CancelJobs:input_type -> jobwatch.v1.CancelJobsRequest
-	32, // 75: jobwatch.v1.JobService.DeleteJobs:input_type -> jobwatch.v1.DeleteJobsRequest
-	37, // 76: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
-	40, // 77: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
-	42, // 78: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
-	44, // 79: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
-	53, // 80: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
-	56, // 81: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
-	46, // 82: jobwatch.v1.QueueService.PauseQueue:input_type -> jobwatch.v1.PauseQueueRequest
-	48, // 83: jobwatch.v1.QueueService.ResumeQueue:input_type -> jobwatch.v1.ResumeQueueRequest
-	8,  // 84: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
-	10, // 85: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
-	12, // 86: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
-	14, // 87: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
-	16, // 88: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
-	18, // 89: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
-	20, // 90: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
-	22, // 91: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
-	35, // 92: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
-	24, // 93: jobwatch.v1.JobService.RetryJob:output_type -> jobwatch.v1.RetryJobResponse
-	26, // 94: jobwatch.v1.JobService.DeleteJob:output_type -> jobwatch.v1.DeleteJobResponse
-	29, // 95: jobwatch.v1.JobService.RetryJobs:output_type -> jobwatch.v1.RetryJobsResponse
-	31, // 96: jobwatch.v1.JobService.CancelJobs:output_type -> jobwatch.v1.CancelJobsResponse
-	33, // 97: jobwatch.v1.JobService.DeleteJobs:output_type -> jobwatch.v1.DeleteJobsResponse
-	38, // 98: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
-	41, // 99: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
-	43, // 100: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
-	45, // 101: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
-	54, // 102: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
-	57, // 103: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
-	47, // 104: jobwatch.v1.QueueService.PauseQueue:output_type -> jobwatch.v1.PauseQueueResponse
-	49, // 105: jobwatch.v1.QueueService.ResumeQueue:output_type -> jobwatch.v1.ResumeQueueResponse
-	84, // [84:106] is the sub-list for method output_type
-	62, // [62:84] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	4,  // 13: jobwatch.v1.JobAttempt.error:type_name -> jobwatch.v1.JobError
+	69, // 14: jobwatch.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	2,  // 15: jobwatch.v1.LogLine.stream:type_name -> jobwatch.v1.LogStream
+	8,  // 16: jobwatch.v1.GetJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
+	9,  // 17: jobwatch.v1.GetJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
+	8,  // 18: jobwatch.v1.WatchJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
+	9,  // 19: jobwatch.v1.WatchJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
+	68, // 20: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
+	69, // 21: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	5,  // 22: jobwatch.v1.SubmitJobResponse.job:type_name -> jobwatch.v1.Job
+	5,  // 23: jobwatch.v1.StartJobResponse.job:type_name -> jobwatch.v1.Job
+	5,  // 24: jobwatch.v1.GetJobResponse.job:type_name -> jobwatch.v1.Job
+	0,  // 25: jobwatch.v1.ListJobsRequest.states:type_name -> jobwatch.v1.JobState
+	1,  // 26: jobwatch.v1.ListJobsRequest.view:type_name -> jobwatch.v1.JobView
+	5,  // 27: jobwatch.v1.ListJobsResponse.jobs:type_name -> jobwatch.v1.Job
+	5,  // 28: jobwatch.v1.CancelJobResponse.job:type_name -> jobwatch.v1.Job
+	5,  // 29: jobwatch.v1.WaitJobResponse.job:type_name -> jobwatch.v1.Job
+	5,  // 30: jobwatch.v1.WatchJobResponse.job:type_name -> jobwatch.v1.Job
+	1,  // 31: jobwatch.v1.WatchJobsRequest.view:type_name -> jobwatch.v1.JobView
+	5,  // 32: jobwatch.v1.WatchJobsResponse.jobs:type_name -> jobwatch.v1.Job
+	5,  // 33: jobwatch.v1.RetryJobResponse.job:type_name -> jobwatch.v1.Job
+	0,  // 34: jobwatch.v1.JobFilter.states:type_name -> jobwatch.v1.JobState
+	69, // 35: jobwatch.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
+	34, // 36: jobwatch.v1.RetryJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
+	34, // 37: jobwatch.v1.CancelJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
+	34, // 38: jobwatch.v1.DeleteJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
+	43, // 39: jobwatch.v1.GetServerInfoResponse.caller:type_name -> jobwatch.v1.Caller
+	45, // 40: jobwatch.v1.AppendJobLogsRequest.lines:type_name -> jobwatch.v1.AppendLogLine
+	2,  // 41: jobwatch.v1.AppendLogLine.stream:type_name -> jobwatch.v1.LogStream
+	69, // 42: jobwatch.v1.AppendLogLine.time:type_name -> google.protobuf.Timestamp
+	5,  // 43: jobwatch.v1.ClaimJobResponse.job:type_name -> jobwatch.v1.Job
+	69, // 44: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	49, // 45: jobwatch.v1.ClaimJobResponse.claims:type_name -> jobwatch.v1.Claim
+	5,  // 46: jobwatch.v1.Claim.job:type_name -> jobwatch.v1.Job
+	69, // 47: jobwatch.v1.Claim.lease_expires_at:type_name -> google.protobuf.Timestamp
+	69, // 48: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	68, // 49: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
+	5,  // 50: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
+	4,  // 51: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
+	5,  // 52: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
+	60, // 53: jobwatch.v1.PauseQueueResponse.queue:type_name -> jobwatch.v1.Queue
+	60, // 54: jobwatch.v1.ResumeQueueResponse.queue:type_name -> jobwatch.v1.Queue
+	3,  // 55: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
+	70, // 56: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
+	69, // 57: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
+	62, // 58: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
+	70, // 59: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
+	69, // 60: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
+	61, // 61: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
+	69, // 62: jobwatch.v1.Queue.paused_at:type_name -> google.protobuf.Timestamp
+	69, // 63: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
+	60, // 64: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
+	70, // 65: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
+	70, // 66: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
+	69, // 67: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
+	0,  // 68: jobwatch.v1.Schedule.last_job_state:type_name -> jobwatch.v1.JobState
+	69, // 69: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
+	65, // 70: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
+	14, // 71: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
+	16, // 72: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
+	18, // 73: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
+	20, // 74: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
+	22, // 75: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
+	24, // 76: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
+	26, // 77: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
+	28, // 78: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
+	41, // 79: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
+	30, // 80: jobwatch.v1.JobService.RetryJob:input_type -> jobwatch.v1.RetryJobRequest
+	32, // 81: jobwatch.v1.JobService.DeleteJob:input_type -> jobwatch.v1.DeleteJobRequest
+	35, // 82: jobwatch.v1.JobService.RetryJobs:input_type -> jobwatch.v1.RetryJobsRequest
+	37, // 83: jobwatch.v1.JobService.CancelJobs:input_type -> jobwatch.v1.CancelJobsRequest
+	39, // 84: jobwatch.v1.JobService.DeleteJobs:input_type -> jobwatch.v1.DeleteJobsRequest
+	10, // 85: jobwatch.v1.JobService.GetJobLogs:input_type -> jobwatch.v1.GetJobLogsRequest
+	12, // 86: jobwatch.v1.JobService.WatchJobLogs:input_type -> jobwatch.v1.WatchJobLogsRequest
+	47, // 87: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
+	50, // 88: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
+	52, // 89: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
+	54, // 90: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
+	44, // 91: jobwatch.v1.WorkerService.AppendJobLogs:input_type -> jobwatch.v1.AppendJobLogsRequest
+	63, // 92: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
+	66, // 93: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
+	56, // 94: jobwatch.v1.QueueService.PauseQueue:input_type -> jobwatch.v1.PauseQueueRequest
+	58, // 95: jobwatch.v1.QueueService.ResumeQueue:input_type -> jobwatch.v1.ResumeQueueRequest
+	15, // 96: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
+	17, // 97: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
+	19, // 98: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
+	21, // 99: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
+	23, // 100: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
+	25, // 101: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
+	27, // 102: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
+	29, // 103: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
+	42, // 104: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
+	31, // 105: jobwatch.v1.JobService.RetryJob:output_type -> jobwatch.v1.RetryJobResponse
+	33, // 106: jobwatch.v1.JobService.DeleteJob:output_type -> jobwatch.v1.DeleteJobResponse
+	36, // 107: jobwatch.v1.JobService.RetryJobs:output_type -> jobwatch.v1.RetryJobsResponse
+	38, // 108: jobwatch.v1.JobService.CancelJobs:output_type -> jobwatch.v1.CancelJobsResponse
+	40, // 109: jobwatch.v1.JobService.DeleteJobs:output_type -> jobwatch.v1.DeleteJobsResponse
+	11, // 110: jobwatch.v1.JobService.GetJobLogs:output_type -> jobwatch.v1.GetJobLogsResponse
+	13, // 111: jobwatch.v1.JobService.WatchJobLogs:output_type -> jobwatch.v1.WatchJobLogsResponse
+	48, // 112: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
+	51, // 113: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
+	53, // 114: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
+	55, // 115: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
+	46, // 116: jobwatch.v1.WorkerService.AppendJobLogs:output_type -> jobwatch.v1.AppendJobLogsResponse
+	64, // 117: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
+	67, // 118: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
+	57, // 119: jobwatch.v1.QueueService.PauseQueue:output_type -> jobwatch.v1.PauseQueueResponse
+	59, // 120: jobwatch.v1.QueueService.ResumeQueue:output_type -> jobwatch.v1.ResumeQueueResponse
+	96, // [96:121] is the sub-list for method output_type
+	71, // [71:96] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_jobwatch_v1_jobwatch_proto_init() }
@@ -4235,14 +4914,14 @@ func file_jobwatch_v1_jobwatch_proto_init() {
 	if File_jobwatch_v1_jobwatch_proto != nil {
 		return
 	}
-	file_jobwatch_v1_jobwatch_proto_msgTypes[4].OneofWrappers = []any{}
+	file_jobwatch_v1_jobwatch_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobwatch_v1_jobwatch_proto_rawDesc), len(file_jobwatch_v1_jobwatch_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   55,
+			NumEnums:      4,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -70,6 +70,10 @@ const (
 	JobServiceCancelJobsProcedure = "/jobwatch.v1.JobService/CancelJobs"
 	// JobServiceDeleteJobsProcedure is the fully-qualified name of the JobService's DeleteJobs RPC.
 	JobServiceDeleteJobsProcedure = "/jobwatch.v1.JobService/DeleteJobs"
+	// JobServiceGetJobLogsProcedure is the fully-qualified name of the JobService's GetJobLogs RPC.
+	JobServiceGetJobLogsProcedure = "/jobwatch.v1.JobService/GetJobLogs"
+	// JobServiceWatchJobLogsProcedure is the fully-qualified name of the JobService's WatchJobLogs RPC.
+	JobServiceWatchJobLogsProcedure = "/jobwatch.v1.JobService/WatchJobLogs"
 	// WorkerServiceClaimJobProcedure is the fully-qualified name of the WorkerService's ClaimJob RPC.
 	WorkerServiceClaimJobProcedure = "/jobwatch.v1.WorkerService/ClaimJob"
 	// WorkerServiceHeartbeatProcedure is the fully-qualified name of the WorkerService's Heartbeat RPC.
@@ -79,6 +83,9 @@ const (
 	WorkerServiceCompleteJobProcedure = "/jobwatch.v1.WorkerService/CompleteJob"
 	// WorkerServiceFailJobProcedure is the fully-qualified name of the WorkerService's FailJob RPC.
 	WorkerServiceFailJobProcedure = "/jobwatch.v1.WorkerService/FailJob"
+	// WorkerServiceAppendJobLogsProcedure is the fully-qualified name of the WorkerService's
+	// AppendJobLogs RPC.
+	WorkerServiceAppendJobLogsProcedure = "/jobwatch.v1.WorkerService/AppendJobLogs"
 	// QueueServiceListQueuesProcedure is the fully-qualified name of the QueueService's ListQueues RPC.
 	QueueServiceListQueuesProcedure = "/jobwatch.v1.QueueService/ListQueues"
 	// QueueServiceListSchedulesProcedure is the fully-qualified name of the QueueService's
@@ -131,6 +138,17 @@ type JobServiceClient interface {
 	RetryJobs(context.Context, *v1.RetryJobsRequest) (*v1.RetryJobsResponse, error)
 	CancelJobs(context.Context, *v1.CancelJobsRequest) (*v1.CancelJobsResponse, error)
 	DeleteJobs(context.Context, *v1.DeleteJobsRequest) (*v1.DeleteJobsResponse, error)
+	// GetJobLogs pages through the lines a job's workers logged, oldest
+	// first.
+	GetJobLogs(context.Context, *v1.GetJobLogsRequest) (*v1.GetJobLogsResponse, error)
+	// WatchJobLogs sends a job's lines after after_seq, then each new line
+	// as it is appended, and ends OK once the job has ended and its last
+	// line is sent, or at the stream's lifetime (resume with the last seq
+	// seen). An empty response is a keepalive. A reader that falls behind
+	// costs the server nothing: lines are read from the store as the reader
+	// takes them, and lines dropped meanwhile (the queue's max_log_bytes)
+	// are announced as a gap.
+	WatchJobLogs(context.Context, *v1.WatchJobLogsRequest) (*connect.ServerStreamForClient[v1.WatchJobLogsResponse], error)
 }
 
 // NewJobServiceClient constructs a client for the jobwatch.v1.JobService service. By default, it
@@ -228,6 +246,18 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(jobServiceMethods.ByName("DeleteJobs")),
 			connect.WithClientOptions(opts...),
 		),
+		getJobLogs: connect.NewClient[v1.GetJobLogsRequest, v1.GetJobLogsResponse](
+			httpClient,
+			baseURL+JobServiceGetJobLogsProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("GetJobLogs")),
+			connect.WithClientOptions(opts...),
+		),
+		watchJobLogs: connect.NewClient[v1.WatchJobLogsRequest, v1.WatchJobLogsResponse](
+			httpClient,
+			baseURL+JobServiceWatchJobLogsProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("WatchJobLogs")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -247,6 +277,8 @@ type jobServiceClient struct {
 	retryJobs     *connect.Client[v1.RetryJobsRequest, v1.RetryJobsResponse]
 	cancelJobs    *connect.Client[v1.CancelJobsRequest, v1.CancelJobsResponse]
 	deleteJobs    *connect.Client[v1.DeleteJobsRequest, v1.DeleteJobsResponse]
+	getJobLogs    *connect.Client[v1.GetJobLogsRequest, v1.GetJobLogsResponse]
+	watchJobLogs  *connect.Client[v1.WatchJobLogsRequest, v1.WatchJobLogsResponse]
 }
 
 // SubmitJob calls jobwatch.v1.JobService.SubmitJob.
@@ -367,6 +399,20 @@ func (c *jobServiceClient) DeleteJobs(ctx context.Context, req *v1.DeleteJobsReq
 	return nil, err
 }
 
+// GetJobLogs calls jobwatch.v1.JobService.GetJobLogs.
+func (c *jobServiceClient) GetJobLogs(ctx context.Context, req *v1.GetJobLogsRequest) (*v1.GetJobLogsResponse, error) {
+	response, err := c.getJobLogs.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// WatchJobLogs calls jobwatch.v1.JobService.WatchJobLogs.
+func (c *jobServiceClient) WatchJobLogs(ctx context.Context, req *v1.WatchJobLogsRequest) (*connect.ServerStreamForClient[v1.WatchJobLogsResponse], error) {
+	return c.watchJobLogs.CallServerStream(ctx, connect.NewRequest(req))
+}
+
 // JobServiceHandler is an implementation of the jobwatch.v1.JobService service.
 type JobServiceHandler interface {
 	// SubmitJob creates a job (QUEUED, or PENDING with hold). With wait it
@@ -407,6 +453,17 @@ type JobServiceHandler interface {
 	RetryJobs(context.Context, *v1.RetryJobsRequest) (*v1.RetryJobsResponse, error)
 	CancelJobs(context.Context, *v1.CancelJobsRequest) (*v1.CancelJobsResponse, error)
 	DeleteJobs(context.Context, *v1.DeleteJobsRequest) (*v1.DeleteJobsResponse, error)
+	// GetJobLogs pages through the lines a job's workers logged, oldest
+	// first.
+	GetJobLogs(context.Context, *v1.GetJobLogsRequest) (*v1.GetJobLogsResponse, error)
+	// WatchJobLogs sends a job's lines after after_seq, then each new line
+	// as it is appended, and ends OK once the job has ended and its last
+	// line is sent, or at the stream's lifetime (resume with the last seq
+	// seen). An empty response is a keepalive. A reader that falls behind
+	// costs the server nothing: lines are read from the store as the reader
+	// takes them, and lines dropped meanwhile (the queue's max_log_bytes)
+	// are announced as a gap.
+	WatchJobLogs(context.Context, *v1.WatchJobLogsRequest, *connect.ServerStream[v1.WatchJobLogsResponse]) error
 }
 
 // NewJobServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -500,6 +557,18 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(jobServiceMethods.ByName("DeleteJobs")),
 		connect.WithHandlerOptions(opts...),
 	)
+	jobServiceGetJobLogsHandler := connect.NewUnaryHandlerSimple(
+		JobServiceGetJobLogsProcedure,
+		svc.GetJobLogs,
+		connect.WithSchema(jobServiceMethods.ByName("GetJobLogs")),
+		connect.WithHandlerOptions(opts...),
+	)
+	jobServiceWatchJobLogsHandler := connect.NewServerStreamHandlerSimple(
+		JobServiceWatchJobLogsProcedure,
+		svc.WatchJobLogs,
+		connect.WithSchema(jobServiceMethods.ByName("WatchJobLogs")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/jobwatch.v1.JobService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case JobServiceSubmitJobProcedure:
@@ -530,6 +599,10 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 			jobServiceCancelJobsHandler.ServeHTTP(w, r)
 		case JobServiceDeleteJobsProcedure:
 			jobServiceDeleteJobsHandler.ServeHTTP(w, r)
+		case JobServiceGetJobLogsProcedure:
+			jobServiceGetJobLogsHandler.ServeHTTP(w, r)
+		case JobServiceWatchJobLogsProcedure:
+			jobServiceWatchJobLogsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -595,6 +668,14 @@ func (UnimplementedJobServiceHandler) DeleteJobs(context.Context, *v1.DeleteJobs
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("jobwatch.v1.JobService.DeleteJobs is not implemented"))
 }
 
+func (UnimplementedJobServiceHandler) GetJobLogs(context.Context, *v1.GetJobLogsRequest) (*v1.GetJobLogsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("jobwatch.v1.JobService.GetJobLogs is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) WatchJobLogs(context.Context, *v1.WatchJobLogsRequest, *connect.ServerStream[v1.WatchJobLogsResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("jobwatch.v1.JobService.WatchJobLogs is not implemented"))
+}
+
 // WorkerServiceClient is a client for the jobwatch.v1.WorkerService service.
 type WorkerServiceClient interface {
 	// ClaimJob parks until a job the worker may run is ready, or its cap
@@ -604,6 +685,9 @@ type WorkerServiceClient interface {
 	Heartbeat(context.Context, *v1.HeartbeatRequest) (*v1.HeartbeatResponse, error)
 	CompleteJob(context.Context, *v1.CompleteJobRequest) (*v1.CompleteJobResponse, error)
 	FailJob(context.Context, *v1.FailJobRequest) (*v1.FailJobResponse, error)
+	// AppendJobLogs adds lines to the log of a job the worker runs, under
+	// its lease: a stale lease is failed_precondition, as for Heartbeat.
+	AppendJobLogs(context.Context, *v1.AppendJobLogsRequest) (*v1.AppendJobLogsResponse, error)
 }
 
 // NewWorkerServiceClient constructs a client for the jobwatch.v1.WorkerService service. By default,
@@ -641,15 +725,22 @@ func NewWorkerServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(workerServiceMethods.ByName("FailJob")),
 			connect.WithClientOptions(opts...),
 		),
+		appendJobLogs: connect.NewClient[v1.AppendJobLogsRequest, v1.AppendJobLogsResponse](
+			httpClient,
+			baseURL+WorkerServiceAppendJobLogsProcedure,
+			connect.WithSchema(workerServiceMethods.ByName("AppendJobLogs")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // workerServiceClient implements WorkerServiceClient.
 type workerServiceClient struct {
-	claimJob    *connect.Client[v1.ClaimJobRequest, v1.ClaimJobResponse]
-	heartbeat   *connect.Client[v1.HeartbeatRequest, v1.HeartbeatResponse]
-	completeJob *connect.Client[v1.CompleteJobRequest, v1.CompleteJobResponse]
-	failJob     *connect.Client[v1.FailJobRequest, v1.FailJobResponse]
+	claimJob      *connect.Client[v1.ClaimJobRequest, v1.ClaimJobResponse]
+	heartbeat     *connect.Client[v1.HeartbeatRequest, v1.HeartbeatResponse]
+	completeJob   *connect.Client[v1.CompleteJobRequest, v1.CompleteJobResponse]
+	failJob       *connect.Client[v1.FailJobRequest, v1.FailJobResponse]
+	appendJobLogs *connect.Client[v1.AppendJobLogsRequest, v1.AppendJobLogsResponse]
 }
 
 // ClaimJob calls jobwatch.v1.WorkerService.ClaimJob.
@@ -688,6 +779,15 @@ func (c *workerServiceClient) FailJob(ctx context.Context, req *v1.FailJobReques
 	return nil, err
 }
 
+// AppendJobLogs calls jobwatch.v1.WorkerService.AppendJobLogs.
+func (c *workerServiceClient) AppendJobLogs(ctx context.Context, req *v1.AppendJobLogsRequest) (*v1.AppendJobLogsResponse, error) {
+	response, err := c.appendJobLogs.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // WorkerServiceHandler is an implementation of the jobwatch.v1.WorkerService service.
 type WorkerServiceHandler interface {
 	// ClaimJob parks until a job the worker may run is ready, or its cap
@@ -697,6 +797,9 @@ type WorkerServiceHandler interface {
 	Heartbeat(context.Context, *v1.HeartbeatRequest) (*v1.HeartbeatResponse, error)
 	CompleteJob(context.Context, *v1.CompleteJobRequest) (*v1.CompleteJobResponse, error)
 	FailJob(context.Context, *v1.FailJobRequest) (*v1.FailJobResponse, error)
+	// AppendJobLogs adds lines to the log of a job the worker runs, under
+	// its lease: a stale lease is failed_precondition, as for Heartbeat.
+	AppendJobLogs(context.Context, *v1.AppendJobLogsRequest) (*v1.AppendJobLogsResponse, error)
 }
 
 // NewWorkerServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -730,6 +833,12 @@ func NewWorkerServiceHandler(svc WorkerServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(workerServiceMethods.ByName("FailJob")),
 		connect.WithHandlerOptions(opts...),
 	)
+	workerServiceAppendJobLogsHandler := connect.NewUnaryHandlerSimple(
+		WorkerServiceAppendJobLogsProcedure,
+		svc.AppendJobLogs,
+		connect.WithSchema(workerServiceMethods.ByName("AppendJobLogs")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/jobwatch.v1.WorkerService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case WorkerServiceClaimJobProcedure:
@@ -740,6 +849,8 @@ func NewWorkerServiceHandler(svc WorkerServiceHandler, opts ...connect.HandlerOp
 			workerServiceCompleteJobHandler.ServeHTTP(w, r)
 		case WorkerServiceFailJobProcedure:
 			workerServiceFailJobHandler.ServeHTTP(w, r)
+		case WorkerServiceAppendJobLogsProcedure:
+			workerServiceAppendJobLogsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -763,6 +874,10 @@ func (UnimplementedWorkerServiceHandler) CompleteJob(context.Context, *v1.Comple
 
 func (UnimplementedWorkerServiceHandler) FailJob(context.Context, *v1.FailJobRequest) (*v1.FailJobResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("jobwatch.v1.WorkerService.FailJob is not implemented"))
+}
+
+func (UnimplementedWorkerServiceHandler) AppendJobLogs(context.Context, *v1.AppendJobLogsRequest) (*v1.AppendJobLogsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("jobwatch.v1.WorkerService.AppendJobLogs is not implemented"))
 }
 
 // QueueServiceClient is a client for the jobwatch.v1.QueueService service.

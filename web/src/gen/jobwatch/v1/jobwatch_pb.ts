@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file jobwatch/v1/jobwatch.proto.
  */
 export const file_jobwatch_v1_jobwatch: GenFile = /*@__PURE__*/
-  fileDesc("Chpqb2J3YXRjaC92MS9qb2J3YXRjaC5wcm90bxILam9id2F0Y2gudjEiKQoISm9iRXJyb3ISDAoEdHlwZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIoMFCgNKb2ISCgoCaWQYASABKAkSDgoGdGVuYW50GAIgASgJEgwKBGtpbmQYAyABKAkSDQoFcXVldWUYBCABKAkSJAoFc3RhdGUYBSABKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIPCgd2ZXJzaW9uGAYgASgDEg8KB3BlcmNlbnQYByABKAUSDAoEc3RlcBgIIAEoCRInCgdwYXlsb2FkGAkgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEiYKBnJlc3VsdBgKIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIkCgVlcnJvchgLIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEg8KB2F0dGVtcHQYDCABKAUSFAoMbWF4X2F0dGVtcHRzGA0gASgFEhIKCnVuaXF1ZV9rZXkYDiABKAkSLgoKY3JlYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBnJ1bl9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJd29ya2VyX2lkGBQgASgJEhAKCHByaW9yaXR5GBUgASgFEikKCGF0dGVtcHRzGBYgAygLMhcuam9id2F0Y2gudjEuSm9iQXR0ZW1wdCLpAQoKSm9iQXR0ZW1wdBIPCgdhdHRlbXB0GAEgASgFEhEKCXdvcmtlcl9pZBgCIAEoCRIuCgpzdGFydGVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJAoFc3RhdGUYBSABKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIkCgVlcnJvchgGIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEgoKAmJ5GAcgASgJIjYKEEpvYkFscmVhZHlBY3RpdmUSDgoGam9iX2lkGAEgASgJEhIKCnVuaXF1ZV9rZXkYAiABKAki/gEKEFN1Ym1pdEpvYlJlcXVlc3QSDgoGdGVuYW50GAEgASgJEgwKBGtpbmQYAiABKAkSDQoFcXVldWUYAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRISCgp1bmlxdWVfa2V5GAUgASgJEgwKBGhvbGQYBiABKAgSKgoGcnVuX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxtYXhfYXR0ZW1wdHMYCCABKAUSDAoEd2FpdBgJIAEoCBIVCghwcmlvcml0eRgKIAEoBUgAiAEBQgsKCV9wcmlvcml0eSIyChFTdWJtaXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IiIQoPU3RhcnRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIxChBTdGFydEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIfCg1HZXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIvCg5HZXRKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IisAEKD0xpc3RKb2JzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSJQoGc3RhdGVzGAIgAygOMhUuam9id2F0Y2gudjEuSm9iU3RhdGUSDAoEa2luZBgDIAEoCRINCgVxdWV1ZRgEIAEoCRIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCRIiCgR2aWV3GAcgASgOMhQuam9id2F0Y2gudjEuSm9iVmlldyJLChBMaXN0Sm9ic1Jlc3BvbnNlEh4KBGpvYnMYASADKAsyEC5qb2J3YXRjaC52MS5Kb2ISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIiIKEENhbmNlbEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjIKEUNhbmNlbEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIgCg5XYWl0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiMAoPV2FpdEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiI4Cg9XYXRjaEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhUKDWFmdGVyX3ZlcnNpb24YAiABKAMiMQoQV2F0Y2hKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IibwoQV2F0Y2hKb2JzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSFAoMcmVzdW1lX3Rva2VuGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRIiCgR2aWV3GAQgASgOMhQuam9id2F0Y2gudjEuSm9iVmlldyJiChFXYXRjaEpvYnNSZXNwb25zZRIeCgRqb2JzGAEgAygLMhAuam9id2F0Y2gudjEuSm9iEhQKDHJlc3VtZV90b2tlbhgCIAEoCRIXCg9kZWxldGVkX2pvYl9pZHMYAyADKAkiIQoPUmV0cnlKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIxChBSZXRyeUpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIiChBEZWxldGVKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSITChFEZWxldGVKb2JSZXNwb25zZSKiAQoJSm9iRmlsdGVyEg4KBnRlbmFudBgBIAEoCRIOCgZxdWV1ZXMYAiADKAkSDQoFa2luZHMYAyADKAkSJQoGc3RhdGVzGAQgAygOMhUuam9id2F0Y2gudjEuSm9iU3RhdGUSMgoOY3JlYXRlZF9iZWZvcmUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgsKA2FsbBgGIAEoCCJhChBSZXRyeUpvYnNSZXF1ZXN0EiYKBmZpbHRlchgBIAEoCzIWLmpvYndhdGNoLnYxLkpvYkZpbHRlchISCgpwYWdlX3Rva2VuGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBSJOChFSZXRyeUpvYnNSZXNwb25zZRIPCgdtYXRjaGVkGAEgASgDEg8KB2NoYW5nZWQYAiABKAMSFwoPbmV4dF9wYWdlX3Rva2VuGAMgASgJImIKEUNhbmNlbEpvYnNSZXF1ZXN0EiYKBmZpbHRlchgBIAEoCzIWLmpvYndhdGNoLnYxLkpvYkZpbHRlchISCgpwYWdlX3Rva2VuGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBSJPChJDYW5jZWxKb2JzUmVzcG9uc2USDwoHbWF0Y2hlZBgBIAEoAxIPCgdjaGFuZ2VkGAIgASgDEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSJiChFEZWxldGVKb2JzUmVxdWVzdBImCgZmaWx0ZXIYASABKAsyFi5qb2J3YXRjaC52MS5Kb2JGaWx0ZXISEgoKcGFnZV90b2tlbhgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUiTwoSRGVsZXRlSm9ic1Jlc3BvbnNlEg8KB21hdGNoZWQYASABKAMSDwoHY2hhbmdlZBgCIAEoAxIXCg9uZXh0X3BhZ2VfdG9rZW4YAyABKAkiFgoUR2V0U2VydmVySW5mb1JlcXVlc3QihgEKFUdldFNlcnZlckluZm9SZXNwb25zZRIMCgRkZW1vGAEgASgIEhIKCmRlbW9fa2luZHMYAiADKAkSFQoNYXV0aF9yZXF1aXJlZBgDIAEoCBIPCgd2ZXJzaW9uGAQgASgJEiMKBmNhbGxlchgFIAEoCzITLmpvYndhdGNoLnYxLkNhbGxlciI0CgZDYWxsZXISDAoEcm9sZRgBIAEoCRIOCgZ0ZW5hbnQYAiABKAkSDAoEbmFtZRgDIAEoCSJVCg9DbGFpbUpvYlJlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEg0KBWtpbmRzGAIgAygJEg4KBnF1ZXVlcxgDIAMoCRIQCghtYXhfam9icxgEIAEoBSKdAQoQQ2xhaW1Kb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2ISEAoIbGVhc2VfaWQYAiABKAkSNAoQbGVhc2VfZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASIgoGY2xhaW1zGAQgAygLMhIuam9id2F0Y2gudjEuQ2xhaW0ibgoFQ2xhaW0SHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iEhAKCGxlYXNlX2lkGAIgASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIlMKEEhlYXJ0YmVhdFJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEg8KB3BlcmNlbnQYAyABKAUSDAoEc3RlcBgEIAEoCSJcChFIZWFydGJlYXRSZXNwb25zZRIRCgljYW5jZWxsZWQYASABKAgSNAoQbGVhc2VfZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiXgoSQ29tcGxldGVKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRImCgZyZXN1bHQYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiNAoTQ29tcGxldGVKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IiawoORmFpbEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEiQKBWVycm9yGAMgASgLMhUuam9id2F0Y2gudjEuSm9iRXJyb3ISEQoJcmV0cnlhYmxlGAQgASgIIjAKD0ZhaWxKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IiIgoRUGF1c2VRdWV1ZVJlcXVlc3QSDQoFcXVldWUYASABKAkiNwoSUGF1c2VRdWV1ZVJlc3BvbnNlEiEKBXF1ZXVlGAEgASgLMhIuam9id2F0Y2gudjEuUXVldWUiIwoSUmVzdW1lUXVldWVSZXF1ZXN0Eg0KBXF1ZXVlGAEgASgJIjgKE1Jlc3VtZVF1ZXVlUmVzcG9uc2USIQoFcXVldWUYASABKAsyEi5qb2J3YXRjaC52MS5RdWV1ZSKTBAoFUXVldWUSDAoEbmFtZRgBIAEoCRIkCgRtb2RlGAIgASgOMhYuam9id2F0Y2gudjEuUXVldWVNb2RlEhMKC21heF9ydW5uaW5nGAMgASgFEg4KBnF1ZXVlZBgEIAEoAxIPCgdydW5uaW5nGAUgASgDEjQKEW9sZGVzdF9xdWV1ZWRfYWdlGAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjMKD2xhc3RfZHJhaW5lZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIYWxlcnRpbmcYCCABKAgSIwoFcG9vbHMYCSADKAsyFC5qb2J3YXRjaC52MS5Qb29sVXNlEi4KC2FsZXJ0X2FmdGVyGAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjIKDmFsZXJ0aW5nX3NpbmNlGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCg1kZXB0aF9oaXN0b3J5GAwgAygLMhcuam9id2F0Y2gudjEuUXVldWVEZXB0aBIOCgZwYXVzZWQYDSABKAgSLQoJcGF1c2VkX2F0GA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglwYXVzZWRfYnkYDyABKAkSGAoQZGVmYXVsdF9wcmlvcml0eRgQIAEoBSJVCgpRdWV1ZURlcHRoEiYKAmF0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZxdWV1ZWQYAiABKAMSDwoHcnVubmluZxgDIAEoAyI2CgdQb29sVXNlEgwKBG5hbWUYASABKAkSDQoFdW5pdHMYAiABKAUSDgoGaW5fdXNlGAMgASgDIhMKEUxpc3RRdWV1ZXNSZXF1ZXN0ImsKEkxpc3RRdWV1ZXNSZXNwb25zZRIiCgZxdWV1ZXMYASADKAsyEi5qb2J3YXRjaC52MS5RdWV1ZRIxCg5kZXB0aF9pbnRlcnZhbBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiLPAgoIU2NoZWR1bGUSDAoEbmFtZRgBIAEoCRIMCgRraW5kGAIgASgJEg0KBXF1ZXVlGAMgASgJEg4KBnRlbmFudBgEIAEoCRIoCgVldmVyeRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIvCgtuZXh0X3J1bl9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLbGFzdF9qb2JfaWQYByABKAkSLQoObGFzdF9qb2Jfc3RhdGUYCCABKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIxCg1sYXN0X2VuZGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRjcm9uGAogASgJEhAKCHRpbWV6b25lGAsgASgJEhYKDm5leHRfcnVuX2xvY2FsGAwgASgJIhYKFExpc3RTY2hlZHVsZXNSZXF1ZXN0IkEKFUxpc3RTY2hlZHVsZXNSZXNwb25zZRIoCglzY2hlZHVsZXMYASADKAsyFS5qb2J3YXRjaC52MS5TY2hlZHVsZSrFAQoISm9iU3RhdGUSGQoVSk9CX1NUQVRFX1VOU1BFQ0lGSUVEEAASFQoRSk9CX1NUQVRFX1BFTkRJTkcQARIUChBKT0JfU1RBVEVfUVVFVUVEEAISFQoRSk9CX1NUQVRFX1JVTk5JTkcQAxIXChNKT0JfU1RBVEVfU1VDQ0VFREVEEAQSFAoQSk9CX1NUQVRFX0ZBSUxFRBAFEhcKE0pPQl9TVEFURV9DQU5DRUxMRUQQBhISCg5KT0JfU1RBVEVfTE9TVBAHKkwKB0pvYlZpZXcSGAoUSk9CX1ZJRVdfVU5TUEVDSUZJRUQQABIUChBKT0JfVklFV19TVU1NQVJZEAESEQoNSk9CX1ZJRVdfRlVMTBACKlcKCVF1ZXVlTW9kZRIaChZRVUVVRV9NT0RFX1VOU1BFQ0lGSUVEEAASFwoTUVVFVUVfTU9ERV9QQVJBTExFTBABEhUKEVFVRVVFX01PREVfU0VSSUFMEAIyrwgKCkpvYlNlcnZpY2USSgoJU3VibWl0Sm9iEh0uam9id2F0Y2gudjEuU3VibWl0Sm9iUmVxdWVzdBoeLmpvYndhdGNoLnYxLlN1Ym1pdEpvYlJlc3BvbnNlEkcKCFN0YXJ0Sm9iEhwuam9id2F0Y2gudjEuU3RhcnRKb2JSZXF1ZXN0Gh0uam9id2F0Y2gudjEuU3RhcnRKb2JSZXNwb25zZRJBCgZHZXRKb2ISGi5qb2J3YXRjaC52MS5HZXRKb2JSZXF1ZXN0Ghsuam9id2F0Y2gudjEuR2V0Sm9iUmVzcG9uc2USRwoITGlzdEpvYnMSHC5qb2J3YXRjaC52MS5MaXN0Sm9ic1JlcXVlc3QaHS5qb2J3YXRjaC52MS5MaXN0Sm9ic1Jlc3BvbnNlEkoKCUNhbmNlbEpvYhIdLmpvYndhdGNoLnYxLkNhbmNlbEpvYlJlcXVlc3QaHi5qb2J3YXRjaC52MS5DYW5jZWxKb2JSZXNwb25zZRJECgdXYWl0Sm9iEhsuam9id2F0Y2gudjEuV2FpdEpvYlJlcXVlc3QaHC5qb2J3YXRjaC52MS5XYWl0Sm9iUmVzcG9uc2USSQoIV2F0Y2hKb2ISHC5qb2J3YXRjaC52MS5XYXRjaEpvYlJlcXVlc3QaHS5qb2J3YXRjaC52MS5XYXRjaEpvYlJlc3BvbnNlMAESTAoJV2F0Y2hKb2JzEh0uam9id2F0Y2gudjEuV2F0Y2hKb2JzUmVxdWVzdBoeLmpvYndhdGNoLnYxLldhdGNoSm9ic1Jlc3BvbnNlMAESVgoNR2V0U2VydmVySW5mbxIhLmpvYndhdGNoLnYxLkdldFNlcnZlckluZm9SZXF1ZXN0GiIuam9id2F0Y2gudjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlEkcKCFJldHJ5Sm9iEhwuam9id2F0Y2gudjEuUmV0cnlKb2JSZXF1ZXN0Gh0uam9id2F0Y2gudjEuUmV0cnlKb2JSZXNwb25zZRJKCglEZWxldGVKb2ISHS5qb2J3YXRjaC52MS5EZWxldGVKb2JSZXF1ZXN0Gh4uam9id2F0Y2gudjEuRGVsZXRlSm9iUmVzcG9uc2USSgoJUmV0cnlKb2JzEh0uam9id2F0Y2gudjEuUmV0cnlKb2JzUmVxdWVzdBoeLmpvYndhdGNoLnYxLlJldHJ5Sm9ic1Jlc3BvbnNlEk0KCkNhbmNlbEpvYnMSHi5qb2J3YXRjaC52MS5DYW5jZWxKb2JzUmVxdWVzdBofLmpvYndhdGNoLnYxLkNhbmNlbEpvYnNSZXNwb25zZRJNCgpEZWxldGVKb2JzEh4uam9id2F0Y2gudjEuRGVsZXRlSm9ic1JlcXVlc3QaHy5qb2J3YXRjaC52MS5EZWxldGVKb2JzUmVzcG9uc2UyvAIKDVdvcmtlclNlcnZpY2USRwoIQ2xhaW1Kb2ISHC5qb2J3YXRjaC52MS5DbGFpbUpvYlJlcXVlc3QaHS5qb2J3YXRjaC52MS5DbGFpbUpvYlJlc3BvbnNlEkoKCUhlYXJ0YmVhdBIdLmpvYndhdGNoLnYxLkhlYXJ0YmVhdFJlcXVlc3QaHi5qb2J3YXRjaC52MS5IZWFydGJlYXRSZXNwb25zZRJQCgtDb21wbGV0ZUpvYhIfLmpvYndhdGNoLnYxLkNvbXBsZXRlSm9iUmVxdWVzdBogLmpvYndhdGNoLnYxLkNvbXBsZXRlSm9iUmVzcG9uc2USRAoHRmFpbEpvYhIbLmpvYndhdGNoLnYxLkZhaWxKb2JSZXF1ZXN0Ghwuam9id2F0Y2gudjEuRmFpbEpvYlJlc3BvbnNlMtYCCgxRdWV1ZVNlcnZpY2USTQoKTGlzdFF1ZXVlcxIeLmpvYndhdGNoLnYxLkxpc3RRdWV1ZXNSZXF1ZXN0Gh8uam9id2F0Y2gudjEuTGlzdFF1ZXVlc1Jlc3BvbnNlElYKDUxpc3RTY2hlZHVsZXMSIS5qb2J3YXRjaC52MS5MaXN0U2NoZWR1bGVzUmVxdWVzdBoiLmpvYndhdGNoLnYxLkxpc3RTY2hlZHVsZXNSZXNwb25zZRJNCgpQYXVzZVF1ZXVlEh4uam9id2F0Y2gudjEuUGF1c2VRdWV1ZVJlcXVlc3QaHy5qb2J3YXRjaC52MS5QYXVzZVF1ZXVlUmVzcG9uc2USUAoLUmVzdW1lUXVldWUSHy5qb2J3YXRjaC52MS5SZXN1bWVRdWV1ZVJlcXVlc3QaIC5qb2J3YXRjaC52MS5SZXN1bWVRdWV1ZVJlc3BvbnNlQjlaN2dpdGh1Yi5jb20vam9id2F0Y2gvam9id2F0Y2gvZ2VuL2pvYndhdGNoL3YxO2pvYndhdGNodjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Chpqb2J3YXRjaC92MS9qb2J3YXRjaC5wcm90bxILam9id2F0Y2gudjEiKQoISm9iRXJyb3ISDAoEdHlwZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIoMFCgNKb2ISCgoCaWQYASABKAkSDgoGdGVuYW50GAIgASgJEgwKBGtpbmQYAyABKAkSDQoFcXVldWUYBCABKAkSJAoFc3RhdGUYBSABKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIPCgd2ZXJzaW9uGAYgASgDEg8KB3BlcmNlbnQYByABKAUSDAoEc3RlcBgIIAEoCRInCgdwYXlsb2FkGAkgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEiYKBnJlc3VsdBgKIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIkCgVlcnJvchgLIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEg8KB2F0dGVtcHQYDCABKAUSFAoMbWF4X2F0dGVtcHRzGA0gASgFEhIKCnVuaXF1ZV9rZXkYDiABKAkSLgoKY3JlYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBnJ1bl9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJd29ya2VyX2lkGBQgASgJEhAKCHByaW9yaXR5GBUgASgFEikKCGF0dGVtcHRzGBYgAygLMhcuam9id2F0Y2gudjEuSm9iQXR0ZW1wdCLpAQoKSm9iQXR0ZW1wdBIPCgdhdHRlbXB0GAEgASgFEhEKCXdvcmtlcl9pZBgCIAEoCRIuCgpzdGFydGVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJAoFc3RhdGUYBSABKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIkCgVlcnJvchgGIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEgoKAmJ5GAcgASgJIjYKEEpvYkFscmVhZHlBY3RpdmUSDgoGam9iX2lkGAEgASgJEhIKCnVuaXF1ZV9rZXkYAiABKAkihwEKB0xvZ0xpbmUSCwoDc2VxGAEgASgDEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKBnN0cmVhbRgDIAEoDjIWLmpvYndhdGNoLnYxLkxvZ1N0cmVhbRIPCgdhdHRlbXB0GAQgASgFEgwKBHRleHQYBSABKAkiLgoGTG9nR2FwEg8KB3NraXBwZWQYASABKAMSEwoLcmVzdW1lX2Zyb20YAiABKAMiRQoRR2V0Sm9iTG9nc1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhEKCWFmdGVyX3NlcRgCIAEoAxINCgVsaW1pdBgDIAEoBSJ8ChJHZXRKb2JMb2dzUmVzcG9uc2USIwoFbGluZXMYASADKAsyFC5qb2J3YXRjaC52MS5Mb2dMaW5lEiAKA2dhcBgCIAEoCzITLmpvYndhdGNoLnYxLkxvZ0dhcBIMCgRtb3JlGAMgASgIEhEKCWpvYl9lbmRlZBgEIAEoCCI4ChNXYXRjaEpvYkxvZ3NSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAMiXQoUV2F0Y2hKb2JMb2dzUmVzcG9uc2USIwoFbGluZXMYASADKAsyFC5qb2J3YXRjaC52MS5Mb2dMaW5lEiAKA2dhcBgCIAEoCzITLmpvYndhdGNoLnYxLkxvZ0dhcCL+AQoQU3VibWl0Sm9iUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSDAoEa2luZBgCIAEoCRINCgVxdWV1ZRgDIAEoCRInCgdwYXlsb2FkGAQgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhIKCnVuaXF1ZV9rZXkYBSABKAkSDAoEaG9sZBgGIAEoCBIqCgZydW5fYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDG1heF9hdHRlbXB0cxgIIAEoBRIMCgR3YWl0GAkgASgIEhUKCHByaW9yaXR5GAogASgFSACIAQFCCwoJX3ByaW9yaXR5IjIKEVN1Ym1pdEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIhCg9TdGFydEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjEKEFN0YXJ0Sm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIi8KDkdldEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiKwAQoPTGlzdEpvYnNSZXF1ZXN0Eg4KBnRlbmFudBgBIAEoCRIlCgZzdGF0ZXMYAiADKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIMCgRraW5kGAMgASgJEg0KBXF1ZXVlGAQgASgJEhEKCXBhZ2Vfc2l6ZRgFIAEoBRISCgpwYWdlX3Rva2VuGAYgASgJEiIKBHZpZXcYByABKA4yFC5qb2J3YXRjaC52MS5Kb2JWaWV3IksKEExpc3RKb2JzUmVzcG9uc2USHgoEam9icxgBIAMoCzIQLmpvYndhdGNoLnYxLkpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiIgoQQ2FuY2VsSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiMgoRQ2FuY2VsSm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iIiAKDldhaXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIwCg9XYWl0Sm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iIjgKD1dhdGNoSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSFQoNYWZ0ZXJfdmVyc2lvbhgCIAEoAyIxChBXYXRjaEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiJvChBXYXRjaEpvYnNSZXF1ZXN0Eg4KBnRlbmFudBgBIAEoCRIUCgxyZXN1bWVfdG9rZW4YAiABKAkSEQoJcGFnZV9zaXplGAMgASgFEiIKBHZpZXcYBCABKA4yFC5qb2J3YXRjaC52MS5Kb2JWaWV3ImIKEVdhdGNoSm9ic1Jlc3BvbnNlEh4KBGpvYnMYASADKAsyEC5qb2J3YXRjaC52MS5Kb2ISFAoMcmVzdW1lX3Rva2VuGAIgASgJEhcKD2RlbGV0ZWRfam9iX2lkcxgDIAMoCSIhCg9SZXRyeUpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjEKEFJldHJ5Sm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iIiIKEERlbGV0ZUpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIhMKEURlbGV0ZUpvYlJlc3BvbnNlIqIBCglKb2JGaWx0ZXISDgoGdGVuYW50GAEgASgJEg4KBnF1ZXVlcxgCIAMoCRINCgVraW5kcxgDIAMoCRIlCgZzdGF0ZXMYBCADKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIyCg5jcmVhdGVkX2JlZm9yZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDYWxsGAYgASgIImEKEFJldHJ5Sm9ic1JlcXVlc3QSJgoGZmlsdGVyGAEgASgLMhYuam9id2F0Y2gudjEuSm9iRmlsdGVyEhIKCnBhZ2VfdG9rZW4YAiABKAkSEQoJcGFnZV9zaXplGAMgASgFIk4KEVJldHJ5Sm9ic1Jlc3BvbnNlEg8KB21hdGNoZWQYASABKAMSDwoHY2hhbmdlZBgCIAEoAxIXCg9uZXh0X3BhZ2VfdG9rZW4YAyABKAkiYgoRQ2FuY2VsSm9ic1JlcXVlc3QSJgoGZmlsdGVyGAEgASgLMhYuam9id2F0Y2gudjEuSm9iRmlsdGVyEhIKCnBhZ2VfdG9rZW4YAiABKAkSEQoJcGFnZV9zaXplGAMgASgFIk8KEkNhbmNlbEpvYnNSZXNwb25zZRIPCgdtYXRjaGVkGAEgASgDEg8KB2NoYW5nZWQYAiABKAMSFwoPbmV4dF9wYWdlX3Rva2VuGAMgASgJImIKEURlbGV0ZUpvYnNSZXF1ZXN0EiYKBmZpbHRlchgBIAEoCzIWLmpvYndhdGNoLnYxLkpvYkZpbHRlchISCgpwYWdlX3Rva2VuGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBSJPChJEZWxldGVKb2JzUmVzcG9uc2USDwoHbWF0Y2hlZBgBIAEoAxIPCgdjaGFuZ2VkGAIgASgDEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSIWChRHZXRTZXJ2ZXJJbmZvUmVxdWVzdCKGAQoVR2V0U2VydmVySW5mb1Jlc3BvbnNlEgwKBGRlbW8YASABKAgSEgoKZGVtb19raW5kcxgCIAMoCRIVCg1hdXRoX3JlcXVpcmVkGAMgASgIEg8KB3ZlcnNpb24YBCABKAkSIwoGY2FsbGVyGAUgASgLMhMuam9id2F0Y2gudjEuQ2FsbGVyIjQKBkNhbGxlchIMCgRyb2xlGAEgASgJEg4KBnRlbmFudBgCIAEoCRIMCgRuYW1lGAMgASgJImMKFEFwcGVuZEpvYkxvZ3NSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIpCgVsaW5lcxgDIAMoCzIaLmpvYndhdGNoLnYxLkFwcGVuZExvZ0xpbmUibwoNQXBwZW5kTG9nTGluZRIMCgR0ZXh0GAEgASgJEiYKBnN0cmVhbRgCIAEoDjIWLmpvYndhdGNoLnYxLkxvZ1N0cmVhbRIoCgR0aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI8ChVBcHBlbmRKb2JMb2dzUmVzcG9uc2USEAoIbGFzdF9zZXEYASABKAMSEQoJY2FuY2VsbGVkGAIgASgIIlUKD0NsYWltSm9iUmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSDQoFa2luZHMYAiADKAkSDgoGcXVldWVzGAMgAygJEhAKCG1heF9qb2JzGAQgASgFIp0BChBDbGFpbUpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYhIQCghsZWFzZV9pZBgCIAEoCRI0ChBsZWFzZV9leHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIiCgZjbGFpbXMYBCADKAsyEi5qb2J3YXRjaC52MS5DbGFpbSJuCgVDbGFpbRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2ISEAoIbGVhc2VfaWQYAiABKAkSNAoQbGVhc2VfZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiUwoQSGVhcnRiZWF0UmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSDwoHcGVyY2VudBgDIAEoBRIMCgRzdGVwGAQgASgJIlwKEUhlYXJ0YmVhdFJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCBI0ChBsZWFzZV9leHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJeChJDb21wbGV0ZUpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEiYKBnJlc3VsdBgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZSI0ChNDb21wbGV0ZUpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiJrCg5GYWlsSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSJAoFZXJyb3IYAyABKAsyFS5qb2J3YXRjaC52MS5Kb2JFcnJvchIRCglyZXRyeWFibGUYBCABKAgiMAoPRmFpbEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIiChFQYXVzZVF1ZXVlUmVxdWVzdBINCgVxdWV1ZRgBIAEoCSI3ChJQYXVzZVF1ZXVlUmVzcG9uc2USIQoFcXVldWUYASABKAsyEi5qb2J3YXRjaC52MS5RdWV1ZSIjChJSZXN1bWVRdWV1ZVJlcXVlc3QSDQoFcXVldWUYASABKAkiOAoTUmVzdW1lUXVldWVSZXNwb25zZRIhCgVxdWV1ZRgBIAEoCzISLmpvYndhdGNoLnYxLlF1ZXVlIpMECgVRdWV1ZRIMCgRuYW1lGAEgASgJEiQKBG1vZGUYAiABKA4yFi5qb2J3YXRjaC52MS5RdWV1ZU1vZGUSEwoLbWF4X3J1bm5pbmcYAyABKAUSDgoGcXVldWVkGAQgASgDEg8KB3J1bm5pbmcYBSABKAMSNAoRb2xkZXN0X3F1ZXVlZF9hZ2UYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMwoPbGFzdF9kcmFpbmVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghhbGVydGluZxgIIAEoCBIjCgVwb29scxgJIAMoCzIULmpvYndhdGNoLnYxLlBvb2xVc2USLgoLYWxlcnRfYWZ0ZXIYCiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoOYWxlcnRpbmdfc2luY2UYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KDWRlcHRoX2hpc3RvcnkYDCADKAsyFy5qb2J3YXRjaC52MS5RdWV1ZURlcHRoEg4KBnBhdXNlZBgNIAEoCBItCglwYXVzZWRfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCXBhdXNlZF9ieRgPIAEoCRIYChBkZWZhdWx0X3ByaW9yaXR5GBAgASgFIlUKClF1ZXVlRGVwdGgSJgoCYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnF1ZXVlZBgCIAEoAxIPCgdydW5uaW5nGAMgASgDIjYKB1Bvb2xVc2USDAoEbmFtZRgBIAEoCRINCgV1bml0cxgCIAEoBRIOCgZpbl91c2UYAyABKAMiEwoRTGlzdFF1ZXVlc1JlcXVlc3QiawoSTGlzdFF1ZXVlc1Jlc3BvbnNlEiIKBnF1ZXVlcxgBIAMoCzISLmpvYndhdGNoLnYxLlF1ZXVlEjEKDmRlcHRoX2ludGVydmFsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIs8CCghTY2hlZHVsZRIMCgRuYW1lGAEgASgJEgwKBGtpbmQYAiABKAkSDQoFcXVldWUYAyABKAkSDgoGdGVuYW50GAQgASgJEigKBWV2ZXJ5GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi8KC25leHRfcnVuX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtsYXN0X2pvYl9pZBgHIAEoCRItCg5sYXN0X2pvYl9zdGF0ZRgIIAEoDjIVLmpvYndhdGNoLnYxLkpvYlN0YXRlEjEKDWxhc3RfZW5kZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGNyb24YCiABKAkSEAoIdGltZXpvbmUYCyABKAkSFgoObmV4dF9ydW5fbG9jYWwYDCABKAkiFgoUTGlzdFNjaGVkdWxlc1JlcXVlc3QiQQoVTGlzdFNjaGVkdWxlc1Jlc3BvbnNlEigKCXNjaGVkdWxlcxgBIAMoCzIVLmpvYndhdGNoLnYxLlNjaGVkdWxlKsUBCghKb2JTdGF0ZRIZChVKT0JfU1RBVEVfVU5TUEVDSUZJRUQQABIVChFKT0JfU1RBVEVfUEVORElORxABEhQKEEpPQl9TVEFURV9RVUVVRUQQAhIVChFKT0JfU1RBVEVfUlVOTklORxADEhcKE0pPQl9TVEFURV9TVUNDRUVERUQQBBIUChBKT0JfU1RBVEVfRkFJTEVEEAUSFwoTSk9CX1NUQVRFX0NBTkNFTExFRBAGEhIKDkpPQl9TVEFURV9MT1NUEAcqTAoHSm9iVmlldxIYChRKT0JfVklFV19VTlNQRUNJRklFRBAAEhQKEEpPQl9WSUVXX1NVTU1BUlkQARIRCg1KT0JfVklFV19GVUxMEAIqVQoJTG9nU3RyZWFtEhoKFkxPR19TVFJFQU1fVU5TUEVDSUZJRUQQABIVChFMT0dfU1RSRUFNX1NURE9VVBABEhUKEUxPR19TVFJFQU1fU1RERVJSEAIqVwoJUXVldWVNb2RlEhoKFlFVRVVFX01PREVfVU5TUEVDSUZJRUQQABIXChNRVUVVRV9NT0RFX1BBUkFMTEVMEAESFQoRUVVFVUVfTU9ERV9TRVJJQUwQAjLVCQoKSm9iU2VydmljZRJKCglTdWJtaXRKb2ISHS5qb2J3YXRjaC52MS5TdWJtaXRKb2JSZXF1ZXN0Gh4uam9id2F0Y2gudjEuU3VibWl0Sm9iUmVzcG9uc2USRwoIU3RhcnRKb2ISHC5qb2J3YXRjaC52MS5TdGFydEpvYlJlcXVlc3QaHS5qb2J3YXRjaC52MS5TdGFydEpvYlJlc3BvbnNlEkEKBkdldEpvYhIaLmpvYndhdGNoLnYxLkdldEpvYlJlcXVlc3QaGy5qb2J3YXRjaC52MS5HZXRKb2JSZXNwb25zZRJHCghMaXN0Sm9icxIcLmpvYndhdGNoLnYxLkxpc3RKb2JzUmVxdWVzdBodLmpvYndhdGNoLnYxLkxpc3RKb2JzUmVzcG9uc2USSgoJQ2FuY2VsSm9iEh0uam9id2F0Y2gudjEuQ2FuY2VsSm9iUmVxdWVzdBoeLmpvYndhdGNoLnYxLkNhbmNlbEpvYlJlc3BvbnNlEkQKB1dhaXRKb2ISGy5qb2J3YXRjaC52MS5XYWl0Sm9iUmVxdWVzdBocLmpvYndhdGNoLnYxLldhaXRKb2JSZXNwb25zZRJJCghXYXRjaEpvYhIcLmpvYndhdGNoLnYxLldhdGNoSm9iUmVxdWVzdBodLmpvYndhdGNoLnYxLldhdGNoSm9iUmVzcG9uc2UwARJMCglXYXRjaEpvYnMSHS5qb2J3YXRjaC52MS5XYXRjaEpvYnNSZXF1ZXN0Gh4uam9id2F0Y2gudjEuV2F0Y2hKb2JzUmVzcG9uc2UwARJWCg1HZXRTZXJ2ZXJJbmZvEiEuam9id2F0Y2gudjEuR2V0U2VydmVySW5mb1JlcXVlc3QaIi5qb2J3YXRjaC52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2USRwoIUmV0cnlKb2ISHC5qb2J3YXRjaC52MS5SZXRyeUpvYlJlcXVlc3QaHS5qb2J3YXRjaC52MS5SZXRyeUpvYlJlc3BvbnNlEkoKCURlbGV0ZUpvYhIdLmpvYndhdGNoLnYxLkRlbGV0ZUpvYlJlcXVlc3QaHi5qb2J3YXRjaC52MS5EZWxldGVKb2JSZXNwb25zZRJKCglSZXRyeUpvYnMSHS5qb2J3YXRjaC52MS5SZXRyeUpvYnNSZXF1ZXN0Gh4uam9id2F0Y2gudjEuUmV0cnlKb2JzUmVzcG9uc2USTQoKQ2FuY2VsSm9icxIeLmpvYndhdGNoLnYxLkNhbmNlbEpvYnNSZXF1ZXN0Gh8uam9id2F0Y2gudjEuQ2FuY2VsSm9ic1Jlc3BvbnNlEk0KCkRlbGV0ZUpvYnMSHi5qb2J3YXRjaC52MS5EZWxldGVKb2JzUmVxdWVzdBofLmpvYndhdGNoLnYxLkRlbGV0ZUpvYnNSZXNwb25zZRJNCgpHZXRKb2JMb2dzEh4uam9id2F0Y2gudjEuR2V0Sm9iTG9nc1JlcXVlc3QaHy5qb2J3YXRjaC52MS5HZXRKb2JMb2dzUmVzcG9uc2USVQoMV2F0Y2hKb2JMb2dzEiAuam9id2F0Y2gudjEuV2F0Y2hKb2JMb2dzUmVxdWVzdBohLmpvYndhdGNoLnYxLldhdGNoSm9iTG9nc1Jlc3BvbnNlMAEylAMKDVdvcmtlclNlcnZpY2USRwoIQ2xhaW1Kb2ISHC5qb2J3YXRjaC52MS5DbGFpbUpvYlJlcXVlc3QaHS5qb2J3YXRjaC52MS5DbGFpbUpvYlJlc3BvbnNlEkoKCUhlYXJ0YmVhdBIdLmpvYndhdGNoLnYxLkhlYXJ0YmVhdFJlcXVlc3QaHi5qb2J3YXRjaC52MS5IZWFydGJlYXRSZXNwb25zZRJQCgtDb21wbGV0ZUpvYhIfLmpvYndhdGNoLnYxLkNvbXBsZXRlSm9iUmVxdWVzdBogLmpvYndhdGNoLnYxLkNvbXBsZXRlSm9iUmVzcG9uc2USRAoHRmFpbEpvYhIbLmpvYndhdGNoLnYxLkZhaWxKb2JSZXF1ZXN0Ghwuam9id2F0Y2gudjEuRmFpbEpvYlJlc3BvbnNlElYKDUFwcGVuZEpvYkxvZ3MSIS5qb2J3YXRjaC52MS5BcHBlbmRKb2JMb2dzUmVxdWVzdBoiLmpvYndhdGNoLnYxLkFwcGVuZEpvYkxvZ3NSZXNwb25zZTLWAgoMUXVldWVTZXJ2aWNlEk0KCkxpc3RRdWV1ZXMSHi5qb2J3YXRjaC52MS5MaXN0UXVldWVzUmVxdWVzdBofLmpvYndhdGNoLnYxLkxpc3RRdWV1ZXNSZXNwb25zZRJWCg1MaXN0U2NoZWR1bGVzEiEuam9id2F0Y2gudjEuTGlzdFNjaGVkdWxlc1JlcXVlc3QaIi5qb2J3YXRjaC52MS5MaXN0U2NoZWR1bGVzUmVzcG9uc2USTQoKUGF1c2VRdWV1ZRIeLmpvYndhdGNoLnYxLlBhdXNlUXVldWVSZXF1ZXN0Gh8uam9id2F0Y2gudjEuUGF1c2VRdWV1ZVJlc3BvbnNlElAKC1Jlc3VtZVF1ZXVlEh8uam9id2F0Y2gudjEuUmVzdW1lUXVldWVSZXF1ZXN0GiAuam9id2F0Y2gudjEuUmVzdW1lUXVldWVSZXNwb25zZUI5WjdnaXRodWIuY29tL2pvYndhdGNoL2pvYndhdGNoL2dlbi9qb2J3YXRjaC92MTtqb2J3YXRjaHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * JobError says why a job (or its last attempt) failed. Callers see the
@@ -296,6 +296,200 @@ export const JobAlreadyActiveSchema: GenMessage<JobAlreadyActive> = /*@__PURE__*
   messageDesc(file_jobwatch_v1_jobwatch, 3);
 
 /**
+ * LogLine is one line of a job's log.
+ *
+ * @generated from message jobwatch.v1.LogLine
+ */
+export type LogLine = Message<"jobwatch.v1.LogLine"> & {
+  /**
+   * 1 for the job's first line and one more for each after it, across
+   * attempts; a line dropped to keep the log under its bound keeps its
+   * number.
+   *
+   * @generated from field: int64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp time = 2;
+   */
+  time?: Timestamp | undefined;
+
+  /**
+   * @generated from field: jobwatch.v1.LogStream stream = 3;
+   */
+  stream: LogStream;
+
+  /**
+   * The attempt that logged it.
+   *
+   * @generated from field: int32 attempt = 4;
+   */
+  attempt: number;
+
+  /**
+   * The line without its newline. A line over 16 KiB is cut there, on a
+   * character boundary, and ends with "…[N bytes cut]".
+   *
+   * @generated from field: string text = 5;
+   */
+  text: string;
+};
+
+/**
+ * Describes the message jobwatch.v1.LogLine.
+ * Use `create(LogLineSchema)` to create a new message.
+ */
+export const LogLineSchema: GenMessage<LogLine> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 4);
+
+/**
+ * LogGap says that lines between the reader's last and the next it gets
+ * are no longer kept: the queue's max_log_bytes dropped them.
+ *
+ * @generated from message jobwatch.v1.LogGap
+ */
+export type LogGap = Message<"jobwatch.v1.LogGap"> & {
+  /**
+   * @generated from field: int64 skipped = 1;
+   */
+  skipped: bigint;
+
+  /**
+   * The seq of the first line kept after the gap.
+   *
+   * @generated from field: int64 resume_from = 2;
+   */
+  resumeFrom: bigint;
+};
+
+/**
+ * Describes the message jobwatch.v1.LogGap.
+ * Use `create(LogGapSchema)` to create a new message.
+ */
+export const LogGapSchema: GenMessage<LogGap> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 5);
+
+/**
+ * @generated from message jobwatch.v1.GetJobLogsRequest
+ */
+export type GetJobLogsRequest = Message<"jobwatch.v1.GetJobLogsRequest"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * The last seq the caller has; 0 starts with the oldest line kept.
+   *
+   * @generated from field: int64 after_seq = 2;
+   */
+  afterSeq: bigint;
+
+  /**
+   * 0 means 1,000; more than 1,000 means 1,000.
+   *
+   * @generated from field: int32 limit = 3;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message jobwatch.v1.GetJobLogsRequest.
+ * Use `create(GetJobLogsRequestSchema)` to create a new message.
+ */
+export const GetJobLogsRequestSchema: GenMessage<GetJobLogsRequest> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 6);
+
+/**
+ * @generated from message jobwatch.v1.GetJobLogsResponse
+ */
+export type GetJobLogsResponse = Message<"jobwatch.v1.GetJobLogsResponse"> & {
+  /**
+   * @generated from field: repeated jobwatch.v1.LogLine lines = 1;
+   */
+  lines: LogLine[];
+
+  /**
+   * Set when lines after after_seq were dropped before the first here.
+   *
+   * @generated from field: jobwatch.v1.LogGap gap = 2;
+   */
+  gap?: LogGap | undefined;
+
+  /**
+   * More lines are kept after these: ask again with after_seq the last
+   * line's seq.
+   *
+   * @generated from field: bool more = 3;
+   */
+  more: boolean;
+
+  /**
+   * The job has ended: no line will follow the last one kept.
+   *
+   * @generated from field: bool job_ended = 4;
+   */
+  jobEnded: boolean;
+};
+
+/**
+ * Describes the message jobwatch.v1.GetJobLogsResponse.
+ * Use `create(GetJobLogsResponseSchema)` to create a new message.
+ */
+export const GetJobLogsResponseSchema: GenMessage<GetJobLogsResponse> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 7);
+
+/**
+ * @generated from message jobwatch.v1.WatchJobLogsRequest
+ */
+export type WatchJobLogsRequest = Message<"jobwatch.v1.WatchJobLogsRequest"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * The last seq the caller saw; 0 starts with the oldest line kept.
+   *
+   * @generated from field: int64 after_seq = 2;
+   */
+  afterSeq: bigint;
+};
+
+/**
+ * Describes the message jobwatch.v1.WatchJobLogsRequest.
+ * Use `create(WatchJobLogsRequestSchema)` to create a new message.
+ */
+export const WatchJobLogsRequestSchema: GenMessage<WatchJobLogsRequest> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 8);
+
+/**
+ * @generated from message jobwatch.v1.WatchJobLogsResponse
+ */
+export type WatchJobLogsResponse = Message<"jobwatch.v1.WatchJobLogsResponse"> & {
+  /**
+   * @generated from field: repeated jobwatch.v1.LogLine lines = 1;
+   */
+  lines: LogLine[];
+
+  /**
+   * Set when lines between the last sent and the first here are no
+   * longer kept.
+   *
+   * @generated from field: jobwatch.v1.LogGap gap = 2;
+   */
+  gap?: LogGap | undefined;
+};
+
+/**
+ * Describes the message jobwatch.v1.WatchJobLogsResponse.
+ * Use `create(WatchJobLogsResponseSchema)` to create a new message.
+ */
+export const WatchJobLogsResponseSchema: GenMessage<WatchJobLogsResponse> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 9);
+
+/**
  * @generated from message jobwatch.v1.SubmitJobRequest
  */
 export type SubmitJobRequest = Message<"jobwatch.v1.SubmitJobRequest"> & {
@@ -371,7 +565,7 @@ export type SubmitJobRequest = Message<"jobwatch.v1.SubmitJobRequest"> & {
  * Use `create(SubmitJobRequestSchema)` to create a new message.
  */
 export const SubmitJobRequestSchema: GenMessage<SubmitJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 4);
+  messageDesc(file_jobwatch_v1_jobwatch, 10);
 
 /**
  * @generated from message jobwatch.v1.SubmitJobResponse
@@ -388,7 +582,7 @@ export type SubmitJobResponse = Message<"jobwatch.v1.SubmitJobResponse"> & {
  * Use `create(SubmitJobResponseSchema)` to create a new message.
  */
 export const SubmitJobResponseSchema: GenMessage<SubmitJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 5);
+  messageDesc(file_jobwatch_v1_jobwatch, 11);
 
 /**
  * @generated from message jobwatch.v1.StartJobRequest
@@ -405,7 +599,7 @@ export type StartJobRequest = Message<"jobwatch.v1.StartJobRequest"> & {
  * Use `create(StartJobRequestSchema)` to create a new message.
  */
 export const StartJobRequestSchema: GenMessage<StartJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 6);
+  messageDesc(file_jobwatch_v1_jobwatch, 12);
 
 /**
  * @generated from message jobwatch.v1.StartJobResponse
@@ -422,7 +616,7 @@ export type StartJobResponse = Message<"jobwatch.v1.StartJobResponse"> & {
  * Use `create(StartJobResponseSchema)` to create a new message.
  */
 export const StartJobResponseSchema: GenMessage<StartJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 7);
+  messageDesc(file_jobwatch_v1_jobwatch, 13);
 
 /**
  * @generated from message jobwatch.v1.GetJobRequest
@@ -439,7 +633,7 @@ export type GetJobRequest = Message<"jobwatch.v1.GetJobRequest"> & {
  * Use `create(GetJobRequestSchema)` to create a new message.
  */
 export const GetJobRequestSchema: GenMessage<GetJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 8);
+  messageDesc(file_jobwatch_v1_jobwatch, 14);
 
 /**
  * @generated from message jobwatch.v1.GetJobResponse
@@ -456,7 +650,7 @@ export type GetJobResponse = Message<"jobwatch.v1.GetJobResponse"> & {
  * Use `create(GetJobResponseSchema)` to create a new message.
  */
 export const GetJobResponseSchema: GenMessage<GetJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 9);
+  messageDesc(file_jobwatch_v1_jobwatch, 15);
 
 /**
  * @generated from message jobwatch.v1.ListJobsRequest
@@ -517,7 +711,7 @@ export type ListJobsRequest = Message<"jobwatch.v1.ListJobsRequest"> & {
  * Use `create(ListJobsRequestSchema)` to create a new message.
  */
 export const ListJobsRequestSchema: GenMessage<ListJobsRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 10);
+  messageDesc(file_jobwatch_v1_jobwatch, 16);
 
 /**
  * @generated from message jobwatch.v1.ListJobsResponse
@@ -542,7 +736,7 @@ export type ListJobsResponse = Message<"jobwatch.v1.ListJobsResponse"> & {
  * Use `create(ListJobsResponseSchema)` to create a new message.
  */
 export const ListJobsResponseSchema: GenMessage<ListJobsResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 11);
+  messageDesc(file_jobwatch_v1_jobwatch, 17);
 
 /**
  * @generated from message jobwatch.v1.CancelJobRequest
@@ -559,7 +753,7 @@ export type CancelJobRequest = Message<"jobwatch.v1.CancelJobRequest"> & {
  * Use `create(CancelJobRequestSchema)` to create a new message.
  */
 export const CancelJobRequestSchema: GenMessage<CancelJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 12);
+  messageDesc(file_jobwatch_v1_jobwatch, 18);
 
 /**
  * @generated from message jobwatch.v1.CancelJobResponse
@@ -576,7 +770,7 @@ export type CancelJobResponse = Message<"jobwatch.v1.CancelJobResponse"> & {
  * Use `create(CancelJobResponseSchema)` to create a new message.
  */
 export const CancelJobResponseSchema: GenMessage<CancelJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 13);
+  messageDesc(file_jobwatch_v1_jobwatch, 19);
 
 /**
  * @generated from message jobwatch.v1.WaitJobRequest
@@ -593,7 +787,7 @@ export type WaitJobRequest = Message<"jobwatch.v1.WaitJobRequest"> & {
  * Use `create(WaitJobRequestSchema)` to create a new message.
  */
 export const WaitJobRequestSchema: GenMessage<WaitJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 14);
+  messageDesc(file_jobwatch_v1_jobwatch, 20);
 
 /**
  * @generated from message jobwatch.v1.WaitJobResponse
@@ -610,7 +804,7 @@ export type WaitJobResponse = Message<"jobwatch.v1.WaitJobResponse"> & {
  * Use `create(WaitJobResponseSchema)` to create a new message.
  */
 export const WaitJobResponseSchema: GenMessage<WaitJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 15);
+  messageDesc(file_jobwatch_v1_jobwatch, 21);
 
 /**
  * @generated from message jobwatch.v1.WatchJobRequest
@@ -634,7 +828,7 @@ export type WatchJobRequest = Message<"jobwatch.v1.WatchJobRequest"> & {
  * Use `create(WatchJobRequestSchema)` to create a new message.
  */
 export const WatchJobRequestSchema: GenMessage<WatchJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 16);
+  messageDesc(file_jobwatch_v1_jobwatch, 22);
 
 /**
  * WatchJobResponse carries one snapshot, or none: a keepalive.
@@ -653,7 +847,7 @@ export type WatchJobResponse = Message<"jobwatch.v1.WatchJobResponse"> & {
  * Use `create(WatchJobResponseSchema)` to create a new message.
  */
 export const WatchJobResponseSchema: GenMessage<WatchJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 17);
+  messageDesc(file_jobwatch_v1_jobwatch, 23);
 
 /**
  * @generated from message jobwatch.v1.WatchJobsRequest
@@ -696,7 +890,7 @@ export type WatchJobsRequest = Message<"jobwatch.v1.WatchJobsRequest"> & {
  * Use `create(WatchJobsRequestSchema)` to create a new message.
  */
 export const WatchJobsRequestSchema: GenMessage<WatchJobsRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 18);
+  messageDesc(file_jobwatch_v1_jobwatch, 24);
 
 /**
  * WatchJobsResponse carries jobs that changed since the last response
@@ -739,7 +933,7 @@ export type WatchJobsResponse = Message<"jobwatch.v1.WatchJobsResponse"> & {
  * Use `create(WatchJobsResponseSchema)` to create a new message.
  */
 export const WatchJobsResponseSchema: GenMessage<WatchJobsResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 19);
+  messageDesc(file_jobwatch_v1_jobwatch, 25);
 
 /**
  * @generated from message jobwatch.v1.RetryJobRequest
@@ -756,7 +950,7 @@ export type RetryJobRequest = Message<"jobwatch.v1.RetryJobRequest"> & {
  * Use `create(RetryJobRequestSchema)` to create a new message.
  */
 export const RetryJobRequestSchema: GenMessage<RetryJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 20);
+  messageDesc(file_jobwatch_v1_jobwatch, 26);
 
 /**
  * @generated from message jobwatch.v1.RetryJobResponse
@@ -773,7 +967,7 @@ export type RetryJobResponse = Message<"jobwatch.v1.RetryJobResponse"> & {
  * Use `create(RetryJobResponseSchema)` to create a new message.
  */
 export const RetryJobResponseSchema: GenMessage<RetryJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 21);
+  messageDesc(file_jobwatch_v1_jobwatch, 27);
 
 /**
  * @generated from message jobwatch.v1.DeleteJobRequest
@@ -790,7 +984,7 @@ export type DeleteJobRequest = Message<"jobwatch.v1.DeleteJobRequest"> & {
  * Use `create(DeleteJobRequestSchema)` to create a new message.
  */
 export const DeleteJobRequestSchema: GenMessage<DeleteJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 22);
+  messageDesc(file_jobwatch_v1_jobwatch, 28);
 
 /**
  * @generated from message jobwatch.v1.DeleteJobResponse
@@ -803,7 +997,7 @@ export type DeleteJobResponse = Message<"jobwatch.v1.DeleteJobResponse"> & {
  * Use `create(DeleteJobResponseSchema)` to create a new message.
  */
 export const DeleteJobResponseSchema: GenMessage<DeleteJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 23);
+  messageDesc(file_jobwatch_v1_jobwatch, 29);
 
 /**
  * JobFilter selects the jobs of a bulk action. Every field set narrows
@@ -860,7 +1054,7 @@ export type JobFilter = Message<"jobwatch.v1.JobFilter"> & {
  * Use `create(JobFilterSchema)` to create a new message.
  */
 export const JobFilterSchema: GenMessage<JobFilter> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 24);
+  messageDesc(file_jobwatch_v1_jobwatch, 30);
 
 /**
  * @generated from message jobwatch.v1.RetryJobsRequest
@@ -891,7 +1085,7 @@ export type RetryJobsRequest = Message<"jobwatch.v1.RetryJobsRequest"> & {
  * Use `create(RetryJobsRequestSchema)` to create a new message.
  */
 export const RetryJobsRequestSchema: GenMessage<RetryJobsRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 25);
+  messageDesc(file_jobwatch_v1_jobwatch, 31);
 
 /**
  * RetryJobsResponse, CancelJobsResponse and DeleteJobsResponse say what
@@ -927,7 +1121,7 @@ export type RetryJobsResponse = Message<"jobwatch.v1.RetryJobsResponse"> & {
  * Use `create(RetryJobsResponseSchema)` to create a new message.
  */
 export const RetryJobsResponseSchema: GenMessage<RetryJobsResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 26);
+  messageDesc(file_jobwatch_v1_jobwatch, 32);
 
 /**
  * @generated from message jobwatch.v1.CancelJobsRequest
@@ -954,7 +1148,7 @@ export type CancelJobsRequest = Message<"jobwatch.v1.CancelJobsRequest"> & {
  * Use `create(CancelJobsRequestSchema)` to create a new message.
  */
 export const CancelJobsRequestSchema: GenMessage<CancelJobsRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 27);
+  messageDesc(file_jobwatch_v1_jobwatch, 33);
 
 /**
  * @generated from message jobwatch.v1.CancelJobsResponse
@@ -981,7 +1175,7 @@ export type CancelJobsResponse = Message<"jobwatch.v1.CancelJobsResponse"> & {
  * Use `create(CancelJobsResponseSchema)` to create a new message.
  */
 export const CancelJobsResponseSchema: GenMessage<CancelJobsResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 28);
+  messageDesc(file_jobwatch_v1_jobwatch, 34);
 
 /**
  * @generated from message jobwatch.v1.DeleteJobsRequest
@@ -1008,7 +1202,7 @@ export type DeleteJobsRequest = Message<"jobwatch.v1.DeleteJobsRequest"> & {
  * Use `create(DeleteJobsRequestSchema)` to create a new message.
  */
 export const DeleteJobsRequestSchema: GenMessage<DeleteJobsRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 29);
+  messageDesc(file_jobwatch_v1_jobwatch, 35);
 
 /**
  * @generated from message jobwatch.v1.DeleteJobsResponse
@@ -1035,7 +1229,7 @@ export type DeleteJobsResponse = Message<"jobwatch.v1.DeleteJobsResponse"> & {
  * Use `create(DeleteJobsResponseSchema)` to create a new message.
  */
 export const DeleteJobsResponseSchema: GenMessage<DeleteJobsResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 30);
+  messageDesc(file_jobwatch_v1_jobwatch, 36);
 
 /**
  * @generated from message jobwatch.v1.GetServerInfoRequest
@@ -1048,7 +1242,7 @@ export type GetServerInfoRequest = Message<"jobwatch.v1.GetServerInfoRequest"> &
  * Use `create(GetServerInfoRequestSchema)` to create a new message.
  */
 export const GetServerInfoRequestSchema: GenMessage<GetServerInfoRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 31);
+  messageDesc(file_jobwatch_v1_jobwatch, 37);
 
 /**
  * @generated from message jobwatch.v1.GetServerInfoResponse
@@ -1093,7 +1287,7 @@ export type GetServerInfoResponse = Message<"jobwatch.v1.GetServerInfoResponse">
  * Use `create(GetServerInfoResponseSchema)` to create a new message.
  */
 export const GetServerInfoResponseSchema: GenMessage<GetServerInfoResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 32);
+  messageDesc(file_jobwatch_v1_jobwatch, 38);
 
 /**
  * Caller is a token as the server knows it.
@@ -1131,7 +1325,95 @@ export type Caller = Message<"jobwatch.v1.Caller"> & {
  * Use `create(CallerSchema)` to create a new message.
  */
 export const CallerSchema: GenMessage<Caller> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 33);
+  messageDesc(file_jobwatch_v1_jobwatch, 39);
+
+/**
+ * @generated from message jobwatch.v1.AppendJobLogsRequest
+ */
+export type AppendJobLogsRequest = Message<"jobwatch.v1.AppendJobLogsRequest"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: string lease_id = 2;
+   */
+  leaseId: string;
+
+  /**
+   * At most 1,000 lines a call.
+   *
+   * @generated from field: repeated jobwatch.v1.AppendLogLine lines = 3;
+   */
+  lines: AppendLogLine[];
+};
+
+/**
+ * Describes the message jobwatch.v1.AppendJobLogsRequest.
+ * Use `create(AppendJobLogsRequestSchema)` to create a new message.
+ */
+export const AppendJobLogsRequestSchema: GenMessage<AppendJobLogsRequest> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 40);
+
+/**
+ * AppendLogLine is a line as a worker sends it; the server numbers it.
+ *
+ * @generated from message jobwatch.v1.AppendLogLine
+ */
+export type AppendLogLine = Message<"jobwatch.v1.AppendLogLine"> & {
+  /**
+   * Without its newline; a line over 16 KiB is cut (see LogLine.text).
+   *
+   * @generated from field: string text = 1;
+   */
+  text: string;
+
+  /**
+   * @generated from field: jobwatch.v1.LogStream stream = 2;
+   */
+  stream: LogStream;
+
+  /**
+   * When the worker saw the line; unset means when the server takes it.
+   *
+   * @generated from field: google.protobuf.Timestamp time = 3;
+   */
+  time?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message jobwatch.v1.AppendLogLine.
+ * Use `create(AppendLogLineSchema)` to create a new message.
+ */
+export const AppendLogLineSchema: GenMessage<AppendLogLine> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 41);
+
+/**
+ * @generated from message jobwatch.v1.AppendJobLogsResponse
+ */
+export type AppendJobLogsResponse = Message<"jobwatch.v1.AppendJobLogsResponse"> & {
+  /**
+   * The seq of the last line appended.
+   *
+   * @generated from field: int64 last_seq = 1;
+   */
+  lastSeq: bigint;
+
+  /**
+   * Stop working on the job, as HeartbeatResponse.cancelled says.
+   *
+   * @generated from field: bool cancelled = 2;
+   */
+  cancelled: boolean;
+};
+
+/**
+ * Describes the message jobwatch.v1.AppendJobLogsResponse.
+ * Use `create(AppendJobLogsResponseSchema)` to create a new message.
+ */
+export const AppendJobLogsResponseSchema: GenMessage<AppendJobLogsResponse> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 42);
 
 /**
  * @generated from message jobwatch.v1.ClaimJobRequest
@@ -1173,7 +1455,7 @@ export type ClaimJobRequest = Message<"jobwatch.v1.ClaimJobRequest"> & {
  * Use `create(ClaimJobRequestSchema)` to create a new message.
  */
 export const ClaimJobRequestSchema: GenMessage<ClaimJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 34);
+  messageDesc(file_jobwatch_v1_jobwatch, 43);
 
 /**
  * @generated from message jobwatch.v1.ClaimJobResponse
@@ -1211,7 +1493,7 @@ export type ClaimJobResponse = Message<"jobwatch.v1.ClaimJobResponse"> & {
  * Use `create(ClaimJobResponseSchema)` to create a new message.
  */
 export const ClaimJobResponseSchema: GenMessage<ClaimJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 35);
+  messageDesc(file_jobwatch_v1_jobwatch, 44);
 
 /**
  * Claim is one job a ClaimJob took and the lease the worker runs it
@@ -1241,7 +1523,7 @@ export type Claim = Message<"jobwatch.v1.Claim"> & {
  * Use `create(ClaimSchema)` to create a new message.
  */
 export const ClaimSchema: GenMessage<Claim> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 36);
+  messageDesc(file_jobwatch_v1_jobwatch, 45);
 
 /**
  * @generated from message jobwatch.v1.HeartbeatRequest
@@ -1277,7 +1559,7 @@ export type HeartbeatRequest = Message<"jobwatch.v1.HeartbeatRequest"> & {
  * Use `create(HeartbeatRequestSchema)` to create a new message.
  */
 export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 37);
+  messageDesc(file_jobwatch_v1_jobwatch, 46);
 
 /**
  * @generated from message jobwatch.v1.HeartbeatResponse
@@ -1303,7 +1585,7 @@ export type HeartbeatResponse = Message<"jobwatch.v1.HeartbeatResponse"> & {
  * Use `create(HeartbeatResponseSchema)` to create a new message.
  */
 export const HeartbeatResponseSchema: GenMessage<HeartbeatResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 38);
+  messageDesc(file_jobwatch_v1_jobwatch, 47);
 
 /**
  * @generated from message jobwatch.v1.CompleteJobRequest
@@ -1330,7 +1612,7 @@ export type CompleteJobRequest = Message<"jobwatch.v1.CompleteJobRequest"> & {
  * Use `create(CompleteJobRequestSchema)` to create a new message.
  */
 export const CompleteJobRequestSchema: GenMessage<CompleteJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 39);
+  messageDesc(file_jobwatch_v1_jobwatch, 48);
 
 /**
  * @generated from message jobwatch.v1.CompleteJobResponse
@@ -1347,7 +1629,7 @@ export type CompleteJobResponse = Message<"jobwatch.v1.CompleteJobResponse"> & {
  * Use `create(CompleteJobResponseSchema)` to create a new message.
  */
 export const CompleteJobResponseSchema: GenMessage<CompleteJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 40);
+  messageDesc(file_jobwatch_v1_jobwatch, 49);
 
 /**
  * @generated from message jobwatch.v1.FailJobRequest
@@ -1381,7 +1663,7 @@ export type FailJobRequest = Message<"jobwatch.v1.FailJobRequest"> & {
  * Use `create(FailJobRequestSchema)` to create a new message.
  */
 export const FailJobRequestSchema: GenMessage<FailJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 41);
+  messageDesc(file_jobwatch_v1_jobwatch, 50);
 
 /**
  * @generated from message jobwatch.v1.FailJobResponse
@@ -1398,7 +1680,7 @@ export type FailJobResponse = Message<"jobwatch.v1.FailJobResponse"> & {
  * Use `create(FailJobResponseSchema)` to create a new message.
  */
 export const FailJobResponseSchema: GenMessage<FailJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 42);
+  messageDesc(file_jobwatch_v1_jobwatch, 51);
 
 /**
  * @generated from message jobwatch.v1.PauseQueueRequest
@@ -1415,7 +1697,7 @@ export type PauseQueueRequest = Message<"jobwatch.v1.PauseQueueRequest"> & {
  * Use `create(PauseQueueRequestSchema)` to create a new message.
  */
 export const PauseQueueRequestSchema: GenMessage<PauseQueueRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 43);
+  messageDesc(file_jobwatch_v1_jobwatch, 52);
 
 /**
  * @generated from message jobwatch.v1.PauseQueueResponse
@@ -1432,7 +1714,7 @@ export type PauseQueueResponse = Message<"jobwatch.v1.PauseQueueResponse"> & {
  * Use `create(PauseQueueResponseSchema)` to create a new message.
  */
 export const PauseQueueResponseSchema: GenMessage<PauseQueueResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 44);
+  messageDesc(file_jobwatch_v1_jobwatch, 53);
 
 /**
  * @generated from message jobwatch.v1.ResumeQueueRequest
@@ -1449,7 +1731,7 @@ export type ResumeQueueRequest = Message<"jobwatch.v1.ResumeQueueRequest"> & {
  * Use `create(ResumeQueueRequestSchema)` to create a new message.
  */
 export const ResumeQueueRequestSchema: GenMessage<ResumeQueueRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 45);
+  messageDesc(file_jobwatch_v1_jobwatch, 54);
 
 /**
  * @generated from message jobwatch.v1.ResumeQueueResponse
@@ -1466,7 +1748,7 @@ export type ResumeQueueResponse = Message<"jobwatch.v1.ResumeQueueResponse"> & {
  * Use `create(ResumeQueueResponseSchema)` to create a new message.
  */
 export const ResumeQueueResponseSchema: GenMessage<ResumeQueueResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 46);
+  messageDesc(file_jobwatch_v1_jobwatch, 55);
 
 /**
  * @generated from message jobwatch.v1.Queue
@@ -1582,7 +1864,7 @@ export type Queue = Message<"jobwatch.v1.Queue"> & {
  * Use `create(QueueSchema)` to create a new message.
  */
 export const QueueSchema: GenMessage<Queue> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 47);
+  messageDesc(file_jobwatch_v1_jobwatch, 56);
 
 /**
  * QueueDepth is a queue's unfinished work at one moment.
@@ -1611,7 +1893,7 @@ export type QueueDepth = Message<"jobwatch.v1.QueueDepth"> & {
  * Use `create(QueueDepthSchema)` to create a new message.
  */
 export const QueueDepthSchema: GenMessage<QueueDepth> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 48);
+  messageDesc(file_jobwatch_v1_jobwatch, 57);
 
 /**
  * PoolUse is one pool as a queue that uses it sees it.
@@ -1645,7 +1927,7 @@ export type PoolUse = Message<"jobwatch.v1.PoolUse"> & {
  * Use `create(PoolUseSchema)` to create a new message.
  */
 export const PoolUseSchema: GenMessage<PoolUse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 49);
+  messageDesc(file_jobwatch_v1_jobwatch, 58);
 
 /**
  * @generated from message jobwatch.v1.ListQueuesRequest
@@ -1658,7 +1940,7 @@ export type ListQueuesRequest = Message<"jobwatch.v1.ListQueuesRequest"> & {
  * Use `create(ListQueuesRequestSchema)` to create a new message.
  */
 export const ListQueuesRequestSchema: GenMessage<ListQueuesRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 50);
+  messageDesc(file_jobwatch_v1_jobwatch, 59);
 
 /**
  * @generated from message jobwatch.v1.ListQueuesResponse
@@ -1682,7 +1964,7 @@ export type ListQueuesResponse = Message<"jobwatch.v1.ListQueuesResponse"> & {
  * Use `create(ListQueuesResponseSchema)` to create a new message.
  */
 export const ListQueuesResponseSchema: GenMessage<ListQueuesResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 51);
+  messageDesc(file_jobwatch_v1_jobwatch, 60);
 
 /**
  * Schedule is a repeated job of the configuration: a run of kind is
@@ -1776,7 +2058,7 @@ export type Schedule = Message<"jobwatch.v1.Schedule"> & {
  * Use `create(ScheduleSchema)` to create a new message.
  */
 export const ScheduleSchema: GenMessage<Schedule> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 52);
+  messageDesc(file_jobwatch_v1_jobwatch, 61);
 
 /**
  * @generated from message jobwatch.v1.ListSchedulesRequest
@@ -1789,7 +2071,7 @@ export type ListSchedulesRequest = Message<"jobwatch.v1.ListSchedulesRequest"> &
  * Use `create(ListSchedulesRequestSchema)` to create a new message.
  */
 export const ListSchedulesRequestSchema: GenMessage<ListSchedulesRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 53);
+  messageDesc(file_jobwatch_v1_jobwatch, 62);
 
 /**
  * @generated from message jobwatch.v1.ListSchedulesResponse
@@ -1806,7 +2088,7 @@ export type ListSchedulesResponse = Message<"jobwatch.v1.ListSchedulesResponse">
  * Use `create(ListSchedulesResponseSchema)` to create a new message.
  */
 export const ListSchedulesResponseSchema: GenMessage<ListSchedulesResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 54);
+  messageDesc(file_jobwatch_v1_jobwatch, 63);
 
 /**
  * JobState is where a job is in its life. PENDING, QUEUED and RUNNING are
@@ -1907,6 +2189,39 @@ export const JobViewSchema: GenEnum<JobView> = /*@__PURE__*/
   enumDesc(file_jobwatch_v1_jobwatch, 1);
 
 /**
+ * LogStream says where a line of a job's log came from.
+ *
+ * @generated from enum jobwatch.v1.LogStream
+ */
+export enum LogStream {
+  /**
+   * The handler logged it (the Go Worker's Progress.Logf), or the client
+   * did not say.
+   *
+   * @generated from enum value: LOG_STREAM_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The command's standard output or error (jobwatch worker --exec).
+   *
+   * @generated from enum value: LOG_STREAM_STDOUT = 1;
+   */
+  STDOUT = 1,
+
+  /**
+   * @generated from enum value: LOG_STREAM_STDERR = 2;
+   */
+  STDERR = 2,
+}
+
+/**
+ * Describes the enum jobwatch.v1.LogStream.
+ */
+export const LogStreamSchema: GenEnum<LogStream> = /*@__PURE__*/
+  enumDesc(file_jobwatch_v1_jobwatch, 2);
+
+/**
  * @generated from enum jobwatch.v1.QueueMode
  */
 export enum QueueMode {
@@ -1930,7 +2245,7 @@ export enum QueueMode {
  * Describes the enum jobwatch.v1.QueueMode.
  */
 export const QueueModeSchema: GenEnum<QueueMode> = /*@__PURE__*/
-  enumDesc(file_jobwatch_v1_jobwatch, 2);
+  enumDesc(file_jobwatch_v1_jobwatch, 3);
 
 /**
  * JobService is what callers use: submit, inspect, cancel, wait, watch.
@@ -2085,6 +2400,33 @@ export const JobService: GenService<{
     input: typeof DeleteJobsRequestSchema;
     output: typeof DeleteJobsResponseSchema;
   },
+  /**
+   * GetJobLogs pages through the lines a job's workers logged, oldest
+   * first.
+   *
+   * @generated from rpc jobwatch.v1.JobService.GetJobLogs
+   */
+  getJobLogs: {
+    methodKind: "unary";
+    input: typeof GetJobLogsRequestSchema;
+    output: typeof GetJobLogsResponseSchema;
+  },
+  /**
+   * WatchJobLogs sends a job's lines after after_seq, then each new line
+   * as it is appended, and ends OK once the job has ended and its last
+   * line is sent, or at the stream's lifetime (resume with the last seq
+   * seen). An empty response is a keepalive. A reader that falls behind
+   * costs the server nothing: lines are read from the store as the reader
+   * takes them, and lines dropped meanwhile (the queue's max_log_bytes)
+   * are announced as a gap.
+   *
+   * @generated from rpc jobwatch.v1.JobService.WatchJobLogs
+   */
+  watchJobLogs: {
+    methodKind: "server_streaming";
+    input: typeof WatchJobLogsRequestSchema;
+    output: typeof WatchJobLogsResponseSchema;
+  },
 }> = /*@__PURE__*/
   serviceDesc(file_jobwatch_v1_jobwatch, 0);
 
@@ -2130,6 +2472,17 @@ export const WorkerService: GenService<{
     methodKind: "unary";
     input: typeof FailJobRequestSchema;
     output: typeof FailJobResponseSchema;
+  },
+  /**
+   * AppendJobLogs adds lines to the log of a job the worker runs, under
+   * its lease: a stale lease is failed_precondition, as for Heartbeat.
+   *
+   * @generated from rpc jobwatch.v1.WorkerService.AppendJobLogs
+   */
+  appendJobLogs: {
+    methodKind: "unary";
+    input: typeof AppendJobLogsRequestSchema;
+    output: typeof AppendJobLogsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_jobwatch_v1_jobwatch, 1);

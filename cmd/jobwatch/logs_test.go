@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobtype"
+)
+
+// appendLogLines appends texts to the log of job j, claimed by the test.
+func (s *cliServer) appendLogLines(t *testing.T, j jobtype.Job, texts ...string) {
+	t.Helper()
+	lines := make([]jobtype.LogLine, len(texts))
+	for i, text := range texts {
+		lines[i] = jobtype.LogLine{Text: text, Stream: jobtype.LogStream(i % 3)}
+	}
+	if _, cancelled, err := s.Engine.AppendLogs(context.Background(), j.ID, j.LeaseID, lines); err != nil || cancelled {
+		t.Fatalf("append logs: %v (cancelled %v)", err, cancelled)
+	}
+}
+
+// logs prints the lines kept, oldest first, and exits 0 whatever the
+// job's state; -f follows until the job ends and exits with its outcome.
+func TestLogsPrintsAJobsLinesAndFollowsThemToItsEnd(t *testing.T) {
+	s := startCLIServer(t, 30*time.Second)
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "chatty"})
+	j := s.claim(t, "chatty")
+	s.appendLogLines(t, j, "one", "two")
+
+	code, out, errOut := runInProcess(t, "logs", "--server", s.URL, id)
+	if code != 0 || out != "one\ntwo\n" {
+		t.Fatalf("logs of a running job = exit %d, %q (%s); want 0 and its two lines", code, out, errOut)
+	}
+	code, out, _ = runInProcess(t, "logs", "--server", s.URL, "--times", id)
+	if code != 0 || !regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3} log +one\n.* stdout +two\n$`).MatchString(out) {
+		t.Fatalf("logs --times = exit %d, %q; want each line's time and stream", code, out)
+	}
+
+	var stdout, stderr lockedBuffer
+	done := make(chan int, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go func() { done <- run(ctx, []string{"logs", "-f", "--server", s.URL, id}, &stdout, &stderr) }()
+	waitFor(t, "logs -f to print the lines kept", func() bool { return stdout.String() == "one\ntwo\n" })
+	s.appendLogLines(t, j, "three")
+	waitFor(t, "logs -f to print a new line", func() bool { return strings.HasSuffix(stdout.String(), "three\n") })
+	s.appendLogLines(t, j, "four")
+	if _, err := s.Engine.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "Boom"}, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != exitFailed || stdout.String() != "one\ntwo\nthree\nfour\n" {
+			t.Fatalf("logs -f = exit %d, %q (%s); want %d (FAILED) after all four lines", code, stdout.String(), stderr.String(), exitFailed)
+		}
+	case <-ctx.Done():
+		t.Fatal("logs -f did not end with the job")
+	}
+
+	code, out, _ = runInProcess(t, "logs", "--server", s.URL, "--json", id)
+	var first struct{ Seq, Text string }
+	if code != 0 || strings.Count(out, "\n") != 4 || json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &first) != nil ||
+		first.Seq != "1" || first.Text != "one" {
+		t.Fatalf("logs --json = exit %d, %q; want four JSON lines, the first seq 1 and text one", code, out)
+	}
+
+	code, _, errOut = runInProcess(t, "logs", "--server", s.URL, "j_nosuchjob")
+	if code != exitError || !strings.Contains(errOut, "job not found") {
+		t.Fatalf("logs of an unknown job = exit %d, %q; want 1 and not found", code, errOut)
+	}
+}
+
+// Lines the queue's max_log_bytes dropped show as one marker line.
+func TestLogsMarksTheLinesTheServerDropped(t *testing.T) {
+	s := startCLIServer(t, 30*time.Second)
+	if err := s.Engine.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{
+		jobtype.DefaultQueue: {MaxLogBytes: jobtype.MinMaxLogBytes},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "flood"})
+	j := s.claim(t, "flood")
+	for i := range 100 { // 100 KiB, over the 64 KiB kept
+		s.appendLogLines(t, j, fmt.Sprintf("%03d %s", i, strings.Repeat("x", 1020)))
+	}
+	for _, args := range [][]string{{"logs"}, {"logs", "-f"}} {
+		if len(args) == 2 {
+			if _, err := s.Engine.Complete(context.Background(), j.ID, j.LeaseID, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		code, out, errOut := runInProcess(t, append(args, "--server", s.URL, id)...)
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		m := regexp.MustCompile(`^… (\d+) lines dropped; resuming at (\d+)$`).FindStringSubmatch(lines[0])
+		if code != 0 || m == nil {
+			t.Fatalf("%v = exit %d (%s), first line %q; want 0 and the marker of the lines dropped", args, code, errOut, lines[0])
+		}
+		skipped, resume, kept := mustAtoi(m[1]), mustAtoi(m[2]), len(lines)-1
+		if resume != skipped+1 || skipped+kept != 100 || !strings.HasPrefix(lines[1], fmt.Sprintf("%03d ", skipped)) ||
+			!strings.HasPrefix(lines[kept], "099 ") {
+			t.Fatalf("%v: %d dropped, resuming at %d, then %d lines from %.4q to %.4q; want the lines kept after the marker, to the last",
+				args, skipped, resume, kept, lines[1], lines[kept])
+		}
+	}
+}
+
+func mustAtoi(s string) int {
+	var n int
+	_, _ = fmt.Sscan(s, &n)
+	return n
+}
+
+// watch --logs prints the log's lines between the snapshots, and the
+// job's end after its last line.
+func TestWatchWithLogsInterleavesLinesAndSnapshots(t *testing.T) {
+	s := startCLIServer(t, 30*time.Second)
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "chatty"})
+	j := s.claim(t, "chatty")
+	s.appendLogLines(t, j, "before the watch")
+
+	var stdout, stderr lockedBuffer
+	done := make(chan int, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go func() { done <- run(ctx, []string{"watch", "--logs", "--server", s.URL, id}, &stdout, &stderr) }()
+	waitFor(t, "watch --logs to print the line kept", func() bool { return strings.Contains(stdout.String(), "| before the watch\n") })
+	if _, err := s.Engine.Heartbeat(ctx, j.ID, j.LeaseID, 50, "half"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "watch --logs to print the new snapshot", func() bool { return strings.Contains(stdout.String(), `50% "half"`) })
+	s.appendLogLines(t, j, "the last line")
+	if _, err := s.Engine.Complete(ctx, j.ID, j.LeaseID, []byte(`"ok"`)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		out := stdout.String()
+		last := strings.Index(out, "| the last line\n")
+		end := strings.Index(out, " SUCCEEDED ")
+		if code != 0 || last < 0 || end < last || !regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d \| before the watch$`).MatchString(out) {
+			t.Fatalf("watch --logs = exit %d:\n%s%s\nwant every line, and SUCCEEDED after the last", code, out, stderr.String())
+		}
+	case <-ctx.Done():
+		t.Fatal("watch --logs did not end with the job")
+	}
+
+	code, out, _ := runInProcess(t, "watch", "--logs", "--json", "--server", s.URL, id)
+	if code != 0 || !strings.Contains(out, `{"lines":[{"seq":"1"`) || !strings.Contains(out, `"text":"the last line"`) ||
+		!strings.Contains(out, `"state":"JOB_STATE_SUCCEEDED"`) {
+		t.Fatalf("watch --logs --json of an ended job = exit %d:\n%s\nwant its lines and its end as JSON", code, out)
+	}
+}
+
+func TestLogsExplainsItself(t *testing.T) {
+	if !strings.Contains(usage, "\n  logs ") {
+		t.Error("jobwatch's usage does not list logs")
+	}
+	code, out, errOut := runInProcess(t, "help", "logs")
+	if code != 0 || !strings.HasPrefix(out, "Usage: jobwatch logs ID ") || !strings.Contains(out, "-follow") {
+		t.Fatalf("jobwatch help logs = exit %d, %q, %q; want 0 and its usage with the ID and -f", code, out, errOut)
+	}
+	if code, _, errOut := runInProcess(t, "logs"); code != exitUsage || !strings.Contains(errOut, "usage: jobwatch logs ID") {
+		t.Fatalf("logs without an ID = exit %d, %q; want a usage error", code, errOut)
+	}
+}

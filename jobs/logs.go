@@ -1,0 +1,259 @@
+package jobs
+
+// Jobs' logs: a worker appends lines under its lease (AppendLogs), a
+// caller pages through them (Logs) or follows them (WatchLogs). Lines
+// live in the store, not here: a watcher reads what it has not sent each
+// time its job's log signal (logSignal) says there is more, so a slow
+// reader costs the server a cursor, never a buffer, and a watcher on
+// another replica hears of an append through the store's change
+// notices (store.Change with LogChange, heard in listen.go).
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/store"
+)
+
+// logSignal is the signals key of job id's log.
+func logSignal(id string) string { return "log/" + id }
+
+// Bounds of reading a log.
+const (
+	// DefaultLogPage and MaxLogPage bound the lines of one Logs page.
+	DefaultLogPage = 1000
+	MaxLogPage     = 1000
+	// maxLogBatchBytes bounds the text of the lines one WatchLogs send
+	// carries, well under a message's limit.
+	maxLogBatchBytes = 256 << 10
+)
+
+// AppendLogs adds lines to the log of job id, which the worker holds
+// under leaseID, and returns the seq of the job's last line. Each line's
+// text is cut to jobtype.MaxLogLineBytes (CutLogLine), and a line
+// without a time gets the engine's now. More than
+// jobtype.MaxLogLinesPerAppend lines is a *jobtype.InvalidError. As for
+// Heartbeat, a job whose attempt the server ended while the lease was
+// held answers cancelled (nothing appended), and any other lease
+// mismatch is ErrStaleLease.
+func (e *Engine) AppendLogs(ctx context.Context, id, leaseID string, lines []jobtype.LogLine) (last int64, cancelled bool, err error) {
+	if err := validLease(id, leaseID); err != nil {
+		return 0, false, err
+	}
+	if len(lines) > jobtype.MaxLogLinesPerAppend {
+		return 0, false, &jobtype.InvalidError{Field: "lines",
+			Reason: "must be at most " + strconv.Itoa(jobtype.MaxLogLinesPerAppend) + " a call, got " + strconv.Itoa(len(lines))}
+	}
+	now := e.now()
+	for i := range lines {
+		lines[i].Text = jobtype.CutLogLine(lines[i].Text)
+		if lines[i].Time.IsZero() {
+			lines[i].Time = now
+		}
+	}
+	rules := e.rules.Load()
+	res, err := e.store.AppendLogs(ctx, store.LogAppend{JobID: id, LeaseID: leaseID, Lines: lines,
+		MaxBytes: func(queue string) int64 {
+			if n := rules.Queues[queue].MaxLogBytes; n > 0 {
+				return n
+			}
+			return jobtype.DefaultMaxLogBytes
+		}})
+	if err != nil {
+		return 0, false, wrap("append logs", id, err)
+	}
+	if !res.Held {
+		if res.Job.LeaseID == leaseID && res.Job.State != jobtype.Running {
+			return res.LastSeq, true, nil
+		}
+		return 0, false, ErrStaleLease
+	}
+	if len(lines) > 0 {
+		e.signals.Publish(logSignal(id), e.signalSeq.Add(1), struct{}{})
+	}
+	return res.LastSeq, false, nil
+}
+
+// heardLogChange wakes the watchers of a log another replica appended
+// to.
+func (e *Engine) heardLogChange(c store.Change) {
+	e.signals.Publish(logSignal(c.JobID), e.signalSeq.Add(1), struct{}{})
+}
+
+// LogGap says that lines after a reader's last are no longer kept.
+type LogGap struct {
+	Skipped    int64
+	ResumeFrom int64 // the seq of the first line kept after the gap
+}
+
+// LogPage is a page of a job's log.
+type LogPage struct {
+	Lines []jobtype.LogLine
+	// Gap, if not nil: lines after the caller's last were dropped before
+	// the first of Lines.
+	Gap *LogGap
+	// More lines are kept after Lines.
+	More bool
+	// JobEnded: the job had ended when the page was read, so no line
+	// follows the last kept (until a retry runs it again).
+	JobEnded bool
+}
+
+// Logs returns at most limit (0: DefaultLogPage; at most MaxLogPage) of
+// job id's lines after afterSeq, oldest first.
+func (e *Engine) Logs(ctx context.Context, id string, afterSeq int64, limit int) (LogPage, error) {
+	if err := validID("job_id", id); err != nil {
+		return LogPage{}, err
+	}
+	if afterSeq < 0 {
+		return LogPage{}, &jobtype.InvalidError{Field: "after_seq", Reason: "must not be negative"}
+	}
+	if limit < 0 {
+		return LogPage{}, &jobtype.InvalidError{Field: "limit", Reason: "must not be negative"}
+	}
+	if limit == 0 || limit > MaxLogPage {
+		limit = min(max(limit, DefaultLogPage), MaxLogPage)
+	}
+	p, err := e.store.JobLogs(ctx, id, afterSeq, limit)
+	if err != nil {
+		return LogPage{}, wrap("logs", id, err)
+	}
+	out := LogPage{Lines: p.Lines, Gap: gapAfter(afterSeq, p), JobEnded: p.Job.State.Terminal()}
+	if n := len(p.Lines); n > 0 {
+		out.More = p.Lines[n-1].Seq < p.LastSeq
+	}
+	return out, nil
+}
+
+// gapAfter is the gap between afterSeq and the first line of p, or
+// before the first line kept when p has none; nil if there is none.
+func gapAfter(afterSeq int64, p store.LogPage) *LogGap {
+	next := p.FirstSeq
+	if len(p.Lines) > 0 {
+		next = p.Lines[0].Seq
+	} else if next > p.LastSeq {
+		next = p.LastSeq + 1 // nothing kept: nothing after afterSeq is missing but what was dropped
+	}
+	if next <= afterSeq+1 {
+		return nil
+	}
+	return &LogGap{Skipped: next - afterSeq - 1, ResumeFrom: next}
+}
+
+// LogWatchOptions are the options of WatchLogs.
+type LogWatchOptions struct {
+	// AfterSeq is the last seq the caller has; 0 sends every line kept.
+	AfterSeq  int64
+	Deadline  time.Time // zero: no limit
+	Keepalive time.Duration
+	// Send delivers lines in order, with the gap before them if lines
+	// after the last sent are no longer kept; no lines and no gap is a
+	// keepalive.
+	Send func(lines []jobtype.LogLine, gap *LogGap) error
+}
+
+// WatchLogs sends job id's lines after o.AfterSeq, then each line as it
+// is appended, and returns nil once the job has ended and every line it
+// kept was sent, at the deadline or at Shutdown; ctx.Err() when ctx
+// ends; ErrNotFound (wrapped) if the job does not exist or is deleted
+// meanwhile.
+//
+// It subscribes to the log's signal and the job's snapshots before its
+// first read, so an append or the job's end that commits after a read
+// always causes another.
+func (e *Engine) WatchLogs(ctx context.Context, id string, o LogWatchOptions) error {
+	if err := validID("job_id", id); err != nil {
+		return err
+	}
+	if o.AfterSeq < 0 {
+		return &jobtype.InvalidError{Field: "after_seq", Reason: "must not be negative"}
+	}
+	logs := e.signals.Subscribe(logSignal(id))
+	defer logs.Close()
+	job := e.hub.Subscribe(id)
+	defer job.Close()
+
+	deadline, stop := e.timerUntil(o.Deadline)
+	defer stop()
+	keepalive := newKeepalive(o.Keepalive)
+	defer keepalive.stop()
+	after := o.AfterSeq
+	for {
+		_, _, appended := logs.Latest()
+		snap, _, changed := job.Latest()
+		if snap != nil && snap.Gone {
+			return wrap("watch logs", id, jobtype.ErrNotFound)
+		}
+		p, err := e.store.JobLogs(ctx, id, after, MaxLogPage)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return wrap("watch logs", id, err)
+		}
+		gap := gapAfter(after, p)
+		for lines := p.Lines; len(lines) > 0 || gap != nil; {
+			n, size := 0, 0
+			for n < len(lines) && (n == 0 || size+len(lines[n].Text) <= maxLogBatchBytes) {
+				size += len(lines[n].Text)
+				n++
+			}
+			if err := o.Send(lines[:n], gap); err != nil {
+				return err
+			}
+			keepalive.reset()
+			if gap != nil {
+				after = gap.ResumeFrom - 1
+				gap = nil
+			}
+			if n > 0 {
+				after = lines[n-1].Seq
+			}
+			lines = lines[n:]
+		}
+		if after < p.LastSeq && len(p.Lines) == MaxLogPage {
+			continue // more kept than one read takes
+		}
+		if p.Job.State.Terminal() && after >= p.LastSeq {
+			return nil
+		}
+		if err := e.parkLogs(ctx, appended, changed, deadline, keepalive, o.Send); err != nil {
+			if errors.Is(err, errWatchOver) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// errWatchOver ends a watch without an error: its deadline passed or
+// the engine shut down.
+var errWatchOver = errors.New("watch over")
+
+// parkLogs waits for an append, a change of the job, a keepalive (sent
+// from here) or the end of the watch.
+func (e *Engine) parkLogs(ctx context.Context, appended, changed <-chan struct{}, deadline <-chan time.Time,
+	keepalive *keepalive, send func([]jobtype.LogLine, *LogGap) error) error {
+	for {
+		select {
+		case <-appended:
+			return nil
+		case <-changed:
+			return nil
+		case <-keepalive.c():
+			if err := send(nil, nil); err != nil {
+				return err
+			}
+			keepalive.reset()
+		case <-deadline:
+			return errWatchOver
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-e.done:
+			return errWatchOver
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
+)
+
+// logWatch runs WatchLogs on e in the background and hands each line it
+// sends (and each gap, as a line of seq 0 whose text says it) to lines.
+func logWatch(ctx context.Context, e *jobs.Engine, id string, after int64) (<-chan jobtype.LogLine, <-chan error) {
+	lines, done := make(chan jobtype.LogLine, 1000), make(chan error, 1)
+	go func() {
+		done <- e.WatchLogs(ctx, id, jobs.LogWatchOptions{AfterSeq: after, Deadline: soon(), Send: func(ls []jobtype.LogLine, gap *jobs.LogGap) error {
+			if gap != nil {
+				lines <- jobtype.LogLine{Text: fmt.Sprintf("gap %d resume %d", gap.Skipped, gap.ResumeFrom)}
+			}
+			for _, l := range ls {
+				lines <- l
+			}
+			return nil
+		}})
+	}()
+	return lines, done
+}
+
+func nextLine(t *testing.T, lines <-chan jobtype.LogLine) jobtype.LogLine {
+	t.Helper()
+	select {
+	case l := <-lines:
+		return l
+	case <-time.After(10 * time.Second):
+		t.Fatal("no line within 10s")
+		return jobtype.LogLine{}
+	}
+}
+
+func appendText(t *testing.T, e *jobs.Engine, j jobtype.Job, texts ...string) int64 {
+	t.Helper()
+	lines := make([]jobtype.LogLine, len(texts))
+	for i, text := range texts {
+		lines[i].Text = text
+	}
+	last, cancelled, err := e.AppendLogs(context.Background(), j.ID, j.LeaseID, lines)
+	if err != nil || cancelled {
+		t.Fatalf("append %v: cancelled %v, %v", texts, cancelled, err)
+	}
+	return last
+}
+
+func TestAWatchOfLogsHearsEachAppendAndEndsWithTheJob(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	j := running(t, e, jobs.SubmitRequest{})
+	appendText(t, e, j, "before")
+	lines, done := logWatch(context.Background(), e, j.ID, 0)
+	if l := nextLine(t, lines); l.Seq != 1 || l.Text != "before" || l.Attempt != 1 || l.Time.IsZero() {
+		t.Fatalf("first line %+v; want seq 1 %q of attempt 1 with a time", l, "before")
+	}
+	appendText(t, e, j, "after")
+	if l := nextLine(t, lines); l.Seq != 2 || l.Text != "after" {
+		t.Fatalf("the parked watch got %+v; want seq 2 %q", l, "after")
+	}
+	if _, err := e.Complete(context.Background(), j.ID, j.LeaseID, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the watch ended with %v after the job ended; want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch did not end within 10s of its job's end")
+	}
+	if _, cancelled, err := e.AppendLogs(context.Background(), j.ID, j.LeaseID, []jobtype.LogLine{{Text: "late"}}); err == nil && !cancelled {
+		t.Errorf("an append after the end was taken; want it refused")
+	}
+}
+
+func TestAWatchOfLogsResumesAfterItsSeqAndAnnouncesDroppedLines(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	j := running(t, e, jobs.SubmitRequest{})
+	for i := range 3 {
+		appendText(t, e, j, fmt.Sprint("line ", i+1))
+	}
+	lines, _ := logWatch(t.Context(), e, j.ID, 2)
+	if l := nextLine(t, lines); l.Seq != 3 {
+		t.Fatalf("a watch after seq 2 began with %+v; want seq 3", l)
+	}
+
+	// A bound of 64 KiB: 100 lines of 1 KiB each drop the oldest.
+	rules := jobtype.Rules{Queues: map[string]jobtype.QueueRules{"default": {MaxLogBytes: jobtype.MinMaxLogBytes}}}
+	if err := e.SetRules(rules); err != nil {
+		t.Fatal(err)
+	}
+	big := make([]string, 100)
+	for i := range big {
+		big[i] = fmt.Sprintf("%04d %01000d", i+4, 0)
+	}
+	last := appendText(t, e, j, big...)
+	page, err := e.Logs(context.Background(), j.ID, 0, 0)
+	if err != nil || page.Gap == nil || page.Gap.ResumeFrom != page.Lines[0].Seq || page.Lines[len(page.Lines)-1].Seq != last {
+		t.Fatalf("a page from the start after the bound: gap %+v, %d lines, %v; want a gap up to the first kept line and the last line %d", page.Gap, len(page.Lines), err, last)
+	}
+	late, _ := logWatch(t.Context(), e, j.ID, 0)
+	if l := nextLine(t, late); l.Seq != 0 || l.Text != fmt.Sprintf("gap %d resume %d", page.Gap.Skipped, page.Gap.ResumeFrom) {
+		t.Fatalf("a new watch from 0 began with %+v; want the gap %+v", l, page.Gap)
+	}
+}
+
+func TestLogsRefuseBadInput(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	j := running(t, e, jobs.SubmitRequest{})
+	var inv *jobtype.InvalidError
+	if _, _, err := e.AppendLogs(context.Background(), j.ID, j.LeaseID, make([]jobtype.LogLine, jobtype.MaxLogLinesPerAppend+1)); !errors.As(err, &inv) || inv.Field != "lines" {
+		t.Errorf("too many lines: %v; want invalid lines", err)
+	}
+	if _, _, err := e.AppendLogs(context.Background(), j.ID, "another-lease", []jobtype.LogLine{{Text: "x"}}); !errors.Is(err, jobs.ErrStaleLease) {
+		t.Errorf("another lease: %v; want ErrStaleLease", err)
+	}
+	if _, err := e.Logs(context.Background(), j.ID, -1, 0); !errors.As(err, &inv) || inv.Field != "after_seq" {
+		t.Errorf("negative after_seq: %v", err)
+	}
+	if err := e.WatchLogs(context.Background(), "j_nosuchjob", jobs.LogWatchOptions{Deadline: soon(),
+		Send: func([]jobtype.LogLine, *jobs.LogGap) error { return nil }}); !errors.Is(err, jobtype.ErrNotFound) {
+		t.Errorf("a watch of no job: %v; want not found", err)
+	}
+}
+
+// Lines appended on one replica reach a watcher on another.
+func TestLogsAppendedOnOneReplicaReachAWatcherOnAnother(t *testing.T) {
+	a, b := replicas(t)
+	j := running(t, a, jobs.SubmitRequest{})
+	lines, _ := logWatch(t.Context(), b, j.ID, 0)
+	for i := range 3 {
+		appendText(t, a, j, fmt.Sprint("line ", i+1))
+		if l := nextLine(t, lines); l.Seq != int64(i+1) {
+			t.Fatalf("the other replica's watch got %+v; want seq %d", l, i+1)
+		}
+	}
+}

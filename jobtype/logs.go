@@ -1,0 +1,70 @@
+package jobtype
+
+import (
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// LogStream says where a line of a job's log came from.
+type LogStream int8
+
+const (
+	// LogHandler: the handler logged it (or the client did not say).
+	LogHandler LogStream = iota
+	// LogStdout and LogStderr: a command's output (worker --exec).
+	LogStdout
+	LogStderr
+)
+
+// LogLine is one line of a job's log. The store numbers lines per job
+// (Seq, from 1, never reused) and stamps each with the attempt that
+// logged it.
+type LogLine struct {
+	Seq     int64
+	Time    time.Time
+	Stream  LogStream
+	Attempt int32
+	Text    string
+}
+
+// Bounds of a job's log.
+const (
+	// MaxLogLineBytes bounds one line's text: a longer line is cut
+	// (CutLogLine), not refused, so a worker never loses a job for
+	// printing a long line.
+	MaxLogLineBytes = 16 << 10
+	// MaxLogLinesPerAppend bounds the lines of one append.
+	MaxLogLinesPerAppend = 1000
+	// DefaultMaxLogBytes is the bytes of lines a job keeps when its
+	// queue sets no max_log_bytes: past it the oldest lines go.
+	DefaultMaxLogBytes = 1 << 20
+	// MinMaxLogBytes and MaxMaxLogBytes bound a queue's max_log_bytes:
+	// at least a few of the longest lines, at most what a page can
+	// page through in reasonable time.
+	MinMaxLogBytes = 64 << 10
+	MaxMaxLogBytes = 64 << 20
+)
+
+// Size is what l counts toward its job's bound: its text and a few bytes
+// for its number, time and stream.
+func (l LogLine) Size() int64 { return int64(len(l.Text)) + 16 }
+
+// CutLogLine returns text cut to MaxLogLineBytes on a character boundary,
+// ending with "…[N bytes cut]", or text itself if it fits. Invalid UTF-8
+// is replaced, as a protobuf string must be valid.
+func CutLogLine(text string) string {
+	if !utf8.ValidString(text) {
+		text = strings.ToValidUTF8(text, "\uFFFD")
+	}
+	if len(text) <= MaxLogLineBytes {
+		return text
+	}
+	const room = 32 // for the marker
+	keep := MaxLogLineBytes - room
+	for keep > 0 && !utf8.RuneStart(text[keep]) {
+		keep--
+	}
+	return text[:keep] + "…[" + strconv.Itoa(len(text)-keep) + " bytes cut]"
+}

@@ -1,0 +1,106 @@
+package server
+
+// The calls of jobs' logs: a worker's AppendJobLogs, a caller's
+// GetJobLogs and WatchJobLogs (engine: jobs/logs.go).
+
+import (
+	"context"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/wire"
+)
+
+func (h *workerService) AppendJobLogs(ctx context.Context, req *jobwatchv1.AppendJobLogsRequest) (*jobwatchv1.AppendJobLogsResponse, error) {
+	lines := make([]jobtype.LogLine, len(req.GetLines()))
+	for i, l := range req.GetLines() {
+		stream, ok := logStreamFromWire(l.GetStream())
+		if !ok {
+			return nil, invalid(fmt.Sprintf("lines[%d].stream", i), fmt.Sprintf("%v is not a log stream", l.GetStream()))
+		}
+		lines[i] = jobtype.LogLine{Text: l.GetText(), Stream: stream}
+		if l.GetTime() != nil {
+			if err := l.GetTime().CheckValid(); err != nil {
+				return nil, invalid(fmt.Sprintf("lines[%d].time", i), "is not a valid time")
+			}
+			lines[i].Time = l.GetTime().AsTime()
+		}
+	}
+	if err := h.s.checkWorkerJob(ctx, "append job logs", req.GetJobId()); err != nil {
+		return nil, err
+	}
+	last, cancelled, err := h.s.engine.AppendLogs(ctx, req.GetJobId(), req.GetLeaseId(), lines)
+	if err != nil {
+		return nil, h.s.toConnectError(ctx, "append job logs", err)
+	}
+	return &jobwatchv1.AppendJobLogsResponse{LastSeq: last, Cancelled: cancelled}, nil
+}
+
+func (h *jobService) GetJobLogs(ctx context.Context, req *jobwatchv1.GetJobLogsRequest) (*jobwatchv1.GetJobLogsResponse, error) {
+	if err := h.s.checkClientJob(ctx, "get job logs", req.GetJobId()); err != nil {
+		return nil, err
+	}
+	p, err := h.s.engine.Logs(ctx, req.GetJobId(), req.GetAfterSeq(), int(req.GetLimit()))
+	if err != nil {
+		return nil, h.s.toConnectError(ctx, "get job logs", err)
+	}
+	return &jobwatchv1.GetJobLogsResponse{Lines: logLinesToWire(p.Lines), Gap: logGapToWire(p.Gap), More: p.More, JobEnded: p.JobEnded}, nil
+}
+
+func (h *jobService) WatchJobLogs(ctx context.Context, req *jobwatchv1.WatchJobLogsRequest, stream *connect.ServerStream[jobwatchv1.WatchJobLogsResponse]) error {
+	s := h.s
+	// Before anything is sent, as WatchJob: another tenant's job is
+	// not_found with no headers first.
+	if err := s.checkClientJob(ctx, "watch job logs", req.GetJobId()); err != nil {
+		return err
+	}
+	deadline, done, err := s.parkWatch(ctx, s.jobTenant(req.GetJobId()))
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := sendHeaders(stream); err != nil {
+		return err
+	}
+	err = s.engine.WatchLogs(ctx, req.GetJobId(), jobs.LogWatchOptions{
+		AfterSeq:  req.GetAfterSeq(),
+		Deadline:  deadline,
+		Keepalive: s.cfg.Keepalive,
+		Send: func(lines []jobtype.LogLine, gap *jobs.LogGap) error {
+			return stream.Send(&jobwatchv1.WatchJobLogsResponse{Lines: logLinesToWire(lines), Gap: logGapToWire(gap)})
+		},
+	})
+	return s.toConnectError(ctx, "watch job logs", err)
+}
+
+func logStreamFromWire(s jobwatchv1.LogStream) (jobtype.LogStream, bool) {
+	switch s {
+	case jobwatchv1.LogStream_LOG_STREAM_UNSPECIFIED:
+		return jobtype.LogHandler, true
+	case jobwatchv1.LogStream_LOG_STREAM_STDOUT:
+		return jobtype.LogStdout, true
+	case jobwatchv1.LogStream_LOG_STREAM_STDERR:
+		return jobtype.LogStderr, true
+	}
+	return 0, false
+}
+
+func logLinesToWire(lines []jobtype.LogLine) []*jobwatchv1.LogLine {
+	out := make([]*jobwatchv1.LogLine, len(lines))
+	for i, l := range lines {
+		out[i] = &jobwatchv1.LogLine{Seq: l.Seq, Time: wire.Timestamp(l.Time), Stream: jobwatchv1.LogStream(l.Stream),
+			Attempt: l.Attempt, Text: l.Text}
+	}
+	return out
+}
+
+func logGapToWire(g *jobs.LogGap) *jobwatchv1.LogGap {
+	if g == nil {
+		return nil
+	}
+	return &jobwatchv1.LogGap{Skipped: g.Skipped, ResumeFrom: g.ResumeFrom}
+}

@@ -1,0 +1,168 @@
+package server_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/server"
+)
+
+func appendLines(t *testing.T, c clients, lease *jobwatchv1.ClaimJobResponse, texts ...string) *jobwatchv1.AppendJobLogsResponse {
+	t.Helper()
+	req := &jobwatchv1.AppendJobLogsRequest{JobId: lease.GetJob().GetId(), LeaseId: lease.GetLeaseId()}
+	for i, text := range texts {
+		req.Lines = append(req.Lines, &jobwatchv1.AppendLogLine{Text: text, Stream: jobwatchv1.LogStream(i % 3)})
+	}
+	resp, err := c.workers.AppendJobLogs(ctxTimeout(t, callBound), req)
+	if err != nil {
+		t.Fatalf("append job logs: %v", err)
+	}
+	return resp
+}
+
+// A worker's lines reach a watcher that was there before them and one
+// that comes after, in every protocol, and the watch ends OK once the
+// job has ended and its last line is sent.
+func TestJobLogsReachWatchersAndEndWithTheJob(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	for _, p := range authProtocols {
+		t.Run(p.name, func(t *testing.T) {
+			c := ts.clients(p.hc(ts), p.opts...)
+			kind := "logs-" + strings.ReplaceAll(p.name, " ", "-")
+			submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: kind})
+			lease := claim(t, c, kind)
+			id := lease.GetJob().GetId()
+
+			early, err := c.jobs.WatchJobLogs(ctxTimeout(t, 30*time.Second), &jobwatchv1.WatchJobLogsRequest{JobId: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp := appendLines(t, c, lease, "one", "two"); resp.GetLastSeq() != 2 || resp.GetCancelled() {
+				t.Fatalf("append: last seq %d cancelled %v; want 2, false", resp.GetLastSeq(), resp.GetCancelled())
+			}
+			var got []string
+			for len(got) < 2 && early.Receive() {
+				for _, l := range early.Msg().GetLines() {
+					got = append(got, fmt.Sprintf("%d:%s", l.GetSeq(), l.GetText()))
+				}
+			}
+			if strings.Join(got, " ") != "1:one 2:two" {
+				t.Fatalf("the early watcher got %v (%v); want 1:one 2:two", got, early.Err())
+			}
+			appendLines(t, c, lease, "three")
+			complete(t, c, lease, nil)
+			for early.Receive() {
+				for _, l := range early.Msg().GetLines() {
+					got = append(got, fmt.Sprintf("%d:%s", l.GetSeq(), l.GetText()))
+				}
+			}
+			if err := early.Err(); err != nil || strings.Join(got, " ") != "1:one 2:two 3:three" {
+				t.Fatalf("the early watcher ended with %v after %v; want OK after all three", err, got)
+			}
+
+			late, err := c.jobs.WatchJobLogs(ctxTimeout(t, 30*time.Second), &jobwatchv1.WatchJobLogsRequest{JobId: id, AfterSeq: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = nil
+			for late.Receive() {
+				for _, l := range late.Msg().GetLines() {
+					got = append(got, l.GetText())
+				}
+			}
+			if err := late.Err(); err != nil || strings.Join(got, " ") != "two three" {
+				t.Fatalf("a watcher after the end from seq 1: %v, %v; want two three and OK", got, err)
+			}
+
+			page, err := c.jobs.GetJobLogs(ctxTimeout(t, callBound), &jobwatchv1.GetJobLogsRequest{JobId: id, Limit: 2})
+			if err != nil || len(page.GetLines()) != 2 || !page.GetMore() || !page.GetJobEnded() {
+				t.Fatalf("a page of 2: %v, %v; want 2 lines, more, job ended", page, err)
+			}
+			if l := page.GetLines()[1]; l.GetStream() != jobwatchv1.LogStream_LOG_STREAM_STDOUT || l.GetAttempt() != 1 || l.GetTime() == nil {
+				t.Errorf("line 2: stream %v attempt %d time %v; want STDOUT, 1, a time", l.GetStream(), l.GetAttempt(), l.GetTime())
+			}
+		})
+	}
+}
+
+// Bad input to the log calls gets a clear error and changes nothing.
+func TestJobLogsRefuseBadInput(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	c := ts.h2c()
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "bad-logs"})
+	lease := claim(t, c, "bad-logs")
+	id := lease.GetJob().GetId()
+
+	_, err := c.workers.AppendJobLogs(ctxTimeout(t, callBound), &jobwatchv1.AppendJobLogsRequest{JobId: id, LeaseId: "not-the-lease",
+		Lines: []*jobwatchv1.AppendLogLine{{Text: "x"}}})
+	wantCode(t, err, connect.CodeFailedPrecondition)
+	tooMany := &jobwatchv1.AppendJobLogsRequest{JobId: id, LeaseId: lease.GetLeaseId()}
+	for range jobtype.MaxLogLinesPerAppend + 1 {
+		tooMany.Lines = append(tooMany.Lines, &jobwatchv1.AppendLogLine{Text: "x"})
+	}
+	_, err = c.workers.AppendJobLogs(ctxTimeout(t, callBound), tooMany)
+	wantCode(t, err, connect.CodeInvalidArgument)
+	_, err = c.workers.AppendJobLogs(ctxTimeout(t, callBound), &jobwatchv1.AppendJobLogsRequest{JobId: id, LeaseId: lease.GetLeaseId(),
+		Lines: []*jobwatchv1.AppendLogLine{{Text: "x", Stream: 7}}})
+	wantCode(t, err, connect.CodeInvalidArgument)
+	_, err = c.jobs.GetJobLogs(ctxTimeout(t, callBound), &jobwatchv1.GetJobLogsRequest{JobId: id, AfterSeq: -1})
+	wantCode(t, err, connect.CodeInvalidArgument)
+	_, err = c.jobs.GetJobLogs(ctxTimeout(t, callBound), &jobwatchv1.GetJobLogsRequest{JobId: "j_nosuchjob"})
+	wantCode(t, err, connect.CodeNotFound)
+
+	long := strings.Repeat("é", jobtype.MaxLogLineBytes) // twice the limit in bytes
+	appendLines(t, c, lease, long)
+	page, err := c.jobs.GetJobLogs(ctxTimeout(t, callBound), &jobwatchv1.GetJobLogsRequest{JobId: id})
+	if err != nil || len(page.GetLines()) != 1 {
+		t.Fatalf("after the refusals and one long line: %v, %v; want the long line alone", page, err)
+	}
+	if text := page.GetLines()[0].GetText(); len(text) > jobtype.MaxLogLineBytes || !strings.HasSuffix(text, "bytes cut]") {
+		t.Errorf("a line of %d bytes came back as %d bytes ending %q; want it cut with a marker", len(long), len(text), text[len(text)-20:])
+	}
+
+	complete(t, c, lease, nil)
+	resp, err := c.workers.AppendJobLogs(ctxTimeout(t, callBound), &jobwatchv1.AppendJobLogsRequest{JobId: id, LeaseId: lease.GetLeaseId(),
+		Lines: []*jobwatchv1.AppendLogLine{{Text: "late"}}})
+	if err == nil {
+		t.Errorf("an append after the job ended answered %v; want failed_precondition", resp)
+	}
+	wantCode(t, err, connect.CodeFailedPrecondition)
+}
+
+// Another tenant's job's logs are not_found, as the job is; a worker
+// token may not read logs, a client token may not append.
+func TestJobLogsKeepToTheTenant(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{Tokens: testTokens(t)}})
+	p := authProtocols[1]
+	admin, acme, globex, worker := ts.clientsWithToken(p, adminToken), ts.clientsWithToken(p, acmeToken),
+		ts.clientsWithToken(p, globexToken), ts.clientsWithToken(p, workerToken)
+	submit(t, admin, &jobwatchv1.SubmitJobRequest{Tenant: "acme", Kind: "tenant-logs"})
+	lease := claim(t, worker, "tenant-logs")
+	appendLines(t, worker, lease, "secret")
+	id := lease.GetJob().GetId()
+
+	if page, err := acme.jobs.GetJobLogs(ctxTimeout(t, callBound), &jobwatchv1.GetJobLogsRequest{JobId: id}); err != nil || len(page.GetLines()) != 1 {
+		t.Errorf("acme reads its job's logs: %v, %v", page, err)
+	}
+	_, err := globex.jobs.GetJobLogs(ctxTimeout(t, callBound), &jobwatchv1.GetJobLogsRequest{JobId: id})
+	wantCode(t, err, connect.CodeNotFound)
+	stream, err := globex.jobs.WatchJobLogs(ctxTimeout(t, callBound), &jobwatchv1.WatchJobLogsRequest{JobId: id})
+	if err == nil {
+		for stream.Receive() {
+			t.Errorf("globex's watch of acme's job's logs sent %v", stream.Msg())
+		}
+		err = stream.Err()
+	}
+	wantCode(t, err, connect.CodeNotFound)
+	_, err = worker.jobs.GetJobLogs(ctxTimeout(t, callBound), &jobwatchv1.GetJobLogsRequest{JobId: id})
+	wantCode(t, err, connect.CodePermissionDenied)
+	_, err = acme.workers.AppendJobLogs(ctxTimeout(t, callBound), &jobwatchv1.AppendJobLogsRequest{JobId: id, LeaseId: lease.GetLeaseId(),
+		Lines: []*jobwatchv1.AppendLogLine{{Text: "forged"}}})
+	wantCode(t, err, connect.CodePermissionDenied)
+}
