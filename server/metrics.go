@@ -67,7 +67,7 @@ func NewMetrics() *Metrics {
 		}),
 		openWatches: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "jobwatch_open_watches",
-			Help: "WatchJob and WatchJobs streams open now.",
+			Help: "WatchJob, WatchJobs and WatchJobLogs streams open now.",
 		}),
 		parkedClaims: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "jobwatch_parked_claims",

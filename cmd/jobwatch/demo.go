@@ -295,7 +295,9 @@ func enrichJob(ctx context.Context, job *jobwatchv1.Job, progress client.Progres
 		if err := sleep(ctx, time.Duration(600+rand.N(900))*time.Millisecond); err != nil {
 			return nil, err
 		}
-		rows += 200 + rand.N(300)
+		n := 200 + rand.N(300)
+		rows += n
+		progress.Logf("batch %d of %d: enriched %d rows (%d so far)", i, p.Batches, n, rows)
 	}
 	return map[string]any{"batches": p.Batches, "rows_enriched": rows}, nil
 }
@@ -315,6 +317,7 @@ func pairingJob(ctx context.Context, job *jobwatchv1.Job, progress client.Progre
 	}
 	done := 0
 	for _, ph := range phases {
+		progress.Logf("\x1b[1m%s\x1b[0m: %d steps", ph.name, ph.steps)
 		for s := 1; s <= ph.steps; s++ {
 			progress(done+ph.weight*(s-1)/ph.steps, fmt.Sprintf("%s (%d/%d)", ph.name, s, ph.steps))
 			if err := sleep(ctx, time.Duration(300+rand.N(400))*time.Millisecond); err != nil {
@@ -330,13 +333,17 @@ func pairingJob(ctx context.Context, job *jobwatchv1.Job, progress client.Progre
 // repository at a time, which the serial queue "index" guarantees.
 func reindexJob(ctx context.Context, job *jobwatchv1.Job, progress client.Progress) (any, error) {
 	steps := []string{"fetch", "diff", "write index", "commit"}
+	out := progress.LogTo(jobwatchv1.LogStream_LOG_STREAM_STDOUT)
 	for i, step := range steps {
 		progress(i*100/len(steps), step)
+		fmt.Fprintf(out, "$ index %s\n", step)
 		if err := sleep(ctx, time.Duration(800+rand.N(700))*time.Millisecond); err != nil {
 			return nil, err
 		}
 	}
-	return map[string]any{"files_indexed": 100 + rand.N(900)}, nil
+	files := 100 + rand.N(900)
+	fmt.Fprintf(out, "\x1b[32mok\x1b[0m %d files indexed\n", files)
+	return map[string]any{"files_indexed": files}, nil
 }
 
 // renderJob renders with a connection of the pool "db", which the queues
@@ -383,6 +390,7 @@ func flakyJob(ctx context.Context, job *jobwatchv1.Job, progress client.Progress
 		if err := sleep(ctx, 700*time.Millisecond); err != nil {
 			return nil, err
 		}
+		fmt.Fprintf(progress.LogTo(jobwatchv1.LogStream_LOG_STREAM_STDERR), "\x1b[31mpricing API: no answer\x1b[0m (try %d of 3)\n", i)
 	}
 	return nil, &UpstreamTimeoutError{Service: "pricing API", After: 2 * time.Second}
 }
@@ -414,6 +422,11 @@ type demoBackend struct {
 	client.WorkerBackend
 	mu     sync.Mutex
 	frozen map[string]time.Time // lease id → when it went silent
+}
+
+// AppendLogs implements client.LogAppender: the demo's jobs log too.
+func (b *demoBackend) AppendLogs(ctx context.Context, l *client.Lease, lines []*jobwatchv1.AppendLogLine) (bool, error) {
+	return b.WorkerBackend.(client.LogAppender).AppendLogs(ctx, l, lines)
 }
 
 func (b *demoBackend) Heartbeat(ctx context.Context, l *client.Lease, percent int32, step string) (bool, error) {
