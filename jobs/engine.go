@@ -205,6 +205,11 @@ type Engine struct {
 	// newer than whatever a cell holds.
 	signals   *watch.Hub[struct{}]
 	signalSeq atomic.Int64
+	// logs wakes the watchers of a job's log, keyed by job id (logs.go):
+	// each publish carries the lines an append added when the engine
+	// knows them (nil: look in the store), and takes the next value of
+	// signalSeq as its version.
+	logs *watch.Hub[*logBatch]
 	// claimers are the Claims in progress, which publish wakes one at a
 	// time (claimers.go).
 	claimers claimers
@@ -252,6 +257,7 @@ func New(st store.Store, cfg Config) *Engine {
 		log:       cfg.Logger,
 		hub:       watch.NewHub[*Snapshot](),
 		signals:   watch.NewHub[struct{}](),
+		logs:      watch.NewHub[*logBatch](),
 		deadlines: newDeadlines(),
 		done:      make(chan struct{}),
 		clock:     clock,

@@ -204,6 +204,9 @@ func (e *Engine) resync(ctx context.Context) {
 	for _, key := range e.signals.Keys() {
 		e.signals.Publish(key, e.signalSeq.Add(1), struct{}{})
 	}
+	for _, id := range e.logs.Keys() {
+		e.logs.Publish(id, e.signalSeq.Add(1), nil)
+	}
 	cs := &e.claimers
 	cs.mu.Lock()
 	cs.loaded = false

@@ -2,11 +2,15 @@ package jobs
 
 // Jobs' logs: a worker appends lines under its lease (AppendLogs), a
 // caller pages through them (Logs) or follows them (WatchLogs). Lines
-// live in the store, not here: a watcher reads what it has not sent each
-// time its job's log signal (logSignal) says there is more, so a slow
-// reader costs the server a cursor, never a buffer, and a watcher on
-// another replica hears of an append through the store's change
-// notices (store.Change with LogChange, heard in listen.go).
+// live in the store: each append publishes its lines to the job's cell
+// of Engine.logs, and a watcher that has every line before them sends
+// them from there, so a hundred watchers that keep up cost an append no
+// read at all; a watcher that fell behind (or missed a publish) reads
+// what it has not sent from the store, so a slow reader costs the server
+// a cursor, never a buffer. A watcher on another replica hears of an
+// append through the store's change notices (store.Change with
+// LogChange, heard in listen.go); each of its watchers there reads the
+// new lines from the store.
 
 import (
 	"context"
@@ -18,8 +22,19 @@ import (
 	"github.com/jobwatch/jobwatch/store"
 )
 
-// logSignal is the signals key of job id's log.
-func logSignal(id string) string { return "log/" + id }
+// logBatch is the lines of one append, in seq order, as Engine.logs
+// carries them to the watchers of their job's log.
+type logBatch struct{ lines []jobtype.LogLine }
+
+// follows reports whether b's lines come right after seq after.
+func (b *logBatch) follows(after int64) bool {
+	return b != nil && len(b.lines) > 0 && b.lines[0].Seq == after+1
+}
+
+// sentBy reports whether b's last line is seq after.
+func (b *logBatch) sentBy(after int64) bool {
+	return b != nil && len(b.lines) > 0 && b.lines[len(b.lines)-1].Seq == after
+}
 
 // Bounds of reading a log.
 const (
@@ -53,6 +68,7 @@ func (e *Engine) AppendLogs(ctx context.Context, id, leaseID string, lines []job
 		if lines[i].Time.IsZero() {
 			lines[i].Time = now
 		}
+		lines[i].Time = lines[i].Time.UTC().Truncate(time.Microsecond) // as stored
 	}
 	rules := e.rules.Load()
 	res, err := e.store.AppendLogs(ctx, store.LogAppend{JobID: id, LeaseID: leaseID, Lines: lines,
@@ -71,16 +87,19 @@ func (e *Engine) AppendLogs(ctx context.Context, id, leaseID string, lines []job
 		}
 		return 0, false, ErrStaleLease
 	}
-	if len(lines) > 0 {
-		e.signals.Publish(logSignal(id), e.signalSeq.Add(1), struct{}{})
+	if n := int64(len(lines)); n > 0 {
+		for i := range lines {
+			lines[i].Seq, lines[i].Attempt = res.LastSeq-n+1+int64(i), res.Job.Attempt
+		}
+		e.logs.Publish(id, e.signalSeq.Add(1), &logBatch{lines: lines})
 	}
 	return res.LastSeq, false, nil
 }
 
-// heardLogChange wakes the watchers of a log another replica appended
-// to.
+// heardLogChange wakes the watchers here of a log another replica
+// appended to; they read the new lines from the store.
 func (e *Engine) heardLogChange(c store.Change) {
-	e.signals.Publish(logSignal(c.JobID), e.signalSeq.Add(1), struct{}{})
+	e.logs.Publish(c.JobID, e.signalSeq.Add(1), nil)
 }
 
 // LogGap says that lines after a reader's last are no longer kept.
@@ -161,9 +180,12 @@ type LogWatchOptions struct {
 // ends; ErrNotFound (wrapped) if the job does not exist or is deleted
 // meanwhile.
 //
-// It subscribes to the log's signal and the job's snapshots before its
-// first read, so an append or the job's end that commits after a read
-// always causes another.
+// It subscribes to the job's log (Engine.logs) and its snapshots before
+// its first read, so an append or the job's end that commits after a
+// read always wakes it. Woken by an append whose lines come right after
+// the last it sent, it sends them as published; otherwise (it missed a
+// publish, the append was another replica's, or the job ended) it reads
+// the store.
 func (e *Engine) WatchLogs(ctx context.Context, id string, o LogWatchOptions) error {
 	if err := validID("job_id", id); err != nil {
 		return err
@@ -171,7 +193,7 @@ func (e *Engine) WatchLogs(ctx context.Context, id string, o LogWatchOptions) er
 	if o.AfterSeq < 0 {
 		return &jobtype.InvalidError{Field: "after_seq", Reason: "must not be negative"}
 	}
-	logs := e.signals.Subscribe(logSignal(id))
+	logs := e.logs.Subscribe(id)
 	defer logs.Close()
 	job := e.hub.Subscribe(id)
 	defer job.Close()
@@ -181,21 +203,10 @@ func (e *Engine) WatchLogs(ctx context.Context, id string, o LogWatchOptions) er
 	keepalive := newKeepalive(o.Keepalive)
 	defer keepalive.stop()
 	after := o.AfterSeq
-	for {
-		_, _, appended := logs.Latest()
-		snap, _, changed := job.Latest()
-		if snap != nil && snap.Gone {
-			return wrap("watch logs", id, jobtype.ErrNotFound)
-		}
-		p, err := e.store.JobLogs(ctx, id, after, MaxLogPage)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return wrap("watch logs", id, err)
-		}
-		gap := gapAfter(after, p)
-		for lines := p.Lines; len(lines) > 0 || gap != nil; {
+	// send sends lines, and gap before them, in batches of at most
+	// maxLogBatchBytes of text, and moves after past them.
+	send := func(lines []jobtype.LogLine, gap *LogGap) error {
+		for len(lines) > 0 || gap != nil {
 			n, size := 0, 0
 			for n < len(lines) && (n == 0 || size+len(lines[n].Text) <= maxLogBatchBytes) {
 				size += len(lines[n].Text)
@@ -214,12 +225,45 @@ func (e *Engine) WatchLogs(ctx context.Context, id string, o LogWatchOptions) er
 			}
 			lines = lines[n:]
 		}
-		if after < p.LastSeq && len(p.Lines) == MaxLogPage {
-			continue // more kept than one read takes
+		return nil
+	}
+	read := true // the first look reads the store
+	for {
+		batch, _, appended := logs.Latest()
+		snap, _, changed := job.Latest()
+		if snap != nil && snap.Gone {
+			return wrap("watch logs", id, jobtype.ErrNotFound)
 		}
-		if p.Job.State.Terminal() && after >= p.LastSeq {
-			return nil
+		ended := snap != nil && snap.Job.State.Terminal()
+		switch {
+		case !read && !ended && batch.follows(after):
+			// The append that woke this watch, and nothing was missed
+			// before it: its lines as published, with no read.
+			if err := send(batch.lines, nil); err != nil {
+				return err
+			}
+		case !read && !ended && batch.sentBy(after):
+			// Woken by a change of the job (progress), with every line
+			// published here sent: nothing to read.
+		default:
+			p, err := e.store.JobLogs(ctx, id, after, MaxLogPage)
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return wrap("watch logs", id, err)
+			}
+			if err := send(p.Lines, gapAfter(after, p)); err != nil {
+				return err
+			}
+			if after < p.LastSeq && len(p.Lines) == MaxLogPage {
+				continue // more kept than one read takes
+			}
+			if p.Job.State.Terminal() && after >= p.LastSeq {
+				return nil
+			}
 		}
+		read = false
 		if err := e.parkLogs(ctx, appended, changed, deadline, keepalive, o.Send); err != nil {
 			if errors.Is(err, errWatchOver) {
 				return nil
