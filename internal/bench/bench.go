@@ -52,6 +52,13 @@ Scenarios (--scenarios, comma-separated; default all):
   wakeup             for --jobs jobs one after another: how much later
                      than the worker's reply a WaitJob, a WatchJob and a
                      GetJob poll loop learn that the job ended
+  logs               one job appends 1,000 lines a second (10 every 10 ms)
+                     for 5 s while 100 WatchJobLogs streams follow it: how
+                     long after each append's reply every watcher had its
+                     lines (p50/p99); then a new watcher's time to a
+                     backlog of 10,000 lines; then the server's RSS before
+                     and after 10,000 and 100,000 lines go to 100 watchers
+                     that never read (jobwatch only)
   burndown           not in the default (all): at the default --depths it
                      takes an hour or more. For each depth of --depths,
                      on a fresh database: --burndown-submitters goroutines
@@ -70,7 +77,15 @@ Scenarios (--scenarios, comma-separated; default all):
                      unfinished, as in throughput) for --duration after
                      --warmup, with no backlog and with as many ready
                      jobs as the largest depth, of a kind no worker
-                     runs, waiting in the same queue
+                     runs, waiting in the same queue (--burndown-steady).
+                     With --burndown-priorities 0,0-9 each depth is
+                     burned down twice, one run right after the other,
+                     on a fresh database each: every job at priority 0,
+                     then job i at priority i mod 10 (interleaved job by
+                     job, so the most urgent are every tenth row); their
+                     rows come side by side, with the ratio of their
+                     jobs/s (claims per second with priorities in use
+                     against without)
 
 With --postgres URL, throughput-rpc and wakeup also run jobwatch on that
 PostgreSQL database, each run in a schema of its own that the bench
@@ -116,11 +131,13 @@ type benchOptions struct {
 	burndownSlots, burndownRPCWorkers, burndownSubmitters int
 	burndownModes                                         []string
 	burndownCap                                           time.Duration
+	burndownPriorities                                    []priorityLayout
+	burndownSteady                                        bool
 }
 
 // benchScenarios are the scenarios in the order they run; "all" (the
 // default) is every one but burndown, which only runs when named.
-var benchScenarios = []string{"throughput-rpc", "throughput-inproc", "fanout", "parked", "wakeup", "burndown"}
+var benchScenarios = []string{"throughput-rpc", "throughput-inproc", "fanout", "parked", "wakeup", "logs", "burndown"}
 
 // benchAll is what "all" means: every scenario that takes minutes, not
 // hours, at its defaults.
@@ -156,7 +173,7 @@ func (c CLI) usageError(msg string) error {
 // parseBenchFlags reads the flags of "jobwatch bench".
 func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	var o benchOptions
-	var fanout, parked, depths, modes string
+	var fanout, parked, depths, modes, priorities string
 	// Named as every command's flag set is: the command line's parse
 	// errors say "bench" and point to "jobwatch bench -h".
 	fs := flag.NewFlagSet("jobwatch bench", flag.ContinueOnError)
@@ -190,6 +207,8 @@ func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, err
 	fs.IntVar(&o.burndownRPCWorkers, "burndown-rpc-workers", 4, "remote Workers sharing --burndown-slots over RPC in the burndown scenario, each with a client of its own")
 	fs.IntVar(&o.burndownSubmitters, "burndown-submitters", 8, "goroutines inserting jobs in the burndown scenario")
 	fs.StringVar(&modes, "burndown-modes", "inproc,rpc", "comma-separated `modes` of the burndown scenario: inproc, rpc")
+	fs.StringVar(&priorities, "burndown-priorities", "0", "comma-separated priority `layouts` of the burndown scenario's jobs, each burned down in turn at every depth: P (every job at priority P) or P-Q (job i at P + i mod (Q-P+1), interleaved job by job), from 0 to 9")
+	fs.BoolVar(&o.burndownSteady, "burndown-steady", true, "also run the burndown scenario's steady loop after its burn-downs")
 	fs.DurationVar(&o.burndownCap, "burndown-cap", 5*time.Minute, "longest one burn-down may take (not counting its inserts); past it the run reports the rate of the part done")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to `file` (the in-process scenario runs in it; the servers do not)")
 	fs.StringVar(&o.serveFloor, "serve-floor", "", "internal: serve the floor on `host:port` instead of measuring (the bench starts it so)")
@@ -237,6 +256,18 @@ func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, err
 	}
 	if len(o.burndownModes) == 0 {
 		return o, c.usageError("--burndown-modes: no mode given")
+	}
+	for _, item := range listItems(priorities) {
+		p, err := parsePriorityLayout(item)
+		if err != nil {
+			return o, c.usageError(fmt.Sprintf("--burndown-priorities: %v", err))
+		}
+		if !slices.Contains(o.burndownPriorities, p) {
+			o.burndownPriorities = append(o.burndownPriorities, p)
+		}
+	}
+	if len(o.burndownPriorities) == 0 {
+		return o, c.usageError("--burndown-priorities: no layout given")
 	}
 	if o.codec != "proto" && o.codec != "json" {
 		return o, c.usageError(fmt.Sprintf("--codec must be proto or json, got %q", o.codec))
@@ -354,6 +385,15 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, cli CLI) 
 			res.Results["jobwatch"].ThroughputInprocPerS = &v
 			continue
 		}
+		if name == "logs" {
+			progress("logs: %d watchers of one job's log", logsWatchers)
+			f, err := b.logs(ctx, servers[len(servers)-1])
+			if err != nil {
+				return fmt.Errorf("logs: %w", err)
+			}
+			res.Results["jobwatch"].Logs = f
+			continue
+		}
 		if name == "burndown" {
 			f, err := b.burndown(ctx, servers[len(servers)-1])
 			if err != nil {
@@ -462,7 +502,10 @@ func (o benchOptions) settings() benchSettings {
 	}
 	if o.scenarios["burndown"] {
 		s.Burndown = &burndownSettings{Depths: o.depths, Slots: o.burndownSlots, RPCWorkers: o.burndownRPCWorkers,
-			Submitters: o.burndownSubmitters, Modes: o.burndownModes, CapS: o.burndownCap.Seconds()}
+			Submitters: o.burndownSubmitters, Modes: o.burndownModes, CapS: o.burndownCap.Seconds(), Steady: o.burndownSteady}
+		for _, p := range o.burndownPriorities {
+			s.Burndown.Priorities = append(s.Burndown.Priorities, p.String())
+		}
 	}
 	return s
 }

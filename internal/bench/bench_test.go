@@ -86,6 +86,13 @@ func TestBenchMeasuresEveryFigure(t *testing.T) {
 		check(name, r, "throughput_rpc_per_s")
 		if name == "jobwatch" {
 			check(name, r, "throughput_inproc_per_s")
+			logs, _ := r["logs"].(map[string]any)
+			// A watcher may have a line before its append's reply: 0 ms.
+			check(name+" logs", logs, "watchers", "lines", "append_reply_p50_ms", "backlog_ms",
+				"stalled_rss_before_mib", "stalled_rss_tenth_mib", "stalled_rss_after_mib")
+			if p50, p99 := logs["behind_append_p50_ms"], logs["behind_append_p99_ms"]; p50 == nil || p99 == nil || p99.(float64) < p50.(float64) {
+				t.Errorf("logs: behind p50 %v, p99 %v; want both, p99 at least p50", p50, p99)
+			}
 		}
 		fanout, _ := r["fanout"].([]any)
 		if len(fanout) != 2 {
@@ -116,7 +123,8 @@ func TestBenchMeasuresEveryFigure(t *testing.T) {
 	}
 
 	// The table shows the same figures: a row for each, a number in every
-	// column but the in-process throughput's, which is jobwatch's alone.
+	// column but the in-process throughput's and the logs', which are
+	// jobwatch's alone.
 	var table bytes.Buffer
 	if err := res.writeTable(&table); err != nil {
 		t.Fatal(err)
@@ -129,7 +137,8 @@ func TestBenchMeasuresEveryFigure(t *testing.T) {
 		f := strings.Fields(line)
 		cells := f[len(f)-len(res.Servers):]
 		dashes := slices.Index(cells, "-") >= 0
-		if dashes != strings.HasPrefix(line, "jobs/s in process") {
+		jobwatchOnly := strings.HasPrefix(line, "jobs/s in process") || strings.HasPrefix(line, "logs")
+		if dashes != jobwatchOnly {
 			t.Errorf("row %q: a column without a figure", line)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,9 @@ type burndownRunFigures struct {
 	Mode  string `json:"mode"`  // inproc or rpc
 	Store string `json:"store"` // sqlite or postgres
 	Depth int    `json:"depth"`
+	// Priorities is the jobs' priority layout (--burndown-priorities):
+	// "0", every job at 0, or "0-9", job i at i mod 10.
+	Priorities string `json:"priorities"`
 	// InsertPerS is the rate of the inserts (Engine.Submit from
 	// --burndown-submitters goroutines). Only in process: over RPC the
 	// database is filled the same way before serve starts on it, since
@@ -104,6 +108,39 @@ type burndownSettings struct {
 	Submitters int      `json:"submitters"`
 	Modes      []string `json:"modes"`
 	CapS       float64  `json:"cap_s"`
+	Priorities []string `json:"priorities"`
+	Steady     bool     `json:"steady"`
+}
+
+// priorityLayout is how the burn-down's jobs are spread over priorities
+// (--burndown-priorities): job i at lo + i mod (hi-lo+1), so that with
+// more than one priority they alternate job by job, as jobs of mixed
+// urgency submitted together leave them, and a claim of the most urgent
+// must take every (hi-lo+1)th row.
+type priorityLayout struct{ lo, hi int32 }
+
+// of is job i's priority.
+func (p priorityLayout) of(i int64) int32 { return p.lo + int32(i%int64(p.hi-p.lo+1)) }
+
+func (p priorityLayout) String() string {
+	if p.lo == p.hi {
+		return strconv.Itoa(int(p.lo))
+	}
+	return fmt.Sprintf("%d-%d", p.lo, p.hi)
+}
+
+// parsePriorityLayout reads "P" or "P-Q", priorities of jobtype's range.
+func parsePriorityLayout(s string) (priorityLayout, error) {
+	lo, hi, ranged := strings.Cut(s, "-")
+	if !ranged {
+		hi = lo
+	}
+	a, errA := strconv.Atoi(lo)
+	b, errB := strconv.Atoi(hi)
+	if errA != nil || errB != nil || a < jobtype.MinPriority || b > jobtype.MaxPriority || a > b {
+		return priorityLayout{}, fmt.Errorf("%q is not a priority from %d to %d or a range P-Q of them", s, jobtype.MinPriority, jobtype.MaxPriority)
+	}
+	return priorityLayout{lo: int32(a), hi: int32(b)}, nil
 }
 
 // burndown runs the scenario on SQLite and, with --postgres, on
@@ -118,13 +155,20 @@ func (b *benchRun) burndown(ctx context.Context, srv benchServer) (*burndownFigu
 	for _, st := range stores {
 		for _, mode := range b.o.burndownModes {
 			for _, depth := range b.o.depths {
-				b.progress("burndown: %s, %s, %d queued", modeLabel(mode, b.o), storeLabel(st), depth)
-				r, err := b.burndownOnce(ctx, srv, st, mode, depth)
-				if err != nil {
-					return nil, fmt.Errorf("%s, %s, %d queued: %w", mode, st, depth, err)
+				// The layouts of one depth run one after the other, so
+				// that what they are compared with ran beside them.
+				for _, p := range b.o.burndownPriorities {
+					b.progress("burndown: %s, %s, %d queued, priorities %s", modeLabel(mode, b.o), storeLabel(st), depth, p)
+					r, err := b.burndownOnce(ctx, srv, st, mode, depth, p)
+					if err != nil {
+						return nil, fmt.Errorf("%s, %s, %d queued, priorities %s: %w", mode, st, depth, p, err)
+					}
+					f.Runs = append(f.Runs, r)
 				}
-				f.Runs = append(f.Runs, r)
 			}
+		}
+		if !b.o.burndownSteady {
+			continue
 		}
 		deepest := slices.Max(b.o.depths)
 		for _, backlog := range []int{0, deepest} {
@@ -138,11 +182,11 @@ func (b *benchRun) burndown(ctx context.Context, srv benchServer) (*burndownFigu
 	return f, nil
 }
 
-// burndownOnce inserts depth jobs into a fresh database and burns them
-// down in mode.
-func (b *benchRun) burndownOnce(ctx context.Context, srv benchServer, storeName, mode string, depth int) (r burndownRunFigures, err error) {
-	r = burndownRunFigures{Mode: mode, Store: storeName, Depth: depth}
-	db, err := b.newBurndownDB(ctx, storeName, fmt.Sprintf("burndown-%s-%d", mode, depth))
+// burndownOnce inserts depth jobs of priorities p into a fresh database
+// and burns them down in mode.
+func (b *benchRun) burndownOnce(ctx context.Context, srv benchServer, storeName, mode string, depth int, p priorityLayout) (r burndownRunFigures, err error) {
+	r = burndownRunFigures{Mode: mode, Store: storeName, Depth: depth, Priorities: p.String()}
+	db, err := b.newBurndownDB(ctx, storeName, fmt.Sprintf("burndown-%s-%d-p%s", mode, depth, p))
 	if err != nil {
 		return r, err
 	}
@@ -162,7 +206,7 @@ func (b *benchRun) burndownOnce(ctx context.Context, srv benchServer, storeName,
 			stopEngine()
 		}
 	}()
-	insert, err := b.fill(ctx, engine, throughputKind, depth)
+	insert, err := b.fill(ctx, engine, throughputKind, depth, p)
 	if err != nil {
 		return r, err
 	}
@@ -269,7 +313,7 @@ func (b *benchRun) steady(ctx context.Context, srv benchServer, storeName string
 	engine, stopEngine := b.startEngine(ctx, st)
 	if backlog > 0 {
 		b.progress("burndown: steady, %s: %d ready jobs of a kind no worker runs", storeLabel(storeName), backlog)
-		if _, err := b.fill(ctx, engine, idleKind, backlog); err != nil {
+		if _, err := b.fill(ctx, engine, idleKind, backlog, priorityLayout{}); err != nil {
 			stopEngine()
 			st.Close()
 			return nil, err
@@ -426,10 +470,11 @@ func (b *benchRun) startEngine(ctx context.Context, st store.Store) (*jobs.Engin
 	return engine, func() { stopEngine(); engine.Shutdown(); <-done }
 }
 
-// fill submits n no-op jobs of kind through the engine from
-// --burndown-submitters goroutines, one Submit each, and returns the
-// inserts per second.
-func (b *benchRun) fill(ctx context.Context, engine *jobs.Engine, kind string, n int) (float64, error) {
+// fill submits n no-op jobs of kind with priorities p through the engine
+// from --burndown-submitters goroutines, one Submit each, and returns the
+// inserts per second. Job i (from 1) is the ith to start its Submit, so
+// the rows come nearly in the order of i, and of p.of(i).
+func (b *benchRun) fill(ctx context.Context, engine *jobs.Engine, kind string, n int, p priorityLayout) (float64, error) {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	var next, done atomic.Int64
@@ -438,7 +483,8 @@ func (b *benchRun) fill(ctx context.Context, engine *jobs.Engine, kind string, n
 	for range b.o.burndownSubmitters {
 		wg.Go(func() {
 			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
-				_, err := engine.Submit(ctx, jobs.SubmitRequest{Kind: kind, Payload: json.RawMessage(strconv.FormatInt(i, 10))})
+				priority := p.of(i)
+				_, err := engine.Submit(ctx, jobs.SubmitRequest{Kind: kind, Payload: json.RawMessage(strconv.FormatInt(i, 10)), Priority: &priority})
 				if err != nil {
 					stop(fmt.Errorf("submit: %w", err))
 					return

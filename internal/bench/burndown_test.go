@@ -5,8 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
 // TestBenchBurndownCompletesEveryJob runs the burndown scenario at a tiny
@@ -90,5 +97,107 @@ func TestBenchBurndownIsNotInAll(t *testing.T) {
 	}
 	if msg := refusal(t, "--burndown-modes", "inproc,grpc"); !strings.Contains(msg, `"grpc"`) {
 		t.Errorf("--burndown-modes inproc,grpc: %s, want a usage error naming grpc", msg)
+	}
+}
+
+// TestBenchBurndownComparesPriorityLayouts: with --burndown-priorities
+// 0,0-9 each depth is burned down once per layout, every job completed
+// each time, and the table shows both runs' rows, named by their
+// priorities, and the ratio of their jobs/s; --burndown-steady=false
+// leaves the steady loop out.
+func TestBenchBurndownComparesPriorityLayouts(t *testing.T) {
+	var out, errOut bytes.Buffer
+	args := []string{"--json", "--scenarios", "burndown", "--depths", "200", "--burndown-modes", "inproc",
+		"--burndown-slots", "10", "--burndown-submitters", "2", "--burndown-priorities", "0,0-9", "--burndown-steady=false"}
+	if err := Run(context.Background(), args, &out, &errOut, CLI{}); err != nil {
+		t.Fatalf("bench: %v\n%s", err, &errOut)
+	}
+	var res benchResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("bench --json printed no JSON: %v\n%s", err, &out)
+	}
+	if s := res.Settings.Burndown; s == nil || !slices.Equal(s.Priorities, []string{"0", "0-9"}) || s.Steady {
+		t.Errorf("settings = %+v, want priorities 0 and 0-9, no steady loop", s)
+	}
+	f := res.Results["jobwatch"].Burndown
+	if f == nil || len(f.Runs) != 2 || len(f.Steady) != 0 {
+		t.Fatalf("burndown = %+v, want two runs and no steady loop", f)
+	}
+	for i, want := range []string{"0", "0-9"} {
+		if r := f.Runs[i]; r.Priorities != want || r.Depth != 200 || r.Completed != 200 || r.BurndownPerS <= 0 {
+			t.Errorf("run %d = %+v, want priorities %s, 200 of 200 completed", i, r, want)
+		}
+	}
+	var table bytes.Buffer
+	if err := res.writeTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range []string{
+		"burn-down of 200 queued, priorities 0, in process, SQLite: jobs/s",
+		"burn-down of 200 queued, priorities 0-9, in process, SQLite: claim p99, ms",
+		"burn-down of 200 queued, in process, SQLite: jobs/s with priorities 0-9 over with 0",
+	} {
+		if !strings.Contains(table.String(), row) {
+			t.Errorf("the table has no row %q:\n%s", row, &table)
+		}
+	}
+	if strings.Contains(table.String(), "steady") {
+		t.Errorf("the table has steady rows with --burndown-steady=false:\n%s", &table)
+	}
+}
+
+// TestBenchFillInterleavesPriorities: the burn-down's jobs of layout
+// 0-9 take priority i mod 10, job i being the one whose payload is i;
+// those of 3 all take 3.
+func TestBenchFillInterleavesPriorities(t *testing.T) {
+	for _, layout := range []string{"0-9", "3"} {
+		t.Run(layout, func(t *testing.T) {
+			p, err := parsePriorityLayout(layout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := sqlite.Open(filepath.Join(t.TempDir(), "fill.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			b := &benchRun{o: benchOptions{burndownSubmitters: 3}, progress: func(string, ...any) {}, quiet: slog.New(slog.DiscardHandler)}
+			engine, stop := b.startEngine(t.Context(), st)
+			defer stop()
+			const n = 40
+			if _, err := b.fill(t.Context(), engine, throughputKind, n, p); err != nil {
+				t.Fatal(err)
+			}
+			jobs, _, err := st.ListJobs(t.Context(), store.ListFilter{Limit: 2 * n, Full: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(jobs) != n {
+				t.Fatalf("%d jobs, want %d", len(jobs), n)
+			}
+			for _, j := range jobs {
+				i, err := strconv.ParseInt(string(j.Payload), 10, 64)
+				if err != nil {
+					t.Fatalf("job %s: payload %s", j.ID, j.Payload)
+				}
+				want := int32(3)
+				if layout == "0-9" {
+					want = int32(i % 10)
+				}
+				if j.Priority != want {
+					t.Errorf("job %d: priority %d, want %d", i, j.Priority, want)
+				}
+			}
+		})
+	}
+}
+
+// TestBenchRefusesABadPriorityLayout: a layout outside 0 to 9, or not a
+// priority or a rising range of them, is a usage error naming it.
+func TestBenchRefusesABadPriorityLayout(t *testing.T) {
+	for _, bad := range []string{"0-10", "5-3", "-1", "high", "0-9-1"} {
+		if msg := refusal(t, "--burndown-priorities", "0,"+bad); !strings.Contains(msg, strconv.Quote(bad)) {
+			t.Errorf("--burndown-priorities 0,%s: %s, want a usage error naming %q", bad, msg, bad)
+		}
 	}
 }

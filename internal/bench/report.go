@@ -92,6 +92,8 @@ type serverFigures struct {
 	Wakeup               *wakeupFigures  `json:"wakeup,omitempty"`
 	// Postgres: jobwatch's figures on PostgreSQL, with --postgres.
 	Postgres *postgresFigures `json:"postgres,omitempty"`
+	// Logs: the logs scenario (jobwatch only).
+	Logs *logsFigures `json:"logs,omitempty"`
 	// Burndown: the burndown scenario (jobwatch only).
 	Burndown *burndownFigures `json:"burndown,omitempty"`
 }
@@ -250,6 +252,26 @@ func (r *benchResult) rows() []benchRow {
 		wake(fmt.Sprintf("one at a time: GetJob every %v p50, ms behind the reply", poll), func(w *wakeupFigures) float64 { return w.PollBehindP50MS }),
 		wake(fmt.Sprintf("one at a time: GetJob every %v p99, ms behind the reply", poll), func(w *wakeupFigures) float64 { return w.PollBehindP99MS }),
 	)
+	logs := func(label string, get func(*logsFigures) float64) benchRow {
+		return benchRow{label, func(f *serverFigures) (float64, bool) {
+			if f.Logs == nil {
+				return 0, false
+			}
+			return get(f.Logs), true
+		}}
+	}
+	rows = append(rows,
+		logs(fmt.Sprintf("logs, %d lines/s to %d watchers: line p50, ms behind its append's reply", logsRate, logsWatchers),
+			func(l *logsFigures) float64 { return l.BehindP50MS }),
+		logs(fmt.Sprintf("logs, %d lines/s to %d watchers: line p99, ms behind its append's reply", logsRate, logsWatchers),
+			func(l *logsFigures) float64 { return l.BehindP99MS }),
+		logs(fmt.Sprintf("logs: AppendJobLogs of %d lines, reply p50, ms", logsBatch), func(l *logsFigures) float64 { return l.AppendP50MS }),
+		logs(fmt.Sprintf("logs: a new watcher's %d-line backlog, ms", logsBacklog), func(l *logsFigures) float64 { return l.BacklogMS }),
+		logs(fmt.Sprintf("logs: server RSS with %d watchers that never read, MiB, before", logsWatchers),
+			func(l *logsFigures) float64 { return l.StalledRSSBeforeMiB }),
+		logs(fmt.Sprintf("logs: the same after %d lines, MiB", logsStalled/10), func(l *logsFigures) float64 { return l.StalledRSSTenthMiB }),
+		logs(fmt.Sprintf("logs: the same after %d lines, MiB", logsStalled), func(l *logsFigures) float64 { return l.StalledRSSAfterMiB }),
+	)
 	rows = append(rows, r.burndownRows()...)
 	if !s.Postgres {
 		return rows
@@ -346,7 +368,9 @@ func formatFigure(v float64) string {
 // burndownRows are the rows of the burndown scenario's runs, in the order
 // they ran: for each burn-down its jobs/s, claim p50 and p99, its insert
 // rate in process, and how many jobs it completed if --burndown-cap cut
-// it short; then the steady loop's.
+// it short; with more than one priority layout, after the last of a
+// depth, the ratio of each later layout's jobs/s to the first's; then
+// the steady loop's.
 func (r *benchResult) burndownRows() []benchRow {
 	if r.Settings.Burndown == nil {
 		return nil
@@ -359,21 +383,36 @@ func (r *benchResult) burndownRows() []benchRow {
 		}
 	}
 	o := benchOptions{burndownSlots: r.Settings.Burndown.Slots, burndownRPCWorkers: r.Settings.Burndown.RPCWorkers}
+	// Priorities are named in the labels unless every job was at 0, as
+	// before the layouts were a flag.
+	layouts := r.Settings.Burndown.Priorities
+	named := !(len(layouts) == 0 || len(layouts) == 1 && layouts[0] == "0")
+	find := func(f *serverFigures, mode, store string, depth int, priorities string) (burndownRunFigures, bool) {
+		if f.Burndown == nil {
+			return burndownRunFigures{}, false
+		}
+		i := slices.IndexFunc(f.Burndown.Runs, func(x burndownRunFigures) bool {
+			return x.Mode == mode && x.Store == store && x.Depth == depth && x.Priorities == priorities
+		})
+		if i < 0 {
+			return burndownRunFigures{}, false
+		}
+		return f.Burndown.Runs[i], true
+	}
 	var rows []benchRow
 	for _, run := range runs {
-		label := fmt.Sprintf("burn-down of %d queued, %s, %s: ", run.Depth, modeLabel(run.Mode, o), storeLabel(run.Store))
+		where := fmt.Sprintf("burn-down of %d queued, %s, %s", run.Depth, modeLabel(run.Mode, o), storeLabel(run.Store))
+		label := where + ": "
+		if named {
+			label = fmt.Sprintf("burn-down of %d queued, priorities %s, %s, %s: ", run.Depth, run.Priorities, modeLabel(run.Mode, o), storeLabel(run.Store))
+		}
 		get := func(v func(burndownRunFigures) (float64, bool)) func(*serverFigures) (float64, bool) {
 			return func(f *serverFigures) (float64, bool) {
-				if f.Burndown == nil {
+				x, ok := find(f, run.Mode, run.Store, run.Depth, run.Priorities)
+				if !ok {
 					return 0, false
 				}
-				i := slices.IndexFunc(f.Burndown.Runs, func(x burndownRunFigures) bool {
-					return x.Mode == run.Mode && x.Store == run.Store && x.Depth == run.Depth
-				})
-				if i < 0 {
-					return 0, false
-				}
-				return v(f.Burndown.Runs[i])
+				return v(x)
 			}
 		}
 		rows = append(rows,
@@ -388,6 +427,20 @@ func (r *benchResult) burndownRows() []benchRow {
 		if run.Completed < run.Depth {
 			rows = append(rows, benchRow{label + "jobs completed before --burndown-cap",
 				get(func(x burndownRunFigures) (float64, bool) { return float64(x.Completed), true })})
+		}
+		if len(layouts) < 2 || run.Priorities != layouts[len(layouts)-1] {
+			continue
+		}
+		for _, p := range layouts[1:] {
+			rows = append(rows, benchRow{fmt.Sprintf("%s: jobs/s with priorities %s over with %s", where, p, layouts[0]),
+				func(f *serverFigures) (float64, bool) {
+					x, ok := find(f, run.Mode, run.Store, run.Depth, p)
+					base, baseOK := find(f, run.Mode, run.Store, run.Depth, layouts[0])
+					if !ok || !baseOK || base.BurndownPerS == 0 {
+						return 0, false
+					}
+					return x.BurndownPerS / base.BurndownPerS, true
+				}})
 		}
 	}
 	for _, st := range steady {

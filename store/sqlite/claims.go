@@ -513,10 +513,12 @@ type jobWrite struct {
 	old, next jobtype.Job
 }
 
-// versioned is next as the store commits it over old: normalized, with
-// the version store.Versioned gives it.
+// versioned is next as the store commits it over old, a job as read
+// back (or as versioned made it): normalized, with the version
+// store.Versioned gives it. Only History's new entries are normalized
+// through JSON (normalizeOver).
 func versioned(old, next jobtype.Job) jobtype.Job {
-	return store.Versioned(old, normalize(next))
+	return store.Versioned(old, normalizeOver(old, next))
 }
 
 // maxRowsPerUpdate bounds the rows of one UPDATE of writeJobs, and so
@@ -555,10 +557,19 @@ func (s *Store) writeJobs(ctx context.Context, tx *sql.Tx, writes []jobWrite) er
 		if w.next.ID != w.old.ID {
 			return fmt.Errorf("update job %s: the id cannot change (to %q)", w.old.ID, w.next.ID)
 		}
-		was[i], now[i] = values(w.old), values(w.next)
+		was[i], now[i] = writeValues(w.old, w.next)
 		for c := range now[i] {
 			if !seen[c] && now[i][c] != was[i][c] {
 				seen[c] = true
+			}
+		}
+	}
+	if seen[historyColumn] {
+		// The UPDATE sets every row's history, so the rows whose history
+		// did not change need theirs too.
+		for i, w := range writes {
+			if now[i][historyColumn] == (storedHistory{}) {
+				now[i][historyColumn] = toHistory(w.next.History)
 			}
 		}
 	}

@@ -37,6 +37,24 @@ func fromNullJSON(s sql.NullString) json.RawMessage {
 // microsecond, an empty payload or result as none, its own copies of
 // slices and the error.
 func normalize(j jobtype.Job) jobtype.Job {
+	j = normalizeColumns(j)
+	j.History = fromHistory(toHistory(j.History))
+	return j
+}
+
+// normalizeOver is normalize(j) for a write of j over old, a job as read
+// back: History's entries that old holds as they are stored are taken
+// from old, so only new ones (the one an attempt's end appends) are
+// encoded and decoded to read as they will. A claim or a heartbeat of a
+// job with a full history (jobtype.MaxHistory entries) so costs no JSON.
+func normalizeOver(old, j jobtype.Job) jobtype.Job {
+	j = normalizeColumns(j)
+	j.History = historyOver(old.History, j.History)
+	return j
+}
+
+// normalizeColumns is normalize but for History.
+func normalizeColumns(j jobtype.Job) jobtype.Job {
 	for _, t := range []*time.Time{&j.CreatedAt, &j.StartedAt, &j.UpdatedAt, &j.FinishedAt, &j.RunAt, &j.LeaseExpiresAt} {
 		*t = fromMicro(toMicro(*t))
 	}
@@ -46,8 +64,71 @@ func normalize(j jobtype.Job) jobtype.Job {
 		e := *j.Error
 		j.Error = &e
 	}
-	j.History = fromHistory(toHistory(j.History))
 	return j
+}
+
+// historyOver is h as it will read back, in entries of its own, where
+// old is a history as read back: an entry of h that is stored as one of
+// old's is a copy of it; the others make the trip through JSON together.
+// Entries are looked for where h's first one is in old, which finds
+// every kept entry of an append, and of an append that dropped the
+// oldest.
+func historyOver(old, h []jobtype.HistoryEntry) []jobtype.HistoryEntry {
+	if len(h) == 0 {
+		return nil
+	}
+	from := slices.IndexFunc(old, func(e jobtype.HistoryEntry) bool { return sameEntry(e, h[0]) })
+	out := make([]jobtype.HistoryEntry, len(h))
+	var fresh []int // indexes of h's entries not in old
+	for i, e := range h {
+		if from >= 0 && from+i < len(old) && sameEntry(old[from+i], e) {
+			out[i] = old[from+i]
+			if out[i].Error != nil {
+				je := *out[i].Error
+				out[i].Error = &je
+			}
+			continue
+		}
+		fresh = append(fresh, i)
+	}
+	if len(fresh) == 0 {
+		return out
+	}
+	entries := make([]jobtype.HistoryEntry, len(fresh))
+	for k, i := range fresh {
+		entries[k] = h[i]
+	}
+	back := fromHistory(toHistory(entries))
+	if len(back) != len(fresh) {
+		return fromHistory(toHistory(h)) // as normalize has it, whatever that is
+	}
+	for k, i := range fresh {
+		out[i] = back[k]
+	}
+	return out
+}
+
+// sameHistory reports whether histories a and b are stored alike:
+// sameEntry entry by entry. A write stores History only when it changed.
+func sameHistory(a, b []jobtype.HistoryEntry) bool {
+	return slices.EqualFunc(a, b, sameEntry)
+}
+
+// sameEntry reports whether a and b are stored alike: equal errors and
+// times to the microsecond, and every other field equal. It may say no
+// for two entries that store alike (times within a microsecond of the
+// zero time, strings that JSON makes valid UTF-8), never yes for two
+// that do not; the entries of a history as read back it compares
+// exactly. Comparing the rest of the struct with == keeps that true of
+// any field HistoryEntry gains.
+func sameEntry(a, b jobtype.HistoryEntry) bool {
+	if (a.Error == nil) != (b.Error == nil) || a.Error != nil && *a.Error != *b.Error {
+		return false
+	}
+	a.Error, b.Error = nil, nil
+	a.StartedAt, b.StartedAt = fromMicroOrZero(a.StartedAt), fromMicroOrZero(b.StartedAt)
+	a.FinishedAt, b.FinishedAt = fromMicroOrZero(a.FinishedAt), fromMicroOrZero(b.FinishedAt)
+	return a == b
 }
 
 // toHistory is how History is stored: a JSON array, NULL while empty.
@@ -92,6 +173,32 @@ func fromMicroOrZero(t time.Time) time.Time {
 
 // values are the bind values of every column but seq, in columns' order.
 func values(j jobtype.Job) []any {
+	return valuesWith(j, toHistory(j.History))
+}
+
+// historyColumn is where History is in values and valueColumns.
+var historyColumn = slices.Index(valueColumns, "history")
+
+// storedHistory stands, in writeValues, for the History a row holds.
+type storedHistory struct{}
+
+// writeValues are values(old) and values(next) to compare column by
+// column for a write of next over old, a job as read back, except that
+// History is compared entry by entry (sameHistory) and encoded, for next
+// only, when it changed: encoding a full history costs more than all the
+// other values, and most writes (claims, heartbeats) leave it as it is.
+// Where History is what the row holds it is storedHistory{}, which is
+// never to be bound: in was always, in now when it did not change.
+func writeValues(old, next jobtype.Job) (was, now []any) {
+	var history any = storedHistory{}
+	if !sameHistory(old.History, next.History) {
+		history = toHistory(next.History)
+	}
+	return valuesWith(old, storedHistory{}), valuesWith(next, history)
+}
+
+// valuesWith is values with history as History's value.
+func valuesWith(j jobtype.Job, history any) []any {
 	var errType, errMsg sql.NullString
 	if j.Error != nil {
 		errType = sql.NullString{String: j.Error.Type, Valid: true}
@@ -99,7 +206,7 @@ func values(j jobtype.Job) []any {
 	}
 	return []any{
 		j.ID, j.Tenant, j.Kind, j.Queue, string(j.State), j.Version, j.Percent, j.Step,
-		nullJSON(j.Payload), nullJSON(j.Result), toHistory(j.History), errType, errMsg, j.Attempt, j.MaxAttempts,
+		nullJSON(j.Payload), nullJSON(j.Result), history, errType, errMsg, j.Attempt, j.MaxAttempts,
 		j.UniqueKey, toMicro(j.CreatedAt), toMicro(j.StartedAt), toMicro(j.UpdatedAt),
 		toMicro(j.FinishedAt), toMicro(j.RunAt), j.WorkerID, j.LeaseID, toMicro(j.LeaseExpiresAt),
 		j.Priority,

@@ -46,9 +46,10 @@ var valueColumns = []string{"id", "tenant", "kind", "queue", "state", "version",
 // ...) each make one statement text, prepared once by the statement
 // cache. Triggers on "UPDATE OF state" fire only when state is set, and
 // they act only when it changes. A change of version also stamps the
-// batch's change sequence value, change.
+// batch's change sequence value, change. old is the row as read back;
+// History is encoded only if it changed (writeValues).
 func updateChanged(seq int64, old, next jobtype.Job, change int64) (string, []any) {
-	was, now := values(old), values(next)
+	was, now := writeValues(old, next)
 	var q strings.Builder
 	q.WriteString("UPDATE jobs SET ")
 	args := make([]any, 0, len(now)+1)
