@@ -35,6 +35,8 @@ import (
 // server, each a finite number, positive where a measurement must be.
 // The numbers themselves are the machine's and are not judged.
 func TestBenchMeasuresEveryFigure(t *testing.T) {
+	defer func(seconds, stalled int) { logsSeconds, logsStalled = seconds, stalled }(logsSeconds, logsStalled)
+	logsSeconds, logsStalled = 1, 10_000
 	var out, errOut bytes.Buffer
 	args := []string{"--json", "--binary", jobwatchBinary(t),
 		"--workers", "2", "--submitters", "1", "--inproc-workers", "2", "--inproc-submitters", "1", "--duration", "300ms", "--warmup", "100ms",

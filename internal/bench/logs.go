@@ -22,9 +22,13 @@ const (
 	logsWatchers = 100
 	logsRate     = 1000 // lines a second
 	logsBatch    = 10   // lines an append: one append every 10 ms
-	logsSeconds  = 5
 	logsBacklog  = 10_000
-	logsStalled  = 100_000 // lines to the watchers that never read: 8 MB each
+)
+
+// The scenario's lengths, shorter in its tests.
+var (
+	logsSeconds = 5
+	logsStalled = 100_000 // lines to the watchers that never read: 8 MB each
 )
 
 // logsFigures are the logs scenario's figures.
@@ -55,6 +59,8 @@ func (b *benchRun) logs(ctx context.Context, srv benchServer) (*logsFigures, err
 	defer p.stop()
 	c := b.newClient(p.base, 8)
 	defer c.Close()
+	ctx, cancel := context.WithCancel(ctx) // ends the jobs' heartbeats
+	defer cancel()
 	f, err := b.logsOver(ctx, c, p)
 	if err != nil {
 		return nil, errors.Join(err, p.alive())
@@ -74,7 +80,23 @@ func logsJob(ctx context.Context, c *client.Client, kind string) (*jobwatchv1.Cl
 	if claim.GetJob() == nil {
 		return nil, errors.New("the claim found no job")
 	}
+	go keepLease(ctx, c, claim)
 	return claim, nil
+}
+
+// keepLease heartbeats claim's job every few seconds until ctx ends, as
+// a worker would, so that a slow machine never lets its lease run out.
+func keepLease(ctx context.Context, c *client.Client, claim *jobwatchv1.ClaimJobResponse) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_, _ = c.WorkerService().Heartbeat(ctx, &jobwatchv1.HeartbeatRequest{JobId: claim.GetJob().GetId(), LeaseId: claim.GetLeaseId()})
+		}
+	}
 }
 
 // appendLines appends n lines to claim's job and returns the reply's
