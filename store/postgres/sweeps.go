@@ -140,31 +140,25 @@ func (s *Store) LastDrained(ctx context.Context) (map[string]time.Time, error) {
 }
 
 // DeleteFinishedBefore implements store.Store in statements of at most
-// deleteBatch rows, each its own transaction. A terminal job without a
-// FinishedAt (the zero time) counts as finished before t.
+// deleteBatch jobs, and as many records of deletions, each its own
+// transaction: one commit when there is little to delete, as on most
+// sweeps. A terminal job without a FinishedAt (the zero time) counts as
+// finished before t.
 func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, error) {
-	n, err := s.deleteInBatches(ctx, "delete finished jobs", `DELETE FROM jobs WHERE seq IN (
-		SELECT seq FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost')
-		AND (finished_at < $1 OR finished_at IS NULL) LIMIT $2)`, micro(t))
-	if err != nil {
-		return n, err
-	}
-	_, err = s.deleteInBatches(ctx, "forget deletions", `DELETE FROM job_deletions WHERE seq IN (
-		SELECT seq FROM job_deletions WHERE deleted_at < $1 LIMIT $2)`, micro(t))
-	return n, err
-}
-
-// deleteInBatches runs query, a DELETE of at most $2 rows, with arg as
-// $1, until it deletes fewer, and reports how many it deleted.
-func (s *Store) deleteInBatches(ctx context.Context, what, query string, arg any) (int, error) {
 	n := 0
 	for {
-		tag, err := s.pool.Exec(ctx, query, arg, deleteBatch)
+		var jobs, records int64
+		err := s.pool.QueryRow(ctx, `WITH j AS (DELETE FROM jobs WHERE seq IN (
+				SELECT seq FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost')
+				AND (finished_at < $1 OR finished_at IS NULL) LIMIT $2) RETURNING 1),
+			d AS (DELETE FROM job_deletions WHERE seq IN (
+				SELECT seq FROM job_deletions WHERE deleted_at < $1 LIMIT $2) RETURNING 1)
+			SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM d)`, micro(t), deleteBatch).Scan(&jobs, &records)
 		if err != nil {
-			return n, fmt.Errorf("%s: %w", what, classify(err))
+			return n, fmt.Errorf("delete finished jobs: %w", classify(err))
 		}
-		n += int(tag.RowsAffected())
-		if tag.RowsAffected() < deleteBatch {
+		n += int(jobs)
+		if max(jobs, records) < deleteBatch {
 			return n, nil
 		}
 	}

@@ -17,37 +17,34 @@ import (
 )
 
 // DeleteFinishedBefore implements store.Store, each batch of at most
-// deleteBatch rows in a transaction of its own.
+// deleteBatch jobs, and as many records of deletions, in a transaction
+// of its own: one write when there is little to delete, as on most
+// sweeps.
 func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, error) {
-	n, err := s.deleteInBatches(ctx, "delete finished jobs", `DELETE FROM jobs WHERE seq IN (
-		SELECT seq FROM jobs
-		WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') AND finished_at < ?
-		LIMIT ?)`, toMicro(t))
-	if err != nil {
-		return n, err
-	}
-	_, err = s.deleteInBatches(ctx, "forget deletions", `DELETE FROM job_deletions WHERE seq IN (
-		SELECT seq FROM job_deletions WHERE deleted_at < ? LIMIT ?)`, toMicro(t))
-	return n, err
-}
-
-// deleteInBatches runs query, a DELETE of at most its last argument's
-// rows, with arg and s.deleteBatch, until it deletes fewer, and reports
-// how many it deleted.
-func (s *Store) deleteInBatches(ctx context.Context, what, query string, arg any) (int, error) {
 	var n int
 	for {
-		var batch int64
-		err := s.writeTx(ctx, what, func(ctx context.Context, tx *sql.Tx) error {
-			res, err := tx.ExecContext(ctx, query, arg, s.deleteBatch)
+		var jobs, records int64
+		err := s.writeTx(ctx, "delete finished jobs", func(ctx context.Context, tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE seq IN (
+				SELECT seq FROM jobs
+				WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') AND finished_at < ?
+				LIMIT ?)`, toMicro(t), s.deleteBatch)
 			if err != nil {
-				return fmt.Errorf("%s: %w", what, classify(err))
+				return fmt.Errorf("delete finished jobs: %w", classify(err))
 			}
-			batch, err = res.RowsAffected()
+			if jobs, err = res.RowsAffected(); err != nil {
+				return err
+			}
+			res, err = tx.ExecContext(ctx, `DELETE FROM job_deletions WHERE seq IN (
+				SELECT seq FROM job_deletions WHERE deleted_at < ? LIMIT ?)`, toMicro(t), s.deleteBatch)
+			if err != nil {
+				return fmt.Errorf("forget deletions: %w", classify(err))
+			}
+			records, err = res.RowsAffected()
 			return err
 		})
-		n += int(batch)
-		if err != nil || batch < int64(s.deleteBatch) {
+		n += int(jobs)
+		if err != nil || max(jobs, records) < int64(s.deleteBatch) {
 			return n, err
 		}
 	}
