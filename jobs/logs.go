@@ -133,9 +133,10 @@ func (e *Engine) Logs(ctx context.Context, id string, afterSeq int64, limit int)
 	if limit < 0 {
 		return LogPage{}, &jobtype.InvalidError{Field: "limit", Reason: "must not be negative"}
 	}
-	if limit == 0 || limit > MaxLogPage {
-		limit = min(max(limit, DefaultLogPage), MaxLogPage)
+	if limit == 0 {
+		limit = DefaultLogPage
 	}
+	limit = min(limit, MaxLogPage)
 	p, err := e.store.JobLogs(ctx, id, afterSeq, limit)
 	if err != nil {
 		return LogPage{}, wrap("logs", id, err)
