@@ -130,6 +130,7 @@ type benchOptions struct {
 	depths                                                []int
 	burndownSlots, burndownRPCWorkers, burndownSubmitters int
 	burndownModes                                         []string
+	burndownStores                                        []string
 	burndownCap                                           time.Duration
 	burndownPriorities                                    []priorityLayout
 	burndownSteady                                        bool
@@ -173,7 +174,7 @@ func (c CLI) usageError(msg string) error {
 // parseBenchFlags reads the flags of "jobwatch bench".
 func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	var o benchOptions
-	var fanout, parked, depths, modes, priorities string
+	var fanout, parked, depths, modes, stores, priorities string
 	// Named as every command's flag set is: the command line's parse
 	// errors say "bench" and point to "jobwatch bench -h".
 	fs := flag.NewFlagSet("jobwatch bench", flag.ContinueOnError)
@@ -207,6 +208,7 @@ func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, err
 	fs.IntVar(&o.burndownRPCWorkers, "burndown-rpc-workers", 4, "remote Workers sharing --burndown-slots over RPC in the burndown scenario, each with a client of its own")
 	fs.IntVar(&o.burndownSubmitters, "burndown-submitters", 8, "goroutines inserting jobs in the burndown scenario")
 	fs.StringVar(&modes, "burndown-modes", "inproc,rpc", "comma-separated `modes` of the burndown scenario: inproc, rpc")
+	fs.StringVar(&stores, "burndown-stores", "sqlite,postgres", "comma-separated `stores` of the burndown scenario: sqlite, postgres (postgres only with --postgres)")
 	fs.StringVar(&priorities, "burndown-priorities", "0", "comma-separated priority `layouts` of the burndown scenario's jobs, each burned down in turn at every depth: P (every job at priority P) or P-Q (job i at P + i mod (Q-P+1), interleaved job by job), from 0 to 9")
 	fs.BoolVar(&o.burndownSteady, "burndown-steady", true, "also run the burndown scenario's steady loop after its burn-downs")
 	fs.DurationVar(&o.burndownCap, "burndown-cap", 5*time.Minute, "longest one burn-down may take (not counting its inserts); past it the run reports the rate of the part done")
@@ -256,6 +258,17 @@ func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, err
 	}
 	if len(o.burndownModes) == 0 {
 		return o, c.usageError("--burndown-modes: no mode given")
+	}
+	for _, st := range listItems(stores) {
+		if st != storeSQLite && st != storePostgres {
+			return o, c.usageError(fmt.Sprintf("--burndown-stores: unknown store %q (known: sqlite, postgres)", st))
+		}
+		if !slices.Contains(o.burndownStores, st) {
+			o.burndownStores = append(o.burndownStores, st)
+		}
+	}
+	if len(o.burndownStores) == 0 {
+		return o, c.usageError("--burndown-stores: no store given")
 	}
 	for _, item := range listItems(priorities) {
 		p, err := parsePriorityLayout(item)

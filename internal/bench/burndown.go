@@ -143,13 +143,15 @@ func parsePriorityLayout(s string) (priorityLayout, error) {
 	return priorityLayout{lo: int32(a), hi: int32(b)}, nil
 }
 
-// burndown runs the scenario on SQLite and, with --postgres, on
-// PostgreSQL, in each mode of --burndown-modes; srv is the jobwatch whose
-// serve the RPC runs start.
+// burndown runs the scenario on each store of --burndown-stores
+// (PostgreSQL only with --postgres), in each mode of --burndown-modes;
+// srv is the jobwatch whose serve the RPC runs start.
 func (b *benchRun) burndown(ctx context.Context, srv benchServer) (*burndownFigures, error) {
-	stores := []string{storeSQLite}
-	if b.o.postgres != "" {
-		stores = append(stores, storePostgres)
+	var stores []string
+	for _, st := range b.o.burndownStores {
+		if st == storeSQLite || b.o.postgres != "" {
+			stores = append(stores, st)
+		}
 	}
 	f := &burndownFigures{}
 	for _, st := range stores {
