@@ -42,6 +42,9 @@ type SubmitRequest struct {
 	// jobtype.MaxPriority; nil takes the queue's Rules
 	// (QueueRules.Priority), 0 for a queue without rules.
 	Priority *int32
+	// Batch labels the job ("": none), a name like Tenant's: WaitMany,
+	// WatchTenant and List can keep a batch's jobs.
+	Batch string
 }
 
 func (r SubmitRequest) validate() error {
@@ -52,6 +55,9 @@ func (r SubmitRequest) validate() error {
 		return err
 	}
 	if err := validOptionalName("queue", r.Queue); err != nil {
+		return err
+	}
+	if err := validOptionalName("batch", r.Batch); err != nil {
 		return err
 	}
 	if err := jobtype.CheckUniqueKey(r.UniqueKey); err != nil {
@@ -72,13 +78,78 @@ func (r SubmitRequest) validate() error {
 // active job with the same unique key is refused with the
 // *jobtype.ConflictError naming the active one.
 func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (jobtype.Job, error) {
+	j, err := e.newJob(r, e.now())
+	if err != nil {
+		return jobtype.Job{}, err
+	}
+	if j, err = e.store.CreateJob(ctx, j); err != nil {
+		return jobtype.Job{}, wrap("submit", "", err)
+	}
+	e.publish(j)
+	return j, nil
+}
+
+// SubmitMany creates up to jobtype.MaxBatchJobs jobs of one tenant in one
+// store transaction: every one, returned in the order of rs, or none. Each
+// request is checked as Submit checks it, and a refusal names the request
+// (jobs[i].field); two requests with one unique key are refused before
+// anything is stored, and a key an active job holds is the
+// *jobtype.ConflictError of Submit.
+func (e *Engine) SubmitMany(ctx context.Context, rs []SubmitRequest) ([]jobtype.Job, error) {
+	if len(rs) == 0 || len(rs) > jobtype.MaxBatchJobs {
+		return nil, &jobtype.InvalidError{Field: "jobs", Reason: fmt.Sprintf("must hold 1 to %d jobs, got %d", jobtype.MaxBatchJobs, len(rs))}
+	}
+	now := e.now()
+	jobs := make([]jobtype.Job, len(rs))
+	keys := make(map[string]int)
+	for i, r := range rs {
+		j, err := e.newJob(r, now)
+		if err != nil {
+			return nil, atIndex(i, err)
+		}
+		if j.Tenant != jobs[0].Tenant && i > 0 {
+			return nil, &jobtype.InvalidError{Field: fmt.Sprintf("jobs[%d].tenant", i),
+				Reason: fmt.Sprintf("must be jobs[0]'s, %q: one call submits one tenant's jobs", jobs[0].Tenant)}
+		}
+		if j.UniqueKey != "" {
+			if first, ok := keys[j.UniqueKey]; ok {
+				return nil, &jobtype.InvalidError{Field: fmt.Sprintf("jobs[%d].unique_key", i),
+					Reason: fmt.Sprintf("is jobs[%d]'s too: two active jobs cannot share one", first)}
+			}
+			keys[j.UniqueKey] = i
+		}
+		jobs[i] = j
+	}
+	jobs, err := e.store.CreateJobs(ctx, jobs)
+	if err != nil {
+		return nil, wrap("submit", "", err)
+	}
+	for _, j := range jobs {
+		e.publish(j)
+	}
+	return jobs, nil
+}
+
+// atIndex names request i of a SubmitMany in an *InvalidError's field.
+func atIndex(i int, err error) error {
+	var inv *jobtype.InvalidError
+	if errors.As(err, &inv) {
+		named := *inv
+		named.Field = fmt.Sprintf("jobs[%d].%s", i, inv.Field)
+		return &named
+	}
+	return err
+}
+
+// newJob checks r and makes the job it asks for, stamped now, with the
+// queue's defaults: what Submit and SubmitMany store.
+func (e *Engine) newJob(r SubmitRequest, now time.Time) (jobtype.Job, error) {
 	if err := r.validate(); err != nil {
 		return jobtype.Job{}, err
 	}
 	if err := jobtype.CheckJSON("payload", r.Payload, e.cfg.MaxPayloadBytes); err != nil {
 		return jobtype.Job{}, err
 	}
-	now := e.now()
 	if !r.RunAt.IsZero() {
 		if err := checkTime("run_at", r.RunAt, now); err != nil {
 			return jobtype.Job{}, err
@@ -94,6 +165,7 @@ func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (jobtype.Job, erro
 		Payload:     r.Payload,
 		MaxAttempts: r.MaxAttempts,
 		UniqueKey:   r.UniqueKey,
+		Batch:       r.Batch,
 		CreatedAt:   now,
 		UpdatedAt:   now,
 		RunAt:       r.RunAt.UTC(),
@@ -123,11 +195,6 @@ func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (jobtype.Job, erro
 	if r.Hold {
 		j.State = jobtype.Pending
 	}
-	j, err := e.store.CreateJob(ctx, j)
-	if err != nil {
-		return jobtype.Job{}, wrap("submit", "", err)
-	}
-	e.publish(j)
 	return j, nil
 }
 
@@ -168,6 +235,7 @@ func (e *Engine) Get(ctx context.Context, id string) (jobtype.Job, error) {
 // do not filter.
 type ListRequest struct {
 	Tenant string
+	Batch  string
 	States []jobtype.State
 	Kind   string
 	Queue  string
@@ -189,7 +257,7 @@ type ListRequest struct {
 // to it; the page also ends at MaxPageBytes (f.MaxBytes may only lower
 // it). The jobs are summaries (no Payload or Result) unless f.Full.
 func (e *Engine) List(ctx context.Context, r ListRequest) ([]jobtype.Job, string, error) {
-	f := store.ListFilter{Tenant: r.Tenant, States: r.States, Kind: r.Kind, Queue: r.Queue,
+	f := store.ListFilter{Tenant: r.Tenant, Batch: r.Batch, States: r.States, Kind: r.Kind, Queue: r.Queue,
 		Limit: r.Limit, PageToken: r.PageToken, Full: r.Full, MaxBytes: r.MaxBytes}
 	if f.Tenant == "" {
 		f.Tenant = jobtype.DefaultTenant
@@ -201,6 +269,9 @@ func (e *Engine) List(ctx context.Context, r ListRequest) ([]jobtype.Job, string
 		return nil, "", err
 	}
 	if err := validOptionalName("queue", f.Queue); err != nil {
+		return nil, "", err
+	}
+	if err := validOptionalName("batch", f.Batch); err != nil {
 		return nil, "", err
 	}
 	if len(f.States) > jobtype.MaxFilterItems {

@@ -159,7 +159,11 @@ type TenantWatchOptions struct {
 	// MaxPageBytes of jobs (or one larger job).
 	PageSize int
 	// Full sends whole jobs; without it, summaries (no Payload or Result).
-	Full      bool
+	Full bool
+	// Batch keeps the jobs of that batch (jobtype.Job.Batch) only; "":
+	// every job of the tenant. Deletions are sent for the whole tenant
+	// (a deletion record does not keep the batch).
+	Batch     string
 	Deadline  time.Time // zero: no limit
 	Keepalive time.Duration
 	// Send delivers jobs changed since the last batch, the ids of jobs
@@ -201,6 +205,9 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 	}
 	if o.PageSize < 0 {
 		return &jobtype.InvalidError{Field: "page_size", Reason: "must not be negative"}
+	}
+	if err := validOptionalName("batch", o.Batch); err != nil {
+		return err
 	}
 	if err := jobtype.CheckLen("resume_token", o.ResumeToken, jobtype.MaxTokenBytes); err != nil {
 		return err
@@ -249,7 +256,7 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 			// again: only the last batch advances the client's token.
 			token, nextToken := encodeTenantToken(cursor), encodeTenantToken(next)
 			first := true
-			all, err := e.tenantChanges(ctx, tenant, cursor, sent, o.Full, size,
+			all, err := e.tenantChanges(ctx, tenant, o.Batch, cursor, sent, o.Full, size,
 				func(b tenantBatch, last bool) error {
 					if first && woken && len(b.jobs) > 0 {
 						e.woke("watch", newestUpdate(b.jobs))
@@ -293,7 +300,7 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 // sent. Only the last batch carries the token of cursor: a client that
 // loses the stream before it starts over.
 func (e *Engine) sendRecent(ctx context.Context, tenant string, size int, o TenantWatchOptions, cursor string, sent map[string]int64) error {
-	f := store.ListFilter{Tenant: tenant, Limit: size, Full: o.Full, MaxBytes: MaxPageBytes}
+	f := store.ListFilter{Tenant: tenant, Batch: o.Batch, Limit: size, Full: o.Full, MaxBytes: MaxPageBytes}
 	for left := size; ; {
 		jobs, next, err := e.store.ListJobs(ctx, f)
 		if err != nil {
@@ -324,13 +331,13 @@ type tenantBatch struct {
 }
 
 // tenantChanges pages through the ids of tenant's jobs deleted after
-// since and every job of tenant changed after since, and passes the ids
+// since and every job of tenant (of batch, if not "") changed after since, and passes the ids
 // and the jobs with a version not in sent to send, in batches of at most
 // size ids or jobs (a batch of jobs also at most MaxPageBytes, as each
 // page). It holds each batch back until it knows whether another
 // follows, so that send learns which is the last. It returns the
 // versions of all the jobs it read (to become the next sent).
-func (e *Engine) tenantChanges(ctx context.Context, tenant string, since string, sent map[string]int64, full bool, size int,
+func (e *Engine) tenantChanges(ctx context.Context, tenant, batch string, since string, sent map[string]int64, full bool, size int,
 	send func(b tenantBatch, last bool) error) (map[string]int64, error) {
 	var held *tenantBatch
 	hold := func(b tenantBatch) error {
@@ -368,7 +375,7 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant string, since string,
 	}
 
 	all := map[string]int64{}
-	f := store.ListFilter{Tenant: tenant, ChangedSince: since, Limit: MaxPageSize, Full: full, MaxBytes: MaxPageBytes}
+	f := store.ListFilter{Tenant: tenant, Batch: batch, ChangedSince: since, Limit: MaxPageSize, Full: full, MaxBytes: MaxPageBytes}
 	for {
 		jobs, next, err := e.store.ListJobs(ctx, f)
 		if err != nil {

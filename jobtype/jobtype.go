@@ -65,12 +65,16 @@ type Job struct {
 	Attempt     int32
 	MaxAttempts int32
 	UniqueKey   string // "" : none
-	CreatedAt   time.Time
-	StartedAt   time.Time
-	UpdatedAt   time.Time
-	FinishedAt  time.Time
-	RunAt       time.Time // not claimable before this
-	WorkerID    string
+	// Batch is the label the job was submitted with ("": none), a name
+	// (CheckName) that groups a tenant's jobs for WaitJobs, WatchJobs and
+	// ListJobs. It never changes.
+	Batch      string
+	CreatedAt  time.Time
+	StartedAt  time.Time
+	UpdatedAt  time.Time
+	FinishedAt time.Time
+	RunAt      time.Time // not claimable before this
+	WorkerID   string
 
 	// The lease of the worker running the job; empty unless RUNNING.
 	LeaseID        string
@@ -135,7 +139,7 @@ const SizeOverhead = 256
 // bound means the same on each. A summary (no payload or result) is small.
 func (j *Job) Size() int {
 	n := SizeOverhead + len(j.ID) + len(j.Tenant) + len(j.Kind) + len(j.Queue) + len(j.State) +
-		len(j.Step) + len(j.Payload) + len(j.Result) + len(j.UniqueKey) + len(j.WorkerID)
+		len(j.Step) + len(j.Payload) + len(j.Result) + len(j.UniqueKey) + len(j.WorkerID) + len(j.Batch)
 	if j.Error != nil {
 		n += len(j.Error.Type) + len(j.Error.Message)
 	}

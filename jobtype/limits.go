@@ -34,6 +34,9 @@ const (
 	// MaxClaimJobs bounds the jobs one claim may take (ClaimJobs): a
 	// worker's free slots, River's MaxWorkers default.
 	MaxClaimJobs = 100
+	// MaxBatchJobs bounds the jobs of one SubmitJobs and of one WaitJobs
+	// (its ids, or the jobs of its batch).
+	MaxBatchJobs = 1000
 	// MaxTokenBytes bounds a page token or resume token handed back.
 	// Tokens this engine and its stores issue are far shorter.
 	MaxTokenBytes = 1024

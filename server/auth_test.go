@@ -173,6 +173,13 @@ var authTable = []authRPC{
 			return err
 		}
 	}, unauth, unauth, allowed, denied, denied, allowed},
+	{"SubmitJobs", func(f authFixture) func(context.Context, clients) error {
+		return func(ctx context.Context, c clients) error {
+			_, err := c.jobs.SubmitJobs(ctx, &jobwatchv1.SubmitJobsRequest{Jobs: []*jobwatchv1.SubmitJobRequest{
+				{Tenant: "acme", Kind: "submitted", Batch: "b"}, {Tenant: "acme", Kind: "submitted", Batch: "b"}}})
+			return err
+		}
+	}, unauth, unauth, allowed, denied, denied, allowed},
 	{"StartJob", func(f authFixture) func(context.Context, clients) error {
 		id := f.job(true).GetId()
 		return func(ctx context.Context, c clients) error {
@@ -218,6 +225,13 @@ var authTable = []authRPC{
 		id := f.ended().GetId()
 		return func(ctx context.Context, c clients) error {
 			_, err := c.jobs.WaitJob(ctx, &jobwatchv1.WaitJobRequest{JobId: id})
+			return err
+		}
+	}, unauth, unauth, allowed, absent, denied, allowed},
+	{"WaitJobs", func(f authFixture) func(context.Context, clients) error {
+		id := f.ended().GetId()
+		return func(ctx context.Context, c clients) error {
+			_, err := c.jobs.WaitJobs(ctx, &jobwatchv1.WaitJobsRequest{JobIds: []string{id}})
 			return err
 		}
 	}, unauth, unauth, allowed, absent, denied, allowed},

@@ -72,6 +72,17 @@ var seedRequests = map[protoreflect.Name][]string{
 	"GetJob":    {`{"jobId":"j_nosuchjob"}`, `{"job_id":`, `{"job_id": 5}`, `{}`, `{"jobId":"` + runningJob + `"}`},
 	"CancelJob": {`{"job_id":"a b"}`, `{"jobId":"` + runningJob + `"}`},
 	"WaitJob":   {`{"jobId":"j_nosuchjob"}`, `{"jobId":"` + runningJob + `"}`},
+	"SubmitJobs": {
+		`{"jobs":[{"kind":"enrich","batch":"b-1","payload":{"batches":2}},{"kind":"enrich","batch":"b-1"}]}`,
+		`{"jobs":[{"kind":"k","wait":true}]}`,
+		`{"jobs":[]}`,
+		`{"jobs":{"kind":"k"}}`,
+	},
+	"WaitJobs": {
+		`{"jobIds":["j_nosuchjob","` + runningJob + `"],"mode":"WAIT_MODE_ANY","view":"JOB_VIEW_FULL"}`,
+		`{"batch":"b-1","tenant":"acme","mode":"WAIT_MODE_ALL"}`,
+		`{"jobIds":["` + runningJob + `"],"batch":"b","mode":9}`,
+	},
 	"ListJobs": {
 		`{"tenant":"acme","states":["JOB_STATE_QUEUED","JOB_STATE_RUNNING"],"kind":"enrich","queue":"default","pageSize":10,"view":"JOB_VIEW_FULL"}`,
 		`{"states":["JOB_STATE_QUEUED","RUNNING"]}`,

@@ -26,6 +26,7 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 		tooLargeErr *jobtype.TooLargeError
 		stateErr    *jobs.StateError
 		conflictErr *jobtype.ConflictError
+		refErr      *jobs.JobRefError
 	)
 	switch {
 	case errors.As(err, &connectErr):
@@ -35,6 +36,11 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 		return connect.NewError(connect.CodeInvalidArgument, invalidErr)
 	case errors.As(err, &tooLargeErr):
 		return connect.NewError(connect.CodeResourceExhausted, tooLargeErr)
+	case errors.As(err, &refErr) && errors.Is(refErr.Err, jobtype.ErrNotFound):
+		// The id the caller sent, and nothing of whether it exists elsewhere.
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("%s: %w", refErr.ID, jobtype.ErrNotFound))
+	case errors.As(err, &refErr) && errors.Is(refErr.Err, jobs.ErrNotStarted):
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s: %w", refErr.ID, jobs.ErrNotStarted))
 	case errors.Is(err, jobtype.ErrInvalidPageToken):
 		return invalid("page_token", "was not issued by this server")
 	case errors.Is(err, jobtype.ErrNotFound):

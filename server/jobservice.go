@@ -94,40 +94,13 @@ func (s *Server) protoJob(ctx context.Context, j *jobtype.Job) (*jobwatchv1.Job,
 
 func (h *jobService) SubmitJob(ctx context.Context, req *jobwatchv1.SubmitJobRequest) (*jobwatchv1.SubmitJobResponse, error) {
 	s := h.s
-	tenant, err := tenantFor(ctx, req.GetTenant())
+	r, err := s.submitRequest(ctx, "", req)
 	if err != nil {
 		return nil, err
-	}
-	r := jobs.SubmitRequest{
-		Tenant:      tenant,
-		Kind:        req.GetKind(),
-		Queue:       req.GetQueue(),
-		UniqueKey:   req.GetUniqueKey(),
-		Hold:        req.GetHold(),
-		MaxAttempts: req.GetMaxAttempts(),
-		Priority:    req.Priority, // unset: the queue's default; the engine checks the range
 	}
 	if err := checkSubmit(req); err != nil {
 		return nil, err
 	}
-	if req.RunAt != nil {
-		// A timestamp the caller sent is a time it means: within
-		// jobtype.MaxTimeOffset of now, and never the zero time, which
-		// SubmitRequest takes for "unset".
-		if err := req.RunAt.CheckValid(); err != nil {
-			return nil, invalid("run_at", err.Error())
-		}
-		r.RunAt = req.RunAt.AsTime()
-		if err := s.engine.CheckTime("run_at", r.RunAt); err != nil {
-			return nil, s.toConnectError(ctx, "submit job", err)
-		}
-	}
-	payload, err := jsonField("payload", req.GetPayload())
-	if err != nil {
-		return nil, err
-	}
-	r.Payload = payload
-
 	j, err := s.engine.Submit(ctx, r)
 	if err != nil {
 		return nil, s.toConnectError(ctx, "submit job", err)
@@ -145,6 +118,71 @@ func (h *jobService) SubmitJob(ctx context.Context, req *jobwatchv1.SubmitJobReq
 
 // checkSubmit refuses what only the server can judge: the wait is the
 // server's, every other field the engine's.
+// submitRequest is the engine's form of a SubmitJob request; a field it
+// refuses is named with prefix ("jobs[3]." in a SubmitJobs).
+func (s *Server) submitRequest(ctx context.Context, prefix string, req *jobwatchv1.SubmitJobRequest) (jobs.SubmitRequest, error) {
+	tenant, err := tenantFor(ctx, req.GetTenant())
+	if err != nil {
+		return jobs.SubmitRequest{}, err
+	}
+	r := jobs.SubmitRequest{
+		Tenant:      tenant,
+		Kind:        req.GetKind(),
+		Queue:       req.GetQueue(),
+		UniqueKey:   req.GetUniqueKey(),
+		Hold:        req.GetHold(),
+		MaxAttempts: req.GetMaxAttempts(),
+		Priority:    req.Priority, // unset: the queue's default; the engine checks the range
+		Batch:       req.GetBatch(),
+	}
+	if req.RunAt != nil {
+		// A timestamp the caller sent is a time it means: within
+		// jobtype.MaxTimeOffset of now, and never the zero time, which
+		// SubmitRequest takes for "unset".
+		if err := req.RunAt.CheckValid(); err != nil {
+			return jobs.SubmitRequest{}, invalid(prefix+"run_at", err.Error())
+		}
+		r.RunAt = req.RunAt.AsTime()
+		if err := s.engine.CheckTime(prefix+"run_at", r.RunAt); err != nil {
+			return jobs.SubmitRequest{}, s.toConnectError(ctx, "submit job", err)
+		}
+	}
+	if r.Payload, err = jsonField(prefix+"payload", req.GetPayload()); err != nil {
+		return jobs.SubmitRequest{}, err
+	}
+	return r, nil
+}
+
+// SubmitJobs submits its jobs in one store transaction
+// (jobs.Engine.SubmitMany): all, in order, or none.
+func (h *jobService) SubmitJobs(ctx context.Context, req *jobwatchv1.SubmitJobsRequest) (*jobwatchv1.SubmitJobsResponse, error) {
+	s := h.s
+	if n := len(req.GetJobs()); n == 0 || n > jobtype.MaxBatchJobs {
+		return nil, invalid("jobs", fmt.Sprintf("must hold 1 to %d jobs, got %d", jobtype.MaxBatchJobs, n))
+	}
+	rs := make([]jobs.SubmitRequest, len(req.GetJobs()))
+	for i, pr := range req.GetJobs() {
+		prefix := fmt.Sprintf("jobs[%d].", i)
+		if pr.GetWait() {
+			return nil, invalid(prefix+"wait", "must be false in SubmitJobs: wait for the jobs with WaitJobs")
+		}
+		r, err := s.submitRequest(ctx, prefix, pr)
+		if err != nil {
+			return nil, err
+		}
+		rs[i] = r
+	}
+	js, err := s.engine.SubmitMany(ctx, rs)
+	if err != nil {
+		return nil, s.toConnectError(ctx, "submit jobs", err)
+	}
+	pjs, err := wire.Jobs(js)
+	if err != nil {
+		return nil, s.toConnectError(ctx, "convert jobs", err)
+	}
+	return &jobwatchv1.SubmitJobsResponse{Jobs: pjs}, nil
+}
+
 func checkSubmit(req *jobwatchv1.SubmitJobRequest) error {
 	if req.GetHold() && req.GetWait() {
 		// A held job cannot end before someone starts it, so the wait
@@ -198,6 +236,7 @@ func (h *jobService) ListJobs(ctx context.Context, req *jobwatchv1.ListJobsReque
 	}
 	f := jobs.ListRequest{
 		Tenant:    tenant,
+		Batch:     req.GetBatch(),
 		Kind:      req.GetKind(),
 		Queue:     req.GetQueue(),
 		Limit:     limit,
@@ -248,6 +287,55 @@ func (h *jobService) WaitJob(ctx context.Context, req *jobwatchv1.WaitJobRequest
 		return nil, err
 	}
 	return w.wait, nil // shared with every call the same publish woke: not to be modified
+}
+
+// WaitJobs parks on the engine's WaitMany, counted as one parked wait
+// of its tenant, with WaitJob's cap.
+func (h *jobService) WaitJobs(ctx context.Context, req *jobwatchv1.WaitJobsRequest) (*jobwatchv1.WaitJobsResponse, error) {
+	s := h.s
+	full, err := view(req.GetView())
+	if err != nil {
+		return nil, err
+	}
+	r := jobs.WaitManyRequest{IDs: req.GetJobIds(), Batch: req.GetBatch(), Full: full}
+	switch req.GetMode() {
+	case jobwatchv1.WaitMode_WAIT_MODE_UNSPECIFIED, jobwatchv1.WaitMode_WAIT_MODE_ALL:
+	case jobwatchv1.WaitMode_WAIT_MODE_ANY:
+		r.Any = true
+	default:
+		return nil, invalid("mode", fmt.Sprintf("%v is not a wait mode (WAIT_MODE_ALL or WAIT_MODE_ANY)", req.GetMode()))
+	}
+	if r.Tenant, err = tenantFor(ctx, req.GetTenant()); err != nil {
+		return nil, err
+	}
+	_, client := clientTenant(ctx)
+	// A client reaches its tenant's jobs only; a tenant named with ids
+	// confines them to it for anyone.
+	r.Confined = client || req.GetTenant() != ""
+	counted := namedTenant(r.Tenant)
+	if !r.Confined && len(r.IDs) > 0 {
+		counted = s.jobTenant(r.IDs[0])
+	}
+
+	s.metrics.parkedWaits.Inc()
+	defer s.metrics.parkedWaits.Dec()
+	deadline := s.capDeadline(ctx, s.cfg.WaitCap)
+	tenant, isCounted := s.callTenant(ctx, counted)
+	if release, refused := s.parked.park(ctx, parkWaitKind, tenant, isCounted); refused == nil {
+		defer release()
+	} else {
+		deadline = time.Now() // over MaxParkedCalls: the current states, at once
+		markParkedCallsFull(ctx)
+	}
+	res, err := s.engine.WaitMany(ctx, r, deadline)
+	if err != nil {
+		return nil, s.toConnectError(ctx, "wait jobs", err)
+	}
+	pjs, err := wire.Jobs(res.Ended)
+	if err != nil {
+		return nil, s.toConnectError(ctx, "convert jobs", err)
+	}
+	return &jobwatchv1.WaitJobsResponse{Jobs: pjs, UnfinishedJobIds: res.Unfinished}, nil
 }
 
 func (h *jobService) WatchJob(ctx context.Context, req *jobwatchv1.WatchJobRequest, stream *connect.ServerStream[jobwatchv1.WatchJobResponse]) error {
@@ -304,6 +392,7 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 	}
 	err = s.engine.WatchTenant(ctx, tenant, jobs.TenantWatchOptions{
 		ResumeToken: req.GetResumeToken(),
+		Batch:       req.GetBatch(),
 		Full:        full,
 		PageSize:    limit,
 		Deadline:    deadline,

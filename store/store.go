@@ -36,6 +36,9 @@ type ListFilter struct {
 	Kinds, Queues []string
 	// CreatedBefore keeps the jobs created before it; zero: no filter.
 	CreatedBefore time.Time
+	// Batch keeps the jobs of that batch (jobtype.Job.Batch); "": no
+	// filter.
+	Batch string
 	// ChangedSince, a cursor from ChangeCursor, keeps the jobs whose
 	// Version went up in a write committed after ChangeCursor returned it
 	// (and maybe some committed shortly before: a reader must expect to
@@ -487,6 +490,21 @@ type Store interface {
 	// Retry: not blindly. A create that did commit fails when run again
 	// (its id is taken); a caller that retries reads j.ID first.
 	CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, error)
+
+	// CreateJobs is CreateJob for several jobs in one transaction: every
+	// one is stored, or none is. A unique key that an active job (stored
+	// or earlier in jobs) holds fails the whole call with the
+	// *ConflictError of the first job that cannot be stored; the caller
+	// refuses two jobs of jobs with one key before. It returns the stored
+	// jobs in the order given.
+	// Retry: as CreateJob.
+	CreateJobs(ctx context.Context, jobs []jobtype.Job) ([]jobtype.Job, error)
+
+	// ReadJobs returns the jobs of ids that exist, as ReadJob reads each
+	// (r.Tenant scopes, r.Summary leaves Payload and Result out), in no
+	// particular order, in one statement. An id that no job of the scope
+	// has is left out. Retry: safe.
+	ReadJobs(ctx context.Context, ids []string, r JobRead) ([]jobtype.Job, error)
 
 	// GetJob returns the job with id, or ErrNotFound. It is ReadJob with
 	// a zero JobRead. Retry: safe.

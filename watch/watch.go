@@ -61,6 +61,11 @@ type shard[V any] struct {
 type cell[V any] struct {
 	refs  atomic.Int64
 	state atomic.Pointer[state[V]]
+	// groups are the wake channels of the Groups subscribed to the cell
+	// (nil: none), replaced whole under groupsMu: Publish reads it with
+	// one atomic load.
+	groups   atomic.Pointer[[]chan struct{}]
+	groupsMu sync.Mutex
 }
 
 // state is what a cell holds at one version. It is never modified once
@@ -110,6 +115,14 @@ func (h *Hub[V]) Publish(key string, version int64, value V) bool {
 		}
 		if c.state.CompareAndSwap(cur, next) {
 			close(cur.changed) // only the publisher that replaced cur closes it
+			if gs := c.groups.Load(); gs != nil {
+				for _, wake := range *gs {
+					select {
+					case wake <- struct{}{}:
+					default: // already woken, not yet looked
+					}
+				}
+			}
 			return true
 		}
 	}
@@ -224,4 +237,75 @@ func (s *Subscription[V]) Close() {
 		delete(sh.cells, s.key)
 	}
 	sh.mu.Unlock()
+}
+
+// Group is one reader's subscriptions to several keys with one channel
+// that any publish to any of them wakes, so that a reader of a thousand
+// keys waits on one channel, not a thousand, and costs the hub a
+// subscription and a channel reference per key. Its methods are safe for
+// concurrent use.
+type Group[V any] struct {
+	subs []*Subscription[V]
+	wake chan struct{}
+}
+
+// SubscribeGroup opens a subscription to each of keys (which should be
+// distinct) sharing one wake channel. Every Publish to one of keys that
+// starts after SubscribeGroup returns is visible through its
+// subscription and sends on Changed. Close it when done.
+func (h *Hub[V]) SubscribeGroup(keys []string) *Group[V] {
+	g := &Group[V]{subs: make([]*Subscription[V], len(keys)), wake: make(chan struct{}, 1)}
+	for i, key := range keys {
+		sub := h.Subscribe(key)
+		sub.cell.groupsMu.Lock()
+		var gs []chan struct{}
+		if old := sub.cell.groups.Load(); old != nil {
+			gs = append(gs, *old...)
+		}
+		gs = append(gs, g.wake)
+		sub.cell.groups.Store(&gs)
+		sub.cell.groupsMu.Unlock()
+		g.subs[i] = sub
+	}
+	return g
+}
+
+// Len is how many keys the group holds.
+func (g *Group[V]) Len() int { return len(g.subs) }
+
+// Latest is Subscription.Latest of the group's i-th key, without the
+// channel: wait on Changed instead.
+func (g *Group[V]) Latest(i int) (value V, version int64) {
+	st := g.subs[i].cell.state.Load()
+	return st.value, st.version
+}
+
+// Changed receives once after one or more publishes to the group's keys
+// since it last received: look at every key's Latest after each receive.
+func (g *Group[V]) Changed() <-chan struct{} { return g.wake }
+
+// Close ends every subscription of the group. Close is idempotent.
+func (g *Group[V]) Close() {
+	for _, sub := range g.subs {
+		if sub.closed.Load() {
+			continue
+		}
+		c := sub.cell
+		c.groupsMu.Lock()
+		if old := c.groups.Load(); old != nil {
+			var gs []chan struct{}
+			for _, w := range *old {
+				if w != g.wake {
+					gs = append(gs, w)
+				}
+			}
+			if len(gs) == 0 {
+				c.groups.Store(nil)
+			} else {
+				c.groups.Store(&gs)
+			}
+		}
+		c.groupsMu.Unlock()
+		sub.Close()
+	}
 }

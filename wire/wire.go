@@ -91,6 +91,7 @@ func Job(j *jobtype.Job) (*jobwatchv1.Job, error) {
 		RunAt:       Timestamp(j.RunAt),
 		WorkerId:    j.WorkerID,
 		Priority:    j.Priority,
+		Batch:       j.Batch,
 		Error:       jobError(j.Error),
 	}
 	for _, h := range j.History {

@@ -17,9 +17,13 @@ import (
 
 const insertJob = `INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step,
 	payload, result, error_type, error_message, attempt, max_attempts, unique_key, created_at,
-	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, history)
+	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, history, batch)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::text::json, $10::text::json, $11, $12, $13, $14, $15,
-	$16, $17, $18, $19, $20, $21, $22, $23, $24, $25::text::json)`
+	$16, $17, $18, $19, $20, $21, $22, $23, $24, $25::text::json, $26)`
+
+// insertValues are insertJob's bind values: values, then the batch,
+// which no update writes (it never changes).
+func insertValues(j jobtype.Job) []any { return append(values(j), j.Batch) }
 
 // updateJob writes every column (PostgreSQL keeps an update HOT when no
 // indexed value changed, whatever the SET list says) if the row is still
@@ -46,7 +50,7 @@ func (s *Store) CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, erro
 	j = normalize(j)
 	for attempt := 1; ; attempt++ {
 		err := s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-			_, err := conn.Exec(ctx, insertJob, values(j)...)
+			_, err := conn.Exec(ctx, insertJob, insertValues(j)...)
 			return err
 		})
 		if err == nil {
@@ -58,6 +62,52 @@ func (s *Store) CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, erro
 		}
 		if conflict := s.activeHolder(ctx, j); conflict != nil {
 			return jobtype.Job{}, conflict
+		}
+	}
+}
+
+// CreateJobs implements store.Store: the inserts go in one pipelined
+// batch, which the server runs as one implicit transaction (a batch's
+// statements share one Sync), so a job that cannot be stored rolls back
+// the ones before it.
+func (s *Store) CreateJobs(ctx context.Context, jobs []jobtype.Job) ([]jobtype.Job, error) {
+	out := make([]jobtype.Job, len(jobs))
+	for i, j := range jobs {
+		out[i] = normalize(j)
+	}
+	for attempt := 1; ; attempt++ {
+		failed := -1 // the job whose insert failed
+		err := s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+			failed = -1
+			b := &pgx.Batch{}
+			for _, j := range out {
+				b.Queue(insertJob, insertValues(j)...)
+			}
+			br := conn.SendBatch(ctx, b)
+			for i := range out {
+				if _, err := br.Exec(); err != nil {
+					failed = i
+					br.Close()
+					return err
+				}
+			}
+			return br.Close()
+		})
+		if err == nil {
+			for _, j := range out {
+				s.announce(j)
+			}
+			return out, nil
+		}
+		what := fmt.Sprintf("create %d jobs", len(out))
+		if failed >= 0 {
+			what = "create job " + out[failed].ID
+		}
+		if failed < 0 || !isUniqueViolation(err, "jobs_unique_active") || attempt == conflictAttempts {
+			return nil, fmt.Errorf("%s: %w", what, classify(err))
+		}
+		if conflict := s.activeHolder(ctx, out[failed]); conflict != nil {
+			return nil, conflict
 		}
 	}
 }
@@ -113,6 +163,38 @@ func (s *Store) ReadJob(ctx context.Context, id string, r store.JobRead) (jobtyp
 		return jobtype.Job{}, fmt.Errorf("get job %s: %w", id, classify(err))
 	}
 	return row.job, nil
+}
+
+// ReadJobs implements store.Store, as ReadJob does for each id, in one
+// statement.
+func (s *Store) ReadJobs(ctx context.Context, ids []string, r store.JobRead) ([]jobtype.Job, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	selected, where, args := columns, "id = ANY($1::text[])", []any{ids}
+	if r.Summary {
+		selected = summaryColumns
+	}
+	if r.Tenant != "" {
+		where, args = where+" AND tenant = $2", append(args, r.Tenant)
+	}
+	rows, err := s.pool.Query(ctx, "SELECT "+selected+" FROM jobs WHERE "+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("get %d jobs: %w", len(ids), classify(err))
+	}
+	defer rows.Close()
+	jobs := make([]jobtype.Job, 0, len(ids))
+	for rows.Next() {
+		row, err := scanJob(rows)
+		if err != nil {
+			return nil, fmt.Errorf("get %d jobs: %w", len(ids), classify(err))
+		}
+		jobs = append(jobs, row.job)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("get %d jobs: %w", len(ids), classify(err))
+	}
+	return jobs, nil
 }
 
 // optimisticUpdates bounds how often UpdateJob tries its write without a
@@ -302,6 +384,10 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]jobtype.Job
 	}
 	if !f.CreatedBefore.IsZero() {
 		where = append(where, "created_at < "+arg(micro(f.CreatedBefore))+"::timestamptz")
+	}
+	if f.Batch != "" {
+		// batch <> '' lets the partial index jobs_batch answer.
+		where = append(where, "batch = "+arg(f.Batch)+"::text", "batch <> ''")
 	}
 	// order is the list's order by its key, for alias a.
 	format := byte(listFormat)

@@ -249,7 +249,7 @@ func isUniqueViolation(err error, constraint string) bool {
 const columns = `id, tenant, kind, queue, state, version, percent, step,
 	payload::text, result::text, history::text, error_type, error_message, attempt, max_attempts,
 	unique_key, created_at, started_at, updated_at, finished_at, run_at, worker_id, lease_id,
-	lease_expires_at, priority, seq, rev`
+	lease_expires_at, priority, batch, seq, rev`
 
 var summaryColumns = strings.Replace(columns, "payload::text, result::text, history::text", "NULL::text, NULL::text, NULL::text", 1)
 
@@ -270,7 +270,7 @@ func qualified(cols, alias string) string {
 // full false it leaves payload and result out, as a summary has none.
 func sizeExpr(full bool) string {
 	e := fmt.Sprintf(`(%d + octet_length(id) + octet_length(tenant) + octet_length(kind) + octet_length(queue)
-		+ octet_length(state) + octet_length(step) + octet_length(unique_key) + octet_length(worker_id)
+		+ octet_length(state) + octet_length(step) + octet_length(unique_key) + octet_length(worker_id) + octet_length(batch)
 		+ coalesce(octet_length(error_type), 0) + coalesce(octet_length(error_message), 0)`, jobtype.SizeOverhead)
 	if full {
 		e += " + coalesce(octet_length(payload::text), 0) + coalesce(octet_length(result::text), 0)"
@@ -348,7 +348,7 @@ func sameStored(a, b jobtype.Job) bool {
 		a.UniqueKey == b.UniqueKey && a.CreatedAt.Equal(b.CreatedAt) && a.StartedAt.Equal(b.StartedAt) &&
 		a.UpdatedAt.Equal(b.UpdatedAt) && a.FinishedAt.Equal(b.FinishedAt) &&
 		a.LeaseID == b.LeaseID && a.LeaseExpiresAt.Equal(b.LeaseExpiresAt) &&
-		a.Priority == b.Priority && toHistory(a.History) == toHistory(b.History)
+		a.Priority == b.Priority && a.Batch == b.Batch && toHistory(a.History) == toHistory(b.History)
 }
 
 // values are the bind values of the job's columns in insertJob's order.
@@ -413,7 +413,7 @@ func scanJob(r pgx.Row, extra ...any) (storedRow, error) {
 	dest := append([]any{&j.ID, &j.Tenant, &j.Kind, &j.Queue, &state, &j.Version, &j.Percent, &j.Step,
 		&payload, &result, &history, &errType, &errMsg, &j.Attempt, &j.MaxAttempts, &j.UniqueKey,
 		&created, &started, &updated, &finished, &runAt, &j.WorkerID, &j.LeaseID, &lease,
-		&j.Priority, &row.seq, &row.rev}, extra...)
+		&j.Priority, &j.Batch, &row.seq, &row.rev}, extra...)
 	if err := r.Scan(dest...); err != nil {
 		return storedRow{}, err
 	}

@@ -254,6 +254,15 @@ CREATE TABLE {{schema}}.job_logs (
 	PRIMARY KEY (job_id, seq)
 );
 `,
+	// 9: each job's batch label (jobtype.Job.Batch, '' for none; a
+	// constant default adds the column without rewriting the table).
+	// jobs_batch finds a tenant's batch in ListJobs' order (newest
+	// first); partial, so jobs without a batch cost it nothing, and a
+	// query that uses it says batch <> '' as well.
+	`
+ALTER TABLE {{schema}}.jobs ADD COLUMN batch text NOT NULL DEFAULT '';
+CREATE INDEX jobs_batch ON {{schema}}.jobs (tenant, batch, created_at, seq) WHERE batch <> '';
+`,
 }
 
 // channelFor is the NOTIFY channel of the store in schema: one per schema,

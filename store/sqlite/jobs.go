@@ -20,8 +20,8 @@ import (
 // insertJob takes values(j) and then the change sequence's value.
 const insertJob = `INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step,
 	payload, result, history, error_type, error_message, attempt, max_attempts, unique_key, created_at,
-	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, change_seq)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, batch, change_seq)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // insert adds j, stamped with the batch's change sequence value. Only
 // the writer goroutine calls it.
@@ -36,7 +36,7 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, j jobtype.Job) error {
 // valueColumns name the values of values(j), in order.
 var valueColumns = []string{"id", "tenant", "kind", "queue", "state", "version", "percent", "step",
 	"payload", "result", "history", "error_type", "error_message", "attempt", "max_attempts", "unique_key", "created_at",
-	"started_at", "updated_at", "finished_at", "run_at", "worker_id", "lease_id", "lease_expires_at", "priority"}
+	"started_at", "updated_at", "finished_at", "run_at", "worker_id", "lease_id", "lease_expires_at", "priority", "batch"}
 
 // updateChanged makes the UPDATE of row seq from old to next that sets
 // only the columns whose values differ, or "" if none does. SQLite rewrites the entry of every
@@ -97,6 +97,37 @@ func (s *Store) CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, erro
 		return jobtype.Job{}, err
 	}
 	return j, nil
+}
+
+// CreateJobs implements store.Store: one write of the writer's batch,
+// inside a savepoint of its own (writeTx), so a job that cannot be
+// stored undoes the ones before it and the call stores nothing.
+func (s *Store) CreateJobs(ctx context.Context, jobs []jobtype.Job) ([]jobtype.Job, error) {
+	out := make([]jobtype.Job, len(jobs))
+	for i, j := range jobs {
+		out[i] = normalize(j)
+	}
+	err := s.writeTx(ctx, "create jobs", func(ctx context.Context, tx *sql.Tx) error {
+		if err := callerLeft(ctx); err != nil {
+			return leftError(fmt.Sprintf("create %d jobs", len(out)), err)
+		}
+		for _, j := range out {
+			err := s.insert(ctx, tx, j)
+			if isUniqueViolation(err) {
+				if conflict := s.activeHolder(ctx, tx, j); conflict != nil {
+					return conflict
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("create job %s: %w", j.ID, classify(err))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // holderQuery finds the active job holding a unique key; its WHERE says
@@ -247,6 +278,43 @@ func (s *Store) ReadJob(ctx context.Context, id string, r store.JobRead) (jobtyp
 	return j, nil
 }
 
+// ReadJobs implements store.Store, as ReadJob does for each id, in one
+// statement.
+func (s *Store) ReadJobs(ctx context.Context, ids []string, r store.JobRead) ([]jobtype.Job, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	selected := columns
+	if r.Summary {
+		selected = summaryColumns
+	}
+	args := make([]any, 0, len(ids)+1)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	where := "id IN (?" + strings.Repeat(", ?", len(ids)-1) + ")"
+	if r.Tenant != "" {
+		where, args = where+" AND tenant = ?", append(args, r.Tenant)
+	}
+	rows, err := s.read.QueryContext(ctx, "SELECT "+selected+" FROM jobs WHERE "+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("get %d jobs: %w", len(ids), classify(err))
+	}
+	defer rows.Close()
+	jobs := make([]jobtype.Job, 0, len(ids))
+	for rows.Next() {
+		j, _, err := scanJob(rows)
+		if err != nil {
+			return nil, fmt.Errorf("get %d jobs: %w", len(ids), classify(err))
+		}
+		jobs = append(jobs, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("get %d jobs: %w", len(ids), classify(err))
+	}
+	return jobs, nil
+}
+
 // A page token is the sort key of the last job of the page behind a
 // format byte, so that a later format can tell itself apart: (created_at,
 // seq) for a list newest first, (change_seq, seq) for a list of changes.
@@ -276,6 +344,10 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]jobtype.Job
 	where, args = in(where, args, "queue", f.Queues)
 	if !f.CreatedBefore.IsZero() {
 		where, args = where+" AND created_at < ?", append(args, toMicro(f.CreatedBefore))
+	}
+	if f.Batch != "" {
+		// batch <> '' lets the partial index jobs_batch answer.
+		where, args = where+" AND batch = ? AND batch <> ''", append(args, f.Batch)
 	}
 	// A list of changes comes in change order, which the index on
 	// (tenant, change_seq, seq) gives: a feed reads only what changed.

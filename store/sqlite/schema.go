@@ -460,6 +460,96 @@ BEGIN
 	DELETE FROM job_log_heads WHERE job_id = OLD.id;
 END;
 `,
+	// 15: each job's batch label (jobtype.Job.Batch, '' for none), read
+	// with every job, so before payload and result (see 3): the table is
+	// rebuilt once more, as in 10, with every index and trigger on it as
+	// 14 left them. jobs_batch finds a tenant's batch in ListJobs' order
+	// (newest first); partial, so jobs without a batch cost it nothing,
+	// and a query that uses it says batch <> '' as well.
+	`
+CREATE TABLE jobs_new (
+	seq              INTEGER PRIMARY KEY AUTOINCREMENT,
+	id               TEXT    NOT NULL UNIQUE,
+	tenant           TEXT    NOT NULL,
+	kind             TEXT    NOT NULL,
+	queue            TEXT    NOT NULL,
+	state            TEXT    NOT NULL,
+	version          INTEGER NOT NULL,
+	percent          INTEGER NOT NULL,
+	step             TEXT    NOT NULL,
+	error_type       TEXT,
+	error_message    TEXT,
+	attempt          INTEGER NOT NULL,
+	max_attempts     INTEGER NOT NULL,
+	unique_key       TEXT    NOT NULL,
+	created_at       INTEGER NOT NULL,
+	started_at       INTEGER NOT NULL,
+	updated_at       INTEGER NOT NULL,
+	finished_at      INTEGER NOT NULL,
+	run_at           INTEGER NOT NULL,
+	worker_id        TEXT    NOT NULL,
+	lease_id         TEXT    NOT NULL,
+	lease_expires_at INTEGER NOT NULL,
+	change_seq       INTEGER NOT NULL DEFAULT 0,
+	priority         INTEGER NOT NULL DEFAULT 0,
+	batch            TEXT    NOT NULL DEFAULT '',
+	history          TEXT,
+	result           TEXT,
+	payload          TEXT
+) STRICT;
+INSERT INTO jobs_new (seq, id, tenant, kind, queue, state, version, percent, step,
+	error_type, error_message, attempt, max_attempts, unique_key, created_at, started_at,
+	updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, change_seq, priority,
+	history, result, payload)
+SELECT seq, id, tenant, kind, queue, state, version, percent, step,
+	error_type, error_message, attempt, max_attempts, unique_key, created_at, started_at,
+	updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, change_seq, priority,
+	history, result, payload
+FROM jobs;
+DELETE FROM sqlite_sequence WHERE name = 'jobs_new';
+INSERT INTO sqlite_sequence (name, seq) SELECT 'jobs_new', seq FROM sqlite_sequence WHERE name = 'jobs';
+DROP TABLE jobs;
+ALTER TABLE jobs_new RENAME TO jobs;
+
+CREATE UNIQUE INDEX jobs_unique_active ON jobs (tenant, unique_key)
+	WHERE unique_key <> '' AND state IN ('pending', 'queued', 'running');
+CREATE INDEX jobs_created ON jobs (created_at, seq);
+CREATE INDEX jobs_tenant_created ON jobs (tenant, created_at, seq);
+CREATE INDEX jobs_change ON jobs (change_seq, seq);
+CREATE INDEX jobs_tenant_change ON jobs (tenant, change_seq, seq);
+CREATE INDEX jobs_state_run_at ON jobs (state, run_at, seq);
+CREATE INDEX jobs_state_lease ON jobs (state, lease_expires_at);
+CREATE INDEX jobs_state_finished ON jobs (state, finished_at);
+CREATE INDEX jobs_state_queue_run_at ON jobs (state, queue, run_at);
+CREATE INDEX jobs_queued_retry ON jobs (queue, run_at) WHERE state = 'queued' AND attempt > 0;
+CREATE INDEX jobs_queued_priority ON jobs (priority, run_at) WHERE state = 'queued';
+CREATE INDEX jobs_queued_queue ON jobs (queue, priority, run_at) WHERE state = 'queued';
+CREATE INDEX jobs_queued_kind ON jobs (kind, queue, priority, run_at) WHERE state = 'queued';
+CREATE INDEX jobs_batch ON jobs (tenant, batch, created_at, seq) WHERE batch <> '';
+
+CREATE TRIGGER jobs_attempt_started AFTER UPDATE OF state ON jobs
+	WHEN NEW.state = 'running' AND OLD.state <> 'running'
+BEGIN
+	INSERT OR REPLACE INTO running_attempts (seq, started_at) VALUES (NEW.seq, NEW.updated_at);
+END;
+CREATE TRIGGER jobs_attempt_ended AFTER UPDATE OF state ON jobs
+	WHEN OLD.state = 'running' AND NEW.state <> 'running'
+BEGIN
+	DELETE FROM running_attempts WHERE seq = OLD.seq;
+END;
+CREATE TRIGGER jobs_schedule_run_ended AFTER UPDATE OF state ON jobs
+	WHEN NEW.state IN ('succeeded', 'failed', 'cancelled', 'lost')
+		AND OLD.state NOT IN ('succeeded', 'failed', 'cancelled', 'lost')
+BEGIN
+	UPDATE schedules SET ended_at = NEW.finished_at, ended_state = NEW.state
+		WHERE job_id = NEW.id AND ended_at IS NULL;
+END;
+CREATE TRIGGER jobs_logs_deleted AFTER DELETE ON jobs
+BEGIN
+	DELETE FROM job_logs WHERE job_id = OLD.id;
+	DELETE FROM job_log_heads WHERE job_id = OLD.id;
+END;
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a

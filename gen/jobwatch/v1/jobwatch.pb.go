@@ -207,6 +207,59 @@ func (LogStream) EnumDescriptor() ([]byte, []int) {
 	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{2}
 }
 
+// WaitMode says when WaitJobs returns.
+type WaitMode int32
+
+const (
+	// ALL.
+	WaitMode_WAIT_MODE_UNSPECIFIED WaitMode = 0
+	// Once every job has ended.
+	WaitMode_WAIT_MODE_ALL WaitMode = 1
+	// Once any job has ended.
+	WaitMode_WAIT_MODE_ANY WaitMode = 2
+)
+
+// Enum value maps for WaitMode.
+var (
+	WaitMode_name = map[int32]string{
+		0: "WAIT_MODE_UNSPECIFIED",
+		1: "WAIT_MODE_ALL",
+		2: "WAIT_MODE_ANY",
+	}
+	WaitMode_value = map[string]int32{
+		"WAIT_MODE_UNSPECIFIED": 0,
+		"WAIT_MODE_ALL":         1,
+		"WAIT_MODE_ANY":         2,
+	}
+)
+
+func (x WaitMode) Enum() *WaitMode {
+	p := new(WaitMode)
+	*p = x
+	return p
+}
+
+func (x WaitMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WaitMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_jobwatch_v1_jobwatch_proto_enumTypes[3].Descriptor()
+}
+
+func (WaitMode) Type() protoreflect.EnumType {
+	return &file_jobwatch_v1_jobwatch_proto_enumTypes[3]
+}
+
+func (x WaitMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WaitMode.Descriptor instead.
+func (WaitMode) EnumDescriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{3}
+}
+
 type QueueMode int32
 
 const (
@@ -240,11 +293,11 @@ func (x QueueMode) String() string {
 }
 
 func (QueueMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_jobwatch_v1_jobwatch_proto_enumTypes[3].Descriptor()
+	return file_jobwatch_v1_jobwatch_proto_enumTypes[4].Descriptor()
 }
 
 func (QueueMode) Type() protoreflect.EnumType {
-	return &file_jobwatch_v1_jobwatch_proto_enumTypes[3]
+	return &file_jobwatch_v1_jobwatch_proto_enumTypes[4]
 }
 
 func (x QueueMode) Number() protoreflect.EnumNumber {
@@ -253,7 +306,7 @@ func (x QueueMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use QueueMode.Descriptor instead.
 func (QueueMode) EnumDescriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{3}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{4}
 }
 
 // JobError says why a job (or its last attempt) failed. Callers see the
@@ -354,7 +407,10 @@ type Job struct {
 	// one included, once it has ended) and each operator action (a retry,
 	// a cancel), at most the last 20 entries. Absent in a summary
 	// (JOB_VIEW_SUMMARY); GetJob has it.
-	Attempts      []*JobAttempt `protobuf:"bytes,22,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	Attempts []*JobAttempt `protobuf:"bytes,22,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	// The label the job was submitted with (SubmitJobRequest.batch), or
+	// empty.
+	Batch         string `protobuf:"bytes,23,opt,name=batch,proto3" json:"batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -541,6 +597,13 @@ func (x *Job) GetAttempts() []*JobAttempt {
 		return x.Attempts
 	}
 	return nil
+}
+
+func (x *Job) GetBatch() string {
+	if x != nil {
+		return x.Batch
+	}
+	return ""
 }
 
 // JobAttempt is one entry of a job's history: an attempt that ended, or
@@ -1105,7 +1168,12 @@ type SubmitJobRequest struct {
 	// 0 to 9, lower runs first; unset means the queue's default priority
 	// (0 unless the configuration says otherwise). Outside 0 to 9 is
 	// invalid_argument.
-	Priority      *int32 `protobuf:"varint,10,opt,name=priority,proto3,oneof" json:"priority,omitempty"`
+	Priority *int32 `protobuf:"varint,10,opt,name=priority,proto3,oneof" json:"priority,omitempty"`
+	// A label that groups jobs of the tenant, such as "thumbnails-2026-12-02"
+	// (a name: letters, digits and . _ - : /, at most 128 bytes): WaitJobs
+	// waits for a batch's jobs, and WatchJobs and ListJobs can keep only
+	// them. Any submit may carry one, so later submits may add to a batch.
+	Batch         string `protobuf:"bytes,11,opt,name=batch,proto3" json:"batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1210,6 +1278,13 @@ func (x *SubmitJobRequest) GetPriority() int32 {
 	return 0
 }
 
+func (x *SubmitJobRequest) GetBatch() string {
+	if x != nil {
+		return x.Batch
+	}
+	return ""
+}
+
 type SubmitJobResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -1254,6 +1329,97 @@ func (x *SubmitJobResponse) GetJob() *Job {
 	return nil
 }
 
+type SubmitJobsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 to 1,000 jobs, each as SubmitJob takes it but without wait, all of
+	// one tenant (the same tenant, or all empty for "default").
+	Jobs          []*SubmitJobRequest `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitJobsRequest) Reset() {
+	*x = SubmitJobsRequest{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitJobsRequest) ProtoMessage() {}
+
+func (x *SubmitJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitJobsRequest.ProtoReflect.Descriptor instead.
+func (*SubmitJobsRequest) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SubmitJobsRequest) GetJobs() []*SubmitJobRequest {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+type SubmitJobsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The jobs created, in the order of the request.
+	Jobs          []*Job `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitJobsResponse) Reset() {
+	*x = SubmitJobsResponse{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitJobsResponse) ProtoMessage() {}
+
+func (x *SubmitJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitJobsResponse.ProtoReflect.Descriptor instead.
+func (*SubmitJobsResponse) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SubmitJobsResponse) GetJobs() []*Job {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
 type StartJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -1263,7 +1429,7 @@ type StartJobRequest struct {
 
 func (x *StartJobRequest) Reset() {
 	*x = StartJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1441,7 @@ func (x *StartJobRequest) String() string {
 func (*StartJobRequest) ProtoMessage() {}
 
 func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1454,7 @@ func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartJobRequest.ProtoReflect.Descriptor instead.
 func (*StartJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{12}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StartJobRequest) GetJobId() string {
@@ -1307,7 +1473,7 @@ type StartJobResponse struct {
 
 func (x *StartJobResponse) Reset() {
 	*x = StartJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1485,7 @@ func (x *StartJobResponse) String() string {
 func (*StartJobResponse) ProtoMessage() {}
 
 func (x *StartJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1498,7 @@ func (x *StartJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartJobResponse.ProtoReflect.Descriptor instead.
 func (*StartJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{13}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StartJobResponse) GetJob() *Job {
@@ -1351,7 +1517,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1363,7 +1529,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1376,7 +1542,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{14}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -1395,7 +1561,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1407,7 +1573,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1420,7 +1586,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{15}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1447,14 +1613,16 @@ type ListJobsRequest struct {
 	// From a previous next_page_token, with the same filters.
 	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// UNSPECIFIED means SUMMARY: no payload or result.
-	View          JobView `protobuf:"varint,7,opt,name=view,proto3,enum=jobwatch.v1.JobView" json:"view,omitempty"`
+	View JobView `protobuf:"varint,7,opt,name=view,proto3,enum=jobwatch.v1.JobView" json:"view,omitempty"`
+	// Only the jobs of this batch (SubmitJobRequest.batch).
+	Batch         string `protobuf:"bytes,8,opt,name=batch,proto3" json:"batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1466,7 +1634,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1479,7 +1647,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{16}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListJobsRequest) GetTenant() string {
@@ -1531,6 +1699,13 @@ func (x *ListJobsRequest) GetView() JobView {
 	return JobView_JOB_VIEW_UNSPECIFIED
 }
 
+func (x *ListJobsRequest) GetBatch() string {
+	if x != nil {
+		return x.Batch
+	}
+	return ""
+}
+
 type ListJobsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Jobs  []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
@@ -1543,7 +1718,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1730,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1743,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{17}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1594,7 +1769,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +1781,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +1794,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{18}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -1638,7 +1813,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1650,7 +1825,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1663,7 +1838,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{19}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -1682,7 +1857,7 @@ type WaitJobRequest struct {
 
 func (x *WaitJobRequest) Reset() {
 	*x = WaitJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1869,7 @@ func (x *WaitJobRequest) String() string {
 func (*WaitJobRequest) ProtoMessage() {}
 
 func (x *WaitJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1882,7 @@ func (x *WaitJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitJobRequest.ProtoReflect.Descriptor instead.
 func (*WaitJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{20}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WaitJobRequest) GetJobId() string {
@@ -1726,7 +1901,7 @@ type WaitJobResponse struct {
 
 func (x *WaitJobResponse) Reset() {
 	*x = WaitJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1738,7 +1913,7 @@ func (x *WaitJobResponse) String() string {
 func (*WaitJobResponse) ProtoMessage() {}
 
 func (x *WaitJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1751,12 +1926,153 @@ func (x *WaitJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitJobResponse.ProtoReflect.Descriptor instead.
 func (*WaitJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{21}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WaitJobResponse) GetJob() *Job {
 	if x != nil {
 		return x.Job
+	}
+	return nil
+}
+
+type WaitJobsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The jobs to wait for, at most 1,000 (a repeated id counts once).
+	// Either job_ids or batch, not both.
+	JobIds []string `protobuf:"bytes,1,rep,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
+	// Wait for the jobs of this batch (SubmitJobRequest.batch) in tenant,
+	// as they are when the call starts: at most 1,000 of them.
+	Batch string `protobuf:"bytes,2,opt,name=batch,proto3" json:"batch,omitempty"`
+	// Empty means "default"; used with batch.
+	Tenant string   `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Mode   WaitMode `protobuf:"varint,4,opt,name=mode,proto3,enum=jobwatch.v1.WaitMode" json:"mode,omitempty"`
+	// UNSPECIFIED means SUMMARY: no payload or result. FULL carries them
+	// while the answer's jobs sum to at most 8 MiB (as jobs count toward
+	// ListJobs' 1 MiB page bound); past that the jobs come as summaries:
+	// read those with GetJob.
+	View          JobView `protobuf:"varint,5,opt,name=view,proto3,enum=jobwatch.v1.JobView" json:"view,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitJobsRequest) Reset() {
+	*x = WaitJobsRequest{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitJobsRequest) ProtoMessage() {}
+
+func (x *WaitJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitJobsRequest.ProtoReflect.Descriptor instead.
+func (*WaitJobsRequest) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *WaitJobsRequest) GetJobIds() []string {
+	if x != nil {
+		return x.JobIds
+	}
+	return nil
+}
+
+func (x *WaitJobsRequest) GetBatch() string {
+	if x != nil {
+		return x.Batch
+	}
+	return ""
+}
+
+func (x *WaitJobsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *WaitJobsRequest) GetMode() WaitMode {
+	if x != nil {
+		return x.Mode
+	}
+	return WaitMode_WAIT_MODE_UNSPECIFIED
+}
+
+func (x *WaitJobsRequest) GetView() JobView {
+	if x != nil {
+		return x.View
+	}
+	return JobView_JOB_VIEW_UNSPECIFIED
+}
+
+type WaitJobsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The jobs that have ended, in the order asked (job_ids) or submitted
+	// (batch).
+	Jobs []*Job `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// The jobs that have not ended yet, in the same order: empty when the
+	// wait ended with every job ended. Call again to keep waiting.
+	UnfinishedJobIds []string `protobuf:"bytes,2,rep,name=unfinished_job_ids,json=unfinishedJobIds,proto3" json:"unfinished_job_ids,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *WaitJobsResponse) Reset() {
+	*x = WaitJobsResponse{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitJobsResponse) ProtoMessage() {}
+
+func (x *WaitJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitJobsResponse.ProtoReflect.Descriptor instead.
+func (*WaitJobsResponse) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *WaitJobsResponse) GetJobs() []*Job {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+func (x *WaitJobsResponse) GetUnfinishedJobIds() []string {
+	if x != nil {
+		return x.UnfinishedJobIds
 	}
 	return nil
 }
@@ -1772,7 +2088,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +2100,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +2113,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{22}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WatchJobRequest) GetJobId() string {
@@ -1824,7 +2140,7 @@ type WatchJobResponse struct {
 
 func (x *WatchJobResponse) Reset() {
 	*x = WatchJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +2152,7 @@ func (x *WatchJobResponse) String() string {
 func (*WatchJobResponse) ProtoMessage() {}
 
 func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +2165,7 @@ func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{23}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WatchJobResponse) GetJob() *Job {
@@ -1871,14 +2187,18 @@ type WatchJobsRequest struct {
 	// means 500.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// UNSPECIFIED means SUMMARY: no payload or result.
-	View          JobView `protobuf:"varint,4,opt,name=view,proto3,enum=jobwatch.v1.JobView" json:"view,omitempty"`
+	View JobView `protobuf:"varint,4,opt,name=view,proto3,enum=jobwatch.v1.JobView" json:"view,omitempty"`
+	// Only the jobs of this batch (SubmitJobRequest.batch); empty means
+	// every job of the tenant. Deletions are announced for every job of the
+	// tenant, batch or not: drop the ids you hold.
+	Batch         string `protobuf:"bytes,5,opt,name=batch,proto3" json:"batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchJobsRequest) Reset() {
 	*x = WatchJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +2210,7 @@ func (x *WatchJobsRequest) String() string {
 func (*WatchJobsRequest) ProtoMessage() {}
 
 func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +2223,7 @@ func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobsRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{24}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WatchJobsRequest) GetTenant() string {
@@ -1934,6 +2254,13 @@ func (x *WatchJobsRequest) GetView() JobView {
 	return JobView_JOB_VIEW_UNSPECIFIED
 }
 
+func (x *WatchJobsRequest) GetBatch() string {
+	if x != nil {
+		return x.Batch
+	}
+	return ""
+}
+
 // WatchJobsResponse carries jobs that changed since the last response
 // (empty: a keepalive). Like a ListJobs page, a response is bounded in
 // bytes as well as in jobs, so the most recent jobs and a burst of changes
@@ -1958,7 +2285,7 @@ type WatchJobsResponse struct {
 
 func (x *WatchJobsResponse) Reset() {
 	*x = WatchJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2297,7 @@ func (x *WatchJobsResponse) String() string {
 func (*WatchJobsResponse) ProtoMessage() {}
 
 func (x *WatchJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2310,7 @@ func (x *WatchJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobsResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{25}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WatchJobsResponse) GetJobs() []*Job {
@@ -2016,7 +2343,7 @@ type RetryJobRequest struct {
 
 func (x *RetryJobRequest) Reset() {
 	*x = RetryJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2355,7 @@ func (x *RetryJobRequest) String() string {
 func (*RetryJobRequest) ProtoMessage() {}
 
 func (x *RetryJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2368,7 @@ func (x *RetryJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobRequest.ProtoReflect.Descriptor instead.
 func (*RetryJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{26}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RetryJobRequest) GetJobId() string {
@@ -2060,7 +2387,7 @@ type RetryJobResponse struct {
 
 func (x *RetryJobResponse) Reset() {
 	*x = RetryJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2399,7 @@ func (x *RetryJobResponse) String() string {
 func (*RetryJobResponse) ProtoMessage() {}
 
 func (x *RetryJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2412,7 @@ func (x *RetryJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobResponse.ProtoReflect.Descriptor instead.
 func (*RetryJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{27}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RetryJobResponse) GetJob() *Job {
@@ -2104,7 +2431,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2443,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2456,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{28}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteJobRequest) GetJobId() string {
@@ -2147,7 +2474,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2159,7 +2486,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2172,7 +2499,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{29}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{33}
 }
 
 // JobFilter selects the jobs of a bulk action. Every field set narrows
@@ -2199,7 +2526,7 @@ type JobFilter struct {
 
 func (x *JobFilter) Reset() {
 	*x = JobFilter{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2538,7 @@ func (x *JobFilter) String() string {
 func (*JobFilter) ProtoMessage() {}
 
 func (x *JobFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2551,7 @@ func (x *JobFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFilter.ProtoReflect.Descriptor instead.
 func (*JobFilter) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{30}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *JobFilter) GetTenant() string {
@@ -2282,7 +2609,7 @@ type RetryJobsRequest struct {
 
 func (x *RetryJobsRequest) Reset() {
 	*x = RetryJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2621,7 @@ func (x *RetryJobsRequest) String() string {
 func (*RetryJobsRequest) ProtoMessage() {}
 
 func (x *RetryJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2634,7 @@ func (x *RetryJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobsRequest.ProtoReflect.Descriptor instead.
 func (*RetryJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{31}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RetryJobsRequest) GetFilter() *JobFilter {
@@ -2347,7 +2674,7 @@ type RetryJobsResponse struct {
 
 func (x *RetryJobsResponse) Reset() {
 	*x = RetryJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2359,7 +2686,7 @@ func (x *RetryJobsResponse) String() string {
 func (*RetryJobsResponse) ProtoMessage() {}
 
 func (x *RetryJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2372,7 +2699,7 @@ func (x *RetryJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobsResponse.ProtoReflect.Descriptor instead.
 func (*RetryJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{32}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RetryJobsResponse) GetMatched() int64 {
@@ -2407,7 +2734,7 @@ type CancelJobsRequest struct {
 
 func (x *CancelJobsRequest) Reset() {
 	*x = CancelJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2419,7 +2746,7 @@ func (x *CancelJobsRequest) String() string {
 func (*CancelJobsRequest) ProtoMessage() {}
 
 func (x *CancelJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2432,7 +2759,7 @@ func (x *CancelJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobsRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{33}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CancelJobsRequest) GetFilter() *JobFilter {
@@ -2467,7 +2794,7 @@ type CancelJobsResponse struct {
 
 func (x *CancelJobsResponse) Reset() {
 	*x = CancelJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2806,7 @@ func (x *CancelJobsResponse) String() string {
 func (*CancelJobsResponse) ProtoMessage() {}
 
 func (x *CancelJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2819,7 @@ func (x *CancelJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobsResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{34}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CancelJobsResponse) GetMatched() int64 {
@@ -2527,7 +2854,7 @@ type DeleteJobsRequest struct {
 
 func (x *DeleteJobsRequest) Reset() {
 	*x = DeleteJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2539,7 +2866,7 @@ func (x *DeleteJobsRequest) String() string {
 func (*DeleteJobsRequest) ProtoMessage() {}
 
 func (x *DeleteJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2552,7 +2879,7 @@ func (x *DeleteJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{35}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeleteJobsRequest) GetFilter() *JobFilter {
@@ -2587,7 +2914,7 @@ type DeleteJobsResponse struct {
 
 func (x *DeleteJobsResponse) Reset() {
 	*x = DeleteJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2926,7 @@ func (x *DeleteJobsResponse) String() string {
 func (*DeleteJobsResponse) ProtoMessage() {}
 
 func (x *DeleteJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2939,7 @@ func (x *DeleteJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{36}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteJobsResponse) GetMatched() int64 {
@@ -2644,7 +2971,7 @@ type GetServerInfoRequest struct {
 
 func (x *GetServerInfoRequest) Reset() {
 	*x = GetServerInfoRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2656,7 +2983,7 @@ func (x *GetServerInfoRequest) String() string {
 func (*GetServerInfoRequest) ProtoMessage() {}
 
 func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2669,7 +2996,7 @@ func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{37}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{41}
 }
 
 type GetServerInfoResponse struct {
@@ -2690,7 +3017,7 @@ type GetServerInfoResponse struct {
 
 func (x *GetServerInfoResponse) Reset() {
 	*x = GetServerInfoResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +3029,7 @@ func (x *GetServerInfoResponse) String() string {
 func (*GetServerInfoResponse) ProtoMessage() {}
 
 func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +3042,7 @@ func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{38}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetServerInfoResponse) GetDemo() bool {
@@ -2771,7 +3098,7 @@ type Caller struct {
 
 func (x *Caller) Reset() {
 	*x = Caller{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2783,7 +3110,7 @@ func (x *Caller) String() string {
 func (*Caller) ProtoMessage() {}
 
 func (x *Caller) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2796,7 +3123,7 @@ func (x *Caller) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Caller.ProtoReflect.Descriptor instead.
 func (*Caller) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{39}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Caller) GetRole() string {
@@ -2832,7 +3159,7 @@ type AppendJobLogsRequest struct {
 
 func (x *AppendJobLogsRequest) Reset() {
 	*x = AppendJobLogsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2844,7 +3171,7 @@ func (x *AppendJobLogsRequest) String() string {
 func (*AppendJobLogsRequest) ProtoMessage() {}
 
 func (x *AppendJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2857,7 +3184,7 @@ func (x *AppendJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*AppendJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{40}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AppendJobLogsRequest) GetJobId() string {
@@ -2895,7 +3222,7 @@ type AppendLogLine struct {
 
 func (x *AppendLogLine) Reset() {
 	*x = AppendLogLine{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +3234,7 @@ func (x *AppendLogLine) String() string {
 func (*AppendLogLine) ProtoMessage() {}
 
 func (x *AppendLogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +3247,7 @@ func (x *AppendLogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendLogLine.ProtoReflect.Descriptor instead.
 func (*AppendLogLine) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{41}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AppendLogLine) GetText() string {
@@ -2956,7 +3283,7 @@ type AppendJobLogsResponse struct {
 
 func (x *AppendJobLogsResponse) Reset() {
 	*x = AppendJobLogsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2968,7 +3295,7 @@ func (x *AppendJobLogsResponse) String() string {
 func (*AppendJobLogsResponse) ProtoMessage() {}
 
 func (x *AppendJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2981,7 +3308,7 @@ func (x *AppendJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*AppendJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{42}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AppendJobLogsResponse) GetLastSeq() int64 {
@@ -3017,7 +3344,7 @@ type ClaimJobRequest struct {
 
 func (x *ClaimJobRequest) Reset() {
 	*x = ClaimJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3029,7 +3356,7 @@ func (x *ClaimJobRequest) String() string {
 func (*ClaimJobRequest) ProtoMessage() {}
 
 func (x *ClaimJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3042,7 +3369,7 @@ func (x *ClaimJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimJobRequest.ProtoReflect.Descriptor instead.
 func (*ClaimJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{43}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ClaimJobRequest) GetWorkerId() string {
@@ -3089,7 +3416,7 @@ type ClaimJobResponse struct {
 
 func (x *ClaimJobResponse) Reset() {
 	*x = ClaimJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3101,7 +3428,7 @@ func (x *ClaimJobResponse) String() string {
 func (*ClaimJobResponse) ProtoMessage() {}
 
 func (x *ClaimJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3114,7 +3441,7 @@ func (x *ClaimJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimJobResponse.ProtoReflect.Descriptor instead.
 func (*ClaimJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{44}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ClaimJobResponse) GetJob() *Job {
@@ -3158,7 +3485,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3170,7 +3497,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3183,7 +3510,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{45}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Claim) GetJob() *Job {
@@ -3221,7 +3548,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3233,7 +3560,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3246,7 +3573,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{46}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *HeartbeatRequest) GetJobId() string {
@@ -3290,7 +3617,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3302,7 +3629,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3315,7 +3642,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{47}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *HeartbeatResponse) GetCancelled() bool {
@@ -3343,7 +3670,7 @@ type CompleteJobRequest struct {
 
 func (x *CompleteJobRequest) Reset() {
 	*x = CompleteJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3355,7 +3682,7 @@ func (x *CompleteJobRequest) String() string {
 func (*CompleteJobRequest) ProtoMessage() {}
 
 func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3368,7 +3695,7 @@ func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobRequest.ProtoReflect.Descriptor instead.
 func (*CompleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{48}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CompleteJobRequest) GetJobId() string {
@@ -3401,7 +3728,7 @@ type CompleteJobResponse struct {
 
 func (x *CompleteJobResponse) Reset() {
 	*x = CompleteJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3413,7 +3740,7 @@ func (x *CompleteJobResponse) String() string {
 func (*CompleteJobResponse) ProtoMessage() {}
 
 func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3426,7 +3753,7 @@ func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobResponse.ProtoReflect.Descriptor instead.
 func (*CompleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{49}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CompleteJobResponse) GetJob() *Job {
@@ -3449,7 +3776,7 @@ type FailJobRequest struct {
 
 func (x *FailJobRequest) Reset() {
 	*x = FailJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3461,7 +3788,7 @@ func (x *FailJobRequest) String() string {
 func (*FailJobRequest) ProtoMessage() {}
 
 func (x *FailJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3474,7 +3801,7 @@ func (x *FailJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobRequest.ProtoReflect.Descriptor instead.
 func (*FailJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{50}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *FailJobRequest) GetJobId() string {
@@ -3514,7 +3841,7 @@ type FailJobResponse struct {
 
 func (x *FailJobResponse) Reset() {
 	*x = FailJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3526,7 +3853,7 @@ func (x *FailJobResponse) String() string {
 func (*FailJobResponse) ProtoMessage() {}
 
 func (x *FailJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3539,7 +3866,7 @@ func (x *FailJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobResponse.ProtoReflect.Descriptor instead.
 func (*FailJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{51}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *FailJobResponse) GetJob() *Job {
@@ -3558,7 +3885,7 @@ type PauseQueueRequest struct {
 
 func (x *PauseQueueRequest) Reset() {
 	*x = PauseQueueRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3570,7 +3897,7 @@ func (x *PauseQueueRequest) String() string {
 func (*PauseQueueRequest) ProtoMessage() {}
 
 func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3583,7 +3910,7 @@ func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
 func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{52}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PauseQueueRequest) GetQueue() string {
@@ -3602,7 +3929,7 @@ type PauseQueueResponse struct {
 
 func (x *PauseQueueResponse) Reset() {
 	*x = PauseQueueResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3614,7 +3941,7 @@ func (x *PauseQueueResponse) String() string {
 func (*PauseQueueResponse) ProtoMessage() {}
 
 func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3627,7 +3954,7 @@ func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueResponse.ProtoReflect.Descriptor instead.
 func (*PauseQueueResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{53}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PauseQueueResponse) GetQueue() *Queue {
@@ -3646,7 +3973,7 @@ type ResumeQueueRequest struct {
 
 func (x *ResumeQueueRequest) Reset() {
 	*x = ResumeQueueRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3658,7 +3985,7 @@ func (x *ResumeQueueRequest) String() string {
 func (*ResumeQueueRequest) ProtoMessage() {}
 
 func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3671,7 +3998,7 @@ func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueRequest.ProtoReflect.Descriptor instead.
 func (*ResumeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{54}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ResumeQueueRequest) GetQueue() string {
@@ -3690,7 +4017,7 @@ type ResumeQueueResponse struct {
 
 func (x *ResumeQueueResponse) Reset() {
 	*x = ResumeQueueResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[55]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3702,7 +4029,7 @@ func (x *ResumeQueueResponse) String() string {
 func (*ResumeQueueResponse) ProtoMessage() {}
 
 func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[55]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3715,7 +4042,7 @@ func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueResponse.ProtoReflect.Descriptor instead.
 func (*ResumeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{55}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ResumeQueueResponse) GetQueue() *Queue {
@@ -3764,7 +4091,7 @@ type Queue struct {
 
 func (x *Queue) Reset() {
 	*x = Queue{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[56]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3776,7 +4103,7 @@ func (x *Queue) String() string {
 func (*Queue) ProtoMessage() {}
 
 func (x *Queue) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[56]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3789,7 +4116,7 @@ func (x *Queue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Queue.ProtoReflect.Descriptor instead.
 func (*Queue) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{56}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Queue) GetName() string {
@@ -3916,7 +4243,7 @@ type QueueDepth struct {
 
 func (x *QueueDepth) Reset() {
 	*x = QueueDepth{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[57]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3928,7 +4255,7 @@ func (x *QueueDepth) String() string {
 func (*QueueDepth) ProtoMessage() {}
 
 func (x *QueueDepth) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[57]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3941,7 +4268,7 @@ func (x *QueueDepth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepth.ProtoReflect.Descriptor instead.
 func (*QueueDepth) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{57}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *QueueDepth) GetAt() *timestamppb.Timestamp {
@@ -3980,7 +4307,7 @@ type PoolUse struct {
 
 func (x *PoolUse) Reset() {
 	*x = PoolUse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[58]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3992,7 +4319,7 @@ func (x *PoolUse) String() string {
 func (*PoolUse) ProtoMessage() {}
 
 func (x *PoolUse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[58]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4005,7 +4332,7 @@ func (x *PoolUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolUse.ProtoReflect.Descriptor instead.
 func (*PoolUse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{58}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PoolUse) GetName() string {
@@ -4037,7 +4364,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[59]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4049,7 +4376,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[59]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4062,7 +4389,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{59}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{63}
 }
 
 type ListQueuesResponse struct {
@@ -4076,7 +4403,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[60]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4088,7 +4415,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[60]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4101,7 +4428,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{60}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*Queue {
@@ -4153,7 +4480,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4165,7 +4492,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4178,7 +4505,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{61}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *Schedule) GetName() string {
@@ -4273,7 +4600,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4285,7 +4612,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4298,7 +4625,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{62}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{66}
 }
 
 type ListSchedulesResponse struct {
@@ -4310,7 +4637,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4322,7 +4649,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4335,7 +4662,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{63}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -4352,7 +4679,7 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x1ajobwatch/v1/jobwatch.proto\x12\vjobwatch.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"8\n" +
 	"\bJobError\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xc6\x06\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xdc\x06\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
@@ -4381,7 +4708,8 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x06run_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12\x1b\n" +
 	"\tworker_id\x18\x14 \x01(\tR\bworkerId\x12\x1a\n" +
 	"\bpriority\x18\x15 \x01(\x05R\bpriority\x123\n" +
-	"\battempts\x18\x16 \x03(\v2\x17.jobwatch.v1.JobAttemptR\battempts\"\xa5\x02\n" +
+	"\battempts\x18\x16 \x03(\v2\x17.jobwatch.v1.JobAttemptR\battempts\x12\x14\n" +
+	"\x05batch\x18\x17 \x01(\tR\x05batch\"\xa5\x02\n" +
 	"\n" +
 	"JobAttempt\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x1b\n" +
@@ -4421,7 +4749,7 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\"i\n" +
 	"\x14WatchJobLogsResponse\x12*\n" +
 	"\x05lines\x18\x01 \x03(\v2\x14.jobwatch.v1.LogLineR\x05lines\x12%\n" +
-	"\x03gap\x18\x02 \x01(\v2\x13.jobwatch.v1.LogGapR\x03gap\"\xd1\x02\n" +
+	"\x03gap\x18\x02 \x01(\v2\x13.jobwatch.v1.LogGapR\x03gap\"\xe7\x02\n" +
 	"\x10SubmitJobRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
@@ -4434,10 +4762,15 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\fmax_attempts\x18\b \x01(\x05R\vmaxAttempts\x12\x12\n" +
 	"\x04wait\x18\t \x01(\bR\x04wait\x12\x1f\n" +
 	"\bpriority\x18\n" +
-	" \x01(\x05H\x00R\bpriority\x88\x01\x01B\v\n" +
+	" \x01(\x05H\x00R\bpriority\x88\x01\x01\x12\x14\n" +
+	"\x05batch\x18\v \x01(\tR\x05batchB\v\n" +
 	"\t_priority\"7\n" +
 	"\x11SubmitJobResponse\x12\"\n" +
-	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\"(\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\"F\n" +
+	"\x11SubmitJobsRequest\x121\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x1d.jobwatch.v1.SubmitJobRequestR\x04jobs\":\n" +
+	"\x12SubmitJobsResponse\x12$\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x10.jobwatch.v1.JobR\x04jobs\"(\n" +
 	"\x0fStartJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"6\n" +
 	"\x10StartJobResponse\x12\"\n" +
@@ -4445,7 +4778,7 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\rGetJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"4\n" +
 	"\x0eGetJobResponse\x12\"\n" +
-	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\"\xe8\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\"\xfe\x01\n" +
 	"\x0fListJobsRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12-\n" +
 	"\x06states\x18\x02 \x03(\x0e2\x15.jobwatch.v1.JobStateR\x06states\x12\x12\n" +
@@ -4454,7 +4787,8 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x06 \x01(\tR\tpageToken\x12(\n" +
-	"\x04view\x18\a \x01(\x0e2\x14.jobwatch.v1.JobViewR\x04view\"`\n" +
+	"\x04view\x18\a \x01(\x0e2\x14.jobwatch.v1.JobViewR\x04view\x12\x14\n" +
+	"\x05batch\x18\b \x01(\tR\x05batch\"`\n" +
 	"\x10ListJobsResponse\x12$\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x10.jobwatch.v1.JobR\x04jobs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\")\n" +
@@ -4465,17 +4799,27 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x0eWaitJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"5\n" +
 	"\x0fWaitJobResponse\x12\"\n" +
-	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\"M\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\"\xad\x01\n" +
+	"\x0fWaitJobsRequest\x12\x17\n" +
+	"\ajob_ids\x18\x01 \x03(\tR\x06jobIds\x12\x14\n" +
+	"\x05batch\x18\x02 \x01(\tR\x05batch\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12)\n" +
+	"\x04mode\x18\x04 \x01(\x0e2\x15.jobwatch.v1.WaitModeR\x04mode\x12(\n" +
+	"\x04view\x18\x05 \x01(\x0e2\x14.jobwatch.v1.JobViewR\x04view\"f\n" +
+	"\x10WaitJobsResponse\x12$\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x10.jobwatch.v1.JobR\x04jobs\x12,\n" +
+	"\x12unfinished_job_ids\x18\x02 \x03(\tR\x10unfinishedJobIds\"M\n" +
 	"\x0fWatchJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
 	"\rafter_version\x18\x02 \x01(\x03R\fafterVersion\"6\n" +
 	"\x10WatchJobResponse\x12\"\n" +
-	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\"\x94\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\"\xaa\x01\n" +
 	"\x10WatchJobsRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12!\n" +
 	"\fresume_token\x18\x02 \x01(\tR\vresumeToken\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12(\n" +
-	"\x04view\x18\x04 \x01(\x0e2\x14.jobwatch.v1.JobViewR\x04view\"\x84\x01\n" +
+	"\x04view\x18\x04 \x01(\x0e2\x14.jobwatch.v1.JobViewR\x04view\x12\x14\n" +
+	"\x05batch\x18\x05 \x01(\tR\x05batch\"\x84\x01\n" +
 	"\x11WatchJobsResponse\x12$\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x10.jobwatch.v1.JobR\x04jobs\x12!\n" +
 	"\fresume_token\x18\x02 \x01(\tR\vresumeToken\x12&\n" +
@@ -4653,19 +4997,27 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\tLogStream\x12\x1a\n" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
-	"\x11LOG_STREAM_STDERR\x10\x02*W\n" +
+	"\x11LOG_STREAM_STDERR\x10\x02*K\n" +
+	"\bWaitMode\x12\x19\n" +
+	"\x15WAIT_MODE_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rWAIT_MODE_ALL\x10\x01\x12\x11\n" +
+	"\rWAIT_MODE_ANY\x10\x02*W\n" +
 	"\tQueueMode\x12\x1a\n" +
 	"\x16QUEUE_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13QUEUE_MODE_PARALLEL\x10\x01\x12\x15\n" +
-	"\x11QUEUE_MODE_SERIAL\x10\x022\xd5\t\n" +
+	"\x11QUEUE_MODE_SERIAL\x10\x022\xed\n" +
+	"\n" +
 	"\n" +
 	"JobService\x12J\n" +
-	"\tSubmitJob\x12\x1d.jobwatch.v1.SubmitJobRequest\x1a\x1e.jobwatch.v1.SubmitJobResponse\x12G\n" +
+	"\tSubmitJob\x12\x1d.jobwatch.v1.SubmitJobRequest\x1a\x1e.jobwatch.v1.SubmitJobResponse\x12M\n" +
+	"\n" +
+	"SubmitJobs\x12\x1e.jobwatch.v1.SubmitJobsRequest\x1a\x1f.jobwatch.v1.SubmitJobsResponse\x12G\n" +
 	"\bStartJob\x12\x1c.jobwatch.v1.StartJobRequest\x1a\x1d.jobwatch.v1.StartJobResponse\x12A\n" +
 	"\x06GetJob\x12\x1a.jobwatch.v1.GetJobRequest\x1a\x1b.jobwatch.v1.GetJobResponse\x12G\n" +
 	"\bListJobs\x12\x1c.jobwatch.v1.ListJobsRequest\x1a\x1d.jobwatch.v1.ListJobsResponse\x12J\n" +
 	"\tCancelJob\x12\x1d.jobwatch.v1.CancelJobRequest\x1a\x1e.jobwatch.v1.CancelJobResponse\x12D\n" +
-	"\aWaitJob\x12\x1b.jobwatch.v1.WaitJobRequest\x1a\x1c.jobwatch.v1.WaitJobResponse\x12I\n" +
+	"\aWaitJob\x12\x1b.jobwatch.v1.WaitJobRequest\x1a\x1c.jobwatch.v1.WaitJobResponse\x12G\n" +
+	"\bWaitJobs\x12\x1c.jobwatch.v1.WaitJobsRequest\x1a\x1d.jobwatch.v1.WaitJobsResponse\x12I\n" +
 	"\bWatchJob\x12\x1c.jobwatch.v1.WatchJobRequest\x1a\x1d.jobwatch.v1.WatchJobResponse0\x01\x12L\n" +
 	"\tWatchJobs\x12\x1d.jobwatch.v1.WatchJobsRequest\x1a\x1e.jobwatch.v1.WatchJobsResponse0\x01\x12V\n" +
 	"\rGetServerInfo\x12!.jobwatch.v1.GetServerInfoRequest\x1a\".jobwatch.v1.GetServerInfoResponse\x12G\n" +
@@ -4705,208 +5057,222 @@ func file_jobwatch_v1_jobwatch_proto_rawDescGZIP() []byte {
 	return file_jobwatch_v1_jobwatch_proto_rawDescData
 }
 
-var file_jobwatch_v1_jobwatch_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_jobwatch_v1_jobwatch_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(JobState)(0),                 // 0: jobwatch.v1.JobState
 	(JobView)(0),                  // 1: jobwatch.v1.JobView
 	(LogStream)(0),                // 2: jobwatch.v1.LogStream
-	(QueueMode)(0),                // 3: jobwatch.v1.QueueMode
-	(*JobError)(nil),              // 4: jobwatch.v1.JobError
-	(*Job)(nil),                   // 5: jobwatch.v1.Job
-	(*JobAttempt)(nil),            // 6: jobwatch.v1.JobAttempt
-	(*JobAlreadyActive)(nil),      // 7: jobwatch.v1.JobAlreadyActive
-	(*LogLine)(nil),               // 8: jobwatch.v1.LogLine
-	(*LogGap)(nil),                // 9: jobwatch.v1.LogGap
-	(*GetJobLogsRequest)(nil),     // 10: jobwatch.v1.GetJobLogsRequest
-	(*GetJobLogsResponse)(nil),    // 11: jobwatch.v1.GetJobLogsResponse
-	(*WatchJobLogsRequest)(nil),   // 12: jobwatch.v1.WatchJobLogsRequest
-	(*WatchJobLogsResponse)(nil),  // 13: jobwatch.v1.WatchJobLogsResponse
-	(*SubmitJobRequest)(nil),      // 14: jobwatch.v1.SubmitJobRequest
-	(*SubmitJobResponse)(nil),     // 15: jobwatch.v1.SubmitJobResponse
-	(*StartJobRequest)(nil),       // 16: jobwatch.v1.StartJobRequest
-	(*StartJobResponse)(nil),      // 17: jobwatch.v1.StartJobResponse
-	(*GetJobRequest)(nil),         // 18: jobwatch.v1.GetJobRequest
-	(*GetJobResponse)(nil),        // 19: jobwatch.v1.GetJobResponse
-	(*ListJobsRequest)(nil),       // 20: jobwatch.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),      // 21: jobwatch.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),      // 22: jobwatch.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),     // 23: jobwatch.v1.CancelJobResponse
-	(*WaitJobRequest)(nil),        // 24: jobwatch.v1.WaitJobRequest
-	(*WaitJobResponse)(nil),       // 25: jobwatch.v1.WaitJobResponse
-	(*WatchJobRequest)(nil),       // 26: jobwatch.v1.WatchJobRequest
-	(*WatchJobResponse)(nil),      // 27: jobwatch.v1.WatchJobResponse
-	(*WatchJobsRequest)(nil),      // 28: jobwatch.v1.WatchJobsRequest
-	(*WatchJobsResponse)(nil),     // 29: jobwatch.v1.WatchJobsResponse
-	(*RetryJobRequest)(nil),       // 30: jobwatch.v1.RetryJobRequest
-	(*RetryJobResponse)(nil),      // 31: jobwatch.v1.RetryJobResponse
-	(*DeleteJobRequest)(nil),      // 32: jobwatch.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),     // 33: jobwatch.v1.DeleteJobResponse
-	(*JobFilter)(nil),             // 34: jobwatch.v1.JobFilter
-	(*RetryJobsRequest)(nil),      // 35: jobwatch.v1.RetryJobsRequest
-	(*RetryJobsResponse)(nil),     // 36: jobwatch.v1.RetryJobsResponse
-	(*CancelJobsRequest)(nil),     // 37: jobwatch.v1.CancelJobsRequest
-	(*CancelJobsResponse)(nil),    // 38: jobwatch.v1.CancelJobsResponse
-	(*DeleteJobsRequest)(nil),     // 39: jobwatch.v1.DeleteJobsRequest
-	(*DeleteJobsResponse)(nil),    // 40: jobwatch.v1.DeleteJobsResponse
-	(*GetServerInfoRequest)(nil),  // 41: jobwatch.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil), // 42: jobwatch.v1.GetServerInfoResponse
-	(*Caller)(nil),                // 43: jobwatch.v1.Caller
-	(*AppendJobLogsRequest)(nil),  // 44: jobwatch.v1.AppendJobLogsRequest
-	(*AppendLogLine)(nil),         // 45: jobwatch.v1.AppendLogLine
-	(*AppendJobLogsResponse)(nil), // 46: jobwatch.v1.AppendJobLogsResponse
-	(*ClaimJobRequest)(nil),       // 47: jobwatch.v1.ClaimJobRequest
-	(*ClaimJobResponse)(nil),      // 48: jobwatch.v1.ClaimJobResponse
-	(*Claim)(nil),                 // 49: jobwatch.v1.Claim
-	(*HeartbeatRequest)(nil),      // 50: jobwatch.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 51: jobwatch.v1.HeartbeatResponse
-	(*CompleteJobRequest)(nil),    // 52: jobwatch.v1.CompleteJobRequest
-	(*CompleteJobResponse)(nil),   // 53: jobwatch.v1.CompleteJobResponse
-	(*FailJobRequest)(nil),        // 54: jobwatch.v1.FailJobRequest
-	(*FailJobResponse)(nil),       // 55: jobwatch.v1.FailJobResponse
-	(*PauseQueueRequest)(nil),     // 56: jobwatch.v1.PauseQueueRequest
-	(*PauseQueueResponse)(nil),    // 57: jobwatch.v1.PauseQueueResponse
-	(*ResumeQueueRequest)(nil),    // 58: jobwatch.v1.ResumeQueueRequest
-	(*ResumeQueueResponse)(nil),   // 59: jobwatch.v1.ResumeQueueResponse
-	(*Queue)(nil),                 // 60: jobwatch.v1.Queue
-	(*QueueDepth)(nil),            // 61: jobwatch.v1.QueueDepth
-	(*PoolUse)(nil),               // 62: jobwatch.v1.PoolUse
-	(*ListQueuesRequest)(nil),     // 63: jobwatch.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),    // 64: jobwatch.v1.ListQueuesResponse
-	(*Schedule)(nil),              // 65: jobwatch.v1.Schedule
-	(*ListSchedulesRequest)(nil),  // 66: jobwatch.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil), // 67: jobwatch.v1.ListSchedulesResponse
-	(*structpb.Value)(nil),        // 68: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil), // 69: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 70: google.protobuf.Duration
+	(WaitMode)(0),                 // 3: jobwatch.v1.WaitMode
+	(QueueMode)(0),                // 4: jobwatch.v1.QueueMode
+	(*JobError)(nil),              // 5: jobwatch.v1.JobError
+	(*Job)(nil),                   // 6: jobwatch.v1.Job
+	(*JobAttempt)(nil),            // 7: jobwatch.v1.JobAttempt
+	(*JobAlreadyActive)(nil),      // 8: jobwatch.v1.JobAlreadyActive
+	(*LogLine)(nil),               // 9: jobwatch.v1.LogLine
+	(*LogGap)(nil),                // 10: jobwatch.v1.LogGap
+	(*GetJobLogsRequest)(nil),     // 11: jobwatch.v1.GetJobLogsRequest
+	(*GetJobLogsResponse)(nil),    // 12: jobwatch.v1.GetJobLogsResponse
+	(*WatchJobLogsRequest)(nil),   // 13: jobwatch.v1.WatchJobLogsRequest
+	(*WatchJobLogsResponse)(nil),  // 14: jobwatch.v1.WatchJobLogsResponse
+	(*SubmitJobRequest)(nil),      // 15: jobwatch.v1.SubmitJobRequest
+	(*SubmitJobResponse)(nil),     // 16: jobwatch.v1.SubmitJobResponse
+	(*SubmitJobsRequest)(nil),     // 17: jobwatch.v1.SubmitJobsRequest
+	(*SubmitJobsResponse)(nil),    // 18: jobwatch.v1.SubmitJobsResponse
+	(*StartJobRequest)(nil),       // 19: jobwatch.v1.StartJobRequest
+	(*StartJobResponse)(nil),      // 20: jobwatch.v1.StartJobResponse
+	(*GetJobRequest)(nil),         // 21: jobwatch.v1.GetJobRequest
+	(*GetJobResponse)(nil),        // 22: jobwatch.v1.GetJobResponse
+	(*ListJobsRequest)(nil),       // 23: jobwatch.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),      // 24: jobwatch.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),      // 25: jobwatch.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),     // 26: jobwatch.v1.CancelJobResponse
+	(*WaitJobRequest)(nil),        // 27: jobwatch.v1.WaitJobRequest
+	(*WaitJobResponse)(nil),       // 28: jobwatch.v1.WaitJobResponse
+	(*WaitJobsRequest)(nil),       // 29: jobwatch.v1.WaitJobsRequest
+	(*WaitJobsResponse)(nil),      // 30: jobwatch.v1.WaitJobsResponse
+	(*WatchJobRequest)(nil),       // 31: jobwatch.v1.WatchJobRequest
+	(*WatchJobResponse)(nil),      // 32: jobwatch.v1.WatchJobResponse
+	(*WatchJobsRequest)(nil),      // 33: jobwatch.v1.WatchJobsRequest
+	(*WatchJobsResponse)(nil),     // 34: jobwatch.v1.WatchJobsResponse
+	(*RetryJobRequest)(nil),       // 35: jobwatch.v1.RetryJobRequest
+	(*RetryJobResponse)(nil),      // 36: jobwatch.v1.RetryJobResponse
+	(*DeleteJobRequest)(nil),      // 37: jobwatch.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),     // 38: jobwatch.v1.DeleteJobResponse
+	(*JobFilter)(nil),             // 39: jobwatch.v1.JobFilter
+	(*RetryJobsRequest)(nil),      // 40: jobwatch.v1.RetryJobsRequest
+	(*RetryJobsResponse)(nil),     // 41: jobwatch.v1.RetryJobsResponse
+	(*CancelJobsRequest)(nil),     // 42: jobwatch.v1.CancelJobsRequest
+	(*CancelJobsResponse)(nil),    // 43: jobwatch.v1.CancelJobsResponse
+	(*DeleteJobsRequest)(nil),     // 44: jobwatch.v1.DeleteJobsRequest
+	(*DeleteJobsResponse)(nil),    // 45: jobwatch.v1.DeleteJobsResponse
+	(*GetServerInfoRequest)(nil),  // 46: jobwatch.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil), // 47: jobwatch.v1.GetServerInfoResponse
+	(*Caller)(nil),                // 48: jobwatch.v1.Caller
+	(*AppendJobLogsRequest)(nil),  // 49: jobwatch.v1.AppendJobLogsRequest
+	(*AppendLogLine)(nil),         // 50: jobwatch.v1.AppendLogLine
+	(*AppendJobLogsResponse)(nil), // 51: jobwatch.v1.AppendJobLogsResponse
+	(*ClaimJobRequest)(nil),       // 52: jobwatch.v1.ClaimJobRequest
+	(*ClaimJobResponse)(nil),      // 53: jobwatch.v1.ClaimJobResponse
+	(*Claim)(nil),                 // 54: jobwatch.v1.Claim
+	(*HeartbeatRequest)(nil),      // 55: jobwatch.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 56: jobwatch.v1.HeartbeatResponse
+	(*CompleteJobRequest)(nil),    // 57: jobwatch.v1.CompleteJobRequest
+	(*CompleteJobResponse)(nil),   // 58: jobwatch.v1.CompleteJobResponse
+	(*FailJobRequest)(nil),        // 59: jobwatch.v1.FailJobRequest
+	(*FailJobResponse)(nil),       // 60: jobwatch.v1.FailJobResponse
+	(*PauseQueueRequest)(nil),     // 61: jobwatch.v1.PauseQueueRequest
+	(*PauseQueueResponse)(nil),    // 62: jobwatch.v1.PauseQueueResponse
+	(*ResumeQueueRequest)(nil),    // 63: jobwatch.v1.ResumeQueueRequest
+	(*ResumeQueueResponse)(nil),   // 64: jobwatch.v1.ResumeQueueResponse
+	(*Queue)(nil),                 // 65: jobwatch.v1.Queue
+	(*QueueDepth)(nil),            // 66: jobwatch.v1.QueueDepth
+	(*PoolUse)(nil),               // 67: jobwatch.v1.PoolUse
+	(*ListQueuesRequest)(nil),     // 68: jobwatch.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),    // 69: jobwatch.v1.ListQueuesResponse
+	(*Schedule)(nil),              // 70: jobwatch.v1.Schedule
+	(*ListSchedulesRequest)(nil),  // 71: jobwatch.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil), // 72: jobwatch.v1.ListSchedulesResponse
+	(*structpb.Value)(nil),        // 73: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 74: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 75: google.protobuf.Duration
 }
 var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
-	0,  // 0: jobwatch.v1.Job.state:type_name -> jobwatch.v1.JobState
-	68, // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
-	68, // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
-	4,  // 3: jobwatch.v1.Job.error:type_name -> jobwatch.v1.JobError
-	69, // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	69, // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	69, // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	69, // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	69, // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	6,  // 9: jobwatch.v1.Job.attempts:type_name -> jobwatch.v1.JobAttempt
-	69, // 10: jobwatch.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
-	69, // 11: jobwatch.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
-	0,  // 12: jobwatch.v1.JobAttempt.state:type_name -> jobwatch.v1.JobState
-	4,  // 13: jobwatch.v1.JobAttempt.error:type_name -> jobwatch.v1.JobError
-	69, // 14: jobwatch.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	2,  // 15: jobwatch.v1.LogLine.stream:type_name -> jobwatch.v1.LogStream
-	8,  // 16: jobwatch.v1.GetJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
-	9,  // 17: jobwatch.v1.GetJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
-	8,  // 18: jobwatch.v1.WatchJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
-	9,  // 19: jobwatch.v1.WatchJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
-	68, // 20: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
-	69, // 21: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	5,  // 22: jobwatch.v1.SubmitJobResponse.job:type_name -> jobwatch.v1.Job
-	5,  // 23: jobwatch.v1.StartJobResponse.job:type_name -> jobwatch.v1.Job
-	5,  // 24: jobwatch.v1.GetJobResponse.job:type_name -> jobwatch.v1.Job
-	0,  // 25: jobwatch.v1.ListJobsRequest.states:type_name -> jobwatch.v1.JobState
-	1,  // 26: jobwatch.v1.ListJobsRequest.view:type_name -> jobwatch.v1.JobView
-	5,  // 27: jobwatch.v1.ListJobsResponse.jobs:type_name -> jobwatch.v1.Job
-	5,  // 28: jobwatch.v1.CancelJobResponse.job:type_name -> jobwatch.v1.Job
-	5,  // 29: jobwatch.v1.WaitJobResponse.job:type_name -> jobwatch.v1.Job
-	5,  // 30: jobwatch.v1.WatchJobResponse.job:type_name -> jobwatch.v1.Job
-	1,  // 31: jobwatch.v1.WatchJobsRequest.view:type_name -> jobwatch.v1.JobView
-	5,  // 32: jobwatch.v1.WatchJobsResponse.jobs:type_name -> jobwatch.v1.Job
-	5,  // 33: jobwatch.v1.RetryJobResponse.job:type_name -> jobwatch.v1.Job
-	0,  // 34: jobwatch.v1.JobFilter.states:type_name -> jobwatch.v1.JobState
-	69, // 35: jobwatch.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
-	34, // 36: jobwatch.v1.RetryJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
-	34, // 37: jobwatch.v1.CancelJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
-	34, // 38: jobwatch.v1.DeleteJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
-	43, // 39: jobwatch.v1.GetServerInfoResponse.caller:type_name -> jobwatch.v1.Caller
-	45, // 40: jobwatch.v1.AppendJobLogsRequest.lines:type_name -> jobwatch.v1.AppendLogLine
-	2,  // 41: jobwatch.v1.AppendLogLine.stream:type_name -> jobwatch.v1.LogStream
-	69, // 42: jobwatch.v1.AppendLogLine.time:type_name -> google.protobuf.Timestamp
-	5,  // 43: jobwatch.v1.ClaimJobResponse.job:type_name -> jobwatch.v1.Job
-	69, // 44: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	49, // 45: jobwatch.v1.ClaimJobResponse.claims:type_name -> jobwatch.v1.Claim
-	5,  // 46: jobwatch.v1.Claim.job:type_name -> jobwatch.v1.Job
-	69, // 47: jobwatch.v1.Claim.lease_expires_at:type_name -> google.protobuf.Timestamp
-	69, // 48: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	68, // 49: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
-	5,  // 50: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
-	4,  // 51: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
-	5,  // 52: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
-	60, // 53: jobwatch.v1.PauseQueueResponse.queue:type_name -> jobwatch.v1.Queue
-	60, // 54: jobwatch.v1.ResumeQueueResponse.queue:type_name -> jobwatch.v1.Queue
-	3,  // 55: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
-	70, // 56: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
-	69, // 57: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
-	62, // 58: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
-	70, // 59: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
-	69, // 60: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
-	61, // 61: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
-	69, // 62: jobwatch.v1.Queue.paused_at:type_name -> google.protobuf.Timestamp
-	69, // 63: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
-	60, // 64: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
-	70, // 65: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
-	70, // 66: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
-	69, // 67: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
-	0,  // 68: jobwatch.v1.Schedule.last_job_state:type_name -> jobwatch.v1.JobState
-	69, // 69: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
-	65, // 70: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
-	14, // 71: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
-	16, // 72: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
-	18, // 73: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
-	20, // 74: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
-	22, // 75: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
-	24, // 76: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
-	26, // 77: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
-	28, // 78: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
-	41, // 79: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
-	30, // 80: jobwatch.v1.JobService.RetryJob:input_type -> jobwatch.v1.RetryJobRequest
-	32, // 81: jobwatch.v1.JobService.DeleteJob:input_type -> jobwatch.v1.DeleteJobRequest
-	35, // 82: jobwatch.v1.JobService.RetryJobs:input_type -> jobwatch.v1.RetryJobsRequest
-	37, // 83: jobwatch.v1.JobService.CancelJobs:input_type -> jobwatch.v1.CancelJobsRequest
-	39, // 84: jobwatch.v1.JobService.DeleteJobs:input_type -> jobwatch.v1.DeleteJobsRequest
-	10, // 85: jobwatch.v1.JobService.GetJobLogs:input_type -> jobwatch.v1.GetJobLogsRequest
-	12, // 86: jobwatch.v1.JobService.WatchJobLogs:input_type -> jobwatch.v1.WatchJobLogsRequest
-	47, // 87: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
-	50, // 88: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
-	52, // 89: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
-	54, // 90: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
-	44, // 91: jobwatch.v1.WorkerService.AppendJobLogs:input_type -> jobwatch.v1.AppendJobLogsRequest
-	63, // 92: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
-	66, // 93: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
-	56, // 94: jobwatch.v1.QueueService.PauseQueue:input_type -> jobwatch.v1.PauseQueueRequest
-	58, // 95: jobwatch.v1.QueueService.ResumeQueue:input_type -> jobwatch.v1.ResumeQueueRequest
-	15, // 96: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
-	17, // 97: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
-	19, // 98: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
-	21, // 99: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
-	23, // 100: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
-	25, // 101: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
-	27, // 102: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
-	29, // 103: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
-	42, // 104: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
-	31, // 105: jobwatch.v1.JobService.RetryJob:output_type -> jobwatch.v1.RetryJobResponse
-	33, // 106: jobwatch.v1.JobService.DeleteJob:output_type -> jobwatch.v1.DeleteJobResponse
-	36, // 107: jobwatch.v1.JobService.RetryJobs:output_type -> jobwatch.v1.RetryJobsResponse
-	38, // 108: jobwatch.v1.JobService.CancelJobs:output_type -> jobwatch.v1.CancelJobsResponse
-	40, // 109: jobwatch.v1.JobService.DeleteJobs:output_type -> jobwatch.v1.DeleteJobsResponse
-	11, // 110: jobwatch.v1.JobService.GetJobLogs:output_type -> jobwatch.v1.GetJobLogsResponse
-	13, // 111: jobwatch.v1.JobService.WatchJobLogs:output_type -> jobwatch.v1.WatchJobLogsResponse
-	48, // 112: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
-	51, // 113: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
-	53, // 114: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
-	55, // 115: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
-	46, // 116: jobwatch.v1.WorkerService.AppendJobLogs:output_type -> jobwatch.v1.AppendJobLogsResponse
-	64, // 117: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
-	67, // 118: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
-	57, // 119: jobwatch.v1.QueueService.PauseQueue:output_type -> jobwatch.v1.PauseQueueResponse
-	59, // 120: jobwatch.v1.QueueService.ResumeQueue:output_type -> jobwatch.v1.ResumeQueueResponse
-	96, // [96:121] is the sub-list for method output_type
-	71, // [71:96] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	0,   // 0: jobwatch.v1.Job.state:type_name -> jobwatch.v1.JobState
+	73,  // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
+	73,  // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
+	5,   // 3: jobwatch.v1.Job.error:type_name -> jobwatch.v1.JobError
+	74,  // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	74,  // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	74,  // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	74,  // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	74,  // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	7,   // 9: jobwatch.v1.Job.attempts:type_name -> jobwatch.v1.JobAttempt
+	74,  // 10: jobwatch.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
+	74,  // 11: jobwatch.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	0,   // 12: jobwatch.v1.JobAttempt.state:type_name -> jobwatch.v1.JobState
+	5,   // 13: jobwatch.v1.JobAttempt.error:type_name -> jobwatch.v1.JobError
+	74,  // 14: jobwatch.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	2,   // 15: jobwatch.v1.LogLine.stream:type_name -> jobwatch.v1.LogStream
+	9,   // 16: jobwatch.v1.GetJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
+	10,  // 17: jobwatch.v1.GetJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
+	9,   // 18: jobwatch.v1.WatchJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
+	10,  // 19: jobwatch.v1.WatchJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
+	73,  // 20: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
+	74,  // 21: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	6,   // 22: jobwatch.v1.SubmitJobResponse.job:type_name -> jobwatch.v1.Job
+	15,  // 23: jobwatch.v1.SubmitJobsRequest.jobs:type_name -> jobwatch.v1.SubmitJobRequest
+	6,   // 24: jobwatch.v1.SubmitJobsResponse.jobs:type_name -> jobwatch.v1.Job
+	6,   // 25: jobwatch.v1.StartJobResponse.job:type_name -> jobwatch.v1.Job
+	6,   // 26: jobwatch.v1.GetJobResponse.job:type_name -> jobwatch.v1.Job
+	0,   // 27: jobwatch.v1.ListJobsRequest.states:type_name -> jobwatch.v1.JobState
+	1,   // 28: jobwatch.v1.ListJobsRequest.view:type_name -> jobwatch.v1.JobView
+	6,   // 29: jobwatch.v1.ListJobsResponse.jobs:type_name -> jobwatch.v1.Job
+	6,   // 30: jobwatch.v1.CancelJobResponse.job:type_name -> jobwatch.v1.Job
+	6,   // 31: jobwatch.v1.WaitJobResponse.job:type_name -> jobwatch.v1.Job
+	3,   // 32: jobwatch.v1.WaitJobsRequest.mode:type_name -> jobwatch.v1.WaitMode
+	1,   // 33: jobwatch.v1.WaitJobsRequest.view:type_name -> jobwatch.v1.JobView
+	6,   // 34: jobwatch.v1.WaitJobsResponse.jobs:type_name -> jobwatch.v1.Job
+	6,   // 35: jobwatch.v1.WatchJobResponse.job:type_name -> jobwatch.v1.Job
+	1,   // 36: jobwatch.v1.WatchJobsRequest.view:type_name -> jobwatch.v1.JobView
+	6,   // 37: jobwatch.v1.WatchJobsResponse.jobs:type_name -> jobwatch.v1.Job
+	6,   // 38: jobwatch.v1.RetryJobResponse.job:type_name -> jobwatch.v1.Job
+	0,   // 39: jobwatch.v1.JobFilter.states:type_name -> jobwatch.v1.JobState
+	74,  // 40: jobwatch.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
+	39,  // 41: jobwatch.v1.RetryJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
+	39,  // 42: jobwatch.v1.CancelJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
+	39,  // 43: jobwatch.v1.DeleteJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
+	48,  // 44: jobwatch.v1.GetServerInfoResponse.caller:type_name -> jobwatch.v1.Caller
+	50,  // 45: jobwatch.v1.AppendJobLogsRequest.lines:type_name -> jobwatch.v1.AppendLogLine
+	2,   // 46: jobwatch.v1.AppendLogLine.stream:type_name -> jobwatch.v1.LogStream
+	74,  // 47: jobwatch.v1.AppendLogLine.time:type_name -> google.protobuf.Timestamp
+	6,   // 48: jobwatch.v1.ClaimJobResponse.job:type_name -> jobwatch.v1.Job
+	74,  // 49: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	54,  // 50: jobwatch.v1.ClaimJobResponse.claims:type_name -> jobwatch.v1.Claim
+	6,   // 51: jobwatch.v1.Claim.job:type_name -> jobwatch.v1.Job
+	74,  // 52: jobwatch.v1.Claim.lease_expires_at:type_name -> google.protobuf.Timestamp
+	74,  // 53: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	73,  // 54: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
+	6,   // 55: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
+	5,   // 56: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
+	6,   // 57: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
+	65,  // 58: jobwatch.v1.PauseQueueResponse.queue:type_name -> jobwatch.v1.Queue
+	65,  // 59: jobwatch.v1.ResumeQueueResponse.queue:type_name -> jobwatch.v1.Queue
+	4,   // 60: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
+	75,  // 61: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
+	74,  // 62: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
+	67,  // 63: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
+	75,  // 64: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
+	74,  // 65: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
+	66,  // 66: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
+	74,  // 67: jobwatch.v1.Queue.paused_at:type_name -> google.protobuf.Timestamp
+	74,  // 68: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
+	65,  // 69: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
+	75,  // 70: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
+	75,  // 71: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
+	74,  // 72: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
+	0,   // 73: jobwatch.v1.Schedule.last_job_state:type_name -> jobwatch.v1.JobState
+	74,  // 74: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
+	70,  // 75: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
+	15,  // 76: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
+	17,  // 77: jobwatch.v1.JobService.SubmitJobs:input_type -> jobwatch.v1.SubmitJobsRequest
+	19,  // 78: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
+	21,  // 79: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
+	23,  // 80: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
+	25,  // 81: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
+	27,  // 82: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
+	29,  // 83: jobwatch.v1.JobService.WaitJobs:input_type -> jobwatch.v1.WaitJobsRequest
+	31,  // 84: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
+	33,  // 85: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
+	46,  // 86: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
+	35,  // 87: jobwatch.v1.JobService.RetryJob:input_type -> jobwatch.v1.RetryJobRequest
+	37,  // 88: jobwatch.v1.JobService.DeleteJob:input_type -> jobwatch.v1.DeleteJobRequest
+	40,  // 89: jobwatch.v1.JobService.RetryJobs:input_type -> jobwatch.v1.RetryJobsRequest
+	42,  // 90: jobwatch.v1.JobService.CancelJobs:input_type -> jobwatch.v1.CancelJobsRequest
+	44,  // 91: jobwatch.v1.JobService.DeleteJobs:input_type -> jobwatch.v1.DeleteJobsRequest
+	11,  // 92: jobwatch.v1.JobService.GetJobLogs:input_type -> jobwatch.v1.GetJobLogsRequest
+	13,  // 93: jobwatch.v1.JobService.WatchJobLogs:input_type -> jobwatch.v1.WatchJobLogsRequest
+	52,  // 94: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
+	55,  // 95: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
+	57,  // 96: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
+	59,  // 97: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
+	49,  // 98: jobwatch.v1.WorkerService.AppendJobLogs:input_type -> jobwatch.v1.AppendJobLogsRequest
+	68,  // 99: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
+	71,  // 100: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
+	61,  // 101: jobwatch.v1.QueueService.PauseQueue:input_type -> jobwatch.v1.PauseQueueRequest
+	63,  // 102: jobwatch.v1.QueueService.ResumeQueue:input_type -> jobwatch.v1.ResumeQueueRequest
+	16,  // 103: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
+	18,  // 104: jobwatch.v1.JobService.SubmitJobs:output_type -> jobwatch.v1.SubmitJobsResponse
+	20,  // 105: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
+	22,  // 106: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
+	24,  // 107: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
+	26,  // 108: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
+	28,  // 109: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
+	30,  // 110: jobwatch.v1.JobService.WaitJobs:output_type -> jobwatch.v1.WaitJobsResponse
+	32,  // 111: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
+	34,  // 112: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
+	47,  // 113: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
+	36,  // 114: jobwatch.v1.JobService.RetryJob:output_type -> jobwatch.v1.RetryJobResponse
+	38,  // 115: jobwatch.v1.JobService.DeleteJob:output_type -> jobwatch.v1.DeleteJobResponse
+	41,  // 116: jobwatch.v1.JobService.RetryJobs:output_type -> jobwatch.v1.RetryJobsResponse
+	43,  // 117: jobwatch.v1.JobService.CancelJobs:output_type -> jobwatch.v1.CancelJobsResponse
+	45,  // 118: jobwatch.v1.JobService.DeleteJobs:output_type -> jobwatch.v1.DeleteJobsResponse
+	12,  // 119: jobwatch.v1.JobService.GetJobLogs:output_type -> jobwatch.v1.GetJobLogsResponse
+	14,  // 120: jobwatch.v1.JobService.WatchJobLogs:output_type -> jobwatch.v1.WatchJobLogsResponse
+	53,  // 121: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
+	56,  // 122: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
+	58,  // 123: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
+	60,  // 124: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
+	51,  // 125: jobwatch.v1.WorkerService.AppendJobLogs:output_type -> jobwatch.v1.AppendJobLogsResponse
+	69,  // 126: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
+	72,  // 127: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
+	62,  // 128: jobwatch.v1.QueueService.PauseQueue:output_type -> jobwatch.v1.PauseQueueResponse
+	64,  // 129: jobwatch.v1.QueueService.ResumeQueue:output_type -> jobwatch.v1.ResumeQueueResponse
+	103, // [103:130] is the sub-list for method output_type
+	76,  // [76:103] is the sub-list for method input_type
+	76,  // [76:76] is the sub-list for extension type_name
+	76,  // [76:76] is the sub-list for extension extendee
+	0,   // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_jobwatch_v1_jobwatch_proto_init() }
@@ -4920,8 +5286,8 @@ func file_jobwatch_v1_jobwatch_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobwatch_v1_jobwatch_proto_rawDesc), len(file_jobwatch_v1_jobwatch_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   64,
+			NumEnums:      5,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -43,6 +43,8 @@ const (
 const (
 	// JobServiceSubmitJobProcedure is the fully-qualified name of the JobService's SubmitJob RPC.
 	JobServiceSubmitJobProcedure = "/jobwatch.v1.JobService/SubmitJob"
+	// JobServiceSubmitJobsProcedure is the fully-qualified name of the JobService's SubmitJobs RPC.
+	JobServiceSubmitJobsProcedure = "/jobwatch.v1.JobService/SubmitJobs"
 	// JobServiceStartJobProcedure is the fully-qualified name of the JobService's StartJob RPC.
 	JobServiceStartJobProcedure = "/jobwatch.v1.JobService/StartJob"
 	// JobServiceGetJobProcedure is the fully-qualified name of the JobService's GetJob RPC.
@@ -53,6 +55,8 @@ const (
 	JobServiceCancelJobProcedure = "/jobwatch.v1.JobService/CancelJob"
 	// JobServiceWaitJobProcedure is the fully-qualified name of the JobService's WaitJob RPC.
 	JobServiceWaitJobProcedure = "/jobwatch.v1.JobService/WaitJob"
+	// JobServiceWaitJobsProcedure is the fully-qualified name of the JobService's WaitJobs RPC.
+	JobServiceWaitJobsProcedure = "/jobwatch.v1.JobService/WaitJobs"
 	// JobServiceWatchJobProcedure is the fully-qualified name of the JobService's WatchJob RPC.
 	JobServiceWatchJobProcedure = "/jobwatch.v1.JobService/WatchJob"
 	// JobServiceWatchJobsProcedure is the fully-qualified name of the JobService's WatchJobs RPC.
@@ -103,6 +107,11 @@ type JobServiceClient interface {
 	// SubmitJob creates a job (QUEUED, or PENDING with hold). With wait it
 	// waits like WaitJob and returns the final job inline if it ends in time.
 	SubmitJob(context.Context, *v1.SubmitJobRequest) (*v1.SubmitJobResponse, error)
+	// SubmitJobs creates up to 1,000 jobs of one tenant in one commit: all
+	// of them, in the order given, or none (the first job that cannot be
+	// created is named in the error as jobs[i]). No request may say wait:
+	// wait for them with WaitJobs.
+	SubmitJobs(context.Context, *v1.SubmitJobsRequest) (*v1.SubmitJobsResponse, error)
 	// StartJob moves a PENDING job to QUEUED.
 	StartJob(context.Context, *v1.StartJobRequest) (*v1.StartJobResponse, error)
 	GetJob(context.Context, *v1.GetJobRequest) (*v1.GetJobResponse, error)
@@ -114,6 +123,11 @@ type JobServiceClient interface {
 	// WaitJob is a bounded long-poll: it returns once the job is terminal, or
 	// at the cap with the latest state (OK either way).
 	WaitJob(context.Context, *v1.WaitJobRequest) (*v1.WaitJobResponse, error)
+	// WaitJobs is WaitJob for up to 1,000 jobs at once (named by id, or the
+	// jobs of a batch): it returns once every one has ended (ALL) or the
+	// first has (ANY), or at the same cap as WaitJob with the jobs ended by
+	// then (OK either way).
+	WaitJobs(context.Context, *v1.WaitJobsRequest) (*v1.WaitJobsResponse, error)
 	// WatchJob streams versioned snapshots of one job until it is terminal.
 	WatchJob(context.Context, *v1.WatchJobRequest) (*connect.ServerStreamForClient[v1.WatchJobResponse], error)
 	// WatchJobs streams snapshots of a tenant's jobs as they change, on one
@@ -168,6 +182,12 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(jobServiceMethods.ByName("SubmitJob")),
 			connect.WithClientOptions(opts...),
 		),
+		submitJobs: connect.NewClient[v1.SubmitJobsRequest, v1.SubmitJobsResponse](
+			httpClient,
+			baseURL+JobServiceSubmitJobsProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("SubmitJobs")),
+			connect.WithClientOptions(opts...),
+		),
 		startJob: connect.NewClient[v1.StartJobRequest, v1.StartJobResponse](
 			httpClient,
 			baseURL+JobServiceStartJobProcedure,
@@ -196,6 +216,12 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			httpClient,
 			baseURL+JobServiceWaitJobProcedure,
 			connect.WithSchema(jobServiceMethods.ByName("WaitJob")),
+			connect.WithClientOptions(opts...),
+		),
+		waitJobs: connect.NewClient[v1.WaitJobsRequest, v1.WaitJobsResponse](
+			httpClient,
+			baseURL+JobServiceWaitJobsProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("WaitJobs")),
 			connect.WithClientOptions(opts...),
 		),
 		watchJob: connect.NewClient[v1.WatchJobRequest, v1.WatchJobResponse](
@@ -264,11 +290,13 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 // jobServiceClient implements JobServiceClient.
 type jobServiceClient struct {
 	submitJob     *connect.Client[v1.SubmitJobRequest, v1.SubmitJobResponse]
+	submitJobs    *connect.Client[v1.SubmitJobsRequest, v1.SubmitJobsResponse]
 	startJob      *connect.Client[v1.StartJobRequest, v1.StartJobResponse]
 	getJob        *connect.Client[v1.GetJobRequest, v1.GetJobResponse]
 	listJobs      *connect.Client[v1.ListJobsRequest, v1.ListJobsResponse]
 	cancelJob     *connect.Client[v1.CancelJobRequest, v1.CancelJobResponse]
 	waitJob       *connect.Client[v1.WaitJobRequest, v1.WaitJobResponse]
+	waitJobs      *connect.Client[v1.WaitJobsRequest, v1.WaitJobsResponse]
 	watchJob      *connect.Client[v1.WatchJobRequest, v1.WatchJobResponse]
 	watchJobs     *connect.Client[v1.WatchJobsRequest, v1.WatchJobsResponse]
 	getServerInfo *connect.Client[v1.GetServerInfoRequest, v1.GetServerInfoResponse]
@@ -284,6 +312,15 @@ type jobServiceClient struct {
 // SubmitJob calls jobwatch.v1.JobService.SubmitJob.
 func (c *jobServiceClient) SubmitJob(ctx context.Context, req *v1.SubmitJobRequest) (*v1.SubmitJobResponse, error) {
 	response, err := c.submitJob.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// SubmitJobs calls jobwatch.v1.JobService.SubmitJobs.
+func (c *jobServiceClient) SubmitJobs(ctx context.Context, req *v1.SubmitJobsRequest) (*v1.SubmitJobsResponse, error) {
+	response, err := c.submitJobs.CallUnary(ctx, connect.NewRequest(req))
 	if response != nil {
 		return response.Msg, err
 	}
@@ -329,6 +366,15 @@ func (c *jobServiceClient) CancelJob(ctx context.Context, req *v1.CancelJobReque
 // WaitJob calls jobwatch.v1.JobService.WaitJob.
 func (c *jobServiceClient) WaitJob(ctx context.Context, req *v1.WaitJobRequest) (*v1.WaitJobResponse, error) {
 	response, err := c.waitJob.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// WaitJobs calls jobwatch.v1.JobService.WaitJobs.
+func (c *jobServiceClient) WaitJobs(ctx context.Context, req *v1.WaitJobsRequest) (*v1.WaitJobsResponse, error) {
+	response, err := c.waitJobs.CallUnary(ctx, connect.NewRequest(req))
 	if response != nil {
 		return response.Msg, err
 	}
@@ -418,6 +464,11 @@ type JobServiceHandler interface {
 	// SubmitJob creates a job (QUEUED, or PENDING with hold). With wait it
 	// waits like WaitJob and returns the final job inline if it ends in time.
 	SubmitJob(context.Context, *v1.SubmitJobRequest) (*v1.SubmitJobResponse, error)
+	// SubmitJobs creates up to 1,000 jobs of one tenant in one commit: all
+	// of them, in the order given, or none (the first job that cannot be
+	// created is named in the error as jobs[i]). No request may say wait:
+	// wait for them with WaitJobs.
+	SubmitJobs(context.Context, *v1.SubmitJobsRequest) (*v1.SubmitJobsResponse, error)
 	// StartJob moves a PENDING job to QUEUED.
 	StartJob(context.Context, *v1.StartJobRequest) (*v1.StartJobResponse, error)
 	GetJob(context.Context, *v1.GetJobRequest) (*v1.GetJobResponse, error)
@@ -429,6 +480,11 @@ type JobServiceHandler interface {
 	// WaitJob is a bounded long-poll: it returns once the job is terminal, or
 	// at the cap with the latest state (OK either way).
 	WaitJob(context.Context, *v1.WaitJobRequest) (*v1.WaitJobResponse, error)
+	// WaitJobs is WaitJob for up to 1,000 jobs at once (named by id, or the
+	// jobs of a batch): it returns once every one has ended (ALL) or the
+	// first has (ANY), or at the same cap as WaitJob with the jobs ended by
+	// then (OK either way).
+	WaitJobs(context.Context, *v1.WaitJobsRequest) (*v1.WaitJobsResponse, error)
 	// WatchJob streams versioned snapshots of one job until it is terminal.
 	WatchJob(context.Context, *v1.WatchJobRequest, *connect.ServerStream[v1.WatchJobResponse]) error
 	// WatchJobs streams snapshots of a tenant's jobs as they change, on one
@@ -479,6 +535,12 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(jobServiceMethods.ByName("SubmitJob")),
 		connect.WithHandlerOptions(opts...),
 	)
+	jobServiceSubmitJobsHandler := connect.NewUnaryHandlerSimple(
+		JobServiceSubmitJobsProcedure,
+		svc.SubmitJobs,
+		connect.WithSchema(jobServiceMethods.ByName("SubmitJobs")),
+		connect.WithHandlerOptions(opts...),
+	)
 	jobServiceStartJobHandler := connect.NewUnaryHandlerSimple(
 		JobServiceStartJobProcedure,
 		svc.StartJob,
@@ -507,6 +569,12 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		JobServiceWaitJobProcedure,
 		svc.WaitJob,
 		connect.WithSchema(jobServiceMethods.ByName("WaitJob")),
+		connect.WithHandlerOptions(opts...),
+	)
+	jobServiceWaitJobsHandler := connect.NewUnaryHandlerSimple(
+		JobServiceWaitJobsProcedure,
+		svc.WaitJobs,
+		connect.WithSchema(jobServiceMethods.ByName("WaitJobs")),
 		connect.WithHandlerOptions(opts...),
 	)
 	jobServiceWatchJobHandler := connect.NewServerStreamHandlerSimple(
@@ -573,6 +641,8 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		switch r.URL.Path {
 		case JobServiceSubmitJobProcedure:
 			jobServiceSubmitJobHandler.ServeHTTP(w, r)
+		case JobServiceSubmitJobsProcedure:
+			jobServiceSubmitJobsHandler.ServeHTTP(w, r)
 		case JobServiceStartJobProcedure:
 			jobServiceStartJobHandler.ServeHTTP(w, r)
 		case JobServiceGetJobProcedure:
@@ -583,6 +653,8 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 			jobServiceCancelJobHandler.ServeHTTP(w, r)
 		case JobServiceWaitJobProcedure:
 			jobServiceWaitJobHandler.ServeHTTP(w, r)
+		case JobServiceWaitJobsProcedure:
+			jobServiceWaitJobsHandler.ServeHTTP(w, r)
 		case JobServiceWatchJobProcedure:
 			jobServiceWatchJobHandler.ServeHTTP(w, r)
 		case JobServiceWatchJobsProcedure:
@@ -616,6 +688,10 @@ func (UnimplementedJobServiceHandler) SubmitJob(context.Context, *v1.SubmitJobRe
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("jobwatch.v1.JobService.SubmitJob is not implemented"))
 }
 
+func (UnimplementedJobServiceHandler) SubmitJobs(context.Context, *v1.SubmitJobsRequest) (*v1.SubmitJobsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("jobwatch.v1.JobService.SubmitJobs is not implemented"))
+}
+
 func (UnimplementedJobServiceHandler) StartJob(context.Context, *v1.StartJobRequest) (*v1.StartJobResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("jobwatch.v1.JobService.StartJob is not implemented"))
 }
@@ -634,6 +710,10 @@ func (UnimplementedJobServiceHandler) CancelJob(context.Context, *v1.CancelJobRe
 
 func (UnimplementedJobServiceHandler) WaitJob(context.Context, *v1.WaitJobRequest) (*v1.WaitJobResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("jobwatch.v1.JobService.WaitJob is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) WaitJobs(context.Context, *v1.WaitJobsRequest) (*v1.WaitJobsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("jobwatch.v1.JobService.WaitJobs is not implemented"))
 }
 
 func (UnimplementedJobServiceHandler) WatchJob(context.Context, *v1.WatchJobRequest, *connect.ServerStream[v1.WatchJobResponse]) error {

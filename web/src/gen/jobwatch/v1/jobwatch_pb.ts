@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file jobwatch/v1/jobwatch.proto.
  */
 export const file_jobwatch_v1_jobwatch: GenFile = /*@__PURE__*/
-  fileDesc("Chpqb2J3YXRjaC92MS9qb2J3YXRjaC5wcm90bxILam9id2F0Y2gudjEiKQoISm9iRXJyb3ISDAoEdHlwZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIoMFCgNKb2ISCgoCaWQYASABKAkSDgoGdGVuYW50GAIgASgJEgwKBGtpbmQYAyABKAkSDQoFcXVldWUYBCABKAkSJAoFc3RhdGUYBSABKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIPCgd2ZXJzaW9uGAYgASgDEg8KB3BlcmNlbnQYByABKAUSDAoEc3RlcBgIIAEoCRInCgdwYXlsb2FkGAkgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEiYKBnJlc3VsdBgKIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIkCgVlcnJvchgLIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEg8KB2F0dGVtcHQYDCABKAUSFAoMbWF4X2F0dGVtcHRzGA0gASgFEhIKCnVuaXF1ZV9rZXkYDiABKAkSLgoKY3JlYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBnJ1bl9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJd29ya2VyX2lkGBQgASgJEhAKCHByaW9yaXR5GBUgASgFEikKCGF0dGVtcHRzGBYgAygLMhcuam9id2F0Y2gudjEuSm9iQXR0ZW1wdCLpAQoKSm9iQXR0ZW1wdBIPCgdhdHRlbXB0GAEgASgFEhEKCXdvcmtlcl9pZBgCIAEoCRIuCgpzdGFydGVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJAoFc3RhdGUYBSABKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIkCgVlcnJvchgGIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEgoKAmJ5GAcgASgJIjYKEEpvYkFscmVhZHlBY3RpdmUSDgoGam9iX2lkGAEgASgJEhIKCnVuaXF1ZV9rZXkYAiABKAkihwEKB0xvZ0xpbmUSCwoDc2VxGAEgASgDEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKBnN0cmVhbRgDIAEoDjIWLmpvYndhdGNoLnYxLkxvZ1N0cmVhbRIPCgdhdHRlbXB0GAQgASgFEgwKBHRleHQYBSABKAkiLgoGTG9nR2FwEg8KB3NraXBwZWQYASABKAMSEwoLcmVzdW1lX2Zyb20YAiABKAMiRQoRR2V0Sm9iTG9nc1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhEKCWFmdGVyX3NlcRgCIAEoAxINCgVsaW1pdBgDIAEoBSJ8ChJHZXRKb2JMb2dzUmVzcG9uc2USIwoFbGluZXMYASADKAsyFC5qb2J3YXRjaC52MS5Mb2dMaW5lEiAKA2dhcBgCIAEoCzITLmpvYndhdGNoLnYxLkxvZ0dhcBIMCgRtb3JlGAMgASgIEhEKCWpvYl9lbmRlZBgEIAEoCCI4ChNXYXRjaEpvYkxvZ3NSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAMiXQoUV2F0Y2hKb2JMb2dzUmVzcG9uc2USIwoFbGluZXMYASADKAsyFC5qb2J3YXRjaC52MS5Mb2dMaW5lEiAKA2dhcBgCIAEoCzITLmpvYndhdGNoLnYxLkxvZ0dhcCL+AQoQU3VibWl0Sm9iUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSDAoEa2luZBgCIAEoCRINCgVxdWV1ZRgDIAEoCRInCgdwYXlsb2FkGAQgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhIKCnVuaXF1ZV9rZXkYBSABKAkSDAoEaG9sZBgGIAEoCBIqCgZydW5fYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDG1heF9hdHRlbXB0cxgIIAEoBRIMCgR3YWl0GAkgASgIEhUKCHByaW9yaXR5GAogASgFSACIAQFCCwoJX3ByaW9yaXR5IjIKEVN1Ym1pdEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIhCg9TdGFydEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjEKEFN0YXJ0Sm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIi8KDkdldEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiKwAQoPTGlzdEpvYnNSZXF1ZXN0Eg4KBnRlbmFudBgBIAEoCRIlCgZzdGF0ZXMYAiADKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIMCgRraW5kGAMgASgJEg0KBXF1ZXVlGAQgASgJEhEKCXBhZ2Vfc2l6ZRgFIAEoBRISCgpwYWdlX3Rva2VuGAYgASgJEiIKBHZpZXcYByABKA4yFC5qb2J3YXRjaC52MS5Kb2JWaWV3IksKEExpc3RKb2JzUmVzcG9uc2USHgoEam9icxgBIAMoCzIQLmpvYndhdGNoLnYxLkpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiIgoQQ2FuY2VsSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiMgoRQ2FuY2VsSm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iIiAKDldhaXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIwCg9XYWl0Sm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iIjgKD1dhdGNoSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSFQoNYWZ0ZXJfdmVyc2lvbhgCIAEoAyIxChBXYXRjaEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiJvChBXYXRjaEpvYnNSZXF1ZXN0Eg4KBnRlbmFudBgBIAEoCRIUCgxyZXN1bWVfdG9rZW4YAiABKAkSEQoJcGFnZV9zaXplGAMgASgFEiIKBHZpZXcYBCABKA4yFC5qb2J3YXRjaC52MS5Kb2JWaWV3ImIKEVdhdGNoSm9ic1Jlc3BvbnNlEh4KBGpvYnMYASADKAsyEC5qb2J3YXRjaC52MS5Kb2ISFAoMcmVzdW1lX3Rva2VuGAIgASgJEhcKD2RlbGV0ZWRfam9iX2lkcxgDIAMoCSIhCg9SZXRyeUpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjEKEFJldHJ5Sm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iIiIKEERlbGV0ZUpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIhMKEURlbGV0ZUpvYlJlc3BvbnNlIqIBCglKb2JGaWx0ZXISDgoGdGVuYW50GAEgASgJEg4KBnF1ZXVlcxgCIAMoCRINCgVraW5kcxgDIAMoCRIlCgZzdGF0ZXMYBCADKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIyCg5jcmVhdGVkX2JlZm9yZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDYWxsGAYgASgIImEKEFJldHJ5Sm9ic1JlcXVlc3QSJgoGZmlsdGVyGAEgASgLMhYuam9id2F0Y2gudjEuSm9iRmlsdGVyEhIKCnBhZ2VfdG9rZW4YAiABKAkSEQoJcGFnZV9zaXplGAMgASgFIk4KEVJldHJ5Sm9ic1Jlc3BvbnNlEg8KB21hdGNoZWQYASABKAMSDwoHY2hhbmdlZBgCIAEoAxIXCg9uZXh0X3BhZ2VfdG9rZW4YAyABKAkiYgoRQ2FuY2VsSm9ic1JlcXVlc3QSJgoGZmlsdGVyGAEgASgLMhYuam9id2F0Y2gudjEuSm9iRmlsdGVyEhIKCnBhZ2VfdG9rZW4YAiABKAkSEQoJcGFnZV9zaXplGAMgASgFIk8KEkNhbmNlbEpvYnNSZXNwb25zZRIPCgdtYXRjaGVkGAEgASgDEg8KB2NoYW5nZWQYAiABKAMSFwoPbmV4dF9wYWdlX3Rva2VuGAMgASgJImIKEURlbGV0ZUpvYnNSZXF1ZXN0EiYKBmZpbHRlchgBIAEoCzIWLmpvYndhdGNoLnYxLkpvYkZpbHRlchISCgpwYWdlX3Rva2VuGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBSJPChJEZWxldGVKb2JzUmVzcG9uc2USDwoHbWF0Y2hlZBgBIAEoAxIPCgdjaGFuZ2VkGAIgASgDEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSIWChRHZXRTZXJ2ZXJJbmZvUmVxdWVzdCKGAQoVR2V0U2VydmVySW5mb1Jlc3BvbnNlEgwKBGRlbW8YASABKAgSEgoKZGVtb19raW5kcxgCIAMoCRIVCg1hdXRoX3JlcXVpcmVkGAMgASgIEg8KB3ZlcnNpb24YBCABKAkSIwoGY2FsbGVyGAUgASgLMhMuam9id2F0Y2gudjEuQ2FsbGVyIjQKBkNhbGxlchIMCgRyb2xlGAEgASgJEg4KBnRlbmFudBgCIAEoCRIMCgRuYW1lGAMgASgJImMKFEFwcGVuZEpvYkxvZ3NSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIpCgVsaW5lcxgDIAMoCzIaLmpvYndhdGNoLnYxLkFwcGVuZExvZ0xpbmUibwoNQXBwZW5kTG9nTGluZRIMCgR0ZXh0GAEgASgJEiYKBnN0cmVhbRgCIAEoDjIWLmpvYndhdGNoLnYxLkxvZ1N0cmVhbRIoCgR0aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI8ChVBcHBlbmRKb2JMb2dzUmVzcG9uc2USEAoIbGFzdF9zZXEYASABKAMSEQoJY2FuY2VsbGVkGAIgASgIIlUKD0NsYWltSm9iUmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSDQoFa2luZHMYAiADKAkSDgoGcXVldWVzGAMgAygJEhAKCG1heF9qb2JzGAQgASgFIp0BChBDbGFpbUpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYhIQCghsZWFzZV9pZBgCIAEoCRI0ChBsZWFzZV9leHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIiCgZjbGFpbXMYBCADKAsyEi5qb2J3YXRjaC52MS5DbGFpbSJuCgVDbGFpbRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2ISEAoIbGVhc2VfaWQYAiABKAkSNAoQbGVhc2VfZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiUwoQSGVhcnRiZWF0UmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSDwoHcGVyY2VudBgDIAEoBRIMCgRzdGVwGAQgASgJIlwKEUhlYXJ0YmVhdFJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoCBI0ChBsZWFzZV9leHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJeChJDb21wbGV0ZUpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEiYKBnJlc3VsdBgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZSI0ChNDb21wbGV0ZUpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiJrCg5GYWlsSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSJAoFZXJyb3IYAyABKAsyFS5qb2J3YXRjaC52MS5Kb2JFcnJvchIRCglyZXRyeWFibGUYBCABKAgiMAoPRmFpbEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiIiChFQYXVzZVF1ZXVlUmVxdWVzdBINCgVxdWV1ZRgBIAEoCSI3ChJQYXVzZVF1ZXVlUmVzcG9uc2USIQoFcXVldWUYASABKAsyEi5qb2J3YXRjaC52MS5RdWV1ZSIjChJSZXN1bWVRdWV1ZVJlcXVlc3QSDQoFcXVldWUYASABKAkiOAoTUmVzdW1lUXVldWVSZXNwb25zZRIhCgVxdWV1ZRgBIAEoCzISLmpvYndhdGNoLnYxLlF1ZXVlIpMECgVRdWV1ZRIMCgRuYW1lGAEgASgJEiQKBG1vZGUYAiABKA4yFi5qb2J3YXRjaC52MS5RdWV1ZU1vZGUSEwoLbWF4X3J1bm5pbmcYAyABKAUSDgoGcXVldWVkGAQgASgDEg8KB3J1bm5pbmcYBSABKAMSNAoRb2xkZXN0X3F1ZXVlZF9hZ2UYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMwoPbGFzdF9kcmFpbmVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghhbGVydGluZxgIIAEoCBIjCgVwb29scxgJIAMoCzIULmpvYndhdGNoLnYxLlBvb2xVc2USLgoLYWxlcnRfYWZ0ZXIYCiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoOYWxlcnRpbmdfc2luY2UYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KDWRlcHRoX2hpc3RvcnkYDCADKAsyFy5qb2J3YXRjaC52MS5RdWV1ZURlcHRoEg4KBnBhdXNlZBgNIAEoCBItCglwYXVzZWRfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCXBhdXNlZF9ieRgPIAEoCRIYChBkZWZhdWx0X3ByaW9yaXR5GBAgASgFIlUKClF1ZXVlRGVwdGgSJgoCYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnF1ZXVlZBgCIAEoAxIPCgdydW5uaW5nGAMgASgDIjYKB1Bvb2xVc2USDAoEbmFtZRgBIAEoCRINCgV1bml0cxgCIAEoBRIOCgZpbl91c2UYAyABKAMiEwoRTGlzdFF1ZXVlc1JlcXVlc3QiawoSTGlzdFF1ZXVlc1Jlc3BvbnNlEiIKBnF1ZXVlcxgBIAMoCzISLmpvYndhdGNoLnYxLlF1ZXVlEjEKDmRlcHRoX2ludGVydmFsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIs8CCghTY2hlZHVsZRIMCgRuYW1lGAEgASgJEgwKBGtpbmQYAiABKAkSDQoFcXVldWUYAyABKAkSDgoGdGVuYW50GAQgASgJEigKBWV2ZXJ5GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi8KC25leHRfcnVuX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtsYXN0X2pvYl9pZBgHIAEoCRItCg5sYXN0X2pvYl9zdGF0ZRgIIAEoDjIVLmpvYndhdGNoLnYxLkpvYlN0YXRlEjEKDWxhc3RfZW5kZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGNyb24YCiABKAkSEAoIdGltZXpvbmUYCyABKAkSFgoObmV4dF9ydW5fbG9jYWwYDCABKAkiFgoUTGlzdFNjaGVkdWxlc1JlcXVlc3QiQQoVTGlzdFNjaGVkdWxlc1Jlc3BvbnNlEigKCXNjaGVkdWxlcxgBIAMoCzIVLmpvYndhdGNoLnYxLlNjaGVkdWxlKsUBCghKb2JTdGF0ZRIZChVKT0JfU1RBVEVfVU5TUEVDSUZJRUQQABIVChFKT0JfU1RBVEVfUEVORElORxABEhQKEEpPQl9TVEFURV9RVUVVRUQQAhIVChFKT0JfU1RBVEVfUlVOTklORxADEhcKE0pPQl9TVEFURV9TVUNDRUVERUQQBBIUChBKT0JfU1RBVEVfRkFJTEVEEAUSFwoTSk9CX1NUQVRFX0NBTkNFTExFRBAGEhIKDkpPQl9TVEFURV9MT1NUEAcqTAoHSm9iVmlldxIYChRKT0JfVklFV19VTlNQRUNJRklFRBAAEhQKEEpPQl9WSUVXX1NVTU1BUlkQARIRCg1KT0JfVklFV19GVUxMEAIqVQoJTG9nU3RyZWFtEhoKFkxPR19TVFJFQU1fVU5TUEVDSUZJRUQQABIVChFMT0dfU1RSRUFNX1NURE9VVBABEhUKEUxPR19TVFJFQU1fU1RERVJSEAIqVwoJUXVldWVNb2RlEhoKFlFVRVVFX01PREVfVU5TUEVDSUZJRUQQABIXChNRVUVVRV9NT0RFX1BBUkFMTEVMEAESFQoRUVVFVUVfTU9ERV9TRVJJQUwQAjLVCQoKSm9iU2VydmljZRJKCglTdWJtaXRKb2ISHS5qb2J3YXRjaC52MS5TdWJtaXRKb2JSZXF1ZXN0Gh4uam9id2F0Y2gudjEuU3VibWl0Sm9iUmVzcG9uc2USRwoIU3RhcnRKb2ISHC5qb2J3YXRjaC52MS5TdGFydEpvYlJlcXVlc3QaHS5qb2J3YXRjaC52MS5TdGFydEpvYlJlc3BvbnNlEkEKBkdldEpvYhIaLmpvYndhdGNoLnYxLkdldEpvYlJlcXVlc3QaGy5qb2J3YXRjaC52MS5HZXRKb2JSZXNwb25zZRJHCghMaXN0Sm9icxIcLmpvYndhdGNoLnYxLkxpc3RKb2JzUmVxdWVzdBodLmpvYndhdGNoLnYxLkxpc3RKb2JzUmVzcG9uc2USSgoJQ2FuY2VsSm9iEh0uam9id2F0Y2gudjEuQ2FuY2VsSm9iUmVxdWVzdBoeLmpvYndhdGNoLnYxLkNhbmNlbEpvYlJlc3BvbnNlEkQKB1dhaXRKb2ISGy5qb2J3YXRjaC52MS5XYWl0Sm9iUmVxdWVzdBocLmpvYndhdGNoLnYxLldhaXRKb2JSZXNwb25zZRJJCghXYXRjaEpvYhIcLmpvYndhdGNoLnYxLldhdGNoSm9iUmVxdWVzdBodLmpvYndhdGNoLnYxLldhdGNoSm9iUmVzcG9uc2UwARJMCglXYXRjaEpvYnMSHS5qb2J3YXRjaC52MS5XYXRjaEpvYnNSZXF1ZXN0Gh4uam9id2F0Y2gudjEuV2F0Y2hKb2JzUmVzcG9uc2UwARJWCg1HZXRTZXJ2ZXJJbmZvEiEuam9id2F0Y2gudjEuR2V0U2VydmVySW5mb1JlcXVlc3QaIi5qb2J3YXRjaC52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2USRwoIUmV0cnlKb2ISHC5qb2J3YXRjaC52MS5SZXRyeUpvYlJlcXVlc3QaHS5qb2J3YXRjaC52MS5SZXRyeUpvYlJlc3BvbnNlEkoKCURlbGV0ZUpvYhIdLmpvYndhdGNoLnYxLkRlbGV0ZUpvYlJlcXVlc3QaHi5qb2J3YXRjaC52MS5EZWxldGVKb2JSZXNwb25zZRJKCglSZXRyeUpvYnMSHS5qb2J3YXRjaC52MS5SZXRyeUpvYnNSZXF1ZXN0Gh4uam9id2F0Y2gudjEuUmV0cnlKb2JzUmVzcG9uc2USTQoKQ2FuY2VsSm9icxIeLmpvYndhdGNoLnYxLkNhbmNlbEpvYnNSZXF1ZXN0Gh8uam9id2F0Y2gudjEuQ2FuY2VsSm9ic1Jlc3BvbnNlEk0KCkRlbGV0ZUpvYnMSHi5qb2J3YXRjaC52MS5EZWxldGVKb2JzUmVxdWVzdBofLmpvYndhdGNoLnYxLkRlbGV0ZUpvYnNSZXNwb25zZRJNCgpHZXRKb2JMb2dzEh4uam9id2F0Y2gudjEuR2V0Sm9iTG9nc1JlcXVlc3QaHy5qb2J3YXRjaC52MS5HZXRKb2JMb2dzUmVzcG9uc2USVQoMV2F0Y2hKb2JMb2dzEiAuam9id2F0Y2gudjEuV2F0Y2hKb2JMb2dzUmVxdWVzdBohLmpvYndhdGNoLnYxLldhdGNoSm9iTG9nc1Jlc3BvbnNlMAEylAMKDVdvcmtlclNlcnZpY2USRwoIQ2xhaW1Kb2ISHC5qb2J3YXRjaC52MS5DbGFpbUpvYlJlcXVlc3QaHS5qb2J3YXRjaC52MS5DbGFpbUpvYlJlc3BvbnNlEkoKCUhlYXJ0YmVhdBIdLmpvYndhdGNoLnYxLkhlYXJ0YmVhdFJlcXVlc3QaHi5qb2J3YXRjaC52MS5IZWFydGJlYXRSZXNwb25zZRJQCgtDb21wbGV0ZUpvYhIfLmpvYndhdGNoLnYxLkNvbXBsZXRlSm9iUmVxdWVzdBogLmpvYndhdGNoLnYxLkNvbXBsZXRlSm9iUmVzcG9uc2USRAoHRmFpbEpvYhIbLmpvYndhdGNoLnYxLkZhaWxKb2JSZXF1ZXN0Ghwuam9id2F0Y2gudjEuRmFpbEpvYlJlc3BvbnNlElYKDUFwcGVuZEpvYkxvZ3MSIS5qb2J3YXRjaC52MS5BcHBlbmRKb2JMb2dzUmVxdWVzdBoiLmpvYndhdGNoLnYxLkFwcGVuZEpvYkxvZ3NSZXNwb25zZTLWAgoMUXVldWVTZXJ2aWNlEk0KCkxpc3RRdWV1ZXMSHi5qb2J3YXRjaC52MS5MaXN0UXVldWVzUmVxdWVzdBofLmpvYndhdGNoLnYxLkxpc3RRdWV1ZXNSZXNwb25zZRJWCg1MaXN0U2NoZWR1bGVzEiEuam9id2F0Y2gudjEuTGlzdFNjaGVkdWxlc1JlcXVlc3QaIi5qb2J3YXRjaC52MS5MaXN0U2NoZWR1bGVzUmVzcG9uc2USTQoKUGF1c2VRdWV1ZRIeLmpvYndhdGNoLnYxLlBhdXNlUXVldWVSZXF1ZXN0Gh8uam9id2F0Y2gudjEuUGF1c2VRdWV1ZVJlc3BvbnNlElAKC1Jlc3VtZVF1ZXVlEh8uam9id2F0Y2gudjEuUmVzdW1lUXVldWVSZXF1ZXN0GiAuam9id2F0Y2gudjEuUmVzdW1lUXVldWVSZXNwb25zZUI5WjdnaXRodWIuY29tL2pvYndhdGNoL2pvYndhdGNoL2dlbi9qb2J3YXRjaC92MTtqb2J3YXRjaHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Chpqb2J3YXRjaC92MS9qb2J3YXRjaC5wcm90bxILam9id2F0Y2gudjEiKQoISm9iRXJyb3ISDAoEdHlwZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIpIFCgNKb2ISCgoCaWQYASABKAkSDgoGdGVuYW50GAIgASgJEgwKBGtpbmQYAyABKAkSDQoFcXVldWUYBCABKAkSJAoFc3RhdGUYBSABKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIPCgd2ZXJzaW9uGAYgASgDEg8KB3BlcmNlbnQYByABKAUSDAoEc3RlcBgIIAEoCRInCgdwYXlsb2FkGAkgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEiYKBnJlc3VsdBgKIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIkCgVlcnJvchgLIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEg8KB2F0dGVtcHQYDCABKAUSFAoMbWF4X2F0dGVtcHRzGA0gASgFEhIKCnVuaXF1ZV9rZXkYDiABKAkSLgoKY3JlYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYEiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBnJ1bl9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJd29ya2VyX2lkGBQgASgJEhAKCHByaW9yaXR5GBUgASgFEikKCGF0dGVtcHRzGBYgAygLMhcuam9id2F0Y2gudjEuSm9iQXR0ZW1wdBINCgViYXRjaBgXIAEoCSLpAQoKSm9iQXR0ZW1wdBIPCgdhdHRlbXB0GAEgASgFEhEKCXdvcmtlcl9pZBgCIAEoCRIuCgpzdGFydGVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJAoFc3RhdGUYBSABKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIkCgVlcnJvchgGIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEgoKAmJ5GAcgASgJIjYKEEpvYkFscmVhZHlBY3RpdmUSDgoGam9iX2lkGAEgASgJEhIKCnVuaXF1ZV9rZXkYAiABKAkihwEKB0xvZ0xpbmUSCwoDc2VxGAEgASgDEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKBnN0cmVhbRgDIAEoDjIWLmpvYndhdGNoLnYxLkxvZ1N0cmVhbRIPCgdhdHRlbXB0GAQgASgFEgwKBHRleHQYBSABKAkiLgoGTG9nR2FwEg8KB3NraXBwZWQYASABKAMSEwoLcmVzdW1lX2Zyb20YAiABKAMiRQoRR2V0Sm9iTG9nc1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhEKCWFmdGVyX3NlcRgCIAEoAxINCgVsaW1pdBgDIAEoBSJ8ChJHZXRKb2JMb2dzUmVzcG9uc2USIwoFbGluZXMYASADKAsyFC5qb2J3YXRjaC52MS5Mb2dMaW5lEiAKA2dhcBgCIAEoCzITLmpvYndhdGNoLnYxLkxvZ0dhcBIMCgRtb3JlGAMgASgIEhEKCWpvYl9lbmRlZBgEIAEoCCI4ChNXYXRjaEpvYkxvZ3NSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAMiXQoUV2F0Y2hKb2JMb2dzUmVzcG9uc2USIwoFbGluZXMYASADKAsyFC5qb2J3YXRjaC52MS5Mb2dMaW5lEiAKA2dhcBgCIAEoCzITLmpvYndhdGNoLnYxLkxvZ0dhcCKNAgoQU3VibWl0Sm9iUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSDAoEa2luZBgCIAEoCRINCgVxdWV1ZRgDIAEoCRInCgdwYXlsb2FkGAQgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhIKCnVuaXF1ZV9rZXkYBSABKAkSDAoEaG9sZBgGIAEoCBIqCgZydW5fYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDG1heF9hdHRlbXB0cxgIIAEoBRIMCgR3YWl0GAkgASgIEhUKCHByaW9yaXR5GAogASgFSACIAQESDQoFYmF0Y2gYCyABKAlCCwoJX3ByaW9yaXR5IjIKEVN1Ym1pdEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiJAChFTdWJtaXRKb2JzUmVxdWVzdBIrCgRqb2JzGAEgAygLMh0uam9id2F0Y2gudjEuU3VibWl0Sm9iUmVxdWVzdCI0ChJTdWJtaXRKb2JzUmVzcG9uc2USHgoEam9icxgBIAMoCzIQLmpvYndhdGNoLnYxLkpvYiIhCg9TdGFydEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjEKEFN0YXJ0Sm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIi8KDkdldEpvYlJlc3BvbnNlEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYiK/AQoPTGlzdEpvYnNSZXF1ZXN0Eg4KBnRlbmFudBgBIAEoCRIlCgZzdGF0ZXMYAiADKA4yFS5qb2J3YXRjaC52MS5Kb2JTdGF0ZRIMCgRraW5kGAMgASgJEg0KBXF1ZXVlGAQgASgJEhEKCXBhZ2Vfc2l6ZRgFIAEoBRISCgpwYWdlX3Rva2VuGAYgASgJEiIKBHZpZXcYByABKA4yFC5qb2J3YXRjaC52MS5Kb2JWaWV3Eg0KBWJhdGNoGAggASgJIksKEExpc3RKb2JzUmVzcG9uc2USHgoEam9icxgBIAMoCzIQLmpvYndhdGNoLnYxLkpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiIgoQQ2FuY2VsSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiMgoRQ2FuY2VsSm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iIiAKDldhaXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIwCg9XYWl0Sm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iIooBCg9XYWl0Sm9ic1JlcXVlc3QSDwoHam9iX2lkcxgBIAMoCRINCgViYXRjaBgCIAEoCRIOCgZ0ZW5hbnQYAyABKAkSIwoEbW9kZRgEIAEoDjIVLmpvYndhdGNoLnYxLldhaXRNb2RlEiIKBHZpZXcYBSABKA4yFC5qb2J3YXRjaC52MS5Kb2JWaWV3Ik4KEFdhaXRKb2JzUmVzcG9uc2USHgoEam9icxgBIAMoCzIQLmpvYndhdGNoLnYxLkpvYhIaChJ1bmZpbmlzaGVkX2pvYl9pZHMYAiADKAkiOAoPV2F0Y2hKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIVCg1hZnRlcl92ZXJzaW9uGAIgASgDIjEKEFdhdGNoSm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iIn4KEFdhdGNoSm9ic1JlcXVlc3QSDgoGdGVuYW50GAEgASgJEhQKDHJlc3VtZV90b2tlbhgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSIgoEdmlldxgEIAEoDjIULmpvYndhdGNoLnYxLkpvYlZpZXcSDQoFYmF0Y2gYBSABKAkiYgoRV2F0Y2hKb2JzUmVzcG9uc2USHgoEam9icxgBIAMoCzIQLmpvYndhdGNoLnYxLkpvYhIUCgxyZXN1bWVfdG9rZW4YAiABKAkSFwoPZGVsZXRlZF9qb2JfaWRzGAMgAygJIiEKD1JldHJ5Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiMQoQUmV0cnlKb2JSZXNwb25zZRIdCgNqb2IYASABKAsyEC5qb2J3YXRjaC52MS5Kb2IiIgoQRGVsZXRlSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiEwoRRGVsZXRlSm9iUmVzcG9uc2UiogEKCUpvYkZpbHRlchIOCgZ0ZW5hbnQYASABKAkSDgoGcXVldWVzGAIgAygJEg0KBWtpbmRzGAMgAygJEiUKBnN0YXRlcxgEIAMoDjIVLmpvYndhdGNoLnYxLkpvYlN0YXRlEjIKDmNyZWF0ZWRfYmVmb3JlGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBILCgNhbGwYBiABKAgiYQoQUmV0cnlKb2JzUmVxdWVzdBImCgZmaWx0ZXIYASABKAsyFi5qb2J3YXRjaC52MS5Kb2JGaWx0ZXISEgoKcGFnZV90b2tlbhgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUiTgoRUmV0cnlKb2JzUmVzcG9uc2USDwoHbWF0Y2hlZBgBIAEoAxIPCgdjaGFuZ2VkGAIgASgDEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSJiChFDYW5jZWxKb2JzUmVxdWVzdBImCgZmaWx0ZXIYASABKAsyFi5qb2J3YXRjaC52MS5Kb2JGaWx0ZXISEgoKcGFnZV90b2tlbhgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUiTwoSQ2FuY2VsSm9ic1Jlc3BvbnNlEg8KB21hdGNoZWQYASABKAMSDwoHY2hhbmdlZBgCIAEoAxIXCg9uZXh0X3BhZ2VfdG9rZW4YAyABKAkiYgoRRGVsZXRlSm9ic1JlcXVlc3QSJgoGZmlsdGVyGAEgASgLMhYuam9id2F0Y2gudjEuSm9iRmlsdGVyEhIKCnBhZ2VfdG9rZW4YAiABKAkSEQoJcGFnZV9zaXplGAMgASgFIk8KEkRlbGV0ZUpvYnNSZXNwb25zZRIPCgdtYXRjaGVkGAEgASgDEg8KB2NoYW5nZWQYAiABKAMSFwoPbmV4dF9wYWdlX3Rva2VuGAMgASgJIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0IoYBChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USDAoEZGVtbxgBIAEoCBISCgpkZW1vX2tpbmRzGAIgAygJEhUKDWF1dGhfcmVxdWlyZWQYAyABKAgSDwoHdmVyc2lvbhgEIAEoCRIjCgZjYWxsZXIYBSABKAsyEy5qb2J3YXRjaC52MS5DYWxsZXIiNAoGQ2FsbGVyEgwKBHJvbGUYASABKAkSDgoGdGVuYW50GAIgASgJEgwKBG5hbWUYAyABKAkiYwoUQXBwZW5kSm9iTG9nc1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEikKBWxpbmVzGAMgAygLMhouam9id2F0Y2gudjEuQXBwZW5kTG9nTGluZSJvCg1BcHBlbmRMb2dMaW5lEgwKBHRleHQYASABKAkSJgoGc3RyZWFtGAIgASgOMhYuam9id2F0Y2gudjEuTG9nU3RyZWFtEigKBHRpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjwKFUFwcGVuZEpvYkxvZ3NSZXNwb25zZRIQCghsYXN0X3NlcRgBIAEoAxIRCgljYW5jZWxsZWQYAiABKAgiVQoPQ2xhaW1Kb2JSZXF1ZXN0EhEKCXdvcmtlcl9pZBgBIAEoCRINCgVraW5kcxgCIAMoCRIOCgZxdWV1ZXMYAyADKAkSEAoIbWF4X2pvYnMYBCABKAUinQEKEENsYWltSm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iEhAKCGxlYXNlX2lkGAIgASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiIKBmNsYWltcxgEIAMoCzISLmpvYndhdGNoLnYxLkNsYWltIm4KBUNsYWltEh0KA2pvYhgBIAEoCzIQLmpvYndhdGNoLnYxLkpvYhIQCghsZWFzZV9pZBgCIAEoCRI0ChBsZWFzZV9leHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJTChBIZWFydGJlYXRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIPCgdwZXJjZW50GAMgASgFEgwKBHN0ZXAYBCABKAkiXAoRSGVhcnRiZWF0UmVzcG9uc2USEQoJY2FuY2VsbGVkGAEgASgIEjQKEGxlYXNlX2V4cGlyZXNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl4KEkNvbXBsZXRlSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSJgoGcmVzdWx0GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIjQKE0NvbXBsZXRlSm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iImsKDkZhaWxKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIkCgVlcnJvchgDIAEoCzIVLmpvYndhdGNoLnYxLkpvYkVycm9yEhEKCXJldHJ5YWJsZRgEIAEoCCIwCg9GYWlsSm9iUmVzcG9uc2USHQoDam9iGAEgASgLMhAuam9id2F0Y2gudjEuSm9iIiIKEVBhdXNlUXVldWVSZXF1ZXN0Eg0KBXF1ZXVlGAEgASgJIjcKElBhdXNlUXVldWVSZXNwb25zZRIhCgVxdWV1ZRgBIAEoCzISLmpvYndhdGNoLnYxLlF1ZXVlIiMKElJlc3VtZVF1ZXVlUmVxdWVzdBINCgVxdWV1ZRgBIAEoCSI4ChNSZXN1bWVRdWV1ZVJlc3BvbnNlEiEKBXF1ZXVlGAEgASgLMhIuam9id2F0Y2gudjEuUXVldWUikwQKBVF1ZXVlEgwKBG5hbWUYASABKAkSJAoEbW9kZRgCIAEoDjIWLmpvYndhdGNoLnYxLlF1ZXVlTW9kZRITCgttYXhfcnVubmluZxgDIAEoBRIOCgZxdWV1ZWQYBCABKAMSDwoHcnVubmluZxgFIAEoAxI0ChFvbGRlc3RfcXVldWVkX2FnZRgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIzCg9sYXN0X2RyYWluZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCGFsZXJ0aW5nGAggASgIEiMKBXBvb2xzGAkgAygLMhQuam9id2F0Y2gudjEuUG9vbFVzZRIuCgthbGVydF9hZnRlchgKIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIyCg5hbGVydGluZ19zaW5jZRgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoNZGVwdGhfaGlzdG9yeRgMIAMoCzIXLmpvYndhdGNoLnYxLlF1ZXVlRGVwdGgSDgoGcGF1c2VkGA0gASgIEi0KCXBhdXNlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJcGF1c2VkX2J5GA8gASgJEhgKEGRlZmF1bHRfcHJpb3JpdHkYECABKAUiVQoKUXVldWVEZXB0aBImCgJhdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcXVldWVkGAIgASgDEg8KB3J1bm5pbmcYAyABKAMiNgoHUG9vbFVzZRIMCgRuYW1lGAEgASgJEg0KBXVuaXRzGAIgASgFEg4KBmluX3VzZRgDIAEoAyITChFMaXN0UXVldWVzUmVxdWVzdCJrChJMaXN0UXVldWVzUmVzcG9uc2USIgoGcXVldWVzGAEgAygLMhIuam9id2F0Y2gudjEuUXVldWUSMQoOZGVwdGhfaW50ZXJ2YWwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24izwIKCFNjaGVkdWxlEgwKBG5hbWUYASABKAkSDAoEa2luZBgCIAEoCRINCgVxdWV1ZRgDIAEoCRIOCgZ0ZW5hbnQYBCABKAkSKAoFZXZlcnkYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoLbmV4dF9ydW5fYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2xhc3Rfam9iX2lkGAcgASgJEi0KDmxhc3Rfam9iX3N0YXRlGAggASgOMhUuam9id2F0Y2gudjEuSm9iU3RhdGUSMQoNbGFzdF9lbmRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEY3JvbhgKIAEoCRIQCgh0aW1lem9uZRgLIAEoCRIWCg5uZXh0X3J1bl9sb2NhbBgMIAEoCSIWChRMaXN0U2NoZWR1bGVzUmVxdWVzdCJBChVMaXN0U2NoZWR1bGVzUmVzcG9uc2USKAoJc2NoZWR1bGVzGAEgAygLMhUuam9id2F0Y2gudjEuU2NoZWR1bGUqxQEKCEpvYlN0YXRlEhkKFUpPQl9TVEFURV9VTlNQRUNJRklFRBAAEhUKEUpPQl9TVEFURV9QRU5ESU5HEAESFAoQSk9CX1NUQVRFX1FVRVVFRBACEhUKEUpPQl9TVEFURV9SVU5OSU5HEAMSFwoTSk9CX1NUQVRFX1NVQ0NFRURFRBAEEhQKEEpPQl9TVEFURV9GQUlMRUQQBRIXChNKT0JfU1RBVEVfQ0FOQ0VMTEVEEAYSEgoOSk9CX1NUQVRFX0xPU1QQBypMCgdKb2JWaWV3EhgKFEpPQl9WSUVXX1VOU1BFQ0lGSUVEEAASFAoQSk9CX1ZJRVdfU1VNTUFSWRABEhEKDUpPQl9WSUVXX0ZVTEwQAipVCglMb2dTdHJlYW0SGgoWTE9HX1NUUkVBTV9VTlNQRUNJRklFRBAAEhUKEUxPR19TVFJFQU1fU1RET1VUEAESFQoRTE9HX1NUUkVBTV9TVERFUlIQAipLCghXYWl0TW9kZRIZChVXQUlUX01PREVfVU5TUEVDSUZJRUQQABIRCg1XQUlUX01PREVfQUxMEAESEQoNV0FJVF9NT0RFX0FOWRACKlcKCVF1ZXVlTW9kZRIaChZRVUVVRV9NT0RFX1VOU1BFQ0lGSUVEEAASFwoTUVVFVUVfTU9ERV9QQVJBTExFTBABEhUKEVFVRVVFX01PREVfU0VSSUFMEAIy7QoKCkpvYlNlcnZpY2USSgoJU3VibWl0Sm9iEh0uam9id2F0Y2gudjEuU3VibWl0Sm9iUmVxdWVzdBoeLmpvYndhdGNoLnYxLlN1Ym1pdEpvYlJlc3BvbnNlEk0KClN1Ym1pdEpvYnMSHi5qb2J3YXRjaC52MS5TdWJtaXRKb2JzUmVxdWVzdBofLmpvYndhdGNoLnYxLlN1Ym1pdEpvYnNSZXNwb25zZRJHCghTdGFydEpvYhIcLmpvYndhdGNoLnYxLlN0YXJ0Sm9iUmVxdWVzdBodLmpvYndhdGNoLnYxLlN0YXJ0Sm9iUmVzcG9uc2USQQoGR2V0Sm9iEhouam9id2F0Y2gudjEuR2V0Sm9iUmVxdWVzdBobLmpvYndhdGNoLnYxLkdldEpvYlJlc3BvbnNlEkcKCExpc3RKb2JzEhwuam9id2F0Y2gudjEuTGlzdEpvYnNSZXF1ZXN0Gh0uam9id2F0Y2gudjEuTGlzdEpvYnNSZXNwb25zZRJKCglDYW5jZWxKb2ISHS5qb2J3YXRjaC52MS5DYW5jZWxKb2JSZXF1ZXN0Gh4uam9id2F0Y2gudjEuQ2FuY2VsSm9iUmVzcG9uc2USRAoHV2FpdEpvYhIbLmpvYndhdGNoLnYxLldhaXRKb2JSZXF1ZXN0Ghwuam9id2F0Y2gudjEuV2FpdEpvYlJlc3BvbnNlEkcKCFdhaXRKb2JzEhwuam9id2F0Y2gudjEuV2FpdEpvYnNSZXF1ZXN0Gh0uam9id2F0Y2gudjEuV2FpdEpvYnNSZXNwb25zZRJJCghXYXRjaEpvYhIcLmpvYndhdGNoLnYxLldhdGNoSm9iUmVxdWVzdBodLmpvYndhdGNoLnYxLldhdGNoSm9iUmVzcG9uc2UwARJMCglXYXRjaEpvYnMSHS5qb2J3YXRjaC52MS5XYXRjaEpvYnNSZXF1ZXN0Gh4uam9id2F0Y2gudjEuV2F0Y2hKb2JzUmVzcG9uc2UwARJWCg1HZXRTZXJ2ZXJJbmZvEiEuam9id2F0Y2gudjEuR2V0U2VydmVySW5mb1JlcXVlc3QaIi5qb2J3YXRjaC52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2USRwoIUmV0cnlKb2ISHC5qb2J3YXRjaC52MS5SZXRyeUpvYlJlcXVlc3QaHS5qb2J3YXRjaC52MS5SZXRyeUpvYlJlc3BvbnNlEkoKCURlbGV0ZUpvYhIdLmpvYndhdGNoLnYxLkRlbGV0ZUpvYlJlcXVlc3QaHi5qb2J3YXRjaC52MS5EZWxldGVKb2JSZXNwb25zZRJKCglSZXRyeUpvYnMSHS5qb2J3YXRjaC52MS5SZXRyeUpvYnNSZXF1ZXN0Gh4uam9id2F0Y2gudjEuUmV0cnlKb2JzUmVzcG9uc2USTQoKQ2FuY2VsSm9icxIeLmpvYndhdGNoLnYxLkNhbmNlbEpvYnNSZXF1ZXN0Gh8uam9id2F0Y2gudjEuQ2FuY2VsSm9ic1Jlc3BvbnNlEk0KCkRlbGV0ZUpvYnMSHi5qb2J3YXRjaC52MS5EZWxldGVKb2JzUmVxdWVzdBofLmpvYndhdGNoLnYxLkRlbGV0ZUpvYnNSZXNwb25zZRJNCgpHZXRKb2JMb2dzEh4uam9id2F0Y2gudjEuR2V0Sm9iTG9nc1JlcXVlc3QaHy5qb2J3YXRjaC52MS5HZXRKb2JMb2dzUmVzcG9uc2USVQoMV2F0Y2hKb2JMb2dzEiAuam9id2F0Y2gudjEuV2F0Y2hKb2JMb2dzUmVxdWVzdBohLmpvYndhdGNoLnYxLldhdGNoSm9iTG9nc1Jlc3BvbnNlMAEylAMKDVdvcmtlclNlcnZpY2USRwoIQ2xhaW1Kb2ISHC5qb2J3YXRjaC52MS5DbGFpbUpvYlJlcXVlc3QaHS5qb2J3YXRjaC52MS5DbGFpbUpvYlJlc3BvbnNlEkoKCUhlYXJ0YmVhdBIdLmpvYndhdGNoLnYxLkhlYXJ0YmVhdFJlcXVlc3QaHi5qb2J3YXRjaC52MS5IZWFydGJlYXRSZXNwb25zZRJQCgtDb21wbGV0ZUpvYhIfLmpvYndhdGNoLnYxLkNvbXBsZXRlSm9iUmVxdWVzdBogLmpvYndhdGNoLnYxLkNvbXBsZXRlSm9iUmVzcG9uc2USRAoHRmFpbEpvYhIbLmpvYndhdGNoLnYxLkZhaWxKb2JSZXF1ZXN0Ghwuam9id2F0Y2gudjEuRmFpbEpvYlJlc3BvbnNlElYKDUFwcGVuZEpvYkxvZ3MSIS5qb2J3YXRjaC52MS5BcHBlbmRKb2JMb2dzUmVxdWVzdBoiLmpvYndhdGNoLnYxLkFwcGVuZEpvYkxvZ3NSZXNwb25zZTLWAgoMUXVldWVTZXJ2aWNlEk0KCkxpc3RRdWV1ZXMSHi5qb2J3YXRjaC52MS5MaXN0UXVldWVzUmVxdWVzdBofLmpvYndhdGNoLnYxLkxpc3RRdWV1ZXNSZXNwb25zZRJWCg1MaXN0U2NoZWR1bGVzEiEuam9id2F0Y2gudjEuTGlzdFNjaGVkdWxlc1JlcXVlc3QaIi5qb2J3YXRjaC52MS5MaXN0U2NoZWR1bGVzUmVzcG9uc2USTQoKUGF1c2VRdWV1ZRIeLmpvYndhdGNoLnYxLlBhdXNlUXVldWVSZXF1ZXN0Gh8uam9id2F0Y2gudjEuUGF1c2VRdWV1ZVJlc3BvbnNlElAKC1Jlc3VtZVF1ZXVlEh8uam9id2F0Y2gudjEuUmVzdW1lUXVldWVSZXF1ZXN0GiAuam9id2F0Y2gudjEuUmVzdW1lUXVldWVSZXNwb25zZUI5WjdnaXRodWIuY29tL2pvYndhdGNoL2pvYndhdGNoL2dlbi9qb2J3YXRjaC92MTtqb2J3YXRjaHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * JobError says why a job (or its last attempt) failed. Callers see the
@@ -189,6 +189,14 @@ export type Job = Message<"jobwatch.v1.Job"> & {
    * @generated from field: repeated jobwatch.v1.JobAttempt attempts = 22;
    */
   attempts: JobAttempt[];
+
+  /**
+   * The label the job was submitted with (SubmitJobRequest.batch), or
+   * empty.
+   *
+   * @generated from field: string batch = 23;
+   */
+  batch: string;
 };
 
 /**
@@ -558,6 +566,16 @@ export type SubmitJobRequest = Message<"jobwatch.v1.SubmitJobRequest"> & {
    * @generated from field: optional int32 priority = 10;
    */
   priority?: number | undefined;
+
+  /**
+   * A label that groups jobs of the tenant, such as "thumbnails-2026-12-02"
+   * (a name: letters, digits and . _ - : /, at most 128 bytes): WaitJobs
+   * waits for a batch's jobs, and WatchJobs and ListJobs can keep only
+   * them. Any submit may carry one, so later submits may add to a batch.
+   *
+   * @generated from field: string batch = 11;
+   */
+  batch: string;
 };
 
 /**
@@ -585,6 +603,45 @@ export const SubmitJobResponseSchema: GenMessage<SubmitJobResponse> = /*@__PURE_
   messageDesc(file_jobwatch_v1_jobwatch, 11);
 
 /**
+ * @generated from message jobwatch.v1.SubmitJobsRequest
+ */
+export type SubmitJobsRequest = Message<"jobwatch.v1.SubmitJobsRequest"> & {
+  /**
+   * 1 to 1,000 jobs, each as SubmitJob takes it but without wait, all of
+   * one tenant (the same tenant, or all empty for "default").
+   *
+   * @generated from field: repeated jobwatch.v1.SubmitJobRequest jobs = 1;
+   */
+  jobs: SubmitJobRequest[];
+};
+
+/**
+ * Describes the message jobwatch.v1.SubmitJobsRequest.
+ * Use `create(SubmitJobsRequestSchema)` to create a new message.
+ */
+export const SubmitJobsRequestSchema: GenMessage<SubmitJobsRequest> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 12);
+
+/**
+ * @generated from message jobwatch.v1.SubmitJobsResponse
+ */
+export type SubmitJobsResponse = Message<"jobwatch.v1.SubmitJobsResponse"> & {
+  /**
+   * The jobs created, in the order of the request.
+   *
+   * @generated from field: repeated jobwatch.v1.Job jobs = 1;
+   */
+  jobs: Job[];
+};
+
+/**
+ * Describes the message jobwatch.v1.SubmitJobsResponse.
+ * Use `create(SubmitJobsResponseSchema)` to create a new message.
+ */
+export const SubmitJobsResponseSchema: GenMessage<SubmitJobsResponse> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 13);
+
+/**
  * @generated from message jobwatch.v1.StartJobRequest
  */
 export type StartJobRequest = Message<"jobwatch.v1.StartJobRequest"> & {
@@ -599,7 +656,7 @@ export type StartJobRequest = Message<"jobwatch.v1.StartJobRequest"> & {
  * Use `create(StartJobRequestSchema)` to create a new message.
  */
 export const StartJobRequestSchema: GenMessage<StartJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 12);
+  messageDesc(file_jobwatch_v1_jobwatch, 14);
 
 /**
  * @generated from message jobwatch.v1.StartJobResponse
@@ -616,7 +673,7 @@ export type StartJobResponse = Message<"jobwatch.v1.StartJobResponse"> & {
  * Use `create(StartJobResponseSchema)` to create a new message.
  */
 export const StartJobResponseSchema: GenMessage<StartJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 13);
+  messageDesc(file_jobwatch_v1_jobwatch, 15);
 
 /**
  * @generated from message jobwatch.v1.GetJobRequest
@@ -633,7 +690,7 @@ export type GetJobRequest = Message<"jobwatch.v1.GetJobRequest"> & {
  * Use `create(GetJobRequestSchema)` to create a new message.
  */
 export const GetJobRequestSchema: GenMessage<GetJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 14);
+  messageDesc(file_jobwatch_v1_jobwatch, 16);
 
 /**
  * @generated from message jobwatch.v1.GetJobResponse
@@ -650,7 +707,7 @@ export type GetJobResponse = Message<"jobwatch.v1.GetJobResponse"> & {
  * Use `create(GetJobResponseSchema)` to create a new message.
  */
 export const GetJobResponseSchema: GenMessage<GetJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 15);
+  messageDesc(file_jobwatch_v1_jobwatch, 17);
 
 /**
  * @generated from message jobwatch.v1.ListJobsRequest
@@ -704,6 +761,13 @@ export type ListJobsRequest = Message<"jobwatch.v1.ListJobsRequest"> & {
    * @generated from field: jobwatch.v1.JobView view = 7;
    */
   view: JobView;
+
+  /**
+   * Only the jobs of this batch (SubmitJobRequest.batch).
+   *
+   * @generated from field: string batch = 8;
+   */
+  batch: string;
 };
 
 /**
@@ -711,7 +775,7 @@ export type ListJobsRequest = Message<"jobwatch.v1.ListJobsRequest"> & {
  * Use `create(ListJobsRequestSchema)` to create a new message.
  */
 export const ListJobsRequestSchema: GenMessage<ListJobsRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 16);
+  messageDesc(file_jobwatch_v1_jobwatch, 18);
 
 /**
  * @generated from message jobwatch.v1.ListJobsResponse
@@ -736,7 +800,7 @@ export type ListJobsResponse = Message<"jobwatch.v1.ListJobsResponse"> & {
  * Use `create(ListJobsResponseSchema)` to create a new message.
  */
 export const ListJobsResponseSchema: GenMessage<ListJobsResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 17);
+  messageDesc(file_jobwatch_v1_jobwatch, 19);
 
 /**
  * @generated from message jobwatch.v1.CancelJobRequest
@@ -753,7 +817,7 @@ export type CancelJobRequest = Message<"jobwatch.v1.CancelJobRequest"> & {
  * Use `create(CancelJobRequestSchema)` to create a new message.
  */
 export const CancelJobRequestSchema: GenMessage<CancelJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 18);
+  messageDesc(file_jobwatch_v1_jobwatch, 20);
 
 /**
  * @generated from message jobwatch.v1.CancelJobResponse
@@ -770,7 +834,7 @@ export type CancelJobResponse = Message<"jobwatch.v1.CancelJobResponse"> & {
  * Use `create(CancelJobResponseSchema)` to create a new message.
  */
 export const CancelJobResponseSchema: GenMessage<CancelJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 19);
+  messageDesc(file_jobwatch_v1_jobwatch, 21);
 
 /**
  * @generated from message jobwatch.v1.WaitJobRequest
@@ -787,7 +851,7 @@ export type WaitJobRequest = Message<"jobwatch.v1.WaitJobRequest"> & {
  * Use `create(WaitJobRequestSchema)` to create a new message.
  */
 export const WaitJobRequestSchema: GenMessage<WaitJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 20);
+  messageDesc(file_jobwatch_v1_jobwatch, 22);
 
 /**
  * @generated from message jobwatch.v1.WaitJobResponse
@@ -804,7 +868,85 @@ export type WaitJobResponse = Message<"jobwatch.v1.WaitJobResponse"> & {
  * Use `create(WaitJobResponseSchema)` to create a new message.
  */
 export const WaitJobResponseSchema: GenMessage<WaitJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 21);
+  messageDesc(file_jobwatch_v1_jobwatch, 23);
+
+/**
+ * @generated from message jobwatch.v1.WaitJobsRequest
+ */
+export type WaitJobsRequest = Message<"jobwatch.v1.WaitJobsRequest"> & {
+  /**
+   * The jobs to wait for, at most 1,000 (a repeated id counts once).
+   * Either job_ids or batch, not both.
+   *
+   * @generated from field: repeated string job_ids = 1;
+   */
+  jobIds: string[];
+
+  /**
+   * Wait for the jobs of this batch (SubmitJobRequest.batch) in tenant,
+   * as they are when the call starts: at most 1,000 of them.
+   *
+   * @generated from field: string batch = 2;
+   */
+  batch: string;
+
+  /**
+   * Empty means "default"; used with batch.
+   *
+   * @generated from field: string tenant = 3;
+   */
+  tenant: string;
+
+  /**
+   * @generated from field: jobwatch.v1.WaitMode mode = 4;
+   */
+  mode: WaitMode;
+
+  /**
+   * UNSPECIFIED means SUMMARY: no payload or result. FULL carries them
+   * while the answer's jobs sum to at most 8 MiB (as jobs count toward
+   * ListJobs' 1 MiB page bound); past that the jobs come as summaries:
+   * read those with GetJob.
+   *
+   * @generated from field: jobwatch.v1.JobView view = 5;
+   */
+  view: JobView;
+};
+
+/**
+ * Describes the message jobwatch.v1.WaitJobsRequest.
+ * Use `create(WaitJobsRequestSchema)` to create a new message.
+ */
+export const WaitJobsRequestSchema: GenMessage<WaitJobsRequest> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 24);
+
+/**
+ * @generated from message jobwatch.v1.WaitJobsResponse
+ */
+export type WaitJobsResponse = Message<"jobwatch.v1.WaitJobsResponse"> & {
+  /**
+   * The jobs that have ended, in the order asked (job_ids) or submitted
+   * (batch).
+   *
+   * @generated from field: repeated jobwatch.v1.Job jobs = 1;
+   */
+  jobs: Job[];
+
+  /**
+   * The jobs that have not ended yet, in the same order: empty when the
+   * wait ended with every job ended. Call again to keep waiting.
+   *
+   * @generated from field: repeated string unfinished_job_ids = 2;
+   */
+  unfinishedJobIds: string[];
+};
+
+/**
+ * Describes the message jobwatch.v1.WaitJobsResponse.
+ * Use `create(WaitJobsResponseSchema)` to create a new message.
+ */
+export const WaitJobsResponseSchema: GenMessage<WaitJobsResponse> = /*@__PURE__*/
+  messageDesc(file_jobwatch_v1_jobwatch, 25);
 
 /**
  * @generated from message jobwatch.v1.WatchJobRequest
@@ -828,7 +970,7 @@ export type WatchJobRequest = Message<"jobwatch.v1.WatchJobRequest"> & {
  * Use `create(WatchJobRequestSchema)` to create a new message.
  */
 export const WatchJobRequestSchema: GenMessage<WatchJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 22);
+  messageDesc(file_jobwatch_v1_jobwatch, 26);
 
 /**
  * WatchJobResponse carries one snapshot, or none: a keepalive.
@@ -847,7 +989,7 @@ export type WatchJobResponse = Message<"jobwatch.v1.WatchJobResponse"> & {
  * Use `create(WatchJobResponseSchema)` to create a new message.
  */
 export const WatchJobResponseSchema: GenMessage<WatchJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 23);
+  messageDesc(file_jobwatch_v1_jobwatch, 27);
 
 /**
  * @generated from message jobwatch.v1.WatchJobsRequest
@@ -883,6 +1025,15 @@ export type WatchJobsRequest = Message<"jobwatch.v1.WatchJobsRequest"> & {
    * @generated from field: jobwatch.v1.JobView view = 4;
    */
   view: JobView;
+
+  /**
+   * Only the jobs of this batch (SubmitJobRequest.batch); empty means
+   * every job of the tenant. Deletions are announced for every job of the
+   * tenant, batch or not: drop the ids you hold.
+   *
+   * @generated from field: string batch = 5;
+   */
+  batch: string;
 };
 
 /**
@@ -890,7 +1041,7 @@ export type WatchJobsRequest = Message<"jobwatch.v1.WatchJobsRequest"> & {
  * Use `create(WatchJobsRequestSchema)` to create a new message.
  */
 export const WatchJobsRequestSchema: GenMessage<WatchJobsRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 24);
+  messageDesc(file_jobwatch_v1_jobwatch, 28);
 
 /**
  * WatchJobsResponse carries jobs that changed since the last response
@@ -933,7 +1084,7 @@ export type WatchJobsResponse = Message<"jobwatch.v1.WatchJobsResponse"> & {
  * Use `create(WatchJobsResponseSchema)` to create a new message.
  */
 export const WatchJobsResponseSchema: GenMessage<WatchJobsResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 25);
+  messageDesc(file_jobwatch_v1_jobwatch, 29);
 
 /**
  * @generated from message jobwatch.v1.RetryJobRequest
@@ -950,7 +1101,7 @@ export type RetryJobRequest = Message<"jobwatch.v1.RetryJobRequest"> & {
  * Use `create(RetryJobRequestSchema)` to create a new message.
  */
 export const RetryJobRequestSchema: GenMessage<RetryJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 26);
+  messageDesc(file_jobwatch_v1_jobwatch, 30);
 
 /**
  * @generated from message jobwatch.v1.RetryJobResponse
@@ -967,7 +1118,7 @@ export type RetryJobResponse = Message<"jobwatch.v1.RetryJobResponse"> & {
  * Use `create(RetryJobResponseSchema)` to create a new message.
  */
 export const RetryJobResponseSchema: GenMessage<RetryJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 27);
+  messageDesc(file_jobwatch_v1_jobwatch, 31);
 
 /**
  * @generated from message jobwatch.v1.DeleteJobRequest
@@ -984,7 +1135,7 @@ export type DeleteJobRequest = Message<"jobwatch.v1.DeleteJobRequest"> & {
  * Use `create(DeleteJobRequestSchema)` to create a new message.
  */
 export const DeleteJobRequestSchema: GenMessage<DeleteJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 28);
+  messageDesc(file_jobwatch_v1_jobwatch, 32);
 
 /**
  * @generated from message jobwatch.v1.DeleteJobResponse
@@ -997,7 +1148,7 @@ export type DeleteJobResponse = Message<"jobwatch.v1.DeleteJobResponse"> & {
  * Use `create(DeleteJobResponseSchema)` to create a new message.
  */
 export const DeleteJobResponseSchema: GenMessage<DeleteJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 29);
+  messageDesc(file_jobwatch_v1_jobwatch, 33);
 
 /**
  * JobFilter selects the jobs of a bulk action. Every field set narrows
@@ -1054,7 +1205,7 @@ export type JobFilter = Message<"jobwatch.v1.JobFilter"> & {
  * Use `create(JobFilterSchema)` to create a new message.
  */
 export const JobFilterSchema: GenMessage<JobFilter> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 30);
+  messageDesc(file_jobwatch_v1_jobwatch, 34);
 
 /**
  * @generated from message jobwatch.v1.RetryJobsRequest
@@ -1085,7 +1236,7 @@ export type RetryJobsRequest = Message<"jobwatch.v1.RetryJobsRequest"> & {
  * Use `create(RetryJobsRequestSchema)` to create a new message.
  */
 export const RetryJobsRequestSchema: GenMessage<RetryJobsRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 31);
+  messageDesc(file_jobwatch_v1_jobwatch, 35);
 
 /**
  * RetryJobsResponse, CancelJobsResponse and DeleteJobsResponse say what
@@ -1121,7 +1272,7 @@ export type RetryJobsResponse = Message<"jobwatch.v1.RetryJobsResponse"> & {
  * Use `create(RetryJobsResponseSchema)` to create a new message.
  */
 export const RetryJobsResponseSchema: GenMessage<RetryJobsResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 32);
+  messageDesc(file_jobwatch_v1_jobwatch, 36);
 
 /**
  * @generated from message jobwatch.v1.CancelJobsRequest
@@ -1148,7 +1299,7 @@ export type CancelJobsRequest = Message<"jobwatch.v1.CancelJobsRequest"> & {
  * Use `create(CancelJobsRequestSchema)` to create a new message.
  */
 export const CancelJobsRequestSchema: GenMessage<CancelJobsRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 33);
+  messageDesc(file_jobwatch_v1_jobwatch, 37);
 
 /**
  * @generated from message jobwatch.v1.CancelJobsResponse
@@ -1175,7 +1326,7 @@ export type CancelJobsResponse = Message<"jobwatch.v1.CancelJobsResponse"> & {
  * Use `create(CancelJobsResponseSchema)` to create a new message.
  */
 export const CancelJobsResponseSchema: GenMessage<CancelJobsResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 34);
+  messageDesc(file_jobwatch_v1_jobwatch, 38);
 
 /**
  * @generated from message jobwatch.v1.DeleteJobsRequest
@@ -1202,7 +1353,7 @@ export type DeleteJobsRequest = Message<"jobwatch.v1.DeleteJobsRequest"> & {
  * Use `create(DeleteJobsRequestSchema)` to create a new message.
  */
 export const DeleteJobsRequestSchema: GenMessage<DeleteJobsRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 35);
+  messageDesc(file_jobwatch_v1_jobwatch, 39);
 
 /**
  * @generated from message jobwatch.v1.DeleteJobsResponse
@@ -1229,7 +1380,7 @@ export type DeleteJobsResponse = Message<"jobwatch.v1.DeleteJobsResponse"> & {
  * Use `create(DeleteJobsResponseSchema)` to create a new message.
  */
 export const DeleteJobsResponseSchema: GenMessage<DeleteJobsResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 36);
+  messageDesc(file_jobwatch_v1_jobwatch, 40);
 
 /**
  * @generated from message jobwatch.v1.GetServerInfoRequest
@@ -1242,7 +1393,7 @@ export type GetServerInfoRequest = Message<"jobwatch.v1.GetServerInfoRequest"> &
  * Use `create(GetServerInfoRequestSchema)` to create a new message.
  */
 export const GetServerInfoRequestSchema: GenMessage<GetServerInfoRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 37);
+  messageDesc(file_jobwatch_v1_jobwatch, 41);
 
 /**
  * @generated from message jobwatch.v1.GetServerInfoResponse
@@ -1287,7 +1438,7 @@ export type GetServerInfoResponse = Message<"jobwatch.v1.GetServerInfoResponse">
  * Use `create(GetServerInfoResponseSchema)` to create a new message.
  */
 export const GetServerInfoResponseSchema: GenMessage<GetServerInfoResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 38);
+  messageDesc(file_jobwatch_v1_jobwatch, 42);
 
 /**
  * Caller is a token as the server knows it.
@@ -1325,7 +1476,7 @@ export type Caller = Message<"jobwatch.v1.Caller"> & {
  * Use `create(CallerSchema)` to create a new message.
  */
 export const CallerSchema: GenMessage<Caller> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 39);
+  messageDesc(file_jobwatch_v1_jobwatch, 43);
 
 /**
  * @generated from message jobwatch.v1.AppendJobLogsRequest
@@ -1354,7 +1505,7 @@ export type AppendJobLogsRequest = Message<"jobwatch.v1.AppendJobLogsRequest"> &
  * Use `create(AppendJobLogsRequestSchema)` to create a new message.
  */
 export const AppendJobLogsRequestSchema: GenMessage<AppendJobLogsRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 40);
+  messageDesc(file_jobwatch_v1_jobwatch, 44);
 
 /**
  * AppendLogLine is a line as a worker sends it; the server numbers it.
@@ -1387,7 +1538,7 @@ export type AppendLogLine = Message<"jobwatch.v1.AppendLogLine"> & {
  * Use `create(AppendLogLineSchema)` to create a new message.
  */
 export const AppendLogLineSchema: GenMessage<AppendLogLine> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 41);
+  messageDesc(file_jobwatch_v1_jobwatch, 45);
 
 /**
  * @generated from message jobwatch.v1.AppendJobLogsResponse
@@ -1413,7 +1564,7 @@ export type AppendJobLogsResponse = Message<"jobwatch.v1.AppendJobLogsResponse">
  * Use `create(AppendJobLogsResponseSchema)` to create a new message.
  */
 export const AppendJobLogsResponseSchema: GenMessage<AppendJobLogsResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 42);
+  messageDesc(file_jobwatch_v1_jobwatch, 46);
 
 /**
  * @generated from message jobwatch.v1.ClaimJobRequest
@@ -1455,7 +1606,7 @@ export type ClaimJobRequest = Message<"jobwatch.v1.ClaimJobRequest"> & {
  * Use `create(ClaimJobRequestSchema)` to create a new message.
  */
 export const ClaimJobRequestSchema: GenMessage<ClaimJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 43);
+  messageDesc(file_jobwatch_v1_jobwatch, 47);
 
 /**
  * @generated from message jobwatch.v1.ClaimJobResponse
@@ -1493,7 +1644,7 @@ export type ClaimJobResponse = Message<"jobwatch.v1.ClaimJobResponse"> & {
  * Use `create(ClaimJobResponseSchema)` to create a new message.
  */
 export const ClaimJobResponseSchema: GenMessage<ClaimJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 44);
+  messageDesc(file_jobwatch_v1_jobwatch, 48);
 
 /**
  * Claim is one job a ClaimJob took and the lease the worker runs it
@@ -1523,7 +1674,7 @@ export type Claim = Message<"jobwatch.v1.Claim"> & {
  * Use `create(ClaimSchema)` to create a new message.
  */
 export const ClaimSchema: GenMessage<Claim> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 45);
+  messageDesc(file_jobwatch_v1_jobwatch, 49);
 
 /**
  * @generated from message jobwatch.v1.HeartbeatRequest
@@ -1559,7 +1710,7 @@ export type HeartbeatRequest = Message<"jobwatch.v1.HeartbeatRequest"> & {
  * Use `create(HeartbeatRequestSchema)` to create a new message.
  */
 export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 46);
+  messageDesc(file_jobwatch_v1_jobwatch, 50);
 
 /**
  * @generated from message jobwatch.v1.HeartbeatResponse
@@ -1585,7 +1736,7 @@ export type HeartbeatResponse = Message<"jobwatch.v1.HeartbeatResponse"> & {
  * Use `create(HeartbeatResponseSchema)` to create a new message.
  */
 export const HeartbeatResponseSchema: GenMessage<HeartbeatResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 47);
+  messageDesc(file_jobwatch_v1_jobwatch, 51);
 
 /**
  * @generated from message jobwatch.v1.CompleteJobRequest
@@ -1612,7 +1763,7 @@ export type CompleteJobRequest = Message<"jobwatch.v1.CompleteJobRequest"> & {
  * Use `create(CompleteJobRequestSchema)` to create a new message.
  */
 export const CompleteJobRequestSchema: GenMessage<CompleteJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 48);
+  messageDesc(file_jobwatch_v1_jobwatch, 52);
 
 /**
  * @generated from message jobwatch.v1.CompleteJobResponse
@@ -1629,7 +1780,7 @@ export type CompleteJobResponse = Message<"jobwatch.v1.CompleteJobResponse"> & {
  * Use `create(CompleteJobResponseSchema)` to create a new message.
  */
 export const CompleteJobResponseSchema: GenMessage<CompleteJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 49);
+  messageDesc(file_jobwatch_v1_jobwatch, 53);
 
 /**
  * @generated from message jobwatch.v1.FailJobRequest
@@ -1663,7 +1814,7 @@ export type FailJobRequest = Message<"jobwatch.v1.FailJobRequest"> & {
  * Use `create(FailJobRequestSchema)` to create a new message.
  */
 export const FailJobRequestSchema: GenMessage<FailJobRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 50);
+  messageDesc(file_jobwatch_v1_jobwatch, 54);
 
 /**
  * @generated from message jobwatch.v1.FailJobResponse
@@ -1680,7 +1831,7 @@ export type FailJobResponse = Message<"jobwatch.v1.FailJobResponse"> & {
  * Use `create(FailJobResponseSchema)` to create a new message.
  */
 export const FailJobResponseSchema: GenMessage<FailJobResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 51);
+  messageDesc(file_jobwatch_v1_jobwatch, 55);
 
 /**
  * @generated from message jobwatch.v1.PauseQueueRequest
@@ -1697,7 +1848,7 @@ export type PauseQueueRequest = Message<"jobwatch.v1.PauseQueueRequest"> & {
  * Use `create(PauseQueueRequestSchema)` to create a new message.
  */
 export const PauseQueueRequestSchema: GenMessage<PauseQueueRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 52);
+  messageDesc(file_jobwatch_v1_jobwatch, 56);
 
 /**
  * @generated from message jobwatch.v1.PauseQueueResponse
@@ -1714,7 +1865,7 @@ export type PauseQueueResponse = Message<"jobwatch.v1.PauseQueueResponse"> & {
  * Use `create(PauseQueueResponseSchema)` to create a new message.
  */
 export const PauseQueueResponseSchema: GenMessage<PauseQueueResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 53);
+  messageDesc(file_jobwatch_v1_jobwatch, 57);
 
 /**
  * @generated from message jobwatch.v1.ResumeQueueRequest
@@ -1731,7 +1882,7 @@ export type ResumeQueueRequest = Message<"jobwatch.v1.ResumeQueueRequest"> & {
  * Use `create(ResumeQueueRequestSchema)` to create a new message.
  */
 export const ResumeQueueRequestSchema: GenMessage<ResumeQueueRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 54);
+  messageDesc(file_jobwatch_v1_jobwatch, 58);
 
 /**
  * @generated from message jobwatch.v1.ResumeQueueResponse
@@ -1748,7 +1899,7 @@ export type ResumeQueueResponse = Message<"jobwatch.v1.ResumeQueueResponse"> & {
  * Use `create(ResumeQueueResponseSchema)` to create a new message.
  */
 export const ResumeQueueResponseSchema: GenMessage<ResumeQueueResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 55);
+  messageDesc(file_jobwatch_v1_jobwatch, 59);
 
 /**
  * @generated from message jobwatch.v1.Queue
@@ -1864,7 +2015,7 @@ export type Queue = Message<"jobwatch.v1.Queue"> & {
  * Use `create(QueueSchema)` to create a new message.
  */
 export const QueueSchema: GenMessage<Queue> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 56);
+  messageDesc(file_jobwatch_v1_jobwatch, 60);
 
 /**
  * QueueDepth is a queue's unfinished work at one moment.
@@ -1893,7 +2044,7 @@ export type QueueDepth = Message<"jobwatch.v1.QueueDepth"> & {
  * Use `create(QueueDepthSchema)` to create a new message.
  */
 export const QueueDepthSchema: GenMessage<QueueDepth> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 57);
+  messageDesc(file_jobwatch_v1_jobwatch, 61);
 
 /**
  * PoolUse is one pool as a queue that uses it sees it.
@@ -1927,7 +2078,7 @@ export type PoolUse = Message<"jobwatch.v1.PoolUse"> & {
  * Use `create(PoolUseSchema)` to create a new message.
  */
 export const PoolUseSchema: GenMessage<PoolUse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 58);
+  messageDesc(file_jobwatch_v1_jobwatch, 62);
 
 /**
  * @generated from message jobwatch.v1.ListQueuesRequest
@@ -1940,7 +2091,7 @@ export type ListQueuesRequest = Message<"jobwatch.v1.ListQueuesRequest"> & {
  * Use `create(ListQueuesRequestSchema)` to create a new message.
  */
 export const ListQueuesRequestSchema: GenMessage<ListQueuesRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 59);
+  messageDesc(file_jobwatch_v1_jobwatch, 63);
 
 /**
  * @generated from message jobwatch.v1.ListQueuesResponse
@@ -1964,7 +2115,7 @@ export type ListQueuesResponse = Message<"jobwatch.v1.ListQueuesResponse"> & {
  * Use `create(ListQueuesResponseSchema)` to create a new message.
  */
 export const ListQueuesResponseSchema: GenMessage<ListQueuesResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 60);
+  messageDesc(file_jobwatch_v1_jobwatch, 64);
 
 /**
  * Schedule is a repeated job of the configuration: a run of kind is
@@ -2058,7 +2209,7 @@ export type Schedule = Message<"jobwatch.v1.Schedule"> & {
  * Use `create(ScheduleSchema)` to create a new message.
  */
 export const ScheduleSchema: GenMessage<Schedule> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 61);
+  messageDesc(file_jobwatch_v1_jobwatch, 65);
 
 /**
  * @generated from message jobwatch.v1.ListSchedulesRequest
@@ -2071,7 +2222,7 @@ export type ListSchedulesRequest = Message<"jobwatch.v1.ListSchedulesRequest"> &
  * Use `create(ListSchedulesRequestSchema)` to create a new message.
  */
 export const ListSchedulesRequestSchema: GenMessage<ListSchedulesRequest> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 62);
+  messageDesc(file_jobwatch_v1_jobwatch, 66);
 
 /**
  * @generated from message jobwatch.v1.ListSchedulesResponse
@@ -2088,7 +2239,7 @@ export type ListSchedulesResponse = Message<"jobwatch.v1.ListSchedulesResponse">
  * Use `create(ListSchedulesResponseSchema)` to create a new message.
  */
 export const ListSchedulesResponseSchema: GenMessage<ListSchedulesResponse> = /*@__PURE__*/
-  messageDesc(file_jobwatch_v1_jobwatch, 63);
+  messageDesc(file_jobwatch_v1_jobwatch, 67);
 
 /**
  * JobState is where a job is in its life. PENDING, QUEUED and RUNNING are
@@ -2222,6 +2373,40 @@ export const LogStreamSchema: GenEnum<LogStream> = /*@__PURE__*/
   enumDesc(file_jobwatch_v1_jobwatch, 2);
 
 /**
+ * WaitMode says when WaitJobs returns.
+ *
+ * @generated from enum jobwatch.v1.WaitMode
+ */
+export enum WaitMode {
+  /**
+   * ALL.
+   *
+   * @generated from enum value: WAIT_MODE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Once every job has ended.
+   *
+   * @generated from enum value: WAIT_MODE_ALL = 1;
+   */
+  ALL = 1,
+
+  /**
+   * Once any job has ended.
+   *
+   * @generated from enum value: WAIT_MODE_ANY = 2;
+   */
+  ANY = 2,
+}
+
+/**
+ * Describes the enum jobwatch.v1.WaitMode.
+ */
+export const WaitModeSchema: GenEnum<WaitMode> = /*@__PURE__*/
+  enumDesc(file_jobwatch_v1_jobwatch, 3);
+
+/**
  * @generated from enum jobwatch.v1.QueueMode
  */
 export enum QueueMode {
@@ -2245,7 +2430,7 @@ export enum QueueMode {
  * Describes the enum jobwatch.v1.QueueMode.
  */
 export const QueueModeSchema: GenEnum<QueueMode> = /*@__PURE__*/
-  enumDesc(file_jobwatch_v1_jobwatch, 3);
+  enumDesc(file_jobwatch_v1_jobwatch, 4);
 
 /**
  * JobService is what callers use: submit, inspect, cancel, wait, watch.
@@ -2263,6 +2448,19 @@ export const JobService: GenService<{
     methodKind: "unary";
     input: typeof SubmitJobRequestSchema;
     output: typeof SubmitJobResponseSchema;
+  },
+  /**
+   * SubmitJobs creates up to 1,000 jobs of one tenant in one commit: all
+   * of them, in the order given, or none (the first job that cannot be
+   * created is named in the error as jobs[i]). No request may say wait:
+   * wait for them with WaitJobs.
+   *
+   * @generated from rpc jobwatch.v1.JobService.SubmitJobs
+   */
+  submitJobs: {
+    methodKind: "unary";
+    input: typeof SubmitJobsRequestSchema;
+    output: typeof SubmitJobsResponseSchema;
   },
   /**
    * StartJob moves a PENDING job to QUEUED.
@@ -2313,6 +2511,19 @@ export const JobService: GenService<{
     methodKind: "unary";
     input: typeof WaitJobRequestSchema;
     output: typeof WaitJobResponseSchema;
+  },
+  /**
+   * WaitJobs is WaitJob for up to 1,000 jobs at once (named by id, or the
+   * jobs of a batch): it returns once every one has ended (ALL) or the
+   * first has (ANY), or at the same cap as WaitJob with the jobs ended by
+   * then (OK either way).
+   *
+   * @generated from rpc jobwatch.v1.JobService.WaitJobs
+   */
+  waitJobs: {
+    methodKind: "unary";
+    input: typeof WaitJobsRequestSchema;
+    output: typeof WaitJobsResponseSchema;
   },
   /**
    * WatchJob streams versioned snapshots of one job until it is terminal.

@@ -1,0 +1,248 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jobwatch/jobwatch/internal/shallow"
+	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/watch"
+)
+
+// MaxWaitManyBytes bounds the jobs a WaitMany with Full returns whole:
+// past it, by the sum of their jobtype.Job.Size, the rest come as
+// summaries (no Payload or Result).
+const MaxWaitManyBytes = 8 * MaxPageBytes
+
+// WaitManyRequest names the jobs WaitMany waits for: IDs, or the jobs of
+// Batch in Tenant.
+type WaitManyRequest struct {
+	// IDs are the jobs, at most jobtype.MaxBatchJobs; a repeated id
+	// counts once.
+	IDs []string
+	// Batch, with no IDs, waits for the jobs of that batch in Tenant as
+	// they are when the call starts (at most jobtype.MaxBatchJobs).
+	Batch string
+	// Tenant is Batch's tenant ("": jobtype.DefaultTenant), and confines
+	// IDs to that tenant when Confined: another tenant's job is then
+	// ErrNotFound, as one that does not exist.
+	Tenant   string
+	Confined bool
+	// Any returns once one job has ended; without it, once all have.
+	Any bool
+	// Full returns Payload and Result (up to MaxWaitManyBytes in all).
+	Full bool
+}
+
+// A JobRefError refuses a call about several jobs (WaitMany) because of
+// one of them: Err is ErrNotFound (it does not exist, or the caller may
+// not see it: the two read alike) or ErrNotStarted.
+type JobRefError struct {
+	ID  string
+	Err error
+}
+
+func (e *JobRefError) Error() string { return "job " + e.ID + ": " + e.Err.Error() }
+func (e *JobRefError) Unwrap() error { return e.Err }
+
+// WaitManyResult is what WaitMany returns: the jobs that have ended and
+// the ids of those that have not, each in the request's order (IDs) or
+// submission order (Batch).
+type WaitManyResult struct {
+	Ended      []jobtype.Job
+	Unfinished []string
+}
+
+// WaitMany is Wait for several jobs: it subscribes to every job, then
+// reads them all in one store read, and returns at once if the request
+// is met already (every job ended, or one with Any); otherwise it waits
+// until it is, or until the deadline, ctx's end or Shutdown, and returns
+// what has ended by then (nil error in each of those cases). A job that
+// does not exist, or is outside the tenant when Confined, is
+// ErrNotFound naming it; a PENDING one is ErrNotStarted, as for Wait,
+// since it would never end on its own.
+//
+// While parked it holds one watch.Group (a subscription per job, one
+// wake channel) and each job's latest snapshot, stripped of payload and
+// result until it ends: about what as many parked Waits hold in the hub,
+// without their goroutines. A job deleted meanwhile (only an ended job
+// can be) counts as ended and is left out of Ended.
+func (e *Engine) WaitMany(ctx context.Context, r WaitManyRequest, deadline time.Time) (WaitManyResult, error) {
+	ids, err := e.waitManyIDs(ctx, r)
+	if err != nil {
+		return WaitManyResult{}, err
+	}
+	g := e.hub.SubscribeGroup(ids)
+	defer g.Close()
+
+	read := store.JobRead{Summary: !r.Full}
+	if r.Confined {
+		read.Tenant = r.Tenant
+	}
+	jobs, err := shallow.Call(func() ([]jobtype.Job, error) {
+		return e.store.ReadJobs(context.WithoutCancel(ctx), ids, read)
+	})
+	if err != nil {
+		return WaitManyResult{}, wrap("wait for", "", err)
+	}
+	latest := make([]*Snapshot, len(ids))
+	at := make(map[string]int, len(ids))
+	for i, id := range ids {
+		at[id] = i
+	}
+	for _, j := range jobs {
+		latest[at[j.ID]] = newSnapshot(j)
+	}
+	ended := 0
+	for i, snap := range latest {
+		switch {
+		case snap == nil:
+			return WaitManyResult{}, &JobRefError{ID: ids[i], Err: jobtype.ErrNotFound}
+		case snap.Job.State == jobtype.Pending:
+			return WaitManyResult{}, &JobRefError{ID: ids[i], Err: ErrNotStarted}
+		case snap.Job.State.Terminal():
+			ended++
+		default:
+			// Parked, a job keeps no payload or result (see Wait).
+			snap.Job.Payload, snap.Job.Result = nil, nil
+		}
+	}
+	if !met(r.Any, ended, len(ids)) {
+		e.waitGroup(ctx, g, latest, r.Any, ended, deadline)
+	}
+	return waitManyResult(ids, latest, r.Full), nil
+}
+
+// met reports whether a wait for n jobs, ended of them ended, is over:
+// all ended, or one with anyEnded.
+func met(anyEnded bool, ended, n int) bool {
+	return ended == n || (anyEnded && ended > 0)
+}
+
+// waitGroup waits until met, the deadline, ctx's end or Shutdown,
+// keeping latest up to date from g: each key's newest snapshot. ended is
+// how many of latest have ended.
+func (e *Engine) waitGroup(ctx context.Context, g *watch.Group[*Snapshot], latest []*Snapshot, anyEnded bool, ended int, deadline time.Time) {
+	timer, stop := e.timerUntil(deadline)
+	defer stop()
+	for {
+		select {
+		case <-g.Changed():
+		case <-timer:
+			return
+		case <-ctx.Done():
+			return
+		case <-e.done:
+			return
+		}
+		for i := range latest {
+			snap, version := g.Latest(i)
+			if version <= latest[i].Job.Version {
+				continue
+			}
+			was := latest[i].Gone || latest[i].Job.State.Terminal()
+			latest[i] = snap
+			if !was && (snap.Gone || snap.Job.State.Terminal()) {
+				ended++
+				e.woke("wait", snap.Job.UpdatedAt)
+			}
+		}
+		if met(anyEnded, ended, len(latest)) {
+			return
+		}
+	}
+}
+
+// waitManyResult sorts latest (by ids) into ended jobs and unfinished ids;
+// with full, ended jobs keep Payload and Result while their sizes sum to
+// at most MaxWaitManyBytes.
+func waitManyResult(ids []string, latest []*Snapshot, full bool) WaitManyResult {
+	var res WaitManyResult
+	bytes := 0
+	for i, snap := range latest {
+		switch {
+		case snap.Gone:
+		case snap.Job.State.Terminal():
+			j := snap.Job
+			bytes += j.Size()
+			if !full || bytes > MaxWaitManyBytes {
+				j.Payload, j.Result = nil, nil
+			}
+			res.Ended = append(res.Ended, j)
+		default:
+			res.Unfinished = append(res.Unfinished, ids[i])
+		}
+	}
+	return res
+}
+
+// waitManyIDs checks r and returns the ids it waits for, distinct, in
+// order: r.IDs, or the jobs of r.Batch oldest first.
+func (e *Engine) waitManyIDs(ctx context.Context, r WaitManyRequest) ([]string, error) {
+	if r.Tenant == "" {
+		r.Tenant = jobtype.DefaultTenant
+	}
+	if err := jobtype.CheckName("tenant", r.Tenant); err != nil {
+		return nil, err
+	}
+	switch {
+	case len(r.IDs) > 0 && r.Batch != "":
+		return nil, &jobtype.InvalidError{Field: "batch", Reason: "must be empty when job_ids are given: wait for ids or for a batch"}
+	case len(r.IDs) == 0 && r.Batch == "":
+		return nil, &jobtype.InvalidError{Field: "job_ids", Reason: "must name at least one job, or give a batch"}
+	case r.Batch != "":
+		return e.batchIDs(ctx, r.Tenant, r.Batch)
+	}
+	ids := make([]string, 0, len(r.IDs))
+	seen := make(map[string]bool, len(r.IDs))
+	for i, id := range r.IDs {
+		if err := validID("job_ids["+strconv.Itoa(i)+"]", id); err != nil {
+			return nil, err
+		}
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) > jobtype.MaxBatchJobs {
+		return nil, &jobtype.InvalidError{Field: "job_ids", Reason: fmt.Sprintf("must name at most %d jobs, got %d", jobtype.MaxBatchJobs, len(ids))}
+	}
+	return ids, nil
+}
+
+// batchIDs returns the ids of batch's jobs in tenant, oldest first: a
+// batch that holds no job is ErrNotFound, and one of more than
+// jobtype.MaxBatchJobs an *InvalidError.
+func (e *Engine) batchIDs(ctx context.Context, tenant, batch string) ([]string, error) {
+	if err := jobtype.CheckName("batch", batch); err != nil {
+		return nil, err
+	}
+	f := store.ListFilter{Tenant: tenant, Batch: batch, Limit: jobtype.MaxBatchJobs + 1}
+	var ids []string
+	for {
+		jobs, next, err := e.store.ListJobs(ctx, f)
+		if err != nil {
+			return nil, wrap("wait for batch", "", err)
+		}
+		for _, j := range jobs {
+			ids = append(ids, j.ID)
+		}
+		if len(ids) > jobtype.MaxBatchJobs {
+			return nil, &jobtype.InvalidError{Field: "batch", Reason: fmt.Sprintf(
+				"%q holds more than %d jobs: wait for them by job_ids, %d at a time", batch, jobtype.MaxBatchJobs, jobtype.MaxBatchJobs)}
+		}
+		if next == "" {
+			break
+		}
+		f.PageToken, f.Limit = next, jobtype.MaxBatchJobs+1-len(ids)
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("batch %q: %w", batch, jobtype.ErrNotFound)
+	}
+	slices.Reverse(ids) // ListJobs is newest first
+	return ids, nil
+}

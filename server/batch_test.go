@@ -1,0 +1,272 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/server"
+)
+
+func batchRequest(t *testing.T, kind, batch string, n int) *jobwatchv1.SubmitJobsRequest {
+	req := &jobwatchv1.SubmitJobsRequest{}
+	for i := range n {
+		req.Jobs = append(req.Jobs, &jobwatchv1.SubmitJobRequest{Kind: kind, Batch: batch, Payload: mustValue(t, map[string]any{"i": i})})
+	}
+	return req
+}
+
+func jobIDs(jobs []*jobwatchv1.Job) []string {
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.GetId()
+	}
+	return ids
+}
+
+// SubmitJobs and WaitJobs over every protocol: a batch goes in in one
+// call, in order, and one wait returns once all of it has ended.
+func TestSubmitJobsThenWaitJobsOverEveryProtocol(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	for i, p := range []protocol{
+		{"connect JSON over HTTP/1.1", (*testServer).http1Client, []connect.ClientOption{connect.WithProtoJSON()}},
+		{"connect protobuf over h2c", (*testServer).h2cClient, nil},
+		{"grpc over h2c", (*testServer).h2cClient, []connect.ClientOption{connect.WithGRPC()}},
+		{"grpc-web over HTTP/1.1", (*testServer).http1Client, []connect.ClientOption{connect.WithGRPCWeb()}},
+	} {
+		t.Run(p.name, func(t *testing.T) {
+			c := ts.clients(p.hc(ts), p.opts...)
+			kind, batch := fmt.Sprintf("thumb-%d", i), fmt.Sprintf("thumbs-%d", i)
+			resp, err := c.jobs.SubmitJobs(ctxTimeout(t, callBound), batchRequest(t, kind, batch, 20))
+			if err != nil {
+				t.Fatalf("SubmitJobs: %v", err)
+			}
+			for n, j := range resp.GetJobs() {
+				if j.GetBatch() != batch || j.GetPayload().GetStructValue().GetFields()["i"].GetNumberValue() != float64(n) {
+					t.Fatalf("job %d = %v, want the request's job %d in batch %s", n, j, n, batch)
+				}
+			}
+			waited := make(chan *jobwatchv1.WaitJobsResponse, 1)
+			go func() {
+				resp, err := c.jobs.WaitJobs(context.Background(), &jobwatchv1.WaitJobsRequest{Batch: batch, View: jobwatchv1.JobView_JOB_VIEW_FULL})
+				if err != nil {
+					t.Errorf("WaitJobs: %v", err)
+				}
+				waited <- resp
+			}()
+			ts.waitForGauge("jobwatch_parked_waits", 1)
+			for range resp.GetJobs() {
+				complete(t, c, claim(t, c, kind), mustValue(t, "ok"))
+			}
+			select {
+			case got := <-waited:
+				if !slices.Equal(jobIDs(got.GetJobs()), jobIDs(resp.GetJobs())) || len(got.GetUnfinishedJobIds()) != 0 {
+					t.Fatalf("WaitJobs = %v, unfinished %v; want every job of the batch in submission order", jobIDs(got.GetJobs()), got.GetUnfinishedJobIds())
+				}
+				if r := got.GetJobs()[0].GetResult().GetStringValue(); r != "ok" {
+					t.Errorf("a full WaitJobs answered result %q", r)
+				}
+			case <-time.After(callBound):
+				t.Fatal("WaitJobs did not return once the batch had ended")
+			}
+			ts.waitForGauge("jobwatch_parked_waits", 0)
+		})
+	}
+}
+
+func TestWaitJobsForAnyAndAtTheCallersDeadline(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	c := ts.h2c()
+	a := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "any-a"})
+	b := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "any-b"})
+	ids := []string{a.GetId(), b.GetId()}
+
+	// At the caller's deadline: OK, nothing ended, both unfinished.
+	start := time.Now()
+	resp, err := c.jobs.WaitJobs(ctxTimeout(t, 2*time.Second), &jobwatchv1.WaitJobsRequest{JobIds: ids})
+	if err != nil || len(resp.GetJobs()) != 0 || !slices.Equal(resp.GetUnfinishedJobIds(), ids) {
+		t.Fatalf("WaitJobs at the deadline = %v, unfinished %v, %v; want OK with both unfinished", jobIDs(resp.GetJobs()), resp.GetUnfinishedJobIds(), err)
+	}
+	if time.Since(start) < time.Second {
+		t.Errorf("WaitJobs returned after %v, before the caller's deadline less its margin", time.Since(start))
+	}
+
+	waited := make(chan *jobwatchv1.WaitJobsResponse, 1)
+	go func() {
+		resp, err := c.jobs.WaitJobs(context.Background(), &jobwatchv1.WaitJobsRequest{JobIds: ids, Mode: jobwatchv1.WaitMode_WAIT_MODE_ANY})
+		if err != nil {
+			t.Errorf("WaitJobs: %v", err)
+		}
+		waited <- resp
+	}()
+	ts.waitForGauge("jobwatch_parked_waits", 1)
+	complete(t, c, claim(t, c, "any-b"), nil)
+	select {
+	case got := <-waited:
+		if !slices.Equal(jobIDs(got.GetJobs()), []string{b.GetId()}) || !slices.Equal(got.GetUnfinishedJobIds(), []string{a.GetId()}) {
+			t.Fatalf("WaitJobs for any = %v, unfinished %v", jobIDs(got.GetJobs()), got.GetUnfinishedJobIds())
+		}
+	case <-time.After(callBound):
+		t.Fatal("WaitJobs for any did not return once one job had ended")
+	}
+}
+
+func TestBatchesRefuseBadInputAndStoreNothing(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	c := ts.h2c()
+	held := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "nightly", UniqueKey: "nightly"})
+	pending := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "held", Hold: true})
+	tooMany := batchRequest(t, "refused", "refused", jobtype.MaxBatchJobs+1)
+	for _, tc := range []struct {
+		name    string
+		req     *jobwatchv1.SubmitJobsRequest
+		code    connect.Code
+		message string
+	}{
+		{"too many jobs", tooMany, connect.CodeInvalidArgument, "jobs: must hold 1 to 1000 jobs, got 1001"},
+		{"no job", &jobwatchv1.SubmitJobsRequest{}, connect.CodeInvalidArgument, "jobs: must hold 1 to 1000 jobs, got 0"},
+		{"a bad kind", func() *jobwatchv1.SubmitJobsRequest {
+			r := batchRequest(t, "refused", "refused", 3)
+			r.Jobs[2].Kind = "no spaces please"
+			return r
+		}(), connect.CodeInvalidArgument, "jobs[2].kind"},
+		{"wait", func() *jobwatchv1.SubmitJobsRequest {
+			r := batchRequest(t, "refused", "refused", 3)
+			r.Jobs[1].Wait = true
+			return r
+		}(), connect.CodeInvalidArgument, "jobs[1].wait: must be false in SubmitJobs: wait for the jobs with WaitJobs"},
+		{"a bad batch", func() *jobwatchv1.SubmitJobsRequest {
+			r := batchRequest(t, "refused", "refused", 3)
+			r.Jobs[0].Batch = "has space"
+			return r
+		}(), connect.CodeInvalidArgument, "jobs[0].batch"},
+		{"a unique key an active job holds", func() *jobwatchv1.SubmitJobsRequest {
+			r := batchRequest(t, "refused", "refused", 3)
+			r.Jobs[2].UniqueKey = "nightly"
+			return r
+		}(), connect.CodeAlreadyExists, held.GetId()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.jobs.SubmitJobs(ctxTimeout(t, callBound), tc.req)
+			wantCode(t, err, tc.code)
+			if ce := (*connect.Error)(nil); errors.As(err, &ce) && !strings.Contains(ce.Message(), tc.message) {
+				t.Errorf("message %q does not say %q", ce.Message(), tc.message)
+			}
+			if tc.code == connect.CodeAlreadyExists {
+				wantConflictWith(t, err, held.GetId(), "nightly")
+			}
+			list, err := c.jobs.ListJobs(ctxTimeout(t, callBound), &jobwatchv1.ListJobsRequest{Batch: "refused"})
+			if err != nil || len(list.GetJobs()) != 0 {
+				t.Fatalf("the batch holds %d jobs after a refused SubmitJobs (%v), want none", len(list.GetJobs()), err)
+			}
+		})
+	}
+
+	for _, tc := range []struct {
+		name    string
+		req     *jobwatchv1.WaitJobsRequest
+		code    connect.Code
+		message string
+	}{
+		{"an unknown id", &jobwatchv1.WaitJobsRequest{JobIds: []string{held.GetId(), missingJobID}}, connect.CodeNotFound, missingJobID + ": job not found"},
+		{"a held job", &jobwatchv1.WaitJobsRequest{JobIds: []string{pending.GetId()}}, connect.CodeFailedPrecondition, pending.GetId()},
+		{"nothing to wait for", &jobwatchv1.WaitJobsRequest{}, connect.CodeInvalidArgument, "job_ids"},
+		{"ids and a batch", &jobwatchv1.WaitJobsRequest{JobIds: []string{held.GetId()}, Batch: "b"}, connect.CodeInvalidArgument, "batch"},
+		{"a batch nobody used", &jobwatchv1.WaitJobsRequest{Batch: "nobody"}, connect.CodeNotFound, "not found"},
+		{"a mode that is none", &jobwatchv1.WaitJobsRequest{JobIds: []string{held.GetId()}, Mode: 7}, connect.CodeInvalidArgument, "mode"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.jobs.WaitJobs(ctxTimeout(t, callBound), tc.req)
+			wantCode(t, err, tc.code)
+			if ce := (*connect.Error)(nil); errors.As(err, &ce) && !strings.Contains(ce.Message(), tc.message) {
+				t.Errorf("message %q does not say %q", ce.Message(), tc.message)
+			}
+		})
+	}
+	// The server kept serving.
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "after"})
+}
+
+// A client token submits and waits for its own tenant's jobs only:
+// another tenant's job is not_found, as one that does not exist.
+func TestWaitJobsKeepsToTheClientsTenant(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{Tokens: testTokens(t)}})
+	p := authProtocols[0]
+	acme, globex := ts.clientsWithToken(p, acmeToken), ts.clientsWithToken(p, globexToken)
+	theirs := submit(t, globex, &jobwatchv1.SubmitJobRequest{Kind: "k", Batch: "shared-name"})
+	resp, err := acme.jobs.SubmitJobs(ctxTimeout(t, callBound), batchRequest(t, "k", "shared-name", 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tenant := resp.GetJobs()[0].GetTenant(); tenant != "acme" {
+		t.Fatalf("a client's SubmitJobs made jobs of tenant %q", tenant)
+	}
+	_, err = acme.jobs.WaitJobs(ctxTimeout(t, callBound), &jobwatchv1.WaitJobsRequest{JobIds: []string{resp.GetJobs()[0].GetId(), theirs.GetId()}})
+	wantCode(t, err, connect.CodeNotFound)
+	_, missing := acme.jobs.WaitJobs(ctxTimeout(t, callBound), &jobwatchv1.WaitJobsRequest{JobIds: []string{missingJobID}})
+	if err.Error() != strings.Replace(missing.Error(), missingJobID, theirs.GetId(), 1) {
+		t.Errorf("another tenant's job: %v; a missing one: %v; want the same words", err, missing)
+	}
+	// The batch of that name is the caller's own: its two jobs.
+	got, err := acme.jobs.WaitJobs(ctxTimeout(t, 2*time.Second), &jobwatchv1.WaitJobsRequest{Batch: "shared-name"})
+	if err != nil || len(got.GetUnfinishedJobIds()) != 2 {
+		t.Fatalf("WaitJobs of acme's batch = unfinished %v, %v; want acme's two jobs", got.GetUnfinishedJobIds(), err)
+	}
+	// Submitting for another tenant is refused as for SubmitJob.
+	req := batchRequest(t, "k", "", 2)
+	req.Jobs[1].Tenant = "globex"
+	_, err = acme.jobs.SubmitJobs(ctxTimeout(t, callBound), req)
+	wantCode(t, err, connect.CodePermissionDenied)
+}
+
+// WatchJobs and ListJobs with a batch keep that batch's jobs only.
+func TestWatchJobsAndListJobsKeepOneBatch(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	c := ts.h2c()
+	if _, err := c.jobs.SubmitJobs(ctxTimeout(t, callBound), batchRequest(t, "w", "mine", 3)); err != nil {
+		t.Fatal(err)
+	}
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "w", Batch: "other"})
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "w"})
+	list, err := c.jobs.ListJobs(ctxTimeout(t, callBound), &jobwatchv1.ListJobsRequest{Batch: "mine"})
+	if err != nil || len(list.GetJobs()) != 3 {
+		t.Fatalf("ListJobs of batch mine = %d jobs, %v; want 3", len(list.GetJobs()), err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callBound)
+	defer cancel()
+	stream, err := c.jobs.WatchJobs(ctx, &jobwatchv1.WatchJobsRequest{Batch: "mine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for len(seen) < 3 && stream.Receive() {
+		for _, j := range stream.Msg().GetJobs() {
+			if j.GetBatch() != "mine" {
+				t.Fatalf("WatchJobs of batch mine sent %s of batch %q", j.GetId(), j.GetBatch())
+			}
+			seen[j.GetId()] = true
+		}
+	}
+	// A change to the batch comes; one outside it does not.
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "w", Batch: "other"})
+	late := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "w", Batch: "mine"})
+	for stream.Receive() {
+		js := stream.Msg().GetJobs()
+		if len(js) == 0 {
+			continue
+		}
+		if js[0].GetId() != late.GetId() || len(js) != 1 {
+			t.Fatalf("WatchJobs of batch mine sent %v, want only %s", jobIDs(js), late.GetId())
+		}
+		return
+	}
+	t.Fatalf("WatchJobs ended: %v", stream.Err())
+}
