@@ -82,7 +82,10 @@ func (e *Engine) heard(changes []store.Change, missed bool) {
 			}
 			continue
 		}
-		if c.Local || (latest != nil && latest[c.JobID] != i) {
+		// A change made through this engine's store was published when
+		// it committed, but for those the store made on its own beside
+		// it (Released: a job's dependencies ended).
+		if (c.Local && !c.Released) || (latest != nil && latest[c.JobID] != i) {
 			continue
 		}
 		j := jobtype.Job{ID: c.JobID, Tenant: c.Tenant, Kind: c.Kind, Queue: c.Queue,
@@ -106,6 +109,11 @@ func (e *Engine) heard(changes []store.Change, missed bool) {
 			}
 		}
 		e.signals.Publish(tenantSignal(c.Tenant), e.signalSeq.Add(1), struct{}{})
+		if c.Local {
+			// Released here: no claimer of another replica is nearer.
+			e.wakeClaimers(j)
+			continue
+		}
 		e.holdClaimWake(j)
 	}
 }

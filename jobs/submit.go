@@ -45,6 +45,15 @@ type SubmitRequest struct {
 	// Batch labels the job ("": none), a name like Tenant's: WaitMany,
 	// WatchTenant and List can keep a batch's jobs.
 	Batch string
+	// After are jobs of the tenant, already submitted, that must all
+	// succeed before this one runs (at most jobtype.MaxBatchJobs; a
+	// repeated id counts once): until then it is Waiting. Not with Hold.
+	After []string
+	// OnDependencyFailure says what a job of After that ends other than
+	// Succeeded does to this one: "" or jobtype.CancelOnDependencyFailure
+	// cancels it, jobtype.RunOnDependencyFailure runs it once all have
+	// ended.
+	OnDependencyFailure jobtype.DependencyFailure
 }
 
 func (r SubmitRequest) validate() error {
@@ -65,6 +74,23 @@ func (r SubmitRequest) validate() error {
 	}
 	if r.MaxAttempts < 0 {
 		return &jobtype.InvalidError{Field: "max_attempts", Reason: "must not be negative"}
+	}
+	if len(r.After) > jobtype.MaxBatchJobs {
+		return &jobtype.InvalidError{Field: "after", Reason: fmt.Sprintf("must name at most %d jobs, got %d", jobtype.MaxBatchJobs, len(r.After))}
+	}
+	for i, id := range r.After {
+		if err := validID("after["+strconv.Itoa(i)+"]", id); err != nil {
+			return err
+		}
+	}
+	if len(r.After) > 0 && r.Hold {
+		return &jobtype.InvalidError{Field: "after", Reason: "cannot be given with hold: a held job waits for StartJob, one with after for its dependencies"}
+	}
+	switch r.OnDependencyFailure {
+	case "", jobtype.CancelOnDependencyFailure, jobtype.RunOnDependencyFailure:
+	default:
+		return &jobtype.InvalidError{Field: "on_dependency_failure", Reason: fmt.Sprintf("must be %q or %q, got %q",
+			jobtype.CancelOnDependencyFailure, jobtype.RunOnDependencyFailure, r.OnDependencyFailure)}
 	}
 	if p := r.Priority; p != nil && (*p < jobtype.MinPriority || *p > jobtype.MaxPriority) {
 		return &jobtype.InvalidError{Field: "priority", Reason: fmt.Sprintf("must be %d (most urgent) to %d, got %d",
@@ -195,7 +221,29 @@ func (e *Engine) newJob(r SubmitRequest, now time.Time) (jobtype.Job, error) {
 	if r.Hold {
 		j.State = jobtype.Pending
 	}
+	if len(r.After) > 0 {
+		// The store settles it (store.SettleDependencies): Waiting, or
+		// already Queued or Cancelled by dependencies that have ended.
+		j.State, j.After = jobtype.Waiting, distinctIDs(r.After)
+		j.OnDependencyFailure = r.OnDependencyFailure
+		if j.OnDependencyFailure == "" {
+			j.OnDependencyFailure = jobtype.CancelOnDependencyFailure
+		}
+	}
 	return j, nil
+}
+
+// distinctIDs is ids with repeats left out, in order.
+func distinctIDs(ids []string) []string {
+	out := make([]string, 0, len(ids))
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // Start moves a PENDING job to QUEUED. A job already QUEUED or RUNNING is

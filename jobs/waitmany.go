@@ -197,17 +197,12 @@ func (e *Engine) waitManyIDs(ctx context.Context, r WaitManyRequest) ([]string, 
 	case r.Batch != "":
 		return e.batchIDs(ctx, r.Tenant, r.Batch)
 	}
-	ids := make([]string, 0, len(r.IDs))
-	seen := make(map[string]bool, len(r.IDs))
 	for i, id := range r.IDs {
 		if err := validID("job_ids["+strconv.Itoa(i)+"]", id); err != nil {
 			return nil, err
 		}
-		if !seen[id] {
-			seen[id] = true
-			ids = append(ids, id)
-		}
 	}
+	ids := distinctIDs(r.IDs)
 	if len(ids) > jobtype.MaxBatchJobs {
 		return nil, &jobtype.InvalidError{Field: "job_ids", Reason: fmt.Sprintf("must name at most %d jobs, got %d", jobtype.MaxBatchJobs, len(ids))}
 	}

@@ -27,6 +27,8 @@ const (
 	Failed    State = "failed"
 	Cancelled State = "cancelled"
 	Lost      State = "lost"
+	// Waiting: submitted with After, until those jobs have ended.
+	Waiting State = "waiting"
 )
 
 // Terminal reports whether s never changes again.
@@ -39,7 +41,7 @@ func (s State) Terminal() bool {
 }
 
 // ActiveStates are the states in which a job holds its unique key.
-var ActiveStates = []State{Pending, Queued, Running}
+var ActiveStates = []State{Pending, Waiting, Queued, Running}
 
 // JobError is why a job, or its last attempt, failed.
 type JobError struct {
@@ -68,13 +70,19 @@ type Job struct {
 	// Batch is the label the job was submitted with ("": none), a name
 	// (CheckName) that groups a tenant's jobs for WaitJobs, WatchJobs and
 	// ListJobs. It never changes.
-	Batch      string
-	CreatedAt  time.Time
-	StartedAt  time.Time
-	UpdatedAt  time.Time
-	FinishedAt time.Time
-	RunAt      time.Time // not claimable before this
-	WorkerID   string
+	Batch string
+	// After are the jobs this one runs after, of its tenant, as
+	// submitted; nil for none. While one of them has not ended the job
+	// is Waiting. OnDependencyFailure says what one that ends other than
+	// Succeeded does to it ("" without After).
+	After               []string
+	OnDependencyFailure DependencyFailure
+	CreatedAt           time.Time
+	StartedAt           time.Time
+	UpdatedAt           time.Time
+	FinishedAt          time.Time
+	RunAt               time.Time // not claimable before this
+	WorkerID            string
 
 	// The lease of the worker running the job; empty unless RUNNING.
 	LeaseID        string
@@ -95,6 +103,23 @@ type Job struct {
 	// TimedOut, and leaves it zero in every job it returns.
 	AttemptStartedAt time.Time
 }
+
+// DependencyFailure is what a job's dependency (Job.After) that ends
+// other than Succeeded does to it.
+type DependencyFailure string
+
+const (
+	// CancelOnDependencyFailure cancels the job at once, with an error
+	// of type DependencyFailedError naming the dependency.
+	CancelOnDependencyFailure DependencyFailure = "cancel"
+	// RunOnDependencyFailure runs the job once every dependency has
+	// ended, however.
+	RunOnDependencyFailure DependencyFailure = "run"
+)
+
+// DependencyFailedError is the error type of a job cancelled because a
+// job it ran after ended other than Succeeded.
+const DependencyFailedError = "DependencyFailed"
 
 // MaxHistory is how many entries a job's History keeps: the oldest go
 // first.
@@ -140,6 +165,9 @@ const SizeOverhead = 256
 func (j *Job) Size() int {
 	n := SizeOverhead + len(j.ID) + len(j.Tenant) + len(j.Kind) + len(j.Queue) + len(j.State) +
 		len(j.Step) + len(j.Payload) + len(j.Result) + len(j.UniqueKey) + len(j.WorkerID) + len(j.Batch)
+	for _, id := range j.After {
+		n += len(id)
+	}
 	if j.Error != nil {
 		n += len(j.Error.Type) + len(j.Error.Message)
 	}
@@ -195,6 +223,17 @@ var (
 	// ErrInvalidPageToken: ListJobs got a page token it did not issue.
 	ErrInvalidPageToken = errors.New("invalid page token")
 )
+
+// MissingError is a job a request names (a dependency in After) that
+// does not exist for the caller: not found, deleted, expired, or
+// another tenant's, which read alike. It wraps ErrNotFound.
+type MissingError struct {
+	Field string // as named in the API, e.g. "after"
+	ID    string
+}
+
+func (e *MissingError) Error() string { return e.Field + ": job " + e.ID + " not found" }
+func (e *MissingError) Unwrap() error { return ErrNotFound }
 
 // ConflictError is returned by CreateJob when the tenant already has an
 // active job with the same unique key.

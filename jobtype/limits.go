@@ -35,8 +35,13 @@ const (
 	// worker's free slots, River's MaxWorkers default.
 	MaxClaimJobs = 100
 	// MaxBatchJobs bounds the jobs of one SubmitJobs and of one WaitJobs
-	// (its ids, or the jobs of its batch).
+	// (its ids, or the jobs of its batch), and the dependencies (After)
+	// of one job.
 	MaxBatchJobs = 1000
+	// MaxDependencyDepth bounds a chain of WAITING jobs, each after the
+	// next: a failure at its end cancels the whole chain in the
+	// transaction that ends it, one nested trigger per link.
+	MaxDependencyDepth = 100
 	// MaxTokenBytes bounds a page token or resume token handed back.
 	// Tokens this engine and its stores issue are far shorter.
 	MaxTokenBytes = 1024

@@ -27,6 +27,7 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 		stateErr    *jobs.StateError
 		conflictErr *jobtype.ConflictError
 		refErr      *jobs.JobRefError
+		missingErr  *jobtype.MissingError
 	)
 	switch {
 	case errors.As(err, &connectErr):
@@ -36,6 +37,9 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 		return connect.NewError(connect.CodeInvalidArgument, invalidErr)
 	case errors.As(err, &tooLargeErr):
 		return connect.NewError(connect.CodeResourceExhausted, tooLargeErr)
+	case errors.As(err, &missingErr):
+		// The id the caller sent, and nothing of whether it exists elsewhere.
+		return connect.NewError(connect.CodeNotFound, missingErr)
 	case errors.As(err, &refErr) && errors.Is(refErr.Err, jobtype.ErrNotFound):
 		// The id the caller sent, and nothing of whether it exists elsewhere.
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("%s: %w", refErr.ID, jobtype.ErrNotFound))

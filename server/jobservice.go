@@ -134,6 +134,17 @@ func (s *Server) submitRequest(ctx context.Context, prefix string, req *jobwatch
 		MaxAttempts: req.GetMaxAttempts(),
 		Priority:    req.Priority, // unset: the queue's default; the engine checks the range
 		Batch:       req.GetBatch(),
+		After:       req.GetAfter(),
+	}
+	switch f := req.GetOnDependencyFailure(); f {
+	case jobwatchv1.DependencyFailure_DEPENDENCY_FAILURE_UNSPECIFIED:
+	case jobwatchv1.DependencyFailure_DEPENDENCY_FAILURE_CANCEL:
+		r.OnDependencyFailure = jobtype.CancelOnDependencyFailure
+	case jobwatchv1.DependencyFailure_DEPENDENCY_FAILURE_RUN:
+		r.OnDependencyFailure = jobtype.RunOnDependencyFailure
+	default:
+		return jobs.SubmitRequest{}, invalid(prefix+"on_dependency_failure",
+			fmt.Sprintf("%v is not DEPENDENCY_FAILURE_CANCEL or DEPENDENCY_FAILURE_RUN", f))
 	}
 	if req.RunAt != nil {
 		// A timestamp the caller sent is a time it means: within

@@ -267,7 +267,7 @@ var (
 )
 
 var allStates = []jobtype.State{
-	jobtype.Pending, jobtype.Queued, jobtype.Running,
+	jobtype.Pending, jobtype.Waiting, jobtype.Queued, jobtype.Running,
 	jobtype.Succeeded, jobtype.Failed, jobtype.Cancelled, jobtype.Lost,
 }
 

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobtype"
@@ -103,4 +105,69 @@ func (run ScheduleRun) NextRun(last *ScheduleState, now time.Time) time.Time {
 		return from.Add(run.Every)
 	}
 	return run.Cron.Next(from)
+}
+
+// Dependency is a job that a new job's After names, as the transaction
+// that creates the new job reads it: its state and, for a WAITING one,
+// how deep its own chain of WAITING jobs is.
+type Dependency struct {
+	State jobtype.State
+	Depth int
+}
+
+// SettleDependencies decides what j, a new job WAITING for the jobs of
+// j.After, is at its creation, from deps (those jobs as the creating
+// transaction reads them, by id; an id of After missing from it does not
+// exist for j's tenant): j as it is stored, the dependencies it still
+// waits for (rows of the backend's table of them), and its depth (1 more
+// than the deepest WAITING one it waits for). With none left to wait
+// for it is QUEUED (from j.UpdatedAt at the earliest); with one ended
+// other than SUCCEEDED and OnDependencyFailure cancel it is CANCELLED at
+// once, with the error the backends' triggers give a job whose
+// dependency fails later. An id not in deps is a *jobtype.MissingError;
+// a chain deeper than jobtype.MaxDependencyDepth an *InvalidError.
+func SettleDependencies(j jobtype.Job, deps map[string]Dependency) (settled jobtype.Job, waitFor []string, depth int, err error) {
+	if j.State != jobtype.Waiting || len(j.After) == 0 {
+		return j, nil, 0, nil
+	}
+	var failed string
+	for _, id := range j.After {
+		d, ok := deps[id]
+		switch {
+		case !ok:
+			return j, nil, 0, &jobtype.MissingError{Field: "after", ID: id}
+		case !d.State.Terminal():
+			waitFor = append(waitFor, id)
+			if d.State == jobtype.Waiting {
+				depth = max(depth, d.Depth)
+			}
+		case d.State != jobtype.Succeeded && failed == "":
+			failed = id
+		}
+	}
+	if failed != "" && j.OnDependencyFailure != jobtype.RunOnDependencyFailure {
+		j.State, j.FinishedAt = jobtype.Cancelled, j.UpdatedAt
+		j.Error = &jobtype.JobError{Type: jobtype.DependencyFailedError,
+			Message: DependencyFailedMessage(failed, deps[failed].State)}
+		return j, nil, 0, nil
+	}
+	if len(waitFor) == 0 {
+		j.State = jobtype.Queued
+		if j.RunAt.Before(j.UpdatedAt) {
+			j.RunAt = j.UpdatedAt
+		}
+		return j, nil, 0, nil
+	}
+	if depth+1 > jobtype.MaxDependencyDepth {
+		return j, nil, 0, &jobtype.InvalidError{Field: "after", Reason: fmt.Sprintf(
+			"would make a chain of %d WAITING jobs, each after the next; at most %d", depth+1, jobtype.MaxDependencyDepth)}
+	}
+	return j, waitFor, depth + 1, nil
+}
+
+// DependencyFailedMessage is the error message of a job cancelled because
+// job id, which it runs after, ended in state: the backends' triggers
+// write the same words.
+func DependencyFailedMessage(id string, state jobtype.State) string {
+	return "job " + id + ", which it runs after, ended " + strings.ToUpper(string(state))
 }

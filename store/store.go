@@ -364,6 +364,11 @@ type Change struct {
 	// Local: the write was made through the Store that hears it, whose
 	// caller has the committed job already (an engine owns its Store).
 	Local bool
+	// Released: the backend itself made this change, in the transaction
+	// of a write that ended one of the job's dependencies (Job.After):
+	// the job left WAITING (QUEUED, or CANCELLED), or was looked at. The
+	// writer's caller does not have it, Local or not.
+	Released bool
 	// QueueChange: this is no job's change (JobID is "") but Queue's
 	// pause (Paused) or resume (!Paused), committed by PauseQueue or
 	// ResumeQueue; Local as for a job's.

@@ -26,6 +26,18 @@ var stateToProto = map[jobtype.State]jobwatchv1.JobState{
 	jobtype.Failed:    jobwatchv1.JobState_JOB_STATE_FAILED,
 	jobtype.Cancelled: jobwatchv1.JobState_JOB_STATE_CANCELLED,
 	jobtype.Lost:      jobwatchv1.JobState_JOB_STATE_LOST,
+	jobtype.Waiting:   jobwatchv1.JobState_JOB_STATE_WAITING,
+}
+
+// DependencyFailure returns the wire form of f: UNSPECIFIED for "".
+func DependencyFailure(f jobtype.DependencyFailure) jobwatchv1.DependencyFailure {
+	switch f {
+	case jobtype.CancelOnDependencyFailure:
+		return jobwatchv1.DependencyFailure_DEPENDENCY_FAILURE_CANCEL
+	case jobtype.RunOnDependencyFailure:
+		return jobwatchv1.DependencyFailure_DEPENDENCY_FAILURE_RUN
+	}
+	return jobwatchv1.DependencyFailure_DEPENDENCY_FAILURE_UNSPECIFIED
 }
 
 // State returns the wire form of s.
@@ -71,28 +83,30 @@ func Job(j *jobtype.Job) (*jobwatchv1.Job, error) {
 		return nil, fmt.Errorf("job %s result: %w", j.ID, err)
 	}
 	pj := &jobwatchv1.Job{
-		Id:          j.ID,
-		Tenant:      j.Tenant,
-		Kind:        j.Kind,
-		Queue:       j.Queue,
-		State:       stateToProto[j.State],
-		Version:     j.Version,
-		Percent:     j.Percent,
-		Step:        j.Step,
-		Payload:     payload,
-		Result:      result,
-		Attempt:     j.Attempt,
-		MaxAttempts: j.MaxAttempts,
-		UniqueKey:   j.UniqueKey,
-		CreatedAt:   Timestamp(j.CreatedAt),
-		StartedAt:   Timestamp(j.StartedAt),
-		UpdatedAt:   Timestamp(j.UpdatedAt),
-		FinishedAt:  Timestamp(j.FinishedAt),
-		RunAt:       Timestamp(j.RunAt),
-		WorkerId:    j.WorkerID,
-		Priority:    j.Priority,
-		Batch:       j.Batch,
-		Error:       jobError(j.Error),
+		Id:                  j.ID,
+		Tenant:              j.Tenant,
+		Kind:                j.Kind,
+		Queue:               j.Queue,
+		State:               stateToProto[j.State],
+		Version:             j.Version,
+		Percent:             j.Percent,
+		Step:                j.Step,
+		Payload:             payload,
+		Result:              result,
+		Attempt:             j.Attempt,
+		MaxAttempts:         j.MaxAttempts,
+		UniqueKey:           j.UniqueKey,
+		CreatedAt:           Timestamp(j.CreatedAt),
+		StartedAt:           Timestamp(j.StartedAt),
+		UpdatedAt:           Timestamp(j.UpdatedAt),
+		FinishedAt:          Timestamp(j.FinishedAt),
+		RunAt:               Timestamp(j.RunAt),
+		WorkerId:            j.WorkerID,
+		Priority:            j.Priority,
+		Batch:               j.Batch,
+		After:               j.After,
+		OnDependencyFailure: DependencyFailure(j.OnDependencyFailure),
+		Error:               jobError(j.Error),
 	}
 	for _, h := range j.History {
 		pj.Attempts = append(pj.Attempts, &jobwatchv1.JobAttempt{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,13 +18,20 @@ import (
 
 const insertJob = `INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step,
 	payload, result, error_type, error_message, attempt, max_attempts, unique_key, created_at,
-	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, history, batch)
+	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, history, batch, after, after_policy, after_depth)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::text::json, $10::text::json, $11, $12, $13, $14, $15,
-	$16, $17, $18, $19, $20, $21, $22, $23, $24, $25::text::json, $26)`
+	$16, $17, $18, $19, $20, $21, $22, $23, $24, $25::text::json, $26, $27, $28, $29)`
 
-// insertValues are insertJob's bind values: values, then the batch,
-// which no update writes (it never changes).
-func insertValues(j jobtype.Job) []any { return append(values(j), j.Batch) }
+// insertValues are insertJob's bind values: values, then what no update
+// writes (it never changes): the batch, the dependencies, and the depth
+// of its chain of WAITING jobs (0 unless it waits).
+func insertValues(j jobtype.Job, depth int) []any {
+	var after any
+	if len(j.After) > 0 {
+		after = j.After
+	}
+	return append(values(j), j.Batch, after, string(j.OnDependencyFailure), depth)
+}
 
 // updateJob writes every column (PostgreSQL keeps an update HOT when no
 // indexed value changed, whatever the SET list says) if the row is still
@@ -39,7 +47,7 @@ const updateJob = `UPDATE jobs SET (tenant, kind, queue, state, version, percent
 // what jobs_unique_active says, so that index answers it.
 const holderQuery = `SELECT id FROM jobs
 	WHERE tenant = $1 AND unique_key = $2 AND id <> $3
-	AND unique_key <> '' AND state IN ('pending', 'queued', 'running')`
+	AND unique_key <> '' AND state IN ('pending', 'waiting', 'queued', 'running')`
 
 // conflictAttempts bounds how often a write that hit a unique key whose
 // holder ended before it could be named tries again.
@@ -47,10 +55,17 @@ const conflictAttempts = 3
 
 // CreateJob implements store.Store.
 func (s *Store) CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, error) {
+	if len(j.After) > 0 {
+		jobs, err := s.CreateJobs(ctx, []jobtype.Job{j})
+		if err != nil {
+			return jobtype.Job{}, err
+		}
+		return jobs[0], nil
+	}
 	j = normalize(j)
 	for attempt := 1; ; attempt++ {
 		err := s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-			_, err := conn.Exec(ctx, insertJob, insertValues(j)...)
+			_, err := conn.Exec(ctx, insertJob, insertValues(j, 0)...)
 			return err
 		})
 		if err == nil {
@@ -66,25 +81,34 @@ func (s *Store) CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, erro
 	}
 }
 
-// CreateJobs implements store.Store: the inserts go in one pipelined
-// batch, which the server runs as one implicit transaction (a batch's
-// statements share one Sync), so a job that cannot be stored rolls back
-// the ones before it.
+// CreateJobs implements store.Store. Without dependencies the inserts go
+// in one pipelined batch, which the server runs as one implicit
+// transaction (a batch's statements share one Sync), so a job that
+// cannot be stored rolls back the ones before it. With them, in one
+// transaction of its own: see createWithDependencies.
 func (s *Store) CreateJobs(ctx context.Context, jobs []jobtype.Job) ([]jobtype.Job, error) {
-	out := make([]jobtype.Job, len(jobs))
+	in := make([]jobtype.Job, len(jobs))
+	waits := false
 	for i, j := range jobs {
-		out[i] = normalize(j)
+		in[i] = normalize(j)
+		waits = waits || len(j.After) > 0
 	}
 	for attempt := 1; ; attempt++ {
 		failed := -1 // the job whose insert failed
+		var out []jobtype.Job
 		err := s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-			failed = -1
+			if waits {
+				var err error
+				out, failed, err = createWithDependencies(ctx, conn, in)
+				return err
+			}
+			failed, out = -1, in
 			b := &pgx.Batch{}
-			for _, j := range out {
-				b.Queue(insertJob, insertValues(j)...)
+			for _, j := range in {
+				b.Queue(insertJob, insertValues(j, 0)...)
 			}
 			br := conn.SendBatch(ctx, b)
-			for i := range out {
+			for i := range in {
 				if _, err := br.Exec(); err != nil {
 					failed = i
 					br.Close()
@@ -99,17 +123,85 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []jobtype.Job) ([]jobtype.J
 			}
 			return out, nil
 		}
-		what := fmt.Sprintf("create %d jobs", len(out))
+		var missing *jobtype.MissingError
+		var invalid *jobtype.InvalidError
+		if errors.As(err, &missing) || errors.As(err, &invalid) {
+			return nil, err
+		}
+		what := fmt.Sprintf("create %d jobs", len(in))
 		if failed >= 0 {
-			what = "create job " + out[failed].ID
+			what = "create job " + in[failed].ID
 		}
 		if failed < 0 || !isUniqueViolation(err, "jobs_unique_active") || attempt == conflictAttempts {
 			return nil, fmt.Errorf("%s: %w", what, classify(err))
 		}
-		if conflict := s.activeHolder(ctx, out[failed]); conflict != nil {
+		if conflict := s.activeHolder(ctx, in[failed]); conflict != nil {
 			return nil, conflict
 		}
 	}
+}
+
+// createWithDependencies stores jobs in one transaction on conn, each
+// job with dependencies (After) settled first (store.SettleDependencies)
+// from their rows read FOR SHARE: a write that would end one of them
+// waits for this transaction, whose rows in job_deps its trigger then
+// finds, and one that ended before the read is read ended. It returns
+// the jobs as stored, or the index of the job whose insert failed.
+func createWithDependencies(ctx context.Context, conn *pgxpool.Conn, in []jobtype.Job) (out []jobtype.Job, failed int, err error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return nil, -1, err
+	}
+	defer tx.Rollback(ctx)
+	out = slices.Clone(in)
+	for i := range out {
+		j := &out[i]
+		var waitFor []string
+		depth := 0
+		if len(j.After) > 0 {
+			deps, err := readDependencies(ctx, tx, j.Tenant, j.After)
+			if err != nil {
+				return nil, -1, fmt.Errorf("create job %s: %w", j.ID, err)
+			}
+			if *j, waitFor, depth, err = store.SettleDependencies(*j, deps); err != nil {
+				return nil, -1, err
+			}
+		}
+		if _, err := tx.Exec(ctx, insertJob, insertValues(*j, depth)...); err != nil {
+			return nil, i, err
+		}
+		if len(waitFor) > 0 {
+			if _, err := tx.Exec(ctx, "INSERT INTO job_deps (after_id, job_id) SELECT unnest($1::text[]), $2 ON CONFLICT DO NOTHING",
+				waitFor, j.ID); err != nil {
+				return nil, -1, fmt.Errorf("create job %s: record its dependencies: %w", j.ID, err)
+			}
+		}
+	}
+	return out, -1, tx.Commit(ctx)
+}
+
+// readDependencies reads the jobs of ids that belong to tenant, as
+// store.SettleDependencies takes them, locked FOR SHARE.
+func readDependencies(ctx context.Context, tx pgx.Tx, tenant string, ids []string) (map[string]store.Dependency, error) {
+	rows, err := tx.Query(ctx, "SELECT id, state, after_depth FROM jobs WHERE tenant = $1 AND id = ANY($2::text[]) FOR SHARE",
+		tenant, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read its dependencies: %w", err)
+	}
+	defer rows.Close()
+	deps := make(map[string]store.Dependency, len(ids))
+	for rows.Next() {
+		var id, state string
+		var depth int
+		if err := rows.Scan(&id, &state, &depth); err != nil {
+			return nil, fmt.Errorf("read its dependencies: %w", err)
+		}
+		deps[id] = store.Dependency{State: jobtype.State(state), Depth: depth}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read its dependencies: %w", err)
+	}
+	return deps, nil
 }
 
 // activeHolder explains a unique violation on jobs_unique_active while

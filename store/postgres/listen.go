@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -305,11 +307,15 @@ func (s *Store) appendChanges(batch []store.Change, n *pgconn.Notification) []st
 	var changes []store.Change
 	var err error
 	if isPauseNotice(n.Payload) {
-		c, isLog, lerr := parseLogNotice(n.Payload)
-		if !isLog && lerr == nil {
-			c, lerr = parsePauseNotice(n.Payload)
+		var released bool
+		changes, released, err = parseReleaseNotice(n.Payload)
+		if !released && err == nil {
+			c, isLog, lerr := parseLogNotice(n.Payload)
+			if !isLog && lerr == nil {
+				c, lerr = parsePauseNotice(n.Payload)
+			}
+			changes, err = []store.Change{c}, lerr
 		}
-		changes, err = []store.Change{c}, lerr
 	} else {
 		changes, err = parseChanges(n.Payload)
 	}
@@ -374,4 +380,36 @@ func (s *Store) relisten(ctx context.Context) *pgx.Conn {
 			return nil
 		}
 	}
+}
+
+// releaseNotice is the payload jobs_dependency_ended (schema.go,
+// migration 10) sends for each job it touched: a JSON object, as a
+// pauseNotice is, told apart by its "released" key, whose value is one
+// change as packChanges writes it.
+type releaseNotice struct {
+	Released json.RawMessage `json:"released"`
+}
+
+// parseReleaseNotice reads an object notice (isPauseNotice) that is a
+// release as its change, marked Released; ok is false for another
+// notice.
+func parseReleaseNotice(payload string) (changes []store.Change, ok bool, err error) {
+	if !strings.Contains(payload, `"released"`) {
+		return nil, false, nil
+	}
+	var n releaseNotice
+	if err := json.Unmarshal([]byte(payload), &n); err != nil {
+		return nil, false, fmt.Errorf("read a notice: %w", err)
+	}
+	if len(n.Released) == 0 {
+		return nil, false, nil
+	}
+	changes, err = parseChanges("[" + string(n.Released) + "]")
+	if err != nil {
+		return nil, true, fmt.Errorf("read a release notice: %w", err)
+	}
+	for i := range changes {
+		changes[i].Released = true
+	}
+	return changes, true, nil
 }

@@ -120,7 +120,7 @@ func TestListenCatchesUpWithAChangeNeverNotified(t *testing.T) {
 	a, b := openTwo(t)
 	l := listen(t, a)
 	// Written with SQL, past b's notifier.
-	if _, err := b.pool.Exec(t.Context(), insertJob, insertValues(normalize(job("silent", "default", 0)))...); err != nil {
+	if _, err := b.pool.Exec(t.Context(), insertJob, insertValues(normalize(job("silent", "default", 0)), 0)...); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.pool.Exec(t.Context(), "UPDATE jobs SET version = 2, step = 'x' WHERE id = 'silent'"); err != nil {
@@ -147,7 +147,7 @@ func TestListenDeliversEachChangeOnce(t *testing.T) {
 	a, b := openTwo(t)
 	l := listen(t, a)
 	mustCreate(t, b, job("job-1", "default", 0))
-	if _, err := b.pool.Exec(t.Context(), insertJob, insertValues(normalize(job("marker", "default", 1)))...); err != nil {
+	if _, err := b.pool.Exec(t.Context(), insertJob, insertValues(normalize(job("marker", "default", 1)), 0)...); err != nil {
 		t.Fatal(err)
 	}
 	l.waitFor(t, "the create and the marker", func(changes []store.Change, missed int) bool {

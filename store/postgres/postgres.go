@@ -249,7 +249,7 @@ func isUniqueViolation(err error, constraint string) bool {
 const columns = `id, tenant, kind, queue, state, version, percent, step,
 	payload::text, result::text, history::text, error_type, error_message, attempt, max_attempts,
 	unique_key, created_at, started_at, updated_at, finished_at, run_at, worker_id, lease_id,
-	lease_expires_at, priority, batch, seq, rev`
+	lease_expires_at, priority, batch, after, after_policy, seq, rev`
 
 var summaryColumns = strings.Replace(columns, "payload::text, result::text, history::text", "NULL::text, NULL::text, NULL::text", 1)
 
@@ -270,7 +270,7 @@ func qualified(cols, alias string) string {
 // full false it leaves payload and result out, as a summary has none.
 func sizeExpr(full bool) string {
 	e := fmt.Sprintf(`(%d + octet_length(id) + octet_length(tenant) + octet_length(kind) + octet_length(queue)
-		+ octet_length(state) + octet_length(step) + octet_length(unique_key) + octet_length(worker_id) + octet_length(batch)
+		+ octet_length(state) + octet_length(step) + octet_length(unique_key) + octet_length(worker_id) + octet_length(batch) + coalesce(octet_length(array_to_string(after, '')), 0)
 		+ coalesce(octet_length(error_type), 0) + coalesce(octet_length(error_message), 0)`, jobtype.SizeOverhead)
 	if full {
 		e += " + coalesce(octet_length(payload::text), 0) + coalesce(octet_length(result::text), 0)"
@@ -409,17 +409,19 @@ func scanJob(r pgx.Row, extra ...any) (storedRow, error) {
 		state                                             string
 		payload, result, history, errType, errMsg         pgtype.Text
 		created, started, updated, finished, runAt, lease pgtype.Timestamptz
+		afterPolicy                                       string
 	)
 	dest := append([]any{&j.ID, &j.Tenant, &j.Kind, &j.Queue, &state, &j.Version, &j.Percent, &j.Step,
 		&payload, &result, &history, &errType, &errMsg, &j.Attempt, &j.MaxAttempts, &j.UniqueKey,
 		&created, &started, &updated, &finished, &runAt, &j.WorkerID, &j.LeaseID, &lease,
-		&j.Priority, &j.Batch, &row.seq, &row.rev}, extra...)
+		&j.Priority, &j.Batch, &j.After, &afterPolicy, &row.seq, &row.rev}, extra...)
 	if err := r.Scan(dest...); err != nil {
 		return storedRow{}, err
 	}
 	j.State = jobtype.State(state)
 	j.Payload, j.Result = fromText(payload), fromText(result)
 	j.History = fromHistory(history)
+	j.OnDependencyFailure = jobtype.DependencyFailure(afterPolicy)
 	if errType.Valid {
 		j.Error = &jobtype.JobError{Type: errType.String, Message: errMsg.String}
 	}

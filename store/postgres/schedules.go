@@ -119,7 +119,7 @@ func runSchedule(ctx context.Context, tx pgx.Tx, run store.ScheduleRun, now time
 
 func insertRun(ctx context.Context, tx pgx.Tx, run store.ScheduleRun) (jobtype.Job, error) {
 	j := normalize(run.Job)
-	if _, err := tx.Exec(ctx, insertJob, insertValues(j)...); err != nil {
+	if _, err := tx.Exec(ctx, insertJob, insertValues(j, 0)...); err != nil {
 		return jobtype.Job{}, fmt.Errorf("create job %s: %w", j.ID, err)
 	}
 	return j, nil

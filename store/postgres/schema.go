@@ -263,6 +263,65 @@ CREATE TABLE {{schema}}.job_logs (
 ALTER TABLE {{schema}}.jobs ADD COLUMN batch text NOT NULL DEFAULT '';
 CREATE INDEX jobs_batch ON {{schema}}.jobs (tenant, batch, created_at, seq) WHERE batch <> '';
 `,
+	// 10: dependencies. Each job keeps the jobs it runs after (after, as
+	// submitted), what a failed one does to it (after_policy: 'cancel'
+	// or 'run', '' for none) and how many WAITING jobs deep its chain is
+	// (after_depth); a WAITING job holds its unique key. job_deps holds,
+	// for each WAITING job, the dependencies that have not ended.
+	// jobs_dependency_ended runs in the transaction that ends a job
+	// (whatever statement ends it): it cancels the WAITING jobs that may
+	// not run after a failure of it (which ends them, so it runs again
+	// for theirs, one level deeper: after_depth bounds the nesting),
+	// drops its rows, queues the WAITING jobs left with none, and
+	// notifies each job it touched in the same transaction, marked
+	// "released", so that every replica (this one too: the writer does
+	// not know of them) hears of them. A job without dependents costs an
+	// index probe of job_deps.
+	`
+ALTER TABLE {{schema}}.jobs ADD COLUMN after text[],
+	ADD COLUMN after_policy text NOT NULL DEFAULT '',
+	ADD COLUMN after_depth integer NOT NULL DEFAULT 0;
+DROP INDEX {{schema}}.jobs_unique_active;
+CREATE UNIQUE INDEX jobs_unique_active ON {{schema}}.jobs (tenant, unique_key)
+	WHERE unique_key <> '' AND state IN ('pending', 'waiting', 'queued', 'running');
+CREATE TABLE {{schema}}.job_deps (
+	after_id text NOT NULL,
+	job_id   text NOT NULL,
+	PRIMARY KEY (after_id, job_id)
+);
+CREATE INDEX job_deps_job ON {{schema}}.job_deps (job_id);
+CREATE FUNCTION {{schema}}.jobs_release_dependents() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+	ids text[];
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM {{schema}}.job_deps WHERE after_id = NEW.id) THEN
+		RETURN NULL;
+	END IF;
+	IF NEW.state <> 'succeeded' THEN
+		UPDATE {{schema}}.jobs SET state = 'cancelled', finished_at = NEW.updated_at, updated_at = NEW.updated_at,
+			error_type = 'DependencyFailed',
+			error_message = 'job ' || NEW.id || ', which it runs after, ended ' || upper(NEW.state),
+			version = version + 1, rev = rev + 1
+		WHERE state = 'waiting' AND after_policy = 'cancel'
+			AND id IN (SELECT job_id FROM {{schema}}.job_deps WHERE after_id = NEW.id);
+	END IF;
+	WITH d AS (DELETE FROM {{schema}}.job_deps WHERE after_id = NEW.id RETURNING job_id)
+	SELECT array_agg(job_id) INTO ids FROM d;
+	UPDATE {{schema}}.jobs AS j SET state = 'queued', run_at = greatest(j.run_at, NEW.updated_at),
+		updated_at = NEW.updated_at, version = j.version + 1, rev = j.rev + 1
+	WHERE j.id = ANY(ids) AND j.state = 'waiting'
+		AND NOT EXISTS (SELECT 1 FROM {{schema}}.job_deps AS d WHERE d.job_id = j.id);
+	PERFORM pg_notify('{{channel}}', json_build_object('released', json_build_array(j.id, j.version, j.tenant,
+		j.kind, j.queue, j.state, (extract(epoch FROM j.run_at) * 1000000)::bigint))::text)
+	FROM {{schema}}.jobs AS j WHERE j.id = ANY(ids);
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER jobs_dependency_ended AFTER UPDATE OF state ON {{schema}}.jobs FOR EACH ROW
+	WHEN (NEW.state IN ('succeeded', 'failed', 'cancelled', 'lost')
+		AND OLD.state NOT IN ('succeeded', 'failed', 'cancelled', 'lost'))
+	EXECUTE FUNCTION {{schema}}.jobs_release_dependents();
+`,
 }
 
 // channelFor is the NOTIFY channel of the store in schema: one per schema,

@@ -109,7 +109,7 @@ func seedClaimBench(b *testing.B, queues int, limits map[string]store.QueueLimit
 			j := jobtype.Job{ID: fmt.Sprintf("job-%05d", i), Tenant: "t", Kind: "k",
 				Queue: fmt.Sprintf("q%02d", i%queues), State: jobtype.Queued, Version: 1,
 				MaxAttempts: 1, CreatedAt: at, UpdatedAt: at, RunAt: at}
-			if _, err := tx.ExecContext(ctx, insertJob, append(values(normalize(j)), int64(0))...); err != nil {
+			if _, err := tx.ExecContext(ctx, insertJob, append(values(normalize(j)), int64(0), 0)...); err != nil {
 				return err
 			}
 		}

@@ -16,7 +16,7 @@ import (
 
 const columns = `id, tenant, kind, queue, state, version, percent, step, payload, result, history,
 	error_type, error_message, attempt, max_attempts, unique_key, created_at, started_at,
-	updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, batch, seq`
+	updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, batch, after, after_policy, seq`
 
 func toMicro(t time.Time) int64 { return t.UnixMicro() }
 
@@ -209,8 +209,29 @@ func valuesWith(j jobtype.Job, history any) []any {
 		nullJSON(j.Payload), nullJSON(j.Result), history, errType, errMsg, j.Attempt, j.MaxAttempts,
 		j.UniqueKey, toMicro(j.CreatedAt), toMicro(j.StartedAt), toMicro(j.UpdatedAt),
 		toMicro(j.FinishedAt), toMicro(j.RunAt), j.WorkerID, j.LeaseID, toMicro(j.LeaseExpiresAt),
-		j.Priority, j.Batch,
+		j.Priority, j.Batch, toAfter(j.After), string(j.OnDependencyFailure),
 	}
+}
+
+// toAfter is how After is stored: a JSON array of ids, NULL for none.
+func toAfter(ids []string) sql.NullString {
+	if len(ids) == 0 {
+		return sql.NullString{}
+	}
+	b, err := json.Marshal(ids)
+	if err != nil {
+		panic("sqlite: encode after: " + err.Error()) // strings: cannot fail
+	}
+	return sql.NullString{String: string(b), Valid: true}
+}
+
+// fromAfter reads what toAfter stored.
+func fromAfter(s sql.NullString) []string {
+	var ids []string
+	if s.Valid && json.Unmarshal([]byte(s.String), &ids) != nil {
+		return nil
+	}
+	return ids
 }
 
 type scanner interface{ Scan(dest ...any) error }
@@ -227,19 +248,21 @@ func scanJob(r scanner) (jobtype.Job, int64, error) {
 	var (
 		j                                                 jobtype.Job
 		state                                             string
-		payload, result, history, errType, errMsg         sql.NullString
+		payload, result, history, errType, errMsg, after  sql.NullString
+		afterPolicy                                       string
 		created, started, updated, finished, runAt, lease int64
 		seq                                               int64
 	)
 	err := r.Scan(&j.ID, &j.Tenant, &j.Kind, &j.Queue, &state, &j.Version, &j.Percent, &j.Step,
 		&payload, &result, &history, &errType, &errMsg, &j.Attempt, &j.MaxAttempts, &j.UniqueKey,
-		&created, &started, &updated, &finished, &runAt, &j.WorkerID, &j.LeaseID, &lease, &j.Priority, &j.Batch, &seq)
+		&created, &started, &updated, &finished, &runAt, &j.WorkerID, &j.LeaseID, &lease, &j.Priority, &j.Batch, &after, &afterPolicy, &seq)
 	if err != nil {
 		return jobtype.Job{}, 0, err
 	}
 	j.State = jobtype.State(state)
 	j.Payload, j.Result = fromNullJSON(payload), fromNullJSON(result)
 	j.History = fromHistory(history)
+	j.After, j.OnDependencyFailure = fromAfter(after), jobtype.DependencyFailure(afterPolicy)
 	if errType.Valid {
 		j.Error = &jobtype.JobError{Type: errType.String, Message: errMsg.String}
 	}

@@ -20,13 +20,14 @@ import (
 // insertJob takes values(j) and then the change sequence's value.
 const insertJob = `INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step,
 	payload, result, history, error_type, error_message, attempt, max_attempts, unique_key, created_at,
-	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, batch, change_seq)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, batch, after, after_policy, change_seq, after_depth)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
-// insert adds j, stamped with the batch's change sequence value. Only
-// the writer goroutine calls it.
-func (s *Store) insert(ctx context.Context, tx *sql.Tx, j jobtype.Job) error {
-	if _, err := tx.ExecContext(ctx, insertJob, append(values(j), s.w.change)...); err != nil {
+// insert adds j, stamped with the batch's change sequence value, at
+// depth in its chain of WAITING jobs (0 unless it waits). Only the
+// writer goroutine calls it.
+func (s *Store) insert(ctx context.Context, tx *sql.Tx, j jobtype.Job, depth int) error {
+	if _, err := tx.ExecContext(ctx, insertJob, append(values(j), s.w.change, depth)...); err != nil {
 		return err
 	}
 	s.changed(j)
@@ -36,7 +37,7 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, j jobtype.Job) error {
 // valueColumns name the values of values(j), in order.
 var valueColumns = []string{"id", "tenant", "kind", "queue", "state", "version", "percent", "step",
 	"payload", "result", "history", "error_type", "error_message", "attempt", "max_attempts", "unique_key", "created_at",
-	"started_at", "updated_at", "finished_at", "run_at", "worker_id", "lease_id", "lease_expires_at", "priority", "batch"}
+	"started_at", "updated_at", "finished_at", "run_at", "worker_id", "lease_id", "lease_expires_at", "priority", "batch", "after", "after_policy"}
 
 // updateChanged makes the UPDATE of row seq from old to next that sets
 // only the columns whose values differ, or "" if none does. SQLite rewrites the entry of every
@@ -77,21 +78,20 @@ func updateChanged(seq int64, old, next jobtype.Job, change int64) (string, []an
 
 // CreateJob implements store.Store.
 func (s *Store) CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, error) {
+	if len(j.After) > 0 {
+		// Its dependencies are read and its rows written beside it.
+		jobs, err := s.CreateJobs(ctx, []jobtype.Job{j})
+		if err != nil {
+			return jobtype.Job{}, err
+		}
+		return jobs[0], nil
+	}
 	j = normalize(j)
 	err := s.writeStatement(ctx, "create job", func(ctx context.Context, tx *sql.Tx) error {
 		if err := callerLeft(ctx); err != nil {
 			return leftError("create job "+j.ID, err)
 		}
-		err := s.insert(ctx, tx, j)
-		if isUniqueViolation(err) {
-			if conflict := s.activeHolder(ctx, tx, j); conflict != nil {
-				return conflict
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("create job %s: %w", j.ID, classify(err))
-		}
-		return nil
+		return s.create(ctx, tx, &j)
 	})
 	if err != nil {
 		return jobtype.Job{}, err
@@ -111,15 +111,9 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []jobtype.Job) ([]jobtype.J
 		if err := callerLeft(ctx); err != nil {
 			return leftError(fmt.Sprintf("create %d jobs", len(out)), err)
 		}
-		for _, j := range out {
-			err := s.insert(ctx, tx, j)
-			if isUniqueViolation(err) {
-				if conflict := s.activeHolder(ctx, tx, j); conflict != nil {
-					return conflict
-				}
-			}
-			if err != nil {
-				return fmt.Errorf("create job %s: %w", j.ID, classify(err))
+		for i := range out {
+			if err := s.create(ctx, tx, &out[i]); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -130,11 +124,74 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []jobtype.Job) ([]jobtype.J
 	return out, nil
 }
 
+// create stores *j in tx. A job with dependencies (After) is settled
+// first (store.SettleDependencies) from their rows as tx reads them: the
+// writer's transaction is the only one, so none of them can end between
+// the read and the commit, and one that ends later finds this job's rows
+// in job_deps. *j becomes the job as stored.
+func (s *Store) create(ctx context.Context, tx *sql.Tx, j *jobtype.Job) error {
+	var waitFor []string
+	depth := 0
+	if len(j.After) > 0 {
+		deps, err := readDependencies(ctx, tx, j.Tenant, j.After)
+		if err != nil {
+			return fmt.Errorf("create job %s: %w", j.ID, err)
+		}
+		if *j, waitFor, depth, err = store.SettleDependencies(*j, deps); err != nil {
+			return err
+		}
+	}
+	err := s.insert(ctx, tx, *j, depth)
+	if isUniqueViolation(err) {
+		if conflict := s.activeHolder(ctx, tx, *j); conflict != nil {
+			return conflict
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("create job %s: %w", j.ID, classify(err))
+	}
+	for _, id := range waitFor {
+		if _, err := tx.ExecContext(ctx, "INSERT OR IGNORE INTO job_deps (after_id, job_id) VALUES (?, ?)", id, j.ID); err != nil {
+			return fmt.Errorf("create job %s: record its dependency %s: %w", j.ID, id, classify(err))
+		}
+	}
+	return nil
+}
+
+// readDependencies reads the jobs of ids that belong to tenant, as
+// store.SettleDependencies takes them.
+func readDependencies(ctx context.Context, tx *sql.Tx, tenant string, ids []string) (map[string]store.Dependency, error) {
+	args := make([]any, 0, len(ids)+1)
+	args = append(args, tenant)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	rows, err := tx.QueryContext(ctx, "SELECT id, state, after_depth FROM jobs WHERE tenant = ? AND id IN (?"+
+		strings.Repeat(", ?", len(ids)-1)+")", args...)
+	if err != nil {
+		return nil, fmt.Errorf("read its dependencies: %w", classify(err))
+	}
+	defer rows.Close()
+	deps := make(map[string]store.Dependency, len(ids))
+	for rows.Next() {
+		var id, state string
+		var depth int
+		if err := rows.Scan(&id, &state, &depth); err != nil {
+			return nil, fmt.Errorf("read its dependencies: %w", classify(err))
+		}
+		deps[id] = store.Dependency{State: jobtype.State(state), Depth: depth}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read its dependencies: %w", classify(err))
+	}
+	return deps, nil
+}
+
 // holderQuery finds the active job holding a unique key; its WHERE says
 // what jobs_unique_active says, so that index answers it.
 const holderQuery = `SELECT id FROM jobs
 	WHERE tenant = ? AND unique_key = ? AND id <> ?
-	AND unique_key <> '' AND state IN ('pending', 'queued', 'running')`
+	AND unique_key <> '' AND state IN ('pending', 'waiting', 'queued', 'running')`
 
 // activeHolder explains the unique violation just seen while writing j:
 // the *jobtype.ConflictError naming the active job that holds j's unique

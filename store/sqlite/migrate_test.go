@@ -56,12 +56,13 @@ func TestMigrationKeepsJobsAndTheirIndexes(t *testing.T) {
 		t.Errorf("job after the migration: %s", got)
 	}
 	db = rawDB(t, path)
-	// Every index and trigger is back, with jobs_batch beside them.
+	// Every index and trigger is back, with jobs_batch and
+	// jobs_dependency_ended beside them.
 	if got := count("index"); got != indexes+1 {
 		t.Errorf("%d indexes on jobs after the migration, want %d", got, indexes+1)
 	}
-	if got := count("trigger"); got != triggers {
-		t.Errorf("%d triggers on jobs after the migration, want %d", got, triggers)
+	if got := count("trigger"); got != triggers+1 {
+		t.Errorf("%d triggers on jobs after the migration, want %d", got, triggers+1)
 	}
 	var seq int64
 	if err := db.QueryRow("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'").Scan(&seq); err != nil || seq < 1 {

@@ -98,7 +98,7 @@ func (s *Store) QueuePauses(ctx context.Context) ([]store.QueuePause, error) {
 func (s *Store) QueueHasJobs(ctx context.Context, queue string) (bool, error) {
 	var one int
 	err := s.read.QueryRowContext(ctx, `SELECT 1 FROM jobs INDEXED BY jobs_state_queue_run_at
-		WHERE state IN ('pending', 'queued', 'running', 'succeeded', 'failed', 'cancelled', 'lost') AND queue = ? LIMIT 1`,
+		WHERE state IN ('pending', 'waiting', 'queued', 'running', 'succeeded', 'failed', 'cancelled', 'lost') AND queue = ? LIMIT 1`,
 		queue).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil

@@ -124,7 +124,7 @@ func (s *Store) runSchedule(ctx context.Context, tx *sql.Tx, run store.ScheduleR
 
 func (s *Store) insertRun(ctx context.Context, tx *sql.Tx, run store.ScheduleRun) (jobtype.Job, error) {
 	j := normalize(run.Job)
-	if err := s.insert(ctx, tx, j); err != nil {
+	if err := s.insert(ctx, tx, j, 0); err != nil {
 		return jobtype.Job{}, fmt.Errorf("create job %s: %w", j.ID, classify(err))
 	}
 	return j, nil

@@ -460,12 +460,27 @@ BEGIN
 	DELETE FROM job_log_heads WHERE job_id = OLD.id;
 END;
 `,
-	// 15: each job's batch label (jobtype.Job.Batch, '' for none), read
-	// with every job, so before payload and result (see 3): the table is
-	// rebuilt once more, as in 10, with every index and trigger on it as
-	// 14 left them. jobs_batch finds a tenant's batch in ListJobs' order
-	// (newest first); partial, so jobs without a batch cost it nothing,
-	// and a query that uses it says batch <> '' as well.
+	// 15: each job's batch label (jobtype.Job.Batch, '' for none) and
+	// dependencies: the jobs it runs after (after, a JSON array of ids,
+	// NULL for none), what a failed one does to it (after_policy:
+	// 'cancel' or 'run', '' for none) and how many WAITING jobs deep its
+	// chain is (after_depth). All are read with every job, so they go
+	// before payload and result (see 3): the table is rebuilt once more,
+	// as in 10, with every index and trigger on it as 14 left them.
+	// jobs_batch finds a tenant's batch in ListJobs' order (newest
+	// first); partial, so jobs without a batch cost it nothing, and a
+	// query that uses it says batch <> '' as well. A WAITING job holds
+	// its unique key (jobs_unique_active).
+	//
+	// job_deps holds, for each WAITING job, the dependencies that have
+	// not ended. jobs_dependency_ended runs in the transaction that ends
+	// a job (whatever statement ends it): it cancels the WAITING jobs
+	// that may not run after a failure of it (which ends them, so the
+	// trigger runs again for theirs: the writer's connection sets
+	// recursive_triggers), drops its rows, queues the WAITING jobs left
+	// with none, and notes every job it touched in job_releases, which
+	// the writer empties into the batch's changes before it commits
+	// (writer.go), so that waiters, watchers and claimers hear of them.
 	`
 CREATE TABLE jobs_new (
 	seq              INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -493,6 +508,9 @@ CREATE TABLE jobs_new (
 	change_seq       INTEGER NOT NULL DEFAULT 0,
 	priority         INTEGER NOT NULL DEFAULT 0,
 	batch            TEXT    NOT NULL DEFAULT '',
+	after            TEXT,
+	after_policy     TEXT    NOT NULL DEFAULT '',
+	after_depth      INTEGER NOT NULL DEFAULT 0,
 	history          TEXT,
 	result           TEXT,
 	payload          TEXT
@@ -512,7 +530,7 @@ DROP TABLE jobs;
 ALTER TABLE jobs_new RENAME TO jobs;
 
 CREATE UNIQUE INDEX jobs_unique_active ON jobs (tenant, unique_key)
-	WHERE unique_key <> '' AND state IN ('pending', 'queued', 'running');
+	WHERE unique_key <> '' AND state IN ('pending', 'waiting', 'queued', 'running');
 CREATE INDEX jobs_created ON jobs (created_at, seq);
 CREATE INDEX jobs_tenant_created ON jobs (tenant, created_at, seq);
 CREATE INDEX jobs_change ON jobs (change_seq, seq);
@@ -548,6 +566,35 @@ CREATE TRIGGER jobs_logs_deleted AFTER DELETE ON jobs
 BEGIN
 	DELETE FROM job_logs WHERE job_id = OLD.id;
 	DELETE FROM job_log_heads WHERE job_id = OLD.id;
+END;
+
+CREATE TABLE job_deps (
+	after_id TEXT NOT NULL,
+	job_id   TEXT NOT NULL,
+	PRIMARY KEY (after_id, job_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX job_deps_job ON job_deps (job_id);
+CREATE TABLE job_releases (
+	job_id TEXT PRIMARY KEY
+) STRICT, WITHOUT ROWID;
+
+CREATE TRIGGER jobs_dependency_ended AFTER UPDATE OF state ON jobs
+	WHEN NEW.state IN ('succeeded', 'failed', 'cancelled', 'lost')
+		AND OLD.state NOT IN ('succeeded', 'failed', 'cancelled', 'lost')
+		AND EXISTS (SELECT 1 FROM job_deps WHERE after_id = NEW.id)
+BEGIN
+	INSERT OR IGNORE INTO job_releases (job_id) SELECT job_id FROM job_deps WHERE after_id = NEW.id;
+	UPDATE jobs SET state = 'cancelled', finished_at = NEW.updated_at, updated_at = NEW.updated_at,
+		error_type = 'DependencyFailed',
+		error_message = 'job ' || NEW.id || ', which it runs after, ended ' || upper(NEW.state),
+		version = version + 1, change_seq = NEW.change_seq
+	WHERE NEW.state <> 'succeeded' AND state = 'waiting' AND after_policy = 'cancel'
+		AND id IN (SELECT job_id FROM job_deps WHERE after_id = NEW.id);
+	DELETE FROM job_deps WHERE after_id = NEW.id;
+	UPDATE jobs SET state = 'queued', run_at = max(run_at, NEW.updated_at), updated_at = NEW.updated_at,
+		version = version + 1, change_seq = NEW.change_seq
+	WHERE state = 'waiting' AND id IN (SELECT job_id FROM job_releases)
+		AND NOT EXISTS (SELECT 1 FROM job_deps WHERE job_deps.job_id = jobs.id);
 END;
 `,
 }

@@ -160,7 +160,7 @@ func OpenWith(path string, cfg Config) (*Store, error) {
 	// mattn/go-sqlite3 sets these pragmas on every new connection, and
 	// writerConnector the one it has no parameter for.
 	write := sql.OpenDB(writerConnector(dsn(path, fmt.Sprintf(
-		"_journal_mode=WAL&_synchronous=FULL&_busy_timeout=%d&_foreign_keys=on&_txlock=immediate&_stmt_cache_size=%d",
+		"_journal_mode=WAL&_synchronous=FULL&_busy_timeout=%d&_foreign_keys=on&_recursive_triggers=on&_txlock=immediate&_stmt_cache_size=%d",
 		busyStep.Milliseconds(), stmtCacheSize))))
 	write.SetMaxOpenConns(1)
 	write.SetMaxIdleConns(1)

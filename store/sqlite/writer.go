@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -367,6 +368,16 @@ func (s *Store) runBatch(batch []*writeRequest) (carry []*writeRequest) {
 		s.reply(taken)
 		return carry
 	}
+	if err := s.drainReleases(ctx, tx); err != nil {
+		_ = tx.Rollback()
+		for _, t := range taken {
+			if t.released {
+				t.err, t.released = fmt.Errorf("%s: %w", t.what, err), false
+			}
+		}
+		s.reply(taken)
+		return carry
+	}
 	changed := measure && totalChanges(ctx, tx) > before
 	if err := tx.Commit(); err != nil {
 		// mattn/go-sqlite3 rolls back a transaction whose COMMIT failed
@@ -387,6 +398,47 @@ func (s *Store) runBatch(batch []*writeRequest) (carry []*writeRequest) {
 	}
 	s.reply(taken)
 	return carry
+}
+
+// drainReleases empties job_releases, where jobs_dependency_ended notes
+// the jobs it touched in this batch (schema.go, migration 15), into the
+// batch's changes, marked Released: the writes that ended their
+// dependencies do not know of them. Deleting and reading the table,
+// empty but for batches that ended a dependency, costs a statement.
+func (s *Store) drainReleases(ctx context.Context, tx *sql.Tx) error {
+	rows, err := tx.QueryContext(ctx, "DELETE FROM job_releases RETURNING job_id")
+	if err != nil {
+		return fmt.Errorf("read the jobs dependencies released: %w", classify(err))
+	}
+	var ids []any
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return fmt.Errorf("read the jobs dependencies released: %w", classify(err))
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("read the jobs dependencies released: %w", classify(err))
+	}
+	if len(ids) == 0 || !s.w.collect {
+		return nil
+	}
+	rows, err = tx.QueryContext(ctx, "SELECT "+summaryColumns+" FROM jobs WHERE id IN (?"+strings.Repeat(", ?", len(ids)-1)+")", ids...)
+	if err != nil {
+		return fmt.Errorf("read the jobs dependencies released: %w", classify(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		j, _, err := scanJob(rows)
+		if err != nil {
+			return fmt.Errorf("read the jobs dependencies released: %w", classify(err))
+		}
+		s.w.changes = append(s.w.changes, store.Change{JobID: j.ID, Version: j.Version, Tenant: j.Tenant,
+			Kind: j.Kind, Queue: j.Queue, State: j.State, RunAt: j.RunAt, Released: true})
+	}
+	return rows.Err()
 }
 
 // runOne runs r's function in tx: inside a savepoint, unless r is alone

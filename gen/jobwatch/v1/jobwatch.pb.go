@@ -29,8 +29,8 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// JobState is where a job is in its life. PENDING, QUEUED and RUNNING are
-// active; the other four are terminal and never change again.
+// JobState is where a job is in its life. PENDING, WAITING, QUEUED and
+// RUNNING are active; the other four are terminal and never change again.
 type JobState int32
 
 const (
@@ -46,6 +46,11 @@ const (
 	JobState_JOB_STATE_CANCELLED JobState = 6
 	// The worker stopped heartbeating and no attempts remained.
 	JobState_JOB_STATE_LOST JobState = 7
+	// Submitted with after: waits for those jobs to end. Once every one
+	// has SUCCEEDED it becomes QUEUED; if one ends any other way it becomes
+	// CANCELLED (or, with on_dependency_failure RUN, QUEUED once all have
+	// ended).
+	JobState_JOB_STATE_WAITING JobState = 8
 )
 
 // Enum value maps for JobState.
@@ -59,6 +64,7 @@ var (
 		5: "JOB_STATE_FAILED",
 		6: "JOB_STATE_CANCELLED",
 		7: "JOB_STATE_LOST",
+		8: "JOB_STATE_WAITING",
 	}
 	JobState_value = map[string]int32{
 		"JOB_STATE_UNSPECIFIED": 0,
@@ -69,6 +75,7 @@ var (
 		"JOB_STATE_FAILED":      5,
 		"JOB_STATE_CANCELLED":   6,
 		"JOB_STATE_LOST":        7,
+		"JOB_STATE_WAITING":     8,
 	}
 )
 
@@ -97,6 +104,61 @@ func (x JobState) Number() protoreflect.EnumNumber {
 // Deprecated: Use JobState.Descriptor instead.
 func (JobState) EnumDescriptor() ([]byte, []int) {
 	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{0}
+}
+
+// DependencyFailure says what becomes of a job whose dependency (after)
+// ends other than SUCCEEDED.
+type DependencyFailure int32
+
+const (
+	// CANCEL.
+	DependencyFailure_DEPENDENCY_FAILURE_UNSPECIFIED DependencyFailure = 0
+	// The job is CANCELLED at once, with an error of type
+	// "DependencyFailed" naming the dependency and how it ended.
+	DependencyFailure_DEPENDENCY_FAILURE_CANCEL DependencyFailure = 1
+	// The job runs once every dependency has ended, however each ended.
+	DependencyFailure_DEPENDENCY_FAILURE_RUN DependencyFailure = 2
+)
+
+// Enum value maps for DependencyFailure.
+var (
+	DependencyFailure_name = map[int32]string{
+		0: "DEPENDENCY_FAILURE_UNSPECIFIED",
+		1: "DEPENDENCY_FAILURE_CANCEL",
+		2: "DEPENDENCY_FAILURE_RUN",
+	}
+	DependencyFailure_value = map[string]int32{
+		"DEPENDENCY_FAILURE_UNSPECIFIED": 0,
+		"DEPENDENCY_FAILURE_CANCEL":      1,
+		"DEPENDENCY_FAILURE_RUN":         2,
+	}
+)
+
+func (x DependencyFailure) Enum() *DependencyFailure {
+	p := new(DependencyFailure)
+	*p = x
+	return p
+}
+
+func (x DependencyFailure) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DependencyFailure) Descriptor() protoreflect.EnumDescriptor {
+	return file_jobwatch_v1_jobwatch_proto_enumTypes[1].Descriptor()
+}
+
+func (DependencyFailure) Type() protoreflect.EnumType {
+	return &file_jobwatch_v1_jobwatch_proto_enumTypes[1]
+}
+
+func (x DependencyFailure) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DependencyFailure.Descriptor instead.
+func (DependencyFailure) EnumDescriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{1}
 }
 
 // JobView says how much of each job a list or a tenant feed carries.
@@ -138,11 +200,11 @@ func (x JobView) String() string {
 }
 
 func (JobView) Descriptor() protoreflect.EnumDescriptor {
-	return file_jobwatch_v1_jobwatch_proto_enumTypes[1].Descriptor()
+	return file_jobwatch_v1_jobwatch_proto_enumTypes[2].Descriptor()
 }
 
 func (JobView) Type() protoreflect.EnumType {
-	return &file_jobwatch_v1_jobwatch_proto_enumTypes[1]
+	return &file_jobwatch_v1_jobwatch_proto_enumTypes[2]
 }
 
 func (x JobView) Number() protoreflect.EnumNumber {
@@ -151,7 +213,7 @@ func (x JobView) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobView.Descriptor instead.
 func (JobView) EnumDescriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{1}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{2}
 }
 
 // LogStream says where a line of a job's log came from.
@@ -191,11 +253,11 @@ func (x LogStream) String() string {
 }
 
 func (LogStream) Descriptor() protoreflect.EnumDescriptor {
-	return file_jobwatch_v1_jobwatch_proto_enumTypes[2].Descriptor()
+	return file_jobwatch_v1_jobwatch_proto_enumTypes[3].Descriptor()
 }
 
 func (LogStream) Type() protoreflect.EnumType {
-	return &file_jobwatch_v1_jobwatch_proto_enumTypes[2]
+	return &file_jobwatch_v1_jobwatch_proto_enumTypes[3]
 }
 
 func (x LogStream) Number() protoreflect.EnumNumber {
@@ -204,7 +266,7 @@ func (x LogStream) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LogStream.Descriptor instead.
 func (LogStream) EnumDescriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{2}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{3}
 }
 
 // WaitMode says when WaitJobs returns.
@@ -244,11 +306,11 @@ func (x WaitMode) String() string {
 }
 
 func (WaitMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_jobwatch_v1_jobwatch_proto_enumTypes[3].Descriptor()
+	return file_jobwatch_v1_jobwatch_proto_enumTypes[4].Descriptor()
 }
 
 func (WaitMode) Type() protoreflect.EnumType {
-	return &file_jobwatch_v1_jobwatch_proto_enumTypes[3]
+	return &file_jobwatch_v1_jobwatch_proto_enumTypes[4]
 }
 
 func (x WaitMode) Number() protoreflect.EnumNumber {
@@ -257,7 +319,7 @@ func (x WaitMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WaitMode.Descriptor instead.
 func (WaitMode) EnumDescriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{3}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{4}
 }
 
 type QueueMode int32
@@ -293,11 +355,11 @@ func (x QueueMode) String() string {
 }
 
 func (QueueMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_jobwatch_v1_jobwatch_proto_enumTypes[4].Descriptor()
+	return file_jobwatch_v1_jobwatch_proto_enumTypes[5].Descriptor()
 }
 
 func (QueueMode) Type() protoreflect.EnumType {
-	return &file_jobwatch_v1_jobwatch_proto_enumTypes[4]
+	return &file_jobwatch_v1_jobwatch_proto_enumTypes[5]
 }
 
 func (x QueueMode) Number() protoreflect.EnumNumber {
@@ -306,7 +368,7 @@ func (x QueueMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use QueueMode.Descriptor instead.
 func (QueueMode) EnumDescriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{4}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{5}
 }
 
 // JobError says why a job (or its last attempt) failed. Callers see the
@@ -410,9 +472,14 @@ type Job struct {
 	Attempts []*JobAttempt `protobuf:"bytes,22,rep,name=attempts,proto3" json:"attempts,omitempty"`
 	// The label the job was submitted with (SubmitJobRequest.batch), or
 	// empty.
-	Batch         string `protobuf:"bytes,23,opt,name=batch,proto3" json:"batch,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Batch string `protobuf:"bytes,23,opt,name=batch,proto3" json:"batch,omitempty"`
+	// The jobs this one runs after (SubmitJobRequest.after), in the order
+	// given; empty for a job that waits for none.
+	After []string `protobuf:"bytes,24,rep,name=after,proto3" json:"after,omitempty"`
+	// What a failed dependency does to it; UNSPECIFIED without after.
+	OnDependencyFailure DependencyFailure `protobuf:"varint,25,opt,name=on_dependency_failure,json=onDependencyFailure,proto3,enum=jobwatch.v1.DependencyFailure" json:"on_dependency_failure,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -604,6 +671,20 @@ func (x *Job) GetBatch() string {
 		return x.Batch
 	}
 	return ""
+}
+
+func (x *Job) GetAfter() []string {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+func (x *Job) GetOnDependencyFailure() DependencyFailure {
+	if x != nil {
+		return x.OnDependencyFailure
+	}
+	return DependencyFailure_DEPENDENCY_FAILURE_UNSPECIFIED
 }
 
 // JobAttempt is one entry of a job's history: an attempt that ended, or
@@ -1173,9 +1254,18 @@ type SubmitJobRequest struct {
 	// (a name: letters, digits and . _ - : /, at most 128 bytes): WaitJobs
 	// waits for a batch's jobs, and WatchJobs and ListJobs can keep only
 	// them. Any submit may carry one, so later submits may add to a batch.
-	Batch         string `protobuf:"bytes,11,opt,name=batch,proto3" json:"batch,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Batch string `protobuf:"bytes,11,opt,name=batch,proto3" json:"batch,omitempty"`
+	// Jobs of the same tenant, already submitted, that must all SUCCEED
+	// before this one runs (at most 1,000): until then it is WAITING. An
+	// id that does not exist (or was deleted, or is another tenant's) is
+	// not_found. Since they must exist first, dependencies never form a
+	// cycle. Not with hold.
+	After []string `protobuf:"bytes,12,rep,name=after,proto3" json:"after,omitempty"`
+	// What a dependency that ends other than SUCCEEDED does to this job:
+	// CANCEL it (the default) or RUN it anyway once all have ended.
+	OnDependencyFailure DependencyFailure `protobuf:"varint,13,opt,name=on_dependency_failure,json=onDependencyFailure,proto3,enum=jobwatch.v1.DependencyFailure" json:"on_dependency_failure,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *SubmitJobRequest) Reset() {
@@ -1283,6 +1373,20 @@ func (x *SubmitJobRequest) GetBatch() string {
 		return x.Batch
 	}
 	return ""
+}
+
+func (x *SubmitJobRequest) GetAfter() []string {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+func (x *SubmitJobRequest) GetOnDependencyFailure() DependencyFailure {
+	if x != nil {
+		return x.OnDependencyFailure
+	}
+	return DependencyFailure_DEPENDENCY_FAILURE_UNSPECIFIED
 }
 
 type SubmitJobResponse struct {
@@ -4679,7 +4783,7 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x1ajobwatch/v1/jobwatch.proto\x12\vjobwatch.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"8\n" +
 	"\bJobError\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xdc\x06\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xc6\a\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
@@ -4709,7 +4813,9 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\tworker_id\x18\x14 \x01(\tR\bworkerId\x12\x1a\n" +
 	"\bpriority\x18\x15 \x01(\x05R\bpriority\x123\n" +
 	"\battempts\x18\x16 \x03(\v2\x17.jobwatch.v1.JobAttemptR\battempts\x12\x14\n" +
-	"\x05batch\x18\x17 \x01(\tR\x05batch\"\xa5\x02\n" +
+	"\x05batch\x18\x17 \x01(\tR\x05batch\x12\x14\n" +
+	"\x05after\x18\x18 \x03(\tR\x05after\x12R\n" +
+	"\x15on_dependency_failure\x18\x19 \x01(\x0e2\x1e.jobwatch.v1.DependencyFailureR\x13onDependencyFailure\"\xa5\x02\n" +
 	"\n" +
 	"JobAttempt\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x1b\n" +
@@ -4749,7 +4855,7 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\"i\n" +
 	"\x14WatchJobLogsResponse\x12*\n" +
 	"\x05lines\x18\x01 \x03(\v2\x14.jobwatch.v1.LogLineR\x05lines\x12%\n" +
-	"\x03gap\x18\x02 \x01(\v2\x13.jobwatch.v1.LogGapR\x03gap\"\xe7\x02\n" +
+	"\x03gap\x18\x02 \x01(\v2\x13.jobwatch.v1.LogGapR\x03gap\"\xd1\x03\n" +
 	"\x10SubmitJobRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
@@ -4763,7 +4869,9 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x04wait\x18\t \x01(\bR\x04wait\x12\x1f\n" +
 	"\bpriority\x18\n" +
 	" \x01(\x05H\x00R\bpriority\x88\x01\x01\x12\x14\n" +
-	"\x05batch\x18\v \x01(\tR\x05batchB\v\n" +
+	"\x05batch\x18\v \x01(\tR\x05batch\x12\x14\n" +
+	"\x05after\x18\f \x03(\tR\x05after\x12R\n" +
+	"\x15on_dependency_failure\x18\r \x01(\x0e2\x1e.jobwatch.v1.DependencyFailureR\x13onDependencyFailureB\v\n" +
 	"\t_priority\"7\n" +
 	"\x11SubmitJobResponse\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\"F\n" +
@@ -4980,7 +5088,7 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x0enext_run_local\x18\f \x01(\tR\fnextRunLocal\"\x16\n" +
 	"\x14ListSchedulesRequest\"L\n" +
 	"\x15ListSchedulesResponse\x123\n" +
-	"\tschedules\x18\x01 \x03(\v2\x15.jobwatch.v1.ScheduleR\tschedules*\xc5\x01\n" +
+	"\tschedules\x18\x01 \x03(\v2\x15.jobwatch.v1.ScheduleR\tschedules*\xdc\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_PENDING\x10\x01\x12\x14\n" +
@@ -4989,7 +5097,12 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x13JOB_STATE_SUCCEEDED\x10\x04\x12\x14\n" +
 	"\x10JOB_STATE_FAILED\x10\x05\x12\x17\n" +
 	"\x13JOB_STATE_CANCELLED\x10\x06\x12\x12\n" +
-	"\x0eJOB_STATE_LOST\x10\a*L\n" +
+	"\x0eJOB_STATE_LOST\x10\a\x12\x15\n" +
+	"\x11JOB_STATE_WAITING\x10\b*r\n" +
+	"\x11DependencyFailure\x12\"\n" +
+	"\x1eDEPENDENCY_FAILURE_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19DEPENDENCY_FAILURE_CANCEL\x10\x01\x12\x1a\n" +
+	"\x16DEPENDENCY_FAILURE_RUN\x10\x02*L\n" +
 	"\aJobView\x12\x18\n" +
 	"\x14JOB_VIEW_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_VIEW_SUMMARY\x10\x01\x12\x11\n" +
@@ -5057,222 +5170,225 @@ func file_jobwatch_v1_jobwatch_proto_rawDescGZIP() []byte {
 	return file_jobwatch_v1_jobwatch_proto_rawDescData
 }
 
-var file_jobwatch_v1_jobwatch_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_jobwatch_v1_jobwatch_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
 var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(JobState)(0),                 // 0: jobwatch.v1.JobState
-	(JobView)(0),                  // 1: jobwatch.v1.JobView
-	(LogStream)(0),                // 2: jobwatch.v1.LogStream
-	(WaitMode)(0),                 // 3: jobwatch.v1.WaitMode
-	(QueueMode)(0),                // 4: jobwatch.v1.QueueMode
-	(*JobError)(nil),              // 5: jobwatch.v1.JobError
-	(*Job)(nil),                   // 6: jobwatch.v1.Job
-	(*JobAttempt)(nil),            // 7: jobwatch.v1.JobAttempt
-	(*JobAlreadyActive)(nil),      // 8: jobwatch.v1.JobAlreadyActive
-	(*LogLine)(nil),               // 9: jobwatch.v1.LogLine
-	(*LogGap)(nil),                // 10: jobwatch.v1.LogGap
-	(*GetJobLogsRequest)(nil),     // 11: jobwatch.v1.GetJobLogsRequest
-	(*GetJobLogsResponse)(nil),    // 12: jobwatch.v1.GetJobLogsResponse
-	(*WatchJobLogsRequest)(nil),   // 13: jobwatch.v1.WatchJobLogsRequest
-	(*WatchJobLogsResponse)(nil),  // 14: jobwatch.v1.WatchJobLogsResponse
-	(*SubmitJobRequest)(nil),      // 15: jobwatch.v1.SubmitJobRequest
-	(*SubmitJobResponse)(nil),     // 16: jobwatch.v1.SubmitJobResponse
-	(*SubmitJobsRequest)(nil),     // 17: jobwatch.v1.SubmitJobsRequest
-	(*SubmitJobsResponse)(nil),    // 18: jobwatch.v1.SubmitJobsResponse
-	(*StartJobRequest)(nil),       // 19: jobwatch.v1.StartJobRequest
-	(*StartJobResponse)(nil),      // 20: jobwatch.v1.StartJobResponse
-	(*GetJobRequest)(nil),         // 21: jobwatch.v1.GetJobRequest
-	(*GetJobResponse)(nil),        // 22: jobwatch.v1.GetJobResponse
-	(*ListJobsRequest)(nil),       // 23: jobwatch.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),      // 24: jobwatch.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),      // 25: jobwatch.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),     // 26: jobwatch.v1.CancelJobResponse
-	(*WaitJobRequest)(nil),        // 27: jobwatch.v1.WaitJobRequest
-	(*WaitJobResponse)(nil),       // 28: jobwatch.v1.WaitJobResponse
-	(*WaitJobsRequest)(nil),       // 29: jobwatch.v1.WaitJobsRequest
-	(*WaitJobsResponse)(nil),      // 30: jobwatch.v1.WaitJobsResponse
-	(*WatchJobRequest)(nil),       // 31: jobwatch.v1.WatchJobRequest
-	(*WatchJobResponse)(nil),      // 32: jobwatch.v1.WatchJobResponse
-	(*WatchJobsRequest)(nil),      // 33: jobwatch.v1.WatchJobsRequest
-	(*WatchJobsResponse)(nil),     // 34: jobwatch.v1.WatchJobsResponse
-	(*RetryJobRequest)(nil),       // 35: jobwatch.v1.RetryJobRequest
-	(*RetryJobResponse)(nil),      // 36: jobwatch.v1.RetryJobResponse
-	(*DeleteJobRequest)(nil),      // 37: jobwatch.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),     // 38: jobwatch.v1.DeleteJobResponse
-	(*JobFilter)(nil),             // 39: jobwatch.v1.JobFilter
-	(*RetryJobsRequest)(nil),      // 40: jobwatch.v1.RetryJobsRequest
-	(*RetryJobsResponse)(nil),     // 41: jobwatch.v1.RetryJobsResponse
-	(*CancelJobsRequest)(nil),     // 42: jobwatch.v1.CancelJobsRequest
-	(*CancelJobsResponse)(nil),    // 43: jobwatch.v1.CancelJobsResponse
-	(*DeleteJobsRequest)(nil),     // 44: jobwatch.v1.DeleteJobsRequest
-	(*DeleteJobsResponse)(nil),    // 45: jobwatch.v1.DeleteJobsResponse
-	(*GetServerInfoRequest)(nil),  // 46: jobwatch.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil), // 47: jobwatch.v1.GetServerInfoResponse
-	(*Caller)(nil),                // 48: jobwatch.v1.Caller
-	(*AppendJobLogsRequest)(nil),  // 49: jobwatch.v1.AppendJobLogsRequest
-	(*AppendLogLine)(nil),         // 50: jobwatch.v1.AppendLogLine
-	(*AppendJobLogsResponse)(nil), // 51: jobwatch.v1.AppendJobLogsResponse
-	(*ClaimJobRequest)(nil),       // 52: jobwatch.v1.ClaimJobRequest
-	(*ClaimJobResponse)(nil),      // 53: jobwatch.v1.ClaimJobResponse
-	(*Claim)(nil),                 // 54: jobwatch.v1.Claim
-	(*HeartbeatRequest)(nil),      // 55: jobwatch.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 56: jobwatch.v1.HeartbeatResponse
-	(*CompleteJobRequest)(nil),    // 57: jobwatch.v1.CompleteJobRequest
-	(*CompleteJobResponse)(nil),   // 58: jobwatch.v1.CompleteJobResponse
-	(*FailJobRequest)(nil),        // 59: jobwatch.v1.FailJobRequest
-	(*FailJobResponse)(nil),       // 60: jobwatch.v1.FailJobResponse
-	(*PauseQueueRequest)(nil),     // 61: jobwatch.v1.PauseQueueRequest
-	(*PauseQueueResponse)(nil),    // 62: jobwatch.v1.PauseQueueResponse
-	(*ResumeQueueRequest)(nil),    // 63: jobwatch.v1.ResumeQueueRequest
-	(*ResumeQueueResponse)(nil),   // 64: jobwatch.v1.ResumeQueueResponse
-	(*Queue)(nil),                 // 65: jobwatch.v1.Queue
-	(*QueueDepth)(nil),            // 66: jobwatch.v1.QueueDepth
-	(*PoolUse)(nil),               // 67: jobwatch.v1.PoolUse
-	(*ListQueuesRequest)(nil),     // 68: jobwatch.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),    // 69: jobwatch.v1.ListQueuesResponse
-	(*Schedule)(nil),              // 70: jobwatch.v1.Schedule
-	(*ListSchedulesRequest)(nil),  // 71: jobwatch.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil), // 72: jobwatch.v1.ListSchedulesResponse
-	(*structpb.Value)(nil),        // 73: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil), // 74: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 75: google.protobuf.Duration
+	(DependencyFailure)(0),        // 1: jobwatch.v1.DependencyFailure
+	(JobView)(0),                  // 2: jobwatch.v1.JobView
+	(LogStream)(0),                // 3: jobwatch.v1.LogStream
+	(WaitMode)(0),                 // 4: jobwatch.v1.WaitMode
+	(QueueMode)(0),                // 5: jobwatch.v1.QueueMode
+	(*JobError)(nil),              // 6: jobwatch.v1.JobError
+	(*Job)(nil),                   // 7: jobwatch.v1.Job
+	(*JobAttempt)(nil),            // 8: jobwatch.v1.JobAttempt
+	(*JobAlreadyActive)(nil),      // 9: jobwatch.v1.JobAlreadyActive
+	(*LogLine)(nil),               // 10: jobwatch.v1.LogLine
+	(*LogGap)(nil),                // 11: jobwatch.v1.LogGap
+	(*GetJobLogsRequest)(nil),     // 12: jobwatch.v1.GetJobLogsRequest
+	(*GetJobLogsResponse)(nil),    // 13: jobwatch.v1.GetJobLogsResponse
+	(*WatchJobLogsRequest)(nil),   // 14: jobwatch.v1.WatchJobLogsRequest
+	(*WatchJobLogsResponse)(nil),  // 15: jobwatch.v1.WatchJobLogsResponse
+	(*SubmitJobRequest)(nil),      // 16: jobwatch.v1.SubmitJobRequest
+	(*SubmitJobResponse)(nil),     // 17: jobwatch.v1.SubmitJobResponse
+	(*SubmitJobsRequest)(nil),     // 18: jobwatch.v1.SubmitJobsRequest
+	(*SubmitJobsResponse)(nil),    // 19: jobwatch.v1.SubmitJobsResponse
+	(*StartJobRequest)(nil),       // 20: jobwatch.v1.StartJobRequest
+	(*StartJobResponse)(nil),      // 21: jobwatch.v1.StartJobResponse
+	(*GetJobRequest)(nil),         // 22: jobwatch.v1.GetJobRequest
+	(*GetJobResponse)(nil),        // 23: jobwatch.v1.GetJobResponse
+	(*ListJobsRequest)(nil),       // 24: jobwatch.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),      // 25: jobwatch.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),      // 26: jobwatch.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),     // 27: jobwatch.v1.CancelJobResponse
+	(*WaitJobRequest)(nil),        // 28: jobwatch.v1.WaitJobRequest
+	(*WaitJobResponse)(nil),       // 29: jobwatch.v1.WaitJobResponse
+	(*WaitJobsRequest)(nil),       // 30: jobwatch.v1.WaitJobsRequest
+	(*WaitJobsResponse)(nil),      // 31: jobwatch.v1.WaitJobsResponse
+	(*WatchJobRequest)(nil),       // 32: jobwatch.v1.WatchJobRequest
+	(*WatchJobResponse)(nil),      // 33: jobwatch.v1.WatchJobResponse
+	(*WatchJobsRequest)(nil),      // 34: jobwatch.v1.WatchJobsRequest
+	(*WatchJobsResponse)(nil),     // 35: jobwatch.v1.WatchJobsResponse
+	(*RetryJobRequest)(nil),       // 36: jobwatch.v1.RetryJobRequest
+	(*RetryJobResponse)(nil),      // 37: jobwatch.v1.RetryJobResponse
+	(*DeleteJobRequest)(nil),      // 38: jobwatch.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),     // 39: jobwatch.v1.DeleteJobResponse
+	(*JobFilter)(nil),             // 40: jobwatch.v1.JobFilter
+	(*RetryJobsRequest)(nil),      // 41: jobwatch.v1.RetryJobsRequest
+	(*RetryJobsResponse)(nil),     // 42: jobwatch.v1.RetryJobsResponse
+	(*CancelJobsRequest)(nil),     // 43: jobwatch.v1.CancelJobsRequest
+	(*CancelJobsResponse)(nil),    // 44: jobwatch.v1.CancelJobsResponse
+	(*DeleteJobsRequest)(nil),     // 45: jobwatch.v1.DeleteJobsRequest
+	(*DeleteJobsResponse)(nil),    // 46: jobwatch.v1.DeleteJobsResponse
+	(*GetServerInfoRequest)(nil),  // 47: jobwatch.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil), // 48: jobwatch.v1.GetServerInfoResponse
+	(*Caller)(nil),                // 49: jobwatch.v1.Caller
+	(*AppendJobLogsRequest)(nil),  // 50: jobwatch.v1.AppendJobLogsRequest
+	(*AppendLogLine)(nil),         // 51: jobwatch.v1.AppendLogLine
+	(*AppendJobLogsResponse)(nil), // 52: jobwatch.v1.AppendJobLogsResponse
+	(*ClaimJobRequest)(nil),       // 53: jobwatch.v1.ClaimJobRequest
+	(*ClaimJobResponse)(nil),      // 54: jobwatch.v1.ClaimJobResponse
+	(*Claim)(nil),                 // 55: jobwatch.v1.Claim
+	(*HeartbeatRequest)(nil),      // 56: jobwatch.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 57: jobwatch.v1.HeartbeatResponse
+	(*CompleteJobRequest)(nil),    // 58: jobwatch.v1.CompleteJobRequest
+	(*CompleteJobResponse)(nil),   // 59: jobwatch.v1.CompleteJobResponse
+	(*FailJobRequest)(nil),        // 60: jobwatch.v1.FailJobRequest
+	(*FailJobResponse)(nil),       // 61: jobwatch.v1.FailJobResponse
+	(*PauseQueueRequest)(nil),     // 62: jobwatch.v1.PauseQueueRequest
+	(*PauseQueueResponse)(nil),    // 63: jobwatch.v1.PauseQueueResponse
+	(*ResumeQueueRequest)(nil),    // 64: jobwatch.v1.ResumeQueueRequest
+	(*ResumeQueueResponse)(nil),   // 65: jobwatch.v1.ResumeQueueResponse
+	(*Queue)(nil),                 // 66: jobwatch.v1.Queue
+	(*QueueDepth)(nil),            // 67: jobwatch.v1.QueueDepth
+	(*PoolUse)(nil),               // 68: jobwatch.v1.PoolUse
+	(*ListQueuesRequest)(nil),     // 69: jobwatch.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),    // 70: jobwatch.v1.ListQueuesResponse
+	(*Schedule)(nil),              // 71: jobwatch.v1.Schedule
+	(*ListSchedulesRequest)(nil),  // 72: jobwatch.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil), // 73: jobwatch.v1.ListSchedulesResponse
+	(*structpb.Value)(nil),        // 74: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 75: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 76: google.protobuf.Duration
 }
 var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	0,   // 0: jobwatch.v1.Job.state:type_name -> jobwatch.v1.JobState
-	73,  // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
-	73,  // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
-	5,   // 3: jobwatch.v1.Job.error:type_name -> jobwatch.v1.JobError
-	74,  // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	74,  // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	74,  // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	74,  // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	74,  // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
-	7,   // 9: jobwatch.v1.Job.attempts:type_name -> jobwatch.v1.JobAttempt
-	74,  // 10: jobwatch.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
-	74,  // 11: jobwatch.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
-	0,   // 12: jobwatch.v1.JobAttempt.state:type_name -> jobwatch.v1.JobState
-	5,   // 13: jobwatch.v1.JobAttempt.error:type_name -> jobwatch.v1.JobError
-	74,  // 14: jobwatch.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	2,   // 15: jobwatch.v1.LogLine.stream:type_name -> jobwatch.v1.LogStream
-	9,   // 16: jobwatch.v1.GetJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
-	10,  // 17: jobwatch.v1.GetJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
-	9,   // 18: jobwatch.v1.WatchJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
-	10,  // 19: jobwatch.v1.WatchJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
-	73,  // 20: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
-	74,  // 21: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	6,   // 22: jobwatch.v1.SubmitJobResponse.job:type_name -> jobwatch.v1.Job
-	15,  // 23: jobwatch.v1.SubmitJobsRequest.jobs:type_name -> jobwatch.v1.SubmitJobRequest
-	6,   // 24: jobwatch.v1.SubmitJobsResponse.jobs:type_name -> jobwatch.v1.Job
-	6,   // 25: jobwatch.v1.StartJobResponse.job:type_name -> jobwatch.v1.Job
-	6,   // 26: jobwatch.v1.GetJobResponse.job:type_name -> jobwatch.v1.Job
-	0,   // 27: jobwatch.v1.ListJobsRequest.states:type_name -> jobwatch.v1.JobState
-	1,   // 28: jobwatch.v1.ListJobsRequest.view:type_name -> jobwatch.v1.JobView
-	6,   // 29: jobwatch.v1.ListJobsResponse.jobs:type_name -> jobwatch.v1.Job
-	6,   // 30: jobwatch.v1.CancelJobResponse.job:type_name -> jobwatch.v1.Job
-	6,   // 31: jobwatch.v1.WaitJobResponse.job:type_name -> jobwatch.v1.Job
-	3,   // 32: jobwatch.v1.WaitJobsRequest.mode:type_name -> jobwatch.v1.WaitMode
-	1,   // 33: jobwatch.v1.WaitJobsRequest.view:type_name -> jobwatch.v1.JobView
-	6,   // 34: jobwatch.v1.WaitJobsResponse.jobs:type_name -> jobwatch.v1.Job
-	6,   // 35: jobwatch.v1.WatchJobResponse.job:type_name -> jobwatch.v1.Job
-	1,   // 36: jobwatch.v1.WatchJobsRequest.view:type_name -> jobwatch.v1.JobView
-	6,   // 37: jobwatch.v1.WatchJobsResponse.jobs:type_name -> jobwatch.v1.Job
-	6,   // 38: jobwatch.v1.RetryJobResponse.job:type_name -> jobwatch.v1.Job
-	0,   // 39: jobwatch.v1.JobFilter.states:type_name -> jobwatch.v1.JobState
-	74,  // 40: jobwatch.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
-	39,  // 41: jobwatch.v1.RetryJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
-	39,  // 42: jobwatch.v1.CancelJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
-	39,  // 43: jobwatch.v1.DeleteJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
-	48,  // 44: jobwatch.v1.GetServerInfoResponse.caller:type_name -> jobwatch.v1.Caller
-	50,  // 45: jobwatch.v1.AppendJobLogsRequest.lines:type_name -> jobwatch.v1.AppendLogLine
-	2,   // 46: jobwatch.v1.AppendLogLine.stream:type_name -> jobwatch.v1.LogStream
-	74,  // 47: jobwatch.v1.AppendLogLine.time:type_name -> google.protobuf.Timestamp
-	6,   // 48: jobwatch.v1.ClaimJobResponse.job:type_name -> jobwatch.v1.Job
-	74,  // 49: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	54,  // 50: jobwatch.v1.ClaimJobResponse.claims:type_name -> jobwatch.v1.Claim
-	6,   // 51: jobwatch.v1.Claim.job:type_name -> jobwatch.v1.Job
-	74,  // 52: jobwatch.v1.Claim.lease_expires_at:type_name -> google.protobuf.Timestamp
-	74,  // 53: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	73,  // 54: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
-	6,   // 55: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
-	5,   // 56: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
-	6,   // 57: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
-	65,  // 58: jobwatch.v1.PauseQueueResponse.queue:type_name -> jobwatch.v1.Queue
-	65,  // 59: jobwatch.v1.ResumeQueueResponse.queue:type_name -> jobwatch.v1.Queue
-	4,   // 60: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
-	75,  // 61: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
-	74,  // 62: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
-	67,  // 63: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
-	75,  // 64: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
-	74,  // 65: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
-	66,  // 66: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
-	74,  // 67: jobwatch.v1.Queue.paused_at:type_name -> google.protobuf.Timestamp
-	74,  // 68: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
-	65,  // 69: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
-	75,  // 70: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
-	75,  // 71: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
-	74,  // 72: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
-	0,   // 73: jobwatch.v1.Schedule.last_job_state:type_name -> jobwatch.v1.JobState
-	74,  // 74: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
-	70,  // 75: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
-	15,  // 76: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
-	17,  // 77: jobwatch.v1.JobService.SubmitJobs:input_type -> jobwatch.v1.SubmitJobsRequest
-	19,  // 78: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
-	21,  // 79: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
-	23,  // 80: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
-	25,  // 81: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
-	27,  // 82: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
-	29,  // 83: jobwatch.v1.JobService.WaitJobs:input_type -> jobwatch.v1.WaitJobsRequest
-	31,  // 84: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
-	33,  // 85: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
-	46,  // 86: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
-	35,  // 87: jobwatch.v1.JobService.RetryJob:input_type -> jobwatch.v1.RetryJobRequest
-	37,  // 88: jobwatch.v1.JobService.DeleteJob:input_type -> jobwatch.v1.DeleteJobRequest
-	40,  // 89: jobwatch.v1.JobService.RetryJobs:input_type -> jobwatch.v1.RetryJobsRequest
-	42,  // 90: jobwatch.v1.JobService.CancelJobs:input_type -> jobwatch.v1.CancelJobsRequest
-	44,  // 91: jobwatch.v1.JobService.DeleteJobs:input_type -> jobwatch.v1.DeleteJobsRequest
-	11,  // 92: jobwatch.v1.JobService.GetJobLogs:input_type -> jobwatch.v1.GetJobLogsRequest
-	13,  // 93: jobwatch.v1.JobService.WatchJobLogs:input_type -> jobwatch.v1.WatchJobLogsRequest
-	52,  // 94: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
-	55,  // 95: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
-	57,  // 96: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
-	59,  // 97: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
-	49,  // 98: jobwatch.v1.WorkerService.AppendJobLogs:input_type -> jobwatch.v1.AppendJobLogsRequest
-	68,  // 99: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
-	71,  // 100: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
-	61,  // 101: jobwatch.v1.QueueService.PauseQueue:input_type -> jobwatch.v1.PauseQueueRequest
-	63,  // 102: jobwatch.v1.QueueService.ResumeQueue:input_type -> jobwatch.v1.ResumeQueueRequest
-	16,  // 103: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
-	18,  // 104: jobwatch.v1.JobService.SubmitJobs:output_type -> jobwatch.v1.SubmitJobsResponse
-	20,  // 105: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
-	22,  // 106: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
-	24,  // 107: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
-	26,  // 108: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
-	28,  // 109: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
-	30,  // 110: jobwatch.v1.JobService.WaitJobs:output_type -> jobwatch.v1.WaitJobsResponse
-	32,  // 111: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
-	34,  // 112: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
-	47,  // 113: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
-	36,  // 114: jobwatch.v1.JobService.RetryJob:output_type -> jobwatch.v1.RetryJobResponse
-	38,  // 115: jobwatch.v1.JobService.DeleteJob:output_type -> jobwatch.v1.DeleteJobResponse
-	41,  // 116: jobwatch.v1.JobService.RetryJobs:output_type -> jobwatch.v1.RetryJobsResponse
-	43,  // 117: jobwatch.v1.JobService.CancelJobs:output_type -> jobwatch.v1.CancelJobsResponse
-	45,  // 118: jobwatch.v1.JobService.DeleteJobs:output_type -> jobwatch.v1.DeleteJobsResponse
-	12,  // 119: jobwatch.v1.JobService.GetJobLogs:output_type -> jobwatch.v1.GetJobLogsResponse
-	14,  // 120: jobwatch.v1.JobService.WatchJobLogs:output_type -> jobwatch.v1.WatchJobLogsResponse
-	53,  // 121: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
-	56,  // 122: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
-	58,  // 123: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
-	60,  // 124: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
-	51,  // 125: jobwatch.v1.WorkerService.AppendJobLogs:output_type -> jobwatch.v1.AppendJobLogsResponse
-	69,  // 126: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
-	72,  // 127: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
-	62,  // 128: jobwatch.v1.QueueService.PauseQueue:output_type -> jobwatch.v1.PauseQueueResponse
-	64,  // 129: jobwatch.v1.QueueService.ResumeQueue:output_type -> jobwatch.v1.ResumeQueueResponse
-	103, // [103:130] is the sub-list for method output_type
-	76,  // [76:103] is the sub-list for method input_type
-	76,  // [76:76] is the sub-list for extension type_name
-	76,  // [76:76] is the sub-list for extension extendee
-	0,   // [0:76] is the sub-list for field type_name
+	74,  // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
+	74,  // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
+	6,   // 3: jobwatch.v1.Job.error:type_name -> jobwatch.v1.JobError
+	75,  // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	75,  // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	75,  // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	75,  // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	75,  // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	8,   // 9: jobwatch.v1.Job.attempts:type_name -> jobwatch.v1.JobAttempt
+	1,   // 10: jobwatch.v1.Job.on_dependency_failure:type_name -> jobwatch.v1.DependencyFailure
+	75,  // 11: jobwatch.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
+	75,  // 12: jobwatch.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	0,   // 13: jobwatch.v1.JobAttempt.state:type_name -> jobwatch.v1.JobState
+	6,   // 14: jobwatch.v1.JobAttempt.error:type_name -> jobwatch.v1.JobError
+	75,  // 15: jobwatch.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	3,   // 16: jobwatch.v1.LogLine.stream:type_name -> jobwatch.v1.LogStream
+	10,  // 17: jobwatch.v1.GetJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
+	11,  // 18: jobwatch.v1.GetJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
+	10,  // 19: jobwatch.v1.WatchJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
+	11,  // 20: jobwatch.v1.WatchJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
+	74,  // 21: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
+	75,  // 22: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	1,   // 23: jobwatch.v1.SubmitJobRequest.on_dependency_failure:type_name -> jobwatch.v1.DependencyFailure
+	7,   // 24: jobwatch.v1.SubmitJobResponse.job:type_name -> jobwatch.v1.Job
+	16,  // 25: jobwatch.v1.SubmitJobsRequest.jobs:type_name -> jobwatch.v1.SubmitJobRequest
+	7,   // 26: jobwatch.v1.SubmitJobsResponse.jobs:type_name -> jobwatch.v1.Job
+	7,   // 27: jobwatch.v1.StartJobResponse.job:type_name -> jobwatch.v1.Job
+	7,   // 28: jobwatch.v1.GetJobResponse.job:type_name -> jobwatch.v1.Job
+	0,   // 29: jobwatch.v1.ListJobsRequest.states:type_name -> jobwatch.v1.JobState
+	2,   // 30: jobwatch.v1.ListJobsRequest.view:type_name -> jobwatch.v1.JobView
+	7,   // 31: jobwatch.v1.ListJobsResponse.jobs:type_name -> jobwatch.v1.Job
+	7,   // 32: jobwatch.v1.CancelJobResponse.job:type_name -> jobwatch.v1.Job
+	7,   // 33: jobwatch.v1.WaitJobResponse.job:type_name -> jobwatch.v1.Job
+	4,   // 34: jobwatch.v1.WaitJobsRequest.mode:type_name -> jobwatch.v1.WaitMode
+	2,   // 35: jobwatch.v1.WaitJobsRequest.view:type_name -> jobwatch.v1.JobView
+	7,   // 36: jobwatch.v1.WaitJobsResponse.jobs:type_name -> jobwatch.v1.Job
+	7,   // 37: jobwatch.v1.WatchJobResponse.job:type_name -> jobwatch.v1.Job
+	2,   // 38: jobwatch.v1.WatchJobsRequest.view:type_name -> jobwatch.v1.JobView
+	7,   // 39: jobwatch.v1.WatchJobsResponse.jobs:type_name -> jobwatch.v1.Job
+	7,   // 40: jobwatch.v1.RetryJobResponse.job:type_name -> jobwatch.v1.Job
+	0,   // 41: jobwatch.v1.JobFilter.states:type_name -> jobwatch.v1.JobState
+	75,  // 42: jobwatch.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
+	40,  // 43: jobwatch.v1.RetryJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
+	40,  // 44: jobwatch.v1.CancelJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
+	40,  // 45: jobwatch.v1.DeleteJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
+	49,  // 46: jobwatch.v1.GetServerInfoResponse.caller:type_name -> jobwatch.v1.Caller
+	51,  // 47: jobwatch.v1.AppendJobLogsRequest.lines:type_name -> jobwatch.v1.AppendLogLine
+	3,   // 48: jobwatch.v1.AppendLogLine.stream:type_name -> jobwatch.v1.LogStream
+	75,  // 49: jobwatch.v1.AppendLogLine.time:type_name -> google.protobuf.Timestamp
+	7,   // 50: jobwatch.v1.ClaimJobResponse.job:type_name -> jobwatch.v1.Job
+	75,  // 51: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	55,  // 52: jobwatch.v1.ClaimJobResponse.claims:type_name -> jobwatch.v1.Claim
+	7,   // 53: jobwatch.v1.Claim.job:type_name -> jobwatch.v1.Job
+	75,  // 54: jobwatch.v1.Claim.lease_expires_at:type_name -> google.protobuf.Timestamp
+	75,  // 55: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	74,  // 56: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
+	7,   // 57: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
+	6,   // 58: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
+	7,   // 59: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
+	66,  // 60: jobwatch.v1.PauseQueueResponse.queue:type_name -> jobwatch.v1.Queue
+	66,  // 61: jobwatch.v1.ResumeQueueResponse.queue:type_name -> jobwatch.v1.Queue
+	5,   // 62: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
+	76,  // 63: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
+	75,  // 64: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
+	68,  // 65: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
+	76,  // 66: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
+	75,  // 67: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
+	67,  // 68: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
+	75,  // 69: jobwatch.v1.Queue.paused_at:type_name -> google.protobuf.Timestamp
+	75,  // 70: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
+	66,  // 71: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
+	76,  // 72: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
+	76,  // 73: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
+	75,  // 74: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
+	0,   // 75: jobwatch.v1.Schedule.last_job_state:type_name -> jobwatch.v1.JobState
+	75,  // 76: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
+	71,  // 77: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
+	16,  // 78: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
+	18,  // 79: jobwatch.v1.JobService.SubmitJobs:input_type -> jobwatch.v1.SubmitJobsRequest
+	20,  // 80: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
+	22,  // 81: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
+	24,  // 82: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
+	26,  // 83: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
+	28,  // 84: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
+	30,  // 85: jobwatch.v1.JobService.WaitJobs:input_type -> jobwatch.v1.WaitJobsRequest
+	32,  // 86: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
+	34,  // 87: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
+	47,  // 88: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
+	36,  // 89: jobwatch.v1.JobService.RetryJob:input_type -> jobwatch.v1.RetryJobRequest
+	38,  // 90: jobwatch.v1.JobService.DeleteJob:input_type -> jobwatch.v1.DeleteJobRequest
+	41,  // 91: jobwatch.v1.JobService.RetryJobs:input_type -> jobwatch.v1.RetryJobsRequest
+	43,  // 92: jobwatch.v1.JobService.CancelJobs:input_type -> jobwatch.v1.CancelJobsRequest
+	45,  // 93: jobwatch.v1.JobService.DeleteJobs:input_type -> jobwatch.v1.DeleteJobsRequest
+	12,  // 94: jobwatch.v1.JobService.GetJobLogs:input_type -> jobwatch.v1.GetJobLogsRequest
+	14,  // 95: jobwatch.v1.JobService.WatchJobLogs:input_type -> jobwatch.v1.WatchJobLogsRequest
+	53,  // 96: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
+	56,  // 97: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
+	58,  // 98: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
+	60,  // 99: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
+	50,  // 100: jobwatch.v1.WorkerService.AppendJobLogs:input_type -> jobwatch.v1.AppendJobLogsRequest
+	69,  // 101: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
+	72,  // 102: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
+	62,  // 103: jobwatch.v1.QueueService.PauseQueue:input_type -> jobwatch.v1.PauseQueueRequest
+	64,  // 104: jobwatch.v1.QueueService.ResumeQueue:input_type -> jobwatch.v1.ResumeQueueRequest
+	17,  // 105: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
+	19,  // 106: jobwatch.v1.JobService.SubmitJobs:output_type -> jobwatch.v1.SubmitJobsResponse
+	21,  // 107: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
+	23,  // 108: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
+	25,  // 109: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
+	27,  // 110: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
+	29,  // 111: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
+	31,  // 112: jobwatch.v1.JobService.WaitJobs:output_type -> jobwatch.v1.WaitJobsResponse
+	33,  // 113: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
+	35,  // 114: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
+	48,  // 115: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
+	37,  // 116: jobwatch.v1.JobService.RetryJob:output_type -> jobwatch.v1.RetryJobResponse
+	39,  // 117: jobwatch.v1.JobService.DeleteJob:output_type -> jobwatch.v1.DeleteJobResponse
+	42,  // 118: jobwatch.v1.JobService.RetryJobs:output_type -> jobwatch.v1.RetryJobsResponse
+	44,  // 119: jobwatch.v1.JobService.CancelJobs:output_type -> jobwatch.v1.CancelJobsResponse
+	46,  // 120: jobwatch.v1.JobService.DeleteJobs:output_type -> jobwatch.v1.DeleteJobsResponse
+	13,  // 121: jobwatch.v1.JobService.GetJobLogs:output_type -> jobwatch.v1.GetJobLogsResponse
+	15,  // 122: jobwatch.v1.JobService.WatchJobLogs:output_type -> jobwatch.v1.WatchJobLogsResponse
+	54,  // 123: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
+	57,  // 124: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
+	59,  // 125: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
+	61,  // 126: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
+	52,  // 127: jobwatch.v1.WorkerService.AppendJobLogs:output_type -> jobwatch.v1.AppendJobLogsResponse
+	70,  // 128: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
+	73,  // 129: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
+	63,  // 130: jobwatch.v1.QueueService.PauseQueue:output_type -> jobwatch.v1.PauseQueueResponse
+	65,  // 131: jobwatch.v1.QueueService.ResumeQueue:output_type -> jobwatch.v1.ResumeQueueResponse
+	105, // [105:132] is the sub-list for method output_type
+	78,  // [78:105] is the sub-list for method input_type
+	78,  // [78:78] is the sub-list for extension type_name
+	78,  // [78:78] is the sub-list for extension extendee
+	0,   // [0:78] is the sub-list for field type_name
 }
 
 func init() { file_jobwatch_v1_jobwatch_proto_init() }
@@ -5286,7 +5402,7 @@ func file_jobwatch_v1_jobwatch_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobwatch_v1_jobwatch_proto_rawDesc), len(file_jobwatch_v1_jobwatch_proto_rawDesc)),
-			NumEnums:      5,
+			NumEnums:      6,
 			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   3,

@@ -1,0 +1,165 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
+)
+
+// A chain of 100 jobs, each after the one before, runs one link at a
+// time: each link is claimed by a worker parked for it the moment the
+// link before it succeeds, with no polling, and a wait for the last link
+// returns once the whole chain has run.
+func TestAChainOfAHundredRunsOneLinkAtATime(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	ctx := context.Background()
+	const links = 100
+	ids := make([]string, links)
+	for i := range ids {
+		r := jobs.SubmitRequest{Kind: "link", Payload: mustJSON(i)}
+		if i > 0 {
+			r.After = []string{ids[i-1]}
+		}
+		j := submit(t, e, r)
+		ids[i] = j.ID
+		if want := map[bool]jobtype.State{true: jobtype.Queued, false: jobtype.Waiting}[i == 0]; j.State != want {
+			t.Fatalf("link %d submitted %s, want %s", i, j.State, want)
+		}
+	}
+	last := async(func() (jobtype.Job, error) { return e.Wait(ctx, ids[links-1], time.Now().Add(time.Minute)) })
+	for i := range links {
+		// The claim parks (ClaimJobs with a deadline) until the link is
+		// released; only link i may be QUEUED now.
+		got, err := e.ClaimJobs(ctx, jobs.ClaimRequest{WorkerID: "w", Kinds: []string{"link"}}, 10, time.Now().Add(30*time.Second))
+		if err != nil || len(got) != 1 || got[0].ID != ids[i] {
+			t.Fatalf("claim %d = %v, %v; want link %d alone", i, got, err, i)
+		}
+		if _, err := e.Complete(ctx, got[0].ID, got[0].LeaseID, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if j, err := await(t, last); err != nil || j.State != jobtype.Succeeded {
+		t.Fatalf("wait for the last link = %s, %v", j.State, err)
+	}
+}
+
+// A waiter and a watcher of a WAITING job see it move: QUEUED when its
+// dependency succeeds, and CANCELLED, with the dependency named, when
+// one fails.
+func TestWaitersSeeAWaitingJobReleasedOrCancelled(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	ctx := context.Background()
+	a := running(t, e, jobs.SubmitRequest{})
+	b := running(t, e, jobs.SubmitRequest{})
+	queued := submit(t, e, jobs.SubmitRequest{Kind: "after-a", After: []string{a.ID}})
+	doomed := submit(t, e, jobs.SubmitRequest{Kind: "after-b", After: []string{b.ID}})
+	if queued.State != jobtype.Waiting || len(queued.After) != 1 || queued.OnDependencyFailure != jobtype.CancelOnDependencyFailure {
+		t.Fatalf("submitted %+v, want WAITING after a, cancel on failure", queued)
+	}
+	watched := make(chan jobtype.Job, 8)
+	watchCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go e.Watch(watchCtx, queued.ID, jobs.WatchOptions{Deadline: time.Now().Add(time.Minute), Send: func(s *jobs.Snapshot) error {
+		if s != nil {
+			watched <- s.Job
+		}
+		return nil
+	}})
+	if first := <-watched; first.State != jobtype.Waiting {
+		t.Fatalf("watch began with %s", first.State)
+	}
+	waited := async(func() (jobtype.Job, error) { return e.Wait(ctx, doomed.ID, time.Now().Add(time.Minute)) })
+
+	if _, err := e.Complete(ctx, a.ID, a.LeaseID, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case j := <-watched:
+		if j.State != jobtype.Queued || j.Version != 2 {
+			t.Fatalf("the watch saw %s at version %d, want QUEUED at 2", j.State, j.Version)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the watch did not see the job released")
+	}
+	if _, err := e.Fail(ctx, b.ID, b.LeaseID, jobtype.JobError{Type: "Boom"}, false); err != nil {
+		t.Fatal(err)
+	}
+	j, err := await(t, waited)
+	if err != nil || j.State != jobtype.Cancelled || j.Error == nil || j.Error.Type != jobtype.DependencyFailedError {
+		t.Fatalf("the wait = %s with %+v, %v; want CANCELLED by the failed dependency", j.State, j.Error, err)
+	}
+}
+
+func TestSubmitAfterRefusesWhatCannotWait(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	ctx := context.Background()
+	mine := running(t, e, jobs.SubmitRequest{Tenant: "acme"})
+	theirs := running(t, e, jobs.SubmitRequest{Tenant: "globex"})
+	tooMany := make([]string, jobtype.MaxBatchJobs+1)
+	for i := range tooMany {
+		tooMany[i] = fmt.Sprintf("j_%d", i)
+	}
+	for _, tc := range []struct {
+		name string
+		r    jobs.SubmitRequest
+		want func(error) bool
+	}{
+		{"an unknown job", jobs.SubmitRequest{Tenant: "acme", After: []string{mine.ID, "j_nope"}}, missing("j_nope")},
+		{"another tenant's job", jobs.SubmitRequest{Tenant: "acme", After: []string{theirs.ID}}, missing(theirs.ID)},
+		{"a bad id", jobs.SubmitRequest{After: []string{"has space"}}, func(err error) bool { return isInvalid(err, "after[0]") }},
+		{"too many", jobs.SubmitRequest{After: tooMany}, func(err error) bool { return isInvalid(err, "after") }},
+		{"with hold", jobs.SubmitRequest{Tenant: "acme", After: []string{mine.ID}, Hold: true}, func(err error) bool { return isInvalid(err, "after") }},
+		{"a policy that is none", jobs.SubmitRequest{Tenant: "acme", After: []string{mine.ID}, OnDependencyFailure: "maybe"},
+			func(err error) bool { return isInvalid(err, "on_dependency_failure") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.r.Kind = "refused"
+			if _, err := e.Submit(ctx, tc.r); !tc.want(err) {
+				t.Fatalf("err = %v", err)
+			}
+		})
+	}
+	list, _, err := e.List(ctx, jobs.ListRequest{Tenant: "acme", Kind: "refused"})
+	if err != nil || len(list) != 0 {
+		t.Fatalf("refused submits stored %d jobs (%v)", len(list), err)
+	}
+}
+
+func missing(id string) func(error) bool {
+	return func(err error) bool {
+		var me *jobtype.MissingError
+		return errors.As(err, &me) && me.ID == id && me.Field == "after"
+	}
+}
+
+// A dependency ended on one replica releases the job there, and a claim
+// parked on another replica takes it.
+func TestADependencyEndedOnOneReplicaReleasesAClaimParkedOnAnother(t *testing.T) {
+	a, b := replicas(t)
+	ctx := context.Background()
+	dep := running(t, a, jobs.SubmitRequest{})
+	after := submit(t, a, jobs.SubmitRequest{Kind: "released-elsewhere", After: []string{dep.ID}})
+	claimed := async(func() (jobtype.Job, error) {
+		return b.Claim(ctx, jobs.ClaimRequest{WorkerID: "w-b", Kinds: []string{"released-elsewhere"}}, soon())
+	})
+	waitParked(t, b, 1)
+	waited := async(func() (jobtype.Job, error) { return b.Wait(ctx, after.ID, soon()) })
+	if _, err := a.Complete(ctx, dep.ID, dep.LeaseID, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := await(t, claimed)
+	if err != nil || got.ID != after.ID {
+		t.Fatalf("the claim parked on the other replica = %s, %v; want the released job", got.ID, err)
+	}
+	if _, err := b.Complete(ctx, got.ID, got.LeaseID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := await(t, waited); err != nil || j.State != jobtype.Succeeded {
+		t.Fatalf("the wait on the other replica = %s, %v", j.State, err)
+	}
+}

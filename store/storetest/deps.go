@@ -1,0 +1,257 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/store"
+)
+
+var depCases = []struct {
+	name string
+	run  func(t *testing.T, s store.Store)
+}{
+	{"a job waits for its dependencies, and the last success queues it, announced as released", testDependenciesRelease},
+	{"a failed dependency cancels the job, naming it, and the cancel runs down a chain", testDependencyFailureCascades},
+	{"a job that runs on failure is queued once every dependency has ended, however", testDependencyFailureRun},
+	{"dependencies that ended already settle the job at its creation", testDependenciesSettledAtCreation},
+	{"a missing or another tenant's dependency refuses the job and stores nothing", testDependencyMissing},
+	{"a chain of the deepest WAITING jobs allowed cancels whole; one deeper is refused", testDependencyDepth},
+	{"a dependency ending while jobs after it are created never leaves one waiting", testDependencyRace},
+}
+
+// waiting is a new job of tenant acme WAITING for after.
+func waiting(id string, after ...string) jobtype.Job {
+	j := newJob(id, at(0))
+	j.State, j.After, j.OnDependencyFailure = jobtype.Waiting, after, jobtype.CancelOnDependencyFailure
+	return j
+}
+
+// endAs ends job id in state, at at(sec).
+func endAs(t *testing.T, s store.Store, id string, state jobtype.State, sec int) jobtype.Job {
+	t.Helper()
+	return update(t, s, id, func(j *jobtype.Job) {
+		j.State, j.FinishedAt, j.UpdatedAt = state, at(sec), at(sec)
+	})
+}
+
+// released collects the Released changes s announces.
+type released struct {
+	mu      sync.Mutex
+	changes map[string]store.Change
+}
+
+func listenReleased(t *testing.T, s store.Store) *released {
+	r := &released{changes: map[string]store.Change{}}
+	err := s.Listen(t.Context(), func(cs []store.Change, _ bool) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, c := range cs {
+			if c.Released {
+				r.changes[c.JobID] = c
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	return r
+}
+
+// await waits until a Released change of id at version has come.
+func (r *released) await(t *testing.T, id string, version int64, state jobtype.State) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r.mu.Lock()
+		c, ok := r.changes[id]
+		r.mu.Unlock()
+		if ok && c.Version >= version {
+			if c.State != state || c.Version != version {
+				t.Errorf("released change of %s = %s at version %d, want %s at %d", id, c.State, c.Version, state, version)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no released change of %s at version %d within 30s", id, version)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func testDependenciesRelease(t *testing.T, s store.Store) {
+	rel := listenReleased(t, s)
+	a, b := newJob("a", at(0)), newJob("b", at(0))
+	a.State, b.State = jobtype.Running, jobtype.Running
+	create(t, s, a)
+	create(t, s, b)
+	d := create(t, s, waiting("d", "a", "b", "a"))
+	if d.State != jobtype.Waiting || len(d.After) != 3 {
+		t.Fatalf("created %s after %v, want WAITING after a, b, a", d.State, d.After)
+	}
+	endAs(t, s, "a", jobtype.Succeeded, 5)
+	if got := get(t, s, "d"); got.State != jobtype.Waiting || got.Version != 1 {
+		t.Fatalf("after one of two dependencies: %s at version %d, want WAITING at 1", got.State, got.Version)
+	}
+	endAs(t, s, "b", jobtype.Succeeded, 7)
+	got := get(t, s, "d")
+	if got.State != jobtype.Queued || got.Version != 2 || !got.RunAt.Equal(at(7)) || !got.UpdatedAt.Equal(at(7)) {
+		t.Fatalf("after both: %s at version %d, run_at %v, updated_at %v; want QUEUED at 2 from the last end, %v",
+			got.State, got.Version, got.RunAt, got.UpdatedAt, at(7))
+	}
+	rel.await(t, "d", 2, jobtype.Queued)
+	claimed, err := s.ClaimJobs(t.Context(), store.ClaimFilter{Now: at(8)}, store.Claim{WorkerID: "w", LeaseIDs: []string{"l"}, Now: at(8), Lease: time.Minute})
+	if err != nil || len(claimed) != 1 || claimed[0].Job.ID != "d" {
+		t.Fatalf("claim after the release = %v, %v; want d", claimed, err)
+	}
+}
+
+func testDependencyFailureCascades(t *testing.T, s store.Store) {
+	a := newJob("a", at(0))
+	a.State = jobtype.Running
+	create(t, s, a)
+	create(t, s, waiting("b", "a"))
+	create(t, s, waiting("c", "b"))
+	run := waiting("r", "b")
+	run.OnDependencyFailure = jobtype.RunOnDependencyFailure
+	create(t, s, run)
+	endAs(t, s, "a", jobtype.Failed, 3)
+	for _, want := range []struct {
+		id, message string
+		state       jobtype.State
+	}{
+		{"b", store.DependencyFailedMessage("a", jobtype.Failed), jobtype.Cancelled},
+		{"c", store.DependencyFailedMessage("b", jobtype.Cancelled), jobtype.Cancelled},
+		{"r", "", jobtype.Queued},
+	} {
+		got := get(t, s, want.id)
+		if got.State != want.state || got.Version != 2 {
+			t.Errorf("%s = %s at version %d, want %s at 2", want.id, got.State, got.Version, want.state)
+		}
+		if want.message == "" {
+			continue
+		}
+		if got.Error == nil || got.Error.Type != jobtype.DependencyFailedError || got.Error.Message != want.message || !got.FinishedAt.Equal(at(3)) {
+			t.Errorf("%s ended with %+v at %v, want %s %q at %v", want.id, got.Error, got.FinishedAt, jobtype.DependencyFailedError, want.message, at(3))
+		}
+	}
+}
+
+func testDependencyFailureRun(t *testing.T, s store.Store) {
+	for _, st := range []jobtype.State{jobtype.Failed, jobtype.Cancelled, jobtype.Lost} {
+		t.Run(string(st), func(t *testing.T) {
+			a, b := newJob("a-"+string(st), at(0)), newJob("b-"+string(st), at(0))
+			a.State, b.State = jobtype.Running, jobtype.Running
+			create(t, s, a)
+			create(t, s, b)
+			d := waiting("d-"+string(st), a.ID, b.ID)
+			d.OnDependencyFailure = jobtype.RunOnDependencyFailure
+			create(t, s, d)
+			endAs(t, s, a.ID, st, 2)
+			if got := get(t, s, d.ID); got.State != jobtype.Waiting {
+				t.Fatalf("after a dependency ended %s, one still running: %s, want WAITING", st, got.State)
+			}
+			endAs(t, s, b.ID, jobtype.Succeeded, 4)
+			if got := get(t, s, d.ID); got.State != jobtype.Queued || got.Error != nil {
+				t.Fatalf("after both ended: %s with error %v, want QUEUED", got.State, got.Error)
+			}
+		})
+	}
+}
+
+func testDependenciesSettledAtCreation(t *testing.T, s store.Store) {
+	done, failed := newJob("done", at(0)), newJob("failed", at(0))
+	done.State, failed.State = jobtype.Succeeded, jobtype.Failed
+	create(t, s, done)
+	create(t, s, failed)
+
+	queued := waiting("after-done", "done")
+	queued.RunAt = at(-5) // before its creation: runs from its creation
+	if got := create(t, s, queued); got.State != jobtype.Queued || !got.RunAt.Equal(at(0)) || got.Version != 1 {
+		t.Errorf("after a succeeded job: %s at version %d, run_at %v; want QUEUED at 1 from %v", got.State, got.Version, got.RunAt, at(0))
+	}
+	got := create(t, s, waiting("after-failed", "done", "failed"))
+	if got.State != jobtype.Cancelled || got.Error == nil || got.Error.Message != store.DependencyFailedMessage("failed", jobtype.Failed) {
+		t.Errorf("after a failed job: %s with %+v, want CANCELLED naming it", got.State, got.Error)
+	}
+	if stored := get(t, s, "after-failed"); stored.State != jobtype.Cancelled {
+		t.Errorf("stored as %s, want CANCELLED", stored.State)
+	}
+	run := waiting("run-after-failed", "failed")
+	run.OnDependencyFailure = jobtype.RunOnDependencyFailure
+	if got := create(t, s, run); got.State != jobtype.Queued {
+		t.Errorf("running after a failed job: %s, want QUEUED", got.State)
+	}
+}
+
+func testDependencyMissing(t *testing.T, s store.Store) {
+	other := newJob("theirs", at(0))
+	other.Tenant = "globex"
+	create(t, s, other)
+	mine := newJob("mine", at(0))
+	mine.State = jobtype.Running
+	create(t, s, mine)
+	for _, missing := range []string{"nope", "theirs"} {
+		_, err := s.CreateJobs(t.Context(), []jobtype.Job{waiting("ok-"+missing, "mine"), waiting("bad-"+missing, "mine", missing)})
+		var me *jobtype.MissingError
+		if !errors.As(err, &me) || me.ID != missing || !errors.Is(err, jobtype.ErrNotFound) {
+			t.Errorf("after %s: err = %v, want a MissingError naming it", missing, err)
+		}
+		mustBeGone(t, s, "ok-"+missing)
+		mustBeGone(t, s, "bad-"+missing)
+	}
+	// Nothing was recorded: mine's end releases nothing.
+	endAs(t, s, "mine", jobtype.Succeeded, 1)
+}
+
+func testDependencyDepth(t *testing.T, s store.Store) {
+	head := newJob("link-0", at(0))
+	head.State = jobtype.Running
+	create(t, s, head)
+	for i := 1; i <= jobtype.MaxDependencyDepth; i++ {
+		j := create(t, s, waiting(fmt.Sprintf("link-%d", i), fmt.Sprintf("link-%d", i-1)))
+		if j.State != jobtype.Waiting {
+			t.Fatalf("link %d: %s, want WAITING", i, j.State)
+		}
+	}
+	_, err := s.CreateJob(t.Context(), waiting("one-too-deep", fmt.Sprintf("link-%d", jobtype.MaxDependencyDepth)))
+	var inv *jobtype.InvalidError
+	if !errors.As(err, &inv) || inv.Field != "after" {
+		t.Fatalf("a link past the deepest chain: err = %v, want invalid after", err)
+	}
+	mustBeGone(t, s, "one-too-deep")
+	endAs(t, s, "link-0", jobtype.Lost, 9)
+	for i := 1; i <= jobtype.MaxDependencyDepth; i++ {
+		if got := get(t, s, fmt.Sprintf("link-%d", i)); got.State != jobtype.Cancelled {
+			t.Fatalf("link %d after the head was lost: %s, want CANCELLED", i, got.State)
+		}
+	}
+}
+
+func testDependencyRace(t *testing.T, s store.Store) {
+	const rounds, dependents = 20, 8
+	for r := range rounds {
+		dep := newJob(fmt.Sprintf("dep-%d", r), at(0))
+		dep.State = jobtype.Running
+		create(t, s, dep)
+		var wg sync.WaitGroup
+		for i := range dependents {
+			wg.Go(func() {
+				if _, err := s.CreateJob(t.Context(), waiting(fmt.Sprintf("after-%d-%d", r, i), dep.ID)); err != nil {
+					t.Errorf("create: %v", err)
+				}
+			})
+		}
+		wg.Go(func() { endAs(t, s, dep.ID, jobtype.Succeeded, 1) })
+		wg.Wait()
+		for i := range dependents {
+			if got := get(t, s, fmt.Sprintf("after-%d-%d", r, i)); got.State != jobtype.Queued {
+				t.Fatalf("round %d, job %d: %s once its dependency had succeeded, want QUEUED", r, i, got.State)
+			}
+		}
+	}
+}
