@@ -9,9 +9,13 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/otelconnect"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"github.com/jobwatch/jobwatch/internal/tracing"
 )
 
 // Protocol is the wire protocol the client speaks. The server speaks all
@@ -55,6 +59,7 @@ type config struct {
 	backoff      Backoff
 	onRetry      func(err error, delay time.Duration)
 	connectOpts  []connect.ClientOption
+	tracing      trace.TracerProvider
 }
 
 // Option configures a Client.
@@ -65,9 +70,10 @@ type Option func(*config)
 // own transport unless WithLongCallHTTPClient replaces it too.
 func WithHTTPClient(hc connect.HTTPClient) Option { return func(c *config) { c.shortHTTP = hc } }
 
-// WithLongCallHTTPClient makes the long calls (WaitJob, WatchJob,
-// WatchJobs, ClaimJob) go through hc. It must set no overall timeout
-// (http.Client.Timeout) shorter than the server's caps.
+// WithLongCallHTTPClient makes the long calls (WaitJob, WaitJobs,
+// WatchJob, WatchJobs, WatchJobLogs, ClaimJob) go through hc. It must
+// set no overall timeout (http.Client.Timeout) shorter than the server's
+// caps.
 func WithLongCallHTTPClient(hc connect.HTTPClient) Option {
 	return func(c *config) { c.longHTTP = hc }
 }
@@ -117,6 +123,21 @@ func WithBackoff(initial, max time.Duration) Option {
 // still waiting.
 func WithRetryNotify(f func(err error, delay time.Duration)) Option {
 	return func(c *config) { c.onRetry = f }
+}
+
+// WithTracing traces every call (connectrpc.com/otelconnect: a client
+// span per call with the standard attributes, and the W3C trace context
+// sent to the server), with tp, or otel.GetTracerProvider() when tp is
+// nil. A job submitted inside a span is then run by its worker in that
+// trace (WorkerConfig.TracerProvider). Without it the client adds no
+// interceptor.
+func WithTracing(tp trace.TracerProvider) Option {
+	return func(c *config) {
+		if tp == nil {
+			tp = otel.GetTracerProvider()
+		}
+		c.tracing = tp
+	}
 }
 
 // WithConnectOptions passes extra options to the generated clients.
@@ -176,6 +197,14 @@ func New(baseURL string, opts ...Option) *Client {
 	}
 	if cfg.token != "" {
 		copts = append(copts, connect.WithInterceptors(bearer(cfg.token)))
+	}
+	if cfg.tracing != nil {
+		// NewInterceptor fails only on options it cannot take; these
+		// are fixed.
+		if i, err := otelconnect.NewInterceptor(otelconnect.WithTracerProvider(cfg.tracing),
+			otelconnect.WithPropagator(tracing.Propagator), otelconnect.WithoutMetrics()); err == nil {
+			copts = append(copts, connect.WithInterceptors(i))
+		}
 	}
 	copts = append(copts, cfg.connectOpts...)
 
@@ -284,6 +313,14 @@ type routedJobs struct {
 
 func (r routedJobs) WaitJob(ctx context.Context, req *jobwatchv1.WaitJobRequest) (*jobwatchv1.WaitJobResponse, error) {
 	return r.long.WaitJob(ctx, req)
+}
+
+func (r routedJobs) WaitJobs(ctx context.Context, req *jobwatchv1.WaitJobsRequest) (*jobwatchv1.WaitJobsResponse, error) {
+	return r.long.WaitJobs(ctx, req)
+}
+
+func (r routedJobs) WatchJobLogs(ctx context.Context, req *jobwatchv1.WatchJobLogsRequest) (*connect.ServerStreamForClient[jobwatchv1.WatchJobLogsResponse], error) {
+	return r.long.WatchJobLogs(ctx, req)
 }
 
 func (r routedJobs) WatchJob(ctx context.Context, req *jobwatchv1.WatchJobRequest) (*connect.ServerStreamForClient[jobwatchv1.WatchJobResponse], error) {

@@ -17,8 +17,13 @@ import (
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/internal/tracing"
 	"github.com/jobwatch/jobwatch/jobtype"
 )
 
@@ -180,6 +185,12 @@ type WorkerConfig struct {
 	// takes their place, so a chatty handler never blocks and never
 	// grows the worker's memory.
 	LogBufferBytes int
+	// TracerProvider makes the span a handler runs in, for a job
+	// submitted by a traced call (its traceparent): a child of that
+	// call's span, named "jobwatch.job.handle", so the handler's own
+	// spans join the submitter's trace. Default otel.GetTracerProvider(),
+	// which makes no spans until the program sets one.
+	TracerProvider trace.TracerProvider
 }
 
 // Worker claims jobs of the kinds it has handlers for and runs them.
@@ -468,7 +479,9 @@ func (w *Worker) run(ctx context.Context, s *slot, lease *Lease) {
 	}()
 
 	log.Debug("job started")
-	result, err := callHandler(jobCtx, h, job, progress)
+	handleCtx, span := w.startSpan(jobCtx, job)
+	result, err := callHandler(handleCtx, h, job, progress)
+	endSpan(span, err)
 	close(stop)
 	<-beats
 
@@ -793,3 +806,34 @@ func (workerStoppedError) Error() string         { return "worker stopped before
 func (workerStoppedError) PublicMessage() string { return "worker stopped before the job ended" }
 func (workerStoppedError) ErrorType() string     { return "WorkerStopped" }
 func (workerStoppedError) Retryable() bool       { return true }
+
+// startSpan starts the span job's handler runs in, a child of the trace
+// context the job was submitted with; without one, ctx as it is and no
+// span.
+func (w *Worker) startSpan(ctx context.Context, job *jobwatchv1.Job) (context.Context, trace.Span) {
+	if job.GetTraceparent() == "" {
+		return ctx, nil
+	}
+	tp := w.cfg.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	parent := tracing.Context{Parent: job.GetTraceparent(), State: job.GetTracestate()}.Into(ctx)
+	return tp.Tracer("github.com/jobwatch/jobwatch/client").Start(parent, "jobwatch.job.handle",
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+			attribute.String("jobwatch.job.id", job.GetId()), attribute.String("jobwatch.job.kind", job.GetKind()),
+			attribute.String("jobwatch.job.queue", job.GetQueue()), attribute.Int("jobwatch.job.attempt", int(job.GetAttempt())),
+			attribute.String("jobwatch.worker.id", w.cfg.ID)))
+}
+
+// endSpan ends a handler's span with its outcome.
+func endSpan(span trace.Span, err error) {
+	if span == nil {
+		return
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, ErrorType(err))
+	}
+	span.End()
+}

@@ -211,6 +211,7 @@ func (e *Engine) claimOnce(ctx context.Context, f store.ClaimFilter, workerID st
 			e.woke("claim", c.QueuedAt)
 		}
 		e.publish(c.Job)
+		e.traceClaim(c.Job, c.QueuedAt, c.Job.UpdatedAt)
 		js[i] = c.Job
 	}
 	return js, nil

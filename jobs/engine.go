@@ -30,6 +30,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 	"github.com/jobwatch/jobwatch/watch"
@@ -93,6 +95,9 @@ type Config struct {
 	// changes are logged, and a webhook in the rules is logged as not
 	// sent.
 	Alerts AlertSender
+	// Tracer, when set, records the spans of jobs that carry a trace
+	// context (jobs/trace.go); nil records none and costs nothing.
+	Tracer trace.Tracer
 }
 
 func (c Config) withDefaults() Config {

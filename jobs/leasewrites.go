@@ -76,6 +76,9 @@ func (e *Engine) writeLease(ctx context.Context, op string, w store.LeaseWrite) 
 	if w.Op != store.Heartbeat || res.Job.UpdatedAt.Equal(now) {
 		e.publish(res.Job)
 	}
+	if w.Op != store.Heartbeat {
+		e.traceAttemptEnd(res.Job) // a completion or failure ends the attempt
+	}
 	return res.Job, nil
 }
 

@@ -54,6 +54,10 @@ type SubmitRequest struct {
 	// cancels it, jobtype.RunOnDependencyFailure runs it once all have
 	// ended.
 	OnDependencyFailure jobtype.DependencyFailure
+	// TraceParent and TraceState are the W3C trace context of the traced
+	// call that submits the job ("" for none), kept with it for the
+	// worker that runs it.
+	TraceParent, TraceState string
 }
 
 func (r SubmitRequest) validate() error {
@@ -85,6 +89,12 @@ func (r SubmitRequest) validate() error {
 	}
 	if len(r.After) > 0 && r.Hold {
 		return &jobtype.InvalidError{Field: "after", Reason: "cannot be given with hold: a held job waits for StartJob, one with after for its dependencies"}
+	}
+	if err := jobtype.CheckLen("traceparent", r.TraceParent, jobtype.MaxNameBytes); err != nil {
+		return err
+	}
+	if err := jobtype.CheckLen("tracestate", r.TraceState, jobtype.MaxTokenBytes); err != nil {
+		return err
 	}
 	switch r.OnDependencyFailure {
 	case "", jobtype.CancelOnDependencyFailure, jobtype.RunOnDependencyFailure:
@@ -192,6 +202,8 @@ func (e *Engine) newJob(r SubmitRequest, now time.Time) (jobtype.Job, error) {
 		MaxAttempts: r.MaxAttempts,
 		UniqueKey:   r.UniqueKey,
 		Batch:       r.Batch,
+		TraceParent: r.TraceParent,
+		TraceState:  r.TraceState,
 		CreatedAt:   now,
 		UpdatedAt:   now,
 		RunAt:       r.RunAt.UTC(),

@@ -91,6 +91,7 @@ func (e *Engine) expireLeases(ctx context.Context) error {
 			errs = append(errs, err)
 		case expired:
 			e.log.Info("lease expired", "job_id", j.ID, "worker_id", j.WorkerID, "attempt", j.Attempt, "state", j.State)
+			e.traceAttemptEnd(j)
 		}
 	}
 	return errors.Join(errs...)

@@ -77,12 +77,16 @@ type Job struct {
 	// Succeeded does to it ("" without After).
 	After               []string
 	OnDependencyFailure DependencyFailure
-	CreatedAt           time.Time
-	StartedAt           time.Time
-	UpdatedAt           time.Time
-	FinishedAt          time.Time
-	RunAt               time.Time // not claimable before this
-	WorkerID            string
+	// TraceParent and TraceState are the W3C trace context of the traced
+	// call that submitted the job ("" when it was not traced), which the
+	// worker that runs it continues. They never change.
+	TraceParent, TraceState string
+	CreatedAt               time.Time
+	StartedAt               time.Time
+	UpdatedAt               time.Time
+	FinishedAt              time.Time
+	RunAt                   time.Time // not claimable before this
+	WorkerID                string
 
 	// The lease of the worker running the job; empty unless RUNNING.
 	LeaseID        string

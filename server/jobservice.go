@@ -75,6 +75,7 @@ func (s *Server) wait(ctx context.Context, id string) (*wireSnapshot, error) {
 	if err != nil {
 		return nil, s.toConnectError(ctx, "wait job", err)
 	}
+	linkToJob(ctx, &snap.Job)
 	w := s.wireFor(snap)
 	if w.err != nil {
 		return nil, s.toConnectError(ctx, "convert job", w.err)
@@ -136,6 +137,8 @@ func (s *Server) submitRequest(ctx context.Context, prefix string, req *jobwatch
 		Batch:       req.GetBatch(),
 		After:       req.GetAfter(),
 	}
+	tc := s.traceOf(ctx)
+	r.TraceParent, r.TraceState = tc.Parent, tc.State
 	switch f := req.GetOnDependencyFailure(); f {
 	case jobwatchv1.DependencyFailure_DEPENDENCY_FAILURE_UNSPECIFIED:
 	case jobwatchv1.DependencyFailure_DEPENDENCY_FAILURE_CANCEL:
@@ -341,6 +344,9 @@ func (h *jobService) WaitJobs(ctx context.Context, req *jobwatchv1.WaitJobsReque
 	res, err := s.engine.WaitMany(ctx, r, deadline)
 	if err != nil {
 		return nil, s.toConnectError(ctx, "wait jobs", err)
+	}
+	for i := range res.Ended {
+		linkToJob(ctx, &res.Ended[i])
 	}
 	pjs, err := wire.Jobs(res.Ended)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/cors"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jobwatch/jobwatch/auth"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
@@ -215,6 +216,13 @@ type Config struct {
 	// everything, which is why Serve then listens on loopback only
 	// (see Insecure).
 	Tokens *auth.Tokens
+	// TracerProvider, when set, traces every RPC (connectrpc.com/otelconnect:
+	// a span per call with the standard attributes, children of the
+	// caller's W3C trace context), keeps a submitting call's trace
+	// context with its job (Job.traceparent) and links a WaitJob's span
+	// to the trace of the job it waited for. nil traces nothing and adds
+	// no interceptor (internal/tracing: off unless OTEL_* asks).
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -338,7 +346,7 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 		connect.WithCompressMinBytes(1 << 10),
 		// The gate runs inside callInterceptor, so the call's log line
 		// and metrics count its refusals and name the caller it admitted.
-		connect.WithInterceptors(&callInterceptor{metrics: s.metrics, log: s.log}, &gate{s}),
+		connect.WithInterceptors(s.interceptors(&callInterceptor{metrics: s.metrics, log: s.log}, &gate{s})...),
 		// Without it net/http would swallow a handler's panic into a
 		// debug-level log line and drop the connection, which clients
 		// retry as a transport error, forever.

@@ -106,6 +106,8 @@ func Job(j *jobtype.Job) (*jobwatchv1.Job, error) {
 		Batch:               j.Batch,
 		After:               j.After,
 		OnDependencyFailure: DependencyFailure(j.OnDependencyFailure),
+		Traceparent:         j.TraceParent,
+		Tracestate:          j.TraceState,
 		Error:               jobError(j.Error),
 	}
 	for _, h := range j.History {

@@ -319,6 +319,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}
 
+	tp, stopTracing, err := startTracing(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+
 	st, err := openStore(ctx, f, log)
 	if err != nil {
 		return fmt.Errorf("open database %s: %w", dbName(f.db), err)
@@ -336,6 +342,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Metrics:      metrics,
 		Rules:        rules,
 		Alerts:       alerthook.New(log, hookDone),
+		Tracer:       tracerOf(tp),
 	})
 	host, _, _ := net.SplitHostPort(f.addr)
 	loopback := isLoopback(host)
@@ -356,6 +363,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		CORSOrigins:         splitList(f.corsOrigins),
 		Version:             version(),
 		Tokens:              tokens,
+		TracerProvider:      providerOf(tp),
 	}
 	// Never above the total, where it would only mislead.
 	cfg.MaxParkedCallsPerTenant = min(f.maxParkedTenant, f.maxParkedCalls)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/internal/tracing"
 )
 
 const workerUsage = `Usage: jobwatch worker --kind KIND --exec 'COMMAND' [flags]
@@ -91,7 +92,13 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer c.Close()
 
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	tp, stopTracing, err := startTracing(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	w := client.NewWorker(c.WorkerBackend(), client.WorkerConfig{
+		TracerProvider:    providerOf(tp),
 		ID:                id,
 		Concurrency:       concurrency,
 		Queues:            splitList(queues),
@@ -260,6 +267,14 @@ func execHandler(command string, env []string, out io.Writer, kill time.Duration
 			"JOBWATCH_ATTEMPT="+strconv.Itoa(int(job.GetAttempt())),
 			"JOBWATCH_MAX_ATTEMPTS="+strconv.Itoa(int(job.GetMaxAttempts())),
 		)
+		// The command continues the job's trace: its handler span's
+		// context, or without tracing here, the submitter's.
+		if tc := traceContext(ctx, job); tc.Parent != "" {
+			cmd.Env = append(cmd.Env, "TRACEPARENT="+tc.Parent)
+			if tc.State != "" {
+				cmd.Env = append(cmd.Env, "TRACESTATE="+tc.State)
+			}
+		}
 		// Output that is not the protocol's goes to the worker's stderr
 		// and to the job's log, tagged with the stream it came from.
 		stdoutLog := progress.LogTo(jobwatchv1.LogStream_LOG_STREAM_STDOUT)
@@ -489,4 +504,14 @@ func (p *prefixWriter) flush() {
 	if len(p.buf) > 0 {
 		_ = p.emit()
 	}
+}
+
+// traceContext is the trace context a command runs job in: that of the
+// span ctx holds (the worker's handler span), else the one the job was
+// submitted with.
+func traceContext(ctx context.Context, job *jobwatchv1.Job) tracing.Context {
+	if tc := tracing.FromSpan(ctx); tc.Parent != "" {
+		return tc
+	}
+	return tracing.Context{Parent: job.GetTraceparent(), State: job.GetTracestate()}
 }

@@ -18,19 +18,19 @@ import (
 
 const insertJob = `INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step,
 	payload, result, error_type, error_message, attempt, max_attempts, unique_key, created_at,
-	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, history, batch, after, after_policy, after_depth)
+	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, history, batch, after, after_policy, after_depth, trace_parent, trace_state)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::text::json, $10::text::json, $11, $12, $13, $14, $15,
-	$16, $17, $18, $19, $20, $21, $22, $23, $24, $25::text::json, $26, $27, $28, $29)`
+	$16, $17, $18, $19, $20, $21, $22, $23, $24, $25::text::json, $26, $27, $28, $29, $30, $31)`
 
 // insertValues are insertJob's bind values: values, then what no update
-// writes (it never changes): the batch, the dependencies, and the depth
-// of its chain of WAITING jobs (0 unless it waits).
+// writes (it never changes): the batch, the dependencies, the depth of
+// its chain of WAITING jobs (0 unless it waits) and the trace context.
 func insertValues(j jobtype.Job, depth int) []any {
 	var after any
 	if len(j.After) > 0 {
 		after = j.After
 	}
-	return append(values(j), j.Batch, after, string(j.OnDependencyFailure), depth)
+	return append(values(j), j.Batch, after, string(j.OnDependencyFailure), depth, j.TraceParent, j.TraceState)
 }
 
 // updateJob writes every column (PostgreSQL keeps an update HOT when no

@@ -249,7 +249,7 @@ func isUniqueViolation(err error, constraint string) bool {
 const columns = `id, tenant, kind, queue, state, version, percent, step,
 	payload::text, result::text, history::text, error_type, error_message, attempt, max_attempts,
 	unique_key, created_at, started_at, updated_at, finished_at, run_at, worker_id, lease_id,
-	lease_expires_at, priority, batch, after, after_policy, seq, rev`
+	lease_expires_at, priority, batch, after, after_policy, trace_parent, trace_state, seq, rev`
 
 var summaryColumns = strings.Replace(columns, "payload::text, result::text, history::text", "NULL::text, NULL::text, NULL::text", 1)
 
@@ -414,7 +414,7 @@ func scanJob(r pgx.Row, extra ...any) (storedRow, error) {
 	dest := append([]any{&j.ID, &j.Tenant, &j.Kind, &j.Queue, &state, &j.Version, &j.Percent, &j.Step,
 		&payload, &result, &history, &errType, &errMsg, &j.Attempt, &j.MaxAttempts, &j.UniqueKey,
 		&created, &started, &updated, &finished, &runAt, &j.WorkerID, &j.LeaseID, &lease,
-		&j.Priority, &j.Batch, &j.After, &afterPolicy, &row.seq, &row.rev}, extra...)
+		&j.Priority, &j.Batch, &j.After, &afterPolicy, &j.TraceParent, &j.TraceState, &row.seq, &row.rev}, extra...)
 	if err := r.Scan(dest...); err != nil {
 		return storedRow{}, err
 	}

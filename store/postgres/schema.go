@@ -263,7 +263,9 @@ CREATE TABLE {{schema}}.job_logs (
 ALTER TABLE {{schema}}.jobs ADD COLUMN batch text NOT NULL DEFAULT '';
 CREATE INDEX jobs_batch ON {{schema}}.jobs (tenant, batch, created_at, seq) WHERE batch <> '';
 `,
-	// 10: dependencies. Each job keeps the jobs it runs after (after, as
+	// 10: dependencies, and the trace context of the call that submitted
+	// a job (trace_parent, trace_state: W3C traceparent and tracestate,
+	// '' for none). Each job keeps the jobs it runs after (after, as
 	// submitted), what a failed one does to it (after_policy: 'cancel'
 	// or 'run', '' for none) and how many WAITING jobs deep its chain is
 	// (after_depth); a WAITING job holds its unique key. job_deps holds,
@@ -280,7 +282,9 @@ CREATE INDEX jobs_batch ON {{schema}}.jobs (tenant, batch, created_at, seq) WHER
 	`
 ALTER TABLE {{schema}}.jobs ADD COLUMN after text[],
 	ADD COLUMN after_policy text NOT NULL DEFAULT '',
-	ADD COLUMN after_depth integer NOT NULL DEFAULT 0;
+	ADD COLUMN after_depth integer NOT NULL DEFAULT 0,
+	ADD COLUMN trace_parent text NOT NULL DEFAULT '',
+	ADD COLUMN trace_state text NOT NULL DEFAULT '';
 DROP INDEX {{schema}}.jobs_unique_active;
 CREATE UNIQUE INDEX jobs_unique_active ON {{schema}}.jobs (tenant, unique_key)
 	WHERE unique_key <> '' AND state IN ('pending', 'waiting', 'queued', 'running');

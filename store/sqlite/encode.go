@@ -16,7 +16,7 @@ import (
 
 const columns = `id, tenant, kind, queue, state, version, percent, step, payload, result, history,
 	error_type, error_message, attempt, max_attempts, unique_key, created_at, started_at,
-	updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, batch, after, after_policy, seq`
+	updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, batch, after, after_policy, trace_parent, trace_state, seq`
 
 func toMicro(t time.Time) int64 { return t.UnixMicro() }
 
@@ -209,7 +209,7 @@ func valuesWith(j jobtype.Job, history any) []any {
 		nullJSON(j.Payload), nullJSON(j.Result), history, errType, errMsg, j.Attempt, j.MaxAttempts,
 		j.UniqueKey, toMicro(j.CreatedAt), toMicro(j.StartedAt), toMicro(j.UpdatedAt),
 		toMicro(j.FinishedAt), toMicro(j.RunAt), j.WorkerID, j.LeaseID, toMicro(j.LeaseExpiresAt),
-		j.Priority, j.Batch, toAfter(j.After), string(j.OnDependencyFailure),
+		j.Priority, j.Batch, toAfter(j.After), string(j.OnDependencyFailure), j.TraceParent, j.TraceState,
 	}
 }
 
@@ -255,7 +255,7 @@ func scanJob(r scanner) (jobtype.Job, int64, error) {
 	)
 	err := r.Scan(&j.ID, &j.Tenant, &j.Kind, &j.Queue, &state, &j.Version, &j.Percent, &j.Step,
 		&payload, &result, &history, &errType, &errMsg, &j.Attempt, &j.MaxAttempts, &j.UniqueKey,
-		&created, &started, &updated, &finished, &runAt, &j.WorkerID, &j.LeaseID, &lease, &j.Priority, &j.Batch, &after, &afterPolicy, &seq)
+		&created, &started, &updated, &finished, &runAt, &j.WorkerID, &j.LeaseID, &lease, &j.Priority, &j.Batch, &after, &afterPolicy, &j.TraceParent, &j.TraceState, &seq)
 	if err != nil {
 		return jobtype.Job{}, 0, err
 	}

@@ -20,8 +20,8 @@ import (
 // insertJob takes values(j) and then the change sequence's value.
 const insertJob = `INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step,
 	payload, result, history, error_type, error_message, attempt, max_attempts, unique_key, created_at,
-	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, batch, after, after_policy, change_seq, after_depth)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, priority, batch, after, after_policy, trace_parent, trace_state, change_seq, after_depth)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // insert adds j, stamped with the batch's change sequence value, at
 // depth in its chain of WAITING jobs (0 unless it waits). Only the
@@ -37,7 +37,7 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, j jobtype.Job, depth int
 // valueColumns name the values of values(j), in order.
 var valueColumns = []string{"id", "tenant", "kind", "queue", "state", "version", "percent", "step",
 	"payload", "result", "history", "error_type", "error_message", "attempt", "max_attempts", "unique_key", "created_at",
-	"started_at", "updated_at", "finished_at", "run_at", "worker_id", "lease_id", "lease_expires_at", "priority", "batch", "after", "after_policy"}
+	"started_at", "updated_at", "finished_at", "run_at", "worker_id", "lease_id", "lease_expires_at", "priority", "batch", "after", "after_policy", "trace_parent", "trace_state"}
 
 // updateChanged makes the UPDATE of row seq from old to next that sets
 // only the columns whose values differ, or "" if none does. SQLite rewrites the entry of every

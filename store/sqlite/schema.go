@@ -464,7 +464,9 @@ END;
 	// dependencies: the jobs it runs after (after, a JSON array of ids,
 	// NULL for none), what a failed one does to it (after_policy:
 	// 'cancel' or 'run', '' for none) and how many WAITING jobs deep its
-	// chain is (after_depth). All are read with every job, so they go
+	// chain is (after_depth), and the trace context of the call that
+	// submitted it (trace_parent, trace_state: W3C traceparent and
+	// tracestate, '' for none). All are read with every job, so they go
 	// before payload and result (see 3): the table is rebuilt once more,
 	// as in 10, with every index and trigger on it as 14 left them.
 	// jobs_batch finds a tenant's batch in ListJobs' order (newest
@@ -511,6 +513,8 @@ CREATE TABLE jobs_new (
 	after            TEXT,
 	after_policy     TEXT    NOT NULL DEFAULT '',
 	after_depth      INTEGER NOT NULL DEFAULT 0,
+	trace_parent     TEXT    NOT NULL DEFAULT '',
+	trace_state      TEXT    NOT NULL DEFAULT '',
 	history          TEXT,
 	result           TEXT,
 	payload          TEXT

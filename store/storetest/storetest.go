@@ -308,6 +308,8 @@ func fullJob() jobtype.Job {
 		LeaseID:        "lease-abc",
 		LeaseExpiresAt: at(33),
 		Batch:          "reports-2030-01",
+		TraceParent:    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		TraceState:     "congo=t61rcWkgMzE",
 	}
 }
 

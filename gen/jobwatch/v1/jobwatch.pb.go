@@ -478,8 +478,13 @@ type Job struct {
 	After []string `protobuf:"bytes,24,rep,name=after,proto3" json:"after,omitempty"`
 	// What a failed dependency does to it; UNSPECIFIED without after.
 	OnDependencyFailure DependencyFailure `protobuf:"varint,25,opt,name=on_dependency_failure,json=onDependencyFailure,proto3,enum=jobwatch.v1.DependencyFailure" json:"on_dependency_failure,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The W3C trace context (traceparent and tracestate headers' values)
+	// of the traced call that submitted the job, empty when it was not
+	// traced: a worker runs the job in a span of that trace.
+	Traceparent   string `protobuf:"bytes,26,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    string `protobuf:"bytes,27,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -685,6 +690,20 @@ func (x *Job) GetOnDependencyFailure() DependencyFailure {
 		return x.OnDependencyFailure
 	}
 	return DependencyFailure_DEPENDENCY_FAILURE_UNSPECIFIED
+}
+
+func (x *Job) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *Job) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
 }
 
 // JobAttempt is one entry of a job's history: an attempt that ended, or
@@ -4783,7 +4802,7 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x1ajobwatch/v1/jobwatch.proto\x12\vjobwatch.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"8\n" +
 	"\bJobError\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xc6\a\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x88\b\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
@@ -4815,7 +4834,11 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\battempts\x18\x16 \x03(\v2\x17.jobwatch.v1.JobAttemptR\battempts\x12\x14\n" +
 	"\x05batch\x18\x17 \x01(\tR\x05batch\x12\x14\n" +
 	"\x05after\x18\x18 \x03(\tR\x05after\x12R\n" +
-	"\x15on_dependency_failure\x18\x19 \x01(\x0e2\x1e.jobwatch.v1.DependencyFailureR\x13onDependencyFailure\"\xa5\x02\n" +
+	"\x15on_dependency_failure\x18\x19 \x01(\x0e2\x1e.jobwatch.v1.DependencyFailureR\x13onDependencyFailure\x12 \n" +
+	"\vtraceparent\x18\x1a \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\x1b \x01(\tR\n" +
+	"tracestate\"\xa5\x02\n" +
 	"\n" +
 	"JobAttempt\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x1b\n" +
