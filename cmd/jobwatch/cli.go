@@ -38,7 +38,9 @@ const exitCodesHelp = `Exit status (wait, watch, submit --wait):
   5  the job was LOST (its worker stopped heartbeating)
   1  the call failed: unknown job, refused, or the server unreachable
      past --timeout
-  2  usage error`
+  2  usage error
+With several jobs (wait ID ID..., wait or watch --batch): 0 if every job
+that ended SUCCEEDED, else the status of the first, in order, that did not.`
 
 // exitCodeError ends the command with code, printing msg (if any) to
 // stderr.

@@ -228,7 +228,7 @@ func TestWaitExitStatusSaysHowTheJobEnded(t *testing.T) {
 func TestUsageErrorsExit2(t *testing.T) {
 	for _, args := range [][]string{
 		{"wait"},
-		{"wait", "a", "b"},
+		{"wait", "a", "--batch", "b"},
 		{"submit", "k", "--payload", "{not json"},
 		{"watch", "id", "--progress", "rainbow"},
 		{"worker", "--kind", "k"},

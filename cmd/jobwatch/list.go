@@ -18,7 +18,7 @@ import (
 // server ends a page early at its byte bound.
 func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cf clientFlags
-	var tenant, states, kind, queue string
+	var tenant, states, kind, queue, batch string
 	var limit int
 	var full bool
 	fs := newFlagSet("list", stderr)
@@ -27,6 +27,7 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&states, "state", "", "only jobs in these `states` (comma-separated, e.g. running,queued)")
 	fs.StringVar(&kind, "kind", "", "only jobs of this `kind`")
 	fs.StringVar(&queue, "queue", "", "only jobs in this `queue`")
+	fs.StringVar(&batch, "batch", "", "only the jobs of this batch `name` (jobwatch submit --batch)")
 	fs.IntVar(&limit, "limit", 50, "at most this many jobs (at most 500)")
 	fs.BoolVar(&full, "full", false, "with --json, also fetch and print each job's payload and result")
 	if _, err := parseArgs(fs, args, 0, ""); err != nil {
@@ -39,7 +40,7 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usageError{fmt.Sprintf("--limit must be at least 1, got %d", limit)}
 	}
 	limit = min(limit, jobs.MaxPageSize)
-	req := &jobwatchv1.ListJobsRequest{Tenant: tenant, Kind: kind, Queue: queue, PageSize: int32(limit)}
+	req := &jobwatchv1.ListJobsRequest{Tenant: tenant, Kind: kind, Queue: queue, Batch: batch, PageSize: int32(limit)}
 	if full {
 		req.View = jobwatchv1.JobView_JOB_VIEW_FULL
 	}

@@ -1,37 +1,59 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
 
 const submitUsage = `Usage: jobwatch submit KIND [flags]
+       jobwatch submit --file FILE [flags]
 
 Submits a job and prints its id (or, with --json, the job). With --wait it
 waits for the job to end, prints it, and exits with its outcome.
+
+With --file it submits many jobs: each line of FILE (- for stdin) is a
+SubmitJobRequest in its JSON form, as curl sends it, such as
+{"kind": "thumbnail", "payload": {"image": "cat.png"}}; --batch, --queue
+and --tenant apply to the lines that do not set their own. Every line is
+read and checked before any job is sent. The jobs go in SubmitJobs calls
+of up to --chunk (1,000) jobs, each one commit that creates all its jobs
+or none: a file of up to 1,000 jobs is submitted all or nothing, a longer
+one in several commits. If a call is refused, the ids of the jobs
+submitted before it are printed and no later line is sent. It prints the
+ids, one per line in the file's order (with --json, the jobs). Wait for
+them with "jobwatch wait --batch NAME".
 
 `
 
 // submit runs "jobwatch submit".
 func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cf clientFlags
-	var tenant, queue, payload, uniqueKey string
+	var tenant, queue, payload, uniqueKey, batch, file string
 	var hold, wait bool
-	var maxAttempts int
+	var maxAttempts, chunk int
 	fs := newFlagSet("submit", stderr)
 	cf.register(fs)
 	fs.StringVar(&tenant, "tenant", "", "`tenant` of the job (default: the server's \"default\")")
 	fs.StringVar(&queue, "queue", "", "`queue` to run it in (default: \"default\")")
+	fs.StringVar(&batch, "batch", "", "label the job with this batch `name` (letters, digits and . _ - : /), to wait for,\nlist or watch the batch's jobs together (jobwatch wait --batch NAME)")
+	fs.StringVar(&file, "file", "", "submit a job for each line of this `file` (- for stdin): a SubmitJobRequest as JSON")
+	fs.IntVar(&chunk, "chunk", client.MaxBatchJobs, "with --file, at most this many jobs per SubmitJobs call (one commit each)")
 	fs.StringVar(&payload, "payload", "", "payload as `JSON`, or @file to read it from a file (@- for stdin)")
 	fs.StringVar(&uniqueKey, "unique-key", "", "refuse the job while another active job of the tenant has this `key`")
 	fs.BoolVar(&hold, "hold", false, "create the job PENDING: it runs only after \"jobwatch start\"")
@@ -48,9 +70,21 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return nil
 	})
 	fs.Usage = func() { fmt.Fprint(stderr, submitUsage); fs.PrintDefaults() }
-	pos, err := parseArgs(fs, args, 1, "KIND")
+	pos, err := parseAnyArgs(fs, args)
 	if err != nil {
 		return err
+	}
+	if file != "" {
+		if len(pos) > 0 {
+			return usageError{fmt.Sprintf("submit --file takes no KIND (each line names its kind), got %q", pos)}
+		}
+		return submitFile(ctx, fs, cf, file, chunk, &jobwatchv1.SubmitJobRequest{Tenant: tenant, Queue: queue, Batch: batch}, stdout, stderr)
+	}
+	if len(pos) != 1 {
+		return usageError{"usage: submit KIND [flags], or submit --file FILE [flags]"}
+	}
+	if chunk != client.MaxBatchJobs {
+		return usageError{"--chunk goes with --file: it bounds the jobs of one SubmitJobs call"}
 	}
 	value, err := readPayload(payload)
 	if err != nil {
@@ -67,7 +101,7 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	job, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{
 		Tenant: tenant, Kind: pos[0], Queue: queue, Payload: value,
-		UniqueKey: uniqueKey, Hold: hold, MaxAttempts: int32(maxAttempts), Priority: priority,
+		UniqueKey: uniqueKey, Hold: hold, MaxAttempts: int32(maxAttempts), Priority: priority, Batch: batch,
 	})
 	if err != nil {
 		return callError("submit", err)
@@ -90,6 +124,179 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	return outcome(job)
+}
+
+// parseAnyArgs is parseArgs for a command whose positional arguments
+// depend on its flags (submit KIND or --file, wait ID... or --batch): it
+// returns them all, for the command to check.
+func parseAnyArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// perLineFlags are the submit flags about one job only, each with the
+// field that sets it on a line of --file.
+var perLineFlags = map[string]string{
+	"payload": "payload", "unique-key": "uniqueKey", "hold": "hold",
+	"max-attempts": "maxAttempts", "priority": "priority",
+}
+
+// maxJobLine bounds a line of --file: a payload is at most 256 KiB, which
+// JSON's escapes can make a few times longer.
+const maxJobLine = 4 << 20
+
+// submitFile runs "jobwatch submit --file FILE". defaults holds what the
+// flags say of every job (tenant, queue, batch), for the lines that do
+// not say otherwise.
+func submitFile(ctx context.Context, fs *flag.FlagSet, cf clientFlags, file string, chunk int,
+	defaults *jobwatchv1.SubmitJobRequest, stdout, stderr io.Writer) error {
+	var refused error
+	fs.Visit(func(f *flag.Flag) {
+		field, perLine := perLineFlags[f.Name]
+		switch {
+		case refused != nil:
+		case f.Name == "wait":
+			refused = usageError{"--wait does not go with --file: label the jobs with --batch NAME and wait for them with \"jobwatch wait --batch NAME\""}
+		case perLine:
+			refused = usageError{fmt.Sprintf("--%s does not go with --file: set %q on each line that needs it", f.Name, field)}
+		}
+	})
+	if refused != nil {
+		return refused
+	}
+	if chunk < 1 || chunk > client.MaxBatchJobs {
+		return usageError{fmt.Sprintf("--chunk must be from 1 to %d, got %d", client.MaxBatchJobs, chunk)}
+	}
+	reqs, lines, err := readJobLines(file, defaults)
+	if err != nil {
+		return err
+	}
+	c, err := cf.client(stderr, false)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for start := 0; start < len(reqs); start += chunk {
+		end := min(start+chunk, len(reqs))
+		jobs, err := c.SubmitJobs(ctx, reqs[start:end])
+		if err != nil {
+			return chunkError(err, fileName(file), lines, start, end)
+		}
+		// Printed as each commit is made: if a later one is refused,
+		// these jobs exist all the same.
+		for _, j := range jobs {
+			if cf.json {
+				err = printJSON(stdout, j)
+			} else {
+				_, err = fmt.Fprintln(stdout, j.GetId())
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func fileName(file string) string {
+	if file == "-" {
+		return "stdin"
+	}
+	return file
+}
+
+// readJobLines reads --file: a SubmitJobRequest in JSON on each line that
+// is not blank, given defaults' tenant, queue and batch where it sets
+// none. lines[i] is the line number of reqs[i].
+func readJobLines(file string, defaults *jobwatchv1.SubmitJobRequest) (reqs []*jobwatchv1.SubmitJobRequest, lines []int, err error) {
+	var r io.Reader = os.Stdin
+	if file != "-" {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, nil, usageError{fmt.Sprintf("--file: %v", err)}
+		}
+		defer f.Close()
+		r = f
+	}
+	name := fileName(file)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxJobLine)
+	n := 0
+	for sc.Scan() {
+		n++
+		text := bytes.TrimSpace(sc.Bytes())
+		if len(text) == 0 {
+			continue
+		}
+		req := &jobwatchv1.SubmitJobRequest{}
+		if err := protojson.Unmarshal(text, req); err != nil {
+			return nil, nil, usageError{fmt.Sprintf("--file: line %d of %s is not a SubmitJobRequest as JSON: %v", n, name, err)}
+		}
+		if req.Tenant == "" {
+			req.Tenant = defaults.Tenant
+		}
+		if req.Queue == "" {
+			req.Queue = defaults.Queue
+		}
+		if req.Batch == "" {
+			req.Batch = defaults.Batch
+		}
+		reqs = append(reqs, req)
+		lines = append(lines, n)
+	}
+	switch err := sc.Err(); {
+	case errors.Is(err, bufio.ErrTooLong):
+		return nil, nil, usageError{fmt.Sprintf("--file: line %d of %s is longer than %d MiB", n+1, name, maxJobLine>>20)}
+	case err != nil:
+		return nil, nil, usageError{fmt.Sprintf("--file: read %s: %v", name, err)}
+	case len(reqs) == 0:
+		return nil, nil, usageError{fmt.Sprintf("--file: %s holds no job: want a SubmitJobRequest as JSON on each line", name)}
+	}
+	return reqs, lines, nil
+}
+
+// jobIndex finds the job a SubmitJobs refusal is about: "jobs[3].kind: ...".
+var jobIndex = regexp.MustCompile(`^jobs\[(\d+)\]`)
+
+// chunkError describes a SubmitJobs call for the jobs of reqs[start:end]
+// that failed: the line of the file the refusal is about (the server
+// names the job as jobs[i] of the call), and what was submitted before.
+func chunkError(err error, file string, lines []int, start, end int) error {
+	msg := callError("submit", err).Error()
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		if m := jobIndex.FindStringSubmatch(ce.Message()); m != nil {
+			if i, aerr := strconv.Atoi(m[1]); aerr == nil && start+i < end {
+				msg = fmt.Sprintf("submit: line %d of %s: %s: %s", lines[start+i], file, ce.Code(), ce.Message())
+			}
+		}
+	}
+	this := fmt.Sprintf("lines %d to %d", lines[start], lines[end-1])
+	if start == end-1 {
+		this = fmt.Sprintf("line %d", lines[start])
+	}
+	if connect.IsWireError(err) {
+		// The server answered: the call's one commit was not made.
+		msg += fmt.Sprintf("\njobwatch: no job of %s was submitted", this)
+	} else {
+		msg += fmt.Sprintf("\njobwatch: the call for %s failed on the way: whether its jobs were submitted is unknown (look with \"jobwatch list\")", this)
+	}
+	if start > 0 {
+		msg += fmt.Sprintf("\njobwatch: the jobs of lines %d to %d were submitted (their ids are above)", lines[0], lines[start-1])
+	}
+	if end < len(lines) {
+		msg += fmt.Sprintf("\njobwatch: nothing from line %d on was sent", lines[end])
+	}
+	return errors.New(msg)
 }
 
 // readPayload parses --payload: inline JSON, @file or @- for stdin.

@@ -6,30 +6,52 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
 
-const waitUsage = `Usage: jobwatch wait ID [flags]
+const waitUsage = `Usage: jobwatch wait ID [ID...] [flags]
+       jobwatch wait --batch NAME [--tenant TENANT] [flags]
 
 Waits until the job ends, prints it and exits with its outcome, so a shell
 script can branch on it. It keeps waiting across server restarts and
 dropped connections (saying so on stderr) until --timeout.
+
+With several IDs, or --batch, it waits until all the jobs have ended (with
+--any, until the first has), up to 1,000 of them, and prints one line per
+ended job in the order given (a batch's: submitted), or with --json one
+JSON array of them. A batch is the jobs that hold its label when the wait
+starts; jobs submitted to it later are not waited for.
 
 ` + exitCodesHelp + `
 
 Flags:
 `
 
-// wait runs "jobwatch wait ID".
+// wait runs "jobwatch wait ID [ID...]" and "jobwatch wait --batch NAME".
 func wait(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cf clientFlags
 	var timeout time.Duration
+	var batch, tenant string
+	var anyEnded bool
 	fs := newFlagSet("wait", stderr)
 	cf.register(fs)
 	fs.DurationVar(&timeout, "timeout", 0, "give up after this long (exit 1); 0 waits as long as it takes")
+	fs.StringVar(&batch, "batch", "", "wait for the jobs of this batch `name` (jobwatch submit --batch) instead of IDs")
+	fs.StringVar(&tenant, "tenant", "", "the batch's `tenant` (default: the server's \"default\"); with IDs, only jobs of this tenant")
+	fs.BoolVar(&anyEnded, "any", false, "return once any one of the jobs has ended, not all")
 	fs.Usage = func() { fmt.Fprint(stderr, waitUsage); fs.PrintDefaults() }
-	pos, err := parseArgs(fs, args, 1, "ID")
+	ids, err := parseAnyArgs(fs, args)
 	if err != nil {
 		return err
+	}
+	switch {
+	case batch != "" && len(ids) > 0:
+		return usageError{fmt.Sprintf("wait takes IDs or --batch, not both (got --batch %q and %q)", batch, ids)}
+	case batch == "" && len(ids) == 0:
+		return usageError{"usage: wait ID [ID...] [flags], or wait --batch NAME [flags]"}
 	}
 	c, err := cf.client(stderr, false)
 	if err != nil {
@@ -41,17 +63,77 @@ func wait(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errTimeout)
 		defer cancel()
 	}
-	job, err := c.WaitForJob(ctx, pos[0])
-	if j := withoutValues(err, "wait", true, stderr); j != nil {
-		job, err = j, nil // its outcome is known all the same
+	// One job (with --any or not) is printed as it always was, not in a
+	// list; without --tenant, waited for with WaitJob.
+	single := len(ids) == 1
+	if single && tenant == "" {
+		job, err := c.WaitForJob(ctx, ids[0])
+		if j := withoutValues(err, "wait", true, stderr); j != nil {
+			job, err = j, nil // its outcome is known all the same
+		}
+		if err != nil {
+			return callError("wait", err)
+		}
+		if err := printOutcome(stdout, job, cf.json); err != nil {
+			return err
+		}
+		return outcome(job)
 	}
+
+	req := &jobwatchv1.WaitJobsRequest{JobIds: ids, Batch: batch, Tenant: tenant, View: jobwatchv1.JobView_JOB_VIEW_FULL}
+	if anyEnded {
+		req.Mode = jobwatchv1.WaitMode_WAIT_MODE_ANY
+	}
+	resp, err := c.WaitForJobs(ctx, req)
 	if err != nil {
 		return callError("wait", err)
 	}
-	if err := printOutcome(stdout, job, cf.json); err != nil {
+	if single && len(resp.GetJobs()) == 1 {
+		job := resp.GetJobs()[0]
+		if err := printOutcome(stdout, job, cf.json); err != nil {
+			return err
+		}
+		return outcome(job)
+	}
+	if err := printOutcomes(stdout, resp.GetJobs(), cf.json); err != nil {
 		return err
 	}
-	return outcome(job)
+	return outcomes(resp.GetJobs())
 }
 
 var errTimeout = errors.New("--timeout passed before the job ended")
+
+// printOutcomes prints ended jobs: a summary line each, or one JSON array.
+func printOutcomes(w io.Writer, jobs []*jobwatchv1.Job, asJSON bool) error {
+	if !asJSON {
+		for _, j := range jobs {
+			if _, err := fmt.Fprintln(w, summary(j)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	b := []byte{'['}
+	for i, j := range jobs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var err error
+		if b, err = (protojson.MarshalOptions{}).MarshalAppend(b, j); err != nil {
+			return err
+		}
+	}
+	_, err := fmt.Fprintf(w, "%s]\n", b)
+	return err
+}
+
+// outcomes is the exit status for several ended jobs: that of the first
+// that did not succeed, or nil if every one did.
+func outcomes(jobs []*jobwatchv1.Job) error {
+	for _, j := range jobs {
+		if err := outcome(j); err != nil {
+			return err
+		}
+	}
+	return nil
+}

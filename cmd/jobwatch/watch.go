@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -12,9 +14,11 @@ import (
 
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
 )
 
 const watchUsage = `Usage: jobwatch watch ID [flags]
+       jobwatch watch --batch NAME [--tenant TENANT] [flags]
 
 Follows a job until it ends. On a terminal it draws a live progress bar
 with the percent, the step text and the elapsed time; otherwise (a pipe,
@@ -25,26 +29,46 @@ from the first (above the bar on a terminal; "TIME | text" between the
 snapshot lines; with --json, {"lines": [...]} objects between the jobs),
 and shows the job's end after its last line.
 
+With --batch it follows every job of the batch on one stream until all of
+them have ended: on a terminal one bar for the whole batch (how many jobs
+have ended, and how, and how many are still running or queued), then a
+line for each job that did not succeed; otherwise one line (or JSON
+object) per new snapshot of any of its jobs. The snapshots are summaries,
+without payload or result ("jobwatch wait --batch" prints the results).
+Jobs submitted to the batch while it watches are followed too.
+
 ` + exitCodesHelp + `
 
 Flags:
 `
 
-// watch runs "jobwatch watch ID".
+// watch runs "jobwatch watch ID" and "jobwatch watch --batch NAME".
 func watch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cf clientFlags
 	var timeout time.Duration
-	var display string
+	var display, batch, tenant string
 	var withLogs bool
 	fs := newFlagSet("watch", stderr)
 	cf.register(fs)
 	fs.DurationVar(&timeout, "timeout", 0, "give up after this long (exit 1); 0 watches as long as it takes")
 	fs.StringVar(&display, "progress", "auto", "`how` to show snapshots: bar, lines, or auto (bar on a terminal)")
 	fs.BoolVar(&withLogs, "logs", false, "print the job's log lines too, as they come")
+	fs.StringVar(&batch, "batch", "", "follow the jobs of this batch `name` (jobwatch submit --batch) until all have ended")
+	fs.StringVar(&tenant, "tenant", "", "the batch's `tenant` (default: the server's \"default\")")
 	fs.Usage = func() { fmt.Fprint(stderr, watchUsage); fs.PrintDefaults() }
-	pos, err := parseArgs(fs, args, 1, "ID")
+	pos, err := parseAnyArgs(fs, args)
 	if err != nil {
 		return err
+	}
+	switch {
+	case batch != "" && len(pos) > 0:
+		return usageError{fmt.Sprintf("watch takes an ID or --batch, not both (got --batch %q and %q)", batch, pos)}
+	case batch != "" && withLogs:
+		return usageError{"--logs follows one job's log: jobwatch watch ID --logs"}
+	case batch == "" && tenant != "":
+		return usageError{"--tenant names the batch's tenant: it goes with --batch"}
+	case batch == "" && len(pos) != 1:
+		return usageError{"usage: watch ID [flags], or watch --batch NAME [flags]"}
 	}
 	switch display {
 	case "auto":
@@ -65,6 +89,9 @@ func watch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errTimeout)
 		defer cancel()
+	}
+	if batch != "" {
+		return watchBatch(ctx, c, tenant, batch, display, cf.json, stdout)
 	}
 
 	var show func(*jobwatchv1.Job) error
@@ -309,4 +336,295 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// watchBatch follows the jobs of a batch until every one has ended, on
+// one WatchJobs stream filtered to the batch, and exits as wait does for
+// several jobs. The stream starts with the batch's most recent jobs only
+// (at most a page, 500), so once it has answered (from then on it brings
+// every change) the batch is listed whole, for the older jobs and the
+// order they were submitted in.
+func watchBatch(ctx context.Context, c *client.Client, tenant, batch, display string, asJSON bool, stdout io.Writer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type item struct {
+		msg *jobwatchv1.WatchJobsResponse
+		err error
+	}
+	items := make(chan item)
+	go func() {
+		defer close(items)
+		req := &jobwatchv1.WatchJobsRequest{Tenant: tenant, Batch: batch, PageSize: jobs.MaxPageSize}
+		for m, err := range c.WatchJobs(ctx, req) {
+			select {
+			case items <- item{m, err}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	type listing struct {
+		jobs []*jobwatchv1.Job // oldest first
+		err  error
+	}
+	var listed chan listing // nil until the stream has answered, and again once read
+
+	v := &batchView{jobs: map[string]*jobwatchv1.Job{}}
+	useBar := display == "bar" && !asJSON
+	b := &batchBar{w: stdout, width: terminalWidth(stdout), view: v, now: time.Now}
+	// The bar is drawn once the batch is listed: before, its counts
+	// would be those of the most recent jobs only.
+	draw := func() {
+		if useBar && v.listed {
+			b.draw()
+		}
+	}
+	show := func(j *jobwatchv1.Job) error { return printLine(stdout, j) }
+	switch {
+	case asJSON:
+		show = func(j *jobwatchv1.Job) error { return printJSON(stdout, j) }
+	case useBar:
+		show = func(*jobwatchv1.Job) error { return nil }
+	}
+	update := func(js []*jobwatchv1.Job) error {
+		for _, j := range js {
+			if !v.update(j) {
+				continue
+			}
+			if err := show(j); err != nil {
+				return err
+			}
+		}
+		draw()
+		return nil
+	}
+	fail := func(err error) error {
+		if useBar && v.listed {
+			fmt.Fprintln(stdout) // below the bar
+		}
+		return err
+	}
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	for !v.listed || !v.allEnded() {
+		select {
+		case it, ok := <-items:
+			if !ok {
+				return fail(callError("watch", context.Cause(ctx)))
+			}
+			if it.err != nil {
+				return fail(callError("watch", it.err))
+			}
+			if err := update(it.msg.GetJobs()); err != nil {
+				return fail(err)
+			}
+			for _, id := range it.msg.GetDeletedJobIds() {
+				v.remove(id)
+			}
+			if listed == nil && !v.listed {
+				listed = make(chan listing, 1)
+				go func() {
+					js, err := listBatch(ctx, c, tenant, batch)
+					listed <- listing{js, err}
+				}()
+			}
+		case l := <-listed:
+			listed = nil
+			if l.err != nil {
+				return fail(callError("watch", l.err))
+			}
+			if err := update(l.jobs); err != nil { // before setListed: not yet in the order
+				return fail(err)
+			}
+			v.setListed(l.jobs)
+			if len(v.jobs) == 0 {
+				return fmt.Errorf("watch: batch %q holds no job", batch)
+			}
+			draw()
+		case <-ticker.C:
+			draw()
+		}
+	}
+	ended := v.inOrder()
+	if !asJSON {
+		if useBar {
+			fmt.Fprintln(stdout)
+			for _, j := range ended {
+				if j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+					fmt.Fprintln(stdout, summary(j))
+				}
+			}
+		}
+		fmt.Fprintf(stdout, "batch %s: %s\n", batch, v.counts())
+	}
+	return outcomes(ended)
+}
+
+// listBatch is every job of the batch (summaries), oldest first.
+func listBatch(ctx context.Context, c *client.Client, tenant, batch string) ([]*jobwatchv1.Job, error) {
+	req := &jobwatchv1.ListJobsRequest{Tenant: tenant, Batch: batch, PageSize: jobs.MaxPageSize}
+	var all []*jobwatchv1.Job
+	for {
+		resp, err := c.JobService().ListJobs(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, resp.GetJobs()...)
+		if resp.GetNextPageToken() == "" || len(resp.GetJobs()) == 0 {
+			break
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
+	slices.Reverse(all) // ListJobs is newest first
+	return all, nil
+}
+
+// batchView is what watch --batch knows of a batch: the latest snapshot
+// of each of its jobs, and once it is listed, their submission order.
+type batchView struct {
+	jobs   map[string]*jobwatchv1.Job
+	order  []string // the listed jobs oldest first, then those seen since
+	listed bool
+}
+
+// update keeps j if it is newer than the snapshot held, and says so.
+func (v *batchView) update(j *jobwatchv1.Job) bool {
+	old, known := v.jobs[j.GetId()]
+	if known && old.GetVersion() >= j.GetVersion() {
+		return false
+	}
+	v.jobs[j.GetId()] = j
+	if !known && v.listed {
+		v.order = append(v.order, j.GetId())
+	}
+	return true
+}
+
+// remove forgets a deleted job.
+func (v *batchView) remove(id string) {
+	if _, ok := v.jobs[id]; !ok {
+		return
+	}
+	delete(v.jobs, id)
+	v.order = slices.DeleteFunc(v.order, func(o string) bool { return o == id })
+}
+
+// setListed takes the order of the batch's listing, oldest first: its
+// jobs first, then those the stream brought that it does not hold (newer
+// ones, by creation time).
+func (v *batchView) setListed(oldestFirst []*jobwatchv1.Job) {
+	in := make(map[string]bool, len(oldestFirst))
+	for _, j := range oldestFirst {
+		in[j.GetId()] = true
+		v.order = append(v.order, j.GetId())
+	}
+	var rest []*jobwatchv1.Job
+	for id, j := range v.jobs {
+		if !in[id] {
+			rest = append(rest, j)
+		}
+	}
+	slices.SortFunc(rest, func(a, b *jobwatchv1.Job) int {
+		return a.GetCreatedAt().AsTime().Compare(b.GetCreatedAt().AsTime())
+	})
+	for _, j := range rest {
+		v.order = append(v.order, j.GetId())
+	}
+	v.listed = true
+}
+
+func (v *batchView) allEnded() bool {
+	for _, j := range v.jobs {
+		if !client.Terminal(j.GetState()) {
+			return false
+		}
+	}
+	return true
+}
+
+// inOrder is the jobs in submission order.
+func (v *batchView) inOrder() []*jobwatchv1.Job {
+	out := make([]*jobwatchv1.Job, 0, len(v.order))
+	for _, id := range v.order {
+		if j, ok := v.jobs[id]; ok {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// counts says how many jobs there are and how many are in each state:
+// "40 jobs, 12 ended: 10 succeeded, 2 failed; 8 running, 20 queued".
+func (v *batchView) counts() string {
+	by := map[jobwatchv1.JobState]int{}
+	ended := 0
+	for _, j := range v.jobs {
+		by[j.GetState()]++
+		if client.Terminal(j.GetState()) {
+			ended++
+		}
+	}
+	var done, active []string
+	for _, s := range slices.Sorted(maps.Keys(by)) {
+		part := fmt.Sprintf("%d %s", by[s], strings.ToLower(stateName(s)))
+		if client.Terminal(s) {
+			done = append(done, part)
+		} else {
+			active = append(active, part)
+		}
+	}
+	text := fmt.Sprintf("%d jobs, %d ended", len(v.jobs), ended)
+	if len(done) > 0 {
+		text += ": " + strings.Join(done, ", ")
+	}
+	if len(active) > 0 {
+		text += "; " + strings.Join(active, ", ")
+	}
+	return text
+}
+
+// batchBar draws a batch's progress on one terminal line, redrawn in
+// place: the share of its jobs that have ended, and the counts.
+//
+//	[############..................]  40 jobs, 12 ended: 10 succeeded, 2 failed; 28 running  0:12
+type batchBar struct {
+	w     io.Writer
+	width int
+	view  *batchView
+	now   func() time.Time
+}
+
+func (b *batchBar) draw() {
+	v := b.view
+	ended := 0
+	var start, end time.Time
+	for _, j := range v.jobs {
+		if c := j.GetCreatedAt(); c != nil && (start.IsZero() || c.AsTime().Before(start)) {
+			start = c.AsTime()
+		}
+		if !client.Terminal(j.GetState()) {
+			continue
+		}
+		ended++
+		if f := j.GetFinishedAt(); f != nil && f.AsTime().After(end) {
+			end = f.AsTime()
+		}
+	}
+	filled := 0
+	if len(v.jobs) > 0 {
+		filled = ended * barWidth / len(v.jobs)
+	}
+	if ended < len(v.jobs) || end.IsZero() {
+		end = b.now()
+	}
+	elapsed := time.Duration(0)
+	if !start.IsZero() {
+		elapsed = max(end.Sub(start), 0)
+	}
+	line := fmt.Sprintf("[%s%s]  %s  %s", strings.Repeat("#", filled), strings.Repeat(".", barWidth-filled),
+		v.counts(), formatElapsed(elapsed))
+	if r := []rune(line); b.width > 1 && len(r) > b.width-1 {
+		line = string(r[:b.width-2]) + "…"
+	}
+	fmt.Fprintf(b.w, "\r\x1b[K%s", line)
 }

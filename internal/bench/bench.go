@@ -86,6 +86,21 @@ Scenarios (--scenarios, comma-separated; default all):
                      rows come side by side, with the ratio of their
                      jobs/s (claims per second with priorities in use
                      against without)
+  batches            not in the default (all): about a minute and a half
+                     at its defaults (jobwatch only). --batch-calls
+                     SubmitJobs of --batch-jobs no-op jobs, one call at a
+                     time, each followed by a round of as many SubmitJob
+                     calls from 8 goroutines: p50/p99 of the call (and of
+                     the round) and jobs/s. Then --batch-waits WaitJobs
+                     of --batch-jobs queued jobs each parked, and in
+                     another process as many WaitJob as they wait for
+                     jobs: the server's RSS, heap in use and goroutines
+                     per job waited for, each against its process's own
+                     baseline. Then --batch-wakes times each, turn about,
+                     a WaitJobs (ALL) of --batch-jobs jobs whose last one
+                     is completed and a WaitJob of one job: how much
+                     later than the worker's CompleteJob reply the call
+                     answered (p50/p99)
 
 With --postgres URL, throughput-rpc and wakeup also run jobwatch on that
 PostgreSQL database, each run in a schema of its own that the bench
@@ -94,7 +109,8 @@ touched): throughput with 1 and with 3 replicas (submits and workers
 spread round-robin over them), and wakeup with the observers on the
 worker's replica and on another one. These are rows of the jobwatch
 column beside its SQLite figures. burndown runs on PostgreSQL too, in a
-schema of its own for each run.
+schema of its own for each run, and so do the batches scenario's
+SubmitJobs and SubmitJob rounds.
 
 Flags:
 `
@@ -134,15 +150,19 @@ type benchOptions struct {
 	burndownCap                                           time.Duration
 	burndownPriorities                                    []priorityLayout
 	burndownSteady                                        bool
+	// The batches scenario's flags.
+	batchJobs, batchCalls, batchWaits, batchWakes int
 }
 
 // benchScenarios are the scenarios in the order they run; "all" (the
-// default) is every one but burndown, which only runs when named.
-var benchScenarios = []string{"throughput-rpc", "throughput-inproc", "fanout", "parked", "wakeup", "logs", "burndown"}
+// default) is every one but burndown and batches, which only run when
+// named.
+var benchScenarios = []string{"throughput-rpc", "throughput-inproc", "fanout", "parked", "wakeup", "logs", "burndown", "batches"}
 
 // benchAll is what "all" means: every scenario that takes minutes, not
-// hours, at its defaults.
-var benchAll = slices.DeleteFunc(slices.Clone(benchScenarios), func(s string) bool { return s == "burndown" })
+// hours, at its defaults, and measures every server (batches measures
+// jobwatch alone, whose calls the floor and an older --before lack).
+var benchAll = slices.DeleteFunc(slices.Clone(benchScenarios), func(s string) bool { return s == "burndown" || s == "batches" })
 
 // CLI is what the command line lends the bench, so that "jobwatch
 // bench" reports a bad flag as every other command does. Its zero value
@@ -180,7 +200,7 @@ func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, err
 	fs := flag.NewFlagSet("jobwatch bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, benchUsage); fs.PrintDefaults() }
-	fs.StringVar(&o.scenarioArg, "scenarios", strings.Join(benchAll, ","), "comma-separated `scenarios` to run (\"throughput\" is both throughput ones; \"all\" is every one but burndown)")
+	fs.StringVar(&o.scenarioArg, "scenarios", strings.Join(benchAll, ","), "comma-separated `scenarios` to run (\"throughput\" is both throughput ones; \"all\" is every one but burndown and batches)")
 	fs.StringVar(&o.before, "before", "", "another jobwatch `binary` to measure as the \"before\" column")
 	fs.StringVar(&o.binary, "binary", "", "the jobwatch `binary` of the \"jobwatch\" column and of the floor (default: this one)")
 	fs.BoolVar(&o.json, "json", false, "print the figures as JSON instead of a table")
@@ -212,6 +232,10 @@ func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, err
 	fs.StringVar(&priorities, "burndown-priorities", "0", "comma-separated priority `layouts` of the burndown scenario's jobs, each burned down in turn at every depth: P (every job at priority P) or P-Q (job i at P + i mod (Q-P+1), interleaved job by job), from 0 to 9")
 	fs.BoolVar(&o.burndownSteady, "burndown-steady", true, "also run the burndown scenario's steady loop after its burn-downs")
 	fs.DurationVar(&o.burndownCap, "burndown-cap", 5*time.Minute, "longest one burn-down may take (not counting its inserts); past it the run reports the rate of the part done")
+	fs.IntVar(&o.batchJobs, "batch-jobs", 1000, "jobs of each SubmitJobs and each WaitJobs of the batches scenario, at most 1000")
+	fs.IntVar(&o.batchCalls, "batch-calls", 30, "SubmitJobs calls timed in the batches scenario, and rounds of as many SubmitJob")
+	fs.IntVar(&o.batchWaits, "batch-waits", 10, "WaitJobs parked at once in the batches scenario, each on --batch-jobs jobs of its own")
+	fs.IntVar(&o.batchWakes, "batch-wakes", 50, "wake-ups timed in the batches scenario, of a WaitJobs and of a WaitJob each")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to `file` (the in-process scenario runs in it; the servers do not)")
 	fs.StringVar(&o.serveFloor, "serve-floor", "", "internal: serve the floor on `host:port` instead of measuring (the bench starts it so)")
 	if err := c.parseFlags(fs, args); err != nil {
@@ -288,7 +312,8 @@ func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, err
 	for name, n := range map[string]int{"workers": o.workers, "submitters": o.submitters, "backlog": o.backlog,
 		"inproc-workers": o.inprocWorkers, "inproc-submitters": o.inprocSubmitters,
 		"conns": o.conns, "probes": o.probes, "short-calls": o.shortCalls, "jobs": o.jobs,
-		"burndown-slots": o.burndownSlots, "burndown-rpc-workers": o.burndownRPCWorkers, "burndown-submitters": o.burndownSubmitters} {
+		"burndown-slots": o.burndownSlots, "burndown-rpc-workers": o.burndownRPCWorkers, "burndown-submitters": o.burndownSubmitters,
+		"batch-jobs": o.batchJobs, "batch-calls": o.batchCalls, "batch-waits": o.batchWaits, "batch-wakes": o.batchWakes} {
 		if n <= 0 {
 			return o, c.usageError(fmt.Sprintf("--%s must be positive, got %d", name, n))
 		}
@@ -297,6 +322,9 @@ func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, err
 		if d <= 0 {
 			return o, c.usageError(fmt.Sprintf("--%s must be positive, got %v", name, d))
 		}
+	}
+	if err := c.checkBatchJobs(o.batchJobs); err != nil {
+		return o, err
 	}
 	if err := c.checkPostgresURL(o.postgres); err != nil {
 		return o, err
@@ -384,6 +412,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, cli CLI) 
 		fmt.Fprintf(stderr, "bench: %4.0fs  %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, a...))
 	}
 	b := &benchRun{o: o, dir: dir, progress: progress, quiet: slog.New(slog.DiscardHandler)}
+	var batches *batchesFigures
 
 	for _, name := range benchScenarios {
 		if !o.scenarios[name] {
@@ -415,6 +444,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, cli CLI) 
 			res.Results["jobwatch"].Burndown = f
 			continue
 		}
+		if name == "batches" {
+			if batches, err = b.batches(ctx, servers[len(servers)-1]); err != nil {
+				return fmt.Errorf("batches: %w", err)
+			}
+			continue
+		}
 		for _, s := range servers {
 			progress("%s: %s", name, s.name)
 			f := res.Results[s.name]
@@ -444,7 +479,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, cli CLI) 
 			}
 		}
 	}
-	js, err := json.MarshalIndent(res, "", "  ")
+	js, err := json.MarshalIndent(benchOutput{res, batches}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -458,7 +493,16 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, cli CLI) 
 		_, err := stdout.Write(js)
 		return err
 	}
-	return res.writeTable(stdout)
+	if batches == nil {
+		return res.writeTable(stdout)
+	}
+	if len(o.scenarios) > 1 { // the bench's table has figures: the batches' below it
+		if err := res.writeTable(stdout); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout)
+	}
+	return batches.writeTable(stdout)
 }
 
 // benchRun is one run of the bench: its options and scratch directory.

@@ -1,9 +1,9 @@
-// The live feed of one tenant's jobs: a single WatchJobs stream (never one
-// stream per job: a browser allows only six HTTP/1.1 connections per
-// origin), resumed with its resume_token after any drop, with backoff. It
-// carries summaries: no payload or result, which the list does not show
-// (the detail fetches them with GetJob); and the ids of jobs deleted,
-// wherever the deletion was made.
+// The live feed of one tenant's jobs (or of one batch of them): a single
+// WatchJobs stream (never one stream per job: a browser allows only six
+// HTTP/1.1 connections per origin), resumed with its resume_token after
+// any drop, with backoff. It carries summaries: no payload or result,
+// which the list does not show (the detail fetches them with GetJob); and
+// the ids of jobs deleted, wherever the deletion was made.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { JobView, type Job } from "./gen/jobwatch/v1/jobwatch_pb";
 import type { JobClient } from "./api";
@@ -28,9 +28,17 @@ export interface FeedListener {
   // changes no more.
   deleted(ids: string[]): void;
   status(s: FeedStatus): void;
+  // synced says a stream started afresh (without a resume token: the
+  // first, or one after the server refused the token) has sent the most
+  // recent jobs: every change from here on reaches jobs(), across
+  // reconnects. Something that needs more than the most recent jobs
+  // (a batch's counts) reads the rest now.
+  synced?(): void;
 }
 
 export interface FeedOptions {
+  // Only the jobs of this batch (Job.batch); "" or absent for all.
+  batch?: string;
   // Jobs in the first batch of a fresh stream; 0 is the server's default.
   pageSize?: number;
   // A stream that delivers nothing, not even the server's keepalive
@@ -62,6 +70,7 @@ type Ending = { kind: "ended" } | { kind: "silent" } | { kind: "failed"; error: 
 export class JobFeed {
   private resumeToken = "";
   private readonly abort = new AbortController();
+  private readonly batch: string;
   private readonly pageSize: number;
   private readonly silenceMs: number;
   private readonly settleMs: number;
@@ -73,6 +82,7 @@ export class JobFeed {
     private readonly listener: FeedListener,
     opts: FeedOptions = {},
   ) {
+    this.batch = opts.batch ?? "";
     this.pageSize = opts.pageSize ?? 50;
     this.silenceMs = opts.silenceMs ?? 45_000;
     this.settleMs = opts.settleMs ?? 500;
@@ -166,9 +176,10 @@ export class JobFeed {
       }
     };
     heard(); // also bounds a dial that never gets an answer
+    let fresh = this.resumeToken === "";
     try {
       const stream = this.client.watchJobs(
-        { tenant: this.tenant, resumeToken: this.resumeToken, pageSize: this.pageSize, view: JobView.SUMMARY },
+        { tenant: this.tenant, batch: this.batch, resumeToken: this.resumeToken, pageSize: this.pageSize, view: JobView.SUMMARY },
         {
           signal: call.signal,
           timeoutMs: 0,
@@ -191,6 +202,10 @@ export class JobFeed {
         // only the last of which carries a token: keep the last one seen.
         if (res.resumeToken !== "") {
           this.resumeToken = res.resumeToken;
+          if (fresh) {
+            fresh = false;
+            this.listener.synced?.();
+          }
         }
       }
       return { kind: "ended" };

@@ -1,16 +1,17 @@
-// The jobwatch page: a tenant's recent jobs, live over one WatchJobs
-// stream; a job's details; the queues. It talks only to the origin that
-// served it.
+// The jobwatch page: a tenant's recent jobs (or one batch's, with its
+// progress), live over one WatchJobs stream; a job's details; the queues.
+// It talks only to the origin that served it.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { accessReason, ActionButton, Confirm, Refusals, type Access, type Action } from "./actions";
 import { jobClient, queueClient, savedToken, saveToken } from "./api";
+import { BatchProgress, batchFromURL, urlWithBatch } from "./batch";
 import { byId, setData, setText } from "./dom";
 import { JobFeed, type FeedStatus } from "./feed";
 import { JobState, type Job } from "./gen/jobwatch/v1/jobwatch_pb";
 import { LogPane } from "./logview";
 import { JobBook, summaryOf } from "./model";
-import { Detail, JobList, QueueTable, ScheduleTable, type JobOps, type QueueOps } from "./views";
+import { BatchBar, Detail, JobList, QueueTable, ScheduleTable, type BatchLinks, type JobOps, type QueueOps } from "./views";
 import "./style.css";
 
 const tenantKey = "jobwatch.tenant";
@@ -30,6 +31,7 @@ const tokenInput = byId<HTMLInputElement>("token");
 const demoForm = byId<HTMLFormElement>("demo-form");
 const demoKind = byId<HTMLSelectElement>("demo-kind");
 const errorEl = byId<HTMLElement>("error");
+const jobsEmpty = byId<HTMLElement>("jobs-empty");
 
 // access is what GetServerInfo said of the page's token, and refusals
 // what the server answered when this token tried anyway (an older server
@@ -92,8 +94,21 @@ const queueOps: QueueOps = {
     }),
 };
 
-const list = new JobList(byId("jobs"), byId("jobs-empty"), byId("jobs-count"), select);
-const detail = new Detail(byId("detail"), closeDetail, jobOps, new LogPane(jobClient));
+// A batch's label links to the list filtered to it: the address carries
+// the batch (?batch=NAME, beside ?tenant=), so a reload or a shared link
+// opens the same view.
+const batchLinks: BatchLinks = {
+  href: (name) => {
+    const url = urlWithBatch(new URL(location.href), name, tenant);
+    url.hash = "";
+    return url.href;
+  },
+  open: (name) => showBatch(name),
+};
+
+const list = new JobList(byId("jobs"), jobsEmpty, byId("jobs-count"), select, batchLinks);
+const detail = new Detail(byId("detail"), closeDetail, jobOps, new LogPane(jobClient), batchLinks);
+const batchBar = new BatchBar(byId("batch-bar"), () => showBatch(""));
 const queues = new QueueTable(byId("queues"), byId("queues-confirm"), queueOps);
 const jobsConfirm = new Confirm();
 const retryFailed = new ActionButton("retry-failed", "Retry all failed", () =>
@@ -122,6 +137,10 @@ let ownTenant = "";
 let deniedTenant = "";
 let feed: JobFeed | undefined;
 let feedStatus: FeedStatus = { kind: "connecting" };
+// batch is the batch the list is filtered to, "" for every job of the
+// tenant; progress counts its jobs while it is set.
+let batch = batchFromURL(new URL(location.href));
+let progress: BatchProgress | undefined;
 
 function initialTenant(): string {
   const fromURL = new URLSearchParams(location.search).get("tenant");
@@ -152,21 +171,37 @@ function showTenantName(): void {
 
 function startFeed(): void {
   feed?.stop();
+  progress?.stop();
   book.clear();
   list.clear();
   jobsConfirm.reset();
+  // The batch's counts: from the feed, and from ListJobs once the feed's
+  // stream is synced (the feed starts with the most recent jobs only).
+  const counting =
+    batch === ""
+      ? undefined
+      : new BatchProgress(jobClient, tenant, batch, () => {
+          if (progress === counting) {
+            renderBatch();
+          }
+        });
+  progress = counting;
+  setText(jobsEmpty, batch === "" ? "No jobs for this tenant yet." : `No jobs in batch “${batch}” yet.`);
+  detail.filtered(batch);
+  renderBatch();
   refreshActions();
   const current = new JobFeed(jobClient, tenant, {
-    jobs: (batch) => {
+    jobs: (jobs) => {
       if (feed !== current) {
         return;
       }
-      if (tenant === "" && ownTenant === "" && batch[0] !== undefined) {
-        ownTenant = batch[0].tenant;
+      if (tenant === "" && ownTenant === "" && jobs[0] !== undefined) {
+        ownTenant = jobs[0].tenant;
         showTenantName();
       }
+      counting?.jobs(jobs);
       const changed: string[] = [];
-      for (const job of batch) {
+      for (const job of jobs) {
         if (book.merge(job)) {
           changed.push(job.id);
         }
@@ -184,6 +219,11 @@ function startFeed(): void {
         dropDeleted(ids);
       }
     },
+    synced: () => {
+      if (feed === current) {
+        counting?.synced();
+      }
+    },
     status: (s) => {
       if (feed !== current) {
         return;
@@ -199,11 +239,45 @@ function startFeed(): void {
         startFeed();
         return;
       }
+      if (s.kind === "refused" || s.kind === "denied" || s.kind === "unauthenticated") {
+        counting?.refuse(s.reason);
+      }
       showStatus(s);
     },
-  });
+  }, { batch });
   feed = current;
   current.start();
+}
+
+// showBatch filters the list to the jobs of name ("" shows every job
+// again), as a new entry in the browser's history, so Back returns to the
+// list as it was. The job shown stays shown.
+function showBatch(name: string): void {
+  if (name === batch) {
+    return;
+  }
+  batch = name;
+  history.pushState(null, "", urlWithBatch(new URL(location.href), name, tenant));
+  filterChanged();
+}
+
+function filterChanged(): void {
+  startFeed();
+  // The stream of another filter may not bring the job shown: ask for it,
+  // so the detail keeps following it.
+  if (selected !== "") {
+    fetchFull(selected);
+  }
+}
+
+// renderBatch shows the batch's summary line, or hides it with no batch.
+function renderBatch(): void {
+  if (progress === undefined) {
+    batchBar.hide();
+    return;
+  }
+  const status = progress.status;
+  batchBar.show(progress.batch, status.kind, progress.progress(), status.kind === "counted" ? progress.tally.counts() : undefined);
 }
 
 const statusText: Record<FeedStatus["kind"], string> = {
@@ -241,6 +315,9 @@ function renderBanner(now: number): void {
   } else if (s.kind === "denied") {
     setText(bannerText, `This token may not watch ${tenantLabel()}: ${s.reason}. Enter another token.`);
     setText(bannerWhen, "");
+  } else if (s.kind === "refused" && batch !== "") {
+    setText(bannerText, `The server will not watch batch “${batch}” of ${tenantLabel()}: ${s.reason}. Show all jobs, or enter another tenant.`);
+    setText(bannerWhen, "");
   } else if (s.kind === "refused") {
     setText(bannerText, `The server will not watch ${tenantLabel()}: ${s.reason}. Enter another tenant.`);
     setText(bannerWhen, "");
@@ -257,6 +334,7 @@ function renderBanner(now: number): void {
 // dropDeleted takes jobs deleted, here or on any other page, out of the
 // list and its counts; the details of one of them say it was deleted.
 function dropDeleted(ids: string[]): void {
+  progress?.deleted(ids);
   for (const id of ids) {
     book.forget(id);
     detail.deleted(id);
@@ -324,14 +402,18 @@ function fetchFull(id: string): void {
 
 // adopt merges a job from a unary answer (GetJob, CancelJob, SubmitJob)
 // into what the stream keeps, as a summary. It gets a row only while its
-// tenant is the one on screen: the answer may arrive after the user
-// switched tenants, or come from a link to another tenant's job (its
-// details still show).
+// tenant (and batch, while the list shows one) is the one on screen: the
+// answer may arrive after the user switched tenants, or come from a link
+// to another tenant's job (its details still show).
 function adopt(job: Job): boolean {
+  const onScreen = job.tenant === shownTenant();
+  if (onScreen) {
+    progress?.jobs([job]);
+  }
   if (!book.merge(summaryOf(job))) {
     return false;
   }
-  if (job.tenant === shownTenant()) {
+  if (onScreen && (batch === "" || job.batch === batch)) {
     list.render(book, [job.id]);
   }
   return true;
@@ -363,7 +445,10 @@ function refreshDetail(id = detail.shown): void {
 // token may do allow.
 function refreshActions(): void {
   const failed = book.count(JobState.FAILED);
-  retryFailed.set(refusal("retry-failed") || (failed === 0 ? "no failed job in this view" : ""));
+  // RetryJobs cannot pick a batch: from a batch's view it would retry
+  // other jobs than those shown.
+  const whole = batch === "" ? "" : "acts on the whole tenant, not this batch: show all jobs first";
+  retryFailed.set(refusal("retry-failed") || whole || (failed === 0 ? "no failed job in this view" : ""));
   detail.refreshActions(book.get(detail.shown));
   queues.refreshActions();
 }
@@ -557,15 +642,19 @@ tenantForm.addEventListener("submit", (e) => {
   } else {
     localStorage.setItem(tenantKey, tenant);
   }
-  // A ?tenant= in the address would bring the old tenant back on reload.
-  const url = new URL(location.href);
+  // A ?tenant= in the address would bring the old tenant back on reload;
+  // a batch is a tenant's, so another tenant shows all its jobs.
+  batch = "";
+  const url = urlWithBatch(new URL(location.href), "", tenant);
   if (url.searchParams.has("tenant")) {
     if (tenant === "") {
       url.searchParams.delete("tenant");
     } else {
       url.searchParams.set("tenant", tenant);
     }
-    url.hash = "";
+  }
+  url.hash = "";
+  if (url.href !== location.href) {
     history.replaceState(null, "", url);
   }
   select("");
@@ -632,12 +721,31 @@ setInterval(() => {
   renderBanner(now);
 }, 1000);
 
+// Back and Forward move between the filters (showBatch adds an entry in
+// the history for each).
+window.addEventListener("popstate", () => {
+  const next = batchFromURL(new URL(location.href));
+  if (next !== batch) {
+    batch = next;
+    filterChanged();
+  }
+  const shown = linkedJob();
+  if (shown !== selected) {
+    select(shown);
+  }
+});
+
+// linkedJob is the job the address shows (#job=ID), "" for none.
+function linkedJob(): string {
+  const linked = /^#job=(.+)$/.exec(location.hash);
+  return linked?.[1] === undefined ? "" : decodeURIComponent(linked[1]);
+}
+
 showTenantName();
 tokenInput.value = savedToken();
 startFeed();
 void loadServerInfo();
 void pollQueues();
-const linked = /^#job=(.+)$/.exec(location.hash);
-if (linked?.[1] !== undefined) {
-  select(decodeURIComponent(linked[1]));
+if (linkedJob() !== "") {
+  select(linkedJob());
 }

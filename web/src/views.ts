@@ -9,6 +9,43 @@ import { ActionButton, Confirm, type Action } from "./actions";
 import { alertingText, drainedText, lastState, nextRun, pausedText, spark, type NextRun } from "./queues";
 import { isTerminal, millis, stateName, type JobBook } from "./model";
 import type { LogPane } from "./logview";
+import { outcomeShares, type BatchCounts } from "./batch";
+
+// BatchLinks is what a batch label links to: the list filtered to that
+// batch (open), at an address of its own (href) that a reload or a
+// shared link opens again.
+export interface BatchLinks {
+  href(batch: string): string;
+  open(batch: string): void;
+}
+
+// batchLink is a batch's label as a link that filters the list to it. It
+// acts on its own: a click, Enter or Space on it does not reach the row
+// around it (which would open the job's detail); Escape still does.
+function batchLink(links: BatchLinks, cls: string): HTMLAnchorElement {
+  const a = h("a", { class: cls });
+  a.addEventListener("click", (e) => {
+    e.preventDefault();
+    e.stopPropagation();
+    const batch = a.dataset["batch"];
+    if (batch !== undefined && batch !== "") {
+      links.open(batch);
+    }
+  });
+  a.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" || e.key === " ") {
+      e.stopPropagation();
+    }
+  });
+  return a;
+}
+
+function setBatchLink(a: HTMLAnchorElement, links: BatchLinks, batch: string, text: string, title: string): void {
+  setData(a, "batch", batch);
+  setText(a, text);
+  setAttr(a, "href", links.href(batch));
+  setAttr(a, "title", title);
+}
 
 // ProgressView is a bar with its percent and step text (or, for a job
 // that failed, the error type in place of the step).
@@ -51,15 +88,23 @@ class JobRow {
   private readonly badge = badge();
   private readonly kind = h("span", { class: "kind-name" });
   private readonly id = h("code", { class: "job-id" });
+  private readonly batch: HTMLAnchorElement;
+  private readonly kindLine: HTMLElement;
   private readonly progress = new ProgressView();
   private readonly age = h("span", { class: "age right" });
 
-  constructor(job: Job, onSelect: (id: string) => void) {
+  constructor(
+    job: Job,
+    onSelect: (id: string) => void,
+    private readonly links: BatchLinks,
+  ) {
+    this.batch = batchLink(links, "batch-label");
+    this.kindLine = h("span", { class: "kind-line" }, this.kind, this.batch);
     this.el = h(
       "li",
       { class: "job", tabindex: "0", "data-job-id": job.id },
       this.badge,
-      h("span", { class: "kind" }, this.kind, this.id),
+      h("span", { class: "kind" }, this.kindLine, this.id),
       this.progress.el,
       this.age,
     );
@@ -77,6 +122,11 @@ class JobRow {
     setBadge(this.badge, job.state);
     setText(this.kind, job.kind);
     setText(this.id, job.id);
+    this.batch.hidden = job.batch === "";
+    setData(this.kindLine, "batched", String(job.batch !== ""));
+    if (job.batch !== "") {
+      setBatchLink(this.batch, this.links, job.batch, job.batch, `batch ${job.batch}: show only its jobs`);
+    }
     this.progress.update(job);
     const since = millis(job.createdAt);
     this.age.dataset["since"] = String(since);
@@ -94,6 +144,7 @@ export class JobList {
     private readonly empty: HTMLElement,
     private readonly count: HTMLElement,
     private readonly onSelect: (id: string) => void,
+    private readonly links: BatchLinks,
   ) {}
 
   render(book: JobBook, changed: Iterable<string>): void {
@@ -104,7 +155,7 @@ export class JobList {
       }
       let row = this.rows.get(id);
       if (row === undefined) {
-        row = new JobRow(job, this.onSelect);
+        row = new JobRow(job, this.onSelect, this.links);
         this.rows.set(id, row);
       }
       row.update(job);
@@ -175,6 +226,54 @@ export class JobList {
   }
 }
 
+// BatchBar is the line above the list while it shows one batch: the
+// batch's progress in words and as a bar of how its jobs ended, and the
+// control that shows every job again.
+export class BatchBar {
+  private readonly name = h("strong", { class: "batch-name" });
+  private readonly progress = h("span", { class: "batch-progress" });
+  private readonly summary = h("span", { class: "batch-summary" }, this.name, ": ", this.progress);
+  private readonly track = h("span", { class: "batch-track", "aria-hidden": "true" });
+  private readonly parts = new Map<JobState, HTMLElement>();
+
+  constructor(
+    private readonly el: HTMLElement,
+    onClear: () => void,
+  ) {
+    const clear = h("button", { type: "button", class: "batch-clear", title: "clear the batch filter" }, "✕ Show all jobs");
+    clear.addEventListener("click", onClear);
+    this.el.append(h("div", { class: "batch-line" }, this.summary, clear), this.track);
+  }
+
+  // show says how batch is going: progress, its line after its name, and
+  // counts, or undefined while they are not known.
+  show(batch: string, status: string, progress: string, counts: BatchCounts | undefined): void {
+    this.el.hidden = false;
+    setData(this.el, "batch", batch);
+    setData(this.el, "status", status);
+    setText(this.name, batch);
+    setText(this.progress, progress);
+    this.track.hidden = counts === undefined || counts.total === 0;
+    for (const { state, share } of counts === undefined ? [] : outcomeShares(counts)) {
+      let part = this.parts.get(state);
+      if (part === undefined) {
+        part = h("span", { class: "batch-part", "data-state": stateName(state) });
+        this.parts.set(state, part);
+        this.track.append(part);
+      }
+      const width = `${(share * 100).toFixed(2)}%`;
+      if (part.style.width !== width) {
+        part.style.width = width;
+      }
+    }
+  }
+
+  hide(): void {
+    this.el.hidden = true;
+    setData(this.el, "batch", "");
+  }
+}
+
 interface TimelineEntry {
   at: number;
   label: string;
@@ -219,13 +318,21 @@ export class Detail {
   private readonly retry: ActionButton;
   private readonly cancel: ActionButton;
   private readonly remove: ActionButton;
+  // The job's batch among the facts, and a link that filters the list to
+  // it (absent while the list shows that batch already).
+  private readonly batchName = h("span", { class: "batch-name" });
+  private readonly batchLink: HTMLAnchorElement;
+  // listBatch is the batch the list is filtered to, "" for none.
+  private listBatch = "";
 
   constructor(
     private readonly el: HTMLElement,
     onClose: () => void,
     private readonly ops: JobOps,
     private readonly logs: LogPane,
+    private readonly links: BatchLinks,
   ) {
+    this.batchLink = batchLink(links, "show-batch");
     const close = h("button", { type: "button", class: "ghost", "aria-label": "Close details" }, "✕");
     close.addEventListener("click", onClose);
     this.retry = new ActionButton("retry", "Retry", () => {
@@ -364,15 +471,26 @@ export class Detail {
     this.remove.set(ended ? this.ops.refusal("delete") : "cancel it first: only an ended job can be deleted");
   }
 
+  // filtered says which batch the list shows ("" for every job), so the
+  // detail offers to show a job's batch only when the list does not.
+  filtered(batch: string): void {
+    this.listBatch = batch;
+    this.batchLink.hidden = batch !== "" && batch === this.batchLink.dataset["batch"];
+  }
+
   private renderFacts(job: Job): void {
     const facts: [string, string][] = [
       ["Tenant", job.tenant],
       ["Queue", job.queue],
+      ["Batch", job.batch],
       ["Worker", job.workerId || "—"],
       ["Unique key", job.uniqueKey || "—"],
       ["Priority", String(job.priority)],
       ["Version", String(job.version)],
     ];
+    if (job.batch === "") {
+      facts.splice(2, 1);
+    }
     // A retry's backoff or a scheduled start; an ended job runs no more.
     if (job.runAt !== undefined && millis(job.runAt) > millis(job.createdAt) && !isTerminal(job.state)) {
       facts.push(["Runs at", clockTime(timestampDate(job.runAt))]);
@@ -382,7 +500,17 @@ export class Detail {
       return;
     }
     this.facts.dataset["key"] = key;
-    this.facts.replaceChildren(...facts.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
+    this.facts.replaceChildren(
+      ...facts.flatMap(([k, v]) => {
+        if (k !== "Batch") {
+          return [h("dt", {}, k), h("dd", {}, v)];
+        }
+        setText(this.batchName, v);
+        setBatchLink(this.batchLink, this.links, v, "show this batch", `show only the jobs of batch ${v}`);
+        this.filtered(this.listBatch);
+        return [h("dt", {}, k), h("dd", { class: "batch-fact" }, this.batchName, " ", this.batchLink)];
+      }),
+    );
   }
 
   private renderTimeline(job: Job, book: JobBook, full: Job | undefined): void {

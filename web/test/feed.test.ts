@@ -107,10 +107,12 @@ class Server {
 
 // follow runs a feed against server. batches has each batch of jobs
 // ("id@version") and each batch of deletions ("-id"), in the order the
-// listener heard them.
+// listener heard them; synced has, for each time the listener heard it,
+// how many batches it had heard before.
 function follow(t: TestContext, server: Server, opts: FeedOptions = {}) {
   const statuses: FeedStatus[] = [];
   const batches: string[][] = [];
+  const synced: number[] = [];
   const feed = new JobFeed(
     server.client,
     "default",
@@ -118,12 +120,13 @@ function follow(t: TestContext, server: Server, opts: FeedOptions = {}) {
       jobs: (b) => batches.push(b.map((j) => `${j.id}@${j.version}`)),
       deleted: (ids) => batches.push(ids.map((id) => `-${id}`)),
       status: (s) => statuses.push(s),
+      synced: () => synced.push(batches.length),
     },
     { backoffMs: () => 0, ...opts },
   );
   feed.start();
   t.after(() => feed.stop());
-  return { feed, statuses, batches };
+  return { feed, statuses, batches, synced };
 }
 
 async function until(what: string, cond: () => boolean, timeoutMs = 5000): Promise<void> {
@@ -279,4 +282,52 @@ test("jobs deleted anywhere reach the listener, after the jobs of the same respo
   await until("the third response", () => batches.length === 4);
   feed.stop();
   assert.deepEqual(batches, [["j_a@1", "j_b@2"], ["j_b@3"], ["-j_b"], ["-j_a", "-j_gone_before_this_page"]]);
+});
+
+test("a batch's feed asks for that batch, and says it is synced once each fresh stream has sent its first token", async (t) => {
+  // A batch's counts read ListJobs once the feed brings every change:
+  // after a fresh stream's first token (which may come after several
+  // responses), not after a resume, and again after a token the server
+  // refused made the feed start over.
+  const server = new Server((call, n) => {
+    call.headers();
+    if (n === 1) {
+      call.send([{ id: "j_c", version: 1n }], "");
+      call.send([{ id: "j_b", version: 1n }], "t1.first");
+      call.send([{ id: "j_b", version: 2n }], "t1.second");
+      call.fail(Code.Unavailable, "restarting");
+    } else if (n === 2) {
+      call.send([{ id: "j_b", version: 3n }], "t1.third");
+      call.fail(Code.Unavailable, "restored from a backup");
+    } else if (n === 3) {
+      call.fail(Code.InvalidArgument, "resume_token: is not a token this server issued");
+    } else {
+      call.send([{ id: "j_b", version: 3n }], "t2.first");
+    }
+  });
+  const { feed, batches, synced } = follow(t, server, { batch: "thumbs-2026-12-02" });
+  await until("the fourth stream's batch", () => batches.length === 5);
+  feed.stop();
+  assert.deepEqual(
+    server.calls.map((c) => [c.req.batch, c.req.resumeToken]),
+    [
+      ["thumbs-2026-12-02", ""],
+      ["thumbs-2026-12-02", "t1.second"],
+      ["thumbs-2026-12-02", "t1.third"],
+      ["thumbs-2026-12-02", ""],
+    ],
+  );
+  assert.deepEqual(batches, [["j_c@1"], ["j_b@1"], ["j_b@2"], ["j_b@3"], ["j_b@3"]]);
+  assert.deepEqual(synced, [2, 5], "synced after the first token's jobs of each fresh stream, and only then");
+});
+
+test("a feed with no batch asks for every job of the tenant", async (t) => {
+  const server = new Server((call) => {
+    call.headers();
+    call.send([], "t1.first");
+  });
+  const { feed, synced } = follow(t, server);
+  await until("synced", () => synced.length === 1);
+  feed.stop();
+  assert.equal(server.calls[0]!.req.batch, "");
 });
