@@ -272,27 +272,11 @@ func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, err
 	if len(o.depths) == 0 {
 		return o, c.usageError("--depths: no depth given")
 	}
-	for _, m := range listItems(modes) {
-		if m != modeInproc && m != modeRPC {
-			return o, c.usageError(fmt.Sprintf("--burndown-modes: unknown mode %q (known: inproc, rpc)", m))
-		}
-		if !slices.Contains(o.burndownModes, m) {
-			o.burndownModes = append(o.burndownModes, m)
-		}
+	if o.burndownModes, err = choices("--burndown-modes", "mode", modes, modeInproc, modeRPC); err != nil {
+		return o, c.usageError(err.Error())
 	}
-	if len(o.burndownModes) == 0 {
-		return o, c.usageError("--burndown-modes: no mode given")
-	}
-	for _, st := range listItems(stores) {
-		if st != storeSQLite && st != storePostgres {
-			return o, c.usageError(fmt.Sprintf("--burndown-stores: unknown store %q (known: sqlite, postgres)", st))
-		}
-		if !slices.Contains(o.burndownStores, st) {
-			o.burndownStores = append(o.burndownStores, st)
-		}
-	}
-	if len(o.burndownStores) == 0 {
-		return o, c.usageError("--burndown-stores: no store given")
+	if o.burndownStores, err = choices("--burndown-stores", "store", stores, storeSQLite, storePostgres); err != nil {
+		return o, c.usageError(err.Error())
 	}
 	for _, item := range listItems(priorities) {
 		p, err := parsePriorityLayout(item)
@@ -333,6 +317,24 @@ func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, err
 		return o, c.usageError("--warmup and --settle must not be negative")
 	}
 	return o, nil
+}
+
+// choices reads a comma-separated list of some of known, each once, in
+// the order given; flag and what name them in its refusals.
+func choices(flag, what, list string, known ...string) ([]string, error) {
+	var out []string
+	for _, item := range listItems(list) {
+		if !slices.Contains(known, item) {
+			return nil, fmt.Errorf("%s: unknown %s %q (known: %s)", flag, what, item, strings.Join(known, ", "))
+		}
+		if !slices.Contains(out, item) {
+			out = append(out, item)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no %s given", flag, what)
+	}
+	return out, nil
 }
 
 // listItems is the comma-separated items of a list flag, trimmed, empty

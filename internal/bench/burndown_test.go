@@ -84,7 +84,7 @@ func TestBenchBurndownCompletesEveryJob(t *testing.T) {
 
 // TestBenchBurndownIsNotInAll: "all", the default, leaves the burndown
 // scenario out (it runs for an hour at its defaults), and a bad
-// --burndown-modes is a usage error.
+// --burndown-modes or --burndown-stores is a usage error.
 func TestBenchBurndownIsNotInAll(t *testing.T) {
 	for _, args := range [][]string{nil, {"--scenarios", "all"}} {
 		o, err := CLI{}.parseBenchFlags(args, io.Discard)
@@ -97,6 +97,12 @@ func TestBenchBurndownIsNotInAll(t *testing.T) {
 	}
 	if msg := refusal(t, "--burndown-modes", "inproc,grpc"); !strings.Contains(msg, `"grpc"`) {
 		t.Errorf("--burndown-modes inproc,grpc: %s, want a usage error naming grpc", msg)
+	}
+	if msg := refusal(t, "--burndown-stores", "sqlite,mysql"); !strings.Contains(msg, `"mysql"`) || !strings.Contains(msg, "sqlite, postgres") {
+		t.Errorf("--burndown-stores sqlite,mysql: %s, want a usage error naming mysql and the stores known", msg)
+	}
+	if msg := refusal(t, "--burndown-stores", ","); !strings.Contains(msg, "no store given") {
+		t.Errorf("--burndown-stores ,: %s, want a usage error", msg)
 	}
 }
 
