@@ -263,9 +263,7 @@ CREATE TABLE {{schema}}.job_logs (
 ALTER TABLE {{schema}}.jobs ADD COLUMN batch text NOT NULL DEFAULT '';
 CREATE INDEX jobs_batch ON {{schema}}.jobs (tenant, batch, created_at, seq) WHERE batch <> '';
 `,
-	// 10: dependencies, and the trace context of the call that submitted
-	// a job (trace_parent, trace_state: W3C traceparent and tracestate,
-	// '' for none). Each job keeps the jobs it runs after (after, as
+	// 10: dependencies. Each job keeps the jobs it runs after (after, as
 	// submitted), what a failed one does to it (after_policy: 'cancel'
 	// or 'run', '' for none) and how many WAITING jobs deep its chain is
 	// (after_depth); a WAITING job holds its unique key. job_deps holds,
@@ -282,9 +280,7 @@ CREATE INDEX jobs_batch ON {{schema}}.jobs (tenant, batch, created_at, seq) WHER
 	`
 ALTER TABLE {{schema}}.jobs ADD COLUMN after text[],
 	ADD COLUMN after_policy text NOT NULL DEFAULT '',
-	ADD COLUMN after_depth integer NOT NULL DEFAULT 0,
-	ADD COLUMN trace_parent text NOT NULL DEFAULT '',
-	ADD COLUMN trace_state text NOT NULL DEFAULT '';
+	ADD COLUMN after_depth integer NOT NULL DEFAULT 0;
 DROP INDEX {{schema}}.jobs_unique_active;
 CREATE UNIQUE INDEX jobs_unique_active ON {{schema}}.jobs (tenant, unique_key)
 	WHERE unique_key <> '' AND state IN ('pending', 'waiting', 'queued', 'running');
@@ -325,6 +321,15 @@ CREATE TRIGGER jobs_dependency_ended AFTER UPDATE OF state ON {{schema}}.jobs FO
 	WHEN (NEW.state IN ('succeeded', 'failed', 'cancelled', 'lost')
 		AND OLD.state NOT IN ('succeeded', 'failed', 'cancelled', 'lost'))
 	EXECUTE FUNCTION {{schema}}.jobs_release_dependents();
+`,
+	// 11: the trace context of the call that submitted a job
+	// (trace_parent, trace_state: W3C traceparent and tracestate, '' for
+	// none). Migrations only add: a release's migration must not break
+	// the release before it, which may still run beside it (see
+	// docs/OPERATING.md, "Upgrading").
+	`
+ALTER TABLE {{schema}}.jobs ADD COLUMN trace_parent text NOT NULL DEFAULT '',
+	ADD COLUMN trace_state text NOT NULL DEFAULT '';
 `,
 }
 
