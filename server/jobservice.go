@@ -357,19 +357,11 @@ func (h *jobService) WaitJobs(ctx context.Context, req *jobwatchv1.WaitJobsReque
 
 func (h *jobService) WatchJob(ctx context.Context, req *jobwatchv1.WatchJobRequest, stream *connect.ServerStream[jobwatchv1.WatchJobResponse]) error {
 	s := h.s
-	// Before anything is sent: another tenant's job is not_found, with
-	// no headers first that a job of its own would not have had either.
-	if err := s.checkClientJob(ctx, "watch job", req.GetJobId()); err != nil {
-		return err
-	}
-	deadline, done, err := s.parkWatch(ctx, s.jobTenant(req.GetJobId()))
+	deadline, done, err := openJobStream(ctx, s, "watch job", req.GetJobId(), stream)
 	if err != nil {
 		return err
 	}
 	defer done()
-	if err := sendHeaders(stream); err != nil {
-		return err
-	}
 	err = s.engine.Watch(ctx, req.GetJobId(), jobs.WatchOptions{
 		AfterVersion: req.GetAfterVersion(),
 		Deadline:     deadline,
@@ -440,6 +432,25 @@ func view(v jobwatchv1.JobView) (full bool, err error) {
 // would otherwise look hung until the first change.
 func sendHeaders[T any](stream *connect.ServerStream[T]) error {
 	return stream.Send(nil)
+}
+
+// openJobStream begins a stream about one job (WatchJob, WatchJobLogs):
+// another tenant's job is not_found before anything is sent, with no
+// headers first that a job of its own would not have had either; then a
+// place among the parked calls, then the headers. done gives the place
+// back; deadline is the stream's lifetime.
+func openJobStream[T any](ctx context.Context, s *Server, op, id string, stream *connect.ServerStream[T]) (deadline time.Time, done func(), err error) {
+	if err := s.checkClientJob(ctx, op, id); err != nil {
+		return time.Time{}, nil, err
+	}
+	if deadline, done, err = s.parkWatch(ctx, s.jobTenant(id)); err != nil {
+		return time.Time{}, nil, err
+	}
+	if err := sendHeaders(stream); err != nil {
+		done()
+		return time.Time{}, nil, err
+	}
+	return deadline, done, nil
 }
 
 // GetServerInfo also says who the caller's token is (auth.Principal), if

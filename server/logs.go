@@ -53,19 +53,11 @@ func (h *jobService) GetJobLogs(ctx context.Context, req *jobwatchv1.GetJobLogsR
 
 func (h *jobService) WatchJobLogs(ctx context.Context, req *jobwatchv1.WatchJobLogsRequest, stream *connect.ServerStream[jobwatchv1.WatchJobLogsResponse]) error {
 	s := h.s
-	// Before anything is sent, as WatchJob: another tenant's job is
-	// not_found with no headers first.
-	if err := s.checkClientJob(ctx, "watch job logs", req.GetJobId()); err != nil {
-		return err
-	}
-	deadline, done, err := s.parkWatch(ctx, s.jobTenant(req.GetJobId()))
+	deadline, done, err := openJobStream(ctx, s, "watch job logs", req.GetJobId(), stream)
 	if err != nil {
 		return err
 	}
 	defer done()
-	if err := sendHeaders(stream); err != nil {
-		return err
-	}
 	err = s.engine.WatchLogs(ctx, req.GetJobId(), jobs.LogWatchOptions{
 		AfterSeq:  req.GetAfterSeq(),
 		Deadline:  deadline,
