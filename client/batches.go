@@ -243,34 +243,15 @@ func waitJobsError(batch string, err error) error {
 // the long-call transport.
 func (c *Client) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsRequest) iter.Seq2[*jobwatchv1.WatchJobsResponse, error] {
 	return func(yield func(*jobwatchv1.WatchJobsResponse, error) bool) {
-		r := c.retrier()
 		ask := proto.CloneOf(req)
-		for {
-			stopped, received, err := c.watchJobsOnce(ctx, ask, yield)
-			if stopped {
-				return
-			}
-			if ctx.Err() != nil {
-				yield(nil, context.Cause(ctx))
-				return
-			}
-			if received {
-				r.reset()
-			}
-			switch {
-			case err == nil && received:
-				continue // a clean end of a live stream: resume at once
-			case err == nil:
-				err = errEmptyStream
-			case !transient(ctx, err):
-				yield(nil, fmt.Errorf("watch jobs: %w", err))
-				return
-			}
-			if err := r.wait(ctx, err); err != nil {
-				yield(nil, err)
-				return
-			}
-		}
+		c.resume(ctx, func() (bool, bool, error) { return c.watchJobsOnce(ctx, ask, yield) },
+			func(err error) error {
+				if transient(ctx, err) {
+					return nil
+				}
+				return fmt.Errorf("watch jobs: %w", err)
+			},
+			func(err error) { yield(nil, err) })
 	}
 }
 

@@ -106,35 +106,48 @@ func waitError(id string, err error) error {
 // and no higher version will ever come.
 func (c *Client) Watch(ctx context.Context, id string) iter.Seq2[*jobwatchv1.Job, error] {
 	return func(yield func(*jobwatchv1.Job, error) bool) {
-		r := c.retrier()
 		var last int64
-		for {
-			ended, received, err := c.watchOnce(ctx, id, &last, yield)
-			if ended {
+		c.resume(ctx, func() (bool, bool, error) { return c.watchOnce(ctx, id, &last, yield) },
+			func(err error) error { return waitError(id, err) },
+			func(err error) { yield(nil, err) })
+	}
+}
+
+// resume runs a stream that resumes where it left off (Watch,
+// WatchJobs): once opens a stream and reads it to its end, and says
+// whether the consumer stopped, whether the stream delivered anything
+// (so the server is up) and how it ended. After a clean end of a live
+// stream it opens another at once; after a failure it backs off and
+// tries again, unless refused makes the failure final (non-nil: what to
+// yield). It ends by passing fail that, or ctx's cause when ctx ends.
+func (c *Client) resume(ctx context.Context, once func() (stopped, received bool, err error), refused func(error) error, fail func(error)) {
+	r := c.retrier()
+	for {
+		stopped, received, err := once()
+		if stopped {
+			return
+		}
+		if ctx.Err() != nil {
+			fail(context.Cause(ctx))
+			return
+		}
+		if received {
+			r.reset()
+		}
+		switch {
+		case err == nil && received:
+			continue // a clean end of a live stream: resume at once
+		case err == nil:
+			err = errEmptyStream
+		default:
+			if ferr := refused(err); ferr != nil {
+				fail(ferr)
 				return
 			}
-			if ctx.Err() != nil {
-				yield(nil, context.Cause(ctx))
-				return
-			}
-			if received {
-				r.reset()
-			}
-			switch {
-			case err == nil && received:
-				continue // a clean end of a live stream: resume at once
-			case err == nil:
-				err = errEmptyStream
-			default:
-				if werr := waitError(id, err); werr != nil {
-					yield(nil, werr)
-					return
-				}
-			}
-			if err := r.wait(ctx, err); err != nil {
-				yield(nil, err)
-				return
-			}
+		}
+		if err := r.wait(ctx, err); err != nil {
+			fail(err)
+			return
 		}
 	}
 }
