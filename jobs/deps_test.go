@@ -163,3 +163,16 @@ func TestADependencyEndedOnOneReplicaReleasesAClaimParkedOnAnother(t *testing.T)
 		t.Fatalf("the wait on the other replica = %s, %v", j.State, err)
 	}
 }
+
+// SubmitMany names the request whose dependency is missing, as it names
+// its other refusals.
+func TestSubmitManyNamesTheJobWhoseDependencyIsMissing(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	dep := running(t, e, jobs.SubmitRequest{})
+	_, err := e.SubmitMany(context.Background(), []jobs.SubmitRequest{
+		{Kind: "k", After: []string{dep.ID}}, {Kind: "k"}, {Kind: "k", After: []string{dep.ID, "j_nope"}}})
+	var me *jobtype.MissingError
+	if !errors.As(err, &me) || me.Field != "jobs[2].after" || me.ID != "j_nope" {
+		t.Fatalf("err = %v, want jobs[2].after: job j_nope not found", err)
+	}
+}

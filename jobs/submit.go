@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -158,12 +159,28 @@ func (e *Engine) SubmitMany(ctx context.Context, rs []SubmitRequest) ([]jobtype.
 	}
 	jobs, err := e.store.CreateJobs(ctx, jobs)
 	if err != nil {
-		return nil, wrap("submit", "", err)
+		return nil, wrap("submit", "", missingAt(rs, err))
 	}
 	for _, j := range jobs {
 		e.publish(j)
 	}
 	return jobs, nil
+}
+
+// missingAt names, in a *jobtype.MissingError of a SubmitMany, the first
+// request whose After holds the missing job (jobs[i].after), as its other
+// refusals name theirs.
+func missingAt(rs []SubmitRequest, err error) error {
+	var me *jobtype.MissingError
+	if !errors.As(err, &me) {
+		return err
+	}
+	for i, r := range rs {
+		if slices.Contains(r.After, me.ID) {
+			return &jobtype.MissingError{Field: fmt.Sprintf("jobs[%d].%s", i, me.Field), ID: me.ID}
+		}
+	}
+	return err
 }
 
 // atIndex names request i of a SubmitMany in an *InvalidError's field.

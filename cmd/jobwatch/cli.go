@@ -172,7 +172,7 @@ func parseState(s string) (jobwatchv1.JobState, error) {
 	}
 	v, ok := jobwatchv1.JobState_value[name]
 	if !ok || v == 0 {
-		return 0, usageError{fmt.Sprintf("unknown state %q: want pending, queued, running, succeeded, failed, cancelled or lost", s)}
+		return 0, usageError{fmt.Sprintf("unknown state %q: want pending, waiting, queued, running, succeeded, failed, cancelled or lost", s)}
 	}
 	return jobwatchv1.JobState(v), nil
 }
@@ -237,8 +237,19 @@ func printJob(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
 	row("kind", j.GetKind())
 	row("tenant", j.GetTenant())
 	row("queue", j.GetQueue())
+	row("batch", j.GetBatch())
 	row("priority", fmt.Sprintf("%d (0 most urgent, 9 least)", j.GetPriority()))
 	row("state", stateName(j.GetState()))
+	// The jobs it runs after, one a line; a WAITING job waits for those
+	// of them that have not ended.
+	for i, id := range j.GetAfter() {
+		key := ""
+		if i == 0 {
+			key = "after:"
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", key, id)
+	}
+	row("on dependency failure", dependencyFailureName(j.GetOnDependencyFailure()))
 	row("progress", strings.TrimSpace(fmt.Sprintf("%d%% %s", j.GetPercent(), j.GetStep())))
 	row("attempt", fmt.Sprintf("%d of %d", j.GetAttempt(), j.GetMaxAttempts()))
 	row("unique key", j.GetUniqueKey())
@@ -260,6 +271,15 @@ func printJob(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
 		fmt.Fprintf(tw, "%s\t%s\n", key, historyLine(a))
 	}
 	return tw.Flush()
+}
+
+// dependencyFailureName is on_dependency_failure as submit's flag says
+// it: "cancel" or "run"; "" for a job without after.
+func dependencyFailureName(f jobwatchv1.DependencyFailure) string {
+	if f == jobwatchv1.DependencyFailure_DEPENDENCY_FAILURE_UNSPECIFIED {
+		return ""
+	}
+	return strings.ToLower(strings.TrimPrefix(f.String(), "DEPENDENCY_FAILURE_"))
 }
 
 // historyLine is one entry of a job's history for a person: the

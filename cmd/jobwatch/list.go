@@ -92,8 +92,23 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if e := j.GetError(); e != nil && client.Terminal(j.GetState()) {
 			step = strings.TrimSpace(e.GetType() + " " + e.GetMessage())
 		}
+		if j.GetState() == jobwatchv1.JobState_JOB_STATE_WAITING && step == "" {
+			step = waitingFor(j.GetAfter())
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d%%\t%s\t%s\n", j.GetId(), j.GetKind(), stateName(j.GetState()),
 			j.GetPercent(), step, formatTime(j.GetCreatedAt().AsTime(), j.GetCreatedAt() != nil))
 	}
 	return tw.Flush()
+}
+
+// waitingFor is the step column of a WAITING job: the jobs it runs after,
+// "after j_1" or "after j_1 +2 more" (jobwatch get names them all).
+func waitingFor(after []string) string {
+	switch len(after) {
+	case 0:
+		return ""
+	case 1:
+		return "after " + after[0]
+	}
+	return fmt.Sprintf("after %s +%d more", after[0], len(after)-1)
 }

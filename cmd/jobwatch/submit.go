@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -39,6 +40,13 @@ submitted before it are printed and no later line is sent. It prints the
 ids, one per line in the file's order (with --json, the jobs). Wait for
 them with "jobwatch wait --batch NAME".
 
+With --after the job runs only after other jobs of the tenant: it is
+WAITING until every one of them has SUCCEEDED, then QUEUED. If one ends
+any other way the job is CANCELLED (error DependencyFailed), unless
+--on-dependency-failure run, which runs it once all have ended. On a
+line of --file, set "after": ["ID", ...] and "onDependencyFailure":
+"DEPENDENCY_FAILURE_RUN".
+
 `
 
 // submit runs "jobwatch submit".
@@ -47,6 +55,8 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var tenant, queue, payload, uniqueKey, batch, file string
 	var hold, wait bool
 	var maxAttempts, chunk int
+	var after []string
+	var onDependencyFailure jobwatchv1.DependencyFailure
 	fs := newFlagSet("submit", stderr)
 	cf.register(fs)
 	fs.StringVar(&tenant, "tenant", "", "`tenant` of the job (default: the server's \"default\")")
@@ -67,6 +77,22 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		p := int32(n)
 		priority = &p // the server checks the range, as for any client
+		return nil
+	})
+	fs.Func("after", "run the job only after these jobs (`ID[,ID...]`, repeatable) have SUCCEEDED;\nuntil then it is WAITING", func(s string) error {
+		ids := splitList(s)
+		if len(ids) == 0 {
+			return errors.New("want one or more job ids, comma-separated")
+		}
+		after = append(after, ids...)
+		return nil
+	})
+	fs.Func("on-dependency-failure", "what a job of --after that ends other than SUCCEEDED does to this one: `cancel|run`\n(cancel it, the default; or run it once every one has ended)", func(s string) error {
+		f, ok := dependencyFailures[strings.ToLower(strings.TrimSpace(s))]
+		if !ok {
+			return errors.New(`must be "cancel" or "run"`)
+		}
+		onDependencyFailure = f
 		return nil
 	})
 	fs.Usage = func() { fmt.Fprint(stderr, submitUsage); fs.PrintDefaults() }
@@ -93,6 +119,15 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if hold && wait {
 		return usageError{"--hold and --wait together would wait for ever: a held job needs \"jobwatch start\""}
 	}
+	// Refused here, before any call, as the server would refuse them
+	// (invalid_argument): a held job waits for StartJob, one with after
+	// for its dependencies, never both.
+	if hold && len(after) > 0 {
+		return usageError{"--hold and --after do not go together: a held job waits for \"jobwatch start\", one with --after for its dependencies"}
+	}
+	if onDependencyFailure != 0 && len(after) == 0 {
+		return usageError{"--on-dependency-failure goes with --after: it says what a failed dependency does to the job"}
+	}
 	c, err := cf.client(stderr, false)
 	if err != nil {
 		return err
@@ -102,9 +137,10 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	job, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{
 		Tenant: tenant, Kind: pos[0], Queue: queue, Payload: value,
 		UniqueKey: uniqueKey, Hold: hold, MaxAttempts: int32(maxAttempts), Priority: priority, Batch: batch,
+		After: after, OnDependencyFailure: onDependencyFailure,
 	})
 	if err != nil {
-		return callError("submit", err)
+		return submitError(err)
 	}
 	if !wait {
 		if cf.json {
@@ -143,11 +179,18 @@ func parseAnyArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// dependencyFailures are --on-dependency-failure's words.
+var dependencyFailures = map[string]jobwatchv1.DependencyFailure{
+	"cancel": jobwatchv1.DependencyFailure_DEPENDENCY_FAILURE_CANCEL,
+	"run":    jobwatchv1.DependencyFailure_DEPENDENCY_FAILURE_RUN,
+}
+
 // perLineFlags are the submit flags about one job only, each with the
 // field that sets it on a line of --file.
 var perLineFlags = map[string]string{
 	"payload": "payload", "unique-key": "uniqueKey", "hold": "hold",
 	"max-attempts": "maxAttempts", "priority": "priority",
+	"after": "after", "on-dependency-failure": "onDependencyFailure",
 }
 
 // maxJobLine bounds a line of --file: a payload is at most 256 KiB, which
@@ -189,7 +232,7 @@ func submitFile(ctx context.Context, fs *flag.FlagSet, cf clientFlags, file stri
 		end := min(start+chunk, len(reqs))
 		jobs, err := c.SubmitJobs(ctx, reqs[start:end])
 		if err != nil {
-			return chunkError(err, fileName(file), lines, start, end)
+			return chunkError(err, fileName(file), reqs, lines, start, end)
 		}
 		// Printed as each commit is made: if a later one is refused,
 		// these jobs exist all the same.
@@ -267,24 +310,44 @@ func readJobLines(file string, defaults *jobwatchv1.SubmitJobRequest) (reqs []*j
 // jobIndex finds the job a SubmitJobs refusal is about: "jobs[3].kind: ...".
 var jobIndex = regexp.MustCompile(`^jobs\[(\d+)\]`)
 
-// chunkError describes a SubmitJobs call for the jobs of reqs[start:end]
-// that failed: the line of the file the refusal is about (the server
-// names the job as jobs[i] of the call), and what was submitted before.
-func chunkError(err error, file string, lines []int, start, end int) error {
-	msg := callError("submit", err).Error()
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		if m := jobIndex.FindStringSubmatch(ce.Message()); m != nil {
-			if i, aerr := strconv.Atoi(m[1]); aerr == nil && start+i < end {
-				msg = fmt.Sprintf("submit: line %d of %s: %s: %s", lines[start+i], file, ce.Code(), ce.Message())
+// missingDependency finds the job of after a refusal says is missing.
+var missingDependency = regexp.MustCompile(`^after: job (\S+) not found$`)
+
+// refusedJob is the index in reqs of the job a SubmitJobs refusal is
+// about, or -1: the one it names as jobs[i], or for a missing dependency
+// (which it names by id only) the first job that runs after it.
+func refusedJob(code connect.Code, text string, reqs []*jobwatchv1.SubmitJobRequest) int {
+	if m := jobIndex.FindStringSubmatch(text); m != nil {
+		if i, err := strconv.Atoi(m[1]); err == nil && i < len(reqs) {
+			return i
+		}
+		return -1
+	}
+	if m := missingDependency.FindStringSubmatch(text); code == connect.CodeNotFound && m != nil {
+		for i, r := range reqs {
+			if slices.Contains(r.GetAfter(), m[1]) {
+				return i
 			}
 		}
+	}
+	return -1
+}
+
+// chunkError describes a SubmitJobs call for the jobs of reqs[start:end]
+// that failed: the line of the file the refusal is about (the server
+// names the job as jobs[i] of the call, or the missing job of an after),
+// and what was submitted before.
+func chunkError(err error, file string, reqs []*jobwatchv1.SubmitJobRequest, lines []int, start, end int) error {
+	msg := submitError(err).Error()
+	code, text, answered := refusal(err)
+	if i := refusedJob(code, text, reqs[start:end]); answered && i >= 0 {
+		msg = fmt.Sprintf("submit: line %d of %s: %s: %s", lines[start+i], file, code, text)
 	}
 	this := fmt.Sprintf("lines %d to %d", lines[start], lines[end-1])
 	if start == end-1 {
 		this = fmt.Sprintf("line %d", lines[start])
 	}
-	if connect.IsWireError(err) {
+	if answered {
 		// The server answered: the call's one commit was not made.
 		msg += fmt.Sprintf("\njobwatch: no job of %s was submitted", this)
 	} else {
@@ -297,6 +360,31 @@ func chunkError(err error, file string, lines []int, start, end int) error {
 		msg += fmt.Sprintf("\njobwatch: nothing from line %d on was sent", lines[end])
 	}
 	return errors.New(msg)
+}
+
+// refusal is the code and message of a submit the server refused; ok is
+// false for a call that failed on the way (its outcome unknown). The
+// client turns not_found, which a submit answers only for a job of after
+// that the tenant does not have, into client.ErrJobNotFound followed by
+// the server's message.
+func refusal(err error) (code connect.Code, msg string, ok bool) {
+	if errors.Is(err, client.ErrJobNotFound) {
+		return connect.CodeNotFound, strings.TrimPrefix(err.Error(), client.ErrJobNotFound.Error()+": "), true
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) && connect.IsWireError(err) {
+		return ce.Code(), ce.Message(), true
+	}
+	return 0, "", false
+}
+
+// submitError describes a refused submit as callError does, a missing
+// dependency included: "submit: not_found: after: job j_… not found".
+func submitError(err error) error {
+	if code, msg, ok := refusal(err); ok && code == connect.CodeNotFound {
+		return fmt.Errorf("submit: %s: %s", code, msg)
+	}
+	return callError("submit", err)
 }
 
 // readPayload parses --payload: inline JSON, @file or @- for stdin.

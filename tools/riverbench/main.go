@@ -62,7 +62,11 @@ type options struct {
 	workers    int
 	submitters int
 	limit      time.Duration
+	priorities int // 1 to 4: jobs at 1 + i mod priorities
 }
+
+// priority is the River priority of a submitter's i-th job.
+func (o options) priority(i int) int { return 1 + i%o.priorities }
 
 func main() {
 	var o options
@@ -73,6 +77,7 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 100, "River MaxWorkers of the one queue")
 	flag.IntVar(&o.submitters, "submitters", 8, "goroutines inserting jobs")
 	flag.DurationVar(&o.limit, "cap", 5*time.Minute, "longest a burn-down may take; the rate of the part done is reported")
+	flag.IntVar(&o.priorities, "priorities", 1, "River priorities the jobs take, interleaved job by job: 1 puts every job at priority 1, 4 puts a submitter's i-th job at 1 + i mod 4 (River has 1 to 4)")
 	flag.Parse()
 	for _, d := range strings.Split(depths, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(d))
@@ -81,6 +86,10 @@ func main() {
 			os.Exit(2)
 		}
 		o.depths = append(o.depths, n)
+	}
+	if o.priorities < 1 || o.priorities > 4 {
+		fmt.Fprintf(os.Stderr, "riverbench: --priorities must be 1 to 4, got %d\n", o.priorities)
+		os.Exit(2)
 	}
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "riverbench:", err)
@@ -146,8 +155,8 @@ func onPostgres(ctx context.Context, o options, depth int) (inserts, rate float6
 		return 0, 0, err
 	}
 	inserts, err = fill(ctx, o.submitters, depth, func(ctx context.Context, n int) error {
-		for range n {
-			if _, err := client.Insert(ctx, noopArgs{}, nil); err != nil {
+		for i := range n {
+			if _, err := client.Insert(ctx, noopArgs{}, &river.InsertOpts{Priority: o.priority(i)}); err != nil {
 				return err
 			}
 		}
@@ -189,7 +198,7 @@ func onSQLite(ctx context.Context, o options, depth int) (inserts, rate float64,
 		for n > 0 {
 			batch := make([]river.InsertManyParams, min(n, 1000))
 			for i := range batch {
-				batch[i] = river.InsertManyParams{Args: noopArgs{}}
+				batch[i] = river.InsertManyParams{Args: noopArgs{}, InsertOpts: &river.InsertOpts{Priority: o.priority(n - i)}}
 			}
 			if _, err := client.InsertMany(ctx, batch); err != nil {
 				return err

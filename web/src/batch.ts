@@ -130,7 +130,8 @@ export type CountStatus =
   | { kind: "refused"; reason: string };
 
 // batchSummary is the summary line: "thumbs: 500 jobs · 312 ended (309
-// succeeded, 3 failed) · 188 to go".
+// succeeded, 3 failed) · 188 to go", and of those to go, how many wait
+// for other jobs: "· 188 to go (1 waiting)".
 export function batchSummary(batch: string, status: CountStatus, counts: BatchCounts): string {
   return `${batch}: ${batchProgress(status, counts)}`;
 }
@@ -156,7 +157,9 @@ export function batchProgress(status: CountStatus, counts: BatchCounts): string 
   });
   const ended = split.length === 0 ? `${number(counts.ended)} ended` : `${number(counts.ended)} ended (${split.join(", ")})`;
   const jobs = counts.total === 1 ? "1 job" : `${number(counts.total)} jobs`;
-  return `${jobs} · ${ended} · ${number(counts.total - counts.ended)} to go`;
+  const waiting = counts.byState.get(JobState.WAITING) ?? 0;
+  const toGo = `${number(counts.total - counts.ended)} to go`;
+  return `${jobs} · ${ended} · ${waiting === 0 ? toGo : `${toGo} (${number(waiting)} waiting)`}`;
 }
 
 // outcomeShares are the parts of the batch's bar: each way of ending, as

@@ -107,7 +107,7 @@ const batchLinks: BatchLinks = {
 };
 
 const list = new JobList(byId("jobs"), jobsEmpty, byId("jobs-count"), select, batchLinks);
-const detail = new Detail(byId("detail"), closeDetail, jobOps, new LogPane(jobClient), batchLinks);
+const detail = new Detail(byId("detail"), closeDetail, jobOps, new LogPane(jobClient), batchLinks, select);
 const batchBar = new BatchBar(byId("batch-bar"), () => showBatch(""));
 const queues = new QueueTable(byId("queues"), byId("queues-confirm"), queueOps);
 const jobsConfirm = new Confirm();

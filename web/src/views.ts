@@ -10,6 +10,7 @@ import { alertingText, drainedText, lastState, nextRun, pausedText, spark, type 
 import { isTerminal, millis, stateName, type JobBook } from "./model";
 import type { LogPane } from "./logview";
 import { outcomeShares, type BatchCounts } from "./batch";
+import { dependencies, dependencyFailed, onDependencyFailureText, waitingStep, type Dependencies } from "./deps";
 
 // BatchLinks is what a batch label links to: the list filtered to that
 // batch (open), at an address of its own (href) that a reload or a
@@ -48,7 +49,8 @@ function setBatchLink(a: HTMLAnchorElement, links: BatchLinks, batch: string, te
 }
 
 // ProgressView is a bar with its percent and step text (or, for a job
-// that failed, the error type in place of the step).
+// that failed or that a dependency cancelled, the error type in place of
+// the step; for a WAITING one, how many jobs it runs after).
 class ProgressView {
   readonly el: HTMLElement;
   private readonly fill = h("span", { class: "fill" });
@@ -68,8 +70,8 @@ class ProgressView {
       this.track.setAttribute("aria-valuenow", String(job.percent));
     }
     setText(this.percent, `${job.percent}%`);
-    const failed = job.error !== undefined && (job.state === JobState.FAILED || job.state === JobState.LOST);
-    setText(this.step, failed ? job.error!.type : job.step);
+    const failed = job.error !== undefined && (job.state === JobState.FAILED || job.state === JobState.LOST || dependencyFailed(job));
+    setText(this.step, failed ? job.error!.type : job.step || waitingStep(job));
     this.step.classList.toggle("error-type", failed);
   }
 }
@@ -294,9 +296,13 @@ export interface JobOps {
 
 // Detail shows one job in full, with its live log (logs, which follows
 // the log of the job shown and of no other). It is built once per
-// selection and then updated in place.
+// selection and then updated in place. openJob shows another job in its
+// place (a job this one runs after).
 export class Detail {
   private jobId = "";
+  // waitsAgain is false for a job a dependency cancelled: a retry queues
+  // it at once, without waiting for its dependencies again.
+  private waitsAgain = true;
   private readonly title = h("h2", { id: "detail-title" });
   private readonly badge = badge();
   private readonly attempts = h("span", { class: "muted attempts" });
@@ -331,13 +337,15 @@ export class Detail {
     private readonly ops: JobOps,
     private readonly logs: LogPane,
     private readonly links: BatchLinks,
+    private readonly openJob: (id: string) => void,
   ) {
     this.batchLink = batchLink(links, "show-batch");
     const close = h("button", { type: "button", class: "ghost", "aria-label": "Close details" }, "✕");
     close.addEventListener("click", onClose);
     this.retry = new ActionButton("retry", "Retry", () => {
       const id = this.jobId;
-      this.confirm.request(`Retry job ${id}? It is queued again, with a fresh allowance of attempts.`, "Retry", () => ops.retry(id));
+      const how = this.waitsAgain ? "" : " at once, without waiting for the jobs it runs after";
+      this.confirm.request(`Retry job ${id}? It is queued again${how}, with a fresh allowance of attempts.`, "Retry", () => ops.retry(id));
     });
     this.cancel = new ActionButton(
       "cancel",
@@ -422,7 +430,8 @@ export class Detail {
     setText(this.payload, payload !== "" ? payload : full === undefined ? "loading…" : "(none)");
     setData(this.payload, "loaded", String(full !== undefined));
 
-    this.renderFacts(job);
+    this.waitsAgain = !dependencyFailed(job);
+    this.renderFacts(job, book);
     this.renderTimeline(job, book, full);
     this.renderActions(job);
   }
@@ -478,7 +487,7 @@ export class Detail {
     this.batchLink.hidden = batch !== "" && batch === this.batchLink.dataset["batch"];
   }
 
-  private renderFacts(job: Job): void {
+  private renderFacts(job: Job, book: JobBook): void {
     const facts: [string, string][] = [
       ["Tenant", job.tenant],
       ["Queue", job.queue],
@@ -491,17 +500,26 @@ export class Detail {
     if (job.batch === "") {
       facts.splice(2, 1);
     }
+    // The jobs it runs after, each with its state as the page has it
+    // (which changes the key, so the list is drawn again as they end).
+    const deps = dependencies(job, (id) => book.get(id));
+    if (job.after.length > 0) {
+      facts.splice(job.batch === "" ? 2 : 3, 0, ["Runs after", ""], ["On a failed dependency", onDependencyFailureText(job.onDependencyFailure)]);
+    }
     // A retry's backoff or a scheduled start; an ended job runs no more.
     if (job.runAt !== undefined && millis(job.runAt) > millis(job.createdAt) && !isTerminal(job.state)) {
       facts.push(["Runs at", clockTime(timestampDate(job.runAt))]);
     }
-    const key = JSON.stringify(facts);
+    const key = JSON.stringify([facts, deps]);
     if (this.facts.dataset["key"] === key) {
       return;
     }
     this.facts.dataset["key"] = key;
     this.facts.replaceChildren(
       ...facts.flatMap(([k, v]) => {
+        if (k === "Runs after") {
+          return [h("dt", {}, k), h("dd", { class: "deps-fact" }, this.dependencyList(deps))];
+        }
         if (k !== "Batch") {
           return [h("dt", {}, k), h("dd", {}, v)];
         }
@@ -513,6 +531,30 @@ export class Detail {
     );
   }
 
+  // dependencyList is the jobs of after, each a link that opens it, with
+  // its state badge and kind once the page has it.
+  private dependencyList(deps: Dependencies): HTMLElement {
+    const items = deps.shown.map((d) => {
+      const link = h("a", { href: `#job=${encodeURIComponent(d.id)}`, class: "job-link dep-link", title: `show job ${d.id}` }, d.id);
+      link.addEventListener("click", (e) => {
+        e.preventDefault();
+        this.openJob(d.id);
+      });
+      const known: Node[] = [];
+      if (d.state !== "") {
+        const b = badge();
+        setText(b, d.state);
+        setData(b, "state", d.state);
+        known.push(b, h("span", { class: "muted dep-kind" }, d.kind));
+      }
+      return h("li", { class: "dep", "data-job-id": d.id, "data-state": d.state }, link, ...known);
+    });
+    if (deps.more > 0) {
+      items.push(h("li", { class: "muted dep-more" }, `and ${deps.more.toLocaleString("en-US")} more`));
+    }
+    return h("ul", { class: "deps" }, ...items);
+  }
+
   private renderTimeline(job: Job, book: JobBook, full: Job | undefined): void {
     const entries: TimelineEntry[] = [];
     const server = (ts: typeof job.createdAt, label: string, state: JobState, note?: string) => {
@@ -521,8 +563,10 @@ export class Detail {
       }
     };
     const sightings = book.sightings(job.id);
-    const held = sightings[0]?.state === JobState.PENDING;
-    server(job.createdAt, "submitted", held ? JobState.PENDING : JobState.QUEUED);
+    // A job is submitted PENDING (held), WAITING (after jobs not yet
+    // ended) or QUEUED: the page's first sighting says which.
+    const first = sightings[0]?.state;
+    server(job.createdAt, "submitted", first === JobState.PENDING || first === JobState.WAITING ? first : JobState.QUEUED);
     const history = full?.id === job.id ? full.attempts : [];
     if (history.length > 0) {
       // The server's history (GetJob's full view, fetched again on each
