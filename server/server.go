@@ -470,6 +470,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(limit) }()
+	healthCtx, stopHealth := context.WithCancel(ctx)
+	var following sync.WaitGroup
+	following.Go(func() { s.followStoreHealth(healthCtx) })
+	defer func() { stopHealth(); following.Wait() }()
 	if s.cfg.Insecure {
 		warnCtx, stopWarnings := context.WithCancel(ctx)
 		var warnings sync.WaitGroup
@@ -484,6 +488,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.log.Info("shutting down", "grace", s.cfg.ShutdownGrace)
+	stopHealth()
+	following.Wait()
 	for _, name := range append([]string{""}, serviceNames...) {
 		s.health.SetStatus(name, grpchealth.StatusNotServing)
 	}

@@ -34,7 +34,7 @@ func TestACallersDeadlineWhileWaitingForAConnectionIsNoStoreFailure(t *testing.T
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jobtype.ErrUnavailable) {
 		t.Errorf("a write that waited for a connection past its caller's deadline: %v, want context.DeadlineExceeded only", err)
 	}
-	if s.writes.episodes.Failing() {
+	if s.reach.failing() {
 		t.Error("a caller's deadline started an episode of failing writes")
 	}
 	conn.Release()

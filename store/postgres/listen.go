@@ -76,7 +76,7 @@ func (s *Store) ChangeCursor(ctx context.Context) (string, error) {
 // from the database.
 const (
 	listenBackoffMin = 100 * time.Millisecond
-	listenBackoffMax = 5 * time.Second
+	listenBackoffMax = time.Second
 	batchWait        = 200 * time.Microsecond
 	maxBatch         = 1024
 	catchUpEvery     = time.Second
@@ -211,11 +211,12 @@ func (s *Store) listen(ctx context.Context, conn *pgx.Conn, h *hearing) {
 		if err == nil {
 			continue
 		}
-		s.log.Warn("postgres listener lost its connection; reconnecting", "err", classify(err))
+		s.reach.listenerLost(classify(err))
 		conn.Close(context.Background())
 		if conn = s.relisten(ctx); conn == nil {
 			return
 		}
+		s.reach.listenerBack()
 		h.fn(nil, true)
 	}
 }
@@ -373,7 +374,7 @@ func (s *Store) relisten(ctx context.Context) *pgx.Conn {
 		}
 		conn, err := s.listenConn(ctx)
 		if err == nil {
-			s.log.Info("postgres listener listens again")
+			s.log.Debug("postgres listener listens again")
 			return conn
 		}
 		if ctx.Err() != nil {

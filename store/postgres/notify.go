@@ -133,13 +133,32 @@ func (s *Store) sendChanges(changes []store.Change) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
 	defer cancel()
+	reused := s.notifyConn != nil && !s.notifyConn.IsClosed()
+	err := s.notifyOnce(ctx, payloads)
+	if err != nil && reused && ctx.Err() == nil {
+		// The connection may have been dropped while it sat idle (the
+		// database restarted, or an operator ended its backend): once
+		// more on a new one. Sent twice, a change is heard once
+		// (listeners pass over versions they have delivered).
+		err = s.notifyOnce(ctx, payloads)
+	}
+	if err != nil {
+		return fmt.Errorf("notify %d changes: %w", len(changes), classify(err))
+	}
+	return nil
+}
+
+// notifyOnce sends payloads on notifyConn, connecting first if it has
+// none. Whatever state a failed send leaves the connection in, the next
+// send starts on a new one.
+func (s *Store) notifyOnce(ctx context.Context, payloads []string) error {
 	if s.notifyConn == nil || s.notifyConn.IsClosed() {
 		s.closeNotifyConn()
 		cfg := s.pool.Config().ConnConfig.Copy()
 		cfg.RuntimeParams["application_name"] = notifyApp + " " + s.schema
 		conn, err := pgx.ConnectConfig(ctx, cfg)
 		if err != nil {
-			return fmt.Errorf("notify %d changes: %w", len(changes), classify(err))
+			return err
 		}
 		s.notifyConn = conn
 		s.conns.add(conn.PgConn().PID())
@@ -150,10 +169,8 @@ func (s *Store) sendChanges(changes []store.Change) error {
 	b.Queue("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p", s.channel, payloads)
 	b.Queue("COMMIT")
 	if err := s.notifyConn.SendBatch(ctx, b).Close(); err != nil {
-		// Whatever state the connection is in, the next send starts on a
-		// new one.
 		s.closeNotifyConn()
-		return fmt.Errorf("notify %d changes: %w", len(changes), classify(err))
+		return err
 	}
 	return nil
 }
@@ -171,12 +188,14 @@ func (s *Store) closeNotifyConn() {
 	s.notifyConn = nil
 }
 
+// logNotify hands the notifier's failures and recoveries to the store's
+// health, which logs them with the rest of an outage (health.go).
 func (s *Store) logNotify(failing bool, err error) {
 	if failing {
-		s.log.Warn("postgres: cannot notify other replicas; they catch up from the database", "err", err)
+		s.reach.notified(err)
 		return
 	}
-	s.log.Info("postgres: notifying other replicas again")
+	s.reach.notified(nil)
 }
 
 // packChanges encodes changes as notification payloads of at most max

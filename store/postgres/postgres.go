@@ -77,8 +77,9 @@ type Store struct {
 	// conns knows the pool's connections, to tell Listen which changes
 	// were made through this Store.
 	conns conns
-	// writes tracks episodes of failing writes, so each is logged once.
-	writes health
+	// reach follows whether the database can be reached (health.go):
+	// an outage is one episode in the log, and Reachable says it.
+	reach health
 	// notifier tells every replica's listener of this Store's writes,
 	// after they commit, on notifyConn (its goroutine's only).
 	notifier   *notifier
@@ -105,7 +106,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if !strings.Contains(url, "pool_max_conns") {
 		cfg.MaxConns = max(cfg.MaxConns, DefaultMaxConns)
 	}
-	s := &Store{log: slog.Default(), writes: health{log: slog.Default()}}
+	s := &Store{log: slog.Default(), reach: health{log: slog.Default()}}
 	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
 		s.conns.add(c.PgConn().PID())
 		return nil
@@ -117,6 +118,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	}
 	s.pool = pool
 	s.closing, s.close = context.WithCancel(context.Background())
+	s.reach.closing, s.reach.probe = s.closing, s.probeWrite
 	var schema *string
 	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
 		pool.Close()
@@ -182,8 +184,23 @@ func (s *Store) write(ctx context.Context, fn func(context.Context, *pgxpool.Con
 	if pgconn.SafeToRetry(err) {
 		err = s.writeOnce(ctx, fn)
 	}
-	s.writes.observe(classify(err))
+	s.reach.observe(classify(err))
 	return err
+}
+
+// Reachable reports whether the database takes this store's writes and
+// its listener hears changes, as far as the store has seen: false from
+// the first write refused unavailable, or the listener's connection
+// lost, until writes succeed again (a probe tries one every probeEvery)
+// and the listener listens again. The server's gRPC health follows it.
+func (s *Store) Reachable() bool { return s.reach.reachable() }
+
+// probeWrite needs what a write needs, a connection to a primary that
+// can start a writing transaction (a standby refuses txid_current), and
+// writes nothing.
+func (s *Store) probeWrite(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, "SELECT txid_current()")
+	return classify(err)
 }
 
 func (s *Store) writeOnce(ctx context.Context, fn func(context.Context, *pgxpool.Conn) error) error {

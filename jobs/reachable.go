@@ -1,0 +1,13 @@
+package jobs
+
+// StoreReachable reports whether the engine's store can reach its
+// database now, as far as the store has seen: a store that implements
+// Reachable() bool (store/postgres: false while PostgreSQL is away) says
+// so; any other (SQLite, in this process) always can. The server's gRPC
+// health follows it.
+func (e *Engine) StoreReachable() bool {
+	if r, ok := e.store.(interface{ Reachable() bool }); ok {
+		return r.Reachable()
+	}
+	return true
+}
