@@ -326,10 +326,11 @@ CREATE TRIGGER jobs_dependency_ended AFTER UPDATE OF state ON {{schema}}.jobs FO
 	// (trace_parent, trace_state: W3C traceparent and tracestate, '' for
 	// none). Migrations only add: a release's migration must not break
 	// the release before it, which may still run beside it (see
-	// docs/OPERATING.md, "Upgrading").
+	// docs/OPERATING.md, "Upgrading a release"). IF NOT EXISTS: one
+	// commit of the history added these columns in migration 10.
 	`
-ALTER TABLE {{schema}}.jobs ADD COLUMN trace_parent text NOT NULL DEFAULT '',
-	ADD COLUMN trace_state text NOT NULL DEFAULT '';
+ALTER TABLE {{schema}}.jobs ADD COLUMN IF NOT EXISTS trace_parent text NOT NULL DEFAULT '',
+	ADD COLUMN IF NOT EXISTS trace_state text NOT NULL DEFAULT '';
 `,
 }
 
