@@ -38,13 +38,15 @@ import (
 // docTests maps each "readme-test" name to the test that runs or checks
 // its blocks.
 var docTests = map[string]string{
-	"curl":   "TestREADMECurlExamples",
-	"cli":    "TestREADMECommandLineTour",
-	"worker": "TestREADMEWorkerExampleRunsTheShippedScript",
-	"go":     "TestREADMEGoExampleUsesAKindTheDemoRuns, TestREADMESnippetsAreTheTestedCode",
-	"ts":     "TestREADMESnippetsAreTheTestedCode",
-	"config": "config.TestTheREADMEAndDocsDocumentTheWholeFormat",
-	"tokens": "TestREADMETokensFilesAreFilesServeAccepts",
+	"curl":      "TestREADMECurlExamples",
+	"cli":       "TestREADMECommandLineTour",
+	"worker":    "TestREADMEWorkerExampleRunsTheShippedScript",
+	"go":        "TestREADMEGoExampleUsesAKindTheDemoRuns, TestREADMESnippetsAreTheTestedCode",
+	"ts":        "TestREADMESnippetsAreTheTestedCode",
+	"ts-client": "TestREADMESnippetsAreTheTestedCode",
+	"ts-worker": "TestREADMESnippetsAreTheTestedCode",
+	"config":    "config.TestTheREADMEAndDocsDocumentTheWholeFormat",
+	"tokens":    "TestREADMETokensFilesAreFilesServeAccepts",
 }
 
 // docBlock is one fenced code block of README.md or docs/*.md.
@@ -354,6 +356,10 @@ func TestREADMESnippetsAreTheTestedCode(t *testing.T) {
 		{"the Go client example runs in client/example_test.go", "go", "../../client/example_test.go",
 			map[string]string{`client.New("http://127.0.0.1:8080")`: "client.New(serverURL)"}},
 		{"the Node example is in web/examples/node-client.ts", "ts", "../../web/examples/node-client.ts", nil},
+		{"the TypeScript client example is ts/client/examples/client.ts", "ts-client", "../../ts/client/examples/client.ts",
+			map[string]string{`"@jobwatch/client"`: `"../src/node.js"`}},
+		{"the TypeScript worker example is ts/client/examples/worker.ts", "ts-worker", "../../ts/client/examples/worker.ts",
+			map[string]string{`"@jobwatch/client"`: `"../src/node.js"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

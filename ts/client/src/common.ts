@@ -1,0 +1,30 @@
+// What both entry points export: the client, its errors and the
+// generated API types, so a caller needs no second import for them.
+export {
+  JobwatchClient,
+  checkURL,
+  isTerminal,
+  payloadOf,
+  recursionLimit,
+  resultOf,
+  withBearer,
+  type ClientOptions,
+  type ListJobsInput,
+  type SubmitJobInput,
+  type Transports,
+  type WatchJobsInput,
+} from "./client.js";
+export {
+  AlreadyActiveError,
+  Code,
+  JobNotStartedError,
+  JobwatchError,
+  NotFoundError,
+  PermissionDeniedError,
+  UnauthenticatedError,
+  codeName,
+  toJobwatchError,
+  transient,
+} from "./errors.js";
+export { Retrier, defaultBackoff, sleep, type Backoff, type RetryNotify } from "./backoff.js";
+export * from "./gen/jobwatch/v1/jobwatch_pb.js";

@@ -1,0 +1,150 @@
+// Errors callers branch on. Every refusal of the server reaches a caller of
+// this package as a JobwatchError carrying the Connect code; the refusals a
+// caller usually handles by name have their own class.
+import { Code, ConnectError } from "@connectrpc/connect";
+import { JobAlreadyActiveSchema } from "./gen/jobwatch/v1/jobwatch_pb.js";
+
+export { Code };
+
+/**
+ * JobwatchError is a call the server refused, or one that failed on the
+ * way: `code` is its Connect code (`Code.NotFound`...), `codeName` the
+ * name curl users see ("not_found"), `rawMessage` the server's message
+ * without the code, and `cause` the ConnectError it came from.
+ */
+export class JobwatchError extends Error {
+  readonly code: Code;
+  readonly rawMessage: string;
+
+  constructor(code: Code, rawMessage: string, options?: { cause?: unknown }) {
+    super(`[${codeName(code)}] ${rawMessage}`, options);
+    this.name = "JobwatchError";
+    this.code = code;
+    this.rawMessage = rawMessage;
+  }
+
+  /** The code as the wire spells it, such as "already_exists". */
+  get codeName(): string {
+    return codeName(this.code);
+  }
+}
+
+/** not_found: no such job (or another tenant's), or it ended longer ago than the server's retention. */
+export class NotFoundError extends JobwatchError {
+  constructor(rawMessage: string, options?: { cause?: unknown }) {
+    super(Code.NotFound, rawMessage, options);
+    this.name = "NotFoundError";
+  }
+}
+
+/**
+ * already_exists from SubmitJob or RetryJob: another active job of the
+ * tenant holds the unique key. `activeJobId` is that job's id, from the
+ * JobAlreadyActive detail of the answer ("" if the answer had none, such
+ * as one rewritten by a proxy).
+ */
+export class AlreadyActiveError extends JobwatchError {
+  readonly activeJobId: string;
+  readonly uniqueKey: string;
+
+  constructor(rawMessage: string, activeJobId: string, uniqueKey: string, options?: { cause?: unknown }) {
+    super(Code.AlreadyExists, rawMessage, options);
+    this.name = "AlreadyActiveError";
+    this.activeJobId = activeJobId;
+    this.uniqueKey = uniqueKey;
+  }
+}
+
+/**
+ * failed_precondition from WaitJob (waitForJob): the job is PENDING
+ * (submitted with hold) and will not end until someone starts it, so
+ * there is nothing to wait for.
+ */
+export class JobNotStartedError extends JobwatchError {
+  constructor(rawMessage: string, options?: { cause?: unknown }) {
+    super(Code.FailedPrecondition, rawMessage, options);
+    this.name = "JobNotStartedError";
+  }
+}
+
+/** unauthenticated: no bearer token, or one the server does not know. */
+export class UnauthenticatedError extends JobwatchError {
+  constructor(rawMessage: string, options?: { cause?: unknown }) {
+    super(Code.Unauthenticated, rawMessage, options);
+    this.name = "UnauthenticatedError";
+  }
+}
+
+/** permission_denied: the token's role or tenant may not do this. */
+export class PermissionDeniedError extends JobwatchError {
+  constructor(rawMessage: string, options?: { cause?: unknown }) {
+    super(Code.PermissionDenied, rawMessage, options);
+    this.name = "PermissionDeniedError";
+  }
+}
+
+/** "already_exists" for Code.AlreadyExists: the name curl users see. */
+export function codeName(code: Code): string {
+  const name = Code[code] ?? "unknown";
+  return name.replace(/[A-Z]/g, (c, i: number) => (i > 0 ? "_" : "") + c.toLowerCase());
+}
+
+/**
+ * toJobwatchError turns what a generated client threw into a
+ * JobwatchError (or one of its classes). An abort the caller asked for
+ * is returned as the signal's reason, so `await` rethrows what the
+ * caller aborted with; anything that is not a ConnectError (a bug in
+ * the caller's code) is returned as it is.
+ */
+export function toJobwatchError(err: unknown, signal?: AbortSignal): unknown {
+  if (signal?.aborted) {
+    return signal.reason;
+  }
+  if (err instanceof JobwatchError || !(err instanceof ConnectError)) {
+    return err;
+  }
+  const options = { cause: err };
+  switch (err.code) {
+    case Code.NotFound:
+      return new NotFoundError(err.rawMessage, options);
+    case Code.AlreadyExists: {
+      const [detail] = err.findDetails(JobAlreadyActiveSchema);
+      return new AlreadyActiveError(err.rawMessage, detail?.jobId ?? "", detail?.uniqueKey ?? "", options);
+    }
+    case Code.Unauthenticated:
+      return new UnauthenticatedError(err.rawMessage, options);
+    case Code.PermissionDenied:
+      return new PermissionDeniedError(err.rawMessage, options);
+  }
+  return new JobwatchError(err.code, err.rawMessage, options);
+}
+
+/**
+ * transient reports whether a failed call is worth repeating unchanged:
+ * the server could not be reached or went away, or asked to come back
+ * later. A call the caller aborted is never transient. unknown and
+ * internal count only when this side raised them (a broken connection:
+ * the error has a cause from the network stack); sent by the server they
+ * are real answers, and repeating them would loop for ever.
+ */
+export function transient(err: unknown, signal?: AbortSignal): boolean {
+  if (signal?.aborted) {
+    return false;
+  }
+  const ce = err instanceof JobwatchError ? err.cause : err;
+  if (!(ce instanceof ConnectError)) {
+    return false;
+  }
+  switch (ce.code) {
+    case Code.Unavailable: // refused, reset, GOAWAY, store down
+    case Code.Aborted: // the server gave up on the call, or the connection broke
+    case Code.ResourceExhausted: // too many parked calls: try later
+    case Code.Canceled: // the server or a proxy reset the stream, not us
+    case Code.DeadlineExceeded: // a proxy's timeout, not ours
+      return true;
+    case Code.Unknown:
+    case Code.Internal:
+      return ce.cause !== undefined;
+  }
+  return false;
+}

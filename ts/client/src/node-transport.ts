@@ -1,0 +1,47 @@
+// Transports for Node (connect-node): the Connect protocol, binary, over
+// HTTP/2 (cleartext for http://, as jobwatch serves it) with pings, so a
+// silently dead server is noticed in seconds rather than when the
+// kernel gives up on the socket.
+import { createConnectTransport } from "@connectrpc/connect-node";
+import type { Transport } from "@connectrpc/connect";
+import { checkURL, recursionLimit, type ClientOptions, type Transports } from "./client.js";
+
+/** What Node's createClient takes besides ClientOptions. */
+export interface NodeClientOptions extends ClientOptions {
+  /**
+   * "2" (the default) multiplexes each transport's calls over one
+   * connection and pings it while calls are open; "1.1" uses a
+   * connection per call in flight.
+   */
+  httpVersion?: "1.1" | "2";
+}
+
+/** nodeTransport is one Connect transport to url: one connection pool. */
+export function nodeTransport(url: string, httpVersion: "1.1" | "2" = "2"): Transport {
+  const common = {
+    baseUrl: checkURL(url),
+    useBinaryFormat: true,
+    jsonOptions: { recursionLimit },
+    binaryOptions: { recursionLimit },
+  };
+  if (httpVersion === "1.1") {
+    return createConnectTransport({ ...common, httpVersion });
+  }
+  return createConnectTransport({ ...common, httpVersion, pingIntervalMs: 10_000, pingTimeoutMs: 5_000 });
+}
+
+/**
+ * nodeTransports are the client's two transports: the caller's, or two
+ * of their own for url, so that parked long calls never share a
+ * connection with short ones.
+ */
+export function nodeTransports(options: NodeClientOptions): Transports {
+  if (options.transport !== undefined) {
+    return { short: options.transport, long: options.longTransport ?? options.transport };
+  }
+  const url = checkURL(options.url);
+  return {
+    short: nodeTransport(url, options.httpVersion),
+    long: options.longTransport ?? nodeTransport(url, options.httpVersion),
+  };
+}

@@ -1,0 +1,854 @@
+// The Node worker: it claims jobs of the kinds it has handlers for, runs
+// them, heartbeats while they run and reports how they ended, as the Go
+// Worker does (client/worker.go), over WorkerService.
+import { hostname } from "node:os";
+import { create, fromJson, type JsonValue } from "@bufbuild/protobuf";
+import { ValueSchema, timestampMs, type Value } from "@bufbuild/protobuf/wkt";
+import { ConnectError } from "@connectrpc/connect";
+import { Code } from "./errors.js";
+import { JobwatchClient, type ClientOptions } from "./client.js";
+import { ClaimSchema, type Claim, type Job } from "./gen/jobwatch/v1/jobwatch_pb.js";
+import { sleep } from "./backoff.js";
+import { toJobwatchError, transient } from "./errors.js";
+import { nodeTransports, type NodeClientOptions } from "./node-transport.js";
+
+/**
+ * Handler runs one job: it reports progress as it goes and returns the
+ * job's result (anything JSON.stringify takes; undefined for none), or
+ * throws. Its signal is aborted when the job is cancelled (reason a
+ * JobCancelledError), the lease is lost (LeaseLostError) or the worker
+ * stops without waiting any longer (WorkerStoppedError); what it returns
+ * then is not reported.
+ *
+ * A thrown error fails the job with error.type its `errorType` property,
+ * else its class name (TypeError, a class of your own; "Error" for a
+ * plain Error or a thrown non-error), and an error.message only if it has
+ * `public: true` (then its message) or a string `publicMessage`: messages
+ * tend to carry hostnames, SQL and customer data. With `retryable: true`
+ * the job runs again if it has attempts left. HandlerError sets all
+ * three.
+ */
+export type Handler = (job: Job, progress: Progress, signal: AbortSignal) => unknown;
+
+/**
+ * Progress records how far the job is: percent 0..100 (clamped; the server
+ * never lets it go backwards) and a step text such as "batch 5 of 11"
+ * (omitted or "" keeps the last step; over 1,024 bytes is cut). It never
+ * blocks: the latest values reach the server with the next heartbeat,
+ * which a change brings forward.
+ */
+export type Progress = (percent: number, step?: string) => void;
+
+/** Where the worker logs: console has these methods. */
+export interface WorkerLogger {
+  debug(message: string, ...args: unknown[]): void;
+  info(message: string, ...args: unknown[]): void;
+  warn(message: string, ...args: unknown[]): void;
+  error(message: string, ...args: unknown[]): void;
+}
+
+export interface WorkerOptions extends NodeClientOptions {
+  /** A handler for each kind of job the worker runs. */
+  handlers: Record<string, Handler>;
+  /** The kinds to claim: some of handlers' kinds. Default: every kind in handlers. */
+  kinds?: string[];
+  /** The queues to claim from. Default: any. */
+  queues?: string[];
+  /**
+   * How many handlers run at once. Default 1. Every free slot is claimed
+   * for in one ClaimJob (max_jobs), at most 100 at a time.
+   */
+  concurrency?: number;
+  /** The worker's id in claims and in its jobs' worker_id. Default hostname-pid-random. */
+  id?: string;
+  /**
+   * How often a running job's lease is extended. Default 10 s, and never
+   * more than a third of the lease, so two heartbeats can fail before the
+   * lease is lost.
+   */
+  heartbeatIntervalMs?: number;
+  /** The least time between two heartbeats that progress brings forward. Default 200 ms. */
+  progressIntervalMs?: number;
+  /**
+   * How long stop() waits for running handlers before it aborts their
+   * signals (reason WorkerStoppedError) and fails their jobs as retryable
+   * with error.type "WorkerStopped". Default 60 s, as `jobwatch worker
+   * --drain-timeout`; Infinity waits as long as they take.
+   */
+  drainTimeoutMs?: number;
+  /**
+   * Whether run() stops the worker gracefully on SIGTERM and SIGINT (a
+   * second one then kills the process the default way). Default true.
+   */
+  handleSignals?: boolean;
+  /** Default: info, warn and error to the console; debug dropped. */
+  logger?: WorkerLogger;
+  /** A client to use instead of making one from url, token and transports. */
+  client?: JobwatchClient;
+}
+
+/** The signal's reason when the job was cancelled while its handler ran. */
+export class JobCancelledError extends Error {
+  constructor() {
+    super("job was cancelled");
+    this.name = "JobCancelledError";
+  }
+}
+
+/**
+ * The signal's reason when the worker no longer holds the job's lease (it
+ * expired, or the job was claimed again): whatever the handler does now
+ * will be refused.
+ */
+export class LeaseLostError extends Error {
+  constructor(why: string) {
+    super(`lease lost: ${why}`);
+    this.name = "LeaseLostError";
+  }
+}
+
+/**
+ * The signal's reason when the worker stopped and its drain timeout passed
+ * before the handler returned. The job fails as retryable, error.type
+ * "WorkerStopped", so another worker runs it again if attempts remain.
+ */
+export class WorkerStoppedError extends Error {
+  readonly errorType = "WorkerStopped";
+  readonly retryable = true;
+  readonly public = true;
+  constructor() {
+    super("worker stopped before the job ended");
+    this.name = "WorkerStoppedError";
+  }
+}
+
+export interface HandlerErrorOptions {
+  /** error.type; default the cause's type, or "Error". */
+  type?: string;
+  /** Run the job again if attempts remain. */
+  retryable?: boolean;
+  /** Send the message to callers (it is shown on the job). */
+  public?: boolean;
+  cause?: unknown;
+}
+
+/**
+ * HandlerError fails a job the way its options say:
+ *
+ *     throw new HandlerError("the image service is down", { type: "Upstream", retryable: true, public: true });
+ */
+export class HandlerError extends Error {
+  readonly errorType: string;
+  readonly retryable: boolean;
+  readonly public: boolean;
+  constructor(message: string, options: HandlerErrorOptions = {}) {
+    super(message, { cause: options.cause });
+    this.name = "HandlerError";
+    this.errorType = options.type ?? (options.cause !== undefined ? errorType(options.cause) : "Error");
+    this.retryable = options.retryable === true;
+    this.public = options.public === true;
+  }
+}
+
+/** The server's bounds on what a worker reports (jobtype/limits.go). */
+const maxStepBytes = 1024;
+const maxErrorTypeBytes = 256;
+const maxErrorMessageBytes = 4096;
+/** The most jobs one ClaimJob may ask for (jobtype.MaxClaimJobs). */
+const maxClaimJobs = 100;
+/**
+ * How long a claim in flight may still answer after stop(): ample for a
+ * reply already on the wire, short enough that an idle worker stops at once
+ * to a person's eye.
+ */
+const claimGraceMs = 250;
+/** A claim answered with nothing quicker than this came from a server shutting down. */
+const minParkMs = 20;
+/** A lease's length when the server did not say. */
+const defaultLeaseMs = 30_000;
+
+const consoleLogger: WorkerLogger = {
+  debug: () => {},
+  info: (m, ...a) => console.error(m, ...a),
+  warn: (m, ...a) => console.error(m, ...a),
+  error: (m, ...a) => console.error(m, ...a),
+};
+
+/**
+ * Worker claims and runs jobs until stop() (or SIGTERM), then drains: it
+ * stops claiming, waits for the running handlers (up to drainTimeoutMs)
+ * and reports how their jobs ended before run() resolves.
+ *
+ *     const worker = new Worker({
+ *       url: "http://127.0.0.1:8080",
+ *       token: process.env.JOBWATCH_TOKEN,
+ *       concurrency: 4,
+ *       handlers: {
+ *         async resize(job, progress, signal) {
+ *           progress(50, "half way");
+ *           return { thumbnails: 3 };
+ *         },
+ *       },
+ *     });
+ *     await worker.run();
+ */
+export class Worker {
+  /** The worker's id as the server sees it. */
+  readonly id: string;
+  readonly client: JobwatchClient;
+  private readonly handlers: ReadonlyMap<string, Handler>;
+  private readonly kinds: string[];
+  private readonly queues: string[];
+  private readonly concurrency: number;
+  private readonly heartbeatIntervalMs: number;
+  private readonly progressIntervalMs: number;
+  private readonly drainTimeoutMs: number;
+  private readonly handleSignals: boolean;
+  private readonly log: WorkerLogger;
+
+  /** Jobs whose handler holds a slot, counting claims in flight for them. */
+  private handling = 0;
+  /** Jobs whose outcome is being reported: at most concurrency. */
+  private reporting = 0;
+  /** Wakes whoever waits for a slot or a report place. */
+  private slotFreed = new Wake();
+  private readonly running = new Set<Promise<void>>();
+  private readonly leases = new Set<Lease>();
+  private readonly stopping = new AbortController();
+  private claimAbort: AbortController | undefined;
+  private done: Promise<void> | undefined;
+
+  constructor(options: WorkerOptions) {
+    const handlers = new Map(Object.entries(options.handlers ?? {}));
+    if (handlers.size === 0) {
+      throw new TypeError("jobwatch Worker: no handlers: give handlers: { kind: (job, progress, signal) => result }");
+    }
+    for (const [kind, h] of handlers) {
+      if (typeof h !== "function") {
+        throw new TypeError(`jobwatch Worker: the handler of kind ${JSON.stringify(kind)} is not a function`);
+      }
+    }
+    const kinds = options.kinds ?? [...handlers.keys()];
+    for (const kind of kinds) {
+      if (!handlers.has(kind)) {
+        throw new TypeError(`jobwatch Worker: kinds names ${JSON.stringify(kind)}, which has no handler`);
+      }
+    }
+    const concurrency = options.concurrency ?? 1;
+    if (!Number.isInteger(concurrency) || concurrency < 1) {
+      throw new TypeError(`jobwatch Worker: concurrency must be a whole number of at least 1, not ${concurrency}`);
+    }
+    this.client = options.client ?? new JobwatchClient(nodeTransports(options), options as ClientOptions);
+    this.handlers = handlers;
+    this.kinds = [...kinds].sort();
+    this.queues = options.queues ?? [];
+    this.concurrency = concurrency;
+    this.id = options.id ?? `${hostname()}-${process.pid}-${Math.floor(Math.random() * 0x10000).toString(16).padStart(4, "0")}`;
+    this.heartbeatIntervalMs = positive(options.heartbeatIntervalMs, 10_000);
+    this.progressIntervalMs = positive(options.progressIntervalMs, 200);
+    this.drainTimeoutMs = positive(options.drainTimeoutMs, 60_000);
+    this.handleSignals = options.handleSignals ?? true;
+    const log = options.logger ?? consoleLogger;
+    const prefix = `jobwatch worker ${this.id}:`;
+    this.log = {
+      debug: (m, ...a) => log.debug(`${prefix} ${m}`, ...a),
+      info: (m, ...a) => log.info(`${prefix} ${m}`, ...a),
+      warn: (m, ...a) => log.warn(`${prefix} ${m}`, ...a),
+      error: (m, ...a) => log.error(`${prefix} ${m}`, ...a),
+    };
+  }
+
+  /**
+   * run claims and runs jobs until stop() or a signal, then drains, and
+   * resolves once every job it claimed has been reported. It rejects, also
+   * after draining, when the server refuses the claims for good (a bad
+   * token, a kind the token may not run). Calling it again returns the same
+   * promise.
+   */
+  run(): Promise<void> {
+    this.done ??= this.runOnce();
+    return this.done;
+  }
+
+  /**
+   * stop stops claiming and drains as run() does; it resolves when run()
+   * has (at once if run() was never called).
+   */
+  stop(): Promise<void> {
+    if (!this.stopping.signal.aborted) {
+      this.stopping.abort();
+      // A claim in flight may be answering with jobs: give it a moment
+      // before cutting it, or they stay RUNNING under a lease nobody holds.
+      const claim = this.claimAbort;
+      setTimeout(() => claim?.abort(), claimGraceMs);
+      this.slotFreed.wake();
+    }
+    return (this.done ?? Promise.resolve()).catch(() => {});
+  }
+
+  private async runOnce(): Promise<void> {
+    const onSignal = (signal: NodeJS.Signals) => {
+      // At the first signal: the second one then ends the process the
+      // default way, for someone who does not want to wait.
+      process.off("SIGTERM", onSignal);
+      process.off("SIGINT", onSignal);
+      this.log.info(`${signal}: stopping; running jobs have ${describeMs(this.drainTimeoutMs)} to finish`);
+      void this.stop();
+    };
+    if (this.handleSignals) {
+      process.on("SIGTERM", onSignal);
+      process.on("SIGINT", onSignal);
+    }
+    try {
+      const claimError = await this.claimLoop();
+      await this.drain();
+      if (claimError !== undefined) {
+        throw claimError;
+      }
+    } finally {
+      process.off("SIGTERM", onSignal);
+      process.off("SIGINT", onSignal);
+    }
+  }
+
+  /** claimLoop claims for free slots until stop(); it returns the error of a claim refused for good. */
+  private async claimLoop(): Promise<unknown> {
+    const stopping = this.stopping.signal;
+    const r = this.client.retrier();
+    while (!stopping.aborted) {
+      while (this.handling >= this.concurrency && !stopping.aborted) {
+        await this.slotFreed.wait();
+      }
+      if (stopping.aborted) {
+        break;
+      }
+      const n = Math.min(this.concurrency - this.handling, maxClaimJobs);
+      this.handling += n;
+      const asked = performance.now();
+      let claims: Claim[] = [];
+      let failure: unknown;
+      this.claimAbort = new AbortController();
+      try {
+        const resp = await this.client.longWorkerService.claimJob(
+          { workerId: this.id, kinds: this.kinds, queues: this.queues, maxJobs: n },
+          { signal: this.claimAbort.signal },
+        );
+        claims = resp.claims.filter((c) => c.job !== undefined);
+        if (claims.length === 0 && resp.job !== undefined) {
+          claims = [create(ClaimSchema, { job: resp.job, leaseId: resp.leaseId, leaseExpiresAt: resp.leaseExpiresAt })];
+        }
+      } catch (err) {
+        failure = err;
+      }
+      this.claimAbort = undefined;
+      // Each job claimed keeps its slot until its handler is done; the
+      // rest go back now.
+      this.handling -= n - claims.length;
+      for (const c of claims) {
+        this.start(c);
+      }
+      if (failure !== undefined) {
+        if (stopping.aborted) {
+          break;
+        }
+        if (!transient(failure)) {
+          return toJobwatchError(failure);
+        }
+        this.log.warn(`claim failed; retrying: ${String(failure)}`);
+        if (!(await waitOrStop(r.wait(failure, stopping)))) {
+          break;
+        }
+        continue;
+      }
+      if (claims.length === 0 && performance.now() - asked < minParkMs && !stopping.aborted) {
+        // Nothing, at once: the server is shutting down.
+        if (!(await waitOrStop(r.wait(new Error("server answered without waiting"), stopping)))) {
+          break;
+        }
+        continue;
+      }
+      r.reset();
+    }
+    return undefined;
+  }
+
+  /** drain waits for the running jobs, up to drainTimeoutMs, then stops their handlers. */
+  private async drain(): Promise<void> {
+    const all = () => Promise.all([...this.running]);
+    if (this.running.size === 0) {
+      return;
+    }
+    this.log.info(`waiting for ${this.running.size} running job(s)`);
+    if (Number.isFinite(this.drainTimeoutMs)) {
+      const timedOut = Symbol("timeout");
+      const timeout = new AbortController();
+      const outcome = await Promise.race([
+        all(),
+        sleep(this.drainTimeoutMs, timeout.signal).then(
+          () => timedOut,
+          () => undefined,
+        ),
+      ]);
+      timeout.abort();
+      if (outcome === timedOut) {
+        this.log.warn("drain timeout passed; stopping running jobs (they fail with WorkerStopped)");
+        for (const lease of this.leases) {
+          lease.stopByWorker();
+        }
+      }
+    }
+    // Jobs started after the first look (none: claims have stopped) and
+    // the reports of those stopped are waited for here.
+    while (this.running.size > 0) {
+      await all();
+    }
+  }
+
+  private start(claim: Claim): void {
+    const p: Promise<void> = this.runJob(claim)
+      .catch((err) => this.log.error(`job ${claim.job?.id}: ${String(err)}`))
+      .finally(() => {
+        this.running.delete(p);
+      });
+    this.running.add(p);
+  }
+
+  /** runJob runs one claimed job to its end and reports the outcome. */
+  private async runJob(claim: Claim): Promise<void> {
+    const job = claim.job as Job;
+    const lease = new Lease(job, claim.leaseId, leaseMs(claim));
+    const ac = lease.ac;
+    let place: "handling" | "reporting" = "handling";
+    this.leases.add(lease);
+    try {
+      const handler = this.handlers.get(job.kind);
+      let outcome: Outcome;
+      if (handler === undefined) {
+        outcome = { error: new Error(`no handler for kind ${JSON.stringify(job.kind)}`) };
+      } else {
+        outcome = await this.runHandler(handler, lease);
+      }
+      const reason: unknown = ac.signal.aborted ? ac.signal.reason : undefined;
+      if (reason instanceof JobCancelledError) {
+        this.log.info(`job ${job.id} was cancelled while it ran`);
+        return;
+      }
+      if (reason instanceof LeaseLostError) {
+        this.log.warn(`job ${job.id}: ${reason.message}; its outcome is dropped`);
+        return;
+      }
+      if (lease.stoppedByWorker) {
+        outcome = { error: new WorkerStoppedError() };
+      }
+      // The job gives up its slot to the next one and takes a place among
+      // the reports, so a slow commit does not hold up the next claim.
+      while (this.reporting >= this.concurrency) {
+        await this.slotFreed.wait();
+      }
+      this.reporting++;
+      this.handling--;
+      place = "reporting";
+      this.slotFreed.wake();
+      await this.report(lease, outcome);
+    } finally {
+      this.leases.delete(lease);
+      if (place === "handling") {
+        this.handling--;
+      } else {
+        this.reporting--;
+      }
+      this.slotFreed.wake();
+    }
+  }
+
+  /**
+   * runHandler runs the handler with heartbeats. It returns when the
+   * handler has, or at once when the worker stops it (drain timeout): a
+   * handler that ignores its signal is not waited for then.
+   */
+  private async runHandler(handler: Handler, lease: Lease): Promise<Outcome> {
+    const progress: Progress = (percent, step) => lease.setProgress(percent, step);
+    const beats = this.heartbeat(lease, lease.ac);
+    const handled: Promise<Outcome> = (async () => handler(lease.job, progress, lease.ac.signal))().then(
+      (result) => ({ result }),
+      (error: unknown) => ({ error }),
+    );
+    this.log.debug(`job ${lease.job.id} (${lease.job.kind}) started, attempt ${lease.job.attempt}`);
+    const outcome = await Promise.race([handled, lease.stopped]);
+    lease.handlerDone();
+    await beats;
+    return outcome;
+  }
+
+  /**
+   * heartbeat extends the lease until the handler is done, sending
+   * progress as it changes. It aborts ac when the job is cancelled or the
+   * lease is lost (refused, or not renewed within the lease).
+   */
+  private async heartbeat(lease: Lease, ac: AbortController): Promise<void> {
+    const interval = Math.min(this.heartbeatIntervalMs, lease.ms / 3);
+    const minGap = Math.min(this.progressIntervalMs, interval);
+    const r = this.client.retrier({ initialMs: minGap, maxMs: interval });
+    let expires = performance.now() + lease.ms;
+    let lastSent = -Infinity;
+    let due = performance.now() + interval;
+    for (;;) {
+      // Wait for the handler to end, the next heartbeat, or a change of
+      // progress at least minGap after the last heartbeat.
+      for (;;) {
+        if (lease.done) {
+          // The handler may have reported progress and returned at once:
+          // send what the server has not seen yet before the outcome, so
+          // the job ends with the step it reached.
+          if (!ac.signal.aborted && lease.progressUnsent()) {
+            await this.beat(lease, ac, expires).catch((err) => this.log.debug(`last progress not sent: ${String(err)}`));
+          }
+          return;
+        }
+        const now = performance.now();
+        const until = lease.progressPending ? Math.min(due, lastSent + minGap) : due;
+        if (now >= until) {
+          break;
+        }
+        await lease.wake.wait(until - now);
+      }
+      const sentAt = performance.now();
+      let next = interval;
+      try {
+        const cancelled = await this.beat(lease, ac, expires);
+        if (ac.signal.aborted) {
+          return; // the worker stopped the handler: nothing left to extend
+        }
+        if (cancelled) {
+          ac.abort(new JobCancelledError());
+          return;
+        }
+        r.reset();
+        expires = sentAt + lease.ms;
+      } catch (err) {
+        if (ac.signal.aborted) {
+          return;
+        }
+        if (err instanceof ConnectError && err.code === Code.FailedPrecondition) {
+          ac.abort(new LeaseLostError(err.rawMessage));
+          return;
+        }
+        if (performance.now() > expires) {
+          this.log.warn(`job ${lease.job.id}: heartbeats failed for the whole lease: ${String(err)}`);
+          ac.abort(new LeaseLostError("no heartbeat got through before the lease expired"));
+          return;
+        }
+        this.log.warn(`job ${lease.job.id}: heartbeat failed; retrying: ${String(err)}`);
+        next = Math.min(r.delay(), interval);
+      }
+      lastSent = sentAt;
+      due = performance.now() + next;
+    }
+  }
+
+  /**
+   * beat sends one heartbeat with the latest progress, and says whether the
+   * job was cancelled. A call still unanswered when the lease expires is
+   * abandoned: the server may have handed the job to another worker by then.
+   */
+  private async beat(lease: Lease, ac: AbortController, expires: number): Promise<boolean> {
+    const { percent, step } = lease.takeProgress();
+    const resp = await this.client.workerService.heartbeat(
+      { jobId: lease.job.id, leaseId: lease.id, percent, step },
+      { signal: ac.signal, timeoutMs: Math.max(1, Math.floor(expires - performance.now())) },
+    );
+    lease.sent(percent, step);
+    return resp.cancelled;
+  }
+
+  /**
+   * report completes or fails the job, retrying transient failures for as
+   * long as the lease can still be held.
+   */
+  private async report(lease: Lease, outcome: Outcome): Promise<void> {
+    const job = lease.job;
+    const deadline = performance.now() + lease.ms;
+    const r = this.client.retrier();
+    let herr: unknown = "error" in outcome ? outcome.error : undefined;
+    let failing = "error" in outcome;
+    let result: Value | undefined;
+    if (!failing) {
+      try {
+        result = jsonResult((outcome as { result: unknown }).result);
+      } catch (err) {
+        herr = new ReportRejectedError("ResultRejected", `the result is not JSON: ${errorText(err)}`, false);
+        failing = true;
+      }
+    }
+    for (;;) {
+      const timeoutMs = Math.max(1, Math.floor(deadline - performance.now()));
+      try {
+        if (!failing) {
+          await this.client.workerService.completeJob({ jobId: job.id, leaseId: lease.id, result }, { timeoutMs });
+          this.log.debug(`job ${job.id} succeeded`);
+        } else {
+          const error = {
+            type: truncateUTF8(errorType(herr), maxErrorTypeBytes),
+            message: truncateUTF8(publicMessage(herr), maxErrorMessageBytes),
+          };
+          await this.client.workerService.failJob(
+            { jobId: job.id, leaseId: lease.id, error, retryable: isRetryable(herr) },
+            { timeoutMs },
+          );
+          this.log.info(`job ${job.id} failed: ${error.type}${isRetryable(herr) ? " (retryable)" : ""}: ${errorText(herr)}`);
+        }
+        return;
+      } catch (err) {
+        const code = err instanceof ConnectError ? err.code : undefined;
+        const refused = code === Code.InvalidArgument || code === Code.ResourceExhausted;
+        if (code === Code.FailedPrecondition) {
+          this.log.warn(`job ${job.id}: lease lost before the outcome was reported: ${String(err)}`);
+          return;
+        }
+        if (!failing && refused) {
+          // The result itself was refused (too large): the job must still
+          // end, and say why, rather than be LOST.
+          this.log.warn(`job ${job.id}: result refused; failing the job: ${String(err)}`);
+          herr = new ReportRejectedError("ResultRejected", (err as ConnectError).rawMessage, false);
+          failing = true;
+          continue;
+        }
+        if (refused && !(herr instanceof ReportRejectedError && herr.errorType === "ErrorRejected")) {
+          // The error report was refused (a field the server will not
+          // take): end the job with the refusal instead, once.
+          this.log.warn(`job ${job.id}: error report refused; failing the job with the refusal: ${String(err)}`);
+          herr = new ReportRejectedError("ErrorRejected", (err as ConnectError).rawMessage, isRetryable(herr));
+          continue;
+        }
+        if (refused || !transient(err)) {
+          this.log.error(`job ${job.id}: outcome refused: ${String(err)}`);
+          return;
+        }
+        const delay = r.delay();
+        if (performance.now() + delay > deadline) {
+          this.log.error(`job ${job.id}: outcome not reported before the lease ran out: ${String(err)}`);
+          return;
+        }
+        this.log.warn(`job ${job.id}: reporting the outcome failed; retrying: ${String(err)}`);
+        await sleep(delay);
+      }
+    }
+  }
+}
+
+type Outcome = { result: unknown } | { error: unknown };
+
+/** Lease is a claimed job, its lease, and the progress its handler reported. */
+class Lease {
+  readonly wake = new Wake();
+  /** Aborted when the handler must stop; the reason says why. */
+  readonly ac = new AbortController();
+  /** Settles when the worker stops the handler at its drain timeout. */
+  readonly stopped: Promise<Outcome>;
+  stoppedByWorker = false;
+  private stop: () => void = () => {};
+  done = false;
+  progressPending = false;
+  private percent = 0;
+  private step = "";
+  private sentPercent = 0;
+  private sentStep = "";
+
+  constructor(
+    readonly job: Job,
+    readonly id: string,
+    /** How long the lease lasts without a heartbeat. */
+    readonly ms: number,
+  ) {
+    this.stopped = new Promise((resolve) => {
+      this.stop = () => resolve({ error: new WorkerStoppedError() });
+    });
+  }
+
+  /**
+   * stopByWorker stops the handler for the worker's drain timeout: its
+   * signal is aborted, and the job is reported as WorkerStopped without
+   * waiting for the handler any longer (a job already cancelled, or whose
+   * lease was lost, is not reported at all).
+   */
+  stopByWorker(): void {
+    if (!this.ac.signal.aborted) {
+      this.stoppedByWorker = true;
+      this.ac.abort(new WorkerStoppedError());
+    }
+    this.stop();
+  }
+
+  setProgress(percent: number, step?: string): void {
+    const p = Number.isFinite(percent) ? Math.round(percent) : 0;
+    this.percent = Math.min(Math.max(p, 0), 100);
+    if (typeof step === "string" && step !== "") {
+      this.step = truncateUTF8(step, maxStepBytes);
+    }
+    this.progressPending = true;
+    this.wake.wake();
+  }
+
+  takeProgress(): { percent: number; step: string } {
+    this.progressPending = false;
+    return { percent: this.percent, step: this.step };
+  }
+
+  sent(percent: number, step: string): void {
+    this.sentPercent = percent;
+    this.sentStep = step;
+  }
+
+  progressUnsent(): boolean {
+    return this.percent !== this.sentPercent || this.step !== this.sentStep;
+  }
+
+  handlerDone(): void {
+    this.done = true;
+    this.wake.wake();
+  }
+}
+
+/**
+ * Wake lets waiters sleep until woken or a timeout: whoever changes what
+ * they look at wakes them, and they look again. A wake with no waiter is
+ * not kept, so a waiter must look before it waits.
+ */
+class Wake {
+  private readonly waiters = new Set<() => void>();
+
+  wake(): void {
+    const waiters = [...this.waiters];
+    this.waiters.clear();
+    for (const w of waiters) {
+      w();
+    }
+  }
+
+  wait(ms = Infinity): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.waiters.delete(done);
+        resolve();
+      };
+      const timer = Number.isFinite(ms) ? setTimeout(done, ms) : undefined;
+      this.waiters.add(done);
+    });
+  }
+}
+
+/** ReportRejectedError fails a job whose result or error report the server would not store; the server's reason is the message. */
+class ReportRejectedError extends Error {
+  readonly public = true;
+  constructor(
+    readonly errorType: "ResultRejected" | "ErrorRejected",
+    message: string,
+    readonly retryable: boolean,
+  ) {
+    super(message);
+    this.name = errorType;
+  }
+}
+
+/** errorType is the error.type a job fails with for err (see Handler). */
+function errorType(err: unknown): string {
+  if (typeof err !== "object" || err === null) {
+    return "Error";
+  }
+  const typed = (err as { errorType?: unknown }).errorType;
+  if (typeof typed === "string") {
+    return typed === "" ? "Error" : typed;
+  }
+  const ctor = (err as { constructor?: { name?: unknown } }).constructor?.name;
+  if (typeof ctor === "string" && ctor !== "" && ctor !== "Error" && ctor !== "Object") {
+    return ctor;
+  }
+  const name = (err as { name?: unknown }).name;
+  return typeof name === "string" && name !== "" ? name : "Error";
+}
+
+/** publicMessage is the error.message a job fails with: only what err says callers may see. */
+function publicMessage(err: unknown): string {
+  if (typeof err !== "object" || err === null) {
+    return "";
+  }
+  const e = err as { public?: unknown; publicMessage?: unknown; message?: unknown };
+  if (typeof e.publicMessage === "string") {
+    return e.publicMessage;
+  }
+  return e.public === true && typeof e.message === "string" ? e.message : "";
+}
+
+function isRetryable(err: unknown): boolean {
+  return typeof err === "object" && err !== null && (err as { retryable?: unknown }).retryable === true;
+}
+
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/**
+ * jsonResult is the handler's result as the wire's Value: what
+ * JSON.stringify makes of it (so a Date is its ISO string and a class its
+ * fields), or undefined for no result.
+ */
+function jsonResult(result: unknown): Value | undefined {
+  if (result === undefined) {
+    return undefined;
+  }
+  const text = JSON.stringify(result);
+  if (text === undefined) {
+    return undefined; // a function or a symbol: nothing JSON can carry
+  }
+  return fromJson(ValueSchema, JSON.parse(text) as JsonValue);
+}
+
+/**
+ * truncateUTF8 cuts s to at most n bytes of UTF-8 without splitting a
+ * character, so a report fits the server's bounds instead of being
+ * refused.
+ */
+export function truncateUTF8(s: string, n: number): string {
+  let bytes = 0;
+  let i = 0;
+  for (const ch of s) {
+    const cp = ch.codePointAt(0) as number;
+    const size = cp <= 0x7f ? 1 : cp <= 0x7ff ? 2 : cp <= 0xffff ? 3 : 4;
+    if (bytes + size > n) {
+      return s.slice(0, i);
+    }
+    bytes += size;
+    i += ch.length;
+  }
+  return s;
+}
+
+/** leaseMs is the lease's length, as the server counts it: both times are its own, so clock skew cannot shorten it. */
+function leaseMs(claim: Claim): number {
+  const at = claim.job?.updatedAt;
+  if (claim.leaseExpiresAt === undefined || at === undefined) {
+    return defaultLeaseMs;
+  }
+  const ms = timestampMs(claim.leaseExpiresAt) - timestampMs(at);
+  return ms > 0 ? ms : defaultLeaseMs;
+}
+
+function positive(v: number | undefined, dflt: number): number {
+  return v !== undefined && v > 0 ? v : dflt;
+}
+
+function describeMs(ms: number): string {
+  return Number.isFinite(ms) ? `up to ${ms / 1000} s` : "as long as they take";
+}
+
+/** waitOrStop is false when p rejected (the worker is stopping). */
+async function waitOrStop(p: Promise<void>): Promise<boolean> {
+  try {
+    await p;
+    return true;
+  } catch {
+    return false;
+  }
+}
+

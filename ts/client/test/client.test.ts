@@ -1,0 +1,354 @@
+// The client against a real jobwatch server: waits across caps and
+// outages, watches across stream lifetimes and dropped connections, typed
+// errors.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { fromJson } from "@bufbuild/protobuf";
+import { ValueSchema } from "@bufbuild/protobuf/wkt";
+import {
+  AlreadyActiveError,
+  Code,
+  JobNotStartedError,
+  JobState,
+  JobwatchError,
+  NotFoundError,
+  PermissionDeniedError,
+  UnauthenticatedError,
+  createClient,
+  nodeTransport,
+  resultOf,
+  type Job,
+} from "../src/node.js";
+import {
+  Proxy,
+  claimOne,
+  clientOf,
+  eventually,
+  server,
+  tap,
+  tappedClient,
+  uniqueKind,
+  workerClientOf,
+  type Call,
+} from "./server.js";
+
+const workers = workerClientOf();
+
+test("waitForJob re-issues WaitJob at each cap and resolves with the job once it ends", async () => {
+  const calls: Call[] = [];
+  const client = tappedClient(calls);
+  const kind = uniqueKind("wait");
+  const job = await client.submitJob({ kind, payload: { n: 1 } });
+  let settled = false;
+  const waiting = client.waitForJob(job.id).finally(() => (settled = true));
+
+  const lease = await claimOne(workers, kind);
+  // Three caps pass with the job RUNNING: each answer is OK and
+  // non-terminal, and the wait asks again.
+  await eventually("three WaitJob calls", () => calls.filter((c) => c.method === "WaitJob").length >= 4);
+  assert.equal(settled, false, "waitForJob resolved while the job was still running");
+  await workers.workerService.heartbeat({ ...lease, percent: 50, step: "half way" });
+  await workers.workerService.completeJob({ ...lease, result: fromJson(ValueSchema, { thumbnails: 3 }) });
+
+  const done = await waiting;
+  assert.equal(done.id, job.id);
+  assert.equal(done.state, JobState.SUCCEEDED);
+  assert.deepEqual(resultOf(done), { thumbnails: 3 });
+  assert.equal(done.step, "half way");
+});
+
+test("waitForJob rides out a server it cannot reach, retrying with backoff, and resolves once it is back", async () => {
+  const proxy = new Proxy();
+  await proxy.start();
+  const retries: { err: unknown; delayMs: number }[] = [];
+  const calls: Call[] = [];
+  const client = createClient({
+    url: proxy.url,
+    token: server.clientToken,
+    longTransport: tap(nodeTransport(proxy.url), calls),
+    backoff: { initialMs: 20, maxMs: 200 },
+    onRetry: (err, delayMs) => retries.push({ err, delayMs }),
+  });
+  const kind = uniqueKind("outage");
+  const job = await client.submitJob({ kind });
+  const waiting = client.waitForJob(job.id);
+  try {
+    // The wait is parked when the connection breaks; then every new
+    // connection is refused.
+    await eventually("the wait to be parked again after a cap", () => calls.filter((c) => c.method === "WaitJob").length >= 2);
+    await proxy.stop();
+    await eventually("three retries", () => retries.length >= 3);
+    const lease = await claimOne(workers, kind);
+    await workers.workerService.completeJob({ ...lease, result: fromJson(ValueSchema, "ok") });
+    await proxy.start();
+
+    const done = await waiting;
+    assert.equal(done.state, JobState.SUCCEEDED);
+    assert.deepEqual(resultOf(done), "ok");
+    for (const r of retries) {
+      assert.ok(r.delayMs <= 200, `a retry slept ${r.delayMs} ms, more than the backoff's max`);
+      assert.ok(r.err instanceof Error, `retried ${String(r.err)}`);
+    }
+  } finally {
+    await proxy.stop();
+  }
+});
+
+test("waitForJob of a held job is JobNotStartedError, of an unknown one NotFoundError", async () => {
+  const client = clientOf();
+  const held = await client.submitJob({ kind: uniqueKind("held"), hold: true });
+  await assert.rejects(client.waitForJob(held.id), (err) => {
+    assert.ok(err instanceof JobNotStartedError, `got ${String(err)}`);
+    assert.ok(err instanceof JobwatchError);
+    assert.equal(err.code, Code.FailedPrecondition);
+    return true;
+  });
+  await assert.rejects(client.waitForJob("j_doesnotexist000000000000"), (err) => {
+    assert.ok(err instanceof NotFoundError, `got ${String(err)}`);
+    assert.equal(err.code, Code.NotFound);
+    return true;
+  });
+  const cancelled = await client.cancelJob(held.id);
+  assert.equal(cancelled.state, JobState.CANCELLED);
+  await client.deleteJob(held.id);
+  await assert.rejects(client.getJob(held.id), NotFoundError);
+  await assert.rejects(client.waitForJob(held.id), NotFoundError);
+});
+
+test("waitForJob stops when its signal is aborted, with the signal's reason", async () => {
+  const client = clientOf();
+  const job = await client.submitJob({ kind: uniqueKind("abort") });
+  const ac = new AbortController();
+  const waiting = client.waitForJob(job.id, { signal: ac.signal });
+  const reason = new Error("the caller gave up");
+  setTimeout(() => ac.abort(reason), 50);
+  await assert.rejects(waiting, (err) => err === reason);
+  await client.cancelJob(job.id);
+});
+
+test("a second active job with the same unique key is AlreadyActiveError naming the active one", async () => {
+  const client = clientOf();
+  const kind = uniqueKind("unique");
+  const key = `report-${kind}`;
+  const first = await client.submitJob({ kind, uniqueKey: key });
+  await assert.rejects(client.submitJob({ kind, uniqueKey: key }), (err) => {
+    assert.ok(err instanceof AlreadyActiveError, `got ${String(err)}`);
+    assert.ok(err instanceof JobwatchError);
+    assert.equal(err.code, Code.AlreadyExists);
+    assert.equal(err.codeName, "already_exists");
+    assert.equal(err.activeJobId, first.id);
+    assert.equal(err.uniqueKey, key);
+    return true;
+  });
+  // Once the first has ended the key is free again.
+  await client.cancelJob(first.id);
+  const second = await client.submitJob({ kind, uniqueKey: key });
+  assert.notEqual(second.id, first.id);
+  await client.cancelJob(second.id);
+});
+
+test("calls without a good token, or for another tenant, are refused with their own error classes", async () => {
+  const anonymous = createClient({ url: server.url });
+  await assert.rejects(anonymous.submitJob({ kind: "x" }), UnauthenticatedError);
+  const wrong = createClient({ url: server.url, token: "not-a-token" });
+  await assert.rejects(wrong.listJobs(), UnauthenticatedError);
+  await assert.rejects(clientOf().listJobs({ tenant: "someone-else" }), PermissionDeniedError);
+  assert.throws(() => createClient({ url: "127.0.0.1:8080" }), /must start with http:\/\/ or https:\/\//);
+  assert.throws(() => createClient({}), /pass url/);
+});
+
+test("bad input is invalid_argument with the server's reason", async () => {
+  await assert.rejects(clientOf().submitJob({ kind: "" }), (err) => {
+    assert.ok(err instanceof JobwatchError);
+    assert.equal(err.code, Code.InvalidArgument);
+    assert.match(err.rawMessage, /kind/);
+    return true;
+  });
+});
+
+test("watchJob yields every version once, in order, across the server's stream lifetime, and ends with the terminal one", async () => {
+  const calls: Call[] = [];
+  const client = tappedClient(calls);
+  const kind = uniqueKind("watch");
+  const job = await client.submitJob({ kind });
+  const seen: Job[] = [];
+  const watching = (async () => {
+    for await (const snap of client.watchJob(job.id)) {
+      seen.push(snap);
+    }
+  })();
+
+  const lease = await claimOne(workers, kind);
+  // Progress for more than two stream lifetimes, slowly enough that the
+  // reader sees each step.
+  const steps = Math.ceil((2.5 * server.streamLifetimeMs) / 150);
+  for (let i = 1; i <= steps; i++) {
+    const percent = Math.round((i * 90) / steps);
+    await workers.workerService.heartbeat({ ...lease, percent, step: `step ${i}` });
+    await eventually(`step ${i} to be seen`, () => seen.at(-1)?.step === `step ${i}`);
+    await new Promise((r) => setTimeout(r, 150));
+  }
+  await workers.workerService.completeJob(lease);
+  await watching;
+
+  const versions = seen.map((j) => j.version);
+  assert.deepEqual(versions, [...versions].sort((a, b) => (a < b ? -1 : 1)));
+  assert.equal(new Set(versions).size, versions.length, `a version came twice: ${versions}`);
+  assert.equal(seen.at(-1)?.state, JobState.SUCCEEDED);
+  assert.equal(seen.filter((j) => j.state === JobState.SUCCEEDED).length, 1);
+
+  // The stream was opened again after each lifetime, each time after
+  // the last version yielded before it.
+  const watches = calls.filter((c) => c.method === "WatchJob").map((c) => c.request["afterVersion"] as bigint);
+  assert.ok(watches.length >= 3, `only ${watches.length} WatchJob streams for ${2.5 * server.streamLifetimeMs} ms`);
+  assert.equal(watches[0], 0n);
+  for (const after of watches.slice(1)) {
+    assert.ok(versions.includes(after), `resumed after version ${after}, which was never yielded`);
+  }
+});
+
+test("watchJob resumes after a dropped connection without repeating a version", async () => {
+  const proxy = new Proxy();
+  await proxy.start();
+  try {
+    const client = createClient({ url: proxy.url, token: server.clientToken, backoff: { initialMs: 20, maxMs: 200 } });
+    const kind = uniqueKind("drop");
+    const job = await client.submitJob({ kind });
+    const seen: Job[] = [];
+    const watching = (async () => {
+      for await (const snap of client.watchJob(job.id)) {
+        seen.push(snap);
+      }
+    })();
+    await eventually("the first snapshot", () => seen.length === 1);
+    const lease = await claimOne(workers, kind);
+    await workers.workerService.heartbeat({ ...lease, percent: 10, step: "before the cut" });
+    await eventually("progress before the cut", () => seen.at(-1)?.step === "before the cut");
+    proxy.cut();
+    await workers.workerService.heartbeat({ ...lease, percent: 60, step: "during the cut" });
+    await workers.workerService.completeJob(lease);
+    await watching;
+
+    const versions = seen.map((j) => j.version);
+    assert.equal(new Set(versions).size, versions.length, `a version came twice: ${versions}`);
+    assert.equal(seen.at(-1)?.state, JobState.SUCCEEDED);
+    assert.equal(seen.at(-1)?.percent, 100);
+  } finally {
+    await proxy.stop();
+  }
+});
+
+test("watchJob opens its stream again when it has heard nothing, not even a keepalive, for streamIdleTimeoutMs", async () => {
+  const proxy = new Proxy();
+  await proxy.start();
+  try {
+    const retries: unknown[] = [];
+    const idleMs = 4 * server.keepaliveMs;
+    // HTTP/1.1, so that nothing but the stream itself (no HTTP/2 ping)
+    // can tell the connection is dead, as in a browser.
+    const viaProxy = nodeTransport(proxy.url, "1.1");
+    const client = createClient({
+      transport: viaProxy,
+      token: server.clientToken,
+      streamIdleTimeoutMs: idleMs,
+      backoff: { initialMs: 20, maxMs: 200 },
+      onRetry: (err) => retries.push(err),
+    });
+    const kind = uniqueKind("idle");
+    const job = await clientOf().submitJob({ kind });
+    const seen: Job[] = [];
+    const watching = (async () => {
+      for await (const snap of client.watchJob(job.id)) {
+        seen.push(snap);
+      }
+    })();
+    await eventually("the first snapshot", () => seen.length === 1);
+    // Keepalives keep a stream quiet for longer than idleMs alive.
+    await new Promise((r) => setTimeout(r, 2 * idleMs));
+    assert.equal(retries.length, 0, `a live stream was opened again: ${retries.map(String)}`);
+
+    proxy.freeze();
+    const lease = await claimOne(workers, kind);
+    await workers.workerService.completeJob(lease);
+    // The frozen stream is given up for a new one, on a new connection.
+    await eventually("the silent stream to be given up", () => retries.length >= 1);
+    assert.match(String(retries[0]), /presumed dead|abort/i);
+    await watching;
+    assert.equal(seen.at(-1)?.state, JobState.SUCCEEDED);
+  } finally {
+    proxy.thaw();
+    await proxy.stop();
+  }
+});
+
+test("watchJob of an unknown job is NotFoundError; breaking out of the loop ends the watch", async () => {
+  const client = clientOf();
+  await assert.rejects(async () => {
+    for await (const _ of client.watchJob("j_doesnotexist000000000000")) {
+      assert.fail("a snapshot of a job that does not exist");
+    }
+  }, NotFoundError);
+
+  const job = await client.submitJob({ kind: uniqueKind("break") });
+  for await (const snap of client.watchJob(job.id)) {
+    assert.equal(snap.state, JobState.QUEUED);
+    break;
+  }
+  // After a version already seen, the first one yielded is the next.
+  const cancelled = await client.cancelJob(job.id);
+  for await (const snap of client.watchJob(job.id, { afterVersion: cancelled.version - 1n })) {
+    assert.equal(snap.version, cancelled.version);
+    assert.equal(snap.state, JobState.CANCELLED);
+  }
+});
+
+test("watchJobs follows a batch across stream lifetimes, resuming with the last resume token", async () => {
+  const calls: Call[] = [];
+  const client = tappedClient(calls);
+  const batch = uniqueKind("batch").replaceAll(".", "-");
+  const ac = new AbortController();
+  const latest = new Map<string, Job>();
+  const following = (async () => {
+    for await (const update of client.watchJobs({ batch, signal: ac.signal })) {
+      for (const j of update.jobs) {
+        if ((latest.get(j.id)?.version ?? 0n) < j.version) {
+          latest.set(j.id, j);
+        }
+      }
+    }
+  })();
+
+  // Jobs come and end over more than two stream lifetimes.
+  const ids: string[] = [];
+  const rounds = 3;
+  for (let i = 0; i < rounds; i++) {
+    const job = await client.submitJob({ kind: uniqueKind("fed"), batch });
+    ids.push(job.id);
+    await eventually(`job ${i} on the feed`, () => latest.has(job.id));
+    await new Promise((r) => setTimeout(r, server.streamLifetimeMs));
+    await client.cancelJob(job.id);
+  }
+  await eventually("every job CANCELLED on the feed", () =>
+    ids.every((id) => latest.get(id)?.state === JobState.CANCELLED),
+  );
+  ac.abort();
+  await assert.rejects(following, (err) => (err as Error).name === "AbortError");
+
+  const streams = calls.filter((c) => c.method === "WatchJobs").map((c) => c.request["resumeToken"] as string);
+  assert.ok(streams.length >= 3, `only ${streams.length} WatchJobs streams`);
+  assert.equal(streams[0], "");
+  assert.ok(streams.slice(1).every((t) => t !== ""), `a stream resumed without a token: ${JSON.stringify(streams)}`);
+});
+
+test("a client may be given its own transports", async () => {
+  const calls: Call[] = [];
+  const client = createClient({ transport: tap(nodeTransport(server.url, "1.1"), calls), token: server.clientToken });
+  const job = await client.submitJob({ kind: uniqueKind("own"), payload: { deep: [1, { two: 2 }] } });
+  const got = await client.getJob(job.id);
+  assert.deepEqual(got.payload, fromJson(ValueSchema, { deep: [1, { two: 2 }] }));
+  await client.cancelJob(job.id);
+  assert.deepEqual(
+    calls.map((c) => c.method),
+    ["SubmitJob", "GetJob", "CancelJob"],
+  );
+});

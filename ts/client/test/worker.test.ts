@@ -1,0 +1,271 @@
+// The Node worker against a real jobwatch server: claims, heartbeats and
+// progress, cancellation, retryable errors, a graceful stop.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import {
+  HandlerError,
+  JobCancelledError,
+  JobState,
+  PermissionDeniedError,
+  UnauthenticatedError,
+  Worker,
+  WorkerStoppedError,
+  createClient,
+  nodeTransport,
+  payloadOf,
+  resultOf,
+  type Job,
+} from "../src/node.js";
+import { clientOf, eventually, quiet, server, tap, uniqueKind, type Call } from "./server.js";
+
+const client = clientOf();
+
+function newWorker(options: Partial<ConstructorParameters<typeof Worker>[0]> & Pick<ConstructorParameters<typeof Worker>[0], "handlers">): Worker {
+  return new Worker({ url: server.url, token: server.workerToken, logger: quiet, handleSignals: false, ...options });
+}
+
+test("a worker runs jobs to SUCCEEDED with their result, as many at once as its concurrency, claiming for every free slot", async () => {
+  const kind = uniqueKind("run");
+  const calls: Call[] = [];
+  let running = 0;
+  let most = 0;
+  const release = deferred();
+  const worker = newWorker({
+    concurrency: 2,
+    longTransport: tap(nodeTransport(server.url), calls),
+    handlers: {
+      [kind]: async (job) => {
+        running++;
+        most = Math.max(most, running);
+        await release.promise;
+        running--;
+        return { doubled: (payloadOf(job) as { n: number }).n * 2 };
+      },
+    },
+  });
+  const run = worker.run();
+  const jobs = await Promise.all([1, 2, 3, 4].map((n) => client.submitJob({ kind, payload: { n } })));
+  await eventually("two handlers running", () => running === 2);
+  release.resolve();
+  const done = await Promise.all(jobs.map((j) => client.waitForJob(j.id)));
+  await worker.stop();
+  await run;
+
+  assert.deepEqual(
+    done.map((j) => [j.state, resultOf(j)]),
+    [1, 2, 3, 4].map((n) => [JobState.SUCCEEDED, { doubled: n * 2 }]),
+  );
+  assert.equal(most, 2, "more handlers ran at once than the worker's concurrency");
+  assert.ok(done.every((j) => j.workerId === worker.id));
+  const claims = calls.filter((c) => c.method === "ClaimJob");
+  assert.equal(claims[0]?.request["maxJobs"], 2, "the first claim did not ask for both free slots");
+  assert.deepEqual(claims[0]?.request["kinds"], [kind]);
+});
+
+test("heartbeats keep a job longer than its lease RUNNING, and carry its progress", async () => {
+  const kind = uniqueKind("long");
+  const worker = newWorker({
+    handlers: {
+      [kind]: async (_job, progress) => {
+        // Twice the lease: without heartbeats the job would be LOST.
+        const steps = 8;
+        for (let i = 1; i <= steps; i++) {
+          progress((i * 100) / steps - 1, `step ${i} of ${steps}`);
+          await sleep((2 * server.leaseMs) / steps);
+        }
+        return "done";
+      },
+    },
+  });
+  const run = worker.run();
+  const job = await client.submitJob({ kind });
+  const seen: Job[] = [];
+  for await (const snap of client.watchJob(job.id)) {
+    seen.push(snap);
+  }
+  await worker.stop();
+  await run;
+
+  const last = seen.at(-1) as Job;
+  assert.equal(last.state, JobState.SUCCEEDED);
+  assert.equal(last.attempt, 1, "the job ran again: its lease was lost");
+  assert.equal(last.step, "step 8 of 8");
+  const running = seen.filter((j) => j.state === JobState.RUNNING && j.step !== "");
+  assert.ok(running.length >= 4, `only ${running.length} progress snapshots: ${running.map((j) => j.step)}`);
+  const percents = running.map((j) => j.percent);
+  assert.deepEqual(percents, [...percents].sort((a, b) => a - b));
+});
+
+test("a job cancelled while it runs aborts its handler's signal with JobCancelledError, and the worker goes on", async () => {
+  const kind = uniqueKind("cancel");
+  const reasons: unknown[] = [];
+  const worker = newWorker({
+    heartbeatIntervalMs: 100,
+    handlers: {
+      [kind]: async (job, _progress, signal) => {
+        if (payloadOf(job) === "quick") {
+          return "quick";
+        }
+        await new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
+        reasons.push(signal.reason);
+        return "this result is dropped";
+      },
+    },
+  });
+  const run = worker.run();
+  const slow = await client.submitJob({ kind, payload: "slow" });
+  await eventually("the job RUNNING", async () => (await client.getJob(slow.id)).state === JobState.RUNNING);
+  await client.cancelJob(slow.id);
+  await eventually("the handler's signal aborted", () => reasons.length === 1);
+  assert.ok(reasons[0] instanceof JobCancelledError, `reason ${String(reasons[0])}`);
+
+  // The slot is free again: the next job runs.
+  const quick = await client.submitJob({ kind, payload: "quick" });
+  assert.equal((await client.waitForJob(quick.id)).state, JobState.SUCCEEDED);
+  await worker.stop();
+  await run;
+  const ended = await client.getJob(slow.id);
+  assert.equal(ended.state, JobState.CANCELLED);
+  assert.equal(ended.result, undefined);
+});
+
+class FlakyUpstreamError extends Error {
+  readonly retryable = true;
+}
+
+class BadInputError extends Error {}
+
+test("errors fail the job with their type; retryable ones run it again, and only public messages reach callers", async () => {
+  const kind = uniqueKind("errors");
+  const worker = newWorker({
+    concurrency: 3,
+    handlers: {
+      [kind]: (job) => {
+        switch (payloadOf(job)) {
+          case "flaky":
+            if (job.attempt === 1) {
+              throw new FlakyUpstreamError("upstream at 10.0.0.7 timed out");
+            }
+            return "second time lucky";
+          case "bad":
+            throw new BadInputError("customer 1234's row is malformed");
+          case "public":
+            throw new HandlerError("the image is 0 bytes long", { type: "EmptyImage", public: true });
+          case "not an error":
+            throw "a string"; // eslint-disable-line no-throw-literal
+        }
+        return undefined;
+      },
+    },
+  });
+  const run = worker.run();
+  const submit = (payload: string) => client.submitJob({ kind, payload, maxAttempts: 2 });
+  const [flaky, bad, pub, str] = await Promise.all(["flaky", "bad", "public", "not an error"].map(submit));
+  const [flakyDone, badDone, pubDone, strDone] = await Promise.all(
+    [flaky, bad, pub, str].map((j) => client.waitForJob((j as Job).id)),
+  );
+  await worker.stop();
+  await run;
+
+  assert.equal(flakyDone.state, JobState.SUCCEEDED);
+  assert.equal(flakyDone.attempt, 2);
+  assert.deepEqual(resultOf(flakyDone), "second time lucky");
+  const history = (await client.getJob(flakyDone.id)).attempts;
+  assert.equal(history[0]?.error?.type, "FlakyUpstreamError");
+  assert.equal(history[0]?.error?.message, "", "a message not marked public reached callers");
+
+  assert.equal(badDone.state, JobState.FAILED);
+  assert.equal(badDone.attempt, 1, "an error not marked retryable ran the job again");
+  assert.equal(badDone.error?.type, "BadInputError");
+  assert.equal(badDone.error?.message, "");
+
+  assert.equal(pubDone.state, JobState.FAILED);
+  assert.equal(pubDone.error?.type, "EmptyImage");
+  assert.equal(pubDone.error?.message, "the image is 0 bytes long");
+
+  assert.equal(strDone.state, JobState.FAILED);
+  assert.equal(strDone.error?.type, "Error");
+});
+
+test("stop() stops claiming and lets a running handler finish; its job is reported before stop() resolves", async () => {
+  const kind = uniqueKind("drain");
+  const release = deferred();
+  let started = 0;
+  const worker = newWorker({
+    handlers: {
+      [kind]: async () => {
+        started++;
+        await release.promise;
+        return "finished while draining";
+      },
+    },
+  });
+  const run = worker.run();
+  const first = await client.submitJob({ kind });
+  await eventually("the handler running", () => started === 1);
+  // The worker's one slot is taken: this job waits for it, and must
+  // still be waiting once the slot is free again after stop().
+  const second = await client.submitJob({ kind });
+  const stopped = worker.stop();
+  release.resolve();
+  await stopped;
+  await run;
+
+  const firstDone = await client.getJob(first.id);
+  assert.equal(firstDone.state, JobState.SUCCEEDED);
+  assert.deepEqual(resultOf(firstDone), "finished while draining");
+  assert.equal(started, 1, "the worker claimed a job after stop()");
+  assert.equal((await client.getJob(second.id)).state, JobState.QUEUED);
+  await client.cancelJob(second.id);
+});
+
+test("a handler still running at the drain timeout is stopped, and its job fails as WorkerStopped and runs again", async () => {
+  const kind = uniqueKind("stopped");
+  const reasons: unknown[] = [];
+  let started = 0;
+  const worker = newWorker({
+    drainTimeoutMs: 300,
+    handlers: {
+      [kind]: (_job, _progress, signal) => {
+        started++;
+        signal.addEventListener("abort", () => reasons.push(signal.reason));
+        return new Promise(() => {}); // never returns, even when aborted
+      },
+    },
+  });
+  const run = worker.run();
+  const job = await client.submitJob({ kind, maxAttempts: 2 });
+  await eventually("the handler running", () => started === 1);
+  await worker.stop();
+  await run;
+
+  assert.ok(reasons[0] instanceof WorkerStoppedError, `reason ${String(reasons[0])}`);
+  const after = await client.getJob(job.id);
+  assert.equal(after.state, JobState.QUEUED, "a job with attempts left was not queued again");
+  assert.equal(after.attempts[0]?.error?.type, "WorkerStopped");
+  await client.cancelJob(job.id);
+});
+
+test("a worker whose claims are refused for good stops, and run() rejects with the refusal", async () => {
+  const anonymous = newWorker({ token: "not-a-token", handlers: { "ts.any": () => 1 } });
+  await assert.rejects(anonymous.run(), UnauthenticatedError);
+  const narrow = newWorker({ token: server.narrowWorkerToken, handlers: { "ts.other": () => 1 } });
+  await assert.rejects(narrow.run(), PermissionDeniedError);
+});
+
+test("a worker refuses options that cannot work, saying why", () => {
+  assert.throws(() => newWorker({ handlers: {} }), /no handlers/);
+  assert.throws(() => newWorker({ handlers: { a: () => 1 }, kinds: ["b"] }), /"b", which has no handler/);
+  assert.throws(() => newWorker({ handlers: { a: () => 1 }, concurrency: 0 }), /concurrency/);
+  assert.throws(() => createClient({ url: "ftp://x" }), /http:\/\//);
+});
+
+function deferred(): { promise: Promise<void>; resolve: () => void } {
+  let resolve: () => void = () => {};
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
