@@ -1,7 +1,7 @@
 # The README's commands. `make test` is what CI runs (via .ci/run).
 BUF := go tool -modfile=tools/go.mod buf
 
-.PHONY: test check generate web web-deps demo fuzz
+.PHONY: test check generate web web-deps ts-deps demo fuzz
 
 # check as a pass of test, through a variable rather than $(MAKE) itself,
 # so that `make -n test` prints the passes instead of running them.
@@ -16,14 +16,14 @@ CHECK := $(MAKE) --no-print-directory check
 ## Every pass runs even when one before it failed, so a slip in the
 ## first does not hide what the others would have said; the failed
 ## passes are named at the end and make fails.
-test:
+test: ts-deps
 	@failed=""; \
 	run() { what="$$1"; shift; echo "make test: $$what: $$*"; \
 	  "$$@" || { echo "make test: FAILED: $$what" >&2; failed="$$failed\n  $$what"; }; }; \
 	run "check" $(CHECK); \
 	run "SQLite, race detector on" go test -race -count=1 -timeout 20m ./...; \
 	run "stack sizes, race detector off" go test -count=1 -timeout 5m -run '^TestParkedCallsKeepTheirStacksWithin8KiB$$' ./server/; \
-	run "PostgreSQL, race detector on" env JOBWATCH_TEST_BACKEND=postgres go test -race -count=1 -timeout 20m ./jobs/... ./server/... ./client/... ./cmd/... ./web/...; \
+	run "PostgreSQL, race detector on" env JOBWATCH_TEST_BACKEND=postgres go test -race -count=1 -timeout 20m ./jobs/... ./server/... ./client/... ./cmd/... ./web/... ./ts/...; \
 	if [ -n "$$failed" ]; then printf 'make test: these passes failed:%b\n' "$$failed" >&2; exit 1; fi; \
 	echo "make test: every pass passed"
 
@@ -60,7 +60,7 @@ fuzz:
 ## generators `go tool` runs, and tidying it would add to tools/go.sum
 ## the checksums of modules that only the tests of buf's dependencies
 ## use.
-check: web-deps
+check: web-deps ts-deps
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go mod tidy -diff || { echo "go.mod is not tidy: run go mod tidy"; exit 1; }
@@ -72,6 +72,7 @@ check: web-deps
 	git diff --exit-code -- gen web/src/gen || { echo "generated code is stale: run make generate"; exit 1; }
 	cd web && npm run --silent typecheck && npm run --silent build
 	git diff --exit-code -- web/dist || { echo "web/dist is stale: run make web"; exit 1; }
+	cd ts/client && npm run --silent build
 
 ## generate: rewrite gen/ (Go) and web/src/gen (TypeScript) from proto/.
 generate: web-deps
@@ -80,6 +81,12 @@ generate: web-deps
 ## web: rebuild the embedded page bundle.
 web: web-deps
 	cd web && npm run build
+
+## ts-deps: the TypeScript client library's packages (ts/client), which
+## its build and its tests (ts/tstest) need.
+ts-deps:
+	@if [ ! -d ts/client/node_modules ] || [ ts/client/package-lock.json -nt ts/client/node_modules ]; then \
+	  cd ts/client && npm ci --no-audit --no-fund; fi
 
 web-deps:
 	@if [ -f web/package-lock.json ]; then \
@@ -91,3 +98,12 @@ web-deps:
 demo:
 	@echo "make demo: building jobwatch; the first build compiles SQLite (cgo) and takes a few minutes without output, later ones seconds"
 	go run ./cmd/jobwatch demo
+
+## dist: the release: jobwatch for linux/amd64 and linux/arm64 (cgo,
+## arm64 with Debian's gcc-aarch64-linux-gnu), version, commit and build
+## date stamped, in tarballs with README.md and LICENSE, and SHA256SUMS,
+## under dist/ (which git ignores). DIST_ARCHES=arm64 builds only those;
+## scripts/dist.sh says the rest.
+.PHONY: dist
+dist:
+	bash scripts/dist.sh $(DIST_ARCHES)
