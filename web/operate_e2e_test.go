@@ -102,6 +102,33 @@ func TestOperatorButtonsActAndThePageFollowsLive(t *testing.T) {
 		p.waitFor("it cancelled", exists(row(queued.ID)+`[data-state="cancelled"]`)+" && "+textHas("#detail .outcome", "Cancelled job"))
 	})
 
+	t.Run("retry a job whose unique key another job holds: the page names that job", func(t *testing.T) {
+		p.t = t
+		first, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Kind: "report.nightly", UniqueKey: "nightly 2024-06-01"})
+		if err != nil {
+			t.Fatalf("submit: %v", err)
+		}
+		if _, err := srv.engine.Cancel(ctx, first.ID); err != nil {
+			t.Fatalf("cancel: %v", err)
+		}
+		second, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Kind: "report.nightly", UniqueKey: "nightly 2024-06-01"})
+		if err != nil {
+			t.Fatalf("submit the second: %v", err)
+		}
+		p.waitFor("both rows", exists(row(first.ID)+`[data-state="cancelled"]`)+" && "+exists(row(second.ID)+`[data-state="queued"]`))
+		p.click("open the cancelled one", row(first.ID))
+		p.waitFor("retry offered", fmt.Sprintf(`document.getElementById("detail").dataset.jobId === %q && !document.querySelector('#detail button[data-action="retry"]').closest(".action").hidden`, first.ID))
+		p.click("click retry", "#detail "+button("retry"))
+		confirmYes("#detail")
+		p.waitFor("the refusal, naming the job that holds the key and what to do",
+			textHas("#detail .outcome", "Retry: job "+second.ID+` holds the unique key “nightly 2024-06-01” and has not ended: retry this job once that one has ended`)+
+				` && document.querySelector("#detail .outcome").dataset.failed === "true"`)
+		p.waitFor("nothing changed", exists(row(first.ID)+`[data-state="cancelled"]`)+" && "+exists(row(second.ID)+`[data-state="queued"]`))
+		if got, err := srv.engine.Get(ctx, first.ID); err != nil || got.State != jobtype.Cancelled {
+			t.Fatalf("the job retried over a held key: %+v, %v; want it still cancelled", got.State, err)
+		}
+	})
+
 	t.Run("retry all failed in this view", func(t *testing.T) {
 		p.t = t
 		var failed []string

@@ -1,9 +1,13 @@
-// The page's one connection to the server: Connect over fetch (HTTP/1.1 is
-// enough), to the origin that served the page, with the bearer token the
-// user typed, if any.
-import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
+// The page's one connection to the server: the jobwatch TypeScript client
+// library (@jobwatch/client, ts/client, bundled from its source) over
+// Connect on fetch (HTTP/1.1 is enough), to the origin that served the
+// page, with the bearer token the user typed, if any. Its typed calls
+// (submit, get, retry, cancel, delete) and errors serve the page's
+// buttons; its generated clients the rest, the page's own resuming
+// streams included (feed.ts, logs.ts, batch.ts).
+import type { Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";
-import { JobService, QueueService } from "./gen/jobwatch/v1/jobwatch_pb";
+import { createClient, recursionLimit, type JobwatchClient } from "@jobwatch/client";
 
 const tokenKey = "jobwatch.token";
 
@@ -23,6 +27,8 @@ export function saveToken(token: string): void {
   }
 }
 
+// bearer sends the token saved now, call by call: the user may change it
+// at any time, and the library's own token option is fixed at creation.
 const bearer: Interceptor = (next) => (req) => {
   const token = savedToken();
   if (token !== "") {
@@ -31,13 +37,8 @@ const bearer: Interceptor = (next) => (req) => {
   return next(req);
 };
 
-// recursionLimit lets the page decode every job the server stores. The
-// engine takes payloads and results nested up to 128 levels deep
-// (jobtype.MaxJSONDepth); protobuf-es gives up at 100 nested messages unless
-// told otherwise, and counts one per level in JSON, two in binary (a Value
-// and its ListValue or Struct), plus the response and the job around them.
-export const recursionLimit = 2 * 128 + 8;
-
+// The library's recursionLimit lets the page decode every job the server
+// stores (payloads and results nested up to 128 levels deep).
 const transport = createConnectTransport({
   baseUrl: location.origin,
   interceptors: [bearer],
@@ -45,8 +46,12 @@ const transport = createConnectTransport({
   binaryOptions: { recursionLimit },
 });
 
-export type JobClient = Client<typeof JobService>;
-export type QueueClient = Client<typeof QueueService>;
+// client is the library's: the browser pools connections, so short and
+// long calls share the one transport.
+export const client: JobwatchClient = createClient({ transport });
 
-export const jobClient: JobClient = createClient(JobService, transport);
-export const queueClient: QueueClient = createClient(QueueService, transport);
+export type JobClient = JobwatchClient["jobService"];
+export type QueueClient = JobwatchClient["queueService"];
+
+export const jobClient: JobClient = client.jobService;
+export const queueClient: QueueClient = client.queueService;

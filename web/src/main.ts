@@ -1,10 +1,18 @@
 // The jobwatch page: a tenant's recent jobs (or one batch's, with its
 // progress), live over one WatchJobs stream; a job's details; the queues.
 // It talks only to the origin that served it.
-import { Code, ConnectError } from "@connectrpc/connect";
+import { ConnectError } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import {
+  AlreadyActiveError,
+  Code,
+  JobwatchError,
+  PermissionDeniedError,
+  UnauthenticatedError,
+  toJobwatchError,
+} from "@jobwatch/client";
 import { accessReason, ActionButton, Confirm, Refusals, type Access, type Action } from "./actions";
-import { jobClient, queueClient, savedToken, saveToken } from "./api";
+import { client, jobClient, queueClient, savedToken, saveToken } from "./api";
 import { BatchProgress, batchFromURL, urlWithBatch } from "./batch";
 import { byId, setData, setText } from "./dom";
 import { JobFeed, type FeedStatus } from "./feed";
@@ -48,23 +56,23 @@ const jobOps: JobOps = {
   refusal,
   retry: (id) =>
     act("retry", "Retry", async () => {
-      const res = await jobClient.retryJob({ jobId: id });
-      if (res.job !== undefined && adopt(res.job)) {
+      const job = await client.retryJob(id);
+      if (adopt(job)) {
         refreshDetail();
       }
       return `Retried: job ${id} is queued again. Its new run shows here as it happens.`;
     }),
   cancel: (id) =>
     act("cancel", "Cancel", async () => {
-      const res = await jobClient.cancelJob({ jobId: id });
-      if (res.job !== undefined && adopt(res.job)) {
+      const job = await client.cancelJob(id);
+      if (adopt(job)) {
         refreshDetail();
       }
       return `Cancelled job ${id}.`;
     }),
   delete: (id) =>
     act("delete", "Delete", async () => {
-      await jobClient.deleteJob({ jobId: id });
+      await client.deleteJob(id);
       // Drop it now: the stream says so too, but later (and an older
       // server's stream never does).
       dropDeleted([id]);
@@ -377,17 +385,14 @@ function fetchFull(id: string): void {
     return;
   }
   fetching = id;
-  jobClient.getJob({ jobId: id }).then(
-    (res) => {
+  client.getJob(id).then(
+    (job) => {
       if (fetching === id) {
         fetching = "";
       }
-      if (res.job === undefined) {
-        return;
-      }
-      adopt(res.job);
+      adopt(job);
       if (selected === id) {
-        full = res.job;
+        full = job;
         refreshDetail(id);
       }
     },
@@ -460,17 +465,37 @@ async function act(action: Action, what: string, run: () => Promise<string>): Pr
   try {
     return await run();
   } catch (err) {
-    const ce = ConnectError.from(err);
-    if (ce.code === Code.PermissionDenied) {
-      refusals.refuse(action, `not with this token: ${ce.rawMessage}`);
-    } else if (ce.code === Code.Unimplemented) {
+    const e = refusalOf(err);
+    if (e instanceof PermissionDeniedError) {
+      refusals.refuse(action, `not with this token: ${e.rawMessage}`);
+    } else if (e.code === Code.Unimplemented) {
       refusals.refuse(action, "this server cannot do that yet");
-    } else if (ce.code === Code.Unauthenticated) {
+    } else if (e instanceof UnauthenticatedError) {
       tokenForm.hidden = false;
     }
     refreshActions();
-    throw new Error(`${what}: ${ce.rawMessage || Code[ce.code]}`);
+    if (e instanceof AlreadyActiveError && e.activeJobId !== "") {
+      // A retry of a job whose unique key another job took meanwhile:
+      // name that job, and what to do.
+      throw new Error(
+        `${what}: job ${e.activeJobId} holds the unique key “${e.uniqueKey}” and has not ended: retry this job once that one has ended, or cancel that one first.`,
+      );
+    }
+    throw new Error(`${what}: ${e.rawMessage || e.codeName}`);
   }
+}
+
+// refusalOf is err as the library's JobwatchError (one of its classes for
+// the refusals the page handles by name), whether it came from one of the
+// library's typed calls or from a generated client's; anything else (the
+// network, a bug) counts as unknown, with its message.
+function refusalOf(err: unknown): JobwatchError {
+  const e = toJobwatchError(err);
+  if (e instanceof JobwatchError) {
+    return e;
+  }
+  const ce = ConnectError.from(e);
+  return new JobwatchError(ce.code, ce.rawMessage, { cause: e });
 }
 
 // retryAllFailed retries every failed job of the tenant on screen, a
@@ -493,11 +518,11 @@ async function retryAllFailed(): Promise<string> {
 let errorTimer: ReturnType<typeof setTimeout> | undefined;
 
 function showError(what: string, err: unknown): void {
-  const ce = ConnectError.from(err);
-  if (ce.code === Code.Unauthenticated) {
+  const e = refusalOf(err);
+  if (e instanceof UnauthenticatedError) {
     tokenForm.hidden = false;
   }
-  setText(errorEl, `${what}: ${ce.rawMessage || Code[ce.code]}`);
+  setText(errorEl, `${what}: ${e.rawMessage || e.codeName}`);
   errorEl.hidden = false;
   clearTimeout(errorTimer);
   errorTimer = setTimeout(() => (errorEl.hidden = true), 6000);
@@ -537,8 +562,7 @@ async function loadServerInfo(): Promise<void> {
     if (asked !== infoAsked) {
       return;
     }
-    const ce = ConnectError.from(err);
-    if (ce.code === Code.Unauthenticated) {
+    if (refusalOf(err) instanceof UnauthenticatedError) {
       tokenForm.hidden = false;
       return;
     }
@@ -574,14 +598,14 @@ async function pollQueues(): Promise<void> {
   } catch (err) {
     if (call > queueShown) {
       queueShown = call;
-      setText(note, queuesRefused(ConnectError.from(err)));
+      setText(note, queuesRefused(refusalOf(err)));
     }
   }
 }
 
 // queuesRefused says why ListQueues answered err: in the words of the
 // page's buttons once GetServerInfo has named the token's role.
-function queuesRefused(err: ConnectError): string {
+function queuesRefused(err: JobwatchError): string {
   if (err.code === Code.Unknown || err.code === Code.Unavailable) {
     return "server unreachable; retrying";
   }
@@ -604,7 +628,7 @@ async function pollSchedules(call: number): Promise<void> {
       schedules.render(res.schedules, Date.now());
     }
   } catch (err) {
-    if (call > schedulesShown && ConnectError.from(err).code === Code.Unimplemented) {
+    if (call > schedulesShown && refusalOf(err).code === Code.Unimplemented) {
       schedulesShown = call;
       schedules.render([], Date.now());
     }
@@ -692,20 +716,20 @@ demoForm.addEventListener("submit", (e) => {
   const button = byId<HTMLButtonElement>("demo-submit");
   button.disabled = true;
   const asked = tenant;
-  jobClient
+  client
     .submitJob({ tenant, kind: demoKind.value })
     .then(
-      (res) => {
+      (job) => {
         // The server resolves an empty tenant as WatchJobs does: the
         // answer names the tenant on screen. The user may have switched
         // tenants while the call ran.
-        if (res.job !== undefined && tenant === "" && ownTenant === "" && asked === "") {
-          ownTenant = res.job.tenant;
+        if (tenant === "" && ownTenant === "" && asked === "") {
+          ownTenant = job.tenant;
           showTenantName();
         }
-        if (res.job !== undefined && res.job.tenant === shownTenant()) {
-          adopt(res.job);
-          select(res.job.id);
+        if (job.tenant === shownTenant()) {
+          adopt(job);
+          select(job.id);
         }
       },
       (err) => showError("Submit", err),

@@ -1,6 +1,9 @@
 // The entry point for browsers: createClient over connect-web (fetch).
 // Nothing reached from here may use a Node API (tsconfig.browser.json
-// checks it without Node's types).
+// checks it without Node's types). The jobwatch page (web/) bundles this
+// entry from its source, with web's own packages and web/src/gen (see
+// web/build.mjs): a package imported from here must be a dependency of
+// web/ too.
 import { createConnectTransport } from "@connectrpc/connect-web";
 import { checkURL, JobwatchClient, recursionLimit, type ClientOptions } from "./client.js";
 
