@@ -19,7 +19,7 @@ import (
 // span the caller, the server, the engine and the worker made is in the
 // caller's trace, with the parents a reader would expect: the server's
 // SubmitJob span under the caller's client span, the engine's queued,
-// claim and attempt spans and the worker's handler span under the
+// claim, attempt and end spans and the worker's handler span under the
 // SubmitJob span the job was submitted in, and the handler's own span
 // under the handler span; the WaitJob span links to the submit.
 func TestOneJobIsOneTrace(t *testing.T) {
@@ -62,12 +62,12 @@ func TestOneJobIsOneTrace(t *testing.T) {
 	// wait may see first.
 	var spans tracetest.SpanStubs
 	byName := map[string]tracetest.SpanStub{}
-	eventually(t, "the attempt span", func() bool {
+	eventually(t, "the end span", func() bool {
 		spans = exp.GetSpans()
 		for _, s := range spans {
 			byName[s.Name] = s
 		}
-		_, ok := byName["jobwatch.job.attempt"]
+		_, ok := byName["jobwatch.job.end"]
 		return ok
 	})
 	traceID := root.SpanContext().TraceID()
@@ -80,7 +80,7 @@ func TestOneJobIsOneTrace(t *testing.T) {
 	if parentOf(submitServer) != submitClient.SpanContext.SpanID().String() {
 		t.Errorf("the server's SubmitJob span is not under the client's")
 	}
-	for _, name := range []string{"jobwatch.job.queued", "jobwatch.job.claim", "jobwatch.job.attempt", "jobwatch.job.handle"} {
+	for _, name := range []string{"jobwatch.job.queued", "jobwatch.job.claim", "jobwatch.job.attempt", "jobwatch.job.end", "jobwatch.job.handle"} {
 		s, ok := byName[name]
 		if !ok {
 			t.Errorf("no %s span", name)

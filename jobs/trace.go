@@ -20,7 +20,10 @@ import (
 //     or its creation) to the claim that took it;
 //   - "jobwatch.job.claim": the claim, with the worker;
 //   - "jobwatch.job.attempt": one attempt, from its claim to its end
-//     (completion, failure, loss), with its outcome and error.
+//     (completion, failure, loss), with its outcome and error;
+//   - "jobwatch.job.end": the job's end, when an attempt's end is the
+//     job's (SUCCEEDED, FAILED, LOST), at that moment, with the state and
+//     how long the job took from its submission.
 //
 // Each is made once its end is known, with explicit times, so no span is
 // kept open across calls and a replica that dies leaves none dangling.
@@ -72,4 +75,15 @@ func (e *Engine) traceAttemptEnd(j jobtype.Job) {
 		span.SetAttributes(attribute.String("jobwatch.job.error.type", h.Error.Type))
 	}
 	span.End(trace.WithTimestamp(h.FinishedAt))
+	if !j.State.Terminal() {
+		return // queued again for another attempt
+	}
+	_, end := e.cfg.Tracer.Start(ctx, "jobwatch.job.end", trace.WithTimestamp(j.FinishedAt), trace.WithAttributes(
+		attribute.String("jobwatch.job.id", j.ID), attribute.String("jobwatch.job.kind", j.Kind),
+		attribute.String("jobwatch.job.state", string(j.State)),
+		attribute.Float64("jobwatch.job.duration_seconds", j.FinishedAt.Sub(j.CreatedAt).Seconds())))
+	if j.State != jobtype.Succeeded {
+		end.SetStatus(codes.Error, string(j.State))
+	}
+	end.End(trace.WithTimestamp(j.FinishedAt))
 }
