@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/jobwatch/jobwatch/auth"
 	"github.com/jobwatch/jobwatch/internal/ci"
 	"github.com/jobwatch/jobwatch/internal/pgtest"
@@ -50,7 +53,9 @@ var tokens = []struct{ env, token, entry string }{
 
 // TestTypeScriptClientAndWorker builds ts/client (tsc) and runs its tests
 // (node --test: the client, the worker and the example worker) against a
-// server started here with tokens and short caps.
+// server started here with tokens and short caps, and a second one like
+// it that traces its calls (JOBWATCH_TRACED_URL), whose jobs carry the
+// trace context of the call that submitted them.
 func TestTypeScriptClientAndWorker(t *testing.T) {
 	npm := requireNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -62,9 +67,17 @@ func TestTypeScriptClientAndWorker(t *testing.T) {
 		t.Fatalf("npm run build in ts/client: %v\n%s", err, out)
 	}
 
-	addr := startServer(t)
+	addr := startServer(t, nil)
+	// The traced server records spans and exports none: the TypeScript
+	// tests look at the worker's spans, in their own process; what they
+	// need of the server is the traceparent it keeps with a job submitted
+	// in a trace.
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tracedAddr := startServer(t, tp)
 	env := append(os.Environ(),
 		"JOBWATCH_URL=http://"+addr,
+		"JOBWATCH_TRACED_URL=http://"+tracedAddr,
 		"JOBWATCH_WAIT_CAP_MS="+strconv.FormatInt(waitCap.Milliseconds(), 10),
 		"JOBWATCH_STREAM_LIFETIME_MS="+strconv.FormatInt(streamLifetime.Milliseconds(), 10),
 		"JOBWATCH_LEASE_MS="+strconv.FormatInt(leaseTimeout.Milliseconds(), 10),
@@ -123,8 +136,9 @@ func requireNode(t *testing.T) string {
 
 // startServer starts a jobwatch server over HTTP on a free loopback port,
 // with the engine's sweeps running (so an expired lease is noticed), and
-// returns its address. It is shut down, as SIGTERM would, when t ends.
-func startServer(t *testing.T) string {
+// returns its address; with tp, it traces its calls. It is shut down, as
+// SIGTERM would, when t ends.
+func startServer(t *testing.T, tp trace.TracerProvider) string {
 	t.Helper()
 	st, err := testdb.Open(testdb.New(t))
 	if err != nil {
@@ -155,7 +169,8 @@ func startServer(t *testing.T) string {
 		Keepalive:      keepalive,
 		ClaimCap:       5 * time.Second,
 		// Short, so the test never waits on a parked call at shutdown.
-		ShutdownGrace: 2 * time.Second,
+		ShutdownGrace:  2 * time.Second,
+		TracerProvider: tp,
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -5,12 +5,14 @@ import { hostname } from "node:os";
 import { create, fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema, timestampMs, type Value } from "@bufbuild/protobuf/wkt";
 import { ConnectError } from "@connectrpc/connect";
+import { context as otelContext, type Tracer, type TracerProvider } from "@opentelemetry/api";
 import { Code } from "./errors.js";
 import { JobwatchClient, type ClientOptions } from "./client.js";
 import { ClaimSchema, type Claim, type Job } from "./gen/jobwatch/v1/jobwatch_pb.js";
 import { sleep } from "./backoff.js";
 import { toJobwatchError, transient } from "./errors.js";
 import { nodeTransports, type NodeClientOptions } from "./node-transport.js";
+import { endHandleSpan, startHandleSpan, tracerOf } from "./tracing.js";
 
 /**
  * Handler runs one job: it reports progress as it goes and returns the
@@ -85,6 +87,16 @@ export interface WorkerOptions extends NodeClientOptions {
   logger?: WorkerLogger;
   /** A client to use instead of making one from url, token and transports. */
   client?: JobwatchClient;
+  /**
+   * Where the span a handler runs in comes from. A job submitted by a
+   * traced call (it carries a traceparent) runs its handler in a span
+   * "jobwatch.job.handle" (kind consumer) that continues the submitter's
+   * trace, and inside that span's context, so the handler's own spans
+   * are its children when the application has registered a context
+   * manager. Default: the global provider (trace.getTracer), which makes
+   * no spans until the application registers one.
+   */
+  tracerProvider?: TracerProvider;
 }
 
 /** The signal's reason when the job was cancelled while its handler ran. */
@@ -205,6 +217,7 @@ export class Worker {
   private readonly drainTimeoutMs: number;
   private readonly handleSignals: boolean;
   private readonly log: WorkerLogger;
+  private readonly tracer: Tracer;
 
   /** Jobs whose handler holds a slot, counting claims in flight for them. */
   private handling = 0;
@@ -248,6 +261,7 @@ export class Worker {
     this.progressIntervalMs = positive(options.progressIntervalMs, 200);
     this.drainTimeoutMs = positive(options.drainTimeoutMs, 60_000);
     this.handleSignals = options.handleSignals ?? true;
+    this.tracer = tracerOf(options.tracerProvider);
     const log = options.logger ?? consoleLogger;
     const prefix = `jobwatch worker ${this.id}:`;
     this.log = {
@@ -469,12 +483,17 @@ export class Worker {
   private async runHandler(handler: Handler, lease: Lease): Promise<Outcome> {
     const progress: Progress = (percent, step) => lease.setProgress(percent, step);
     const beats = this.heartbeat(lease, lease.ac);
-    const handled: Promise<Outcome> = (async () => handler(lease.job, progress, lease.ac.signal))().then(
+    const traced = startHandleSpan(this.tracer, lease.job, this.id);
+    const call = async () => handler(lease.job, progress, lease.ac.signal);
+    const handled: Promise<Outcome> = (traced === undefined ? call() : otelContext.with(traced.context, call)).then(
       (result) => ({ result }),
       (error: unknown) => ({ error }),
     );
     this.log.debug(`job ${lease.job.id} (${lease.job.kind}) started, attempt ${lease.job.attempt}`);
     const outcome = await Promise.race([handled, lease.stopped]);
+    if (traced !== undefined) {
+      endHandleSpan(traced.span, outcome, errorType);
+    }
     lease.handlerDone();
     await beats;
     return outcome;

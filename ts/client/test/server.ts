@@ -17,6 +17,12 @@ function env(name: string): string {
 
 export const server = {
   url: env("JOBWATCH_URL"),
+  /**
+   * A second server like the first that traces its calls: a job submitted
+   * in a trace (a traceparent header) carries the trace context of the
+   * server's SubmitJob span.
+   */
+  tracedUrl: env("JOBWATCH_TRACED_URL"),
   /** A client token of tenant "ts". */
   clientToken: env("JOBWATCH_CLIENT_TOKEN"),
   /** A worker token for any kind. */
