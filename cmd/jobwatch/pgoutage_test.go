@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -547,45 +546,4 @@ func (l *steadyLoad) checkNothingAcknowledgedLost(t *testing.T, o *outage) {
 	if len(missing) > 0 {
 		t.Errorf("%d acknowledged jobs are gone: %v", len(missing), missing[:min(len(missing), 10)])
 	}
-}
-
-// startReplicaWith is startReplica with serve flags of the test's own.
-func startReplicaWith(t *testing.T, ctx context.Context, name, dbURL, cfg string, flags ...string) *replica {
-	t.Helper()
-	addr := freeAddr(t)
-	r := &replica{name: name, url: "http://" + addr, logs: &lockedBuffer{}, exited: make(chan struct{}), dead: make(chan struct{})}
-	r.cmd = jobwatchCmd(ctx, append([]string{"serve", "--addr", addr, "--db", dbURL, "--config", cfg}, flags...)...)
-	r.cmd.Stderr = r.logs
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { r.cmd.Wait(); close(r.exited) }()
-	t.Cleanup(func() {
-		r.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-r.exited:
-		case <-time.After(15 * time.Second):
-			r.cmd.Process.Kill()
-			<-r.exited
-		}
-		if t.Failed() {
-			t.Logf("replica %s's log:\n%s", r.name, r.logs.String())
-		}
-	})
-	waitFor(t, "replica "+name+" answering", func() bool {
-		select {
-		case <-r.exited:
-			t.Fatalf("replica %s exited: %s", name, r.logs.String())
-		default:
-		}
-		resp, err := http.Get(r.url + "/metrics")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	r.client = client.New(r.url, client.WithBackoff(10*time.Millisecond, 100*time.Millisecond))
-	t.Cleanup(r.client.Close)
-	return r
 }

@@ -338,9 +338,32 @@ type replica struct {
 
 func startReplica(t *testing.T, ctx context.Context, name, dbURL, cfg string) *replica {
 	t.Helper()
+	return startReplicaWith(t, ctx, name, dbURL, cfg, "--log-level", "warn")
+}
+
+// startReplicaWith is startReplica with serve's flags after --config
+// (and no --log-level of its own).
+func startReplicaWith(t *testing.T, ctx context.Context, name, dbURL, cfg string, flags ...string) *replica {
+	t.Helper()
 	addr := freeAddr(t)
 	r := &replica{name: name, url: "http://" + addr, logs: &lockedBuffer{}, exited: make(chan struct{}), dead: make(chan struct{})}
-	r.cmd = jobwatchCmd(ctx, "serve", "--addr", addr, "--db", dbURL, "--config", cfg, "--log-level", "warn")
+	r.cmd = jobwatchCmd(ctx, append([]string{"serve", "--addr", addr, "--db", dbURL, "--config", cfg}, flags...)...)
+	r.supervise(t)
+	waitFor(t, "replica "+name+" answering", func() bool {
+		if r.hasExited() {
+			t.Fatalf("replica %s exited: %s", name, r.logs.String())
+		}
+		return r.answers()
+	})
+	r.connect(t)
+	return r
+}
+
+// supervise starts r.cmd with its stderr in r.logs, and stops it when
+// the test ends (SIGTERM, then SIGKILL after 15 s), showing its log if
+// the test failed.
+func (r *replica) supervise(t *testing.T) {
+	t.Helper()
 	r.cmd.Stderr = r.logs
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -358,22 +381,32 @@ func startReplica(t *testing.T, ctx context.Context, name, dbURL, cfg string) *r
 			t.Logf("replica %s's log:\n%s", r.name, r.logs.String())
 		}
 	})
-	waitFor(t, "replica "+name+" answering", func() bool {
-		select {
-		case <-r.exited:
-			t.Fatalf("replica %s exited: %s", name, r.logs.String())
-		default:
-		}
-		resp, err := http.Get(r.url + "/metrics")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+}
+
+// hasExited reports whether r's process has ended.
+func (r *replica) hasExited() bool {
+	select {
+	case <-r.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// answers reports whether r answers HTTP (its /metrics) now.
+func (r *replica) answers() bool {
+	resp, err := http.Get(r.url + "/metrics")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// connect gives r a Go client that retries fast.
+func (r *replica) connect(t *testing.T) {
 	r.client = client.New(r.url, client.WithBackoff(10*time.Millisecond, 100*time.Millisecond))
 	t.Cleanup(r.client.Close)
-	return r
 }
 
 // freeAddr is a loopback address whose port is free right now, for a

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -160,43 +159,18 @@ func startRelease(t *testing.T, ctx context.Context, name, bin, dbURL string) (*
 		r.cmd = exec.CommandContext(ctx, bin, args...)
 		r.cmd.Env = append(os.Environ(), "JOBWATCH_SERVER=", "JOBWATCH_TOKEN=")
 	}
-	r.cmd.Stderr = r.logs
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { r.cmd.Wait(); close(r.exited) }()
-	t.Cleanup(func() {
-		r.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-r.exited:
-		case <-time.After(15 * time.Second):
-			r.cmd.Process.Kill()
-			<-r.exited
-		}
-		if t.Failed() {
-			t.Logf("replica %s's log:\n%s", r.name, r.logs.String())
-		}
-	})
+	r.supervise(t)
 	// A minute: the current release is this test binary, built with the
 	// race detector, and may have migrations to apply on a loaded machine.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		select {
-		case <-r.exited:
+	for deadline := time.Now().Add(time.Minute); !r.answers(); time.Sleep(20 * time.Millisecond) {
+		if r.hasExited() {
 			return nil, r.logs.String(), r.cmd.ProcessState.ExitCode()
-		default:
-		}
-		if resp, err := http.Get(r.url + "/metrics"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("replica %s neither answered nor exited within a minute:\n%s", name, r.logs.String())
 		}
 	}
-	r.client = client.New(r.url, client.WithBackoff(10*time.Millisecond, 100*time.Millisecond))
-	t.Cleanup(r.client.Close)
+	r.connect(t)
 	return r, "", 0
 }
 
