@@ -190,7 +190,14 @@ func (o *outage) whileAway(t *testing.T) {
 		cpu := (after[i].cpu - before[i].cpu).Seconds() / secs
 		lines := float64(after[i].lines-before[i].lines) / secs
 		o.report("replica %s while the database was away: %.0f%% of a core, %.1f log lines/s", r.name, 100*cpu, lines)
-		if cpu > 0.5 {
+		// Idle but for 1,000 callers re-asking with backoff: about 30% of
+		// a core here; a spin takes a whole one. Under the race detector
+		// every call costs several times as much.
+		maxCPU := 0.5
+		if raceEnabled {
+			maxCPU = 1
+		}
+		if cpu > maxCPU {
 			t.Errorf("replica %s used %.0f%% of a core while the database was away: it spins", r.name, 100*cpu)
 		}
 		if lines > 1 {

@@ -210,7 +210,9 @@ function startFeed(): void {
       counting?.jobs(jobs);
       const changed: string[] = [];
       for (const job of jobs) {
-        if (book.merge(job)) {
+        // A job the book has already (a GetJob for the detail answered
+        // first, before the page knew its tenant) still needs its row.
+        if (book.merge(job) || !list.has(job.id)) {
           changed.push(job.id);
         }
       }

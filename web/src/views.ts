@@ -181,6 +181,11 @@ export class JobList {
     this.markSelected();
   }
 
+  // has reports whether the list shows a row for job id.
+  has(id: string): boolean {
+    return this.rows.has(id);
+  }
+
   remove(ids: string[]): void {
     for (const id of ids) {
       this.rows.get(id)?.el.remove();
