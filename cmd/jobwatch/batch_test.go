@@ -3,23 +3,16 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
-	"net"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
-	"github.com/jobwatch/jobwatch/server"
 )
 
 // startBatchServer is startCLIServer on the backend under test
@@ -33,27 +26,7 @@ func startBatchServer(t *testing.T, waitCap time.Duration) *cliServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.DiscardHandler)
-	engine := jobs.New(st, jobs.Config{LeaseTimeout: 30 * time.Second, SweepInterval: 20 * time.Millisecond, Logger: log})
-	reg := prometheus.NewRegistry()
-	srv := server.New(engine, server.Config{Logger: log, ShutdownGrace: 100 * time.Millisecond, Registry: reg, WaitCap: waitCap})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var bg sync.WaitGroup
-	bg.Go(func() { _ = engine.Run(ctx) })
-	bg.Go(func() { _ = srv.Serve(ctx, ln) })
-	s := &cliServer{URL: "http://" + ln.Addr().String(), DB: db, Engine: engine, registry: reg}
-	s.Client = client.New(s.URL)
-	t.Cleanup(func() {
-		s.Client.Close()
-		cancel()
-		bg.Wait()
-		st.Close()
-	})
-	return s
+	return serveForCLI(t, db, st, jobs.Config{LeaseTimeout: 30 * time.Second, SweepInterval: 20 * time.Millisecond}, waitCap)
 }
 
 // calls is how many calls of procedure (such as "WaitJobs") the server

@@ -25,6 +25,7 @@ import (
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/server"
+	"github.com/jobwatch/jobwatch/store"
 	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
@@ -93,13 +94,22 @@ func startCLIServer(t *testing.T, leaseTimeout time.Duration) *cliServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.DiscardHandler)
-	engine := jobs.New(st, jobs.Config{
+	return serveForCLI(t, db, st, jobs.Config{
 		LeaseTimeout: leaseTimeout, SweepInterval: 20 * time.Millisecond,
-		RetryInitialBackoff: 10 * time.Millisecond, RetryMaxBackoff: 10 * time.Millisecond, Logger: log,
-	})
+		RetryInitialBackoff: 10 * time.Millisecond, RetryMaxBackoff: 10 * time.Millisecond,
+	}, 0)
+}
+
+// serveForCLI runs an engine over st (the database db names) with ecfg
+// and a server on a loopback port with the wait cap waitCap (0: the
+// default), until the test ends.
+func serveForCLI(t *testing.T, db string, st store.Store, ecfg jobs.Config, waitCap time.Duration) *cliServer {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	ecfg.Logger = log
+	engine := jobs.New(st, ecfg)
 	reg := prometheus.NewRegistry()
-	srv := server.New(engine, server.Config{Logger: log, ShutdownGrace: 100 * time.Millisecond, Registry: reg})
+	srv := server.New(engine, server.Config{Logger: log, ShutdownGrace: 100 * time.Millisecond, Registry: reg, WaitCap: waitCap})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

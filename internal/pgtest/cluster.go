@@ -2,10 +2,7 @@ package pgtest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,27 +71,8 @@ func versionOf(dir string) int {
 // cluster).
 func (cl *Cluster) URL(t testing.TB) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, cl.c.url)
-	if err != nil {
-		t.Fatalf("pgtest: connect: %v", err)
-	}
-	defer conn.Close(context.Background())
-	b := make([]byte, 8)
-	rand.Read(b)
-	schema := "jw_" + hex.EncodeToString(b)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatalf("pgtest: create schema: %v", err)
-	}
-	u, err := url.Parse(cl.c.url)
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
+	u, _ := newSchema(t, cl.c.url)
+	return u
 }
 
 // Stop stops the cluster with pg_ctl stop -m immediate: every backend

@@ -67,19 +67,7 @@ func URL(t testing.TB) string {
 	if baseURL == "" {
 		ci.Require(t, why, "no PostgreSQL for tests (set "+Env+", or install Debian's postgresql package)")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, baseURL)
-	if err != nil {
-		t.Fatalf("pgtest: connect: %v", err)
-	}
-	defer conn.Close(context.Background())
-	b := make([]byte, 8)
-	rand.Read(b)
-	schema := "jw_" + hex.EncodeToString(b)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatalf("pgtest: create schema: %v", err)
-	}
+	u, schema := newSchema(t, baseURL)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -93,14 +81,34 @@ func URL(t testing.TB) string {
 			t.Errorf("pgtest: drop schema %s: %v", schema, err)
 		}
 	})
-	u, err := url.Parse(baseURL)
+	return u
+}
+
+// newSchema makes a new, empty schema on the server of base and returns
+// base with that schema as its search_path, and the schema's name.
+func newSchema(t testing.TB, base string) (string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	b := make([]byte, 8)
+	rand.Read(b)
+	schema := "jw_" + hex.EncodeToString(b)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("pgtest: create schema: %v", err)
+	}
+	u, err := url.Parse(base)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
 	q := u.Query()
 	q.Set("search_path", schema) // pgx sends parameters it does not know as run-time settings
 	u.RawQuery = q.Encode()
-	return u.String()
+	return u.String(), schema
 }
 
 // find returns the URL of a server that answers, or why there is none.
