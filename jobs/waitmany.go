@@ -15,7 +15,7 @@ import (
 
 // MaxWaitManyBytes bounds the jobs a WaitMany with Full returns whole:
 // past it, by the sum of their jobtype.Job.Size, the rest come as
-// summaries (no Payload or Result).
+// summaries (jobtype.Job.Summarize).
 const MaxWaitManyBytes = 8 * MaxPageBytes
 
 // WaitManyRequest names the jobs WaitMany waits for: IDs, or the jobs of
@@ -34,8 +34,19 @@ type WaitManyRequest struct {
 	Confined bool
 	// Any returns once one job has ended; without it, once all have.
 	Any bool
-	// Full returns Payload and Result (up to MaxWaitManyBytes in all).
+	// Full returns Payload, Result and History (up to MaxWaitManyBytes
+	// in all); without it every job is a summary (jobtype.Job.Summarize).
 	Full bool
+	// Ended, if set, is called from WaitMany's own goroutine with each
+	// job the moment WaitMany first sees it ended: on its way in for the
+	// jobs ended already, while parked for the rest. Without Full the job
+	// is a summary, as in the result. It lets a
+	// caller prepare its answer job by job while the wait lasts (the
+	// server encodes each for the wire), so the end that completes the
+	// wait costs one job's work, not all of them. A job seen here may
+	// still be missing from the result (deleted, or retried, meanwhile):
+	// match by ID and Version.
+	Ended func(j *jobtype.Job)
 }
 
 // A JobRefError refuses a call about several jobs (WaitMany) because of
@@ -106,15 +117,28 @@ func (e *Engine) WaitMany(ctx context.Context, r WaitManyRequest, deadline time.
 			return WaitManyResult{}, &JobRefError{ID: ids[i], Err: ErrNotStarted}
 		case snap.Job.State.Terminal():
 			ended++
+			r.ended(snap)
 		default:
 			// Parked, a job keeps no payload or result (see Wait).
 			snap.Job.Payload, snap.Job.Result = nil, nil
 		}
 	}
 	if !met(r.Any, ended, len(ids)) {
-		e.waitGroup(ctx, g, latest, r.Any, ended, deadline)
+		e.waitGroup(ctx, g, latest, r, ended, deadline)
 	}
 	return waitManyResult(ids, latest, r.Full), nil
+}
+
+// ended calls r.Ended, if set, with snap's job as the result will hold it.
+func (r *WaitManyRequest) ended(snap *Snapshot) {
+	if r.Ended == nil || snap.Gone {
+		return
+	}
+	j := snap.Job
+	if !r.Full {
+		j.Summarize()
+	}
+	r.Ended(&j)
 }
 
 // met reports whether a wait for n jobs, ended of them ended, is over:
@@ -125,8 +149,9 @@ func met(anyEnded bool, ended, n int) bool {
 
 // waitGroup waits until met, the deadline, ctx's end or Shutdown,
 // keeping latest up to date from g: each key's newest snapshot. ended is
-// how many of latest have ended.
-func (e *Engine) waitGroup(ctx context.Context, g *watch.Group[*Snapshot], latest []*Snapshot, anyEnded bool, ended int, deadline time.Time) {
+// how many of latest have ended; each job that ends meanwhile goes to
+// r.Ended.
+func (e *Engine) waitGroup(ctx context.Context, g *watch.Group[*Snapshot], latest []*Snapshot, r WaitManyRequest, ended int, deadline time.Time) {
 	timer, stop := e.timerUntil(deadline)
 	defer stop()
 	for {
@@ -149,9 +174,10 @@ func (e *Engine) waitGroup(ctx context.Context, g *watch.Group[*Snapshot], lates
 			if !was && (snap.Gone || snap.Job.State.Terminal()) {
 				ended++
 				e.woke("wait", snap.Job.UpdatedAt)
+				r.ended(snap)
 			}
 		}
-		if met(anyEnded, ended, len(latest)) {
+		if met(r.Any, ended, len(latest)) {
 			return
 		}
 	}
@@ -170,7 +196,7 @@ func waitManyResult(ids []string, latest []*Snapshot, full bool) WaitManyResult 
 			j := snap.Job
 			bytes += j.Size()
 			if !full || bytes > MaxWaitManyBytes {
-				j.Payload, j.Result = nil, nil
+				j.Summarize()
 			}
 			res.Ended = append(res.Ended, j)
 		default:

@@ -162,6 +162,11 @@ func (j *Job) SameVisible(o *Job) bool {
 // response, more than in protobuf.
 const SizeOverhead = 256
 
+// Summarize leaves out of j what a summary leaves out (a summary read of
+// the store, a job list, a summary WaitJobs answer): Payload, Result and
+// History.
+func (j *Job) Summarize() { j.Payload, j.Result, j.History = nil, nil, nil }
+
 // Size is what j counts against a page's ListFilter.MaxBytes: the bytes of
 // its text and JSON fields plus SizeOverhead. It is close to the job's size
 // in a response without encoding it; every backend counts with it, so a

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobtype"
@@ -269,4 +270,101 @@ func TestWatchJobsAndListJobsKeepOneBatch(t *testing.T) {
 		return
 	}
 	t.Fatalf("WatchJobs ended: %v", stream.Err())
+}
+
+// A summary WaitJobs answer is put together from jobs encoded as each
+// ended (some before the call, the rest while it was parked): over every
+// protocol it reads exactly as the same jobs listed, in the order asked,
+// at the caller's deadline (the unfinished ids after the ended jobs) and
+// once every job has ended.
+func TestWaitJobsAnswersBuiltWhileParkedReadAsListedOverEveryProtocol(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	for i, p := range []protocol{
+		{"connect JSON over HTTP/1.1", (*testServer).http1Client, []connect.ClientOption{connect.WithProtoJSON()}},
+		{"connect protobuf over h2c", (*testServer).h2cClient, nil},
+		{"grpc over h2c", (*testServer).h2cClient, []connect.ClientOption{connect.WithGRPC()}},
+		{"grpc-web JSON over HTTP/1.1", (*testServer).http1Client, []connect.ClientOption{connect.WithGRPCWeb(), connect.WithProtoJSON()}},
+	} {
+		t.Run(p.name, func(t *testing.T) {
+			c := ts.clients(p.hc(ts), p.opts...)
+			kind, batch := fmt.Sprintf("built-%d", i), fmt.Sprintf("built-%d", i)
+			submitted, err := c.jobs.SubmitJobs(ctxTimeout(t, callBound), batchRequest(t, kind, batch, 12))
+			if err != nil {
+				t.Fatalf("SubmitJobs: %v", err)
+			}
+			ids := jobIDs(submitted.GetJobs())
+			slices.Reverse(ids) // asked in another order than submitted
+			for range 5 {
+				complete(t, c, claim(t, c, kind), mustValue(t, "early"))
+			}
+			listed := func() map[string]*jobwatchv1.Job {
+				resp, err := c.jobs.ListJobs(ctxTimeout(t, callBound), &jobwatchv1.ListJobsRequest{Batch: batch})
+				if err != nil {
+					t.Fatalf("ListJobs: %v", err)
+				}
+				byID := map[string]*jobwatchv1.Job{}
+				for _, j := range resp.GetJobs() {
+					byID[j.GetId()] = j
+				}
+				return byID
+			}
+			check := func(got *jobwatchv1.WaitJobsResponse, ended int) {
+				t.Helper()
+				byID := listed()
+				var wantEnded, wantUnfinished []string
+				for _, id := range ids {
+					if jobwatchv1.JobState_JOB_STATE_SUCCEEDED == byID[id].GetState() {
+						wantEnded = append(wantEnded, id)
+					} else {
+						wantUnfinished = append(wantUnfinished, id)
+					}
+				}
+				if len(wantEnded) != ended || !slices.Equal(jobIDs(got.GetJobs()), wantEnded) || !slices.Equal(got.GetUnfinishedJobIds(), wantUnfinished) {
+					t.Fatalf("WaitJobs = %v, unfinished %v; want %v, unfinished %v", jobIDs(got.GetJobs()), got.GetUnfinishedJobIds(), wantEnded, wantUnfinished)
+				}
+				for _, j := range got.GetJobs() {
+					if !proto.Equal(j, byID[j.GetId()]) {
+						t.Fatalf("WaitJobs answered job\n%v\nListJobs lists it as\n%v", j, byID[j.GetId()])
+					}
+				}
+			}
+
+			// Parked until the caller's deadline: the five ended before
+			// the call and two that end while it waits.
+			waited := make(chan *jobwatchv1.WaitJobsResponse, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				resp, err := c.jobs.WaitJobs(ctx, &jobwatchv1.WaitJobsRequest{JobIds: ids})
+				if err != nil {
+					t.Errorf("WaitJobs to the deadline: %v", err)
+				}
+				waited <- resp
+			}()
+			ts.waitForGauge("jobwatch_parked_waits", 1)
+			for range 2 {
+				complete(t, c, claim(t, c, kind), mustValue(t, "while parked"))
+			}
+			check(<-waited, 7)
+
+			// Parked until the last one ends.
+			go func() {
+				resp, err := c.jobs.WaitJobs(context.Background(), &jobwatchv1.WaitJobsRequest{JobIds: ids})
+				if err != nil {
+					t.Errorf("WaitJobs: %v", err)
+				}
+				waited <- resp
+			}()
+			ts.waitForGauge("jobwatch_parked_waits", 1)
+			for range 5 {
+				complete(t, c, claim(t, c, kind), mustValue(t, "last"))
+			}
+			select {
+			case got := <-waited:
+				check(got, 12)
+			case <-time.After(callBound):
+				t.Fatal("WaitJobs did not return once every job had ended")
+			}
+		})
+	}
 }

@@ -341,6 +341,12 @@ func (h *jobService) WaitJobs(ctx context.Context, req *jobwatchv1.WaitJobsReque
 		deadline = time.Now() // over MaxParkedCalls: the current states, at once
 		markParkedCallsFull(ctx)
 	}
+	answer := newJobsAnswer(ctx)
+	if !full {
+		// Full answers are built at the end: how many carry their payload
+		// depends on them all (jobs.MaxWaitManyBytes).
+		r.Ended = answer.add
+	}
 	res, err := s.engine.WaitMany(ctx, r, deadline)
 	if err != nil {
 		return nil, s.toConnectError(ctx, "wait jobs", err)
@@ -348,11 +354,11 @@ func (h *jobService) WaitJobs(ctx context.Context, req *jobwatchv1.WaitJobsReque
 	for i := range res.Ended {
 		linkToJob(ctx, &res.Ended[i])
 	}
-	pjs, err := wire.Jobs(res.Ended)
+	resp, err := answer.response(&s.shared, res)
 	if err != nil {
 		return nil, s.toConnectError(ctx, "convert jobs", err)
 	}
-	return &jobwatchv1.WaitJobsResponse{Jobs: pjs, UnfinishedJobIds: res.Unfinished}, nil
+	return resp, nil
 }
 
 func (h *jobService) WatchJob(ctx context.Context, req *jobwatchv1.WatchJobRequest, stream *connect.ServerStream[jobwatchv1.WatchJobResponse]) error {

@@ -120,6 +120,10 @@ type sharedResponse struct {
 	is    func(msg any) bool // msg is this entry's message, still alive
 	bytes [wireFormats]encodeOnce
 	size  atomic.Int64 // proto.Size of the message, once asked (sends.go)
+
+	// build, if set, writes the message's encoding from parts made
+	// before it was answered (see prebuilt), in place of bytes.
+	build func(dst []byte, c codec, f wireFormat) ([]byte, error)
 }
 
 // share registers msg, which many calls are about to return, so that the
@@ -128,11 +132,31 @@ func share[T any, M interface {
 	*T
 	proto.Message
 }](r *sharedResponses, msg M) {
+	register(r, msg, &sharedResponse{})
+}
+
+// prebuilt registers msg, the answer of one call, so that the codecs
+// write it with build, which appends its encoding in format f through c
+// to dst, and sends.go counts it as size bytes.
+func prebuilt[T any, M interface {
+	*T
+	proto.Message
+}](r *sharedResponses, msg M, size int64, build func(dst []byte, c codec, f wireFormat) ([]byte, error)) {
+	e := &sharedResponse{build: build}
+	e.size.Store(max(size, 1))
+	register(r, msg, e)
+}
+
+// register makes e msg's entry for as long as msg lives.
+func register[T any, M interface {
+	*T
+	proto.Message
+}](r *sharedResponses, msg M, e *sharedResponse) {
 	ref := weak.Make((*T)(msg))
-	e := &sharedResponse{is: func(m any) bool {
+	e.is = func(m any) bool {
 		p, ok := m.(M)
 		return ok && ref.Value() == (*T)(p)
-	}}
+	}
 	key := uintptr(unsafe.Pointer(msg))
 	r.entries.Store(key, e)
 	runtime.AddCleanup((*T)(msg), func(key uintptr) { r.forget(key, e) }, key)
@@ -157,6 +181,8 @@ func (r *sharedResponses) lookup(msg any) *sharedResponse {
 	case *jobwatchv1.WaitJobResponse:
 		key = uintptr(unsafe.Pointer(m))
 	case *jobwatchv1.WatchJobResponse:
+		key = uintptr(unsafe.Pointer(m))
+	case *jobwatchv1.WaitJobsResponse:
 		key = uintptr(unsafe.Pointer(m))
 	default:
 		return nil
@@ -277,6 +303,9 @@ func (c sharingCodec) MarshalAppend(dst []byte, v any) ([]byte, error) {
 	e := c.shared.lookup(v)
 	if e == nil {
 		return c.codec.MarshalAppend(dst, v)
+	}
+	if e.build != nil {
+		return e.build(dst, c.codec, c.format)
 	}
 	once := &e.bytes[c.format]
 	b, err := once.get(func() ([]byte, error) {

@@ -71,8 +71,8 @@ type JobRead struct {
 	// and none of its columns (its payload and result least of all) is
 	// read or sent.
 	Tenant string
-	// Summary leaves Payload and Result out (nil) and the backend does
-	// not read them, so that a check of a job's tenant, kind or state
+	// Summary leaves Payload, Result and History out (nil, as
+	// jobtype.Job.Summarize does) and the backend does not read them, so that a check of a job's tenant, kind or state
 	// costs the same for a job of 256 KiB as for one of ten bytes.
 	Summary bool
 }
