@@ -52,6 +52,19 @@ fuzz:
 	  done; \
 	done
 
+## chaos: the chaos test in full (cmd/jobwatch/chaos_test.go), race
+## detector on: three jobwatch serve replicas on one PostgreSQL schema
+## (as internal/pgtest finds one) under load from 16 remote workers and
+## 16 submitters, each through a Go client given every replica's
+## address; a random replica killed with SIGKILL every 10 s for 2
+## minutes and restarted. Every acknowledged job must then end SUCCEEDED
+## and the invariant checker prints its figures (docs/OPERATING.md,
+## "Replicas dying under load"). A shorter form runs in make test's
+## PostgreSQL pass. Not part of make test.
+.PHONY: chaos
+chaos:
+	JOBWATCH_CHAOS=full JOBWATCH_TEST_BACKEND=postgres go test -race -v -count=1 -timeout 30m -run '^TestChaosReplicasKilledUnderLoadKeepEveryPromise$$' ./cmd/jobwatch/
+
 ## check: formatting, tidy modules, vet, lint, and that generated code and
 ## the page bundle are exactly what their sources produce. Tidy: go.mod
 ## and go.sum are what `go mod tidy` makes of them, here and in

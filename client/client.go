@@ -162,6 +162,18 @@ type Client struct {
 
 // New returns a client for the server at baseURL, such as
 // "http://127.0.0.1:8080". It does not connect until the first call.
+//
+// baseURL may also list several servers of one deployment (replicas on
+// one PostgreSQL database), separated by commas:
+// "http://a:8080,http://b:8080,http://c:8080". Calls then go to the first
+// until one finds it gone (refused, reset, cut off before its answer, a
+// 503), and from then on to the next, round the list. The call that
+// failed is not sent again; the retry loops (WaitForJob, Watch and the
+// others the package comment names, a Worker's calls) retry on the next
+// server, and any other call is the caller's to retry. A list whose
+// addresses do not all have one scheme, or that has an address that is
+// not an http:// or https:// URL, makes every call fail with
+// invalid_argument saying why; ValidBaseURL reports the same at once.
 func New(baseURL string, opts ...Option) *Client {
 	cfg := config{
 		longConns:    DefaultLongCallConns,
@@ -174,6 +186,12 @@ func New(baseURL string, opts ...Option) *Client {
 		o(&cfg)
 	}
 	c := &Client{backoff: cfg.backoff, onRetry: cfg.onRetry}
+	var list *servers
+	if addrs := splitServers(baseURL); len(addrs) == 1 {
+		baseURL = addrs[0]
+	} else {
+		list, baseURL = newServers(addrs)
+	}
 	cleartext := !strings.HasPrefix(strings.ToLower(baseURL), "https:")
 	if cfg.shortHTTP == nil {
 		t := newTransport(cleartext, shortCallConns, cfg)
@@ -184,6 +202,11 @@ func New(baseURL string, opts ...Option) *Client {
 		t := newTransport(cleartext, cfg.longConns, cfg)
 		c.transports = append(c.transports, t)
 		cfg.longHTTP = &http.Client{Transport: t}
+	}
+	if list != nil {
+		base, _ := url.Parse(baseURL) // newServers' own String of a parsed URL
+		cfg.shortHTTP = &failoverHTTP{next: cfg.shortHTTP, s: list, base: base}
+		cfg.longHTTP = &failoverHTTP{next: cfg.longHTTP, s: list, base: base}
 	}
 
 	// Before the caller's options: a codec of theirs (WithProtoJSON)
@@ -363,8 +386,20 @@ func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.
 	return next
 }
 
-// ValidBaseURL reports a clear error for a server address a user typed.
+// ValidBaseURL reports a clear error for a server address a user typed,
+// or for a comma-separated list of several as New takes it: each address
+// checked, and all with one scheme.
 func ValidBaseURL(s string) error {
+	addrs := splitServers(s)
+	if len(addrs) != 1 {
+		_, err := parseServers(addrs)
+		return err
+	}
+	return validURL(addrs[0])
+}
+
+// validURL checks one server address.
+func validURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil && strings.Contains(s, "://") {
 		return err

@@ -12,6 +12,18 @@
 // Cancel. Neither transport imposes an overall deadline: a long call ends
 // when the server's cap, the caller's context or the connection does.
 //
+// A Client may be given several servers of one deployment (replicas on
+// one PostgreSQL database) as a comma-separated list, such as
+// "http://a:8080,http://b:8080". Its calls go to one address at a time
+// and move to the next when a call finds that one gone: the connection
+// refused, reset or lost before the answer (a parked call or a stream
+// included, so a replica killed under a WaitJob ends it at once), or a
+// 503. The failed call is not sent again: the retry loops (WaitForJob,
+// WaitForJobs, Watch, WatchJobs, WatchLogs, and a Worker's claims,
+// heartbeats, logs and reports) retry it, on the next server; any other
+// call is the caller's to retry, knowing that a call whose answer was
+// lost (a Submit) may have been carried out.
+//
 // The package must never hide a job's outcome: WaitForJob, WaitForJobs
 // and Watch retry only what is transient (unavailable, a dropped
 // connection) and return every answer the server gives about the jobs.

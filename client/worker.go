@@ -626,6 +626,16 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
 	r := &retrier{b: Backoff{Initial: minGap, Max: interval}}
+	// untilExpiry bounds a wait by the lease's end as this worker counts
+	// it: a beat tried then fails at once on its expired deadline and
+	// stops the handler there, not a wait later, when the server may
+	// already have handed the job to another worker.
+	untilExpiry := func(d time.Duration) time.Duration {
+		if lease.TTL > 0 {
+			return min(d, time.Until(expires))
+		}
+		return d
+	}
 	// The handler may report progress and return at once (a script's last
 	// "progress" line, then its result): send what the server has not seen
 	// yet before the outcome, so the job ends with the step it reached.
@@ -650,7 +660,7 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 				case <-stop:
 					flush()
 					return
-				case <-time.After(minGap - gap):
+				case <-time.After(untilExpiry(minGap - gap)):
 				}
 			}
 		}
@@ -680,7 +690,7 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 			return
 		default:
 			log.Warn("heartbeat failed; retrying", "err", err)
-			next = min(r.delay(), interval)
+			next = untilExpiry(min(r.delay(), interval))
 		}
 		if !timer.Stop() {
 			select {

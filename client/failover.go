@@ -1,0 +1,176 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+
+	"connectrpc.com/connect"
+)
+
+// A Client given several server addresses ("http://a:8080,http://b:8080")
+// sends every call to one of them, the current one, and makes the next
+// one current when a call finds the current one gone. Nothing is sent
+// twice here: the call that failed returns its error, and only the
+// caller's own retry (or one of the client's retry loops) goes to the
+// next address. That is the whole rule, because a call that failed after
+// it was sent may have been carried out (a SubmitJob committed just
+// before its server died), and only the caller can tell whether that
+// call may be made again.
+
+// splitServers splits a comma-separated list of server addresses,
+// dropping blanks around them and empty entries.
+func splitServers(list string) []string {
+	var out []string
+	for s := range strings.SplitSeq(list, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// parseServers checks a list of several addresses: each an http:// or
+// https:// URL with a host, all with one scheme, since the client's
+// transports are built for one (h2c for http://, TLS for https://).
+func parseServers(addrs []string) ([]*url.URL, error) {
+	if len(addrs) == 0 {
+		return nil, errNoServer
+	}
+	var urls []*url.URL
+	for _, a := range addrs {
+		if err := validURL(a); err != nil {
+			return nil, err
+		}
+		u, _ := url.Parse(a) // validURL parsed it
+		if len(urls) > 0 && u.Scheme != urls[0].Scheme {
+			return nil, fmt.Errorf("server addresses %s and %s: %w", addrs[0], a, errMixedSchemes)
+		}
+		u.Path = strings.TrimRight(u.Path, "/")
+		u.RawPath = ""
+		urls = append(urls, u)
+	}
+	return urls, nil
+}
+
+var (
+	errNoServer     = errors.New("no server address")
+	errMixedSchemes = errors.New("every server address must have the same scheme (all http:// or all https://)")
+)
+
+// servers is the address list of a Client with several, and which one
+// calls go to now.
+type servers struct {
+	urls []*url.URL
+	// err, when set, is why the list cannot be used: every call fails
+	// with it.
+	err error
+	// turn counts the moves so far; calls go to urls[turn % len(urls)].
+	// A call that fails moves the list on only from the turn it was sent
+	// in (compare-and-swap), so a hundred calls failing together on one
+	// address move it one step, not past the healthy ones behind it; and
+	// because turn only grows, a call from a lap ago cannot move it.
+	turn atomic.Uint64
+}
+
+// newServers returns the servers of a list of several addresses and the
+// address to build the generated clients with (the first, or a
+// placeholder when the list is unusable).
+func newServers(addrs []string) (*servers, string) {
+	urls, err := parseServers(addrs)
+	if err != nil {
+		return &servers{err: fmt.Errorf("client: %w", err)}, "http://jobwatch.invalid"
+	}
+	return &servers{urls: urls}, urls[0].String()
+}
+
+// current is the address calls go to now and the turn it was read in.
+func (s *servers) current() (*url.URL, uint64) {
+	turn := s.turn.Load()
+	return s.urls[turn%uint64(len(s.urls))], turn
+}
+
+// failed moves calls to the next address, unless another call already
+// did since turn.
+func (s *servers) failed(turn uint64) { s.turn.CompareAndSwap(turn, turn+1) }
+
+// failoverHTTP is the connect.HTTPClient of a Client with several
+// servers: it sends each request to the current address and moves to the
+// next when the request finds that address gone.
+type failoverHTTP struct {
+	next connect.HTTPClient
+	s    *servers
+	// base is the address the generated clients put in every request:
+	// its path prefix gives way to the current address's.
+	base *url.URL
+}
+
+func (f *failoverHTTP) Do(req *http.Request) (*http.Response, error) {
+	if f.s.err != nil {
+		// Not unavailable, which every retry loop would retry for ever.
+		return nil, connect.NewError(connect.CodeInvalidArgument, f.s.err)
+	}
+	target, turn := f.s.current()
+	out := req.WithContext(req.Context()) // a shallow copy: the caller's request is left as it was
+	u := *req.URL
+	u.Scheme, u.Host, u.User = target.Scheme, target.Host, target.User
+	u.Path = target.Path + strings.TrimPrefix(req.URL.Path, f.base.Path)
+	u.RawPath = ""
+	out.URL, out.Host = &u, target.Host
+
+	ctx := req.Context()
+	resp, err := f.next.Do(out)
+	if err != nil {
+		// Refused, reset, timed out, the connection lost before an answer,
+		// no such host: this address cannot serve now. A call the caller
+		// gave up on says nothing of the server.
+		if ctx.Err() == nil {
+			f.s.failed(turn)
+		}
+		return nil, err
+	}
+	if gone(resp) {
+		f.s.failed(turn)
+	}
+	resp.Body = &watchedBody{ReadCloser: resp.Body, ctx: ctx, fail: func() { f.s.failed(turn) }}
+	return resp, nil
+}
+
+// gone reports an answer that says the server cannot serve calls now: a
+// 503 (a jobwatch server whose database is away, a proxy with no server
+// behind it), or a gRPC or gRPC-Web call ended at once with code
+// unavailable.
+func gone(resp *http.Response) bool {
+	return resp.StatusCode == http.StatusServiceUnavailable ||
+		resp.Header.Get("Grpc-Status") == "14" // codes.Unavailable, in a trailers-only answer
+}
+
+// watchedBody is a response body that moves the client on when reading it
+// fails for another reason than its end: the server went away in the
+// middle of an answer (a stream, a parked call).
+type watchedBody struct {
+	io.ReadCloser
+	ctx    context.Context
+	fail   func()
+	closed atomic.Bool
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	// After Close, or once the caller's ctx ended, a failed read is the
+	// caller's doing.
+	if err != nil && err != io.EOF && !b.closed.Load() && b.ctx.Err() == nil {
+		b.fail()
+	}
+	return n, err
+}
+
+func (b *watchedBody) Close() error {
+	b.closed.Store(true)
+	return b.ReadCloser.Close()
+}
