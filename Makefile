@@ -120,3 +120,15 @@ demo:
 .PHONY: dist
 dist:
 	bash scripts/dist.sh $(DIST_ARCHES)
+
+## soak: SOAKTIME (30m) of steady load against one jobwatch serve, SQLite
+## (JOBWATCH_TEST_BACKEND=postgres: PostgreSQL): submitters and workers
+## keep about 200 jobs/s flowing while 10,000 WaitJob and WatchJob calls
+## stay parked. It prints the server's RSS, goroutines, open files and
+## parked calls every minute, and fails if any of the first three grows
+## more than 5% after the warm-up or serve logs a line above WARN
+## (docs/OPERATING.md, "Soak"). Not part of make test.
+SOAKTIME ?= 30m
+.PHONY: soak
+soak:
+	JOBWATCH_SOAK=$(SOAKTIME) go test -v -count=1 -timeout 0 -run '^TestSoak$$' ./cmd/jobwatch/
