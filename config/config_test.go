@@ -57,6 +57,69 @@ func TestTheIssuesExampleGivesTheEngineEveryKey(t *testing.T) {
 	if len(r.Queues) != 2 || r.Pools["db"] != 4 || r.AlertWebhook == "" || r.Retention != 24*time.Hour {
 		t.Errorf("rules %+v; want the example's queues, pool, webhook and retention", r)
 	}
+	if want := map[string]jobtype.TenantRules{"crates": {MaxQueued: 10000}}; !reflect.DeepEqual(r.Tenants, want) {
+		t.Errorf("tenants %+v, want %+v", r.Tenants, want)
+	}
+}
+
+func TestRulesCarryEachTenantsMaxQueued(t *testing.T) {
+	f, err := config.Parse("jobwatch.yaml", []byte(`
+tenants:
+  acme:
+    max_queued: 10000
+  globex: {max_queued: 0}   # no limit, as when left out
+  initech: {}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]config.Tenant{"acme": {MaxQueued: 10000}, "globex": {}, "initech": {}}; !reflect.DeepEqual(f.Tenants, want) {
+		t.Errorf("tenants %+v, want %+v", f.Tenants, want)
+	}
+	r, err := f.Rules()
+	if err != nil {
+		t.Fatalf("rules: %v", err)
+	}
+	want := map[string]jobtype.TenantRules{"acme": {MaxQueued: 10000}, "globex": {}, "initech": {}}
+	if !reflect.DeepEqual(r.Tenants, want) {
+		t.Fatalf("rules' tenants %+v\nwant %+v", r.Tenants, want)
+	}
+	e := jobs.New(testdb.OpenT(t, testdb.New(t)), jobs.Config{Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(e.Shutdown)
+	if err := e.SetRules(r); err != nil {
+		t.Fatalf("the engine refuses the file's tenants: %v", err)
+	}
+	if got := e.Rules().Tenants; !reflect.DeepEqual(got, want) {
+		t.Errorf("the engine's tenants %+v, want %+v", got, want)
+	}
+}
+
+// The engine refuses what the file cannot say, so an embedder that
+// builds jobtype.Rules by hand meets the same rule.
+func TestTheEngineRefusesATenantTheFileWouldRefuse(t *testing.T) {
+	e := jobs.New(testdb.OpenT(t, testdb.New(t)), jobs.Config{Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(e.Shutdown)
+	if err := e.SetRules(jobtype.Rules{Tenants: map[string]jobtype.TenantRules{"acme": {MaxQueued: 5}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		tenants map[string]jobtype.TenantRules
+		says    string
+	}{
+		{"a negative max_queued", map[string]jobtype.TenantRules{"acme": {MaxQueued: -1}}, "tenant acme: max_queued: must not be negative, got -1"},
+		{"a tenant name no request could use", map[string]jobtype.TenantRules{"a b": {MaxQueued: 1}}, `tenant "a b": tenant: may only contain`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := e.SetRules(jobtype.Rules{Tenants: tt.tenants})
+			if err == nil || !strings.Contains(err.Error(), tt.says) {
+				t.Fatalf("SetRules: %v, want it refused saying %q", err, tt.says)
+			}
+			if got := e.Rules().Tenants["acme"].MaxQueued; got != 5 {
+				t.Errorf("after the refusal acme's max_queued is %d, want the rules before (5)", got)
+			}
+		})
+	}
 }
 
 func TestRulesCarrySchedulesInTheFilesOrder(t *testing.T) {
@@ -237,6 +300,16 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"a schedule with an unknown key", "schedules:\n  - {name: s, kind: k, every: 1m, at: '02:00'}\n", "c.yaml:2:35: schedules[0].at: unknown key"},
 		{"a schedule with no default queue declared under strict", "strict: true\nqueues:\n  - name: a\nschedules:\n  - {name: s, kind: k, every: 1m}\n", `c.yaml:5:5: schedules[0]: queue "default" is not declared, and strict is true`},
 		{"a schedule on an undeclared queue under strict", "strict: true\nschedules:\n  - {name: s, kind: k, queue: q, every: 1m}\n", `c.yaml:3:24: schedules[0].queue: queue "q" is not declared, and strict is true`},
+		{"a negative max_queued", "tenants:\n  acme:\n    max_queued: -1\n", "c.yaml:3:17: tenants.acme.max_queued: must be from 0 to 2147483647, got -1"},
+		{"a max_queued that is not a whole number", "tenants:\n  acme: {max_queued: 1.5}\n", "c.yaml:2:22: tenants.acme.max_queued: must be a whole number, got a number"},
+		{"a max_queued given as a word", "tenants:\n  acme: {max_queued: lots}\n", "c.yaml:2:22: tenants.acme.max_queued: must be a whole number, got a string"},
+		{"a max_queued past the largest", "tenants:\n  acme: {max_queued: 3000000000}\n", "tenants.acme.max_queued: must be from 0 to 2147483647, got 3000000000"},
+		{"an unknown key under a tenant", "tenants:\n  acme: {max_queud: 10}\n", "c.yaml:2:10: tenants.acme.max_queud: unknown key (known here: max_queued)"},
+		{"a tenant name no request could use", "tenants:\n  acme corp: {max_queued: 10}\n", "c.yaml:2:3: tenants: may only contain"},
+		{"a tenant given twice", "tenants:\n  acme: {max_queued: 1}\n  acme: {max_queued: 2}\n", "c.yaml:3:3: tenants.acme: given twice"},
+		{"a tenant with no value", "tenants:\n  acme:\n", "c.yaml:2:3: tenants.acme: has no value"},
+		{"a tenant given a number", "tenants:\n  acme: 10\n", "c.yaml:2:9: tenants.acme: must be a mapping (key: value lines), got a number"},
+		{"tenants given as a list", "tenants: [acme]\n", "c.yaml:1:10: tenants: must be a mapping (key: value lines), got a list"},
 		{"a webhook that is not a URL", "alerts:\n  webhook: localhost:9000\n", `c.yaml:2:12: alerts.webhook: is not an http:// or https:// URL (the value is not shown: a webhook URL may hold a secret)`},
 		{"an unknown key under alerts", "alerts:\n  email: ops@example.org\n", "c.yaml:2:3: alerts.email: unknown key (known here: webhook)"},
 		{"a file that is not a mapping", "- a\n- b\n", "c.yaml:1:1: must be a mapping"},
@@ -285,7 +358,8 @@ func TestTheREADMEAndDocsDocumentTheWholeFormat(t *testing.T) {
 	for _, key := range []string{"`retention`", "`strict`", "`queues[].name`", "`queues[].retry.max_attempts`", "`queues[].retry.initial_backoff`, `queues[].retry.max_backoff`",
 		"`queues[].lease_timeout`", "`queues[].mode`", "`queues[].max_running`",
 		"`queues[].on_failure`", "`queues[].uses`", "`queues[].timeout`", "`queues[].alert_after`", "`pools`",
-		"`queues[].priority`", "`queues[].max_log_bytes`", "`schedules[]`", "`schedules[].cron`", "`schedules[].timezone`", "`alerts.webhook`"} {
+		"`queues[].priority`", "`queues[].max_log_bytes`", "`schedules[]`", "`schedules[].cron`", "`schedules[].timezone`", "`alerts.webhook`",
+		"`tenants`", "`tenants.<name>.max_queued`"} {
 		if !strings.Contains(string(readme), "| "+key) {
 			t.Errorf("docs/OPERATING.md's table of configuration keys lacks %s", key)
 		}

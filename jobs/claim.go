@@ -151,11 +151,22 @@ func (e *Engine) ClaimJobs(ctx context.Context, r ClaimRequest, n int, deadline 
 		}
 
 		// Park, with the earliest RunAt we could claim for the engine's
-		// timer, unless a wake came during the look (or that RunAt has
-		// just passed): then look again, reading first.
+		// timer, or when a queue held by its rate has room again if that
+		// is sooner (rates.go), unless a wake came during the look (or
+		// that time has just passed): then look again, reading first.
 		var due time.Time
 		if ok {
 			due = runAt
+		}
+		room, held, err := e.rateRoom(ctx, f)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, jobtype.ErrNoJob
+			}
+			return nil, wrap("claim", "", err)
+		}
+		if held && (due.IsZero() || room.Before(due)) {
+			due = room
 		}
 		write = false
 		if !e.park(c, gen, due) {
@@ -195,9 +206,11 @@ func (e *Engine) claimOnce(ctx context.Context, f store.ClaimFilter, workerID st
 	claimed, err := e.store.ClaimJobs(ctx, f, store.Claim{
 		WorkerID: workerID,
 		LeaseIDs: leases,
-		Now:      e.now(),
-		Lease:    e.cfg.LeaseTimeout,
-		Leases:   e.rules.Load().leases,
+		// The filter's time: a rate counts its window back from it and
+		// records each claim at it, so it is the jobs' StartedAt too.
+		Now:    f.Now,
+		Lease:  e.cfg.LeaseTimeout,
+		Leases: e.rules.Load().leases,
 	})
 	switch {
 	case errors.Is(err, jobtype.ErrNoJob):

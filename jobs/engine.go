@@ -336,11 +336,24 @@ var errUnchanged = errors.New("unchanged")
 // another error to refuse. UpdatedAt is set here, only for visible changes,
 // so that it always says when the version last went up.
 func (e *Engine) update(ctx context.Context, op, id string, change func(j *jobtype.Job, now time.Time) error) (jobtype.Job, error) {
+	return e.updateWithin(ctx, op, id, store.Quota{}, change)
+}
+
+// updateWithin is update under q: a change that makes the job not yet
+// running again is refused with the *jobtype.QuotaError when its tenant
+// is at its bound (store.Store.UpdateJobWithin).
+func (e *Engine) updateWithin(ctx context.Context, op, id string, q store.Quota, change func(j *jobtype.Job, now time.Time) error) (jobtype.Job, error) {
 	if err := validID("job_id", id); err != nil {
 		return jobtype.Job{}, err
 	}
+	write := e.store.UpdateJob
+	if len(q.MaxQueued) > 0 {
+		write = func(ctx context.Context, id string, update func(*jobtype.Job) error) (jobtype.Job, error) {
+			return e.store.UpdateJobWithin(ctx, id, q, update)
+		}
+	}
 	var before jobtype.Job
-	j, err := e.store.UpdateJob(ctx, id, func(j *jobtype.Job) error {
+	j, err := write(ctx, id, func(j *jobtype.Job) error {
 		before = *j
 		now := e.now()
 		if err := change(j, now); err != nil {
@@ -371,8 +384,10 @@ func wrap(op, id string, err error) error {
 		tooLarge *jobtype.TooLargeError
 		state    *StateError
 		conflict *jobtype.ConflictError
+		quota    *jobtype.QuotaError
 	)
-	if errors.As(err, &invalid) || errors.As(err, &tooLarge) || errors.As(err, &state) || errors.As(err, &conflict) {
+	if errors.As(err, &invalid) || errors.As(err, &tooLarge) || errors.As(err, &state) || errors.As(err, &conflict) ||
+		errors.As(err, &quota) {
 		return err
 	}
 	if id == "" {

@@ -45,10 +45,12 @@ func Actor(ctx context.Context) string {
 //
 // Any other state is a *StateError (failed_precondition). A retry that
 // would make a second active job with the tenant's unique key is the
-// store's *jobtype.ConflictError, as a submit's.
+// store's *jobtype.ConflictError, as a submit's, and one that would take
+// the tenant past its max_queued the *jobtype.QuotaError, as a submit's:
+// the job it makes QUEUED counts.
 func (e *Engine) Retry(ctx context.Context, id string) (jobtype.Job, error) {
 	by := Actor(ctx)
-	j, err := e.update(ctx, "retry", id, func(j *jobtype.Job, now time.Time) error {
+	j, err := e.updateWithin(ctx, "retry", id, e.quota(), func(j *jobtype.Job, now time.Time) error {
 		switch j.State {
 		case jobtype.Failed, jobtype.Cancelled, jobtype.Lost:
 		default:

@@ -35,6 +35,14 @@ func validateRules(r jobtype.Rules) error {
 			return fmt.Errorf("queue %s: %w", name, err)
 		}
 	}
+	for name, t := range r.Tenants {
+		if err := jobtype.CheckName("tenant", name); err != nil {
+			return fmt.Errorf("tenant %q: %w", name, err)
+		}
+		if err := jobtype.CheckTenantRules(t); err != nil {
+			return fmt.Errorf("tenant %s: %w", name, err)
+		}
+	}
 	for pool, units := range r.Pools {
 		if err := jobtype.CheckName("pool", pool); err != nil {
 			return fmt.Errorf("pool %q: %w", pool, err)
@@ -51,11 +59,11 @@ func validateRules(r jobtype.Rules) error {
 func claimLimits(r jobtype.Rules) map[string]store.QueueLimit {
 	limits := map[string]store.QueueLimit{}
 	for name, q := range r.Queues {
-		l := store.QueueLimit{MaxRunning: q.MaxRunning, Serial: q.Serial, HoldRetry: q.BlockOnFailure, Pools: q.Uses}
+		l := store.QueueLimit{MaxRunning: q.MaxRunning, Serial: q.Serial, HoldRetry: q.BlockOnFailure, Pools: q.Uses, Rate: q.Rate}
 		if q.Serial {
 			l.MaxRunning = 1
 		}
-		if l.MaxRunning > 0 || l.Serial || len(l.Pools) > 0 {
+		if l.MaxRunning > 0 || l.Serial || len(l.Pools) > 0 || !l.Rate.IsZero() {
 			limits[name] = l
 		}
 	}
@@ -78,6 +86,7 @@ func (e *Engine) SetRules(rules jobtype.Rules) error {
 	rules.Queues = maps.Clone(rules.Queues)
 	rules.Pools = maps.Clone(rules.Pools)
 	rules.Schedules = slices.Clone(rules.Schedules)
+	rules.Tenants = maps.Clone(rules.Tenants)
 	r := ruleSet{
 		Rules:    rules,
 		limits:   claimLimits(rules),
@@ -105,6 +114,7 @@ func (e *Engine) Rules() jobtype.Rules {
 	r.Queues = maps.Clone(r.Queues)
 	r.Pools = maps.Clone(r.Pools)
 	r.Schedules = slices.Clone(r.Schedules)
+	r.Tenants = maps.Clone(r.Tenants)
 	return r
 }
 

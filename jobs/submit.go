@@ -113,17 +113,60 @@ func (r SubmitRequest) validate() error {
 // Submit creates a job QUEUED (PENDING with Hold). Under strict Rules a
 // queue they do not declare is a *jobtype.InvalidError. A tenant's second
 // active job with the same unique key is refused with the
-// *jobtype.ConflictError naming the active one.
+// *jobtype.ConflictError naming the active one, and a job that would
+// take its tenant past its max_queued (jobtype.TenantRules) with the
+// *jobtype.QuotaError.
 func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (jobtype.Job, error) {
 	j, err := e.newJob(r, e.now())
 	if err != nil {
 		return jobtype.Job{}, err
 	}
-	if j, err = e.store.CreateJob(ctx, j); err != nil {
+	if j, err = e.create(ctx, j); err != nil {
 		return jobtype.Job{}, wrap("submit", "", err)
 	}
 	e.publish(j)
 	return j, nil
+}
+
+// create stores j, under its tenant's max_queued if the rules in effect
+// give it one: the store counts and inserts in one transaction
+// (store.Store.CreateJobsWithin), so replicas sharing the database keep
+// the bound together.
+func (e *Engine) create(ctx context.Context, j jobtype.Job) (jobtype.Job, error) {
+	q := e.tenantQuota(j.Tenant)
+	if len(q.MaxQueued) == 0 {
+		return e.store.CreateJob(ctx, j)
+	}
+	jobs, err := e.store.CreateJobsWithin(ctx, []jobtype.Job{j}, q)
+	if err != nil {
+		return jobtype.Job{}, err
+	}
+	return jobs[0], nil
+}
+
+// tenantQuota is tenant's max_queued under the rules in effect, as the
+// store takes it; the zero Quota if it has none.
+func (e *Engine) tenantQuota(tenant string) store.Quota {
+	if n := e.rules.Load().Tenants[tenant].MaxQueued; n > 0 {
+		return store.Quota{MaxQueued: map[string]int{tenant: n}}
+	}
+	return store.Quota{}
+}
+
+// quota is every tenant's max_queued under the rules in effect, as the
+// store takes it, for a write whose job's tenant is not known before the
+// store reads it (Retry); the zero Quota if no tenant has one.
+func (e *Engine) quota() store.Quota {
+	var q store.Quota
+	for tenant, t := range e.rules.Load().Tenants {
+		if t.MaxQueued > 0 {
+			if q.MaxQueued == nil {
+				q.MaxQueued = map[string]int{}
+			}
+			q.MaxQueued[tenant] = t.MaxQueued
+		}
+	}
+	return q
 }
 
 // SubmitMany creates up to jobtype.MaxBatchJobs jobs of one tenant in one
@@ -131,7 +174,9 @@ func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (jobtype.Job, erro
 // request is checked as Submit checks it, and a refusal names the request
 // (jobs[i].field); two requests with one unique key are refused before
 // anything is stored, and a key an active job holds is the
-// *jobtype.ConflictError of Submit.
+// *jobtype.ConflictError of Submit. A batch that would take the tenant
+// past its max_queued is refused whole with the *jobtype.QuotaError,
+// which says how many would fit.
 func (e *Engine) SubmitMany(ctx context.Context, rs []SubmitRequest) ([]jobtype.Job, error) {
 	if len(rs) == 0 || len(rs) > jobtype.MaxBatchJobs {
 		return nil, &jobtype.InvalidError{Field: "jobs", Reason: fmt.Sprintf("must hold 1 to %d jobs, got %d", jobtype.MaxBatchJobs, len(rs))}
@@ -157,7 +202,12 @@ func (e *Engine) SubmitMany(ctx context.Context, rs []SubmitRequest) ([]jobtype.
 		}
 		jobs[i] = j
 	}
-	jobs, err := e.store.CreateJobs(ctx, jobs)
+	var err error
+	if q := e.tenantQuota(jobs[0].Tenant); len(q.MaxQueued) > 0 {
+		jobs, err = e.store.CreateJobsWithin(ctx, jobs, q)
+	} else {
+		jobs, err = e.store.CreateJobs(ctx, jobs)
+	}
 	if err != nil {
 		return nil, wrap("submit", "", missingAt(rs, err))
 	}

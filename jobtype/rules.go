@@ -41,6 +41,76 @@ type Rules struct {
 	// order; names are unique. A reload applies a changed Every to the
 	// next run, and a removed schedule queues no more runs.
 	Schedules []Schedule
+
+	// Tenants holds the rules of each tenant that has any, by name (a
+	// name CheckName accepts as a tenant). A tenant not in it has no
+	// limits.
+	Tenants map[string]TenantRules
+}
+
+// TenantRules are one tenant's rules. A zero field sets no limit.
+type TenantRules struct {
+	// MaxQueued bounds the tenant's jobs not yet running (in one of
+	// QueuedStates) at once, across every replica sharing the database:
+	// a submission, a batch or a retry by an operator that would take
+	// them past it is refused whole with a *QuotaError. What the engine
+	// queues on its own is never refused, but counts: a failed or lost
+	// attempt queued again, a schedule's run. A bound lowered below what
+	// is queued refuses until the tenant is back under it. 0: no limit.
+	MaxQueued int
+}
+
+// QueuedStates are the states of a job not yet running, which
+// TenantRules.MaxQueued bounds: held, waiting for its dependencies, or
+// queued (also while it backs off before a retry, or waits for its
+// RunAt).
+var QueuedStates = []State{Pending, Waiting, Queued}
+
+// CheckTenantRules refuses t as one tenant's rules, exactly as
+// jobs.Engine.SetRules would: an *InvalidError whose Field names the
+// rule at fault as the configuration file does ("max_queued").
+func CheckTenantRules(t TenantRules) error {
+	if t.MaxQueued < 0 {
+		return &InvalidError{Field: "max_queued", Reason: fmt.Sprintf("must not be negative, got %d", t.MaxQueued)}
+	}
+	return nil
+}
+
+// QuotaError refuses a write that would take a tenant's jobs not yet
+// running past its TenantRules.MaxQueued. Its message names the tenant,
+// the count and the bound, and nothing else of the store.
+type QuotaError struct {
+	Tenant    string
+	MaxQueued int
+	// Queued is how many of the tenant's jobs were not yet running when
+	// the write was refused, counted up to MaxQueued + 1: more reads as
+	// MaxQueued + 1, so the count never costs more than the bound.
+	Queued int
+	// Adding is how many jobs not yet running the refused write would
+	// have added (a batch's, or 1).
+	Adding int
+}
+
+func (e *QuotaError) Error() string {
+	const wait = "wait for some to start or end"
+	switch {
+	case e.Queued > e.MaxQueued:
+		return fmt.Sprintf("tenant %q has more than %s not yet running, its max_queued is %d: %s",
+			e.Tenant, jobCount(e.MaxQueued), e.MaxQueued, wait)
+	case e.Queued == e.MaxQueued:
+		return fmt.Sprintf("tenant %q has %s not yet running, its max_queued is %d: %s",
+			e.Tenant, jobCount(e.Queued), e.MaxQueued, wait)
+	}
+	return fmt.Sprintf("tenant %q has %s not yet running, its max_queued is %d: %d more would pass it; submit at most %d, or %s",
+		e.Tenant, jobCount(e.Queued), e.MaxQueued, e.Adding, e.MaxQueued-e.Queued, wait)
+}
+
+// jobCount is "1 job" or "n jobs".
+func jobCount(n int) string {
+	if n == 1 {
+		return "1 job"
+	}
+	return fmt.Sprintf("%d jobs", n)
 }
 
 // QueueRules are one queue's rules. A zero field takes the engine's
@@ -85,7 +155,32 @@ type QueueRules struct {
 	// log (LogLine.Size): past it the oldest lines are dropped.
 	// 0: DefaultMaxLogBytes; else MinMaxLogBytes to MaxMaxLogBytes.
 	MaxLogBytes int64
+	// Rate caps how many of the queue's jobs start (are claimed) per
+	// period across every worker and replica; the zero Rate: no cap.
+	Rate Rate
 }
+
+// Rate is a queue's rate limit: at most Limit claims of its jobs in any
+// window of length Per (a sliding window: every claim is kept in the
+// store with its time until it is Per old). A retry's claim counts as
+// a start, as the first does.
+type Rate struct {
+	Limit int
+	Per   time.Duration
+}
+
+// IsZero reports whether r caps nothing.
+func (r Rate) IsZero() bool { return r.Limit == 0 && r.Per == 0 }
+
+// Bounds of a Rate: the store keeps one row per start in the window, so
+// a window holds at most MaxRateLimit; a window shorter than
+// MinRatePer is below what claims' clocks can tell apart, one longer
+// than MaxRatePer is a quota, not a rate.
+const (
+	MaxRateLimit = 1_000_000
+	MinRatePer   = time.Millisecond
+	MaxRatePer   = 24 * time.Hour
+)
 
 // The priorities a job may have, most urgent first: a claim takes the
 // most urgent ready job, then the oldest (see jobtype.Job.Priority).
@@ -124,10 +219,26 @@ func CheckQueueRules(q QueueRules, pools map[string]int) error {
 	case q.MaxLogBytes != 0 && (q.MaxLogBytes < MinMaxLogBytes || q.MaxLogBytes > MaxMaxLogBytes):
 		return &InvalidError{Field: "max_log_bytes", Reason: fmt.Sprintf("must be %d to %d, got %d", MinMaxLogBytes, MaxMaxLogBytes, q.MaxLogBytes)}
 	}
+	if err := checkRate(q.Rate); err != nil {
+		return err
+	}
 	for i, pool := range q.Uses {
 		if _, ok := pools[pool]; !ok {
 			return &InvalidError{Field: fmt.Sprintf("uses[%d]", i), Reason: fmt.Sprintf("pool %q is not declared", pool)}
 		}
+	}
+	return nil
+}
+
+// checkRate refuses a rate that is set but could not be kept.
+func checkRate(r Rate) error {
+	switch {
+	case r.IsZero():
+		return nil
+	case r.Limit < 1 || r.Limit > MaxRateLimit:
+		return &InvalidError{Field: "rate.limit", Reason: fmt.Sprintf("must be 1 to %d jobs, got %d", MaxRateLimit, r.Limit)}
+	case r.Per < MinRatePer || r.Per > MaxRatePer:
+		return &InvalidError{Field: "rate.per", Reason: fmt.Sprintf("must be %v to %v, got %v", MinRatePer, MaxRatePer, r.Per)}
 	}
 	return nil
 }

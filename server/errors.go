@@ -28,6 +28,7 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 		conflictErr *jobtype.ConflictError
 		refErr      *jobs.JobRefError
 		missingErr  *jobtype.MissingError
+		quotaErr    *jobtype.QuotaError
 	)
 	switch {
 	case errors.As(err, &connectErr):
@@ -37,6 +38,10 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 		return connect.NewError(connect.CodeInvalidArgument, invalidErr)
 	case errors.As(err, &tooLargeErr):
 		return connect.NewError(connect.CodeResourceExhausted, tooLargeErr)
+	case errors.As(err, &quotaErr):
+		// The tenant, its count and its max_queued: the caller's own
+		// numbers, and what to do.
+		return connect.NewError(connect.CodeResourceExhausted, quotaErr)
 	case errors.As(err, &missingErr):
 		// The id the caller sent, and nothing of whether it exists elsewhere.
 		return connect.NewError(connect.CodeNotFound, missingErr)

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/jobwatch/jobwatch/auth"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
 	"github.com/jobwatch/jobwatch/jobtype"
@@ -43,7 +44,16 @@ var _ jobwatchv1connect.QueueServiceHandler = (*queueService)(nil)
 //
 // paused, paused_at and paused_by are set for a paused queue
 // (PauseQueue), which has a row even with no job and no rule.
-func (h *queueService) ListQueues(ctx context.Context, _ *jobwatchv1.ListQueuesRequest) (*jobwatchv1.ListQueuesResponse, error) {
+//
+// rate is the queue's rate limit and its window now (rates.go), for a
+// queue the rules give one.
+//
+// tenants and tenants_left_out are each queue's busiest tenants
+// (jobs.Engine.BusiestTenants, req's tenants_per_queue of them), for an
+// admin token or a server without tokens; QueueService refuses every
+// other token (see may), and should that change, other callers get
+// none: they name every tenant of a shared queue.
+func (h *queueService) ListQueues(ctx context.Context, req *jobwatchv1.ListQueuesRequest) (*jobwatchv1.ListQueuesResponse, error) {
 	stats, err := h.s.engine.QueueStats(ctx)
 	if err != nil {
 		return nil, h.s.toConnectError(ctx, "list queues", err)
@@ -92,10 +102,42 @@ func (h *queueService) ListQueues(ctx context.Context, _ *jobwatchv1.ListQueuesR
 	for _, row := range queues {
 		row.DefaultPriority = rules.Queues[row.Name].Priority
 	}
+	if err := h.withRates(ctx, queues); err != nil { // rates.go
+		return nil, h.s.toConnectError(ctx, "list queues", err)
+	}
+	if p, ok := callerOf(ctx); !ok || p.Role == auth.RoleAdmin {
+		if err := h.withTenants(ctx, queues, int(req.GetTenantsPerQueue())); err != nil {
+			return nil, h.s.toConnectError(ctx, "list queues", err)
+		}
+	}
 	return &jobwatchv1.ListQueuesResponse{
 		Queues:        queues,
 		DepthInterval: durationpb.New(h.s.engine.Config().DepthInterval),
 	}, nil
+}
+
+// withTenants sets tenants and tenants_left_out on ListQueues' rows,
+// perQueue tenants at most (0: the engine's default), from a read of
+// their own after the queues': a queue whose first job arrived in
+// between has no row in this answer, so its tenants wait for the next.
+func (h *queueService) withTenants(ctx context.Context, queues []*jobwatchv1.Queue, perQueue int) error {
+	busiest, err := h.s.engine.BusiestTenants(ctx, perQueue)
+	if err != nil {
+		return err
+	}
+	for _, row := range queues {
+		q := busiest[row.Name]
+		row.TenantsLeftOut = int32(q.LeftOut)
+		row.Tenants = make([]*jobwatchv1.TenantDepth, 0, len(q.Busiest))
+		for _, d := range q.Busiest {
+			td := &jobwatchv1.TenantDepth{Tenant: d.Tenant, Queued: d.Queued, Running: d.Running}
+			if d.Waiting() {
+				td.OldestQueuedAge = durationpb.New(queuedAge(d.OldestQueuedAge))
+			}
+			row.Tenants = append(row.Tenants, td)
+		}
+	}
+	return nil
 }
 
 // queuedAge is a queue's oldest queued age as ListQueues answers it:

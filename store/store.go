@@ -19,6 +19,8 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jobwatch/jobwatch/internal/backoff"
@@ -111,6 +113,20 @@ type QueueLimit struct {
 	// Pools names the pools of which each RUNNING job of the queue holds
 	// one unit; a job is claimed only when every one has a free unit.
 	Pools []string
+	// Rate caps the queue's claims per window (jobtype.Rate): a claim
+	// takes at most Limit less the claims of the last Per, and records
+	// each job it takes with the claim's time (see RateWindows).
+	Rate jobtype.Rate
+}
+
+// RateWindow is one rate-limited queue's window as RateWindows reads it.
+type RateWindow struct {
+	// Started counts the queue's claims in the window that ends now.
+	Started int
+	// HeldUntil, when Started has reached the limit, is when the window
+	// next has room (the claim that then leaves it is Per old); zero
+	// otherwise.
+	HeldUntil time.Time
 }
 
 // QueueStats is one queue's unfinished work, as QueueStats reads it.
@@ -125,6 +141,21 @@ type QueueStats struct {
 	// that are ready (RunAt at or before now): since when the longest
 	// waiting job could have run. The zero time means nothing waits; a
 	// job scheduled for later is not waiting.
+	OldestReadyRunAt time.Time
+}
+
+// TenantDepth is one tenant's unfinished work in one queue, as
+// TenantDepths reads it: QueueStats split by tenant.
+type TenantDepth struct {
+	Queue, Tenant string
+	// Queued counts every QUEUED job, also those whose RunAt is still in
+	// the future (scheduled, or backing off before a retry).
+	Queued int64
+	// Running counts RUNNING jobs.
+	Running int64
+	// OldestReadyRunAt is the earliest RunAt among the tenant's ready
+	// QUEUED jobs in the queue (RunAt at or before now); zero: none
+	// waits.
 	OldestReadyRunAt time.Time
 }
 
@@ -478,6 +509,67 @@ func (s ScheduleState) Unfinished() bool {
 	return s.LastEndedAt.IsZero() && s.LastJobState != "" && !s.LastJobState.Terminal()
 }
 
+// Quota bounds, by tenant, the jobs not yet running (in one of
+// jobtype.QueuedStates) that CreateJobsWithin and UpdateJobWithin may
+// leave a tenant with. The store checks it in the transaction that
+// writes, ordered behind every other write checking the same tenant (on
+// every Store sharing the database), so two writes can never both take
+// a tenant's last place. The zero Quota bounds nothing.
+type Quota struct {
+	// MaxQueued is each bounded tenant's jobtype.TenantRules.MaxQueued;
+	// a tenant not in it, or with 0, is not bounded.
+	MaxQueued map[string]int
+}
+
+// QuotaCharge is what one write adds to one tenant bounded by a Quota.
+type QuotaCharge struct {
+	Tenant    string
+	MaxQueued int
+	// Adding is how many jobs not yet running the write adds.
+	Adding int
+}
+
+// Charges returns what creating jobs adds to each tenant q bounds,
+// sorted by tenant; nil if it adds to none. A job created RUNNING or
+// ended adds nothing.
+func (q Quota) Charges(jobs []jobtype.Job) []QuotaCharge {
+	var out []QuotaCharge
+	for _, j := range jobs {
+		bound := q.MaxQueued[j.Tenant]
+		if bound <= 0 || !slices.Contains(jobtype.QueuedStates, j.State) {
+			continue
+		}
+		i := slices.IndexFunc(out, func(c QuotaCharge) bool { return c.Tenant == j.Tenant })
+		if i < 0 {
+			out = append(out, QuotaCharge{Tenant: j.Tenant, MaxQueued: bound})
+			i = len(out) - 1
+		}
+		out[i].Adding++
+	}
+	slices.SortFunc(out, func(a, b QuotaCharge) int { return strings.Compare(a.Tenant, b.Tenant) })
+	return out
+}
+
+// ChangeCharges returns what changing a job from old to next adds to its
+// tenant, if q bounds it: one job when next is not yet running and old
+// was (RUNNING, or ended: a retry), else nil.
+func (q Quota) ChangeCharges(old, next jobtype.Job) []QuotaCharge {
+	if slices.Contains(jobtype.QueuedStates, old.State) {
+		return nil
+	}
+	return q.Charges([]jobtype.Job{next})
+}
+
+// Refusal is the *jobtype.QuotaError that refuses c when its tenant has
+// queued jobs not yet running (counted up to c.MaxQueued + 1), or nil
+// when those and c.Adding fit in c.MaxQueued.
+func (c QuotaCharge) Refusal(queued int) error {
+	if queued+c.Adding <= c.MaxQueued {
+		return nil
+	}
+	return &jobtype.QuotaError{Tenant: c.Tenant, MaxQueued: c.MaxQueued, Queued: queued, Adding: c.Adding}
+}
+
 // Store persists jobs. Implementations are safe for concurrent use.
 //
 // Each method says whether a caller may retry it after an error that
@@ -504,6 +596,19 @@ type Store interface {
 	// jobs in the order given.
 	// Retry: as CreateJob.
 	CreateJobs(ctx context.Context, jobs []jobtype.Job) ([]jobtype.Job, error)
+
+	// CreateJobsWithin is CreateJobs under q: in the same transaction,
+	// before anything is stored, it counts the jobs not yet running of
+	// each tenant that jobs add to and q bounds (Quota.Charges), and if
+	// those and the ones jobs add would pass its bound it fails the whole
+	// call with the *jobtype.QuotaError of the first such tenant
+	// (QuotaCharge.Refusal) and stores nothing. Writes under a quota of
+	// one tenant take turns (see Quota). The count reads at most the
+	// bound plus one entries of an index on (tenant, state), so it costs
+	// what the bound allows, not what the tenant has. With nothing
+	// bounded it is CreateJobs.
+	// Retry: as CreateJob.
+	CreateJobsWithin(ctx context.Context, jobs []jobtype.Job, q Quota) ([]jobtype.Job, error)
 
 	// ReadJobs returns the jobs of ids that exist, as ReadJob reads each
 	// (r.Tenant scopes, r.Summary leaves Payload and Result out), in no
@@ -551,6 +656,16 @@ type Store interface {
 	// as every engine update does; the write is conditional on the row.
 	UpdateJob(ctx context.Context, id string, update func(*jobtype.Job) error) (jobtype.Job, error)
 
+	// UpdateJobWithin is UpdateJob under q: a change that makes a job of
+	// a tenant q bounds not yet running again (Quota.ChangeCharges: a
+	// retry of an ended job) is refused with the *jobtype.QuotaError of
+	// CreateJobsWithin, and writes nothing, when the tenant is at its
+	// bound; the count and the write are in one transaction, taking
+	// turns with the tenant's other writes under a quota. Other changes,
+	// and those of unbounded tenants, are UpdateJob's.
+	// Retry: as UpdateJob.
+	UpdateJobWithin(ctx context.Context, id string, q Quota, update func(*jobtype.Job) error) (jobtype.Job, error)
+
 	// ClaimJobs picks the most urgent ready QUEUED jobs matching f, then
 	// the oldest (by Priority, 0 first, then RunAt, then creation order),
 	// up to len(c.LeaseIDs) of them, no more of any
@@ -589,6 +704,13 @@ type Store interface {
 	// ClaimJobs, a write, would find a job (runAt at or before now) and, if
 	// not, when it should look again. Retry: safe.
 	NextReady(ctx context.Context, f ClaimFilter) (runAt time.Time, ok bool, err error)
+
+	// RateWindows reads, for each queue of rates, its claims in the
+	// window of the queue's Per that ends at now, and when a queue at its
+	// limit next has room. A queue held by its rate offers NextReady no
+	// job, so a parked claim learns from here when to look again. Queues
+	// never claimed under a rate read as zero. Retry: safe.
+	RateWindows(ctx context.Context, now time.Time, rates map[string]jobtype.Rate) (map[string]RateWindow, error)
 
 	// ScheduledJobs returns the QUEUED jobs whose RunAt is after now,
 	// earliest first (ties in creation order), at most limit of them. The
@@ -699,6 +821,14 @@ type Store interface {
 	// It reads every unfinished job once, so backends should answer it
 	// from an index rather than the table. Retry: safe.
 	QueueStats(ctx context.Context, now time.Time) ([]QueueStats, error)
+
+	// TenantDepths returns, for each (queue, tenant) with at least one
+	// QUEUED or RUNNING job, its counts and the RunAt of its oldest ready
+	// job as of now, sorted by queue, then tenant. Pairs with nothing
+	// unfinished are absent. Like QueueStats it reads every unfinished
+	// job once, so backends answer it from an index that holds queue,
+	// tenant, state and run_at. Retry: safe.
+	TenantDepths(ctx context.Context, now time.Time) ([]TenantDepth, error)
 
 	// Schedules returns the state of every schedule that RunSchedules
 	// ever started a run of, sorted by name. It is a read, so a caller

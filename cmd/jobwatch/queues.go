@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strconv"
+	"math"
 	"text/tabwriter"
 	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
@@ -65,12 +67,20 @@ func queueState(q *jobwatchv1.Queue) string {
 		q.GetPausedAt().AsTime().UTC().Format(time.RFC3339), q.GetPausedBy())
 }
 
-// queues runs "jobwatch queues": every queue with its counts and whether
-// it is paused, as a table or, with --json, one JSON object per line.
+// queues runs "jobwatch queues": every queue with its counts, how long
+// its oldest ready job has waited, whether it is paused and its rate
+// limit (how many claims are in its window, or until when it is held
+// back by it), and under
+// each its busiest tenants (--tenants of them, 0: the server's default),
+// as a table or, with --json, one JSON object per line.
 func queues(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cf clientFlags
+	var (
+		cf      clientFlags
+		tenants int
+	)
 	fs := newFlagSet("queues", stderr)
 	cf.register(fs)
+	fs.IntVar(&tenants, "tenants", 0, "list at most this many `tenants` under each queue, busiest first; 0: the server's default (10), at most 100")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: jobwatch queues [flags]\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -78,15 +88,19 @@ func queues(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
 	}
+	if tenants < 0 {
+		return usageError{fmt.Sprintf("--tenants must not be negative, got %d", tenants)}
+	}
 	c, err := cf.client(stderr, true)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	qs, err := c.ListQueues(ctx)
+	resp, err := c.QueueService().ListQueues(ctx, &jobwatchv1.ListQueuesRequest{TenantsPerQueue: int32(min(tenants, math.MaxInt32))})
 	if err != nil {
 		return callError("queues", err)
 	}
+	qs := resp.GetQueues()
 	if cf.json {
 		for _, q := range qs {
 			if err := printJSON(stdout, q); err != nil {
@@ -96,15 +110,48 @@ func queues(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tQUEUED\tRUNNING\tPAUSED\tPAUSED BY")
+	fmt.Fprintln(tw, "QUEUE\tQUEUED\tRUNNING\tPAUSED\tPAUSED BY\tOLDEST WAIT\tRATE")
 	for _, q := range qs {
 		paused, by := "no", ""
 		if q.GetPaused() {
 			paused = "since " + q.GetPausedAt().AsTime().UTC().Format(time.RFC3339)
 			by = q.GetPausedBy()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", q.GetName(), strconv.FormatInt(q.GetQueued(), 10),
-			strconv.FormatInt(q.GetRunning(), 10), paused, by)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\n", q.GetName(), q.GetQueued(), q.GetRunning(), paused, by, waited(q.GetOldestQueuedAge()), rateCell(q.GetRate()))
+		// A queue's tenants, indented under it: the name column says
+		// "tenant", so no tenant can pass for a queue.
+		for _, d := range q.GetTenants() {
+			fmt.Fprintf(tw, "  tenant %s\t%d\t%d\t\t\t%s\n", d.GetTenant(), d.GetQueued(), d.GetRunning(), waited(d.GetOldestQueuedAge()))
+		}
+		switch n := q.GetTenantsLeftOut(); {
+		case n == 1:
+			fmt.Fprintln(tw, "  (1 more tenant)\t\t\t\t\t")
+		case n > 1:
+			fmt.Fprintf(tw, "  (%d more tenants)\t\t\t\t\t\n", n)
+		}
 	}
 	return tw.Flush()
+}
+
+// rateCell is a queue's rate as the table shows it: "3/1s, 2 in window",
+// or "3/1s, held until 14:03:07Z" while the window is full; "" for a
+// queue without one.
+func rateCell(r *jobwatchv1.QueueRate) string {
+	if r == nil {
+		return ""
+	}
+	rate := fmt.Sprintf("%d/%s", r.GetLimit(), r.GetPer().AsDuration())
+	if r.GetHeldUntil() != nil {
+		return rate + ", held until " + r.GetHeldUntil().AsTime().UTC().Format("15:04:05Z")
+	}
+	return fmt.Sprintf("%s, %d in window", rate, r.GetStarted())
+}
+
+// waited is an oldest_queued_age as the table shows it, to the second;
+// "" when nothing waits.
+func waited(age *durationpb.Duration) string {
+	if age == nil {
+		return ""
+	}
+	return age.AsDuration().Round(time.Second).String()
 }

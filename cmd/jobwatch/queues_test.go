@@ -2,9 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
@@ -80,4 +83,124 @@ func TestPauseAndResumeExitAsOtherCommandsOnBadInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// jobwatch queues lists each queue's busiest tenants under it, busiest
+// first, and says how many it left out; --tenants asks for another
+// number, and --json has them as the API does.
+func TestQueuesListsEachQueuesBusiestTenantsUnderIt(t *testing.T) {
+	s := startBatchServer(t, 0)
+	now := time.Now()
+	ago := func(d time.Duration) *timestamppb.Timestamp { return timestamppb.New(now.Add(-d)) }
+	// acme: 5 queued, one of them ready an hour ago; globex: 3 queued
+	// and 1 running; t03 to t12: one queued each, t03's the longest
+	// waiting, so they rank in name order.
+	for i := range 5 {
+		req := &jobwatchv1.SubmitJobRequest{Tenant: "acme", Kind: "report.build", Queue: "reports"}
+		if i == 0 {
+			req.RunAt = ago(time.Hour)
+		}
+		s.submit(t, req)
+	}
+	for range 3 {
+		s.submit(t, &jobwatchv1.SubmitJobRequest{Tenant: "globex", Kind: "report.build", Queue: "reports", RunAt: ago(time.Minute)})
+	}
+	s.submit(t, &jobwatchv1.SubmitJobRequest{Tenant: "globex", Kind: "report.urgent", Queue: "reports"})
+	s.claim(t, "report.urgent")
+	for i := 3; i <= 12; i++ {
+		s.submit(t, &jobwatchv1.SubmitJobRequest{Tenant: fmt.Sprintf("t%02d", i), Kind: "report.build", Queue: "reports", RunAt: ago(time.Duration(30-i) * time.Minute)})
+	}
+
+	// tenantRows returns the rows printed under the queue reports.
+	tenantRows := func(t *testing.T, args ...string) []string {
+		t.Helper()
+		code, out, errOut := runInProcess(t, append([]string{"queues", "--server", s.URL}, args...)...)
+		if code != 0 {
+			t.Fatalf("queues %v = exit %d: %s", args, code, errOut)
+		}
+		var rows []string
+		under := false
+		for _, line := range strings.Split(out, "\n") {
+			switch {
+			case strings.HasPrefix(line, "reports "):
+				if f := strings.Fields(line); len(f) < 4 || f[1] != "18" || f[2] != "1" || f[3] != "no" {
+					t.Errorf("the queue's row is %q, want 18 queued, 1 running, not paused", line)
+				}
+				under = true
+			case under && strings.HasPrefix(line, "  "):
+				rows = append(rows, strings.Join(strings.Fields(line), " "))
+			default:
+				under = false
+			}
+		}
+		return rows
+	}
+
+	t.Run("ten tenants by default, the busiest first, and how many more", func(t *testing.T) {
+		rows := tenantRows(t)
+		want := []string{"tenant acme 5 0", "tenant globex 3 1"}
+		for i := 3; i <= 10; i++ {
+			want = append(want, fmt.Sprintf("tenant t%02d 1 0", i))
+		}
+		want = append(want, "(2 more tenants)")
+		if len(rows) != len(want) {
+			t.Fatalf("the rows under reports are\n%s\nwant\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
+		}
+		for i, w := range want {
+			if !strings.HasPrefix(rows[i], w) {
+				t.Errorf("row %d under reports is %q, want it to start %q", i, rows[i], w)
+			}
+		}
+		// acme's oldest ready job became ready an hour ago.
+		if f := strings.Fields(rows[0]); len(f) != 5 || !strings.HasPrefix(f[4], "1h0m") {
+			t.Errorf("acme's row is %q, want its oldest wait, about 1h0m0s, last", rows[0])
+		}
+	})
+
+	t.Run("--tenants asks for another number", func(t *testing.T) {
+		rows := tenantRows(t, "--tenants", "1")
+		if len(rows) != 2 || !strings.HasPrefix(rows[0], "tenant acme 5 0") || rows[1] != "(11 more tenants)" {
+			t.Errorf("the rows under reports with --tenants 1 are %q, want acme and (11 more tenants)", rows)
+		}
+	})
+
+	t.Run("--json has the tenants as the API does", func(t *testing.T) {
+		code, out, errOut := runInProcess(t, "queues", "--server", s.URL, "--json", "--tenants", "2")
+		if code != 0 {
+			t.Fatalf("queues --json = exit %d: %s", code, errOut)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			var q struct {
+				Name    string `json:"name"`
+				Tenants []struct {
+					Tenant          string `json:"tenant"`
+					Queued, Running string
+					OldestQueuedAge string `json:"oldestQueuedAge"`
+				} `json:"tenants"`
+				TenantsLeftOut int `json:"tenantsLeftOut"`
+			}
+			if err := json.Unmarshal([]byte(line), &q); err != nil {
+				t.Fatalf("queues --json line %q: %v", line, err)
+			}
+			if q.Name != "reports" {
+				continue
+			}
+			if len(q.Tenants) != 2 || q.Tenants[0].Tenant != "acme" || q.Tenants[0].Queued != "5" ||
+				q.Tenants[1].Tenant != "globex" || q.Tenants[1].Running != "1" || q.TenantsLeftOut != 10 {
+				t.Errorf("queues --json printed %s for reports, want acme (5 queued), globex (1 running) and 10 left out", line)
+			}
+			if !strings.HasPrefix(q.Tenants[0].OldestQueuedAge, "360") {
+				t.Errorf("acme's oldestQueuedAge is %q, want about 3600s", q.Tenants[0].OldestQueuedAge)
+			}
+			return
+		}
+		t.Errorf("queues --json has no line for reports:\n%s", out)
+	})
+
+	t.Run("--tenants below zero is a usage error", func(t *testing.T) {
+		code, _, errOut := runInProcess(t, "queues", "--server", s.URL, "--tenants", "-1")
+		if code != 2 || !strings.Contains(errOut, "--tenants must not be negative") {
+			t.Errorf("queues --tenants -1 = exit %d: %s; want a usage error", code, errOut)
+		}
+	})
 }

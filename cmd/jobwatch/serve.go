@@ -78,6 +78,7 @@ type serveFlags struct {
 	insecure        bool
 	corsOrigins     string
 	metricsAddr     string
+	tenantMetrics   bool
 }
 
 // connFlags are serve's stream and connection bounds: server.Config's
@@ -145,6 +146,7 @@ func newServeFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without authentication")
 	fs.StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated browser `origins` allowed to call the API (\"*\" for any); empty: no CORS")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "`host:port` of a listener of its own for /metrics, which then leaves --addr; it asks for no token, so bind it where only your scraper reaches. Empty: /metrics on --addr, taking a metrics or admin token when --tokens is given")
+	fs.BoolVar(&f.tenantMetrics, "metrics-per-tenant", false, "add jobwatch_queue_tenant_jobs to /metrics: each queue's queued and running jobs by tenant, two series per queue and tenant with unfinished work (mind the cardinality); a scrape after a change reads every unfinished job's index entry")
 	return fs
 }
 
@@ -331,7 +333,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer st.Close()
 
-	metrics := server.NewMetrics()
+	metrics := server.NewMetricsWith(server.MetricsOptions{PerTenant: f.tenantMetrics})
 	// The webhook's deliveries end when serve returns, after the engine
 	// has stopped announcing.
 	hookDone := make(chan struct{})

@@ -81,9 +81,15 @@ const prelude = `SELECT ` + planSettings + `,
 // them in claim order and gives the i-th lease i. $1 is the claim's
 // time, $2 the worker, $3 the lease ids, $4 and $5 the queues with leases
 // of their own and those leases in microseconds, $6 the default lease.
-const claimSet = `, numbered AS (
+const claimSet = claimNumbered + claimUpdate
+
+// claimNumbered and claimUpdate are claimSet's two parts, apart so that
+// a claim from rate-limited queues can wrap the UPDATE (claimRated).
+const claimNumbered = `, numbered AS (
 	SELECT p.seq, p.updated_at, row_number() OVER (ORDER BY p.priority, p.run_at, p.seq) AS i FROM picked AS p)
-UPDATE jobs AS j SET state = 'running', attempt = j.attempt + 1, worker_id = $2,
+`
+
+const claimUpdate = `UPDATE jobs AS j SET state = 'running', attempt = j.attempt + 1, worker_id = $2,
 	lease_id = ($3::text[])[p.i], started_at = coalesce(j.started_at, $1), updated_at = $1,
 	lease_expires_at = $1 + coalesce((SELECT d.us FROM unnest($4::text[], $5::bigint[]) AS d(q, us)
 		WHERE d.q = j.queue), $6) * interval '1 microsecond',
@@ -130,7 +136,7 @@ const candidateSlack = DefaultMaxConns
 // queue names (one seek per queue), never by a walk of the jobs of the
 // queues with rules.
 func pickQuery(f store.ClaimFilter, ready bool, n int, sel string, lock bool, first int) (string, []any) {
-	p := &picker{first: first, ready: ready}
+	p := &picker{first: first, ready: ready, now: f.Now}
 	if ready {
 		p.due = p.arg(f.Now) + "::timestamptz"
 	}
@@ -159,6 +165,9 @@ type picker struct {
 	// priority is the priority a seek is at (an SQL expression), or ""
 	// for any; set by byPriority for the seeks it writes.
 	priority string
+	// now is the claim's time, which rates count their windows back
+	// from, ready or not.
+	now time.Time
 }
 
 func (p *picker) arg(v any) string {
@@ -411,9 +420,10 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 	ruledJobs := p.byPriority("o.queue", kind, fmt.Sprintf("least(o.n, %d)", m))
 	freeJobs := p.byPriority("n.queue", kind, strconv.Itoa(m))
 	return `WITH RECURSIVE ` + names + `,
-	lim(queue, max_running, serial, hold) AS (
+	lim(queue, max_running, serial, hold, rate_limit, rate_per) AS (
 		SELECT * FROM unnest(` + ruled + `::text[], ` + p.arg(rules.max) + `::int[], ` +
-		p.arg(rules.serial) + `::bool[], ` + p.arg(rules.hold) + `::bool[])),
+		p.arg(rules.serial) + `::bool[], ` + p.arg(rules.hold) + `::bool[], ` +
+		p.arg(rules.rateLimits) + `::int[], ` + p.arg(rules.ratePers) + `::bigint[])),
 	pool_use(queue, pool) AS (
 		SELECT DISTINCT * FROM unnest(` + p.arg(rules.useQueues) + `::text[], ` + p.arg(rules.usePools) + `::text[])),
 	pool_size(pool, size) AS (
@@ -437,6 +447,11 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 		SELECT l.queue, l.serial, l.hold, least(
 			CASE WHEN l.serial THEN 1 END,
 			CASE WHEN l.max_running > 0 THEN l.max_running - r.n END,
+			-- A rate's room: its limit less the queue's claims in the
+			-- window (rates.go), at most the limit of them read.
+			CASE WHEN l.rate_limit > 0 THEN l.rate_limit - (SELECT count(*) FROM (SELECT FROM queue_starts AS s
+				WHERE s.queue = l.queue AND s.at > ` + p.arg(p.now) + `::timestamptz - l.rate_per * interval '1 microsecond'
+				ORDER BY s.queue, s.at LIMIT l.rate_limit) AS s) END,
 			(SELECT min(p.free) FROM pool_use AS u JOIN pool_free AS p ON p.pool = u.pool WHERE u.queue = l.queue))
 		FROM lim AS l JOIN running AS r ON r.queue = l.queue),
 	heads(seq) AS (
@@ -500,6 +515,8 @@ type rules struct {
 	queues       []string
 	max          []int32
 	serial, hold []bool
+	rateLimits   []int32
+	ratePers     []int64 // µs
 	useQueues    []string
 	usePools     []string
 	pools        []string
@@ -518,6 +535,8 @@ func rulesFor(f store.ClaimFilter) rules {
 		r.max = append(r.max, int32(l.MaxRunning))
 		r.serial = append(r.serial, l.Serial)
 		r.hold = append(r.hold, l.Serial && l.HoldRetry)
+		r.rateLimits = append(r.rateLimits, int32(l.Rate.Limit))
+		r.ratePers = append(r.ratePers, l.Rate.Per.Microseconds())
 		for _, p := range l.Pools {
 			r.useQueues, r.usePools = append(r.useQueues, q), append(r.usePools, p)
 		}
@@ -551,7 +570,7 @@ func (s *Store) lockKeys(f store.ClaimFilter) []int64 {
 		if len(f.Queues) > 0 && !slices.Contains(f.Queues, q) {
 			continue
 		}
-		if l.MaxRunning <= 0 && !l.Serial && len(l.Pools) == 0 {
+		if l.MaxRunning <= 0 && !l.Serial && len(l.Pools) == 0 && l.Rate.IsZero() {
 			continue
 		}
 		keys = append(keys, lockKey(s.schema, "queue", q))
@@ -612,8 +631,35 @@ func claimQuery(f store.ClaimFilter, c store.Claim) (string, []any) {
 	}
 	args := []any{micro(c.Now), c.WorkerID, c.LeaseIDs, leaseQueues, leases, c.Lease.Microseconds()}
 	picked, pickArgs := pickQuery(f, true, len(c.LeaseIDs), "j.seq, j.updated_at, j.run_at, j.priority", true, len(args)+1)
-	return "WITH picked AS (" + picked + ")" + fmt.Sprintf(claimSet, qualified(columns, "j")), append(args, pickArgs...)
+	args = append(args, pickArgs...)
+	var rated []string
+	var pers []int64
+	for q, l := range f.Limits {
+		if !l.Rate.IsZero() && (len(f.Queues) == 0 || slices.Contains(f.Queues, q)) {
+			rated, pers = append(rated, q), append(pers, l.Rate.Per.Microseconds())
+		}
+	}
+	if len(rated) == 0 {
+		return "WITH picked AS (" + picked + ")" + fmt.Sprintf(claimSet, qualified(columns, "j")), args
+	}
+	update := fmt.Sprintf(claimUpdate, qualified(columns, "j"))
+	return "WITH picked AS (" + picked + ")" + claimNumbered + fmt.Sprintf(claimRated, update, len(args)+1, len(args)+2, len(args)+3),
+		append(args, rated, pers, f.Now)
 }
+
+// claimRated is the end of a claim from rate-limited queues: the
+// UPDATE (%[1]s), then a row in queue_starts for each job it took from
+// one of the queues $%[2]d at the filter's time $%[4]d (the time the
+// pick counted the windows back from), and the queues' rows that have
+// left their windows (of $%[3]d µs each) deleted. The claim holds the
+// queues' advisory locks (lockKeys), so claims count and record one
+// after the other.
+const claimRated = `, claimed AS (%[1]s),
+	started AS (INSERT INTO queue_starts (queue, at)
+		SELECT c.queue, $%[4]d::timestamptz FROM claimed AS c WHERE c.queue = ANY($%[2]d::text[])),
+	pruned AS (DELETE FROM queue_starts AS s USING unnest($%[2]d::text[], $%[3]d::bigint[]) AS r(queue, per)
+		WHERE s.queue = r.queue AND s.at <= $%[4]d::timestamptz - r.per * interval '1 microsecond')
+SELECT * FROM claimed`
 
 // claimAttempts bounds how often ClaimJobs claims again after finding
 // nothing while a later read finds a job ready.

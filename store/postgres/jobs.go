@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,25 +82,32 @@ func (s *Store) CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, erro
 	}
 }
 
-// CreateJobs implements store.Store. Without dependencies the inserts go
-// in one pipelined batch, which the server runs as one implicit
-// transaction (a batch's statements share one Sync), so a job that
-// cannot be stored rolls back the ones before it. With them, in one
-// transaction of its own: see createWithDependencies.
+// CreateJobs implements store.Store: CreateJobsWithin without a quota.
 func (s *Store) CreateJobs(ctx context.Context, jobs []jobtype.Job) ([]jobtype.Job, error) {
+	return s.CreateJobsWithin(ctx, jobs, store.Quota{})
+}
+
+// CreateJobsWithin implements store.Store. Without dependencies or a
+// quota that charges a tenant the inserts go in one pipelined batch,
+// which the server runs as one implicit transaction (a batch's
+// statements share one Sync), so a job that cannot be stored rolls back
+// the ones before it. With either, in one transaction of its own: see
+// createInTx.
+func (s *Store) CreateJobsWithin(ctx context.Context, jobs []jobtype.Job, q store.Quota) ([]jobtype.Job, error) {
 	in := make([]jobtype.Job, len(jobs))
 	waits := false
 	for i, j := range jobs {
 		in[i] = normalize(j)
 		waits = waits || len(j.After) > 0
 	}
+	charges := q.Charges(in)
 	for attempt := 1; ; attempt++ {
 		failed := -1 // the job whose insert failed
 		var out []jobtype.Job
 		err := s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-			if waits {
+			if waits || len(charges) > 0 {
 				var err error
-				out, failed, err = createWithDependencies(ctx, conn, in)
+				out, failed, err = s.createInTx(ctx, conn, in, charges)
 				return err
 			}
 			failed, out = -1, in
@@ -123,9 +131,12 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []jobtype.Job) ([]jobtype.J
 			}
 			return out, nil
 		}
-		var missing *jobtype.MissingError
-		var invalid *jobtype.InvalidError
-		if errors.As(err, &missing) || errors.As(err, &invalid) {
+		var (
+			missing *jobtype.MissingError
+			invalid *jobtype.InvalidError
+			quota   *jobtype.QuotaError
+		)
+		if errors.As(err, &missing) || errors.As(err, &invalid) || errors.As(err, &quota) {
 			return nil, err
 		}
 		what := fmt.Sprintf("create %d jobs", len(in))
@@ -141,19 +152,42 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []jobtype.Job) ([]jobtype.J
 	}
 }
 
-// createWithDependencies stores jobs in one transaction on conn, each
-// job with dependencies (After) settled first (store.SettleDependencies)
-// from their rows read FOR SHARE: a write that would end one of them
-// waits for this transaction, whose rows in job_deps its trigger then
-// finds, and one that ended before the read is read ended. It returns
-// the jobs as stored, or the index of the job whose insert failed.
-func createWithDependencies(ctx context.Context, conn *pgxpool.Conn, in []jobtype.Job) (out []jobtype.Job, failed int, err error) {
+// createInTx stores in in one transaction on conn. First, for charges,
+// it takes each charged tenant's lock and counts its jobs not yet
+// running (checkQuota). Then each job with dependencies (After) is
+// settled (store.SettleDependencies) from their rows read FOR SHARE: a
+// write that would end one of them waits for this transaction, whose
+// rows in job_deps its trigger then finds, and one that ended before
+// the read is read ended. Jobs without are inserted in one pipelined
+// batch when none of in has dependencies. It returns the jobs as
+// stored, or the index of the job whose insert failed.
+func (s *Store) createInTx(ctx context.Context, conn *pgxpool.Conn, in []jobtype.Job, charges []store.QuotaCharge) (out []jobtype.Job, failed int, err error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return nil, -1, err
 	}
 	defer tx.Rollback(ctx)
+	if err := s.checkQuota(ctx, tx, tenantsOf(charges), charges); err != nil {
+		return nil, -1, err
+	}
 	out = slices.Clone(in)
+	if !slices.ContainsFunc(in, func(j jobtype.Job) bool { return len(j.After) > 0 }) {
+		b := &pgx.Batch{}
+		for _, j := range in {
+			b.Queue(insertJob, insertValues(j, 0)...)
+		}
+		br := tx.SendBatch(ctx, b)
+		for i := range in {
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return nil, i, err
+			}
+		}
+		if err := br.Close(); err != nil {
+			return nil, -1, err
+		}
+		return out, -1, tx.Commit(ctx)
+	}
 	for i := range out {
 		j := &out[i]
 		var waitFor []string
@@ -178,6 +212,105 @@ func createWithDependencies(ctx context.Context, conn *pgxpool.Conn, in []jobtyp
 		}
 	}
 	return out, -1, tx.Commit(ctx)
+}
+
+// quotaLocks takes, for the rest of its transaction, the advisory lock
+// of each tenant whose quota a write checks ($1 and $2: the halves of
+// each key, tenantLock, in key order, so that writes locking several
+// never wait on each other in a cycle), and sets the plans under which
+// queuedCount can only walk its index (see planSettings in claims.go):
+// no sequential or bitmap scan (a bitmap reads every one of the
+// tenant's entries before the LIMIT) and no sort. The settings last for
+// the transaction, whose other statements read by key or insert.
+const quotaLocks = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+	set_config('enable_sort', 'off', true), set_config('enable_incremental_sort', 'off', true),
+	(SELECT count(pg_advisory_xact_lock(k.hi, k.lo)) FROM unnest($1::int4[], $2::int4[]) AS k(hi, lo))`
+
+// queuedCount counts tenant $1's jobs not yet running
+// (jobtype.QueuedStates), at most $2 of them, by a walk of the tenant's
+// range of jobs_tenant_queued that stops at the LIMIT, however many jobs
+// the tenant or the table has. The tenant is a range, not an equality,
+// and the rows are ordered by (tenant, state), so that, sorts being off,
+// no other index can give them (with tenant = $1 any index in state
+// order would, jobs_state among them, walking every tenant's queued
+// jobs for this one's: the planner chose that after an ANALYZE). With
+// the state list in the WHERE the partial index applies.
+const queuedCount = `SELECT count(*) FROM (SELECT 1 FROM jobs
+	WHERE tenant >= $1 AND tenant <= $1 AND state IN ('pending', 'waiting', 'queued')
+	ORDER BY tenant, state LIMIT $2) AS q`
+
+// tenantLock is the key of tenant's quota lock, as the two int4 halves
+// pg_advisory_xact_lock(int4, int4) takes. PostgreSQL keeps two-key
+// advisory locks apart from one-key ones (pg_advisory_xact_lock(bigint)),
+// which every other lock of the store takes (lockKey), so a tenant's
+// lock can never be a queue's, a pool's, the schedules' or the
+// migrations'. Two tenants whose keys collide (a 64-bit hash) only take
+// turns.
+func (s *Store) tenantLock(tenant string) (hi, lo int32) {
+	k := lockKey(s.schema, "tenant", tenant)
+	return int32(k >> 32), int32(k)
+}
+
+// tenantsOf are the tenants of charges.
+func tenantsOf(charges []store.QuotaCharge) []string {
+	tenants := make([]string, len(charges))
+	for i, c := range charges {
+		tenants[i] = c.Tenant
+	}
+	return tenants
+}
+
+// checkQuota takes, in tx, the quota locks of lock (quotaLocks), then
+// counts the jobs not yet running of each tenant of charges, up to its
+// bound plus one, in statements of their own, all in one round trip. In
+// READ COMMITTED each statement reads a snapshot taken when it starts,
+// after the locks are granted, so the counts see every write that held
+// a lock before. It returns the refusal of the first charge whose tenant
+// has no room for it (store.QuotaCharge.Refusal). A tenant's lock is
+// held until tx ends, so the count stays true until its inserts commit.
+func (s *Store) checkQuota(ctx context.Context, tx pgx.Tx, lock []string, charges []store.QuotaCharge) error {
+	if len(lock) == 0 && len(charges) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	if len(lock) > 0 {
+		type key struct{ hi, lo int32 }
+		keys := make([]key, len(lock))
+		for i, t := range lock {
+			keys[i].hi, keys[i].lo = s.tenantLock(t)
+		}
+		slices.SortFunc(keys, func(a, b key) int {
+			if a.hi != b.hi {
+				return cmp.Compare(a.hi, b.hi)
+			}
+			return cmp.Compare(a.lo, b.lo)
+		})
+		his, los := make([]int32, len(keys)), make([]int32, len(keys))
+		for i, k := range keys {
+			his[i], los[i] = k.hi, k.lo
+		}
+		b.Queue(quotaLocks, his, los)
+	}
+	for _, c := range charges {
+		b.Queue(queuedCount, c.Tenant, c.MaxQueued+1)
+	}
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if len(lock) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("take the quota locks of tenants %v: %w", lock, err)
+		}
+	}
+	for _, c := range charges {
+		var n int
+		if err := br.QueryRow().Scan(&n); err != nil {
+			return fmt.Errorf("count the jobs of tenant %s not yet running: %w", c.Tenant, err)
+		}
+		if err := c.Refusal(n); err != nil {
+			return err
+		}
+	}
+	return br.Close()
 }
 
 // readDependencies reads the jobs of ids that belong to tenant, as
@@ -409,6 +542,96 @@ func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtyp
 			next, write, err := change(id, old.job, update)
 			u.job = old.job
 			if err != nil || !write {
+				return err
+			}
+			u.job = next
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(wctx, updateJob, append(values(next), old.rev)...); err != nil {
+				return err
+			}
+			u.changed = next.Version > old.job.Version
+			return nil
+		})
+	})
+	return u, err
+}
+
+// UpdateJobWithin implements store.Store. The job's tenant never
+// changes, so it is read first, without a lock; unless q bounds it, this
+// is UpdateJob. If it does, every try is one transaction that takes the
+// tenant's quota lock and then reads the row FOR NO KEY UPDATE, in that
+// order, as a create with dependencies takes the lock before it reads
+// its dependencies FOR SHARE, so the two never wait on each other in a
+// cycle; then it lets update change the job, counts the tenant's jobs
+// not yet running if the change adds one (checkQuota), and writes. Only
+// retries and the like are written under a quota, so the lock's round
+// trips cost no common write.
+func (s *Store) UpdateJobWithin(ctx context.Context, id string, q store.Quota, update func(*jobtype.Job) error) (jobtype.Job, error) {
+	if len(q.MaxQueued) == 0 {
+		return s.UpdateJob(ctx, id, update)
+	}
+	var tenant string
+	err := s.pool.QueryRow(ctx, "SELECT tenant FROM jobs WHERE id = $1", id).Scan(&tenant)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return jobtype.Job{}, fmt.Errorf("job %s: %w", id, jobtype.ErrNotFound)
+	case err != nil:
+		return jobtype.Job{}, fmt.Errorf("get job %s: %w", id, classify(err))
+	case q.MaxQueued[tenant] <= 0:
+		return s.UpdateJob(ctx, id, update)
+	}
+	for conflicts := 0; ; conflicts++ {
+		u, err := s.updateCounted(ctx, id, tenant, q, update)
+		var (
+			fe    funcError
+			quota *jobtype.QuotaError
+		)
+		switch {
+		case errors.As(err, &fe):
+			return jobtype.Job{}, fe.err
+		case errors.As(err, &quota):
+			return jobtype.Job{}, quota
+		case isUniqueViolation(err, "jobs_unique_active") && conflicts < conflictAttempts:
+			if conflict := s.activeHolder(ctx, u.job); conflict != nil {
+				return jobtype.Job{}, conflict
+			}
+			continue
+		case errors.Is(err, jobtype.ErrNotFound):
+			return jobtype.Job{}, err
+		case err != nil:
+			return jobtype.Job{}, fmt.Errorf("update job %s: %w", id, classify(err))
+		}
+		if u.changed {
+			s.announce(u.job)
+		}
+		return returned(u.job), nil
+	}
+}
+
+// updateCounted is one try of UpdateJobWithin under tenant's quota: a
+// transaction that cannot lose to another writer (it locks the row), as
+// updateLocked is. A caller that leaves while update runs writes
+// nothing.
+func (s *Store) updateCounted(ctx context.Context, id, tenant string, q store.Quota, update func(*jobtype.Job) error) (updated, error) {
+	var u updated
+	err := s.write(ctx, func(wctx context.Context, conn *pgxpool.Conn) error {
+		u = updated{}
+		return pgx.BeginFunc(wctx, conn, func(tx pgx.Tx) error {
+			if err := s.checkQuota(wctx, tx, []string{tenant}, nil); err != nil {
+				return err
+			}
+			old, err := readForWrite(wctx, tx, id, true)
+			if err != nil {
+				return err
+			}
+			next, write, err := change(id, old.job, update)
+			u.job = old.job
+			if err != nil || !write {
+				return err
+			}
+			if err := s.checkQuota(wctx, tx, nil, q.ChangeCharges(old.job, next)); err != nil {
 				return err
 			}
 			u.job = next

@@ -332,6 +332,36 @@ CREATE TRIGGER jobs_dependency_ended AFTER UPDATE OF state ON {{schema}}.jobs FO
 ALTER TABLE {{schema}}.jobs ADD COLUMN IF NOT EXISTS trace_parent text NOT NULL DEFAULT '',
 	ADD COLUMN IF NOT EXISTS trace_state text NOT NULL DEFAULT '';
 `,
+	// 12: TenantDepths (ListQueues' per-tenant depth, the per-tenant
+	// metrics) reads only this index, in the order of its GROUP BY, as
+	// QueueStats reads the partial indexes of queued and running jobs
+	// (see tenantstats.go). Partial: the jobs kept after they end cost it
+	// nothing. It only adds, so the release before runs beside it.
+	`
+CREATE INDEX jobs_unfinished_queue_tenant ON {{schema}}.jobs (queue, tenant, state, run_at)
+	WHERE state IN ('queued', 'running');
+`,
+	// 13: the claims of rate-limited queues (jobtype.Rate), one row per
+	// job claimed, kept until it is older than the queue's window: a
+	// claim counts its queue's rows in the window (rates.go). It only
+	// adds; a release before it claims from such a queue without a cap.
+	`
+CREATE TABLE {{schema}}.queue_starts (
+	queue text        NOT NULL,
+	at    timestamptz NOT NULL
+);
+CREATE INDEX queue_starts_queue_at ON {{schema}}.queue_starts (queue, at);
+`,
+	// 14: each tenant's jobs not yet running (PENDING, WAITING, QUEUED),
+	// which a tenant's max_queued bounds: a submission under a quota
+	// counts them (queuedCount, jobs.go) with a seek per state, reading
+	// at most the bound's entries. Partial: a job leaves it when it
+	// starts, so running and ended jobs cost it nothing. It only adds,
+	// so the release before runs beside it.
+	`
+CREATE INDEX IF NOT EXISTS jobs_tenant_queued ON {{schema}}.jobs (tenant, state)
+	WHERE state IN ('pending', 'waiting', 'queued');
+`,
 }
 
 // channelFor is the NOTIFY channel of the store in schema: one per schema,

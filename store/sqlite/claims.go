@@ -105,6 +105,11 @@ func (s *Store) claimRuled(ctx context.Context, tx *sql.Tx, f store.ClaimFilter,
 		if err := s.writeJobs(ctx, tx, []jobWrite{{seq: seq, old: old, next: next}}); err != nil {
 			return nil, err
 		}
+		if rate := f.Limits[next.Queue].Rate; !rate.IsZero() {
+			if err := recordStart(ctx, tx, next.Queue, f.Now, rate); err != nil {
+				return nil, err
+			}
+		}
 		s.changed(next)
 		out = append(out, store.Claimed{Job: next, QueuedAt: old.UpdatedAt})
 	}
@@ -421,8 +426,9 @@ func ruledPickQuery(f store.ClaimFilter, ready bool, selected string) (string, [
 		bound = "1"
 	}
 	query := `WITH RECURSIVE
-	lim(queue, max_running, serial, hold) AS MATERIALIZED (
-		SELECT key, value ->> 'max', value ->> 'serial', value ->> 'hold' FROM json_each(:limits)),
+	lim(queue, max_running, serial, hold, rate_limit, rate_per) AS MATERIALIZED (
+		SELECT key, value ->> 'max', value ->> 'serial', value ->> 'hold', value ->> 'rate', value ->> 'per'
+		FROM json_each(:limits)),
 	pool_use(queue, pool) AS MATERIALIZED (
 		SELECT u.key, p.value FROM json_each(:uses) AS u, json_each(u.value) AS p),
 	full_pool(pool) AS MATERIALIZED (
@@ -438,7 +444,9 @@ func ruledPickQuery(f store.ClaimFilter, ready bool, selected string) (string, [
 		WHERE n.name IS NOT NULL AND ` + notPaused("n.name") + `
 			AND n.name NOT IN (SELECT queue FROM pool_blocked)
 			AND (coalesce(l.max_running, 0) = 0 OR (SELECT COUNT(*) FROM jobs AS r
-				WHERE r.state = 'running' AND r.queue = n.name) < l.max_running)),
+				WHERE r.state = 'running' AND r.queue = n.name) < l.max_running)
+			AND (coalesce(l.rate_limit, 0) = 0 OR (SELECT COUNT(*) FROM queue_starts AS s
+				WHERE s.queue = n.name AND s.at > :now - l.rate_per) < l.rate_limit)),
 	` + groups + `,
 	` + priorityWalk(index, "", key, due+tenants, bound, !ready) + `,
 	heads(seq) AS (
@@ -481,15 +489,18 @@ func mustJSON(v any, empty string) string {
 }
 
 type queueLimitJSON struct {
-	Max    int  `json:"max"`
-	Serial bool `json:"serial"`
-	Hold   bool `json:"hold"`
+	Max    int   `json:"max"`
+	Serial bool  `json:"serial"`
+	Hold   bool  `json:"hold"`
+	Rate   int   `json:"rate,omitempty"` // jobtype.Rate.Limit
+	Per    int64 `json:"per,omitempty"`  // jobtype.Rate.Per, µs
 }
 
 func limitsJSON(limits map[string]store.QueueLimit) string {
 	m := make(map[string]queueLimitJSON, len(limits))
 	for q, l := range limits {
-		m[q] = queueLimitJSON{Max: l.MaxRunning, Serial: l.Serial, Hold: l.Serial && l.HoldRetry}
+		m[q] = queueLimitJSON{Max: l.MaxRunning, Serial: l.Serial, Hold: l.Serial && l.HoldRetry,
+			Rate: l.Rate.Limit, Per: l.Rate.Per.Microseconds()}
 	}
 	return mustJSON(m, "{}")
 }

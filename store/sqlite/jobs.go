@@ -124,6 +124,66 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []jobtype.Job) ([]jobtype.J
 	return out, nil
 }
 
+// CreateJobsWithin implements store.Store: CreateJobs with the count of
+// each charged tenant's jobs not yet running (checkQuota) in the same
+// write of the writer's batch, before its inserts. The writer's
+// transaction is the only one writing the file (BEGIN IMMEDIATE), and a
+// batch's writes run one after another in it, so the count sees every
+// job committed or written before it and nothing can come between the
+// count and the inserts: no lock of its own is needed.
+func (s *Store) CreateJobsWithin(ctx context.Context, jobs []jobtype.Job, q store.Quota) ([]jobtype.Job, error) {
+	charges := q.Charges(jobs)
+	if len(charges) == 0 {
+		return s.CreateJobs(ctx, jobs)
+	}
+	out := make([]jobtype.Job, len(jobs))
+	for i, j := range jobs {
+		out[i] = normalize(j)
+	}
+	err := s.writeTx(ctx, "create jobs", func(ctx context.Context, tx *sql.Tx) error {
+		if err := callerLeft(ctx); err != nil {
+			return leftError(fmt.Sprintf("create %d jobs", len(out)), err)
+		}
+		if err := checkQuota(ctx, tx, charges); err != nil {
+			return err
+		}
+		for i := range out {
+			if err := s.create(ctx, tx, &out[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// queuedCount counts a tenant's jobs not yet running
+// (jobtype.QueuedStates), up to a limit, from jobs_tenant_queued alone:
+// a seek per state, and at most the limit's entries read, however many
+// jobs the tenant has. INDEXED BY keeps a plan that walks the tenant's
+// every job (jobs_tenant_created) from being chosen.
+const queuedCount = `SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY jobs_tenant_queued
+	WHERE tenant = ? AND state IN ('pending', 'waiting', 'queued') LIMIT ?)`
+
+// checkQuota counts, in tx, the jobs not yet running of each tenant of
+// charges, up to its bound plus one, and returns the refusal of the
+// first that has no room for its charge (store.QuotaCharge.Refusal).
+func checkQuota(ctx context.Context, tx *sql.Tx, charges []store.QuotaCharge) error {
+	for _, c := range charges {
+		var n int
+		if err := tx.QueryRowContext(ctx, queuedCount, c.Tenant, c.MaxQueued+1).Scan(&n); err != nil {
+			return fmt.Errorf("count the jobs of tenant %s not yet running: %w", c.Tenant, classify(err))
+		}
+		if err := c.Refusal(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // create stores *j in tx. A job with dependencies (After) is settled
 // first (store.SettleDependencies) from their rows as tx reads them: the
 // writer's transaction is the only one, so none of them can end between
@@ -285,6 +345,36 @@ func (s *Store) UpdateJob(ctx context.Context, id string, update func(*jobtype.J
 		}
 		next := old.Clone()
 		if err := update(&next); err != nil {
+			return err
+		}
+		out, err = s.writeJob(ctx, tx, seq, old, next)
+		return err
+	})
+	if err != nil {
+		return jobtype.Job{}, err
+	}
+	return returned(out), nil
+}
+
+// UpdateJobWithin implements store.Store: UpdateJob, counting in the
+// same write, when the change charges the job's tenant
+// (store.Quota.ChangeCharges), its jobs not yet running before the
+// write (checkQuota), exact for the reason CreateJobsWithin's count is.
+func (s *Store) UpdateJobWithin(ctx context.Context, id string, q store.Quota, update func(*jobtype.Job) error) (jobtype.Job, error) {
+	if len(q.MaxQueued) == 0 {
+		return s.UpdateJob(ctx, id, update)
+	}
+	var out jobtype.Job
+	err := s.writeStatement(ctx, "update job", func(ctx context.Context, tx *sql.Tx) error {
+		old, seq, err := getJobForWrite(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		next := old.Clone()
+		if err := update(&next); err != nil {
+			return err
+		}
+		if err := checkQuota(ctx, tx, q.ChangeCharges(old, next)); err != nil {
 			return err
 		}
 		out, err = s.writeJob(ctx, tx, seq, old, next)

@@ -601,6 +601,34 @@ BEGIN
 		AND NOT EXISTS (SELECT 1 FROM job_deps WHERE job_deps.job_id = jobs.id);
 END;
 `,
+	// 16: TenantDepths (ListQueues' per-tenant depth, the per-tenant
+	// metrics) reads only this index, in the order of its GROUP BY, as
+	// QueueStats reads jobs_state_queue_run_at (see tenantstats.go).
+	// Partial: only QUEUED and RUNNING jobs are in it, so the jobs kept
+	// after they end cost it nothing.
+	`
+CREATE INDEX jobs_unfinished_queue_tenant ON jobs (queue, tenant, state, run_at)
+	WHERE state IN ('queued', 'running');
+`,
+	// 17: the claims of rate-limited queues (jobtype.Rate), one row per
+	// job claimed, kept until it is older than the queue's window: a
+	// claim counts its queue's rows in the window (rates.go).
+	`
+CREATE TABLE queue_starts (
+	queue TEXT    NOT NULL,
+	at    INTEGER NOT NULL
+);
+CREATE INDEX queue_starts_queue_at ON queue_starts (queue, at);
+`,
+	// 18: each tenant's jobs not yet running (PENDING, WAITING, QUEUED),
+	// which a tenant's max_queued bounds: a submission under a quota
+	// counts them (queuedCount, jobs.go) with a seek per state, reading
+	// at most the bound's entries. Partial: a job leaves it when it
+	// starts, so running and ended jobs cost it nothing.
+	`
+CREATE INDEX jobs_tenant_queued ON jobs (tenant, state)
+	WHERE state IN ('pending', 'waiting', 'queued');
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a

@@ -1,8 +1,10 @@
 // What the queue panel computes from ListQueues and ListSchedules,
-// without the DOM: the depth sparkline's shape and the texts that say
-// since when. web/test/queues.test.ts tests it in Node.
+// without the DOM: the depth sparkline's shape, the texts that say since
+// when, and each queue's busiest tenants. web/test/queues.test.ts tests
+// it in Node.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { JobState, type QueueDepth, type Schedule } from "./gen/jobwatch/v1/jobwatch_pb";
+import { JobState, type Queue, type QueueDepth, type QueueRate, type Schedule } from "./gen/jobwatch/v1/jobwatch_pb";
+import { durationText, periodText } from "./format";
 import { isTerminal, millis, stateName } from "./model";
 
 // depthWindowMs is how far back ListQueues' depth_history reaches.
@@ -98,4 +100,51 @@ export function nextRun(s: Schedule): NextRun {
 // lastState is the schedule's latest run's state, "" before the first.
 export function lastState(s: Schedule): string {
   return s.lastJobState === JobState.UNSPECIFIED ? "" : stateName(s.lastJobState);
+}
+
+// TenantLine is one of a queue's busiest tenants as the panel lists it.
+export interface TenantLine {
+  tenant: string;
+  queued: string;
+  running: string;
+  oldest: string; // how long its oldest ready job has waited; "—" when none waits
+}
+
+// tenantLines are the queue's tenants in the server's order (busiest
+// first: see Queue.tenants in the API).
+export function tenantLines(q: Queue): TenantLine[] {
+  return q.tenants.map((d) => ({
+    tenant: d.tenant,
+    queued: String(d.queued),
+    running: String(d.running),
+    oldest: durationText(d.oldestQueuedAge),
+  }));
+}
+
+// tenantsLabel is what the queue's row says of its tenants: how many have
+// work in it, listed or not ("3 tenants"), "" when none has.
+export function tenantsLabel(listed: number, leftOut: number): string {
+  const n = listed + leftOut;
+  return n === 0 ? "" : n === 1 ? "1 tenant" : `${n} tenants`;
+}
+
+// leftOutText says how many tenants the list under a queue leaves out:
+// "and 3 more tenants", "" for none.
+export function leftOutText(n: number): string {
+  return n === 0 ? "" : n === 1 ? "and 1 more tenant" : `and ${n} more tenants`;
+}
+
+// rateText is what a rate-limited queue's row says of its rate (the
+// configuration's rate: {limit, per}): "rate 100/1m · 42 in window", or,
+// while the window is full, "held by its rate until 14:03:07 (100/1m)".
+export function rateText(rate: QueueRate | undefined): string {
+  if (rate === undefined) {
+    return "";
+  }
+  const perMs = rate.per === undefined ? 0 : Number(rate.per.seconds) * 1000 + rate.per.nanos / 1e6;
+  const per = `${rate.limit}/${perMs < 1000 ? `${Math.round(perMs)}ms` : periodText(rate.per)}`;
+  if (rate.heldUntil !== undefined) {
+    return `held by its rate until ${timestampDate(rate.heldUntil).toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" })} (${per})`;
+  }
+  return `rate ${per} · ${rate.started} in window`;
 }

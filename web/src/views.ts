@@ -6,7 +6,7 @@ import { JobState, QueueMode, type Job, type Queue, type QueueDepth, type Schedu
 import { age, clockTime, durationText, jsonText, periodText } from "./format";
 import { h, setAttr, setData, setText, svg } from "./dom";
 import { ActionButton, Confirm, type Action } from "./actions";
-import { alertingText, drainedText, lastState, nextRun, pausedText, spark, type NextRun } from "./queues";
+import { alertingText, drainedText, lastState, leftOutText, nextRun, pausedText, rateText, spark, tenantLines, tenantsLabel, type NextRun } from "./queues";
 import { isTerminal, millis, stateName, type JobBook } from "./model";
 import type { LogPane } from "./logview";
 import { outcomeShares, type BatchCounts } from "./batch";
@@ -646,7 +646,8 @@ export class Detail {
 // QueueTable shows ListQueues, one row per queue name, updated in place:
 // the queue's name and rules (mode, limit, pools in use), its counts, how
 // long the oldest job has waited, its drain or alert, and a sparkline of
-// its depth over the last 15 minutes.
+// its depth over the last 15 minutes. Under each, a row that opens from
+// the queue's "N tenants" button lists its busiest tenants.
 export class QueueTable {
   private readonly rows = new Map<string, QueueRow>();
   private readonly confirm = new Confirm();
@@ -678,6 +679,7 @@ export class QueueTable {
     for (const [name, row] of this.rows) {
       if (!names.has(name)) {
         row.el.remove();
+        row.tenants.el.remove();
         this.rows.delete(name);
       }
     }
@@ -687,7 +689,7 @@ export class QueueTable {
         row = new QueueRow(q.name, this.ops, this.confirm);
         this.rows.set(q.name, row);
       }
-      this.body.append(row.el); // keeps the server's order
+      this.body.append(row.el, row.tenants.el); // keeps the server's order
       row.update(q, now);
     }
   }
@@ -712,9 +714,12 @@ const sparkHeight = 22;
 
 class QueueRow {
   readonly el: HTMLTableRowElement;
+  readonly tenants: TenantsRow;
   private readonly mode = h("span", { class: "mode" });
   private readonly pools = h("span", { class: "pools" });
   private readonly status = h("span", { class: "queue-status" });
+  // The queue's rate (queues.ts' rateText), hidden for a queue without one.
+  private readonly rate = h("span", { class: "queue-rate muted" });
   private readonly queued = h("td", { class: "num queued" });
   private readonly running = h("td", { class: "num running" });
   private readonly oldest = h("td", { class: "num oldest" });
@@ -756,6 +761,7 @@ class QueueRow {
     this.resume = new ActionButton("resume", "Resume", () =>
       confirm.request(`Resume queue ${name}? Its waiting jobs are handed out again.`, "Resume", () => ops.resume(name)),
     );
+    this.tenants = new TenantsRow(name);
     this.el = h(
       "tr",
       { "data-queue": name },
@@ -769,6 +775,8 @@ class QueueRow {
           h("span", { class: "name" }, name),
           h("span", { class: "muted rules" }, this.mode, this.pools),
           this.status,
+          this.rate,
+          this.tenants.toggle,
           h("span", { class: "queue-actions" }, this.pause.el, this.resume.el),
         ),
       ),
@@ -792,6 +800,9 @@ class QueueRow {
     this.drainedAt = millis(q.lastDrainedAt);
     this.empty = q.queued + q.running === 0n;
     this.status.title = this.watched ? `alert_after ${periodText(q.alertAfter)}` : "";
+    setText(this.rate, rateText(q.rate));
+    this.rate.hidden = q.rate === undefined;
+    this.rate.classList.toggle("held", q.rate?.heldUntil !== undefined);
     setData(this.el, "paused", String(q.paused));
     this.pausedAt = q.paused ? millis(q.pausedAt) : 0;
     this.pausedBy = q.pausedBy;
@@ -799,6 +810,7 @@ class QueueRow {
     this.refreshActions();
     this.tick(now);
     this.drawSpark(q.depthHistory);
+    this.tenants.update(q);
   }
 
   refreshActions(): void {
@@ -835,6 +847,71 @@ class QueueRow {
     const text = `depth over the last 15 minutes: ${s.now} now, at most ${s.max}`;
     setAttr(this.spark, "aria-label", text);
     setText(this.label, text);
+  }
+}
+
+// TenantsRow is the row under a queue's that lists its busiest tenants
+// (ListQueues' tenants, busiest first) with their counts and oldest
+// wait, and how many it leaves out. It opens and closes from toggle, in
+// the queue's row, which says how many tenants have work in the queue;
+// both hide while none has. It stays as the person left it across polls.
+class TenantsRow {
+  readonly el: HTMLTableRowElement;
+  readonly toggle = h("button", { type: "button", class: "tenants-toggle", "aria-expanded": "false" });
+  private readonly body = h("tbody");
+  private readonly leftOut = h("div", { class: "muted tenants-left-out" });
+  private open = false;
+  private any = false;
+
+  constructor(queue: string) {
+    this.el = h(
+      "tr",
+      { class: "queue-tenants", "data-tenants-of": queue },
+      h(
+        "td",
+        { colspan: "5" },
+        h(
+          "table",
+          { class: "tenants", "aria-label": `tenants of queue ${queue}` },
+          h("thead", {}, h("tr", {}, h("th", {}, "Tenant"), h("th", { class: "num" }, "Queued"), h("th", { class: "num" }, "Running"), h("th", { class: "num" }, "Oldest wait"))),
+          this.body,
+        ),
+        this.leftOut,
+      ),
+    );
+    this.toggle.addEventListener("click", () => {
+      this.open = !this.open;
+      this.show();
+    });
+    this.show();
+  }
+
+  update(q: Queue): void {
+    const lines = tenantLines(q);
+    // One row per place, rewritten in place: the order is the server's.
+    while (this.body.rows.length > lines.length) {
+      this.body.rows[this.body.rows.length - 1]!.remove();
+    }
+    while (this.body.rows.length < lines.length) {
+      this.body.append(h("tr", {}, h("td", { class: "tenant" }), h("td", { class: "num queued" }), h("td", { class: "num running" }), h("td", { class: "num oldest" })));
+    }
+    lines.forEach((l, i) => {
+      const row = this.body.rows[i]!;
+      setData(row, "tenant", l.tenant);
+      [l.tenant, l.queued, l.running, l.oldest].forEach((text, j) => setText(row.cells[j]!, text));
+    });
+    setText(this.leftOut, leftOutText(q.tenantsLeftOut));
+    this.leftOut.hidden = q.tenantsLeftOut === 0;
+    setText(this.toggle, tenantsLabel(lines.length, q.tenantsLeftOut));
+    this.any = lines.length > 0;
+    this.show();
+  }
+
+  private show(): void {
+    this.toggle.hidden = !this.any;
+    this.el.hidden = !this.any || !this.open;
+    setAttr(this.toggle, "aria-expanded", String(this.open && this.any));
+    this.toggle.classList.toggle("open", this.open);
   }
 }
 

@@ -3,10 +3,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
+import { durationFromMs, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
 import { periodText } from "../src/format";
-import { JobState, QueueDepthSchema, ScheduleSchema } from "../src/gen/jobwatch/v1/jobwatch_pb";
-import { alertingText, depthWindowMs, drainedText, hourMinute, lasted, nextRun, spark } from "../src/queues";
+import { JobState, QueueDepthSchema, QueueRateSchema, QueueSchema, ScheduleSchema } from "../src/gen/jobwatch/v1/jobwatch_pb";
+import { alertingText, depthWindowMs, drainedText, hourMinute, lasted, leftOutText, nextRun, rateText, spark, tenantLines, tenantsLabel } from "../src/queues";
 
 const t0 = Date.UTC(2030, 0, 2, 3, 0, 0);
 
@@ -66,4 +66,39 @@ test("a schedule's period reads as the configuration file writes it", () => {
   assert.equal(periodText(d(5400)), "1h 30m");
   assert.equal(periodText(d(3661)), "1h 1m 1s");
   assert.equal(periodText(undefined), "—");
+});
+
+test("a queue's tenants are listed in the server's order, each with its counts and oldest wait", () => {
+  const q = create(QueueSchema, {
+    name: "reports",
+    tenants: [
+      { tenant: "acme", queued: 100000n, running: 2n, oldestQueuedAge: durationFromMs(2 * 3600_000 + 5 * 60_000) },
+      { tenant: "globex", queued: 1n, running: 0n, oldestQueuedAge: durationFromMs(42_000) },
+      { tenant: "hooli", queued: 1n, running: 0n }, // its job is due later: nothing waits
+    ],
+    tenantsLeftOut: 2,
+  });
+  assert.deepEqual(tenantLines(q), [
+    { tenant: "acme", queued: "100000", running: "2", oldest: "2h 5m" },
+    { tenant: "globex", queued: "1", running: "0", oldest: "42s" },
+    { tenant: "hooli", queued: "1", running: "0", oldest: "—" },
+  ]);
+  assert.equal(tenantsLabel(3, 2), "5 tenants", "the button counts the tenants left out too");
+  assert.equal(tenantsLabel(1, 0), "1 tenant");
+  assert.equal(tenantsLabel(0, 0), "", "a queue without work has no button");
+  assert.equal(leftOutText(2), "and 2 more tenants");
+  assert.equal(leftOutText(1), "and 1 more tenant");
+  assert.equal(leftOutText(0), "");
+});
+
+test("a rate-limited queue says its rate and its window, and until when it is held", () => {
+  const rate = create(QueueRateSchema, { limit: 100, per: durationFromMs(60_000), started: 42 });
+  assert.equal(rateText(rate), "rate 100/1m · 42 in window");
+  const held = create(QueueRateSchema, { limit: 3, per: durationFromMs(1000), started: 3, heldUntil: timestampFromMs(t0 + 7000) });
+  assert.match(rateText(held), /^held by its rate until \d\d:\d\d:\d\d.* \(3\/1s\)$/);
+  assert.equal(rateText(undefined), "");
+});
+
+test("a rate per less than a second says its milliseconds", () => {
+  assert.equal(rateText(create(QueueRateSchema, { limit: 5, per: durationFromMs(250), started: 0 })), "rate 5/250ms · 0 in window");
 });

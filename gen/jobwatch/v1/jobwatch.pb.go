@@ -4208,8 +4208,25 @@ type Queue struct {
 	PausedBy string                 `protobuf:"bytes,15,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`
 	// The priority of a job submitted to the queue without one.
 	DefaultPriority int32 `protobuf:"varint,16,opt,name=default_priority,json=defaultPriority,proto3" json:"default_priority,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The queue's busiest tenants, at most
+	// ListQueuesRequest.tenants_per_queue of them, busiest first: most
+	// QUEUED plus RUNNING jobs, then the longest oldest_queued_age (a
+	// tenant with no ready job after those with one), then by name; only
+	// tenants with a QUEUED or RUNNING job in the queue. ListQueues takes
+	// an admin token (or none, on a server without tokens), so only such
+	// callers see them. They are read apart from the queue's own counts,
+	// so under load their sums may differ from queued and running by the
+	// jobs that moved in between.
+	Tenants []*TenantDepth `protobuf:"bytes,17,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	// How many tenants with a QUEUED or RUNNING job in the queue tenants
+	// leaves out.
+	TenantsLeftOut int32 `protobuf:"varint,18,opt,name=tenants_left_out,json=tenantsLeftOut,proto3" json:"tenants_left_out,omitempty"`
+	// The queue's rate limit (the configuration's rate): at most
+	// rate.limit claims of its jobs in any window of rate.per, across every
+	// replica. Unset: none.
+	Rate          *QueueRate `protobuf:"bytes,19,opt,name=rate,proto3" json:"rate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Queue) Reset() {
@@ -4354,6 +4371,172 @@ func (x *Queue) GetDefaultPriority() int32 {
 	return 0
 }
 
+func (x *Queue) GetTenants() []*TenantDepth {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
+}
+
+func (x *Queue) GetTenantsLeftOut() int32 {
+	if x != nil {
+		return x.TenantsLeftOut
+	}
+	return 0
+}
+
+func (x *Queue) GetRate() *QueueRate {
+	if x != nil {
+		return x.Rate
+	}
+	return nil
+}
+
+// QueueRate is a queue's rate limit and its window now.
+type QueueRate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Limit int32                  `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	Per   *durationpb.Duration   `protobuf:"bytes,2,opt,name=per,proto3" json:"per,omitempty"`
+	// Claims of the queue's jobs in the window that ends now.
+	Started int32 `protobuf:"varint,3,opt,name=started,proto3" json:"started,omitempty"`
+	// Set while the queue is held back by its rate (started has reached
+	// limit: it hands out no claims): when the window next has room.
+	HeldUntil     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=held_until,json=heldUntil,proto3" json:"held_until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueRate) Reset() {
+	*x = QueueRate{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueRate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueRate) ProtoMessage() {}
+
+func (x *QueueRate) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueRate.ProtoReflect.Descriptor instead.
+func (*QueueRate) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *QueueRate) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *QueueRate) GetPer() *durationpb.Duration {
+	if x != nil {
+		return x.Per
+	}
+	return nil
+}
+
+func (x *QueueRate) GetStarted() int32 {
+	if x != nil {
+		return x.Started
+	}
+	return 0
+}
+
+func (x *QueueRate) GetHeldUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.HeldUntil
+	}
+	return nil
+}
+
+// TenantDepth is one tenant's unfinished work in one queue, counted as
+// the queue's own fields are.
+type TenantDepth struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// QUEUED jobs, also those whose run_at is still to come.
+	Queued  int64 `protobuf:"varint,2,opt,name=queued,proto3" json:"queued,omitempty"`
+	Running int64 `protobuf:"varint,3,opt,name=running,proto3" json:"running,omitempty"`
+	// How long the tenant's oldest ready job has waited; unset when none
+	// waits (a job scheduled for later is not waiting).
+	OldestQueuedAge *durationpb.Duration `protobuf:"bytes,4,opt,name=oldest_queued_age,json=oldestQueuedAge,proto3" json:"oldest_queued_age,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TenantDepth) Reset() {
+	*x = TenantDepth{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantDepth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantDepth) ProtoMessage() {}
+
+func (x *TenantDepth) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantDepth.ProtoReflect.Descriptor instead.
+func (*TenantDepth) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *TenantDepth) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *TenantDepth) GetQueued() int64 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *TenantDepth) GetRunning() int64 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *TenantDepth) GetOldestQueuedAge() *durationpb.Duration {
+	if x != nil {
+		return x.OldestQueuedAge
+	}
+	return nil
+}
+
 // QueueDepth is a queue's unfinished work at one moment.
 type QueueDepth struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4366,7 +4549,7 @@ type QueueDepth struct {
 
 func (x *QueueDepth) Reset() {
 	*x = QueueDepth{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4378,7 +4561,7 @@ func (x *QueueDepth) String() string {
 func (*QueueDepth) ProtoMessage() {}
 
 func (x *QueueDepth) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4391,7 +4574,7 @@ func (x *QueueDepth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepth.ProtoReflect.Descriptor instead.
 func (*QueueDepth) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{61}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *QueueDepth) GetAt() *timestamppb.Timestamp {
@@ -4430,7 +4613,7 @@ type PoolUse struct {
 
 func (x *PoolUse) Reset() {
 	*x = PoolUse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4442,7 +4625,7 @@ func (x *PoolUse) String() string {
 func (*PoolUse) ProtoMessage() {}
 
 func (x *PoolUse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4455,7 +4638,7 @@ func (x *PoolUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolUse.ProtoReflect.Descriptor instead.
 func (*PoolUse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{62}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *PoolUse) GetName() string {
@@ -4480,14 +4663,17 @@ func (x *PoolUse) GetInUse() int64 {
 }
 
 type ListQueuesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many tenants each queue lists in Queue.tenants at most: 0 means
+	// 10, more than 100 means 100.
+	TenantsPerQueue int32 `protobuf:"varint,1,opt,name=tenants_per_queue,json=tenantsPerQueue,proto3" json:"tenants_per_queue,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4499,7 +4685,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4512,7 +4698,14 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{63}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *ListQueuesRequest) GetTenantsPerQueue() int32 {
+	if x != nil {
+		return x.TenantsPerQueue
+	}
+	return 0
 }
 
 type ListQueuesResponse struct {
@@ -4526,7 +4719,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[64]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4538,7 +4731,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[64]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4551,7 +4744,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{64}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*Queue {
@@ -4603,7 +4796,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[65]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4615,7 +4808,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[65]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4628,7 +4821,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{65}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *Schedule) GetName() string {
@@ -4723,7 +4916,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[66]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4735,7 +4928,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[66]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4748,7 +4941,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{66}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{68}
 }
 
 type ListSchedulesResponse struct {
@@ -4760,7 +4953,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[67]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4772,7 +4965,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[67]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4785,7 +4978,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{67}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -5061,7 +5254,7 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x12ResumeQueueRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"?\n" +
 	"\x13ResumeQueueResponse\x12(\n" +
-	"\x05queue\x18\x01 \x01(\v2\x12.jobwatch.v1.QueueR\x05queue\"\xc3\x05\n" +
+	"\x05queue\x18\x01 \x01(\v2\x12.jobwatch.v1.QueueR\x05queue\"\xcd\x06\n" +
 	"\x05Queue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x16.jobwatch.v1.QueueModeR\x04mode\x12\x1f\n" +
@@ -5081,7 +5274,21 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x06paused\x18\r \x01(\bR\x06paused\x127\n" +
 	"\tpaused_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt\x12\x1b\n" +
 	"\tpaused_by\x18\x0f \x01(\tR\bpausedBy\x12)\n" +
-	"\x10default_priority\x18\x10 \x01(\x05R\x0fdefaultPriority\"j\n" +
+	"\x10default_priority\x18\x10 \x01(\x05R\x0fdefaultPriority\x122\n" +
+	"\atenants\x18\x11 \x03(\v2\x18.jobwatch.v1.TenantDepthR\atenants\x12(\n" +
+	"\x10tenants_left_out\x18\x12 \x01(\x05R\x0etenantsLeftOut\x12*\n" +
+	"\x04rate\x18\x13 \x01(\v2\x16.jobwatch.v1.QueueRateR\x04rate\"\xa3\x01\n" +
+	"\tQueueRate\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12+\n" +
+	"\x03per\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03per\x12\x18\n" +
+	"\astarted\x18\x03 \x01(\x05R\astarted\x129\n" +
+	"\n" +
+	"held_until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\theldUntil\"\x9e\x01\n" +
+	"\vTenantDepth\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x16\n" +
+	"\x06queued\x18\x02 \x01(\x03R\x06queued\x12\x18\n" +
+	"\arunning\x18\x03 \x01(\x03R\arunning\x12E\n" +
+	"\x11oldest_queued_age\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0foldestQueuedAge\"j\n" +
 	"\n" +
 	"QueueDepth\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x16\n" +
@@ -5090,8 +5297,9 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\aPoolUse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05units\x18\x02 \x01(\x05R\x05units\x12\x15\n" +
-	"\x06in_use\x18\x03 \x01(\x03R\x05inUse\"\x13\n" +
-	"\x11ListQueuesRequest\"\x82\x01\n" +
+	"\x06in_use\x18\x03 \x01(\x03R\x05inUse\"?\n" +
+	"\x11ListQueuesRequest\x12*\n" +
+	"\x11tenants_per_queue\x18\x01 \x01(\x05R\x0ftenantsPerQueue\"\x82\x01\n" +
 	"\x12ListQueuesResponse\x12*\n" +
 	"\x06queues\x18\x01 \x03(\v2\x12.jobwatch.v1.QueueR\x06queues\x12@\n" +
 	"\x0edepth_interval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\rdepthInterval\"\xc0\x03\n" +
@@ -5194,7 +5402,7 @@ func file_jobwatch_v1_jobwatch_proto_rawDescGZIP() []byte {
 }
 
 var file_jobwatch_v1_jobwatch_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(JobState)(0),                 // 0: jobwatch.v1.JobState
 	(DependencyFailure)(0),        // 1: jobwatch.v1.DependencyFailure
@@ -5263,41 +5471,43 @@ var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(*ResumeQueueRequest)(nil),    // 64: jobwatch.v1.ResumeQueueRequest
 	(*ResumeQueueResponse)(nil),   // 65: jobwatch.v1.ResumeQueueResponse
 	(*Queue)(nil),                 // 66: jobwatch.v1.Queue
-	(*QueueDepth)(nil),            // 67: jobwatch.v1.QueueDepth
-	(*PoolUse)(nil),               // 68: jobwatch.v1.PoolUse
-	(*ListQueuesRequest)(nil),     // 69: jobwatch.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),    // 70: jobwatch.v1.ListQueuesResponse
-	(*Schedule)(nil),              // 71: jobwatch.v1.Schedule
-	(*ListSchedulesRequest)(nil),  // 72: jobwatch.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil), // 73: jobwatch.v1.ListSchedulesResponse
-	(*structpb.Value)(nil),        // 74: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil), // 75: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 76: google.protobuf.Duration
+	(*QueueRate)(nil),             // 67: jobwatch.v1.QueueRate
+	(*TenantDepth)(nil),           // 68: jobwatch.v1.TenantDepth
+	(*QueueDepth)(nil),            // 69: jobwatch.v1.QueueDepth
+	(*PoolUse)(nil),               // 70: jobwatch.v1.PoolUse
+	(*ListQueuesRequest)(nil),     // 71: jobwatch.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),    // 72: jobwatch.v1.ListQueuesResponse
+	(*Schedule)(nil),              // 73: jobwatch.v1.Schedule
+	(*ListSchedulesRequest)(nil),  // 74: jobwatch.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil), // 75: jobwatch.v1.ListSchedulesResponse
+	(*structpb.Value)(nil),        // 76: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 77: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 78: google.protobuf.Duration
 }
 var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	0,   // 0: jobwatch.v1.Job.state:type_name -> jobwatch.v1.JobState
-	74,  // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
-	74,  // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
+	76,  // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
+	76,  // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
 	6,   // 3: jobwatch.v1.Job.error:type_name -> jobwatch.v1.JobError
-	75,  // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	75,  // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	75,  // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	75,  // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	75,  // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	77,  // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	77,  // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	77,  // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	77,  // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	77,  // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
 	8,   // 9: jobwatch.v1.Job.attempts:type_name -> jobwatch.v1.JobAttempt
 	1,   // 10: jobwatch.v1.Job.on_dependency_failure:type_name -> jobwatch.v1.DependencyFailure
-	75,  // 11: jobwatch.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
-	75,  // 12: jobwatch.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	77,  // 11: jobwatch.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
+	77,  // 12: jobwatch.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,   // 13: jobwatch.v1.JobAttempt.state:type_name -> jobwatch.v1.JobState
 	6,   // 14: jobwatch.v1.JobAttempt.error:type_name -> jobwatch.v1.JobError
-	75,  // 15: jobwatch.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	77,  // 15: jobwatch.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	3,   // 16: jobwatch.v1.LogLine.stream:type_name -> jobwatch.v1.LogStream
 	10,  // 17: jobwatch.v1.GetJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
 	11,  // 18: jobwatch.v1.GetJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
 	10,  // 19: jobwatch.v1.WatchJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
 	11,  // 20: jobwatch.v1.WatchJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
-	74,  // 21: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
-	75,  // 22: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	76,  // 21: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
+	77,  // 22: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
 	1,   // 23: jobwatch.v1.SubmitJobRequest.on_dependency_failure:type_name -> jobwatch.v1.DependencyFailure
 	7,   // 24: jobwatch.v1.SubmitJobResponse.job:type_name -> jobwatch.v1.Job
 	16,  // 25: jobwatch.v1.SubmitJobsRequest.jobs:type_name -> jobwatch.v1.SubmitJobRequest
@@ -5317,101 +5527,106 @@ var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	7,   // 39: jobwatch.v1.WatchJobsResponse.jobs:type_name -> jobwatch.v1.Job
 	7,   // 40: jobwatch.v1.RetryJobResponse.job:type_name -> jobwatch.v1.Job
 	0,   // 41: jobwatch.v1.JobFilter.states:type_name -> jobwatch.v1.JobState
-	75,  // 42: jobwatch.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
+	77,  // 42: jobwatch.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
 	40,  // 43: jobwatch.v1.RetryJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
 	40,  // 44: jobwatch.v1.CancelJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
 	40,  // 45: jobwatch.v1.DeleteJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
 	49,  // 46: jobwatch.v1.GetServerInfoResponse.caller:type_name -> jobwatch.v1.Caller
 	51,  // 47: jobwatch.v1.AppendJobLogsRequest.lines:type_name -> jobwatch.v1.AppendLogLine
 	3,   // 48: jobwatch.v1.AppendLogLine.stream:type_name -> jobwatch.v1.LogStream
-	75,  // 49: jobwatch.v1.AppendLogLine.time:type_name -> google.protobuf.Timestamp
+	77,  // 49: jobwatch.v1.AppendLogLine.time:type_name -> google.protobuf.Timestamp
 	7,   // 50: jobwatch.v1.ClaimJobResponse.job:type_name -> jobwatch.v1.Job
-	75,  // 51: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	77,  // 51: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
 	55,  // 52: jobwatch.v1.ClaimJobResponse.claims:type_name -> jobwatch.v1.Claim
 	7,   // 53: jobwatch.v1.Claim.job:type_name -> jobwatch.v1.Job
-	75,  // 54: jobwatch.v1.Claim.lease_expires_at:type_name -> google.protobuf.Timestamp
-	75,  // 55: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	74,  // 56: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
+	77,  // 54: jobwatch.v1.Claim.lease_expires_at:type_name -> google.protobuf.Timestamp
+	77,  // 55: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	76,  // 56: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
 	7,   // 57: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
 	6,   // 58: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
 	7,   // 59: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
 	66,  // 60: jobwatch.v1.PauseQueueResponse.queue:type_name -> jobwatch.v1.Queue
 	66,  // 61: jobwatch.v1.ResumeQueueResponse.queue:type_name -> jobwatch.v1.Queue
 	5,   // 62: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
-	76,  // 63: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
-	75,  // 64: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
-	68,  // 65: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
-	76,  // 66: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
-	75,  // 67: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
-	67,  // 68: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
-	75,  // 69: jobwatch.v1.Queue.paused_at:type_name -> google.protobuf.Timestamp
-	75,  // 70: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
-	66,  // 71: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
-	76,  // 72: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
-	76,  // 73: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
-	75,  // 74: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
-	0,   // 75: jobwatch.v1.Schedule.last_job_state:type_name -> jobwatch.v1.JobState
-	75,  // 76: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
-	71,  // 77: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
-	16,  // 78: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
-	18,  // 79: jobwatch.v1.JobService.SubmitJobs:input_type -> jobwatch.v1.SubmitJobsRequest
-	20,  // 80: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
-	22,  // 81: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
-	24,  // 82: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
-	26,  // 83: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
-	28,  // 84: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
-	30,  // 85: jobwatch.v1.JobService.WaitJobs:input_type -> jobwatch.v1.WaitJobsRequest
-	32,  // 86: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
-	34,  // 87: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
-	47,  // 88: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
-	36,  // 89: jobwatch.v1.JobService.RetryJob:input_type -> jobwatch.v1.RetryJobRequest
-	38,  // 90: jobwatch.v1.JobService.DeleteJob:input_type -> jobwatch.v1.DeleteJobRequest
-	41,  // 91: jobwatch.v1.JobService.RetryJobs:input_type -> jobwatch.v1.RetryJobsRequest
-	43,  // 92: jobwatch.v1.JobService.CancelJobs:input_type -> jobwatch.v1.CancelJobsRequest
-	45,  // 93: jobwatch.v1.JobService.DeleteJobs:input_type -> jobwatch.v1.DeleteJobsRequest
-	12,  // 94: jobwatch.v1.JobService.GetJobLogs:input_type -> jobwatch.v1.GetJobLogsRequest
-	14,  // 95: jobwatch.v1.JobService.WatchJobLogs:input_type -> jobwatch.v1.WatchJobLogsRequest
-	53,  // 96: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
-	56,  // 97: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
-	58,  // 98: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
-	60,  // 99: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
-	50,  // 100: jobwatch.v1.WorkerService.AppendJobLogs:input_type -> jobwatch.v1.AppendJobLogsRequest
-	69,  // 101: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
-	72,  // 102: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
-	62,  // 103: jobwatch.v1.QueueService.PauseQueue:input_type -> jobwatch.v1.PauseQueueRequest
-	64,  // 104: jobwatch.v1.QueueService.ResumeQueue:input_type -> jobwatch.v1.ResumeQueueRequest
-	17,  // 105: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
-	19,  // 106: jobwatch.v1.JobService.SubmitJobs:output_type -> jobwatch.v1.SubmitJobsResponse
-	21,  // 107: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
-	23,  // 108: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
-	25,  // 109: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
-	27,  // 110: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
-	29,  // 111: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
-	31,  // 112: jobwatch.v1.JobService.WaitJobs:output_type -> jobwatch.v1.WaitJobsResponse
-	33,  // 113: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
-	35,  // 114: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
-	48,  // 115: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
-	37,  // 116: jobwatch.v1.JobService.RetryJob:output_type -> jobwatch.v1.RetryJobResponse
-	39,  // 117: jobwatch.v1.JobService.DeleteJob:output_type -> jobwatch.v1.DeleteJobResponse
-	42,  // 118: jobwatch.v1.JobService.RetryJobs:output_type -> jobwatch.v1.RetryJobsResponse
-	44,  // 119: jobwatch.v1.JobService.CancelJobs:output_type -> jobwatch.v1.CancelJobsResponse
-	46,  // 120: jobwatch.v1.JobService.DeleteJobs:output_type -> jobwatch.v1.DeleteJobsResponse
-	13,  // 121: jobwatch.v1.JobService.GetJobLogs:output_type -> jobwatch.v1.GetJobLogsResponse
-	15,  // 122: jobwatch.v1.JobService.WatchJobLogs:output_type -> jobwatch.v1.WatchJobLogsResponse
-	54,  // 123: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
-	57,  // 124: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
-	59,  // 125: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
-	61,  // 126: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
-	52,  // 127: jobwatch.v1.WorkerService.AppendJobLogs:output_type -> jobwatch.v1.AppendJobLogsResponse
-	70,  // 128: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
-	73,  // 129: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
-	63,  // 130: jobwatch.v1.QueueService.PauseQueue:output_type -> jobwatch.v1.PauseQueueResponse
-	65,  // 131: jobwatch.v1.QueueService.ResumeQueue:output_type -> jobwatch.v1.ResumeQueueResponse
-	105, // [105:132] is the sub-list for method output_type
-	78,  // [78:105] is the sub-list for method input_type
-	78,  // [78:78] is the sub-list for extension type_name
-	78,  // [78:78] is the sub-list for extension extendee
-	0,   // [0:78] is the sub-list for field type_name
+	78,  // 63: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
+	77,  // 64: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
+	70,  // 65: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
+	78,  // 66: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
+	77,  // 67: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
+	69,  // 68: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
+	77,  // 69: jobwatch.v1.Queue.paused_at:type_name -> google.protobuf.Timestamp
+	68,  // 70: jobwatch.v1.Queue.tenants:type_name -> jobwatch.v1.TenantDepth
+	67,  // 71: jobwatch.v1.Queue.rate:type_name -> jobwatch.v1.QueueRate
+	78,  // 72: jobwatch.v1.QueueRate.per:type_name -> google.protobuf.Duration
+	77,  // 73: jobwatch.v1.QueueRate.held_until:type_name -> google.protobuf.Timestamp
+	78,  // 74: jobwatch.v1.TenantDepth.oldest_queued_age:type_name -> google.protobuf.Duration
+	77,  // 75: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
+	66,  // 76: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
+	78,  // 77: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
+	78,  // 78: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
+	77,  // 79: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
+	0,   // 80: jobwatch.v1.Schedule.last_job_state:type_name -> jobwatch.v1.JobState
+	77,  // 81: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
+	73,  // 82: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
+	16,  // 83: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
+	18,  // 84: jobwatch.v1.JobService.SubmitJobs:input_type -> jobwatch.v1.SubmitJobsRequest
+	20,  // 85: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
+	22,  // 86: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
+	24,  // 87: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
+	26,  // 88: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
+	28,  // 89: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
+	30,  // 90: jobwatch.v1.JobService.WaitJobs:input_type -> jobwatch.v1.WaitJobsRequest
+	32,  // 91: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
+	34,  // 92: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
+	47,  // 93: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
+	36,  // 94: jobwatch.v1.JobService.RetryJob:input_type -> jobwatch.v1.RetryJobRequest
+	38,  // 95: jobwatch.v1.JobService.DeleteJob:input_type -> jobwatch.v1.DeleteJobRequest
+	41,  // 96: jobwatch.v1.JobService.RetryJobs:input_type -> jobwatch.v1.RetryJobsRequest
+	43,  // 97: jobwatch.v1.JobService.CancelJobs:input_type -> jobwatch.v1.CancelJobsRequest
+	45,  // 98: jobwatch.v1.JobService.DeleteJobs:input_type -> jobwatch.v1.DeleteJobsRequest
+	12,  // 99: jobwatch.v1.JobService.GetJobLogs:input_type -> jobwatch.v1.GetJobLogsRequest
+	14,  // 100: jobwatch.v1.JobService.WatchJobLogs:input_type -> jobwatch.v1.WatchJobLogsRequest
+	53,  // 101: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
+	56,  // 102: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
+	58,  // 103: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
+	60,  // 104: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
+	50,  // 105: jobwatch.v1.WorkerService.AppendJobLogs:input_type -> jobwatch.v1.AppendJobLogsRequest
+	71,  // 106: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
+	74,  // 107: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
+	62,  // 108: jobwatch.v1.QueueService.PauseQueue:input_type -> jobwatch.v1.PauseQueueRequest
+	64,  // 109: jobwatch.v1.QueueService.ResumeQueue:input_type -> jobwatch.v1.ResumeQueueRequest
+	17,  // 110: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
+	19,  // 111: jobwatch.v1.JobService.SubmitJobs:output_type -> jobwatch.v1.SubmitJobsResponse
+	21,  // 112: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
+	23,  // 113: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
+	25,  // 114: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
+	27,  // 115: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
+	29,  // 116: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
+	31,  // 117: jobwatch.v1.JobService.WaitJobs:output_type -> jobwatch.v1.WaitJobsResponse
+	33,  // 118: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
+	35,  // 119: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
+	48,  // 120: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
+	37,  // 121: jobwatch.v1.JobService.RetryJob:output_type -> jobwatch.v1.RetryJobResponse
+	39,  // 122: jobwatch.v1.JobService.DeleteJob:output_type -> jobwatch.v1.DeleteJobResponse
+	42,  // 123: jobwatch.v1.JobService.RetryJobs:output_type -> jobwatch.v1.RetryJobsResponse
+	44,  // 124: jobwatch.v1.JobService.CancelJobs:output_type -> jobwatch.v1.CancelJobsResponse
+	46,  // 125: jobwatch.v1.JobService.DeleteJobs:output_type -> jobwatch.v1.DeleteJobsResponse
+	13,  // 126: jobwatch.v1.JobService.GetJobLogs:output_type -> jobwatch.v1.GetJobLogsResponse
+	15,  // 127: jobwatch.v1.JobService.WatchJobLogs:output_type -> jobwatch.v1.WatchJobLogsResponse
+	54,  // 128: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
+	57,  // 129: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
+	59,  // 130: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
+	61,  // 131: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
+	52,  // 132: jobwatch.v1.WorkerService.AppendJobLogs:output_type -> jobwatch.v1.AppendJobLogsResponse
+	72,  // 133: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
+	75,  // 134: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
+	63,  // 135: jobwatch.v1.QueueService.PauseQueue:output_type -> jobwatch.v1.PauseQueueResponse
+	65,  // 136: jobwatch.v1.QueueService.ResumeQueue:output_type -> jobwatch.v1.ResumeQueueResponse
+	110, // [110:137] is the sub-list for method output_type
+	83,  // [83:110] is the sub-list for method input_type
+	83,  // [83:83] is the sub-list for extension type_name
+	83,  // [83:83] is the sub-list for extension extendee
+	0,   // [0:83] is the sub-list for field type_name
 }
 
 func init() { file_jobwatch_v1_jobwatch_proto_init() }
@@ -5426,7 +5641,7 @@ func file_jobwatch_v1_jobwatch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobwatch_v1_jobwatch_proto_rawDesc), len(file_jobwatch_v1_jobwatch_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   68,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -1,0 +1,88 @@
+package jobs
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/store"
+)
+
+// Rate limits are the store's to keep (store.QueueLimit.Rate): it counts
+// each rate-limited queue's claims in the window in the transaction that
+// claims, so the limit holds across replicas. A queue at its limit
+// offers NextReady nothing, and no commit will say when it has room
+// again: time will. So a claim that parks reads when the rate-limited
+// queues it may take from next have room (store.RateWindows) and parks
+// until then at the latest, as for a job due later, one read per park,
+// never a poll.
+
+// rates returns the rates of the queues f may claim from, nil if none.
+func rates(f store.ClaimFilter) map[string]jobtype.Rate {
+	var out map[string]jobtype.Rate
+	for q, l := range f.Limits {
+		if l.Rate.IsZero() || (len(f.Queues) > 0 && !slices.Contains(f.Queues, q)) {
+			continue
+		}
+		if out == nil {
+			out = map[string]jobtype.Rate{}
+		}
+		out[q] = l.Rate
+	}
+	return out
+}
+
+// rateRoom returns the earliest time after f.Now at which a queue f may
+// claim from, held by its rate now, has room again; ok false when none
+// is held.
+func (e *Engine) rateRoom(ctx context.Context, f store.ClaimFilter) (at time.Time, ok bool, err error) {
+	rs := rates(f)
+	if rs == nil {
+		return time.Time{}, false, nil
+	}
+	windows, err := e.store.RateWindows(ctx, f.Now, rs)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	for _, w := range windows {
+		if w.HeldUntil.IsZero() {
+			continue
+		}
+		if !ok || w.HeldUntil.Before(at) {
+			at, ok = w.HeldUntil, true
+		}
+	}
+	return at, ok, nil
+}
+
+// QueueRate is a rate-limited queue's rule and its window now, as
+// ListQueues and /metrics show them.
+type QueueRate struct {
+	Rate jobtype.Rate
+	store.RateWindow
+}
+
+// QueueRates reads the window of every queue the rules give a rate:
+// how many claims it holds now and, for a queue at its limit, when it
+// next has room (store.RateWindows).
+func (e *Engine) QueueRates(ctx context.Context) (map[string]QueueRate, error) {
+	rs := map[string]jobtype.Rate{}
+	for name, q := range e.rules.Load().Queues {
+		if !q.Rate.IsZero() {
+			rs[name] = q.Rate
+		}
+	}
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	windows, err := e.store.RateWindows(ctx, e.now(), rs)
+	if err != nil {
+		return nil, wrap("read rates", "", err)
+	}
+	out := make(map[string]QueueRate, len(rs))
+	for name, r := range rs {
+		out[name] = QueueRate{Rate: r, RateWindow: windows[name]}
+	}
+	return out, nil
+}

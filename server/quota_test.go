@@ -1,0 +1,105 @@
+package server_test
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/server"
+)
+
+func tenantQuotas(maxQueued map[string]int) jobs.Config {
+	r := jobtype.Rules{Tenants: map[string]jobtype.TenantRules{}}
+	for name, n := range maxQueued {
+		r.Tenants[name] = jobtype.TenantRules{MaxQueued: n}
+	}
+	return jobs.Config{Rules: r}
+}
+
+// wantExhausted fails unless err is resource_exhausted saying msg, and
+// nothing more.
+func wantExhausted(t *testing.T, err error, msg string) {
+	t.Helper()
+	wantCode(t, err, connect.CodeResourceExhausted)
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Message() != msg {
+		t.Fatalf("the refusal says %q, want %q", ce.Message(), msg)
+	}
+}
+
+// notYetRunning counts tenant's jobs not yet running, as listed.
+func notYetRunning(t *testing.T, c clients, tenant string) int {
+	t.Helper()
+	resp, err := c.jobs.ListJobs(ctxTimeout(t, callBound), &jobwatchv1.ListJobsRequest{Tenant: tenant, PageSize: 100,
+		States: []jobwatchv1.JobState{jobwatchv1.JobState_JOB_STATE_PENDING, jobwatchv1.JobState_JOB_STATE_WAITING, jobwatchv1.JobState_JOB_STATE_QUEUED}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(resp.GetJobs())
+}
+
+// Over the wire, on the backend under test: a tenant's submissions up to
+// its max_queued are taken, the next is resource_exhausted (HTTP 429 for
+// curl) naming the bound and the count, a batch past it is refused whole,
+// a retry counts, and a job that starts frees a place.
+func TestSubmissionsPastMaxQueuedAreResourceExhausted(t *testing.T) {
+	ts := startServer(t, serverOptions{engine: tenantQuotas(map[string]int{"acme": 2})})
+	c := ts.h2c()
+	const full = `tenant "acme" has 2 jobs not yet running, its max_queued is 2: wait for some to start or end`
+
+	failed := failedJob(t, c, &jobwatchv1.SubmitJobRequest{Tenant: "acme", Kind: "quota.flaky", MaxAttempts: 1}, "disk full")
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Tenant: "acme", Kind: "quota.work"})
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Tenant: "acme", Kind: "quota.held", Hold: true})
+	_, err := c.jobs.SubmitJob(ctxTimeout(t, callBound), &jobwatchv1.SubmitJobRequest{Tenant: "acme", Kind: "quota.work"})
+	wantExhausted(t, err, full)
+
+	// curl sees 429 and the same words.
+	status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/SubmitJob", "application/json", []byte(`{"tenant":"acme","kind":"quota.work"}`))
+	if want := `{"code":"resource_exhausted","message":"tenant \"acme\" has 2 jobs not yet running, its max_queued is 2: wait for some to start or end"}`; status != http.StatusTooManyRequests || body != want {
+		t.Errorf("curl: %d %s\nwant 429 %s", status, body, want)
+	}
+	// Another tenant is not held back by acme's bound.
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Tenant: "globex", Kind: "quota.work"})
+
+	// A retry makes a job QUEUED: it counts.
+	_, err = c.jobs.RetryJob(ctxTimeout(t, callBound), &jobwatchv1.RetryJobRequest{JobId: failed.GetId()})
+	wantExhausted(t, err, full)
+
+	// One starts: one place, which a batch of two does not fit.
+	claim(t, c, "quota.work")
+	_, err = c.jobs.SubmitJobs(ctxTimeout(t, callBound), &jobwatchv1.SubmitJobsRequest{Jobs: []*jobwatchv1.SubmitJobRequest{
+		{Tenant: "acme", Kind: "quota.batch"}, {Tenant: "acme", Kind: "quota.batch"}}})
+	wantExhausted(t, err, `tenant "acme" has 1 job not yet running, its max_queued is 2: 2 more would pass it; submit at most 1, or wait for some to start or end`)
+	if n := notYetRunning(t, c, "acme"); n != 1 {
+		t.Fatalf("after the refused batch acme has %d jobs not yet running, want 1: nothing of the batch may be created", n)
+	}
+	resp, err := c.jobs.RetryJob(ctxTimeout(t, callBound), &jobwatchv1.RetryJobRequest{JobId: failed.GetId()})
+	if err != nil || resp.GetJob().GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED {
+		t.Fatalf("the retry once a place is free: %v, %v", resp.GetJob(), err)
+	}
+	_, err = c.jobs.SubmitJob(ctxTimeout(t, callBound), &jobwatchv1.SubmitJobRequest{Tenant: "acme", Kind: "quota.work"})
+	wantExhausted(t, err, full)
+}
+
+// A client token's submissions count against the token's tenant, which
+// the server puts on them, not against the tenant a request leaves out
+// (default) or any other.
+func TestAClientTokensTenantIsTheOneCounted(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{Tokens: testTokens(t)}, engine: tenantQuotas(map[string]int{"acme": 1})})
+	acme := ts.clientsWithToken(authProtocols[1], acmeToken)
+	globex := ts.clientsWithToken(authProtocols[1], globexToken)
+
+	submit(t, acme, &jobwatchv1.SubmitJobRequest{Kind: "quota.token"})
+	_, err := acme.jobs.SubmitJob(ctxTimeout(t, callBound), &jobwatchv1.SubmitJobRequest{Kind: "quota.token"})
+	wantExhausted(t, err, `tenant "acme" has 1 job not yet running, its max_queued is 1: wait for some to start or end`)
+	_, err = acme.jobs.SubmitJobs(ctxTimeout(t, callBound), &jobwatchv1.SubmitJobsRequest{Jobs: []*jobwatchv1.SubmitJobRequest{{Kind: "quota.token"}}})
+	wantExhausted(t, err, `tenant "acme" has 1 job not yet running, its max_queued is 1: wait for some to start or end`)
+	for range 3 {
+		submit(t, globex, &jobwatchv1.SubmitJobRequest{Kind: "quota.token"})
+	}
+}

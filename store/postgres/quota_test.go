@@ -1,0 +1,163 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jobwatch/jobwatch/internal/pgtest"
+	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/store"
+)
+
+// fillTenants gives s a table as a bulk load leaves it: finished jobs
+// the statistics know (ANALYZE), then, in one statement each, queued
+// jobs of tenants they know nothing of (autovacuum is off for the
+// table, so they stay unknown): n[tenant] of each.
+func fillTenants(tb testing.TB, s *Store, n map[string]int) {
+	tb.Helper()
+	ctx := context.Background()
+	exec := func(sql string, args ...any) {
+		tb.Helper()
+		if _, err := s.pool.Exec(ctx, sql, args...); err != nil {
+			tb.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec("ALTER TABLE jobs SET (autovacuum_enabled = false)")
+	exec(`INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step, attempt, max_attempts,
+			unique_key, created_at, run_at, finished_at, worker_id, lease_id)
+		SELECT 'done-'||i, 'acme', 'k', 'q', 'succeeded', 3, 100, '', 1, 1, '', $1::timestamptz,
+			$1::timestamptz, $1::timestamptz, '', '' FROM generate_series(1, 2000) AS i`, t0)
+	exec("ANALYZE jobs")
+	for tenant, count := range n {
+		exec(`INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step, attempt, max_attempts,
+				unique_key, created_at, run_at, worker_id, lease_id)
+			SELECT $3 || '-' || i, $3, 'k', 'q', 'queued', 1, 0, '', 0, 3, '',
+				$1::timestamptz + i * interval '1 ms', $1::timestamptz + i * interval '1 ms', '', ''
+			FROM generate_series(1, $2::int) AS i`, t0, count, tenant)
+	}
+}
+
+// A submission under a quota counts its tenant's jobs not yet running in
+// jobs_tenant_queued alone (an index only scan, or an index scan),
+// stopping at the bound, never by a scan of the table or a bitmap of
+// every entry of the tenant: with statistics that have never seen the
+// tenant's jobs (right after a bulk load), and after ANALYZE; with a
+// plan made for its arguments and a generic one.
+func TestQueuedCountPlanSeeksTheTenantIndex(t *testing.T) {
+	s := openURL(t, pgtest.URL(t))
+	fillTenants(t, s, map[string]int{"acme": 20000, "globex": 30000})
+	check := func(t *testing.T) {
+		for _, generic := range []bool{false, true} {
+			plan := explainCount(t, s, generic)
+			var found bool
+			var walk func(n planNode)
+			walk = func(n planNode) {
+				switch {
+				case n.IndexName == "jobs_tenant_queued":
+					found = true
+				case n.RelationName == "jobs":
+					t.Errorf("generic plan %v: %s of jobs (%s), want jobs_tenant_queued alone, in plan:\n%s", generic, n.NodeType, n.IndexName, plan)
+				case n.NodeType == "Sort" || n.NodeType == "Bitmap Heap Scan" || n.NodeType == "Bitmap Index Scan":
+					t.Errorf("generic plan %v: a %s, in plan:\n%s", generic, n.NodeType, plan)
+				}
+				for _, c := range n.Plans {
+					walk(c)
+				}
+			}
+			walk(plan)
+			if !found {
+				t.Errorf("generic plan %v reads no jobs_tenant_queued:\n%s", generic, plan)
+			}
+		}
+	}
+	t.Run("stale statistics", check)
+	if _, err := s.pool.Exec(t.Context(), "ANALYZE jobs"); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("after analyze", check)
+}
+
+// explainCount explains queuedCount as a create under a quota runs it:
+// after quotaLocks, in its transaction.
+func explainCount(t *testing.T, s *Store, generic bool) planNode {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	hi, lo := s.tenantLock("acme")
+	if _, err := tx.Exec(ctx, quotaLocks, []int32{hi}, []int32{lo}); err != nil {
+		t.Fatal(err)
+	}
+	if !generic {
+		plan, _ := explainPlan(t, tx, queuedCount, "acme", int64(10001))
+		return plan
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("explained_%d", explained.Add(1))
+	if _, err := tx.Exec(ctx, "PREPARE "+name+" AS "+queuedCount); err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	plan, _ := explainPlan(t, tx, "EXECUTE "+name+"('acme', 10001)")
+	return plan
+}
+
+// BenchmarkSubmitUnderQuota measures one submission (a job created
+// QUEUED, committed) of a tenant with jobs not yet running, beside
+// another tenant's 50,000, with statistics that have not seen either:
+// with no quota (one pipelined insert), and under a max_queued of 10,000
+// (a transaction that takes the tenant's lock, counts its jobs and
+// inserts), with 100 and with 9,999 queued, and with 9,999 after a
+// VACUUM. Without one the count's index only scan reads each queued
+// job's row too (the visibility map knows none of their pages). Each job
+// made is ended after its op, outside the timer, so every op finds as
+// many.
+//
+//	go test ./store/postgres/ -run '^$' -bench BenchmarkSubmitUnderQuota -count 6
+func BenchmarkSubmitUnderQuota(b *testing.B) {
+	bounded := store.Quota{MaxQueued: map[string]int{"acme": 10000}}
+	for _, tt := range []struct {
+		name   string
+		queued int
+		quota  store.Quota
+		vacuum bool
+	}{
+		{"no quota, 9999 queued", 9999, store.Quota{}, false},
+		{"max_queued=10000, 100 queued", 100, bounded, false},
+		{"max_queued=10000, 9999 queued", 9999, bounded, false},
+		{"max_queued=10000, 9999 queued, vacuumed", 9999, bounded, true},
+	} {
+		b.Run(tt.name, func(b *testing.B) {
+			s := openURL(b, pgtest.URL(b))
+			fillTenants(b, s, map[string]int{"acme": tt.queued, "globex": 50000})
+			ctx := context.Background()
+			if tt.vacuum {
+				// As autovacuum leaves jobs that have waited a while: the
+				// visibility map says their pages are all visible, so the
+				// count reads the index alone.
+				if _, err := s.pool.Exec(ctx, "VACUUM jobs"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				j := jobtype.Job{ID: fmt.Sprintf("new-%09d", i), Tenant: "acme", Kind: "k", Queue: "q",
+					State: jobtype.Queued, Version: 1, MaxAttempts: 1, CreatedAt: t0, UpdatedAt: t0, RunAt: t0}
+				if _, err := s.CreateJobsWithin(ctx, []jobtype.Job{j}, tt.quota); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if _, err := s.pool.Exec(ctx, "UPDATE jobs SET state = 'cancelled', finished_at = $2 WHERE id = $1", j.ID, t0.Add(time.Hour)); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
+	}
+}

@@ -1,0 +1,68 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/store"
+)
+
+// Rate limits. A rate-limited queue (store.QueueLimit.Rate) keeps a row
+// in queue_starts for each job claimed from it, with the claim's time.
+// The ruled pick offers the queue only while its rows in the window
+// (now - Per, now] number fewer than Limit, and claimRuled writes each
+// claim's row before it picks again, so one claim of many jobs stops at
+// the limit too. The writer runs one claim at a time, so the count is
+// exact. Rows that have left the window are deleted as claims record
+// new ones.
+
+// recordStart notes one claim from queue at now and drops the queue's
+// rows that have left its window.
+func recordStart(ctx context.Context, tx *sql.Tx, queue string, now time.Time, rate jobtype.Rate) error {
+	at := toMicro(now)
+	if _, err := tx.ExecContext(ctx, `DELETE FROM queue_starts WHERE queue = ? AND at <= ?`, queue, at-rate.Per.Microseconds()); err != nil {
+		return fmt.Errorf("claim job: rate of %s: %w", queue, classify(err))
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO queue_starts (queue, at) VALUES (?, ?)`, queue, at); err != nil {
+		return fmt.Errorf("claim job: rate of %s: %w", queue, classify(err))
+	}
+	return nil
+}
+
+// RateWindows implements store.Store: per queue, a count of its rows in
+// the window (at most Limit of them read) and, at the limit, the time of
+// the row whose leaving makes room.
+func (s *Store) RateWindows(ctx context.Context, now time.Time, rates map[string]jobtype.Rate) (map[string]store.RateWindow, error) {
+	out := make(map[string]store.RateWindow, len(rates))
+	for queue, rate := range rates {
+		if rate.IsZero() {
+			continue
+		}
+		from := toMicro(now) - rate.Per.Microseconds()
+		var w store.RateWindow
+		err := s.read.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM queue_starts
+			WHERE queue = ? AND at > ? LIMIT ?)`, queue, from, rate.Limit).Scan(&w.Started)
+		if err != nil {
+			return nil, fmt.Errorf("rate of %s: %w", queue, classify(err))
+		}
+		if w.Started >= rate.Limit {
+			// The window has Limit rows or more: room comes when the one
+			// that leaves Limit-1 behind it is Per old.
+			var started, inWindow int64
+			err := s.read.QueryRowContext(ctx, `SELECT count(*) FROM queue_starts WHERE queue = ? AND at > ?`, queue, from).Scan(&inWindow)
+			if err == nil {
+				err = s.read.QueryRowContext(ctx, `SELECT at FROM queue_starts WHERE queue = ? AND at > ?
+					ORDER BY at LIMIT 1 OFFSET ?`, queue, from, inWindow-int64(rate.Limit)).Scan(&started)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("rate of %s: %w", queue, classify(err))
+			}
+			w.HeldUntil = fromMicro(started).Add(rate.Per)
+		}
+		out[queue] = w
+	}
+	return out, nil
+}
