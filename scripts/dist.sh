@@ -16,7 +16,8 @@
 #   COMMIT   default `git rev-parse HEAD`
 #   build date: SOURCE_DATE_EPOCH (seconds) if set, else now; in UTC
 # It writes to DIR (default dist/) jobwatch_<version>_linux_<arch>.tar.gz,
-# each a directory of that name holding jobwatch, README.md and LICENSE,
+# each a directory of that name holding jobwatch, README.md, LICENSE and
+# jobwatch.service (packaging/'s systemd unit),
 # and SHA256SUMS for the tarballs of this run, for `sha256sum -c`. Older
 # tarballs there are removed first; nothing else in DIR is touched. DIR
 # gets a .gitignore of "*", so what a build leaves there is never
@@ -111,9 +112,9 @@ for arch in "${arches[@]}"; do
 	echo "dist: building $name (CC=${cc[$arch]})"
 	CGO_ENABLED=1 GOOS=linux GOARCH=$arch CC=${cc[$arch]} \
 		go build -trimpath -ldflags "$ldflags" -o "$stage/$name/jobwatch" ./cmd/jobwatch
-	cp README.md LICENSE "$stage/$name/"
+	cp README.md LICENSE packaging/jobwatch.service "$stage/$name/"
 	chmod 0755 "$stage/$name/jobwatch"
-	chmod 0644 "$stage/$name/README.md" "$stage/$name/LICENSE"
+	chmod 0644 "$stage/$name/README.md" "$stage/$name/LICENSE" "$stage/$name/jobwatch.service"
 	tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" \
 		-cf - "$name" | gzip -n -9 >"$out/$name.tar.gz"
 	tarballs+=("$name.tar.gz")

@@ -317,8 +317,9 @@ func distUnpack(t *testing.T, tarball, name, readme, license string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string][]byte{name + "/README.md": nil, name + "/LICENSE": nil}
-	for path, file := range map[string]string{name + "/README.md": readme, name + "/LICENSE": license} {
+	want := map[string][]byte{}
+	for path, file := range map[string]string{name + "/README.md": readme, name + "/LICENSE": license,
+		name + "/jobwatch.service": filepath.Join(filepath.Dir(readme), "packaging", "jobwatch.service")} {
 		if want[path], err = os.ReadFile(file); err != nil {
 			t.Fatal(err)
 		}
@@ -351,7 +352,7 @@ func distUnpack(t *testing.T, tarball, name, readme, license string) string {
 			t.Errorf("%s: %s is not the repository's", tarball, h.Name)
 		}
 	}
-	wantNames := []string{name + "/", name + "/LICENSE", name + "/README.md", name + "/jobwatch"}
+	wantNames := []string{name + "/", name + "/LICENSE", name + "/README.md", name + "/jobwatch", name + "/jobwatch.service"}
 	if !slices.Equal(names, wantNames) {
 		t.Fatalf("%s holds %v, want %v", tarball, names, wantNames)
 	}
