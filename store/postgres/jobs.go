@@ -463,7 +463,7 @@ func (s *Store) UpdateJob(ctx context.Context, id string, update func(*jobtype.J
 		if attempt <= optimisticUpdates {
 			u, err = s.updateOptimistic(ctx, id, update)
 		} else {
-			u, err = s.updateLocked(ctx, id, update)
+			u, err = s.updateLocked(ctx, id, update, "", store.Quota{})
 		}
 		var fe funcError
 		switch {
@@ -529,12 +529,19 @@ func (s *Store) updateOptimistic(ctx context.Context, id string, update func(*jo
 
 // updateLocked is UpdateJob's try that cannot lose: the read locks the
 // row, in a transaction that also writes it. A caller that leaves while
-// update runs writes nothing.
-func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtype.Job) error) (updated, error) {
+// update runs writes nothing. With a tenant (UpdateJobWithin), the
+// transaction first takes the tenant's quota lock, and the change is
+// counted against q before it is written (checkQuota).
+func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtype.Job) error, tenant string, q store.Quota) (updated, error) {
 	var u updated
 	err := s.write(ctx, func(wctx context.Context, conn *pgxpool.Conn) error {
 		u = updated{}
 		return pgx.BeginFunc(wctx, conn, func(tx pgx.Tx) error {
+			if tenant != "" {
+				if err := s.checkQuota(wctx, tx, []string{tenant}, nil); err != nil {
+					return err
+				}
+			}
 			old, err := readForWrite(wctx, tx, id, true)
 			if err != nil {
 				return err
@@ -543,6 +550,11 @@ func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtyp
 			u.job = old.job
 			if err != nil || !write {
 				return err
+			}
+			if tenant != "" {
+				if err := s.checkQuota(wctx, tx, nil, q.ChangeCharges(old.job, next)); err != nil {
+					return err
+				}
 			}
 			u.job = next
 			if err := ctx.Err(); err != nil {
@@ -583,7 +595,7 @@ func (s *Store) UpdateJobWithin(ctx context.Context, id string, q store.Quota, u
 		return s.UpdateJob(ctx, id, update)
 	}
 	for conflicts := 0; ; conflicts++ {
-		u, err := s.updateCounted(ctx, id, tenant, q, update)
+		u, err := s.updateLocked(ctx, id, update, tenant, q)
 		var (
 			fe    funcError
 			quota *jobtype.QuotaError
@@ -608,44 +620,6 @@ func (s *Store) UpdateJobWithin(ctx context.Context, id string, q store.Quota, u
 		}
 		return returned(u.job), nil
 	}
-}
-
-// updateCounted is one try of UpdateJobWithin under tenant's quota: a
-// transaction that cannot lose to another writer (it locks the row), as
-// updateLocked is. A caller that leaves while update runs writes
-// nothing.
-func (s *Store) updateCounted(ctx context.Context, id, tenant string, q store.Quota, update func(*jobtype.Job) error) (updated, error) {
-	var u updated
-	err := s.write(ctx, func(wctx context.Context, conn *pgxpool.Conn) error {
-		u = updated{}
-		return pgx.BeginFunc(wctx, conn, func(tx pgx.Tx) error {
-			if err := s.checkQuota(wctx, tx, []string{tenant}, nil); err != nil {
-				return err
-			}
-			old, err := readForWrite(wctx, tx, id, true)
-			if err != nil {
-				return err
-			}
-			next, write, err := change(id, old.job, update)
-			u.job = old.job
-			if err != nil || !write {
-				return err
-			}
-			if err := s.checkQuota(wctx, tx, nil, q.ChangeCharges(old.job, next)); err != nil {
-				return err
-			}
-			u.job = next
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(wctx, updateJob, append(values(next), old.rev)...); err != nil {
-				return err
-			}
-			u.changed = next.Version > old.job.Version
-			return nil
-		})
-	})
-	return u, err
 }
 
 // --- lists ---

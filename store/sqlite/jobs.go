@@ -99,29 +99,12 @@ func (s *Store) CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, erro
 	return j, nil
 }
 
-// CreateJobs implements store.Store: one write of the writer's batch,
+// CreateJobs implements store.Store: CreateJobsWithin without a quota,
+// one write of the writer's batch,
 // inside a savepoint of its own (writeTx), so a job that cannot be
 // stored undoes the ones before it and the call stores nothing.
 func (s *Store) CreateJobs(ctx context.Context, jobs []jobtype.Job) ([]jobtype.Job, error) {
-	out := make([]jobtype.Job, len(jobs))
-	for i, j := range jobs {
-		out[i] = normalize(j)
-	}
-	err := s.writeTx(ctx, "create jobs", func(ctx context.Context, tx *sql.Tx) error {
-		if err := callerLeft(ctx); err != nil {
-			return leftError(fmt.Sprintf("create %d jobs", len(out)), err)
-		}
-		for i := range out {
-			if err := s.create(ctx, tx, &out[i]); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return s.CreateJobsWithin(ctx, jobs, store.Quota{})
 }
 
 // CreateJobsWithin implements store.Store: CreateJobs with the count of
@@ -132,10 +115,7 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []jobtype.Job) ([]jobtype.J
 // job committed or written before it and nothing can come between the
 // count and the inserts: no lock of its own is needed.
 func (s *Store) CreateJobsWithin(ctx context.Context, jobs []jobtype.Job, q store.Quota) ([]jobtype.Job, error) {
-	charges := q.Charges(jobs)
-	if len(charges) == 0 {
-		return s.CreateJobs(ctx, jobs)
-	}
+	charges := q.Charges(jobs) // none without a quota: checkQuota reads nothing
 	out := make([]jobtype.Job, len(jobs))
 	for i, j := range jobs {
 		out[i] = normalize(j)
