@@ -74,7 +74,7 @@ type clientFlags struct {
 
 func (f *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.server, "server", envOr("JOBWATCH_SERVER", "http://127.0.0.1:8080"),
-		"server `URL` (env JOBWATCH_SERVER)")
+		"server `URL`, or several separated by commas: the client moves to the next when one fails (env JOBWATCH_SERVER)")
 	fs.StringVar(&f.token, "token", os.Getenv("JOBWATCH_TOKEN"), "bearer `token` (env JOBWATCH_TOKEN)")
 	fs.BoolVar(&f.json, "json", false, "print jobs as JSON (one object per line)")
 }
