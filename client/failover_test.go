@@ -230,14 +230,7 @@ func TestLongCallsOnAServerThatDiesGoOnOnTheNext(t *testing.T) {
 	defer cancel()
 
 	job := submit1(t, c, "long")
-	waited := make(chan error, 1)
-	go func() {
-		j, err := c.WaitForJob(ctx, job.GetId())
-		if err == nil && j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
-			err = fmt.Errorf("WaitForJob returned %v", j.GetState())
-		}
-		waited <- err
-	}()
+	waited := waitSucceeded(ctx, c, job.GetId())
 	var versions []int64
 	watched := make(chan error, 1)
 	go func() {
@@ -285,14 +278,7 @@ func TestAWaitOnAServerThatVanishesSilentlyGoesOnOnTheNextAfterItsPings(t *testi
 	defer cancel()
 
 	job := submit1(t, c, "silent")
-	waited := make(chan error, 1)
-	go func() {
-		j, err := c.WaitForJob(ctx, job.GetId())
-		if err == nil && j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
-			err = fmt.Errorf("WaitForJob returned %v", j.GetState())
-		}
-		waited <- err
-	}()
+	waited := waitSucceeded(ctx, c, job.GetId())
 	eventually(t, "the wait parked on the first server", func() bool { return fs[0].back.gauge("jobwatch_parked_waits") == 1 })
 	p.Freeze()
 	eventually(t, "the wait parked on the second server", func() bool { return fs[1].back.gauge("jobwatch_parked_waits") == 1 })
@@ -504,4 +490,18 @@ func TestWorkerCutOffFromEveryServerStopsItsHandlerBeforeTheJobRunsAgain(t *test
 	if r1.end.After(r2.start) {
 		t.Errorf("the cut-off worker's handler ran until %v after the second worker's began: the two runs overlapped", r1.end.Sub(r2.start))
 	}
+}
+
+// waitSucceeded runs WaitForJob of id in a goroutine: the channel gets
+// its error, or one saying the job ended other than SUCCEEDED.
+func waitSucceeded(ctx context.Context, c *client.Client, id string) <-chan error {
+	waited := make(chan error, 1)
+	go func() {
+		j, err := c.WaitForJob(ctx, id)
+		if err == nil && j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+			err = fmt.Errorf("WaitForJob returned %v", j.GetState())
+		}
+		waited <- err
+	}()
+	return waited
 }
