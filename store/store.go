@@ -80,9 +80,8 @@ type JobRead struct {
 }
 
 // ClaimFilter selects the jobs a worker may claim. Empty lists mean any.
-// Tenants filters like Kinds: a serial queue's head of another tenant
-// blocks the queue for this claim, as one of another kind does, since
-// order is the queue's rule.
+// Inside a queue, the ready jobs of several tenants are handed out fairly
+// (see FairState), in proportion to Weights.
 type ClaimFilter struct {
 	Tenants []string
 	Kinds   []string
@@ -96,15 +95,21 @@ type ClaimFilter struct {
 	// enforce them together.
 	Limits map[string]QueueLimit
 	Pools  map[string]int
+	// Weights are the tenants' weights in fair claiming (Weight): a
+	// tenant missing weighs 1.
+	Weights map[string]int
 }
 
 // QueueLimit is what a claim must respect for one queue.
 type QueueLimit struct {
 	// MaxRunning bounds the queue's RUNNING jobs; 0: unbounded.
 	MaxRunning int
-	// Serial: only the queue's head (the QUEUED job first by RunAt, then
-	// creation order, whatever its kind) may be claimed, so jobs run in
-	// order; with MaxRunning 1 that is one at a time, in order.
+	// Serial: of each tenant's jobs in the queue, only its head (its
+	// QUEUED job first by RunAt, then creation order, whatever its kind)
+	// may be claimed, and only while none of its jobs in the queue runs:
+	// each tenant's jobs run one at a time, in order, and one tenant's
+	// head (of a kind no worker runs, say) never blocks another's. With
+	// MaxRunning 1 as well, one job of the queue runs at a time.
 	Serial bool
 	// HoldRetry (serial only): a QUEUED job that has run before (Attempt
 	// above 0, backing off before a retry) is the head whatever its RunAt,

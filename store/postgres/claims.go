@@ -76,18 +76,17 @@ const planSettings = `set_config('enable_sort', 'off', true), set_config('enable
 const prelude = `SELECT ` + planSettings + `,
 	(SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k)`
 
-// claimSet is ClaimJobs' statement around the pick (the CTE picked: the
-// jobs taken, locked, with their seq, updated_at, run_at and priority): it numbers
-// them in claim order and gives the i-th lease i. $1 is the claim's
-// time, $2 the worker, $3 the lease ids, $4 and $5 the queues with leases
-// of their own and those leases in microseconds, $6 the default lease.
-const claimSet = claimNumbered + claimUpdate
-
-// claimNumbered and claimUpdate are claimSet's two parts, apart so that
-// a claim from rate-limited queues can wrap the UPDATE (claimRated).
-const claimNumbered = `, numbered AS (
-	SELECT p.seq, p.updated_at, row_number() OVER (ORDER BY p.priority, p.run_at, p.seq) AS i FROM picked AS p)
-`
+// claimNumbered and claimUpdate are the claim's statement around the
+// pick (the CTE picked: the jobs taken, locked, with their seq,
+// updated_at, run_at, priority, queue and tenant; see claimStatement):
+// it numbers them in claim order and gives the i-th lease i. $1 is the
+// claim's time, $2 the worker, $3 the lease ids, $4 and $5 the queues
+// with leases of their own and those leases in microseconds, $6 the
+// default lease. %[1]s is the columns returned, %[2]s a condition the
+// UPDATE adds (the guard of fair claiming).
+const claimNumbered = `,
+	numbered AS (
+	SELECT p.seq, p.updated_at, row_number() OVER (ORDER BY p.priority, p.run_at, p.seq) AS i FROM picked AS p)`
 
 const claimUpdate = `UPDATE jobs AS j SET state = 'running', attempt = j.attempt + 1, worker_id = $2,
 	lease_id = ($3::text[])[p.i], started_at = coalesce(j.started_at, $1), updated_at = $1,
@@ -95,8 +94,8 @@ const claimUpdate = `UPDATE jobs AS j SET state = 'running', attempt = j.attempt
 		WHERE d.q = j.queue), $6) * interval '1 microsecond',
 	version = j.version + 1, rev = j.rev + 1
 FROM numbered AS p
-WHERE j.seq = p.seq
-RETURNING %s, p.updated_at, p.i`
+WHERE j.seq = p.seq%[2]s
+RETURNING %[1]s, p.updated_at, p.i`
 
 // candidateSlack is how many jobs beyond the ones it takes a claim reads
 // where it reads candidates before it locks any (a filter of several
@@ -123,10 +122,11 @@ const candidateSlack = DefaultMaxConns
 // claim order are candidates; the claim takes the first n of those that
 // no other claim holds.
 //
-// A queue's rules: a serial queue offers only its head (its first QUEUED
-// job by RunAt then creation, whatever its kind or tenant, or with
-// HoldRetry its first job backing off before a retry), which must then
-// match the worker's filter; a queue with max_running offers at most its
+// A queue's rules: a serial queue offers only its heads, each tenant's
+// first QUEUED job by RunAt then creation, whatever its kind (or with
+// HoldRetry its first job backing off before a retry), of the tenants
+// with none of their jobs there running, each of which must then match
+// the worker's filter; a queue with max_running offers at most its
 // room (max_running less its RUNNING jobs), and a queue using a pool at
 // most the pool's free units. Several queues sharing a pool offer at most
 // its free units between them: the candidates are counted per pool in
@@ -144,6 +144,16 @@ func pickQuery(f store.ClaimFilter, ready bool, n int, sel string, lock bool, fi
 		p.tenants = p.arg(f.Tenants) + "::text[]"
 	}
 	queues, kinds := distinct(f.Queues), distinct(f.Kinds)
+	if len(distinct(f.Tenants)) == 1 && len(queues) == 1 {
+		// Fair claiming's pick of one tenant's job in one queue: seeks of
+		// that tenant's jobs only (jobs_queued_queue_tenant), with the
+		// kinds checked on them.
+		p.tenant = p.arg(f.Tenants[0]) + "::text"
+		if len(kinds) > 0 {
+			p.kinds = p.arg(kinds) + "::text[]"
+		}
+		kinds = nil
+	}
 	suffix := ""
 	if lock {
 		suffix = " FOR UPDATE OF j SKIP LOCKED"
@@ -168,6 +178,10 @@ type picker struct {
 	// now is the claim's time, which rates count their windows back
 	// from, ready or not.
 	now time.Time
+	// tenant, when set, is the one tenant whose jobs every seek walks
+	// (an SQL expression), right after the queue; kinds (an SQL array),
+	// when set, the kinds checked on the jobs it walks.
+	tenant, kinds string
 }
 
 func (p *picker) arg(v any) string {
@@ -185,6 +199,9 @@ func (p *picker) seek(a, q, k string) (where, order string) {
 	var cols, vals []string
 	if q != "" {
 		cols, vals = append(cols, a+".queue"), append(vals, q)
+	}
+	if p.tenant != "" {
+		cols, vals = append(cols, a+".tenant"), append(vals, p.tenant)
 	}
 	if k != "" {
 		cols, vals = append(cols, a+".kind"), append(vals, k)
@@ -231,6 +248,9 @@ func (p *picker) seek(a, q, k string) (where, order string) {
 	}
 	if p.tenants != "" {
 		where += " AND " + a + ".tenant = ANY(" + p.tenants + ")"
+	}
+	if p.kinds != "" {
+		where += " AND " + a + ".kind = ANY(" + p.kinds + ")"
 	}
 	// Paused queues (pauses.go) are checked in the statement itself, so
 	// no replica claims from one paused before the claim began, heard
@@ -393,6 +413,9 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 	if len(kinds) > 0 {
 		match = append(match, "h.kind = ANY("+p.arg(kinds)+"::text[])")
 	}
+	if p.kinds != "" {
+		match = append(match, "h.kind = ANY("+p.kinds+")")
+	}
 	// kinds, for the seeks of a queue's jobs: a join with one row per
 	// kind (k.kind), or one kind as a constant, or none.
 	var kindRows, kind string
@@ -415,8 +438,17 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 	if len(queues) > 0 {
 		names = `names(queue) AS (SELECT q FROM unnest(` + p.arg(queues) + `::text[]) AS q)`
 	}
-	headWhere, headOrder := p.seekAll("o.queue")
-	retryWhere, retryOrder := headWhere+" AND h.attempt > 0", headOrder
+	// A serial queue's tenants with unfinished jobs, by a skip scan of
+	// jobs_unfinished_queue_tenant (one seek per tenant), or the one
+	// tenant a fair claim asks for.
+	serialTenants := `serial_tenants(queue, hold, tenant) AS (
+		SELECT o.queue, o.hold, ` + unfinishedTenant("o.queue", "") + ` FROM room AS o WHERE o.serial AND coalesce(o.n, 1) > 0
+		UNION ALL
+		SELECT s.queue, s.hold, ` + unfinishedTenant("s.queue", "s.tenant") + ` FROM serial_tenants AS s WHERE s.tenant IS NOT NULL)`
+	if p.tenant != "" {
+		serialTenants = `serial_tenants(queue, hold, tenant) AS (
+		SELECT o.queue, o.hold, ` + p.tenant + ` FROM room AS o WHERE o.serial AND coalesce(o.n, 1) > 0)`
+	}
 	ruledJobs := p.byPriority("o.queue", kind, fmt.Sprintf("least(o.n, %d)", m))
 	freeJobs := p.byPriority("n.queue", kind, strconv.Itoa(m))
 	return `WITH RECURSIVE ` + names + `,
@@ -445,7 +477,6 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 		FROM pool_size AS p),
 	room(queue, serial, hold, n) AS (
 		SELECT l.queue, l.serial, l.hold, least(
-			CASE WHEN l.serial THEN 1 END,
 			CASE WHEN l.max_running > 0 THEN l.max_running - r.n END,
 			-- A rate's room: its limit less the queue's claims in the
 			-- window (rates.go), at most the limit of them read.
@@ -454,13 +485,22 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 				ORDER BY s.queue, s.at LIMIT l.rate_limit) AS s) END,
 			(SELECT min(p.free) FROM pool_use AS u JOIN pool_free AS p ON p.pool = u.pool WHERE u.queue = l.queue))
 		FROM lim AS l JOIN running AS r ON r.queue = l.queue),
+	` + serialTenants + `,
+	-- A serial queue's heads are each tenant's first job whatever its
+	-- priority, of the tenants with none of their jobs in it running
+	-- (with hold, its first job backing off before a retry, if any);
+	-- among the queues' candidates each counts by its priority.
 	heads(seq) AS (
 		SELECT coalesce(
-			CASE WHEN o.hold THEN (SELECT h.seq FROM jobs AS h WHERE ` + retryWhere + ` ORDER BY ` + retryOrder + ` LIMIT 1) END,
-			(SELECT h.seq FROM jobs AS h WHERE ` + headWhere + ` ORDER BY ` + headOrder + ` LIMIT 1))
-		FROM room AS o WHERE o.serial AND o.n > 0),
-	-- A serial queue's head is its first job whatever its priority;
-	-- among the queues' candidates it counts by its priority.
+			CASE WHEN s.hold THEN (SELECT h.seq FROM jobs AS h WHERE h.state = 'queued' AND h.attempt > 0
+				AND h.queue >= s.queue AND h.queue <= s.queue AND h.tenant = s.tenant
+				ORDER BY h.queue, h.run_at, h.seq LIMIT 1) END,
+			(SELECT h.seq FROM jobs AS h WHERE ` + unfinishedOf("h", "s", "queued") + `
+				ORDER BY h.queue, h.tenant, h.state, h.run_at, h.seq LIMIT 1))
+		FROM serial_tenants AS s WHERE s.tenant IS NOT NULL
+			-- A scalar subquery, not NOT EXISTS, which the planner would
+			-- make an anti-join with every running job.
+			AND (SELECT true FROM jobs AS r WHERE ` + unfinishedOf("r", "s", "running") + ` LIMIT 1) IS NULL),
 	candidates(seq, priority, run_at, queue) AS (
 		SELECT h.seq, h.priority, h.run_at, h.queue FROM heads JOIN jobs AS h ON h.seq = heads.seq
 		WHERE (` + strings.Join(match, " AND ") + `) IS TRUE
@@ -489,14 +529,27 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 	ORDER BY ` + p.order("c") + fmt.Sprintf(" LIMIT %d", n) + suffix
 }
 
-// seekAll is seek of every QUEUED job of queue q, whatever its run_at,
-// kind and tenant: a serial queue's head.
-func (p *picker) seekAll(q string) (where, order string) {
-	saved := *p
-	p.ready, p.tenants = false, ""
-	where, order = p.seek("h", q, "")
-	p.ready, p.tenants = saved.ready, saved.tenants
-	return where, order
+// unfinishedTenant is the first tenant after the tenant after (an SQL
+// expression, or "" for the first) with QUEUED or RUNNING jobs in
+// queue, or NULL: one seek of jobs_unfinished_queue_tenant, the only
+// index in (queue, tenant) order, which the ORDER BY asks for (see
+// planSettings: a range of the queue, not an equality).
+func unfinishedTenant(queue, after string) string {
+	where := "x.queue >= " + queue + " AND x.queue <= " + queue
+	if after != "" {
+		where = "(x.queue, x.tenant) > (" + queue + ", " + after + ") AND x.queue <= " + queue
+	}
+	return "(SELECT x.tenant FROM jobs AS x WHERE x.state IN ('queued', 'running') AND " + where +
+		" ORDER BY x.queue, x.tenant LIMIT 1)"
+}
+
+// unfinishedOf is the condition that a job (alias a) is of the queue
+// and tenant of s (an alias with both) and in state, sought in
+// jobs_unfinished_queue_tenant as a range of (queue, tenant), whose
+// entries of one state are in run_at then seq order.
+func unfinishedOf(a, s, state string) string {
+	return "(" + a + ".queue, " + a + ".tenant) >= (" + s + ".queue, " + s + ".tenant) AND (" + a + ".queue, " + a + ".tenant) <= (" +
+		s + ".queue, " + s + ".tenant) AND " + a + ".state IN ('queued', 'running') AND " + a + ".state = '" + state + "'"
 }
 
 // distinct returns names without repeats, in their first order.
@@ -610,6 +663,9 @@ func (s *Store) ClaimJobs(ctx context.Context, f store.ClaimFilter, c store.Clai
 	keys := s.lockKeys(f)
 	for attempt := 1; ; attempt++ {
 		claimed, err := s.claim(ctx, keys, query, args)
+		if errors.Is(err, errContested) {
+			claimed, err = s.claimFair(ctx, f, c, keys)
+		}
 		if !errors.Is(err, jobtype.ErrNoJob) || attempt == claimAttempts {
 			return claimed, err
 		}
@@ -622,16 +678,54 @@ func (s *Store) ClaimJobs(ctx context.Context, f store.ClaimFilter, c store.Clai
 	}
 }
 
-// claimQuery is ClaimJobs' statement and its arguments.
+// claimQuery is ClaimJobs' statement and its arguments: the claim of
+// the jobs the pick finds, guarded (see claimStatement).
 func claimQuery(f store.ClaimFilter, c store.Claim) (string, []any) {
+	return claimStatement(f, c, true, func(first int) (string, []any) {
+		return pickQuery(f, true, len(c.LeaseIDs), pickedColumns, true, first)
+	})
+}
+
+// pickedColumns are the columns of the CTE picked (of alias j).
+const pickedColumns = "j.seq, j.updated_at, j.run_at, j.priority, j.queue, j.tenant"
+
+// claimStatement is the claim of the jobs pick finds (a query selecting
+// pickedColumns of the jobs, locked, whose arguments start at first),
+// and its arguments. A claim from rate-limited queues also records each
+// job it takes in queue_starts (claimRated).
+//
+// Guarded (ClaimJobs' first try), it claims nothing if a queue of the
+// picked jobs has ready jobs of another tenant than the picked job's,
+// and answers then with one row of a picked job numbered 0, which
+// readClaims reports as errContested: such a queue's claims take fair
+// claiming's turns (claimFair). Otherwise it forgets the picked queues'
+// fair state (store.FairState): their ready jobs are one tenant's. The
+// look for another tenant is a skip scan of the picked queues' tenants
+// (contestedCTEs), a seek or two per tenant with unfinished jobs there.
+func claimStatement(f store.ClaimFilter, c store.Claim, guarded bool, pick func(first int) (string, []any)) (string, []any) {
 	var leaseQueues []string
 	var leases []int64
 	for q, d := range c.Leases {
 		leaseQueues, leases = append(leaseQueues, q), append(leases, d.Microseconds())
 	}
 	args := []any{micro(c.Now), c.WorkerID, c.LeaseIDs, leaseQueues, leases, c.Lease.Microseconds()}
-	picked, pickArgs := pickQuery(f, true, len(c.LeaseIDs), "j.seq, j.updated_at, j.run_at, j.priority", true, len(args)+1)
+	picked, pickArgs := pick(len(args) + 1)
 	args = append(args, pickArgs...)
+	query := "WITH RECURSIVE picked AS (" + picked + ")" + claimNumbered
+	guard, tail := "", "SELECT * FROM claimed"
+	if guarded {
+		args = append(args, f.Now)
+		query += contestedCTEs(len(args))
+		guard = "\n\tAND NOT EXISTS (SELECT FROM contested)"
+		tail = `forgot_clock AS (DELETE FROM fair_clocks AS k WHERE k.queue IN (SELECT queue FROM picked_queues)
+		AND NOT EXISTS (SELECT FROM contested)),
+	forgot_passes AS (DELETE FROM fair_passes AS k WHERE k.queue IN (SELECT queue FROM picked_queues)
+		AND NOT EXISTS (SELECT FROM contested))
+SELECT * FROM claimed
+UNION ALL
+SELECT ` + qualified(columns, "j") + `, j.updated_at, 0::bigint FROM contested AS c JOIN jobs AS j ON j.seq = c.seq`
+	}
+	query += ",\n\tclaimed AS (" + fmt.Sprintf(claimUpdate, qualified(columns, "j"), guard) + ")"
 	var rated []string
 	var pers []int64
 	for q, l := range f.Limits {
@@ -639,27 +733,45 @@ func claimQuery(f store.ClaimFilter, c store.Claim) (string, []any) {
 			rated, pers = append(rated, q), append(pers, l.Rate.Per.Microseconds())
 		}
 	}
-	if len(rated) == 0 {
-		return "WITH picked AS (" + picked + ")" + fmt.Sprintf(claimSet, qualified(columns, "j")), args
+	if len(rated) > 0 {
+		query += fmt.Sprintf(claimRated, len(args)+1, len(args)+2, len(args)+3)
+		args = append(args, rated, pers, f.Now)
 	}
-	update := fmt.Sprintf(claimUpdate, qualified(columns, "j"))
-	return "WITH picked AS (" + picked + ")" + claimNumbered + fmt.Sprintf(claimRated, update, len(args)+1, len(args)+2, len(args)+3),
-		append(args, rated, pers, f.Now)
+	if guarded {
+		return query + ",\n\t" + tail, args
+	}
+	return query + "\n" + tail, args
 }
 
-// claimRated is the end of a claim from rate-limited queues: the
-// UPDATE (%[1]s), then a row in queue_starts for each job it took from
-// one of the queues $%[2]d at the filter's time $%[4]d (the time the
-// pick counted the windows back from), and the queues' rows that have
-// left their windows (of $%[3]d µs each) deleted. The claim holds the
+// contestedCTEs are the guard's CTEs, with the claim's time $now:
+// picked_queues, the queues of the picked jobs; queue_tenants, their
+// tenants with unfinished jobs; and contested, a picked job whose queue
+// has a ready job of another tenant, if any.
+func contestedCTEs(now int) string {
+	return `,
+	picked_queues(queue) AS (SELECT DISTINCT p.queue FROM picked AS p),
+	queue_tenants(queue, tenant) AS (
+		SELECT q.queue, ` + unfinishedTenant("q.queue", "") + ` FROM picked_queues AS q
+		UNION ALL
+		SELECT t.queue, ` + unfinishedTenant("t.queue", "t.tenant") + ` FROM queue_tenants AS t WHERE t.tenant IS NOT NULL),
+	contested(seq) AS (
+		SELECT p.seq FROM picked AS p JOIN queue_tenants AS t ON t.queue = p.queue AND t.tenant <> p.tenant
+		WHERE EXISTS (SELECT FROM jobs AS x WHERE ` + unfinishedOf("x", "t", "queued") + fmt.Sprintf(` AND x.run_at <= $%d::timestamptz)
+		LIMIT 1)`, now)
+}
+
+// claimRated is the end of a claim from rate-limited queues: after the
+// UPDATE (claimed), a row in queue_starts for each job it took from one
+// of the queues $%[1]d at the filter's time $%[3]d (the time the pick
+// counted the windows back from), and the queues' rows that have left
+// their windows (of $%[2]d µs each) deleted. The claim holds the
 // queues' advisory locks (lockKeys), so claims count and record one
 // after the other.
-const claimRated = `, claimed AS (%[1]s),
+const claimRated = `,
 	started AS (INSERT INTO queue_starts (queue, at)
-		SELECT c.queue, $%[4]d::timestamptz FROM claimed AS c WHERE c.queue = ANY($%[2]d::text[])),
-	pruned AS (DELETE FROM queue_starts AS s USING unnest($%[2]d::text[], $%[3]d::bigint[]) AS r(queue, per)
-		WHERE s.queue = r.queue AND s.at <= $%[4]d::timestamptz - r.per * interval '1 microsecond')
-SELECT * FROM claimed`
+		SELECT c.queue, $%[3]d::timestamptz FROM claimed AS c WHERE c.queue = ANY($%[1]d::text[])),
+	pruned AS (DELETE FROM queue_starts AS s USING unnest($%[1]d::text[], $%[2]d::bigint[]) AS r(queue, per)
+		WHERE s.queue = r.queue AND s.at <= $%[3]d::timestamptz - r.per * interval '1 microsecond')`
 
 // claimAttempts bounds how often ClaimJobs claims again after finding
 // nothing while a later read finds a job ready.
@@ -678,6 +790,9 @@ func (s *Store) claim(ctx context.Context, keys []int64, query string, args []an
 		claimed, err = readClaims(br)
 		return errors.Join(err, br.Close())
 	})
+	if errors.Is(err, errContested) {
+		return nil, errContested
+	}
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs: %w", classify(err))
 	}
@@ -713,6 +828,9 @@ func readClaims(br pgx.BatchResults) ([]store.Claimed, error) {
 		row, err := scanJob(rows, &queuedAt, &i)
 		if err != nil {
 			return nil, err
+		}
+		if i == 0 {
+			return nil, errContested
 		}
 		claimed = append(claimed, store.Claimed{Job: row.job, QueuedAt: fromTime(queuedAt)})
 		order = append(order, i)

@@ -3,6 +3,7 @@ package postgres
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -189,9 +190,17 @@ func seekProblems(plan planNode) (problems []string, seeks int) {
 // seeksByPriority says whether plan seeks one of the indexes of the
 // queued jobs in claim order, whose columns hold priority before run_at:
 // every pick finds the most urgent ready jobs first.
+// usesIndex says whether plan reads index.
+func usesIndex(plan planNode, index string) bool {
+	if plan.IndexName == index {
+		return true
+	}
+	return slices.ContainsFunc(plan.Plans, func(c planNode) bool { return usesIndex(c, index) })
+}
+
 func seeksByPriority(plan planNode) bool {
 	switch plan.IndexName {
-	case "jobs_queued_priority", "jobs_queued_queue_priority", "jobs_queued_kind", "jobs_queued_queue_kind":
+	case "jobs_queued_priority", "jobs_queued_queue_priority", "jobs_queued_kind", "jobs_queued_queue_kind", "jobs_queued_queue_tenant":
 		return true
 	}
 	for _, c := range plan.Plans {
@@ -296,6 +305,20 @@ func TestClaimPlanSeeksIndexesWithStaleStatistics(t *testing.T) {
 				check(t, query, args)
 			})
 		}
+		// Fair claiming's look at a queue's tenants with ready jobs: a
+		// seek per tenant in jobs_unfinished_queue_tenant.
+		t.Run("the tenants with ready jobs in a queue", func(t *testing.T) {
+			for _, generic := range []bool{false, true} {
+				plan, _ := explainPrepared(t, s, readyTenantsSQL, []any{"q", now}, generic)
+				problems, _ := seekProblems(plan)
+				if !usesIndex(plan, "jobs_unfinished_queue_tenant") {
+					problems = append(problems, "no seek of jobs_unfinished_queue_tenant")
+				}
+				for _, p := range problems {
+					t.Errorf("generic plan %v: %s, in plan:\n%s", generic, p, plan)
+				}
+			}
+		})
 	}
 	// Lease writes find each job by id, never by a walk of the RUNNING
 	// jobs.

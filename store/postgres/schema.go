@@ -362,6 +362,31 @@ CREATE INDEX queue_starts_queue_at ON {{schema}}.queue_starts (queue, at);
 CREATE INDEX IF NOT EXISTS jobs_tenant_queued ON {{schema}}.jobs (tenant, state)
 	WHERE state IN ('pending', 'waiting', 'queued');
 `,
+	// 15: fair claiming (store.FairState, fair.go). A claim from a queue
+	// where several tenants have ready jobs seeks one tenant's first job
+	// in claim order in jobs_queued_queue_tenant, never stepping over the
+	// other tenants' jobs; a serial queue's head is each tenant's, sought
+	// in jobs_unfinished_queue_tenant, which gains seq so that its jobs
+	// of one run_at are in creation order too. Each contested queue's
+	// virtual time and its tenants' passes are kept in fair_clocks and
+	// fair_passes. The release before reads the rebuilt index as it read
+	// the old one.
+	`
+CREATE INDEX jobs_queued_queue_tenant ON {{schema}}.jobs (queue, tenant, priority, run_at, seq) WHERE state = 'queued';
+DROP INDEX {{schema}}.jobs_unfinished_queue_tenant;
+CREATE INDEX jobs_unfinished_queue_tenant ON {{schema}}.jobs (queue, tenant, state, run_at, seq)
+	WHERE state IN ('queued', 'running');
+CREATE TABLE {{schema}}.fair_clocks (
+	queue text PRIMARY KEY,
+	clock double precision NOT NULL
+);
+CREATE TABLE {{schema}}.fair_passes (
+	queue  text NOT NULL,
+	tenant text NOT NULL,
+	pass   double precision NOT NULL,
+	PRIMARY KEY (queue, tenant)
+);
+`,
 }
 
 // channelFor is the NOTIFY channel of the store in schema: one per schema,

@@ -15,36 +15,28 @@ import (
 	"github.com/jobwatch/jobwatch/store"
 )
 
-// ClaimJobs implements store.Store. The picks, with the queue rules, and
-// the changes are one immediate transaction on the single writer, so no
-// other claim can see a job still queued, or a queue's or pool's room,
-// before this one took it.
+// ClaimJobs implements store.Store. The picks, with the queue rules and
+// fair claiming, and the changes are one immediate transaction on the
+// single writer, so no other claim can see a job still queued, or a
+// queue's or pool's room, or a queue's passes, before this one took it.
 //
 // Without rules (no queue of f in f.Limits) the first len(c.LeaseIDs)
-// ready jobs in claim order are what as many claims in a row would take:
-// one query picks them all and one UPDATE claims them all
-// (claimUnruled). Under rules each pick must see the claims before it
-// (a serial queue's next job is its head only once the head runs; a
-// queue's or pool's room shrinks with each claim), so the rules' pick
-// runs once per job, each followed by its claim's UPDATE (claimRuled).
+// ready jobs in claim order are what as many claims in a row would take,
+// unless a queue of theirs has ready jobs of another tenant: one query
+// picks them all, a look per queue finds it has not, and one UPDATE
+// claims them all. Otherwise each pick must see the claims before it (a
+// serial queue's next job is its head only once the head runs; a
+// queue's or pool's room shrinks with each claim; the tenants' passes
+// move with each), so the pick, fair claiming's turn and the claim's
+// UPDATE run once per job (claimEach).
 func (s *Store) ClaimJobs(ctx context.Context, f store.ClaimFilter, c store.Claim) ([]store.Claimed, error) {
 	if len(c.LeaseIDs) == 0 {
 		return nil, jobtype.ErrNoJob
 	}
-	claim := s.claimUnruled
-	if len(f.Limits) > 0 {
-		claim = s.claimRuled
-	}
-	// A claim of one job changes one row with its last statement, so it
-	// needs no savepoint of its own.
-	write := s.writeTx
-	if len(c.LeaseIDs) == 1 {
-		write = s.writeStatement
-	}
 	var taken []store.Claimed
-	err := write(ctx, "claim jobs", func(ctx context.Context, tx *sql.Tx) error {
+	err := s.writeTx(ctx, "claim jobs", func(ctx context.Context, tx *sql.Tx) error {
 		var err error
-		taken, err = claim(ctx, tx, f, c)
+		taken, err = s.claimJobs(ctx, tx, f, c)
 		if err == nil && len(taken) == 0 {
 			err = jobtype.ErrNoJob
 		}
@@ -56,62 +48,114 @@ func (s *Store) ClaimJobs(ctx context.Context, f store.ClaimFilter, c store.Clai
 	return taken, nil
 }
 
-// claimUnruled picks the jobs with one query and claims them with one
-// UPDATE (one per maxRowsPerUpdate).
-func (s *Store) claimUnruled(ctx context.Context, tx *sql.Tx, f store.ClaimFilter, c store.Claim) ([]store.Claimed, error) {
-	pick, args := unruledPickQuery(f, true, len(c.LeaseIDs), columns)
-	rows, err := tx.QueryContext(ctx, pick, args...)
+func (s *Store) claimJobs(ctx context.Context, tx *sql.Tx, f store.ClaimFilter, c store.Claim) ([]store.Claimed, error) {
+	if len(f.Limits) == 0 {
+		picks, err := pickUnruled(ctx, tx, f, len(c.LeaseIDs))
+		if err != nil || len(picks) == 0 {
+			return nil, err
+		}
+		contested, err := s.contested(ctx, tx, f, picks)
+		if err != nil {
+			return nil, err
+		}
+		if !contested {
+			return s.claimPicks(ctx, tx, f, c, picks, 0)
+		}
+	}
+	return s.claimEach(ctx, tx, f, c)
+}
+
+// pickUnruled reads the first n jobs in claim order without rules, with
+// one query.
+func pickUnruled(ctx context.Context, tx *sql.Tx, f store.ClaimFilter, n int) ([]pick, error) {
+	query, args := unruledPickQuery(f, true, n, columns)
+	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs: %w", classify(err))
 	}
 	defer rows.Close()
-	writes := make([]jobWrite, 0, len(c.LeaseIDs))
-	for len(writes) < len(c.LeaseIDs) && rows.Next() {
+	picks := make([]pick, 0, n)
+	for len(picks) < n && rows.Next() {
 		old, seq, err := scanJob(rows)
 		if err != nil {
 			return nil, fmt.Errorf("claim jobs: %w", classify(err))
 		}
-		writes = append(writes, jobWrite{seq: seq, old: old, next: claimAs(old, c, len(writes))})
+		picks = append(picks, pick{job: old, seq: seq})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim jobs: %w", classify(err))
 	}
-	rows.Close()
+	return picks, nil
+}
+
+// pickNext reads the job a claim under f takes next, if any, with the
+// rules' pick or the pick of one job without them.
+func pickNext(ctx context.Context, tx *sql.Tx, f store.ClaimFilter) (pick, bool, error) {
+	var (
+		query string
+		args  []any
+	)
+	if len(f.Limits) == 0 {
+		query, args = unruledPickQuery(f, true, 1, columns)
+	} else {
+		var p string
+		p, args = ruledPickQuery(f, true, "j.seq")
+		query = "SELECT " + columns + " FROM jobs WHERE seq = (" + p + ")"
+	}
+	old, seq, err := scanJob(tx.QueryRowContext(ctx, query, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return pick{}, false, nil
+	}
+	if err != nil {
+		return pick{}, false, fmt.Errorf("claim job: %w", classify(err))
+	}
+	return pick{job: old, seq: seq}, true, nil
+}
+
+// claimEach picks, takes fair claiming's turn and claims one job at a
+// time.
+func (s *Store) claimEach(ctx context.Context, tx *sql.Tx, f store.ClaimFilter, c store.Claim) ([]store.Claimed, error) {
+	var out []store.Claimed
+	for i := range c.LeaseIDs {
+		p, ok, err := pickNext(ctx, tx, f)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			break
+		}
+		if p, err = s.fairTurn(ctx, tx, f, p); err != nil {
+			return nil, err
+		}
+		claimed, err := s.claimPicks(ctx, tx, f, c, []pick{p}, i)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, claimed...)
+	}
+	return out, nil
+}
+
+// claimPicks claims picks, the first under the lease c.LeaseIDs[first],
+// with as few UPDATEs as writeJobs makes, and records their starts in
+// their queues' rate windows.
+func (s *Store) claimPicks(ctx context.Context, tx *sql.Tx, f store.ClaimFilter, c store.Claim, picks []pick, first int) ([]store.Claimed, error) {
+	writes := make([]jobWrite, len(picks))
+	for i, p := range picks {
+		writes[i] = jobWrite{seq: p.seq, old: p.job, next: claimAs(p.job, c, first+i)}
+	}
 	if err := s.writeJobs(ctx, tx, writes); err != nil {
 		return nil, err
 	}
 	out := make([]store.Claimed, len(writes))
 	for i, w := range writes {
-		s.changed(w.next)
-		out[i] = store.Claimed{Job: w.next, QueuedAt: w.old.UpdatedAt}
-	}
-	return out, nil
-}
-
-// claimRuled runs the rules' pick and one claim's UPDATE per job.
-func (s *Store) claimRuled(ctx context.Context, tx *sql.Tx, f store.ClaimFilter, c store.Claim) ([]store.Claimed, error) {
-	pick, args := ruledPickQuery(f, true, "j.seq")
-	query := "SELECT " + columns + " FROM jobs WHERE seq = (" + pick + ")"
-	var out []store.Claimed
-	for i := range c.LeaseIDs {
-		old, seq, err := scanJob(tx.QueryRowContext(ctx, query, args...))
-		if errors.Is(err, sql.ErrNoRows) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("claim job: %w", classify(err))
-		}
-		next := claimAs(old, c, i)
-		if err := s.writeJobs(ctx, tx, []jobWrite{{seq: seq, old: old, next: next}}); err != nil {
-			return nil, err
-		}
-		if rate := f.Limits[next.Queue].Rate; !rate.IsZero() {
-			if err := recordStart(ctx, tx, next.Queue, f.Now, rate); err != nil {
+		if rate := f.Limits[w.next.Queue].Rate; !rate.IsZero() {
+			if err := recordStart(ctx, tx, w.next.Queue, f.Now, rate); err != nil {
 				return nil, err
 			}
 		}
-		s.changed(next)
-		out = append(out, store.Claimed{Job: next, QueuedAt: old.UpdatedAt})
+		s.changed(w.next)
+		out[i] = store.Claimed{Job: w.next, QueuedAt: w.old.UpdatedAt}
 	}
 	return out, nil
 }
@@ -254,7 +298,18 @@ func unruledPickQuery(f store.ClaimFilter, ready bool, n int, selected string) (
 	}
 	var groups, index, guard string
 	var key func(group string) string
+	oneTenant := len(distinct(f.Tenants)) == 1 && len(distinct(f.Queues)) == 1
 	switch {
+	case oneTenant:
+		// Fair claiming's pick of one tenant's job in one queue: a walk
+		// of that tenant's jobs only, with the kinds checked on them.
+		groups = `groups(kind, queue) AS (SELECT NULL, value FROM json_each(:queues))`
+		index = "jobs_queued_queue_tenant"
+		key = func(g string) string { return "queue = " + g + ".queue AND tenant = :tenant" }
+		args = append(args, sql.Named("tenant", f.Tenants[0]))
+		if len(f.Kinds) > 0 {
+			filter += " AND kind IN (SELECT value FROM json_each(:kinds))"
+		}
 	case len(f.Kinds) == 0 && len(f.Queues) == 0:
 		groups = `groups(kind, queue) AS (SELECT NULL, NULL)`
 		index = "jobs_queued_priority"
@@ -310,7 +365,7 @@ func unruledPickQuery(f store.ClaimFilter, ready bool, n int, selected string) (
 		order = "run_at, seq"
 	}
 	queues := len(distinct(f.Queues))
-	if oneGroup := queues <= 1 && len(distinct(f.Kinds)) <= 1 && (queues == 1 || len(f.Kinds) == 0); ready && n == 1 && oneGroup {
+	if oneGroup := oneTenant || queues <= 1 && len(distinct(f.Kinds)) <= 1 && (queues == 1 || len(f.Kinds) == 0); ready && n == 1 && oneGroup {
 		// One group's walk finds its jobs in claim order (SQLite's
 		// recursive queue is first in, first out, and each step adds one
 		// row), so its first job is the pick, without a sort, which on a
@@ -357,12 +412,15 @@ func distinct(names []string) []string {
 //   - names: the queues with QUEUED jobs, by a skip-scan of the index
 //     jobs_state_queue_run_at (one seek per queue: MIN(queue) > the last
 //     one), or the worker's own list of queues;
-//   - heads: a serial queue's head is its first job by RunAt then
-//     creation, whatever its priority, kind or tenant (order is the rule:
-//     a head the worker may not take blocks the queue for it), one seek
-//     in jobs_state_queue_run_at, whose rows of one (state, queue) are in
-//     run_at then seq (rowid) order; with hold a job backing off before a
-//     retry comes first, found in the partial index jobs_queued_retry.
+//   - heads: a serial queue's heads are each tenant's first job by RunAt
+//     then creation, whatever its priority or kind (order is the rule: a
+//     head the worker may not take blocks its tenant's jobs in the queue
+//     for it, never another tenant's), of the tenants with none of their
+//     jobs there running: a skip-scan of the queue's tenants and a seek
+//     or two per tenant in jobs_unfinished_queue_tenant, whose rows of one
+//     (queue, tenant, state) are in run_at then seq (rowid) order; with
+//     hold a job backing off before a retry comes first, found in the
+//     partial index jobs_queued_retry.
 //     Another queue's head is its first job in claim order, found by a
 //     walk of its priorities (priorityWalk) in jobs_queued_queue, or, for
 //     a worker that names its kinds, of each kind's in jobs_queued_kind;
@@ -412,6 +470,7 @@ func ruledPickQuery(f store.ClaimFilter, ready bool, selected string) (string, [
 	index := "jobs_queued_queue"
 	key := func(g string) string { return "queue = " + g + ".queue" }
 	kinds := ""
+	walkFilter := due + tenants
 	if len(f.Kinds) > 0 {
 		match += " AND kind IN (SELECT kind FROM kinds)"
 		args = append(args, sql.Named("kinds", mustJSON(f.Kinds, "[]")))
@@ -421,10 +480,25 @@ func ruledPickQuery(f store.ClaimFilter, ready bool, selected string) (string, [
 		index = "jobs_queued_kind"
 		key = func(g string) string { return "kind = " + g + ".kind AND queue = " + g + ".queue" }
 	}
+	if len(distinct(f.Tenants)) == 1 && len(distinct(f.Queues)) == 1 {
+		// Fair claiming's pick of one tenant's job in one queue: a walk
+		// of that tenant's jobs only, with the kinds checked on them.
+		groups = `groups(kind, queue) AS (SELECT NULL, o.name FROM open_queues AS o WHERE NOT o.serial)`
+		index = "jobs_queued_queue_tenant"
+		key = func(g string) string { return "queue = " + g + ".queue AND tenant = :tenant" }
+		args = append(args, sql.Named("tenant", f.Tenants[0]))
+		if len(f.Kinds) > 0 {
+			walkFilter += " AND kind IN (SELECT kind FROM kinds)"
+		}
+	}
 	bound := ""
 	if ready {
 		bound = "1"
 	}
+	// A serial queue's heads are each tenant's: its tenants are found by
+	// a skip-scan of jobs_unfinished_queue_tenant, whose rows of one
+	// (queue, tenant, state) are in run_at then seq (rowid) order.
+	const unfinished = `jobs INDEXED BY jobs_unfinished_queue_tenant WHERE state IN ('queued', 'running')`
 	query := `WITH RECURSIVE
 	lim(queue, max_running, serial, hold, rate_limit, rate_per) AS MATERIALIZED (
 		SELECT key, value ->> 'max', value ->> 'serial', value ->> 'hold', value ->> 'rate', value ->> 'per'
@@ -448,14 +522,21 @@ func ruledPickQuery(f store.ClaimFilter, ready bool, selected string) (string, [
 			AND (coalesce(l.rate_limit, 0) = 0 OR (SELECT COUNT(*) FROM queue_starts AS s
 				WHERE s.queue = n.name AND s.at > :now - l.rate_per) < l.rate_limit)),
 	` + groups + `,
-	` + priorityWalk(index, "", key, due+tenants, bound, !ready) + `,
+	` + priorityWalk(index, "", key, walkFilter, bound, !ready) + `,
+	serial_tenants(queue, tenant, hold) AS (
+		SELECT o.name, (SELECT MIN(tenant) FROM ` + unfinished + ` AND queue = o.name), o.hold
+		FROM open_queues AS o WHERE o.serial
+		UNION ALL
+		SELECT s.queue, (SELECT MIN(tenant) FROM ` + unfinished + ` AND queue = s.queue AND tenant > s.tenant), s.hold
+		FROM serial_tenants AS s WHERE s.tenant IS NOT NULL),
 	heads(seq) AS (
 		SELECT coalesce(
-			CASE WHEN o.hold THEN (SELECT seq FROM jobs INDEXED BY jobs_queued_retry
-				WHERE state = 'queued' AND attempt > 0 AND queue = o.name ORDER BY run_at, seq LIMIT 1) END,
-			(SELECT seq FROM jobs INDEXED BY jobs_state_queue_run_at
-				WHERE state = 'queued' AND queue = o.name ORDER BY run_at, seq LIMIT 1))
-		FROM open_queues AS o WHERE o.serial
+			CASE WHEN s.hold THEN (SELECT seq FROM jobs INDEXED BY jobs_queued_retry
+				WHERE state = 'queued' AND attempt > 0 AND queue = s.queue AND tenant = s.tenant ORDER BY run_at, seq LIMIT 1) END,
+			(SELECT seq FROM ` + unfinished + ` AND queue = s.queue AND tenant = s.tenant AND state = 'queued'
+				ORDER BY run_at, seq LIMIT 1))
+		FROM serial_tenants AS s WHERE s.tenant IS NOT NULL` + strings.ReplaceAll(tenants, "tenant IN", "s.tenant IN") + `
+			AND NOT EXISTS (SELECT 1 FROM ` + unfinished + ` AND queue = s.queue AND tenant = s.tenant AND state = 'running')
 		UNION ALL
 		SELECT seq FROM walk WHERE seq IS NOT NULL)
 SELECT ` + selected + ` FROM heads AS hd JOIN jobs AS j ON j.seq = hd.seq

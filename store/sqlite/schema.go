@@ -629,6 +629,24 @@ CREATE INDEX queue_starts_queue_at ON queue_starts (queue, at);
 CREATE INDEX jobs_tenant_queued ON jobs (tenant, state)
 	WHERE state IN ('pending', 'waiting', 'queued');
 `,
+	// 19: fair claiming (store.FairState, fair.go). A claim from a queue
+	// where several tenants have ready jobs seeks one tenant's first job
+	// in claim order in jobs_queued_queue_tenant, never stepping over the
+	// other tenants' jobs; each such queue's virtual time and its
+	// tenants' passes are kept in fair_clocks and fair_passes.
+	`
+CREATE INDEX jobs_queued_queue_tenant ON jobs (queue, tenant, priority, run_at) WHERE state = 'queued';
+CREATE TABLE fair_clocks (
+	queue TEXT PRIMARY KEY,
+	clock REAL NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE TABLE fair_passes (
+	queue  TEXT NOT NULL,
+	tenant TEXT NOT NULL,
+	pass   REAL NOT NULL,
+	PRIMARY KEY (queue, tenant)
+) STRICT, WITHOUT ROWID;
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a

@@ -56,6 +56,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
@@ -130,6 +131,10 @@ type Store struct {
 	holderQuery string
 	// feed hands committed changes to listeners (listen.go).
 	feed *feed
+	// fairQueues are the queues with fair-claiming state (fair.go); nil
+	// until first read from the table.
+	fairMu     sync.Mutex
+	fairQueues map[string]bool
 }
 
 var _ store.Store = (*Store)(nil)

@@ -532,12 +532,26 @@ func TestClaimPlanSeeksEveryQueueHead(t *testing.T) {
 		{"rules and kinds", store.ClaimFilter{Kinds: []string{"a", "b"}, Limits: limits, Pools: pools}, "jobs_queued_kind (kind=? AND queue=? AND priority=?"},
 		{"rules, kinds and queues", store.ClaimFilter{Kinds: []string{"a"}, Queues: []string{"index", "readme"}, Limits: limits, Pools: pools}, "jobs_queued_kind (kind=? AND queue=? AND priority=?"},
 		{"some tenants", store.ClaimFilter{Tenants: []string{"acme", "globex"}}, "jobs_queued_priority (priority=?"},
-		{"a tenant and a queue", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"q"}}, "jobs_queued_queue (queue=? AND priority=?"},
+		{"a tenant and a queue", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"q"}}, "jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"},
+		{"a tenant, a queue and kinds", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"q"}, Kinds: []string{"a", "b"}}, "jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"},
+		{"rules, a tenant, a queue and kinds", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"readme"}, Kinds: []string{"a"}, Limits: limits, Pools: pools}, "jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"},
 		{"a tenant and kinds", store.ClaimFilter{Tenants: []string{"acme"}, Kinds: []string{"a"}}, "jobs_queued_kind (kind=? AND queue=? AND priority=?"},
 		{"rules and tenants", store.ClaimFilter{Tenants: []string{"acme"}, Limits: limits, Pools: pools}, "jobs_queued_queue (queue=? AND priority=?"},
 		{"rules, tenants, kinds and queues", store.ClaimFilter{Tenants: []string{"acme"}, Kinds: []string{"a"}, Queues: []string{"index", "readme"}, Limits: limits, Pools: pools}, "jobs_queued_kind (kind=? AND queue=? AND priority=?"},
 	}
 	check := func(t *testing.T, db *sql.DB) {
+		t.Run("the tenants with ready jobs in a queue", func(t *testing.T) {
+			plan := strings.Join(explain(t, db, readyTenantsQuery(0), sql.Named("queue", "q"), sql.Named("now", 5)), "\n")
+			for _, want := range []string{"INDEX jobs_unfinished_queue_tenant (queue=? AND tenant>?)",
+				"INDEX jobs_unfinished_queue_tenant (queue=? AND tenant=? AND state=? AND run_at<?)"} {
+				if !strings.Contains(plan, want) {
+					t.Errorf("plan:\n%s\nwant %s", plan, want)
+				}
+			}
+			if strings.Contains(plan, "SCAN jobs") {
+				t.Errorf("plan scans the jobs:\n%s", plan)
+			}
+		})
 		for _, tt := range tests {
 			for _, ready := range []bool{true, false} {
 				for _, n := range []int{1, 100} {
@@ -603,6 +617,12 @@ func checkPickPlan(t *testing.T, plan []string, f store.ClaimFilter, index strin
 	}
 	if f.Limits != nil && !strings.Contains(joined, "INDEX jobs_queued_retry") {
 		t.Errorf("plan:\n%s\nwant a held serial queue's retry found in jobs_queued_retry", joined)
+	}
+	// A serial queue's tenants, and each one's head, are sought in
+	// jobs_unfinished_queue_tenant.
+	if f.Limits != nil && (!strings.Contains(joined, "INDEX jobs_unfinished_queue_tenant (queue=? AND tenant>?)") ||
+		!strings.Contains(joined, "INDEX jobs_unfinished_queue_tenant (queue=? AND tenant=? AND state=?)")) {
+		t.Errorf("plan:\n%s\nwant a serial queue's tenants and heads sought in jobs_unfinished_queue_tenant", joined)
 	}
 	// Each group's priorities are walked one at a time: the next one with
 	// queued jobs is a seek past the last (see priorityWalk); but for

@@ -33,7 +33,7 @@ import (
 // closes it when the subtest ends; open should register the removal of
 // anything it made (a temp file, a schema) with t.Cleanup.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
-	for _, tc := range slices.Concat(cases, readCases, scheduleCases, concurrentCases, changeCases, leaseCases, pauseCases, historyCases, priorityCases, logCases, batchCases, depCases, tenantDepthCases, rateCases, quotaCases) {
+	for _, tc := range slices.Concat(cases, readCases, scheduleCases, concurrentCases, changeCases, leaseCases, pauseCases, historyCases, priorityCases, logCases, batchCases, depCases, tenantDepthCases, rateCases, quotaCases, fairCases) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)
 			t.Cleanup(func() {
@@ -100,8 +100,8 @@ var cases = []struct {
 
 	{"a serial queue runs one job at a time, in RunAt then creation order, whatever the worker's kinds", testClaimSerial},
 	{"a serial queue that blocks waits behind its head backing off; one that skips moves on", testClaimSerialBlockSkip},
-	{"a serial queue's head of another tenant blocks a worker of one tenant; a parallel queue's does not", testClaimSerialTenants},
-	{"next ready counts only the worker's tenants, and a serial head of another tenant hides the queue", testNextReadyTenants},
+	{"a serial queue is serial per tenant: another tenant's head or running job never blocks a worker of one tenant, but max_running 1 holds across tenants", testClaimSerialTenants},
+	{"next ready counts only the worker's tenants, and in a serial queue each tenant's own head", testNextReadyTenants},
 	{"a parallel queue never has more than max_running running", testClaimMaxRunning},
 	{"a pool shared by two queues is never exceeded, and a full queue does not hold back others", testClaimPool},
 	{"concurrent claims never take a queue or a pool past its limit", testClaimLimitsConcurrent},
@@ -1842,7 +1842,7 @@ func testClaimLimitsConcurrent(t *testing.T, s store.Store) {
 
 func testClaimSerialTenants(t *testing.T, s store.Store) {
 	limits := map[string]store.QueueLimit{
-		"index":  {MaxRunning: 1, Serial: true},
+		"index":  {Serial: true},
 		"resize": {MaxRunning: 4},
 	}
 	for _, j := range []struct {
@@ -1858,22 +1858,28 @@ func testClaimSerialTenants(t *testing.T, s store.Store) {
 		job.Tenant = j.tenant
 		create(t, s, job)
 	}
+	// A serial queue is serial per tenant: index's head is globex's,
+	// and acme's own head is acme's to take.
 	acme := store.ClaimFilter{Tenants: []string{"acme"}, Now: at(100), Limits: limits}
-	// index's head is globex's: acme's worker must not overtake it, and
-	// it takes acme's job of the parallel queue, past globex's.
-	if got := claimAll(t, s, acme); !slices.Equal(got, []string{"resize-acme"}) {
-		t.Fatalf("acme's worker claimed %v, want only resize-acme (index's head is globex's)", got)
+	if got := claimAll(t, s, acme); !slices.Equal(got, []string{"index-acme", "resize-acme"}) {
+		t.Fatalf("acme's worker claimed %v, want index-acme (acme's head) and resize-acme", got)
 	}
 	globex := store.ClaimFilter{Tenants: []string{"globex"}, Now: at(100), Limits: limits}
 	if got := claimOne(t, s, globex); got != "index-globex" {
-		t.Fatalf("globex's worker claimed %q, want index's head index-globex", got)
+		t.Fatalf("globex's worker claimed %q, want its head index-globex while acme's runs", got)
 	}
+	// MaxRunning 1 holds across tenants.
+	limits["index"] = store.QueueLimit{MaxRunning: 1, Serial: true}
+	more := fresh("index-acme-2", "index", 4)
+	more.Tenant = "acme"
+	create(t, s, more)
+	finish(t, s, "index-acme")
 	if got := claimOne(t, s, acme); got != "" {
-		t.Fatalf("acme's worker claimed %q while index-globex runs in the serial queue", got)
+		t.Fatalf("acme's worker claimed %q while index-globex runs in a serial queue of max_running 1", got)
 	}
 	finish(t, s, "index-globex")
-	if got := claimOne(t, s, acme); got != "index-acme" {
-		t.Fatalf("acme's worker claimed %q, want index-acme, now the head", got)
+	if got := claimOne(t, s, acme); got != "index-acme-2" {
+		t.Fatalf("acme's worker claimed %q, want index-acme-2", got)
 	}
 }
 
@@ -1901,9 +1907,9 @@ func testNextReadyTenants(t *testing.T, s store.Store) {
 		{"unruled: the tenant's earliest", store.ClaimFilter{Tenants: []string{"acme"}}, at(6)},
 		{"unruled: several tenants", store.ClaimFilter{Tenants: []string{"acme", "globex"}}, at(3)},
 		{"unruled: a tenant with no jobs", store.ClaimFilter{Tenants: []string{"umbrella"}}, none},
-		{"serial: the other tenant's head hides the queue", store.ClaimFilter{Tenants: []string{"acme"}, Limits: serialLimits}, at(8)},
+		{"serial: the tenant's own head, past the other tenant's", store.ClaimFilter{Tenants: []string{"acme"}, Limits: serialLimits}, at(6)},
 		{"serial: the tenant's own head counts", store.ClaimFilter{Tenants: []string{"globex"}, Limits: serialLimits}, at(3)},
-		{"serial, one queue: nothing but the other tenant's head", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"index"}, Limits: serialLimits}, none},
+		{"serial, one queue: the tenant's own head", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"index"}, Limits: serialLimits}, at(6)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,86 @@
+package store
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Fair claiming. Inside one queue, the ready jobs of several tenants are
+// handed out by stride scheduling, in proportion to each tenant's weight:
+// each tenant has a pass, the tenant with the lowest pass among those
+// with ready jobs is served next, and its pass then moves on by its
+// stride, 1/weight. A tenant of weight 3 is served three times for each
+// time one of weight 1 is, and a tenant alone gets every claim: nobody
+// waits while a worker is idle.
+//
+// The queue keeps a virtual time, Clock: the pass of the last tenant it
+// served. A tenant's pass is never taken as below it (its effective pass
+// is max(pass, Clock)), so a tenant that had no ready jobs for a while
+// comes back level with the others, not owed the claims it did not ask
+// for; and a tenant that had none at the last decision is forgotten
+// (Prune), so it does not come back behind either. So a tenant that
+// submits one job while another has a backlog of any depth is served
+// within as many claims as there are tenants with ready jobs.
+//
+// The stores keep Clock and the passes per queue in the database, read
+// and written in the transaction that claims, under the queue's lock,
+// so every replica hands out the same shares. They are written only when
+// a queue has ready jobs of more than one tenant: a tenant alone costs
+// the claim nothing more than a look for a second tenant.
+
+// FairState is one queue's fair-claiming state.
+type FairState struct {
+	Clock  float64
+	Passes map[string]float64 // tenant -> pass; a tenant missing has Clock's
+}
+
+// Weight is tenant's weight under weights: 1 when absent (or below 1,
+// which the rules refuse).
+func Weight(weights map[string]int, tenant string) int {
+	if w := weights[tenant]; w >= 1 {
+		return w
+	}
+	return 1
+}
+
+// effective is tenant's pass as a decision takes it.
+func (s FairState) effective(tenant string) float64 {
+	if p, ok := s.Passes[tenant]; ok && p > s.Clock {
+		return p
+	}
+	return s.Clock
+}
+
+// Order returns tenants in the order a claim tries them: the lowest
+// effective pass first, ties by name. The claim takes the first whose
+// job it may take (its kinds, the queue's rules), so a tenant whose jobs
+// no worker here runs holds nobody back.
+func (s FairState) Order(tenants []string) []string {
+	out := slices.Clone(tenants)
+	slices.SortFunc(out, func(a, b string) int {
+		return cmp.Or(cmp.Compare(s.effective(a), s.effective(b)), cmp.Compare(a, b))
+	})
+	return out
+}
+
+// Charge records that tenant was served one job: its pass moves a
+// stride past its effective pass, and Clock to that effective pass if
+// it is later.
+func (s *FairState) Charge(tenant string, weight int) {
+	e := s.effective(tenant)
+	if s.Passes == nil {
+		s.Passes = map[string]float64{}
+	}
+	s.Passes[tenant] = e + 1/float64(max(weight, 1))
+	s.Clock = max(s.Clock, e)
+}
+
+// Prune forgets the passes of tenants not in active, the tenants with
+// ready jobs when the decision was made.
+func (s *FairState) Prune(active []string) {
+	for t := range s.Passes {
+		if !slices.Contains(active, t) {
+			delete(s.Passes, t)
+		}
+	}
+}

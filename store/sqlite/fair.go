@@ -1,0 +1,217 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+
+	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/store"
+)
+
+// Fair claiming (store.FairState) on the single writer: a claim's picks,
+// its look for other tenants and its write of the queue's passes are in
+// the claim's transaction, so no other claim sees the passes between.
+
+// readyTenantsQuery is readyTenants' query, of :queue at :now.
+func readyTenantsQuery(limit int) string {
+	const from = `jobs INDEXED BY jobs_unfinished_queue_tenant WHERE queue = :queue AND state IN ('queued', 'running')`
+	query := `WITH RECURSIVE t(tenant) AS (
+		SELECT (SELECT MIN(tenant) FROM ` + from + `)
+		UNION ALL
+		SELECT (SELECT MIN(tenant) FROM ` + from + ` AND tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL)
+	SELECT tenant FROM t WHERE tenant IS NOT NULL
+		AND EXISTS (SELECT 1 FROM ` + from + ` AND tenant = t.tenant AND state = 'queued' AND run_at <= :now)`
+	if limit > 0 {
+		query += fmt.Sprintf(" LIMIT %d", limit)
+	}
+	return query
+}
+
+// pick is a job a claim may take, as read, and its row.
+type pick struct {
+	job jobtype.Job
+	seq int64
+}
+
+// readyTenants lists the tenants with a ready QUEUED job in queue, of
+// any kind, at most limit of them (0: all): a skip-scan of
+// jobs_unfinished_queue_tenant, one seek per tenant with unfinished jobs
+// in the queue and one more per tenant to ask whether one is ready.
+func readyTenants(ctx context.Context, tx *sql.Tx, queue string, f store.ClaimFilter, limit int) ([]string, error) {
+	query := readyTenantsQuery(limit)
+	rows, err := tx.QueryContext(ctx, query, sql.Named("queue", queue), sql.Named("now", toMicro(f.Now)))
+	if err != nil {
+		return nil, fmt.Errorf("claim jobs: tenants of %s: %w", queue, classify(err))
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			return nil, fmt.Errorf("claim jobs: tenants of %s: %w", queue, classify(err))
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim jobs: tenants of %s: %w", queue, classify(err))
+	}
+	return out, nil
+}
+
+// contested says whether any queue of picks has ready jobs of more
+// than one tenant. The queues that do not forget their fair state
+// (forgetFair), so that a tenant that comes back starts level.
+func (s *Store) contested(ctx context.Context, tx *sql.Tx, f store.ClaimFilter, picks []pick) (bool, error) {
+	var queues []string
+	for _, p := range picks {
+		if !slices.Contains(queues, p.job.Queue) {
+			queues = append(queues, p.job.Queue)
+		}
+	}
+	for _, q := range queues {
+		tenants, err := readyTenants(ctx, tx, q, f, 2)
+		if err != nil {
+			return false, err
+		}
+		if len(tenants) > 1 {
+			return true, nil
+		}
+	}
+	for _, q := range queues {
+		if err := s.forgetFair(ctx, tx, q); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// fairTurn is the job a claim takes from first's queue, first being
+// the job it would take were there one tenant: with ready jobs of
+// several tenants there, the first job the claim may take of the
+// tenant the queue's FairState puts first, which is then charged.
+func (s *Store) fairTurn(ctx context.Context, tx *sql.Tx, f store.ClaimFilter, first pick) (pick, error) {
+	queue := first.job.Queue
+	tenants, err := readyTenants(ctx, tx, queue, f, 0)
+	if err != nil {
+		return pick{}, err
+	}
+	if len(tenants) <= 1 {
+		return first, s.forgetFair(ctx, tx, queue)
+	}
+	state, err := loadFair(ctx, tx, queue)
+	if err != nil {
+		return pick{}, err
+	}
+	state.Prune(tenants)
+	chosen := first
+	for _, t := range state.Order(tenants) {
+		if len(f.Tenants) > 0 && !slices.Contains(f.Tenants, t) {
+			continue
+		}
+		if t != first.job.Tenant {
+			one := f
+			one.Tenants, one.Queues = []string{t}, []string{queue}
+			p, ok, err := pickNext(ctx, tx, one)
+			if err != nil {
+				return pick{}, err
+			}
+			if !ok {
+				continue // its jobs are not this worker's, or its serial head runs
+			}
+			chosen = p
+		}
+		state.Charge(t, store.Weight(f.Weights, t))
+		break
+	}
+	return chosen, s.saveFair(ctx, tx, queue, state)
+}
+
+// loadFair reads queue's fair state.
+func loadFair(ctx context.Context, tx *sql.Tx, queue string) (store.FairState, error) {
+	state := store.FairState{Passes: map[string]float64{}}
+	rows, err := tx.QueryContext(ctx, `SELECT NULL, clock FROM fair_clocks WHERE queue = :queue
+		UNION ALL SELECT tenant, pass FROM fair_passes WHERE queue = :queue`, sql.Named("queue", queue))
+	if err != nil {
+		return state, fmt.Errorf("claim jobs: fair state of %s: %w", queue, classify(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			tenant sql.NullString
+			v      float64
+		)
+		if err := rows.Scan(&tenant, &v); err != nil {
+			return state, fmt.Errorf("claim jobs: fair state of %s: %w", queue, classify(err))
+		}
+		if tenant.Valid {
+			state.Passes[tenant.String] = v
+		} else {
+			state.Clock = v
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return state, fmt.Errorf("claim jobs: fair state of %s: %w", queue, classify(err))
+	}
+	return state, nil
+}
+
+// saveFair writes queue's fair state over what is stored.
+func (s *Store) saveFair(ctx context.Context, tx *sql.Tx, queue string, state store.FairState) error {
+	for _, q := range []struct {
+		query string
+		args  []any
+	}{
+		{`INSERT INTO fair_clocks (queue, clock) VALUES (?, ?) ON CONFLICT (queue) DO UPDATE SET clock = excluded.clock`, []any{queue, state.Clock}},
+		{`DELETE FROM fair_passes WHERE queue = ?`, []any{queue}},
+		{`INSERT INTO fair_passes (queue, tenant, pass) SELECT ?, key, value FROM json_each(?)`, []any{queue, mustJSON(state.Passes, "{}")}},
+	} {
+		if _, err := tx.ExecContext(ctx, q.query, q.args...); err != nil {
+			return fmt.Errorf("claim jobs: fair state of %s: %w", queue, classify(err))
+		}
+	}
+	s.fairMu.Lock()
+	if s.fairQueues != nil { // else read from the table when first needed
+		s.fairQueues[queue] = true
+	}
+	s.fairMu.Unlock()
+	return nil
+}
+
+// forgetFair deletes queue's fair state, if it has any: its ready jobs
+// are one tenant's (or none), and the tenants that come back start
+// level. Whether it has any is known here, as this process is the only
+// writer.
+func (s *Store) forgetFair(ctx context.Context, tx *sql.Tx, queue string) error {
+	s.fairMu.Lock()
+	defer s.fairMu.Unlock()
+	if s.fairQueues == nil {
+		s.fairQueues = map[string]bool{}
+		rows, err := tx.QueryContext(ctx, `SELECT queue FROM fair_clocks`)
+		if err != nil {
+			return fmt.Errorf("claim jobs: fair state: %w", classify(err))
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var q string
+			if err := rows.Scan(&q); err != nil {
+				return fmt.Errorf("claim jobs: fair state: %w", classify(err))
+			}
+			s.fairQueues[q] = true
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("claim jobs: fair state: %w", classify(err))
+		}
+	}
+	if !s.fairQueues[queue] {
+		return nil
+	}
+	for _, query := range []string{`DELETE FROM fair_clocks WHERE queue = ?`, `DELETE FROM fair_passes WHERE queue = ?`} {
+		if _, err := tx.ExecContext(ctx, query, queue); err != nil {
+			return fmt.Errorf("claim jobs: fair state of %s: %w", queue, classify(err))
+		}
+	}
+	delete(s.fairQueues, queue)
+	return nil
+}
