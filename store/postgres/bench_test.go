@@ -221,3 +221,60 @@ func BenchmarkClaimAtDepth(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClaimTenants measures a claim of one job from one queue of
+// 20,000 queued jobs of 1 or 10 tenants taking turns (fair claiming):
+// with 10, every claim finds the queue contested and takes its turn
+// under the queue's fair lock. Claimed jobs go back to the end of the
+// queue outside the timer.
+//
+//	JOBWATCH_TEST_BACKEND=postgres go test ./store/postgres/ -run '^$' -bench BenchmarkClaimTenants
+func BenchmarkClaimTenants(b *testing.B) {
+	for _, tenants := range []int{1, 10} {
+		for _, writers := range []int{1, 8} {
+			b.Run(fmt.Sprintf("tenants=%d/claimers=%d", tenants, writers), func(b *testing.B) {
+				s := openURL(b, pgtest.URL(b)+fmt.Sprintf("&pool_max_conns=%d", writers+1))
+				fillQueued(b, s, 20_000)
+				// The tenants, set after the insert: the old rows' entries are
+				// vacuumed away, as a backlog inserted with its tenants has none.
+				for _, q := range []string{`UPDATE jobs SET tenant = 't' || (seq % ` + fmt.Sprint(tenants) + `) WHERE state = 'queued'`, `VACUUM jobs`} {
+					if _, err := s.pool.Exec(b.Context(), q); err != nil {
+						b.Fatal(err)
+					}
+				}
+				ctx := context.Background()
+				now := t0.Add(24 * time.Hour * 365)
+				f := store.ClaimFilter{Kinds: []string{"email"}, Now: now}
+				var (
+					mu   sync.Mutex
+					ids  []string
+					next atomic.Int64
+					wg   sync.WaitGroup
+				)
+				b.ResetTimer()
+				for w := range writers {
+					wg.Go(func() {
+						c := store.Claim{WorkerID: fmt.Sprint("w", w), LeaseID: "l", Now: now, Lease: time.Minute}
+						for next.Add(1) <= int64(b.N) {
+							j, _, err := store.ClaimOne(ctx, s, f, c)
+							for errors.Is(err, jobtype.ErrNoJob) {
+								j, _, err = store.ClaimOne(ctx, s, f, c)
+							}
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							mu.Lock()
+							ids = append(ids, j.ID)
+							mu.Unlock()
+						}
+					})
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
+				b.StopTimer()
+				requeue(b, s, ids, now)
+			})
+		}
+	}
+}

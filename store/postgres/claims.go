@@ -496,11 +496,12 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 				AND h.queue >= s.queue AND h.queue <= s.queue AND h.tenant = s.tenant
 				ORDER BY h.queue, h.run_at, h.seq LIMIT 1) END,
 			(SELECT h.seq FROM jobs AS h WHERE ` + unfinishedOf("h", "s", "queued") + `
-				ORDER BY h.queue, h.tenant, h.state, h.run_at, h.seq LIMIT 1))
+				ORDER BY ` + unfinishedOrder("h") + ` LIMIT 1))
 		FROM serial_tenants AS s WHERE s.tenant IS NOT NULL
 			-- A scalar subquery, not NOT EXISTS, which the planner would
 			-- make an anti-join with every running job.
-			AND (SELECT true FROM jobs AS r WHERE ` + unfinishedOf("r", "s", "running") + ` LIMIT 1) IS NULL),
+			AND (SELECT true FROM jobs AS r WHERE ` + unfinishedOf("r", "s", "running") + `
+				ORDER BY ` + unfinishedOrder("r") + ` LIMIT 1) IS NULL),
 	candidates(seq, priority, run_at, queue) AS (
 		SELECT h.seq, h.priority, h.run_at, h.queue FROM heads JOIN jobs AS h ON h.seq = heads.seq
 		WHERE (` + strings.Join(match, " AND ") + `) IS TRUE
@@ -541,6 +542,13 @@ func unfinishedTenant(queue, after string) string {
 	}
 	return "(SELECT x.tenant FROM jobs AS x WHERE x.state IN ('queued', 'running') AND " + where +
 		" ORDER BY x.queue, x.tenant LIMIT 1)"
+}
+
+// unfinishedOrder is the order of jobs_unfinished_queue_tenant (of
+// alias a), which a seek in it asks for so that no other index can
+// answer it without a sort (see planSettings).
+func unfinishedOrder(a string) string {
+	return a + ".queue, " + a + ".tenant, " + a + ".state, " + a + ".run_at, " + a + ".seq"
 }
 
 // unfinishedOf is the condition that a job (alias a) is of the queue
@@ -662,7 +670,13 @@ func (s *Store) ClaimJobs(ctx context.Context, f store.ClaimFilter, c store.Clai
 	query, args := claimQuery(f, c)
 	keys := s.lockKeys(f)
 	for attempt := 1; ; attempt++ {
-		claimed, err := s.claim(ctx, keys, query, args)
+		var (
+			claimed []store.Claimed
+			err     error = errContested
+		)
+		if !s.mayBeContested(f) {
+			claimed, err = s.claim(ctx, keys, query, args)
+		}
 		if errors.Is(err, errContested) {
 			claimed, err = s.claimFair(ctx, f, c, keys)
 		}
@@ -756,8 +770,8 @@ func contestedCTEs(now int) string {
 		SELECT t.queue, ` + unfinishedTenant("t.queue", "t.tenant") + ` FROM queue_tenants AS t WHERE t.tenant IS NOT NULL),
 	contested(seq) AS (
 		SELECT p.seq FROM picked AS p JOIN queue_tenants AS t ON t.queue = p.queue AND t.tenant <> p.tenant
-		WHERE EXISTS (SELECT FROM jobs AS x WHERE ` + unfinishedOf("x", "t", "queued") + fmt.Sprintf(` AND x.run_at <= $%d::timestamptz)
-		LIMIT 1)`, now)
+		WHERE ` + readyOf("t", fmt.Sprintf("$%d::timestamptz", now)) + `
+		LIMIT 1)`
 }
 
 // claimRated is the end of a claim from rate-limited queues: after the

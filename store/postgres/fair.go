@@ -18,17 +18,21 @@ import (
 var errContested = errors.New("a queue of the picked jobs has ready jobs of several tenants")
 
 // claimFair claims under f as ClaimJobs does, taking fair claiming's
-// turns (store.FairState), in one transaction on one connection:
+// turns (store.FairState), in one transaction on one connection, in
+// three or four pipelined round trips per job:
 //
-//   - the prelude: the plan settings and the rules' advisory locks keys;
-//   - for each job: the pick of one job (locked, SKIP LOCKED), which
-//     names the queue the job comes from; that queue's fair lock, then
-//     its tenants with ready jobs and its fair state (one pipelined
-//     round trip, so the reads see every claim that held the lock
-//     before); if several tenants have ready jobs, the pick of one job
-//     of each tenant in the state's order until one is found (seeks of
-//     that tenant's jobs only); then the state and the claim of the job
-//     by seq, in one round trip.
+//   - BEGIN, the prelude (the plan settings and the rules' advisory
+//     locks keys) and the pick of one job (locked, SKIP LOCKED), which
+//     names the queue the job comes from;
+//   - that queue's fair lock, then its tenants with ready jobs and its
+//     fair state, read after the lock, so they see every claim that held
+//     it before;
+//   - if several tenants have ready jobs and another than the picked
+//     job's comes first in the state's order, the pick of one job of
+//     that tenant (seeks of its jobs only), and so on down the order
+//     until one is found;
+//   - the state, the claim of the job by seq and, with the last job the
+//     claim may take, COMMIT.
 //
 // The fair locks serialize the turns of one queue across every replica.
 // The first is waited for, holding no other fair lock; a claim that
@@ -38,41 +42,78 @@ var errContested = errors.New("a queue of the picked jobs has ready jobs of seve
 // claim commits, and other claims step over it meanwhile.
 func (s *Store) claimFair(ctx context.Context, f store.ClaimFilter, c store.Claim, keys []int64) ([]store.Claimed, error) {
 	var claimed []store.Claimed
-	err := s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+	err := s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) (err error) {
 		claimed = nil
-		tx, err := conn.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback(ctx)
-		if _, err := tx.Exec(ctx, prelude, keys); err != nil {
-			return err
-		}
+		open := false
+		defer func() {
+			if err != nil && open {
+				_, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+				err = errors.Join(err, rbErr)
+			}
+		}()
 		locked := map[string]bool{}
 		for i := range c.LeaseIDs {
-			first, ok, err := pickFair(ctx, tx, f)
-			if err != nil || !ok {
+			b := &pgx.Batch{}
+			if !open {
+				b.Queue("BEGIN")
+				b.Queue(prelude, keys)
+			}
+			query, args := pickQuery(f, true, 1, "j.seq, j.queue, j.tenant", true, 1)
+			b.Queue(query, args...)
+			br := conn.SendBatch(ctx, b)
+			if !open {
+				open = true
+				_, err = br.Exec()
+				if err == nil {
+					_, err = br.Exec()
+				}
+			}
+			var first fairPick
+			ok := false
+			if err == nil {
+				first, ok, err = scanPick(br.QueryRow())
+			}
+			if err = errors.Join(err, br.Close()); err != nil {
 				return err
 			}
-			if !locked[first.queue] {
-				got, err := lockFair(ctx, tx, s.lockKeyFair(first.queue), len(locked) == 0)
-				if err != nil {
-					return err
-				}
-				if !got {
-					break // another claim holds it: stop with what is taken
-				}
-				locked[first.queue] = true
+			if !ok {
+				break
+			}
+			wait := len(locked) == 0
+			if locked[first.queue] {
+				wait = true // held already: no wait
+			}
+			tenants, state, got, err := lookFair(ctx, conn, s.lockKeyFair(first.queue), first.queue, f, wait)
+			if err != nil {
+				return err
+			}
+			if !got {
+				break // another claim holds it: stop with what is taken
+			}
+			locked[first.queue] = true
+			if len(tenants) > 1 {
+				s.contested.Store(first.queue, struct{}{})
+			} else {
+				s.contested.Delete(first.queue)
 			}
 			one := c
 			one.LeaseIDs = c.LeaseIDs[i : i+1]
-			job, err := fairTurn(ctx, tx, f, one, first)
+			last := i == len(c.LeaseIDs)-1
+			job, err := fairTurn(ctx, conn, f, one, first, tenants, state, last)
 			if err != nil {
 				return err
 			}
 			claimed = append(claimed, job)
+			if last {
+				open = false // committed with the claim
+			}
 		}
-		return tx.Commit(ctx)
+		if !open {
+			return nil
+		}
+		_, err = conn.Exec(ctx, "COMMIT")
+		open = false
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs: %w", classify(err))
@@ -86,32 +127,31 @@ func (s *Store) claimFair(ctx context.Context, f store.ClaimFilter, c store.Clai
 	return claimed, nil
 }
 
+// mayBeContested says whether f may claim from a queue whose last claim
+// here found it contested.
+func (s *Store) mayBeContested(f store.ClaimFilter) bool {
+	found := false
+	s.contested.Range(func(q, _ any) bool {
+		found = len(f.Queues) == 0 || slices.Contains(f.Queues, q.(string))
+		return !found
+	})
+	return found
+}
+
 // fairPick is a job a fair claim picked: its row, queue and tenant.
 type fairPick struct {
 	seq           int64
 	queue, tenant string
 }
 
-// pickFair picks, and locks, the job a claim under f takes next.
-func pickFair(ctx context.Context, tx pgx.Tx, f store.ClaimFilter) (fairPick, bool, error) {
-	query, args := pickQuery(f, true, 1, "j.seq, j.queue, j.tenant", true, 1)
+// scanPick reads a fair claim's pick of one job, if there is one.
+func scanPick(row pgx.Row) (fairPick, bool, error) {
 	var p fairPick
-	err := tx.QueryRow(ctx, query, args...).Scan(&p.seq, &p.queue, &p.tenant)
+	err := row.Scan(&p.seq, &p.queue, &p.tenant)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return p, false, nil
 	}
 	return p, err == nil, err
-}
-
-// lockFair takes the transaction advisory lock key: waiting for it if
-// wait, else only if it is free at once (got says whether it did).
-func lockFair(ctx context.Context, tx pgx.Tx, key int64, wait bool) (got bool, err error) {
-	if wait {
-		_, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key)
-		return err == nil, err
-	}
-	err = tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", key).Scan(&got)
-	return got, err
 }
 
 // lockKeyFair is the advisory lock of queue's fair state.
@@ -120,12 +160,9 @@ func (s *Store) lockKeyFair(queue string) int64 { return lockKey(s.schema, "fair
 // fairTurn claims, under c (one lease), the job of first's queue that
 // the queue's turn gives: first's, unless the queue has ready jobs of
 // several tenants and another comes first in the state's order with a
-// job the claim may take. The caller holds the queue's fair lock.
-func fairTurn(ctx context.Context, tx pgx.Tx, f store.ClaimFilter, c store.Claim, first fairPick) (store.Claimed, error) {
-	tenants, state, err := loadFair(ctx, tx, first.queue, f)
-	if err != nil {
-		return store.Claimed{}, err
-	}
+// job the claim may take. The caller holds the queue's fair lock and
+// read tenants and state under it.
+func fairTurn(ctx context.Context, conn *pgxpool.Conn, f store.ClaimFilter, c store.Claim, first fairPick, tenants []string, state store.FairState, commit bool) (store.Claimed, error) {
 	chosen := first
 	save := forgetFairSQL
 	saveArgs := []any{first.queue}
@@ -138,7 +175,8 @@ func fairTurn(ctx context.Context, tx pgx.Tx, f store.ClaimFilter, c store.Claim
 			if t != first.tenant {
 				one := f
 				one.Tenants, one.Queues = []string{t}, []string{first.queue}
-				p, ok, err := pickFair(ctx, tx, one)
+				query, args := pickQuery(one, true, 1, "j.seq, j.queue, j.tenant", true, 1)
+				p, ok, err := scanPick(conn.QueryRow(ctx, query, args...))
 				if err != nil {
 					return store.Claimed{}, err
 				}
@@ -163,8 +201,14 @@ func fairTurn(ctx context.Context, tx pgx.Tx, f store.ClaimFilter, c store.Claim
 	b := &pgx.Batch{}
 	b.Queue(save, saveArgs...)
 	b.Queue(query, args...)
-	br := tx.SendBatch(ctx, b)
+	if commit {
+		b.Queue("COMMIT")
+	}
+	br := conn.SendBatch(ctx, b)
 	claimed, err := readClaims(br)
+	if err == nil && commit {
+		_, err = br.Exec()
+	}
 	err = errors.Join(err, br.Close())
 	if err == nil && len(claimed) != 1 {
 		err = fmt.Errorf("claim of job %d took %d jobs", chosen.seq, len(claimed))
@@ -175,42 +219,74 @@ func fairTurn(ctx context.Context, tx pgx.Tx, f store.ClaimFilter, c store.Claim
 	return claimed[0], nil
 }
 
-// loadFair reads the tenants with ready jobs in queue (as
-// readyTenantsSQL finds them) and queue's fair state.
-func loadFair(ctx context.Context, tx pgx.Tx, queue string, f store.ClaimFilter) ([]string, store.FairState, error) {
-	state := store.FairState{Passes: map[string]float64{}}
-	rows, err := tx.Query(ctx, readyTenantsSQL, queue, f.Now)
-	if err != nil {
-		return nil, state, err
+// lookFair takes the transaction advisory lock key of queue's fair
+// state (waiting for it if wait, else only if it is free at once: got
+// says whether it did), then reads the tenants with ready jobs in queue
+// (as readyTenantsSQL finds them) and, when there are several, queue's
+// fair state: one round trip.
+func lookFair(ctx context.Context, conn *pgxpool.Conn, key int64, queue string, f store.ClaimFilter, wait bool) (tenants []string, state store.FairState, got bool, err error) {
+	state = store.FairState{Passes: map[string]float64{}}
+	lock := "SELECT pg_try_advisory_xact_lock($1)"
+	if wait {
+		lock = "SELECT true FROM pg_advisory_xact_lock($1)"
 	}
-	tenants, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, state, err
+	b := &pgx.Batch{}
+	b.Queue(lock, key)
+	b.Queue(lookFairSQL, queue, f.Now)
+	br := conn.SendBatch(ctx, b)
+	defer func() { err = errors.Join(err, br.Close()) }()
+	if err := br.QueryRow().Scan(&got); err != nil || !got {
+		return nil, state, false, err
 	}
-	if len(tenants) <= 1 {
-		return tenants, state, nil
-	}
-	rows, err = tx.Query(ctx, `SELECT NULL::text, clock FROM fair_clocks WHERE queue = $1
-		UNION ALL SELECT tenant, pass FROM fair_passes WHERE queue = $1`, queue)
+	rows, err := br.Query()
 	if err != nil {
-		return nil, state, err
+		return nil, state, false, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var (
 			tenant *string
 			v      float64
+			ready  bool
 		)
-		if err := rows.Scan(&tenant, &v); err != nil {
-			return nil, state, err
+		if err := rows.Scan(&tenant, &v, &ready); err != nil {
+			return nil, state, false, err
 		}
-		if tenant != nil {
-			state.Passes[*tenant] = v
-		} else {
+		switch {
+		case tenant == nil:
 			state.Clock = v
+		case ready:
+			tenants = append(tenants, *tenant)
+			if v >= 0 {
+				state.Passes[*tenant] = v
+			}
 		}
+		// A tenant with a stored pass and no ready jobs is left out:
+		// the turn forgets it (store.FairState.Prune).
 	}
-	return tenants, state, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, state, false, err
+	}
+	return tenants, state, true, nil
+}
+
+// lookFairSQL reads queue $1's fair state and its tenants with ready
+// jobs at $2: the clock (a row without a tenant), then each tenant with
+// ready jobs, its stored pass (-1 for none).
+var lookFairSQL = `WITH ready AS (` + readyTenantsSQL + `)
+	SELECT NULL::text, clock, false FROM fair_clocks WHERE queue = $1
+	UNION ALL
+	SELECT r.tenant, coalesce((SELECT p.pass FROM fair_passes AS p WHERE p.queue = $1 AND p.tenant = r.tenant), -1), true
+	FROM ready AS r`
+
+// readyOf is the condition that the tenant of s (an alias with queue
+// and tenant) has a job in s's queue ready at now: a seek of
+// jobs_unfinished_queue_tenant, written as a scalar subquery, not
+// EXISTS, which the planner would make a semi-join with every queued
+// job.
+func readyOf(s, now string) string {
+	return "(SELECT true FROM jobs AS x WHERE " + unfinishedOf("x", s, "queued") + " AND x.run_at <= " + now +
+		" ORDER BY " + unfinishedOrder("x") + " LIMIT 1) IS NOT NULL"
 }
 
 // readyTenantsSQL lists the tenants with a ready QUEUED job in queue $1
@@ -222,7 +298,7 @@ var readyTenantsSQL = `WITH RECURSIVE t(queue, tenant) AS (
 		UNION ALL
 		SELECT t.queue, ` + unfinishedTenant("t.queue", "t.tenant") + ` FROM t WHERE t.tenant IS NOT NULL)
 	SELECT t.tenant FROM t WHERE t.tenant IS NOT NULL
-		AND EXISTS (SELECT FROM jobs AS x WHERE ` + unfinishedOf("x", "t", "queued") + ` AND x.run_at <= $2::timestamptz)`
+		AND ` + readyOf("t", "$2::timestamptz")
 
 // saveFairSQL writes queue $1's fair state: its clock $2, and its
 // tenants' passes ($3, $4), over the stored one.

@@ -89,6 +89,11 @@ type Store struct {
 	closing   context.Context
 	close     context.CancelFunc
 	listeners sync.WaitGroup
+
+	// contested are the queues whose last claim here found ready jobs of
+	// several tenants (fair.go): a claim that may take from one goes
+	// straight to its fair turn.
+	contested sync.Map // queue -> struct{}
 }
 
 var _ store.Store = (*Store)(nil)

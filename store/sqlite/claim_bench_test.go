@@ -22,7 +22,7 @@ import (
 func BenchmarkClaim(b *testing.B) {
 	for _, bc := range claimBenchCases() {
 		b.Run(bc.name, func(b *testing.B) {
-			s, f := seedClaimBench(b, bc.queues, bc.limits)
+			s, f := seedClaimBench(b, bc)
 			ctx := context.Background()
 			b.ResetTimer()
 			for i := range b.N {
@@ -52,7 +52,7 @@ func BenchmarkClaim(b *testing.B) {
 func BenchmarkClaimPick(b *testing.B) {
 	for _, bc := range claimBenchCases() {
 		b.Run(bc.name, func(b *testing.B) {
-			s, f := seedClaimBench(b, bc.queues, bc.limits)
+			s, f := seedClaimBench(b, bc)
 			ctx := context.Background()
 			b.ResetTimer()
 			for b.Loop() {
@@ -67,9 +67,10 @@ func BenchmarkClaimPick(b *testing.B) {
 const claimBacklog = 10_000
 
 type claimBenchCase struct {
-	name   string
-	queues int
-	limits map[string]store.QueueLimit
+	name    string
+	queues  int
+	limits  map[string]store.QueueLimit
+	tenants int // the jobs' tenants, taking turns (fair claiming); 0 for one
 }
 
 // claimBenchCases are one unbounded queue, and 100 queues of which a
@@ -89,14 +90,16 @@ func claimBenchCases() []claimBenchCase {
 		}
 	}
 	return []claimBenchCase{
-		{"10000 jobs in one queue", 1, nil},
-		{"10000 jobs over 100 queues with rules", 100, spread},
+		{"10000 jobs in one queue", 1, nil, 0},
+		{"10000 jobs of 10 tenants in one queue", 1, nil, 10},
+		{"10000 jobs over 100 queues with rules", 100, spread, 0},
+		{"10000 jobs of 10 tenants over 100 queues with rules", 100, spread, 10},
 	}
 }
 
 // seedClaimBench opens a store holding claimBacklog queued jobs spread
 // over queues, and the filter that claims them under limits.
-func seedClaimBench(b *testing.B, queues int, limits map[string]store.QueueLimit) (*Store, store.ClaimFilter) {
+func seedClaimBench(b *testing.B, bc claimBenchCase) (*Store, store.ClaimFilter) {
 	s, err := Open(filepath.Join(b.TempDir(), "jobs.db"))
 	if err != nil {
 		b.Fatal(err)
@@ -106,8 +109,8 @@ func seedClaimBench(b *testing.B, queues int, limits map[string]store.QueueLimit
 	err = s.writeTx(context.Background(), "seed", func(ctx context.Context, tx *sql.Tx) error {
 		for i := range claimBacklog {
 			at := start.Add(time.Duration(i) * time.Millisecond)
-			j := jobtype.Job{ID: fmt.Sprintf("job-%05d", i), Tenant: "t", Kind: "k",
-				Queue: fmt.Sprintf("q%02d", i%queues), State: jobtype.Queued, Version: 1,
+			j := jobtype.Job{ID: fmt.Sprintf("job-%05d", i), Tenant: fmt.Sprint("t", i%max(bc.tenants, 1)), Kind: "k",
+				Queue: fmt.Sprintf("q%02d", i%bc.queues), State: jobtype.Queued, Version: 1,
 				MaxAttempts: 1, CreatedAt: at, UpdatedAt: at, RunAt: at}
 			if _, err := tx.ExecContext(ctx, insertJob, append(values(normalize(j)), int64(0), 0)...); err != nil {
 				return err
@@ -118,5 +121,5 @@ func seedClaimBench(b *testing.B, queues int, limits map[string]store.QueueLimit
 	if err != nil {
 		b.Fatal(err)
 	}
-	return s, store.ClaimFilter{Now: start.Add(time.Hour), Limits: limits, Pools: map[string]int{"db": 8}}
+	return s, store.ClaimFilter{Now: start.Add(time.Hour), Limits: bc.limits, Pools: map[string]int{"db": 8}}
 }
