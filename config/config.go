@@ -37,13 +37,17 @@ type File struct {
 	Tenants   map[string]Tenant // tenant name -> its entry under tenants; nil when the file has none
 }
 
-// Tenant is one entry of tenants: the limits of one tenant. A field
-// left out is no limit.
+// Tenant is one entry of tenants: the limits and the weight of one
+// tenant. A field left out is no limit, or the default weight.
 type Tenant struct {
 	// MaxQueued bounds the tenant's jobs not yet running (PENDING,
 	// WAITING, QUEUED) at once: jobtype.TenantRules.MaxQueued. 0: no
 	// limit.
 	MaxQueued int
+	// Weight is the tenant's share of claims in a queue shared with
+	// other tenants: jobtype.TenantRules.Weight. 0: left out, the
+	// default 1; the file itself takes 1 to jobtype.MaxTenantWeight.
+	Weight int
 }
 
 // Queue is one entry of queues.
@@ -232,16 +236,32 @@ func (p *parser) pools(n *yaml.Node, key string) {
 }
 
 // tenants reads the tenants mapping: each key a tenant's name, as a
-// request would name it, each value that tenant's limits.
+// request would name it, each value that tenant's limits and weight.
 func (p *parser) tenants(n *yaml.Node, key string) {
 	p.f.Tenants = map[string]Tenant{}
 	p.r.Entries(n, key, jobtype.NameReason, func(k, name string, v *yaml.Node) {
 		var t Tenant
 		p.r.Mapping(v, k, yamlread.Fields{
 			"max_queued": func(k string, v *yaml.Node) { t.MaxQueued, _ = p.r.Int(v, k, 0, math.MaxInt32) },
+			"weight":     func(k string, v *yaml.Node) { t.Weight = p.weight(v, k) },
 		})
 		p.f.Tenants[name] = t
 	})
+}
+
+// weight reads a tenant's weight, a whole number from 1 to
+// jobtype.MaxTenantWeight. Zero and below are refused with why: a
+// weight is a share, and fair claiming serves every tenant (one alone in
+// a queue gets every claim, whatever its weight), so a weight of 0
+// could only be a mistake; the engine would read it as the default.
+func (p *parser) weight(n *yaml.Node, key string) int {
+	var w int
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int" && n.Decode(&w) == nil && w < 1 {
+		p.r.Fail(n, key, "must be from 1 to %d, got %d: a weight is the tenant's share of claims in a queue, and every tenant is served (leave weight out for the default, 1)", jobtype.MaxTenantWeight, w)
+		return 0
+	}
+	w, _ = p.r.Int(n, key, 1, jobtype.MaxTenantWeight)
+	return w
 }
 
 func (p *parser) schedule(key string, n *yaml.Node) {
@@ -472,7 +492,7 @@ func (f *File) Rules() (jobtype.Rules, error) {
 	if len(f.Tenants) > 0 {
 		r.Tenants = make(map[string]jobtype.TenantRules, len(f.Tenants))
 		for name, t := range f.Tenants {
-			r.Tenants[name] = jobtype.TenantRules{MaxQueued: t.MaxQueued}
+			r.Tenants[name] = jobtype.TenantRules{MaxQueued: t.MaxQueued, Weight: t.Weight}
 		}
 	}
 	for _, s := range f.Schedules {

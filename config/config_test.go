@@ -57,30 +57,32 @@ func TestTheIssuesExampleGivesTheEngineEveryKey(t *testing.T) {
 	if len(r.Queues) != 2 || r.Pools["db"] != 4 || r.AlertWebhook == "" || r.Retention != 24*time.Hour {
 		t.Errorf("rules %+v; want the example's queues, pool, webhook and retention", r)
 	}
-	if want := map[string]jobtype.TenantRules{"crates": {MaxQueued: 10000}}; !reflect.DeepEqual(r.Tenants, want) {
+	if want := map[string]jobtype.TenantRules{"crates": {MaxQueued: 10000, Weight: 3}}; !reflect.DeepEqual(r.Tenants, want) {
 		t.Errorf("tenants %+v, want %+v", r.Tenants, want)
 	}
 }
 
-func TestRulesCarryEachTenantsMaxQueued(t *testing.T) {
+func TestRulesCarryEachTenantsMaxQueuedAndWeight(t *testing.T) {
 	f, err := config.Parse("jobwatch.yaml", []byte(`
 tenants:
   acme:
     max_queued: 10000
+    weight: 3
   globex: {max_queued: 0}   # no limit, as when left out
   initech: {}
+  hooli: {weight: 1000}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]config.Tenant{"acme": {MaxQueued: 10000}, "globex": {}, "initech": {}}; !reflect.DeepEqual(f.Tenants, want) {
+	if want := map[string]config.Tenant{"acme": {MaxQueued: 10000, Weight: 3}, "globex": {}, "initech": {}, "hooli": {Weight: 1000}}; !reflect.DeepEqual(f.Tenants, want) {
 		t.Errorf("tenants %+v, want %+v", f.Tenants, want)
 	}
 	r, err := f.Rules()
 	if err != nil {
 		t.Fatalf("rules: %v", err)
 	}
-	want := map[string]jobtype.TenantRules{"acme": {MaxQueued: 10000}, "globex": {}, "initech": {}}
+	want := map[string]jobtype.TenantRules{"acme": {MaxQueued: 10000, Weight: 3}, "globex": {}, "initech": {}, "hooli": {Weight: 1000}}
 	if !reflect.DeepEqual(r.Tenants, want) {
 		t.Fatalf("rules' tenants %+v\nwant %+v", r.Tenants, want)
 	}
@@ -108,6 +110,8 @@ func TestTheEngineRefusesATenantTheFileWouldRefuse(t *testing.T) {
 		says    string
 	}{
 		{"a negative max_queued", map[string]jobtype.TenantRules{"acme": {MaxQueued: -1}}, "tenant acme: max_queued: must not be negative, got -1"},
+		{"a negative weight", map[string]jobtype.TenantRules{"acme": {Weight: -1}}, "tenant acme: weight: must be 1 to 1000 (or 0 for the default, 1), got -1"},
+		{"a weight past the largest", map[string]jobtype.TenantRules{"acme": {Weight: 1001}}, "tenant acme: weight: must be 1 to 1000 (or 0 for the default, 1), got 1001"},
 		{"a tenant name no request could use", map[string]jobtype.TenantRules{"a b": {MaxQueued: 1}}, `tenant "a b": tenant: may only contain`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -267,7 +271,7 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"an unknown mode", "queues:\n  - name: a\n    mode: seriel\n", `c.yaml:3:11: queues[0].mode: must be parallel or serial`},
 		{"an unknown on_failure", "queues:\n  - name: a\n    mode: serial\n    on_failure: retry\n", `queues[0].on_failure: must be block or skip`},
 		{"on_failure on a parallel queue", "queues:\n  - name: a\n    on_failure: skip\n", "c.yaml:3:5: queues[0].on_failure: applies to serial queues only"},
-		{"max_running on a serial queue", "queues:\n  - name: a\n    mode: serial\n    max_running: 2\n", "c.yaml:4:5: queues[0].max_running: a serial queue runs one job at a time: 0 or 1, got 2"},
+		{"max_running on a serial queue", "queues:\n  - name: a\n    mode: serial\n    max_running: 2\n", "c.yaml:4:5: queues[0].max_running: a serial queue runs one job of each tenant at a time (0, or left out) or one job at a time across tenants (1), got 2"},
 		{"max_backoff below initial_backoff", "queues:\n  - name: a\n    retry:\n      initial_backoff: 1m\n      max_backoff: 1s\n", "c.yaml:5:7: queues[0].retry.max_backoff: 1s is below initial_backoff 1m0s"},
 		{"uses naming an undeclared pool", "pools:\n  db: 4\nqueues:\n  - name: a\n    uses: [db, cache]\n", `c.yaml:5:16: queues[0].uses[1]: pool "cache" is not declared`},
 		{"uses naming a pool twice", "pools:\n  db: 4\nqueues:\n  - name: a\n    uses: [db, db]\n", `queues[0].uses[1]: pool "db" is listed twice`},
@@ -304,7 +308,14 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"a max_queued that is not a whole number", "tenants:\n  acme: {max_queued: 1.5}\n", "c.yaml:2:22: tenants.acme.max_queued: must be a whole number, got a number"},
 		{"a max_queued given as a word", "tenants:\n  acme: {max_queued: lots}\n", "c.yaml:2:22: tenants.acme.max_queued: must be a whole number, got a string"},
 		{"a max_queued past the largest", "tenants:\n  acme: {max_queued: 3000000000}\n", "tenants.acme.max_queued: must be from 0 to 2147483647, got 3000000000"},
-		{"an unknown key under a tenant", "tenants:\n  acme: {max_queud: 10}\n", "c.yaml:2:10: tenants.acme.max_queud: unknown key (known here: max_queued)"},
+		{"a weight of zero", "tenants:\n  acme:\n    weight: 0\n", "c.yaml:3:13: tenants.acme.weight: must be from 1 to 1000, got 0: a weight is the tenant's share of claims in a queue, and every tenant is served (leave weight out for the default, 1)"},
+		{"a negative weight", "tenants:\n  acme: {weight: -2}\n", "c.yaml:2:18: tenants.acme.weight: must be from 1 to 1000, got -2: a weight is the tenant's share"},
+		{"a weight past the largest", "tenants:\n  acme: {weight: 1001}\n", "c.yaml:2:18: tenants.acme.weight: must be from 1 to 1000, got 1001"},
+		{"a weight past any whole number", "tenants:\n  acme: {weight: 99999999999999999999}\n", "c.yaml:2:18: tenants.acme.weight: must be"},
+		{"a weight that is not a whole number", "tenants:\n  acme: {weight: 0.5}\n", "c.yaml:2:18: tenants.acme.weight: must be a whole number, got a number"},
+		{"a weight given as a word", "tenants:\n  acme: {weight: heavy}\n", "c.yaml:2:18: tenants.acme.weight: must be a whole number, got a string"},
+		{"a weight with no value", "tenants:\n  acme: {weight: }\n", "tenants.acme.weight: has no value"},
+		{"an unknown key under a tenant", "tenants:\n  acme: {max_queud: 10}\n", "c.yaml:2:10: tenants.acme.max_queud: unknown key (known here: max_queued weight)"},
 		{"a tenant name no request could use", "tenants:\n  acme corp: {max_queued: 10}\n", "c.yaml:2:3: tenants: may only contain"},
 		{"a tenant given twice", "tenants:\n  acme: {max_queued: 1}\n  acme: {max_queued: 2}\n", "c.yaml:3:3: tenants.acme: given twice"},
 		{"a tenant with no value", "tenants:\n  acme:\n", "c.yaml:2:3: tenants.acme: has no value"},
@@ -359,7 +370,7 @@ func TestTheREADMEAndDocsDocumentTheWholeFormat(t *testing.T) {
 		"`queues[].lease_timeout`", "`queues[].mode`", "`queues[].max_running`",
 		"`queues[].on_failure`", "`queues[].uses`", "`queues[].timeout`", "`queues[].alert_after`", "`pools`",
 		"`queues[].priority`", "`queues[].max_log_bytes`", "`schedules[]`", "`schedules[].cron`", "`schedules[].timezone`", "`alerts.webhook`",
-		"`tenants`", "`tenants.<name>.max_queued`"} {
+		"`tenants`", "`tenants.<name>.max_queued`", "`tenants.<name>.weight`"} {
 		if !strings.Contains(string(readme), "| "+key) {
 			t.Errorf("docs/OPERATING.md's table of configuration keys lacks %s", key)
 		}

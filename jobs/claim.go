@@ -13,8 +13,10 @@ import (
 // ClaimRequest says which jobs a worker may run.
 //
 // Tenants, Kinds and Queues each narrow the jobs it may claim; none lets
-// it past a queue's order: a serial queue whose head it may not run
-// (another tenant's or kind's) gives it nothing until that head is taken.
+// it past a serial queue's order, which is each tenant's: a tenant's
+// head it may not run (of another kind) gives it nothing more of that
+// tenant's jobs in the queue until that head is taken, while the other
+// tenants' heads stay its to take.
 type ClaimRequest struct {
 	WorkerID string   // required: shown on the job as who runs it
 	Tenants  []string // empty: any
@@ -184,12 +186,13 @@ func (e *Engine) ClaimJobs(ctx context.Context, r ClaimRequest, n int, deadline 
 	}
 }
 
-// claimFilter carries the queue rules in effect to the store, which
-// checks them in the transaction that claims: a replica-local count
-// could not see the other replicas' claims.
+// claimFilter carries the queue rules and the tenants' weights in
+// effect to the store, which checks the rules and takes fair claiming's
+// turn in the transaction that claims: a replica-local count could not
+// see the other replicas' claims.
 func (e *Engine) claimFilter(r ClaimRequest) store.ClaimFilter {
 	rules := e.rules.Load()
-	return store.ClaimFilter{Tenants: r.Tenants, Kinds: r.Kinds, Queues: r.Queues, Now: e.now(), Limits: rules.limits, Pools: rules.Pools}
+	return store.ClaimFilter{Tenants: r.Tenants, Kinds: r.Kinds, Queues: r.Queues, Now: e.now(), Limits: rules.limits, Pools: rules.Pools, Weights: rules.weights}
 }
 
 // claimOnce tries one claim of up to n jobs f selects, for workerID.

@@ -12,11 +12,13 @@ import (
 
 // ruleSet is the jobtype.Rules in effect with what SetRules derives from
 // them: limits are the queues' claim rules as the store checks them,
-// leases the queues' own lease timeouts and backoffs their retry backoffs
+// weights the tenants' weights in fair claiming (those set only), leases
+// the queues' own lease timeouts and backoffs their retry backoffs
 // (Config's defaults filled in).
 type ruleSet struct {
 	jobtype.Rules
 	limits   map[string]store.QueueLimit
+	weights  map[string]int
 	leases   map[string]time.Duration
 	backoffs map[string]store.Backoff
 	crons    map[string]*jobtype.Cron // by schedule name, each cron schedule's times (schedules.go)
@@ -55,19 +57,34 @@ func validateRules(r jobtype.Rules) error {
 }
 
 // claimLimits are the queues' claim rules in the store's terms; queues
-// with none are left out, as the store treats them as unbounded.
+// with none are left out, as the store treats them as unbounded. A
+// serial queue is serial per tenant (store.QueueLimit.Serial); only its
+// own max_running 1 makes it one job at a time across tenants.
 func claimLimits(r jobtype.Rules) map[string]store.QueueLimit {
 	limits := map[string]store.QueueLimit{}
 	for name, q := range r.Queues {
 		l := store.QueueLimit{MaxRunning: q.MaxRunning, Serial: q.Serial, HoldRetry: q.BlockOnFailure, Pools: q.Uses, Rate: q.Rate}
-		if q.Serial {
-			l.MaxRunning = 1
-		}
 		if l.MaxRunning > 0 || l.Serial || len(l.Pools) > 0 || !l.Rate.IsZero() {
 			limits[name] = l
 		}
 	}
 	return limits
+}
+
+// claimWeights are the tenants' weights in the store's terms
+// (store.ClaimFilter.Weights): the tenants whose weight is set; nil when
+// none is, as every tenant then weighs 1.
+func claimWeights(r jobtype.Rules) map[string]int {
+	var weights map[string]int
+	for name, t := range r.Tenants {
+		if t.Weight > 0 {
+			if weights == nil {
+				weights = map[string]int{}
+			}
+			weights[name] = t.Weight
+		}
+	}
+	return weights
 }
 
 // SetRules replaces the rules in effect, atomically: a decision already
@@ -90,6 +107,7 @@ func (e *Engine) SetRules(rules jobtype.Rules) error {
 	r := ruleSet{
 		Rules:    rules,
 		limits:   claimLimits(rules),
+		weights:  claimWeights(rules),
 		leases:   map[string]time.Duration{},
 		backoffs: map[string]store.Backoff{},
 		crons:    cronsOf(rules),

@@ -44,7 +44,7 @@ type QueueStats struct {
 	AlertingSince time.Time
 	// Serial and MaxRunning are the queue's claim rules (QueueRules); a
 	// queue the rules do not declare is parallel and unbounded. A serial
-	// queue's MaxRunning is 1.
+	// queue's MaxRunning is 0 (one job per tenant at a time) or 1.
 	Serial     bool
 	MaxRunning int
 	// Pools are the pools the queue's running jobs hold units of, in the
@@ -143,9 +143,6 @@ func addClaimRules(stats []QueueStats, rules *ruleSet) {
 		qr := rules.Queues[stats[i].Name]
 		stats[i].Serial = qr.Serial
 		stats[i].MaxRunning = qr.MaxRunning
-		if qr.Serial {
-			stats[i].MaxRunning = 1 // one at a time is what serial means
-		}
 		for _, pool := range qr.Uses {
 			stats[i].Pools = append(stats[i].Pools, PoolUse{Name: pool, Units: rules.Pools[pool], InUse: inUse[pool]})
 		}

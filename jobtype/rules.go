@@ -58,7 +58,20 @@ type TenantRules struct {
 	// attempt queued again, a schedule's run. A bound lowered below what
 	// is queued refuses until the tenant is back under it. 0: no limit.
 	MaxQueued int
+	// Weight is the tenant's share of claims inside each queue it shares
+	// with other tenants that have ready jobs: a tenant of weight 3 is
+	// handed three jobs for each one a tenant of weight 1 is (fair
+	// claiming, store.FairState). It decides between tenants only: a
+	// tenant alone in a queue gets every claim whatever its weight, and
+	// its own jobs keep the queue's order. 0: the default, 1; else 1 to
+	// MaxTenantWeight.
+	Weight int
 }
+
+// MaxTenantWeight bounds TenantRules.Weight. A share of more than a
+// thousand to one is beyond what an operator means to set; a larger
+// number is more likely a typo (a count of jobs, a quota) than a share.
+const MaxTenantWeight = 1000
 
 // QueuedStates are the states of a job not yet running, which
 // TenantRules.MaxQueued bounds: held, waiting for its dependencies, or
@@ -68,10 +81,15 @@ var QueuedStates = []State{Pending, Waiting, Queued}
 
 // CheckTenantRules refuses t as one tenant's rules, exactly as
 // jobs.Engine.SetRules would: an *InvalidError whose Field names the
-// rule at fault as the configuration file does ("max_queued").
+// rule at fault as the configuration file does ("max_queued",
+// "weight"). A Weight of 0 is the default, 1: the configuration file,
+// where a weight is written only to be set, refuses 0 itself.
 func CheckTenantRules(t TenantRules) error {
-	if t.MaxQueued < 0 {
+	switch {
+	case t.MaxQueued < 0:
 		return &InvalidError{Field: "max_queued", Reason: fmt.Sprintf("must not be negative, got %d", t.MaxQueued)}
+	case t.Weight < 0 || t.Weight > MaxTenantWeight:
+		return &InvalidError{Field: "weight", Reason: fmt.Sprintf("must be 1 to %d (or 0 for the default, 1), got %d", MaxTenantWeight, t.Weight)}
 	}
 	return nil
 }
@@ -125,16 +143,23 @@ type QueueRules struct {
 	// a heartbeat.
 	LeaseTimeout time.Duration
 
-	// Serial: at most one RUNNING job of the queue across all workers,
-	// claimed in order of RunAt, then submission, whatever the workers'
-	// kinds. A job retried after a failed or lost attempt goes back with
-	// a later RunAt; with BlockOnFailure it stays the head and the queue
-	// waits behind it until it succeeds or runs out of attempts, without
-	// it the next job goes meanwhile. A cancelled job never holds it.
+	// Serial: serial per tenant. Of each tenant's jobs in the queue at
+	// most one is RUNNING across all workers, claimed in order of RunAt,
+	// then submission, whatever the workers' kinds; the tenants' heads
+	// are handed out fairly (TenantRules.Weight), and one tenant's head,
+	// even of a kind no worker runs, never holds another tenant's jobs
+	// back. With MaxRunning 1 as well, one job of the queue runs at a
+	// time across all tenants, each tenant's still in its order. A job
+	// retried after a failed or lost attempt goes back with a later
+	// RunAt; with BlockOnFailure it stays its tenant's head and the
+	// tenant's other jobs in the queue wait behind it until it succeeds
+	// or runs out of attempts, without it the next job goes meanwhile.
+	// A cancelled job never holds it.
 	Serial         bool
 	BlockOnFailure bool
-	// MaxRunning bounds the queue's RUNNING jobs across all workers
-	// (parallel queues); 0: unbounded.
+	// MaxRunning bounds the queue's RUNNING jobs across all workers and
+	// tenants; 0: unbounded. A serial queue takes 0 (one job per tenant
+	// at a time) or 1 (one job at a time).
 	MaxRunning int
 	// Uses names the pools of which each RUNNING job holds one unit.
 	Uses []string
@@ -211,7 +236,7 @@ func CheckQueueRules(q QueueRules, pools map[string]int) error {
 	case q.MaxRunning < 0:
 		return &InvalidError{Field: "max_running", Reason: "must not be negative"}
 	case q.Serial && q.MaxRunning > 1:
-		return &InvalidError{Field: "max_running", Reason: fmt.Sprintf("a serial queue runs one job at a time: 0 or 1, got %d", q.MaxRunning)}
+		return &InvalidError{Field: "max_running", Reason: fmt.Sprintf("a serial queue runs one job of each tenant at a time (0, or left out) or one job at a time across tenants (1), got %d", q.MaxRunning)}
 	case !q.Serial && q.BlockOnFailure:
 		return &InvalidError{Field: "block_on_failure", Reason: "only a serial queue blocks on failure"}
 	case q.Priority < MinPriority || q.Priority > MaxPriority:

@@ -68,8 +68,10 @@ func TestClaimJobOverTheWireRespectsSerialQueuesAndPools(t *testing.T) {
 	for _, q := range listed.GetQueues() {
 		rows[q.GetName()] = q
 	}
-	if got := rows["index"]; got.GetMode() != jobwatchv1.QueueMode_QUEUE_MODE_SERIAL || got.GetMaxRunning() != 1 {
-		t.Errorf("ListQueues says index is %v with max_running %d, want SERIAL with 1", got.GetMode(), got.GetMaxRunning())
+	// Serial per tenant, with no max_running of its own: no bound
+	// across tenants.
+	if got := rows["index"]; got.GetMode() != jobwatchv1.QueueMode_QUEUE_MODE_SERIAL || got.GetMaxRunning() != 0 {
+		t.Errorf("ListQueues says index is %v with max_running %d, want SERIAL with 0", got.GetMode(), got.GetMaxRunning())
 	}
 	if got := rows["default"].GetMode(); got != jobwatchv1.QueueMode_QUEUE_MODE_PARALLEL {
 		t.Errorf("ListQueues says default is %v, want PARALLEL", got)

@@ -96,6 +96,18 @@ func TestServeAppliesTheConfigAndReloadsItOnSIGHUP(t *testing.T) {
 		t.Errorf("after the refused reload, submit to mail: %v, %v; want the config before it still in effect", mail, err)
 	}
 
+	// So is a tenant's weight of zero, which the engine would have read
+	// as the default.
+	writeFile(t, cfg, "strict: true\nqueues:\n  - name: index\ntenants:\n  acme: {weight: 0}\n")
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	const zeroWeight = "jobwatch.yaml:5:18: tenants.acme.weight: must be from 1 to 1000, got 0"
+	waitFor(t, "serve to log the refused weight", func() bool { return strings.Contains(logs.String(), zeroWeight) })
+	if mail, err := submit("mail"); err != nil || mail.GetMaxAttempts() != 5 {
+		t.Errorf("after the refused weight, submit to mail: %v, %v; want the config before it still in effect", mail, err)
+	}
+
 	select {
 	case j := <-waited:
 		t.Fatalf("the parked wait returned during the reloads: %v", j)

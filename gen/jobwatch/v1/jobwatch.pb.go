@@ -462,8 +462,9 @@ type Job struct {
 	RunAt       *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
 	WorkerId    string                 `protobuf:"bytes,20,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	// 0 to 9, lower runs first: a claim takes the most urgent ready job of
-	// a queue first, then the oldest. A serial queue ignores it and runs in
-	// submission order.
+	// a tenant in a queue first, then the oldest (between tenants, fair
+	// claiming decides). A serial queue ignores it and runs each tenant's
+	// jobs in submission order.
 	Priority int32 `protobuf:"varint,21,opt,name=priority,proto3" json:"priority,omitempty"`
 	// The job's history, oldest first: each attempt that ended (the last
 	// one included, once it has ended) and each operator action (a retry,
@@ -4179,8 +4180,8 @@ type Queue struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Mode  QueueMode              `protobuf:"varint,2,opt,name=mode,proto3,enum=jobwatch.v1.QueueMode" json:"mode,omitempty"`
-	// At most this many RUNNING at once across all workers: 1 for a serial
-	// queue; 0 means no limit.
+	// At most this many RUNNING at once across all workers; 0 means no
+	// limit (a serial queue then runs one job of each tenant at a time).
 	MaxRunning      int32                  `protobuf:"varint,3,opt,name=max_running,json=maxRunning,proto3" json:"max_running,omitempty"`
 	Queued          int64                  `protobuf:"varint,4,opt,name=queued,proto3" json:"queued,omitempty"`
 	Running         int64                  `protobuf:"varint,5,opt,name=running,proto3" json:"running,omitempty"`

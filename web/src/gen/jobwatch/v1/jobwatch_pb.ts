@@ -173,8 +173,9 @@ export type Job = Message<"jobwatch.v1.Job"> & {
 
   /**
    * 0 to 9, lower runs first: a claim takes the most urgent ready job of
-   * a queue first, then the oldest. A serial queue ignores it and runs in
-   * submission order.
+   * a tenant in a queue first, then the oldest (between tenants, fair
+   * claiming decides). A serial queue ignores it and runs each tenant's
+   * jobs in submission order.
    *
    * @generated from field: int32 priority = 21;
    */
@@ -1964,8 +1965,8 @@ export type Queue = Message<"jobwatch.v1.Queue"> & {
   mode: QueueMode;
 
   /**
-   * At most this many RUNNING at once across all workers: 1 for a serial
-   * queue; 0 means no limit.
+   * At most this many RUNNING at once across all workers; 0 means no
+   * limit (a serial queue then runs one job of each tenant at a time).
    *
    * @generated from field: int32 max_running = 3;
    */
