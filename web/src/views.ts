@@ -788,7 +788,10 @@ class QueueRow {
   }
 
   update(q: Queue, now: number): void {
-    setText(this.mode, q.mode === QueueMode.SERIAL ? "serial" : q.maxRunning > 0 ? `parallel · max ${q.maxRunning}` : "parallel");
+    // A serial queue runs one job of each tenant at a time; with
+    // max_running 1, one job at a time across tenants.
+    const serial = q.maxRunning > 0 ? `serial · max ${q.maxRunning}` : "serial";
+    setText(this.mode, q.mode === QueueMode.SERIAL ? serial : q.maxRunning > 0 ? `parallel · max ${q.maxRunning}` : "parallel");
     setText(this.pools, q.pools.map((p) => `${p.name} ${p.inUse}/${p.units}`).join(" · "));
     this.pools.title = q.pools.length === 0 ? "" : "pool: units held by running jobs of every queue that uses it / units";
     setText(this.queued, String(q.queued));
