@@ -98,6 +98,12 @@ type ClaimFilter struct {
 	// Weights are the tenants' weights in fair claiming (Weight): a
 	// tenant missing weighs 1.
 	Weights map[string]int
+	// TenantMaxRunning bounds each tenant's RUNNING jobs across every
+	// queue at once: a claim takes no job of a tenant that has as many
+	// running (missing or 0: no bound). With any bound, each queue's
+	// jobs are sought tenant by tenant, and claims on PostgreSQL take
+	// one advisory lock for the bounds, so they count one at a time.
+	TenantMaxRunning map[string]int
 }
 
 // QueueLimit is what a claim must respect for one queue.
@@ -115,6 +121,10 @@ type QueueLimit struct {
 	// above 0, backing off before a retry) is the head whatever its RunAt,
 	// so the queue waits behind it.
 	HoldRetry bool
+	// MaxRunningPerTenant bounds each tenant's RUNNING jobs in the
+	// queue; 0: unbounded. The queue's jobs are then sought tenant by
+	// tenant.
+	MaxRunningPerTenant int
 	// Pools names the pools of which each RUNNING job of the queue holds
 	// one unit; a job is claimed only when every one has a free unit.
 	Pools []string

@@ -159,7 +159,7 @@ func pickQuery(f store.ClaimFilter, ready bool, n int, sel string, lock bool, fi
 		suffix = " FOR UPDATE OF j SKIP LOCKED"
 	}
 	rules := rulesFor(f)
-	if len(rules.queues) == 0 {
+	if len(rules.queues) == 0 && len(rules.capTenants) == 0 {
 		return p.free(queues, kinds, n, sel, suffix), p.args
 	}
 	return p.ruled(rules, queues, kinds, n, sel, suffix), p.args
@@ -309,8 +309,8 @@ var priorities = func() []string {
 	return out
 }()
 
-// byPriority is a FROM item (alias c, columns seq, priority, run_at and
-// queue) of the QUEUED jobs of queue q and kind k (as for seek) that a
+// byPriority is a FROM item (alias c, columns seq, priority, run_at,
+// queue and tenant) of the QUEUED jobs of queue q and kind k (as for seek) that a
 // claim may take, in claim order, at most lim (an SQL expression) of
 // them: one seek per priority (see above). Not ready, it holds each
 // priority's first lim jobs, in no order.
@@ -319,7 +319,7 @@ func (p *picker) byPriority(q, k, lim string) string {
 	for i, pr := range priorities {
 		p.priority = pr
 		where, order := p.seek("h", q, k)
-		arms[i] = "(SELECT h.seq, h.priority, h.run_at, h.queue FROM jobs AS h WHERE " + where +
+		arms[i] = "(SELECT h.seq, h.priority, h.run_at, h.queue, h.tenant FROM jobs AS h WHERE " + where +
 			" ORDER BY " + order + " LIMIT " + lim + ")"
 	}
 	p.priority = ""
@@ -451,11 +451,12 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 	}
 	ruledJobs := p.byPriority("o.queue", kind, fmt.Sprintf("least(o.n, %d)", m))
 	freeJobs := p.byPriority("n.queue", kind, strconv.Itoa(m))
+	lanes, laneCandidates, notLaned, freeNotLaned, serialNotCapped, tenantOver, notOver := p.lanes(rules, kinds, ruled, m)
 	return `WITH RECURSIVE ` + names + `,
-	lim(queue, max_running, serial, hold, rate_limit, rate_per) AS (
+	lim(queue, max_running, serial, hold, rate_limit, rate_per, per_tenant) AS (
 		SELECT * FROM unnest(` + ruled + `::text[], ` + p.arg(rules.max) + `::int[], ` +
 		p.arg(rules.serial) + `::bool[], ` + p.arg(rules.hold) + `::bool[], ` +
-		p.arg(rules.rateLimits) + `::int[], ` + p.arg(rules.ratePers) + `::bigint[])),
+		p.arg(rules.rateLimits) + `::int[], ` + p.arg(rules.ratePers) + `::bigint[], ` + p.arg(rules.perTenant) + `::int[])),
 	pool_use(queue, pool) AS (
 		SELECT DISTINCT * FROM unnest(` + p.arg(rules.useQueues) + `::text[], ` + p.arg(rules.usePools) + `::text[])),
 	pool_size(pool, size) AS (
@@ -475,8 +476,8 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 		SELECT p.pool, p.size - (SELECT coalesce(sum(r.n), 0) FROM pool_use AS o
 			JOIN running AS r ON r.queue = o.queue WHERE o.pool = p.pool)
 		FROM pool_size AS p),
-	room(queue, serial, hold, n) AS (
-		SELECT l.queue, l.serial, l.hold, least(
+	room(queue, serial, hold, per_tenant, n) AS (
+		SELECT l.queue, l.serial, l.hold, l.per_tenant, least(
 			CASE WHEN l.max_running > 0 THEN l.max_running - r.n END,
 			-- A rate's room: its limit less the queue's claims in the
 			-- window (rates.go), at most the limit of them read.
@@ -484,7 +485,7 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 				WHERE s.queue = l.queue AND s.at > ` + p.arg(p.now) + `::timestamptz - l.rate_per * interval '1 microsecond'
 				ORDER BY s.queue, s.at LIMIT l.rate_limit) AS s) END,
 			(SELECT min(p.free) FROM pool_use AS u JOIN pool_free AS p ON p.pool = u.pool WHERE u.queue = l.queue))
-		FROM lim AS l JOIN running AS r ON r.queue = l.queue),
+		FROM lim AS l JOIN running AS r ON r.queue = l.queue),` + lanes + `
 	` + serialTenants + `,
 	-- A serial queue's heads are each tenant's first job whatever its
 	-- priority, of the tenants with none of their jobs in it running
@@ -497,25 +498,25 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 				ORDER BY h.queue, h.run_at, h.seq LIMIT 1) END,
 			(SELECT h.seq FROM jobs AS h WHERE ` + unfinishedOf("h", "s", "queued") + `
 				ORDER BY ` + unfinishedOrder("h") + ` LIMIT 1))
-		FROM serial_tenants AS s WHERE s.tenant IS NOT NULL
+		FROM serial_tenants AS s WHERE s.tenant IS NOT NULL` + serialNotCapped + `
 			-- A scalar subquery, not NOT EXISTS, which the planner would
 			-- make an anti-join with every running job.
 			AND (SELECT true FROM jobs AS r WHERE ` + unfinishedOf("r", "s", "running") + `
 				ORDER BY ` + unfinishedOrder("r") + ` LIMIT 1) IS NULL),
-	candidates(seq, priority, run_at, queue) AS (
-		SELECT h.seq, h.priority, h.run_at, h.queue FROM heads JOIN jobs AS h ON h.seq = heads.seq
+	candidates(seq, priority, run_at, queue, tenant) AS (
+		SELECT h.seq, h.priority, h.run_at, h.queue, h.tenant FROM heads JOIN jobs AS h ON h.seq = heads.seq
 		WHERE (` + strings.Join(match, " AND ") + `) IS TRUE
 		UNION ALL
-		SELECT c.seq, c.priority, c.run_at, c.queue FROM room AS o` + kindRows + `, LATERAL ` + ruledJobs + `
-		WHERE NOT o.serial AND coalesce(o.n, 1) > 0
+		SELECT c.seq, c.priority, c.run_at, c.queue, c.tenant FROM room AS o` + kindRows + `, LATERAL ` + ruledJobs + `
+		WHERE NOT o.serial AND coalesce(o.n, 1) > 0 AND ` + notLaned + `
 		UNION ALL
-		(SELECT c.seq, c.priority, c.run_at, c.queue FROM names AS n` + kindRows + `, LATERAL ` + freeJobs + `
-		WHERE n.queue IS NOT NULL AND n.queue <> ALL(` + ruled + `::text[])
-		ORDER BY ` + p.order("c") + fmt.Sprintf(` LIMIT %d))`, m) + `,
+		(SELECT c.seq, c.priority, c.run_at, c.queue, c.tenant FROM names AS n` + kindRows + `, LATERAL ` + freeJobs + `
+		WHERE n.queue IS NOT NULL AND n.queue <> ALL(` + ruled + `::text[]) AND ` + freeNotLaned + `
+		ORDER BY ` + p.order("c") + fmt.Sprintf(` LIMIT %d)`, m) + laneCandidates + `),
 	-- Each queue keeps the candidates it has room for, in claim order,
 	-- and then each pool those its free units allow.
-	queue_fit(seq, priority, run_at, queue) AS (
-		SELECT c.seq, c.priority, c.run_at, c.queue FROM (
+	queue_fit(seq, priority, run_at, queue, tenant) AS (
+		SELECT c.seq, c.priority, c.run_at, c.queue, c.tenant FROM (
 			SELECT c.*, row_number() OVER (PARTITION BY c.queue ORDER BY ` + p.order("c") + `) AS i
 			FROM candidates AS c) AS c
 		LEFT JOIN room AS o ON o.queue = c.queue
@@ -525,9 +526,96 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 			SELECT c.seq, p.pool, row_number() OVER (PARTITION BY p.pool ORDER BY ` + p.order("c") + `) AS i
 			FROM queue_fit AS c JOIN pool_use AS p ON p.queue = c.queue) AS u
 		JOIN pool_free AS f ON f.pool = u.pool WHERE u.i > f.free)
+` + tenantOver + `
 	SELECT ` + sel + ` FROM queue_fit AS c JOIN jobs AS j ON j.seq = c.seq
-	WHERE ` + p.recheck() + ` AND c.seq NOT IN (SELECT seq FROM pool_over)
+	WHERE ` + p.recheck() + ` AND c.seq NOT IN (SELECT seq FROM pool_over)` + notOver + `
 	ORDER BY ` + p.order("c") + fmt.Sprintf(" LIMIT %d", n) + suffix
+}
+
+// lanes are the parts of the ruled pick for queues whose jobs are
+// sought tenant by tenant (else empty, or "true" for the conditions): a
+// queue with a per-tenant bound (store.QueueLimit.MaxRunningPerTenant)
+// or, with any tenant's bound on its running jobs
+// (store.ClaimFilter.TenantMaxRunning), every queue. A lane is one
+// tenant's jobs in one queue: the queue's tenants are found by a skip
+// scan of jobs_unfinished_queue_tenant; a tenant at its bound (capped,
+// counted in jobs_running_tenant) or at the queue's per-tenant bound
+// has none; each other lane offers its first jobs in claim order, up to
+// its room, sought in jobs_queued_queue_tenant with the worker's kinds
+// checked on them. So a tenant without room costs a seek or two, never
+// a walk of its jobs. A claim of several jobs keeps of each bounded
+// tenant's candidates those its room allows (tenant_over).
+//
+// It returns the CTEs (after room), the lanes' candidates (a UNION ALL
+// arm), the conditions that keep laned queues out of the other arms,
+// the serial heads' condition on capped tenants, and tenant_over and the
+// condition on it.
+func (p *picker) lanes(r rules, kinds []string, ruled string, m int) (ctes, candidates, notLaned, freeNotLaned, serialNotCapped, over, notOver string) {
+	perTenant := slices.ContainsFunc(r.perTenant, func(n int32) bool { return n > 0 })
+	capping := len(r.capTenants) > 0
+	if !perTenant && !capping {
+		return "", "", "true", "true", "", "", ""
+	}
+	capTenants, caps := p.arg(r.capTenants)+"::text[]", p.arg(r.caps)+"::int[]"
+	laned := "o.per_tenant > 0"
+	notLaned, freeNotLaned = "NOT (o.per_tenant > 0)", "true"
+	free := ""
+	if capping {
+		laned, notLaned, freeNotLaned = "true", "false", "false"
+		free = `
+		UNION ALL
+		SELECT n.queue, 0, NULL::bigint FROM names AS n WHERE n.queue IS NOT NULL AND n.queue <> ALL(` + ruled + `::text[])`
+		serialNotCapped = " AND s.tenant NOT IN (SELECT tenant FROM capped)"
+		over = `,
+	tenant_over(seq) AS (
+		SELECT u.seq FROM (
+			SELECT c.seq, c.tenant, row_number() OVER (PARTITION BY c.tenant ORDER BY ` + p.order("c") + `) AS i
+			FROM queue_fit AS c) AS u
+		JOIN cap_room AS k ON k.tenant = u.tenant WHERE u.i > k.room)`
+		notOver = " AND c.seq NOT IN (SELECT seq FROM tenant_over)"
+	}
+	running := func(a string) string {
+		return "(SELECT count(*) FROM (SELECT FROM jobs AS r WHERE " + unfinishedOf("r", a, "running") +
+			" ORDER BY " + unfinishedOrder("r") + " LIMIT " + a + ".per_tenant) AS r)"
+	}
+	ctes = `
+	-- Each bounded tenant's room: its bound less its running jobs,
+	-- counted up to the bound in jobs_running_tenant.
+	cap_room(tenant, room) AS (
+		SELECT c.t, c.n - (SELECT count(*) FROM (SELECT FROM jobs AS r WHERE r.state = 'running'
+			AND r.tenant >= c.t AND r.tenant <= c.t ORDER BY r.tenant LIMIT c.n) AS r)
+		FROM unnest(` + capTenants + `, ` + caps + `) AS c(t, n)),
+	capped(tenant) AS (SELECT k.tenant FROM cap_room AS k WHERE k.room <= 0),
+	laned_queues(queue, per_tenant, n) AS (
+		SELECT o.queue, o.per_tenant, o.n FROM room AS o WHERE NOT o.serial AND coalesce(o.n, 1) > 0 AND ` + laned + free + `),
+	lane_tenants(queue, per_tenant, n, tenant) AS (
+		SELECT q.queue, q.per_tenant, q.n, ` + unfinishedTenant("q.queue", "") + ` FROM laned_queues AS q
+		UNION ALL
+		SELECT l.queue, l.per_tenant, l.n, ` + unfinishedTenant("l.queue", "l.tenant") + ` FROM lane_tenants AS l WHERE l.tenant IS NOT NULL),
+	lanes(queue, tenant, room) AS (
+		SELECT l.queue, l.tenant, least(l.n, CASE WHEN l.per_tenant > 0 THEN l.per_tenant - ` + running("l") + ` END)
+		FROM lane_tenants AS l WHERE l.tenant IS NOT NULL AND l.tenant NOT IN (SELECT tenant FROM capped)` + p.laneTenants() + `),`
+	saved := *p
+	p.tenant = "l.tenant"
+	if len(kinds) > 0 {
+		p.kinds = p.arg(kinds) + "::text[]"
+	}
+	jobs := p.byPriority("l.queue", "", fmt.Sprintf("least(coalesce(l.room, %d), %d)", m, m))
+	p.tenant, p.kinds = saved.tenant, saved.kinds
+	candidates = `
+		UNION ALL
+		SELECT c.seq, c.priority, c.run_at, c.queue, c.tenant FROM lanes AS l, LATERAL ` + jobs + `
+		WHERE coalesce(l.room, 1) > 0`
+	return ctes, candidates, notLaned, freeNotLaned, serialNotCapped, over, notOver
+}
+
+// laneTenants is the condition on a lane's tenant (alias l) of the
+// worker's tenants, if it names them.
+func (p *picker) laneTenants() string {
+	if p.tenants == "" {
+		return ""
+	}
+	return " AND l.tenant = ANY(" + p.tenants + ")"
 }
 
 // unfinishedTenant is the first tenant after the tenant after (an SQL
@@ -578,6 +666,9 @@ type rules struct {
 	serial, hold []bool
 	rateLimits   []int32
 	ratePers     []int64 // µs
+	perTenant    []int32 // MaxRunningPerTenant
+	capTenants   []string
+	caps         []int32 // TenantMaxRunning, of capTenants
 	useQueues    []string
 	usePools     []string
 	pools        []string
@@ -587,7 +678,7 @@ type rules struct {
 // rulesFor keeps the rules of the queues f may claim from (all of
 // f.Limits when f names no queues).
 func rulesFor(f store.ClaimFilter) rules {
-	var r rules
+	r := rules{queues: []string{}} // never NULL: queue <> ALL(NULL) is never true
 	for q, l := range f.Limits {
 		if len(f.Queues) > 0 && !slices.Contains(f.Queues, q) {
 			continue
@@ -598,6 +689,7 @@ func rulesFor(f store.ClaimFilter) rules {
 		r.hold = append(r.hold, l.Serial && l.HoldRetry)
 		r.rateLimits = append(r.rateLimits, int32(l.Rate.Limit))
 		r.ratePers = append(r.ratePers, l.Rate.Per.Microseconds())
+		r.perTenant = append(r.perTenant, int32(l.MaxRunningPerTenant))
 		for _, p := range l.Pools {
 			r.useQueues, r.usePools = append(r.useQueues, q), append(r.usePools, p)
 		}
@@ -617,6 +709,11 @@ func rulesFor(f store.ClaimFilter) rules {
 	for p, n := range f.Pools {
 		r.pools, r.sizes = append(r.pools, p), append(r.sizes, int32(n))
 	}
+	for t, n := range f.TenantMaxRunning {
+		if n > 0 {
+			r.capTenants, r.caps = append(r.capTenants, t), append(r.caps, int32(n))
+		}
+	}
 	return r
 }
 
@@ -631,12 +728,20 @@ func (s *Store) lockKeys(f store.ClaimFilter) []int64 {
 		if len(f.Queues) > 0 && !slices.Contains(f.Queues, q) {
 			continue
 		}
-		if l.MaxRunning <= 0 && !l.Serial && len(l.Pools) == 0 && l.Rate.IsZero() {
+		if l.MaxRunning <= 0 && !l.Serial && len(l.Pools) == 0 && l.Rate.IsZero() && l.MaxRunningPerTenant <= 0 {
 			continue
 		}
 		keys = append(keys, lockKey(s.schema, "queue", q))
 		for _, p := range l.Pools {
 			keys = append(keys, lockKey(s.schema, "pool", p))
+		}
+	}
+	for _, n := range f.TenantMaxRunning {
+		if n > 0 {
+			// The tenants' bounds count running jobs of every queue: one
+			// lock for them all, so that claims count one at a time.
+			keys = append(keys, lockKey(s.schema, "tenant-caps", ""))
+			break
 		}
 	}
 	slices.Sort(keys)

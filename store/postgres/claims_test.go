@@ -3,6 +3,7 @@ package postgres
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -247,6 +248,8 @@ func TestClaimPlanSeeksIndexesWithStaleStatistics(t *testing.T) {
 		"readme": {MaxRunning: 8, Pools: []string{"db"}},
 	}
 	pools := map[string]int{"db": 4}
+	perTenant := maps.Clone(limits)
+	perTenant["q"] = store.QueueLimit{MaxRunning: 8, MaxRunningPerTenant: 2}
 	filters := []struct {
 		name   string
 		filter store.ClaimFilter
@@ -262,6 +265,9 @@ func TestClaimPlanSeeksIndexesWithStaleStatistics(t *testing.T) {
 		{"rules and a kind", store.ClaimFilter{Kinds: []string{"a"}, Limits: limits, Pools: pools}},
 		{"rules, kinds and queues", store.ClaimFilter{Kinds: []string{"a", "b"}, Queues: []string{"index", "readme", "q"}, Limits: limits, Pools: pools}},
 		{"some tenants", store.ClaimFilter{Tenants: []string{"acme", "globex"}}},
+		{"a tenant's bound on its running jobs", store.ClaimFilter{TenantMaxRunning: map[string]int{"acme": 2}}},
+		{"a tenant's bound, rules and kinds", store.ClaimFilter{Kinds: []string{"a", "b"}, Limits: limits, Pools: pools, TenantMaxRunning: map[string]int{"acme": 2}}},
+		{"rules with a per-tenant bound", store.ClaimFilter{Kinds: []string{"a"}, Limits: perTenant, Pools: pools}},
 		{"a tenant and a queue", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"q"}}},
 		{"rules and tenants", store.ClaimFilter{Tenants: []string{"acme"}, Limits: limits, Pools: pools}},
 		{"rules, tenants, kinds and queues", store.ClaimFilter{Tenants: []string{"acme"}, Kinds: []string{"a"}, Queues: []string{"index", "readme"}, Limits: limits, Pools: pools}},

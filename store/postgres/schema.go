@@ -387,6 +387,12 @@ CREATE TABLE {{schema}}.fair_passes (
 	PRIMARY KEY (queue, tenant)
 );
 `,
+	// 16: a tenant's RUNNING jobs across its queues, which its bound on
+	// them (store.ClaimFilter.TenantMaxRunning) counts in every claim.
+	// Partial: only running jobs are in it. It only adds.
+	`
+CREATE INDEX jobs_running_tenant ON {{schema}}.jobs (tenant) WHERE state = 'running';
+`,
 }
 
 // channelFor is the NOTIFY channel of the store in schema: one per schema,

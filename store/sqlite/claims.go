@@ -49,7 +49,7 @@ func (s *Store) ClaimJobs(ctx context.Context, f store.ClaimFilter, c store.Clai
 }
 
 func (s *Store) claimJobs(ctx context.Context, tx *sql.Tx, f store.ClaimFilter, c store.Claim) ([]store.Claimed, error) {
-	if len(f.Limits) == 0 {
+	if !ruled(f) {
 		picks, err := pickUnruled(ctx, tx, f, len(c.LeaseIDs))
 		if err != nil || len(picks) == 0 {
 			return nil, err
@@ -95,7 +95,7 @@ func pickNext(ctx context.Context, tx *sql.Tx, f store.ClaimFilter) (pick, bool,
 		query string
 		args  []any
 	)
-	if len(f.Limits) == 0 {
+	if !ruled(f) {
 		query, args = unruledPickQuery(f, true, 1, columns)
 	} else {
 		var p string
@@ -212,6 +212,13 @@ func claimAs(old jobtype.Job, c store.Claim, i int) jobtype.Job {
 // bound); with each (NextReady's look at the earliest RunAt) it takes
 // each priority's first job only.
 func priorityWalk(index, guard string, key func(a string) string, filter string, bound string, each bool) string {
+	return namedWalk("walk", "groups", index, guard, key, filter, bound, each)
+}
+
+// namedWalk is priorityWalk as the CTE name over the groups of the CTE
+// groups (whose kind column a key may use for another value: a lane's
+// tenant).
+func namedWalk(name, groups, index, guard string, key func(a string) string, filter string, bound string, each bool) string {
 	on := func(a string) string {
 		if k := key(a); k != "" {
 			return " AND " + k
@@ -237,13 +244,13 @@ func priorityWalk(index, guard string, key func(a string) string, filter string,
 	if bound != "" {
 		stop += " AND w.i < " + bound
 	}
-	return `walk(kind, queue, p, seq, run_at, i, phase) AS (
-		SELECT g.kind, g.queue, -1, NULL, NULL, 0, 0 FROM groups AS g` + where + `
+	return name + `(kind, queue, p, seq, run_at, i, phase) AS (
+		SELECT g.kind, g.queue, -1, NULL, NULL, 0, 0 FROM ` + groups + ` AS g` + where + `
 		UNION ALL
 		SELECT w.kind, w.queue, CASE WHEN w.phase = 0 THEN ` + nextPriority + ` ELSE w.p END,
 			j.seq, j.run_at, w.i + (j.seq IS NOT NULL),
 			CASE WHEN w.phase = 0 THEN 1 WHEN j.seq IS NULL THEN 0 ELSE ` + found + ` END
-		FROM walk AS w LEFT JOIN jobs AS j ON j.seq = CASE w.phase WHEN 1 THEN ` + first + `
+		FROM ` + name + ` AS w LEFT JOIN jobs AS j ON j.seq = CASE w.phase WHEN 1 THEN ` + first + `
 			WHEN 2 THEN ` + next + ` END
 		WHERE ` + stop + `)`
 }
@@ -466,7 +473,7 @@ func ruledPickQuery(f store.ClaimFilter, ready bool, selected string) (string, [
 	match := tenants
 	// The queues without a serial rule are the walk's groups: each
 	// queue, or each of the worker's kinds in each queue.
-	groups := `groups(kind, queue) AS (SELECT NULL, o.name FROM open_queues AS o WHERE NOT o.serial)`
+	groups := `groups(kind, queue) AS (SELECT NULL, o.name FROM open_queues AS o WHERE NOT o.serial AND NOT o.laned)`
 	index := "jobs_queued_queue"
 	key := func(g string) string { return "queue = " + g + ".queue" }
 	kinds := ""
@@ -476,14 +483,14 @@ func ruledPickQuery(f store.ClaimFilter, ready bool, selected string) (string, [
 		args = append(args, sql.Named("kinds", mustJSON(f.Kinds, "[]")))
 		kinds = `kinds(kind) AS MATERIALIZED (SELECT DISTINCT value FROM json_each(:kinds)),
 	`
-		groups = `groups(kind, queue) AS (SELECT k.kind, o.name FROM open_queues AS o, kinds AS k WHERE NOT o.serial)`
+		groups = `groups(kind, queue) AS (SELECT k.kind, o.name FROM open_queues AS o, kinds AS k WHERE NOT o.serial AND NOT o.laned)`
 		index = "jobs_queued_kind"
 		key = func(g string) string { return "kind = " + g + ".kind AND queue = " + g + ".queue" }
 	}
 	if len(distinct(f.Tenants)) == 1 && len(distinct(f.Queues)) == 1 {
 		// Fair claiming's pick of one tenant's job in one queue: a walk
 		// of that tenant's jobs only, with the kinds checked on them.
-		groups = `groups(kind, queue) AS (SELECT NULL, o.name FROM open_queues AS o WHERE NOT o.serial)`
+		groups = `groups(kind, queue) AS (SELECT NULL, o.name FROM open_queues AS o WHERE NOT o.serial AND NOT o.laned)`
 		index = "jobs_queued_queue_tenant"
 		key = func(g string) string { return "queue = " + g + ".queue AND tenant = :tenant" }
 		args = append(args, sql.Named("tenant", f.Tenants[0]))
@@ -499,9 +506,11 @@ func ruledPickQuery(f store.ClaimFilter, ready bool, selected string) (string, [
 	// a skip-scan of jobs_unfinished_queue_tenant, whose rows of one
 	// (queue, tenant, state) are in run_at then seq (rowid) order.
 	const unfinished = `jobs INDEXED BY jobs_unfinished_queue_tenant WHERE state IN ('queued', 'running')`
+	lanes, laneHeads, notCapped, laned := laneCTEs(f, unfinished, due, bound, ready, tenants, &args)
 	query := `WITH RECURSIVE
-	lim(queue, max_running, serial, hold, rate_limit, rate_per) AS MATERIALIZED (
-		SELECT key, value ->> 'max', value ->> 'serial', value ->> 'hold', value ->> 'rate', value ->> 'per'
+	lim(queue, max_running, serial, hold, rate_limit, rate_per, per_tenant) AS MATERIALIZED (
+		SELECT key, value ->> 'max', value ->> 'serial', value ->> 'hold', value ->> 'rate', value ->> 'per',
+			coalesce(value ->> 'per_tenant', 0)
 		FROM json_each(:limits)),
 	pool_use(queue, pool) AS MATERIALIZED (
 		SELECT u.key, p.value FROM json_each(:uses) AS u, json_each(u.value) AS p),
@@ -512,8 +521,8 @@ func ruledPickQuery(f store.ClaimFilter, ready bool, selected string) (string, [
 	pool_blocked(queue) AS MATERIALIZED (
 		SELECT u.queue FROM pool_use AS u JOIN full_pool AS p ON p.pool = u.pool),
 	` + kinds + names + `,
-	open_queues(name, serial, hold) AS (
-		SELECT n.name, coalesce(l.serial, 0), coalesce(l.hold, 0)
+	open_queues(name, serial, hold, per_tenant, laned) AS (
+		SELECT n.name, coalesce(l.serial, 0), coalesce(l.hold, 0), coalesce(l.per_tenant, 0), ` + laned + `
 		FROM names AS n LEFT JOIN lim AS l ON l.queue = n.name
 		WHERE n.name IS NOT NULL AND ` + notPaused("n.name") + `
 			AND n.name NOT IN (SELECT queue FROM pool_blocked)
@@ -522,7 +531,7 @@ func ruledPickQuery(f store.ClaimFilter, ready bool, selected string) (string, [
 			AND (coalesce(l.rate_limit, 0) = 0 OR (SELECT COUNT(*) FROM queue_starts AS s
 				WHERE s.queue = n.name AND s.at > :now - l.rate_per) < l.rate_limit)),
 	` + groups + `,
-	` + priorityWalk(index, "", key, walkFilter, bound, !ready) + `,
+	` + priorityWalk(index, "", key, walkFilter, bound, !ready) + `,` + lanes + `
 	serial_tenants(queue, tenant, hold) AS (
 		SELECT o.name, (SELECT MIN(tenant) FROM ` + unfinished + ` AND queue = o.name), o.hold
 		FROM open_queues AS o WHERE o.serial
@@ -535,14 +544,92 @@ func ruledPickQuery(f store.ClaimFilter, ready bool, selected string) (string, [
 				WHERE state = 'queued' AND attempt > 0 AND queue = s.queue AND tenant = s.tenant ORDER BY run_at, seq LIMIT 1) END,
 			(SELECT seq FROM ` + unfinished + ` AND queue = s.queue AND tenant = s.tenant AND state = 'queued'
 				ORDER BY run_at, seq LIMIT 1))
-		FROM serial_tenants AS s WHERE s.tenant IS NOT NULL` + strings.ReplaceAll(tenants, "tenant IN", "s.tenant IN") + `
+		FROM serial_tenants AS s WHERE s.tenant IS NOT NULL` + strings.ReplaceAll(tenants, "tenant IN", "s.tenant IN") + notCapped + `
 			AND NOT EXISTS (SELECT 1 FROM ` + unfinished + ` AND queue = s.queue AND tenant = s.tenant AND state = 'running')
 		UNION ALL
-		SELECT seq FROM walk WHERE seq IS NOT NULL)
+		SELECT seq FROM walk WHERE seq IS NOT NULL` + laneHeads + `)
 SELECT ` + selected + ` FROM heads AS hd JOIN jobs AS j ON j.seq = hd.seq
 WHERE 1` + due + match + `
 ORDER BY ` + pickOrder("j", ready) + ` LIMIT 1`
 	return query, args
+}
+
+// laneCTEs are the CTEs of ruledPickQuery's lanes, when f needs them
+// (else empty strings and laned "0"): a queue whose jobs are sought
+// tenant by tenant, because a tenant may have no room in it while
+// others have (store.QueueLimit.MaxRunningPerTenant), or, with any
+// tenant's bound on its running jobs (store.ClaimFilter.TenantMaxRunning),
+// every queue. A lane is one tenant's jobs in one queue: the queue's
+// tenants are found by a skip-scan of jobs_unfinished_queue_tenant; a
+// tenant at its bound (capped, counted in jobs_running_tenant) or at the
+// queue's per-tenant bound has none; each other lane is walked in claim
+// order in jobs_queued_queue_tenant (namedWalk, with the tenant in the
+// groups' kind column) with the worker's kinds checked on its jobs. So
+// a tenant without room costs a seek or two, never a walk of its jobs.
+// lanes goes after the walk's CTE, laneHeads in heads' UNION, notCapped
+// in a serial head's condition; laned is open_queues' laned column.
+func laneCTEs(f store.ClaimFilter, unfinished, due, bound string, ready bool, tenants string, args *[]any) (lanes, laneHeads, notCapped, laned string) {
+	caps := map[string]int{}
+	for t, n := range f.TenantMaxRunning {
+		if n > 0 {
+			caps[t] = n
+		}
+	}
+	perTenant := false
+	for q, l := range f.Limits {
+		if l.MaxRunningPerTenant > 0 && (len(f.Queues) == 0 || slices.Contains(f.Queues, q)) {
+			perTenant = true
+		}
+	}
+	if len(caps) == 0 && !perTenant {
+		return "", "", "", "0"
+	}
+	laned = "coalesce(l.per_tenant, 0) > 0"
+	if len(caps) > 0 {
+		laned = "1"
+		notCapped = " AND s.tenant NOT IN (SELECT tenant FROM capped)"
+	}
+	*args = append(*args, sql.Named("caps", mustJSON(caps, "{}")))
+	filter := due
+	if len(f.Kinds) > 0 {
+		filter += " AND kind IN (SELECT kind FROM kinds)"
+	}
+	lanes = `
+	capped(tenant) AS MATERIALIZED (
+		SELECT c.key FROM json_each(:caps) AS c
+		WHERE (SELECT COUNT(*) FROM jobs INDEXED BY jobs_running_tenant WHERE state = 'running' AND tenant = c.key) >= c.value),
+	lane_tenants(queue, per_tenant, tenant) AS (
+		SELECT o.name, o.per_tenant, (SELECT MIN(tenant) FROM ` + unfinished + ` AND queue = o.name)
+		FROM open_queues AS o WHERE o.laned AND NOT o.serial
+		UNION ALL
+		SELECT l.queue, l.per_tenant, (SELECT MIN(tenant) FROM ` + unfinished + ` AND queue = l.queue AND tenant > l.tenant)
+		FROM lane_tenants AS l WHERE l.tenant IS NOT NULL),
+	lanes(kind, queue) AS (
+		SELECT l.tenant, l.queue FROM lane_tenants AS l
+		WHERE l.tenant IS NOT NULL` + strings.ReplaceAll(tenants, "tenant IN", "l.tenant IN") + `
+			AND l.tenant NOT IN (SELECT tenant FROM capped)
+			AND (l.per_tenant = 0 OR (SELECT COUNT(*) FROM ` + unfinished + `
+				AND queue = l.queue AND tenant = l.tenant AND state = 'running') < l.per_tenant)),
+	` + namedWalk("lane_walk", "lanes", "jobs_queued_queue_tenant", "",
+		func(g string) string { return "queue = " + g + ".queue AND tenant = " + g + ".kind" }, filter, bound, !ready) + `,`
+	laneHeads = `
+		UNION ALL
+		SELECT seq FROM lane_walk WHERE seq IS NOT NULL`
+	return lanes, laneHeads, notCapped, laned
+}
+
+// ruled says whether a pick under f is ruledPickQuery: with queue rules,
+// or a tenant's bound on its running jobs.
+func ruled(f store.ClaimFilter) bool {
+	if len(f.Limits) > 0 {
+		return true
+	}
+	for _, n := range f.TenantMaxRunning {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // pickQuery is the pick of one job, the one NextReady looks at:
@@ -551,7 +638,7 @@ ORDER BY ` + pickOrder("j", ready) + ` LIMIT 1`
 // whatever their priority (not ready), in the first row (of maybe more);
 // a bare column name, which both picks know (the ruled one as j's).
 func pickQuery(f store.ClaimFilter, ready bool, selected string) (string, []any) {
-	if len(f.Limits) == 0 {
+	if !ruled(f) {
 		return unruledPickQuery(f, ready, 1, selected)
 	}
 	return ruledPickQuery(f, ready, "j."+selected)
@@ -570,17 +657,18 @@ func mustJSON(v any, empty string) string {
 }
 
 type queueLimitJSON struct {
-	Max    int   `json:"max"`
-	Serial bool  `json:"serial"`
-	Hold   bool  `json:"hold"`
-	Rate   int   `json:"rate,omitempty"` // jobtype.Rate.Limit
-	Per    int64 `json:"per,omitempty"`  // jobtype.Rate.Per, µs
+	Max       int   `json:"max"`
+	PerTenant int   `json:"per_tenant,omitempty"` // MaxRunningPerTenant
+	Serial    bool  `json:"serial"`
+	Hold      bool  `json:"hold"`
+	Rate      int   `json:"rate,omitempty"` // jobtype.Rate.Limit
+	Per       int64 `json:"per,omitempty"`  // jobtype.Rate.Per, µs
 }
 
 func limitsJSON(limits map[string]store.QueueLimit) string {
 	m := make(map[string]queueLimitJSON, len(limits))
 	for q, l := range limits {
-		m[q] = queueLimitJSON{Max: l.MaxRunning, Serial: l.Serial, Hold: l.Serial && l.HoldRetry,
+		m[q] = queueLimitJSON{Max: l.MaxRunning, PerTenant: l.MaxRunningPerTenant, Serial: l.Serial, Hold: l.Serial && l.HoldRetry,
 			Rate: l.Rate.Limit, Per: l.Rate.Per.Microseconds()}
 	}
 	return mustJSON(m, "{}")

@@ -647,6 +647,12 @@ CREATE TABLE fair_passes (
 	PRIMARY KEY (queue, tenant)
 ) STRICT, WITHOUT ROWID;
 `,
+	// 20: a tenant's RUNNING jobs across its queues, which its bound on
+	// them (store.ClaimFilter.TenantMaxRunning) counts in every claim.
+	// Partial: only running jobs are in it.
+	`
+CREATE INDEX jobs_running_tenant ON jobs (tenant) WHERE state = 'running';
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a

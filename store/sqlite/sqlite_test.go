@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -516,6 +517,8 @@ func TestClaimPlanSeeksEveryQueueHead(t *testing.T) {
 		"readme": {MaxRunning: 8, Pools: []string{"db"}},
 	}
 	pools := map[string]int{"db": 4}
+	perTenant := maps.Clone(limits)
+	perTenant["q"] = store.QueueLimit{MaxRunning: 8, MaxRunningPerTenant: 2}
 	tests := []struct {
 		name   string
 		filter store.ClaimFilter
@@ -533,6 +536,8 @@ func TestClaimPlanSeeksEveryQueueHead(t *testing.T) {
 		{"rules, kinds and queues", store.ClaimFilter{Kinds: []string{"a"}, Queues: []string{"index", "readme"}, Limits: limits, Pools: pools}, "jobs_queued_kind (kind=? AND queue=? AND priority=?"},
 		{"some tenants", store.ClaimFilter{Tenants: []string{"acme", "globex"}}, "jobs_queued_priority (priority=?"},
 		{"a tenant and a queue", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"q"}}, "jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"},
+		{"a tenant's bound on its running jobs", store.ClaimFilter{TenantMaxRunning: map[string]int{"acme": 2}}, "jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"},
+		{"rules with a per-tenant bound and kinds", store.ClaimFilter{Kinds: []string{"a", "b"}, Limits: perTenant, Pools: pools}, "jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"},
 		{"a tenant, a queue and kinds", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"q"}, Kinds: []string{"a", "b"}}, "jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"},
 		{"rules, a tenant, a queue and kinds", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"readme"}, Kinds: []string{"a"}, Limits: limits, Pools: pools}, "jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"},
 		{"a tenant and kinds", store.ClaimFilter{Tenants: []string{"acme"}, Kinds: []string{"a"}}, "jobs_queued_kind (kind=? AND queue=? AND priority=?"},
@@ -555,7 +560,7 @@ func TestClaimPlanSeeksEveryQueueHead(t *testing.T) {
 		for _, tt := range tests {
 			for _, ready := range []bool{true, false} {
 				for _, n := range []int{1, 100} {
-					if n > 1 && (tt.filter.Limits != nil || !ready) {
+					if n > 1 && (ruled(tt.filter) || !ready) {
 						continue // only unruled claims pick many at once
 					}
 					t.Run(fmt.Sprintf("%s, ready %v, %d jobs", tt.name, ready, n), func(t *testing.T) {
@@ -564,7 +569,7 @@ func TestClaimPlanSeeksEveryQueueHead(t *testing.T) {
 							query, args = unruledPickQuery(tt.filter, ready, n, columns)
 						}
 						index := tt.index
-						if f := tt.filter; !ready && f.Limits == nil && len(f.Kinds) == 0 && len(f.Queues) == 0 {
+						if f := tt.filter; !ready && !ruled(f) && len(f.Kinds) == 0 && len(f.Queues) == 0 {
 							index = "jobs_state_run_at (state=?" // the earliest RunAt of any job
 						}
 						checkPickPlan(t, explain(t, db, query, args...), tt.filter, index)

@@ -1,8 +1,10 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -293,4 +295,128 @@ func testFairShared(t *testing.T, a, b store.Store) {
 	got := shares(t, ids)
 	within(t, "a's claims of 400", got["a"], 300, 0.01)
 	within(t, "b's claims of 400", got["b"], 100, 0.03)
+}
+
+var capCases = []struct {
+	name string
+	run  func(t *testing.T, s store.Store)
+}{
+	{"a tenant's bound on its running jobs holds across queues, and other tenants' jobs are claimed past it", testTenantCap},
+	{"a queue's per-tenant bound gives each tenant its own slots, and a serial queue's heads wait for a capped tenant", testQueuePerTenantCap},
+	{"concurrent claimers never pass a tenant's bound or a queue's per-tenant bound", testCapsConcurrent},
+}
+
+// createOf creates jobs of tenant in queue named prefix-0 on.
+func createOf(t *testing.T, s store.Store, tenant, queue, prefix string, n, sec int) {
+	t.Helper()
+	for i := range n {
+		j := fresh(fmt.Sprintf("%s-%d", prefix, i), queue, sec)
+		j.Tenant = tenant
+		create(t, s, j)
+	}
+}
+
+// byTenant counts ids by tenantOf.
+func byTenant(ids []string) map[string]int {
+	out := map[string]int{}
+	for _, id := range ids {
+		out[tenantOf(id)]++
+	}
+	return out
+}
+
+func testTenantCap(t *testing.T, s store.Store) {
+	createOf(t, s, "a", "q1", "a1", 5, 0)
+	createOf(t, s, "a", "q2", "a2", 5, 1)
+	createOf(t, s, "b", "q1", "b1", 3, 2)
+	f := store.ClaimFilter{Now: at(100), TenantMaxRunning: map[string]int{"a": 2}}
+	got := claimedIDs(claimJobs(t, s, f, batchClaim("first", 10)))
+	if n := byTenant(got); n["a"] != 2 || n["b"] != 3 {
+		t.Fatalf("a claim of 10 took %v, want 2 of a's (its bound) and b's 3", got)
+	}
+	if id := claimOne(t, s, f); id != "" {
+		t.Fatalf("claimed %s with a at its bound and b's jobs all running", id)
+	}
+	if runAt, ok, err := s.NextReady(t.Context(), f); err != nil || ok {
+		t.Errorf("next ready with a at its bound = %v, %v, %v; want none", runAt, ok, err)
+	}
+	var aRunning string
+	for _, id := range got {
+		if tenantOf(id) == "a" {
+			aRunning = id
+		}
+	}
+	finish(t, s, aRunning)
+	if id := claimOne(t, s, f); tenantOf(id) != "a" {
+		t.Fatalf("after one of a's jobs ended claimed %q, want a's next", id)
+	}
+	// Without the bound, a's jobs are claimed again.
+	if got := claimAll(t, s, store.ClaimFilter{Now: at(100)}); len(got) != 7 {
+		t.Errorf("without the bound claimed %v, want a's other 7", got)
+	}
+}
+
+func testQueuePerTenantCap(t *testing.T, s store.Store) {
+	for _, tn := range []string{"a", "b", "c"} {
+		createOf(t, s, tn, "db", tn, 10, 0)
+	}
+	limits := map[string]store.QueueLimit{"db": {MaxRunning: 4, MaxRunningPerTenant: 1}}
+	f := store.ClaimFilter{Now: at(100), Kinds: []string{"email"}, Limits: limits}
+	got := claimAll(t, s, f)
+	if n := byTenant(got); len(got) != 3 || n["a"] != 1 || n["b"] != 1 || n["c"] != 1 {
+		t.Fatalf("claimed %v from a queue of 1 per tenant, want one job of each of a, b and c", got)
+	}
+	if runAt, ok, err := s.NextReady(t.Context(), f); err != nil || ok {
+		t.Errorf("next ready with every tenant at the queue's bound = %v, %v, %v; want none", runAt, ok, err)
+	}
+	finish(t, s, got[0])
+	if id := claimOne(t, s, f); tenantOf(id) != tenantOf(got[0]) {
+		t.Fatalf("after %s ended claimed %q, want its tenant's next", got[0], id)
+	}
+	// 2 per tenant within 4: the queue's bound holds too.
+	limits["db"] = store.QueueLimit{MaxRunning: 4, MaxRunningPerTenant: 2}
+	if got := claimAll(t, s, f); len(got) != 1 {
+		t.Fatalf("claimed %v with 3 of 4 running, want 1", got)
+	}
+	// A serial queue: a tenant at its bound has no head.
+	createOf(t, s, "a", "index", "a-index", 2, 5)
+	createOf(t, s, "d", "index", "d-index", 1, 6)
+	serial := store.ClaimFilter{Now: at(100), Limits: map[string]store.QueueLimit{"index": {Serial: true}},
+		TenantMaxRunning: map[string]int{"a": 1}, Queues: []string{"index"}}
+	if got := claimAll(t, s, serial); !slices.Equal(got, []string{"d-index-0"}) {
+		t.Errorf("serial queue with a at its bound claimed %v, want d's head only", got)
+	}
+}
+
+func testCapsConcurrent(t *testing.T, s store.Store) {
+	createOf(t, s, "a", "q1", "a1", 20, 0)
+	createOf(t, s, "a", "db", "adb", 20, 0)
+	createOf(t, s, "b", "db", "bdb", 20, 0)
+	createOf(t, s, "b", "q1", "b1", 20, 0)
+	f := store.ClaimFilter{Now: at(100), TenantMaxRunning: map[string]int{"a": 3},
+		Limits: map[string]store.QueueLimit{"db": {MaxRunningPerTenant: 2}}}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 10 {
+				c := store.Claim{WorkerID: fmt.Sprint("worker-", w), LeaseIDs: leaseIDs(fmt.Sprintf("w%d-%d", w, i), 2), Now: at(100), Lease: time.Minute}
+				if _, err := s.ClaimJobs(t.Context(), f, c); err != nil && !errors.Is(err, jobtype.ErrNoJob) {
+					t.Errorf("claim: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	running := listAll(t, s, store.ListFilter{States: []jobtype.State{jobtype.Running}}, 500)
+	count := map[string]int{}
+	for _, id := range running {
+		count[tenantOf(id)]++
+		if strings.HasPrefix(id[1:], "db-") {
+			count[tenantOf(id)+" in db"]++
+		}
+	}
+	if count["a"] != 3 || count["b in db"] != 2 || count["b"] != 22 {
+		t.Errorf("running after 8 concurrent claimers: %v; want a 3 (its bound), b 2 in db (the queue's per-tenant bound) and 22 in all", count)
+	}
 }

@@ -33,7 +33,7 @@ import (
 // closes it when the subtest ends; open should register the removal of
 // anything it made (a temp file, a schema) with t.Cleanup.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
-	for _, tc := range slices.Concat(cases, readCases, scheduleCases, concurrentCases, changeCases, leaseCases, pauseCases, historyCases, priorityCases, logCases, batchCases, depCases, tenantDepthCases, rateCases, quotaCases, fairCases) {
+	for _, tc := range slices.Concat(cases, readCases, scheduleCases, concurrentCases, changeCases, leaseCases, pauseCases, historyCases, priorityCases, logCases, batchCases, depCases, tenantDepthCases, rateCases, quotaCases, fairCases, capCases) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)
 			t.Cleanup(func() {
