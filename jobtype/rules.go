@@ -192,6 +192,10 @@ type QueueRules struct {
 type Rate struct {
 	Limit int
 	Per   time.Duration
+	// PerTenant keeps a window for each tenant: at most Limit claims of
+	// each tenant's jobs in the queue per Per, the tenants not holding
+	// each other back.
+	PerTenant bool
 }
 
 // IsZero reports whether r caps nothing.

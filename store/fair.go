@@ -3,6 +3,9 @@ package store
 import (
 	"cmp"
 	"slices"
+	"time"
+
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // Fair claiming. Inside one queue, the ready jobs of several tenants are
@@ -83,4 +86,24 @@ func (s *FairState) Prune(active []string) {
 			delete(s.Passes, t)
 		}
 	}
+}
+
+// PerTenantWindow is a per-tenant rate's window (jobtype.Rate.PerTenant)
+// from the starts in it of each tenant, oldest first: Started is the
+// busiest tenant's count, and HeldUntil, when some tenant has reached
+// the limit, the earliest time one such tenant has room again.
+func PerTenantWindow(starts map[string][]time.Time, rate jobtype.Rate) RateWindow {
+	var w RateWindow
+	for _, at := range starts {
+		w.Started = max(w.Started, min(len(at), rate.Limit))
+		if len(at) < rate.Limit {
+			continue
+		}
+		// The start that leaves Limit-1 after it.
+		room := at[len(at)-rate.Limit].Add(rate.Per)
+		if w.HeldUntil.IsZero() || room.Before(w.HeldUntil) {
+			w.HeldUntil = room
+		}
+	}
+	return w
 }

@@ -453,10 +453,11 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 	freeJobs := p.byPriority("n.queue", kind, strconv.Itoa(m))
 	lanes, laneCandidates, notLaned, freeNotLaned, serialNotCapped, tenantOver, notOver := p.lanes(rules, kinds, ruled, m)
 	return `WITH RECURSIVE ` + names + `,
-	lim(queue, max_running, serial, hold, rate_limit, rate_per, per_tenant) AS (
+	lim(queue, max_running, serial, hold, rate_limit, rate_per, per_tenant, rate_tenant) AS (
 		SELECT * FROM unnest(` + ruled + `::text[], ` + p.arg(rules.max) + `::int[], ` +
 		p.arg(rules.serial) + `::bool[], ` + p.arg(rules.hold) + `::bool[], ` +
-		p.arg(rules.rateLimits) + `::int[], ` + p.arg(rules.ratePers) + `::bigint[], ` + p.arg(rules.perTenant) + `::int[])),
+		p.arg(rules.rateLimits) + `::int[], ` + p.arg(rules.ratePers) + `::bigint[], ` + p.arg(rules.perTenant) + `::int[], ` +
+		p.arg(rules.rateTenants) + `::bool[])),
 	pool_use(queue, pool) AS (
 		SELECT DISTINCT * FROM unnest(` + p.arg(rules.useQueues) + `::text[], ` + p.arg(rules.usePools) + `::text[])),
 	pool_size(pool, size) AS (
@@ -476,12 +477,12 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 		SELECT p.pool, p.size - (SELECT coalesce(sum(r.n), 0) FROM pool_use AS o
 			JOIN running AS r ON r.queue = o.queue WHERE o.pool = p.pool)
 		FROM pool_size AS p),
-	room(queue, serial, hold, per_tenant, n) AS (
-		SELECT l.queue, l.serial, l.hold, l.per_tenant, least(
+	room(queue, serial, hold, per_tenant, rate_tenant, rate_limit, rate_per, n) AS (
+		SELECT l.queue, l.serial, l.hold, l.per_tenant, l.rate_tenant, l.rate_limit, l.rate_per, least(
 			CASE WHEN l.max_running > 0 THEN l.max_running - r.n END,
 			-- A rate's room: its limit less the queue's claims in the
 			-- window (rates.go), at most the limit of them read.
-			CASE WHEN l.rate_limit > 0 THEN l.rate_limit - (SELECT count(*) FROM (SELECT FROM queue_starts AS s
+			CASE WHEN l.rate_limit > 0 AND NOT l.rate_tenant THEN l.rate_limit - (SELECT count(*) FROM (SELECT FROM queue_starts AS s
 				WHERE s.queue = l.queue AND s.at > ` + p.arg(p.now) + `::timestamptz - l.rate_per * interval '1 microsecond'
 				ORDER BY s.queue, s.at LIMIT l.rate_limit) AS s) END,
 			(SELECT min(p.free) FROM pool_use AS u JOIN pool_free AS p ON p.pool = u.pool WHERE u.queue = l.queue))
@@ -551,20 +552,20 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 // the serial heads' condition on capped tenants, and tenant_over and the
 // condition on it.
 func (p *picker) lanes(r rules, kinds []string, ruled string, m int) (ctes, candidates, notLaned, freeNotLaned, serialNotCapped, over, notOver string) {
-	perTenant := slices.ContainsFunc(r.perTenant, func(n int32) bool { return n > 0 })
+	perTenant := slices.ContainsFunc(r.perTenant, func(n int32) bool { return n > 0 }) || slices.Contains(r.rateTenants, true)
 	capping := len(r.capTenants) > 0
 	if !perTenant && !capping {
 		return "", "", "true", "true", "", "", ""
 	}
 	capTenants, caps := p.arg(r.capTenants)+"::text[]", p.arg(r.caps)+"::int[]"
-	laned := "o.per_tenant > 0"
-	notLaned, freeNotLaned = "NOT (o.per_tenant > 0)", "true"
+	laned := "(o.per_tenant > 0 OR o.rate_tenant)"
+	notLaned, freeNotLaned = "NOT (o.per_tenant > 0 OR o.rate_tenant)", "true"
 	free := ""
 	if capping {
 		laned, notLaned, freeNotLaned = "true", "false", "false"
 		free = `
 		UNION ALL
-		SELECT n.queue, 0, NULL::bigint FROM names AS n WHERE n.queue IS NOT NULL AND n.queue <> ALL(` + ruled + `::text[])`
+		SELECT n.queue, 0, false, 0, 0::bigint, NULL::bigint FROM names AS n WHERE n.queue IS NOT NULL AND n.queue <> ALL(` + ruled + `::text[])`
 		serialNotCapped = " AND s.tenant NOT IN (SELECT tenant FROM capped)"
 		over = `,
 	tenant_over(seq) AS (
@@ -586,14 +587,22 @@ func (p *picker) lanes(r rules, kinds []string, ruled string, m int) (ctes, cand
 			AND r.tenant >= c.t AND r.tenant <= c.t ORDER BY r.tenant LIMIT c.n) AS r)
 		FROM unnest(` + capTenants + `, ` + caps + `) AS c(t, n)),
 	capped(tenant) AS (SELECT k.tenant FROM cap_room AS k WHERE k.room <= 0),
-	laned_queues(queue, per_tenant, n) AS (
-		SELECT o.queue, o.per_tenant, o.n FROM room AS o WHERE NOT o.serial AND coalesce(o.n, 1) > 0 AND ` + laned + free + `),
-	lane_tenants(queue, per_tenant, n, tenant) AS (
-		SELECT q.queue, q.per_tenant, q.n, ` + unfinishedTenant("q.queue", "") + ` FROM laned_queues AS q
+	laned_queues(queue, per_tenant, rate_tenant, rate_limit, rate_per, n) AS (
+		SELECT o.queue, o.per_tenant, o.rate_tenant, o.rate_limit, o.rate_per, o.n FROM room AS o
+		WHERE NOT o.serial AND coalesce(o.n, 1) > 0 AND ` + laned + free + `),
+	lane_tenants(queue, per_tenant, rate_tenant, rate_limit, rate_per, n, tenant) AS (
+		SELECT q.queue, q.per_tenant, q.rate_tenant, q.rate_limit, q.rate_per, q.n, ` + unfinishedTenant("q.queue", "") + ` FROM laned_queues AS q
 		UNION ALL
-		SELECT l.queue, l.per_tenant, l.n, ` + unfinishedTenant("l.queue", "l.tenant") + ` FROM lane_tenants AS l WHERE l.tenant IS NOT NULL),
+		SELECT l.queue, l.per_tenant, l.rate_tenant, l.rate_limit, l.rate_per, l.n, ` + unfinishedTenant("l.queue", "l.tenant") + `
+		FROM lane_tenants AS l WHERE l.tenant IS NOT NULL),
+	-- A lane's room: the queue's, its tenant's in the queue, and with a
+	-- rate kept per tenant, the tenant's limit less its claims in the
+	-- window (at most the limit of them read).
 	lanes(queue, tenant, room) AS (
-		SELECT l.queue, l.tenant, least(l.n, CASE WHEN l.per_tenant > 0 THEN l.per_tenant - ` + running("l") + ` END)
+		SELECT l.queue, l.tenant, least(l.n, CASE WHEN l.per_tenant > 0 THEN l.per_tenant - ` + running("l") + ` END,
+			CASE WHEN l.rate_tenant THEN l.rate_limit - (SELECT count(*) FROM (SELECT FROM queue_starts AS s
+				WHERE s.queue = l.queue AND s.tenant = l.tenant AND s.at > ` + p.arg(p.now) + `::timestamptz - l.rate_per * interval '1 microsecond'
+				ORDER BY s.queue, s.tenant, s.at LIMIT l.rate_limit) AS s) END)
 		FROM lane_tenants AS l WHERE l.tenant IS NOT NULL AND l.tenant NOT IN (SELECT tenant FROM capped)` + p.laneTenants() + `),`
 	saved := *p
 	p.tenant = "l.tenant"
@@ -666,6 +675,7 @@ type rules struct {
 	serial, hold []bool
 	rateLimits   []int32
 	ratePers     []int64 // µs
+	rateTenants  []bool  // Rate.PerTenant
 	perTenant    []int32 // MaxRunningPerTenant
 	capTenants   []string
 	caps         []int32 // TenantMaxRunning, of capTenants
@@ -690,6 +700,7 @@ func rulesFor(f store.ClaimFilter) rules {
 		r.rateLimits = append(r.rateLimits, int32(l.Rate.Limit))
 		r.ratePers = append(r.ratePers, l.Rate.Per.Microseconds())
 		r.perTenant = append(r.perTenant, int32(l.MaxRunningPerTenant))
+		r.rateTenants = append(r.rateTenants, l.Rate.PerTenant && !l.Serial)
 		for _, p := range l.Pools {
 			r.useQueues, r.usePools = append(r.useQueues, q), append(r.usePools, p)
 		}
@@ -887,8 +898,8 @@ func contestedCTEs(now int) string {
 // queues' advisory locks (lockKeys), so claims count and record one
 // after the other.
 const claimRated = `,
-	started AS (INSERT INTO queue_starts (queue, at)
-		SELECT c.queue, $%[3]d::timestamptz FROM claimed AS c WHERE c.queue = ANY($%[1]d::text[])),
+	started AS (INSERT INTO queue_starts (queue, tenant, at)
+		SELECT c.queue, c.tenant, $%[3]d::timestamptz FROM claimed AS c WHERE c.queue = ANY($%[1]d::text[])),
 	pruned AS (DELETE FROM queue_starts AS s USING unnest($%[1]d::text[], $%[2]d::bigint[]) AS r(queue, per)
 		WHERE s.queue = r.queue AND s.at <= $%[3]d::timestamptz - r.per * interval '1 microsecond')`
 

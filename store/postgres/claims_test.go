@@ -268,6 +268,7 @@ func TestClaimPlanSeeksIndexesWithStaleStatistics(t *testing.T) {
 		{"a tenant's bound on its running jobs", store.ClaimFilter{TenantMaxRunning: map[string]int{"acme": 2}}},
 		{"a tenant's bound, rules and kinds", store.ClaimFilter{Kinds: []string{"a", "b"}, Limits: limits, Pools: pools, TenantMaxRunning: map[string]int{"acme": 2}}},
 		{"rules with a per-tenant bound", store.ClaimFilter{Kinds: []string{"a"}, Limits: perTenant, Pools: pools}},
+		{"a rate per tenant", store.ClaimFilter{Limits: map[string]store.QueueLimit{"q": {Rate: jobtype.Rate{Limit: 5, Per: time.Second, PerTenant: true}}}}},
 		{"a tenant and a queue", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"q"}}},
 		{"rules and tenants", store.ClaimFilter{Tenants: []string{"acme"}, Limits: limits, Pools: pools}},
 		{"rules, tenants, kinds and queues", store.ClaimFilter{Tenants: []string{"acme"}, Kinds: []string{"a"}, Queues: []string{"index", "readme"}, Limits: limits, Pools: pools}},

@@ -28,6 +28,14 @@ func (s *Store) RateWindows(ctx context.Context, now time.Time, rates map[string
 			continue
 		}
 		from := micro(now).Add(-rate.Per)
+		if rate.PerTenant {
+			w, err := s.perTenantWindow(ctx, queue, from, rate)
+			if err != nil {
+				return nil, err
+			}
+			out[queue] = w
+			continue
+		}
 		var w store.RateWindow
 		var held *time.Time
 		// The row that leaves Limit-1 after it: the (n-Limit+1)-th of
@@ -45,4 +53,31 @@ func (s *Store) RateWindows(ctx context.Context, now time.Time, rates map[string
 		out[queue] = w
 	}
 	return out, nil
+}
+
+// perTenantWindow is RateWindows' window of a queue whose rate is kept
+// per tenant: its rows in the window, in (queue, tenant, at) order
+// (store.PerTenantWindow).
+func (s *Store) perTenantWindow(ctx context.Context, queue string, from time.Time, rate jobtype.Rate) (store.RateWindow, error) {
+	rows, err := s.pool.Query(ctx, `SELECT tenant, at FROM queue_starts WHERE queue = $1 AND at > $2
+		ORDER BY queue, tenant, at`, queue, from)
+	if err != nil {
+		return store.RateWindow{}, fmt.Errorf("rate of %s: %w", queue, classify(err))
+	}
+	defer rows.Close()
+	starts := map[string][]time.Time{}
+	for rows.Next() {
+		var (
+			tenant string
+			at     time.Time
+		)
+		if err := rows.Scan(&tenant, &at); err != nil {
+			return store.RateWindow{}, fmt.Errorf("rate of %s: %w", queue, classify(err))
+		}
+		starts[tenant] = append(starts[tenant], at.UTC())
+	}
+	if err := rows.Err(); err != nil {
+		return store.RateWindow{}, fmt.Errorf("rate of %s: %w", queue, classify(err))
+	}
+	return store.PerTenantWindow(starts, rate), nil
 }

@@ -393,6 +393,14 @@ CREATE TABLE {{schema}}.fair_passes (
 	`
 CREATE INDEX jobs_running_tenant ON {{schema}}.jobs (tenant) WHERE state = 'running';
 `,
+	// 17: each claim of a rate-limited queue notes its job's tenant, so
+	// that a rate kept per tenant (jobtype.Rate.PerTenant) counts each
+	// tenant's claims in the window with a seek. The release before
+	// writes rows without one ('').
+	`
+ALTER TABLE {{schema}}.queue_starts ADD COLUMN tenant text NOT NULL DEFAULT '';
+CREATE INDEX queue_starts_queue_tenant_at ON {{schema}}.queue_starts (queue, tenant, at);
+`,
 }
 
 // channelFor is the NOTIFY channel of the store in schema: one per schema,

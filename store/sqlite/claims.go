@@ -150,7 +150,7 @@ func (s *Store) claimPicks(ctx context.Context, tx *sql.Tx, f store.ClaimFilter,
 	out := make([]store.Claimed, len(writes))
 	for i, w := range writes {
 		if rate := f.Limits[w.next.Queue].Rate; !rate.IsZero() {
-			if err := recordStart(ctx, tx, w.next.Queue, f.Now, rate); err != nil {
+			if err := recordStart(ctx, tx, w.next.Queue, w.next.Tenant, f.Now, rate); err != nil {
 				return nil, err
 			}
 		}
@@ -508,9 +508,9 @@ func ruledPickQuery(f store.ClaimFilter, ready bool, selected string) (string, [
 	const unfinished = `jobs INDEXED BY jobs_unfinished_queue_tenant WHERE state IN ('queued', 'running')`
 	lanes, laneHeads, notCapped, laned := laneCTEs(f, unfinished, due, bound, ready, tenants, &args)
 	query := `WITH RECURSIVE
-	lim(queue, max_running, serial, hold, rate_limit, rate_per, per_tenant) AS MATERIALIZED (
+	lim(queue, max_running, serial, hold, rate_limit, rate_per, rate_tenant, per_tenant) AS MATERIALIZED (
 		SELECT key, value ->> 'max', value ->> 'serial', value ->> 'hold', value ->> 'rate', value ->> 'per',
-			coalesce(value ->> 'per_tenant', 0)
+			coalesce(value ->> 'rate_tenant', 0), coalesce(value ->> 'per_tenant', 0)
 		FROM json_each(:limits)),
 	pool_use(queue, pool) AS MATERIALIZED (
 		SELECT u.key, p.value FROM json_each(:uses) AS u, json_each(u.value) AS p),
@@ -521,14 +521,15 @@ func ruledPickQuery(f store.ClaimFilter, ready bool, selected string) (string, [
 	pool_blocked(queue) AS MATERIALIZED (
 		SELECT u.queue FROM pool_use AS u JOIN full_pool AS p ON p.pool = u.pool),
 	` + kinds + names + `,
-	open_queues(name, serial, hold, per_tenant, laned) AS (
-		SELECT n.name, coalesce(l.serial, 0), coalesce(l.hold, 0), coalesce(l.per_tenant, 0), ` + laned + `
+	open_queues(name, serial, hold, per_tenant, rate_tenant, rate_limit, rate_per, laned) AS (
+		SELECT n.name, coalesce(l.serial, 0), coalesce(l.hold, 0), coalesce(l.per_tenant, 0),
+			coalesce(l.rate_tenant, 0), coalesce(l.rate_limit, 0), coalesce(l.rate_per, 0), ` + laned + `
 		FROM names AS n LEFT JOIN lim AS l ON l.queue = n.name
 		WHERE n.name IS NOT NULL AND ` + notPaused("n.name") + `
 			AND n.name NOT IN (SELECT queue FROM pool_blocked)
 			AND (coalesce(l.max_running, 0) = 0 OR (SELECT COUNT(*) FROM jobs AS r
 				WHERE r.state = 'running' AND r.queue = n.name) < l.max_running)
-			AND (coalesce(l.rate_limit, 0) = 0 OR (SELECT COUNT(*) FROM queue_starts AS s
+			AND (coalesce(l.rate_limit, 0) = 0 OR (l.rate_tenant AND NOT coalesce(l.serial, 0)) OR (SELECT COUNT(*) FROM queue_starts AS s
 				WHERE s.queue = n.name AND s.at > :now - l.rate_per) < l.rate_limit)),
 	` + groups + `,
 	` + priorityWalk(index, "", key, walkFilter, bound, !ready) + `,` + lanes + `
@@ -577,14 +578,14 @@ func laneCTEs(f store.ClaimFilter, unfinished, due, bound string, ready bool, te
 	}
 	perTenant := false
 	for q, l := range f.Limits {
-		if l.MaxRunningPerTenant > 0 && (len(f.Queues) == 0 || slices.Contains(f.Queues, q)) {
+		if (l.MaxRunningPerTenant > 0 || l.Rate.PerTenant) && (len(f.Queues) == 0 || slices.Contains(f.Queues, q)) {
 			perTenant = true
 		}
 	}
 	if len(caps) == 0 && !perTenant {
 		return "", "", "", "0"
 	}
-	laned = "coalesce(l.per_tenant, 0) > 0"
+	laned = "coalesce(l.per_tenant, 0) > 0 OR coalesce(l.rate_tenant, 0)"
 	if len(caps) > 0 {
 		laned = "1"
 		notCapped = " AND s.tenant NOT IN (SELECT tenant FROM capped)"
@@ -598,18 +599,21 @@ func laneCTEs(f store.ClaimFilter, unfinished, due, bound string, ready bool, te
 	capped(tenant) AS MATERIALIZED (
 		SELECT c.key FROM json_each(:caps) AS c
 		WHERE (SELECT COUNT(*) FROM jobs INDEXED BY jobs_running_tenant WHERE state = 'running' AND tenant = c.key) >= c.value),
-	lane_tenants(queue, per_tenant, tenant) AS (
-		SELECT o.name, o.per_tenant, (SELECT MIN(tenant) FROM ` + unfinished + ` AND queue = o.name)
+	lane_tenants(queue, per_tenant, rate_tenant, rate_limit, rate_per, tenant) AS (
+		SELECT o.name, o.per_tenant, o.rate_tenant, o.rate_limit, o.rate_per, (SELECT MIN(tenant) FROM ` + unfinished + ` AND queue = o.name)
 		FROM open_queues AS o WHERE o.laned AND NOT o.serial
 		UNION ALL
-		SELECT l.queue, l.per_tenant, (SELECT MIN(tenant) FROM ` + unfinished + ` AND queue = l.queue AND tenant > l.tenant)
+		SELECT l.queue, l.per_tenant, l.rate_tenant, l.rate_limit, l.rate_per,
+			(SELECT MIN(tenant) FROM ` + unfinished + ` AND queue = l.queue AND tenant > l.tenant)
 		FROM lane_tenants AS l WHERE l.tenant IS NOT NULL),
 	lanes(kind, queue) AS (
 		SELECT l.tenant, l.queue FROM lane_tenants AS l
 		WHERE l.tenant IS NOT NULL` + strings.ReplaceAll(tenants, "tenant IN", "l.tenant IN") + `
 			AND l.tenant NOT IN (SELECT tenant FROM capped)
 			AND (l.per_tenant = 0 OR (SELECT COUNT(*) FROM ` + unfinished + `
-				AND queue = l.queue AND tenant = l.tenant AND state = 'running') < l.per_tenant)),
+				AND queue = l.queue AND tenant = l.tenant AND state = 'running') < l.per_tenant)
+			AND (NOT l.rate_tenant OR (SELECT COUNT(*) FROM queue_starts INDEXED BY queue_starts_queue_tenant_at
+				WHERE queue = l.queue AND tenant = l.tenant AND at > :now - l.rate_per) < l.rate_limit)),
 	` + namedWalk("lane_walk", "lanes", "jobs_queued_queue_tenant", "",
 		func(g string) string { return "queue = " + g + ".queue AND tenant = " + g + ".kind" }, filter, bound, !ready) + `,`
 	laneHeads = `
@@ -657,19 +661,20 @@ func mustJSON(v any, empty string) string {
 }
 
 type queueLimitJSON struct {
-	Max       int   `json:"max"`
-	PerTenant int   `json:"per_tenant,omitempty"` // MaxRunningPerTenant
-	Serial    bool  `json:"serial"`
-	Hold      bool  `json:"hold"`
-	Rate      int   `json:"rate,omitempty"` // jobtype.Rate.Limit
-	Per       int64 `json:"per,omitempty"`  // jobtype.Rate.Per, µs
+	Max        int   `json:"max"`
+	PerTenant  int   `json:"per_tenant,omitempty"` // MaxRunningPerTenant
+	Serial     bool  `json:"serial"`
+	Hold       bool  `json:"hold"`
+	Rate       int   `json:"rate,omitempty"`        // jobtype.Rate.Limit
+	RateTenant bool  `json:"rate_tenant,omitempty"` // jobtype.Rate.PerTenant
+	Per        int64 `json:"per,omitempty"`         // jobtype.Rate.Per, µs
 }
 
 func limitsJSON(limits map[string]store.QueueLimit) string {
 	m := make(map[string]queueLimitJSON, len(limits))
 	for q, l := range limits {
 		m[q] = queueLimitJSON{Max: l.MaxRunning, PerTenant: l.MaxRunningPerTenant, Serial: l.Serial, Hold: l.Serial && l.HoldRetry,
-			Rate: l.Rate.Limit, Per: l.Rate.Per.Microseconds()}
+			Rate: l.Rate.Limit, Per: l.Rate.Per.Microseconds(), RateTenant: l.Rate.PerTenant}
 	}
 	return mustJSON(m, "{}")
 }

@@ -19,14 +19,14 @@ import (
 // exact. Rows that have left the window are deleted as claims record
 // new ones.
 
-// recordStart notes one claim from queue at now and drops the queue's
-// rows that have left its window.
-func recordStart(ctx context.Context, tx *sql.Tx, queue string, now time.Time, rate jobtype.Rate) error {
+// recordStart notes one claim of tenant's job from queue at now and
+// drops the queue's rows that have left its window.
+func recordStart(ctx context.Context, tx *sql.Tx, queue, tenant string, now time.Time, rate jobtype.Rate) error {
 	at := toMicro(now)
 	if _, err := tx.ExecContext(ctx, `DELETE FROM queue_starts WHERE queue = ? AND at <= ?`, queue, at-rate.Per.Microseconds()); err != nil {
 		return fmt.Errorf("claim job: rate of %s: %w", queue, classify(err))
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO queue_starts (queue, at) VALUES (?, ?)`, queue, at); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO queue_starts (queue, tenant, at) VALUES (?, ?, ?)`, queue, tenant, at); err != nil {
 		return fmt.Errorf("claim job: rate of %s: %w", queue, classify(err))
 	}
 	return nil
@@ -42,6 +42,14 @@ func (s *Store) RateWindows(ctx context.Context, now time.Time, rates map[string
 			continue
 		}
 		from := toMicro(now) - rate.Per.Microseconds()
+		if rate.PerTenant {
+			w, err := s.perTenantWindow(ctx, queue, from, rate)
+			if err != nil {
+				return nil, err
+			}
+			out[queue] = w
+			continue
+		}
 		var w store.RateWindow
 		err := s.read.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM queue_starts
 			WHERE queue = ? AND at > ? LIMIT ?)`, queue, from, rate.Limit).Scan(&w.Started)
@@ -65,4 +73,31 @@ func (s *Store) RateWindows(ctx context.Context, now time.Time, rates map[string
 		out[queue] = w
 	}
 	return out, nil
+}
+
+// perTenantWindow is RateWindows' window of a queue whose rate is kept
+// per tenant: its rows in the window, read in (queue, tenant, at) order
+// (store.PerTenantWindow).
+func (s *Store) perTenantWindow(ctx context.Context, queue string, from int64, rate jobtype.Rate) (store.RateWindow, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT tenant, at FROM queue_starts INDEXED BY queue_starts_queue_tenant_at
+		WHERE queue = ? AND at > ? ORDER BY tenant, at`, queue, from)
+	if err != nil {
+		return store.RateWindow{}, fmt.Errorf("rate of %s: %w", queue, classify(err))
+	}
+	defer rows.Close()
+	starts := map[string][]time.Time{}
+	for rows.Next() {
+		var (
+			tenant string
+			at     int64
+		)
+		if err := rows.Scan(&tenant, &at); err != nil {
+			return store.RateWindow{}, fmt.Errorf("rate of %s: %w", queue, classify(err))
+		}
+		starts[tenant] = append(starts[tenant], fromMicro(at))
+	}
+	if err := rows.Err(); err != nil {
+		return store.RateWindow{}, fmt.Errorf("rate of %s: %w", queue, classify(err))
+	}
+	return store.PerTenantWindow(starts, rate), nil
 }

@@ -653,6 +653,13 @@ CREATE TABLE fair_passes (
 	`
 CREATE INDEX jobs_running_tenant ON jobs (tenant) WHERE state = 'running';
 `,
+	// 21: each claim of a rate-limited queue notes its job's tenant, so
+	// that a rate kept per tenant (jobtype.Rate.PerTenant) counts each
+	// tenant's claims in the window with a seek.
+	`
+ALTER TABLE queue_starts ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
+CREATE INDEX queue_starts_queue_tenant_at ON queue_starts (queue, tenant, at);
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a

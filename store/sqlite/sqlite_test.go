@@ -538,6 +538,7 @@ func TestClaimPlanSeeksEveryQueueHead(t *testing.T) {
 		{"a tenant and a queue", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"q"}}, "jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"},
 		{"a tenant's bound on its running jobs", store.ClaimFilter{TenantMaxRunning: map[string]int{"acme": 2}}, "jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"},
 		{"rules with a per-tenant bound and kinds", store.ClaimFilter{Kinds: []string{"a", "b"}, Limits: perTenant, Pools: pools}, "jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"},
+		{"a rate per tenant", store.ClaimFilter{Limits: map[string]store.QueueLimit{"q": {Rate: jobtype.Rate{Limit: 5, Per: time.Second, PerTenant: true}}}}, "jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"},
 		{"a tenant, a queue and kinds", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"q"}, Kinds: []string{"a", "b"}}, "jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"},
 		{"rules, a tenant, a queue and kinds", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"readme"}, Kinds: []string{"a"}, Limits: limits, Pools: pools}, "jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"},
 		{"a tenant and kinds", store.ClaimFilter{Tenants: []string{"acme"}, Kinds: []string{"a"}}, "jobs_queued_kind (kind=? AND queue=? AND priority=?"},

@@ -19,6 +19,7 @@ var rateCases = []struct {
 	{"rate windows count the claims in the window and, at the limit, say when it has room", testRateWindows},
 	{"next ready passes over a queue held by its rate until its window has room", testRateNextReady},
 	{"concurrent claims never take a queue past its rate", testRateConcurrent},
+	{"a rate kept per tenant gives each tenant its own window", testRatePerTenant},
 }
 
 // rateLimits holds queue "rated" to 2 claims per 10 s.
@@ -170,5 +171,44 @@ func testRateConcurrent(t *testing.T, s store.Store) {
 	wg.Wait()
 	if taken != 5 {
 		t.Fatalf("8 claimers took %d jobs of a queue limited to 5 an hour, want exactly 5", taken)
+	}
+}
+
+// testRatePerTenant: a rate kept per tenant gives each tenant its own
+// window: one tenant at its limit holds back neither the other nor
+// next ready's answer for the other, and the windows say when the first
+// held tenant has room.
+func testRatePerTenant(t *testing.T, s store.Store) {
+	perTenant := jobtype.Rate{Limit: 2, Per: 10 * time.Second, PerTenant: true}
+	for _, tn := range []string{"a", "b"} {
+		createOf(t, s, tn, "api", tn, 5, 0)
+	}
+	f := store.ClaimFilter{Now: at(100), Limits: map[string]store.QueueLimit{"api": {Rate: perTenant}}}
+	claim := func(now time.Time, n int) []string {
+		t.Helper()
+		f.Now = now
+		return claimedIDs(claimJobs(t, s, f, store.Claim{WorkerID: "w", LeaseIDs: leaseIDs(fmt.Sprint("l", now.UnixMicro()), n), Now: now, Lease: time.Hour}))
+	}
+	if got := byTenant(claim(at(100), 10)); got["a"] != 2 || got["b"] != 2 {
+		t.Fatalf("a claim of 10 took %v, want 2 of each tenant (the limit each)", got)
+	}
+	if got := claim(at(105), 10); len(got) != 0 {
+		t.Fatalf("a claim at 105 s took %v, want nothing: both tenants have had 2 claims in the window", got)
+	}
+	f.Now = at(105)
+	if runAt, ok, err := s.NextReady(t.Context(), f); err != nil || ok {
+		t.Errorf("next ready with both tenants held = %v, %v, %v; want none", runAt, ok, err)
+	}
+	w, err := s.RateWindows(t.Context(), at(105), map[string]jobtype.Rate{"api": perTenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := w["api"]; got.Started != 2 || !got.HeldUntil.Equal(at(110)) {
+		t.Errorf("windows at 105 s: %+v, want 2 started, held until %v", got, at(110))
+	}
+	// b alone claims at 111 s: a is not held by b's claims.
+	createOf(t, s, "c", "api", "c", 1, 0)
+	if got := byTenant(claim(at(111), 10)); got["a"] != 2 || got["b"] != 2 || got["c"] != 1 {
+		t.Fatalf("a claim of 10 at 111 s took %v, want 2 of a, 2 of b and c's 1", got)
 	}
 }
