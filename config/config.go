@@ -44,6 +44,9 @@ type Tenant struct {
 	// WAITING, QUEUED) at once: jobtype.TenantRules.MaxQueued. 0: no
 	// limit.
 	MaxQueued int
+	// MaxRunning bounds the tenant's RUNNING jobs in all queues at
+	// once: jobtype.TenantRules.MaxRunning. 0: no limit.
+	MaxRunning int
 	// Weight is the tenant's share of claims in a queue shared with
 	// other tenants: jobtype.TenantRules.Weight. 0: left out, the
 	// default 1; the file itself takes 1 to jobtype.MaxTenantWeight.
@@ -72,6 +75,11 @@ type Queue struct {
 	// Rate caps the queue's claims per window, across every replica
 	// (rate: {limit, per}); the zero Rate: none.
 	Rate jobtype.Rate
+	// MaxRunningPerTenant bounds each tenant's RUNNING jobs in the
+	// queue: jobtype.QueueRules.MaxRunningPerTenant. 0: no bound; at
+	// most MaxRunning when that is set; serial: 0 or 1 only, as the
+	// engine allows.
+	MaxRunningPerTenant int
 }
 
 // Retry is a queue's retry: {...}. Zero fields take the server's flags.
@@ -178,6 +186,9 @@ func (p *parser) queue(key string, n *yaml.Node) {
 		"alert_after":   func(k string, v *yaml.Node) { q.AlertAfter, _ = r.Duration(v, k) },
 		"max_running":   func(k string, v *yaml.Node) { q.MaxRunning, _ = r.Int(v, k, 0, math.MaxInt32) },
 		"uses":          func(k string, v *yaml.Node) { q.Uses, _ = r.Names(v, k, jobtype.NameReason) },
+		"max_running_per_tenant": func(k string, v *yaml.Node) {
+			q.MaxRunningPerTenant, _ = r.Int(v, k, 0, math.MaxInt32)
+		},
 		"priority": func(k string, v *yaml.Node) {
 			q.Priority, _ = r.Int(v, k, jobtype.MinPriority, jobtype.MaxPriority)
 		},
@@ -242,8 +253,9 @@ func (p *parser) tenants(n *yaml.Node, key string) {
 	p.r.Entries(n, key, jobtype.NameReason, func(k, name string, v *yaml.Node) {
 		var t Tenant
 		p.r.Mapping(v, k, yamlread.Fields{
-			"max_queued": func(k string, v *yaml.Node) { t.MaxQueued, _ = p.r.Int(v, k, 0, math.MaxInt32) },
-			"weight":     func(k string, v *yaml.Node) { t.Weight = p.weight(v, k) },
+			"max_queued":  func(k string, v *yaml.Node) { t.MaxQueued, _ = p.r.Int(v, k, 0, math.MaxInt32) },
+			"max_running": func(k string, v *yaml.Node) { t.MaxRunning, _ = p.r.Int(v, k, 0, math.MaxInt32) },
+			"weight":      func(k string, v *yaml.Node) { t.Weight = p.weight(v, k) },
 		})
 		p.f.Tenants[name] = t
 	})
@@ -492,7 +504,7 @@ func (f *File) Rules() (jobtype.Rules, error) {
 	if len(f.Tenants) > 0 {
 		r.Tenants = make(map[string]jobtype.TenantRules, len(f.Tenants))
 		for name, t := range f.Tenants {
-			r.Tenants[name] = jobtype.TenantRules{MaxQueued: t.MaxQueued, Weight: t.Weight}
+			r.Tenants[name] = jobtype.TenantRules{MaxQueued: t.MaxQueued, MaxRunning: t.MaxRunning, Weight: t.Weight}
 		}
 	}
 	for _, s := range f.Schedules {
@@ -519,5 +531,7 @@ func queueRules(q Queue) jobtype.QueueRules {
 		Priority:       int32(q.Priority),
 		MaxLogBytes:    int64(q.MaxLogBytes),
 		Rate:           q.Rate,
+
+		MaxRunningPerTenant: q.MaxRunningPerTenant,
 	}
 }

@@ -62,27 +62,29 @@ func TestTheIssuesExampleGivesTheEngineEveryKey(t *testing.T) {
 	}
 }
 
-func TestRulesCarryEachTenantsMaxQueuedAndWeight(t *testing.T) {
+func TestRulesCarryEachTenantsLimitsAndWeight(t *testing.T) {
 	f, err := config.Parse("jobwatch.yaml", []byte(`
 tenants:
   acme:
     max_queued: 10000
+    max_running: 20
     weight: 3
-  globex: {max_queued: 0}   # no limit, as when left out
+  globex: {max_queued: 0, max_running: 0}   # no limit, as when left out
   initech: {}
   hooli: {weight: 1000}
+  umbrella: {max_running: 1}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]config.Tenant{"acme": {MaxQueued: 10000, Weight: 3}, "globex": {}, "initech": {}, "hooli": {Weight: 1000}}; !reflect.DeepEqual(f.Tenants, want) {
+	if want := map[string]config.Tenant{"acme": {MaxQueued: 10000, MaxRunning: 20, Weight: 3}, "globex": {}, "initech": {}, "hooli": {Weight: 1000}, "umbrella": {MaxRunning: 1}}; !reflect.DeepEqual(f.Tenants, want) {
 		t.Errorf("tenants %+v, want %+v", f.Tenants, want)
 	}
 	r, err := f.Rules()
 	if err != nil {
 		t.Fatalf("rules: %v", err)
 	}
-	want := map[string]jobtype.TenantRules{"acme": {MaxQueued: 10000, Weight: 3}, "globex": {}, "initech": {}, "hooli": {Weight: 1000}}
+	want := map[string]jobtype.TenantRules{"acme": {MaxQueued: 10000, MaxRunning: 20, Weight: 3}, "globex": {}, "initech": {}, "hooli": {Weight: 1000}, "umbrella": {MaxRunning: 1}}
 	if !reflect.DeepEqual(r.Tenants, want) {
 		t.Fatalf("rules' tenants %+v\nwant %+v", r.Tenants, want)
 	}
@@ -110,6 +112,7 @@ func TestTheEngineRefusesATenantTheFileWouldRefuse(t *testing.T) {
 		says    string
 	}{
 		{"a negative max_queued", map[string]jobtype.TenantRules{"acme": {MaxQueued: -1}}, "tenant acme: max_queued: must not be negative, got -1"},
+		{"a negative max_running", map[string]jobtype.TenantRules{"acme": {MaxRunning: -2}}, "tenant acme: max_running: must not be negative, got -2"},
 		{"a negative weight", map[string]jobtype.TenantRules{"acme": {Weight: -1}}, "tenant acme: weight: must be 1 to 1000 (or 0 for the default, 1), got -1"},
 		{"a weight past the largest", map[string]jobtype.TenantRules{"acme": {Weight: 1001}}, "tenant acme: weight: must be 1 to 1000 (or 0 for the default, 1), got 1001"},
 		{"a tenant name no request could use", map[string]jobtype.TenantRules{"a b": {MaxQueued: 1}}, `tenant "a b": tenant: may only contain`},
@@ -205,6 +208,11 @@ queues:
   - name: readme
     max_running: 8
     uses: [db]
+  - name: reports
+    max_running: 4
+    max_running_per_tenant: 1
+  - name: exports
+    max_running_per_tenant: 2    # without max_running: each tenant 2, the queue unbounded
 pools:
   db: 4
 `))
@@ -216,9 +224,11 @@ pools:
 		t.Fatalf("rules: %v", err)
 	}
 	want := jobtype.Rules{Source: "config jobwatch.yaml", Pools: map[string]int{"db": 4}, Queues: map[string]jobtype.QueueRules{
-		"index":  {Serial: true, BlockOnFailure: true}, // block when on_failure is left out
-		"git":    {Serial: true},
-		"readme": {MaxRunning: 8, Uses: []string{"db"}},
+		"index":   {Serial: true, BlockOnFailure: true}, // block when on_failure is left out
+		"git":     {Serial: true},
+		"readme":  {MaxRunning: 8, Uses: []string{"db"}},
+		"reports": {MaxRunning: 4, MaxRunningPerTenant: 1},
+		"exports": {MaxRunningPerTenant: 2},
 	}}
 	if !reflect.DeepEqual(r, want) {
 		t.Fatalf("rules %+v\nwant %+v", r, want)
@@ -255,6 +265,10 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"strict that is not a boolean", "strict: yes please\n", `c.yaml:1:9: strict: must be true or false`},
 		{"a number given as text", "queues:\n  - name: a\n    max_running: eight\n", `c.yaml:3:18: queues[0].max_running: must be a whole number`},
 		{"a negative max_running", "queues:\n  - name: a\n    max_running: -1\n", "queues[0].max_running: must be from 0"},
+		{"a negative max_running_per_tenant", "queues:\n  - name: a\n    max_running_per_tenant: -1\n", "c.yaml:3:29: queues[0].max_running_per_tenant: must be from 0 to 2147483647, got -1"},
+		{"a max_running_per_tenant given as a word", "queues:\n  - name: a\n    max_running_per_tenant: one\n", "c.yaml:3:29: queues[0].max_running_per_tenant: must be a whole number"},
+		{"max_running_per_tenant above max_running", "queues:\n  - name: a\n    max_running: 4\n    max_running_per_tenant: 5\n", "c.yaml:4:5: queues[0].max_running_per_tenant: 5 is above the queue's max_running 4, so it would bound nothing: at most 4"},
+		{"max_running_per_tenant 2 on a serial queue", "queues:\n  - name: a\n    mode: serial\n    max_running_per_tenant: 2\n", "c.yaml:4:5: queues[0].max_running_per_tenant: a serial queue runs one job of each tenant at a time already: 0 or 1 (or left out), got 2"},
 		{"a priority past the least urgent", "queues:\n  - name: a\n    priority: 10\n", "c.yaml:3:15: queues[0].priority: must be from 0 to 9, got 10"},
 		{"a negative priority", "queues:\n  - name: a\n    priority: -1\n", "c.yaml:3:15: queues[0].priority: must be from 0 to 9, got -1"},
 		{"a priority given as a word", "queues:\n  - name: a\n    priority: high\n", "c.yaml:3:15: queues[0].priority: must be a whole number"},
@@ -315,7 +329,9 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"a weight that is not a whole number", "tenants:\n  acme: {weight: 0.5}\n", "c.yaml:2:18: tenants.acme.weight: must be a whole number, got a number"},
 		{"a weight given as a word", "tenants:\n  acme: {weight: heavy}\n", "c.yaml:2:18: tenants.acme.weight: must be a whole number, got a string"},
 		{"a weight with no value", "tenants:\n  acme: {weight: }\n", "tenants.acme.weight: has no value"},
-		{"an unknown key under a tenant", "tenants:\n  acme: {max_queud: 10}\n", "c.yaml:2:10: tenants.acme.max_queud: unknown key (known here: max_queued weight)"},
+		{"a negative max_running", "tenants:\n  acme:\n    max_running: -1\n", "c.yaml:3:18: tenants.acme.max_running: must be from 0 to 2147483647, got -1"},
+		{"a max_running that is not a whole number", "tenants:\n  acme: {max_running: 2.5}\n", "c.yaml:2:23: tenants.acme.max_running: must be a whole number, got a number"},
+		{"an unknown key under a tenant", "tenants:\n  acme: {max_queud: 10}\n", "c.yaml:2:10: tenants.acme.max_queud: unknown key (known here: max_queued max_running weight)"},
 		{"a tenant name no request could use", "tenants:\n  acme corp: {max_queued: 10}\n", "c.yaml:2:3: tenants: may only contain"},
 		{"a tenant given twice", "tenants:\n  acme: {max_queued: 1}\n  acme: {max_queued: 2}\n", "c.yaml:3:3: tenants.acme: given twice"},
 		{"a tenant with no value", "tenants:\n  acme:\n", "c.yaml:2:3: tenants.acme: has no value"},
@@ -370,7 +386,7 @@ func TestTheREADMEAndDocsDocumentTheWholeFormat(t *testing.T) {
 		"`queues[].lease_timeout`", "`queues[].mode`", "`queues[].max_running`",
 		"`queues[].on_failure`", "`queues[].uses`", "`queues[].timeout`", "`queues[].alert_after`", "`pools`",
 		"`queues[].priority`", "`queues[].max_log_bytes`", "`schedules[]`", "`schedules[].cron`", "`schedules[].timezone`", "`alerts.webhook`",
-		"`tenants`", "`tenants.<name>.max_queued`", "`tenants.<name>.weight`"} {
+		"`queues[].max_running_per_tenant`", "`tenants`", "`tenants.<name>.max_queued`", "`tenants.<name>.max_running`", "`tenants.<name>.weight`"} {
 		if !strings.Contains(string(readme), "| "+key) {
 			t.Errorf("docs/OPERATING.md's table of configuration keys lacks %s", key)
 		}
@@ -427,6 +443,12 @@ func TestTheFileRefusesAQueueExactlyAsTheEngineDoes(t *testing.T) {
 		{"the least urgent priority", "{name: q, priority: 9}", jobtype.QueueRules{Priority: 9}, ""},
 		{"a priority past the least urgent", "{name: q, priority: 10}", jobtype.QueueRules{Priority: 10}, "queues[0].priority"},
 		{"a serial queue with a priority", "{name: q, mode: serial, priority: 2}", jobtype.QueueRules{Serial: true, BlockOnFailure: true, Priority: 2}, ""},
+		{"a per-tenant bound within max_running", "{name: q, max_running: 4, max_running_per_tenant: 1}", jobtype.QueueRules{MaxRunning: 4, MaxRunningPerTenant: 1}, ""},
+		{"a per-tenant bound equal to max_running", "{name: q, max_running: 4, max_running_per_tenant: 4}", jobtype.QueueRules{MaxRunning: 4, MaxRunningPerTenant: 4}, ""},
+		{"a per-tenant bound above max_running", "{name: q, max_running: 4, max_running_per_tenant: 5}", jobtype.QueueRules{MaxRunning: 4, MaxRunningPerTenant: 5}, "queues[0].max_running_per_tenant"},
+		{"a per-tenant bound without max_running", "{name: q, max_running_per_tenant: 50}", jobtype.QueueRules{MaxRunningPerTenant: 50}, ""},
+		{"a serial queue of one per tenant", "{name: q, mode: serial, max_running_per_tenant: 1}", jobtype.QueueRules{Serial: true, BlockOnFailure: true, MaxRunningPerTenant: 1}, ""},
+		{"a serial queue of two per tenant", "{name: q, mode: serial, max_running_per_tenant: 2}", jobtype.QueueRules{Serial: true, BlockOnFailure: true, MaxRunningPerTenant: 2}, "queues[0].max_running_per_tenant"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

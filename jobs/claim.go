@@ -64,7 +64,9 @@ func validNames(field string, vs []string) error {
 // look, and a new ready job wakes one registered claim that may run it,
 // not every one; a job due later wakes one when its RunAt comes, by one
 // timer for the whole engine; a job ending in a queue with limits wakes
-// every claim that may take from the queues whose room it frees. A claim
+// every claim that may take from the queues whose room it frees, and a
+// job of a tenant with a bound on its running jobs ending wakes every
+// claim that may take that tenant's jobs. A claim
 // woken for one ready job in a queue without limits, the only one woken
 // for it, claims at once. A
 // claim woken otherwise (room freed, a time come due, a job it might have
@@ -186,13 +188,15 @@ func (e *Engine) ClaimJobs(ctx context.Context, r ClaimRequest, n int, deadline 
 	}
 }
 
-// claimFilter carries the queue rules and the tenants' weights in
-// effect to the store, which checks the rules and takes fair claiming's
-// turn in the transaction that claims: a replica-local count could not
-// see the other replicas' claims.
+// claimFilter carries the queue rules, the tenants' weights and their
+// bounds on running jobs in effect to the store, which checks the rules
+// and the bounds and takes fair claiming's turn in the transaction that
+// claims: a replica-local count could not see the other replicas'
+// claims.
 func (e *Engine) claimFilter(r ClaimRequest) store.ClaimFilter {
 	rules := e.rules.Load()
-	return store.ClaimFilter{Tenants: r.Tenants, Kinds: r.Kinds, Queues: r.Queues, Now: e.now(), Limits: rules.limits, Pools: rules.Pools, Weights: rules.weights}
+	return store.ClaimFilter{Tenants: r.Tenants, Kinds: r.Kinds, Queues: r.Queues, Now: e.now(), Limits: rules.limits, Pools: rules.Pools, Weights: rules.weights,
+		TenantMaxRunning: rules.caps}
 }
 
 // claimOnce tries one claim of up to n jobs f selects, for workerID.

@@ -46,14 +46,25 @@ import (
 //     claimer for it as if it had just been queued: no claimer polls,
 //     and 50 parked claimers do not all wake for one due job.
 //   - A job that ends, or is QUEUED again after it ran, in a queue with
-//     limits (serial, max_running, pools) frees room in the queue and in
-//     every queue sharing a pool with it: every claimer that may take
-//     from those queues, whatever its tenants and kinds, is woken (a
-//     broadcast: which of them has a job behind the limit is known only
-//     to the store). One blocked by the limits again finds nothing and
-//     parks. The snapshot does not say whether a QUEUED job ran before,
-//     so any QUEUED snapshot after the first version of a job in such a
-//     queue counts as freeing room.
+//     limits (serial, max_running, max_running_per_tenant, pools, rate)
+//     frees room in the queue and in every queue sharing a pool with
+//     it: every claimer that may take from those queues, whatever its
+//     tenants and kinds, is woken (a broadcast: which of them has a job
+//     behind the limit is known only to the store). One blocked by the
+//     limits again finds nothing and parks. The snapshot does not say
+//     whether a QUEUED job ran before, so any QUEUED snapshot after the
+//     first version of a job in such a queue counts as freeing room.
+//   - Such a job of a tenant with a bound on its running jobs
+//     (TenantRules.MaxRunning) frees room for that tenant in every
+//     queue: every claimer that may take the tenant's jobs, whatever its
+//     kinds and queues, is woken too (one broadcast with the one above,
+//     so no claimer is woken twice for one change). It comes from
+//     whichever replica ran the job (listen.go), so a claim parked
+//     behind the bound here learns of a job of the tenant ending on
+//     another replica without polling. A job of such a tenant that is
+//     queued and ready wakes one claimer as in a queue without limits,
+//     but, as in a queue with limits, that claimer reads before it
+//     writes: the bound may hold the job back.
 //   - SetRules wakes every claimer: the limits changed.
 //
 // The jobs queued to run later before the engine started are read from
@@ -157,6 +168,13 @@ func (c *claimer) takes(tenant, kind, queue string) bool {
 		(len(c.queues) == 0 || slices.Contains(c.queues, queue))
 }
 
+// takesTenant reports whether c may claim jobs of tenant. Room freed
+// for a tenant is room in every queue and for every kind, so neither
+// narrows whom it wakes.
+func (c *claimer) takesTenant(tenant string) bool {
+	return len(c.tenants) == 0 || slices.Contains(c.tenants, tenant)
+}
+
 // takesFrom reports whether c may claim from any of queues. Room freed
 // in a queue is room for every tenant's and kind's job behind it, so
 // neither narrows whom it wakes.
@@ -191,9 +209,10 @@ func (e *Engine) addClaimer(r ClaimRequest) *claimer {
 
 // beginLook starts a look of c: it returns the count of wakes given so
 // far, for park, whether one since the last look followed a commit, and
-// whether c owes an answer to a ready job in a queue without limits (it
-// was woken for that job alone, so a claim will most likely find it; in
-// a queue with limits, the limits may still hold it back).
+// whether c owes an answer to a ready job in a queue without limits, of
+// a tenant without a bound on its running jobs (it was woken for that
+// job alone, so a claim will most likely find it; in a queue with
+// limits, or for a bounded tenant, the limits may still hold it back).
 func (e *Engine) beginLook(c *claimer) (gen uint64, byChange, owesJob bool) {
 	cs := &e.claimers
 	cs.mu.Lock()
@@ -203,10 +222,10 @@ func (e *Engine) beginLook(c *claimer) (gen uint64, byChange, owesJob bool) {
 	default:
 	}
 	byChange, c.byChange = c.byChange, false
-	limits := e.rules.Load().limits
+	rules := e.rules.Load()
 	owesJob = slices.ContainsFunc(c.owed, func(w claimWake) bool {
-		_, limited := limits[w.queue]
-		return !w.due && !limited
+		_, limited := rules.limits[w.queue]
+		return !w.due && !limited && rules.caps[w.tenant] == 0
 	})
 	return c.gen, byChange, owesJob
 }
@@ -345,6 +364,7 @@ func (e *Engine) wakeAllClaimers() {
 func (e *Engine) wakeClaimers(j jobtype.Job) {
 	rules := e.rules.Load()
 	_, limited := rules.limits[j.Queue]
+	capped := rules.caps[j.Tenant] > 0
 	now := e.now()
 	cs := &e.claimers
 	cs.mu.Lock()
@@ -361,15 +381,23 @@ func (e *Engine) wakeClaimers(j jobtype.Job) {
 		}
 		delete(cs.scheduled, j.ID)
 	}
-	if limited && (j.State.Terminal() || (j.State == jobtype.Queued && j.Version > 1)) {
-		queues := sharingPools(rules, j.Queue)
-		e.wakeAllLocked(func(c *claimer) bool { return c.takesFrom(queues) })
+	freed := (limited || capped) && (j.State.Terminal() || (j.State == jobtype.Queued && j.Version > 1))
+	if freed {
+		var queues []string
+		if limited {
+			queues = sharingPools(rules, j.Queue)
+		}
+		e.wakeAllLocked(func(c *claimer) bool {
+			return (limited && c.takesFrom(queues)) || (capped && c.takesTenant(j.Tenant))
+		})
 	}
 	switch {
 	case j.State != jobtype.Queued:
 	case j.RunAt.After(now):
 		e.scheduleLocked(store.ScheduledJob{ID: j.ID, Tenant: j.Tenant, Kind: j.Kind, Queue: j.Queue, RunAt: j.RunAt, Version: j.Version})
-	case !limited || j.Version == 1:
+	case !freed:
+		// When freed, the broadcast woke every claimer that takes the
+		// job already.
 		e.wakeOneLocked(claimWake{jobID: j.ID, tenant: j.Tenant, kind: j.Kind, queue: j.Queue}, true)
 	}
 }

@@ -12,13 +12,15 @@ import (
 
 // ruleSet is the jobtype.Rules in effect with what SetRules derives from
 // them: limits are the queues' claim rules as the store checks them,
-// weights the tenants' weights in fair claiming (those set only), leases
+// weights the tenants' weights in fair claiming (those set only), caps
+// the tenants' bounds on their running jobs (those set only), leases
 // the queues' own lease timeouts and backoffs their retry backoffs
 // (Config's defaults filled in).
 type ruleSet struct {
 	jobtype.Rules
 	limits   map[string]store.QueueLimit
 	weights  map[string]int
+	caps     map[string]int
 	leases   map[string]time.Duration
 	backoffs map[string]store.Backoff
 	crons    map[string]*jobtype.Cron // by schedule name, each cron schedule's times (schedules.go)
@@ -59,12 +61,18 @@ func validateRules(r jobtype.Rules) error {
 // claimLimits are the queues' claim rules in the store's terms; queues
 // with none are left out, as the store treats them as unbounded. A
 // serial queue is serial per tenant (store.QueueLimit.Serial); only its
-// own max_running 1 makes it one job at a time across tenants.
+// own max_running 1 makes it one job at a time across tenants. Its
+// max_running_per_tenant (1 at most) bounds nothing more, so the store
+// is not given it: a per-tenant bound makes the store seek the queue's
+// jobs tenant by tenant.
 func claimLimits(r jobtype.Rules) map[string]store.QueueLimit {
 	limits := map[string]store.QueueLimit{}
 	for name, q := range r.Queues {
 		l := store.QueueLimit{MaxRunning: q.MaxRunning, Serial: q.Serial, HoldRetry: q.BlockOnFailure, Pools: q.Uses, Rate: q.Rate}
-		if l.MaxRunning > 0 || l.Serial || len(l.Pools) > 0 || !l.Rate.IsZero() {
+		if !q.Serial {
+			l.MaxRunningPerTenant = q.MaxRunningPerTenant
+		}
+		if l.MaxRunning > 0 || l.Serial || len(l.Pools) > 0 || !l.Rate.IsZero() || l.MaxRunningPerTenant > 0 {
 			limits[name] = l
 		}
 	}
@@ -85,6 +93,23 @@ func claimWeights(r jobtype.Rules) map[string]int {
 		}
 	}
 	return weights
+}
+
+// claimCaps are the tenants' bounds on their running jobs in the
+// store's terms (store.ClaimFilter.TenantMaxRunning): the tenants whose
+// bound is set; nil when none is, as the store then seeks no queue
+// tenant by tenant for them.
+func claimCaps(r jobtype.Rules) map[string]int {
+	var caps map[string]int
+	for name, t := range r.Tenants {
+		if t.MaxRunning > 0 {
+			if caps == nil {
+				caps = map[string]int{}
+			}
+			caps[name] = t.MaxRunning
+		}
+	}
+	return caps
 }
 
 // SetRules replaces the rules in effect, atomically: a decision already
@@ -108,6 +133,7 @@ func (e *Engine) SetRules(rules jobtype.Rules) error {
 		Rules:    rules,
 		limits:   claimLimits(rules),
 		weights:  claimWeights(rules),
+		caps:     claimCaps(rules),
 		leases:   map[string]time.Duration{},
 		backoffs: map[string]store.Backoff{},
 		crons:    cronsOf(rules),

@@ -42,11 +42,14 @@ type QueueStats struct {
 	// started to wait (its last drain, or when this engine began to
 	// watch it) plus AlertAfter. Zero unless Alerting.
 	AlertingSince time.Time
-	// Serial and MaxRunning are the queue's claim rules (QueueRules); a
-	// queue the rules do not declare is parallel and unbounded. A serial
-	// queue's MaxRunning is 0 (one job per tenant at a time) or 1.
-	Serial     bool
-	MaxRunning int
+	// Serial, MaxRunning and MaxRunningPerTenant are the queue's claim
+	// rules (QueueRules); a queue the rules do not declare is parallel
+	// and unbounded. A serial queue's MaxRunning is 0 (one job per
+	// tenant at a time) or 1, its MaxRunningPerTenant 0 or 1, which mean
+	// the same.
+	Serial              bool
+	MaxRunning          int
+	MaxRunningPerTenant int
 	// Pools are the pools the queue's running jobs hold units of, in the
 	// order the rules name them.
 	Pools []PoolUse
@@ -129,7 +132,7 @@ func (e *Engine) queueStats(ctx context.Context, now time.Time) ([]QueueStats, m
 	return stats, drained, nil
 }
 
-// addClaimRules fills in each queue's mode, limit and pools from rules. A
+// addClaimRules fills in each queue's mode, limits and pools from rules. A
 // pool's use is counted from the same stats, so it agrees with their
 // Running: every queue that uses a pool is declared, hence listed.
 func addClaimRules(stats []QueueStats, rules *ruleSet) {
@@ -143,6 +146,7 @@ func addClaimRules(stats []QueueStats, rules *ruleSet) {
 		qr := rules.Queues[stats[i].Name]
 		stats[i].Serial = qr.Serial
 		stats[i].MaxRunning = qr.MaxRunning
+		stats[i].MaxRunningPerTenant = qr.MaxRunningPerTenant
 		for _, pool := range qr.Uses {
 			stats[i].Pools = append(stats[i].Pools, PoolUse{Name: pool, Units: rules.Pools[pool], InUse: inUse[pool]})
 		}

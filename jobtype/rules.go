@@ -58,6 +58,15 @@ type TenantRules struct {
 	// attempt queued again, a schedule's run. A bound lowered below what
 	// is queued refuses until the tenant is back under it. 0: no limit.
 	MaxQueued int
+	// MaxRunning bounds the tenant's RUNNING jobs, in all queues
+	// together, across every replica sharing the database: a claim
+	// takes none of the tenant's jobs while it has that many running
+	// (claims of its jobs wait, the other tenants' are served), and a
+	// claim parked behind the bound is woken when one of them ends or
+	// is queued again. It never refuses a submission. A bound lowered
+	// below what runs stops nothing: claims wait until the tenant is
+	// back under it. 0: no limit.
+	MaxRunning int
 	// Weight is the tenant's share of claims inside each queue it shares
 	// with other tenants that have ready jobs: a tenant of weight 3 is
 	// handed three jobs for each one a tenant of weight 1 is (fair
@@ -82,12 +91,15 @@ var QueuedStates = []State{Pending, Waiting, Queued}
 // CheckTenantRules refuses t as one tenant's rules, exactly as
 // jobs.Engine.SetRules would: an *InvalidError whose Field names the
 // rule at fault as the configuration file does ("max_queued",
-// "weight"). A Weight of 0 is the default, 1: the configuration file,
-// where a weight is written only to be set, refuses 0 itself.
+// "max_running", "weight"). A Weight of 0 is the default, 1: the
+// configuration file, where a weight is written only to be set,
+// refuses 0 itself.
 func CheckTenantRules(t TenantRules) error {
 	switch {
 	case t.MaxQueued < 0:
 		return &InvalidError{Field: "max_queued", Reason: fmt.Sprintf("must not be negative, got %d", t.MaxQueued)}
+	case t.MaxRunning < 0:
+		return &InvalidError{Field: "max_running", Reason: fmt.Sprintf("must not be negative, got %d", t.MaxRunning)}
 	case t.Weight < 0 || t.Weight > MaxTenantWeight:
 		return &InvalidError{Field: "weight", Reason: fmt.Sprintf("must be 1 to %d (or 0 for the default, 1), got %d", MaxTenantWeight, t.Weight)}
 	}
@@ -161,6 +173,14 @@ type QueueRules struct {
 	// tenants; 0: unbounded. A serial queue takes 0 (one job per tenant
 	// at a time) or 1 (one job at a time).
 	MaxRunning int
+	// MaxRunningPerTenant bounds each tenant's RUNNING jobs in the queue
+	// across all workers, so that one tenant cannot take every slot of a
+	// bounded queue: a claim passes over the jobs of a tenant that has
+	// that many running there, and takes the other tenants'. 0: no
+	// bound; at most MaxRunning when that is set (above it, it would
+	// bound nothing). A serial queue runs one job per tenant at a time
+	// already, so it takes 0 or 1, which mean the same.
+	MaxRunningPerTenant int
 	// Uses names the pools of which each RUNNING job holds one unit.
 	Uses []string
 	// Timeout, when positive, is how long one attempt may run: the sweep
@@ -221,8 +241,9 @@ const (
 // CheckQueueRules refuses q as one queue's rules, with pools the pools
 // declared, exactly as jobs.Engine.SetRules would: an *InvalidError
 // whose Field names the rule at fault as the configuration file does
-// ("max_running", "max_backoff", "uses[1]"). The configuration file checks each queue
-// with it, so the file and the engine keep one rule.
+// ("max_running", "max_running_per_tenant", "max_backoff", "uses[1]").
+// The configuration file checks each queue with it, so the file and the
+// engine keep one rule.
 func CheckQueueRules(q QueueRules, pools map[string]int) error {
 	for _, d := range []struct {
 		field string
@@ -241,6 +262,12 @@ func CheckQueueRules(q QueueRules, pools map[string]int) error {
 		return &InvalidError{Field: "max_running", Reason: "must not be negative"}
 	case q.Serial && q.MaxRunning > 1:
 		return &InvalidError{Field: "max_running", Reason: fmt.Sprintf("a serial queue runs one job of each tenant at a time (0, or left out) or one job at a time across tenants (1), got %d", q.MaxRunning)}
+	case q.MaxRunningPerTenant < 0:
+		return &InvalidError{Field: "max_running_per_tenant", Reason: fmt.Sprintf("must not be negative, got %d", q.MaxRunningPerTenant)}
+	case q.Serial && q.MaxRunningPerTenant > 1:
+		return &InvalidError{Field: "max_running_per_tenant", Reason: fmt.Sprintf("a serial queue runs one job of each tenant at a time already: 0 or 1 (or left out), got %d", q.MaxRunningPerTenant)}
+	case q.MaxRunning > 0 && q.MaxRunningPerTenant > q.MaxRunning:
+		return &InvalidError{Field: "max_running_per_tenant", Reason: fmt.Sprintf("%d is above the queue's max_running %d, so it would bound nothing: at most %d", q.MaxRunningPerTenant, q.MaxRunning, q.MaxRunning)}
 	case !q.Serial && q.BlockOnFailure:
 		return &InvalidError{Field: "block_on_failure", Reason: "only a serial queue blocks on failure"}
 	case q.Priority < MinPriority || q.Priority > MaxPriority:

@@ -33,10 +33,10 @@ var _ jobwatchv1connect.QueueServiceHandler = (*queueService)(nil)
 // drained, plus alert_after), set only while alerting. All are unset for
 // queues without alert_after, and so is alert_after.
 //
-// mode, max_running, pools and default_priority are the queue's claim
-// rules from the configuration file: a queue it does not declare is
-// PARALLEL with max_running 0 (no limit), no pools and default priority
-// 0.
+// mode, max_running, max_running_per_tenant, pools and
+// default_priority are the queue's claim rules from the configuration
+// file: a queue it does not declare is PARALLEL with max_running and
+// max_running_per_tenant 0 (no limit), no pools and default priority 0.
 //
 // depth_history is the queue's depth over the last 15 minutes as this
 // server sampled it (one sample per depth_interval, kept in memory: see
@@ -66,6 +66,8 @@ func (h *queueService) ListQueues(ctx context.Context, req *jobwatchv1.ListQueue
 			MaxRunning: int32(q.MaxRunning),
 			Queued:     q.Queued,
 			Running:    q.Running,
+
+			MaxRunningPerTenant: int32(q.MaxRunningPerTenant),
 		}
 		if q.Serial {
 			row.Mode = jobwatchv1.QueueMode_QUEUE_MODE_SERIAL

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -136,5 +137,74 @@ func TestServeAppliesTheConfigAndReloadsItOnSIGHUP(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the parked wait did not return when its job ended")
+	}
+}
+
+// TestServeBoundsRunningJobsAsTheConfigSays: a tenant's max_running and
+// a queue's max_running_per_tenant, read from the file, bound what one
+// worker's claim of 10 takes through the server; jobwatch queues shows
+// the queue's bounds; a reload that would make the per-tenant bound
+// bound nothing is refused with its line and key, and the bounds before
+// it stay.
+func TestServeBoundsRunningJobsAsTheConfigSays(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "jobwatch.yaml")
+	const config = "queues:\n  - name: reports\n    max_running: 4\n    max_running_per_tenant: 1\ntenants:\n  acme: {max_running: 2}\n"
+	writeFile(t, cfg, config)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	base, cmd, logs := startServe(t, ctx, "--db", testdb.New(t), "--config", cfg)
+	jobsClient := jobwatchv1connect.NewJobServiceClient(http.DefaultClient, base)
+	workers := jobwatchv1connect.NewWorkerServiceClient(http.DefaultClient, base)
+	for _, j := range []struct{ tenant, queue string }{
+		{"acme", "exports"}, {"acme", "exports"}, {"acme", "exports"},
+		{"globex", "reports"}, {"globex", "reports"}, {"initech", "reports"},
+	} {
+		if _, err := jobsClient.SubmitJob(ctx, &jobwatchv1.SubmitJobRequest{Tenant: j.tenant, Queue: j.queue, Kind: "render"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := workers.ClaimJob(ctx, &jobwatchv1.ClaimJobRequest{WorkerId: "w", MaxJobs: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed := map[string]int{}
+	for _, c := range resp.GetClaims() {
+		claimed[c.GetJob().GetTenant()+" in "+c.GetJob().GetQueue()]++
+	}
+	if want := map[string]int{"acme in exports": 2, "globex in reports": 1, "initech in reports": 1}; !maps.Equal(claimed, want) {
+		t.Fatalf("a claim of 10 took %v, want %v: acme's max_running 2, and one of each tenant's in reports", claimed, want)
+	}
+
+	reportsRow := func() string {
+		t.Helper()
+		code, out, errOut := runInProcess(t, "queues", "--server", base)
+		if code != 0 {
+			t.Fatalf("queues = exit %d: %s", code, errOut)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "reports ") {
+				return line
+			}
+		}
+		t.Fatalf("queues printed no row for reports:\n%s", out)
+		return ""
+	}
+	if row := reportsRow(); !strings.Contains(row, " 4, 1/tenant ") {
+		t.Errorf("queues printed %q for reports, want its MAX column to say 4, 1/tenant", row)
+	}
+	code, out, errOut := runInProcess(t, "queues", "--server", base, "--json")
+	if code != 0 || !strings.Contains(out, `"name":"reports"`) || !strings.Contains(out, `"maxRunningPerTenant":1`) {
+		t.Errorf("queues --json = exit %d:\n%s%s\nwant reports with maxRunningPerTenant 1", code, out, errOut)
+	}
+
+	writeFile(t, cfg, strings.Replace(config, "max_running_per_tenant: 1", "max_running_per_tenant: 5", 1))
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	const refused = "jobwatch.yaml:4:5: queues[0].max_running_per_tenant: 5 is above the queue's max_running 4, so it would bound nothing: at most 4"
+	waitFor(t, "serve to log the refused bound", func() bool { return strings.Contains(logs.String(), refused) })
+	if row := reportsRow(); !strings.Contains(row, " 4, 1/tenant ") {
+		t.Errorf("after the refused reload queues printed %q for reports, want the bounds before it, 4, 1/tenant", row)
 	}
 }

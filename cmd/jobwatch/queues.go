@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -67,8 +68,9 @@ func queueState(q *jobwatchv1.Queue) string {
 		q.GetPausedAt().AsTime().UTC().Format(time.RFC3339), q.GetPausedBy())
 }
 
-// queues runs "jobwatch queues": every queue with its counts, how long
-// its oldest ready job has waited, whether it is paused and its rate
+// queues runs "jobwatch queues": every queue with its counts, its bounds
+// on running jobs (maxCell), how long its oldest ready job has waited,
+// whether it is paused and its rate
 // limit (how many claims are in its window, or until when it is held
 // back by it), and under
 // each its busiest tenants (--tenants of them, 0: the server's default),
@@ -110,27 +112,41 @@ func queues(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tQUEUED\tRUNNING\tPAUSED\tPAUSED BY\tOLDEST WAIT\tRATE")
+	fmt.Fprintln(tw, "QUEUE\tQUEUED\tRUNNING\tMAX\tPAUSED\tPAUSED BY\tOLDEST WAIT\tRATE")
 	for _, q := range qs {
 		paused, by := "no", ""
 		if q.GetPaused() {
 			paused = "since " + q.GetPausedAt().AsTime().UTC().Format(time.RFC3339)
 			by = q.GetPausedBy()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\n", q.GetName(), q.GetQueued(), q.GetRunning(), paused, by, waited(q.GetOldestQueuedAge()), rateCell(q.GetRate()))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", q.GetName(), q.GetQueued(), q.GetRunning(), maxCell(q), paused, by, waited(q.GetOldestQueuedAge()), rateCell(q.GetRate()))
 		// A queue's tenants, indented under it: the name column says
 		// "tenant", so no tenant can pass for a queue.
 		for _, d := range q.GetTenants() {
-			fmt.Fprintf(tw, "  tenant %s\t%d\t%d\t\t\t%s\n", d.GetTenant(), d.GetQueued(), d.GetRunning(), waited(d.GetOldestQueuedAge()))
+			fmt.Fprintf(tw, "  tenant %s\t%d\t%d\t\t\t\t%s\n", d.GetTenant(), d.GetQueued(), d.GetRunning(), waited(d.GetOldestQueuedAge()))
 		}
 		switch n := q.GetTenantsLeftOut(); {
 		case n == 1:
-			fmt.Fprintln(tw, "  (1 more tenant)\t\t\t\t\t")
+			fmt.Fprintln(tw, "  (1 more tenant)\t\t\t\t\t\t")
 		case n > 1:
-			fmt.Fprintf(tw, "  (%d more tenants)\t\t\t\t\t\n", n)
+			fmt.Fprintf(tw, "  (%d more tenants)\t\t\t\t\t\t\n", n)
 		}
 	}
 	return tw.Flush()
+}
+
+// maxCell is a queue's bounds on its RUNNING jobs as the table shows
+// them: "4" (max_running), "1/tenant" (max_running_per_tenant), "4,
+// 1/tenant" (both); "" for a queue without either.
+func maxCell(q *jobwatchv1.Queue) string {
+	var bounds []string
+	if n := q.GetMaxRunning(); n > 0 {
+		bounds = append(bounds, fmt.Sprint(n))
+	}
+	if n := q.GetMaxRunningPerTenant(); n > 0 {
+		bounds = append(bounds, fmt.Sprintf("%d/tenant", n))
+	}
+	return strings.Join(bounds, ", ")
 }
 
 // rateCell is a queue's rate as the table shows it: "3/1s, 2 in window",

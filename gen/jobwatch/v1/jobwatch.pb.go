@@ -4225,9 +4225,14 @@ type Queue struct {
 	// The queue's rate limit (the configuration's rate): at most
 	// rate.limit claims of its jobs in any window of rate.per, across every
 	// replica. Unset: none.
-	Rate          *QueueRate `protobuf:"bytes,19,opt,name=rate,proto3" json:"rate,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Rate *QueueRate `protobuf:"bytes,19,opt,name=rate,proto3" json:"rate,omitempty"`
+	// At most this many RUNNING jobs of each tenant at once across all
+	// workers (the configuration's max_running_per_tenant), so that one
+	// tenant cannot take every slot of the queue; 0 means no such bound (a
+	// serial queue runs one job of each tenant at a time anyway).
+	MaxRunningPerTenant int32 `protobuf:"varint,20,opt,name=max_running_per_tenant,json=maxRunningPerTenant,proto3" json:"max_running_per_tenant,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Queue) Reset() {
@@ -4391,6 +4396,13 @@ func (x *Queue) GetRate() *QueueRate {
 		return x.Rate
 	}
 	return nil
+}
+
+func (x *Queue) GetMaxRunningPerTenant() int32 {
+	if x != nil {
+		return x.MaxRunningPerTenant
+	}
+	return 0
 }
 
 // QueueRate is a queue's rate limit and its window now.
@@ -5255,7 +5267,7 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x12ResumeQueueRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"?\n" +
 	"\x13ResumeQueueResponse\x12(\n" +
-	"\x05queue\x18\x01 \x01(\v2\x12.jobwatch.v1.QueueR\x05queue\"\xcd\x06\n" +
+	"\x05queue\x18\x01 \x01(\v2\x12.jobwatch.v1.QueueR\x05queue\"\x82\a\n" +
 	"\x05Queue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x16.jobwatch.v1.QueueModeR\x04mode\x12\x1f\n" +
@@ -5278,7 +5290,8 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x10default_priority\x18\x10 \x01(\x05R\x0fdefaultPriority\x122\n" +
 	"\atenants\x18\x11 \x03(\v2\x18.jobwatch.v1.TenantDepthR\atenants\x12(\n" +
 	"\x10tenants_left_out\x18\x12 \x01(\x05R\x0etenantsLeftOut\x12*\n" +
-	"\x04rate\x18\x13 \x01(\v2\x16.jobwatch.v1.QueueRateR\x04rate\"\xa3\x01\n" +
+	"\x04rate\x18\x13 \x01(\v2\x16.jobwatch.v1.QueueRateR\x04rate\x123\n" +
+	"\x16max_running_per_tenant\x18\x14 \x01(\x05R\x13maxRunningPerTenant\"\xa3\x01\n" +
 	"\tQueueRate\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12+\n" +
 	"\x03per\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03per\x12\x18\n" +
