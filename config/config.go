@@ -210,22 +210,16 @@ func (p *parser) queue(key string, n *yaml.Node) {
 	p.f.Queues = append(p.f.Queues, q)
 }
 
-// rate reads a queue's rate: {limit, per}, both required. per_tenant
-// (a window per tenant) is refused: the claim keeps one window for the
-// whole queue, and a user who asks for one per tenant must not believe
-// they have it.
+// rate reads a queue's rate: {limit, per}, both required, and
+// per_tenant (a window for each tenant; false when left out).
 func (p *parser) rate(key string, n *yaml.Node, rate *jobtype.Rate) {
 	r := p.r
 	var limitOK, perOK bool
 	var read jobtype.Rate
 	ok := r.Mapping(n, key, yamlread.Fields{
-		"limit": func(k string, v *yaml.Node) { read.Limit, limitOK = r.Int(v, k, 1, jobtype.MaxRateLimit) },
-		"per":   func(k string, v *yaml.Node) { read.Per, perOK = r.Duration(v, k) },
-		"per_tenant": func(k string, v *yaml.Node) {
-			if perTenant, ok := r.Bool(v, k); ok && perTenant {
-				r.Fail(v, k, "a window per tenant is not kept yet: the rate holds for the whole queue, all tenants together; leave per_tenant out")
-			}
-		},
+		"limit":      func(k string, v *yaml.Node) { read.Limit, limitOK = r.Int(v, k, 1, jobtype.MaxRateLimit) },
+		"per":        func(k string, v *yaml.Node) { read.Per, perOK = r.Duration(v, k) },
+		"per_tenant": func(k string, v *yaml.Node) { read.PerTenant, _ = r.Bool(v, k) },
 	})
 	for _, field := range []string{"limit", "per"} {
 		if ok && !r.Has(key+"."+field) {

@@ -24,6 +24,16 @@ func TestAQueuesRateReachesTheEngine(t *testing.T) {
 	if got, want := rules.Queues["metered"].Rate, (jobtype.Rate{Limit: 100, Per: time.Minute}); got != want {
 		t.Fatalf("rate = %+v, want %+v", got, want)
 	}
+	f, err = config.Parse("c.yaml", []byte("queues:\n  - name: metered\n    rate: {limit: 100, per: 1m, per_tenant: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rules, err = f.Rules(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rules.Queues["metered"].Rate, (jobtype.Rate{Limit: 100, Per: time.Minute, PerTenant: true}); got != want {
+		t.Fatalf("rate per tenant = %+v, want %+v", got, want)
+	}
 }
 
 func TestAMistakenRateIsRefusedWithItsLineAndKey(t *testing.T) {
@@ -35,7 +45,8 @@ func TestAMistakenRateIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"a negative limit", "queues:\n  - name: a\n    rate: {limit: -3, per: 1s}\n", "queues[0].rate.limit: must be from 1 to 1000000, got -3"},
 		{"no period", "queues:\n  - name: a\n    rate: {limit: 5}\n", "c.yaml:3:11: queues[0].rate: needs a per"},
 		{"no limit", "queues:\n  - name: a\n    rate: {per: 1s}\n", "c.yaml:3:11: queues[0].rate: needs a limit"},
-		{"a window per tenant", "queues:\n  - name: a\n    rate: {limit: 5, per: 1s, per_tenant: true}\n", "queues[0].rate.per_tenant: a window per tenant is not kept yet"},
+		{"a window per tenant on a serial queue", "queues:\n  - name: a\n    mode: serial\n    rate: {limit: 5, per: 1s, per_tenant: true}\n", "c.yaml:4:31: queues[0].rate.per_tenant: a serial queue runs one job of each tenant at a time: its rate is kept for the whole queue; leave per_tenant out"},
+		{"per_tenant given as a word", "queues:\n  - name: a\n    rate: {limit: 5, per: 1s, per_tenant: often}\n", "queues[0].rate.per_tenant:"},
 		{"an unknown key", "queues:\n  - name: a\n    rate: {limit: 5, per: 1s, burst: 9}\n", "queues[0].rate.burst: unknown key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

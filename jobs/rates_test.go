@@ -68,3 +68,47 @@ func TestAClaimHeldByARateWakesWhenTheWindowHasRoom(t *testing.T) {
 		t.Errorf("the parked claims read the store %d times in two waits of %v: it polls", reads, per)
 	}
 }
+
+// A rate kept per tenant: a tenant at its limit holds back only its own
+// jobs, and a claim parked on it wakes when its window has room, by the
+// engine's timer: tenant a's 4 jobs go two per window while b's 2 are
+// claimed beside a's first two.
+func TestARatePerTenantHoldsEachTenantApart(t *testing.T) {
+	st := &readCounting{Store: openStore(t)}
+	const per = 400 * time.Millisecond
+	e := newEngineOver(t, st, jobs.Config{Rules: jobtype.Rules{Queues: map[string]jobtype.QueueRules{
+		"api": {Rate: jobtype.Rate{Limit: 2, Per: per, PerTenant: true}},
+	}}})
+	for range 4 {
+		submit(t, e, jobs.SubmitRequest{Tenant: "a", Queue: "api"})
+	}
+	for range 2 {
+		submit(t, e, jobs.SubmitRequest{Tenant: "b", Queue: "api"})
+	}
+	claim := func() []jobtype.Job {
+		t.Helper()
+		js, err := e.ClaimJobs(context.Background(), jobs.ClaimRequest{WorkerID: "w", Queues: []string{"api"}}, 10, time.Now().Add(time.Minute))
+		if err != nil {
+			t.Fatalf("claim: %v", err)
+		}
+		return js
+	}
+	first := claim()
+	count := map[string]int{}
+	for _, j := range first {
+		count[j.Tenant]++
+	}
+	if count["a"] != 2 || count["b"] != 2 {
+		t.Fatalf("the first claim of 10 took %v by tenant, want 2 of a and 2 of b (2 each per window)", count)
+	}
+	second := claim()
+	if len(second) != 2 || second[0].Tenant != "a" || second[1].Tenant != "a" {
+		t.Fatalf("the second claim took %d jobs, want a's other 2", len(second))
+	}
+	if gap := second[0].StartedAt.Sub(first[0].StartedAt); gap < per {
+		t.Errorf("a's third job started %v after its first: 3 in one window of %v", gap, per)
+	}
+	if reads := st.reads.Load(); reads > 20 {
+		t.Errorf("the parked claim read the store %d times in a wait of %v: it polls", reads, per)
+	}
+}

@@ -268,6 +268,8 @@ func CheckQueueRules(q QueueRules, pools map[string]int) error {
 		return &InvalidError{Field: "max_running_per_tenant", Reason: fmt.Sprintf("a serial queue runs one job of each tenant at a time already: 0 or 1 (or left out), got %d", q.MaxRunningPerTenant)}
 	case q.MaxRunning > 0 && q.MaxRunningPerTenant > q.MaxRunning:
 		return &InvalidError{Field: "max_running_per_tenant", Reason: fmt.Sprintf("%d is above the queue's max_running %d, so it would bound nothing: at most %d", q.MaxRunningPerTenant, q.MaxRunning, q.MaxRunning)}
+	case q.Serial && q.Rate.PerTenant:
+		return &InvalidError{Field: "rate.per_tenant", Reason: "a serial queue runs one job of each tenant at a time: its rate is kept for the whole queue; leave per_tenant out"}
 	case !q.Serial && q.BlockOnFailure:
 		return &InvalidError{Field: "block_on_failure", Reason: "only a serial queue blocks on failure"}
 	case q.Priority < MinPriority || q.Priority > MaxPriority:

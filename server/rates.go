@@ -75,7 +75,7 @@ func (h *queueService) withRates(ctx context.Context, queues []*jobwatchv1.Queue
 		if !ok {
 			continue
 		}
-		row.Rate = &jobwatchv1.QueueRate{Limit: int32(r.Rate.Limit), Per: durationpb.New(r.Rate.Per), Started: int32(r.Started)}
+		row.Rate = &jobwatchv1.QueueRate{Limit: int32(r.Rate.Limit), Per: durationpb.New(r.Rate.Per), Started: int32(r.Started), PerTenant: r.Rate.PerTenant}
 		if !r.HeldUntil.IsZero() {
 			row.Rate.HeldUntil = timestamppb.New(r.HeldUntil)
 		}

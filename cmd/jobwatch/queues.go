@@ -150,13 +150,17 @@ func maxCell(q *jobwatchv1.Queue) string {
 }
 
 // rateCell is a queue's rate as the table shows it: "3/1s, 2 in window",
-// or "3/1s, held until 14:03:07Z" while the window is full; "" for a
-// queue without one.
+// or "3/1s, held until 14:03:07Z" while the window is full ("3/1s per
+// tenant, ..." for windows kept per tenant: the busiest tenant's count,
+// the first held tenant's room); "" for a queue without one.
 func rateCell(r *jobwatchv1.QueueRate) string {
 	if r == nil {
 		return ""
 	}
 	rate := fmt.Sprintf("%d/%s", r.GetLimit(), r.GetPer().AsDuration())
+	if r.GetPerTenant() {
+		rate += " per tenant"
+	}
 	if r.GetHeldUntil() != nil {
 		return rate + ", held until " + r.GetHeldUntil().AsTime().UTC().Format("15:04:05Z")
 	}

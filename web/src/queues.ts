@@ -142,9 +142,11 @@ export function rateText(rate: QueueRate | undefined): string {
     return "";
   }
   const perMs = rate.per === undefined ? 0 : Number(rate.per.seconds) * 1000 + rate.per.nanos / 1e6;
-  const per = `${rate.limit}/${perMs < 1000 ? `${Math.round(perMs)}ms` : periodText(rate.per)}`;
+  const per = `${rate.limit}/${perMs < 1000 ? `${Math.round(perMs)}ms` : periodText(rate.per)}${rate.perTenant ? " per tenant" : ""}`;
   if (rate.heldUntil !== undefined) {
-    return `held by its rate until ${timestampDate(rate.heldUntil).toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" })} (${per})`;
+    // Per tenant, a held tenant's jobs wait while the others' are claimed.
+    const who = rate.perTenant ? "a tenant held" : "held";
+    return `${who} by its rate until ${timestampDate(rate.heldUntil).toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" })} (${per})`;
   }
   return `rate ${per} · ${rate.started} in window`;
 }

@@ -4414,7 +4414,13 @@ type QueueRate struct {
 	Started int32 `protobuf:"varint,3,opt,name=started,proto3" json:"started,omitempty"`
 	// Set while the queue is held back by its rate (started has reached
 	// limit: it hands out no claims): when the window next has room.
-	HeldUntil     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=held_until,json=heldUntil,proto3" json:"held_until,omitempty"`
+	HeldUntil *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=held_until,json=heldUntil,proto3" json:"held_until,omitempty"`
+	// The window is each tenant's (the configuration's per_tenant): at
+	// most limit claims of each tenant's jobs per period. Then started is
+	// the busiest tenant's count, and held_until, set while some tenant is
+	// held, the earliest time one such tenant has room again; the other
+	// tenants' jobs are claimed meanwhile.
+	PerTenant     bool `protobuf:"varint,5,opt,name=per_tenant,json=perTenant,proto3" json:"per_tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4475,6 +4481,13 @@ func (x *QueueRate) GetHeldUntil() *timestamppb.Timestamp {
 		return x.HeldUntil
 	}
 	return nil
+}
+
+func (x *QueueRate) GetPerTenant() bool {
+	if x != nil {
+		return x.PerTenant
+	}
+	return false
 }
 
 // TenantDepth is one tenant's unfinished work in one queue, counted as
@@ -5291,13 +5304,15 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\atenants\x18\x11 \x03(\v2\x18.jobwatch.v1.TenantDepthR\atenants\x12(\n" +
 	"\x10tenants_left_out\x18\x12 \x01(\x05R\x0etenantsLeftOut\x12*\n" +
 	"\x04rate\x18\x13 \x01(\v2\x16.jobwatch.v1.QueueRateR\x04rate\x123\n" +
-	"\x16max_running_per_tenant\x18\x14 \x01(\x05R\x13maxRunningPerTenant\"\xa3\x01\n" +
+	"\x16max_running_per_tenant\x18\x14 \x01(\x05R\x13maxRunningPerTenant\"\xc2\x01\n" +
 	"\tQueueRate\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12+\n" +
 	"\x03per\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03per\x12\x18\n" +
 	"\astarted\x18\x03 \x01(\x05R\astarted\x129\n" +
 	"\n" +
-	"held_until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\theldUntil\"\x9e\x01\n" +
+	"held_until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\theldUntil\x12\x1d\n" +
+	"\n" +
+	"per_tenant\x18\x05 \x01(\bR\tperTenant\"\x9e\x01\n" +
 	"\vTenantDepth\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x16\n" +
 	"\x06queued\x18\x02 \x01(\x03R\x06queued\x12\x18\n" +
