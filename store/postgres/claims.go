@@ -923,6 +923,12 @@ func (s *Store) claim(ctx context.Context, keys []int64, query string, args []an
 	if errors.Is(err, errContested) {
 		return nil, errContested
 	}
+	return s.claimed(claimed, err)
+}
+
+// claimed is a claim's answer once its transaction ended with err: the
+// jobs it took, each announced to the listeners, or ErrNoJob for none.
+func (s *Store) claimed(claimed []store.Claimed, err error) ([]store.Claimed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs: %w", classify(err))
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -115,16 +114,7 @@ func (s *Store) claimFair(ctx context.Context, f store.ClaimFilter, c store.Clai
 		open = false
 		return err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("claim jobs: %w", classify(err))
-	}
-	if len(claimed) == 0 {
-		return nil, jobtype.ErrNoJob
-	}
-	for _, c := range claimed {
-		s.announce(c.Job)
-	}
-	return claimed, nil
+	return s.claimed(claimed, err)
 }
 
 // mayBeContested says whether f may claim from a queue whose last claim
