@@ -65,6 +65,17 @@ fuzz:
 chaos:
 	JOBWATCH_CHAOS=full JOBWATCH_TEST_BACKEND=postgres go test -race -v -count=1 -timeout 30m -run '^TestChaosReplicasKilledUnderLoadKeepEveryPromise$$' ./cmd/jobwatch/
 
+## fair: the black-box fair-claiming tests at the issue's size
+## (cmd/jobwatch/fair_replicas_test.go), race detector on: a tenant with
+## 100,000 jobs queued that keeps submitting while another's single job
+## is claimed within the bound, and 10,000 claims split 3:1 by weight,
+## through real servers and workers: one serve on SQLite, then two
+## replicas on one PostgreSQL schema. Smaller forms run in make test.
+.PHONY: fair
+fair:
+	JOBWATCH_FAIR=full go test -race -v -count=1 -timeout 30m -run '^TestFair' ./cmd/jobwatch/
+	JOBWATCH_FAIR=full JOBWATCH_TEST_BACKEND=postgres go test -race -v -count=1 -timeout 30m -run '^TestFair' ./cmd/jobwatch/
+
 ## check: formatting, tidy modules, vet, lint, and that generated code and
 ## the page bundle are exactly what their sources produce. Tidy: go.mod
 ## and go.sum are what `go mod tidy` makes of them, here and in

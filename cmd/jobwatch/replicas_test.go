@@ -393,14 +393,15 @@ func (r *replica) hasExited() bool {
 	}
 }
 
-// answers reports whether r answers HTTP (its /metrics) now.
+// answers reports whether r answers HTTP (its /metrics) now: 401 when
+// it was started with --tokens.
 func (r *replica) answers() bool {
 	resp, err := http.Get(r.url + "/metrics")
 	if err != nil {
 		return false
 	}
 	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	return resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized
 }
 
 // connect gives r a Go client that retries fast.

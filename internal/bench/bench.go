@@ -101,6 +101,17 @@ Scenarios (--scenarios, comma-separated; default all):
                      is completed and a WaitJob of one job: how much
                      later than the worker's CompleteJob reply the call
                      answered (p50/p99)
+  fair               not in the default (all): a few minutes at its
+                     defaults (jobwatch only). What fair claiming costs:
+                     the burndown scenario's burn-down of --fair-depth
+                     no-op jobs in one queue, once all of one tenant and
+                     once with job i of tenant i mod --fair-tenants, one
+                     right after the other on fresh databases, with the
+                     same workers (--burndown-slots, --burndown-rpc-workers,
+                     --burndown-modes, --burndown-stores, --burndown-cap,
+                     --burndown-submitters); jobs/s and claim p50 of each
+                     and the ratio of their jobs/s, medians over
+                     --fair-pairs pairs (the order alternating)
 
 With --postgres URL, throughput-rpc and wakeup also run jobwatch on that
 PostgreSQL database, each run in a schema of its own that the bench
@@ -110,7 +121,7 @@ spread round-robin over them), and wakeup with the observers on the
 worker's replica and on another one. These are rows of the jobwatch
 column beside its SQLite figures. burndown runs on PostgreSQL too, in a
 schema of its own for each run, and so do the batches scenario's
-SubmitJobs and SubmitJob rounds.
+SubmitJobs and SubmitJob rounds, and the fair scenario's burn-downs.
 
 Flags:
 `
@@ -152,17 +163,19 @@ type benchOptions struct {
 	burndownSteady                                        bool
 	// The batches scenario's flags.
 	batchJobs, batchCalls, batchWaits, batchWakes int
+	// The fair scenario's flags.
+	fairDepth, fairTenants, fairPairs int
 }
 
 // benchScenarios are the scenarios in the order they run; "all" (the
-// default) is every one but burndown and batches, which only run when
-// named.
-var benchScenarios = []string{"throughput-rpc", "throughput-inproc", "fanout", "parked", "wakeup", "logs", "burndown", "batches"}
+// default) is every one but burndown, batches and fair, which only run
+// when named.
+var benchScenarios = []string{"throughput-rpc", "throughput-inproc", "fanout", "parked", "wakeup", "logs", "burndown", "batches", "fair"}
 
 // benchAll is what "all" means: every scenario that takes minutes, not
 // hours, at its defaults, and measures every server (batches measures
 // jobwatch alone, whose calls the floor and an older --before lack).
-var benchAll = slices.DeleteFunc(slices.Clone(benchScenarios), func(s string) bool { return s == "burndown" || s == "batches" })
+var benchAll = slices.DeleteFunc(slices.Clone(benchScenarios), func(s string) bool { return s == "burndown" || s == "batches" || s == "fair" })
 
 // CLI is what the command line lends the bench, so that "jobwatch
 // bench" reports a bad flag as every other command does. Its zero value
@@ -200,7 +213,7 @@ func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, err
 	fs := flag.NewFlagSet("jobwatch bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, benchUsage); fs.PrintDefaults() }
-	fs.StringVar(&o.scenarioArg, "scenarios", strings.Join(benchAll, ","), "comma-separated `scenarios` to run (\"throughput\" is both throughput ones; \"all\" is every one but burndown and batches)")
+	fs.StringVar(&o.scenarioArg, "scenarios", strings.Join(benchAll, ","), "comma-separated `scenarios` to run (\"throughput\" is both throughput ones; \"all\" is every one but burndown, batches and fair)")
 	fs.StringVar(&o.before, "before", "", "another jobwatch `binary` to measure as the \"before\" column")
 	fs.StringVar(&o.binary, "binary", "", "the jobwatch `binary` of the \"jobwatch\" column and of the floor (default: this one)")
 	fs.BoolVar(&o.json, "json", false, "print the figures as JSON instead of a table")
@@ -236,6 +249,9 @@ func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, err
 	fs.IntVar(&o.batchCalls, "batch-calls", 30, "SubmitJobs calls timed in the batches scenario, and rounds of as many SubmitJob")
 	fs.IntVar(&o.batchWaits, "batch-waits", 10, "WaitJobs parked at once in the batches scenario, each on --batch-jobs jobs of its own")
 	fs.IntVar(&o.batchWakes, "batch-wakes", 50, "wake-ups timed in the batches scenario, of a WaitJobs and of a WaitJob each")
+	fs.IntVar(&o.fairDepth, "fair-depth", 20000, "jobs each burn-down of the fair scenario works off")
+	fs.IntVar(&o.fairTenants, "fair-tenants", 10, "tenants the fair scenario spreads its jobs over, against one, at least 2")
+	fs.IntVar(&o.fairPairs, "fair-pairs", 1, "pairs of burn-downs (one tenant, --fair-tenants) the fair scenario runs in each mode and store")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to `file` (the in-process scenario runs in it; the servers do not)")
 	fs.StringVar(&o.serveFloor, "serve-floor", "", "internal: serve the floor on `host:port` instead of measuring (the bench starts it so)")
 	if err := c.parseFlags(fs, args); err != nil {
@@ -297,7 +313,8 @@ func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, err
 		"inproc-workers": o.inprocWorkers, "inproc-submitters": o.inprocSubmitters,
 		"conns": o.conns, "probes": o.probes, "short-calls": o.shortCalls, "jobs": o.jobs,
 		"burndown-slots": o.burndownSlots, "burndown-rpc-workers": o.burndownRPCWorkers, "burndown-submitters": o.burndownSubmitters,
-		"batch-jobs": o.batchJobs, "batch-calls": o.batchCalls, "batch-waits": o.batchWaits, "batch-wakes": o.batchWakes} {
+		"batch-jobs": o.batchJobs, "batch-calls": o.batchCalls, "batch-waits": o.batchWaits, "batch-wakes": o.batchWakes,
+		"fair-depth": o.fairDepth, "fair-pairs": o.fairPairs} {
 		if n <= 0 {
 			return o, c.usageError(fmt.Sprintf("--%s must be positive, got %d", name, n))
 		}
@@ -306,6 +323,9 @@ func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, err
 		if d <= 0 {
 			return o, c.usageError(fmt.Sprintf("--%s must be positive, got %v", name, d))
 		}
+	}
+	if o.fairTenants < 2 {
+		return o, c.usageError(fmt.Sprintf("--fair-tenants must be at least 2, got %d", o.fairTenants))
 	}
 	if err := c.checkBatchJobs(o.batchJobs); err != nil {
 		return o, err
@@ -452,6 +472,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, cli CLI) 
 			}
 			continue
 		}
+		if name == "fair" {
+			if res.Results["jobwatch"].Fair, err = b.fair(ctx, servers[len(servers)-1]); err != nil {
+				return fmt.Errorf("fair: %w", err)
+			}
+			continue
+		}
 		for _, s := range servers {
 			progress("%s: %s", name, s.name)
 			f := res.Results[s.name]
@@ -565,6 +591,10 @@ func (o benchOptions) settings() benchSettings {
 		for _, p := range o.burndownPriorities {
 			s.Burndown.Priorities = append(s.Burndown.Priorities, p.String())
 		}
+	}
+	if o.scenarios["fair"] {
+		s.Fair = &fairSettings{Depth: o.fairDepth, Tenants: o.fairTenants, Pairs: o.fairPairs,
+			Slots: o.burndownSlots, RPCWorkers: o.burndownRPCWorkers, Modes: o.burndownModes}
 	}
 	return s
 }

@@ -147,21 +147,15 @@ func parsePriorityLayout(s string) (priorityLayout, error) {
 // (PostgreSQL only with --postgres), in each mode of --burndown-modes;
 // srv is the jobwatch whose serve the RPC runs start.
 func (b *benchRun) burndown(ctx context.Context, srv benchServer) (*burndownFigures, error) {
-	var stores []string
-	for _, st := range b.o.burndownStores {
-		if st == storeSQLite || b.o.postgres != "" {
-			stores = append(stores, st)
-		}
-	}
 	f := &burndownFigures{}
-	for _, st := range stores {
+	for _, st := range b.burndownStores() {
 		for _, mode := range b.o.burndownModes {
 			for _, depth := range b.o.depths {
 				// The layouts of one depth run one after the other, so
 				// that what they are compared with ran beside them.
 				for _, p := range b.o.burndownPriorities {
 					b.progress("burndown: %s, %s, %d queued, priorities %s", modeLabel(mode, b.o), storeLabel(st), depth, p)
-					r, err := b.burndownOnce(ctx, srv, st, mode, depth, p)
+					r, err := b.burndownOnce(ctx, srv, st, mode, depth, p, 1)
 					if err != nil {
 						return nil, fmt.Errorf("%s, %s, %d queued, priorities %s: %w", mode, st, depth, p, err)
 					}
@@ -184,9 +178,21 @@ func (b *benchRun) burndown(ctx context.Context, srv benchServer) (*burndownFigu
 	return f, nil
 }
 
-// burndownOnce inserts depth jobs of priorities p into a fresh database
-// and burns them down in mode.
-func (b *benchRun) burndownOnce(ctx context.Context, srv benchServer, storeName, mode string, depth int, p priorityLayout) (r burndownRunFigures, err error) {
+// burndownStores are the stores of --burndown-stores that this run
+// measures: PostgreSQL only with --postgres.
+func (b *benchRun) burndownStores() []string {
+	var stores []string
+	for _, st := range b.o.burndownStores {
+		if st == storeSQLite || b.o.postgres != "" {
+			stores = append(stores, st)
+		}
+	}
+	return stores
+}
+
+// burndownOnce inserts depth jobs of priorities p, spread over tenants
+// (see spreadTenant), into a fresh database and burns them down in mode.
+func (b *benchRun) burndownOnce(ctx context.Context, srv benchServer, storeName, mode string, depth int, p priorityLayout, tenants int) (r burndownRunFigures, err error) {
 	r = burndownRunFigures{Mode: mode, Store: storeName, Depth: depth, Priorities: p.String()}
 	db, err := b.newBurndownDB(ctx, storeName, fmt.Sprintf("burndown-%s-%d-p%s", mode, depth, p))
 	if err != nil {
@@ -208,7 +214,7 @@ func (b *benchRun) burndownOnce(ctx context.Context, srv benchServer, storeName,
 			stopEngine()
 		}
 	}()
-	insert, err := b.fill(ctx, engine, throughputKind, depth, p)
+	insert, err := b.fill(ctx, engine, throughputKind, depth, p, tenants)
 	if err != nil {
 		return r, err
 	}
@@ -315,7 +321,7 @@ func (b *benchRun) steady(ctx context.Context, srv benchServer, storeName string
 	engine, stopEngine := b.startEngine(ctx, st)
 	if backlog > 0 {
 		b.progress("burndown: steady, %s: %d ready jobs of a kind no worker runs", storeLabel(storeName), backlog)
-		if _, err := b.fill(ctx, engine, idleKind, backlog, priorityLayout{}); err != nil {
+		if _, err := b.fill(ctx, engine, idleKind, backlog, priorityLayout{}, 1); err != nil {
 			stopEngine()
 			st.Close()
 			return nil, err
@@ -472,11 +478,12 @@ func (b *benchRun) startEngine(ctx context.Context, st store.Store) (*jobs.Engin
 	return engine, func() { stopEngine(); engine.Shutdown(); <-done }
 }
 
-// fill submits n no-op jobs of kind with priorities p through the engine
-// from --burndown-submitters goroutines, one Submit each, and returns the
+// fill submits n no-op jobs of kind with priorities p, spread over
+// tenants (see spreadTenant), through the engine from
+// --burndown-submitters goroutines, one Submit each, and returns the
 // inserts per second. Job i (from 1) is the ith to start its Submit, so
 // the rows come nearly in the order of i, and of p.of(i).
-func (b *benchRun) fill(ctx context.Context, engine *jobs.Engine, kind string, n int, p priorityLayout) (float64, error) {
+func (b *benchRun) fill(ctx context.Context, engine *jobs.Engine, kind string, n int, p priorityLayout, tenants int) (float64, error) {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	var next, done atomic.Int64
@@ -486,7 +493,8 @@ func (b *benchRun) fill(ctx context.Context, engine *jobs.Engine, kind string, n
 		wg.Go(func() {
 			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
 				priority := p.of(i)
-				_, err := engine.Submit(ctx, jobs.SubmitRequest{Kind: kind, Payload: json.RawMessage(strconv.FormatInt(i, 10)), Priority: &priority})
+				_, err := engine.Submit(ctx, jobs.SubmitRequest{Tenant: spreadTenant(i, tenants), Kind: kind,
+					Payload: json.RawMessage(strconv.FormatInt(i, 10)), Priority: &priority})
 				if err != nil {
 					stop(fmt.Errorf("submit: %w", err))
 					return

@@ -154,9 +154,14 @@ func TestBenchBurndownComparesPriorityLayouts(t *testing.T) {
 
 // TestBenchFillInterleavesPriorities: the burn-down's jobs of layout
 // 0-9 take priority i mod 10, job i being the one whose payload is i;
-// those of 3 all take 3.
+// those of 3 all take 3. Spread over 3 tenants (the fair scenario), job
+// i is tenant-(i mod 3)'s; over one, the default tenant's.
 func TestBenchFillInterleavesPriorities(t *testing.T) {
-	for _, layout := range []string{"0-9", "3"} {
+	for _, tc := range []struct {
+		layout  string
+		tenants int
+	}{{"0-9", 1}, {"3", 3}} {
+		layout := tc.layout
 		t.Run(layout, func(t *testing.T) {
 			p, err := parsePriorityLayout(layout)
 			if err != nil {
@@ -171,7 +176,7 @@ func TestBenchFillInterleavesPriorities(t *testing.T) {
 			engine, stop := b.startEngine(t.Context(), st)
 			defer stop()
 			const n = 40
-			if _, err := b.fill(t.Context(), engine, throughputKind, n, p); err != nil {
+			if _, err := b.fill(t.Context(), engine, throughputKind, n, p, tc.tenants); err != nil {
 				t.Fatal(err)
 			}
 			jobs, _, err := st.ListJobs(t.Context(), store.ListFilter{Limit: 2 * n, Full: true})
@@ -192,6 +197,13 @@ func TestBenchFillInterleavesPriorities(t *testing.T) {
 				}
 				if j.Priority != want {
 					t.Errorf("job %d: priority %d, want %d", i, j.Priority, want)
+				}
+				wantTenant := "default"
+				if tc.tenants == 3 {
+					wantTenant = "tenant-" + strconv.FormatInt(i%3, 10)
+				}
+				if j.Tenant != wantTenant {
+					t.Errorf("job %d: tenant %q, want %q", i, j.Tenant, wantTenant)
 				}
 			}
 		})

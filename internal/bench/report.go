@@ -81,6 +81,8 @@ type benchSettings struct {
 	Postgres bool `json:"postgres,omitempty"`
 	// Burndown: the burndown scenario's flags, when it ran.
 	Burndown *burndownSettings `json:"burndown,omitempty"`
+	// Fair: the fair scenario's flags, when it ran.
+	Fair *fairSettings `json:"fair,omitempty"`
 }
 
 // serverFigures are one server's figures.
@@ -96,6 +98,8 @@ type serverFigures struct {
 	Logs *logsFigures `json:"logs,omitempty"`
 	// Burndown: the burndown scenario (jobwatch only).
 	Burndown *burndownFigures `json:"burndown,omitempty"`
+	// Fair: the fair scenario (jobwatch only).
+	Fair *fairFigures `json:"fair,omitempty"`
 }
 
 // fanoutFigures: N callers parked on one job; the time from the worker's
@@ -273,6 +277,7 @@ func (r *benchResult) rows() []benchRow {
 		logs(fmt.Sprintf("logs: the same after %d lines, MiB", logsStalled), func(l *logsFigures) float64 { return l.StalledRSSAfterMiB }),
 	)
 	rows = append(rows, r.burndownRows()...)
+	rows = append(rows, r.fairRows()...)
 	if !s.Postgres {
 		return rows
 	}
