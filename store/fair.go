@@ -2,6 +2,7 @@ package store
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"time"
 
@@ -76,6 +77,36 @@ func (s *FairState) Charge(tenant string, weight int) {
 	}
 	s.Passes[tenant] = e + 1/float64(max(weight, 1))
 	s.Clock = max(s.Clock, e)
+}
+
+// Turns takes up to n turns, charging each: each turn goes to the tenant
+// Order puts first among those with a job left in avail (tenant -> how
+// many it has; counted down). It returns the tenants served, in turn
+// order: a claim of several jobs takes its turns at once.
+func (s *FairState) Turns(avail map[string]int, weights map[string]int, n int) []string {
+	var out []string
+	for len(out) < n {
+		var left []string
+		for t, k := range avail {
+			if k > 0 {
+				left = append(left, t)
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		t := s.Order(left)[0]
+		s.Charge(t, Weight(weights, t))
+		avail[t]--
+		out = append(out, t)
+	}
+	return out
+}
+
+// Clone is a copy of s to simulate turns on.
+func (s FairState) Clone() FairState {
+	s.Passes = maps.Clone(s.Passes)
+	return s
 }
 
 // Prune forgets the passes of tenants not in active, the tenants with

@@ -61,6 +61,9 @@ func (s *Store) claimJobs(ctx context.Context, tx *sql.Tx, f store.ClaimFilter, 
 		if !contested {
 			return s.claimPicks(ctx, tx, f, c, picks, 0)
 		}
+		if queue, one := oneQueue(picks); one {
+			return s.claimTurns(ctx, tx, f, c, queue)
+		}
 	}
 	return s.claimEach(ctx, tx, f, c)
 }
