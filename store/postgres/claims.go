@@ -794,7 +794,13 @@ func (s *Store) ClaimJobs(ctx context.Context, f store.ClaimFilter, c store.Clai
 			claimed, err = s.claim(ctx, keys, query, args)
 		}
 		if errors.Is(err, errContested) {
-			claimed, err = s.claimFair(ctx, f, c, keys)
+			handled := false
+			if len(c.LeaseIDs) > 1 && len(f.Limits) == 0 && len(rulesFor(f).capTenants) == 0 {
+				claimed, handled, err = s.claimTurns(ctx, f, c, keys)
+			}
+			if !handled {
+				claimed, err = s.claimFair(ctx, f, c, keys)
+			}
 		}
 		if !errors.Is(err, jobtype.ErrNoJob) || attempt == claimAttempts {
 			return claimed, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -178,12 +179,7 @@ func fairTurn(ctx context.Context, conn *pgxpool.Conn, f store.ClaimFilter, c st
 			state.Charge(t, store.Weight(f.Weights, t))
 			break
 		}
-		var names []string
-		var passes []float64
-		for t, p := range state.Passes {
-			names, passes = append(names, t), append(passes, p)
-		}
-		save, saveArgs = saveFairSQL, []any{first.queue, state.Clock, names, passes}
+		save, saveArgs = saveFairSQL, fairArgs(first.queue, state)
 	}
 	query, args := claimStatement(f, c, false, func(first int) (string, []any) {
 		return fmt.Sprintf("SELECT %s FROM jobs AS j WHERE j.seq = $%d", pickedColumns, first), []any{chosen.seq}
@@ -303,3 +299,191 @@ SELECT`
 // tenant's.
 const forgetFairSQL = `WITH clock AS (DELETE FROM fair_clocks WHERE queue = $1)
 DELETE FROM fair_passes WHERE queue = $1`
+
+// claimTurns is a contested claim of several jobs without rules whose
+// picks are all of one queue, taking all its turns at once
+// (store.FairState.Turns), in four pipelined round trips whatever the
+// number of jobs: BEGIN, the prelude and the pick of the claim's jobs;
+// the queue's fair lock, tenants and passes; each tenant's jobs it is
+// due (one pick per tenant, all in one round trip; again for a tenant
+// with fewer than it was due, at most once more per tenant); the passes,
+// the claim of every job and COMMIT. handled is false, with nothing
+// taken, when the picks are of several queues: claimFair's turns then
+// go job by job.
+func (s *Store) claimTurns(ctx context.Context, f store.ClaimFilter, c store.Claim, keys []int64) (claimed []store.Claimed, handled bool, err error) {
+	err = s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) (err error) {
+		claimed, handled = nil, false
+		open := false
+		defer func() {
+			if open {
+				_, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+				err = errors.Join(err, rbErr)
+			}
+		}()
+		n := len(c.LeaseIDs)
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue(prelude, keys)
+		query, args := pickQuery(f, true, n, "j.seq, j.queue, j.tenant", true, 1)
+		b.Queue(query, args...)
+		open = true
+		picks, err := sendPicks(ctx, conn, b, 2)
+		if err != nil || len(picks[0]) == 0 {
+			handled = err == nil
+			return err
+		}
+		queue := picks[0][0].queue
+		for _, p := range picks[0] {
+			if p.queue != queue {
+				return nil // several queues: claimFair's
+			}
+		}
+		handled = true
+		tenants, state, _, err := lookFair(ctx, conn, s.lockKeyFair(queue), queue, f, true)
+		if err != nil {
+			return err
+		}
+		chosen := picks[0]
+		save, saveArgs := forgetFairSQL, []any{queue}
+		if len(tenants) > 1 {
+			s.contested.Store(queue, struct{}{})
+			state.Prune(tenants)
+			if chosen, err = tenantTurns(ctx, conn, f, queue, tenants, &state, n); err != nil {
+				return err
+			}
+			save, saveArgs = saveFairSQL, fairArgs(queue, state)
+		} else {
+			s.contested.Delete(queue)
+		}
+		if len(chosen) == 0 {
+			return nil
+		}
+		seqs := make([]int64, len(chosen))
+		for i, p := range chosen {
+			seqs[i] = p.seq
+		}
+		some := c
+		some.LeaseIDs = c.LeaseIDs[:len(chosen)]
+		query, args = claimStatement(f, some, false, func(first int) (string, []any) {
+			return fmt.Sprintf("SELECT %s FROM jobs AS j WHERE j.seq = ANY($%d::bigint[])", pickedColumns, first), []any{seqs}
+		})
+		b = &pgx.Batch{}
+		b.Queue(save, saveArgs...)
+		b.Queue(query, args...)
+		b.Queue("COMMIT")
+		br := conn.SendBatch(ctx, b)
+		claimed, err = readClaims(br)
+		if err == nil {
+			_, err = br.Exec()
+		}
+		if err = errors.Join(err, br.Close()); err == nil {
+			open = false
+		}
+		return err
+	})
+	if !handled {
+		return nil, false, err
+	}
+	claimed, err = s.claimed(claimed, err)
+	return claimed, true, err
+}
+
+// tenantTurns takes n turns of queue's tenants on state, and returns the
+// jobs they give, in turn order: it simulates the turns on as many jobs
+// as each tenant may have, picks (and locks) what each is due, and again
+// with a tenant short of its due held to what it has.
+func tenantTurns(ctx context.Context, conn *pgxpool.Conn, f store.ClaimFilter, queue string, tenants []string, state *store.FairState, n int) ([]fairPick, error) {
+	avail := map[string]int{}
+	for _, t := range tenants {
+		if len(f.Tenants) == 0 || slices.Contains(f.Tenants, t) {
+			avail[t] = n
+		}
+	}
+	jobs := map[string][]fairPick{}
+	for {
+		sim := state.Clone()
+		due := map[string]int{}
+		for _, t := range sim.Turns(maps.Clone(avail), f.Weights, n) {
+			due[t]++
+		}
+		b := &pgx.Batch{}
+		var asked []string
+		for t, k := range due {
+			if len(jobs[t]) >= k {
+				continue
+			}
+			one := f
+			one.Tenants, one.Queues = []string{t}, []string{queue}
+			// The tenant's first k jobs: again those picked before,
+			// which this claim locked and SKIP LOCKED does not skip.
+			query, args := pickQuery(one, true, k, "j.seq, j.queue, j.tenant", true, 1)
+			b.Queue(query, args...)
+			asked = append(asked, t)
+		}
+		if len(asked) == 0 {
+			break
+		}
+		picked, err := sendPicks(ctx, conn, b, 0)
+		if err != nil {
+			return nil, err
+		}
+		short := false
+		for i, t := range asked {
+			jobs[t] = picked[i]
+			if len(picked[i]) < due[t] {
+				avail[t], short = len(picked[i]), true
+			}
+		}
+		if !short {
+			break
+		}
+	}
+	found := map[string]int{}
+	for t, js := range jobs {
+		found[t] = len(js)
+	}
+	var out []fairPick
+	next := map[string]int{}
+	for _, t := range state.Turns(found, f.Weights, n) {
+		out = append(out, jobs[t][next[t]])
+		next[t]++
+	}
+	return out, nil
+}
+
+// sendPicks sends b, whose first skip statements return nothing to
+// read, and reads each later one's picks.
+func sendPicks(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, skip int) (out [][]fairPick, err error) {
+	br := conn.SendBatch(ctx, b)
+	defer func() { err = errors.Join(err, br.Close()) }()
+	for range skip {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	for range b.Len() - skip {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, err
+		}
+		picks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fairPick, error) {
+			var p fairPick
+			return p, r.Scan(&p.seq, &p.queue, &p.tenant)
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, picks)
+	}
+	return out, nil
+}
+
+// fairArgs are saveFairSQL's arguments for queue's state.
+func fairArgs(queue string, state store.FairState) []any {
+	var names []string
+	var passes []float64
+	for t, p := range state.Passes {
+		names, passes = append(names, t), append(passes, p)
+	}
+	return []any{queue, state.Clock, names, passes}
+}
