@@ -94,9 +94,11 @@ check: web-deps ts-deps
 	$(BUF) lint
 	$(MAKE) generate
 	git diff --exit-code -- gen web/src/gen || { echo "generated code is stale: run make generate"; exit 1; }
+	# The client first: its build copies the generated code the page's
+	# typecheck reads through it, so a proto change never leaves it stale.
+	cd ts/client && npm run --silent build
 	cd web && npm run --silent typecheck && npm run --silent build
 	git diff --exit-code -- web/dist || { echo "web/dist is stale: run make web"; exit 1; }
-	cd ts/client && npm run --silent build
 
 ## generate: rewrite gen/ (Go) and web/src/gen (TypeScript) from proto/.
 generate: web-deps

@@ -103,6 +103,64 @@ func (s *FairState) Turns(avail map[string]int, weights map[string]int, n int) [
 	return out
 }
 
+// TakeTurns takes up to n turns on s among tenants (of them, only those
+// in only, when it names any) and returns the jobs they give, in turn
+// order: a claim of several jobs takes its turns at once. It simulates
+// the turns as if each tenant had n jobs, reads what each is due with
+// read (want: tenant -> how many of its first jobs to read, for each
+// tenant whose jobs read so far fall short), and simulates again with a
+// tenant that had fewer held to what it has: at most once more per
+// tenant. Then it takes the turns on s on what was read.
+func TakeTurns[J any](s *FairState, tenants, only []string, weights map[string]int, n int, read func(want map[string]int) (map[string][]J, error)) ([]J, error) {
+	avail := map[string]int{}
+	for _, t := range tenants {
+		if len(only) == 0 || slices.Contains(only, t) {
+			avail[t] = n
+		}
+	}
+	jobs := map[string][]J{}
+	for {
+		sim := s.Clone()
+		want := map[string]int{}
+		for _, t := range sim.Turns(maps.Clone(avail), weights, n) {
+			want[t]++
+		}
+		for t, k := range want {
+			if len(jobs[t]) >= k {
+				delete(want, t)
+			}
+		}
+		if len(want) == 0 {
+			break
+		}
+		got, err := read(want)
+		if err != nil {
+			return nil, err
+		}
+		short := false
+		for t, k := range want {
+			jobs[t] = got[t]
+			if len(got[t]) < k {
+				avail[t], short = len(got[t]), true
+			}
+		}
+		if !short {
+			break
+		}
+	}
+	found := map[string]int{}
+	for t, js := range jobs {
+		found[t] = len(js)
+	}
+	var out []J
+	next := map[string]int{}
+	for _, t := range s.Turns(found, weights, n) {
+		out = append(out, jobs[t][next[t]])
+		next[t]++
+	}
+	return out, nil
+}
+
 // Clone is a copy of s to simulate turns on.
 func (s FairState) Clone() FairState {
 	s.Passes = maps.Clone(s.Passes)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -388,30 +387,14 @@ func (s *Store) claimTurns(ctx context.Context, f store.ClaimFilter, c store.Cla
 	return claimed, true, err
 }
 
-// tenantTurns takes n turns of queue's tenants on state, and returns the
-// jobs they give, in turn order: it simulates the turns on as many jobs
-// as each tenant may have, picks (and locks) what each is due, and again
-// with a tenant short of its due held to what it has.
+// tenantTurns takes n turns of queue's tenants on state
+// (store.TakeTurns) and returns the jobs they give, in turn order, each
+// read of every short tenant's jobs (locked) one pipelined round trip.
 func tenantTurns(ctx context.Context, conn *pgxpool.Conn, f store.ClaimFilter, queue string, tenants []string, state *store.FairState, n int) ([]fairPick, error) {
-	avail := map[string]int{}
-	for _, t := range tenants {
-		if len(f.Tenants) == 0 || slices.Contains(f.Tenants, t) {
-			avail[t] = n
-		}
-	}
-	jobs := map[string][]fairPick{}
-	for {
-		sim := state.Clone()
-		due := map[string]int{}
-		for _, t := range sim.Turns(maps.Clone(avail), f.Weights, n) {
-			due[t]++
-		}
+	return store.TakeTurns(state, tenants, f.Tenants, f.Weights, n, func(want map[string]int) (map[string][]fairPick, error) {
 		b := &pgx.Batch{}
 		var asked []string
-		for t, k := range due {
-			if len(jobs[t]) >= k {
-				continue
-			}
+		for t, k := range want {
 			one := f
 			one.Tenants, one.Queues = []string{t}, []string{queue}
 			// The tenant's first k jobs: again those picked before,
@@ -420,35 +403,16 @@ func tenantTurns(ctx context.Context, conn *pgxpool.Conn, f store.ClaimFilter, q
 			b.Queue(query, args...)
 			asked = append(asked, t)
 		}
-		if len(asked) == 0 {
-			break
-		}
 		picked, err := sendPicks(ctx, conn, b, 0)
 		if err != nil {
 			return nil, err
 		}
-		short := false
+		got := map[string][]fairPick{}
 		for i, t := range asked {
-			jobs[t] = picked[i]
-			if len(picked[i]) < due[t] {
-				avail[t], short = len(picked[i]), true
-			}
+			got[t] = picked[i]
 		}
-		if !short {
-			break
-		}
-	}
-	found := map[string]int{}
-	for t, js := range jobs {
-		found[t] = len(js)
-	}
-	var out []fairPick
-	next := map[string]int{}
-	for _, t := range state.Turns(found, f.Weights, n) {
-		out = append(out, jobs[t][next[t]])
-		next[t]++
-	}
-	return out, nil
+		return got, nil
+	})
 }
 
 // sendPicks sends b, whose first skip statements return nothing to

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"maps"
 	"slices"
 
 	"github.com/jobwatch/jobwatch/jobtype"
@@ -230,11 +229,10 @@ func oneQueue(picks []pick) (string, bool) {
 // claimTurns is a claim without rules whose first jobs in claim order
 // are all of queue, where several tenants have ready jobs: it takes all
 // its turns at once (store.FairState.Turns) rather than one job at a
-// time. It reads the tenants and passes once, simulates the turns to
-// learn how many jobs each tenant is due, reads that many of each
-// tenant's jobs (seeks of its own), takes the turns for real on what
-// was found, writes the passes once and claims every job with one
-// UPDATE: a few statements per tenant, not seven or eight per job.
+// time. It reads the tenants and passes once, reads each tenant's jobs
+// it is due (store.TakeTurns; seeks of the tenant's own), writes the
+// passes once and claims every job with one UPDATE: a few statements
+// per tenant, not seven or eight per job.
 func (s *Store) claimTurns(ctx context.Context, tx *sql.Tx, f store.ClaimFilter, c store.Claim, queue string) ([]store.Claimed, error) {
 	tenants, err := readyTenants(ctx, tx, queue, f, 0)
 	if err != nil {
@@ -245,45 +243,21 @@ func (s *Store) claimTurns(ctx context.Context, tx *sql.Tx, f store.ClaimFilter,
 		return nil, err
 	}
 	state.Prune(tenants)
-	// Simulate the turns on as many jobs as each tenant may have, read
-	// what each is due, and again with a tenant short of its due held to
-	// what it has: at most once more per tenant.
-	n := len(c.LeaseIDs)
-	avail := eligible(tenants, f, n)
-	jobs := map[string][]pick{}
-	for {
-		sim := state.Clone()
-		due := map[string]int{}
-		for _, t := range sim.Turns(maps.Clone(avail), f.Weights, n) {
-			due[t]++
-		}
-		short := false
-		for t, k := range due {
-			if len(jobs[t]) >= k {
-				continue
-			}
+	picks, err := store.TakeTurns(&state, tenants, f.Tenants, f.Weights, len(c.LeaseIDs), func(want map[string]int) (map[string][]pick, error) {
+		got := map[string][]pick{}
+		for t, k := range want {
 			one := f
 			one.Tenants, one.Queues = []string{t}, []string{queue}
-			if jobs[t], err = pickUnruled(ctx, tx, one, k); err != nil {
+			js, err := pickUnruled(ctx, tx, one, k)
+			if err != nil {
 				return nil, err
 			}
-			if len(jobs[t]) < k {
-				avail[t], short = len(jobs[t]), true
-			}
+			got[t] = js
 		}
-		if !short {
-			break
-		}
-	}
-	found := map[string]int{}
-	for t, js := range jobs {
-		found[t] = len(js)
-	}
-	var picks []pick
-	next := map[string]int{}
-	for _, t := range state.Turns(found, f.Weights, n) {
-		picks = append(picks, jobs[t][next[t]])
-		next[t]++
+		return got, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(picks) == 0 {
 		return nil, nil
@@ -292,16 +266,4 @@ func (s *Store) claimTurns(ctx context.Context, tx *sql.Tx, f store.ClaimFilter,
 		return nil, err
 	}
 	return s.claimPicks(ctx, tx, f, c, picks, 0)
-}
-
-// eligible are the tenants of tenants a claim under f may take jobs of,
-// each with n jobs to simulate turns on.
-func eligible(tenants []string, f store.ClaimFilter, n int) map[string]int {
-	out := map[string]int{}
-	for _, t := range tenants {
-		if len(f.Tenants) == 0 || slices.Contains(f.Tenants, t) {
-			out[t] = n
-		}
-	}
-	return out
 }
