@@ -882,7 +882,12 @@ SELECT ` + qualified(columns, "j") + `, j.updated_at, 0::bigint FROM contested A
 // contestedCTEs are the guard's CTEs, with the claim's time $now:
 // picked_queues, the queues of the picked jobs; queue_tenants, their
 // tenants with unfinished jobs; and contested, a picked job whose queue
-// has a ready job of another tenant, if any.
+// has a ready job of another tenant, if any. Whether a tenant has a
+// ready job is asked only of a tenant other than a picked job's of its
+// queue, and once per tenant (the CASE orders the two): asked of the
+// picked tenant for every picked job, that seek, which steps over the
+// dead entries of the jobs claimed since the last vacuum, made a claim
+// of 50 jobs behind 20,000 take 60 ms instead of 4.
 func contestedCTEs(now int) string {
 	return `,
 	picked_queues(queue) AS (SELECT DISTINCT p.queue FROM picked AS p),
@@ -891,8 +896,9 @@ func contestedCTEs(now int) string {
 		UNION ALL
 		SELECT t.queue, ` + unfinishedTenant("t.queue", "t.tenant") + ` FROM queue_tenants AS t WHERE t.tenant IS NOT NULL),
 	contested(seq) AS (
-		SELECT p.seq FROM picked AS p JOIN queue_tenants AS t ON t.queue = p.queue AND t.tenant <> p.tenant
-		WHERE ` + readyOf("t", fmt.Sprintf("$%d::timestamptz", now)) + `
+		SELECT (SELECT p.seq FROM picked AS p WHERE p.queue = t.queue LIMIT 1) FROM queue_tenants AS t
+		WHERE CASE WHEN EXISTS (SELECT FROM picked AS p WHERE p.queue = t.queue AND p.tenant <> t.tenant)
+			THEN ` + readyOf("t", fmt.Sprintf("$%d::timestamptz", now)) + ` ELSE false END
 		LIMIT 1)`
 }
 
