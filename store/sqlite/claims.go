@@ -312,10 +312,15 @@ func unruledPickQuery(f store.ClaimFilter, ready bool, n int, selected string) (
 	switch {
 	case oneTenant:
 		// Fair claiming's pick of one tenant's job in one queue: a walk
-		// of that tenant's jobs only, with the kinds checked on them.
-		groups = `groups(kind, queue) AS (SELECT NULL, value FROM json_each(:queues))`
+		// of that tenant's jobs only, with the kinds checked on them. The
+		// group's kind column carries the tenant: a parameter compared
+		// with an indexed column is one SQLite's planner reads, and
+		// binding it again makes SQLite prepare the whole statement again
+		// at its next run (200 to 300 µs of this one, against 60 to run
+		// it).
+		groups = `groups(kind, queue) AS (SELECT :tenant, value FROM json_each(:queues))`
 		index = "jobs_queued_queue_tenant"
-		key = func(g string) string { return "queue = " + g + ".queue AND tenant = :tenant" }
+		key = func(g string) string { return "queue = " + g + ".queue AND tenant = " + g + ".kind" }
 		args = append(args, sql.Named("tenant", f.Tenants[0]))
 		if len(f.Kinds) > 0 {
 			filter += " AND kind IN (SELECT value FROM json_each(:kinds))"
@@ -492,10 +497,11 @@ func ruledPickQuery(f store.ClaimFilter, ready bool, selected string) (string, [
 	}
 	if len(distinct(f.Tenants)) == 1 && len(distinct(f.Queues)) == 1 {
 		// Fair claiming's pick of one tenant's job in one queue: a walk
-		// of that tenant's jobs only, with the kinds checked on them.
-		groups = `groups(kind, queue) AS (SELECT NULL, o.name FROM open_queues AS o WHERE NOT o.serial AND NOT o.laned)`
+		// of that tenant's jobs only, with the kinds checked on them. The
+		// group's kind column carries the tenant, as in unruledPickQuery.
+		groups = `groups(kind, queue) AS (SELECT :tenant, o.name FROM open_queues AS o WHERE NOT o.serial AND NOT o.laned)`
 		index = "jobs_queued_queue_tenant"
-		key = func(g string) string { return "queue = " + g + ".queue AND tenant = :tenant" }
+		key = func(g string) string { return "queue = " + g + ".queue AND tenant = " + g + ".kind" }
 		args = append(args, sql.Named("tenant", f.Tenants[0]))
 		if len(f.Kinds) > 0 {
 			walkFilter += " AND kind IN (SELECT kind FROM kinds)"

@@ -14,15 +14,18 @@ import (
 // its look for other tenants and its write of the queue's passes are in
 // the claim's transaction, so no other claim sees the passes between.
 
-// readyTenantsQuery is readyTenants' query, of :queue at :now.
+// readyTenantsQuery is readyTenants' query, of the queue :queue (a JSON
+// array of one) at :now. The queue comes from json_each, as the walks'
+// groups do (see unruledPickQuery): compared with an indexed column as
+// a parameter, SQLite would prepare the statement again at each run.
 func readyTenantsQuery(limit int) string {
-	const from = `jobs INDEXED BY jobs_unfinished_queue_tenant WHERE queue = :queue AND state IN ('queued', 'running')`
-	query := `WITH RECURSIVE t(tenant) AS (
-		SELECT (SELECT MIN(tenant) FROM ` + from + `)
+	const from = `jobs INDEXED BY jobs_unfinished_queue_tenant WHERE state IN ('queued', 'running')`
+	query := `WITH RECURSIVE t(queue, tenant) AS (
+		SELECT q.value, (SELECT MIN(tenant) FROM ` + from + ` AND queue = q.value) FROM json_each(:queue) AS q
 		UNION ALL
-		SELECT (SELECT MIN(tenant) FROM ` + from + ` AND tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL)
+		SELECT t.queue, (SELECT MIN(tenant) FROM ` + from + ` AND queue = t.queue AND tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL)
 	SELECT tenant FROM t WHERE tenant IS NOT NULL
-		AND EXISTS (SELECT 1 FROM ` + from + ` AND tenant = t.tenant AND state = 'queued' AND run_at <= :now)`
+		AND EXISTS (SELECT 1 FROM ` + from + ` AND queue = t.queue AND tenant = t.tenant AND state = 'queued' AND run_at <= :now)`
 	if limit > 0 {
 		query += fmt.Sprintf(" LIMIT %d", limit)
 	}
@@ -41,7 +44,7 @@ type pick struct {
 // in the queue and one more per tenant to ask whether one is ready.
 func readyTenants(ctx context.Context, tx *sql.Tx, queue string, f store.ClaimFilter, limit int) ([]string, error) {
 	query := readyTenantsQuery(limit)
-	rows, err := tx.QueryContext(ctx, query, sql.Named("queue", queue), sql.Named("now", toMicro(f.Now)))
+	rows, err := tx.QueryContext(ctx, query, sql.Named("queue", mustJSON([]string{queue}, "[]")), sql.Named("now", toMicro(f.Now)))
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs: tenants of %s: %w", queue, classify(err))
 	}

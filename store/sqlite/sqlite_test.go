@@ -547,7 +547,7 @@ func TestClaimPlanSeeksEveryQueueHead(t *testing.T) {
 	}
 	check := func(t *testing.T, db *sql.DB) {
 		t.Run("the tenants with ready jobs in a queue", func(t *testing.T) {
-			plan := strings.Join(explain(t, db, readyTenantsQuery(0), sql.Named("queue", "q"), sql.Named("now", 5)), "\n")
+			plan := strings.Join(explain(t, db, readyTenantsQuery(0), sql.Named("queue", `["q"]`), sql.Named("now", 5)), "\n")
 			for _, want := range []string{"INDEX jobs_unfinished_queue_tenant (queue=? AND tenant>?)",
 				"INDEX jobs_unfinished_queue_tenant (queue=? AND tenant=? AND state=? AND run_at<?)"} {
 				if !strings.Contains(plan, want) {
