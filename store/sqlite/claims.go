@@ -54,15 +54,25 @@ func (s *Store) claimJobs(ctx context.Context, tx *sql.Tx, f store.ClaimFilter, 
 		if err != nil || len(picks) == 0 {
 			return nil, err
 		}
+		if queue, one := oneQueue(picks); one {
+			tenants, err := readyTenants(ctx, tx, queue, f, 0)
+			if err != nil {
+				return nil, err
+			}
+			if len(tenants) > 1 {
+				return s.claimTurns(ctx, tx, f, c, queue, tenants, picks)
+			}
+			if err := s.forgetFair(ctx, tx, queue); err != nil {
+				return nil, err
+			}
+			return s.claimPicks(ctx, tx, f, c, picks, 0)
+		}
 		contested, err := s.contested(ctx, tx, f, picks)
 		if err != nil {
 			return nil, err
 		}
 		if !contested {
 			return s.claimPicks(ctx, tx, f, c, picks, 0)
-		}
-		if queue, one := oneQueue(picks); one {
-			return s.claimTurns(ctx, tx, f, c, queue)
 		}
 	}
 	return s.claimEach(ctx, tx, f, c)

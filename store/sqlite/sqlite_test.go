@@ -558,6 +558,16 @@ func TestClaimPlanSeeksEveryQueueHead(t *testing.T) {
 				t.Errorf("plan scans the jobs:\n%s", plan)
 			}
 		})
+		t.Run("fair claiming's turns taken at once", func(t *testing.T) {
+			query, args := turnsPickQuery(store.ClaimFilter{Kinds: []string{"a", "b"}, Now: time.Unix(5, 0)}, "q", map[string]int{"acme": 3, "globex": 2})
+			plan := strings.Join(explain(t, db, query, args...), "\n")
+			if want := "INDEX jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"; !strings.Contains(plan, want) {
+				t.Errorf("plan:\n%s\nwant %s", plan, want)
+			}
+			if strings.Contains(plan, "SCAN jobs") {
+				t.Errorf("plan scans the jobs:\n%s", plan)
+			}
+		})
 		for _, tt := range tests {
 			for _, ready := range []bool{true, false} {
 				for _, n := range []int{1, 100} {
