@@ -303,8 +303,9 @@ DELETE FROM fair_passes WHERE queue = $1`
 // picks are all of one queue, taking all its turns at once
 // (store.FairState.Turns), in four pipelined round trips whatever the
 // number of jobs: BEGIN, the prelude and the pick of the claim's jobs;
-// the queue's fair lock, tenants and passes; each tenant's jobs it is
-// due (one pick per tenant, all in one round trip; again for a tenant
+// the queue's fair lock, tenants and passes; the jobs a tenant is due
+// beyond what the first pick holds of it (one pick per such tenant, all
+// in one round trip, often none: see tenantTurns; again for a tenant
 // with fewer than it was due, at most once more per tenant); the passes,
 // the claim of every job and COMMIT. handled is false, with nothing
 // taken, when the picks are of several queues: claimFair's turns then
@@ -347,7 +348,7 @@ func (s *Store) claimTurns(ctx context.Context, f store.ClaimFilter, c store.Cla
 		if len(tenants) > 1 {
 			s.contested.Store(queue, struct{}{})
 			state.Prune(tenants)
-			if chosen, err = tenantTurns(ctx, conn, f, queue, tenants, &state, n); err != nil {
+			if chosen, err = tenantTurns(ctx, conn, f, queue, tenants, &state, n, picks[0]); err != nil {
 				return err
 			}
 			save, saveArgs = saveFairSQL, fairArgs(queue, state)
@@ -388,13 +389,33 @@ func (s *Store) claimTurns(ctx context.Context, f store.ClaimFilter, c store.Cla
 }
 
 // tenantTurns takes n turns of queue's tenants on state
-// (store.TakeTurns) and returns the jobs they give, in turn order, each
-// read of every short tenant's jobs (locked) one pipelined round trip.
-func tenantTurns(ctx context.Context, conn *pgxpool.Conn, f store.ClaimFilter, queue string, tenants []string, state *store.FairState, n int) ([]fairPick, error) {
+// (store.TakeTurns) and returns the jobs they give, in turn order.
+//
+// first is the claim's first pick, locked: the first jobs in claim
+// order that no other claim holds, all of queue, and so each tenant's
+// first such jobs. A tenant due more than first holds of it, when
+// first came back full, has its jobs read (locked), every such tenant
+// in one pipelined round trip; when the tenants' jobs are interleaved,
+// as they are when they submit side by side, none is.
+func tenantTurns(ctx context.Context, conn *pgxpool.Conn, f store.ClaimFilter, queue string, tenants []string, state *store.FairState, n int, first []fairPick) ([]fairPick, error) {
+	known := map[string][]fairPick{}
+	for _, p := range first {
+		known[p.tenant] = append(known[p.tenant], p)
+	}
+	complete := len(first) < n
 	return store.TakeTurns(state, tenants, f.Tenants, f.Weights, n, func(want map[string]int) (map[string][]fairPick, error) {
+		got := map[string][]fairPick{}
 		b := &pgx.Batch{}
 		var asked []string
 		for t, k := range want {
+			switch has := known[t]; {
+			case len(has) >= k:
+				got[t] = has[:k]
+				continue
+			case complete:
+				got[t] = has
+				continue
+			}
 			one := f
 			one.Tenants, one.Queues = []string{t}, []string{queue}
 			// The tenant's first k jobs: again those picked before,
@@ -403,11 +424,13 @@ func tenantTurns(ctx context.Context, conn *pgxpool.Conn, f store.ClaimFilter, q
 			b.Queue(query, args...)
 			asked = append(asked, t)
 		}
+		if len(asked) == 0 {
+			return got, nil
+		}
 		picked, err := sendPicks(ctx, conn, b, 0)
 		if err != nil {
 			return nil, err
 		}
-		got := map[string][]fairPick{}
 		for i, t := range asked {
 			got[t] = picked[i]
 		}
