@@ -84,18 +84,18 @@ func (s *FairState) Charge(tenant string, weight int) {
 // many it has; counted down). It returns the tenants served, in turn
 // order: a claim of several jobs takes its turns at once.
 func (s *FairState) Turns(avail map[string]int, weights map[string]int, n int) []string {
-	var out []string
+	out := make([]string, 0, n)
 	for len(out) < n {
-		var left []string
-		for t, k := range avail {
-			if k > 0 {
-				left = append(left, t)
+		// The tenant Order would put first, without sorting them all.
+		t, first := "", true
+		for u, k := range avail {
+			if k > 0 && (first || cmp.Or(cmp.Compare(s.effective(u), s.effective(t)), cmp.Compare(u, t)) < 0) {
+				t, first = u, false
 			}
 		}
-		if len(left) == 0 {
+		if first {
 			break
 		}
-		t := s.Order(left)[0]
 		s.Charge(t, Weight(weights, t))
 		avail[t]--
 		out = append(out, t)
