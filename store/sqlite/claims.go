@@ -50,7 +50,9 @@ func (s *Store) ClaimJobs(ctx context.Context, f store.ClaimFilter, c store.Clai
 
 func (s *Store) claimJobs(ctx context.Context, tx *sql.Tx, f store.ClaimFilter, c store.Claim) ([]store.Claimed, error) {
 	if !ruled(f) {
-		picks, err := pickUnruled(ctx, tx, f, len(c.LeaseIDs))
+		n := len(c.LeaseIDs)
+		m := s.firstPick(f, n)
+		picks, err := pickUnruled(ctx, tx, f, m)
 		if err != nil || len(picks) == 0 {
 			return nil, err
 		}
@@ -60,13 +62,14 @@ func (s *Store) claimJobs(ctx context.Context, tx *sql.Tx, f store.ClaimFilter, 
 				return nil, err
 			}
 			if len(tenants) > 1 {
-				return s.claimTurns(ctx, tx, f, c, queue, tenants, picks)
+				return s.claimTurns(ctx, tx, f, c, queue, tenants, picks, len(picks) < m)
 			}
 			if err := s.forgetFair(ctx, tx, queue); err != nil {
 				return nil, err
 			}
-			return s.claimPicks(ctx, tx, f, c, picks, 0)
+			return s.claimPicks(ctx, tx, f, c, picks[:min(n, len(picks))], 0)
 		}
+		picks = picks[:min(n, len(picks))]
 		contested, err := s.contested(ctx, tx, f, picks)
 		if err != nil {
 			return nil, err

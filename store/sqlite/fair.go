@@ -256,6 +256,7 @@ func (s *Store) forgetFair(ctx context.Context, tx *sql.Tx, queue string) error 
 			return fmt.Errorf("claim jobs: fair state: %w", classify(err))
 		}
 	}
+	delete(s.fairTenants, queue)
 	if !s.fairQueues[queue] {
 		return nil
 	}
@@ -266,6 +267,28 @@ func (s *Store) forgetFair(ctx context.Context, tx *sql.Tx, queue string) error 
 	}
 	delete(s.fairQueues, queue)
 	return nil
+}
+
+// firstPick is how many jobs a claim of n under f picks first: n, or,
+// when a queue f may claim from was contested at its last claim by at
+// most n tenants, n rounded up to a multiple of their number. The
+// turns of a contested claim go round the tenants, and a first pick of
+// interleaved tenants' jobs that is a whole number of rounds holds what
+// each is due, so the turns need not read any tenant's jobs again
+// (claimTurns); the uncontested claim takes the first n of them.
+func (s *Store) firstPick(f store.ClaimFilter, n int) int {
+	s.fairMu.Lock()
+	defer s.fairMu.Unlock()
+	tenants := 0
+	for q, t := range s.fairTenants {
+		if len(f.Queues) == 0 || slices.Contains(f.Queues, q) {
+			tenants = max(tenants, t)
+		}
+	}
+	if tenants <= 1 || tenants > n {
+		return n
+	}
+	return (n + tenants - 1) / tenants * tenants
 }
 
 // oneQueue says whether picks are all of one queue, and which.
@@ -287,11 +310,12 @@ func oneQueue(picks []pick) (string, bool) {
 //
 // first holds each tenant's first jobs that f may take in queue, in
 // claim order: it is the first jobs of all in claim order, all of
-// queue. A tenant is due more than first holds of it only if first
-// came back full (all the jobs the claim may take when it has fewer);
-// so when the tenants' jobs are interleaved, as they are when they
-// submit side by side, no tenant's jobs are read twice.
-func (s *Store) claimTurns(ctx context.Context, tx *sql.Tx, f store.ClaimFilter, c store.Claim, queue string, tenants []string, first []pick) ([]store.Claimed, error) {
+// queue, and complete says it holds every job f may take. A tenant is
+// due more than first holds of it only when first is not complete; so
+// when the tenants' jobs are interleaved, as they are when they submit
+// side by side, and first holds enough of them (see firstPick), no
+// tenant's jobs are read twice.
+func (s *Store) claimTurns(ctx context.Context, tx *sql.Tx, f store.ClaimFilter, c store.Claim, queue string, tenants []string, first []pick, complete bool) ([]store.Claimed, error) {
 	state, err := loadFair(ctx, tx, queue)
 	if err != nil {
 		return nil, err
@@ -301,7 +325,12 @@ func (s *Store) claimTurns(ctx context.Context, tx *sql.Tx, f store.ClaimFilter,
 	for _, p := range first {
 		known[p.job.Tenant] = append(known[p.job.Tenant], p)
 	}
-	complete := len(first) < len(c.LeaseIDs)
+	s.fairMu.Lock()
+	if s.fairTenants == nil {
+		s.fairTenants = map[string]int{}
+	}
+	s.fairTenants[queue] = len(tenants)
+	s.fairMu.Unlock()
 	picks, err := store.TakeTurns(&state, tenants, f.Tenants, f.Weights, len(c.LeaseIDs), func(want map[string]int) (map[string][]pick, error) {
 		got, read := map[string][]pick{}, map[string]int{}
 		for t, k := range want {

@@ -22,7 +22,7 @@ func BenchmarkClaimTenants(b *testing.B) {
 			if _, err := d.s.write.Exec(fmt.Sprintf(`UPDATE jobs SET tenant = 't' || (rowid %% %d)`, tenants)); err != nil {
 				b.Fatal(err)
 			}
-			for _, n := range []int{1, 50} {
+			for _, n := range []int{1, 12, 50} {
 				b.Run(fmt.Sprintf("ClaimJobs=%d", n), func(b *testing.B) {
 					var cpu time.Duration
 					for b.Loop() {

@@ -143,6 +143,10 @@ type Store struct {
 	// until first read from the table.
 	fairMu     sync.Mutex
 	fairQueues map[string]bool
+	// fairTenants is, for each queue whose last claim found it
+	// contested, how many tenants had ready jobs there (claimJobs' hint
+	// of how many jobs to pick first; under fairMu).
+	fairTenants map[string]int
 }
 
 var _ store.Store = (*Store)(nil)
