@@ -358,3 +358,67 @@ func TestFairClaimingSplitsByWeight(t *testing.T) {
 		t.Errorf("a:b = %d:%d = %.3f:1, want 3:1 within 5%%", got["a"], got["b"], ratio)
 	}
 }
+
+// TestARatePerTenantHoldsEachTenantApart runs a queue with a rate per
+// tenant (rate: {limit: 2, per: 1s, per_tenant: true}) on the fair
+// tests' servers (two replicas on PostgreSQL), tenants a and b each
+// submitting 6 jobs, and the four workers eager for them: every job
+// runs; no second holds more than 2 starts of one tenant, by the start
+// times the server stamped; and the tenants' windows are their own, so
+// some second holds more than 2 starts of the two together, which one
+// window for the queue would not allow.
+func TestARatePerTenantHoldsEachTenantApart(t *testing.T) {
+	const limit, per, each = 2, time.Second, 6
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	servers := fairServers(t, ctx, "queues:\n  - name: metered\n    rate: {limit: 2, per: 1s, per_tenant: true}\n")
+	for i, who := range []string{"a", "b"} {
+		reqs := fairBatchOf(each)
+		for _, r := range reqs {
+			r.Queue = "metered"
+		}
+		if _, err := fairClient(t, servers, i, who).SubmitJobs(ctx, reqs); err != nil {
+			t.Fatalf("tenant %s's SubmitJobs: %v", who, err)
+		}
+	}
+	crew := startFairCrew(t, ctx, servers, nil)
+	for crew.count() < 2*each {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d of %d jobs started before the bound", crew.count(), 2*each)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	crew.stop()
+	all := crew.byStart()
+	starts := map[string][]time.Time{}
+	for _, r := range all {
+		starts[r.tenant] = append(starts[r.tenant], r.started)
+	}
+	for _, who := range []string{"a", "b"} {
+		s := starts[who]
+		if len(s) != each {
+			t.Fatalf("tenant %s: %d jobs started, want %d", who, len(s), each)
+		}
+		for i := limit; i < len(s); i++ {
+			if gap := s[i].Sub(s[i-limit]); gap < per {
+				t.Errorf("tenant %s's starts %d and %d were %v apart: %d starts in one window of %v, the limit is %d per tenant",
+					who, i-limit+1, i+1, gap, limit+1, per, limit)
+			}
+		}
+	}
+	most := 0
+	for i := range all {
+		n := 0
+		for _, r := range all[i:] {
+			if r.started.Sub(all[i].started) < per {
+				n++
+			}
+		}
+		most = max(most, n)
+	}
+	if most <= limit {
+		t.Errorf("at most %d starts of the two tenants in any window of %v: the tenants share one window, want one each", most, per)
+	}
+	t.Logf("%d starts over %v, at most %d in one window of %v", len(all), all[len(all)-1].started.Sub(all[0].started), most, per)
+}
