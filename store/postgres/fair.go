@@ -210,27 +210,16 @@ func fairTurn(ctx context.Context, conn *pgxpool.Conn, f store.ClaimFilter, c st
 // (as readyTenantsSQL finds them) and, when there are several, queue's
 // fair state: one round trip.
 func lookFair(ctx context.Context, conn *pgxpool.Conn, key int64, queue string, f store.ClaimFilter, wait bool) (tenants []string, state store.FairState, got bool, err error) {
-	b := &pgx.Batch{}
-	queueLookFair(b, key, queue, f, wait)
-	br := conn.SendBatch(ctx, b)
-	defer func() { err = errors.Join(err, br.Close()) }()
-	return readLookFair(br)
-}
-
-// queueLookFair queues lookFair's statements on b: the lock, then the
-// read of the state and tenants.
-func queueLookFair(b *pgx.Batch, key int64, queue string, f store.ClaimFilter, wait bool) {
+	state = store.FairState{Passes: map[string]float64{}}
 	lock := "SELECT pg_try_advisory_xact_lock($1)"
 	if wait {
 		lock = "SELECT true FROM pg_advisory_xact_lock($1)"
 	}
+	b := &pgx.Batch{}
 	b.Queue(lock, key)
 	b.Queue(lookFairSQL, queue, f.Now)
-}
-
-// readLookFair reads the results of queueLookFair's statements.
-func readLookFair(br pgx.BatchResults) (tenants []string, state store.FairState, got bool, err error) {
-	state = store.FairState{Passes: map[string]float64{}}
+	br := conn.SendBatch(ctx, b)
+	defer func() { err = errors.Join(err, br.Close()) }()
 	if err := br.QueryRow().Scan(&got); err != nil || !got {
 		return nil, state, false, err
 	}
@@ -312,11 +301,9 @@ DELETE FROM fair_passes WHERE queue = $1`
 
 // claimTurns is a contested claim of several jobs without rules whose
 // picks are all of one queue, taking all its turns at once
-// (store.FairState.Turns), in at most four pipelined round trips
-// whatever the number of jobs: BEGIN, the prelude and the pick of the
-// claim's jobs; the queue's fair lock, tenants and passes (in the first
-// round trip when the queue was contested at its last claim here:
-// contestedQueue); the jobs a tenant is due
+// (store.FairState.Turns), in four pipelined round trips whatever the
+// number of jobs: BEGIN, the prelude and the pick of the claim's jobs;
+// the queue's fair lock, tenants and passes; the jobs a tenant is due
 // beyond what the first pick holds of it (one pick per such tenant, all
 // in one round trip, often none: see tenantTurns; again for a tenant
 // with fewer than it was due, at most once more per tenant); the passes,
@@ -334,57 +321,34 @@ func (s *Store) claimTurns(ctx context.Context, f store.ClaimFilter, c store.Cla
 			}
 		}()
 		n := len(c.LeaseIDs)
-		// A queue found contested at its last claim here, the only one
-		// f may claim from, is looked at (under its fair lock) in the
-		// first round trip, before the pick.
-		hint, hinted := s.contestedQueue(f)
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
 		b.Queue(prelude, keys)
-		if hinted {
-			queueLookFair(b, s.lockKeyFair(hint), hint, f, true)
-		}
 		query, args := pickQuery(f, true, n, "j.seq, j.queue, j.tenant", true, 1)
 		b.Queue(query, args...)
 		open = true
-		var (
-			first   []fairPick
-			tenants []string
-			state   store.FairState
-		)
-		br := conn.SendBatch(ctx, b)
-		_, err = br.Exec()
-		if err == nil {
-			_, err = br.Exec()
-		}
-		if err == nil && hinted {
-			tenants, state, _, err = readLookFair(br)
-		}
-		if err == nil {
-			first, err = readPicks(br)
-		}
-		if err = errors.Join(err, br.Close()); err != nil || len(first) == 0 {
+		picks, err := sendPicks(ctx, conn, b, 2)
+		if err != nil || len(picks[0]) == 0 {
 			handled = err == nil
 			return err
 		}
-		queue := first[0].queue
-		for _, p := range first {
+		queue := picks[0][0].queue
+		for _, p := range picks[0] {
 			if p.queue != queue {
 				return nil // several queues: claimFair's
 			}
 		}
 		handled = true
-		if !hinted || queue != hint {
-			if tenants, state, _, err = lookFair(ctx, conn, s.lockKeyFair(queue), queue, f, true); err != nil {
-				return err
-			}
+		tenants, state, _, err := lookFair(ctx, conn, s.lockKeyFair(queue), queue, f, true)
+		if err != nil {
+			return err
 		}
-		chosen := first
+		chosen := picks[0]
 		save, saveArgs := forgetFairSQL, []any{queue}
 		if len(tenants) > 1 {
 			s.contested.Store(queue, struct{}{})
 			state.Prune(tenants)
-			if chosen, err = tenantTurns(ctx, conn, f, queue, tenants, &state, n, first); err != nil {
+			if chosen, err = tenantTurns(ctx, conn, f, queue, tenants, &state, n, picks[0]); err != nil {
 				return err
 			}
 			save, saveArgs = saveFairSQL, fairArgs(queue, state)
@@ -407,7 +371,7 @@ func (s *Store) claimTurns(ctx context.Context, f store.ClaimFilter, c store.Cla
 		b.Queue(save, saveArgs...)
 		b.Queue(query, args...)
 		b.Queue("COMMIT")
-		br = conn.SendBatch(ctx, b)
+		br := conn.SendBatch(ctx, b)
 		claimed, err = readClaims(br)
 		if err == nil {
 			_, err = br.Exec()
@@ -485,38 +449,20 @@ func sendPicks(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, skip int) 
 		}
 	}
 	for range b.Len() - skip {
-		picks, err := readPicks(br)
+		rows, err := br.Query()
+		if err != nil {
+			return nil, err
+		}
+		picks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fairPick, error) {
+			var p fairPick
+			return p, r.Scan(&p.seq, &p.queue, &p.tenant)
+		})
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, picks)
 	}
 	return out, nil
-}
-
-// readPicks reads the next statement's picks (seq, queue, tenant).
-func readPicks(br pgx.BatchResults) ([]fairPick, error) {
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (fairPick, error) {
-		var p fairPick
-		return p, r.Scan(&p.seq, &p.queue, &p.tenant)
-	})
-}
-
-// contestedQueue is the queue whose last claim here found it
-// contested, when it is the only such queue f may claim from.
-func (s *Store) contestedQueue(f store.ClaimFilter) (queue string, one bool) {
-	found := 0
-	s.contested.Range(func(q, _ any) bool {
-		if len(f.Queues) == 0 || slices.Contains(f.Queues, q.(string)) {
-			queue, found = q.(string), found+1
-		}
-		return found < 2
-	})
-	return queue, found == 1
 }
 
 // fairArgs are saveFairSQL's arguments for queue's state.
