@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"time"
-
-	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // priorityLayouts are the backlogs' priorities (of each job by its seq):
@@ -77,18 +74,7 @@ func BenchmarkClaimAtDepthWithPriorities(b *testing.B) {
 						name = fmt.Sprintf("ClaimJobs=%d", n)
 					}
 					b.Run(name, func(b *testing.B) {
-						var cpu time.Duration
-						for b.Loop() {
-							start := cpuTime()
-							if err := d.claim(n); err != nil {
-								b.Fatal(err)
-							}
-							cpu += cpuTime() - start
-							b.StopTimer()
-							d.requeue(b, jobtype.Running)
-							b.StartTimer()
-						}
-						reportJobs(b, max(n, 1), cpu)
+						d.benchClaims(b, n)
 						b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*max(n, 1)), "ns/job")
 					})
 				}
