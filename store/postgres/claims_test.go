@@ -31,8 +31,15 @@ type planNode struct {
 // server would compile it (JIT).
 func explainPlan(t *testing.T, tx pgx.Tx, query string, args ...any) (planNode, bool) {
 	t.Helper()
+	return explainWith(t, tx, "FORMAT JSON", query, args...)
+}
+
+// explainWith is explainPlan with EXPLAIN's options (FORMAT JSON and
+// others, such as ANALYZE).
+func explainWith(t *testing.T, tx pgx.Tx, options, query string, args ...any) (planNode, bool) {
+	t.Helper()
 	var out []byte
-	if err := tx.QueryRow(t.Context(), "EXPLAIN (FORMAT JSON) "+query, args...).Scan(&out); err != nil {
+	if err := tx.QueryRow(t.Context(), "EXPLAIN ("+options+") "+query, args...).Scan(&out); err != nil {
 		t.Fatalf("explain: %v\n%s", err, query)
 	}
 	var plans []struct {
@@ -52,14 +59,8 @@ func explainPlan(t *testing.T, tx pgx.Tx, query string, args ...any) (planNode, 
 func explainPrepared(t *testing.T, s *Store, query string, args []any, generic bool) (planNode, bool) {
 	t.Helper()
 	ctx := t.Context()
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := claimTx(t, s)
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, prelude, []int64(nil)); err != nil {
-		t.Fatal(err)
-	}
 	if !generic {
 		return explainPlan(t, tx, query, args...)
 	}
@@ -80,6 +81,21 @@ func explainPrepared(t *testing.T, s *Store, query string, args []any, generic b
 		t.Fatal(err)
 	}
 	return plan, jit
+}
+
+// claimTx begins a transaction as a claim's: after the prelude, with
+// the claim's plan settings. The caller rolls it back.
+func claimTx(t *testing.T, s *Store) pgx.Tx {
+	t.Helper()
+	tx, err := s.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), prelude, []int64(nil)); err != nil {
+		tx.Rollback(t.Context())
+		t.Fatal(err)
+	}
+	return tx
 }
 
 // explained names the statements explainPrepared prepares.
@@ -378,24 +394,9 @@ func TestClaimGuardAsksOnlyOfOtherTenants(t *testing.T) {
 	f := store.ClaimFilter{Queues: []string{"q"}, Kinds: []string{"a"}, Now: now}
 	query, args := claimQuery(f, store.Claim{WorkerID: "w", LeaseIDs: make([]string, 50), Now: now, Lease: time.Minute})
 
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := claimTx(t, s)
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, prelude, []int64(nil)); err != nil {
-		t.Fatal(err)
-	}
-	var out []byte
-	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+query, args...).Scan(&out); err != nil {
-		t.Fatalf("explain: %v", err)
-	}
-	var plans []struct {
-		Plan planNode `json:"Plan"`
-	}
-	if err := json.Unmarshal(out, &plans); err != nil || len(plans) != 1 {
-		t.Fatalf("plan %s: %v", out, err)
-	}
+	plan, _ := explainWith(t, tx, "ANALYZE, FORMAT JSON", query, args...)
 	seeks := 0.0
 	var walk func(n planNode)
 	walk = func(n planNode) {
@@ -406,8 +407,8 @@ func TestClaimGuardAsksOnlyOfOtherTenants(t *testing.T) {
 			walk(c)
 		}
 	}
-	walk(plans[0].Plan)
+	walk(plan)
 	if seeks > 2 {
-		t.Errorf("the guard sought jobs_unfinished_queue_tenant %v times for a claim of 50 jobs of one tenant, want 2 (its skip scan), in plan:\n%s", seeks, plans[0].Plan)
+		t.Errorf("the guard sought jobs_unfinished_queue_tenant %v times for a claim of 50 jobs of one tenant, want 2 (its skip scan), in plan:\n%s", seeks, plan)
 	}
 }
