@@ -61,10 +61,13 @@ func (s FairState) effective(tenant string) float64 {
 // no worker here runs holds nobody back.
 func (s FairState) Order(tenants []string) []string {
 	out := slices.Clone(tenants)
-	slices.SortFunc(out, func(a, b string) int {
-		return cmp.Or(cmp.Compare(s.effective(a), s.effective(b)), cmp.Compare(a, b))
-	})
+	slices.SortFunc(out, s.compare)
 	return out
+}
+
+// compare is Order's: by effective pass, then by name.
+func (s FairState) compare(a, b string) int {
+	return cmp.Or(cmp.Compare(s.effective(a), s.effective(b)), cmp.Compare(a, b))
 }
 
 // Charge records that tenant was served one job: its pass moves a
@@ -89,7 +92,7 @@ func (s *FairState) Turns(avail map[string]int, weights map[string]int, n int) [
 		// The tenant Order would put first, without sorting them all.
 		t, first := "", true
 		for u, k := range avail {
-			if k > 0 && (first || cmp.Or(cmp.Compare(s.effective(u), s.effective(t)), cmp.Compare(u, t)) < 0) {
+			if k > 0 && (first || s.compare(u, t) < 0) {
 				t, first = u, false
 			}
 		}
