@@ -134,6 +134,19 @@ type QueueLimit struct {
 	Rate jobtype.Rate
 }
 
+// StartsKept is how long past its window a claim's record in a
+// rate-limited queue is kept. A claim reads its time before it waits
+// for the writer or the queue's lock, so a claim that commits later may
+// carry an earlier time than one that committed before it; it counts
+// every record after its own time less Per, and one deleted by the
+// later-timed claim as out of that claim's window (a start 999.49 ms
+// after another of the same tenant, under a limit of 2 a second, in
+// TestARatePerTenantHoldsEachTenantApart on PostgreSQL) would be
+// missing from its count. Records younger than Per plus StartsKept
+// stay, so a claim whose time is up to StartsKept behind another's
+// still counts them.
+const StartsKept = time.Minute
+
 // RateWindow is one rate-limited queue's window as RateWindows reads it.
 type RateWindow struct {
 	// Started counts the queue's claims in the window that ends now.

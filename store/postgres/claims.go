@@ -866,7 +866,7 @@ SELECT ` + qualified(columns, "j") + `, j.updated_at, 0::bigint FROM contested A
 	var pers []int64
 	for q, l := range f.Limits {
 		if !l.Rate.IsZero() && (len(f.Queues) == 0 || slices.Contains(f.Queues, q)) {
-			rated, pers = append(rated, q), append(pers, l.Rate.Per.Microseconds())
+			rated, pers = append(rated, q), append(pers, (l.Rate.Per+store.StartsKept).Microseconds())
 		}
 	}
 	if len(rated) > 0 {
@@ -905,8 +905,8 @@ func contestedCTEs(now int) string {
 // claimRated is the end of a claim from rate-limited queues: after the
 // UPDATE (claimed), a row in queue_starts for each job it took from one
 // of the queues $%[1]d at the filter's time $%[3]d (the time the pick
-// counted the windows back from), and the queues' rows that have left
-// their windows (of $%[2]d µs each) deleted. The claim holds the
+// counted the windows back from), and the queues' rows that left their
+// windows more than store.StartsKept ago ($%[2]d µs old each) deleted. The claim holds the
 // queues' advisory locks (lockKeys), so claims count and record one
 // after the other.
 const claimRated = `,

@@ -16,14 +16,15 @@ import (
 // (now - Per, now] number fewer than Limit, and claimRuled writes each
 // claim's row before it picks again, so one claim of many jobs stops at
 // the limit too. The writer runs one claim at a time, so the count is
-// exact. Rows that have left the window are deleted as claims record
-// new ones.
+// exact. Rows that left the window more than store.StartsKept ago are
+// deleted as claims record new ones.
 
 // recordStart notes one claim of tenant's job from queue at now and
-// drops the queue's rows that have left its window.
+// drops the queue's rows that left its window more than
+// store.StartsKept ago.
 func recordStart(ctx context.Context, tx *sql.Tx, queue, tenant string, now time.Time, rate jobtype.Rate) error {
 	at := toMicro(now)
-	if _, err := tx.ExecContext(ctx, `DELETE FROM queue_starts WHERE queue = ? AND at <= ?`, queue, at-rate.Per.Microseconds()); err != nil {
+	if _, err := tx.ExecContext(ctx, `DELETE FROM queue_starts WHERE queue = ? AND at <= ?`, queue, at-(rate.Per+store.StartsKept).Microseconds()); err != nil {
 		return fmt.Errorf("claim job: rate of %s: %w", queue, classify(err))
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO queue_starts (queue, tenant, at) VALUES (?, ?, ?)`, queue, tenant, at); err != nil {
