@@ -151,8 +151,6 @@ func BenchmarkBurnDownAtDepth(b *testing.B) {
 	}
 }
 
-// reportJobs reports the jobs per second of b's ops, perOp jobs each,
-// and the process's CPU time per job over cpu, the ops' share of it.
 // benchClaims times claims of n jobs (ClaimJob for 0), putting each
 // claim's jobs back at the end of the queue outside the timer, and
 // reports jobs/s and CPU µs a job.
@@ -171,6 +169,8 @@ func (d *depthStore) benchClaims(b *testing.B, n int) {
 	reportJobs(b, max(n, 1), cpu)
 }
 
+// reportJobs reports the jobs per second of b's ops, perOp jobs each,
+// and the process's CPU time per job over cpu, the ops' share of it.
 func reportJobs(b *testing.B, perOp int, cpu time.Duration) {
 	jobs := float64(b.N * perOp)
 	b.ReportMetric(jobs/b.Elapsed().Seconds(), "jobs/s")
