@@ -189,6 +189,13 @@ func (p *picker) arg(v any) string {
 	return fmt.Sprintf("$%d", p.first+len(p.args)-1)
 }
 
+// count is n as an argument, for a LIMIT: a claim's statement is the
+// same text whatever number of jobs it asks for, so that each connection
+// prepares and plans it once, not once for each number.
+func (p *picker) count(n int) string {
+	return p.arg(n) + "::int"
+}
+
 // seek is the WHERE and ORDER BY of a walk, in RunAt then creation
 // order, of the QUEUED jobs (alias a) of queue q and kind k (SQL
 // expressions of one value, or "" for any) and of p.priority, if set,
@@ -370,7 +377,7 @@ func (p *picker) free(queues, kinds []string, n int, sel, suffix string) string 
 		if !p.ready {
 			return "SELECT * FROM (" + all + ") AS c ORDER BY c.run_at LIMIT 1"
 		}
-		return all + fmt.Sprintf("\nLIMIT %d", n)
+		return all + "\nLIMIT " + p.count(n)
 	}
 	// One seek per queue, kind, or pair of them.
 	var keys, q, k string
@@ -389,17 +396,17 @@ func (p *picker) free(queues, kinds []string, n int, sel, suffix string) string 
 	default:
 		keys, k = "unnest("+p.arg(kinds)+"::text[]) AS k(kind)", "k.kind"
 	}
-	m := n + candidateSlack
+	m := p.count(n + candidateSlack)
 	return fmt.Sprintf(`SELECT %s FROM (
 	SELECT c.seq, c.priority, c.run_at FROM %s, LATERAL %s
-	ORDER BY %s LIMIT %d) AS c
+	ORDER BY %s LIMIT %s) AS c
 JOIN jobs AS j ON j.seq = c.seq WHERE %s
-ORDER BY %s LIMIT %d%s`, sel, keys, p.byPriority(q, k, strconv.Itoa(m)), p.order("c"), m, p.recheck(), p.order("c"), n, suffix)
+ORDER BY %s LIMIT %s%s`, sel, keys, p.byPriority(q, k, m), p.order("c"), m, p.recheck(), p.order("c"), p.count(n), suffix)
 }
 
 // ruled is the pick under queue rules.
 func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix string) string {
-	m := n + candidateSlack
+	m := p.count(n + candidateSlack)
 	// match is the worker's filter on a serial queue's head (alias h),
 	// which is its first job whatever its kind or tenant; read by seq,
 	// it is written as recheck is.
@@ -449,8 +456,8 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 		serialTenants = `serial_tenants(queue, hold, tenant) AS (
 		SELECT o.queue, o.hold, ` + p.tenant + ` FROM room AS o WHERE o.serial AND coalesce(o.n, 1) > 0)`
 	}
-	ruledJobs := p.byPriority("o.queue", kind, fmt.Sprintf("least(o.n, %d)", m))
-	freeJobs := p.byPriority("n.queue", kind, strconv.Itoa(m))
+	ruledJobs := p.byPriority("o.queue", kind, "least(o.n, "+m+")")
+	freeJobs := p.byPriority("n.queue", kind, m)
 	lanes, laneCandidates, notLaned, freeNotLaned, serialNotCapped, tenantOver, notOver := p.lanes(rules, kinds, ruled, m)
 	return `WITH RECURSIVE ` + names + `,
 	lim(queue, max_running, serial, hold, rate_limit, rate_per, per_tenant, rate_tenant) AS (
@@ -513,7 +520,7 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 		UNION ALL
 		(SELECT c.seq, c.priority, c.run_at, c.queue, c.tenant FROM names AS n` + kindRows + `, LATERAL ` + freeJobs + `
 		WHERE n.queue IS NOT NULL AND n.queue <> ALL(` + ruled + `::text[]) AND ` + freeNotLaned + `
-		ORDER BY ` + p.order("c") + fmt.Sprintf(` LIMIT %d)`, m) + laneCandidates + `),
+		ORDER BY ` + p.order("c") + ` LIMIT ` + m + `)` + laneCandidates + `),
 	-- Each queue keeps the candidates it has room for, in claim order,
 	-- and then each pool those its free units allow.
 	queue_fit(seq, priority, run_at, queue, tenant) AS (
@@ -530,7 +537,7 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 ` + tenantOver + `
 	SELECT ` + sel + ` FROM queue_fit AS c JOIN jobs AS j ON j.seq = c.seq
 	WHERE ` + p.recheck() + ` AND c.seq NOT IN (SELECT seq FROM pool_over)` + notOver + `
-	ORDER BY ` + p.order("c") + fmt.Sprintf(" LIMIT %d", n) + suffix
+	ORDER BY ` + p.order("c") + " LIMIT " + p.count(n) + suffix
 }
 
 // lanes are the parts of the ruled pick for queues whose jobs are
@@ -551,7 +558,7 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 // arm), the conditions that keep laned queues out of the other arms,
 // the serial heads' condition on capped tenants, and tenant_over and the
 // condition on it.
-func (p *picker) lanes(r rules, kinds []string, ruled string, m int) (ctes, candidates, notLaned, freeNotLaned, serialNotCapped, over, notOver string) {
+func (p *picker) lanes(r rules, kinds []string, ruled, m string) (ctes, candidates, notLaned, freeNotLaned, serialNotCapped, over, notOver string) {
 	perTenant := slices.ContainsFunc(r.perTenant, func(n int32) bool { return n > 0 }) || slices.Contains(r.rateTenants, true)
 	capping := len(r.capTenants) > 0
 	if !perTenant && !capping {
@@ -609,7 +616,7 @@ func (p *picker) lanes(r rules, kinds []string, ruled string, m int) (ctes, cand
 	if len(kinds) > 0 {
 		p.kinds = p.arg(kinds) + "::text[]"
 	}
-	jobs := p.byPriority("l.queue", "", fmt.Sprintf("least(coalesce(l.room, %d), %d)", m, m))
+	jobs := p.byPriority("l.queue", "", "least(coalesce(l.room, "+m+"), "+m+")")
 	p.tenant, p.kinds = saved.tenant, saved.kinds
 	candidates = `
 		UNION ALL

@@ -118,6 +118,8 @@ func literals(t *testing.T, args []any) string {
 			out[i] = quote(v.Format(time.RFC3339Nano)) + "::timestamptz"
 		case string:
 			out[i] = quote(v) + "::text"
+		case int:
+			out[i] = fmt.Sprint(v)
 		case int64:
 			out[i] = fmt.Sprint(v) + "::bigint"
 		case []string:
