@@ -231,6 +231,65 @@ func seeksByPriority(plan planNode) bool {
 	return false
 }
 
+// claimFilters are worker filters of every shape a claim's statement
+// takes, over the queues, kinds and tenants of the plan tests' jobs.
+func claimFilters() []struct {
+	name   string
+	filter store.ClaimFilter
+} {
+	limits := map[string]store.QueueLimit{
+		"index":  {MaxRunning: 1, Serial: true, HoldRetry: true},
+		"readme": {MaxRunning: 8, Pools: []string{"db"}},
+	}
+	pools := map[string]int{"db": 4}
+	perTenant := maps.Clone(limits)
+	perTenant["q"] = store.QueueLimit{MaxRunning: 8, MaxRunningPerTenant: 2}
+	return []struct {
+		name   string
+		filter store.ClaimFilter
+	}{
+		{"any job", store.ClaimFilter{}},
+		{"one kind", store.ClaimFilter{Kinds: []string{"a"}}},
+		{"some kinds", store.ClaimFilter{Kinds: []string{"a", "b"}}},
+		{"one queue", store.ClaimFilter{Queues: []string{"q"}}},
+		{"some queues", store.ClaimFilter{Queues: []string{"q", "other"}}},
+		{"a queue and a kind", store.ClaimFilter{Queues: []string{"q"}, Kinds: []string{"b"}}},
+		{"queues and kinds", store.ClaimFilter{Queues: []string{"q", "other"}, Kinds: []string{"a", "c"}}},
+		{"queues with rules and a pool", store.ClaimFilter{Limits: limits, Pools: pools}},
+		{"rules and a kind", store.ClaimFilter{Kinds: []string{"a"}, Limits: limits, Pools: pools}},
+		{"rules, kinds and queues", store.ClaimFilter{Kinds: []string{"a", "b"}, Queues: []string{"index", "readme", "q"}, Limits: limits, Pools: pools}},
+		{"some tenants", store.ClaimFilter{Tenants: []string{"acme", "globex"}}},
+		{"a tenant's bound on its running jobs", store.ClaimFilter{TenantMaxRunning: map[string]int{"acme": 2}}},
+		{"a tenant's bound, rules and kinds", store.ClaimFilter{Kinds: []string{"a", "b"}, Limits: limits, Pools: pools, TenantMaxRunning: map[string]int{"acme": 2}}},
+		{"rules with a per-tenant bound", store.ClaimFilter{Kinds: []string{"a"}, Limits: perTenant, Pools: pools}},
+		{"a rate per tenant", store.ClaimFilter{Limits: map[string]store.QueueLimit{"q": {Rate: jobtype.Rate{Limit: 5, Per: time.Second, PerTenant: true}}}}},
+		{"a tenant and a queue", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"q"}}},
+		{"rules and tenants", store.ClaimFilter{Tenants: []string{"acme"}, Limits: limits, Pools: pools}},
+		{"rules, tenants, kinds and queues", store.ClaimFilter{Tenants: []string{"acme"}, Kinds: []string{"a"}, Queues: []string{"index", "readme"}, Limits: limits, Pools: pools}},
+	}
+}
+
+// A claim's statement is one text whatever number of jobs it asks for:
+// the pool prepares and plans each text once per connection, so a
+// number written into the text made most claims parse and plan anew.
+func TestClaimStatementIsOneTextForAnyNumberOfJobs(t *testing.T) {
+	now := t0.Add(time.Hour)
+	for _, tt := range claimFilters() {
+		f := tt.filter
+		f.Now = now
+		text := func(n int) string {
+			query, _ := claimQuery(f, store.Claim{WorkerID: "w", LeaseIDs: make([]string, n), Now: now, Lease: time.Minute})
+			return query
+		}
+		want := text(1)
+		for _, n := range []int{2, 10, 64} {
+			if got := text(n); got != want {
+				t.Errorf("%s: the statement of a claim of %d jobs differs from that of one:\n%s\n\nagainst\n%s", tt.name, n, got, want)
+			}
+		}
+	}
+}
+
 // Every claim and every parked claimer's look runs pickQuery, so it must
 // seek each queue's (or kind's) first jobs in an index in claim order,
 // never scan the table or sort the queued jobs, whatever the statistics
@@ -262,36 +321,7 @@ func TestClaimPlanSeeksIndexesWithStaleStatistics(t *testing.T) {
 			i % 11 % 10
 		FROM generate_series(1, 50000) AS i`, t0)
 
-	limits := map[string]store.QueueLimit{
-		"index":  {MaxRunning: 1, Serial: true, HoldRetry: true},
-		"readme": {MaxRunning: 8, Pools: []string{"db"}},
-	}
-	pools := map[string]int{"db": 4}
-	perTenant := maps.Clone(limits)
-	perTenant["q"] = store.QueueLimit{MaxRunning: 8, MaxRunningPerTenant: 2}
-	filters := []struct {
-		name   string
-		filter store.ClaimFilter
-	}{
-		{"any job", store.ClaimFilter{}},
-		{"one kind", store.ClaimFilter{Kinds: []string{"a"}}},
-		{"some kinds", store.ClaimFilter{Kinds: []string{"a", "b"}}},
-		{"one queue", store.ClaimFilter{Queues: []string{"q"}}},
-		{"some queues", store.ClaimFilter{Queues: []string{"q", "other"}}},
-		{"a queue and a kind", store.ClaimFilter{Queues: []string{"q"}, Kinds: []string{"b"}}},
-		{"queues and kinds", store.ClaimFilter{Queues: []string{"q", "other"}, Kinds: []string{"a", "c"}}},
-		{"queues with rules and a pool", store.ClaimFilter{Limits: limits, Pools: pools}},
-		{"rules and a kind", store.ClaimFilter{Kinds: []string{"a"}, Limits: limits, Pools: pools}},
-		{"rules, kinds and queues", store.ClaimFilter{Kinds: []string{"a", "b"}, Queues: []string{"index", "readme", "q"}, Limits: limits, Pools: pools}},
-		{"some tenants", store.ClaimFilter{Tenants: []string{"acme", "globex"}}},
-		{"a tenant's bound on its running jobs", store.ClaimFilter{TenantMaxRunning: map[string]int{"acme": 2}}},
-		{"a tenant's bound, rules and kinds", store.ClaimFilter{Kinds: []string{"a", "b"}, Limits: limits, Pools: pools, TenantMaxRunning: map[string]int{"acme": 2}}},
-		{"rules with a per-tenant bound", store.ClaimFilter{Kinds: []string{"a"}, Limits: perTenant, Pools: pools}},
-		{"a rate per tenant", store.ClaimFilter{Limits: map[string]store.QueueLimit{"q": {Rate: jobtype.Rate{Limit: 5, Per: time.Second, PerTenant: true}}}}},
-		{"a tenant and a queue", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"q"}}},
-		{"rules and tenants", store.ClaimFilter{Tenants: []string{"acme"}, Limits: limits, Pools: pools}},
-		{"rules, tenants, kinds and queues", store.ClaimFilter{Tenants: []string{"acme"}, Kinds: []string{"a"}, Queues: []string{"index", "readme"}, Limits: limits, Pools: pools}},
-	}
+	filters := claimFilters()
 	now := t0.Add(time.Hour)
 	// check explains query as the claim runs it: after the prelude, in
 	// its transaction, with a plan for its arguments (custom) and with
