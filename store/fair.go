@@ -26,11 +26,15 @@ import (
 // submits one job while another has a backlog of any depth is served
 // within as many claims as there are tenants with ready jobs.
 //
-// The stores keep Clock and the passes per queue in the database, read
-// and written in the transaction that claims, under the queue's lock,
-// so every replica hands out the same shares. They are written only when
-// a queue has ready jobs of more than one tenant: a tenant alone costs
-// the claim nothing more than a look for a second tenant.
+// The stores keep Clock and the passes per queue in the database, so
+// every replica hands out the same shares: read and written in the
+// transaction that claims (SQLite, whose writes take turns anyway; and
+// PostgreSQL's claims job by job, under the queue's lock), or, for
+// PostgreSQL's claims of several jobs of one queue, read without a lock
+// and added to after the claim commits (Served), so that those claims run
+// side by side. They are written only when a queue has ready jobs of
+// more than one tenant: a tenant alone costs the claim nothing more than
+// a look for a second tenant.
 
 // FairState is one queue's fair-claiming state.
 type FairState struct {
@@ -168,6 +172,21 @@ func TakeTurns[J any](s *FairState, tenants, only []string, weights map[string]i
 func (s FairState) Clone() FairState {
 	s.Passes = maps.Clone(s.Passes)
 	return s
+}
+
+// Served is how far the turns taken on s since before moved each
+// tenant's pass past its effective pass in before: its strides, for
+// each tenant served. A store whose claims take their turns side by side
+// adds these to the stored passes (each over the stored Clock), so that
+// no claim's charges overwrite another's.
+func (s FairState) Served(before FairState) map[string]float64 {
+	out := map[string]float64{}
+	for t, p := range s.Passes {
+		if d := p - before.effective(t); d > 0 {
+			out[t] = d
+		}
+	}
+	return out
 }
 
 // Prune forgets the passes of tenants not in active, the tenants with

@@ -960,12 +960,18 @@ func (s *Store) claimed(claimed []store.Claimed, err error) ([]store.Claimed, er
 	return claimed, nil
 }
 
-// readClaims reads the prelude's result and then the claimed rows, which
-// RETURNING gives in no set order, into claim order.
+// readClaims reads the result of the statement before the claim (the
+// prelude, or the fair state's write) and then the claim's (readClaimed).
 func readClaims(br pgx.BatchResults) ([]store.Claimed, error) {
 	if _, err := br.Exec(); err != nil {
 		return nil, err
 	}
+	return readClaimed(br)
+}
+
+// readClaimed reads the claimed rows, which RETURNING gives in no set
+// order, into claim order.
+func readClaimed(br pgx.BatchResults) ([]store.Claimed, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, err

@@ -78,11 +78,11 @@ func (s *Store) claimFair(ctx context.Context, f store.ClaimFilter, c store.Clai
 			if !ok {
 				break
 			}
-			wait := len(locked) == 0
-			if locked[first.queue] {
-				wait = true // held already: no wait
+			lock := tryFairLock
+			if len(locked) == 0 || locked[first.queue] {
+				lock = waitFairLock // the first, or held already: no wait
 			}
-			tenants, state, got, err := lookFair(ctx, conn, s.lockKeyFair(first.queue), first.queue, f, wait)
+			tenants, state, got, err := lookFair(ctx, conn, lock, s.lockKeyFair(first.queue), first.queue, f)
 			if err != nil {
 				return err
 			}
@@ -204,24 +204,36 @@ func fairTurn(ctx context.Context, conn *pgxpool.Conn, f store.ClaimFilter, c st
 	return claimed[0], nil
 }
 
-// lookFair takes the transaction advisory lock key of queue's fair
-// state (waiting for it if wait, else only if it is free at once: got
-// says whether it did), then reads the tenants with ready jobs in queue
-// (as readyTenantsSQL finds them) and, when there are several, queue's
-// fair state: one round trip.
-func lookFair(ctx context.Context, conn *pgxpool.Conn, key int64, queue string, f store.ClaimFilter, wait bool) (tenants []string, state store.FairState, got bool, err error) {
+// fairLock is how lookFair takes a queue's fair lock.
+type fairLock int
+
+const (
+	noFairLock   fairLock = iota // not at all (claimTurns adds its charges after it commits)
+	tryFairLock                  // only if it is free at once
+	waitFairLock                 // waiting for it
+)
+
+// lookFair takes, as lock says, the transaction advisory lock key of
+// queue's fair state (got says whether it did), then reads the tenants
+// with ready jobs in queue (as readyTenantsSQL finds them) and, when
+// there are several, queue's fair state: one round trip.
+func lookFair(ctx context.Context, conn *pgxpool.Conn, lock fairLock, key int64, queue string, f store.ClaimFilter) (tenants []string, state store.FairState, got bool, err error) {
 	state = store.FairState{Passes: map[string]float64{}}
-	lock := "SELECT pg_try_advisory_xact_lock($1)"
-	if wait {
-		lock = "SELECT true FROM pg_advisory_xact_lock($1)"
-	}
 	b := &pgx.Batch{}
-	b.Queue(lock, key)
+	switch lock {
+	case tryFairLock:
+		b.Queue("SELECT pg_try_advisory_xact_lock($1)", key)
+	case waitFairLock:
+		b.Queue("SELECT true FROM pg_advisory_xact_lock($1)", key)
+	}
 	b.Queue(lookFairSQL, queue, f.Now)
 	br := conn.SendBatch(ctx, b)
 	defer func() { err = errors.Join(err, br.Close()) }()
-	if err := br.QueryRow().Scan(&got); err != nil || !got {
-		return nil, state, false, err
+	got = true
+	if lock != noFairLock {
+		if err := br.QueryRow().Scan(&got); err != nil || !got {
+			return nil, state, false, err
+		}
 	}
 	rows, err := br.Query()
 	if err != nil {
@@ -294,6 +306,26 @@ const saveFairSQL = `WITH clock AS (
 		ON CONFLICT (queue, tenant) DO UPDATE SET pass = excluded.pass)
 SELECT`
 
+// addFairSQL adds to queue $1's fair state what a claim that took its
+// turns from a state read without the queue's lock charged ($4, $5: each
+// served tenant's strides, see store.FairState.Served), under the lock:
+// the clock becomes the later of the stored one and the claim's ($2), a
+// served tenant's pass its stored one (or, if it is behind, the stored
+// clock) plus its strides, and the passes of tenants that had no ready
+// jobs at the claim's look (not in $3) are forgotten. So claims running
+// side by side on stale reads of the state still add up every charge.
+const addFairSQL = `WITH old AS (SELECT coalesce((SELECT clock FROM fair_clocks WHERE queue = $1), 0) AS clock),
+	clock AS (
+		INSERT INTO fair_clocks (queue, clock) VALUES ($1, $2)
+		ON CONFLICT (queue) DO UPDATE SET clock = greatest(fair_clocks.clock, excluded.clock)),
+	gone AS (DELETE FROM fair_passes WHERE queue = $1 AND tenant <> ALL($3::text[])),
+	passes AS (
+		INSERT INTO fair_passes (queue, tenant, pass)
+		SELECT $1, u.t, (SELECT clock FROM old) + u.d FROM unnest($4::text[], $5::float8[]) AS u(t, d) ORDER BY u.t
+		ON CONFLICT (queue, tenant) DO UPDATE
+			SET pass = greatest(fair_passes.pass, (SELECT clock FROM old)) + (excluded.pass - (SELECT clock FROM old)))
+SELECT`
+
 // forgetFairSQL deletes queue $1's fair state: its ready jobs are one
 // tenant's.
 const forgetFairSQL = `WITH clock AS (DELETE FROM fair_clocks WHERE queue = $1)
@@ -301,15 +333,24 @@ DELETE FROM fair_passes WHERE queue = $1`
 
 // claimTurns is a contested claim of several jobs without rules whose
 // picks are all of one queue, taking all its turns at once
-// (store.FairState.Turns), in four pipelined round trips whatever the
+// (store.FairState.Turns), in three pipelined round trips whatever the
 // number of jobs: BEGIN, the prelude and the pick of the claim's jobs;
-// the queue's fair lock, tenants and passes; the jobs a tenant is due
-// beyond what the first pick holds of it (one pick per such tenant, all
-// in one round trip, often none: see tenantTurns; again for a tenant
-// with fewer than it was due, at most once more per tenant); the passes,
-// the claim of every job and COMMIT. handled is false, with nothing
-// taken, when the picks are of several queues: claimFair's turns then
-// go job by job.
+// the queue's tenants and passes; the jobs a tenant is due beyond what
+// the first pick holds of it (one pick per such tenant, all in one round
+// trip, often none: see tenantTurns; again for a tenant with fewer than
+// it was due, at most once more per tenant); the claim of every job,
+// COMMIT, and the charges added to the queue's state (addFairSQL) in a
+// transaction of their own under the queue's fair lock.
+//
+// So the fair lock is held only while the charges are added, not from
+// the read of the passes to the claim's commit: claims of one queue run
+// side by side, as one tenant's do. Claims running at once decide on the
+// same passes, and each adds its own charges to them, so over many
+// claims the shares are the weights' as when they took turns under the
+// lock; a tenant favoured by several claims at once is passed over by
+// the claims after them until the others catch up. handled is false,
+// with nothing taken, when the picks are of several queues: claimFair's
+// turns then go job by job.
 func (s *Store) claimTurns(ctx context.Context, f store.ClaimFilter, c store.Claim, keys []int64) (claimed []store.Claimed, handled bool, err error) {
 	err = s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) (err error) {
 		claimed, handled = nil, false
@@ -339,7 +380,7 @@ func (s *Store) claimTurns(ctx context.Context, f store.ClaimFilter, c store.Cla
 			}
 		}
 		handled = true
-		tenants, state, _, err := lookFair(ctx, conn, s.lockKeyFair(queue), queue, f, true)
+		tenants, state, _, err := lookFair(ctx, conn, noFairLock, 0, queue, f)
 		if err != nil {
 			return err
 		}
@@ -348,10 +389,11 @@ func (s *Store) claimTurns(ctx context.Context, f store.ClaimFilter, c store.Cla
 		if len(tenants) > 1 {
 			s.contested.Store(queue, struct{}{})
 			state.Prune(tenants)
+			before := state.Clone()
 			if chosen, err = tenantTurns(ctx, conn, f, queue, tenants, &state, n, picks[0]); err != nil {
 				return err
 			}
-			save, saveArgs = saveFairSQL, fairArgs(queue, state)
+			save, saveArgs = addFairSQL, addFairArgs(queue, tenants, before, state)
 		} else {
 			s.contested.Delete(queue)
 		}
@@ -367,19 +409,41 @@ func (s *Store) claimTurns(ctx context.Context, f store.ClaimFilter, c store.Cla
 		query, args = claimStatement(f, some, false, func(first int) (string, []any) {
 			return fmt.Sprintf("SELECT %s FROM jobs AS j WHERE j.seq = ANY($%d::bigint[])", pickedColumns, first), []any{seqs}
 		})
+		// The claim commits, and then the charges are added to the
+		// queue's state in a transaction of their own, under its fair
+		// lock, which is held for that statement alone. Nothing waits for
+		// that transaction's flush: a crash may lose it, and with it one
+		// claim's charges, never a job. If the claim fails, the pipeline
+		// stops before it.
 		b = &pgx.Batch{}
-		b.Queue(save, saveArgs...)
 		b.Queue(query, args...)
 		b.Queue("COMMIT")
+		b.Queue("BEGIN")
+		b.Queue("SELECT set_config('synchronous_commit', 'off', true), pg_advisory_xact_lock($1)", s.lockKeyFair(queue))
+		b.Queue(save, saveArgs...)
+		b.Queue("COMMIT")
 		br := conn.SendBatch(ctx, b)
-		claimed, err = readClaims(br)
+		claimed, err = readClaimed(br)
 		if err == nil {
 			_, err = br.Exec()
 		}
-		if err = errors.Join(err, br.Close()); err == nil {
-			open = false
+		if err != nil {
+			return errors.Join(err, br.Close())
 		}
-		return err
+		open = false
+		var chargeErr error
+		for range 4 {
+			if _, chargeErr = br.Exec(); chargeErr != nil {
+				break
+			}
+		}
+		if chargeErr = errors.Join(chargeErr, br.Close()); chargeErr != nil {
+			// The claim committed and stands; its charges did not.
+			_, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+			s.log.Warn("postgres: a fair claim's charges to its queue's tenants were not recorded",
+				"queue", queue, "err", errors.Join(chargeErr, rbErr))
+		}
+		return nil
 	})
 	if !handled {
 		return nil, false, err
@@ -463,6 +527,17 @@ func sendPicks(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, skip int) 
 		out = append(out, picks)
 	}
 	return out, nil
+}
+
+// addFairArgs are addFairSQL's arguments for the turns a claim took on
+// queue from before to after, among the tenants with ready jobs.
+func addFairArgs(queue string, tenants []string, before, after store.FairState) []any {
+	var names []string
+	var strides []float64
+	for t, d := range after.Served(before) {
+		names, strides = append(names, t), append(strides, d)
+	}
+	return []any{queue, after.Clock, tenants, names, strides}
 }
 
 // fairArgs are saveFairSQL's arguments for queue's state.
