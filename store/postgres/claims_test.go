@@ -19,14 +19,14 @@ import (
 
 // planNode is one node of EXPLAIN (FORMAT JSON).
 type planNode struct {
-	NodeType     string     `json:"Node Type"`
-	RelationName string     `json:"Relation Name"`
-	IndexName    string     `json:"Index Name"`
-	ActualLoops  float64    `json:"Actual Loops"` // with ANALYZE
+	NodeType     string  `json:"Node Type"`
+	RelationName string  `json:"Relation Name"`
+	IndexName    string  `json:"Index Name"`
+	ActualLoops  float64 `json:"Actual Loops"` // with ANALYZE
 	// With BUFFERS, the buffers the node and those under it read.
-	SharedHit  float64 `json:"Shared Hit Blocks"`
-	SharedRead float64 `json:"Shared Read Blocks"`
-	Plans        []planNode `json:"Plans"`
+	SharedHit  float64    `json:"Shared Hit Blocks"`
+	SharedRead float64    `json:"Shared Read Blocks"`
+	Plans      []planNode `json:"Plans"`
 }
 
 // explainPlan explains query (with args) on tx, whose transaction has
