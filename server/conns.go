@@ -135,9 +135,11 @@ func (l *connLimit) Accept() (net.Conn, error) {
 		}
 		lc := &limitedConn{Conn: c, limit: l}
 		if !l.admit(lc) {
-			c.Close()
+			// Counted and warned about before it is closed, so that
+			// whoever sees it closed sees it counted.
 			l.metrics.connectionsRefused.Inc()
 			l.refusedOne()
+			c.Close()
 			continue
 		}
 		l.metrics.connections.Inc()
