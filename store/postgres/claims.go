@@ -896,10 +896,10 @@ SELECT ` + qualified(columns, "j") + `, j.updated_at, 0::bigint FROM contested A
 
 // contestedCTEs are the guard's CTEs, with the claim's time $now:
 // picked_queues, the queues of the picked jobs, each with the least of
-// its picked tenants; queue_tenants, their tenants with unfinished jobs; and contested, a picked job whose queue
-// has a ready job of another tenant, if any. Whether a tenant has a
-// ready job is asked only of a tenant other than a picked job's of its
-// queue, and once per tenant (the CASE orders the two): asked of the
+// its picked tenants; queue_tenants, their tenants with unfinished jobs;
+// and contested, a picked job whose queue has a ready job of another
+// tenant, if any. Whether a tenant has a ready job is asked only of a
+// tenant other than a picked job's of its queue, and once per tenant (the CASE orders the two): asked of the
 // picked tenant for every picked job, that seek, which steps over the
 // dead entries of the jobs claimed since the last vacuum, made a claim
 // of 50 jobs behind 20,000 take 60 ms instead of 4.

@@ -314,6 +314,9 @@ SELECT`
 // clock) plus its strides, and the passes of tenants that had no ready
 // jobs at the claim's look (not in $3) are forgotten. So claims running
 // side by side on stale reads of the state still add up every charge.
+// An upsert's DO UPDATE sees only the row it would have inserted, so
+// that row carries the old clock plus the strides, and the update takes
+// the old clock back off.
 const addFairSQL = `WITH old AS (SELECT coalesce((SELECT clock FROM fair_clocks WHERE queue = $1), 0) AS clock),
 	clock AS (
 		INSERT INTO fair_clocks (queue, clock) VALUES ($1, $2)
