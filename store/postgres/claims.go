@@ -899,10 +899,11 @@ SELECT ` + qualified(columns, "j") + `, j.updated_at, 0::bigint FROM contested A
 // its picked tenants; queue_tenants, their tenants with unfinished jobs;
 // and contested, a picked job whose queue has a ready job of another
 // tenant, if any. Whether a tenant has a ready job is asked only of a
-// tenant other than a picked job's of its queue, and once per tenant (the CASE orders the two): asked of the
-// picked tenant for every picked job, that seek, which steps over the
-// dead entries of the jobs claimed since the last vacuum, made a claim
-// of 50 jobs behind 20,000 take 60 ms instead of 4.
+// tenant other than a picked job's of its queue, and once per tenant
+// (the CASE orders the two): asked of the picked tenant for every
+// picked job, that seek, which steps over the dead entries of the jobs
+// claimed since the last vacuum, made a claim of 50 jobs behind 20,000
+// take 60 ms instead of 4.
 //
 // The queue's tenants are found by a skip scan that starts at a picked
 // tenant, which has jobs there, and goes both ways from it
