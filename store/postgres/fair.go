@@ -128,6 +128,25 @@ func (s *Store) mayBeContested(f store.ClaimFilter) bool {
 	return found
 }
 
+// likelyQueue is the queue a claim under f will most likely pick from,
+// if one stands out: the one queue f names, or else the one queue f may
+// claim from whose last claim here found it contested. claimTurns reads
+// its fair state beside the pick, saving a round trip when it guessed
+// right.
+func (s *Store) likelyQueue(f store.ClaimFilter) (queue string, ok bool) {
+	if qs := distinct(f.Queues); len(qs) == 1 {
+		return qs[0], true
+	}
+	n := 0
+	s.contested.Range(func(q, _ any) bool {
+		if len(f.Queues) == 0 || slices.Contains(f.Queues, q.(string)) {
+			queue, n = q.(string), n+1
+		}
+		return n < 2
+	})
+	return queue, n == 1
+}
+
 // fairPick is a job a fair claim picked: its row, queue and tenant.
 type fairPick struct {
 	seq           int64
@@ -218,7 +237,6 @@ const (
 // with ready jobs in queue (as readyTenantsSQL finds them) and, when
 // there are several, queue's fair state: one round trip.
 func lookFair(ctx context.Context, conn *pgxpool.Conn, lock fairLock, key int64, queue string, f store.ClaimFilter) (tenants []string, state store.FairState, got bool, err error) {
-	state = store.FairState{Passes: map[string]float64{}}
 	b := &pgx.Batch{}
 	switch lock {
 	case tryFairLock:
@@ -232,12 +250,19 @@ func lookFair(ctx context.Context, conn *pgxpool.Conn, lock fairLock, key int64,
 	got = true
 	if lock != noFairLock {
 		if err := br.QueryRow().Scan(&got); err != nil || !got {
-			return nil, state, false, err
+			return nil, store.FairState{}, false, err
 		}
 	}
+	tenants, state, err = readFair(br)
+	return tenants, state, err == nil, err
+}
+
+// readFair reads the answer of lookFairSQL, the next statement of br.
+func readFair(br pgx.BatchResults) (tenants []string, state store.FairState, err error) {
+	state = store.FairState{Passes: map[string]float64{}}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, state, false, err
+		return nil, state, err
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -247,7 +272,7 @@ func lookFair(ctx context.Context, conn *pgxpool.Conn, lock fairLock, key int64,
 			ready  bool
 		)
 		if err := rows.Scan(&tenant, &v, &ready); err != nil {
-			return nil, state, false, err
+			return nil, state, err
 		}
 		switch {
 		case tenant == nil:
@@ -261,10 +286,7 @@ func lookFair(ctx context.Context, conn *pgxpool.Conn, lock fairLock, key int64,
 		// A tenant with a stored pass and no ready jobs is left out:
 		// the turn forgets it (store.FairState.Prune).
 	}
-	if err := rows.Err(); err != nil {
-		return nil, state, false, err
-	}
-	return tenants, state, true, nil
+	return tenants, state, rows.Err()
 }
 
 // lookFairSQL reads queue $1's fair state and its tenants with ready
@@ -336,9 +358,11 @@ DELETE FROM fair_passes WHERE queue = $1`
 
 // claimTurns is a contested claim of several jobs without rules whose
 // picks are all of one queue, taking all its turns at once
-// (store.FairState.Turns), in three pipelined round trips whatever the
-// number of jobs: BEGIN, the prelude and the pick of the claim's jobs;
-// the queue's tenants and passes; the jobs a tenant is due beyond what
+// (store.FairState.Turns), in two to four pipelined round trips
+// whatever the number of jobs: BEGIN, the prelude and the pick of the
+// claim's jobs; the queue's tenants and passes, in the first round trip
+// when the queue was guessed right (likelyQueue), else in a second; the
+// jobs a tenant is due beyond what
 // the first pick holds of it (one pick per such tenant, all in one round
 // trip, often none: see tenantTurns; again for a tenant with fewer than
 // it was due, at most once more per tenant); the claim of every job,
@@ -370,30 +394,35 @@ func (s *Store) claimTurns(ctx context.Context, f store.ClaimFilter, c store.Cla
 		b.Queue(prelude, keys)
 		query, args := pickQuery(f, true, n, "j.seq, j.queue, j.tenant", true, 1)
 		b.Queue(query, args...)
+		likely, guessed := s.likelyQueue(f)
+		if guessed {
+			b.Queue(lookFairSQL, likely, f.Now)
+		}
 		open = true
-		picks, err := sendPicks(ctx, conn, b, 2)
-		if err != nil || len(picks[0]) == 0 {
+		picks, tenants, state, err := sendPicksAndLook(ctx, conn, b, guessed)
+		if err != nil || len(picks) == 0 {
 			handled = err == nil
 			return err
 		}
-		queue := picks[0][0].queue
-		for _, p := range picks[0] {
+		queue := picks[0].queue
+		for _, p := range picks {
 			if p.queue != queue {
 				return nil // several queues: claimFair's
 			}
 		}
 		handled = true
-		tenants, state, _, err := lookFair(ctx, conn, noFairLock, 0, queue, f)
-		if err != nil {
-			return err
+		if !guessed || queue != likely {
+			if tenants, state, _, err = lookFair(ctx, conn, noFairLock, 0, queue, f); err != nil {
+				return err
+			}
 		}
-		chosen := picks[0]
+		chosen := picks
 		save, saveArgs := forgetFairSQL, []any{queue}
 		if len(tenants) > 1 {
 			s.contested.Store(queue, struct{}{})
 			state.Prune(tenants)
 			before := state.Clone()
-			if chosen, err = tenantTurns(ctx, conn, f, queue, tenants, &state, n, picks[0]); err != nil {
+			if chosen, err = tenantTurns(ctx, conn, f, queue, tenants, &state, n, picks); err != nil {
 				return err
 			}
 			save, saveArgs = addFairSQL, addFairArgs(queue, tenants, before, state)
@@ -494,7 +523,7 @@ func tenantTurns(ctx context.Context, conn *pgxpool.Conn, f store.ClaimFilter, q
 		if len(asked) == 0 {
 			return got, nil
 		}
-		picked, err := sendPicks(ctx, conn, b, 0)
+		picked, err := sendPicks(ctx, conn, b)
 		if err != nil {
 			return nil, err
 		}
@@ -505,31 +534,48 @@ func tenantTurns(ctx context.Context, conn *pgxpool.Conn, f store.ClaimFilter, q
 	})
 }
 
-// sendPicks sends b, whose first skip statements return nothing to
-// read, and reads each later one's picks.
-func sendPicks(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, skip int) (out [][]fairPick, err error) {
+// sendPicksAndLook sends claimTurns' first round trip, b: BEGIN, the
+// prelude, the pick and, if look, lookFairSQL; and reads the picks and
+// what lookFairSQL found.
+func sendPicksAndLook(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, look bool) (picks []fairPick, tenants []string, state store.FairState, err error) {
 	br := conn.SendBatch(ctx, b)
 	defer func() { err = errors.Join(err, br.Close()) }()
-	for range skip {
+	for range 2 {
 		if _, err := br.Exec(); err != nil {
-			return nil, err
+			return nil, nil, state, err
 		}
 	}
-	for range b.Len() - skip {
-		rows, err := br.Query()
-		if err != nil {
-			return nil, err
-		}
-		picks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fairPick, error) {
-			var p fairPick
-			return p, r.Scan(&p.seq, &p.queue, &p.tenant)
-		})
+	if picks, err = readPicks(br); err != nil || !look {
+		return picks, nil, state, err
+	}
+	tenants, state, err = readFair(br)
+	return picks, tenants, state, err
+}
+
+// sendPicks sends b, a batch of picks, and reads each one's.
+func sendPicks(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch) (out [][]fairPick, err error) {
+	br := conn.SendBatch(ctx, b)
+	defer func() { err = errors.Join(err, br.Close()) }()
+	for range b.Len() {
+		picks, err := readPicks(br)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, picks)
 	}
 	return out, nil
+}
+
+// readPicks reads the next statement of br's picks.
+func readPicks(br pgx.BatchResults) ([]fairPick, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (fairPick, error) {
+		var p fairPick
+		return p, r.Scan(&p.seq, &p.queue, &p.tenant)
+	})
 }
 
 // addFairArgs are addFairSQL's arguments for the turns a claim took on

@@ -20,6 +20,7 @@ var fairCases = []struct {
 	{"a tenant that submits one job behind another's backlog is served within as many claims as there are tenants", testFairStarvation},
 	{"under contention tenants of weights 3 and 1 get three claims to one, each in its own order", testFairWeights},
 	{"claims of several jobs at once keep the weighted shares", testFairWeightsBatch},
+	{"claims that move on to another contested queue take that queue's shares", testFairNextQueue},
 	{"a tenant alone gets every claim, and one whose jobs the worker cannot take holds nobody back", testFairWorkConserving},
 	{"a queue with a running limit still shares its room among tenants", testFairRuled},
 	{"a serial queue is serial per tenant: one tenant's head, even one no worker runs, never blocks another's", testFairSerialPerTenant},
@@ -145,6 +146,32 @@ func testFairWeightsBatch(t *testing.T, s store.Store) {
 	got := shares(t, ids)
 	within(t, "a's claims of 400", got["a"], 300, 0.01)
 	within(t, "b's claims of 400", got["b"], 100, 0.03)
+}
+
+func testFairNextQueue(t *testing.T, s store.Store) {
+	backlog(t, s, "a", "first", "a", 40)
+	backlog(t, s, "b", "first", "b", 40)
+	backlog(t, s, "c", "next", "c", 600)
+	backlog(t, s, "d", "next", "d", 600)
+	// The worker names no queue: its claims drain the older queue,
+	// contested by a and b, then move on to the next, where c weighs 3.
+	f := store.ClaimFilter{Now: at(100), Weights: map[string]int{"c": 3}}
+	var first, next []string
+	for i := 0; len(next) < 400; i++ {
+		for _, c := range claimJobs(t, s, f, batchClaim(fmt.Sprintf("batch%d", i), 8)) {
+			if c.Job.Queue == "first" {
+				first = append(first, c.Job.ID)
+			} else {
+				next = append(next, c.Job.ID)
+			}
+		}
+	}
+	if got := shares(t, first); got["a"] != 40 || got["b"] != 40 {
+		t.Fatalf("the first queue's claims: %v, want all 80 jobs", got)
+	}
+	got := shares(t, next[:400])
+	within(t, "c's claims of the next queue's first 400", got["c"], 300, 0.02)
+	within(t, "d's claims of the next queue's first 400", got["d"], 100, 0.06)
 }
 
 func testFairWorkConserving(t *testing.T, s store.Store) {
