@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/client"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 const benchUsage = `Usage: jobwatch bench [flags]
@@ -156,6 +157,7 @@ type benchOptions struct {
 	// The burndown scenario's flags.
 	depths                                                []int
 	burndownSlots, burndownRPCWorkers, burndownSubmitters int
+	burndownFillBatch                                     int
 	burndownModes                                         []string
 	burndownStores                                        []string
 	burndownCap                                           time.Duration
@@ -240,6 +242,7 @@ func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, err
 	fs.IntVar(&o.burndownSlots, "burndown-slots", 100, "worker slots (concurrent jobs) of the burndown scenario")
 	fs.IntVar(&o.burndownRPCWorkers, "burndown-rpc-workers", 4, "remote Workers sharing --burndown-slots over RPC in the burndown scenario, each with a client of its own")
 	fs.IntVar(&o.burndownSubmitters, "burndown-submitters", 8, "goroutines inserting jobs in the burndown scenario")
+	fs.IntVar(&o.burndownFillBatch, "burndown-fill-batch", 500, "jobs each of the burndown scenario's inserts submits at once (Engine.SubmitMany), 1 to 1,000; 1 is River's shape, one Submit a job, and takes minutes at a million (the inserts are not measured); jobs of several tenants always go one a call")
 	fs.StringVar(&modes, "burndown-modes", "inproc,rpc", "comma-separated `modes` of the burndown scenario: inproc, rpc")
 	fs.StringVar(&stores, "burndown-stores", "sqlite,postgres", "comma-separated `stores` of the burndown scenario: sqlite, postgres (postgres only with --postgres)")
 	fs.StringVar(&priorities, "burndown-priorities", "0", "comma-separated priority `layouts` of the burndown scenario's jobs, each burned down in turn at every depth: P (every job at priority P) or P-Q (job i at P + i mod (Q-P+1), interleaved job by job), from 0 to 9")
@@ -312,7 +315,7 @@ func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, err
 	for name, n := range map[string]int{"workers": o.workers, "submitters": o.submitters, "backlog": o.backlog,
 		"inproc-workers": o.inprocWorkers, "inproc-submitters": o.inprocSubmitters,
 		"conns": o.conns, "probes": o.probes, "short-calls": o.shortCalls, "jobs": o.jobs,
-		"burndown-slots": o.burndownSlots, "burndown-rpc-workers": o.burndownRPCWorkers, "burndown-submitters": o.burndownSubmitters,
+		"burndown-slots": o.burndownSlots, "burndown-rpc-workers": o.burndownRPCWorkers, "burndown-submitters": o.burndownSubmitters, "burndown-fill-batch": o.burndownFillBatch,
 		"batch-jobs": o.batchJobs, "batch-calls": o.batchCalls, "batch-waits": o.batchWaits, "batch-wakes": o.batchWakes,
 		"fair-depth": o.fairDepth, "fair-pairs": o.fairPairs} {
 		if n <= 0 {
@@ -323,6 +326,9 @@ func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, err
 		if d <= 0 {
 			return o, c.usageError(fmt.Sprintf("--%s must be positive, got %v", name, d))
 		}
+	}
+	if o.burndownFillBatch > jobtype.MaxBatchJobs {
+		return o, c.usageError(fmt.Sprintf("--burndown-fill-batch must be at most %d (SubmitJobs' bound), got %d", jobtype.MaxBatchJobs, o.burndownFillBatch))
 	}
 	if o.fairTenants < 2 {
 		return o, c.usageError(fmt.Sprintf("--fair-tenants must be at least 2, got %d", o.fairTenants))

@@ -480,26 +480,41 @@ func (b *benchRun) startEngine(ctx context.Context, st store.Store) (*jobs.Engin
 
 // fill submits n no-op jobs of kind with priorities p, spread over
 // tenants (see spreadTenant), through the engine from
-// --burndown-submitters goroutines, one Submit each, and returns the
-// inserts per second. Job i (from 1) is the ith to start its Submit, so
-// the rows come nearly in the order of i, and of p.of(i).
+// --burndown-submitters goroutines, and returns the inserts per second.
+// Each goroutine takes the next --burndown-fill-batch jobs and submits
+// them in one SubmitMany (one Submit each with several tenants, so that
+// their jobs interleave), so the rows come nearly in the order of i, and
+// of p.of(i).
 func (b *benchRun) fill(ctx context.Context, engine *jobs.Engine, kind string, n int, p priorityLayout, tenants int) (float64, error) {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
+	batch := int64(max(b.o.burndownFillBatch, 1))
+	if tenants > 1 {
+		batch = 1
+	}
 	var next, done atomic.Int64
 	var wg sync.WaitGroup
 	t0 := time.Now()
 	for range b.o.burndownSubmitters {
 		wg.Go(func() {
-			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
-				priority := p.of(i)
-				_, err := engine.Submit(ctx, jobs.SubmitRequest{Tenant: spreadTenant(i, tenants), Kind: kind,
-					Payload: json.RawMessage(strconv.FormatInt(i, 10)), Priority: &priority})
+			for last := next.Add(batch); last-batch < int64(n); last = next.Add(batch) {
+				var rs []jobs.SubmitRequest
+				for i := last - batch + 1; i <= min(last, int64(n)); i++ {
+					priority := p.of(i)
+					rs = append(rs, jobs.SubmitRequest{Tenant: spreadTenant(i, tenants), Kind: kind,
+						Payload: json.RawMessage(strconv.FormatInt(i, 10)), Priority: &priority})
+				}
+				var err error
+				if len(rs) == 1 {
+					_, err = engine.Submit(ctx, rs[0])
+				} else {
+					_, err = engine.SubmitMany(ctx, rs)
+				}
 				if err != nil {
 					stop(fmt.Errorf("submit: %w", err))
 					return
 				}
-				done.Add(1)
+				done.Add(int64(len(rs)))
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -155,14 +156,16 @@ func TestBenchBurndownComparesPriorityLayouts(t *testing.T) {
 // TestBenchFillInterleavesPriorities: the burn-down's jobs of layout
 // 0-9 take priority i mod 10, job i being the one whose payload is i;
 // those of 3 all take 3. Spread over 3 tenants (the fair scenario), job
-// i is tenant-(i mod 3)'s; over one, the default tenant's.
+// i is tenant-(i mod 3)'s; over one, the default tenant's. Every job is
+// inserted once, one a call or in batches (the last one short).
 func TestBenchFillInterleavesPriorities(t *testing.T) {
 	for _, tc := range []struct {
 		layout  string
 		tenants int
-	}{{"0-9", 1}, {"3", 3}} {
+		batch   int
+	}{{"0-9", 1, 1}, {"0-9", 1, 7}, {"3", 3, 7}} {
 		layout := tc.layout
-		t.Run(layout, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/batch=%d", layout, tc.batch), func(t *testing.T) {
 			p, err := parsePriorityLayout(layout)
 			if err != nil {
 				t.Fatal(err)
@@ -172,7 +175,7 @@ func TestBenchFillInterleavesPriorities(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			b := &benchRun{o: benchOptions{burndownSubmitters: 3}, progress: func(string, ...any) {}, quiet: slog.New(slog.DiscardHandler)}
+			b := &benchRun{o: benchOptions{burndownSubmitters: 3, burndownFillBatch: tc.batch}, progress: func(string, ...any) {}, quiet: slog.New(slog.DiscardHandler)}
 			engine, stop := b.startEngine(t.Context(), st)
 			defer stop()
 			const n = 40
