@@ -155,7 +155,7 @@ func (b *benchRun) burndown(ctx context.Context, srv benchServer) (*burndownFigu
 				// that what they are compared with ran beside them.
 				for _, p := range b.o.burndownPriorities {
 					b.progress("burndown: %s, %s, %d queued, priorities %s", modeLabel(mode, b.o), storeLabel(st), depth, p)
-					r, err := b.burndownOnce(ctx, srv, st, mode, depth, p, 1)
+					r, err := b.burndownOnce(ctx, srv, st, mode, depth, p, 1, b.o.burndownFillBatch)
 					if err != nil {
 						return nil, fmt.Errorf("%s, %s, %d queued, priorities %s: %w", mode, st, depth, p, err)
 					}
@@ -192,7 +192,7 @@ func (b *benchRun) burndownStores() []string {
 
 // burndownOnce inserts depth jobs of priorities p, spread over tenants
 // (see spreadTenant), into a fresh database and burns them down in mode.
-func (b *benchRun) burndownOnce(ctx context.Context, srv benchServer, storeName, mode string, depth int, p priorityLayout, tenants int) (r burndownRunFigures, err error) {
+func (b *benchRun) burndownOnce(ctx context.Context, srv benchServer, storeName, mode string, depth int, p priorityLayout, tenants, batch int) (r burndownRunFigures, err error) {
 	r = burndownRunFigures{Mode: mode, Store: storeName, Depth: depth, Priorities: p.String()}
 	db, err := b.newBurndownDB(ctx, storeName, fmt.Sprintf("burndown-%s-%d-p%s", mode, depth, p))
 	if err != nil {
@@ -214,7 +214,7 @@ func (b *benchRun) burndownOnce(ctx context.Context, srv benchServer, storeName,
 			stopEngine()
 		}
 	}()
-	insert, err := b.fill(ctx, engine, throughputKind, depth, p, tenants)
+	insert, err := b.fill(ctx, engine, throughputKind, depth, p, tenants, batch)
 	if err != nil {
 		return r, err
 	}
@@ -321,7 +321,7 @@ func (b *benchRun) steady(ctx context.Context, srv benchServer, storeName string
 	engine, stopEngine := b.startEngine(ctx, st)
 	if backlog > 0 {
 		b.progress("burndown: steady, %s: %d ready jobs of a kind no worker runs", storeLabel(storeName), backlog)
-		if _, err := b.fill(ctx, engine, idleKind, backlog, priorityLayout{}, 1); err != nil {
+		if _, err := b.fill(ctx, engine, idleKind, backlog, priorityLayout{}, 1, b.o.burndownFillBatch); err != nil {
 			stopEngine()
 			st.Close()
 			return nil, err
@@ -481,14 +481,13 @@ func (b *benchRun) startEngine(ctx context.Context, st store.Store) (*jobs.Engin
 // fill submits n no-op jobs of kind with priorities p, spread over
 // tenants (see spreadTenant), through the engine from
 // --burndown-submitters goroutines, and returns the inserts per second.
-// Each goroutine takes the next --burndown-fill-batch jobs and submits
-// them in one SubmitMany (one Submit each with several tenants, so that
-// their jobs interleave), so the rows come nearly in the order of i, and
-// of p.of(i).
-func (b *benchRun) fill(ctx context.Context, engine *jobs.Engine, kind string, n int, p priorityLayout, tenants int) (float64, error) {
+// Each goroutine takes the next batch jobs and submits them in one
+// SubmitMany (one Submit each with several tenants, so that their jobs
+// interleave), so the rows come nearly in the order of i, and of p.of(i).
+func (b *benchRun) fill(ctx context.Context, engine *jobs.Engine, kind string, n int, p priorityLayout, tenants, size int) (float64, error) {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	batch := int64(max(b.o.burndownFillBatch, 1))
+	batch := int64(max(size, 1))
 	if tenants > 1 {
 		batch = 1
 	}

@@ -175,11 +175,11 @@ func TestBenchFillInterleavesPriorities(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			b := &benchRun{o: benchOptions{burndownSubmitters: 3, burndownFillBatch: tc.batch}, progress: func(string, ...any) {}, quiet: slog.New(slog.DiscardHandler)}
+			b := &benchRun{o: benchOptions{burndownSubmitters: 3}, progress: func(string, ...any) {}, quiet: slog.New(slog.DiscardHandler)}
 			engine, stop := b.startEngine(t.Context(), st)
 			defer stop()
 			const n = 40
-			if _, err := b.fill(t.Context(), engine, throughputKind, n, p, tc.tenants); err != nil {
+			if _, err := b.fill(t.Context(), engine, throughputKind, n, p, tc.tenants, tc.batch); err != nil {
 				t.Fatal(err)
 			}
 			jobs, _, err := st.ListJobs(t.Context(), store.ListFilter{Limit: 2 * n, Full: true})

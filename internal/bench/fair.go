@@ -18,7 +18,9 @@ import (
 // pair, its order alternating, and the figures are the medians. The jobs
 // of several tenants are interleaved job by job, so that a fair claim,
 // which takes each tenant's oldest in turn, takes them in the order one
-// tenant's claims would: what differs is the fair claim's own work.
+// tenant's claims would: what differs is the fair claim's own work. Both
+// runs insert their jobs one Submit each (--burndown-fill-batch does not
+// apply), so that their tables are laid out alike.
 
 // fairFigures are the fair scenario's burn-downs (jobwatch only), in the
 // order they ran.
@@ -70,7 +72,7 @@ func (b *benchRun) fair(ctx context.Context, srv benchServer) (*fairFigures, err
 				for _, tenants := range order {
 					b.progress("fair: %s, %s, %d queued over %d tenant(s), pair %d of %d",
 						modeLabel(mode, b.o), storeLabel(st), b.o.fairDepth, tenants, pair+1, b.o.fairPairs)
-					r, err := b.burndownOnce(ctx, srv, st, mode, b.o.fairDepth, priorityLayout{}, tenants)
+					r, err := b.burndownOnce(ctx, srv, st, mode, b.o.fairDepth, priorityLayout{}, tenants, 1)
 					if err != nil {
 						return nil, fmt.Errorf("%s, %s, %d tenants: %w", mode, st, tenants, err)
 					}
