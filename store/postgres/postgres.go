@@ -94,6 +94,10 @@ type Store struct {
 	// several tenants (fair.go): a claim that may take from one goes
 	// straight to its fair turn.
 	contested sync.Map // queue -> struct{}
+
+	// vacuum vacuums the jobs table where autovacuum does not
+	// (vacuum.go).
+	vacuum vacuumer
 }
 
 var _ store.Store = (*Store)(nil)
@@ -136,6 +140,10 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	}
 	s.schema, s.channel = *schema, channelFor(*schema)
 	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	if err := s.startVacuumer(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
