@@ -7,9 +7,9 @@
 //
 // For each depth of --depths, on a fresh database (a schema of its own on
 // PostgreSQL, dropped afterwards; a new file on SQLite), --submitters
-// goroutines insert that many jobs (one Insert each on PostgreSQL;
-// InsertMany of 1,000 on SQLite, whose one connection would take minutes
-// one at a time), then a River client with --workers MaxWorkers on one
+// goroutines insert that many jobs (one Insert each on PostgreSQL, or
+// InsertMany of --fill-batch; InsertMany of 1,000 on SQLite, whose one
+// connection would take minutes one at a time), then a River client with --workers MaxWorkers on one
 // queue, River's own benchmark settings (FetchCooldown 2 ms,
 // FetchPollInterval 20 ms) and its default completer works them off.
 // The figure is the depth over the time from Start until the last
@@ -63,6 +63,7 @@ type options struct {
 	submitters int
 	limit      time.Duration
 	priorities int // 1 to 4: jobs at 1 + i mod priorities
+	fillBatch  int // jobs an insert takes on PostgreSQL
 }
 
 // priority is the River priority of a submitter's i-th job.
@@ -77,6 +78,7 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 100, "River MaxWorkers of the one queue")
 	flag.IntVar(&o.submitters, "submitters", 8, "goroutines inserting jobs")
 	flag.DurationVar(&o.limit, "cap", 5*time.Minute, "longest a burn-down may take; the rate of the part done is reported")
+	flag.IntVar(&o.fillBatch, "fill-batch", 1, "jobs each insert takes on PostgreSQL: 1 is one Insert a job, River's own shape; more, one InsertMany of that many (a million one at a time take minutes; the inserts are not measured)")
 	flag.IntVar(&o.priorities, "priorities", 1, "River priorities the jobs take, interleaved job by job: 1 puts every job at priority 1, 4 puts a submitter's i-th job at 1 + i mod 4 (River has 1 to 4)")
 	flag.Parse()
 	for _, d := range strings.Split(depths, ",") {
@@ -155,6 +157,9 @@ func onPostgres(ctx context.Context, o options, depth int) (inserts, rate float6
 		return 0, 0, err
 	}
 	inserts, err = fill(ctx, o.submitters, depth, func(ctx context.Context, n int) error {
+		if o.fillBatch > 1 {
+			return insertMany(ctx, client, o, n, o.fillBatch)
+		}
 		for i := range n {
 			if _, err := client.Insert(ctx, noopArgs{}, &river.InsertOpts{Priority: o.priority(i)}); err != nil {
 				return err
@@ -195,17 +200,7 @@ func onSQLite(ctx context.Context, o options, depth int) (inserts, rate float64,
 		return 0, 0, err
 	}
 	inserts, err = fill(ctx, o.submitters, depth, func(ctx context.Context, n int) error {
-		for n > 0 {
-			batch := make([]river.InsertManyParams, min(n, 1000))
-			for i := range batch {
-				batch[i] = river.InsertManyParams{Args: noopArgs{}, InsertOpts: &river.InsertOpts{Priority: o.priority(n - i)}}
-			}
-			if _, err := client.InsertMany(ctx, batch); err != nil {
-				return err
-			}
-			n -= len(batch)
-		}
-		return nil
+		return insertMany(ctx, client, o, n, 1000)
 	})
 	if err != nil {
 		return 0, 0, err
@@ -279,4 +274,19 @@ func burn[TTx any](ctx context.Context, client *river.Client[TTx], depth int, li
 
 func quiet() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// insertMany inserts a submitter's n jobs, size to an InsertMany.
+func insertMany[TTx any](ctx context.Context, client *river.Client[TTx], o options, n, size int) error {
+	for n > 0 {
+		batch := make([]river.InsertManyParams, min(n, size))
+		for i := range batch {
+			batch[i] = river.InsertManyParams{Args: noopArgs{}, InsertOpts: &river.InsertOpts{Priority: o.priority(n - i)}}
+		}
+		if _, err := client.InsertMany(ctx, batch); err != nil {
+			return err
+		}
+		n -= len(batch)
+	}
+	return nil
 }
