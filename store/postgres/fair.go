@@ -362,10 +362,10 @@ DELETE FROM fair_passes WHERE queue = $1`
 // whatever the number of jobs: BEGIN, the prelude and the pick of the
 // claim's jobs; the queue's tenants and passes, in the first round trip
 // when the queue was guessed right (likelyQueue), else in a second; the
-// jobs a tenant is due beyond what
-// the first pick holds of it (one pick per such tenant, all in one round
-// trip, often none: see tenantTurns; again for a tenant with fewer than
-// it was due, at most once more per tenant); the claim of every job,
+// jobs a tenant is due beyond what the first pick holds of it (one pick
+// per such tenant, all in one round trip, often none: see tenantTurns;
+// again for a tenant with fewer than it was due, at most once more per
+// tenant); the claim of every job,
 // COMMIT, and the charges added to the queue's state (addFairSQL) in a
 // transaction of their own under the queue's fair lock.
 //
