@@ -365,9 +365,9 @@ DELETE FROM fair_passes WHERE queue = $1`
 // jobs a tenant is due beyond what the first pick holds of it (one pick
 // per such tenant, all in one round trip, often none: see tenantTurns;
 // again for a tenant with fewer than it was due, at most once more per
-// tenant); the claim of every job,
-// COMMIT, and the charges added to the queue's state (addFairSQL) in a
-// transaction of their own under the queue's fair lock.
+// tenant); the claim of every job, COMMIT, and the charges added to the
+// queue's state (addFairSQL) in a transaction of their own under the
+// queue's fair lock.
 //
 // So the fair lock is held only while the charges are added, not from
 // the read of the passes to the claim's commit: claims of one queue run
