@@ -9,9 +9,15 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// vacuumEvery is how many jobs claimed through a Store make its vacuumer
-// vacuum the jobs table, where autovacuum is off.
-const vacuumEvery = 50_000
+const (
+	// vacuumCheckEvery is how many jobs claimed through a Store make its
+	// vacuumer look at the jobs table's dead rows.
+	vacuumCheckEvery = 10_000
+	// vacuumDeadRows is how many dead rows of the jobs table make the
+	// vacuumer vacuum it: a claimed and completed job leaves two, so
+	// about every 50,000 jobs, as the burn-down measured.
+	vacuumDeadRows = 100_000
+)
 
 // vacuumer vacuums the jobs table where PostgreSQL's autovacuum does not.
 //
@@ -25,24 +31,29 @@ const vacuumEvery = 50_000
 // claim of about 50 read some 4,600 pages of such entries by the time
 // most were done (docs/BENCHMARKS.md, "Depth").
 //
-// So where it is off, once vacuumEvery jobs were claimed through this
-// Store, its vacuumer runs VACUUM on the jobs table, in the background,
-// on a connection of the pool, as one replica at a time (a session
-// advisory lock: a replica that finds another's vacuum running skips
-// its own), and not while anything else holds a lock VACUUM would wait
-// for (SKIP_LOCKED). Claims go on meanwhile: VACUUM takes no lock they
-// wait for. In that burn-down, with a VACUUM after about every 50,000
-// jobs (one second each), the million went at 1.9 times the rate.
+// So where it is off, after every vacuumCheckEvery jobs claimed through
+// this Store, its vacuumer reads the table's dead rows from PostgreSQL's
+// statistics (which count every replica's writes) and, past
+// vacuumDeadRows, runs VACUUM on the table, in the background, on a
+// connection of the pool. It skips its turn while anything else holds a
+// lock VACUUM would wait for (SKIP_LOCKED), such as another replica's
+// vacuum; so however many replicas claim, the table is vacuumed about
+// once per vacuumDeadRows dead rows. Claims go on meanwhile: VACUUM takes
+// no lock they wait for. In that burn-down, with a VACUUM after about
+// every 50,000 jobs (one second each), the million went at 1.9 times the
+// rate.
 type vacuumer struct {
 	off     bool          // autovacuum does not vacuum the jobs table
-	every   int64         // vacuumEvery, but in tests
+	every   int64         // vacuumCheckEvery, but in tests
+	dead    int64         // vacuumDeadRows, but in tests
 	claimed atomic.Int64  // jobs claimed since the last signal
-	now     chan struct{} // a vacuum is due
+	now     chan struct{} // a look is due
+	checks  atomic.Int64  // looks at the dead rows, for tests
 	done    atomic.Int64  // vacuums run, for tests
 }
 
-// claimedJobs counts n jobs claimed through the Store and signals a
-// vacuum when vacuumEvery were.
+// claimedJobs counts n jobs claimed through the Store and signals a look
+// when vacuumCheckEvery were.
 func (v *vacuumer) claimedJobs(n int) {
 	if !v.off || v.claimed.Add(int64(n)) < v.every {
 		return
@@ -54,6 +65,10 @@ func (v *vacuumer) claimedJobs(n int) {
 	}
 }
 
+// deadRowsSQL is how many dead rows the jobs table has, as PostgreSQL's
+// statistics count them (a second or so behind the writes).
+const deadRowsSQL = `SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass), 0)`
+
 // autovacuumOffSQL says whether autovacuum leaves the jobs table alone.
 const autovacuumOffSQL = `SELECT NOT current_setting('autovacuum')::bool OR coalesce((
 		SELECT NOT option_value::bool FROM pg_options_to_table(
@@ -64,15 +79,15 @@ const autovacuumOffSQL = `SELECT NOT current_setting('autovacuum')::bool OR coal
 // not, says so once and starts the vacuumer, which stops when the Store
 // closes.
 func (s *Store) startVacuumer(ctx context.Context) error {
-	s.vacuum.now, s.vacuum.every = make(chan struct{}, 1), vacuumEvery
+	s.vacuum.now, s.vacuum.every, s.vacuum.dead = make(chan struct{}, 1), vacuumCheckEvery, vacuumDeadRows
 	if err := s.pool.QueryRow(ctx, autovacuumOffSQL).Scan(&s.vacuum.off); err != nil {
 		return classify(err)
 	}
 	if !s.vacuum.off {
 		return nil
 	}
-	s.log.Info("postgres: autovacuum is off for the jobs table; jobwatch vacuums it itself after every so many claimed jobs",
-		"schema", s.schema, "claimed_jobs", vacuumEvery)
+	s.log.Info("postgres: autovacuum is off for the jobs table; jobwatch vacuums it itself when its dead rows pile up",
+		"schema", s.schema, "dead_rows", vacuumDeadRows)
 	s.listeners.Go(func() {
 		for {
 			select {
@@ -86,30 +101,24 @@ func (s *Store) startVacuumer(ctx context.Context) error {
 	return nil
 }
 
-// vacuumJobs vacuums the jobs table unless another replica's vacuumer is
-// doing it.
+// vacuumJobs vacuums the jobs table if it has vacuum.dead dead rows or
+// more and nothing else is vacuuming it.
 func (s *Store) vacuumJobs(ctx context.Context) {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return // closing, or the database is away: the next signal tries again
+	var dead int64
+	err := s.pool.QueryRow(ctx, deadRowsSQL).Scan(&dead)
+	s.vacuum.checks.Add(1)
+	if err != nil || dead < s.vacuum.dead {
+		return // closing, the database is away, or nothing to do: the next signal looks again
 	}
-	defer conn.Release()
-	key := lockKey(s.schema, "vacuum", "jobs")
-	var got bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil || !got {
-		return
-	}
-	defer func() {
-		if _, err := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", key); err != nil {
-			conn.Conn().Close(context.WithoutCancel(ctx)) // the lock goes with the session
-		}
-	}()
 	t0 := time.Now()
-	_, err = conn.Exec(ctx, "VACUUM (SKIP_LOCKED) "+pgx.Identifier{s.schema, "jobs"}.Sanitize(), pgx.QueryExecModeSimpleProtocol)
+	// INDEX_CLEANUP ON: the dead index entries are what the claims step
+	// over, and VACUUM might leave them where few of the table's pages
+	// hold dead rows, as in a deep queue burned down from its head.
+	_, err = s.pool.Exec(ctx, "VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) "+pgx.Identifier{s.schema, "jobs"}.Sanitize(), pgx.QueryExecModeSimpleProtocol)
 	level := slog.LevelDebug
 	if err != nil && ctx.Err() == nil {
 		level = slog.LevelWarn
 	}
-	s.log.Log(ctx, level, "postgres: vacuumed the jobs table", "took", time.Since(t0).Round(time.Millisecond), "err", err)
+	s.log.Log(ctx, level, "postgres: vacuumed the jobs table", "dead_rows", dead, "took", time.Since(t0).Round(time.Millisecond), "err", err)
 	s.vacuum.done.Add(1)
 }

@@ -11,18 +11,19 @@ import (
 )
 
 // TestClaimsVacuumTheJobsTableWhereAutovacuumDoesNot: with autovacuum
-// off for the jobs table, the claims' vacuumer removes the entries the
-// claimed jobs left at the head of the index a claim seeks, so a claim's
-// seek reads a few pages again, as it did before any claim, instead of
-// stepping over every claimed job's entry.
+// off for the jobs table, once its dead rows pass the vacuumer's bound,
+// the next look the claims ask for vacuums it (and not before), removing
+// the entries the claimed jobs left at the head of the index a claim
+// seeks, so a claim's seek reads a few pages again, as it did before any
+// claim, instead of stepping over every claimed job's entry.
 func TestClaimsVacuumTheJobsTableWhereAutovacuumDoesNot(t *testing.T) {
 	url := pgtest.URL(t)
-	fillQueued(t, openURL(t, url), 12_000) // and turns autovacuum off for jobs
+	fillQueued(t, openURL(t, url), 14_000) // and turns autovacuum off for jobs
 	s := openURL(t, url)
 	if !s.vacuum.off {
 		t.Fatal("the store reads autovacuum as on for a jobs table with autovacuum_enabled = false")
 	}
-	s.vacuum.every = 10_000
+	s.vacuum.every, s.vacuum.dead = 5_000, 8_000
 	ctx := context.Background()
 	now := t0.Add(24 * time.Hour * 365)
 	f := store.ClaimFilter{Kinds: []string{"email"}, Now: now}
@@ -30,27 +31,52 @@ func TestClaimsVacuumTheJobsTableWhereAutovacuumDoesNot(t *testing.T) {
 	for i := range leases {
 		leases[i] = fmt.Sprint("l", i)
 	}
+	claim := func(n int) {
+		t.Helper()
+		for range n {
+			if _, err := s.ClaimJobs(ctx, f, store.Claim{WorkerID: "w", LeaseIDs: leases, Now: now, Lease: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitFor := func(what string, done func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for !done() {
+			if time.Now().After(deadline) {
+				t.Fatalf("a minute passed without %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	fresh := seekBuffers(t, s)
-	// 9,900 jobs claimed, and their index entries dead at the head.
-	for range 99 {
-		if _, err := s.ClaimJobs(ctx, f, store.Claim{WorkerID: "w", LeaseIDs: leases, Now: now, Lease: time.Minute}); err != nil {
+
+	// 5,000 jobs claimed: the vacuumer looks, finds at most 5,000 dead
+	// rows and leaves the table alone.
+	claim(50)
+	waitFor("a look at the dead rows after 5,000 claimed jobs", func() bool { return s.vacuum.checks.Load() == 1 })
+	if n := s.vacuum.done.Load(); n != 0 {
+		t.Fatalf("%d vacuums with at most 5,000 dead rows, want none below 8,000", n)
+	}
+
+	// 9,900 claimed, and their index entries dead at the head, counted
+	// by PostgreSQL's statistics; no look is due yet.
+	claim(49)
+	waitFor("PostgreSQL's statistics counting 8,000 dead rows", func() bool {
+		var dead int64
+		if err := s.pool.QueryRow(ctx, deadRowsSQL).Scan(&dead); err != nil {
 			t.Fatal(err)
 		}
-	}
+		return dead >= 8_000
+	})
 	before := seekBuffers(t, s)
-	if s.vacuum.done.Load() != 0 {
-		t.Fatalf("vacuumed after 9,900 claimed jobs, want after 10,000")
+	if s.vacuum.checks.Load() != 1 || s.vacuum.done.Load() != 0 {
+		t.Fatalf("looked %d times and vacuumed %d times after 9,900 claimed jobs, want a look after every 5,000", s.vacuum.checks.Load(), s.vacuum.done.Load())
 	}
-	if _, err := s.ClaimJobs(ctx, f, store.Claim{WorkerID: "w", LeaseIDs: leases, Now: now, Lease: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for s.vacuum.done.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no vacuum a minute after 10,000 jobs were claimed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+
+	// The 10,000th: the look finds 10,000 dead rows and vacuums.
+	claim(1)
+	waitFor("a vacuum after 10,000 jobs were claimed", func() bool { return s.vacuum.done.Load() == 1 })
 	after := seekBuffers(t, s)
 	t.Logf("the seek of the next queued job read %d buffers before any claim, %d before the vacuum, %d after", fresh, before, after)
 	if before < fresh+30 {
@@ -60,6 +86,13 @@ func TestClaimsVacuumTheJobsTableWhereAutovacuumDoesNot(t *testing.T) {
 	// visibility map, read a few times over as the vacuum left them.
 	if after > before/2 {
 		t.Errorf("after the vacuum the seek read %d buffers, want at most half the %d before it (%d before any claim)", after, before, fresh)
+	}
+	var dead int64
+	if err := s.pool.QueryRow(ctx, deadRowsSQL).Scan(&dead); err != nil {
+		t.Fatal(err)
+	}
+	if dead >= 8_000 {
+		t.Errorf("PostgreSQL counts %d dead rows after the vacuum", dead)
 	}
 }
 
