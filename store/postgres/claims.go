@@ -649,11 +649,16 @@ func unfinishedTenant(queue, after string) string {
 }
 
 // tenantBefore is the last tenant before the tenant before (an SQL
-// expression) with QUEUED or RUNNING jobs in queue, or NULL: one seek of
-// jobs_unfinished_queue_tenant, read backward.
+// expression; "" for the queue's last tenant) with QUEUED or RUNNING
+// jobs in queue, or NULL: one seek of jobs_unfinished_queue_tenant,
+// read backward.
 func tenantBefore(queue, before string) string {
-	return "(SELECT x.tenant FROM jobs AS x WHERE x.state IN ('queued', 'running') AND (x.queue, x.tenant) < (" +
-		queue + ", " + before + ") AND x.queue >= " + queue + " ORDER BY x.queue DESC, x.tenant DESC LIMIT 1)"
+	where := "x.queue <= " + queue
+	if before != "" {
+		where = "(x.queue, x.tenant) < (" + queue + ", " + before + ")"
+	}
+	return "(SELECT x.tenant FROM jobs AS x WHERE x.state IN ('queued', 'running') AND " + where +
+		" AND x.queue >= " + queue + " ORDER BY x.queue DESC, x.tenant DESC LIMIT 1)"
 }
 
 // unfinishedOrder is the order of jobs_unfinished_queue_tenant (of

@@ -465,3 +465,66 @@ func TestClaimGuardAsksOnlyOfOtherTenants(t *testing.T) {
 		t.Errorf("the guard read %v buffers of jobs_unfinished_queue_tenant, want at most 12: it steps over the dead entries of claimed jobs, in plan:\n%s", buffers, plan)
 	}
 }
+
+// TestReadyTenantsSeekPastClaimedJobs pins what fair claiming's look at
+// a queue's tenants with ready jobs (readyTenantsSQL) costs midway
+// through a burn-down: each tenant's oldest jobs have been claimed and
+// have ended since the last vacuum, so their entries, dead, sit ahead of
+// the live ones in jobs_unfinished_queue_tenant. The look seeks each
+// tenant from its newest entries, which are alive, and does not step
+// over them.
+func TestReadyTenantsSeekPastClaimedJobs(t *testing.T) {
+	s := openURL(t, pgtest.URL(t))
+	ctx := t.Context()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := s.pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec("ALTER TABLE jobs SET (autovacuum_enabled = false)")
+	// Three tenants with 2,000 jobs each, interleaved; the oldest 1,000
+	// of each claimed and ended, the next 10 running.
+	exec(`INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step, attempt, max_attempts,
+			unique_key, created_at, run_at, worker_id, lease_id)
+		SELECT 'job-'||i, 'tenant-'||(i % 3), 'a', 'q', 'queued', 1, 0, '', 0, 3, '', $1::timestamptz + i * interval '1 ms',
+			$1::timestamptz + i * interval '1 ms', '', '' FROM generate_series(1, 6000) AS i`, t0)
+	for _, state := range []string{"running", "succeeded"} {
+		exec("UPDATE jobs SET state = $1, version = version + 1 WHERE seq <= 3000", state)
+	}
+	exec("UPDATE jobs SET state = 'running', version = version + 1 WHERE seq > 3000 AND seq <= 3030")
+
+	now := t0.Add(time.Hour)
+	tx := claimTx(t, s)
+	defer tx.Rollback(ctx)
+	rows, err := tx.Query(ctx, readyTenantsSQL, "q", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenants, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(tenants)
+	if want := []string{"tenant-0", "tenant-1", "tenant-2"}; !slices.Equal(tenants, want) {
+		t.Fatalf("tenants with ready jobs: %v, want %v", tenants, want)
+	}
+	plan, _ := explainWith(t, tx, "ANALYZE, BUFFERS, FORMAT JSON", readyTenantsSQL, "q", now)
+	buffers := 0.0
+	var walk func(n planNode)
+	walk = func(n planNode) {
+		if n.IndexName == "jobs_unfinished_queue_tenant" {
+			buffers += n.SharedHit + n.SharedRead
+		}
+		for _, c := range n.Plans {
+			walk(c)
+		}
+	}
+	walk(plan)
+	t.Logf("the look read %v buffers of jobs_unfinished_queue_tenant", buffers)
+	// Two seeks a tenant and one more past the first, a few pages each;
+	// stepping over a tenant's 1,000 dead entries reads tens of them.
+	if buffers > 30 {
+		t.Errorf("the look read %v buffers of jobs_unfinished_queue_tenant, want at most 30: it steps over the dead entries of claimed jobs, in plan:\n%s", buffers, plan)
+	}
+}

@@ -91,9 +91,9 @@ type Store struct {
 	listeners sync.WaitGroup
 
 	// contested are the queues whose last claim here found ready jobs of
-	// several tenants (fair.go): a claim that may take from one goes
-	// straight to its fair turn.
-	contested sync.Map // queue -> struct{}
+	// several tenants, and how many (fair.go): a claim that may take from
+	// one goes straight to its fair turn.
+	contested sync.Map // queue -> int
 
 	// vacuum vacuums the jobs table where autovacuum does not
 	// (vacuum.go).
