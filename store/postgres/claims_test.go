@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -301,13 +302,7 @@ func TestClaimStatementIsOneTextForAnyNumberOfJobs(t *testing.T) {
 // ANALYZE.
 func TestClaimPlanSeeksIndexesWithStaleStatistics(t *testing.T) {
 	s := openURL(t, pgtest.URL(t))
-	ctx := t.Context()
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := s.pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := execer(t, s)
 	exec("ALTER TABLE jobs SET (autovacuum_enabled = false)")
 	exec(`INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step, attempt, max_attempts,
 			unique_key, created_at, run_at, finished_at, worker_id, lease_id)
@@ -476,12 +471,7 @@ func TestClaimGuardAsksOnlyOfOtherTenants(t *testing.T) {
 func TestReadyTenantsSeekPastClaimedJobs(t *testing.T) {
 	s := openURL(t, pgtest.URL(t))
 	ctx := t.Context()
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := s.pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := execer(t, s)
 	exec("ALTER TABLE jobs SET (autovacuum_enabled = false)")
 	// Three tenants with 2,000 jobs each, interleaved; the oldest 1,000
 	// of each claimed and ended, the next 10 running.
@@ -526,5 +516,16 @@ func TestReadyTenantsSeekPastClaimedJobs(t *testing.T) {
 	// stepping over a tenant's 1,000 dead entries reads tens of them.
 	if buffers > 30 {
 		t.Errorf("the look read %v buffers of jobs_unfinished_queue_tenant, want at most 30: it steps over the dead entries of claimed jobs, in plan:\n%s", buffers, plan)
+	}
+}
+
+// execer is a function that runs a statement on s's pool and fails tb
+// if it fails.
+func execer(tb testing.TB, s *Store) func(sql string, args ...any) {
+	return func(sql string, args ...any) {
+		tb.Helper()
+		if _, err := s.pool.Exec(context.Background(), sql, args...); err != nil {
+			tb.Fatalf("%s: %v", sql, err)
+		}
 	}
 }

@@ -17,13 +17,7 @@ import (
 // table, so they stay unknown): n[tenant] of each.
 func fillTenants(tb testing.TB, s *Store, n map[string]int) {
 	tb.Helper()
-	ctx := context.Background()
-	exec := func(sql string, args ...any) {
-		tb.Helper()
-		if _, err := s.pool.Exec(ctx, sql, args...); err != nil {
-			tb.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := execer(tb, s)
 	exec("ALTER TABLE jobs SET (autovacuum_enabled = false)")
 	exec(`INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step, attempt, max_attempts,
 			unique_key, created_at, run_at, finished_at, worker_id, lease_id)
