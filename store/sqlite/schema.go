@@ -660,6 +660,18 @@ CREATE INDEX jobs_running_tenant ON jobs (tenant) WHERE state = 'running';
 ALTER TABLE queue_starts ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
 CREATE INDEX queue_starts_queue_tenant_at ON queue_starts (queue, tenant, at);
 `,
+	// 22: the lease sweep's and the retention sweep's indexes hold only
+	// the jobs they read, as on PostgreSQL: RUNNING jobs by the end of
+	// their lease (ExpiredLeases), ended jobs by when they ended
+	// (DeleteFinishedBefore). They held every job, so each submit added
+	// an entry to both and each claim moved one in both, from where the
+	// queued jobs sat in the order they were submitted.
+	`
+DROP INDEX jobs_state_lease;
+DROP INDEX jobs_state_finished;
+CREATE INDEX jobs_running_lease ON jobs (lease_expires_at) WHERE state = 'running';
+CREATE INDEX jobs_finished ON jobs (finished_at) WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost');
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a

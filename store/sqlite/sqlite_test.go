@@ -687,6 +687,27 @@ func TestScheduledJobsPlanSeeksTheIndex(t *testing.T) {
 	}
 }
 
+// The lease and retention sweeps each seek an index that holds only the
+// jobs they look for (RUNNING, ended), so that queued jobs cost them
+// nothing, to read or to keep.
+func TestSweepsSeekIndexesOfTheJobsTheyRead(t *testing.T) {
+	s := openTemp(t, tempPath(t))
+	defer s.Close()
+	for _, c := range []struct {
+		query, want string
+		args        []any
+	}{
+		{expiredLeasesQuery, "SEARCH jobs USING INDEX jobs_running_lease (lease_expires_at<?)", []any{int64(0)}},
+		{finishedBeforeQuery, "SEARCH jobs USING INDEX jobs_finished (finished_at<?)", []any{int64(0), 10}},
+	} {
+		query, want := c.query, c.want
+		plan := explain(t, s.read, query, c.args...)
+		if joined := strings.Join(plan, "\n"); len(plan) != 1 || !strings.Contains(joined, want) {
+			t.Errorf("plan of %s:\n%s\nwant %s", query, joined, want)
+		}
+	}
+}
+
 // TestRetentionDeletesABacklogInSeveralTransactions: a backlog larger
 // than one batch is deleted whole, batch by batch, and only what ended
 // before the cutoff.
