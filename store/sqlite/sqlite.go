@@ -143,6 +143,9 @@ type Store struct {
 	// until first read from the table.
 	fairMu     sync.Mutex
 	fairQueues map[string]bool
+	// ckpt copies the WAL into the database file beside the writer
+	// (checkpoint.go).
+	ckpt *checkpointer
 	// fairTenants is, for each queue whose last claim found it
 	// contested, how many tenants had ready jobs there (claimJobs' hint
 	// of how many jobs to pick first; under fairMu).
@@ -220,6 +223,11 @@ func OpenWith(path string, cfg Config) (*Store, error) {
 	}
 	s.read = read
 	s.feed = openFeed(path)
+	if s.ckpt, err = openCheckpointer(path); err != nil {
+		write.Close()
+		read.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, jobtype.ErrUnavailable, err)
+	}
 	go s.runWriter()
 	return s, nil
 }
@@ -255,11 +263,13 @@ func createPrivate(path string, log *slog.Logger) error {
 // temporary file past 64 KiB, and a batch of writes then paid two pwrite
 // calls for every page it changed, most of the writer's time. It holds
 // only what a rollback of the current write would need: it is no part of
-// durability, which is the WAL's.
+// durability, which is the WAL's. And with wal_autocheckpoint =
+// walBackstopPages: the checkpointer copies the WAL into the database
+// file beside the writer (checkpoint.go).
 func writerConnector(dsn string) driver.Connector {
 	return &connector{dsn: dsn, driver: &sqlite3.SQLiteDriver{
 		ConnectHook: func(c *sqlite3.SQLiteConn) error {
-			_, err := c.Exec("PRAGMA temp_store = MEMORY", nil)
+			_, err := c.Exec(fmt.Sprintf("PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = %d", walBackstopPages), nil)
 			return err
 		},
 	}}
@@ -286,7 +296,7 @@ func (s *Store) Close() error {
 	s.w.close()
 	<-s.w.stopped
 	s.feed.close()
-	return errors.Join(s.read.Close(), s.write.Close())
+	return errors.Join(s.ckpt.close(), s.read.Close(), s.write.Close())
 }
 
 // classify wraps the errors that mean "the database cannot be used right

@@ -390,7 +390,7 @@ func (s *Store) runBatch(batch []*writeRequest) (carry []*writeRequest) {
 		s.reply(taken)
 		return carry
 	}
-	s.w.commits.Add(1)
+	s.ckpt.committed(s.w.commits.Add(1))
 	s.w.batched.Add(int64(released))
 	s.feed.deliver(s, s.w.changes)
 	for _, t := range taken {
