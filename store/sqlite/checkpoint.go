@@ -16,13 +16,15 @@ import (
 // checkpointEvery commits, beside the writer (on another core). PASSIVE
 // never waits for a lock and never blocks the writer or a reader: it
 // copies the pages that no reader still needs and leaves the rest for
-// the next one. Once a checkpoint has copied the whole WAL, the next
-// commit starts it again from its beginning, so the file stops growing.
+// the next one. A write that begins once a checkpoint has copied the
+// whole WAL starts it again from its beginning.
 //
 // The writer keeps SQLite's own checkpoint as a backstop, at
-// walBackstopPages rather than 1,000: if the WAL grows that long all the
-// same (the checkpointer busy with a long copy while commits keep
-// coming), the writer runs one in line as it did before. The WAL is the
+// walBackstopPages rather than 1,000. Under a steady stream of writes,
+// a write seldom begins just when the checkpointer has caught up, so
+// the WAL grows to the backstop, and the writer then runs one in line,
+// as it did before, which has little left to copy, and starts the WAL
+// over. The WAL is the
 // durability: a commit is acknowledged once its pages are there and
 // fsynced (synchronous = FULL), whether or not a checkpoint has copied
 // them yet.
