@@ -24,10 +24,9 @@ import (
 // a write seldom begins just when the checkpointer has caught up, so
 // the WAL grows to the backstop, and the writer then runs one in line,
 // as it did before, which has little left to copy, and starts the WAL
-// over. The WAL is the
-// durability: a commit is acknowledged once its pages are there and
-// fsynced (synchronous = FULL), whether or not a checkpoint has copied
-// them yet.
+// over. The WAL is the durability: a commit is acknowledged once its
+// pages are there and fsynced (synchronous = FULL), whether or not a
+// checkpoint has copied them yet.
 
 // checkpointEvery is how many commits the checkpointer lets pass between
 // two checkpoints: a lone write commits with one fsync, not three.
@@ -43,10 +42,9 @@ type checkpointer struct {
 	kick chan struct{} // has a value when a checkpoint is due
 	done chan struct{} // closed when run has returned
 
-	// runs counts the checkpoints run; after, if set, is called with the
-	// result of each (tests).
-	runs  atomic.Int64
-	after atomic.Pointer[func(busy bool, walPages, copied int)]
+	// after, if set, is called with the result of each checkpoint
+	// (tests).
+	after atomic.Pointer[func(walPages, copied int)]
 
 	closeOnce sync.Once
 	closeErr  error
@@ -90,9 +88,8 @@ func (c *checkpointer) run() {
 			// checkpoint, or the writer's backstop.
 			continue
 		}
-		c.runs.Add(1)
 		if f := c.after.Load(); f != nil {
-			(*f)(busy != 0, walPages, copied)
+			(*f)(walPages, copied)
 		}
 	}
 }

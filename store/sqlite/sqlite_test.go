@@ -700,10 +700,9 @@ func TestSweepsSeekIndexesOfTheJobsTheyRead(t *testing.T) {
 		{expiredLeasesQuery, "SEARCH jobs USING INDEX jobs_running_lease (lease_expires_at<?)", []any{int64(0)}},
 		{finishedBeforeQuery, "SEARCH jobs USING INDEX jobs_finished (finished_at<?)", []any{int64(0), 10}},
 	} {
-		query, want := c.query, c.want
-		plan := explain(t, s.read, query, c.args...)
-		if joined := strings.Join(plan, "\n"); len(plan) != 1 || !strings.Contains(joined, want) {
-			t.Errorf("plan of %s:\n%s\nwant %s", query, joined, want)
+		plan := explain(t, s.read, c.query, c.args...)
+		if joined := strings.Join(plan, "\n"); len(plan) != 1 || !strings.Contains(joined, c.want) {
+			t.Errorf("plan of %s:\n%s\nwant %s", c.query, joined, c.want)
 		}
 	}
 }
