@@ -776,7 +776,7 @@ func (s *Store) writeJobs(ctx context.Context, tx *sql.Tx, writes []jobWrite) er
 		// did not change need theirs too.
 		for i, w := range writes {
 			if now[i][historyColumn] == (storedHistory{}) {
-				now[i][historyColumn] = toHistory(w.next.History)
+				now[i][historyColumn] = storeHistory(w.next)
 			}
 		}
 	}

@@ -46,10 +46,17 @@ func normalize(j jobtype.Job) jobtype.Job {
 // back: History's entries that old holds as they are stored are taken
 // from old, so only new ones (the one an attempt's end appends) are
 // encoded and decoded to read as they will. A claim or a heartbeat of a
-// job with a full history (jobtype.MaxHistory entries) so costs no JSON.
+// job with a full history (jobtype.MaxHistory entries) so costs no JSON,
+// and neither does the entry of an attempt that ends its job when the
+// row's columns describe it (splitHistory).
 func normalizeOver(old, j jobtype.Job) jobtype.Job {
 	j = normalizeColumns(j)
-	j.History = historyOver(old.History, j.History)
+	kept, row := splitHistory(j)
+	j.History = historyOver(old.History, kept)
+	if row {
+		// Read back from the columns (storeHistory): no JSON either.
+		j.History = append(j.History, rowEntry(j))
+	}
 	return j
 }
 
@@ -131,8 +138,79 @@ func sameEntry(a, b jobtype.HistoryEntry) bool {
 	return a == b
 }
 
-// toHistory is how History is stored: a JSON array, NULL while empty.
-// Its times go to the microsecond, as every stored time does.
+// storeHistory is how j's History is stored: toHistory of its entries,
+// except that an ended job's last entry, when it is the one the row's
+// own columns describe (rowEntry), is stored as {}, which no entry is
+// (every entry has a state): a job that succeeded at its first attempt
+// stores [{}], 4 bytes, not about 150 bytes of JSON, so its row grows
+// by that little when it completes and the completion encodes nothing.
+// The entry is stored in full wherever it differs from the columns (an
+// operator's cancel, a retried attempt's start), and a write that
+// changes the columns so that they no longer describe it stores it in
+// full again (writeValues compares what is stored, sameStored).
+func storeHistory(j jobtype.Job) sql.NullString {
+	kept, row := splitHistory(j)
+	if !row {
+		return toHistory(kept)
+	}
+	if len(kept) == 0 {
+		return sql.NullString{String: rowOnlyHistory, Valid: true}
+	}
+	s := toHistory(kept)
+	s.String = s.String[:len(s.String)-1] + ",{}]"
+	return s
+}
+
+// rowOnlyHistory is the stored History of one entry, the row's.
+const rowOnlyHistory = "[{}]"
+
+// splitHistory is j's History as storeHistory stores it: the entries
+// kept in JSON, and whether the row's entry follows them.
+func splitHistory(j jobtype.Job) (kept []jobtype.HistoryEntry, row bool) {
+	n := len(j.History)
+	if n > 0 && j.State.Terminal() && sameEntry(j.History[n-1], rowEntry(j)) {
+		return j.History[:n-1], true
+	}
+	return j.History, false
+}
+
+// sameStored reports whether a and b store their History alike.
+func sameStored(a, b jobtype.Job) bool {
+	aKept, aRow := splitHistory(a)
+	bKept, bRow := splitHistory(b)
+	return aRow == bRow && sameHistory(aKept, bKept)
+}
+
+// rowEntry is the history entry that j's columns describe: the end of
+// its last attempt as jobtype.Job.EndAttempt records an attempt that
+// ended the job, by its worker, with the job's start, end, state and
+// error.
+func rowEntry(j jobtype.Job) jobtype.HistoryEntry {
+	e := jobtype.HistoryEntry{Attempt: j.Attempt, WorkerID: j.WorkerID, StartedAt: j.StartedAt,
+		FinishedAt: j.FinishedAt, State: j.State}
+	if j.Error != nil && j.State != jobtype.Succeeded && j.State != jobtype.Cancelled {
+		je := *j.Error
+		e.Error = &je
+	}
+	return e
+}
+
+// readHistory is the History that storeHistory stored as s, where j has
+// every other column of the row read.
+func readHistory(s sql.NullString, j jobtype.Job) []jobtype.HistoryEntry {
+	if s.Valid && s.String == rowOnlyHistory {
+		return []jobtype.HistoryEntry{rowEntry(j)}
+	}
+	h := fromHistory(s)
+	if n := len(h); n > 0 && h[n-1].State == "" {
+		h[n-1] = rowEntry(j)
+	}
+	return h
+}
+
+// toHistory is how History's entries are stored: a JSON array, NULL
+// while empty. Its times go to the microsecond, as every stored time
+// does.
 func toHistory(h []jobtype.HistoryEntry) sql.NullString {
 	if len(h) == 0 {
 		return sql.NullString{}
@@ -173,7 +251,7 @@ func fromMicroOrZero(t time.Time) time.Time {
 
 // values are the bind values of every column but seq, in columns' order.
 func values(j jobtype.Job) []any {
-	return valuesWith(j, toHistory(j.History))
+	return valuesWith(j, storeHistory(j))
 }
 
 // historyColumn is where History is in values and valueColumns.
@@ -184,15 +262,16 @@ type storedHistory struct{}
 
 // writeValues are values(old) and values(next) to compare column by
 // column for a write of next over old, a job as read back, except that
-// History is compared entry by entry (sameHistory) and encoded, for next
-// only, when it changed: encoding a full history costs more than all the
+// History is compared as stored, entry by entry (sameStored), and
+// encoded, for next only, when that changed: encoding a full history
+// costs more than all the
 // other values, and most writes (claims, heartbeats) leave it as it is.
 // Where History is what the row holds it is storedHistory{}, which is
 // never to be bound: in was always, in now when it did not change.
 func writeValues(old, next jobtype.Job) (was, now []any) {
 	var history any = storedHistory{}
-	if !sameHistory(old.History, next.History) {
-		history = toHistory(next.History)
+	if !sameStored(old, next) {
+		history = storeHistory(next)
 	}
 	return valuesWith(old, storedHistory{}), valuesWith(next, history)
 }
@@ -261,13 +340,13 @@ func scanJob(r scanner) (jobtype.Job, int64, error) {
 	}
 	j.State = jobtype.State(state)
 	j.Payload, j.Result = fromNullJSON(payload), fromNullJSON(result)
-	j.History = fromHistory(history)
 	j.After, j.OnDependencyFailure = fromAfter(after), jobtype.DependencyFailure(afterPolicy)
 	if errType.Valid {
 		j.Error = &jobtype.JobError{Type: errType.String, Message: errMsg.String}
 	}
 	j.CreatedAt, j.StartedAt, j.UpdatedAt = fromMicro(created), fromMicro(started), fromMicro(updated)
 	j.FinishedAt, j.RunAt, j.LeaseExpiresAt = fromMicro(finished), fromMicro(runAt), fromMicro(lease)
+	j.History = readHistory(history, j)
 	return j, seq, nil
 }
 

@@ -672,6 +672,12 @@ DROP INDEX jobs_state_finished;
 CREATE INDEX jobs_running_lease ON jobs (lease_expires_at) WHERE state = 'running';
 CREATE INDEX jobs_finished ON jobs (finished_at) WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost');
 `,
+	// 23: the history entry of the attempt that ended a job may be
+	// stored as {}, to be read as the entry the row's own columns
+	// describe (storeHistory). The schema is unchanged; the version
+	// makes binaries from before this form, which would read {} as an
+	// entry, refuse the file as newer than they are.
+	`SELECT 1;`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a
