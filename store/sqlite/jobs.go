@@ -146,7 +146,7 @@ func (s *Store) CreateJobsWithin(ctx context.Context, jobs []jobtype.Job, q stor
 // jobs the tenant has. INDEXED BY keeps a plan that walks the tenant's
 // every job (jobs_tenant_created) from being chosen.
 const queuedCount = `SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY jobs_tenant_queued
-	WHERE tenant = ? AND state IN ('pending', 'waiting', 'queued') LIMIT ?)`
+	WHERE tenant = ? AND (state = 'pending' OR state = 'waiting' OR state = 'queued') LIMIT ?)`
 
 // checkQuota counts, in tx, the jobs not yet running of each tenant of
 // charges, up to its bound plus one, and returns the refusal of the
@@ -231,7 +231,7 @@ func readDependencies(ctx context.Context, tx *sql.Tx, tenant string, ids []stri
 // what jobs_unique_active says, so that index answers it.
 const holderQuery = `SELECT id FROM jobs
 	WHERE tenant = ? AND unique_key = ? AND id <> ?
-	AND unique_key <> '' AND state IN ('pending', 'waiting', 'queued', 'running')`
+	AND unique_key <> '' AND (state = 'pending' OR state = 'waiting' OR state = 'queued' OR state = 'running')`
 
 // activeHolder explains the unique violation just seen while writing j:
 // the *jobtype.ConflictError naming the active job that holds j's unique

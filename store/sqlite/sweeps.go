@@ -22,7 +22,7 @@ import (
 // INDEXED BY, SQLite with no statistics seeks jobs_state_queue_run_at
 // by state instead and reads every ended job that is kept.
 const finishedBeforeQuery = `SELECT seq FROM jobs INDEXED BY jobs_finished
-	WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') AND finished_at < ? LIMIT ?`
+	WHERE (state = 'succeeded' OR state = 'failed' OR state = 'cancelled' OR state = 'lost') AND finished_at < ? LIMIT ?`
 
 // DeleteFinishedBefore implements store.Store, each batch of at most
 // deleteBatch jobs, and as many records of deletions, in a transaction
