@@ -264,8 +264,8 @@ type storedHistory struct{}
 // column for a write of next over old, a job as read back, except that
 // History is compared as stored, entry by entry (sameStored), and
 // encoded, for next only, when that changed: encoding a full history
-// costs more than all the
-// other values, and most writes (claims, heartbeats) leave it as it is.
+// costs more than all the other values, and most writes (claims,
+// heartbeats) leave it as it is.
 // Where History is what the row holds it is storedHistory{}, which is
 // never to be bound: in was always, in now when it did not change.
 func writeValues(old, next jobtype.Job) (was, now []any) {
