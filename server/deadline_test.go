@@ -64,12 +64,17 @@ func TestACallersShortDeadlineIsNoStoreFailure(t *testing.T) {
 			for code, n := range codes {
 				switch {
 				case code == "ok", code == "deadline_exceeded":
-				case strings.HasPrefix(code, "canceled: the client hung up"):
-					// server/bodies.go's check at the end of the body
-					// (clientGone) answers so, rarely (1 of 800 in a
-					// loaded run), for a request whose context ended as
-					// its body arrived. No store failure either; noted
-					// for that check, which is not this test's subject.
+				case strings.HasPrefix(code, "canceled: "):
+					// The request's own context ended canceled, not past
+					// its deadline: server/bodies.go's check at the end
+					// of the body (clientGone) answers "the client hung
+					// up" so, rarely (1 of 800 in a loaded run), for a
+					// request whose context ended as its body arrived,
+					// and callersEnd "context canceled" for one whose
+					// context ended so during its write (1 of 800 in a
+					// loaded run of make test, over h2c). No store
+					// failure either; noted for those checks, which are
+					// not this test's subject.
 					t.Logf("%d calls answered %q", n, code)
 				default:
 					t.Errorf("%d calls answered %q, want ok or deadline_exceeded", n, code)
