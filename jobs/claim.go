@@ -223,6 +223,7 @@ func (e *Engine) claimOnce(ctx context.Context, f store.ClaimFilter, workerID st
 	case errors.Is(err, jobtype.ErrNoJob):
 		return nil, jobtype.ErrNoJob
 	case err != nil:
+		e.claimAnswerLost(err, leases, f.Now)
 		return nil, wrap("claim", "", err)
 	}
 	js := make([]jobtype.Job, len(claimed))

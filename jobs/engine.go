@@ -224,6 +224,9 @@ type Engine struct {
 	// depth is each queue's recent depth, sampled by the sweep.
 	depth depthHistory
 
+	// lostClaims are the leases of claims whose answer was lost, whose
+	// jobs the sweep gives back (lostclaims.go).
+	lostClaims lostClaims
 	// leaseWriter combines the writes of workers holding leases
 	// (leasewrites.go).
 	leaseWriter leaseWriter

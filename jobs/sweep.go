@@ -46,14 +46,15 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 }
 
-// Sweep runs the periodic duties once, now: expire stale leases, end
+// Sweep runs the periodic duties once, now: give back the jobs of claims
+// whose answer was lost (lostclaims.go), expire stale leases, end
 // attempts past their queue's timeout, queue the schedules' due runs
 // (after the expiries, so a run that just ended counts), delete jobs past
 // retention, record
 // drained queues and log alerts starting and ending. Tests
 // call it instead of waiting for Run.
 func (e *Engine) Sweep(ctx context.Context) error {
-	return errors.Join(e.expireLeases(ctx), e.timeOutAttempts(ctx), e.runSchedules(ctx), e.deleteExpired(ctx), e.watchQueues(ctx))
+	return errors.Join(e.releaseLostClaims(ctx), e.expireLeases(ctx), e.timeOutAttempts(ctx), e.runSchedules(ctx), e.deleteExpired(ctx), e.watchQueues(ctx))
 }
 
 // expireLeases ends the attempt of every RUNNING job whose worker has not

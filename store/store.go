@@ -710,7 +710,8 @@ type Store interface {
 	// many jobs wait: a few index seeks per queue (and kind) with work,
 	// and the jobs taken, whatever the database's statistics say.
 	// Retry: not safe. A claim that committed but whose answer was lost
-	// holds jobs under leases no one knows; the leases expire.
+	// holds jobs under leases only the caller knows: it finds them with
+	// HeldLeases once the store answers again.
 	ClaimJobs(ctx context.Context, f ClaimFilter, c Claim) ([]Claimed, error)
 
 	// WriteLeases makes each of ws, in order, if its lease holds the job
@@ -750,6 +751,13 @@ type Store interface {
 	// ExpiredLeases returns the ids of RUNNING jobs whose lease expired
 	// before now. Retry: safe.
 	ExpiredLeases(ctx context.Context, now time.Time) ([]string, error)
+
+	// HeldLeases returns the RUNNING jobs that one of leaseIDs holds,
+	// each with its lease, in no particular order; leases that hold no
+	// job are left out. It reads only RUNNING jobs, so its cost follows
+	// how many run, not how many wait. The engine asks it after a claim
+	// whose answer was lost, to find what that claim took. Retry: safe.
+	HeldLeases(ctx context.Context, leaseIDs []string) ([]Attempt, error)
 
 	// TimedOut returns the RUNNING jobs of queue whose current attempt
 	// began (the commit that made them RUNNING, as its UpdatedAt) before

@@ -58,6 +58,16 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]string, err
 		`SELECT id FROM jobs WHERE state = 'running' AND (lease_expires_at < $1 OR lease_expires_at IS NULL)`, micro(now))
 }
 
+// HeldLeases implements store.Store from jobs_running_lease, which holds
+// only RUNNING jobs.
+func (s *Store) HeldLeases(ctx context.Context, leaseIDs []string) ([]store.Attempt, error) {
+	return collect(ctx, s, "held leases", func(r pgx.Rows) (store.Attempt, error) {
+		var a store.Attempt
+		err := r.Scan(&a.JobID, &a.LeaseID)
+		return a, err
+	}, `SELECT id, lease_id FROM jobs WHERE state = 'running' AND lease_id = ANY($1)`, leaseIDs)
+}
+
 func scanOne[T any](r pgx.Rows) (T, error) {
 	var v T
 	err := r.Scan(&v)

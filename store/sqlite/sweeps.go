@@ -7,6 +7,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -109,6 +110,33 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]string, err
 		return nil, fmt.Errorf("expired leases: %w", classify(err))
 	}
 	return ids, nil
+}
+
+// heldLeasesQuery reads the RUNNING jobs through jobs_running_lease,
+// which holds only them, and keeps those under one of the leases.
+const heldLeasesQuery = `SELECT id, lease_id FROM jobs INDEXED BY jobs_running_lease
+	WHERE state = 'running' AND lease_id IN (SELECT value FROM json_each(?))`
+
+// HeldLeases implements store.Store.
+func (s *Store) HeldLeases(ctx context.Context, leaseIDs []string) ([]store.Attempt, error) {
+	ids, _ := json.Marshal(leaseIDs) // strings always encode
+	rows, err := s.read.QueryContext(ctx, heldLeasesQuery, string(ids))
+	if err != nil {
+		return nil, fmt.Errorf("held leases: %w", classify(err))
+	}
+	defer rows.Close()
+	var held []store.Attempt
+	for rows.Next() {
+		var a store.Attempt
+		if err := rows.Scan(&a.JobID, &a.LeaseID); err != nil {
+			return nil, fmt.Errorf("held leases: %w", classify(err))
+		}
+		held = append(held, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("held leases: %w", classify(err))
+	}
+	return held, nil
 }
 
 // timedOutQuery reads the queue's RUNNING jobs (a handful) through

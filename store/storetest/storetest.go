@@ -107,6 +107,7 @@ var cases = []struct {
 	{"concurrent claims never take a queue or a pool past its limit", testClaimLimitsConcurrent},
 	{"next ready reports nothing for a queue that is full, and the head's RunAt for one backing off", testNextReadyLimits},
 	{"expired leases are those of running jobs whose lease ended before now", testExpiredLeases},
+	{"held leases are the given leases that hold a running job, each with its job", testHeldLeases},
 	{"delete finished before removes only terminal jobs that ended earlier", testDeleteFinishedBefore},
 	{"count by state counts every job once", testCountByState},
 
@@ -1426,6 +1427,43 @@ func testExpiredLeases(t *testing.T, s store.Store) {
 				t.Errorf("expired = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+func testHeldLeases(t *testing.T, s store.Store) {
+	fixture := []struct {
+		id    string
+		state jobtype.State
+	}{
+		{"a", jobtype.Running},
+		{"b", jobtype.Running},
+		{"c", jobtype.Queued}, // a lease left on a queued job holds nothing
+		{"d", jobtype.Succeeded},
+	}
+	for i, f := range fixture {
+		j := newJob(f.id, at(i))
+		j.State, j.LeaseID, j.LeaseExpiresAt = f.state, "lease-"+f.id, at(100)
+		create(t, s, j)
+	}
+	tests := []struct {
+		leases []string
+		want   []store.Attempt
+	}{
+		{nil, nil},
+		{[]string{"lease-x"}, nil},
+		{[]string{"lease-b"}, []store.Attempt{{JobID: "b", LeaseID: "lease-b"}}},
+		{[]string{"lease-a", "lease-b", "lease-c", "lease-d", "lease-x"},
+			[]store.Attempt{{JobID: "a", LeaseID: "lease-a"}, {JobID: "b", LeaseID: "lease-b"}}},
+	}
+	for _, tc := range tests {
+		got, err := s.HeldLeases(t.Context(), tc.leases)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.SortFunc(got, func(x, y store.Attempt) int { return strings.Compare(x.JobID, y.JobID) })
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("held leases of %v = %v, want %v", tc.leases, got, tc.want)
+		}
 	}
 }
 
