@@ -262,16 +262,19 @@ func schemaOf(t *testing.T, dbURL string) string {
 func (o *outage) checkLogs(t *testing.T) {
 	for _, r := range o.rs {
 		var warnings []string
-		slowClients := 0
+		slowClients, released := 0, 0
 		for _, line := range strings.Split(r.logs.String(), "\n") {
 			switch {
 			case strings.Contains(line, `msg="answer cut:`):
 				slowClients++
+			case strings.Contains(line, `msg="released a job whose claim's answer was lost"`):
+				released++
 			case strings.Contains(line, "level=WARN"), strings.Contains(line, "level=ERROR"):
 				warnings = append(warnings, line)
 			}
 		}
-		o.report("replica %s logged %d warnings (and %d answers cut for a client that did not read)", r.name, len(warnings), slowClients)
+		o.report("replica %s logged %d warnings (and %d answers cut for a client that did not read); it released %d jobs whose claim's answer was lost",
+			r.name, len(warnings), slowClients, released)
 		if len(warnings) != 1 {
 			t.Errorf("replica %s logged %d warnings and errors for one episode, want one:\n%s",
 				r.name, len(warnings), strings.Join(warnings, "\n"))
