@@ -8,8 +8,8 @@ import (
 	"github.com/jobwatch/jobwatch/jobtype"
 )
 
-// Run performs the periodic duties (lease expiry, timeouts, schedules,
-// retention, alerting) every
+// Run performs the periodic duties (jobs of claims whose answer was lost,
+// lease expiry, timeouts, schedules, retention, alerting) every
 // SweepInterval until ctx ends, then returns nil. A failed sweep is logged
 // and tried again at the next tick. It is safe to run on several replicas
 // at once: every change is re-checked inside its own transaction.
