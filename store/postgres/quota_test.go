@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,4 +155,62 @@ func BenchmarkSubmitUnderQuota(b *testing.B) {
 			}
 		})
 	}
+}
+
+// HeldLeases, which the engine asks after a claim whose answer was lost,
+// reads only RUNNING jobs, through an index that holds them alone (or
+// the state index's entries of RUNNING jobs), never the queued ones: with
+// statistics that have never seen the 50,000 queued jobs (right after a
+// bulk load) and after ANALYZE; with a plan made for its arguments and a
+// generic one.
+func TestHeldLeasesReadOnlyRunningJobs(t *testing.T) {
+	s := openURL(t, pgtest.URL(t))
+	fillTenants(t, s, map[string]int{"acme": 20000, "globex": 30000})
+	execer(t, s)(`UPDATE jobs SET state = 'running', lease_id = 'lease-' || id,
+		lease_expires_at = $1::timestamptz + interval '1 minute' WHERE id IN ('acme-1', 'acme-2', 'globex-7')`, t0)
+	leases := []string{"lease-acme-1", "lease-globex-7", "lease-unknown"}
+	check := func(t *testing.T) {
+		for _, generic := range []bool{false, true} {
+			ctx := t.Context()
+			tx, err := s.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			query, args := heldLeasesQuery, []any{leases}
+			if generic {
+				if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
+					t.Fatal(err)
+				}
+				name := fmt.Sprintf("explained_%d", explained.Add(1))
+				if _, err := tx.Exec(ctx, "PREPARE "+name+" AS "+heldLeasesQuery); err != nil {
+					t.Fatalf("prepare: %v", err)
+				}
+				query, args = "EXECUTE "+name+"(ARRAY['"+strings.Join(leases, "','")+"'])", nil
+			}
+			plan, _ := explainPlan(t, tx, query, args...)
+			var walk func(n planNode)
+			walk = func(n planNode) {
+				if n.RelationName == "jobs" || n.IndexName != "" {
+					switch n.IndexName {
+					case "jobs_running_lease", "jobs_running_queue", "jobs_running_tenant", "jobs_state":
+					default:
+						t.Errorf("generic plan %v: %s of jobs (index %q), want one of the running jobs' indexes, in plan:\n%s",
+							generic, n.NodeType, n.IndexName, plan)
+					}
+				}
+				for _, c := range n.Plans {
+					walk(c)
+				}
+			}
+			walk(plan)
+		}
+		held, err := s.HeldLeases(t.Context(), leases)
+		if err != nil || len(held) != 2 {
+			t.Errorf("held leases %v, %v; want those of acme-1 and globex-7", held, err)
+		}
+	}
+	t.Run("stale statistics", check)
+	execer(t, s)("ANALYZE jobs")
+	t.Run("after analyze", check)
 }
