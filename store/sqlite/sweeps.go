@@ -120,23 +120,7 @@ const heldLeasesQuery = `SELECT id, lease_id FROM jobs INDEXED BY jobs_running_l
 // HeldLeases implements store.Store.
 func (s *Store) HeldLeases(ctx context.Context, leaseIDs []string) ([]store.Attempt, error) {
 	ids, _ := json.Marshal(leaseIDs) // strings always encode
-	rows, err := s.read.QueryContext(ctx, heldLeasesQuery, string(ids))
-	if err != nil {
-		return nil, fmt.Errorf("held leases: %w", classify(err))
-	}
-	defer rows.Close()
-	var held []store.Attempt
-	for rows.Next() {
-		var a store.Attempt
-		if err := rows.Scan(&a.JobID, &a.LeaseID); err != nil {
-			return nil, fmt.Errorf("held leases: %w", classify(err))
-		}
-		held = append(held, a)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("held leases: %w", classify(err))
-	}
-	return held, nil
+	return s.readAttempts(ctx, "held leases", heldLeasesQuery, string(ids))
 }
 
 // timedOutQuery reads the queue's RUNNING jobs (a handful) through
@@ -147,21 +131,26 @@ const timedOutQuery = `SELECT j.id, j.lease_id FROM running_attempts a JOIN jobs
 
 // TimedOut implements store.Store.
 func (s *Store) TimedOut(ctx context.Context, queue string, startedBefore time.Time) ([]store.Attempt, error) {
-	rows, err := s.read.QueryContext(ctx, timedOutQuery, toMicro(startedBefore), queue)
+	return s.readAttempts(ctx, "timed out attempts", timedOutQuery, toMicro(startedBefore), queue)
+}
+
+// readAttempts reads the rows of query, each a job id and a lease.
+func (s *Store) readAttempts(ctx context.Context, what, query string, args ...any) ([]store.Attempt, error) {
+	rows, err := s.read.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("timed out attempts: %w", classify(err))
+		return nil, fmt.Errorf("%s: %w", what, classify(err))
 	}
 	defer rows.Close()
 	var attempts []store.Attempt
 	for rows.Next() {
 		var a store.Attempt
 		if err := rows.Scan(&a.JobID, &a.LeaseID); err != nil {
-			return nil, fmt.Errorf("timed out attempts: %w", classify(err))
+			return nil, fmt.Errorf("%s: %w", what, classify(err))
 		}
 		attempts = append(attempts, a)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("timed out attempts: %w", classify(err))
+		return nil, fmt.Errorf("%s: %w", what, classify(err))
 	}
 	return attempts, nil
 }
