@@ -195,7 +195,7 @@ func TestHeldLeasesReadOnlyRunningJobs(t *testing.T) {
 					switch n.IndexName {
 					case "jobs_running_lease", "jobs_running_queue", "jobs_running_tenant", "jobs_state":
 					default:
-						t.Errorf("generic plan %v: %s of jobs (index %q), want one of the running jobs' indexes, in plan:\n%s",
+						t.Errorf("plan (generic %v): %s of jobs (index %q), want one of the running jobs' indexes, in plan:\n%s",
 							generic, n.NodeType, n.IndexName, plan)
 					}
 				}

@@ -65,11 +65,14 @@ const heldLeasesQuery = `SELECT id, lease_id FROM jobs WHERE state = 'running' A
 
 // HeldLeases implements store.Store.
 func (s *Store) HeldLeases(ctx context.Context, leaseIDs []string) ([]store.Attempt, error) {
-	return collect(ctx, s, "held leases", func(r pgx.Rows) (store.Attempt, error) {
-		var a store.Attempt
-		err := r.Scan(&a.JobID, &a.LeaseID)
-		return a, err
-	}, heldLeasesQuery, leaseIDs)
+	return collect(ctx, s, "held leases", scanAttempt, heldLeasesQuery, leaseIDs)
+}
+
+// scanAttempt reads a row of a job id and a lease.
+func scanAttempt(r pgx.Rows) (store.Attempt, error) {
+	var a store.Attempt
+	err := r.Scan(&a.JobID, &a.LeaseID)
+	return a, err
 }
 
 func scanOne[T any](r pgx.Rows) (T, error) {
@@ -81,11 +84,7 @@ func scanOne[T any](r pgx.Rows) (T, error) {
 // TimedOut implements store.Store, from attempt_started_at, which the
 // trigger jobs_stamp sets on every write that makes a job RUNNING.
 func (s *Store) TimedOut(ctx context.Context, queue string, startedBefore time.Time) ([]store.Attempt, error) {
-	return collect(ctx, s, "timed out attempts", func(r pgx.Rows) (store.Attempt, error) {
-		var a store.Attempt
-		err := r.Scan(&a.JobID, &a.LeaseID)
-		return a, err
-	}, `SELECT id, lease_id FROM jobs WHERE state = 'running' AND queue = $1
+	return collect(ctx, s, "timed out attempts", scanAttempt, `SELECT id, lease_id FROM jobs WHERE state = 'running' AND queue = $1
 		AND (attempt_started_at < $2 OR attempt_started_at IS NULL)`, queue, micro(startedBefore))
 }
 
