@@ -271,11 +271,17 @@ func (s *Store) forgetFair(ctx context.Context, tx *sql.Tx, queue string) error 
 
 // firstPick is how many jobs a claim of n under f picks first: n, or,
 // when a queue f may claim from was contested at its last claim by at
-// most n tenants, n rounded up to a multiple of their number. The
-// turns of a contested claim go round the tenants, and a first pick of
-// interleaved tenants' jobs that is a whole number of rounds holds what
-// each is due, so the turns need not read any tenant's jobs again
-// (claimTurns); the uncontested claim takes the first n of them.
+// most n tenants, a whole number of rounds of them with one more than n
+// needs, as the PostgreSQL store picks. The turns of a contested claim
+// go round the tenants from where their passes stand, which may give a
+// tenant a turn more than an even share of n (n is not always a
+// multiple of their number); a first pick of interleaved tenants' jobs
+// with a round to spare holds what each is due, so the turns need not
+// read any tenant's jobs again (claimTurns), and the uncontested claim
+// takes the first n of them. Rounded up to whole rounds only, the turns
+// read some tenant's jobs again in about a quarter of the contested
+// claims of a burn-down of ten tenants; with the round to spare, in
+// about one in forty (docs/BENCHMARKS.md, "Fair claiming").
 func (s *Store) firstPick(f store.ClaimFilter, n int) int {
 	s.fairMu.Lock()
 	defer s.fairMu.Unlock()
@@ -288,7 +294,7 @@ func (s *Store) firstPick(f store.ClaimFilter, n int) int {
 	if tenants <= 1 || tenants > n {
 		return n
 	}
-	return (n + tenants - 1) / tenants * tenants
+	return (n + 2*tenants - 1) / tenants * tenants
 }
 
 // oneQueue says whether picks are all of one queue, and which.
