@@ -34,7 +34,8 @@ const (
 	// in 10min): a stream that ends at its lifetime has sent something,
 	// so the client resumes at once rather than backing off.
 	outageKeepalive = time.Second
-	outageBackoff   = time.Second // the parked calls' clients' longest backoff
+	outageBackoff   = time.Second     // the parked calls' clients' longest backoff
+	outageBound     = 5 * time.Minute // the whole scenario, replicas included
 	// The promises checked.
 	answerWithin  = time.Second     // a write while the database is away answers unavailable
 	recoverWithin = 5 * time.Second // from the database answering to load back to normal
@@ -108,7 +109,12 @@ func (o *outage) report(format string, args ...any) {
 
 func rideOut(t *testing.T, cl *pgtest.Cluster, takeAway func(*testing.T, *outage)) {
 	dbURL := cl.URL(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	// The replicas run under ctx and are killed when it ends, so its
+	// bound must hold every step's own (parking 1,000 calls alone may
+	// take up to two minutes): a generous bound for race-detector builds
+	// on a loaded two-core machine. A make test beside CI once took the
+	// parking past an earlier 90 s, which killed the replicas mid-step.
+	ctx, cancel := context.WithTimeout(context.Background(), outageBound)
 	defer cancel()
 	cfg := filepath.Join(t.TempDir(), "jobwatch.yaml")
 	writeFile(t, cfg, "queues:\n  - name: parked\n")
@@ -352,6 +358,9 @@ func newParkedCalls(t *testing.T, ctx context.Context, rs []*replica) *parkedCal
 		// 1,000 parked calls through race-detector builds on a loaded
 		// machine: a generous bound.
 		waitForWithin(t, 2*time.Minute, "every waiter and watcher of "+r.name+" parked", func() bool {
+			if ctx.Err() != nil {
+				t.Fatalf("the scenario's bound (%v) passed while the calls parked: the replicas were stopped", outageBound)
+			}
 			return r.metric(t, "jobwatch_parked_waits") >= outageJobs/2 && r.metric(t, "jobwatch_open_watches") >= outageJobs/2
 		})
 	}
