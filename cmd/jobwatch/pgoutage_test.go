@@ -363,9 +363,10 @@ func newParkedCalls(t *testing.T, ctx context.Context, rs []*replica) *parkedCal
 		// quarters of each replica's share parked at once shows the calls
 		// are there; checkEveryEndHeard then holds every one of them to
 		// its job's end. 1,000 calls on such a machine: a generous bound.
+		const bound = 2 * time.Minute
 		enough := float64(outageJobs/2) * 3 / 4
 		var waits, watches float64
-		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		for deadline := time.Now().Add(bound); ; time.Sleep(10 * time.Millisecond) {
 			if ctx.Err() != nil {
 				t.Fatalf("the scenario's bound (%v) passed while the calls parked: the replicas were stopped", outageBound)
 			}
@@ -374,7 +375,7 @@ func newParkedCalls(t *testing.T, ctx context.Context, rs []*replica) *parkedCal
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("replica %s: %v waits and %v watches parked after 2 minutes, want %v of each of its %d", r.name, waits, watches, enough, outageJobs/2)
+				t.Fatalf("replica %s: %v waits and %v watches parked after %v, want %v of each of its %d", r.name, waits, watches, bound, enough, outageJobs/2)
 			}
 		}
 	}
