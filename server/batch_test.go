@@ -1,11 +1,16 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"path"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -364,6 +369,92 @@ func TestWaitJobsAnswersBuiltWhileParkedReadAsListedOverEveryProtocol(t *testing
 				check(got, 12)
 			case <-time.After(callBound):
 				t.Fatal("WaitJobs did not return once every job had ended")
+			}
+		})
+	}
+}
+
+// compressions records whether the answer a client received for each
+// procedure was compressed: by Content-Encoding in Connect's unary
+// protocol; in gRPC and gRPC-Web, where Grpc-Encoding names what a
+// message may be compressed with, by the first message's flag.
+type compressions struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	of   map[string]bool
+}
+
+func (c *compressions) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(req)
+	if err != nil {
+		return resp, err
+	}
+	compressed := resp.Header.Get("Content-Encoding") == "gzip"
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/grpc") {
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		compressed = len(body) > 0 && body[0]&1 == 1
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	c.mu.Lock()
+	c.of[path.Base(req.URL.Path)] = compressed
+	c.mu.Unlock()
+	return resp, nil
+}
+
+func (c *compressions) compressed(procedure string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.of[procedure]
+}
+
+// A WaitJobs answer is never compressed, over any protocol, though the
+// clients accept gzip (connect-go's do by default) and another answer as
+// large is compressed for them: gzip and gunzip of a large answer take
+// longer than its bytes take to cross, between the last job's end and
+// the caller's wake-up. A compressed WaitJobs request is still read.
+func TestWaitJobsAnswersAreNotCompressed(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	for i, p := range []protocol{
+		{"connect JSON over HTTP/1.1", (*testServer).http1Client, []connect.ClientOption{connect.WithProtoJSON()}},
+		{"connect protobuf over h2c", (*testServer).h2cClient, nil},
+		{"grpc over h2c", (*testServer).h2cClient, []connect.ClientOption{connect.WithGRPC()}},
+		{"grpc-web over HTTP/1.1", (*testServer).http1Client, []connect.ClientOption{connect.WithGRPCWeb()}},
+	} {
+		t.Run(p.name, func(t *testing.T) {
+			hc := p.hc(ts)
+			rec := &compressions{next: hc.Transport, of: map[string]bool{}}
+			c := ts.clients(&http.Client{Transport: rec}, append(p.opts, connect.WithSendGzip())...)
+			kind, batch := fmt.Sprintf("unzipped-%d", i), fmt.Sprintf("unzipped-%d", i)
+			resp, err := c.jobs.SubmitJobs(ctxTimeout(t, callBound), batchRequest(t, kind, batch, 40))
+			if err != nil {
+				t.Fatalf("SubmitJobs: %v", err)
+			}
+			if _, err := c.jobs.CancelJobs(ctxTimeout(t, callBound), &jobwatchv1.CancelJobsRequest{Filter: &jobwatchv1.JobFilter{Kinds: []string{kind}}}); err != nil {
+				t.Fatalf("CancelJobs: %v", err)
+			}
+			list, err := c.jobs.ListJobs(ctxTimeout(t, callBound), &jobwatchv1.ListJobsRequest{Batch: batch, Kind: kind})
+			if err != nil {
+				t.Fatalf("ListJobs: %v", err)
+			}
+			if !rec.compressed("ListJobs") {
+				t.Fatalf("ListJobs of %d jobs answered uncompressed: the client does not ask for gzip", len(list.GetJobs()))
+			}
+			got, err := c.jobs.WaitJobs(ctxTimeout(t, callBound), &jobwatchv1.WaitJobsRequest{Batch: batch})
+			if err != nil {
+				t.Fatalf("WaitJobs (its request compressed): %v", err)
+			}
+			if !slices.Equal(jobIDs(got.GetJobs()), jobIDs(resp.GetJobs())) {
+				t.Fatalf("WaitJobs answered %v, want every job of the batch in submission order", jobIDs(got.GetJobs()))
+			}
+			if size := proto.Size(got); size < 2<<10 {
+				t.Fatalf("the answer is %d bytes, too small to show whether it would be compressed", size)
+			}
+			if rec.compressed("WaitJobs") {
+				t.Error("WaitJobs answered compressed")
 			}
 		})
 	}

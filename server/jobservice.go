@@ -352,7 +352,7 @@ func (h *jobService) WaitJobs(ctx context.Context, req *jobwatchv1.WaitJobsReque
 		return nil, s.toConnectError(ctx, "wait jobs", err)
 	}
 	for i := range res.Ended {
-		linkToJob(ctx, &res.Ended[i])
+		linkToJob(ctx, res.Ended[i])
 	}
 	resp, err := answer.response(&s.shared, res)
 	if err != nil {

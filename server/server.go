@@ -355,6 +355,7 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 	opts = append(opts, jsonCodecs(&s.shared)...)
 	mux := http.NewServeMux()
 	mux.Handle(jobwatchv1connect.NewJobServiceHandler(&jobService{s}, opts...))
+	mux.Handle(jobwatchv1connect.JobServiceWaitJobsProcedure, waitJobsHandler(&jobService{s}, opts))
 	mux.Handle(jobwatchv1connect.NewWorkerServiceHandler(&workerService{s}, opts...))
 	mux.Handle(jobwatchv1connect.NewQueueServiceHandler(&queueService{s}, opts...))
 	// Health and reflection: counted and logged like every call, their
