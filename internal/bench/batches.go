@@ -10,11 +10,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
 	"github.com/jobwatch/jobwatch/jobtype"
 )
 
@@ -111,8 +113,12 @@ type batchParkedFigures struct {
 type batchWakeFigures struct {
 	WaitJobsP50MS float64 `json:"wait_jobs_behind_reply_p50_ms"`
 	WaitJobsP99MS float64 `json:"wait_jobs_behind_reply_p99_ms"`
-	WaitJobP50MS  float64 `json:"wait_job_behind_reply_p50_ms"`
-	WaitJobP99MS  float64 `json:"wait_job_behind_reply_p99_ms"`
+	// WaitJobsArrived*: the same, to the moment the answer's last byte
+	// reached the caller, before its client decoded it.
+	WaitJobsArrivedP50MS float64 `json:"wait_jobs_arrived_behind_reply_p50_ms"`
+	WaitJobsArrivedP99MS float64 `json:"wait_jobs_arrived_behind_reply_p99_ms"`
+	WaitJobP50MS         float64 `json:"wait_job_behind_reply_p50_ms"`
+	WaitJobP99MS         float64 `json:"wait_job_behind_reply_p99_ms"`
 	// The worker's CompleteJob round trip, for scale.
 	CompleteP50MS float64 `json:"complete_call_p50_ms"`
 	// Answer*: the round trip of the same WaitJobs, and of a WaitJob of
@@ -382,16 +388,19 @@ func (b *benchRun) batchWakes(ctx context.Context, srv benchServer) (batchWakeFi
 	defer p.stop()
 	ctl := b.newClient(p.base, 1)
 	defer ctl.Close()
-	probe := b.newClient(p.base, 1) // the waiters' own connection
+	// The waiters' own connection, which notes when each answer arrived.
+	arrived := &arrivals{next: newH2CTransport()}
+	probe := b.newClient(p.base, 1, client.WithLongCallHTTPClient(&http.Client{Transport: arrived}))
 	defer probe.Close()
 
-	var many, one, completes, answerMany, answerOne []time.Duration
+	var many, manyArrived, one, completes, answerMany, answerOne []time.Duration
 	for i := range b.o.batchWakes {
 		for _, isMany := range []bool{i%2 == 0, i%2 != 0} {
 			var ids []string
+			var arrival time.Duration // of the last run, the one measured
 			wake, complete, redone, err := woken(ctx, p, func() (wake, complete time.Duration, err error) {
 				if isMany {
-					wake, complete, ids, err = wakeAll(ctx, p, ctl, probe, b.o.batchJobs)
+					wake, arrival, complete, ids, err = wakeAll(ctx, p, ctl, probe, arrived, b.o.batchJobs)
 					return wake, complete, err
 				}
 				return wakeOne(ctx, p, ctl, probe, waitCall, 0)
@@ -401,7 +410,7 @@ func (b *benchRun) batchWakes(ctx context.Context, srv benchServer) (batchWakeFi
 				return f, errors.Join(err, p.alive())
 			}
 			if isMany {
-				many = append(many, wake)
+				many, manyArrived = append(many, wake), append(manyArrived, arrival)
 				m, o, err := answerAtOnce(ctx, probe, ids)
 				if err != nil {
 					return f, errors.Join(err, p.alive())
@@ -413,11 +422,12 @@ func (b *benchRun) batchWakes(ctx context.Context, srv benchServer) (batchWakeFi
 			completes = append(completes, complete)
 		}
 	}
-	for _, ds := range [][]time.Duration{many, one, completes, answerMany, answerOne} {
+	for _, ds := range [][]time.Duration{many, manyArrived, one, completes, answerMany, answerOne} {
 		slices.Sort(ds)
 	}
 	f.AnswerWaitJobsP50MS, f.AnswerWaitJobP50MS = ms(quantile(answerMany, 0.5)), ms(quantile(answerOne, 0.5))
 	f.WaitJobsP50MS, f.WaitJobsP99MS = ms(quantile(many, 0.5)), ms(quantile(many, 0.99))
+	f.WaitJobsArrivedP50MS, f.WaitJobsArrivedP99MS = ms(quantile(manyArrived, 0.5)), ms(quantile(manyArrived, 0.99))
 	f.WaitJobP50MS, f.WaitJobP99MS = ms(quantile(one, 0.5)), ms(quantile(one, 0.99))
 	f.CompleteP50MS = ms(quantile(completes, 0.5))
 	b.progress("  behind the reply, p50: WaitJobs of %d %.3f ms, WaitJob %.3f ms (%d measured again); answered at once: %.3f ms, %.3f ms",
@@ -487,14 +497,14 @@ func (p *serverProc) waitWakeUps(ctx context.Context) (float64, error) {
 // the claimed job and returns how long after the CompleteJob reply the
 // WaitJobs had every job ended, the CompleteJob round trip and the jobs'
 // ids: what wakeOne measures for a WaitJob, for the last job of a batch.
-func wakeAll(ctx context.Context, p *serverProc, ctl, probe *client.Client, n int) (wake, complete time.Duration, ids []string, err error) {
+func wakeAll(ctx context.Context, p *serverProc, ctl, probe *client.Client, arrived *arrivals, n int) (wake, arrival, complete time.Duration, ids []string, err error) {
 	req := &jobwatchv1.SubmitJobsRequest{Jobs: make([]*jobwatchv1.SubmitJobRequest, n)}
 	for i := range req.Jobs {
 		req.Jobs[i] = &jobwatchv1.SubmitJobRequest{Kind: batchWakeKind}
 	}
 	resp, err := ctl.JobService().SubmitJobs(ctx, req)
 	if err != nil {
-		return 0, 0, nil, fmt.Errorf("SubmitJobs: %w", err)
+		return 0, 0, 0, nil, fmt.Errorf("SubmitJobs: %w", err)
 	}
 	ids = make([]string, 0, n)
 	for _, j := range resp.GetJobs() {
@@ -502,25 +512,25 @@ func wakeAll(ctx context.Context, p *serverProc, ctl, probe *client.Client, n in
 	}
 	claim, err := ctl.WorkerService().ClaimJob(ctx, &jobwatchv1.ClaimJobRequest{WorkerId: "bench", Kinds: []string{batchWakeKind}})
 	if err != nil {
-		return 0, 0, nil, fmt.Errorf("claim: %w", err)
+		return 0, 0, 0, nil, fmt.Errorf("claim: %w", err)
 	}
 	if !slices.Contains(ids, claim.GetJob().GetId()) {
-		return 0, 0, nil, fmt.Errorf("claimed %q, not a job of the batch", claim.GetJob().GetId())
+		return 0, 0, 0, nil, fmt.Errorf("claimed %q, not a job of the batch", claim.GetJob().GetId())
 	}
 	// Every other job of the kind is this batch's: the earlier ones have
 	// all ended.
 	cancelled, err := ctl.CancelJobs(ctx, &jobwatchv1.JobFilter{Kinds: []string{batchWakeKind},
 		States: []jobwatchv1.JobState{jobwatchv1.JobState_JOB_STATE_QUEUED}}, nil)
 	if err != nil {
-		return 0, 0, nil, fmt.Errorf("cancel the others: %w", err)
+		return 0, 0, 0, nil, fmt.Errorf("cancel the others: %w", err)
 	}
 	if cancelled.Changed != int64(n-1) {
-		return 0, 0, nil, fmt.Errorf("cancelled %d jobs of the batch, want %d", cancelled.Changed, n-1)
+		return 0, 0, 0, nil, fmt.Errorf("cancelled %d jobs of the batch, want %d", cancelled.Changed, n-1)
 	}
 
 	parked, err := p.metric(waitCall.metric)
 	if err != nil {
-		return 0, 0, nil, err
+		return 0, 0, 0, nil, err
 	}
 	callCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -532,19 +542,71 @@ func wakeAll(ctx context.Context, p *serverProc, ctl, probe *client.Client, n in
 		answered, callErr = waitAll(callCtx, probe, ids)
 	}()
 	if err := p.awaitMetric(callCtx, waitCall.metric, parked+1); err != nil {
-		return 0, 0, nil, err
+		return 0, 0, 0, nil, err
 	}
 	time.Sleep(batchParkSettle)
 	sent := time.Now()
 	if _, err := ctl.WorkerService().CompleteJob(ctx, &jobwatchv1.CompleteJobRequest{JobId: claim.GetJob().GetId(), LeaseId: claim.GetLeaseId()}); err != nil {
-		return 0, 0, nil, fmt.Errorf("complete: %w", err)
+		return 0, 0, 0, nil, fmt.Errorf("complete: %w", err)
 	}
 	replied := time.Now()
 	<-done
 	if callErr != nil {
-		return 0, 0, nil, fmt.Errorf("WaitJobs: %w", callErr)
+		return 0, 0, 0, nil, fmt.Errorf("WaitJobs: %w", callErr)
 	}
-	return answered.Sub(replied), replied.Sub(sent), ids, nil
+	return answered.Sub(replied), arrived.last(jobwatchv1connect.JobServiceWaitJobsProcedure).Sub(replied), replied.Sub(sent), ids, nil
+}
+
+// arrivals is a RoundTripper that notes, for each procedure, when the
+// body of its last answer had wholly arrived: a unary answer's last byte,
+// before the client decodes it.
+type arrivals struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	at   map[string]time.Time
+}
+
+func (a *arrivals) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := a.next.RoundTrip(req)
+	if err == nil {
+		resp.Body = &arrivingBody{ReadCloser: resp.Body, a: a, procedure: req.URL.Path}
+	}
+	return resp, err
+}
+
+func (a *arrivals) last(procedure string) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.at[procedure]
+}
+
+type arrivingBody struct {
+	io.ReadCloser
+	a         *arrivals
+	procedure string
+}
+
+func (b *arrivingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		now := time.Now()
+		b.a.mu.Lock()
+		if b.a.at == nil {
+			b.a.at = map[string]time.Time{}
+		}
+		b.a.at[b.procedure] = now
+		b.a.mu.Unlock()
+	}
+	return n, err
+}
+
+// newH2CTransport is a transport of one connection that speaks HTTP/2
+// with prior knowledge and takes frames of up to 1 MiB, as the client's
+// own does for http:// URLs.
+func newH2CTransport() *http.Transport {
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	return &http.Transport{Protocols: &protocols, MaxConnsPerHost: 1, HTTP2: &http.HTTP2Config{MaxReadFrameSize: 1 << 20}}
 }
 
 // answerAtOnce times, through probe, a WaitJobs (ALL) of ids and a
@@ -616,6 +678,8 @@ func (f *batchesFigures) rows() []batchRow {
 	rows = append(rows,
 		batchRow{fmt.Sprintf("WaitJobs (ALL) of %d, the last completed: p50, ms behind the reply", f.Jobs), f.Wake.WaitJobsP50MS},
 		batchRow{fmt.Sprintf("WaitJobs (ALL) of %d, the last completed: p99, ms behind the reply", f.Jobs), f.Wake.WaitJobsP99MS},
+		batchRow{fmt.Sprintf("WaitJobs (ALL) of %d: answer arrived, before decoding: p50, ms behind the reply", f.Jobs), f.Wake.WaitJobsArrivedP50MS},
+		batchRow{fmt.Sprintf("WaitJobs (ALL) of %d: answer arrived, before decoding: p99, ms behind the reply", f.Jobs), f.Wake.WaitJobsArrivedP99MS},
 		batchRow{"WaitJob of one job: p50, ms behind the reply", f.Wake.WaitJobP50MS},
 		batchRow{"WaitJob of one job: p99, ms behind the reply", f.Wake.WaitJobP99MS},
 		batchRow{"CompleteJob reply p50, ms", f.Wake.CompleteP50MS},

@@ -117,6 +117,10 @@ func TestBenchBatchesMeasuresEveryFigure(t *testing.T) {
 	if w.WaitJobsP99MS < w.WaitJobsP50MS || w.WaitJobP99MS < w.WaitJobP50MS || w.Redone < 0 {
 		t.Errorf("wake = %+v, want each p99 at least its p50", w)
 	}
+	// Each answer arrives before its client has decoded it.
+	if w.WaitJobsArrivedP50MS == 0 || w.WaitJobsArrivedP50MS > w.WaitJobsP50MS || w.WaitJobsArrivedP99MS > w.WaitJobsP99MS {
+		t.Errorf("wake = %+v, want WaitJobs' answers arrived (not zero) no later than decoded, at p50 and p99", w)
+	}
 	if !(w.CompleteP50MS > 0) || !(w.AnswerWaitJobsP50MS > 0) || !(w.AnswerWaitJobP50MS > 0) {
 		t.Errorf("wake = %+v, want positive round trips of CompleteJob and of the answers at once", w)
 	}

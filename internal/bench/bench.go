@@ -559,13 +559,13 @@ func (b *benchRun) serverOptions(scenario string) serverOptions {
 }
 
 // newClient returns a client of the bench's codec whose long calls share
-// longConns connections.
-func (b *benchRun) newClient(base string, longConns int) *client.Client {
+// longConns connections, with extra options after those.
+func (b *benchRun) newClient(base string, longConns int, extra ...client.Option) *client.Client {
 	opts := []client.Option{client.WithLongCallConns(longConns)}
 	if b.o.codec == "json" {
 		opts = append(opts, client.WithJSON())
 	}
-	return client.New(base, opts...)
+	return client.New(base, append(opts, extra...)...)
 }
 
 // clients returns --conns clients of one long connection each, for calls
