@@ -38,16 +38,20 @@ func jobIDs(jobs []*jobwatchv1.Job) []string {
 	return ids
 }
 
+// everyProtocol is the four protocols a Go client can speak, each over
+// the HTTP version it takes.
+var everyProtocol = []protocol{
+	{"connect JSON over HTTP/1.1", (*testServer).http1Client, []connect.ClientOption{connect.WithProtoJSON()}},
+	{"connect protobuf over h2c", (*testServer).h2cClient, nil},
+	{"grpc over h2c", (*testServer).h2cClient, []connect.ClientOption{connect.WithGRPC()}},
+	{"grpc-web over HTTP/1.1", (*testServer).http1Client, []connect.ClientOption{connect.WithGRPCWeb()}},
+}
+
 // SubmitJobs and WaitJobs over every protocol: a batch goes in in one
 // call, in order, and one wait returns once all of it has ended.
 func TestSubmitJobsThenWaitJobsOverEveryProtocol(t *testing.T) {
 	ts := startServer(t, serverOptions{})
-	for i, p := range []protocol{
-		{"connect JSON over HTTP/1.1", (*testServer).http1Client, []connect.ClientOption{connect.WithProtoJSON()}},
-		{"connect protobuf over h2c", (*testServer).h2cClient, nil},
-		{"grpc over h2c", (*testServer).h2cClient, []connect.ClientOption{connect.WithGRPC()}},
-		{"grpc-web over HTTP/1.1", (*testServer).http1Client, []connect.ClientOption{connect.WithGRPCWeb()}},
-	} {
+	for i, p := range everyProtocol {
 		t.Run(p.name, func(t *testing.T) {
 			c := ts.clients(p.hc(ts), p.opts...)
 			kind, batch := fmt.Sprintf("thumb-%d", i), fmt.Sprintf("thumbs-%d", i)
@@ -418,16 +422,11 @@ func (c *compressions) compressed(procedure string) bool {
 // the caller's wake-up. A compressed WaitJobs request is still read.
 func TestWaitJobsAnswersAreNotCompressed(t *testing.T) {
 	ts := startServer(t, serverOptions{})
-	for i, p := range []protocol{
-		{"connect JSON over HTTP/1.1", (*testServer).http1Client, []connect.ClientOption{connect.WithProtoJSON()}},
-		{"connect protobuf over h2c", (*testServer).h2cClient, nil},
-		{"grpc over h2c", (*testServer).h2cClient, []connect.ClientOption{connect.WithGRPC()}},
-		{"grpc-web over HTTP/1.1", (*testServer).http1Client, []connect.ClientOption{connect.WithGRPCWeb()}},
-	} {
+	for i, p := range everyProtocol {
 		t.Run(p.name, func(t *testing.T) {
 			hc := p.hc(ts)
 			rec := &compressions{next: hc.Transport, of: map[string]bool{}}
-			c := ts.clients(&http.Client{Transport: rec}, append(p.opts, connect.WithSendGzip())...)
+			c := ts.clients(&http.Client{Transport: rec}, append(slices.Clone(p.opts), connect.WithSendGzip())...)
 			kind, batch := fmt.Sprintf("unzipped-%d", i), fmt.Sprintf("unzipped-%d", i)
 			resp, err := c.jobs.SubmitJobs(ctxTimeout(t, callBound), batchRequest(t, kind, batch, 40))
 			if err != nil {
