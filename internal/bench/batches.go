@@ -537,6 +537,7 @@ func wakeAll(ctx context.Context, p *serverProc, ctl, probe *client.Client, arri
 	var answered time.Time
 	var callErr error
 	done := make(chan struct{})
+	arrived.take(jobwatchv1connect.JobServiceWaitJobsProcedure) // an earlier call's
 	go func() {
 		defer close(done)
 		answered, callErr = waitAll(callCtx, probe, ids)
@@ -554,7 +555,11 @@ func wakeAll(ctx context.Context, p *serverProc, ctl, probe *client.Client, arri
 	if callErr != nil {
 		return 0, 0, 0, nil, fmt.Errorf("WaitJobs: %w", callErr)
 	}
-	return answered.Sub(replied), arrived.last(jobwatchv1connect.JobServiceWaitJobsProcedure).Sub(replied), replied.Sub(sent), ids, nil
+	at := arrived.take(jobwatchv1connect.JobServiceWaitJobsProcedure)
+	if at.IsZero() {
+		return 0, 0, 0, nil, errors.New("WaitJobs: its answer was decoded without its body read to the end")
+	}
+	return answered.Sub(replied), at.Sub(replied), replied.Sub(sent), ids, nil
 }
 
 // arrivals is a RoundTripper that notes, for each procedure, when the
@@ -574,10 +579,14 @@ func (a *arrivals) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-func (a *arrivals) last(procedure string) time.Time {
+// take returns when the last answer of procedure arrived (zero if none
+// did since the last take) and forgets it.
+func (a *arrivals) take(procedure string) time.Time {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.at[procedure]
+	at := a.at[procedure]
+	delete(a.at, procedure)
+	return at
 }
 
 type arrivingBody struct {
