@@ -495,8 +495,10 @@ func (p *serverProc) waitWakeUps(ctx context.Context) (float64, error) {
 // wakeAll submits n jobs in one SubmitJobs, claims one of them, cancels
 // the others, parks a WaitJobs (ALL) of the n through probe, completes
 // the claimed job and returns how long after the CompleteJob reply the
-// WaitJobs had every job ended, the CompleteJob round trip and the jobs'
-// ids: what wakeOne measures for a WaitJob, for the last job of a batch.
+// WaitJobs had every job ended (its answer decoded) and had that
+// answer's last byte (arrival, through arrived, which probe's long calls
+// go through), the CompleteJob round trip and the jobs' ids: what
+// wakeOne measures for a WaitJob, for the last job of a batch.
 func wakeAll(ctx context.Context, p *serverProc, ctl, probe *client.Client, arrived *arrivals, n int) (wake, arrival, complete time.Duration, ids []string, err error) {
 	req := &jobwatchv1.SubmitJobsRequest{Jobs: make([]*jobwatchv1.SubmitJobRequest, n)}
 	for i := range req.Jobs {
