@@ -64,9 +64,14 @@ func TestAWorkerFailsAJobItCannotDecodeAndClaimsTheNext(t *testing.T) {
 		bad := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "k", Hold: true})
 		storeUndecodable(t, env.s, bad, undecodable[backend])
 
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// An upper bound only: a payload 5,000 levels deep takes the
+		// server and the worker seconds to convert, send and fail to
+		// decode under the race detector on a loaded machine (over 10 s
+		// once beside two other suites).
+		const bound = 2 * time.Minute
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
 		defer cancel()
-		j, err := env.s.Engine.Wait(ctx, bad, time.Now().Add(10*time.Second))
+		j, err := env.s.Engine.Wait(ctx, bad, time.Now().Add(bound))
 		if err != nil || j.State != jobtype.Failed || j.Error == nil || j.Error.Type != "UndecodableJob" {
 			t.Fatalf("the undecodable job is %s with error %+v (%v), want FAILED with UndecodableJob", j.State, j.Error, err)
 		}
