@@ -270,7 +270,7 @@ func (e *Engine) waitManyIDs(ctx context.Context, r WaitManyRequest) ([]string, 
 }
 
 // batchIDs returns the ids of batch's jobs in tenant, oldest first: a
-// batch that holds no job is ErrNotFound, and one of more than
+// batch that holds no job is a *BatchNotFoundError, and one of more than
 // jobtype.MaxBatchJobs an *InvalidError.
 func (e *Engine) batchIDs(ctx context.Context, tenant, batch string) ([]string, error) {
 	if err := jobtype.CheckName("batch", batch); err != nil {
@@ -296,7 +296,7 @@ func (e *Engine) batchIDs(ctx context.Context, tenant, batch string) ([]string, 
 		f.PageToken, f.Limit = next, jobtype.MaxBatchJobs+1-len(ids)
 	}
 	if len(ids) == 0 {
-		return nil, fmt.Errorf("batch %q: %w", batch, jobtype.ErrNotFound)
+		return nil, &jobtype.BatchNotFoundError{Tenant: tenant, Batch: batch}
 	}
 	slices.Reverse(ids) // ListJobs is newest first
 	return ids, nil

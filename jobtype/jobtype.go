@@ -12,6 +12,7 @@ package jobtype
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -243,6 +244,18 @@ type MissingError struct {
 
 func (e *MissingError) Error() string { return e.Field + ": job " + e.ID + " not found" }
 func (e *MissingError) Unwrap() error { return ErrNotFound }
+
+// BatchNotFoundError is a batch a request names (WaitJobs) that holds no
+// job of the caller's tenant. It wraps ErrNotFound.
+type BatchNotFoundError struct {
+	Tenant string
+	Batch  string
+}
+
+func (e *BatchNotFoundError) Error() string {
+	return fmt.Sprintf("batch %q not found in tenant %q: no job was submitted with it", e.Batch, e.Tenant)
+}
+func (e *BatchNotFoundError) Unwrap() error { return ErrNotFound }
 
 // ConflictError is returned by CreateJob when the tenant already has an
 // active job with the same unique key.

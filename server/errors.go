@@ -28,6 +28,7 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 		conflictErr *jobtype.ConflictError
 		refErr      *jobs.JobRefError
 		missingErr  *jobtype.MissingError
+		batchErr    *jobtype.BatchNotFoundError
 		quotaErr    *jobtype.QuotaError
 	)
 	switch {
@@ -45,6 +46,9 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 	case errors.As(err, &missingErr):
 		// The id the caller sent, and nothing of whether it exists elsewhere.
 		return connect.NewError(connect.CodeNotFound, missingErr)
+	case errors.As(err, &batchErr):
+		// The caller's own tenant and the batch it named.
+		return connect.NewError(connect.CodeNotFound, batchErr)
 	case errors.As(err, &refErr) && errors.Is(refErr.Err, jobtype.ErrNotFound):
 		// The id the caller sent, and nothing of whether it exists elsewhere.
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("%s: %w", refErr.ID, jobtype.ErrNotFound))
