@@ -253,7 +253,8 @@ type BatchNotFoundError struct {
 }
 
 func (e *BatchNotFoundError) Error() string {
-	return fmt.Sprintf("batch %q not found in tenant %q: no job was submitted with it", e.Batch, e.Tenant)
+	// Ends as "j_…: job not found" does, which clients parse.
+	return fmt.Sprintf("batch %q holds no job of tenant %q: %v", e.Batch, e.Tenant, ErrNotFound)
 }
 func (e *BatchNotFoundError) Unwrap() error { return ErrNotFound }
 

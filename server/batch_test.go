@@ -190,7 +190,7 @@ func TestBatchesRefuseBadInputAndStoreNothing(t *testing.T) {
 		{"a held job", &jobwatchv1.WaitJobsRequest{JobIds: []string{pending.GetId()}}, connect.CodeFailedPrecondition, pending.GetId()},
 		{"nothing to wait for", &jobwatchv1.WaitJobsRequest{}, connect.CodeInvalidArgument, "job_ids"},
 		{"ids and a batch", &jobwatchv1.WaitJobsRequest{JobIds: []string{held.GetId()}, Batch: "b"}, connect.CodeInvalidArgument, "batch"},
-		{"a batch nobody used", &jobwatchv1.WaitJobsRequest{Batch: "nobody"}, connect.CodeNotFound, `batch "nobody" not found in tenant "default"`},
+		{"a batch nobody used", &jobwatchv1.WaitJobsRequest{Batch: "nobody"}, connect.CodeNotFound, `batch "nobody" holds no job of tenant "default": job not found`},
 		{"a mode that is none", &jobwatchv1.WaitJobsRequest{JobIds: []string{held.GetId()}, Mode: 7}, connect.CodeInvalidArgument, "mode"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
