@@ -99,7 +99,8 @@ func TestThePageOffersWhatItsTokenMayDoBeforeAnyClick(t *testing.T) {
 		p := openWith(t, tab, workerToken)
 		p.waitFor("retry all failed disabled, naming the role", is("#jobs-actions", "retry-failed", "disabled: a worker token may not retry jobs"))
 		p.waitFor("the feed refused, saying so", `document.getElementById("status").dataset.status === "denied" && `+
-			`document.getElementById("banner").textContent.includes("a worker token may not")`)
+			`document.getElementById("banner").textContent.includes("a worker token may not call WatchJobs") && `+
+			`!document.getElementById("banner").textContent.includes("/jobwatch.v1.")`)
 
 		useTokenOn(p, clientToken)
 		p.waitFor("the failed job", exists(row(failed.ID)+`[data-state="failed"]`))

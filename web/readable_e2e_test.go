@@ -34,6 +34,11 @@ func TestLongUnbrokenTextWrapsInsideTheDetail(t *testing.T) {
 	w := claim(t, ctx, srv.engine, kind)
 	w.progress(40, url)
 	w.fail("UpstreamError", message)
+	// Newer jobs above it, so that in one column (a phone) the detail
+	// opens below a long list.
+	for range 30 {
+		submit(t, ctx, srv.engine, "filler", `{}`)
+	}
 
 	p := &page{t: t, ctx: newTab(t, ctx)}
 	p.do("open the page", chromedp.Navigate("http://"+addr+"/"))
@@ -41,6 +46,16 @@ func TestLongUnbrokenTextWrapsInsideTheDetail(t *testing.T) {
 	p.do("open its detail", chromedp.Click(chromedp.CSS(row(job.ID))))
 	p.waitFor("the whole error message", textIs("#detail .error-message", message))
 	p.waitFor("the URL in the payload", textHas("#detail .payload", url))
+	// The error scrolls in a box of its own, and the timeline shows the
+	// start of it, the rest on a click: the job's buttons stay near.
+	p.waitFor("the error in a box that scrolls", `(() => {
+		const box = document.querySelector("#detail .error-box p");
+		return box.clientHeight <= 200 && box.scrollHeight > box.clientHeight;
+	})()`)
+	p.waitFor("the timeline's note of the error folded", `(() => {
+		const note = document.querySelector("#detail .timeline details.timeline-note");
+		return note !== null && !note.open && note.querySelector("summary").textContent.length < 300;
+	})()`)
 
 	// fits: the panel, its close button and its texts within the window,
 	// and nothing on the page wider than the window.
@@ -69,8 +84,15 @@ func TestLongUnbrokenTextWrapsInsideTheDetail(t *testing.T) {
 			p.waitFor("the detail within the window, its close button on screen", fits)
 			p.do("close the detail", chromedp.Click(chromedp.CSS(`#detail button[aria-label="Close details"]`)))
 			p.waitFor("the detail closed", `document.getElementById("detail").hidden`)
+			p.do("scroll to the top", chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`))
 			p.do("open it again", chromedp.Click(chromedp.CSS(row(job.ID))))
 			p.waitFor("the detail again", textIs("#detail .error-message", message))
+			// Whether it sits beside the list or below it, the detail is
+			// in view once its row is clicked.
+			p.waitFor("the detail's top within the window", `(() => {
+				const r = document.getElementById("detail").getBoundingClientRect();
+				return r.top >= 0 && r.top < window.innerHeight;
+			})()`)
 		})
 	}
 }

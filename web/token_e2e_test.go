@@ -53,7 +53,9 @@ func TestPageAsksForATokenAndSendsItEverywhere(t *testing.T) {
 	}
 	useToken("jw_not-a-token-the-server-knows")
 	p.waitFor("a clear refusal", `document.getElementById("status").dataset.status === "unauthenticated"`+" && "+
-		`!document.getElementById("banner").hidden && document.getElementById("banner").textContent.includes("the token is not known")`)
+		`!document.getElementById("banner").hidden && document.getElementById("banner").textContent.includes("does not take this token: the token is not known") && `+
+		`document.getElementById("status").textContent === "token refused" && `+
+		`document.getElementById("jobs-empty").textContent.startsWith("Nothing shown")`)
 	p.waitFor("the refused token not echoed", `!document.body.innerText.includes("jw_not-a-token")`)
 
 	useToken(clientToken)

@@ -161,6 +161,11 @@ function shownTenant(): string {
   return tenant || ownTenant;
 }
 
+// emptyText is what the job list says when the feed has no job to show.
+function emptyText(): string {
+  return batch === "" ? "No jobs for this tenant yet." : `No jobs in batch “${batch}” yet.`;
+}
+
 // tenantLabel names the tenant on screen for a sentence.
 function tenantLabel(): string {
   const name = shownTenant();
@@ -194,7 +199,7 @@ function startFeed(): void {
           }
         });
   progress = counting;
-  setText(jobsEmpty, batch === "" ? "No jobs for this tenant yet." : `No jobs in batch “${batch}” yet.`);
+  setText(jobsEmpty, emptyText());
   detail.filtered(batch);
   renderBatch();
   refreshActions();
@@ -302,7 +307,10 @@ const statusText: Record<FeedStatus["kind"], string> = {
 function showStatus(s: FeedStatus): void {
   feedStatus = s;
   setData(statusEl, "status", s.kind);
-  setText(statusEl, statusText[s.kind]);
+  setText(statusEl, s.kind === "unauthenticated" && savedToken() !== "" ? "token refused" : statusText[s.kind]);
+  // Nothing could be read: the list is not "no jobs yet".
+  const blocked = s.kind === "unauthenticated" || s.kind === "denied" || s.kind === "refused";
+  setText(jobsEmpty, blocked ? "Nothing shown: see the message above." : emptyText());
   if (s.kind === "unauthenticated" || s.kind === "denied") {
     tokenForm.hidden = false;
     tokenInput.focus();
@@ -319,11 +327,14 @@ function renderBanner(now: number): void {
     setText(bannerText, `Reconnecting… ${s.reason}. The jobs below show the last known state.`);
     const secs = Math.max(0, Math.ceil((s.retryAt - now) / 1000));
     setText(bannerWhen, secs === 0 ? `Trying now (attempt ${s.attempt}).` : `Next try in ${secs}s (attempt ${s.attempt}).`);
+  } else if (s.kind === "unauthenticated" && savedToken() !== "") {
+    setText(bannerText, `The server does not take this token: ${s.reason}. Enter another token.`);
+    setText(bannerWhen, "");
   } else if (s.kind === "unauthenticated") {
     setText(bannerText, `The server wants a token for ${tenantLabel()}: ${s.reason}`);
     setText(bannerWhen, "");
   } else if (s.kind === "denied") {
-    setText(bannerText, `This token may not watch ${tenantLabel()}: ${s.reason}. Enter another token.`);
+    setText(bannerText, `This token may not show ${tenantLabel()}: ${callNames(s.reason)}. Enter another token.`);
     setText(bannerWhen, "");
   } else if (s.kind === "refused" && batch !== "") {
     setText(bannerText, `The server will not watch batch “${batch}” of ${tenantLabel()}: ${s.reason}. Show all jobs, or enter another tenant.`);
@@ -339,6 +350,12 @@ function renderBanner(now: number): void {
   const shown = trouble || (s.kind === "live" && deniedTenant !== "");
   setData(banner, "kind", trouble ? s.kind : "note");
   banner.hidden = !shown;
+}
+
+// callNames puts a call's name where the server's refusal names its
+// path: "may not call WatchJobs", not "/jobwatch.v1.JobService/WatchJobs".
+function callNames(reason: string): string {
+  return reason.replace(/\/jobwatch\.v1\.\w+\/(\w+)/g, "$1");
 }
 
 // dropDeleted takes jobs deleted, here or on any other page, out of the
@@ -376,6 +393,14 @@ function select(id: string): void {
   const job = book.get(id);
   if (job !== undefined) {
     detail.show(job, book, undefined);
+  }
+  // In one column (a narrow window) the details sit below the whole list,
+  // and in two at the top of the page, above a row far down the list:
+  // bring them into view, or a click on a row seems to do nothing.
+  const panel = byId("detail");
+  const top = panel.getBoundingClientRect().top;
+  if (top < 0 || top > window.innerHeight * 0.8) {
+    panel.scrollIntoView({ block: "start" });
   }
   // Also for a job older than the stream's first page, or a link from
   // elsewhere: its answer puts the job in the book.
@@ -577,6 +602,10 @@ async function loadServerInfo(): Promise<void> {
 }
 
 let queueTimer: ReturnType<typeof setTimeout> | undefined;
+// queuesDenied: ListQueues refused the page's token (permission_denied),
+// so the page asks for the queues and schedules no more until the token
+// changes.
+let queuesDenied = false;
 let queueCalls = 0;
 let queueShown = 0;
 
@@ -586,6 +615,9 @@ let queueShown = 0;
 // schedules come with the queues, at the same pace.
 async function pollQueues(): Promise<void> {
   clearTimeout(queueTimer);
+  if (queuesDenied) {
+    return;
+  }
   queueTimer = setTimeout(() => void pollQueues(), queuePollMs);
   const call = ++queueCalls;
   const note = byId("queues-note");
@@ -598,9 +630,15 @@ async function pollQueues(): Promise<void> {
       setText(note, "");
     }
   } catch (err) {
+    const refusal = refusalOf(err);
+    if (refusal.code === Code.PermissionDenied) {
+      // The token's role will not change by asking again.
+      queuesDenied = true;
+      clearTimeout(queueTimer);
+    }
     if (call > queueShown) {
       queueShown = call;
-      setText(note, queuesRefused(refusalOf(err)));
+      setText(note, queuesRefused(refusal));
     }
   }
 }
@@ -699,6 +737,7 @@ tokenForm.addEventListener("submit", (e) => {
   // What the last token could do says nothing of this one: ask again.
   access = { kind: "unknown" };
   refusals.clear();
+  queuesDenied = false;
   refreshActions();
   // A new token may be for another tenant: a tenant it was refused is
   // asked for again.

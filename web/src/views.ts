@@ -303,6 +303,18 @@ export interface JobOps {
 // the log of the job shown and of no other). It is built once per
 // selection and then updated in place. openJob shows another job in its
 // place (a job this one runs after).
+// A timeline note longer than this shows its start, and the rest when
+// clicked: an attempt's 4,000-character error would otherwise fill
+// screens between the job's state and its buttons.
+const noteShown = 240;
+
+function noteView(note: string): HTMLElement {
+  if (note.length <= noteShown) {
+    return h("span", { class: "muted timeline-note" }, note);
+  }
+  return h("details", { class: "muted timeline-note" }, h("summary", {}, `${note.slice(0, noteShown)}… (${note.length} characters)`), note);
+}
+
 export class Detail {
   private jobId = "";
   // waitsAgain is false for a job a dependency cancelled: a retry queues
@@ -635,7 +647,7 @@ export class Detail {
             { class: "timeline-text" },
             h("span", { class: "timeline-label" }, e.label),
             ...(e.seen ? [" ", h("span", { class: "muted seen", title: "observed by this page" }, "seen")] : []),
-            ...(e.note === undefined ? [] : [h("span", { class: "muted timeline-note" }, e.note)]),
+            ...(e.note === undefined ? [] : [noteView(e.note)]),
           ),
         ),
       ),
@@ -1006,7 +1018,7 @@ class ScheduleRow {
     this.key = key;
     setData(this.next, "kind", n.kind);
     if (n.kind === "at") {
-      const due = n.atMs <= now;
+      const due = n.atMs - now < 1000; // "in now" says nothing "due" does not
       this.next.replaceChildren(h("span", {}, clockTime(new Date(n.atMs))), h("span", { class: "muted" }, due ? " due" : ` in ${age(now, n.atMs)}`));
     } else if (n.kind === "run") {
       const link = h("a", { href: `#job=${encodeURIComponent(n.jobId)}`, class: "job-link" }, n.jobId);
