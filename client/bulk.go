@@ -2,6 +2,9 @@ package client
 
 import (
 	"context"
+	"errors"
+
+	"connectrpc.com/connect"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
@@ -21,8 +24,10 @@ type BulkPage func(ctx context.Context, f *jobwatchv1.JobFilter, pageToken strin
 // RetryJobs retries every job f matches (FAILED, CANCELLED or LOST), a
 // page of at most 1,000 at a time, until none is left; see
 // JobService.RetryJobs. onPage, if not nil, hears the running totals
-// after each page. An error stops it: what was done is in the result,
-// and calling it again with the same filter goes on where it stopped.
+// after each page that more pages follow (the last page's are the
+// result). An error stops it: what was done is in the result, the part
+// of a page done before a refusal stopped it included, and calling it
+// again with the same filter goes on where it stopped.
 func (c *Client) RetryJobs(ctx context.Context, f *jobwatchv1.JobFilter, onPage func(BulkResult)) (BulkResult, error) {
 	return c.bulk(ctx, f, onPage, func(ctx context.Context, f *jobwatchv1.JobFilter, token string) (int64, int64, string, error) {
 		resp, err := c.jobs.RetryJobs(ctx, &jobwatchv1.RetryJobsRequest{Filter: f, PageToken: token})
@@ -53,16 +58,37 @@ func (c *Client) bulk(ctx context.Context, f *jobwatchv1.JobFilter, onPage func(
 	for token := ""; ; {
 		matched, changed, next, err := page(ctx, f, token)
 		if err != nil {
+			if done := stoppedPage(err); done != nil {
+				total.Matched += done.GetMatched()
+				total.Changed += done.GetChanged()
+			}
 			return total, mapJobError(err)
 		}
 		total.Matched += matched
 		total.Changed += changed
-		if onPage != nil {
-			onPage(total)
-		}
 		if next == "" {
 			return total, nil
 		}
+		if onPage != nil {
+			onPage(total)
+		}
 		token = next
 	}
+}
+
+// stoppedPage is what a page stopped partway by err had done, from its
+// BulkStopped detail; nil if err has none.
+func stoppedPage(err error) *jobwatchv1.BulkStopped {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return nil
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if done, ok := v.(*jobwatchv1.BulkStopped); ok {
+				return done
+			}
+		}
+	}
+	return nil
 }

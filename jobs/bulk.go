@@ -50,6 +50,7 @@ const AllTenants = "*"
 // reports whether it changed the job.
 type BulkAction struct {
 	Name   string
+	Done   string // what the action did to a job: "retried"
 	States []jobtype.State
 	Act    func(ctx context.Context, listed jobtype.Job) (changed bool, err error)
 }
@@ -65,8 +66,10 @@ type BulkResult struct {
 // pageToken, of pageSize jobs (0 or more than MaxBulkPage: MaxBulkPage).
 // A job that no longer takes the action when its turn comes (another
 // caller ended or removed it meanwhile) counts as matched, not changed.
-// An error other than that stops the page and is returned; running the
-// same page again is safe, since the jobs acted on no longer match.
+// An error other than that stops the page and is returned, with what the
+// page did before it in the result (Matched is then 0 if the page was
+// never read); running the same page again is safe, since the jobs acted
+// on no longer match.
 func (e *Engine) Bulk(ctx context.Context, a BulkAction, f BulkFilter, pageToken string, pageSize int) (BulkResult, error) {
 	lf, err := bulkListFilter(a, f)
 	if err != nil {
@@ -86,9 +89,9 @@ func (e *Engine) Bulk(ctx context.Context, a BulkAction, f BulkFilter, pageToken
 	if err != nil {
 		return BulkResult{}, wrap(a.Name, "", err)
 	}
-	changed, err := e.actOnPage(ctx, a, page)
+	changed, err := e.actOnPage(context.WithValue(ctx, inBulkKey{}, true), a, page)
 	if err != nil {
-		return BulkResult{}, err
+		return BulkResult{Matched: len(page), Changed: changed}, err
 	}
 	return BulkResult{Matched: len(page), Changed: changed, NextPageToken: next}, nil
 }
@@ -206,6 +209,7 @@ func stateList(states []jobtype.State) string {
 func (e *Engine) CancelAction() BulkAction {
 	return BulkAction{
 		Name:   "cancel",
+		Done:   "cancelled",
 		States: jobtype.ActiveStates,
 		Act: func(ctx context.Context, listed jobtype.Job) (bool, error) {
 			j, err := e.Cancel(ctx, listed.ID)
@@ -218,6 +222,7 @@ func (e *Engine) CancelAction() BulkAction {
 func (e *Engine) RetryAction() BulkAction {
 	return BulkAction{
 		Name:   "retry",
+		Done:   "retried",
 		States: []jobtype.State{jobtype.Failed, jobtype.Cancelled, jobtype.Lost},
 		Act: func(ctx context.Context, listed jobtype.Job) (bool, error) {
 			j, err := e.Retry(ctx, listed.ID)
@@ -230,6 +235,7 @@ func (e *Engine) RetryAction() BulkAction {
 func (e *Engine) DeleteAction() BulkAction {
 	return BulkAction{
 		Name:   "delete",
+		Done:   "deleted",
 		States: []jobtype.State{jobtype.Succeeded, jobtype.Failed, jobtype.Cancelled, jobtype.Lost},
 		Act: func(ctx context.Context, listed jobtype.Job) (bool, error) {
 			err := e.Delete(ctx, listed.ID)

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobtype"
@@ -47,9 +48,11 @@ const (
 )
 
 // AppendLogs adds lines to the log of job id, which the worker holds
-// under leaseID, and returns the seq of the job's last line. Each line's
+// under leaseID, and returns the seq of the job's last line. A line's
+// text holding newlines is that many lines (splitLogLines); each line's
 // text is cut to jobtype.MaxLogLineBytes (CutLogLine), and a line
-// without a time gets the engine's now. More than
+// without a time gets the engine's now (one with a time must be within
+// jobtype.MaxTimeOffset of it). More than
 // jobtype.MaxLogLinesPerAppend lines is a *jobtype.InvalidError. As for
 // Heartbeat, a job whose attempt the server ended while the lease was
 // held answers cancelled (nothing appended), and any other lease
@@ -63,6 +66,14 @@ func (e *Engine) AppendLogs(ctx context.Context, id, leaseID string, lines []job
 			Reason: "must be at most " + strconv.Itoa(jobtype.MaxLogLinesPerAppend) + " a call, got " + strconv.Itoa(len(lines))}
 	}
 	now := e.now()
+	for i, l := range lines {
+		if !l.Time.IsZero() {
+			if err := checkTime("lines["+strconv.Itoa(i)+"].time", l.Time, now); err != nil {
+				return 0, false, err
+			}
+		}
+	}
+	lines = splitLogLines(lines)
 	for i := range lines {
 		lines[i].Text = jobtype.CutLogLine(lines[i].Text)
 		if lines[i].Time.IsZero() {
@@ -94,6 +105,34 @@ func (e *Engine) AppendLogs(ctx context.Context, id, leaseID string, lines []job
 		e.logs.Publish(id, e.signalSeq.Add(1), &logBatch{lines: lines})
 	}
 	return res.LastSeq, false, nil
+}
+
+// splitLogLines makes each line of lines that holds a newline the lines
+// it holds, each with its time and stream: a line is text without its
+// newline, so "a\nb" is two lines (as the Go client's Logf writes it),
+// never one that a reader would show as two, the second looking like a
+// line of its own. A newline (or CRLF) at the end ends the line and
+// adds none.
+func splitLogLines(lines []jobtype.LogLine) []jobtype.LogLine {
+	split := false
+	for _, l := range lines {
+		if strings.Contains(l.Text, "\n") {
+			split = true
+			break
+		}
+	}
+	if !split {
+		return lines
+	}
+	out := make([]jobtype.LogLine, 0, len(lines)+1)
+	for _, l := range lines {
+		text := strings.TrimSuffix(strings.TrimSuffix(l.Text, "\n"), "\r")
+		for part := range strings.SplitSeq(text, "\n") {
+			l.Text = strings.TrimSuffix(part, "\r")
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // heardLogChange wakes the watchers here of a log another replica

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobtype"
@@ -27,6 +28,21 @@ func WithActor(ctx context.Context, by string) context.Context {
 func Actor(ctx context.Context) string {
 	by, _ := ctx.Value(actorKey{}).(string)
 	return by
+}
+
+// inBulkKey marks the context of a bulk action's single-job actions.
+type inBulkKey struct{}
+
+// logAction logs an operator's action on one job: at info, once, for a
+// call on that job; at debug for each job of a bulk action, whose page is
+// logged once at info by its caller (a bulk retry of 100,000 jobs is 100
+// lines, not 100,000). Who did it is in the job's history either way.
+func (e *Engine) logAction(ctx context.Context, msg string, attrs ...any) {
+	level := slog.LevelInfo
+	if ctx.Value(inBulkKey{}) != nil {
+		level = slog.LevelDebug
+	}
+	e.log.Log(ctx, level, msg, attrs...)
 }
 
 // Retry puts a FAILED, CANCELLED or LOST job back in its queue, QUEUED
@@ -70,7 +86,7 @@ func (e *Engine) Retry(ctx context.Context, id string) (jobtype.Job, error) {
 	if err != nil {
 		return jobtype.Job{}, err
 	}
-	e.log.Info("job retried", "job_id", j.ID, "tenant", j.Tenant, "queue", j.Queue,
+	e.logAction(ctx, "job retried", "job_id", j.ID, "tenant", j.Tenant, "queue", j.Queue,
 		"attempt", j.Attempt, "max_attempts", j.MaxAttempts, "by", by)
 	return j, nil
 }
@@ -92,7 +108,7 @@ func (e *Engine) Delete(ctx context.Context, id string) error {
 		return &StateError{JobID: j.ID, State: j.State, Op: "delete", Hint: "cancel it first"}
 	}
 	e.publishGone(j)
-	e.log.Info("job deleted", "job_id", j.ID, "tenant", j.Tenant, "queue", j.Queue,
+	e.logAction(ctx, "job deleted", "job_id", j.ID, "tenant", j.Tenant, "queue", j.Queue,
 		"state", j.State, "by", Actor(ctx))
 	return nil
 }

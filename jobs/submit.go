@@ -103,6 +103,9 @@ func (r SubmitRequest) validate() error {
 		return &jobtype.InvalidError{Field: "on_dependency_failure", Reason: fmt.Sprintf("must be %q or %q, got %q",
 			jobtype.CancelOnDependencyFailure, jobtype.RunOnDependencyFailure, r.OnDependencyFailure)}
 	}
+	if r.OnDependencyFailure != "" && len(r.After) == 0 {
+		return &jobtype.InvalidError{Field: "on_dependency_failure", Reason: "applies only to a job with after: name the jobs it runs after, or leave it out"}
+	}
 	if p := r.Priority; p != nil && (*p < jobtype.MinPriority || *p > jobtype.MaxPriority) {
 		return &jobtype.InvalidError{Field: "priority", Reason: fmt.Sprintf("must be %d (most urgent) to %d, got %d",
 			jobtype.MinPriority, jobtype.MaxPriority, *p)}
@@ -465,7 +468,7 @@ func (e *Engine) Cancel(ctx context.Context, id string) (jobtype.Job, error) {
 		return nil
 	})
 	if err == nil && changed && by != "" {
-		e.log.Info("job cancelled", "job_id", j.ID, "tenant", j.Tenant, "queue", j.Queue, "by", by)
+		e.logAction(ctx, "job cancelled", "job_id", j.ID, "tenant", j.Tenant, "queue", j.Queue, "by", by)
 	}
 	return j, err
 }

@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"connectrpc.com/connect"
 
 	"github.com/jobwatch/jobwatch/auth"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
@@ -47,12 +50,41 @@ func (s *Server) bulk(ctx context.Context, a jobs.BulkAction, pf *jobwatchv1.Job
 	}
 	by := auth.DescribeCaller(ctx)
 	r, err := s.engine.Bulk(jobs.WithActor(ctx, by), a, f, pageToken, int(pageSize))
-	if err != nil {
-		return jobs.BulkResult{}, s.toConnectError(ctx, a.Name+" jobs", err)
+	if r.Matched > 0 || err == nil {
+		attrs := []any{"by", by, "tenant", f.Tenant, "queues", f.Queues, "kinds", f.Kinds, "states", f.States}
+		if !f.CreatedBefore.IsZero() {
+			attrs = append(attrs, "created_before", f.CreatedBefore)
+		}
+		attrs = append(attrs, "matched", r.Matched, "changed", r.Changed, "more", r.NextPageToken != "")
+		if err != nil {
+			attrs = append(attrs, "stopped_by", err.Error())
+		}
+		s.log.InfoContext(ctx, "bulk "+a.Name, attrs...)
 	}
-	s.log.InfoContext(ctx, "bulk "+a.Name, "by", by, "tenant", f.Tenant, "queues", f.Queues, "kinds", f.Kinds,
-		"states", f.States, "created_before", f.CreatedBefore, "matched", r.Matched, "changed", r.Changed, "more", r.NextPageToken != "")
+	if err != nil {
+		return jobs.BulkResult{}, bulkStopped(a, r, s.toConnectError(ctx, a.Name+" jobs", err))
+	}
 	return r, nil
+}
+
+// bulkStopped is err, the refusal that stopped a page of a partway
+// through, saying in its message and in a BulkStopped detail what the
+// page did before it, so that no caller takes the changes made for none.
+// A page never read (r.Matched 0) has nothing to add.
+func bulkStopped(a jobs.BulkAction, r jobs.BulkResult, err error) error {
+	var ce *connect.Error
+	if r.Matched == 0 || !errors.As(err, &ce) {
+		return err
+	}
+	stopped := connect.NewError(ce.Code(), fmt.Errorf("%s (before it, this page %s %d of the %d jobs it matched; those changes stand, and the same call goes on from there)",
+		ce.Message(), a.Done, r.Changed, r.Matched))
+	for _, d := range ce.Details() {
+		stopped.AddDetail(d)
+	}
+	if d, derr := connect.NewErrorDetail(&jobwatchv1.BulkStopped{Matched: int64(r.Matched), Changed: int64(r.Changed)}); derr == nil {
+		stopped.AddDetail(d)
+	}
+	return stopped
 }
 
 // bulkFilter reads a JobFilter, with its tenant as the caller may use it:

@@ -72,6 +72,8 @@ func TestSubmitAfterRefusesBadInput(t *testing.T) {
 		{"with hold", &jobwatchv1.SubmitJobRequest{Kind: "k", After: []string{dep.GetId()}, Hold: true}, connect.CodeInvalidArgument, "hold"},
 		{"a policy that is none", &jobwatchv1.SubmitJobRequest{Kind: "k", After: []string{dep.GetId()}, OnDependencyFailure: 9},
 			connect.CodeInvalidArgument, "on_dependency_failure"},
+		{"a policy without after", &jobwatchv1.SubmitJobRequest{Kind: "k", OnDependencyFailure: jobwatchv1.DependencyFailure_DEPENDENCY_FAILURE_RUN},
+			connect.CodeInvalidArgument, "on_dependency_failure: applies only to a job with after"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := c.jobs.SubmitJob(ctxTimeout(t, callBound), tc.req)

@@ -1,12 +1,15 @@
 package server_test
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobtype"
@@ -116,14 +119,34 @@ func TestJobLogsRefuseBadInput(t *testing.T) {
 	_, err = c.jobs.GetJobLogs(ctxTimeout(t, callBound), &jobwatchv1.GetJobLogsRequest{JobId: "j_nosuchjob"})
 	wantCode(t, err, connect.CodeNotFound)
 
+	_, err = c.workers.AppendJobLogs(ctxTimeout(t, callBound), &jobwatchv1.AppendJobLogsRequest{JobId: id, LeaseId: lease.GetLeaseId(),
+		Lines: []*jobwatchv1.AppendLogLine{{Text: "x"}, {Text: "y", Time: timestamppb.New(time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC))}}})
+	wantCode(t, err, connect.CodeInvalidArgument)
+	if ce := (*connect.Error)(nil); !errors.As(err, &ce) || !strings.HasPrefix(ce.Message(), "lines[1].time: must be within 100 years of now") {
+		t.Errorf("a line from 1900: %v; want its time refused, named", err)
+	}
+
 	long := strings.Repeat("é", jobtype.MaxLogLineBytes) // twice the limit in bytes
 	appendLines(t, c, lease, long)
 	page, err := c.jobs.GetJobLogs(ctxTimeout(t, callBound), &jobwatchv1.GetJobLogsRequest{JobId: id})
 	if err != nil || len(page.GetLines()) != 1 {
 		t.Fatalf("after the refusals and one long line: %v, %v; want the long line alone", page, err)
 	}
+
 	if text := page.GetLines()[0].GetText(); len(text) > jobtype.MaxLogLineBytes || !strings.HasSuffix(text, "bytes cut]") {
 		t.Errorf("a line of %d bytes came back as %d bytes ending %q; want it cut with a marker", len(long), len(text), text[len(text)-20:])
+	}
+
+	// Text holding newlines is the lines it holds, never one line that
+	// reads as two (the second a forged line of its own).
+	appendLines(t, c, lease, "fake\n2026-12-04T00:00:00.000 stderr injected\r\n", "last\n")
+	page, err = c.jobs.GetJobLogs(ctxTimeout(t, callBound), &jobwatchv1.GetJobLogsRequest{JobId: id, AfterSeq: 1})
+	var texts []string
+	for _, l := range page.GetLines() {
+		texts = append(texts, l.GetText())
+	}
+	if want := []string{"fake", "2026-12-04T00:00:00.000 stderr injected", "last"}; err != nil || !slices.Equal(texts, want) {
+		t.Errorf("lines with newlines came back as %q (%v); want %q", texts, err, want)
 	}
 
 	complete(t, c, lease, nil)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -54,6 +55,9 @@ var _ jobwatchv1connect.QueueServiceHandler = (*queueService)(nil)
 // other token (see may), and should that change, other callers get
 // none: they name every tenant of a shared queue.
 func (h *queueService) ListQueues(ctx context.Context, req *jobwatchv1.ListQueuesRequest) (*jobwatchv1.ListQueuesResponse, error) {
+	if n := req.GetTenantsPerQueue(); n < 0 {
+		return nil, invalid("tenants_per_queue", fmt.Sprintf("must be 0 (the default, 10) to 100, got %d", n))
+	}
 	stats, err := h.s.engine.QueueStats(ctx)
 	if err != nil {
 		return nil, h.s.toConnectError(ctx, "list queues", err)

@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -101,5 +103,40 @@ func TestAClientTokensTenantIsTheOneCounted(t *testing.T) {
 	wantExhausted(t, err, `tenant "acme" has 1 job not yet running, its max_queued is 1: wait for some to start or end`)
 	for range 3 {
 		submit(t, globex, &jobwatchv1.SubmitJobRequest{Kind: "quota.token"})
+	}
+}
+
+// A bulk retry that a tenant's max_queued stops partway keeps what it
+// did, and says so: the refusal's message and its BulkStopped detail
+// count the jobs the page retried before it, which are the ones queued.
+func TestABulkRetryStoppedByAQuotaSaysWhatItDid(t *testing.T) {
+	ts := startServer(t, serverOptions{engine: tenantQuotas(map[string]int{"acme": 2})})
+	c := ts.h2c()
+	for range 4 {
+		failedJob(t, c, &jobwatchv1.SubmitJobRequest{Tenant: "acme", Kind: "quota.bulk", MaxAttempts: 1}, "disk full")
+	}
+	_, err := c.jobs.RetryJobs(ctxTimeout(t, callBound), &jobwatchv1.RetryJobsRequest{
+		Filter: &jobwatchv1.JobFilter{Tenant: "acme", Kinds: []string{"quota.bulk"}}})
+	wantCode(t, err, connect.CodeResourceExhausted)
+	queued := notYetRunning(t, c, "acme")
+	if queued == 0 {
+		t.Fatal("no job was retried before the refusal: the quota had room for 2")
+	}
+	var ce *connect.Error
+	errors.As(err, &ce)
+	if want := fmt.Sprintf("before it, this page retried %d of the 4 jobs it matched", queued); !strings.Contains(ce.Message(), want) ||
+		!strings.Contains(ce.Message(), "max_queued is 2") {
+		t.Errorf("the refusal says %q; want the quota and %q", ce.Message(), want)
+	}
+	var stopped *jobwatchv1.BulkStopped
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if s, ok := v.(*jobwatchv1.BulkStopped); ok {
+				stopped = s
+			}
+		}
+	}
+	if stopped.GetMatched() != 4 || stopped.GetChanged() != int64(queued) {
+		t.Errorf("BulkStopped detail %v; want 4 matched, %d changed", stopped, queued)
 	}
 }

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -127,12 +128,19 @@ func TestListQueuesBoundsTheTenantsOfEachQueue(t *testing.T) {
 		listed   int
 	}{
 		{"0 asks for the default, 10", 0, 10},
-		{"below 0 is the default too", -5, 10},
 		{"3 lists 3", 3, 3},
 		{"more than 100 lists 100", 1000, 100},
+		{"below 0 is refused, as other negative counts are", -5, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, err := c.queues.ListQueues(ctxTimeout(t, 10*time.Second), &jobwatchv1.ListQueuesRequest{TenantsPerQueue: tc.perQueue})
+			if tc.listed < 0 {
+				wantCode(t, err, connect.CodeInvalidArgument)
+				if ce := (*connect.Error)(nil); !errors.As(err, &ce) || ce.Message() != "tenants_per_queue: must be 0 (the default, 10) to 100, got -5" {
+					t.Errorf("refusal %v; want it to name the field and the range", err)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

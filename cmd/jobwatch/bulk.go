@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -137,13 +138,16 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 		fmt.Fprintf(stderr, "Usage: jobwatch %s ID [flags]\n", name)
 		if bulk != nil {
 			fmt.Fprintf(stderr, "       jobwatch %s --queue Q --kind K --state S --created-before T [--all] [--yes] [flags]\n\n"+
-				"With an ID it %ss that job; with filter flags, every job they match, a page of 1,000 at a time.\n", name, verb)
+				"With an ID it %s that job; with filter flags, every job they match, a page of 1,000 at a time.\n", name, thirdPerson(verb))
 		}
 		fmt.Fprint(stderr, "\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	pos, err := parseArgs(fs, args, want, "ID")
 	if err != nil {
+		if want == 0 && fs.NArg() > 0 || errors.As(err, new(usageError)) && want == 0 {
+			return usageError{fmt.Sprintf("%s takes one job's ID or filter flags, not both", name)}
+		}
 		return err
 	}
 	c, err := cf.client(stderr, true)
@@ -172,6 +176,11 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 	if err != nil {
 		return err
 	}
+	if !narrows(pf) {
+		// The server refuses it too; say so before asking.
+		return usageError{fmt.Sprintf("%s of %s needs --queue, --kind, --state or --created-before, or --all to %s every one",
+			name, strings.TrimPrefix(describe(pf), "every job of "), verb)}
+	}
 	if !ff.yes && stdinIsTerminal() {
 		fmt.Fprintf(stderr, "%s %s? [y/N] ", verb, describe(pf))
 		answer, _ := bufio.NewReader(stdin).ReadString('\n')
@@ -184,17 +193,38 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 			fmt.Fprintf(stderr, "jobwatch: %s: %d matched, %d %s so far\n", name, r.Matched, r.Changed, pastTense(verb))
 		}
 	})
-	if cf.json {
-		if jerr := json.NewEncoder(stdout).Encode(map[string]int64{"matched": r.Matched, "changed": r.Changed}); jerr != nil && err == nil {
+	if err != nil {
+		err = callError(name, err)
+	}
+	switch {
+	case cf.json:
+		// What was done, and the error that stopped it if one did: a
+		// script reads both from one place.
+		out := struct {
+			Matched int64  `json:"matched"`
+			Changed int64  `json:"changed"`
+			Error   string `json:"error,omitempty"`
+		}{Matched: r.Matched, Changed: r.Changed}
+		if err != nil {
+			out.Error = err.Error()
+		}
+		if jerr := json.NewEncoder(stdout).Encode(out); jerr != nil && err == nil {
 			err = jerr
 		}
-	} else {
+	case err == nil:
 		fmt.Fprintf(stdout, "%d matched, %d %s\n", r.Matched, r.Changed, pastTense(verb))
+	case r.Matched > 0:
+		// Stopped partway: what stands is said beside the error, not as
+		// the summary of a call that went through.
+		fmt.Fprintf(stderr, "jobwatch: %s: stopped after %d matched, %d %s\n", name, r.Matched, r.Changed, pastTense(verb))
 	}
-	if err != nil {
-		return callError(name, err)
-	}
-	return nil
+	return err
+}
+
+// narrows reports whether pf says which jobs to act on, as the server
+// requires: by queue, kind, state or time, or all of them on purpose.
+func narrows(pf *jobwatchv1.JobFilter) bool {
+	return pf.GetAll() || len(pf.GetQueues()) > 0 || len(pf.GetKinds()) > 0 || len(pf.GetStates()) > 0 || pf.GetCreatedBefore() != nil
 }
 
 // hasFilterFlag reports whether args name a filter flag, which makes the
@@ -213,6 +243,14 @@ func hasFilterFlag(args []string) bool {
 		}
 	}
 	return false
+}
+
+// thirdPerson is "it retries", "it cancels".
+func thirdPerson(verb string) string {
+	if v, ok := strings.CutSuffix(verb, "y"); ok {
+		return v + "ies"
+	}
+	return verb + "s"
 }
 
 func pastTense(verb string) string {

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
 // "jobwatch cancel" with filter flags instead of an ID cancels every job
@@ -54,18 +58,20 @@ func TestCancelWithAFilterCancelsEveryMatchAfterAsking(t *testing.T) {
 
 	asked("") // --yes never reads the answer
 	code, stdout, _ = runInProcess(t, "cancel", "--server", s.URL, "--all", "--yes", "--json")
-	if code != 0 || stdout != `{"changed":1,"matched":1}`+"\n" {
+	if code != 0 || stdout != `{"matched":1,"changed":1}`+"\n" {
 		t.Fatalf("--all --yes --json: exit %d, %q; want the one job left cancelled", code, stdout)
 	}
 
-	// A filter that says nothing is refused by the server, naming it;
-	// an ID and a filter together are a usage error.
-	code, _, stderr = runInProcess(t, "cancel", "--server", s.URL, "--tenant", "default", "--yes")
-	if code != 1 || !strings.Contains(stderr, "invalid_argument") || !strings.Contains(stderr, "filter") {
-		t.Fatalf("a filter of a tenant alone: exit %d, %q; want invalid_argument naming the filter", code, stderr)
+	// A filter that says nothing is a usage error, before any question
+	// (the server would refuse it); so are an ID and a filter together.
+	asked("y\n")
+	code, _, stderr = runInProcess(t, "cancel", "--server", s.URL, "--tenant", "default")
+	if code != 2 || strings.Contains(stderr, "[y/N]") || !strings.Contains(stderr, "cancel of tenant default needs --queue, --kind, --state or --created-before, or --all") {
+		t.Fatalf("a filter of a tenant alone: exit %d, %q; want 2 saying what to add, without asking", code, stderr)
 	}
-	if code, _, stderr = runInProcess(t, "cancel", ids[0], "--server", s.URL, "--queue", "nightly"); code != 2 {
-		t.Fatalf("an ID and a filter: exit %d, %q; want 2", code, stderr)
+	if code, _, stderr = runInProcess(t, "cancel", ids[0], "--server", s.URL, "--queue", "nightly"); code != 2 ||
+		!strings.Contains(stderr, "cancel takes one job's ID or filter flags, not both") {
+		t.Fatalf("an ID and a filter: exit %d, %q; want 2 saying not both", code, stderr)
 	}
 	if code, _, stderr = runInProcess(t, "cancel", "--server", s.URL, "--kind", "x", "--created-before", "yesterday"); code != 2 ||
 		!strings.Contains(stderr, "--created-before") {
@@ -125,5 +131,60 @@ func TestRetryAndDeleteOneJobOrEveryMatch(t *testing.T) {
 	code, _, stderr = runInProcess(t, "retry", "--server", s.URL, "--state", "succeeded", "--yes")
 	if code != 1 || !strings.Contains(stderr, "invalid_argument") || !strings.Contains(stderr, "SUCCEEDED") {
 		t.Fatalf("retry --state succeeded: exit %d, %q; want invalid_argument naming the state", code, stderr)
+	}
+}
+
+// A bulk action run by cron or a systemd unit, whose stdin is /dev/null
+// (a character device, not a terminal), acts without asking.
+func TestABulkActionFromAScriptIsNotAsked(t *testing.T) {
+	s := startCLIServer(t, 5*time.Second)
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "bulk.cron", Queue: "nightly"})
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	if isTerminal(devnull) {
+		t.Fatal("isTerminal says /dev/null is a terminal")
+	}
+	saved := os.Stdin
+	os.Stdin, stdinIsTerminal = devnull, func() bool { return isTerminal(os.Stdin) }
+	t.Cleanup(func() { os.Stdin, stdinIsTerminal = saved, func() bool { return false } })
+
+	code, stdout, stderr := runInProcess(t, "cancel", "--server", s.URL, "--queue", "nightly")
+	if code != 0 || stdout != "1 matched, 1 cancelled\n" || strings.Contains(stderr, "[y/N]") {
+		t.Fatalf("stdin /dev/null: exit %d, stdout %q, stderr %q; want the job cancelled without a question", code, stdout, stderr)
+	}
+	if j, _ := s.Client.Get(t.Context(), id); j.GetState() != jobwatchv1.JobState_JOB_STATE_CANCELLED {
+		t.Fatalf("the job is %v, want CANCELLED", j.GetState())
+	}
+}
+
+// A bulk retry that the tenant's max_queued stops partway says, beside
+// the refusal, what it did: no summary of a call that went through on
+// stdout, and --json gives the counts with the error.
+func TestABulkRetryStoppedPartwaySaysWhatStands(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "jobwatch.db")
+	st, err := sqlite.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := serveForCLI(t, db, st, jobs.Config{Rules: jobtype.Rules{Tenants: map[string]jobtype.TenantRules{"default": {MaxQueued: 1}}}}, 0)
+	for range 3 {
+		s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "bulk.quota", MaxAttempts: 1})
+		j := s.claim(t, "bulk.quota")
+		if _, err := s.Engine.Fail(t.Context(), j.ID, j.LeaseID, jobtype.JobError{Type: "Upstream", Message: "503"}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, stdout, stderr := runInProcess(t, "retry", "--server", s.URL, "--kind", "bulk.quota", "--yes")
+	if code != 1 || stdout != "" || !strings.Contains(stderr, "resource_exhausted") ||
+		!strings.Contains(stderr, "this page retried 1 of the 3 jobs it matched") ||
+		!strings.Contains(stderr, "jobwatch: retry: stopped after 3 matched, 1 retried") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want the refusal and what stands, on stderr", code, stdout, stderr)
+	}
+	code, stdout, _ = runInProcess(t, "retry", "--server", s.URL, "--kind", "bulk.quota", "--yes", "--json")
+	if code != 1 || !strings.HasPrefix(stdout, `{"matched":2,"changed":0,"error":"retry: resource_exhausted: `) {
+		t.Fatalf("--json: exit %d, %q; want the counts and the error", code, stdout)
 	}
 }

@@ -76,7 +76,7 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.server, "server", envOr("JOBWATCH_SERVER", "http://127.0.0.1:8080"),
 		"server `URL`, or several separated by commas: the client moves to the next when one fails (env JOBWATCH_SERVER)")
 	fs.StringVar(&f.token, "token", os.Getenv("JOBWATCH_TOKEN"), "bearer `token` (env JOBWATCH_TOKEN)")
-	fs.BoolVar(&f.json, "json", false, "print jobs as JSON (one object per line)")
+	fs.BoolVar(&f.json, "json", false, "print the answer as JSON (one object per line)")
 }
 
 func (f *clientFlags) client(stderr io.Writer, quietRetries bool) (*client.Client, error) {

@@ -107,8 +107,10 @@ func pageLogs(ctx context.Context, c *client.Client, id string, show func(*jobwa
 
 // printLogs prints lines of a job's log, after the marker of the gap
 // before them if there is one: the text alone (with times, its time and
-// stream first), or one JSON object per line.
+// stream first), or one JSON object per line. Text is printable: its
+// colours kept only for a terminal, nothing else a terminal acts on.
 func printLogs(w io.Writer, msg *jobwatchv1.WatchJobLogsResponse, asJSON, times bool) error {
+	colour := !asJSON && isTerminal(w)
 	if g := msg.GetGap(); g != nil {
 		var err error
 		if asJSON {
@@ -126,9 +128,9 @@ func printLogs(w io.Writer, msg *jobwatchv1.WatchJobLogsResponse, asJSON, times 
 		case asJSON:
 			err = printJSON(w, l)
 		case times:
-			_, err = fmt.Fprintf(w, "%s %-6s %s\n", l.GetTime().AsTime().Local().Format("2006-01-02T15:04:05.000"), streamName(l.GetStream()), l.GetText())
+			_, err = fmt.Fprintf(w, "%s %-6s %s\n", l.GetTime().AsTime().Local().Format("2006-01-02T15:04:05.000"), streamName(l.GetStream()), printable(l.GetText(), colour))
 		default:
-			_, err = fmt.Fprintln(w, l.GetText())
+			_, err = fmt.Fprintln(w, printable(l.GetText(), colour))
 		}
 		if err != nil {
 			return err

@@ -72,11 +72,11 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var priority *int32
 	fs.Func("priority", "`N` from 0 (most urgent) to 9: claims take the most urgent ready job first, then the oldest;\nserial queues ignore it (default: the queue's priority rule, else 0)", func(s string) error {
 		n, err := strconv.ParseInt(s, 10, 32)
-		if err != nil {
+		if err != nil || n < 0 || n > 9 {
 			return errors.New("must be a whole number from 0 to 9")
 		}
 		p := int32(n)
-		priority = &p // the server checks the range, as for any client
+		priority = &p
 		return nil
 	})
 	fs.Func("after", "run the job only after these jobs (`ID[,ID...]`, repeatable) have SUCCEEDED;\nuntil then it is WAITING", func(s string) error {

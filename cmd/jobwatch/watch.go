@@ -8,9 +8,9 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
-	"unsafe"
+
+	"golang.org/x/term"
 
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
@@ -319,23 +319,19 @@ func terminalWidth(w io.Writer) int {
 	if !ok {
 		return 80
 	}
-	var ws struct{ rows, cols, x, y uint16 }
-	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), uintptr(syscall.TIOCGWINSZ), uintptr(unsafe.Pointer(&ws)))
-	if errno != 0 || ws.cols == 0 {
+	cols, _, err := term.GetSize(int(f.Fd()))
+	if err != nil || cols <= 0 {
 		return 80
 	}
-	return int(ws.cols)
+	return cols
 }
 
-// isTerminal reports whether w is a terminal (a character device), which
-// is all the bar needs to know; it writes only \r and one ANSI code.
+// isTerminal reports whether w is a terminal. A character device is not
+// enough: /dev/null is one, and it is the stdin of cron jobs and systemd
+// units, which must not be asked a bulk action's question.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // watchBatch follows the jobs of a batch until every one has ended, on

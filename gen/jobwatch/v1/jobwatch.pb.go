@@ -870,6 +870,65 @@ func (x *JobAlreadyActive) GetUniqueKey() string {
 	return ""
 }
 
+// BulkStopped is the error detail of a RetryJobs, CancelJobs or
+// DeleteJobs call that stopped partway through its page, at a job the
+// action was refused for (a tenant's quota, say): what the page had done
+// before it. Those changes are kept; the same call again goes on from
+// there, since the jobs already acted on no longer match.
+type BulkStopped struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Jobs of the page that matched the filter.
+	Matched int64 `protobuf:"varint,1,opt,name=matched,proto3" json:"matched,omitempty"`
+	// Jobs of the page the action changed before it stopped.
+	Changed       int64 `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkStopped) Reset() {
+	*x = BulkStopped{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkStopped) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkStopped) ProtoMessage() {}
+
+func (x *BulkStopped) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkStopped.ProtoReflect.Descriptor instead.
+func (*BulkStopped) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *BulkStopped) GetMatched() int64 {
+	if x != nil {
+		return x.Matched
+	}
+	return 0
+}
+
+func (x *BulkStopped) GetChanged() int64 {
+	if x != nil {
+		return x.Changed
+	}
+	return 0
+}
+
 // LogLine is one line of a job's log.
 type LogLine struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -890,7 +949,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[4]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +961,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[4]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +974,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{4}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LogLine) GetSeq() int64 {
@@ -966,7 +1025,7 @@ type LogGap struct {
 
 func (x *LogGap) Reset() {
 	*x = LogGap{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[5]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1037,7 @@ func (x *LogGap) String() string {
 func (*LogGap) ProtoMessage() {}
 
 func (x *LogGap) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[5]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1050,7 @@ func (x *LogGap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogGap.ProtoReflect.Descriptor instead.
 func (*LogGap) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{5}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LogGap) GetSkipped() int64 {
@@ -1021,7 +1080,7 @@ type GetJobLogsRequest struct {
 
 func (x *GetJobLogsRequest) Reset() {
 	*x = GetJobLogsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[6]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1033,7 +1092,7 @@ func (x *GetJobLogsRequest) String() string {
 func (*GetJobLogsRequest) ProtoMessage() {}
 
 func (x *GetJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[6]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1046,7 +1105,7 @@ func (x *GetJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{6}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetJobLogsRequest) GetJobId() string {
@@ -1086,7 +1145,7 @@ type GetJobLogsResponse struct {
 
 func (x *GetJobLogsResponse) Reset() {
 	*x = GetJobLogsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[7]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1157,7 @@ func (x *GetJobLogsResponse) String() string {
 func (*GetJobLogsResponse) ProtoMessage() {}
 
 func (x *GetJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[7]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1170,7 @@ func (x *GetJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*GetJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{7}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetJobLogsResponse) GetLines() []*LogLine {
@@ -1153,7 +1212,7 @@ type WatchJobLogsRequest struct {
 
 func (x *WatchJobLogsRequest) Reset() {
 	*x = WatchJobLogsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[8]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1224,7 @@ func (x *WatchJobLogsRequest) String() string {
 func (*WatchJobLogsRequest) ProtoMessage() {}
 
 func (x *WatchJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[8]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1237,7 @@ func (x *WatchJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{8}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WatchJobLogsRequest) GetJobId() string {
@@ -1207,7 +1266,7 @@ type WatchJobLogsResponse struct {
 
 func (x *WatchJobLogsResponse) Reset() {
 	*x = WatchJobLogsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[9]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1219,7 +1278,7 @@ func (x *WatchJobLogsResponse) String() string {
 func (*WatchJobLogsResponse) ProtoMessage() {}
 
 func (x *WatchJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[9]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1232,7 +1291,7 @@ func (x *WatchJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{9}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WatchJobLogsResponse) GetLines() []*LogLine {
@@ -1290,7 +1349,7 @@ type SubmitJobRequest struct {
 
 func (x *SubmitJobRequest) Reset() {
 	*x = SubmitJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[10]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1361,7 @@ func (x *SubmitJobRequest) String() string {
 func (*SubmitJobRequest) ProtoMessage() {}
 
 func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[10]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1374,7 @@ func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{10}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SubmitJobRequest) GetTenant() string {
@@ -1418,7 +1477,7 @@ type SubmitJobResponse struct {
 
 func (x *SubmitJobResponse) Reset() {
 	*x = SubmitJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[11]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1489,7 @@ func (x *SubmitJobResponse) String() string {
 func (*SubmitJobResponse) ProtoMessage() {}
 
 func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[11]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1502,7 @@ func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobResponse.ProtoReflect.Descriptor instead.
 func (*SubmitJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{11}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SubmitJobResponse) GetJob() *Job {
@@ -1464,7 +1523,7 @@ type SubmitJobsRequest struct {
 
 func (x *SubmitJobsRequest) Reset() {
 	*x = SubmitJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1535,7 @@ func (x *SubmitJobsRequest) String() string {
 func (*SubmitJobsRequest) ProtoMessage() {}
 
 func (x *SubmitJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1548,7 @@ func (x *SubmitJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobsRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{12}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SubmitJobsRequest) GetJobs() []*SubmitJobRequest {
@@ -1509,7 +1568,7 @@ type SubmitJobsResponse struct {
 
 func (x *SubmitJobsResponse) Reset() {
 	*x = SubmitJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +1580,7 @@ func (x *SubmitJobsResponse) String() string {
 func (*SubmitJobsResponse) ProtoMessage() {}
 
 func (x *SubmitJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +1593,7 @@ func (x *SubmitJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobsResponse.ProtoReflect.Descriptor instead.
 func (*SubmitJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{13}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SubmitJobsResponse) GetJobs() []*Job {
@@ -1553,7 +1612,7 @@ type StartJobRequest struct {
 
 func (x *StartJobRequest) Reset() {
 	*x = StartJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1624,7 @@ func (x *StartJobRequest) String() string {
 func (*StartJobRequest) ProtoMessage() {}
 
 func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1637,7 @@ func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartJobRequest.ProtoReflect.Descriptor instead.
 func (*StartJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{14}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StartJobRequest) GetJobId() string {
@@ -1597,7 +1656,7 @@ type StartJobResponse struct {
 
 func (x *StartJobResponse) Reset() {
 	*x = StartJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1609,7 +1668,7 @@ func (x *StartJobResponse) String() string {
 func (*StartJobResponse) ProtoMessage() {}
 
 func (x *StartJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1622,7 +1681,7 @@ func (x *StartJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartJobResponse.ProtoReflect.Descriptor instead.
 func (*StartJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{15}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StartJobResponse) GetJob() *Job {
@@ -1641,7 +1700,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +1712,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +1725,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{16}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -1685,7 +1744,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1756,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1769,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{17}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1746,7 +1805,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +1817,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +1830,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{18}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListJobsRequest) GetTenant() string {
@@ -1842,7 +1901,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +1913,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +1926,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{19}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1893,7 +1952,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +1964,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +1977,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{20}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -1937,7 +1996,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2008,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2021,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{21}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -1981,7 +2040,7 @@ type WaitJobRequest struct {
 
 func (x *WaitJobRequest) Reset() {
 	*x = WaitJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1993,7 +2052,7 @@ func (x *WaitJobRequest) String() string {
 func (*WaitJobRequest) ProtoMessage() {}
 
 func (x *WaitJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2006,7 +2065,7 @@ func (x *WaitJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitJobRequest.ProtoReflect.Descriptor instead.
 func (*WaitJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{22}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WaitJobRequest) GetJobId() string {
@@ -2025,7 +2084,7 @@ type WaitJobResponse struct {
 
 func (x *WaitJobResponse) Reset() {
 	*x = WaitJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2096,7 @@ func (x *WaitJobResponse) String() string {
 func (*WaitJobResponse) ProtoMessage() {}
 
 func (x *WaitJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2109,7 @@ func (x *WaitJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitJobResponse.ProtoReflect.Descriptor instead.
 func (*WaitJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{23}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WaitJobResponse) GetJob() *Job {
@@ -2082,7 +2141,7 @@ type WaitJobsRequest struct {
 
 func (x *WaitJobsRequest) Reset() {
 	*x = WaitJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2094,7 +2153,7 @@ func (x *WaitJobsRequest) String() string {
 func (*WaitJobsRequest) ProtoMessage() {}
 
 func (x *WaitJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2107,7 +2166,7 @@ func (x *WaitJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitJobsRequest.ProtoReflect.Descriptor instead.
 func (*WaitJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{24}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WaitJobsRequest) GetJobIds() []string {
@@ -2159,7 +2218,7 @@ type WaitJobsResponse struct {
 
 func (x *WaitJobsResponse) Reset() {
 	*x = WaitJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2171,7 +2230,7 @@ func (x *WaitJobsResponse) String() string {
 func (*WaitJobsResponse) ProtoMessage() {}
 
 func (x *WaitJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2184,7 +2243,7 @@ func (x *WaitJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitJobsResponse.ProtoReflect.Descriptor instead.
 func (*WaitJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{25}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WaitJobsResponse) GetJobs() []*Job {
@@ -2212,7 +2271,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2224,7 +2283,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2237,7 +2296,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{26}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WatchJobRequest) GetJobId() string {
@@ -2264,7 +2323,7 @@ type WatchJobResponse struct {
 
 func (x *WatchJobResponse) Reset() {
 	*x = WatchJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2276,7 +2335,7 @@ func (x *WatchJobResponse) String() string {
 func (*WatchJobResponse) ProtoMessage() {}
 
 func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2289,7 +2348,7 @@ func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{27}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WatchJobResponse) GetJob() *Job {
@@ -2322,7 +2381,7 @@ type WatchJobsRequest struct {
 
 func (x *WatchJobsRequest) Reset() {
 	*x = WatchJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2393,7 @@ func (x *WatchJobsRequest) String() string {
 func (*WatchJobsRequest) ProtoMessage() {}
 
 func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2406,7 @@ func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobsRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{28}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WatchJobsRequest) GetTenant() string {
@@ -2409,7 +2468,7 @@ type WatchJobsResponse struct {
 
 func (x *WatchJobsResponse) Reset() {
 	*x = WatchJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2480,7 @@ func (x *WatchJobsResponse) String() string {
 func (*WatchJobsResponse) ProtoMessage() {}
 
 func (x *WatchJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2493,7 @@ func (x *WatchJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobsResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{29}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WatchJobsResponse) GetJobs() []*Job {
@@ -2467,7 +2526,7 @@ type RetryJobRequest struct {
 
 func (x *RetryJobRequest) Reset() {
 	*x = RetryJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2538,7 @@ func (x *RetryJobRequest) String() string {
 func (*RetryJobRequest) ProtoMessage() {}
 
 func (x *RetryJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2551,7 @@ func (x *RetryJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobRequest.ProtoReflect.Descriptor instead.
 func (*RetryJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{30}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RetryJobRequest) GetJobId() string {
@@ -2511,7 +2570,7 @@ type RetryJobResponse struct {
 
 func (x *RetryJobResponse) Reset() {
 	*x = RetryJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2523,7 +2582,7 @@ func (x *RetryJobResponse) String() string {
 func (*RetryJobResponse) ProtoMessage() {}
 
 func (x *RetryJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2536,7 +2595,7 @@ func (x *RetryJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobResponse.ProtoReflect.Descriptor instead.
 func (*RetryJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{31}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RetryJobResponse) GetJob() *Job {
@@ -2555,7 +2614,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2567,7 +2626,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2580,7 +2639,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{32}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteJobRequest) GetJobId() string {
@@ -2598,7 +2657,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2610,7 +2669,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2623,7 +2682,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{33}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{34}
 }
 
 // JobFilter selects the jobs of a bulk action. Every field set narrows
@@ -2650,7 +2709,7 @@ type JobFilter struct {
 
 func (x *JobFilter) Reset() {
 	*x = JobFilter{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2662,7 +2721,7 @@ func (x *JobFilter) String() string {
 func (*JobFilter) ProtoMessage() {}
 
 func (x *JobFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2675,7 +2734,7 @@ func (x *JobFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFilter.ProtoReflect.Descriptor instead.
 func (*JobFilter) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{34}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *JobFilter) GetTenant() string {
@@ -2733,7 +2792,7 @@ type RetryJobsRequest struct {
 
 func (x *RetryJobsRequest) Reset() {
 	*x = RetryJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2745,7 +2804,7 @@ func (x *RetryJobsRequest) String() string {
 func (*RetryJobsRequest) ProtoMessage() {}
 
 func (x *RetryJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2758,7 +2817,7 @@ func (x *RetryJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobsRequest.ProtoReflect.Descriptor instead.
 func (*RetryJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{35}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RetryJobsRequest) GetFilter() *JobFilter {
@@ -2798,7 +2857,7 @@ type RetryJobsResponse struct {
 
 func (x *RetryJobsResponse) Reset() {
 	*x = RetryJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2810,7 +2869,7 @@ func (x *RetryJobsResponse) String() string {
 func (*RetryJobsResponse) ProtoMessage() {}
 
 func (x *RetryJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2823,7 +2882,7 @@ func (x *RetryJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobsResponse.ProtoReflect.Descriptor instead.
 func (*RetryJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{36}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RetryJobsResponse) GetMatched() int64 {
@@ -2858,7 +2917,7 @@ type CancelJobsRequest struct {
 
 func (x *CancelJobsRequest) Reset() {
 	*x = CancelJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2870,7 +2929,7 @@ func (x *CancelJobsRequest) String() string {
 func (*CancelJobsRequest) ProtoMessage() {}
 
 func (x *CancelJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2883,7 +2942,7 @@ func (x *CancelJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobsRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{37}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CancelJobsRequest) GetFilter() *JobFilter {
@@ -2918,7 +2977,7 @@ type CancelJobsResponse struct {
 
 func (x *CancelJobsResponse) Reset() {
 	*x = CancelJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2930,7 +2989,7 @@ func (x *CancelJobsResponse) String() string {
 func (*CancelJobsResponse) ProtoMessage() {}
 
 func (x *CancelJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2943,7 +3002,7 @@ func (x *CancelJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobsResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{38}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CancelJobsResponse) GetMatched() int64 {
@@ -2978,7 +3037,7 @@ type DeleteJobsRequest struct {
 
 func (x *DeleteJobsRequest) Reset() {
 	*x = DeleteJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2990,7 +3049,7 @@ func (x *DeleteJobsRequest) String() string {
 func (*DeleteJobsRequest) ProtoMessage() {}
 
 func (x *DeleteJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3003,7 +3062,7 @@ func (x *DeleteJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{39}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteJobsRequest) GetFilter() *JobFilter {
@@ -3038,7 +3097,7 @@ type DeleteJobsResponse struct {
 
 func (x *DeleteJobsResponse) Reset() {
 	*x = DeleteJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3050,7 +3109,7 @@ func (x *DeleteJobsResponse) String() string {
 func (*DeleteJobsResponse) ProtoMessage() {}
 
 func (x *DeleteJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3063,7 +3122,7 @@ func (x *DeleteJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{40}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeleteJobsResponse) GetMatched() int64 {
@@ -3095,7 +3154,7 @@ type GetServerInfoRequest struct {
 
 func (x *GetServerInfoRequest) Reset() {
 	*x = GetServerInfoRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3107,7 +3166,7 @@ func (x *GetServerInfoRequest) String() string {
 func (*GetServerInfoRequest) ProtoMessage() {}
 
 func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3120,7 +3179,7 @@ func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{41}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{42}
 }
 
 type GetServerInfoResponse struct {
@@ -3141,7 +3200,7 @@ type GetServerInfoResponse struct {
 
 func (x *GetServerInfoResponse) Reset() {
 	*x = GetServerInfoResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3153,7 +3212,7 @@ func (x *GetServerInfoResponse) String() string {
 func (*GetServerInfoResponse) ProtoMessage() {}
 
 func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3166,7 +3225,7 @@ func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{42}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetServerInfoResponse) GetDemo() bool {
@@ -3222,7 +3281,7 @@ type Caller struct {
 
 func (x *Caller) Reset() {
 	*x = Caller{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3234,7 +3293,7 @@ func (x *Caller) String() string {
 func (*Caller) ProtoMessage() {}
 
 func (x *Caller) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3247,7 +3306,7 @@ func (x *Caller) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Caller.ProtoReflect.Descriptor instead.
 func (*Caller) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{43}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Caller) GetRole() string {
@@ -3283,7 +3342,7 @@ type AppendJobLogsRequest struct {
 
 func (x *AppendJobLogsRequest) Reset() {
 	*x = AppendJobLogsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3295,7 +3354,7 @@ func (x *AppendJobLogsRequest) String() string {
 func (*AppendJobLogsRequest) ProtoMessage() {}
 
 func (x *AppendJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3308,7 +3367,7 @@ func (x *AppendJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*AppendJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{44}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AppendJobLogsRequest) GetJobId() string {
@@ -3335,10 +3394,13 @@ func (x *AppendJobLogsRequest) GetLines() []*AppendLogLine {
 // AppendLogLine is a line as a worker sends it; the server numbers it.
 type AppendLogLine struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Without its newline; a line over 16 KiB is cut (see LogLine.text).
+	// Without its newline; text that holds newlines is taken as the
+	// lines it holds (a newline at its end adds none). A line over 16 KiB
+	// is cut (see LogLine.text).
 	Text   string    `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
 	Stream LogStream `protobuf:"varint,2,opt,name=stream,proto3,enum=jobwatch.v1.LogStream" json:"stream,omitempty"`
-	// When the worker saw the line; unset means when the server takes it.
+	// When the worker saw the line, within 100 years of the server's now;
+	// unset means when the server takes it.
 	Time          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3346,7 +3408,7 @@ type AppendLogLine struct {
 
 func (x *AppendLogLine) Reset() {
 	*x = AppendLogLine{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3358,7 +3420,7 @@ func (x *AppendLogLine) String() string {
 func (*AppendLogLine) ProtoMessage() {}
 
 func (x *AppendLogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3371,7 +3433,7 @@ func (x *AppendLogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendLogLine.ProtoReflect.Descriptor instead.
 func (*AppendLogLine) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{45}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AppendLogLine) GetText() string {
@@ -3397,7 +3459,8 @@ func (x *AppendLogLine) GetTime() *timestamppb.Timestamp {
 
 type AppendJobLogsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The seq of the last line appended.
+	// The seq of the job's last line: the last appended, or, with
+	// cancelled (nothing appended), the last kept before the call.
 	LastSeq int64 `protobuf:"varint,1,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
 	// Stop working on the job, as HeartbeatResponse.cancelled says.
 	Cancelled     bool `protobuf:"varint,2,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
@@ -3407,7 +3470,7 @@ type AppendJobLogsResponse struct {
 
 func (x *AppendJobLogsResponse) Reset() {
 	*x = AppendJobLogsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3419,7 +3482,7 @@ func (x *AppendJobLogsResponse) String() string {
 func (*AppendJobLogsResponse) ProtoMessage() {}
 
 func (x *AppendJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3432,7 +3495,7 @@ func (x *AppendJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*AppendJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{46}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AppendJobLogsResponse) GetLastSeq() int64 {
@@ -3468,7 +3531,7 @@ type ClaimJobRequest struct {
 
 func (x *ClaimJobRequest) Reset() {
 	*x = ClaimJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3480,7 +3543,7 @@ func (x *ClaimJobRequest) String() string {
 func (*ClaimJobRequest) ProtoMessage() {}
 
 func (x *ClaimJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3493,7 +3556,7 @@ func (x *ClaimJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimJobRequest.ProtoReflect.Descriptor instead.
 func (*ClaimJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{47}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ClaimJobRequest) GetWorkerId() string {
@@ -3540,7 +3603,7 @@ type ClaimJobResponse struct {
 
 func (x *ClaimJobResponse) Reset() {
 	*x = ClaimJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3552,7 +3615,7 @@ func (x *ClaimJobResponse) String() string {
 func (*ClaimJobResponse) ProtoMessage() {}
 
 func (x *ClaimJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3565,7 +3628,7 @@ func (x *ClaimJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimJobResponse.ProtoReflect.Descriptor instead.
 func (*ClaimJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{48}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ClaimJobResponse) GetJob() *Job {
@@ -3609,7 +3672,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3621,7 +3684,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3634,7 +3697,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{49}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Claim) GetJob() *Job {
@@ -3672,7 +3735,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3684,7 +3747,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3697,7 +3760,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{50}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *HeartbeatRequest) GetJobId() string {
@@ -3741,7 +3804,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3753,7 +3816,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3766,7 +3829,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{51}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *HeartbeatResponse) GetCancelled() bool {
@@ -3794,7 +3857,7 @@ type CompleteJobRequest struct {
 
 func (x *CompleteJobRequest) Reset() {
 	*x = CompleteJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3806,7 +3869,7 @@ func (x *CompleteJobRequest) String() string {
 func (*CompleteJobRequest) ProtoMessage() {}
 
 func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3819,7 +3882,7 @@ func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobRequest.ProtoReflect.Descriptor instead.
 func (*CompleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{52}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CompleteJobRequest) GetJobId() string {
@@ -3852,7 +3915,7 @@ type CompleteJobResponse struct {
 
 func (x *CompleteJobResponse) Reset() {
 	*x = CompleteJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3864,7 +3927,7 @@ func (x *CompleteJobResponse) String() string {
 func (*CompleteJobResponse) ProtoMessage() {}
 
 func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3877,7 +3940,7 @@ func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobResponse.ProtoReflect.Descriptor instead.
 func (*CompleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{53}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CompleteJobResponse) GetJob() *Job {
@@ -3900,7 +3963,7 @@ type FailJobRequest struct {
 
 func (x *FailJobRequest) Reset() {
 	*x = FailJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3912,7 +3975,7 @@ func (x *FailJobRequest) String() string {
 func (*FailJobRequest) ProtoMessage() {}
 
 func (x *FailJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3925,7 +3988,7 @@ func (x *FailJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobRequest.ProtoReflect.Descriptor instead.
 func (*FailJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{54}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *FailJobRequest) GetJobId() string {
@@ -3965,7 +4028,7 @@ type FailJobResponse struct {
 
 func (x *FailJobResponse) Reset() {
 	*x = FailJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[55]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3977,7 +4040,7 @@ func (x *FailJobResponse) String() string {
 func (*FailJobResponse) ProtoMessage() {}
 
 func (x *FailJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[55]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3990,7 +4053,7 @@ func (x *FailJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobResponse.ProtoReflect.Descriptor instead.
 func (*FailJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{55}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *FailJobResponse) GetJob() *Job {
@@ -4009,7 +4072,7 @@ type PauseQueueRequest struct {
 
 func (x *PauseQueueRequest) Reset() {
 	*x = PauseQueueRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[56]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4021,7 +4084,7 @@ func (x *PauseQueueRequest) String() string {
 func (*PauseQueueRequest) ProtoMessage() {}
 
 func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[56]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4034,7 +4097,7 @@ func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
 func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{56}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PauseQueueRequest) GetQueue() string {
@@ -4053,7 +4116,7 @@ type PauseQueueResponse struct {
 
 func (x *PauseQueueResponse) Reset() {
 	*x = PauseQueueResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[57]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4065,7 +4128,7 @@ func (x *PauseQueueResponse) String() string {
 func (*PauseQueueResponse) ProtoMessage() {}
 
 func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[57]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4078,7 +4141,7 @@ func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueResponse.ProtoReflect.Descriptor instead.
 func (*PauseQueueResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{57}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PauseQueueResponse) GetQueue() *Queue {
@@ -4097,7 +4160,7 @@ type ResumeQueueRequest struct {
 
 func (x *ResumeQueueRequest) Reset() {
 	*x = ResumeQueueRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[58]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4109,7 +4172,7 @@ func (x *ResumeQueueRequest) String() string {
 func (*ResumeQueueRequest) ProtoMessage() {}
 
 func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[58]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4122,7 +4185,7 @@ func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueRequest.ProtoReflect.Descriptor instead.
 func (*ResumeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{58}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ResumeQueueRequest) GetQueue() string {
@@ -4141,7 +4204,7 @@ type ResumeQueueResponse struct {
 
 func (x *ResumeQueueResponse) Reset() {
 	*x = ResumeQueueResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[59]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4153,7 +4216,7 @@ func (x *ResumeQueueResponse) String() string {
 func (*ResumeQueueResponse) ProtoMessage() {}
 
 func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[59]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4166,7 +4229,7 @@ func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueResponse.ProtoReflect.Descriptor instead.
 func (*ResumeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{59}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ResumeQueueResponse) GetQueue() *Queue {
@@ -4237,7 +4300,7 @@ type Queue struct {
 
 func (x *Queue) Reset() {
 	*x = Queue{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[60]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4249,7 +4312,7 @@ func (x *Queue) String() string {
 func (*Queue) ProtoMessage() {}
 
 func (x *Queue) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[60]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4262,7 +4325,7 @@ func (x *Queue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Queue.ProtoReflect.Descriptor instead.
 func (*Queue) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{60}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Queue) GetName() string {
@@ -4427,7 +4490,7 @@ type QueueRate struct {
 
 func (x *QueueRate) Reset() {
 	*x = QueueRate{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4439,7 +4502,7 @@ func (x *QueueRate) String() string {
 func (*QueueRate) ProtoMessage() {}
 
 func (x *QueueRate) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4452,7 +4515,7 @@ func (x *QueueRate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRate.ProtoReflect.Descriptor instead.
 func (*QueueRate) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{61}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *QueueRate) GetLimit() int32 {
@@ -4507,7 +4570,7 @@ type TenantDepth struct {
 
 func (x *TenantDepth) Reset() {
 	*x = TenantDepth{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4519,7 +4582,7 @@ func (x *TenantDepth) String() string {
 func (*TenantDepth) ProtoMessage() {}
 
 func (x *TenantDepth) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4532,7 +4595,7 @@ func (x *TenantDepth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantDepth.ProtoReflect.Descriptor instead.
 func (*TenantDepth) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{62}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *TenantDepth) GetTenant() string {
@@ -4575,7 +4638,7 @@ type QueueDepth struct {
 
 func (x *QueueDepth) Reset() {
 	*x = QueueDepth{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4587,7 +4650,7 @@ func (x *QueueDepth) String() string {
 func (*QueueDepth) ProtoMessage() {}
 
 func (x *QueueDepth) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4600,7 +4663,7 @@ func (x *QueueDepth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepth.ProtoReflect.Descriptor instead.
 func (*QueueDepth) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{63}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *QueueDepth) GetAt() *timestamppb.Timestamp {
@@ -4639,7 +4702,7 @@ type PoolUse struct {
 
 func (x *PoolUse) Reset() {
 	*x = PoolUse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[64]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4651,7 +4714,7 @@ func (x *PoolUse) String() string {
 func (*PoolUse) ProtoMessage() {}
 
 func (x *PoolUse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[64]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4664,7 +4727,7 @@ func (x *PoolUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolUse.ProtoReflect.Descriptor instead.
 func (*PoolUse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{64}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *PoolUse) GetName() string {
@@ -4699,7 +4762,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[65]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4711,7 +4774,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[65]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4724,7 +4787,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{65}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListQueuesRequest) GetTenantsPerQueue() int32 {
@@ -4745,7 +4808,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[66]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4757,7 +4820,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[66]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4770,7 +4833,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{66}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*Queue {
@@ -4822,7 +4885,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[67]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4834,7 +4897,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[67]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4847,7 +4910,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{67}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *Schedule) GetName() string {
@@ -4942,7 +5005,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[68]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4954,7 +5017,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[68]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4967,7 +5030,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{68}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{69}
 }
 
 type ListSchedulesResponse struct {
@@ -4979,7 +5042,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[69]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4991,7 +5054,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[69]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5004,7 +5067,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{69}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -5072,7 +5135,10 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x10JobAlreadyActive\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n" +
 	"\n" +
-	"unique_key\x18\x02 \x01(\tR\tuniqueKey\"\xa9\x01\n" +
+	"unique_key\x18\x02 \x01(\tR\tuniqueKey\"A\n" +
+	"\vBulkStopped\x12\x18\n" +
+	"\amatched\x18\x01 \x01(\x03R\amatched\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\x03R\achanged\"\xa9\x01\n" +
 	"\aLogLine\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12.\n" +
@@ -5431,7 +5497,7 @@ func file_jobwatch_v1_jobwatch_proto_rawDescGZIP() []byte {
 }
 
 var file_jobwatch_v1_jobwatch_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(JobState)(0),                 // 0: jobwatch.v1.JobState
 	(DependencyFailure)(0),        // 1: jobwatch.v1.DependencyFailure
@@ -5443,103 +5509,104 @@ var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(*Job)(nil),                   // 7: jobwatch.v1.Job
 	(*JobAttempt)(nil),            // 8: jobwatch.v1.JobAttempt
 	(*JobAlreadyActive)(nil),      // 9: jobwatch.v1.JobAlreadyActive
-	(*LogLine)(nil),               // 10: jobwatch.v1.LogLine
-	(*LogGap)(nil),                // 11: jobwatch.v1.LogGap
-	(*GetJobLogsRequest)(nil),     // 12: jobwatch.v1.GetJobLogsRequest
-	(*GetJobLogsResponse)(nil),    // 13: jobwatch.v1.GetJobLogsResponse
-	(*WatchJobLogsRequest)(nil),   // 14: jobwatch.v1.WatchJobLogsRequest
-	(*WatchJobLogsResponse)(nil),  // 15: jobwatch.v1.WatchJobLogsResponse
-	(*SubmitJobRequest)(nil),      // 16: jobwatch.v1.SubmitJobRequest
-	(*SubmitJobResponse)(nil),     // 17: jobwatch.v1.SubmitJobResponse
-	(*SubmitJobsRequest)(nil),     // 18: jobwatch.v1.SubmitJobsRequest
-	(*SubmitJobsResponse)(nil),    // 19: jobwatch.v1.SubmitJobsResponse
-	(*StartJobRequest)(nil),       // 20: jobwatch.v1.StartJobRequest
-	(*StartJobResponse)(nil),      // 21: jobwatch.v1.StartJobResponse
-	(*GetJobRequest)(nil),         // 22: jobwatch.v1.GetJobRequest
-	(*GetJobResponse)(nil),        // 23: jobwatch.v1.GetJobResponse
-	(*ListJobsRequest)(nil),       // 24: jobwatch.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),      // 25: jobwatch.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),      // 26: jobwatch.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),     // 27: jobwatch.v1.CancelJobResponse
-	(*WaitJobRequest)(nil),        // 28: jobwatch.v1.WaitJobRequest
-	(*WaitJobResponse)(nil),       // 29: jobwatch.v1.WaitJobResponse
-	(*WaitJobsRequest)(nil),       // 30: jobwatch.v1.WaitJobsRequest
-	(*WaitJobsResponse)(nil),      // 31: jobwatch.v1.WaitJobsResponse
-	(*WatchJobRequest)(nil),       // 32: jobwatch.v1.WatchJobRequest
-	(*WatchJobResponse)(nil),      // 33: jobwatch.v1.WatchJobResponse
-	(*WatchJobsRequest)(nil),      // 34: jobwatch.v1.WatchJobsRequest
-	(*WatchJobsResponse)(nil),     // 35: jobwatch.v1.WatchJobsResponse
-	(*RetryJobRequest)(nil),       // 36: jobwatch.v1.RetryJobRequest
-	(*RetryJobResponse)(nil),      // 37: jobwatch.v1.RetryJobResponse
-	(*DeleteJobRequest)(nil),      // 38: jobwatch.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),     // 39: jobwatch.v1.DeleteJobResponse
-	(*JobFilter)(nil),             // 40: jobwatch.v1.JobFilter
-	(*RetryJobsRequest)(nil),      // 41: jobwatch.v1.RetryJobsRequest
-	(*RetryJobsResponse)(nil),     // 42: jobwatch.v1.RetryJobsResponse
-	(*CancelJobsRequest)(nil),     // 43: jobwatch.v1.CancelJobsRequest
-	(*CancelJobsResponse)(nil),    // 44: jobwatch.v1.CancelJobsResponse
-	(*DeleteJobsRequest)(nil),     // 45: jobwatch.v1.DeleteJobsRequest
-	(*DeleteJobsResponse)(nil),    // 46: jobwatch.v1.DeleteJobsResponse
-	(*GetServerInfoRequest)(nil),  // 47: jobwatch.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil), // 48: jobwatch.v1.GetServerInfoResponse
-	(*Caller)(nil),                // 49: jobwatch.v1.Caller
-	(*AppendJobLogsRequest)(nil),  // 50: jobwatch.v1.AppendJobLogsRequest
-	(*AppendLogLine)(nil),         // 51: jobwatch.v1.AppendLogLine
-	(*AppendJobLogsResponse)(nil), // 52: jobwatch.v1.AppendJobLogsResponse
-	(*ClaimJobRequest)(nil),       // 53: jobwatch.v1.ClaimJobRequest
-	(*ClaimJobResponse)(nil),      // 54: jobwatch.v1.ClaimJobResponse
-	(*Claim)(nil),                 // 55: jobwatch.v1.Claim
-	(*HeartbeatRequest)(nil),      // 56: jobwatch.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 57: jobwatch.v1.HeartbeatResponse
-	(*CompleteJobRequest)(nil),    // 58: jobwatch.v1.CompleteJobRequest
-	(*CompleteJobResponse)(nil),   // 59: jobwatch.v1.CompleteJobResponse
-	(*FailJobRequest)(nil),        // 60: jobwatch.v1.FailJobRequest
-	(*FailJobResponse)(nil),       // 61: jobwatch.v1.FailJobResponse
-	(*PauseQueueRequest)(nil),     // 62: jobwatch.v1.PauseQueueRequest
-	(*PauseQueueResponse)(nil),    // 63: jobwatch.v1.PauseQueueResponse
-	(*ResumeQueueRequest)(nil),    // 64: jobwatch.v1.ResumeQueueRequest
-	(*ResumeQueueResponse)(nil),   // 65: jobwatch.v1.ResumeQueueResponse
-	(*Queue)(nil),                 // 66: jobwatch.v1.Queue
-	(*QueueRate)(nil),             // 67: jobwatch.v1.QueueRate
-	(*TenantDepth)(nil),           // 68: jobwatch.v1.TenantDepth
-	(*QueueDepth)(nil),            // 69: jobwatch.v1.QueueDepth
-	(*PoolUse)(nil),               // 70: jobwatch.v1.PoolUse
-	(*ListQueuesRequest)(nil),     // 71: jobwatch.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),    // 72: jobwatch.v1.ListQueuesResponse
-	(*Schedule)(nil),              // 73: jobwatch.v1.Schedule
-	(*ListSchedulesRequest)(nil),  // 74: jobwatch.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil), // 75: jobwatch.v1.ListSchedulesResponse
-	(*structpb.Value)(nil),        // 76: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil), // 77: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 78: google.protobuf.Duration
+	(*BulkStopped)(nil),           // 10: jobwatch.v1.BulkStopped
+	(*LogLine)(nil),               // 11: jobwatch.v1.LogLine
+	(*LogGap)(nil),                // 12: jobwatch.v1.LogGap
+	(*GetJobLogsRequest)(nil),     // 13: jobwatch.v1.GetJobLogsRequest
+	(*GetJobLogsResponse)(nil),    // 14: jobwatch.v1.GetJobLogsResponse
+	(*WatchJobLogsRequest)(nil),   // 15: jobwatch.v1.WatchJobLogsRequest
+	(*WatchJobLogsResponse)(nil),  // 16: jobwatch.v1.WatchJobLogsResponse
+	(*SubmitJobRequest)(nil),      // 17: jobwatch.v1.SubmitJobRequest
+	(*SubmitJobResponse)(nil),     // 18: jobwatch.v1.SubmitJobResponse
+	(*SubmitJobsRequest)(nil),     // 19: jobwatch.v1.SubmitJobsRequest
+	(*SubmitJobsResponse)(nil),    // 20: jobwatch.v1.SubmitJobsResponse
+	(*StartJobRequest)(nil),       // 21: jobwatch.v1.StartJobRequest
+	(*StartJobResponse)(nil),      // 22: jobwatch.v1.StartJobResponse
+	(*GetJobRequest)(nil),         // 23: jobwatch.v1.GetJobRequest
+	(*GetJobResponse)(nil),        // 24: jobwatch.v1.GetJobResponse
+	(*ListJobsRequest)(nil),       // 25: jobwatch.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),      // 26: jobwatch.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),      // 27: jobwatch.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),     // 28: jobwatch.v1.CancelJobResponse
+	(*WaitJobRequest)(nil),        // 29: jobwatch.v1.WaitJobRequest
+	(*WaitJobResponse)(nil),       // 30: jobwatch.v1.WaitJobResponse
+	(*WaitJobsRequest)(nil),       // 31: jobwatch.v1.WaitJobsRequest
+	(*WaitJobsResponse)(nil),      // 32: jobwatch.v1.WaitJobsResponse
+	(*WatchJobRequest)(nil),       // 33: jobwatch.v1.WatchJobRequest
+	(*WatchJobResponse)(nil),      // 34: jobwatch.v1.WatchJobResponse
+	(*WatchJobsRequest)(nil),      // 35: jobwatch.v1.WatchJobsRequest
+	(*WatchJobsResponse)(nil),     // 36: jobwatch.v1.WatchJobsResponse
+	(*RetryJobRequest)(nil),       // 37: jobwatch.v1.RetryJobRequest
+	(*RetryJobResponse)(nil),      // 38: jobwatch.v1.RetryJobResponse
+	(*DeleteJobRequest)(nil),      // 39: jobwatch.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),     // 40: jobwatch.v1.DeleteJobResponse
+	(*JobFilter)(nil),             // 41: jobwatch.v1.JobFilter
+	(*RetryJobsRequest)(nil),      // 42: jobwatch.v1.RetryJobsRequest
+	(*RetryJobsResponse)(nil),     // 43: jobwatch.v1.RetryJobsResponse
+	(*CancelJobsRequest)(nil),     // 44: jobwatch.v1.CancelJobsRequest
+	(*CancelJobsResponse)(nil),    // 45: jobwatch.v1.CancelJobsResponse
+	(*DeleteJobsRequest)(nil),     // 46: jobwatch.v1.DeleteJobsRequest
+	(*DeleteJobsResponse)(nil),    // 47: jobwatch.v1.DeleteJobsResponse
+	(*GetServerInfoRequest)(nil),  // 48: jobwatch.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil), // 49: jobwatch.v1.GetServerInfoResponse
+	(*Caller)(nil),                // 50: jobwatch.v1.Caller
+	(*AppendJobLogsRequest)(nil),  // 51: jobwatch.v1.AppendJobLogsRequest
+	(*AppendLogLine)(nil),         // 52: jobwatch.v1.AppendLogLine
+	(*AppendJobLogsResponse)(nil), // 53: jobwatch.v1.AppendJobLogsResponse
+	(*ClaimJobRequest)(nil),       // 54: jobwatch.v1.ClaimJobRequest
+	(*ClaimJobResponse)(nil),      // 55: jobwatch.v1.ClaimJobResponse
+	(*Claim)(nil),                 // 56: jobwatch.v1.Claim
+	(*HeartbeatRequest)(nil),      // 57: jobwatch.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 58: jobwatch.v1.HeartbeatResponse
+	(*CompleteJobRequest)(nil),    // 59: jobwatch.v1.CompleteJobRequest
+	(*CompleteJobResponse)(nil),   // 60: jobwatch.v1.CompleteJobResponse
+	(*FailJobRequest)(nil),        // 61: jobwatch.v1.FailJobRequest
+	(*FailJobResponse)(nil),       // 62: jobwatch.v1.FailJobResponse
+	(*PauseQueueRequest)(nil),     // 63: jobwatch.v1.PauseQueueRequest
+	(*PauseQueueResponse)(nil),    // 64: jobwatch.v1.PauseQueueResponse
+	(*ResumeQueueRequest)(nil),    // 65: jobwatch.v1.ResumeQueueRequest
+	(*ResumeQueueResponse)(nil),   // 66: jobwatch.v1.ResumeQueueResponse
+	(*Queue)(nil),                 // 67: jobwatch.v1.Queue
+	(*QueueRate)(nil),             // 68: jobwatch.v1.QueueRate
+	(*TenantDepth)(nil),           // 69: jobwatch.v1.TenantDepth
+	(*QueueDepth)(nil),            // 70: jobwatch.v1.QueueDepth
+	(*PoolUse)(nil),               // 71: jobwatch.v1.PoolUse
+	(*ListQueuesRequest)(nil),     // 72: jobwatch.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),    // 73: jobwatch.v1.ListQueuesResponse
+	(*Schedule)(nil),              // 74: jobwatch.v1.Schedule
+	(*ListSchedulesRequest)(nil),  // 75: jobwatch.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil), // 76: jobwatch.v1.ListSchedulesResponse
+	(*structpb.Value)(nil),        // 77: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 78: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 79: google.protobuf.Duration
 }
 var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	0,   // 0: jobwatch.v1.Job.state:type_name -> jobwatch.v1.JobState
-	76,  // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
-	76,  // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
+	77,  // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
+	77,  // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
 	6,   // 3: jobwatch.v1.Job.error:type_name -> jobwatch.v1.JobError
-	77,  // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	77,  // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	77,  // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	77,  // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	77,  // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	78,  // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	78,  // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	78,  // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	78,  // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	78,  // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
 	8,   // 9: jobwatch.v1.Job.attempts:type_name -> jobwatch.v1.JobAttempt
 	1,   // 10: jobwatch.v1.Job.on_dependency_failure:type_name -> jobwatch.v1.DependencyFailure
-	77,  // 11: jobwatch.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
-	77,  // 12: jobwatch.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	78,  // 11: jobwatch.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
+	78,  // 12: jobwatch.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,   // 13: jobwatch.v1.JobAttempt.state:type_name -> jobwatch.v1.JobState
 	6,   // 14: jobwatch.v1.JobAttempt.error:type_name -> jobwatch.v1.JobError
-	77,  // 15: jobwatch.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	78,  // 15: jobwatch.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	3,   // 16: jobwatch.v1.LogLine.stream:type_name -> jobwatch.v1.LogStream
-	10,  // 17: jobwatch.v1.GetJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
-	11,  // 18: jobwatch.v1.GetJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
-	10,  // 19: jobwatch.v1.WatchJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
-	11,  // 20: jobwatch.v1.WatchJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
-	76,  // 21: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
-	77,  // 22: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	11,  // 17: jobwatch.v1.GetJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
+	12,  // 18: jobwatch.v1.GetJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
+	11,  // 19: jobwatch.v1.WatchJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
+	12,  // 20: jobwatch.v1.WatchJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
+	77,  // 21: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
+	78,  // 22: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
 	1,   // 23: jobwatch.v1.SubmitJobRequest.on_dependency_failure:type_name -> jobwatch.v1.DependencyFailure
 	7,   // 24: jobwatch.v1.SubmitJobResponse.job:type_name -> jobwatch.v1.Job
-	16,  // 25: jobwatch.v1.SubmitJobsRequest.jobs:type_name -> jobwatch.v1.SubmitJobRequest
+	17,  // 25: jobwatch.v1.SubmitJobsRequest.jobs:type_name -> jobwatch.v1.SubmitJobRequest
 	7,   // 26: jobwatch.v1.SubmitJobsResponse.jobs:type_name -> jobwatch.v1.Job
 	7,   // 27: jobwatch.v1.StartJobResponse.job:type_name -> jobwatch.v1.Job
 	7,   // 28: jobwatch.v1.GetJobResponse.job:type_name -> jobwatch.v1.Job
@@ -5556,101 +5623,101 @@ var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	7,   // 39: jobwatch.v1.WatchJobsResponse.jobs:type_name -> jobwatch.v1.Job
 	7,   // 40: jobwatch.v1.RetryJobResponse.job:type_name -> jobwatch.v1.Job
 	0,   // 41: jobwatch.v1.JobFilter.states:type_name -> jobwatch.v1.JobState
-	77,  // 42: jobwatch.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
-	40,  // 43: jobwatch.v1.RetryJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
-	40,  // 44: jobwatch.v1.CancelJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
-	40,  // 45: jobwatch.v1.DeleteJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
-	49,  // 46: jobwatch.v1.GetServerInfoResponse.caller:type_name -> jobwatch.v1.Caller
-	51,  // 47: jobwatch.v1.AppendJobLogsRequest.lines:type_name -> jobwatch.v1.AppendLogLine
+	78,  // 42: jobwatch.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
+	41,  // 43: jobwatch.v1.RetryJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
+	41,  // 44: jobwatch.v1.CancelJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
+	41,  // 45: jobwatch.v1.DeleteJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
+	50,  // 46: jobwatch.v1.GetServerInfoResponse.caller:type_name -> jobwatch.v1.Caller
+	52,  // 47: jobwatch.v1.AppendJobLogsRequest.lines:type_name -> jobwatch.v1.AppendLogLine
 	3,   // 48: jobwatch.v1.AppendLogLine.stream:type_name -> jobwatch.v1.LogStream
-	77,  // 49: jobwatch.v1.AppendLogLine.time:type_name -> google.protobuf.Timestamp
+	78,  // 49: jobwatch.v1.AppendLogLine.time:type_name -> google.protobuf.Timestamp
 	7,   // 50: jobwatch.v1.ClaimJobResponse.job:type_name -> jobwatch.v1.Job
-	77,  // 51: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	55,  // 52: jobwatch.v1.ClaimJobResponse.claims:type_name -> jobwatch.v1.Claim
+	78,  // 51: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	56,  // 52: jobwatch.v1.ClaimJobResponse.claims:type_name -> jobwatch.v1.Claim
 	7,   // 53: jobwatch.v1.Claim.job:type_name -> jobwatch.v1.Job
-	77,  // 54: jobwatch.v1.Claim.lease_expires_at:type_name -> google.protobuf.Timestamp
-	77,  // 55: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	76,  // 56: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
+	78,  // 54: jobwatch.v1.Claim.lease_expires_at:type_name -> google.protobuf.Timestamp
+	78,  // 55: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	77,  // 56: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
 	7,   // 57: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
 	6,   // 58: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
 	7,   // 59: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
-	66,  // 60: jobwatch.v1.PauseQueueResponse.queue:type_name -> jobwatch.v1.Queue
-	66,  // 61: jobwatch.v1.ResumeQueueResponse.queue:type_name -> jobwatch.v1.Queue
+	67,  // 60: jobwatch.v1.PauseQueueResponse.queue:type_name -> jobwatch.v1.Queue
+	67,  // 61: jobwatch.v1.ResumeQueueResponse.queue:type_name -> jobwatch.v1.Queue
 	5,   // 62: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
-	78,  // 63: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
-	77,  // 64: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
-	70,  // 65: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
-	78,  // 66: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
-	77,  // 67: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
-	69,  // 68: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
-	77,  // 69: jobwatch.v1.Queue.paused_at:type_name -> google.protobuf.Timestamp
-	68,  // 70: jobwatch.v1.Queue.tenants:type_name -> jobwatch.v1.TenantDepth
-	67,  // 71: jobwatch.v1.Queue.rate:type_name -> jobwatch.v1.QueueRate
-	78,  // 72: jobwatch.v1.QueueRate.per:type_name -> google.protobuf.Duration
-	77,  // 73: jobwatch.v1.QueueRate.held_until:type_name -> google.protobuf.Timestamp
-	78,  // 74: jobwatch.v1.TenantDepth.oldest_queued_age:type_name -> google.protobuf.Duration
-	77,  // 75: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
-	66,  // 76: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
-	78,  // 77: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
-	78,  // 78: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
-	77,  // 79: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
+	79,  // 63: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
+	78,  // 64: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
+	71,  // 65: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
+	79,  // 66: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
+	78,  // 67: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
+	70,  // 68: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
+	78,  // 69: jobwatch.v1.Queue.paused_at:type_name -> google.protobuf.Timestamp
+	69,  // 70: jobwatch.v1.Queue.tenants:type_name -> jobwatch.v1.TenantDepth
+	68,  // 71: jobwatch.v1.Queue.rate:type_name -> jobwatch.v1.QueueRate
+	79,  // 72: jobwatch.v1.QueueRate.per:type_name -> google.protobuf.Duration
+	78,  // 73: jobwatch.v1.QueueRate.held_until:type_name -> google.protobuf.Timestamp
+	79,  // 74: jobwatch.v1.TenantDepth.oldest_queued_age:type_name -> google.protobuf.Duration
+	78,  // 75: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
+	67,  // 76: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
+	79,  // 77: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
+	79,  // 78: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
+	78,  // 79: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
 	0,   // 80: jobwatch.v1.Schedule.last_job_state:type_name -> jobwatch.v1.JobState
-	77,  // 81: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
-	73,  // 82: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
-	16,  // 83: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
-	18,  // 84: jobwatch.v1.JobService.SubmitJobs:input_type -> jobwatch.v1.SubmitJobsRequest
-	20,  // 85: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
-	22,  // 86: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
-	24,  // 87: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
-	26,  // 88: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
-	28,  // 89: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
-	30,  // 90: jobwatch.v1.JobService.WaitJobs:input_type -> jobwatch.v1.WaitJobsRequest
-	32,  // 91: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
-	34,  // 92: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
-	47,  // 93: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
-	36,  // 94: jobwatch.v1.JobService.RetryJob:input_type -> jobwatch.v1.RetryJobRequest
-	38,  // 95: jobwatch.v1.JobService.DeleteJob:input_type -> jobwatch.v1.DeleteJobRequest
-	41,  // 96: jobwatch.v1.JobService.RetryJobs:input_type -> jobwatch.v1.RetryJobsRequest
-	43,  // 97: jobwatch.v1.JobService.CancelJobs:input_type -> jobwatch.v1.CancelJobsRequest
-	45,  // 98: jobwatch.v1.JobService.DeleteJobs:input_type -> jobwatch.v1.DeleteJobsRequest
-	12,  // 99: jobwatch.v1.JobService.GetJobLogs:input_type -> jobwatch.v1.GetJobLogsRequest
-	14,  // 100: jobwatch.v1.JobService.WatchJobLogs:input_type -> jobwatch.v1.WatchJobLogsRequest
-	53,  // 101: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
-	56,  // 102: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
-	58,  // 103: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
-	60,  // 104: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
-	50,  // 105: jobwatch.v1.WorkerService.AppendJobLogs:input_type -> jobwatch.v1.AppendJobLogsRequest
-	71,  // 106: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
-	74,  // 107: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
-	62,  // 108: jobwatch.v1.QueueService.PauseQueue:input_type -> jobwatch.v1.PauseQueueRequest
-	64,  // 109: jobwatch.v1.QueueService.ResumeQueue:input_type -> jobwatch.v1.ResumeQueueRequest
-	17,  // 110: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
-	19,  // 111: jobwatch.v1.JobService.SubmitJobs:output_type -> jobwatch.v1.SubmitJobsResponse
-	21,  // 112: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
-	23,  // 113: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
-	25,  // 114: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
-	27,  // 115: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
-	29,  // 116: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
-	31,  // 117: jobwatch.v1.JobService.WaitJobs:output_type -> jobwatch.v1.WaitJobsResponse
-	33,  // 118: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
-	35,  // 119: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
-	48,  // 120: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
-	37,  // 121: jobwatch.v1.JobService.RetryJob:output_type -> jobwatch.v1.RetryJobResponse
-	39,  // 122: jobwatch.v1.JobService.DeleteJob:output_type -> jobwatch.v1.DeleteJobResponse
-	42,  // 123: jobwatch.v1.JobService.RetryJobs:output_type -> jobwatch.v1.RetryJobsResponse
-	44,  // 124: jobwatch.v1.JobService.CancelJobs:output_type -> jobwatch.v1.CancelJobsResponse
-	46,  // 125: jobwatch.v1.JobService.DeleteJobs:output_type -> jobwatch.v1.DeleteJobsResponse
-	13,  // 126: jobwatch.v1.JobService.GetJobLogs:output_type -> jobwatch.v1.GetJobLogsResponse
-	15,  // 127: jobwatch.v1.JobService.WatchJobLogs:output_type -> jobwatch.v1.WatchJobLogsResponse
-	54,  // 128: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
-	57,  // 129: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
-	59,  // 130: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
-	61,  // 131: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
-	52,  // 132: jobwatch.v1.WorkerService.AppendJobLogs:output_type -> jobwatch.v1.AppendJobLogsResponse
-	72,  // 133: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
-	75,  // 134: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
-	63,  // 135: jobwatch.v1.QueueService.PauseQueue:output_type -> jobwatch.v1.PauseQueueResponse
-	65,  // 136: jobwatch.v1.QueueService.ResumeQueue:output_type -> jobwatch.v1.ResumeQueueResponse
+	78,  // 81: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
+	74,  // 82: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
+	17,  // 83: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
+	19,  // 84: jobwatch.v1.JobService.SubmitJobs:input_type -> jobwatch.v1.SubmitJobsRequest
+	21,  // 85: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
+	23,  // 86: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
+	25,  // 87: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
+	27,  // 88: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
+	29,  // 89: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
+	31,  // 90: jobwatch.v1.JobService.WaitJobs:input_type -> jobwatch.v1.WaitJobsRequest
+	33,  // 91: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
+	35,  // 92: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
+	48,  // 93: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
+	37,  // 94: jobwatch.v1.JobService.RetryJob:input_type -> jobwatch.v1.RetryJobRequest
+	39,  // 95: jobwatch.v1.JobService.DeleteJob:input_type -> jobwatch.v1.DeleteJobRequest
+	42,  // 96: jobwatch.v1.JobService.RetryJobs:input_type -> jobwatch.v1.RetryJobsRequest
+	44,  // 97: jobwatch.v1.JobService.CancelJobs:input_type -> jobwatch.v1.CancelJobsRequest
+	46,  // 98: jobwatch.v1.JobService.DeleteJobs:input_type -> jobwatch.v1.DeleteJobsRequest
+	13,  // 99: jobwatch.v1.JobService.GetJobLogs:input_type -> jobwatch.v1.GetJobLogsRequest
+	15,  // 100: jobwatch.v1.JobService.WatchJobLogs:input_type -> jobwatch.v1.WatchJobLogsRequest
+	54,  // 101: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
+	57,  // 102: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
+	59,  // 103: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
+	61,  // 104: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
+	51,  // 105: jobwatch.v1.WorkerService.AppendJobLogs:input_type -> jobwatch.v1.AppendJobLogsRequest
+	72,  // 106: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
+	75,  // 107: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
+	63,  // 108: jobwatch.v1.QueueService.PauseQueue:input_type -> jobwatch.v1.PauseQueueRequest
+	65,  // 109: jobwatch.v1.QueueService.ResumeQueue:input_type -> jobwatch.v1.ResumeQueueRequest
+	18,  // 110: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
+	20,  // 111: jobwatch.v1.JobService.SubmitJobs:output_type -> jobwatch.v1.SubmitJobsResponse
+	22,  // 112: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
+	24,  // 113: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
+	26,  // 114: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
+	28,  // 115: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
+	30,  // 116: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
+	32,  // 117: jobwatch.v1.JobService.WaitJobs:output_type -> jobwatch.v1.WaitJobsResponse
+	34,  // 118: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
+	36,  // 119: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
+	49,  // 120: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
+	38,  // 121: jobwatch.v1.JobService.RetryJob:output_type -> jobwatch.v1.RetryJobResponse
+	40,  // 122: jobwatch.v1.JobService.DeleteJob:output_type -> jobwatch.v1.DeleteJobResponse
+	43,  // 123: jobwatch.v1.JobService.RetryJobs:output_type -> jobwatch.v1.RetryJobsResponse
+	45,  // 124: jobwatch.v1.JobService.CancelJobs:output_type -> jobwatch.v1.CancelJobsResponse
+	47,  // 125: jobwatch.v1.JobService.DeleteJobs:output_type -> jobwatch.v1.DeleteJobsResponse
+	14,  // 126: jobwatch.v1.JobService.GetJobLogs:output_type -> jobwatch.v1.GetJobLogsResponse
+	16,  // 127: jobwatch.v1.JobService.WatchJobLogs:output_type -> jobwatch.v1.WatchJobLogsResponse
+	55,  // 128: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
+	58,  // 129: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
+	60,  // 130: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
+	62,  // 131: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
+	53,  // 132: jobwatch.v1.WorkerService.AppendJobLogs:output_type -> jobwatch.v1.AppendJobLogsResponse
+	73,  // 133: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
+	76,  // 134: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
+	64,  // 135: jobwatch.v1.QueueService.PauseQueue:output_type -> jobwatch.v1.PauseQueueResponse
+	66,  // 136: jobwatch.v1.QueueService.ResumeQueue:output_type -> jobwatch.v1.ResumeQueueResponse
 	110, // [110:137] is the sub-list for method output_type
 	83,  // [83:110] is the sub-list for method input_type
 	83,  // [83:83] is the sub-list for extension type_name
@@ -5663,14 +5730,14 @@ func file_jobwatch_v1_jobwatch_proto_init() {
 	if File_jobwatch_v1_jobwatch_proto != nil {
 		return
 	}
-	file_jobwatch_v1_jobwatch_proto_msgTypes[10].OneofWrappers = []any{}
+	file_jobwatch_v1_jobwatch_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobwatch_v1_jobwatch_proto_rawDesc), len(file_jobwatch_v1_jobwatch_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   70,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

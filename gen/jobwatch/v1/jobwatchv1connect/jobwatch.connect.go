@@ -148,7 +148,9 @@ type JobServiceClient interface {
 	// matches, a page at a time (at most 1,000 jobs a call): follow
 	// next_page_token until it is empty. A job a page skips because it
 	// cannot take the action (RetryJobs of a SUCCEEDED job) is counted in
-	// matched, not changed.
+	// matched, not changed. A page stops at the first job the action is
+	// refused for (a tenant's quota): the error is that refusal, with a
+	// BulkStopped detail saying what the page changed before it.
 	RetryJobs(context.Context, *v1.RetryJobsRequest) (*v1.RetryJobsResponse, error)
 	CancelJobs(context.Context, *v1.CancelJobsRequest) (*v1.CancelJobsResponse, error)
 	DeleteJobs(context.Context, *v1.DeleteJobsRequest) (*v1.DeleteJobsResponse, error)
@@ -505,7 +507,9 @@ type JobServiceHandler interface {
 	// matches, a page at a time (at most 1,000 jobs a call): follow
 	// next_page_token until it is empty. A job a page skips because it
 	// cannot take the action (RetryJobs of a SUCCEEDED job) is counted in
-	// matched, not changed.
+	// matched, not changed. A page stops at the first job the action is
+	// refused for (a tenant's quota): the error is that refusal, with a
+	// BulkStopped detail saying what the page changed before it.
 	RetryJobs(context.Context, *v1.RetryJobsRequest) (*v1.RetryJobsResponse, error)
 	CancelJobs(context.Context, *v1.CancelJobsRequest) (*v1.CancelJobsResponse, error)
 	DeleteJobs(context.Context, *v1.DeleteJobsRequest) (*v1.DeleteJobsResponse, error)

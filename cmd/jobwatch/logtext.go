@@ -1,0 +1,87 @@
+package main
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// printable is a log line's text as a terminal may be given it. A job's
+// output is whatever its command printed, so it may hold escape
+// sequences that set a window's title, clear the screen or move the
+// cursor, carriage returns that hide what came before them, or control
+// characters: none of them reach the reader's terminal. Colours (SGR
+// sequences, ESC [ ... m) are kept when colour is set (stdout is a
+// terminal), with a reset at the end of a line that set one, and dropped
+// otherwise; every other escape sequence, and every control character but
+// a tab, is dropped. The page's log pane does the same (web/src/logs.ts).
+func printable(s string, colour bool) string {
+	clean := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 && c != '\t' || c == 0x7f || c >= 0x80 {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	coloured := false
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == 0x1b:
+			n, sgr := escapeLen(s[i:])
+			if sgr && colour {
+				b.WriteString(s[i : i+n])
+				coloured = true
+			}
+			i += n
+		case c < 0x20 && c != '\t' || c == 0x7f:
+			i++
+		case c < 0x80:
+			b.WriteByte(c)
+			i++
+		default:
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r < 0x80 || r > 0x9f { // C1 controls, U+009B among them, go
+				b.WriteString(s[i : i+size])
+			}
+			i += size
+		}
+	}
+	if coloured {
+		b.WriteString("\x1b[0m")
+	}
+	return b.String()
+}
+
+// escapeLen is the length of the escape sequence s starts with (s[0] is
+// ESC), to its end or the end of s, and whether it sets colours (SGR).
+func escapeLen(s string) (n int, sgr bool) {
+	if len(s) < 2 {
+		return len(s), false
+	}
+	switch s[1] {
+	case '[': // CSI: parameters and intermediates, then one final byte
+		for i := 2; i < len(s); i++ {
+			if c := s[i]; c >= 0x40 && c <= 0x7e {
+				return i + 1, c == 'm'
+			} else if c < 0x20 || c > 0x7e {
+				return i, false // not a CSI after all: drop what came so far
+			}
+		}
+		return len(s), false
+	case ']', 'P', 'X', '^', '_': // strings, to BEL or ESC \
+		for i := 2; i < len(s); i++ {
+			if s[i] == 0x07 {
+				return i + 1, false
+			}
+			if s[i] == 0x1b && i+1 < len(s) && s[i+1] == '\\' {
+				return i + 2, false
+			}
+		}
+		return len(s), false
+	}
+	return 2, false
+}

@@ -1,0 +1,31 @@
+package main
+
+import "testing"
+
+// What a job printed reaches the reader's terminal as text and colours
+// only: nothing that sets its title, clears it, moves its cursor or hides
+// what came before a carriage return.
+func TestPrintableKeepsTextAndColoursOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, colour, plain string
+	}{
+		{"plain text", "batch 3 of 7\tok", "batch 3 of 7\tok", "batch 3 of 7\tok"},
+		{"a colour", "\x1b[31mfailed\x1b[0m: disk", "\x1b[31mfailed\x1b[0m: disk\x1b[0m", "failed: disk"},
+		{"a colour left on", "\x1b[1;32mgreen", "\x1b[1;32mgreen\x1b[0m", "green"},
+		{"a window title", "title \x1b]0;pwned\x07 end", "title  end", "title  end"},
+		{"a title ended by ST", "a\x1b]2;x\x1b\\b", "ab", "ab"},
+		{"a clear and a cursor move", "\x1b[2J\x1b[Hclean", "clean", "clean"},
+		{"a carriage return", "cr overwrite\rHIDDEN", "cr overwriteHIDDEN", "cr overwriteHIDDEN"},
+		{"a bell, a backspace and DEL", "a\x07b\x08c\x7fd", "abcd", "abcd"},
+		{"a C1 CSI", "x\u009b31my", "x31my", "x31my"},
+		{"an escape cut short", "end\x1b[", "end", "end"},
+		{"UTF-8 kept", "café → ok", "café → ok", "café → ok"},
+	} {
+		if got := printable(tc.in, true); got != tc.colour {
+			t.Errorf("%s, for a terminal: %q, want %q", tc.name, got, tc.colour)
+		}
+		if got := printable(tc.in, false); got != tc.plain {
+			t.Errorf("%s, piped: %q, want %q", tc.name, got, tc.plain)
+		}
+	}
+}
