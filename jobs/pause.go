@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobtype"
@@ -89,13 +90,13 @@ func (e *Engine) Paused(ctx context.Context) ([]QueuePause, error) {
 	return ps, nil
 }
 
-// knownQueue checks queue's name and that the rules declare it, it is
-// the default queue, it holds a job, or it is paused.
+// knownQueue checks queue's name and that the rules name it (declared,
+// a schedule's, or the default queue), it holds a job, or it is paused.
 func (e *Engine) knownQueue(ctx context.Context, queue string) error {
 	if err := jobtype.CheckName("queue", queue); err != nil {
 		return err
 	}
-	if _, declared := e.rules.Load().Queues[queue]; declared || queue == jobtype.DefaultQueue {
+	if slices.Contains(e.rules.Load().namedQueues(), queue) {
 		return nil
 	}
 	has, err := e.store.QueueHasJobs(ctx, queue)

@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -66,6 +67,24 @@ func TestPauseRefusesAnEmptyOrUnknownQueueAndKeepsTheFirstPause(t *testing.T) {
 	}
 	if resumed, err := e.Resume(ctx, "default", "me"); err != nil || resumed {
 		t.Errorf("resume of a queue not paused = %v, %v; want false, nil", resumed, err)
+	}
+}
+
+// A schedule's queue is named by the rules: listed while empty, and
+// paused before the schedule's first run puts a job in it.
+func TestAScheduledQueueIsListedAndPausedWhileEmpty(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{Rules: jobtype.Rules{Schedules: []jobtype.Schedule{
+		{Name: "nightly", Kind: "report.build", Queue: "reports", Every: time.Hour, Payload: []byte(`{}`)}}}})
+	ctx := context.Background()
+	stats, err := e.QueueStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(stats, func(q jobs.QueueStats) bool { return q.Name == "reports" }) {
+		t.Errorf("queues listed: %v; want the schedule's queue reports among them", stats)
+	}
+	if _, err := e.Pause(ctx, "reports", "me"); err != nil {
+		t.Errorf("pause of the schedule's empty queue: %v", err)
 	}
 }
 

@@ -26,6 +26,27 @@ type ruleSet struct {
 	crons    map[string]*jobtype.Cron // by schedule name, each cron schedule's times (schedules.go)
 }
 
+// namedQueues are the queues the rules name: the default queue, every
+// declared queue and every schedule's (possibly with repeats), listed by
+// ListQueues and /metrics while empty and paused ahead of their first
+// job.
+func (r *ruleSet) namedQueues() []string {
+	names := []string{jobtype.DefaultQueue}
+	for name := range r.Queues {
+		names = append(names, name)
+	}
+	for _, s := range r.Schedules {
+		if s.Queue != "" {
+			names = append(names, s.Queue)
+		}
+	}
+	return names
+}
+
+// NamedQueues are the queues the rules in effect name (ruleSet.namedQueues),
+// possibly with repeats.
+func (e *Engine) NamedQueues() []string { return e.rules.Load().namedQueues() }
+
 // validateRules refuses rules the engine could not apply as written.
 func validateRules(r jobtype.Rules) error {
 	if r.Retention < 0 {
@@ -202,8 +223,9 @@ func (e *Engine) leaseRules(now time.Time) store.LeaseRules {
 	}
 }
 
-// retention is how long terminal jobs are kept under the rules in effect.
-func (e *Engine) retention() time.Duration {
+// Retention is how long terminal jobs are kept under the rules in effect:
+// the rules' retention, else Config.Retention.
+func (e *Engine) Retention() time.Duration {
 	if r := e.rules.Load().Retention; r > 0 {
 		return r
 	}

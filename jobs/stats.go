@@ -113,11 +113,7 @@ func (e *Engine) queueStats(ctx context.Context, now time.Time) ([]QueueStats, m
 	// One reading of the rules for the whole answer, so a reload part way
 	// cannot list a queue under one config and judge it under another.
 	rules := e.rules.Load()
-	idle := []string{jobtype.DefaultQueue}
-	for name := range rules.Queues {
-		idle = append(idle, name)
-	}
-	for _, name := range idle {
+	for _, name := range rules.namedQueues() {
 		if !listed[name] {
 			listed[name] = true
 			stats = append(stats, QueueStats{QueueStats: store.QueueStats{Name: name}})

@@ -102,7 +102,7 @@ func (e *Engine) expireLeases(ctx context.Context) error {
 // retention in effect (Rules, else Config)
 // ago; afterwards they are ErrNotFound.
 func (e *Engine) deleteExpired(ctx context.Context) error {
-	n, err := e.store.DeleteFinishedBefore(ctx, e.now().Add(-e.retention()))
+	n, err := e.store.DeleteFinishedBefore(ctx, e.now().Add(-e.Retention()))
 	if err != nil {
 		return wrap("delete expired", "", err)
 	}

@@ -409,8 +409,8 @@ func (c *pausesCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(queuePausedDesc, err)
 		return
 	}
-	values := map[string]float64{jobtype.DefaultQueue: 0}
-	for name := range c.engine.Rules().Queues {
+	values := map[string]float64{}
+	for _, name := range c.engine.NamedQueues() {
 		values[name] = 0
 	}
 	for _, p := range pauses {

@@ -79,6 +79,19 @@ func TestThePageOffersWhatItsTokenMayDoBeforeAnyClick(t *testing.T) {
 		p.waitFor("pause enabled on the default queue", is(`tr[data-queue="default"]`, "pause", "enabled"))
 	})
 
+	t.Run("an admin token on a page that names no tenant says which one it shows", func(t *testing.T) {
+		tab, closeTab := chromedp.NewContext(browser)
+		defer closeTab()
+		p := &page{t: t, ctx: tab}
+		p.do("open the page", chromedp.Navigate("http://"+addr+"/"))
+		p.do("forget the tenant another tab chose", chromedp.Evaluate[chromedp.Void](`localStorage.removeItem("jobwatch.tenant")`))
+		p.do("open it again", chromedp.Navigate("http://"+addr+"/"))
+		p.waitFor("the feed waiting for a token", `document.getElementById("status").dataset.status === "unauthenticated"`)
+		useTokenOn(p, adminToken)
+		p.waitFor("the tenant field naming the default tenant", `document.getElementById("status").dataset.status === "live" && `+
+			`document.getElementById("tenant").value === "default"`)
+	})
+
 	t.Run("a client token acts on its tenant's jobs, and is told pausing takes an admin token", func(t *testing.T) {
 		tab, closeTab := chromedp.NewContext(browser)
 		defer closeTab()

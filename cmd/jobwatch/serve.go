@@ -539,7 +539,7 @@ func reloadConfig(engine *jobs.Engine, path string, log *slog.Logger) {
 		return
 	}
 	log.Info("config reloaded", "config", path, "queues", len(rules.Queues), "schedules", len(rules.Schedules),
-		"strict", rules.Strict, "retention", rules.Retention)
+		"strict", rules.Strict, "retention", engine.Retention())
 }
 
 // tokenReloads reads the tokens file again on each SIGHUP and hands it

@@ -435,6 +435,11 @@ func (r *Reader) Bool(n *yaml.Node, key string) (v, ok bool) {
 
 // Int reads a whole number from least to most.
 func (r *Reader) Int(n *yaml.Node, key string, least, most int) (int, bool) {
+	if m := resolve(n); m.Kind == yaml.ScalarNode && m.ShortTag() == "!!float" && wholeDigits(m.Value) {
+		// A whole number too large for an int, which YAML reads as a float.
+		r.Fail(m, key, "must be from %d to %d", least, most)
+		return 0, false
+	}
 	if !r.scalar(n, key, "!!int", "a whole number") {
 		return 0, false
 	}
@@ -449,6 +454,12 @@ func (r *Reader) Int(n *yaml.Node, key string, least, most int) (int, bool) {
 		return 0, false
 	}
 	return v, true
+}
+
+// wholeDigits reports whether s is digits alone, after an optional sign.
+func wholeDigits(s string) bool {
+	s = strings.TrimLeft(s, "+-")
+	return s != "" && strings.Trim(s, "0123456789") == ""
 }
 
 // Duration reads a positive Go duration with a unit: 30s, 5m, 24h.

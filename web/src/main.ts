@@ -571,6 +571,13 @@ async function loadServerInfo(): Promise<void> {
     }
     if (info.caller !== undefined) {
       access = { kind: "token", role: info.caller.role };
+      // The tenant on screen, named before any job arrives: a client's
+      // own, or for a token confined to none (an admin's) the default
+      // tenant, which the server reads an empty tenant as.
+      if (tenant === "" && ownTenant === "") {
+        ownTenant = info.caller.tenant || (info.caller.role === "admin" ? "default" : "");
+        showTenantName();
+      }
       if (access.role !== "admin") {
         // A refusal of the queues may already be shown, in the server's
         // words: say it in the page's.
