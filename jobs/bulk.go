@@ -3,6 +3,8 @@ package jobs
 import (
 	"context"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -84,6 +86,15 @@ func (e *Engine) Bulk(ctx context.Context, a BulkAction, f BulkFilter, pageToken
 	if pageSize == 0 || pageSize > MaxBulkPage {
 		pageSize = MaxBulkPage
 	}
+	key := bulkKey(a, lf)
+	if pageToken != "" {
+		given, rest, ok := strings.Cut(pageToken, ".")
+		if !ok || given != key {
+			return BulkResult{}, &jobtype.InvalidError{Field: "page_token",
+				Reason: "is not one this call's action and filter gave: follow a token with the call it came from, or start again without one"}
+		}
+		pageToken = rest
+	}
 	lf.Limit, lf.PageToken = pageSize, pageToken
 	page, next, err := e.store.ListJobs(ctx, lf)
 	if err != nil {
@@ -93,7 +104,20 @@ func (e *Engine) Bulk(ctx context.Context, a BulkAction, f BulkFilter, pageToken
 	if err != nil {
 		return BulkResult{Matched: len(page), Changed: changed}, err
 	}
+	if next != "" {
+		next = key + "." + next
+	}
 	return BulkResult{Matched: len(page), Changed: changed, NextPageToken: next}, nil
+}
+
+// bulkKey names a's action under lf, the filter as read (tenant
+// resolved): a bulk page token starts with it, so that a token followed
+// with another filter, action or tenant, which would skip jobs of that
+// one unseen, is refused instead.
+func bulkKey(a BulkAction, lf store.ListFilter) string {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s\x00%s\x00%q\x00%q\x00%q\x00%d", a.Name, lf.Tenant, lf.Queues, lf.Kinds, lf.States, lf.CreatedBefore.UnixNano())
+	return strconv.FormatUint(h.Sum64(), 36)
 }
 
 // actOnPage runs a on every job of page, bulkParallel at a time, and

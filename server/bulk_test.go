@@ -53,6 +53,16 @@ func TestCancelJobsCancelsWhatTheFilterMatchesPageByPage(t *testing.T) {
 		if token = resp.GetNextPageToken(); token == "" {
 			break
 		}
+		if pages == 1 {
+			// The token names its filter: followed with another (it
+			// would skip that one's newer jobs unseen), or by a delete,
+			// it is refused and nothing changes.
+			_, err := c.jobs.CancelJobs(ctxTimeout(t, 10*time.Second), &jobwatchv1.CancelJobsRequest{
+				Filter: &jobwatchv1.JobFilter{Queues: []string{"mail"}}, PageToken: token})
+			wantCode(t, err, connect.CodeInvalidArgument)
+			_, err = c.jobs.DeleteJobs(ctxTimeout(t, 10*time.Second), &jobwatchv1.DeleteJobsRequest{Filter: filter, PageToken: token})
+			wantCode(t, err, connect.CodeInvalidArgument)
+		}
 		if pages > 10 {
 			t.Fatal("paging does not end")
 		}

@@ -2782,7 +2782,8 @@ func (x *JobFilter) GetAll() bool {
 type RetryJobsRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Filter *JobFilter             `protobuf:"bytes,1,opt,name=filter,proto3" json:"filter,omitempty"`
-	// From a previous next_page_token, with the same filter.
+	// From a previous next_page_token of the same call with the same
+	// filter; another call's or filter's token is invalid_argument.
 	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Jobs to look at in this call; 0 means 1,000, more is clamped to 1,000.
 	PageSize      int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`

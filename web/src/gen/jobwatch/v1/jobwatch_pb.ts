@@ -1298,7 +1298,8 @@ export type RetryJobsRequest = Message<"jobwatch.v1.RetryJobsRequest"> & {
   filter?: JobFilter | undefined;
 
   /**
-   * From a previous next_page_token, with the same filter.
+   * From a previous next_page_token of the same call with the same
+   * filter; another call's or filter's token is invalid_argument.
    *
    * @generated from field: string page_token = 2;
    */
