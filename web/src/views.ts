@@ -362,7 +362,7 @@ export class Detail {
     this.retry = new ActionButton("retry", "Retry", () => {
       const id = this.jobId;
       const how = this.waitsAgain ? "" : " at once, without waiting for the jobs it runs after";
-      this.confirm.request(`Retry job ${id}? It is queued again${how}, with a fresh allowance of attempts.`, "Retry", () => ops.retry(id));
+      this.confirm.request(`Retry job ${id}? It is queued again${how}, with as many more attempts as its queue's retry rule allows.`, "Retry", () => ops.retry(id));
     });
     this.cancel = new ActionButton(
       "cancel",
