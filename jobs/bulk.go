@@ -30,8 +30,8 @@ const MaxBulkPage = 1000
 const bulkParallel = 8
 
 // BulkFilter selects the jobs of a bulk action. Empty lists do not
-// filter; at least one of Queues, Kinds, States and CreatedBefore must be
-// set unless All is, so that no call acts on every job by a slip.
+// filter; at least one of Queues, Kinds, States, CreatedBefore and Batch
+// must be set unless All is, so that no call acts on every job by a slip.
 type BulkFilter struct {
 	// Tenant is the tenant whose jobs are acted on; AllTenants acts on
 	// every tenant's. "" means jobtype.DefaultTenant.
@@ -41,7 +41,9 @@ type BulkFilter struct {
 	// not apply to is refused.
 	States        []jobtype.State
 	CreatedBefore time.Time
-	All           bool
+	// Batch keeps the jobs of that batch; "": every job.
+	Batch string
+	All   bool
 }
 
 // AllTenants is the BulkFilter.Tenant of a bulk action on every tenant.
@@ -116,7 +118,7 @@ func (e *Engine) Bulk(ctx context.Context, a BulkAction, f BulkFilter, pageToken
 // one unseen, is refused instead.
 func bulkKey(a BulkAction, lf store.ListFilter) string {
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%s\x00%s\x00%q\x00%q\x00%q\x00%d", a.Name, lf.Tenant, lf.Queues, lf.Kinds, lf.States, lf.CreatedBefore.UnixNano())
+	fmt.Fprintf(h, "%s\x00%s\x00%q\x00%q\x00%q\x00%d\x00%s", a.Name, lf.Tenant, lf.Queues, lf.Kinds, lf.States, lf.CreatedBefore.UnixNano(), lf.Batch)
 	return strconv.FormatUint(h.Sum64(), 36)
 }
 
@@ -177,9 +179,12 @@ func isConflict(err error) bool {
 // bulkListFilter is the list a's page reads under f: f's fields, with the
 // states narrowed to those a applies to.
 func bulkListFilter(a BulkAction, f BulkFilter) (store.ListFilter, error) {
-	if !f.All && len(f.Queues) == 0 && len(f.Kinds) == 0 && len(f.States) == 0 && f.CreatedBefore.IsZero() {
+	if !f.All && len(f.Queues) == 0 && len(f.Kinds) == 0 && len(f.States) == 0 && f.CreatedBefore.IsZero() && f.Batch == "" {
 		return store.ListFilter{}, &jobtype.InvalidError{Field: "filter",
-			Reason: "names no queues, kinds, states or created_before: set one of them, or all to " + a.Name + " every job"}
+			Reason: "names no queues, kinds, states, created_before or batch: set one of them, or all to " + a.Name + " every job"}
+	}
+	if err := validOptionalName("filter.batch", f.Batch); err != nil {
+		return store.ListFilter{}, err
 	}
 	tenant := f.Tenant
 	switch tenant {
@@ -213,7 +218,7 @@ func bulkListFilter(a BulkAction, f BulkFilter) (store.ListFilter, error) {
 		states = f.States
 	}
 	return store.ListFilter{Tenant: tenant, Queues: f.Queues, Kinds: f.Kinds, States: states,
-		CreatedBefore: f.CreatedBefore}, nil
+		CreatedBefore: f.CreatedBefore, Batch: f.Batch}, nil
 }
 
 // stateList names states as a person would: "FAILED, CANCELLED or LOST".

@@ -52,6 +52,9 @@ func (s *Server) bulk(ctx context.Context, a jobs.BulkAction, pf *jobwatchv1.Job
 	r, err := s.engine.Bulk(jobs.WithActor(ctx, by), a, f, pageToken, int(pageSize))
 	if r.Matched > 0 || err == nil {
 		attrs := []any{"by", by, "tenant", f.Tenant, "queues", f.Queues, "kinds", f.Kinds, "states", f.States}
+		if f.Batch != "" {
+			attrs = append(attrs, "batch", f.Batch)
+		}
 		if !f.CreatedBefore.IsZero() {
 			attrs = append(attrs, "created_before", f.CreatedBefore)
 		}
@@ -95,7 +98,7 @@ func bulkFilter(ctx context.Context, pf *jobwatchv1.JobFilter) (jobs.BulkFilter,
 	if err != nil {
 		return jobs.BulkFilter{}, err
 	}
-	f := jobs.BulkFilter{Tenant: tenant, Queues: pf.GetQueues(), Kinds: pf.GetKinds(), All: pf.GetAll()}
+	f := jobs.BulkFilter{Tenant: tenant, Queues: pf.GetQueues(), Kinds: pf.GetKinds(), Batch: pf.GetBatch(), All: pf.GetAll()}
 	for i, ps := range pf.GetStates() {
 		st, ok := wire.StoreState(ps)
 		if !ok {

@@ -210,3 +210,24 @@ func TestRetryJobsAndDeleteJobsActOnEveryMatch(t *testing.T) {
 		wantCode(t, err, connect.CodeNotFound)
 	}
 }
+
+// A bulk action's filter may name a batch: it acts on that batch's jobs
+// only, and a batch alone narrows enough.
+func TestRetryJobsOfOneBatch(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	c := ts.h2c()
+	inBatch := failedJob(t, c, &jobwatchv1.SubmitJobRequest{Kind: "bulk.batch", Batch: "album-7"}, "not a JPEG")
+	outside := failedJob(t, c, &jobwatchv1.SubmitJobRequest{Kind: "bulk.batch"}, "not a PNG")
+	resp, err := c.jobs.RetryJobs(ctxTimeout(t, 10*time.Second), &jobwatchv1.RetryJobsRequest{Filter: &jobwatchv1.JobFilter{Batch: "album-7"}})
+	if err != nil || resp.GetMatched() != 1 || resp.GetChanged() != 1 {
+		t.Fatalf("retry of batch album-7: %v, %v; want its one failed job retried", resp, err)
+	}
+	if j := getJob(t, c, inBatch.GetId()); j.GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED {
+		t.Errorf("the batch's job is %v, want QUEUED", j.GetState())
+	}
+	if j := getJob(t, c, outside.GetId()); j.GetState() != jobwatchv1.JobState_JOB_STATE_FAILED {
+		t.Errorf("the job outside the batch is %v, want FAILED", j.GetState())
+	}
+	_, err = c.jobs.RetryJobs(ctxTimeout(t, 10*time.Second), &jobwatchv1.RetryJobsRequest{Filter: &jobwatchv1.JobFilter{Batch: "no spaces"}})
+	wantCode(t, err, connect.CodeInvalidArgument)
+}

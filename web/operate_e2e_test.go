@@ -154,6 +154,34 @@ func TestOperatorButtonsActAndThePageFollowsLive(t *testing.T) {
 		})()`)
 	})
 
+	t.Run("retry all failed in a batch's view retries that batch's only", func(t *testing.T) {
+		p.t = t
+		inBatch, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Kind: "thumb.render", Batch: "album-7"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claim(t, ctx, srv.engine, "thumb.render").fail("DecodeError", "not a JPEG")
+		outside := submit(t, ctx, srv.engine, "thumb.other", `{}`)
+		claim(t, ctx, srv.engine, "thumb.other").fail("DecodeError", "not a PNG")
+		p.waitFor("both failed", exists(row(inBatch.ID)+`[data-state="failed"]`)+" && "+exists(row(outside.ID)+`[data-state="failed"]`))
+		p.click("show the batch", row(inBatch.ID)+" .batch-label")
+		p.waitFor("the batch's view", absent(row(outside.ID))+" && "+exists(row(inBatch.ID)))
+		p.waitFor("the button enabled", `!document.querySelector('#jobs-actions button[data-action="retry-failed"]').disabled`)
+		p.click("click retry all failed", "#jobs-actions "+button("retry-failed"))
+		p.waitFor("a question naming the batch", textHas("#jobs-confirm .question", "Retry every failed job of batch “album-7”"))
+		confirmYes("#jobs-confirm")
+		p.waitFor("what it did", textHas("#jobs-confirm .outcome", "Retried 1 of 1 failed jobs of batch “album-7”"))
+		p.waitFor("the batch's job queued again", exists(row(inBatch.ID)+`[data-state="queued"]`))
+		if got, err := srv.engine.Get(ctx, outside.ID); err != nil || got.State != jobtype.Failed {
+			t.Fatalf("the failed job outside the batch: %v, %v; want it still FAILED", got.State, err)
+		}
+		p.click("show all jobs again", "#batch-bar .batch-clear")
+		p.waitFor("every job again", exists(row(outside.ID)))
+		if _, err := srv.engine.Cancel(ctx, inBatch.ID); err != nil { // out of the later subtests' way
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("pause and resume a queue", func(t *testing.T) {
 		p.t = t
 		queue := `tr[data-queue="default"]`

@@ -25,8 +25,8 @@ import (
 
 // filterFlags are the flags of a bulk action.
 type filterFlags struct {
-	tenant, queues, kinds, states, before string
-	all, yes                              bool
+	tenant, queues, kinds, states, before, batch string
+	all, yes                                     bool
 }
 
 func (f *filterFlags) register(fs *flag.FlagSet) {
@@ -34,6 +34,7 @@ func (f *filterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.queues, "queue", "", "act on the jobs of these `queues` (comma-separated) instead of one job")
 	fs.StringVar(&f.kinds, "kind", "", "act on the jobs of these `kinds` (comma-separated) instead of one job")
 	fs.StringVar(&f.states, "state", "", "act on the jobs in these `states` (comma-separated) instead of one job")
+	fs.StringVar(&f.batch, "batch", "", "act on the jobs of this `batch` instead of one job")
 	fs.StringVar(&f.before, "created-before", "", "act on the jobs created before this `time` (RFC 3339, or a duration such as 24h: that long ago)")
 	fs.BoolVar(&f.all, "all", false, "act on every job of the tenant that the action applies to")
 	fs.BoolVar(&f.yes, "yes", false, "do not ask before a bulk action")
@@ -41,7 +42,7 @@ func (f *filterFlags) register(fs *flag.FlagSet) {
 
 // filter is the JobFilter the flags say, as of now.
 func (f *filterFlags) filter(now time.Time) (*jobwatchv1.JobFilter, error) {
-	pf := &jobwatchv1.JobFilter{Tenant: f.tenant, Queues: splitList(f.queues), Kinds: splitList(f.kinds), All: f.all}
+	pf := &jobwatchv1.JobFilter{Tenant: f.tenant, Queues: splitList(f.queues), Kinds: splitList(f.kinds), Batch: f.batch, All: f.all}
 	for _, s := range splitList(f.states) {
 		st, err := parseState(s)
 		if err != nil {
@@ -87,6 +88,9 @@ func describe(pf *jobwatchv1.JobFilter) string {
 		states = append(states, stateName(s))
 	}
 	add("state", states)
+	if pf.GetBatch() != "" {
+		parts = append(parts, "batch "+pf.GetBatch())
+	}
 	if pf.GetCreatedBefore() != nil {
 		parts = append(parts, "created before "+pf.GetCreatedBefore().AsTime().Format(time.RFC3339))
 	}
@@ -137,7 +141,7 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: jobwatch %s ID [flags]\n", name)
 		if bulk != nil {
-			fmt.Fprintf(stderr, "       jobwatch %s --queue Q --kind K --state S --created-before T [--all] [--yes] [flags]\n\n"+
+			fmt.Fprintf(stderr, "       jobwatch %s --queue Q --kind K --state S --created-before T --batch B [--all] [--yes] [flags]\n\n"+
 				"With an ID it %s that job; with filter flags, every job they match, a page of 1,000 at a time.\n", name, thirdPerson(verb))
 		}
 		fmt.Fprint(stderr, "\nFlags:\n")
@@ -178,7 +182,7 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 	}
 	if !narrows(pf) {
 		// The server refuses it too; say so before asking.
-		return usageError{fmt.Sprintf("%s of %s needs --queue, --kind, --state or --created-before, or --all to %s every one",
+		return usageError{fmt.Sprintf("%s of %s needs --queue, --kind, --state, --created-before or --batch, or --all to %s every one",
 			name, strings.TrimPrefix(describe(pf), "every job of "), verb)}
 	}
 	if !ff.yes && stdinIsTerminal() {
@@ -224,7 +228,8 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 // narrows reports whether pf says which jobs to act on, as the server
 // requires: by queue, kind, state or time, or all of them on purpose.
 func narrows(pf *jobwatchv1.JobFilter) bool {
-	return pf.GetAll() || len(pf.GetQueues()) > 0 || len(pf.GetKinds()) > 0 || len(pf.GetStates()) > 0 || pf.GetCreatedBefore() != nil
+	return pf.GetAll() || len(pf.GetQueues()) > 0 || len(pf.GetKinds()) > 0 || len(pf.GetStates()) > 0 || pf.GetCreatedBefore() != nil ||
+		pf.GetBatch() != ""
 }
 
 // hasFilterFlag reports whether args name a filter flag, which makes the
@@ -237,7 +242,7 @@ func hasFilterFlag(args []string) bool {
 		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		if strings.HasPrefix(a, "-") {
 			switch name {
-			case "tenant", "queue", "kind", "state", "created-before", "all":
+			case "tenant", "queue", "kind", "state", "created-before", "batch", "all":
 				return true
 			}
 		}

@@ -66,7 +66,7 @@ func TestCancelWithAFilterCancelsEveryMatchAfterAsking(t *testing.T) {
 	// (the server would refuse it); so are an ID and a filter together.
 	asked("y\n")
 	code, _, stderr = runInProcess(t, "cancel", "--server", s.URL, "--tenant", "default")
-	if code != 2 || strings.Contains(stderr, "[y/N]") || !strings.Contains(stderr, "cancel of tenant default needs --queue, --kind, --state or --created-before, or --all") {
+	if code != 2 || strings.Contains(stderr, "[y/N]") || !strings.Contains(stderr, "cancel of tenant default needs --queue, --kind, --state, --created-before or --batch, or --all") {
 		t.Fatalf("a filter of a tenant alone: exit %d, %q; want 2 saying what to add, without asking", code, stderr)
 	}
 	if code, _, stderr = runInProcess(t, "cancel", ids[0], "--server", s.URL, "--queue", "nightly"); code != 2 ||
@@ -127,6 +127,10 @@ func TestRetryAndDeleteOneJobOrEveryMatch(t *testing.T) {
 		if j, _ := s.Client.Get(t.Context(), id); j.GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED {
 			t.Fatalf("job %s is %v after the bulk retry, want QUEUED", id, j.GetState())
 		}
+	}
+	// A batch alone narrows enough; this one holds no failed job.
+	if code, stdout, stderr = runInProcess(t, "retry", "--server", s.URL, "--batch", "album-7", "--yes"); code != 0 || stdout != "0 matched, 0 retried\n" {
+		t.Fatalf("retry --batch: exit %d, %q, %q; want nothing matched", code, stdout, stderr)
 	}
 	code, _, stderr = runInProcess(t, "retry", "--server", s.URL, "--state", "succeeded", "--yes")
 	if code != 1 || !strings.Contains(stderr, "invalid_argument") || !strings.Contains(stderr, "SUCCEEDED") {

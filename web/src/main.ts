@@ -121,7 +121,7 @@ const queues = new QueueTable(byId("queues"), byId("queues-confirm"), queueOps);
 const jobsConfirm = new Confirm();
 const retryFailed = new ActionButton("retry-failed", "Retry all failed", () =>
   jobsConfirm.request(
-    `Retry every failed job of ${tenantLabel()}? ${book.count(JobState.FAILED)} shown here, and any older ones.`,
+    `Retry every failed job of ${viewLabel()}? ${book.count(JobState.FAILED)} shown here, and any older ones.`,
     "Retry all failed",
     () => act("retry-failed", "Retry all failed", retryAllFailed),
   ),
@@ -477,10 +477,7 @@ function refreshDetail(id = detail.shown): void {
 // token may do allow.
 function refreshActions(): void {
   const failed = book.count(JobState.FAILED);
-  // RetryJobs cannot pick a batch: from a batch's view it would retry
-  // other jobs than those shown.
-  const whole = batch === "" ? "" : "acts on the whole tenant, not this batch: show all jobs first";
-  retryFailed.set(refusal("retry-failed") || whole || (failed === 0 ? "no failed job in this view" : ""));
+  retryFailed.set(refusal("retry-failed") || (failed === 0 ? "no failed job in this view" : ""));
   detail.refreshActions(book.get(detail.shown));
   queues.refreshActions();
 }
@@ -525,21 +522,37 @@ function refusalOf(err: unknown): JobwatchError {
   return new JobwatchError(ce.code, ce.rawMessage, { cause: e });
 }
 
-// retryAllFailed retries every failed job of the tenant on screen, a
-// page (at most 1,000 jobs) per call, as RetryJobs allows. Only jobs
-// created before the click are looked at, so the call ends.
+// retryAllFailed retries every failed job in view (the tenant on
+// screen's, or the batch's shown), a page (at most 1,000 jobs) per call,
+// as RetryJobs allows. Only jobs created before the click are looked at,
+// so the call ends. A refusal partway (the tenant's max_queued) says what
+// the pages before it did; its own message says what its page did.
 async function retryAllFailed(): Promise<string> {
-  const filter = { tenant, states: [JobState.FAILED], createdBefore: timestampFromDate(new Date()) };
+  const filter = { tenant, batch, states: [JobState.FAILED], createdBefore: timestampFromDate(new Date()) };
   let matched = 0n;
   let changed = 0n;
   let pageToken = "";
   do {
-    const res = await jobClient.retryJobs({ filter, pageToken });
-    matched += res.matched;
-    changed += res.changed;
-    pageToken = res.nextPageToken;
+    try {
+      const res = await jobClient.retryJobs({ filter, pageToken });
+      matched += res.matched;
+      changed += res.changed;
+      pageToken = res.nextPageToken;
+    } catch (err) {
+      if (matched > 0n) {
+        const e = refusalOf(err);
+        throw new JobwatchError(e.code, `${e.rawMessage} (the pages before it retried ${changed} of ${matched})`, { cause: err });
+      }
+      throw err;
+    }
   } while (pageToken !== "");
-  return `Retried ${changed} of ${matched} failed jobs of ${tenantLabel()}.`;
+  return `Retried ${changed} of ${matched} failed jobs of ${viewLabel()}.`;
+}
+
+// viewLabel names what the job list shows, for a sentence: the tenant,
+// or a batch of it.
+function viewLabel(): string {
+  return batch === "" ? tenantLabel() : `batch “${batch}” of ${tenantLabel()}`;
 }
 
 let errorTimer: ReturnType<typeof setTimeout> | undefined;

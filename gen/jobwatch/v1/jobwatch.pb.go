@@ -2702,7 +2702,9 @@ type JobFilter struct {
 	CreatedBefore *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
 	// Act on every job of the tenant (or tenants) even with no other field
 	// set.
-	All           bool `protobuf:"varint,6,opt,name=all,proto3" json:"all,omitempty"`
+	All bool `protobuf:"varint,6,opt,name=all,proto3" json:"all,omitempty"`
+	// Only the jobs of this batch (SubmitJobRequest.batch).
+	Batch         string `protobuf:"bytes,7,opt,name=batch,proto3" json:"batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2777,6 +2779,13 @@ func (x *JobFilter) GetAll() bool {
 		return x.All
 	}
 	return false
+}
+
+func (x *JobFilter) GetBatch() string {
+	if x != nil {
+		return x.Batch
+	}
+	return ""
 }
 
 type RetryJobsRequest struct {
@@ -5247,14 +5256,15 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x03job\x18\x01 \x01(\v2\x10.jobwatch.v1.JobR\x03job\")\n" +
 	"\x10DeleteJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\x13\n" +
-	"\x11DeleteJobResponse\"\xd5\x01\n" +
+	"\x11DeleteJobResponse\"\xeb\x01\n" +
 	"\tJobFilter\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x16\n" +
 	"\x06queues\x18\x02 \x03(\tR\x06queues\x12\x14\n" +
 	"\x05kinds\x18\x03 \x03(\tR\x05kinds\x12-\n" +
 	"\x06states\x18\x04 \x03(\x0e2\x15.jobwatch.v1.JobStateR\x06states\x12A\n" +
 	"\x0ecreated_before\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\x12\x10\n" +
-	"\x03all\x18\x06 \x01(\bR\x03all\"~\n" +
+	"\x03all\x18\x06 \x01(\bR\x03all\x12\x14\n" +
+	"\x05batch\x18\a \x01(\tR\x05batch\"~\n" +
 	"\x10RetryJobsRequest\x12.\n" +
 	"\x06filter\x18\x01 \x01(\v2\x16.jobwatch.v1.JobFilterR\x06filter\x12\x1d\n" +
 	"\n" +
