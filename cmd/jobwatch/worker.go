@@ -281,10 +281,9 @@ func execHandler(command string, env []string, out io.Writer, kill time.Duration
 		errOut := &prefixWriter{w: out, prefix: job.GetId() + ": ", log: progress.LogTo(jobwatchv1.LogStream_LOG_STREAM_STDERR)}
 		defer errOut.flush()
 		cmd.Stderr = errOut
-		// Its own process group, so a Ctrl-C at the worker's terminal
-		// (which drains) does not reach the command, and a cancel stops
-		// the whole pipeline the command may have started.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		// Its own process group, and a signal if the worker dies
+		// (commandAttr, procattr_linux.go).
+		cmd.SysProcAttr = commandAttr()
 		// SIGKILL goes to the group too (exec's WaitDelay would kill only
 		// the shell, and a child holding stdout would keep the job's slot).
 		var killer *time.Timer // read after Wait, which orders it after Cancel

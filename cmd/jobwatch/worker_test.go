@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -250,4 +252,53 @@ func TestWorkerExecAddsTheCommandsOutputToTheJobsLog(t *testing.T) {
 		strings.Join(got[jobwatchv1.LogStream_LOG_STREAM_STDERR], "|") != "oops|no newline on stderr" || len(got) != 2 {
 		t.Fatalf("the job's log by stream is %q; want stdout's plain lines and stderr's lines", got)
 	}
+}
+
+// A worker killed outright (kill -9) does not leave its job's command
+// running beside the job's next attempt: on Linux the command's first
+// process gets SIGTERM as its parent-death signal.
+func TestAKilledWorkerLeavesNoCommandRunning(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the parent-death signal is Linux's")
+	}
+	s := startCLIServer(t, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	_, _, signal := startWorker(t, ctx, nil, "--server", s.URL, "--kind", "orphan", "--env", "PIDFILE="+pidFile,
+		"--exec", `echo $$ > "$PIDFILE.tmp" && mv "$PIDFILE.tmp" "$PIDFILE"; echo "progress 10 started"; while true; do sleep 0.05; done`)
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "orphan"})
+	for j, err := range s.Client.Watch(ctx, id) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.GetStep() == "started" {
+			break
+		}
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !running(pid) {
+		t.Fatalf("the command (pid %d) is not running while its job is", pid)
+	}
+	signal(syscall.SIGKILL)
+	waitFor(t, "the command to end with its worker", func() bool { return !running(pid) })
+}
+
+// running reports whether process pid is alive: neither gone nor a
+// zombie that nobody has reaped yet.
+func running(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command's name in parentheses: "pid (sh) S ...".
+	_, rest, _ := strings.Cut(string(stat), ") ")
+	return !strings.HasPrefix(rest, "Z") && !strings.HasPrefix(rest, "X")
 }
