@@ -134,7 +134,7 @@ func (c *Client) WaitForJobs(ctx context.Context, req *jobwatchv1.WaitJobsReques
 		}
 		ask = &jobwatchv1.WaitJobsRequest{JobIds: unfinished, Tenant: req.GetTenant(), Mode: req.GetMode(), View: req.GetView()}
 		asked = len(unfinished)
-		if time.Since(start) >= minPark {
+		if time.Since(start) >= minPark || cutShort(ctx, start) {
 			r.reset()
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -16,12 +17,15 @@ import (
 // A Client given several server addresses ("http://a:8080,http://b:8080")
 // sends every call to one of them, the current one, and makes the next
 // one current when a call finds the current one gone. Nothing is sent
-// twice here: the call that failed returns its error, and only the
-// caller's own retry (or one of the client's retry loops) goes to the
-// next address. That is the whole rule, because a call that failed after
-// it was sent may have been carried out (a SubmitJob committed just
-// before its server died), and only the caller can tell whether that
-// call may be made again.
+// twice here: a call that failed after it was sent returns its error,
+// and only the caller's own retry (or one of the client's retry loops)
+// goes to the next address, because it may have been carried out (a
+// SubmitJob committed just before its server died), and only the caller
+// can tell whether that call may be made again. A call that was never
+// sent, because no connection to its address could be made (refused, no
+// such host), goes on to the next address at once, each address at most
+// once: so a one-shot call, such as one jobwatch get, reaches the second
+// server of the list when the first is down.
 
 // splitServers splits a comma-separated list of server addresses,
 // dropping blanks around them and empty entries.
@@ -116,15 +120,22 @@ func (f *failoverHTTP) Do(req *http.Request) (*http.Response, error) {
 		return nil, connect.NewError(connect.CodeInvalidArgument, f.s.err)
 	}
 	target, turn := f.s.current()
-	out := req.WithContext(req.Context()) // a shallow copy: the caller's request is left as it was
-	u := *req.URL
-	u.Scheme, u.Host, u.User = target.Scheme, target.Host, target.User
-	u.Path = target.Path + strings.TrimPrefix(req.URL.Path, f.base.Path)
-	u.RawPath = ""
-	out.URL, out.Host = &u, target.Host
-
 	ctx := req.Context()
-	resp, err := f.next.Do(out)
+	resp, err := f.next.Do(f.to(req, target, req.Body))
+	for tries := 1; err != nil && neverSent(err) && ctx.Err() == nil && tries < len(f.s.urls); tries++ {
+		body := req.Body
+		if body != nil && body != http.NoBody {
+			if req.GetBody == nil {
+				break
+			}
+			if body, err = req.GetBody(); err != nil {
+				return nil, err
+			}
+		}
+		f.s.failed(turn)
+		target, turn = f.s.current()
+		resp, err = f.next.Do(f.to(req, target, body))
+	}
 	if err != nil {
 		// Refused, reset, timed out, the connection lost before an answer,
 		// no such host: this address cannot serve now. A call the caller
@@ -139,6 +150,25 @@ func (f *failoverHTTP) Do(req *http.Request) (*http.Response, error) {
 	}
 	resp.Body = &watchedBody{ReadCloser: resp.Body, ctx: ctx, fail: func() { f.s.failed(turn) }}
 	return resp, nil
+}
+
+// to is req sent to target with body: a shallow copy, the caller's
+// request left as it was.
+func (f *failoverHTTP) to(req *http.Request, target *url.URL, body io.ReadCloser) *http.Request {
+	out := req.WithContext(req.Context())
+	u := *req.URL
+	u.Scheme, u.Host, u.User = target.Scheme, target.Host, target.User
+	u.Path = target.Path + strings.TrimPrefix(req.URL.Path, f.base.Path)
+	u.RawPath = ""
+	out.URL, out.Host, out.Body = &u, target.Host, body
+	return out
+}
+
+// neverSent reports an error of a request that reached no server: no
+// connection to its address could be made.
+func neverSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // gone reports an answer that says the server cannot serve calls now: a

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -149,22 +150,50 @@ func TestClientWithSeveralServersMovesToTheNextWhenOneIsGone(t *testing.T) {
 		t.Fatalf("the first submit reached a %d and b %d times; want a once", a.count(submit), b.count(submit))
 	}
 	a.kill()
-	// Refused, or cut on a connection the kill closed: either way the
-	// error is the caller's, to retry or not.
-	if _, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "during"}); err == nil {
-		t.Fatal("a submit to a server that is gone returned no error")
-	}
-	if b.count(submit) != 0 {
-		t.Fatalf("the failed submit was sent to b too")
+	// Cut on the connection the kill closed: the error is the caller's,
+	// to retry or not, and b hears nothing of it. Refused (the client
+	// dialled a again): it was never sent, so it goes on to b at once.
+	sentToB := 0
+	if _, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "during"}); err != nil {
+		if b.count(submit) != 0 {
+			t.Fatalf("the failed submit (%v) was sent to b too", err)
+		}
+	} else if sentToB = 1; b.count(submit) != 1 {
+		t.Fatalf("the submit that a refused reached b %d times; want once", b.count(submit))
 	}
 	second := submit1(t, c, "after")
-	if b.count(submit) != 1 {
-		t.Errorf("the submit after the failure reached b %d times; want once (b serves under %s)", b.count(submit), b.url)
+	if b.count(submit) != sentToB+1 {
+		t.Errorf("the submit after the failure reached b %d times; want once more (b serves under %s)", b.count(submit)-sentToB, b.url)
 	}
 	for _, id := range []string{first.GetId(), second.GetId()} {
 		if _, err := c.Get(ctx, id); err != nil {
 			t.Errorf("get %s from b: %v", id, err)
 		}
+	}
+}
+
+// A one-shot call whose address refuses connections was never sent: it
+// goes on to the next address of the list at once, as jobwatch get or
+// submit with JOBWATCH_SERVER=a,b needs when a is down.
+func TestACallThatCannotConnectGoesToTheNextServer(t *testing.T) {
+	fs := replicas(t, 1, jobs.Config{})
+	b := fs[0]
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "http://" + ln.Addr().String() // nothing listens there once closed
+	ln.Close()
+	c := fastClient(t, down+","+b.url)
+	j, err := c.Submit(context.Background(), &jobwatchv1.SubmitJobRequest{Kind: "refused.first"})
+	if err != nil {
+		t.Fatalf("submit with the first server down: %v; want it made on the second", err)
+	}
+	if n := b.count(jobwatchv1connect.JobServiceSubmitJobProcedure); n != 1 {
+		t.Fatalf("the second server received %d submits; want 1", n)
+	}
+	if _, err := c.Get(context.Background(), j.GetId()); err != nil {
+		t.Fatalf("get: %v", err)
 	}
 }
 

@@ -27,6 +27,17 @@ func Terminal(s jobwatchv1.JobState) bool {
 // server shutting down and are retried with backoff instead.
 const minPark = 20 * time.Millisecond
 
+// cutShort reports whether a long call asked at asked was given little
+// time to park by the caller's own deadline: the server parks for at
+// most nine tenths of what the caller has left, so with under 10 ×
+// minPark left a quick "not yet" is that, not a server shutting down,
+// and the call is asked again at once (each time with less left, until
+// the deadline ends it).
+func cutShort(ctx context.Context, asked time.Time) bool {
+	dl, ok := ctx.Deadline()
+	return ok && dl.Sub(asked) < 10*minPark
+}
+
 // errNotParked is what a retry notification says about such an answer.
 var errNotParked = errors.New("server answered without waiting (shutting down?)")
 
@@ -52,7 +63,7 @@ func (c *Client) WaitForJob(ctx context.Context, id string) (*jobwatchv1.Job, er
 			if job := resp.GetJob(); job != nil && Terminal(job.GetState()) {
 				return job, nil
 			}
-			if time.Since(asked) >= minPark {
+			if time.Since(asked) >= minPark || cutShort(ctx, asked) {
 				r.reset()
 				continue
 			}

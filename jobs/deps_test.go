@@ -95,6 +95,21 @@ func TestWaitersSeeAWaitingJobReleasedOrCancelled(t *testing.T) {
 	}
 }
 
+// A repeated id in after counts once: 1,001 copies of one job are one
+// dependency, not more than the 1,000 allowed.
+func TestSubmitAfterCountsARepeatedIDOnce(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	dep := running(t, e, jobs.SubmitRequest{})
+	after := make([]string, jobtype.MaxBatchJobs+1)
+	for i := range after {
+		after[i] = dep.ID
+	}
+	j, err := e.Submit(context.Background(), jobs.SubmitRequest{Kind: "after.repeated", After: after})
+	if err != nil || len(j.After) != 1 || j.State != jobtype.Waiting {
+		t.Fatalf("submit after one job 1,001 times: %v (after %v, %v); want it WAITING on that one job", err, j.After, j.State)
+	}
+}
+
 func TestSubmitAfterRefusesWhatCannotWait(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
 	ctx := context.Background()
@@ -113,6 +128,8 @@ func TestSubmitAfterRefusesWhatCannotWait(t *testing.T) {
 		{"another tenant's job", jobs.SubmitRequest{Tenant: "acme", After: []string{theirs.ID}}, missing(theirs.ID)},
 		{"a bad id", jobs.SubmitRequest{After: []string{"has space"}}, func(err error) bool { return isInvalid(err, "after[0]") }},
 		{"too many", jobs.SubmitRequest{After: tooMany}, func(err error) bool { return isInvalid(err, "after") }},
+		{"a policy without after", jobs.SubmitRequest{OnDependencyFailure: jobtype.RunOnDependencyFailure},
+			func(err error) bool { return isInvalid(err, "on_dependency_failure") }},
 		{"with hold", jobs.SubmitRequest{Tenant: "acme", After: []string{mine.ID}, Hold: true}, func(err error) bool { return isInvalid(err, "after") }},
 		{"a policy that is none", jobs.SubmitRequest{Tenant: "acme", After: []string{mine.ID}, OnDependencyFailure: "maybe"},
 			func(err error) bool { return isInvalid(err, "on_dependency_failure") }},

@@ -80,13 +80,14 @@ func (r SubmitRequest) validate() error {
 	if r.MaxAttempts < 0 {
 		return &jobtype.InvalidError{Field: "max_attempts", Reason: "must not be negative"}
 	}
-	if len(r.After) > jobtype.MaxBatchJobs {
-		return &jobtype.InvalidError{Field: "after", Reason: fmt.Sprintf("must name at most %d jobs, got %d", jobtype.MaxBatchJobs, len(r.After))}
-	}
 	for i, id := range r.After {
 		if err := validID("after["+strconv.Itoa(i)+"]", id); err != nil {
 			return err
 		}
+	}
+	// A repeated id counts once, as in WaitJobs (and as it is stored).
+	if n := len(distinctIDs(r.After)); n > jobtype.MaxBatchJobs {
+		return &jobtype.InvalidError{Field: "after", Reason: fmt.Sprintf("must name at most %d jobs, got %d", jobtype.MaxBatchJobs, n)}
 	}
 	if len(r.After) > 0 && r.Hold {
 		return &jobtype.InvalidError{Field: "after", Reason: "cannot be given with hold: a held job waits for StartJob, one with after for its dependencies"}

@@ -163,12 +163,12 @@ func (p *parkedCalls) connLimitError(kind string) error {
 // tenantLimitError is what a watch or claim gets when its tenant's
 // places are taken.
 func (p *parkedCalls) tenantLimitError(kind, tenant string) error {
-	who := fmt.Sprintf("tenant %q", tenant)
+	who := fmt.Sprintf("tenant %q already holds its", tenant)
 	if tenant == "" {
-		who = "workers bound to no tenant"
+		who = "workers bound to no tenant already hold their"
 	}
 	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
-		"%s already hold their limit of %d parked calls (waits, watches and claims; --max-parked-calls-per-tenant); "+
+		"%s limit of %d parked calls (waits, watches and claims; --max-parked-calls-per-tenant); "+
 			"retry the %s later with backoff, close calls you no longer need, or ask the operator to raise the limit",
 		who, p.perTenant, kindNoun(kind)))
 }

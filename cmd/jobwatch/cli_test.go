@@ -240,6 +240,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"wait"},
 		{"wait", "a", "--batch", "b"},
 		{"submit", "k", "--payload", "{not json"},
+		{"submit", "k", "--timeout", "1s"},
 		{"watch", "id", "--progress", "rainbow"},
 		{"worker", "--kind", "k"},
 		{"get", "id", "--server", "ftp://x"},
@@ -276,6 +277,21 @@ func TestSubmitGetListCancelAndStart(t *testing.T) {
 	}
 	if code, out, _ := runInProcess(t, "list", "--server", s.URL, "--state", "queued"); code != 0 || strings.Contains(out, id) {
 		t.Fatalf("list --state queued after cancel = exit %d, %q; want the job gone", code, out)
+	}
+}
+
+// submit --wait --timeout gives up waiting, not the job, and names the
+// job so that the caller can wait for it again.
+func TestSubmitWaitTimeoutNamesTheJobItStoppedWaitingFor(t *testing.T) {
+	s := startCLIServer(t, time.Second)
+	code, out, errOut := runInProcess(t, "submit", "nobody.runs.this", "--server", s.URL, "--wait", "--timeout", "200ms")
+	id, _, _ := strings.Cut(strings.TrimPrefix(errOut, "jobwatch: wait for "), ":")
+	if code != 1 || out != "" || !strings.HasPrefix(id, "j_") || !strings.Contains(errOut, "--timeout passed before the job ended") ||
+		strings.Contains(errOut, "retrying") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 1, naming the job and the timeout", code, out, errOut)
+	}
+	if j, err := s.Client.Get(t.Context(), id); err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED {
+		t.Fatalf("the job after the wait gave up: %v, %v; want it still QUEUED", j.GetState(), err)
 	}
 }
 

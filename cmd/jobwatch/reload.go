@@ -25,7 +25,7 @@ took the files, or refused one and kept what it had, is in its log.
 It refuses, and signals nothing, when FILE names no running jobwatch
 serve (a stale file whose process id now belongs to something else) or
 a serve started without --config and --tokens, which has nothing to
-reload and which a SIGHUP would stop.
+read again.
 
 Flags:
 `
@@ -50,7 +50,7 @@ func reload(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("reload: %s names process %d, which is not a running jobwatch serve: the file is stale (serve was killed before it could remove it)", *pidFile, pid)
 	}
 	if p.shown && !reloads(p.flags) {
-		return fmt.Errorf("reload: jobwatch serve (pid %d) was started without --config or --tokens: it has nothing to read again, and a SIGHUP would stop it", pid)
+		return fmt.Errorf("reload: jobwatch serve (pid %d) was started without --config or --tokens: it has nothing to read again", pid)
 	}
 	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
 		return fmt.Errorf("reload: signal jobwatch serve (pid %d): %w", pid, err)
@@ -171,7 +171,7 @@ func processArgs(pid int) (args []string, ok bool) {
 }
 
 // reloads reports whether serve's flags give it a file a SIGHUP reads
-// again (--config or --tokens): without one, SIGHUP ends the process.
+// again (--config or --tokens); without one, serve only logs a SIGHUP.
 func reloads(serveFlags []string) bool { return hasFlag(serveFlags, "config", "tokens") }
 
 // hasFlag reports whether args, a command's flags as the flag package

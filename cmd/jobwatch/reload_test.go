@@ -61,9 +61,10 @@ func startSleeper(t *testing.T, ctx context.Context) (cmd *exec.Cmd, sleeping fu
 
 // docs/SECURITY.md's token rotation: "jobwatch reload --pid-file FILE" makes
 // the serve that wrote FILE read its tokens again, and signals no other
-// jobwatch on the host (kill -HUP "$(pidof jobwatch)" stopped a serve
-// without --tokens, which a SIGHUP ends). serve removes the file as it
-// exits.
+// jobwatch on the host (kill -HUP "$(pidof jobwatch)" would signal every
+// one). A serve without --config or --tokens that gets a SIGHUP anyway (a
+// systemd unit's ExecReload) says so and keeps serving. serve removes the
+// file as it exits.
 func TestReloadSignalsTheServeOfItsPidFileAlone(t *testing.T) {
 	dir := t.TempDir()
 	tokensFile, pidFile := filepath.Join(dir, "tokens.yaml"), filepath.Join(dir, "jobwatch.pid")
@@ -75,7 +76,7 @@ func TestReloadSignalsTheServeOfItsPidFileAlone(t *testing.T) {
 	if got := pidIn(t, pidFile); got != cmd.Process.Pid {
 		t.Fatalf("--pid-file holds %d, want serve's pid %d", got, cmd.Process.Pid)
 	}
-	bystanderBase, _, _ := startServe(t, ctx, "--db", testdb.New(t)) // no --tokens: a SIGHUP would end it
+	bystanderBase, bystander, bystanderLogs := startServe(t, ctx, "--db", testdb.New(t)) // no --config, no --tokens
 
 	writeFile(t, tokensFile, "tokens:\n"+tokensEntry(oldToken, "role: client, tenant: acme")+tokensEntry(newToken, "role: client, tenant: acme"))
 	code, stdout, stderr := runJobwatch(t, "reload", "--pid-file", pidFile)
@@ -88,8 +89,17 @@ func TestReloadSignalsTheServeOfItsPidFileAlone(t *testing.T) {
 	if _, err := c.JobService().GetJob(ctx, &jobwatchv1.GetJobRequest{JobId: "j_00000000000000000000000000"}); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("the new token after reload: %v, want not_found (let in)", err)
 	}
+	if !answers(ctx, bystanderBase) || strings.Contains(bystanderLogs.String(), "SIGHUP") {
+		t.Fatalf("the serve without --pid-file heard of the reload; its log:\n%s", bystanderLogs)
+	}
+	if err := bystander.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the bystander to say it has nothing to reload", func() bool {
+		return strings.Contains(bystanderLogs.String(), "SIGHUP: nothing to read again")
+	})
 	if !answers(ctx, bystanderBase) {
-		t.Fatal("the serve without --pid-file stopped: reload signalled it too")
+		t.Fatal("a SIGHUP stopped the serve without --config or --tokens")
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -110,8 +110,8 @@ func newServeFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
 	fs.StringVar(&f.addr, "addr", defaultAddr, "`host:port` to listen on (HTTP/1.1 and h2c)")
 	fs.StringVar(&f.db, "db", "jobwatch.db", "SQLite database `file` (created if missing), or a postgres:// URL of a database that several replicas may share")
-	fs.StringVar(&f.config, "config", "", "YAML configuration `file`: retention, strict, queues, pools, schedules and alerts (see the README); SIGHUP reloads it")
-	fs.StringVar(&f.tokens, "tokens", "", "YAML tokens `file`: the SHA-256 of each bearer token with its role and tenant (see the README \"Security\"); every call then needs a token, and --addr may be any address; SIGHUP reloads it")
+	fs.StringVar(&f.config, "config", "", "YAML configuration `file`: retention, strict, queues, pools, schedules and alerts (see docs/OPERATING.md); SIGHUP reloads it")
+	fs.StringVar(&f.tokens, "tokens", "", "YAML tokens `file`: the SHA-256 of each bearer token with its role and tenant (see docs/SECURITY.md); every call then needs a token, and --addr may be any address; SIGHUP reloads it")
 	fs.StringVar(&f.pidFile, "pid-file", "", "`file` to write the process id to while serving (removed at exit), so \"jobwatch reload --pid-file FILE\" signals this server alone; refused if a running serve holds it")
 	fs.DurationVar(&f.waitCap, "wait-cap", server.DefaultWaitCap, "longest a WaitJob parks before answering with the current state")
 	fs.DurationVar(&f.claimCap, "claim-cap", jobs.DefaultClaimCap, "longest a ClaimJob parks before answering with no job")
@@ -129,7 +129,7 @@ func newServeFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&f.maxParkedCalls, "max-parked-calls", server.DefaultMaxParkedCalls,
 		"most WaitJob, WatchJob(s) and ClaimJob `calls` parked at once; beyond it a wait answers at once, a watch or claim gets resource_exhausted")
 	fs.IntVar(&f.maxParkedTenant, "max-parked-calls-per-tenant", 0,
-		"most parked `calls` of one tenant (see the README); 0: a quarter of --max-parked-calls; set it to --max-parked-calls to turn it off")
+		"most parked `calls` of one tenant (see docs/OPERATING.md, Limits); 0: a quarter of --max-parked-calls; set it to --max-parked-calls to turn it off")
 	fs.IntVar(&f.conns.maxStreamsPerConn, "max-streams-per-conn", server.DefaultMaxStreamsPerConn,
 		"most HTTP/2 `streams` one connection may have open at once")
 	fs.IntVar(&f.conns.maxParkedConn, "max-parked-calls-per-conn", 0,
@@ -388,18 +388,21 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.Insecure = !loopback && f.tokens == ""
 	srv := server.New(engine, cfg)
 	reloads := &tokenReloads{srv: srv, path: f.tokens, log: log, known: tokens.Len()}
-	if f.config != "" || f.tokens != "" {
-		// From here on a SIGHUP reloads the files instead of ending the process.
-		stopReloads := reloadOnHangup(log, func() {
-			if f.config != "" {
-				reloadConfig(engine, f.config, log)
-			}
-			if f.tokens != "" {
-				reloads.reload()
-			}
-		})
-		defer stopReloads()
-	}
+	// From here on a SIGHUP reloads the files instead of ending the
+	// process; without them it only says so (a "systemctl reload" of a
+	// unit that passes neither must not stop the server).
+	stopReloads := reloadOnHangup(log, func() {
+		if f.config == "" && f.tokens == "" {
+			log.Warn("SIGHUP: nothing to read again (serve was started without --config or --tokens); still serving")
+		}
+		if f.config != "" {
+			reloadConfig(engine, f.config, log)
+		}
+		if f.tokens != "" {
+			reloads.reload()
+		}
+	})
+	defer stopReloads()
 	// Written once a SIGHUP reloads (above): "jobwatch reload" reads it.
 	if f.pidFile != "" {
 		removePIDFile, err := writePIDFile(f.pidFile)

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -55,6 +56,7 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var tenant, queue, payload, uniqueKey, batch, file string
 	var hold, wait bool
 	var maxAttempts, chunk int
+	var timeout time.Duration
 	var after []string
 	var onDependencyFailure jobwatchv1.DependencyFailure
 	fs := newFlagSet("submit", stderr)
@@ -68,6 +70,7 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&uniqueKey, "unique-key", "", "refuse the job while another active job of the tenant has this `key`")
 	fs.BoolVar(&hold, "hold", false, "create the job PENDING: it runs only after \"jobwatch start\"")
 	fs.BoolVar(&wait, "wait", false, "wait for the job to end and exit with its outcome (see \"jobwatch wait -h\")")
+	fs.DurationVar(&timeout, "timeout", 0, "with --wait, stop waiting after this long (exit 1; the job goes on); 0 waits as long as it takes")
 	fs.IntVar(&maxAttempts, "max-attempts", 0, "attempts allowed, counting the first (0: the queue's default)")
 	var priority *int32
 	fs.Func("priority", "`N` from 0 (most urgent) to 9: claims take the most urgent ready job first, then the oldest;\nserial queues ignore it (default: the queue's priority rule, else 0)", func(s string) error {
@@ -116,6 +119,9 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	if timeout != 0 && !wait {
+		return usageError{"--timeout goes with --wait: it bounds the wait, not the submit"}
+	}
 	if hold && wait {
 		return usageError{"--hold and --wait together would wait for ever: a held job needs \"jobwatch start\""}
 	}
@@ -149,12 +155,24 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		_, err := fmt.Fprintln(stdout, job.GetId())
 		return err
 	}
-	job, err = c.WaitForJob(ctx, job.GetId())
+	id := job.GetId()
+	if isTerminal(stderr) {
+		// A person at a terminal learns the id before a wait that may be
+		// long (a kind no worker runs waits for ever), and how to stop it.
+		fmt.Fprintf(stderr, "jobwatch: submitted %s; waiting for it to end (Ctrl-C stops the wait, not the job)\n", id)
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errTimeout)
+		defer cancel()
+	}
+	job, err = c.WaitForJob(ctx, id)
 	if j := withoutValues(err, "wait", true, stderr); j != nil {
 		job, err = j, nil
 	}
 	if err != nil {
-		return callError("wait", err)
+		// The job goes on: name it, so that the caller can wait again.
+		return callError("wait for "+id, err)
 	}
 	if err := printOutcome(stdout, job, cf.json); err != nil {
 		return err

@@ -67,7 +67,7 @@ func token(_ context.Context, args []string, stdout, stderr io.Writer) error {
 
 	fmt.Fprintf(stdout, "token: %s\n\n", tok)
 	fmt.Fprintln(stdout, "Give the token to its user now: it is not stored and cannot be shown again.")
-	fmt.Fprintln(stdout, `Paste this entry under "tokens:" in the tokens file, then send serve a SIGHUP:`)
+	fmt.Fprintln(stdout, `Paste this entry under "tokens:" in the tokens file, then run jobwatch reload --pid-file FILE (or send serve a SIGHUP):`)
 	fmt.Fprintln(stdout)
 	fmt.Fprint(stdout, entry)
 	return nil
