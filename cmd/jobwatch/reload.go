@@ -59,6 +59,16 @@ func reload(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// pidFileFree refuses path if it names another running jobwatch serve.
+func pidFileFree(path string) error {
+	if other, err := readPIDFile(path); err == nil && other != os.Getpid() {
+		if p := findServe(other); p.running {
+			return fmt.Errorf("--pid-file %s: jobwatch serve (pid %d) is running with this file; stop it, or give this server a --pid-file of its own", path, other)
+		}
+	}
+	return nil
+}
+
 // writePIDFile writes this process's id to path (serve --pid-file), for
 // "jobwatch reload" and for scripts (kill -TERM "$(cat path)"), and
 // returns the function that removes it, which serve calls as it exits.
@@ -67,9 +77,9 @@ func reload(_ context.Context, args []string, stdout, stderr io.Writer) error {
 // serve that was killed (its process gone, or its id now another
 // program's) is replaced. The file appears whole or not at all: it is
 // written beside path and linked into place, which fails if path exists.
+
 func writePIDFile(path string) (remove func(), err error) {
-	pid := os.Getpid()
-	content := strconv.Itoa(pid) + "\n"
+	content := strconv.Itoa(os.Getpid()) + "\n"
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return nil, fmt.Errorf("--pid-file: %w", err)
@@ -93,10 +103,8 @@ func writePIDFile(path string) (remove func(), err error) {
 		if !errors.Is(err, os.ErrExist) || attempt == 3 { // 3: stale files raced by other servers
 			return nil, fmt.Errorf("--pid-file: %w", err)
 		}
-		if other, err := readPIDFile(path); err == nil && other != pid {
-			if p := findServe(other); p.running {
-				return nil, fmt.Errorf("--pid-file %s: jobwatch serve (pid %d) is running with this file; stop it, or give this server a --pid-file of its own", path, other)
-			}
+		if err := pidFileFree(path); err != nil {
+			return nil, err
 		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("--pid-file: remove the stale file: %w", err)

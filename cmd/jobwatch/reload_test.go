@@ -124,9 +124,13 @@ func TestServePidFileNamesOneRunningServer(t *testing.T) {
 	defer cancel()
 	_, first, _ := startServe(t, ctx, "--db", testdb.New(t), "--pid-file", pidFile)
 
-	code, _, stderr := runJobwatch(t, "serve", "--addr", "127.0.0.1:0", "--db", testdb.New(t), "--pid-file", pidFile)
+	secondDB := filepath.Join(t.TempDir(), "second.db")
+	code, _, stderr := runJobwatch(t, "serve", "--addr", "127.0.0.1:0", "--db", secondDB, "--pid-file", pidFile)
 	if code != 1 || !strings.Contains(stderr, "jobwatch serve (pid "+strconv.Itoa(first.Process.Pid)+") is running with this file") {
 		t.Fatalf("a second serve on a held --pid-file: exit %d, %s; want 1 naming the running serve", code, stderr)
+	}
+	if _, err := os.Stat(secondDB); !os.IsNotExist(err) {
+		t.Fatalf("the refused serve made its database anyway (%v)", err)
 	}
 	if got := pidIn(t, pidFile); got != first.Process.Pid {
 		t.Fatalf("after the refusal the file holds %d, want the first serve's %d", got, first.Process.Pid)

@@ -327,6 +327,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer stopTracing()
 
+	// A --pid-file that a running serve holds is refused before the
+	// database is opened (or made); the file itself is written once a
+	// SIGHUP reloads, below.
+	if f.pidFile != "" {
+		if err := pidFileFree(f.pidFile); err != nil {
+			return err
+		}
+	}
 	st, err := openStore(ctx, f, log)
 	if err != nil {
 		return fmt.Errorf("open database %s: %w", dbName(f.db), err)
