@@ -119,6 +119,27 @@ func TestJSONIgnoresUnknownFieldsButNotUnknownStates(t *testing.T) {
 	}
 }
 
+// curl -d without -H 'Content-Type: application/json' sends a form: the
+// answer is connect-go's 415 with a JSON body that says what to send,
+// for a call of each kind; the server serves on.
+func TestAFormOrNoContentTypeIsToldWhatToSend(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	for _, tc := range []struct{ path, contentType string }{
+		{"/jobwatch.v1.JobService/GetJob", "application/x-www-form-urlencoded"},
+		{"/jobwatch.v1.JobService/WatchJob", ""},
+		{"/jobwatch.v1.WorkerService/ClaimJob", "text/plain"},
+	} {
+		status, body := rawPost(t, ts.url+tc.path, tc.contentType, []byte(`{"jobId":"j_x"}`))
+		var e struct{ Code, Message string }
+		if err := json.Unmarshal([]byte(body), &e); status != http.StatusUnsupportedMediaType || err != nil ||
+			e.Code != "invalid_argument" || !strings.Contains(e.Message, "Content-Type: application/json") {
+			t.Errorf("%s as %q = %d %s; want 415 and JSON saying to send application/json", tc.path, tc.contentType, status, body)
+		}
+	}
+	c := ts.h2c()
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "after.a.form"})
+}
+
 // TestAMessageCutShortIsAClientError sends bodies whose envelope (the
 // 5-byte flags-and-length prefix of gRPC, gRPC-Web and Connect streaming
 // messages) promises more than the body holds, as a broken or hostile
