@@ -140,6 +140,16 @@ func TestAFormOrNoContentTypeIsToldWhatToSend(t *testing.T) {
 	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "after.a.form"})
 }
 
+// A whole body whose string holds a lone escaped surrogate is refused
+// for that, not as a body cut short.
+func TestALoneSurrogateIsNamedNotCalledACutBody(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/SubmitJob", "application/json", []byte(`{"kind":"x","payload":{"a":"\ud800"}}`))
+	if status != http.StatusBadRequest || !strings.Contains(body, "surrogate") || strings.Contains(body, "EOF") {
+		t.Errorf("a lone surrogate = %d %s; want 400 naming the surrogate", status, body)
+	}
+}
+
 // TestAMessageCutShortIsAClientError sends bodies whose envelope (the
 // 5-byte flags-and-length prefix of gRPC, gRPC-Web and Connect streaming
 // messages) promises more than the body holds, as a broken or hostile

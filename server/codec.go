@@ -237,6 +237,12 @@ func (c jsonCodec) Unmarshal(data []byte, v any) error {
 		return errors.New("zero-length payload is not a valid JSON object")
 	}
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, m); err != nil {
+		if strings.Contains(err.Error(), "unexpected EOF") && json.Valid(data) {
+			// protojson's word for a string with an escaped half of a
+			// surrogate pair (\ud800 alone), which encoding/json takes:
+			// the body was not cut short.
+			return errors.New("a JSON string holds an escaped half of a UTF-16 surrogate pair (\\ud800 to \\udfff) without its other half, which is not text")
+		}
 		return err
 	}
 	md := m.ProtoReflect().Descriptor()

@@ -86,10 +86,23 @@ func (f *clientFlags) client(stderr io.Writer, quietRetries bool) (*client.Clien
 	opts := []client.Option{client.WithToken(f.token)}
 	if !quietRetries {
 		opts = append(opts, client.WithRetryNotify(func(err error, d time.Duration) {
-			fmt.Fprintf(stderr, "jobwatch: %v; retrying in %v\n", err, d.Round(10*time.Millisecond))
+			fmt.Fprintf(stderr, "jobwatch: %s; retrying in %v\n", retryReason(err), d.Round(10*time.Millisecond))
 		}))
 	}
 	return client.New(f.server, opts...), nil
+}
+
+// retryReason says why a call is retried. The client retries an unknown
+// or internal error only when it made it itself (connect.IsWireError is
+// false): a connection cut in the middle of an answer, which connect-go
+// names "internal: protocol error: incomplete envelope", words that read
+// as a bug of the server's.
+func retryReason(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) && !connect.IsWireError(ce) && (ce.Code() == connect.CodeInternal || ce.Code() == connect.CodeUnknown) {
+		return "the connection to the server was cut (" + ce.Message() + ")"
+	}
+	return err.Error()
 }
 
 func envOr(name, def string) string {
