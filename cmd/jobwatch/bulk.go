@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -147,12 +146,14 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 		fmt.Fprint(stderr, "\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	pos, err := parseArgs(fs, args, want, "ID")
-	if err != nil {
-		if want == 0 && fs.NArg() > 0 || errors.As(err, new(usageError)) && want == 0 {
-			return usageError{fmt.Sprintf("%s takes one job's ID or filter flags, not both", name)}
-		}
+	pos, err := parseArgs(fs, args, -1, "ID") // the count is checked here
+	switch {
+	case err != nil:
 		return err
+	case want == 0 && len(pos) > 0:
+		return usageError{fmt.Sprintf("%s takes one job's ID or filter flags, not both", name)}
+	case want == 1 && len(pos) != 1:
+		return usageError{fmt.Sprintf("usage: %s ID [flags]", fs.Name())}
 	}
 	c, err := cf.client(stderr, true)
 	if err != nil {

@@ -73,6 +73,10 @@ func TestCancelWithAFilterCancelsEveryMatchAfterAsking(t *testing.T) {
 		!strings.Contains(stderr, "cancel takes one job's ID or filter flags, not both") {
 		t.Fatalf("an ID and a filter: exit %d, %q; want 2 saying not both", code, stderr)
 	}
+	if code, _, stderr = runInProcess(t, "cancel", "--server", s.URL, "--queue", "nightly", "--bogus"); code != 2 ||
+		!strings.Contains(stderr, "flag provided but not defined: -bogus") {
+		t.Fatalf("a filter and an unknown flag: exit %d, %q; want 2 naming the flag", code, stderr)
+	}
 	if code, _, stderr = runInProcess(t, "cancel", "--server", s.URL, "--kind", "x", "--created-before", "yesterday"); code != 2 ||
 		!strings.Contains(stderr, "--created-before") {
 		t.Fatalf("a bad --created-before: exit %d, %q; want 2 naming the flag", code, stderr)

@@ -115,7 +115,8 @@ func envOr(name, def string) string {
 // parseArgs parses flags that may come before, between or after the
 // positional arguments ("submit enrich --wait" as well as
 // "submit --wait enrich"), which the flag package alone does not allow.
-// It requires exactly want positional arguments, named in usage.
+// It requires exactly want positional arguments, named in usage (any
+// number with want -1, for a caller that checks them itself).
 func parseArgs(fs *flag.FlagSet, args []string, want int, names string) ([]string, error) {
 	var pos []string
 	for {
@@ -128,7 +129,7 @@ func parseArgs(fs *flag.FlagSet, args []string, want int, names string) ([]strin
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
-	if len(pos) != want {
+	if want >= 0 && len(pos) != want {
 		if want == 0 {
 			return nil, usageError{fmt.Sprintf("%s takes no arguments, got %q", fs.Name(), pos)}
 		}

@@ -77,7 +77,6 @@ func pidFileFree(path string) error {
 // serve that was killed (its process gone, or its id now another
 // program's) is replaced. The file appears whole or not at all: it is
 // written beside path and linked into place, which fails if path exists.
-
 func writePIDFile(path string) (remove func(), err error) {
 	content := strconv.Itoa(os.Getpid()) + "\n"
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
