@@ -2,12 +2,16 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
+
+	"connectrpc.com/connect"
 
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
@@ -102,4 +106,31 @@ func (c *countingTransport) n() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.calls
+}
+
+// A not_found answer is the package's sentinel for it and, as every other
+// answer, the server's *connect.Error, with the server's words once.
+func TestNotFoundIsTheSentinelAndTheConnectError(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	c := fastClient(t, s.URL)
+	ctx := context.Background()
+	_, jobErr := c.Get(ctx, "j_00000000000000000000000000")
+	_, queueErr := c.PauseQueue(ctx, "no-such-queue")
+	for _, tc := range []struct {
+		err      error
+		sentinel error
+		words    string
+	}{
+		{jobErr, client.ErrJobNotFound, "job not found"},
+		{queueErr, client.ErrQueueNotFound, `queue not found: queue "no-such-queue"`},
+	} {
+		var ce *connect.Error
+		if !errors.Is(tc.err, tc.sentinel) || !errors.As(tc.err, &ce) || ce.Code() != connect.CodeNotFound {
+			t.Errorf("error %v: want errors.Is %v and errors.As a not_found *connect.Error", tc.err, tc.sentinel)
+			continue
+		}
+		if msg := tc.err.Error(); !strings.HasPrefix(msg, tc.words) || strings.Count(msg, tc.sentinel.Error()) != 1 {
+			t.Errorf("error reads %q, want it to start %q and name %q once", msg, tc.words, tc.sentinel)
+		}
+	}
 }

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
 	"reflect"
 	"strings"
 
@@ -38,15 +37,34 @@ var (
 // mapJobError turns not_found into ErrJobNotFound and leaves every other
 // error as connect returned it (so connect.CodeOf still works on it).
 func mapJobError(err error) error {
-	switch connect.CodeOf(err) {
-	case connect.CodeNotFound:
-		if msg := connectMessage(err); msg != ErrJobNotFound.Error() {
-			return fmt.Errorf("%w: %s", ErrJobNotFound, msg)
-		}
-		return ErrJobNotFound
+	if connect.CodeOf(err) == connect.CodeNotFound {
+		return asSentinel(ErrJobNotFound, err)
 	}
 	return err
 }
+
+// sentinelError is a server's answer as one of this package's sentinel
+// errors: errors.Is finds the sentinel, and errors.As the server's
+// *connect.Error, as for every other answer. It reads as the sentinel
+// and the server's message, once.
+type sentinelError struct {
+	sentinel error
+	answer   error
+}
+
+// asSentinel returns err, an answer of the server, as sentinel.
+func asSentinel(sentinel, err error) error {
+	return &sentinelError{sentinel: sentinel, answer: err}
+}
+
+func (e *sentinelError) Error() string {
+	if msg := connectMessage(e.answer); msg != e.sentinel.Error() {
+		return e.sentinel.Error() + ": " + msg
+	}
+	return e.sentinel.Error()
+}
+
+func (e *sentinelError) Unwrap() []error { return []error{e.sentinel, e.answer} }
 
 func connectMessage(err error) string {
 	var ce *connect.Error

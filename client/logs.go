@@ -46,7 +46,8 @@ func (c *Client) Logs(ctx context.Context, id string, afterSeq int64, limit int)
 // stream ends before the job did (the server's stream lifetime, a
 // restart, a dropped connection) it opens another with after_seq the
 // last seq yielded, backing off only when the server could not be
-// reached; a stream that ended cleanly is followed by a GetJobLogs that
+// reached. A stream that ended cleanly without job_ended (so also one
+// from a server older than that field) is followed by a GetJobLogs that
 // tells whether the job has ended. It ends by yielding an error when the
 // server refuses the watch (ErrJobNotFound for an unknown job) and ctx's
 // cause when ctx ends; breaking out of the loop closes the stream.
@@ -55,13 +56,14 @@ func (c *Client) WatchLogs(ctx context.Context, id string, afterSeq int64) iter.
 		r := c.retrier()
 		last := afterSeq
 		for {
-			stopped, received, err := c.watchLogsOnce(ctx, id, &last, yield)
-			if stopped {
+			stopped, received, ended, err := c.watchLogsOnce(ctx, id, &last, yield)
+			if stopped || ended {
 				return
 			}
 			if err == nil {
-				// A clean end: the job ended, or the stream's lifetime
-				// passed. Only the server knows which.
+				// A clean end without job_ended: the stream's lifetime
+				// passed, the server shut down, or a server older than
+				// job_ended saw the job end. Ask which.
 				var page *jobwatchv1.GetJobLogsResponse
 				page, err = c.jobs.GetJobLogs(ctx, &jobwatchv1.GetJobLogsRequest{JobId: id, AfterSeq: last, Limit: 1})
 				if err == nil && page.GetJobEnded() && len(page.GetLines()) == 0 && page.GetGap() == nil {
@@ -96,19 +98,23 @@ func (c *Client) WatchLogs(ctx context.Context, id string, afterSeq int64) iter.
 
 // watchLogsOnce runs one WatchJobLogs stream after *last. stopped says
 // the consumer broke out of its loop; received that the stream delivered
-// anything (lines or a keepalive), so the server is up.
+// anything (lines or a keepalive), so the server is up; ended that the
+// server said the job ended and its last line was sent.
 func (c *Client) watchLogsOnce(ctx context.Context, id string, last *int64,
-	yield func(*jobwatchv1.WatchJobLogsResponse, error) bool) (stopped, received bool, err error) {
+	yield func(*jobwatchv1.WatchJobLogsResponse, error) bool) (stopped, received, ended bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.longJobs.WatchJobLogs(ctx, &jobwatchv1.WatchJobLogsRequest{JobId: id, AfterSeq: *last})
 	if err != nil {
-		return false, false, err
+		return false, false, false, err
 	}
 	defer stream.Close()
 	for stream.Receive() {
 		received = true
 		msg := stream.Msg()
+		if msg.GetJobEnded() {
+			return false, true, true, nil
+		}
 		lines := msg.GetLines()
 		for len(lines) > 0 && lines[0].GetSeq() <= *last {
 			lines = lines[1:] // already yielded (a server that resent them)
@@ -127,10 +133,10 @@ func (c *Client) watchLogsOnce(ctx context.Context, id string, last *int64,
 			*last = lines[n-1].GetSeq()
 		}
 		if !yield(&jobwatchv1.WatchJobLogsResponse{Lines: lines, Gap: gap}, nil) {
-			return true, true, nil
+			return true, true, false, nil
 		}
 	}
-	return false, received, stream.Err()
+	return false, received, false, stream.Err()
 }
 
 // logsError is the error a read of job id's logs returns for err, or nil

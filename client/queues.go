@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"connectrpc.com/connect"
 
@@ -53,7 +52,7 @@ func (c *Client) ListQueues(ctx context.Context) ([]*jobwatchv1.Queue, error) {
 
 func mapQueueError(err error) error {
 	if connect.CodeOf(err) == connect.CodeNotFound {
-		return fmt.Errorf("%w: %s", ErrQueueNotFound, connectMessage(err))
+		return asSentinel(ErrQueueNotFound, err)
 	}
 	return err
 }

@@ -212,11 +212,16 @@ type LogWatchOptions struct {
 	// after the last sent are no longer kept; no lines and no gap is a
 	// keepalive.
 	Send func(lines []jobtype.LogLine, gap *LogGap) error
+	// Ended, if set, is called once, after the last line, when the
+	// job has ended and every line it kept was sent: the watch then
+	// returns what it returns. A watch that returns nil without calling
+	// it ended at its deadline or at Shutdown.
+	Ended func() error
 }
 
 // WatchLogs sends job id's lines after o.AfterSeq, then each line as it
 // is appended, and returns nil once the job has ended and every line it
-// kept was sent, at the deadline or at Shutdown; ctx.Err() when ctx
+// kept was sent (calling o.Ended first), at the deadline or at Shutdown; ctx.Err() when ctx
 // ends; ErrNotFound (wrapped) if the job does not exist or is deleted
 // meanwhile.
 //
@@ -300,6 +305,9 @@ func (e *Engine) WatchLogs(ctx context.Context, id string, o LogWatchOptions) er
 				continue // more kept than one read takes
 			}
 			if p.Job.State.Terminal() && after >= p.LastSeq {
+				if o.Ended != nil {
+					return o.Ended()
+				}
 				return nil
 			}
 		}

@@ -62,7 +62,7 @@ func TestBadInputIsRefusedWithAClearErrorAndTheServerKeepsServing(t *testing.T) 
 		{"a negative max_jobs is invalid_argument naming the field", workers + "ClaimJob", jsonType, `{"worker_id":"w","max_jobs":-1}`, 400, "invalid_argument", "max_jobs:"},
 		{"an empty lease_id is invalid_argument", workers + "Heartbeat", jsonType, `{"job_id":"j_1"}`, 400, "invalid_argument", "lease_id: must not be empty"},
 		{"a failure with an error type over 256 bytes is invalid_argument", workers + "FailJob", jsonType, `{"job_id":"j_1","lease_id":"l_1","error":{"type":"` + strings.Repeat("E", 257) + `"}}`, 400, "invalid_argument", "error.type: must be at most 256 bytes"},
-		{"a request over the size limit is resource_exhausted", jobs + "SubmitJob", jsonType, `{"kind":"k","payload":"` + strings.Repeat("x", 8000) + `"}`, 429, "resource_exhausted", "larger than configured max"},
+		{"a request over the size limit is resource_exhausted", jobs + "SubmitJob", jsonType, `{"kind":"k","payload":"` + strings.Repeat("x", 8000) + `"}`, 429, "resource_exhausted", "is over the limit of"},
 		{"a payload over its limit is resource_exhausted naming the field", jobs + "SubmitJob", jsonType, `{"kind":"k","payload":"` + strings.Repeat("x", 2000) + `"}`, 429, "resource_exhausted", "payload: "},
 		{"a result over its limit is resource_exhausted naming the field", workers + "CompleteJob", jsonType, `{"job_id":"j_1","lease_id":"l_1","result":"` + strings.Repeat("x", 2000) + `"}`, 429, "resource_exhausted", "result: "},
 	}
@@ -119,22 +119,30 @@ func TestJSONIgnoresUnknownFieldsButNotUnknownStates(t *testing.T) {
 	}
 }
 
-// curl -d without -H 'Content-Type: application/json' sends a form: the
-// answer is connect-go's 415 with a JSON body that says what to send,
-// for a call of each kind; the server serves on.
+// curl -d without -H 'Content-Type: application/json' sends a form, and
+// curl with application/json to a stream sends what the Connect protocol
+// takes only for a unary call: the answer is connect-go's 415 with a
+// JSON body that says what to send, for a call of each kind; the server
+// serves on.
 func TestAFormOrNoContentTypeIsToldWhatToSend(t *testing.T) {
 	ts := startServer(t, serverOptions{})
-	for _, tc := range []struct{ path, contentType string }{
-		{"/jobwatch.v1.JobService/GetJob", "application/x-www-form-urlencoded"},
-		{"/jobwatch.v1.JobService/WatchJob", ""},
-		{"/jobwatch.v1.WorkerService/ClaimJob", "text/plain"},
+	for _, tc := range []struct{ path, contentType, want string }{
+		{"/jobwatch.v1.JobService/GetJob", "application/x-www-form-urlencoded", "Content-Type: application/json"},
+		{"/jobwatch.v1.JobService/GetJob", "application/connect+json", "Content-Type: application/json"},
+		{"/jobwatch.v1.WorkerService/ClaimJob", "text/plain", "Content-Type: application/json"},
+		{"/jobwatch.v1.JobService/WatchJob", "", "WatchJob, a server stream: send Content-Type: application/connect+json"},
+		{"/jobwatch.v1.JobService/WatchJobLogs", "application/json", "WatchJobLogs, a server stream: send Content-Type: application/connect+json"},
 	} {
 		status, body := rawPost(t, ts.url+tc.path, tc.contentType, []byte(`{"jobId":"j_x"}`))
 		var e struct{ Code, Message string }
 		if err := json.Unmarshal([]byte(body), &e); status != http.StatusUnsupportedMediaType || err != nil ||
-			e.Code != "invalid_argument" || !strings.Contains(e.Message, "Content-Type: application/json") {
-			t.Errorf("%s as %q = %d %s; want 415 and JSON saying to send application/json", tc.path, tc.contentType, status, body)
+			e.Code != "invalid_argument" || !strings.Contains(e.Message, tc.want) {
+			t.Errorf("%s as %q = %d %s; want 415 and JSON saying %q", tc.path, tc.contentType, status, body, tc.want)
 		}
+	}
+	// A path that names no method is the handlers' 404, whatever it sends.
+	if status, _ := rawPost(t, ts.url+"/jobwatch.v1.JobService/NoSuchCall", "text/plain", nil); status != http.StatusNotFound {
+		t.Errorf("an unknown method as text/plain = %d, want 404", status)
 	}
 	c := ts.h2c()
 	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "after.a.form"})

@@ -47,7 +47,14 @@ const envelopePrefixBytes = 5
 func (s *Server) checkEnvelopes(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer s.noteSendCut(w, r)
-		if !enveloped(r.Header.Get("Content-Type")) || r.Body == nil {
+		if r.Body == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if !enveloped(r.Header.Get("Content-Type")) {
+			if r.Method == http.MethodPost && unaryProcedures[r.URL.Path] {
+				r.Body = &unaryBody{body: r.Body, length: r.ContentLength, maxBytes: int64(s.cfg.MaxRequestBytes)}
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -60,6 +67,36 @@ func (s *Server) checkEnvelopes(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// unaryBody is the body of a Connect unary call (application/json or
+// proto, not enveloped). It refuses a body over maxBytes with the same
+// resource_exhausted message as an envelope over it, at its first read
+// when Content-Length says so, else at the first byte past the limit.
+// connect-go passes a *connect.Error from the body's Read through as it
+// is; its own message for an oversized unary call names neither the
+// limit's flag nor anything the gRPC answer says.
+type unaryBody struct {
+	body     io.ReadCloser
+	length   int64 // Content-Length, or -1
+	maxBytes int64
+	n        int64
+}
+
+func (b *unaryBody) Read(p []byte) (int, error) {
+	if b.maxBytes > 0 && b.length > b.maxBytes {
+		return 0, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+			"a message of %d bytes is over the limit of %d bytes (--max-request-bytes)", b.length, b.maxBytes))
+	}
+	n, err := b.body.Read(p)
+	b.n += int64(n)
+	if b.maxBytes > 0 && b.n > b.maxBytes {
+		return n, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+			"a message of more than %d bytes is over the limit (--max-request-bytes)", b.maxBytes))
+	}
+	return n, err
+}
+
+func (b *unaryBody) Close() error { return b.body.Close() }
 
 // enveloped reports whether a request of contentType carries its messages
 // in envelopes: gRPC, gRPC-Web and Connect streaming. Connect unary

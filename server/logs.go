@@ -65,6 +65,9 @@ func (h *jobService) WatchJobLogs(ctx context.Context, req *jobwatchv1.WatchJobL
 		Send: func(lines []jobtype.LogLine, gap *jobs.LogGap) error {
 			return stream.Send(&jobwatchv1.WatchJobLogsResponse{Lines: logLinesToWire(lines), Gap: logGapToWire(gap)})
 		},
+		Ended: func() error {
+			return stream.Send(&jobwatchv1.WatchJobLogsResponse{JobEnded: true})
+		},
 	})
 	return s.toConnectError(ctx, "watch job logs", err)
 }

@@ -60,7 +60,9 @@ func TestJobLogsReachWatchersAndEndWithTheJob(t *testing.T) {
 			}
 			appendLines(t, c, lease, "three")
 			complete(t, c, lease, nil)
+			var ended []bool // job_ended of each message after the first two lines
 			for early.Receive() {
+				ended = append(ended, early.Msg().GetJobEnded())
 				for _, l := range early.Msg().GetLines() {
 					got = append(got, fmt.Sprintf("%d:%s", l.GetSeq(), l.GetText()))
 				}
@@ -68,19 +70,23 @@ func TestJobLogsReachWatchersAndEndWithTheJob(t *testing.T) {
 			if err := early.Err(); err != nil || strings.Join(got, " ") != "1:one 2:two 3:three" {
 				t.Fatalf("the early watcher ended with %v after %v; want OK after all three", err, got)
 			}
+			if len(ended) < 2 || !ended[len(ended)-1] || slices.Contains(ended[:len(ended)-1], true) {
+				t.Errorf("job_ended of the messages after line 2: %v; want it on the last message alone", ended)
+			}
 
 			late, err := c.jobs.WatchJobLogs(ctxTimeout(t, 30*time.Second), &jobwatchv1.WatchJobLogsRequest{JobId: id, AfterSeq: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
-			got = nil
+			got, lateEnded := nil, false
 			for late.Receive() {
+				lateEnded = late.Msg().GetJobEnded()
 				for _, l := range late.Msg().GetLines() {
 					got = append(got, l.GetText())
 				}
 			}
-			if err := late.Err(); err != nil || strings.Join(got, " ") != "two three" {
-				t.Fatalf("a watcher after the end from seq 1: %v, %v; want two three and OK", got, err)
+			if err := late.Err(); err != nil || strings.Join(got, " ") != "two three" || !lateEnded {
+				t.Fatalf("a watcher after the end from seq 1: %v, %v, job_ended last %v; want two three, OK, true", got, err, lateEnded)
 			}
 
 			page, err := c.jobs.GetJobLogs(ctxTimeout(t, callBound), &jobwatchv1.GetJobLogsRequest{JobId: id, Limit: 2})
@@ -188,4 +194,28 @@ func TestJobLogsKeepToTheTenant(t *testing.T) {
 	_, err = acme.workers.AppendJobLogs(ctxTimeout(t, callBound), &jobwatchv1.AppendJobLogsRequest{JobId: id, LeaseId: lease.GetLeaseId(),
 		Lines: []*jobwatchv1.AppendLogLine{{Text: "forged"}}})
 	wantCode(t, err, connect.CodePermissionDenied)
+}
+
+// A WatchJobLogs stream of a running job ends OK at the stream lifetime
+// without job_ended, so a caller knows to open another.
+func TestAWatchOfLogsEndedByItsLifetimeDoesNotSayTheJobEnded(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{StreamLifetime: 200 * time.Millisecond}})
+	c := ts.h2c()
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "logs-lifetime"})
+	lease := claim(t, c, "logs-lifetime")
+	appendLines(t, c, lease, "one")
+	stream, err := c.jobs.WatchJobLogs(ctxTimeout(t, 30*time.Second), &jobwatchv1.WatchJobLogsRequest{JobId: lease.GetJob().GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := 0
+	for stream.Receive() {
+		lines += len(stream.Msg().GetLines())
+		if stream.Msg().GetJobEnded() {
+			t.Fatal("a stream of a running job said job_ended")
+		}
+	}
+	if err := stream.Err(); err != nil || lines != 1 {
+		t.Fatalf("the stream ended with %v after %d lines; want OK after 1, at its lifetime", err, lines)
+	}
 }

@@ -6,19 +6,30 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
-// explainMediaType answers a POST to a procedure whose Content-Type no
-// protocol here speaks as connect-go would (415 Unsupported Media Type,
+// explainMediaType answers a POST to a procedure whose Content-Type its
+// protocols do not speak as connect-go would (415 Unsupported Media Type,
 // with Accept-Post), and with a JSON body in the shape of every other
 // error that says what to send: connect-go's answer has no body, and the
-// likeliest sender is curl -d without -H 'Content-Type: application/json',
-// which sends a form. A type of a protocol here (JSON, protobuf, Connect
-// streaming, gRPC, gRPC-Web) goes on to the handlers, which judge the
-// rest (a charset other than UTF-8, a codec that is not served).
+// likeliest senders are curl -d without -H 'Content-Type: application/json',
+// which sends a form, and curl with application/json to a stream, which
+// the Connect protocol takes as application/connect+json. A type of a
+// protocol the procedure speaks (JSON or protobuf for a unary call,
+// Connect streaming for a stream, gRPC and gRPC-Web for both) goes on to
+// the handlers, which judge the rest (a charset other than UTF-8, a codec
+// that is not served).
 func explainMediaType(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, "/jobwatch.v1.") || spokenHere(r.Header.Get("Content-Type")) {
+		if r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, "/jobwatch.v1.") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		method, stream := procedure(r.URL.Path)
+		if method == "" || spokenHere(r.Header.Get("Content-Type"), stream) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -28,30 +39,59 @@ func explainMediaType(next http.Handler) http.Handler {
 		} else {
 			got = fmt.Sprintf("%q", got)
 		}
-		body, _ := json.Marshal(map[string]string{
-			"code": "invalid_argument",
-			"message": "Content-Type " + got + " is not one jobwatch reads: send JSON with Content-Type: application/json " +
-				"(curl -H 'Content-Type: application/json'), or protobuf, gRPC or gRPC-Web",
-		})
+		msg := "Content-Type " + got + " is not one jobwatch reads: send JSON with Content-Type: application/json " +
+			"(curl -H 'Content-Type: application/json'), or protobuf, gRPC or gRPC-Web"
+		accept := "application/json, application/proto"
+		if stream {
+			msg = "Content-Type " + got + " is not one jobwatch reads for " + method + ", a server stream: send " +
+				"Content-Type: application/connect+json with the request behind a 5-byte frame header " +
+				"(docs/CLIENTS.md shows it with curl), or use gRPC or gRPC-Web"
+			accept = "application/connect+json, application/connect+proto"
+		}
+		body, _ := json.Marshal(map[string]string{"code": "invalid_argument", "message": msg})
 		h := w.Header()
-		h.Set("Accept-Post", "application/json, application/proto, application/connect+json, application/connect+proto, "+
-			"application/grpc, application/grpc+proto, application/grpc+json, application/grpc-web, application/grpc-web+proto, application/grpc-web+json")
+		h.Set("Accept-Post", accept+", application/grpc, application/grpc+proto, application/grpc+json, "+
+			"application/grpc-web, application/grpc-web+proto, application/grpc-web+json")
 		h.Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusUnsupportedMediaType)
 		_, _ = w.Write(body)
 	})
 }
 
-// spokenHere reports whether contentType is of a protocol the handlers
-// speak: application/ json or proto, connect+, grpc or grpc-web.
-func spokenHere(contentType string) bool {
+// procedure returns the name of the method a path such as
+// /jobwatch.v1.JobService/WatchJob calls, and whether it is a server
+// stream; "" if the path names no method of jobwatch's services (the
+// handlers answer it with 404).
+func procedure(path string) (method string, stream bool) {
+	service, method, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	if !ok || method == "" || strings.Contains(method, "/") {
+		return "", false
+	}
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(service + "." + method))
+	if err != nil {
+		return "", false
+	}
+	m, ok := d.(protoreflect.MethodDescriptor)
+	if !ok {
+		return "", false
+	}
+	return method, m.IsStreamingServer()
+}
+
+// spokenHere reports whether contentType is of a protocol a procedure
+// speaks: application/json or proto for a unary call (the Connect
+// protocol's unary types), application/connect+ for a stream, and
+// application/grpc (and grpc-web) for both.
+func spokenHere(contentType string, stream bool) bool {
 	mt, _, err := mime.ParseMediaType(contentType)
 	if err != nil {
 		return false
 	}
-	switch mt {
-	case "application/json", "application/proto":
+	switch {
+	case strings.HasPrefix(mt, "application/grpc"):
 		return true
+	case stream:
+		return strings.HasPrefix(mt, "application/connect+")
 	}
-	return strings.HasPrefix(mt, "application/connect+") || strings.HasPrefix(mt, "application/grpc")
+	return mt == "application/json" || mt == "application/proto"
 }

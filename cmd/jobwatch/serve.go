@@ -116,7 +116,7 @@ func newServeFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.waitCap, "wait-cap", server.DefaultWaitCap, "longest a WaitJob parks before answering with the current state")
 	fs.DurationVar(&f.claimCap, "claim-cap", jobs.DefaultClaimCap, "longest a ClaimJob parks before answering with no job")
 	fs.DurationVar(&f.leaseTimeout, "lease-timeout", jobs.DefaultLeaseTimeout, "a running job without a heartbeat for this long is lost (or retried)")
-	fs.DurationVar(&f.streamLifetime, "stream-lifetime", server.DefaultStreamLifetime, "WatchJob and WatchJobs streams end (OK) after this long, so load balancers rotate; clients resume")
+	fs.DurationVar(&f.streamLifetime, "stream-lifetime", server.DefaultStreamLifetime, "WatchJob, WatchJobs and WatchJobLogs streams end (OK) after this long, so load balancers rotate; clients resume")
 	fs.DurationVar(&f.keepalive, "keepalive", server.DefaultKeepalive, "idle streams send an empty message this often")
 	fs.DurationVar(&f.lockTimeout, "lock-timeout", sqlite.DefaultLockTimeout, "a write that cannot get the database this long (another process holds its lock, or writes queue) answers unavailable")
 	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request message in `bytes`")

@@ -271,7 +271,10 @@ export interface LogFollowOptions {
 // again at once; if it failed, the backoff starts over.
 const healthyStreamMs = 1000;
 
-type Ending = { kind: "ended" } | { kind: "silent" } | { kind: "failed"; error: ConnectError };
+// jobEnded: the server said the job ended and its last line was sent;
+// ended: the stream ended OK without saying so (its lifetime passed, the
+// server shut down, or a server older than job_ended).
+type Ending = { kind: "jobEnded" } | { kind: "ended" } | { kind: "silent" } | { kind: "failed"; error: ConnectError };
 
 // LogFollower follows one job's log on one WatchJobLogs stream at a time,
 // dialling again after the last seq heard whenever a stream ends before
@@ -314,10 +317,14 @@ export class LogFollower {
       if (stopped.aborted) {
         return;
       }
+      if (end.kind === "jobEnded") {
+        this.listener.status({ kind: "ended" });
+        return;
+      }
       const healthy = Date.now() - began >= healthyStreamMs;
       if (end.kind === "ended") {
-        // The server ends a stream OK once the job has ended and its
-        // last line is sent, and also at the stream's lifetime: ask which.
+        // A server older than job_ended ends a stream OK once the job has
+        // ended and its last line is sent as at the stream's lifetime: ask.
         try {
           const res = await this.client.getJobLogs({ jobId: this.jobId, afterSeq: this.afterSeq, limit: 1 }, { signal: stopped });
           if (res.jobEnded && !res.more && res.lines.length === 0 && res.gap === undefined) {
@@ -400,6 +407,9 @@ export class LogFollower {
       for await (const res of stream) {
         heard();
         goLive();
+        if (res.jobEnded) {
+          return { kind: "jobEnded" };
+        }
         let gap = res.gap;
         if (gap !== undefined) {
           if (gap.resumeFrom - 1n > this.afterSeq) {

@@ -162,6 +162,11 @@ class Call {
     this.push(create(WatchJobLogsResponseSchema, {}));
   }
 
+  // jobEnded sends the last message of a stream whose job has ended.
+  jobEnded(): void {
+    this.push(create(WatchJobLogsResponseSchema, { jobEnded: true }));
+  }
+
   fail(code: Code, message: string): void {
     this.push(new ConnectError(message, code));
   }
@@ -292,7 +297,7 @@ test("a gap is passed on once and the follower resumes after it", async (t) => {
   assert.equal(server.calls[1]!.req.afterSeq, 122n);
 });
 
-test("a stream that ends once the job has ended stops the follower as ended", async (t) => {
+test("a stream that ends OK without job_ended (an older server) is followed by a GetJobLogs that says the job ended", async (t) => {
   const server = new LogServer((call) => {
     call.headers();
     call.send(1, 2);
@@ -305,6 +310,21 @@ test("a stream that ends once the job has ended stops the follower as ended", as
   assert.equal(server.calls.length, 1, "an ended job's log was dialled again");
   assert.deepEqual(heard, ["1", "2"]);
   assert.equal(server.pages[0]?.afterSeq, 2n, "the check asked after the last line heard");
+});
+
+test("a stream whose last message says the job ended stops the follower at once, without asking", async (t) => {
+  const server = new LogServer((call) => {
+    call.headers();
+    call.send(1, 2);
+    call.jobEnded();
+    call.end();
+  });
+  const { heard, statuses } = follow(t, server);
+  await until("ended", () => statuses.at(-1)?.kind === "ended");
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  assert.equal(server.calls.length, 1, "an ended job's log was dialled again");
+  assert.equal(server.pages.length, 0, "the follower asked GetJobLogs what the stream had said");
+  assert.deepEqual(heard, ["1", "2"]);
 });
 
 test("a job the server does not have stops the follower with the reason, without retrying", async (t) => {

@@ -1254,12 +1254,19 @@ func (x *WatchJobLogsRequest) GetAfterSeq() int64 {
 	return 0
 }
 
+// WatchJobLogsResponse carries lines, a gap, the end of the job's log,
+// or nothing: a keepalive.
 type WatchJobLogsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Lines []*LogLine             `protobuf:"bytes,1,rep,name=lines,proto3" json:"lines,omitempty"`
 	// Set when lines between the last sent and the first here are no
 	// longer kept.
-	Gap           *LogGap `protobuf:"bytes,2,opt,name=gap,proto3" json:"gap,omitempty"`
+	Gap *LogGap `protobuf:"bytes,2,opt,name=gap,proto3" json:"gap,omitempty"`
+	// Set on the stream's last message, which carries no lines, when the
+	// job has ended and every line it kept was sent: the stream then ends
+	// OK. A stream that ends OK without it ended at the server's stream
+	// lifetime or shutdown; open another with after_seq the last seq seen.
+	JobEnded      bool `protobuf:"varint,3,opt,name=job_ended,json=jobEnded,proto3" json:"job_ended,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1306,6 +1313,13 @@ func (x *WatchJobLogsResponse) GetGap() *LogGap {
 		return x.Gap
 	}
 	return nil
+}
+
+func (x *WatchJobLogsResponse) GetJobEnded() bool {
+	if x != nil {
+		return x.JobEnded
+	}
+	return false
 }
 
 type SubmitJobRequest struct {
@@ -5170,10 +5184,11 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\tjob_ended\x18\x04 \x01(\bR\bjobEnded\"I\n" +
 	"\x13WatchJobLogsRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
-	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\"i\n" +
+	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\"\x86\x01\n" +
 	"\x14WatchJobLogsResponse\x12*\n" +
 	"\x05lines\x18\x01 \x03(\v2\x14.jobwatch.v1.LogLineR\x05lines\x12%\n" +
-	"\x03gap\x18\x02 \x01(\v2\x13.jobwatch.v1.LogGapR\x03gap\"\xd1\x03\n" +
+	"\x03gap\x18\x02 \x01(\v2\x13.jobwatch.v1.LogGapR\x03gap\x12\x1b\n" +
+	"\tjob_ended\x18\x03 \x01(\bR\bjobEnded\"\xd1\x03\n" +
 	"\x10SubmitJobRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +

@@ -159,8 +159,9 @@ type JobServiceClient interface {
 	GetJobLogs(context.Context, *v1.GetJobLogsRequest) (*v1.GetJobLogsResponse, error)
 	// WatchJobLogs sends a job's lines after after_seq, then each new line
 	// as it is appended, and ends OK once the job has ended and its last
-	// line is sent, or at the stream's lifetime (resume with the last seq
-	// seen). An empty response is a keepalive. A reader that falls behind
+	// line is sent (its last message says job_ended), or at the stream's
+	// lifetime or the server's shutdown (resume with the last seq seen).
+	// An empty response is a keepalive. A reader that falls behind
 	// costs the server nothing: lines are read from the store as the reader
 	// takes them, and lines dropped meanwhile (the queue's max_log_bytes)
 	// are announced as a gap.
@@ -518,8 +519,9 @@ type JobServiceHandler interface {
 	GetJobLogs(context.Context, *v1.GetJobLogsRequest) (*v1.GetJobLogsResponse, error)
 	// WatchJobLogs sends a job's lines after after_seq, then each new line
 	// as it is appended, and ends OK once the job has ended and its last
-	// line is sent, or at the stream's lifetime (resume with the last seq
-	// seen). An empty response is a keepalive. A reader that falls behind
+	// line is sent (its last message says job_ended), or at the stream's
+	// lifetime or the server's shutdown (resume with the last seq seen).
+	// An empty response is a keepalive. A reader that falls behind
 	// costs the server nothing: lines are read from the store as the reader
 	// takes them, and lines dropped meanwhile (the queue's max_log_bytes)
 	// are announced as a gap.
