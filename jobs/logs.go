@@ -53,7 +53,8 @@ const (
 // text is cut to jobtype.MaxLogLineBytes (CutLogLine), and a line
 // without a time gets the engine's now (one with a time must be within
 // jobtype.MaxTimeOffset of it). More than
-// jobtype.MaxLogLinesPerAppend lines is a *jobtype.InvalidError. As for
+// jobtype.MaxLogLinesPerAppend lines, given or once split, is a
+// *jobtype.InvalidError, so one call's cost stays bounded. As for
 // Heartbeat, a job whose attempt the server ended while the lease was
 // held answers cancelled (nothing appended), and any other lease
 // mismatch is ErrStaleLease.
@@ -73,7 +74,13 @@ func (e *Engine) AppendLogs(ctx context.Context, id, leaseID string, lines []job
 			}
 		}
 	}
+	given := len(lines)
 	lines = splitLogLines(lines)
+	if len(lines) > jobtype.MaxLogLinesPerAppend {
+		return 0, false, &jobtype.InvalidError{Field: "lines",
+			Reason: "must be at most " + strconv.Itoa(jobtype.MaxLogLinesPerAppend) + " a call, a text holding newlines counting as the lines it holds: the " +
+				strconv.Itoa(given) + " given hold " + strconv.Itoa(len(lines))}
+	}
 	for i := range lines {
 		lines[i].Text = jobtype.CutLogLine(lines[i].Text)
 		if lines[i].Time.IsZero() {
@@ -196,7 +203,7 @@ func gapAfter(afterSeq int64, p store.LogPage) *LogGap {
 	} else if next > p.LastSeq {
 		next = p.LastSeq + 1 // nothing kept: nothing after afterSeq is missing but what was dropped
 	}
-	if next <= afterSeq+1 {
+	if next-1 <= afterSeq { // not next <= afterSeq+1: afterSeq may be math.MaxInt64
 		return nil
 	}
 	return &LogGap{Skipped: next - afterSeq - 1, ResumeFrom: next}

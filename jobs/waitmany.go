@@ -47,6 +47,12 @@ type WaitManyRequest struct {
 	// still be missing from the result (deleted, or retried, meanwhile):
 	// match by ID and Version.
 	Ended func(j *jobtype.Job)
+	// Park, if set, is called once the jobs are known and before
+	// WaitMany parks for them, with how many it waits for (a wait whose
+	// jobs have ended on its way in never parks). Not ok answers with
+	// the jobs as they are, at once (a parked-call limit is full);
+	// otherwise release is called when the wait ends.
+	Park func(jobs int) (release func(), ok bool)
 }
 
 // A JobRefError refuses a call about several jobs (WaitMany) because of
@@ -139,7 +145,16 @@ func (e *Engine) WaitMany(ctx context.Context, r WaitManyRequest, deadline time.
 		}
 	}
 	if !met(r.Any, ended, len(ids)) {
-		e.waitGroup(ctx, g, latest, held, r, ended, deadline)
+		park, release := true, func() {}
+		if r.Park != nil {
+			if release, park = r.Park(len(ids)); !park {
+				release = func() {}
+			}
+		}
+		if park {
+			e.waitGroup(ctx, g, latest, held, r, ended, deadline)
+		}
+		release()
 	}
 	answered = true
 	return r.result(ids, latest, held), nil

@@ -137,9 +137,20 @@ func (c *Cron) Next(t time.Time) time.Time {
 
 // firstOccurrence is the first instant whose clock in c's zone shows
 // wall (figures in UTC, as wallClock gives them). time.Date gives the
-// second one when the clocks go back.
+// second one when the clocks go back. A wall time the clocks skip when
+// they go forward is the instant the clock before the change would have
+// shown it at: 02:30 in a zone that goes from 02:00 to 03:00 is 03:30
+// of the new time. (time.Date leaves a skipped time's instant
+// unspecified; it gives 01:30 of the old time west of Greenwich.)
 func (c *Cron) firstOccurrence(wall time.Time) time.Time {
 	at := time.Date(wall.Year(), wall.Month(), wall.Day(), wall.Hour(), wall.Minute(), wall.Second(), 0, c.loc)
+	if !wallClock(at.In(c.loc)).Equal(wall) {
+		// Skipped. A day before wall, read as UTC, is before the change
+		// in every zone (offsets are within ±14 hours), and zones do not
+		// change twice within days.
+		_, before := wall.Add(-24 * time.Hour).In(c.loc).Zone()
+		return wall.Add(-time.Duration(before) * time.Second)
+	}
 	_, offset := at.Zone()
 	// Zones change their offset at most a few times a year, never twice
 	// within hours.

@@ -49,6 +49,34 @@ func TestCronTimesAcrossDaylightSavingInBerlinRunOnceEachDay(t *testing.T) {
 	}
 }
 
+// West of Greenwich too: time.Date puts a skipped time an hour early
+// there, and the schedule must not.
+func TestCronTimesAcrossDaylightSavingInNewYorkRunOnceEachDay(t *testing.T) {
+	tests := []struct {
+		name, expr string
+		from       time.Time
+		want       string
+	}{
+		{"a daily time in the skipped hour runs an hour later on the clock, that day only", "30 2 * * *",
+			time.Date(2027, 3, 13, 12, 0, 0, 0, time.UTC), "03-14 03:30-04, 03-15 02:30-04, 03-16 02:30-04"},
+		{"a daily time in the repeated hour runs at its first occurrence only", "30 1 * * *",
+			time.Date(2026, 10, 31, 12, 0, 0, 0, time.UTC), "11-01 01:30-04, 11-02 01:30-05, 11-03 01:30-05"},
+		{"half-hourly times of the skipped hour fall on the change, once", "*/30 1-3 * * *",
+			time.Date(2027, 3, 14, 5, 0, 0, 0, time.UTC), "03-14 01:00-05, 03-14 01:30-05, 03-14 03:00-04, 03-14 03:30-04, 03-15 01:00-04"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := jobtype.ParseCron(tt.expr, "America/New_York")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := times(c, tt.from, strings.Count(tt.want, ",")+1); got != tt.want {
+				t.Errorf("times %s\nwant  %s", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestParseCronRefusesWithoutQuotingTheExpression(t *testing.T) {
 	tests := []struct{ name, expr, zone, want string }{
 		{"three fields", "0 2 *", "", "cron: does not parse (expected exactly 5 fields, found 3)"},

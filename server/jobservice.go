@@ -303,8 +303,9 @@ func (h *jobService) WaitJob(ctx context.Context, req *jobwatchv1.WaitJobRequest
 	return w.wait, nil // shared with every call the same publish woke: not to be modified
 }
 
-// WaitJobs parks on the engine's WaitMany, counted as one parked wait
-// of its tenant, with WaitJob's cap.
+// WaitJobs parks on the engine's WaitMany, with WaitJob's cap, counted
+// as waitJobsPlaces parked calls of its tenant: one for every 16 jobs it
+// waits for.
 func (h *jobService) WaitJobs(ctx context.Context, req *jobwatchv1.WaitJobsRequest) (*jobwatchv1.WaitJobsResponse, error) {
 	s := h.s
 	full, err := view(req.GetView())
@@ -335,11 +336,13 @@ func (h *jobService) WaitJobs(ctx context.Context, req *jobwatchv1.WaitJobsReque
 	defer s.metrics.parkedWaits.Dec()
 	deadline := s.capDeadline(ctx, s.cfg.WaitCap)
 	tenant, isCounted := s.callTenant(ctx, counted)
-	if release, refused := s.parked.park(ctx, parkWaitKind, tenant, isCounted); refused == nil {
-		defer release()
-	} else {
-		deadline = time.Now() // over MaxParkedCalls: the current states, at once
-		markParkedCallsFull(ctx)
+	r.Park = func(n int) (func(), bool) {
+		release, refused := s.parked.parkPlaces(ctx, parkWaitKind, tenant, isCounted, waitJobsPlaces(n))
+		if refused != nil {
+			markParkedCallsFull(ctx) // over MaxParkedCalls: the current states, at once
+			return nil, false
+		}
+		return release, true
 	}
 	answer := newJobsAnswer(ctx)
 	if !full {

@@ -774,3 +774,62 @@ func percentile(ds []time.Duration, p int) time.Duration {
 	i := (len(s)*p + 99) / 100
 	return s[max(0, i-1)].Round(time.Microsecond)
 }
+
+// A WaitJobs holds about the memory of one WaitJob for every 16 jobs it
+// waits for, and counts as that many places of the parked-call limits:
+// one of 100 jobs takes 7, one that would pass the limit answers at once
+// with the current states, marked full, and one whose jobs have all
+// ended answers as always, taking none.
+func TestAWaitJobsCountsOnePlaceForEvery16Jobs(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{MaxParkedCalls: 10, WaitCap: time.Minute}})
+	c := ts.h2c()
+	var reqs []*jobwatchv1.SubmitJobRequest
+	for range 100 {
+		reqs = append(reqs, &jobwatchv1.SubmitJobRequest{Kind: "places"})
+	}
+	resp, err := c.jobs.SubmitJobs(ctxTimeout(t, callBound), &jobwatchv1.SubmitJobsRequest{Jobs: reqs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, j := range resp.GetJobs() {
+		ids = append(ids, j.GetId())
+	}
+	ended := ids[99:]
+	if _, err := c.jobs.CancelJob(ctxTimeout(t, callBound), &jobwatchv1.CancelJobRequest{JobId: ended[0]}); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(ctxTimeout(t, 30*time.Second))
+	defer cancel()
+	parked := make(chan error, 2)
+	park := func(ids []string) {
+		go func() {
+			_, err := c.jobs.WaitJobs(ctx, &jobwatchv1.WaitJobsRequest{JobIds: ids})
+			parked <- err
+		}()
+	}
+	park(ids[:99])
+	ts.waitForGauge("jobwatch_parked_calls", 7)
+
+	callCtx, call := connect.NewClientContext(ctxTimeout(t, 30*time.Second))
+	second, err := c.jobs.WaitJobs(callCtx, &jobwatchv1.WaitJobsRequest{JobIds: ids[:64]})
+	if got := call.ResponseHeader().Get(server.ParkedCallsHeader); err != nil || len(second.GetUnfinishedJobIds()) != 64 || got != "full" {
+		t.Fatalf("a WaitJobs of 64 (4 places) beside 7 of 10: %v, %v, header %q; want the 64 unfinished at once, marked full", second, err, got)
+	}
+	park(ids[:48]) // 3 places: they fit
+	ts.waitForGauge("jobwatch_parked_calls", 10)
+
+	callCtx, call = connect.NewClientContext(ctxTimeout(t, 30*time.Second))
+	done, err := c.jobs.WaitJobs(callCtx, &jobwatchv1.WaitJobsRequest{JobIds: ended})
+	if got := call.ResponseHeader().Get(server.ParkedCallsHeader); err != nil || len(done.GetJobs()) != 1 || got != "" {
+		t.Errorf("a WaitJobs of an ended job with every place taken: %v, %v, header %q; want the job, not marked", done, err, got)
+	}
+	cancel()
+	for range 2 {
+		if err := <-parked; err == nil {
+			t.Error("a parked WaitJobs answered before it was cancelled")
+		}
+	}
+	ts.waitForGauge("jobwatch_parked_calls", 0)
+}

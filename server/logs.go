@@ -41,6 +41,12 @@ func (h *workerService) AppendJobLogs(ctx context.Context, req *jobwatchv1.Appen
 }
 
 func (h *jobService) GetJobLogs(ctx context.Context, req *jobwatchv1.GetJobLogsRequest) (*jobwatchv1.GetJobLogsResponse, error) {
+	if err := checkAfterSeq(req.GetAfterSeq()); err != nil {
+		return nil, err
+	}
+	if req.GetLimit() < 0 {
+		return nil, invalid("limit", "must not be negative")
+	}
 	if err := h.s.checkClientJob(ctx, "get job logs", req.GetJobId()); err != nil {
 		return nil, err
 	}
@@ -53,6 +59,9 @@ func (h *jobService) GetJobLogs(ctx context.Context, req *jobwatchv1.GetJobLogsR
 
 func (h *jobService) WatchJobLogs(ctx context.Context, req *jobwatchv1.WatchJobLogsRequest, stream *connect.ServerStream[jobwatchv1.WatchJobLogsResponse]) error {
 	s := h.s
+	if err := checkAfterSeq(req.GetAfterSeq()); err != nil {
+		return err
+	}
 	deadline, done, err := openJobStream(ctx, s, "watch job logs", req.GetJobId(), stream)
 	if err != nil {
 		return err
@@ -70,6 +79,16 @@ func (h *jobService) WatchJobLogs(ctx context.Context, req *jobwatchv1.WatchJobL
 		},
 	})
 	return s.toConnectError(ctx, "watch job logs", err)
+}
+
+// checkAfterSeq refuses a negative after_seq before the job is looked
+// up, so that a bad argument is told as such whether or not the job
+// exists (the engine checks it too).
+func checkAfterSeq(after int64) error {
+	if after < 0 {
+		return invalid("after_seq", "must not be negative")
+	}
+	return nil
 }
 
 func logStreamFromWire(s jobwatchv1.LogStream) (jobtype.LogStream, bool) {

@@ -3,6 +3,7 @@ package server_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -124,6 +125,23 @@ func TestJobLogsRefuseBadInput(t *testing.T) {
 	wantCode(t, err, connect.CodeInvalidArgument)
 	_, err = c.jobs.GetJobLogs(ctxTimeout(t, callBound), &jobwatchv1.GetJobLogsRequest{JobId: "j_nosuchjob"})
 	wantCode(t, err, connect.CodeNotFound)
+	// A bad argument is told as such whether or not the job exists.
+	_, err = c.jobs.GetJobLogs(ctxTimeout(t, callBound), &jobwatchv1.GetJobLogsRequest{JobId: "j_nosuchjob", AfterSeq: -1})
+	wantCode(t, err, connect.CodeInvalidArgument)
+	watch, err := c.jobs.WatchJobLogs(ctxTimeout(t, callBound), &jobwatchv1.WatchJobLogsRequest{JobId: "j_nosuchjob", AfterSeq: -1})
+	if err == nil {
+		for watch.Receive() {
+		}
+		err = watch.Err()
+	}
+	wantCode(t, err, connect.CodeInvalidArgument)
+	// One text of 1,001 lines is 1,001 lines: the bound of a call holds.
+	_, err = c.workers.AppendJobLogs(ctxTimeout(t, callBound), &jobwatchv1.AppendJobLogsRequest{JobId: id, LeaseId: lease.GetLeaseId(),
+		Lines: []*jobwatchv1.AppendLogLine{{Text: strings.Repeat("x\n", jobtype.MaxLogLinesPerAppend) + "x"}}})
+	wantCode(t, err, connect.CodeInvalidArgument)
+	if ce := (*connect.Error)(nil); !errors.As(err, &ce) || !strings.Contains(ce.Message(), "the 1 given hold 1001") {
+		t.Errorf("one text of 1,001 lines: %v; want it refused, counted", err)
+	}
 
 	_, err = c.workers.AppendJobLogs(ctxTimeout(t, callBound), &jobwatchv1.AppendJobLogsRequest{JobId: id, LeaseId: lease.GetLeaseId(),
 		Lines: []*jobwatchv1.AppendLogLine{{Text: "x"}, {Text: "y", Time: timestamppb.New(time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC))}}})
@@ -162,6 +180,28 @@ func TestJobLogsRefuseBadInput(t *testing.T) {
 		t.Errorf("an append after the job ended answered %v; want failed_precondition", resp)
 	}
 	wantCode(t, err, connect.CodeFailedPrecondition)
+	if ce := (*connect.Error)(nil); !errors.As(err, &ce) || !strings.Contains(ce.Message(), "the job has ended") {
+		t.Errorf("an append after the job ended: %v; want the message to say why the lease may be gone", err)
+	}
+
+	// An after_seq past any line (the largest there is) finds nothing
+	// after it and no gap, and the watch of the ended job ends.
+	page, err = c.jobs.GetJobLogs(ctxTimeout(t, callBound), &jobwatchv1.GetJobLogsRequest{JobId: id, AfterSeq: math.MaxInt64})
+	if err != nil || len(page.GetLines()) != 0 || page.GetGap() != nil || !page.GetJobEnded() {
+		t.Errorf("a page after seq MaxInt64: %v, %v; want no lines, no gap, job ended", page, err)
+	}
+	watch, err = c.jobs.WatchJobLogs(ctxTimeout(t, callBound), &jobwatchv1.WatchJobLogsRequest{JobId: id, AfterSeq: math.MaxInt64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for watch.Receive() {
+		if len(watch.Msg().GetLines()) > 0 || watch.Msg().GetGap() != nil {
+			t.Errorf("a watch after seq MaxInt64 sent %v", watch.Msg())
+		}
+	}
+	if err := watch.Err(); err != nil {
+		t.Errorf("a watch after seq MaxInt64 of an ended job ended with %v; want OK", err)
+	}
 }
 
 // Another tenant's job's logs are not_found, as the job is; a worker

@@ -120,7 +120,7 @@ func NewMetricsWith(o MetricsOptions) *Metrics {
 		}),
 		parkedCalls: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "jobwatch_parked_calls",
-			Help: "WaitJob, WatchJob, WatchJobs and ClaimJob calls parked now (limit: --max-parked-calls).",
+			Help: "Places held by parked calls now: one per WaitJob, WatchJob, WatchJobs and ClaimJob, one per 16 jobs of a WaitJobs (limit: --max-parked-calls).",
 		}),
 		parkRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jobwatch_parked_calls_refused_total",

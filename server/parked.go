@@ -73,13 +73,32 @@ func kindNoun(kind string) string {
 // is not known (counted false, or no per-tenant limit) counts against its
 // connection and the total alone.
 func (p *parkedCalls) park(ctx context.Context, kind, tenant string, counted bool) (release func(), refused error) {
+	return p.parkPlaces(ctx, kind, tenant, counted, 1)
+}
+
+// waitJobsPerPlace is how many of the jobs a WaitJobs waits for take one
+// place of the total and tenant limits: a parked WaitJobs costs the
+// server about 1 to 2.5 KiB a job (docs/BENCHMARKS.md, "Batches"), a
+// parked WaitJob about 20 to 30 KiB, so that one WaitJobs of 1,000 jobs
+// holds about as much as the 63 places it takes, and the limits bound
+// memory whatever the calls.
+const waitJobsPerPlace = 16
+
+// waitJobsPlaces is how many places a WaitJobs of n jobs takes.
+func waitJobsPlaces(n int) int64 {
+	return max(1, int64((n+waitJobsPerPlace-1)/waitJobsPerPlace))
+}
+
+// parkPlaces is park for a call that takes places of the total and of its
+// tenant (a WaitJobs: waitJobsPlaces), and one of its connection's.
+func (p *parkedCalls) parkPlaces(ctx context.Context, kind, tenant string, counted bool, places int64) (release func(), refused error) {
 	conn := connOf(ctx)
 	if conn != nil && conn.parked.Add(1) > p.perConn {
 		conn.parked.Add(-1)
 		p.conns.parkConnRefused.WithLabelValues(kind).Inc()
 		return nil, p.connLimitError(kind)
 	}
-	releaseCounted, refused := p.parkCounted(kind, tenant, counted)
+	releaseCounted, refused := p.parkCounted(kind, tenant, counted, places)
 	if conn == nil {
 		return releaseCounted, refused
 	}
@@ -93,47 +112,46 @@ func (p *parkedCalls) park(ctx context.Context, kind, tenant string, counted boo
 	}, nil
 }
 
-// parkCounted takes a place of the total and of tenant.
-func (p *parkedCalls) parkCounted(kind, tenant string, counted bool) (release func(), refused error) {
-	if p.n.Add(1) > p.limit {
-		p.n.Add(-1)
+// parkCounted takes places of the total and of tenant.
+func (p *parkedCalls) parkCounted(kind, tenant string, counted bool, places int64) (release func(), refused error) {
+	if p.n.Add(places) > p.limit {
+		p.n.Add(-places)
 		p.metrics.parkRefused.WithLabelValues(kind).Inc()
 		return nil, p.limitError(kind)
 	}
+	releaseTotal := func() {
+		p.n.Add(-places)
+		p.metrics.parkedCalls.Sub(float64(places))
+	}
 	if p.perTenant == 0 || !counted {
-		p.metrics.parkedCalls.Inc()
-		return p.releaseTotal, nil
+		p.metrics.parkedCalls.Add(float64(places))
+		return releaseTotal, nil
 	}
 	label := tenantLabel(tenant)
 	p.mu.Lock()
-	if p.tenants[tenant] >= p.perTenant {
+	if p.tenants[tenant]+places > p.perTenant {
 		p.mu.Unlock()
-		p.n.Add(-1)
+		p.n.Add(-places)
 		p.metrics.tenantParkRefused.WithLabelValues(kind, label).Inc()
 		return nil, p.tenantLimitError(kind, tenant)
 	}
-	p.tenants[tenant]++
-	p.metrics.parkedByTenant.WithLabelValues(label).Inc()
+	p.tenants[tenant] += places
+	p.metrics.parkedByTenant.WithLabelValues(label).Add(float64(places))
 	p.mu.Unlock()
-	p.metrics.parkedCalls.Inc()
+	p.metrics.parkedCalls.Add(float64(places))
 	return func() {
 		p.mu.Lock()
-		if p.tenants[tenant]--; p.tenants[tenant] == 0 {
+		if p.tenants[tenant] -= places; p.tenants[tenant] == 0 {
 			// Only tenants with parked calls keep a series, so the
 			// tenants a caller may name cannot grow /metrics for ever.
 			delete(p.tenants, tenant)
 			p.metrics.parkedByTenant.DeleteLabelValues(label)
 		} else {
-			p.metrics.parkedByTenant.WithLabelValues(label).Dec()
+			p.metrics.parkedByTenant.WithLabelValues(label).Sub(float64(places))
 		}
 		p.mu.Unlock()
-		p.releaseTotal()
+		releaseTotal()
 	}, nil
-}
-
-func (p *parkedCalls) releaseTotal() {
-	p.n.Add(-1)
-	p.metrics.parkedCalls.Dec()
 }
 
 // tenantLabel is a tenant as /metrics shows it: claims of workers bound
