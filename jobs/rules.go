@@ -89,7 +89,7 @@ func validateRules(r jobtype.Rules) error {
 func claimLimits(r jobtype.Rules) map[string]store.QueueLimit {
 	limits := map[string]store.QueueLimit{}
 	for name, q := range r.Queues {
-		l := store.QueueLimit{MaxRunning: q.MaxRunning, Serial: q.Serial, HoldRetry: q.BlockOnFailure, Pools: q.Uses, Rate: q.Rate}
+		l := store.QueueLimit{MaxRunning: q.MaxRunning, Serial: q.Serial, HoldRetry: q.BlockOnFailure, Pools: q.Uses, Rate: heldRate(q.Rate)}
 		if !q.Serial {
 			l.MaxRunningPerTenant = q.MaxRunningPerTenant
 		}
