@@ -202,22 +202,30 @@ func (e *Engine) watchQueues(ctx context.Context) error {
 		if e.alerts.on[name] {
 			continue
 		}
-		e.log.Warn("queue alerting: unfinished work has not drained for longer than alert_after",
-			"queue", name, "alert_after", q.AlertAfter, "last_drained_at", q.LastDrainedAt,
-			"queued", q.Queued, "running", q.Running)
-		if err := e.announce(ctx, webhook, q, now); err != nil {
+		changed, err := e.announce(ctx, webhook, q, now)
+		if err != nil {
 			errs = append(errs, err)
 			delete(alerting, name) // not recorded: try again at the next sweep
+			continue
+		}
+		if changed {
+			e.log.Warn("queue alerting: unfinished work has not drained for longer than alert_after",
+				"queue", name, "alert_after", q.AlertAfter, "last_drained_at", q.LastDrainedAt,
+				"queued", q.Queued, "running", q.Running)
 		}
 	}
 	for name := range e.alerts.on {
 		if _, still := alerting[name]; !still {
-			e.log.Info("queue no longer alerting", "queue", name)
 			q := byName[name]
 			q.Name, q.Alerting = name, false
-			if err := e.announce(ctx, webhook, q, now); err != nil {
+			changed, err := e.announce(ctx, webhook, q, now)
+			if err != nil {
 				errs = append(errs, err)
 				alerting[name] = q // not recorded: try again at the next sweep
+				continue
+			}
+			if changed {
+				e.log.Info("queue no longer alerting", "queue", name)
 			}
 		}
 	}
@@ -243,14 +251,16 @@ func (e *Engine) watchQueues(ctx context.Context) error {
 }
 
 // announce records q's change of alerting in the store and, if this
-// call is the one that changed it, posts it to the webhook. Replicas
-// each see a queue start or stop alerting, in their own sweeps; the store
-// tells exactly one of them that the record changed, so the webhook
-// hears each episode's start and end once (see store.Store.SetAlerting).
-func (e *Engine) announce(ctx context.Context, webhook string, q QueueStats, now time.Time) error {
-	changed, err := e.store.SetAlerting(ctx, q.Name, q.Alerting, now)
+// call is the one that changed it (changed), posts it to the webhook.
+// Replicas each see a queue start or stop alerting, in their own sweeps;
+// the store tells exactly one of them that the record changed, so the
+// webhook hears each episode's start and end once (see
+// store.Store.SetAlerting), and the cluster's log says it once: the
+// caller logs only a change.
+func (e *Engine) announce(ctx context.Context, webhook string, q QueueStats, now time.Time) (changed bool, err error) {
+	changed, err = e.store.SetAlerting(ctx, q.Name, q.Alerting, now)
 	if err != nil {
-		return fmt.Errorf("record queue %s alerting: %w", q.Name, err)
+		return false, fmt.Errorf("record queue %s alerting: %w", q.Name, err)
 	}
 	switch {
 	case !changed || webhook == "":
@@ -260,7 +270,7 @@ func (e *Engine) announce(ctx context.Context, webhook string, q QueueStats, now
 	default:
 		e.cfg.Alerts.SendAlert(webhook, alertChange(q, now))
 	}
-	return nil
+	return changed, nil
 }
 
 // recordDrains remembers the watched queues that stats show empty at now

@@ -452,3 +452,47 @@ func TestThreeReplicasAnnounceEachAlertEpisodeOnce(t *testing.T) {
 		t.Errorf("webhook heard %+v, want %+v: one start and one end", got, want)
 	}
 }
+
+// Replicas share the store, and each sees a queue start and stop
+// alerting in its own sweep: the one whose record changed it logs it,
+// so the cluster's log says each once, as the webhook hears it once.
+func TestAnAlertIsLoggedOnceAcrossEnginesSharingAStore(t *testing.T) {
+	clock := newFakeClock()
+	st := openStore(t)
+	var logs [2]*lockedBuffer
+	var es [2]*jobs.Engine
+	for i := range es {
+		logs[i] = &lockedBuffer{}
+		es[i] = newEngineOver(t, st, jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour,
+			Logger: slog.New(slog.NewTextHandler(logs[i], nil))})
+		if err := es[i].SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {AlertAfter: time.Minute}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(what string) int { return logs[0].count(what) + logs[1].count(what) }
+	for _, e := range es {
+		sweep(t, e)
+	}
+	j := running(t, es[0], jobs.SubmitRequest{Queue: "index"})
+	clock.Advance(2 * time.Minute)
+	for _, e := range es {
+		sweep(t, e)
+		sweep(t, e)
+	}
+	if q := queueStat(t, es[1], "index"); !q.Alerting {
+		t.Fatalf("2m with a job running and alert_after 1m: %+v; want alerting", q)
+	}
+	if n := count("queue alerting"); n != 1 {
+		t.Errorf("two engines logged entering %d times, want once:\n%s\n%s", n, logs[0].buf.String(), logs[1].buf.String())
+	}
+	if _, err := es[0].Complete(context.Background(), j.ID, j.LeaseID, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		sweep(t, e)
+		sweep(t, e)
+	}
+	if n := count("queue no longer alerting"); n != 1 {
+		t.Errorf("two engines logged leaving %d times, want once:\n%s\n%s", n, logs[0].buf.String(), logs[1].buf.String())
+	}
+}
