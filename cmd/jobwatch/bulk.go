@@ -152,6 +152,9 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 		return err
 	case want == 0 && len(pos) > 0:
 		return usageError{fmt.Sprintf("%s takes one job's ID or filter flags, not both", name)}
+	case want == 1 && len(pos) != 1 && bulk != nil:
+		return usageError{fmt.Sprintf("usage: %s ID [flags], or %s with filter flags (--queue, --kind, --state, --created-before, --batch, or --all); jobwatch help %s says more",
+			fs.Name(), fs.Name(), name)}
 	case want == 1 && len(pos) != 1:
 		return usageError{fmt.Sprintf("usage: %s ID [flags]", fs.Name())}
 	}

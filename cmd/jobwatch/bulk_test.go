@@ -69,6 +69,10 @@ func TestCancelWithAFilterCancelsEveryMatchAfterAsking(t *testing.T) {
 	if code != 2 || strings.Contains(stderr, "[y/N]") || !strings.Contains(stderr, "cancel of tenant default needs --queue, --kind, --state, --created-before or --batch, or --all") {
 		t.Fatalf("a filter of a tenant alone: exit %d, %q; want 2 saying what to add, without asking", code, stderr)
 	}
+	if code, _, stderr = runInProcess(t, "delete", "--server", s.URL); code != 2 ||
+		!strings.Contains(stderr, "or jobwatch delete with filter flags (--queue, --kind, --state, --created-before, --batch, or --all)") {
+		t.Fatalf("neither an ID nor a filter: exit %d, %q; want 2 naming both ways", code, stderr)
+	}
 	if code, _, stderr = runInProcess(t, "cancel", ids[0], "--server", s.URL, "--queue", "nightly"); code != 2 ||
 		!strings.Contains(stderr, "cancel takes one job's ID or filter flags, not both") {
 		t.Fatalf("an ID and a filter: exit %d, %q; want 2 saying not both", code, stderr)
