@@ -38,8 +38,18 @@ export type Handler = (job: Job, progress: Progress, signal: AbortSignal) => unk
  * (omitted or "" keeps the last step; over 1,024 bytes is cut). It never
  * blocks: the latest values reach the server with the next heartbeat,
  * which a change brings forward.
+ *
+ * progress.log(...texts) adds lines to the job's log, which
+ * WatchJobLogs, `jobwatch logs -f` and the page's log pane follow; a text
+ * holding newlines is the lines it holds. It never blocks either: lines
+ * are sent in batches (AppendJobLogs), at least every 200 ms or 64 KiB,
+ * and the last before the job's outcome. While the server cannot take
+ * them, at most 1 MiB waits; past that the oldest are dropped, and a line
+ * says how many.
  */
-export type Progress = (percent: number, step?: string) => void;
+export type Progress = ((percent: number, step?: string) => void) & {
+  log(...texts: string[]): void;
+};
 
 /** Where the worker logs: console has these methods. */
 export interface WorkerLogger {
@@ -481,7 +491,10 @@ export class Worker {
    * handler that ignores its signal is not waited for then.
    */
   private async runHandler(handler: Handler, lease: Lease): Promise<Outcome> {
-    const progress: Progress = (percent, step) => lease.setProgress(percent, step);
+    const logs = new LogBatcher(this.client, lease, this.log);
+    const progress: Progress = Object.assign((percent: number, step?: string) => lease.setProgress(percent, step), {
+      log: (...texts: string[]) => logs.add(texts),
+    });
     const beats = this.heartbeat(lease, lease.ac);
     const traced = startHandleSpan(this.tracer, lease.job, this.id);
     const call = async () => handler(lease.job, progress, lease.ac.signal);
@@ -494,6 +507,7 @@ export class Worker {
     if (traced !== undefined) {
       endHandleSpan(traced.span, outcome, errorType);
     }
+    await logs.close(lease.ms);
     lease.handlerDone();
     await beats;
     return outcome;
@@ -656,6 +670,130 @@ export class Worker {
 }
 
 type Outcome = { result: unknown } | { error: unknown };
+
+// How the worker sends what its handlers log, as the Go Worker does
+// (client/logs.go): a batch at least every logFlushMs, at once when
+// logFlushBytes or maxLogLinesPerCall lines wait; at most logBufferBytes
+// held while the server cannot take them.
+const logFlushMs = 200;
+const logFlushBytes = 64 << 10;
+const maxLogLinesPerCall = 1000;
+const logBufferBytes = 1 << 20;
+const logLineOverhead = 16;
+
+/**
+ * LogBatcher holds one job's log lines and sends them with AppendJobLogs,
+ * one call at a time. A lease the server no longer holds (the job was
+ * cancelled or taken back) stops it; other failures are retried with the
+ * next batch.
+ */
+class LogBatcher {
+  private pending: string[] = [];
+  private bytes = 0;
+  private dropped = 0;
+  private stopped = false;
+  private sending: Promise<void> | undefined;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+
+  constructor(
+    private readonly client: JobwatchClient,
+    private readonly lease: Lease,
+    private readonly log: WorkerLogger,
+  ) {}
+
+  add(texts: string[]): void {
+    if (this.stopped) {
+      return;
+    }
+    for (const text of texts) {
+      const body = String(text).replace(/\r?\n$/, "");
+      for (const line of body.split("\n")) {
+        this.pending.push(line.replace(/\r$/, ""));
+        this.bytes += Buffer.byteLength(line) + logLineOverhead;
+      }
+    }
+    while (this.bytes > logBufferBytes && this.pending.length > 1) {
+      this.bytes -= Buffer.byteLength(this.pending.shift()!) + logLineOverhead;
+      this.dropped++;
+    }
+    if (this.bytes >= logFlushBytes || this.pending.length >= maxLogLinesPerCall) {
+      this.flush();
+    } else if (this.timer === undefined) {
+      this.timer = setTimeout(() => this.flush(), logFlushMs);
+    }
+  }
+
+  /** flush starts sending what waits, unless a call is on its way (it sends the rest after). */
+  private flush(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    if (this.sending !== undefined || this.stopped || (this.pending.length === 0 && this.dropped === 0)) {
+      return;
+    }
+    this.sending = this.send().finally(() => {
+      this.sending = undefined;
+      if (this.pending.length > 0 && !this.stopped) {
+        this.flush();
+      }
+    });
+  }
+
+  private async send(): Promise<void> {
+    const lines: string[] = [];
+    if (this.dropped > 0) {
+      lines.push(this.dropped === 1 ? "1 line dropped by the worker" : `${this.dropped} lines dropped by the worker`);
+      this.dropped = 0;
+    }
+    let size = 0;
+    while (this.pending.length > 0 && lines.length < maxLogLinesPerCall && (size < logFlushBytes || lines.length === 0)) {
+      const line = this.pending.shift()!;
+      const n = Buffer.byteLength(line) + logLineOverhead;
+      size += n;
+      this.bytes -= n;
+      lines.push(line);
+    }
+    try {
+      const resp = await this.client.workerService.appendJobLogs(
+        { jobId: this.lease.job.id, leaseId: this.lease.id, lines: lines.map((text) => ({ text })) },
+        { signal: this.lease.ac.signal },
+      );
+      if (resp.cancelled) {
+        this.stop();
+      }
+    } catch (err) {
+      const code = err instanceof ConnectError ? err.code : undefined;
+      if (code === Code.FailedPrecondition || code === Code.NotFound || this.lease.ac.signal.aborted) {
+        this.stop(); // the lease is gone: no line of this job can be added any more
+        return;
+      }
+      this.log.warn(`job ${this.lease.job.id}: ${lines.length} log lines not sent: ${String(err)}`);
+    }
+  }
+
+  private stop(): void {
+    this.stopped = true;
+    this.pending = [];
+    this.bytes = 0;
+    clearTimeout(this.timer);
+  }
+
+  /**
+   * close sends every line still held before the job's outcome is
+   * reported, for at most ms; what is left then is dropped.
+   */
+  async close(ms: number): Promise<void> {
+    const deadline = performance.now() + ms;
+    while (!this.stopped && (this.pending.length > 0 || this.dropped > 0 || this.sending !== undefined)) {
+      if (performance.now() > deadline) {
+        this.log.warn(`job ${this.lease.job.id}: ${this.pending.length} log lines not sent before the outcome; dropped`);
+        break;
+      }
+      this.flush();
+      await this.sending;
+    }
+    this.stop();
+  }
+}
 
 /** Lease is a claimed job, its lease, and the progress its handler reported. */
 class Lease {

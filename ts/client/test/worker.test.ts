@@ -269,3 +269,44 @@ function deferred(): { promise: Promise<void>; resolve: () => void } {
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
+
+test("a handler's progress.log lines reach the job's log in order, a text with newlines as its lines, all sent before the outcome", async () => {
+  const kind = uniqueKind("logs");
+  const calls: Call[] = [];
+  const worker = newWorker({
+    longTransport: tap(nodeTransport(server.url), calls),
+    transport: tap(nodeTransport(server.url), calls),
+    handlers: {
+      [kind]: async (_job, progress) => {
+        progress.log("starting");
+        progress.log("two\nlines\n", "and one more");
+        for (let i = 0; i < 1500; i++) {
+          progress.log(`row ${i}`);
+        }
+        progress(100, "done");
+        return "ok";
+      },
+    },
+  });
+  const run = worker.run();
+  const job = await client.submitJob({ kind });
+  const done = await client.waitForJob(job.id);
+  await worker.stop();
+  await run;
+  assert.equal(done.state, JobState.SUCCEEDED);
+
+  const texts: string[] = [];
+  let after = 0n;
+  for (;;) {
+    const page = await client.jobService.getJobLogs({ jobId: job.id, afterSeq: after, limit: 1000 });
+    texts.push(...page.lines.map((l) => l.text));
+    if (page.lines.length === 0) {
+      break;
+    }
+    after = page.lines.at(-1)!.seq;
+  }
+  const want = ["starting", "two", "lines", "and one more", ...Array.from({ length: 1500 }, (_, i) => `row ${i}`)];
+  assert.deepEqual(texts, want);
+  const appends = calls.filter((c) => c.method === "AppendJobLogs").length;
+  assert.ok(appends >= 2 && appends <= 10, `${appends} AppendJobLogs calls for 1,504 lines; want a few batches of at most 1,000`);
+});
