@@ -84,8 +84,17 @@ func (e *Engine) heard(changes []store.Change, missed bool) {
 		}
 		// A change made through this engine's store was published when
 		// it committed, but for those the store made on its own beside
-		// it (Released: a job's dependencies ended).
-		if (c.Local && !c.Released) || (latest != nil && latest[c.JobID] != i) {
+		// it (Released: a job's dependencies ended). It supersedes a wake
+		// held for an older change of its job: the store's catch-up can
+		// list this engine's own change (a job queued here) before its
+		// notification comes, as another replica's, and a claimer here
+		// that took the job meanwhile must not leave a second one woken
+		// to find nothing.
+		if c.Local && !c.Released {
+			e.supersedeClaimWake(c.JobID, c.Version)
+			continue
+		}
+		if latest != nil && latest[c.JobID] != i {
 			continue
 		}
 		j := jobtype.Job{ID: c.JobID, Tenant: c.Tenant, Kind: c.Kind, Queue: c.Queue,
@@ -165,6 +174,17 @@ func (e *Engine) holdClaimWake(j jobtype.Job) {
 	if arm {
 		time.AfterFunc(delay, e.releaseClaimWakes)
 	}
+}
+
+// supersedeClaimWake drops the wake held for job id, if it is for a
+// version older than version.
+func (e *Engine) supersedeClaimWake(id string, version int64) {
+	h := &e.heldWakes
+	h.mu.Lock()
+	if j, ok := h.jobs[id]; ok && j.Version < version {
+		delete(h.jobs, id)
+	}
+	h.mu.Unlock()
 }
 
 // releaseClaimWakes wakes the claimers of every job held.

@@ -152,10 +152,11 @@ type page struct {
 	ctx context.Context
 }
 
-// waitFor polls a JavaScript condition until it holds.
+// waitFor polls a JavaScript condition until it holds, for at most 45 s:
+// a generous bound for a page on a loaded 2-core machine.
 func (p *page) waitFor(what, js string) {
 	p.t.Helper()
-	_, err := chromedp.Run(p.ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(20*time.Second), chromedp.WithPollingInterval(50*time.Millisecond)))
+	_, err := chromedp.Run(p.ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(45*time.Second), chromedp.WithPollingInterval(50*time.Millisecond)))
 	if err != nil {
 		shown, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.body.innerText`))
 		p.t.Fatalf("the page never showed %s: %v\npage text:\n%s", what, err, shown)
