@@ -19,15 +19,16 @@ import (
 // never a poll.
 
 // A window is kept a little longer than its rate's Per (heldRate): a
-// claim's start is counted in the store (on PostgreSQL at its
-// statement's start, after its locks and plan), and its worker learns of
-// it later, by more for one claim than another: a busy server or a
-// slower network path delays some answers, a claim woken at the window's
-// edge is answered at once. With exactly Per between two windows' first
-// starts on the server, a worker could see more than Limit starts within
-// Per on its own clock. The guard is a quarter of Per, at most
-// maxRateGuard: a rate of 60 a minute lets at most 60 start in every
-// 60.5 s, one of 10 a second 10 in every 1.25 s.
+// claim's start is counted at the time the engine gave its claim, and
+// its worker learns of it later, by more for one claim than another: a
+// replica's first claims wait for PostgreSQL to plan their statement
+// (100 to 230 ms measured on the 2-core test machine), a busy server or
+// a slower network path delays some answers, a claim woken at the
+// window's edge is answered at once. With exactly Per between two
+// windows' first starts on the server, a worker could see more than
+// Limit starts within Per on its own clock. The guard is a quarter of
+// Per, at most maxRateGuard: a rate of 60 a minute lets at most 60 start
+// in every 60.5 s, one of 10 a second 10 in every 1.25 s.
 const maxRateGuard = 500 * time.Millisecond
 
 // heldRate is r as the store keeps it: its Per lengthened by the guard.
