@@ -490,7 +490,7 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 			-- A rate's room: its limit less the queue's claims in the
 			-- window (rates.go), at most the limit of them read.
 			CASE WHEN l.rate_limit > 0 AND NOT l.rate_tenant THEN l.rate_limit - (SELECT count(*) FROM (SELECT FROM queue_starts AS s
-				WHERE s.queue = l.queue AND s.at > ` + rateTime(p.arg(p.now)) + ` - l.rate_per * interval '1 microsecond'
+				WHERE s.queue = l.queue AND s.at > ` + p.arg(p.now) + `::timestamptz - l.rate_per * interval '1 microsecond'
 				ORDER BY s.queue, s.at LIMIT l.rate_limit) AS s) END,
 			(SELECT min(p.free) FROM pool_use AS u JOIN pool_free AS p ON p.pool = u.pool WHERE u.queue = l.queue))
 		FROM lim AS l JOIN running AS r ON r.queue = l.queue),` + lanes + `
@@ -608,7 +608,7 @@ func (p *picker) lanes(r rules, kinds []string, ruled, m string) (ctes, candidat
 	lanes(queue, tenant, room) AS (
 		SELECT l.queue, l.tenant, least(l.n, CASE WHEN l.per_tenant > 0 THEN l.per_tenant - ` + running("l") + ` END,
 			CASE WHEN l.rate_tenant THEN l.rate_limit - (SELECT count(*) FROM (SELECT FROM queue_starts AS s
-				WHERE s.queue = l.queue AND s.tenant = l.tenant AND s.at > ` + rateTime(p.arg(p.now)) + ` - l.rate_per * interval '1 microsecond'
+				WHERE s.queue = l.queue AND s.tenant = l.tenant AND s.at > ` + p.arg(p.now) + `::timestamptz - l.rate_per * interval '1 microsecond'
 				ORDER BY s.queue, s.tenant, s.at LIMIT l.rate_limit) AS s) END)
 		FROM lane_tenants AS l WHERE l.tenant IS NOT NULL AND l.tenant NOT IN (SELECT tenant FROM capped)` + p.laneTenants() + `),`
 	saved := *p
@@ -942,23 +942,11 @@ func contestedCTEs(now int) string {
 // windows more than store.StartsKept ago ($%[2]d µs old each) deleted. The claim holds the
 // queues' advisory locks (lockKeys), so claims count and record one
 // after the other.
-var claimRated = `,
+const claimRated = `,
 	started AS (INSERT INTO queue_starts (queue, tenant, at)
-		SELECT c.queue, c.tenant, ` + rateTime("$%[3]d") + ` FROM claimed AS c WHERE c.queue = ANY($%[1]d::text[])),
+		SELECT c.queue, c.tenant, $%[3]d::timestamptz FROM claimed AS c WHERE c.queue = ANY($%[1]d::text[])),
 	pruned AS (DELETE FROM queue_starts AS s USING unnest($%[1]d::text[], $%[2]d::bigint[]) AS r(queue, per)
 		WHERE s.queue = r.queue AND s.at <= $%[3]d::timestamptz - r.per * interval '1 microsecond')`
-
-// rateTime is the time a claim counts a rate's window back from, and
-// records its starts at (claimRated): the claim's time now, or the time
-// its statement began if later. A claim's time is read before it waits
-// for the queue's advisory lock and for PostgreSQL to plan its
-// statement, which took 100 ms and more for a replica's first claims, so
-// a start counted at it would leave the window before the worker even
-// had the job. statement_timestamp() is when the statement began, after
-// the locks of the prelude before it, and the same all through it.
-func rateTime(now string) string {
-	return "greatest(" + now + "::timestamptz, statement_timestamp())"
-}
 
 // claimAttempts bounds how often ClaimJobs claims again after finding
 // nothing while a later read finds a job ready.
