@@ -61,7 +61,7 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 	case errors.Is(err, jobs.ErrNotStarted):
 		return connect.NewError(connect.CodeFailedPrecondition, jobs.ErrNotStarted)
 	case errors.Is(err, jobs.ErrStaleLease):
-		return connect.NewError(connect.CodeFailedPrecondition, staleLease)
+		return connect.NewError(connect.CodeFailedPrecondition, errStaleLease)
 	case errors.As(err, &stateErr):
 		return connect.NewError(connect.CodeFailedPrecondition, stateErr)
 	case errors.As(err, &conflictErr):
@@ -124,9 +124,9 @@ func conflict(c *jobtype.ConflictError) error {
 // call: nothing was changed, so the same call can simply be made again.
 var errRetryLater = errors.New("the database is busy or unavailable; nothing was changed: retry with backoff")
 
-// staleLease is what a lease call (Heartbeat, CompleteJob, FailJob,
+// errStaleLease is what a lease call (Heartbeat, CompleteJob, FailJob,
 // AppendJobLogs, ReleaseJob) with a lease the job no longer has hears:
 // jobs.ErrStaleLease's words, and the usual reasons, so that a worker's
 // operator knows where to look.
-var staleLease = fmt.Errorf("%w: the job has ended, or its lease expired or went to another worker "+
+var errStaleLease = fmt.Errorf("%w: the job has ended, or its lease expired or went to another worker "+
 	"(GetJob shows which); stop working on it", jobs.ErrStaleLease)
