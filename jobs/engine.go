@@ -181,7 +181,14 @@ type StateError struct {
 }
 
 func (e *StateError) Error() string {
-	msg := "cannot " + e.Op + " job " + e.JobID + ": it is " + string(e.State)
+	is := "it is "
+	switch e.State {
+	case jobtype.Succeeded, jobtype.Failed:
+		is = "it has "
+	case jobtype.Cancelled, jobtype.Lost:
+		is = "it was "
+	}
+	msg := "cannot " + e.Op + " job " + e.JobID + ": " + is + string(e.State)
 	if e.Hint != "" {
 		msg += "; " + e.Hint
 	}

@@ -46,7 +46,7 @@ func TestCancelJobOnAJobThatHasEnded(t *testing.T) {
 		_, err := cancelJob(done.GetId())
 		wantCode(t, err, connect.CodeFailedPrecondition)
 		var ce *connect.Error
-		if !errors.As(err, &ce) || !strings.Contains(ce.Message(), "it is succeeded") {
+		if !errors.As(err, &ce) || !strings.Contains(ce.Message(), "it has succeeded") {
 			t.Fatalf("the refusal does not say the job succeeded: %v", err)
 		}
 		got, err := c.jobs.GetJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.GetJobRequest{JobId: done.GetId()})

@@ -119,7 +119,7 @@ func TestRetryAndDeleteRefuseWhatTheyCannotDo(t *testing.T) {
 	}{
 		{"retry of a queued job", queued.GetId(), connect.CodeFailedPrecondition, "it is queued"},
 		{"retry of a running job", running.GetId(), connect.CodeFailedPrecondition, "it is running"},
-		{"retry of a succeeded job", succeeded.GetId(), connect.CodeFailedPrecondition, "it is succeeded"},
+		{"retry of a succeeded job", succeeded.GetId(), connect.CodeFailedPrecondition, "it has succeeded"},
 		{"retry of an unknown job", "01JZZZZZZZZZZZZZZZZZZZZZZZ", connect.CodeNotFound, ""},
 		{"retry without an id", "", connect.CodeInvalidArgument, "job_id"},
 		{"retry of a malformed id", "not an id", connect.CodeInvalidArgument, "job_id"},

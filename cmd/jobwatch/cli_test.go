@@ -295,6 +295,32 @@ func TestSubmitWaitTimeoutNamesTheJobItStoppedWaitingFor(t *testing.T) {
 	}
 }
 
+// watch --timeout on a job that does not end exits 1, never 0: the exit
+// code of a watch says SUCCEEDED only for a job that succeeded, however
+// the stream and the timeout race. A held job's watch says why nothing
+// moves.
+func TestWatchTimeoutOfAJobThatDoesNotEndIsNotSuccess(t *testing.T) {
+	s := startCLIServer(t, time.Second)
+	for _, held := range []bool{false, true} {
+		args := []string{"submit", "nobody.runs.this", "--server", s.URL}
+		if held {
+			args = append(args, "--hold")
+		}
+		_, out, _ := runInProcess(t, args...)
+		id := strings.TrimSpace(out)
+		for range 5 {
+			code, out, errOut := runInProcess(t, "watch", id, "--server", s.URL, "--timeout", "150ms")
+			if code != 1 || !strings.Contains(errOut, "--timeout passed before the job ended") {
+				t.Fatalf("watch --timeout of a job that does not end (held %v) = exit %d, stdout %q, stderr %q; want 1 and the timeout",
+					held, code, out, errOut)
+			}
+			if held != strings.Contains(errOut, "jobwatch start "+id) {
+				t.Errorf("held %v: stderr %q; want the hint to start it only for a held job", held, errOut)
+			}
+		}
+	}
+}
+
 func TestListShowsTheStepOfARetryAndTheErrorOfAnEndedJob(t *testing.T) {
 	s := startCLIServer(t, time.Second)
 	ctx := context.Background()

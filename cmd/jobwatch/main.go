@@ -130,6 +130,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, usage)
 			return 0
 		}
+		if len(rest) == 1 && rest[0] == "version" {
+			fmt.Fprint(stdout, "Usage: jobwatch version\n\nPrints the version, commit and build time of this binary.\n")
+			return 0
+		}
 		if len(rest) > 1 || command(rest[0]) == nil {
 			fmt.Fprintf(stderr, "jobwatch: help %s: no such command\n\n%s", strings.Join(rest, " "), usage)
 			return 2
@@ -139,10 +143,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return run(ctx, []string{rest[0], "-h"}, stdout, stdout)
 	}
 	cmd := command(name)
+	if cmd == nil && strings.HasPrefix(name, "-") {
+		// jobwatch --server URL submit …: the flags belong to the
+		// command, after its name.
+		fmt.Fprintf(stderr, "jobwatch: %s comes after the command: jobwatch COMMAND %s\n\n%s", name, strings.Join(args, " "), usage)
+		return 2
+	}
 	if cmd == nil {
 		fmt.Fprintf(stderr, "jobwatch: unknown command %q\n\n%s", name, usage)
 		return 2
 	}
+	// A command's calls may report retries from goroutines of their own
+	// while the command writes to stderr too.
+	stderr = &lockedWriter{w: stderr}
 	err := cmd(ctx, rest, stdout, stderr)
 	var exit exitCodeError // a job's outcome (wait, watch): its own exit status
 	switch {

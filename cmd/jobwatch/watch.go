@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/term"
@@ -128,6 +130,17 @@ func watch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if !withLogs {
 		showLogs = nil
 	}
+	// A held job stays PENDING until someone starts it: say so once, so
+	// that a watch that shows nothing more does not look stuck.
+	held := false
+	shown := show
+	show = func(j *jobwatchv1.Job) error {
+		if j.GetState() == jobwatchv1.JobState_JOB_STATE_PENDING && !held {
+			held = true
+			fmt.Fprintf(stderr, "jobwatch: watch: job %s is held (PENDING): it waits until it is started (jobwatch start %s)\n", j.GetId(), j.GetId())
+		}
+		return shown(j)
+	}
 
 	last, err := follow(ctx, c, pos[0], show, showLogs, tick)
 	if j := withoutValues(err, "watch", true, stderr); j != nil {
@@ -164,10 +177,13 @@ func follow(ctx context.Context, c *client.Client, id string, show func(*jobwatc
 		msg *jobwatchv1.WatchJobLogsResponse
 		err error
 	}
+	outer := ctx
+	var running sync.WaitGroup
+	defer running.Wait() // nothing of this watch writes after it returns
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	items := make(chan item)
-	go func() {
+	running.Go(func() {
 		defer close(items)
 		for j, err := range c.Watch(ctx, id) {
 			select {
@@ -176,11 +192,11 @@ func follow(ctx context.Context, c *client.Client, id string, show func(*jobwatc
 				return
 			}
 		}
-	}()
+	})
 	var logItems chan logItem // nil: no logs, and this case never fires
 	if showLogs != nil {
 		logItems = make(chan logItem)
-		go func() {
+		running.Go(func() {
 			defer close(logItems)
 			for m, err := range c.WatchLogs(ctx, id, 0) {
 				select {
@@ -189,7 +205,7 @@ func follow(ctx context.Context, c *client.Client, id string, show func(*jobwatc
 					return
 				}
 			}
-		}()
+		})
 	}
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
@@ -231,6 +247,15 @@ func follow(ctx context.Context, c *client.Client, id string, show func(*jobwatc
 	}
 	if terminal != nil {
 		return terminal, show(terminal)
+	}
+	if last == nil || !client.Terminal(last.GetState()) {
+		// The watches stop early only when ctx ends (--timeout, a
+		// signal): the job has not ended, and the exit code must not
+		// say it succeeded.
+		if err := context.Cause(outer); err != nil {
+			return last, err
+		}
+		return last, errors.New("the watch ended before the job did")
 	}
 	return last, nil
 }
@@ -330,6 +355,9 @@ func terminalWidth(w io.Writer) int {
 // enough: /dev/null is one, and it is the stdin of cron jobs and systemd
 // units, which must not be asked a bulk action's question.
 func isTerminal(w io.Writer) bool {
+	if l, ok := w.(*lockedWriter); ok {
+		w = l.w
+	}
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
 }
