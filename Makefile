@@ -21,7 +21,7 @@ test: ts-deps
 	run() { what="$$1"; shift; echo "make test: $$what: $$*"; \
 	  "$$@" || { echo "make test: FAILED: $$what" >&2; failed="$$failed\n  $$what"; }; }; \
 	run "check" $(CHECK); \
-	run "SQLite, race detector on" go test -race -count=1 -timeout 20m ./...; \
+	run "SQLite, race detector on" go test -race -count=1 -timeout 30m ./...; \
 	run "stack sizes, race detector off" go test -count=1 -timeout 5m -run '^TestParkedCallsKeepTheirStacksWithin8KiB$$' ./server/; \
 	run "PostgreSQL, race detector on" env JOBWATCH_TEST_BACKEND=postgres go test -race -count=1 -timeout 20m ./jobs/... ./server/... ./client/... ./cmd/... ./web/... ./ts/...; \
 	if [ -n "$$failed" ]; then printf 'make test: these passes failed:%b\n' "$$failed" >&2; exit 1; fi; \
