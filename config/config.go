@@ -132,6 +132,10 @@ func Load(path string) (*File, error) {
 	return Parse(path, data)
 }
 
+// ErrEmpty is a configuration file with no key at all (empty, or only
+// comments). To run without rules on purpose, the file says {}.
+var ErrEmpty = errors.New("the file is empty or only comments, which would drop every rule; write {} to declare none on purpose")
+
 // Parse checks data as the file path. Every key must be one of the format
 // (docs/OPERATING.md "The configuration file") and of its type; each queue's rules are
 // then checked by the engine's own rule (jobtype.CheckQueueRules), so the
@@ -146,7 +150,10 @@ func Parse(path string, data []byte) (*File, error) {
 	}
 	p := &parser{r: r, f: &File{Path: path}}
 	if root == nil {
-		return p.f, nil // an empty file declares nothing
+		// As the tokens file: a copy that is empty or half-written by a
+		// deploy must not drop every rule unnoticed. {} says it on
+		// purpose.
+		return nil, fmt.Errorf("%s: %w", path, ErrEmpty)
 	}
 	r.Mapping(root, "", yamlread.Fields{
 		"retention": func(k string, v *yaml.Node) { p.f.Retention, _ = r.Duration(v, k) },

@@ -235,9 +235,17 @@ pools:
 	}
 }
 
-func TestAnEmptyFileDeclaresNothing(t *testing.T) {
-	for _, text := range []string{"", "# nothing yet\n"} {
-		f, err := config.Parse("empty.yaml", []byte(text))
+// An empty file is refused, as the tokens file is: a deploy that copied
+// half a file must not drop every rule on SIGHUP. {} declares nothing.
+func TestAnEmptyFileIsRefusedAndBracesDeclareNothing(t *testing.T) {
+	for _, text := range []string{"", "  \n", "# nothing yet\n"} {
+		if _, err := config.Parse("empty.yaml", []byte(text)); !errors.Is(err, config.ErrEmpty) ||
+			!strings.HasPrefix(err.Error(), "empty.yaml: ") || !strings.Contains(err.Error(), "write {}") {
+			t.Errorf("%q: %v; want ErrEmpty naming the file and saying to write {}", text, err)
+		}
+	}
+	for _, text := range []string{"{}", "{} # no rules yet\n"} {
+		f, err := config.Parse("none.yaml", []byte(text))
 		if err != nil {
 			t.Fatalf("%q: %v", text, err)
 		}

@@ -109,6 +109,17 @@ func TestServeAppliesTheConfigAndReloadsItOnSIGHUP(t *testing.T) {
 		t.Errorf("after the refused weight, submit to mail: %v, %v; want the config before it still in effect", mail, err)
 	}
 
+	// So is an empty file, which a deploy's half-written copy can be: it
+	// would drop every rule.
+	writeFile(t, cfg, "# written by the deploy\n")
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "serve to log the refused empty file", func() bool { return strings.Contains(logs.String(), "write {} to declare none on purpose") })
+	if mail, err := submit("mail"); err != nil || mail.GetMaxAttempts() != 5 {
+		t.Errorf("after the refused empty file, submit to mail: %v, %v; want the config before it still in effect", mail, err)
+	}
+
 	select {
 	case j := <-waited:
 		t.Fatalf("the parked wait returned during the reloads: %v", j)
