@@ -14,7 +14,8 @@ import (
 
 // A queue held back by its rate says so in ListQueues (JSON, as the page
 // and curl read it) and in /metrics, and a claim parked on it is handed
-// the next job once the window has room, not before.
+// the next job once the window has room, not before. Once no job waits,
+// ListQueues no longer says it is held.
 func TestAQueueHeldByItsRateSaysSoAndItsParkedClaimIsWokenWhenTheWindowHasRoom(t *testing.T) {
 	const per = 2 * time.Second
 	ts := startServer(t, serverOptions{engine: jobs.Config{
@@ -78,5 +79,10 @@ func TestAQueueHeldByItsRateSaysSoAndItsParkedClaimIsWokenWhenTheWindowHasRoom(t
 		}
 	case <-time.After(callBound + per):
 		t.Fatal("the parked claim was not handed the job once the window had room")
+	}
+	// Nothing waits now: whatever the window holds, the queue holds
+	// nothing back, and ListQueues does not say it does.
+	if r := rate(); r.GetHeldUntil() != nil {
+		t.Errorf("metered's rate with no job queued = %v, want not held", r)
 	}
 }

@@ -30,7 +30,7 @@ var (
 		"The queue's rate.limit: at most this many claims in any window of rate.per; for the queues the configuration gives a rate.",
 		[]string{"queue"}, nil)
 	queueRateHeldDesc = prometheus.NewDesc("jobwatch_queue_rate_held",
-		"1 while the queue is held back by its rate (its window holds rate.limit claims: it hands out none until one leaves the window), else 0; for the queues the configuration gives a rate.",
+		"1 while the queue's rate window is at its limit (it holds rate.limit claims, of some tenant's jobs for a per_tenant rate: no more are handed out until one leaves the window), whether or not jobs wait, else 0; for the queues the configuration gives a rate.",
 		[]string{"queue"}, nil)
 )
 
@@ -64,7 +64,11 @@ func (c *ratesCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // withRates sets rate on ListQueues' rows of the queues the rules give a
-// rate, from one read of their windows.
+// rate, from one read of their windows. held_until is set only while a
+// ready job waits (the row's oldest_queued_age): a window at its limit
+// holds nothing back from an empty queue, and an operator reading "held"
+// there would look for work that is not there. /metrics'
+// jobwatch_queue_rate_held says only that the window is at its limit.
 func (h *queueService) withRates(ctx context.Context, queues []*jobwatchv1.Queue) error {
 	rates, err := h.s.engine.QueueRates(ctx)
 	if err != nil || len(rates) == 0 {
@@ -76,7 +80,7 @@ func (h *queueService) withRates(ctx context.Context, queues []*jobwatchv1.Queue
 			continue
 		}
 		row.Rate = &jobwatchv1.QueueRate{Limit: int32(r.Rate.Limit), Per: durationpb.New(r.Rate.Per), Started: int32(r.Started), PerTenant: r.Rate.PerTenant}
-		if !r.HeldUntil.IsZero() {
+		if !r.HeldUntil.IsZero() && row.GetOldestQueuedAge() != nil {
 			row.Rate.HeldUntil = timestamppb.New(r.HeldUntil)
 		}
 	}

@@ -4500,7 +4500,8 @@ type QueueRate struct {
 	// Claims of the queue's jobs in the window that ends now.
 	Started int32 `protobuf:"varint,3,opt,name=started,proto3" json:"started,omitempty"`
 	// Set while the queue is held back by its rate (started has reached
-	// limit: it hands out no claims): when the window next has room.
+	// limit while ready jobs wait: it hands out no claims): when the window
+	// next has room. An empty queue is never held.
 	HeldUntil *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=held_until,json=heldUntil,proto3" json:"held_until,omitempty"`
 	// The window is each tenant's (the configuration's per_tenant): at
 	// most limit claims of each tenant's jobs per period. Then started is

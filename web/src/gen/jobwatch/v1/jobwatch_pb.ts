@@ -2190,7 +2190,8 @@ export type QueueRate = Message<"jobwatch.v1.QueueRate"> & {
 
   /**
    * Set while the queue is held back by its rate (started has reached
-   * limit: it hands out no claims): when the window next has room.
+   * limit while ready jobs wait: it hands out no claims): when the window
+   * next has room. An empty queue is never held.
    *
    * @generated from field: google.protobuf.Timestamp held_until = 4;
    */
