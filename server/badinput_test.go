@@ -158,6 +158,20 @@ func TestALoneSurrogateIsNamedNotCalledACutBody(t *testing.T) {
 	}
 }
 
+// A body that is not the request in JSON says so in words a curl user
+// reads: the request's name and what is wrong, without protojson's
+// "proto:".
+func TestABodyThatIsNotJSONNamesTheRequest(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	for _, body := range []string{`{"kind":"enrich"`, `{"kind": 3}`, `{kind: "x"}`} {
+		status, got := rawPost(t, ts.url+"/jobwatch.v1.JobService/SubmitJob", "application/json", []byte(body))
+		if status != http.StatusBadRequest || !strings.Contains(got, "the body is not a jobwatch.v1.SubmitJobRequest as JSON: ") ||
+			strings.Contains(got, "proto:") {
+			t.Errorf("%s = %d %s; want 400 naming SubmitJobRequest, without \"proto:\"", body, status, got)
+		}
+	}
+}
+
 // TestAMessageCutShortIsAClientError sends bodies whose envelope (the
 // 5-byte flags-and-length prefix of gRPC, gRPC-Web and Connect streaming
 // messages) promises more than the body holds, as a broken or hostile

@@ -243,7 +243,13 @@ func (c jsonCodec) Unmarshal(data []byte, v any) error {
 			// the body was not cut short.
 			return errors.New("a JSON string holds an escaped half of a UTF-16 surrogate pair (\\ud800 to \\udfff) without its other half, which is not text")
 		}
-		return err
+		// protojson's words without its "proto:" (followed by a space or,
+		// at random, a no-break space), and what the body was meant to be.
+		msg := err.Error()
+		for _, prefix := range []string{"proto: ", "proto:\u00a0"} {
+			msg = strings.TrimPrefix(msg, prefix)
+		}
+		return fmt.Errorf("the body is not a %s as JSON: %s", m.ProtoReflect().Descriptor().FullName(), msg)
 	}
 	md := m.ProtoReflect().Descriptor()
 	if !holdsEnums(md) {
