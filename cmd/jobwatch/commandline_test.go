@@ -38,6 +38,27 @@ func TestEveryCommandExplainsItself(t *testing.T) {
 	if code, _, errOut := runJobwatch(t, "help", "frobnicate"); code != 2 || !strings.Contains(errOut, "no such command") {
 		t.Fatalf("jobwatch help frobnicate = exit %d, %q; want 2 and no such command", code, errOut)
 	}
+	if code, out, _ := runJobwatch(t, "help", "version"); code != 0 || !strings.HasPrefix(out, "Usage: jobwatch version") {
+		t.Errorf("jobwatch help version = exit %d, %q; want 0 and its usage", code, out)
+	}
+}
+
+// The mistakes a new user makes on the command line are answered with
+// what to do instead: exit 2 and a sentence, never the flag package's
+// bare "parse error".
+func TestCommandLineMistakesSayWhatToDo(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--server", "http://127.0.0.1:1", "submit", "k"}, "--server comes after the command: jobwatch COMMAND --server"},
+		{[]string{"serve", "--wait-cap", "5"}, `--wait-cap "5": a duration needs a unit, such as 30s`},
+		{[]string{"wait", "j_1", "--timeout", "10"}, `--timeout "10": a duration needs a unit`},
+	} {
+		if code, _, errOut := runJobwatch(t, tc.args...); code != 2 || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "parse error") {
+			t.Errorf("jobwatch %s = exit %d, stderr %q; want 2 and %q", strings.Join(tc.args, " "), code, errOut, tc.want)
+		}
+	}
 }
 
 func TestServeHelpShowsTheLogLevelAsTheREADMESpellsIt(t *testing.T) {

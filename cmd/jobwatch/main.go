@@ -12,8 +12,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/jobwatch/jobwatch/internal/bench"
 )
@@ -213,5 +215,19 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	name := strings.TrimPrefix(fs.Name(), "jobwatch ")
+	if m := badFlagValue.FindStringSubmatch(err.Error()); m != nil {
+		if f := fs.Lookup(m[2]); f != nil {
+			if g, ok := f.Value.(flag.Getter); ok {
+				if _, ok := g.Get().(time.Duration); ok {
+					// The flag package says only "parse error".
+					err = fmt.Errorf("--%s %q: a duration needs a unit, such as 30s, 5m or 1h30m", m[2], m[1])
+				}
+			}
+		}
+	}
 	return usageError{fmt.Sprintf("%s: %v\nRun \"jobwatch %s -h\" for its flags.", name, err, name)}
 }
+
+// badFlagValue is the flag package's error for a value its flag cannot
+// parse: the value and the flag's name.
+var badFlagValue = regexp.MustCompile(`^invalid value "(.*)" for flag -(\S+): parse error$`)
