@@ -253,6 +253,8 @@ func TestAMessagePrefixAClientMayNotSendIsAClientError(t *testing.T) {
 			withFlags(0x02, getJob), "invalid_argument", "flags 0x02"},
 		{"a gRPC stream message with a reserved flag", "grpc", "/jobwatch.v1.JobService/WatchJob",
 			withFlags(0x04, getJob), "invalid_argument", "flags 0x04"},
+		{"a Connect stream's JSON sent without its frame, as to a unary call", "connect-stream", "/jobwatch.v1.JobService/WatchJob",
+			[]byte(`{"jobId":"j_1"}`), "invalid_argument", "each message of a stream goes behind a 5-byte frame"},
 		{"a gRPC-Web message that promises 4 GiB", "grpc-web", "/jobwatch.v1.JobService/GetJob",
 			[]byte{0, 0xff, 0xff, 0xff, 0xff, '{', '}'}, "resource_exhausted", "over the limit of 4096 bytes"},
 	}
