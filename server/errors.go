@@ -71,8 +71,14 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 		return cerr
 	}
 	if errors.Is(err, jobtype.ErrUnavailable) {
-		// The cause (locked, full, read-only) is the operator's, in the
-		// log; the caller learns what to do.
+		// The details (SQLite's words, the file) are the operator's, in
+		// the log; the caller learns what to do, and the cause when the
+		// store can put it in a caller's words (a full disk, a read-only
+		// file: store/sqlite's UnavailableError).
+		var told interface{ UnavailableCause() string }
+		if errors.As(err, &told) && told.UnavailableCause() != "" {
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%s; nothing was changed: retry with backoff", told.UnavailableCause()))
+		}
 		return connect.NewError(connect.CodeUnavailable, errRetryLater)
 	}
 	s.log.ErrorContext(ctx, "internal error", "op", op, "err", err)

@@ -13,8 +13,11 @@ const storeHealthEvery = 250 * time.Millisecond
 
 // followStoreHealth sets gRPC health (Check and Watch) to NOT_SERVING
 // while the engine's store cannot reach its database (a PostgreSQL that
-// is away), and back to SERVING once it can, until ctx ends. Serve
-// stops it before it turns health NOT_SERVING for good at shutdown.
+// is away, a SQLite file that refuses writes: full, read-only, locked),
+// and back to SERVING once it can, until ctx ends. The store itself
+// probes while it cannot, so health comes back with no caller writing.
+// Serve stops it before it turns health NOT_SERVING for good at
+// shutdown.
 func (s *Server) followStoreHealth(ctx context.Context) {
 	t := time.NewTicker(storeHealthEvery)
 	defer t.Stop()

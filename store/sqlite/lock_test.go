@@ -41,6 +41,14 @@ func TestAWriteUnderAHeldLockAnswersUnavailableInBoundedTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	// slow is a store on the same file whose writes wait a minute for the
+	// lock: a store of its own, since s's Config must not change under
+	// the goroutine that probes s's refused writes.
+	slow, err := OpenWith(path, Config{LockTimeout: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
 	holdWriteLock(t, path)
 
 	t.Run("writes with no deadline of their own, queued in this process, each give up after the lock timeout", func(t *testing.T) {
@@ -70,13 +78,11 @@ func TestAWriteUnderAHeldLockAnswersUnavailableInBoundedTime(t *testing.T) {
 	})
 
 	t.Run("a write whose caller has a shorter deadline answers deadline exceeded before it, no store failure", func(t *testing.T) {
-		s.cfg.LockTimeout = time.Minute
-		defer func() { s.cfg.LockTimeout = lockTimeout }()
 		const timeout = time.Second
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		start := time.Now()
-		_, err := s.CreateJob(ctx, testJob("with-deadline"))
+		_, err := slow.CreateJob(ctx, testJob("with-deadline"))
 		elapsed := time.Since(start)
 		// The deadline was the caller's to set: it says nothing of the
 		// database, so the write is no store failure.
@@ -90,11 +96,9 @@ func TestAWriteUnderAHeldLockAnswersUnavailableInBoundedTime(t *testing.T) {
 	})
 
 	t.Run("a caller that leaves while waiting hears its own cancellation, not a store failure", func(t *testing.T) {
-		s.cfg.LockTimeout = time.Minute
-		defer func() { s.cfg.LockTimeout = lockTimeout }()
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(100*time.Millisecond, cancel)
-		_, err := s.CreateJob(ctx, testJob("left"))
+		_, err := slow.CreateJob(ctx, testJob("left"))
 		if !errors.Is(err, context.Canceled) || errors.Is(err, jobtype.ErrUnavailable) {
 			t.Errorf("err = %v, want context.Canceled only", err)
 		}

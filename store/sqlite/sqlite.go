@@ -128,7 +128,8 @@ type Store struct {
 	cfg   Config
 	// w queues writes for the writer goroutine (writer.go).
 	w *writer
-	// writes tracks episodes of failing writes, so each is logged once.
+	// writes tracks episodes of failing writes, so each is logged once,
+	// and probes the file while one is on (health.go).
 	writes health
 	// deleteBatch bounds one retention transaction, so that a backlog
 	// (the first sweep after a long stop) never holds the single writer
@@ -164,7 +165,21 @@ func Open(path string) (*Store, error) {
 }
 
 // OpenWith is Open with a Config.
+//
+// A file this process cannot write (write-protected, on a read-only
+// file system; SQLite then opens it read-only without a word) or whose
+// disk is full is refused with an error wrapping jobtype.ErrUnavailable
+// and an *UnavailableError that says so: Open makes one harmless write
+// to find out, as a file already in WAL mode (say, left by a process
+// that was killed) and up to date needs none to open.
 func OpenWith(path string, cfg Config) (*Store, error) {
+	return open(path, cfg, "")
+}
+
+// open is OpenWith; writerParams are added to the writer connection's
+// URI parameters (a test opens it with mode=ro, as SQLite itself does a
+// file it may not write).
+func open(path string, cfg Config, writerParams string) (*Store, error) {
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
 		return nil, fmt.Errorf("open sqlite: %q is not a file path", path)
 	}
@@ -181,7 +196,7 @@ func OpenWith(path string, cfg Config) (*Store, error) {
 	// writerConnector the one it has no parameter for.
 	write := sql.OpenDB(writerConnector(dsn(path, fmt.Sprintf(
 		"_journal_mode=WAL&_synchronous=FULL&_busy_timeout=%d&_foreign_keys=on&_recursive_triggers=on&_txlock=immediate&_stmt_cache_size=%d",
-		busyStep.Milliseconds(), stmtCacheSize))))
+		busyStep.Milliseconds(), stmtCacheSize)+writerParams)))
 	write.SetMaxOpenConns(1)
 	write.SetMaxIdleConns(1)
 	write.SetConnMaxLifetime(0)
@@ -198,11 +213,18 @@ func OpenWith(path string, cfg Config) (*Store, error) {
 	ctx := context.Background()
 	if err := write.PingContext(ctx); err != nil {
 		write.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, jobtype.ErrUnavailable, err)
+		return nil, fmt.Errorf("open sqlite %s: %w", path, withRemedy(unavailable(err)))
 	}
 	if err := s.migrate(ctx); err != nil {
 		write.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+		return nil, fmt.Errorf("open sqlite %s: %w", path, withRemedy(err))
+	}
+	// SQLite opens a file it may not write read-only without a word, and
+	// a file already in WAL mode and up to date needs no write to open:
+	// only a write shows it, so one is made before the store is used.
+	if err := s.probeOpen(ctx); err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, withRemedy(err))
 	}
 
 	// The read pool opens after the writer has made the file WAL, which is
@@ -212,16 +234,18 @@ func OpenWith(path string, cfg Config) (*Store, error) {
 		"_busy_timeout=%d&_foreign_keys=on&_query_only=1", cfg.LockTimeout.Milliseconds())))
 	if err != nil {
 		write.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, jobtype.ErrUnavailable, err)
+		return nil, fmt.Errorf("open sqlite %s: %w", path, unavailable(err))
 	}
 	read.SetMaxOpenConns(readConns)
 	read.SetMaxIdleConns(readConns)
 	if err := read.PingContext(ctx); err != nil {
 		write.Close()
 		read.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, jobtype.ErrUnavailable, err)
+		return nil, fmt.Errorf("open sqlite %s: %w", path, withRemedy(unavailable(err)))
 	}
 	s.read = read
+	s.writes.probe = s.probeWrite
+	s.writes.closing, s.writes.stop = context.WithCancel(context.Background())
 	s.feed = openFeed(path)
 	if s.ckpt, err = openCheckpointer(path); err != nil {
 		write.Close()
@@ -294,6 +318,7 @@ func dsn(path, params string) string {
 // made afterwards, fail with jobtype.ErrUnavailable and write nothing.
 func (s *Store) Close() error {
 	s.w.close()
+	s.writes.close()
 	<-s.w.stopped
 	s.feed.close()
 	return errors.Join(s.ckpt.close(), s.read.Close(), s.write.Close())
@@ -301,18 +326,31 @@ func (s *Store) Close() error {
 
 // classify wraps the errors that mean "the database cannot be used right
 // now" (locked by another process beyond the busy timeout, unreadable,
-// full) with jobtype.ErrUnavailable; nothing was written in those cases.
+// full, read-only) with jobtype.ErrUnavailable; nothing was written in
+// those cases. A full disk and a read-only file also carry their cause in
+// a caller's words (UnavailableError). An error that already wraps
+// jobtype.ErrUnavailable is returned as it is.
 func classify(err error) error {
 	var se sqlite3.Error
-	if !errors.As(err, &se) {
+	if !errors.As(err, &se) || errors.Is(err, jobtype.ErrUnavailable) {
 		return err
 	}
 	switch se.Code {
 	case sqlite3.ErrBusy, sqlite3.ErrLocked, sqlite3.ErrCantOpen, sqlite3.ErrIoErr,
 		sqlite3.ErrFull, sqlite3.ErrNotADB, sqlite3.ErrCorrupt, sqlite3.ErrPerm, sqlite3.ErrReadonly:
-		return fmt.Errorf("%w: %w", jobtype.ErrUnavailable, err)
+		return &UnavailableError{Cause: causeOf(se), err: fmt.Errorf("%w: %w", jobtype.ErrUnavailable, err)}
 	}
 	return err
+}
+
+// unavailable is classify for an error that stops the file from being
+// opened at all: one SQLite does not call a failure of the database (or
+// no SQLite error) is jobtype.ErrUnavailable too.
+func unavailable(err error) error {
+	if err = classify(err); errors.Is(err, jobtype.ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", jobtype.ErrUnavailable, err)
 }
 
 func isUniqueViolation(err error) bool {

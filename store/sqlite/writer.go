@@ -63,6 +63,9 @@ type writeRequest struct {
 	statement bool
 	state     atomic.Int32
 	done      chan struct{} // closed by the writer once err, panicked and wrote are set
+	// probe: the write is health's probe (probeWrite), whose refusals
+	// are not callers' writes refused, and are not counted.
+	probe bool
 
 	err      error
 	panicked any  // what fn panicked with, to panic again in the caller
@@ -249,11 +252,16 @@ func leftError(what string, err error) error {
 
 // submitWrite queues the write and waits for its answer.
 func (s *Store) submitWrite(ctx context.Context, what string, fn func(ctx context.Context, tx *sql.Tx) error, statement bool) error {
+	return s.submit(&writeRequest{ctx: ctx, what: what, fn: fn, statement: statement, done: make(chan struct{})})
+}
+
+// submit queues r and waits for its answer.
+func (s *Store) submit(r *writeRequest) error {
+	ctx, what := r.ctx, r.what
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s: wait for the database: %w", what, err)
 	}
 	start := time.Now()
-	r := &writeRequest{ctx: ctx, what: what, fn: fn, statement: statement, done: make(chan struct{})}
 	if !s.w.enqueue(r) {
 		return fmt.Errorf("%s: %w", what, errClosed)
 	}
@@ -268,7 +276,9 @@ func (s *Store) submitWrite(ctx context.Context, what string, fn func(ctx contex
 	}
 	if r.state.CompareAndSwap(writeQueued, writeAbandoned) {
 		err := fmt.Errorf("%s: %w", what, s.w.lockWaitError(ctx, start, callers))
-		s.writes.observe(err, false)
+		if !r.probe {
+			s.writes.observe(err, false)
+		}
 		return err
 	}
 	<-r.done // the writer has it: its answer comes after its commit
@@ -280,7 +290,7 @@ func (s *Store) answer(r *writeRequest) error {
 	if r.panicked != nil {
 		panic(r.panicked)
 	}
-	if !errors.Is(r.err, errClosed) {
+	if !errors.Is(r.err, errClosed) && (!r.probe || r.err == nil) {
 		s.writes.observe(r.err, r.wrote)
 	}
 	return r.err
