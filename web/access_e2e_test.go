@@ -84,8 +84,6 @@ func TestThePageOffersWhatItsTokenMayDoBeforeAnyClick(t *testing.T) {
 		defer closeTab()
 		p := &page{t: t, ctx: tab}
 		p.do("open the page", chromedp.Navigate("http://"+addr+"/"))
-		p.do("forget the tenant another tab chose", chromedp.Evaluate[chromedp.Void](`localStorage.removeItem("jobwatch.tenant")`))
-		p.do("open it again", chromedp.Navigate("http://"+addr+"/"))
 		p.waitFor("the feed waiting for a token", `document.getElementById("status").dataset.status === "unauthenticated"`)
 		useTokenOn(p, adminToken)
 		p.waitFor("the tenant field naming the default tenant", `document.getElementById("status").dataset.status === "live" && `+

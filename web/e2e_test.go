@@ -381,7 +381,7 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 			Pools: map[string]int{"db": 4},
 			Queues: map[string]jobtype.QueueRules{
 				"index":   {Serial: true, Uses: []string{"db"}},
-				"reports": {MaxRunning: 8, Uses: []string{"db"}},
+				"reports": {MaxRunning: 8, MaxRunningPerTenant: 2, Uses: []string{"db"}},
 				"deploys": {AlertAfter: time.Second},
 			},
 		}); err != nil {
@@ -393,7 +393,7 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 		p.waitFor("index as serial", textIs(queueRow("index")+" .mode", "serial"))
 		p.waitFor("index's pool use", textIs(queueRow("index")+" .pools", "db 1/4"))
 		p.waitFor("index's counts", textIs(queueRow("index")+" .queued", "1")+" && "+textIs(queueRow("index")+" .running", "1"))
-		p.waitFor("reports as bounded parallel, sharing the pool", textIs(queueRow("reports")+" .mode", "parallel · max 8")+" && "+textIs(queueRow("reports")+" .pools", "db 1/4"))
+		p.waitFor("reports as bounded parallel, sharing the pool", textIs(queueRow("reports")+" .mode", "parallel · max 8, 2/tenant")+" && "+textIs(queueRow("reports")+" .pools", "db 1/4"))
 		p.waitFor("an undeclared queue as parallel without pools", textIs(queueRow("default")+" .mode", "parallel")+" && "+textIs(queueRow("default")+" .pools", ""))
 		// No schedules (and a server that cannot list them yet): no
 		// section, and no error.

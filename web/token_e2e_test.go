@@ -140,3 +140,76 @@ func TestAClientTokenOpensItsOwnTenant(t *testing.T) {
 		`!document.getElementById("banner").hidden && document.getElementById("banner").textContent.includes("may not use tenant “default”")`)
 	p.waitFor("the tenant named", `document.getElementById("tenant").value === "acme"`)
 }
+
+// A tenant typed in one tab stays that tab's: a new tab with no tenant in
+// its address opens on the caller's own, so a client token of another
+// tenant shows its tenant with no refusal, and the new tab never names
+// the tenant the other tab's user typed.
+func TestATenantTypedInOneTabStaysOutOfANewTab(t *testing.T) {
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	const (
+		adminToken  = "jw_e2e-tabs-admin-token"
+		globexToken = "jw_e2e-tabs-globex-client-token"
+	)
+	tokens, err := auth.ParseTokens("tokens.yaml", []byte(fmt.Sprintf("tokens:\n"+
+		"  - sha256: %s\n    role: admin\n"+
+		"  - sha256: %s\n    tenant: globex\n    role: client\n",
+		auth.Digest(adminToken), auth.Digest(globexToken))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	srv := startServer(t, addr, filepath.Join(t.TempDir(), "jobwatch.db"), func(c *server.Config) { c.Tokens = tokens })
+	defer srv.shutdown(t)
+	acme, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Tenant: "acme", Kind: "billing.invoice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	globex, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Tenant: "globex", Kind: "billing.invoice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	browser := newTab(t, ctx)
+	admin := &page{t: t, ctx: browser}
+	admin.do("open the page", chromedp.Navigate("http://"+addr+"/"))
+	admin.waitFor("the feed waiting for a token", `document.getElementById("status").dataset.status === "unauthenticated"`)
+	useTokenOn(admin, adminToken)
+	admin.do("type tenant acme", chromedp.Evaluate[chromedp.Void](
+		`{document.getElementById("tenant").value = "acme"; document.getElementById("tenant-form").requestSubmit();}`))
+	admin.waitFor("acme's job", exists(row(acme.ID))+" && "+absent(row(globex.ID)))
+
+	tab, closeTab := chromedp.NewContext(browser)
+	defer closeTab()
+	p := &page{t: t, ctx: tab}
+	p.do("open the page in a new tab", chromedp.Navigate("http://"+addr+"/"))
+	// Everything the tab shows from now on, the tenant field included.
+	p.do("watch for the other tab's tenant", chromedp.Evaluate[chromedp.Void](`{
+		window.named = [];
+		const look = () => {
+			const field = document.getElementById("tenant").value;
+			if (document.body.innerText.includes("acme") || field === "acme") window.named.push(document.body.innerText + " | field: " + field);
+		};
+		look();
+		new MutationObserver(look).observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true});
+		setInterval(look, 20);
+	}`))
+	p.waitFor("the feed waiting for a token", `document.getElementById("status").dataset.status === "unauthenticated" && !document.getElementById("banner").hidden`)
+	useTokenOn(p, globexToken)
+	p.waitFor("globex's job, and only globex's", exists(row(globex.ID))+" && "+absent(row(acme.ID)))
+	p.waitFor("live, with no refusal", `document.getElementById("status").dataset.status === "live" && document.getElementById("banner").hidden`)
+	p.waitFor("the tenant named", `document.getElementById("tenant").value === "globex"`)
+	named, err := chromedp.Run(tab, chromedp.Evaluate[[]string](`window.named`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(named) > 0 {
+		t.Errorf("the new tab named the tenant the other tab's user typed:\n%s", named[0])
+	}
+
+	admin.do("reload the first tab", chromedp.Reload())
+	admin.waitFor("acme still shown there", `document.getElementById("tenant").value === "acme" && `+exists(row(acme.ID)))
+}

@@ -3,6 +3,7 @@
 // not do. An action never runs from one click: the first click asks, in
 // the page (a window.confirm would block the page, hide the stream's
 // changes while open, and no test could click it), and only "yes" acts.
+import { Code, ConnectError } from "@connectrpc/connect";
 import { h, setText } from "./dom";
 
 // Action names what an operator does; the same words as the RPCs.
@@ -13,7 +14,7 @@ export type Action = "retry" | "cancel" | "delete" | "pause" | "resume" | "retry
 export class ActionButton {
   readonly el: HTMLElement;
   readonly button: HTMLButtonElement;
-  private readonly reason = h("span", { class: "muted reason" });
+  private readonly reason = h("span", { class: "muted reason", tabindex: "-1" });
 
   constructor(
     readonly action: Action,
@@ -28,48 +29,94 @@ export class ActionButton {
 
   // set enables the button when reason is "", else disables it and says
   // why. A hidden button is one that makes no sense here at all.
+  // A button disabled while it has the keyboard (what it acts on changed,
+  // as after its own action) hands it to the reason beside it: the
+  // browser would drop it to the top of the page.
   set(reason: string, hidden = false): void {
+    const focused = document.activeElement === this.button;
     this.el.hidden = hidden;
     this.button.disabled = reason !== "";
     this.button.title = reason;
     setText(this.reason, reason);
     this.reason.hidden = reason === "";
+    if (focused && !hidden && reason !== "") {
+      this.reason.focus();
+    }
   }
 }
 
 // Confirm is the question an action asks before it runs, with the
 // outcome said in the same place once it has.
+//
+// The keyboard stays where the person is: the question takes it (on
+// "yes"); Keep, or Escape anywhere in the question, withdraws the question
+// and gives it back to the button that asked; once the action has run it
+// goes back to that button, or to the outcome when the button is gone or
+// disabled (a paused queue's Pause, a cancelled job's Cancel). Where the
+// button that asked cannot take it back, the confirmation's own place does,
+// so Tab goes on from there, never from the top of the page.
 export class Confirm {
   readonly el: HTMLElement;
   private readonly question = h("span", { class: "question" });
   private readonly yes = h("button", { type: "button", class: "confirm-yes danger" });
   private readonly no = h("button", { type: "button", class: "confirm-no" }, "Keep");
   private readonly ask = h("div", { class: "confirm-ask", role: "group" }, this.question, this.yes, this.no);
-  private readonly outcome = h("p", { class: "outcome", role: "status" });
+  private readonly outcome = h("p", { class: "outcome", role: "status", tabindex: "-1" });
   private run: (() => Promise<string>) | undefined;
+  // asker is the button whose question is shown, or whose action runs.
+  private asker: HTMLElement | undefined;
   // Each question has a number: the outcome of an action the user has
   // since left (another question, another job) is not shown over it.
   private asked = 0;
 
   constructor() {
-    this.el = h("div", { class: "confirm" }, this.ask, this.outcome);
+    this.el = h("div", { class: "confirm", tabindex: "-1" }, this.ask, this.outcome);
     this.ask.hidden = true;
     this.outcome.hidden = true;
-    this.no.addEventListener("click", () => this.reset());
+    this.no.addEventListener("click", () => this.dismiss());
     this.yes.addEventListener("click", () => void this.confirm());
+    this.ask.addEventListener("keydown", (e) => {
+      if (e.key === "Escape" && this.dismiss()) {
+        // Only the question: not the details panel around it.
+        e.preventDefault();
+        e.stopPropagation();
+      }
+    });
   }
 
-  // request asks question; yes runs act, whose answer (what it did) or
-  // error message is then shown.
-  request(question: string, yesLabel: string, act: () => Promise<string>): void {
+  // request asks question for the button asker; yes runs act, whose
+  // answer (what it did) or error message is then shown.
+  request(question: string, yesLabel: string, act: () => Promise<string>, asker?: HTMLElement): void {
     this.asked++;
     this.run = act;
+    this.asker = asker;
     setText(this.question, question);
     setText(this.yes, yesLabel);
     this.yes.disabled = false;
     this.outcome.hidden = true;
     this.ask.hidden = false;
     this.yes.focus();
+  }
+
+  // asking reports whether a question waits for its answer.
+  get asking(): boolean {
+    return this.run !== undefined;
+  }
+
+  // dismiss withdraws a question not yet answered, as Keep does, and
+  // gives the keyboard back to the button that asked; false if there was
+  // none to withdraw.
+  dismiss(): boolean {
+    if (this.run === undefined) {
+      return false;
+    }
+    const asker = this.asker;
+    const hadFocus = this.holdsFocus();
+    this.reset();
+    if (hadFocus || (asker !== undefined && asker === document.activeElement)) {
+      this.giveFocusBack(asker, this.el);
+    }
+    return true;
   }
 
   // reset forgets the question and the last outcome (another job shown).
@@ -84,7 +131,7 @@ export class Confirm {
   // about is gone; an action already running, and its outcome, stay.
   withdraw(): void {
     if (this.run !== undefined) {
-      this.reset();
+      this.dismiss();
     }
   }
 
@@ -94,6 +141,7 @@ export class Confirm {
       return;
     }
     const asked = this.asked;
+    const asker = this.asker;
     this.run = undefined;
     this.yes.disabled = true;
     let said: string;
@@ -107,11 +155,41 @@ export class Confirm {
     if (asked !== this.asked) {
       return;
     }
+    // Taken before the question hides: hiding it drops the keyboard.
+    const hadFocus = this.holdsFocus();
     this.ask.hidden = true;
     setText(this.outcome, said);
     this.outcome.dataset["failed"] = String(failed);
     this.outcome.hidden = false;
+    if (hadFocus) {
+      this.giveFocusBack(asker, this.outcome);
+    }
   }
+
+  // holdsFocus reports whether the keyboard is in the question, or was
+  // there until a button of it was disabled or hidden (which leaves it on
+  // the page's body): not when the person has moved on elsewhere.
+  private holdsFocus(): boolean {
+    const active = document.activeElement;
+    return active === null || active === document.body || this.el.contains(active);
+  }
+
+  private giveFocusBack(asker: HTMLElement | undefined, otherwise: HTMLElement): void {
+    if (asker !== undefined && usable(asker)) {
+      asker.focus();
+    } else {
+      otherwise.focus();
+    }
+  }
+}
+
+// usable reports whether el can take the keyboard: on the page, shown and
+// not disabled.
+function usable(el: HTMLElement): boolean {
+  if (!el.isConnected || el.closest("[hidden]") !== null) {
+    return false;
+  }
+  return !(el instanceof HTMLButtonElement && el.disabled);
 }
 
 // Access is what the page knows of its token, from GetServerInfo's
@@ -174,4 +252,40 @@ export class Refusals {
   clear(): void {
     this.reasons.clear();
   }
+}
+
+// unreachable reports whether err (a ConnectError, or the library's
+// JobwatchError around one) says the call never reached the server:
+// fetch itself failed (refused, reset, offline: a TypeError such as
+// "Failed to fetch", which connect-es passes on as unknown or unavailable
+// with that error as its cause), or a proxy in front of a stopped server
+// answered 502, 503 or 504 ("HTTP 503", unavailable). An unavailable the
+// server itself sent ("database is unavailable") is not: its words say
+// more than the page's.
+export function unreachable(err: unknown): boolean {
+  const ce = err instanceof ConnectError ? err : err instanceof Error ? err.cause : undefined;
+  if (!(ce instanceof ConnectError) || (ce.code !== Code.Unknown && ce.code !== Code.Unavailable)) {
+    return false;
+  }
+  const local = ce.cause instanceof Error && !(ce.cause instanceof ConnectError);
+  return local || (ce.code === Code.Unavailable && /^HTTP 50[234]$/.test(ce.rawMessage));
+}
+
+// What was not done, action by action, for a call that could not reach
+// the server. A connection that broke after the server acted is the rare
+// exception: the change then arrives on the page's stream once it is
+// live again.
+const notDone: Record<Action, string> = {
+  retry: "the job was not retried",
+  cancel: "the job was not cancelled",
+  delete: "the job was not deleted",
+  pause: "the queue was not paused",
+  resume: "the queue was not resumed",
+  "retry-failed": "nothing was retried",
+};
+
+// unreachableText is what an action's outcome says when the server
+// cannot be reached, in the page's words rather than the browser's.
+export function unreachableText(action: Action): string {
+  return `the server cannot be reached; ${notDone[action]}. Try again once the page is live.`;
 }

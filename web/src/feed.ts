@@ -54,9 +54,10 @@ export interface FeedOptions {
   backoffMs?: (attempt: number) => number;
 }
 
-// A stream that ran at least this long was healthy: if it ended OK, the
-// server rotated it (its lifetime limit) and the feed dials again at once,
-// without a banner; if it failed, the backoff starts over.
+// A stream that ran at least this long and ended OK was rotated by the
+// server (its lifetime limit): the feed dials again at once, without a
+// banner. A shorter one that ended OK counts as a failure, so a server
+// that ends every stream at once is not dialled in a tight loop.
 const healthyStreamMs = 1000;
 
 export function backoffMs(attempt: number): number {
@@ -64,8 +65,8 @@ export function backoffMs(attempt: number): number {
   return ceiling / 2 + (Math.random() * ceiling) / 2;
 }
 
-// How one stream ended.
-type Ending = { kind: "ended" } | { kind: "silent" } | { kind: "failed"; error: ConnectError };
+// How one stream ended, and whether it was live before it did.
+type Ending = ({ kind: "ended" } | { kind: "silent" } | { kind: "failed"; error: ConnectError }) & { live: boolean };
 
 export class JobFeed {
   private resumeToken = "";
@@ -99,6 +100,11 @@ export class JobFeed {
 
   private async run(): Promise<void> {
     const stopped = this.abort.signal;
+    // failures counts the attempts of this outage. A stream that went
+    // live ends the outage before it, however it ends itself (a server
+    // shut down cleanly ends its streams OK): the next outage starts at
+    // attempt 1, with the shortest wait. Time alone proves nothing: a
+    // dial to a server that is down may hang for seconds before it fails.
     let failures = 0;
     this.listener.status({ kind: "connecting" });
     while (!stopped.aborted) {
@@ -106,6 +112,9 @@ export class JobFeed {
       const end = await this.follow();
       if (stopped.aborted) {
         return;
+      }
+      if (end.live) {
+        failures = 0;
       }
       const healthy = Date.now() - began >= healthyStreamMs;
       let reason = "the stream ended";
@@ -138,9 +147,6 @@ export class JobFeed {
           return;
         }
         reason = ce.code === Code.Unknown || ce.code === Code.Unavailable ? "the server cannot be reached" : ce.rawMessage;
-      }
-      if (healthy) {
-        failures = 0;
       }
       // A silent stream already waited silenceMs: dial again at once.
       const wait = end.kind === "silent" ? 0 : this.backoffMs(failures);
@@ -208,9 +214,9 @@ export class JobFeed {
           }
         }
       }
-      return { kind: "ended" };
+      return { kind: "ended", live };
     } catch (err) {
-      return silent ? { kind: "silent" } : { kind: "failed", error: ConnectError.from(err) };
+      return silent ? { kind: "silent", live } : { kind: "failed", error: ConnectError.from(err), live };
     } finally {
       clearTimeout(watchdog);
       clearTimeout(settle);

@@ -11,7 +11,7 @@ import {
   UnauthenticatedError,
   toJobwatchError,
 } from "@jobwatch/client";
-import { accessReason, ActionButton, Confirm, Refusals, type Access, type Action } from "./actions";
+import { accessReason, ActionButton, Confirm, Refusals, unreachable, unreachableText, type Access, type Action } from "./actions";
 import { client, jobClient, queueClient, savedToken, saveToken } from "./api";
 import { BatchProgress, batchFromURL, urlWithBatch } from "./batch";
 import { byId, setData, setText } from "./dom";
@@ -19,10 +19,10 @@ import { JobFeed, type FeedStatus } from "./feed";
 import { JobState, type Job } from "./gen/jobwatch/v1/jobwatch_pb";
 import { LogPane } from "./logview";
 import { JobBook, summaryOf } from "./model";
+import { initialTenant, rememberTenant } from "./tenant";
 import { BatchBar, Detail, JobList, QueueTable, ScheduleTable, type BatchLinks, type JobOps, type QueueOps } from "./views";
 import "./style.css";
 
-const tenantKey = "jobwatch.tenant";
 const queuePollMs = 5000;
 // The list keeps every active job and at most this many in all.
 const maxJobsShown = 200;
@@ -124,9 +124,15 @@ const retryFailed = new ActionButton("retry-failed", "Retry all failed", () =>
     `Retry every failed job of ${viewLabel()}? ${book.count(JobState.FAILED)} shown here, and any older ones.`,
     "Retry all failed",
     () => act("retry-failed", "Retry all failed", retryAllFailed),
+    retryFailed.button,
   ),
 );
 byId("jobs-actions").append(retryFailed.el);
+byId("jobs-actions").addEventListener("keydown", (e) => {
+  if (e.key === "Escape" && jobsConfirm.dismiss()) {
+    e.preventDefault();
+  }
+});
 byId("jobs-confirm").append(jobsConfirm.el);
 const schedules = new ScheduleTable(byId("schedules-panel"), byId("schedules"), select);
 
@@ -134,8 +140,9 @@ const schedules = new ScheduleTable(byId("schedules-panel"), byId("schedules"), 
 // The server confines a client token to its tenant and reads an empty
 // tenant as that one (and as "default" for a caller confined to none), so
 // a client token opens its own tenant without the page having to know
-// its name: the page asks for "" unless the user named a tenant.
-let tenant = initialTenant();
+// its name: the page asks for "" unless the user named a tenant, in this
+// tab (tenant.ts).
+let tenant = initialTenant(new URL(location.href), sessionStorage, localStorage);
 // ownTenant is the name the server gave "" (learned from the jobs it
 // sends, which carry their tenant); "" until one arrives.
 let ownTenant = "";
@@ -149,11 +156,6 @@ let feedStatus: FeedStatus = { kind: "connecting" };
 // tenant; progress counts its jobs while it is set.
 let batch = batchFromURL(new URL(location.href));
 let progress: BatchProgress | undefined;
-
-function initialTenant(): string {
-  const fromURL = new URLSearchParams(location.search).get("tenant");
-  return fromURL || localStorage.getItem(tenantKey) || "";
-}
 
 // shownTenant is the name of the tenant on screen, "" while the page asks
 // for its own and has not learned the name yet.
@@ -331,7 +333,10 @@ function renderBanner(now: number): void {
     setText(bannerText, `The server does not take this token: ${s.reason}. Enter another token.`);
     setText(bannerWhen, "");
   } else if (s.kind === "unauthenticated") {
-    setText(bannerText, `The server wants a token for ${tenantLabel()}: ${s.reason}`);
+    // With no tenant named, which one the page shows depends on the token
+    // still to come (a client token's own): name none yet.
+    const of = shownTenant() === "" ? "" : ` for ${tenantLabel()}`;
+    setText(bannerText, `The server wants a token${of}: ${s.reason}`);
     setText(bannerWhen, "");
   } else if (s.kind === "denied") {
     setText(bannerText, `This token may not show ${tenantLabel()}: ${callNames(s.reason)}. Enter another token.`);
@@ -489,6 +494,9 @@ async function act(action: Action, what: string, run: () => Promise<string>): Pr
   try {
     return await run();
   } catch (err) {
+    if (unreachable(err)) {
+      throw new Error(`${what}: ${unreachableText(action)}`);
+    }
     const e = refusalOf(err);
     if (e instanceof PermissionDeniedError) {
       refusals.refuse(action, `not with this token: ${e.rawMessage}`);
@@ -539,6 +547,9 @@ async function retryAllFailed(): Promise<string> {
       changed += res.changed;
       pageToken = res.nextPageToken;
     } catch (err) {
+      if (matched > 0n && unreachable(err)) {
+        throw new Error(`the server cannot be reached; the pages before it retried ${changed} of ${matched}. Try again once the page is live.`);
+      }
       if (matched > 0n) {
         const e = refusalOf(err);
         throw new JobwatchError(e.code, `${e.rawMessage} (the pages before it retried ${changed} of ${matched})`, { cause: err });
@@ -562,7 +573,7 @@ function showError(what: string, err: unknown): void {
   if (e instanceof UnauthenticatedError) {
     tokenForm.hidden = false;
   }
-  setText(errorEl, `${what}: ${e.rawMessage || e.codeName}`);
+  setText(errorEl, `${what}: ${unreachable(err) ? "the server cannot be reached" : e.rawMessage || e.codeName}`);
   errorEl.hidden = false;
   clearTimeout(errorTimer);
   errorTimer = setTimeout(() => (errorEl.hidden = true), 6000);
@@ -721,11 +732,7 @@ tenantForm.addEventListener("submit", (e) => {
   ownTenant = "";
   deniedTenant = "";
   showTenantName();
-  if (tenant === "") {
-    localStorage.removeItem(tenantKey);
-  } else {
-    localStorage.setItem(tenantKey, tenant);
-  }
+  rememberTenant(sessionStorage, tenant);
   // A ?tenant= in the address would bring the old tenant back on reload;
   // a batch is a tenant's, so another tenant shows all its jobs.
   batch = "";
@@ -745,8 +752,10 @@ tenantForm.addEventListener("submit", (e) => {
   startFeed();
 });
 tenantInput.addEventListener("change", () => tenantForm.requestSubmit());
+// Escape withdraws the question the details ask, if any; the next one
+// closes them.
 byId("detail").addEventListener("keydown", (e) => {
-  if (e.key === "Escape") {
+  if (e.key === "Escape" && !detail.dismissQuestion()) {
     closeDetail();
   }
 });

@@ -3,7 +3,7 @@
 // when, and each queue's busiest tenants. web/test/queues.test.ts tests
 // it in Node.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { JobState, type Queue, type QueueDepth, type QueueRate, type Schedule } from "./gen/jobwatch/v1/jobwatch_pb";
+import { JobState, QueueMode, type Queue, type QueueDepth, type QueueRate, type Schedule } from "./gen/jobwatch/v1/jobwatch_pb";
 import { durationText, periodText } from "./format";
 import { isTerminal, millis, stateName } from "./model";
 
@@ -149,4 +149,20 @@ export function rateText(rate: QueueRate | undefined): string {
     return `${who} by its rate until ${timestampDate(rate.heldUntil).toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" })} (${per})`;
   }
   return `rate ${per} · ${rate.started} in window`;
+}
+
+// modeText is what a queue's row says of how it runs its jobs, its bounds
+// as `jobwatch queues` puts them: "parallel · max 4, 2/tenant",
+// "serial · max 1", "parallel · 2/tenant", "parallel". A serial queue
+// runs one job of each tenant at a time anyway.
+export function modeText(q: Queue): string {
+  const bounds: string[] = [];
+  if (q.maxRunning > 0) {
+    bounds.push(`max ${q.maxRunning}`);
+  }
+  if (q.maxRunningPerTenant > 0) {
+    bounds.push(`${q.maxRunningPerTenant}/tenant`);
+  }
+  const mode = q.mode === QueueMode.SERIAL ? "serial" : "parallel";
+  return bounds.length === 0 ? mode : `${mode} · ${bounds.join(", ")}`;
 }

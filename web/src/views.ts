@@ -2,11 +2,11 @@
 // updates them in place, so a stream of snapshots never rebuilds (and
 // never flickers) what is already on screen.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { JobState, QueueMode, type Job, type Queue, type QueueDepth, type Schedule } from "./gen/jobwatch/v1/jobwatch_pb";
+import { JobState, type Job, type Queue, type QueueDepth, type Schedule } from "./gen/jobwatch/v1/jobwatch_pb";
 import { age, clockTime, durationText, jsonText, periodText } from "./format";
 import { h, setAttr, setData, setText, svg } from "./dom";
 import { ActionButton, Confirm, type Action } from "./actions";
-import { alertingText, drainedText, lastState, leftOutText, nextRun, pausedText, rateText, spark, tenantLines, tenantsLabel, type NextRun } from "./queues";
+import { alertingText, drainedText, lastState, leftOutText, modeText, nextRun, pausedText, rateText, spark, tenantLines, tenantsLabel, type NextRun } from "./queues";
 import { isTerminal, millis, stateName, type JobBook } from "./model";
 import type { LogPane } from "./logview";
 import { outcomeShares, type BatchCounts } from "./batch";
@@ -362,14 +362,14 @@ export class Detail {
     this.retry = new ActionButton("retry", "Retry", () => {
       const id = this.jobId;
       const how = this.waitsAgain ? "" : " at once, without waiting for the jobs it runs after";
-      this.confirm.request(`Retry job ${id}? It is queued again${how}, with as many more attempts as its queue's retry rule allows.`, "Retry", () => ops.retry(id));
+      this.confirm.request(`Retry job ${id}? It is queued again${how}, with as many more attempts as its queue's retry rule allows.`, "Retry", () => ops.retry(id), this.retry.button);
     });
     this.cancel = new ActionButton(
       "cancel",
       "Cancel job",
       () => {
         const id = this.jobId;
-        this.confirm.request(`Cancel job ${id}? A running attempt is told to stop.`, "Cancel job", () => ops.cancel(id));
+        this.confirm.request(`Cancel job ${id}? A running attempt is told to stop.`, "Cancel job", () => ops.cancel(id), this.cancel.button);
       },
       true,
     );
@@ -378,7 +378,7 @@ export class Detail {
       "Delete",
       () => {
         const id = this.jobId;
-        this.confirm.request(`Delete job ${id}? It is gone for good, with its history.`, "Delete", () => ops.delete(id));
+        this.confirm.request(`Delete job ${id}? It is gone for good, with its history.`, "Delete", () => ops.delete(id), this.remove.button);
       },
       true,
     );
@@ -409,6 +409,13 @@ export class Detail {
 
   get shown(): string {
     return this.jobId;
+  }
+
+  // dismissQuestion withdraws the question the details ask, if any, and
+  // reports whether there was one: Escape takes back the question first,
+  // and only then closes the details.
+  dismissQuestion(): boolean {
+    return this.confirm.dismiss();
   }
 
   // show renders job, the feed's summary, with the payload and result of
@@ -671,6 +678,13 @@ export class QueueTable {
     private readonly ops: QueueOps,
   ) {
     confirmAt.append(this.confirm.el);
+    // Escape on the button that asked withdraws its question too (in the
+    // question, the question itself sees to it).
+    body.addEventListener("keydown", (e) => {
+      if (e.key === "Escape" && this.confirm.dismiss()) {
+        e.preventDefault();
+      }
+    });
   }
 
   // update shows one queue as PauseQueue or ResumeQueue answered it.
@@ -768,10 +782,10 @@ class QueueRow {
     confirm: Confirm,
   ) {
     this.pause = new ActionButton("pause", "Pause", () =>
-      confirm.request(`Pause queue ${name}? It hands out no jobs until resumed; running jobs finish, new ones are still accepted.`, "Pause", () => ops.pause(name)),
+      confirm.request(`Pause queue ${name}? It hands out no jobs until resumed; running jobs finish, new ones are still accepted.`, "Pause", () => ops.pause(name), this.pause.button),
     );
     this.resume = new ActionButton("resume", "Resume", () =>
-      confirm.request(`Resume queue ${name}? Its waiting jobs are handed out again.`, "Resume", () => ops.resume(name)),
+      confirm.request(`Resume queue ${name}? Its waiting jobs are handed out again.`, "Resume", () => ops.resume(name), this.resume.button),
     );
     this.tenants = new TenantsRow(name);
     this.el = h(
@@ -800,10 +814,7 @@ class QueueRow {
   }
 
   update(q: Queue, now: number): void {
-    // A serial queue runs one job of each tenant at a time; with
-    // max_running 1, one job at a time across tenants.
-    const serial = q.maxRunning > 0 ? `serial · max ${q.maxRunning}` : "serial";
-    setText(this.mode, q.mode === QueueMode.SERIAL ? serial : q.maxRunning > 0 ? `parallel · max ${q.maxRunning}` : "parallel");
+    setText(this.mode, modeText(q));
     setText(this.pools, q.pools.map((p) => `${p.name} ${p.inUse}/${p.units}`).join(" · "));
     this.pools.title = q.pools.length === 0 ? "" : "pool: units held by running jobs of every queue that uses it / units";
     setText(this.queued, String(q.queued));

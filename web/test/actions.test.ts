@@ -1,9 +1,13 @@
 // Tests of what the page offers a token before it acts: the reason each
-// button is disabled for each role GetServerInfo may name.
+// button is disabled for each role GetServerInfo may name; and what an
+// action says when the server cannot be reached.
 // web/page_logic_test.go bundles and runs them with `node --test`.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { accessReason, type Access, type Action } from "../src/actions";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-web";
+import { JobService } from "../src/gen/jobwatch/v1/jobwatch_pb";
+import { accessReason, unreachable, unreachableText, type Access, type Action } from "../src/actions";
 
 const actions: Action[] = ["retry", "cancel", "delete", "pause", "resume", "retry-failed"];
 
@@ -69,5 +73,52 @@ test("each role is offered what the server lets it do, and a refusal names the r
   ];
   for (const c of cases) {
     assert.deepEqual(reasons(c.access), c.want, c.name);
+  }
+});
+
+// failureOf is how a RetryJob call through the page's transport (connect-web
+// on fetch) fails when fetch answers as respond does.
+async function failureOf(respond: () => Promise<Response>): Promise<unknown> {
+  const transport = createConnectTransport({ baseUrl: "http://127.0.0.1:8080", fetch: respond });
+  try {
+    await createClient(JobService, transport).retryJob({ jobId: "j_1" });
+  } catch (err) {
+    return err;
+  }
+  throw new Error("the call succeeded");
+}
+
+test("a call that cannot reach the server says so in the page's words, and a refusal the server gave keeps its own", async () => {
+  const json = (status: number, body: object) => new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json" } });
+  const cases: { name: string; respond: () => Promise<Response>; want: boolean }[] = [
+    { name: "the browser's fetch fails (server stopped, offline)", respond: () => Promise.reject(new TypeError("Failed to fetch")), want: true },
+    { name: "a proxy in front of a stopped server answers 502", respond: async () => new Response("<h1>Bad Gateway</h1>", { status: 502, headers: { "Content-Type": "text/html" } }), want: true },
+    { name: "a proxy answers 503", respond: async () => new Response("", { status: 503 }), want: true },
+    { name: "the server says its database is unavailable", respond: async () => json(503, { code: "unavailable", message: "database is unavailable" }), want: false },
+    { name: "the server refuses the token", respond: async () => json(403, { code: "permission_denied", message: "a worker token may not call RetryJob" }), want: false },
+  ];
+  for (const c of cases) {
+    const err = await failureOf(c.respond);
+    assert.equal(unreachable(err), c.want, `${c.name}: ${String(err)}`);
+    // The library's typed calls wrap the ConnectError (JobwatchError, its cause).
+    assert.equal(unreachable(new Error("wrapped", { cause: err })), c.want, `${c.name}, wrapped`);
+  }
+  assert.equal(unreachable(new ConnectError("Failed to fetch", Code.Unknown)), false, "an unknown the server sent is its answer");
+  assert.equal(unreachable(new Error("a bug")), false);
+});
+
+test("what each action says when the server cannot be reached names what was not done, not the browser's error", () => {
+  const cases: [Action, string][] = [
+    ["retry-failed", "the server cannot be reached; nothing was retried."],
+    ["retry", "the server cannot be reached; the job was not retried."],
+    ["cancel", "the server cannot be reached; the job was not cancelled."],
+    ["delete", "the server cannot be reached; the job was not deleted."],
+    ["pause", "the server cannot be reached; the queue was not paused."],
+    ["resume", "the server cannot be reached; the queue was not resumed."],
+  ];
+  for (const [action, want] of cases) {
+    const text = unreachableText(action);
+    assert.ok(text.startsWith(want), `${action}: ${text}`);
+    assert.ok(!/fetch/i.test(text), `${action}: ${text}`);
   }
 });

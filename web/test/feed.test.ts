@@ -154,6 +154,33 @@ test("a stream that fails right after its headers backs off further each time an
   assert.ok(!statuses.some((s) => s.kind === "live"), `a stream that never held was shown live: ${JSON.stringify(statuses)}`);
 });
 
+test("each outage counts its attempts from 1 again once a stream has been live in between", async (t) => {
+  // A server shut down cleanly ends its streams OK (no error); the
+  // outage after it must not carry on the count of the one before, or
+  // its first failure waits as long as the fifth.
+  const server = new Server((call, n) => {
+    if (n === 1 || n === 4) {
+      call.headers();
+      call.send([{ id: "j_a", version: BigInt(n) }], `t1.${n}`);
+      call.end();
+    } else {
+      call.fail(Code.Unavailable, "Failed to fetch");
+    }
+  });
+  const waits: number[] = [];
+  const { feed, statuses } = follow(t, server, {
+    backoffMs: (attempt) => {
+      waits.push(attempt);
+      return 0;
+    },
+  });
+  await server.untilCalls(6);
+  feed.stop();
+  const attempts = statuses.flatMap((s) => (s.kind === "reconnecting" ? [s.attempt] : []));
+  assert.deepEqual(attempts.slice(0, 5), [1, 2, 3, 1, 2], `attempts as shown: ${JSON.stringify(statuses)}`);
+  assert.deepEqual(waits.slice(0, 5), [0, 1, 2, 0, 1], "the first wait of each outage is the shortest");
+});
+
 test("a tenant the server refuses stops the feed with the server's reason instead of retrying", async (t) => {
   const server = new Server((call) => {
     call.headers();

@@ -5,8 +5,8 @@ import assert from "node:assert/strict";
 import { create } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
 import { periodText } from "../src/format";
-import { JobState, QueueDepthSchema, QueueRateSchema, QueueSchema, ScheduleSchema } from "../src/gen/jobwatch/v1/jobwatch_pb";
-import { alertingText, depthWindowMs, drainedText, hourMinute, lasted, leftOutText, nextRun, rateText, spark, tenantLines, tenantsLabel } from "../src/queues";
+import { JobState, QueueDepthSchema, QueueMode, QueueRateSchema, QueueSchema, ScheduleSchema } from "../src/gen/jobwatch/v1/jobwatch_pb";
+import { alertingText, depthWindowMs, drainedText, hourMinute, lasted, leftOutText, modeText, nextRun, rateText, spark, tenantLines, tenantsLabel } from "../src/queues";
 
 const t0 = Date.UTC(2030, 0, 2, 3, 0, 0);
 
@@ -101,4 +101,18 @@ test("a rate-limited queue says its rate and its window, and until when it is he
 
 test("a rate per less than a second says its milliseconds", () => {
   assert.equal(rateText(create(QueueRateSchema, { limit: 5, per: durationFromMs(250), started: 0 })), "rate 5/250ms · 0 in window");
+});
+
+test("a queue's row says how it runs and its bounds, per tenant too, as `jobwatch queues` does", () => {
+  const cases: { name: string; mode: QueueMode; maxRunning: number; maxRunningPerTenant: number; want: string }[] = [
+    { name: "a parallel queue with both bounds", mode: QueueMode.PARALLEL, maxRunning: 4, maxRunningPerTenant: 2, want: "parallel · max 4, 2/tenant" },
+    { name: "a parallel queue bounded per tenant only", mode: QueueMode.PARALLEL, maxRunning: 0, maxRunningPerTenant: 2, want: "parallel · 2/tenant" },
+    { name: "a parallel queue bounded in all only", mode: QueueMode.PARALLEL, maxRunning: 8, maxRunningPerTenant: 0, want: "parallel · max 8" },
+    { name: "an unbounded parallel queue", mode: QueueMode.PARALLEL, maxRunning: 0, maxRunningPerTenant: 0, want: "parallel" },
+    { name: "a serial queue of one job at a time", mode: QueueMode.SERIAL, maxRunning: 1, maxRunningPerTenant: 0, want: "serial · max 1" },
+  ];
+  for (const c of cases) {
+    const q = create(QueueSchema, { name: "q", mode: c.mode, maxRunning: c.maxRunning, maxRunningPerTenant: c.maxRunningPerTenant });
+    assert.equal(modeText(q), c.want, c.name);
+  }
 });

@@ -1,0 +1,216 @@
+package web_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/jobwatch/jobwatch/internal/testdb"
+)
+
+// An operator on the keyboard alone never loses their place: each
+// in-page question takes the keyboard, and Keep, Escape or the action's
+// end gives it back to the button that asked (or to the outcome, when
+// that button is gone or disabled), never to the top of the page.
+// Escape in a job's details takes back the question first and closes
+// the details only when pressed again. Keys are pressed as a person
+// would press them; where the keyboard is comes from
+// document.activeElement.
+func TestQuestionsGiveTheKeyboardBack(t *testing.T) {
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	addr := freeAddr(t)
+	srv := startServer(t, addr, testdb.New(t))
+	defer srv.shutdown(t)
+
+	var failed []string
+	for range 2 {
+		j := submit(t, ctx, srv.engine, "mail.send", `{}`)
+		claim(t, ctx, srv.engine, "mail.send").fail("SMTPError", "relay refused")
+		failed = append(failed, j.ID)
+	}
+	running := submit(t, ctx, srv.engine, "report.slow", `{}`)
+	claim(t, ctx, srv.engine, "report.slow")
+
+	p := &page{t: t, ctx: newTab(t, ctx)}
+	p.do("open the page", chromedp.Navigate("http://"+addr+"/"))
+	for _, id := range failed {
+		p.waitFor("the failed job", exists(row(id)+`[data-state="failed"]`))
+	}
+	p.waitFor("the running job", exists(row(running.ID)+`[data-state="running"]`))
+
+	press := func(what, key string) { p.do("press "+what, chromedp.KeyEvent(key)) }
+	focus := func(what, selector string) {
+		p.waitFor(what, fmt.Sprintf(`(() => {
+			const e = document.querySelector(%s);
+			if (!e || e.disabled || e.closest("[hidden]")) return false;
+			e.focus();
+			return document.activeElement === e;
+		})()`, strconv.Quote(selector)))
+	}
+	// keyboardOn is a JS condition: the keyboard is on the element selector names.
+	keyboardOn := func(selector string) string {
+		return fmt.Sprintf(`document.activeElement !== null && document.activeElement === document.querySelector(%s)`, strconv.Quote(selector))
+	}
+	asking := func(scope string) string {
+		return fmt.Sprintf(`!document.querySelector(%s).hidden`, strconv.Quote(scope+" .confirm-ask"))
+	}
+	notAsking := func(scope string) string { return "!(" + asking(scope) + ")" }
+	retryFailed := `#jobs-actions button[data-action="retry-failed"]`
+	pause := `tr[data-queue="default"] button[data-action="pause"]`
+	resume := `tr[data-queue="default"] button[data-action="resume"]`
+	cancelJob := `#detail button[data-action="cancel"]`
+	deleteJob := `#detail button[data-action="delete"]`
+
+	t.Run("Keep and Escape give the keyboard back to Retry all failed, and its outcome keeps it near", func(t *testing.T) {
+		p.t = t
+		focus("Retry all failed, enabled", retryFailed)
+		press("Enter", kb.Enter)
+		p.waitFor("the question, holding the keyboard", asking("#jobs-confirm")+" && "+keyboardOn("#jobs-confirm .confirm-yes"))
+		press("Tab", kb.Tab)
+		p.waitFor("the keyboard on Keep", keyboardOn("#jobs-confirm .confirm-no"))
+		press("Enter", kb.Enter)
+		p.waitFor("no question, the keyboard back on the button", notAsking("#jobs-confirm")+" && "+keyboardOn(retryFailed))
+
+		press("Enter", kb.Enter)
+		p.waitFor("the question again", asking("#jobs-confirm")+" && "+keyboardOn("#jobs-confirm .confirm-yes"))
+		press("Escape", kb.Escape)
+		p.waitFor("no question, the keyboard back on the button", notAsking("#jobs-confirm")+" && "+keyboardOn(retryFailed))
+
+		press("Enter", kb.Enter)
+		p.waitFor("the question again", keyboardOn("#jobs-confirm .confirm-yes"))
+		press("Enter (yes)", kb.Enter)
+		p.waitFor("what it did", textHas("#jobs-confirm .outcome", "Retried 2 of 2 failed jobs"))
+		// Nothing is left to retry, so the button is disabled: the
+		// keyboard is on the outcome, or on the reason beside the button.
+		p.waitFor("the button disabled, the keyboard beside it", `document.querySelector(`+strconv.Quote(retryFailed)+`).disabled && (`+
+			keyboardOn("#jobs-actions .reason")+" || "+keyboardOn("#jobs-confirm .outcome")+")")
+	})
+
+	t.Run("Escape withdraws the queue panel's question; Pause's outcome takes the keyboard as Pause goes", func(t *testing.T) {
+		p.t = t
+		focus("Pause on the default queue", pause)
+		press("Enter", kb.Enter)
+		p.waitFor("the question, holding the keyboard", textHas("#queues-confirm .question", "Pause queue default?")+" && "+keyboardOn("#queues-confirm .confirm-yes"))
+		press("Escape", kb.Escape)
+		p.waitFor("no question, the keyboard back on Pause", notAsking("#queues-confirm")+" && "+keyboardOn(pause))
+		p.waitFor("the queue not paused", exists(`tr[data-queue="default"][data-paused="false"]`))
+
+		press("Enter", kb.Enter)
+		p.waitFor("the question again", keyboardOn("#queues-confirm .confirm-yes"))
+		press("Enter (yes)", kb.Enter)
+		p.waitFor("paused, Pause gone, the keyboard on the outcome", textHas("#queues-confirm .outcome", "Paused queue default")+" && "+
+			exists(`tr[data-queue="default"][data-paused="true"]`)+" && "+keyboardOn("#queues-confirm .outcome"))
+
+		focus("Resume", resume)
+		press("Enter", kb.Enter)
+		p.waitFor("the question", keyboardOn("#queues-confirm .confirm-yes"))
+		press("Tab", kb.Tab)
+		press("Enter (Keep)", kb.Enter)
+		p.waitFor("no question, the keyboard back on Resume", notAsking("#queues-confirm")+" && "+keyboardOn(resume))
+		press("Enter", kb.Enter)
+		p.waitFor("the question again", keyboardOn("#queues-confirm .confirm-yes"))
+		press("Enter (yes)", kb.Enter)
+		p.waitFor("resumed, the keyboard on the outcome", textHas("#queues-confirm .outcome", "Resumed queue default")+" && "+keyboardOn("#queues-confirm .outcome"))
+	})
+
+	t.Run("in a job's details Escape takes back the question first, and closes the details only when pressed again", func(t *testing.T) {
+		p.t = t
+		p.click("open the running job's details", row(running.ID))
+		p.waitFor("its details", fmt.Sprintf(`document.getElementById("detail").dataset.jobId === %q`, running.ID))
+		focus("Cancel job", cancelJob)
+		press("Enter", kb.Enter)
+		p.waitFor("the question, holding the keyboard", textHas("#detail .question", "Cancel job "+running.ID)+" && "+keyboardOn("#detail .confirm-yes"))
+		press("Escape", kb.Escape)
+		p.waitFor("the question gone, the details open, the keyboard back on Cancel job",
+			notAsking("#detail")+` && !document.getElementById("detail").hidden && `+keyboardOn(cancelJob))
+		press("Escape again", kb.Escape)
+		p.waitFor("the details closed, the keyboard on the job's row", `document.getElementById("detail").hidden && `+keyboardOn(row(running.ID)))
+
+		press("Enter on the row", kb.Enter)
+		p.waitFor("its details again", `!document.getElementById("detail").hidden`)
+		focus("Cancel job", cancelJob)
+		press("Enter", kb.Enter)
+		p.waitFor("the question", keyboardOn("#detail .confirm-yes"))
+		press("Tab", kb.Tab)
+		press("Enter (Keep)", kb.Enter)
+		p.waitFor("no question, the keyboard back on Cancel job", notAsking("#detail")+" && "+keyboardOn(cancelJob))
+		press("Enter", kb.Enter)
+		p.waitFor("the question again", keyboardOn("#detail .confirm-yes"))
+		press("Enter (yes)", kb.Enter)
+		p.waitFor("cancelled, Cancel job gone, the keyboard on the outcome", textHas("#detail .outcome", "Cancelled job "+running.ID)+" && "+
+			`document.querySelector(`+strconv.Quote(cancelJob)+`).closest(".action").hidden && `+keyboardOn("#detail .outcome"))
+
+		focus("Delete, now enabled", deleteJob)
+		press("Enter", kb.Enter)
+		p.waitFor("the question", keyboardOn("#detail .confirm-yes"))
+		press("Tab", kb.Tab)
+		press("Enter (Keep)", kb.Enter)
+		p.waitFor("no question, the keyboard back on Delete", notAsking("#detail")+" && "+keyboardOn(deleteJob))
+		p.waitFor("the job kept", exists(row(running.ID)+`[data-state="cancelled"]`))
+	})
+}
+
+// At 375 px, a phone's width, a disabled button keeps its label on one
+// line beside its reason, which wraps instead: "Delete", not "Delet / e".
+func TestButtonLabelsNeverWrapOnANarrowScreen(t *testing.T) {
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	addr := freeAddr(t)
+	srv := startServer(t, addr, testdb.New(t))
+	defer srv.shutdown(t)
+	running := submit(t, ctx, srv.engine, "report.slow", `{}`)
+	claim(t, ctx, srv.engine, "report.slow")
+
+	p := &page{t: t, ctx: newTab(t, ctx)}
+	p.do("size the window as a phone", chromedp.EmulateViewport(375, 812))
+	p.do("open the page", chromedp.Navigate("http://"+addr+"/"))
+	p.waitFor("the running job", exists(row(running.ID)+`[data-state="running"]`))
+	p.click("open its details", row(running.ID))
+	p.waitFor("Delete disabled, and why", `(() => {
+		const b = document.querySelector('#detail button[data-action="delete"]');
+		return b !== null && b.disabled && b.closest(".action").textContent.includes("cancel it first: only an ended job can be deleted");
+	})()`)
+	p.click("ask to cancel it, so the question's buttons show too", `#detail button[data-action="cancel"]`)
+	p.waitFor("the question", `!document.querySelector("#detail .confirm-ask").hidden`)
+	// Each button shown: how many lines its label takes (the text's line
+	// boxes, whatever the font's height), and whether it reaches past the
+	// window's edge.
+	type shownButton struct {
+		Label string `json:"label"`
+		Lines int    `json:"lines"`
+		Past  bool   `json:"past"`
+	}
+	buttons, err := chromedp.Run(p.ctx, chromedp.Evaluate[[]shownButton](`[...document.querySelectorAll("#detail .action button, #detail .confirm-ask button")]
+		.filter((b) => !b.closest("[hidden]"))
+		.map((b) => {
+			const r = document.createRange();
+			r.selectNodeContents(b);
+			const lines = new Set([...r.getClientRects()].map((rect) => Math.round(rect.top))).size;
+			return { label: b.textContent, lines, past: b.getBoundingClientRect().right > window.innerWidth };
+		})`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, b := range buttons {
+		seen[b.Label] = true
+		if b.Lines != 1 || b.Past {
+			t.Errorf("at 375 px the button %q takes %d lines (want 1), past the window's edge: %v", b.Label, b.Lines, b.Past)
+		}
+	}
+	for _, label := range []string{"Delete", "Cancel job", "Keep"} {
+		if !seen[label] {
+			t.Errorf("no button %q shown at 375 px: %+v", label, buttons)
+		}
+	}
+}
