@@ -46,33 +46,47 @@ func TestParkedCallsKeepTheirStacksWithin8KiB(t *testing.T) {
 	const calls = 200
 	for _, procedure := range []string{"/jobwatch.v1.JobService/WaitJob", "/jobwatch.v1.JobService/WatchJob"} {
 		t.Run(procedure, func(t *testing.T) {
-			// On SQLite in both passes of the suite: with PostgreSQL the
-			// process-wide count below varied from 10 to 15 KiB a call
-			// between runs with the same goroutines, which points at
-			// the stacks of pgx's reads (freed on their own goroutines,
-			// kept by the runtime a while) rather than at the parked
-			// calls; unproven, so not asserted.
-			ts := startServer(t, serverOptions{dbPath: filepath.Join(t.TempDir(), "jobwatch.db")})
-			job := submit(t, ts.h2c(), &jobwatchv1.SubmitJobRequest{Kind: "k"})
-			raw := dialRawH2Window(t, addrOf(ts.url), 1<<20)
-
-			before := stackInUse()
-			for range calls {
-				if procedure == "/jobwatch.v1.JobService/WatchJob" {
-					raw.postProto(procedure, &jobwatchv1.WatchJobRequest{JobId: job.GetId()}, true)
-				} else {
-					raw.postProto(procedure, &jobwatchv1.WaitJobRequest{JobId: job.GetId()}, false)
-				}
+			// The count is process-wide, so stacks the runtime keeps a
+			// while after other goroutines ended can only add to it: a
+			// loaded machine once read 10.4 KiB a call where a quiet one
+			// reads 8. The least of three rounds is what the calls hold.
+			least := int64(1 << 62)
+			for round := 1; round <= 3 && least > 10<<10; round++ {
+				least = min(least, parkedStack(t, procedure, calls))
 			}
-			ts.waitForGauge("jobwatch_parked_calls", calls)
-			perCall := (stackInUse() - before) / calls
-			t.Logf("%d parked calls hold %d bytes of stack each", calls, perCall)
 			// Between 8 KiB and the 16 KiB a grown stack takes.
-			if perCall > 10<<10 {
-				t.Errorf("a parked call holds %d KiB of goroutine stack, want 8 KiB", perCall>>10)
+			if least > 10<<10 {
+				t.Errorf("a parked call holds %d KiB of goroutine stack in the least of three rounds, want 8 KiB", least>>10)
 			}
 		})
 	}
+}
+
+// parkedStack parks calls calls of procedure on a fresh server and
+// returns the goroutine stack each added.
+func parkedStack(t *testing.T, procedure string, calls int) int64 {
+	t.Helper()
+	// On SQLite in both passes of the suite: with PostgreSQL the
+	// process-wide count below varied from 10 to 15 KiB a call between
+	// runs with the same goroutines, which points at the stacks of pgx's
+	// reads (freed on their own goroutines, kept by the runtime a while)
+	// rather than at the parked calls; unproven, so not asserted.
+	ts := startServer(t, serverOptions{dbPath: filepath.Join(t.TempDir(), "jobwatch.db")})
+	job := submit(t, ts.h2c(), &jobwatchv1.SubmitJobRequest{Kind: "k"})
+	raw := dialRawH2Window(t, addrOf(ts.url), 1<<20)
+
+	before := stackInUse()
+	for range calls {
+		if procedure == "/jobwatch.v1.JobService/WatchJob" {
+			raw.postProto(procedure, &jobwatchv1.WatchJobRequest{JobId: job.GetId()}, true)
+		} else {
+			raw.postProto(procedure, &jobwatchv1.WaitJobRequest{JobId: job.GetId()}, false)
+		}
+	}
+	ts.waitForGauge("jobwatch_parked_calls", float64(calls))
+	perCall := (stackInUse() - before) / int64(calls)
+	t.Logf("%d parked calls hold %d bytes of stack each", calls, perCall)
+	return perCall
 }
 
 // stackInUse is the bytes of goroutine stacks, after the garbage
