@@ -215,17 +215,25 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	name := strings.TrimPrefix(fs.Name(), "jobwatch ")
-	if m := badFlagValue.FindStringSubmatch(err.Error()); m != nil {
-		if f := fs.Lookup(m[2]); f != nil {
-			if g, ok := f.Value.(flag.Getter); ok {
-				if _, ok := g.Get().(time.Duration); ok {
-					// The flag package says only "parse error".
-					err = fmt.Errorf("--%s %q: a duration needs a unit, such as 30s, 5m or 1h30m", m[2], m[1])
-				}
-			}
-		}
+	return usageError{fmt.Sprintf("%s: %v\nRun \"jobwatch %s -h\" for its flags.", name, withDurationHint(fs, err), name)}
+}
+
+// withDurationHint is err, the flag package's error, or for a duration
+// flag's value it could not parse (it says only "parse error") one that
+// says a unit is needed.
+func withDurationHint(fs *flag.FlagSet, err error) error {
+	m := badFlagValue.FindStringSubmatch(err.Error())
+	if m == nil || fs.Lookup(m[2]) == nil {
+		return err
 	}
-	return usageError{fmt.Sprintf("%s: %v\nRun \"jobwatch %s -h\" for its flags.", name, err, name)}
+	g, ok := fs.Lookup(m[2]).Value.(flag.Getter)
+	if !ok {
+		return err
+	}
+	if _, ok := g.Get().(time.Duration); !ok {
+		return err
+	}
+	return fmt.Errorf("--%s %q: a duration needs a unit, such as 30s, 5m or 1h30m", m[2], m[1])
 }
 
 // badFlagValue is the flag package's error for a value its flag cannot

@@ -121,6 +121,27 @@ func TestOpenRefusesAFileItCannotWrite(t *testing.T) {
 	})
 }
 
+// openWithoutFreePages opens a store on a new file with one job, logging
+// to the buffer it returns, and leaves the file no free page (the
+// schema's migrations free some), so that a new job needs it to grow:
+// then PRAGMA max_page_count refuses it as a full disk would.
+func openWithoutFreePages(t *testing.T) (*Store, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	s, err := OpenWith(tempPath(t), Config{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.CreateJob(t.Context(), testJob("before")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.write.Exec("VACUUM"); err != nil {
+		t.Fatal(err)
+	}
+	return s, logs
+}
+
 // TestRefusedWritesMakeTheStoreUnreachableUntilAProbeCommits makes the
 // file refuse writes as a full disk or a read-only file would (SQLite's
 // own limits on the writer connection produce the very errors): the
@@ -136,20 +157,7 @@ func TestRefusedWritesMakeTheStoreUnreachableUntilAProbeCommits(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var logs syncBuffer
-			s, err := OpenWith(tempPath(t), Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			if _, err := s.CreateJob(t.Context(), testJob("before")); err != nil {
-				t.Fatal(err)
-			}
-			// No free pages left over, so that a new job needs the file
-			// to grow.
-			if _, err := s.write.Exec("VACUUM"); err != nil {
-				t.Fatal(err)
-			}
+			s, logs := openWithoutFreePages(t)
 			if !s.Reachable() {
 				t.Fatal("a store whose writes succeed is not reachable")
 			}
@@ -159,7 +167,7 @@ func TestRefusedWritesMakeTheStoreUnreachableUntilAProbeCommits(t *testing.T) {
 
 			j := testJob("during")
 			j.Payload = []byte(`"` + strings.Repeat("x", 8192) + `"`) // needs new pages
-			_, err = s.CreateJob(t.Context(), j)
+			_, err := s.CreateJob(t.Context(), j)
 			var cause interface{ UnavailableCause() string }
 			if !errors.Is(err, jobtype.ErrUnavailable) || !errors.As(err, &cause) || cause.UnavailableCause() != tt.cause {
 				t.Fatalf("a refused write: err = %v, want ErrUnavailable with the cause %q", err, tt.cause)

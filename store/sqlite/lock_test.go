@@ -218,20 +218,7 @@ func TestStoreFailuresAreLoggedOncePerEpisode(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var logs syncBuffer
-			s, err := OpenWith(tempPath(t), Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			if _, err := s.CreateJob(t.Context(), testJob("before")); err != nil {
-				t.Fatal(err)
-			}
-			// No free pages left over (the schema's migrations free some),
-			// so that a new job needs the file to grow.
-			if _, err := s.write.Exec("VACUUM"); err != nil {
-				t.Fatal(err)
-			}
+			s, logs := openWithoutFreePages(t)
 			if _, err := s.write.Exec(tt.fail); err != nil {
 				t.Fatal(err)
 			}
