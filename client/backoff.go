@@ -2,7 +2,11 @@ package client
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
+
+	"connectrpc.com/connect"
 
 	"github.com/jobwatch/jobwatch/internal/backoff"
 )
@@ -47,14 +51,39 @@ func (r *retrier) delay() time.Duration {
 	return r.retry.Next()
 }
 
-// wait sleeps the next delay after err, or returns ctx's error first.
+// wait sleeps the next delay after err, or returns ctx's cause first,
+// saying what the last try met: a caller whose deadline passed while the
+// server could not be reached is told so, not only that time ran out.
 func (r *retrier) wait(ctx context.Context, err error) error {
 	d := r.delay()
 	if r.notify != nil {
 		r.notify(err, d)
 	}
 	if !backoff.Sleep(ctx.Done(), d) {
-		return context.Cause(ctx)
+		return &gaveUpError{cause: context.Cause(ctx), last: err}
 	}
 	return nil
+}
+
+// gaveUpError is ctx's cause when it ended while a call was being
+// retried. It unwraps to the cause alone (errors.Is(err,
+// context.DeadlineExceeded) holds, and connect.CodeOf does not take the
+// last try's code for the call's); the last try's error is in its text.
+type gaveUpError struct {
+	cause, last error
+}
+
+func (e *gaveUpError) Error() string {
+	return fmt.Sprintf("%v (the last try: %s)", e.cause, retryText(e.last))
+}
+
+func (e *gaveUpError) Unwrap() error { return e.cause }
+
+// retryText is a retried error as a person reads it.
+func retryText(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Code().String() + ": " + ce.Message()
+	}
+	return err.Error()
 }

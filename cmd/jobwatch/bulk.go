@@ -169,7 +169,7 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 			job, err = j, nil
 		}
 		if err != nil {
-			return callError(name, err)
+			return jobCallError(name, pos[0], err)
 		}
 		if job == nil { // deleted: nothing left to show
 			if cf.json {

@@ -157,6 +157,25 @@ func callError(what string, err error) error {
 	if errors.Is(err, client.ErrJobNotFound) || errors.Is(err, client.ErrJobNotStarted) {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	return codeError(what, err)
+}
+
+// jobCallError is callError for a call about the job id: "job not found"
+// names it, as a script running several commands needs to know which
+// one was not found.
+func jobCallError(what, id string, err error) error {
+	switch {
+	case !errors.Is(err, client.ErrJobNotFound) || strings.Contains(err.Error(), id):
+	case err.Error() == client.ErrJobNotFound.Error():
+		return fmt.Errorf("%s: job %s not found", what, id)
+	default:
+		return fmt.Errorf("%s: job %s: %w", what, id, err)
+	}
+	return callError(what, err)
+}
+
+// codeError is a server's answer as its code and message.
+func codeError(what string, err error) error {
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		msg := fmt.Sprintf("%s: %s: %s", what, ce.Code(), ce.Message())

@@ -589,13 +589,32 @@ func TestErrorMessagesReadOnce(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"get", "j_00000000000000000000000000", "--server", s.URL}, "jobwatch: get: job not found\n"},
+		{[]string{"get", "j_00000000000000000000000000", "--server", s.URL}, "jobwatch: get: job j_00000000000000000000000000 not found\n"},
+		// A script running several commands is told which job was not found.
+		{[]string{"cancel", "j_00000000000000000000000001", "--server", s.URL}, "jobwatch: cancel: job j_00000000000000000000000001 not found\n"},
+		{[]string{"delete", "j_00000000000000000000000002", "--server", s.URL}, "jobwatch: delete: job j_00000000000000000000000002 not found\n"},
+		{[]string{"watch", "j_00000000000000000000000003", "--server", s.URL}, "j_00000000000000000000000003"},
+		{[]string{"wait", "j_00000000000000000000000004", "--server", s.URL}, "j_00000000000000000000000004"},
+		{[]string{"logs", "j_00000000000000000000000005", "--server", s.URL}, "jobwatch: logs: job j_00000000000000000000000005 not found\n"},
 		{[]string{"get", "j_1", "--server", strings.TrimPrefix(s.URL, "http://")}, "must start with http:// or https://"},
 	}
 	for _, tt := range tests {
 		code, _, errOut := runInProcess(t, tt.args...)
 		if code == 0 || !strings.Contains(errOut, tt.want) {
 			t.Errorf("jobwatch %v = exit %d, stderr %q; want %q", tt.args, code, errOut, tt.want)
+		}
+	}
+}
+
+// A wait whose --timeout passes while the server cannot be reached says
+// what the last try met, not only that the job had not ended.
+func TestTimeoutWhileTheServerIsAwaySaysSo(t *testing.T) {
+	url := "http://" + freeAddr(t) // nothing listens there
+	for _, cmd := range []string{"wait", "watch"} {
+		code, _, errOut := runInProcess(t, cmd, "j_00000000000000000000000000", "--timeout", "300ms", "--server", url)
+		if code != exitError || !strings.Contains(errOut, "--timeout passed before the job ended (the last try: unavailable: ") ||
+			!strings.Contains(errOut, "connection refused") {
+			t.Errorf("jobwatch %s against no server = exit %d, stderr %q; want 1, the timeout and the refused connection", cmd, code, errOut)
 		}
 	}
 }

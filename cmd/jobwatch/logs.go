@@ -61,13 +61,13 @@ func logs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	id := pos[0]
 	if !follow {
 		if err := pageLogs(ctx, c, id, show); err != nil {
-			return callError("logs", err)
+			return jobCallError("logs", id, err)
 		}
 		return nil
 	}
 	for msg, err := range c.WatchLogs(ctx, id, 0) {
 		if err != nil {
-			return callError("logs", err)
+			return jobCallError("logs", id, err)
 		}
 		if err := show(msg); err != nil {
 			return err
@@ -78,7 +78,7 @@ func logs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		job, err = j, nil
 	}
 	if err != nil {
-		return callError("logs", err)
+		return jobCallError("logs", id, err)
 	}
 	return outcome(job)
 }

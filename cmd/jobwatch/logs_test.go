@@ -71,7 +71,7 @@ func TestLogsPrintsAJobsLinesAndFollowsThemToItsEnd(t *testing.T) {
 	}
 
 	code, _, errOut = runInProcess(t, "logs", "--server", s.URL, "j_nosuchjob")
-	if code != exitError || !strings.Contains(errOut, "job not found") {
+	if code != exitError || !strings.Contains(errOut, "logs: job j_nosuchjob not found") {
 		t.Fatalf("logs of an unknown job = exit %d, %q; want 1 and not found", code, errOut)
 	}
 }

@@ -55,6 +55,18 @@ func TestAnotherModuleCanImportTheClient(t *testing.T) {
 	if goVersion == nil {
 		t.Fatal("go.mod has no go directive")
 	}
+	// The importer requires what this module requires, at the same
+	// versions, as `go get` of the client would leave it: so go reads the
+	// same go.mod files this module's build read, all in the module cache
+	// already, and none of the older ones a graph resolved afresh would
+	// ask for.
+	var requires []byte
+	for _, m := range regexp.MustCompile(`(?ms)^require \(.*?^\)\n`).FindAll(mod, -1) {
+		requires = append(requires, m...)
+	}
+	if len(requires) == 0 {
+		t.Fatal("go.mod has no require block")
+	}
 	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +74,7 @@ func TestAnotherModuleCanImportTheClient(t *testing.T) {
 	dir := t.TempDir()
 	files := map[string]string{
 		"go.mod": "module example.com/importer\n\ngo " + string(goVersion[1]) + "\n\n" +
-			"require github.com/jobwatch/jobwatch v0.0.0\n\n" +
+			"require github.com/jobwatch/jobwatch v0.0.0\n\n" + string(requires) + "\n" +
 			"replace github.com/jobwatch/jobwatch => " + root + "\n",
 		"go.sum":  string(sum),
 		"main.go": importerMain,

@@ -72,7 +72,7 @@ func wait(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			job, err = j, nil // its outcome is known all the same
 		}
 		if err != nil {
-			return callError("wait", err)
+			return jobCallError("wait", ids[0], err)
 		}
 		if err := printOutcome(stdout, job, cf.json); err != nil {
 			return err

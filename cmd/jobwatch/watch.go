@@ -156,7 +156,7 @@ func watch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if err != nil {
-		return callError("watch", err)
+		return jobCallError("watch", pos[0], err)
 	}
 	return outcome(last)
 }
@@ -183,12 +183,14 @@ func follow(ctx context.Context, c *client.Client, id string, show func(*jobwatc
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	items := make(chan item)
+	var gaveUp error // what the watch said as ctx ended; read once items is closed
 	running.Go(func() {
 		defer close(items)
 		for j, err := range c.Watch(ctx, id) {
 			select {
 			case items <- item{j, err}:
 			case <-ctx.Done():
+				gaveUp = err
 				return
 			}
 		}
@@ -253,6 +255,9 @@ func follow(ctx context.Context, c *client.Client, id string, show func(*jobwatc
 		// signal): the job has not ended, and the exit code must not
 		// say it succeeded.
 		if err := context.Cause(outer); err != nil {
+			if errors.Is(gaveUp, err) {
+				err = gaveUp // it says what the last try met
+			}
 			return last, err
 		}
 		return last, errors.New("the watch ended before the job did")
