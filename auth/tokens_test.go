@@ -267,7 +267,7 @@ func TestTheTokensAndConfigFilesReportAMistakeTheSameWay(t *testing.T) {
 		{"a number for a name",
 			"schedules:\n  - {name: s, kind: k, every: 1m, tenant: 123456}\n",
 			"tokens:\n  - {sha256: " + d + ", role: client, tenant: 123456}\n",
-			"must be a string (quote it if it looks like a number), got a number"},
+			"must be a string (quote it if it looks like a number), got a whole number"},
 		{"an alias to a list for a name",
 			"pools: {db: 1}\nqueues:\n  - {name: a, uses: &secret [db]}\nschedules:\n  - {name: s, kind: k, every: 1m, tenant: *secret}\n",
 			"tokens:\n  - {sha256: " + d + ", role: worker, kinds: &secret [db]}\n  - {sha256: " + auth.Digest("y") + ", role: client, tenant: *secret}\n",

@@ -56,7 +56,7 @@ var _ jobwatchv1connect.QueueServiceHandler = (*queueService)(nil)
 // none: they name every tenant of a shared queue.
 func (h *queueService) ListQueues(ctx context.Context, req *jobwatchv1.ListQueuesRequest) (*jobwatchv1.ListQueuesResponse, error) {
 	if n := req.GetTenantsPerQueue(); n < 0 {
-		return nil, invalid("tenants_per_queue", fmt.Sprintf("must be 0 (the default, 10) to 100, got %d", n))
+		return nil, invalid("tenants_per_queue", fmt.Sprintf("must not be negative (0 means the default, 10; more than 100 means 100), got %d", n))
 	}
 	stats, err := h.s.engine.QueueStats(ctx)
 	if err != nil {

@@ -136,7 +136,7 @@ func TestListQueuesBoundsTheTenantsOfEachQueue(t *testing.T) {
 			resp, err := c.queues.ListQueues(ctxTimeout(t, 10*time.Second), &jobwatchv1.ListQueuesRequest{TenantsPerQueue: tc.perQueue})
 			if tc.listed < 0 {
 				wantCode(t, err, connect.CodeInvalidArgument)
-				if ce := (*connect.Error)(nil); !errors.As(err, &ce) || ce.Message() != "tenants_per_queue: must be 0 (the default, 10) to 100, got -5" {
+				if ce := (*connect.Error)(nil); !errors.As(err, &ce) || ce.Message() != "tenants_per_queue: must not be negative (0 means the default, 10; more than 100 means 100), got -5" {
 					t.Errorf("refusal %v; want it to name the field and the range", err)
 				}
 				return

@@ -323,8 +323,10 @@ func describe(n *yaml.Node) string {
 	switch n.ShortTag() {
 	case "!!str":
 		return "a string"
-	case "!!int", "!!float":
-		return "a number"
+	case "!!int":
+		return "a whole number"
+	case "!!float":
+		return "a number with a fraction"
 	case "!!bool":
 		return "true or false"
 	case "!!null":
