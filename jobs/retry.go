@@ -47,7 +47,10 @@ func (e *Engine) logAction(ctx context.Context, msg string, attrs ...any) {
 
 // Retry puts a FAILED, CANCELLED or LOST job back in its queue, QUEUED
 // with the same id, ready now (RunAt the time of the retry), without
-// worker, lease, progress or end. Its version keeps counting up, so
+// worker, lease, progress or end. A job with dependencies (After) is
+// WAITING again instead, for each of them that has not succeeded, until
+// they have (store.SettleRetry): a retry never runs a job its
+// dependencies have not allowed; with none left to wait for it is QUEUED. Its version keeps counting up, so
 // waiters and watchers see it run again; its Error stays until an
 // attempt succeeds, as between automatic retries.
 //
@@ -74,13 +77,18 @@ func (e *Engine) Retry(ctx context.Context, id string) (jobtype.Job, error) {
 				Hint: "only a FAILED, CANCELLED or LOST job can be retried"}
 		}
 		j.State = jobtype.Queued
+		if len(j.After) > 0 {
+			// The store settles it (store.SettleRetry): WAITING for
+			// the dependencies that have not succeeded, or QUEUED.
+			j.State = jobtype.Waiting
+		}
 		j.MaxAttempts = j.Attempt + e.queueRules(j.Queue).MaxAttempts
 		j.RunAt = now
 		j.FinishedAt = time.Time{}
 		j.Percent, j.Step = 0, ""
 		j.WorkerID = ""
 		releaseLease(j)
-		j.AddHistory(jobtype.HistoryEntry{Attempt: j.Attempt, FinishedAt: now, State: jobtype.Queued, By: by})
+		j.AddHistory(jobtype.HistoryEntry{Attempt: j.Attempt, FinishedAt: now, State: j.State, By: by})
 		return nil
 	})
 	if err != nil {

@@ -165,6 +165,60 @@ func SettleDependencies(j jobtype.Job, deps map[string]Dependency) (settled jobt
 	return j, waitFor, depth + 1, nil
 }
 
+// Rewaits reports whether a write that makes old into next puts a job
+// with dependencies (After) back to WAITING after it had ended: a retry
+// (jobs.Engine.Retry). The backend then settles next with SettleRetry,
+// from its dependencies as the writing transaction reads them (locked
+// as a creation's are), before it writes it.
+func Rewaits(old, next jobtype.Job) bool {
+	return next.State == jobtype.Waiting && old.State.Terminal() && len(next.After) > 0
+}
+
+// SettleRetry decides what j, a retried job going back to WAITING
+// (Rewaits), is as it is written, from deps as SettleDependencies takes
+// them: j as stored, the dependencies it waits for (rows of the
+// backend's table of them; a row that is there already stays) and its
+// depth. A retry never runs a job before its dependencies have
+// succeeded: j waits again for each one that has not SUCCEEDED, whether
+// it is still active or ended otherwise (then it must be retried in its
+// turn, and its next end decides j's, as for any WAITING job: a bulk
+// retry of a failed chain may retry its jobs in any order). With
+// OnDependencyFailure run, only the active ones are waited for. An id
+// missing from deps, a dependency deleted since or removed by retention,
+// ended long ago and never ends again: it is not waited for. With none
+// to wait for j is QUEUED. The retry's own History entry, the last, says
+// which.
+func SettleRetry(j jobtype.Job, deps map[string]Dependency) (settled jobtype.Job, waitFor []string, depth int, err error) {
+	for _, id := range j.After {
+		d, ok := deps[id]
+		switch {
+		case !ok, d.State == jobtype.Succeeded:
+		case d.State.Terminal() && j.OnDependencyFailure == jobtype.RunOnDependencyFailure:
+		default:
+			waitFor = append(waitFor, id)
+			if d.State == jobtype.Waiting {
+				depth = max(depth, d.Depth)
+			}
+		}
+	}
+	if len(waitFor) == 0 {
+		j.State = jobtype.Queued
+		if j.RunAt.Before(j.UpdatedAt) {
+			j.RunAt = j.UpdatedAt
+		}
+	} else if depth+1 > jobtype.MaxDependencyDepth {
+		return j, nil, 0, &jobtype.InvalidError{Field: "after", Reason: fmt.Sprintf(
+			"would make a chain of %d WAITING jobs, each after the next; at most %d", depth+1, jobtype.MaxDependencyDepth)}
+	}
+	if n := len(j.History); n > 0 && j.History[n-1].State == jobtype.Waiting {
+		j.History[n-1].State = j.State
+	}
+	if len(waitFor) == 0 {
+		return j, nil, 0, nil
+	}
+	return j, waitFor, depth + 1, nil
+}
+
 // DependencyFailedMessage is the error message of a job cancelled because
 // job id, which it runs after, ended in state: the backends' triggers
 // write the same words.

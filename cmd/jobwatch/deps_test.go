@@ -118,8 +118,8 @@ func TestSubmitAfterWaitsForItsDependency(t *testing.T) {
 
 // A dependency that fails cancels the jobs that run after it, with an
 // error that names it, unless they were submitted with
-// --on-dependency-failure run; a retry of a cancelled one runs it without
-// waiting again.
+// --on-dependency-failure run; a retry of a cancelled one waits again,
+// until its dependency, retried too, has succeeded.
 func TestAFailedDependencyCancelsTheJobAfterIt(t *testing.T) {
 	s := startBatchServer(t, 0)
 	a := s.submitOK(t, "deps.first")
@@ -145,12 +145,20 @@ func TestAFailedDependencyCancelsTheJobAfterIt(t *testing.T) {
 
 	s.untilState(t, runs, jobwatchv1.JobState_JOB_STATE_QUEUED)
 
-	// The retry queues it at once: its dependency failed for good, and
-	// waiting for it again would cancel it again.
-	if code, out, errOut := runInProcess(t, "retry", cancelled, "--server", s.URL); code != 0 {
-		t.Fatalf("retry = exit %d, %q (%s)", code, out, errOut)
+	// The retry never runs it before its dependency has succeeded: it
+	// waits again, and says so, until the dependency, retried, succeeds.
+	code, out, errOut = runInProcess(t, "retry", cancelled, "--server", s.URL)
+	if code != 0 || !strings.Contains(errOut, "job "+cancelled+" waits again for the jobs it runs after that have not succeeded") {
+		t.Fatalf("retry = exit %d, %q (%s); want 0 and that it waits again", code, out, errOut)
 	}
-	mustMatch(t, "get after the retry", s.getJob(t, cancelled), `(?m)^state: +QUEUED$`)
+	mustMatch(t, "get after the retry", s.getJob(t, cancelled), `(?m)^state: +WAITING$`)
+	if code, out, errOut := runInProcess(t, "retry", a, "--server", s.URL); code != 0 || strings.Contains(errOut, "waits again") {
+		t.Fatalf("retry of the dependency = exit %d, %q (%s)", code, out, errOut)
+	}
+	if done := s.end(t, "deps.first", `"ok"`); done != a {
+		t.Fatalf("completed %s, want the dependency %s", done, a)
+	}
+	s.untilState(t, cancelled, jobwatchv1.JobState_JOB_STATE_QUEUED)
 }
 
 // A line of submit --file carries after and onDependencyFailure in the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"github.com/jobwatch/jobwatch/client"
@@ -21,10 +22,18 @@ func cancel(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 // retry runs "jobwatch retry ID": a FAILED, CANCELLED or LOST job is
-// QUEUED again under the same id, with a fresh allowance of attempts.
-// With filter flags instead of an ID it retries every such job they match.
+// QUEUED again under the same id, with a fresh allowance of attempts, or
+// WAITING again for the jobs it runs after that have not succeeded,
+// which it then says on stderr. With filter flags instead of an ID it
+// retries every such job they match.
 func retry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return oneOrMany(ctx, "retry", "retry", args, stdout, stderr, (*client.Client).Retry, (*client.Client).RetryJobs)
+	return oneOrMany(ctx, "retry", "retry", args, stdout, stderr, func(c *client.Client, ctx context.Context, id string) (*jobwatchv1.Job, error) {
+		j, err := c.Retry(ctx, id)
+		if j.GetState() == jobwatchv1.JobState_JOB_STATE_WAITING {
+			fmt.Fprintf(stderr, "jobwatch: retry: job %s waits again for the jobs it runs after that have not succeeded (jobwatch get %s lists them); retry any that failed\n", id, id)
+		}
+		return j, err
+	}, (*client.Client).RetryJobs)
 }
 
 // deleteJob runs "jobwatch delete ID": an ended job is removed at once.

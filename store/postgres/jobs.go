@@ -437,6 +437,7 @@ type updated struct {
 	job     jobtype.Job // the committed job, or the one the write tried
 	changed bool        // the write raised the version: announce it
 	raced   bool        // another write came between the read and the write
+	locks   bool        // a retry with dependencies: only updateLocked writes it
 }
 
 // funcError carries the error of UpdateJob's func, which UpdateJob
@@ -462,6 +463,9 @@ func (s *Store) UpdateJob(ctx context.Context, id string, update func(*jobtype.J
 		)
 		if attempt <= optimisticUpdates {
 			u, err = s.updateOptimistic(ctx, id, update)
+			if err == nil && u.locks {
+				u, err = s.updateLocked(ctx, id, update, "", store.Quota{})
+			}
 		} else {
 			u, err = s.updateLocked(ctx, id, update, "", store.Quota{})
 		}
@@ -516,6 +520,9 @@ func (s *Store) updateOptimistic(ctx context.Context, id string, update func(*jo
 	if err != nil || !write {
 		return updated{job: old.job}, err
 	}
+	if store.Rewaits(old.job, next) {
+		return updated{job: old.job, locks: true}, nil
+	}
 	var tag pgconn.CommandTag
 	err = s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
 		tag, err = conn.Exec(ctx, updateJob, append(values(next), old.rev)...)
@@ -551,6 +558,19 @@ func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtyp
 			if err != nil || !write {
 				return err
 			}
+			var waitFor []string
+			depth := 0
+			if store.Rewaits(old.job, next) {
+				deps, err := readDependencies(wctx, tx, next.Tenant, next.After)
+				if err != nil {
+					return err
+				}
+				settled, w, d, err := store.SettleRetry(next, deps)
+				if err != nil {
+					return funcError{err}
+				}
+				next, waitFor, depth = store.Versioned(old.job, settled), w, d
+			}
 			if tenant != "" {
 				if err := s.checkQuota(wctx, tx, nil, q.ChangeCharges(old.job, next)); err != nil {
 					return err
@@ -563,11 +583,31 @@ func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtyp
 			if _, err := tx.Exec(wctx, updateJob, append(values(next), old.rev)...); err != nil {
 				return err
 			}
+			if len(waitFor) > 0 {
+				if err := waitAgain(wctx, tx, id, waitFor, depth); err != nil {
+					return err
+				}
+			}
 			u.changed = next.Version > old.job.Version
 			return nil
 		})
 	})
 	return u, err
+}
+
+// waitAgain records that job id, retried, waits for the jobs of waitFor
+// (store.SettleRetry) at depth, as a creation records its dependencies:
+// their rows were read FOR SHARE in tx, so one that ends after finds
+// these rows in job_deps.
+func waitAgain(ctx context.Context, tx pgx.Tx, id string, waitFor []string, depth int) error {
+	if _, err := tx.Exec(ctx, "UPDATE jobs SET after_depth = $2 WHERE id = $1", id, depth); err != nil {
+		return fmt.Errorf("record its depth: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO job_deps (after_id, job_id) SELECT unnest($1::text[]), $2 ON CONFLICT DO NOTHING",
+		waitFor, id); err != nil {
+		return fmt.Errorf("record its dependencies: %w", err)
+	}
+	return nil
 }
 
 // UpdateJobWithin implements store.Store. The job's tenant never

@@ -277,14 +277,39 @@ func getJob(ctx context.Context, q interface {
 // writeJob stores next over the row seq, with old's id and the version
 // store.Versioned decides. It skips the write when nothing changed at
 // all. It is the one statement that changes anything in UpdateJob
-// (writeStatement), so it asks first whether the caller is still there.
+// (writeStatement), so it asks first whether the caller is still there;
+// but for a retry of a job with dependencies (store.Rewaits), settled
+// first (store.SettleRetry) from their rows as tx reads them, which
+// records the dependencies it waits for again in job_deps, as create
+// does.
 func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next jobtype.Job) (jobtype.Job, error) {
 	if next.ID != old.ID {
 		return jobtype.Job{}, fmt.Errorf("update job %s: the id cannot change (to %q)", old.ID, next.ID)
 	}
+	var waitFor []string
+	depth := 0
+	if store.Rewaits(old, next) {
+		deps, err := readDependencies(ctx, tx, next.Tenant, next.After)
+		if err != nil {
+			return jobtype.Job{}, fmt.Errorf("update job %s: %w", old.ID, err)
+		}
+		if next, waitFor, depth, err = store.SettleRetry(next, deps); err != nil {
+			return jobtype.Job{}, err
+		}
+	}
 	next = versioned(old, next)
 	if err := s.updateRow(ctx, tx, seq, old, next); err != nil {
 		return jobtype.Job{}, err
+	}
+	if len(waitFor) > 0 {
+		if _, err := tx.ExecContext(ctx, "UPDATE jobs SET after_depth = ? WHERE seq = ?", depth, seq); err != nil {
+			return jobtype.Job{}, fmt.Errorf("update job %s: record its depth: %w", old.ID, classify(err))
+		}
+		for _, id := range waitFor {
+			if _, err := tx.ExecContext(ctx, "INSERT OR IGNORE INTO job_deps (after_id, job_id) VALUES (?, ?)", id, old.ID); err != nil {
+				return jobtype.Job{}, fmt.Errorf("update job %s: record its dependency %s: %w", old.ID, id, classify(err))
+			}
+		}
 	}
 	if next.Version != old.Version {
 		s.changed(next)

@@ -22,6 +22,125 @@ var depCases = []struct {
 	{"a missing or another tenant's dependency refuses the job and stores nothing", testDependencyMissing},
 	{"a chain of the deepest WAITING jobs allowed cancels whole; one deeper is refused", testDependencyDepth},
 	{"a dependency ending while jobs after it are created never leaves one waiting", testDependencyRace},
+	{"a retried job waits again for every dependency that has not succeeded", testDependencyRetryWaits},
+	{"a dependency ending while a job after it is retried never leaves it waiting", testDependencyRetryRace},
+}
+
+// retry makes ended job id WAITING again at at(sec), as jobs.Engine.Retry
+// writes a job with dependencies, and returns it as the store settled it.
+func retry(t *testing.T, s store.Store, id string, sec int) jobtype.Job {
+	t.Helper()
+	return update(t, s, id, func(j *jobtype.Job) {
+		j.State, j.RunAt, j.UpdatedAt, j.FinishedAt = jobtype.Waiting, at(sec), at(sec), time.Time{}
+		j.AddHistory(jobtype.HistoryEntry{Attempt: j.Attempt, FinishedAt: at(sec), State: jobtype.Waiting, By: "ops"})
+	})
+}
+
+func testDependencyRetryWaits(t *testing.T, s store.Store) {
+	rel := listenReleased(t, s)
+	running, done, failed := newJob("running", at(0)), newJob("done", at(0)), newJob("failed", at(0))
+	running.State, done.State, failed.State = jobtype.Running, jobtype.Running, jobtype.Running
+	create(t, s, running)
+	create(t, s, done)
+	create(t, s, failed)
+	create(t, s, waiting("cancelled-waiting", "running", "done"))
+	create(t, s, waiting("dep-failed", "failed", "done"))
+	run := waiting("runs-anyway", "failed", "running")
+	run.OnDependencyFailure = jobtype.RunOnDependencyFailure
+	create(t, s, run)
+	create(t, s, waiting("after-gone", "done"))
+	endAs(t, s, "cancelled-waiting", jobtype.Cancelled, 1) // an operator's cancel
+	endAs(t, s, "runs-anyway", jobtype.Cancelled, 1)
+	endAs(t, s, "done", jobtype.Succeeded, 2)
+	endAs(t, s, "failed", jobtype.Failed, 3) // cancels dep-failed
+	endAs(t, s, "after-gone", jobtype.Failed, 4)
+	if _, deleted, err := s.DeleteJob(t.Context(), "done"); err != nil || !deleted {
+		t.Fatalf("delete done = %v, %v", deleted, err)
+	}
+
+	for _, c := range []struct {
+		id   string
+		want jobtype.State
+	}{
+		{"cancelled-waiting", jobtype.Waiting}, // running has not ended
+		{"dep-failed", jobtype.Waiting},        // failed must be retried too
+		{"runs-anyway", jobtype.Waiting},       // failed has ended, running has not
+		{"after-gone", jobtype.Queued},         // done is gone: it ended long ago
+	} {
+		got := retry(t, s, c.id, 10)
+		if got.State != c.want || get(t, s, c.id).State != c.want {
+			t.Errorf("retry of %s = %s, stored %s; want %s", c.id, got.State, get(t, s, c.id).State, c.want)
+		}
+		if h := got.History; len(h) == 0 || h[len(h)-1].State != c.want || h[len(h)-1].By != "ops" {
+			t.Errorf("retry of %s: last history entry %+v, want the retry's, %s", c.id, h, c.want)
+		}
+		if c.want == jobtype.Queued && !got.RunAt.Equal(at(10)) {
+			t.Errorf("retry of %s: run_at %v, want the retry's time %v", c.id, got.RunAt, at(10))
+		}
+	}
+
+	// The running dependency succeeds: the jobs waiting for it alone go.
+	endAs(t, s, "running", jobtype.Succeeded, 12)
+	for _, id := range []string{"cancelled-waiting", "runs-anyway"} {
+		got := get(t, s, id)
+		if got.State != jobtype.Queued {
+			t.Errorf("%s once running succeeded: %s, want QUEUED", id, got.State)
+		}
+		rel.await(t, id, got.Version, jobtype.Queued)
+	}
+	if got := get(t, s, "dep-failed"); got.State != jobtype.Waiting {
+		t.Errorf("dep-failed while failed has not been retried: %s, want WAITING", got.State)
+	}
+
+	// The failed dependency is retried and fails again: the job after it
+	// is cancelled again, naming it; retried both, it succeeds: released.
+	update(t, s, "failed", func(j *jobtype.Job) { j.State, j.FinishedAt = jobtype.Running, time.Time{} })
+	endAs(t, s, "failed", jobtype.Failed, 14)
+	if got := get(t, s, "dep-failed"); got.State != jobtype.Cancelled || got.Error == nil ||
+		got.Error.Message != store.DependencyFailedMessage("failed", jobtype.Failed) {
+		t.Fatalf("dep-failed once failed failed again: %s with %+v, want CANCELLED naming it", got.State, got.Error)
+	}
+	retry(t, s, "dep-failed", 15)
+	update(t, s, "failed", func(j *jobtype.Job) { j.State, j.FinishedAt = jobtype.Running, time.Time{} })
+	endAs(t, s, "failed", jobtype.Succeeded, 16)
+	got := get(t, s, "dep-failed")
+	if got.State != jobtype.Queued {
+		t.Fatalf("dep-failed once failed succeeded: %s, want QUEUED", got.State)
+	}
+	rel.await(t, "dep-failed", got.Version, jobtype.Queued)
+}
+
+func testDependencyRetryRace(t *testing.T, s store.Store) {
+	const rounds, dependents = 10, 6
+	for r := range rounds {
+		dep := newJob(fmt.Sprintf("retry-dep-%d", r), at(0))
+		dep.State = jobtype.Running
+		create(t, s, dep)
+		for i := range dependents {
+			id := fmt.Sprintf("retried-%d-%d", r, i)
+			create(t, s, waiting(id, dep.ID))
+			endAs(t, s, id, jobtype.Cancelled, 1)
+		}
+		var wg sync.WaitGroup
+		for i := range dependents {
+			wg.Go(func() {
+				_, err := s.UpdateJob(t.Context(), fmt.Sprintf("retried-%d-%d", r, i), func(j *jobtype.Job) error {
+					j.State, j.RunAt, j.UpdatedAt, j.FinishedAt = jobtype.Waiting, at(2), at(2), time.Time{}
+					return nil
+				})
+				if err != nil {
+					t.Errorf("retry: %v", err)
+				}
+			})
+		}
+		wg.Go(func() { endAs(t, s, dep.ID, jobtype.Succeeded, 2) })
+		wg.Wait()
+		for i := range dependents {
+			if got := get(t, s, fmt.Sprintf("retried-%d-%d", r, i)); got.State != jobtype.Queued {
+				t.Fatalf("round %d, job %d: %s once its dependency had succeeded, want QUEUED", r, i, got.State)
+			}
+		}
+	}
 }
 
 // waiting is a new job of tenant acme WAITING for after.

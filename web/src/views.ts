@@ -317,9 +317,9 @@ function noteView(note: string): HTMLElement {
 
 export class Detail {
   private jobId = "";
-  // waitsAgain is false for a job a dependency cancelled: a retry queues
-  // it at once, without waiting for its dependencies again.
-  private waitsAgain = true;
+  // waitsAgain is true for a job that runs after others: a retry makes it
+  // wait again for each of them that has not succeeded.
+  private waitsAgain = false;
   private readonly title = h("h2", { id: "detail-title" });
   private readonly badge = badge();
   private readonly attempts = h("span", { class: "muted attempts" });
@@ -361,8 +361,10 @@ export class Detail {
     close.addEventListener("click", onClose);
     this.retry = new ActionButton("retry", "Retry", () => {
       const id = this.jobId;
-      const how = this.waitsAgain ? "" : " at once, without waiting for the jobs it runs after";
-      this.confirm.request(`Retry job ${id}? It is queued again${how}, with as many more attempts as its queue's retry rule allows.`, "Retry", () => ops.retry(id), this.retry.button);
+      const how = this.waitsAgain
+        ? "It waits again for the jobs it runs after that have not succeeded (retry any that failed too, in any order), then is queued"
+        : "It is queued again";
+      this.confirm.request(`Retry job ${id}? ${how}, with as many more attempts as its queue's retry rule allows.`, "Retry", () => ops.retry(id), this.retry.button);
     });
     this.cancel = new ActionButton(
       "cancel",
@@ -454,7 +456,7 @@ export class Detail {
     setText(this.payload, payload !== "" ? payload : full === undefined ? "loading…" : "(none)");
     setData(this.payload, "loaded", String(full !== undefined));
 
-    this.waitsAgain = !dependencyFailed(job);
+    this.waitsAgain = job.after.length > 0;
     this.renderFacts(job, book);
     this.renderTimeline(job, book, full);
     this.renderActions(job);

@@ -1072,7 +1072,9 @@ type GetJobLogsRequest struct {
 	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// The last seq the caller has; 0 starts with the oldest line kept.
 	AfterSeq int64 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
-	// 0 means 1,000; more than 1,000 means 1,000.
+	// 0 means 1,000; more than 1,000 means 1,000. A page also stops
+	// before its lines' text passes 1 MiB (it holds one line at least):
+	// follow more, not the count.
 	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

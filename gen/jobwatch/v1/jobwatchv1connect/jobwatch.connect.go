@@ -137,7 +137,10 @@ type JobServiceClient interface {
 	GetServerInfo(context.Context, *v1.GetServerInfoRequest) (*v1.GetServerInfoResponse, error)
 	// RetryJob makes a FAILED, CANCELLED or LOST job QUEUED again, with the
 	// same id and a fresh allowance of attempts; its version keeps counting
-	// up and its history keeps the run that ended. Any other state is
+	// up and its history keeps the run that ended. A job with dependencies
+	// (after) is WAITING again instead, for each of them that has not
+	// SUCCEEDED (one that ended otherwise must be retried too), and QUEUED
+	// once none is left to wait for. Any other state is
 	// failed_precondition; a unique_key another active job of the tenant
 	// holds is already_exists with JobAlreadyActive, as for SubmitJob.
 	RetryJob(context.Context, *v1.RetryJobRequest) (*v1.RetryJobResponse, error)
@@ -497,7 +500,10 @@ type JobServiceHandler interface {
 	GetServerInfo(context.Context, *v1.GetServerInfoRequest) (*v1.GetServerInfoResponse, error)
 	// RetryJob makes a FAILED, CANCELLED or LOST job QUEUED again, with the
 	// same id and a fresh allowance of attempts; its version keeps counting
-	// up and its history keeps the run that ended. Any other state is
+	// up and its history keeps the run that ended. A job with dependencies
+	// (after) is WAITING again instead, for each of them that has not
+	// SUCCEEDED (one that ended otherwise must be retried too), and QUEUED
+	// once none is left to wait for. Any other state is
 	// failed_precondition; a unique_key another active job of the tenant
 	// holds is already_exists with JobAlreadyActive, as for SubmitJob.
 	RetryJob(context.Context, *v1.RetryJobRequest) (*v1.RetryJobResponse, error)

@@ -457,7 +457,9 @@ export type GetJobLogsRequest = Message<"jobwatch.v1.GetJobLogsRequest"> & {
   afterSeq: bigint;
 
   /**
-   * 0 means 1,000; more than 1,000 means 1,000.
+   * 0 means 1,000; more than 1,000 means 1,000. A page also stops
+   * before its lines' text passes 1 MiB (it holds one line at least):
+   * follow more, not the count.
    *
    * @generated from field: int32 limit = 3;
    */
@@ -2851,7 +2853,10 @@ export const JobService: GenService<{
   /**
    * RetryJob makes a FAILED, CANCELLED or LOST job QUEUED again, with the
    * same id and a fresh allowance of attempts; its version keeps counting
-   * up and its history keeps the run that ended. Any other state is
+   * up and its history keeps the run that ended. A job with dependencies
+   * (after) is WAITING again instead, for each of them that has not
+   * SUCCEEDED (one that ended otherwise must be retried too), and QUEUED
+   * once none is left to wait for. Any other state is
    * failed_precondition; a unique_key another active job of the tenant
    * holds is already_exists with JobAlreadyActive, as for SubmitJob.
    *
