@@ -42,6 +42,10 @@ const (
 	// DefaultLogPage and MaxLogPage bound the lines of one Logs page.
 	DefaultLogPage = 1000
 	MaxLogPage     = 1000
+	// MaxLogPageBytes bounds the text of one Logs page (at least one
+	// line is always sent): 1,000 lines of 16 KiB would be a 16 MB
+	// answer, four times what gRPC clients take by default.
+	MaxLogPageBytes = 1 << 20
 	// maxLogBatchBytes bounds the text of the lines one WatchLogs send
 	// carries, well under a message's limit.
 	maxLogBatchBytes = 256 << 10
@@ -168,7 +172,9 @@ type LogPage struct {
 }
 
 // Logs returns at most limit (0: DefaultLogPage; at most MaxLogPage) of
-// job id's lines after afterSeq, oldest first.
+// job id's lines after afterSeq, oldest first, and no more than
+// MaxLogPageBytes of their text (More says when lines were left for the
+// next page).
 func (e *Engine) Logs(ctx context.Context, id string, afterSeq int64, limit int) (LogPage, error) {
 	if err := validID("job_id", id); err != nil {
 		return LogPage{}, err
@@ -186,6 +192,13 @@ func (e *Engine) Logs(ctx context.Context, id string, afterSeq int64, limit int)
 	p, err := e.store.JobLogs(ctx, id, afterSeq, limit)
 	if err != nil {
 		return LogPage{}, wrap("logs", id, err)
+	}
+	size := 0
+	for i, l := range p.Lines {
+		if size += len(l.Text); i > 0 && size > MaxLogPageBytes {
+			p.Lines = p.Lines[:i]
+			break
+		}
 	}
 	out := LogPage{Lines: p.Lines, Gap: gapAfter(afterSeq, p), JobEnded: p.Job.State.Terminal()}
 	if n := len(p.Lines); n > 0 {

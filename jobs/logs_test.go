@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,5 +142,47 @@ func TestLogsAppendedOnOneReplicaReachAWatcherOnAnother(t *testing.T) {
 		if l := nextLine(t, lines); l.Seq != int64(i+1) {
 			t.Fatalf("the other replica's watch got %+v; want seq %d", l, i+1)
 		}
+	}
+}
+
+// A page of long lines stops at MaxLogPageBytes of text, with More set,
+// and the next page takes up after it: 200 lines of 16 KiB are 3.2 MB,
+// which one answer would carry whole without the bound.
+func TestAPageOfLogsIsBoundedInBytes(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	if err := e.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{"default": {MaxLogBytes: 64 << 20}}}); err != nil {
+		t.Fatal(err)
+	}
+	j := running(t, e, jobs.SubmitRequest{})
+	long := strings.Repeat("x", jobtype.MaxLogLineBytes)
+	for range 2 {
+		batch := make([]string, 100)
+		for i := range batch {
+			batch[i] = long
+		}
+		appendText(t, e, j, batch...)
+	}
+	var after int64
+	seen := 0
+	for pages := 0; ; pages++ {
+		page, err := e.Logs(context.Background(), j.ID, after, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := 0
+		for _, l := range page.Lines {
+			size += len(l.Text)
+		}
+		if size > jobs.MaxLogPageBytes || len(page.Lines) == 0 {
+			t.Fatalf("page %d: %d lines, %d bytes of text; want 1 MiB at most, one line at least", pages, len(page.Lines), size)
+		}
+		seen += len(page.Lines)
+		after = page.Lines[len(page.Lines)-1].Seq
+		if !page.More {
+			break
+		}
+	}
+	if seen != 200 {
+		t.Fatalf("the pages held %d lines, want all 200", seen)
 	}
 }

@@ -58,6 +58,7 @@ func CutLogLine(text string) string {
 	if !utf8.ValidString(text) {
 		text = strings.ToValidUTF8(text, "\uFFFD")
 	}
+	text = NoNUL(text)
 	if len(text) <= MaxLogLineBytes {
 		return text
 	}
@@ -67,4 +68,16 @@ func CutLogLine(text string) string {
 		keep--
 	}
 	return text[:keep] + "…[" + strconv.Itoa(len(text)-keep) + " bytes cut]"
+}
+
+// NoNUL is text with each NUL byte (U+0000) replaced by U+FFFD, as an
+// invalid byte is: PostgreSQL's text cannot hold one ("invalid byte
+// sequence for encoding UTF8: 0x00"), so a worker's line, step or error
+// that carries one (binary output, a C string) is stored alike on every
+// backend instead of being refused.
+func NoNUL(text string) string {
+	if strings.IndexByte(text, 0) < 0 {
+		return text
+	}
+	return strings.ReplaceAll(text, "\x00", "\uFFFD")
 }

@@ -28,6 +28,11 @@ func (h *workerService) AppendJobLogs(ctx context.Context, req *jobwatchv1.Appen
 				return nil, invalid(fmt.Sprintf("lines[%d].time", i), "is not a valid time")
 			}
 			lines[i].Time = l.GetTime().AsTime()
+			// A time sent is checked here: the zero time it may be is
+			// the engine's "unset".
+			if err := h.s.engine.CheckTime(fmt.Sprintf("lines[%d].time", i), lines[i].Time); err != nil {
+				return nil, h.s.toConnectError(ctx, "append job logs", err)
+			}
 		}
 	}
 	if err := h.s.checkWorkerJob(ctx, "append job logs", req.GetJobId()); err != nil {

@@ -149,6 +149,12 @@ func TestJobLogsRefuseBadInput(t *testing.T) {
 	if ce := (*connect.Error)(nil); !errors.As(err, &ce) || !strings.HasPrefix(ce.Message(), "lines[1].time: must be within 100 years of now") {
 		t.Errorf("a line from 1900: %v; want its time refused, named", err)
 	}
+	_, err = c.workers.AppendJobLogs(ctxTimeout(t, callBound), &jobwatchv1.AppendJobLogsRequest{JobId: id, LeaseId: lease.GetLeaseId(),
+		Lines: []*jobwatchv1.AppendLogLine{{Text: "x", Time: timestamppb.New(time.Time{})}}})
+	wantCode(t, err, connect.CodeInvalidArgument)
+	if ce := (*connect.Error)(nil); !errors.As(err, &ce) || !strings.HasPrefix(ce.Message(), "lines[0].time: 0001-01-01T00:00:00Z is no time") {
+		t.Errorf("a line at 0001-01-01T00:00:00Z: %v; want its time refused, as the docs say", err)
+	}
 
 	long := strings.Repeat("é", jobtype.MaxLogLineBytes) // twice the limit in bytes
 	appendLines(t, c, lease, long)
