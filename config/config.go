@@ -301,7 +301,11 @@ func (p *parser) schedule(key string, n *yaml.Node) {
 		},
 		"timezone": func(k string, v *yaml.Node) {
 			var ok bool
-			if s.Timezone, ok = r.String(v, k); ok {
+			if s.Timezone, ok = r.String(v, k); ok && s.Timezone == "" {
+				// "" would read as UTC: a zone meant and left empty by
+				// a template should not run at UTC's hours unseen.
+				r.Fail(v, k, "must name a zone, such as Europe/Berlin or UTC; leave it out for UTC")
+			} else if ok {
 				times.zone = v
 			}
 		},

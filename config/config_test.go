@@ -312,6 +312,7 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"a cron expression that is a number", "schedules:\n  - {name: s, kind: k, cron: 5}\n", "c.yaml:2:30: schedules[0].cron: must be a string"},
 		{"an unknown time zone", "schedules:\n  - name: s\n    kind: k\n    cron: \"0 2 * * *\"\n    timezone: Europe/Berlni\n", "c.yaml:5:15: schedules[0].timezone: is not a known IANA time zone name, such as Europe/Berlin or UTC"},
 		{"the machine's local zone", "schedules:\n  - {name: s, kind: k, cron: '0 2 * * *', timezone: Local}\n", "schedules[0].timezone: must name a zone"},
+		{"an empty zone", "schedules:\n  - {name: s, kind: k, cron: '0 2 * * *', timezone: ''}\n", "c.yaml:2:53: schedules[0].timezone: must name a zone, such as Europe/Berlin or UTC; leave it out for UTC"},
 		{"a time zone on an every schedule", "schedules:\n  - {name: s, kind: k, every: 1h, timezone: UTC}\n", "c.yaml:2:35: schedules[0].timezone: applies to cron schedules only"},
 		{"a schedule declared twice", "schedules:\n  - {name: s, kind: k, every: 1m}\n  - {name: s, kind: k, every: 1m}\n", `c.yaml:3:6: schedules[1].name: schedule "s" is declared twice`},
 		{"a schedule without a name", "schedules:\n  - {kind: k, every: 1m}\n", "c.yaml:2:5: schedules[0]: needs name"},

@@ -213,12 +213,29 @@ func (e *Engine) SubmitMany(ctx context.Context, rs []SubmitRequest) ([]jobtype.
 		jobs, err = e.store.CreateJobs(ctx, jobs)
 	}
 	if err != nil {
-		return nil, wrap("submit", "", missingAt(rs, err))
+		return nil, wrap("submit", "", conflictAt(keys, missingAt(rs, err)))
 	}
 	for _, j := range jobs {
 		e.publish(j)
 	}
 	return jobs, nil
+}
+
+// conflictAt names, in a *jobtype.ConflictError of a SubmitMany, the
+// request that carried the key (keys: each key's request), as its other
+// refusals name theirs.
+func conflictAt(keys map[string]int, err error) error {
+	var ce *jobtype.ConflictError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	i, ok := keys[ce.UniqueKey]
+	if !ok {
+		return err
+	}
+	named := *ce
+	named.Field = fmt.Sprintf("jobs[%d]", i)
+	return &named
 }
 
 // missingAt names, in a *jobtype.MissingError of a SubmitMany, the first

@@ -263,8 +263,15 @@ func (e *BatchNotFoundError) Unwrap() error { return ErrNotFound }
 type ConflictError struct {
 	ActiveID  string // the id of the job holding the key
 	UniqueKey string
+	// Field names the request of a batch that carried the key
+	// ("jobs[700]"), "" for a single job.
+	Field string
 }
 
 func (e *ConflictError) Error() string {
-	return "job " + e.ActiveID + " is already active with unique key " + e.UniqueKey
+	msg := "job " + e.ActiveID + " is already active with unique key " + e.UniqueKey
+	if e.Field != "" {
+		return e.Field + ": " + msg
+	}
+	return msg
 }

@@ -170,6 +170,15 @@ func TestABodyThatIsNotJSONNamesTheRequest(t *testing.T) {
 			t.Errorf("%s = %d %s; want 400 naming SubmitJobRequest, without \"proto:\"", body, status, got)
 		}
 	}
+	// The same for protobuf's binary form: a message cut short, and a
+	// string that is not UTF-8.
+	for _, body := range [][]byte{{0x0a, 0x05, 'a', 'b'}, {0x0a, 0x02, 0xff, 0xfe}} {
+		status, got := rawPost(t, ts.url+"/jobwatch.v1.JobService/SubmitJob", "application/proto", body)
+		if status != http.StatusBadRequest || !strings.Contains(got, "the body is not a jobwatch.v1.SubmitJobRequest in protobuf's binary form: ") ||
+			strings.Contains(got, "proto:") {
+			t.Errorf("%x as protobuf = %d %s; want 400 naming SubmitJobRequest, without \"proto:\"", body, status, got)
+		}
+	}
 }
 
 // TestAMessageCutShortIsAClientError sends bodies whose envelope (the
@@ -469,4 +478,46 @@ func frames(t *testing.T, b []byte) []frame {
 		b = b[5+n:]
 	}
 	return out
+}
+
+// A deadline header that is not one is refused in the caller's protocol
+// with what one looks like, not strconv's words; a well-formed one still
+// bounds the call.
+func TestAMalformedDeadlineHeaderSaysWhatOneLooksLike(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	for _, v := range []string{"abc", "-5", "1.5", "12345678901"} {
+		status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/GetJob", "application/json", []byte(`{"jobId":"j_x"}`), "Connect-Timeout-Ms", v)
+		var e struct{ Code, Message string }
+		if err := json.Unmarshal([]byte(body), &e); status != http.StatusBadRequest || err != nil || e.Code != "invalid_argument" ||
+			!strings.Contains(e.Message, "Connect-Timeout-Ms header must be the call's deadline as a whole number of milliseconds") ||
+			strings.Contains(e.Message, "strconv") {
+			t.Errorf("Connect-Timeout-Ms: %s = %d %s; want 400 saying what the header holds", v, status, body)
+		}
+	}
+	if status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/GetJob", "application/json", []byte(`{"jobId":"j_x"}`), "Connect-Timeout-Ms", "5000"); status != http.StatusNotFound {
+		t.Errorf("Connect-Timeout-Ms: 5000 = %d %s; want the call's own answer, 404", status, body)
+	}
+
+	// gRPC: an empty GetJobRequest in its 5-byte frame.
+	req, err := http.NewRequest(http.MethodPost, ts.url+"/jobwatch.v1.JobService/GetJob", bytes.NewReader(make([]byte, 5)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("Te", "trailers")
+	req.Header.Set("Grpc-Timeout", "soon")
+	resp, err := ts.h2cClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	status, msg := resp.Trailer.Get("Grpc-Status"), resp.Trailer.Get("Grpc-Message")
+	if status == "" {
+		status, msg = resp.Header.Get("Grpc-Status"), resp.Header.Get("Grpc-Message")
+	}
+	if status != "3" || !strings.Contains(msg, "grpc-timeout header must be 1 to 8 digits and a unit") {
+		t.Errorf("grpc-timeout: soon = grpc-status %q, message %q; want 3 (invalid_argument) saying what the header holds", status, msg)
+	}
+	submit(t, ts.h2c(), &jobwatchv1.SubmitJobRequest{Kind: "after.a.bad.deadline"})
 }

@@ -162,7 +162,7 @@ func TestBatchesRefuseBadInputAndStoreNothing(t *testing.T) {
 			r := batchRequest(t, "refused", "refused", 3)
 			r.Jobs[2].UniqueKey = "nightly"
 			return r
-		}(), connect.CodeAlreadyExists, held.GetId()},
+		}(), connect.CodeAlreadyExists, "jobs[2]: job " + held.GetId() + " is already active"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := c.jobs.SubmitJobs(ctxTimeout(t, callBound), tc.req)

@@ -10,6 +10,7 @@ import (
 	"github.com/jobwatch/jobwatch/auth"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/wire"
 )
 
@@ -51,7 +52,11 @@ func (s *Server) bulk(ctx context.Context, a jobs.BulkAction, pf *jobwatchv1.Job
 	by := auth.DescribeCaller(ctx)
 	r, err := s.engine.Bulk(jobs.WithActor(ctx, by), a, f, pageToken, int(pageSize))
 	if r.Matched > 0 || err == nil {
-		attrs := []any{"by", by, "tenant", f.Tenant, "queues", f.Queues, "kinds", f.Kinds, "states", f.States}
+		tenant := f.Tenant
+		if tenant == "" {
+			tenant = jobtype.DefaultTenant // as jobs.BulkFilter reads it
+		}
+		attrs := []any{"by", by, "tenant", tenant, "queues", f.Queues, "kinds", f.Kinds, "states", f.States}
 		if f.Batch != "" {
 			attrs = append(attrs, "batch", f.Batch)
 		}

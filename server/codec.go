@@ -208,7 +208,23 @@ func (protoCodec) Unmarshal(data []byte, v any) error {
 	if !ok {
 		return fmt.Errorf("%T is not a proto.Message", v)
 	}
-	return proto.UnmarshalOptions{RecursionLimit: protoRecursionLimit}.Unmarshal(data, m)
+	if err := (proto.UnmarshalOptions{RecursionLimit: protoRecursionLimit}).Unmarshal(data, m); err != nil {
+		// As jsonCodec says it: what the body was meant to be, and
+		// protobuf's words without their "proto:".
+		return fmt.Errorf("the body is not a %s in protobuf's binary form: %s", m.ProtoReflect().Descriptor().FullName(), withoutProtoPrefix(err))
+	}
+	return nil
+}
+
+// withoutProtoPrefix is a protobuf library's error without the "proto:"
+// it starts with (followed by a space or, at random, a no-break space),
+// which names a library rather than what is wrong.
+func withoutProtoPrefix(err error) string {
+	msg := err.Error()
+	for _, prefix := range []string{"proto: ", "proto:\u00a0"} {
+		msg = strings.TrimPrefix(msg, prefix)
+	}
+	return msg
 }
 
 func (c jsonCodec) Name() string { return c.name }
@@ -243,13 +259,9 @@ func (c jsonCodec) Unmarshal(data []byte, v any) error {
 			// the body was not cut short.
 			return errors.New("a JSON string holds an escaped half of a UTF-16 surrogate pair (\\ud800 to \\udfff) without its other half, which is not text")
 		}
-		// protojson's words without its "proto:" (followed by a space or,
-		// at random, a no-break space), and what the body was meant to be.
-		msg := err.Error()
-		for _, prefix := range []string{"proto: ", "proto:\u00a0"} {
-			msg = strings.TrimPrefix(msg, prefix)
-		}
-		return fmt.Errorf("the body is not a %s as JSON: %s", m.ProtoReflect().Descriptor().FullName(), msg)
+		// protojson's words without its "proto:", and what the body was
+		// meant to be.
+		return fmt.Errorf("the body is not a %s as JSON: %s", m.ProtoReflect().Descriptor().FullName(), withoutProtoPrefix(err))
 	}
 	md := m.ProtoReflect().Descriptor()
 	if !holdsEnums(md) {

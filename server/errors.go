@@ -115,8 +115,11 @@ func callersEnd(ctx context.Context, err error) *connect.Error {
 // conflict is already_exists with the active job's id in the message and
 // in a JobAlreadyActive detail that generated clients can read.
 func conflict(c *jobtype.ConflictError) error {
-	err := connect.NewError(connect.CodeAlreadyExists,
-		fmt.Errorf("job %s is already active with unique_key %q", c.ActiveID, c.UniqueKey))
+	msg := fmt.Sprintf("job %s is already active with unique_key %q", c.ActiveID, c.UniqueKey)
+	if c.Field != "" {
+		msg = c.Field + ": " + msg
+	}
+	err := connect.NewError(connect.CodeAlreadyExists, errors.New(msg))
 	if detail, derr := connect.NewErrorDetail(&jobwatchv1.JobAlreadyActive{
 		JobId:     c.ActiveID,
 		UniqueKey: c.UniqueKey,

@@ -376,7 +376,7 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 	mux.Handle("/", cfg.Page)
 
 	s.setUpSends()
-	var h http.Handler = s.checkEnvelopes(explainMediaType(mux))
+	var h http.Handler = s.checkEnvelopes(explainMediaType(checkTimeoutHeaders(connect.NewErrorWriter(opts...), mux)))
 	if !cfg.AnyHost {
 		s.hosts = newHostCheck(cfg.AllowedHosts, s.metrics, s.log, opts)
 		h = s.hosts.handler(h)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
@@ -54,11 +55,24 @@ func TestCommandLineMistakesSayWhatToDo(t *testing.T) {
 		{[]string{"--server", "http://127.0.0.1:1", "submit", "k"}, "--server comes after the command: jobwatch COMMAND --server"},
 		{[]string{"serve", "--wait-cap", "5"}, `--wait-cap "5": a duration needs a unit, such as 30s`},
 		{[]string{"wait", "j_1", "--timeout", "10"}, `--timeout "10": a duration needs a unit`},
+		{[]string{"submit", "k", "--payload", "{bogus"}, "--payload is not JSON: syntax error"},
+		{[]string{"submit", "--file", jobsFile(t, `{"kind":"k","frob":1}`)}, `jobs.jsonl is not a SubmitJobRequest as JSON: (line 1:13): unknown field "frob"`},
 	} {
-		if code, _, errOut := runJobwatch(t, tc.args...); code != 2 || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "parse error") {
+		if code, _, errOut := runJobwatch(t, tc.args...); code != 2 || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "parse error") ||
+			strings.Contains(errOut, "proto:") {
 			t.Errorf("jobwatch %s = exit %d, stderr %q; want 2 and %q", strings.Join(tc.args, " "), code, errOut, tc.want)
 		}
 	}
+}
+
+// jobsFile is a file of job lines for submit --file, named jobs.jsonl.
+func jobsFile(t *testing.T, lines string) string {
+	t.Helper()
+	name := filepath.Join(t.TempDir(), "jobs.jsonl")
+	if err := os.WriteFile(name, []byte(lines+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
 
 func TestServeHelpShowsTheLogLevelAsTheREADMESpellsIt(t *testing.T) {

@@ -127,7 +127,7 @@ func newServeFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&f.maxSendBytes, "max-pending-send-bytes", server.DefaultSendBudget(),
 		"the send budget: most `bytes` of answers being built or held unsent at once; a call over it waits while answers ahead are sent, else gets resource_exhausted; the default is a sixty-fourth of the memory the process may use (machine, cgroup, GOMEMLIMIT), at least 64 MiB")
 	fs.IntVar(&f.maxParkedCalls, "max-parked-calls", server.DefaultMaxParkedCalls,
-		"most WaitJob, WatchJob(s) and ClaimJob `calls` parked at once; beyond it a wait answers at once, a watch or claim gets resource_exhausted")
+		"most WaitJob(s), WatchJob(s), WatchJobLogs and ClaimJob `calls` parked at once; beyond it a wait answers at once, a watch or claim gets resource_exhausted")
 	fs.IntVar(&f.maxParkedTenant, "max-parked-calls-per-tenant", 0,
 		"most parked `calls` of one tenant (see docs/OPERATING.md, Limits); 0: a quarter of --max-parked-calls; set it to --max-parked-calls to turn it off")
 	fs.IntVar(&f.conns.maxStreamsPerConn, "max-streams-per-conn", server.DefaultMaxStreamsPerConn,

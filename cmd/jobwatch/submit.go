@@ -300,7 +300,7 @@ func readJobLines(file string, defaults *jobwatchv1.SubmitJobRequest) (reqs []*j
 		}
 		req := &jobwatchv1.SubmitJobRequest{}
 		if err := protojson.Unmarshal(text, req); err != nil {
-			return nil, nil, usageError{fmt.Sprintf("--file: line %d of %s is not a SubmitJobRequest as JSON: %v", n, name, err)}
+			return nil, nil, usageError{fmt.Sprintf("--file: line %d of %s is not a SubmitJobRequest as JSON: %s", n, name, jsonMistake(err))}
 		}
 		if req.Tenant == "" {
 			req.Tenant = defaults.Tenant
@@ -424,9 +424,20 @@ func readPayload(s string) (*structpb.Value, error) {
 	}
 	v := &structpb.Value{}
 	if err := protojson.Unmarshal(text, v); err != nil {
-		return nil, usageError{fmt.Sprintf("--payload is not JSON: %v", err)}
+		return nil, usageError{fmt.Sprintf("--payload is not JSON: %s", jsonMistake(err))}
 	}
 	return v, nil
+}
+
+// jsonMistake is protojson's error without its "proto:" (followed by a
+// space or, at random, a no-break space), which names a library, not
+// what is wrong with the text.
+func jsonMistake(err error) string {
+	msg := err.Error()
+	for _, prefix := range []string{"proto: ", "proto:\u00a0"} {
+		msg = strings.TrimPrefix(msg, prefix)
+	}
+	return msg
 }
 
 // printOutcome prints a finished job: its summary line, or JSON.
