@@ -60,6 +60,11 @@ func (r *retrier) wait(ctx context.Context, err error) error {
 		r.notify(err, d)
 	}
 	if !backoff.Sleep(ctx.Done(), d) {
+		if errors.Is(err, errNotParked) || errors.Is(err, errEmptyStream) {
+			// Quick answers of a live server (one shutting down, or
+			// a stream ended at the caller's deadline): nothing failed.
+			return context.Cause(ctx)
+		}
 		return &gaveUpError{cause: context.Cause(ctx), last: err}
 	}
 	return nil

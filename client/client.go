@@ -170,10 +170,11 @@ type Client struct {
 // 503), and from then on to the next, round the list. The call that
 // failed is not sent again; the retry loops (WaitForJob, Watch and the
 // others the package comment names, a Worker's calls) retry on the next
-// server, and any other call is the caller's to retry. A list whose
-// addresses do not all have one scheme, or that has an address that is
-// not an http:// or https:// URL, makes every call fail with
-// invalid_argument saying why; ValidBaseURL reports the same at once.
+// server, and any other call is the caller's to retry. An address that
+// is not an http:// or https:// URL ("127.0.0.1:8080"), alone or in a
+// list, or a list whose addresses do not all have one scheme, makes
+// every call fail with invalid_argument saying why, which the retry
+// loops return at once; ValidBaseURL reports the same before any call.
 func New(baseURL string, opts ...Option) *Client {
 	cfg := config{
 		longConns:    DefaultLongCallConns,
@@ -187,7 +188,10 @@ func New(baseURL string, opts ...Option) *Client {
 	}
 	c := &Client{backoff: cfg.backoff, onRetry: cfg.onRetry}
 	var list *servers
-	if addrs := splitServers(baseURL); len(addrs) == 1 {
+	// One address that is not a URL goes the list's way too: every call
+	// fails with invalid_argument, which no retry loop retries, where
+	// connect-go would answer unavailable, which they retry for ever.
+	if addrs := splitServers(baseURL); len(addrs) == 1 && validURL(addrs[0]) == nil {
 		baseURL = addrs[0]
 	} else {
 		list, baseURL = newServers(addrs)
@@ -295,10 +299,28 @@ func (c *Client) QueueService() jobwatchv1connect.QueueServiceClient { return c.
 
 // Close closes the idle connections of the client's own transports.
 // Calls still in flight are not interrupted; cancel their contexts.
+//
+// A call whose context was cancelled has returned before its HTTP/2
+// stream is torn down (a Worker's last claim, when Run returns), and its
+// connection is not idle until then: so Close looks again a few times
+// over the next two seconds, from a goroutine of its own, and closes
+// what has become idle by then. It does not wait for that.
 func (c *Client) Close() {
-	for _, t := range c.transports {
-		t.CloseIdleConnections()
+	closeIdle := func() {
+		for _, t := range c.transports {
+			t.CloseIdleConnections()
+		}
 	}
+	closeIdle()
+	if len(c.transports) == 0 {
+		return
+	}
+	go func() {
+		for _, d := range []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, 1500 * time.Millisecond} {
+			time.Sleep(d)
+			closeIdle()
+		}
+	}()
 }
 
 // Submit is JobService.SubmitJob returning the job.

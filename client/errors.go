@@ -2,8 +2,10 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"reflect"
+	"regexp"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -83,8 +85,9 @@ func transient(ctx context.Context, err error) bool {
 		return false
 	}
 	switch connect.CodeOf(err) {
-	case connect.CodeUnavailable, // refused, reset, GOAWAY, store down
-		connect.CodeAborted,           // the server gave up on the call
+	case connect.CodeUnavailable: // refused, reset, GOAWAY, store down
+		return !misconfigured(err)
+	case connect.CodeAborted, // the server gave up on the call
 		connect.CodeResourceExhausted, // too many parked calls: try later
 		connect.CodeCanceled,          // the server or a proxy reset the stream, not us
 		connect.CodeDeadlineExceeded:  // a proxy's timeout, not ours
@@ -92,10 +95,31 @@ func transient(ctx context.Context, err error) bool {
 	case connect.CodeUnknown, connect.CodeInternal:
 		// A broken HTTP/2 stream or body surfaces as unknown or internal,
 		// synthesized by the client; the same codes sent by the server
-		// are real answers and retrying them would loop for ever.
-		return !connect.IsWireError(err)
+		// are real answers and retrying them would loop for ever, and so
+		// is an HTTP status that is no answer of jobwatch's (a 405 of a
+		// wrong path, a proxy's 500), which connect-go names by it.
+		return !connect.IsWireError(err) && !httpStatusAnswer.MatchString(connectMessage(err))
 	}
 	return false
+}
+
+// httpStatusAnswer is the message connect-go gives an answer that was an
+// HTTP status without a Connect or gRPC error ("405 Method Not Allowed",
+// "HTTP status 500 Internal Server Error"), or a body that was not one
+// (a page answering at a wrong path).
+var httpStatusAnswer = regexp.MustCompile(`^(HTTP status )?[1-5][0-9][0-9] |^invalid content-type`)
+
+// misconfigured reports whether err, which connect-go calls unavailable,
+// is an address that can never answer as given: https:// to a server
+// that speaks plain HTTP, http:// to one that does not speak HTTP/2 over
+// it (jobwatch does; a proxy may not), or a certificate this machine
+// does not trust or that names another host. Retrying it would loop for
+// ever.
+func misconfigured(err error) bool {
+	var verify *tls.CertificateVerificationError // every failed verification of the server's chain
+	msg := err.Error()
+	return errors.As(err, &verify) || strings.Contains(msg, "server gave HTTP response to HTTPS client") ||
+		strings.Contains(msg, "frame header looked like an HTTP/1.1 header")
 }
 
 // PublicError is implemented by errors whose message is safe to show to

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -458,6 +459,22 @@ func TestServerListsThatCannotWorkAreRefused(t *testing.T) {
 	if _, err := c.WaitForJob(ctx, "j_00000000000000000000000000"); connect.CodeOf(err) != connect.CodeInvalidArgument {
 		t.Errorf("WaitForJob through mixed schemes: %v; want the invalid_argument at once, not retries", err)
 	}
+
+	// One address without its scheme, as grpc-go takes it, or of another
+	// scheme: the same, where connect-go would say unavailable, which the
+	// retry loops and a Worker would retry for ever.
+	for _, addr := range []string{"127.0.0.1:1", "ftp://127.0.0.1:1"} {
+		c := fastClient(t, addr)
+		if _, err := c.WaitForJob(ctx, "j_00000000000000000000000000"); connect.CodeOf(err) != connect.CodeInvalidArgument ||
+			!strings.Contains(err.Error(), "must start with http:// or https://") {
+			t.Errorf("WaitForJob through %q: %v; want invalid_argument at once, saying what an address looks like", addr, err)
+		}
+		w := client.NewWorker(c.WorkerBackend(), client.WorkerConfig{})
+		w.Handle("k", func(context.Context, *jobwatchv1.Job, client.Progress) (any, error) { return nil, nil })
+		if err := w.Run(ctx); connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("a Worker through %q: Run = %v; want invalid_argument at once", addr, err)
+		}
+	}
 }
 
 func TestWorkerCutOffFromEveryServerStopsItsHandlerBeforeTheJobRunsAgain(t *testing.T) {
@@ -533,4 +550,46 @@ func waitSucceeded(ctx context.Context, c *client.Client, id string) <-chan erro
 		waited <- err
 	}()
 	return waited
+}
+
+// An address that reaches something other than a jobwatch server (a
+// wrong path answered 405, a page, https:// to plain HTTP, a certificate
+// this machine does not trust) can never answer: the retry loops return
+// it at once instead of retrying for ever.
+func TestAnAddressThatCanNeverAnswerIsNotRetried(t *testing.T) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/page/") {
+			w.Header().Set("Content-Type", "text/html")
+			_, _ = io.WriteString(w, "<html>hello</html>")
+			return
+		}
+		http.Error(w, "no", http.StatusMethodNotAllowed)
+	})
+	page := httptest.NewUnstartedServer(handler) // speaks h2c, as jobwatch does
+	page.Config.Protocols = new(http.Protocols)
+	page.Config.Protocols.SetHTTP1(true)
+	page.Config.Protocols.SetUnencryptedHTTP2(true)
+	page.Start()
+	t.Cleanup(page.Close)
+	http1 := httptest.NewServer(handler) // HTTP/1.1 alone, as some proxies
+	t.Cleanup(http1.Close)
+	untrusted := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(untrusted.Close)
+	for _, addr := range []string{
+		page.URL + "/nope",
+		page.URL + "/page",
+		http1.URL,
+		strings.Replace(page.URL, "http://", "https://", 1),
+		untrusted.URL,
+	} {
+		var retried atomic.Int32
+		c := fastClient(t, addr, client.WithRetryNotify(func(error, time.Duration) { retried.Add(1) }))
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := c.WaitForJob(ctx, "j_00000000000000000000000000")
+		timedOut := ctx.Err() != nil
+		cancel()
+		if err == nil || timedOut || retried.Load() != 0 {
+			t.Errorf("WaitForJob through %s = %v after %d retries; want its error at once", addr, err, retried.Load())
+		}
+	}
 }

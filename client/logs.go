@@ -56,6 +56,7 @@ func (c *Client) WatchLogs(ctx context.Context, id string, afterSeq int64) iter.
 		r := c.retrier()
 		last := afterSeq
 		for {
+			asked := time.Now()
 			stopped, received, ended, err := c.watchLogsOnce(ctx, id, &last, yield)
 			if stopped || ended {
 				return
@@ -69,9 +70,11 @@ func (c *Client) WatchLogs(ctx context.Context, id string, afterSeq int64) iter.
 				if err == nil && page.GetJobEnded() && len(page.GetLines()) == 0 && page.GetGap() == nil {
 					return
 				}
-				if err == nil && received {
+				if err == nil && (received || time.Since(asked) >= minPark || nearDeadline(ctx, asked)) {
+					// More to come, after a stream that lived (its
+					// lifetime, the caller's deadline): resume at once.
 					r.reset()
-					continue // more to come: resume at once
+					continue
 				}
 				if err == nil {
 					err = errEmptyStream

@@ -38,6 +38,15 @@ func cutShort(ctx context.Context, asked time.Time) bool {
 	return ok && dl.Sub(asked) < 10*minPark
 }
 
+// nearDeadline reports whether a stream opened at asked that ended
+// without a word did so for ctx's deadline: servers end a stream a tenth
+// of the time left before the caller's deadline (as a parked call), so
+// what is left now is at most a fifth of what was left at asked.
+func nearDeadline(ctx context.Context, asked time.Time) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) <= dl.Sub(asked)/5
+}
+
 // errNotParked is what a retry notification says about such an answer.
 var errNotParked = errors.New("server answered without waiting (shutting down?)")
 
@@ -89,11 +98,13 @@ func (c *Client) WaitForJob(ctx context.Context, id string) (*jobwatchv1.Job, er
 // waitError is the error a wait or watch of job id returns for err, or
 // nil when err is transient and the call should be retried.
 func waitError(id string, err error) error {
+	// The sentinels wrap the server's answer, so that connect.CodeOf
+	// reads its code as it does for every other call.
 	switch connect.CodeOf(err) {
 	case connect.CodeFailedPrecondition:
-		return fmt.Errorf("wait for job %s: %w", id, ErrJobNotStarted)
+		return fmt.Errorf("wait for job %s: %w", id, asSentinel(ErrJobNotStarted, err))
 	case connect.CodeNotFound:
-		return fmt.Errorf("wait for job %s: %w", id, ErrJobNotFound)
+		return fmt.Errorf("wait for job %s: %w", id, asSentinel(ErrJobNotFound, err))
 	}
 	if transient(context.Background(), err) {
 		return nil
@@ -134,6 +145,7 @@ func (c *Client) Watch(ctx context.Context, id string) iter.Seq2[*jobwatchv1.Job
 func (c *Client) resume(ctx context.Context, once func() (stopped, received bool, err error), refused func(error) error, fail func(error)) {
 	r := c.retrier()
 	for {
+		asked := time.Now()
 		stopped, received, err := once()
 		if stopped {
 			return
@@ -148,6 +160,11 @@ func (c *Client) resume(ctx context.Context, once func() (stopped, received bool
 		switch {
 		case err == nil && received:
 			continue // a clean end of a live stream: resume at once
+		case err == nil && (time.Since(asked) >= minPark || nearDeadline(ctx, asked)):
+			// Ended by the server's stream lifetime, or for the caller's
+			// deadline, with nothing new to say: resume at once. Only a
+			// stream that ends at once (a server shutting down) backs off.
+			continue
 		case err == nil:
 			err = errEmptyStream
 		default:

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,4 +140,43 @@ func TestWatchEnds(t *testing.T) {
 		}
 		eventually(t, "no watch is open", func() bool { return s.gauge("jobwatch_open_watches") == 0 })
 	})
+}
+
+// A watch of a job that does not change, on a server whose streams end
+// after 100ms, resumes at once each time the lifetime ends its stream:
+// no backoff and no retry notice, which would read as a failure.
+func TestAQuietWatchEndedByTheStreamLifetimeIsNoFailure(t *testing.T) {
+	s := startServer(t, serverOptions{server: server.Config{StreamLifetime: 100 * time.Millisecond}})
+	var notices atomic.Int32
+	var last atomic.Value
+	c := fastClient(t, s.URL, client.WithRetryNotify(func(err error, _ time.Duration) {
+		notices.Add(1)
+		last.Store(err.Error())
+	}))
+	job := submit(t, c, "quiet")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	snapshots := 0
+	for _, err := range c.Watch(ctx, job.GetId()) {
+		if err != nil {
+			if !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "last try") {
+				t.Fatalf("watch ended with %v; want the deadline alone", err)
+			}
+			break
+		}
+		snapshots++
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, err := range c.WatchLogs(ctx, job.GetId(), 0) {
+		if err != nil {
+			if !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "last try") {
+				t.Fatalf("watch of the logs ended with %v; want the deadline alone", err)
+			}
+			break
+		}
+	}
+	if snapshots != 1 || notices.Load() != 0 {
+		t.Fatalf("%d snapshots and %d retry notices (the last %v) over streams ended by their lifetime; want 1 and none", snapshots, notices.Load(), last.Load())
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -171,7 +172,11 @@ type WorkerConfig struct {
 	ProgressInterval time.Duration
 	// DrainTimeout is how long Run waits for running handlers after its
 	// ctx ends before it cancels them (cause ErrWorkerStopped) and fails
-	// their jobs as retryable. 0 waits as long as they take.
+	// their jobs as retryable; Run then returns without waiting for a
+	// handler that ignores its context, which runs on in the background
+	// with its outcome dropped (and its job may be claimed again
+	// meanwhile: a handler should heed its context). 0 waits as long as
+	// they take.
 	DrainTimeout time.Duration
 	// Backoff spaces out retried claims and reports. Zero: the defaults.
 	Backoff Backoff
@@ -480,10 +485,38 @@ func (w *Worker) run(ctx context.Context, s *slot, lease *Lease) {
 
 	log.Debug("job started")
 	handleCtx, span := w.startSpan(jobCtx, job)
-	result, err := callHandler(handleCtx, h, job, progress)
+	type outcome struct {
+		result any
+		err    error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		result, err := callHandler(handleCtx, h, job, progress)
+		done <- outcome{result, err}
+	}()
+	var result any
+	var err error
+	select {
+	case o := <-done:
+		result, err = o.result, o.err
+	case <-ctx.Done():
+		// Run's drain timeout passed (ErrWorkerStopped): the job is
+		// failed as retryable now, whether or not the handler heeds its
+		// context; one that does not runs on unwatched, its outcome
+		// dropped, so that Run returns when DrainTimeout says.
+		select {
+		case o := <-done:
+			result, err = o.result, o.err
+		default:
+			log.Warn("handler did not return when the worker stopped; its job is failed as retryable and its outcome will be dropped")
+		}
+	}
 	endSpan(span, err)
 	close(stop)
 	<-beats
+	if pe := (*PanicError)(nil); errors.As(err, &pe) {
+		log.Error("handler panicked; its job fails without a retry", "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+	}
 
 	switch cause := context.Cause(jobCtx); {
 	case errors.Is(cause, ErrJobCancelled):
@@ -764,15 +797,20 @@ func (w *Worker) beat(ctx context.Context, lease *Lease, expires time.Time, perc
 func callHandler(ctx context.Context, h Handler, job *jobwatchv1.Job, p Progress) (result any, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			result, err = nil, &PanicError{Value: v}
+			result, err = nil, &PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
 	return h(ctx, job, p)
 }
 
-// PanicError is how a handler's panic fails its job: error.type "PanicError",
-// no message.
-type PanicError struct{ Value any }
+// PanicError is how a handler's panic fails its job: error.type
+// "PanicError", no message, and no retry, whatever attempts are left (a
+// panic is a bug, which the next attempt would meet again). The worker
+// logs it at error with the handler's stack.
+type PanicError struct {
+	Value any
+	Stack []byte // the panicking goroutine's stack (runtime/debug.Stack)
+}
 
 func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
 

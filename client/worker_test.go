@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -719,4 +720,79 @@ func TestWorkerCancelsTheHandlerWhenAHeartbeatHangsPastTheLease(t *testing.T) {
 			t.Fatal("the handler ran on long after its lease ran out, because a heartbeat hung")
 		}
 	})
+}
+
+// clientConns counts the HTTP/2 connections this process's clients hold
+// open: one read loop each.
+func clientConns() int {
+	buf := make([]byte, 4<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), "(*http2ClientConn).readLoop")
+}
+
+// Close right after a Worker's Run returns releases the worker's
+// connections, though the last claim's stream is still being torn down
+// when Run returns.
+func TestCloseAfterAWorkerRunLeavesNoConnection(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	before := clientConns()
+	for range 5 {
+		c := client.New(s.URL)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		w := client.NewWorker(c.WorkerBackend(), client.WorkerConfig{Concurrency: 4})
+		w.Handle("nothing-ever", func(context.Context, *jobwatchv1.Job, client.Progress) (any, error) { return nil, nil })
+		if err := w.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		c.Close()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for clientConns() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d client connections open 30s after five clients were closed, %d before", clientConns(), before)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A handler that ignores its context does not hold Run past its
+// DrainTimeout: its job is failed as retryable (WorkerStopped) at the
+// timeout, and the handler's late outcome is dropped.
+func TestDrainTimeoutBoundsRunWhenAHandlerIgnoresItsContext(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	c := fastClient(t, s.URL)
+	job, err := c.Submit(context.Background(), &jobwatchv1.SubmitJobRequest{Kind: "stubborn", MaxAttempts: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	started := make(chan struct{})
+	w := client.NewWorker(c.WorkerBackend(), client.WorkerConfig{DrainTimeout: 200 * time.Millisecond})
+	w.Handle("stubborn", func(context.Context, *jobwatchv1.Job, client.Progress) (any, error) {
+		close(started)
+		<-release // ignores its context
+		return "late", nil
+	})
+	defer close(release)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	<-started
+	cancel()
+	select {
+	case err := <-ran:
+		if err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run still waits for a handler that ignores its context, 30s after its ctx ended with a 200ms DrainTimeout")
+	}
+	got, err := c.Get(context.Background(), job.GetId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED || got.GetError().GetType() != "WorkerStopped" {
+		t.Fatalf("the job after Run returned: %s with %v; want QUEUED again after a WorkerStopped failure", got.GetState(), got.GetError())
+	}
 }
