@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -102,13 +103,19 @@ func (e *Engine) Retry(ctx context.Context, id string) (jobtype.Job, error) {
 // Delete removes a terminal job at once; afterwards it is ErrNotFound to
 // every read, and every waiter and watcher of it, here and on other
 // replicas (the store's change notice), ends with ErrNotFound. A job
-// that has not ended is a *StateError (cancel it first). Who deleted it
+// that has not ended is a *StateError (cancel it first), and so is one
+// that a WAITING job waits for (a job retried to run after it, which
+// would otherwise wait for ever; retention keeps such a job too). Who deleted it
 // is logged at info: the job, and so its History, is gone.
 func (e *Engine) Delete(ctx context.Context, id string) error {
 	if err := validID("job_id", id); err != nil {
 		return err
 	}
 	j, deleted, err := e.store.DeleteJob(ctx, id)
+	if wf := (*jobtype.WaitedForError)(nil); errors.As(err, &wf) {
+		return &StateError{JobID: id, State: j.State, Op: "delete",
+			Hint: "job " + wf.Waiter + " runs after it and waits for it to succeed: retry it, or cancel " + wf.Waiter + " first"}
+	}
 	if err != nil {
 		return wrap("delete", id, err)
 	}

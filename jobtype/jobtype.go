@@ -258,6 +258,15 @@ func (e *BatchNotFoundError) Error() string {
 }
 func (e *BatchNotFoundError) Unwrap() error { return ErrNotFound }
 
+// WaitedForError is DeleteJob's refusal of a terminal job that a WAITING
+// job waits for (one retried to run after it: store.SettleRetry).
+type WaitedForError struct {
+	ID     string // the job to delete
+	Waiter string // a WAITING job that runs after it
+}
+
+func (e *WaitedForError) Error() string { return "job " + e.Waiter + " waits for job " + e.ID }
+
 // ConflictError is returned by CreateJob when the tenant already has an
 // active job with the same unique key.
 type ConflictError struct {

@@ -560,7 +560,8 @@ func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtyp
 			}
 			var waitFor []string
 			depth := 0
-			if store.Rewaits(old.job, next) {
+			rewaits := store.Rewaits(old.job, next)
+			if rewaits {
 				deps, err := readDependencies(wctx, tx, next.Tenant, next.After)
 				if err != nil {
 					return err
@@ -583,7 +584,7 @@ func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtyp
 			if _, err := tx.Exec(wctx, updateJob, append(values(next), old.rev)...); err != nil {
 				return err
 			}
-			if len(waitFor) > 0 {
+			if rewaits {
 				if err := waitAgain(wctx, tx, id, waitFor, depth); err != nil {
 					return err
 				}
@@ -596,10 +597,17 @@ func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtyp
 }
 
 // waitAgain records that job id, retried, waits for the jobs of waitFor
-// (store.SettleRetry) at depth, as a creation records its dependencies:
-// their rows were read FOR SHARE in tx, so one that ends after finds
-// these rows in job_deps.
+// (store.SettleRetry; none when it is QUEUED) at depth, as a creation
+// records its dependencies: their rows were read FOR SHARE in tx, so one
+// that ends after finds these rows in job_deps. Rows left from an
+// earlier wait (cancelled while it waited) go first.
 func waitAgain(ctx context.Context, tx pgx.Tx, id string, waitFor []string, depth int) error {
+	if _, err := tx.Exec(ctx, "DELETE FROM job_deps WHERE job_id = $1", id); err != nil {
+		return fmt.Errorf("drop its old dependencies: %w", err)
+	}
+	if len(waitFor) == 0 {
+		return nil
+	}
 	if _, err := tx.Exec(ctx, "UPDATE jobs SET after_depth = $2 WHERE id = $1", id, depth); err != nil {
 		return fmt.Errorf("record its depth: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobwatch/jobwatch/jobtype"
 )
@@ -47,25 +48,55 @@ func returned(j jobtype.Job) jobtype.Job {
 	return j
 }
 
-// deleteJob reads job $1's summary and deletes it if it is terminal,
-// recording the deletion for JobsDeleted, in one statement; the last
-// column says whether it did.
-var deleteJob = `WITH old AS (SELECT ` + summaryColumns + ` FROM jobs WHERE id = $1),
-gone AS (DELETE FROM jobs WHERE id = $1 AND state IN ('succeeded', 'failed', 'cancelled', 'lost') RETURNING id, tenant),
-noted AS (INSERT INTO job_deletions (tenant, job_id) SELECT tenant, id FROM gone)
-SELECT old.*, EXISTS (SELECT 1 FROM gone) FROM old`
+// waiterOf finds a WAITING job that waits for job $1, which DeleteJob
+// refuses to delete: it would wait for ever. Rows of job_deps whose job
+// no longer waits (cancelled while it did) do not count.
+const waiterOf = `(SELECT d.job_id FROM job_deps AS d JOIN jobs AS w ON w.id = d.job_id
+	WHERE d.after_id = $1 AND w.state = 'waiting' LIMIT 1)`
 
-// DeleteJob implements store.Store with deleteJob. The deletion is
-// announced as a change of the job at its version plus one, which every
-// listener's read then finds gone.
+// deleteJob reads job $1's summary and deletes it if it is terminal and
+// no WAITING job waits for it (waiterOf), recording the deletion for
+// JobsDeleted and dropping the rows of job_deps of jobs that no longer
+// wait for it, in one statement; the last columns say whether it did,
+// and which job waits for it.
+var deleteJob = `WITH old AS (SELECT ` + summaryColumns + ` FROM jobs WHERE id = $1),
+waiter AS (SELECT ` + waiterOf + ` AS id),
+gone AS (DELETE FROM jobs WHERE id = $1 AND state IN ('succeeded', 'failed', 'cancelled', 'lost')
+	AND (SELECT id FROM waiter) IS NULL RETURNING id, tenant),
+noted AS (INSERT INTO job_deletions (tenant, job_id) SELECT tenant, id FROM gone),
+deps AS (DELETE FROM job_deps WHERE after_id IN (SELECT id FROM gone))
+SELECT old.*, EXISTS (SELECT 1 FROM gone), (SELECT id FROM waiter) FROM old`
+
+// DeleteJob implements store.Store with deleteJob, in a transaction that
+// locks the job's row first: a retry that settles a job after it reads
+// it FOR SHARE (store.SettleRetry), so deleteJob, a statement after the
+// lock, sees that job's rows in job_deps once it has committed. The
+// deletion is announced as a change of the job at its version plus one,
+// which every listener's read then finds gone.
 func (s *Store) DeleteJob(ctx context.Context, id string) (jobtype.Job, bool, error) {
-	var deleted bool
-	row, err := scanJob(s.pool.QueryRow(ctx, deleteJob, id), &deleted)
+	var (
+		deleted bool
+		waiter  *string
+		row     storedRow
+	)
+	err := s.write(ctx, func(wctx context.Context, conn *pgxpool.Conn) error {
+		return pgx.BeginFunc(wctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(wctx, "SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", id); err != nil {
+				return err
+			}
+			var err error
+			row, err = scanJob(tx.QueryRow(wctx, deleteJob, id), &deleted, &waiter)
+			return err
+		})
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return jobtype.Job{}, false, fmt.Errorf("job %s: %w", id, jobtype.ErrNotFound)
 	}
 	if err != nil {
 		return jobtype.Job{}, false, fmt.Errorf("delete job %s: %w", id, classify(err))
+	}
+	if waiter != nil && row.job.State.Terminal() {
+		return row.job, false, &jobtype.WaitedForError{ID: id, Waiter: *waiter}
 	}
 	if deleted {
 		gone := row.job

@@ -163,7 +163,9 @@ func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, err
 		var jobs, records int64
 		err := s.pool.QueryRow(ctx, `WITH j AS (DELETE FROM jobs WHERE seq IN (
 				SELECT seq FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost')
-				AND (finished_at < $1 OR finished_at IS NULL) LIMIT $2) RETURNING 1),
+				AND (finished_at < $1 OR finished_at IS NULL)
+				AND NOT EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS w ON w.id = d.job_id
+					WHERE d.after_id = jobs.id AND w.state = 'waiting') LIMIT $2) RETURNING 1),
 			d AS (DELETE FROM job_deletions WHERE seq IN (
 				SELECT seq FROM job_deletions WHERE deleted_at < $1 LIMIT $2) RETURNING 1)
 			SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM d)`, micro(t), deleteBatch).Scan(&jobs, &records)

@@ -288,7 +288,8 @@ func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next j
 	}
 	var waitFor []string
 	depth := 0
-	if store.Rewaits(old, next) {
+	rewaits := store.Rewaits(old, next)
+	if rewaits {
 		deps, err := readDependencies(ctx, tx, next.Tenant, next.After)
 		if err != nil {
 			return jobtype.Job{}, fmt.Errorf("update job %s: %w", old.ID, err)
@@ -300,6 +301,13 @@ func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next j
 	next = versioned(old, next)
 	if err := s.updateRow(ctx, tx, seq, old, next); err != nil {
 		return jobtype.Job{}, err
+	}
+	if rewaits {
+		// Rows left from an earlier wait (cancelled while it waited)
+		// go: the job waits for waitFor alone.
+		if _, err := tx.ExecContext(ctx, "DELETE FROM job_deps WHERE job_id = ?", old.ID); err != nil {
+			return jobtype.Job{}, fmt.Errorf("update job %s: %w", old.ID, classify(err))
+		}
 	}
 	if len(waitFor) > 0 {
 		if _, err := tx.ExecContext(ctx, "UPDATE jobs SET after_depth = ? WHERE seq = ?", depth, seq); err != nil {

@@ -50,6 +50,12 @@ func getJobForWrite(ctx context.Context, tx *sql.Tx, id string) (jobtype.Job, in
 	return j, seq, nil
 }
 
+// waiterOf finds a WAITING job that waits for job ?, which DeleteJob
+// refuses to delete: it would wait for ever. Rows of job_deps whose job
+// no longer waits (cancelled while it did) do not count.
+const waiterOf = `SELECT d.job_id FROM job_deps AS d JOIN jobs AS w ON w.id = d.job_id
+	WHERE d.after_id = ? AND w.state = 'waiting' LIMIT 1`
+
 // DeleteJob implements store.Store: one statement of the writer's batch
 // that reads the job's summary and deletes it if it is terminal, and
 // records the deletion for JobsDeleted. The deletion is announced as a
@@ -72,10 +78,22 @@ func (s *Store) DeleteJob(ctx context.Context, id string) (jobtype.Job, bool, er
 		if !old.State.Terminal() {
 			return nil
 		}
+		var waiter string
+		err = tx.QueryRowContext(ctx, waiterOf, id).Scan(&waiter)
+		switch {
+		case err == nil:
+			return &jobtype.WaitedForError{ID: id, Waiter: waiter}
+		case !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("delete job %s: %w", id, classify(err))
+		}
 		if err := callerLeft(ctx); err != nil {
 			return leftError("delete job "+id, err)
 		}
 		if _, err := tx.ExecContext(ctx, "DELETE FROM jobs WHERE id = ?", id); err != nil {
+			return fmt.Errorf("delete job %s: %w", id, classify(err))
+		}
+		// Rows of jobs that no longer wait (cancelled while they did).
+		if _, err := tx.ExecContext(ctx, "DELETE FROM job_deps WHERE after_id = ?", id); err != nil {
 			return fmt.Errorf("delete job %s: %w", id, classify(err))
 		}
 		if _, err := tx.ExecContext(ctx, recordDeletion, old.Tenant, id, s.w.change, toMicro(time.Now())); err != nil {

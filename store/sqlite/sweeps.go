@@ -18,12 +18,14 @@ import (
 )
 
 // finishedBeforeQuery reads a batch of the jobs that ended before a
-// time: a seek of jobs_finished, which holds only ended jobs, in the
+// time, but for one a WAITING job waits for (see waiterOf): a seek of jobs_finished, which holds only ended jobs, in the
 // order they ended (TestSweepsSeekIndexesOfTheJobsTheyRead). Without
 // INDEXED BY, SQLite with no statistics seeks jobs_state_queue_run_at
 // by state instead and reads every ended job that is kept.
 const finishedBeforeQuery = `SELECT seq FROM jobs INDEXED BY jobs_finished
-	WHERE (state = 'succeeded' OR state = 'failed' OR state = 'cancelled' OR state = 'lost') AND finished_at < ? LIMIT ?`
+	WHERE (state = 'succeeded' OR state = 'failed' OR state = 'cancelled' OR state = 'lost') AND finished_at < ?
+		AND NOT EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS w ON w.id = d.job_id WHERE d.after_id = jobs.id AND w.state = 'waiting')
+	LIMIT ?`
 
 // DeleteFinishedBefore implements store.Store, each batch of at most
 // deleteBatch jobs, and as many records of deletions, in a transaction

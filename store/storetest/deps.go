@@ -24,6 +24,39 @@ var depCases = []struct {
 	{"a dependency ending while jobs after it are created never leaves one waiting", testDependencyRace},
 	{"a retried job waits again for every dependency that has not succeeded", testDependencyRetryWaits},
 	{"a dependency ending while a job after it is retried never leaves it waiting", testDependencyRetryRace},
+	{"a job a retried job waits for is neither deleted nor removed by retention while it waits", testDependencyWaitedForIsKept},
+}
+
+func testDependencyWaitedForIsKept(t *testing.T, s store.Store) {
+	a := newJob("a", at(0))
+	a.State = jobtype.Running
+	create(t, s, a)
+	create(t, s, waiting("b", "a"))
+	endAs(t, s, "a", jobtype.Failed, 1) // cancels b
+	if got := retry(t, s, "b", 2); got.State != jobtype.Waiting {
+		t.Fatalf("retry of b = %s, want WAITING for a", got.State)
+	}
+	_, deleted, err := s.DeleteJob(t.Context(), "a")
+	var wf *jobtype.WaitedForError
+	if deleted || !errors.As(err, &wf) || wf.ID != "a" || wf.Waiter != "b" {
+		t.Fatalf("delete of a while b waits for it = %v, %v; want a WaitedForError naming b", deleted, err)
+	}
+	if _, err := s.DeleteFinishedBefore(t.Context(), at(1000)); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, s, "a"); got.State != jobtype.Failed {
+		t.Fatalf("a after retention while b waits for it: %s, want kept, FAILED", got.State)
+	}
+
+	// Once b no longer waits, a goes, and b retried again is not held
+	// back by what its first wait left.
+	endAs(t, s, "b", jobtype.Cancelled, 3)
+	if _, deleted, err := s.DeleteJob(t.Context(), "a"); err != nil || !deleted {
+		t.Fatalf("delete of a once b was cancelled = %v, %v; want deleted", deleted, err)
+	}
+	if got := retry(t, s, "b", 4); got.State != jobtype.Queued {
+		t.Fatalf("retry of b after a was deleted = %s, want QUEUED", got.State)
+	}
 }
 
 // retry makes ended job id WAITING again at at(sec), as jobs.Engine.Retry
