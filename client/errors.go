@@ -111,10 +111,11 @@ var httpStatusAnswer = regexp.MustCompile(`^(HTTP status )?[1-5][0-9][0-9] |^inv
 
 // misconfigured reports whether err, which connect-go calls unavailable,
 // is an address that can never answer as given: https:// to a server
-// that speaks plain HTTP, http:// to one that does not speak HTTP/2 over
-// it (jobwatch does; a proxy may not), or a certificate this machine
-// does not trust or that names another host. Retrying it would loop for
-// ever.
+// that speaks plain HTTP, or a certificate this machine does not trust
+// or that names another host. Retrying it would loop for ever. http://
+// to a server that does not speak HTTP/2 over it (jobwatch does; a
+// proxy may not) is caught when its answer says so; it may also just
+// cut the connection, which reads as any cut connection and is retried.
 func misconfigured(err error) bool {
 	var verify *tls.CertificateVerificationError // every failed verification of the server's chain
 	msg := err.Error()

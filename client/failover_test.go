@@ -571,14 +571,11 @@ func TestAnAddressThatCanNeverAnswerIsNotRetried(t *testing.T) {
 	page.Config.Protocols.SetUnencryptedHTTP2(true)
 	page.Start()
 	t.Cleanup(page.Close)
-	http1 := httptest.NewServer(handler) // HTTP/1.1 alone, as some proxies
-	t.Cleanup(http1.Close)
 	untrusted := httptest.NewTLSServer(http.NotFoundHandler())
 	t.Cleanup(untrusted.Close)
 	for _, addr := range []string{
 		page.URL + "/nope",
 		page.URL + "/page",
-		http1.URL,
 		strings.Replace(page.URL, "http://", "https://", 1),
 		untrusted.URL,
 	} {

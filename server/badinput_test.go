@@ -485,7 +485,7 @@ func frames(t *testing.T, b []byte) []frame {
 // bounds the call.
 func TestAMalformedDeadlineHeaderSaysWhatOneLooksLike(t *testing.T) {
 	ts := startServer(t, serverOptions{})
-	for _, v := range []string{"abc", "-5", "1.5", "12345678901"} {
+	for _, v := range []string{"abc", "-5", "1.5", "12345678901", "0", "000"} {
 		status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/GetJob", "application/json", []byte(`{"jobId":"j_x"}`), "Connect-Timeout-Ms", v)
 		var e struct{ Code, Message string }
 		if err := json.Unmarshal([]byte(body), &e); status != http.StatusBadRequest || err != nil || e.Code != "invalid_argument" ||

@@ -17,7 +17,7 @@ import (
 // go on to connect-go, which keeps to the protocols' rules for them.
 var (
 	// connectTimeout is the Connect protocol's Connect-Timeout-Ms: 1 to
-	// 10 ASCII digits.
+	// 10 ASCII digits, a positive number (0 is refused apart).
 	connectTimeout = regexp.MustCompile(`^[0-9]{1,10}$`)
 	// grpcTimeout is gRPC's grpc-timeout: 1 to 8 digits and a unit.
 	grpcTimeout = regexp.MustCompile(`^[0-9]{1,8}[HMSmun]$`)
@@ -28,9 +28,9 @@ var (
 func checkTimeoutHeaders(errors *connect.ErrorWriter, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var err *connect.Error
-		if v, ok := r.Header["Connect-Timeout-Ms"]; ok && (len(v) != 1 || !connectTimeout.MatchString(v[0])) {
+		if v, ok := r.Header["Connect-Timeout-Ms"]; ok && (len(v) != 1 || !connectTimeout.MatchString(v[0]) || strings.Trim(v[0], "0") == "") {
 			err = connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
-				"the Connect-Timeout-Ms header must be the call's deadline as a whole number of milliseconds (1 to 10 digits, such as 30000), got %q; leave it out for no deadline", strings.Join(v, ", ")))
+				"the Connect-Timeout-Ms header must be the call's deadline as a whole number of milliseconds, 1 or more (1 to 10 digits, such as 30000), got %q; leave it out for no deadline", strings.Join(v, ", ")))
 		} else if v, ok := r.Header["Grpc-Timeout"]; ok && (len(v) != 1 || !grpcTimeout.MatchString(v[0])) {
 			err = connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
 				"the grpc-timeout header must be 1 to 8 digits and a unit (H, M, S, m, u or n), such as 30S, got %q", strings.Join(v, ", ")))

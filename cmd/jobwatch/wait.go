@@ -59,8 +59,12 @@ func wait(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer c.Close()
 	if timeout > 0 {
+		cause := errTimeout
+		if len(ids) != 1 {
+			cause = errTimeoutMany
+		}
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errTimeout)
+		ctx, cancel = context.WithTimeoutCause(ctx, timeout, cause)
 		defer cancel()
 	}
 	// One job (with --any or not) is printed as it always was, not in a
@@ -101,7 +105,10 @@ func wait(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return outcomes(resp.GetJobs())
 }
 
-var errTimeout = errors.New("--timeout passed before the job ended")
+var (
+	errTimeout     = errors.New("--timeout passed before the job ended")
+	errTimeoutMany = errors.New("--timeout passed before the jobs ended")
+)
 
 // printOutcomes prints ended jobs: a summary line each, or one JSON array.
 func printOutcomes(w io.Writer, jobs []*jobwatchv1.Job, asJSON bool) error {

@@ -88,8 +88,12 @@ func watch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer c.Close()
 	if timeout > 0 {
+		cause := errTimeout
+		if batch != "" {
+			cause = errTimeoutMany
+		}
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errTimeout)
+		ctx, cancel = context.WithTimeoutCause(ctx, timeout, cause)
 		defer cancel()
 	}
 	if batch != "" {

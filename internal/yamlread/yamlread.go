@@ -326,7 +326,7 @@ func describe(n *yaml.Node) string {
 	case "!!int":
 		return "a whole number"
 	case "!!float":
-		return "a number with a fraction"
+		return "a floating-point number"
 	case "!!bool":
 		return "true or false"
 	case "!!null":

@@ -91,7 +91,7 @@ func TestEveryMistakeSaysWhatItFoundWithoutRepeatingIt(t *testing.T) {
 		{"a word for a number", "v: secret\n", func(r *yamlread.Reader, k string, v *yaml.Node) { r.Int(v, k, 1, 10) }, "f.yaml:1:4: v: must be a whole number, got a string"},
 		{"a number out of range", "v: 11\n", func(r *yamlread.Reader, k string, v *yaml.Node) { r.Int(v, k, 1, 10) }, "f.yaml:1:4: v: must be from 1 to 10, got 11"},
 		{"a whole number too large for an int", "v: 99999999999999999999\n", func(r *yamlread.Reader, k string, v *yaml.Node) { r.Int(v, k, 1, 10) }, "f.yaml:1:4: v: must be from 1 to 10"},
-		{"a fraction for a whole number", "v: 1.5\n", func(r *yamlread.Reader, k string, v *yaml.Node) { r.Int(v, k, 1, 10) }, "f.yaml:1:4: v: must be a whole number, got a number with a fraction"},
+		{"a fraction for a whole number", "v: 1.5\n", func(r *yamlread.Reader, k string, v *yaml.Node) { r.Int(v, k, 1, 10) }, "f.yaml:1:4: v: must be a whole number, got a floating-point number"},
 		{"a word for true or false", "v: secret\n", func(r *yamlread.Reader, k string, v *yaml.Node) { r.Bool(v, k) }, "f.yaml:1:4: v: must be true or false, got a string"},
 		{"a word for a duration", "v: secret\n", func(r *yamlread.Reader, k string, v *yaml.Node) { r.Duration(v, k) }, "f.yaml:1:4: v: is not a duration such as 30s, 5m or 24h"},
 		{"a duration without a unit", "v: 30\n", func(r *yamlread.Reader, k string, v *yaml.Node) { r.Duration(v, k) }, "f.yaml:1:4: v: 30 needs a unit, such as 30s or 30m"},
