@@ -137,6 +137,7 @@ export function transient(err: unknown, signal?: AbortSignal): boolean {
   }
   switch (ce.code) {
     case Code.Unavailable: // refused, reset, GOAWAY, store down
+      return !misconfigured(ce);
     case Code.Aborted: // the server gave up on the call, or the connection broke
     case Code.ResourceExhausted: // too many parked calls: try later
     case Code.Canceled: // the server or a proxy reset the stream, not us
@@ -144,7 +145,20 @@ export function transient(err: unknown, signal?: AbortSignal): boolean {
       return true;
     case Code.Unknown:
     case Code.Internal:
-      return ce.cause !== undefined;
+      return ce.cause !== undefined && !misconfigured(ce);
   }
   return false;
+}
+
+/**
+ * misconfigured reports whether a failure this side raised is an address
+ * that can never answer as given, as the Go client's does: https:// to a
+ * server that speaks plain HTTP (OpenSSL's "wrong version number"), or a
+ * certificate this machine does not trust or that names another host.
+ * Retrying it would loop for ever.
+ */
+function misconfigured(ce: ConnectError): boolean {
+  const cause = ce.cause as { code?: unknown; message?: unknown } | undefined;
+  const text = `${ce.message} ${String(cause?.code ?? "")} ${String(cause?.message ?? "")}`;
+  return /wrong version number|ERR_SSL_|CERT_|certificate|self[- ]signed|ERR_TLS_CERT/i.test(text);
 }

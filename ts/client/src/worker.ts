@@ -9,7 +9,7 @@ import { context as otelContext, type Tracer, type TracerProvider } from "@opent
 import { Code } from "./errors.js";
 import { JobwatchClient, type ClientOptions } from "./client.js";
 import { ClaimSchema, type Claim, type Job } from "./gen/jobwatch/v1/jobwatch_pb.js";
-import { sleep } from "./backoff.js";
+import { Retrier, backoffWithDefaults, sleep } from "./backoff.js";
 import { toJobwatchError, transient } from "./errors.js";
 import { nodeTransports, type NodeClientOptions } from "./node-transport.js";
 import { endHandleSpan, startHandleSpan, tracerOf } from "./tracing.js";
@@ -684,14 +684,20 @@ const logLineOverhead = 16;
 /**
  * LogBatcher holds one job's log lines and sends them with AppendJobLogs,
  * one call at a time. A lease the server no longer holds (the job was
- * cancelled or taken back) stops it; other failures are retried with the
- * next batch.
+ * cancelled or taken back) stops it; lines the server could not take (it
+ * could not be reached) go back and are sent again after a backoff, at
+ * most logBufferBytes of them held, past which the oldest are dropped
+ * and counted; lines it refused are dropped.
  */
 class LogBatcher {
   private pending: string[] = [];
   private bytes = 0;
   private dropped = 0;
   private stopped = false;
+  // After a transient failure the lines go back and wait this long; close
+  // cuts the wait to its own deadline (closingBy).
+  private readonly retrier = new Retrier(backoffWithDefaults());
+  private closingBy: number | undefined;
   private sending: Promise<void> | undefined;
   private timer: ReturnType<typeof setTimeout> | undefined;
 
@@ -712,10 +718,7 @@ class LogBatcher {
         this.bytes += Buffer.byteLength(line) + logLineOverhead;
       }
     }
-    while (this.bytes > logBufferBytes && this.pending.length > 1) {
-      this.bytes -= Buffer.byteLength(this.pending.shift()!) + logLineOverhead;
-      this.dropped++;
-    }
+    this.bound();
     if (this.bytes >= logFlushBytes || this.pending.length >= maxLogLinesPerCall) {
       this.flush();
     } else if (this.timer === undefined) {
@@ -740,10 +743,12 @@ class LogBatcher {
 
   private async send(): Promise<void> {
     const lines: string[] = [];
-    if (this.dropped > 0) {
-      lines.push(this.dropped === 1 ? "1 line dropped by the worker" : `${this.dropped} lines dropped by the worker`);
+    const dropped = this.dropped;
+    if (dropped > 0) {
+      lines.push(dropped === 1 ? "1 line dropped by the worker" : `${dropped} lines dropped by the worker`);
       this.dropped = 0;
     }
+    const taken: string[] = [];
     let size = 0;
     while (this.pending.length > 0 && lines.length < maxLogLinesPerCall && (size < logFlushBytes || lines.length === 0)) {
       const line = this.pending.shift()!;
@@ -751,12 +756,14 @@ class LogBatcher {
       size += n;
       this.bytes -= n;
       lines.push(line);
+      taken.push(line);
     }
     try {
       const resp = await this.client.workerService.appendJobLogs(
         { jobId: this.lease.job.id, leaseId: this.lease.id, lines: lines.map((text) => ({ text })) },
         { signal: this.lease.ac.signal },
       );
+      this.retrier.reset();
       if (resp.cancelled) {
         this.stop();
       }
@@ -766,7 +773,27 @@ class LogBatcher {
         this.stop(); // the lease is gone: no line of this job can be added any more
         return;
       }
-      this.log.warn(`job ${this.lease.job.id}: ${lines.length} log lines not sent: ${String(err)}`);
+      if (!transient(err, this.lease.ac.signal)) {
+        this.log.warn(`job ${this.lease.job.id}: ${lines.length} log lines refused; dropped: ${String(err)}`);
+        return;
+      }
+      // The server could not take them: they go back, oldest first,
+      // within the buffer's bound, and wait before the next try.
+      this.pending.unshift(...taken);
+      this.bytes += size;
+      this.dropped += dropped;
+      this.bound();
+      const wait = Math.min(this.retrier.delay(), this.closingBy === undefined ? Infinity : Math.max(0, this.closingBy - performance.now()));
+      this.log.warn(`job ${this.lease.job.id}: log lines not sent; retrying in ${wait} ms: ${String(err)}`);
+      await sleep(wait, this.lease.ac.signal).catch(() => {});
+    }
+  }
+
+  /** bound drops the oldest lines held past logBufferBytes, counting them. */
+  private bound(): void {
+    while (this.bytes > logBufferBytes && this.pending.length > 1) {
+      this.bytes -= Buffer.byteLength(this.pending.shift()!) + logLineOverhead;
+      this.dropped++;
     }
   }
 
@@ -783,6 +810,7 @@ class LogBatcher {
    */
   async close(ms: number): Promise<void> {
     const deadline = performance.now() + ms;
+    this.closingBy = deadline;
     while (!this.stopped && (this.pending.length > 0 || this.dropped > 0 || this.sending !== undefined)) {
       if (performance.now() > deadline) {
         this.log.warn(`job ${this.lease.job.id}: ${this.pending.length} log lines not sent before the outcome; dropped`);

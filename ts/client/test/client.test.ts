@@ -115,6 +115,23 @@ test("waitForJob of a held job is JobNotStartedError, of an unknown one NotFound
   await assert.rejects(client.waitForJob(held.id), NotFoundError);
 });
 
+test("waitForJob through https:// to the plain-HTTP server rejects at once instead of retrying for ever", async () => {
+  let retries = 0;
+  const client = createClient({
+    url: server.url.replace("http://", "https://"),
+    token: server.clientToken,
+    onRetry: () => {
+      retries++;
+    },
+  });
+  await assert.rejects(client.waitForJob("j_doesnotexist000000000000", { signal: AbortSignal.timeout(30_000) }), (err) => {
+    assert.ok(err instanceof JobwatchError, `got ${String(err)}`);
+    assert.notEqual((err as { name?: string }).name, "TimeoutError");
+    return true;
+  });
+  assert.equal(retries, 0);
+});
+
 test("waitForJob stops when its signal is aborted, with the signal's reason", async () => {
   const client = clientOf();
   const job = await client.submitJob({ kind: uniqueKind("abort") });

@@ -16,6 +16,8 @@ import {
   resultOf,
   type Job,
 } from "../src/node.js";
+import { ConnectError, type Transport } from "@connectrpc/connect";
+import { Code } from "../src/errors.js";
 import { clientOf, eventually, quiet, server, tap, uniqueKind, type Call } from "./server.js";
 
 const client = clientOf();
@@ -269,6 +271,48 @@ function deferred(): { promise: Promise<void>; resolve: () => void } {
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
+
+test("log lines the server could not take while it was away are sent once it is back, none lost", async () => {
+  const kind = uniqueKind("logs.away");
+  // The first three AppendJobLogs calls fail as a server that cannot be
+  // reached does; the rest go through.
+  let refusals = 3;
+  const real = nodeTransport(server.url);
+  const away: Transport = {
+    unary: (method, signal, timeoutMs, header, input, contextValues) => {
+      if (method.name === "AppendJobLogs" && refusals > 0) {
+        refusals--;
+        return Promise.reject(new ConnectError("connect ECONNREFUSED", Code.Unavailable, undefined, undefined, new Error("ECONNREFUSED")));
+      }
+      return real.unary(method, signal, timeoutMs, header, input, contextValues);
+    },
+    stream: (...args) => real.stream(...args),
+  };
+  const worker = newWorker({
+    transport: away,
+    handlers: {
+      [kind]: async (_job, progress) => {
+        for (let i = 1; i <= 5; i++) {
+          progress.log(`line ${i}`);
+          await new Promise((r) => setTimeout(r, 50));
+        }
+        return "ok";
+      },
+    },
+  });
+  const run = worker.run();
+  const job = await client.submitJob({ kind });
+  const done = await client.waitForJob(job.id);
+  await worker.stop();
+  await run;
+  assert.equal(done.state, JobState.SUCCEEDED);
+  assert.equal(refusals, 0, "the transport refused fewer calls than planned");
+  const page = await client.jobService.getJobLogs({ jobId: job.id });
+  assert.deepEqual(
+    page.lines.map((l) => l.text),
+    ["line 1", "line 2", "line 3", "line 4", "line 5"],
+  );
+});
 
 test("a handler's progress.log lines reach the job's log in order, a text with newlines as its lines, all sent before the outcome", async () => {
   const kind = uniqueKind("logs");
