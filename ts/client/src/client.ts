@@ -420,7 +420,7 @@ function submitRequest(req: SubmitJobInput): MessageInitShape<typeof SubmitJobRe
   const { payload, runAt, ...rest } = req;
   return {
     ...rest,
-    payload: payload === undefined ? undefined : fromJson(ValueSchema, payload),
+    payload: payload === undefined ? undefined : fromJson(ValueSchema, payload, { recursionLimit }),
     runAt: runAt instanceof Date ? timestampFromDate(runAt) : runAt,
   };
 }

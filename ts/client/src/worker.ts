@@ -7,7 +7,7 @@ import { ValueSchema, timestampMs, type Value } from "@bufbuild/protobuf/wkt";
 import { ConnectError } from "@connectrpc/connect";
 import { context as otelContext, type Tracer, type TracerProvider } from "@opentelemetry/api";
 import { Code } from "./errors.js";
-import { JobwatchClient, type ClientOptions } from "./client.js";
+import { JobwatchClient, recursionLimit, type ClientOptions } from "./client.js";
 import { ClaimSchema, type Claim, type Job } from "./gen/jobwatch/v1/jobwatch_pb.js";
 import { Retrier, backoffWithDefaults, sleep } from "./backoff.js";
 import { toJobwatchError, transient } from "./errors.js";
@@ -986,7 +986,7 @@ function jsonResult(result: unknown): Value | undefined {
   if (text === undefined) {
     return undefined; // a function or a symbol: nothing JSON can carry
   }
-  return fromJson(ValueSchema, JSON.parse(text) as JsonValue);
+  return fromJson(ValueSchema, JSON.parse(text) as JsonValue, { recursionLimit });
 }
 
 /**

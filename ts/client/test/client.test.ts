@@ -3,7 +3,7 @@
 // errors.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { fromJson } from "@bufbuild/protobuf";
+import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import {
   AlreadyActiveError,
@@ -16,6 +16,7 @@ import {
   UnauthenticatedError,
   createClient,
   nodeTransport,
+  payloadOf,
   resultOf,
   type Job,
 } from "../src/node.js";
@@ -355,6 +356,26 @@ test("watchJobs follows a batch across stream lifetimes, resuming with the last 
   assert.ok(streams.length >= 3, `only ${streams.length} WatchJobs streams`);
   assert.equal(streams[0], "");
   assert.ok(streams.slice(1).every((t) => t !== ""), `a stream resumed without a token: ${JSON.stringify(streams)}`);
+});
+
+test("a payload nested as deep as the server takes (128 levels) is submitted and read back; deeper, the server refuses it", async () => {
+  const client = clientOf();
+  // n lists, one in the other, around a number.
+  const nest = (n: number) => {
+    let p: unknown = 1;
+    for (let i = 0; i < n; i++) {
+      p = [p];
+    }
+    return p as JsonValue;
+  };
+  const job = await client.submitJob({ kind: uniqueKind("deep"), payload: nest(128) });
+  assert.deepEqual(payloadOf(await client.getJob(job.id)), nest(128));
+  await client.cancelJob(job.id);
+  await assert.rejects(client.submitJob({ kind: uniqueKind("deeper"), payload: nest(129) }), (err) => {
+    assert.ok(err instanceof JobwatchError, `got ${String(err)}`);
+    assert.equal(err.code, Code.InvalidArgument);
+    return true;
+  });
 });
 
 test("a client may be given its own transports", async () => {
