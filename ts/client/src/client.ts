@@ -10,11 +10,14 @@ import {
   JobService,
   JobState,
   QueueService,
+  WaitMode,
   WorkerService,
   type Job,
   type ListJobsRequestSchema,
   type ListJobsResponse,
   type SubmitJobRequestSchema,
+  type WaitJobsRequestSchema,
+  type WaitJobsResponse,
   type WatchJobsRequestSchema,
   type WatchJobsResponse,
 } from "./gen/jobwatch/v1/jobwatch_pb.js";
@@ -264,6 +267,42 @@ export class JobwatchClient {
         }
         // A server answers "not yet" without waiting only while it shuts
         // down; asking again at once would spin until it has.
+        failure = new Error("server answered without waiting (shutting down?)");
+      } catch (err) {
+        failure = waitError(err, signal);
+      }
+      await r.wait(failure, signal);
+    }
+  }
+
+  /**
+   * waitForJobs is waitForJob for up to 1,000 jobs at once, named by id
+   * (jobIds) or as the jobs of a batch (batch), as the Go client's
+   * WaitForJobs: it resolves with the WaitJobs answer once every job has
+   * ended (mode ALL, the default: unfinishedJobIds is empty) or the first
+   * has (mode ANY: jobs holds those that ended). It re-issues WaitJobs at
+   * each of the server's caps and retries transient failures with
+   * backoff; bound it with a signal. An unknown job is NotFoundError, a
+   * held one JobNotStartedError; any other refusal is thrown as it is.
+   */
+  async waitForJobs(
+    req: MessageInitShape<typeof WaitJobsRequestSchema>,
+    options: { signal?: AbortSignal } = {},
+  ): Promise<WaitJobsResponse> {
+    const { signal } = options;
+    const r = this.retrier();
+    for (;;) {
+      const asked = performance.now();
+      let failure: unknown;
+      try {
+        const resp = await this.longJobService.waitJobs(req, { signal });
+        if (req.mode === WaitMode.ANY ? resp.jobs.length > 0 : resp.unfinishedJobIds.length === 0) {
+          return resp;
+        }
+        if (performance.now() - asked >= minParkMs) {
+          r.reset();
+          continue;
+        }
         failure = new Error("server answered without waiting (shutting down?)");
       } catch (err) {
         failure = waitError(err, signal);

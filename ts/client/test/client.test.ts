@@ -14,6 +14,7 @@ import {
   NotFoundError,
   PermissionDeniedError,
   UnauthenticatedError,
+  WaitMode,
   createClient,
   nodeTransport,
   payloadOf,
@@ -376,6 +377,32 @@ test("a payload nested as deep as the server takes (128 levels) is submitted and
     assert.equal(err.code, Code.InvalidArgument);
     return true;
   });
+});
+
+test("waitForJobs resolves once the first of a batch has ended (ANY), and once all have (ALL), re-asking at each cap", async () => {
+  const client = clientOf();
+  const workers = workerClientOf();
+  const kind = uniqueKind("batch");
+  const batch = uniqueKind("b").replaceAll(".", "-");
+  const jobs = await client.submitJobs([{ kind, batch }, { kind, batch }]);
+  const signal = AbortSignal.timeout(60_000);
+  const any = client.waitForJobs({ batch, mode: WaitMode.ANY }, { signal });
+  const all = client.waitForJobs({ jobIds: jobs.map((j) => j.id) }, { signal });
+  // Past one cap of the server's, with nothing ended.
+  await new Promise((r) => setTimeout(r, server.waitCapMs + 200));
+  const first = await claimOne(workers, kind);
+  await workers.workerService.completeJob({ jobId: first.jobId, leaseId: first.leaseId });
+  const anyDone = await any;
+  assert.deepEqual(
+    anyDone.jobs.map((j) => j.id),
+    [first.jobId],
+  );
+  const second = await claimOne(workers, kind);
+  await workers.workerService.completeJob({ jobId: second.jobId, leaseId: second.leaseId });
+  const allDone = await all;
+  assert.equal(allDone.unfinishedJobIds.length, 0);
+  assert.deepEqual(new Set(allDone.jobs.map((j) => j.id)), new Set(jobs.map((j) => j.id)));
+  await assert.rejects(client.waitForJobs({ jobIds: ["j_doesnotexist000000000000"] }), NotFoundError);
 });
 
 test("a client may be given its own transports", async () => {
