@@ -39,8 +39,11 @@ import (
 // wrap it with Retryable to ask for another attempt. A result the server
 // will not store (over its size limit) fails the job with error.type
 // "ResultRejected" and the server's reason as the message; an error it
-// will not store as it is, with "ErrorRejected". A claimed job the worker
-// cannot decode fails with "UndecodableJob" (see UndecodableJobError).
+// will not store as it is, with "ErrorRejected". A result encoding/json
+// cannot marshal (a func, a channel) fails it with the marshalling
+// error's type ("UnsupportedTypeError"). A panic fails it with
+// "PanicError" (see PanicError). A claimed job the worker cannot decode
+// fails with "UndecodableJob" (see UndecodableJobError).
 type Handler func(ctx context.Context, job *jobwatchv1.Job, progress Progress) (any, error)
 
 // Progress records how far the job is: percent 0..100 (clamped; the
