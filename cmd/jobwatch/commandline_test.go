@@ -57,6 +57,7 @@ func TestCommandLineMistakesSayWhatToDo(t *testing.T) {
 		{[]string{"wait", "j_1", "--timeout", "10"}, `--timeout "10": a duration needs a unit`},
 		{[]string{"submit", "k", "--payload", "{bogus"}, "--payload is not JSON: syntax error"},
 		{[]string{"submit", "--file", jobsFile(t, `{"kind":"k","frob":1}`)}, `jobs.jsonl is not a SubmitJobRequest as JSON: (line 1:13): unknown field "frob"`},
+		{[]string{"submit", "--file", jobsFile(t, `{"kind":"k","payload":"\ud800"}`)}, "jobs.jsonl is not a SubmitJobRequest as JSON: a JSON string holds an escaped half of a UTF-16 surrogate pair"},
 	} {
 		if code, _, errOut := runJobwatch(t, tc.args...); code != 2 || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "parse error") ||
 			strings.Contains(errOut, "proto:") {

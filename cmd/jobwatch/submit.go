@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -300,7 +301,7 @@ func readJobLines(file string, defaults *jobwatchv1.SubmitJobRequest) (reqs []*j
 		}
 		req := &jobwatchv1.SubmitJobRequest{}
 		if err := protojson.Unmarshal(text, req); err != nil {
-			return nil, nil, usageError{fmt.Sprintf("--file: line %d of %s is not a SubmitJobRequest as JSON: %s", n, name, jsonMistake(err))}
+			return nil, nil, usageError{fmt.Sprintf("--file: line %d of %s is not a SubmitJobRequest as JSON: %s", n, name, jsonMistake(err, text))}
 		}
 		if req.Tenant == "" {
 			req.Tenant = defaults.Tenant
@@ -424,16 +425,21 @@ func readPayload(s string) (*structpb.Value, error) {
 	}
 	v := &structpb.Value{}
 	if err := protojson.Unmarshal(text, v); err != nil {
-		return nil, usageError{fmt.Sprintf("--payload is not JSON: %s", jsonMistake(err))}
+		return nil, usageError{fmt.Sprintf("--payload is not JSON: %s", jsonMistake(err, text))}
 	}
 	return v, nil
 }
 
-// jsonMistake is protojson's error without its "proto:" (followed by a
-// space or, at random, a no-break space), which names a library, not
-// what is wrong with the text.
-func jsonMistake(err error) string {
+// jsonMistake is protojson's error about text without its "proto:"
+// (followed by a space or, at random, a no-break space), which names a
+// library, not what is wrong with the text; and for a string with an
+// escaped half of a surrogate pair, which protojson calls an unexpected
+// EOF, what it is (as the server says it).
+func jsonMistake(err error, text []byte) string {
 	msg := err.Error()
+	if strings.Contains(msg, "unexpected EOF") && json.Valid(text) {
+		return "a JSON string holds an escaped half of a UTF-16 surrogate pair (\\ud800 to \\udfff) without its other half, which is not text"
+	}
 	for _, prefix := range []string{"proto: ", "proto:\u00a0"} {
 		msg = strings.TrimPrefix(msg, prefix)
 	}
