@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -17,28 +18,36 @@ import (
 // go on to connect-go, which keeps to the protocols' rules for them.
 var (
 	// connectTimeout is the Connect protocol's Connect-Timeout-Ms: 1 to
-	// 10 ASCII digits, a positive number (0 is refused apart).
+	// 10 ASCII digits (0: no time left, answered deadline_exceeded).
 	connectTimeout = regexp.MustCompile(`^[0-9]{1,10}$`)
 	// grpcTimeout is gRPC's grpc-timeout: 1 to 8 digits and a unit.
 	grpcTimeout = regexp.MustCompile(`^[0-9]{1,8}[HMSmun]$`)
 )
 
 // checkTimeoutHeaders wraps next with the check of the two deadline
-// headers; errors writes the refusal (connect.ErrorWriter).
-func checkTimeoutHeaders(errors *connect.ErrorWriter, next http.Handler) http.Handler {
+// headers; refusals writes the refusal (connect.ErrorWriter).
+func checkTimeoutHeaders(refusals *connect.ErrorWriter, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var err *connect.Error
-		if v, ok := r.Header["Connect-Timeout-Ms"]; ok && (len(v) != 1 || !connectTimeout.MatchString(v[0]) || strings.Trim(v[0], "0") == "") {
+		v, ok := r.Header["Connect-Timeout-Ms"]
+		switch {
+		case ok && (len(v) != 1 || !connectTimeout.MatchString(v[0])):
 			err = connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
-				"the Connect-Timeout-Ms header must be the call's deadline as a whole number of milliseconds, 1 or more (1 to 10 digits, such as 30000), got %q; leave it out for no deadline", strings.Join(v, ", ")))
-		} else if v, ok := r.Header["Grpc-Timeout"]; ok && (len(v) != 1 || !grpcTimeout.MatchString(v[0])) {
-			err = connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
-				"the grpc-timeout header must be 1 to 8 digits and a unit (H, M, S, m, u or n), such as 30S, got %q", strings.Join(v, ", ")))
+				"the Connect-Timeout-Ms header must be the call's deadline as a whole number of milliseconds (1 to 10 digits, such as 30000), got %q; leave it out for no deadline", strings.Join(v, ", ")))
+		case ok && strings.Trim(v[0], "0") == "":
+			// A caller (or a proxy passing on what is left) with no
+			// time left: the call's own answer, in words.
+			err = connect.NewError(connect.CodeDeadlineExceeded, errors.New(
+				"the call's deadline had passed when the server read it (Connect-Timeout-Ms: 0)"))
 		}
-		if err == nil || !errors.IsSupported(r) {
+		if g, ok := r.Header["Grpc-Timeout"]; err == nil && ok && (len(g) != 1 || !grpcTimeout.MatchString(g[0])) {
+			err = connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
+				"the grpc-timeout header must be 1 to 8 digits and a unit (H, M, S, m, u or n), such as 30S, got %q", strings.Join(g, ", ")))
+		}
+		if err == nil || !refusals.IsSupported(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
-		_ = errors.Write(w, r, err)
+		_ = refusals.Write(w, r, err)
 	})
 }
