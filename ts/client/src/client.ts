@@ -251,28 +251,12 @@ export class JobwatchClient {
    * refusal is thrown as a JobwatchError.
    */
   async waitForJob(jobId: string, options: { signal?: AbortSignal } = {}): Promise<Job> {
-    const { signal } = options;
-    const r = this.retrier();
-    for (;;) {
-      const asked = performance.now();
-      let failure: unknown;
-      try {
-        const { job } = await this.longJobService.waitJob({ jobId }, { signal });
-        if (job !== undefined && isTerminal(job.state)) {
-          return job;
-        }
-        if (performance.now() - asked >= minParkMs) {
-          r.reset();
-          continue;
-        }
-        // A server answers "not yet" without waiting only while it shuts
-        // down; asking again at once would spin until it has.
-        failure = new Error("server answered without waiting (shutting down?)");
-      } catch (err) {
-        failure = waitError(err, signal);
-      }
-      await r.wait(failure, signal);
-    }
+    const { job } = await this.parkUntil(
+      (signal) => this.longJobService.waitJob({ jobId }, { signal }),
+      ({ job }) => job !== undefined && isTerminal(job.state),
+      options.signal,
+    );
+    return mustHave(job, "WaitJob");
   }
 
   /**
@@ -289,15 +273,29 @@ export class JobwatchClient {
     req: MessageInitShape<typeof WaitJobsRequestSchema>,
     options: { signal?: AbortSignal } = {},
   ): Promise<WaitJobsResponse> {
-    const { signal } = options;
+    return this.parkUntil(
+      (signal) => this.longJobService.waitJobs(req, { signal }),
+      (resp) => (req.mode === WaitMode.ANY ? resp.jobs.length > 0 : resp.unfinishedJobIds.length === 0),
+      options.signal,
+    );
+  }
+
+  /**
+   * parkUntil asks a long call (WaitJob, WaitJobs) until its answer is
+   * done: again at once after an answer at the server's cap, with backoff
+   * after a transient failure, or after an answer "not yet" that came at
+   * once (a server shutting down: asking again at once would spin until
+   * it has). A refusal is thrown as waitError makes it.
+   */
+  private async parkUntil<T>(ask: (signal?: AbortSignal) => Promise<T>, done: (answer: T) => boolean, signal?: AbortSignal): Promise<T> {
     const r = this.retrier();
     for (;;) {
       const asked = performance.now();
       let failure: unknown;
       try {
-        const resp = await this.longJobService.waitJobs(req, { signal });
-        if (req.mode === WaitMode.ANY ? resp.jobs.length > 0 : resp.unfinishedJobIds.length === 0) {
-          return resp;
+        const answer = await ask(signal);
+        if (done(answer)) {
+          return answer;
         }
         if (performance.now() - asked >= minParkMs) {
           r.reset();
