@@ -511,6 +511,10 @@ func (w *Worker) run(ctx context.Context, s *slot, lease *Lease) {
 		case o := <-done:
 			result, err = o.result, o.err
 		default:
+			// Said here, not read from jobCtx below: ctx's Done is
+			// closed before its children are cancelled, so jobCtx may
+			// not yet carry the cause.
+			result, err = nil, workerStoppedError{}
 			log.Warn("handler did not return when the worker stopped; its job is failed as retryable and its outcome will be dropped")
 		}
 	}
