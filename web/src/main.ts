@@ -604,8 +604,13 @@ async function loadServerInfo(): Promise<void> {
       }
       if (access.role !== "admin") {
         // A refusal of the queues may already be shown, in the server's
-        // words: say it in the page's.
-        void pollQueues();
+        // words: say it in the page's (pollQueues asks no more once it
+        // was refused).
+        if (queuesDenied && deniedBy !== undefined) {
+          setText(byId("queues-note"), queuesRefused(deniedBy));
+        } else {
+          void pollQueues();
+        }
       }
     } else {
       access = info.authRequired ? { kind: "unknown" } : { kind: "open" };
@@ -637,6 +642,8 @@ let queueTimer: ReturnType<typeof setTimeout> | undefined;
 // so the page asks for the queues and schedules no more until the token
 // changes.
 let queuesDenied = false;
+// deniedBy is that refusal, said again once the token's role is known.
+let deniedBy: JobwatchError | undefined;
 let queueCalls = 0;
 let queueShown = 0;
 
@@ -665,6 +672,7 @@ async function pollQueues(): Promise<void> {
     if (refusal.code === Code.PermissionDenied) {
       // The token's role will not change by asking again.
       queuesDenied = true;
+      deniedBy = refusal;
       clearTimeout(queueTimer);
     }
     if (call > queueShown) {
@@ -767,6 +775,7 @@ tokenForm.addEventListener("submit", (e) => {
   access = { kind: "unknown" };
   refusals.clear();
   queuesDenied = false;
+  deniedBy = undefined;
   refreshActions();
   // A new token may be for another tenant: a tenant it was refused is
   // asked for again.
