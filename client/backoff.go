@@ -60,9 +60,11 @@ func (r *retrier) wait(ctx context.Context, err error) error {
 		r.notify(err, d)
 	}
 	if !backoff.Sleep(ctx.Done(), d) {
-		if errors.Is(err, errNotParked) || errors.Is(err, errEmptyStream) {
-			// Quick answers of a live server (one shutting down, or
-			// a stream ended at the caller's deadline): nothing failed.
+		if errors.Is(err, errNotParked) || errors.Is(err, errEmptyStream) || connect.CodeOf(err) == connect.CodeDeadlineExceeded {
+			// Quick answers of a live server (one shutting down, a
+			// stream ended at the caller's deadline, or the deadline
+			// itself, passed by the time the server read the call):
+			// nothing failed that the cause does not say.
 			return context.Cause(ctx)
 		}
 		return &gaveUpError{cause: context.Cause(ctx), last: err}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/server"
@@ -150,8 +152,13 @@ func TestAQuietWatchEndedByTheStreamLifetimeIsNoFailure(t *testing.T) {
 	var notices atomic.Int32
 	var last atomic.Value
 	c := fastClient(t, s.URL, client.WithRetryNotify(func(err error, _ time.Duration) {
-		notices.Add(1)
-		last.Store(err.Error())
+		// On a loaded machine the last call may reach the server after
+		// the deadline (deadline_exceeded): that is the deadline, not
+		// what this test is about.
+		if connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+			notices.Add(1)
+			last.Store(err.Error())
+		}
 	}))
 	job := submit(t, c, "quiet")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
