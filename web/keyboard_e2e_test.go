@@ -110,6 +110,11 @@ func TestQuestionsGiveTheKeyboardBack(t *testing.T) {
 			exists(`tr[data-queue="default"][data-paused="true"]`)+" && "+keyboardOn("#queues-confirm .outcome"))
 
 		focus("Resume", resume)
+		// A poll of the queues that comes in while the keyboard is on
+		// Resume (a job submitted to the paused queue changes its count)
+		// leaves it there: the row is updated in place, not moved.
+		submit(t, ctx, srv.engine, "mail.send", `{}`)
+		p.waitFor("the queue's new count, the keyboard still on Resume", textHas(`tr[data-queue="default"] td.queued`, "3")+" && "+keyboardOn(resume))
 		press("Enter", kb.Enter)
 		p.waitFor("the question", keyboardOn("#queues-confirm .confirm-yes"))
 		press("Tab", kb.Tab)

@@ -711,13 +711,28 @@ export class QueueTable {
         this.rows.delete(name);
       }
     }
+    // The server's order, each row moved only when it is out of place:
+    // moving a row takes the keyboard from the button in it that has it
+    // (Resume, as a poll comes in while its question is asked).
+    let last: Element | null = null;
     for (const q of queues) {
       let row = this.rows.get(q.name);
       if (row === undefined) {
         row = new QueueRow(q.name, this.ops, this.confirm);
         this.rows.set(q.name, row);
       }
-      this.body.append(row.el, row.tenants.el); // keeps the server's order
+      const here: Element | null = last === null ? this.body.firstElementChild : last.nextElementSibling;
+      if (here !== row.el) {
+        if (last === null) {
+          this.body.prepend(row.el);
+        } else {
+          last.after(row.el);
+        }
+      }
+      if (row.el.nextElementSibling !== row.tenants.el) {
+        row.el.after(row.tenants.el);
+      }
+      last = row.tenants.el;
       row.update(q, now);
     }
   }
