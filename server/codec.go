@@ -15,6 +15,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/jobwatch/jobwatch/wire"
 )
 
 // jsonCodec is Connect's JSON codec with one difference. Like Connect's,
@@ -211,20 +213,9 @@ func (protoCodec) Unmarshal(data []byte, v any) error {
 	if err := (proto.UnmarshalOptions{RecursionLimit: protoRecursionLimit}).Unmarshal(data, m); err != nil {
 		// As jsonCodec says it: what the body was meant to be, and
 		// protobuf's words without their "proto:".
-		return fmt.Errorf("the body is not a %s in protobuf's binary form: %s", m.ProtoReflect().Descriptor().FullName(), withoutProtoPrefix(err))
+		return fmt.Errorf("the body is not a %s in protobuf's binary form: %s", m.ProtoReflect().Descriptor().FullName(), wire.DecodeMistake(err, data))
 	}
 	return nil
-}
-
-// withoutProtoPrefix is a protobuf library's error without the "proto:"
-// it starts with (followed by a space or, at random, a no-break space),
-// which names a library rather than what is wrong.
-func withoutProtoPrefix(err error) string {
-	msg := err.Error()
-	for _, prefix := range []string{"proto: ", "proto:\u00a0"} {
-		msg = strings.TrimPrefix(msg, prefix)
-	}
-	return msg
 }
 
 func (c jsonCodec) Name() string { return c.name }
@@ -253,15 +244,7 @@ func (c jsonCodec) Unmarshal(data []byte, v any) error {
 		return errors.New("zero-length payload is not a valid JSON object")
 	}
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, m); err != nil {
-		if strings.Contains(err.Error(), "unexpected EOF") && json.Valid(data) {
-			// protojson's word for a string with an escaped half of a
-			// surrogate pair (\ud800 alone), which encoding/json takes:
-			// the body was not cut short.
-			return errors.New("a JSON string holds an escaped half of a UTF-16 surrogate pair (\\ud800 to \\udfff) without its other half, which is not text")
-		}
-		// protojson's words without its "proto:", and what the body was
-		// meant to be.
-		return fmt.Errorf("the body is not a %s as JSON: %s", m.ProtoReflect().Descriptor().FullName(), withoutProtoPrefix(err))
+		return fmt.Errorf("the body is not a %s as JSON: %s", m.ProtoReflect().Descriptor().FullName(), wire.DecodeMistake(err, data))
 	}
 	md := m.ProtoReflect().Descriptor()
 	if !holdsEnums(md) {

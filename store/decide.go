@@ -158,11 +158,19 @@ func SettleDependencies(j jobtype.Job, deps map[string]Dependency) (settled jobt
 		}
 		return j, nil, 0, nil
 	}
-	if depth+1 > jobtype.MaxDependencyDepth {
-		return j, nil, 0, &jobtype.InvalidError{Field: "after", Reason: fmt.Sprintf(
-			"would make a chain of %d WAITING jobs, each after the next; at most %d", depth+1, jobtype.MaxDependencyDepth)}
+	if err := chainTooDeep(depth + 1); err != nil {
+		return j, nil, 0, err
 	}
 	return j, waitFor, depth + 1, nil
+}
+
+// chainTooDeep refuses a job that would be depth WAITING jobs deep.
+func chainTooDeep(depth int) error {
+	if depth > jobtype.MaxDependencyDepth {
+		return &jobtype.InvalidError{Field: "after", Reason: fmt.Sprintf(
+			"would make a chain of %d WAITING jobs, each after the next; at most %d", depth, jobtype.MaxDependencyDepth)}
+	}
+	return nil
 }
 
 // Rewaits reports whether a write that makes old into next puts a job
@@ -206,9 +214,8 @@ func SettleRetry(j jobtype.Job, deps map[string]Dependency) (settled jobtype.Job
 		if j.RunAt.Before(j.UpdatedAt) {
 			j.RunAt = j.UpdatedAt
 		}
-	} else if depth+1 > jobtype.MaxDependencyDepth {
-		return j, nil, 0, &jobtype.InvalidError{Field: "after", Reason: fmt.Sprintf(
-			"would make a chain of %d WAITING jobs, each after the next; at most %d", depth+1, jobtype.MaxDependencyDepth)}
+	} else if err := chainTooDeep(depth + 1); err != nil {
+		return j, nil, 0, err
 	}
 	if n := len(j.History); n > 0 && j.History[n-1].State == jobtype.Waiting {
 		j.History[n-1].State = j.State

@@ -2,7 +2,9 @@
 // bytes) and their wire form (jobwatch.v1.Job, google.protobuf.Value), for
 // the server's handlers and for the client's in-process worker backend,
 // which must hand handlers the same message a remote worker would get. It
-// holds no logic beyond the mapping.
+// holds no logic beyond the mapping, but for the words of a message that
+// does not decode (DecodeMistake), which the server and the command line
+// share.
 package wire
 
 import (

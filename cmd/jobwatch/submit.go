@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/wire"
 )
 
 const submitUsage = `Usage: jobwatch submit KIND [flags]
@@ -301,7 +301,7 @@ func readJobLines(file string, defaults *jobwatchv1.SubmitJobRequest) (reqs []*j
 		}
 		req := &jobwatchv1.SubmitJobRequest{}
 		if err := protojson.Unmarshal(text, req); err != nil {
-			return nil, nil, usageError{fmt.Sprintf("--file: line %d of %s is not a SubmitJobRequest as JSON: %s", n, name, jsonMistake(err, text))}
+			return nil, nil, usageError{fmt.Sprintf("--file: line %d of %s is not a SubmitJobRequest as JSON: %s", n, name, wire.DecodeMistake(err, text))}
 		}
 		if req.Tenant == "" {
 			req.Tenant = defaults.Tenant
@@ -425,25 +425,9 @@ func readPayload(s string) (*structpb.Value, error) {
 	}
 	v := &structpb.Value{}
 	if err := protojson.Unmarshal(text, v); err != nil {
-		return nil, usageError{fmt.Sprintf("--payload is not JSON: %s", jsonMistake(err, text))}
+		return nil, usageError{fmt.Sprintf("--payload is not JSON: %s", wire.DecodeMistake(err, text))}
 	}
 	return v, nil
-}
-
-// jsonMistake is protojson's error about text without its "proto:"
-// (followed by a space or, at random, a no-break space), which names a
-// library, not what is wrong with the text; and for a string with an
-// escaped half of a surrogate pair, which protojson calls an unexpected
-// EOF, what it is (as the server says it).
-func jsonMistake(err error, text []byte) string {
-	msg := err.Error()
-	if strings.Contains(msg, "unexpected EOF") && json.Valid(text) {
-		return "a JSON string holds an escaped half of a UTF-16 surrogate pair (\\ud800 to \\udfff) without its other half, which is not text"
-	}
-	for _, prefix := range []string{"proto: ", "proto:\u00a0"} {
-		msg = strings.TrimPrefix(msg, prefix)
-	}
-	return msg
 }
 
 // printOutcome prints a finished job: its summary line, or JSON.

@@ -1,0 +1,24 @@
+package wire
+
+import (
+	"encoding/json"
+	"strings"
+)
+
+// DecodeMistake says what a protobuf library's decode error about data
+// (JSON or protobuf's binary form) means to the person who wrote data:
+// the library's words without their "proto:" (followed by a space or, at
+// random, a no-break space), which names a library, not the mistake; and
+// for a JSON string with an escaped half of a surrogate pair (\ud800
+// alone), which protojson calls an unexpected EOF though encoding/json
+// takes it, what it is. The server and the command line say it alike.
+func DecodeMistake(err error, data []byte) string {
+	msg := err.Error()
+	if strings.Contains(msg, "unexpected EOF") && json.Valid(data) {
+		return "a JSON string holds an escaped half of a UTF-16 surrogate pair (\\ud800 to \\udfff) without its other half, which is not text"
+	}
+	for _, prefix := range []string{"proto: ", "proto:\u00a0"} {
+		msg = strings.TrimPrefix(msg, prefix)
+	}
+	return msg
+}
