@@ -283,17 +283,17 @@ func printJob(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
 		fmt.Fprintf(tw, "%s\t%s\n", key, id)
 	}
 	row("on dependency failure", dependencyFailureName(j.GetOnDependencyFailure()))
-	row("progress", strings.TrimSpace(fmt.Sprintf("%d%% %s", j.GetPercent(), j.GetStep())))
+	row("progress", strings.TrimSpace(fmt.Sprintf("%d%% %s", j.GetPercent(), plain(j.GetStep()))))
 	row("attempt", fmt.Sprintf("%d of %d", j.GetAttempt(), j.GetMaxAttempts()))
 	row("unique key", j.GetUniqueKey())
-	row("worker", j.GetWorkerId())
+	row("worker", plain(j.GetWorkerId()))
 	row("created", formatTime(j.GetCreatedAt().AsTime(), j.GetCreatedAt() != nil))
 	row("started", formatTime(j.GetStartedAt().AsTime(), j.GetStartedAt() != nil))
 	row("finished", formatTime(j.GetFinishedAt().AsTime(), j.GetFinishedAt() != nil))
 	row("payload", valueJSON(j.GetPayload()))
 	row("result", valueJSON(j.GetResult()))
 	if e := j.GetError(); e != nil {
-		row("error", strings.TrimSuffix(e.GetType()+": "+e.GetMessage(), ": "))
+		row("error", errorText(e))
 	}
 	row("version", fmt.Sprint(j.GetVersion()))
 	for i, a := range j.GetAttempts() {
@@ -304,6 +304,12 @@ func printJob(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
 		fmt.Fprintf(tw, "%s\t%s\n", key, historyLine(a))
 	}
 	return tw.Flush()
+}
+
+// errorText is a job's error for a person: its type and message, which
+// a worker wrote, so printable as a log line is (plain).
+func errorText(e *jobwatchv1.JobError) string {
+	return plain(strings.TrimSuffix(e.GetType()+": "+e.GetMessage(), ": "))
 }
 
 // dependencyFailureName is on_dependency_failure as submit's flag says
@@ -325,13 +331,13 @@ func historyLine(a *jobwatchv1.JobAttempt) string {
 	}
 	fmt.Fprintf(&b, " %s", formatTime(a.GetFinishedAt().AsTime(), a.GetFinishedAt() != nil))
 	if w := a.GetWorkerId(); w != "" {
-		fmt.Fprintf(&b, " worker=%s", w)
+		fmt.Fprintf(&b, " worker=%s", plain(w))
 	}
 	if by := a.GetBy(); by != "" {
 		fmt.Fprintf(&b, " by=%s", by)
 	}
 	if e := a.GetError(); e != nil {
-		fmt.Fprintf(&b, " error=%s", strings.TrimSuffix(e.GetType()+": "+e.GetMessage(), ": "))
+		fmt.Fprintf(&b, " error=%s", errorText(e))
 	}
 	return b.String()
 }

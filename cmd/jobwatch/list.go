@@ -86,11 +86,11 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tKIND\tSTATE\tPROGRESS\tSTEP\tCREATED")
 	for _, j := range rows {
-		step := j.GetStep()
+		step := plain(j.GetStep())
 		// An ended job's error says why; an active one's error is only
 		// why its last attempt ended, while the current one is fine.
 		if e := j.GetError(); e != nil && client.Terminal(j.GetState()) {
-			step = strings.TrimSpace(e.GetType() + " " + e.GetMessage())
+			step = plain(strings.TrimSpace(e.GetType() + " " + e.GetMessage()))
 		}
 		if j.GetState() == jobwatchv1.JobState_JOB_STATE_WAITING && step == "" {
 			step = waitingFor(j.GetAfter())

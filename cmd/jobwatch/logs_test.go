@@ -10,6 +10,7 @@ import (
 	"time"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
 )
 
@@ -167,5 +168,52 @@ func TestLogsExplainsItself(t *testing.T) {
 	}
 	if code, _, errOut := runInProcess(t, "logs"); code != exitUsage || !strings.Contains(errOut, "usage: jobwatch logs ID") {
 		t.Fatalf("logs without an ID = exit %d, %q; want a usage error", code, errOut)
+	}
+}
+
+// What a job's command wrote reaches a person's terminal as text: the
+// escape sequences in its step, its error and its log
+// (a title set, the screen cleared, a line rewritten) are never printed
+// by get, list, watch or watch --logs.
+func TestOutputNeverCarriesAJobsEscapeSequences(t *testing.T) {
+	s := startCLIServer(t, 30*time.Second)
+	const hostile = "\x1b]0;owned\x07\x1b[2J\rdone\x1b[31m red\x1b[0m\ttab"
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "sly"})
+	ctx := context.Background()
+	j, err := s.Engine.Claim(ctx, jobs.ClaimRequest{WorkerID: "w", Kinds: []string{"sly"}}, time.Now().Add(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.appendLogLines(t, j, "log "+hostile)
+	if _, err := s.Engine.Heartbeat(ctx, j.ID, j.LeaseID, 50, "step "+hostile); err != nil {
+		t.Fatal(err)
+	}
+	running := map[string][]string{
+		"get":  {"get", "--server", s.URL, id},
+		"list": {"list", "--server", s.URL},
+	}
+	for name, args := range running {
+		code, out, errOut := runInProcess(t, args...)
+		if code != 0 || strings.ContainsAny(out, "\x1b\x07\r") || !strings.Contains(out, "done red tab") {
+			t.Fatalf("%s of a running job = exit %d (%s):\n%q\nwant its step as text, without its escape sequences", name, code, errOut, out)
+		}
+	}
+	if _, err := s.Engine.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "Boom", Message: "error " + hostile}, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"get", "--server", s.URL, id},
+		{"list", "--server", s.URL},
+		{"watch", "--logs", "--server", s.URL, id},
+		{"watch", "--progress", "bar", "--server", s.URL, id},
+		{"logs", "--server", s.URL, id},
+	} {
+		code, out, _ := runInProcess(t, args...)
+		if args[1] == "--progress" { // the bar redraws its own line
+			out = strings.ReplaceAll(out, "\r\x1b[K[", "[")
+		}
+		if code == exitError || strings.ContainsAny(out, "\x1b\x07\r") || !strings.Contains(out, "done red") {
+			t.Fatalf("%v of the failed job = exit %d:\n%q\nwant its words without its escape sequences", args, code, out)
+		}
 	}
 }

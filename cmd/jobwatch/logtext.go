@@ -56,6 +56,13 @@ func printable(s string, colour bool) string {
 	return b.String()
 }
 
+// plain is s, a text a worker or its job wrote (a step, an error, a
+// worker's name), as a terminal may be given it: printable, without
+// colours, and with tabs as spaces so that a table's columns hold.
+func plain(s string) string {
+	return strings.ReplaceAll(printable(s, false), "\t", " ")
+}
+
 // escapeLen is the length of the escape sequence s starts with (s[0] is
 // ESC), to its end or the end of s, and whether it sets colours (SGR).
 func escapeLen(s string) (n int, sgr bool) {

@@ -153,7 +153,7 @@ func watch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if display == "bar" && !cf.json && last != nil {
 		fmt.Fprintln(stdout)
 		if e := last.GetError(); e != nil {
-			fmt.Fprintln(stdout, strings.TrimSuffix("error: "+e.GetType()+": "+e.GetMessage(), ": "))
+			fmt.Fprintln(stdout, "error: "+errorText(e))
 		}
 		if r := valueJSON(last.GetResult()); r != "" {
 			fmt.Fprintln(stdout, "result:", r)
@@ -270,15 +270,17 @@ func follow(ctx context.Context, c *client.Client, id string, show func(*jobwatc
 }
 
 // printLogLines prints log lines between snapshot lines: each line's time
-// (as printLine prints a snapshot's), "|" and its text.
+// (as printLine prints a snapshot's), "|" and its text, printable as
+// printLogs prints it.
 func printLogLines(w io.Writer, m *jobwatchv1.WatchJobLogsResponse) error {
+	colour := isTerminal(w)
 	if g := m.GetGap(); g != nil {
 		if _, err := fmt.Fprintf(w, "%s | %s\n", time.Now().Format("15:04:05"), gapLine(g)); err != nil {
 			return err
 		}
 	}
 	for _, l := range m.GetLines() {
-		if _, err := fmt.Fprintf(w, "%s | %s\n", l.GetTime().AsTime().Local().Format("15:04:05"), l.GetText()); err != nil {
+		if _, err := fmt.Fprintf(w, "%s | %s\n", l.GetTime().AsTime().Local().Format("15:04:05"), printable(l.GetText(), colour)); err != nil {
 			return err
 		}
 	}
@@ -308,7 +310,7 @@ func (b *bar) draw() {
 	filled := int(j.GetPercent()) * barWidth / 100
 	line := fmt.Sprintf("[%s%s] %3d%%  %-9s  %s  %s",
 		strings.Repeat("#", filled), strings.Repeat(".", barWidth-filled),
-		j.GetPercent(), stateName(j.GetState()), formatElapsed(b.elapsed()), j.GetStep())
+		j.GetPercent(), stateName(j.GetState()), formatElapsed(b.elapsed()), plain(j.GetStep()))
 	// A line as wide as the terminal would wrap, and \r could then no
 	// longer redraw it in place.
 	if r := []rune(line); b.width > 1 && len(r) > b.width-1 {
