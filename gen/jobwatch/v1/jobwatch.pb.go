@@ -452,15 +452,25 @@ type Job struct {
 	Result *structpb.Value `protobuf:"bytes,10,opt,name=result,proto3" json:"result,omitempty"`
 	Error  *JobError       `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
 	// The attempt now running or last run, starting at 1 when first claimed.
-	Attempt     int32                  `protobuf:"varint,12,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	MaxAttempts int32                  `protobuf:"varint,13,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
-	UniqueKey   string                 `protobuf:"bytes,14,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
-	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	StartedAt   *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	UpdatedAt   *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	FinishedAt  *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
-	RunAt       *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
-	WorkerId    string                 `protobuf:"bytes,20,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Attempt     int32  `protobuf:"varint,12,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	MaxAttempts int32  `protobuf:"varint,13,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	UniqueKey   string `protobuf:"bytes,14,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
+	// When it was submitted.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// When it was first claimed, unset until then. Later attempts, and a
+	// RetryJob, keep it: each attempt's own start is in attempts.
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// When it last changed.
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// When it reached its terminal state; unset while it is active, so a
+	// RetryJob clears it.
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// When it becomes (or became) ready to be claimed: its submission,
+	// its run_at or delay, or the backoff after a failed attempt.
+	RunAt *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
+	// The worker running it, or that ran its last attempt; empty before
+	// the first claim and after a RetryJob.
+	WorkerId string `protobuf:"bytes,20,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	// 0 to 9, lower runs first: a claim takes the most urgent ready job of
 	// a tenant in a queue first, then the oldest (between tenants, fair
 	// claiming decides). A serial queue ignores it and runs each tenant's

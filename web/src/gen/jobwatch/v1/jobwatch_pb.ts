@@ -142,31 +142,47 @@ export type Job = Message<"jobwatch.v1.Job"> & {
   uniqueKey: string;
 
   /**
+   * When it was submitted.
+   *
    * @generated from field: google.protobuf.Timestamp created_at = 15;
    */
   createdAt?: Timestamp | undefined;
 
   /**
+   * When it was first claimed, unset until then. Later attempts, and a
+   * RetryJob, keep it: each attempt's own start is in attempts.
+   *
    * @generated from field: google.protobuf.Timestamp started_at = 16;
    */
   startedAt?: Timestamp | undefined;
 
   /**
+   * When it last changed.
+   *
    * @generated from field: google.protobuf.Timestamp updated_at = 17;
    */
   updatedAt?: Timestamp | undefined;
 
   /**
+   * When it reached its terminal state; unset while it is active, so a
+   * RetryJob clears it.
+   *
    * @generated from field: google.protobuf.Timestamp finished_at = 18;
    */
   finishedAt?: Timestamp | undefined;
 
   /**
+   * When it becomes (or became) ready to be claimed: its submission,
+   * its run_at or delay, or the backoff after a failed attempt.
+   *
    * @generated from field: google.protobuf.Timestamp run_at = 19;
    */
   runAt?: Timestamp | undefined;
 
   /**
+   * The worker running it, or that ran its last attempt; empty before
+   * the first claim and after a RetryJob.
+   *
    * @generated from field: string worker_id = 20;
    */
   workerId: string;
