@@ -247,6 +247,7 @@ const killDelay = 10 * time.Second
 // env plus the job's variables; a cancelled command's process group gets
 // SIGTERM, and SIGKILL after kill.
 func execHandler(command string, env []string, out io.Writer, kill time.Duration) client.Handler {
+	colour := isTerminal(out)
 	return func(ctx context.Context, job *jobwatchv1.Job, progress client.Progress) (any, error) {
 		stdin := []byte("null")
 		if p := job.GetPayload(); p != nil {
@@ -278,7 +279,7 @@ func execHandler(command string, env []string, out io.Writer, kill time.Duration
 		// Output that is not the protocol's goes to the worker's stderr
 		// and to the job's log, tagged with the stream it came from.
 		stdoutLog := progress.LogTo(jobwatchv1.LogStream_LOG_STREAM_STDOUT)
-		errOut := &prefixWriter{w: out, prefix: job.GetId() + ": ", log: progress.LogTo(jobwatchv1.LogStream_LOG_STREAM_STDERR)}
+		errOut := &prefixWriter{w: out, colour: colour, prefix: job.GetId() + ": ", log: progress.LogTo(jobwatchv1.LogStream_LOG_STREAM_STDERR)}
 		defer errOut.flush()
 		cmd.Stderr = errOut
 		// Its own process group, and a signal if the worker dies
@@ -302,7 +303,7 @@ func execHandler(command string, env []string, out io.Writer, kill time.Duration
 		}
 		var result json.RawMessage
 		var declared *declaredError
-		copied := &prefixWriter{w: out, prefix: job.GetId() + ": ", log: stdoutLog}
+		copied := &prefixWriter{w: out, colour: colour, prefix: job.GetId() + ": ", log: stdoutLog}
 		_ = readLines(pipe, maxStdoutLine, copied, func(raw string) {
 			raw = strings.TrimSuffix(raw, "\r")
 			line := strings.TrimSpace(raw)
@@ -323,7 +324,7 @@ func execHandler(command string, env []string, out io.Writer, kill time.Duration
 				result = json.RawMessage(line)
 				return
 			}
-			fmt.Fprintf(out, "%s: %s\n", job.GetId(), raw)
+			fmt.Fprintf(out, "%s: %s\n", job.GetId(), printable(raw, colour))
 			fmt.Fprintf(stdoutLog, "%s\n", raw)
 		})
 		_, _ = io.Copy(io.Discard, pipe) // after a read error: drain so the command can exit
@@ -449,10 +450,14 @@ const maxStderrLine = 64 << 10
 
 // prefixWriter prefixes each line with the job id; flush writes out a
 // last line that has no newline. It holds at most maxStderrLine bytes.
-// Each line (or piece of one) also goes, without the prefix, to log if
-// set: the job's log.
+// What it writes to w is printable (colours only if colour is set), as
+// jobwatch logs prints a line: a command's output may come of a caller's
+// payload, and must not reach the operator's terminal as escape
+// sequences. Each line (or piece of one) also goes, without the prefix
+// and as the command wrote it, to log if set: the job's log.
 type prefixWriter struct {
 	w      io.Writer
+	colour bool
 	prefix string
 	log    io.Writer
 	mu     sync.Mutex
@@ -489,7 +494,7 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 
 // emit writes out the held line (or piece of one); p.mu is held.
 func (p *prefixWriter) emit() error {
-	_, err := fmt.Fprintf(p.w, "%s%s\n", p.prefix, p.buf)
+	_, err := fmt.Fprintf(p.w, "%s%s\n", p.prefix, printable(string(p.buf), p.colour))
 	if p.log != nil {
 		_, _ = fmt.Fprintf(p.log, "%s\n", p.buf)
 	}

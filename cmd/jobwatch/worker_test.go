@@ -254,6 +254,34 @@ func TestWorkerExecAddsTheCommandsOutputToTheJobsLog(t *testing.T) {
 	}
 }
 
+// A command's output reaches the worker's stderr as text, since it may
+// come of a caller's payload: no escape sequence of it (a title set, a
+// line rewritten) reaches the operator's terminal. The job's log keeps
+// it as written; its readers make it printable in their turn.
+func TestWorkerExecCopiesOutputAsText(t *testing.T) {
+	var stderr lockedBuffer
+	h := execHandler(`printf '\033]0;title\007after-title\n'; printf 'hidden\rshown\033[31m red\033[0m\n' >&2`,
+		commandEnv(os.Environ(), nil), &stderr, time.Second)
+	var logged lockedBuffer
+	// A Progress made by hand receives the log's output as calls with a
+	// percent below zero (client.Progress).
+	_, err := h(context.Background(), &jobwatchv1.Job{Id: "j_1"}, func(percent int, text string) {
+		if percent < 0 {
+			_, _ = logged.Write([]byte(text))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := stderr.String()
+	if strings.ContainsAny(out, "\x1b\x07\r") || !strings.Contains(out, "j_1: after-title\n") || !strings.Contains(out, "j_1: hiddenshown red\n") {
+		t.Fatalf("the worker's stderr got %q; want the command's lines as text, prefixed with the job", out)
+	}
+	if !strings.Contains(logged.String(), "\x1b[31m") {
+		t.Fatalf("the job's log got %q; want the command's output as it wrote it", logged.String())
+	}
+}
+
 // A worker killed outright (kill -9) does not leave its job's command
 // running beside the job's next attempt: on Linux the command's first
 // process gets SIGTERM as its parent-death signal.
