@@ -91,7 +91,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := checkLoopback(addr, false); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listen("--addr", addr)
 	if err != nil {
 		return err
 	}

@@ -110,7 +110,7 @@ func newServeFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
 	fs.StringVar(&f.addr, "addr", defaultAddr, "`host:port` to listen on (HTTP/1.1 and h2c)")
 	fs.StringVar(&f.db, "db", "jobwatch.db", "SQLite database `file` (created if missing), or a postgres:// URL of a database that several replicas may share")
-	fs.StringVar(&f.config, "config", "", "YAML configuration `file`: retention, strict, queues, pools, schedules and alerts (see docs/OPERATING.md); SIGHUP reloads it")
+	fs.StringVar(&f.config, "config", "", "YAML configuration `file`: retention, strict, queues, pools, tenants, schedules and alerts (see docs/OPERATING.md); SIGHUP reloads it")
 	fs.StringVar(&f.tokens, "tokens", "", "YAML tokens `file`: the SHA-256 of each bearer token with its role and tenant (see docs/SECURITY.md); every call then needs a token, and --addr may be any address; SIGHUP reloads it")
 	fs.StringVar(&f.pidFile, "pid-file", "", "`file` to write the process id to while serving (removed at exit), so \"jobwatch reload --pid-file FILE\" signals this server alone; refused if a running serve holds it")
 	fs.DurationVar(&f.waitCap, "wait-cap", server.DefaultWaitCap, "longest a WaitJob parks before answering with the current state")
@@ -420,7 +420,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		defer removePIDFile()
 	}
 
-	ln, err := net.Listen("tcp", f.addr)
+	ln, err := listen("--addr", f.addr)
 	if err != nil {
 		return err
 	}
@@ -465,14 +465,27 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	return nil
 }
 
+// listen listens on addr, the value of flag; an address in use says
+// what to do about it.
+func listen(flag, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("%s %s: the address is in use, by another jobwatch or another program: stop that one, or pick another address with %s", flag, addr, flag)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", flag, addr, err)
+	}
+	return ln, nil
+}
+
 // serveMetrics moves /metrics off the API's port to a listener of its
 // own at addr (--metrics-addr) and serves it there, over HTTP/1.1, until
 // stop is called; it returns the address it listens on. That listener
 // answers /metrics only and asks for no token.
 func serveMetrics(srv *server.Server, addr string, log *slog.Logger) (listening string, stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listen("--metrics-addr", addr)
 	if err != nil {
-		return "", nil, fmt.Errorf("--metrics-addr: %w", err)
+		return "", nil, err
 	}
 	hs := &http.Server{
 		Handler:           srv.MoveMetrics(),

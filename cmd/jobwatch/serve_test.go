@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -61,6 +62,29 @@ func TestServeRefusesWhatItCannotDoSafely(t *testing.T) {
 	}
 	if _, err := os.Stat(db); err == nil {
 		t.Errorf("a refused serve created the database file")
+	}
+}
+
+// An address another program holds stops serve and demo at once, saying
+// which flag moves it.
+func TestServeSaysWhatToDoWhenItsAddressIsTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	for _, args := range [][]string{
+		{"serve", "--db", filepath.Join(t.TempDir(), "a.db"), "--addr", addr},
+		{"serve", "--db", filepath.Join(t.TempDir(), "b.db"), "--addr", "127.0.0.1:0", "--metrics-addr", addr},
+		{"demo", "--db", filepath.Join(t.TempDir(), "c.db"), "--addr", addr},
+	} {
+		flag := args[len(args)-2]
+		var stderr bytes.Buffer
+		code := run(context.Background(), args, io.Discard, &stderr)
+		if want := flag + " " + addr + ": the address is in use, by another jobwatch or another program: stop that one, or pick another address with " + flag; code != 1 || !strings.Contains(stderr.String(), want) {
+			t.Fatalf("%v with its address taken = exit %d, %q; want 1 and %q", args, code, stderr.String(), want)
+		}
 	}
 }
 

@@ -16,8 +16,11 @@ import (
 // The listener of a SQLite store is in-process: the writer goroutine
 // hands each committed batch's changes to the listeners of every Store
 // this process opened on the same file. A SQLite file is served by one
-// process; another process writing it is not heard (several replicas
-// need PostgreSQL: docs/OPERATING.md, "Several replicas").
+// process, since another process writing it would not be heard (several
+// replicas need PostgreSQL: docs/OPERATING.md, "Several replicas"): the
+// feed holds an exclusive lock on the file (flock, lockFile) while any
+// Store of this process has it open, and a second process's Open is
+// refused with an *InUseError.
 
 // feeds holds one feed per file path this process opened.
 var (
@@ -27,15 +30,17 @@ var (
 
 // feed fans the committed changes to one file out to its listeners.
 type feed struct {
-	path  string
-	users int // Stores open on it; guarded by feedsMu
+	path   string
+	users  int          // Stores open on it; guarded by feedsMu
+	unlock func() error // releases the file's lock (lockFile)
 
 	mu        sync.Mutex
 	listeners map[*listener]struct{}
 }
 
-// openFeed returns the feed of path, shared by every Store on it.
-func openFeed(path string) *feed {
+// openFeed returns the feed of path, shared by every Store on it; the
+// first one locks the file, or is refused if another process has.
+func openFeed(path string) (*feed, error) {
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs
 	}
@@ -43,11 +48,15 @@ func openFeed(path string) *feed {
 	defer feedsMu.Unlock()
 	f := feeds[path]
 	if f == nil {
-		f = &feed{path: path, listeners: map[*listener]struct{}{}}
+		unlock, err := lockFile(path)
+		if err != nil {
+			return nil, err
+		}
+		f = &feed{path: path, unlock: unlock, listeners: map[*listener]struct{}{}}
 		feeds[path] = f
 	}
 	f.users++
-	return f
+	return f, nil
 }
 
 func (f *feed) close() {
@@ -55,6 +64,7 @@ func (f *feed) close() {
 	defer feedsMu.Unlock()
 	if f.users--; f.users == 0 {
 		delete(feeds, f.path)
+		_ = f.unlock()
 	}
 }
 

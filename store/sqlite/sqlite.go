@@ -192,6 +192,18 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 	if err := createPrivate(path, cfg.Logger); err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, jobtype.ErrUnavailable, err)
 	}
+	// The file is this process's alone while it has a Store open on it
+	// (openFeed), before anything is read or migrated.
+	feed, err := openFeed(path)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			feed.close()
+		}
+	}()
 	// mattn/go-sqlite3 sets these pragmas on every new connection, and
 	// writerConnector the one it has no parameter for.
 	write := sql.OpenDB(writerConnector(dsn(path, fmt.Sprintf(
@@ -246,13 +258,14 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 	s.read = read
 	s.writes.probe = s.probeWrite
 	s.writes.closing, s.writes.stop = context.WithCancel(context.Background())
-	s.feed = openFeed(path)
+	s.feed = feed
 	if s.ckpt, err = openCheckpointer(path); err != nil {
 		write.Close()
 		read.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, jobtype.ErrUnavailable, err)
 	}
 	go s.runWriter()
+	opened = true
 	return s, nil
 }
 

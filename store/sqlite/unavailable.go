@@ -6,6 +6,8 @@ import (
 	"syscall"
 
 	"github.com/mattn/go-sqlite3"
+
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // The causes of refused writes that a caller may be told, in its words.
@@ -67,3 +69,19 @@ func withRemedy(err error) error {
 	}
 	return err
 }
+
+// InUseError refuses to open a file another process has open as a
+// store: a SQLite file serves one process at a time, since a second one
+// would not hear the first's changes (its waiters would sleep through
+// jobs the other ended). It wraps jobtype.ErrUnavailable.
+type InUseError struct {
+	Path string
+}
+
+func (e *InUseError) Error() string {
+	return "another process has it open as a jobwatch store: a SQLite file serves one process at a time " +
+		"(a second one would not hear the first's changes); stop that one, give this one a file of its own, " +
+		"or use PostgreSQL for several replicas"
+}
+
+func (e *InUseError) Unwrap() error { return jobtype.ErrUnavailable }
