@@ -160,13 +160,17 @@ func isTimeout(err error) bool {
 // A healthy stream is not cut by the send timeout while it idles: the
 // deadline holds only while a write is under way.
 func TestAnIdleStreamOutlivesTheSendTimeout(t *testing.T) {
-	ts := startServer(t, serverOptions{config: server.Config{SendTimeout: 50 * time.Millisecond, Keepalive: -1}})
+	// A send timeout short enough to pass six times while the stream
+	// idles, long enough that a loaded machine's scheduling does not cut
+	// the test's own calls.
+	const sendTimeout = 300 * time.Millisecond
+	ts := startServer(t, serverOptions{config: server.Config{SendTimeout: sendTimeout, Keepalive: -1}})
 	c := ts.h2c()
 	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "idle"})
 	s := watch(t, ctxTimeout(t, 10*time.Second), c, job.GetId(), 0)
 	nextJob(t, s)
 	idle := time.Now()
-	for time.Since(idle) < 300*time.Millisecond { // six send timeouts
+	for time.Since(idle) < 6*sendTimeout {
 		time.Sleep(10 * time.Millisecond)
 	}
 	lease := claim(t, c, "idle")
