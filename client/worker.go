@@ -175,11 +175,11 @@ type WorkerConfig struct {
 	ProgressInterval time.Duration
 	// DrainTimeout is how long Run waits for running handlers after its
 	// ctx ends before it cancels them (cause ErrWorkerStopped) and fails
-	// their jobs as retryable; Run then returns without waiting for a
-	// handler that ignores its context, which runs on in the background
-	// with its outcome dropped (and its job may be claimed again
-	// meanwhile: a handler should heed its context). 0 waits as long as
-	// they take.
+	// their jobs as retryable; Run then returns, at most drainGrace (1 s)
+	// later, without waiting for a handler that ignores its context, which
+	// runs on in the background with its outcome dropped (and its job may
+	// be claimed again meanwhile: a handler should heed its context). 0
+	// waits as long as they take.
 	DrainTimeout time.Duration
 	// Backoff spaces out retried claims and reports. Zero: the defaults.
 	Backoff Backoff
@@ -377,6 +377,10 @@ claiming:
 	return runErr
 }
 
+// drainGrace is how long a handler cancelled at the drain timeout has to
+// return before the Worker stops waiting for it.
+const drainGrace = time.Second
+
 // MaxClaimJobs is the most jobs a Worker claims in one call, however
 // many slots it has free: the server's limit of ClaimJob's max_jobs.
 const MaxClaimJobs = jobtype.MaxClaimJobs
@@ -505,12 +509,16 @@ func (w *Worker) run(ctx context.Context, s *slot, lease *Lease) {
 	case <-ctx.Done():
 		// Run's drain timeout passed (ErrWorkerStopped): the job is
 		// failed as retryable now, whether or not the handler heeds its
-		// context; one that does not runs on unwatched, its outcome
-		// dropped, so that Run returns when DrainTimeout says.
+		// context. A handler that heeds it has drainGrace to return (a
+		// command's process to end on its SIGTERM); one that does not
+		// runs on unwatched, its outcome dropped, so that Run returns
+		// when DrainTimeout says.
+		grace := time.NewTimer(drainGrace)
+		defer grace.Stop()
 		select {
 		case o := <-done:
 			result, err = o.result, o.err
-		default:
+		case <-grace.C:
 			// Said here, not read from jobCtx below: ctx's Done is
 			// closed before its children are cancelled, so jobCtx may
 			// not yet carry the cause.
@@ -528,7 +536,7 @@ func (w *Worker) run(ctx context.Context, s *slot, lease *Lease) {
 	switch cause := context.Cause(jobCtx); {
 	case errors.Is(cause, ErrJobCancelled):
 		logs.stop(nil)
-		log.Info("job cancelled while running")
+		log.Info("the server stopped the job while it ran (it was cancelled, or its queue's timeout passed); its outcome is dropped")
 		return
 	case errors.Is(cause, ErrLeaseLost):
 		logs.stop(nil)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -184,10 +185,17 @@ func codeError(what string, err error) error {
 			// header; at a terminal the question is how to send one.
 			msg += "\n" + tokenHint
 		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			msg += "\n" + serverHint
+		}
 		return errors.New(msg)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
+
+// serverHint is what to check when nothing listens where a command
+// called.
+const serverHint = "jobwatch: nothing answers at that address: is jobwatch serve (or demo) running there? --server or JOBWATCH_SERVER names the server, http://127.0.0.1:8080 when neither is set"
 
 // tokenHint is how the client commands take a bearer token.
 const tokenHint = "jobwatch: give a token the server's tokens file lists, with --token TOKEN or in the JOBWATCH_TOKEN environment variable"

@@ -597,6 +597,7 @@ func TestErrorMessagesReadOnce(t *testing.T) {
 		{[]string{"wait", "j_00000000000000000000000004", "--server", s.URL}, "j_00000000000000000000000004"},
 		{[]string{"logs", "j_00000000000000000000000005", "--server", s.URL}, "jobwatch: logs: job j_00000000000000000000000005 not found\n"},
 		{[]string{"get", "j_1", "--server", strings.TrimPrefix(s.URL, "http://")}, "must start with http:// or https://"},
+		{[]string{"submit", "k", "--server", "http://" + freeAddr(t)}, "connection refused\njobwatch: nothing answers at that address: is jobwatch serve (or demo) running there?"},
 	}
 	for _, tt := range tests {
 		code, _, errOut := runInProcess(t, tt.args...)
@@ -623,7 +624,7 @@ func TestExecHandlerKillsTheProcessGroupThatIgnoresSIGTERM(t *testing.T) {
 	var stderr lockedBuffer
 	// The shell and its child ignore SIGTERM (an ignored signal is
 	// inherited); the child also holds stdout open.
-	h := execHandler(`trap "" TERM; echo "progress 10 started"; sleep 30; echo late >&2`, commandEnv(os.Environ(), nil), &stderr, 200*time.Millisecond)
+	h := execHandler(`trap "" TERM; echo "progress 10 started"; sleep 30; echo late >&2`, commandEnv(os.Environ(), nil), textOutput(&stderr), 200*time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan struct{})
 	var once sync.Once
@@ -643,7 +644,7 @@ func TestExecHandlerKillsTheProcessGroupThatIgnoresSIGTERM(t *testing.T) {
 
 func TestExecHandlerKeepsAnUnfinishedLastStderrLine(t *testing.T) {
 	var stderr lockedBuffer
-	h := execHandler(`printf 'first\nno newline at the end' >&2`, commandEnv(os.Environ(), nil), &stderr, time.Second)
+	h := execHandler(`printf 'first\nno newline at the end' >&2`, commandEnv(os.Environ(), nil), textOutput(&stderr), time.Second)
 	if _, err := h(context.Background(), &jobwatchv1.Job{Id: "j_1"}, func(int, string) {}); err != nil {
 		t.Fatal(err)
 	}

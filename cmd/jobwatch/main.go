@@ -133,7 +133,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		if len(rest) == 1 && rest[0] == "version" {
-			fmt.Fprint(stdout, "Usage: jobwatch version\n\nPrints the version, commit and build time of this binary.\n")
+			fmt.Fprint(stdout, "Usage: jobwatch version\n\nPrints the version of this binary: a release's version, commit and build time;\nfor a build from a checkout, the commit it was built from (\"dev\" when Go\nrecorded none, as with -buildvcs=false).\n")
+			return 0
+		}
+		if len(rest) == 1 && (rest[0] == "help" || rest[0] == "-h" || rest[0] == "--help") {
+			fmt.Fprint(stdout, "Usage: jobwatch help [COMMAND]\n\nLists the commands, or prints one command's usage and flags.\n")
 			return 0
 		}
 		if len(rest) > 1 || command(rest[0]) == nil {

@@ -46,14 +46,18 @@ The command's protocol:
            job's log (jobwatch logs) as stdout
   stderr   copied to the worker's stderr, each line prefixed with the job id
            (a line longer than 64 KiB is copied in pieces), and added to the
-           job's log as stderr (a log line over 16 KiB is cut there)
+           job's log as stderr (a log line over 16 KiB is cut there); the
+           copies keep colours only for a terminal and no other escape
+           sequence, and with --json are JSON records (msg "output",
+           job_id, stream, text) beside the worker's own
   exit 0   the job SUCCEEDED
   exit 75  the attempt failed and may be retried (EX_TEMPFAIL), if the job
            has attempts left: submit it with --max-attempts 2 or more
   other    the job FAILED, with error type ExitError ("exit status N")
            unless an "error" line said otherwise
-  When the job is cancelled or its lease is lost, the command's process
-  group gets SIGTERM, and SIGKILL 10 seconds later.
+  When the job is cancelled, its queue's timeout passes or its lease is
+  lost, the command's process group gets SIGTERM once the worker hears of
+  it (at its next heartbeat), and SIGKILL 10 seconds later.
 
 Flags:
 `
@@ -91,7 +95,16 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer c.Close()
 
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// --json: the worker's log, and its commands' output, as JSON lines.
+	var log *slog.Logger
+	var out output
+	if cf.json {
+		log = slog.New(slog.NewJSONHandler(&lockedWriter{w: stderr}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		out = jsonOutput{log: log}
+	} else {
+		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		out = textOutput(stderr)
+	}
 	tp, stopTracing, err := startTracing(ctx, log)
 	if err != nil {
 		return err
@@ -106,7 +119,6 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		DrainTimeout:      drain,
 		Logger:            log,
 	})
-	out := &lockedWriter{w: stderr}
 	base := commandEnv(os.Environ(), env)
 	running := &runningJobs{log: log, drain: drain}
 	for _, k := range splitList(kinds) {
@@ -246,8 +258,7 @@ const killDelay = 10 * time.Second
 // execHandler runs command for each job as the usage text describes, in
 // env plus the job's variables; a cancelled command's process group gets
 // SIGTERM, and SIGKILL after kill.
-func execHandler(command string, env []string, out io.Writer, kill time.Duration) client.Handler {
-	colour := isTerminal(out)
+func execHandler(command string, env []string, out output, kill time.Duration) client.Handler {
 	return func(ctx context.Context, job *jobwatchv1.Job, progress client.Progress) (any, error) {
 		stdin := []byte("null")
 		if p := job.GetPayload(); p != nil {
@@ -279,7 +290,7 @@ func execHandler(command string, env []string, out io.Writer, kill time.Duration
 		// Output that is not the protocol's goes to the worker's stderr
 		// and to the job's log, tagged with the stream it came from.
 		stdoutLog := progress.LogTo(jobwatchv1.LogStream_LOG_STREAM_STDOUT)
-		errOut := &prefixWriter{w: out, colour: colour, prefix: job.GetId() + ": ", log: progress.LogTo(jobwatchv1.LogStream_LOG_STREAM_STDERR)}
+		errOut := &prefixWriter{out: out, jobID: job.GetId(), stream: "stderr", log: progress.LogTo(jobwatchv1.LogStream_LOG_STREAM_STDERR)}
 		defer errOut.flush()
 		cmd.Stderr = errOut
 		// Its own process group, and a signal if the worker dies
@@ -303,7 +314,7 @@ func execHandler(command string, env []string, out io.Writer, kill time.Duration
 		}
 		var result json.RawMessage
 		var declared *declaredError
-		copied := &prefixWriter{w: out, colour: colour, prefix: job.GetId() + ": ", log: stdoutLog}
+		copied := &prefixWriter{out: out, jobID: job.GetId(), stream: "stdout", log: stdoutLog}
 		_ = readLines(pipe, maxStdoutLine, copied, func(raw string) {
 			raw = strings.TrimSuffix(raw, "\r")
 			line := strings.TrimSpace(raw)
@@ -324,7 +335,7 @@ func execHandler(command string, env []string, out io.Writer, kill time.Duration
 				result = json.RawMessage(line)
 				return
 			}
-			fmt.Fprintf(out, "%s: %s\n", job.GetId(), printable(raw, colour))
+			out.line(job.GetId(), "stdout", raw)
 			fmt.Fprintf(stdoutLog, "%s\n", raw)
 		})
 		_, _ = io.Copy(io.Discard, pipe) // after a read error: drain so the command can exit
@@ -448,17 +459,45 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // than held in memory until it ends.
 const maxStderrLine = 64 << 10
 
-// prefixWriter prefixes each line with the job id; flush writes out a
-// last line that has no newline. It holds at most maxStderrLine bytes.
-// What it writes to w is printable (colours only if colour is set), as
-// jobwatch logs prints a line: a command's output may come of a caller's
-// payload, and must not reach the operator's terminal as escape
-// sequences. Each line (or piece of one) also goes, without the prefix
-// and as the command wrote it, to log if set: the job's log.
-type prefixWriter struct {
+// output is where a worker copies its commands' output lines (not the
+// protocol's): textOutput, or jsonOutput for --json.
+type output interface {
+	line(jobID, stream, text string)
+}
+
+// textOutput writes each line to w prefixed with its job's id, printable
+// (colours only to a terminal), as jobwatch logs prints a line: a
+// command's output may come of a caller's payload, and must not reach the
+// operator's terminal as escape sequences. Writes to w are serialized.
+func textOutput(w io.Writer) output {
+	return &textLines{w: &lockedWriter{w: w}, colour: isTerminal(w)}
+}
+
+type textLines struct {
 	w      io.Writer
 	colour bool
-	prefix string
+}
+
+func (t *textLines) line(jobID, _, text string) {
+	fmt.Fprintf(t.w, "%s: %s\n", jobID, printable(text, t.colour))
+}
+
+// jsonOutput logs each line as a record of log (the worker's JSON log):
+// msg "output", with the job's id, the stream and the text.
+type jsonOutput struct{ log *slog.Logger }
+
+func (j jsonOutput) line(jobID, stream, text string) {
+	j.log.Info("output", "job_id", jobID, "stream", stream, "text", text)
+}
+
+// prefixWriter hands each line of what is written to it to out as a
+// line of the job's stream; flush hands on a last line that has no
+// newline. It holds at most maxStderrLine bytes. Each line (or piece of
+// one) also goes, as the command wrote it, to log if set: the job's log.
+type prefixWriter struct {
+	out    output
+	jobID  string
+	stream string
 	log    io.Writer
 	mu     sync.Mutex
 	buf    []byte
@@ -492,14 +531,14 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 	return n, nil
 }
 
-// emit writes out the held line (or piece of one); p.mu is held.
+// emit hands on the held line (or piece of one); p.mu is held.
 func (p *prefixWriter) emit() error {
-	_, err := fmt.Fprintf(p.w, "%s%s\n", p.prefix, printable(string(p.buf), p.colour))
+	p.out.line(p.jobID, p.stream, string(p.buf))
 	if p.log != nil {
 		_, _ = fmt.Fprintf(p.log, "%s\n", p.buf)
 	}
 	p.buf = p.buf[:0]
-	return err
+	return nil
 }
 
 func (p *prefixWriter) flush() {

@@ -112,7 +112,7 @@ func TestExecHandlerCopiesALongStderrLineInPieces(t *testing.T) {
 	const size = 1 << 20
 	// A MiB without a newline, then the command runs on until told.
 	h := execHandler(`head -c 1048576 /dev/zero | tr '\0' x >&2; while [ ! -e "$STOP" ]; do sleep 0.02; done`,
-		commandEnv(os.Environ(), envFlag{"STOP=" + stop}), &stderr, time.Second)
+		commandEnv(os.Environ(), envFlag{"STOP=" + stop}), textOutput(&stderr), time.Second)
 	done := make(chan error, 1)
 	go func() {
 		_, err := h(context.Background(), &jobwatchv1.Job{Id: "j_1"}, func(int, string) {})
@@ -202,6 +202,11 @@ func TestWorkerSaysARunningJobFailsAtTheDrainTimeout(t *testing.T) {
 	if !strings.Contains(logs.String(), "stopped and fail with WorkerStopped (retried if they have attempts left)") {
 		t.Fatalf("the drain message does not say the job fails:\n%s", logs)
 	}
+	// The command ends on its SIGTERM: the worker does not say that its
+	// handler would not return.
+	if strings.Contains(logs.String(), "did not return") {
+		t.Fatalf("the worker says a command that ended on its SIGTERM did not return:\n%s", logs)
+	}
 }
 
 // A stdout line too long to be a result is copied out, and the progress
@@ -210,7 +215,7 @@ func TestExecHandlerReadsTheLinesAfterAHugeStdoutLine(t *testing.T) {
 	var stderr lockedBuffer
 	size := maxStdoutLine + 1<<20
 	h := execHandler(fmt.Sprintf(`head -c %d /dev/zero | tr '\0' x; echo; echo "progress 90 after the dump"; echo '"the result"'`, size),
-		commandEnv(os.Environ(), nil), &stderr, time.Second)
+		commandEnv(os.Environ(), nil), textOutput(&stderr), time.Second)
 	var step string
 	result, err := h(context.Background(), &jobwatchv1.Job{Id: "j_1"}, func(_ int, s string) { step = s })
 	if err != nil {
@@ -261,7 +266,7 @@ func TestWorkerExecAddsTheCommandsOutputToTheJobsLog(t *testing.T) {
 func TestWorkerExecCopiesOutputAsText(t *testing.T) {
 	var stderr lockedBuffer
 	h := execHandler(`printf '\033]0;title\007after-title\n'; printf 'hidden\rshown\033[31m red\033[0m\n' >&2`,
-		commandEnv(os.Environ(), nil), &stderr, time.Second)
+		commandEnv(os.Environ(), nil), textOutput(&stderr), time.Second)
 	var logged lockedBuffer
 	// A Progress made by hand receives the log's output as calls with a
 	// percent below zero (client.Progress).
@@ -279,6 +284,37 @@ func TestWorkerExecCopiesOutputAsText(t *testing.T) {
 	}
 	if !strings.Contains(logged.String(), "\x1b[31m") {
 		t.Fatalf("the job's log got %q; want the command's output as it wrote it", logged.String())
+	}
+}
+
+// worker --json logs as JSON lines, one object a line: its own records
+// and its commands' output, each line of it with its job and stream.
+func TestWorkerJSONLogsEveryLineAsAnObject(t *testing.T) {
+	s := startCLIServer(t, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	logs, _, _ := startWorker(t, ctx, nil, "--json", "--server", s.URL, "--kind", "talk",
+		"--exec", `echo "to stdout"; printf '\033[31mto stderr\n' >&2`)
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "talk"})
+	if j, err := s.Client.WaitForJob(ctx, id); err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("talk job = %v, %v; want SUCCEEDED", j, err)
+	}
+	waitFor(t, "the worker to log both lines", func() bool { return strings.Count(logs.String(), `"msg":"output"`) == 2 })
+	seen := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec struct{ Msg, Stream, Text string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("worker --json wrote %q, not a JSON object: %v\n%s", line, err, logs)
+		}
+		if rec.Msg == "output" {
+			seen[rec.Stream] = rec.Text
+		}
+	}
+	if seen["stdout"] != "to stdout" || seen["stderr"] != "\x1b[31mto stderr" {
+		t.Fatalf("worker --json output records by stream: %q; want each line as the command wrote it\n%s", seen, logs)
+	}
+	if !strings.Contains(logs.String(), `"job_id":"`+id+`"`) {
+		t.Fatalf("worker --json output records do not name the job %s:\n%s", id, logs)
 	}
 }
 

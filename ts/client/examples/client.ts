@@ -35,5 +35,11 @@ for await (const snapshot of client.watchJob(job.id)) {
 // waitForJob answers at once for a job that has ended; a caller that
 // needs no progress calls only this.
 const done = await client.waitForJob(job.id);
-console.log(`result ${JSON.stringify(resultOf(done))}`);
+if (done.state === JobState.SUCCEEDED) {
+  console.log(`result ${JSON.stringify(resultOf(done))}`);
+} else {
+  // What the worker chose to tell callers: always the type, the message
+  // only if it made it public.
+  console.log(`${JobState[done.state].toLowerCase()}: ${done.error?.type ?? ""} ${done.error?.message ?? ""}`.trimEnd());
+}
 process.exitCode = done.state === JobState.SUCCEEDED ? 0 : 1;

@@ -157,6 +157,17 @@ test("the example client follows a job to its result, and follows the active job
   assert.equal(await worker.stop(), 0, worker.output());
 });
 
+test("the example client says how a job that did not succeed ended, in the words its worker made public", async (t) => {
+  const prefix = `${uniqueKind("client")}.`;
+  const worker = new ExampleWorker(prefix);
+  t.after(() => worker.process.kill("SIGKILL"));
+  // One attempt: the flaky handler's first, retryable failure ends it.
+  const failing = new ExampleClient([`${prefix}flaky`, `${prefix}dog.png`]);
+  assert.equal(await failing.exited, 1, failing.stderr);
+  assert.match(failing.stdout, /\nfailed: UpstreamTimeout the upstream service timed out\n$/);
+  assert.equal(await worker.stop(), 0, worker.output());
+});
+
 /** printedResult is the result the example client printed last. */
 function printedResult(stdout: string): unknown {
   const line = stdout.trimEnd().split("\n").at(-1) ?? "";
