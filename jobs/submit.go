@@ -468,6 +468,7 @@ func (e *Engine) Cancel(ctx context.Context, id string) (jobtype.Job, error) {
 	by := Actor(ctx)
 	changed := false
 	j, err := e.update(ctx, "cancel", id, func(j *jobtype.Job, now time.Time) error {
+		changed = false // run again on a newer read: only the last run says
 		switch {
 		case j.State == jobtype.Cancelled:
 			return errUnchanged

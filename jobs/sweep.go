@@ -71,6 +71,9 @@ func (e *Engine) expireLeases(ctx context.Context) error {
 	for _, id := range ids {
 		expired := false
 		j, err := e.update(ctx, "expire lease of", id, func(j *jobtype.Job, now time.Time) error {
+			// The store may run this again on a newer read (another
+			// replica's sweep came first): only the last run says.
+			expired = false
 			if j.State != jobtype.Running || !j.LeaseExpiresAt.Before(now) {
 				return errUnchanged
 			}

@@ -57,6 +57,7 @@ func (e *Engine) timeOutAttempts(ctx context.Context) error {
 func (e *Engine) timeOut(ctx context.Context, a store.Attempt, timeout time.Duration) error {
 	ended := false
 	j, err := e.update(ctx, "time out", a.JobID, func(j *jobtype.Job, now time.Time) error {
+		ended = false // run again on a newer read: only the last run says
 		if j.State != jobtype.Running || j.LeaseID != a.LeaseID {
 			return errUnchanged
 		}

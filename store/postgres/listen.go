@@ -80,6 +80,12 @@ const (
 	batchWait        = 200 * time.Microsecond
 	maxBatch         = 1024
 	catchUpEvery     = time.Second
+	// catchUpTimeout bounds a catch-up: a database that takes longer to
+	// list a second's changes is taken as not reachable (a hung server,
+	// a network that drops packets without a reset), so that health says
+	// NOT_SERVING rather than SERVING for as long as TCP keeps the
+	// connection open; the listener then connects again.
+	catchUpTimeout = 10 * time.Second
 	// maxRemembered bounds the jobs a listener remembers having
 	// delivered in one catch-up window (it remembers two windows).
 	maxRemembered = 1 << 16
@@ -202,7 +208,11 @@ func (h *hearing) deliver(changes []store.Change) {
 }
 
 func (s *Store) listen(ctx context.Context, conn *pgx.Conn, h *hearing) {
-	defer func() { conn.Close(context.Background()) }()
+	defer func() {
+		if conn != nil { // nil once a relisten gave up as ctx ended
+			conn.Close(context.Background())
+		}
+	}()
 	for {
 		err := s.hear(ctx, conn, h)
 		if ctx.Err() != nil {
@@ -221,11 +231,20 @@ func (s *Store) listen(ctx context.Context, conn *pgx.Conn, h *hearing) {
 	}
 }
 
+func (s *Store) catchUpTimeout() time.Duration {
+	if s.catchUpLimit > 0 {
+		return s.catchUpLimit
+	}
+	return catchUpTimeout
+}
+
 // hear catches up if that is due, else delivers the next batch of
 // notifications that arrives before it is.
 func (s *Store) hear(ctx context.Context, conn *pgx.Conn, h *hearing) error {
 	if !time.Now().Before(h.next) {
-		changes, since, err := s.catchUp(ctx, conn, h.since)
+		bounded, cancel := context.WithTimeout(ctx, s.catchUpTimeout())
+		changes, since, err := s.catchUp(bounded, conn, h.since)
+		cancel()
 		if err != nil {
 			return err
 		}

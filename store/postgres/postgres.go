@@ -85,6 +85,9 @@ type Store struct {
 	notifier   *notifier
 	notifyConn *pgx.Conn
 
+	// catchUpLimit is catchUpTimeout when zero (tests shorten it).
+	catchUpLimit time.Duration
+
 	// closing ends the listeners when the store closes.
 	closing   context.Context
 	close     context.CancelFunc
