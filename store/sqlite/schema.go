@@ -731,6 +731,34 @@ DROP INDEX jobs_finished;
 CREATE INDEX jobs_finished ON jobs (finished_at)
 	WHERE state = 'succeeded' OR state = 'failed' OR state = 'cancelled' OR state = 'lost';
 `,
+	// 24: jobs_dependency_ended queues the WAITING jobs of the job that
+	// ended whose last dependency it was, read from its own job_deps
+	// rows before it drops them. It read them from job_releases, which
+	// holds every job any run of it touched in the transaction: a
+	// failure that cascaded through a graph of N jobs ran it N times,
+	// each over up to N rows, and a graph of 3,000 jobs, 30 a level,
+	// each after the 30 before it, held the write lock for minutes.
+	`
+DROP TRIGGER jobs_dependency_ended;
+CREATE TRIGGER jobs_dependency_ended AFTER UPDATE OF state ON jobs
+	WHEN (NEW.state = 'succeeded' OR NEW.state = 'failed' OR NEW.state = 'cancelled' OR NEW.state = 'lost')
+		AND NOT (OLD.state = 'succeeded' OR OLD.state = 'failed' OR OLD.state = 'cancelled' OR OLD.state = 'lost')
+		AND EXISTS (SELECT 1 FROM job_deps WHERE after_id = NEW.id)
+BEGIN
+	INSERT OR IGNORE INTO job_releases (job_id) SELECT job_id FROM job_deps WHERE after_id = NEW.id;
+	UPDATE jobs SET state = 'cancelled', finished_at = NEW.updated_at, updated_at = NEW.updated_at,
+		error_type = 'DependencyFailed',
+		error_message = 'job ' || NEW.id || ', which it runs after, ended ' || upper(NEW.state),
+		version = version + 1, change_seq = NEW.change_seq
+	WHERE NEW.state <> 'succeeded' AND state = 'waiting' AND after_policy = 'cancel'
+		AND id IN (SELECT job_id FROM job_deps WHERE after_id = NEW.id);
+	UPDATE jobs SET state = 'queued', run_at = max(run_at, NEW.updated_at), updated_at = NEW.updated_at,
+		version = version + 1, change_seq = NEW.change_seq
+	WHERE state = 'waiting' AND id IN (SELECT job_id FROM job_deps WHERE after_id = NEW.id)
+		AND NOT EXISTS (SELECT 1 FROM job_deps AS d WHERE d.job_id = jobs.id AND d.after_id <> NEW.id);
+	DELETE FROM job_deps WHERE after_id = NEW.id;
+END;
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a

@@ -25,6 +25,51 @@ var depCases = []struct {
 	{"a retried job waits again for every dependency that has not succeeded", testDependencyRetryWaits},
 	{"a dependency ending while a job after it is retried never leaves it waiting", testDependencyRetryRace},
 	{"a job a retried job waits for is neither deleted nor removed by retention while it waits", testDependencyWaitedForIsKept},
+	{"a failure cascading through a wide graph costs what its edges cost, not their square", testDependencyWideCascade},
+}
+
+// testDependencyWideCascade ends the root of a graph of levels of jobs,
+// each WAITING for every job of the level before, as a caller within the
+// limits may build it: the cancel runs down all of it in the one write,
+// every job ends CANCELLED and each is announced. The bound only fails a
+// build whose cascade costs the square of its jobs (it held SQLite's
+// write lock for minutes on a graph of 3,000): this one takes well under
+// a second.
+func testDependencyWideCascade(t *testing.T, s store.Store) {
+	const levels, width = 60, 20
+	rel := listenReleased(t, s)
+	root := newJob("root", at(0))
+	root.State = jobtype.Running
+	create(t, s, root)
+	prev := []string{"root"}
+	var all []string
+	for l := range levels {
+		var level []jobtype.Job
+		var ids []string
+		for w := range width {
+			id := fmt.Sprintf("l%02d-%02d", l, w)
+			level = append(level, waiting(id, prev...))
+			ids = append(ids, id)
+		}
+		if _, err := s.CreateJobs(t.Context(), level); err != nil {
+			t.Fatalf("create level %d: %v", l, err)
+		}
+		all, prev = append(all, ids...), ids
+	}
+	start := time.Now()
+	endAs(t, s, "root", jobtype.Failed, 1)
+	took := time.Since(start)
+	t.Logf("the failure of the root cancelled %d jobs in %v", len(all), took)
+	if took > 30*time.Second {
+		t.Errorf("the cascade through %d jobs took %v; want it in proportion to its edges", len(all), took)
+	}
+	for _, id := range all {
+		got := get(t, s, id)
+		if got.State != jobtype.Cancelled || got.Error.Type != "DependencyFailed" {
+			t.Fatalf("%s after the root failed: %s %v, want CANCELLED with DependencyFailed", id, got.State, got.Error)
+		}
+		rel.await(t, id, got.Version, jobtype.Cancelled)
+	}
 }
 
 func testDependencyWaitedForIsKept(t *testing.T, s store.Store) {
