@@ -12,8 +12,10 @@ import (
 // characters: none of them reach the reader's terminal. Colours (SGR
 // sequences, ESC [ ... m) are kept when colour is set (stdout is a
 // terminal), with a reset at the end of a line that set one, and dropped
-// otherwise; every other escape sequence, and every control character but
-// a tab, is dropped. The page's log pane does the same (web/src/logs.ts).
+// otherwise; every other escape sequence, every control character but a
+// tab, and the invisible characters that reorder or split a line
+// (invisible) are dropped. The page's log pane drops the escape
+// sequences and control characters too (web/src/logs.ts).
 func printable(s string, colour bool) string {
 	clean := true
 	for i := 0; i < len(s); i++ {
@@ -44,7 +46,7 @@ func printable(s string, colour bool) string {
 			i++
 		default:
 			r, size := utf8.DecodeRuneInString(s[i:])
-			if r < 0x80 || r > 0x9f { // C1 controls, U+009B among them, go
+			if !invisible(r) {
 				b.WriteString(s[i : i+size])
 			}
 			i += size
@@ -54,6 +56,23 @@ func printable(s string, colour bool) string {
 		b.WriteString("\x1b[0m")
 	}
 	return b.String()
+}
+
+// invisible reports whether r is a character a terminal would act on
+// rather than show: the C1 controls (U+009B, a CSI, among them), the
+// bidirectional controls that reorder what follows them on the line (a
+// right-to-left override can make "exe.txt" of "txt.exe"), the line and
+// paragraph separators, and the byte order mark.
+func invisible(r rune) bool {
+	switch {
+	case r >= 0x80 && r <= 0x9f,
+		r == 0x061c, r == 0x200e, r == 0x200f, // arabic letter mark, LRM, RLM
+		r >= 0x202a && r <= 0x202e, // embeddings and overrides
+		r >= 0x2066 && r <= 0x2069, // isolates
+		r == 0x2028, r == 0x2029, r == 0xfeff:
+		return true
+	}
+	return false
 }
 
 // plain is s, a text a worker or its job wrote (a step, an error, a

@@ -20,6 +20,9 @@ func TestPrintableKeepsTextAndColoursOnly(t *testing.T) {
 		{"a C1 CSI", "x\u009b31my", "x31my", "x31my"},
 		{"an escape cut short", "end\x1b[", "end", "end"},
 		{"UTF-8 kept", "café → ok", "café → ok", "café → ok"},
+		{"a right-to-left override", "report\u202Efdp.exe\u202C done", "reportfdp.exe done", "reportfdp.exe done"},
+		{"isolates, marks, separators and a BOM", "\ufeffa\u2066b\u2069\u200fc\u2028d", "abcd", "abcd"},
+		{"right-to-left text kept", "שלום", "שלום", "שלום"},
 	} {
 		if got := printable(tc.in, true); got != tc.colour {
 			t.Errorf("%s, for a terminal: %q, want %q", tc.name, got, tc.colour)
