@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jobwatch/jobwatch/internal/shallow"
@@ -69,11 +70,37 @@ func (e *Engine) WaitSnapshot(ctx context.Context, id string, deadline time.Time
 		return nil, wrap("wait for", id, jobtype.ErrNotFound) // deleted meanwhile
 	}
 	if reread {
-		if snap, err = e.readSnapshot(ctx, id); err != nil {
+		whole, err := e.rereadSnapshot(ctx, id)
+		switch {
+		case err == nil:
+			snap = whole
+		case errors.Is(err, jobtype.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded):
+			// The database cannot be read now (an outage, a hung
+			// server, or the server shutting down beside one): the
+			// wait still ends OK at its cap, with the latest state
+			// this server saw, whose payload it did not keep.
+		default:
 			return nil, wrap("wait for", id, err)
 		}
 	}
 	return snap, nil
+}
+
+// rereadTimeout bounds the read a wait makes as it ends at its cap or at
+// Shutdown, so that a database that hangs holds no answer.
+const rereadTimeout = 2 * time.Second
+
+// rereadSnapshot is readSnapshot bounded by rereadTimeout.
+func (e *Engine) rereadSnapshot(ctx context.Context, id string) (*Snapshot, error) {
+	return shallow.Call(func() (*Snapshot, error) {
+		bounded, cancel := context.WithTimeout(context.WithoutCancel(ctx), rereadTimeout)
+		defer cancel()
+		j, err := e.store.GetJob(bounded, id)
+		if err != nil {
+			return nil, err
+		}
+		return newSnapshot(j), nil
+	})
 }
 
 // readSnapshot reads job id for one call, on a goroutine of its own: the

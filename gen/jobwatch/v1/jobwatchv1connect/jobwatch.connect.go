@@ -121,7 +121,9 @@ type JobServiceClient interface {
 	// CancelJob makes any active job CANCELLED at once.
 	CancelJob(context.Context, *v1.CancelJobRequest) (*v1.CancelJobResponse, error)
 	// WaitJob is a bounded long-poll: it returns once the job is terminal, or
-	// at the cap with the latest state (OK either way).
+	// at the cap with the latest state (OK either way). If the database
+	// cannot be read at the cap (an outage), the latest state is the last
+	// this server saw, without the job's payload.
 	WaitJob(context.Context, *v1.WaitJobRequest) (*v1.WaitJobResponse, error)
 	// WaitJobs is WaitJob for up to 1,000 jobs at once (named by id, or the
 	// jobs of a batch): it returns once every one has ended (ALL) or the
@@ -484,7 +486,9 @@ type JobServiceHandler interface {
 	// CancelJob makes any active job CANCELLED at once.
 	CancelJob(context.Context, *v1.CancelJobRequest) (*v1.CancelJobResponse, error)
 	// WaitJob is a bounded long-poll: it returns once the job is terminal, or
-	// at the cap with the latest state (OK either way).
+	// at the cap with the latest state (OK either way). If the database
+	// cannot be read at the cap (an outage), the latest state is the last
+	// this server saw, without the job's payload.
 	WaitJob(context.Context, *v1.WaitJobRequest) (*v1.WaitJobResponse, error)
 	// WaitJobs is WaitJob for up to 1,000 jobs at once (named by id, or the
 	// jobs of a batch): it returns once every one has ended (ALL) or the

@@ -2813,7 +2813,9 @@ export const JobService: GenService<{
   },
   /**
    * WaitJob is a bounded long-poll: it returns once the job is terminal, or
-   * at the cap with the latest state (OK either way).
+   * at the cap with the latest state (OK either way). If the database
+   * cannot be read at the cap (an outage), the latest state is the last
+   * this server saw, without the job's payload.
    *
    * @generated from rpc jobwatch.v1.JobService.WaitJob
    */
