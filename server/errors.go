@@ -130,8 +130,10 @@ func conflict(c *jobtype.ConflictError) error {
 }
 
 // errRetryLater is what a caller hears when the database cannot take the
-// call: nothing was changed, so the same call can simply be made again.
-var errRetryLater = errors.New("the database is busy or unavailable; nothing was changed: retry with backoff")
+// call. It does not say that nothing was changed: a read changes nothing
+// anyway, and on PostgreSQL a write whose commit was on its way when the
+// connection was lost is in doubt (docs/CLIENTS.md, the error table).
+var errRetryLater = errors.New("the database is busy or unavailable: retry with backoff")
 
 // errStaleLease is what a lease call (Heartbeat, CompleteJob, FailJob,
 // AppendJobLogs, ReleaseJob) with a lease the job no longer has hears:

@@ -145,7 +145,7 @@ func TestASubmitWhileAnotherProcessHoldsTheLock(t *testing.T) {
 		{"curl with no deadline gets 503 unavailable after the lock timeout", lockTimeout, connect.CodeUnavailable, func() error {
 			status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/SubmitJob", "application/json", []byte(`{"kind":"curl"}`))
 			if status != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"unavailable"`) ||
-				!strings.Contains(body, "nothing was changed: retry with backoff") {
+				!strings.Contains(body, "the database is busy or unavailable: retry with backoff") {
 				return fmt.Errorf("curl got %d %s", status, body)
 			}
 			return connect.NewError(connect.CodeUnavailable, nil)
