@@ -19,7 +19,9 @@ package server
 // A call that finds the budget full waits its turn, first come first
 // served, for as long as the answers ahead of it are being sent. When
 // none has been sent for sendStall (the budget is held by clients that
-// do not read) it gets resource_exhausted instead. Nothing that was
+// do not read) it gets resource_exhausted instead; so does at once an
+// answer already built when the built answers waiting hold as much as
+// the budget (admitBuilt), so that they are bounded too. Nothing that was
 // admitted is ever cut for another: a write is cut only when it stayed
 // blocked for SendTimeout (or past its stream's lifetime) on a client
 // that does not read. Such a cut is counted as a failed call
@@ -147,8 +149,12 @@ type sendBudget struct {
 	mu      sync.Mutex
 	held    int64
 	waiting list.List // of *admission, first come first served
-	sent    time.Time // when an admitted answer was last sent
-	cuts    cutEpisode
+	// waitingBuilt is the bytes of the answers in waiting that are
+	// already built (admitBuilt): they are held in memory while they
+	// wait, so they are bounded by the limit too.
+	waitingBuilt int64
+	sent         time.Time // when an admitted answer was last sent
+	cuts         cutEpisode
 
 	peak    atomic.Int64 // the most held at once, for tests
 	waits   atomic.Int64 // calls that waited for room
@@ -157,6 +163,7 @@ type sendBudget struct {
 
 type admission struct {
 	n       int64
+	built   bool          // counted in waitingBuilt while it waits
 	el      *list.Element // in waiting; guarded by sendBudget.mu
 	granted chan struct{}
 }
@@ -204,6 +211,19 @@ func (b *sendBudget) register(reg *prometheus.Registry, log *slog.Logger) {
 // n, or the whole budget for an answer larger than all of it (which then
 // goes alone). give must return it.
 func (b *sendBudget) admit(ctx context.Context, n int64) (took int64, err error) {
+	return b.admitAs(ctx, n, false)
+}
+
+// admitBuilt is admit for an answer already built, which its call holds
+// while it waits: when the answers already built and waiting hold the
+// limit's worth, it is refused at once rather than held too. So what
+// callers that do not read can make the server hold is the budget
+// admitted and as much again waiting, however many calls they make.
+func (b *sendBudget) admitBuilt(ctx context.Context, n int64) (took int64, err error) {
+	return b.admitAs(ctx, n, true)
+}
+
+func (b *sendBudget) admitAs(ctx context.Context, n int64, built bool) (took int64, err error) {
 	n = min(max(n, 0), b.limit)
 	b.mu.Lock()
 	if b.waiting.Len() == 0 && b.held+n <= b.limit {
@@ -211,7 +231,18 @@ func (b *sendBudget) admit(ctx context.Context, n int64) (took int64, err error)
 		b.mu.Unlock()
 		return n, nil
 	}
-	a := &admission{n: n, granted: make(chan struct{})}
+	if built && b.waitingBuilt+n > b.limit {
+		b.mu.Unlock()
+		b.refused.Add(1)
+		return 0, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+			"the server holds its limit of %d bytes of answers not yet sent (--max-pending-send-bytes), "+
+				"and as many more wait for room: clients that do not read hold it; retry later with backoff, "+
+				"ask for smaller pages, or ask the operator to raise the limit", b.limit))
+	}
+	a := &admission{n: n, built: built, granted: make(chan struct{})}
+	if built {
+		b.waitingBuilt += n
+	}
 	a.el = b.waiting.PushBack(a)
 	since := time.Now()
 	b.mu.Unlock()
@@ -280,8 +311,16 @@ func (b *sendBudget) leave(a *admission) bool {
 	}
 	b.waiting.Remove(a.el)
 	a.el = nil
+	b.unwait(a)
 	b.grant() // a first in line that leaves lets those behind it in
 	return true
+}
+
+// unwait counts a out of waitingBuilt; b.mu is held.
+func (b *sendBudget) unwait(a *admission) {
+	if a.built {
+		b.waitingBuilt -= a.n
+	}
 }
 
 // grant admits the waiting calls that fit, in order; b.mu is held.
@@ -293,6 +332,7 @@ func (b *sendBudget) grant() {
 		}
 		b.waiting.Remove(front)
 		a.el = nil
+		b.unwait(a)
 		b.take(a.n)
 		close(a.granted)
 	}
@@ -339,14 +379,14 @@ func (a sendAdmission) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			b.give(held - need)
 			held = need
 		case held > 0 && need > held: // one job larger than a page
-			took, err := b.admit(ctx, need-held)
+			took, err := a.shared.admitBuilt(ctx, resp.Any(), need-held)
 			if err != nil {
 				b.give(held)
 				return nil, err
 			}
 			held += took
 		case held == 0 && need >= admittedAnswerBytes:
-			took, err := b.admit(ctx, need)
+			took, err := a.shared.admitBuilt(ctx, resp.Any(), need)
 			if err != nil {
 				return nil, err
 			}
@@ -388,12 +428,23 @@ func (s *admittedStream) Send(msg any) error {
 	if need < admittedAnswerBytes {
 		return s.StreamingHandlerConn.Send(msg)
 	}
-	took, err := s.shared.sends.admit(s.ctx, need)
+	took, err := s.shared.admitBuilt(s.ctx, msg, need)
 	if err != nil {
 		return err
 	}
 	defer s.shared.sends.give(took)
 	return s.StreamingHandlerConn.Send(msg)
+}
+
+// admitBuilt admits need bytes for msg, an answer built: an answer many
+// calls share (shared.go) is held once however many of them wait, so it
+// waits as one not yet built does (admit); any other is held by its call
+// while it waits (sendBudget.admitBuilt).
+func (r *sharedResponses) admitBuilt(ctx context.Context, msg any, need int64) (int64, error) {
+	if r.lookup(msg) != nil {
+		return r.sends.admit(ctx, need)
+	}
+	return r.sends.admitBuilt(ctx, need)
 }
 
 // buildEstimate is what a request may make the server build, taken from

@@ -71,6 +71,31 @@ func TestTheSendBudget(t *testing.T) {
 			t.Fatalf("a refused call left %d waiting, %d held", b.waiting.Len(), b.held)
 		}
 	})
+	t.Run("built answers wait only while those waiting hold less than the budget; past it they are refused at once", func(t *testing.T) {
+		b := &sendBudget{limit: 100, stall: time.Minute}
+		b.admit(ctx, 80)
+		admitted := make(chan int64, 2)
+		go func() { took, _ := b.admitBuilt(ctx, 50); admitted <- took }()
+		waitFor(t, func() bool { return b.waits.Load() == 1 })
+		if _, err := b.admitBuilt(ctx, 60); connect.CodeOf(err) != connect.CodeResourceExhausted {
+			t.Fatalf("a built answer of 60 behind 50 waiting = %v, want resource_exhausted at once", err)
+		}
+		go func() { took, _ := b.admitBuilt(ctx, 40); admitted <- took }()
+		waitFor(t, func() bool { return b.waits.Load() == 2 })
+		// An answer not yet built holds nothing while it waits: it may.
+		go func() { took, _ := b.admit(ctx, 60); admitted <- took }()
+		waitFor(t, func() bool { return b.waits.Load() == 3 })
+		b.give(80)
+		if first, second := <-admitted, <-admitted; first+second != 90 {
+			t.Fatalf("admitted %d and %d, want the 50 and the 40 that waited", first, second)
+		}
+		b.mu.Lock()
+		built := b.waitingBuilt
+		b.mu.Unlock()
+		if built != 0 {
+			t.Fatalf("%d bytes of built answers counted as waiting after they were admitted", built)
+		}
+	})
 	t.Run("a call whose caller leaves stops waiting and holds nothing", func(t *testing.T) {
 		b := &sendBudget{limit: 100, stall: time.Minute}
 		b.admit(ctx, 100)

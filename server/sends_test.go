@@ -167,6 +167,48 @@ func TestListJobsOnZeroWindowStreamsBuildOnlyTheSendBudget(t *testing.T) {
 	waitForBudgetEmpty(t, ts)
 }
 
+// 300 GetJob of a job of 250 KB on HTTP/2 streams whose window stays
+// zero: each answer is built before it is admitted (its size is known
+// only then), and waits for room holding it. Once the answers waiting
+// hold as much as the budget, the next are refused at once, so the heap
+// holds the budget admitted and as much waiting, not 300 answers (it
+// held them all, and 3,000 such calls took 1.4 GB).
+func TestGetJobOnZeroWindowStreamsHoldsTwiceTheSendBudgetAtMost(t *testing.T) {
+	const (
+		streams = 300
+		budget  = 4 << 20
+	)
+	ts := startServer(t, serverOptions{config: server.Config{
+		Keepalive: -1, MaxPendingSendBytes: budget, SendTimeout: time.Hour,
+	}})
+	c := ts.h2c()
+	big := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "big", Payload: mustValue(t, strings.Repeat("x", bigPayloadChars))})
+
+	runtime.GC()
+	before := heapInUse()
+	peak := watchPeakHeap()
+	raw := dialRawH2(t, addrOf(ts.url))
+	body, _ := json.Marshal(map[string]any{"jobId": big.GetId()})
+	for range streams {
+		raw.open(getJobUnaryPath, "application/json", body)
+	}
+	ts.waitForMetric("answers refused at once", 30*time.Second, func(v float64) bool { return v >= streams/2 },
+		"jobwatch_send_budget_refused_total")
+	_, _, held, _, refused := server.SendBudget(ts.srv)
+	max := peak()
+	runtime.KeepAlive(raw)
+	t.Logf("%d zero-window GetJob of %d KB, budget %d MiB: heap %d MB before, peak %d MB; budget peak %d KiB, %d calls refused",
+		streams, bigPayloadChars/1000, budget>>20, before>>20, max>>20, held>>10, refused)
+	// Each answer held is its job, its wire form and its encoding, in
+	// the budget admitted and as much waiting.
+	if grown := int64(max) - int64(before); grown > 6*budget+48<<20 {
+		t.Errorf("the heap grew by %d MB while %d answers were held unsent, want at most %d MB",
+			grown>>20, streams, (6*budget+48<<20)>>20)
+	}
+	raw.conn.Close()
+	waitForBudgetEmpty(t, ts)
+}
+
 // An answer cut because its client stopped reading is a failed call in
 // jobwatch_requests_total (deadline_exceeded, never ok), and the cut is
 // logged at warn, once for a burst of them.
