@@ -287,6 +287,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	reports := make(chan struct{}, w.cfg.Concurrency)
 	var running sync.WaitGroup
 	r := &retrier{b: w.cfg.Backoff}
+	claims := &failures{what: "claim"}
 	var runErr error
 claiming:
 	for ctx.Err() == nil {
@@ -345,12 +346,13 @@ claiming:
 				runErr = fmt.Errorf("worker: claim: %w", err)
 				break claiming
 			}
-			w.log.Warn("claim failed; retrying", "err", err)
+			claims.failed(w.log, err)
 			if r.wait(ctx, err) != nil {
 				break claiming
 			}
 			continue
 		}
+		claims.worked(w.log)
 		if len(leases)+len(undecodable) == 0 && time.Since(asked) < minPark && ctx.Err() == nil {
 			// Nothing, at once: the server is shutting down.
 			if r.wait(ctx, errNotParked) != nil {
@@ -674,6 +676,7 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
 	r := &retrier{b: Backoff{Initial: minGap, Max: interval}}
+	beats := &failures{what: "heartbeat"}
 	// untilExpiry bounds a wait by the lease's end as this worker counts
 	// it: a beat tried then fails at once on its expired deadline and
 	// stops the handler there, not a wait later, when the server may
@@ -728,6 +731,7 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 			return
 		case err == nil:
 			r.reset()
+			beats.worked(log)
 			expires = sentAt.Add(lease.TTL)
 		case errors.Is(err, ErrLeaseLost):
 			cancel(ErrLeaseLost)
@@ -737,7 +741,7 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 			cancel(ErrLeaseLost)
 			return
 		default:
-			log.Warn("heartbeat failed; retrying", "err", err)
+			beats.failed(log, err)
 			next = untilExpiry(min(r.delay(), interval))
 		}
 		if !timer.Stop() {
@@ -899,4 +903,33 @@ func endSpan(span trace.Span, err error) {
 		span.SetStatus(codes.Error, ErrorType(err))
 	}
 	span.End()
+}
+
+// failures logs a run of failed tries of one thing (a worker's claims, a
+// job's heartbeats) as an operator wants to read it while a server is
+// away: the first at warn, the rest at debug, and the first success after
+// them at info, with how many failed and for how long. It is used by one
+// goroutine.
+type failures struct {
+	what  string
+	n     int
+	since time.Time
+}
+
+func (f *failures) failed(log *slog.Logger, err error) {
+	f.n++
+	if f.n == 1 {
+		f.since = time.Now()
+		log.Warn(f.what+" failed; retrying with backoff (until one works, further failures are logged at debug)", "err", err)
+		return
+	}
+	log.Debug(f.what+" failed; retrying", "err", err, "failures", f.n)
+}
+
+func (f *failures) worked(log *slog.Logger) {
+	if f.n == 0 {
+		return
+	}
+	log.Info(f.what+" works again", "failures", f.n, "after", time.Since(f.since).Round(time.Millisecond))
+	f.n = 0
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -795,4 +796,58 @@ func TestDrainTimeoutBoundsRunWhenAHandlerIgnoresItsContext(t *testing.T) {
 	if got.GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED || got.GetError().GetType() != "WorkerStopped" {
 		t.Fatalf("the job after Run returned: %s with %v; want QUEUED again after a WorkerStopped failure", got.GetState(), got.GetError())
 	}
+}
+
+// A Worker whose server is away says so once at warn, not at every try:
+// the tries after the first are at debug, and the first claim that works
+// again says so at info, with how many failed.
+func TestAWorkerWhoseServerIsAwaySaysSoOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there, for now
+	var logs lockedBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c := fastClient(t, "http://"+addr)
+	w := client.NewWorker(c.WorkerBackend(), client.WorkerConfig{Logger: log,
+		Backoff: client.Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond}})
+	w.Handle("k", func(context.Context, *jobwatchv1.Job, client.Progress) (any, error) { return nil, nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	eventually(t, "five failed claims", func() bool { return strings.Count(logs.String(), "claim failed; retrying") >= 5 })
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
+		t.Fatalf("%d warnings while the server was away, want 1:\n%s", n, logs.String())
+	}
+
+	// The server comes back on the address.
+	startServer(t, serverOptions{addr: addr})
+	if _, err := c.Submit(context.Background(), &jobwatchv1.SubmitJobRequest{Kind: "k"}); err != nil {
+		t.Fatal(err) // a job to claim, so that the claim parked answers
+	}
+	eventually(t, "the worker to say its claims work again", func() bool { return strings.Contains(logs.String(), "claim works again") })
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that a logger and a test share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
