@@ -93,7 +93,8 @@ type TooLargeError struct {
 }
 
 func (e *TooLargeError) Error() string {
-	return e.Field + ": " + strconv.Itoa(e.Bytes) + " bytes as JSON is over the limit of " + strconv.Itoa(e.Limit)
+	return e.Field + ": " + strconv.Itoa(e.Bytes) + " bytes as JSON is over the limit of " + strconv.Itoa(e.Limit) +
+		": keep large data elsewhere (a file, an object store) and pass a reference to it"
 }
 
 // CheckLen refuses v as the value of field, as an *InvalidError, when it

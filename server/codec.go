@@ -69,7 +69,23 @@ type limitedGunzip struct {
 
 func (d *limitedGunzip) Reset(r io.Reader) error {
 	d.limit, d.n = d.shared.maxRequestBytes, 0
-	return d.gz.Reset(r)
+	if err := d.gz.Reset(r); err != nil {
+		return notGzip(err)
+	}
+	return nil
+}
+
+// notGzip says in a caller's words that a body its headers call gzip is
+// not (gzip's own words, "unexpected EOF" or "invalid header", say
+// nothing of where to look).
+func notGzip(err error) error {
+	if errors.Is(err, gzip.ErrHeader) || errors.Is(err, gzip.ErrChecksum) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		// A plain error: connect-go answers invalid_argument with its
+		// own prefix ("get decompressor: ").
+		return errors.New("the message is not whole gzip data, though the request says it is gzip " +
+			"(Content-Encoding, Connect-Content-Encoding or the gRPC compressed flag): send it as it is, or gzip it whole")
+	}
+	return err
 }
 
 func (d *limitedGunzip) Read(p []byte) (int, error) {
@@ -77,6 +93,9 @@ func (d *limitedGunzip) Read(p []byte) (int, error) {
 		return 0, d.tooLarge()
 	}
 	n, err := d.gz.Read(p)
+	if err != nil && err != io.EOF {
+		err = notGzip(err)
+	}
 	d.n += int64(n)
 	d.shared.inflated.Add(int64(n))
 	if d.limit > 0 && d.n > d.limit {

@@ -202,3 +202,51 @@ func TestAGzipBombToHealthIsRefusedOnceItInflatesPastTheLimit(t *testing.T) {
 		})
 	}
 }
+
+// A message the request calls gzip that is not (a proxy that gunzipped
+// it and left the header, a client that set the header by mistake) is
+// invalid_argument in words that say where to look, not gzip's own
+// ("unexpected EOF"), on each protocol.
+func TestAMessageThatIsNotGzipIsNamedSo(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	plain := []byte(`{"kind":"k"}`)
+	enveloped := func(flags byte) []byte {
+		b := make([]byte, 5+len(plain))
+		b[0] = flags
+		binary.BigEndian.PutUint32(b[1:], uint32(len(plain)))
+		copy(b[5:], plain)
+		return b
+	}
+	const submitPath = "/jobwatch.v1.JobService/SubmitJob"
+	for _, tt := range []struct {
+		name        string
+		hc          *http.Client
+		contentType string
+		header      []string
+		body        []byte
+	}{
+		{"Connect unary JSON", ts.http1Client(), "application/json", []string{"Content-Encoding", "gzip"}, plain},
+		{"gRPC", ts.h2cClient(), "application/grpc+json", []string{"Grpc-Encoding", "gzip", "Te", "trailers"}, enveloped(1)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, ts.url+submitPath, bytes.NewReader(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", tt.contentType)
+			for i := 0; i+1 < len(tt.header); i += 2 {
+				req.Header.Set(tt.header[i], tt.header[i+1])
+			}
+			resp, err := tt.hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			answer := string(b) + " " + resp.Header.Get("Grpc-Message") + " " + resp.Trailer.Get("Grpc-Message")
+			if !strings.Contains(answer, "is not whole gzip data, though the request says it is gzip") || strings.Contains(answer, "unexpected EOF") {
+				t.Errorf("answer %d %q, want it to say the message is not gzip", resp.StatusCode, answer)
+			}
+		})
+	}
+}
