@@ -361,3 +361,42 @@ func TestWatchTenantResumedWithATokenFromAClockAheadMissesNothing(t *testing.T) 
 	cancel2()
 	await(t, done)
 }
+
+// A token later than the database's changes (one a caller made up, or
+// one issued before the database was restored from a backup, here one of
+// a busier database) starts the stream over, with the recent jobs, as no
+// token does: it would otherwise read nothing until the database caught
+// up with it, and the stream would be blind meanwhile.
+func TestWatchTenantStartsOverFromATokenAheadOfTheDatabase(t *testing.T) {
+	busy, _ := newEngine(t, jobs.Config{})
+	for range 20 {
+		submit(t, busy, jobs.SubmitRequest{Tenant: "acme"})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	out := newBatches()
+	done := async(func() (struct{}, error) {
+		return struct{}{}, busy.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{Deadline: soon(), Send: out.send})
+	})
+	_, ahead := out.next(t)
+	cancel()
+	await(t, done)
+
+	restored, _ := newEngine(t, jobs.Config{})
+	old := submit(t, restored, jobs.SubmitRequest{Tenant: "acme"})
+	resumed := newBatches()
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	done = async(func() (struct{}, error) {
+		return struct{}{}, restored.WatchTenant(ctx2, "acme", jobs.TenantWatchOptions{ResumeToken: ahead, Deadline: soon(), Send: resumed.send})
+	})
+	recent, _ := resumed.next(t)
+	if recent[old.ID] != 1 {
+		t.Fatalf("a stream resumed from a token ahead of the database began with %v; want it started over with the recent job", recent)
+	}
+	fresh := submit(t, restored, jobs.SubmitRequest{Tenant: "acme"})
+	if changed, _ := resumed.next(t); changed[fresh.ID] != 1 {
+		t.Fatalf("then %v; want the job submitted after", changed)
+	}
+	cancel2()
+	await(t, done)
+}

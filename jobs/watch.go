@@ -191,7 +191,8 @@ type TenantWatchOptions struct {
 // its id (store.JobsDeleted), as long as the store keeps the record of
 // its deletion (as long as it keeps finished jobs); a job deleted by
 // retention is not announced. A token of the earlier, clock-based format ("t1.") starts
-// the stream over, as one without a token does.
+// the stream over, as one without a token does, and so does a token
+// later than the database's changes (store.CursorAhead).
 //
 // Every read is a store page bounded by MaxPageBytes and sent before the
 // next is read, so a stream holds at most two pages of jobs however many
@@ -216,6 +217,21 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 	cursor, err := decodeTenantToken(o.ResumeToken)
 	if err != nil {
 		return err
+	}
+	if cursor != "" {
+		// A token later than the database's changes (not issued by it,
+		// or issued before it was restored from a backup) would read
+		// nothing until the database caught up with it: start over,
+		// as without a token.
+		ahead, err := e.store.CursorAhead(ctx, cursor)
+		switch {
+		case errors.Is(err, jobtype.ErrInvalidPageToken):
+			return badTenantToken
+		case err != nil:
+			return wrap("watch tenant", "", err)
+		case ahead:
+			cursor = ""
+		}
 	}
 	sub := e.signals.Subscribe(tenantSignal(tenant))
 	defer sub.Close()

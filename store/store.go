@@ -900,6 +900,14 @@ type Store interface {
 	// Retry: safe.
 	ChangeCursor(ctx context.Context) (string, error)
 
+	// CursorAhead reports whether cursor, as ChangeCursor returns one,
+	// is later than the database's changes: one this database never
+	// issued (a caller's own, or one from before a restore of the
+	// database from a backup), which a list would answer with nothing
+	// until the database caught up with it. A cursor not in the store's
+	// format is jobtype.ErrInvalidPageToken. Retry: safe.
+	CursorAhead(ctx context.Context, cursor string) (bool, error)
+
 	// Listen calls fn with the changes committed to the database from
 	// the time Listen returns until ctx ends: every write whose Version
 	// went up, by this Store or any other sharing the database, in

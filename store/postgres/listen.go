@@ -71,6 +71,23 @@ func (s *Store) ChangeCursor(ctx context.Context) (string, error) {
 	return c.String(), nil
 }
 
+// CursorAhead implements store.Store: either part of c is later than
+// the database's own (a snapshot's xmin never goes back, nor does the
+// change sequence).
+func (s *Store) CursorAhead(ctx context.Context, c string) (bool, error) {
+	given, err := decodeCursor(c)
+	if err != nil {
+		return false, err
+	}
+	var now cursor
+	err = s.pool.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::numeric::bigint,
+		(SELECT last_value FROM job_changes)`).Scan(&now.xmin, &now.seq)
+	if err != nil {
+		return false, fmt.Errorf("change cursor: %w", classify(err))
+	}
+	return given.xmin > now.xmin || given.seq > now.seq, nil
+}
+
 // Listening: reconnect backoff, how long a batch waits for notifications
 // that are already on their way, and how often the listener catches up
 // from the database.

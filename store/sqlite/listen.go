@@ -163,6 +163,19 @@ func (s *Store) ChangeCursor(ctx context.Context) (string, error) {
 	return cursorPrefix + strconv.FormatInt(n, 36), nil
 }
 
+// CursorAhead implements store.Store.
+func (s *Store) CursorAhead(ctx context.Context, c string) (bool, error) {
+	n, err := decodeCursor(c)
+	if err != nil {
+		return false, err
+	}
+	var now int64
+	if err := s.read.QueryRowContext(ctx, "SELECT seq FROM changes WHERE id = 1").Scan(&now); err != nil {
+		return false, fmt.Errorf("read the change sequence: %w", classify(err))
+	}
+	return n > now, nil
+}
+
 func decodeCursor(c string) (int64, error) {
 	rest, ok := strings.CutPrefix(c, cursorPrefix)
 	if !ok || len(rest) > 13 {

@@ -1174,7 +1174,9 @@ export type WatchJobsResponse = Message<"jobwatch.v1.WatchJobsResponse"> & {
    * Pass the last non-empty one back in WatchJobsRequest to resume after a
    * disconnect. Empty while the most recent jobs of a stream started
    * without a token are still coming: a resume before the first token then
-   * starts over.
+   * starts over. A token later than the database's changes (made up, or
+   * issued before the database was restored from a backup) also starts
+   * over, with the most recent jobs.
    *
    * @generated from field: string resume_token = 2;
    */
