@@ -290,7 +290,7 @@ func execHandler(command string, env []string, out output, kill time.Duration) c
 		// Output that is not the protocol's goes to the worker's stderr
 		// and to the job's log, tagged with the stream it came from.
 		stdoutLog := progress.LogTo(jobwatchv1.LogStream_LOG_STREAM_STDOUT)
-		errOut := &prefixWriter{out: out, jobID: job.GetId(), stream: "stderr", log: progress.LogTo(jobwatchv1.LogStream_LOG_STREAM_STDERR)}
+		errOut := &lineSplitter{out: out, jobID: job.GetId(), stream: "stderr", log: progress.LogTo(jobwatchv1.LogStream_LOG_STREAM_STDERR)}
 		defer errOut.flush()
 		cmd.Stderr = errOut
 		// Its own process group, and a signal if the worker dies
@@ -314,7 +314,7 @@ func execHandler(command string, env []string, out output, kill time.Duration) c
 		}
 		var result json.RawMessage
 		var declared *declaredError
-		copied := &prefixWriter{out: out, jobID: job.GetId(), stream: "stdout", log: stdoutLog}
+		copied := &lineSplitter{out: out, jobID: job.GetId(), stream: "stdout", log: stdoutLog}
 		_ = readLines(pipe, maxStdoutLine, copied, func(raw string) {
 			raw = strings.TrimSuffix(raw, "\r")
 			line := strings.TrimSpace(raw)
@@ -372,9 +372,9 @@ const maxStdoutLine = 4 << 20
 
 // readLines calls line for each line of r (without its newline) of at most
 // max bytes, and copies a longer one to long, which writes it in pieces
-// (prefixWriter), so a huge line neither grows the worker's memory nor
+// (lineSplitter), so a huge line neither grows the worker's memory nor
 // hides the progress and result lines that follow it.
-func readLines(r io.Reader, max int, long *prefixWriter, line func(string)) error {
+func readLines(r io.Reader, max int, long *lineSplitter, line func(string)) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var buf []byte
 	tooLong := false
@@ -490,11 +490,11 @@ func (j jsonOutput) line(jobID, stream, text string) {
 	j.log.Info("output", "job_id", jobID, "stream", stream, "text", text)
 }
 
-// prefixWriter hands each line of what is written to it to out as a
+// lineSplitter hands each line of what is written to it to out as a
 // line of the job's stream; flush hands on a last line that has no
 // newline. It holds at most maxStderrLine bytes. Each line (or piece of
 // one) also goes, as the command wrote it, to log if set: the job's log.
-type prefixWriter struct {
+type lineSplitter struct {
 	out    output
 	jobID  string
 	stream string
@@ -503,7 +503,7 @@ type prefixWriter struct {
 	buf    []byte
 }
 
-func (p *prefixWriter) Write(b []byte) (int, error) {
+func (p *lineSplitter) Write(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := len(b)
@@ -532,7 +532,7 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 }
 
 // emit hands on the held line (or piece of one); p.mu is held.
-func (p *prefixWriter) emit() error {
+func (p *lineSplitter) emit() error {
 	p.out.line(p.jobID, p.stream, string(p.buf))
 	if p.log != nil {
 		_, _ = fmt.Fprintf(p.log, "%s\n", p.buf)
@@ -541,7 +541,7 @@ func (p *prefixWriter) emit() error {
 	return nil
 }
 
-func (p *prefixWriter) flush() {
+func (p *lineSplitter) flush() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.buf) > 0 {
