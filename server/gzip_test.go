@@ -64,27 +64,9 @@ func TestAGzipBombIsRefusedOnceItInflatesPastTheLimit(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			before := server.InflatedRequestBytes(ts.srv)
-			req, err := http.NewRequest(http.MethodPost, ts.url+tt.path, bytes.NewReader(tt.body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set("Content-Type", tt.contentType)
-			for i := 0; i+1 < len(tt.header); i += 2 {
-				req.Header.Set(tt.header[i], tt.header[i+1])
-			}
-			resp, err := tt.hc.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			answer := string(b) + " " + resp.Header.Get("Grpc-Status") + " " + resp.Header.Get("Grpc-Message") +
-				" " + resp.Trailer.Get("Grpc-Status") + " " + resp.Trailer.Get("Grpc-Message")
-			if tt.contentType == "application/grpc-web+proto" {
-				answer += " " + string(b) // gRPC-Web trailers come in the body
-			}
+			status, answer := postAnswer(t, tt.hc, ts.url+tt.path, tt.contentType, tt.header, tt.body)
 			if !strings.Contains(answer, "resource_exhausted") && !strings.Contains(answer, " 8 ") && !strings.Contains(answer, "grpc-status:8") {
-				t.Errorf("answer %d %q, want resource_exhausted", resp.StatusCode, answer)
+				t.Errorf("answer %d %q, want resource_exhausted", status, answer)
 			}
 			if !strings.Contains(answer, "max-request-bytes") {
 				t.Errorf("answer %q does not name --max-request-bytes", answer)
@@ -229,24 +211,34 @@ func TestAMessageThatIsNotGzipIsNamedSo(t *testing.T) {
 		{"gRPC", ts.h2cClient(), "application/grpc+json", []string{"Grpc-Encoding", "gzip", "Te", "trailers"}, enveloped(1)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			req, err := http.NewRequest(http.MethodPost, ts.url+submitPath, bytes.NewReader(tt.body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set("Content-Type", tt.contentType)
-			for i := 0; i+1 < len(tt.header); i += 2 {
-				req.Header.Set(tt.header[i], tt.header[i+1])
-			}
-			resp, err := tt.hc.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			answer := string(b) + " " + resp.Header.Get("Grpc-Message") + " " + resp.Trailer.Get("Grpc-Message")
+			status, answer := postAnswer(t, tt.hc, ts.url+submitPath, tt.contentType, tt.header, tt.body)
 			if !strings.Contains(answer, "is not whole gzip data, though the request says it is gzip") || strings.Contains(answer, "unexpected EOF") {
-				t.Errorf("answer %d %q, want it to say the message is not gzip", resp.StatusCode, answer)
+				t.Errorf("answer %d %q, want it to say the message is not gzip", status, answer)
 			}
 		})
 	}
+}
+
+// postAnswer posts body to path with contentType and the header pairs,
+// and returns the HTTP status and the answer as one text: the body, and
+// the gRPC status and message from the headers and trailers (gRPC-Web's
+// trailers are in the body).
+func postAnswer(t *testing.T, hc *http.Client, url, contentType string, header []string, body []byte) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", contentType)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, string(b) + " " + resp.Header.Get("Grpc-Status") + " " + resp.Header.Get("Grpc-Message") +
+		" " + resp.Trailer.Get("Grpc-Status") + " " + resp.Trailer.Get("Grpc-Message")
 }
