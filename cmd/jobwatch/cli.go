@@ -241,7 +241,18 @@ func valueJSON(v *structpb.Value) string {
 	if err != nil {
 		return "?"
 	}
-	return string(b)
+	// JSON escapes control characters but not the invisible ones a
+	// terminal acts on (a right-to-left override): those are escaped
+	// here, which leaves the JSON the same value.
+	var out strings.Builder
+	for _, r := range string(b) {
+		if invisible(r) {
+			fmt.Fprintf(&out, `\u%04x`, r)
+			continue
+		}
+		out.WriteRune(r)
+	}
+	return out.String()
 }
 
 // summary is one line about a job: id, state, progress and the outcome.
@@ -252,7 +263,7 @@ func summary(j *jobwatchv1.Job) string {
 		fmt.Fprintf(&b, " %q", j.GetStep())
 	}
 	if e := j.GetError(); e != nil {
-		fmt.Fprintf(&b, " error=%s", e.GetType())
+		fmt.Fprintf(&b, " error=%s", plain(e.GetType()))
 		if e.GetMessage() != "" {
 			fmt.Fprintf(&b, " %q", e.GetMessage())
 		}

@@ -177,7 +177,7 @@ func TestLogsExplainsItself(t *testing.T) {
 // by get, list, watch or watch --logs.
 func TestOutputNeverCarriesAJobsEscapeSequences(t *testing.T) {
 	s := startCLIServer(t, 30*time.Second)
-	const hostile = "\x1b]0;owned\x07\x1b[2J\rdone\x1b[31m red\x1b[0m\ttab"
+	const hostile = "\x1b]0;owned\x07\x1b[2J\rdone\x1b[31m red\x1b[0m\ttab\u202e"
 	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "sly"})
 	ctx := context.Background()
 	j, err := s.Engine.Claim(ctx, jobs.ClaimRequest{WorkerID: "w", Kinds: []string{"sly"}}, time.Now().Add(5*time.Second))
@@ -198,11 +198,12 @@ func TestOutputNeverCarriesAJobsEscapeSequences(t *testing.T) {
 			t.Fatalf("%s of a running job = exit %d (%s):\n%q\nwant its step as text, without its escape sequences", name, code, errOut, out)
 		}
 	}
-	if _, err := s.Engine.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "Boom", Message: "error " + hostile}, false); err != nil {
+	if _, err := s.Engine.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "Boom" + hostile, Message: "error " + hostile}, false); err != nil {
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{
 		{"get", "--server", s.URL, id},
+		{"wait", "--server", s.URL, id},
 		{"list", "--server", s.URL},
 		{"watch", "--logs", "--server", s.URL, id},
 		{"watch", "--progress", "bar", "--server", s.URL, id},
@@ -212,8 +213,25 @@ func TestOutputNeverCarriesAJobsEscapeSequences(t *testing.T) {
 		if args[1] == "--progress" { // the bar redraws its own line
 			out = strings.ReplaceAll(out, "\r\x1b[K[", "[")
 		}
-		if code == exitError || strings.ContainsAny(out, "\x1b\x07\r") || !strings.Contains(out, "done red") {
+		if code == exitError || strings.ContainsAny(out, "\x1b\x07\r\u202e") || !strings.Contains(out, "done red") {
 			t.Fatalf("%v of the failed job = exit %d:\n%q\nwant its words without its escape sequences", args, code, out)
+		}
+	}
+
+	// A result is shown as JSON, whose escapes leave a right-to-left
+	// override as it is: it is escaped too.
+	done := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "sly"})
+	j, err = s.Engine.Claim(ctx, jobs.ClaimRequest{WorkerID: "w", Kinds: []string{"sly"}}, time.Now().Add(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Engine.Complete(ctx, j.ID, j.LeaseID, []byte(`{"r":"a\u001b[2Jb\u202ec"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"get", "wait"} {
+		code, out, _ := runInProcess(t, cmd, "--server", s.URL, done)
+		if code != 0 || strings.ContainsAny(out, "\x1b\u202e") || !strings.Contains(out, `a\u001b[2Jb\u202ec`) {
+			t.Fatalf("%s of a job whose result holds escapes = exit %d:\n%q\nwant the result with them escaped", cmd, code, out)
 		}
 	}
 }
