@@ -624,7 +624,7 @@ func TestExecHandlerKillsTheProcessGroupThatIgnoresSIGTERM(t *testing.T) {
 	var stderr lockedBuffer
 	// The shell and its child ignore SIGTERM (an ignored signal is
 	// inherited); the child also holds stdout open.
-	h := execHandler(`trap "" TERM; echo "progress 10 started"; sleep 30; echo late >&2`, commandEnv(os.Environ(), nil), textOutput(&stderr), 200*time.Millisecond)
+	h := execHandler(`trap "" TERM; echo "progress 10 started"; sleep 30; echo late >&2`, commandEnv(os.Environ(), nil), textOutput(&stderr), 200*time.Millisecond, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan struct{})
 	var once sync.Once
@@ -644,7 +644,7 @@ func TestExecHandlerKillsTheProcessGroupThatIgnoresSIGTERM(t *testing.T) {
 
 func TestExecHandlerKeepsAnUnfinishedLastStderrLine(t *testing.T) {
 	var stderr lockedBuffer
-	h := execHandler(`printf 'first\nno newline at the end' >&2`, commandEnv(os.Environ(), nil), textOutput(&stderr), time.Second)
+	h := execHandler(`printf 'first\nno newline at the end' >&2`, commandEnv(os.Environ(), nil), textOutput(&stderr), time.Second, nil)
 	if _, err := h(context.Background(), &jobwatchv1.Job{Id: "j_1"}, func(int, string) {}); err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ func TestExecCommandsContinueTheJobsTrace(t *testing.T) {
 	run := func(ctx context.Context, job *jobwatchv1.Job) string {
 		t.Helper()
 		var log strings.Builder
-		h := execHandler(`printf '"%s|%s"\n' "$TRACEPARENT" "$TRACESTATE"`, nil, textOutput(&log), 0)
+		h := execHandler(`printf '"%s|%s"\n' "$TRACEPARENT" "$TRACESTATE"`, nil, textOutput(&log), 0, nil)
 		res, err := h(ctx, job, client.Progress(func(int, string) {}))
 		if err != nil {
 			t.Fatalf("exec: %v (%s)", err, log.String())

@@ -121,8 +121,9 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	})
 	base := commandEnv(os.Environ(), env)
 	running := &runningJobs{log: log, drain: drain}
+	groups := &commandGroups{}
 	for _, k := range splitList(kinds) {
-		w.Handle(k, running.track(execHandler(command, base, out, killDelay)))
+		w.Handle(k, running.track(execHandler(command, base, out, killDelay, groups)))
 	}
 	log.Info("worker started", "id", w.ID(), "kinds", kinds, "server", cf.server)
 	told := make(chan struct{})
@@ -131,11 +132,56 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if !stopTelling() { // ctx ended: its message comes before "stopped"
 		<-told
 	}
+	// A command that outlived the drain timeout (it ignores SIGTERM) has
+	// had its job failed already: it must not outlive the worker either,
+	// as its SIGKILL would have come from this process.
+	if n := groups.kill(); n > 0 {
+		log.Warn("killed the commands still running at exit (SIGKILL to their process groups)", "commands", n)
+	}
 	log.Info("worker stopped")
 	if err != nil {
 		return callError("worker", err)
 	}
 	return nil
+}
+
+// commandGroups holds the process groups of the commands running, so
+// that the worker can kill what is left of them when it exits. nil holds
+// nothing.
+type commandGroups struct {
+	mu    sync.Mutex
+	pgids map[int]bool
+}
+
+func (g *commandGroups) add(pgid int) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.pgids == nil {
+		g.pgids = map[int]bool{}
+	}
+	g.pgids[pgid] = true
+}
+
+func (g *commandGroups) remove(pgid int) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.pgids, pgid)
+}
+
+// kill sends SIGKILL to every group still held and returns how many.
+func (g *commandGroups) kill() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for pgid := range g.pgids {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	return len(g.pgids)
 }
 
 // runningJobs knows which jobs the worker's commands are running, so that
@@ -258,7 +304,7 @@ const killDelay = 10 * time.Second
 // execHandler runs command for each job as the usage text describes, in
 // env plus the job's variables; a cancelled command's process group gets
 // SIGTERM, and SIGKILL after kill.
-func execHandler(command string, env []string, out output, kill time.Duration) client.Handler {
+func execHandler(command string, env []string, out output, kill time.Duration, groups *commandGroups) client.Handler {
 	return func(ctx context.Context, job *jobwatchv1.Job, progress client.Progress) (any, error) {
 		stdin := []byte("null")
 		if p := job.GetPayload(); p != nil {
@@ -312,6 +358,8 @@ func execHandler(command string, env []string, out output, kill time.Duration) c
 		if err := cmd.Start(); err != nil {
 			return nil, fmt.Errorf("start command: %w", err)
 		}
+		groups.add(cmd.Process.Pid)
+		defer groups.remove(cmd.Process.Pid)
 		var result json.RawMessage
 		var declared *declaredError
 		copied := &lineSplitter{out: out, jobID: job.GetId(), stream: "stdout", log: stdoutLog}

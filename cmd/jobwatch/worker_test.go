@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -112,7 +113,7 @@ func TestExecHandlerCopiesALongStderrLineInPieces(t *testing.T) {
 	const size = 1 << 20
 	// A MiB without a newline, then the command runs on until told.
 	h := execHandler(`head -c 1048576 /dev/zero | tr '\0' x >&2; while [ ! -e "$STOP" ]; do sleep 0.02; done`,
-		commandEnv(os.Environ(), envFlag{"STOP=" + stop}), textOutput(&stderr), time.Second)
+		commandEnv(os.Environ(), envFlag{"STOP=" + stop}), textOutput(&stderr), time.Second, nil)
 	done := make(chan error, 1)
 	go func() {
 		_, err := h(context.Background(), &jobwatchv1.Job{Id: "j_1"}, func(int, string) {})
@@ -209,13 +210,62 @@ func TestWorkerSaysARunningJobFailsAtTheDrainTimeout(t *testing.T) {
 	}
 }
 
+// A command that ignores SIGTERM and outlives the drain timeout does not
+// outlive the worker: its job is failed, and the worker kills its process
+// group as it exits (the SIGKILL ten seconds after the SIGTERM would have
+// come from the worker, which is gone by then).
+func TestAWorkerLeavesNoCommandRunningAfterItsDrain(t *testing.T) {
+	s := startCLIServer(t, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pids := filepath.Join(t.TempDir(), "pids")
+	logs, wait, signal := startWorker(t, ctx, nil, "--server", s.URL, "--kind", "stubborn", "--heartbeat", "200ms",
+		"--drain-timeout", "200ms", "--exec", `echo $$ > `+pids+`; trap "" TERM; sleep 60 & echo $! >> `+pids+`; echo "progress 10 working"; wait`)
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "stubborn"})
+	for j, err := range s.Client.Watch(ctx, id) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.GetStep() == "working" {
+			break
+		}
+	}
+	signal(syscall.SIGINT)
+	if err := wait(); err != nil {
+		t.Fatalf("worker exited with %v after Ctrl-C; logs:\n%s", err, logs)
+	}
+	b, err := os.ReadFile(pids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range strings.Fields(string(b)) {
+		pid, _ := strconv.Atoi(f)
+		waitFor(t, "process "+f+" of the command to be gone", func() bool { return !alive(pid) })
+	}
+	if !strings.Contains(logs.String(), "killed the commands still running at exit") {
+		t.Errorf("the worker did not say it killed the command:\n%s", logs)
+	}
+}
+
+// alive reports whether process pid runs (a zombie, ended and not yet
+// reaped, does not).
+func alive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses.
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
+}
+
 // A stdout line too long to be a result is copied out, and the progress
 // and result lines after it still count.
 func TestExecHandlerReadsTheLinesAfterAHugeStdoutLine(t *testing.T) {
 	var stderr lockedBuffer
 	size := maxStdoutLine + 1<<20
 	h := execHandler(fmt.Sprintf(`head -c %d /dev/zero | tr '\0' x; echo; echo "progress 90 after the dump"; echo '"the result"'`, size),
-		commandEnv(os.Environ(), nil), textOutput(&stderr), time.Second)
+		commandEnv(os.Environ(), nil), textOutput(&stderr), time.Second, nil)
 	var step string
 	result, err := h(context.Background(), &jobwatchv1.Job{Id: "j_1"}, func(_ int, s string) { step = s })
 	if err != nil {
@@ -266,7 +316,7 @@ func TestWorkerExecAddsTheCommandsOutputToTheJobsLog(t *testing.T) {
 func TestWorkerExecCopiesOutputAsText(t *testing.T) {
 	var stderr lockedBuffer
 	h := execHandler(`printf '\033]0;title\007after-title\n'; printf 'hidden\rshown\033[31m red\033[0m\n' >&2`,
-		commandEnv(os.Environ(), nil), textOutput(&stderr), time.Second)
+		commandEnv(os.Environ(), nil), textOutput(&stderr), time.Second, nil)
 	var logged lockedBuffer
 	// A Progress made by hand receives the log's output as calls with a
 	// percent below zero (client.Progress).
