@@ -120,7 +120,18 @@ func misconfigured(err error) bool {
 	var verify *tls.CertificateVerificationError // every failed verification of the server's chain
 	msg := err.Error()
 	return errors.As(err, &verify) || strings.Contains(msg, "server gave HTTP response to HTTPS client") ||
-		strings.Contains(msg, "frame header looked like an HTTP/1.1 header")
+		SpeaksHTTP1(err)
+}
+
+// SpeaksHTTP1 reports whether err is an http:// server's answer in
+// HTTP/1 to a client that speaks HTTP/2 without TLS (h2c), as jobwatch
+// servers do: a server of another kind, or a proxy that does not pass
+// HTTP/2 on. Go's HTTP/2 client reads the first bytes of "HTTP/1.1 400"
+// as a frame, which it then finds malformed or too large.
+func SpeaksHTTP1(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "frame header looked like an HTTP/1.1 header") ||
+		strings.Contains(msg, "http2: frame too large")
 }
 
 // PublicError is implemented by errors whose message is safe to show to

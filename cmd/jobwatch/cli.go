@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -86,8 +87,12 @@ func (f *clientFlags) client(stderr io.Writer, quietRetries bool) (*client.Clien
 	}
 	opts := []client.Option{client.WithToken(f.token)}
 	if !quietRetries {
+		var hinted atomic.Bool // the first refused connection says what to check, once
 		opts = append(opts, client.WithRetryNotify(func(err error, d time.Duration) {
 			fmt.Fprintf(stderr, "jobwatch: %s; retrying in %v\n", retryReason(err), d.Round(10*time.Millisecond))
+			if errors.Is(err, syscall.ECONNREFUSED) && !hinted.Swap(true) {
+				fmt.Fprintln(stderr, serverHint)
+			}
 		}))
 	}
 	return client.New(f.server, opts...), nil
@@ -188,6 +193,9 @@ func codeError(what string, err error) error {
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			msg += "\n" + serverHint
 		}
+		if client.SpeaksHTTP1(err) {
+			msg += "\n" + http1Hint
+		}
 		return errors.New(msg)
 	}
 	return fmt.Errorf("%s: %w", what, err)
@@ -196,6 +204,9 @@ func codeError(what string, err error) error {
 // serverHint is what to check when nothing listens where a command
 // called.
 const serverHint = "jobwatch: nothing answers at that address: is jobwatch serve (or demo) running there? --server or JOBWATCH_SERVER names the server, http://127.0.0.1:8080 when neither is set"
+
+// http1Hint is what to check when the address answers in HTTP/1.
+const http1Hint = "jobwatch: the server at that address answered in HTTP/1, not in the HTTP/2 a jobwatch server speaks on http://: is it a jobwatch server, and does a proxy in between pass HTTP/2 on (h2c)? --server or JOBWATCH_SERVER names the server"
 
 // tokenHint is how the client commands take a bearer token.
 const tokenHint = "jobwatch: give a token the server's tokens file lists, with --token TOKEN or in the JOBWATCH_TOKEN environment variable"

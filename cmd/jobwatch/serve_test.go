@@ -49,6 +49,7 @@ func TestServeRefusesWhatItCannotDoSafely(t *testing.T) {
 		{"an allowed host with a scheme is refused", []string{"--allowed-hosts", "localhost,https://jobs.example.org"}, 2, "--allowed-hosts: \"https://jobs.example.org\" is not a host"},
 		{"an allowed host with a wildcard is refused", []string{"--allowed-hosts", "*.example.org"}, 2, "--allowed-hosts"},
 		{"a CORS origin without a scheme is refused", []string{"--cors-origins", "*,app.example.org"}, 2, "http:// or https://"},
+		{"metrics on the API's own address is refused", []string{"--addr", "127.0.0.1:8089", "--metrics-addr", "127.0.0.1:8089"}, 2, "--metrics-addr 127.0.0.1:8089 is --addr too"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
