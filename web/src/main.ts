@@ -16,7 +16,8 @@ import { client, jobClient, queueClient, savedToken, saveToken } from "./api";
 import { BatchProgress, batchFromURL, urlWithBatch } from "./batch";
 import { byId, setData, setText } from "./dom";
 import { JobFeed, type FeedStatus } from "./feed";
-import { JobState, type Job } from "./gen/jobwatch/v1/jobwatch_pb";
+import { filterLabel, jobLink, linkedJobFromURL, matches, stateFilterFromURL, stateFilters, statesOf, urlWithoutJob, urlWithState, type StateFilter } from "./filter";
+import { JobState, JobView, type Job } from "./gen/jobwatch/v1/jobwatch_pb";
 import { LogPane } from "./logview";
 import { JobBook, summaryOf } from "./model";
 import { initialTenant, rememberTenant } from "./tenant";
@@ -40,6 +41,13 @@ const demoForm = byId<HTMLFormElement>("demo-form");
 const demoKind = byId<HTMLSelectElement>("demo-kind");
 const errorEl = byId<HTMLElement>("error");
 const jobsEmpty = byId<HTMLElement>("jobs-empty");
+const stateSelect = byId<HTMLSelectElement>("state-filter");
+const openForm = byId<HTMLFormElement>("open-form");
+const openInput = byId<HTMLInputElement>("open-job");
+const olderButton = byId<HTMLButtonElement>("jobs-older");
+const olderNote = byId<HTMLElement>("jobs-older-note");
+// A page of older jobs, as ListJobs reads them.
+const olderPageSize = 50;
 
 // access is what GetServerInfo said of the page's token, and refusals
 // what the server answered when this token tried anyway (an older server
@@ -115,7 +123,9 @@ const batchLinks: BatchLinks = {
 };
 
 const list = new JobList(byId("jobs"), jobsEmpty, byId("jobs-count"), select, batchLinks);
-const detail = new Detail(byId("detail"), closeDetail, jobOps, new LogPane(jobClient), batchLinks, select);
+const detail = new Detail(byId("detail"), closeDetail, jobOps, new LogPane(jobClient), batchLinks, select, (id) =>
+  jobLink(new URL(location.href), id, tenant).href,
+);
 const batchBar = new BatchBar(byId("batch-bar"), () => showBatch(""));
 const queues = new QueueTable(byId("queues"), byId("queues-confirm"), queueOps);
 const jobsConfirm = new Confirm();
@@ -156,6 +166,18 @@ let feedStatus: FeedStatus = { kind: "connecting" };
 // tenant; progress counts its jobs while it is set.
 let batch = batchFromURL(new URL(location.href));
 let progress: BatchProgress | undefined;
+// stateFilter narrows the list to jobs of some states (?state=), read
+// from the server with ListJobs; the stream's changes then show only for
+// the jobs that match.
+let stateFilter = stateFilterFromURL(new URL(location.href));
+// listed holds the jobs ListJobs read for the view (its first page, and
+// every older page asked for): the book keeps them however old. olderToken
+// is the next page's token, "" once the view's last job was read or
+// before the first answer. listing numbers the views, so an
+// answer for one the user has left is dropped.
+let listed = new Set<string>();
+let olderToken = "";
+let listing = 0;
 
 // shownTenant is the name of the tenant on screen, "" while the page asks
 // for its own and has not learned the name yet.
@@ -165,6 +187,9 @@ function shownTenant(): string {
 
 // emptyText is what the job list says when the feed has no job to show.
 function emptyText(): string {
+  if (stateFilter !== "all") {
+    return batch === "" ? `No ${filterLabel(stateFilter)} jobs for this tenant.` : `No ${filterLabel(stateFilter)} jobs in batch “${batch}”.`;
+  }
   return batch === "" ? "No jobs for this tenant yet." : `No jobs in batch “${batch}” yet.`;
 }
 
@@ -189,6 +214,12 @@ function startFeed(): void {
   progress?.stop();
   book.clear();
   list.clear();
+  const shownFilter = stateFilter;
+  list.filter((job) => matches(shownFilter, job.state), shownFilter === "all" ? "recent" : filterLabel(shownFilter));
+  listed = new Set();
+  olderToken = "";
+  listing++;
+  showOlder();
   jobsConfirm.reset();
   // The batch's counts: from the feed, and from ListJobs once the feed's
   // stream is synced (the feed starts with the most recent jobs only).
@@ -225,7 +256,7 @@ function startFeed(): void {
       }
       if (changed.length > 0) {
         list.render(book, changed);
-        list.remove(book.trim(maxJobsShown, detail.shown));
+        list.remove(book.trim(maxJobsShown, detail.shown, (id) => listed.has(id)));
         refreshDetail();
         refreshActions();
         soonPollQueues();
@@ -264,6 +295,62 @@ function startFeed(): void {
   }, { batch });
   feed = current;
   current.start();
+  void listOlder();
+}
+
+// listOlder reads the view's next page with ListJobs (the first when none
+// was read yet): with a state filter, the jobs of those states however
+// old; without one, the jobs older than the stream's first page.
+async function listOlder(): Promise<void> {
+  const view = listing;
+  const first = listed.size === 0 && olderToken === "";
+  olderButton.disabled = true;
+  setText(olderNote, first ? "" : "loading…");
+  try {
+    const res = await jobClient.listJobs({
+      tenant,
+      batch,
+      states: statesOf(stateFilter),
+      pageSize: olderPageSize,
+      pageToken: olderToken,
+      view: JobView.SUMMARY,
+    });
+    if (view !== listing) {
+      return;
+    }
+    if (tenant === "" && ownTenant === "" && res.jobs[0] !== undefined) {
+      ownTenant = res.jobs[0].tenant;
+      showTenantName();
+    }
+    const changed: string[] = [];
+    for (const job of res.jobs) {
+      listed.add(job.id);
+      if (book.merge(job) || !list.has(job.id)) {
+        changed.push(job.id);
+      }
+    }
+    olderToken = res.nextPageToken;
+    setText(olderNote, "");
+    list.render(book, changed);
+    refreshActions();
+  } catch (err) {
+    if (view !== listing) {
+      return;
+    }
+    // The stream's own banner says when the server cannot be reached or
+    // refuses the token; this says only that the page is short.
+    setText(olderNote, `older jobs could not be read: ${unreachable(err) ? "the server cannot be reached" : refusalOf(err).rawMessage}`);
+  } finally {
+    if (view === listing) {
+      olderButton.disabled = false;
+      showOlder();
+    }
+  }
+}
+
+// showOlder offers the next page while there is one.
+function showOlder(): void {
+  olderButton.hidden = olderToken === "";
 }
 
 // showBatch filters the list to the jobs of name ("" shows every job
@@ -279,6 +366,7 @@ function showBatch(name: string): void {
 }
 
 function filterChanged(): void {
+  stateSelect.value = stateFilter;
   startFeed();
   // The stream of another filter may not bring the job shown: ask for it,
   // so the detail keeps following it.
@@ -390,7 +478,13 @@ function select(id: string): void {
   selected = id;
   full = undefined;
   list.select(id);
-  history.replaceState(null, "", id === "" ? location.pathname + location.search : `#job=${encodeURIComponent(id)}`);
+  // The address follows the job shown with #job=; a ?job= it was opened
+  // with goes, or a reload would open that job again.
+  const url = urlWithoutJob(new URL(location.href));
+  url.hash = id === "" ? "" : `#job=${encodeURIComponent(id)}`;
+  if (url.href !== location.href) {
+    history.replaceState(null, "", url);
+  }
   if (id === "") {
     detail.hide();
     return;
@@ -824,12 +918,14 @@ setInterval(() => {
   renderBanner(now);
 }, 1000);
 
-// Back and Forward move between the filters (showBatch adds an entry in
-// the history for each).
+// Back and Forward move between the filters (showBatch and the state
+// menu add an entry in the history for each).
 window.addEventListener("popstate", () => {
   const next = batchFromURL(new URL(location.href));
-  if (next !== batch) {
+  const nextState = stateFilterFromURL(new URL(location.href));
+  if (next !== batch || nextState !== stateFilter) {
     batch = next;
+    stateFilter = nextState;
     filterChanged();
   }
   const shown = linkedJob();
@@ -838,11 +934,33 @@ window.addEventListener("popstate", () => {
   }
 });
 
-// linkedJob is the job the address shows (#job=ID), "" for none.
+// linkedJob is the job the address shows (?job=ID or #job=ID), "" for
+// none.
 function linkedJob(): string {
-  const linked = /^#job=(.+)$/.exec(location.hash);
-  return linked?.[1] === undefined ? "" : decodeURIComponent(linked[1]);
+  return linkedJobFromURL(new URL(location.href));
 }
+
+stateSelect.replaceChildren(...stateFilters.map((f) => new Option(f.label, f.value)));
+stateSelect.value = stateFilter;
+stateSelect.addEventListener("change", () => {
+  const next = stateSelect.value as StateFilter;
+  if (next === stateFilter) {
+    return;
+  }
+  stateFilter = next;
+  history.pushState(null, "", urlWithState(new URL(location.href), next));
+  filterChanged();
+});
+olderButton.addEventListener("click", () => void listOlder());
+// The box opens any job of the tenant by its id, in the list or not: its
+// details come from GetJob.
+openForm.addEventListener("submit", (e) => {
+  e.preventDefault();
+  const id = openInput.value.trim();
+  if (id !== "") {
+    select(id);
+  }
+});
 
 showTenantName();
 tokenInput.value = savedToken();

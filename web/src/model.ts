@@ -53,15 +53,16 @@ export class JobBook {
     return [...this.jobs.values()].sort(compareNewestFirst);
   }
 
-  // trim forgets the oldest ended jobs beyond max (never keep), so a page
-  // left open for days stays small. An ended job never changes again, so
-  // it cannot come back through the stream. It returns the ids forgotten.
-  trim(max: number, keep: string): string[] {
+  // trim forgets the oldest ended jobs beyond max (never keep, or those
+  // kept reports true for: jobs the user asked for), so a page left open
+  // for days stays small. An ended job never changes again, so it cannot
+  // come back through the stream. It returns the ids forgotten.
+  trim(max: number, keep: string, kept: (id: string) => boolean = () => false): string[] {
     const removed: string[] = [];
     const ordered = this.newestFirst();
     for (let i = ordered.length - 1; i >= 0 && this.jobs.size > max; i--) {
       const job = ordered[i]!;
-      if (job.id === keep || !isTerminal(job.state)) {
+      if (job.id === keep || !isTerminal(job.state) || kept(job.id)) {
         continue;
       }
       this.jobs.delete(job.id);

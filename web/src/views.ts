@@ -140,6 +140,10 @@ class JobRow {
 export class JobList {
   private readonly rows = new Map<string, JobRow>();
   private selected = "";
+  // shows is whether a job belongs in the list (the state filter's); a
+  // job that changes out of it leaves the list.
+  private shows: (job: Job) => boolean = () => true;
+  private countWord = "recent";
 
   constructor(
     private readonly list: HTMLOListElement,
@@ -149,6 +153,13 @@ export class JobList {
     private readonly links: BatchLinks,
   ) {}
 
+  // filter sets which jobs the list shows, and what its count calls them
+  // ("12 recent", "3 failed"); the page clears and renders it again.
+  filter(shows: (job: Job) => boolean, countWord: string): void {
+    this.shows = shows;
+    this.countWord = countWord;
+  }
+
   render(book: JobBook, changed: Iterable<string>): void {
     for (const id of changed) {
       const job = book.get(id);
@@ -156,6 +167,11 @@ export class JobList {
         continue;
       }
       let row = this.rows.get(id);
+      if (!this.shows(job)) {
+        row?.el.remove();
+        this.rows.delete(id);
+        continue;
+      }
       if (row === undefined) {
         row = new JobRow(job, this.onSelect, this.links);
         this.rows.set(id, row);
@@ -176,8 +192,7 @@ export class JobList {
         this.list.insertBefore(el, cursor);
       }
     }
-    this.empty.hidden = this.rows.size > 0;
-    setText(this.count, this.rows.size === 0 ? "" : `${this.rows.size} recent`);
+    this.showCount();
     this.markSelected();
   }
 
@@ -191,8 +206,12 @@ export class JobList {
       this.rows.get(id)?.el.remove();
       this.rows.delete(id);
     }
+    this.showCount();
+  }
+
+  private showCount(): void {
     this.empty.hidden = this.rows.size > 0;
-    setText(this.count, this.rows.size === 0 ? "" : `${this.rows.size} recent`);
+    setText(this.count, this.rows.size === 0 ? "" : `${this.rows.size.toLocaleString("en-US")} ${this.countWord}`);
   }
 
   select(id: string): void {
@@ -323,7 +342,9 @@ export class Detail {
   private readonly title = h("h2", { id: "detail-title" });
   private readonly badge = badge();
   private readonly attempts = h("span", { class: "muted attempts" });
-  private readonly id = h("code", { class: "job-id" });
+  // The job's id is its own link (?job=ID): one to copy into a ticket or
+  // a chat, which opens this job however old it is.
+  private readonly id = h("a", { class: "job-id job-self-link" });
   private readonly progress = new ProgressView();
   private readonly facts = h("dl", { class: "facts" });
   private readonly resultBox = h("div", { class: "result-box" });
@@ -355,6 +376,7 @@ export class Detail {
     private readonly logs: LogPane,
     private readonly links: BatchLinks,
     private readonly openJob: (id: string) => void,
+    private readonly linkOf: (id: string) => string,
   ) {
     this.batchLink = batchLink(links, "show-batch");
     const close = h("button", { type: "button", class: "ghost", "aria-label": "Close details" }, "✕");
@@ -439,6 +461,8 @@ export class Detail {
     setBadge(this.badge, job.state);
     setText(this.attempts, job.attempt === 0 ? "not started" : `attempt ${job.attempt} of ${job.maxAttempts || 1}`);
     setText(this.id, job.id);
+    setAttr(this.id, "href", this.linkOf(job.id));
+    setAttr(this.id, "title", "a link to this job: copy it to share");
     this.progress.update(job);
     this.logs.jobChanged(job);
 
