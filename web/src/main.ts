@@ -131,7 +131,7 @@ const queues = new QueueTable(byId("queues"), byId("queues-confirm"), queueOps);
 const jobsConfirm = new Confirm();
 const retryFailed = new ActionButton("retry-failed", "Retry all failed", () =>
   jobsConfirm.request(
-    `Retry every failed job of ${viewLabel()}? ${book.count(JobState.FAILED)} shown here, and any older ones.`,
+    `Retry every failed job of ${viewLabel()}? ${failedText()}`,
     "Retry all failed",
     () => act("retry-failed", "Retry all failed", retryAllFailed),
     retryFailed.button,
@@ -172,11 +172,15 @@ let progress: BatchProgress | undefined;
 let stateFilter = stateFilterFromURL(new URL(location.href));
 // listed holds the jobs ListJobs read for the view (its first page, and
 // every older page asked for): the book keeps them however old. olderToken
-// is the next page's token, "" once the view's last job was read or
-// before the first answer. listing numbers the views, so an
+// is the next page's token, "" once the view's last job was read (then
+// listedAll) or before the first answer. listing numbers the views, so an
 // answer for one the user has left is dropped.
 let listed = new Set<string>();
 let olderToken = "";
+let listedAll = false;
+// trimmedFailed: the book has let go of a failed job of the view since
+// it was listed in full, so its count of them is no longer the view's.
+let trimmedFailed = false;
 let listing = 0;
 
 // shownTenant is the name of the tenant on screen, "" while the page asks
@@ -218,6 +222,8 @@ function startFeed(): void {
   list.filter((job) => matches(shownFilter, job.state), shownFilter === "all" ? "recent" : filterLabel(shownFilter));
   listed = new Set();
   olderToken = "";
+  listedAll = false;
+  trimmedFailed = false;
   listing++;
   showOlder();
   jobsConfirm.reset();
@@ -256,7 +262,9 @@ function startFeed(): void {
       }
       if (changed.length > 0) {
         list.render(book, changed);
+        const failedBefore = book.count(JobState.FAILED);
         list.remove(book.trim(maxJobsShown, detail.shown, (id) => listed.has(id)));
+        trimmedFailed ||= book.count(JobState.FAILED) < failedBefore;
         refreshDetail();
         refreshActions();
         soonPollQueues();
@@ -330,6 +338,7 @@ async function listOlder(): Promise<void> {
       }
     }
     olderToken = res.nextPageToken;
+    listedAll = olderToken === "";
     setText(olderNote, "");
     list.render(book, changed);
     refreshActions();
@@ -383,6 +392,35 @@ function renderBatch(): void {
   }
   const status = progress.status;
   batchBar.show(progress.batch, status.kind, progress.progress(), status.kind === "counted" ? progress.tally.counts() : undefined);
+  refreshActions();
+}
+
+// failedOfView is how many failed jobs the view has, where the page knows
+// it: the batch's counts, or the book once ListJobs has read every job of
+// the view (all of them, or all its failed ones) and it has let none go;
+// undefined where it does not.
+function failedOfView(): number | undefined {
+  if (progress !== undefined) {
+    return progress.status.kind === "counted" ? (progress.tally.counts().byState.get(JobState.FAILED) ?? 0) : undefined;
+  }
+  if (listedAll && !trimmedFailed && (stateFilter === "all" || stateFilter === "failed")) {
+    // Only those with a row: a job opened by a link from another tenant
+    // or batch is in the book too.
+    return book.count(JobState.FAILED, (id) => list.has(id));
+  }
+  return undefined;
+}
+
+// failedText says how many jobs Retry all failed is about: the exact
+// count where the page knows it, else how many it holds, and that older
+// ones count too.
+function failedText(): string {
+  const exact = failedOfView();
+  if (exact !== undefined) {
+    return `That is ${exact === 1 ? "1 job" : `${exact.toLocaleString("en-US")} jobs`}.`;
+  }
+  const held = book.count(JobState.FAILED).toLocaleString("en-US");
+  return stateFilter === "all" || stateFilter === "failed" ? `${held} shown here, and any older ones.` : `${held} known to this page, and any older ones.`;
 }
 
 const statusText: Record<FeedStatus["kind"], string> = {
@@ -575,7 +613,7 @@ function refreshDetail(id = detail.shown): void {
 // refreshActions shows the buttons as the jobs on screen and what the
 // token may do allow.
 function refreshActions(): void {
-  const failed = book.count(JobState.FAILED);
+  const failed = failedOfView() ?? book.count(JobState.FAILED);
   retryFailed.set(refusal("retry-failed") || (failed === 0 ? "no failed job in this view" : ""));
   detail.refreshActions(book.get(detail.shown));
   queues.refreshActions();

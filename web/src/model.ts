@@ -84,11 +84,12 @@ export class JobBook {
     return this.jobs.delete(id);
   }
 
-  // count is how many jobs in the book are in state.
-  count(state: JobState): number {
+  // count is how many jobs in the book are in state (of those in reports
+  // true for, if given).
+  count(state: JobState, within?: (id: string) => boolean): number {
     let n = 0;
     for (const job of this.jobs.values()) {
-      if (job.state === state) {
+      if (job.state === state && (within === undefined || within(job.id))) {
         n++;
       }
     }
