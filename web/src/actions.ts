@@ -62,7 +62,7 @@ export class Confirm {
   private readonly no = h("button", { type: "button", class: "confirm-no" }, "Keep");
   private readonly ask = h("div", { class: "confirm-ask", role: "group" }, this.question, this.yes, this.no);
   private readonly outcome = h("p", { class: "outcome", role: "status", tabindex: "-1" });
-  private run: (() => Promise<string>) | undefined;
+  private run: ((report: (progress: string) => void) => Promise<string>) | undefined;
   // asker is the button whose question is shown, or whose action runs.
   private asker: HTMLElement | undefined;
   // Each question has a number: the outcome of an action the user has
@@ -85,8 +85,11 @@ export class Confirm {
   }
 
   // request asks question for the button asker; yes runs act, whose
-  // answer (what it did) or error message is then shown.
-  request(question: string, yesLabel: string, act: () => Promise<string>, asker?: HTMLElement): void {
+  // answer (what it did) or error message is then shown. An act of many
+  // calls (a bulk action's pages) may report how far it has got
+  // meanwhile: shown under the question, its buttons disabled, until the
+  // answer replaces it.
+  request(question: string, yesLabel: string, act: (report: (progress: string) => void) => Promise<string>, asker?: HTMLElement): void {
     this.asked++;
     this.run = act;
     this.asker = asker;
@@ -146,8 +149,16 @@ export class Confirm {
     this.yes.disabled = true;
     let said: string;
     let failed = false;
+    const report = (progress: string) => {
+      if (asked === this.asked) {
+        setText(this.outcome, progress);
+        this.outcome.dataset["failed"] = "false";
+        this.outcome.dataset["running"] = "true";
+        this.outcome.hidden = false;
+      }
+    };
     try {
-      said = await act();
+      said = await act(report);
     } catch (err) {
       said = err instanceof Error ? err.message : String(err);
       failed = true;
@@ -160,6 +171,7 @@ export class Confirm {
     this.ask.hidden = true;
     setText(this.outcome, said);
     this.outcome.dataset["failed"] = String(failed);
+    this.outcome.dataset["running"] = "false";
     this.outcome.hidden = false;
     if (hadFocus) {
       this.giveFocusBack(asker, this.outcome);

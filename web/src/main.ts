@@ -46,8 +46,10 @@ const openForm = byId<HTMLFormElement>("open-form");
 const openInput = byId<HTMLInputElement>("open-job");
 const olderButton = byId<HTMLButtonElement>("jobs-older");
 const olderNote = byId<HTMLElement>("jobs-older-note");
-// A page of older jobs, as ListJobs reads them.
-const olderPageSize = 50;
+// The first page ListJobs reads for a view, as many as the stream starts
+// with; and each older page asked for.
+const firstPageSize = 50;
+const olderPageSize = 200;
 
 // access is what GetServerInfo said of the page's token, and refusals
 // what the server answered when this token tried anyway (an older server
@@ -133,7 +135,10 @@ const retryFailed = new ActionButton("retry-failed", "Retry all failed", () =>
   jobsConfirm.request(
     `Retry every failed job of ${viewLabel()}? ${failedText()}`,
     "Retry all failed",
-    () => act("retry-failed", "Retry all failed", retryAllFailed),
+    (report) => {
+      const total = failedOfView();
+      return act("retry-failed", "Retry all failed", () => retryAllFailed(total, report));
+    },
     retryFailed.button,
   ),
 );
@@ -218,6 +223,7 @@ function startFeed(): void {
   progress?.stop();
   book.clear();
   list.clear();
+  renderJobs.clear();
   const shownFilter = stateFilter;
   list.filter((job) => matches(shownFilter, job.state), shownFilter === "all" ? "recent" : filterLabel(shownFilter));
   listed = new Set();
@@ -234,7 +240,7 @@ function startFeed(): void {
       ? undefined
       : new BatchProgress(jobClient, tenant, batch, () => {
           if (progress === counting) {
-            renderBatch();
+            soonRender({ batch: true });
           }
         });
   progress = counting;
@@ -261,13 +267,7 @@ function startFeed(): void {
         }
       }
       if (changed.length > 0) {
-        list.render(book, changed);
-        const failedBefore = book.count(JobState.FAILED);
-        list.remove(book.trim(maxJobsShown, detail.shown, (id) => listed.has(id)));
-        trimmedFailed ||= book.count(JobState.FAILED) < failedBefore;
-        refreshDetail();
-        refreshActions();
-        soonPollQueues();
+        soonRender({ jobs: changed });
       }
     },
     deleted: (ids) => {
@@ -306,6 +306,50 @@ function startFeed(): void {
   void listOlder();
 }
 
+// A burst of changes (a bulk action's thousands, in responses of up to 50
+// jobs) is drawn once per frame, not once per response: the book takes
+// each response at once, and the list, the details, the buttons and the
+// batch's line follow at the next frame (or within 100 ms where the
+// browser draws no frames, as in a tab in the background).
+let renderJobs = new Set<string>();
+let renderBatchSoon = false;
+let renderFrame = 0;
+let renderTimer: ReturnType<typeof setTimeout> | undefined;
+
+function soonRender(what: { jobs?: Iterable<string>; batch?: boolean }): void {
+  for (const id of what.jobs ?? []) {
+    renderJobs.add(id);
+  }
+  renderBatchSoon ||= what.batch === true;
+  if (renderTimer !== undefined) {
+    return;
+  }
+  renderFrame = requestAnimationFrame(renderNow);
+  renderTimer = setTimeout(renderNow, 100);
+}
+
+function renderNow(): void {
+  cancelAnimationFrame(renderFrame);
+  clearTimeout(renderTimer);
+  renderTimer = undefined;
+  const changed = renderJobs;
+  renderJobs = new Set();
+  if (renderBatchSoon) {
+    renderBatchSoon = false;
+    renderBatch();
+  }
+  if (changed.size === 0) {
+    return;
+  }
+  list.render(book, changed);
+  const failedBefore = book.count(JobState.FAILED);
+  list.remove(book.trim(maxJobsShown, detail.shown, (id) => listed.has(id)));
+  trimmedFailed ||= book.count(JobState.FAILED) < failedBefore;
+  refreshDetail();
+  refreshActions();
+  soonPollQueues();
+}
+
 // listOlder reads the view's next page with ListJobs (the first when none
 // was read yet): with a state filter, the jobs of those states however
 // old; without one, the jobs older than the stream's first page.
@@ -319,7 +363,7 @@ async function listOlder(): Promise<void> {
       tenant,
       batch,
       states: statesOf(stateFilter),
-      pageSize: olderPageSize,
+      pageSize: first ? firstPageSize : olderPageSize,
       pageToken: olderToken,
       view: JobView.SUMMARY,
     });
@@ -666,8 +710,10 @@ function refusalOf(err: unknown): JobwatchError {
 // screen's, or the batch's shown), a page (at most 1,000 jobs) per call,
 // as RetryJobs allows. Only jobs created before the click are looked at,
 // so the call ends. A refusal partway (the tenant's max_queued) says what
-// the pages before it did; its own message says what its page did.
-async function retryAllFailed(): Promise<string> {
+// the pages before it did; its own message says what its page did. After
+// each page it reports how far it has got: of total, where the page
+// knew how many there were.
+async function retryAllFailed(total: number | undefined, report: (progress: string) => void): Promise<string> {
   const filter = { tenant, batch, states: [JobState.FAILED], createdBefore: timestampFromDate(new Date()) };
   let matched = 0n;
   let changed = 0n;
@@ -678,18 +724,25 @@ async function retryAllFailed(): Promise<string> {
       matched += res.matched;
       changed += res.changed;
       pageToken = res.nextPageToken;
+      if (pageToken !== "") {
+        report(total === undefined || BigInt(total) < matched ? `Retrying… ${number(matched)} done so far.` : `Retrying… ${number(matched)} of ${number(total)} done.`);
+      }
     } catch (err) {
       if (matched > 0n && unreachable(err)) {
-        throw new Error(`the server cannot be reached; the pages before it retried ${changed} of ${matched}. Try again once the page is live.`);
+        throw new Error(`the server cannot be reached; the pages before it retried ${number(changed)} of ${number(matched)}. Try again once the page is live.`);
       }
       if (matched > 0n) {
         const e = refusalOf(err);
-        throw new JobwatchError(e.code, `${e.rawMessage} (the pages before it retried ${changed} of ${matched})`, { cause: err });
+        throw new JobwatchError(e.code, `${e.rawMessage} (the pages before it retried ${number(changed)} of ${number(matched)})`, { cause: err });
       }
       throw err;
     }
   } while (pageToken !== "");
-  return `Retried ${changed} of ${matched} failed jobs of ${viewLabel()}.`;
+  return `Retried ${number(changed)} of ${number(matched)} failed jobs of ${viewLabel()}.`;
+}
+
+function number(n: number | bigint): string {
+  return n.toLocaleString("en-US");
 }
 
 // viewLabel names what the job list shows, for a sentence: the tenant,

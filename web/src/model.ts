@@ -50,7 +50,12 @@ export class JobBook {
 
   // newestFirst orders as ListJobs does: by creation, then id.
   newestFirst(): Job[] {
-    return [...this.jobs.values()].sort(compareNewestFirst);
+    // Each job's time is read once, not at every comparison: the list
+    // orders thousands of jobs in a burst of changes.
+    return [...this.jobs.values()]
+      .map((job) => ({ job, at: millis(job.createdAt) }))
+      .sort((a, b) => b.at - a.at || (a.job.id < b.job.id ? 1 : a.job.id > b.job.id ? -1 : 0))
+      .map((e) => e.job);
   }
 
   // trim forgets the oldest ended jobs beyond max (never keep, or those

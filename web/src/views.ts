@@ -94,6 +94,7 @@ class JobRow {
   private readonly kindLine: HTMLElement;
   private readonly progress = new ProgressView();
   private readonly age = h("span", { class: "age right" });
+  private since = 0;
 
   constructor(
     job: Job,
@@ -130,9 +131,12 @@ class JobRow {
       setBatchLink(this.batch, this.links, job.batch, job.batch, `batch ${job.batch}: show only its jobs`);
     }
     this.progress.update(job);
-    const since = millis(job.createdAt);
-    this.age.dataset["since"] = String(since);
-    setText(this.age, age(since, Date.now()));
+    this.since = millis(job.createdAt);
+    this.tick(Date.now());
+  }
+
+  tick(now: number): void {
+    setText(this.age, age(this.since, now));
   }
 }
 
@@ -233,10 +237,7 @@ export class JobList {
 
   tick(now: number): void {
     for (const row of this.rows.values()) {
-      const ageEl = row.el.querySelector<HTMLElement>(".age");
-      if (ageEl !== null) {
-        setText(ageEl, age(Number(ageEl.dataset["since"]), now));
-      }
+      row.tick(now);
     }
   }
 
