@@ -17,7 +17,8 @@ import { BatchProgress, batchFromURL, urlWithBatch } from "./batch";
 import { byId, setData, setText } from "./dom";
 import { JobFeed, type FeedStatus } from "./feed";
 import { filterLabel, jobLink, linkedJobFromURL, matches, stateFilterFromURL, stateFilters, statesOf, urlWithoutJob, urlWithState, type StateFilter } from "./filter";
-import { JobState, JobView, type Job } from "./gen/jobwatch/v1/jobwatch_pb";
+import { JobState, JobView, type Job, type Queue } from "./gen/jobwatch/v1/jobwatch_pb";
+import { waitingReason } from "./queues";
 import { LogPane } from "./logview";
 import { JobBook, summaryOf } from "./model";
 import { initialTenant, rememberTenant } from "./tenant";
@@ -97,6 +98,8 @@ const queueOps: QueueOps = {
       const res = await queueClient.pauseQueue({ queue: name });
       if (res.queue !== undefined) {
         queues.update(res.queue, Date.now());
+        queuesKnown.set(name, res.queue);
+        refreshDetail();
       }
       soonPollQueues();
       return `Paused queue ${name}: it hands out no jobs until resumed.`;
@@ -106,6 +109,8 @@ const queueOps: QueueOps = {
       const res = await queueClient.resumeQueue({ queue: name });
       if (res.queue !== undefined) {
         queues.update(res.queue, Date.now());
+        queuesKnown.set(name, res.queue);
+        refreshDetail();
       }
       soonPollQueues();
       return `Resumed queue ${name}.`;
@@ -125,8 +130,18 @@ const batchLinks: BatchLinks = {
 };
 
 const list = new JobList(byId("jobs"), jobsEmpty, byId("jobs-count"), select, batchLinks);
-const detail = new Detail(byId("detail"), closeDetail, jobOps, new LogPane(jobClient), batchLinks, select, (id) =>
-  jobLink(new URL(location.href), id, tenant).href,
+// queuesKnown is the queue panel's last answer, by name: why a queued
+// job waits, where it says (only an admin's page may read the queues).
+let queuesKnown = new Map<string, Queue>();
+const detail = new Detail(
+  byId("detail"),
+  closeDetail,
+  jobOps,
+  new LogPane(jobClient),
+  batchLinks,
+  select,
+  (id) => jobLink(new URL(location.href), id, tenant).href,
+  (job) => waitingReason(job.state, queuesKnown.get(job.queue), Date.now()),
 );
 const batchBar = new BatchBar(byId("batch-bar"), () => showBatch(""));
 const queues = new QueueTable(byId("queues"), byId("queues-confirm"), queueOps);
@@ -851,11 +866,14 @@ async function pollQueues(): Promise<void> {
       queueShown = call;
       queues.render(res.queues, Date.now());
       setText(note, "");
+      queuesKnown = new Map(res.queues.map((q) => [q.name, q]));
+      refreshDetail();
     }
   } catch (err) {
     const refusal = refusalOf(err);
     if (refusal.code === Code.PermissionDenied) {
       // The token's role will not change by asking again.
+      queuesKnown = new Map();
       queuesDenied = true;
       deniedBy = refusal;
       clearTimeout(queueTimer);
@@ -961,6 +979,7 @@ tokenForm.addEventListener("submit", (e) => {
   refusals.clear();
   queuesDenied = false;
   deniedBy = undefined;
+  queuesKnown = new Map();
   refreshActions();
   // A new token may be for another tenant: a tenant it was refused is
   // asked for again.

@@ -359,6 +359,9 @@ export class Detail {
   // gone in its place, not its last known state.
   private readonly body = h("div", { class: "detail-body" });
   private readonly gone = h("p", { class: "deleted-note", role: "status" });
+  // Why a QUEUED job is not running (its queue paused, or held by its
+  // rate), where the page knows.
+  private readonly why = h("p", { class: "wait-reason" });
   private readonly confirm = new Confirm();
   private readonly retry: ActionButton;
   private readonly cancel: ActionButton;
@@ -378,6 +381,7 @@ export class Detail {
     private readonly links: BatchLinks,
     private readonly openJob: (id: string) => void,
     private readonly linkOf: (id: string) => string,
+    private readonly whyWaiting: (job: Job) => string,
   ) {
     this.batchLink = batchLink(links, "show-batch");
     const close = h("button", { type: "button", class: "ghost", "aria-label": "Close details" }, "✕");
@@ -409,6 +413,7 @@ export class Detail {
     );
     this.el.setAttribute("aria-labelledby", "detail-title");
     this.body.append(
+      this.why,
       this.progress.el,
       this.resultBox,
       this.errorBox,
@@ -464,6 +469,8 @@ export class Detail {
     setText(this.id, job.id);
     setAttr(this.id, "href", this.linkOf(job.id));
     setAttr(this.id, "title", "a link to this job: copy it to share");
+    setText(this.why, this.whyWaiting(job));
+    this.why.hidden = this.why.textContent === "";
     this.progress.update(job);
     this.logs.jobChanged(job);
 
