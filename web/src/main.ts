@@ -571,7 +571,10 @@ let selected = "";
 let full: Job | undefined;
 let fetching = "";
 
-function select(id: string): void {
+// select shows job id's details ("" hides them). byKeyboard (Enter on
+// its row) takes the keyboard into them: Escape brings it back to the
+// row.
+function select(id: string, byKeyboard = false): void {
   selected = id;
   full = undefined;
   list.select(id);
@@ -589,6 +592,9 @@ function select(id: string): void {
   const job = book.get(id);
   if (job !== undefined) {
     detail.show(job, book, undefined);
+    if (byKeyboard) {
+      detail.focus();
+    }
   }
   // In one column (a narrow window) the details sit below the whole list,
   // and in two at the top of the page, above a row far down the list:
@@ -685,27 +691,39 @@ async function act(action: Action, what: string, run: () => Promise<string>): Pr
   try {
     return await run();
   } catch (err) {
-    if (unreachable(err)) {
-      throw new Error(`${what}: ${unreachableText(action)}`);
+    throw actionError(action, what, err);
+  } finally {
+    // The stream may have brought the change before the answer did: draw
+    // it now, so the question's outcome finds the buttons as they are
+    // (the one that asked gone or not) when it places the keyboard.
+    if (renderTimer !== undefined) {
+      renderNow();
     }
-    const e = refusalOf(err);
-    if (e instanceof PermissionDeniedError) {
-      refusals.refuse(action, `not with this token: ${e.rawMessage}`);
-    } else if (e.code === Code.Unimplemented) {
-      refusals.refuse(action, "this server cannot do that yet");
-    } else if (e instanceof UnauthenticatedError) {
-      tokenForm.hidden = false;
-    }
-    refreshActions();
-    if (e instanceof AlreadyActiveError && e.activeJobId !== "") {
-      // A retry of a job whose unique key another job took meanwhile:
-      // name that job, and what to do.
-      throw new Error(
-        `${what}: job ${e.activeJobId} holds the unique key “${e.uniqueKey}” and has not ended: retry this job once that one has ended, or cancel that one first.`,
-      );
-    }
-    throw new Error(`${what}: ${e.rawMessage || e.codeName}`);
   }
+}
+
+// actionError is what an action's outcome says of err.
+function actionError(action: Action, what: string, err: unknown): Error {
+  if (unreachable(err)) {
+    return new Error(`${what}: ${unreachableText(action)}`);
+  }
+  const e = refusalOf(err);
+  if (e instanceof PermissionDeniedError) {
+    refusals.refuse(action, `not with this token: ${e.rawMessage}`);
+  } else if (e.code === Code.Unimplemented) {
+    refusals.refuse(action, "this server cannot do that yet");
+  } else if (e instanceof UnauthenticatedError) {
+    tokenForm.hidden = false;
+  }
+  refreshActions();
+  if (e instanceof AlreadyActiveError && e.activeJobId !== "") {
+    // A retry of a job whose unique key another job took meanwhile:
+    // name that job, and what to do.
+    return new Error(
+      `${what}: job ${e.activeJobId} holds the unique key “${e.uniqueKey}” and has not ended: retry this job once that one has ended, or cancel that one first.`,
+    );
+  }
+  return new Error(`${what}: ${e.rawMessage || e.codeName}`);
 }
 
 // refusalOf is err as the library's JobwatchError (one of its classes for

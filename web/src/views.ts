@@ -98,7 +98,7 @@ class JobRow {
 
   constructor(
     job: Job,
-    onSelect: (id: string) => void,
+    onSelect: (id: string, byKeyboard: boolean) => void,
     private readonly links: BatchLinks,
   ) {
     this.batch = batchLink(links, "batch-label");
@@ -111,11 +111,11 @@ class JobRow {
       this.progress.el,
       this.age,
     );
-    this.el.addEventListener("click", () => onSelect(job.id));
+    this.el.addEventListener("click", () => onSelect(job.id, false));
     this.el.addEventListener("keydown", (e) => {
       if (e.key === "Enter" || e.key === " ") {
         e.preventDefault();
-        onSelect(job.id);
+        onSelect(job.id, true);
       }
     });
   }
@@ -153,7 +153,9 @@ export class JobList {
     private readonly list: HTMLOListElement,
     private readonly empty: HTMLElement,
     private readonly count: HTMLElement,
-    private readonly onSelect: (id: string) => void,
+    // byKeyboard: opened with Enter or Space, so the keyboard goes along
+    // to the details.
+    private readonly onSelect: (id: string, byKeyboard: boolean) => void,
     private readonly links: BatchLinks,
   ) {}
 
@@ -340,7 +342,9 @@ export class Detail {
   // waitsAgain is true for a job that runs after others: a retry makes it
   // wait again for each of them that has not succeeded.
   private waitsAgain = false;
-  private readonly title = h("h2", { id: "detail-title" });
+  // The title takes the keyboard when a job is opened from the keyboard
+  // (tabindex -1: reachable by script, not a Tab stop of its own).
+  private readonly title = h("h2", { id: "detail-title", tabindex: "-1" });
   private readonly badge = badge();
   private readonly attempts = h("span", { class: "muted attempts" });
   // The job's id is its own link (?job=ID): one to copy into a ticket or
@@ -439,6 +443,12 @@ export class Detail {
 
   get shown(): string {
     return this.jobId;
+  }
+
+  // focus puts the keyboard on the details' title, so that Tab goes on to
+  // the job's own controls, not through the rest of the list.
+  focus(): void {
+    this.title.focus();
   }
 
   // dismissQuestion withdraws the question the details ask, if any, and
