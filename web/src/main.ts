@@ -11,7 +11,7 @@ import {
   UnauthenticatedError,
   toJobwatchError,
 } from "@jobwatch/client";
-import { accessReason, ActionButton, Confirm, Refusals, unreachable, unreachableText, type Access, type Action } from "./actions";
+import { accessReason, ActionButton, ActionError, Confirm, Refusals, unreachable, unreachableText, type Access, type Action, type Said } from "./actions";
 import { client, jobClient, queueClient, savedToken, saveToken } from "./api";
 import { BatchProgress, batchFromURL, urlWithBatch } from "./batch";
 import { byId, setData, setText } from "./dom";
@@ -20,7 +20,7 @@ import { filterLabel, jobLink, linkedJobFromURL, matches, stateFilterFromURL, st
 import { JobState, JobView, type Job, type Queue } from "./gen/jobwatch/v1/jobwatch_pb";
 import { waitingReason } from "./queues";
 import { LogPane } from "./logview";
-import { JobBook, summaryOf } from "./model";
+import { isTerminal, JobBook, summaryOf } from "./model";
 import { initialTenant, rememberTenant } from "./tenant";
 import { BatchBar, Detail, JobList, QueueTable, ScheduleTable, type BatchLinks, type JobOps, type QueueOps } from "./views";
 import "./style.css";
@@ -71,7 +71,14 @@ const jobOps: JobOps = {
       if (adopt(job)) {
         refreshDetail();
       }
-      return `Retried: job ${id} is queued again. Its new run shows here as it happens.`;
+      // Said until the new run has ended: then the details show how.
+      return {
+        text: `Retried: job ${id} is queued again. Its new run shows here as it happens.`,
+        staleWhen: () => {
+          const now = book.get(id);
+          return now === undefined || isTerminal(now.state);
+        },
+      };
     }),
   cancel: (id) =>
     act("cancel", "Cancel", async () => {
@@ -97,23 +104,23 @@ const queueOps: QueueOps = {
     act("pause", "Pause", async () => {
       const res = await queueClient.pauseQueue({ queue: name });
       if (res.queue !== undefined) {
-        queues.update(res.queue, Date.now());
         queuesKnown.set(name, res.queue);
+        queues.update(res.queue, Date.now());
         refreshDetail();
       }
       soonPollQueues();
-      return `Paused queue ${name}: it hands out no jobs until resumed.`;
+      return { text: `Paused queue ${name}: it hands out no jobs until resumed.`, staleWhen: () => queuesKnown.get(name)?.paused === false };
     }),
   resume: (name) =>
     act("resume", "Resume", async () => {
       const res = await queueClient.resumeQueue({ queue: name });
       if (res.queue !== undefined) {
-        queues.update(res.queue, Date.now());
         queuesKnown.set(name, res.queue);
+        queues.update(res.queue, Date.now());
         refreshDetail();
       }
       soonPollQueues();
-      return `Resumed queue ${name}.`;
+      return { text: `Resumed queue ${name}.`, staleWhen: () => queuesKnown.get(name)?.paused === true };
     }),
 };
 
@@ -362,6 +369,7 @@ function renderNow(): void {
   trimmedFailed ||= book.count(JobState.FAILED) < failedBefore;
   refreshDetail();
   refreshActions();
+  jobsConfirm.recheck();
   soonPollQueues();
 }
 
@@ -493,6 +501,9 @@ const statusText: Record<FeedStatus["kind"], string> = {
 
 function showStatus(s: FeedStatus): void {
   feedStatus = s;
+  if (s.kind === "live") {
+    serverAnswered();
+  }
   setData(statusEl, "status", s.kind);
   setText(statusEl, s.kind === "unauthenticated" && savedToken() !== "" ? "token refused" : statusText[s.kind]);
   // Nothing could be read: the list is not "no jobs yet".
@@ -687,7 +698,7 @@ function refreshActions(): void {
 // act runs an operator's action; a refusal the server gives for the
 // token's role (permission_denied) or for its own age (unimplemented)
 // disables that action, with the reason, until the token changes.
-async function act(action: Action, what: string, run: () => Promise<string>): Promise<string> {
+async function act(action: Action, what: string, run: () => Promise<Said>): Promise<Said> {
   try {
     return await run();
   } catch (err) {
@@ -705,7 +716,9 @@ async function act(action: Action, what: string, run: () => Promise<string>): Pr
 // actionError is what an action's outcome says of err.
 function actionError(action: Action, what: string, err: unknown): Error {
   if (unreachable(err)) {
-    return new Error(`${what}: ${unreachableText(action)}`);
+    // True until the server next answers the page.
+    const at = answered;
+    return new ActionError(`${what}: ${unreachableText(action)}`, () => answered > at);
   }
   const e = refusalOf(err);
   if (e instanceof PermissionDeniedError) {
@@ -762,7 +775,11 @@ async function retryAllFailed(total: number | undefined, report: (progress: stri
       }
     } catch (err) {
       if (matched > 0n && unreachable(err)) {
-        throw new Error(`the server cannot be reached; the pages before it retried ${number(changed)} of ${number(matched)}. Try again once the page is live.`);
+        const at = answered;
+        throw new ActionError(
+          `the server cannot be reached; the pages before it retried ${number(changed)} of ${number(matched)}. Try again once the page is live.`,
+          () => answered > at,
+        );
       }
       if (matched > 0n) {
         const e = refusalOf(err);
@@ -782,6 +799,18 @@ function number(n: number | bigint): string {
 // or a batch of it.
 function viewLabel(): string {
   return batch === "" ? tenantLabel() : `batch “${batch}” of ${tenantLabel()}`;
+}
+
+// answered counts the times the server answered the page after it could
+// not be reached or on a poll (the stream live again, ListQueues): an
+// outcome that said the server could not be reached goes once it grows.
+let answered = 0;
+
+function serverAnswered(): void {
+  answered++;
+  jobsConfirm.recheck();
+  refreshDetail();
+  queues.refreshActions();
 }
 
 let errorTimer: ReturnType<typeof setTimeout> | undefined;
@@ -882,10 +911,10 @@ async function pollQueues(): Promise<void> {
     const res = await queueClient.listQueues({});
     if (call > queueShown) {
       queueShown = call;
+      queuesKnown = new Map(res.queues.map((q) => [q.name, q]));
       queues.render(res.queues, Date.now());
       setText(note, "");
-      queuesKnown = new Map(res.queues.map((q) => [q.name, q]));
-      refreshDetail();
+      serverAnswered();
     }
   } catch (err) {
     const refusal = refusalOf(err);

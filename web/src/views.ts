@@ -5,7 +5,7 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { JobState, type Job, type Queue, type QueueDepth, type Schedule } from "./gen/jobwatch/v1/jobwatch_pb";
 import { age, clockTime, durationText, jsonText, periodText } from "./format";
 import { h, setAttr, setData, setText, svg } from "./dom";
-import { ActionButton, Confirm, type Action } from "./actions";
+import { ActionButton, Confirm, type Action, type Said } from "./actions";
 import { alertingText, drainedText, lastState, leftOutText, modeText, nextRun, pausedText, rateText, spark, tenantLines, tenantsLabel, type NextRun } from "./queues";
 import { isTerminal, millis, stateName, type JobBook } from "./model";
 import type { LogPane } from "./logview";
@@ -316,9 +316,9 @@ interface TimelineEntry {
 // may take the action, else why not.
 export interface JobOps {
   refusal(action: Action): string;
-  retry(id: string): Promise<string>;
-  cancel(id: string): Promise<string>;
-  delete(id: string): Promise<string>;
+  retry(id: string): Promise<Said>;
+  cancel(id: string): Promise<Said>;
+  delete(id: string): Promise<Said>;
 }
 
 // Detail shows one job in full, with its live log (logs, which follows
@@ -502,6 +502,7 @@ export class Detail {
     this.renderFacts(job, book);
     this.renderTimeline(job, book, full);
     this.renderActions(job);
+    this.confirm.recheck();
   }
 
   hide(): void {
@@ -734,6 +735,7 @@ export class QueueTable {
   // update shows one queue as PauseQueue or ResumeQueue answered it.
   update(q: Queue, now: number): void {
     this.rows.get(q.name)?.update(q, now);
+    this.confirm.recheck();
   }
 
   // refreshActions shows the buttons as what the page knows its token
@@ -777,6 +779,7 @@ export class QueueTable {
       last = row.tenants.el;
       row.update(q, now);
     }
+    this.confirm.recheck();
   }
 
   // tick moves the "since" texts along between two answers.
@@ -790,8 +793,8 @@ export class QueueTable {
 // QueueOps is what the queue panel's buttons do (see JobOps).
 export interface QueueOps {
   refusal(action: Action): string;
-  pause(queue: string): Promise<string>;
-  resume(queue: string): Promise<string>;
+  pause(queue: string): Promise<Said>;
+  resume(queue: string): Promise<Said>;
 }
 
 const sparkWidth = 72;
