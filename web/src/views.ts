@@ -1045,7 +1045,11 @@ class ScheduleRow {
   readonly el: HTMLTableRowElement;
   private readonly kind = h("span", { class: "muted kind-of" });
   private readonly queue = h("td", { class: "schedule-queue" });
+  // How often it runs: its every ("1h"), or its cron expression with
+  // the time zone it is read in.
   private readonly every = h("td", { class: "num every" });
+  private readonly cron = h("code", { class: "cron" });
+  private readonly zone = h("span", { class: "muted zone" });
   private readonly next = h("td", { class: "next-run" });
   private readonly last = badge();
   private readonly ended = h("span", { class: "muted ended" });
@@ -1070,7 +1074,20 @@ class ScheduleRow {
   update(s: Schedule, now: number): void {
     setText(this.kind, s.tenant === "" ? s.kind : `${s.kind} · ${s.tenant}`);
     setText(this.queue, s.queue);
-    setText(this.every, periodText(s.every));
+    if (s.cron === "") {
+      if (this.every.firstElementChild !== null) {
+        this.every.replaceChildren();
+      }
+      setText(this.every, periodText(s.every));
+    } else {
+      if (this.every.firstElementChild !== this.cron) {
+        this.every.replaceChildren(this.cron, this.zone);
+      }
+      setText(this.cron, s.cron);
+      setText(this.zone, s.timezone || "UTC");
+    }
+    // The next run in the schedule's own zone, where its cron is read.
+    setAttr(this.next, "title", s.nextRunLocal === "" ? "" : `${s.nextRunLocal}${s.timezone === "" ? "" : ` (${s.timezone})`}`);
     const state = lastState(s);
     this.last.hidden = state === "";
     if (state !== "") {
