@@ -337,6 +337,14 @@ function noteView(note: string): HTMLElement {
   return h("details", { class: "muted timeline-note" }, h("summary", {}, `${note.slice(0, noteShown)}… (${note.length} characters)`), note);
 }
 
+// previousErrorTitle names the attempt whose error a job that has not
+// ended carries: the one before the attempt running now, or the last
+// one made for a job waiting to run again.
+function previousErrorTitle(job: Job): string {
+  const nth = job.state === JobState.RUNNING ? job.attempt - 1 : job.attempt;
+  return nth >= 1 ? `Error of the previous attempt (attempt ${nth})` : "Error of the previous attempt";
+}
+
 export class Detail {
   private jobId = "";
   // waitsAgain is true for a job that runs after others: a retry makes it
@@ -355,6 +363,7 @@ export class Detail {
   private readonly resultBox = h("div", { class: "result-box" });
   private readonly result = h("pre", { class: "json result" });
   private readonly errorBox = h("div", { class: "error-box" });
+  private readonly errorTitle = h("h3", {}, "Error");
   private readonly errorType = h("strong", { class: "error-type" });
   private readonly errorMessage = h("span", { class: "error-message" });
   private readonly payload = h("pre", { class: "json payload" });
@@ -438,7 +447,7 @@ export class Detail {
       this.confirm.el,
     );
     this.resultBox.append(h("h3", {}, "Result"), this.result);
-    this.errorBox.append(h("h3", {}, "Error"), h("p", {}, this.errorType, " ", this.errorMessage));
+    this.errorBox.append(this.errorTitle, h("p", {}, this.errorType, " ", this.errorMessage));
   }
 
   get shown(): string {
@@ -489,8 +498,12 @@ export class Detail {
     setText(this.result, result);
 
     // A job re-queued after a failed attempt still carries the error of
-    // that attempt: show it, it is why the job is running again.
+    // that attempt: show it, it is why the job is running again, but say
+    // whose it is and keep it quiet, so it is not taken for the run now.
     this.errorBox.hidden = job.error === undefined;
+    const previous = job.error !== undefined && !isTerminal(job.state);
+    setData(this.errorBox, "previous", String(previous));
+    setText(this.errorTitle, previous ? previousErrorTitle(job) : "Error");
     setText(this.errorType, job.error?.type ?? "");
     setText(this.errorMessage, job.error?.message ?? "");
 
