@@ -101,4 +101,19 @@ func TestAnOldFailedJobCanBeReached(t *testing.T) {
 		p.waitFor("its details", detailShows(oldDone.ID, "succeeded"))
 		p.waitFor("the address names it, and not the link's job", fmt.Sprintf(`location.hash === %q && !new URL(location.href).searchParams.has("job")`, "#job="+oldDone.ID))
 	})
+
+	t.Run("an id that opens nothing says so, and the job shown before goes", func(t *testing.T) {
+		p.t = t
+		p.do("type an id no job has", chromedp.Evaluate[chromedp.Void](`(() => {
+			document.getElementById("open-job").value = "j_06h44nosuchjob00000000000";
+			document.getElementById("open-form").requestSubmit();
+		})()`))
+		p.waitFor("why, beside the box, and no details", textHas("#open-note", "No job j_06h44nosuchjob00000000000 to show: ")+
+			` && document.getElementById("detail").hidden`)
+		p.do("open one that is there", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => {
+			document.getElementById("open-job").value = %q;
+			document.getElementById("open-form").requestSubmit();
+		})()`, old.ID)))
+		p.waitFor("its details, the note gone", detailShows(old.ID, "failed")+` && document.getElementById("open-note").textContent === ""`)
+	})
 }

@@ -45,6 +45,7 @@ const jobsEmpty = byId<HTMLElement>("jobs-empty");
 const stateSelect = byId<HTMLSelectElement>("state-filter");
 const openForm = byId<HTMLFormElement>("open-form");
 const openInput = byId<HTMLInputElement>("open-job");
+const openNote = byId<HTMLElement>("open-note");
 const olderButton = byId<HTMLButtonElement>("jobs-older");
 const olderNote = byId<HTMLElement>("jobs-older-note");
 // The first page ListJobs reads for a view, as many as the stream starts
@@ -587,6 +588,7 @@ let fetching = "";
 // row.
 function select(id: string, byKeyboard = false): void {
   selected = id;
+  setText(openNote, "");
   full = undefined;
   list.select(id);
   // The address follows the job shown with #job=; a ?job= it was opened
@@ -641,6 +643,13 @@ function fetchFull(id: string): void {
         fetching = "";
       }
       showError(`Job ${id}`, err);
+      // A link or an id typed that opens nothing: the details of the job
+      // shown before must not stand in for it, and the box says why.
+      if (selected === id && detail.shown !== id) {
+        detail.hide();
+        list.select("");
+        setText(openNote, `No job ${id} to show: ${unreachable(err) ? "the server cannot be reached" : refusalOf(err).rawMessage}`);
+      }
     },
   );
 }
