@@ -180,7 +180,7 @@ export function waitingReason(state: JobState, q: Queue | undefined, nowMs: numb
     return `Not running: queue ${q.name} is ${pausedText(millis(q.pausedAt), q.pausedBy, nowMs)}.`;
   }
   if (q.rate?.heldUntil !== undefined) {
-    return q.rate.perTenant ? `It may wait on queue ${q.name}'s rate: ${rateText(q.rate)}.` : `Not running: queue ${q.name} is ${rateText(q.rate)}.`;
+    return q.rate.perTenant ? `It may wait on the rate of queue ${q.name}: ${rateText(q.rate)}.` : `Not running: queue ${q.name} is ${rateText(q.rate)}.`;
   }
   return "";
 }
