@@ -48,13 +48,20 @@ type liveServer struct {
 
 func startServer(t *testing.T, addr, dbPath string, configure ...func(*server.Config)) *liveServer {
 	t.Helper()
+	return startServerWithRules(t, addr, dbPath, jobtype.Rules{}, configure...)
+}
+
+// startServerWithRules is startServer with the queues' and tenants' rules
+// of a configuration file.
+func startServerWithRules(t *testing.T, addr, dbPath string, rules jobtype.Rules, configure ...func(*server.Config)) *liveServer {
+	t.Helper()
 	st, err := testdb.Open(dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// Depth samples 100ms apart, so that a few sweeps draw a sparkline.
-	engine := jobs.New(st, jobs.Config{Logger: logger, DepthInterval: 100 * time.Millisecond})
+	engine := jobs.New(st, jobs.Config{Logger: logger, DepthInterval: 100 * time.Millisecond, Rules: rules})
 	cfg := server.Config{
 		Page:      web.Handler(),
 		DemoKinds: []string{"demo.sleep", "demo.fail"},

@@ -219,3 +219,53 @@ func TestButtonLabelsNeverWrapOnANarrowScreen(t *testing.T) {
 		}
 	}
 }
+
+// A job opened with Enter takes the keyboard to its details' title (the
+// details are elsewhere on the page), so a few Tabs reach its Retry
+// button, not the rest of the list; Escape brings it back to the row. A
+// click leaves the keyboard where it was.
+func TestAJobOpenedFromTheKeyboardTakesTheKeyboardToItsDetails(t *testing.T) {
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	addr := freeAddr(t)
+	srv := startServer(t, addr, testdb.New(t))
+	defer srv.shutdown(t)
+	failed := submit(t, ctx, srv.engine, "report.export", `{}`)
+	claim(t, ctx, srv.engine, "report.export").fail("TimeoutError", "warehouse did not answer in 30s")
+	for range 30 {
+		submit(t, ctx, srv.engine, "mail.send", `{}`)
+	}
+
+	p := &page{t: t, ctx: newTab(t, ctx)}
+	p.do("open the page", chromedp.Navigate("http://"+addr+"/"))
+	p.waitFor("the failed job, at the bottom of the list", exists(row(failed.ID)+`[data-state="failed"]`)+" && "+rowCount(31))
+	keyboardOn := func(selector string) string {
+		return fmt.Sprintf(`document.activeElement !== null && document.activeElement === document.querySelector(%s)`, strconv.Quote(selector))
+	}
+	p.waitFor("the keyboard on the failed job's row", fmt.Sprintf(`(() => { const r = document.querySelector(%q); r.focus(); return document.activeElement === r; })()`, row(failed.ID)))
+	p.do("press Enter", chromedp.KeyEvent(kb.Enter))
+	p.waitFor("its details, the keyboard on their title", detailShows(failed.ID, "failed")+" && "+keyboardOn("#detail-title"))
+
+	retry := `#detail button[data-action="retry"]`
+	tabs := 0
+	for ; tabs < 8; tabs++ {
+		on, err := chromedp.Run(p.ctx, chromedp.Evaluate[bool](keyboardOn(retry)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if on {
+			break
+		}
+		p.do("press Tab", chromedp.KeyEvent(kb.Tab))
+	}
+	p.waitFor("Retry reached within 8 Tabs", keyboardOn(retry))
+	t.Logf("Retry reached in %d Tabs from the details' title", tabs)
+
+	p.do("press Escape", chromedp.KeyEvent(kb.Escape))
+	p.waitFor("the details closed, the keyboard back on the row", `document.getElementById("detail").hidden && `+keyboardOn(row(failed.ID)))
+
+	p.click("open it with a click", row(failed.ID))
+	p.waitFor("its details, the keyboard not taken", detailShows(failed.ID, "failed")+` && document.activeElement !== document.getElementById("detail-title")`)
+}

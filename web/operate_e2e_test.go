@@ -142,7 +142,7 @@ func TestOperatorButtonsActAndThePageFollowsLive(t *testing.T) {
 		}
 		p.waitFor("the button enabled", `!document.querySelector('#jobs-actions button[data-action="retry-failed"]').disabled`)
 		p.click("click retry all failed", "#jobs-actions "+button("retry-failed"))
-		p.waitFor("a question that says how many are shown", textHas("#jobs-confirm .question", "2 shown here"))
+		p.waitFor("a question that says how many, exactly", textHas("#jobs-confirm .question", "That is 2 jobs."))
 		confirmYes("#jobs-confirm")
 		p.waitFor("what it did", textHas("#jobs-confirm .outcome", "Retried 2 of 2 failed jobs"))
 		for _, id := range failed {

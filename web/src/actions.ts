@@ -9,6 +9,23 @@ import { h, setText } from "./dom";
 // Action names what an operator does; the same words as the RPCs.
 export type Action = "retry" | "cancel" | "delete" | "pause" | "resume" | "retry-failed";
 
+// Said is what an action did, for its outcome: a sentence, or one that
+// stops being true once staleWhen says so (a retried job's new run has
+// ended, a paused queue was resumed elsewhere), when the outcome goes.
+export type Said = string | { text: string; staleWhen: () => boolean };
+
+// ActionError is an action's failure whose message stops being true once
+// staleWhen says so (the server was out of reach, and has since
+// answered).
+export class ActionError extends Error {
+  constructor(
+    message: string,
+    readonly staleWhen: () => boolean,
+  ) {
+    super(message);
+  }
+}
+
 // ActionButton is one control: enabled, or disabled with the reason shown
 // beside it (and as its tooltip), so nobody has to guess why.
 export class ActionButton {
@@ -62,7 +79,9 @@ export class Confirm {
   private readonly no = h("button", { type: "button", class: "confirm-no" }, "Keep");
   private readonly ask = h("div", { class: "confirm-ask", role: "group" }, this.question, this.yes, this.no);
   private readonly outcome = h("p", { class: "outcome", role: "status", tabindex: "-1" });
-  private run: (() => Promise<string>) | undefined;
+  private run: ((report: (progress: string) => void) => Promise<Said>) | undefined;
+  // stale says when the outcome shown no longer holds; recheck asks it.
+  private stale: (() => boolean) | undefined;
   // asker is the button whose question is shown, or whose action runs.
   private asker: HTMLElement | undefined;
   // Each question has a number: the outcome of an action the user has
@@ -85,8 +104,11 @@ export class Confirm {
   }
 
   // request asks question for the button asker; yes runs act, whose
-  // answer (what it did) or error message is then shown.
-  request(question: string, yesLabel: string, act: () => Promise<string>, asker?: HTMLElement): void {
+  // answer (what it did) or error message is then shown. An act of many
+  // calls (a bulk action's pages) may report how far it has got
+  // meanwhile: shown under the question, its buttons disabled, until the
+  // answer replaces it.
+  request(question: string, yesLabel: string, act: (report: (progress: string) => void) => Promise<Said>, asker?: HTMLElement): void {
     this.asked++;
     this.run = act;
     this.asker = asker;
@@ -123,6 +145,7 @@ export class Confirm {
   reset(): void {
     this.asked++;
     this.run = undefined;
+    this.stale = undefined;
     this.ask.hidden = true;
     this.outcome.hidden = true;
   }
@@ -146,10 +169,22 @@ export class Confirm {
     this.yes.disabled = true;
     let said: string;
     let failed = false;
+    let stale: (() => boolean) | undefined;
+    const report = (progress: string) => {
+      if (asked === this.asked) {
+        setText(this.outcome, progress);
+        this.outcome.dataset["failed"] = "false";
+        this.outcome.dataset["running"] = "true";
+        this.outcome.hidden = false;
+      }
+    };
     try {
-      said = await act();
+      const done = await act(report);
+      said = typeof done === "string" ? done : done.text;
+      stale = typeof done === "string" ? undefined : done.staleWhen;
     } catch (err) {
       said = err instanceof Error ? err.message : String(err);
+      stale = err instanceof ActionError ? err.staleWhen : undefined;
       failed = true;
     }
     if (asked !== this.asked) {
@@ -160,9 +195,27 @@ export class Confirm {
     this.ask.hidden = true;
     setText(this.outcome, said);
     this.outcome.dataset["failed"] = String(failed);
+    this.outcome.dataset["running"] = "false";
     this.outcome.hidden = false;
+    this.stale = stale;
     if (hadFocus) {
       this.giveFocusBack(asker, this.outcome);
+    }
+    this.recheck();
+  }
+
+  // recheck takes the outcome away once what it says no longer holds;
+  // its owner calls it whenever what it shows changes. The keyboard, if
+  // on the outcome, stays in the confirmation's place.
+  recheck(): void {
+    if (this.stale === undefined || this.outcome.hidden || !this.stale()) {
+      return;
+    }
+    const focused = document.activeElement === this.outcome;
+    this.stale = undefined;
+    this.outcome.hidden = true;
+    if (focused) {
+      this.el.focus();
     }
   }
 

@@ -11,14 +11,16 @@ import {
   UnauthenticatedError,
   toJobwatchError,
 } from "@jobwatch/client";
-import { accessReason, ActionButton, Confirm, Refusals, unreachable, unreachableText, type Access, type Action } from "./actions";
+import { accessReason, ActionButton, ActionError, Confirm, Refusals, unreachable, unreachableText, type Access, type Action, type Said } from "./actions";
 import { client, jobClient, queueClient, savedToken, saveToken } from "./api";
 import { BatchProgress, batchFromURL, urlWithBatch } from "./batch";
 import { byId, setData, setText } from "./dom";
 import { JobFeed, type FeedStatus } from "./feed";
-import { JobState, type Job } from "./gen/jobwatch/v1/jobwatch_pb";
+import { filterLabel, jobLink, linkedJobFromURL, matches, stateFilterFromURL, stateFilters, statesOf, urlWithoutJob, urlWithState, type StateFilter } from "./filter";
+import { JobState, JobView, type Job, type Queue } from "./gen/jobwatch/v1/jobwatch_pb";
+import { waitingReason } from "./queues";
 import { LogPane } from "./logview";
-import { JobBook, summaryOf } from "./model";
+import { isTerminal, JobBook, summaryOf } from "./model";
 import { initialTenant, rememberTenant } from "./tenant";
 import { BatchBar, Detail, JobList, QueueTable, ScheduleTable, type BatchLinks, type JobOps, type QueueOps } from "./views";
 import "./style.css";
@@ -40,6 +42,16 @@ const demoForm = byId<HTMLFormElement>("demo-form");
 const demoKind = byId<HTMLSelectElement>("demo-kind");
 const errorEl = byId<HTMLElement>("error");
 const jobsEmpty = byId<HTMLElement>("jobs-empty");
+const stateSelect = byId<HTMLSelectElement>("state-filter");
+const openForm = byId<HTMLFormElement>("open-form");
+const openInput = byId<HTMLInputElement>("open-job");
+const openNote = byId<HTMLElement>("open-note");
+const olderButton = byId<HTMLButtonElement>("jobs-older");
+const olderNote = byId<HTMLElement>("jobs-older-note");
+// The first page ListJobs reads for a view, as many as the stream starts
+// with; and each older page asked for.
+const firstPageSize = 50;
+const olderPageSize = 200;
 
 // access is what GetServerInfo said of the page's token, and refusals
 // what the server answered when this token tried anyway (an older server
@@ -60,7 +72,14 @@ const jobOps: JobOps = {
       if (adopt(job)) {
         refreshDetail();
       }
-      return `Retried: job ${id} is queued again. Its new run shows here as it happens.`;
+      // Said until the new run has ended: then the details show how.
+      return {
+        text: `Retried: job ${id} is queued again. Its new run shows here as it happens.`,
+        staleWhen: () => {
+          const now = book.get(id);
+          return now === undefined || isTerminal(now.state);
+        },
+      };
     }),
   cancel: (id) =>
     act("cancel", "Cancel", async () => {
@@ -86,19 +105,23 @@ const queueOps: QueueOps = {
     act("pause", "Pause", async () => {
       const res = await queueClient.pauseQueue({ queue: name });
       if (res.queue !== undefined) {
+        queuesKnown.set(name, res.queue);
         queues.update(res.queue, Date.now());
+        refreshDetail();
       }
       soonPollQueues();
-      return `Paused queue ${name}: it hands out no jobs until resumed.`;
+      return { text: `Paused queue ${name}: it hands out no jobs until resumed.`, staleWhen: () => queuesKnown.get(name)?.paused === false };
     }),
   resume: (name) =>
     act("resume", "Resume", async () => {
       const res = await queueClient.resumeQueue({ queue: name });
       if (res.queue !== undefined) {
+        queuesKnown.set(name, res.queue);
         queues.update(res.queue, Date.now());
+        refreshDetail();
       }
       soonPollQueues();
-      return `Resumed queue ${name}.`;
+      return { text: `Resumed queue ${name}.`, staleWhen: () => queuesKnown.get(name)?.paused === true };
     }),
 };
 
@@ -115,15 +138,30 @@ const batchLinks: BatchLinks = {
 };
 
 const list = new JobList(byId("jobs"), jobsEmpty, byId("jobs-count"), select, batchLinks);
-const detail = new Detail(byId("detail"), closeDetail, jobOps, new LogPane(jobClient), batchLinks, select);
+// queuesKnown is the queue panel's last answer, by name: why a queued
+// job waits, where it says (only an admin's page may read the queues).
+let queuesKnown = new Map<string, Queue>();
+const detail = new Detail(
+  byId("detail"),
+  closeDetail,
+  jobOps,
+  new LogPane(jobClient),
+  batchLinks,
+  select,
+  (id) => jobLink(new URL(location.href), id, tenant).href,
+  (job) => waitingReason(job.state, queuesKnown.get(job.queue), Date.now()),
+);
 const batchBar = new BatchBar(byId("batch-bar"), () => showBatch(""));
 const queues = new QueueTable(byId("queues"), byId("queues-confirm"), queueOps);
 const jobsConfirm = new Confirm();
 const retryFailed = new ActionButton("retry-failed", "Retry all failed", () =>
   jobsConfirm.request(
-    `Retry every failed job of ${viewLabel()}? ${book.count(JobState.FAILED)} shown here, and any older ones.`,
+    `Retry every failed job of ${viewLabel()}? ${failedText()}`,
     "Retry all failed",
-    () => act("retry-failed", "Retry all failed", retryAllFailed),
+    (report) => {
+      const total = failedOfView();
+      return act("retry-failed", "Retry all failed", () => retryAllFailed(total, report));
+    },
     retryFailed.button,
   ),
 );
@@ -156,6 +194,22 @@ let feedStatus: FeedStatus = { kind: "connecting" };
 // tenant; progress counts its jobs while it is set.
 let batch = batchFromURL(new URL(location.href));
 let progress: BatchProgress | undefined;
+// stateFilter narrows the list to jobs of some states (?state=), read
+// from the server with ListJobs; the stream's changes then show only for
+// the jobs that match.
+let stateFilter = stateFilterFromURL(new URL(location.href));
+// listed holds the jobs ListJobs read for the view (its first page, and
+// every older page asked for): the book keeps them however old. olderToken
+// is the next page's token, "" once the view's last job was read (then
+// listedAll) or before the first answer. listing numbers the views, so an
+// answer for one the user has left is dropped.
+let listed = new Set<string>();
+let olderToken = "";
+let listedAll = false;
+// trimmedFailed: the book has let go of a failed job of the view since
+// it was listed in full, so its count of them is no longer the view's.
+let trimmedFailed = false;
+let listing = 0;
 
 // shownTenant is the name of the tenant on screen, "" while the page asks
 // for its own and has not learned the name yet.
@@ -165,6 +219,9 @@ function shownTenant(): string {
 
 // emptyText is what the job list says when the feed has no job to show.
 function emptyText(): string {
+  if (stateFilter !== "all") {
+    return batch === "" ? `No ${filterLabel(stateFilter)} jobs for this tenant.` : `No ${filterLabel(stateFilter)} jobs in batch “${batch}”.`;
+  }
   return batch === "" ? "No jobs for this tenant yet." : `No jobs in batch “${batch}” yet.`;
 }
 
@@ -189,6 +246,15 @@ function startFeed(): void {
   progress?.stop();
   book.clear();
   list.clear();
+  renderJobs.clear();
+  const shownFilter = stateFilter;
+  list.filter((job) => matches(shownFilter, job.state), shownFilter === "all" ? "recent" : filterLabel(shownFilter));
+  listed = new Set();
+  olderToken = "";
+  listedAll = false;
+  trimmedFailed = false;
+  listing++;
+  showOlder();
   jobsConfirm.reset();
   // The batch's counts: from the feed, and from ListJobs once the feed's
   // stream is synced (the feed starts with the most recent jobs only).
@@ -197,7 +263,7 @@ function startFeed(): void {
       ? undefined
       : new BatchProgress(jobClient, tenant, batch, () => {
           if (progress === counting) {
-            renderBatch();
+            soonRender({ batch: true });
           }
         });
   progress = counting;
@@ -224,11 +290,7 @@ function startFeed(): void {
         }
       }
       if (changed.length > 0) {
-        list.render(book, changed);
-        list.remove(book.trim(maxJobsShown, detail.shown));
-        refreshDetail();
-        refreshActions();
-        soonPollQueues();
+        soonRender({ jobs: changed });
       }
     },
     deleted: (ids) => {
@@ -264,6 +326,108 @@ function startFeed(): void {
   }, { batch });
   feed = current;
   current.start();
+  void listOlder();
+}
+
+// A burst of changes (a bulk action's thousands, in responses of up to 50
+// jobs) is drawn once per frame, not once per response: the book takes
+// each response at once, and the list, the details, the buttons and the
+// batch's line follow at the next frame (or within 100 ms where the
+// browser draws no frames, as in a tab in the background).
+let renderJobs = new Set<string>();
+let renderBatchSoon = false;
+let renderFrame = 0;
+let renderTimer: ReturnType<typeof setTimeout> | undefined;
+
+function soonRender(what: { jobs?: Iterable<string>; batch?: boolean }): void {
+  for (const id of what.jobs ?? []) {
+    renderJobs.add(id);
+  }
+  renderBatchSoon ||= what.batch === true;
+  if (renderTimer !== undefined) {
+    return;
+  }
+  renderFrame = requestAnimationFrame(renderNow);
+  renderTimer = setTimeout(renderNow, 100);
+}
+
+function renderNow(): void {
+  cancelAnimationFrame(renderFrame);
+  clearTimeout(renderTimer);
+  renderTimer = undefined;
+  const changed = renderJobs;
+  renderJobs = new Set();
+  if (renderBatchSoon) {
+    renderBatchSoon = false;
+    renderBatch();
+  }
+  if (changed.size === 0) {
+    return;
+  }
+  list.render(book, changed);
+  const failedBefore = book.count(JobState.FAILED);
+  list.remove(book.trim(maxJobsShown, detail.shown, (id) => listed.has(id)));
+  trimmedFailed ||= book.count(JobState.FAILED) < failedBefore;
+  refreshDetail();
+  refreshActions();
+  jobsConfirm.recheck();
+  soonPollQueues();
+}
+
+// listOlder reads the view's next page with ListJobs (the first when none
+// was read yet): with a state filter, the jobs of those states however
+// old; without one, the jobs older than the stream's first page.
+async function listOlder(): Promise<void> {
+  const view = listing;
+  const first = listed.size === 0 && olderToken === "";
+  olderButton.disabled = true;
+  setText(olderNote, first ? "" : "loading…");
+  try {
+    const res = await jobClient.listJobs({
+      tenant,
+      batch,
+      states: statesOf(stateFilter),
+      pageSize: first ? firstPageSize : olderPageSize,
+      pageToken: olderToken,
+      view: JobView.SUMMARY,
+    });
+    if (view !== listing) {
+      return;
+    }
+    if (tenant === "" && ownTenant === "" && res.jobs[0] !== undefined) {
+      ownTenant = res.jobs[0].tenant;
+      showTenantName();
+    }
+    const changed: string[] = [];
+    for (const job of res.jobs) {
+      listed.add(job.id);
+      if (book.merge(job) || !list.has(job.id)) {
+        changed.push(job.id);
+      }
+    }
+    olderToken = res.nextPageToken;
+    listedAll = olderToken === "";
+    setText(olderNote, "");
+    list.render(book, changed);
+    refreshActions();
+  } catch (err) {
+    if (view !== listing) {
+      return;
+    }
+    // The stream's own banner says when the server cannot be reached or
+    // refuses the token; this says only that the page is short.
+    setText(olderNote, `older jobs could not be read: ${unreachable(err) ? "the server cannot be reached" : refusalOf(err).rawMessage}`);
+  } finally {
+    if (view === listing) {
+      olderButton.disabled = false;
+      showOlder();
+    }
+  }
+}
+
+// showOlder offers the next page while there is one.
+function showOlder(): void {
+  olderButton.hidden = olderToken === "";
 }
 
 // showBatch filters the list to the jobs of name ("" shows every job
@@ -279,6 +443,7 @@ function showBatch(name: string): void {
 }
 
 function filterChanged(): void {
+  stateSelect.value = stateFilter;
   startFeed();
   // The stream of another filter may not bring the job shown: ask for it,
   // so the detail keeps following it.
@@ -295,6 +460,35 @@ function renderBatch(): void {
   }
   const status = progress.status;
   batchBar.show(progress.batch, status.kind, progress.progress(), status.kind === "counted" ? progress.tally.counts() : undefined);
+  refreshActions();
+}
+
+// failedOfView is how many failed jobs the view has, where the page knows
+// it: the batch's counts, or the book once ListJobs has read every job of
+// the view (all of them, or all its failed ones) and it has let none go;
+// undefined where it does not.
+function failedOfView(): number | undefined {
+  if (progress !== undefined) {
+    return progress.status.kind === "counted" ? (progress.tally.counts().byState.get(JobState.FAILED) ?? 0) : undefined;
+  }
+  if (listedAll && !trimmedFailed && (stateFilter === "all" || stateFilter === "failed")) {
+    // Only those with a row: a job opened by a link from another tenant
+    // or batch is in the book too.
+    return book.count(JobState.FAILED, (id) => list.has(id));
+  }
+  return undefined;
+}
+
+// failedText says how many jobs Retry all failed is about: the exact
+// count where the page knows it, else how many it holds, and that older
+// ones count too.
+function failedText(): string {
+  const exact = failedOfView();
+  if (exact !== undefined) {
+    return `That is ${exact === 1 ? "1 job" : `${exact.toLocaleString("en-US")} jobs`}.`;
+  }
+  const held = book.count(JobState.FAILED).toLocaleString("en-US");
+  return stateFilter === "all" || stateFilter === "failed" ? `${held} shown here, and any older ones.` : `${held} known to this page, and any older ones.`;
 }
 
 const statusText: Record<FeedStatus["kind"], string> = {
@@ -308,6 +502,9 @@ const statusText: Record<FeedStatus["kind"], string> = {
 
 function showStatus(s: FeedStatus): void {
   feedStatus = s;
+  if (s.kind === "live") {
+    serverAnswered();
+  }
   setData(statusEl, "status", s.kind);
   setText(statusEl, s.kind === "unauthenticated" && savedToken() !== "" ? "token refused" : statusText[s.kind]);
   // Nothing could be read: the list is not "no jobs yet".
@@ -386,11 +583,21 @@ let selected = "";
 let full: Job | undefined;
 let fetching = "";
 
-function select(id: string): void {
+// select shows job id's details ("" hides them). byKeyboard (Enter on
+// its row) takes the keyboard into them: Escape brings it back to the
+// row.
+function select(id: string, byKeyboard = false): void {
   selected = id;
+  setText(openNote, "");
   full = undefined;
   list.select(id);
-  history.replaceState(null, "", id === "" ? location.pathname + location.search : `#job=${encodeURIComponent(id)}`);
+  // The address follows the job shown with #job=; a ?job= it was opened
+  // with goes, or a reload would open that job again.
+  const url = urlWithoutJob(new URL(location.href));
+  url.hash = id === "" ? "" : `#job=${encodeURIComponent(id)}`;
+  if (url.href !== location.href) {
+    history.replaceState(null, "", url);
+  }
   if (id === "") {
     detail.hide();
     return;
@@ -398,6 +605,9 @@ function select(id: string): void {
   const job = book.get(id);
   if (job !== undefined) {
     detail.show(job, book, undefined);
+    if (byKeyboard) {
+      detail.focus();
+    }
   }
   // In one column (a narrow window) the details sit below the whole list,
   // and in two at the top of the page, above a row far down the list:
@@ -433,6 +643,13 @@ function fetchFull(id: string): void {
         fetching = "";
       }
       showError(`Job ${id}`, err);
+      // A link or an id typed that opens nothing: the details of the job
+      // shown before must not stand in for it, and the box says why.
+      if (selected === id && detail.shown !== id) {
+        detail.hide();
+        list.select("");
+        setText(openNote, `No job ${id} to show: ${unreachable(err) ? "the server cannot be reached" : refusalOf(err).rawMessage}`);
+      }
     },
   );
 }
@@ -481,7 +698,7 @@ function refreshDetail(id = detail.shown): void {
 // refreshActions shows the buttons as the jobs on screen and what the
 // token may do allow.
 function refreshActions(): void {
-  const failed = book.count(JobState.FAILED);
+  const failed = failedOfView() ?? book.count(JobState.FAILED);
   retryFailed.set(refusal("retry-failed") || (failed === 0 ? "no failed job in this view" : ""));
   detail.refreshActions(book.get(detail.shown));
   queues.refreshActions();
@@ -490,31 +707,45 @@ function refreshActions(): void {
 // act runs an operator's action; a refusal the server gives for the
 // token's role (permission_denied) or for its own age (unimplemented)
 // disables that action, with the reason, until the token changes.
-async function act(action: Action, what: string, run: () => Promise<string>): Promise<string> {
+async function act(action: Action, what: string, run: () => Promise<Said>): Promise<Said> {
   try {
     return await run();
   } catch (err) {
-    if (unreachable(err)) {
-      throw new Error(`${what}: ${unreachableText(action)}`);
+    throw actionError(action, what, err);
+  } finally {
+    // The stream may have brought the change before the answer did: draw
+    // it now, so the question's outcome finds the buttons as they are
+    // (the one that asked gone or not) when it places the keyboard.
+    if (renderTimer !== undefined) {
+      renderNow();
     }
-    const e = refusalOf(err);
-    if (e instanceof PermissionDeniedError) {
-      refusals.refuse(action, `not with this token: ${e.rawMessage}`);
-    } else if (e.code === Code.Unimplemented) {
-      refusals.refuse(action, "this server cannot do that yet");
-    } else if (e instanceof UnauthenticatedError) {
-      tokenForm.hidden = false;
-    }
-    refreshActions();
-    if (e instanceof AlreadyActiveError && e.activeJobId !== "") {
-      // A retry of a job whose unique key another job took meanwhile:
-      // name that job, and what to do.
-      throw new Error(
-        `${what}: job ${e.activeJobId} holds the unique key “${e.uniqueKey}” and has not ended: retry this job once that one has ended, or cancel that one first.`,
-      );
-    }
-    throw new Error(`${what}: ${e.rawMessage || e.codeName}`);
   }
+}
+
+// actionError is what an action's outcome says of err.
+function actionError(action: Action, what: string, err: unknown): Error {
+  if (unreachable(err)) {
+    // True until the server next answers the page.
+    const at = answered;
+    return new ActionError(`${what}: ${unreachableText(action)}`, () => answered > at);
+  }
+  const e = refusalOf(err);
+  if (e instanceof PermissionDeniedError) {
+    refusals.refuse(action, `not with this token: ${e.rawMessage}`);
+  } else if (e.code === Code.Unimplemented) {
+    refusals.refuse(action, "this server cannot do that yet");
+  } else if (e instanceof UnauthenticatedError) {
+    tokenForm.hidden = false;
+  }
+  refreshActions();
+  if (e instanceof AlreadyActiveError && e.activeJobId !== "") {
+    // A retry of a job whose unique key another job took meanwhile:
+    // name that job, and what to do.
+    return new Error(
+      `${what}: job ${e.activeJobId} holds the unique key “${e.uniqueKey}” and has not ended: retry this job once that one has ended, or cancel that one first.`,
+    );
+  }
+  return new Error(`${what}: ${e.rawMessage || e.codeName}`);
 }
 
 // refusalOf is err as the library's JobwatchError (one of its classes for
@@ -534,8 +765,10 @@ function refusalOf(err: unknown): JobwatchError {
 // screen's, or the batch's shown), a page (at most 1,000 jobs) per call,
 // as RetryJobs allows. Only jobs created before the click are looked at,
 // so the call ends. A refusal partway (the tenant's max_queued) says what
-// the pages before it did; its own message says what its page did.
-async function retryAllFailed(): Promise<string> {
+// the pages before it did; its own message says what its page did. After
+// each page it reports how far it has got: of total, where the page
+// knew how many there were.
+async function retryAllFailed(total: number | undefined, report: (progress: string) => void): Promise<string> {
   const filter = { tenant, batch, states: [JobState.FAILED], createdBefore: timestampFromDate(new Date()) };
   let matched = 0n;
   let changed = 0n;
@@ -546,24 +779,47 @@ async function retryAllFailed(): Promise<string> {
       matched += res.matched;
       changed += res.changed;
       pageToken = res.nextPageToken;
+      if (pageToken !== "") {
+        report(total === undefined || BigInt(total) < matched ? `Retrying… ${number(matched)} done so far.` : `Retrying… ${number(matched)} of ${number(total)} done.`);
+      }
     } catch (err) {
       if (matched > 0n && unreachable(err)) {
-        throw new Error(`the server cannot be reached; the pages before it retried ${changed} of ${matched}. Try again once the page is live.`);
+        const at = answered;
+        throw new ActionError(
+          `the server cannot be reached; the pages before it retried ${number(changed)} of ${number(matched)}. Try again once the page is live.`,
+          () => answered > at,
+        );
       }
       if (matched > 0n) {
         const e = refusalOf(err);
-        throw new JobwatchError(e.code, `${e.rawMessage} (the pages before it retried ${changed} of ${matched})`, { cause: err });
+        throw new JobwatchError(e.code, `${e.rawMessage} (the pages before it retried ${number(changed)} of ${number(matched)})`, { cause: err });
       }
       throw err;
     }
   } while (pageToken !== "");
-  return `Retried ${changed} of ${matched} failed jobs of ${viewLabel()}.`;
+  return `Retried ${number(changed)} of ${number(matched)} failed jobs of ${viewLabel()}.`;
+}
+
+function number(n: number | bigint): string {
+  return n.toLocaleString("en-US");
 }
 
 // viewLabel names what the job list shows, for a sentence: the tenant,
 // or a batch of it.
 function viewLabel(): string {
   return batch === "" ? tenantLabel() : `batch “${batch}” of ${tenantLabel()}`;
+}
+
+// answered counts the times the server answered the page after it could
+// not be reached or on a poll (the stream live again, ListQueues): an
+// outcome that said the server could not be reached goes once it grows.
+let answered = 0;
+
+function serverAnswered(): void {
+  answered++;
+  jobsConfirm.recheck();
+  refreshDetail();
+  queues.refreshActions();
 }
 
 let errorTimer: ReturnType<typeof setTimeout> | undefined;
@@ -664,13 +920,16 @@ async function pollQueues(): Promise<void> {
     const res = await queueClient.listQueues({});
     if (call > queueShown) {
       queueShown = call;
+      queuesKnown = new Map(res.queues.map((q) => [q.name, q]));
       queues.render(res.queues, Date.now());
       setText(note, "");
+      serverAnswered();
     }
   } catch (err) {
     const refusal = refusalOf(err);
     if (refusal.code === Code.PermissionDenied) {
       // The token's role will not change by asking again.
+      queuesKnown = new Map();
       queuesDenied = true;
       deniedBy = refusal;
       clearTimeout(queueTimer);
@@ -776,6 +1035,7 @@ tokenForm.addEventListener("submit", (e) => {
   refusals.clear();
   queuesDenied = false;
   deniedBy = undefined;
+  queuesKnown = new Map();
   refreshActions();
   // A new token may be for another tenant: a tenant it was refused is
   // asked for again.
@@ -824,12 +1084,14 @@ setInterval(() => {
   renderBanner(now);
 }, 1000);
 
-// Back and Forward move between the filters (showBatch adds an entry in
-// the history for each).
+// Back and Forward move between the filters (showBatch and the state
+// menu add an entry in the history for each).
 window.addEventListener("popstate", () => {
   const next = batchFromURL(new URL(location.href));
-  if (next !== batch) {
+  const nextState = stateFilterFromURL(new URL(location.href));
+  if (next !== batch || nextState !== stateFilter) {
     batch = next;
+    stateFilter = nextState;
     filterChanged();
   }
   const shown = linkedJob();
@@ -838,11 +1100,33 @@ window.addEventListener("popstate", () => {
   }
 });
 
-// linkedJob is the job the address shows (#job=ID), "" for none.
+// linkedJob is the job the address shows (?job=ID or #job=ID), "" for
+// none.
 function linkedJob(): string {
-  const linked = /^#job=(.+)$/.exec(location.hash);
-  return linked?.[1] === undefined ? "" : decodeURIComponent(linked[1]);
+  return linkedJobFromURL(new URL(location.href));
 }
+
+stateSelect.replaceChildren(...stateFilters.map((f) => new Option(f.label, f.value)));
+stateSelect.value = stateFilter;
+stateSelect.addEventListener("change", () => {
+  const next = stateSelect.value as StateFilter;
+  if (next === stateFilter) {
+    return;
+  }
+  stateFilter = next;
+  history.pushState(null, "", urlWithState(new URL(location.href), next));
+  filterChanged();
+});
+olderButton.addEventListener("click", () => void listOlder());
+// The box opens any job of the tenant by its id, in the list or not: its
+// details come from GetJob.
+openForm.addEventListener("submit", (e) => {
+  e.preventDefault();
+  const id = openInput.value.trim();
+  if (id !== "") {
+    select(id);
+  }
+});
 
 showTenantName();
 tokenInput.value = savedToken();

@@ -50,18 +50,24 @@ export class JobBook {
 
   // newestFirst orders as ListJobs does: by creation, then id.
   newestFirst(): Job[] {
-    return [...this.jobs.values()].sort(compareNewestFirst);
+    // Each job's time is read once, not at every comparison: the list
+    // orders thousands of jobs in a burst of changes.
+    return [...this.jobs.values()]
+      .map((job) => ({ job, at: millis(job.createdAt) }))
+      .sort((a, b) => b.at - a.at || (a.job.id < b.job.id ? 1 : a.job.id > b.job.id ? -1 : 0))
+      .map((e) => e.job);
   }
 
-  // trim forgets the oldest ended jobs beyond max (never keep), so a page
-  // left open for days stays small. An ended job never changes again, so
-  // it cannot come back through the stream. It returns the ids forgotten.
-  trim(max: number, keep: string): string[] {
+  // trim forgets the oldest ended jobs beyond max (never keep, or those
+  // kept reports true for: jobs the user asked for), so a page left open
+  // for days stays small. An ended job never changes again, so it cannot
+  // come back through the stream. It returns the ids forgotten.
+  trim(max: number, keep: string, kept: (id: string) => boolean = () => false): string[] {
     const removed: string[] = [];
     const ordered = this.newestFirst();
     for (let i = ordered.length - 1; i >= 0 && this.jobs.size > max; i--) {
       const job = ordered[i]!;
-      if (job.id === keep || !isTerminal(job.state)) {
+      if (job.id === keep || !isTerminal(job.state) || kept(job.id)) {
         continue;
       }
       this.jobs.delete(job.id);
@@ -83,11 +89,12 @@ export class JobBook {
     return this.jobs.delete(id);
   }
 
-  // count is how many jobs in the book are in state.
-  count(state: JobState): number {
+  // count is how many jobs in the book are in state (of those in reports
+  // true for, if given).
+  count(state: JobState, within?: (id: string) => boolean): number {
     let n = 0;
     for (const job of this.jobs.values()) {
-      if (job.state === state) {
+      if (job.state === state && (within === undefined || within(job.id))) {
         n++;
       }
     }

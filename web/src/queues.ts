@@ -166,3 +166,21 @@ export function modeText(q: Queue): string {
   const mode = q.mode === QueueMode.SERIAL ? "serial" : "parallel";
   return bounds.length === 0 ? mode : `${mode} · ${bounds.join(", ")}`;
 }
+
+// waitingReason is why a QUEUED job of queue q is not running, where the
+// queue panel's answer says: its queue is paused, or held by its rate
+// (for a rate per tenant, some tenant is held, perhaps this job's). ""
+// for a job in any other state, or when the page does not know the
+// queue (a token that may not read queues) or it holds nothing back.
+export function waitingReason(state: JobState, q: Queue | undefined, nowMs: number): string {
+  if (state !== JobState.QUEUED || q === undefined) {
+    return "";
+  }
+  if (q.paused) {
+    return `Not running: queue ${q.name} is ${pausedText(millis(q.pausedAt), q.pausedBy, nowMs)}.`;
+  }
+  if (q.rate?.heldUntil !== undefined) {
+    return q.rate.perTenant ? `It may wait on the rate of queue ${q.name}: ${rateText(q.rate)}.` : `Not running: queue ${q.name} is ${rateText(q.rate)}.`;
+  }
+  return "";
+}

@@ -5,7 +5,7 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { JobState, type Job, type Queue, type QueueDepth, type Schedule } from "./gen/jobwatch/v1/jobwatch_pb";
 import { age, clockTime, durationText, jsonText, periodText } from "./format";
 import { h, setAttr, setData, setText, svg } from "./dom";
-import { ActionButton, Confirm, type Action } from "./actions";
+import { ActionButton, Confirm, type Action, type Said } from "./actions";
 import { alertingText, drainedText, lastState, leftOutText, modeText, nextRun, pausedText, rateText, spark, tenantLines, tenantsLabel, type NextRun } from "./queues";
 import { isTerminal, millis, stateName, type JobBook } from "./model";
 import type { LogPane } from "./logview";
@@ -94,10 +94,11 @@ class JobRow {
   private readonly kindLine: HTMLElement;
   private readonly progress = new ProgressView();
   private readonly age = h("span", { class: "age right" });
+  private since = 0;
 
   constructor(
     job: Job,
-    onSelect: (id: string) => void,
+    onSelect: (id: string, byKeyboard: boolean) => void,
     private readonly links: BatchLinks,
   ) {
     this.batch = batchLink(links, "batch-label");
@@ -110,11 +111,11 @@ class JobRow {
       this.progress.el,
       this.age,
     );
-    this.el.addEventListener("click", () => onSelect(job.id));
+    this.el.addEventListener("click", () => onSelect(job.id, false));
     this.el.addEventListener("keydown", (e) => {
       if (e.key === "Enter" || e.key === " ") {
         e.preventDefault();
-        onSelect(job.id);
+        onSelect(job.id, true);
       }
     });
   }
@@ -130,9 +131,12 @@ class JobRow {
       setBatchLink(this.batch, this.links, job.batch, job.batch, `batch ${job.batch}: show only its jobs`);
     }
     this.progress.update(job);
-    const since = millis(job.createdAt);
-    this.age.dataset["since"] = String(since);
-    setText(this.age, age(since, Date.now()));
+    this.since = millis(job.createdAt);
+    this.tick(Date.now());
+  }
+
+  tick(now: number): void {
+    setText(this.age, age(this.since, now));
   }
 }
 
@@ -140,14 +144,27 @@ class JobRow {
 export class JobList {
   private readonly rows = new Map<string, JobRow>();
   private selected = "";
+  // shows is whether a job belongs in the list (the state filter's); a
+  // job that changes out of it leaves the list.
+  private shows: (job: Job) => boolean = () => true;
+  private countWord = "recent";
 
   constructor(
     private readonly list: HTMLOListElement,
     private readonly empty: HTMLElement,
     private readonly count: HTMLElement,
-    private readonly onSelect: (id: string) => void,
+    // byKeyboard: opened with Enter or Space, so the keyboard goes along
+    // to the details.
+    private readonly onSelect: (id: string, byKeyboard: boolean) => void,
     private readonly links: BatchLinks,
   ) {}
+
+  // filter sets which jobs the list shows, and what its count calls them
+  // ("12 recent", "3 failed"); the page clears and renders it again.
+  filter(shows: (job: Job) => boolean, countWord: string): void {
+    this.shows = shows;
+    this.countWord = countWord;
+  }
 
   render(book: JobBook, changed: Iterable<string>): void {
     for (const id of changed) {
@@ -156,6 +173,11 @@ export class JobList {
         continue;
       }
       let row = this.rows.get(id);
+      if (!this.shows(job)) {
+        row?.el.remove();
+        this.rows.delete(id);
+        continue;
+      }
       if (row === undefined) {
         row = new JobRow(job, this.onSelect, this.links);
         this.rows.set(id, row);
@@ -176,8 +198,7 @@ export class JobList {
         this.list.insertBefore(el, cursor);
       }
     }
-    this.empty.hidden = this.rows.size > 0;
-    setText(this.count, this.rows.size === 0 ? "" : `${this.rows.size} recent`);
+    this.showCount();
     this.markSelected();
   }
 
@@ -191,8 +212,12 @@ export class JobList {
       this.rows.get(id)?.el.remove();
       this.rows.delete(id);
     }
+    this.showCount();
+  }
+
+  private showCount(): void {
     this.empty.hidden = this.rows.size > 0;
-    setText(this.count, this.rows.size === 0 ? "" : `${this.rows.size} recent`);
+    setText(this.count, this.rows.size === 0 ? "" : `${this.rows.size.toLocaleString("en-US")} ${this.countWord}`);
   }
 
   select(id: string): void {
@@ -214,10 +239,7 @@ export class JobList {
 
   tick(now: number): void {
     for (const row of this.rows.values()) {
-      const ageEl = row.el.querySelector<HTMLElement>(".age");
-      if (ageEl !== null) {
-        setText(ageEl, age(Number(ageEl.dataset["since"]), now));
-      }
+      row.tick(now);
     }
   }
 
@@ -294,9 +316,9 @@ interface TimelineEntry {
 // may take the action, else why not.
 export interface JobOps {
   refusal(action: Action): string;
-  retry(id: string): Promise<string>;
-  cancel(id: string): Promise<string>;
-  delete(id: string): Promise<string>;
+  retry(id: string): Promise<Said>;
+  cancel(id: string): Promise<Said>;
+  delete(id: string): Promise<Said>;
 }
 
 // Detail shows one job in full, with its live log (logs, which follows
@@ -315,20 +337,33 @@ function noteView(note: string): HTMLElement {
   return h("details", { class: "muted timeline-note" }, h("summary", {}, `${note.slice(0, noteShown)}… (${note.length} characters)`), note);
 }
 
+// previousErrorTitle names the attempt whose error a job that has not
+// ended carries: the one before the attempt running now, or the last
+// one made for a job waiting to run again.
+function previousErrorTitle(job: Job): string {
+  const nth = job.state === JobState.RUNNING ? job.attempt - 1 : job.attempt;
+  return nth >= 1 ? `Error of the previous attempt (attempt ${nth})` : "Error of the previous attempt";
+}
+
 export class Detail {
   private jobId = "";
   // waitsAgain is true for a job that runs after others: a retry makes it
   // wait again for each of them that has not succeeded.
   private waitsAgain = false;
-  private readonly title = h("h2", { id: "detail-title" });
+  // The title takes the keyboard when a job is opened from the keyboard
+  // (tabindex -1: reachable by script, not a Tab stop of its own).
+  private readonly title = h("h2", { id: "detail-title", tabindex: "-1" });
   private readonly badge = badge();
   private readonly attempts = h("span", { class: "muted attempts" });
-  private readonly id = h("code", { class: "job-id" });
+  // The job's id is its own link (?job=ID): one to copy into a ticket or
+  // a chat, which opens this job however old it is.
+  private readonly id = h("a", { class: "job-id job-self-link" });
   private readonly progress = new ProgressView();
   private readonly facts = h("dl", { class: "facts" });
   private readonly resultBox = h("div", { class: "result-box" });
   private readonly result = h("pre", { class: "json result" });
   private readonly errorBox = h("div", { class: "error-box" });
+  private readonly errorTitle = h("h3", {}, "Error");
   private readonly errorType = h("strong", { class: "error-type" });
   private readonly errorMessage = h("span", { class: "error-message" });
   private readonly payload = h("pre", { class: "json payload" });
@@ -337,6 +372,9 @@ export class Detail {
   // gone in its place, not its last known state.
   private readonly body = h("div", { class: "detail-body" });
   private readonly gone = h("p", { class: "deleted-note", role: "status" });
+  // Why a QUEUED job is not running (its queue paused, or held by its
+  // rate), where the page knows.
+  private readonly why = h("p", { class: "wait-reason" });
   private readonly confirm = new Confirm();
   private readonly retry: ActionButton;
   private readonly cancel: ActionButton;
@@ -355,6 +393,8 @@ export class Detail {
     private readonly logs: LogPane,
     private readonly links: BatchLinks,
     private readonly openJob: (id: string) => void,
+    private readonly linkOf: (id: string) => string,
+    private readonly whyWaiting: (job: Job) => string,
   ) {
     this.batchLink = batchLink(links, "show-batch");
     const close = h("button", { type: "button", class: "ghost", "aria-label": "Close details" }, "✕");
@@ -386,6 +426,7 @@ export class Detail {
     );
     this.el.setAttribute("aria-labelledby", "detail-title");
     this.body.append(
+      this.why,
       this.progress.el,
       this.resultBox,
       this.errorBox,
@@ -406,11 +447,17 @@ export class Detail {
       this.confirm.el,
     );
     this.resultBox.append(h("h3", {}, "Result"), this.result);
-    this.errorBox.append(h("h3", {}, "Error"), h("p", {}, this.errorType, " ", this.errorMessage));
+    this.errorBox.append(this.errorTitle, h("p", {}, this.errorType, " ", this.errorMessage));
   }
 
   get shown(): string {
     return this.jobId;
+  }
+
+  // focus puts the keyboard on the details' title, so that Tab goes on to
+  // the job's own controls, not through the rest of the list.
+  focus(): void {
+    this.title.focus();
   }
 
   // dismissQuestion withdraws the question the details ask, if any, and
@@ -439,6 +486,10 @@ export class Detail {
     setBadge(this.badge, job.state);
     setText(this.attempts, job.attempt === 0 ? "not started" : `attempt ${job.attempt} of ${job.maxAttempts || 1}`);
     setText(this.id, job.id);
+    setAttr(this.id, "href", this.linkOf(job.id));
+    setAttr(this.id, "title", "a link to this job: copy it to share");
+    setText(this.why, this.whyWaiting(job));
+    this.why.hidden = this.why.textContent === "";
     this.progress.update(job);
     this.logs.jobChanged(job);
 
@@ -447,8 +498,12 @@ export class Detail {
     setText(this.result, result);
 
     // A job re-queued after a failed attempt still carries the error of
-    // that attempt: show it, it is why the job is running again.
+    // that attempt: show it, it is why the job is running again, but say
+    // whose it is and keep it quiet, so it is not taken for the run now.
     this.errorBox.hidden = job.error === undefined;
+    const previous = job.error !== undefined && !isTerminal(job.state);
+    setData(this.errorBox, "previous", String(previous));
+    setText(this.errorTitle, previous ? previousErrorTitle(job) : "Error");
     setText(this.errorType, job.error?.type ?? "");
     setText(this.errorMessage, job.error?.message ?? "");
 
@@ -460,6 +515,7 @@ export class Detail {
     this.renderFacts(job, book);
     this.renderTimeline(job, book, full);
     this.renderActions(job);
+    this.confirm.recheck();
   }
 
   hide(): void {
@@ -692,6 +748,7 @@ export class QueueTable {
   // update shows one queue as PauseQueue or ResumeQueue answered it.
   update(q: Queue, now: number): void {
     this.rows.get(q.name)?.update(q, now);
+    this.confirm.recheck();
   }
 
   // refreshActions shows the buttons as what the page knows its token
@@ -735,6 +792,7 @@ export class QueueTable {
       last = row.tenants.el;
       row.update(q, now);
     }
+    this.confirm.recheck();
   }
 
   // tick moves the "since" texts along between two answers.
@@ -748,8 +806,8 @@ export class QueueTable {
 // QueueOps is what the queue panel's buttons do (see JobOps).
 export interface QueueOps {
   refusal(action: Action): string;
-  pause(queue: string): Promise<string>;
-  resume(queue: string): Promise<string>;
+  pause(queue: string): Promise<Said>;
+  resume(queue: string): Promise<Said>;
 }
 
 const sparkWidth = 72;
@@ -1000,7 +1058,11 @@ class ScheduleRow {
   readonly el: HTMLTableRowElement;
   private readonly kind = h("span", { class: "muted kind-of" });
   private readonly queue = h("td", { class: "schedule-queue" });
+  // How often it runs: its every ("1h"), or its cron expression with
+  // the time zone it is read in.
   private readonly every = h("td", { class: "num every" });
+  private readonly cron = h("code", { class: "cron" });
+  private readonly zone = h("span", { class: "muted zone" });
   private readonly next = h("td", { class: "next-run" });
   private readonly last = badge();
   private readonly ended = h("span", { class: "muted ended" });
@@ -1025,7 +1087,20 @@ class ScheduleRow {
   update(s: Schedule, now: number): void {
     setText(this.kind, s.tenant === "" ? s.kind : `${s.kind} · ${s.tenant}`);
     setText(this.queue, s.queue);
-    setText(this.every, periodText(s.every));
+    if (s.cron === "") {
+      if (this.every.firstElementChild !== null) {
+        this.every.replaceChildren();
+      }
+      setText(this.every, periodText(s.every));
+    } else {
+      if (this.every.firstElementChild !== this.cron) {
+        this.every.replaceChildren(this.cron, this.zone);
+      }
+      setText(this.cron, s.cron);
+      setText(this.zone, s.timezone || "UTC");
+    }
+    // The next run in the schedule's own zone, where its cron is read.
+    setAttr(this.next, "title", s.nextRunLocal === "" ? "" : `${s.nextRunLocal}${s.timezone === "" ? "" : ` (${s.timezone})`}`);
     const state = lastState(s);
     this.last.hidden = state === "";
     if (state !== "") {

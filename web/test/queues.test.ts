@@ -6,7 +6,7 @@ import { create } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
 import { periodText } from "../src/format";
 import { JobState, QueueDepthSchema, QueueMode, QueueRateSchema, QueueSchema, ScheduleSchema } from "../src/gen/jobwatch/v1/jobwatch_pb";
-import { alertingText, depthWindowMs, drainedText, hourMinute, lasted, leftOutText, modeText, nextRun, rateText, spark, tenantLines, tenantsLabel } from "../src/queues";
+import { alertingText, depthWindowMs, drainedText, hourMinute, lasted, leftOutText, modeText, nextRun, rateText, spark, tenantLines, tenantsLabel, waitingReason } from "../src/queues";
 
 const t0 = Date.UTC(2030, 0, 2, 3, 0, 0);
 
@@ -115,4 +115,17 @@ test("a queue's row says how it runs and its bounds, per tenant too, as `jobwatc
     const q = create(QueueSchema, { name: "q", mode: c.mode, maxRunning: c.maxRunning, maxRunningPerTenant: c.maxRunningPerTenant });
     assert.equal(modeText(q), c.want, c.name);
   }
+});
+
+test("a queued job says why it waits: its queue paused, or held by its rate; any other job says nothing", () => {
+  const paused = create(QueueSchema, { name: "mail", paused: true, pausedAt: timestampFromMs(t0 - 12 * 60_000), pausedBy: "token ops (admin)" });
+  assert.equal(waitingReason(JobState.QUEUED, paused, t0), `Not running: queue mail is paused since ${hourMinute(new Date(t0 - 12 * 60_000))} by token ops (admin), 12 min.`);
+  assert.equal(waitingReason(JobState.RUNNING, paused, t0), "");
+  assert.equal(waitingReason(JobState.QUEUED, undefined, t0), "", "a page that may not read the queues knows nothing");
+  const rate = { limit: 3, per: durationFromMs(1000), started: 3, heldUntil: timestampFromMs(t0 + 500) };
+  const held = create(QueueSchema, { name: "calls", rate: create(QueueRateSchema, rate) });
+  assert.match(waitingReason(JobState.QUEUED, held, t0), /^Not running: queue calls is held by its rate until \d\d:\d\d:\d\d.* \(3\/1s\)\.$/);
+  const perTenant = create(QueueSchema, { name: "calls", rate: create(QueueRateSchema, { ...rate, perTenant: true }) });
+  assert.match(waitingReason(JobState.QUEUED, perTenant, t0), /^It may wait on the rate of queue calls: a tenant held by its rate until .* \(3\/1s per tenant\)\.$/);
+  assert.equal(waitingReason(JobState.QUEUED, create(QueueSchema, { name: "idle" }), t0), "");
 });

@@ -1,0 +1,62 @@
+package web_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/jobwatch/jobwatch/internal/testdb"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
+)
+
+// While a job runs again after a failed attempt, the details label the
+// error they show as that previous attempt's, in quiet colours, so it is
+// not taken for the run now; once the job fails for good it is its
+// error again, in red.
+func TestAPreviousAttemptsErrorIsLabelledAsSuch(t *testing.T) {
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	addr := freeAddr(t)
+	srv := startServerWithRules(t, addr, testdb.New(t), jobtype.Rules{Queues: map[string]jobtype.QueueRules{
+		"flaky": {MaxAttempts: 2, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond},
+	}})
+	defer srv.shutdown(t)
+
+	job, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Kind: "report.export", Queue: "flaky"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := claim(t, ctx, srv.engine, "report.export")
+	if _, err := srv.engine.Fail(ctx, first.job.ID, first.job.LeaseID, jobtype.JobError{Type: "TimeoutError", Message: "warehouse did not answer in 30s"}, true); err != nil {
+		t.Fatal(err)
+	}
+
+	p := &page{t: t, ctx: newTab(t, ctx)}
+	p.do("open the page on the job", chromedp.Navigate("http://"+addr+"/?job="+job.ID))
+	box := "#detail .error-box"
+	// quiet: the error's type in the muted colour of its message, not
+	// in the failure's red; loud: in red.
+	colours := `(() => {
+		const colour = (sel) => getComputedStyle(document.querySelector("#detail .error-box " + sel)).color;
+		return colour(".error-type") === colour(".error-message");
+	})()`
+	quiet := colours + ` && document.querySelector("#detail .error-box").dataset.previous === "true"`
+	loud := "!" + colours + ` && document.querySelector("#detail .error-box").dataset.previous === "false"`
+
+	p.waitFor("queued again, the first attempt's error labelled as such", detailShows(job.ID, "queued")+" && "+
+		textIs(box+" h3", "Error of the previous attempt (attempt 1)")+" && "+textHas(box, "warehouse did not answer in 30s")+" && "+quiet)
+
+	second := claim(t, ctx, srv.engine, "report.export")
+	second.progress(20, "reading the warehouse")
+	p.waitFor("attempt 2 running, the error still the previous attempt's", detailShows(job.ID, "running")+" && "+
+		textIs("#detail .attempts", "attempt 2 of 2")+" && "+textIs(box+" h3", "Error of the previous attempt (attempt 1)")+" && "+quiet)
+
+	second.fail("SchemaError", "column rows is gone")
+	p.waitFor("failed for good, its own error", detailShows(job.ID, "failed")+" && "+textIs(box+" h3", "Error")+" && "+
+		textHas(box, "column rows is gone")+" && "+loud)
+}

@@ -1,0 +1,67 @@
+package web_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/jobwatch/jobwatch/internal/testdb"
+	"github.com/jobwatch/jobwatch/jobtype"
+)
+
+// On a 375 px window, a phone's, a failed job's reason and a running
+// job's step are read whole in the list (under the row, wrapping), not
+// cut to "D…"; the queue and schedule tables stay inside their panels.
+func TestAPhoneReadsTheFailureReasonAndTheTablesFit(t *testing.T) {
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	addr := freeAddr(t)
+	srv := startServerWithRules(t, addr, testdb.New(t), jobtype.Rules{
+		Queues: map[string]jobtype.QueueRules{"thumbnails-and-previews": {}},
+		Schedules: []jobtype.Schedule{
+			{Name: "nightly-digest", Kind: "digest.send", Queue: "reports", Every: time.Hour},
+			{Name: "warehouse-export", Kind: "report.export", Queue: "reports", Cron: "30 2 * * 1-5", Timezone: "Europe/Amsterdam"},
+		},
+	})
+	defer srv.shutdown(t)
+	failed := submit(t, ctx, srv.engine, "report.export", `{}`)
+	claim(t, ctx, srv.engine, "report.export").fail("DecodeErrorInTheWarehouseAdapter", "not a JPEG")
+	running := submit(t, ctx, srv.engine, "thumbs.render", `{}`)
+	claim(t, ctx, srv.engine, "thumbs.render").progress(40, "writing rows to the warehouse")
+
+	p := &page{t: t, ctx: newTab(t, ctx)}
+	p.do("size the window as a phone", chromedp.EmulateViewport(375, 812))
+	p.do("open the page", chromedp.Navigate("http://"+addr+"/"))
+	p.waitFor("both jobs, the schedules and queues", exists(row(failed.ID)+`[data-state="failed"]`)+" && "+exists(row(running.ID)+`[data-state="running"]`)+
+		` && !document.getElementById("schedules-panel").hidden && document.querySelectorAll("#queues > tr[data-queue]").length >= 2`)
+
+	// whole: the element's text is not cut (no ellipsis, nothing hidden),
+	// and it spans most of its row.
+	whole := func(selector, text string) string {
+		return `(() => {
+			const e = document.querySelector(` + strconv.Quote(selector) + `);
+			const row = e.closest("li.job");
+			return e.textContent === ` + strconv.Quote(text) + ` && e.scrollWidth <= e.clientWidth && e.getBoundingClientRect().right <= row.getBoundingClientRect().right &&
+				e.closest(".progress").getBoundingClientRect().width > row.getBoundingClientRect().width * 0.8;
+		})()`
+	}
+	p.waitFor("the failure's reason whole, under its row", whole(row(failed.ID)+" .step", "DecodeErrorInTheWarehouseAdapter"))
+	p.waitFor("the step whole, under its row", whole(row(running.ID)+" .step", "writing rows to the warehouse"))
+	p.waitFor("each table inside its panel, nothing wider than the window", `(() => {
+		const inside = (table) => {
+			const panel = table.closest(".panel");
+			const pad = parseFloat(getComputedStyle(panel).paddingRight);
+			return table.getBoundingClientRect().right <= panel.getBoundingClientRect().right - pad + 0.5 && table.scrollWidth <= table.clientWidth + 0.5;
+		};
+		return [...document.querySelectorAll("table.queues")].every(inside) && document.documentElement.scrollWidth <= window.innerWidth;
+	})()`)
+	if png, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100)); err == nil {
+		os.WriteFile(artifactPath(t, "web-e2e-phone-375.png"), png, 0o644)
+	}
+}

@@ -1,0 +1,70 @@
+package web_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/jobwatch/jobwatch/internal/testdb"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
+)
+
+// A QUEUED job says why it is not running where the page knows (the
+// queues panel's answer, which an admin's page, or one of a server
+// without tokens, reads): its queue is paused, since when and by whom, or
+// held by its rate until when; and says no more once that has changed.
+func TestAQueuedJobSaysWhyItIsNotRunning(t *testing.T) {
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	addr := freeAddr(t)
+	srv := startServerWithRules(t, addr, testdb.New(t), jobtype.Rules{Queues: map[string]jobtype.QueueRules{
+		"metered": {Rate: jobtype.Rate{Limit: 1, Per: time.Hour}},
+	}})
+	defer srv.shutdown(t)
+
+	p := &page{t: t, ctx: newTab(t, ctx)}
+	why := "#detail .wait-reason"
+
+	t.Run("a paused queue: since when and by whom, gone once resumed", func(t *testing.T) {
+		p.t = t
+		if _, err := srv.engine.Pause(ctx, "default", "token ops (admin)"); err != nil {
+			t.Fatal(err)
+		}
+		job := submit(t, ctx, srv.engine, "mail.send", `{}`)
+		p.do("open the page on the job", chromedp.Navigate("http://"+addr+"/?job="+job.ID))
+		p.waitFor("why it waits", detailShows(job.ID, "queued")+" && "+textHas(why, "Not running: queue default is paused since ")+" && "+
+			textHas(why, " by token ops (admin), under a minute.")+` && !document.querySelector("#detail .wait-reason").hidden`)
+		if _, err := srv.engine.Resume(ctx, "default", "token ops (admin)"); err != nil {
+			t.Fatal(err)
+		}
+		p.waitFor("no reason once the queue runs again", `document.querySelector("#detail .wait-reason").hidden`)
+		w := claim(t, ctx, srv.engine, "mail.send")
+		p.waitFor("the job running", detailShows(w.job.ID, "running"))
+	})
+
+	t.Run("a queue held by its rate: until when", func(t *testing.T) {
+		p.t = t
+		for range 2 {
+			if _, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Kind: "call", Queue: "metered"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		first, err := srv.engine.Claim(ctx, jobs.ClaimRequest{WorkerID: "e2e-worker", Queues: []string{"metered"}}, time.Now().Add(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, _, err := srv.engine.List(ctx, jobs.ListRequest{Queue: "metered", States: []jobtype.State{jobtype.Queued}})
+		if err != nil || len(held) != 1 {
+			t.Fatalf("the queued job of metered: %v, %v", held, err)
+		}
+		p.click("open the held job", row(held[0].ID))
+		p.waitFor("why it waits", detailShows(held[0].ID, "queued")+" && "+textHas(why, "Not running: queue metered is held by its rate until ")+" && "+textHas(why, "(1/1h)."))
+		p.click("open the running one", row(first.ID))
+		p.waitFor("no reason for a running job", detailShows(first.ID, "running")+` && document.querySelector("#detail .wait-reason").hidden`)
+	})
+}
