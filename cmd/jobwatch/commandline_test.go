@@ -42,6 +42,10 @@ func TestEveryCommandExplainsItself(t *testing.T) {
 	if code, out, _ := runJobwatch(t, "help", "version"); code != 0 || !strings.HasPrefix(out, "Usage: jobwatch version") {
 		t.Errorf("jobwatch help version = exit %d, %q; want 0 and its usage", code, out)
 	}
+	// The usage lists help as a command: it explains itself too.
+	if code, out, _ := runJobwatch(t, "help", "help"); code != 0 || !strings.HasPrefix(out, "Usage: jobwatch help [COMMAND]") {
+		t.Errorf("jobwatch help help = exit %d, %q; want 0 and its usage", code, out)
+	}
 }
 
 // The mistakes a new user makes on the command line are answered with
