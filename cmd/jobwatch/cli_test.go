@@ -623,6 +623,10 @@ func TestTimeoutWhileTheServerIsAwaySaysSo(t *testing.T) {
 			!strings.Contains(errOut, "connection refused") {
 			t.Errorf("jobwatch %s against no server = exit %d, stderr %q; want 1, the timeout and the refused connection", cmd, code, errOut)
 		}
+		// Its retries say once what to check.
+		if n := strings.Count(errOut, "nothing answers at that address"); n != 1 {
+			t.Errorf("jobwatch %s against no server said %d times that nothing answers there, want once:\n%s", cmd, n, errOut)
+		}
 	}
 }
 
