@@ -333,8 +333,11 @@ func (s *Store) Close() error {
 	s.w.close()
 	s.writes.close()
 	<-s.w.stopped
+	err := errors.Join(s.ckpt.close(), s.read.Close(), s.write.Close())
+	// Last: the feed's release closes a descriptor of the file, which
+	// drops every POSIX lock this process holds on it, SQLite's too.
 	s.feed.close()
-	return errors.Join(s.ckpt.close(), s.read.Close(), s.write.Close())
+	return err
 }
 
 // classify wraps the errors that mean "the database cannot be used right
