@@ -187,7 +187,7 @@ func checkServeFlags(f serveFlags, args []string) (serveFlags, error) {
 		return f, usageError{fmt.Sprintf("--max-parked-calls-per-conn (%d) must be below --max-streams-per-conn (%d), which leaves streams for short calls",
 			f.conns.maxParkedConn, f.conns.maxStreamsPerConn)}
 	}
-	if f.metricsAddr != "" && f.metricsAddr == f.addr {
+	if f.metricsAddr != "" && f.metricsAddr == f.addr && !strings.HasSuffix(f.addr, ":0") { // :0 is any free port, each its own
 		return f, usageError{fmt.Sprintf("--metrics-addr %s is --addr too: give /metrics an address of its own, or leave --metrics-addr out to serve it on --addr", f.addr)}
 	}
 	for _, h := range splitList(f.allowedHosts) {
