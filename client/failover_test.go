@@ -590,3 +590,18 @@ func TestAnAddressThatCanNeverAnswerIsNotRetried(t *testing.T) {
 		}
 	}
 }
+
+// The two ways Go's HTTP/2 client reads an HTTP/1 answer to its preface
+// are a server that speaks no h2c; a refused or cut connection is not.
+func TestSpeaksHTTP1TellsAnHTTP1AnswerFromACutConnection(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"unavailable: http2: frame too large": true,
+		`unavailable: http2: failed reading the frame payload: http2: frame header looked like an HTTP/1.1 header`: true,
+		"unavailable: dial tcp 127.0.0.1:1: connect: connection refused":                                           false,
+		"unavailable: http2: client connection lost":                                                               false,
+	} {
+		if got := client.SpeaksHTTP1(errors.New(msg)); got != want {
+			t.Errorf("SpeaksHTTP1(%q) = %v, want %v", msg, got, want)
+		}
+	}
+}

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -586,9 +584,6 @@ func TestDemoSuggestsACommandThatWorksAndStopsOnCtrlC(t *testing.T) {
 }
 
 func TestErrorMessagesReadOnce(t *testing.T) {
-	// A server of another kind, which speaks HTTP/1 alone.
-	http1 := httptest.NewServer(http.NotFoundHandler())
-	defer http1.Close()
 	s := startCLIServer(t, time.Second)
 	tests := []struct {
 		args []string
@@ -603,7 +598,6 @@ func TestErrorMessagesReadOnce(t *testing.T) {
 		{[]string{"logs", "j_00000000000000000000000005", "--server", s.URL}, "jobwatch: logs: job j_00000000000000000000000005 not found\n"},
 		{[]string{"get", "j_1", "--server", strings.TrimPrefix(s.URL, "http://")}, "must start with http:// or https://"},
 		{[]string{"submit", "k", "--server", "http://" + freeAddr(t)}, "connection refused\njobwatch: nothing answers at that address: is jobwatch serve (or demo) running there?"},
-		{[]string{"submit", "k", "--server", http1.URL}, "jobwatch: the server at that address answered in HTTP/1"},
 	}
 	for _, tt := range tests {
 		code, _, errOut := runInProcess(t, tt.args...)
