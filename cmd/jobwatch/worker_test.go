@@ -150,14 +150,7 @@ func TestWorkerSaysWhatItWaitsForOnCtrlC(t *testing.T) {
 		"--env", "FINISH="+finish, "--exec", `echo "progress 10 working"; while [ ! -e "$FINISH" ]; do sleep 0.02; done; echo '"finished"'`)
 
 	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "slow"})
-	for j, err := range s.Client.Watch(ctx, id) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		if j.GetStep() == "working" {
-			break
-		}
-	}
+	s.watchUntilStep(t, ctx, id, "working")
 	signal(syscall.SIGINT)
 	waitFor(t, "the worker to say which job it waits for", func() bool {
 		return strings.Contains(logs.String(), "waiting for the running jobs") && strings.Contains(logs.String(), id+" (slow)")
@@ -184,14 +177,7 @@ func TestWorkerSaysARunningJobFailsAtTheDrainTimeout(t *testing.T) {
 		"--drain-timeout", "200ms", "--exec", `echo "progress 10 working"; sleep 60`)
 
 	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "slow"}) // one attempt
-	for j, err := range s.Client.Watch(ctx, id) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		if j.GetStep() == "working" {
-			break
-		}
-	}
+	s.watchUntilStep(t, ctx, id, "working")
 	signal(syscall.SIGINT)
 	if err := wait(); err != nil {
 		t.Fatalf("worker exited with %v after Ctrl-C, want 0; logs:\n%s", err, logs)
@@ -222,14 +208,7 @@ func TestAWorkerLeavesNoCommandRunningAfterItsDrain(t *testing.T) {
 	logs, wait, signal := startWorker(t, ctx, nil, "--server", s.URL, "--kind", "stubborn", "--heartbeat", "200ms",
 		"--drain-timeout", "200ms", "--exec", `echo $$ > `+pids+`; trap "" TERM; sleep 60 & echo $! >> `+pids+`; echo "progress 10 working"; wait`)
 	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "stubborn"})
-	for j, err := range s.Client.Watch(ctx, id) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		if j.GetStep() == "working" {
-			break
-		}
-	}
+	s.watchUntilStep(t, ctx, id, "working")
 	signal(syscall.SIGINT)
 	if err := wait(); err != nil {
 		t.Fatalf("worker exited with %v after Ctrl-C; logs:\n%s", err, logs)
@@ -415,4 +394,18 @@ func running(pid int) bool {
 	// The state follows the command's name in parentheses: "pid (sh) S ...".
 	_, rest, _ := strings.Cut(string(stat), ") ")
 	return !strings.HasPrefix(rest, "Z") && !strings.HasPrefix(rest, "X")
+}
+
+// watchUntilStep watches job id until a worker reports step.
+func (s *cliServer) watchUntilStep(t *testing.T, ctx context.Context, id, step string) {
+	t.Helper()
+	for j, err := range s.Client.Watch(ctx, id) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.GetStep() == step {
+			return
+		}
+	}
+	t.Fatalf("job %s ended before its worker reported step %q", id, step)
 }
