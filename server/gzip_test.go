@@ -40,13 +40,6 @@ func TestAGzipBombIsRefusedOnceItInflatesPastTheLimit(t *testing.T) {
 	const limit = 256 << 10
 	ts := startServer(t, serverOptions{config: server.Config{MaxRequestBytes: limit}})
 	bomb := gzipBomb()
-	enveloped := func(flags byte) []byte {
-		b := make([]byte, 5+len(bomb))
-		b[0] = flags
-		binary.BigEndian.PutUint32(b[1:], uint32(len(bomb)))
-		copy(b[5:], bomb)
-		return b
-	}
 	const submitPath = "/jobwatch.v1.JobService/SubmitJob"
 	for _, tt := range []struct {
 		name        string
@@ -58,9 +51,9 @@ func TestAGzipBombIsRefusedOnceItInflatesPastTheLimit(t *testing.T) {
 	}{
 		{"Connect unary JSON", ts.http1Client(), submitPath, "application/json", []string{"Content-Encoding", "gzip"}, bomb},
 		{"Connect unary proto", ts.h2cClient(), submitPath, "application/proto", []string{"Content-Encoding", "gzip"}, bomb},
-		{"Connect streaming", ts.h2cClient(), watchJobPath, "application/connect+json", []string{"Connect-Content-Encoding", "gzip"}, enveloped(1)},
-		{"gRPC", ts.h2cClient(), submitPath, "application/grpc", []string{"Grpc-Encoding", "gzip", "Te", "trailers"}, enveloped(1)},
-		{"gRPC-Web", ts.http1Client(), submitPath, "application/grpc-web+proto", []string{"Grpc-Encoding", "gzip"}, enveloped(1)},
+		{"Connect streaming", ts.h2cClient(), watchJobPath, "application/connect+json", []string{"Connect-Content-Encoding", "gzip"}, gzipFlagged(bomb)},
+		{"gRPC", ts.h2cClient(), submitPath, "application/grpc", []string{"Grpc-Encoding", "gzip", "Te", "trailers"}, gzipFlagged(bomb)},
+		{"gRPC-Web", ts.http1Client(), submitPath, "application/grpc-web+proto", []string{"Grpc-Encoding", "gzip"}, gzipFlagged(bomb)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			before := server.InflatedRequestBytes(ts.srv)
@@ -192,13 +185,6 @@ func TestAGzipBombToHealthIsRefusedOnceItInflatesPastTheLimit(t *testing.T) {
 func TestAMessageThatIsNotGzipIsNamedSo(t *testing.T) {
 	ts := startServer(t, serverOptions{})
 	plain := []byte(`{"kind":"k"}`)
-	enveloped := func(flags byte) []byte {
-		b := make([]byte, 5+len(plain))
-		b[0] = flags
-		binary.BigEndian.PutUint32(b[1:], uint32(len(plain)))
-		copy(b[5:], plain)
-		return b
-	}
 	const submitPath = "/jobwatch.v1.JobService/SubmitJob"
 	for _, tt := range []struct {
 		name        string
@@ -208,7 +194,7 @@ func TestAMessageThatIsNotGzipIsNamedSo(t *testing.T) {
 		body        []byte
 	}{
 		{"Connect unary JSON", ts.http1Client(), "application/json", []string{"Content-Encoding", "gzip"}, plain},
-		{"gRPC", ts.h2cClient(), "application/grpc+json", []string{"Grpc-Encoding", "gzip", "Te", "trailers"}, enveloped(1)},
+		{"gRPC", ts.h2cClient(), "application/grpc+json", []string{"Grpc-Encoding", "gzip", "Te", "trailers"}, gzipFlagged(plain)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			status, answer := postAnswer(t, tt.hc, ts.url+submitPath, tt.contentType, tt.header, tt.body)
@@ -241,4 +227,14 @@ func postAnswer(t *testing.T, hc *http.Client, url, contentType string, header [
 	resp.Body.Close()
 	return resp.StatusCode, string(b) + " " + resp.Header.Get("Grpc-Status") + " " + resp.Header.Get("Grpc-Message") +
 		" " + resp.Trailer.Get("Grpc-Status") + " " + resp.Trailer.Get("Grpc-Message")
+}
+
+// gzipFlagged frames msg as one message of a gRPC, gRPC-Web or Connect
+// stream whose flag says it is compressed.
+func gzipFlagged(msg []byte) []byte {
+	b := make([]byte, 5+len(msg))
+	b[0] = 1
+	binary.BigEndian.PutUint32(b[1:], uint32(len(msg)))
+	copy(b[5:], msg)
+	return b
 }
