@@ -35,7 +35,7 @@ import (
 // without a separate go build. pgtest.Main stops the throwaway
 // PostgreSQL cluster the replica and bench tests may have started.
 func TestMain(m *testing.M) {
-	if os.Getenv("JOBWATCH_TEST_RUN_MAIN") == "1" {
+	if os.Getenv("JOBWATCH_TEST_RUN_MAIN") == "1" || len(os.Args) > 1 && os.Args[1] == guardArg {
 		main()
 		return
 	}

@@ -52,6 +52,9 @@ Run "jobwatch help <command>" or "jobwatch <command> -h" for a command's flags.
 `
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == guardArg {
+		os.Exit(guard(os.Args[2:]))
+	}
 	// SIGINT and SIGTERM end ctx: serve then shuts down gracefully, and a
 	// second signal kills the process the default way.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -53,11 +53,15 @@ The command's protocol:
   exit 0   the job SUCCEEDED
   exit 75  the attempt failed and may be retried (EX_TEMPFAIL), if the job
            has attempts left: submit it with --max-attempts 2 or more
-  other    the job FAILED, with error type ExitError ("exit status N")
-           unless an "error" line said otherwise
+  other    the job FAILED, with error type ExitError ("exit status N", or
+           "signal: killed" if a signal ended it) unless an "error" line
+           said otherwise
   When the job is cancelled, its queue's timeout passes or its lease is
   lost, the command's process group gets SIGTERM once the worker hears of
-  it (at its next heartbeat), and SIGKILL 10 seconds later.
+  it (at its next heartbeat), and SIGKILL 10 seconds later. On Linux the
+  same happens when the worker itself is killed outright (kill -9, the
+  OOM killer): each command has a small guard process, the worker's own
+  binary, which stops the command's process group then.
 
 Flags:
 `
@@ -314,7 +318,7 @@ func execHandler(command string, env []string, out output, kill time.Duration, g
 			}
 			stdin = b
 		}
-		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
+		cmd := commandCmd(ctx, command, kill)
 		cmd.Stdin = strings.NewReader(string(stdin) + "\n")
 		// The job's variables come last, so they win over any the
 		// operator passed.
@@ -339,9 +343,6 @@ func execHandler(command string, env []string, out output, kill time.Duration, g
 		errOut := &lineSplitter{out: out, jobID: job.GetId(), stream: "stderr", log: progress.LogTo(jobwatchv1.LogStream_LOG_STREAM_STDERR)}
 		defer errOut.flush()
 		cmd.Stderr = errOut
-		// Its own process group, and a signal if the worker dies
-		// (commandAttr, procattr_linux.go).
-		cmd.SysProcAttr = commandAttr()
 		// SIGKILL goes to the group too (exec's WaitDelay would kill only
 		// the shell, and a child holding stdout would keep the job's slot).
 		var killer *time.Timer // read after Wait, which orders it after Cancel
@@ -399,7 +400,7 @@ func execHandler(command string, env []string, out output, kill time.Duration, g
 		case ctx.Err() != nil:
 			return nil, context.Cause(ctx)
 		case errors.As(err, &exit):
-			var jerr error = &ExitError{Code: exit.ExitCode()}
+			var jerr error = commandExit(exit)
 			if declared != nil {
 				jerr = declared
 			}
@@ -474,11 +475,28 @@ func parseProgress(line string) (int, string, bool) {
 	return int(pct), step, true
 }
 
-// ExitError is a command that exited with a non-zero status. Its message
-// is ours, not the command's, so it is safe to show.
-type ExitError struct{ Code int }
+// ExitError is a command that exited with a non-zero status, or that a
+// signal ended. Its message is ours, not the command's, so it is safe to
+// show.
+type ExitError struct {
+	Code   int    // the exit status, or -1 if a signal ended the command
+	Signal string // the signal's name if one did ("killed", "terminated")
+}
 
-func (e *ExitError) Error() string         { return "exit status " + strconv.Itoa(e.Code) }
+// commandExit is the ExitError of a command that ended as exit says.
+func commandExit(exit *exec.ExitError) *ExitError {
+	if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return &ExitError{Code: -1, Signal: ws.Signal().String()}
+	}
+	return &ExitError{Code: exit.ExitCode()}
+}
+
+func (e *ExitError) Error() string {
+	if e.Signal != "" {
+		return "signal: " + e.Signal
+	}
+	return "exit status " + strconv.Itoa(e.Code)
+}
 func (e *ExitError) PublicMessage() string { return e.Error() }
 
 // declaredError is what an "error TYPE message" line said; the command

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -348,28 +349,84 @@ func TestWorkerJSONLogsEveryLineAsAnObject(t *testing.T) {
 }
 
 // A worker killed outright (kill -9) does not leave its job's command
-// running beside the job's next attempt: on Linux the command's first
-// process gets SIGTERM as its parent-death signal.
+// running beside the job's next attempt, nor anything the command
+// started: on Linux the command's guard hears of the worker's death and
+// stops the command's process group. The process watched here is a
+// child of the command's shell, which the shell neither waits on by exec
+// nor passes a signal to.
 func TestAKilledWorkerLeavesNoCommandRunning(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("the parent-death signal is Linux's")
+		t.Skip("the command's guard is Linux's")
 	}
 	s := startCLIServer(t, 5*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	_, _, signal := startWorker(t, ctx, nil, "--server", s.URL, "--kind", "orphan", "--env", "PIDFILE="+pidFile,
-		"--exec", `echo $$ > "$PIDFILE.tmp" && mv "$PIDFILE.tmp" "$PIDFILE"; echo "progress 10 started"; while true; do sleep 0.05; done`)
+		"--exec", `sh -c 'echo $$ > "$PIDFILE.tmp" && mv "$PIDFILE.tmp" "$PIDFILE"; echo "progress 10 started"; exec sleep 60'; echo "the shell outlived its worker"`)
 	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "orphan"})
-	for j, err := range s.Client.Watch(ctx, id) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		if j.GetStep() == "started" {
-			break
-		}
+	s.watchUntilStep(t, ctx, id, "started")
+	pid := readPID(t, pidFile)
+	if !running(pid) {
+		t.Fatalf("the command's child (pid %d) is not running while its job is", pid)
 	}
-	b, err := os.ReadFile(pidFile)
+	signal(syscall.SIGKILL)
+	waitFor(t, "the command's child to end with its worker", func() bool { return !running(pid) })
+}
+
+// The guard of a command whose worker died stops the command's whole
+// process group: SIGTERM, then SIGKILL for what ignores it, the kill
+// delay later; and the guard ends with them. The worker's death is
+// played by sending the guard its parent-death signal.
+func TestTheGuardOfAnOrphanedCommandKillsWhatIgnoresSIGTERM(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the command's guard is Linux's")
+	}
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	cmd := exec.Command(os.Args[0], guardArg, strconv.Itoa(os.Getpid()), "300ms", "/bin/sh", "-c",
+		`trap "" TERM; sh -c 'echo $$ > "$PIDFILE.tmp" && mv "$PIDFILE.tmp" "$PIDFILE"; exec sleep 60'`)
+	cmd.Env = append(os.Environ(), "PIDFILE="+pidFile)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	waitFor(t, "the command's child to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
+	pid := readPID(t, pidFile)
+	// A cancel's SIGTERM to the group is the command's: this one ignores
+	// it, and the guard waits on.
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(workerDied); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the command's child to be killed", func() bool { return !running(pid) })
+	err := cmd.Wait()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("the guard ended with %v, want killed with its group", err)
+	}
+}
+
+// A command that a signal ends fails its job saying which signal: the
+// guard is killed by the same one, and the worker reads it.
+func TestACommandEndedByASignalSaysWhich(t *testing.T) {
+	var stderr lockedBuffer
+	h := execHandler(`kill -KILL $$`, commandEnv(os.Environ(), nil), textOutput(&stderr), time.Second, nil)
+	_, err := h(context.Background(), &jobwatchv1.Job{Id: "j_1"}, func(int, string) {})
+	if err == nil || err.Error() != "signal: killed" {
+		t.Fatalf("a command killed with SIGKILL failed its job with %v, want \"signal: killed\"", err)
+	}
+	h = execHandler(`exit 3`, commandEnv(os.Environ(), nil), textOutput(&stderr), time.Second, nil)
+	if _, err := h(context.Background(), &jobwatchv1.Job{Id: "j_2"}, func(int, string) {}); err == nil || err.Error() != "exit status 3" {
+		t.Fatalf("a command that exited 3 failed its job with %v, want \"exit status 3\"", err)
+	}
+}
+
+// readPID reads the process id a command wrote to path.
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,11 +434,7 @@ func TestAKilledWorkerLeavesNoCommandRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !running(pid) {
-		t.Fatalf("the command (pid %d) is not running while its job is", pid)
-	}
-	signal(syscall.SIGKILL)
-	waitFor(t, "the command to end with its worker", func() bool { return !running(pid) })
+	return pid
 }
 
 // running reports whether process pid is alive: neither gone nor a

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// guardArg, as the first argument, makes jobwatch the guard of one job's
+// command instead of a command of its own (main checks it first). It is
+// not a command a user types, so help does not list it.
+const guardArg = "__command-guard"
+
+// commandCmd is how worker --exec starts a job's command on Linux: the
+// jobwatch binary itself as the command's guard, which runs /bin/sh -c
+// command as its child. The guard leads a process group of its own, which
+// the command and everything it starts inherit: so a Ctrl-C at the
+// worker's terminal, which drains, does not reach them, and a cancel's
+// SIGTERM and SIGKILL reach all of them. The guard's parent-death signal
+// tells it when the worker is killed outright (kill -9, the OOM killer),
+// and it then stops the whole group, as the worker would have: SIGTERM,
+// and SIGKILL kill later. Without it only the shell would hear of the
+// worker's death, and a child the shell started would run on beside the
+// job's next attempt once the lease expires.
+func commandCmd(ctx context.Context, command string, kill time.Duration) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "/proc/self/exe", guardArg, strconv.Itoa(os.Getpid()), kill.String(), "/bin/sh", "-c", command)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: workerDied}
+	return cmd
+}
+
+// workerDied is the guard's parent-death signal. A signal no one sends a
+// process group, so the guard tells it from a cancel's SIGTERM.
+const workerDied = syscall.SIGUSR1
+
+// guard runs args[2:] as its child and exits as the child did; args[0]
+// is the worker's process id, args[1] the kill delay. A SIGTERM, which a
+// cancel sends the whole process group, is the child's to act on: the
+// guard waits for the child. When the worker has died, the guard sends
+// the group SIGTERM and, the kill delay later, SIGKILL, which ends the
+// guard too; it stays until then even if its child ends first, for the
+// processes the child left in the group.
+func guard(args []string) int {
+	if len(args) < 3 {
+		fmt.Fprintln(os.Stderr, "jobwatch: this is how worker --exec starts a job's command, not a command to run")
+		return 2
+	}
+	workerPID, err := strconv.Atoi(args[0])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "jobwatch: command guard: worker pid: %v\n", err)
+		return 2
+	}
+	kill, err := time.ParseDuration(args[1])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "jobwatch: command guard: %v\n", err)
+		return 2
+	}
+	// A SIGTERM is heard and let be (ignoring it instead would have the
+	// child inherit the ignoring).
+	died, terms := make(chan os.Signal, 1), make(chan os.Signal, 1)
+	signal.Notify(died, workerDied)
+	signal.Notify(terms, syscall.SIGTERM)
+	if os.Getppid() != workerPID { // the worker died before the guard could hear of it
+		return 128 + int(workerDied)
+	}
+	child := exec.Command(args[2], args[3:]...)
+	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := child.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "jobwatch: start command: %v\n", err)
+		return 127
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- child.Wait() }()
+	orphaned := false
+	for {
+		select {
+		case <-terms:
+		case <-died:
+			if !orphaned {
+				orphaned = true
+				_ = syscall.Kill(0, syscall.SIGTERM)
+				time.AfterFunc(kill, func() { _ = syscall.Kill(0, syscall.SIGKILL) })
+			}
+		case err := <-ended:
+			if orphaned { // the SIGKILL ends the group, and this process with it
+				time.Sleep(kill + time.Second)
+				return 128 + int(syscall.SIGKILL)
+			}
+			return exitLike(child.ProcessState, err)
+		}
+	}
+}
+
+// exitLike returns the exit status of a child that ended as ps says, for
+// the guard to exit with. A child killed by a signal that ends a Go
+// process quietly (SIGTERM, SIGKILL, SIGINT, SIGHUP) has the guard killed
+// by the same signal, so the worker sees what the command saw; any other
+// signal gives 128 + its number, as a shell's $? does.
+func exitLike(ps *os.ProcessState, err error) int {
+	if ps == nil {
+		fmt.Fprintf(os.Stderr, "jobwatch: run command: %v\n", err)
+		return 127
+	}
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() {
+		return ps.ExitCode()
+	}
+	switch s := ws.Signal(); s {
+	case syscall.SIGTERM, syscall.SIGKILL, syscall.SIGINT, syscall.SIGHUP:
+		signal.Reset(s)
+		_ = syscall.Kill(os.Getpid(), s)
+		time.Sleep(time.Second) // the signal arrives first
+	}
+	return 128 + int(ws.Signal())
+}
