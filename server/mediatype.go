@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 )
@@ -60,8 +62,7 @@ func explainMediaType(next http.Handler) http.Handler {
 
 // procedure returns the name of the method a path such as
 // /jobwatch.v1.JobService/WatchJob calls, and whether it is a server
-// stream; "" if the path names no method of jobwatch's services (the
-// handlers answer it with 404).
+// stream; "" if the path names no method of jobwatch's services.
 func procedure(path string) (method string, stream bool) {
 	service, method, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/")
 	if !ok || method == "" || strings.Contains(method, "/") {
@@ -94,4 +95,29 @@ func spokenHere(contentType string, stream bool) bool {
 		return strings.HasPrefix(mt, "application/connect+")
 	}
 	return mt == "application/json" || mt == "application/proto"
+}
+
+// unknownProcedure answers an RPC (a POST in one of the protocols) to a
+// path that names no procedure here with unimplemented, in the caller's
+// protocol, as the gRPC and Connect protocols say: a gRPC client reads a
+// plain 404 as a broken transport. A path is a procedure here if it is a
+// method of jobwatch's services or one of others. Everything else goes on
+// to next (the mux, whose "/" is the page, with its 404 for browsers).
+func unknownProcedure(errs *connect.ErrorWriter, others []string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || !errs.IsSupported(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if method, _ := procedure(r.URL.Path); method != "" || slices.Contains(others, r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		path := r.URL.Path
+		if len(path) > 200 {
+			path = path[:200] + "…"
+		}
+		_ = errs.Write(w, r, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("no procedure %q here: the services are "+
+			"jobwatch.v1.JobService, WorkerService and QueueService (proto/jobwatch/v1), grpc.health.v1.Health and reflection", path)))
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -366,8 +367,11 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 		connect.WithInterceptors(&callInterceptor{metrics: s.metrics, log: s.log}, &streamGuard{s}),
 		connect.WithRecover(s.recovered),
 	}
-	mux.Handle(grpchealth.NewHandler(s.health, streamOpts...))
-	reflector := grpcreflect.NewStaticReflector(serviceNames...)
+	mux.Handle(newHealthHandler(s.health, serviceNames, streamOpts...))
+	// Reflection lists health and itself too, for the tools that browse
+	// its list.
+	reflector := grpcreflect.NewStaticReflector(append(slices.Clip(serviceNames),
+		grpchealth.HealthV1ServiceName, grpcreflect.ReflectV1ServiceName, grpcreflect.ReflectV1AlphaServiceName)...)
 	reflectV1, reflectV1Handler := grpcreflect.NewHandlerV1(reflector, streamOpts...)
 	reflectV1Alpha, reflectV1AlphaHandler := grpcreflect.NewHandlerV1Alpha(reflector, streamOpts...)
 	mux.Handle(reflectV1, reflectV1Handler)
@@ -376,7 +380,10 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 	mux.Handle("/", cfg.Page)
 
 	s.setUpSends()
-	var h http.Handler = s.checkEnvelopes(explainMediaType(checkTimeoutHeaders(connect.NewErrorWriter(opts...), mux)))
+	errs := connect.NewErrorWriter(opts...)
+	others := []string{healthCheckProcedure, healthWatchProcedure, healthListProcedure,
+		reflectV1 + "ServerReflectionInfo", reflectV1Alpha + "ServerReflectionInfo"}
+	var h http.Handler = s.checkEnvelopes(explainMediaType(checkTimeoutHeaders(errs, unknownProcedure(errs, others, mux))))
 	if !cfg.AnyHost {
 		s.hosts = newHostCheck(cfg.AllowedHosts, s.metrics, s.log, opts)
 		h = s.hosts.handler(h)
@@ -387,9 +394,11 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 			AllowedOrigins: cfg.CORSOrigins,
 			AllowedMethods: connectcors.AllowedMethods(),
 			// Authorization carries the bearer tokens of --tokens
-			// (docs/SECURITY.md).
-			AllowedHeaders: append(connectcors.AllowedHeaders(), "Authorization"),
-			ExposedHeaders: connectcors.ExposedHeaders(),
+			// (docs/SECURITY.md); a page's tracing sends the trace
+			// context; and a client may compress a stream's messages.
+			AllowedHeaders: append(connectcors.AllowedHeaders(), "Authorization", "Traceparent", "Tracestate",
+				"Connect-Content-Encoding", "Connect-Accept-Encoding", "Grpc-Encoding", "Grpc-Accept-Encoding"),
+			ExposedHeaders: append(connectcors.ExposedHeaders(), ParkedCallsHeader),
 			MaxAge:         2 * 60 * 60,
 		}).Handler(h)
 	}

@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
+	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
@@ -397,7 +398,8 @@ func TestHealthAndReflectionAnswer(t *testing.T) {
 		for _, n := range names {
 			listed[string(n)] = true
 		}
-		for _, want := range []string{jobwatchv1connect.JobServiceName, jobwatchv1connect.WorkerServiceName, jobwatchv1connect.QueueServiceName} {
+		for _, want := range []string{jobwatchv1connect.JobServiceName, jobwatchv1connect.WorkerServiceName, jobwatchv1connect.QueueServiceName,
+			grpchealth.HealthV1ServiceName, grpcreflect.ReflectV1ServiceName} {
 			if !listed[want] {
 				t.Errorf("reflection lists %v, missing %s", names, want)
 			}
@@ -409,16 +411,74 @@ func TestHealthAndReflectionAnswer(t *testing.T) {
 	})
 }
 
+// Health speaks the health protocol's own messages: in JSON a status
+// reads as the protocol names it, List answers for every service, and a
+// Watch of a service the server does not know says SERVICE_UNKNOWN
+// rather than ending.
+func TestHealthSpeaksTheHealthProtocol(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	resp, err := http.Post(ts.url+"/grpc.health.v1.Health/Check", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if body, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != `{"status":"SERVING"}` {
+		t.Errorf("health Check in JSON = %d %s, want {\"status\":\"SERVING\"}", resp.StatusCode, body)
+	}
+	for _, opts := range [][]connect.ClientOption{{connect.WithGRPC()}, nil} {
+		list := connect.NewClient[healthv1.HealthListRequest, healthv1.HealthListResponse](ts.h2cClient(), ts.url+"/grpc.health.v1.Health/List", opts...)
+		got, err := list.CallUnary(ctxTimeout(t, 5*time.Second), connect.NewRequest(&healthv1.HealthListRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, service := range []string{"", jobwatchv1connect.JobServiceName, jobwatchv1connect.WorkerServiceName, jobwatchv1connect.QueueServiceName} {
+			if st := got.Msg.GetStatuses()[service].GetStatus(); st != healthv1.HealthCheckResponse_SERVING {
+				t.Errorf("health List says %q is %v, want SERVING", service, st)
+			}
+		}
+	}
+	watch := connect.NewClient[healthv1.HealthCheckRequest, healthv1.HealthCheckResponse](ts.h2cClient(), ts.url+"/grpc.health.v1.Health/Watch", connect.WithGRPC())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := watch.CallServerStream(ctx, connect.NewRequest(&healthv1.HealthCheckRequest{Service: "no.such.Service"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() || stream.Msg().GetStatus() != healthv1.HealthCheckResponse_SERVICE_UNKNOWN {
+		t.Fatalf("health Watch of an unknown service: %v, %v; want SERVICE_UNKNOWN", stream.Msg(), stream.Err())
+	}
+}
+
+// A call to a procedure that is not here is unimplemented in the caller's
+// own protocol, not a plain 404 that a gRPC client reads as a broken
+// transport; a browser's GET of a path that is not there still gets the
+// page's 404.
+func TestAnUnknownProcedureIsUnimplemented(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	for _, path := range []string{"/no.such.Service/Method", "/jobwatch.v1.JobService/NoSuchMethod", "/grpc.health.v1.Health"} {
+		for name, opts := range map[string][]connect.ClientOption{"connect": nil, "grpc": {connect.WithGRPC()}, "grpc-web": {connect.WithGRPCWeb()}} {
+			c := connect.NewClient[jobwatchv1.GetJobRequest, jobwatchv1.GetJobResponse](ts.h2cClient(), ts.url+path, opts...)
+			_, err := c.CallUnary(ctxTimeout(t, 5*time.Second), connect.NewRequest(&jobwatchv1.GetJobRequest{JobId: "j_1"}))
+			if connect.CodeOf(err) != connect.CodeUnimplemented || !strings.Contains(err.Error(), "no procedure") {
+				t.Errorf("%s call to %s: %v, want unimplemented saying there is no such procedure", name, path, err)
+			}
+		}
+	}
+	if resp := do(t, http.MethodGet, ts.url+"/no.such.Service/Method"); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET of a procedure's path = %s, want the page's 404", resp.Status)
+	}
+}
+
 // The v1alpha reflection service is what older grpcurl builds ask for.
 // Its messages are internal to grpcreflect, so this only checks that a
-// gRPC call there reaches a handler (HTTP 200 with a grpc-status) where an
-// unknown service gets 404.
+// gRPC call there reaches a handler (HTTP 200 with a grpc-status).
 func TestReflectionV1AlphaIsRouted(t *testing.T) {
 	ts := startServer(t, serverOptions{})
 	hc := ts.h2cClient()
 	for path, wantStatus := range map[string]int{
 		"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": http.StatusOK,
-		"/no.such.Service/Method": http.StatusNotFound,
+		"/no.such.Service/Method": http.StatusOK, // unimplemented
 	} {
 		req, err := http.NewRequest(http.MethodPost, ts.url+path, strings.NewReader(""))
 		if err != nil {
@@ -434,7 +494,7 @@ func TestReflectionV1AlphaIsRouted(t *testing.T) {
 		if resp.StatusCode != wantStatus {
 			t.Errorf("POST %s = %d, want %d", path, resp.StatusCode, wantStatus)
 		}
-		if wantStatus == http.StatusOK && resp.Trailer.Get("Grpc-Status") == "" && resp.Header.Get("Grpc-Status") == "" {
+		if resp.Trailer.Get("Grpc-Status") == "" && resp.Header.Get("Grpc-Status") == "" {
 			t.Errorf("POST %s has no grpc-status", path)
 		}
 	}
@@ -470,6 +530,18 @@ func TestCORSIsOffByDefaultAndAllowsOnlyTheConfiguredOrigins(t *testing.T) {
 	on := startServer(t, serverOptions{config: server.Config{CORSOrigins: []string{"https://app.example"}}})
 	if got := do(t, http.MethodOptions, on.url+"/jobwatch.v1.JobService/GetJob", preflight...).Header.Get("Access-Control-Allow-Origin"); got != "https://app.example" {
 		t.Errorf("preflight from an allowed origin got Allow-Origin %q", got)
+	}
+	// A page with tracing sends the trace context, and a token.
+	traced := slices.Clone(preflight)
+	traced[5] = "authorization,connect-protocol-version,content-type,traceparent,tracestate"
+	if got := do(t, http.MethodOptions, on.url+"/jobwatch.v1.JobService/GetJob", traced...).Header.Get("Access-Control-Allow-Origin"); got != "https://app.example" {
+		t.Errorf("preflight with a token and a trace context got Allow-Origin %q", got)
+	}
+	// A page can read the header that says the server is full of
+	// parked calls.
+	call := do(t, http.MethodPost, on.url+"/jobwatch.v1.JobService/GetJob", "Origin", "https://app.example", "Content-Type", "application/json")
+	if got := call.Header.Get("Access-Control-Expose-Headers"); !strings.Contains(got, server.ParkedCallsHeader) {
+		t.Errorf("a call from an allowed origin exposes %q, want %s among them", got, server.ParkedCallsHeader)
 	}
 	preflight[1] = "https://evil.example"
 	if got := do(t, http.MethodOptions, on.url+"/jobwatch.v1.JobService/GetJob", preflight...).Header.Get("Access-Control-Allow-Origin"); got != "" {

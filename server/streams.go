@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"connectrpc.com/grpchealth"
 )
 
 // Causes that end a health Watch or reflection stream OK.
@@ -90,8 +89,6 @@ func (g *streamGuard) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 		return err
 	}
 }
-
-const healthWatchProcedure = "/" + grpchealth.HealthV1ServiceName + "/Watch"
 
 // noTenant finds no tenant: a stream that is not about jobs counts
 // against its caller's token's tenant when it names one (callTenant),

@@ -144,7 +144,7 @@ func newServeFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 		"comma-separated `hosts` (name or address, with or without a port) whose Host header is answered besides loopback ones; without tokens the server refuses every other Host (DNS rebinding)")
 	fs.Var(levelFlag{&f.logLevel}, "log-level", "log `level`: debug (logs every call), info, warn or error")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr without authentication")
-	fs.StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated browser `origins` allowed to call the API (\"*\" for any); empty: no CORS")
+	fs.StringVar(&f.corsOrigins, "cors-origins", "", "comma-separated browser `origins` allowed to call the API (\"*\" for any, with --tokens or --insecure); empty: no CORS")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "`host:port` of a listener of its own for /metrics, which then leaves --addr; it asks for no token, so bind it where only your scraper reaches. Empty: /metrics on --addr, taking a metrics or admin token when --tokens is given")
 	fs.BoolVar(&f.tenantMetrics, "metrics-per-tenant", false, "add jobwatch_queue_tenant_jobs to /metrics: each queue's queued and running jobs by tenant, two series per queue and tenant with unfinished work (mind the cardinality); a scrape after a change reads every unfinished job's index entry")
 	return fs
@@ -198,6 +198,13 @@ func checkServeFlags(f serveFlags, args []string) (serveFlags, error) {
 	for _, o := range splitList(f.corsOrigins) {
 		if err := checkOrigin(o); err != nil {
 			return f, usageError{"--cors-origins: " + err.Error()}
+		}
+		// The Host check keeps other sites' pages from a server without
+		// tokens; CORS for any origin would let every page the user
+		// opens through it (docs/SECURITY.md).
+		if o == "*" && f.tokens == "" && !f.insecure {
+			return f, usageError{`--cors-origins "*" without --tokens would let every web page you open call this server, which has no authentication: ` +
+				`name the origins of your own pages (--cors-origins https://app.example.org), give --tokens, or add --insecure to accept it`}
 		}
 	}
 	if err := checkLoopback(f.addr, f.insecure || f.tokens != ""); err != nil {

@@ -48,7 +48,8 @@ func TestServeRefusesWhatItCannotDoSafely(t *testing.T) {
 		{"a negative per-tenant parked-call limit is refused", []string{"--max-parked-calls-per-tenant", "-1"}, 2, "--max-parked-calls-per-tenant must not be negative"},
 		{"an allowed host with a scheme is refused", []string{"--allowed-hosts", "localhost,https://jobs.example.org"}, 2, "--allowed-hosts: \"https://jobs.example.org\" is not a host"},
 		{"an allowed host with a wildcard is refused", []string{"--allowed-hosts", "*.example.org"}, 2, "--allowed-hosts"},
-		{"a CORS origin without a scheme is refused", []string{"--cors-origins", "*,app.example.org"}, 2, "http:// or https://"},
+		{"a CORS origin without a scheme is refused", []string{"--cors-origins", "https://ok.example.org,app.example.org"}, 2, "http:// or https://"},
+		{"any CORS origin without tokens is refused", []string{"--cors-origins", "https://app.example.org,*"}, 2, "every web page you open"},
 		{"metrics on the API's own address is refused", []string{"--addr", "127.0.0.1:8089", "--metrics-addr", "127.0.0.1:8089"}, 2, "--metrics-addr 127.0.0.1:8089 is --addr too"},
 	}
 	for _, tt := range tests {
