@@ -4,13 +4,16 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/jobwatch/jobwatch/client"
@@ -201,7 +204,11 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 			fmt.Fprintf(stderr, "jobwatch: %s: %d matched, %d %s so far\n", name, r.Matched, r.Changed, pastTense(verb))
 		}
 	})
+	inDoubt := false
 	if err != nil {
+		code, _, answered := refusal(err)
+		inDoubt = !answered && !errors.Is(err, syscall.ECONNREFUSED) || code == connect.CodeUnavailable || code == connect.CodeDeadlineExceeded ||
+			code == connect.CodeInternal || code == connect.CodeUnknown
 		err = callError(name, err)
 	}
 	switch {
@@ -221,10 +228,16 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 		}
 	case err == nil:
 		fmt.Fprintf(stdout, "%d matched, %d %s\n", r.Matched, r.Changed, pastTense(verb))
-	case r.Matched > 0:
+	case r.Matched > 0 || inDoubt:
 		// Stopped partway: what stands is said beside the error, not as
-		// the summary of a call that went through.
-		fmt.Fprintf(stderr, "jobwatch: %s: stopped after %d matched, %d %s\n", name, r.Matched, r.Changed, pastTense(verb))
+		// the summary of a call that went through. A page whose answer
+		// was lost may have been done, wholly or in part; doing the
+		// rest is the same command again, which finds only what is left.
+		var doubt string
+		if inDoubt {
+			doubt = "; the page asked for when it stopped may have been done in part: run the same command again to do the rest"
+		}
+		fmt.Fprintf(stderr, "jobwatch: %s: stopped after %d matched, %d %s%s\n", name, r.Matched, r.Changed, pastTense(verb), doubt)
 	}
 	return err
 }

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -192,11 +196,29 @@ func TestABulkRetryStoppedPartwaySaysWhatStands(t *testing.T) {
 	code, stdout, stderr := runInProcess(t, "retry", "--server", s.URL, "--kind", "bulk.quota", "--yes")
 	if code != 1 || stdout != "" || !strings.Contains(stderr, "resource_exhausted") ||
 		!strings.Contains(stderr, "this page retried 1 of the 3 jobs it matched") ||
-		!strings.Contains(stderr, "jobwatch: retry: stopped after 3 matched, 1 retried") {
+		!strings.Contains(stderr, "jobwatch: retry: stopped after 3 matched, 1 retried\n") {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want the refusal and what stands, on stderr", code, stdout, stderr)
 	}
 	code, stdout, _ = runInProcess(t, "retry", "--server", s.URL, "--kind", "bulk.quota", "--yes", "--json")
 	if code != 1 || !strings.HasPrefix(stdout, `{"matched":2,"changed":0,"error":"retry: resource_exhausted: `) {
 		t.Fatalf("--json: exit %d, %q; want the counts and the error", code, stdout)
+	}
+}
+
+// A bulk action whose call is cut on its way back cannot know what the
+// server did with the page it asked for, and says so, with what to do.
+func TestABulkActionCutOffSaysThePageMayBeDone(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		panic(http.ErrAbortHandler) // the stream is reset, with no answer
+	}))
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.Start()
+	defer srv.Close()
+	code, stdout, stderr := runInProcess(t, "cancel", "--server", srv.URL, "--queue", "nightly", "--yes")
+	if code != 1 || stdout != "" || !strings.Contains(stderr, "jobwatch: cancel: stopped after 0 matched, 0 cancelled; the page asked for when it stopped may have been done in part: run the same command again") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want it said that the page may have been done", code, stdout, stderr)
 	}
 }

@@ -189,7 +189,9 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if err := createPrivate(path, cfg.Logger); err != nil {
+	if err := createPrivate(path, cfg.Logger); errors.Is(err, errDirectory) {
+		return nil, fmt.Errorf("open sqlite: %s %w: give the path of a database file (a new one is created)", path, err)
+	} else if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, jobtype.ErrUnavailable, err)
 	}
 	// The file is this process's alone while it has a Store open on it
@@ -275,6 +277,9 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 // the database file's mode, so they are 0600 too (less the umask).
 const FileMode fs.FileMode = 0o600
 
+// errDirectory is createPrivate's error for a path that is a directory.
+var errDirectory = errors.New("is a directory")
+
 // createPrivate creates the database file at path, empty, with FileMode
 // if it does not exist, before SQLite opens it (SQLite would create it
 // 0644). An existing file keeps its mode: it is the operator's; one that
@@ -287,7 +292,11 @@ func createPrivate(path string, log *slog.Logger) error {
 	if !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	if info, err := os.Stat(path); err == nil && info.Mode().Perm()&0o077 != 0 {
+	info, err := os.Stat(path)
+	if err == nil && info.IsDir() {
+		return errDirectory
+	}
+	if err == nil && info.Mode().Perm()&0o077 != 0 {
 		log.Warn("the database file may be read by other users: it holds every job's payload and result; "+
 			"chmod 600 it and its -wal and -shm files", "path", path, "mode", fmt.Sprintf("%#o", info.Mode().Perm()))
 	}
