@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -249,6 +250,9 @@ func checkJSONField(t *testing.T, field string, v *structpb.Value) {
 	raw, err := jsonField(field, v)
 	if err != nil {
 		wantCode(t, err, connect.CodeInvalidArgument)
+		if strings.Contains(err.Error(), "proto:") {
+			t.Fatalf("%s: the refusal names the library: %v", field, err)
+		}
 		return
 	}
 	if raw == nil {
@@ -298,5 +302,15 @@ func wantCode(t *testing.T, err error, code connect.Code) {
 	}
 	if strings.TrimSpace(err.Error()) == "" {
 		t.Fatalf("%v with no message", code)
+	}
+}
+
+// A payload that JSON cannot hold (only binary protobuf can send a NaN)
+// is refused in the caller's words, without the library's "proto:".
+func TestAPayloadJSONCannotHoldIsRefusedInPlainWords(t *testing.T) {
+	_, err := jsonField("payload", structpb.NewNumberValue(math.NaN()))
+	wantCode(t, err, connect.CodeInvalidArgument)
+	if msg := err.Error(); strings.Contains(msg, "proto:") || !strings.Contains(msg, "payload") || !strings.Contains(msg, "NaN") {
+		t.Fatalf("a NaN payload was refused with %q, want the field and the value named, without \"proto:\"", msg)
 	}
 }

@@ -26,7 +26,7 @@ func invalid(field, reason string) error {
 func jsonField(field string, v *structpb.Value) (json.RawMessage, error) {
 	raw, err := wire.JSON(v)
 	if err != nil {
-		return nil, invalid(field, err.Error())
+		return nil, invalid(field, wire.DecodeMistake(err, nil))
 	}
 	return raw, nil
 }
