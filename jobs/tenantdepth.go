@@ -63,19 +63,25 @@ type QueueTenants struct {
 }
 
 // BusiestTenants reads TenantDepths and keeps, for each queue with
-// unfinished work (the map's keys), its n busiest tenants (n as
-// DefaultTenantsPerQueue and MaxTenantsPerQueue say) and how many it
-// left out.
+// unfinished work (the map's keys), its n busiest tenants (see Busiest).
 func (e *Engine) BusiestTenants(ctx context.Context, n int) (map[string]QueueTenants, error) {
+	depths, err := e.TenantDepths(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return Busiest(depths, n), nil
+}
+
+// Busiest keeps, for each queue of depths (sorted by queue, as
+// TenantDepths returns them), its n busiest tenants (n as
+// DefaultTenantsPerQueue and MaxTenantsPerQueue say) and how many it
+// left out. depths is left as it is, so callers may share it.
+func Busiest(depths []TenantDepth, n int) map[string]QueueTenants {
 	switch {
 	case n <= 0:
 		n = DefaultTenantsPerQueue
 	case n > MaxTenantsPerQueue:
 		n = MaxTenantsPerQueue
-	}
-	depths, err := e.TenantDepths(ctx)
-	if err != nil {
-		return nil, err
 	}
 	out := map[string]QueueTenants{}
 	// depths holds each queue's tenants together.
@@ -84,13 +90,13 @@ func (e *Engine) BusiestTenants(ctx context.Context, n int) (map[string]QueueTen
 		for end < len(depths) && depths[end].Queue == depths[start].Queue {
 			end++
 		}
-		tenants := depths[start:end]
+		tenants := slices.Clone(depths[start:end])
 		slices.SortFunc(tenants, Busier)
 		kept := min(n, len(tenants))
 		out[depths[start].Queue] = QueueTenants{Busiest: slices.Clip(tenants[:kept]), LeftOut: len(tenants) - kept}
 		start = end
 	}
-	return out, nil
+	return out
 }
 
 // Busier orders tenants of one queue busiest first: the most QUEUED

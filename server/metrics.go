@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -173,14 +172,16 @@ func (m *Metrics) register(reg *prometheus.Registry, engine *jobs.Engine, log *s
 		m.parkedByTenant, m.tenantParkRefused, m.hostRefused,
 		m.bodiesReading, m.bodyTimeouts, m.abandoned, m.sendsInProgress, m.sendsCut,
 		&jobsCollector{counts: &sharedRead[map[jobtype.State]int64]{
-			engine: engine, log: log, what: "count jobs", read: engine.CountByState}},
+			engine: engine, log: log, what: "count jobs for metrics", read: engine.CountByState,
+			maxAge: jobCountsMaxAge, minGap: jobCountsMinGap}},
 		&alertsCollector{engine: engine},
 		&pausesCollector{engine: engine, log: log},
 		&ratesCollector{engine: engine, log: log},
 	}
 	if m.opts.PerTenant {
 		collectors = append(collectors, &tenantJobsCollector{depths: &sharedRead[[]jobs.TenantDepth]{
-			engine: engine, log: log, what: "read each queue's jobs by tenant", read: engine.TenantDepths}})
+			engine: engine, log: log, what: "read each queue's jobs by tenant for metrics", read: engine.TenantDepths,
+			maxAge: jobCountsMaxAge, minGap: jobCountsMinGap}})
 	}
 	for _, c := range collectors {
 		// A Metrics shared by two servers on one registry is registered
@@ -230,70 +231,6 @@ const (
 	jobCountTimeout = 10 * time.Second
 )
 
-// sharedRead is a read over every job (the count by state, the tenants'
-// depths) that scrapes share (see above).
-type sharedRead[T any] struct {
-	engine *jobs.Engine
-	log    *slog.Logger
-	what   string // the read, as the log names it
-	read   func(context.Context) (T, error)
-
-	mu       sync.Mutex
-	value    T
-	have     bool          // a read has succeeded
-	readAt   time.Time     // when the last good read started
-	seq      int64         // Engine.Changes() when it started
-	tried    time.Time     // when the last read, good or not, started
-	counting chan struct{} // not nil while a read runs; closed at its end
-}
-
-// get returns the value and when it was read, reading again first when
-// it is stale (see above). ok is false when no read has ever succeeded.
-func (c *sharedRead[T]) get() (value T, at time.Time, ok bool) {
-	arrived := time.Now()
-	for {
-		c.mu.Lock()
-		if running := c.counting; running != nil {
-			c.mu.Unlock()
-			<-running // bounded by jobCountsMinGap + jobCountTimeout
-			continue
-		}
-		// A read that started after this scrape did is as fresh as one
-		// of its own: under constant change a scrape waits for at most
-		// one read, never for the next and the next.
-		started := !c.readAt.Before(arrived)
-		if c.have && (started || c.engine.Changes() == c.seq && time.Since(c.readAt) < jobCountsMaxAge) {
-			defer c.mu.Unlock()
-			return c.value, c.readAt, true
-		}
-		done := make(chan struct{})
-		c.counting = done
-		wait := jobCountsMinGap - time.Since(c.tried)
-		c.mu.Unlock()
-
-		if wait > 0 {
-			time.Sleep(wait)
-		}
-		start, seq := time.Now(), c.engine.Changes()
-		ctx, cancel := context.WithTimeout(context.Background(), jobCountTimeout)
-		v, err := c.read(ctx)
-		cancel()
-
-		c.mu.Lock()
-		c.tried = start
-		if err != nil {
-			c.log.Warn(c.what+" for metrics; /metrics shows the last", "read_at", c.readAt, "err", err)
-		} else {
-			c.value, c.have, c.readAt, c.seq = v, true, start, seq
-		}
-		c.counting = nil
-		close(done)
-		value, at, ok = c.value, c.readAt, c.have
-		c.mu.Unlock()
-		return value, at, ok
-	}
-}
-
 // jobsCollector reports jobs by state from a shared count.
 type jobsCollector struct {
 	counts *sharedRead[map[jobtype.State]int64]
@@ -315,7 +252,7 @@ func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
-	counts, at, ok := c.counts.get()
+	counts, at, ok, _ := c.counts.get(context.Background())
 	if !ok {
 		ch <- prometheus.NewInvalidMetric(jobsDesc, errors.New("jobs could not be counted yet"))
 		return
@@ -348,7 +285,7 @@ func (c *tenantJobsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *tenantJobsCollector) Collect(ch chan<- prometheus.Metric) {
-	depths, at, ok := c.depths.get()
+	depths, at, ok, _ := c.depths.get(context.Background())
 	if !ok {
 		ch <- prometheus.NewInvalidMetric(tenantJobsDesc, errors.New("jobs by tenant could not be read yet"))
 		return

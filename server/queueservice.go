@@ -11,6 +11,7 @@ import (
 	"github.com/jobwatch/jobwatch/auth"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/wire"
 )
@@ -22,6 +23,13 @@ var _ jobwatchv1connect.QueueServiceHandler = (*queueService)(nil)
 
 // ListQueues reports one row per queue that has QUEUED or RUNNING jobs,
 // per queue the rules declare, and "default" always, sorted by name.
+//
+// The counts (and the tenants' below) come from reads over every
+// unfinished job's index entry, which callers share (Server.queueStats,
+// Server.tenantDepths): a read that took more than 20 ms answers the
+// calls of the next ten times as long (at most 5 s), so that pages
+// polling a server with a million queued jobs cost it one read per that
+// gap, not one each; the counts are then that much older.
 // oldest_queued_age is how long the oldest ready job has waited (unset
 // when none waits: a job scheduled for later is not waiting), at most 100
 // years (queuedAge).
@@ -50,7 +58,7 @@ var _ jobwatchv1connect.QueueServiceHandler = (*queueService)(nil)
 // queue the rules give one.
 //
 // tenants and tenants_left_out are each queue's busiest tenants
-// (jobs.Engine.BusiestTenants, req's tenants_per_queue of them), for an
+// (jobs.Busiest, req's tenants_per_queue of them), for an
 // admin token or a server without tokens; QueueService refuses every
 // other token (see may), and should that change, other callers get
 // none: they name every tenant of a shared queue.
@@ -58,7 +66,7 @@ func (h *queueService) ListQueues(ctx context.Context, req *jobwatchv1.ListQueue
 	if n := req.GetTenantsPerQueue(); n < 0 {
 		return nil, invalid("tenants_per_queue", fmt.Sprintf("must not be negative (0 means the default, 10; more than 100 means 100), got %d", n))
 	}
-	stats, err := h.s.engine.QueueStats(ctx)
+	stats, _, _, err := h.s.queueStats.get(ctx)
 	if err != nil {
 		return nil, h.s.toConnectError(ctx, "list queues", err)
 	}
@@ -127,10 +135,11 @@ func (h *queueService) ListQueues(ctx context.Context, req *jobwatchv1.ListQueue
 // their own after the queues': a queue whose first job arrived in
 // between has no row in this answer, so its tenants wait for the next.
 func (h *queueService) withTenants(ctx context.Context, queues []*jobwatchv1.Queue, perQueue int) error {
-	busiest, err := h.s.engine.BusiestTenants(ctx, perQueue)
+	depths, _, _, err := h.s.tenantDepths.get(ctx)
 	if err != nil {
 		return err
 	}
+	busiest := jobs.Busiest(depths, perQueue)
 	for _, row := range queues {
 		q := busiest[row.Name]
 		row.TenantsLeftOut = int32(q.LeftOut)

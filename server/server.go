@@ -306,6 +306,9 @@ type Server struct {
 	authRequired bool // Config.Tokens was given
 	tokens       atomic.Pointer[auth.Tokens]
 	openCalls    openCalls
+	// ListQueues' reads over every unfinished job, shared (sharedread.go).
+	queueStats   *sharedRead[[]jobs.QueueStats]
+	tenantDepths *sharedRead[[]jobs.TenantDepth]
 	shared       sharedResponses // responses encoded once for many calls (shared.go)
 	hosts        *hostCheck      // without AnyHost: the Host check of every listener
 }
@@ -337,6 +340,8 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 		s.tokens.Store(cfg.Tokens)
 	}
 	s.metrics.register(cfg.Registry, engine, cfg.Logger)
+	s.queueStats = &sharedRead[[]jobs.QueueStats]{engine: engine, log: cfg.Logger, what: "list queues", read: engine.QueueStats, reuse: listQueuesReuse}
+	s.tenantDepths = &sharedRead[[]jobs.TenantDepth]{engine: engine, log: cfg.Logger, what: "list queues' tenants", read: engine.TenantDepths, reuse: listQueuesReuse}
 
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
@@ -413,6 +418,16 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 	}
 	s.handler = lim.handler(h)
 	return s
+}
+
+// listQueuesReuse is how long ListQueues reuses a read that took took
+// (see queueService.ListQueues): ten times as long once it took more
+// than 20 ms, at most 5 s.
+func listQueuesReuse(took time.Duration) time.Duration {
+	if took <= 20*time.Millisecond {
+		return 0
+	}
+	return min(10*took, 5*time.Second)
 }
 
 // recovered turns a handler's panic into internal, like any internal

@@ -1,0 +1,119 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jobwatch/jobwatch/jobs"
+)
+
+// sharedRead is a read over every job (a count by state, each queue's
+// depth, the tenants' depths) that many callers share, so that its cost
+// does not grow with the callers: /metrics' scrapes (metrics.go) and
+// ListQueues (queueservice.go).
+//
+// A caller gets the last value while it is fresh: the read began after
+// the caller arrived; or, with maxAge set, no job changed since the read
+// began (Engine.Changes: this engine's changes and the changes of other
+// replicas it hears) and it is younger than maxAge (for what the engine
+// does not hear: retention's deletes, a notification a replica lost). Otherwise the caller reads again, and callers who arrive
+// meanwhile wait for that read and share it (never two at once). Two
+// reads are at least minGap apart (a caller in between waits for the
+// next, so what it gets is never older than its own start). With reuse
+// set, a value also stays fresh for reuse(took) after its read began,
+// took being how long that read took, though jobs changed: so a read
+// whose cost grows with the jobs (a second at millions) runs at most
+// once per that gap however often callers ask, and its value is that
+// much older; Reading it says when it was read.
+type sharedRead[T any] struct {
+	engine *jobs.Engine
+	log    *slog.Logger
+	what   string // the read, as the log names it
+	read   func(context.Context) (T, error)
+	maxAge time.Duration
+	minGap time.Duration
+	reuse  func(took time.Duration) time.Duration
+
+	mu       sync.Mutex
+	value    T
+	have     bool          // a read has succeeded
+	readAt   time.Time     // when the last good read started
+	took     time.Duration // how long it took
+	seq      int64         // Engine.Changes() when it started
+	tried    time.Time     // when the last read, good or not, started
+	err      error         // the last read's error; nil if it succeeded
+	counting chan struct{} // not nil while a read runs; closed at its end
+}
+
+// get returns the value and when it was read, reading again first when
+// it is stale (see sharedRead). ok is false when no read has ever
+// succeeded. err is the error of the read this call ran or waited for,
+// if it failed (the value is then the last good one); the failure is
+// logged once per read. get waits no longer than ctx lets it.
+func (c *sharedRead[T]) get(ctx context.Context) (value T, at time.Time, ok bool, err error) {
+	arrived := time.Now()
+	for {
+		c.mu.Lock()
+		if running := c.counting; running != nil {
+			c.mu.Unlock()
+			select {
+			case <-running: // bounded by minGap + jobCountTimeout
+			case <-ctx.Done():
+				var zero T
+				return zero, time.Time{}, false, context.Cause(ctx)
+			}
+			c.mu.Lock()
+			if !c.tried.Before(arrived) && c.err != nil {
+				// The read waited for failed: say so, rather than
+				// reading again for each caller who waited.
+				defer c.mu.Unlock()
+				return c.value, c.readAt, c.have, c.err
+			}
+			c.mu.Unlock()
+			continue
+		}
+		if c.fresh(arrived) {
+			defer c.mu.Unlock()
+			return c.value, c.readAt, true, nil
+		}
+		done := make(chan struct{})
+		c.counting = done
+		wait := c.minGap - time.Since(c.tried)
+		c.mu.Unlock()
+
+		if wait > 0 {
+			time.Sleep(wait)
+		}
+		start, seq := time.Now(), c.engine.Changes()
+		rctx, cancel := context.WithTimeout(context.Background(), jobCountTimeout)
+		v, err := c.read(rctx)
+		cancel()
+
+		c.mu.Lock()
+		c.tried, c.err = start, err
+		if err != nil {
+			c.log.Warn(c.what+"; the last read stands", "read_at", c.readAt, "err", err)
+		} else {
+			c.value, c.have, c.readAt, c.took, c.seq = v, true, start, time.Since(start), seq
+		}
+		c.counting = nil
+		close(done)
+		value, at, ok = c.value, c.readAt, c.have
+		c.mu.Unlock()
+		return value, at, ok, err
+	}
+}
+
+// fresh reports whether the last value may answer a caller who arrived
+// at arrived (see sharedRead). c.mu is held.
+func (c *sharedRead[T]) fresh(arrived time.Time) bool {
+	if !c.have {
+		return false
+	}
+	age := time.Since(c.readAt)
+	return !c.readAt.Before(arrived) || // began after the caller arrived
+		c.maxAge > 0 && c.engine.Changes() == c.seq && age < c.maxAge ||
+		c.reuse != nil && age < c.reuse(c.took)
+}
