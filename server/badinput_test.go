@@ -503,25 +503,31 @@ func TestAMalformedDeadlineHeaderSaysWhatOneLooksLike(t *testing.T) {
 	}
 
 	// gRPC: an empty GetJobRequest in its 5-byte frame.
-	req, err := http.NewRequest(http.MethodPost, ts.url+"/jobwatch.v1.JobService/GetJob", bytes.NewReader(make([]byte, 5)))
-	if err != nil {
-		t.Fatal(err)
+	grpcGetJob := func(timeout string) (status, msg string) {
+		req, err := http.NewRequest(http.MethodPost, ts.url+"/jobwatch.v1.JobService/GetJob", bytes.NewReader(make([]byte, 5)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/grpc")
+		req.Header.Set("Te", "trailers")
+		req.Header.Set("Grpc-Timeout", timeout)
+		resp, err := ts.h2cClient().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		status, msg = resp.Trailer.Get("Grpc-Status"), resp.Trailer.Get("Grpc-Message")
+		if status == "" {
+			status, msg = resp.Header.Get("Grpc-Status"), resp.Header.Get("Grpc-Message")
+		}
+		return status, msg
 	}
-	req.Header.Set("Content-Type", "application/grpc")
-	req.Header.Set("Te", "trailers")
-	req.Header.Set("Grpc-Timeout", "soon")
-	resp, err := ts.h2cClient().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	status, msg := resp.Trailer.Get("Grpc-Status"), resp.Trailer.Get("Grpc-Message")
-	if status == "" {
-		status, msg = resp.Header.Get("Grpc-Status"), resp.Header.Get("Grpc-Message")
-	}
-	if status != "3" || !strings.Contains(msg, "grpc-timeout header must be 1 to 8 digits and a unit") {
+	if status, msg := grpcGetJob("soon"); status != "3" || !strings.Contains(msg, "grpc-timeout header must be 1 to 8 digits and a unit") {
 		t.Errorf("grpc-timeout: soon = grpc-status %q, message %q; want 3 (invalid_argument) saying what the header holds", status, msg)
+	}
+	if status, msg := grpcGetJob("0m"); status != "4" || !strings.Contains(msg, "the call's deadline had passed when the server read it") {
+		t.Errorf("grpc-timeout: 0m = grpc-status %q, message %q; want 4 (deadline_exceeded) saying the deadline had passed", status, msg)
 	}
 	submit(t, ts.h2c(), &jobwatchv1.SubmitJobRequest{Kind: "after.a.bad.deadline"})
 }

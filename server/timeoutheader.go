@@ -40,9 +40,15 @@ func checkTimeoutHeaders(refusals *connect.ErrorWriter, next http.Handler) http.
 			err = connect.NewError(connect.CodeDeadlineExceeded, errors.New(
 				"the call's deadline had passed when the server read it (Connect-Timeout-Ms: 0)"))
 		}
-		if g, ok := r.Header["Grpc-Timeout"]; err == nil && ok && (len(g) != 1 || !grpcTimeout.MatchString(g[0])) {
-			err = connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
-				"the grpc-timeout header must be 1 to 8 digits and a unit (H, M, S, m, u or n), such as 30S, got %q", strings.Join(g, ", ")))
+		if g, ok := r.Header["Grpc-Timeout"]; err == nil && ok {
+			switch {
+			case len(g) != 1 || !grpcTimeout.MatchString(g[0]):
+				err = connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
+					"the grpc-timeout header must be 1 to 8 digits and a unit (H, M, S, m, u or n), such as 30S, got %q", strings.Join(g, ", ")))
+			case strings.Trim(g[0][:len(g[0])-1], "0") == "":
+				err = connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf(
+					"the call's deadline had passed when the server read it (grpc-timeout: %s)", g[0]))
+			}
 		}
 		if err == nil || !refusals.IsSupported(r) {
 			next.ServeHTTP(w, r)
