@@ -35,6 +35,9 @@ import (
 // without a separate go build. pgtest.Main stops the throwaway
 // PostgreSQL cluster the replica and bench tests may have started.
 func TestMain(m *testing.M) {
+	if command := os.Getenv("JOBWATCH_TEST_GUARD_PARENT"); command != "" && (len(os.Args) < 2 || os.Args[1] != guardArg) {
+		os.Exit(guardParent(command))
+	}
 	if os.Getenv("JOBWATCH_TEST_RUN_MAIN") == "1" || len(os.Args) > 1 && os.Args[1] == guardArg {
 		main()
 		return

@@ -80,7 +80,10 @@ func guard(args []string) int {
 		select {
 		case <-terms:
 		case <-died:
-			if !orphaned {
+			// The signal also comes when the worker's thread that
+			// started the guard ends while the worker lives on; only a
+			// new parent says the worker is gone.
+			if !orphaned && os.Getppid() != workerPID {
 				orphaned = true
 				_ = syscall.Kill(0, syscall.SIGTERM)
 				time.AfterFunc(kill, func() { _ = syscall.Kill(0, syscall.SIGKILL) })

@@ -376,36 +376,58 @@ func TestAKilledWorkerLeavesNoCommandRunning(t *testing.T) {
 
 // The guard of a command whose worker died stops the command's whole
 // process group: SIGTERM, then SIGKILL for what ignores it, the kill
-// delay later; and the guard ends with them. The worker's death is
-// played by sending the guard its parent-death signal.
+// delay later; and the guard ends with them. The worker is played by a
+// process of the test binary that starts the command as the worker does
+// and is then killed (guardParent).
 func TestTheGuardOfAnOrphanedCommandKillsWhatIgnoresSIGTERM(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the command's guard is Linux's")
 	}
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	cmd := exec.Command(os.Args[0], guardArg, strconv.Itoa(os.Getpid()), "300ms", "/bin/sh", "-c",
-		`trap "" TERM; sh -c 'echo $$ > "$PIDFILE.tmp" && mv "$PIDFILE.tmp" "$PIDFILE"; exec sleep 60'`)
-	cmd.Env = append(os.Environ(), "PIDFILE="+pidFile)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	parent := exec.Command(os.Args[0])
+	parent.Env = append(os.Environ(), "PIDFILE="+pidFile,
+		`JOBWATCH_TEST_GUARD_PARENT=trap "" TERM; sh -c 'echo $$ > "$PIDFILE.tmp" && mv "$PIDFILE.tmp" "$PIDFILE"; exec sleep 60'`)
+	out, err := parent.StdoutPipe()
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = parent.Process.Kill(); _ = parent.Wait() })
+	var guard int
+	if _, err := fmt.Fscan(out, &guard); err != nil {
+		t.Fatalf("the worker's stand-in did not say its command's guard: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-guard, syscall.SIGKILL) })
 	waitFor(t, "the command's child to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
 	pid := readPID(t, pidFile)
 	// A cancel's SIGTERM to the group is the command's: this one ignores
 	// it, and the guard waits on.
-	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM); err != nil {
+	if err := syscall.Kill(-guard, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Process.Signal(workerDied); err != nil {
+	if err := parent.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the command's child to be killed", func() bool { return !running(pid) })
-	err := cmd.Wait()
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		t.Fatalf("the guard ended with %v, want killed with its group", err)
+	waitFor(t, "the guard to end", func() bool { return !running(guard) })
+}
+
+// guardParent is the worker's stand-in of
+// TestTheGuardOfAnOrphanedCommandKillsWhatIgnoresSIGTERM: it starts
+// command as worker --exec does, with a kill delay of 300 ms, prints its
+// guard's process id and waits to be killed.
+func guardParent(command string) int {
+	cmd := commandCmd(context.Background(), command, 300*time.Millisecond)
+	cmd.Env = os.Environ()
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
+	fmt.Println(cmd.Process.Pid)
+	_ = cmd.Wait()
+	return 0
 }
 
 // A command that a signal ends fails its job saying which signal: the
