@@ -488,8 +488,10 @@ const (
 // and the query is closed as soon as the page is full by count or by
 // bytes, so a page of large jobs holds at most f.MaxBytes of them, plus
 // the one row that told it to stop.
-func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]jobtype.Job, string, error) {
-	where, args := "1 = 1", []any(nil)
+// listQuery is ListJobs' query of f, its arguments and the format of its
+// page tokens.
+func listQuery(f store.ListFilter) (query string, args []any, format byte, err error) {
+	where := "1 = 1"
 	if f.Tenant != "" {
 		where, args = where+" AND tenant = ?", append(args, f.Tenant)
 	}
@@ -515,7 +517,7 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]jobtype.Job
 	if f.ChangedSince != "" {
 		change, err := decodeCursor(f.ChangedSince)
 		if err != nil {
-			return nil, "", err
+			return "", nil, 0, err
 		}
 		where, args = where+" AND change_seq > ?", append(args, change)
 		format, keyColumns, after, order = changeTokenFormat, "(change_seq, seq)", " > ", " ORDER BY change_seq, seq"
@@ -523,7 +525,7 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]jobtype.Job
 	if f.PageToken != "" {
 		key, seq, err := store.DecodePageToken(format, f.PageToken)
 		if err != nil {
-			return nil, "", err
+			return "", nil, 0, err
 		}
 		where, args = where+" AND "+keyColumns+after+"(?, ?)", append(args, key, seq)
 	}
@@ -531,10 +533,28 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]jobtype.Job
 	if f.Full {
 		selected = columns
 	}
-	query := "SELECT " + selected + ", change_seq FROM jobs WHERE " + where + order
+	from := "jobs"
+	if len(f.States) == 1 && f.States[0] == jobtype.Running && f.ChangedSince == "" {
+		// The running jobs are as many as the workers run at once, so
+		// reading them all from their own index and sorting them beats
+		// walking the tenant's jobs newest first, which goes through
+		// every job when few or none run (a million queued: 0.3 s). The
+		// state is spelled out for SQLite to see that the index holds
+		// every row the query wants.
+		from, where = "jobs INDEXED BY jobs_running_tenant", where+" AND state = 'running'"
+	}
+	query = "SELECT " + selected + ", change_seq FROM " + from + " WHERE " + where + order
 	if f.Limit > 0 {
 		// One more than asked tells whether there is a next page.
 		query, args = query+" LIMIT ?", append(args, f.Limit+1)
+	}
+	return query, args, format, nil
+}
+
+func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]jobtype.Job, string, error) {
+	query, args, format, err := listQuery(f)
+	if err != nil {
+		return nil, "", err
 	}
 	rows, err := s.read.QueryContext(ctx, query, args...)
 	if err != nil {

@@ -827,3 +827,31 @@ func TestJobWritesBuildNoTemporaryBTrees(t *testing.T) {
 		t.Errorf("only %d partial indexes and triggers with WHEN found; the query or the parsing is wrong", checked)
 	}
 }
+
+// Listing the running jobs reads the index of running jobs, not the
+// tenant's jobs newest first, which goes through every job of the tenant
+// when few or none run (0.3 s behind a million queued), with a tenant and
+// without, on a first page and on the next.
+func TestListingTheRunningJobsSeeksTheirIndex(t *testing.T) {
+	path := tempPath(t)
+	s := openTemp(t, path)
+	defer s.Close()
+	fillPlanTable(t, s, 0, 2_000)
+	if _, err := s.write.Exec("ANALYZE"); err != nil {
+		t.Fatal(err)
+	}
+	running := []jobtype.State{jobtype.Running}
+	for _, f := range []store.ListFilter{
+		{Tenant: "acme", States: running, Limit: 50},
+		{States: running, Limit: 50},
+		{Tenant: "acme", States: running, Limit: 50, PageToken: store.EncodePageToken(tokenFormat, 1_000_000, 7)},
+	} {
+		query, args, _, err := listQuery(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan := strings.Join(explain(t, s.read, query, args...), "\n"); !strings.Contains(plan, "INDEX jobs_running_tenant") || strings.Contains(plan, "SCAN jobs\n") {
+			t.Errorf("listing %+v:\nplan:\n%s\nwant it to read jobs_running_tenant", f, plan)
+		}
+	}
+}

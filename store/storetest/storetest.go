@@ -579,6 +579,9 @@ func testListFilters(t *testing.T, s store.Store) {
 		{"tenant", store.ListFilter{Tenant: "acme"}, []string{"e", "c", "b", "a"}},
 		{"states", store.ListFilter{States: []jobtype.State{jobtype.Queued, jobtype.Running}}, []string{"d", "b", "a"}},
 		{"one state", store.ListFilter{States: []jobtype.State{jobtype.Succeeded}}, []string{"c"}},
+		{"running alone", store.ListFilter{States: []jobtype.State{jobtype.Running}}, []string{"b"}},
+		{"a tenant's running jobs", store.ListFilter{Tenant: "acme", States: []jobtype.State{jobtype.Running}}, []string{"b"}},
+		{"another tenant's running jobs", store.ListFilter{Tenant: "globex", States: []jobtype.State{jobtype.Running}}, nil},
 		{"kind", store.ListFilter{Kind: "email"}, []string{"e", "d", "c", "a"}},
 		{"queue", store.ListFilter{Queue: "bulk"}, []string{"c"}},
 		{"all together", store.ListFilter{Tenant: "acme", Kind: "email", Queue: "default", States: []jobtype.State{jobtype.Failed, jobtype.Queued}}, []string{"e", "a"}},
@@ -691,16 +694,26 @@ func testListPagingStable(t *testing.T, s store.Store) {
 
 func testListPagingFiltered(t *testing.T, s store.Store) {
 	var want []string
+	var running []string // globex's running jobs, newest first
 	for i := range 12 {
 		j := newJob(fmt.Sprintf("job-%02d", i), at(i))
 		if i%3 == 0 {
 			j.Tenant = "globex"
 			want = append([]string{j.ID}, want...)
 		}
+		if i%2 == 0 {
+			j.State = jobtype.Running
+			if j.Tenant == "globex" {
+				running = append([]string{j.ID}, running...)
+			}
+		}
 		create(t, s, j)
 	}
 	if got := listAll(t, s, store.ListFilter{Tenant: "globex"}, 2); !slices.Equal(got, want) {
 		t.Errorf("ids = %v, want %v", got, want)
+	}
+	if got := listAll(t, s, store.ListFilter{Tenant: "globex", States: []jobtype.State{jobtype.Running}}, 1); !slices.Equal(got, running) {
+		t.Errorf("a tenant's running jobs, page by page: ids = %v, want %v", got, running)
 	}
 }
 
