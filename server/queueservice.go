@@ -30,6 +30,7 @@ var _ jobwatchv1connect.QueueServiceHandler = (*queueService)(nil)
 // calls of the next ten times as long (at most 5 s), so that pages
 // polling a server with a million queued jobs cost it one read per that
 // gap, not one each; the counts are then that much older.
+//
 // oldest_queued_age is how long the oldest ready job has waited (unset
 // when none waits: a job scheduled for later is not waiting), at most 100
 // years (queuedAge).

@@ -18,15 +18,15 @@ import (
 // the caller arrived; or, with maxAge set, no job changed since the read
 // began (Engine.Changes: this engine's changes and the changes of other
 // replicas it hears) and it is younger than maxAge (for what the engine
-// does not hear: retention's deletes, a notification a replica lost). Otherwise the caller reads again, and callers who arrive
-// meanwhile wait for that read and share it (never two at once). Two
-// reads are at least minGap apart (a caller in between waits for the
-// next, so what it gets is never older than its own start). With reuse
-// set, a value also stays fresh for reuse(took) after its read began,
-// took being how long that read took, though jobs changed: so a read
-// whose cost grows with the jobs (a second at millions) runs at most
-// once per that gap however often callers ask, and its value is that
-// much older; Reading it says when it was read.
+// does not hear: retention's deletes, a notification a replica lost).
+// Otherwise the caller reads again, and callers who arrive meanwhile
+// wait for that read and share it (never two at once). Two reads are at
+// least minGap apart (a caller in between waits for the next, so what it
+// gets is never older than its own start). With reuse set, a value also
+// stays fresh for reuse(took) after its read began, took being how long
+// that read took, though jobs changed: so a read whose cost grows with
+// the jobs (a second at millions) runs at most once per that gap however
+// often callers ask, and what they get is that much older.
 type sharedRead[T any] struct {
 	engine *jobs.Engine
 	log    *slog.Logger

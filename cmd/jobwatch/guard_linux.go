@@ -24,7 +24,7 @@ const guardArg = "__command-guard"
 // SIGTERM and SIGKILL reach all of them. The guard's parent-death signal
 // tells it when the worker is killed outright (kill -9, the OOM killer),
 // and it then stops the whole group, as the worker would have: SIGTERM,
-// and SIGKILL kill later. Without it only the shell would hear of the
+// and SIGKILL the kill delay later. Without it only the shell would hear of the
 // worker's death, and a child the shell started would run on beside the
 // job's next attempt once the lease expires.
 func commandCmd(ctx context.Context, command string, kill time.Duration) *exec.Cmd {
