@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
+	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
 	"connectrpc.com/grpcreflect"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -89,6 +90,11 @@ func TestWithTokensHealthWatchAndReflectionNeedATokenOfAnyRole(t *testing.T) {
 	health := grpchealth.NewClient(withToken(""), ts.url, connect.WithGRPC())
 	if resp, err := health.Check(ctxTimeout(t, 5*time.Second), &grpchealth.CheckRequest{}); err != nil || resp.Status != grpchealth.StatusServing {
 		t.Errorf("health Check without a token = %v, %v; want SERVING", resp, err)
+	}
+	list := connect.NewClient[healthv1.HealthListRequest, healthv1.HealthListResponse](withToken(""), ts.url+"/grpc.health.v1.Health/List", connect.WithGRPC())
+	if resp, err := list.CallUnary(ctxTimeout(t, 5*time.Second), connect.NewRequest(&healthv1.HealthListRequest{})); err != nil ||
+		resp.Msg.GetStatuses()[""].GetStatus() != healthv1.HealthCheckResponse_SERVING {
+		t.Errorf("health List without a token = %v, %v; want SERVING", resp, err)
 	}
 
 	for _, token := range []string{"", unknownToken} {
