@@ -14,10 +14,10 @@ import (
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
-	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
 	"connectrpc.com/grpcreflect"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
