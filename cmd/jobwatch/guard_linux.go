@@ -29,6 +29,7 @@ const guardArg = "__command-guard"
 // job's next attempt once the lease expires.
 func commandCmd(ctx context.Context, command string, kill time.Duration) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, "/proc/self/exe", guardArg, strconv.Itoa(os.Getpid()), kill.String(), "/bin/sh", "-c", command)
+	cmd.Args[0] = "jobwatch" // as ps shows it
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: workerDied}
 	return cmd
 }
