@@ -1,14 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // guardArg, as the first argument, makes jobwatch the guard of one job's
@@ -24,7 +28,8 @@ const guardArg = "__command-guard"
 // SIGTERM and SIGKILL reach all of them. The guard's parent-death signal
 // tells it when the worker is killed outright (kill -9, the OOM killer),
 // and it then stops the whole group, as the worker would have: SIGTERM,
-// and SIGKILL the kill delay later. Without it only the shell would hear of the
+// and SIGKILL the kill delay later; and with it what the command started
+// that left the group (stopAll). Without it only the shell would hear of the
 // worker's death, and a child the shell started would run on beside the
 // job's next attempt once the lease expires.
 func commandCmd(ctx context.Context, command string, kill time.Duration) *exec.Cmd {
@@ -68,6 +73,10 @@ func guard(args []string) int {
 	if os.Getppid() != workerPID { // the worker died before the guard could hear of it
 		return 128 + int(workerDied)
 	}
+	// What the command starts and leaves behind (a process whose parent
+	// ended) becomes the guard's, not init's, so that stopAll still
+	// finds it when it has left the process group (setsid, a daemon).
+	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	child := exec.Command(args[2], args[3:]...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
 	if err := child.Start(); err != nil {
@@ -86,8 +95,8 @@ func guard(args []string) int {
 			// new parent says the worker is gone.
 			if !orphaned && os.Getppid() != workerPID {
 				orphaned = true
-				_ = syscall.Kill(0, syscall.SIGTERM)
-				time.AfterFunc(kill, func() { _ = syscall.Kill(0, syscall.SIGKILL) })
+				stopAll(syscall.SIGTERM)
+				time.AfterFunc(kill, func() { stopAll(syscall.SIGKILL) })
 			}
 		case err := <-ended:
 			if orphaned { // the SIGKILL ends the group, and this process with it
@@ -97,6 +106,56 @@ func guard(args []string) int {
 			return exitLike(child.ProcessState, err)
 		}
 	}
+}
+
+// stopAll sends sig to every process the guard's command started: those
+// that left the command's process group (found by their parents, from
+// /proc), then the group, the guard among them.
+func stopAll(sig syscall.Signal) {
+	for _, pid := range descendants(os.Getpid()) {
+		if pgid, err := syscall.Getpgid(pid); err != nil || pgid != os.Getpid() {
+			_ = syscall.Kill(pid, sig)
+		}
+	}
+	_ = syscall.Kill(0, sig)
+}
+
+// descendants returns the processes below pid, as /proc says now.
+func descendants(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // it ended
+		}
+		// "pid (comm) state ppid ...", where comm may hold anything.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if parent, err := strconv.Atoi(f[1]); err == nil {
+			children[parent] = append(children[parent], child)
+		}
+	}
+	var out []int
+	for next := children[pid]; len(next) > 0; {
+		p := next[0]
+		next = append(next[1:], children[p]...)
+		out = append(out, p)
+	}
+	return out
 }
 
 // exitLike returns the exit status of a child that ended as ps says, for

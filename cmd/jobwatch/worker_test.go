@@ -375,18 +375,24 @@ func TestAKilledWorkerLeavesNoCommandRunning(t *testing.T) {
 }
 
 // The guard of a command whose worker died stops the command's whole
-// process group: SIGTERM, then SIGKILL for what ignores it, the kill
-// delay later; and the guard ends with them. The worker is played by a
+// process group, and what the command started in a session of its own:
+// SIGTERM, then SIGKILL for what ignores it, the kill delay later; and
+// the guard ends with them. The worker is played by a
 // process of the test binary that starts the command as the worker does
 // and is then killed (guardParent).
 func TestTheGuardOfAnOrphanedCommandKillsWhatIgnoresSIGTERM(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the command's guard is Linux's")
 	}
-	pidFile := filepath.Join(t.TempDir(), "pid")
+	dir := t.TempDir()
+	pidFile, sessionPIDFile := filepath.Join(dir, "pid"), filepath.Join(dir, "session-pid")
 	parent := exec.Command(os.Args[0])
-	parent.Env = append(os.Environ(), "PIDFILE="+pidFile,
-		`JOBWATCH_TEST_GUARD_PARENT=trap "" TERM; sh -c 'echo $$ > "$PIDFILE.tmp" && mv "$PIDFILE.tmp" "$PIDFILE"; exec sleep 60'`)
+	// The command ignores SIGTERM, and so do the processes it starts:
+	// one in its process group, one in a session of its own.
+	parent.Env = append(os.Environ(), "PIDFILE="+pidFile, "SESSION_PIDFILE="+sessionPIDFile,
+		`JOBWATCH_TEST_GUARD_PARENT=trap "" TERM; `+
+			`setsid sh -c 'echo $$ > "$SESSION_PIDFILE.tmp" && mv "$SESSION_PIDFILE.tmp" "$SESSION_PIDFILE"; exec sleep 60' & `+
+			`sh -c 'echo $$ > "$PIDFILE.tmp" && mv "$PIDFILE.tmp" "$PIDFILE"; exec sleep 60'`)
 	out, err := parent.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -400,8 +406,13 @@ func TestTheGuardOfAnOrphanedCommandKillsWhatIgnoresSIGTERM(t *testing.T) {
 		t.Fatalf("the worker's stand-in did not say its command's guard: %v", err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(-guard, syscall.SIGKILL) })
-	waitFor(t, "the command's child to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
-	pid := readPID(t, pidFile)
+	waitFor(t, "the command's children to start", func() bool {
+		_, err := os.Stat(pidFile)
+		_, err2 := os.Stat(sessionPIDFile)
+		return err == nil && err2 == nil
+	})
+	pid, sessionPID := readPID(t, pidFile), readPID(t, sessionPIDFile)
+	t.Cleanup(func() { _ = syscall.Kill(sessionPID, syscall.SIGKILL) })
 	// A cancel's SIGTERM to the group is the command's: this one ignores
 	// it, and the guard waits on.
 	if err := syscall.Kill(-guard, syscall.SIGTERM); err != nil {
@@ -411,6 +422,7 @@ func TestTheGuardOfAnOrphanedCommandKillsWhatIgnoresSIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the command's child to be killed", func() bool { return !running(pid) })
+	waitFor(t, "the command's child in a session of its own to be killed", func() bool { return !running(sessionPID) })
 	waitFor(t, "the guard to end", func() bool { return !running(guard) })
 }
 
