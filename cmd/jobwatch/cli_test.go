@@ -588,6 +588,10 @@ func TestDemoSuggestsACommandThatWorksAndStopsOnCtrlC(t *testing.T) {
 
 func TestErrorMessagesReadOnce(t *testing.T) {
 	s := startCLIServer(t, time.Second)
+	twoJobs := filepath.Join(t.TempDir(), "jobs.jsonl")
+	if err := os.WriteFile(twoJobs, []byte("{\"kind\":\"a\"}\n{\"kind\":\"b\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		args []string
 		want string
@@ -601,6 +605,8 @@ func TestErrorMessagesReadOnce(t *testing.T) {
 		{[]string{"logs", "j_00000000000000000000000005", "--server", s.URL}, "jobwatch: logs: job j_00000000000000000000000005 not found\n"},
 		{[]string{"get", "j_1", "--server", strings.TrimPrefix(s.URL, "http://")}, "must start with http:// or https://"},
 		{[]string{"submit", "k", "--server", "http://" + freeAddr(t)}, "connection refused\njobwatch: nothing answers at that address: is jobwatch serve (or demo) running there?"},
+		// A refused connection submitted nothing, and says so.
+		{[]string{"submit", "--file", twoJobs, "--server", "http://" + freeAddr(t)}, "jobwatch: no job of lines 1 to 2 was submitted"},
 	}
 	for _, tt := range tests {
 		code, _, errOut := runInProcess(t, tt.args...)

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -390,8 +391,9 @@ func chunkError(err error, file string, reqs []*jobwatchv1.SubmitJobRequest, lin
 	if start == end-1 {
 		this = fmt.Sprintf("line %d", lines[start])
 	}
-	if answered {
-		// The server answered: the call's one commit was not made.
+	if answered || errors.Is(err, syscall.ECONNREFUSED) {
+		// The server answered, or was not there to ask: the call's one
+		// commit was not made.
 		msg += fmt.Sprintf("\njobwatch: no job of %s was submitted", this)
 	} else {
 		msg += fmt.Sprintf("\njobwatch: the call for %s failed on the way: whether its jobs were submitted is unknown (look with \"jobwatch list\")", this)

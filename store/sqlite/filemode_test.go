@@ -72,13 +72,15 @@ func TestAnExistingDatabaseOthersMayReadKeepsItsModeAndIsLogged(t *testing.T) {
 // A path that is a directory is refused as such, with no warning about
 // its mode first.
 func TestADirectoryIsNotADatabase(t *testing.T) {
-	path := t.TempDir()
-	var logs bytes.Buffer
-	_, err := OpenWith(path, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err == nil || !strings.Contains(err.Error(), path+" is a directory: give the path of a database file") {
-		t.Fatalf("opening a directory: %v, want it said to be a directory", err)
-	}
-	if logs.Len() > 0 {
-		t.Errorf("opening a directory logged:\n%s", logs.String())
+	dir := t.TempDir()
+	for _, path := range []string{dir, dir + "/"} {
+		var logs bytes.Buffer
+		_, err := OpenWith(path, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err == nil || !strings.Contains(err.Error(), path+" is a directory: give the path of a database file") {
+			t.Fatalf("opening a directory as %s: %v, want it said to be a directory", path, err)
+		}
+		if logs.Len() > 0 {
+			t.Errorf("opening a directory as %s logged:\n%s", path, logs.String())
+		}
 	}
 }

@@ -56,6 +56,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"sync"
 	"time"
 
@@ -288,6 +289,9 @@ func createPrivate(path string, log *slog.Logger) error {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, FileMode)
 	if err == nil {
 		return f.Close()
+	}
+	if errors.Is(err, syscall.EISDIR) { // "dir/"
+		return errDirectory
 	}
 	if !errors.Is(err, fs.ErrExist) {
 		return err
