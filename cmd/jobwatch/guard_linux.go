@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -33,10 +34,47 @@ const guardArg = "__command-guard"
 // worker's death, and a child the shell started would run on beside the
 // job's next attempt once the lease expires.
 func commandCmd(ctx context.Context, command string, kill time.Duration) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, "/proc/self/exe", guardArg, strconv.Itoa(os.Getpid()), kill.String(), "/bin/sh", "-c", command)
+	if checkGuard() != nil {
+		// Without its guard, as before there was one: the shell alone
+		// hears of the worker's death.
+		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+		return cmd
+	}
+	cmd := exec.CommandContext(ctx, executable(), guardArg, strconv.Itoa(os.Getpid()), kill.String(), "/bin/sh", "-c", command)
 	cmd.Args[0] = "jobwatch" // as ps shows it
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: workerDied}
 	return cmd
+}
+
+// executable is this binary's path. Not /proc/self/exe: under an
+// emulator (qemu running an arm64 build) the kernel's /proc/self/exe is
+// the emulator.
+func executable() string {
+	self, err := os.Executable()
+	if err != nil {
+		return "/proc/self/exe"
+	}
+	return self
+}
+
+var (
+	guardChecked sync.Once
+	guardErr     error
+)
+
+// checkGuard starts the guard once with nothing to guard, and says why
+// it cannot be started if it cannot: a binary an emulator runs whose
+// children the kernel cannot (qemu-user without binfmt_misc). Commands
+// then run without it (commandCmd), and the worker says so as it
+// starts.
+func checkGuard() error {
+	guardChecked.Do(func() {
+		if err := exec.Command(executable(), guardArg, "check").Run(); err != nil {
+			guardErr = fmt.Errorf("start %s %s: %w", executable(), guardArg, err)
+		}
+	})
+	return guardErr
 }
 
 // workerDied is the guard's parent-death signal. A signal no one sends a
@@ -51,6 +89,9 @@ const workerDied = syscall.SIGUSR1
 // guard too; it stays until then even if its child ends first, for the
 // processes the child left in the group.
 func guard(args []string) int {
+	if len(args) == 1 && args[0] == "check" {
+		return 0 // checkGuard's: it can be started
+	}
 	if len(args) < 3 {
 		fmt.Fprintln(os.Stderr, "jobwatch: this is how worker --exec starts a job's command, not a command to run")
 		return 2

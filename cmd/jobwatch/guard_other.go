@@ -24,6 +24,9 @@ func commandCmd(ctx context.Context, command string, _ time.Duration) *exec.Cmd 
 	return cmd
 }
 
+// checkGuard says nothing: this system has no guard to start.
+func checkGuard() error { return nil }
+
 func guard([]string) int {
 	fmt.Fprintln(os.Stderr, "jobwatch: this is how worker --exec starts a job's command on Linux, not a command to run")
 	return 2

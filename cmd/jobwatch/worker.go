@@ -129,6 +129,9 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	for _, k := range splitList(kinds) {
 		w.Handle(k, running.track(execHandler(command, base, out, killDelay, groups)))
 	}
+	if err := checkGuard(); err != nil {
+		log.Warn("commands run without their guard: if this worker is killed outright, what a command started may run on beside its job's next attempt", "err", err)
+	}
 	log.Info("worker started", "id", w.ID(), "kinds", kinds, "server", cf.server)
 	told := make(chan struct{})
 	stopTelling := context.AfterFunc(ctx, func() { running.draining(); close(told) })
