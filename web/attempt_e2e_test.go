@@ -1,13 +1,11 @@
 package web_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
 )
@@ -17,15 +15,9 @@ import (
 // not taken for the run now; once the job fails for good it is its
 // error again, in red.
 func TestAPreviousAttemptsErrorIsLabelledAsSuch(t *testing.T) {
-	requireChromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-
-	addr := freeAddr(t)
-	srv := startServerWithRules(t, addr, testdb.New(t), jobtype.Rules{Queues: map[string]jobtype.QueueRules{
+	ctx, base, srv := startLiveWithRules(t, 2*time.Minute, jobtype.Rules{Queues: map[string]jobtype.QueueRules{
 		"flaky": {MaxAttempts: 2, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond},
 	}})
-	defer srv.shutdown(t)
 
 	job, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Kind: "report.export", Queue: "flaky"})
 	if err != nil {
@@ -37,7 +29,7 @@ func TestAPreviousAttemptsErrorIsLabelledAsSuch(t *testing.T) {
 	}
 
 	p := &page{t: t, ctx: newTab(t, ctx)}
-	p.do("open the page on the job", chromedp.Navigate("http://"+addr+"/?job="+job.ID))
+	p.do("open the page on the job", chromedp.Navigate(base+"/?job="+job.ID))
 	box := "#detail .error-box"
 	// quiet: the error's type in the muted colour of its message, not
 	// in the failure's red; loud: in red.

@@ -15,7 +15,6 @@ import (
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
-	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobtype"
 )
 
@@ -85,14 +84,7 @@ const batchLine = "#batch-bar .batch-summary"
 // batch change it live; a reload opens the same view; clearing the filter
 // brings the other jobs back, and the detail leads to the batch again.
 func TestThePageShowsABatchAndItsProgressLive(t *testing.T) {
-	requireChromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-
-	addr := freeAddr(t)
-	base := "http://" + addr
-	srv := startServer(t, addr, testdb.New(t))
-	defer srv.shutdown(t)
+	ctx, base, srv := startLive(t, 4*time.Minute)
 
 	const thumbs = "thumbs-2026-12-02"
 	batch := submitBatch(t, ctx, base, thumbs, "thumbs.render", 120)
@@ -122,7 +114,7 @@ func TestThePageShowsABatchAndItsProgressLive(t *testing.T) {
 			textIs(batchLine, thumbs+": 120 jobs · 3 ended (2 succeeded, 1 failed) · 117 to go"))
 		p.waitFor("no detail opened by the click", `document.getElementById("detail").hidden`)
 		p.waitFor("the same page, never reloaded", `window.pageID === "the page as first loaded"`)
-		waitOpenWatches(t, addr, 1)
+		waitOpenWatches(t, base, 1)
 	})
 
 	t.Run("jobs ending and jobs added change the line live", func(t *testing.T) {
@@ -146,7 +138,7 @@ func TestThePageShowsABatchAndItsProgressLive(t *testing.T) {
 			return parseFloat(part("succeeded")) === 4 && parseFloat(part("failed")) === 1.6;
 		})()`)
 		p.waitFor("the same page, never reloaded", `window.pageID === "the page as first loaded"`)
-		waitOpenWatches(t, addr, 1)
+		waitOpenWatches(t, base, 1)
 	})
 
 	t.Run("a reload opens the same batch", func(t *testing.T) {
@@ -177,7 +169,7 @@ func TestThePageShowsABatchAndItsProgressLive(t *testing.T) {
 		// The detail follows its job's log on a stream of its own: closed,
 		// the feed's is the only one left, whatever the filters before.
 		p.click("close the detail", `#detail button[aria-label="Close details"]`)
-		waitOpenWatches(t, addr, 1)
+		waitOpenWatches(t, base, 1)
 	})
 
 	p.t = t
@@ -193,14 +185,7 @@ func TestThePageShowsABatchAndItsProgressLive(t *testing.T) {
 // cut short in its row, whole in the detail and the batch line, and none
 // of them widens the page, on a wide window and on a phone's.
 func TestALongBatchLabelStaysInsideTheLayout(t *testing.T) {
-	requireChromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-
-	addr := freeAddr(t)
-	base := "http://" + addr
-	srv := startServer(t, addr, testdb.New(t))
-	defer srv.shutdown(t)
+	ctx, base, _ := startLive(t, 2*time.Minute)
 
 	long := "renders/2026-12-02:" + strings.Repeat("x", jobtype.MaxNameBytes-len("renders/2026-12-02:"))
 	job := submitBatch(t, ctx, base, long, "thumbs.render", 1)[0]

@@ -12,7 +12,6 @@ import (
 	"github.com/chromedp/cdproto/performance"
 	"github.com/chromedp/chromedp"
 
-	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
 )
@@ -21,14 +20,7 @@ import (
 // knows it (a batch it has counted; a view it has read to its end), and
 // with the honest "shown here, and any older ones" where it does not.
 func TestRetryAllFailedSaysTheExactCountWhereThePageKnowsIt(t *testing.T) {
-	requireChromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-
-	addr := freeAddr(t)
-	base := "http://" + addr
-	srv := startServer(t, addr, testdb.New(t))
-	defer srv.shutdown(t)
+	ctx, base, srv := startLive(t, 3*time.Minute)
 
 	// Three failed jobs older than the batch's 50 newest, and one failed
 	// job that is no batch's.
@@ -56,11 +48,7 @@ func TestRetryAllFailedSaysTheExactCountWhereThePageKnowsIt(t *testing.T) {
 
 	t.Run("the failed jobs read to their end: the exact count", func(t *testing.T) {
 		p.t = t
-		p.do("show failed jobs", chromedp.Evaluate[chromedp.Void](`(() => {
-			const s = document.getElementById("state-filter");
-			s.value = "failed";
-			s.dispatchEvent(new Event("change"));
-		})()`))
+		p.showState("failed")
 		p.waitFor("the four failed jobs", rowCount(4)+` && document.getElementById("jobs-older").hidden`)
 		ask()
 		p.waitFor("the exact count", textHas("#jobs-confirm .question", "Retry every failed job of tenant “default”? That is 4 jobs."))
@@ -143,18 +131,11 @@ func measure(p *page) pageCost {
 // spent is logged (JOBWATCH_BULK_JOBS sets how many jobs; timings are
 // never pass or fail).
 func TestABulkRetrySaysHowFarItHasGot(t *testing.T) {
-	requireChromium(t)
 	n := 1500
 	if s := os.Getenv("JOBWATCH_BULK_JOBS"); s != "" {
 		n, _ = strconv.Atoi(s)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-
-	addr := freeAddr(t)
-	base := "http://" + addr
-	srv := startServer(t, addr, testdb.New(t))
-	defer srv.shutdown(t)
+	ctx, base, srv := startLive(t, 5*time.Minute)
 	failedJobs(t, ctx, srv, base, "mail.send", n)
 
 	p := &page{t: t, ctx: newTab(t, ctx)}

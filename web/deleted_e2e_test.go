@@ -1,15 +1,12 @@
 package web_test
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/jobwatch/jobwatch/internal/testdb"
 )
 
 // A job deleted on one page leaves every other page open on its tenant
@@ -18,13 +15,7 @@ import (
 // which say it was deleted instead of showing what it was; a question
 // the other page was asking about it is taken back.
 func TestAJobDeletedOnOnePageLeavesTheOthersLive(t *testing.T) {
-	requireChromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-
-	addr := freeAddr(t)
-	srv := startServer(t, addr, testdb.New(t))
-	defer srv.shutdown(t)
+	ctx, base, srv := startLive(t, 3*time.Minute)
 
 	doomed := submit(t, ctx, srv.engine, "report.export", `{"format":"csv"}`)
 	claim(t, ctx, srv.engine, "report.export").fail("TimeoutError", "warehouse did not answer in 30s")
@@ -33,11 +24,11 @@ func TestAJobDeletedOnOnePageLeavesTheOthersLive(t *testing.T) {
 	// Two tabs of one browser, each with its own stream. The browser
 	// starts with the first tab's first step; the second tab opens in it.
 	one := &page{t: t, ctx: newTab(t, ctx)}
-	one.do("open page one", chromedp.Navigate("http://"+addr+"/"))
+	one.do("open page one", chromedp.Navigate(base+"/"))
 	tab, closeTab := chromedp.NewContext(one.ctx)
 	defer closeTab()
 	two := &page{t: t, ctx: tab}
-	two.do("open page two", chromedp.Navigate("http://"+addr+"/"))
+	two.do("open page two", chromedp.Navigate(base+"/"))
 	for _, p := range []*page{one, two} {
 		p.waitFor("the failed job and the queued one", exists(row(doomed.ID)+`[data-state="failed"]`)+" && "+exists(row(kept.ID)))
 		p.waitFor("the failed job counted", `!document.querySelector('#jobs-actions button[data-action="retry-failed"]').disabled`)

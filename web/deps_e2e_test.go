@@ -13,7 +13,6 @@ import (
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
-	"github.com/jobwatch/jobwatch/internal/testdb"
 )
 
 // submitOver submits req as a client of the server would.
@@ -48,14 +47,7 @@ func dependency(id string) string {
 // page's one stream. A job whose dependency fails shows as cancelled with
 // the error that names the dependency.
 func TestThePageShowsAJobWaitingForAnotherAndItsRelease(t *testing.T) {
-	requireChromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-
-	addr := freeAddr(t)
-	base := "http://" + addr
-	srv := startServer(t, addr, testdb.New(t))
-	defer srv.shutdown(t)
+	ctx, base, _ := startLive(t, 3*time.Minute)
 
 	const nightly = "nightly-2026-12-02"
 	a := submitOver(t, ctx, base, &jobwatchv1.SubmitJobRequest{Kind: "export.orders", Batch: nightly})

@@ -51,6 +51,28 @@ func startServer(t *testing.T, addr, dbPath string, configure ...func(*server.Co
 	return startServerWithRules(t, addr, dbPath, jobtype.Rules{}, configure...)
 }
 
+// startLive starts, for a test of the page in Chromium, a live server on
+// a new database, shut down when the test ends, and returns the context
+// the test's calls and browser run in (within at most), the server's
+// URL, and the server.
+func startLive(t *testing.T, within time.Duration) (context.Context, string, *liveServer) {
+	t.Helper()
+	return startLiveWithRules(t, within, jobtype.Rules{})
+}
+
+// startLiveWithRules is startLive with the queues' and tenants' rules of
+// a configuration file.
+func startLiveWithRules(t *testing.T, within time.Duration, rules jobtype.Rules) (context.Context, string, *liveServer) {
+	t.Helper()
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	t.Cleanup(cancel)
+	addr := freeAddr(t)
+	srv := startServerWithRules(t, addr, testdb.New(t), rules)
+	t.Cleanup(func() { srv.shutdown(t) })
+	return ctx, "http://" + addr, srv
+}
+
 // startServerWithRules is startServer with the queues' and tenants' rules
 // of a configuration file.
 func startServerWithRules(t *testing.T, addr, dbPath string, rules jobtype.Rules, configure ...func(*server.Config)) *liveServer {
@@ -175,6 +197,16 @@ func (p *page) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 	if err := chromedp.Do(p.ctx, steps...); err != nil {
 		p.t.Fatalf("%s: %v", what, err)
 	}
+}
+
+// showState picks state in the page's Show menu, as a person would.
+func (p *page) showState(state string) {
+	p.t.Helper()
+	p.do("show the "+state+" jobs", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => {
+		const s = document.getElementById("state-filter");
+		s.value = %q;
+		s.dispatchEvent(new Event("change"));
+	})()`, state)))
 }
 
 // freeAddr is a loopback address no listener holds right now, for a
@@ -351,7 +383,7 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 	t.Run("the page follows every job on one stream", func(t *testing.T) {
 		// Four jobs on screen, one WatchJobs stream open: a browser allows
 		// only six HTTP/1.1 connections per origin.
-		if got := openWatches(t, addr); got != 1 {
+		if got := openWatches(t, "http://"+addr); got != 1 {
 			t.Errorf("open watches on the server = %v, want 1", got)
 		}
 	})
@@ -514,16 +546,16 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		p.waitFor("acme's job alone", exists(row(acme.ID))+` && document.querySelectorAll("li.job").length === 1`)
-		waitOpenWatches(t, addr, 1)
+		waitOpenWatches(t, "http://"+addr, 1)
 
 		// A name the server refuses: say so once, do not retry.
 		setTenant("acme corp")
 		p.waitFor("the refusal", `document.getElementById("status").dataset.status === "refused" && document.getElementById("banner").textContent.includes("may only contain")`)
-		waitOpenWatches(t, addr, 0)
+		waitOpenWatches(t, "http://"+addr, 0)
 
 		setTenant("default")
 		p.waitFor("the default tenant's four jobs again", `document.querySelectorAll("li.job").length === 4 && document.getElementById("banner").hidden`)
-		waitOpenWatches(t, addr, 1)
+		waitOpenWatches(t, "http://"+addr, 1)
 
 		// For the screenshot: the failed job's details.
 		p.do("open the failed job", chromedp.Click(chromedp.CSS(`li.job[data-state="failed"]`)))
@@ -582,11 +614,11 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 
 // waitOpenWatches waits for the server's count of open streams to settle
 // at want: a stream the page left closes when the server notices.
-func waitOpenWatches(t *testing.T, addr string, want float64) {
+func waitOpenWatches(t *testing.T, base string, want float64) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		got := openWatches(t, addr)
+		got := openWatches(t, base)
 		if got == want {
 			return
 		}
@@ -599,9 +631,9 @@ func waitOpenWatches(t *testing.T, addr string, want float64) {
 
 // openWatches reads the server's gauge of open WatchJob and WatchJobs
 // streams from /metrics.
-func openWatches(t *testing.T, addr string) float64 {
+func openWatches(t *testing.T, base string) float64 {
 	t.Helper()
-	res, err := http.Get("http://" + addr + "/metrics")
+	res, err := http.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package web_test
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"testing"
@@ -9,8 +8,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
-
-	"github.com/jobwatch/jobwatch/internal/testdb"
 )
 
 // An operator on the keyboard alone never loses their place: each
@@ -22,13 +19,7 @@ import (
 // would press them; where the keyboard is comes from
 // document.activeElement.
 func TestQuestionsGiveTheKeyboardBack(t *testing.T) {
-	requireChromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-
-	addr := freeAddr(t)
-	srv := startServer(t, addr, testdb.New(t))
-	defer srv.shutdown(t)
+	ctx, base, srv := startLive(t, 3*time.Minute)
 
 	var failed []string
 	for range 2 {
@@ -40,7 +31,7 @@ func TestQuestionsGiveTheKeyboardBack(t *testing.T) {
 	claim(t, ctx, srv.engine, "report.slow")
 
 	p := &page{t: t, ctx: newTab(t, ctx)}
-	p.do("open the page", chromedp.Navigate("http://"+addr+"/"))
+	p.do("open the page", chromedp.Navigate(base+"/"))
 	for _, id := range failed {
 		p.waitFor("the failed job", exists(row(id)+`[data-state="failed"]`))
 	}
@@ -166,19 +157,13 @@ func TestQuestionsGiveTheKeyboardBack(t *testing.T) {
 // At 375 px, a phone's width, a disabled button keeps its label on one
 // line beside its reason, which wraps instead: "Delete", not "Delet / e".
 func TestButtonLabelsNeverWrapOnANarrowScreen(t *testing.T) {
-	requireChromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-
-	addr := freeAddr(t)
-	srv := startServer(t, addr, testdb.New(t))
-	defer srv.shutdown(t)
+	ctx, base, srv := startLive(t, 2*time.Minute)
 	running := submit(t, ctx, srv.engine, "report.slow", `{}`)
 	claim(t, ctx, srv.engine, "report.slow")
 
 	p := &page{t: t, ctx: newTab(t, ctx)}
 	p.do("size the window as a phone", chromedp.EmulateViewport(375, 812))
-	p.do("open the page", chromedp.Navigate("http://"+addr+"/"))
+	p.do("open the page", chromedp.Navigate(base+"/"))
 	p.waitFor("the running job", exists(row(running.ID)+`[data-state="running"]`))
 	p.click("open its details", row(running.ID))
 	p.waitFor("Delete disabled, and why", `(() => {
@@ -225,13 +210,7 @@ func TestButtonLabelsNeverWrapOnANarrowScreen(t *testing.T) {
 // button, not the rest of the list; Escape brings it back to the row. A
 // click leaves the keyboard where it was.
 func TestAJobOpenedFromTheKeyboardTakesTheKeyboardToItsDetails(t *testing.T) {
-	requireChromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-
-	addr := freeAddr(t)
-	srv := startServer(t, addr, testdb.New(t))
-	defer srv.shutdown(t)
+	ctx, base, srv := startLive(t, 2*time.Minute)
 	failed := submit(t, ctx, srv.engine, "report.export", `{}`)
 	claim(t, ctx, srv.engine, "report.export").fail("TimeoutError", "warehouse did not answer in 30s")
 	for range 30 {
@@ -239,7 +218,7 @@ func TestAJobOpenedFromTheKeyboardTakesTheKeyboardToItsDetails(t *testing.T) {
 	}
 
 	p := &page{t: t, ctx: newTab(t, ctx)}
-	p.do("open the page", chromedp.Navigate("http://"+addr+"/"))
+	p.do("open the page", chromedp.Navigate(base+"/"))
 	p.waitFor("the failed job, at the bottom of the list", exists(row(failed.ID)+`[data-state="failed"]`)+" && "+rowCount(31))
 	keyboardOn := func(selector string) string {
 		return fmt.Sprintf(`document.activeElement !== null && document.activeElement === document.querySelector(%s)`, strconv.Quote(selector))

@@ -10,7 +10,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
 )
@@ -20,19 +19,13 @@ import (
 // set at the start survives to the end). Each asks in the page first, and
 // only "yes" acts.
 func TestOperatorButtonsActAndThePageFollowsLive(t *testing.T) {
-	requireChromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-
-	addr := freeAddr(t)
-	srv := startServer(t, addr, testdb.New(t))
-	defer srv.shutdown(t)
+	ctx, base, srv := startLive(t, 3*time.Minute)
 
 	export := submit(t, ctx, srv.engine, "report.export", `{"format":"csv"}`)
 	claim(t, ctx, srv.engine, "report.export").fail("TimeoutError", "warehouse did not answer in 30s")
 
 	p := &page{t: t, ctx: newTab(t, ctx)}
-	p.do("open the page", chromedp.Navigate("http://"+addr+"/"))
+	p.do("open the page", chromedp.Navigate(base+"/"))
 	p.waitFor("the failed job", exists(row(export.ID)+`[data-state="failed"]`))
 	p.do("mark this page", chromedp.Evaluate[chromedp.Void](`window.pageID = "the page as first loaded"`))
 	button := func(action string) string { return fmt.Sprintf(`button[data-action=%q]`, action) }

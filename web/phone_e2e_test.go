@@ -1,7 +1,6 @@
 package web_test
 
 import (
-	"context"
 	"os"
 	"strconv"
 	"testing"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobtype"
 )
 
@@ -17,19 +15,13 @@ import (
 // job's step are read whole in the list (under the row, wrapping), not
 // cut to "D…"; the queue and schedule tables stay inside their panels.
 func TestAPhoneReadsTheFailureReasonAndTheTablesFit(t *testing.T) {
-	requireChromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-
-	addr := freeAddr(t)
-	srv := startServerWithRules(t, addr, testdb.New(t), jobtype.Rules{
+	ctx, base, srv := startLiveWithRules(t, 2*time.Minute, jobtype.Rules{
 		Queues: map[string]jobtype.QueueRules{"thumbnails-and-previews": {}},
 		Schedules: []jobtype.Schedule{
 			{Name: "nightly-digest", Kind: "digest.send", Queue: "reports", Every: time.Hour},
 			{Name: "warehouse-export", Kind: "report.export", Queue: "reports", Cron: "30 2 * * 1-5", Timezone: "Europe/Amsterdam"},
 		},
 	})
-	defer srv.shutdown(t)
 	failed := submit(t, ctx, srv.engine, "report.export", `{}`)
 	claim(t, ctx, srv.engine, "report.export").fail("DecodeErrorInTheWarehouseAdapter", "not a JPEG")
 	running := submit(t, ctx, srv.engine, "thumbs.render", `{}`)
@@ -37,7 +29,7 @@ func TestAPhoneReadsTheFailureReasonAndTheTablesFit(t *testing.T) {
 
 	p := &page{t: t, ctx: newTab(t, ctx)}
 	p.do("size the window as a phone", chromedp.EmulateViewport(375, 812))
-	p.do("open the page", chromedp.Navigate("http://"+addr+"/"))
+	p.do("open the page", chromedp.Navigate(base+"/"))
 	p.waitFor("both jobs, the schedules and queues", exists(row(failed.ID)+`[data-state="failed"]`)+" && "+exists(row(running.ID)+`[data-state="running"]`)+
 		` && !document.getElementById("schedules-panel").hidden && document.querySelectorAll("#queues > tr[data-queue]").length >= 2`)
 

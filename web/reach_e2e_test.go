@@ -1,15 +1,12 @@
 package web_test
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/jobwatch/jobwatch/internal/testdb"
 )
 
 // rowCount is a JS condition: the list shows exactly n rows.
@@ -28,14 +25,7 @@ func detailShows(id, state string) string {
 // reads the next page; ?job=ID opens one job by its id, in the list or
 // not, and the details' id is that link; the "Job id" box opens one too.
 func TestAnOldFailedJobCanBeReached(t *testing.T) {
-	requireChromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-
-	addr := freeAddr(t)
-	base := "http://" + addr
-	srv := startServer(t, addr, testdb.New(t))
-	defer srv.shutdown(t)
+	ctx, base, srv := startLive(t, 3*time.Minute)
 
 	old := submit(t, ctx, srv.engine, "report.export", `{"month":"2026-10"}`)
 	claim(t, ctx, srv.engine, "report.export").fail("TimeoutError", "warehouse did not answer in 30s")
@@ -53,11 +43,7 @@ func TestAnOldFailedJobCanBeReached(t *testing.T) {
 
 	t.Run("the state menu lists the failed jobs however old, from the server", func(t *testing.T) {
 		p.t = t
-		p.do("show failed jobs", chromedp.Evaluate[chromedp.Void](`(() => {
-			const s = document.getElementById("state-filter");
-			s.value = "failed";
-			s.dispatchEvent(new Event("change"));
-		})()`))
+		p.showState("failed")
 		p.waitFor("the old failed job, alone", exists(row(old.ID)+`[data-state="failed"]`)+" && "+rowCount(1)+" && "+textIs("#jobs-count", "1 failed"))
 		p.waitFor("the filter in the address", `new URL(location.href).searchParams.get("state") === "failed"`)
 		p.waitFor("no older page", `document.getElementById("jobs-older").hidden`)

@@ -1,7 +1,6 @@
 package web_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobtype"
 )
 
@@ -19,13 +17,7 @@ import (
 // stays within the window and its close button on screen, on a wide window
 // and on a phone's.
 func TestLongUnbrokenTextWrapsInsideTheDetail(t *testing.T) {
-	requireChromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-
-	addr := freeAddr(t)
-	srv := startServer(t, addr, testdb.New(t))
-	defer srv.shutdown(t)
+	ctx, base, srv := startLive(t, 2*time.Minute)
 
 	kind := strings.Repeat("k", jobtype.MaxNameBytes)
 	url := "https://reports.example.com/" + strings.Repeat("a", 600-len("https://reports.example.com/"))
@@ -41,7 +33,7 @@ func TestLongUnbrokenTextWrapsInsideTheDetail(t *testing.T) {
 	}
 
 	p := &page{t: t, ctx: newTab(t, ctx)}
-	p.do("open the page", chromedp.Navigate("http://"+addr+"/"))
+	p.do("open the page", chromedp.Navigate(base+"/"))
 	p.waitFor("the failed job", exists(row(job.ID)+`[data-state="failed"]`))
 	p.do("open its detail", chromedp.Click(chromedp.CSS(row(job.ID))))
 	p.waitFor("the whole error message", textIs("#detail .error-message", message))

@@ -1,13 +1,11 @@
 package web_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobtype"
 )
 
@@ -15,20 +13,14 @@ import (
 // never "—"; its next run's time in that zone is the next run's tooltip.
 // An every schedule shows its period as before.
 func TestACronScheduleShowsItsExpressionAndZone(t *testing.T) {
-	requireChromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-
-	addr := freeAddr(t)
-	srv := startServerWithRules(t, addr, testdb.New(t), jobtype.Rules{Schedules: []jobtype.Schedule{
+	ctx, base, _ := startLiveWithRules(t, 2*time.Minute, jobtype.Rules{Schedules: []jobtype.Schedule{
 		{Name: "nightly-digest", Kind: "digest.send", Queue: "reports", Every: time.Hour},
 		{Name: "warehouse-export", Kind: "report.export", Queue: "reports", Cron: "30 2 * * 1-5", Timezone: "Europe/Amsterdam"},
 		{Name: "daily-cleanup", Kind: "cleanup", Queue: "reports", Cron: "@daily"},
 	}})
-	defer srv.shutdown(t)
 
 	p := &page{t: t, ctx: newTab(t, ctx)}
-	p.do("open the page", chromedp.Navigate("http://"+addr+"/"))
+	p.do("open the page", chromedp.Navigate(base+"/"))
 	cron := `tr[data-schedule="warehouse-export"]`
 	p.waitFor("the cron schedule's expression and zone", textIs(cron+" .every .cron", "30 2 * * 1-5")+" && "+textIs(cron+" .every .zone", "Europe/Amsterdam"))
 	p.waitFor("its next run's time in that zone, as its tooltip", `/T02:30:00\+0[12]:00 \(Europe\/Amsterdam\)$/.test(document.querySelector(`+"`"+cron+" .next-run`"+`).title)`)

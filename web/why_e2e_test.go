@@ -1,13 +1,11 @@
 package web_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
 )
@@ -17,15 +15,9 @@ import (
 // without tokens, reads): its queue is paused, since when and by whom, or
 // held by its rate until when; and says no more once that has changed.
 func TestAQueuedJobSaysWhyItIsNotRunning(t *testing.T) {
-	requireChromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-
-	addr := freeAddr(t)
-	srv := startServerWithRules(t, addr, testdb.New(t), jobtype.Rules{Queues: map[string]jobtype.QueueRules{
+	ctx, base, srv := startLiveWithRules(t, 3*time.Minute, jobtype.Rules{Queues: map[string]jobtype.QueueRules{
 		"metered": {Rate: jobtype.Rate{Limit: 1, Per: time.Hour}},
 	}})
-	defer srv.shutdown(t)
 
 	p := &page{t: t, ctx: newTab(t, ctx)}
 	why := "#detail .wait-reason"
@@ -36,7 +28,7 @@ func TestAQueuedJobSaysWhyItIsNotRunning(t *testing.T) {
 			t.Fatal(err)
 		}
 		job := submit(t, ctx, srv.engine, "mail.send", `{}`)
-		p.do("open the page on the job", chromedp.Navigate("http://"+addr+"/?job="+job.ID))
+		p.do("open the page on the job", chromedp.Navigate(base+"/?job="+job.ID))
 		p.waitFor("why it waits", detailShows(job.ID, "queued")+" && "+textHas(why, "Not running: queue default is paused since ")+" && "+
 			textHas(why, " by token ops (admin), under a minute.")+` && !document.querySelector("#detail .wait-reason").hidden`)
 		if _, err := srv.engine.Resume(ctx, "default", "token ops (admin)"); err != nil {
