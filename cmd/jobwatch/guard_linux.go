@@ -81,13 +81,38 @@ func checkGuard() error {
 // process group, so the guard tells it from a cancel's SIGTERM.
 const workerDied = syscall.SIGUSR1
 
+// killNow, sent to the guard alone, has it SIGKILL everything its command
+// started, inside the process group and out, and itself with them
+// (killCommand).
+const killNow = syscall.SIGUSR2
+
+// killCommand kills the command commandCmd started as pid, and all it
+// started: by its guard, which finds what left the process group, and a
+// second later by SIGKILL to the group, in case the guard could not. A
+// command started without its guard is killed with its process group.
+func killCommand(pid int) {
+	if checkGuard() != nil {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		return
+	}
+	_ = syscall.Kill(pid, killNow)
+	time.AfterFunc(time.Second, func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+}
+
 // guard runs args[2:] as its child and exits as the child did; args[0]
-// is the worker's process id, args[1] the kill delay. A SIGTERM, which a
-// cancel sends the whole process group, is the child's to act on: the
-// guard waits for the child. When the worker has died, the guard sends
-// the group SIGTERM and, the kill delay later, SIGKILL, which ends the
-// guard too; it stays until then even if its child ends first, for the
-// processes the child left in the group.
+// is the worker's process id, args[1] the kill delay. What the child
+// starts ends with it:
+//
+//   - A SIGTERM, which a cancel sends the whole process group, is the
+//     child's to act on; the guard passes it on to what left the group,
+//     and the kill delay later SIGKILLs all that is left, the group and
+//     itself among them.
+//   - When the worker has died, the guard sends all of it SIGTERM and,
+//     the kill delay later, SIGKILL.
+//   - killNow has it SIGKILL all of it at once.
+//   - When the child ends, what it left running gets SIGTERM and, the
+//     kill delay later, SIGKILL; the guard exits once all of it has
+//     ended, so a job ends with its command's last process.
 func guard(args []string) int {
 	if len(args) == 1 && args[0] == "check" {
 		return 0 // checkGuard's: it can be started
@@ -108,9 +133,11 @@ func guard(args []string) int {
 	}
 	// A SIGTERM is heard and let be (ignoring it instead would have the
 	// child inherit the ignoring).
-	died, terms := make(chan os.Signal, 1), make(chan os.Signal, 1)
+	died, terms, now, orphans := make(chan os.Signal, 1), make(chan os.Signal, 1), make(chan os.Signal, 1), make(chan os.Signal, 1)
 	signal.Notify(died, workerDied)
 	signal.Notify(terms, syscall.SIGTERM)
+	signal.Notify(now, killNow)
+	signal.Notify(orphans, syscall.SIGCHLD)
 	if os.Getppid() != workerPID { // the worker died before the guard could hear of it
 		return 128 + int(workerDied)
 	}
@@ -126,10 +153,20 @@ func guard(args []string) int {
 	}
 	ended := make(chan error, 1)
 	go func() { ended <- child.Wait() }()
+	var killAt <-chan time.Time // once the end has begun, its SIGKILL
+	stopping := func() {
+		if killAt == nil {
+			killAt = time.After(kill)
+		}
+	}
 	orphaned := false
 	for {
 		select {
 		case <-terms:
+			if killAt == nil {
+				signalOutsideGroup(syscall.SIGTERM)
+				stopping()
+			}
 		case <-died:
 			// The signal also comes when the worker's thread that
 			// started the guard ends while the worker lives on; only a
@@ -137,11 +174,17 @@ func guard(args []string) int {
 			if !orphaned && os.Getppid() != workerPID {
 				orphaned = true
 				stopAll(syscall.SIGTERM)
-				time.AfterFunc(kill, func() { stopAll(syscall.SIGKILL) })
+				stopping()
 			}
+		case <-now:
+			stopAll(syscall.SIGKILL)
+		case <-killAt:
+			stopAll(syscall.SIGKILL)
+		case <-orphans:
+			reapOrphans(child.Process.Pid)
 		case err := <-ended:
-			if orphaned { // the SIGKILL ends the group, and this process with it
-				time.Sleep(kill + time.Second)
+			endLeftovers(kill, killAt)
+			if orphaned {
 				return 128 + int(syscall.SIGKILL)
 			}
 			return exitLike(child.ProcessState, err)
@@ -149,27 +192,89 @@ func guard(args []string) int {
 	}
 }
 
-// stopAll sends sig to every process the guard's command started: those
-// that left the command's process group (found by their parents, from
-// /proc), then the group, the guard among them.
-func stopAll(sig syscall.Signal) {
+// endLeftovers ends what the guard's command left running when it ended:
+// SIGTERM, and SIGKILL at killAt, or the kill delay from now if no end
+// had begun. It returns once the guard has no process below it.
+func endLeftovers(kill time.Duration, killAt <-chan time.Time) {
+	left := descendants(os.Getpid())
+	if len(left) == 0 {
+		return
+	}
+	for _, pid := range left {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+	}
+	if killAt == nil {
+		killAt = time.After(kill)
+	}
+	// Each process below the guard either is its child or becomes one
+	// when its parent ends (the guard is their subreaper), so the guard
+	// has none below it once it has no child.
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		for {
+			if _, err := unix.Wait4(-1, nil, 0, nil); err == unix.ECHILD {
+				return
+			}
+		}
+	}()
+	select {
+	case <-gone:
+	case <-killAt:
+		for _, pid := range descendants(os.Getpid()) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		<-gone
+	}
+}
+
+// reapOrphans waits for the ended processes that became the guard's
+// (their parents ended first) while its command runs, so that they do not
+// stay zombies until it ends. It leaves the command's own process, whose
+// end exec.Cmd waits for.
+func reapOrphans(command int) {
+	for _, p := range children(os.Getpid()) {
+		if p.pid != command && p.state == 'Z' {
+			var ws unix.WaitStatus
+			_, _ = unix.Wait4(p.pid, &ws, unix.WNOHANG, nil)
+		}
+	}
+}
+
+// signalOutsideGroup sends sig to every process below the guard that
+// left its process group, which a signal to the group misses.
+func signalOutsideGroup(sig syscall.Signal) {
 	for _, pid := range descendants(os.Getpid()) {
 		if pgid, err := syscall.Getpgid(pid); err != nil || pgid != os.Getpid() {
 			_ = syscall.Kill(pid, sig)
 		}
 	}
+}
+
+// stopAll sends sig to every process the guard's command started: those
+// that left the command's process group, then the group, the guard among
+// them.
+func stopAll(sig syscall.Signal) {
+	signalOutsideGroup(sig)
 	_ = syscall.Kill(0, sig)
 }
 
-// descendants returns the processes below pid, as /proc says now.
-func descendants(pid int) []int {
+// proc is a process as /proc says it is: its id, parent and state (R,
+// S, Z, ...).
+type proc struct {
+	pid, parent int
+	state       byte
+}
+
+// processes reads every process from /proc.
+func processes() []proc {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	children := map[int][]int{}
+	var out []proc
 	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
+		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
@@ -183,12 +288,32 @@ func descendants(pid int) []int {
 			continue
 		}
 		f := strings.Fields(string(stat[i+1:]))
-		if len(f) < 2 {
+		if len(f) < 2 || len(f[0]) == 0 {
 			continue
 		}
 		if parent, err := strconv.Atoi(f[1]); err == nil {
-			children[parent] = append(children[parent], child)
+			out = append(out, proc{pid: pid, parent: parent, state: f[0][0]})
 		}
+	}
+	return out
+}
+
+// children returns the processes whose parent is pid.
+func children(pid int) []proc {
+	var out []proc
+	for _, p := range processes() {
+		if p.parent == pid {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// descendants returns the processes below pid, as /proc says now.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	for _, p := range processes() {
+		children[p.parent] = append(children[p.parent], p.pid)
 	}
 	var out []int
 	for next := children[pid]; len(next) > 0; {

@@ -24,6 +24,10 @@ func commandCmd(ctx context.Context, command string, _ time.Duration) *exec.Cmd 
 	return cmd
 }
 
+// killCommand kills the command commandCmd started as pid, with its
+// process group.
+func killCommand(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }
+
 // checkGuard says nothing: this system has no guard to start.
 func checkGuard() error { return nil }
 

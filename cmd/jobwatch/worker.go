@@ -181,12 +181,13 @@ func (g *commandGroups) remove(pgid int) {
 	delete(g.pgids, pgid)
 }
 
-// kill sends SIGKILL to every group still held and returns how many.
+// kill kills every command still held, with all it started
+// (killCommand), and returns how many.
 func (g *commandGroups) kill() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for pgid := range g.pgids {
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		killCommand(pgid)
 	}
 	return len(g.pgids)
 }
@@ -346,15 +347,16 @@ func execHandler(command string, env []string, out output, kill time.Duration, g
 		errOut := &lineSplitter{out: out, jobID: job.GetId(), stream: "stderr", log: progress.LogTo(jobwatchv1.LogStream_LOG_STREAM_STDERR)}
 		defer errOut.flush()
 		cmd.Stderr = errOut
-		// SIGKILL goes to the group too (exec's WaitDelay would kill only
-		// the shell, and a child holding stdout would keep the job's slot).
+		// The SIGKILL reaches all the command started too (exec's
+		// WaitDelay would kill only the guard or the shell, and a child
+		// holding stdout would keep the job's slot).
 		var killer *time.Timer // read after Wait, which orders it after Cancel
 		cmd.Cancel = func() error {
-			pgid := cmd.Process.Pid
-			killer = time.AfterFunc(kill, func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
-			return syscall.Kill(-pgid, syscall.SIGTERM)
+			pid := cmd.Process.Pid
+			killer = time.AfterFunc(kill, func() { killCommand(pid) })
+			return syscall.Kill(-pid, syscall.SIGTERM)
 		}
-		cmd.WaitDelay = kill + time.Second
+		cmd.WaitDelay = kill + 2*time.Second
 		pipe, err := cmd.StdoutPipe()
 		if err != nil {
 			return nil, err

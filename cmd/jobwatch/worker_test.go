@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -455,6 +457,93 @@ func TestACommandEndedByASignalSaysWhich(t *testing.T) {
 	if _, err := h(context.Background(), &jobwatchv1.Job{Id: "j_2"}, func(int, string) {}); err == nil || err.Error() != "exit status 3" {
 		t.Fatalf("a command that exited 3 failed its job with %v, want \"exit status 3\"", err)
 	}
+}
+
+// What a command leaves running when it ends, ends with it: a child
+// holding the command's stdout does not hold the job, and neither it nor
+// one in a session of its own, which ignores SIGTERM, runs on after the
+// job has ended. The guard SIGTERMs them, SIGKILLs the one that stays
+// the kill delay later (300 ms here), and the job ends with the last of
+// them.
+func TestWhatACommandLeavesRunningEndsWithIt(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the command's guard is Linux's")
+	}
+	dir := t.TempDir()
+	pidFile, sessionPIDFile := filepath.Join(dir, "pid"), filepath.Join(dir, "session-pid")
+	var stderr lockedBuffer
+	h := execHandler(`sleep 60 & echo $! > "$PIDFILE"; `+
+		`setsid sh -c 'trap "" TERM; echo $$ > "$SESSION_PIDFILE.tmp" && mv "$SESSION_PIDFILE.tmp" "$SESSION_PIDFILE"; exec sleep 60' >/dev/null 2>&1 & `+
+		`while [ ! -e "$SESSION_PIDFILE" ]; do sleep 0.01; done; echo '{"done":true}'`,
+		commandEnv(os.Environ(), envFlag{"PIDFILE=" + pidFile, "SESSION_PIDFILE=" + sessionPIDFile}), textOutput(&stderr), 300*time.Millisecond, nil)
+	type outcome struct {
+		result any
+		err    error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		r, err := h(context.Background(), &jobwatchv1.Job{Id: "j_1"}, func(int, string) {})
+		done <- outcome{r, err}
+	}()
+	var o outcome
+	select {
+	case o = <-done:
+	case <-time.After(30 * time.Second): // the sleeps take 60 s
+		t.Fatal("the job is held by what its command left running")
+	}
+	pid, sessionPID := readPID(t, pidFile), readPID(t, sessionPIDFile)
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL); _ = syscall.Kill(sessionPID, syscall.SIGKILL) })
+	if b, _ := json.Marshal(o.result); o.err != nil || string(b) != `{"done":true}` {
+		t.Fatalf("the job ended with %s, %v; want its command's result", b, o.err)
+	}
+	if running(pid) || running(sessionPID) {
+		t.Fatalf("after its job ended, what the command left is running: pid %d %v, pid %d (own session) %v",
+			pid, running(pid), sessionPID, running(sessionPID))
+	}
+}
+
+// A cancel reaches what the command started in a session of its own too,
+// which a signal to the command's process group misses: SIGTERM, then
+// SIGKILL the kill delay later for what ignores it.
+func TestACancelReachesWhatLeftTheCommandsGroup(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the command's guard is Linux's")
+	}
+	dir := t.TempDir()
+	sessionPIDFile := filepath.Join(dir, "session-pid")
+	var stderr lockedBuffer
+	h := execHandler(`setsid sh -c 'trap "" TERM; echo $$ > "$SESSION_PIDFILE.tmp" && mv "$SESSION_PIDFILE.tmp" "$SESSION_PIDFILE"; exec sleep 60' >/dev/null 2>&1 & `+
+		`echo "progress 10 started"; exec sleep 60`,
+		commandEnv(os.Environ(), envFlag{"SESSION_PIDFILE=" + sessionPIDFile}), textOutput(&stderr), 300*time.Millisecond, nil)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	started := make(chan struct{})
+	var once sync.Once
+	done := make(chan error, 1)
+	go func() {
+		_, err := h(ctx, &jobwatchv1.Job{Id: "j_1"}, func(_ int, step string) {
+			if step == "started" {
+				once.Do(func() { close(started) })
+			}
+		})
+		done <- err
+	}()
+	<-started
+	waitFor(t, "the command's child in a session of its own to start", func() bool {
+		_, err := os.Stat(sessionPIDFile)
+		return err == nil
+	})
+	sessionPID := readPID(t, sessionPIDFile)
+	t.Cleanup(func() { _ = syscall.Kill(sessionPID, syscall.SIGKILL) })
+	cancel(errors.New("cancelled by the test"))
+	select {
+	case err := <-done:
+		if err == nil || err.Error() != "cancelled by the test" {
+			t.Fatalf("the cancelled command's handler returned %v, want the cancel's cause", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cancelled command's handler did not return")
+	}
+	waitFor(t, "the command's child in a session of its own to be killed", func() bool { return !running(sessionPID) })
 }
 
 // readPID reads the process id a command wrote to path.
