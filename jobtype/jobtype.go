@@ -41,6 +41,9 @@ func (s State) Terminal() bool {
 	return false
 }
 
+// AllStates are every state a job can be in.
+var AllStates = []State{Pending, Waiting, Queued, Running, Succeeded, Failed, Cancelled, Lost}
+
 // ActiveStates are the states in which a job holds its unique key.
 var ActiveStates = []State{Pending, Waiting, Queued, Running}
 

@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -483,14 +484,83 @@ const (
 	changeTokenFormat = 2
 )
 
-// ListJobs implements store.Store. Pages are keyed by (created_at, seq),
-// so rows created meanwhile never shift them. Rows are read one at a time
-// and the query is closed as soon as the page is full by count or by
-// bytes, so a page of large jobs holds at most f.MaxBytes of them, plus
-// the one row that told it to stop.
-// listQuery is ListJobs' query of f, its arguments and the format of its
-// page tokens.
-func listQuery(f store.ListFilter) (query string, args []any, format byte, err error) {
+// listRead is how listQuery reads the jobs of a filter by state or
+// queue; its zero value leaves it to SQLite.
+type listRead struct {
+	// sorted, if set, is the index listQuery reads every job of the
+	// filter's states and queues from, to sort them: for filters few
+	// jobs match.
+	sorted string
+	// newestFirst walks the jobs newest first until the page is full:
+	// for filters many jobs match.
+	newestFirst bool
+}
+
+// listCountBound is as far as listReadOf counts the jobs of a filter.
+const listCountBound = 10_000
+
+// listReadOf decides how ListJobs reads the jobs of f's states or
+// queues, which SQLite cannot: its plan is the same whether they hold ten
+// jobs or a million. Behind a million queued jobs it sorted every one of
+// them for a list of the queued jobs (0.6 s); it walked every job newest
+// first for a list of a queue that had none (0.3 s), and every job of a
+// tenant for its ten failed ones. So listReadOf counts the jobs of the
+// states and queues (up to listCountBound, from an index led by the state
+// alone) and, with the jobs in the table, weighs the rows each way reads:
+// sorted, every job the filter names; newest first, about a page's worth
+// of them in every (table ÷ count) jobs.
+func (s *Store) listReadOf(ctx context.Context, f store.ListFilter) (listRead, error) {
+	byQueue := f.Queue != "" || len(f.Queues) > 0
+	if (len(f.States) == 0 && !byQueue) || f.ChangedSince != "" || f.Batch != "" || runningOnly(f) {
+		return listRead{}, nil
+	}
+	where, args, index := narrowed(f)
+	var count, span int64
+	err := s.read.QueryRowContext(ctx, `SELECT
+		(SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY `+index+` WHERE `+where+` LIMIT `+strconv.Itoa(listCountBound)+`)),
+		coalesce((SELECT max(seq) FROM jobs) - (SELECT min(seq) FROM jobs) + 1, 0)`, args...).Scan(&count, &span)
+	if err != nil {
+		return listRead{}, err
+	}
+	page := int64(f.Limit)
+	if page <= 0 {
+		page = span // every job is read either way
+	}
+	if count < listCountBound && count*count <= page*span {
+		return listRead{sorted: index}, nil
+	}
+	return listRead{newestFirst: true}, nil
+}
+
+// narrowed is the part of f's WHERE that an index led by the state can
+// seek, with its arguments and that index: f's states (every state if it
+// names none) and its queues.
+func narrowed(f store.ListFilter) (where string, args []any, index string) {
+	states := f.States
+	if len(states) == 0 {
+		states = jobtype.AllStates
+	}
+	where, args = in("1 = 1", nil, "state", states)
+	index = "jobs_state_run_at"
+	if f.Queue != "" || len(f.Queues) > 0 {
+		if f.Queue != "" {
+			where, args = where+" AND queue = ?", append(args, f.Queue)
+		}
+		where, args = in(where, args, "queue", f.Queues)
+		index = "jobs_state_queue_run_at"
+	}
+	return where, args, index
+}
+
+// runningOnly reports whether f lists the running jobs alone, whose own
+// index listQuery reads.
+func runningOnly(f store.ListFilter) bool {
+	return len(f.States) == 1 && f.States[0] == jobtype.Running && f.ChangedSince == ""
+}
+
+// listQuery is ListJobs' query of f, read as r says, its arguments and
+// the format of its page tokens.
+func listQuery(f store.ListFilter, r listRead) (query string, args []any, format byte, err error) {
 	where := "1 = 1"
 	if f.Tenant != "" {
 		where, args = where+" AND tenant = ?", append(args, f.Tenant)
@@ -534,7 +604,8 @@ func listQuery(f store.ListFilter) (query string, args []any, format byte, err e
 		selected = columns
 	}
 	from := "jobs"
-	if len(f.States) == 1 && f.States[0] == jobtype.Running && f.ChangedSince == "" {
+	switch {
+	case runningOnly(f):
 		// The running jobs are as many as the workers run at once, so
 		// reading them all from their own index and sorting them beats
 		// walking the tenant's jobs newest first, which goes through
@@ -542,6 +613,15 @@ func listQuery(f store.ListFilter) (query string, args []any, format byte, err e
 		// state is spelled out for SQLite to see that the index holds
 		// every row the query wants.
 		from, where = "jobs INDEXED BY jobs_running_tenant", where+" AND state = 'running'"
+	case r.sorted != "":
+		// The same filter again, every state named, for the index to
+		// seek (the rest of the WHERE names no state when f names none).
+		narrow, narrowArgs, _ := narrowed(f)
+		from, where, args = "jobs INDEXED BY "+r.sorted, narrow+" AND "+where, append(narrowArgs, args...)
+	case r.newestFirst && f.Tenant != "":
+		from = "jobs INDEXED BY jobs_tenant_created"
+	case r.newestFirst:
+		from = "jobs INDEXED BY jobs_created"
 	}
 	query = "SELECT " + selected + ", change_seq FROM " + from + " WHERE " + where + order
 	if f.Limit > 0 {
@@ -551,8 +631,17 @@ func listQuery(f store.ListFilter) (query string, args []any, format byte, err e
 	return query, args, format, nil
 }
 
+// ListJobs implements store.Store. Pages are keyed by (created_at, seq),
+// so rows created meanwhile never shift them. Rows are read one at a time
+// and the query is closed as soon as the page is full by count or by
+// bytes, so a page of large jobs holds at most f.MaxBytes of them, plus
+// the one row that told it to stop.
 func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]jobtype.Job, string, error) {
-	query, args, format, err := listQuery(f)
+	r, err := s.listReadOf(ctx, f)
+	if err != nil {
+		return nil, "", fmt.Errorf("list jobs: %w", classify(err))
+	}
+	query, args, format, err := listQuery(f, r)
 	if err != nil {
 		return nil, "", err
 	}

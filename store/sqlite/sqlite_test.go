@@ -676,6 +676,85 @@ func fillPlanTable(t *testing.T, s *Store, from, to int) {
 	}
 }
 
+// A list by state or queue reads what the filter matches when it matches
+// few jobs, sorting them, and walks the jobs newest first when it matches
+// many, so that neither a list of the queued jobs behind a deep backlog
+// (which SQLite's own plan sorted whole) nor one of a queue or state
+// with no job (which it walked the whole table for) reads every job; and
+// either way it lists what SQLite's own plan lists, page by page.
+func TestListingByStateOrQueueReadsWhatItNeeds(t *testing.T) {
+	s := openTemp(t, tempPath(t))
+	defer s.Close()
+	fillPlanTable(t, s, 0, 20_000) // 19,600 queued, 200 running, 200 succeeded
+	succeeded, queued := []jobtype.State{jobtype.Succeeded}, []jobtype.State{jobtype.Queued}
+	for _, c := range []struct {
+		f    store.ListFilter
+		want string // in the plan
+	}{
+		{store.ListFilter{States: succeeded}, "SEARCH jobs USING INDEX jobs_state_run_at (state=?)"},
+		{store.ListFilter{Tenant: "acme", States: succeeded}, "SEARCH jobs USING INDEX jobs_state_run_at (state=?)"},
+		{store.ListFilter{States: []jobtype.State{jobtype.Failed, jobtype.Lost}}, "SEARCH jobs USING INDEX jobs_state_run_at (state=?)"},
+		{store.ListFilter{States: queued}, "SCAN jobs USING INDEX jobs_created"},
+		{store.ListFilter{Tenant: "acme", States: queued}, "SEARCH jobs USING INDEX jobs_tenant_created (tenant=?)"},
+		{store.ListFilter{Queue: "none"}, "SEARCH jobs USING INDEX jobs_state_queue_run_at (state=? AND queue=?)"},
+		{store.ListFilter{Queues: []string{"index"}, States: succeeded}, "SEARCH jobs USING INDEX jobs_state_queue_run_at (state=? AND queue=?)"},
+		{store.ListFilter{Queue: "q"}, "SCAN jobs USING INDEX jobs_created"},
+	} {
+		f := c.f
+		f.Limit = 50
+		r, err := s.listReadOf(t.Context(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		query, args, _, err := listQuery(f, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := strings.Join(explain(t, s.read, query, args...), "\n")
+		if !strings.Contains(plan, c.want) || (r.newestFirst && strings.Contains(plan, "TEMP B-TREE")) {
+			t.Errorf("listing %+v:\nplan:\n%s\nwant %s", c.f, plan, c.want)
+		}
+		// Three pages of 7 as ListJobs reads them, and as SQLite's own
+		// plan reads them.
+		f.Limit = 7
+		for page := 0; page < 3; page++ {
+			got, next, err := s.ListJobs(t.Context(), f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			query, args, _, err := listQuery(f, listRead{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows, err := s.read.Query(query, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for rows.Next() && len(want) < f.Limit {
+				var change int64
+				j, _, err := scanJob(scanAlso{rows, &change})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, j.ID)
+			}
+			rows.Close()
+			var ids []string
+			for _, j := range got {
+				ids = append(ids, j.ID)
+			}
+			if !slices.Equal(ids, want) {
+				t.Fatalf("listing %+v, page %d: %v; SQLite's own plan lists %v", c.f, page, ids, want)
+			}
+			if next == "" {
+				break
+			}
+			f.PageToken = next
+		}
+	}
+}
+
 // The engine reads the jobs due later once at start: a seek into the
 // queued jobs in RunAt order, never a scan or a sort of them.
 func TestScheduledJobsPlanSeeksTheIndex(t *testing.T) {
@@ -846,7 +925,7 @@ func TestListingTheRunningJobsSeeksTheirIndex(t *testing.T) {
 		{States: running, Limit: 50},
 		{Tenant: "acme", States: running, Limit: 50, PageToken: store.EncodePageToken(tokenFormat, 1_000_000, 7)},
 	} {
-		query, args, _, err := listQuery(f)
+		query, args, _, err := listQuery(f, listRead{})
 		if err != nil {
 			t.Fatal(err)
 		}
