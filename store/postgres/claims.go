@@ -983,7 +983,7 @@ func (s *Store) claimed(claimed []store.Claimed, err error) ([]store.Claimed, er
 	for _, c := range claimed {
 		s.announce(c.Job)
 	}
-	s.vacuum.claimedJobs(len(claimed))
+	s.vacuum.wrote(len(claimed))
 	return claimed, nil
 }
 

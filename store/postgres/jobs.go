@@ -71,6 +71,7 @@ func (s *Store) CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, erro
 		})
 		if err == nil {
 			s.announce(j)
+			s.vacuum.wrote(1)
 			return j, nil
 		}
 		if !isUniqueViolation(err, "jobs_unique_active") || attempt == conflictAttempts {
@@ -129,6 +130,7 @@ func (s *Store) CreateJobsWithin(ctx context.Context, jobs []jobtype.Job, q stor
 			for _, j := range out {
 				s.announce(j)
 			}
+			s.vacuum.wrote(len(out))
 			return out, nil
 		}
 		var (

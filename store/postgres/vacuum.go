@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,10 @@ const (
 	// vacuumer vacuum it: a claimed and completed job leaves two, so
 	// about every 50,000 jobs, as the burn-down measured.
 	vacuumDeadRows = 100_000
+	// analyzeChangedRows is how many rows inserted, updated or deleted
+	// since the last ANALYZE make the vacuumer analyze the jobs table,
+	// and only once they are a fifth of its rows or more.
+	analyzeChangedRows = 100_000
 )
 
 // vacuumer vacuums the jobs table where PostgreSQL's autovacuum does not.
@@ -31,11 +36,18 @@ const (
 // claim of about 50 read some 4,600 pages of such entries by the time
 // most were done (docs/BENCHMARKS.md, "Depth").
 //
-// So where it is off, after every vacuumCheckEvery jobs claimed through
-// this Store, its vacuumer reads the table's dead rows from PostgreSQL's
-// statistics (which count every replica's writes) and, past
-// vacuumDeadRows, runs VACUUM on the table, in the background, on a
-// connection of the pool. It skips its turn while anything else holds a
+// Nor are its statistics brought up to date: the planner goes on
+// planning for the table it last analyzed, and a list of the queued jobs
+// behind a million inserted since took one to two seconds (it sorted them
+// all) where, analyzed, it takes half a millisecond.
+//
+// So where it is off, after every vacuumCheckEvery jobs claimed or
+// created through this Store, its vacuumer reads the table's dead and
+// changed rows from PostgreSQL's statistics (which count every replica's
+// writes) and, past vacuumDeadRows dead rows, runs VACUUM on the table,
+// in the background, on a connection of the pool; past
+// analyzeChangedRows changed rows, and a fifth of the table, ANALYZE (with
+// the VACUUM if both are due). It skips its turn while anything else holds a
 // lock VACUUM would wait for (SKIP_LOCKED), such as another replica's
 // vacuum; so however many replicas claim, the table is vacuumed about
 // once per vacuumDeadRows dead rows. Claims go on meanwhile: VACUUM takes
@@ -43,22 +55,24 @@ const (
 // every 50,000 jobs (one second each), the million went at 1.9 times the
 // rate.
 type vacuumer struct {
-	off     bool          // autovacuum does not vacuum the jobs table
-	every   int64         // vacuumCheckEvery, but in tests
-	dead    int64         // vacuumDeadRows, but in tests
-	claimed atomic.Int64  // jobs claimed since the last signal
-	now     chan struct{} // a look is due
-	checks  atomic.Int64  // looks at the dead rows, for tests
-	done    atomic.Int64  // vacuums run, for tests
+	off      bool          // autovacuum does not vacuum the jobs table
+	every    int64         // vacuumCheckEvery, but in tests
+	dead     int64         // vacuumDeadRows, but in tests
+	changed  int64         // analyzeChangedRows, but in tests
+	written  atomic.Int64  // jobs claimed or created since the last signal
+	now      chan struct{} // a look is due
+	checks   atomic.Int64  // looks at the dead rows, for tests
+	done     atomic.Int64  // vacuums run, for tests
+	analyzed atomic.Int64  // ANALYZEs run (alone or with a VACUUM), for tests
 }
 
-// claimedJobs counts n jobs claimed through the Store and signals a look
-// when vacuumCheckEvery were.
-func (v *vacuumer) claimedJobs(n int) {
-	if !v.off || v.claimed.Add(int64(n)) < v.every {
+// wrote counts n jobs claimed or created through the Store and signals
+// a look when vacuumCheckEvery were.
+func (v *vacuumer) wrote(n int) {
+	if !v.off || v.written.Add(int64(n)) < v.every {
 		return
 	}
-	v.claimed.Store(0)
+	v.written.Store(0)
 	select {
 	case v.now <- struct{}{}:
 	default: // one is due already
@@ -68,6 +82,11 @@ func (v *vacuumer) claimedJobs(n int) {
 // deadRowsSQL is how many dead rows the jobs table has, as PostgreSQL's
 // statistics count them (a second or so behind the writes).
 const deadRowsSQL = `SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass), 0)`
+
+// tableRowsSQL is deadRowsSQL, and the rows changed since the last
+// ANALYZE and the live rows, as the statistics count them.
+const tableRowsSQL = `SELECT coalesce(n_dead_tup, 0), coalesce(n_mod_since_analyze, 0), coalesce(n_live_tup, 0)
+	FROM (SELECT 1) AS one LEFT JOIN pg_stat_user_tables ON relid = 'jobs'::regclass`
 
 // autovacuumOffSQL says whether autovacuum leaves the jobs table alone.
 const autovacuumOffSQL = `SELECT NOT current_setting('autovacuum')::bool OR coalesce((
@@ -79,15 +98,15 @@ const autovacuumOffSQL = `SELECT NOT current_setting('autovacuum')::bool OR coal
 // not, says so once and starts the vacuumer, which stops when the Store
 // closes.
 func (s *Store) startVacuumer(ctx context.Context) error {
-	s.vacuum.now, s.vacuum.every, s.vacuum.dead = make(chan struct{}, 1), vacuumCheckEvery, vacuumDeadRows
+	s.vacuum.now, s.vacuum.every, s.vacuum.dead, s.vacuum.changed = make(chan struct{}, 1), vacuumCheckEvery, vacuumDeadRows, analyzeChangedRows
 	if err := s.pool.QueryRow(ctx, autovacuumOffSQL).Scan(&s.vacuum.off); err != nil {
 		return classify(err)
 	}
 	if !s.vacuum.off {
 		return nil
 	}
-	s.log.Info("postgres: autovacuum is off for the jobs table; jobwatch vacuums it itself when its dead rows pile up",
-		"schema", s.schema, "dead_rows", vacuumDeadRows)
+	s.log.Info("postgres: autovacuum is off for the jobs table; jobwatch vacuums and analyzes it itself as its rows change",
+		"schema", s.schema, "dead_rows", vacuumDeadRows, "changed_rows", analyzeChangedRows)
 	s.listeners.Go(func() {
 		for {
 			select {
@@ -102,23 +121,44 @@ func (s *Store) startVacuumer(ctx context.Context) error {
 }
 
 // vacuumJobs vacuums the jobs table if it has vacuum.dead dead rows or
-// more and nothing else is vacuuming it.
+// more, and analyzes it if vacuum.changed rows or more, and a fifth of
+// it, changed since it was last analyzed; unless something else is
+// vacuuming or analyzing it.
 func (s *Store) vacuumJobs(ctx context.Context) {
-	var dead int64
-	err := s.pool.QueryRow(ctx, deadRowsSQL).Scan(&dead)
+	var dead, changed, live int64
+	err := s.pool.QueryRow(ctx, tableRowsSQL).Scan(&dead, &changed, &live)
 	s.vacuum.checks.Add(1)
-	if err != nil || dead < s.vacuum.dead {
-		return // closing, the database is away, or nothing to do: the next signal looks again
+	if err != nil {
+		return // closing, or the database is away: the next signal looks again
+	}
+	vacuum, analyze := dead >= s.vacuum.dead, changed >= s.vacuum.changed && changed*5 >= live
+	var command string
+	switch {
+	case vacuum && analyze:
+		command = "VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, ANALYZE) "
+	case vacuum:
+		// INDEX_CLEANUP ON: the dead index entries are what the claims
+		// step over, and VACUUM might leave them where few of the
+		// table's pages hold dead rows, as in a deep queue burned down
+		// from its head.
+		command = "VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) "
+	case analyze:
+		command = "ANALYZE (SKIP_LOCKED) "
+	default:
+		return // nothing to do: the next signal looks again
 	}
 	t0 := time.Now()
-	// INDEX_CLEANUP ON: the dead index entries are what the claims step
-	// over, and VACUUM might leave them where few of the table's pages
-	// hold dead rows, as in a deep queue burned down from its head.
-	_, err = s.pool.Exec(ctx, "VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) "+pgx.Identifier{s.schema, "jobs"}.Sanitize(), pgx.QueryExecModeSimpleProtocol)
+	_, err = s.pool.Exec(ctx, command+pgx.Identifier{s.schema, "jobs"}.Sanitize(), pgx.QueryExecModeSimpleProtocol)
 	level := slog.LevelDebug
 	if err != nil && ctx.Err() == nil {
 		level = slog.LevelWarn
 	}
-	s.log.Log(ctx, level, "postgres: vacuumed the jobs table", "dead_rows", dead, "took", time.Since(t0).Round(time.Millisecond), "err", err)
-	s.vacuum.done.Add(1)
+	s.log.Log(ctx, level, "postgres: "+strings.TrimSpace(command)+" the jobs table", "dead_rows", dead, "changed_rows", changed,
+		"took", time.Since(t0).Round(time.Millisecond), "err", err)
+	if vacuum {
+		s.vacuum.done.Add(1)
+	}
+	if analyze {
+		s.vacuum.analyzed.Add(1)
+	}
 }

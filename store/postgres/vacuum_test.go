@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jobwatch/jobwatch/internal/pgtest"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -132,4 +133,52 @@ func seekBuffers(t *testing.T, s *Store) int {
 		t.Fatalf("the seek does not use jobs_queued_kind:\n%s", plan)
 	}
 	return int(plan.SharedHit + plan.SharedRead)
+}
+
+// With autovacuum off for the jobs table, the jobs created through the
+// store make its vacuumer analyze the table once enough rows changed
+// since the last ANALYZE, a fifth of the table or more, so that the
+// planner does not go on planning for the table it last saw (a list of
+// the queued jobs behind a million new ones sorted them all: one to two
+// seconds).
+func TestCreatedJobsAnalyzeTheJobsTableWhereAutovacuumDoesNot(t *testing.T) {
+	url := pgtest.URL(t)
+	fillQueued(t, openURL(t, url), 2_000) // and turns autovacuum off for jobs
+	s := openURL(t, url)
+	if !s.vacuum.off {
+		t.Fatal("the store reads autovacuum as on for a jobs table with autovacuum_enabled = false")
+	}
+	s.vacuum.every, s.vacuum.changed = 1_000, 3_000
+	ctx := context.Background()
+	known := func() (rows float64) {
+		t.Helper()
+		if err := s.pool.QueryRow(ctx, "SELECT reltuples FROM pg_class WHERE oid = 'jobs'::regclass").Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	if rows := known(); rows > 2_500 {
+		t.Fatalf("the planner knows of %.0f jobs before any was created through the store; the test needs it not to know the 2,000 queued", rows)
+	}
+	// Jobs are created 500 at a time until the vacuumer has analyzed
+	// (the statistics it reads count the inserts a little later).
+	deadline := time.Now().Add(time.Minute)
+	for n := 0; s.vacuum.analyzed.Load() == 0; n++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("no ANALYZE after %d jobs created", n*500)
+		}
+		jobs := make([]jobtype.Job, 500)
+		for i := range jobs {
+			jobs[i] = job(fmt.Sprintf("new-%d-%d", n, i), "default", 0)
+		}
+		if _, err := s.CreateJobs(ctx, jobs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.vacuum.done.Load() != 0 {
+		t.Errorf("%d vacuums of a table with no dead rows", s.vacuum.done.Load())
+	}
+	if rows := known(); rows < 5_000 {
+		t.Errorf("after the ANALYZE the planner knows of %.0f jobs, want the 4,000 queued and more", rows)
+	}
 }
