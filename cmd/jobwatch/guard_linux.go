@@ -87,8 +87,7 @@ const workerDied = syscall.SIGUSR1
 const killNow = syscall.SIGUSR2
 
 // killCommand kills the command commandCmd started as pid, and all it
-// started: by its guard, which finds what left the process group, and a
-// second later by SIGKILL to the group, in case the guard could not. A
+// started: by its guard, which finds what left the process group. A
 // command started without its guard is killed with its process group.
 func killCommand(pid int) {
 	if checkGuard() != nil {
@@ -96,7 +95,6 @@ func killCommand(pid int) {
 		return
 	}
 	_ = syscall.Kill(pid, killNow)
-	time.AfterFunc(time.Second, func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
 }
 
 // guard runs args[2:] as its child and exits as the child did; args[0]

@@ -349,11 +349,15 @@ func execHandler(command string, env []string, out output, kill time.Duration, g
 		cmd.Stderr = errOut
 		// The SIGKILL reaches all the command started too (exec's
 		// WaitDelay would kill only the guard or the shell, and a child
-		// holding stdout would keep the job's slot).
-		var killer *time.Timer // read after Wait, which orders it after Cancel
+		// holding stdout would keep the job's slot); a second later the
+		// group gets one of its own, in case the guard could not.
+		var killers []*time.Timer // read after Wait, which orders it after Cancel
 		cmd.Cancel = func() error {
 			pid := cmd.Process.Pid
-			killer = time.AfterFunc(kill, func() { killCommand(pid) })
+			killers = []*time.Timer{
+				time.AfterFunc(kill, func() { killCommand(pid) }),
+				time.AfterFunc(kill+time.Second, func() { _ = syscall.Kill(-pid, syscall.SIGKILL) }),
+			}
 			return syscall.Kill(-pid, syscall.SIGTERM)
 		}
 		cmd.WaitDelay = kill + 2*time.Second
@@ -394,8 +398,8 @@ func execHandler(command string, env []string, out output, kill time.Duration, g
 		})
 		_, _ = io.Copy(io.Discard, pipe) // after a read error: drain so the command can exit
 		err = cmd.Wait()
-		if killer != nil {
-			killer.Stop() // the group is gone; its id may be reused
+		for _, k := range killers {
+			k.Stop() // the group is gone; its id may be reused
 		}
 		errOut.flush()
 		var exit *exec.ExitError
