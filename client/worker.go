@@ -655,7 +655,10 @@ func (w *Worker) report(ctx context.Context, log *slog.Logger, s *slot, lease *L
 			return
 		}
 		if r.wait(ctx, err) != nil {
-			log.Error("outcome not reported before the lease ran out", "err", err)
+			// The last answer may have been lost on its way back from a
+			// write that was made (a database gone mid-commit): the
+			// server may have it.
+			log.Error("outcome not confirmed before the lease ran out: unless the server recorded it, the job is retried or LOST once its lease expires", "err", err)
 			return
 		}
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"connectrpc.com/connect"
@@ -33,6 +34,28 @@ func newHealthHandler(checker *grpchealth.StaticChecker, services []string, opts
 	mux.Handle(healthWatchProcedure, connect.NewServerStreamHandler(healthWatchProcedure, h.watch, opts...))
 	mux.Handle(healthListProcedure, connect.NewUnaryHandler(healthListProcedure, h.list, opts...))
 	return "/" + grpchealth.HealthV1ServiceName + "/", mux
+}
+
+// healthzPath answers a GET with the whole server's health for probes
+// that read only an HTTP status (healthz).
+const healthzPath = "/healthz"
+
+// healthz answers GET /healthz for the probes that read only an HTTP
+// status (a Kubernetes httpGet probe, a cloud load balancer's target
+// check), which take gRPC health's answer, HTTP 200 with NOT_SERVING in
+// its body, for healthy: 200 and SERVING while the server serves, 503
+// and NOT_SERVING while its store refuses writes or it is shutting down,
+// as Check of the whole server says; like Check, without a token.
+func (h *healthHandler) healthz(w http.ResponseWriter, r *http.Request) {
+	status, err := h.status(r.Context(), "")
+	code := http.StatusOK
+	if err != nil || status != healthv1.HealthCheckResponse_SERVING {
+		code = http.StatusServiceUnavailable
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	fmt.Fprintln(w, status)
 }
 
 type healthHandler struct {

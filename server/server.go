@@ -373,6 +373,7 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 		connect.WithRecover(s.recovered),
 	}
 	mux.Handle(newHealthHandler(s.health, serviceNames, streamOpts...))
+	mux.HandleFunc("GET "+healthzPath, (&healthHandler{checker: s.health}).healthz)
 	// Reflection lists health and itself too, for the tools that browse
 	// its list.
 	reflector := grpcreflect.NewStaticReflector(append(slices.Clip(serviceNames),

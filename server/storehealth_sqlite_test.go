@@ -3,6 +3,9 @@ package server_test
 import (
 	"context"
 	"database/sql"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,19 +26,33 @@ func TestHealthFollowsRefusedWritesOnSQLite(t *testing.T) {
 	ts := startServer(t, serverOptions{storeConfig: sqlite.Config{LockTimeout: 200 * time.Millisecond}})
 	c := ts.h2c()
 	health := grpchealth.NewClient(ts.h2cClient(), ts.url, connect.WithGRPC())
-	// waitForHealth waits until health of every service is want.
+	// waitForHealth waits until health of every service is want, and
+	// then checks that GET /healthz says so in its status and body.
 	waitForHealth := func(want grpchealth.Status) {
 		t.Helper()
 		deadline := time.Now().Add(callBound)
 		for {
 			resp, err := health.Check(ctxTimeout(t, 5*time.Second), &grpchealth.CheckRequest{})
 			if err == nil && resp.Status == want {
-				return
+				break
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("health = %v, %v after %v; want %v", resp, err, callBound, want)
 			}
 			time.Sleep(20 * time.Millisecond)
+		}
+		code, text := http.StatusOK, "SERVING"
+		if want != grpchealth.StatusServing {
+			code, text = http.StatusServiceUnavailable, "NOT_SERVING"
+		}
+		resp, err := http.Get(ts.url + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != code || strings.TrimSpace(string(body)) != text {
+			t.Fatalf("GET /healthz while health is %v: %d %q, want %d %s", want, resp.StatusCode, body, code, text)
 		}
 	}
 	waitForHealth(grpchealth.StatusServing)

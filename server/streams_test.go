@@ -96,6 +96,11 @@ func TestWithTokensHealthWatchAndReflectionNeedATokenOfAnyRole(t *testing.T) {
 		resp.Msg.GetStatuses()[""].GetStatus() != healthv1.HealthCheckResponse_SERVING {
 		t.Errorf("health List without a token = %v, %v; want SERVING", resp, err)
 	}
+	if resp, err := http.Get(ts.url + "/healthz"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /healthz without a token = %v, %v; want 200", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 
 	for _, token := range []string{"", unknownToken} {
 		_, err := firstHealth(ctxTimeout(t, 5*time.Second), withToken(token), ts.url)

@@ -65,6 +65,7 @@ type serveFlags struct {
 	streamLifetime  time.Duration
 	keepalive       time.Duration
 	lockTimeout     time.Duration
+	dbWait          time.Duration
 	maxRequestBytes int
 	sendTimeout     time.Duration
 	bodyTimeout     time.Duration
@@ -118,6 +119,7 @@ func newServeFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.leaseTimeout, "lease-timeout", jobs.DefaultLeaseTimeout, "a running job without a heartbeat for this long is lost (or retried)")
 	fs.DurationVar(&f.streamLifetime, "stream-lifetime", server.DefaultStreamLifetime, "WatchJob, WatchJobs and WatchJobLogs streams end (OK) after this long, so load balancers rotate; clients resume")
 	fs.DurationVar(&f.keepalive, "keepalive", server.DefaultKeepalive, "idle streams send an empty message this often")
+	fs.DurationVar(&f.dbWait, "db-wait", time.Minute, "PostgreSQL only: how long serve waits at start for a database it cannot reach yet (starting, or the network is), trying again with a warning each time; 0 fails at once")
 	fs.DurationVar(&f.lockTimeout, "lock-timeout", sqlite.DefaultLockTimeout, "a write that cannot get the database this long (another process holds its lock, or writes queue) answers unavailable")
 	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request message in `bytes`")
 	fs.DurationVar(&f.sendTimeout, "send-timeout", server.DefaultSendTimeout, "a response or stream whose write stays blocked this long on a client that does not read is ended")
@@ -164,6 +166,9 @@ func checkServeFlags(f serveFlags, args []string) (serveFlags, error) {
 		if d <= 0 {
 			return f, usageError{fmt.Sprintf("--%s must be positive, got %v", name, d)}
 		}
+	}
+	if f.dbWait < 0 {
+		return f, usageError{fmt.Sprintf("--db-wait must be 0 or more, got %v", f.dbWait)}
 	}
 	for name, n := range map[string]int{
 		"max-request-bytes": f.maxRequestBytes, "max-connections": f.maxConnections, "max-parked-calls": f.maxParkedCalls,
@@ -276,12 +281,30 @@ func isPostgresURL(db string) bool {
 	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
 }
 
-// openStore opens the store --db names.
+// openStore opens the store --db names. A PostgreSQL database it cannot
+// reach (it is starting, or the network is) is tried again for up to
+// --db-wait, with a warning each time, so that a replica started before
+// its database, as containers started together are, needs no restart. A
+// database that refuses it (a wrong password, no such database) fails at
+// once.
 func openStore(ctx context.Context, f serveFlags, log *slog.Logger) (store.Store, error) {
-	if isPostgresURL(f.db) {
-		return postgres.Open(ctx, f.db)
+	if !isPostgresURL(f.db) {
+		return sqlite.OpenWith(f.db, sqlite.Config{LockTimeout: f.lockTimeout, Logger: log})
 	}
-	return sqlite.OpenWith(f.db, sqlite.Config{LockTimeout: f.lockTimeout, Logger: log})
+	giveUp := time.Now().Add(f.dbWait)
+	for delay := 250 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		st, err := postgres.Open(ctx, f.db)
+		if err == nil || !errors.Is(err, jobtype.ErrUnavailable) || time.Now().Add(delay).After(giveUp) {
+			return st, err
+		}
+		log.Warn("the database cannot be reached yet: trying again", "db", dbName(f.db), "in", delay,
+			"until", giveUp.Format(time.TimeOnly), "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(delay):
+		}
+	}
 }
 
 // dbName is --db as logs may show it: a URL without its password,
