@@ -140,12 +140,14 @@ func (s *Server) admitToken(ctx context.Context, header http.Header, check func(
 		}
 	}
 	ctx = auth.WithPrincipal(ctx, p)
+	// cancel is a reload's, to end the call whose token it revoked. The
+	// call's end does not cancel ctx: connect writes a unary answer after
+	// the interceptors return, and what waits for the call's context to
+	// end (the send budget's hold on that answer) must wait for that
+	// too. ctx ends with the request's, once the answer is written.
 	ctx, cancel := context.WithCancelCause(ctx)
 	id := s.openCalls.add(p, cancel)
-	end := func() {
-		s.openCalls.remove(id)
-		cancel(nil)
-	}
+	end := func() { s.openCalls.remove(id) }
 	// A reload that swapped the tokens between Lookup and add has not
 	// seen this call: look again, now that a later reload will.
 	if !s.tokens.Load().Grants(p) {

@@ -29,6 +29,8 @@ type rawH2 struct {
 	buf    bytes.Buffer
 	nextID uint32
 
+	header [][2]string // sent with every stream open opens, as name and value
+
 	resets chan uint32 // stream ids the server reset
 	closed chan struct{}
 	paused chan struct{} // closed: the client no longer reads its socket
@@ -145,6 +147,9 @@ func (c *rawH2) open(procedure, contentType string, body []byte) uint32 {
 		{":method", "POST"}, {":scheme", "http"}, {":authority", c.conn.RemoteAddr().String()},
 		{":path", procedure}, {"content-type", contentType}, {"connect-protocol-version", "1"},
 	} {
+		_ = c.enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]})
+	}
+	for _, hf := range c.header {
 		_ = c.enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]})
 	}
 	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{

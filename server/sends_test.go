@@ -173,21 +173,42 @@ func TestListJobsOnZeroWindowStreamsBuildOnlyTheSendBudget(t *testing.T) {
 // hold as much as the budget, the next are refused at once, so the heap
 // holds the budget admitted and as much waiting, not 300 answers (it
 // held them all, and 3,000 such calls took 1.4 GB).
+//
+// With --tokens too: a call admitted with a token once gave its answer's
+// bytes back as its handler returned, before connect wrote the answer,
+// so nothing was ever held or refused and the heap grew by 2.5 GB for
+// 9,000 such calls (an outside probe).
 func TestGetJobOnZeroWindowStreamsHoldsTwiceTheSendBudgetAtMost(t *testing.T) {
+	for _, tokens := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tokens=%v", tokens), func(t *testing.T) {
+			getJobOnZeroWindowStreams(t, tokens)
+		})
+	}
+}
+
+func getJobOnZeroWindowStreams(t *testing.T, tokens bool) {
 	const (
 		streams = 300
 		budget  = 4 << 20
 	)
-	ts := startServer(t, serverOptions{config: server.Config{
-		Keepalive: -1, MaxPendingSendBytes: budget, SendTimeout: time.Hour,
-	}})
+	cfg := server.Config{Keepalive: -1, MaxPendingSendBytes: budget, SendTimeout: time.Hour}
+	if tokens {
+		cfg.Tokens = testTokens(t)
+	}
+	ts := startServer(t, serverOptions{config: cfg})
 	c := ts.h2c()
+	if tokens {
+		c = ts.clientsWithToken(authProtocols[1], acmeToken)
+	}
 	big := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "big", Payload: mustValue(t, strings.Repeat("x", bigPayloadChars))})
 
 	runtime.GC()
 	before := heapInUse()
 	peak := watchPeakHeap()
 	raw := dialRawH2(t, addrOf(ts.url))
+	if tokens {
+		raw.header = [][2]string{{"authorization", "Bearer " + acmeToken}}
+	}
 	body, _ := json.Marshal(map[string]any{"jobId": big.GetId()})
 	for range streams {
 		raw.open(getJobUnaryPath, "application/json", body)
