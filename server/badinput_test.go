@@ -1,10 +1,13 @@
 package server_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -530,4 +533,61 @@ func TestAMalformedDeadlineHeaderSaysWhatOneLooksLike(t *testing.T) {
 		t.Errorf("grpc-timeout: 0m = grpc-status %q, message %q; want 4 (deadline_exceeded) saying the deadline had passed", status, msg)
 	}
 	submit(t, ts.h2c(), &jobwatchv1.SubmitJobRequest{Kind: "after.a.bad.deadline"})
+}
+
+// On HTTP/1.1 a request refused for its size, before its body was read,
+// ends its connection: the answer says Connection: close and nothing
+// more is read from it. The rest of the body was once read as the
+// connection's next request (answered 431 Request Header Fields Too
+// Large): bytes of one request taken for another, which a proxy in front
+// that sends several clients' requests on one connection would have
+// been desynced by. Each protocol's framing is checked: Connect unary
+// (refused at its Content-Length) and gRPC-Web (at its message prefix).
+func TestAnHTTP1RequestRefusedForItsSizeEndsItsConnection(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{MaxRequestBytes: 4096}})
+	big := strings.Repeat("x", 1<<20)
+	for _, c := range []struct {
+		name, contentType string
+		body              []byte
+	}{
+		{"connect unary", "application/json", []byte(`{"kind":"k","payload":"` + big + `"}`)},
+		{"grpc-web", "application/grpc-web+proto", append([]byte{0, 0, 0x10, 0, 0}, big...)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addrOf(ts.url))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			// What follows the body on the same connection: a request of
+			// its own, which must not be answered.
+			next := "POST /jobwatch.v1.JobService/GetJob HTTP/1.1\r\nHost: " + addrOf(ts.url) +
+				"\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+			go func() {
+				// The server may close before it has it all: a write error
+				// here is the point.
+				_, _ = fmt.Fprintf(conn, "POST /jobwatch.v1.JobService/SubmitJob HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n",
+					addrOf(ts.url), c.contentType, len(c.body))
+				_, _ = conn.Write(c.body)
+				_, _ = io.WriteString(conn, next)
+			}()
+			_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+			r := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(r, nil)
+			if err != nil {
+				t.Fatalf("no answer to the oversized request: %v", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !strings.Contains(string(body), "over the limit") && resp.Header.Get("Grpc-Message") == "" {
+				t.Errorf("answer %d %q, want a refusal over the limit", resp.StatusCode, body)
+			}
+			if !resp.Close {
+				t.Errorf("the refusal of an oversized body keeps the connection (headers %v): the rest of the body would be read as a request", resp.Header)
+			}
+			if again, err := http.ReadResponse(r, nil); err == nil {
+				t.Errorf("the connection answered again after the refusal: %d %s", again.StatusCode, again.Status)
+			}
+		})
+	}
 }

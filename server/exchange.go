@@ -70,15 +70,26 @@ func (l *limits) handler(next http.Handler) http.Handler {
 		}
 		if !unaryProcedures[r.URL.Path] {
 			// Only a stream looks its exchange up (endStreamBy). A unary
-			// call, a parked WaitJob among them, is spared the copy of
-			// its request that a context value takes, for as long as it
-			// is parked.
+			// call, a parked WaitJob among them, is spared the context
+			// value, for as long as it is parked.
 			r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
 		}
 		if r.Body != nil && r.Body != http.NoBody && !l.bodyIsStream(r.URL.Path) {
 			b := &limitedBody{ReadCloser: r.Body, ex: ex, ctx: r.Context(), conn: conn}
 			b.start()
 			defer b.done()
+			// On a copy of the request: net/http must go on seeing its own
+			// body in its own. It tells from that body whether the
+			// handler left some of it unread (one refused for its size),
+			// and then closes an HTTP/1.1 connection after the answer,
+			// gently enough for the client to read it. Given limitedBody,
+			// it kept the connection and read the rest of the body as
+			// the next request (answered 431; a proxy in front sending
+			// several clients' requests on one connection would have been
+			// desynced).
+			if r.ProtoMajor < 2 {
+				r = r.WithContext(r.Context())
+			}
 			r.Body = b
 		}
 		next.ServeHTTP(ex, r)
