@@ -59,7 +59,8 @@ func validNames(field string, vs []string) error {
 //
 // The first look of a call writes at once (store.ClaimJobs, one
 // transaction on the single writer), because a worker that asks usually
-// has work waiting. Parking polls nothing: the claim is registered with
+// has work waiting; but that of a call whose deadline has passed, which
+// may not park, reads first. Parking polls nothing: the claim is registered with
 // its tenants, kinds and queues (claimers.go) from before that first
 // look, and a new ready job wakes one registered claim that may run it,
 // not every one; a job due later wakes one when its RunAt comes, by one
@@ -111,7 +112,12 @@ func (e *Engine) ClaimJobs(ctx context.Context, r ClaimRequest, n int, deadline 
 	var claimed []string
 	defer func() { e.removeClaimer(c, claimed) }()
 
-	write, woken := true, false
+	// A claim that may not wait (its deadline has passed: the server's
+	// parked calls are at their limit) looks with a read first. Each
+	// claim's write queues behind the store's one writer on SQLite, so a
+	// flood of such claims with nothing ready stalled every caller's
+	// writes for seconds; a read costs the writer nothing.
+	write, woken := deadline.IsZero() || time.Until(deadline) > 0, false
 	for {
 		gen, byChange, owesJob := e.beginLook(c)
 		woken = woken || byChange

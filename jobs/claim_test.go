@@ -200,6 +200,40 @@ func (s *afterClaim) ClaimJobs(ctx context.Context, f store.ClaimFilter, claim s
 	return claimed, err
 }
 
+// countingClaims counts the store's claim writes.
+type countingClaims struct {
+	store.Store
+	writes atomic.Int64
+}
+
+func (s *countingClaims) ClaimJobs(ctx context.Context, f store.ClaimFilter, claim store.Claim) ([]store.Claimed, error) {
+	s.writes.Add(1)
+	return s.Store.ClaimJobs(ctx, f, claim)
+}
+
+// A claim that may not wait (its deadline has passed, as for a claim over
+// the server's parked-call limit) reads before it writes: with nothing
+// ready it ends with no write at all, so that a flood of them does not
+// queue writes in front of everyone else's; with a job ready it claims
+// it.
+func TestAClaimThatMayNotWaitWritesOnlyForAReadyJob(t *testing.T) {
+	cs := &countingClaims{Store: openStore(t)}
+	e := newEngineOver(t, cs, jobs.Config{})
+	for range 100 {
+		if _, err := e.ClaimJobs(t.Context(), jobs.ClaimRequest{WorkerID: "w"}, 10, time.Now()); !errors.Is(err, jobtype.ErrNoJob) {
+			t.Fatalf("claim with nothing ready: %v, want ErrNoJob", err)
+		}
+	}
+	if n := cs.writes.Load(); n != 0 {
+		t.Fatalf("100 claims that may not wait, with nothing ready, made %d claim writes; want none", n)
+	}
+	want := submit(t, e, jobs.SubmitRequest{})
+	js, err := e.ClaimJobs(t.Context(), jobs.ClaimRequest{WorkerID: "w"}, 10, time.Now())
+	if err != nil || len(js) != 1 || js[0].ID != want.ID {
+		t.Fatalf("claim that may not wait, a job ready: %v, %v; want %s", js, err, want.ID)
+	}
+}
+
 func TestClaimSeesAJobThatBecomesReadyBetweenItsLookAndItsPark(t *testing.T) {
 	clock := newFakeClock()
 	hs := &afterClaim{Store: openStore(t)}
