@@ -297,7 +297,10 @@ type Server struct {
 	health  *grpchealth.StaticChecker
 	handler http.Handler
 	parked  *parkedCalls
-	conns   *connMetrics
+	// unparkedLook lets one claim over the parked-call limit at a time
+	// look for a ready job (workerservice.go).
+	unparkedLook chan struct{}
+	conns        *connMetrics
 	// stopping ends when Serve starts to shut down; health Watch and
 	// reflection streams end with it.
 	stopping    context.Context
@@ -334,6 +337,7 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 	s.stopping, s.stopStreams = context.WithCancel(context.Background())
 	s.conns = newConnMetrics()
 	s.conns.register(cfg.Registry, cfg.Logger)
+	s.unparkedLook = make(chan struct{}, 1)
 	s.parked = newParkedCalls(cfg.MaxParkedCalls, cfg.MaxParkedCallsPerTenant, cfg.MaxParkedCallsPerConn, s.metrics, s.conns)
 	if cfg.Tokens != nil {
 		s.authRequired = true

@@ -37,7 +37,17 @@ func (h *workerService) ClaimJob(ctx context.Context, req *jobwatchv1.ClaimJobRe
 	} else {
 		// Over MaxParkedCalls a claim still takes a job that is ready
 		// now (it need not park for it), so parked waits can never keep
-		// workers from the jobs they wait for; it only may not park.
+		// workers from the jobs they wait for; it only may not park. One
+		// such claim looks at a time, the others are refused at once: a
+		// flood of them, each looking (a read of the store), filled the
+		// store's read pool, and everyone's reads queued behind it for
+		// seconds. A worker refused asks again after its backoff.
+		select {
+		case s.unparkedLook <- struct{}{}:
+			defer func() { <-s.unparkedLook }()
+		default:
+			return nil, refused
+		}
 		deadline = time.Now()
 	}
 	n := int(req.GetMaxJobs())
