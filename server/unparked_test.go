@@ -45,7 +45,9 @@ func TestOneClaimOverTheParkedLimitLooksAtATime(t *testing.T) {
 	c := ts.h2c()
 	ctx, cancel := context.WithCancel(ctxTimeout(t, time.Minute))
 	defer cancel()
-	go func() { _, _ = c.workers.ClaimJob(ctx, &jobwatchv1.ClaimJobRequest{WorkerId: "parked", Kinds: []string{"none"}}) }()
+	go func() {
+		_, _ = c.workers.ClaimJob(ctx, &jobwatchv1.ClaimJobRequest{WorkerId: "parked", Kinds: []string{"none"}})
+	}()
 	ts.waitForGauge("jobwatch_parked_calls", 1)
 
 	held.armed.Store(true)
