@@ -114,7 +114,7 @@ func TestOnePublishIsEncodedOncePerFormatForEveryCallItWakes(t *testing.T) {
 		}
 	}
 	ts.waitForGauge("jobwatch_parked_waits", float64(len(protocols)*waitersEach))
-	wokenBefore := wokenWaits(t, ts)
+	wokenBefore := ts.metric(wokenWaits, "kind", "wait")
 	done := complete(t, c, lease, mustValue(t, map[string]any{"ok": true, "rows": 3}))
 	if done.GetVersion() <= lease.GetJob().GetVersion()+1 {
 		t.Fatalf("completion is v%d, want a version after the progress", done.GetVersion())
@@ -137,34 +137,14 @@ func TestOnePublishIsEncodedOncePerFormatForEveryCallItWakes(t *testing.T) {
 	// read, which no other call shares (a CI run beside another suite:
 	// json 2). Then the completion woke fewer waits than were parked, and
 	// only the bound holds.
-	if woken := wokenWaits(t, ts) - wokenBefore; woken == uint64(len(protocols)*waitersEach) {
+	if woken := ts.metric(wokenWaits, "kind", "wait") - wokenBefore; woken == float64(len(protocols)*waitersEach) {
 		wantEncodes(3, 3)
 	} else if got := server.SharedEncodes(ts.srv); got["json"] > 3 || got["proto"] > 3 {
 		t.Fatalf("shared encodings = %v, want at most json 3, proto 3", got)
 	} else {
-		t.Logf("the completion woke %d of %d waits (the others read the job ended); shared encodings %v", woken, len(protocols)*waitersEach, got)
+		t.Logf("the completion woke %v of %d waits (the others read the job ended); shared encodings %v", woken, len(protocols)*waitersEach, got)
 	}
 }
 
-// wokenWaits is how many waits a publish has woken:
-// jobwatch_wake_latency_seconds{kind="wait"}'s count.
-func wokenWaits(t *testing.T, ts *testServer) uint64 {
-	t.Helper()
-	families, err := ts.registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != "jobwatch_wake_latency_seconds" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "kind" && l.GetValue() == "wait" {
-					return m.GetHistogram().GetSampleCount()
-				}
-			}
-		}
-	}
-	return 0
-}
+// wokenWaits counts (with kind="wait") the waits a publish has woken.
+const wokenWaits = "jobwatch_wake_latency_seconds"

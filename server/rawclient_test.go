@@ -178,8 +178,9 @@ func (c *rawH2) waitReset(n int, within time.Duration) {
 	}
 }
 
-// metric reads the value of a counter or gauge whose labels include
-// labels (name=value pairs), summed over the series that match.
+// metric reads the value of a counter or gauge, or the sample count of a
+// histogram, whose labels include labels (name=value pairs), summed over
+// the series that match.
 func (ts *testServer) metric(name string, labels ...string) float64 {
 	ts.t.Helper()
 	families, err := ts.registry.Gather()
@@ -204,7 +205,7 @@ func (ts *testServer) metric(name string, labels ...string) float64 {
 					continue series
 				}
 			}
-			sum += m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			sum += m.GetGauge().GetValue() + m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return sum

@@ -18,12 +18,7 @@ import (
 // seeks, so a claim's seek reads a few pages again, as it did before any
 // claim, instead of stepping over every claimed job's entry.
 func TestClaimsVacuumTheJobsTableWhereAutovacuumDoesNot(t *testing.T) {
-	url := pgtest.URL(t)
-	fillQueued(t, openURL(t, url), 14_000) // and turns autovacuum off for jobs
-	s := openURL(t, url)
-	if !s.vacuum.off {
-		t.Fatal("the store reads autovacuum as on for a jobs table with autovacuum_enabled = false")
-	}
+	s := openWithoutAutovacuum(t, 14_000)
 	s.vacuum.every, s.vacuum.dead = 5_000, 8_000
 	ctx := context.Background()
 	now := t0.Add(24 * time.Hour * 365)
@@ -120,6 +115,20 @@ func TestClaimsVacuumTheJobsTableWhereAutovacuumDoesNot(t *testing.T) {
 	}
 }
 
+// openWithoutAutovacuum opens a store on a new schema whose jobs table
+// fillQueued filled with queued jobs and left with autovacuum off, after
+// the fill, so that its vacuumer runs.
+func openWithoutAutovacuum(t *testing.T, queued int) *Store {
+	t.Helper()
+	url := pgtest.URL(t)
+	fillQueued(t, openURL(t, url), queued)
+	s := openURL(t, url)
+	if !s.vacuum.off {
+		t.Fatal("the store reads autovacuum as on for a jobs table with autovacuum_enabled = false")
+	}
+	return s
+}
+
 // seekBuffers is how many buffers the seek of the next queued email job
 // reads in jobs_queued_kind, the index claims of that kind seek, with
 // the claim's plan settings.
@@ -142,12 +151,7 @@ func seekBuffers(t *testing.T, s *Store) int {
 // the queued jobs behind a million new ones sorted them all: one to two
 // seconds).
 func TestCreatedJobsAnalyzeTheJobsTableWhereAutovacuumDoesNot(t *testing.T) {
-	url := pgtest.URL(t)
-	fillQueued(t, openURL(t, url), 2_000) // and turns autovacuum off for jobs
-	s := openURL(t, url)
-	if !s.vacuum.off {
-		t.Fatal("the store reads autovacuum as on for a jobs table with autovacuum_enabled = false")
-	}
+	s := openWithoutAutovacuum(t, 2_000)
 	s.vacuum.every, s.vacuum.changed = 1_000, 3_000
 	ctx := context.Background()
 	known := func() (rows float64) {
