@@ -15,15 +15,24 @@ CHECK := $(MAKE) --no-print-directory check
 ## 127.0.0.1:5432 or a throwaway initdb cluster; see internal/pgtest).
 ## Every pass runs even when one before it failed, so a slip in the
 ## first does not hide what the others would have said; the failed
-## passes are named at the end and make fails.
+## passes are named at the end, each with its failing tests' lines (or
+## its last lines), so that the end of a long log says what failed, and
+## make fails.
 test: ts-deps
-	@failed=""; \
+	@failed=""; failedlogs=""; logs=$$(mktemp -d); trap 'rm -rf "$$logs"' EXIT; \
 	run() { what="$$1"; shift; echo "make test: $$what: $$*"; \
-	  "$$@" || { echo "make test: FAILED: $$what" >&2; failed="$$failed\n  $$what"; }; }; \
+	  log="$$logs/$$(printf '%s' "$$what" | tr -c 'A-Za-z0-9' _)"; printf '%s' "$$what" > "$$log.what"; \
+	  { "$$@" 2>&1; echo $$? > "$$log.rc"; } | tee "$$log"; \
+	  [ "$$(cat "$$log.rc")" = 0 ] || { echo "make test: FAILED: $$what" >&2; failed="$$failed\n  $$what"; failedlogs="$$failedlogs $$log"; }; }; \
 	run "check" $(CHECK); \
 	run "SQLite, race detector on" go test -race -count=1 -timeout 30m ./...; \
 	run "stack sizes, race detector off" go test -count=1 -timeout 5m -run '^TestParkedCallsKeepTheirStacksWithin8KiB$$' ./server/; \
 	run "PostgreSQL, race detector on" env JOBWATCH_TEST_BACKEND=postgres go test -race -count=1 -timeout 20m ./jobs/... ./server/... ./client/... ./cmd/... ./web/... ./ts/...; \
+	for log in $$failedlogs; do \
+	  echo "make test: what failed in $$(cat "$$log.what"):" >&2; \
+	  lines=$$(grep -E -e '^[[:space:]]*--- FAIL' -e '^(panic:|FAIL[[:space:]])' -e '^[[:space:]]+[A-Za-z0-9_./-]+\.go:[0-9]+: ' "$$log" | head -n 100); \
+	  if [ -n "$$lines" ]; then printf '%s\n' "$$lines" >&2; else tail -n 20 "$$log" >&2; fi; \
+	done; \
 	if [ -n "$$failed" ]; then printf 'make test: these passes failed:%b\n' "$$failed" >&2; exit 1; fi; \
 	echo "make test: every pass passed"
 
