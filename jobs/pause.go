@@ -78,6 +78,16 @@ func (e *Engine) Resume(ctx context.Context, queue, by string) (resumed bool, er
 	}
 	e.log.Info("queue resumed", "queue", queue, "by", by)
 	e.wakeResumed(queue)
+	if e.rules.Load().Queues[queue].AlertAfter > 0 {
+		// It counted as drained while paused, as of the last sweep that
+		// saw it paused: up to a sweep before now. Its alert_after
+		// counts from the resume, on every replica (they read drains
+		// from the store). The resume stands if this write fails; the
+		// alert may then come up to a sweep early.
+		if err := e.store.MarkDrained(ctx, []string{queue}, e.now()); err != nil {
+			e.log.Warn("record a resumed queue as drained", "queue", queue, "err", err)
+		}
+	}
 	return true, nil
 }
 

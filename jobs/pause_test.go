@@ -107,13 +107,16 @@ func TestAPausedQueueDoesNotAlertAndCountsFromItsResume(t *testing.T) {
 	if q := queueStat(t, e, "index"); q.Alerting {
 		t.Fatalf("paused 10m with a job waiting: %+v; want no alert", q)
 	}
+	// The resume comes between two sweeps: alert_after counts from it,
+	// not from the last sweep that saw the queue paused.
+	clock.Advance(50 * time.Second)
 	if _, err := e.Resume(ctx, "index", "me"); err != nil {
 		t.Fatal(err)
 	}
-	clock.Advance(4 * time.Minute)
+	clock.Advance(4*time.Minute + 30*time.Second)
 	sweep(t, e)
 	if q := queueStat(t, e, "index"); q.Alerting {
-		t.Fatalf("4m after the resume: %+v; want no alert yet: alert_after counts from the resume", q)
+		t.Fatalf("4m30s after the resume, 5m20s after the last sweep that saw it paused: %+v; want no alert yet: alert_after counts from the resume", q)
 	}
 	clock.Advance(2 * time.Minute)
 	sweep(t, e)

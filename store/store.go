@@ -810,7 +810,8 @@ type Store interface {
 	// DeleteJob deletes job id if it is terminal, checked in the
 	// statement that deletes it, and returns the job as it was; a job
 	// that is not terminal is left as it is and returned with deleted
-	// false. ErrNotFound if there is no such job. Every Store sharing the
+	// false. ErrNotFound if there is no such job; a *jobtype.WaitedForError,
+	// with the job as it is, if a WAITING job waits for it. Every Store sharing the
 	// database hears of the deletion (Listen: a Change of the job, at
 	// its version plus one, whose reading finds nothing).
 	// Retry: safe (a job deleted already is ErrNotFound).

@@ -105,6 +105,9 @@ func (s *Store) DeleteJob(ctx context.Context, id string) (jobtype.Job, bool, er
 		s.changed(gone)
 		return nil
 	})
+	if wf := (*jobtype.WaitedForError)(nil); errors.As(err, &wf) {
+		return j, false, err // with the job, whose state the refusal names
+	}
 	if err != nil {
 		return jobtype.Job{}, false, err
 	}

@@ -81,10 +81,13 @@ func testDependencyWaitedForIsKept(t *testing.T, s store.Store) {
 	if got := retry(t, s, "b", 2); got.State != jobtype.Waiting {
 		t.Fatalf("retry of b = %s, want WAITING for a", got.State)
 	}
-	_, deleted, err := s.DeleteJob(t.Context(), "a")
+	kept, deleted, err := s.DeleteJob(t.Context(), "a")
 	var wf *jobtype.WaitedForError
 	if deleted || !errors.As(err, &wf) || wf.ID != "a" || wf.Waiter != "b" {
 		t.Fatalf("delete of a while b waits for it = %v, %v; want a WaitedForError naming b", deleted, err)
+	}
+	if kept.ID != "a" || kept.State != jobtype.Failed {
+		t.Errorf("delete of a while b waits for it returned job %q in state %q, want a, FAILED (its refusal names the state)", kept.ID, kept.State)
 	}
 	if _, err := s.DeleteFinishedBefore(t.Context(), at(1000)); err != nil {
 		t.Fatal(err)
