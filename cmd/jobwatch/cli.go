@@ -270,13 +270,16 @@ func valueJSON(v *structpb.Value) string {
 func summary(j *jobwatchv1.Job) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s %d%%", j.GetId(), stateName(j.GetState()), j.GetPercent())
+	// The step and the error's message, which a worker wrote, quoted as
+	// printable text: the escapes a command printed into them are
+	// dropped, as get and list drop them, not shown escaped.
 	if j.GetStep() != "" {
-		fmt.Fprintf(&b, " %q", j.GetStep())
+		fmt.Fprintf(&b, " %q", plain(j.GetStep()))
 	}
 	if e := j.GetError(); e != nil {
 		fmt.Fprintf(&b, " error=%s", plain(e.GetType()))
 		if e.GetMessage() != "" {
-			fmt.Fprintf(&b, " %q", e.GetMessage())
+			fmt.Fprintf(&b, " %q", plain(e.GetMessage()))
 		}
 	}
 	if r := valueJSON(j.GetResult()); r != "" {

@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"testing"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+)
 
 // What a job printed reaches the reader's terminal as text and colours
 // only: nothing that sets its title, clears it, moves its cursor or hides
@@ -30,5 +34,18 @@ func TestPrintableKeepsTextAndColoursOnly(t *testing.T) {
 		if got := printable(tc.in, false); got != tc.plain {
 			t.Errorf("%s, piped: %q, want %q", tc.name, got, tc.plain)
 		}
+	}
+}
+
+// The one-line summary that wait and watch print quotes a job's step and
+// error as printable text: what a command printed into them reaches the
+// reader without its escapes, neither run nor shown escaped.
+func TestSummaryPrintsAStepAndAnErrorAsText(t *testing.T) {
+	j := &jobwatchv1.Job{Id: "j_1", State: jobwatchv1.JobState_JOB_STATE_FAILED, Percent: 10,
+		Step:  "\x1b[31mred step\x1b]0;TITLE\x07 x\rY",
+		Error: &jobwatchv1.JobError{Type: "Bad\x1b[2J", Message: "\x1b[32mgreen msg\x1b[0m"}}
+	got := summary(j)
+	if want := `j_1 FAILED 10% "red step xY" error=Bad "green msg"`; got != want {
+		t.Errorf("summary = %q, want %q", got, want)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/internal/tracing"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 const workerUsage = `Usage: jobwatch worker --kind KIND --exec 'COMMAND' [flags]
@@ -394,7 +395,10 @@ func execHandler(command string, env []string, out output, kill time.Duration, g
 				return
 			}
 			out.line(job.GetId(), "stdout", raw)
-			fmt.Fprintf(stdoutLog, "%s\n", raw)
+			// One line of the log, cut to a log line's bound here: the
+			// writer would add a line over 64 KiB in pieces, which only
+			// a line without its end (stderr's) should be.
+			fmt.Fprintf(stdoutLog, "%s\n", jobtype.CutLogLine(raw))
 		})
 		_, _ = io.Copy(io.Discard, pipe) // after a read error: drain so the command can exit
 		err = cmd.Wait()

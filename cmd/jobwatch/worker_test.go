@@ -19,6 +19,7 @@ import (
 	"time"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // startWorker runs "jobwatch worker" as its own process with extraEnv
@@ -289,6 +290,41 @@ func TestWorkerExecAddsTheCommandsOutputToTheJobsLog(t *testing.T) {
 		strings.Join(got[jobwatchv1.LogStream_LOG_STREAM_STDERR], "|") != "oops|no newline on stderr" || len(got) != 2 {
 		t.Fatalf("the job's log by stream is %q; want stdout's plain lines and stderr's lines", got)
 	}
+}
+
+// A stdout line under its 4 MiB bound is one line of the log, cut at
+// 16 KiB with its marker, not pieces of 64 KiB (stderr's lines, which
+// are not read whole, are).
+func TestWorkerExecLogsALongStdoutLineAsOneCutLine(t *testing.T) {
+	s := startCLIServer(t, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	logs, _, _ := startWorker(t, ctx, nil, "--server", s.URL, "--kind", "long", "--exec",
+		`printf '%100000s' '' | tr ' ' A; echo END`)
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "long"})
+	if j, err := s.Client.WaitForJob(ctx, id); err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("long job = %v, %v; want SUCCEEDED; worker:\n%s", j, err, logs)
+	}
+	page, err := s.Client.Logs(ctx, id, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range page.GetLines() {
+		lines = append(lines, l.GetText())
+	}
+	want := strings.Repeat("A", jobtype.MaxLogLineBytes-32) + "…[" + strconv.Itoa(100003-(jobtype.MaxLogLineBytes-32)) + " bytes cut]"
+	if len(lines) != 1 || lines[0] != want {
+		t.Fatalf("the log of a 100,003-byte stdout line has %d lines (first 40 bytes of each: %q); want one, cut at 16 KiB", len(lines), firstBytes(lines, 40))
+	}
+}
+
+func firstBytes(lines []string, n int) []string {
+	var out []string
+	for _, l := range lines {
+		out = append(out, l[:min(n, len(l))])
+	}
+	return out
 }
 
 // A command's output reaches the worker's stderr as text, since it may
