@@ -67,7 +67,7 @@ type Queue struct {
 	// Priority is given to a job submitted without one:
 	// jobtype.MinPriority (most urgent, also when left out) to
 	// jobtype.MaxPriority. A serial queue runs its jobs in order whatever
-	// their priority.
+	// their priority, and refuses one above 0 (jobtype.CheckQueueRules).
 	Priority int
 	// MaxLogBytes bounds the log each job of the queue keeps: past it
 	// the oldest lines are dropped. 0: jobtype.DefaultMaxLogBytes.

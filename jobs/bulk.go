@@ -193,7 +193,7 @@ func bulkListFilter(a BulkAction, f BulkFilter) (store.ListFilter, error) {
 	case "":
 		tenant = jobtype.DefaultTenant
 	default:
-		if err := validOptionalName("tenant", tenant); err != nil {
+		if err := validOptionalName("filter.tenant", tenant); err != nil {
 			return store.ListFilter{}, err
 		}
 	}

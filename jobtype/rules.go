@@ -272,6 +272,10 @@ func CheckQueueRules(q QueueRules, pools map[string]int) error {
 		return &InvalidError{Field: "rate.per_tenant", Reason: "a serial queue runs one job of each tenant at a time: its rate is kept for the whole queue; leave per_tenant out"}
 	case !q.Serial && q.BlockOnFailure:
 		return &InvalidError{Field: "block_on_failure", Reason: "only a serial queue blocks on failure"}
+	case q.Serial && q.Priority != MinPriority:
+		// It would be of no use, silently: the queue's order is first
+		// in, first out.
+		return &InvalidError{Field: "priority", Reason: fmt.Sprintf("a serial queue runs its jobs first in, first out, whatever their priority: leave priority out (or 0), got %d", q.Priority)}
 	case q.Priority < MinPriority || q.Priority > MaxPriority:
 		return &InvalidError{Field: "priority", Reason: fmt.Sprintf("must be %d to %d, got %d", MinPriority, MaxPriority, q.Priority)}
 	case q.MaxLogBytes != 0 && (q.MaxLogBytes < MinMaxLogBytes || q.MaxLogBytes > MaxMaxLogBytes):

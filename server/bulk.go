@@ -116,6 +116,9 @@ func bulkFilter(ctx context.Context, pf *jobwatchv1.JobFilter) (jobs.BulkFilter,
 			return jobs.BulkFilter{}, invalid("filter.created_before", err.Error())
 		}
 		f.CreatedBefore = pf.GetCreatedBefore().AsTime()
+		if f.CreatedBefore.IsZero() { // which the engine reads as unset
+			return jobs.BulkFilter{}, invalid("filter.created_before", "0001-01-01T00:00:00Z is no time: give a time, or leave filter.created_before out")
+		}
 	}
 	return f, nil
 }

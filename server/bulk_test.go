@@ -106,6 +106,8 @@ func TestBulkActionsRefuseFiltersThatSaySoLittleOrTooMuch(t *testing.T) {
 		{"a state that does not exist", &jobwatchv1.JobFilter{States: []jobwatchv1.JobState{42}}, "filter.states[0]"},
 		{"a queue that is not a name", &jobwatchv1.JobFilter{Queues: []string{"a b"}}, "filter.queues"},
 		{"a bad time", &jobwatchv1.JobFilter{Kinds: []string{"k"}, CreatedBefore: &timestamppb.Timestamp{Seconds: -1 << 62}}, "filter.created_before"},
+		{"the zero time, which is no time", &jobwatchv1.JobFilter{CreatedBefore: timestamppb.New(time.Time{})}, "filter.created_before"},
+		{"a tenant that is not a name", &jobwatchv1.JobFilter{Tenant: "a b", Kinds: []string{"k"}}, "filter.tenant"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := c.jobs.CancelJobs(ctxTimeout(t, 5*time.Second), &jobwatchv1.CancelJobsRequest{Filter: tc.filter})

@@ -3311,7 +3311,9 @@ type Caller struct {
 	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
 	// A client's tenant; empty for workers and admins.
 	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	// The token's name from the tokens file, if it has one.
+	// The token's name from the tokens file; a token without one is
+	// named by its id (the first 12 hex digits of its sha256), as the
+	// server's logs and the who-did-it records name it.
 	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -1586,7 +1586,9 @@ export type Caller = Message<"jobwatch.v1.Caller"> & {
   tenant: string;
 
   /**
-   * The token's name from the tokens file, if it has one.
+   * The token's name from the tokens file; a token without one is
+   * named by its id (the first 12 hex digits of its sha256), as the
+   * server's logs and the who-did-it records name it.
    *
    * @generated from field: string name = 3;
    */
@@ -2901,9 +2903,13 @@ export const JobService: GenService<{
   /**
    * RetryJobs, CancelJobs and DeleteJobs act on the jobs a filter
    * matches, a page at a time (at most 1,000 jobs a call): follow
-   * next_page_token until it is empty. A job a page skips because it
-   * cannot take the action (RetryJobs of a SUCCEEDED job) is counted in
-   * matched, not changed. A page stops at the first job the action is
+   * next_page_token until it is empty. The filter's states are those
+   * the action applies to (left out: all of them; naming another, as
+   * RetryJobs of SUCCEEDED jobs, is invalid_argument). A job of the page
+   * the action leaves as it is (it moved on since the page read it, a
+   * retry would make a second active job with its unique_key, a delete
+   * of a job a WAITING job waits for) counts in matched, not changed. A
+   * page stops at the first job the action is
    * refused for (a tenant's quota): the error is that refusal, with a
    * BulkStopped detail saying what the page changed before it.
    *
