@@ -461,7 +461,11 @@ func TestParkedWaitsDoNotHoldTheirJobsPayloads(t *testing.T) {
 		waits   = 100 // in each of two batches
 		payload = 200 << 10
 	)
-	ts := startServer(t, serverOptions{})
+	// Cap and deadline are generous bounds: 250 waits of a 200 KiB job,
+	// measured with forced collections, took over 30 s on a loaded
+	// machine, and a wait answered at its cap would leave the gauge short
+	// of the waits parked.
+	ts := startServer(t, serverOptions{config: server.Config{WaitCap: 5 * time.Minute}})
 	c := ts.h2c()
 	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "big", Payload: mustValue(t, strings.Repeat("x", payload))})
 
@@ -471,7 +475,7 @@ func TestParkedWaitsDoNotHoldTheirJobsPayloads(t *testing.T) {
 		before := heapAndGoroutines().heap
 		for range n {
 			go func() {
-				resp, err := c.jobs.WaitJob(ctxTimeout(t, 30*time.Second), &jobwatchv1.WaitJobRequest{JobId: job.GetId()})
+				resp, err := c.jobs.WaitJob(ctxTimeout(t, 6*time.Minute), &jobwatchv1.WaitJobRequest{JobId: job.GetId()})
 				if err != nil {
 					t.Errorf("WaitJob: %v", err)
 				}

@@ -62,13 +62,13 @@ func TestAPayloadNestedTooDeepIsRefusedOverEveryWireNamingTheFieldAndTheLimit(t 
 		t.Run("the Go client over "+name, func(t *testing.T) {
 			c := client.New(ts.url, client.WithProtocol(protocol))
 			defer c.Close()
-			_, err := c.Submit(ctxTimeout(t, 5*time.Second), &jobwatchv1.SubmitJobRequest{Kind: "k", Payload: nestedValue(5000)})
+			_, err := c.Submit(ctxTimeout(t, callBound), &jobwatchv1.SubmitJobRequest{Kind: "k", Payload: nestedValue(5000)})
 			wantRefusal(t, err, "payload")
 
 			// A worker's result is held to the same rule.
 			submit(t, ts.h2c(), &jobwatchv1.SubmitJobRequest{Kind: "deep-result-" + name})
 			lease := claim(t, ts.h2c(), "deep-result-"+name)
-			_, err = c.WorkerService().CompleteJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.CompleteJobRequest{
+			_, err = c.WorkerService().CompleteJob(ctxTimeout(t, callBound), &jobwatchv1.CompleteJobRequest{
 				JobId: lease.GetJob().GetId(), LeaseId: lease.GetLeaseId(), Result: nestedValue(5000),
 			})
 			wantRefusal(t, err, "result")
@@ -79,11 +79,11 @@ func TestAPayloadNestedTooDeepIsRefusedOverEveryWireNamingTheFieldAndTheLimit(t 
 		c := client.New(ts.url)
 		defer c.Close()
 		sent := nestedValue(jobtype.MaxJSONDepth)
-		j, err := c.Submit(ctxTimeout(t, 5*time.Second), &jobwatchv1.SubmitJobRequest{Kind: "k", Payload: sent})
+		j, err := c.Submit(ctxTimeout(t, callBound), &jobwatchv1.SubmitJobRequest{Kind: "k", Payload: sent})
 		if err != nil {
 			t.Fatalf("submit at the limit: %v", err)
 		}
-		got, err := c.Get(ctxTimeout(t, 5*time.Second), j.GetId())
+		got, err := c.Get(ctxTimeout(t, callBound), j.GetId())
 		if err != nil || !proto.Equal(got.GetPayload(), sent) {
 			t.Fatalf("get = %v (payload equal: %v), want the payload as sent", err, proto.Equal(got.GetPayload(), sent))
 		}
