@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
@@ -570,8 +571,17 @@ func TestAJobRetriedAfterABackoffWakesOneParkedClaimerWhenDue(t *testing.T) {
 	if n := st.reads.Load() - reads; n != 0 {
 		t.Errorf("reads: %d, want 0: the claimer woken for the job claims it without reading first", n)
 	}
-	if n := e.ClaimWakes() - wakes; n != 1 {
-		t.Errorf("wakes: %d, want 1", n)
+	// On PostgreSQL the listener's catch-up (every second) can list the
+	// retry before its notification comes, as another replica's change;
+	// the engine then holds a wake of its own for it, which the claim's
+	// notification drops only if it comes first: on a loaded machine one
+	// more claimer may wake, find nothing and park again. Never a herd.
+	want := int64(1)
+	if testdb.Backend() == "postgres" {
+		want = 2
+	}
+	if n := e.ClaimWakes() - wakes; n < 1 || n > want {
+		t.Errorf("wakes: %d, want 1 (at most %d on %s)", n, want, testdb.Backend())
 	}
 }
 
