@@ -358,7 +358,11 @@ func dependencyFailureName(f jobwatchv1.DependencyFailure) string {
 // attempt, its outcome, when, by which worker or operator, and why.
 func historyLine(a *jobwatchv1.JobAttempt) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "#%d %s", a.GetAttempt(), stateName(a.GetState()))
+	if a.GetAttempt() == 0 { // ended (cancelled) before any run
+		fmt.Fprintf(&b, "before any run: %s", stateName(a.GetState()))
+	} else {
+		fmt.Fprintf(&b, "#%d %s", a.GetAttempt(), stateName(a.GetState()))
+	}
 	if a.GetStartedAt() != nil {
 		fmt.Fprintf(&b, " %s ->", formatTime(a.GetStartedAt().AsTime(), true))
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
@@ -47,5 +48,18 @@ func TestSummaryPrintsAStepAndAnErrorAsText(t *testing.T) {
 	got := summary(j)
 	if want := `j_1 FAILED 10% "red step xY" error=Bad "green msg"`; got != want {
 		t.Errorf("summary = %q, want %q", got, want)
+	}
+}
+
+// A history entry of a job that ended before it ever ran (cancelled
+// while queued) says so rather than naming an attempt 0.
+func TestHistoryLineOfAJobThatNeverRan(t *testing.T) {
+	a := &jobwatchv1.JobAttempt{State: jobwatchv1.JobState_JOB_STATE_CANCELLED, By: "ops (admin)"}
+	if got := historyLine(a); !strings.HasPrefix(got, "before any run: CANCELLED") || !strings.HasSuffix(got, " by=ops (admin)") {
+		t.Errorf("historyLine = %q, want it to start \"before any run: CANCELLED\" and name who", got)
+	}
+	a.Attempt = 2
+	if got := historyLine(a); !strings.HasPrefix(got, "#2 CANCELLED") {
+		t.Errorf("historyLine = %q, want it to start \"#2 CANCELLED\"", got)
 	}
 }
