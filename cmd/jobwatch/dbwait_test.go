@@ -93,3 +93,20 @@ func relay(ln net.Listener, to string) {
 		}()
 	}
 }
+
+// serve waits for an unreachable database as long as --db-wait says,
+// trying once more at its end, before it gives up (it gave up as soon as
+// its next backoff would pass the end: after 1.8 s of 3 s).
+func TestServeWaitsTheWholeDBWait(t *testing.T) {
+	nobody := "postgres://postgres@" + freeAddr(t) + "/test?sslmode=disable" // refused: nothing listens
+	const wait = 3 * time.Second
+	start := time.Now()
+	code, _, errOut := runInProcess(t, "serve", "--addr", freeAddr(t), "--db", nobody, "--db-wait", wait.String())
+	took := time.Since(start)
+	if code == 0 || took < wait || took > wait+time.Minute {
+		t.Fatalf("serve on a database nobody answers with --db-wait %v: exit %d after %v, %q; want a failure after %v", wait, code, took, errOut, wait)
+	}
+	if n := strings.Count(errOut, "the database cannot be reached yet: trying again"); n < 3 {
+		t.Errorf("serve said %d times that it tries again, want one for each try before the last: %q", n, errOut)
+	}
+}

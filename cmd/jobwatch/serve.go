@@ -291,12 +291,16 @@ func openStore(ctx context.Context, f serveFlags, log *slog.Logger) (store.Store
 	if !isPostgresURL(f.db) {
 		return sqlite.OpenWith(f.db, sqlite.Config{LockTimeout: f.lockTimeout, Logger: log})
 	}
+	// Tries at 0.25 s, then backing off to 5 s between tries, and once
+	// more at the end of --db-wait: serve waits as long as it says.
 	giveUp := time.Now().Add(f.dbWait)
 	for delay := 250 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
 		st, err := postgres.Open(ctx, f.db)
-		if err == nil || !errors.Is(err, jobtype.ErrUnavailable) || time.Now().Add(delay).After(giveUp) {
+		left := time.Until(giveUp)
+		if err == nil || !errors.Is(err, jobtype.ErrUnavailable) || left <= 0 {
 			return st, err
 		}
+		delay = min(delay, left)
 		log.Warn("the database cannot be reached yet: trying again", "db", dbName(f.db), "in", delay,
 			"until", giveUp.Format(time.TimeOnly), "err", err)
 		select {
