@@ -80,7 +80,7 @@ type InUseError struct {
 
 func (e *InUseError) Error() string {
 	return "another process has it open as a jobwatch store: a SQLite file serves one process at a time " +
-		"(a second one would not hear the first's changes); stop that one, give this one a file of its own, " +
+		"(a second one would not hear the first's changes); stop that one, give this one a file of its own (serve's and demo's --db FILE), " +
 		"or use PostgreSQL for several replicas"
 }
 
