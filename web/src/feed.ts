@@ -4,9 +4,10 @@
 // any drop, with backoff. It carries summaries: no payload or result,
 // which the list does not show (the detail fetches them with GetJob); and
 // the ids of jobs deleted, wherever the deletion was made.
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
 import { JobView, type Job } from "./gen/jobwatch/v1/jobwatch_pb";
 import type { JobClient } from "./api";
+import { followStream, type StreamEnd } from "./stream";
 
 export type FeedStatus =
   | { kind: "connecting" }
@@ -64,9 +65,6 @@ export function backoffMs(attempt: number): number {
   const ceiling = Math.min(5000, 250 * 2 ** attempt);
   return ceiling / 2 + (Math.random() * ceiling) / 2;
 }
-
-// How one stream ended, and whether it was live before it did.
-type Ending = ({ kind: "ended" } | { kind: "silent" } | { kind: "failed"; error: ConnectError }) & { live: boolean };
 
 export class JobFeed {
   private resumeToken = "";
@@ -158,46 +156,21 @@ export class JobFeed {
 
   // follow runs one WatchJobs stream until it ends, fails, goes silent or
   // the feed stops, passing its batches on.
-  private async follow(): Promise<Ending> {
-    const call = new AbortController();
-    const stopped = this.abort.signal;
-    const onStop = () => call.abort();
-    stopped.addEventListener("abort", onStop);
-    let silent = false;
-    let watchdog: ReturnType<typeof setTimeout> | undefined;
-    const heard = () => {
-      clearTimeout(watchdog);
-      watchdog = setTimeout(() => {
-        silent = true;
-        call.abort();
-      }, this.silenceMs);
-    };
-    let live = false;
-    let settle: ReturnType<typeof setTimeout> | undefined;
-    const goLive = () => {
-      clearTimeout(settle);
-      if (!live) {
-        live = true;
-        this.listener.status({ kind: "live" });
-      }
-    };
-    heard(); // also bounds a dial that never gets an answer
+  private follow(): Promise<StreamEnd> {
     let fresh = this.resumeToken === "";
-    try {
-      const stream = this.client.watchJobs(
-        { tenant: this.tenant, batch: this.batch, resumeToken: this.resumeToken, pageSize: this.pageSize, view: JobView.SUMMARY },
-        {
-          signal: call.signal,
-          timeoutMs: 0,
-          onHeader: () => {
-            heard();
-            settle = setTimeout(goLive, this.settleMs);
-          },
-        },
-      );
-      for await (const res of stream) {
-        heard();
-        goLive();
+    return followStream(
+      {
+        stopped: this.abort.signal,
+        silenceMs: this.silenceMs,
+        settleMs: this.settleMs,
+        onLive: () => this.listener.status({ kind: "live" }),
+      },
+      (opts) =>
+        this.client.watchJobs(
+          { tenant: this.tenant, batch: this.batch, resumeToken: this.resumeToken, pageSize: this.pageSize, view: JobView.SUMMARY },
+          opts,
+        ),
+      (res) => {
         if (res.jobs.length > 0) {
           this.listener.jobs(res.jobs);
         }
@@ -213,15 +186,8 @@ export class JobFeed {
             this.listener.synced?.();
           }
         }
-      }
-      return { kind: "ended", live };
-    } catch (err) {
-      return silent ? { kind: "silent", live } : { kind: "failed", error: ConnectError.from(err), live };
-    } finally {
-      clearTimeout(watchdog);
-      clearTimeout(settle);
-      stopped.removeEventListener("abort", onStop);
-    }
+      },
+    );
   }
 }
 

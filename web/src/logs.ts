@@ -7,6 +7,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { LogGap, LogLine } from "./gen/jobwatch/v1/jobwatch_pb";
 import type { JobClient } from "./api";
 import { backoffMs, sleep } from "./feed";
+import { followStream, type StreamEnd } from "./stream";
 
 // A Span is a run of a line's text in one style: cls is "" for plain
 // text, else the classes that colour it ("ansi-red", "ansi-bold").
@@ -274,7 +275,7 @@ const healthyStreamMs = 1000;
 // jobEnded: the server said the job ended and its last line was sent;
 // ended: the stream ended OK without saying so (its lifetime passed, the
 // server shut down, or a server older than job_ended).
-type Ending = { kind: "jobEnded" } | { kind: "ended" } | { kind: "silent" } | { kind: "failed"; error: ConnectError };
+type Ending = { kind: "jobEnded" } | StreamEnd;
 
 // LogFollower follows one job's log on one WatchJobLogs stream at a time,
 // dialling again after the last seq heard whenever a stream ends before
@@ -338,7 +339,7 @@ export class LogFollower {
           if (stopped.aborted) {
             return;
           }
-          end = { kind: "failed", error: ConnectError.from(err) };
+          end = { kind: "failed", error: ConnectError.from(err), live: false };
         }
       }
       let reason = "the stream ended";
@@ -367,48 +368,21 @@ export class LogFollower {
   // follow runs one WatchJobLogs stream until it ends, fails, goes silent
   // or the follower stops, passing on what is new.
   private async follow(): Promise<Ending> {
-    const call = new AbortController();
-    const stopped = this.abort.signal;
-    const onStop = () => call.abort();
-    stopped.addEventListener("abort", onStop);
-    let silent = false;
-    let watchdog: ReturnType<typeof setTimeout> | undefined;
-    const heard = () => {
-      clearTimeout(watchdog);
-      watchdog = setTimeout(() => {
-        silent = true;
-        call.abort();
-      }, this.silenceMs);
-    };
-    let live = false;
-    let settle: ReturnType<typeof setTimeout> | undefined;
-    const goLive = () => {
-      clearTimeout(settle);
-      if (!live) {
-        live = true;
-        this.listener.status({ kind: "live" });
-      }
-    };
-    heard();
     this.streams++;
     this.listener.dialled?.(this.streams);
-    try {
-      const stream = this.client.watchJobLogs(
-        { jobId: this.jobId, afterSeq: this.afterSeq },
-        {
-          signal: call.signal,
-          timeoutMs: 0,
-          onHeader: () => {
-            heard();
-            settle = setTimeout(goLive, this.settleMs);
-          },
-        },
-      );
-      for await (const res of stream) {
-        heard();
-        goLive();
+    let jobEnded = false;
+    const end = await followStream(
+      {
+        stopped: this.abort.signal,
+        silenceMs: this.silenceMs,
+        settleMs: this.settleMs,
+        onLive: () => this.listener.status({ kind: "live" }),
+      },
+      (opts) => this.client.watchJobLogs({ jobId: this.jobId, afterSeq: this.afterSeq }, opts),
+      (res) => {
         if (res.jobEnded) {
-          return { kind: "jobEnded" };
+          jobEnded = true;
+          return true;
         }
         let gap = res.gap;
         if (gap !== undefined) {
@@ -426,15 +400,10 @@ export class LogFollower {
         if (fresh.length > 0 || gap !== undefined) {
           this.listener.lines(fresh, gap);
         }
-      }
-      return { kind: "ended" };
-    } catch (err) {
-      return silent ? { kind: "silent" } : { kind: "failed", error: ConnectError.from(err) };
-    } finally {
-      clearTimeout(watchdog);
-      clearTimeout(settle);
-      stopped.removeEventListener("abort", onStop);
-    }
+        return false;
+      },
+    );
+    return jobEnded ? { kind: "jobEnded" } : end;
   }
 }
 
