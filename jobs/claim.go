@@ -270,15 +270,21 @@ func (e *Engine) Release(ctx context.Context, id, leaseID string) (jobtype.Job, 
 		if err := checkLease(j, leaseID); err != nil {
 			return err
 		}
-		j.State = jobtype.Queued
-		j.Attempt = max(j.Attempt-1, 0)
-		if j.Attempt == 0 {
-			j.StartedAt = time.Time{}
-		}
-		j.WorkerID = ""
-		j.Percent = 0
-		j.Step = ""
-		releaseLease(j)
+		giveBack(j)
 		return nil
 	})
+}
+
+// giveBack makes RUNNING j QUEUED again as if its claim had never been
+// made: the attempt not counted, no worker, no progress, no lease.
+func giveBack(j *jobtype.Job) {
+	j.State = jobtype.Queued
+	j.Attempt = max(j.Attempt-1, 0)
+	if j.Attempt == 0 {
+		j.StartedAt = time.Time{}
+	}
+	j.WorkerID = ""
+	j.Percent = 0
+	j.Step = ""
+	releaseLease(j)
 }

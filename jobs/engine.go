@@ -234,6 +234,12 @@ type Engine struct {
 	// lostClaims are the leases of claims whose answer was lost, whose
 	// jobs the sweep gives back (lostclaims.go).
 	lostClaims lostClaims
+	// started is when New made the engine; soleServer, whether the store
+	// serves this process alone: with both, the sweep knows a lease from
+	// before started for one that a stopped process handed out
+	// (unansweredBeforeStart, lostclaims.go).
+	started    time.Time
+	soleServer bool
 	// leaseWriter combines the writes of workers holding leases
 	// (leasewrites.go).
 	leaseWriter leaseWriter
@@ -283,6 +289,10 @@ func New(st store.Store, cfg Config) *Engine {
 			e.log.Warn("cannot read the database's clock; using this machine's until it answers", "err", err)
 		}
 		cancel()
+	}
+	e.started = e.now()
+	if s, ok := st.(interface{ SoleServer() bool }); ok {
+		e.soleServer = s.SoleServer()
 	}
 	e.startListening()
 	e.rules.Store(&ruleSet{})

@@ -115,3 +115,34 @@ func (e *Engine) releaseLostClaims(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// A claim made just before the server stopped (killed, crashed, the
+// machine lost) may have committed while its answer never reached the
+// worker: its jobs are RUNNING under leases nobody holds, and the engine
+// that made it, with its lostClaims, is gone. With a store that one
+// server alone uses (store/sqlite, whose lock on the file keeps a second
+// process out), a lease from before this engine started was handed out
+// by a process that has stopped. If, by the time it expires, its worker
+// has never been heard from (no heartbeat extended it), the sweep gives
+// the job back as Release does: QUEUED, the attempt not counted, rather
+// than spending an attempt on a run that never began, which with one
+// attempt (the default) would end the job LOST. A worker that did get
+// the answer heartbeats within the lease (the Go Worker, and so jobwatch
+// worker, every third of it at most) and keeps its job. A run that ended
+// unheard (its worker died too, or stopped it when no heartbeat got
+// through for a whole lease, as the Go Worker does while the server is
+// down) is run again, the attempt not counted. With PostgreSQL the claim may have come from another
+// replica, alive or not: there the lease's expiry spends the attempt
+// (docs/OPERATING.md).
+
+// unansweredBeforeStart reports whether RUNNING j, whose lease has
+// expired, was claimed from this store before the engine started, by a
+// server that has since stopped, and its worker never heard from since:
+// its lease still ends where the claim set it, its queue's lease timeout
+// after the attempt began.
+func (e *Engine) unansweredBeforeStart(j *jobtype.Job) bool {
+	if !e.soleServer || j.AttemptStartedAt.IsZero() || !j.AttemptStartedAt.Before(e.started) {
+		return false
+	}
+	return !j.LeaseExpiresAt.After(j.AttemptStartedAt.Add(e.queueRules(j.Queue).LeaseTimeout))
+}

@@ -59,7 +59,9 @@ func (e *Engine) Sweep(ctx context.Context) error {
 
 // expireLeases ends the attempt of every RUNNING job whose worker has not
 // heartbeaten within its queue's lease timeout: LOST, or QUEUED again when attempts
-// remain. The list of candidates may be stale by the time each one is
+// remain; or gives the job back, the attempt not counted, when its claim
+// was made just before the server stopped and never answered
+// (unansweredBeforeStart). The list of candidates may be stale by the time each one is
 // updated (a heartbeat, a completion or another replica's sweep came
 // first), so the expiry is checked again under the row lock.
 func (e *Engine) expireLeases(ctx context.Context) error {
@@ -69,15 +71,21 @@ func (e *Engine) expireLeases(ctx context.Context) error {
 	}
 	var errs []error
 	for _, id := range ids {
-		expired := false
+		expired, givenBack := false, false
+		var worker string
 		j, err := e.update(ctx, "expire lease of", id, func(j *jobtype.Job, now time.Time) error {
 			// The store may run this again on a newer read (another
 			// replica's sweep came first): only the last run says.
-			expired = false
+			expired, givenBack = false, false
 			if j.State != jobtype.Running || !j.LeaseExpiresAt.Before(now) {
 				return errUnchanged
 			}
 			expired = true
+			if e.unansweredBeforeStart(j) {
+				givenBack, worker = true, j.WorkerID
+				giveBack(j)
+				return nil
+			}
 			j.Error = leaseExpiredError(e.queueRules(j.Queue).LeaseTimeout)
 			if j.Attempt < j.MaxAttempts {
 				e.requeue(j, now)
@@ -93,6 +101,9 @@ func (e *Engine) expireLeases(ctx context.Context) error {
 		case isNotFound(err):
 		case err != nil:
 			errs = append(errs, err)
+		case givenBack:
+			e.log.Warn("queued again, the attempt not counted: claimed just before the server stopped, and its worker never answered",
+				"job_id", j.ID, "queue", j.Queue, "worker_id", worker)
 		case expired:
 			e.log.Info("lease expired", "job_id", j.ID, "worker_id", j.WorkerID, "attempt", j.Attempt, "state", j.State)
 			e.traceAttemptEnd(j)

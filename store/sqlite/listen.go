@@ -39,24 +39,25 @@ type feed struct {
 }
 
 // openFeed returns the feed of path, shared by every Store on it; the
-// first one locks the file, or is refused if another process has.
-func openFeed(path string) (*feed, error) {
+// first one locks the file, or is refused if another process has. first
+// says whether no other Store of this process had it open.
+func openFeed(path string) (f *feed, first bool, err error) {
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs
 	}
 	feedsMu.Lock()
 	defer feedsMu.Unlock()
-	f := feeds[path]
+	f = feeds[path]
 	if f == nil {
 		unlock, err := lockFile(path)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		f = &feed{path: path, unlock: unlock, listeners: map[*listener]struct{}{}}
 		feeds[path] = f
 	}
 	f.users++
-	return f, nil
+	return f, f.users == 1, nil
 }
 
 func (f *feed) close() {

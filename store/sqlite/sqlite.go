@@ -141,6 +141,9 @@ type Store struct {
 	holderQuery string
 	// feed hands committed changes to listeners (listen.go).
 	feed *feed
+	// sole: no other Store, of this process or another, had the file open
+	// when this one opened it (SoleServer).
+	sole bool
 	// fairQueues are the queues with fair-claiming state (fair.go); nil
 	// until first read from the table.
 	fairMu     sync.Mutex
@@ -197,7 +200,7 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 	}
 	// The file is this process's alone while it has a Store open on it
 	// (openFeed), before anything is read or migrated.
-	feed, err := openFeed(path)
+	feed, first, err := openFeed(path)
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
@@ -262,6 +265,7 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 	s.writes.probe = s.probeWrite
 	s.writes.closing, s.writes.stop = context.WithCancel(context.Background())
 	s.feed = feed
+	s.sole = first
 	if s.ckpt, err = openCheckpointer(path); err != nil {
 		write.Close()
 		read.Close()
@@ -352,6 +356,14 @@ func (s *Store) Close() error {
 	s.feed.close()
 	return err
 }
+
+// SoleServer reports whether no other Store had the file open when this
+// one opened it: the lock Open takes on the file keeps other processes
+// out while it is open, so then every lease on a RUNNING job from before
+// was handed out by a process that has stopped (jobs.Engine gives such a
+// job back when its worker never answered). A second Store of one
+// process on the file (tests' replicas) is not sole.
+func (s *Store) SoleServer() bool { return s.sole }
 
 // classify wraps the errors that mean "the database cannot be used right
 // now" (locked by another process beyond the busy timeout, unreadable,
