@@ -393,7 +393,7 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 	errs := connect.NewErrorWriter(opts...)
 	others := []string{healthCheckProcedure, healthWatchProcedure, healthListProcedure,
 		reflectV1 + "ServerReflectionInfo", reflectV1Alpha + "ServerReflectionInfo"}
-	var h http.Handler = s.checkEnvelopes(explainMediaType(checkTimeoutHeaders(errs, unknownProcedure(errs, others, mux))))
+	var h http.Handler = s.refuseTokensEarly(errs, s.checkEnvelopes(explainMediaType(checkTimeoutHeaders(errs, unknownProcedure(errs, others, mux)))))
 	if !cfg.AnyHost {
 		s.hosts = newHostCheck(cfg.AllowedHosts, s.metrics, s.log, opts)
 		h = s.hosts.handler(h)
@@ -447,6 +447,17 @@ func (s *Server) recovered(ctx context.Context, spec connect.Spec, _ http.Header
 // the page at /.
 func (s *Server) Handler() http.Handler { return s.handler }
 
+// MaxHeaderBytes bounds a request's headers (HTTP/1.1's request line
+// and headers; HTTP/2's header list, which the server announces in its
+// SETTINGS): a bearer token, a trace context and a browser's cookies fit
+// in it many times over. Past it, HTTP/1.1 gets 431 Request Header Fields
+// Too Large and its connection closes; HTTP/2 the same status on the
+// stream, or for a header block far past it GOAWAY, the connection
+// ended before the block has all arrived. Go's default, 1 MiB, let each of the silent connections that
+// --max-new-connections allows hold a megabyte of headers it never ended:
+// gigabytes, for a caller with no token.
+const MaxHeaderBytes = 64 << 10
+
 // Serve answers on ln with HTTP/1.1 and cleartext HTTP/2 (h2c with prior
 // knowledge) side by side, until ctx ends. Then it shuts down in order:
 // the engine first, so every parked WaitJob, WatchJob and ClaimJob answers
@@ -467,7 +478,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // FirstRequestTimeout, later requests' headers by ReadHeaderTimeout,
 // slow bodies by BodyTimeout and MaxPendingBodies, writes blocked on a
 // client that does not read by SendTimeout, dead clients by HTTP/2
-// pings, idle connections by IdleTimeout.
+// pings, idle connections by IdleTimeout, headers by MaxHeaderBytes.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if err := s.checkListener(ln.Addr()); err != nil {
 		ln.Close()
@@ -494,6 +505,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		},
 		ConnContext:       withConn,
 		ConnState:         limit.track,
+		MaxHeaderBytes:    MaxHeaderBytes,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
