@@ -112,12 +112,50 @@ func (s *Server) admit(ctx context.Context, procedure string, header http.Header
 		}
 		return ctx, nothing, nil
 	}
-	return s.admitToken(ctx, header, func(p auth.Principal) error {
-		if !may(p.Role, procedure) {
-			return connect.NewError(connect.CodePermissionDenied,
-				fmt.Errorf("a %s token may not call %s; %s", p.Role, procedure, whoMay(procedure)))
+	return s.admitToken(ctx, header, func(p auth.Principal) error { return roleRefusal(p, procedure) })
+}
+
+// roleRefusal is permission_denied if p's role may not call procedure.
+func roleRefusal(p auth.Principal, procedure string) error {
+	if !may(p.Role, procedure) {
+		return connect.NewError(connect.CodePermissionDenied,
+			fmt.Errorf("a %s token may not call %s; %s", p.Role, procedure, whoMay(procedure)))
+	}
+	return nil
+}
+
+// refuseTokensEarly answers a unary call of jobwatch's services that the
+// gate would refuse for its token (none, unknown, or of a role that may
+// not call it) before connect reads the request's body, which connect
+// does for a unary call before any interceptor runs: so a caller without
+// a token learns nothing of how its body would have been read, and the
+// server inflates and decodes nothing for it. The gate still decides
+// every call let through here (a reload may come in between), and the
+// refusal is the gate's, word for word. Streams need no such check:
+// connect runs the gate before it reads a stream's request.
+func (s *Server) refuseTokensEarly(refusals *connect.ErrorWriter, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		procedure := r.URL.Path
+		if !s.authRequired || r.Method != http.MethodPost || !unaryProcedures[procedure] ||
+			procedure == jobwatchv1connect.JobServiceGetServerInfoProcedure || !refusals.IsSupported(r) {
+			next.ServeHTTP(w, r)
+			return
 		}
-		return nil
+		token, err := bearer(r.Header)
+		if err != nil {
+			_ = refusals.Write(w, r, connect.NewError(connect.CodeUnauthenticated, err))
+			return
+		}
+		p, ok := s.tokens.Load().Lookup(token)
+		if !ok {
+			_ = refusals.Write(w, r, connect.NewError(connect.CodeUnauthenticated, errTokenUnknown))
+			return
+		}
+		if err := roleRefusal(p, procedure); err != nil {
+			_ = refusals.Write(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r)
 	})
 }
 

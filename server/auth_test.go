@@ -1,10 +1,13 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -766,5 +769,79 @@ func TestGetServerInfoSaysWhoTheTokenIs(t *testing.T) {
 				t.Errorf("%s, token %q: caller %v, want %v", p.name, tc.token, got, tc.want)
 			}
 		}
+	}
+}
+
+// TestABodyIsNotReadForACallerTheTokenRefuses: connect reads a unary
+// call's body before any interceptor runs, so a caller without a token
+// was told how its body failed to decode (invalid_argument), and the
+// server inflated a gzip body for it. The token is now judged first: no
+// token, an unknown one, or a role that may not call the procedure gets
+// the gate's refusal whatever the body, over Connect, gRPC and gRPC-Web.
+func TestABodyIsNotReadForACallerTheTokenRefuses(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{Tokens: testTokens(t)}})
+	getJob := ts.url + "/jobwatch.v1.JobService/GetJob"
+	notProto := []byte{0, 0, 0, 0, 3, 0xff, 0xff, 0xff} // one enveloped message, not protobuf
+	// call posts body and returns what the answer says: a Connect
+	// error's code and message, or a gRPC status from the headers, the
+	// trailers or (gRPC-Web) the body's trailer frame.
+	call := func(hc *http.Client, contentType string, body []byte, header ...string) (status int, answer string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, getJob, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", contentType)
+		req.Header.Set("Te", "trailers")
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, fmt.Sprintf("%s grpc-status=%s%s grpc-message=%s%s", b,
+			resp.Header.Get("Grpc-Status"), resp.Trailer.Get("Grpc-Status"), resp.Header.Get("Grpc-Message"), resp.Trailer.Get("Grpc-Message"))
+	}
+	bomb := gzipBomb()
+	for _, c := range []struct {
+		name        string
+		hc          *http.Client
+		contentType string
+		body        []byte
+		header      []string
+	}{
+		{"Connect JSON not JSON", ts.http1Client(), "application/json", []byte(`{bad`), nil},
+		{"Connect JSON gzip bomb", ts.http1Client(), "application/json", bomb, []string{"Content-Encoding", "gzip"}},
+		{"gRPC-Web not protobuf", ts.http1Client(), "application/grpc-web+proto", notProto, nil},
+		{"gRPC not protobuf", ts.h2cClient(), "application/grpc", notProto, nil},
+	} {
+		for _, who := range []struct {
+			token, code, grpcCode, message string
+		}{
+			{"", "unauthenticated", "16", "a bearer token is required"},
+			{unknownToken, "unauthenticated", "16", "the token is not known"},
+			{workerToken, "permission_denied", "7", "a worker token may not call /jobwatch.v1.JobService/GetJob"},
+		} {
+			header := c.header
+			if who.token != "" {
+				header = append(slices.Clip(header), "Authorization", "Bearer "+who.token)
+			}
+			status, answer := call(c.hc, c.contentType, c.body, header...)
+			want := `"code":"` + who.code + `"`
+			if strings.HasPrefix(c.contentType, "application/grpc") {
+				want = "grpc-status=" + who.grpcCode
+			}
+			if !strings.Contains(answer, want) || !strings.Contains(answer, strings.ReplaceAll(who.message, " ", "%20")) && !strings.Contains(answer, who.message) {
+				t.Errorf("%s, token %q: %d %s; want %s, %s", c.name, who.token, status, answer, want, who.message)
+			}
+		}
+	}
+	// With a token the body is read, and judged, as before.
+	status, body := rawPost(t, getJob, "application/json", []byte(`{bad`), "Authorization", "Bearer "+acmeToken)
+	if status != http.StatusBadRequest || !strings.Contains(body, "invalid_argument") {
+		t.Errorf("a client token, a body that is not JSON: %d %s; want 400 invalid_argument", status, body)
 	}
 }
