@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
@@ -72,7 +74,18 @@ func (h *healthHandler) status(ctx context.Context, service string) (healthv1.He
 	return healthv1.HealthCheckResponse_ServingStatus(resp.Status), nil
 }
 
+// check answers Check. A service it does not know is not_found naming
+// the ones it does, with at most the first 100 bytes of the name asked
+// for: grpchealth's message repeats the whole name, which a caller
+// without a token could make larger than a gRPC answer's trailers may be.
 func (h *healthHandler) check(ctx context.Context, req *connect.Request[healthv1.HealthCheckRequest]) (*connect.Response[healthv1.HealthCheckResponse], error) {
+	if name := req.Msg.GetService(); name != "" && !slices.Contains(h.services, name) {
+		if len(name) > 100 {
+			name = strings.ToValidUTF8(name[:100], "") + "…"
+		}
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf(`unknown service %q: Check knows "" (the whole server) and %s`,
+			name, strings.Join(h.services, ", ")))
+	}
 	status, err := h.status(ctx, req.Msg.GetService())
 	if err != nil {
 		return nil, err

@@ -437,6 +437,17 @@ func TestHealthSpeaksTheHealthProtocol(t *testing.T) {
 			}
 		}
 	}
+	// A Check of a service it does not know is not_found over gRPC too,
+	// with a name of any length: the message quotes only its start (the
+	// whole of a 900 KB name did not fit in gRPC's trailers, and the
+	// answer had no grpc-status at all).
+	check := connect.NewClient[healthv1.HealthCheckRequest, healthv1.HealthCheckResponse](ts.h2cClient(), ts.url+"/grpc.health.v1.Health/Check", connect.WithGRPC())
+	for _, name := range []string{"no.such.Service", strings.Repeat("x", 900_000)} {
+		_, err := check.CallUnary(ctxTimeout(t, 10*time.Second), connect.NewRequest(&healthv1.HealthCheckRequest{Service: name}))
+		if connect.CodeOf(err) != connect.CodeNotFound || !strings.Contains(err.Error(), name[:10]) || len(err.Error()) > 400 {
+			t.Errorf("health Check of an unknown service of %d bytes: %.300v; want not_found quoting the name's start", len(name), err)
+		}
+	}
 	watch := connect.NewClient[healthv1.HealthCheckRequest, healthv1.HealthCheckResponse](ts.h2cClient(), ts.url+"/grpc.health.v1.Health/Watch", connect.WithGRPC())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
