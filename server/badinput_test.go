@@ -131,7 +131,11 @@ func TestAFormOrNoContentTypeIsToldWhatToSend(t *testing.T) {
 	ts := startServer(t, serverOptions{})
 	for _, tc := range []struct{ path, contentType, want string }{
 		{"/jobwatch.v1.JobService/GetJob", "application/x-www-form-urlencoded", "Content-Type: application/json"},
-		{"/jobwatch.v1.JobService/GetJob", "application/connect+json", "Content-Type: application/json"},
+		{"/jobwatch.v1.JobService/GetJob", "application/connect+json", "is for server streams; GetJob is unary: send JSON with Content-Type: application/json"},
+		{"/jobwatch.v1.JobService/GetJob", "application/json; charset=latin1", "Content-Type: application/json"},
+		{"/jobwatch.v1.JobService/GetJob", "application/grpc-web-text", "Content-Type: application/json"},
+		{"/jobwatch.v1.JobService/GetJob", "application/grpc+xml", "Content-Type: application/json"},
+		{"/jobwatch.v1.JobService/WatchJob", "application/grpc-web-text+proto", "WatchJob, a server stream: send Content-Type: application/connect+json"},
 		{"/jobwatch.v1.WorkerService/ClaimJob", "text/plain", "Content-Type: application/json"},
 		{"/jobwatch.v1.JobService/WatchJob", "", "WatchJob, a server stream: send Content-Type: application/connect+json"},
 		{"/jobwatch.v1.JobService/WatchJobLogs", "application/json", "WatchJobLogs, a server stream: send Content-Type: application/connect+json"},

@@ -43,6 +43,10 @@ func explainMediaType(next http.Handler) http.Handler {
 		}
 		msg := "Content-Type " + got + " is not one jobwatch reads: send JSON with Content-Type: application/json " +
 			"(curl -H 'Content-Type: application/json'), or protobuf, gRPC or gRPC-Web"
+		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); strings.HasPrefix(mt, "application/connect+") {
+			msg = "Content-Type " + got + " is for server streams; " + method + " is unary: send JSON with " +
+				"Content-Type: application/json (curl -H 'Content-Type: application/json'), or protobuf, gRPC or gRPC-Web"
+		}
 		accept := "application/json, application/proto"
 		if stream {
 			msg = "Content-Type " + got + " is not one jobwatch reads for " + method + ", a server stream: send " +
@@ -79,22 +83,30 @@ func procedure(path string) (method string, stream bool) {
 	return method, m.IsStreamingServer()
 }
 
-// spokenHere reports whether contentType is of a protocol a procedure
-// speaks: application/json or proto for a unary call (the Connect
-// protocol's unary types), application/connect+ for a stream, and
-// application/grpc (and grpc-web) for both.
+// spokenHere reports whether contentType is one a procedure reads:
+// application/json or proto for a unary call (the Connect protocol's
+// unary types), application/connect+json or +proto for a stream, and gRPC
+// and gRPC-Web with protobuf or JSON for both; a JSON type with a charset
+// only if it is UTF-8. Any other type (gRPC-Web's text form, another
+// codec, another charset) would get connect-go's bare 415.
 func spokenHere(contentType string, stream bool) bool {
-	mt, _, err := mime.ParseMediaType(contentType)
+	mt, params, err := mime.ParseMediaType(contentType)
 	if err != nil {
 		return false
 	}
-	switch {
-	case strings.HasPrefix(mt, "application/grpc"):
-		return true
-	case stream:
-		return strings.HasPrefix(mt, "application/connect+")
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return false
 	}
-	return mt == "application/json" || mt == "application/proto"
+	switch mt {
+	case "application/grpc", "application/grpc+proto", "application/grpc+json",
+		"application/grpc-web", "application/grpc-web+proto", "application/grpc-web+json":
+		return true
+	case "application/connect+json", "application/connect+proto":
+		return stream
+	case "application/json", "application/proto":
+		return !stream
+	}
+	return false
 }
 
 // unknownProcedure answers an RPC (a POST in one of the protocols) to a
