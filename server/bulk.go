@@ -113,7 +113,7 @@ func bulkFilter(ctx context.Context, pf *jobwatchv1.JobFilter) (jobs.BulkFilter,
 	}
 	if pf.GetCreatedBefore() != nil {
 		if err := pf.GetCreatedBefore().CheckValid(); err != nil {
-			return jobs.BulkFilter{}, invalid("filter.created_before", err.Error())
+			return jobs.BulkFilter{}, invalid("filter.created_before", notATime)
 		}
 		f.CreatedBefore = pf.GetCreatedBefore().AsTime()
 		if f.CreatedBefore.IsZero() { // which the engine reads as unset

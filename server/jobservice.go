@@ -154,7 +154,7 @@ func (s *Server) submitRequest(ctx context.Context, prefix string, req *jobwatch
 		// jobtype.MaxTimeOffset of now, and never the zero time, which
 		// SubmitRequest takes for "unset".
 		if err := req.RunAt.CheckValid(); err != nil {
-			return jobs.SubmitRequest{}, invalid(prefix+"run_at", err.Error())
+			return jobs.SubmitRequest{}, invalid(prefix+"run_at", notATime)
 		}
 		r.RunAt = req.RunAt.AsTime()
 		if err := s.engine.CheckTime(prefix+"run_at", r.RunAt); err != nil {
@@ -426,11 +426,16 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 	return s.toConnectError(ctx, "watch jobs", err)
 }
 
+// notATime says why a timestamp a caller sent (run_at, a bulk filter's
+// created_before, a log line's time) is refused before its value is
+// judged: protobuf's Timestamp covers only these.
+const notATime = "is not a time: a timestamp's seconds run from 0001-01-01 to 9999-12-31 and its nanos from 0 to 999999999"
+
 // view reads a request's view: whether it asks for whole jobs.
 func view(v jobwatchv1.JobView) (full bool, err error) {
 	full, ok := wire.FullView(v)
 	if !ok {
-		return false, invalid("view", fmt.Sprintf("%v is not a job view", v))
+		return false, invalid("view", fmt.Sprintf("%v is not a job view: JOB_VIEW_SUMMARY (the default) or JOB_VIEW_FULL", v))
 	}
 	return full, nil
 }

@@ -25,7 +25,7 @@ func (h *workerService) AppendJobLogs(ctx context.Context, req *jobwatchv1.Appen
 		lines[i] = jobtype.LogLine{Text: l.GetText(), Stream: stream}
 		if l.GetTime() != nil {
 			if err := l.GetTime().CheckValid(); err != nil {
-				return nil, invalid(fmt.Sprintf("lines[%d].time", i), "is not a valid time")
+				return nil, invalid(fmt.Sprintf("lines[%d].time", i), notATime)
 			}
 			lines[i].Time = l.GetTime().AsTime()
 			// A time sent is checked here: the zero time it may be is

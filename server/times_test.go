@@ -47,6 +47,15 @@ func TestRunAtOutsideTheTimeRangeIsRefused(t *testing.T) {
 		_, err := c.jobs.SubmitJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.SubmitJobRequest{Kind: "timed", Queue: "times", RunAt: timestamppb.New(runAt)})
 		wantCode(t, err, connect.CodeInvalidArgument)
 	}
+	// In protobuf a timestamp past what one holds reaches the handler,
+	// which says what a timestamp holds, not protobuf's own words.
+	for _, ts := range []*timestamppb.Timestamp{{Seconds: 1 << 62}, {Seconds: 1, Nanos: -1}} {
+		_, err := c.jobs.SubmitJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.SubmitJobRequest{Kind: "timed", Queue: "times", RunAt: ts})
+		wantCode(t, err, connect.CodeInvalidArgument)
+		if msg := err.Error(); !strings.Contains(msg, "run_at: is not a time: a timestamp's seconds run from 0001-01-01 to 9999-12-31") || strings.Contains(msg, "proto:") {
+			t.Errorf("run_at %v in protobuf: %v; want it to say what a timestamp holds", ts, err)
+		}
+	}
 	list, err := c.jobs.ListJobs(ctxTimeout(t, 5*time.Second), &jobwatchv1.ListJobsRequest{Queue: "times"})
 	if err != nil || len(list.GetJobs()) != 0 {
 		t.Fatalf("after refusals the queue holds %v, %v; want no job", list.GetJobs(), err)
