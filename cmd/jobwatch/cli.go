@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -87,15 +88,61 @@ func (f *clientFlags) client(stderr io.Writer, quietRetries bool) (*client.Clien
 	}
 	opts := []client.Option{client.WithToken(f.token)}
 	if !quietRetries {
-		var hinted atomic.Bool // the first refused connection says what to check, once
-		opts = append(opts, client.WithRetryNotify(func(err error, d time.Duration) {
-			fmt.Fprintf(stderr, "jobwatch: %s; retrying in %v\n", retryReason(err), d.Round(10*time.Millisecond))
-			if errors.Is(err, syscall.ECONNREFUSED) && !hinted.Swap(true) {
-				fmt.Fprintln(stderr, serverHint)
-			}
-		}))
+		// The first refused connection says what to check, once, unless
+		// the server has answered this command before: then it ran, and
+		// is restarting or gone, which the hint would misread.
+		var hinted atomic.Bool
+		answered := &answeredCalls{}
+		opts = append(opts, client.WithConnectOptions(connect.WithInterceptors(answered)),
+			client.WithRetryNotify(func(err error, d time.Duration) {
+				fmt.Fprintf(stderr, "jobwatch: %s; retrying in %v\n", retryReason(err), d.Round(10*time.Millisecond))
+				if errors.Is(err, syscall.ECONNREFUSED) && !answered.Load() && !hinted.Swap(true) {
+					fmt.Fprintln(stderr, serverHint)
+				}
+			}))
 	}
 	return client.New(f.server, opts...), nil
+}
+
+// answeredCalls records whether the server has answered any call, with
+// a result or an error of its own: a client interceptor.
+type answeredCalls struct{ atomic.Bool }
+
+func (a *answeredCalls) heard(err error) {
+	if err == nil || connect.IsWireError(err) {
+		a.Store(true)
+	}
+}
+
+func (a *answeredCalls) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		resp, err := next(ctx, req)
+		a.heard(err)
+		return resp, err
+	}
+}
+
+func (a *answeredCalls) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		return &answeredStream{StreamingClientConn: next(ctx, spec), calls: a}
+	}
+}
+
+func (a *answeredCalls) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+type answeredStream struct {
+	connect.StreamingClientConn
+	calls *answeredCalls
+}
+
+func (s *answeredStream) Receive(msg any) error {
+	err := s.StreamingClientConn.Receive(msg)
+	if !errors.Is(err, io.EOF) {
+		s.calls.heard(err)
+	}
+	return err
 }
 
 // retryReason says why a call is retried. The client retries an unknown
