@@ -39,7 +39,7 @@ func TestNoHintOfAMissingServerOnceItHasAnswered(t *testing.T) {
 		})
 		_ = serve.Process.Kill()
 	}()
-	code, _, errOut := runInProcess(t, "watch", sub.GetJob().GetId(), "--timeout", "4s", "--server", base)
+	code, _, errOut := runInProcess(t, "watch", sub.GetJob().GetId(), "--timeout", "10s", "--server", base)
 	if code != exitError || !strings.Contains(errOut, "connection refused") {
 		t.Fatalf("watch of a server killed under it = exit %d, stderr %q; want 1 and the refused connections (serve's log:\n%s)", code, errOut, logs)
 	}
