@@ -139,7 +139,10 @@ func (e *Engine) releaseLostClaims(ctx context.Context) error {
 // expired, was claimed from this store before the engine started, by a
 // server that has since stopped, and its worker never heard from since:
 // its lease still ends where the claim set it, its queue's lease timeout
-// after the attempt began.
+// after the attempt began. (A queue whose lease_timeout grew between the
+// two servers makes a lease extended by the old one look unextended, and
+// one that shrank the other way round: either way the job runs again,
+// only its attempt is counted or not.)
 func (e *Engine) unansweredBeforeStart(j *jobtype.Job) bool {
 	if !e.soleServer || j.AttemptStartedAt.IsZero() || !j.AttemptStartedAt.Before(e.started) {
 		return false
