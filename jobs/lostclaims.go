@@ -131,9 +131,9 @@ func (e *Engine) releaseLostClaims(ctx context.Context) error {
 // worker, every third of it at most) and keeps its job. A run that ended
 // unheard (its worker died too, or stopped it when no heartbeat got
 // through for a whole lease, as the Go Worker does while the server is
-// down) is run again, the attempt not counted. With PostgreSQL the claim may have come from another
-// replica, alive or not: there the lease's expiry spends the attempt
-// (docs/OPERATING.md).
+// down) is run again, the attempt not counted. With PostgreSQL the claim
+// may have come from another replica, alive or not: there the lease's
+// expiry spends the attempt (docs/OPERATING.md).
 
 // unansweredBeforeStart reports whether RUNNING j, whose lease has
 // expired, was claimed from this store before the engine started, by a
