@@ -185,13 +185,36 @@ func TestParkedClaimersThatCannotUseAJobAreNotWoken(t *testing.T) {
 			if j := claimedWithin(t, claimed); j.ID != want.ID {
 				t.Errorf("claimed %s, want %s", j.ID, want.ID)
 			}
-			if n := st.reads.Load() - reads; n != 0 {
-				t.Errorf("reads: %d, want 0: the claimer woken for the job claims it without reading first", n)
-			}
-			if n := st.claims.Load() - writes; n != 1 {
-				t.Errorf("claim writes: %d, want 1", n)
-			}
+			checkOneClaimWrite(t, st.claims.Load()-writes, st.reads.Load()-reads)
 		})
+	}
+}
+
+// extraWakes is how many parked claimers besides the one its commit wakes
+// a new job may wake: on PostgreSQL the listener's catch-up (every
+// second) can list the commit before its notification comes, as another
+// replica's change, and the engine then wakes a claimer for it of its
+// own, which claims without reading first, finds the job taken (or
+// takes it) and parks again; on a loaded machine that happens (see
+// TestAJobRetriedAfterABackoffWakesOneParkedClaimerWhenDue). Never a herd.
+func extraWakes() int64 {
+	if testdb.Backend() == "postgres" {
+		return 1
+	}
+	return 0
+}
+
+// checkOneClaimWrite checks the claim writes and reads the parked
+// claimers made for one new job: one write, by the claimer woken for it,
+// without reading first; on PostgreSQL up to extraWakes more, each of
+// which may read once after finding nothing.
+func checkOneClaimWrite(t *testing.T, writes, reads int64) {
+	t.Helper()
+	if writes < 1 || writes > 1+extraWakes() {
+		t.Errorf("claim writes: %d, want 1 (at most %d on %s)", writes, 1+extraWakes(), testdb.Backend())
+	}
+	if reads > writes-1 {
+		t.Errorf("reads: %d after %d claim writes, want 0: the claimer woken for the job claims it without reading first", reads, writes)
 	}
 }
 
@@ -211,15 +234,10 @@ func TestANewJobWakesOneOfFiftyParkedClaimersOfItsKind(t *testing.T) {
 	if got := get(t, e, want.ID); got.State != jobtype.Running {
 		t.Errorf("job is %s, want running", got.State)
 	}
-	if n := e.ClaimWakes() - wakes; n != 1 {
-		t.Errorf("wakes: %d, want 1", n)
+	if n := e.ClaimWakes() - wakes; n < 1 || n > 1+extraWakes() {
+		t.Errorf("wakes: %d, want 1 (at most %d on %s)", n, 1+extraWakes(), testdb.Backend())
 	}
-	if n := st.reads.Load() - reads; n != 0 {
-		t.Errorf("reads: %d, want 0: the claimer woken for the job claims it without reading first", n)
-	}
-	if n := st.claims.Load() - writes; n != 1 {
-		t.Errorf("claim writes: %d, want 1", n)
-	}
+	checkOneClaimWrite(t, st.claims.Load()-writes, st.reads.Load()-reads)
 	waitParked(t, e, parked-1)
 }
 

@@ -141,18 +141,28 @@ func (s *Server) refuseTokensEarly(refusals *connect.ErrorWriter, next http.Hand
 			next.ServeHTTP(w, r)
 			return
 		}
+		refuse := func(err error) {
+			if r.ProtoMajor == 1 {
+				// The body is left unread: net/http would read what is
+				// left of it (up to 256 KiB) before it writes the answer,
+				// so as to keep the connection, and a body that never
+				// comes would hold the refusal until --body-timeout.
+				w.Header().Set("Connection", "close")
+			}
+			_ = refusals.Write(w, r, err)
+		}
 		token, err := bearer(r.Header)
 		if err != nil {
-			_ = refusals.Write(w, r, connect.NewError(connect.CodeUnauthenticated, err))
+			refuse(connect.NewError(connect.CodeUnauthenticated, err))
 			return
 		}
 		p, ok := s.tokens.Load().Lookup(token)
 		if !ok {
-			_ = refusals.Write(w, r, connect.NewError(connect.CodeUnauthenticated, errTokenUnknown))
+			refuse(connect.NewError(connect.CodeUnauthenticated, errTokenUnknown))
 			return
 		}
 		if err := roleRefusal(p, procedure); err != nil {
-			_ = refusals.Write(w, r, err)
+			refuse(err)
 			return
 		}
 		next.ServeHTTP(w, r)

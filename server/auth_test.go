@@ -1,11 +1,13 @@
 package server_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -839,6 +841,30 @@ func TestABodyIsNotReadForACallerTheTokenRefuses(t *testing.T) {
 			}
 		}
 	}
+	// HTTP/1.1 with a body that never comes: the refusal comes at once
+	// and ends the connection, not after the body's timeout (a minute
+	// here), which net/http would wait out to read the body and keep the
+	// connection.
+	t.Run("HTTP/1.1 body that never comes", func(t *testing.T) {
+		slow := startServer(t, serverOptions{config: server.Config{Tokens: testTokens(t), BodyTimeout: time.Minute}})
+		conn, err := net.Dial("tcp", addrOf(slow.url))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := fmt.Fprintf(conn, "POST /jobwatch.v1.JobService/GetJob HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{", addrOf(slow.url)); err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("no refusal while the body has not come: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
+			t.Errorf("refusal %d, connection closed %v; want 401 and the connection closed", resp.StatusCode, resp.Close)
+		}
+	})
 	// With a token the body is read, and judged, as before.
 	status, body := rawPost(t, getJob, "application/json", []byte(`{bad`), "Authorization", "Bearer "+acmeToken)
 	if status != http.StatusBadRequest || !strings.Contains(body, "invalid_argument") {
