@@ -447,15 +447,15 @@ func (s *Server) recovered(ctx context.Context, spec connect.Spec, _ http.Header
 // the page at /.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// MaxHeaderBytes bounds a request's headers (HTTP/1.1's request line
-// and headers; HTTP/2's header list, which the server announces in its
-// SETTINGS): a bearer token, a trace context and a browser's cookies fit
-// in it many times over. Past it, HTTP/1.1 gets 431 Request Header Fields
-// Too Large and its connection closes; HTTP/2 the same status on the
-// stream, or for a header block far past it GOAWAY, the connection
-// ended before the block has all arrived. Go's default, 1 MiB, let each of the silent connections that
-// --max-new-connections allows hold a megabyte of headers it never ended:
-// gigabytes, for a caller with no token.
+// MaxHeaderBytes bounds a request's headers (HTTP/1.1's, which net/http
+// allows 4 KiB more for the request line; HTTP/2's header list, which the
+// server announces in its SETTINGS): a bearer token, a trace context and
+// a browser's cookies fit in it many times over. Past it, HTTP/1.1 gets
+// 431 Request Header Fields Too Large and its connection closes; HTTP/2
+// the same status on the stream, or, for a header block far past it,
+// GOAWAY before the block has all arrived. Go's default, 1 MiB, let each
+// of the silent connections --max-new-connections allows hold a megabyte
+// of headers it never ended: gigabytes, for a caller with no token.
 const MaxHeaderBytes = 64 << 10
 
 // Serve answers on ln with HTTP/1.1 and cleartext HTTP/2 (h2c with prior

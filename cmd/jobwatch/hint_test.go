@@ -25,21 +25,29 @@ func TestNoHintOfAMissingServerOnceItHasAnswered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	type result struct {
+		code   int
+		errOut string
+	}
+	done := make(chan result, 1)
 	go func() {
-		// The watch has its first snapshot once serve has logged its
-		// call (debug level logs nothing here): wait for the stream.
-		waitFor(t, "the watch to open", func() bool {
-			resp, err := http.Get(base + "/metrics")
-			if err != nil {
-				return false
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			return strings.Contains(string(b), "jobwatch_parked_calls 1")
-		})
-		_ = serve.Process.Kill()
+		code, _, errOut := runInProcess(t, "watch", sub.GetJob().GetId(), "--timeout", "10s", "--server", base)
+		done <- result{code, errOut}
 	}()
-	code, _, errOut := runInProcess(t, "watch", sub.GetJob().GetId(), "--timeout", "10s", "--server", base)
+	// Kill serve once the watch is parked there: it has had its first
+	// snapshot by then.
+	waitFor(t, "the watch to park", func() bool {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), "jobwatch_parked_calls 1")
+	})
+	_ = serve.Process.Kill()
+	r := <-done
+	code, errOut := r.code, r.errOut
 	if code != exitError || !strings.Contains(errOut, "connection refused") {
 		t.Fatalf("watch of a server killed under it = exit %d, stderr %q; want 1 and the refused connections (serve's log:\n%s)", code, errOut, logs)
 	}
