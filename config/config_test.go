@@ -266,7 +266,7 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"an unknown key in retry", "queues:\n  - name: a\n    retry: {attempts: 3}\n", "c.yaml:3:13: queues[0].retry.attempts: unknown key"},
 		{"a key given twice", "strict: true\nstrict: false\n", "c.yaml:2:1: strict: given twice"},
 		{"a key with no value", "retention:\n", "c.yaml:1:1: retention: has no value"},
-		{"a duration without a unit", "retention: 30\n", "c.yaml:1:12: retention: 30 needs a unit"},
+		{"a duration without a unit", "retention: 30\n", "c.yaml:1:12: retention: a number needs a unit"},
 		{"a duration that does not parse", "queues:\n  - name: a\n    lease_timeout: soon\n", `c.yaml:3:20: queues[0].lease_timeout: is not a duration such as 30s`},
 		{"a negative duration", "retention: -1h\n", "c.yaml:1:12: retention: must be positive"},
 		{"a zero duration", "queues:\n  - name: a\n    retry: {initial_backoff: 0s}\n", "queues[0].retry.initial_backoff: must be positive"},

@@ -329,7 +329,7 @@ type pausesCollector struct {
 }
 
 var queuePausedDesc = prometheus.NewDesc("jobwatch_queue_paused",
-	"1 while the queue is paused (PauseQueue: it hands out no claims on any replica), else 0; for the queues the configuration declares, the default queue, and every paused queue.",
+	"1 while the queue is paused (PauseQueue: it hands out no claims on any replica), else 0; for the queues the configuration names (its queues and its schedules' queues), the default queue, and every paused queue.",
 	[]string{"queue"}, nil)
 
 // pausesReadTimeout bounds a scrape's read of the paused queues.

@@ -16,6 +16,11 @@ package server
 //     is the only copy the call makes of it, so 2,000 woken waiters hold
 //     one message and at most the budget's worth of encodings.
 //
+// The answers of one tenant's clients (or one worker token's) hold at
+// most a quarter of the budget (holderShare); past it they wait in a line
+// of the tenant's own, so clients that do not read take their tenant's
+// share, not everyone's.
+//
 // A call that finds the budget full waits its turn, first come first
 // served, for as long as the answers ahead of it are being sent. When
 // none has been sent for sendStall (the budget is held by clients that
@@ -49,6 +54,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/jobwatch/jobwatch/auth"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
 )
@@ -149,22 +155,52 @@ type sendBudget struct {
 	mu      sync.Mutex
 	held    int64
 	waiting list.List // of *admission, first come first served
-	// waitingBuilt is the bytes of the answers in waiting that are
-	// already built (admitBuilt): they are held in memory while they
-	// wait, so they are bounded by the limit too.
+	// waitingBuilt is the bytes of the answers waiting (in waiting or in
+	// a holder's own line) that are already built (admitBuilt): they are
+	// held in memory while they wait, so they are bounded by the limit
+	// too.
 	waitingBuilt int64
 	sent         time.Time // when an admitted answer was last sent
 	cuts         cutEpisode
+	// holders are the tenants and worker tokens whose answers count
+	// against a share of the budget, by key (holderOf). None is ever
+	// removed: there are at most as many as the tokens files named.
+	holders map[string]*holder
 
 	peak    atomic.Int64 // the most held at once, for tests
 	waits   atomic.Int64 // calls that waited for room
 	refused atomic.Int64 // calls refused for want of room
 }
 
+// A holder is whose answers count against one share of the budget, a
+// holderShare-th of it: a client token's tenant (every token of it
+// together), or a worker token. An answer that would take its holder
+// past the share waits in the holder's own line, out of everyone else's
+// way, until the holder's answers ahead of it are sent. So the clients of
+// one tenant that do not read hold at most its share, and the others'
+// large answers keep being admitted from the rest. An admin's calls, and
+// every call of a server without tokens, have no holder: they are bounded
+// by the budget alone.
+type holder struct {
+	what         string // `tenant "acme"`, for messages
+	held         int64  // admitted and not yet given back
+	queued       int64  // in sendBudget.waiting
+	waitingBuilt int64  // built answers waiting, in either line
+	own          list.List
+	sent         time.Time // when one of its admitted answers was last sent
+}
+
+// holderShare is how many shares the budget is cut into, one a holder at
+// most: a quarter, so callers of one tenant that do not read leave three
+// quarters of it to the others, and of three tenants, a quarter.
+const holderShare = 4
+
 type admission struct {
 	n       int64
 	built   bool          // counted in waitingBuilt while it waits
-	el      *list.Element // in waiting; guarded by sendBudget.mu
+	h       *holder       // nil: bounded by the budget alone
+	own     bool          // in h.own rather than waiting; guarded by sendBudget.mu
+	el      *list.Element // in its line; nil once granted or gone; guarded by sendBudget.mu
 	granted chan struct{}
 }
 
@@ -197,7 +233,7 @@ func (b *sendBudget) register(reg *prometheus.Registry, log *slog.Logger) {
 		}, func() float64 { return float64(b.waits.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "jobwatch_send_budget_refused_total",
-			Help: "Calls refused with resource_exhausted because the send budget was full and nothing was sent for a while (clients that do not read hold it).",
+			Help: "Calls refused with resource_exhausted because the send budget, or their tenant's share of it, was full and nothing was sent for a while (clients that do not read hold it).",
 		}, func() float64 { return float64(b.refused.Load()) }),
 	} {
 		if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
@@ -206,44 +242,90 @@ func (b *sendBudget) register(reg *prometheus.Registry, log *slog.Logger) {
 	}
 }
 
-// admit takes n bytes of the budget, waiting for room first come first
-// served while answers ahead are being sent, and returns what it took:
-// n, or the whole budget for an answer larger than all of it (which then
-// goes alone). give must return it.
-func (b *sendBudget) admit(ctx context.Context, n int64) (took int64, err error) {
-	return b.admitAs(ctx, n, false)
+// holderOf is the holder whose share the answers of the call in ctx count
+// against: its client token's tenant, or its worker token; nil for an
+// admin and on a server without tokens.
+func (b *sendBudget) holderOf(ctx context.Context) *holder {
+	p, ok := auth.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	var key, what string
+	switch p.Role {
+	case auth.RoleClient:
+		key, what = "tenant\x00"+p.Tenant, fmt.Sprintf("tenant %q", p.Tenant)
+	case auth.RoleWorker:
+		key, what = "worker\x00"+p.TokenID, fmt.Sprintf("worker token %q", p.Name)
+	default:
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h := b.holders[key]
+	if h == nil {
+		if b.holders == nil {
+			b.holders = make(map[string]*holder)
+		}
+		h = &holder{what: what}
+		b.holders[key] = h
+	}
+	return h
+}
+
+// share is the most one holder's answers may hold.
+func (b *sendBudget) share() int64 { return max(b.limit/holderShare, 1) }
+
+// admit takes n bytes of the budget for an answer of h's (nil: no
+// holder), waiting for room first come first served while answers ahead
+// are being sent, and returns what it took: n, or the whole budget (or
+// h's whole share) for an answer larger than all of it, which then goes
+// alone. give must return it.
+func (b *sendBudget) admit(ctx context.Context, h *holder, n int64) (took int64, err error) {
+	return b.admitAs(ctx, h, n, false)
 }
 
 // admitBuilt is admit for an answer already built, which its call holds
 // while it waits: when the answers already built and waiting hold the
-// limit's worth, it is refused at once rather than held too. So what
-// callers that do not read can make the server hold is the budget
-// admitted and as much again waiting, however many calls they make.
-func (b *sendBudget) admitBuilt(ctx context.Context, n int64) (took int64, err error) {
-	return b.admitAs(ctx, n, true)
+// limit's worth (or h's share's worth), it is refused at once rather than
+// held too. So what callers that do not read can make the server hold is
+// the budget admitted and as much again waiting, however many calls they
+// make.
+func (b *sendBudget) admitBuilt(ctx context.Context, h *holder, n int64) (took int64, err error) {
+	return b.admitAs(ctx, h, n, true)
 }
 
-func (b *sendBudget) admitAs(ctx context.Context, n int64, built bool) (took int64, err error) {
+func (b *sendBudget) admitAs(ctx context.Context, h *holder, n int64, built bool) (took int64, err error) {
 	n = min(max(n, 0), b.limit)
+	if h != nil {
+		n = min(n, b.share())
+	}
 	b.mu.Lock()
-	if b.waiting.Len() == 0 && b.held+n <= b.limit {
-		b.take(n)
+	if b.waiting.Len() == 0 && b.held+n <= b.limit && b.inShare(h, n) {
+		b.take(h, n)
 		b.mu.Unlock()
 		return n, nil
 	}
 	if built && b.waitingBuilt+n > b.limit {
 		b.mu.Unlock()
-		b.refused.Add(1)
-		return 0, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
-			"the server holds its limit of %d bytes of answers not yet sent (--max-pending-send-bytes), "+
-				"and as many more wait for room: clients that do not read hold it; retry later with backoff, "+
-				"ask for smaller pages, or ask the operator to raise the limit", b.limit))
+		return 0, b.refuse(nil, "as many more wait for room")
 	}
-	a := &admission{n: n, built: built, granted: make(chan struct{})}
+	if built && h != nil && h.waitingBuilt+n > b.share() {
+		b.mu.Unlock()
+		return 0, b.refuse(h, "as many more wait for room")
+	}
+	a := &admission{n: n, built: built, h: h, granted: make(chan struct{})}
 	if built {
 		b.waitingBuilt += n
+		if h != nil {
+			h.waitingBuilt += n
+		}
 	}
-	a.el = b.waiting.PushBack(a)
+	if b.inShare(h, n) {
+		b.line(a)
+	} else {
+		a.own = true
+		a.el = h.own.PushBack(a)
+	}
 	since := time.Now()
 	b.mu.Unlock()
 	b.waits.Add(1)
@@ -260,7 +342,7 @@ func (b *sendBudget) admitAs(ctx context.Context, n int64, built bool) (took int
 			return n, nil
 		case <-ctx.Done():
 			if !b.leave(a) {
-				b.give(n)
+				b.give(h, n)
 			}
 			code := connect.CodeCanceled
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -269,8 +351,13 @@ func (b *sendBudget) admitAs(ctx context.Context, n int64, built bool) (took int
 			return 0, connect.NewError(code, fmt.Errorf(
 				"the call ended while its answer waited for room in the send budget: %w", ctx.Err()))
 		case <-timer.C:
+			// In its holder's own line it waits for the holder's answers,
+			// so it is their sends that count.
 			b.mu.Lock()
-			last := b.sent
+			last, own := b.sent, a.own
+			if own {
+				last = h.sent
+			}
 			if last.Before(since) {
 				last = since
 			}
@@ -283,24 +370,61 @@ func (b *sendBudget) admitAs(ctx context.Context, n int64, built bool) (took int
 			if !b.leave(a) {
 				return n, nil // granted just now
 			}
-			b.refused.Add(1)
-			return 0, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
-				"the server holds its limit of %d bytes of answers not yet sent (--max-pending-send-bytes), "+
-					"and none of them has been sent for %v: clients that do not read hold it; retry later with backoff, "+
-					"ask for smaller pages, or ask the operator to raise the limit", b.limit, stall))
+			by := (*holder)(nil)
+			if own {
+				by = h
+			}
+			return 0, b.refuse(by, fmt.Sprintf("none of them has been sent for %v", stall))
 		}
 	}
 }
 
-// take counts n more bytes held; b.mu is held.
-func (b *sendBudget) take(n int64) {
+// refuse counts and makes the refusal of an answer for want of room in
+// the budget, or in h's share of it when h is not nil.
+func (b *sendBudget) refuse(h *holder, why string) error {
+	b.refused.Add(1)
+	if h != nil {
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+			"the answers of %s not yet sent hold its share of %d bytes (a %s of --max-pending-send-bytes), "+
+				"and %s: its clients that do not read hold it; retry later with backoff, "+
+				"ask for smaller pages, or ask the operator to raise the limit", h.what, b.share(), shareName, why))
+	}
+	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+		"the server holds its limit of %d bytes of answers not yet sent (--max-pending-send-bytes), "+
+			"and %s: clients that do not read hold it; retry later with backoff, "+
+			"ask for smaller pages, or ask the operator to raise the limit", b.limit, why))
+}
+
+// shareName names holderShare's fraction in messages.
+const shareName = "quarter"
+
+// inShare reports whether n more bytes of h's fit its share, behind those
+// of its that wait already; b.mu is held.
+func (b *sendBudget) inShare(h *holder, n int64) bool {
+	return h == nil || h.own.Len() == 0 && h.held+h.queued+n <= b.share()
+}
+
+// line puts a at the end of the line for the budget; b.mu is held.
+func (b *sendBudget) line(a *admission) {
+	a.own = false
+	a.el = b.waiting.PushBack(a)
+	if a.h != nil {
+		a.h.queued += a.n
+	}
+}
+
+// take counts n more bytes held, of h's; b.mu is held.
+func (b *sendBudget) take(h *holder, n int64) {
 	b.held += n
+	if h != nil {
+		h.held += n
+	}
 	if b.held > b.peak.Load() {
 		b.peak.Store(b.held)
 	}
 }
 
-// leave takes a out of the queue and reports true, or false when it had
+// leave takes a out of its line and reports true, or false when it had
 // been granted meanwhile (its bytes are then held, and the caller gives
 // them back).
 func (b *sendBudget) leave(a *admission) bool {
@@ -309,9 +433,19 @@ func (b *sendBudget) leave(a *admission) bool {
 	if a.el == nil {
 		return false
 	}
-	b.waiting.Remove(a.el)
+	if a.own {
+		a.h.own.Remove(a.el)
+	} else {
+		b.waiting.Remove(a.el)
+		if a.h != nil {
+			a.h.queued -= a.n
+		}
+	}
 	a.el = nil
 	b.unwait(a)
+	if a.h != nil {
+		b.promote(a.h)
+	}
 	b.grant() // a first in line that leaves lets those behind it in
 	return true
 }
@@ -320,6 +454,22 @@ func (b *sendBudget) leave(a *admission) bool {
 func (b *sendBudget) unwait(a *admission) {
 	if a.built {
 		b.waitingBuilt -= a.n
+		if a.h != nil {
+			a.h.waitingBuilt -= a.n
+		}
+	}
+}
+
+// promote moves the first of h's own line that fit its share now to the
+// end of the budget's line; b.mu is held.
+func (b *sendBudget) promote(h *holder) {
+	for front := h.own.Front(); front != nil; front = h.own.Front() {
+		a := front.Value.(*admission)
+		if h.held+h.queued+a.n > b.share() {
+			return
+		}
+		h.own.Remove(front)
+		b.line(a)
 	}
 }
 
@@ -333,13 +483,16 @@ func (b *sendBudget) grant() {
 		b.waiting.Remove(front)
 		a.el = nil
 		b.unwait(a)
-		b.take(a.n)
+		if a.h != nil {
+			a.h.queued -= a.n
+		}
+		b.take(a.h, a.n)
 		close(a.granted)
 	}
 }
 
-// give returns n bytes: their answer was sent (or will never be).
-func (b *sendBudget) give(n int64) {
+// give returns n bytes of h's: their answer was sent (or will never be).
+func (b *sendBudget) give(h *holder, n int64) {
 	if n <= 0 {
 		return
 	}
@@ -347,6 +500,11 @@ func (b *sendBudget) give(n int64) {
 	defer b.mu.Unlock()
 	b.held -= n
 	b.sent = time.Now()
+	if h != nil {
+		h.held -= n
+		h.sent = b.sent
+		b.promote(h)
+	}
 	b.grant()
 }
 
@@ -360,9 +518,13 @@ func (a sendAdmission) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if b == nil {
 			return next(ctx, req)
 		}
-		var held int64
+		var (
+			held int64
+			h    *holder
+		)
 		if est := buildEstimate(req.Any()); est > 0 {
-			took, err := b.admit(ctx, est)
+			h = b.holderOf(ctx)
+			took, err := b.admit(ctx, h, est)
 			if err != nil {
 				return nil, err
 			}
@@ -370,23 +532,24 @@ func (a sendAdmission) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		}
 		resp, err := next(ctx, req)
 		if err != nil || resp == nil {
-			b.give(held)
+			b.give(h, held)
 			return resp, err
 		}
 		need := a.shared.cost(resp.Any(), acceptsGzip(req.Header()))
 		switch {
 		case held > need: // a page smaller than the largest
-			b.give(held - need)
+			b.give(h, held-need)
 			held = need
 		case held > 0 && need > held: // one job larger than a page
-			took, err := a.shared.admitBuilt(ctx, resp.Any(), need-held)
+			took, err := a.shared.admitBuilt(ctx, h, resp.Any(), need-held)
 			if err != nil {
-				b.give(held)
+				b.give(h, held)
 				return nil, err
 			}
 			held += took
 		case held == 0 && need >= admittedAnswerBytes:
-			took, err := a.shared.admitBuilt(ctx, resp.Any(), need)
+			h = b.holderOf(ctx)
+			took, err := a.shared.admitBuilt(ctx, h, resp.Any(), need)
 			if err != nil {
 				return nil, err
 			}
@@ -395,7 +558,7 @@ func (a sendAdmission) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if held > 0 {
 			// connect encodes and writes the answer after this returns;
 			// the call's context ends once it is written (or cut).
-			context.AfterFunc(ctx, func() { b.give(held) })
+			context.AfterFunc(ctx, func() { b.give(h, held) })
 		}
 		return resp, nil
 	}
@@ -421,6 +584,9 @@ type admittedStream struct {
 	ctx    context.Context
 	shared *sharedResponses
 	gzip   bool // the caller accepts gzip
+
+	h        *holder // looked up with the stream's first large message
+	holderOf bool    // h was looked up
 }
 
 func (s *admittedStream) Send(msg any) error {
@@ -428,23 +594,26 @@ func (s *admittedStream) Send(msg any) error {
 	if need < admittedAnswerBytes {
 		return s.StreamingHandlerConn.Send(msg)
 	}
-	took, err := s.shared.admitBuilt(s.ctx, msg, need)
+	if !s.holderOf {
+		s.h, s.holderOf = s.shared.sends.holderOf(s.ctx), true
+	}
+	took, err := s.shared.admitBuilt(s.ctx, s.h, msg, need)
 	if err != nil {
 		return err
 	}
-	defer s.shared.sends.give(took)
+	defer s.shared.sends.give(s.h, took)
 	return s.StreamingHandlerConn.Send(msg)
 }
 
-// admitBuilt admits need bytes for msg, an answer built: an answer many
-// calls share (shared.go) is held once however many of them wait, so it
-// waits as one not yet built does (admit); any other is held by its call
-// while it waits (sendBudget.admitBuilt).
-func (r *sharedResponses) admitBuilt(ctx context.Context, msg any, need int64) (int64, error) {
+// admitBuilt admits need bytes for msg, an answer of h's built: an answer
+// many calls share (shared.go) is held once however many of them wait, so
+// it waits as one not yet built does (admit); any other is held by its
+// call while it waits (sendBudget.admitBuilt).
+func (r *sharedResponses) admitBuilt(ctx context.Context, h *holder, msg any, need int64) (int64, error) {
 	if r.lookup(msg) != nil {
-		return r.sends.admit(ctx, need)
+		return r.sends.admit(ctx, h, need)
 	}
-	return r.sends.admitBuilt(ctx, need)
+	return r.sends.admitBuilt(ctx, h, need)
 }
 
 // buildEstimate is what a request may make the server build, taken from

@@ -239,6 +239,62 @@ func getJobOnZeroWindowStreams(t *testing.T, tokens bool) {
 	waitForBudgetEmpty(t, ts)
 }
 
+// One tenant's clients that do not read hold at most a quarter of the
+// send budget: 300 GetJob of a 250 KB job of acme's on HTTP/2 streams
+// whose window stays zero fill acme's share and are refused past it,
+// while globex's large answers are admitted and sent as if acme were not
+// there. Before tenants had shares, acme's answers held the whole budget
+// and as much waiting, and globex's GetJob was refused at once.
+func TestOneTenantThatDoesNotReadLeavesTheOthersTheirShareOfTheSendBudget(t *testing.T) {
+	const (
+		streams = 300
+		budget  = 4 << 20
+	)
+	ts := startServer(t, serverOptions{config: server.Config{
+		Keepalive: -1, MaxPendingSendBytes: budget, SendTimeout: time.Hour, Tokens: testTokens(t),
+	}})
+	acme := ts.clientsWithToken(authProtocols[1], acmeToken)
+	globex := ts.clientsWithToken(authProtocols[1], globexToken)
+	pad := mustValue(t, strings.Repeat("x", bigPayloadChars))
+	acmeJob := submit(t, acme, &jobwatchv1.SubmitJobRequest{Kind: "big", Payload: pad})
+	globexJob := submit(t, globex, &jobwatchv1.SubmitJobRequest{Kind: "big", Payload: pad})
+
+	raw := dialRawH2(t, addrOf(ts.url))
+	raw.header = [][2]string{{"authorization", "Bearer " + acmeToken}}
+	body, _ := json.Marshal(map[string]any{"jobId": acmeJob.GetId()})
+	for range streams {
+		raw.open(getJobUnaryPath, "application/json", body)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, _, _, _, refused := server.SendBudget(ts.srv); refused >= streams/2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than %d of acme's %d unread answers refused within 30s", streams/2, streams)
+		}
+	}
+	if _, held, _, _, _ := server.SendBudget(ts.srv); held > budget/4 {
+		t.Errorf("acme's unread answers hold %d bytes, more than its share of %d", held, budget/4)
+	}
+	for i := range 10 {
+		got, err := globex.jobs.GetJob(ctxTimeout(t, 10*time.Second), &jobwatchv1.GetJobRequest{JobId: globexJob.GetId()})
+		if err != nil {
+			t.Fatalf("globex's GetJob %d of a 250 KB job while acme's clients do not read: %v", i, err)
+		}
+		if n := len(got.GetJob().GetPayload().GetStringValue()); n != bigPayloadChars {
+			t.Fatalf("globex's GetJob %d sent a payload of %d chars, want %d", i, n, bigPayloadChars)
+		}
+	}
+	// acme's own next large answer is refused, naming its share.
+	_, err := acme.jobs.GetJob(ctxTimeout(t, 30*time.Second), &jobwatchv1.GetJobRequest{JobId: acmeJob.GetId()})
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), `tenant "acme"`) {
+		t.Errorf("acme's GetJob while its share is held: %v, want resource_exhausted naming tenant \"acme\"", err)
+	}
+	runtime.KeepAlive(raw)
+	raw.conn.Close()
+	waitForBudgetEmpty(t, ts)
+}
+
 // An answer cut because its client stopped reading is a failed call in
 // jobwatch_requests_total (deadline_exceeded, never ok), and the cut is
 // logged at warn, once for a burst of them.

@@ -210,7 +210,8 @@ type Config struct {
 	DemoKinds []string
 	// Version is reported by GetServerInfo. Default "dev".
 	Version string
-	// Tokens, when not nil, makes every call but GetServerInfo need a
+	// Tokens, when not nil, makes every call but GetServerInfo and the
+	// health checks (gRPC health's Check and List, GET /healthz) need a
 	// bearer token it knows, and confines each to what the token's role
 	// and tenant allow (docs/SECURITY.md); SetTokens swaps them later.
 	// Nil (the default): no token is asked for and everyone may do

@@ -353,6 +353,7 @@ func printJob(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
 	row("batch", j.GetBatch())
 	row("priority", fmt.Sprintf("%d (0 most urgent, 9 least)", j.GetPriority()))
 	row("state", stateName(j.GetState()))
+	row("ready at", readyAt(j, time.Now()))
 	// The jobs it runs after, one a line; a WAITING job waits for those
 	// of them that have not ended.
 	for i, id := range j.GetAfter() {
@@ -424,6 +425,17 @@ func historyLine(a *jobwatchv1.JobAttempt) string {
 		fmt.Fprintf(&b, " error=%s", errorText(e))
 	}
 	return b.String()
+}
+
+// readyAt is when a QUEUED job that is not ready yet (its run_at, or the
+// backoff after a failed attempt) may be claimed, and how long until
+// then; "" for a ready job and every other state.
+func readyAt(j *jobwatchv1.Job, now time.Time) string {
+	at := j.GetRunAt().AsTime()
+	if j.GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED || j.GetRunAt() == nil || !at.After(now) {
+		return ""
+	}
+	return fmt.Sprintf("%s (in %v; not claimed before)", formatTime(at, true), at.Sub(now).Round(time.Second))
 }
 
 func formatTime(t time.Time, set bool) string {

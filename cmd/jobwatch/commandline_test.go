@@ -56,7 +56,7 @@ func TestCommandLineMistakesSayWhatToDo(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--server", "http://127.0.0.1:1", "submit", "k"}, "--server comes after the command: jobwatch COMMAND --server"},
+		{[]string{"--server", "http://127.0.0.1:1", "submit", "k"}, "--server comes after the command: jobwatch submit --server http://127.0.0.1:1 k\n"},
 		{[]string{"serve", "--wait-cap", "5"}, `--wait-cap "5": a duration needs a unit, such as 30s`},
 		{[]string{"wait", "j_1", "--timeout", "10"}, `--timeout "10": a duration needs a unit`},
 		{[]string{"submit", "k", "--payload", "{bogus"}, "--payload is not JSON: syntax error"},

@@ -31,7 +31,9 @@ something to show. Open the URL it prints.
 
   enrich   processes a catalogue in batches ("batch 5 of 11")
   pairing  runs weighted phases (loading is quick, matching is most of it)
-  flaky    fails with a typed, retryable error; FAILED after its 2 attempts
+  flaky    fails with a typed, retryable error; the demo's own flaky jobs
+           get 2 attempts, then FAILED (one you submit gets the
+           default queue's 1)
   hang     stops heartbeating and is LOST after the lease timeout
 
 and, under queue rules (its configuration, as serve --config reads it):

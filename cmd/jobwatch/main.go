@@ -155,7 +155,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cmd == nil && strings.HasPrefix(name, "-") {
 		// jobwatch --server URL submit …: the flags belong to the
 		// command, after its name.
-		fmt.Fprintf(stderr, "jobwatch: %s comes after the command: jobwatch COMMAND %s\n\n%s", name, strings.Join(args, " "), usage)
+		fmt.Fprintf(stderr, "jobwatch: %s comes after the command: %s\n\n%s", name, commandFirst(args), usage)
 		return 2
 	}
 	if cmd == nil {
@@ -246,3 +246,15 @@ func withDurationHint(fs *flag.FlagSet, err error) error {
 // badFlagValue is the flag package's error for a value its flag cannot
 // parse: the value and the flag's name.
 var badFlagValue = regexp.MustCompile(`^invalid value "(.*)" for flag -(\S+): parse error$`)
+
+// commandFirst is args written as they should have been: the first
+// command's name, then the flags that came before it, then the rest.
+func commandFirst(args []string) string {
+	for i, arg := range args {
+		if command(arg) != nil {
+			fixed := append([]string{"jobwatch", arg}, args[:i]...)
+			return strings.Join(append(fixed, args[i+1:]...), " ")
+		}
+	}
+	return "jobwatch COMMAND " + strings.Join(args, " ")
+}

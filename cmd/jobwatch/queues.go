@@ -84,7 +84,18 @@ func queues(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cf.register(fs)
 	fs.IntVar(&tenants, "tenants", 0, "list at most this many `tenants` under each queue, busiest first; 0: the server's default (10), at most 100")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: jobwatch queues [flags]\n\nFlags:\n")
+		fmt.Fprint(stderr, `Usage: jobwatch queues [flags]
+
+Lists every queue: its QUEUED and RUNNING jobs, its bounds on running
+jobs (MAX), whether it is paused and by whom, how long its oldest ready
+job has waited, its rate limit (claims in the window, or until when it
+is held back), and since when it has been ALERTING (its work waited
+longer than its alert_after without draining). Under each queue, its
+busiest tenants (an admin token's view). Why a job stays QUEUED:
+docs/OPERATING.md, "A job that stays QUEUED".
+
+Flags:
+`)
 		fs.PrintDefaults()
 	}
 	if _, err := parseArgs(fs, args, 0, ""); err != nil {
@@ -112,14 +123,18 @@ func queues(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tQUEUED\tRUNNING\tMAX\tPAUSED\tPAUSED BY\tOLDEST WAIT\tRATE")
+	fmt.Fprintln(tw, "QUEUE\tQUEUED\tRUNNING\tMAX\tPAUSED\tPAUSED BY\tOLDEST WAIT\tRATE\tALERTING")
 	for _, q := range qs {
 		paused, by := "no", ""
 		if q.GetPaused() {
 			paused = "since " + q.GetPausedAt().AsTime().UTC().Format(time.RFC3339)
 			by = q.GetPausedBy()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", q.GetName(), q.GetQueued(), q.GetRunning(), maxCell(q), paused, by, waited(q.GetOldestQueuedAge()), rateCell(q.GetRate()))
+		alerting := ""
+		if q.GetAlerting() {
+			alerting = "since " + q.GetAlertingSince().AsTime().UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", q.GetName(), q.GetQueued(), q.GetRunning(), maxCell(q), paused, by, waited(q.GetOldestQueuedAge()), rateCell(q.GetRate()), alerting)
 		// A queue's tenants, indented under it: the name column says
 		// "tenant", so no tenant can pass for a queue.
 		for _, d := range q.GetTenants() {

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
 func TestPauseQueuesAndResumeShowAndChangeAQueuesPause(t *testing.T) {
@@ -203,4 +207,69 @@ func TestQueuesListsEachQueuesBusiestTenantsUnderIt(t *testing.T) {
 			t.Errorf("queues --tenants -1 = exit %d: %s; want a usage error", code, errOut)
 		}
 	})
+}
+
+// jobwatch queues says since when a queue has been alerting (its work
+// waited longer than its alert_after without draining), beside the rest
+// of its row; --json has it as the API does.
+func TestQueuesSaysSinceWhenAQueueIsAlerting(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "jobwatch.db")
+	st, err := sqlite.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := serveForCLI(t, db, st, jobs.Config{
+		LeaseTimeout: time.Minute, SweepInterval: 20 * time.Millisecond,
+		Rules: jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {AlertAfter: 50 * time.Millisecond}}},
+	}, 0)
+	s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "reindex", Queue: "index", RunAt: timestamppb.New(time.Now().Add(-time.Hour))})
+
+	var out string
+	waitFor(t, "jobwatch queues to say index is alerting", func() bool {
+		code, o, errOut := runInProcess(t, "queues", "--server", s.URL)
+		if code != 0 {
+			t.Fatalf("queues = exit %d: %s", code, errOut)
+		}
+		out = o
+		return strings.Contains(out, "ALERTING") && strings.Contains(rowOf(out, "index"), " since ")
+	})
+	f := strings.Fields(rowOf(out, "index"))
+	if since, err := time.Parse(time.RFC3339, f[len(f)-1]); err != nil || f[len(f)-2] != "since" || time.Since(since) > time.Minute {
+		t.Errorf("queues printed %q for index, want it to end with since and a time of the last minute, in:\n%s", rowOf(out, "index"), out)
+	}
+	if row := rowOf(out, "default"); strings.Contains(row, "since") {
+		t.Errorf("queues printed %q for default, which is not alerting", row)
+	}
+	code, js, errOut := runInProcess(t, "queues", "--server", s.URL, "--json")
+	if code != 0 || !strings.Contains(js, `"alerting":true`) || !strings.Contains(js, `"alertingSince":`) {
+		t.Errorf("queues --json = exit %d:\n%s%s\nwant index alerting, with alertingSince", code, js, errOut)
+	}
+}
+
+// rowOf is the line of jobwatch queues' table for queue, or "".
+func rowOf(table, queue string) string {
+	for _, line := range strings.Split(table, "\n") {
+		if strings.HasPrefix(line, queue+" ") {
+			return line
+		}
+	}
+	return ""
+}
+
+// jobwatch get says when a QUEUED job that is not ready yet may be
+// claimed (its run_at, or the backoff after a failed attempt), so an
+// operator can tell it from one no worker takes; a ready job says
+// nothing of it.
+func TestGetSaysWhenAQueuedJobBecomesReady(t *testing.T) {
+	s := startCLIServer(t, time.Second)
+	later := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "report", RunAt: timestamppb.New(time.Now().Add(time.Hour))})
+	ready := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "report"})
+
+	code, out, errOut := runInProcess(t, "get", later, "--server", s.URL)
+	if code != 0 || !strings.Contains(out, "ready at:") || !strings.Contains(out, "(in 59m") && !strings.Contains(out, "(in 1h0m0s") {
+		t.Errorf("get of a job ready in an hour = exit %d:\n%s%s\nwant a ready at line, in about an hour", code, out, errOut)
+	}
+	if code, out, errOut := runInProcess(t, "get", ready, "--server", s.URL); code != 0 || strings.Contains(out, "ready at") {
+		t.Errorf("get of a ready job = exit %d:\n%s%s\nwant no ready at line", code, out, errOut)
+	}
 }

@@ -481,9 +481,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if f.tokens != "" {
 		attrs = append(attrs, "tokens", f.tokens, "tokens_known", tokens.Len())
 		if tokens.Len() == 0 {
-			log.Warn("listening; the tokens file says tokens: [], so every call but GetServerInfo is refused until it lists a token and serve gets a SIGHUP", attrs...)
+			log.Warn("listening; the tokens file says tokens: [], so every call but GetServerInfo and the health checks is refused until it lists a token and serve gets a SIGHUP", attrs...)
 		} else {
-			log.Info("listening; every call but GetServerInfo needs a bearer token from the tokens file", attrs...)
+			log.Info("listening; every call but GetServerInfo and the health checks needs a bearer token from the tokens file", attrs...)
 		}
 	} else if loopback {
 		log.Info("listening on loopback only, without authentication: any local user can call the API", attrs...)
@@ -628,7 +628,7 @@ func (r *tokenReloads) reload() {
 	r.known = tokens.Len()
 	switch attrs := []any{"tokens", r.path, "tokens_before", before, "tokens_known", r.known}; {
 	case r.known == 0:
-		r.log.Warn("tokens reloaded: the file says tokens: [], so every call but GetServerInfo is now refused", attrs...)
+		r.log.Warn("tokens reloaded: the file says tokens: [], so every call but GetServerInfo and the health checks is now refused", attrs...)
 	case r.known != before:
 		r.log.Warn("tokens reloaded: the number of tokens changed", attrs...)
 	default:

@@ -78,7 +78,7 @@ func TestTokensReloadRefusesAFileThatListsNoTokenAndWarnsWhenTheCountChanges(t *
 		{"one token fewer", one, []string{"WARN tokens reloaded: the number of tokens changed", "tokens_before=2", "tokens_known=1"}, true},
 		{"the same count", one, []string{"INFO tokens reloaded", "tokens_before=1", "tokens_known=1"}, true},
 		{"one token more", two, []string{"WARN tokens reloaded: the number of tokens changed", "tokens_before=1", "tokens_known=2"}, true},
-		{"tokens: [] on purpose", "tokens: []\n", []string{"WARN tokens reloaded: the file says tokens: [], so every call but GetServerInfo is now refused", "tokens_before=2", "tokens_known=0"}, true},
+		{"tokens: [] on purpose", "tokens: []\n", []string{"WARN tokens reloaded: the file says tokens: [], so every call but GetServerInfo and the health checks is now refused", "tokens_before=2", "tokens_known=0"}, true},
 	}
 	for _, step := range steps {
 		writeFile(t, path, step.file)

@@ -468,12 +468,7 @@ func wholeDigits(s string) bool {
 func (r *Reader) Duration(n *yaml.Node, key string) (time.Duration, bool) {
 	n = resolve(n)
 	if n.Kind == yaml.ScalarNode && (n.ShortTag() == "!!int" || n.ShortTag() == "!!float") {
-		var f float64
-		if n.Decode(&f) == nil {
-			r.Fail(n, key, "%v needs a unit, such as %vs or %vm", f, f, f)
-		} else {
-			r.Fail(n, key, "needs a unit, such as 30s or 5m")
-		}
+		r.Fail(n, key, "a number needs a unit: write it as 30s, 5m or 1h30m")
 		return 0, false
 	}
 	if !r.scalar(n, key, "!!str", "a duration such as 30s, 5m or 24h") {

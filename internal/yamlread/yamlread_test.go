@@ -94,7 +94,7 @@ func TestEveryMistakeSaysWhatItFoundWithoutRepeatingIt(t *testing.T) {
 		{"a fraction for a whole number", "v: 1.5\n", func(r *yamlread.Reader, k string, v *yaml.Node) { r.Int(v, k, 1, 10) }, "f.yaml:1:4: v: must be a whole number, got a floating-point number"},
 		{"a word for true or false", "v: secret\n", func(r *yamlread.Reader, k string, v *yaml.Node) { r.Bool(v, k) }, "f.yaml:1:4: v: must be true or false, got a string"},
 		{"a word for a duration", "v: secret\n", func(r *yamlread.Reader, k string, v *yaml.Node) { r.Duration(v, k) }, "f.yaml:1:4: v: is not a duration such as 30s, 5m or 24h"},
-		{"a duration without a unit", "v: 30\n", func(r *yamlread.Reader, k string, v *yaml.Node) { r.Duration(v, k) }, "f.yaml:1:4: v: 30 needs a unit, such as 30s or 30m"},
+		{"a duration without a unit", "v: 30\n", func(r *yamlread.Reader, k string, v *yaml.Node) { r.Duration(v, k) }, "f.yaml:1:4: v: a number needs a unit: write it as 30s, 5m or 1h30m"},
 		{"a negative duration", "v: -1m\n", func(r *yamlread.Reader, k string, v *yaml.Node) { r.Duration(v, k) }, "f.yaml:1:4: v: must be positive, got -1m0s"},
 		{"an unknown key", "v: a\nw: 2\n", str, "f.yaml:2:1: w: unknown key (known here: anchor v)"},
 		{"an unknown key that looks like a token", "v: a\njw_secret: 2\n", str, "f.yaml:2:1: an unknown key that looks like a token (not shown) (known here: anchor v)"},
