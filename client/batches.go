@@ -212,18 +212,20 @@ func waitJobsError(batch string, err error) error {
 		}
 		return fmt.Errorf("wait for jobs: %w", err)
 	}
-	// The server names the job: "j_…: job not found".
+	// The server names the job: "j_…: job not found". errors.As finds
+	// the server's *connect.Error behind the sentinel, as for every call.
+	reads := func(text string) error { return &sentinelError{sentinel: sentinel, answer: err, text: text} }
 	msg := connectMessage(err)
 	if subject, ok := strings.CutSuffix(msg, ": "+sentinel.Error()); ok {
-		return fmt.Errorf("wait for jobs: %s: %w", subject, sentinel)
+		return reads("wait for jobs: " + subject + ": " + sentinel.Error())
 	}
 	switch {
 	case msg == sentinel.Error() && batch != "" && sentinel == ErrJobNotFound:
-		return fmt.Errorf("wait for jobs: batch %q holds no job: %w", batch, sentinel)
+		return reads(fmt.Sprintf("wait for jobs: batch %q holds no job: %s", batch, sentinel))
 	case msg == sentinel.Error():
-		return fmt.Errorf("wait for jobs: %w", sentinel)
+		return reads("wait for jobs: " + sentinel.Error())
 	}
-	return fmt.Errorf("wait for jobs: %w: %s", sentinel, msg)
+	return reads("wait for jobs: " + sentinel.Error() + ": " + msg)
 }
 
 // WatchJobs yields the responses of WatchJobs streams for req: a tenant's
@@ -243,7 +245,10 @@ func waitJobsError(batch string, err error) error {
 // the long-call transport.
 func (c *Client) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsRequest) iter.Seq2[*jobwatchv1.WatchJobsResponse, error] {
 	return func(yield func(*jobwatchv1.WatchJobsResponse, error) bool) {
-		ask := proto.CloneOf(req)
+		ask := &jobwatchv1.WatchJobsRequest{} // nil: the defaults, as an empty request
+		if req != nil {
+			ask = proto.CloneOf(req)
+		}
 		c.resume(ctx, func() (bool, bool, error) { return c.watchJobsOnce(ctx, ask, yield) },
 			func(err error) error {
 				if transient(ctx, err) {

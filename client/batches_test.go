@@ -273,6 +273,10 @@ func TestWaitForJobs(t *testing.T) {
 			if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Fatalf("WaitForJobs error = %v; want %v saying %q", err, tt.wantErr, tt.wantMsg)
 			}
+			// The server's answer stays reachable behind the sentinel.
+			if ce := new(connect.Error); !errors.As(err, &ce) || connect.CodeOf(err) == connect.CodeUnknown {
+				t.Fatalf("WaitForJobs error = %v: errors.As finds no *connect.Error (code %v)", err, connect.CodeOf(err))
+			}
 			if n := rec.count() - before; n != 1 {
 				t.Fatalf("WaitForJobs made %d calls; want 1: a refusal is not retried", n)
 			}
@@ -426,6 +430,27 @@ func TestWatchJobsFollowsABatchAcrossAServerRestart(t *testing.T) {
 		}
 	}
 	t.Fatalf("WatchJobs ended without the job's end: %v", latest)
+}
+
+// A nil request is the empty one, the default tenant's jobs, as for the
+// server (the client used to panic on it).
+func TestWatchJobsOfANilRequestFollowsTheDefaultTenant(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	c := fastClient(t, srv.URL)
+	j := submit(t, c, "plain")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for msg, err := range c.WatchJobs(ctx, nil) {
+		if err != nil {
+			t.Fatalf("WatchJobs(nil): %v", err)
+		}
+		for _, got := range msg.GetJobs() {
+			if got.GetId() == j.GetId() {
+				return
+			}
+		}
+	}
+	t.Fatalf("WatchJobs(nil) ended without the default tenant's job %s", j.GetId())
 }
 
 // Submit many jobs in one commit, then wait for all of them: one call

@@ -52,6 +52,7 @@ func mapJobError(err error) error {
 type sentinelError struct {
 	sentinel error
 	answer   error
+	text     string // what it reads as; "": the sentinel and the message
 }
 
 // asSentinel returns err, an answer of the server, as sentinel.
@@ -60,6 +61,9 @@ func asSentinel(sentinel, err error) error {
 }
 
 func (e *sentinelError) Error() string {
+	if e.text != "" {
+		return e.text
+	}
 	if msg := connectMessage(e.answer); msg != e.sentinel.Error() {
 		return e.sentinel.Error() + ": " + msg
 	}

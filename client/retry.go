@@ -8,7 +8,10 @@ import (
 
 // Retry is JobService.RetryJob returning the job, QUEUED again: a
 // FAILED, CANCELLED or LOST job runs again with the same id and a fresh
-// allowance of attempts. Any other state is a failed_precondition
+// allowance of attempts; one cancelled while it ran is not handed out
+// before the cancelled attempt's lease would have expired (its RunAt),
+// so that attempt's handler, told of the cancel at its next heartbeat,
+// does not run beside the next. Any other state is a failed_precondition
 // *connect.Error; a unique key another active job holds is
 // already_exists with a JobAlreadyActive detail, as for Submit. An
 // unknown job (or another tenant's) is ErrJobNotFound.

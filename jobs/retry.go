@@ -48,7 +48,10 @@ func (e *Engine) logAction(ctx context.Context, msg string, attrs ...any) {
 
 // Retry puts a FAILED, CANCELLED or LOST job back in its queue, QUEUED
 // with the same id, ready now (RunAt the time of the retry), without
-// worker, lease, progress or end. A job with dependencies (After) is
+// worker, lease, progress or end. A job cancelled while it ran is ready
+// once the lease of the attempt it cancelled would have expired, if that
+// is later: its worker hears of the cancel by then (at its next
+// heartbeat), and until then the next attempt could run beside it. A job with dependencies (After) is
 // WAITING again instead, for each of them that has not succeeded, until
 // they have (store.SettleRetry): a retry never runs a job its
 // dependencies have not allowed; with none left to wait for it is QUEUED. Its version keeps counting up, so
@@ -77,6 +80,15 @@ func (e *Engine) Retry(ctx context.Context, id string) (jobtype.Job, error) {
 			return &StateError{JobID: j.ID, State: j.State, Op: "retry",
 				Hint: "only a FAILED, CANCELLED or LOST job can be retried"}
 		}
+		// A job cancelled while it ran: its worker hears of the cancel at
+		// its next heartbeat, due before the lease expires, and stops its
+		// handler then. Until that moment the next attempt is not handed
+		// out, so two attempts of one job do not run at once (as after a
+		// lost lease, whose worker stops by its expiry).
+		ready := now
+		if j.State == jobtype.Cancelled && j.LeaseID != "" && j.LeaseExpiresAt.After(now) {
+			ready = j.LeaseExpiresAt
+		}
 		j.State = jobtype.Queued
 		if len(j.After) > 0 {
 			// The store settles it (store.SettleRetry): WAITING for
@@ -84,7 +96,7 @@ func (e *Engine) Retry(ctx context.Context, id string) (jobtype.Job, error) {
 			j.State = jobtype.Waiting
 		}
 		j.MaxAttempts = j.Attempt + e.queueRules(j.Queue).MaxAttempts
-		j.RunAt = now
+		j.RunAt = ready
 		j.FinishedAt = time.Time{}
 		j.Percent, j.Step = 0, ""
 		j.WorkerID = ""

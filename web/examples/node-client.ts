@@ -29,9 +29,12 @@ const transport = createConnectTransport({
 const jobs = createClient(JobService, transport);
 
 const terminal = new Set([JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.LOST]);
+// A server that cannot be reached, that went away mid-call (a socket hang
+// up is aborted over HTTP/1.1), or that asks to come back later.
+const transient = new Set([Code.Unavailable, Code.Aborted, Code.Canceled, Code.ResourceExhausted]);
 
 // waitForJob re-issues WaitJob after each answer at the server's cap and
-// retries a server that is briefly unreachable, with backoff.
+// retries a server that is briefly unreachable or restarting, with backoff.
 async function waitForJob(jobId: string): Promise<Job> {
   let delay = 250;
   for (;;) {
@@ -42,7 +45,7 @@ async function waitForJob(jobId: string): Promise<Job> {
       }
       delay = 250;
     } catch (err) {
-      if (ConnectError.from(err).code !== Code.Unavailable) {
+      if (!transient.has(ConnectError.from(err).code)) {
         throw err;
       }
       await new Promise((resolve) => setTimeout(resolve, delay));

@@ -139,7 +139,9 @@ type JobServiceClient interface {
 	GetServerInfo(context.Context, *v1.GetServerInfoRequest) (*v1.GetServerInfoResponse, error)
 	// RetryJob makes a FAILED, CANCELLED or LOST job QUEUED again, with the
 	// same id and a fresh allowance of attempts; its version keeps counting
-	// up and its history keeps the run that ended. A job with dependencies
+	// up and its history keeps the run that ended. It is ready at once, or,
+	// cancelled while it ran, once that attempt's lease would have expired
+	// (run_at): its worker hears of the cancel at its next heartbeat. A job with dependencies
 	// (after) is WAITING again instead, for each of them that has not
 	// SUCCEEDED (one that ended otherwise must be retried too), and QUEUED
 	// once none is left to wait for. Any other state is
@@ -508,7 +510,9 @@ type JobServiceHandler interface {
 	GetServerInfo(context.Context, *v1.GetServerInfoRequest) (*v1.GetServerInfoResponse, error)
 	// RetryJob makes a FAILED, CANCELLED or LOST job QUEUED again, with the
 	// same id and a fresh allowance of attempts; its version keeps counting
-	// up and its history keeps the run that ended. A job with dependencies
+	// up and its history keeps the run that ended. It is ready at once, or,
+	// cancelled while it ran, once that attempt's lease would have expired
+	// (run_at): its worker hears of the cancel at its next heartbeat. A job with dependencies
 	// (after) is WAITING again instead, for each of them that has not
 	// SUCCEEDED (one that ended otherwise must be retried too), and QUEUED
 	// once none is left to wait for. Any other state is
