@@ -391,6 +391,19 @@ func TestWaitForJobsAndWatchJobsUseTheLongCallTransport(t *testing.T) {
 				path, long.count(path), short.count(path))
 		}
 	}
+	// A submit that waits parks as a wait does.
+	wctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := c.Submit(wctx, &jobwatchv1.SubmitJobRequest{Kind: "routed", Wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(context.Background(), &jobwatchv1.SubmitJobRequest{Kind: "routed"}); err != nil {
+		t.Fatal(err)
+	}
+	if path := "/jobwatch.v1.JobService/SubmitJob"; long.count(path) != 1 || short.count(path) != 1 {
+		t.Errorf("SubmitJob went %d times over the long-call transport and %d over the short one; want the one that waits over the long, the other over the short",
+			long.count(path), short.count(path))
+	}
 	if short.count("/jobwatch.v1.JobService/SubmitJobs") != 1 {
 		t.Errorf("SubmitJobs did not go over the short-call transport")
 	}

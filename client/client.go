@@ -365,6 +365,15 @@ type routedJobs struct {
 	long jobwatchv1connect.JobServiceClient
 }
 
+// SubmitJob with wait parks as a WaitJob does, so it goes as one; without,
+// it is a short call.
+func (r routedJobs) SubmitJob(ctx context.Context, req *jobwatchv1.SubmitJobRequest) (*jobwatchv1.SubmitJobResponse, error) {
+	if req.GetWait() {
+		return r.long.SubmitJob(ctx, req)
+	}
+	return r.JobServiceClient.SubmitJob(ctx, req)
+}
+
 func (r routedJobs) WaitJob(ctx context.Context, req *jobwatchv1.WaitJobRequest) (*jobwatchv1.WaitJobResponse, error) {
 	return r.long.WaitJob(ctx, req)
 }

@@ -33,6 +33,10 @@ import (
 // error. Its ctx ends when the job is cancelled (cause ErrJobCancelled),
 // the lease is lost (ErrLeaseLost) or the worker stops without waiting
 // any longer (ErrWorkerStopped); what it returns then is not reported.
+// The worker hears of a cancel (or of its queue's timeout) at its next
+// heartbeat, within WorkerConfig.HeartbeatInterval, so a handler runs on
+// for up to that long after the cancel; the server hands the job out
+// again (a RetryJob) only once the cancelled attempt's lease has run out.
 //
 // A returned error fails the job with error.type set to the error's type
 // name (see ErrorType) and a message only if the error is a PublicError;

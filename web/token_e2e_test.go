@@ -73,6 +73,17 @@ func TestPageAsksForATokenAndSendsItEverywhere(t *testing.T) {
 	p.do("open the detail", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`document.querySelector(%q).click()`, row(acme.ID))))
 	p.waitFor("the detail", textHas("#detail", acme.ID))
 	p.waitFor("the queue panel saying it needs an admin token", textHas("#queues-note", "admin"))
+
+	// A link to a job opened in a new tab, before its token is entered,
+	// opens the job once it is, without a reload (it used to stay on "No
+	// job … to show: a bearer token is required").
+	q := &page{t: t, ctx: newTab(t, ctx)}
+	q.do("open a link to acme's job in a new tab", chromedp.Navigate("http://"+addr+"/#job="+acme.ID))
+	q.waitFor("the token field, asked for", `!document.getElementById("token-form").hidden`)
+	q.do("enter the token", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(
+		`{document.getElementById("token").value = %q; document.getElementById("token-form").requestSubmit();}`, clientToken)))
+	q.waitFor("the linked job's detail", fmt.Sprintf(`document.getElementById("detail").dataset.jobId === %q && !document.getElementById("detail").hidden`, acme.ID)+
+		" && "+textHas("#detail", "billing.invoice")+` && document.getElementById("open-note").textContent === ""`)
 }
 
 // A client token entered on a page opened with no tenant named opens the

@@ -7,7 +7,7 @@
 import { Code } from "@connectrpc/connect";
 import { JobView, type Job } from "./gen/jobwatch/v1/jobwatch_pb";
 import type { JobClient } from "./api";
-import { followStream, type StreamEnd } from "./stream";
+import { followStream, pageVisibility, whenShown, type StreamEnd, type Visibility } from "./stream";
 
 export type FeedStatus =
   | { kind: "connecting" }
@@ -53,6 +53,11 @@ export interface FeedOptions {
   settleMs?: number;
   // The wait before the attempt-th retry (0-based).
   backoffMs?: (attempt: number) => number;
+  // Whether the tab is out of sight (default: the document's; null: never
+  // asked), and how long it may be before the feed lets go of its stream
+  // until it is shown again (see Visibility in stream.ts).
+  visibility?: Visibility | null;
+  hiddenMs?: number;
 }
 
 // A stream that ran at least this long and ended OK was rotated by the
@@ -74,6 +79,8 @@ export class JobFeed {
   private readonly silenceMs: number;
   private readonly settleMs: number;
   private readonly backoffMs: (attempt: number) => number;
+  private readonly visibility: Visibility | undefined;
+  private readonly hiddenMs: number | undefined;
 
   constructor(
     private readonly client: JobClient,
@@ -86,6 +93,8 @@ export class JobFeed {
     this.silenceMs = opts.silenceMs ?? 45_000;
     this.settleMs = opts.settleMs ?? 500;
     this.backoffMs = opts.backoffMs ?? backoffMs;
+    this.visibility = opts.visibility === undefined ? pageVisibility : (opts.visibility ?? undefined);
+    this.hiddenMs = opts.hiddenMs;
   }
 
   start(): void {
@@ -113,6 +122,16 @@ export class JobFeed {
       }
       if (end.live) {
         failures = 0;
+      }
+      if (end.kind === "hidden" && this.visibility !== undefined) {
+        // Out of sight: the connection is let go of until the tab is
+        // shown, and the stream resumes from its token then.
+        await whenShown(this.visibility, stopped);
+        if (stopped.aborted) {
+          return;
+        }
+        this.listener.status({ kind: "connecting" });
+        continue;
       }
       const healthy = Date.now() - began >= healthyStreamMs;
       let reason = "the stream ended";
@@ -164,6 +183,8 @@ export class JobFeed {
         silenceMs: this.silenceMs,
         settleMs: this.settleMs,
         onLive: () => this.listener.status({ kind: "live" }),
+        visibility: this.visibility,
+        hiddenMs: this.hiddenMs,
       },
       (opts) =>
         this.client.watchJobs(

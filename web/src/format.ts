@@ -48,8 +48,17 @@ function span(seconds: number): string {
   return `${Math.floor(hours / 24)}d`;
 }
 
-export function clockTime(d: Date): string {
-  return d.toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+// clockTime is a moment as the reader's clock shows it, with its date
+// when that is not today (a job scheduled for another day, an old job's
+// history).
+export function clockTime(d: Date, now: Date = new Date()): string {
+  const time = d.toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  if (d.toDateString() === now.toDateString()) {
+    return time;
+  }
+  const sameYear = d.getFullYear() === now.getFullYear();
+  const date = d.toLocaleDateString(undefined, { month: "short", day: "numeric", ...(sameYear ? {} : { year: "numeric" }) });
+  return `${date}, ${time}`;
 }
 
 export function jsonText(v: Value | undefined): string {

@@ -7,7 +7,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { LogGap, LogLine } from "./gen/jobwatch/v1/jobwatch_pb";
 import type { JobClient } from "./api";
 import { backoffMs, sleep } from "./feed";
-import { followStream, type StreamEnd } from "./stream";
+import { followStream, pageVisibility, whenShown, type StreamEnd, type Visibility } from "./stream";
 
 // A Span is a run of a line's text in one style: cls is "" for plain
 // text, else the classes that colour it ("ansi-red", "ansi-bold").
@@ -265,6 +265,10 @@ export interface LogFollowOptions {
   silenceMs?: number;
   settleMs?: number;
   backoffMs?: (attempt: number) => number;
+  // As FeedOptions: out of sight for hiddenMs, the follower lets go of
+  // its stream until the tab is shown.
+  visibility?: Visibility | null;
+  hiddenMs?: number;
 }
 
 // A stream that ran at least this long was healthy: if it ended OK
@@ -287,6 +291,8 @@ export class LogFollower {
   private readonly silenceMs: number;
   private readonly settleMs: number;
   private readonly backoffMs: (attempt: number) => number;
+  private readonly visibility: Visibility | undefined;
+  private readonly hiddenMs: number | undefined;
 
   constructor(
     private readonly client: JobClient,
@@ -298,6 +304,8 @@ export class LogFollower {
     this.silenceMs = opts.silenceMs ?? 45_000;
     this.settleMs = opts.settleMs ?? 500;
     this.backoffMs = opts.backoffMs ?? backoffMs;
+    this.visibility = opts.visibility === undefined ? pageVisibility : (opts.visibility ?? undefined);
+    this.hiddenMs = opts.hiddenMs;
   }
 
   start(): void {
@@ -321,6 +329,15 @@ export class LogFollower {
       if (end.kind === "jobEnded") {
         this.listener.status({ kind: "ended" });
         return;
+      }
+      if (end.kind === "hidden" && this.visibility !== undefined) {
+        // Out of sight: resume after the last line shown once in sight.
+        await whenShown(this.visibility, stopped);
+        if (stopped.aborted) {
+          return;
+        }
+        this.listener.status({ kind: "connecting" });
+        continue;
       }
       const healthy = Date.now() - began >= healthyStreamMs;
       if (end.kind === "ended") {
@@ -377,6 +394,8 @@ export class LogFollower {
         silenceMs: this.silenceMs,
         settleMs: this.settleMs,
         onLive: () => this.listener.status({ kind: "live" }),
+        visibility: this.visibility,
+        hiddenMs: this.hiddenMs,
       },
       (opts) => this.client.watchJobLogs({ jobId: this.jobId, afterSeq: this.afterSeq }, opts),
       (res) => {

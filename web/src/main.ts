@@ -190,6 +190,14 @@ let ownTenant = "";
 let deniedTenant = "";
 let feed: JobFeed | undefined;
 let feedStatus: FeedStatus = { kind: "connecting" };
+// feedHeard: the feed's stream has answered since it started, so an empty
+// list means no jobs, not no answer yet. slowConnect: the feed has been
+// connecting for slowConnectMs without an answer, which the banner
+// explains.
+let feedHeard = false;
+let slowConnect = false;
+let slowConnectTimer: ReturnType<typeof setTimeout> | undefined;
+const slowConnectMs = 10_000;
 // batch is the batch the list is filtered to, "" for every job of the
 // tenant; progress counts its jobs while it is set.
 let batch = batchFromURL(new URL(location.href));
@@ -219,6 +227,9 @@ function shownTenant(): string {
 
 // emptyText is what the job list says when the feed has no job to show.
 function emptyText(): string {
+  if (!feedHeard) {
+    return "Waiting for the server's first answer…";
+  }
   if (stateFilter !== "all") {
     return batch === "" ? `No ${filterLabel(stateFilter)} jobs for this tenant.` : `No ${filterLabel(stateFilter)} jobs in batch “${batch}”.`;
   }
@@ -243,6 +254,7 @@ function showTenantName(): void {
 
 function startFeed(): void {
   feed?.stop();
+  feedHeard = false;
   progress?.stop();
   book.clear();
   list.clear();
@@ -503,7 +515,18 @@ const statusText: Record<FeedStatus["kind"], string> = {
 function showStatus(s: FeedStatus): void {
   feedStatus = s;
   if (s.kind === "live") {
+    feedHeard = true;
     serverAnswered();
+  }
+  clearTimeout(slowConnectTimer);
+  slowConnect = false;
+  if (s.kind === "connecting") {
+    slowConnectTimer = setTimeout(() => {
+      if (feedStatus === s) {
+        slowConnect = true;
+        renderBanner(Date.now());
+      }
+    }, slowConnectMs);
   }
   setData(statusEl, "status", s.kind);
   setText(statusEl, s.kind === "unauthenticated" && savedToken() !== "" ? "token refused" : statusText[s.kind]);
@@ -522,7 +545,16 @@ function showStatus(s: FeedStatus): void {
 // reader announces the news once, not a number every second.
 function renderBanner(now: number): void {
   const s = feedStatus;
-  if (s.kind === "reconnecting") {
+  if (s.kind === "connecting" && slowConnect) {
+    setText(
+      bannerText,
+      `No answer from the server in ${slowConnectMs / 1000}s. A browser opens at most six connections to one server ` +
+        "and shares them among its tabs; each jobwatch tab in sight holds one or two, and one out of sight lets go of " +
+        "its own after a few seconds. If other jobwatch tabs of this server are open in other windows, close some: " +
+        "until a connection is free, this tab's calls wait, actions included.",
+    );
+    setText(bannerWhen, "");
+  } else if (s.kind === "reconnecting") {
     setText(bannerText, `Reconnecting… ${s.reason}. The jobs below show the last known state.`);
     const secs = Math.max(0, Math.ceil((s.retryAt - now) / 1000));
     setText(bannerWhen, secs === 0 ? `Trying now (attempt ${s.attempt}).` : `Next try in ${secs}s (attempt ${s.attempt}).`);
@@ -548,7 +580,8 @@ function renderBanner(now: number): void {
     setText(bannerText, `This token may not use tenant “${deniedTenant}”: showing ${tenantLabel()}, the token's own.`);
     setText(bannerWhen, "");
   }
-  const trouble = s.kind === "reconnecting" || s.kind === "unauthenticated" || s.kind === "denied" || s.kind === "refused";
+  const trouble =
+    s.kind === "reconnecting" || s.kind === "unauthenticated" || s.kind === "denied" || s.kind === "refused" || (s.kind === "connecting" && slowConnect);
   const shown = trouble || (s.kind === "live" && deniedTenant !== "");
   setData(banner, "kind", trouble ? s.kind : "note");
   banner.hidden = !shown;
@@ -582,6 +615,9 @@ let selected = "";
 // opens and once more when the feed says the job has ended.
 let full: Job | undefined;
 let fetching = "";
+// fetches numbers the GetJob calls of fetchFull: a refusal that comes after
+// a newer call began (one with another token) is not the news.
+let fetches = 0;
 
 // select shows job id's details ("" hides them). byKeyboard (Enter on
 // its row) takes the keyboard into them: Escape brings it back to the
@@ -627,6 +663,7 @@ function fetchFull(id: string): void {
     return;
   }
   fetching = id;
+  const call = ++fetches;
   client.getJob(id).then(
     (job) => {
       if (fetching === id) {
@@ -639,6 +676,9 @@ function fetchFull(id: string): void {
       }
     },
     (err) => {
+      if (call !== fetches) {
+        return;
+      }
       if (fetching === id) {
         fetching = "";
       }
@@ -698,7 +738,10 @@ function refreshDetail(id = detail.shown): void {
 // refreshActions shows the buttons as the jobs on screen and what the
 // token may do allow.
 function refreshActions(): void {
-  const failed = failedOfView() ?? book.count(JobState.FAILED);
+  // Where the view has older jobs the page has not read, some of them may
+  // have failed: the button stays, and its question says "any older ones".
+  const unread = !listedAll && (stateFilter === "all" || stateFilter === "failed");
+  const failed = failedOfView() ?? (unread ? undefined : book.count(JobState.FAILED));
   retryFailed.set(refusal("retry-failed") || (failed === 0 ? "no failed job in this view" : ""));
   detail.refreshActions(book.get(detail.shown));
   queues.refreshActions();
@@ -1048,6 +1091,12 @@ tokenForm.addEventListener("submit", (e) => {
   startFeed();
   void loadServerInfo();
   void pollQueues();
+  // A job the page was opened on (a link) that the last token could not
+  // read: ask for it again with this one.
+  if (selected !== "" && detail.shown !== selected) {
+    fetching = "";
+    select(selected);
+  }
 });
 
 demoForm.addEventListener("submit", (e) => {

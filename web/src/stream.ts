@@ -3,6 +3,52 @@
 // for silence and a judgement of when it is live.
 import { ConnectError, type CallOptions } from "@connectrpc/connect";
 
+// Visibility says whether the tab is out of sight. A tab out of sight
+// lets go of its streams (after StreamWatch.hiddenMs) and dials them
+// again, resuming where they stopped, once it is shown: a browser opens
+// at most six HTTP/1.1 connections to one server and shares them among
+// all of its tabs, and each jobwatch tab holds one or two (the feed, and
+// a running job's log), so a few tabs in the background would leave a new
+// one, and every call of the one in front, waiting for a connection.
+export interface Visibility {
+  hidden(): boolean;
+  // onChange calls f whenever hidden() may have changed, until the
+  // function it returns is called.
+  onChange(f: () => void): () => void;
+}
+
+// pageVisibility is the document's, or undefined outside a browser.
+export const pageVisibility: Visibility | undefined =
+  typeof document === "undefined"
+    ? undefined
+    : {
+        hidden: () => document.visibilityState === "hidden",
+        onChange: (f) => {
+          document.addEventListener("visibilitychange", f);
+          return () => document.removeEventListener("visibilitychange", f);
+        },
+      };
+
+// hiddenMs is how long a tab stays out of sight before it lets go of its
+// streams: a glance at another tab keeps them.
+export const hiddenMs = 5000;
+
+// whenShown resolves once v says the tab is in sight, or stopped aborts.
+export function whenShown(v: Visibility, stopped: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const check = () => {
+      if (!v.hidden() || stopped.aborted) {
+        off();
+        stopped.removeEventListener("abort", check);
+        resolve();
+      }
+    };
+    const off = v.onChange(check);
+    stopped.addEventListener("abort", check);
+    check();
+  });
+}
+
 export interface StreamWatch {
   // The follower's own stop: aborting it ends the stream.
   stopped: AbortSignal;
@@ -15,17 +61,26 @@ export interface StreamWatch {
   settleMs: number;
   // Told once, when the stream first counts as live.
   onLive?(): void;
+  // With it, a stream whose tab stays out of sight for hiddenMs (default:
+  // the constant) is ended as "hidden" (see Visibility).
+  visibility?: Visibility;
+  hiddenMs?: number;
 }
 
 // How one stream ended, and whether it was live before it did.
-export type StreamEnd = ({ kind: "ended" } | { kind: "silent" } | { kind: "failed"; error: ConnectError }) & {
+export type StreamEnd = (
+  | { kind: "ended" }
+  | { kind: "silent" }
+  | { kind: "hidden" }
+  | { kind: "failed"; error: ConnectError }
+) & {
   live: boolean;
 };
 
 // followStream opens a stream with open, passing it the call's options,
 // and hands each message to each, until the stream ends, fails, stays
-// silent for w.silenceMs, w.stopped aborts, or each returns true (which
-// ends it as "ended").
+// silent for w.silenceMs, its tab stays out of sight for w.hiddenMs,
+// w.stopped aborts, or each returns true (which ends it as "ended").
 export async function followStream<T>(
   w: StreamWatch,
   open: (opts: CallOptions) => AsyncIterable<T>,
@@ -53,6 +108,19 @@ export async function followStream<T>(
     }
   };
   heard(); // also bounds a dial that never gets an answer
+  let hidden = false;
+  let hiding: ReturnType<typeof setTimeout> | undefined;
+  const judge = () => {
+    clearTimeout(hiding);
+    if (w.visibility?.hidden()) {
+      hiding = setTimeout(() => {
+        hidden = true;
+        call.abort();
+      }, w.hiddenMs ?? hiddenMs);
+    }
+  };
+  const unwatch = w.visibility?.onChange(judge);
+  judge();
   try {
     const stream = open({
       signal: call.signal,
@@ -71,10 +139,15 @@ export async function followStream<T>(
     }
     return { kind: "ended", live };
   } catch (err) {
+    if (hidden) {
+      return { kind: "hidden", live };
+    }
     return silent ? { kind: "silent", live } : { kind: "failed", error: ConnectError.from(err), live };
   } finally {
     clearTimeout(watchdog);
     clearTimeout(settle);
+    clearTimeout(hiding);
+    unwatch?.();
     w.stopped.removeEventListener("abort", onStop);
   }
 }

@@ -14,6 +14,7 @@ import {
 } from "../src/gen/jobwatch/v1/jobwatch_pb";
 import type { JobClient } from "../src/api";
 import { JobFeed, type FeedOptions, type FeedStatus } from "../src/feed";
+import { FakeVisibility } from "./visibility";
 
 // A Call is one WatchJobs stream the feed opened; the test plays the
 // server's side of it.
@@ -357,4 +358,40 @@ test("a feed with no batch asks for every job of the tenant", async (t) => {
   await until("synced", () => synced.length === 1);
   feed.stop();
   assert.equal(server.calls[0]!.req.batch, "");
+});
+
+// A tab out of sight lets go of its stream, so its connection serves
+// the tab in front (a browser shares six HTTP/1.1 connections to one
+// server among all its tabs): after hiddenMs out of sight the stream is
+// aborted and none is dialled while the tab stays hidden; once shown, the
+// feed dials again at once with the last token, without a reconnecting
+// banner. A glance away shorter than hiddenMs keeps the stream.
+test("a feed out of sight lets go of its stream and resumes it when shown", async (t) => {
+  const visibility = new FakeVisibility();
+  const show = (hidden: boolean) => visibility.set(hidden);
+  const server = new Server((call, n) => {
+    call.headers();
+    call.send([{ id: "j_a", version: BigInt(n) }], `t1.${n}`);
+  });
+  const { feed, statuses, batches } = follow(t, server, { visibility, hiddenMs: 100, silenceMs: 60_000 });
+  await until("the first batch", () => batches.length === 1);
+
+  show(true);
+  await new Promise((resolve) => setTimeout(resolve, 30));
+  show(false); // a glance away
+  await new Promise((resolve) => setTimeout(resolve, 150));
+  assert.ok(!server.calls[0]!.aborted, "a glance away shorter than hiddenMs let go of the stream");
+
+  show(true);
+  await until("the hidden tab's stream let go of", () => server.calls[0]!.aborted);
+  await new Promise((resolve) => setTimeout(resolve, 150));
+  assert.equal(server.calls.length, 1, "a stream was dialled while the tab was out of sight");
+
+  show(false);
+  await server.untilCalls(2);
+  await until("the resumed stream's batch", () => batches.length === 2);
+  feed.stop();
+  assert.equal(server.calls[1]!.req.resumeToken, "t1.1", "the stream did not resume from its last token");
+  assert.ok(!statuses.some((s) => s.kind === "reconnecting"), `a tab out of sight was shown as a lost connection: ${JSON.stringify(statuses)}`);
+  assert.equal(statuses.at(-1)?.kind, "live");
 });

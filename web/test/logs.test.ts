@@ -18,6 +18,7 @@ import {
 } from "../src/gen/jobwatch/v1/jobwatch_pb";
 import type { JobClient } from "../src/api";
 import { LogFollower, LogTail, parseAnsi, type LogFollowOptions, type LogStatus } from "../src/logs";
+import { FakeVisibility } from "./visibility";
 
 const ESC = "\x1b";
 
@@ -359,4 +360,26 @@ test("a follower told where to start resumes there, and stopping it ends its str
   assert.equal(server.calls[0]!.req.afterSeq, 41n);
   follower.stop();
   await until("the stream aborted", () => server.calls[0]!.aborted);
+});
+
+// As the feed's: a log pane out of sight lets go of its stream and
+// resumes after the last line shown once it is in sight again.
+test("a follower out of sight lets go of its stream and resumes after the last line when shown", async (t) => {
+  const visibility = new FakeVisibility();
+  const server = new LogServer((call, n) => {
+    call.headers();
+    call.send(2 * n - 1, 2 * n);
+  });
+  const { follower, heard, statuses } = follow(t, server, { visibility, hiddenMs: 100, silenceMs: 60_000 });
+  await until("lines 1 and 2", () => heard.includes("2"));
+  visibility.set(true);
+  await until("the hidden pane's stream let go of", () => server.calls[0]!.aborted);
+  await new Promise((resolve) => setTimeout(resolve, 150));
+  assert.equal(server.calls.length, 1, "a stream was dialled while the pane was out of sight");
+  visibility.set(false);
+  await until("lines 3 and 4", () => heard.includes("4"));
+  follower.stop();
+  assert.deepEqual(heard, ["1", "2", "3", "4"]);
+  assert.equal(server.calls[1]!.req.afterSeq, 2n);
+  assert.ok(!statuses.some((s) => s.kind === "reconnecting"), JSON.stringify(statuses));
 });

@@ -104,6 +104,10 @@ export function toJobwatchError(err: unknown, signal?: AbortSignal): unknown {
     return err;
   }
   const options = { cause: err };
+  const wrongServer = wrongProtocol(err);
+  if (wrongServer !== "") {
+    return new JobwatchError(err.code, wrongServer, options);
+  }
   switch (err.code) {
     case Code.NotFound:
       return new NotFoundError(err.rawMessage, options);
@@ -158,7 +162,33 @@ export function transient(err: unknown, signal?: AbortSignal): boolean {
  * Retrying it would loop for ever.
  */
 function misconfigured(ce: ConnectError): boolean {
+  const text = causeText(ce);
+  return /wrong version number|ERR_SSL_|CERT_|certificate|self[- ]signed|ERR_TLS_CERT/i.test(text) || wrongProtocol(ce) !== "";
+}
+
+function causeText(ce: ConnectError): string {
   const cause = ce.cause as { code?: unknown; message?: unknown } | undefined;
-  const text = `${ce.message} ${String(cause?.code ?? "")} ${String(cause?.message ?? "")}`;
-  return /wrong version number|ERR_SSL_|CERT_|certificate|self[- ]signed|ERR_TLS_CERT/i.test(text);
+  return `${ce.message} ${String(cause?.code ?? "")} ${String(cause?.message ?? "")}`;
+}
+
+/**
+ * wrongProtocol says, for a failure this side raised, that the address
+ * speaks another protocol than the client does, or "": an http:// server
+ * that answers HTTP/2 with HTTP/1 (another kind of server, or a proxy
+ * that does not pass HTTP/2 on; Node's HTTP/2 client sees a protocol
+ * error), or an https:// address of a server that speaks plain HTTP.
+ * As the Go client's SpeaksHTTP1.
+ */
+function wrongProtocol(ce: ConnectError): string {
+  const text = causeText(ce);
+  if (/ERR_HTTP2_ERROR/.test(text) && /Protocol error/i.test(text)) {
+    return (
+      "the server did not answer in HTTP/2 (a protocol error): is the URL a jobwatch server's? " +
+      'A proxy in front of it that speaks only HTTP/1.1 needs httpVersion: "1.1"'
+    );
+  }
+  if (/wrong version number/i.test(text)) {
+    return "the server does not speak TLS at this https:// URL: a jobwatch server without a TLS proxy in front is http://";
+  }
+  return "";
 }

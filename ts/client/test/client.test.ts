@@ -417,3 +417,30 @@ test("a client may be given its own transports", async () => {
     ["SubmitJob", "GetJob", "CancelJob"],
   );
 });
+
+test("an address that answers HTTP/2 in HTTP/1 is refused at once, saying so, not retried", async () => {
+  // Another kind of server, or a proxy that does not pass HTTP/2 on: the
+  // client used to retry waitForJob against it until aborted.
+  const http = await import("node:http");
+  const other = http.createServer((_req, res) => {
+    res.writeHead(404);
+    res.end("not here");
+  });
+  await new Promise<void>((resolve) => other.listen(0, "127.0.0.1", resolve));
+  try {
+    const address = other.address();
+    assert.ok(address !== null && typeof address === "object");
+    let retries = 0;
+    const c = createClient({ url: `http://127.0.0.1:${address.port}`, onRetry: () => void retries++ });
+    await assert.rejects(c.submitJob({ kind: "x" }), /did not answer in HTTP\/2/);
+    const began = Date.now();
+    await assert.rejects(
+      c.waitForJob("j_00000000000000000000000000", { signal: AbortSignal.timeout(20_000) }),
+      /did not answer in HTTP\/2/,
+    );
+    assert.equal(retries, 0, "a server that speaks HTTP/1 was asked again");
+    assert.ok(Date.now() - began < 10_000, `waitForJob took ${Date.now() - began} ms to give up`);
+  } finally {
+    other.close();
+  }
+});

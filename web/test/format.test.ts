@@ -1,0 +1,14 @@
+// Tests of the page's formatting of times for people.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { clockTime } from "../src/format";
+
+test("a moment of today shows as a clock time, one of another day with its date", () => {
+  const now = new Date(2026, 11, 5, 9, 30, 0);
+  const today = clockTime(new Date(2026, 11, 5, 11, 40, 31), now);
+  assert.equal(today, new Date(2026, 11, 5, 11, 40, 31).toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" }));
+  const later = clockTime(new Date(2026, 11, 7, 11, 40, 31), now);
+  assert.ok(later.endsWith(today) && later.length > today.length && later.includes("7"), `two days on: ${later}`);
+  const lastYear = clockTime(new Date(2025, 11, 7, 11, 40, 31), now);
+  assert.ok(lastYear.includes("2025"), `a year before: ${lastYear}`);
+});
