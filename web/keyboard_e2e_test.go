@@ -144,10 +144,11 @@ func TestQuestionsGiveTheKeyboardBack(t *testing.T) {
 		p.waitFor("cancelled, Cancel job gone, the keyboard on the outcome", textHas("#detail .outcome", "Cancelled job "+running.ID)+" && "+
 			`document.querySelector(`+strconv.Quote(cancelJob)+`).closest(".action").hidden && `+keyboardOn("#detail .outcome"))
 
+		// A delete cannot be undone: its question holds the keyboard on
+		// Keep, so Enter pressed twice deletes nothing.
 		focus("Delete, now enabled", deleteJob)
 		press("Enter", kb.Enter)
-		p.waitFor("the question", keyboardOn("#detail .confirm-yes"))
-		press("Tab", kb.Tab)
+		p.waitFor("the question, the keyboard on Keep", textHas("#detail .question", "Delete job "+running.ID)+" && "+keyboardOn("#detail .confirm-no"))
 		press("Enter (Keep)", kb.Enter)
 		p.waitFor("no question, the keyboard back on Delete", notAsking("#detail")+" && "+keyboardOn(deleteJob))
 		p.waitFor("the job kept", exists(row(running.ID)+`[data-state="cancelled"]`))

@@ -107,8 +107,16 @@ export class Confirm {
   // answer (what it did) or error message is then shown. An act of many
   // calls (a bulk action's pages) may report how far it has got
   // meanwhile: shown under the question, its buttons disabled, until the
-  // answer replaces it.
-  request(question: string, yesLabel: string, act: (report: (progress: string) => void) => Promise<Said>, asker?: HTMLElement): void {
+  // answer replaces it. The keyboard goes to the yes, or to Keep for an
+  // act that cannot be undone (forGood), so that Enter pressed twice
+  // deletes nothing.
+  request(
+    question: string,
+    yesLabel: string,
+    act: (report: (progress: string) => void) => Promise<Said>,
+    asker?: HTMLElement,
+    forGood = false,
+  ): void {
     this.asked++;
     this.run = act;
     this.asker = asker;
@@ -117,7 +125,7 @@ export class Confirm {
     this.yes.disabled = false;
     this.outcome.hidden = true;
     this.ask.hidden = false;
-    this.yes.focus();
+    (forGood ? this.no : this.yes).focus();
   }
 
   // asking reports whether a question waits for its answer.

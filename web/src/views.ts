@@ -420,7 +420,7 @@ export class Detail {
       "Delete",
       () => {
         const id = this.jobId;
-        this.confirm.request(`Delete job ${id}? It is gone for good, with its history.`, "Delete", () => ops.delete(id), this.remove.button);
+        this.confirm.request(`Delete job ${id}? It is gone for good, with its history.`, "Delete", () => ops.delete(id), this.remove.button, true);
       },
       true,
     );
