@@ -62,6 +62,9 @@ func (c *Client) retrier() *retrier { return &retrier{b: c.backoff, notify: c.on
 // retries transient failures (the server restarting, a dropped
 // connection) with backoff. A PENDING job is ErrJobNotStarted and an
 // unknown one ErrJobNotFound; any other refusal is returned as it is.
+// When ctx ends it returns context.Cause(ctx): ctx's error, or the cause
+// a context.WithCancelCause or WithTimeoutCause gave it (test for that
+// cause, not for context.Canceled).
 func (c *Client) WaitForJob(ctx context.Context, id string) (*jobwatchv1.Job, error) {
 	r := c.retrier()
 	req := &jobwatchv1.WaitJobRequest{JobId: id}

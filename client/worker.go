@@ -12,8 +12,10 @@ import (
 	"os"
 	"runtime/debug"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -212,11 +214,15 @@ type Worker struct {
 	log      *slog.Logger
 	mu       sync.Mutex
 	handlers map[string]Handler
+	running  atomic.Bool // Run is under way
 }
 
 // NewWorker returns a worker over backend. Register handlers with Handle
-// before Run.
+// before Run. It panics on a nil backend, a mistake no run could survive.
 func NewWorker(backend WorkerBackend, cfg WorkerConfig) *Worker {
+	if backend == nil {
+		panic("client: NewWorker with a nil backend (c.WorkerBackend(), or inproc.WorkerBackend beside an engine)")
+	}
 	if cfg.ID == "" {
 		host, _ := os.Hostname()
 		cfg.ID = fmt.Sprintf("%s-%d-%04x", host, os.Getpid(), rand.N(1<<16))
@@ -247,8 +253,13 @@ func NewWorker(backend WorkerBackend, cfg WorkerConfig) *Worker {
 // ID is the worker's id as the server sees it.
 func (w *Worker) ID() string { return w.cfg.ID }
 
-// Handle makes the worker claim jobs of kind and run them with h.
+// Handle makes the worker claim jobs of kind and run them with h. It
+// panics on a nil h, as http.Handle does: the worker would claim jobs of
+// kind only to fail them.
 func (w *Worker) Handle(kind string, h Handler) {
+	if h == nil {
+		panic("client: Handle(" + strconv.Quote(kind) + ", nil)")
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.handlers[kind] = h
@@ -269,11 +280,16 @@ func (w *Worker) handler(kind string) (Handler, []string) {
 // it waits for the running handlers (see DrainTimeout) and reports their
 // outcomes before it returns. It returns nil after a drain, or the error
 // of a claim the backend refused for good (such as a bad token), also
-// after draining.
+// after draining. A Worker runs once at a time: a Run while another is
+// under way returns an error at once.
 func (w *Worker) Run(ctx context.Context) error {
 	if _, kinds := w.handler(""); len(kinds) == 0 {
 		return errors.New("worker: no handlers registered")
 	}
+	if !w.running.CompareAndSwap(false, true) {
+		return errors.New("worker: already running: a Worker runs once at a time (make another for more slots, or raise Concurrency)")
+	}
+	defer w.running.Store(false)
 	// Handlers outlive ctx: shutdown means "stop claiming", and a job
 	// half done should finish and be reported, not be abandoned.
 	handlerCtx, stopHandlers := context.WithCancelCause(context.WithoutCancel(ctx))

@@ -851,3 +851,38 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// Mistakes in setting a Worker up are said at once, not found out from
+// jobs failed later: a nil handler or backend panics where it is given
+// (as http.Handle does), and a second Run of one Worker beside the
+// first returns an error instead of claiming twice over.
+func TestWorkerRefusesMistakesInItsSetUp(t *testing.T) {
+	mustPanic := func(what string, f func()) {
+		t.Helper()
+		defer func() {
+			if recover() == nil {
+				t.Errorf("%s did not panic", what)
+			}
+		}()
+		f()
+	}
+	mustPanic("NewWorker(nil, …)", func() { client.NewWorker(nil, client.WorkerConfig{}) })
+
+	s := startServer(t, serverOptions{})
+	w := client.NewWorker(fastClient(t, s.URL).WorkerBackend(), client.WorkerConfig{})
+	mustPanic(`Handle("k", nil)`, func() { w.Handle("k", nil) })
+
+	w.Handle("k", func(context.Context, *jobwatchv1.Job, client.Progress) (any, error) { return nil, nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() { first <- w.Run(ctx) }()
+	// The first Run is under way once the server counts its parked claim.
+	eventually(t, "the first Run's claim parked", func() bool { return s.gauge("jobwatch_parked_claims") == 1 })
+	if err := w.Run(ctx); err == nil || !strings.Contains(err.Error(), "already running") {
+		t.Errorf("a second Run beside the first = %v, want an error saying it is already running", err)
+	}
+	cancel()
+	if err := <-first; err != nil {
+		t.Errorf("the first Run = %v, want nil after its drain", err)
+	}
+}

@@ -7,6 +7,7 @@ import { ConnectError, createClient as createConnectClient, type CallOptions, ty
 import { fromJson, toJson, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import { ValueSchema, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import {
+  JobSchema,
   JobService,
   JobState,
   QueueService,
@@ -109,6 +110,15 @@ export function isTerminal(s: JobState): boolean {
 /** payloadOf is the job's payload as plain JSON, or undefined in a summary. */
 export function payloadOf(job: Job): JsonValue | undefined {
   return job.payload === undefined ? undefined : toJson(ValueSchema, job.payload);
+}
+
+/**
+ * jobJson is the job as the API's JSON, as curl shows it (64-bit numbers
+ * as strings, times in RFC 3339, enums by name): what to hand to
+ * JSON.stringify or a log, which throws on the job's bigint fields.
+ */
+export function jobJson(job: Job): JsonValue {
+  return toJson(JobSchema, job);
 }
 
 /** resultOf is what the worker returned, as plain JSON, or undefined (none yet, or a summary). */

@@ -4,6 +4,7 @@ export {
   JobwatchClient,
   checkURL,
   isTerminal,
+  jobJson,
   payloadOf,
   recursionLimit,
   resultOf,
@@ -27,4 +28,7 @@ export {
   transient,
 } from "./errors.js";
 export { Retrier, defaultBackoff, sleep, type Backoff, type RetryNotify } from "./backoff.js";
+// A job's times are Timestamps: timestampDate(job.createdAt) is a Date,
+// from the same @bufbuild/protobuf the client's types come from.
+export { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 export * from "./gen/jobwatch/v1/jobwatch_pb.js";

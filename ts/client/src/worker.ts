@@ -274,12 +274,19 @@ export class Worker {
     this.tracer = tracerOf(options.tracerProvider);
     const log = options.logger ?? consoleLogger;
     const prefix = `jobwatch worker ${this.id}:`;
-    this.log = {
-      debug: (m, ...a) => log.debug(`${prefix} ${m}`, ...a),
-      info: (m, ...a) => log.info(`${prefix} ${m}`, ...a),
-      warn: (m, ...a) => log.warn(`${prefix} ${m}`, ...a),
-      error: (m, ...a) => log.error(`${prefix} ${m}`, ...a),
-    };
+    // A logger given from plain JavaScript may lack a level, or throw: a
+    // line is then written at info (or lost), and the worker goes on.
+    const at =
+      (level: keyof WorkerLogger) =>
+      (m: string, ...a: unknown[]) => {
+        try {
+          const write = (log as Partial<WorkerLogger>)[level] ?? (log as Partial<WorkerLogger>).info;
+          write?.call(log, `${prefix} ${m}`, ...a);
+        } catch {
+          // The line is lost; the job is not.
+        }
+      };
+    this.log = { debug: at("debug"), info: at("info"), warn: at("warn"), error: at("error") };
   }
 
   /**

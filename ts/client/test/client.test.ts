@@ -17,8 +17,10 @@ import {
   WaitMode,
   createClient,
   nodeTransport,
+  jobJson,
   payloadOf,
   resultOf,
+  timestampDate,
   type Job,
 } from "../src/node.js";
 import {
@@ -443,4 +445,18 @@ test("an address that answers HTTP/2 in HTTP/1 is refused at once, saying so, no
   } finally {
     other.close();
   }
+});
+
+test("a job goes to JSON with jobJson, and its times are Dates with timestampDate", async () => {
+  const client = clientOf();
+  const job = await client.submitJob({ kind: uniqueKind("json"), payload: { n: 1 } });
+  assert.throws(() => JSON.stringify(job), /BigInt/, "JSON.stringify of a job no longer throws: drop jobJson's reason");
+  const text = JSON.stringify(jobJson(job));
+  const back = JSON.parse(text) as Record<string, unknown>;
+  assert.equal(back["id"], job.id);
+  assert.equal(back["state"], "JOB_STATE_QUEUED");
+  assert.equal(back["version"], String(job.version), "a 64-bit number is a string, as curl shows it");
+  assert.ok(job.createdAt !== undefined);
+  const created = timestampDate(job.createdAt);
+  assert.ok(created instanceof Date && Math.abs(created.getTime() - Date.now()) < 60_000, `createdAt as a Date: ${created}`);
 });

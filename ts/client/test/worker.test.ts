@@ -15,6 +15,7 @@ import {
   payloadOf,
   resultOf,
   type Job,
+  type WorkerLogger,
 } from "../src/node.js";
 import { ConnectError, type Transport } from "@connectrpc/connect";
 import { Code } from "../src/errors.js";
@@ -353,4 +354,30 @@ test("a handler's progress.log lines reach the job's log in order, a text with n
   assert.deepEqual(texts, want);
   const appends = calls.filter((c) => c.method === "AppendJobLogs").length;
   assert.ok(appends >= 2 && appends <= 10, `${appends} AppendJobLogs calls for 1,504 lines; want a few batches of at most 1,000`);
+});
+
+test("a logger without every level, or one that throws, does not stop the worker", async () => {
+  // Plain JavaScript may hand over any object: the worker used to stall
+  // silently on a logger without debug.
+  const kind = uniqueKind("logger");
+  const lines: string[] = [];
+  for (const logger of [
+    { info: (m: string) => void lines.push(m), warn: () => {}, error: () => {} },
+    {
+      debug: () => {
+        throw new Error("the logger broke");
+      },
+      info: () => {},
+      warn: () => {},
+      error: () => {},
+    },
+  ]) {
+    const worker = newWorker({ logger: logger as unknown as WorkerLogger, handlers: { [kind]: () => ({ ok: true }) } });
+    const run = worker.run();
+    const job = await client.submitJob({ kind });
+    const done = await client.waitForJob(job.id, { signal: AbortSignal.timeout(20_000) });
+    await worker.stop();
+    await run;
+    assert.equal(done.state, JobState.SUCCEEDED);
+  }
 });
