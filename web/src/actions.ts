@@ -223,7 +223,9 @@ export class Confirm {
     this.stale = undefined;
     this.outcome.hidden = true;
     if (focused) {
-      this.el.focus();
+      // Keeps the keyboard's place without scrolling to it: the outcome
+      // went stale by itself (the job moved on), not by the reader.
+      this.el.focus({ preventScroll: true });
     }
   }
 

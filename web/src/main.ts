@@ -428,7 +428,7 @@ async function listOlder(): Promise<void> {
     }
     // The stream's own banner says when the server cannot be reached or
     // refuses the token; this says only that the page is short.
-    setText(olderNote, `older jobs could not be read: ${unreachable(err) ? "the server cannot be reached" : refusalOf(err).rawMessage}`);
+    setText(olderNote, `older jobs could not be read: ${unreachable(err) ? "the server cannot be reached" : callNames(refusalOf(err).rawMessage)}`);
   } finally {
     if (view === listing) {
       olderButton.disabled = false;
@@ -566,6 +566,10 @@ function renderBanner(now: number): void {
     // still to come (a client token's own): name none yet.
     const of = shownTenant() === "" ? "" : ` for ${tenantLabel()}`;
     setText(bannerText, `The server wants a token${of}: ${s.reason}`);
+    setText(bannerWhen, "");
+  } else if (s.kind === "denied" && /worker token/.test(s.reason)) {
+    // A worker token has no tenant to show: it claims and runs jobs.
+    setText(bannerText, `A worker token claims and runs jobs; it may not show them (${callNames(s.reason)}). Enter a client or admin token.`);
     setText(bannerWhen, "");
   } else if (s.kind === "denied") {
     setText(bannerText, `This token may not show ${tenantLabel()}: ${callNames(s.reason)}. Enter another token.`);
