@@ -155,6 +155,45 @@ func TestAFormOrNoContentTypeIsToldWhatToSend(t *testing.T) {
 	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "after.a.form"})
 }
 
+// A procedure opened in a browser's address bar, or curled without -d,
+// is connect-go's 405 with Allow: POST, and a JSON body that says how to
+// call it; a HEAD gets the 405 alone, a path that names no procedure the
+// handlers' answer (the page's 404), and the server serves on.
+func TestAGetOfAProcedureIsToldToPost(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	for _, tc := range []struct{ method, path, want string }{
+		{http.MethodGet, "/jobwatch.v1.JobService/GetJob", "GetJob is called with POST, not GET: POST it JSON with Content-Type: application/json"},
+		{http.MethodPut, "/jobwatch.v1.JobService/SubmitJob", "SubmitJob is called with POST, not PUT"},
+		{"FROBNICATE", "/jobwatch.v1.QueueService/ListQueues", "ListQueues is called with POST, not another method"},
+		{http.MethodGet, "/jobwatch.v1.JobService/WatchJob", "WatchJob is called with POST, not GET: POST it, a server stream: Content-Type: application/connect+json"},
+	} {
+		req, _ := http.NewRequest(tc.method, ts.url+tc.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var e struct{ Code, Message string }
+		if err := json.Unmarshal(body, &e); resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "POST" || err != nil ||
+			!strings.Contains(e.Message, tc.want) {
+			t.Errorf("%s %s = %d (Allow %q) %s; want 405, Allow: POST and JSON saying %q", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), body, tc.want)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodHead, ts.url+"/jobwatch.v1.JobService/GetJob", nil)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("HEAD of a procedure = %v, %v; want 405", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if resp, err := http.Get(ts.url + "/jobwatch.v1.JobService/NoSuchCall"); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET of a path that names no procedure = %v, %v; want 404", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	submit(t, ts.h2c(), &jobwatchv1.SubmitJobRequest{Kind: "after.a.get"})
+}
+
 // A whole body whose string holds a lone escaped surrogate is refused
 // for that, not as a body cut short.
 func TestALoneSurrogateIsNamedNotCalledACutBody(t *testing.T) {

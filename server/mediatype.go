@@ -24,10 +24,19 @@ import (
 // Connect streaming for a stream, gRPC and gRPC-Web for both) goes on to
 // the handlers, which judge the rest (a charset other than UTF-8, a codec
 // that is not served).
+//
+// A procedure called with another method than POST (a GET from a browser's
+// address bar, curl without -d) gets connect-go's 405 with Allow: POST,
+// and a body in the same shape that says how to call it; an OPTIONS goes
+// on (CORS preflights).
 func explainMediaType(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, "/jobwatch.v1.") {
+		if r.Method == http.MethodOptions || !strings.HasPrefix(r.URL.Path, "/jobwatch.v1.") {
 			next.ServeHTTP(w, r)
+			return
+		}
+		if r.Method != http.MethodPost {
+			explainMethod(w, r, next)
 			return
 		}
 		method, stream := procedure(r.URL.Path)
@@ -62,6 +71,39 @@ func explainMediaType(next http.Handler) http.Handler {
 		w.WriteHeader(http.StatusUnsupportedMediaType)
 		_, _ = w.Write(body)
 	})
+}
+
+// explainMethod answers a call of a procedure with another method than
+// POST; a path that names no procedure goes on to next.
+func explainMethod(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	method, stream := procedure(r.URL.Path)
+	if method == "" {
+		next.ServeHTTP(w, r)
+		return
+	}
+	how := "POST it JSON with Content-Type: application/json, as curl -H 'Content-Type: application/json' -d '{…}' " + r.URL.Path + " does"
+	if stream {
+		how = "POST it, a server stream: Content-Type: application/connect+json with the request behind a 5-byte frame header " +
+			"(docs/CLIENTS.md shows it with curl), or use gRPC or gRPC-Web"
+	}
+	body, _ := json.Marshal(map[string]string{"code": "invalid_argument",
+		"message": method + " is called with POST, not " + methodName(r.Method) + ": " + how})
+	h := w.Header()
+	h.Set("Allow", http.MethodPost)
+	h.Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusMethodNotAllowed)
+	_, _ = w.Write(body)
+}
+
+// methodName is an HTTP method as a message may repeat it: a known one,
+// or "another method" (any token goes, of any length).
+func methodName(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPatch, http.MethodDelete,
+		http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "another method"
 }
 
 // procedure returns the name of the method a path such as
