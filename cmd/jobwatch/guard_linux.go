@@ -191,17 +191,20 @@ func guard(args []string) int {
 }
 
 // endLeftovers ends what the guard's command left running when it ended:
-// SIGTERM, and SIGKILL at killAt, or the kill delay from now if no end
-// had begun. It returns once the guard has no process below it.
+// SIGTERM, and SIGKILL the kill delay from now; or, when an end had begun
+// (a cancel's SIGTERM, the worker's death), SIGKILL at killAt alone: all
+// of it had its SIGTERM then, and a second one would cut short the
+// clean-up the first began. It returns once the guard has no process
+// below it.
 func endLeftovers(kill time.Duration, killAt <-chan time.Time) {
 	left := descendants(os.Getpid())
 	if len(left) == 0 {
 		return
 	}
-	for _, pid := range left {
-		_ = syscall.Kill(pid, syscall.SIGTERM)
-	}
 	if killAt == nil {
+		for _, pid := range left {
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+		}
 		killAt = time.After(kill)
 	}
 	// Each process below the guard either is its child or becomes one

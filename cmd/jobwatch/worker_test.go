@@ -582,6 +582,48 @@ func TestACancelReachesWhatLeftTheCommandsGroup(t *testing.T) {
 	waitFor(t, "the command's child in a session of its own to be killed", func() bool { return !running(sessionPID) })
 }
 
+// A cancel's SIGTERM reaches each of the command's processes once: when
+// the command's shell dies of it and leaves a child that traps it, the
+// guard does not send that child a second one (it used to, which ended
+// the clean-up the first had begun), and SIGKILLs it the kill delay after
+// the first.
+func TestACancelSendsEachProcessOneSIGTERM(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the command's guard is Linux's")
+	}
+	terms := filepath.Join(t.TempDir(), "terms")
+	var stderr lockedBuffer
+	h := execHandler(`sh -c 'trap "echo term >> \"$TERMS\"" TERM; echo "progress 10 started"; while :; do sleep 0.05; done' & wait`,
+		commandEnv(os.Environ(), envFlag{"TERMS=" + terms}), textOutput(&stderr), 500*time.Millisecond, nil)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	started := make(chan struct{})
+	var once sync.Once
+	done := make(chan error, 1)
+	go func() {
+		_, err := h(ctx, &jobwatchv1.Job{Id: "j_1"}, func(_ int, step string) {
+			if step == "started" {
+				once.Do(func() { close(started) })
+			}
+		})
+		done <- err
+	}()
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the command did not start")
+	}
+	cancel(errors.New("cancelled by the test"))
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cancelled command's handler did not return")
+	}
+	b, _ := os.ReadFile(terms)
+	if n := strings.Count(string(b), "term"); n != 1 {
+		t.Fatalf("the command's child that traps SIGTERM heard it %d times, want once", n)
+	}
+}
+
 // readPID reads the process id a command wrote to path.
 func readPID(t *testing.T, path string) int {
 	t.Helper()
