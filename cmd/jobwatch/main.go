@@ -155,7 +155,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cmd == nil && strings.HasPrefix(name, "-") {
 		// jobwatch --server URL submit …: the flags belong to the
 		// command, after its name.
-		fmt.Fprintf(stderr, "jobwatch: %s comes after the command: %s\n\n%s", name, commandFirst(args), usage)
+		// With the command found, the line to type is the whole answer;
+		// without, the commands to choose from.
+		fixed, found := commandFirst(args)
+		fmt.Fprintf(stderr, "jobwatch: %s comes after the command: %s\n", name, fixed)
+		if !found {
+			fmt.Fprintf(stderr, "\n%s", usage)
+		}
 		return 2
 	}
 	if cmd == nil {
@@ -248,13 +254,14 @@ func withDurationHint(fs *flag.FlagSet, err error) error {
 var badFlagValue = regexp.MustCompile(`^invalid value "(.*)" for flag -(\S+): parse error$`)
 
 // commandFirst is args written as they should have been: the first
-// command's name, then the flags that came before it, then the rest.
-func commandFirst(args []string) string {
+// command's name, then the flags that came before it, then the rest; found
+// is false when args name no command.
+func commandFirst(args []string) (fixed string, found bool) {
 	for i, arg := range args {
 		if command(arg) != nil {
-			fixed := append([]string{"jobwatch", arg}, args[:i]...)
-			return strings.Join(append(fixed, args[i+1:]...), " ")
+			line := append([]string{"jobwatch", arg}, args[:i]...)
+			return strings.Join(append(line, args[i+1:]...), " "), true
 		}
 	}
-	return "jobwatch COMMAND " + strings.Join(args, " ")
+	return "jobwatch COMMAND " + strings.Join(args, " "), false
 }

@@ -499,7 +499,11 @@ function failedText(): string {
   if (exact !== undefined) {
     return `That is ${exact === 1 ? "1 job" : `${exact.toLocaleString("en-US")} jobs`}.`;
   }
-  const held = book.count(JobState.FAILED).toLocaleString("en-US");
+  const count = book.count(JobState.FAILED);
+  if (count === 0) {
+    return "None is shown here: any older failed jobs of the view, if there are some.";
+  }
+  const held = count.toLocaleString("en-US");
   return stateFilter === "all" || stateFilter === "failed" ? `${held} shown here, and any older ones.` : `${held} known to this page, and any older ones.`;
 }
 
