@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobtype"
 )
@@ -551,19 +552,7 @@ func TestACancelReachesWhatLeftTheCommandsGroup(t *testing.T) {
 	h := execHandler(`setsid sh -c 'trap "" TERM; echo $$ > "$SESSION_PIDFILE.tmp" && mv "$SESSION_PIDFILE.tmp" "$SESSION_PIDFILE"; exec sleep 60' >/dev/null 2>&1 & `+
 		`echo "progress 10 started"; exec sleep 60`,
 		commandEnv(os.Environ(), envFlag{"SESSION_PIDFILE=" + sessionPIDFile}), textOutput(&stderr), 300*time.Millisecond, nil)
-	ctx, cancel := context.WithCancelCause(context.Background())
-	started := make(chan struct{})
-	var once sync.Once
-	done := make(chan error, 1)
-	go func() {
-		_, err := h(ctx, &jobwatchv1.Job{Id: "j_1"}, func(_ int, step string) {
-			if step == "started" {
-				once.Do(func() { close(started) })
-			}
-		})
-		done <- err
-	}()
-	<-started
+	cancel, done := runUntilStarted(t, h)
 	waitFor(t, "the command's child in a session of its own to start", func() bool {
 		_, err := os.Stat(sessionPIDFile)
 		return err == nil
@@ -595,7 +584,26 @@ func TestACancelSendsEachProcessOneSIGTERM(t *testing.T) {
 	var stderr lockedBuffer
 	h := execHandler(`sh -c 'trap "echo term >> \"$TERMS\"" TERM; echo "progress 10 started"; while :; do sleep 0.05; done' & wait`,
 		commandEnv(os.Environ(), envFlag{"TERMS=" + terms}), textOutput(&stderr), 500*time.Millisecond, nil)
+	cancel, done := runUntilStarted(t, h)
+	cancel(errors.New("cancelled by the test"))
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cancelled command's handler did not return")
+	}
+	b, _ := os.ReadFile(terms)
+	if n := strings.Count(string(b), "term"); n != 1 {
+		t.Fatalf("the command's child that traps SIGTERM heard it %d times, want once", n)
+	}
+}
+
+// runUntilStarted runs h for a job in a goroutine until its command
+// reports the step "started", and returns the cancel of the handler's
+// context and where the handler's error comes.
+func runUntilStarted(t *testing.T, h client.Handler) (context.CancelCauseFunc, <-chan error) {
+	t.Helper()
 	ctx, cancel := context.WithCancelCause(context.Background())
+	t.Cleanup(func() { cancel(nil) })
 	started := make(chan struct{})
 	var once sync.Once
 	done := make(chan error, 1)
@@ -612,16 +620,7 @@ func TestACancelSendsEachProcessOneSIGTERM(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the command did not start")
 	}
-	cancel(errors.New("cancelled by the test"))
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the cancelled command's handler did not return")
-	}
-	b, _ := os.ReadFile(terms)
-	if n := strings.Count(string(b), "term"); n != 1 {
-		t.Fatalf("the command's child that traps SIGTERM heard it %d times, want once", n)
-	}
+	return cancel, done
 }
 
 // readPID reads the process id a command wrote to path.

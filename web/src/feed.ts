@@ -126,8 +126,7 @@ export class JobFeed {
       if (end.kind === "hidden" && this.visibility !== undefined) {
         // Out of sight: the connection is let go of until the tab is
         // shown, and the stream resumes from its token then.
-        await whenShown(this.visibility, stopped);
-        if (stopped.aborted) {
+        if (!(await whenShown(this.visibility, stopped))) {
           return;
         }
         this.listener.status({ kind: "connecting" });

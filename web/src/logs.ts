@@ -332,8 +332,7 @@ export class LogFollower {
       }
       if (end.kind === "hidden" && this.visibility !== undefined) {
         // Out of sight: resume after the last line shown once in sight.
-        await whenShown(this.visibility, stopped);
-        if (stopped.aborted) {
+        if (!(await whenShown(this.visibility, stopped))) {
           return;
         }
         this.listener.status({ kind: "connecting" });

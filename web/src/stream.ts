@@ -33,14 +33,15 @@ export const pageVisibility: Visibility | undefined =
 // streams: a glance at another tab keeps them.
 export const hiddenMs = 5000;
 
-// whenShown resolves once v says the tab is in sight, or stopped aborts.
-export function whenShown(v: Visibility, stopped: AbortSignal): Promise<void> {
+// whenShown resolves once v says the tab is in sight (true), or stopped
+// aborts (false).
+export function whenShown(v: Visibility, stopped: AbortSignal): Promise<boolean> {
   return new Promise((resolve) => {
     const check = () => {
       if (!v.hidden() || stopped.aborted) {
         off();
         stopped.removeEventListener("abort", check);
-        resolve();
+        resolve(!stopped.aborted);
       }
     };
     const off = v.onChange(check);
