@@ -181,6 +181,18 @@ func guard(args []string) int {
 		case <-orphans:
 			reapOrphans(child.Process.Pid)
 		case err := <-ended:
+			if killAt == nil && diedOf(child.ProcessState, syscall.SIGTERM) {
+				// Most likely the group's SIGTERM (a cancel), which the
+				// guard had too but may not have heard yet: what the
+				// child left then has it already, and must not get a
+				// second. A SIGTERM to the child alone ends the wait.
+				select {
+				case <-terms:
+					signalOutsideGroup(syscall.SIGTERM)
+					stopping()
+				case <-time.After(termHeard):
+				}
+			}
 			endLeftovers(kill, killAt)
 			if orphaned {
 				return 128 + int(syscall.SIGKILL)
@@ -330,6 +342,19 @@ func descendants(pid int) []int {
 // process quietly (SIGTERM, SIGKILL, SIGINT, SIGHUP) has the guard killed
 // by the same signal, so the worker sees what the command saw; any other
 // signal gives 128 + its number, as a shell's $? does.
+// termHeard bounds how long the guard waits to hear a SIGTERM its child
+// died of, when the signal was the group's.
+const termHeard = time.Second
+
+// diedOf reports whether the process ps describes was ended by sig.
+func diedOf(ps *os.ProcessState, sig syscall.Signal) bool {
+	if ps == nil {
+		return false
+	}
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == sig
+}
+
 func exitLike(ps *os.ProcessState, err error) int {
 	if ps == nil {
 		fmt.Fprintf(os.Stderr, "jobwatch: run command: %v\n", err)
