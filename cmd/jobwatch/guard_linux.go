@@ -337,11 +337,6 @@ func descendants(pid int) []int {
 	return out
 }
 
-// exitLike returns the exit status of a child that ended as ps says, for
-// the guard to exit with. A child killed by a signal that ends a Go
-// process quietly (SIGTERM, SIGKILL, SIGINT, SIGHUP) has the guard killed
-// by the same signal, so the worker sees what the command saw; any other
-// signal gives 128 + its number, as a shell's $? does.
 // termHeard bounds how long the guard waits to hear a SIGTERM its child
 // died of, when the signal was the group's.
 const termHeard = time.Second
@@ -355,6 +350,11 @@ func diedOf(ps *os.ProcessState, sig syscall.Signal) bool {
 	return ok && ws.Signaled() && ws.Signal() == sig
 }
 
+// exitLike returns the exit status of a child that ended as ps says, for
+// the guard to exit with. A child killed by a signal that ends a Go
+// process quietly (SIGTERM, SIGKILL, SIGINT, SIGHUP) has the guard killed
+// by the same signal, so the worker sees what the command saw; any other
+// signal gives 128 + its number, as a shell's $? does.
 func exitLike(ps *os.ProcessState, err error) int {
 	if ps == nil {
 		fmt.Fprintf(os.Stderr, "jobwatch: run command: %v\n", err)

@@ -163,7 +163,7 @@ export function transient(err: unknown, signal?: AbortSignal): boolean {
  */
 function misconfigured(ce: ConnectError): boolean {
   const text = causeText(ce);
-  return /wrong version number|ERR_SSL_|CERT_|certificate|self[- ]signed|ERR_TLS_CERT/i.test(text) || wrongProtocol(ce) !== "";
+  return /ERR_SSL_|CERT_|certificate|self[- ]signed|ERR_TLS_CERT/i.test(text) || wrongProtocol(ce) !== "";
 }
 
 function causeText(ce: ConnectError): string {
