@@ -26,27 +26,28 @@ Usage:
   jobwatch <command> [flags]
 
 Commands:
-  serve    run the server (HTTP/1.1 and h2c on one port)
-  reload   make a serve read its config and tokens again: jobwatch reload --pid-file FILE
-  demo     run a server with demo workers and jobs; prints the page's URL
-  submit   submit a job: jobwatch submit KIND [--payload JSON] [--wait] [--batch B], or many: --file JOBS.jsonl
-  get      show a job: jobwatch get ID
-  list     list jobs, newest first
-  cancel   cancel a job: jobwatch cancel ID, or every job a filter matches: --queue Q --state S ...
-  retry    run a failed, cancelled or lost job again: jobwatch retry ID, or --state failed --queue Q ...
-  delete   remove an ended job: jobwatch delete ID, or every ended job a filter matches
-  start    start a held (PENDING) job: jobwatch start ID
-  wait     wait for a job (or several, or a --batch) to end; the exit status says how it ended
-  watch    follow a job's progress live (--logs: and its log), or a whole --batch
-  logs     print a job's log, or follow it with -f: jobwatch logs ID
-  worker   run a shell command for each job of a kind
-  queues   list the queues with their counts and whether each is paused
-  pause    stop a queue handing out jobs, on every replica: jobwatch pause QUEUE
-  resume   let a paused queue hand out jobs again: jobwatch resume QUEUE
-  bench    measure jobwatch against an in-memory floor: throughput, fan-out, parked calls
-  token    make a bearer token: jobwatch token new --role client --tenant acme
-  version  print the version jobwatch was built from
-  help     print this text, or "jobwatch help <command>" for a command's flags
+  serve      run the server (HTTP/1.1 and h2c on one port)
+  reload     make a serve read its config and tokens again: jobwatch reload --pid-file FILE
+  demo       run a server with demo workers and jobs; prints the page's URL
+  submit     submit a job: jobwatch submit KIND [--payload JSON] [--wait] [--batch B], or many: --file JOBS.jsonl
+  get        show a job: jobwatch get ID
+  list       list jobs, newest first
+  cancel     cancel a job: jobwatch cancel ID, or every job a filter matches: --queue Q --state S ...
+  retry      run a failed, cancelled or lost job again: jobwatch retry ID, or --state failed --queue Q ...
+  delete     remove an ended job: jobwatch delete ID, or every ended job a filter matches
+  start      start a held (PENDING) job: jobwatch start ID
+  wait       wait for a job (or several, or a --batch) to end; the exit status says how it ended
+  watch      follow a job's progress live (--logs: and its log), or a whole --batch
+  logs       print a job's log, or follow it with -f: jobwatch logs ID
+  worker     run a shell command for each job of a kind
+  queues     list the queues with their counts and whether each is paused
+  pause      stop a queue handing out jobs, on every replica: jobwatch pause QUEUE
+  resume     let a paused queue hand out jobs again: jobwatch resume QUEUE
+  schedules  list the configuration's schedules with their next and last runs
+  bench      measure jobwatch against an in-memory floor: throughput, fan-out, parked calls
+  token      make a bearer token: jobwatch token new --role client --tenant acme
+  version    print the version jobwatch was built from
+  help       print this text, or "jobwatch help <command>" for a command's flags
 
 Run "jobwatch help <command>" or "jobwatch <command> -h" for a command's flags.
 `
@@ -114,6 +115,8 @@ func command(name string) commandFunc {
 		return resume
 	case "queues":
 		return queues
+	case "schedules":
+		return schedules
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
 	"github.com/jobwatch/jobwatch/internal/testdb"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 func TestServeLoadsTheIssuesExampleAndRunsItsSchedule(t *testing.T) {
@@ -105,4 +107,74 @@ func TestServeListsACronScheduleInItsZoneAndKeepsItWhenAReloadBringsABadExpressi
 		t.Errorf("the refusal does not say %q:\n%s", want, logs.String())
 	}
 	check("after the refused reload")
+}
+
+// jobwatch schedules lists the configuration's schedules: how each
+// runs, its next run in UTC and in its own zone, and its latest run.
+func TestSchedulesListsEachScheduleWithItsNextAndLastRun(t *testing.T) {
+	s := startCLIServer(t, time.Second)
+	code, out, errOut := runInProcess(t, "schedules", "--server", s.URL)
+	if code != 0 || !strings.Contains(out, "No schedules") {
+		t.Fatalf("schedules without any = exit %d:\n%s%s\nwant it to say there are none", code, out, errOut)
+	}
+
+	if err := s.Engine.SetRules(jobtype.Rules{Schedules: []jobtype.Schedule{
+		{Name: "hourly-sync", Kind: "sync", Queue: "syncs", Tenant: "acme", Every: time.Hour},
+		{Name: "nightly-report", Kind: "report", Cron: "0 2 * * *", Timezone: "Europe/Berlin"},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	// The every schedule runs at once: the sweep queues its first run.
+	var run *jobwatchv1.Job
+	waitFor(t, "the every schedule's first run", func() bool {
+		resp, err := s.Client.JobService().ListJobs(context.Background(), &jobwatchv1.ListJobsRequest{Tenant: "acme", Kind: "sync"})
+		if err != nil || len(resp.GetJobs()) == 0 {
+			return false
+		}
+		run = resp.GetJobs()[0]
+		return true
+	})
+
+	code, out, errOut = runInProcess(t, "schedules", "--server", s.URL)
+	if code != 0 {
+		t.Fatalf("schedules = exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "SCHEDULE ") || !strings.HasPrefix(lines[1], "hourly-sync ") || !strings.HasPrefix(lines[2], "nightly-report ") {
+		t.Fatalf("schedules printed:\n%s\nwant a header and the two schedules in the configuration's order", out)
+	}
+	for _, want := range []string{"sync", "syncs", "acme", "every 1h0m0s", "after the last run ends", run.GetId() + " QUEUED"} {
+		if !strings.Contains(lines[1], want) {
+			t.Errorf("hourly-sync's row %q lacks %q", lines[1], want)
+		}
+	}
+	for _, want := range []string{"report", "default", "cron 0 2 * * * (Europe/Berlin)", ", in ", "T02:00:00+0", "never"} {
+		if !strings.Contains(lines[2], want) {
+			t.Errorf("nightly-report's row %q lacks %q", lines[2], want)
+		}
+	}
+	// 02:00 in Berlin is 00:00 or 01:00 in UTC, whatever the season.
+	if !strings.Contains(lines[2], "T00:00:00Z") && !strings.Contains(lines[2], "T01:00:00Z") {
+		t.Errorf("nightly-report's row %q lacks its next run in UTC", lines[2])
+	}
+
+	code, out, errOut = runInProcess(t, "schedules", "--server", s.URL, "--json")
+	if code != 0 {
+		t.Fatalf("schedules --json = exit %d: %s", code, errOut)
+	}
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("schedules --json printed:\n%s\nwant one line a schedule", out)
+	}
+	var nightly map[string]any
+	if err := json.Unmarshal([]byte(lines[1]), &nightly); err != nil {
+		t.Fatal(err)
+	}
+	if nightly["name"] != "nightly-report" || nightly["timezone"] != "Europe/Berlin" || nightly["nextRunAt"] == nil || nightly["nextRunLocal"] == nil {
+		t.Errorf("schedules --json printed %v for nightly-report, want its zone and next run", nightly)
+	}
+
+	if code, _, errOut := runInProcess(t, "schedules", "--server", s.URL, "extra"); code != 2 || !strings.Contains(errOut, "takes no arguments") {
+		t.Errorf("schedules extra = exit %d: %s; want a usage error", code, errOut)
+	}
 }
