@@ -121,7 +121,7 @@ func TestNotFoundIsTheSentinelAndTheConnectError(t *testing.T) {
 		sentinel error
 		words    string
 	}{
-		{jobErr, client.ErrJobNotFound, "job not found"},
+		{jobErr, client.ErrJobNotFound, "j_00000000000000000000000000: job not found"},
 		{queueErr, client.ErrQueueNotFound, `queue not found: queue "no-such-queue"`},
 	} {
 		var ce *connect.Error

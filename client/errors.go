@@ -61,13 +61,17 @@ func asSentinel(sentinel, err error) error {
 }
 
 func (e *sentinelError) Error() string {
-	if e.text != "" {
+	msg := connectMessage(e.answer)
+	switch {
+	case e.text != "":
 		return e.text
+	case msg == e.sentinel.Error():
+		return msg
+	case strings.HasSuffix(msg, ": "+e.sentinel.Error()):
+		// The server names what it is about: "j_…: job not found".
+		return msg
 	}
-	if msg := connectMessage(e.answer); msg != e.sentinel.Error() {
-		return e.sentinel.Error() + ": " + msg
-	}
-	return e.sentinel.Error()
+	return e.sentinel.Error() + ": " + msg
 }
 
 func (e *sentinelError) Unwrap() []error { return []error{e.sentinel, e.answer} }

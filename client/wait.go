@@ -89,7 +89,7 @@ func (c *Client) WaitForJob(ctx context.Context, id string) (*jobwatchv1.Job, er
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
-		if err := waitError(id, err); err != nil {
+		if err := waitError("wait for job", id, err); err != nil {
 			return nil, err
 		}
 		if err := r.wait(ctx, err); err != nil {
@@ -98,21 +98,29 @@ func (c *Client) WaitForJob(ctx context.Context, id string) (*jobwatchv1.Job, er
 	}
 }
 
-// waitError is the error a wait or watch of job id returns for err, or
-// nil when err is transient and the call should be retried.
-func waitError(id string, err error) error {
+// waitError is the error a wait or watch (op) of job id returns for
+// err, or nil when err is transient and the call should be retried.
+func waitError(op, id string, err error) error {
 	// The sentinels wrap the server's answer, so that connect.CodeOf
-	// reads its code as it does for every other call.
+	// reads its code as it does for every other call; the error names
+	// the job once, whether or not the server's message does.
+	var sentinel error
 	switch connect.CodeOf(err) {
 	case connect.CodeFailedPrecondition:
-		return fmt.Errorf("wait for job %s: %w", id, asSentinel(ErrJobNotStarted, err))
+		sentinel = ErrJobNotStarted
 	case connect.CodeNotFound:
-		return fmt.Errorf("wait for job %s: %w", id, asSentinel(ErrJobNotFound, err))
+		sentinel = ErrJobNotFound
+	default:
+		if transient(context.Background(), err) {
+			return nil
+		}
+		return fmt.Errorf("%s %s: %w", op, id, err)
 	}
-	if transient(context.Background(), err) {
-		return nil
+	text := fmt.Sprintf("%s %s: %s", op, id, sentinel)
+	if msg := connectMessage(err); msg != sentinel.Error() && msg != id+": "+sentinel.Error() {
+		text += ": " + msg
 	}
-	return fmt.Errorf("wait for job %s: %w", id, err)
+	return &sentinelError{sentinel: sentinel, answer: err, text: text}
 }
 
 // Watch yields each new snapshot of the job, in version order and never
@@ -133,7 +141,7 @@ func (c *Client) Watch(ctx context.Context, id string) iter.Seq2[*jobwatchv1.Job
 	return func(yield func(*jobwatchv1.Job, error) bool) {
 		var last int64
 		c.resume(ctx, func() (bool, bool, error) { return c.watchOnce(ctx, id, &last, yield) },
-			func(err error) error { return waitError(id, err) },
+			func(err error) error { return waitError("watch job", id, err) },
 			func(err error) { yield(nil, err) })
 	}
 }

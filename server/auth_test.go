@@ -518,13 +518,7 @@ func TestAnotherTenantsJobIsNotFoundExactlyAsAMissingOne(t *testing.T) {
 				held := submit(t, admin, &jobwatchv1.SubmitJobRequest{Tenant: "acme", Kind: "secret", Hold: true})
 				theirs := c.call(ctxTimeout(t, 5*time.Second), globex, held.GetId())
 				missing := c.call(ctxTimeout(t, 5*time.Second), globex, missingJobID)
-				var a, b *connect.Error
-				if !errors.As(theirs, &a) || !errors.As(missing, &b) {
-					t.Fatalf("errors %v and %v", theirs, missing)
-				}
-				if a.Code() != connect.CodeNotFound || a.Code() != b.Code() || a.Message() != b.Message() {
-					t.Errorf("another tenant's job: %v; a missing one: %v; want the same not_found", a, b)
-				}
+				sameNotFound(t, theirs, held.GetId(), missing)
 				resp, err := admin.jobs.GetJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.GetJobRequest{JobId: held.GetId()})
 				if err != nil || resp.GetJob().GetState() != jobwatchv1.JobState_JOB_STATE_PENDING || resp.GetJob().GetVersion() != held.GetVersion() {
 					t.Errorf("the job changed: %v, %v", resp.GetJob(), err)

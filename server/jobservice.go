@@ -53,7 +53,7 @@ func (s *Server) checkClientJob(ctx context.Context, op, id string) error {
 		return nil
 	}
 	if err := s.engine.CheckScope(ctx, id, jobs.Scope{Tenants: []string{tenant}}); err != nil {
-		return s.toConnectError(ctx, op, err)
+		return s.toConnectError(ctx, op, ofJob(id, err))
 	}
 	return nil
 }
@@ -73,7 +73,7 @@ func (s *Server) wait(ctx context.Context, id string) (*wireSnapshot, error) {
 	}
 	snap, err := s.engine.WaitSnapshot(ctx, id, deadline)
 	if err != nil {
-		return nil, s.toConnectError(ctx, "wait job", err)
+		return nil, s.toConnectError(ctx, "wait job", ofJob(id, err))
 	}
 	linkToJob(ctx, &snap.Job)
 	w := s.wireFor(snap)
@@ -212,7 +212,7 @@ func (h *jobService) StartJob(ctx context.Context, req *jobwatchv1.StartJobReque
 	}
 	j, err := h.s.engine.Start(ctx, req.GetJobId())
 	if err != nil {
-		return nil, h.s.toConnectError(ctx, "start job", err)
+		return nil, h.s.toConnectError(ctx, "start job", ofJob(req.GetJobId(), err))
 	}
 	pj, err := h.s.protoJob(ctx, &j)
 	return &jobwatchv1.StartJobResponse{Job: pj}, err
@@ -232,7 +232,7 @@ func (h *jobService) GetJob(ctx context.Context, req *jobwatchv1.GetJobRequest) 
 		j, err = h.s.engine.Get(ctx, req.GetJobId())
 	}
 	if err != nil {
-		return nil, h.s.toConnectError(ctx, "get job", err)
+		return nil, h.s.toConnectError(ctx, "get job", ofJob(req.GetJobId(), err))
 	}
 	pj, err := h.s.protoJob(ctx, &j)
 	return &jobwatchv1.GetJobResponse{Job: pj}, err
@@ -286,7 +286,7 @@ func (h *jobService) CancelJob(ctx context.Context, req *jobwatchv1.CancelJobReq
 	}
 	j, err := h.s.engine.Cancel(asOperator(ctx), req.GetJobId())
 	if err != nil {
-		return nil, h.s.toConnectError(ctx, "cancel job", err)
+		return nil, h.s.toConnectError(ctx, "cancel job", ofJob(req.GetJobId(), err))
 	}
 	pj, err := h.s.protoJob(ctx, &j)
 	return &jobwatchv1.CancelJobResponse{Job: pj}, err
@@ -386,7 +386,7 @@ func (h *jobService) WatchJob(ctx context.Context, req *jobwatchv1.WatchJobReque
 			return stream.Send(w.watch) // shared with every call the same publish woke
 		},
 	})
-	return s.toConnectError(ctx, "watch job", err)
+	return s.toConnectError(ctx, "watch job", ofJob(req.GetJobId(), err))
 }
 
 func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsRequest, stream *connect.ServerStream[jobwatchv1.WatchJobsResponse]) error {

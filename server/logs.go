@@ -40,7 +40,7 @@ func (h *workerService) AppendJobLogs(ctx context.Context, req *jobwatchv1.Appen
 	}
 	last, cancelled, err := h.s.engine.AppendLogs(ctx, req.GetJobId(), req.GetLeaseId(), lines)
 	if err != nil {
-		return nil, h.s.toConnectError(ctx, "append job logs", err)
+		return nil, h.s.toConnectError(ctx, "append job logs", ofJob(req.GetJobId(), err))
 	}
 	return &jobwatchv1.AppendJobLogsResponse{LastSeq: last, Cancelled: cancelled}, nil
 }
@@ -57,7 +57,7 @@ func (h *jobService) GetJobLogs(ctx context.Context, req *jobwatchv1.GetJobLogsR
 	}
 	p, err := h.s.engine.Logs(ctx, req.GetJobId(), req.GetAfterSeq(), int(req.GetLimit()))
 	if err != nil {
-		return nil, h.s.toConnectError(ctx, "get job logs", err)
+		return nil, h.s.toConnectError(ctx, "get job logs", ofJob(req.GetJobId(), err))
 	}
 	return &jobwatchv1.GetJobLogsResponse{Lines: logLinesToWire(p.Lines), Gap: logGapToWire(p.Gap), More: p.More, JobEnded: p.JobEnded}, nil
 }
@@ -83,7 +83,7 @@ func (h *jobService) WatchJobLogs(ctx context.Context, req *jobwatchv1.WatchJobL
 			return stream.Send(&jobwatchv1.WatchJobLogsResponse{JobEnded: true})
 		},
 	})
-	return s.toConnectError(ctx, "watch job logs", err)
+	return s.toConnectError(ctx, "watch job logs", ofJob(req.GetJobId(), err))
 }
 
 // checkAfterSeq refuses a negative after_seq before the job is looked

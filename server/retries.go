@@ -25,7 +25,7 @@ func (h *jobService) RetryJob(ctx context.Context, req *jobwatchv1.RetryJobReque
 	}
 	j, err := h.s.engine.Retry(asOperator(ctx), req.GetJobId())
 	if err != nil {
-		return nil, h.s.toConnectError(ctx, "retry job", err)
+		return nil, h.s.toConnectError(ctx, "retry job", ofJob(req.GetJobId(), err))
 	}
 	pj, err := h.s.protoJob(ctx, &j)
 	return &jobwatchv1.RetryJobResponse{Job: pj}, err
@@ -38,7 +38,7 @@ func (h *jobService) DeleteJob(ctx context.Context, req *jobwatchv1.DeleteJobReq
 		return nil, err
 	}
 	if err := h.s.engine.Delete(asOperator(ctx), req.GetJobId()); err != nil {
-		return nil, h.s.toConnectError(ctx, "delete job", err)
+		return nil, h.s.toConnectError(ctx, "delete job", ofJob(req.GetJobId(), err))
 	}
 	return &jobwatchv1.DeleteJobResponse{}, nil
 }

@@ -81,14 +81,16 @@ func largePayload(t *testing.T) *structpb.Value {
 
 // sameNotFound fails unless theirs and missing are the same not_found:
 // code and message.
-func sameNotFound(t *testing.T, theirs, missing error) {
+func sameNotFound(t *testing.T, theirs error, id string, missing error) {
 	t.Helper()
 	var a, b *connect.Error
 	if !errors.As(theirs, &a) || !errors.As(missing, &b) {
 		t.Fatalf("errors %v and %v, want connect errors", theirs, missing)
 	}
-	if a.Code() != connect.CodeNotFound || b.Code() != connect.CodeNotFound || a.Message() != b.Message() {
-		t.Errorf("a job it may not touch: %v; a job that does not exist: %v; want the same not_found", a, b)
+	// Each names the id asked for, and says nothing else of the job.
+	if a.Code() != connect.CodeNotFound || b.Code() != connect.CodeNotFound ||
+		a.Message() != id+": job not found" || b.Message() != missingJobID+": job not found" {
+		t.Errorf("a job it may not touch: %v; a job that does not exist: %v; want the same not_found, each naming its id", a, b)
 	}
 }
 
@@ -139,7 +141,7 @@ func TestAnotherTenantsJobIsNotReadBeforeTheTenantCheck(t *testing.T) {
 				before := rec.of(held.GetId())
 				theirs := c.call(ctxTimeout(t, 5*time.Second), globex, held.GetId())
 				missing := c.call(ctxTimeout(t, 5*time.Second), globex, missingJobID)
-				sameNotFound(t, theirs, missing)
+				sameNotFound(t, theirs, held.GetId(), missing)
 				if n := rec.of(held.GetId()) - before; n != 0 {
 					t.Errorf("%s of another tenant's job read its payload %d times before answering not_found", c.name, n)
 				}
@@ -225,7 +227,7 @@ func TestAWorkerTokenGetsNotFoundForAJobItMayNotTouch(t *testing.T) {
 					for _, l := range []string{madeUpLease, lease.GetLeaseId()} {
 						theirs := c.call(ctxTimeout(t, 5*time.Second), w.worker, id, l)
 						missing := c.call(ctxTimeout(t, 5*time.Second), w.worker, missingJobID, l)
-						sameNotFound(t, theirs, missing)
+						sameNotFound(t, theirs, id, missing)
 					}
 					if n := rec.of(id) - before; n != 0 {
 						t.Errorf("the job was read or written whole %d times before the answer", n)

@@ -156,7 +156,7 @@ func (s *Server) checkWorkerJob(ctx context.Context, op, id string) error {
 		return nil
 	}
 	if err := s.engine.CheckScope(ctx, id, jobs.Scope{Tenants: p.Tenants, Kinds: p.Kinds}); err != nil {
-		return s.toConnectError(ctx, op, err)
+		return s.toConnectError(ctx, op, ofJob(id, err))
 	}
 	return nil
 }
@@ -168,7 +168,7 @@ func (h *workerService) Heartbeat(ctx context.Context, req *jobwatchv1.Heartbeat
 	// percent out of range is clamped by the engine, not refused.
 	j, err := h.s.engine.Heartbeat(ctx, req.GetJobId(), req.GetLeaseId(), req.GetPercent(), req.GetStep())
 	if err != nil {
-		return nil, h.s.toConnectError(ctx, "heartbeat", err)
+		return nil, h.s.toConnectError(ctx, "heartbeat", ofJob(req.GetJobId(), err))
 	}
 	return &jobwatchv1.HeartbeatResponse{
 		// Not RUNNING: the server ended the attempt (a cancel, or the
@@ -188,7 +188,7 @@ func (h *workerService) CompleteJob(ctx context.Context, req *jobwatchv1.Complet
 	}
 	j, err := h.s.engine.Complete(ctx, req.GetJobId(), req.GetLeaseId(), result)
 	if err != nil {
-		return nil, h.s.toConnectError(ctx, "complete job", err)
+		return nil, h.s.toConnectError(ctx, "complete job", ofJob(req.GetJobId(), err))
 	}
 	pj, err := h.s.protoJob(ctx, &j)
 	return &jobwatchv1.CompleteJobResponse{Job: pj}, err
@@ -203,7 +203,7 @@ func (h *workerService) FailJob(ctx context.Context, req *jobwatchv1.FailJobRequ
 	j, err := h.s.engine.Fail(ctx, req.GetJobId(), req.GetLeaseId(),
 		jobtype.JobError{Type: jerr.GetType(), Message: jerr.GetMessage()}, req.GetRetryable())
 	if err != nil {
-		return nil, h.s.toConnectError(ctx, "fail job", err)
+		return nil, h.s.toConnectError(ctx, "fail job", ofJob(req.GetJobId(), err))
 	}
 	pj, err := h.s.protoJob(ctx, &j)
 	return &jobwatchv1.FailJobResponse{Job: pj}, err

@@ -213,16 +213,13 @@ func callError(what string, err error) error {
 	return codeError(what, err)
 }
 
-// jobCallError is callError for a call about the job id: "job not found"
-// names it, as a script running several commands needs to know which
-// one was not found.
+// jobCallError is callError for a call about the job id: a job not
+// found reads "WHAT: job ID not found", whoever named it (the server, the
+// client's wait), as a script running several commands needs to know
+// which one was not found.
 func jobCallError(what, id string, err error) error {
-	switch {
-	case !errors.Is(err, client.ErrJobNotFound) || strings.Contains(err.Error(), id):
-	case err.Error() == client.ErrJobNotFound.Error():
+	if errors.Is(err, client.ErrJobNotFound) {
 		return fmt.Errorf("%s: job %s not found", what, id)
-	default:
-		return fmt.Errorf("%s: job %s: %w", what, id, err)
 	}
 	return callError(what, err)
 }

@@ -379,7 +379,9 @@ func newParkedCalls(t *testing.T, ctx context.Context, rs []*replica) *parkedCal
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("replica %s: %v waits and %v watches parked after %v, want %v of each of its %d", r.name, waits, watches, bound, enough, outageJobs/2)
+				p.mu.Lock()
+				t.Fatalf("replica %s: %v waits and %v watches parked after %v, want %v of each of its %d; errors the clients retried, by code: %v, the first of each: %v",
+					r.name, waits, watches, bound, enough, outageJobs/2, p.retried, p.example)
 			}
 		}
 	}
