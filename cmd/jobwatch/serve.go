@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -170,6 +171,11 @@ func checkServeFlags(f serveFlags, args []string) (serveFlags, error) {
 	if f.dbWait < 0 {
 		return f, usageError{fmt.Sprintf("--db-wait must be 0 or more, got %v", f.dbWait)}
 	}
+	db, err := checkDB(f.db)
+	if err != nil {
+		return f, err
+	}
+	f.db = db
 	for name, n := range map[string]int{
 		"max-request-bytes": f.maxRequestBytes, "max-connections": f.maxConnections, "max-parked-calls": f.maxParkedCalls,
 		"max-pending-send-bytes": f.maxSendBytes,
@@ -273,6 +279,31 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// libpqKeyword matches a keyword of libpq's key=value connection
+// strings ("host=db1 dbname=jobs ...").
+var libpqKeyword = regexp.MustCompile(`(^|\s)(host|hostaddr|port|dbname|user|password|passfile|sslmode|sslrootcert|connect_timeout|application_name|options|service|target_session_attrs)\s*=`)
+
+// checkDB refuses a --db that would be opened as a SQLite file while it
+// was meant as another database: a libpq key=value connection string or
+// a URL of another scheme (each would otherwise become a file of that
+// name, each replica on a database of its own, and the string, password
+// and all, in the log). A postgres or postgresql scheme in capitals is
+// written the way isPostgresURL reads it. The errors never repeat the
+// value: it may hold a password.
+func checkDB(db string) (string, error) {
+	if scheme, rest, ok := strings.Cut(db, "://"); ok {
+		switch s := strings.ToLower(scheme); s {
+		case "postgres", "postgresql":
+			return s + "://" + rest, nil
+		}
+		return db, usageError{fmt.Sprintf("--db: a %s:// URL is not a database jobwatch opens: give a SQLite file path, or a postgres:// URL", scheme)}
+	}
+	if libpqKeyword.MatchString(db) {
+		return db, usageError{"--db looks like a PostgreSQL key=value connection string (host=... dbname=...): give it as a URL, postgres://USER:PASSWORD@HOST:PORT/DBNAME?sslmode=..., or a SQLite file path"}
+	}
+	return db, nil
 }
 
 // isPostgresURL reports whether --db names a PostgreSQL database rather

@@ -248,3 +248,32 @@ func startServe(t *testing.T, ctx context.Context, args ...string) (base string,
 	waitFor(t, "serve to say where it listens", func() bool { return addrRE.MatchString(logs.String()) })
 	return "http://" + addrRE.FindStringSubmatch(logs.String())[1], cmd, logs
 }
+
+// A --db meant as another database is refused, not opened as a SQLite
+// file of that name (each replica on a database of its own, the
+// password in the log and in the file's name), and the refusal does not
+// repeat it.
+func TestServeRefusesADBThatIsNotAFileOrAPostgresURL(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for _, db := range []string{
+		"host=127.0.0.1 port=5432 user=postgres password=S3cretPw dbname=jobs",
+		"dbname=jobs password=S3cretPw",
+		"mysql://user:S3cretPw@127.0.0.1/jobs",
+	} {
+		code, _, errOut := runInProcess(t, "serve", "--db", db, "--addr", "127.0.0.1:0")
+		if code != 2 || !strings.Contains(errOut, "--db") || strings.Contains(errOut, "S3cretPw") {
+			t.Errorf("serve --db %q = exit %d: %s; want a usage error that does not repeat the password", db, code, errOut)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("serve left %v in its directory; want no file made of a refused --db", entries)
+	}
+	// The scheme is case-insensitive, as URLs' are.
+	if got, err := checkDB("Postgres://u@h/db"); err != nil || got != "postgres://u@h/db" {
+		t.Errorf("checkDB(Postgres://u@h/db) = %q, %v; want postgres://u@h/db", got, err)
+	}
+	if got, err := checkDB("jobs=1.db"); err != nil || got != "jobs=1.db" {
+		t.Errorf("checkDB(jobs=1.db) = %q, %v; want the file name as it is", got, err)
+	}
+}
