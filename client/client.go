@@ -158,6 +158,7 @@ type Client struct {
 	transports []*http.Transport // ours, to close idle connections
 	backoff    Backoff
 	onRetry    func(err error, delay time.Duration)
+	several    bool // calls fail over among several servers (failoverHTTP)
 }
 
 // New returns a client for the server at baseURL, such as
@@ -208,6 +209,7 @@ func New(baseURL string, opts ...Option) *Client {
 		cfg.longHTTP = &http.Client{Transport: t}
 	}
 	if list != nil {
+		c.several = list.err == nil && len(list.urls) > 1
 		base, _ := url.Parse(baseURL) // newServers' own String of a parsed URL
 		cfg.shortHTTP = &failoverHTTP{next: cfg.shortHTTP, s: list, base: base}
 		cfg.longHTTP = &failoverHTTP{next: cfg.longHTTP, s: list, base: base}

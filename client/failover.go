@@ -139,8 +139,9 @@ func (f *failoverHTTP) Do(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		// Refused, reset, timed out, the connection lost before an answer,
 		// no such host: this address cannot serve now. A call the caller
-		// gave up on says nothing of the server.
-		if ctx.Err() == nil {
+		// gave up on says nothing of the server, unless it gave up
+		// because the server did not answer in time (errUnanswered).
+		if ctx.Err() == nil || unanswered(ctx) {
 			f.s.failed(turn)
 		}
 		return nil, err
@@ -180,6 +181,17 @@ func gone(resp *http.Response) bool {
 		resp.Header.Get("Grpc-Status") == "14" // codes.Unavailable, in a trailers-only answer
 }
 
+// errUnanswered is the cause of a call its caller abandoned because the
+// server did not answer in time (remoteBackend's first tries): unlike
+// other calls a caller gives up on, it moves the client to its next
+// server, as a server that cannot be reached does. A server that froze
+// (a stopped process, a host that stopped answering, its connection
+// still open) is otherwise noticed only by the connection's pings.
+var errUnanswered = errors.New("the server did not answer in time")
+
+// unanswered reports whether ctx ended with errUnanswered.
+func unanswered(ctx context.Context) bool { return errors.Is(context.Cause(ctx), errUnanswered) }
+
 // watchedBody is a response body that moves the client on when reading it
 // fails for another reason than its end: the server went away in the
 // middle of an answer (a stream, a parked call).
@@ -194,7 +206,7 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	// After Close, or once the caller's ctx ended, a failed read is the
 	// caller's doing.
-	if err != nil && err != io.EOF && !b.closed.Load() && b.ctx.Err() == nil {
+	if err != nil && err != io.EOF && !b.closed.Load() && (b.ctx.Err() == nil || unanswered(b.ctx)) {
 		b.fail()
 	}
 	return n, err

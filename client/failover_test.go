@@ -389,6 +389,64 @@ func TestWorkerOnSeveralServersKeepsItsLeaseAndClaimsWhenOneDies(t *testing.T) {
 	}
 }
 
+// A server that freezes (a stopped process, its connection open and
+// silent) is noticed by the connection's pings only after 15 s by
+// default; a worker's heartbeat unanswered for a third of the lease
+// moves on to the next server before the lease ends.
+func TestWorkerOnSeveralServersKeepsItsLeaseWhenOneFreezes(t *testing.T) {
+	fs := replicas(t, 2, jobs.Config{LeaseTimeout: 3 * time.Second})
+	p := startProxy(t, fs[0].back.Addr)
+	c := fastClient(t, p.URL()+","+fs[1].url) // the default pings: 10 s + 5 s
+	observer := fastClient(t, fs[1].back.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	started := make(chan string, 2)
+	proceed, finish := make(chan struct{}), make(chan struct{})
+	w := client.NewWorker(c.WorkerBackend(), client.WorkerConfig{
+		Backoff: client.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond},
+		Logger:  slog.New(slog.DiscardHandler),
+	})
+	w.Handle("task", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+		started <- j.GetId()
+		<-proceed
+		p(50, "after the freeze")
+		select {
+		case <-finish:
+			return "done", nil
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(runCtx) }()
+	defer func() { stop(); p.Drop(); <-ran }()
+
+	held, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "task", MaxAttempts: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	p.Freeze()
+	frozenAt := time.Now()
+	close(proceed)
+	eventually(t, "the progress after the freeze reaching the database through the second server", func() bool {
+		j, err := observer.Get(ctx, held.GetId())
+		return err == nil && j.GetPercent() == 50
+	})
+	// Renewed through the second server, a heartbeat a second, past the
+	// end of the lease the frozen server last renewed.
+	eventually(t, "heartbeats through the second server for longer than the lease", func() bool {
+		return fs[1].count(jobwatchv1connect.WorkerServiceHeartbeatProcedure) >= 5 && time.Since(frozenAt) > 3*time.Second
+	})
+	close(finish)
+	j, err := observer.WaitForJob(ctx, held.GetId())
+	if err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED || j.GetAttempt() != 1 {
+		t.Fatalf("the job ended %v at attempt %d (%v); want SUCCEEDED at attempt 1: the lease kept through the second server", j.GetState(), j.GetAttempt(), err)
+	}
+}
+
 func TestCallsFailingTogetherMoveTheClientOneServerOn(t *testing.T) {
 	fs := replicas(t, 3, jobs.Config{})
 	a, b, c3 := fs[0], fs[1], fs[2]

@@ -73,8 +73,12 @@ func newLease(job *jobwatchv1.Job, id string, exp *timestamppb.Timestamp) *Lease
 }
 
 func (b remoteBackend) Heartbeat(ctx context.Context, l *Lease, percent int32, step string) (bool, error) {
-	resp, err := b.c.workers.Heartbeat(ctx, &jobwatchv1.HeartbeatRequest{
-		JobId: l.Job.GetId(), LeaseId: l.ID, Percent: percent, Step: step,
+	var resp *jobwatchv1.HeartbeatResponse
+	err := b.leaseCall(ctx, l, func(ctx context.Context) (err error) {
+		resp, err = b.c.workers.Heartbeat(ctx, &jobwatchv1.HeartbeatRequest{
+			JobId: l.Job.GetId(), LeaseId: l.ID, Percent: percent, Step: step,
+		})
+		return err
 	})
 	if err != nil {
 		return false, leaseError(err)
@@ -87,17 +91,44 @@ func (b remoteBackend) Complete(ctx context.Context, l *Lease, result json.RawMe
 	if err != nil {
 		return err
 	}
-	_, err = b.c.workers.CompleteJob(ctx, &jobwatchv1.CompleteJobRequest{
-		JobId: l.Job.GetId(), LeaseId: l.ID, Result: v,
-	})
-	return outcomeError(err)
+	return outcomeError(b.leaseCall(ctx, l, func(ctx context.Context) error {
+		_, err := b.c.workers.CompleteJob(ctx, &jobwatchv1.CompleteJobRequest{
+			JobId: l.Job.GetId(), LeaseId: l.ID, Result: v,
+		})
+		return err
+	}))
 }
 
 func (b remoteBackend) Fail(ctx context.Context, l *Lease, jerr *jobwatchv1.JobError, retryable bool) error {
-	_, err := b.c.workers.FailJob(ctx, &jobwatchv1.FailJobRequest{
-		JobId: l.Job.GetId(), LeaseId: l.ID, Error: jerr, Retryable: retryable,
-	})
-	return outcomeError(err)
+	return outcomeError(b.leaseCall(ctx, l, func(ctx context.Context) error {
+		_, err := b.c.workers.FailJob(ctx, &jobwatchv1.FailJobRequest{
+			JobId: l.Job.GetId(), LeaseId: l.ID, Error: jerr, Retryable: retryable,
+		})
+		return err
+	}))
+}
+
+// leaseCall makes a call under lease l. On a client of several servers
+// the first try has a third of the lease to be answered: a server that
+// froze, its connection still open, would otherwise hold the call until
+// ctx ends (the lease's end, for a heartbeat), and the job would be LOST
+// while the other servers could have renewed it. Abandoned then, the try
+// moves the client to its next server (errUnanswered, failoverHTTP),
+// where the call is made once more with what is left of ctx. Heartbeats
+// may be sent twice; an outcome sent twice is answered once, and the
+// other try is refused as a stale lease.
+func (b remoteBackend) leaseCall(ctx context.Context, l *Lease, call func(context.Context) error) error {
+	if !b.c.several || l.TTL <= 0 {
+		return call(ctx)
+	}
+	first, cancel := context.WithTimeoutCause(ctx, l.TTL/3, errUnanswered)
+	err := call(first)
+	abandoned := err != nil && ctx.Err() == nil && unanswered(first)
+	cancel()
+	if abandoned {
+		return call(ctx)
+	}
+	return err
 }
 
 // outcomeError is leaseError for Complete and Fail, whose answer echoes
