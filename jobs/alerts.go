@@ -209,9 +209,11 @@ func (e *Engine) watchQueues(ctx context.Context) error {
 			continue
 		}
 		if changed {
-			e.log.Warn("queue alerting: unfinished work has not drained for longer than alert_after",
-				"queue", name, "alert_after", q.AlertAfter, "last_drained_at", q.LastDrainedAt,
-				"queued", q.Queued, "running", q.Running)
+			attrs := []any{"queue", name, "alert_after", q.AlertAfter, "queued", q.Queued, "running", q.Running}
+			if !q.LastDrainedAt.IsZero() { // never seen drained: left out, as in the webhook's body
+				attrs = append(attrs, "last_drained_at", q.LastDrainedAt)
+			}
+			e.log.Warn("queue alerting: unfinished work has not drained for longer than alert_after", attrs...)
 		}
 	}
 	for name := range e.alerts.on {

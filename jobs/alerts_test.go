@@ -100,8 +100,8 @@ func TestAQueueAlertsWhenItsWorkHasNotDrainedForAlertAfterAndStopsWhenItDrains(t
 		t.Fatalf("5m1s after draining, 4 queued: %+v; want alerting", q)
 	}
 	sweep(t, e)
-	if n := logs.count("queue alerting"); n != 1 {
-		t.Errorf("logged entering %d times over two sweeps, want once:\n%s", n, logs.buf.String())
+	if n := logs.count("queue alerting"); n != 1 || logs.count("last_drained_at=") != 1 {
+		t.Errorf("logged entering %d times over two sweeps:\n%s\nwant once, with when it last drained", n, logs.buf.String())
 	}
 	// A queue without alert_after never alerts, however long it waits.
 	submit(t, e, jobs.SubmitRequest{Queue: "quiet"})
@@ -242,6 +242,11 @@ func TestAReloadWithoutAlertAfterEndsTheAlertOnce(t *testing.T) {
 	sweep(t, e)
 	if q := queueStat(t, e, "index"); !q.Alerting {
 		t.Fatalf("%+v, want alerting", q)
+	}
+	// Never seen drained: the log line says nothing of when, as the
+	// webhook's body does not (not the zero time).
+	if logs.count("queue alerting") != 1 || logs.count("last_drained_at") != 0 {
+		t.Errorf("a queue never drained logged:\n%s\nwant one line entering, without last_drained_at", logs.buf.String())
 	}
 	if err := e.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {}}}); err != nil {
 		t.Fatal(err)
