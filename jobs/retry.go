@@ -80,13 +80,14 @@ func (e *Engine) Retry(ctx context.Context, id string) (jobtype.Job, error) {
 			return &StateError{JobID: j.ID, State: j.State, Op: "retry",
 				Hint: "only a FAILED, CANCELLED or LOST job can be retried"}
 		}
-		// A job cancelled while it ran: its worker hears of the cancel at
-		// its next heartbeat, due before the lease expires, and stops its
-		// handler then. Until that moment the next attempt is not handed
-		// out, so two attempts of one job do not run at once (as after a
-		// lost lease, whose worker stops by its expiry).
+		// A job cancelled (or timed out) while it ran: its worker hears
+		// of the end at its next heartbeat, due before the lease
+		// expires, and stops its handler then. Until that moment the
+		// next attempt is not handed out, so two attempts of one job do
+		// not run at once (as after a lost lease, whose worker stops by
+		// its expiry). The ended attempt's lease stays on the row for it.
 		ready := now
-		if j.State == jobtype.Cancelled && j.LeaseID != "" && j.LeaseExpiresAt.After(now) {
+		if j.LeaseID != "" && j.LeaseExpiresAt.After(now) {
 			ready = j.LeaseExpiresAt
 		}
 		j.State = jobtype.Queued

@@ -63,8 +63,17 @@ func (e *Engine) timeOut(ctx context.Context, a store.Attempt, timeout time.Dura
 		}
 		ended = true
 		j.Error = timeoutError(timeout)
+		leaseEnd := j.LeaseExpiresAt
 		if j.Attempt < j.MaxAttempts {
 			e.requeue(j, now)
+			// Its worker hears of the end at its next heartbeat, due
+			// before the lease expires, and stops the handler then (a
+			// command that ignores its SIGTERM is killed 10 s later):
+			// the next attempt is not handed out before, so two attempts
+			// of one job do not run at once, as after a cancel.
+			if leaseEnd.After(j.RunAt) {
+				j.RunAt = leaseEnd
+			}
 		} else {
 			j.State = jobtype.Failed
 			j.FinishedAt = now
@@ -72,8 +81,9 @@ func (e *Engine) timeOut(ctx context.Context, a store.Attempt, timeout time.Dura
 		}
 		j.EndAttempt(now, "")
 		// The ended attempt's lease stays, so that its worker's next
-		// heartbeat hears that the attempt was ended (see Heartbeat).
-		j.LeaseID = a.LeaseID
+		// heartbeat hears that the attempt was ended (see Heartbeat), and
+		// an operator's retry waits for its end (see Retry).
+		j.LeaseID, j.LeaseExpiresAt = a.LeaseID, leaseEnd
 		return nil
 	})
 	switch {

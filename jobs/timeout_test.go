@@ -124,3 +124,66 @@ func TestATimeoutLeavesANewerAttemptAlone(t *testing.T) {
 		t.Fatalf("30s into the new attempt: %s lease %s, want running under %s", got.State, got.LeaseID, again.LeaseID)
 	}
 }
+
+// An attempt ended by its queue's timeout keeps its lease on the row
+// until the lease's end, and the job's next attempt, the engine's retry
+// or an operator's, is not handed out before: its worker hears of the
+// end at its next heartbeat, due before then, so a handler still running
+// (a command that ignores its SIGTERM) is not joined by the next attempt.
+func TestATimedOutAttemptsNextAttemptWaitsForItsLeaseToEnd(t *testing.T) {
+	clock := newFakeClock()
+	e := newEngineOver(t, openStore(t), jobs.Config{Now: clock.Now, LeaseTimeout: 30 * time.Second,
+		RetryInitialBackoff: time.Second, RetryMaxBackoff: time.Second})
+	if err := e.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{"to": {Timeout: 2 * time.Second}}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	claimNow := func() []jobtype.Job {
+		t.Helper()
+		got, err := e.ClaimJobs(ctx, jobs.ClaimRequest{WorkerID: "w2", Kinds: []string{"sync"}}, 1, time.Now())
+		if err != nil && !errors.Is(err, jobtype.ErrNoJob) {
+			t.Fatal(err)
+		}
+		return got
+	}
+	endsAt := func(attempt int32) jobtype.Job {
+		t.Helper()
+		got := claimNow()
+		if len(got) != 1 || got[0].Attempt != attempt {
+			t.Fatalf("claim: %v; want attempt %d", got, attempt)
+		}
+		clock.Advance(3 * time.Second)
+		if err := e.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return got[0]
+	}
+
+	j := submit(t, e, jobs.SubmitRequest{Kind: "sync", Queue: "to", MaxAttempts: 2})
+	first := endsAt(1)
+	if got := get(t, e, j.ID); got.State != jobtype.Queued || !got.RunAt.Equal(first.LeaseExpiresAt) {
+		t.Fatalf("after the timeout: %s, ready at %v; want QUEUED, ready when the attempt's lease ends, %v", got.State, got.RunAt, first.LeaseExpiresAt)
+	}
+	if got := claimNow(); len(got) != 0 {
+		t.Fatalf("a claim 3s into the timed-out attempt's 30s lease took attempt %d; want nothing before the lease ends", got[0].Attempt)
+	}
+	clock.Advance(27*time.Second + time.Millisecond)
+
+	// The last attempt times out: FAILED, and an operator's retry waits
+	// for its lease too.
+	second := endsAt(2)
+	if got := get(t, e, j.ID); got.State != jobtype.Failed {
+		t.Fatalf("the last attempt past the timeout: %s, want FAILED", got.State)
+	}
+	retried, err := e.Retry(ctx, j.ID)
+	if err != nil || retried.State != jobtype.Queued || !retried.RunAt.Equal(second.LeaseExpiresAt) {
+		t.Fatalf("retry of the timed-out job: %s, ready at %v, %v; want QUEUED, ready at %v", retried.State, retried.RunAt, err, second.LeaseExpiresAt)
+	}
+	if got := claimNow(); len(got) != 0 {
+		t.Fatalf("a claim right after the retry took attempt %d; want nothing before the timed-out lease ends", got[0].Attempt)
+	}
+	clock.Advance(27*time.Second + time.Millisecond)
+	if got := claimNow(); len(got) != 1 || got[0].Attempt != 3 {
+		t.Fatalf("a claim once the lease has ended took %v; want attempt 3", got)
+	}
+}
