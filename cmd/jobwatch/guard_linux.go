@@ -193,7 +193,7 @@ func guard(args []string) int {
 				case <-time.After(termHeard):
 				}
 			}
-			endLeftovers(kill, killAt)
+			endLeftovers(kill, killAt, now)
 			if orphaned {
 				return 128 + int(syscall.SIGKILL)
 			}
@@ -206,9 +206,11 @@ func guard(args []string) int {
 // SIGTERM, and SIGKILL the kill delay from now; or, when an end had begun
 // (a cancel's SIGTERM, the worker's death), SIGKILL at killAt alone: all
 // of it had its SIGTERM then, and a second one would cut short the
-// clean-up the first began. It returns once the guard has no process
-// below it.
-func endLeftovers(kill time.Duration, killAt <-chan time.Time) {
+// clean-up the first began. killNow (now) has the SIGKILL come at once,
+// as it does while the command runs: a worker exiting sends it (a shell
+// that died of the cancel's SIGTERM leaves behind a script that ignores
+// it). It returns once the guard has no process below it.
+func endLeftovers(kill time.Duration, killAt <-chan time.Time, now <-chan os.Signal) {
 	left := descendants(os.Getpid())
 	if len(left) == 0 {
 		return
@@ -233,12 +235,14 @@ func endLeftovers(kill time.Duration, killAt <-chan time.Time) {
 	}()
 	select {
 	case <-gone:
+		return
 	case <-killAt:
-		for _, pid := range descendants(os.Getpid()) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		<-gone
+	case <-now:
 	}
+	for _, pid := range descendants(os.Getpid()) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	<-gone
 }
 
 // reapOrphans waits for the ended processes that became the guard's

@@ -205,29 +205,42 @@ func TestWorkerSaysARunningJobFailsAtTheDrainTimeout(t *testing.T) {
 // outlive the worker: its job is failed, and the worker kills its process
 // group as it exits (the SIGKILL ten seconds after the SIGTERM would have
 // come from the worker, which is gone by then).
+//
+// Also when the shell died of the drain's SIGTERM and left a process that
+// ignores it (a script run by name: "sh -c ./script.sh"): the SIGKILL
+// comes as the worker exits, not at the kill delay (10 s after the
+// SIGTERM), by which time the job's next attempt may run.
 func TestAWorkerLeavesNoCommandRunningAfterItsDrain(t *testing.T) {
-	s := startCLIServer(t, 5*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pids := filepath.Join(t.TempDir(), "pids")
-	logs, wait, signal := startWorker(t, ctx, nil, "--server", s.URL, "--kind", "stubborn", "--heartbeat", "200ms",
-		"--drain-timeout", "200ms", "--exec", `echo $$ > `+pids+`; trap "" TERM; sleep 60 & echo $! >> `+pids+`; echo "progress 10 working"; wait`)
-	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "stubborn"})
-	s.watchUntilStep(t, ctx, id, "working")
-	signal(syscall.SIGINT)
-	if err := wait(); err != nil {
-		t.Fatalf("worker exited with %v after Ctrl-C; logs:\n%s", err, logs)
-	}
-	b, err := os.ReadFile(pids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range strings.Fields(string(b)) {
-		pid, _ := strconv.Atoi(f)
-		waitFor(t, "process "+f+" of the command to be gone", func() bool { return !alive(pid) })
-	}
-	if !strings.Contains(logs.String(), "killed the commands still running at exit") {
-		t.Errorf("the worker did not say it killed the command:\n%s", logs)
+	for _, tc := range []struct{ name, command string }{
+		{"a shell that ignores SIGTERM", `echo $$ > PIDS; trap "" TERM; sleep 60 & echo $! >> PIDS; echo "progress 10 working"; wait`},
+		{"a shell that dies of it, its child that ignores it", `sh -c 'trap "" TERM; echo $$ > PIDS; echo "progress 10 working"; while :; do sleep 1; done'; echo unreached`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startCLIServer(t, 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			pids := filepath.Join(t.TempDir(), "pids")
+			logs, wait, signal := startWorker(t, ctx, nil, "--server", s.URL, "--kind", "stubborn", "--heartbeat", "200ms",
+				"--drain-timeout", "200ms", "--exec", strings.ReplaceAll(tc.command, "PIDS", pids))
+			id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "stubborn"})
+			s.watchUntilStep(t, ctx, id, "working")
+			signal(syscall.SIGINT)
+			if err := wait(); err != nil {
+				t.Fatalf("worker exited with %v after Ctrl-C; logs:\n%s", err, logs)
+			}
+			b, err := os.ReadFile(pids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Well before the kill delay's SIGKILL, nearly 9 s away.
+			for _, f := range strings.Fields(string(b)) {
+				pid, _ := strconv.Atoi(f)
+				waitForWithin(t, 6*time.Second, "process "+f+" of the command to be gone", func() bool { return !alive(pid) })
+			}
+			if !strings.Contains(logs.String(), "killed the commands still running at exit") {
+				t.Errorf("the worker did not say it killed the command:\n%s", logs)
+			}
+		})
 	}
 }
 
