@@ -78,7 +78,8 @@ type clientFlags struct {
 func (f *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.server, "server", envOr("JOBWATCH_SERVER", "http://127.0.0.1:8080"),
 		"server `URL`, or several separated by commas: the client moves to the next when one fails (env JOBWATCH_SERVER)")
-	fs.StringVar(&f.token, "token", os.Getenv("JOBWATCH_TOKEN"), "bearer `token` (env JOBWATCH_TOKEN)")
+	// Not the environment's token as the default: -h would print it.
+	fs.StringVar(&f.token, "token", "", "bearer `token`; by default the environment's JOBWATCH_TOKEN, which is better: other users of the machine can read a command line (ps), not a process's environment")
 	fs.BoolVar(&f.json, "json", false, "print the answer as JSON (one object per line)")
 }
 
@@ -86,7 +87,11 @@ func (f *clientFlags) client(stderr io.Writer, quietRetries bool) (*client.Clien
 	if err := client.ValidBaseURL(f.server); err != nil {
 		return nil, usageError{fmt.Sprintf("--server: %v", err)}
 	}
-	opts := []client.Option{client.WithToken(f.token)}
+	token := f.token
+	if token == "" {
+		token = os.Getenv("JOBWATCH_TOKEN")
+	}
+	opts := []client.Option{client.WithToken(token)}
 	if !quietRetries {
 		// The first refused connection says what to check, once, unless
 		// the server has answered this command before: then it ran, and

@@ -679,3 +679,26 @@ func TestBarFitsOnOneTerminalLine(t *testing.T) {
 		t.Fatalf("bar line is %d columns on an 80-column terminal: %q", n, line)
 	}
 }
+
+// A negative duration is refused, not read as "no limit" (a --timeout of
+// -1s waited for ever), and a duration without a known unit says what
+// one is.
+func TestDurationFlagsRefuseNegativesAndSayWhatAUnitIs(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"wait", "j_x", "--timeout", "-1s"}, "--timeout must not be negative, got -1s"},
+		{[]string{"watch", "j_x", "--timeout", "-10m"}, "--timeout must not be negative"},
+		{[]string{"submit", "k", "--wait", "--timeout", "-5s"}, "--timeout must not be negative"},
+		{[]string{"logs", "-f", "j_x", "--timeout", "-1s"}, "--timeout must not be negative"},
+		{[]string{"worker", "--kind", "k", "--exec", "true", "--drain-timeout", "-1s"}, "--drain-timeout must not be negative"},
+		{[]string{"wait", "j_x", "--timeout", "1d"}, `--timeout "1d" is not a duration: a number and a unit (ns, us, ms, s, m, h; a day is 24h)`},
+		{[]string{"wait", "j_x", "--timeout", "5"}, `--timeout "5": a duration needs a unit`},
+	} {
+		code, _, errOut := runInProcess(t, tc.args...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("jobwatch %v = exit %d: %s; want exit 2 and %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -225,18 +226,40 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	fs.Usage = usage
 	switch {
 	case err == nil:
-		return nil
+		err = negativeDuration(fs)
 	case errors.Is(err, flag.ErrHelp):
 		fs.Usage()
 		return err
+	default:
+		err = withDurationHint(fs, err)
+	}
+	if err == nil {
+		return nil
 	}
 	name := strings.TrimPrefix(fs.Name(), "jobwatch ")
-	return usageError{fmt.Sprintf("%s: %v\nRun \"jobwatch %s -h\" for its flags.", name, withDurationHint(fs, err), name)}
+	return usageError{fmt.Sprintf("%s: %v\nRun \"jobwatch %s -h\" for its flags.", name, err, name)}
+}
+
+// negativeDuration refuses a duration flag set below zero: none means
+// anything by one, and taken as it is a --timeout of -1s would wait for
+// ever, as 0 does (a script passing what is left of its own budget).
+func negativeDuration(fs *flag.FlagSet) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		g, ok := f.Value.(flag.Getter)
+		if !ok || err != nil {
+			return
+		}
+		if d, ok := g.Get().(time.Duration); ok && d < 0 {
+			err = fmt.Errorf("--%s must not be negative, got %v", f.Name, d)
+		}
+	})
+	return err
 }
 
 // withDurationHint is err, the flag package's error, or for a duration
 // flag's value it could not parse (it says only "parse error") one that
-// says a unit is needed.
+// says what a duration is: a number needs a unit, and "1d" is none.
 func withDurationHint(fs *flag.FlagSet, err error) error {
 	m := badFlagValue.FindStringSubmatch(err.Error())
 	if m == nil || fs.Lookup(m[2]) == nil {
@@ -249,7 +272,10 @@ func withDurationHint(fs *flag.FlagSet, err error) error {
 	if _, ok := g.Get().(time.Duration); !ok {
 		return err
 	}
-	return fmt.Errorf("--%s %q: a duration needs a unit, such as 30s, 5m or 1h30m", m[2], m[1])
+	if _, number := strconv.ParseFloat(m[1], 64); number == nil {
+		return fmt.Errorf("--%s %q: a duration needs a unit, such as 30s, 5m or 1h30m", m[2], m[1])
+	}
+	return fmt.Errorf("--%s %q is not a duration: a number and a unit (ns, us, ms, s, m, h; a day is 24h), such as 30s, 5m or 1h30m", m[2], m[1])
 }
 
 // badFlagValue is the flag package's error for a value its flag cannot

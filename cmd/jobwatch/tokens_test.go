@@ -56,10 +56,20 @@ func TestServeWithTokensRotatesThemOnSIGHUP(t *testing.T) {
 	if _, err := with("").GetJob(ctx, &jobwatchv1.GetJobRequest{JobId: job.GetId()}); connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Fatalf("a call without a token: %v, want unauthenticated", err)
 	}
-	// The CLI sends --token (and JOBWATCH_TOKEN) too.
+	// The CLI sends --token, or JOBWATCH_TOKEN, too; -h does not print
+	// the environment's.
 	var out, errOut bytes.Buffer
 	if code := run(ctx, []string{"get", "--server", base, "--token", oldToken, job.GetId()}, &out, &errOut); code != 0 || !strings.Contains(out.String(), job.GetId()) {
 		t.Fatalf("jobwatch get --token: exit %d, %s%s", code, out.String(), errOut.String())
+	}
+	t.Setenv("JOBWATCH_TOKEN", oldToken)
+	out.Reset()
+	if code := run(ctx, []string{"get", "--server", base, job.GetId()}, &out, &errOut); code != 0 || !strings.Contains(out.String(), job.GetId()) {
+		t.Fatalf("jobwatch get with JOBWATCH_TOKEN: exit %d, %s%s", code, out.String(), errOut.String())
+	}
+	out.Reset()
+	if run(ctx, []string{"help", "get"}, &out, &errOut); strings.Contains(out.String(), oldToken) {
+		t.Errorf("jobwatch help get printed the environment's token:\n%s", out.String())
 	}
 
 	stream, err := old.WatchJob(ctx, &jobwatchv1.WatchJobRequest{JobId: job.GetId()})
