@@ -136,15 +136,17 @@ Flags:
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", q.GetName(), q.GetQueued(), q.GetRunning(), maxCell(q), paused, by, waited(q.GetOldestQueuedAge()), rateCell(q.GetRate()), alerting)
 		// A queue's tenants, indented under it: the name column says
-		// "tenant", so no tenant can pass for a queue.
+		// "tenant", so no tenant can pass for a queue. Every line has
+		// every cell, as tabwriter aligns a column only over lines that
+		// have it.
 		for _, d := range q.GetTenants() {
-			fmt.Fprintf(tw, "  tenant %s\t%d\t%d\t\t\t\t%s\n", d.GetTenant(), d.GetQueued(), d.GetRunning(), waited(d.GetOldestQueuedAge()))
+			fmt.Fprintf(tw, "  tenant %s\t%d\t%d\t\t\t\t%s\t\t\n", d.GetTenant(), d.GetQueued(), d.GetRunning(), waited(d.GetOldestQueuedAge()))
 		}
 		switch n := q.GetTenantsLeftOut(); {
 		case n == 1:
-			fmt.Fprintln(tw, "  (1 more tenant)\t\t\t\t\t\t")
+			fmt.Fprintln(tw, "  (1 more tenant)\t\t\t\t\t\t\t\t")
 		case n > 1:
-			fmt.Fprintf(tw, "  (%d more tenants)\t\t\t\t\t\t\n", n)
+			fmt.Fprintf(tw, "  (%d more tenants)\t\t\t\t\t\t\t\t\n", n)
 		}
 	}
 	return tw.Flush()

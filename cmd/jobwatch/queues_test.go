@@ -124,7 +124,13 @@ func TestQueuesListsEachQueuesBusiestTenantsUnderIt(t *testing.T) {
 		}
 		var rows []string
 		under := false
-		for _, line := range strings.Split(out, "\n") {
+		lines := strings.Split(out, "\n")
+		// Each tenant's oldest wait sits under the header's OLDEST WAIT.
+		col := strings.Index(lines[0], "OLDEST WAIT")
+		for _, line := range lines {
+			if strings.HasPrefix(line, "  tenant ") && (len(line) <= col || line[col-1] != ' ' || line[col] < '0' || line[col] > '9') {
+				t.Errorf("a tenant's row %q has no oldest wait under OLDEST WAIT (column %d):\n%s", line, col, out)
+			}
 			switch {
 			case strings.HasPrefix(line, "reports "):
 				if f := strings.Fields(line); len(f) < 4 || f[1] != "18" || f[2] != "1" || f[3] != "no" {
