@@ -77,7 +77,7 @@ func describe(pf *jobwatchv1.JobFilter) string {
 	tenant := pf.GetTenant()
 	switch tenant {
 	case "":
-		tenant = "your tenant"
+		tenant = "your token's tenant (\"default\" for an admin)"
 	case "*":
 		tenant = "every tenant"
 	default:
@@ -228,6 +228,10 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 		}
 	case err == nil:
 		fmt.Fprintf(stdout, "%d matched, %d %s\n", r.Matched, r.Changed, pastTense(verb))
+		if r.Matched == 0 && pf.GetTenant() == "" {
+			// An admin token has no tenant of its own: the default one.
+			fmt.Fprintln(stderr, "jobwatch: the filter was read in your token's tenant (\"default\" for an admin token); --tenant T names another, --tenant '*' every tenant (admin)")
+		}
 	case r.Matched > 0 || inDoubt:
 		// Stopped partway: what stands is said beside the error, not as
 		// the summary of a call that went through. A page whose answer

@@ -36,7 +36,7 @@ func TestCancelWithAFilterCancelsEveryMatchAfterAsking(t *testing.T) {
 
 	asked("n\n")
 	code, stdout, stderr := runInProcess(t, "cancel", "--server", s.URL, "--queue", "nightly", "--state", "queued")
-	if code != 1 || !strings.Contains(stderr, "cancel every job of your tenant with queue nightly, state QUEUED? [y/N]") ||
+	if code != 1 || !strings.Contains(stderr, "cancel every job of your token's tenant (\"default\" for an admin) with queue nightly, state QUEUED? [y/N]") ||
 		!strings.Contains(stderr, "nothing done") {
 		t.Fatalf("answered no: exit %d, stdout %q, stderr %q; want the question, then nothing done", code, stdout, stderr)
 	}
@@ -220,5 +220,20 @@ func TestABulkActionCutOffSaysThePageMayBeDone(t *testing.T) {
 	code, stdout, stderr := runInProcess(t, "cancel", "--server", srv.URL, "--queue", "nightly", "--yes")
 	if code != 1 || stdout != "" || !strings.Contains(stderr, "jobwatch: cancel: stopped after 0 matched, 0 cancelled; the page asked for when it stopped may have been done in part: run the same command again") {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want it said that the page may have been done", code, stdout, stderr)
+	}
+}
+
+// A filter that matched nothing in the caller's own tenant says which
+// tenant that was, and how to name another: an admin's is "default".
+func TestABulkActionThatMatchedNothingSaysWhichTenantItRead(t *testing.T) {
+	s := startCLIServer(t, 5*time.Second)
+	s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "bulk.cli", Queue: "nightly", Tenant: "acme"})
+	code, out, errOut := runInProcess(t, "cancel", "--server", s.URL, "--queue", "nightly", "--yes")
+	if code != 0 || out != "0 matched, 0 cancelled\n" || !strings.Contains(errOut, `"default" for an admin token); --tenant T names another`) {
+		t.Errorf("cancel --queue nightly = exit %d, %q, %q; want 0 matched and which tenant was read", code, out, errOut)
+	}
+	code, out, errOut = runInProcess(t, "cancel", "--server", s.URL, "--queue", "nightly", "--tenant", "acme", "--yes")
+	if code != 0 || out != "1 matched, 1 cancelled\n" || strings.Contains(errOut, "--tenant T") {
+		t.Errorf("cancel --queue nightly --tenant acme = exit %d, %q, %q; want 1 matched, without the hint", code, out, errOut)
 	}
 }
