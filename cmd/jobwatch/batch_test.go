@@ -501,3 +501,24 @@ func TestSubmitFileKeepsTheJobsItReadCompactly(t *testing.T) {
 		t.Fatalf("the last job read back as %v, %v", reqs, err)
 	}
 }
+
+// Lines of large payloads go in calls small enough for the server's
+// request limit: ten jobs of 200 KB each (2 MB, over the default 1 MiB)
+// are all submitted, in several commits, not refused whole.
+func TestSubmitFileSplitsLargeJobsByTheirSize(t *testing.T) {
+	s := startBatchServer(t, 0)
+	file := filepath.Join(t.TempDir(), "jobs.jsonl")
+	var b strings.Builder
+	big := strings.Repeat("a", 200_000)
+	for range 10 {
+		fmt.Fprintf(&b, `{"kind":"big","payload":%q,"batch":"large"}`+"\n", big)
+	}
+	writeFile(t, file, b.String())
+	code, out, errOut := runInProcess(t, "submit", "--file", file, "--server", s.URL)
+	if ids := strings.Fields(out); code != 0 || len(ids) != 10 {
+		t.Fatalf("submit --file of ten 200 KB jobs = exit %d, %d ids (%s); want 0 and ten ids", code, len(ids), errOut)
+	}
+	if got := chunkEnd([][]byte{make([]byte, 1<<20)}, 0, 1000); got != 1 {
+		t.Errorf("a job over the chunk's bytes went in a call of %d jobs; want it alone", got)
+	}
+}

@@ -37,9 +37,9 @@ SubmitJobRequest in its JSON form, as curl sends it, such as
 {"kind": "thumbnail", "payload": {"image": "cat.png"}}; --batch, --queue
 and --tenant apply to the lines that do not set their own. Every line is
 read and checked before any job is sent. The jobs go in SubmitJobs calls
-of up to --chunk (1,000) jobs, each one commit that creates all its jobs
-or none: a file of up to 1,000 jobs is submitted all or nothing, a longer
-one in several commits. If a call is refused, the ids of the jobs
+of up to --chunk (1,000) jobs and 768 KiB, each one commit that creates
+all its jobs or none: a file of up to 1,000 small jobs is submitted all
+or nothing, a longer or larger one in several commits. If a call is refused, the ids of the jobs
 submitted before it are printed and no later line is sent. It prints the
 ids, one per line in the file's order (with --json, the jobs). Wait for
 them with "jobwatch wait --batch NAME".
@@ -68,7 +68,7 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&queue, "queue", "", "`queue` to run it in (default: \"default\")")
 	fs.StringVar(&batch, "batch", "", "label the job with this batch `name` (letters, digits and . _ - : / @), to wait for,\nlist or watch the batch's jobs together (jobwatch wait --batch NAME)")
 	fs.StringVar(&file, "file", "", "submit a job for each line of this `file` (- for stdin): a SubmitJobRequest as JSON")
-	fs.IntVar(&chunk, "chunk", client.MaxBatchJobs, "with --file, at most this many jobs per SubmitJobs call (one commit each)")
+	fs.IntVar(&chunk, "chunk", client.MaxBatchJobs, "with --file, at most this many jobs per SubmitJobs call (one commit each); a call also holds at most 768 KiB of jobs")
 	fs.StringVar(&payload, "payload", "", "payload as `JSON`, or @file to read it from a file (@- for stdin)")
 	fs.StringVar(&uniqueKey, "unique-key", "", "refuse the job while another active job of the tenant has this `key`")
 	fs.BoolVar(&hold, "hold", false, "create the job PENDING: it runs only after \"jobwatch start\"")
@@ -249,8 +249,8 @@ func submitFile(ctx context.Context, fs *flag.FlagSet, cf clientFlags, file stri
 		return err
 	}
 	defer c.Close()
-	for start := 0; start < len(encoded); start += chunk {
-		end := min(start+chunk, len(encoded))
+	for start, end := 0, 0; start < len(encoded); start = end {
+		end = chunkEnd(encoded, start, chunk)
 		reqs, err := decodeJobs(encoded[start:end])
 		if err != nil {
 			return err
@@ -273,6 +273,29 @@ func submitFile(ctx context.Context, fs *flag.FlagSet, cf clientFlags, file stri
 		}
 	}
 	return nil
+}
+
+// chunkBytes bounds the jobs of one SubmitJobs call of --file by their
+// size too: three quarters of serve's default --max-request-bytes
+// (1 MiB), so that a chunk of large payloads is not refused whole. A job
+// larger than that goes alone (a payload is at most 256 KiB).
+const chunkBytes = 768 << 10
+
+// chunkEnd is where the SubmitJobs call of encoded's jobs from start
+// ends: after chunk jobs, or before the job that would take the call
+// past chunkBytes, whichever comes first; at least one job.
+func chunkEnd(encoded [][]byte, start, chunk int) int {
+	end, size := start, 0
+	for end < len(encoded) && end-start < chunk {
+		// Each job is a field of the request: its bytes and a few of
+		// framing.
+		size += len(encoded[end]) + 8
+		if size > chunkBytes && end > start {
+			break
+		}
+		end++
+	}
+	return end
 }
 
 func fileName(file string) string {
