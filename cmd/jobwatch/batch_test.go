@@ -522,3 +522,41 @@ func TestSubmitFileSplitsLargeJobsByTheirSize(t *testing.T) {
 		t.Errorf("a job over the chunk's bytes went in a call of %d jobs; want it alone", got)
 	}
 }
+
+// A batch of more jobs than one WaitJobs takes, or as many ids, is waited
+// for 1,000 at a time: every job, in submission order.
+func TestWaitForMoreJobsThanOneWaitJobsTakes(t *testing.T) {
+	s := startBatchServer(t, 0)
+	ctx := context.Background()
+	var ids []string
+	for _, n := range []int{1000, 5} {
+		reqs := make([]*jobwatchv1.SubmitJobRequest, n)
+		for i := range reqs {
+			reqs[i] = &jobwatchv1.SubmitJobRequest{Kind: "many", Batch: "big"}
+		}
+		jobs, err := s.Client.SubmitJobs(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs {
+			ids = append(ids, j.GetId())
+		}
+	}
+	if _, err := s.Client.CancelJobs(ctx, &jobwatchv1.JobFilter{Batch: "big"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--batch", "big"}, ids} {
+		code, out, errOut := runInProcess(t, append([]string{"wait", "--server", s.URL}, args...)...)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if code != exitCancelled || len(lines) != len(ids) {
+			t.Fatalf("wait %.40v = exit %d, %d lines (%s); want exit %d and %d lines", args, code, len(lines), errOut, exitCancelled, len(ids))
+		}
+		if !strings.HasPrefix(lines[0], ids[0]) || !strings.HasPrefix(lines[len(lines)-1], ids[len(ids)-1]) {
+			t.Errorf("wait %.40v printed %q first and %q last; want the jobs in submission order", args, lines[0], lines[len(lines)-1])
+		}
+	}
+	code, out, errOut := runInProcess(t, "wait", "--server", s.URL, "--batch", "big", "--any")
+	if code != exitCancelled || out == "" {
+		t.Errorf("wait --batch big --any = exit %d, %q (%s); want the first ended", code, out, errOut)
+	}
+}

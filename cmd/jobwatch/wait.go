@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
 
@@ -20,9 +24,9 @@ script can branch on it. It keeps waiting across server restarts and
 dropped connections (saying so on stderr) until --timeout.
 
 With several IDs, or --batch, it waits until all the jobs have ended (with
---any, until the first has), up to 1,000 of them, and prints one line per
-ended job in the order given (a batch's: submitted), or with --json one
-JSON array of them. A batch is the jobs that hold its label when the wait
+--any, until the first has), any number of them (in WaitJobs calls of up
+to 1,000), and prints one line per ended job in the order given (a
+batch's: submitted), or with --json one JSON array of them. A batch is the jobs that hold its label when the wait
 starts; jobs submitted to it later are not waited for.
 
 ` + exitCodesHelp + `
@@ -88,7 +92,7 @@ func wait(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if anyEnded {
 		req.Mode = jobwatchv1.WaitMode_WAIT_MODE_ANY
 	}
-	resp, err := c.WaitForJobs(ctx, req)
+	resp, err := waitMany(ctx, c, req)
 	if err != nil {
 		return callError("wait", err)
 	}
@@ -103,6 +107,76 @@ func wait(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return outcomes(resp.GetJobs())
+}
+
+// waitMany is WaitForJobs for any number of jobs: more ids than one
+// WaitJobs takes (client.MaxBatchJobs), or a batch that holds more, are
+// waited for a WaitJobs of at most that many at a time, one after the
+// other for all of them, side by side for the first (WAIT_MODE_ANY). A
+// batch is its jobs when the wait starts, in submission order, as
+// WaitJobs reads it.
+func waitMany(ctx context.Context, c *client.Client, req *jobwatchv1.WaitJobsRequest) (*jobwatchv1.WaitJobsResponse, error) {
+	ids := req.GetJobIds()
+	if len(ids) <= client.MaxBatchJobs {
+		resp, err := c.WaitForJobs(ctx, req)
+		if req.GetBatch() == "" || connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "holds more than") {
+			return resp, err
+		}
+		if ids, err = batchIDs(ctx, c, req.GetTenant(), req.GetBatch()); err != nil {
+			return nil, err
+		}
+	}
+	var chunks []*jobwatchv1.WaitJobsRequest
+	for chunk := range slices.Chunk(ids, client.MaxBatchJobs) {
+		chunks = append(chunks, &jobwatchv1.WaitJobsRequest{JobIds: chunk, Tenant: req.GetTenant(), Mode: req.GetMode(), View: req.GetView()})
+	}
+	if req.GetMode() != jobwatchv1.WaitMode_WAIT_MODE_ANY {
+		all := &jobwatchv1.WaitJobsResponse{}
+		for _, chunk := range chunks {
+			resp, err := c.WaitForJobs(ctx, chunk)
+			if err != nil {
+				return nil, err
+			}
+			all.Jobs = append(all.Jobs, resp.GetJobs()...)
+		}
+		return all, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		resp *jobwatchv1.WaitJobsResponse
+		err  error
+	}
+	answers := make(chan answer, len(chunks))
+	for _, chunk := range chunks {
+		go func() {
+			resp, err := c.WaitForJobs(ctx, chunk)
+			answers <- answer{resp, err}
+		}()
+	}
+	a := <-answers // the first to end, or the first refusal
+	return a.resp, a.err
+}
+
+// batchIDs lists the ids of a batch's jobs in submission order.
+func batchIDs(ctx context.Context, c *client.Client, tenant, batch string) ([]string, error) {
+	var ids []string
+	req := &jobwatchv1.ListJobsRequest{Tenant: tenant, Batch: batch, PageSize: 500}
+	for {
+		resp, err := c.JobService().ListJobs(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		for _, j := range resp.GetJobs() {
+			ids = append(ids, j.GetId())
+		}
+		if resp.GetNextPageToken() == "" {
+			break
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
+	slices.Reverse(ids) // ListJobs answers newest first
+	return ids, nil
 }
 
 var (
