@@ -156,7 +156,9 @@ func Parse(path string, data []byte) (*File, error) {
 		return nil, fmt.Errorf("%s: %w", path, ErrEmpty)
 	}
 	r.Mapping(root, "", yamlread.Fields{
-		"retention": func(k string, v *yaml.Node) { p.f.Retention, _ = r.Duration(v, k) },
+		"retention": func(k string, v *yaml.Node) {
+			p.f.Retention = atLeastASecond(r, v, k, "an ended job is kept this long for its callers to read")
+		},
 		"strict":    func(k string, v *yaml.Node) { p.f.Strict, _ = r.Bool(v, k) },
 		"queues":    func(k string, v *yaml.Node) { r.List(v, k, p.queue) },
 		"pools":     func(k string, v *yaml.Node) { p.pools(v, k) },
@@ -185,14 +187,18 @@ func (p *parser) queue(key string, n *yaml.Node) {
 	r := p.r
 	var q Queue
 	ok := r.Mapping(n, key, yamlread.Fields{
-		"name":          func(k string, v *yaml.Node) { q.Name, _ = r.Name(v, k, jobtype.NameReason) },
-		"mode":          func(k string, v *yaml.Node) { q.Mode, _ = r.OneOf(v, k, ModeParallel, ModeSerial) },
-		"on_failure":    func(k string, v *yaml.Node) { q.OnFailure, _ = r.OneOf(v, k, OnFailureBlock, OnFailureSkip) },
-		"lease_timeout": func(k string, v *yaml.Node) { q.LeaseTimeout, _ = r.Duration(v, k) },
-		"timeout":       func(k string, v *yaml.Node) { q.Timeout, _ = r.Duration(v, k) },
-		"alert_after":   func(k string, v *yaml.Node) { q.AlertAfter, _ = r.Duration(v, k) },
-		"max_running":   func(k string, v *yaml.Node) { q.MaxRunning, _ = r.Int(v, k, 0, math.MaxInt32) },
-		"uses":          func(k string, v *yaml.Node) { q.Uses, _ = r.Names(v, k, jobtype.NameReason) },
+		"name":       func(k string, v *yaml.Node) { q.Name, _ = r.Name(v, k, jobtype.NameReason) },
+		"mode":       func(k string, v *yaml.Node) { q.Mode, _ = r.OneOf(v, k, ModeParallel, ModeSerial) },
+		"on_failure": func(k string, v *yaml.Node) { q.OnFailure, _ = r.OneOf(v, k, OnFailureBlock, OnFailureSkip) },
+		"lease_timeout": func(k string, v *yaml.Node) {
+			q.LeaseTimeout = atLeastASecond(r, v, k, "a worker heartbeats at a third of it")
+		},
+		"timeout": func(k string, v *yaml.Node) {
+			q.Timeout = atLeastASecond(r, v, k, "the sweep ends attempts once a second")
+		},
+		"alert_after": func(k string, v *yaml.Node) { q.AlertAfter = atLeastASecond(r, v, k, "the sweep looks once a second") },
+		"max_running": func(k string, v *yaml.Node) { q.MaxRunning, _ = r.Int(v, k, 0, math.MaxInt32) },
+		"uses":        func(k string, v *yaml.Node) { q.Uses, _ = r.Names(v, k, jobtype.NameReason) },
 		"max_running_per_tenant": func(k string, v *yaml.Node) {
 			q.MaxRunningPerTenant, _ = r.Int(v, k, 0, math.MaxInt32)
 		},
@@ -539,4 +545,17 @@ func queueRules(q Queue) jobtype.QueueRules {
 
 		MaxRunningPerTenant: q.MaxRunningPerTenant,
 	}
+}
+
+// atLeastASecond reads the duration at key, refusing one under a second
+// (why says what the key's value is for): "1ns" or "500ms" there is a
+// slip (every job LOST at once, every ended job deleted at once), never
+// a setting.
+func atLeastASecond(r *yamlread.Reader, v *yaml.Node, key, why string) time.Duration {
+	d, ok := r.Duration(v, key)
+	if ok && d < time.Second {
+		r.Fail(v, key, "must be at least 1s (%s), got %v", why, d)
+		return 0
+	}
+	return d
 }

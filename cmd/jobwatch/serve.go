@@ -168,6 +168,9 @@ func checkServeFlags(f serveFlags, args []string) (serveFlags, error) {
 			return f, usageError{fmt.Sprintf("--%s must be positive, got %v", name, d)}
 		}
 	}
+	if f.leaseTimeout < time.Second {
+		return f, usageError{fmt.Sprintf("--lease-timeout must be at least 1s (a worker heartbeats at a third of it), got %v", f.leaseTimeout)}
+	}
 	if f.dbWait < 0 {
 		return f, usageError{fmt.Sprintf("--db-wait must be 0 or more, got %v", f.dbWait)}
 	}
