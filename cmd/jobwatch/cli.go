@@ -42,6 +42,7 @@ const exitCodesHelp = `Exit status (wait, watch, submit --wait):
   1  the call failed: unknown job, refused, or the server unreachable
      past --timeout
   2  usage error
+  130, 143  interrupted by Ctrl-C (SIGINT), by SIGTERM
 With several jobs (wait ID ID..., wait or watch --batch): 0 if every job
 that ended SUCCEEDED, else the status of the first, in order, that did not.`
 

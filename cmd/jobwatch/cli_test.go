@@ -702,3 +702,42 @@ func TestDurationFlagsRefuseNegativesAndSayWhatAUnitIs(t *testing.T) {
 		}
 	}
 }
+
+// A wait or watch ended by Ctrl-C or SIGTERM exits as shells report a
+// command a signal ended, 128 plus its number, not 1 (the call failed).
+func TestAnInterruptedWaitExitsWithTheSignalsStatus(t *testing.T) {
+	s := startCLIServer(t, time.Second)
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "nobody"})
+	for _, tc := range []struct {
+		command string
+		sig     syscall.Signal
+		want    int
+	}{
+		{"wait", syscall.SIGINT, 130},
+		{"watch", syscall.SIGTERM, 143},
+	} {
+		t.Run(tc.command, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			before := s.parkedWaits()
+			cmd := jobwatchCmd(ctx, tc.command, id, "--server", s.URL)
+			var out, errOut lockedBuffer
+			cmd.Stdout, cmd.Stderr = &out, &errOut
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			// Parked: the wait on the server, the watch with the job's
+			// first snapshot printed.
+			waitFor(t, tc.command+" to follow the job", func() bool {
+				return s.parkedWaits() > before || strings.Contains(out.String(), id)
+			})
+			if err := cmd.Process.Signal(tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+			if code := cmd.ProcessState.ExitCode(); code != tc.want || !strings.Contains(errOut.String(), "signal received") {
+				t.Errorf("%s after %v: exit %d, %q; want %d", tc.command, tc.sig, code, errOut.String(), tc.want)
+			}
+		})
+	}
+}

@@ -57,15 +57,38 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == guardArg {
 		os.Exit(guard(os.Args[2:]))
 	}
-	// SIGINT and SIGTERM end ctx: serve then shuts down gracefully, and a
-	// second signal kills the process the default way.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	// NotifyContext keeps catching the signals until stop: stop at the
-	// first one, so the second is not swallowed.
-	context.AfterFunc(ctx, stop)
+	// SIGINT and SIGTERM end ctx, with the signal as its cause: serve
+	// then shuts down gracefully, a wait exits 128 plus the signal's
+	// number, and a second signal kills the process the default way.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		sig := <-sigs
+		signal.Stop(sigs) // so the second is not swallowed
+		cancel(signalCause{sig})
+	}()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
 	os.Exit(code)
+}
+
+// signalCause is the cause of main's context when a signal ended it.
+type signalCause struct{ sig os.Signal }
+
+func (c signalCause) Error() string { return c.sig.String() + " signal received" }
+
+// interrupted is the exit status of a command that failed because a
+// signal ended ctx: 128 plus the signal's number, as shells report it
+// (130 for Ctrl-C, 143 for SIGTERM).
+func interrupted(ctx context.Context) (int, bool) {
+	var c signalCause
+	if !errors.As(context.Cause(ctx), &c) {
+		return 0, false
+	}
+	if n, ok := c.sig.(syscall.Signal); ok {
+		return 128 + int(n), true
+	}
+	return 1, true
 }
 
 // commandFunc runs one subcommand with its arguments.
@@ -190,6 +213,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	default:
 		fmt.Fprintln(stderr, "jobwatch:", err)
+		if code, ok := interrupted(ctx); ok {
+			return code
+		}
 		return 1
 	}
 }
