@@ -155,7 +155,7 @@ func leaseError(err error) error {
 func jsonValue(raw json.RawMessage) (*structpb.Value, error) {
 	v, err := wire.Value(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: result is not JSON: %w", ErrRefused, err)
+		return nil, fmt.Errorf("%w: result is not JSON: %s", ErrRefused, wire.DecodeMistake(err, raw))
 	}
 	return v, nil
 }

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 )
@@ -14,6 +15,9 @@ import (
 // takes it, what it is. The server and the command line say it alike.
 func DecodeMistake(err error, data []byte) string {
 	msg := err.Error()
+	if len(bytes.TrimSpace(data)) == 0 {
+		return "it is empty: JSON has at least a value, such as {}, \"text\" or null"
+	}
 	if strings.Contains(msg, "unexpected EOF") && json.Valid(data) {
 		return "a JSON string holds an escaped half of a UTF-16 surrogate pair (\\ud800 to \\udfff) without its other half, which is not text"
 	}

@@ -60,6 +60,9 @@ func TestCommandLineMistakesSayWhatToDo(t *testing.T) {
 		{[]string{"serve", "--wait-cap", "5"}, `--wait-cap "5": a duration needs a unit, such as 30s`},
 		{[]string{"wait", "j_1", "--timeout", "10"}, `--timeout "10": a duration needs a unit`},
 		{[]string{"submit", "k", "--payload", "{bogus"}, "--payload is not JSON: syntax error"},
+		{[]string{"submit", "k", "--payload", "  "}, "--payload is not JSON: it is empty: JSON has at least a value"},
+		{[]string{"submit", "k", "--payload", "@"}, "--payload @FILE needs the file's name"},
+		{[]string{"help", "submit", "extra"}, "help takes one command: jobwatch help submit\n"},
 		{[]string{"submit", "--file", jobsFile(t, `{"kind":"k","frob":1}`)}, `jobs.jsonl is not a SubmitJobRequest as JSON: (line 1:13): unknown field "frob"`},
 		{[]string{"submit", "--file", jobsFile(t, `{"kind":"k","payload":"\ud800"}`)}, "jobs.jsonl is not a SubmitJobRequest as JSON: a JSON string holds an escaped half of a UTF-16 surrogate pair"},
 	} {

@@ -170,8 +170,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, "Usage: jobwatch help [COMMAND]\n\nLists the commands, or prints one command's usage and flags.\n")
 			return 0
 		}
-		if len(rest) > 1 || command(rest[0]) == nil {
-			fmt.Fprintf(stderr, "jobwatch: help %s: no such command\n\n%s", strings.Join(rest, " "), usage)
+		if command(rest[0]) == nil {
+			fmt.Fprintf(stderr, "jobwatch: help %s: no such command\n\n%s", rest[0], usage)
+			return 2
+		}
+		if len(rest) > 1 {
+			fmt.Fprintf(stderr, "jobwatch: help takes one command: jobwatch help %s\n", rest[0])
 			return 2
 		}
 		// A command's -h prints its usage to stderr, where flag errors

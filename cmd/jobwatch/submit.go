@@ -462,6 +462,9 @@ func readPayload(s string) (*structpb.Value, error) {
 	}
 	text := []byte(s)
 	if name, ok := strings.CutPrefix(s, "@"); ok {
+		if name == "" {
+			return nil, usageError{"--payload @FILE needs the file's name (@- for stdin)"}
+		}
 		var err error
 		if name == "-" {
 			text, err = io.ReadAll(os.Stdin)
