@@ -409,10 +409,17 @@ func dependencyFailureName(f jobwatchv1.DependencyFailure) string {
 // attempt, its outcome, when, by which worker or operator, and why.
 func historyLine(a *jobwatchv1.JobAttempt) string {
 	var b strings.Builder
+	// The entry's state is the job's after the attempt: QUEUED (or
+	// WAITING) for one that failed and was retried, which reads as such.
+	outcome := stateName(a.GetState())
+	switch a.GetState() {
+	case jobwatchv1.JobState_JOB_STATE_QUEUED, jobwatchv1.JobState_JOB_STATE_WAITING:
+		outcome = "ended, retried (" + outcome + ")"
+	}
 	if a.GetAttempt() == 0 { // ended (cancelled) before any run
-		fmt.Fprintf(&b, "before any run: %s", stateName(a.GetState()))
+		fmt.Fprintf(&b, "before any run: %s", outcome)
 	} else {
-		fmt.Fprintf(&b, "#%d %s", a.GetAttempt(), stateName(a.GetState()))
+		fmt.Fprintf(&b, "#%d %s", a.GetAttempt(), outcome)
 	}
 	if a.GetStartedAt() != nil {
 		fmt.Fprintf(&b, " %s ->", formatTime(a.GetStartedAt().AsTime(), true))

@@ -63,3 +63,13 @@ func TestHistoryLineOfAJobThatNeverRan(t *testing.T) {
 		t.Errorf("historyLine = %q, want it to start \"#2 CANCELLED\"", got)
 	}
 }
+
+// An attempt that failed and was retried reads as such, not as the
+// QUEUED state the job went back to.
+func TestHistoryLineOfARetriedAttempt(t *testing.T) {
+	a := &jobwatchv1.JobAttempt{Attempt: 1, State: jobwatchv1.JobState_JOB_STATE_QUEUED,
+		Error: &jobwatchv1.JobError{Type: "Timeout", Message: "attempt ran longer than the queue's timeout of 2s"}}
+	if got := historyLine(a); !strings.HasPrefix(got, "#1 ended, retried (QUEUED)") || !strings.Contains(got, "error=Timeout") {
+		t.Errorf("historyLine = %q, want it to start \"#1 ended, retried (QUEUED)\" and give the error", got)
+	}
+}
