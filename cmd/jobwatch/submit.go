@@ -35,7 +35,8 @@ waits for the job to end, prints it, and exits with its outcome.
 With --file it submits many jobs: each line of FILE (- for stdin) is a
 SubmitJobRequest in its JSON form, as curl sends it, such as
 {"kind": "thumbnail", "payload": {"image": "cat.png"}}; --batch, --queue
-and --tenant apply to the lines that do not set their own. Every line is
+and --tenant apply to the lines that do not set their own (all the jobs
+of one file are of one tenant: a line naming another is refused). Every line is
 read and checked before any job is sent. The jobs go in SubmitJobs calls
 of up to --chunk (1,000) jobs and 768 KiB, each one commit that creates
 all its jobs or none: a file of up to 1,000 small jobs is submitted all
