@@ -407,7 +407,10 @@ type ListRequest struct {
 func (e *Engine) List(ctx context.Context, r ListRequest) ([]jobtype.Job, string, error) {
 	f := store.ListFilter{Tenant: r.Tenant, Batch: r.Batch, States: r.States, Kind: r.Kind, Queue: r.Queue,
 		Limit: r.Limit, PageToken: r.PageToken, Full: r.Full, MaxBytes: r.MaxBytes}
-	if f.Tenant == "" {
+	switch f.Tenant {
+	case AllTenants: // every tenant's jobs, newest first (an admin's view: see server)
+		f.Tenant = ""
+	case "":
 		f.Tenant = jobtype.DefaultTenant
 	}
 	if err := validOptionalName("tenant", f.Tenant); err != nil {

@@ -205,6 +205,12 @@ var authTable = []authRPC{
 			return err
 		}
 	}, unauth, unauth, allowed, denied, denied, allowed},
+	{"ListJobs of every tenant", func(f authFixture) func(context.Context, clients) error {
+		return func(ctx context.Context, c clients) error {
+			_, err := c.jobs.ListJobs(ctx, &jobwatchv1.ListJobsRequest{Tenant: "*"})
+			return err
+		}
+	}, unauth, unauth, denied, denied, denied, allowed},
 	{"CancelJob", func(f authFixture) func(context.Context, clients) error {
 		id := f.job(false).GetId()
 		return func(ctx context.Context, c clients) error {

@@ -23,7 +23,7 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var full bool
 	fs := newFlagSet("list", stderr)
 	cf.register(fs)
-	fs.StringVar(&tenant, "tenant", "", "list this `tenant`'s jobs (empty: the \"default\" tenant)")
+	fs.StringVar(&tenant, "tenant", "", "list this `tenant`'s jobs (empty: the \"default\" tenant; '*': every tenant's, with an admin token or none)")
 	fs.StringVar(&states, "state", "", "only jobs in these `states` (comma-separated, e.g. running,queued)")
 	fs.StringVar(&kind, "kind", "", "only jobs of this `kind`")
 	fs.StringVar(&queue, "queue", "", "only jobs in this `queue`")
@@ -84,8 +84,16 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	// Every tenant's jobs say whose each is.
+	everyTenant := tenant == jobs.AllTenants
+	if everyTenant {
+		fmt.Fprint(tw, "TENANT\t")
+	}
 	fmt.Fprintln(tw, "ID\tKIND\tSTATE\tPROGRESS\tSTEP\tCREATED")
 	for _, j := range rows {
+		if everyTenant {
+			fmt.Fprintf(tw, "%s\t", j.GetTenant())
+		}
 		step := plain(j.GetStep())
 		// An ended job's error says why; an active one's error is only
 		// why its last attempt ended, while the current one is fine.

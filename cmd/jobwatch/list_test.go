@@ -26,6 +26,14 @@ func TestListShowsTheDefaultTenantUnlessToldAnother(t *testing.T) {
 	if code != 0 || strings.Contains(out, mine) || !strings.Contains(out, theirs) {
 		t.Fatalf("list --tenant acme = exit %d:\n%s\nwant acme's job %s only", code, out, theirs)
 	}
+	// '*': every tenant's, newest first, each with its tenant.
+	code, out, errOut = runInProcess(t, "list", "--server", s.URL, "--tenant", "*")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[0], "TENANT ") ||
+		!strings.HasPrefix(lines[1], "acme ") || !strings.Contains(lines[1], theirs) ||
+		!strings.HasPrefix(lines[2], "default ") || !strings.Contains(lines[2], mine) {
+		t.Fatalf("list --tenant '*' = exit %d:\n%s%s\nwant both jobs, newest first, each with its tenant", code, out, errOut)
+	}
 }
 
 func TestListFetchesPayloadsOnlyWithFull(t *testing.T) {

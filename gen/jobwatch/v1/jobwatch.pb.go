@@ -1807,7 +1807,9 @@ func (x *GetJobResponse) GetJob() *Job {
 
 type ListJobsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Empty means "default", as in SubmitJob.
+	// Empty means "default", as in SubmitJob; "*" lists every tenant's jobs
+	// (callers not confined to a tenant: an admin token, or a server
+	// without tokens).
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// Empty means every state.
 	States []JobState `protobuf:"varint,2,rep,packed,name=states,proto3,enum=jobwatch.v1.JobState" json:"states,omitempty"`

@@ -826,7 +826,9 @@ export const GetJobResponseSchema: GenMessage<GetJobResponse> = /*@__PURE__*/
  */
 export type ListJobsRequest = Message<"jobwatch.v1.ListJobsRequest"> & {
   /**
-   * Empty means "default", as in SubmitJob.
+   * Empty means "default", as in SubmitJob; "*" lists every tenant's jobs
+   * (callers not confined to a tenant: an admin token, or a server
+   * without tokens).
    *
    * @generated from field: string tenant = 1;
    */
