@@ -63,6 +63,10 @@ func TestCommandLineMistakesSayWhatToDo(t *testing.T) {
 		{[]string{"submit", "k", "--payload", "  "}, "--payload is not JSON: it is empty: JSON has at least a value"},
 		{[]string{"submit", "k", "--payload", "@"}, "--payload @FILE needs the file's name"},
 		{[]string{"help", "submit", "extra"}, "help takes one command: jobwatch help submit\n"},
+		{[]string{"version", "--bogus"}, "version takes no arguments"},
+		{[]string{"worker", "--kind", "a b", "--exec", "true"}, `--kind "a b": may only contain`},
+		{[]string{"worker", "--kind", "a", "--id", "x y", "--exec", "true"}, `--id "x y": may only contain`},
+		{[]string{"worker", "--kind", "a", "--exec", "true", "--heartbeat", "0s"}, "--heartbeat must be more than 0"},
 		{[]string{"submit", "--file", jobsFile(t, `{"kind":"k","frob":1}`)}, `jobs.jsonl is not a SubmitJobRequest as JSON: (line 1:13): unknown field "frob"`},
 		{[]string{"submit", "--file", jobsFile(t, `{"kind":"k","payload":"\ud800"}`)}, "jobs.jsonl is not a SubmitJobRequest as JSON: a JSON string holds an escaped half of a UTF-16 surrogate pair"},
 	} {

@@ -1,8 +1,13 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"io"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
@@ -71,5 +76,16 @@ func TestHistoryLineOfARetriedAttempt(t *testing.T) {
 		Error: &jobwatchv1.JobError{Type: "Timeout", Message: "attempt ran longer than the queue's timeout of 2s"}}
 	if got := historyLine(a); !strings.HasPrefix(got, "#1 ended, retried (QUEUED)") || !strings.Contains(got, "error=Timeout") {
 		t.Errorf("historyLine = %q, want it to start \"#1 ended, retried (QUEUED)\" and give the error", got)
+	}
+}
+
+// A command the shell could not find or run says so in the job's error,
+// not only in its log.
+func TestAnExitStatusOfTheShellsOwnSaysWhatItMeans(t *testing.T) {
+	h := execHandler("no-such-command-jobwatch-test", commandEnv(os.Environ(), nil), textOutput(io.Discard), time.Second, nil)
+	_, err := h(context.Background(), &jobwatchv1.Job{Id: "j_1"}, func(int, string) {})
+	var exit *ExitError
+	if !errors.As(err, &exit) || exit.Code != 127 || !strings.Contains(err.Error(), "found no such command") {
+		t.Errorf("a command not found ended with %v; want exit status 127 saying the shell found no such command", err)
 	}
 }

@@ -155,6 +155,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	name, rest := args[0], args[1:]
 	switch name {
 	case "version", "-version", "--version":
+		if len(rest) > 0 {
+			fmt.Fprintf(stderr, "jobwatch: version takes no arguments, got %q\n", rest)
+			return 2
+		}
 		fmt.Fprintf(stdout, "jobwatch %s\n", version())
 		return 0
 	case "help", "-h", "-help", "--help":

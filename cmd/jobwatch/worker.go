@@ -94,6 +94,19 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if concurrency < 1 {
 		return usageError{fmt.Sprintf("--concurrency must be at least 1, got %d", concurrency)}
 	}
+	if heartbeat == 0 {
+		return usageError{"--heartbeat must be more than 0 (it is kept under a third of the lease anyway)"}
+	}
+	// Names the server would refuse at the first claim, refused here,
+	// before "worker started".
+	for _, k := range splitList(kinds) {
+		if reason := jobtype.NameReason(k); reason != "" {
+			return usageError{fmt.Sprintf("--kind %q: %s", k, reason)}
+		}
+	}
+	if reason := jobtype.NameReason(id); id != "" && reason != "" {
+		return usageError{fmt.Sprintf("--id %q: %s", id, reason)}
+	}
 	c, err := cf.client(stderr, true)
 	if err != nil {
 		return err
@@ -505,8 +518,13 @@ func commandExit(exit *exec.ExitError) *ExitError {
 }
 
 func (e *ExitError) Error() string {
-	if e.Signal != "" {
+	switch {
+	case e.Signal != "":
 		return "signal: " + e.Signal
+	case e.Code == 127: // the shell's own: see the job's log for its words
+		return "exit status 127 (the shell found no such command)"
+	case e.Code == 126:
+		return "exit status 126 (the shell could not run the command: not executable)"
 	}
 	return "exit status " + strconv.Itoa(e.Code)
 }
