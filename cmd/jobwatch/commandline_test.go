@@ -64,6 +64,8 @@ func TestCommandLineMistakesSayWhatToDo(t *testing.T) {
 		{[]string{"submit", "k", "--payload", "@"}, "--payload @FILE needs the file's name"},
 		{[]string{"help", "submit", "extra"}, "help takes one command: jobwatch help submit\n"},
 		{[]string{"version", "--bogus"}, "version takes no arguments"},
+		{[]string{"demo", "--concurrency", "0"}, "--concurrency must be at least 1"},
+		{[]string{"demo", "--lease-timeout", "0s"}, "--lease-timeout must be at least 1s"},
 		{[]string{"worker", "--kind", "a b", "--exec", "true"}, `--kind "a b": may only contain`},
 		{[]string{"worker", "--kind", "a", "--id", "x y", "--exec", "true"}, `--id "x y": may only contain`},
 		{[]string{"worker", "--kind", "a", "--exec", "true", "--heartbeat", "0s"}, "--heartbeat must be more than 0"},

@@ -90,6 +90,12 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
 	}
+	switch {
+	case concurrency < 1:
+		return usageError{fmt.Sprintf("--concurrency must be at least 1, got %d", concurrency)}
+	case leaseTimeout < time.Second:
+		return usageError{fmt.Sprintf("--lease-timeout must be at least 1s, as serve's, got %v", leaseTimeout)}
+	}
 	if err := checkLoopback(addr, false); err != nil {
 		return err
 	}
