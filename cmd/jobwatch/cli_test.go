@@ -741,3 +741,14 @@ func TestAnInterruptedWaitExitsWithTheSignalsStatus(t *testing.T) {
 		})
 	}
 }
+
+// submit --wait --json whose wait stops early prints the job as
+// submitted, so that a script has its id on stdout, and exits 1.
+func TestSubmitWaitThatTimesOutPrintsTheJobWithJSON(t *testing.T) {
+	s := startCLIServer(t, time.Second)
+	code, out, errOut := runInProcess(t, "submit", "nobody", "--wait", "--timeout", "200ms", "--json", "--server", s.URL)
+	var j map[string]any
+	if err := json.Unmarshal([]byte(out), &j); code != 1 || err != nil || j["state"] != "JOB_STATE_QUEUED" || !strings.Contains(errOut, "--timeout passed") {
+		t.Errorf("submit --wait --timeout --json = exit %d, %q, %q; want 1, the queued job on stdout, the timeout on stderr", code, out, errOut)
+	}
+}

@@ -73,7 +73,7 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&payload, "payload", "", "payload as `JSON`, or @file to read it from a file (@- for stdin)")
 	fs.StringVar(&uniqueKey, "unique-key", "", "refuse the job while another active job of the tenant has this `key`")
 	fs.BoolVar(&hold, "hold", false, "create the job PENDING: it runs only after \"jobwatch start\"")
-	fs.BoolVar(&wait, "wait", false, "wait for the job to end and exit with its outcome (see \"jobwatch wait -h\")")
+	fs.BoolVar(&wait, "wait", false, "wait for the job to end and exit with its outcome (see \"jobwatch wait -h\"); with --json, a wait stopped early (--timeout, Ctrl-C) prints the job as submitted")
 	fs.DurationVar(&timeout, "timeout", 0, "with --wait, stop waiting after this long (exit 1; the job goes on); 0 waits as long as it takes")
 	fs.IntVar(&maxAttempts, "max-attempts", 0, "attempts allowed, counting the first (0: the queue's default)")
 	var priority *int32
@@ -170,12 +170,17 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errTimeout)
 		defer cancel()
 	}
+	submitted := job
 	job, err = c.WaitForJob(ctx, id)
 	if j := withoutValues(err, "wait", true, stderr); j != nil {
 		job, err = j, nil
 	}
 	if err != nil {
-		// The job goes on: name it, so that the caller can wait again.
+		// The job goes on: name it, so that the caller can wait again;
+		// with --json, as submitted, on stdout, where a script reads it.
+		if cf.json {
+			_ = printJSON(stdout, submitted)
+		}
 		return callError("wait for "+id, err)
 	}
 	if err := printOutcome(stdout, job, cf.json); err != nil {
