@@ -12,10 +12,12 @@ import (
 // random, a no-break space), which names a library, not the mistake; and
 // for a JSON string with an escaped half of a surrogate pair (\ud800
 // alone), which protojson calls an unexpected EOF though encoding/json
-// takes it, what it is. The server and the command line say it alike.
+// takes it, what it is; and for data that is empty or blank, that it
+// is (nil data: not known). The server and the command line say it
+// alike.
 func DecodeMistake(err error, data []byte) string {
 	msg := err.Error()
-	if len(bytes.TrimSpace(data)) == 0 {
+	if data != nil && len(bytes.TrimSpace(data)) == 0 { // nil: the data is not known
 		return "it is empty: JSON has at least a value, such as {}, \"text\" or null"
 	}
 	if strings.Contains(msg, "unexpected EOF") && json.Valid(data) {
