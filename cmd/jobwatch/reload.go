@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 const reloadUsage = `Usage: jobwatch reload --pid-file FILE
@@ -19,8 +22,10 @@ const reloadUsage = `Usage: jobwatch reload --pid-file FILE
 Makes the jobwatch serve started with --pid-file FILE read its --config
 and --tokens files again (it sends that one process a SIGHUP), and
 nothing else: workers and demos on the same host are left alone, where
-kill -HUP "$(pidof jobwatch)" would signal them all. Whether the server
-took the files, or refused one and kept what it had, is in its log.
+kill -HUP "$(pidof jobwatch)" would signal them all. It waits for the
+server's answer (written to FILE.reload) and says whether it took the
+files, or exits 1 naming each it refused and why; the server then keeps
+what it had, and its log says the same.
 
 It refuses, and signals nothing, when FILE names no running jobwatch
 serve (a stale file whose process id now belongs to something else) or
@@ -52,11 +57,89 @@ func reload(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if p.shown && !reloads(p.flags) {
 		return fmt.Errorf("reload: jobwatch serve (pid %d) was started without --config or --tokens: it has nothing to read again", pid)
 	}
+	outcomes := reloadOutcomeFile(*pidFile)
+	before, _ := readReloadOutcome(outcomes)
 	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
 		return fmt.Errorf("reload: signal jobwatch serve (pid %d): %w", pid, err)
 	}
-	fmt.Fprintf(stdout, "sent SIGHUP to jobwatch serve (pid %d); its log says whether it took the files\n", pid)
+	// serve writes the reload's outcome beside its pid file; one that
+	// predates that writes none, and its log alone says.
+	for deadline := time.Now().Add(reloadAnswerWithin); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		o, err := readReloadOutcome(outcomes)
+		if err != nil || o.PID != pid || o.PID == before.PID && o.Reload == before.Reload {
+			continue
+		}
+		if len(o.Refused) > 0 {
+			return fmt.Errorf("reload: jobwatch serve (pid %d) refused: %s", pid, strings.Join(o.Refused, "; "))
+		}
+		fmt.Fprintf(stdout, "jobwatch serve (pid %d) reloaded its files\n", pid)
+		return nil
+	}
+	fmt.Fprintf(stdout, "sent SIGHUP to jobwatch serve (pid %d); it did not say within %v whether it took the files: its log says\n", pid, reloadAnswerWithin)
 	return nil
+}
+
+// reloadAnswerWithin bounds how long "jobwatch reload" waits for serve's
+// outcome: a reload reads two small files.
+const reloadAnswerWithin = 10 * time.Second
+
+// reloadOutcome is what serve writes, as one JSON object, to the file
+// reloadOutcomeFile names after each SIGHUP: its process id, how many
+// reloads it has made, and each file it refused, with why.
+type reloadOutcome struct {
+	PID     int      `json:"pid"`
+	Reload  int      `json:"reload"`
+	Refused []string `json:"refused,omitempty"`
+}
+
+// reloadOutcomeFile is where a serve with --pid-file FILE writes its
+// reloads' outcomes: FILE.reload; "" without a pid file.
+func reloadOutcomeFile(pidFile string) string {
+	if pidFile == "" {
+		return ""
+	}
+	return pidFile + ".reload"
+}
+
+func readReloadOutcome(path string) (reloadOutcome, error) {
+	var o reloadOutcome
+	b, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(b, &o)
+	}
+	return o, err
+}
+
+// reloadOutcomes writes serve's reload outcomes (reloadOutcome) for
+// "jobwatch reload": whole files, put in place by a rename.
+type reloadOutcomes struct {
+	path    string // "": serve has no pid file, and writes none
+	log     *slog.Logger
+	reloads int
+}
+
+func (r *reloadOutcomes) write(refused []string) {
+	if r.path == "" {
+		return
+	}
+	r.reloads++
+	b, _ := json.Marshal(reloadOutcome{PID: os.Getpid(), Reload: r.reloads, Refused: refused})
+	tmp := r.path + ".tmp"
+	err := os.WriteFile(tmp, append(b, '\n'), 0o644)
+	if err == nil {
+		err = os.Rename(tmp, r.path)
+	}
+	if err != nil {
+		r.log.Warn("could not write the reload's outcome for jobwatch reload", "file", r.path, "err", err)
+	}
+}
+
+// remove removes the outcome file as serve exits, if it is still this
+// process's.
+func (r *reloadOutcomes) remove() {
+	if o, err := readReloadOutcome(r.path); err == nil && o.PID == os.Getpid() {
+		os.Remove(r.path)
+	}
 }
 
 // pidFileFree refuses path if it names another running jobwatch serve.

@@ -80,10 +80,13 @@ func TestReloadSignalsTheServeOfItsPidFileAlone(t *testing.T) {
 
 	writeFile(t, tokensFile, "tokens:\n"+tokensEntry(oldToken, "role: client, tenant: acme")+tokensEntry(newToken, "role: client, tenant: acme"))
 	code, stdout, stderr := runJobwatch(t, "reload", "--pid-file", pidFile)
-	if code != 0 || !strings.Contains(stdout, "pid "+strconv.Itoa(cmd.Process.Pid)) {
-		t.Fatalf("reload: exit %d, %q %q; want 0 naming serve's pid", code, stdout, stderr)
+	if code != 0 || stdout != "jobwatch serve (pid "+strconv.Itoa(cmd.Process.Pid)+") reloaded its files\n" {
+		t.Fatalf("reload: exit %d, %q %q; want 0 saying serve took the files", code, stdout, stderr)
 	}
-	waitFor(t, "serve to reload its tokens", func() bool { return strings.Contains(logs.String(), "tokens reloaded") })
+	// reload returned once serve had said: the log has it already.
+	if !strings.Contains(logs.String(), "tokens reloaded") {
+		t.Fatalf("reload said the files were taken before serve did; its log:\n%s", logs)
+	}
 	c := client.New(base, client.WithToken(newToken))
 	t.Cleanup(c.Close)
 	if _, err := c.JobService().GetJob(ctx, &jobwatchv1.GetJobRequest{JobId: "j_00000000000000000000000000"}); connect.CodeOf(err) != connect.CodeNotFound {
@@ -102,14 +105,23 @@ func TestReloadSignalsTheServeOfItsPidFileAlone(t *testing.T) {
 		t.Fatal("a SIGHUP stopped the serve without --config or --tokens")
 	}
 
+	// A file serve refuses: reload exits 1 with serve's reason.
+	writeFile(t, tokensFile, "tokens:\n  - {role: client}\n")
+	code, stdout, stderr = runJobwatch(t, "reload", "--pid-file", pidFile)
+	if code != 1 || stdout != "" || !strings.Contains(stderr, "refused: tokens "+tokensFile+" refused; the tokens in effect stay: ") {
+		t.Fatalf("reload of a broken tokens file: exit %d, %q %q; want 1 and serve's reason", code, stdout, stderr)
+	}
+
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("serve after SIGTERM: %v", err)
 	}
-	if _, err := os.Stat(pidFile); !os.IsNotExist(err) {
-		t.Fatalf("serve left its --pid-file behind (%v)", err)
+	for _, f := range []string{pidFile, pidFile + ".reload"} {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Fatalf("serve left %s behind (%v)", f, err)
+		}
 	}
 }
 

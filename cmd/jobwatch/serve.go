@@ -467,6 +467,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.Insecure = !loopback && f.tokens == ""
 	srv := server.New(engine, cfg)
 	reloads := &tokenReloads{srv: srv, path: f.tokens, log: log, known: tokens.Len()}
+	outcomes := &reloadOutcomes{path: reloadOutcomeFile(f.pidFile), log: log}
 	// From here on a SIGHUP reloads the files instead of ending the
 	// process; without them it only says so (a "systemctl reload" of a
 	// unit that passes neither must not stop the server).
@@ -474,12 +475,18 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		if f.config == "" && f.tokens == "" {
 			log.Warn("SIGHUP: nothing to read again (serve was started without --config or --tokens); still serving")
 		}
+		var refused []string
 		if f.config != "" {
-			reloadConfig(engine, f.config, log)
+			if err := reloadConfig(engine, f.config, log); err != nil {
+				refused = append(refused, err.Error())
+			}
 		}
 		if f.tokens != "" {
-			reloads.reload()
+			if err := reloads.reload(); err != nil {
+				refused = append(refused, err.Error())
+			}
 		}
+		outcomes.write(refused)
 	})
 	defer stopReloads()
 	// Written once a SIGHUP reloads (above): "jobwatch reload" reads it.
@@ -489,6 +496,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		defer removePIDFile()
+		defer outcomes.remove()
 	}
 
 	ln, err := listen("--addr", f.addr)
@@ -622,19 +630,22 @@ func reloadOnHangup(log *slog.Logger, reload func()) (stop func()) {
 	}
 }
 
-func reloadConfig(engine *jobs.Engine, path string, log *slog.Logger) {
+// reloadConfig reads the config file again and hands its rules to
+// engine; a file with a mistake is refused, logged and returned.
+func reloadConfig(engine *jobs.Engine, path string, log *slog.Logger) error {
 	rules, err := loadRules(path)
 	if err == nil {
 		err = engine.SetRules(rules)
 	}
 	if err != nil {
 		// One line per reload: the mistakes, joined, in the order of the file.
-		log.Error("config reload refused; the config in effect stays", "config", path,
-			"err", strings.ReplaceAll(err.Error(), "\n", "; "))
-		return
+		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+		log.Error("config reload refused; the config in effect stays", "config", path, "err", msg)
+		return fmt.Errorf("config %s refused; the config in effect stays: %s", path, msg)
 	}
 	log.Info("config reloaded", "config", path, "queues", len(rules.Queues), "schedules", len(rules.Schedules),
 		"strict", rules.Strict, "retention", engine.Retention())
+	return nil
 }
 
 // tokenReloads reads the tokens file again on each SIGHUP and hands it
@@ -650,12 +661,12 @@ type tokenReloads struct {
 	known int // how many tokens the file in effect lists
 }
 
-func (r *tokenReloads) reload() {
+func (r *tokenReloads) reload() error {
 	tokens, err := auth.LoadTokens(r.path)
 	if err != nil {
-		r.log.Error("tokens reload refused; the tokens in effect stay", "tokens", r.path, "tokens_known", r.known,
-			"err", strings.ReplaceAll(err.Error(), "\n", "; "))
-		return
+		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+		r.log.Error("tokens reload refused; the tokens in effect stay", "tokens", r.path, "tokens_known", r.known, "err", msg)
+		return fmt.Errorf("tokens %s refused; the tokens in effect stay: %s", r.path, msg)
 	}
 	r.srv.SetTokens(tokens)
 	before := r.known
@@ -668,6 +679,7 @@ func (r *tokenReloads) reload() {
 	default:
 		r.log.Info("tokens reloaded", attrs...)
 	}
+	return nil
 }
 
 func splitList(s string) []string {
