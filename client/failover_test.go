@@ -319,6 +319,43 @@ func TestAWaitOnAServerThatVanishesSilentlyGoesOnOnTheNextAfterItsPings(t *testi
 	}
 }
 
+// heldWorker is a Worker of kind "task" whose handler, for a job whose
+// payload is "hold", says it started, waits for proceed, reports 50%
+// with a step, and returns once finish closes (or its context ends);
+// other jobs end at once.
+type heldWorker struct {
+	started         chan string
+	proceed, finish chan struct{}
+	stop            func() // stops the worker and waits for its Run
+}
+
+func startHeldWorker(ctx context.Context, c *client.Client, step string) *heldWorker {
+	h := &heldWorker{started: make(chan string, 2), proceed: make(chan struct{}), finish: make(chan struct{})}
+	w := client.NewWorker(c.WorkerBackend(), client.WorkerConfig{
+		Backoff: client.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond},
+		Logger:  slog.New(slog.DiscardHandler),
+	})
+	w.Handle("task", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+		h.started <- j.GetId()
+		if j.GetPayload().GetStringValue() != "hold" {
+			return nil, nil
+		}
+		<-h.proceed
+		p(50, step)
+		select {
+		case <-h.finish:
+			return "done", nil
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(runCtx) }()
+	h.stop = func() { stop(); <-ran }
+	return h
+}
+
 func TestWorkerOnSeveralServersKeepsItsLeaseAndClaimsWhenOneDies(t *testing.T) {
 	// A 1 s lease: a worker whose heartbeats did not move within a
 	// second would lose the job and see it run again.
@@ -329,46 +366,24 @@ func TestWorkerOnSeveralServersKeepsItsLeaseAndClaimsWhenOneDies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	started := make(chan string, 2)
-	proceed, finish := make(chan struct{}), make(chan struct{})
-	w := client.NewWorker(c.WorkerBackend(), client.WorkerConfig{
-		Backoff: client.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond},
-		Logger:  slog.New(slog.DiscardHandler),
-	})
-	w.Handle("task", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
-		started <- j.GetId()
-		if j.GetPayload().GetStringValue() != "hold" {
-			return nil, nil
-		}
-		<-proceed
-		p(50, "after the kill")
-		select {
-		case <-finish:
-			return "done", nil
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		}
-	})
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- w.Run(runCtx) }()
-	defer func() { stop(); <-ran }()
+	w := startHeldWorker(ctx, c, "after the kill")
+	defer w.stop()
 
 	held, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "task", MaxAttempts: 2, Payload: structpb.NewStringValue("hold")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-started
+	<-w.started
 	if a.count(jobwatchv1connect.WorkerServiceClaimJobProcedure) == 0 {
 		t.Fatal("the job was not claimed through a")
 	}
 	a.kill()
-	close(proceed)
+	close(w.proceed)
 	eventually(t, "the progress after the kill reaching the database through b", func() bool {
 		j, err := observer.Get(ctx, held.GetId())
 		return err == nil && j.GetPercent() == 50
 	})
-	close(finish)
+	close(w.finish)
 	j, err := observer.WaitForJob(ctx, held.GetId())
 	if err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED || j.GetAttempt() != 1 {
 		t.Fatalf("the held job ended %v at attempt %d (%v); want SUCCEEDED at attempt 1: the lease kept through b", j.GetState(), j.GetAttempt(), err)
@@ -401,36 +416,17 @@ func TestWorkerOnSeveralServersKeepsItsLeaseWhenOneFreezes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	started := make(chan string, 2)
-	proceed, finish := make(chan struct{}), make(chan struct{})
-	w := client.NewWorker(c.WorkerBackend(), client.WorkerConfig{
-		Backoff: client.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond},
-		Logger:  slog.New(slog.DiscardHandler),
-	})
-	w.Handle("task", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
-		started <- j.GetId()
-		<-proceed
-		p(50, "after the freeze")
-		select {
-		case <-finish:
-			return "done", nil
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		}
-	})
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- w.Run(runCtx) }()
-	defer func() { stop(); p.Drop(); <-ran }()
+	w := startHeldWorker(ctx, c, "after the freeze")
+	defer func() { p.Drop(); w.stop() }() // its claim parked on the frozen server ends
 
-	held, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "task", MaxAttempts: 2})
+	held, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "task", MaxAttempts: 2, Payload: structpb.NewStringValue("hold")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-started
+	<-w.started
 	p.Freeze()
 	frozenAt := time.Now()
-	close(proceed)
+	close(w.proceed)
 	eventually(t, "the progress after the freeze reaching the database through the second server", func() bool {
 		j, err := observer.Get(ctx, held.GetId())
 		return err == nil && j.GetPercent() == 50
@@ -440,7 +436,7 @@ func TestWorkerOnSeveralServersKeepsItsLeaseWhenOneFreezes(t *testing.T) {
 	eventually(t, "heartbeats through the second server for longer than the lease", func() bool {
 		return fs[1].count(jobwatchv1connect.WorkerServiceHeartbeatProcedure) >= 5 && time.Since(frozenAt) > 3*time.Second
 	})
-	close(finish)
+	close(w.finish)
 	j, err := observer.WaitForJob(ctx, held.GetId())
 	if err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED || j.GetAttempt() != 1 {
 		t.Fatalf("the job ended %v at attempt %d (%v); want SUCCEEDED at attempt 1: the lease kept through the second server", j.GetState(), j.GetAttempt(), err)

@@ -20,14 +20,6 @@ func TestARetryRightAfterACancelIsNotHandedOutBeforeTheCancelledAttemptsLeaseEnd
 	clock := newFakeClock()
 	e := newEngineOver(t, openStore(t), jobs.Config{Now: clock.Now, LeaseTimeout: 30 * time.Second})
 	ctx := context.Background()
-	claimNow := func() []jobtype.Job {
-		t.Helper()
-		got, err := e.ClaimJobs(ctx, jobs.ClaimRequest{WorkerID: "w2", Kinds: []string{"sync"}}, 1, time.Now())
-		if err != nil && !errors.Is(err, jobtype.ErrNoJob) {
-			t.Fatal(err)
-		}
-		return got
-	}
 
 	j := submit(t, e, jobs.SubmitRequest{Kind: "sync"})
 	first, err := e.ClaimJobs(ctx, jobs.ClaimRequest{WorkerID: "w1", Kinds: []string{"sync"}}, 1, time.Now())
@@ -46,11 +38,11 @@ func TestARetryRightAfterACancelIsNotHandedOutBeforeTheCancelledAttemptsLeaseEnd
 		t.Fatalf("retried at once after a cancel: %v, ready at %v; want QUEUED, ready when the cancelled lease expires, %v",
 			retried.State, retried.RunAt, expires)
 	}
-	if got := claimNow(); len(got) != 0 {
+	if got := claimIfReady(t, e, "sync"); len(got) != 0 {
 		t.Fatalf("a claim 10s into the cancelled attempt's 30s lease took %s at attempt %d; want nothing before the lease ends", got[0].ID, got[0].Attempt)
 	}
 	clock.Advance(20*time.Second + time.Millisecond)
-	if got := claimNow(); len(got) != 1 || got[0].ID != j.ID || got[0].Attempt != 2 {
+	if got := claimIfReady(t, e, "sync"); len(got) != 1 || got[0].ID != j.ID || got[0].Attempt != 2 {
 		t.Fatalf("a claim once the lease has ended took %v; want the job, attempt 2", got)
 	}
 
@@ -62,7 +54,18 @@ func TestARetryRightAfterACancelIsNotHandedOutBeforeTheCancelledAttemptsLeaseEnd
 	if retried, err := e.Retry(ctx, waiting.ID); err != nil || !retried.RunAt.Equal(clock.Now()) {
 		t.Fatalf("retry of a job cancelled before it ran: ready at %v, %v; want now, %v", retried.RunAt, err, clock.Now())
 	}
-	if got := claimNow(); len(got) != 1 || got[0].ID != waiting.ID {
+	if got := claimIfReady(t, e, "sync"); len(got) != 1 || got[0].ID != waiting.ID {
 		t.Fatalf("a claim after retrying a job cancelled before it ran took %v; want it", got)
 	}
+}
+
+// claimIfReady claims one job of kind if one is ready now, as worker w2:
+// none is no error.
+func claimIfReady(t *testing.T, e *jobs.Engine, kind string) []jobtype.Job {
+	t.Helper()
+	got, err := e.ClaimJobs(context.Background(), jobs.ClaimRequest{WorkerID: "w2", Kinds: []string{kind}}, 1, time.Now())
+	if err != nil && !errors.Is(err, jobtype.ErrNoJob) {
+		t.Fatal(err)
+	}
+	return got
 }

@@ -138,17 +138,9 @@ func TestATimedOutAttemptsNextAttemptWaitsForItsLeaseToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	claimNow := func() []jobtype.Job {
-		t.Helper()
-		got, err := e.ClaimJobs(ctx, jobs.ClaimRequest{WorkerID: "w2", Kinds: []string{"sync"}}, 1, time.Now())
-		if err != nil && !errors.Is(err, jobtype.ErrNoJob) {
-			t.Fatal(err)
-		}
-		return got
-	}
 	endsAt := func(attempt int32) jobtype.Job {
 		t.Helper()
-		got := claimNow()
+		got := claimIfReady(t, e, "sync")
 		if len(got) != 1 || got[0].Attempt != attempt {
 			t.Fatalf("claim: %v; want attempt %d", got, attempt)
 		}
@@ -164,7 +156,7 @@ func TestATimedOutAttemptsNextAttemptWaitsForItsLeaseToEnd(t *testing.T) {
 	if got := get(t, e, j.ID); got.State != jobtype.Queued || !got.RunAt.Equal(first.LeaseExpiresAt) {
 		t.Fatalf("after the timeout: %s, ready at %v; want QUEUED, ready when the attempt's lease ends, %v", got.State, got.RunAt, first.LeaseExpiresAt)
 	}
-	if got := claimNow(); len(got) != 0 {
+	if got := claimIfReady(t, e, "sync"); len(got) != 0 {
 		t.Fatalf("a claim 3s into the timed-out attempt's 30s lease took attempt %d; want nothing before the lease ends", got[0].Attempt)
 	}
 	clock.Advance(27*time.Second + time.Millisecond)
@@ -179,11 +171,11 @@ func TestATimedOutAttemptsNextAttemptWaitsForItsLeaseToEnd(t *testing.T) {
 	if err != nil || retried.State != jobtype.Queued || !retried.RunAt.Equal(second.LeaseExpiresAt) {
 		t.Fatalf("retry of the timed-out job: %s, ready at %v, %v; want QUEUED, ready at %v", retried.State, retried.RunAt, err, second.LeaseExpiresAt)
 	}
-	if got := claimNow(); len(got) != 0 {
+	if got := claimIfReady(t, e, "sync"); len(got) != 0 {
 		t.Fatalf("a claim right after the retry took attempt %d; want nothing before the timed-out lease ends", got[0].Attempt)
 	}
 	clock.Advance(27*time.Second + time.Millisecond)
-	if got := claimNow(); len(got) != 1 || got[0].Attempt != 3 {
+	if got := claimIfReady(t, e, "sync"); len(got) != 1 || got[0].Attempt != 3 {
 		t.Fatalf("a claim once the lease has ended took %v; want attempt 3", got)
 	}
 }
