@@ -750,6 +750,9 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 		case ctx.Err() != nil:
 			return // the handler's context ended (drain timeout): nothing left to extend
 		case err == nil && cancelled:
+			// Said now: the handler may take a while to stop (a command
+			// has its SIGTERM now, and its SIGKILL later).
+			log.Info("the server stopped the job (it was cancelled, or its queue's timeout passed): its handler is told to stop")
 			cancel(ErrJobCancelled)
 			return
 		case err == nil:

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -77,15 +78,18 @@ type clientFlags struct {
 }
 
 func (f *clientFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.server, "server", envOr("JOBWATCH_SERVER", "http://127.0.0.1:8080"),
-		"server `URL`, or several separated by commas: the client moves to the next when one fails (env JOBWATCH_SERVER)")
+	// Not the environment's address as the default either: it may carry
+	// a user and password.
+	fs.StringVar(&f.server, "server", "",
+		"server `URL`, or several separated by commas: the client moves to the next when one fails (default: the environment's JOBWATCH_SERVER, else "+defaultServer+")")
 	// Not the environment's token as the default: -h would print it.
 	fs.StringVar(&f.token, "token", "", "bearer `token`; by default the environment's JOBWATCH_TOKEN, which is better: other users of the machine can read a command line (ps), not a process's environment")
 	fs.BoolVar(&f.json, "json", false, "print the answer as JSON (one object per line)")
 }
 
 func (f *clientFlags) client(stderr io.Writer, quietRetries bool) (*client.Client, error) {
-	if err := client.ValidBaseURL(f.server); err != nil {
+	server := f.address()
+	if err := client.ValidBaseURL(server); err != nil {
 		return nil, usageError{fmt.Sprintf("--server: %v", err)}
 	}
 	token := f.token
@@ -107,7 +111,7 @@ func (f *clientFlags) client(stderr io.Writer, quietRetries bool) (*client.Clien
 				}
 			}))
 	}
-	return client.New(f.server, opts...), nil
+	return client.New(server, opts...), nil
 }
 
 // answeredCalls records whether the server has answered any call, with
@@ -162,6 +166,31 @@ func retryReason(err error) string {
 		return "the connection to the server was cut (" + ce.Message() + ")"
 	}
 	return err.Error()
+}
+
+// defaultServer is where the commands call without --server or
+// JOBWATCH_SERVER: serve's default address.
+const defaultServer = "http://127.0.0.1:8080"
+
+// address is the server --server names, or JOBWATCH_SERVER, or
+// defaultServer.
+func (f *clientFlags) address() string {
+	if f.server != "" {
+		return f.server
+	}
+	return envOr("JOBWATCH_SERVER", defaultServer)
+}
+
+// redactedAddress is address as a log may show it: each URL's password
+// replaced by xxxxx.
+func (f *clientFlags) redactedAddress() string {
+	addrs := splitList(f.address())
+	for i, a := range addrs {
+		if u, err := url.Parse(a); err == nil {
+			addrs[i] = u.Redacted()
+		}
+	}
+	return strings.Join(addrs, ",")
 }
 
 func envOr(name, def string) string {
@@ -327,13 +356,22 @@ func summary(j *jobwatchv1.Job) string {
 		fmt.Fprintf(&b, " %q", plain(j.GetStep()))
 	}
 	if e := j.GetError(); e != nil {
-		fmt.Fprintf(&b, " error=%s", plain(e.GetType()))
+		// An active job's error is why its last attempt ended, not why
+		// it is where it is.
+		label := "error"
+		if !client.Terminal(j.GetState()) {
+			label = "last_error"
+		}
+		fmt.Fprintf(&b, " %s=%s", label, plain(e.GetType()))
 		if e.GetMessage() != "" {
 			fmt.Fprintf(&b, " %q", plain(e.GetMessage()))
 		}
 	}
 	if r := valueJSON(j.GetResult()); r != "" {
 		fmt.Fprintf(&b, " result=%s", r)
+	}
+	if at := readyAt(j, time.Now()); at != "" {
+		fmt.Fprintf(&b, " ready at %s", at)
 	}
 	return b.String()
 }

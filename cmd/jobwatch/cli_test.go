@@ -735,7 +735,7 @@ func TestAnInterruptedWaitExitsWithTheSignalsStatus(t *testing.T) {
 				t.Fatal(err)
 			}
 			_ = cmd.Wait()
-			if code := cmd.ProcessState.ExitCode(); code != tc.want || !strings.Contains(errOut.String(), "signal received") {
+			if code := cmd.ProcessState.ExitCode(); code != tc.want || !strings.Contains(errOut.String(), "stopped by SIG") {
 				t.Errorf("%s after %v: exit %d, %q; want %d", tc.command, tc.sig, code, errOut.String(), tc.want)
 			}
 		})

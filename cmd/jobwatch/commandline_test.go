@@ -68,7 +68,8 @@ func TestCommandLineMistakesSayWhatToDo(t *testing.T) {
 		{[]string{"demo", "--lease-timeout", "0s"}, "--lease-timeout must be at least 1s"},
 		{[]string{"worker", "--kind", "a b", "--exec", "true"}, `--kind "a b": may only contain`},
 		{[]string{"worker", "--kind", "a", "--id", "x y", "--exec", "true"}, `--id "x y": may only contain`},
-		{[]string{"worker", "--kind", "a", "--exec", "true", "--heartbeat", "0s"}, "--heartbeat must be more than 0"},
+		{[]string{"worker", "--kind", "a", "--exec", "true", "--heartbeat", "0s"}, "--heartbeat must be at least 100ms"},
+		{[]string{"worker", "--kind", "a", "--exec", "true", "--heartbeat", "1ms"}, "--heartbeat must be at least 100ms"},
 		{[]string{"submit", "--file", jobsFile(t, `{"kind":"k","frob":1}`)}, `jobs.jsonl is not a SubmitJobRequest as JSON: (line 1:13): unknown field "frob"`},
 		{[]string{"submit", "--file", jobsFile(t, `{"kind":"k","payload":"\ud800"}`)}, "jobs.jsonl is not a SubmitJobRequest as JSON: a JSON string holds an escaped half of a UTF-16 surrogate pair"},
 	} {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
 
@@ -87,5 +89,19 @@ func TestAnExitStatusOfTheShellsOwnSaysWhatItMeans(t *testing.T) {
 	var exit *ExitError
 	if !errors.As(err, &exit) || exit.Code != 127 || !strings.Contains(err.Error(), "found no such command") {
 		t.Errorf("a command not found ended with %v; want exit status 127 saying the shell found no such command", err)
+	}
+}
+
+// A job waiting for its next attempt reads as such: its error is its
+// last attempt's, and it says when it is ready.
+func TestSummaryOfAJobWaitingForItsNextAttempt(t *testing.T) {
+	j := &jobwatchv1.Job{Id: "j_1", State: jobwatchv1.JobState_JOB_STATE_QUEUED,
+		Error: &jobwatchv1.JobError{Type: "Timeout"}, RunAt: timestamppb.New(time.Now().Add(29 * time.Second))}
+	if got := summary(j); !strings.Contains(got, "last_error=Timeout") || !strings.Contains(got, " ready at ") || !strings.Contains(got, "not claimed before") {
+		t.Errorf("summary = %q, want last_error=Timeout and when it is ready", got)
+	}
+	j.State = jobwatchv1.JobState_JOB_STATE_FAILED
+	if got := summary(j); !strings.Contains(got, " error=Timeout") || strings.Contains(got, "ready at") {
+		t.Errorf("summary of the FAILED job = %q, want error=Timeout and no ready time", got)
 	}
 }

@@ -75,7 +75,15 @@ func main() {
 // signalCause is the cause of main's context when a signal ended it.
 type signalCause struct{ sig os.Signal }
 
-func (c signalCause) Error() string { return c.sig.String() + " signal received" }
+func (c signalCause) Error() string {
+	switch c.sig {
+	case os.Interrupt:
+		return "stopped by SIGINT (Ctrl-C)"
+	case syscall.SIGTERM:
+		return "stopped by SIGTERM"
+	}
+	return "stopped by " + c.sig.String()
+}
 
 // interrupted is the exit status of a command that failed because a
 // signal ended ctx: 128 plus the signal's number, as shells report it

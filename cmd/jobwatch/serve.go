@@ -303,6 +303,9 @@ func checkDB(db string) (string, error) {
 		}
 		return db, usageError{fmt.Sprintf("--db: a %s:// URL is not a database jobwatch opens: give a SQLite file path, or a postgres:// URL", scheme)}
 	}
+	if lower := strings.ToLower(db); strings.HasPrefix(lower, "postgres:") || strings.HasPrefix(lower, "postgresql:") || strings.HasPrefix(lower, "postgres/") {
+		return db, usageError{"--db starts as a PostgreSQL URL but is not one: write postgres://USER:PASSWORD@HOST:PORT/DBNAME"}
+	}
 	if libpqKeyword.MatchString(db) {
 		return db, usageError{"--db looks like a PostgreSQL key=value connection string (host=... dbname=...): give it as a URL, postgres://USER:PASSWORD@HOST:PORT/DBNAME?sslmode=..., or a SQLite file path"}
 	}

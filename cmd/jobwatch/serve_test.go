@@ -260,6 +260,9 @@ func TestServeRefusesADBThatIsNotAFileOrAPostgresURL(t *testing.T) {
 		"host=127.0.0.1 port=5432 user=postgres password=S3cretPw dbname=jobs",
 		"dbname=jobs password=S3cretPw",
 		"mysql://user:S3cretPw@127.0.0.1/jobs",
+		"postgres:user:S3cretPw@127.0.0.1/jobs",
+		"postgres:/user:S3cretPw@127.0.0.1/jobs",
+		"postgres//user:S3cretPw@127.0.0.1/jobs",
 	} {
 		code, _, errOut := runInProcess(t, "serve", "--db", db, "--addr", "127.0.0.1:0")
 		if code != 2 || !strings.Contains(errOut, "--db") || strings.Contains(errOut, "S3cretPw") {

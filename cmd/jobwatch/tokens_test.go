@@ -68,8 +68,9 @@ func TestServeWithTokensRotatesThemOnSIGHUP(t *testing.T) {
 		t.Fatalf("jobwatch get with JOBWATCH_TOKEN: exit %d, %s%s", code, out.String(), errOut.String())
 	}
 	out.Reset()
-	if run(ctx, []string{"help", "get"}, &out, &errOut); strings.Contains(out.String(), oldToken) {
-		t.Errorf("jobwatch help get printed the environment's token:\n%s", out.String())
+	t.Setenv("JOBWATCH_SERVER", "http://ops:S3cretPw@127.0.0.1:1")
+	if run(ctx, []string{"help", "get"}, &out, &errOut); strings.Contains(out.String(), oldToken) || strings.Contains(out.String(), "S3cretPw") {
+		t.Errorf("jobwatch help get printed the environment's token or server password:\n%s", out.String())
 	}
 
 	stream, err := old.WatchJob(ctx, &jobwatchv1.WatchJobRequest{JobId: job.GetId()})

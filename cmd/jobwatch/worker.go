@@ -94,8 +94,8 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if concurrency < 1 {
 		return usageError{fmt.Sprintf("--concurrency must be at least 1, got %d", concurrency)}
 	}
-	if heartbeat == 0 {
-		return usageError{"--heartbeat must be more than 0 (it is kept under a third of the lease anyway)"}
+	if heartbeat < minHeartbeat {
+		return usageError{fmt.Sprintf("--heartbeat must be at least %v (it is kept under a third of the lease anyway), got %v", minHeartbeat, heartbeat)}
 	}
 	// Names the server would refuse at the first claim, refused here,
 	// before "worker started".
@@ -146,7 +146,7 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := checkGuard(); err != nil {
 		log.Warn("commands run without their guard: if this worker is killed outright, what a command started may run on beside its job's next attempt", "err", err)
 	}
-	log.Info("worker started", "id", w.ID(), "kinds", kinds, "server", cf.server)
+	log.Info("worker started", "id", w.ID(), "kinds", kinds, "server", cf.redactedAddress())
 	told := make(chan struct{})
 	stopTelling := context.AfterFunc(ctx, func() { running.draining(); close(told) })
 	err = w.Run(ctx)
@@ -318,6 +318,10 @@ func (f *envFlag) Set(s string) error {
 	*f = append(*f, s)
 	return nil
 }
+
+// minHeartbeat bounds --heartbeat from below: a running job's heartbeats
+// are calls to the server, ten a second at most.
+const minHeartbeat = 100 * time.Millisecond
 
 // killDelay is how long a cancelled command's process group has between
 // SIGTERM and SIGKILL.

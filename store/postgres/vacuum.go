@@ -106,7 +106,7 @@ func (s *Store) startVacuumer(ctx context.Context) error {
 		return nil
 	}
 	s.log.Info("postgres: autovacuum is off for the jobs table; jobwatch vacuums and analyzes it itself as its rows change",
-		"schema", s.schema, "dead_rows", vacuumDeadRows, "changed_rows", analyzeChangedRows)
+		"schema", s.schema, "vacuum_after_dead_rows", vacuumDeadRows, "analyze_after_changed_rows", analyzeChangedRows)
 	s.listeners.Go(func() {
 		for {
 			select {
