@@ -26,10 +26,8 @@ import (
 // reach them while the database is away and must ask again; the parked
 // calls' clients back off up to a second, as a patient client would.
 const (
-	outageJobs     = 500             // jobs parked on, each by a waiter and a watcher: 1,000 parked calls
-	outageLength   = 5 * time.Second // how long the database stays stopped
-	outageWaitCap  = 2 * time.Second
-	outageLifetime = 3 * time.Second
+	outageJobs   = 500             // jobs parked on, each by a waiter and a watcher: 1,000 parked calls
+	outageLength = 5 * time.Second // how long the database stays stopped
 	// A keepalive well within the lifetime, as the defaults have it (15s
 	// in 10min): a stream that ends at its lifetime has sent something,
 	// so the client resumes at once rather than backing off.
@@ -50,6 +48,23 @@ const (
 	// it once took the load 6.9 s to come back).
 	recoverBound = 3 * recoverWithin
 )
+
+// The replicas' caps: outageWaitCap stays under outageLength, so every
+// parked wait reaches it while the database is away. Under the race
+// detector they are twice as long: every call costs several times as
+// much there, and with 2 s and 3 s two test suites side by side kept the
+// calls so busy asking again (streams cut with INTERNAL_ERROR at the
+// lifetime's end while a write waited, and retried) that fewer than a
+// third of them were ever parked at once.
+var outageWaitCap, outageLifetime = underRace(2 * time.Second), underRace(3 * time.Second)
+
+// underRace is d, twice as long under the race detector.
+func underRace(d time.Duration) time.Duration {
+	if raceEnabled {
+		return 2 * d
+	}
+	return d
+}
 
 // TestReplicasRideOutPostgreSQLGoingAway runs two jobwatch serve
 // processes on a PostgreSQL cluster of the test's own, with submitters,
