@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -119,12 +118,16 @@ func waitMany(ctx context.Context, c *client.Client, req *jobwatchv1.WaitJobsReq
 	ids := req.GetJobIds()
 	if len(ids) <= client.MaxBatchJobs {
 		resp, err := c.WaitForJobs(ctx, req)
-		if req.GetBatch() == "" || connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "holds more than") {
+		if req.GetBatch() == "" || connect.CodeOf(err) != connect.CodeInvalidArgument {
 			return resp, err
 		}
-		if ids, err = batchIDs(ctx, c, req.GetTenant(), req.GetBatch()); err != nil {
+		// Refused: by its size when the batch holds more jobs than one
+		// WaitJobs takes, else for what the refusal says.
+		all, lerr := batchIDs(ctx, c, req.GetTenant(), req.GetBatch())
+		if lerr != nil || len(all) <= client.MaxBatchJobs {
 			return nil, err
 		}
+		ids = all
 	}
 	var chunks []*jobwatchv1.WaitJobsRequest
 	for chunk := range slices.Chunk(ids, client.MaxBatchJobs) {
