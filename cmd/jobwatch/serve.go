@@ -303,7 +303,8 @@ func checkDB(db string) (string, error) {
 		}
 		return db, usageError{fmt.Sprintf("--db: a %s:// URL is not a database jobwatch opens: give a SQLite file path, or a postgres:// URL", scheme)}
 	}
-	if lower := strings.ToLower(db); strings.HasPrefix(lower, "postgres:") || strings.HasPrefix(lower, "postgresql:") || strings.HasPrefix(lower, "postgres/") {
+	if lower := strings.ToLower(db); strings.HasPrefix(lower, "postgres:") || strings.HasPrefix(lower, "postgresql:") ||
+		strings.HasPrefix(lower, "postgres//") || strings.HasPrefix(lower, "postgresql//") {
 		return db, usageError{"--db starts as a PostgreSQL URL but is not one: write postgres://USER:PASSWORD@HOST:PORT/DBNAME"}
 	}
 	if libpqKeyword.MatchString(db) {

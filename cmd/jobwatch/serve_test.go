@@ -276,7 +276,9 @@ func TestServeRefusesADBThatIsNotAFileOrAPostgresURL(t *testing.T) {
 	if got, err := checkDB("Postgres://u@h/db"); err != nil || got != "postgres://u@h/db" {
 		t.Errorf("checkDB(Postgres://u@h/db) = %q, %v; want postgres://u@h/db", got, err)
 	}
-	if got, err := checkDB("jobs=1.db"); err != nil || got != "jobs=1.db" {
-		t.Errorf("checkDB(jobs=1.db) = %q, %v; want the file name as it is", got, err)
+	for _, file := range []string{"jobs=1.db", "postgres/jobs.db", "data/user=ops.db"} {
+		if got, err := checkDB(file); err != nil || got != file {
+			t.Errorf("checkDB(%s) = %q, %v; want the file name as it is", file, got, err)
+		}
 	}
 }
