@@ -59,14 +59,15 @@ func main() {
 	}
 	// SIGINT and SIGTERM end ctx, with the signal as its cause: serve
 	// then shuts down gracefully, a wait exits 128 plus the signal's
-	// number, and a second signal kills the process the default way.
+	// number, and a second signal ends the process at once, saying so.
 	ctx, cancel := context.WithCancelCause(context.Background())
-	sigs := make(chan os.Signal, 1)
+	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
-		sig := <-sigs
-		signal.Stop(sigs) // so the second is not swallowed
-		cancel(signalCause{sig})
+		cancel(signalCause{<-sigs})
+		c := signalCause{<-sigs}
+		fmt.Fprintf(os.Stderr, "jobwatch: %s again: quitting at once\n", c.sigName())
+		os.Exit(c.code())
 	}()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	os.Exit(code)
@@ -75,28 +76,35 @@ func main() {
 // signalCause is the cause of main's context when a signal ended it.
 type signalCause struct{ sig os.Signal }
 
-func (c signalCause) Error() string {
+func (c signalCause) Error() string { return "stopped by " + c.sigName() }
+
+func (c signalCause) sigName() string {
 	switch c.sig {
 	case os.Interrupt:
-		return "stopped by SIGINT (Ctrl-C)"
+		return "SIGINT (Ctrl-C)"
 	case syscall.SIGTERM:
-		return "stopped by SIGTERM"
+		return "SIGTERM"
 	}
-	return "stopped by " + c.sig.String()
+	return c.sig.String()
+}
+
+// code is 128 plus the signal's number, as shells report it (130 for
+// Ctrl-C, 143 for SIGTERM).
+func (c signalCause) code() int {
+	if n, ok := c.sig.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return 1
 }
 
 // interrupted is the exit status of a command that failed because a
-// signal ended ctx: 128 plus the signal's number, as shells report it
-// (130 for Ctrl-C, 143 for SIGTERM).
+// signal ended ctx (signalCause.code).
 func interrupted(ctx context.Context) (int, bool) {
 	var c signalCause
 	if !errors.As(context.Cause(ctx), &c) {
 		return 0, false
 	}
-	if n, ok := c.sig.(syscall.Signal); ok {
-		return 128 + int(n), true
-	}
-	return 1, true
+	return c.code(), true
 }
 
 // commandFunc runs one subcommand with its arguments.

@@ -38,7 +38,7 @@ jobs in a SQLite file, or in a PostgreSQL database (--db postgres://...)
 that several servers may share. With --tokens every call needs a bearer
 token the file lists (jobwatch token new makes one); without it, it
 listens on loopback only. SIGINT or SIGTERM shuts it down gracefully: parked calls
-answer at once. SIGHUP reloads the --config and --tokens files; a file
+answer at once (a second signal quits without waiting). SIGHUP reloads the --config and --tokens files; a file
 with a mistake is refused (the log names its line and key) and the one in
 effect stays; calls and streams of a token the new file removed end. A
 tokens file that lists no token is refused, at start and on SIGHUP,
