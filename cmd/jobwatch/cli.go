@@ -356,13 +356,7 @@ func summary(j *jobwatchv1.Job) string {
 		fmt.Fprintf(&b, " %q", plain(j.GetStep()))
 	}
 	if e := j.GetError(); e != nil {
-		// An active job's error is why its last attempt ended, not why
-		// it is where it is.
-		label := "error"
-		if !client.Terminal(j.GetState()) {
-			label = "last_error"
-		}
-		fmt.Fprintf(&b, " %s=%s", label, plain(e.GetType()))
+		fmt.Fprintf(&b, " %s=%s", strings.ReplaceAll(errorLabel(j), " ", "_"), plain(e.GetType()))
 		if e.GetMessage() != "" {
 			fmt.Fprintf(&b, " %q", plain(e.GetMessage()))
 		}
@@ -415,7 +409,7 @@ func printJob(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
 	row("payload", valueJSON(j.GetPayload()))
 	row("result", valueJSON(j.GetResult()))
 	if e := j.GetError(); e != nil {
-		row("error", errorText(e))
+		row(errorLabel(j), errorText(e))
 	}
 	row("version", fmt.Sprint(j.GetVersion()))
 	for i, a := range j.GetAttempts() {
@@ -426,6 +420,18 @@ func printJob(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
 		fmt.Fprintf(tw, "%s\t%s\n", key, historyLine(a))
 	}
 	return tw.Flush()
+}
+
+// errorLabel names a job's error: "error" where it is why the job ended
+// (FAILED, LOST), "last error" where it is only why its last attempt
+// ended: a job waiting for its next attempt, or one cancelled after a
+// failed attempt, whose error stays as the retry left it.
+func errorLabel(j *jobwatchv1.Job) string {
+	switch j.GetState() {
+	case jobwatchv1.JobState_JOB_STATE_FAILED, jobwatchv1.JobState_JOB_STATE_LOST:
+		return "error"
+	}
+	return "last error"
 }
 
 // errorText is a job's error for a person: its type and message, which

@@ -104,4 +104,13 @@ func TestSummaryOfAJobWaitingForItsNextAttempt(t *testing.T) {
 	if got := summary(j); !strings.Contains(got, " error=Timeout") || strings.Contains(got, "ready at") {
 		t.Errorf("summary of the FAILED job = %q, want error=Timeout and no ready time", got)
 	}
+	// Cancelled after a failed attempt: the cancel ended it, not the error.
+	j.State = jobwatchv1.JobState_JOB_STATE_CANCELLED
+	if got := summary(j); !strings.Contains(got, " last_error=Timeout") {
+		t.Errorf("summary of the CANCELLED job = %q, want last_error=Timeout", got)
+	}
+	var b strings.Builder
+	if err := printJob(&b, j, false); err != nil || !strings.Contains(b.String(), "last error:") {
+		t.Errorf("printJob of the CANCELLED job = %q, %v; want its error labelled \"last error\"", b.String(), err)
+	}
 }
