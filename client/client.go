@@ -58,6 +58,7 @@ type config struct {
 	pingTimeout  time.Duration
 	backoff      Backoff
 	onRetry      func(err error, delay time.Duration)
+	onMove       func(from, to string, cause error)
 	connectOpts  []connect.ClientOption
 	tracing      trace.TracerProvider
 }
@@ -123,6 +124,15 @@ func WithBackoff(initial, max time.Duration) Option {
 // still waiting.
 func WithRetryNotify(f func(err error, delay time.Duration)) Option {
 	return func(c *config) { c.onRetry = f }
+}
+
+// WithServerMoveNotify calls f each time a Client of several servers
+// moves its calls from one to the next, with the two addresses (any
+// password in them replaced by "xxxxx") and what the call that found the
+// first one gone saw; a command line uses it to say which server it
+// talks to now.
+func WithServerMoveNotify(f func(from, to string, cause error)) Option {
+	return func(c *config) { c.onMove = f }
 }
 
 // WithTracing traces every call (connectrpc.com/otelconnect: a client
@@ -196,6 +206,7 @@ func New(baseURL string, opts ...Option) *Client {
 		baseURL = addrs[0]
 	} else {
 		list, baseURL = newServers(addrs)
+		list.onMove = cfg.onMove
 	}
 	cleartext := !strings.HasPrefix(strings.ToLower(baseURL), "https:")
 	if cfg.shortHTTP == nil {

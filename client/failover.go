@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -80,6 +81,8 @@ type servers struct {
 	// address move it one step, not past the healthy ones behind it; and
 	// because turn only grows, a call from a lap ago cannot move it.
 	turn atomic.Uint64
+	// onMove, if set, hears of each move (WithServerMoveNotify).
+	onMove func(from, to string, cause error)
 }
 
 // newServers returns the servers of a list of several addresses and the
@@ -100,8 +103,17 @@ func (s *servers) current() (*url.URL, uint64) {
 }
 
 // failed moves calls to the next address, unless another call already
-// did since turn.
-func (s *servers) failed(turn uint64) { s.turn.CompareAndSwap(turn, turn+1) }
+// did since turn; cause is what the call sent in turn saw.
+func (s *servers) failed(turn uint64, cause error) {
+	if s.turn.CompareAndSwap(turn, turn+1) && s.onMove != nil {
+		n := uint64(len(s.urls))
+		s.onMove(s.urls[turn%n].Redacted(), s.urls[(turn+1)%n].Redacted(), cause)
+	}
+}
+
+// errGone is the cause of a move on an answer that said the server
+// cannot serve calls now (gone).
+var errGone = errors.New("the server answered that it cannot serve calls now")
 
 // failoverHTTP is the connect.HTTPClient of a Client with several
 // servers: it sends each request to the current address and moves to the
@@ -123,7 +135,7 @@ func (f *failoverHTTP) Do(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	resp, err := f.next.Do(f.to(req, target, req.Body))
 	for tries := 1; err != nil && neverSent(err) && ctx.Err() == nil && tries < len(f.s.urls); tries++ {
-		body := req.Body
+		dialErr, body := err, req.Body
 		if body != nil && body != http.NoBody {
 			if req.GetBody == nil {
 				break
@@ -132,7 +144,7 @@ func (f *failoverHTTP) Do(req *http.Request) (*http.Response, error) {
 				return nil, err
 			}
 		}
-		f.s.failed(turn)
+		f.s.failed(turn, dialErr)
 		target, turn = f.s.current()
 		resp, err = f.next.Do(f.to(req, target, body))
 	}
@@ -142,14 +154,14 @@ func (f *failoverHTTP) Do(req *http.Request) (*http.Response, error) {
 		// gave up on says nothing of the server, unless it gave up
 		// because the server did not answer in time (errUnanswered).
 		if ctx.Err() == nil || unanswered(ctx) {
-			f.s.failed(turn)
+			f.s.failed(turn, cmp.Or(context.Cause(ctx), err))
 		}
 		return nil, err
 	}
 	if gone(resp) {
-		f.s.failed(turn)
+		f.s.failed(turn, errGone)
 	}
-	resp.Body = &watchedBody{ReadCloser: resp.Body, ctx: ctx, fail: func() { f.s.failed(turn) }}
+	resp.Body = &watchedBody{ReadCloser: resp.Body, ctx: ctx, fail: func(err error) { f.s.failed(turn, err) }}
 	return resp, nil
 }
 
@@ -198,7 +210,7 @@ func unanswered(ctx context.Context) bool { return errors.Is(context.Cause(ctx),
 type watchedBody struct {
 	io.ReadCloser
 	ctx    context.Context
-	fail   func()
+	fail   func(error)
 	closed atomic.Bool
 }
 
@@ -207,7 +219,7 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	// After Close, or once the caller's ctx ended, a failed read is the
 	// caller's doing.
 	if err != nil && err != io.EOF && !b.closed.Load() && (b.ctx.Err() == nil || unanswered(b.ctx)) {
-		b.fail()
+		b.fail(err)
 	}
 	return n, err
 }

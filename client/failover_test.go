@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -446,7 +447,16 @@ func TestWorkerOnSeveralServersKeepsItsLeaseWhenOneFreezes(t *testing.T) {
 func TestCallsFailingTogetherMoveTheClientOneServerOn(t *testing.T) {
 	fs := replicas(t, 3, jobs.Config{})
 	a, b, c3 := fs[0], fs[1], fs[2]
-	c := fastClient(t, list(a, b, c3))
+	var mu sync.Mutex
+	var moves []string
+	c := fastClient(t, list(a, b, c3), client.WithServerMoveNotify(func(from, to string, cause error) {
+		mu.Lock()
+		defer mu.Unlock()
+		moves = append(moves, from+" -> "+to)
+		if cause == nil {
+			t.Errorf("a move from %s without its cause", from)
+		}
+	}))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -470,6 +480,11 @@ func TestCallsFailingTogetherMoveTheClientOneServerOn(t *testing.T) {
 	if n := c3.total(); n != 0 {
 		t.Errorf("c, third in the list, received %d calls; want none while b answers", n)
 	}
+	mu.Lock()
+	if want := []string{a.url + " -> " + b.url}; !slices.Equal(moves, want) {
+		t.Errorf("WithServerMoveNotify heard %q; want %q", moves, want)
+	}
+	mu.Unlock()
 	for range ids {
 		id, lease := claim(t, b.back.Engine, "together")
 		complete(t, b.back.Engine, id, lease, `{}`)

@@ -87,7 +87,11 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.json, "json", false, "print the answer as JSON (one object per line)")
 }
 
-func (f *clientFlags) client(stderr io.Writer, quietRetries bool) (*client.Client, error) {
+// client is the client of the flags' server or servers. Unless
+// quietRetries, each retry of a transient error says why on stderr; with
+// several servers, each move to the next says so there too, unless an
+// option of extra (applied last) hears of it instead.
+func (f *clientFlags) client(stderr io.Writer, quietRetries bool, extra ...client.Option) (*client.Client, error) {
 	server := f.address()
 	if err := client.ValidBaseURL(server); err != nil {
 		return nil, usageError{fmt.Sprintf("--server: %v", err)}
@@ -96,7 +100,9 @@ func (f *clientFlags) client(stderr io.Writer, quietRetries bool) (*client.Clien
 	if token == "" {
 		token = os.Getenv("JOBWATCH_TOKEN")
 	}
-	opts := []client.Option{client.WithToken(token)}
+	opts := []client.Option{client.WithToken(token), client.WithServerMoveNotify(func(from, to string, cause error) {
+		fmt.Fprintf(stderr, "jobwatch: %s: %s; calls go to %s now\n", from, retryReason(cause), to)
+	})}
 	if !quietRetries {
 		// The first refused connection says what to check, once, unless
 		// the server has answered this command before: then it ran, and
@@ -111,7 +117,7 @@ func (f *clientFlags) client(stderr io.Writer, quietRetries bool) (*client.Clien
 				}
 			}))
 	}
-	return client.New(server, opts...), nil
+	return client.New(server, append(opts, extra...)...), nil
 }
 
 // answeredCalls records whether the server has answered any call, with

@@ -283,6 +283,26 @@ func TestSubmitGetListCancelAndStart(t *testing.T) {
 	}
 }
 
+// With several servers, a command says on stderr when it moves to the
+// next, and why.
+func TestACommandSaysWhichServerItMovesTo(t *testing.T) {
+	s := startCLIServer(t, time.Second)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "http://" + ln.Addr().String() // nothing listens there once closed
+	ln.Close()
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "moved"})
+	code, out, errOut := runInProcess(t, "get", id, "--server", down+","+s.URL)
+	if code != 0 || !strings.Contains(out, id) {
+		t.Fatalf("get with the first server down = exit %d, %q (%q); want the job from the second", code, out, errOut)
+	}
+	if want := "calls go to " + s.URL + " now"; !strings.Contains(errOut, down+": ") || !strings.Contains(errOut, "connection refused") || !strings.Contains(errOut, want) {
+		t.Errorf("stderr = %q; want it to name %s, why, and %q", errOut, down, want)
+	}
+}
+
 // submit --wait --timeout gives up waiting, not the job, and names the
 // job so that the caller can wait for it again.
 func TestSubmitWaitTimeoutNamesTheJobItStoppedWaitingFor(t *testing.T) {

@@ -107,12 +107,6 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if reason := jobtype.NameReason(id); id != "" && reason != "" {
 		return usageError{fmt.Sprintf("--id %q: %s", id, reason)}
 	}
-	c, err := cf.client(stderr, true)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-
 	// --json: the worker's log, and its commands' output, as JSON lines.
 	var log *slog.Logger
 	var out output
@@ -123,6 +117,13 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		out = textOutput(stderr)
 	}
+	c, err := cf.client(stderr, true, client.WithServerMoveNotify(func(from, to string, cause error) {
+		log.Warn("calls go to the next server", "from", from, "to", to, "because", retryReason(cause))
+	}))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
 	tp, stopTracing, err := startTracing(ctx, log)
 	if err != nil {
 		return err
