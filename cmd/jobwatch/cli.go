@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -429,13 +430,18 @@ func printJob(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
 }
 
 // errorLabel names a job's error: "error" where it is why the job ended
-// (FAILED, LOST), "last error" where it is only why its last attempt
-// ended: a job waiting for its next attempt, or one cancelled after a
-// failed attempt, whose error stays as the retry left it.
+// (FAILED, LOST, or CANCELLED because a job it runs after failed), "last
+// error" where it is only why an attempt ended: a job waiting for its
+// next attempt, or one cancelled after a failed attempt, whose error
+// stays as the attempt left it (an attempt of its history has it).
 func errorLabel(j *jobwatchv1.Job) string {
 	switch j.GetState() {
 	case jobwatchv1.JobState_JOB_STATE_FAILED, jobwatchv1.JobState_JOB_STATE_LOST:
 		return "error"
+	case jobwatchv1.JobState_JOB_STATE_CANCELLED:
+		if !slices.ContainsFunc(j.GetAttempts(), func(a *jobwatchv1.JobAttempt) bool { return proto.Equal(a.GetError(), j.GetError()) }) {
+			return "error"
+		}
 	}
 	return "last error"
 }

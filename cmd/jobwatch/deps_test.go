@@ -133,6 +133,12 @@ func TestAFailedDependencyCancelsTheJobAfterIt(t *testing.T) {
 	s.untilState(t, cancelled, jobwatchv1.JobState_JOB_STATE_CANCELLED)
 	mustMatch(t, "get of the cancelled job", s.getJob(t, cancelled), `(?m)^state: +CANCELLED$`,
 		`(?m)^error: +DependencyFailed: job `+a+`, which it runs after, ended FAILED$`)
+	// A job submitted after the failed one ends as it is made, and
+	// submit says so beside its id.
+	if code, out, errOut := runInProcess(t, "submit", "deps.late", "--after", a, "--server", s.URL); code != 0 || !strings.HasPrefix(out, "j_") ||
+		!strings.Contains(errOut, "the job ended as it was submitted: "+strings.TrimSpace(out)+" CANCELLED 0% error=DependencyFailed") {
+		t.Errorf("submit --after the failed job = exit %d, %q (%s); want its id, and that it ended CANCELLED", code, out, errOut)
+	}
 	code, out, errOut := runInProcess(t, "wait", cancelled, "--server", s.URL)
 	if code != exitCancelled || !strings.Contains(out, `error=DependencyFailed "job `+a+`, which it runs after, ended FAILED"`) {
 		t.Errorf("wait on the cancelled job = exit %d, %q (%s); want %d and the dependency named", code, out, errOut, exitCancelled)

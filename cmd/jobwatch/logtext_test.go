@@ -104,8 +104,13 @@ func TestSummaryOfAJobWaitingForItsNextAttempt(t *testing.T) {
 	if got := summary(j); !strings.Contains(got, " error=Timeout") || strings.Contains(got, "ready at") {
 		t.Errorf("summary of the FAILED job = %q, want error=Timeout and no ready time", got)
 	}
-	// Cancelled after a failed attempt: the cancel ended it, not the error.
+	// Cancelled because a job it runs after failed: that is why it ended.
 	j.State = jobwatchv1.JobState_JOB_STATE_CANCELLED
+	if got := summary(j); !strings.Contains(got, " error=Timeout") {
+		t.Errorf("summary of a job cancelled with its error = %q, want error=Timeout", got)
+	}
+	// Cancelled after a failed attempt: the cancel ended it, not the error.
+	j.Attempts = []*jobwatchv1.JobAttempt{{Attempt: 1, State: jobwatchv1.JobState_JOB_STATE_FAILED, Error: &jobwatchv1.JobError{Type: "Timeout"}}}
 	if got := summary(j); !strings.Contains(got, " last_error=Timeout") {
 		t.Errorf("summary of the CANCELLED job = %q, want last_error=Timeout", got)
 	}

@@ -152,6 +152,11 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return submitError(err)
 	}
+	if client.Terminal(job.GetState()) {
+		// A job --after one that had already failed or been cancelled
+		// is cancelled as it is made (or, with run, may end at once).
+		fmt.Fprintf(stderr, "jobwatch: submit: the job ended as it was submitted: %s\n", summary(job))
+	}
 	if !wait {
 		if cf.json {
 			return printJSON(stdout, job)
