@@ -339,7 +339,7 @@ func TestWaitForSeveralJobsSaysWhatIsWrong(t *testing.T) {
 		wantCode int
 		want     string
 	}{
-		{[]string{known, "j_00000000000000000000000000"}, exitError, "wait: wait for jobs: j_00000000000000000000000000: job not found"},
+		{[]string{known, "j_00000000000000000000000000"}, exitError, "wait: job j_00000000000000000000000000 not found"},
 		{[]string{known, held}, exitError, held + ": job is pending: start it first"},
 		{[]string{"--batch", "no-such-batch"}, exitError, `batch "no-such-batch" holds no job`},
 		{[]string{known, known, "--timeout", "200ms"}, exitError, "--timeout passed"},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -92,6 +93,15 @@ func wait(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		req.Mode = jobwatchv1.WaitMode_WAIT_MODE_ANY
 	}
 	resp, err := waitMany(ctx, c, req)
+	if errors.Is(err, client.ErrJobNotFound) || errors.Is(err, client.ErrJobNotStarted) {
+		// "wait: job ID not found", as for one id, not the client's
+		// "wait: wait for jobs: ID: job not found".
+		msg := strings.TrimPrefix(err.Error(), "wait for jobs: ")
+		if id, ok := strings.CutSuffix(msg, ": "+client.ErrJobNotFound.Error()); ok && !strings.ContainsAny(id, " :") {
+			msg = "job " + id + " not found"
+		}
+		return errors.New("wait: " + msg)
+	}
 	if err != nil {
 		return callError("wait", err)
 	}
