@@ -48,6 +48,65 @@ func TestAChainOfAHundredRunsOneLinkAtATime(t *testing.T) {
 	}
 }
 
+// Retries never join WAITING chains longer than the bound: a failed
+// chain of 150 retried from its end (as a bulk retry, newest first,
+// does) takes 100 retries, and the 101st, which would hang 101 jobs
+// after one another, is refused; a job submitted after its end counts
+// the whole chain; and cancelling its first link cancels the rest, as
+// for any chain the bound allows.
+func TestARetryNeverJoinsAChainLongerThanTheBound(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	ctx := context.Background()
+	head := running(t, e, jobs.SubmitRequest{})
+	if _, err := e.Fail(ctx, head.ID, head.LeaseID, jobtype.JobError{Type: "Boom"}, false); err != nil {
+		t.Fatal(err)
+	}
+	const links = jobtype.MaxDependencyDepth + 50
+	ids := make([]string, links)
+	for i := range ids {
+		after := head.ID
+		if i > 0 {
+			after = ids[i-1]
+		}
+		j := submit(t, e, jobs.SubmitRequest{Kind: "chained", After: []string{after}})
+		if j.State != jobtype.Cancelled {
+			t.Fatalf("link %d, after a failed job, submitted %s; want CANCELLED", i, j.State)
+		}
+		ids[i] = j.ID
+	}
+	for i := links - 1; i >= 0; i-- {
+		j, err := e.Retry(ctx, ids[i])
+		if n := links - i; n <= jobtype.MaxDependencyDepth {
+			if err != nil || j.State != jobtype.Waiting {
+				t.Fatalf("retry %d, of link %d: %s, %v; want WAITING", n, i, j.State, err)
+			}
+			continue
+		}
+		if !isInvalid(err, "after") {
+			t.Fatalf("retry %d, of link %d: %s, %v; want it refused, after a chain of %d", links-i, i, j.State, err, jobtype.MaxDependencyDepth)
+		}
+		if got := get(t, e, ids[i]); got.State != jobtype.Cancelled {
+			t.Fatalf("link %d, its retry refused, is %s; want CANCELLED as before", i, got.State)
+		}
+		break
+	}
+	if _, err := e.Submit(ctx, jobs.SubmitRequest{Kind: "chained", After: []string{ids[links-1]}}); !isInvalid(err, "after") {
+		t.Fatalf("submit after the end of a retried chain of %d: %v; want it refused", jobtype.MaxDependencyDepth, err)
+	}
+
+	// Cancelling the chain's first link cancels the 99 after it, each
+	// cancelling the next, within the bound the cascade can take.
+	first := links - jobtype.MaxDependencyDepth
+	if _, err := e.Cancel(ctx, ids[first]); err != nil {
+		t.Fatalf("cancel of the chain's first link: %v", err)
+	}
+	for i := first + 1; i < links; i++ {
+		if j := get(t, e, ids[i]); j.State != jobtype.Cancelled || j.Error == nil || j.Error.Type != jobtype.DependencyFailedError {
+			t.Fatalf("link %d, after a cancelled link, is %s (%+v); want CANCELLED by it", i, j.State, j.Error)
+		}
+	}
+}
+
 // A waiter and a watcher of a WAITING job see it move: QUEUED when its
 // dependency succeeds, and CANCELLED, with the dependency named, when
 // one fails.

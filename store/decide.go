@@ -226,6 +226,33 @@ func SettleRetry(j jobtype.Job, deps map[string]Dependency) (settled jobtype.Job
 	return j, waitFor, depth + 1, nil
 }
 
+// WaitersBelowLimit is how far below a retried job at depth (SettleRetry)
+// a backend follows the WAITING jobs that wait for it, through its table
+// of dependencies, to learn whether they now hang too deep: one level
+// more than the bound allows.
+func WaitersBelowLimit(depth int) int { return jobtype.MaxDependencyDepth - depth + 1 }
+
+// WaitersTooDeep refuses a retry that puts a job back to WAITING at depth
+// (SettleRetry) above WAITING jobs that wait for it, below levels deep:
+// jobs retried before it, while it had ended, which counted it at depth
+// 0. A bulk retry of a failed chain from its end would otherwise join
+// WAITING chains of any length, which the cascade of a failure (each
+// cancelled job cancelling the ones after it, in the backends' triggers)
+// cannot end. Otherwise the backend raises those jobs' depth to depth
+// plus their distance below it, so that a job submitted after one of
+// them counts it.
+func WaitersTooDeep(depth, below int) error {
+	if below == 0 {
+		return nil
+	}
+	if err := chainTooDeep(depth + below); err != nil {
+		return &jobtype.InvalidError{Field: "after", Reason: fmt.Sprintf(
+			"would make a chain of %d WAITING jobs, each after the next (%d of them retried before it, waiting after it); at most %d",
+			depth+below, below, jobtype.MaxDependencyDepth)}
+	}
+	return nil
+}
+
 // DependencyFailedMessage is the error message of a job cancelled because
 // job id, which it runs after, ended in state: the backends' triggers
 // write the same words.

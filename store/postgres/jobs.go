@@ -591,6 +591,11 @@ func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtyp
 					return err
 				}
 			}
+			if len(waitFor) > 0 {
+				if err := deepenWaiters(wctx, tx, id, depth); err != nil {
+					return err
+				}
+			}
 			u.changed = next.Version > old.job.Version
 			return nil
 		})
@@ -616,6 +621,37 @@ func waitAgain(ctx context.Context, tx pgx.Tx, id string, waitFor []string, dept
 	if _, err := tx.Exec(ctx, "INSERT INTO job_deps (after_id, job_id) SELECT unnest($1::text[]), $2 ON CONFLICT DO NOTHING",
 		waitFor, id); err != nil {
 		return fmt.Errorf("record its dependencies: %w", err)
+	}
+	return nil
+}
+
+// waitersBelow follows the WAITING jobs that wait for job $1, through
+// job_deps, at most $2 levels down (store.WaitersBelowLimit), raises the
+// after_depth of each to $3 plus its farthest distance below the job,
+// and answers with the farthest distance (0 for none).
+const waitersBelow = `WITH RECURSIVE below (id, dist) AS (
+	SELECT d.job_id, 1 FROM job_deps AS d JOIN jobs AS w ON w.id = d.job_id
+	WHERE d.after_id = $1 AND w.state = 'waiting'
+	UNION
+	SELECT d.job_id, b.dist + 1 FROM below AS b JOIN job_deps AS d ON d.after_id = b.id
+	JOIN jobs AS w ON w.id = d.job_id
+	WHERE w.state = 'waiting' AND b.dist < $2
+), farthest AS (SELECT id, max(dist) AS dist FROM below GROUP BY id),
+raised AS (UPDATE jobs SET after_depth = $3 + f.dist FROM farthest AS f
+	WHERE jobs.id = f.id AND jobs.after_depth < $3 + f.dist)
+SELECT coalesce(max(dist), 0) FROM farthest`
+
+// deepenWaiters counts job id, retried back to WAITING at depth, into the
+// depth of the WAITING jobs that wait for it (store.WaitersTooDeep),
+// refusing the retry (a funcError, so that tx rolls back) if they would
+// hang too deep.
+func deepenWaiters(ctx context.Context, tx pgx.Tx, id string, depth int) error {
+	var below int
+	if err := tx.QueryRow(ctx, waitersBelow, id, store.WaitersBelowLimit(depth), depth).Scan(&below); err != nil {
+		return fmt.Errorf("count the jobs waiting after it: %w", err)
+	}
+	if err := store.WaitersTooDeep(depth, below); err != nil {
+		return funcError{err}
 	}
 	return nil
 }

@@ -319,11 +319,60 @@ func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next j
 				return jobtype.Job{}, fmt.Errorf("update job %s: record its dependency %s: %w", old.ID, id, classify(err))
 			}
 		}
+		if err := deepenWaiters(ctx, tx, old.ID, depth); err != nil {
+			return jobtype.Job{}, err
+		}
 	}
 	if next.Version != old.Version {
 		s.changed(next)
 	}
 	return next, nil
+}
+
+// waitersBelow follows the WAITING jobs that wait for job ?1, through
+// job_deps, at most ?2 levels down (store.WaitersBelowLimit), and lists
+// each with its farthest distance below the job.
+const waitersBelow = `WITH RECURSIVE below (id, dist) AS (
+	SELECT d.job_id, 1 FROM job_deps AS d JOIN jobs AS w ON w.id = d.job_id
+	WHERE d.after_id = ?1 AND w.state = 'waiting'
+	UNION
+	SELECT d.job_id, b.dist + 1 FROM below AS b JOIN job_deps AS d ON d.after_id = b.id
+	JOIN jobs AS w ON w.id = d.job_id
+	WHERE w.state = 'waiting' AND b.dist < ?2
+)
+SELECT id, max(dist) FROM below GROUP BY id`
+
+// deepenWaiters counts job id, retried back to WAITING at depth, into the
+// depth of the WAITING jobs that wait for it (store.WaitersTooDeep),
+// refusing the retry if they would hang too deep; tx then rolls back.
+func deepenWaiters(ctx context.Context, tx *sql.Tx, id string, depth int) error {
+	rows, err := tx.QueryContext(ctx, waitersBelow, id, store.WaitersBelowLimit(depth))
+	if err != nil {
+		return fmt.Errorf("update job %s: count the jobs waiting after it: %w", id, classify(err))
+	}
+	farthest := map[string]int{}
+	below := 0
+	for rows.Next() {
+		var waiter string
+		var dist int
+		if err := rows.Scan(&waiter, &dist); err != nil {
+			rows.Close()
+			return fmt.Errorf("update job %s: count the jobs waiting after it: %w", id, classify(err))
+		}
+		farthest[waiter], below = dist, max(below, dist)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("update job %s: count the jobs waiting after it: %w", id, classify(err))
+	}
+	if err := store.WaitersTooDeep(depth, below); err != nil {
+		return err
+	}
+	for waiter, dist := range farthest {
+		if _, err := tx.ExecContext(ctx, "UPDATE jobs SET after_depth = ?1 WHERE id = ?2 AND after_depth < ?1", depth+dist, waiter); err != nil {
+			return fmt.Errorf("update job %s: record the depth of job %s, waiting after it: %w", id, waiter, classify(err))
+		}
+	}
+	return nil
 }
 
 // updateRow stores next (as versioned makes it) over the row seq, which
