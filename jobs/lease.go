@@ -34,7 +34,7 @@ func validLease(id, leaseID string) error {
 // Heartbeat extends the lease and records progress (percent clamped to
 // 0..100 and never lowered within an attempt; an empty step keeps the
 // last; a step over jobtype.MaxStepBytes is a *jobtype.InvalidError; a
-// NUL in it is stored as U+FFFD, jobtype.NoNUL). A
+// NUL in it is stored as U+FFFD, within the limit, jobtype.NoNULWithin). A
 // job whose attempt the server ended while the lease was held (cancelled,
 // or timed out by its queue's timeout: QUEUED again or FAILED) returns as
 // it is, not RUNNING, with a nil error, so the worker learns that it
@@ -48,7 +48,7 @@ func (e *Engine) Heartbeat(ctx context.Context, id, leaseID string, percent int3
 		return jobtype.Job{}, err
 	}
 	return e.writeLease(ctx, "heartbeat", store.LeaseWrite{Op: store.Heartbeat, JobID: id, LeaseID: leaseID,
-		Percent: min(max(percent, 0), 100), Step: jobtype.NoNUL(step)})
+		Percent: min(max(percent, 0), 100), Step: jobtype.NoNULWithin(step, jobtype.MaxStepBytes)})
 }
 
 // Complete ends the job SUCCEEDED with result and percent 100. A result
@@ -89,7 +89,8 @@ func (e *Engine) Fail(ctx context.Context, id, leaseID string, jerr jobtype.JobE
 	if err := jobtype.CheckText("error.message", jerr.Message, jobtype.MaxErrorMessageBytes); err != nil {
 		return jobtype.Job{}, err
 	}
-	jerr.Type, jerr.Message = jobtype.NoNUL(jerr.Type), jobtype.NoNUL(jerr.Message)
+	jerr.Type = jobtype.NoNULWithin(jerr.Type, jobtype.MaxErrorTypeBytes)
+	jerr.Message = jobtype.NoNULWithin(jerr.Message, jobtype.MaxErrorMessageBytes)
 	return e.writeLease(ctx, "fail", store.LeaseWrite{Op: store.Fail, JobID: id, LeaseID: leaseID,
 		Error: &jerr, Retry: retryable, Jitter: backoff.Jitter()})
 }

@@ -2,7 +2,9 @@ package jobs_test
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
@@ -35,5 +37,33 @@ func TestANulInAWorkersReportIsStoredAsAReplacementCharacter(t *testing.T) {
 	if got := get(t, e, j.ID); got.State != jobtype.Failed || got.Error == nil ||
 		got.Error.Type != "Bad\uFFFDType" || got.Error.Message != "m\uFFFDm" {
 		t.Errorf("after the failure: %s with %+v; want FAILED with the NULs as U+FFFD", got.State, got.Error)
+	}
+}
+
+// NULs a report may carry up to its limits stay within the limits once
+// replaced: each U+FFFD takes three bytes where the NUL took one, and
+// what that pushes past the limit is cut.
+func TestNulsReplacedKeepAReportWithinItsLimits(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	ctx := context.Background()
+	j := running(t, e, jobs.SubmitRequest{})
+	if _, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 5, strings.Repeat("\x00", jobtype.MaxStepBytes)); err != nil {
+		t.Fatalf("heartbeat with a step of NULs at its limit: %v", err)
+	}
+	if got := get(t, e, j.ID); len(got.Step) > jobtype.MaxStepBytes || !utf8.ValidString(got.Step) || !strings.HasPrefix(got.Step, "\uFFFD") {
+		t.Errorf("step of %d bytes (valid UTF-8: %v); want at most %d, U+FFFD each", len(got.Step), utf8.ValidString(got.Step), jobtype.MaxStepBytes)
+	}
+	jerr := jobtype.JobError{Type: strings.Repeat("\x00", jobtype.MaxErrorTypeBytes), Message: strings.Repeat("\x00", jobtype.MaxErrorMessageBytes)}
+	if _, err := e.Fail(ctx, j.ID, j.LeaseID, jerr, false); err != nil {
+		t.Fatalf("fail with an error of NULs at its limits: %v", err)
+	}
+	got := get(t, e, j.ID)
+	if got.Error == nil {
+		t.Fatalf("the job ended %s without its error", got.State)
+	}
+	if len(got.Error.Type) > jobtype.MaxErrorTypeBytes || len(got.Error.Message) > jobtype.MaxErrorMessageBytes ||
+		!utf8.ValidString(got.Error.Type) || !utf8.ValidString(got.Error.Message) {
+		t.Errorf("error of %d and %d bytes; want at most %d and %d", len(got.Error.Type), len(got.Error.Message),
+			jobtype.MaxErrorTypeBytes, jobtype.MaxErrorMessageBytes)
 	}
 }

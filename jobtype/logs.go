@@ -81,3 +81,18 @@ func NoNUL(text string) string {
 	}
 	return strings.ReplaceAll(text, "\x00", "\uFFFD")
 }
+
+// NoNULWithin is NoNUL for a text already checked against its limit of
+// limit bytes: each replacement adds two bytes, so what they push past
+// the limit is cut, at a character's start, and the stored text keeps
+// within it as the text sent did.
+func NoNULWithin(text string, limit int) string {
+	text = NoNUL(text)
+	if len(text) <= limit {
+		return text
+	}
+	for limit > 0 && !utf8.RuneStart(text[limit]) {
+		limit--
+	}
+	return text[:limit]
+}
