@@ -146,7 +146,9 @@ func (c *Client) watchLogsOnce(ctx context.Context, id string, last *int64,
 // when err is transient and the call should be retried.
 func logsError(id string, err error) error {
 	if connect.CodeOf(err) == connect.CodeNotFound {
-		return fmt.Errorf("watch logs of job %s: %w", id, ErrJobNotFound)
+		// The server's *connect.Error stays behind the sentinel, as for
+		// Watch and WaitForJob: connect.CodeOf reads not_found.
+		return &sentinelError{sentinel: ErrJobNotFound, answer: err, text: "watch logs of job " + id + ": " + ErrJobNotFound.Error()}
 	}
 	if errors.Is(err, errEmptyStream) || transient(context.Background(), err) {
 		return nil

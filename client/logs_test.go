@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
@@ -431,12 +433,13 @@ func TestLogsReportGapsAndUnknownJobs(t *testing.T) {
 			got[0].GetSeq(), got[len(got)-1].GetSeq())
 	}
 
-	if _, err := c.Logs(ctx, "j_nosuchjob", 0, 0); !errors.Is(err, client.ErrJobNotFound) {
-		t.Errorf("Logs of an unknown job: %v, want ErrJobNotFound", err)
+	// ErrJobNotFound, with the server's not_found behind it, as Get's.
+	if _, err := c.Logs(ctx, "j_nosuchjob", 0, 0); !errors.Is(err, client.ErrJobNotFound) || connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("Logs of an unknown job: %v (%v), want ErrJobNotFound", err, connect.CodeOf(err))
 	}
 	for _, err := range c.WatchLogs(ctx, "j_nosuchjob", 0) {
-		if !errors.Is(err, client.ErrJobNotFound) {
-			t.Errorf("WatchLogs of an unknown job: %v, want ErrJobNotFound", err)
+		if !errors.Is(err, client.ErrJobNotFound) || connect.CodeOf(err) != connect.CodeNotFound {
+			t.Errorf("WatchLogs of an unknown job: %v (%v), want ErrJobNotFound", err, connect.CodeOf(err))
 		}
 	}
 }
