@@ -2155,7 +2155,11 @@ type WaitJobsRequest struct {
 	// Wait for the jobs of this batch (SubmitJobRequest.batch) in tenant,
 	// as they are when the call starts: at most 1,000 of them.
 	Batch string `protobuf:"bytes,2,opt,name=batch,proto3" json:"batch,omitempty"`
-	// Empty means "default"; used with batch.
+	// The batch's tenant: empty means "default". With job_ids it confines
+	// them to this tenant when set (an id of another tenant's job is
+	// not_found); empty, an unconfined caller (an admin, or anyone on a
+	// server without tokens) waits for the ids whatever their tenants. A
+	// client token's calls are always confined to its own tenant.
 	Tenant string   `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	Mode   WaitMode `protobuf:"varint,4,opt,name=mode,proto3,enum=jobwatch.v1.WaitMode" json:"mode,omitempty"`
 	// UNSPECIFIED means SUMMARY: no payload or result. FULL carries them

@@ -1005,7 +1005,11 @@ export type WaitJobsRequest = Message<"jobwatch.v1.WaitJobsRequest"> & {
   batch: string;
 
   /**
-   * Empty means "default"; used with batch.
+   * The batch's tenant: empty means "default". With job_ids it confines
+   * them to this tenant when set (an id of another tenant's job is
+   * not_found); empty, an unconfined caller (an admin, or anyone on a
+   * server without tokens) waits for the ids whatever their tenants. A
+   * client token's calls are always confined to its own tenant.
    *
    * @generated from field: string tenant = 3;
    */
