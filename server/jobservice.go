@@ -21,8 +21,7 @@ type jobService struct{ s *Server }
 var _ jobwatchv1connect.JobServiceHandler = (*jobService)(nil)
 
 // capDeadline is when a parked call answers: limit from now, or
-// DeadlineMargin before the caller's own deadline, whichever is sooner.
-// The margin is at most a tenth of the time the caller allowed.
+// answerMargin before the caller's own deadline, whichever is sooner.
 //
 // It is computed once, here, from time.Now, and keeps its monotonic
 // reading: the engine waits for it with a timer, so neither a step of the
@@ -33,10 +32,23 @@ func (s *Server) capDeadline(ctx context.Context, limit time.Duration) time.Time
 	wait := limit
 	if callerDeadline, ok := ctx.Deadline(); ok {
 		left := callerDeadline.Sub(now)
-		margin := max(0, min(s.cfg.DeadlineMargin, left/10))
-		wait = min(wait, left-margin)
+		wait = min(wait, left-answerMargin(left, s.cfg.DeadlineMargin))
 	}
 	return now.Add(wait)
+}
+
+// shortDeadlineMargin is the margin a deadline under a tenth of a second
+// gets, or half of it if less: there a tenth (2 ms of 20) is less than
+// an answer takes to reach its caller on a busy machine, over gRPC-Web
+// above all, which then hears deadline_exceeded instead of OK.
+const shortDeadlineMargin = 10 * time.Millisecond
+
+// answerMargin is how long before a caller's deadline, left from now, its
+// parked call answers: a tenth of left, at least shortDeadlineMargin or
+// half of left, at most limit (Config.DeadlineMargin), so that a long
+// timeout gets nearly all its time and a short one its answer in time.
+func answerMargin(left, limit time.Duration) time.Duration {
+	return max(0, min(limit, max(left/10, min(left/2, shortDeadlineMargin))))
 }
 
 // checkClientJob answers not_found, exactly as for a job that does not

@@ -71,8 +71,9 @@ type Config struct {
 	// DeadlineMargin is how long before the caller's own deadline
 	// (Connect-Timeout-Ms, grpc-timeout) a parked call answers, so the
 	// answer arrives before the caller gives up. It is capped at a tenth
-	// of the time the caller allowed, so short timeouts still get most of
-	// their time. Default 200ms.
+	// of the time the caller allowed (but 10 ms, or half, of one under
+	// 100 ms), so short timeouts still get most of their time. Default
+	// 200ms.
 	DeadlineMargin time.Duration
 	// MaxRequestBytes bounds one request message; larger ones are refused
 	// with resource_exhausted. Default DefaultMaxRequestBytes (1 MiB).

@@ -153,3 +153,23 @@ func BenchmarkWaitJobsAnswer(b *testing.B) {
 		b.ReportMetric(float64(len(encoded)), "bytes")
 	})
 }
+
+// A parked call answers a tenth of its caller's time ahead of the
+// deadline, at most the configured margin, and at least 10 ms (or half)
+// of a short one: over gRPC-Web a 20 ms deadline's 2 ms was too little.
+func TestAnswerMarginLeavesAShortDeadlineTimeToAnswer(t *testing.T) {
+	for _, tt := range []struct{ left, limit, want time.Duration }{
+		{5 * time.Second, time.Second, 500 * time.Millisecond},
+		{5 * time.Second, 200 * time.Millisecond, 200 * time.Millisecond},
+		{time.Second, 200 * time.Millisecond, 100 * time.Millisecond},
+		{100 * time.Millisecond, 200 * time.Millisecond, 10 * time.Millisecond},
+		{20 * time.Millisecond, 200 * time.Millisecond, 10 * time.Millisecond},
+		{8 * time.Millisecond, 200 * time.Millisecond, 4 * time.Millisecond},
+		{20 * time.Millisecond, 0, 0},
+		{-time.Millisecond, 200 * time.Millisecond, 0},
+	} {
+		if got := answerMargin(tt.left, tt.limit); got != tt.want {
+			t.Errorf("answerMargin(%v, %v) = %v, want %v", tt.left, tt.limit, got, tt.want)
+		}
+	}
+}
