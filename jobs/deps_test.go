@@ -107,6 +107,51 @@ func TestARetryNeverJoinsAChainLongerThanTheBound(t *testing.T) {
 	}
 }
 
+// A bulk retry of a failed chain of 150, which retries its jobs newest
+// first, several at once, leaves no WAITING chain longer than the bound,
+// however its retries interleave: each counts the WAITING jobs above and
+// below it as they are once the retries before it have committed.
+func TestABulkRetryOfALongChainKeepsItsChainsWithinTheBound(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	ctx := context.Background()
+	head := running(t, e, jobs.SubmitRequest{})
+	if _, err := e.Fail(ctx, head.ID, head.LeaseID, jobtype.JobError{Type: "Boom"}, false); err != nil {
+		t.Fatal(err)
+	}
+	const links = jobtype.MaxDependencyDepth + 50
+	ids := make([]string, links)
+	for i := range ids {
+		after := head.ID
+		if i > 0 {
+			after = ids[i-1]
+		}
+		ids[i] = submit(t, e, jobs.SubmitRequest{Kind: "chained", Batch: "chain", After: []string{after}}).ID
+	}
+	r, err := e.Bulk(ctx, e.RetryAction(), jobs.BulkFilter{Batch: "chain", States: []jobtype.State{jobtype.Cancelled}}, "", 0)
+	if !isInvalid(err, "after") || r.Changed < jobtype.MaxDependencyDepth {
+		t.Fatalf("bulk retry: %+v, %v; want at least %d retried, then the chain's bound", r, err, jobtype.MaxDependencyDepth)
+	}
+	// Link i waits for link i-1: a run of WAITING links is a chain.
+	run, longest := 0, 0
+	for _, id := range ids {
+		if get(t, e, id).State == jobtype.Waiting {
+			run++
+		} else {
+			run = 0
+		}
+		longest = max(longest, run)
+	}
+	if longest > jobtype.MaxDependencyDepth {
+		t.Fatalf("the bulk retry made a WAITING chain of %d; at most %d", longest, jobtype.MaxDependencyDepth)
+	}
+	// run is now the chain that ends at the last link.
+	if run == jobtype.MaxDependencyDepth {
+		if _, err := e.Submit(ctx, jobs.SubmitRequest{Kind: "chained", After: []string{ids[links-1]}}); !isInvalid(err, "after") {
+			t.Fatalf("submit after the end of a WAITING chain of %d: %v; want it refused", run, err)
+		}
+	}
+}
+
 // A waiter and a watcher of a WAITING job see it move: QUEUED when its
 // dependency succeeds, and CANCELLED, with the dependency named, when
 // one fails.

@@ -245,10 +245,12 @@ func WaitersTooDeep(depth, below int) error {
 	if below == 0 {
 		return nil
 	}
-	if err := chainTooDeep(depth + below); err != nil {
+	// below stops one level past the bound (WaitersBelowLimit): the
+	// chain may be longer still.
+	if depth+below > jobtype.MaxDependencyDepth {
 		return &jobtype.InvalidError{Field: "after", Reason: fmt.Sprintf(
-			"would make a chain of %d WAITING jobs, each after the next (%d of them retried before it, waiting after it); at most %d",
-			depth+below, below, jobtype.MaxDependencyDepth)}
+			"would make a chain of more than %d WAITING jobs, each after the next, counting the jobs retried before it that wait after it",
+			jobtype.MaxDependencyDepth)}
 	}
 	return nil
 }

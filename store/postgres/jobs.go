@@ -169,7 +169,17 @@ func (s *Store) createInTx(ctx context.Context, conn *pgxpool.Conn, in []jobtype
 		return nil, -1, err
 	}
 	defer tx.Rollback(ctx)
-	if err := s.checkQuota(ctx, tx, tenantsOf(charges), charges); err != nil {
+	// The tenants of jobs with dependencies are locked too: a retry that
+	// joins WAITING chains (deepenWaiters) takes the lock, so a job
+	// created after a chain's end never counts a depth that retry is
+	// raising.
+	lock := tenantsOf(charges)
+	for _, j := range in {
+		if len(j.After) > 0 && !slices.Contains(lock, j.Tenant) {
+			lock = append(lock, j.Tenant)
+		}
+	}
+	if err := s.checkQuota(ctx, tx, lock, charges); err != nil {
 		return nil, -1, err
 	}
 	out = slices.Clone(in)
@@ -465,11 +475,13 @@ func (s *Store) UpdateJob(ctx context.Context, id string, update func(*jobtype.J
 		)
 		if attempt <= optimisticUpdates {
 			u, err = s.updateOptimistic(ctx, id, update)
-			if err == nil && u.locks {
-				u, err = s.updateLocked(ctx, id, update, "", store.Quota{})
-			}
 		} else {
 			u, err = s.updateLocked(ctx, id, update, "", store.Quota{})
+		}
+		if err == nil && u.locks {
+			// A retry that waits again: with its tenant's lock, which
+			// deepenWaiters needs.
+			u, err = s.updateLocked(ctx, id, update, u.job.Tenant, store.Quota{})
 		}
 		var fe funcError
 		switch {
@@ -563,6 +575,10 @@ func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtyp
 			var waitFor []string
 			depth := 0
 			rewaits := store.Rewaits(old.job, next)
+			if rewaits && tenant == "" {
+				u.locks = true // again, with the tenant's lock first
+				return nil
+			}
 			if rewaits {
 				deps, err := readDependencies(wctx, tx, next.Tenant, next.After)
 				if err != nil {
@@ -644,7 +660,11 @@ SELECT coalesce(max(dist), 0) FROM farthest`
 // deepenWaiters counts job id, retried back to WAITING at depth, into the
 // depth of the WAITING jobs that wait for it (store.WaitersTooDeep),
 // refusing the retry (a funcError, so that tx rolls back) if they would
-// hang too deep.
+// hang too deep. tx holds the job's tenant's lock (tenantLock), as every
+// retry that waits again and every create with dependencies takes it:
+// two retries joining one chain from both ends, or a create after the
+// chain's end, would otherwise each count the chain as its snapshot had
+// it, before the other's change, and together make it too long.
 func deepenWaiters(ctx context.Context, tx pgx.Tx, id string, depth int) error {
 	var below int
 	if err := tx.QueryRow(ctx, waitersBelow, id, store.WaitersBelowLimit(depth), depth).Scan(&below); err != nil {

@@ -299,6 +299,15 @@ func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next j
 			return jobtype.Job{}, err
 		}
 	}
+	var waiters map[string]int
+	if len(waitFor) > 0 {
+		// Checked before the first statement that writes: an UpdateJob
+		// is a writeStatement, whose refusal must come before it.
+		var err error
+		if waiters, err = waitersBelow(ctx, tx, old.ID, depth); err != nil {
+			return jobtype.Job{}, err
+		}
+	}
 	next = versioned(old, next)
 	if err := s.updateRow(ctx, tx, seq, old, next); err != nil {
 		return jobtype.Job{}, err
@@ -319,8 +328,10 @@ func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next j
 				return jobtype.Job{}, fmt.Errorf("update job %s: record its dependency %s: %w", old.ID, id, classify(err))
 			}
 		}
-		if err := deepenWaiters(ctx, tx, old.ID, depth); err != nil {
-			return jobtype.Job{}, err
+		for waiter, dist := range waiters {
+			if _, err := tx.ExecContext(ctx, "UPDATE jobs SET after_depth = ?1 WHERE id = ?2 AND after_depth < ?1", depth+dist, waiter); err != nil {
+				return jobtype.Job{}, fmt.Errorf("update job %s: record the depth of job %s, waiting after it: %w", old.ID, waiter, classify(err))
+			}
 		}
 	}
 	if next.Version != old.Version {
@@ -329,10 +340,10 @@ func (s *Store) writeJob(ctx context.Context, tx *sql.Tx, seq int64, old, next j
 	return next, nil
 }
 
-// waitersBelow follows the WAITING jobs that wait for job ?1, through
-// job_deps, at most ?2 levels down (store.WaitersBelowLimit), and lists
-// each with its farthest distance below the job.
-const waitersBelow = `WITH RECURSIVE below (id, dist) AS (
+// waitersBelowQuery follows the WAITING jobs that wait for job ?1,
+// through job_deps, at most ?2 levels down (store.WaitersBelowLimit), and
+// lists each with its farthest distance below the job.
+const waitersBelowQuery = `WITH RECURSIVE below (id, dist) AS (
 	SELECT d.job_id, 1 FROM job_deps AS d JOIN jobs AS w ON w.id = d.job_id
 	WHERE d.after_id = ?1 AND w.state = 'waiting'
 	UNION
@@ -342,37 +353,31 @@ const waitersBelow = `WITH RECURSIVE below (id, dist) AS (
 )
 SELECT id, max(dist) FROM below GROUP BY id`
 
-// deepenWaiters counts job id, retried back to WAITING at depth, into the
-// depth of the WAITING jobs that wait for it (store.WaitersTooDeep),
-// refusing the retry if they would hang too deep; tx then rolls back.
-func deepenWaiters(ctx context.Context, tx *sql.Tx, id string, depth int) error {
-	rows, err := tx.QueryContext(ctx, waitersBelow, id, store.WaitersBelowLimit(depth))
+// waitersBelow returns the WAITING jobs that wait for job id, retried back
+// to WAITING at depth, each with its farthest distance below it, whose
+// depth (after_depth) the retry raises to depth plus that distance; or
+// the refusal of the retry if they would hang too deep
+// (store.WaitersTooDeep).
+func waitersBelow(ctx context.Context, tx *sql.Tx, id string, depth int) (map[string]int, error) {
+	rows, err := tx.QueryContext(ctx, waitersBelowQuery, id, store.WaitersBelowLimit(depth))
 	if err != nil {
-		return fmt.Errorf("update job %s: count the jobs waiting after it: %w", id, classify(err))
+		return nil, fmt.Errorf("update job %s: count the jobs waiting after it: %w", id, classify(err))
 	}
+	defer rows.Close()
 	farthest := map[string]int{}
 	below := 0
 	for rows.Next() {
 		var waiter string
 		var dist int
 		if err := rows.Scan(&waiter, &dist); err != nil {
-			rows.Close()
-			return fmt.Errorf("update job %s: count the jobs waiting after it: %w", id, classify(err))
+			return nil, fmt.Errorf("update job %s: count the jobs waiting after it: %w", id, classify(err))
 		}
 		farthest[waiter], below = dist, max(below, dist)
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("update job %s: count the jobs waiting after it: %w", id, classify(err))
+		return nil, fmt.Errorf("update job %s: count the jobs waiting after it: %w", id, classify(err))
 	}
-	if err := store.WaitersTooDeep(depth, below); err != nil {
-		return err
-	}
-	for waiter, dist := range farthest {
-		if _, err := tx.ExecContext(ctx, "UPDATE jobs SET after_depth = ?1 WHERE id = ?2 AND after_depth < ?1", depth+dist, waiter); err != nil {
-			return fmt.Errorf("update job %s: record the depth of job %s, waiting after it: %w", id, waiter, classify(err))
-		}
-	}
-	return nil
+	return farthest, store.WaitersTooDeep(depth, below)
 }
 
 // updateRow stores next (as versioned makes it) over the row seq, which
