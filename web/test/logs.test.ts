@@ -383,3 +383,25 @@ test("a follower out of sight lets go of its stream and resumes after the last l
   assert.equal(server.calls[1]!.req.afterSeq, 2n);
   assert.ok(!statuses.some((s) => s.kind === "reconnecting"), JSON.stringify(statuses));
 });
+
+// As the feed's: the log pane of a page left lets go of its stream at
+// once and resumes after the last line shown when the page comes back.
+test("a follower whose page is left lets go of its stream at once and resumes after the last line when it comes back", async (t) => {
+  const visibility = new FakeVisibility();
+  const server = new LogServer((call, n) => {
+    call.headers();
+    call.send(2 * n - 1, 2 * n);
+  });
+  const { follower, heard, statuses } = follow(t, server, { visibility, hiddenMs: 60_000, silenceMs: 60_000 });
+  await until("lines 1 and 2", () => heard.includes("2"));
+  visibility.leave(true);
+  assert.ok(server.calls[0]!.aborted, "the stream of a page left was not let go of at once");
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  assert.equal(server.calls.length, 1, "a stream was dialled while the page was left");
+  visibility.leave(false);
+  await until("lines 3 and 4", () => heard.includes("4"));
+  follower.stop();
+  assert.deepEqual(heard, ["1", "2", "3", "4"]);
+  assert.equal(server.calls[1]!.req.afterSeq, 2n);
+  assert.ok(!statuses.some((s) => s.kind === "reconnecting"), JSON.stringify(statuses));
+});
