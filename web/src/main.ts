@@ -887,12 +887,15 @@ function showError(what: string, err: unknown): void {
 }
 
 // infoAsked numbers the GetServerInfo calls: only the latest one's
-// answer (the token now in use) may set access.
+// answer (the token now in use) may set access. infoHeard: that answer
+// has come, so access is what the server said of the token.
 let infoAsked = 0;
+let infoHeard = false;
 
 // loadServerInfo asks the server, with the page's token, whether it
 // needs one, who the token is (caller: set by a server that runs with
-// tokens for a token it knows), and whether it runs the demo.
+// tokens for a token it knows), and whether it runs the demo. The queues
+// are asked for once it has answered, if the token may read them.
 async function loadServerInfo(): Promise<void> {
   const asked = ++infoAsked;
   try {
@@ -909,25 +912,19 @@ async function loadServerInfo(): Promise<void> {
         ownTenant = info.caller.tenant || (info.caller.role === "admin" ? "default" : "");
         showTenantName();
       }
-      if (access.role !== "admin") {
-        // A refusal of the queues may already be shown, in the server's
-        // words: say it in the page's (pollQueues asks no more once it
-        // was refused).
-        if (queuesDenied && deniedBy !== undefined) {
-          setText(byId("queues-note"), queuesRefused(deniedBy));
-        } else {
-          void pollQueues();
-        }
-      }
+    } else if (info.authRequired && savedToken() === "") {
+      access = { kind: "none" };
     } else {
       access = info.authRequired ? { kind: "unknown" } : { kind: "open" };
     }
+    infoHeard = true;
     refreshActions();
     tokenForm.hidden = !info.authRequired && savedToken() === "";
     if (info.demo && info.demoKinds.length > 0) {
       demoKind.replaceChildren(...info.demoKinds.map((k) => new Option(k, k)));
       demoForm.hidden = false;
     }
+    void pollQueues();
   } catch (err) {
     if (asked !== infoAsked) {
       return;
@@ -945,14 +942,36 @@ async function loadServerInfo(): Promise<void> {
 }
 
 let queueTimer: ReturnType<typeof setTimeout> | undefined;
-// queuesDenied: ListQueues refused the page's token (permission_denied),
-// so the page asks for the queues and schedules no more until the token
-// changes.
-let queuesDenied = false;
-// deniedBy is that refusal, said again once the token's role is known.
+// deniedBy is ListQueues' refusal of the page's token (permission_denied:
+// its role; unauthenticated: a token the server does not know), after
+// which the page asks for the queues and schedules no more until the
+// token changes: asking again would only be refused again.
 let deniedBy: JobwatchError | undefined;
 let queueCalls = 0;
 let queueShown = 0;
+
+// queuesWithheld is why the page does not ask for the queues and
+// schedules, which take an admin token (or a server without tokens), as
+// the queue panel's note says it ("" to say nothing); undefined when it
+// asks. It asks for none before GetServerInfo has said what the token is,
+// none without a token where the server needs one, none for a token of
+// another role, and none once ListQueues refused the token: each call
+// would be refused, every few seconds, for as long as the page is open.
+function queuesWithheld(): string | undefined {
+  if (deniedBy !== undefined) {
+    return queuesRefused(deniedBy);
+  }
+  if (!infoHeard) {
+    return "";
+  }
+  if (access.kind === "none") {
+    return "seeing and pausing queues takes an admin token: enter one";
+  }
+  if (access.kind === "token" && access.role !== "admin") {
+    return `seeing and pausing queues takes an admin token; this is a ${access.role} token`;
+  }
+  return undefined;
+}
 
 // pollQueues may run twice at once (the timer and a job change); only an
 // answer to a later call than the one on screen is shown, so a call that
@@ -960,12 +979,14 @@ let queueShown = 0;
 // schedules come with the queues, at the same pace.
 async function pollQueues(): Promise<void> {
   clearTimeout(queueTimer);
-  if (queuesDenied) {
+  const note = byId("queues-note");
+  const withheld = queuesWithheld();
+  if (withheld !== undefined) {
+    setText(note, withheld);
     return;
   }
   queueTimer = setTimeout(() => void pollQueues(), queuePollMs);
   const call = ++queueCalls;
-  const note = byId("queues-note");
   void pollSchedules(call);
   try {
     const res = await queueClient.listQueues({});
@@ -978,10 +999,10 @@ async function pollQueues(): Promise<void> {
     }
   } catch (err) {
     const refusal = refusalOf(err);
-    if (refusal.code === Code.PermissionDenied) {
-      // The token's role will not change by asking again.
+    if (refusal.code === Code.PermissionDenied || refusal.code === Code.Unauthenticated) {
+      // Neither the token's role nor whether the server knows it will
+      // change by asking again.
       queuesKnown = new Map();
-      queuesDenied = true;
       deniedBy = refusal;
       clearTimeout(queueTimer);
     }
@@ -1083,8 +1104,8 @@ tokenForm.addEventListener("submit", (e) => {
   saveToken(tokenInput.value.trim());
   // What the last token could do says nothing of this one: ask again.
   access = { kind: "unknown" };
+  infoHeard = false;
   refusals.clear();
-  queuesDenied = false;
   deniedBy = undefined;
   queuesKnown = new Map();
   refreshActions();
@@ -1098,7 +1119,6 @@ tokenForm.addEventListener("submit", (e) => {
   showTenantName();
   startFeed();
   void loadServerInfo();
-  void pollQueues();
   // A job the page was opened on (a link) that the last token could not
   // read: ask for it again with this one.
   if (selected !== "" && detail.shown !== selected) {
@@ -1189,7 +1209,6 @@ showTenantName();
 tokenInput.value = savedToken();
 startFeed();
 void loadServerInfo();
-void pollQueues();
 if (linkedJob() !== "") {
   select(linkedJob());
 }
