@@ -15,6 +15,7 @@ import (
 	"github.com/jobwatch/jobwatch/auth"
 	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/server"
 )
 
@@ -127,4 +128,66 @@ func requestsOf(t *testing.T, base, token, procedure string) float64 {
 		n += v
 	}
 	return n
+}
+
+// A new token keeps nothing of what the last one could see: an admin's
+// queues (their counts and busiest tenants) and schedules go when a
+// client or worker token is entered, where they used to stay on screen,
+// frozen; and come back with an admin token.
+func TestANewTokenKeepsNoneOfTheLastTokensQueuesOrSchedules(t *testing.T) {
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	const (
+		adminToken  = "jw_e2e-forget-admin-token"
+		clientToken = "jw_e2e-forget-acme-client-token"
+		workerToken = "jw_e2e-forget-worker-token"
+	)
+	tokens, err := auth.ParseTokens("tokens.yaml", []byte(fmt.Sprintf("tokens:\n"+
+		"  - sha256: %s\n    role: admin\n"+
+		"  - sha256: %s\n    tenant: acme\n    role: client\n"+
+		"  - sha256: %s\n    role: worker\n",
+		auth.Digest(adminToken), auth.Digest(clientToken), auth.Digest(workerToken))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	rules := jobtype.Rules{Schedules: []jobtype.Schedule{{Name: "nightly-digest", Kind: "digest.send", Queue: "reports", Tenant: "ops", Every: time.Hour}}}
+	srv := startServerWithRules(t, addr, testdb.New(t), rules, func(c *server.Config) { c.Tokens = tokens })
+	defer srv.shutdown(t)
+	if _, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Tenant: "acme", Kind: "billing.invoice"}); err != nil {
+		t.Fatal(err)
+	}
+
+	p := &page{t: t, ctx: newTab(t, ctx)}
+	p.do("open the page on tenant acme", chromedp.Navigate("http://"+addr+"/?tenant=acme"))
+	p.waitFor("the feed waiting for a token", `document.getElementById("status").dataset.status === "unauthenticated"`)
+	adminSees := func() {
+		p.t.Helper()
+		useTokenOn(p, adminToken)
+		p.waitFor("the queues, and the schedule", exists(`tr[data-queue="default"]`)+` && `+exists(`tr[data-schedule="nightly-digest"]`)+
+			` && !document.getElementById("schedules-panel").hidden`)
+		p.click("open the default queue's tenants", `tr[data-queue="default"] .tenants-toggle`)
+		p.waitFor("acme among them", exists(`tr[data-tenants-of="default"]:not([hidden]) tr[data-tenant="acme"]`))
+	}
+	nothingOfTheAdmins := func(role string) string {
+		return `document.querySelectorAll("#queues tr").length === 0 && document.querySelectorAll("#schedules tr").length === 0 && ` +
+			`document.getElementById("schedules-panel").hidden && ` +
+			textIs("#queues-note", "seeing and pausing queues takes an admin token; this is a "+role+" token")
+	}
+
+	t.Run("a client token after an admin's", func(t *testing.T) {
+		p.t = t
+		adminSees()
+		useTokenOn(p, clientToken)
+		p.waitFor("none of the admin's queues or schedules", nothingOfTheAdmins("client"))
+	})
+
+	t.Run("a worker token after an admin's", func(t *testing.T) {
+		p.t = t
+		adminSees()
+		useTokenOn(p, workerToken)
+		p.waitFor("none of the admin's queues or schedules", nothingOfTheAdmins("worker"))
+	})
 }

@@ -1001,10 +1001,13 @@ async function pollQueues(): Promise<void> {
     const refusal = refusalOf(err);
     if (refusal.code === Code.PermissionDenied || refusal.code === Code.Unauthenticated) {
       // Neither the token's role nor whether the server knows it will
-      // change by asking again.
-      queuesKnown = new Map();
+      // change by asking again; and what an answer to it showed before
+      // (a token revoked, or its role changed) is no longer its to see.
       deniedBy = refusal;
       clearTimeout(queueTimer);
+      if (call > queueShown) {
+        forgetQueues();
+      }
     }
     if (call > queueShown) {
       queueShown = call;
@@ -1027,9 +1030,22 @@ function queuesRefused(err: JobwatchError): string {
 
 let schedulesShown = 0;
 
+// forgetQueues takes the queues and schedules off the page, and drops the
+// answers of the calls still on their way: made with a token, they show
+// what the page's token now may not see.
+function forgetQueues(): void {
+  queuesKnown = new Map();
+  queueShown = queueCalls;
+  schedulesShown = queueCalls;
+  queues.clear();
+  schedules.clear();
+  refreshDetail();
+}
+
 // pollSchedules shows ListSchedules. A server without schedules support
-// (unimplemented) has none; any other failure keeps what is shown, and
-// the queues' note already says when the server cannot be reached.
+// (unimplemented) has none, and a token refused them may see none; any
+// other failure keeps what is shown, and the queues' note already says
+// when the server cannot be reached.
 async function pollSchedules(call: number): Promise<void> {
   try {
     const res = await queueClient.listSchedules({});
@@ -1038,9 +1054,10 @@ async function pollSchedules(call: number): Promise<void> {
       schedules.render(res.schedules, Date.now());
     }
   } catch (err) {
-    if (call > schedulesShown && refusalOf(err).code === Code.Unimplemented) {
+    const code = refusalOf(err).code;
+    if (call > schedulesShown && (code === Code.Unimplemented || code === Code.PermissionDenied || code === Code.Unauthenticated)) {
       schedulesShown = call;
-      schedules.render([], Date.now());
+      schedules.clear();
     }
   }
 }
@@ -1107,7 +1124,10 @@ tokenForm.addEventListener("submit", (e) => {
   infoHeard = false;
   refusals.clear();
   deniedBy = undefined;
-  queuesKnown = new Map();
+  // The queues and schedules shown are the last token's to see: they go,
+  // and come back only if GetServerInfo says this one may read them.
+  forgetQueues();
+  setText(byId("queues-note"), "");
   refreshActions();
   // A new token may be for another tenant: a tenant it was refused is
   // asked for again.

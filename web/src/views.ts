@@ -795,6 +795,13 @@ export class QueueTable {
     this.confirm.recheck();
   }
 
+  // clear takes every queue off the panel, with any question asked of
+  // one: what a token could read is not the next token's to see.
+  clear(): void {
+    this.confirm.reset();
+    this.render([], Date.now());
+  }
+
   // tick moves the "since" texts along between two answers.
   tick(now: number): void {
     for (const row of this.rows.values()) {
@@ -1045,6 +1052,11 @@ export class ScheduleTable {
       row.update(s, now);
     }
     this.section.hidden = this.rows.size === 0;
+  }
+
+  // clear takes every schedule off the page (see QueueTable.clear).
+  clear(): void {
+    this.render([], Date.now());
   }
 
   tick(now: number): void {
