@@ -672,8 +672,14 @@ function fetchFull(id: string): void {
   }
   fetching = id;
   const call = ++fetches;
+  // An answer read with another token than the one in use now is not
+  // this one's to show (nor to end the fetch of the same job with it).
+  const token = savedToken();
   client.getJob(id).then(
     (job) => {
+      if (savedToken() !== token) {
+        return;
+      }
       if (fetching === id) {
         fetching = "";
       }
@@ -684,7 +690,7 @@ function fetchFull(id: string): void {
       }
     },
     (err) => {
-      if (call !== fetches) {
+      if (call !== fetches || savedToken() !== token) {
         return;
       }
       if (fetching === id) {
@@ -1118,7 +1124,19 @@ byId("detail").addEventListener("keydown", (e) => {
 
 tokenForm.addEventListener("submit", (e) => {
   e.preventDefault();
+  const before = savedToken();
   saveToken(tokenInput.value.trim());
+  const changed = savedToken() !== before;
+  // A job the page was opened on (a link) that the last token could not
+  // read is asked for again with this one, below.
+  const unread = selected !== "" && detail.shown !== selected ? selected : "";
+  // GetJob answers on their way were read with the last token.
+  fetching = "";
+  if (changed && detail.shown !== "") {
+    // The details the last token opened are its own to see: they close,
+    // and the stream of their log with them.
+    select("");
+  }
   // What the last token could do says nothing of this one: ask again.
   access = { kind: "unknown" };
   infoHeard = false;
@@ -1139,11 +1157,8 @@ tokenForm.addEventListener("submit", (e) => {
   showTenantName();
   startFeed();
   void loadServerInfo();
-  // A job the page was opened on (a link) that the last token could not
-  // read: ask for it again with this one.
-  if (selected !== "" && detail.shown !== selected) {
-    fetching = "";
-    select(selected);
+  if (unread !== "") {
+    select(unread);
   }
 });
 
