@@ -81,3 +81,50 @@ func TestANewTokenClosesTheLastTokensDetailsAndTheirLog(t *testing.T) {
 	// The feed's stream alone: the log's is closed.
 	waitOpenWatchesAs(t, base, adminToken, 1)
 }
+
+// After the server refuses the page's token (a reload that dropped it)
+// and takes it back (restored, reloaded, and Use clicked with the same
+// token), the job's log resumes with the feed, after the last line it
+// showed: the lines appended meanwhile appear, none twice. It used to
+// stay at "the server wants a token: the token is no longer known".
+func TestTheLogResumesWithTheFeedWhenARefusedTokenIsTakenBack(t *testing.T) {
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	const (
+		adminToken  = "jw_e2e-back-admin-token"
+		clientToken = "jw_e2e-back-acme-client-token"
+	)
+	all := tokensOf(t, map[string][2]string{adminToken: {"admin", ""}, clientToken: {"client", "acme"}})
+	withoutClient := tokensOf(t, map[string][2]string{adminToken: {"admin", ""}})
+	addr := freeAddr(t)
+	base := "http://" + addr
+	srv := startServer(t, addr, testdb.New(t), func(c *server.Config) { c.Tokens = all })
+	defer srv.shutdown(t)
+
+	job := submitTo(t, ctx, srv, "acme", "build.compile")
+	w := claimOverConnectAs(t, ctx, base, "build.compile", adminToken)
+	w.numbered(3)
+
+	p := &page{t: t, ctx: newTab(t, ctx)}
+	p.do("open a link to the running job", chromedp.Navigate(base+"/?job="+job))
+	p.waitFor("the token field, asked for", `!document.getElementById("token-form").hidden`)
+	useTokenOn(p, clientToken)
+	p.waitFor("the job's details and its log, live", detailShows(job, "running")+" && "+exists(logPane+`[data-status="live"]`))
+	logShowsEveryLine(p, w)
+
+	srv.server.SetTokens(withoutClient)
+	p.waitFor("the feed and the log refused", `document.getElementById("status").dataset.status === "unauthenticated" && `+
+		exists(logPane+`[data-status="stopped"]`)+" && "+textIs("#detail .log-status", "the server wants a token: the token is no longer known"))
+	w.numbered(4) // while the page may not read them
+
+	srv.server.SetTokens(all)
+	useTokenOn(p, clientToken)
+	p.waitFor("the feed and the log live again", `document.getElementById("status").dataset.status === "live" && `+
+		exists(logPane+`[data-status="live"]`)+" && "+detailShows(job, "running"))
+	p.waitFor("every line once, those appended meanwhile too", logIs(w))
+	w.numbered(2)
+	p.waitFor("and those appended after", logIs(w))
+	waitOpenWatchesAs(t, base, adminToken, 2)
+}

@@ -1159,6 +1159,12 @@ tokenForm.addEventListener("submit", (e) => {
   void loadServerInfo();
   if (unread !== "") {
     select(unread);
+  } else if (detail.shown !== "") {
+    // The same token again, as after the server refused it and was given
+    // it back: the log takes up where the refusal stopped it, and the
+    // job is read again, as the feed, started afresh, may not bring it.
+    detail.resumeLog();
+    fetchFull(detail.shown);
   }
 });
 

@@ -525,6 +525,12 @@ export class Detail {
     this.el.hidden = true;
   }
 
+  // resumeLog follows the log again where the server stopped it for the
+  // token it refused (see LogPane.resume).
+  resumeLog(): void {
+    this.logs.resume();
+  }
+
   // deleted shows that job id, on screen, was deleted (on this page or
   // any other): its kind and id stay, to say which job, but its state,
   // payload, history and buttons go, as none of them is true any more. A

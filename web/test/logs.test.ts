@@ -335,6 +335,26 @@ test("a job the server does not have stops the follower with the reason, without
   await new Promise((resolve) => setTimeout(resolve, 50));
   assert.equal(server.calls.length, 1);
   assert.match((statuses.at(-1) as { reason: string }).reason, /not on the server/);
+  assert.equal((statuses.at(-1) as { refused: boolean }).refused, false, "a job not found was taken for a token refused");
+});
+
+// A token the server no longer knows (a reload revoked it) stops the
+// follower too, but says it was the token: the page follows the log
+// again once it has a token the server takes.
+test("a token the server refuses stops the follower, saying it was the token", async (t) => {
+  for (const [code, message] of [
+    [Code.Unauthenticated, "the token is no longer known"],
+    [Code.PermissionDenied, "a worker token may not call WatchJobLogs"],
+  ] as const) {
+    const server = new LogServer((call) => call.fail(code, message));
+    const { statuses } = follow(t, server);
+    await until("stopped", () => statuses.at(-1)?.kind === "stopped");
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    assert.equal(server.calls.length, 1, `${message}: dialled again`);
+    const last = statuses.at(-1);
+    assert.ok(last?.kind === "stopped" && last.refused, `${message}: not stopped as refused: ${JSON.stringify(last)}`);
+    assert.match(last.reason, new RegExp(message));
+  }
 });
 
 test("a silent stream is dropped and dialled again after the last seq", async (t) => {
