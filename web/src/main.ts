@@ -26,8 +26,11 @@ import { BatchBar, Detail, JobList, QueueTable, ScheduleTable, type BatchLinks, 
 import "./style.css";
 
 const queuePollMs = 5000;
-// The list keeps every active job and at most this many in all.
-const maxJobsShown = 200;
+// The list keeps every job that has not ended, and the newest this many
+// of those that have (besides the jobs ListJobs read for the view, and
+// the one shown): the most recent outcomes stay in sight however many
+// jobs wait, and older ones are a click away (Show older jobs).
+const maxEndedShown = 200;
 
 const book = new JobBook();
 const statusEl = byId<HTMLElement>("status");
@@ -208,11 +211,17 @@ let progress: BatchProgress | undefined;
 let stateFilter = stateFilterFromURL(new URL(location.href));
 // listed holds the jobs ListJobs read for the view (its first page, and
 // every older page asked for): the book keeps them however old. olderToken
-// is the next page's token, "" once the view's last job was read (then
-// listedAll) or before the first answer. listing numbers the views, so an
-// answer for one the user has left is dropped.
+// is the page Show older jobs reads next ("" for the view's first), and
+// olderLeft says there is one: once the view's last job was read (then
+// listedAll) there is none, until the book lets go of a job of the view,
+// which may sit anywhere in its order: then Show older jobs reads the view
+// again from its first page, past the jobs shown (rewindOlder; rewinds
+// counts them, so a page on its way meanwhile does not undo one). listing
+// numbers the views, so an answer for one the user has left is dropped.
 let listed = new Set<string>();
 let olderToken = "";
+let olderLeft = false;
+let rewinds = 0;
 let listedAll = false;
 // trimmedFailed: the book has let go of a failed job of the view since
 // it was listed in full, so its count of them is no longer the view's.
@@ -263,6 +272,7 @@ function startFeed(): void {
   list.filter((job) => matches(shownFilter, job.state), shownFilter === "all" ? "recent" : filterLabel(shownFilter));
   listed = new Set();
   olderToken = "";
+  olderLeft = false;
   listedAll = false;
   trimmedFailed = false;
   listing++;
@@ -338,7 +348,7 @@ function startFeed(): void {
   }, { batch });
   feed = current;
   current.start();
-  void listOlder();
+  void listOlder(true);
 }
 
 // A burst of changes (a bulk action's thousands, in responses of up to 50
@@ -378,7 +388,11 @@ function renderNow(): void {
   }
   list.render(book, changed);
   const failedBefore = book.count(JobState.FAILED);
-  list.remove(book.trim(maxJobsShown, detail.shown, (id) => listed.has(id)));
+  const trimmed = book.trim(maxEndedShown, detail.shown, (id) => listed.has(id));
+  if (trimmed.some((id) => list.has(id))) {
+    rewindOlder();
+  }
+  list.remove(trimmed);
   trimmedFailed ||= book.count(JobState.FAILED) < failedBefore;
   refreshDetail();
   refreshActions();
@@ -386,41 +400,59 @@ function renderNow(): void {
   soonPollQueues();
 }
 
-// listOlder reads the view's next page with ListJobs (the first when none
-// was read yet): with a state filter, the jobs of those states however
-// old; without one, the jobs older than the stream's first page.
-async function listOlder(): Promise<void> {
+// listOlder reads the view's first page with ListJobs (first), or on
+// request its next: with a state filter, the jobs of those states
+// however old; without one, the jobs older than the stream's first page.
+// A page whose jobs are all shown already (the view read again from its
+// start, past the jobs kept) is followed by the next at once, so that a
+// click shows more whenever there is more.
+async function listOlder(first = false): Promise<void> {
   const view = listing;
-  const first = listed.size === 0 && olderToken === "";
   olderButton.disabled = true;
   setText(olderNote, first ? "" : "loading…");
   try {
-    const res = await jobClient.listJobs({
-      tenant,
-      batch,
-      states: statesOf(stateFilter),
-      pageSize: first ? firstPageSize : olderPageSize,
-      pageToken: olderToken,
-      view: JobView.SUMMARY,
-    });
-    if (view !== listing) {
-      return;
-    }
-    if (tenant === "" && ownTenant === "" && res.jobs[0] !== undefined) {
-      ownTenant = res.jobs[0].tenant;
-      showTenantName();
-    }
-    const changed: string[] = [];
-    for (const job of res.jobs) {
-      listed.add(job.id);
-      if (book.merge(job) || !list.has(job.id)) {
-        changed.push(job.id);
+    let added = 0;
+    let more: boolean;
+    do {
+      const rewound = rewinds;
+      const res = await jobClient.listJobs({
+        tenant,
+        batch,
+        states: statesOf(stateFilter),
+        pageSize: first ? firstPageSize : olderPageSize,
+        pageToken: olderToken,
+        view: JobView.SUMMARY,
+      });
+      if (view !== listing) {
+        return;
       }
-    }
-    olderToken = res.nextPageToken;
-    listedAll = olderToken === "";
+      if (tenant === "" && ownTenant === "" && res.jobs[0] !== undefined) {
+        ownTenant = res.jobs[0].tenant;
+        showTenantName();
+      }
+      const changed: string[] = [];
+      for (const job of res.jobs) {
+        listed.add(job.id);
+        const shown = list.has(job.id);
+        if (book.merge(job) || !shown) {
+          changed.push(job.id);
+        }
+        if (!shown) {
+          added++;
+        }
+      }
+      list.render(book, changed);
+      if (rewound !== rewinds) {
+        // The book let go of a job of the view meanwhile: the next click
+        // reads the view again from its start.
+        break;
+      }
+      olderToken = res.nextPageToken;
+      olderLeft = olderToken !== "";
+      listedAll = !olderLeft;
+      more = !first && added === 0 && olderLeft;
+    } while (more);
     setText(olderNote, "");
-    list.render(book, changed);
     refreshActions();
   } catch (err) {
     if (view !== listing) {
@@ -437,9 +469,20 @@ async function listOlder(): Promise<void> {
   }
 }
 
+// rewindOlder makes Show older jobs read the view again from its first
+// page: the book let go of a job of the view (trim), which may be newer
+// than the next page's jobs.
+function rewindOlder(): void {
+  rewinds++;
+  olderToken = "";
+  olderLeft = true;
+  listedAll = false;
+  showOlder();
+}
+
 // showOlder offers the next page while there is one.
 function showOlder(): void {
-  olderButton.hidden = olderToken === "";
+  olderButton.hidden = !olderLeft;
 }
 
 // showBatch filters the list to the jobs of name ("" shows every job
