@@ -273,6 +273,7 @@ function startFeed(): void {
   listed = new Set();
   olderToken = "";
   olderLeft = false;
+  firstPageIn = false;
   listedAll = false;
   trimmedFailed = false;
   listing++;
@@ -465,6 +466,10 @@ async function listOlder(first = false): Promise<void> {
     if (view === listing) {
       olderButton.disabled = false;
       showOlder();
+      if (first) {
+        firstPageIn = true;
+        reveal();
+      }
     }
   }
 }
@@ -685,6 +690,7 @@ function select(id: string, byKeyboard = false): void {
   if (url.href !== location.href) {
     history.replaceState(null, "", url);
   }
+  revealing = id;
   if (id === "") {
     detail.hide();
     return;
@@ -696,17 +702,37 @@ function select(id: string, byKeyboard = false): void {
       detail.focus();
     }
   }
-  // In one column (a narrow window) the details sit below the whole list,
-  // and in two at the top of the page, above a row far down the list:
-  // bring them into view, or a click on a row seems to do nothing.
+  reveal();
+  // Also for a job older than the stream's first page, or a link from
+  // elsewhere: its answer puts the job in the book.
+  fetchFull(id);
+}
+
+// revealing is the job whose details are to be brought into view once
+// they show: at once for a job the page has, when GetJob answers for one
+// it has not (a link, an id typed), and again once the view's first page
+// is in (firstPageIn), whose rows, above the details in one column, push
+// them down.
+let revealing = "";
+let firstPageIn = false;
+
+// reveal brings the details of the job selected into view, if they show
+// it. In one column (a narrow window) the details sit below the whole
+// list, and in two at the top of the page, above a row far down the
+// list: a click on a row, or a link opened, would otherwise seem to do
+// nothing.
+function reveal(): void {
+  if (revealing === "" || detail.shown !== revealing) {
+    return;
+  }
+  if (firstPageIn) {
+    revealing = "";
+  }
   const panel = byId("detail");
   const top = panel.getBoundingClientRect().top;
   if (top < 0 || top > window.innerHeight * 0.8) {
     panel.scrollIntoView({ block: "start" });
   }
-  // Also for a job older than the stream's first page, or a link from
-  // elsewhere: its answer puts the job in the book.
-  fetchFull(id);
 }
 
 function fetchFull(id: string): void {
@@ -730,6 +756,7 @@ function fetchFull(id: string): void {
       if (selected === id) {
         full = job;
         refreshDetail(id);
+        reveal();
       }
     },
     (err) => {
