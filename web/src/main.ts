@@ -15,6 +15,7 @@ import { accessReason, ActionButton, ActionError, Confirm, Refusals, unreachable
 import { client, jobClient, queueClient, savedToken, saveToken } from "./api";
 import { BatchProgress, batchFromURL, urlWithBatch } from "./batch";
 import { byId, setData, setText } from "./dom";
+import { aboutJob } from "./format";
 import { JobFeed, type FeedStatus } from "./feed";
 import { filterLabel, jobLink, linkedJobFromURL, matches, stateFilterFromURL, stateFilters, statesOf, urlWithoutJob, urlWithState, type StateFilter } from "./filter";
 import { JobState, JobView, type Job, type Queue } from "./gen/jobwatch/v1/jobwatch_pb";
@@ -766,13 +767,13 @@ function fetchFull(id: string): void {
       if (fetching === id) {
         fetching = "";
       }
-      showError(`Job ${id}`, err);
+      showError(`Job ${id}`, err, id);
       // A link or an id typed that opens nothing: the details of the job
       // shown before must not stand in for it, and the box says why.
       if (selected === id && detail.shown !== id) {
         detail.hide();
         list.select("");
-        setText(openNote, `No job ${id} to show: ${unreachable(err) ? "the server cannot be reached" : refusalOf(err).rawMessage}`);
+        setText(openNote, `No job ${id} to show: ${unreachable(err) ? "the server cannot be reached" : aboutJob(id, refusalOf(err).rawMessage)}`);
       }
     },
   );
@@ -951,12 +952,15 @@ function serverAnswered(): void {
 
 let errorTimer: ReturnType<typeof setTimeout> | undefined;
 
-function showError(what: string, err: unknown): void {
+// showError says what failed, and why, for a few seconds; a failure of a
+// call on one job (jobId) names the job in what, and its reason the id
+// no second time.
+function showError(what: string, err: unknown, jobId = ""): void {
   const e = refusalOf(err);
   if (e instanceof UnauthenticatedError) {
     tokenForm.hidden = false;
   }
-  setText(errorEl, `${what}: ${unreachable(err) ? "the server cannot be reached" : e.rawMessage || e.codeName}`);
+  setText(errorEl, `${what}: ${unreachable(err) ? "the server cannot be reached" : aboutJob(jobId, e.rawMessage) || e.codeName}`);
   errorEl.hidden = false;
   clearTimeout(errorTimer);
   errorTimer = setTimeout(() => (errorEl.hidden = true), 6000);
