@@ -41,6 +41,7 @@ func requireChromium(t *testing.T) {
 // `jobwatch demo` runs, with the test as its worker.
 type liveServer struct {
 	engine *jobs.Engine
+	server *server.Server
 	store  store.Store
 	stop   context.CancelFunc
 	served chan error
@@ -109,7 +110,7 @@ func startServerWithRules(t *testing.T, addr, dbPath string, rules jobtype.Rules
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &liveServer{engine: engine, store: st, stop: cancel, served: make(chan error, 1)}
+	s := &liveServer{engine: engine, server: srv, store: st, stop: cancel, served: make(chan error, 1)}
 	go func() { s.served <- srv.Serve(ctx, ln) }()
 	return s
 }
@@ -616,9 +617,16 @@ func TestPageFollowsJobsLiveAndRecoversFromAServerRestart(t *testing.T) {
 // at want: a stream the page left closes when the server notices.
 func waitOpenWatches(t *testing.T, base string, want float64) {
 	t.Helper()
+	waitOpenWatchesAs(t, base, "", want)
+}
+
+// waitOpenWatchesAs is waitOpenWatches on a server with tokens, reading
+// /metrics with token (an admin or metrics one).
+func waitOpenWatchesAs(t *testing.T, base, token string, want float64) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		got := openWatches(t, base)
+		got := openWatchesAs(t, base, token)
 		if got == want {
 			return
 		}
@@ -633,7 +641,20 @@ func waitOpenWatches(t *testing.T, base string, want float64) {
 // streams from /metrics.
 func openWatches(t *testing.T, base string) float64 {
 	t.Helper()
-	res, err := http.Get(base + "/metrics")
+	return openWatchesAs(t, base, "")
+}
+
+// openWatchesAs is openWatches read with token ("" for none).
+func openWatchesAs(t *testing.T, base, token string) float64 {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,12 +33,35 @@ type logWorker struct {
 
 func claimOverConnect(t *testing.T, ctx context.Context, base, kind string) *logWorker {
 	t.Helper()
-	client := jobwatchv1connect.NewWorkerServiceClient(http.DefaultClient, base)
+	return claimOverConnectAs(t, ctx, base, kind, "")
+}
+
+// claimOverConnectAs is claimOverConnect with a worker token ("" for
+// none), for a server with tokens.
+func claimOverConnectAs(t *testing.T, ctx context.Context, base, kind, token string) *logWorker {
+	t.Helper()
+	httpClient := http.DefaultClient
+	if token != "" {
+		httpClient = &http.Client{Transport: bearerTransport{token: token, next: http.DefaultTransport}}
+	}
+	client := jobwatchv1connect.NewWorkerServiceClient(httpClient, base)
 	res, err := client.ClaimJob(ctx, &jobwatchv1.ClaimJobRequest{WorkerId: "e2e-logger", Kinds: []string{kind}})
 	if err != nil || res.GetJob() == nil {
 		t.Fatalf("claim %s: %v (job %v)", kind, err, res.GetJob())
 	}
 	return &logWorker{t: t, ctx: ctx, client: client, jobID: res.GetJob().GetId(), lease: res.GetLeaseId()}
+}
+
+// bearerTransport sends each request with its token, as a worker does.
+type bearerTransport struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
 }
 
 // log appends texts on stream in one call, after a heartbeat that keeps

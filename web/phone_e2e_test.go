@@ -13,7 +13,8 @@ import (
 
 // On a 375 px window, a phone's, a failed job's reason and a running
 // job's step are read whole in the list (under the row, wrapping), not
-// cut to "D…"; the queue and schedule tables stay inside their panels.
+// cut to "D…"; the queue and schedule tables stay inside their panels,
+// and their badges and names are never broken inside a word.
 func TestAPhoneReadsTheFailureReasonAndTheTablesFit(t *testing.T) {
 	ctx, base, srv := startLiveWithRules(t, 2*time.Minute, jobtype.Rules{
 		Queues: map[string]jobtype.QueueRules{"thumbnails-and-previews": {}},
@@ -26,12 +27,18 @@ func TestAPhoneReadsTheFailureReasonAndTheTablesFit(t *testing.T) {
 	claim(t, ctx, srv.engine, "report.export").fail("DecodeErrorInTheWarehouseAdapter", "not a JPEG")
 	running := submit(t, ctx, srv.engine, "thumbs.render", `{}`)
 	claim(t, ctx, srv.engine, "thumbs.render").progress(40, "writing rows to the warehouse")
+	// The hourly schedule's first run, succeeded: a badge in its row.
+	if err := srv.engine.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	claim(t, ctx, srv.engine, "digest.send").complete(`{}`)
 
 	p := &page{t: t, ctx: newTab(t, ctx)}
 	p.do("size the window as a phone", chromedp.EmulateViewport(375, 812))
 	p.do("open the page", chromedp.Navigate(base+"/"))
 	p.waitFor("both jobs, the schedules and queues", exists(row(failed.ID)+`[data-state="failed"]`)+" && "+exists(row(running.ID)+`[data-state="running"]`)+
-		` && !document.getElementById("schedules-panel").hidden && document.querySelectorAll("#queues > tr[data-queue]").length >= 2`)
+		` && !document.getElementById("schedules-panel").hidden && document.querySelectorAll("#queues > tr[data-queue]").length >= 2`+
+		` && `+textIs(`tr[data-schedule="nightly-digest"] .last-run .badge`, "succeeded"))
 
 	// whole: the element's text is not cut (no ellipsis, nothing hidden),
 	// and it spans most of its row.
@@ -53,7 +60,48 @@ func TestAPhoneReadsTheFailureReasonAndTheTablesFit(t *testing.T) {
 		};
 		return [...document.querySelectorAll("table.queues")].every(inside) && document.documentElement.scrollWidth <= window.innerWidth;
 	})()`)
+	// A badge ("succe|eded"), a queue's or a schedule's name ("report|s")
+	// never breaks inside a word: a name may break after a hyphen.
+	p.waitFor("no badge or name broken inside a word", `(() => {
+		const whole = (el) => [...el.childNodes].filter((n) => n.nodeType === Node.TEXT_NODE).every((n) => {
+			let at = 0;
+			return n.textContent.split(/(?<=[\s-])/).every((word) => {
+				const range = document.createRange();
+				const text = word.trimEnd();
+				range.setStart(n, at);
+				range.setEnd(n, at + text.length);
+				at += word.length;
+				return text === "" || range.getClientRects().length === 1;
+			});
+		});
+		const words = [...document.querySelectorAll("table.queues .badge, table.queues .name, .schedules .schedule-queue, .schedules .schedule-queue-under")].filter((el) => el.getClientRects().length > 0);
+		return words.length >= 8 && words.every(whole);
+	})()`)
 	if png, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100)); err == nil {
 		os.WriteFile(artifactPath(t, "web-e2e-phone-375.png"), png, 0o644)
 	}
+}
+
+// On a phone the details sit below the whole list: a link to a job
+// (?job=ID) brings them into view once they show, as a click on a row
+// does, and they stay in view as the list fills in above them. They
+// used to show some 8,600 px down the page, out of sight.
+func TestALinkToAJobOnAPhoneShowsItsDetailsInView(t *testing.T) {
+	ctx, base, srv := startLive(t, 2*time.Minute)
+	old := submit(t, ctx, srv.engine, "report.export", `{}`)
+	claim(t, ctx, srv.engine, "report.export").fail("TimeoutError", "warehouse did not answer in 30s")
+	for i := range 60 {
+		submit(t, ctx, srv.engine, "mail.send", `{"n":`+strconv.Itoa(i)+`}`)
+	}
+
+	p := &page{t: t, ctx: newTab(t, ctx)}
+	p.do("size the window as a phone", chromedp.EmulateViewport(375, 812))
+	p.do("open a link to the old job", chromedp.Navigate(base+"/?job="+old.ID))
+	inView := `(() => {
+		const r = document.getElementById("detail").getBoundingClientRect();
+		return r.top >= -1 && r.top < window.innerHeight / 2;
+	})()`
+	// The 50 newest jobs, and the old one the link opened.
+	p.waitFor("its details, in view, below the whole list", detailShows(old.ID, "failed")+" && "+rowCount(51)+" && "+inView+
+		` && document.getElementById("jobs").getBoundingClientRect().bottom < 0`)
 }

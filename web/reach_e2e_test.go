@@ -94,7 +94,9 @@ func TestAnOldFailedJobCanBeReached(t *testing.T) {
 			document.getElementById("open-job").value = "j_06h44nosuchjob00000000000";
 			document.getElementById("open-form").requestSubmit();
 		})()`))
-		p.waitFor("why, beside the box, and no details", textHas("#open-note", "No job j_06h44nosuchjob00000000000 to show: ")+
+		// The server's message names the job: the page says its id once.
+		p.waitFor("why, beside the box and in the toast, and no details", textIs("#open-note", "No job j_06h44nosuchjob00000000000 to show: job not found")+
+			" && "+textIs("#error", "Job j_06h44nosuchjob00000000000: job not found")+
 			` && document.getElementById("detail").hidden`)
 		p.do("open one that is there", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => {
 			document.getElementById("open-job").value = %q;

@@ -257,11 +257,13 @@ function usable(el: HTMLElement): boolean {
 
 // Access is what the page knows of its token, from GetServerInfo's
 // caller: "open" on a server without tokens (every call is allowed);
-// "token" with the role of a token the server knows; "unknown" before
-// the answer, from an older server (no caller field), or for a token
-// the server does not know (its calls are refused anyway). While it is
-// unknown, only Refusals can disable a button.
-export type Access = { kind: "unknown" } | { kind: "open" } | { kind: "token"; role: string };
+// "none" on a server that needs a token where the page has none (every
+// call but GetServerInfo is refused); "token" with the role of a token
+// the server knows; "unknown" before the answer, from an older server
+// (no caller field), or for a token the server does not know (its calls
+// are refused anyway). While it is unknown, only Refusals can disable a
+// button.
+export type Access = { kind: "unknown" } | { kind: "open" } | { kind: "none" } | { kind: "token"; role: string };
 
 // What each action does, as a refusal names it: "a worker token may not
 // retry jobs".
@@ -275,11 +277,15 @@ const deeds: Record<Action, string> = {
 };
 
 // accessReason is why the token Access describes may not take action
-// ("" when it may), by the server's rules (server/auth.go): an admin may
+// ("" when it may), by the server's rules (server/auth.go): nothing
+// without a token where the server needs one; an admin may
 // do everything; a client may retry, cancel and delete its tenant's jobs
 // (the only tenant its page shows) but not pause or resume a queue; any
 // other role (worker, metrics) may do none of these.
 export function accessReason(access: Access, action: Action): string {
+  if (access.kind === "none") {
+    return "the server needs a token: enter one";
+  }
   if (access.kind !== "token" || access.role === "admin") {
     return "";
   }

@@ -67,3 +67,11 @@ export function jsonText(v: Value | undefined): string {
   }
   return JSON.stringify(toJson(ValueSchema, v), null, 2);
 }
+
+// aboutJob is a server's message about job id for a sentence that names
+// the job already ("Job j_…: job not found"): without the id the server
+// starts it with ("j_…: job not found"), so the id is said once.
+export function aboutJob(id: string, message: string): string {
+  const named = `${id}: `;
+  return id !== "" && message.startsWith(named) ? message.slice(named.length) : message;
+}

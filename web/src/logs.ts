@@ -245,7 +245,10 @@ export type LogStatus =
   | { kind: "ended" }
   // The server will not send this log (the job is gone, the token may
   // not read it, the server keeps no logs): asking again cannot help.
-  | { kind: "stopped"; reason: string };
+  // refused: it refused the token (unknown, revoked, or not allowed this
+  // job), so asking with a token again may (the same one, once the
+  // server takes it back).
+  | { kind: "stopped"; reason: string; refused: boolean };
 
 export interface LogListener {
   // lines has only lines after every one heard before; gap, if set,
@@ -363,12 +366,13 @@ export class LogFollower {
         reason = `no word from the server in ${Math.round(this.silenceMs / 1000)}s`;
       }
       if (end.kind === "failed") {
-        const why = stopReason(end.error);
+        const ce = end.error;
+        const why = stopReason(ce);
         if (why !== "") {
-          this.listener.status({ kind: "stopped", reason: why });
+          const refused = ce.code === Code.Unauthenticated || ce.code === Code.PermissionDenied;
+          this.listener.status({ kind: "stopped", reason: why, refused });
           return;
         }
-        const ce = end.error;
         reason = ce.code === Code.Unknown || ce.code === Code.Unavailable ? "the server cannot be reached" : ce.rawMessage;
       }
       if (healthy) {

@@ -28,8 +28,11 @@ export class LogPane {
   private follower: LogFollower | undefined;
   private status: LogStatus = { kind: "connecting" };
   // ended: the follower stopped because the job had ended, which a retry
-  // undoes (a follower stopped for any other reason stays stopped).
+  // undoes; refused: it stopped because the server refused the token,
+  // which a token entered again undoes (resume). A follower stopped for
+  // any other reason stays stopped.
   private ended = false;
+  private refused = false;
   // following: the pane keeps to the bottom. unseen counts the lines
   // that arrived since the reader scrolled up.
   private following = true;
@@ -86,7 +89,18 @@ export class LogPane {
     this.follower?.stop();
     this.follower = undefined;
     this.ended = false;
+    this.refused = false;
     this.jobId = "";
+  }
+
+  // resume follows the log again, after the last line shown, if the
+  // server stopped it for the token it refused: the page has a token
+  // again (the same one, which the server may take back: a tokens file
+  // restored and reloaded).
+  resume(): void {
+    if (this.refused && this.jobId !== "" && this.follower === undefined) {
+      this.follow();
+    }
   }
 
   // jobChanged hears of the shown job's every change: a job that ended
@@ -99,6 +113,7 @@ export class LogPane {
 
   private follow(): void {
     this.ended = false;
+    this.refused = false;
     const current = new LogFollower(
       this.client,
       this.jobId,
@@ -115,6 +130,7 @@ export class LogPane {
           if (s.kind === "ended" || s.kind === "stopped") {
             this.follower = undefined;
             this.ended = s.kind === "ended";
+            this.refused = s.kind === "stopped" && s.refused;
           }
           this.showStatus(s);
         },

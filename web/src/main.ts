@@ -15,6 +15,7 @@ import { accessReason, ActionButton, ActionError, Confirm, Refusals, unreachable
 import { client, jobClient, queueClient, savedToken, saveToken } from "./api";
 import { BatchProgress, batchFromURL, urlWithBatch } from "./batch";
 import { byId, setData, setText } from "./dom";
+import { aboutJob } from "./format";
 import { JobFeed, type FeedStatus } from "./feed";
 import { filterLabel, jobLink, linkedJobFromURL, matches, stateFilterFromURL, stateFilters, statesOf, urlWithoutJob, urlWithState, type StateFilter } from "./filter";
 import { JobState, JobView, type Job, type Queue } from "./gen/jobwatch/v1/jobwatch_pb";
@@ -26,8 +27,11 @@ import { BatchBar, Detail, JobList, QueueTable, ScheduleTable, type BatchLinks, 
 import "./style.css";
 
 const queuePollMs = 5000;
-// The list keeps every active job and at most this many in all.
-const maxJobsShown = 200;
+// The list keeps every job that has not ended, and the newest this many
+// of those that have (besides the jobs ListJobs read for the view, and
+// the one shown): the most recent outcomes stay in sight however many
+// jobs wait, and older ones are a click away (Show older jobs).
+const maxEndedShown = 200;
 
 const book = new JobBook();
 const statusEl = byId<HTMLElement>("status");
@@ -208,11 +212,17 @@ let progress: BatchProgress | undefined;
 let stateFilter = stateFilterFromURL(new URL(location.href));
 // listed holds the jobs ListJobs read for the view (its first page, and
 // every older page asked for): the book keeps them however old. olderToken
-// is the next page's token, "" once the view's last job was read (then
-// listedAll) or before the first answer. listing numbers the views, so an
-// answer for one the user has left is dropped.
+// is the page Show older jobs reads next ("" for the view's first), and
+// olderLeft says there is one: once the view's last job was read (then
+// listedAll) there is none, until the book lets go of a job of the view,
+// which may sit anywhere in its order: then Show older jobs reads the view
+// again from its first page, past the jobs shown (rewindOlder; rewinds
+// counts them, so a page on its way meanwhile does not undo one). listing
+// numbers the views, so an answer for one the user has left is dropped.
 let listed = new Set<string>();
 let olderToken = "";
+let olderLeft = false;
+let rewinds = 0;
 let listedAll = false;
 // trimmedFailed: the book has let go of a failed job of the view since
 // it was listed in full, so its count of them is no longer the view's.
@@ -263,6 +273,8 @@ function startFeed(): void {
   list.filter((job) => matches(shownFilter, job.state), shownFilter === "all" ? "recent" : filterLabel(shownFilter));
   listed = new Set();
   olderToken = "";
+  olderLeft = false;
+  firstPageIn = false;
   listedAll = false;
   trimmedFailed = false;
   listing++;
@@ -338,7 +350,7 @@ function startFeed(): void {
   }, { batch });
   feed = current;
   current.start();
-  void listOlder();
+  void listOlder(true);
 }
 
 // A burst of changes (a bulk action's thousands, in responses of up to 50
@@ -378,7 +390,11 @@ function renderNow(): void {
   }
   list.render(book, changed);
   const failedBefore = book.count(JobState.FAILED);
-  list.remove(book.trim(maxJobsShown, detail.shown, (id) => listed.has(id)));
+  const trimmed = book.trim(maxEndedShown, detail.shown, (id) => listed.has(id));
+  if (trimmed.some((id) => list.has(id))) {
+    rewindOlder();
+  }
+  list.remove(trimmed);
   trimmedFailed ||= book.count(JobState.FAILED) < failedBefore;
   refreshDetail();
   refreshActions();
@@ -386,41 +402,59 @@ function renderNow(): void {
   soonPollQueues();
 }
 
-// listOlder reads the view's next page with ListJobs (the first when none
-// was read yet): with a state filter, the jobs of those states however
-// old; without one, the jobs older than the stream's first page.
-async function listOlder(): Promise<void> {
+// listOlder reads the view's first page with ListJobs (first), or on
+// request its next: with a state filter, the jobs of those states
+// however old; without one, the jobs older than the stream's first page.
+// A page whose jobs are all shown already (the view read again from its
+// start, past the jobs kept) is followed by the next at once, so that a
+// click shows more whenever there is more.
+async function listOlder(first = false): Promise<void> {
   const view = listing;
-  const first = listed.size === 0 && olderToken === "";
   olderButton.disabled = true;
   setText(olderNote, first ? "" : "loading…");
   try {
-    const res = await jobClient.listJobs({
-      tenant,
-      batch,
-      states: statesOf(stateFilter),
-      pageSize: first ? firstPageSize : olderPageSize,
-      pageToken: olderToken,
-      view: JobView.SUMMARY,
-    });
-    if (view !== listing) {
-      return;
-    }
-    if (tenant === "" && ownTenant === "" && res.jobs[0] !== undefined) {
-      ownTenant = res.jobs[0].tenant;
-      showTenantName();
-    }
-    const changed: string[] = [];
-    for (const job of res.jobs) {
-      listed.add(job.id);
-      if (book.merge(job) || !list.has(job.id)) {
-        changed.push(job.id);
+    let added = 0;
+    let more: boolean;
+    do {
+      const rewound = rewinds;
+      const res = await jobClient.listJobs({
+        tenant,
+        batch,
+        states: statesOf(stateFilter),
+        pageSize: first ? firstPageSize : olderPageSize,
+        pageToken: olderToken,
+        view: JobView.SUMMARY,
+      });
+      if (view !== listing) {
+        return;
       }
-    }
-    olderToken = res.nextPageToken;
-    listedAll = olderToken === "";
+      if (tenant === "" && ownTenant === "" && res.jobs[0] !== undefined) {
+        ownTenant = res.jobs[0].tenant;
+        showTenantName();
+      }
+      const changed: string[] = [];
+      for (const job of res.jobs) {
+        listed.add(job.id);
+        const shown = list.has(job.id);
+        if (book.merge(job) || !shown) {
+          changed.push(job.id);
+        }
+        if (!shown) {
+          added++;
+        }
+      }
+      list.render(book, changed);
+      if (rewound !== rewinds) {
+        // The book let go of a job of the view meanwhile: the next click
+        // reads the view again from its start.
+        break;
+      }
+      olderToken = res.nextPageToken;
+      olderLeft = olderToken !== "";
+      listedAll = !olderLeft;
+      more = !first && added === 0 && olderLeft;
+    } while (more);
     setText(olderNote, "");
-    list.render(book, changed);
     refreshActions();
   } catch (err) {
     if (view !== listing) {
@@ -433,13 +467,28 @@ async function listOlder(): Promise<void> {
     if (view === listing) {
       olderButton.disabled = false;
       showOlder();
+      if (first) {
+        firstPageIn = true;
+        reveal();
+      }
     }
   }
 }
 
+// rewindOlder makes Show older jobs read the view again from its first
+// page: the book let go of a job of the view (trim), which may be newer
+// than the next page's jobs.
+function rewindOlder(): void {
+  rewinds++;
+  olderToken = "";
+  olderLeft = true;
+  listedAll = false;
+  showOlder();
+}
+
 // showOlder offers the next page while there is one.
 function showOlder(): void {
-  olderButton.hidden = olderToken === "";
+  olderButton.hidden = !olderLeft;
 }
 
 // showBatch filters the list to the jobs of name ("" shows every job
@@ -642,6 +691,7 @@ function select(id: string, byKeyboard = false): void {
   if (url.href !== location.href) {
     history.replaceState(null, "", url);
   }
+  revealing = id;
   if (id === "") {
     detail.hide();
     return;
@@ -653,17 +703,37 @@ function select(id: string, byKeyboard = false): void {
       detail.focus();
     }
   }
-  // In one column (a narrow window) the details sit below the whole list,
-  // and in two at the top of the page, above a row far down the list:
-  // bring them into view, or a click on a row seems to do nothing.
+  reveal();
+  // Also for a job older than the stream's first page, or a link from
+  // elsewhere: its answer puts the job in the book.
+  fetchFull(id);
+}
+
+// revealing is the job whose details are to be brought into view once
+// they show: at once for a job the page has, when GetJob answers for one
+// it has not (a link, an id typed), and again once the view's first page
+// is in (firstPageIn), whose rows, above the details in one column, push
+// them down.
+let revealing = "";
+let firstPageIn = false;
+
+// reveal brings the details of the job selected into view, if they show
+// it. In one column (a narrow window) the details sit below the whole
+// list, and in two at the top of the page, above a row far down the
+// list: a click on a row, or a link opened, would otherwise seem to do
+// nothing.
+function reveal(): void {
+  if (revealing === "" || detail.shown !== revealing) {
+    return;
+  }
+  if (firstPageIn) {
+    revealing = "";
+  }
   const panel = byId("detail");
   const top = panel.getBoundingClientRect().top;
   if (top < 0 || top > window.innerHeight * 0.8) {
     panel.scrollIntoView({ block: "start" });
   }
-  // Also for a job older than the stream's first page, or a link from
-  // elsewhere: its answer puts the job in the book.
-  fetchFull(id);
 }
 
 function fetchFull(id: string): void {
@@ -672,8 +742,14 @@ function fetchFull(id: string): void {
   }
   fetching = id;
   const call = ++fetches;
+  // An answer read with another token than the one in use now is not
+  // this one's to show (nor to end the fetch of the same job with it).
+  const token = savedToken();
   client.getJob(id).then(
     (job) => {
+      if (savedToken() !== token) {
+        return;
+      }
       if (fetching === id) {
         fetching = "";
       }
@@ -681,22 +757,23 @@ function fetchFull(id: string): void {
       if (selected === id) {
         full = job;
         refreshDetail(id);
+        reveal();
       }
     },
     (err) => {
-      if (call !== fetches) {
+      if (call !== fetches || savedToken() !== token) {
         return;
       }
       if (fetching === id) {
         fetching = "";
       }
-      showError(`Job ${id}`, err);
+      showError(`Job ${id}`, err, id);
       // A link or an id typed that opens nothing: the details of the job
       // shown before must not stand in for it, and the box says why.
       if (selected === id && detail.shown !== id) {
         detail.hide();
         list.select("");
-        setText(openNote, `No job ${id} to show: ${unreachable(err) ? "the server cannot be reached" : refusalOf(err).rawMessage}`);
+        setText(openNote, `No job ${id} to show: ${unreachable(err) ? "the server cannot be reached" : aboutJob(id, refusalOf(err).rawMessage)}`);
       }
     },
   );
@@ -875,24 +952,30 @@ function serverAnswered(): void {
 
 let errorTimer: ReturnType<typeof setTimeout> | undefined;
 
-function showError(what: string, err: unknown): void {
+// showError says what failed, and why, for a few seconds; a failure of a
+// call on one job (jobId) names the job in what, and its reason the id
+// no second time.
+function showError(what: string, err: unknown, jobId = ""): void {
   const e = refusalOf(err);
   if (e instanceof UnauthenticatedError) {
     tokenForm.hidden = false;
   }
-  setText(errorEl, `${what}: ${unreachable(err) ? "the server cannot be reached" : e.rawMessage || e.codeName}`);
+  setText(errorEl, `${what}: ${unreachable(err) ? "the server cannot be reached" : aboutJob(jobId, e.rawMessage) || e.codeName}`);
   errorEl.hidden = false;
   clearTimeout(errorTimer);
   errorTimer = setTimeout(() => (errorEl.hidden = true), 6000);
 }
 
 // infoAsked numbers the GetServerInfo calls: only the latest one's
-// answer (the token now in use) may set access.
+// answer (the token now in use) may set access. infoHeard: that answer
+// has come, so access is what the server said of the token.
 let infoAsked = 0;
+let infoHeard = false;
 
 // loadServerInfo asks the server, with the page's token, whether it
 // needs one, who the token is (caller: set by a server that runs with
-// tokens for a token it knows), and whether it runs the demo.
+// tokens for a token it knows), and whether it runs the demo. The queues
+// are asked for once it has answered, if the token may read them.
 async function loadServerInfo(): Promise<void> {
   const asked = ++infoAsked;
   try {
@@ -909,25 +992,19 @@ async function loadServerInfo(): Promise<void> {
         ownTenant = info.caller.tenant || (info.caller.role === "admin" ? "default" : "");
         showTenantName();
       }
-      if (access.role !== "admin") {
-        // A refusal of the queues may already be shown, in the server's
-        // words: say it in the page's (pollQueues asks no more once it
-        // was refused).
-        if (queuesDenied && deniedBy !== undefined) {
-          setText(byId("queues-note"), queuesRefused(deniedBy));
-        } else {
-          void pollQueues();
-        }
-      }
+    } else if (info.authRequired && savedToken() === "") {
+      access = { kind: "none" };
     } else {
       access = info.authRequired ? { kind: "unknown" } : { kind: "open" };
     }
+    infoHeard = true;
     refreshActions();
     tokenForm.hidden = !info.authRequired && savedToken() === "";
     if (info.demo && info.demoKinds.length > 0) {
       demoKind.replaceChildren(...info.demoKinds.map((k) => new Option(k, k)));
       demoForm.hidden = false;
     }
+    void pollQueues();
   } catch (err) {
     if (asked !== infoAsked) {
       return;
@@ -945,14 +1022,36 @@ async function loadServerInfo(): Promise<void> {
 }
 
 let queueTimer: ReturnType<typeof setTimeout> | undefined;
-// queuesDenied: ListQueues refused the page's token (permission_denied),
-// so the page asks for the queues and schedules no more until the token
-// changes.
-let queuesDenied = false;
-// deniedBy is that refusal, said again once the token's role is known.
+// deniedBy is ListQueues' refusal of the page's token (permission_denied:
+// its role; unauthenticated: a token the server does not know), after
+// which the page asks for the queues and schedules no more until the
+// token changes: asking again would only be refused again.
 let deniedBy: JobwatchError | undefined;
 let queueCalls = 0;
 let queueShown = 0;
+
+// queuesWithheld is why the page does not ask for the queues and
+// schedules, which take an admin token (or a server without tokens), as
+// the queue panel's note says it ("" to say nothing); undefined when it
+// asks. It asks for none before GetServerInfo has said what the token is,
+// none without a token where the server needs one, none for a token of
+// another role, and none once ListQueues refused the token: each call
+// would be refused, every few seconds, for as long as the page is open.
+function queuesWithheld(): string | undefined {
+  if (deniedBy !== undefined) {
+    return queuesRefused(deniedBy);
+  }
+  if (!infoHeard) {
+    return "";
+  }
+  if (access.kind === "none") {
+    return "seeing and pausing queues takes an admin token: enter one";
+  }
+  if (access.kind === "token" && access.role !== "admin") {
+    return `seeing and pausing queues takes an admin token; this is a ${access.role} token`;
+  }
+  return undefined;
+}
 
 // pollQueues may run twice at once (the timer and a job change); only an
 // answer to a later call than the one on screen is shown, so a call that
@@ -960,12 +1059,14 @@ let queueShown = 0;
 // schedules come with the queues, at the same pace.
 async function pollQueues(): Promise<void> {
   clearTimeout(queueTimer);
-  if (queuesDenied) {
+  const note = byId("queues-note");
+  const withheld = queuesWithheld();
+  if (withheld !== undefined) {
+    setText(note, withheld);
     return;
   }
   queueTimer = setTimeout(() => void pollQueues(), queuePollMs);
   const call = ++queueCalls;
-  const note = byId("queues-note");
   void pollSchedules(call);
   try {
     const res = await queueClient.listQueues({});
@@ -978,12 +1079,15 @@ async function pollQueues(): Promise<void> {
     }
   } catch (err) {
     const refusal = refusalOf(err);
-    if (refusal.code === Code.PermissionDenied) {
-      // The token's role will not change by asking again.
-      queuesKnown = new Map();
-      queuesDenied = true;
+    if (refusal.code === Code.PermissionDenied || refusal.code === Code.Unauthenticated) {
+      // Neither the token's role nor whether the server knows it will
+      // change by asking again; and what an answer to it showed before
+      // (a token revoked, or its role changed) is no longer its to see.
       deniedBy = refusal;
       clearTimeout(queueTimer);
+      if (call > queueShown) {
+        forgetQueues();
+      }
     }
     if (call > queueShown) {
       queueShown = call;
@@ -1006,9 +1110,22 @@ function queuesRefused(err: JobwatchError): string {
 
 let schedulesShown = 0;
 
+// forgetQueues takes the queues and schedules off the page, and drops the
+// answers of the calls still on their way: made with a token, they show
+// what the page's token now may not see.
+function forgetQueues(): void {
+  queuesKnown = new Map();
+  queueShown = queueCalls;
+  schedulesShown = queueCalls;
+  queues.clear();
+  schedules.clear();
+  refreshDetail();
+}
+
 // pollSchedules shows ListSchedules. A server without schedules support
-// (unimplemented) has none; any other failure keeps what is shown, and
-// the queues' note already says when the server cannot be reached.
+// (unimplemented) has none, and a token refused them may see none; any
+// other failure keeps what is shown, and the queues' note already says
+// when the server cannot be reached.
 async function pollSchedules(call: number): Promise<void> {
   try {
     const res = await queueClient.listSchedules({});
@@ -1017,9 +1134,10 @@ async function pollSchedules(call: number): Promise<void> {
       schedules.render(res.schedules, Date.now());
     }
   } catch (err) {
-    if (call > schedulesShown && refusalOf(err).code === Code.Unimplemented) {
+    const code = refusalOf(err).code;
+    if (call > schedulesShown && (code === Code.Unimplemented || code === Code.PermissionDenied || code === Code.Unauthenticated)) {
       schedulesShown = call;
-      schedules.render([], Date.now());
+      schedules.clear();
     }
   }
 }
@@ -1080,13 +1198,28 @@ byId("detail").addEventListener("keydown", (e) => {
 
 tokenForm.addEventListener("submit", (e) => {
   e.preventDefault();
+  const before = savedToken();
   saveToken(tokenInput.value.trim());
+  const changed = savedToken() !== before;
+  // A job the page was opened on (a link) that the last token could not
+  // read is asked for again with this one, below.
+  const unread = selected !== "" && detail.shown !== selected ? selected : "";
+  // GetJob answers on their way were read with the last token.
+  fetching = "";
+  if (changed && detail.shown !== "") {
+    // The details the last token opened are its own to see: they close,
+    // and the stream of their log with them.
+    select("");
+  }
   // What the last token could do says nothing of this one: ask again.
   access = { kind: "unknown" };
+  infoHeard = false;
   refusals.clear();
-  queuesDenied = false;
   deniedBy = undefined;
-  queuesKnown = new Map();
+  // The queues and schedules shown are the last token's to see: they go,
+  // and come back only if GetServerInfo says this one may read them.
+  forgetQueues();
+  setText(byId("queues-note"), "");
   refreshActions();
   // A new token may be for another tenant: a tenant it was refused is
   // asked for again.
@@ -1098,12 +1231,14 @@ tokenForm.addEventListener("submit", (e) => {
   showTenantName();
   startFeed();
   void loadServerInfo();
-  void pollQueues();
-  // A job the page was opened on (a link) that the last token could not
-  // read: ask for it again with this one.
-  if (selected !== "" && detail.shown !== selected) {
-    fetching = "";
-    select(selected);
+  if (unread !== "") {
+    select(unread);
+  } else if (detail.shown !== "") {
+    // The same token again, as after the server refused it and was given
+    // it back: the log takes up where the refusal stopped it, and the
+    // job is read again, as the feed, started afresh, may not bring it.
+    detail.resumeLog();
+    fetchFull(detail.shown);
   }
 });
 
@@ -1189,7 +1324,6 @@ showTenantName();
 tokenInput.value = savedToken();
 startFeed();
 void loadServerInfo();
-void pollQueues();
 if (linkedJob() !== "") {
   select(linkedJob());
 }

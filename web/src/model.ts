@@ -58,16 +58,28 @@ export class JobBook {
       .map((e) => e.job);
   }
 
-  // trim forgets the oldest ended jobs beyond max (never keep, or those
-  // kept reports true for: jobs the user asked for), so a page left open
-  // for days stays small. An ended job never changes again, so it cannot
-  // come back through the stream. It returns the ids forgotten.
+  // trim forgets the ended jobs older than the newest max of them (never
+  // keep, or those kept reports true for: jobs the user asked for, which
+  // do not count), so a page left open for days stays small. Jobs that
+  // have not ended are all kept, and never count: however many wait,
+  // the newest ended jobs stay. An ended job never changes again, so it
+  // cannot come back through the stream. It returns the ids forgotten,
+  // newest first.
   trim(max: number, keep: string, kept: (id: string) => boolean = () => false): string[] {
+    const trimmable = (job: Job) => isTerminal(job.state) && job.id !== keep && !kept(job.id);
+    let ended = 0;
+    for (const job of this.jobs.values()) {
+      if (trimmable(job)) {
+        ended++;
+      }
+    }
+    if (ended <= max) {
+      return []; // without ordering the book, as each burst of changes asks
+    }
     const removed: string[] = [];
-    const ordered = this.newestFirst();
-    for (let i = ordered.length - 1; i >= 0 && this.jobs.size > max; i--) {
-      const job = ordered[i]!;
-      if (job.id === keep || !isTerminal(job.state) || kept(job.id)) {
+    let newer = 0;
+    for (const job of this.newestFirst()) {
+      if (!trimmable(job) || ++newer <= max) {
         continue;
       }
       this.jobs.delete(job.id);

@@ -11,23 +11,55 @@ import { ConnectError, type CallOptions } from "@connectrpc/connect";
 // a running job's log), so a few tabs in the background would leave a new
 // one, and every call of the one in front, waiting for a connection.
 export interface Visibility {
+  // hidden is true while the tab is out of sight, and while the page is
+  // left (left()).
   hidden(): boolean;
-  // onChange calls f whenever hidden() may have changed, until the
-  // function it returns is called.
+  // left is true from the moment the page is left (pagehide) until it is
+  // shown again (pageshow). A browser may keep a page it left, frozen,
+  // in its back/forward cache, streams and all: no timer runs there, so
+  // hiddenMs would never pass, and each page left behind would hold its
+  // connections until evicted. A left page lets go of its streams at once.
+  left?(): boolean;
+  // onChange calls f whenever hidden() or left() may have changed, until
+  // the function it returns is called.
   onChange(f: () => void): () => void;
 }
 
 // pageVisibility is the document's, or undefined outside a browser.
-export const pageVisibility: Visibility | undefined =
-  typeof document === "undefined"
-    ? undefined
-    : {
-        hidden: () => document.visibilityState === "hidden",
-        onChange: (f) => {
-          document.addEventListener("visibilitychange", f);
-          return () => document.removeEventListener("visibilitychange", f);
-        },
-      };
+export const pageVisibility: Visibility | undefined = typeof document === "undefined" ? undefined : documentVisibility();
+
+// documentVisibility follows the document's visibilityState, and the
+// window's pagehide and pageshow (never unload: a page with an unload
+// handler is not kept in the back/forward cache, and leaving such a page
+// is exactly what the streams must survive).
+function documentVisibility(): Visibility {
+  let left = false;
+  const listeners = new Set<() => void>();
+  // The streams are told synchronously, within pagehide itself: what
+  // runs after it may not run until the page is shown again.
+  const tell = () => {
+    for (const f of [...listeners]) {
+      f();
+    }
+  };
+  document.addEventListener("visibilitychange", tell);
+  window.addEventListener("pagehide", () => {
+    left = true;
+    tell();
+  });
+  window.addEventListener("pageshow", () => {
+    left = false;
+    tell();
+  });
+  return {
+    hidden: () => left || document.visibilityState === "hidden",
+    left: () => left,
+    onChange: (f) => {
+      listeners.add(f);
+      return () => listeners.delete(f);
+    },
+  };
+}
 
 // hiddenMs is how long a tab stays out of sight before it lets go of its
 // streams: a glance at another tab keeps them.
@@ -63,7 +95,8 @@ export interface StreamWatch {
   // Told once, when the stream first counts as live.
   onLive?(): void;
   // With it, a stream whose tab stays out of sight for hiddenMs (default:
-  // the constant) is ended as "hidden" (see Visibility).
+  // the constant), or whose page is left, is ended as "hidden" (see
+  // Visibility).
   visibility?: Visibility;
   hiddenMs?: number;
 }
@@ -81,7 +114,8 @@ export type StreamEnd = (
 // followStream opens a stream with open, passing it the call's options,
 // and hands each message to each, until the stream ends, fails, stays
 // silent for w.silenceMs, its tab stays out of sight for w.hiddenMs,
-// w.stopped aborts, or each returns true (which ends it as "ended").
+// its page is left, w.stopped aborts, or each returns true (which ends it
+// as "ended").
 export async function followStream<T>(
   w: StreamWatch,
   open: (opts: CallOptions) => AsyncIterable<T>,
@@ -113,6 +147,11 @@ export async function followStream<T>(
   let hiding: ReturnType<typeof setTimeout> | undefined;
   const judge = () => {
     clearTimeout(hiding);
+    if (w.visibility?.left?.()) {
+      hidden = true;
+      call.abort();
+      return;
+    }
     if (w.visibility?.hidden()) {
       hiding = setTimeout(() => {
         hidden = true;

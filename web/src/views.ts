@@ -525,6 +525,12 @@ export class Detail {
     this.el.hidden = true;
   }
 
+  // resumeLog follows the log again where the server stopped it for the
+  // token it refused (see LogPane.resume).
+  resumeLog(): void {
+    this.logs.resume();
+  }
+
   // deleted shows that job id, on screen, was deleted (on this page or
   // any other): its kind and id stay, to say which job, but its state,
   // payload, history and buttons go, as none of them is true any more. A
@@ -795,6 +801,13 @@ export class QueueTable {
     this.confirm.recheck();
   }
 
+  // clear takes every queue off the panel, with any question asked of
+  // one: what a token could read is not the next token's to see.
+  clear(): void {
+    this.confirm.reset();
+    this.render([], Date.now());
+  }
+
   // tick moves the "since" texts along between two answers.
   tick(now: number): void {
     for (const row of this.rows.values()) {
@@ -1047,6 +1060,11 @@ export class ScheduleTable {
     this.section.hidden = this.rows.size === 0;
   }
 
+  // clear takes every schedule off the page (see QueueTable.clear).
+  clear(): void {
+    this.render([], Date.now());
+  }
+
   tick(now: number): void {
     for (const row of this.rows.values()) {
       row.tick(now);
@@ -1058,6 +1076,9 @@ class ScheduleRow {
   readonly el: HTMLTableRowElement;
   private readonly kind = h("span", { class: "muted kind-of" });
   private readonly queue = h("td", { class: "schedule-queue" });
+  // The queue again, under the name: a phone's narrow table shows it
+  // there instead of in a column of its own (style.css).
+  private readonly queueUnder = h("span", { class: "muted schedule-queue-under" });
   // How often it runs: its every ("1h"), or its cron expression with
   // the time zone it is read in.
   private readonly every = h("td", { class: "num every" });
@@ -1076,7 +1097,7 @@ class ScheduleRow {
     this.el = h(
       "tr",
       { "data-schedule": name },
-      h("td", {}, h("div", { class: "schedule-name" }, h("span", { class: "name" }, name), this.kind)),
+      h("td", {}, h("div", { class: "schedule-name" }, h("span", { class: "name" }, name), this.kind, this.queueUnder)),
       this.queue,
       this.every,
       this.next,
@@ -1087,6 +1108,7 @@ class ScheduleRow {
   update(s: Schedule, now: number): void {
     setText(this.kind, s.tenant === "" ? s.kind : `${s.kind} · ${s.tenant}`);
     setText(this.queue, s.queue);
+    setText(this.queueUnder, `queue ${s.queue}`);
     if (s.cron === "") {
       if (this.every.firstElementChild !== null) {
         this.every.replaceChildren();
@@ -1097,7 +1119,12 @@ class ScheduleRow {
         this.every.replaceChildren(this.cron, this.zone);
       }
       setText(this.cron, s.cron);
-      setText(this.zone, s.timezone || "UTC");
+      const zone = s.timezone || "UTC";
+      if (this.zone.textContent !== zone) {
+        // A narrow column breaks a zone's name after its slashes
+        // ("Europe/" "Amsterdam"), never inside a word.
+        this.zone.replaceChildren(...zone.split(/(?<=\/)/).flatMap((part, i) => (i === 0 ? [part] : [h("wbr"), part])));
+      }
     }
     // The next run in the schedule's own zone, where its cron is read.
     setAttr(this.next, "title", s.nextRunLocal === "" ? "" : `${s.nextRunLocal}${s.timezone === "" ? "" : ` (${s.timezone})`}`);
@@ -1122,7 +1149,7 @@ class ScheduleRow {
     setData(this.next, "kind", n.kind);
     if (n.kind === "at") {
       const due = n.atMs - now < 1000; // "in now" says nothing "due" does not
-      this.next.replaceChildren(h("span", {}, clockTime(new Date(n.atMs))), h("span", { class: "muted" }, due ? " due" : ` in ${age(now, n.atMs)}`));
+      this.next.replaceChildren(h("span", { class: "next-at" }, clockTime(new Date(n.atMs))), h("span", { class: "muted" }, due ? " due" : ` in ${age(now, n.atMs)}`));
     } else if (n.kind === "run") {
       const link = h("a", { href: `#job=${encodeURIComponent(n.jobId)}`, class: "job-link" }, n.jobId);
       link.addEventListener("click", (e) => {

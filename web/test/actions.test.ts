@@ -64,6 +64,18 @@ test("each role is offered what the server lets it do, and a refusal names the r
       want: { retry: "", cancel: "", delete: "", pause: "", resume: "", "retry-failed": "" },
     },
     {
+      name: "no token where the server needs one may do nothing, and is told to enter one",
+      access: { kind: "none" },
+      want: {
+        retry: "the server needs a token: enter one",
+        cancel: "the server needs a token: enter one",
+        delete: "the server needs a token: enter one",
+        pause: "the server needs a token: enter one",
+        resume: "the server needs a token: enter one",
+        "retry-failed": "the server needs a token: enter one",
+      },
+    },
+    {
       // An older server, or a token it does not know: the server's own
       // refusals (Refusals) decide, once it gives them.
       name: "a token the page cannot place is offered everything until refused",

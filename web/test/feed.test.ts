@@ -395,3 +395,31 @@ test("a feed out of sight lets go of its stream and resumes it when shown", asyn
   assert.ok(!statuses.some((s) => s.kind === "reconnecting"), `a tab out of sight was shown as a lost connection: ${JSON.stringify(statuses)}`);
   assert.equal(statuses.at(-1)?.kind, "live");
 });
+
+// A page left for another (a link followed, an address typed) may be
+// kept, frozen, in the browser's back/forward cache, where no timer runs:
+// its feed lets go of its stream at once, not after hiddenMs, and
+// resumes with the last token, without a reconnecting banner, when the
+// page is shown again.
+test("a feed whose page is left lets go of its stream at once and resumes it when the page comes back", async (t) => {
+  const visibility = new FakeVisibility();
+  const server = new Server((call, n) => {
+    call.headers();
+    call.send([{ id: "j_a", version: BigInt(n) }], `t1.${n}`);
+  });
+  const { feed, statuses, batches } = follow(t, server, { visibility, hiddenMs: 60_000, silenceMs: 60_000 });
+  await until("the first batch", () => batches.length === 1);
+
+  visibility.leave(true);
+  assert.ok(server.calls[0]!.aborted, "the stream of a page left was not let go of at once");
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  assert.equal(server.calls.length, 1, "a stream was dialled while the page was left");
+
+  visibility.leave(false);
+  await server.untilCalls(2);
+  await until("the resumed stream's batch", () => batches.length === 2);
+  feed.stop();
+  assert.equal(server.calls[1]!.req.resumeToken, "t1.1", "the stream did not resume from its last token");
+  assert.ok(!statuses.some((s) => s.kind === "reconnecting"), `a page left was shown as a lost connection: ${JSON.stringify(statuses)}`);
+  assert.equal(statuses.at(-1)?.kind, "live");
+});

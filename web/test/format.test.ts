@@ -1,7 +1,7 @@
 // Tests of the page's formatting of times for people.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { clockTime } from "../src/format";
+import { aboutJob, clockTime } from "../src/format";
 
 test("a moment of today shows as a clock time, one of another day with its date", () => {
   const now = new Date(2026, 11, 5, 9, 30, 0);
@@ -11,4 +11,10 @@ test("a moment of today shows as a clock time, one of another day with its date"
   assert.ok(later.endsWith(today) && later.length > today.length && later.includes("7"), `two days on: ${later}`);
   const lastYear = clockTime(new Date(2025, 11, 7, 11, 40, 31), now);
   assert.ok(lastYear.includes("2025"), `a year before: ${lastYear}`);
+});
+
+test("a server's message about a job, in a sentence that names the job, names it once", () => {
+  assert.equal(aboutJob("j_06h44abc", "j_06h44abc: job not found"), "job not found");
+  assert.equal(aboutJob("j_06h44abc", "this token may not read tenant acme"), "this token may not read tenant acme");
+  assert.equal(aboutJob("j_06h44abc", "j_06h44xyz: job not found"), "j_06h44xyz: job not found", "another job's id was taken off");
 });

@@ -335,6 +335,26 @@ test("a job the server does not have stops the follower with the reason, without
   await new Promise((resolve) => setTimeout(resolve, 50));
   assert.equal(server.calls.length, 1);
   assert.match((statuses.at(-1) as { reason: string }).reason, /not on the server/);
+  assert.equal((statuses.at(-1) as { refused: boolean }).refused, false, "a job not found was taken for a token refused");
+});
+
+// A token the server no longer knows (a reload revoked it) stops the
+// follower too, but says it was the token: the page follows the log
+// again once it has a token the server takes.
+test("a token the server refuses stops the follower, saying it was the token", async (t) => {
+  for (const [code, message] of [
+    [Code.Unauthenticated, "the token is no longer known"],
+    [Code.PermissionDenied, "a worker token may not call WatchJobLogs"],
+  ] as const) {
+    const server = new LogServer((call) => call.fail(code, message));
+    const { statuses } = follow(t, server);
+    await until("stopped", () => statuses.at(-1)?.kind === "stopped");
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    assert.equal(server.calls.length, 1, `${message}: dialled again`);
+    const last = statuses.at(-1);
+    assert.ok(last?.kind === "stopped" && last.refused, `${message}: not stopped as refused: ${JSON.stringify(last)}`);
+    assert.match(last.reason, new RegExp(message));
+  }
 });
 
 test("a silent stream is dropped and dialled again after the last seq", async (t) => {
@@ -377,6 +397,28 @@ test("a follower out of sight lets go of its stream and resumes after the last l
   await new Promise((resolve) => setTimeout(resolve, 150));
   assert.equal(server.calls.length, 1, "a stream was dialled while the pane was out of sight");
   visibility.set(false);
+  await until("lines 3 and 4", () => heard.includes("4"));
+  follower.stop();
+  assert.deepEqual(heard, ["1", "2", "3", "4"]);
+  assert.equal(server.calls[1]!.req.afterSeq, 2n);
+  assert.ok(!statuses.some((s) => s.kind === "reconnecting"), JSON.stringify(statuses));
+});
+
+// As the feed's: the log pane of a page left lets go of its stream at
+// once and resumes after the last line shown when the page comes back.
+test("a follower whose page is left lets go of its stream at once and resumes after the last line when it comes back", async (t) => {
+  const visibility = new FakeVisibility();
+  const server = new LogServer((call, n) => {
+    call.headers();
+    call.send(2 * n - 1, 2 * n);
+  });
+  const { follower, heard, statuses } = follow(t, server, { visibility, hiddenMs: 60_000, silenceMs: 60_000 });
+  await until("lines 1 and 2", () => heard.includes("2"));
+  visibility.leave(true);
+  assert.ok(server.calls[0]!.aborted, "the stream of a page left was not let go of at once");
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  assert.equal(server.calls.length, 1, "a stream was dialled while the page was left");
+  visibility.leave(false);
   await until("lines 3 and 4", () => heard.includes("4"));
   follower.stop();
   assert.deepEqual(heard, ["1", "2", "3", "4"]);

@@ -35,12 +35,35 @@ test("trimming drops the oldest ended jobs but keeps active ones and the one on 
   book.merge(job("j_3", 3, JobState.FAILED, 10, 3_000));
   book.merge(job("j_4", 3, JobState.SUCCEEDED, 100, 4_000));
   book.merge(job("j_5", 1, JobState.QUEUED, 0, 5_000));
-  assert.deepEqual(book.trim(2, "j_1"), ["j_3", "j_4"]);
+  assert.deepEqual(book.trim(2, "j_1"), [], "the two newest ended jobs besides the one on display were dropped");
+  assert.deepEqual(book.trim(1, "j_1"), ["j_3"]);
   assert.deepEqual(
     book.newestFirst().map((j) => j.id),
-    ["j_5", "j_2", "j_1"],
+    ["j_5", "j_4", "j_2", "j_1"],
   );
   assert.deepEqual(book.sightings("j_3"), []);
+});
+
+// The list keeps every job that has not ended: however many there are,
+// they must not push out the newest ended ones (a thousand queued jobs
+// no worker runs used to leave no room for any job that ended).
+test("jobs that have not ended, however many, leave the newest ended jobs in the book", () => {
+  const book = new JobBook();
+  for (let i = 0; i < 300; i++) {
+    book.merge(job(`j_q${String(i).padStart(3, "0")}`, 1, JobState.QUEUED, 0, 10_000 + i));
+  }
+  for (let i = 0; i < 5; i++) {
+    book.merge(job(`j_e${i}`, 3, i % 2 === 0 ? JobState.FAILED : JobState.SUCCEEDED, 0, 1_000 + i));
+  }
+  assert.deepEqual(book.trim(3, ""), ["j_e1", "j_e0"], "not the oldest ended jobs beyond the newest 3 were dropped");
+  assert.equal(book.count(JobState.QUEUED), 300);
+  assert.deepEqual(
+    book.newestFirst().slice(300).map((j) => j.id),
+    ["j_e4", "j_e3", "j_e2"],
+  );
+  // Jobs kept for the user do not count against the bound.
+  book.merge(job("j_e5", 3, JobState.FAILED, 0, 1_005));
+  assert.deepEqual(book.trim(3, "", (id) => id === "j_e4"), []);
 });
 
 test("a deleted job leaves the book and its counts, and a snapshot still on its way cannot bring it back", () => {

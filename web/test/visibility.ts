@@ -4,10 +4,15 @@ import type { Visibility } from "../src/stream";
 
 export class FakeVisibility implements Visibility {
   private out = false;
+  private gone = false;
   private readonly listeners = new Set<() => void>();
 
   hidden(): boolean {
-    return this.out;
+    return this.out || this.gone;
+  }
+
+  left(): boolean {
+    return this.gone;
   }
 
   onChange(f: () => void): () => void {
@@ -18,6 +23,17 @@ export class FakeVisibility implements Visibility {
   // set puts the tab out of sight (true) or in sight (false).
   set(hidden: boolean): void {
     this.out = hidden;
+    this.tell();
+  }
+
+  // leave leaves the page (true: pagehide), or shows it again from the
+  // back/forward cache (false: pageshow).
+  leave(left: boolean): void {
+    this.gone = left;
+    this.tell();
+  }
+
+  private tell(): void {
     for (const f of [...this.listeners]) {
       f();
     }
