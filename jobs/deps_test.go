@@ -57,23 +57,8 @@ func TestAChainOfAHundredRunsOneLinkAtATime(t *testing.T) {
 func TestARetryNeverJoinsAChainLongerThanTheBound(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
 	ctx := context.Background()
-	head := running(t, e, jobs.SubmitRequest{})
-	if _, err := e.Fail(ctx, head.ID, head.LeaseID, jobtype.JobError{Type: "Boom"}, false); err != nil {
-		t.Fatal(err)
-	}
 	const links = jobtype.MaxDependencyDepth + 50
-	ids := make([]string, links)
-	for i := range ids {
-		after := head.ID
-		if i > 0 {
-			after = ids[i-1]
-		}
-		j := submit(t, e, jobs.SubmitRequest{Kind: "chained", After: []string{after}})
-		if j.State != jobtype.Cancelled {
-			t.Fatalf("link %d, after a failed job, submitted %s; want CANCELLED", i, j.State)
-		}
-		ids[i] = j.ID
-	}
+	ids := cancelledChain(t, e, links, "")
 	for i := links - 1; i >= 0; i-- {
 		j, err := e.Retry(ctx, ids[i])
 		if n := links - i; n <= jobtype.MaxDependencyDepth {
@@ -107,6 +92,30 @@ func TestARetryNeverJoinsAChainLongerThanTheBound(t *testing.T) {
 	}
 }
 
+// cancelledChain submits a chain of links jobs of batch, each after the
+// one before and the first after a job that failed: each is CANCELLED as
+// it is submitted. It returns their ids, first to last.
+func cancelledChain(t *testing.T, e *jobs.Engine, links int, batch string) []string {
+	t.Helper()
+	head := running(t, e, jobs.SubmitRequest{})
+	if _, err := e.Fail(context.Background(), head.ID, head.LeaseID, jobtype.JobError{Type: "Boom"}, false); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, links)
+	for i := range ids {
+		after := head.ID
+		if i > 0 {
+			after = ids[i-1]
+		}
+		j := submit(t, e, jobs.SubmitRequest{Kind: "chained", Batch: batch, After: []string{after}})
+		if j.State != jobtype.Cancelled {
+			t.Fatalf("link %d, after a failed job, submitted %s; want CANCELLED", i, j.State)
+		}
+		ids[i] = j.ID
+	}
+	return ids
+}
+
 // A bulk retry of a failed chain of 150, which retries its jobs newest
 // first, several at once, leaves no WAITING chain longer than the bound,
 // however its retries interleave: each counts the WAITING jobs above and
@@ -114,19 +123,8 @@ func TestARetryNeverJoinsAChainLongerThanTheBound(t *testing.T) {
 func TestABulkRetryOfALongChainKeepsItsChainsWithinTheBound(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
 	ctx := context.Background()
-	head := running(t, e, jobs.SubmitRequest{})
-	if _, err := e.Fail(ctx, head.ID, head.LeaseID, jobtype.JobError{Type: "Boom"}, false); err != nil {
-		t.Fatal(err)
-	}
 	const links = jobtype.MaxDependencyDepth + 50
-	ids := make([]string, links)
-	for i := range ids {
-		after := head.ID
-		if i > 0 {
-			after = ids[i-1]
-		}
-		ids[i] = submit(t, e, jobs.SubmitRequest{Kind: "chained", Batch: "chain", After: []string{after}}).ID
-	}
+	ids := cancelledChain(t, e, links, "chain")
 	r, err := e.Bulk(ctx, e.RetryAction(), jobs.BulkFilter{Batch: "chain", States: []jobtype.State{jobtype.Cancelled}}, "", 0)
 	if !isInvalid(err, "after") || r.Changed < jobtype.MaxDependencyDepth {
 		t.Fatalf("bulk retry: %+v, %v; want at least %d retried, then the chain's bound", r, err, jobtype.MaxDependencyDepth)

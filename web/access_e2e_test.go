@@ -8,7 +8,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/jobwatch/jobwatch/auth"
 	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/server"
@@ -31,14 +30,7 @@ func TestThePageOffersWhatItsTokenMayDoBeforeAnyClick(t *testing.T) {
 		clientToken = "jw_e2e-access-acme-client-token"
 		workerToken = "jw_e2e-access-worker-token"
 	)
-	tokens, err := auth.ParseTokens("tokens.yaml", []byte(fmt.Sprintf("tokens:\n"+
-		"  - sha256: %s\n    role: admin\n"+
-		"  - sha256: %s\n    tenant: acme\n    role: client\n"+
-		"  - sha256: %s\n    role: worker\n",
-		auth.Digest(adminToken), auth.Digest(clientToken), auth.Digest(workerToken))))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens := tokensOf(t, map[string][2]string{adminToken: {"admin", ""}, clientToken: {"client", "acme"}, workerToken: {"worker", ""}})
 	addr := freeAddr(t)
 	srv := startServer(t, addr, testdb.New(t), func(c *server.Config) { c.Tokens = tokens })
 	defer srv.shutdown(t)

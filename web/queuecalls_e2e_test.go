@@ -2,7 +2,6 @@ package web_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/jobwatch/jobwatch/auth"
 	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
@@ -40,13 +38,7 @@ func TestThePageAsksForTheQueuesOnlyWithATokenThatMayReadThem(t *testing.T) {
 		adminToken  = "jw_e2e-queuecalls-admin-token"
 		clientToken = "jw_e2e-queuecalls-acme-client-token"
 	)
-	tokens, err := auth.ParseTokens("tokens.yaml", []byte(fmt.Sprintf("tokens:\n"+
-		"  - sha256: %s\n    role: admin\n"+
-		"  - sha256: %s\n    tenant: acme\n    role: client\n",
-		auth.Digest(adminToken), auth.Digest(clientToken))))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens := tokensOf(t, map[string][2]string{adminToken: {"admin", ""}, clientToken: {"client", "acme"}})
 	addr := freeAddr(t)
 	base := "http://" + addr
 	srv := startServer(t, addr, testdb.New(t), func(c *server.Config) { c.Tokens = tokens })
@@ -144,14 +136,7 @@ func TestANewTokenKeepsNoneOfTheLastTokensQueuesOrSchedules(t *testing.T) {
 		clientToken = "jw_e2e-forget-acme-client-token"
 		workerToken = "jw_e2e-forget-worker-token"
 	)
-	tokens, err := auth.ParseTokens("tokens.yaml", []byte(fmt.Sprintf("tokens:\n"+
-		"  - sha256: %s\n    role: admin\n"+
-		"  - sha256: %s\n    tenant: acme\n    role: client\n"+
-		"  - sha256: %s\n    role: worker\n",
-		auth.Digest(adminToken), auth.Digest(clientToken), auth.Digest(workerToken))))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens := tokensOf(t, map[string][2]string{adminToken: {"admin", ""}, clientToken: {"client", "acme"}, workerToken: {"worker", ""}})
 	addr := freeAddr(t)
 	rules := jobtype.Rules{Schedules: []jobtype.Schedule{{Name: "nightly-digest", Kind: "digest.send", Queue: "reports", Tenant: "ops", Every: time.Hour}}}
 	srv := startServerWithRules(t, addr, testdb.New(t), rules, func(c *server.Config) { c.Tokens = tokens })

@@ -165,13 +165,7 @@ func TestATenantTypedInOneTabStaysOutOfANewTab(t *testing.T) {
 		adminToken  = "jw_e2e-tabs-admin-token"
 		globexToken = "jw_e2e-tabs-globex-client-token"
 	)
-	tokens, err := auth.ParseTokens("tokens.yaml", []byte(fmt.Sprintf("tokens:\n"+
-		"  - sha256: %s\n    role: admin\n"+
-		"  - sha256: %s\n    tenant: globex\n    role: client\n",
-		auth.Digest(adminToken), auth.Digest(globexToken))))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens := tokensOf(t, map[string][2]string{adminToken: {"admin", ""}, globexToken: {"client", "globex"}})
 	addr := freeAddr(t)
 	srv := startServer(t, addr, filepath.Join(t.TempDir(), "jobwatch.db"), func(c *server.Config) { c.Tokens = tokens })
 	defer srv.shutdown(t)
