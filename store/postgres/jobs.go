@@ -169,17 +169,17 @@ func (s *Store) createInTx(ctx context.Context, conn *pgxpool.Conn, in []jobtype
 		return nil, -1, err
 	}
 	defer tx.Rollback(ctx)
-	// The tenants of jobs with dependencies are locked too: a retry that
-	// joins WAITING chains (deepenWaiters) takes the lock, so a job
-	// created after a chain's end never counts a depth that retry is
-	// raising.
-	lock := tenantsOf(charges)
+	// The tenants of jobs with dependencies are locked too, shared: a
+	// retry that joins WAITING chains (deepenWaiters) takes the lock
+	// alone, so a job created after a chain's end never counts a depth
+	// that retry is raising, while creates do not wait for each other.
+	var shared []string
 	for _, j := range in {
-		if len(j.After) > 0 && !slices.Contains(lock, j.Tenant) {
-			lock = append(lock, j.Tenant)
+		if len(j.After) > 0 && !slices.Contains(shared, j.Tenant) {
+			shared = append(shared, j.Tenant)
 		}
 	}
-	if err := s.checkQuota(ctx, tx, lock, charges); err != nil {
+	if err := s.checkQuota(ctx, tx, tenantsOf(charges), shared, charges); err != nil {
 		return nil, -1, err
 	}
 	out = slices.Clone(in)
@@ -229,14 +229,16 @@ func (s *Store) createInTx(ctx context.Context, conn *pgxpool.Conn, in []jobtype
 // quotaLocks takes, for the rest of its transaction, the advisory lock
 // of each tenant whose quota a write checks ($1 and $2: the halves of
 // each key, tenantLock, in key order, so that writes locking several
-// never wait on each other in a cycle), and sets the plans under which
+// never wait on each other in a cycle), or shares it ($3) where the write
+// only creates jobs with dependencies (createInTx), and sets the plans under which
 // queuedCount can only walk its index (see planSettings in claims.go):
 // no sequential or bitmap scan (a bitmap reads every one of the
 // tenant's entries before the LIMIT) and no sort. The settings last for
 // the transaction, whose other statements read by key or insert.
 const quotaLocks = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
 	set_config('enable_sort', 'off', true), set_config('enable_incremental_sort', 'off', true),
-	(SELECT count(pg_advisory_xact_lock(k.hi, k.lo)) FROM unnest($1::int4[], $2::int4[]) AS k(hi, lo))`
+	(SELECT count(CASE WHEN k.shared THEN pg_advisory_xact_lock_shared(k.hi, k.lo) ELSE pg_advisory_xact_lock(k.hi, k.lo) END)
+		FROM unnest($1::int4[], $2::int4[], $3::bool[]) AS k(hi, lo, shared))`
 
 // queuedCount counts tenant $1's jobs not yet running
 // (jobtype.QueuedStates), at most $2 of them, by a walk of the tenant's
@@ -272,7 +274,8 @@ func tenantsOf(charges []store.QuotaCharge) []string {
 	return tenants
 }
 
-// checkQuota takes, in tx, the quota locks of lock (quotaLocks), then
+// checkQuota takes, in tx, the quota locks of lock, and shares those of
+// shared (quotaLocks; a tenant in both is locked), then
 // counts the jobs not yet running of each tenant of charges, up to its
 // bound plus one, in statements of their own, all in one round trip. In
 // READ COMMITTED each statement reads a snapshot taken when it starts,
@@ -280,16 +283,27 @@ func tenantsOf(charges []store.QuotaCharge) []string {
 // a lock before. It returns the refusal of the first charge whose tenant
 // has no room for it (store.QuotaCharge.Refusal). A tenant's lock is
 // held until tx ends, so the count stays true until its inserts commit.
-func (s *Store) checkQuota(ctx context.Context, tx pgx.Tx, lock []string, charges []store.QuotaCharge) error {
-	if len(lock) == 0 && len(charges) == 0 {
+func (s *Store) checkQuota(ctx context.Context, tx pgx.Tx, lock, shared []string, charges []store.QuotaCharge) error {
+	locked := len(lock) > 0 || len(shared) > 0
+	if !locked && len(charges) == 0 {
 		return nil
 	}
 	b := &pgx.Batch{}
-	if len(lock) > 0 {
-		type key struct{ hi, lo int32 }
-		keys := make([]key, len(lock))
-		for i, t := range lock {
-			keys[i].hi, keys[i].lo = s.tenantLock(t)
+	if locked {
+		type key struct {
+			hi, lo int32
+			shared bool
+		}
+		var keys []key
+		for _, t := range lock {
+			hi, lo := s.tenantLock(t)
+			keys = append(keys, key{hi, lo, false})
+		}
+		for _, t := range shared {
+			if !slices.Contains(lock, t) {
+				hi, lo := s.tenantLock(t)
+				keys = append(keys, key{hi, lo, true})
+			}
 		}
 		slices.SortFunc(keys, func(a, b key) int {
 			if a.hi != b.hi {
@@ -297,20 +311,20 @@ func (s *Store) checkQuota(ctx context.Context, tx pgx.Tx, lock []string, charge
 			}
 			return cmp.Compare(a.lo, b.lo)
 		})
-		his, los := make([]int32, len(keys)), make([]int32, len(keys))
+		his, los, shares := make([]int32, len(keys)), make([]int32, len(keys)), make([]bool, len(keys))
 		for i, k := range keys {
-			his[i], los[i] = k.hi, k.lo
+			his[i], los[i], shares[i] = k.hi, k.lo, k.shared
 		}
-		b.Queue(quotaLocks, his, los)
+		b.Queue(quotaLocks, his, los, shares)
 	}
 	for _, c := range charges {
 		b.Queue(queuedCount, c.Tenant, c.MaxQueued+1)
 	}
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
-	if len(lock) > 0 {
+	if locked {
 		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("take the quota locks of tenants %v: %w", lock, err)
+			return fmt.Errorf("take the quota locks of tenants %v: %w", slices.Concat(lock, shared), err)
 		}
 	}
 	for _, c := range charges {
@@ -559,7 +573,7 @@ func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtyp
 		u = updated{}
 		return pgx.BeginFunc(wctx, conn, func(tx pgx.Tx) error {
 			if tenant != "" {
-				if err := s.checkQuota(wctx, tx, []string{tenant}, nil); err != nil {
+				if err := s.checkQuota(wctx, tx, []string{tenant}, nil, nil); err != nil {
 					return err
 				}
 			}
@@ -591,7 +605,7 @@ func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtyp
 				next, waitFor, depth = store.Versioned(old.job, settled), w, d
 			}
 			if tenant != "" {
-				if err := s.checkQuota(wctx, tx, nil, q.ChangeCharges(old.job, next)); err != nil {
+				if err := s.checkQuota(wctx, tx, nil, nil, q.ChangeCharges(old.job, next)); err != nil {
 					return err
 				}
 			}
@@ -661,10 +675,11 @@ SELECT coalesce(max(dist), 0) FROM farthest`
 // depth of the WAITING jobs that wait for it (store.WaitersTooDeep),
 // refusing the retry (a funcError, so that tx rolls back) if they would
 // hang too deep. tx holds the job's tenant's lock (tenantLock), as every
-// retry that waits again and every create with dependencies takes it:
-// two retries joining one chain from both ends, or a create after the
-// chain's end, would otherwise each count the chain as its snapshot had
-// it, before the other's change, and together make it too long.
+// retry that waits again does, and every create with dependencies
+// shares it: two retries joining one chain from both ends, or a create
+// after the chain's end, would otherwise each count the chain as its
+// snapshot had it, before the other's change, and together make it too
+// long.
 func deepenWaiters(ctx context.Context, tx pgx.Tx, id string, depth int) error {
 	var below int
 	if err := tx.QueryRow(ctx, waitersBelow, id, store.WaitersBelowLimit(depth), depth).Scan(&below); err != nil {

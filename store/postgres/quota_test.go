@@ -85,7 +85,7 @@ func explainCount(t *testing.T, s *Store, generic bool) planNode {
 	}
 	defer tx.Rollback(ctx)
 	hi, lo := s.tenantLock("acme")
-	if _, err := tx.Exec(ctx, quotaLocks, []int32{hi}, []int32{lo}); err != nil {
+	if _, err := tx.Exec(ctx, quotaLocks, []int32{hi}, []int32{lo}, []bool{false}); err != nil {
 		t.Fatal(err)
 	}
 	if !generic {
