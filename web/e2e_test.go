@@ -647,6 +647,23 @@ func openWatches(t *testing.T, base string) float64 {
 // openWatchesAs is openWatches read with token ("" for none).
 func openWatchesAs(t *testing.T, base, token string) float64 {
 	t.Helper()
+	body := metricsText(t, base, token)
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, "jobwatch_open_watches "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metrics line %q: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no jobwatch_open_watches in /metrics:\n%s", body)
+	return 0
+}
+
+// metricsText is the server's /metrics, read with token ("" for none).
+func metricsText(t *testing.T, base, token string) string {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, base+"/metrics", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -660,18 +677,8 @@ func openWatchesAs(t *testing.T, base, token string) float64 {
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("read /metrics: %v %s\n%s", err, res.Status, body)
 	}
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, "jobwatch_open_watches "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("metrics line %q: %v", line, err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("no jobwatch_open_watches in /metrics:\n%s", body)
-	return 0
+	return string(body)
 }

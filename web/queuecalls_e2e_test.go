@@ -2,8 +2,6 @@ package web_test
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -94,22 +92,9 @@ func TestThePageAsksForTheQueuesOnlyWithATokenThatMayReadThem(t *testing.T) {
 // its jobwatch_requests_total, read with token (an admin or metrics one).
 func requestsOf(t *testing.T, base, token, procedure string) float64 {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, base+"/metrics", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	if err != nil || res.StatusCode != http.StatusOK {
-		t.Fatalf("read /metrics: %v %s\n%s", err, res.Status, body)
-	}
+	body := metricsText(t, base, token)
 	var n float64
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(body, "\n") {
 		if !strings.HasPrefix(line, "jobwatch_requests_total{") || !strings.Contains(line, `procedure="`+procedure+`"`) {
 			continue
 		}
