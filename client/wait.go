@@ -28,23 +28,33 @@ func Terminal(s jobwatchv1.JobState) bool {
 const minPark = 20 * time.Millisecond
 
 // cutShort reports whether a long call asked at asked was given little
-// time to park by the caller's own deadline: the server parks for at
-// most nine tenths of what the caller has left, so with under 10 ×
-// minPark left a quick "not yet" is that, not a server shutting down,
-// and the call is asked again at once (each time with less left, until
-// the deadline ends it).
+// time to park by the caller's own deadline: the server answers a tenth
+// of what the caller has left before its deadline (at least
+// shortMargin, or half of it), so with under 10 × minPark left a quick
+// "not yet" is that, not a server shutting down, and the call is asked
+// again at once (each time with less left, until the deadline ends it).
 func cutShort(ctx context.Context, asked time.Time) bool {
 	dl, ok := ctx.Deadline()
 	return ok && dl.Sub(asked) < 10*minPark
 }
 
+// shortMargin is the least time before a caller's deadline that a server
+// answers a parked call or ends a stream, unless the caller had less
+// than twice that left (then it answers halfway).
+const shortMargin = 10 * time.Millisecond
+
 // nearDeadline reports whether a stream opened at asked that ended
 // without a word did so for ctx's deadline: servers end a stream a tenth
-// of the time left before the caller's deadline (as a parked call), so
-// what is left now is at most a fifth of what was left at asked.
+// of the time left before the caller's deadline, or shortMargin (half
+// the time left, if less) when that is more, so what is left now is at
+// most a fifth of what was left at asked, or under twice shortMargin.
 func nearDeadline(ctx context.Context, asked time.Time) bool {
 	dl, ok := ctx.Deadline()
-	return ok && time.Until(dl) <= dl.Sub(asked)/5
+	if !ok {
+		return false
+	}
+	left := time.Until(dl)
+	return left <= dl.Sub(asked)/5 || left < 2*shortMargin
 }
 
 // errNotParked is what a retry notification says about such an answer.
