@@ -86,6 +86,19 @@ func (e *gaveUpError) Error() string {
 
 func (e *gaveUpError) Unwrap() error { return e.cause }
 
+// LastTry is the failure a retry loop (WaitForJob, Watch, a Worker's
+// calls) was waiting out when its context ended: the server unreachable,
+// say. It is nil when the context ended while the server was answering,
+// so a caller can tell "the deadline passed before the job ended" from
+// "the deadline passed while the server could not be asked".
+func LastTry(err error) error {
+	var g *gaveUpError
+	if errors.As(err, &g) {
+		return g.last
+	}
+	return nil
+}
+
 // retryText is a retried error as a person reads it.
 func retryText(err error) string {
 	var ce *connect.Error

@@ -342,7 +342,7 @@ func TestWaitForSeveralJobsSaysWhatIsWrong(t *testing.T) {
 		{[]string{known, "j_00000000000000000000000000"}, exitError, "wait: job j_00000000000000000000000000 not found"},
 		{[]string{known, held}, exitError, held + ": job is pending: start it first"},
 		{[]string{"--batch", "no-such-batch"}, exitError, `batch "no-such-batch" holds no job`},
-		{[]string{known, known, "--timeout", "200ms"}, exitError, "--timeout passed"},
+		{[]string{known, known, "--timeout", "200ms"}, exitTimedOut, "--timeout passed"},
 		{[]string{known, "--batch", "b"}, exitUsage, "IDs or --batch, not both"},
 		{[]string{}, exitUsage, "usage: wait ID [ID...]"},
 	} {

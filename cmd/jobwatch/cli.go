@@ -34,6 +34,9 @@ const (
 	exitFailed    = 3
 	exitCancelled = 4
 	exitLost      = 5
+	// exitTimedOut is timeout(1)'s status: --timeout passed before the
+	// job ended, while the server answered.
+	exitTimedOut = 124
 )
 
 const exitCodesHelp = `Exit status (wait, watch, submit --wait):
@@ -41,8 +44,9 @@ const exitCodesHelp = `Exit status (wait, watch, submit --wait):
   3  the job FAILED
   4  the job was CANCELLED
   5  the job was LOST (its worker stopped heartbeating)
+  124  --timeout passed before the job ended (as timeout(1) says)
   1  the call failed: unknown job, refused, or the server unreachable
-     past --timeout
+     until --timeout passed
   2  usage error
   130, 143  interrupted by Ctrl-C (SIGINT), by SIGTERM
 With several jobs (wait ID ID..., wait or watch --batch): 0 if every job

@@ -309,16 +309,16 @@ func TestSubmitWaitTimeoutNamesTheJobItStoppedWaitingFor(t *testing.T) {
 	s := startCLIServer(t, time.Second)
 	code, out, errOut := runInProcess(t, "submit", "nobody.runs.this", "--server", s.URL, "--wait", "--timeout", "200ms")
 	id, _, _ := strings.Cut(strings.TrimPrefix(errOut, "jobwatch: wait for "), ":")
-	if code != 1 || out != "" || !strings.HasPrefix(id, "j_") || !strings.Contains(errOut, "--timeout passed before the job ended") ||
+	if code != exitTimedOut || out != "" || !strings.HasPrefix(id, "j_") || !strings.Contains(errOut, "--timeout passed before the job ended") ||
 		strings.Contains(errOut, "retrying") {
-		t.Fatalf("exit %d, stdout %q, stderr %q; want 1, naming the job and the timeout", code, out, errOut)
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 124, naming the job and the timeout", code, out, errOut)
 	}
 	if j, err := s.Client.Get(t.Context(), id); err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED {
 		t.Fatalf("the job after the wait gave up: %v, %v; want it still QUEUED", j.GetState(), err)
 	}
 }
 
-// watch --timeout on a job that does not end exits 1, never 0: the exit
+// watch --timeout on a job that does not end exits 124, never 0: the exit
 // code of a watch says SUCCEEDED only for a job that succeeded, however
 // the stream and the timeout race. A held job's watch says why nothing
 // moves.
@@ -333,13 +333,18 @@ func TestWatchTimeoutOfAJobThatDoesNotEndIsNotSuccess(t *testing.T) {
 		id := strings.TrimSpace(out)
 		for range 5 {
 			code, out, errOut := runInProcess(t, "watch", id, "--server", s.URL, "--timeout", "150ms")
-			if code != 1 || !strings.Contains(errOut, "--timeout passed before the job ended") {
-				t.Fatalf("watch --timeout of a job that does not end (held %v) = exit %d, stdout %q, stderr %q; want 1 and the timeout",
+			if code != exitTimedOut || !strings.Contains(errOut, "--timeout passed before the job ended") {
+				t.Fatalf("watch --timeout of a job that does not end (held %v) = exit %d, stdout %q, stderr %q; want 124 and the timeout",
 					held, code, out, errOut)
 			}
 			if held != strings.Contains(errOut, "jobwatch start "+id) {
 				t.Errorf("held %v: stderr %q; want the hint to start it only for a held job", held, errOut)
 			}
+		}
+		code, out, errOut := runInProcess(t, "logs", "-f", id, "--server", s.URL, "--timeout", "150ms")
+		if code != exitTimedOut || !strings.Contains(errOut, "--timeout passed before the job ended") {
+			t.Fatalf("logs -f --timeout of a job that does not end (held %v) = exit %d, stdout %q, stderr %q; want 124 and the timeout",
+				held, code, out, errOut)
 		}
 	}
 }
@@ -763,12 +768,12 @@ func TestAnInterruptedWaitExitsWithTheSignalsStatus(t *testing.T) {
 }
 
 // submit --wait --json whose wait stops early prints the job as
-// submitted, so that a script has its id on stdout, and exits 1.
+// submitted, so that a script has its id on stdout, and exits 124.
 func TestSubmitWaitThatTimesOutPrintsTheJobWithJSON(t *testing.T) {
 	s := startCLIServer(t, time.Second)
 	code, out, errOut := runInProcess(t, "submit", "nobody", "--wait", "--timeout", "200ms", "--json", "--server", s.URL)
 	var j map[string]any
-	if err := json.Unmarshal([]byte(out), &j); code != 1 || err != nil || j["state"] != "JOB_STATE_QUEUED" || !strings.Contains(errOut, "--timeout passed") {
-		t.Errorf("submit --wait --timeout --json = exit %d, %q, %q; want 1, the queued job on stdout, the timeout on stderr", code, out, errOut)
+	if err := json.Unmarshal([]byte(out), &j); code != exitTimedOut || err != nil || j["state"] != "JOB_STATE_QUEUED" || !strings.Contains(errOut, "--timeout passed") {
+		t.Errorf("submit --wait --timeout --json = exit %d, %q, %q; want 124, the queued job on stdout, the timeout on stderr", code, out, errOut)
 	}
 }

@@ -39,7 +39,7 @@ func logs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&follow, "f", false, "follow the log until the job has ended; exit with its outcome")
 	fs.BoolVar(&follow, "follow", false, "the same as -f")
 	fs.BoolVar(&times, "times", false, "start each line with its time and stream")
-	fs.DurationVar(&timeout, "timeout", 0, "give up after this long (exit 1); 0 follows as long as it takes")
+	fs.DurationVar(&timeout, "timeout", 0, "give up after this long (exit 124); 0 follows as long as it takes")
 	fs.Usage = func() { fmt.Fprint(stderr, logsUsage); fs.PrintDefaults() }
 	pos, err := parseArgs(fs, args, 1, "ID")
 	if err != nil {

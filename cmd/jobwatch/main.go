@@ -235,6 +235,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, new(usageError)):
 		fmt.Fprintln(stderr, "jobwatch:", err)
 		return 2
+	case timedOut(err):
+		fmt.Fprintln(stderr, "jobwatch:", err)
+		return exitTimedOut
 	default:
 		fmt.Fprintln(stderr, "jobwatch:", err)
 		if code, ok := interrupted(ctx); ok {

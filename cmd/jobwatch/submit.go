@@ -74,7 +74,7 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&uniqueKey, "unique-key", "", "refuse the job while another active job of the tenant has this `key`")
 	fs.BoolVar(&hold, "hold", false, "create the job PENDING: it runs only after \"jobwatch start\"")
 	fs.BoolVar(&wait, "wait", false, "wait for the job to end and exit with its outcome (see \"jobwatch wait -h\"); with --json, a wait stopped early (--timeout, Ctrl-C) prints the job as submitted")
-	fs.DurationVar(&timeout, "timeout", 0, "with --wait, stop waiting after this long (exit 1; the job goes on); 0 waits as long as it takes")
+	fs.DurationVar(&timeout, "timeout", 0, "with --wait, stop waiting after this long (exit 124; the job goes on); 0 waits as long as it takes")
 	fs.IntVar(&maxAttempts, "max-attempts", 0, "attempts allowed, counting the first (0: the queue's default)")
 	var priority *int32
 	fs.Func("priority", "`N` from 0 (most urgent) to 9: claims take the most urgent ready job first, then the oldest;\nserial queues ignore it (default: the queue's priority rule, else 0)", func(s string) error {

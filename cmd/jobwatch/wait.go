@@ -42,7 +42,7 @@ func wait(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var anyEnded bool
 	fs := newFlagSet("wait", stderr)
 	cf.register(fs)
-	fs.DurationVar(&timeout, "timeout", 0, "give up after this long (exit 1); 0 waits as long as it takes")
+	fs.DurationVar(&timeout, "timeout", 0, "give up after this long (exit 124); 0 waits as long as it takes")
 	fs.StringVar(&batch, "batch", "", "wait for the jobs of this batch `name` (jobwatch submit --batch) instead of IDs")
 	fs.StringVar(&tenant, "tenant", "", "the batch's `tenant` (default: the server's \"default\"); with IDs, only jobs of this tenant")
 	fs.BoolVar(&anyEnded, "any", false, "return once any one of the jobs has ended, not all")
@@ -196,6 +196,12 @@ var (
 	errTimeout     = errors.New("--timeout passed before the job ended")
 	errTimeoutMany = errors.New("--timeout passed before the jobs ended")
 )
+
+// timedOut reports whether err is a command's --timeout passing while the
+// server answered (exit 124), not while it could not be reached (1).
+func timedOut(err error) bool {
+	return (errors.Is(err, errTimeout) || errors.Is(err, errTimeoutMany)) && client.LastTry(err) == nil
+}
 
 // printOutcomes prints ended jobs: a summary line each, or one JSON array.
 func printOutcomes(w io.Writer, jobs []*jobwatchv1.Job, asJSON bool) error {

@@ -52,7 +52,7 @@ func watch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var withLogs bool
 	fs := newFlagSet("watch", stderr)
 	cf.register(fs)
-	fs.DurationVar(&timeout, "timeout", 0, "give up after this long (exit 1); 0 watches as long as it takes")
+	fs.DurationVar(&timeout, "timeout", 0, "give up after this long (exit 124); 0 watches as long as it takes")
 	fs.StringVar(&display, "progress", "auto", "`how` to show snapshots: bar, lines, or auto (bar on a terminal)")
 	fs.BoolVar(&withLogs, "logs", false, "print the job's log lines too, as they come")
 	fs.StringVar(&batch, "batch", "", "follow the jobs of this batch `name` (jobwatch submit --batch) until all have ended")
