@@ -52,3 +52,45 @@ func TestAPreviousAttemptsErrorIsLabelledAsSuch(t *testing.T) {
 	p.waitFor("failed for good, its own error", detailShows(job.ID, "failed")+" && "+textIs(box+" h3", "Error")+" && "+
 		textHas(box, "column rows is gone")+" && "+loud)
 }
+
+// A job an operator cancelled shows the error it carried as from before
+// the cancel, quietly: the cancel gives none. A job cancelled because a
+// job it runs after did not succeed shows that as its error.
+func TestAnErrorFromBeforeAnOperatorsCancelIsLabelledAsSuch(t *testing.T) {
+	ctx, base, srv := startLiveWithRules(t, 2*time.Minute, jobtype.Rules{Queues: map[string]jobtype.QueueRules{
+		"flaky": {MaxAttempts: 2, InitialBackoff: time.Hour, MaxBackoff: time.Hour},
+	}})
+	job, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Kind: "report.export", Queue: "flaky"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := claim(t, ctx, srv.engine, "report.export")
+	if _, err := srv.engine.Fail(ctx, first.job.ID, first.job.LeaseID, jobtype.JobError{Type: "TimeoutError", Message: "warehouse did not answer in 30s"}, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.engine.Cancel(jobs.WithActor(ctx, "admin token ops"), job.ID); err != nil {
+		t.Fatal(err)
+	}
+	head, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Kind: "report.export", Queue: "flaky", Hold: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Kind: "report.send", After: []string{head.ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.engine.Cancel(jobs.WithActor(ctx, "admin token ops"), head.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	p := &page{t: t, ctx: newTab(t, ctx)}
+	box := "#detail .error-box"
+	p.do("open the page on the job an operator cancelled", chromedp.Navigate(base+"/?job="+job.ID))
+	p.waitFor("its attempt's error labelled as from before the cancel", detailShows(job.ID, "cancelled")+" && "+
+		textIs(box+" h3", "Last error, before it was cancelled")+" && "+textHas(box, "warehouse did not answer in 30s")+" && "+
+		`document.querySelector("#detail .error-box").dataset.previous === "true"`)
+	p.do("open the page on the job cancelled for its dependency", chromedp.Navigate(base+"/?job="+next.ID))
+	p.waitFor("the dependency's failure as its error", detailShows(next.ID, "cancelled")+" && "+
+		textIs(box+" h3", "Error")+" && "+textHas(box, "DependencyFailed")+" && "+
+		`document.querySelector("#detail .error-box").dataset.previous === "false"`)
+}

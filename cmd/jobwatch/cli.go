@@ -437,13 +437,21 @@ func printJob(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
 // (FAILED, LOST, or CANCELLED because a job it runs after failed), "last
 // error" where it is only why an attempt ended: a job waiting for its
 // next attempt, or one cancelled after a failed attempt, whose error
-// stays as the attempt left it (an attempt of its history has it).
+// stays as the attempt left it (an attempt of its history has it), or
+// one an operator cancelled, whatever error it carried before.
 func errorLabel(j *jobwatchv1.Job) string {
 	switch j.GetState() {
 	case jobwatchv1.JobState_JOB_STATE_FAILED, jobwatchv1.JobState_JOB_STATE_LOST:
 		return "error"
 	case jobwatchv1.JobState_JOB_STATE_CANCELLED:
-		if !slices.ContainsFunc(j.GetAttempts(), func(a *jobwatchv1.JobAttempt) bool { return proto.Equal(a.GetError(), j.GetError()) }) {
+		// An operator's cancel (the last entry, with its By) sets no
+		// error: the job's came before it, from an attempt or from a
+		// dependency's failure that a retry since put behind it.
+		history := j.GetAttempts()
+		if n := len(history); n > 0 && history[n-1].GetState() == jobwatchv1.JobState_JOB_STATE_CANCELLED && history[n-1].GetBy() != "" {
+			return "last error"
+		}
+		if !slices.ContainsFunc(history, func(a *jobwatchv1.JobAttempt) bool { return proto.Equal(a.GetError(), j.GetError()) }) {
 			return "error"
 		}
 	}

@@ -118,4 +118,16 @@ func TestSummaryOfAJobWaitingForItsNextAttempt(t *testing.T) {
 	if err := printJob(&b, j, false); err != nil || !strings.Contains(b.String(), "last error:") {
 		t.Errorf("printJob of the CANCELLED job = %q, %v; want its error labelled \"last error\"", b.String(), err)
 	}
+	// Cancelled because a job it runs after failed, retried to wait
+	// again, then cancelled by an operator: the operator's cancel ended
+	// it, and the dependency's error is from before the retry.
+	j = &jobwatchv1.Job{Id: "j_2", State: jobwatchv1.JobState_JOB_STATE_CANCELLED,
+		Error: &jobwatchv1.JobError{Type: "DependencyFailed", Message: "job j_1, which it runs after, ended CANCELLED"},
+		Attempts: []*jobwatchv1.JobAttempt{
+			{State: jobwatchv1.JobState_JOB_STATE_WAITING, By: "anonymous"},
+			{State: jobwatchv1.JobState_JOB_STATE_CANCELLED, By: "anonymous"},
+		}}
+	if got := summary(j); !strings.Contains(got, " last_error=DependencyFailed") {
+		t.Errorf("summary of the job an operator cancelled = %q, want last_error=DependencyFailed", got)
+	}
 }

@@ -345,6 +345,21 @@ function previousErrorTitle(job: Job): string {
   return nth >= 1 ? `Error of the previous attempt (attempt ${nth})` : "Error of the previous attempt";
 }
 
+// cancelledAfterItsError reports whether a CANCELLED job's error is from
+// before its cancel, which an operator made (the last entry of its
+// history): such a cancel sets no error, so the job's error is an
+// earlier attempt's, or a dependency's that a retry since put behind it.
+// A cancel for a dependency that did not succeed is the server's, and
+// its error says why the job ended.
+function cancelledAfterItsError(job: Job, full: Job | undefined): boolean {
+  if (job.state !== JobState.CANCELLED) {
+    return false;
+  }
+  const history = full?.id === job.id ? full.attempts : job.attempts;
+  const last = history[history.length - 1];
+  return last !== undefined && last.state === JobState.CANCELLED && last.by !== "";
+}
+
 export class Detail {
   private jobId = "";
   // waitsAgain is true for a job that runs after others: a retry makes it
@@ -500,10 +515,13 @@ export class Detail {
     // A job re-queued after a failed attempt still carries the error of
     // that attempt: show it, it is why the job is running again, but say
     // whose it is and keep it quiet, so it is not taken for the run now.
+    // So does a job an operator cancelled: the cancel gives no error, so
+    // the one it carries came before it.
     this.errorBox.hidden = job.error === undefined;
-    const previous = job.error !== undefined && !isTerminal(job.state);
+    const cancelled = job.error !== undefined && cancelledAfterItsError(job, full);
+    const previous = (job.error !== undefined && !isTerminal(job.state)) || cancelled;
     setData(this.errorBox, "previous", String(previous));
-    setText(this.errorTitle, previous ? previousErrorTitle(job) : "Error");
+    setText(this.errorTitle, cancelled ? "Last error, before it was cancelled" : previous ? previousErrorTitle(job) : "Error");
     setText(this.errorType, job.error?.type ?? "");
     setText(this.errorMessage, job.error?.message ?? "");
 
