@@ -32,15 +32,15 @@ export interface ClientOptions {
    * Needed unless transport is given; in a browser it defaults to the
    * page's own origin.
    */
-  url?: string;
+  url?: string | undefined;
   /** A bearer token from the server's tokens file, sent on every call. */
-  token?: string;
+  token?: string | undefined;
   /**
    * The transport of short calls (submit, get, cancel, heartbeats...);
    * by default the entry point makes one for url. A Connect, gRPC or
    * gRPC-Web transport of @connectrpc/connect-node or -web all work.
    */
-  transport?: Transport;
+  transport?: Transport | undefined;
   /**
    * The transport of long calls (WaitJob, WatchJob, WatchJobs, ClaimJob
    * and SubmitJob with wait). Default: in Node a second transport of its
@@ -48,11 +48,11 @@ export interface ClientOptions {
    * call; transport itself when that is given; in browsers the one
    * transport (the browser pools connections).
    */
-  longTransport?: Transport;
+  longTransport?: Transport | undefined;
   /** How waits, watches and workers space out their retries. */
-  backoff?: Partial<Backoff>;
+  backoff?: Partial<Backoff> | undefined;
   /** Told of every retry a wait, watch or worker is about to sleep for. */
-  onRetry?: RetryNotify;
+  onRetry?: RetryNotify | undefined;
   /**
    * How long a watch stream may go without a message before it counts as
    * dead and is opened again. Default 45 s: three of the server's
@@ -60,7 +60,7 @@ export interface ClientOptions {
    * a connection that died without a word (a laptop waking from sleep, a
    * proxy that dropped it), which a browser cannot ping.
    */
-  streamIdleTimeoutMs?: number;
+  streamIdleTimeoutMs?: number | undefined;
 }
 
 /** The two transports of a client: short calls, long calls. */
@@ -86,14 +86,14 @@ const minParkMs = 20;
 
 /** A submission: SubmitJobRequest, with the payload as plain JSON and run_at as a Date if you like. */
 export type SubmitJobInput = Omit<MessageInitShape<typeof SubmitJobRequestSchema>, "$typeName" | "payload" | "runAt"> & {
-  payload?: JsonValue;
-  runAt?: Date | Timestamp;
+  payload?: JsonValue | undefined;
+  runAt?: Date | Timestamp | undefined;
 };
 
 export type ListJobsInput = MessageInitShape<typeof ListJobsRequestSchema>;
 
 /** What watchJobs takes: WatchJobsRequest and an AbortSignal. */
-export type WatchJobsInput = MessageInitShape<typeof WatchJobsRequestSchema> & { signal?: AbortSignal };
+export type WatchJobsInput = MessageInitShape<typeof WatchJobsRequestSchema> & { signal?: AbortSignal | undefined };
 
 const terminalStates: ReadonlySet<JobState> = new Set([
   JobState.SUCCEEDED,
@@ -260,9 +260,9 @@ export class JobwatchClient {
    * JobNotStartedError and an unknown one a NotFoundError; any other
    * refusal is thrown as a JobwatchError.
    */
-  async waitForJob(jobId: string, options: { signal?: AbortSignal } = {}): Promise<Job> {
+  async waitForJob(jobId: string, options: { signal?: AbortSignal | undefined } = {}): Promise<Job> {
     const { job } = await this.parkUntil(
-      (signal) => this.longJobService.waitJob({ jobId }, { signal }),
+      (options) => this.longJobService.waitJob({ jobId }, options),
       ({ job }) => job !== undefined && isTerminal(job.state),
       options.signal,
     );
@@ -281,10 +281,10 @@ export class JobwatchClient {
    */
   async waitForJobs(
     req: MessageInitShape<typeof WaitJobsRequestSchema>,
-    options: { signal?: AbortSignal } = {},
+    options: { signal?: AbortSignal | undefined } = {},
   ): Promise<WaitJobsResponse> {
     return this.parkUntil(
-      (signal) => this.longJobService.waitJobs(req, { signal }),
+      (options) => this.longJobService.waitJobs(req, options),
       (resp) => (req.mode === WaitMode.ANY ? resp.jobs.length > 0 : resp.unfinishedJobIds.length === 0),
       options.signal,
     );
@@ -297,13 +297,13 @@ export class JobwatchClient {
    * once (a server shutting down: asking again at once would spin until
    * it has). A refusal is thrown as waitError makes it.
    */
-  private async parkUntil<T>(ask: (signal?: AbortSignal) => Promise<T>, done: (answer: T) => boolean, signal?: AbortSignal): Promise<T> {
+  private async parkUntil<T>(ask: (options: CallOptions) => Promise<T>, done: (answer: T) => boolean, signal?: AbortSignal): Promise<T> {
     const r = this.retrier();
     for (;;) {
       const asked = performance.now();
       let failure: unknown;
       try {
-        const answer = await ask(signal);
+        const answer = await ask(signal === undefined ? {} : { signal });
         if (done(answer)) {
           return answer;
         }
@@ -338,7 +338,7 @@ export class JobwatchClient {
    */
   async *watchJob(
     jobId: string,
-    options: { afterVersion?: bigint | number; signal?: AbortSignal } = {},
+    options: { afterVersion?: bigint | number | undefined; signal?: AbortSignal | undefined } = {},
   ): AsyncGenerator<Job, void, undefined> {
     const { signal } = options;
     let last = BigInt(options.afterVersion ?? 0);

@@ -13,7 +13,7 @@ export interface NodeClientOptions extends ClientOptions {
    * connection and pings it while calls are open; "1.1" uses a
    * connection per call in flight.
    */
-  httpVersion?: "1.1" | "2";
+  httpVersion?: "1.1" | "2" | undefined;
 }
 
 /** nodeTransport is one Connect transport to url: one connection pool. */

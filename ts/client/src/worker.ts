@@ -63,40 +63,40 @@ export interface WorkerOptions extends NodeClientOptions {
   /** A handler for each kind of job the worker runs. */
   handlers: Record<string, Handler>;
   /** The kinds to claim: some of handlers' kinds. Default: every kind in handlers. */
-  kinds?: string[];
+  kinds?: string[] | undefined;
   /** The queues to claim from. Default: any. */
-  queues?: string[];
+  queues?: string[] | undefined;
   /**
    * How many handlers run at once. Default 1. Every free slot is claimed
    * for in one ClaimJob (max_jobs), at most 100 at a time.
    */
-  concurrency?: number;
+  concurrency?: number | undefined;
   /** The worker's id in claims and in its jobs' worker_id. Default hostname-pid-random. */
-  id?: string;
+  id?: string | undefined;
   /**
    * How often a running job's lease is extended. Default 10 s, and never
    * more than a third of the lease, so two heartbeats can fail before the
    * lease is lost.
    */
-  heartbeatIntervalMs?: number;
+  heartbeatIntervalMs?: number | undefined;
   /** The least time between two heartbeats that progress brings forward. Default 200 ms. */
-  progressIntervalMs?: number;
+  progressIntervalMs?: number | undefined;
   /**
    * How long stop() waits for running handlers before it aborts their
    * signals (reason WorkerStoppedError) and fails their jobs as retryable
    * with error.type "WorkerStopped". Default 60 s, as `jobwatch worker
    * --drain-timeout`; Infinity waits as long as they take.
    */
-  drainTimeoutMs?: number;
+  drainTimeoutMs?: number | undefined;
   /**
    * Whether run() stops the worker gracefully on SIGTERM and SIGINT (a
    * second one then kills the process the default way). Default true.
    */
-  handleSignals?: boolean;
+  handleSignals?: boolean | undefined;
   /** Default: info, warn and error to the console; debug dropped. */
-  logger?: WorkerLogger;
+  logger?: WorkerLogger | undefined;
   /** A client to use instead of making one from url, token and transports. */
-  client?: JobwatchClient;
+  client?: JobwatchClient | undefined;
   /**
    * Where the span a handler runs in comes from. A job submitted by a
    * traced call (it carries a traceparent) runs its handler in a span
@@ -106,7 +106,7 @@ export interface WorkerOptions extends NodeClientOptions {
    * manager. Default: the global provider (trace.getTracer), which makes
    * no spans until the application registers one.
    */
-  tracerProvider?: TracerProvider;
+  tracerProvider?: TracerProvider | undefined;
 }
 
 /** The signal's reason when the job was cancelled while its handler ran. */
@@ -146,11 +146,11 @@ export class WorkerStoppedError extends Error {
 
 export interface HandlerErrorOptions {
   /** error.type; default the cause's type, or "Error". */
-  type?: string;
+  type?: string | undefined;
   /** Run the job again if attempts remain. */
-  retryable?: boolean;
+  retryable?: boolean | undefined;
   /** Send the message to callers (it is shown on the job). */
-  public?: boolean;
+  public?: boolean | undefined;
   cause?: unknown;
 }
 
