@@ -75,7 +75,7 @@ func TestNodeExampleSubmitsAJobAndWaitsForItsResult(t *testing.T) {
 		runCtx, cancelRun := context.WithTimeout(ctx, time.Minute)
 		defer cancelRun()
 		cmd := exec.CommandContext(runCtx, npm, append([]string{"run", "--silent", "example", "--"}, tt.args...)...)
-		cmd.Env = append(os.Environ(), "JOBWATCH_URL=http://"+addr)
+		cmd.Env = append(os.Environ(), "JOBWATCH_SERVER=http://"+addr)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 		cmd.WaitDelay = 5 * time.Second

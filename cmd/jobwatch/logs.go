@@ -21,7 +21,8 @@ as it grows, resuming after server restarts and dropped connections
 without repeating a line, until the job has ended and its last line is
 printed, and exits with the job's outcome; without -f it exits 0.
 --json prints each line as a JSON object (seq, time, stream, attempt,
-text), and a gap as {"gap": {...}}.
+text; stream is left out for the lines a handler logged itself, as
+Progress.Logf does), and a gap as {"gap": {...}}.
 
 ` + exitCodesHelp + `
   (logs without -f exits 0 or 1)
@@ -36,6 +37,7 @@ func logs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var timeout time.Duration
 	fs := newFlagSet("logs", stderr)
 	cf.register(fs)
+	fs.Lookup("json").Usage = "print each line as a JSON object (seq, time, stream, attempt, text; no stream for a handler's own lines), a gap as {\"gap\": {...}}"
 	fs.BoolVar(&follow, "f", false, "follow the log until the job has ended; exit with its outcome")
 	fs.BoolVar(&follow, "follow", false, "the same as -f")
 	fs.BoolVar(&times, "times", false, "start each line with its time and stream")

@@ -143,7 +143,7 @@ func TestSchedulesListsEachScheduleWithItsNextAndLastRun(t *testing.T) {
 	if len(lines) != 3 || !strings.HasPrefix(lines[0], "SCHEDULE ") || !strings.HasPrefix(lines[1], "hourly-sync ") || !strings.HasPrefix(lines[2], "nightly-report ") {
 		t.Fatalf("schedules printed:\n%s\nwant a header and the two schedules in the configuration's order", out)
 	}
-	for _, want := range []string{"sync", "syncs", "acme", "every 1h0m0s", "after the last run ends", run.GetId() + " QUEUED"} {
+	for _, want := range []string{"sync", "syncs", "acme", "every 1h", "after the last run ends", run.GetId() + " QUEUED"} {
 		if !strings.Contains(lines[1], want) {
 			t.Errorf("hourly-sync's row %q lacks %q", lines[1], want)
 		}
@@ -176,5 +176,17 @@ func TestSchedulesListsEachScheduleWithItsNextAndLastRun(t *testing.T) {
 
 	if code, _, errOut := runInProcess(t, "schedules", "--server", s.URL, "extra"); code != 2 || !strings.Contains(errOut, "takes no arguments") {
 		t.Errorf("schedules extra = exit %d: %s; want a usage error", code, errOut)
+	}
+}
+
+// A schedule's every reads as a config writes it.
+func TestDurationTextDropsTheZeroUnitsItEndsWith(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		20 * time.Second: "20s", 10 * time.Minute: "10m", time.Hour: "1h", 90 * time.Minute: "1h30m",
+		time.Hour + 30*time.Second: "1h0m30s", 100 * time.Millisecond: "100ms", 24 * time.Hour: "24h",
+	} {
+		if got := durationText(d); got != want {
+			t.Errorf("durationText(%v) = %q, want %q", d, got, want)
+		}
 	}
 }

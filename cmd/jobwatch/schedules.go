@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -70,13 +71,27 @@ Flags:
 	return tw.Flush()
 }
 
-// whenCell is when a schedule runs as the table shows it: "every 1h0m0s"
-// or "cron 0 2 * * * (Europe/Berlin)".
+// whenCell is when a schedule runs as the table shows it: "every 1h",
+// "every 1h30m", "every 10m" (as a config writes them, not Go's
+// "1h0m0s"), or "cron 0 2 * * * (Europe/Berlin)".
 func whenCell(s *jobwatchv1.Schedule) string {
 	if s.GetCron() == "" {
-		return "every " + s.GetEvery().AsDuration().String()
+		return "every " + durationText(s.GetEvery().AsDuration())
 	}
 	return fmt.Sprintf("cron %s (%s)", s.GetCron(), s.GetTimezone())
+}
+
+// durationText is d as a person writes it: Go's String without the zero
+// units it ends with ("1h", not "1h0m0s"; "1m30s" as it is).
+func durationText(d time.Duration) string {
+	text := d.String()
+	if strings.HasSuffix(text, "m0s") {
+		text = strings.TrimSuffix(text, "0s")
+	}
+	if strings.HasSuffix(text, "h0m") {
+		text = strings.TrimSuffix(text, "0m")
+	}
+	return text
 }
 
 // nextRunCells are a schedule's next run as the table shows it, in UTC

@@ -305,10 +305,10 @@ func checkDB(db string) (string, error) {
 	}
 	if lower := strings.ToLower(db); strings.HasPrefix(lower, "postgres:") || strings.HasPrefix(lower, "postgresql:") ||
 		strings.HasPrefix(lower, "postgres//") || strings.HasPrefix(lower, "postgresql//") {
-		return db, usageError{"--db starts as a PostgreSQL URL but is not one: write postgres://USER:PASSWORD@HOST:PORT/DBNAME"}
+		return db, usageError{"--db starts as a PostgreSQL URL but is not one: write postgres://USER@HOST:PORT/DBNAME (the password in PGPASSWORD or ~/.pgpass, which ps cannot read)"}
 	}
 	if libpqKeyword.MatchString(db) {
-		return db, usageError{"--db looks like a PostgreSQL key=value connection string (host=... dbname=...): give it as a URL, postgres://USER:PASSWORD@HOST:PORT/DBNAME?sslmode=..., or a SQLite file path"}
+		return db, usageError{"--db looks like a PostgreSQL key=value connection string (host=... dbname=...): give it as a URL, postgres://USER@HOST:PORT/DBNAME?sslmode=... (the password in PGPASSWORD or ~/.pgpass, which ps cannot read), or a SQLite file path"}
 	}
 	return db, nil
 }

@@ -42,6 +42,7 @@ func wait(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var anyEnded bool
 	fs := newFlagSet("wait", stderr)
 	cf.register(fs)
+	fs.Lookup("json").Usage = "print the ended job as JSON; with several IDs or --batch, one JSON array of the ended jobs"
 	fs.DurationVar(&timeout, "timeout", 0, "give up after this long (exit 124); 0 waits as long as it takes")
 	fs.StringVar(&batch, "batch", "", "wait for the jobs of this batch `name` (jobwatch submit --batch) instead of IDs")
 	fs.StringVar(&tenant, "tenant", "", "the batch's `tenant` (default: the server's \"default\"); with IDs, only jobs of this tenant")

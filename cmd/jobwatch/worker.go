@@ -76,6 +76,7 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var env envFlag
 	fs := newFlagSet("worker", stderr)
 	cf.register(fs)
+	fs.Lookup("json").Usage = "log as JSON records, one a line (the commands' output too), not as text"
 	fs.StringVar(&kinds, "kind", "", "job `kinds` to run, comma-separated (required)")
 	fs.StringVar(&command, "exec", "", "shell `command` to run per job (required)")
 	fs.StringVar(&queues, "queue", "", "only claim from these `queues`, comma-separated (default: any)")

@@ -6,14 +6,14 @@
 // defaults to enrich, which the workers of `jobwatch demo` run; a kind no
 // worker runs waits forever.
 //
-//	cd web && npm ci && JOBWATCH_URL=http://127.0.0.1:8080 npm run example -- enrich
+//	cd web && npm ci && JOBWATCH_SERVER=http://127.0.0.1:8080 npm run example -- enrich
 import { fromJson, toJson } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { JobService, JobState, type Job } from "../src/gen/jobwatch/v1/jobwatch_pb";
 
-const baseUrl = process.env["JOBWATCH_URL"] ?? "http://127.0.0.1:8080";
+const baseUrl = process.env["JOBWATCH_SERVER"] ?? "http://127.0.0.1:8080";
 const kind = process.argv[2] ?? "enrich";
 const token = process.env["JOBWATCH_TOKEN"];
 const retries = Number(process.env["JOBWATCH_RETRIES"] ?? "1");

@@ -3,11 +3,11 @@
 // is followed instead of submitted twice.
 //
 //   cd ts/client && npm ci && npm run build
-//   JOBWATCH_URL=http://127.0.0.1:8080 JOBWATCH_TOKEN=... npm run client -- example.resize cat.png
+//   JOBWATCH_SERVER=http://127.0.0.1:8080 JOBWATCH_TOKEN=... npm run client -- example.resize cat.png
 import { AlreadyActiveError, JobState, createClient, resultOf, type Job } from "../src/node.js";
 
 const client = createClient({
-  url: process.env["JOBWATCH_URL"] ?? "http://127.0.0.1:8080",
+  url: process.env["JOBWATCH_SERVER"] ?? "http://127.0.0.1:8080",
   token: process.env["JOBWATCH_TOKEN"],
 });
 const kind = process.argv[2] ?? "example.resize";

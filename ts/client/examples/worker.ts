@@ -8,7 +8,7 @@
 // lets running jobs finish (up to JOBWATCH_DRAIN_TIMEOUT_MS, default 60 s).
 //
 //   cd ts/client && npm ci && npm run build
-//   JOBWATCH_URL=http://127.0.0.1:8080 JOBWATCH_TOKEN=... npm run worker
+//   JOBWATCH_SERVER=http://127.0.0.1:8080 JOBWATCH_TOKEN=... npm run worker
 //
 // JOBWATCH_KIND_PREFIX replaces "example." in the kinds' names.
 import { HandlerError, Worker, payloadOf, type Handler } from "../src/node.js";
@@ -62,7 +62,7 @@ const sleeper: Handler = async (job, progress, signal) => {
 };
 
 const worker = new Worker({
-  url: process.env["JOBWATCH_URL"] ?? "http://127.0.0.1:8080",
+  url: process.env["JOBWATCH_SERVER"] ?? "http://127.0.0.1:8080",
   token: process.env["JOBWATCH_TOKEN"],
   concurrency: Number(process.env["JOBWATCH_CONCURRENCY"] ?? "4"),
   drainTimeoutMs: drain === undefined ? undefined : Number(drain),

@@ -25,7 +25,7 @@ class ExampleWorker {
     this.process = spawn(process.execPath, [script], {
       env: {
         ...process.env,
-        JOBWATCH_URL: server.url,
+        JOBWATCH_SERVER: server.url,
         JOBWATCH_TOKEN: server.workerToken,
         JOBWATCH_KIND_PREFIX: prefix,
         ...env,
@@ -124,7 +124,7 @@ class ExampleClient {
 
   constructor(args: string[]) {
     const child = spawn(process.execPath, [clientScript, ...args], {
-      env: { ...process.env, JOBWATCH_URL: server.url, JOBWATCH_TOKEN: server.clientToken },
+      env: { ...process.env, JOBWATCH_SERVER: server.url, JOBWATCH_TOKEN: server.clientToken },
       stdio: ["ignore", "pipe", "pipe"],
     });
     child.stdout.on("data", (b: Buffer) => (this.stdout += b.toString()));
