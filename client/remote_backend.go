@@ -115,8 +115,8 @@ func (b remoteBackend) Fail(ctx context.Context, l *Lease, jerr *jobwatchv1.JobE
 // while the other servers could have renewed it. Abandoned then, the try
 // moves the client to its next server (errUnanswered, failoverHTTP),
 // where the call is made once more with what is left of ctx. Heartbeats
-// may be sent twice; an outcome sent twice is answered once, and the
-// other try is refused as a stale lease.
+// may be sent twice; an outcome sent twice is answered as made both
+// times (CompleteJob and FailJob are idempotent under one lease).
 func (b remoteBackend) leaseCall(ctx context.Context, l *Lease, call func(context.Context) error) error {
 	if !b.c.several || l.TTL <= 0 {
 		return call(ctx)

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
@@ -64,7 +66,9 @@ func forEachBackend(t *testing.T, cfg client.WorkerConfig, wrap func(client.Work
 				cfg.HeartbeatInterval = 50 * time.Millisecond
 			}
 			cfg.ProgressInterval = 10 * time.Millisecond
-			cfg.Logger = slog.New(slog.DiscardHandler)
+			if cfg.Logger == nil {
+				cfg.Logger = slog.New(slog.DiscardHandler)
+			}
 			w := client.NewWorker(b, cfg)
 			setup(w)
 			ctx, stop := context.WithCancel(context.Background())
@@ -885,4 +889,66 @@ func TestWorkerRefusesMistakesInItsSetUp(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Errorf("the first Run = %v, want nil after its drain", err)
 	}
+}
+
+// lostAnswerBackend makes each first report of an outcome and then
+// loses its answer, as a server that restarts after the commit does.
+type lostAnswerBackend struct {
+	client.WorkerBackend
+	lost sync.Map // job id → true once an answer was lost
+}
+
+func (b *lostAnswerBackend) lose(id string, err error) error {
+	if _, done := b.lost.LoadOrStore(id, true); err == nil && !done {
+		return connect.NewError(connect.CodeUnavailable, errors.New("connection reset by peer"))
+	}
+	return err
+}
+
+func (b *lostAnswerBackend) Complete(ctx context.Context, l *client.Lease, result json.RawMessage) error {
+	return b.lose(l.Job.GetId(), b.WorkerBackend.Complete(ctx, l, result))
+}
+
+func (b *lostAnswerBackend) Fail(ctx context.Context, l *client.Lease, jerr *jobwatchv1.JobError, retryable bool) error {
+	return b.lose(l.Job.GetId(), b.WorkerBackend.Fail(ctx, l, jerr, retryable))
+}
+
+// An outcome whose report's answer was lost, sent again, is answered as
+// made: the worker says the job succeeded or failed, not that its lease
+// was lost, and the job ended as it reported, once.
+func TestAnOutcomeSentAgainAfterItsAnswerWasLostIsAnsweredAsMade(t *testing.T) {
+	var lossy *lostAnswerBackend
+	wrap := func(b client.WorkerBackend) client.WorkerBackend {
+		lossy = &lostAnswerBackend{WorkerBackend: b}
+		return lossy
+	}
+	var logs lockedBuffer
+	forEachBackend(t, client.WorkerConfig{Backoff: client.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond},
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, wrap, func(w *client.Worker) {
+		w.Handle("ok", func(context.Context, *jobwatchv1.Job, client.Progress) (any, error) { return "done", nil })
+		w.Handle("bad", func(context.Context, *jobwatchv1.Job, client.Progress) (any, error) {
+			return nil, errors.New("no such file")
+		})
+	}, func(t *testing.T, env *workerEnv) {
+		ok := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "ok"})
+		bad := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "bad"})
+		before := strings.Count(logs.String(), "job succeeded")
+		for id, want := range map[string]jobwatchv1.JobState{ok: jobwatchv1.JobState_JOB_STATE_SUCCEEDED, bad: jobwatchv1.JobState_JOB_STATE_FAILED} {
+			j, err := env.c.WaitForJob(context.Background(), id)
+			if err != nil || j.GetState() != want || len(j.GetAttempts()) != 1 {
+				t.Fatalf("job %s = %v with %d attempts, %v; want %v, once", id, j.GetState(), len(j.GetAttempts()), err, want)
+			}
+		}
+		eventually(t, "both outcomes logged", func() bool {
+			return strings.Count(logs.String(), "job succeeded") > before && strings.Contains(logs.String(), "no such file")
+		})
+		for _, id := range []string{ok, bad} {
+			if _, lost := lossy.lost.Load(id); !lost {
+				t.Fatalf("the answer to %s's report was not lost", id)
+			}
+		}
+		if strings.Contains(logs.String(), "lease lost") || strings.Contains(logs.String(), "outcome refused") {
+			t.Fatalf("an outcome sent again was refused:\n%s", logs.String())
+		}
+	})
 }

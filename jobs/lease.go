@@ -55,6 +55,13 @@ func (e *Engine) Heartbeat(ctx context.Context, id, leaseID string, percent int3
 // is checked like a payload: *jobtype.TooLargeError over
 // Config.MaxPayloadBytes, *jobtype.InvalidError when it is not JSON or
 // nests deeper than jobtype.MaxJSONDepth.
+//
+// Complete and Fail are idempotent under one lease: the same report made
+// again, once its first try has ended the attempt (its answer lost to a
+// restart or a dropped connection, or the report sent again to another
+// replica), answers with the job as that try left it, not ErrStaleLease,
+// until the job is claimed again or retried. A report that differs (a
+// Complete after the lease's Fail, another error) is ErrStaleLease.
 func (e *Engine) Complete(ctx context.Context, id, leaseID string, result json.RawMessage) (jobtype.Job, error) {
 	if err := validLease(id, leaseID); err != nil {
 		return jobtype.Job{}, err

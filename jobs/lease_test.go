@@ -92,11 +92,22 @@ func TestCompleteEndsTheJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if done.State != jobtype.Succeeded || done.Percent != 100 || string(done.Result) != `{"report":"ok"}` || done.LeaseID != "" || done.FinishedAt.IsZero() {
-		t.Errorf("completed %+v; want succeeded at 100%% with the result and no lease", done)
+	if done.State != jobtype.Succeeded || done.Percent != 100 || string(done.Result) != `{"report":"ok"}` || !done.LeaseExpiresAt.IsZero() || done.FinishedAt.IsZero() {
+		t.Errorf("completed %+v; want succeeded at 100%% with the result and the lease ended", done)
 	}
-	if _, err := e.Complete(ctx, j.ID, j.LeaseID, nil); !errors.Is(err, jobs.ErrStaleLease) {
-		t.Errorf("second complete: %v, want ErrStaleLease", err)
+	// The same report again (its answer lost on the way back) is
+	// answered as made, and changes nothing.
+	again, err := e.Complete(ctx, j.ID, j.LeaseID, mustJSON(map[string]string{"report": "ok"}))
+	if err != nil || again.Version != done.Version || again.State != jobtype.Succeeded {
+		t.Errorf("second complete: %+v, %v; want the job as the first left it", again, err)
+	}
+	// Another report of that lease is refused, as is a heartbeat or a
+	// log line: the lease is gone.
+	if _, err := e.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "Late"}, false); !errors.Is(err, jobs.ErrStaleLease) {
+		t.Errorf("a fail after the complete: %v, want ErrStaleLease", err)
+	}
+	if _, err := e.Heartbeat(ctx, j.ID, j.LeaseID, 100, ""); !errors.Is(err, jobs.ErrStaleLease) {
+		t.Errorf("a heartbeat after the complete: %v, want ErrStaleLease", err)
 	}
 	if _, err := e.Complete(ctx, j.ID, j.LeaseID, []byte("{")); !isInvalid(err, "result") {
 		t.Errorf("complete with a result that is not JSON: %v", err)
@@ -198,8 +209,15 @@ func TestFail(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if failed.State != tt.want || failed.Error == nil || *failed.Error != (jobtype.JobError{Type: "Timeout", Message: "upstream slow"}) || failed.Attempt != 1 || failed.LeaseID != "" {
-				t.Fatalf("failed %+v; want %s with the error, attempt 1, no lease", failed, tt.want)
+			if failed.State != tt.want || failed.Error == nil || *failed.Error != (jobtype.JobError{Type: "Timeout", Message: "upstream slow"}) || failed.Attempt != 1 || !failed.LeaseExpiresAt.IsZero() {
+				t.Fatalf("failed %+v; want %s with the error, attempt 1, the lease ended", failed, tt.want)
+			}
+			// The same report again is answered as made; another is not.
+			if again, err := e.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "Timeout", Message: "upstream slow"}, tt.retryable); err != nil || again.Version != failed.Version {
+				t.Fatalf("the same fail again: %+v, %v; want the job as the first left it", again, err)
+			}
+			if _, err := e.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "Other"}, tt.retryable); !errors.Is(err, jobs.ErrStaleLease) {
+				t.Fatalf("another fail of that lease: %v, want ErrStaleLease", err)
 			}
 			if tt.want == jobtype.Failed {
 				if failed.FinishedAt.IsZero() {

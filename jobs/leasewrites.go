@@ -64,8 +64,11 @@ func (e *Engine) writeLease(ctx context.Context, op string, w store.LeaseWrite) 
 	case res.Err != nil:
 		return jobtype.Job{}, wrap(op, w.JobID, res.Err)
 	case !res.Held:
-		if w.Op == store.Heartbeat && res.Job.State != jobtype.Running && res.Job.LeaseID == w.LeaseID {
+		if w.Op == store.Heartbeat && endedUnder(&res.Job, w.LeaseID) {
 			return res.Job, nil // ended by a cancel or a timeout: see Heartbeat
+		}
+		if reported(w, &res.Job) {
+			return res.Job, nil // the same outcome, sent again: see Complete
 		}
 		return jobtype.Job{}, ErrStaleLease
 	}
@@ -80,6 +83,33 @@ func (e *Engine) writeLease(ctx context.Context, op string, w store.LeaseWrite) 
 		e.traceAttemptEnd(res.Job) // a completion or failure ends the attempt
 	}
 	return res.Job, nil
+}
+
+// endedUnder reports whether the server ended j's attempt under leaseID
+// while the lease was held (a cancel, the queue's timeout), which a heartbeat or a log append of that lease hears as
+// "cancelled". The lease's own outcome leaves its id on j too (see
+// reported), and is not that: the lease is simply gone.
+func endedUnder(j *jobtype.Job, leaseID string) bool {
+	return j.LeaseID == leaseID && j.State != jobtype.Running && (j.State == jobtype.Cancelled ||
+		(j.Error != nil && j.Error.Type == TimeoutErrorType))
+}
+
+// reported reports whether j already holds the outcome w reports: the
+// attempt w's lease ran ended as w says (the lease's id stays on the job
+// until its next claim, store.LeaseWrite.Apply), so w is that report sent
+// again, after its answer was lost. A cancel or a timeout that ended the
+// attempt first left another state or error, and w stays refused.
+func reported(w store.LeaseWrite, j *jobtype.Job) bool {
+	if j.LeaseID != w.LeaseID || j.State == jobtype.Running {
+		return false
+	}
+	switch w.Op {
+	case store.Complete:
+		return j.State == jobtype.Succeeded
+	case store.Fail:
+		return (j.State == jobtype.Failed || j.State == jobtype.Queued) && j.Error != nil && w.Error != nil && *j.Error == *w.Error
+	}
+	return false
 }
 
 // write queues w and returns its result once a batch has written it,

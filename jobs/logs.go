@@ -104,7 +104,7 @@ func (e *Engine) AppendLogs(ctx context.Context, id, leaseID string, lines []job
 		return 0, false, wrap("append logs", id, err)
 	}
 	if !res.Held {
-		if res.Job.LeaseID == leaseID && res.Job.State != jobtype.Running {
+		if endedUnder(&res.Job, leaseID) {
 			return res.LastSeq, true, nil
 		}
 		return 0, false, ErrStaleLease

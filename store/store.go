@@ -345,7 +345,11 @@ func (r LeaseRules) BackoffFor(queue string) Backoff {
 // Apply makes j what w makes it under r, and reports whether w's lease
 // holds j (j RUNNING under w.LeaseID); if not, j is left as it is. A
 // Complete or Fail ends the attempt and appends its entry to j's History
-// (jobtype.Job.EndAttempt, with j.AttemptStartedAt as its start).
+// (jobtype.Job.EndAttempt, with j.AttemptStartedAt as its start). It
+// leaves the ended lease's id on j, with no expiry, until the next claim
+// or a retry replaces it: the same report sent again (its answer lost to
+// a restart, or sent to the next server) finds the job ended under that
+// lease, and the engine answers it as made (jobs.Engine.Complete).
 // UpdatedAt becomes r.Now when a watcher could see the change; Version
 // is the store's to raise (see Versioned).
 // Backends that write in SQL must do exactly this; store/storetest
@@ -368,11 +372,11 @@ func (w LeaseWrite) Apply(j *jobtype.Job, r LeaseRules) (held bool) {
 		j.Result = w.Result
 		j.Error = nil // an earlier attempt's error is history once one succeeds
 		j.FinishedAt = r.Now
-		j.LeaseID, j.LeaseExpiresAt = "", time.Time{}
+		j.LeaseExpiresAt = time.Time{} // LeaseID stays: see Apply
 	case Fail:
 		e := *w.Error
 		j.Error = &e
-		j.LeaseID, j.LeaseExpiresAt = "", time.Time{}
+		j.LeaseExpiresAt = time.Time{}
 		if w.Retry && j.Attempt < j.MaxAttempts {
 			// Progress starts over with the next attempt: carrying the
 			// last attempt's percent over would pin the new attempt's

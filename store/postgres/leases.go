@@ -104,7 +104,6 @@ held AS (
 			ELSE w.error_message END,
 		finished_at = CASE WHEN w.op = {{heartbeat}} OR {{requeue}} THEN j.finished_at ELSE $11 END,
 		run_at = CASE WHEN {{requeue}} THEN $11 + {{delay}} * interval '1 microsecond' ELSE j.run_at END,
-		lease_id = CASE WHEN w.op = {{heartbeat}} THEN j.lease_id ELSE '' END,
 		lease_expires_at = CASE WHEN w.op = {{heartbeat}}
 			THEN $11 + coalesce((SELECT d.us FROM unnest($12::text[], $13::bigint[]) AS d(q, us)
 				WHERE d.q = j.queue), $14) * interval '1 microsecond' END,

@@ -973,13 +973,13 @@ func testWriteLeasesApply(t *testing.T, s store.Store) {
 			},
 		},
 		{
-			name:  "a completion ends the job succeeded with its result, percent 100, no error and no lease",
+			name:  "a completion ends the job succeeded with its result, percent 100, no error, and its lease ended",
 			write: func(j jobtype.Job) store.LeaseWrite { return complete(j, `{"rows":3,"tags":["a"]}`) },
 			check: func(b, g jobtype.Job) string {
 				return expect(g.State == jobtype.Succeeded && g.Percent == 100 && jsonEqual(g.Result, json.RawMessage(`{"rows":3,"tags":["a"]}`)) &&
-					g.Error == nil && g.LeaseID == "" && g.LeaseExpiresAt.IsZero() && g.FinishedAt.Equal(now) &&
+					g.Error == nil && g.LeaseID == b.LeaseID && g.LeaseExpiresAt.IsZero() && g.FinishedAt.Equal(now) &&
 					g.WorkerID == b.WorkerID && g.Attempt == b.Attempt && g.Step == b.Step && g.Version == b.Version+1 && g.UpdatedAt.Equal(now),
-					"succeeded, 100 %, the result, no error, no lease, finished now, worker, attempt and step kept, version+1")
+					"succeeded, 100 %, the result, no error, the lease id kept without expiry, finished now, worker, attempt and step kept, version+1")
 			},
 		},
 		{
@@ -1004,9 +1004,9 @@ func testWriteLeasesApply(t *testing.T, s store.Store) {
 			check: func(b, g jobtype.Job) string {
 				// Step 1 s: the delay is ⌊0.5 × 1,000,001⌋ µs.
 				return expect(g.State == jobtype.Queued && g.RunAt.Equal(now.Add(500*time.Millisecond)) &&
-					g.Percent == 0 && g.Step == "" && g.Error != nil && *g.Error == *boom && g.LeaseID == "" && g.LeaseExpiresAt.IsZero() &&
+					g.Percent == 0 && g.Step == "" && g.Error != nil && *g.Error == *boom && g.LeaseID == b.LeaseID && g.LeaseExpiresAt.IsZero() &&
 					g.FinishedAt.IsZero() && g.Attempt == 1 && g.StartedAt.Equal(b.StartedAt) && g.Version == b.Version+1 && g.UpdatedAt.Equal(now),
-					"queued at now+0.5s, progress reset, the new error, no lease, not finished, attempt and start kept, version+1")
+					"queued at now+0.5s, progress reset, the new error, the lease id kept without expiry, not finished, attempt and start kept, version+1")
 			},
 		},
 		{
@@ -1041,9 +1041,9 @@ func testWriteLeasesApply(t *testing.T, s store.Store) {
 			job:   func(j *jobtype.Job) { j.Attempt = 3 },
 			write: func(j jobtype.Job) store.LeaseWrite { return fail(j, true, 0.5) },
 			check: func(b, g jobtype.Job) string {
-				return expect(g.State == jobtype.Failed && g.FinishedAt.Equal(now) && g.Error != nil && *g.Error == *boom && g.LeaseID == "" &&
+				return expect(g.State == jobtype.Failed && g.FinishedAt.Equal(now) && g.Error != nil && *g.Error == *boom && g.LeaseID == b.LeaseID &&
 					g.LeaseExpiresAt.IsZero() && g.RunAt.Equal(b.RunAt) && g.Percent == b.Percent && g.Step == b.Step && g.Version == b.Version+1,
-					"failed, finished now, the new error, no lease, RunAt and progress kept, version+1")
+					"failed, finished now, the new error, the lease id kept without expiry, RunAt and progress kept, version+1")
 			},
 		},
 		{

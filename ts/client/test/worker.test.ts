@@ -315,6 +315,41 @@ test("log lines the server could not take while it was away are sent once it is 
   );
 });
 
+test("an outcome whose answer was lost, sent again, is answered as made, not refused as a lost lease", async () => {
+  const kind = uniqueKind("lost.answer");
+  // The first CompleteJob is made, and its answer lost, as when the
+  // server restarts after the commit.
+  let lose = 1;
+  const real = nodeTransport(server.url);
+  const lossy: Transport = {
+    unary: async (method, signal, timeoutMs, header, input, contextValues) => {
+      const answer = await real.unary(method, signal, timeoutMs, header, input, contextValues);
+      if (method.name === "CompleteJob" && lose > 0) {
+        lose--;
+        throw new ConnectError("read ECONNRESET", Code.Unavailable, undefined, undefined, new Error("ECONNRESET"));
+      }
+      return answer;
+    },
+    stream: (...args) => real.stream(...args),
+  };
+  const lines: string[] = [];
+  const keep = (level: string) => (msg: string) => lines.push(`${level} ${msg}`);
+  const worker = newWorker({
+    transport: lossy,
+    logger: { debug: keep("debug"), info: keep("info"), warn: keep("warn"), error: keep("error") },
+    handlers: { [kind]: async () => "ok" },
+  });
+  const run = worker.run();
+  const job = await client.submitJob({ kind });
+  const done = await client.waitForJob(job.id);
+  await eventually("the outcome logged", () => lines.some((l) => l.includes(`job ${job.id} succeeded`)));
+  await worker.stop();
+  await run;
+  assert.equal(done.state, JobState.SUCCEEDED);
+  assert.equal(lose, 0, "the transport lost no answer");
+  assert.ok(!lines.some((l) => l.includes("lease lost")), lines.join("\n"));
+});
+
 test("a handler's progress.log lines reach the job's log in order, a text with newlines as its lines, all sent before the outcome", async () => {
   const kind = uniqueKind("logs");
   const calls: Call[] = [];

@@ -791,6 +791,12 @@ type WorkerServiceClient interface {
 	ClaimJob(context.Context, *v1.ClaimJobRequest) (*v1.ClaimJobResponse, error)
 	// Heartbeat extends the lease and records progress.
 	Heartbeat(context.Context, *v1.HeartbeatRequest) (*v1.HeartbeatResponse, error)
+	// CompleteJob ends the job SUCCEEDED with its result, and FailJob ends
+	// its attempt, under the worker's lease; a stale lease is
+	// failed_precondition. Either may be sent again under the same lease,
+	// as it was (its answer lost to a restart or a dropped connection, or
+	// sent to the next replica): the job as the first left it is the
+	// answer, until the job is claimed again or retried.
 	CompleteJob(context.Context, *v1.CompleteJobRequest) (*v1.CompleteJobResponse, error)
 	FailJob(context.Context, *v1.FailJobRequest) (*v1.FailJobResponse, error)
 	// AppendJobLogs adds lines to the log of a job the worker runs, under
@@ -903,6 +909,12 @@ type WorkerServiceHandler interface {
 	ClaimJob(context.Context, *v1.ClaimJobRequest) (*v1.ClaimJobResponse, error)
 	// Heartbeat extends the lease and records progress.
 	Heartbeat(context.Context, *v1.HeartbeatRequest) (*v1.HeartbeatResponse, error)
+	// CompleteJob ends the job SUCCEEDED with its result, and FailJob ends
+	// its attempt, under the worker's lease; a stale lease is
+	// failed_precondition. Either may be sent again under the same lease,
+	// as it was (its answer lost to a restart or a dropped connection, or
+	// sent to the next replica): the job as the first left it is the
+	// answer, until the job is claimed again or retried.
 	CompleteJob(context.Context, *v1.CompleteJobRequest) (*v1.CompleteJobResponse, error)
 	FailJob(context.Context, *v1.FailJobRequest) (*v1.FailJobResponse, error)
 	// AppendJobLogs adds lines to the log of a job the worker runs, under

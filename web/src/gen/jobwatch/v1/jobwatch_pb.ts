@@ -3003,6 +3003,13 @@ export const WorkerService: GenService<{
     output: typeof HeartbeatResponseSchema;
   },
   /**
+   * CompleteJob ends the job SUCCEEDED with its result, and FailJob ends
+   * its attempt, under the worker's lease; a stale lease is
+   * failed_precondition. Either may be sent again under the same lease,
+   * as it was (its answer lost to a restart or a dropped connection, or
+   * sent to the next replica): the job as the first left it is the
+   * answer, until the job is claimed again or retried.
+   *
    * @generated from rpc jobwatch.v1.WorkerService.CompleteJob
    */
   completeJob: {
