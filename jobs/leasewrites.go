@@ -86,9 +86,10 @@ func (e *Engine) writeLease(ctx context.Context, op string, w store.LeaseWrite) 
 }
 
 // endedUnder reports whether the server ended j's attempt under leaseID
-// while the lease was held (a cancel, the queue's timeout), which a heartbeat or a log append of that lease hears as
-// "cancelled". The lease's own outcome leaves its id on j too (see
-// reported), and is not that: the lease is simply gone.
+// while the lease was held (a cancel, the queue's timeout), which a
+// heartbeat or a log append of that lease hears as "cancelled". The
+// lease's own outcome leaves its id on j too (see reported), and is not
+// that: the lease is simply gone.
 func endedUnder(j *jobtype.Job, leaseID string) bool {
 	return j.LeaseID == leaseID && j.State != jobtype.Running && (j.State == jobtype.Cancelled ||
 		(j.Error != nil && j.Error.Type == TimeoutErrorType))
