@@ -290,14 +290,20 @@ export class Worker {
   }
 
   /**
-   * run claims and runs jobs until stop() or a signal, then drains, and
-   * resolves once every job it claimed has been reported. It rejects, also
-   * after draining, when the server refuses the claims for good (a bad
-   * token, a kind the token may not run). Calling it again returns the same
-   * promise.
+   * run claims and runs jobs until stop(), a signal (SIGTERM, SIGINT) or
+   * options.signal aborting, then drains, and resolves once every job it
+   * claimed has been reported. It rejects, also after draining, when the
+   * server refuses the claims for good (a bad token, a kind the token may
+   * not run). Calling it again returns the same promise.
    */
-  run(): Promise<void> {
+  run(options: { signal?: AbortSignal | undefined } = {}): Promise<void> {
     this.done ??= this.runOnce();
+    const { signal } = options;
+    if (signal?.aborted) {
+      void this.stop();
+    } else {
+      signal?.addEventListener("abort", () => void this.stop(), { once: true });
+    }
     return this.done;
   }
 

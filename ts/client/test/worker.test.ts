@@ -350,6 +350,20 @@ test("an outcome whose answer was lost, sent again, is answered as made, not ref
   assert.ok(!lines.some((l) => l.includes("lease lost")), lines.join("\n"));
 });
 
+test("run({ signal }) stops the worker when the signal aborts, as stop() does", async () => {
+  const kind = uniqueKind("run.signal");
+  const worker = newWorker({ handlers: { [kind]: async () => "ok" } });
+  const ac = new AbortController();
+  const run = worker.run({ signal: ac.signal });
+  const job = await client.submitJob({ kind });
+  assert.equal((await client.waitForJob(job.id)).state, JobState.SUCCEEDED);
+  ac.abort();
+  await run;
+  // A signal aborted already stops a worker as it starts.
+  const late = newWorker({ handlers: { [kind]: async () => "ok" } });
+  await late.run({ signal: AbortSignal.abort() });
+});
+
 test("a handler's progress.log lines reach the job's log in order, a text with newlines as its lines, all sent before the outcome", async () => {
   const kind = uniqueKind("logs");
   const calls: Call[] = [];
