@@ -108,6 +108,10 @@ const queueOps: QueueOps = {
   pause: (name) =>
     act("pause", "Pause", async () => {
       const res = await queueClient.pauseQueue({ queue: name });
+      // The answers of polls asked before this show the queue as it was:
+      // drop them, or one that comes after this would undo it on screen
+      // (and take the outcome with it); soonPollQueues asks again.
+      queueShown = queueCalls;
       if (res.queue !== undefined) {
         queuesKnown.set(name, res.queue);
         queues.update(res.queue, Date.now());
@@ -119,6 +123,10 @@ const queueOps: QueueOps = {
   resume: (name) =>
     act("resume", "Resume", async () => {
       const res = await queueClient.resumeQueue({ queue: name });
+      // The answers of polls asked before this show the queue as it was:
+      // drop them, or one that comes after this would undo it on screen
+      // (and take the outcome with it); soonPollQueues asks again.
+      queueShown = queueCalls;
       if (res.queue !== undefined) {
         queuesKnown.set(name, res.queue);
         queues.update(res.queue, Date.now());
@@ -1079,15 +1087,16 @@ async function pollQueues(): Promise<void> {
     }
   } catch (err) {
     const refusal = refusalOf(err);
-    if (refusal.code === Code.PermissionDenied || refusal.code === Code.Unauthenticated) {
+    // A call older than the one on screen, or than the last token
+    // change (forgetQueues), was refused another token: it says
+    // nothing of this one.
+    if (call > queueShown && (refusal.code === Code.PermissionDenied || refusal.code === Code.Unauthenticated)) {
       // Neither the token's role nor whether the server knows it will
       // change by asking again; and what an answer to it showed before
       // (a token revoked, or its role changed) is no longer its to see.
       deniedBy = refusal;
       clearTimeout(queueTimer);
-      if (call > queueShown) {
-        forgetQueues();
-      }
+      forgetQueues();
     }
     if (call > queueShown) {
       queueShown = call;
