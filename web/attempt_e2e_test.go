@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -15,18 +16,7 @@ import (
 // not taken for the run now; once the job fails for good it is its
 // error again, in red.
 func TestAPreviousAttemptsErrorIsLabelledAsSuch(t *testing.T) {
-	ctx, base, srv := startLiveWithRules(t, 2*time.Minute, jobtype.Rules{Queues: map[string]jobtype.QueueRules{
-		"flaky": {MaxAttempts: 2, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond},
-	}})
-
-	job, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Kind: "report.export", Queue: "flaky"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := claim(t, ctx, srv.engine, "report.export")
-	if _, err := srv.engine.Fail(ctx, first.job.ID, first.job.LeaseID, jobtype.JobError{Type: "TimeoutError", Message: "warehouse did not answer in 30s"}, true); err != nil {
-		t.Fatal(err)
-	}
+	ctx, base, srv, job := jobFailedOnce(t, time.Millisecond)
 
 	p := &page{t: t, ctx: newTab(t, ctx)}
 	p.do("open the page on the job", chromedp.Navigate(base+"/?job="+job.ID))
@@ -57,17 +47,7 @@ func TestAPreviousAttemptsErrorIsLabelledAsSuch(t *testing.T) {
 // the cancel, quietly: the cancel gives none. A job cancelled because a
 // job it runs after did not succeed shows that as its error.
 func TestAnErrorFromBeforeAnOperatorsCancelIsLabelledAsSuch(t *testing.T) {
-	ctx, base, srv := startLiveWithRules(t, 2*time.Minute, jobtype.Rules{Queues: map[string]jobtype.QueueRules{
-		"flaky": {MaxAttempts: 2, InitialBackoff: time.Hour, MaxBackoff: time.Hour},
-	}})
-	job, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Kind: "report.export", Queue: "flaky"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := claim(t, ctx, srv.engine, "report.export")
-	if _, err := srv.engine.Fail(ctx, first.job.ID, first.job.LeaseID, jobtype.JobError{Type: "TimeoutError", Message: "warehouse did not answer in 30s"}, true); err != nil {
-		t.Fatal(err)
-	}
+	ctx, base, srv, job := jobFailedOnce(t, time.Hour)
 	if _, err := srv.engine.Cancel(jobs.WithActor(ctx, "admin token ops"), job.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -93,4 +73,23 @@ func TestAnErrorFromBeforeAnOperatorsCancelIsLabelledAsSuch(t *testing.T) {
 	p.waitFor("the dependency's failure as its error", detailShows(next.ID, "cancelled")+" && "+
 		textIs(box+" h3", "Error")+" && "+textHas(box, "DependencyFailed")+" && "+
 		`document.querySelector("#detail .error-box").dataset.previous === "false"`)
+}
+
+// jobFailedOnce starts a live server whose queue "flaky" gives a job two
+// attempts, the second after backoff, and a job there whose first attempt
+// failed as retryable ("warehouse did not answer in 30s").
+func jobFailedOnce(t *testing.T, backoff time.Duration) (context.Context, string, *liveServer, jobtype.Job) {
+	t.Helper()
+	ctx, base, srv := startLiveWithRules(t, 2*time.Minute, jobtype.Rules{Queues: map[string]jobtype.QueueRules{
+		"flaky": {MaxAttempts: 2, InitialBackoff: backoff, MaxBackoff: backoff},
+	}})
+	job, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Kind: "report.export", Queue: "flaky"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := claim(t, ctx, srv.engine, "report.export")
+	if _, err := srv.engine.Fail(ctx, first.job.ID, first.job.LeaseID, jobtype.JobError{Type: "TimeoutError", Message: "warehouse did not answer in 30s"}, true); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, base, srv, job
 }

@@ -737,6 +737,10 @@ function reveal(): void {
   if (firstPageIn) {
     revealing = "";
   }
+  // Rows waiting for the next frame go in first: laid out after the
+  // measure, above the details in one column, they would push them out
+  // of view, the page still at its top (no scroll to anchor to).
+  renderNow();
   const panel = byId("detail");
   const top = panel.getBoundingClientRect().top;
   if (top < 0 || top > window.innerHeight * 0.8) {
