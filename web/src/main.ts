@@ -103,36 +103,32 @@ const jobOps: JobOps = {
     }),
 };
 
+// queueChanged shows queue name as a Pause or Resume answered it. The
+// answers of polls asked before it show the queue as it was: they are
+// dropped, or one that came after would undo it on screen (and take the
+// action's outcome with it); soonPollQueues asks again.
+function queueChanged(name: string, queue: Queue | undefined): void {
+  queueShown = queueCalls;
+  if (queue !== undefined) {
+    queuesKnown.set(name, queue);
+    queues.update(queue, Date.now());
+    refreshDetail();
+  }
+  soonPollQueues();
+}
+
 const queueOps: QueueOps = {
   refusal,
   pause: (name) =>
     act("pause", "Pause", async () => {
       const res = await queueClient.pauseQueue({ queue: name });
-      // The answers of polls asked before this show the queue as it was:
-      // drop them, or one that comes after this would undo it on screen
-      // (and take the outcome with it); soonPollQueues asks again.
-      queueShown = queueCalls;
-      if (res.queue !== undefined) {
-        queuesKnown.set(name, res.queue);
-        queues.update(res.queue, Date.now());
-        refreshDetail();
-      }
-      soonPollQueues();
+      queueChanged(name, res.queue);
       return { text: `Paused queue ${name}: it hands out no jobs until resumed.`, staleWhen: () => queuesKnown.get(name)?.paused === false };
     }),
   resume: (name) =>
     act("resume", "Resume", async () => {
       const res = await queueClient.resumeQueue({ queue: name });
-      // The answers of polls asked before this show the queue as it was:
-      // drop them, or one that comes after this would undo it on screen
-      // (and take the outcome with it); soonPollQueues asks again.
-      queueShown = queueCalls;
-      if (res.queue !== undefined) {
-        queuesKnown.set(name, res.queue);
-        queues.update(res.queue, Date.now());
-        refreshDetail();
-      }
-      soonPollQueues();
+      queueChanged(name, res.queue);
       return { text: `Resumed queue ${name}.`, staleWhen: () => queuesKnown.get(name)?.paused === true };
     }),
 };
