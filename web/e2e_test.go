@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/jobwatch/jobwatch/internal/ci"
@@ -190,6 +191,31 @@ func (p *page) waitFor(what, js string) {
 	if err != nil {
 		shown, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.body.innerText`))
 		p.t.Fatalf("the page never showed %s: %v\npage text:\n%s", what, err, shown)
+	}
+}
+
+// answerFirst makes the page's calls of every other RPC wait, before
+// they are sent, until the answer to its first call of method is in:
+// an order of answers a busy server gives now and then, every time.
+// Call it before the page is opened.
+func (p *page) answerFirst(method string) {
+	p.t.Helper()
+	script := `(() => {
+		const method = ` + strconv.Quote("/"+method) + `;
+		const send = window.fetch.bind(window);
+		let answered;
+		const answer = new Promise((resolve) => (answered = resolve));
+		window.fetch = async (input, init) => {
+			const url = String(input instanceof Request ? input.url : input);
+			if (url.endsWith(method)) {
+				return send(input, init).finally(answered);
+			}
+			await answer;
+			return send(input, init);
+		};
+	})()`
+	if _, err := chromedp.Call(p.ctx, cdppage.AddScriptToEvaluateOnNewDocument, cdppage.AddScriptToEvaluateOnNewDocumentParams{Source: script}); err != nil {
+		p.t.Fatalf("hold the page's calls until %s answers: %v", method, err)
 	}
 }
 

@@ -259,6 +259,22 @@ function tenantLabel(): string {
   return savedToken() === "" ? "the default tenant" : "the token's own tenant";
 }
 
+// learnOwnTenant records the name the server gave "" and lists the jobs
+// of that tenant the book took before the page knew it: a GetJob for a
+// link (?job=) that answered before the first page of jobs came in went
+// into the book and the details, but not into the list.
+function learnOwnTenant(name: string): void {
+  ownTenant = name;
+  showTenantName();
+  const waiting = book
+    .newestFirst()
+    .filter((job) => name !== "" && job.tenant === name && (batch === "" || job.batch === batch) && !list.has(job.id))
+    .map((job) => job.id);
+  if (waiting.length > 0) {
+    list.render(book, waiting);
+  }
+}
+
 function showTenantName(): void {
   if (document.activeElement !== tenantInput) {
     tenantInput.value = shownTenant();
@@ -305,8 +321,7 @@ function startFeed(): void {
         return;
       }
       if (tenant === "" && ownTenant === "" && jobs[0] !== undefined) {
-        ownTenant = jobs[0].tenant;
-        showTenantName();
+        learnOwnTenant(jobs[0].tenant);
       }
       counting?.jobs(jobs);
       const changed: string[] = [];
@@ -433,8 +448,7 @@ async function listOlder(first = false): Promise<void> {
         return;
       }
       if (tenant === "" && ownTenant === "" && res.jobs[0] !== undefined) {
-        ownTenant = res.jobs[0].tenant;
-        showTenantName();
+        learnOwnTenant(res.jobs[0].tenant);
       }
       const changed: string[] = [];
       for (const job of res.jobs) {
@@ -997,8 +1011,7 @@ async function loadServerInfo(): Promise<void> {
       // own, or for a token confined to none (an admin's) the default
       // tenant, which the server reads an empty tenant as.
       if (tenant === "" && ownTenant === "") {
-        ownTenant = info.caller.tenant || (info.caller.role === "admin" ? "default" : "");
-        showTenantName();
+        learnOwnTenant(info.caller.tenant || (info.caller.role === "admin" ? "default" : ""));
       }
     } else if (info.authRequired && savedToken() === "") {
       access = { kind: "none" };
@@ -1264,8 +1277,7 @@ demoForm.addEventListener("submit", (e) => {
         // answer names the tenant on screen. The user may have switched
         // tenants while the call ran.
         if (tenant === "" && ownTenant === "" && asked === "") {
-          ownTenant = job.tenant;
-          showTenantName();
+          learnOwnTenant(job.tenant);
         }
         if (job.tenant === shownTenant()) {
           adopt(job);
