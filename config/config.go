@@ -369,13 +369,16 @@ func (p *parser) scheduleTimes(key string, n *yaml.Node, s Schedule, times sched
 	case times.cron == nil || (zone && times.zone == nil):
 		return
 	}
-	if _, err := jobtype.ParseCron(s.Cron, s.Timezone); err != nil {
-		at, node := key+".cron", times.cron
-		var inv *jobtype.InvalidError
-		if errors.As(err, &inv) && inv.Field == "timezone" {
-			at, node = key+".timezone", times.zone
-		}
-		r.Fail(node, at, "%s", payloadReason(err))
+	_, err := jobtype.ParseCron(s.Cron, s.Timezone)
+	var inv *jobtype.InvalidError
+	if errors.As(err, &inv) && inv.Field == "timezone" {
+		// The zone is read first: the expression is then read in UTC,
+		// so that both mistakes are told at once.
+		r.Fail(times.zone, key+".timezone", "%s", payloadReason(err))
+		_, err = jobtype.ParseCron(s.Cron, "")
+	}
+	if err != nil {
+		r.Fail(times.cron, key+".cron", "%s", payloadReason(err))
 	}
 }
 

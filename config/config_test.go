@@ -2,10 +2,12 @@ package config_test
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -312,6 +314,11 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"an empty cron expression", "schedules:\n  - {name: s, kind: k, cron: ''}\n", "c.yaml:2:30: schedules[0].cron: must not be empty"},
 		{"a cron expression that is a number", "schedules:\n  - {name: s, kind: k, cron: 5}\n", "c.yaml:2:30: schedules[0].cron: must be a string"},
 		{"an unknown time zone", "schedules:\n  - name: s\n    kind: k\n    cron: \"0 2 * * *\"\n    timezone: Europe/Berlni\n", "c.yaml:5:15: schedules[0].timezone: is not a known IANA time zone name, such as Europe/Berlin or UTC"},
+		// Both mistakes at once: the expression is read in UTC when the zone is refused.
+		{"an unknown time zone and an hour out of range", "schedules:\n  - name: s\n    kind: k\n    cron: \"0 25 * * *\"\n    timezone: Europe/Nowhere\n",
+			"c.yaml:4:11: schedules[0].cron: does not parse (end of range (25) above maximum (23))"},
+		{"an hour out of range and an unknown time zone", "schedules:\n  - name: s\n    kind: k\n    cron: \"0 25 * * *\"\n    timezone: Europe/Nowhere\n",
+			"c.yaml:5:15: schedules[0].timezone: is not a known IANA time zone name"},
 		{"the machine's local zone", "schedules:\n  - {name: s, kind: k, cron: '0 2 * * *', timezone: Local}\n", "schedules[0].timezone: must name a zone"},
 		{"an empty zone", "schedules:\n  - {name: s, kind: k, cron: '0 2 * * *', timezone: ''}\n", "c.yaml:2:53: schedules[0].timezone: must name a zone, such as Europe/Berlin or UTC; leave it out for UTC"},
 		{"a time zone on an every schedule", "schedules:\n  - {name: s, kind: k, every: 1h, timezone: UTC}\n", "c.yaml:2:35: schedules[0].timezone: applies to cron schedules only"},
@@ -377,6 +384,27 @@ func TestAllMistakesAreReportedAtOnce(t *testing.T) {
 		if !strings.Contains(err.Error(), key) {
 			t.Errorf("errors do not mention %s:\n%v", key, err)
 		}
+	}
+}
+
+// The mistakes are listed in the order of their lines, however late
+// each was found (a zone before its expression, a queue declared after
+// the schedule that names it).
+func TestMistakesAreListedInTheOrderOfTheirLines(t *testing.T) {
+	_, err := config.Parse("c.yaml", []byte("strict: true\nschedules:\n  - name: s\n    kind: k\n    queue: q\n    cron: \"0 25 * * *\"\n    timezone: Europe/Nowhere\nqueues:\n  - name: a\n    mode: fast\n"))
+	if err == nil {
+		t.Fatal("a file with four mistakes was taken")
+	}
+	var lines []int
+	for _, l := range strings.Split(err.Error(), "\n") {
+		var line, col int
+		if _, scanErr := fmt.Sscanf(l, "c.yaml:%d:%d:", &line, &col); scanErr != nil {
+			t.Fatalf("a mistake without its place: %q", l)
+		}
+		lines = append(lines, line)
+	}
+	if !slices.Equal(lines, []int{5, 6, 7, 10}) {
+		t.Fatalf("mistakes at lines %v, want 5, 6, 7, 10 in that order:\n%v", lines, err)
 	}
 }
 

@@ -25,9 +25,11 @@ package yamlread
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
 	"slices"
 	"sort"
@@ -210,9 +212,30 @@ func withoutLine(msg string) string {
 	return msg
 }
 
-// Err returns every mistake found, joined (errors.Join) in the order
-// they were found, or nil.
-func (r *Reader) Err() error { return errors.Join(r.errs...) }
+// Err returns every mistake found, joined (errors.Join) in the order of
+// their lines and columns in the file (those without a place last, in
+// the order they were found), or nil.
+func (r *Reader) Err() error {
+	errs := slices.Clone(r.errs)
+	slices.SortStableFunc(errs, func(a, b error) int {
+		pa, pb := place(a), place(b)
+		if c := cmp.Compare(pa[0], pb[0]); c != 0 {
+			return c
+		}
+		return cmp.Compare(pa[1], pb[1])
+	})
+	return errors.Join(errs...)
+}
+
+// place is where in the file err is, as line and column; past every line
+// for a mistake without one.
+func place(err error) [2]int {
+	var e *Error
+	if !errors.As(err, &e) || e.Line == 0 {
+		return [2]int{math.MaxInt, 0}
+	}
+	return [2]int{e.Line, e.Column}
+}
 
 // Mistakes is how many mistakes were found so far.
 func (r *Reader) Mistakes() int { return len(r.errs) }
