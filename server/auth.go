@@ -337,10 +337,11 @@ func clientTenant(ctx context.Context) (tenant string, ok bool) {
 	return p.Tenant, true
 }
 
-// tenantFor is the tenant a call that names one (SubmitJob, ListJobs,
-// WatchJobs) acts for: a client's own when it names none or its own, and
-// permission_denied when it names another. Others get what they named.
-func tenantFor(ctx context.Context, requested string) (string, error) {
+// tenantFor is the tenant a call that names one at key (SubmitJob's
+// "tenant", SubmitJobs' "jobs[i].tenant") acts for: a client's own when
+// it names none or its own, and permission_denied when it names another.
+// Others get what they named.
+func tenantFor(ctx context.Context, key, requested string) (string, error) {
 	tenant, confined := clientTenant(ctx)
 	switch {
 	case !confined, requested == tenant:
@@ -349,7 +350,7 @@ func tenantFor(ctx context.Context, requested string) (string, error) {
 		return tenant, nil
 	}
 	return "", connect.NewError(connect.CodePermissionDenied,
-		fmt.Errorf("tenant: this token may only use tenant %q", tenant))
+		fmt.Errorf("%s: this token may only use tenant %q", key, tenant))
 }
 
 // workerScope narrows a claim to the worker token's tenants and kinds

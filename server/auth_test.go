@@ -552,6 +552,13 @@ func TestAClientSeesOnlyItsTenant(t *testing.T) {
 	}
 	_, err = acme.jobs.ListJobs(ctxTimeout(t, 5*time.Second), &jobwatchv1.ListJobsRequest{Tenant: "default"})
 	wantCode(t, err, connect.CodePermissionDenied)
+	// A SubmitJobs refused for one job's tenant names that job.
+	_, err = acme.jobs.SubmitJobs(ctxTimeout(t, 5*time.Second), &jobwatchv1.SubmitJobsRequest{Jobs: []*jobwatchv1.SubmitJobRequest{
+		{Kind: "k", Tenant: "acme"}, {Kind: "k", Tenant: "globex"}}})
+	wantCode(t, err, connect.CodePermissionDenied)
+	if want := `jobs[1].tenant: this token may only use tenant "acme"`; connect.CodeOf(err) != connect.CodePermissionDenied || err.(*connect.Error).Message() != want {
+		t.Errorf("a SubmitJobs with globex's job = %v, want %q", err, want)
+	}
 
 	s, err := acme.jobs.WatchJobs(ctxTimeout(t, 5*time.Second), &jobwatchv1.WatchJobsRequest{})
 	if err != nil {

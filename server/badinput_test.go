@@ -198,9 +198,14 @@ func TestAGetOfAProcedureIsToldToPost(t *testing.T) {
 // for that, not as a body cut short.
 func TestALoneSurrogateIsNamedNotCalledACutBody(t *testing.T) {
 	ts := startServer(t, serverOptions{})
-	status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/SubmitJob", "application/json", []byte(`{"kind":"x","payload":{"a":"\ud800"}}`))
-	if status != http.StatusBadRequest || !strings.Contains(body, "surrogate") || strings.Contains(body, "EOF") {
-		t.Errorf("a lone surrogate = %d %s; want 400 naming the surrogate", status, body)
+	for _, req := range []string{
+		`{"kind":"x","payload":{"a":"\ud800"}}`,
+		`{"kind":"x \ud800 lone"}`, // protojson: "invalid escape code"
+	} {
+		status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/SubmitJob", "application/json", []byte(req))
+		if status != http.StatusBadRequest || !strings.Contains(body, "surrogate") || strings.Contains(body, "EOF") || strings.Contains(body, "escape code") {
+			t.Errorf("a lone surrogate in %s = %d %s; want 400 naming the surrogate", req, status, body)
+		}
 	}
 }
 

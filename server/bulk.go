@@ -99,7 +99,7 @@ func bulkStopped(a jobs.BulkAction, r jobs.BulkResult, err error) error {
 // "" is the caller's own (the default tenant for an admin), and only a
 // caller not confined to one tenant may name another or "*".
 func bulkFilter(ctx context.Context, pf *jobwatchv1.JobFilter) (jobs.BulkFilter, error) {
-	tenant, err := tenantFor(ctx, pf.GetTenant())
+	tenant, err := tenantFor(ctx, "filter.tenant", pf.GetTenant())
 	if err != nil {
 		return jobs.BulkFilter{}, err
 	}

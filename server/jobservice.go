@@ -129,12 +129,10 @@ func (h *jobService) SubmitJob(ctx context.Context, req *jobwatchv1.SubmitJobReq
 	return &jobwatchv1.SubmitJobResponse{Job: w.job}, nil
 }
 
-// checkSubmit refuses what only the server can judge: the wait is the
-// server's, every other field the engine's.
 // submitRequest is the engine's form of a SubmitJob request; a field it
 // refuses is named with prefix ("jobs[3]." in a SubmitJobs).
 func (s *Server) submitRequest(ctx context.Context, prefix string, req *jobwatchv1.SubmitJobRequest) (jobs.SubmitRequest, error) {
-	tenant, err := tenantFor(ctx, req.GetTenant())
+	tenant, err := tenantFor(ctx, prefix+"tenant", req.GetTenant())
 	if err != nil {
 		return jobs.SubmitRequest{}, err
 	}
@@ -209,6 +207,8 @@ func (h *jobService) SubmitJobs(ctx context.Context, req *jobwatchv1.SubmitJobsR
 	return &jobwatchv1.SubmitJobsResponse{Jobs: pjs}, nil
 }
 
+// checkSubmit refuses what only the server can judge: the wait is the
+// server's, every other field the engine's.
 func checkSubmit(req *jobwatchv1.SubmitJobRequest) error {
 	if req.GetHold() && req.GetWait() {
 		// A held job cannot end before someone starts it, so the wait
@@ -256,7 +256,7 @@ func (h *jobService) ListJobs(ctx context.Context, req *jobwatchv1.ListJobsReque
 	if err != nil {
 		return nil, err
 	}
-	tenant, err := tenantFor(ctx, req.GetTenant())
+	tenant, err := tenantFor(ctx, "tenant", req.GetTenant())
 	if err != nil {
 		return nil, err
 	}
@@ -332,7 +332,7 @@ func (h *jobService) WaitJobs(ctx context.Context, req *jobwatchv1.WaitJobsReque
 	default:
 		return nil, invalid("mode", fmt.Sprintf("%v is not a wait mode (WAIT_MODE_ALL or WAIT_MODE_ANY)", req.GetMode()))
 	}
-	if r.Tenant, err = tenantFor(ctx, req.GetTenant()); err != nil {
+	if r.Tenant, err = tenantFor(ctx, "tenant", req.GetTenant()); err != nil {
 		return nil, err
 	}
 	_, client := clientTenant(ctx)
@@ -408,7 +408,7 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 		return err
 	}
 	limit := int(req.GetPageSize()) // the engine applies the default and cap
-	tenant, err := tenantFor(ctx, req.GetTenant())
+	tenant, err := tenantFor(ctx, "tenant", req.GetTenant())
 	if err != nil {
 		return err
 	}

@@ -11,8 +11,8 @@ import (
 // the library's words without their "proto:" (followed by a space or, at
 // random, a no-break space), which names a library, not the mistake; and
 // for a JSON string with an escaped half of a surrogate pair (\ud800
-// alone), which protojson calls an unexpected EOF though encoding/json
-// takes it, what it is; and for data that is empty or blank, that it
+// alone), which protojson calls an unexpected EOF or an invalid escape
+// code though encoding/json takes it, what it is; and for data that is empty or blank, that it
 // is (nil data: not known). The server and the command line say it
 // alike.
 func DecodeMistake(err error, data []byte) string {
@@ -20,7 +20,7 @@ func DecodeMistake(err error, data []byte) string {
 	if data != nil && len(bytes.TrimSpace(data)) == 0 { // nil: the data is not known
 		return "it is empty: JSON has at least a value, such as {}, \"text\" or null"
 	}
-	if strings.Contains(msg, "unexpected EOF") && json.Valid(data) {
+	if (strings.Contains(msg, "unexpected EOF") || strings.Contains(msg, "invalid escape code")) && json.Valid(data) {
 		return "a JSON string holds an escaped half of a UTF-16 surrogate pair (\\ud800 to \\udfff) without its other half, which is not text"
 	}
 	for _, prefix := range []string{"proto: ", "proto:\u00a0"} {
