@@ -16,6 +16,7 @@ import (
 	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/server"
 )
 
 // startBatchServer is startCLIServer on the backend under test
@@ -29,7 +30,7 @@ func startBatchServer(t *testing.T, waitCap time.Duration) *cliServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return serveForCLI(t, db, st, jobs.Config{LeaseTimeout: 30 * time.Second, SweepInterval: 20 * time.Millisecond}, waitCap)
+	return serveForCLI(t, db, st, jobs.Config{LeaseTimeout: 30 * time.Second, SweepInterval: 20 * time.Millisecond}, server.Config{WaitCap: waitCap})
 }
 
 // calls is how many calls of procedure (such as "WaitJobs") the server
@@ -339,7 +340,7 @@ func TestWaitForSeveralJobsSaysWhatIsWrong(t *testing.T) {
 		wantCode int
 		want     string
 	}{
-		{[]string{known, "j_00000000000000000000000000"}, exitError, "wait: job j_00000000000000000000000000 not found"},
+		{[]string{known, "j_00000000000000000000000000"}, exitError, "wait: not_found: j_00000000000000000000000000: job not found"},
 		{[]string{known, held}, exitError, held + ": job is pending: start it first"},
 		{[]string{"--batch", "no-such-batch"}, exitError, `batch "no-such-batch" holds no job`},
 		{[]string{known, known, "--timeout", "200ms"}, exitTimedOut, "--timeout passed"},

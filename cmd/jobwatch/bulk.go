@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/jobwatch/jobwatch/client"
@@ -100,6 +101,24 @@ func describe(pf *jobwatchv1.JobFilter) string {
 		return "every job of " + tenant
 	}
 	return "every job of " + tenant + " with " + strings.Join(parts, ", ")
+}
+
+// callerTenant is the tenant the server reads an empty tenant as for
+// this caller: a client token's own, "default" for an admin token or a
+// server without tokens; "" when the server does not say.
+func callerTenant(ctx context.Context, c *client.Client) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	info, err := c.JobService().GetServerInfo(ctx, &jobwatchv1.GetServerInfoRequest{})
+	switch {
+	case err != nil:
+		return ""
+	case info.GetCaller().GetTenant() != "":
+		return info.GetCaller().GetTenant()
+	case info.GetCaller() == nil || info.GetCaller().GetRole() == "admin":
+		return "default"
+	}
+	return ""
 }
 
 // stdin is where a bulk action's confirmation is read, and stdinIsTerminal
@@ -193,7 +212,13 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 			name, strings.TrimPrefix(describe(pf), "every job of "), verb)}
 	}
 	if !ff.yes && stdinIsTerminal() {
-		fmt.Fprintf(stderr, "%s %s? [y/N] ", verb, describe(pf))
+		asked := pf
+		if pf.GetTenant() == "" {
+			// The question names the tenant the server reads "" as.
+			asked = proto.Clone(pf).(*jobwatchv1.JobFilter)
+			asked.Tenant = callerTenant(ctx, c)
+		}
+		fmt.Fprintf(stderr, "%s %s? [y/N] ", verb, describe(asked))
 		answer, _ := bufio.NewReader(stdin).ReadString('\n')
 		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 			return fmt.Errorf("%s: nothing done", name)

@@ -11,11 +11,39 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/auth"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/server"
 	"github.com/jobwatch/jobwatch/store/sqlite"
 )
+
+// The question before a bulk action names the tenant it acts on when
+// the command names none: a client token's own, "default" for an admin.
+func TestTheBulkQuestionNamesTheTokensTenant(t *testing.T) {
+	tokens, err := auth.ParseTokens("tokens.yaml", []byte("tokens:\n"+
+		"  - {sha256: "+auth.Digest("acme-secret")+", role: client, tenant: acme}\n"+
+		"  - {sha256: "+auth.Digest("admin-secret")+", role: admin}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(t.TempDir(), "jobwatch.db")
+	st, err := sqlite.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := serveForCLI(t, db, st, jobs.Config{}, server.Config{Tokens: tokens})
+	stdin, stdinIsTerminal = strings.NewReader("n\n"), func() bool { return true }
+	t.Cleanup(func() { stdinIsTerminal = func() bool { return false } })
+	for token, tenant := range map[string]string{"acme-secret": "acme", "admin-secret": "default"} {
+		stdin = strings.NewReader("n\n")
+		code, _, stderr := runInProcess(t, "retry", "--server", s.URL, "--token", token, "--state", "failed")
+		if want := "retry every job of tenant " + tenant + " with state FAILED? [y/N]"; code != 1 || !strings.Contains(stderr, want) {
+			t.Fatalf("with the token of %s: exit %d, %q; want the question %q", tenant, code, stderr, want)
+		}
+	}
+}
 
 // "jobwatch cancel" with filter flags instead of an ID cancels every job
 // they match; at a terminal it asks first, and no answer but yes does
@@ -36,7 +64,7 @@ func TestCancelWithAFilterCancelsEveryMatchAfterAsking(t *testing.T) {
 
 	asked("n\n")
 	code, stdout, stderr := runInProcess(t, "cancel", "--server", s.URL, "--queue", "nightly", "--state", "queued")
-	if code != 1 || !strings.Contains(stderr, "cancel every job of your token's tenant (\"default\" for an admin) with queue nightly, state QUEUED? [y/N]") ||
+	if code != 1 || !strings.Contains(stderr, "cancel every job of tenant default with queue nightly, state QUEUED? [y/N]") ||
 		!strings.Contains(stderr, "nothing done") {
 		t.Fatalf("answered no: exit %d, stdout %q, stderr %q; want the question, then nothing done", code, stdout, stderr)
 	}
@@ -185,7 +213,7 @@ func TestABulkRetryStoppedPartwaySaysWhatStands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := serveForCLI(t, db, st, jobs.Config{Rules: jobtype.Rules{Tenants: map[string]jobtype.TenantRules{"default": {MaxQueued: 1}}}}, 0)
+	s := serveForCLI(t, db, st, jobs.Config{Rules: jobtype.Rules{Tenants: map[string]jobtype.TenantRules{"default": {MaxQueued: 1}}}}, server.Config{})
 	for range 3 {
 		s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "bulk.quota", MaxAttempts: 1})
 		j := s.claim(t, "bulk.quota")

@@ -251,23 +251,32 @@ func withoutValues(err error, what string, ended bool, stderr io.Writer) *jobwat
 	return u.Job
 }
 
-// callError describes a failed call for a person at a terminal.
+// callError describes a failed call for a person at a terminal: "WHAT:
+// CODE: MESSAGE", a job not found included ("WHAT: not_found: …").
 func callError(what string, err error) error {
-	if errors.Is(err, client.ErrJobNotFound) || errors.Is(err, client.ErrJobNotStarted) {
+	if errors.Is(err, client.ErrJobNotFound) {
+		return fmt.Errorf("%s: %s: %w", what, connect.CodeNotFound, err)
+	}
+	if errors.Is(err, client.ErrJobNotStarted) {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return codeError(what, err)
 }
 
 // jobCallError is callError for a call about the job id: a job not
-// found reads "WHAT: job ID not found", whoever named it (the server, the
-// client's wait), as a script running several commands needs to know
-// which one was not found.
+// found reads "WHAT: not_found: ID: job not found", as the server says
+// it, whoever named it (the server, the client's wait), as a script
+// running several commands needs to know which one was not found.
 func jobCallError(what, id string, err error) error {
 	if errors.Is(err, client.ErrJobNotFound) {
-		return fmt.Errorf("%s: job %s not found", what, id)
+		return notFoundError(what, id)
 	}
 	return callError(what, err)
+}
+
+// notFoundError reads "WHAT: not_found: ID: job not found".
+func notFoundError(what, id string) error {
+	return fmt.Errorf("%s: %s: %s: %w", what, connect.CodeNotFound, id, client.ErrJobNotFound)
 }
 
 // codeError is a server's answer as its code and message.

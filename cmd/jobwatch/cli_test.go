@@ -100,19 +100,20 @@ func startCLIServer(t *testing.T, leaseTimeout time.Duration) *cliServer {
 	return serveForCLI(t, db, st, jobs.Config{
 		LeaseTimeout: leaseTimeout, SweepInterval: 20 * time.Millisecond,
 		RetryInitialBackoff: 10 * time.Millisecond, RetryMaxBackoff: 10 * time.Millisecond,
-	}, 0)
+	}, server.Config{})
 }
 
 // serveForCLI runs an engine over st (the database db names) with ecfg
-// and a server on a loopback port with the wait cap waitCap (0: the
-// default), until the test ends.
-func serveForCLI(t *testing.T, db string, st store.Store, ecfg jobs.Config, waitCap time.Duration) *cliServer {
+// and a server on a loopback port with scfg (its logger, registry and
+// grace set here), until the test ends.
+func serveForCLI(t *testing.T, db string, st store.Store, ecfg jobs.Config, scfg server.Config) *cliServer {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	ecfg.Logger = log
 	engine := jobs.New(st, ecfg)
 	reg := prometheus.NewRegistry()
-	srv := server.New(engine, server.Config{Logger: log, ShutdownGrace: 100 * time.Millisecond, Registry: reg, WaitCap: waitCap})
+	scfg.Logger, scfg.ShutdownGrace, scfg.Registry = log, 100*time.Millisecond, reg
+	srv := server.New(engine, scfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -621,13 +622,13 @@ func TestErrorMessagesReadOnce(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"get", "j_00000000000000000000000000", "--server", s.URL}, "jobwatch: get: job j_00000000000000000000000000 not found\n"},
+		{[]string{"get", "j_00000000000000000000000000", "--server", s.URL}, "jobwatch: get: not_found: j_00000000000000000000000000: job not found\n"},
 		// A script running several commands is told which job was not found.
-		{[]string{"cancel", "j_00000000000000000000000001", "--server", s.URL}, "jobwatch: cancel: job j_00000000000000000000000001 not found\n"},
-		{[]string{"delete", "j_00000000000000000000000002", "--server", s.URL}, "jobwatch: delete: job j_00000000000000000000000002 not found\n"},
+		{[]string{"cancel", "j_00000000000000000000000001", "--server", s.URL}, "jobwatch: cancel: not_found: j_00000000000000000000000001: job not found\n"},
+		{[]string{"delete", "j_00000000000000000000000002", "--server", s.URL}, "jobwatch: delete: not_found: j_00000000000000000000000002: job not found\n"},
 		{[]string{"watch", "j_00000000000000000000000003", "--server", s.URL}, "j_00000000000000000000000003"},
 		{[]string{"wait", "j_00000000000000000000000004", "--server", s.URL}, "j_00000000000000000000000004"},
-		{[]string{"logs", "j_00000000000000000000000005", "--server", s.URL}, "jobwatch: logs: job j_00000000000000000000000005 not found\n"},
+		{[]string{"logs", "j_00000000000000000000000005", "--server", s.URL}, "jobwatch: logs: not_found: j_00000000000000000000000005: job not found\n"},
 		{[]string{"get", "j_1", "--server", strings.TrimPrefix(s.URL, "http://")}, "must start with http:// or https://"},
 		{[]string{"submit", "k", "--server", "http://" + freeAddr(t)}, "connection refused\njobwatch: nothing answers at that address: is jobwatch serve (or demo) running there?"},
 		// A refused connection submitted nothing, and says so.

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
@@ -72,7 +74,7 @@ func TestLogsPrintsAJobsLinesAndFollowsThemToItsEnd(t *testing.T) {
 	}
 
 	code, _, errOut = runInProcess(t, "logs", "--server", s.URL, "j_nosuchjob")
-	if code != exitError || !strings.Contains(errOut, "logs: job j_nosuchjob not found") {
+	if code != exitError || !strings.Contains(errOut, "logs: not_found: j_nosuchjob: job not found") {
 		t.Fatalf("logs of an unknown job = exit %d, %q; want 1 and not found", code, errOut)
 	}
 }
@@ -233,5 +235,20 @@ func TestOutputNeverCarriesAJobsEscapeSequences(t *testing.T) {
 		if code != 0 || strings.ContainsAny(out, "\x1b\u202e") || !strings.Contains(out, `a\u001b[2Jb\u202ec`) {
 			t.Fatalf("%s of a job whose result holds escapes = exit %d:\n%q\nwant the result with them escaped", cmd, code, out)
 		}
+	}
+}
+
+// watch --logs prints the marker of lines dropped with the time of the
+// line after it, so that the times read in order: it used to print the
+// time it was printed, minutes after the lines that follow it.
+func TestWatchLogsMarksAGapWithTheTimeOfTheLineAfterIt(t *testing.T) {
+	at := time.Date(2026, 12, 5, 9, 30, 15, 0, time.Local)
+	var out strings.Builder
+	err := printLogLines(&out, &jobwatchv1.WatchJobLogsResponse{
+		Gap:   &jobwatchv1.LogGap{Skipped: 7, ResumeFrom: 8},
+		Lines: []*jobwatchv1.LogLine{{Seq: 8, Text: "kept", Time: timestamppb.New(at)}},
+	})
+	if want := "09:30:15 | … 7 lines dropped; resuming at 8\n09:30:15 | kept\n"; err != nil || out.String() != want {
+		t.Fatalf("printed %q (%v), want %q", out.String(), err, want)
 	}
 }

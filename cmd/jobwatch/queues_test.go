@@ -13,6 +13,7 @@ import (
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/server"
 	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
@@ -227,7 +228,7 @@ func TestQueuesSaysSinceWhenAQueueIsAlerting(t *testing.T) {
 	s := serveForCLI(t, db, st, jobs.Config{
 		LeaseTimeout: time.Minute, SweepInterval: 20 * time.Millisecond,
 		Rules: jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {AlertAfter: 50 * time.Millisecond}}},
-	}, 0)
+	}, server.Config{})
 	s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "reindex", Queue: "index", RunAt: timestamppb.New(time.Now().Add(-time.Hour))})
 
 	var out string

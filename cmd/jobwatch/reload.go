@@ -70,9 +70,19 @@ func reload(_ context.Context, args []string, stdout, stderr io.Writer) error {
 			continue
 		}
 		if len(o.Refused) > 0 {
-			return fmt.Errorf("reload: jobwatch serve (pid %d) refused: %s", pid, strings.Join(o.Refused, "; "))
+			// The two files are read each on its own: one refused,
+			// the other may have been taken.
+			took := ""
+			if len(o.Taken) > 0 {
+				took = "; it took " + strings.Join(o.Taken, " and ")
+			}
+			return fmt.Errorf("reload: jobwatch serve (pid %d) refused: %s%s", pid, strings.Join(o.Refused, "; "), took)
 		}
-		fmt.Fprintf(stdout, "jobwatch serve (pid %d) reloaded its files\n", pid)
+		if len(o.Taken) > 0 {
+			fmt.Fprintf(stdout, "jobwatch serve (pid %d) reloaded %s\n", pid, strings.Join(o.Taken, " and "))
+		} else {
+			fmt.Fprintf(stdout, "jobwatch serve (pid %d) reloaded its files\n", pid)
+		}
 		return nil
 	}
 	fmt.Fprintf(stdout, "sent SIGHUP to jobwatch serve (pid %d); it did not say within %v whether it took the files: its log says\n", pid, reloadAnswerWithin)
@@ -85,11 +95,13 @@ const reloadAnswerWithin = 10 * time.Second
 
 // reloadOutcome is what serve writes, as one JSON object, to the file
 // reloadOutcomeFile names after each SIGHUP: its process id, how many
-// reloads it has made, and each file it refused, with why.
+// reloads it has made, each file it refused, with why, and each it took
+// ("tokens FILE").
 type reloadOutcome struct {
 	PID     int      `json:"pid"`
 	Reload  int      `json:"reload"`
 	Refused []string `json:"refused,omitempty"`
+	Taken   []string `json:"taken,omitempty"`
 }
 
 // reloadOutcomeFile is where a serve with --pid-file FILE writes its
@@ -118,12 +130,12 @@ type reloadOutcomes struct {
 	reloads int
 }
 
-func (r *reloadOutcomes) write(refused []string) {
+func (r *reloadOutcomes) write(refused, taken []string) {
 	if r.path == "" {
 		return
 	}
 	r.reloads++
-	b, _ := json.Marshal(reloadOutcome{PID: os.Getpid(), Reload: r.reloads, Refused: refused})
+	b, _ := json.Marshal(reloadOutcome{PID: os.Getpid(), Reload: r.reloads, Refused: refused, Taken: taken})
 	tmp := r.path + ".tmp"
 	err := os.WriteFile(tmp, append(b, '\n'), 0o644)
 	if err == nil {

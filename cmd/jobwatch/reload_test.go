@@ -80,7 +80,7 @@ func TestReloadSignalsTheServeOfItsPidFileAlone(t *testing.T) {
 
 	writeFile(t, tokensFile, "tokens:\n"+tokensEntry(oldToken, "role: client, tenant: acme")+tokensEntry(newToken, "role: client, tenant: acme"))
 	code, stdout, stderr := runJobwatch(t, "reload", "--pid-file", pidFile)
-	if code != 0 || stdout != "jobwatch serve (pid "+strconv.Itoa(cmd.Process.Pid)+") reloaded its files\n" {
+	if code != 0 || stdout != "jobwatch serve (pid "+strconv.Itoa(cmd.Process.Pid)+") reloaded tokens "+tokensFile+"\n" {
 		t.Fatalf("reload: exit %d, %q %q; want 0 saying serve took the files", code, stdout, stderr)
 	}
 	// reload returned once serve had said: the log has it already.

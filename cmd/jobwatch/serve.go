@@ -479,18 +479,22 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		if f.config == "" && f.tokens == "" {
 			log.Warn("SIGHUP: nothing to read again (serve was started without --config or --tokens); still serving")
 		}
-		var refused []string
+		var refused, taken []string
 		if f.config != "" {
 			if err := reloadConfig(engine, f.config, log); err != nil {
 				refused = append(refused, err.Error())
+			} else {
+				taken = append(taken, "config "+f.config)
 			}
 		}
 		if f.tokens != "" {
 			if err := reloads.reload(); err != nil {
 				refused = append(refused, err.Error())
+			} else {
+				taken = append(taken, "tokens "+f.tokens)
 			}
 		}
-		outcomes.write(refused)
+		outcomes.write(refused, taken)
 	})
 	defer stopReloads()
 	// Written once a SIGHUP reloads (above): "jobwatch reload" reads it.

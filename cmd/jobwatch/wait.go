@@ -95,11 +95,14 @@ func wait(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	resp, err := waitMany(ctx, c, req)
 	if errors.Is(err, client.ErrJobNotFound) || errors.Is(err, client.ErrJobNotStarted) {
-		// "wait: job ID not found", as for one id, not the client's
-		// "wait: wait for jobs: ID: job not found".
+		// "wait: not_found: ID: job not found", as for one id, not the
+		// client's "wait: wait for jobs: ID: job not found".
 		msg := strings.TrimPrefix(err.Error(), "wait for jobs: ")
 		if id, ok := strings.CutSuffix(msg, ": "+client.ErrJobNotFound.Error()); ok && !strings.ContainsAny(id, " :") {
-			msg = "job " + id + " not found"
+			return notFoundError("wait", id)
+		}
+		if errors.Is(err, client.ErrJobNotFound) {
+			return fmt.Errorf("wait: %s: %s", connect.CodeNotFound, msg)
 		}
 		return errors.New("wait: " + msg)
 	}

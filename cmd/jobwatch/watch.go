@@ -271,11 +271,16 @@ func follow(ctx context.Context, c *client.Client, id string, show func(*jobwatc
 
 // printLogLines prints log lines between snapshot lines: each line's time
 // (as printLine prints a snapshot's), "|" and its text, printable as
-// printLogs prints it.
+// printLogs prints it. The marker of lines dropped takes the time of the
+// line after it, so that the times read in order; without one, none.
 func printLogLines(w io.Writer, m *jobwatchv1.WatchJobLogsResponse) error {
 	colour := isTerminal(w)
 	if g := m.GetGap(); g != nil {
-		if _, err := fmt.Fprintf(w, "%s | %s\n", time.Now().Format("15:04:05"), gapLine(g)); err != nil {
+		at := "        "
+		if len(m.GetLines()) > 0 {
+			at = m.GetLines()[0].GetTime().AsTime().Local().Format("15:04:05")
+		}
+		if _, err := fmt.Fprintf(w, "%s | %s\n", at, gapLine(g)); err != nil {
 			return err
 		}
 	}
