@@ -223,9 +223,11 @@ type logBatcher struct {
 
 	mu sync.Mutex
 	// pending are the lines not yet acknowledged, oldest first; the
-	// first inflight of them are on their way.
+	// first inflight of them are on their way, or, resend, were sent by
+	// a call that got no answer and are to be sent again as they were.
 	pending  []pendingLine
 	inflight int
+	resend   bool
 	bytes    int
 	// marker is the line that counts dropped lines, while it is the
 	// first of pending not on its way.
@@ -426,6 +428,16 @@ func (b *logBatcher) next() (batch []*jobwatchv1.AppendLogLine, wait time.Durati
 	if len(b.pending) == 0 {
 		return nil, 0, false
 	}
+	if b.resend {
+		// The same lines as the call whose answer did not come, and no
+		// more: had the server taken them, it knows them as the same
+		// append (every line carries its time) and adds them once.
+		batch = make([]*jobwatchv1.AppendLogLine, b.inflight)
+		for i := range batch {
+			batch[i] = b.pending[i].line
+		}
+		return batch, 0, false
+	}
 	size, n := 0, 0
 	for n < len(b.pending) && n < jobtype.MaxLogLinesPerAppend {
 		l := len(b.pending[n].line.GetText()) + logLineOverhead
@@ -461,14 +473,14 @@ func (b *logBatcher) acknowledge() {
 		b.bytes -= len(p.line.GetText()) + logLineOverhead
 	}
 	b.pending = append(b.pending[:0], b.pending[b.inflight:]...)
-	b.inflight = 0
+	b.inflight, b.resend = 0, false
 }
 
-// retry makes the lines on their way the first to send again.
+// retry makes the lines on their way the next batch again, alone.
 func (b *logBatcher) retry() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.inflight = 0
+	b.resend = b.inflight > 0
 }
 
 // stop drops every line held and ends the batcher, cutting a call in
@@ -481,7 +493,7 @@ func (b *logBatcher) stop(cause error) {
 	b.mu.Lock()
 	first := !b.stopped
 	if first {
-		b.stopped, b.pending, b.inflight, b.bytes, b.endCause = true, nil, 0, 0, cause
+		b.stopped, b.pending, b.inflight, b.resend, b.bytes, b.endCause = true, nil, 0, false, 0, cause
 	}
 	b.mu.Unlock()
 	b.cancel()

@@ -88,14 +88,14 @@ func texts(lines []*jobwatchv1.LogLine) []string {
 	return out
 }
 
-// Everything a handler logs, through Logf and through its writers, is in
-// the job's log, in order and tagged with its stream, by the time the job
-// has ended: the worker sends it before the outcome, the last line of a
-// writer without its newline included.
 // inprocLogs makes logWorker's worker run in process (jobs/inproc)
 // instead of over RPC.
 var inprocLogs bool
 
+// Everything a handler logs, through Logf and through its writers, is in
+// the job's log, in order and tagged with its stream, by the time the job
+// has ended: the worker sends it before the outcome, the last line of a
+// writer without its newline included.
 func TestWorkerLogsEveryLineBeforeTheOutcome(t *testing.T) {
 	t.Run("remote", testWorkerLogsEveryLineBeforeTheOutcome)
 	t.Run("in process", func(t *testing.T) {
@@ -199,6 +199,64 @@ func (b *countingBackend) AppendLogs(ctx context.Context, l *client.Lease, lines
 		}
 	}
 	return b.WorkerBackend.(client.LogAppender).AppendLogs(ctx, l, lines)
+}
+
+// lostAppendBackend loses the answer to the first AppendLogs call, after
+// the server took its lines, as a server restarted between its commit
+// and its answer would.
+type lostAppendBackend struct {
+	client.WorkerBackend
+	lost atomic.Bool
+}
+
+func (b *lostAppendBackend) AppendLogs(ctx context.Context, l *client.Lease, lines []*jobwatchv1.AppendLogLine) (bool, error) {
+	cancelled, err := b.WorkerBackend.(client.LogAppender).AppendLogs(ctx, l, lines)
+	if err == nil && b.lost.CompareAndSwap(false, true) {
+		return false, connect.NewError(connect.CodeUnavailable, errors.New("connection reset by peer"))
+	}
+	return cancelled, err
+}
+
+// Lines whose append got no answer are sent again as they were, alone,
+// and the server, which had taken them, keeps them once: the log holds
+// every line once, in order, a line logged meanwhile included. They used
+// to be kept twice.
+func TestLogLinesSentAgainAfterALostAnswerAreKeptOnce(t *testing.T) {
+	for _, inproc := range []bool{false, true} {
+		t.Run(map[bool]string{false: "remote", true: "inproc"}[inproc], func(t *testing.T) {
+			inprocLogs = inproc
+			t.Cleanup(func() { inprocLogs = false })
+			lossy := &lostAppendBackend{}
+			_, c := logWorker(t, client.WorkerConfig{Backoff: client.Backoff{Initial: 50 * time.Millisecond, Max: 50 * time.Millisecond}},
+				func(b client.WorkerBackend) client.WorkerBackend {
+					lossy.WorkerBackend = b
+					return lossy
+				}, func(w *client.Worker) {
+					w.Handle("talk", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+						p.Logf("one")
+						p.Logf("two")
+						for !lossy.lost.Load() {
+							select {
+							case <-ctx.Done():
+								return nil, ctx.Err()
+							case <-time.After(5 * time.Millisecond):
+							}
+						}
+						p.Logf("three") // while one and two wait to be sent again
+						return nil, nil
+					})
+				})
+			job := submit(t, c, "talk")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if j, err := c.WaitForJob(ctx, job.GetId()); err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+				t.Fatalf("the job = %v, %v; want SUCCEEDED", j.GetState(), err)
+			}
+			if got := strings.Join(texts(allLogs(t, c, job.GetId())), "|"); got != "one|two|three" {
+				t.Fatalf("the log holds %q, want one|two|three", got)
+			}
+		})
+	}
 }
 
 // A chatty handler costs few calls: 20,000 lines logged at once go in

@@ -61,7 +61,10 @@ const (
 // *jobtype.InvalidError, so one call's cost stays bounded. As for
 // Heartbeat, a job whose attempt the server ended while the lease was
 // held answers cancelled (nothing appended), and any other lease
-// mismatch is ErrStaleLease.
+// mismatch is ErrStaleLease. When every line carries a time, the same
+// lines sent again under the lease right after they were appended (the
+// answer was lost) are answered as before and not appended twice
+// (store.LogAppend.Resendable).
 func (e *Engine) AppendLogs(ctx context.Context, id, leaseID string, lines []jobtype.LogLine) (last int64, cancelled bool, err error) {
 	if err := validLease(id, leaseID); err != nil {
 		return 0, false, err
@@ -71,11 +74,16 @@ func (e *Engine) AppendLogs(ctx context.Context, id, leaseID string, lines []job
 			Reason: "must be at most " + strconv.Itoa(jobtype.MaxLogLinesPerAppend) + " a call, got " + strconv.Itoa(len(lines))}
 	}
 	now := e.now()
+	// Lines that all carry their worker's times tell an append sent again
+	// (its answer lost) from a new one: the store adds them once.
+	resendable := true
 	for i, l := range lines {
-		if !l.Time.IsZero() {
-			if err := checkTime("lines["+strconv.Itoa(i)+"].time", l.Time, now); err != nil {
-				return 0, false, err
-			}
+		if l.Time.IsZero() {
+			resendable = false
+			continue
+		}
+		if err := checkTime("lines["+strconv.Itoa(i)+"].time", l.Time, now); err != nil {
+			return 0, false, err
 		}
 	}
 	given := len(lines)
@@ -93,7 +101,7 @@ func (e *Engine) AppendLogs(ctx context.Context, id, leaseID string, lines []job
 		lines[i].Time = lines[i].Time.UTC().Truncate(time.Microsecond) // as stored
 	}
 	rules := e.rules.Load()
-	res, err := e.store.AppendLogs(ctx, store.LogAppend{JobID: id, LeaseID: leaseID, Lines: lines,
+	res, err := e.store.AppendLogs(ctx, store.LogAppend{JobID: id, LeaseID: leaseID, Lines: lines, Resendable: resendable,
 		MaxBytes: func(queue string) int64 {
 			if n := rules.Queues[queue].MaxLogBytes; n > 0 {
 				return n
@@ -109,7 +117,7 @@ func (e *Engine) AppendLogs(ctx context.Context, id, leaseID string, lines []job
 		}
 		return 0, false, ErrStaleLease
 	}
-	if n := int64(len(lines)); n > 0 {
+	if n := int64(len(lines)); n > 0 && !res.Repeated {
 		for i := range lines {
 			lines[i].Seq, lines[i].Attempt = res.LastSeq-n+1+int64(i), res.Job.Attempt
 		}

@@ -453,12 +453,40 @@ type LogAppend struct {
 	// must be positive. (The store knows the job's queue only once it
 	// has read the job in the append's transaction.)
 	MaxBytes func(queue string) int64
+	// Resendable: every line carries the time its worker saw it, so an
+	// append sent again after its answer was lost (a server restarted
+	// between its commit and its answer, a client's failover) is told
+	// from a new one: when the job's last lines are Lines, of the
+	// lease's attempt (Repeats), the store adds nothing and answers
+	// Held, Repeated and the log's LastSeq, as the first append did.
+	Resendable bool
+}
+
+// Repeats says whether tail, the last len(a.Lines) lines of a job's log
+// in order, are a.Lines appended under attempt: time, stream and text
+// alike. Times are compared to the microsecond, as stored.
+func (a LogAppend) Repeats(tail []jobtype.LogLine, attempt int32) bool {
+	if !a.Resendable || len(tail) != len(a.Lines) || len(tail) == 0 {
+		return false
+	}
+	for i, l := range a.Lines {
+		t := tail[i]
+		if t.Attempt != attempt || t.Stream != l.Stream || t.Text != l.Text ||
+			!t.Time.Truncate(time.Microsecond).Equal(l.Time.Truncate(time.Microsecond)) {
+			return false
+		}
+	}
+	return true
 }
 
 // LogAppended is what AppendLogs did.
 type LogAppended struct {
-	// Held: the lease held and the lines were appended.
+	// Held: the lease held and the lines were appended (or, Repeated,
+	// had been by the same append sent before).
 	Held bool
+	// Repeated: the append was one sent again (LogAppend.Resendable);
+	// nothing was added.
+	Repeated bool
 	// Job is the job's summary as it was read.
 	Job jobtype.Job
 	// LastSeq is the seq of the job's last line (after the append, if

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
@@ -99,12 +101,13 @@ func keepLease(ctx context.Context, c *client.Client, claim *jobwatchv1.ClaimJob
 	}
 }
 
-// appendLines appends n lines to claim's job and returns the reply's
-// time.
+// appendLines appends n lines to claim's job, each with its time as the
+// Go and TypeScript workers send it, and returns the reply's time.
 func appendLines(ctx context.Context, c *client.Client, claim *jobwatchv1.ClaimJobResponse, first, n int) (time.Time, error) {
 	req := &jobwatchv1.AppendJobLogsRequest{JobId: claim.GetJob().GetId(), LeaseId: claim.GetLeaseId()}
+	now := timestamppb.Now()
 	for i := range n {
-		req.Lines = append(req.Lines, &jobwatchv1.AppendLogLine{Text: fmt.Sprintf("line %d: the bench writes about eighty bytes of text in each line", first+i)})
+		req.Lines = append(req.Lines, &jobwatchv1.AppendLogLine{Text: fmt.Sprintf("line %d: the bench writes about eighty bytes of text in each line", first+i), Time: now})
 	}
 	_, err := c.WorkerService().AppendJobLogs(ctx, req)
 	return time.Now(), err

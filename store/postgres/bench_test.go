@@ -12,6 +12,7 @@ import (
 	"github.com/jobwatch/jobwatch/internal/pgtest"
 	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/store/storetest"
 )
 
 // BenchmarkWriteCycle measures a job's three writes, as store/sqlite's
@@ -277,4 +278,10 @@ func BenchmarkClaimTenants(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkAppendLogs: appends of 10 lines, with and without the look for
+// the same append sent again (docs/BENCHMARKS.md, "Job logs").
+func BenchmarkAppendLogs(b *testing.B) {
+	storetest.BenchAppendLogs(b, func(b *testing.B) store.Store { return openURL(b, pgtest.URL(b)) })
 }

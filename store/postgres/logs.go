@@ -50,6 +50,13 @@ func (s *Store) AppendLogs(ctx context.Context, a store.LogAppend) (store.LogApp
 			}
 			return err
 		}
+		if again, err := repeated(ctx, tx, a, j.Attempt); err != nil || again {
+			out.Held, out.Repeated = again, again
+			if again {
+				err = tx.QueryRow(ctx, "SELECT last_seq FROM job_log_heads WHERE job_id = $1", a.JobID).Scan(&out.LastSeq)
+			}
+			return err
+		}
 		var (
 			n       = int64(len(a.Lines))
 			size    int64
@@ -97,6 +104,65 @@ func (s *Store) AppendLogs(ctx context.Context, a store.LogAppend) (store.LogApp
 		return store.LogAppended{}, fmt.Errorf("append logs of %s: %w", a.JobID, classify(err))
 	}
 	return out, nil
+}
+
+// repeated says whether a is an append sent again of job a.JobID's log
+// (store.LogAppend.Repeats), holding the log's head until the append
+// commits, so that an append and the same sent again never both add
+// their lines: one statement reads the head and the log's last line,
+// and the other lines are read only when it is a's last.
+func repeated(ctx context.Context, tx pgx.Tx, a store.LogAppend, attempt int32) (bool, error) {
+	n := int64(len(a.Lines))
+	if !a.Resendable || n == 0 {
+		return false, nil
+	}
+	var (
+		first, last int64
+		l           jobtype.LogLine
+		at          pgtype.Timestamptz
+		stream      pgtype.Int2
+		lineAttempt pgtype.Int4
+		text        pgtype.Text
+	)
+	err := tx.QueryRow(ctx, `SELECT h.first_seq, h.last_seq, l.at, l.stream, l.attempt, l.text
+		FROM job_log_heads h LEFT JOIN job_logs l ON l.job_id = h.job_id AND l.seq = h.last_seq
+		WHERE h.job_id = $1 FOR UPDATE OF h`, a.JobID).Scan(&first, &last, &at, &stream, &lineAttempt, &text)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && (last-n+1 < first || !text.Valid) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	l.Time, l.Stream, l.Attempt, l.Text = fromTime(at), jobtype.LogStream(stream.Int16), lineAttempt.Int32, text.String
+	if !(store.LogAppend{Lines: a.Lines[n-1:], Resendable: true}).Repeats([]jobtype.LogLine{l}, attempt) {
+		return false, nil
+	}
+	tail, err := readLines(ctx, tx, a.JobID, last-n, int(n))
+	return err == nil && a.Repeats(tail, attempt), err
+}
+
+// readLines reads up to limit lines of job id's log after afterSeq.
+func readLines(ctx context.Context, tx pgx.Tx, id string, afterSeq int64, limit int) ([]jobtype.LogLine, error) {
+	rows, err := tx.Query(ctx, `SELECT seq, at, stream, attempt, text FROM job_logs
+		WHERE job_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, id, afterSeq, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var lines []jobtype.LogLine
+	for rows.Next() {
+		var (
+			l      jobtype.LogLine
+			at     pgtype.Timestamptz
+			stream int16
+		)
+		if err := rows.Scan(&l.Seq, &at, &stream, &l.Attempt, &l.Text); err != nil {
+			return nil, err
+		}
+		l.Time, l.Stream = fromTime(at), jobtype.LogStream(stream)
+		lines = append(lines, l)
+	}
+	return lines, rows.Err()
 }
 
 // dropOldestLines deletes job id's oldest lines, from first on and never
@@ -151,25 +217,8 @@ func (s *Store) JobLogs(ctx context.Context, id string, afterSeq int64, limit in
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT seq, at, stream, attempt, text FROM job_logs
-			WHERE job_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, id, afterSeq, limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				l      jobtype.LogLine
-				at     pgtype.Timestamptz
-				stream int16
-			)
-			if err := rows.Scan(&l.Seq, &at, &stream, &l.Attempt, &l.Text); err != nil {
-				return err
-			}
-			l.Time, l.Stream = fromTime(at), jobtype.LogStream(stream)
-			p.Lines = append(p.Lines, l)
-		}
-		return rows.Err()
+		p.Lines, err = readLines(ctx, tx, id, afterSeq, limit)
+		return err
 	})
 	if err != nil {
 		if errors.Is(err, jobtype.ErrNotFound) {

@@ -45,6 +45,12 @@ func (s *Store) AppendLogs(ctx context.Context, a store.LogAppend) (store.LogApp
 		if err := callerLeft(ctx); err != nil {
 			return leftError("append logs of "+a.JobID, err)
 		}
+		if again, err := repeated(ctx, tx, a, j.Attempt, first, last); err != nil {
+			return fmt.Errorf("append logs of %s: %w", a.JobID, classify(err))
+		} else if again {
+			out.Held, out.Repeated = true, true
+			return nil
+		}
 		ins, err := tx.PrepareContext(ctx, "INSERT INTO job_logs (job_id, seq, at, stream, attempt, text) VALUES (?, ?, ?, ?, ?, ?)")
 		if err != nil {
 			return fmt.Errorf("append logs of %s: %w", a.JobID, classify(err))
@@ -77,6 +83,46 @@ func (s *Store) AppendLogs(ctx context.Context, a store.LogAppend) (store.LogApp
 		return store.LogAppended{}, err
 	}
 	return out, nil
+}
+
+// repeated says whether a is an append sent again of a log whose kept
+// lines are first to last (store.LogAppend.Repeats): the log's last line
+// is read first, the others only when it is a's last.
+func repeated(ctx context.Context, tx *sql.Tx, a store.LogAppend, attempt int32, first, last int64) (bool, error) {
+	n := int64(len(a.Lines))
+	if !a.Resendable || n == 0 || last-n+1 < first {
+		return false, nil
+	}
+	lastLine, err := readLines(ctx, tx, a.JobID, last-1, 1)
+	if err != nil || !(store.LogAppend{Lines: a.Lines[n-1:], Resendable: true}).Repeats(lastLine, attempt) {
+		return false, err
+	}
+	tail, err := readLines(ctx, tx, a.JobID, last-n, int(n))
+	return err == nil && a.Repeats(tail, attempt), err
+}
+
+// readLines reads up to limit lines of job id's log after afterSeq.
+func readLines(ctx context.Context, tx *sql.Tx, id string, afterSeq int64, limit int) ([]jobtype.LogLine, error) {
+	rows, err := tx.QueryContext(ctx, "SELECT seq, at, stream, attempt, text FROM job_logs WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+		id, afterSeq, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var lines []jobtype.LogLine
+	for rows.Next() {
+		var (
+			l      jobtype.LogLine
+			at     int64
+			stream int
+		)
+		if err := rows.Scan(&l.Seq, &at, &stream, &l.Attempt, &l.Text); err != nil {
+			return nil, err
+		}
+		l.Time, l.Stream = fromMicro(at), jobtype.LogStream(stream)
+		lines = append(lines, l)
+	}
+	return lines, rows.Err()
 }
 
 // dropOldestLines deletes job id's oldest lines, from first on, until
@@ -130,25 +176,7 @@ func (s *Store) JobLogs(ctx context.Context, id string, afterSeq int64, limit in
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return store.LogPage{}, fmt.Errorf("read logs of %s: %w", id, classify(err))
 	}
-	rows, err := tx.QueryContext(ctx, "SELECT seq, at, stream, attempt, text FROM job_logs WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-		id, afterSeq, limit)
-	if err != nil {
-		return store.LogPage{}, fmt.Errorf("read logs of %s: %w", id, classify(err))
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			l      jobtype.LogLine
-			at     int64
-			stream int
-		)
-		if err := rows.Scan(&l.Seq, &at, &stream, &l.Attempt, &l.Text); err != nil {
-			return store.LogPage{}, fmt.Errorf("read logs of %s: %w", id, classify(err))
-		}
-		l.Time, l.Stream = fromMicro(at), jobtype.LogStream(stream)
-		p.Lines = append(p.Lines, l)
-	}
-	if err := rows.Err(); err != nil {
+	if p.Lines, err = readLines(ctx, tx, id, afterSeq, limit); err != nil {
 		return store.LogPage{}, fmt.Errorf("read logs of %s: %w", id, classify(err))
 	}
 	return p, nil

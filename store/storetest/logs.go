@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
@@ -19,6 +20,7 @@ var logCases = []struct {
 	{"an append under a lease that does not hold changes nothing", testAppendLogsStaleLease},
 	{"past the bound the oldest lines are dropped, never the newest, and reads say where the kept lines start", testLogsBounded},
 	{"a job's lines go with the job", testLogsGoWithTheJob},
+	{"the same lines sent again, their answer lost, are appended once", testAppendSentAgain},
 }
 
 func logLines(prefix string, n int) []jobtype.LogLine {
@@ -160,5 +162,79 @@ func testLogsGoWithTheJob(t *testing.T, s store.Store) {
 	create(t, s, again)
 	if p, err := s.JobLogs(ctx, "j", 0, 10); err != nil || len(p.Lines) != 0 || p.LastSeq != 0 {
 		t.Errorf("a new job of a deleted one's id: %d lines, last %d, %v; want none", len(p.Lines), p.LastSeq, err)
+	}
+}
+
+// An append whose lines carry their worker's times, sent again because
+// its answer was lost, is answered as held with the log's last seq and
+// adds nothing; the same texts at other times, an append without times
+// (Resendable false), and the same lines after the log moved on are new.
+func testAppendSentAgain(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	j := running("j", "default", 0)
+	create(t, s, j)
+	send := func(lines []jobtype.LogLine, resendable bool) store.LogAppended {
+		t.Helper()
+		res, err := s.AppendLogs(ctx, store.LogAppend{JobID: "j", LeaseID: j.LeaseID, Lines: lines, Resendable: resendable, MaxBytes: bound(1 << 20)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	a := logLines("a", 3)
+	if res := send(a, true); !res.Held || res.Repeated || res.LastSeq != 3 {
+		t.Fatalf("first append: held %v, repeated %v, last %d; want held, 3", res.Held, res.Repeated, res.LastSeq)
+	}
+	if res := send(a, true); !res.Held || !res.Repeated || res.LastSeq != 3 {
+		t.Fatalf("the same sent again: held %v, repeated %v, last %d; want held, repeated, 3", res.Held, res.Repeated, res.LastSeq)
+	}
+	later := logLines("a", 3)
+	for i := range later {
+		later[i].Time = later[i].Time.Add(time.Second)
+	}
+	if res := send(later, true); res.Repeated || res.LastSeq != 6 {
+		t.Fatalf("the same texts at other times: repeated %v, last %d; want appended, 6", res.Repeated, res.LastSeq)
+	}
+	if res := send(later, false); res.Repeated || res.LastSeq != 9 {
+		t.Fatalf("an append not resendable: repeated %v, last %d; want appended, 9", res.Repeated, res.LastSeq)
+	}
+	one := logLines("b", 1)
+	send(one, true)
+	send(logLines("c", 1), true)
+	if res := send(one, true); res.Repeated || res.LastSeq != 12 {
+		t.Fatalf("an older append after the log moved on: repeated %v, last %d; want appended, 12", res.Repeated, res.LastSeq)
+	}
+	if res := send(logLines("d", 20), true); res.Repeated || res.LastSeq != 32 {
+		t.Fatalf("more lines than the log's last ones: repeated %v, last %d; want appended, 32", res.Repeated, res.LastSeq)
+	}
+	if p, err := s.JobLogs(ctx, "j", 0, 100); err != nil || len(p.Lines) != 32 {
+		t.Fatalf("the log holds %d lines (%v), want 32", len(p.Lines), err)
+	}
+}
+
+// BenchAppendLogs measures appends of 10 lines to one running job's log,
+// as the workers send them: each line with its time (Resendable, so the
+// store looks for the same append sent again) and, beside it, without.
+// A backend's benchmark calls it with a fresh store for each.
+func BenchAppendLogs(b *testing.B, open func(b *testing.B) store.Store) {
+	for _, resendable := range []bool{false, true} {
+		b.Run(fmt.Sprintf("resendable=%v", resendable), func(b *testing.B) {
+			s := open(b)
+			j := running("j", "default", 0)
+			if _, err := s.CreateJob(b.Context(), j); err != nil {
+				b.Fatal(err)
+			}
+			lines := logLines("bench", 10)
+			b.ResetTimer()
+			for i := range b.N {
+				for k := range lines {
+					lines[k].Time = at(i*10 + k)
+				}
+				res, err := s.AppendLogs(b.Context(), store.LogAppend{JobID: "j", LeaseID: j.LeaseID, Lines: lines, Resendable: resendable, MaxBytes: bound(1 << 30)})
+				if err != nil || !res.Held || res.Repeated {
+					b.Fatalf("append %d: held %v, repeated %v, %v", i, res.Held, res.Repeated, err)
+				}
+			}
+		})
 	}
 }

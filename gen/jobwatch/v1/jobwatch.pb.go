@@ -3446,7 +3446,10 @@ type AppendLogLine struct {
 	Text   string    `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
 	Stream LogStream `protobuf:"varint,2,opt,name=stream,proto3,enum=jobwatch.v1.LogStream" json:"stream,omitempty"`
 	// When the worker saw the line, within 100 years of the server's now;
-	// unset means when the server takes it.
+	// unset means when the server takes it. A call whose lines all carry
+	// their time may be sent again when its answer is lost: lines equal,
+	// time to the microsecond, stream and text, to the job's last lines of
+	// this attempt are that call's, taken already, and are not added twice.
 	Time          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -3,7 +3,7 @@
 // Worker does (client/worker.go), over WorkerService.
 import { hostname } from "node:os";
 import { create, fromJson, type JsonValue } from "@bufbuild/protobuf";
-import { ValueSchema, timestampMs, type Value } from "@bufbuild/protobuf/wkt";
+import { ValueSchema, timestampMs, timestampNow, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
 import { ConnectError } from "@connectrpc/connect";
 import { context as otelContext, type Tracer, type TracerProvider } from "@opentelemetry/api";
 import { Code } from "./errors.js";
@@ -694,16 +694,23 @@ const maxLogLinesPerCall = 1000;
 const logBufferBytes = 1 << 20;
 const logLineOverhead = 16;
 
+/** LogLine is a line as the handler logged it, with when. */
+type LogLine = { text: string; time: Timestamp };
+
 /**
  * LogBatcher holds one job's log lines and sends them with AppendJobLogs,
  * one call at a time. A lease the server no longer holds (the job was
- * cancelled or taken back) stops it; lines the server could not take (it
- * could not be reached) go back and are sent again after a backoff, at
- * most logBufferBytes of them held, past which the oldest are dropped
- * and counted; lines it refused are dropped.
+ * cancelled or taken back) stops it; lines of a call that got no answer
+ * (the server could not be reached, or its answer was lost) are sent
+ * again after a backoff as they were, alone, so that a server that took
+ * them already keeps them once (every line carries its time); at most
+ * logBufferBytes of lines wait meanwhile, past which the oldest are
+ * dropped and counted; lines it refused are dropped.
  */
 class LogBatcher {
-  private pending: string[] = [];
+  private pending: LogLine[] = [];
+  // The lines of the call that got no answer, to send again as they were.
+  private unanswered: LogLine[] | undefined;
   private bytes = 0;
   private dropped = 0;
   private stopped = false;
@@ -726,8 +733,9 @@ class LogBatcher {
     }
     for (const text of texts) {
       const body = String(text).replace(/\r?\n$/, "");
+      const time = timestampNow();
       for (const line of body.split("\n")) {
-        this.pending.push(line.replace(/\r$/, ""));
+        this.pending.push({ text: line.replace(/\r$/, ""), time });
         this.bytes += Buffer.byteLength(line) + logLineOverhead;
       }
     }
@@ -743,37 +751,45 @@ class LogBatcher {
   private flush(): void {
     clearTimeout(this.timer);
     this.timer = undefined;
-    if (this.sending !== undefined || this.stopped || (this.pending.length === 0 && this.dropped === 0)) {
+    if (this.sending !== undefined || this.stopped || (this.pending.length === 0 && this.dropped === 0 && this.unanswered === undefined)) {
       return;
     }
     this.sending = this.send().finally(() => {
       this.sending = undefined;
-      if (this.pending.length > 0 && !this.stopped) {
+      if ((this.pending.length > 0 || this.unanswered !== undefined) && !this.stopped) {
         this.flush();
       }
     });
   }
 
-  private async send(): Promise<void> {
-    const lines: string[] = [];
-    const dropped = this.dropped;
-    if (dropped > 0) {
-      lines.push(dropped === 1 ? "1 line dropped by the worker" : `${dropped} lines dropped by the worker`);
+  /** next takes the lines of the next call: those that got no answer, or the oldest waiting. */
+  private next(): LogLine[] {
+    if (this.unanswered !== undefined) {
+      return this.unanswered;
+    }
+    const lines: LogLine[] = [];
+    if (this.dropped > 0) {
+      const text = this.dropped === 1 ? "1 line dropped by the worker" : `${this.dropped} lines dropped by the worker`;
+      lines.push({ text, time: this.pending[0]?.time ?? timestampNow() });
       this.dropped = 0;
     }
-    const taken: string[] = [];
     let size = 0;
     while (this.pending.length > 0 && lines.length < maxLogLinesPerCall && (size < logFlushBytes || lines.length === 0)) {
       const line = this.pending.shift()!;
-      const n = Buffer.byteLength(line) + logLineOverhead;
+      const n = Buffer.byteLength(line.text) + logLineOverhead;
       size += n;
       this.bytes -= n;
       lines.push(line);
-      taken.push(line);
     }
+    return lines;
+  }
+
+  private async send(): Promise<void> {
+    const lines = this.next();
+    this.unanswered = undefined;
     try {
       const resp = await this.client.workerService.appendJobLogs(
-        { jobId: this.lease.job.id, leaseId: this.lease.id, lines: lines.map((text) => ({ text })) },
+        { jobId: this.lease.job.id, leaseId: this.lease.id, lines: lines.map(({ text, time }) => ({ text, time })) },
         { signal: this.lease.ac.signal },
       );
       this.retrier.reset();
@@ -790,12 +806,9 @@ class LogBatcher {
         this.log.warn(`job ${this.lease.job.id}: ${lines.length} log lines refused; dropped: ${String(err)}`);
         return;
       }
-      // The server could not take them: they go back, oldest first,
-      // within the buffer's bound, and wait before the next try.
-      this.pending.unshift(...taken);
-      this.bytes += size;
-      this.dropped += dropped;
-      this.bound();
+      // No answer: the same lines go again, alone, after a wait (the
+      // server may have taken them; it keeps them once).
+      this.unanswered = lines;
       const wait = Math.min(this.retrier.delay(), this.closingBy === undefined ? Infinity : Math.max(0, this.closingBy - performance.now()));
       this.log.warn(`job ${this.lease.job.id}: log lines not sent; retrying in ${wait} ms: ${String(err)}`);
       await sleep(wait, this.lease.ac.signal).catch(() => {});
@@ -805,7 +818,7 @@ class LogBatcher {
   /** bound drops the oldest lines held past logBufferBytes, counting them. */
   private bound(): void {
     while (this.bytes > logBufferBytes && this.pending.length > 1) {
-      this.bytes -= Buffer.byteLength(this.pending.shift()!) + logLineOverhead;
+      this.bytes -= Buffer.byteLength(this.pending.shift()!.text) + logLineOverhead;
       this.dropped++;
     }
   }
@@ -813,6 +826,7 @@ class LogBatcher {
   private stop(): void {
     this.stopped = true;
     this.pending = [];
+    this.unanswered = undefined;
     this.bytes = 0;
     clearTimeout(this.timer);
   }
@@ -824,9 +838,10 @@ class LogBatcher {
   async close(ms: number): Promise<void> {
     const deadline = performance.now() + ms;
     this.closingBy = deadline;
-    while (!this.stopped && (this.pending.length > 0 || this.dropped > 0 || this.sending !== undefined)) {
+    while (!this.stopped && (this.pending.length > 0 || this.dropped > 0 || this.unanswered !== undefined || this.sending !== undefined)) {
       if (performance.now() > deadline) {
-        this.log.warn(`job ${this.lease.job.id}: ${this.pending.length} log lines not sent before the outcome; dropped`);
+        const left = this.pending.length + (this.unanswered?.length ?? 0);
+        this.log.warn(`job ${this.lease.job.id}: ${left} log lines not sent before the outcome; dropped`);
         break;
       }
       this.flush();

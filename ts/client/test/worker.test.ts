@@ -315,6 +315,52 @@ test("log lines the server could not take while it was away are sent once it is 
   );
 });
 
+test("log lines whose answer was lost are sent again as they were and kept once", async () => {
+  const kind = uniqueKind("logs.lost");
+  // The first AppendJobLogs is made, and its answer lost, as when the
+  // server restarts after the commit; a line logged meanwhile waits.
+  let lose = 1;
+  let lost: () => void = () => {};
+  const answerLost = new Promise<void>((resolve) => (lost = resolve));
+  const real = nodeTransport(server.url);
+  const lossy: Transport = {
+    unary: async (method, signal, timeoutMs, header, input, contextValues) => {
+      const answer = await real.unary(method, signal, timeoutMs, header, input, contextValues);
+      if (method.name === "AppendJobLogs" && lose > 0) {
+        lose--;
+        lost();
+        throw new ConnectError("read ECONNRESET", Code.Unavailable, undefined, undefined, new Error("ECONNRESET"));
+      }
+      return answer;
+    },
+    stream: (...args) => real.stream(...args),
+  };
+  const worker = newWorker({
+    transport: lossy,
+    handlers: {
+      [kind]: async (_job, progress) => {
+        progress.log("one");
+        progress.log("two");
+        await answerLost;
+        progress.log("three");
+        return "ok";
+      },
+    },
+  });
+  const run = worker.run();
+  const job = await client.submitJob({ kind });
+  const done = await client.waitForJob(job.id);
+  await worker.stop();
+  await run;
+  assert.equal(done.state, JobState.SUCCEEDED);
+  assert.equal(lose, 0, "the transport lost no answer");
+  const page = await client.jobService.getJobLogs({ jobId: job.id });
+  assert.deepEqual(
+    page.lines.map((l) => l.text),
+    ["one", "two", "three"],
+  );
+});
+
 test("an outcome whose answer was lost, sent again, is answered as made, not refused as a lost lease", async () => {
   const kind = uniqueKind("lost.answer");
   // The first CompleteJob is made, and its answer lost, as when the

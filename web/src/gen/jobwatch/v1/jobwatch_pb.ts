@@ -1659,7 +1659,10 @@ export type AppendLogLine = Message<"jobwatch.v1.AppendLogLine"> & {
 
   /**
    * When the worker saw the line, within 100 years of the server's now;
-   * unset means when the server takes it.
+   * unset means when the server takes it. A call whose lines all carry
+   * their time may be sent again when its answer is lost: lines equal,
+   * time to the microsecond, stream and text, to the job's last lines of
+   * this attempt are that call's, taken already, and are not added twice.
    *
    * @generated from field: google.protobuf.Timestamp time = 3;
    */
