@@ -79,8 +79,15 @@ func WithLongCallHTTPClient(hc connect.HTTPClient) Option {
 	return func(c *config) { c.longHTTP = hc }
 }
 
-// WithToken sends "Authorization: Bearer token" on every call.
-func WithToken(token string) Option { return func(c *config) { c.token = token } }
+// WithToken sends "Authorization: Bearer token" on every call, without
+// the whitespace around token.
+func WithToken(token string) Option {
+	// A token read from a file, or from a shell's $(cat …) of one written
+	// with a newline, keeps the newline: net/http refuses such a header,
+	// and connect-go calls that unavailable, which a wait would retry
+	// until its deadline. A token never holds whitespace.
+	return func(c *config) { c.token = strings.TrimSpace(token) }
+}
 
 // WithProtocol chooses Connect (default), gRPC or gRPC-Web.
 func WithProtocol(p Protocol) Option { return func(c *config) { c.protocol = p } }

@@ -18,6 +18,9 @@ import (
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
 )
 
+// The token goes on every kind of call, without the newline a token
+// read from a file ends with (net/http refuses such a header, and a wait
+// took that for a server out of reach until its deadline).
 func TestTokenIsSentOnShortLongAndStreamingCalls(t *testing.T) {
 	s := startServer(t, serverOptions{})
 	target, _ := url.Parse(s.URL)
@@ -37,7 +40,7 @@ func TestTokenIsSentOnShortLongAndStreamingCalls(t *testing.T) {
 	front.Start()
 	defer front.Close()
 
-	c := fastClient(t, front.URL, client.WithToken("s3cret"))
+	c := fastClient(t, front.URL, client.WithToken("s3cret\n"))
 	ctx := context.Background()
 	job := submit(t, c, "authed")
 	if _, err := c.Cancel(ctx, job.GetId()); err != nil {
@@ -116,6 +119,7 @@ func TestNotFoundIsTheSentinelAndTheConnectError(t *testing.T) {
 	ctx := context.Background()
 	_, jobErr := c.Get(ctx, "j_00000000000000000000000000")
 	_, queueErr := c.PauseQueue(ctx, "no-such-queue")
+	_, afterErr := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "k", After: []string{"j_00000000000000000000000001"}})
 	for _, tc := range []struct {
 		err      error
 		sentinel error
@@ -123,14 +127,16 @@ func TestNotFoundIsTheSentinelAndTheConnectError(t *testing.T) {
 	}{
 		{jobErr, client.ErrJobNotFound, "j_00000000000000000000000000: job not found"},
 		{queueErr, client.ErrQueueNotFound, `queue not found: queue "no-such-queue"`},
+		// The server's words alone, not "job not found: after: job … not found".
+		{afterErr, client.ErrJobNotFound, "after: job j_00000000000000000000000001 not found"},
 	} {
 		var ce *connect.Error
 		if !errors.Is(tc.err, tc.sentinel) || !errors.As(tc.err, &ce) || ce.Code() != connect.CodeNotFound {
 			t.Errorf("error %v: want errors.Is %v and errors.As a not_found *connect.Error", tc.err, tc.sentinel)
 			continue
 		}
-		if msg := tc.err.Error(); !strings.HasPrefix(msg, tc.words) || strings.Count(msg, tc.sentinel.Error()) != 1 {
-			t.Errorf("error reads %q, want it to start %q and name %q once", msg, tc.words, tc.sentinel)
+		if msg := tc.err.Error(); !strings.HasPrefix(msg, tc.words) || strings.Count(msg, tc.sentinel.Error()) > 1 {
+			t.Errorf("error reads %q, want it to start %q and name %q at most once", msg, tc.words, tc.sentinel)
 		}
 	}
 }

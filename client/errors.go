@@ -70,6 +70,9 @@ func (e *sentinelError) Error() string {
 	case strings.HasSuffix(msg, ": "+e.sentinel.Error()):
 		// The server names what it is about: "j_…: job not found".
 		return msg
+	case e.sentinel == ErrJobNotFound && strings.HasSuffix(msg, " not found"):
+		// It says so in its own words: "after: job j_… not found".
+		return msg
 	}
 	return e.sentinel.Error() + ": " + msg
 }

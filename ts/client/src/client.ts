@@ -149,6 +149,18 @@ export function checkURL(url: string | undefined): string {
   if (!/^https?:\/\/[^/]/.test(url)) {
     throw new TypeError(`jobwatch: server address ${JSON.stringify(url)} must start with http:// or https://`);
   }
+  if (url.includes(",")) {
+    // JOBWATCH_SERVER may list replicas for the Go client and the
+    // command line; this client speaks to one address.
+    throw new TypeError(
+      `jobwatch: server address ${JSON.stringify(url)} is a list: this client takes one address (such as a load balancer in front of the replicas)`,
+    );
+  }
+  try {
+    new URL(url);
+  } catch {
+    throw new TypeError(`jobwatch: server address ${JSON.stringify(url)} is not a URL`);
+  }
   return url.replace(/\/+$/, "");
 }
 
@@ -179,9 +191,12 @@ export class JobwatchClient {
     options: Pick<ClientOptions, "token" | "backoff" | "onRetry" | "streamIdleTimeoutMs"> = {},
   ) {
     let { short, long } = transports;
-    if (options.token !== undefined && options.token !== "") {
-      short = withBearer(short, options.token);
-      long = withBearer(long, options.token);
+    // A token read from a file keeps its newline; a token never holds
+    // whitespace.
+    const token = options.token?.trim() ?? "";
+    if (token !== "") {
+      short = withBearer(short, token);
+      long = withBearer(long, token);
     }
     this.jobService = createConnectClient(JobService, short);
     this.longJobService = createConnectClient(JobService, long);

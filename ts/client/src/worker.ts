@@ -538,6 +538,7 @@ export class Worker {
     let expires = performance.now() + lease.ms;
     let lastSent = -Infinity;
     let due = performance.now() + interval;
+    let failures = 0; // heartbeats failed since the last that went through
     for (;;) {
       // Wait for the handler to end, the next heartbeat, or a change of
       // progress at least minGap after the last heartbeat.
@@ -562,6 +563,7 @@ export class Worker {
       let next = interval;
       try {
         const cancelled = await this.beat(lease, ac, expires);
+        failures = 0;
         if (ac.signal.aborted) {
           return; // the worker stopped the handler: nothing left to extend
         }
@@ -584,7 +586,13 @@ export class Worker {
           ac.abort(new LeaseLostError("no heartbeat got through before the lease expired"));
           return;
         }
-        this.log.warn(`job ${lease.job.id}: heartbeat failed; retrying: ${String(err)}`);
+        // As the Go Worker says it: the first failure at warn, the rest
+        // (a server restarting fails several) at debug until one works.
+        if (++failures === 1) {
+          this.log.warn(`job ${lease.job.id}: heartbeat failed; retrying with backoff (until one works, further failures are logged at debug): ${String(err)}`);
+        } else {
+          this.log.debug(`job ${lease.job.id}: heartbeat failed; retrying (${failures} failures): ${String(err)}`);
+        }
         next = Math.min(r.delay(), interval);
       }
       lastSent = sentAt;

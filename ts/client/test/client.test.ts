@@ -175,6 +175,10 @@ test("calls without a good token, or for another tenant, are refused with their 
   await assert.rejects(wrong.listJobs(), UnauthenticatedError);
   await assert.rejects(clientOf().listJobs({ tenant: "someone-else" }), PermissionDeniedError);
   assert.throws(() => createClient({ url: "127.0.0.1:8080" }), /must start with http:\/\/ or https:\/\//);
+  // JOBWATCH_SERVER may list replicas for the Go client: not here.
+  assert.throws(() => createClient({ url: "http://127.0.0.1:1,http://127.0.0.1:2" }), /is a list: this client takes one address/);
+  // A token read from a file keeps its newline; it is sent without.
+  await createClient({ url: server.url, token: `${server.clientToken}\n` }).listJobs();
   assert.throws(() => createClient({}), /pass url/);
 });
 
