@@ -103,11 +103,19 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if j.GetState() == jobwatchv1.JobState_JOB_STATE_WAITING && step == "" {
 			step = waitingFor(j.GetAfter())
 		}
+		if r := []rune(step); len(r) > listStepRunes {
+			step = string(r[:listStepRunes-1]) + "…"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d%%\t%s\t%s\n", j.GetId(), j.GetKind(), stateName(j.GetState()),
 			j.GetPercent(), step, formatTime(j.GetCreatedAt().AsTime(), j.GetCreatedAt() != nil))
 	}
 	return tw.Flush()
 }
+
+// listStepRunes bounds the step column: a job's 4,000-character error
+// would pad every row of the table to its width. jobwatch get, and list
+// --json, show it whole.
+const listStepRunes = 80
 
 // waitingFor is the step column of a WAITING job: the jobs it runs after,
 // "after j_1" or "after j_1 +2 more" (jobwatch get names them all).

@@ -137,3 +137,28 @@ func TestCommandsShowAJobWhosePayloadCannotBeDecoded(t *testing.T) {
 		}
 	}
 }
+
+// A job failed with a 4,000-character error does not widen the table:
+// its step column is cut at 80 characters, with an ellipsis, on its row,
+// and the other rows are not padded to it.
+func TestListCutsALongErrorInItsTable(t *testing.T) {
+	s := startCLIServer(t, 5*time.Second)
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "long.error"})
+	s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "quiet"})
+	j := s.claim(t, "long.error")
+	if _, err := s.Engine.Fail(context.Background(), id, j.LeaseID, jobtype.JobError{Type: "Upstream", Message: strings.Repeat("the warehouse said no ", 180)}, false); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runInProcess(t, "list", "--server", s.URL)
+	if code != 0 {
+		t.Fatalf("list = exit %d: %s", code, errOut)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if n := len([]rune(line)); n > 250 {
+			t.Fatalf("a line of %d characters:\n%s", n, out)
+		}
+	}
+	if !strings.Contains(out, "Upstream the warehouse said no") || !strings.Contains(out, "…") {
+		t.Fatalf("the failed job's step is not its error, cut:\n%s", out)
+	}
+}
