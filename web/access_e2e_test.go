@@ -91,9 +91,10 @@ func TestThePageOffersWhatItsTokenMayDoBeforeAnyClick(t *testing.T) {
 		p.waitFor("retry and delete enabled", is("#detail", "retry", "enabled")+" && "+is("#detail", "delete", "enabled"))
 		p.waitFor("retry all failed enabled", is("#jobs-actions", "retry-failed", "enabled"))
 		// The queue panel, which takes an admin token, shows no queue
-		// and so no Pause button: it says why, in the page's words.
+		// and so no Pause button, nor an empty table: it says why, in the
+		// page's words.
 		p.waitFor("why there is no pause", textHas("#queues-note", "seeing and pausing queues takes an admin token; this is a client token")+
-			` && document.querySelector('button[data-action="pause"]') === null`)
+			` && document.querySelector('button[data-action="pause"]') === null && document.querySelector("table.queues").getClientRects().length === 0`)
 	})
 
 	t.Run("a worker token is offered none of it, and a new token is asked about again", func(t *testing.T) {

@@ -252,3 +252,23 @@ func TestALongBatchLabelStaysInsideTheLayout(t *testing.T) {
 		p.waitFor("every job, live", `document.getElementById("status").dataset.status === "live" && document.getElementById("banner").hidden`+" && "+exists(row(job.GetId())))
 	})
 }
+
+// Beside a kind as long as the server takes, a batch label keeps room
+// enough to be told apart (it was cut to "bat…" on a wide window), and
+// the kind is cut instead, both inside the row.
+func TestABatchLabelBesideALongKindStaysReadable(t *testing.T) {
+	ctx, base, _ := startLive(t, 2*time.Minute)
+	longKind := "reports.render-" + strings.Repeat("k", jobtype.MaxNameBytes-len("reports.render-"))
+	job := submitBatch(t, ctx, base, "nightly-2026-12-05", longKind, 1)[0]
+
+	p := &page{t: t, ctx: newTab(t, ctx)}
+	p.do("size the window", chromedp.EmulateViewport(1360, 900))
+	p.do("open the page", chromedp.Navigate(base+"/"))
+	p.waitFor("the label readable beside the kind cut short", fmt.Sprintf(`(() => {
+		const row = document.querySelector(%q);
+		if (row === null) return false;
+		const label = row.querySelector(".batch-label"), kind = row.querySelector(".kind-name");
+		const lr = label.getBoundingClientRect(), rr = row.getBoundingClientRect();
+		return label.getClientRects().length > 0 && lr.width >= 70 && lr.right <= rr.right && kind.scrollWidth > kind.clientWidth;
+	})()`, row(job.GetId())))
+}

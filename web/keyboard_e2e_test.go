@@ -130,6 +130,13 @@ func TestQuestionsGiveTheKeyboardBack(t *testing.T) {
 		press("Escape again", kb.Escape)
 		p.waitFor("the details closed, the keyboard on the job's row", `document.getElementById("detail").hidden && `+keyboardOn(row(running.ID)))
 
+		// Details a click opened, the row keeping the keyboard: Escape
+		// closes them too, and the address no longer names the job.
+		p.click("open the running job's details again", row(running.ID))
+		p.waitFor("its details, the keyboard on its row", `!document.getElementById("detail").hidden && location.hash.includes("job=") && `+keyboardOn(row(running.ID)))
+		press("Escape on the row", kb.Escape)
+		p.waitFor("the details closed, the address without the job", `document.getElementById("detail").hidden && !location.hash.includes("job=") && `+keyboardOn(row(running.ID)))
+
 		press("Enter on the row", kb.Enter)
 		p.waitFor("its details again", `!document.getElementById("detail").hidden`)
 		focus("Cancel job", cancelJob)

@@ -60,6 +60,9 @@ func TestOperatorButtonsActAndThePageFollowsLive(t *testing.T) {
 		p.waitFor("its progress", textIs("#detail .percent", "50%"))
 		w.complete(`{"rows": 120}`)
 		p.waitFor("it succeeded", exists(row(export.ID)+`[data-state="succeeded"]`)+` && document.getElementById("detail").dataset.state === "succeeded"`)
+		// The outcome says how the new run ended, where the keyboard is.
+		p.waitFor("how the new run ended", textIs("#detail .outcome", "Retried job "+export.ID+": its new run succeeded.")+
+			` && !document.querySelector("#detail .outcome").hidden`)
 		p.waitFor("its result", textHas("#detail .result", `"rows": 120`))
 		p.waitFor("the retry on its timeline, between the failure and the success", `(() => {
 			const labels = [...document.querySelectorAll("#detail .timeline-label")].map(e => e.textContent);
@@ -214,4 +217,27 @@ func (p *page) click(what, selector string) {
 		e.click();
 		return true;
 	})()`, strconv.Quote(selector)))
+}
+
+// A question whose answer is moot goes: the Retry asked about a failed
+// job that someone else retried meanwhile is taken back as the job runs
+// again (it stayed, and "yes" was refused: "it is queued"), and the
+// keyboard goes to something that is there.
+func TestAQuestionMadeMootElsewhereIsTakenBack(t *testing.T) {
+	ctx, base, srv := startLive(t, 2*time.Minute)
+	failed := submit(t, ctx, srv.engine, "report.export", `{}`)
+	claim(t, ctx, srv.engine, "report.export").fail("TimeoutError", "warehouse did not answer in 30s")
+
+	p := &page{t: t, ctx: newTab(t, ctx)}
+	p.do("open a link to the failed job", chromedp.Navigate(base+"/?job="+failed.ID))
+	p.waitFor("its details", detailShows(failed.ID, "failed"))
+	p.click("click retry", `#detail button[data-action="retry"]`)
+	p.waitFor("the question", textHas("#detail .question", "Retry job "+failed.ID)+` && !document.querySelector("#detail .question").closest("[hidden]")`)
+	if _, err := srv.engine.Retry(ctx, failed.ID); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor("the question taken back as the job is queued again, nothing refused", detailShows(failed.ID, "queued")+
+		` && document.querySelector("#detail .question").closest("[hidden]") !== null`+
+		` && (document.querySelector("#detail .outcome") === null || document.querySelector("#detail .outcome").hidden)`+
+		` && document.activeElement !== null && document.activeElement.getClientRects().length > 0`)
 }

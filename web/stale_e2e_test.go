@@ -11,7 +11,8 @@ import (
 )
 
 // An action's outcome goes once what it says no longer holds: a retried
-// job's "Its new run shows here as it happens." once that run has ended;
+// job's "Its new run shows here as it happens." gives way to how that
+// run ended once it has;
 // "Paused queue default: …" once the queue was resumed elsewhere; "the
 // server cannot be reached; nothing was retried" once the server answers
 // again.
@@ -38,7 +39,7 @@ func TestAnOutcomeGoesOnceItNoLongerHolds(t *testing.T) {
 	shown := func(selector string) string { return `!document.querySelector("` + selector + `").hidden` }
 	gone := func(selector string) string { return `document.querySelector("` + selector + `").hidden` }
 
-	t.Run("a retry's note goes once the new run has ended", func(t *testing.T) {
+	t.Run("a retry's note says how the new run ended once it has", func(t *testing.T) {
 		p.t = t
 		p.click("retry", `#detail button[data-action="retry"]`)
 		yes("#detail")
@@ -46,7 +47,8 @@ func TestAnOutcomeGoesOnceItNoLongerHolds(t *testing.T) {
 		w := claim(t, ctx, srv.engine, "report.export")
 		p.waitFor("the note kept while the new run runs", detailShows(export.ID, "running")+" && "+shown("#detail .outcome"))
 		w.complete(`{"rows": 3}`)
-		p.waitFor("the run ended, the note gone", detailShows(export.ID, "succeeded")+" && "+gone("#detail .outcome"))
+		p.waitFor("the run ended, the note saying how", detailShows(export.ID, "succeeded")+" && "+shown("#detail .outcome")+" && "+
+			textIs("#detail .outcome", "Retried job "+export.ID+": its new run succeeded."))
 	})
 
 	t.Run("Paused goes once the queue is resumed elsewhere", func(t *testing.T) {

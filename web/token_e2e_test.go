@@ -150,6 +150,17 @@ func TestAClientTokenOpensItsOwnTenant(t *testing.T) {
 	p.waitFor("live, saying the token may not use the default tenant", `document.getElementById("status").dataset.status === "live" && `+
 		`!document.getElementById("banner").hidden && document.getElementById("banner").textContent.includes("may not use tenant “default”")`)
 	p.waitFor("the tenant named", `document.getElementById("tenant").value === "acme"`)
+
+	// A tenant typed and refused is not remembered for the tab: the page
+	// opened again asks for the token's own, and says nothing refused.
+	p.do("type another tenant", chromedp.Navigate("http://"+addr+"/"))
+	p.waitFor("acme's job", exists(row(acme.ID)))
+	p.do("ask for tenant globex", chromedp.Evaluate[chromedp.Void](
+		`{document.getElementById("tenant").value = "globex"; document.getElementById("tenant-form").requestSubmit();}`))
+	p.waitFor("the refusal of globex", `document.getElementById("banner").textContent.includes("may not use tenant “globex”")`)
+	p.do("open the page again", chromedp.Navigate("http://"+addr+"/"))
+	p.waitFor("acme's job, and no refusal", exists(row(acme.ID))+` && document.getElementById("status").dataset.status === "live" && document.getElementById("banner").hidden`+
+		` && sessionStorage.getItem("jobwatch.tenant") === null`)
 }
 
 // A tenant typed in one tab stays that tab's: a new tab with no tenant in

@@ -11,8 +11,11 @@ export type Action = "retry" | "cancel" | "delete" | "pause" | "resume" | "retry
 
 // Said is what an action did, for its outcome: a sentence, or one that
 // stops being true once staleWhen says so (a retried job's new run has
-// ended, a paused queue was resumed elsewhere), when the outcome goes.
-export type Said = string | { text: string; staleWhen: () => boolean };
+// ended, a paused queue was resumed elsewhere), when the outcome goes,
+// or, with afterwards, says what it gives instead (how the new run ended):
+// an outcome that went by itself, seconds after the action, would leave
+// its reader, and the keyboard, before an empty box.
+export type Said = string | { text: string; staleWhen: () => boolean; afterwards?: () => string | undefined };
 
 // ActionError is an action's failure whose message stops being true once
 // staleWhen says so (the server was out of reach, and has since
@@ -82,6 +85,7 @@ export class Confirm {
   private run: ((report: (progress: string) => void) => Promise<Said>) | undefined;
   // stale says when the outcome shown no longer holds; recheck asks it.
   private stale: (() => boolean) | undefined;
+  private afterwards: (() => string | undefined) | undefined;
   // asker is the button whose question is shown, or whose action runs.
   private asker: HTMLElement | undefined;
   // Each question has a number: the outcome of an action the user has
@@ -154,6 +158,7 @@ export class Confirm {
     this.asked++;
     this.run = undefined;
     this.stale = undefined;
+    this.afterwards = undefined;
     this.ask.hidden = true;
     this.outcome.hidden = true;
   }
@@ -162,6 +167,15 @@ export class Confirm {
   // about is gone; an action already running, and its outcome, stay.
   withdraw(): void {
     if (this.run !== undefined) {
+      this.dismiss();
+    }
+  }
+
+  // withdrawIfMoot takes back a question whose button no longer offers
+  // it (the job was retried or cancelled elsewhere meanwhile): "yes"
+  // would only be refused.
+  withdrawIfMoot(): void {
+    if (this.run !== undefined && this.asker !== undefined && !usable(this.asker)) {
       this.dismiss();
     }
   }
@@ -178,6 +192,7 @@ export class Confirm {
     let said: string;
     let failed = false;
     let stale: (() => boolean) | undefined;
+    let afterwards: (() => string | undefined) | undefined;
     const report = (progress: string) => {
       if (asked === this.asked) {
         setText(this.outcome, progress);
@@ -190,6 +205,7 @@ export class Confirm {
       const done = await act(report);
       said = typeof done === "string" ? done : done.text;
       stale = typeof done === "string" ? undefined : done.staleWhen;
+      afterwards = typeof done === "string" ? undefined : done.afterwards;
     } catch (err) {
       said = err instanceof Error ? err.message : String(err);
       stale = err instanceof ActionError ? err.staleWhen : undefined;
@@ -206,6 +222,7 @@ export class Confirm {
     this.outcome.dataset["running"] = "false";
     this.outcome.hidden = false;
     this.stale = stale;
+    this.afterwards = afterwards;
     if (hadFocus) {
       this.giveFocusBack(asker, this.outcome);
     }
@@ -220,7 +237,13 @@ export class Confirm {
       return;
     }
     const focused = document.activeElement === this.outcome;
+    const next = this.afterwards?.();
     this.stale = undefined;
+    this.afterwards = undefined;
+    if (next !== undefined) {
+      setText(this.outcome, next); // the keyboard, if on it, stays
+      return;
+    }
     this.outcome.hidden = true;
     if (focused) {
       // Keeps the keyboard's place without scrolling to it: the outcome

@@ -21,8 +21,8 @@ import { filterLabel, jobLink, linkedJobFromURL, matches, stateFilterFromURL, st
 import { JobState, JobView, type Job, type Queue } from "./gen/jobwatch/v1/jobwatch_pb";
 import { waitingReason } from "./queues";
 import { LogPane } from "./logview";
-import { isTerminal, JobBook, summaryOf } from "./model";
-import { initialTenant, rememberTenant } from "./tenant";
+import { isTerminal, JobBook, stateName, summaryOf } from "./model";
+import { initialTenant, rememberTenant, tenantKey } from "./tenant";
 import { BatchBar, Detail, JobList, QueueTable, ScheduleTable, type BatchLinks, type JobOps, type QueueOps } from "./views";
 import "./style.css";
 
@@ -76,12 +76,21 @@ const jobOps: JobOps = {
       if (adopt(job)) {
         refreshDetail();
       }
-      // Said until the new run has ended: then the details show how.
+      // Said until the new run has ended, then how it ended (the details
+      // show it too): a run that ends within a second leaves no empty box.
       return {
         text: `Retried: job ${id} is queued again. Its new run shows here as it happens.`,
         staleWhen: () => {
           const now = book.get(id);
           return now === undefined || isTerminal(now.state);
+        },
+        afterwards: () => {
+          const now = book.get(id);
+          if (now === undefined) {
+            return undefined;
+          }
+          const how = now.state === JobState.CANCELLED || now.state === JobState.LOST ? `was ${stateName(now.state)}` : stateName(now.state);
+          return `Retried job ${id}: its new run ${how}.`;
         },
       };
     }),
@@ -354,6 +363,11 @@ function startFeed(): void {
         // The token is good, for another tenant: show its own, and say
         // which one was refused, rather than ask for a token again.
         deniedTenant = tenant;
+        if (sessionStorage.getItem(tenantKey) === tenant) {
+          // Remembered, it would be asked for and refused again at each
+          // load of this tab, the field showing the token's own.
+          rememberTenant(sessionStorage, "");
+        }
         tenant = "";
         ownTenant = "";
         showTenantName();
@@ -1210,6 +1224,14 @@ tenantForm.addEventListener("submit", (e) => {
   startFeed();
 });
 tenantInput.addEventListener("change", () => tenantForm.requestSubmit());
+// Escape on the list closes the details a click on a row opened (the
+// row keeps the keyboard), as Escape in them does.
+byId("jobs").addEventListener("keydown", (e) => {
+  if (e.key === "Escape" && detail.shown !== "") {
+    e.preventDefault();
+    closeDetail();
+  }
+});
 // Escape withdraws the question the details ask, if any; the next one
 // closes them.
 byId("detail").addEventListener("keydown", (e) => {

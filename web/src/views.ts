@@ -533,6 +533,7 @@ export class Detail {
     this.renderFacts(job, book);
     this.renderTimeline(job, book, full);
     this.renderActions(job);
+    this.confirm.withdrawIfMoot();
     this.confirm.recheck();
   }
 
