@@ -12,20 +12,21 @@ import (
 	"github.com/jobwatch/jobwatch/jobtype"
 )
 
-// toConnectError maps an engine or store error to what the caller sees.
-// Only errors the caller can act on carry their text; anything unexpected
-// becomes internal with the message "internal error", and the detail goes
-// to the log, never to the caller.
 // ofJob is err of a call on the job id, with a not_found naming the id
 // as WaitJobs' does ("j_…: job not found"): the id the caller sent, and
-// nothing of whether it exists elsewhere.
+// nothing of whether it exists elsewhere; so is a wait on a PENDING job
+// ("j_…: job is pending: start it first").
 func ofJob(id string, err error) error {
-	if errors.Is(err, jobtype.ErrNotFound) && !errors.As(err, new(*jobs.JobRefError)) {
+	if (errors.Is(err, jobtype.ErrNotFound) || errors.Is(err, jobs.ErrNotStarted)) && !errors.As(err, new(*jobs.JobRefError)) {
 		return &jobs.JobRefError{ID: id, Err: err}
 	}
 	return err
 }
 
+// toConnectError maps an engine or store error to what the caller sees.
+// Only errors the caller can act on carry their text; anything unexpected
+// becomes internal with the message "internal error", and the detail goes
+// to the log, never to the caller.
 func (s *Server) toConnectError(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil

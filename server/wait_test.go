@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,6 +60,10 @@ func TestWaitJobRules(t *testing.T) {
 			took := time.Since(start)
 			if tt.wantCode != 0 {
 				wantCode(t, err, tt.wantCode)
+				// The answer names the job asked about, as WaitJobs' does.
+				if !strings.HasPrefix(err.(*connect.Error).Message(), tt.id+": ") {
+					t.Errorf("the refusal %q does not start with the job's id", err)
+				}
 			} else if err != nil {
 				t.Fatalf("WaitJob: %v", err)
 			} else if got := resp.GetJob().GetState(); got != tt.wantState {
