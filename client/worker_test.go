@@ -895,22 +895,26 @@ func TestWorkerRefusesMistakesInItsSetUp(t *testing.T) {
 // loses its answer, as a server that restarts after the commit does.
 type lostAnswerBackend struct {
 	client.WorkerBackend
-	lost sync.Map // job id → true once an answer was lost
+	lost sync.Map // job id → true from its first report on, whose answer is lost
 }
 
-func (b *lostAnswerBackend) lose(id string, err error) error {
-	if _, done := b.lost.LoadOrStore(id, true); err == nil && !done {
-		return connect.NewError(connect.CodeUnavailable, errors.New("connection reset by peer"))
+// report makes the report of job id; the answer to the first is lost
+// if it was made. The id is marked before the report goes, so a test
+// that sees the job end (the report committed) finds it marked.
+func (b *lostAnswerBackend) report(id string, send func() error) error {
+	_, again := b.lost.LoadOrStore(id, true)
+	if err := send(); err != nil || again {
+		return err
 	}
-	return err
+	return connect.NewError(connect.CodeUnavailable, errors.New("connection reset by peer"))
 }
 
 func (b *lostAnswerBackend) Complete(ctx context.Context, l *client.Lease, result json.RawMessage) error {
-	return b.lose(l.Job.GetId(), b.WorkerBackend.Complete(ctx, l, result))
+	return b.report(l.Job.GetId(), func() error { return b.WorkerBackend.Complete(ctx, l, result) })
 }
 
 func (b *lostAnswerBackend) Fail(ctx context.Context, l *client.Lease, jerr *jobwatchv1.JobError, retryable bool) error {
-	return b.lose(l.Job.GetId(), b.WorkerBackend.Fail(ctx, l, jerr, retryable))
+	return b.report(l.Job.GetId(), func() error { return b.WorkerBackend.Fail(ctx, l, jerr, retryable) })
 }
 
 // An outcome whose report's answer was lost, sent again, is answered as
