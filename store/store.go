@@ -470,13 +470,25 @@ func (a LogAppend) Repeats(tail []jobtype.LogLine, attempt int32) bool {
 		return false
 	}
 	for i, l := range a.Lines {
-		t := tail[i]
-		if t.Attempt != attempt || t.Stream != l.Stream || t.Text != l.Text ||
-			!t.Time.Truncate(time.Microsecond).Equal(l.Time.Truncate(time.Microsecond)) {
+		if !sameLine(tail[i], l, attempt) {
 			return false
 		}
 	}
 	return true
+}
+
+// EndsLike says whether last, the last line of a job's log, is a.Lines'
+// last of attempt: the look a store takes before it reads the other
+// lines Repeats compares.
+func (a LogAppend) EndsLike(last jobtype.LogLine, attempt int32) bool {
+	return a.Resendable && len(a.Lines) > 0 && sameLine(last, a.Lines[len(a.Lines)-1], attempt)
+}
+
+// sameLine says whether stored, a line of a log, is l appended under
+// attempt: time (to the microsecond, as stored), stream and text alike.
+func sameLine(stored, l jobtype.LogLine, attempt int32) bool {
+	return stored.Attempt == attempt && stored.Stream == l.Stream && stored.Text == l.Text &&
+		stored.Time.Truncate(time.Microsecond).Equal(l.Time.Truncate(time.Microsecond))
 }
 
 // LogAppended is what AppendLogs did.

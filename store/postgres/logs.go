@@ -134,7 +134,7 @@ func repeated(ctx context.Context, tx pgx.Tx, a store.LogAppend, attempt int32) 
 		return false, err
 	}
 	l.Time, l.Stream, l.Attempt, l.Text = fromTime(at), jobtype.LogStream(stream.Int16), lineAttempt.Int32, text.String
-	if !(store.LogAppend{Lines: a.Lines[n-1:], Resendable: true}).Repeats([]jobtype.LogLine{l}, attempt) {
+	if !a.EndsLike(l, attempt) {
 		return false, nil
 	}
 	tail, err := readLines(ctx, tx, a.JobID, last-n, int(n))

@@ -94,7 +94,7 @@ func repeated(ctx context.Context, tx *sql.Tx, a store.LogAppend, attempt int32,
 		return false, nil
 	}
 	lastLine, err := readLines(ctx, tx, a.JobID, last-1, 1)
-	if err != nil || !(store.LogAppend{Lines: a.Lines[n-1:], Resendable: true}).Repeats(lastLine, attempt) {
+	if err != nil || len(lastLine) != 1 || !a.EndsLike(lastLine[0], attempt) {
 		return false, err
 	}
 	tail, err := readLines(ctx, tx, a.JobID, last-n, int(n))

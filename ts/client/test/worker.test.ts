@@ -273,6 +273,17 @@ function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
 
+/** runOne runs worker until its job of kind, submitted here, has ended, and returns the job and the texts of its log. */
+async function runOne(worker: Worker, kind: string): Promise<{ done: Job; logs: string[] }> {
+  const run = worker.run();
+  const job = await client.submitJob({ kind });
+  const done = await client.waitForJob(job.id);
+  await worker.stop();
+  await run;
+  const page = await client.jobService.getJobLogs({ jobId: job.id });
+  return { done, logs: page.lines.map((l) => l.text) };
+}
+
 test("log lines the server could not take while it was away are sent once it is back, none lost", async () => {
   const kind = uniqueKind("logs.away");
   // The first three AppendJobLogs calls fail as a server that cannot be
@@ -301,18 +312,10 @@ test("log lines the server could not take while it was away are sent once it is 
       },
     },
   });
-  const run = worker.run();
-  const job = await client.submitJob({ kind });
-  const done = await client.waitForJob(job.id);
-  await worker.stop();
-  await run;
+  const { done, logs } = await runOne(worker, kind);
   assert.equal(done.state, JobState.SUCCEEDED);
   assert.equal(refusals, 0, "the transport refused fewer calls than planned");
-  const page = await client.jobService.getJobLogs({ jobId: job.id });
-  assert.deepEqual(
-    page.lines.map((l) => l.text),
-    ["line 1", "line 2", "line 3", "line 4", "line 5"],
-  );
+  assert.deepEqual(logs, ["line 1", "line 2", "line 3", "line 4", "line 5"]);
 });
 
 test("log lines whose answer was lost are sent again as they were and kept once", async () => {
@@ -347,18 +350,10 @@ test("log lines whose answer was lost are sent again as they were and kept once"
       },
     },
   });
-  const run = worker.run();
-  const job = await client.submitJob({ kind });
-  const done = await client.waitForJob(job.id);
-  await worker.stop();
-  await run;
+  const { done, logs } = await runOne(worker, kind);
   assert.equal(done.state, JobState.SUCCEEDED);
   assert.equal(lose, 0, "the transport lost no answer");
-  const page = await client.jobService.getJobLogs({ jobId: job.id });
-  assert.deepEqual(
-    page.lines.map((l) => l.text),
-    ["one", "two", "three"],
-  );
+  assert.deepEqual(logs, ["one", "two", "three"]);
 });
 
 test("an outcome whose answer was lost, sent again, is answered as made, not refused as a lost lease", async () => {
