@@ -50,11 +50,8 @@ func (s *Store) AppendLogs(ctx context.Context, a store.LogAppend) (store.LogApp
 			}
 			return err
 		}
-		if again, err := repeated(ctx, tx, a, j.Attempt); err != nil || again {
-			out.Held, out.Repeated = again, again
-			if again {
-				err = tx.QueryRow(ctx, "SELECT last_seq FROM job_log_heads WHERE job_id = $1", a.JobID).Scan(&out.LastSeq)
-			}
+		if last, again, err := repeated(ctx, tx, a, j.Attempt); err != nil || again {
+			out.Held, out.Repeated, out.LastSeq = again, again, last
 			return err
 		}
 		var (
@@ -107,38 +104,39 @@ func (s *Store) AppendLogs(ctx context.Context, a store.LogAppend) (store.LogApp
 }
 
 // repeated says whether a is an append sent again of job a.JobID's log
-// (store.LogAppend.Repeats), holding the log's head until the append
-// commits, so that an append and the same sent again never both add
-// their lines: one statement reads the head and the log's last line,
-// and the other lines are read only when it is a's last.
-func repeated(ctx context.Context, tx pgx.Tx, a store.LogAppend, attempt int32) (bool, error) {
+// (store.LogAppend.Repeats), and then the seq of the log's last line. It
+// holds the log's head until the append commits, so that an append and
+// the same sent again never both add their lines: one statement reads
+// the head and the log's last line, and the other lines are read only
+// when it is a's last.
+func repeated(ctx context.Context, tx pgx.Tx, a store.LogAppend, attempt int32) (last int64, again bool, err error) {
 	n := int64(len(a.Lines))
 	if !a.Resendable || n == 0 {
-		return false, nil
+		return 0, false, nil
 	}
 	var (
-		first, last int64
+		first       int64
 		l           jobtype.LogLine
 		at          pgtype.Timestamptz
 		stream      pgtype.Int2
 		lineAttempt pgtype.Int4
 		text        pgtype.Text
 	)
-	err := tx.QueryRow(ctx, `SELECT h.first_seq, h.last_seq, l.at, l.stream, l.attempt, l.text
+	err = tx.QueryRow(ctx, `SELECT h.first_seq, h.last_seq, l.at, l.stream, l.attempt, l.text
 		FROM job_log_heads h LEFT JOIN job_logs l ON l.job_id = h.job_id AND l.seq = h.last_seq
 		WHERE h.job_id = $1 FOR UPDATE OF h`, a.JobID).Scan(&first, &last, &at, &stream, &lineAttempt, &text)
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && (last-n+1 < first || !text.Valid) {
-		return false, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return false, err
+		return 0, false, err
 	}
 	l.Time, l.Stream, l.Attempt, l.Text = fromTime(at), jobtype.LogStream(stream.Int16), lineAttempt.Int32, text.String
 	if !a.EndsLike(l, attempt) {
-		return false, nil
+		return 0, false, nil
 	}
 	tail, err := readLines(ctx, tx, a.JobID, last-n, int(n))
-	return err == nil && a.Repeats(tail, attempt), err
+	return last, err == nil && a.Repeats(tail, attempt), err
 }
 
 // readLines reads up to limit lines of job id's log after afterSeq.
