@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/jobwatch/jobwatch/jobtype"
@@ -96,7 +97,7 @@ func (e *Engine) Retry(ctx context.Context, id string) (jobtype.Job, error) {
 			// the dependencies that have not succeeded, or QUEUED.
 			j.State = jobtype.Waiting
 		}
-		j.MaxAttempts = j.Attempt + e.queueRules(j.Queue).MaxAttempts
+		j.MaxAttempts = addAttempts(j.Attempt, e.queueRules(j.Queue).MaxAttempts)
 		j.RunAt = ready
 		j.FinishedAt = time.Time{}
 		j.Percent, j.Step = 0, ""
@@ -148,4 +149,14 @@ func (e *Engine) publishGone(j jobtype.Job) {
 	j.Version++
 	e.hub.Publish(j.ID, j.Version, &Snapshot{Job: j, shared: true, Gone: true})
 	e.signals.Publish(tenantSignal(j.Tenant), e.signalSeq.Add(1), struct{}{})
+}
+
+// addAttempts is attempt plus allowance, held at math.MaxInt32 rather
+// than wrapping round: a queue may allow that many attempts, and a retry
+// of its job after its first must not leave it an allowance below zero.
+func addAttempts(attempt, allowance int32) int32 {
+	if sum := int64(attempt) + int64(allowance); sum < math.MaxInt32 {
+		return int32(sum)
+	}
+	return math.MaxInt32
 }

@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -68,4 +69,24 @@ func claimIfReady(t *testing.T, e *jobs.Engine, kind string) []jobtype.Job {
 		t.Fatal(err)
 	}
 	return got
+}
+
+// A queue may allow as many attempts as an int32 holds (the config's
+// bound): a retry after an attempt then keeps the allowance at that
+// bound rather than wrapping it below zero, which would have made the
+// retried job's next failure its last.
+func TestARetryOfAJobWithTheLargestAllowanceKeepsIt(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{DefaultMaxAttempts: math.MaxInt32})
+	ctx := context.Background()
+	j := running(t, e, jobs.SubmitRequest{})
+	if _, err := e.Cancel(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	retried, err := e.Retry(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if retried.MaxAttempts != math.MaxInt32 {
+		t.Fatalf("max_attempts after a retry of attempt %d: %d; want %d", retried.Attempt, retried.MaxAttempts, math.MaxInt32)
+	}
 }
