@@ -74,11 +74,15 @@ schedules:
 
 // demo runs "jobwatch demo".
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var addr, db string
+	var addr, db, allowedHosts string
 	var every, leaseTimeout time.Duration
 	var concurrency int
+	var insecure bool
 	fs := newFlagSet("demo", stderr)
 	fs.StringVar(&addr, "addr", defaultAddr, "`host:port` to listen on")
+	fs.BoolVar(&insecure, "insecure", false, "allow a non-loopback --addr: the demo has no tokens, so whoever reaches it may submit and cancel its jobs")
+	fs.StringVar(&allowedHosts, "allowed-hosts", "",
+		"comma-separated `hosts` (name or address, with or without a port) whose Host header is answered besides loopback ones, as serve's: the name a browser uses to reach a demo in a VM or container")
 	fs.StringVar(&db, "db", "jobwatch-demo.db", "SQLite database `file` (created if missing)")
 	fs.DurationVar(&every, "every", 6*time.Second, "submit a new demo job this often (0: only the first few)")
 	fs.DurationVar(&leaseTimeout, "lease-timeout", 5*time.Second, "how long a silent job runs before it is LOST")
@@ -96,14 +100,22 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case leaseTimeout < time.Second:
 		return usageError{fmt.Sprintf("--lease-timeout must be at least 1s, as serve's, got %v", leaseTimeout)}
 	}
-	if err := checkLoopback(addr, false); err != nil {
+	for _, h := range splitList(allowedHosts) {
+		if err := server.CheckAllowedHost(h); err != nil {
+			return usageError{"--allowed-hosts: " + err.Error()}
+		}
+	}
+	if err := checkLoopback("--addr", addr, insecure,
+		"the demo has no tokens: listen on 127.0.0.1 or [::1], or pass --insecure to let anyone who can reach it submit and cancel its jobs"); err != nil {
 		return err
 	}
 	ln, err := listen("--addr", addr)
 	if err != nil {
 		return err
 	}
-	return serveDemo(ctx, ln, demoOptions{db: db, every: every, leaseTimeout: leaseTimeout, concurrency: concurrency}, stdout, stderr)
+	host, _, _ := net.SplitHostPort(addr) // checked above
+	return serveDemo(ctx, ln, demoOptions{db: db, every: every, leaseTimeout: leaseTimeout, concurrency: concurrency,
+		exposed: !isLoopback(host), allowedHosts: splitList(allowedHosts)}, stdout, stderr)
 }
 
 // demoOptions are demo's flags beyond the address.
@@ -111,6 +123,11 @@ type demoOptions struct {
 	db                  string
 	every, leaseTimeout time.Duration
 	concurrency         int
+	// exposed is a listener beyond loopback (--insecure); allowedHosts
+	// are the Host names answered besides loopback ones. As serve does,
+	// an exposed demo answers any Host unless allowedHosts names some.
+	exposed      bool
+	allowedHosts []string
 }
 
 // serveDemo runs the demo on ln until ctx ends or serving fails; either
@@ -143,11 +160,14 @@ func serveDemo(ctx context.Context, ln net.Listener, o demoOptions, stdout, stde
 		Logger:    log,
 		Metrics:   metrics,
 		DemoKinds: demoKinds,
-		// The demo listens on loopback only, without tokens: the
-		// server's defaults refuse any other listener, and Host names
-		// other than loopback ones (DNS rebinding), as serve does.
-		Version: version(),
-		Page:    web.Handler(),
+		// The demo has no tokens: it listens on loopback unless
+		// --insecure, and answers loopback Host names and those of
+		// --allowed-hosts (DNS rebinding), as serve without tokens does.
+		Insecure:     o.exposed,
+		AnyHost:      o.exposed && len(o.allowedHosts) == 0,
+		AllowedHosts: o.allowedHosts,
+		Version:      version(),
+		Page:         web.Handler(),
 	})
 
 	// The workers and the submitter run until ctx ends or the server

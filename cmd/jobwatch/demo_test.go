@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"io"
+	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -108,18 +111,49 @@ func TestTheDemoShowsASerialQueueAPooledPairAndASchedule(t *testing.T) {
 // it through DNS rebinding.
 func TestTheDemoRefusesAForeignHost(t *testing.T) {
 	base := startDemo(t)
+	if code := demoAnswersHost(t, base, "evil.example"); code != http.StatusForbidden {
+		t.Fatalf("Host evil.example: HTTP %d, want 403", code)
+	}
+}
+
+// A demo in a VM or a container is reached by a name of its own: as
+// serve, it answers the hosts --allowed-hosts lists, and listens beyond
+// loopback only with --insecure, which its refusal names (the demo has
+// no --tokens to suggest).
+func TestTheDemoServesBeyondLoopbackWhenToldTo(t *testing.T) {
+	base := startDemo(t, "--allowed-hosts", "myvm.lan")
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(base, "http://"))
+	for host, want := range map[string]int{"myvm.lan:" + port: http.StatusOK, "myvm.lan": http.StatusOK, "evil.example": http.StatusForbidden} {
+		if code := demoAnswersHost(t, base, host); code != want {
+			t.Errorf("--allowed-hosts myvm.lan, Host %s: HTTP %d, want %d", host, code, want)
+		}
+	}
+
+	var stderr strings.Builder
+	code := run(context.Background(), []string{"demo", "--addr", "0.0.0.0:0", "--db", filepath.Join(t.TempDir(), "demo.db")}, io.Discard, &stderr)
+	if msg := stderr.String(); code != 2 || !strings.Contains(msg, "--insecure") || strings.Contains(msg, "--tokens") {
+		t.Errorf("demo --addr 0.0.0.0:0: exit %d, %q; want 2 and a hint of --insecure, not of --tokens, which demo has not", code, msg)
+	}
+	exposed := startDemo(t, "--addr", "0.0.0.0:0", "--insecure")
+	if code := demoAnswersHost(t, exposed, "myvm.lan"); code != http.StatusOK {
+		t.Errorf("demo --addr 0.0.0.0:0 --insecure, Host myvm.lan: HTTP %d, want 200", code)
+	}
+}
+
+// demoAnswersHost is the HTTP status of a GetServerInfo to base with
+// the Host header host.
+func demoAnswersHost(t *testing.T, base, host string) int {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, base+"/jobwatch.v1.JobService/GetServerInfo", strings.NewReader("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Host = "evil.example"
+	req.Host = host
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden {
-		t.Fatalf("Host evil.example: HTTP %d, want 403", resp.StatusCode)
-	}
+	return resp.StatusCode
 }

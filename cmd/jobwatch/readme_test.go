@@ -165,13 +165,14 @@ func needTools(t *testing.T, names ...string) {
 
 // startDemo runs "jobwatch demo" in-process on a free port, as the README
 // tells a newcomer to, and returns its base URL.
-func startDemo(t *testing.T) string {
+func startDemo(t *testing.T, flags ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"demo", "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "demo.db"), "--every", "0"}, pw, io.Discard)
+		args := append([]string{"demo", "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "demo.db"), "--every", "0"}, flags...)
+		done <- run(ctx, args, pw, io.Discard)
 		pw.Close()
 	}()
 	t.Cleanup(func() {

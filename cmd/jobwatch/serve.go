@@ -221,20 +221,18 @@ func checkServeFlags(f serveFlags, args []string) (serveFlags, error) {
 				`name the origins of your own pages (--cors-origins https://app.example.org), give --tokens, or add --insecure to accept it`}
 		}
 	}
-	if err := checkLoopback(f.addr, f.insecure || f.tokens != ""); err != nil {
+	allowed := f.insecure || f.tokens != ""
+	if err := checkLoopback("--addr", f.addr, allowed,
+		"give --tokens, listen on 127.0.0.1 or [::1], or pass --insecure to let anyone who can reach it submit, cancel and run jobs"); err != nil {
 		return f, err
 	}
 	if f.metricsAddr != "" {
 		// The listener asks for no token: beyond loopback it takes what
 		// --addr takes there, --tokens or --insecure, so that a server
 		// kept to this machine does not show its tenants to the network.
-		host, _, err := net.SplitHostPort(f.metricsAddr)
-		switch {
-		case err != nil:
-			return f, usageError{fmt.Sprintf("--metrics-addr %q: %v", f.metricsAddr, err)}
-		case !isLoopback(host) && !f.insecure && f.tokens == "":
-			return f, usageError{fmt.Sprintf("--metrics-addr %q is not a loopback address and there is no authentication: "+
-				"listen on 127.0.0.1 or [::1], or give --tokens or --insecure to show every tenant's counts to whoever reaches it", f.metricsAddr)}
+		if err := checkLoopback("--metrics-addr", f.metricsAddr, allowed,
+			"listen on 127.0.0.1 or [::1], or give --tokens or --insecure to show every tenant's counts to whoever reaches it"); err != nil {
+			return f, err
 		}
 	}
 	return f, nil
@@ -261,17 +259,17 @@ func checkOrigin(o string) error {
 
 // checkLoopback enforces docs/SECURITY.md "Who may call it": with no tokens file the
 // server may listen on loopback only, unless --insecure says the operator
-// knows. allowed is true when either is given.
-func checkLoopback(addr string, allowed bool) error {
+// knows. allowed is true when either is given; remedy says what the
+// command's caller can do about a refusal.
+func checkLoopback(flag, addr string, allowed bool, remedy string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return usageError{fmt.Sprintf("--addr %q: %v", addr, err)}
+		return usageError{fmt.Sprintf("%s %q: %v", flag, addr, err)}
 	}
 	if allowed || isLoopback(host) {
 		return nil
 	}
-	return usageError{fmt.Sprintf("--addr %q is not a loopback address and there is no authentication: "+
-		"give --tokens, listen on 127.0.0.1 or [::1], or pass --insecure to let anyone who can reach it submit, cancel and run jobs", addr)}
+	return usageError{fmt.Sprintf("%s %q is not a loopback address and there is no authentication: %s", flag, addr, remedy)}
 }
 
 // isLoopback reports whether host names only this machine. An empty host
