@@ -203,7 +203,7 @@ func (b *envelopeBody) checkPrefix() *connect.Error {
 		// JSON sent to a stream as to a unary call, without its frame.
 		return connect.NewError(connect.CodeInvalidArgument, errors.New(
 			"the body starts with '{': each message of a stream goes behind a 5-byte frame (a flags byte of 0, then its length in 4 bytes, big-endian); "+
-				"docs/CLIENTS.md, curl and JSON, shows one from the shell"))
+				"README.md, \"Try it with curl\", shows one from the shell"))
 	case flags&^flagCompressed != 0:
 		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
 			"a message's prefix has flags 0x%02x; a request message may only carry 0x00, or 0x01 when compressed", flags))

@@ -60,7 +60,7 @@ func explainMediaType(next http.Handler) http.Handler {
 		if stream {
 			msg = "Content-Type " + got + " is not one jobwatch reads for " + method + ", a server stream: send " +
 				"Content-Type: application/connect+json with the request behind a 5-byte frame header " +
-				"(docs/CLIENTS.md shows it with curl), or use gRPC or gRPC-Web"
+				"(README.md, \"Try it with curl\", shows one from the shell), or use gRPC or gRPC-Web"
 			accept = "application/connect+json, application/connect+proto"
 		}
 		body, _ := json.Marshal(map[string]string{"code": "invalid_argument", "message": msg})
@@ -84,7 +84,7 @@ func explainMethod(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	how := "POST it JSON with Content-Type: application/json, as curl -H 'Content-Type: application/json' -d '{…}' " + r.URL.Path + " does"
 	if stream {
 		how = "POST it, a server stream: Content-Type: application/connect+json with the request behind a 5-byte frame header " +
-			"(docs/CLIENTS.md shows it with curl), or use gRPC or gRPC-Web"
+			"(README.md, \"Try it with curl\", shows one from the shell), or use gRPC or gRPC-Web"
 	}
 	body, _ := json.Marshal(map[string]string{"code": "invalid_argument",
 		"message": method + " is called with POST, not " + methodName(r.Method) + ": " + how})
