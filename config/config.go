@@ -479,26 +479,19 @@ var engineKeys = map[string]string{
 }
 
 // engineCheck refuses the queue q, at key, as the engine would refuse
-// its rules, at the key the engine names.
+// its rules, at the keys the engine names: every problem, not the first.
 func (p *parser) engineCheck(key string, q Queue) {
-	err := jobtype.CheckQueueRules(queueRules(q), p.f.Pools)
-	if err == nil {
-		return
+	for _, inv := range jobtype.QueueRuleProblems(queueRules(q), p.f.Pools) {
+		at := inv.Field
+		if k, ok := engineKeys[at]; ok {
+			at = k
+		}
+		at = key + "." + at
+		if !p.r.Has(at) {
+			at = key
+		}
+		p.r.FailAt(at, "%s", inv.Reason)
 	}
-	var inv *jobtype.InvalidError
-	if !errors.As(err, &inv) {
-		p.r.FailAt(key, "%v", err)
-		return
-	}
-	at := inv.Field
-	if k, ok := engineKeys[at]; ok {
-		at = k
-	}
-	at = key + "." + at
-	if !p.r.Has(at) {
-		at = key
-	}
-	p.r.FailAt(at, "%s", inv.Reason)
 }
 
 // Rules returns what the engine enforces from the file: every key. The

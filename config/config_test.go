@@ -387,6 +387,21 @@ func TestAllMistakesAreReportedAtOnce(t *testing.T) {
 	}
 }
 
+// A queue's rules that the engine refuses are all reported too, each at
+// its key, not only the first the engine would name (an outside probe
+// fixed max_running to be told of priority next).
+func TestEveryRuleOfAQueueTheEngineRefusesIsReportedAtOnce(t *testing.T) {
+	_, err := config.Parse("c.yaml", []byte("queues:\n  - name: s\n    mode: serial\n    priority: 3\n    max_running: 5\n    rate: {limit: 5, per: 1m, per_tenant: true}\n"))
+	if err == nil {
+		t.Fatal("a serial queue with a priority, a max_running of 5 and a rate per tenant was taken")
+	}
+	for _, want := range []string{"c.yaml:4:5: queues[0].priority:", "c.yaml:5:5: queues[0].max_running:", "c.yaml:6:31: queues[0].rate.per_tenant:"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the errors do not say %q:\n%v", want, err)
+		}
+	}
+}
+
 // The mistakes are listed in the order of their lines, however late
 // each was found (a zone before its expression, a queue declared after
 // the schedule that names it).

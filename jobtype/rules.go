@@ -241,59 +241,82 @@ const (
 // CheckQueueRules refuses q as one queue's rules, with pools the pools
 // declared, exactly as jobs.Engine.SetRules would: an *InvalidError
 // whose Field names the rule at fault as the configuration file does
-// ("max_running", "max_running_per_tenant", "max_backoff", "uses[1]").
-// The configuration file checks each queue with it, so the file and the
-// engine keep one rule.
+// ("max_running", "max_running_per_tenant", "max_backoff", "uses[1]"),
+// the first of QueueRuleProblems.
 func CheckQueueRules(q QueueRules, pools map[string]int) error {
+	if ps := QueueRuleProblems(q, pools); len(ps) > 0 {
+		return ps[0]
+	}
+	return nil
+}
+
+// QueueRuleProblems are all that CheckQueueRules refuses in q, at most
+// one a rule. The configuration file checks each queue with it, so the
+// file and the engine keep one rule, and the file reports every mistake
+// at once.
+func QueueRuleProblems(q QueueRules, pools map[string]int) []*InvalidError {
+	var ps []*InvalidError
+	problem := func(field, reason string, args ...any) {
+		ps = append(ps, &InvalidError{Field: field, Reason: fmt.Sprintf(reason, args...)})
+	}
 	for _, d := range []struct {
 		field string
 		v     time.Duration
 	}{{"initial_backoff", q.InitialBackoff}, {"max_backoff", q.MaxBackoff}, {"lease_timeout", q.LeaseTimeout}, {"timeout", q.Timeout}, {"alert_after", q.AlertAfter}} {
 		if d.v < 0 {
-			return &InvalidError{Field: d.field, Reason: "must not be negative"}
+			problem(d.field, "must not be negative")
 		}
 	}
+	if q.MaxAttempts < 0 {
+		problem("max_attempts", "must not be negative")
+	}
+	if q.InitialBackoff > 0 && q.MaxBackoff > 0 && q.MaxBackoff < q.InitialBackoff {
+		problem("max_backoff", "%v is below initial_backoff %v", q.MaxBackoff, q.InitialBackoff)
+	}
 	switch {
-	case q.MaxAttempts < 0:
-		return &InvalidError{Field: "max_attempts", Reason: "must not be negative"}
-	case q.InitialBackoff > 0 && q.MaxBackoff > 0 && q.MaxBackoff < q.InitialBackoff:
-		return &InvalidError{Field: "max_backoff", Reason: fmt.Sprintf("%v is below initial_backoff %v", q.MaxBackoff, q.InitialBackoff)}
 	case q.MaxRunning < 0:
-		return &InvalidError{Field: "max_running", Reason: "must not be negative"}
+		problem("max_running", "must not be negative")
 	case q.Serial && q.MaxRunning > 1:
-		return &InvalidError{Field: "max_running", Reason: fmt.Sprintf("a serial queue runs one job of each tenant at a time (0, or left out) or one job at a time across tenants (1), got %d", q.MaxRunning)}
+		problem("max_running", "a serial queue runs one job of each tenant at a time (0, or left out) or one job at a time across tenants (1), got %d", q.MaxRunning)
+	}
+	switch {
 	case q.MaxRunningPerTenant < 0:
-		return &InvalidError{Field: "max_running_per_tenant", Reason: fmt.Sprintf("must not be negative, got %d", q.MaxRunningPerTenant)}
+		problem("max_running_per_tenant", "must not be negative, got %d", q.MaxRunningPerTenant)
 	case q.Serial && q.MaxRunningPerTenant > 1:
-		return &InvalidError{Field: "max_running_per_tenant", Reason: fmt.Sprintf("a serial queue runs one job of each tenant at a time already: 0 or 1 (or left out), got %d", q.MaxRunningPerTenant)}
+		problem("max_running_per_tenant", "a serial queue runs one job of each tenant at a time already: 0 or 1 (or left out), got %d", q.MaxRunningPerTenant)
 	case q.MaxRunning > 0 && q.MaxRunningPerTenant > q.MaxRunning:
-		return &InvalidError{Field: "max_running_per_tenant", Reason: fmt.Sprintf("%d is above the queue's max_running %d, so it would bound nothing: at most %d", q.MaxRunningPerTenant, q.MaxRunning, q.MaxRunning)}
-	case q.Serial && q.Rate.PerTenant:
-		return &InvalidError{Field: "rate.per_tenant", Reason: "a serial queue runs one job of each tenant at a time: its rate is kept for the whole queue; leave per_tenant out"}
-	case !q.Serial && q.BlockOnFailure:
-		return &InvalidError{Field: "block_on_failure", Reason: "only a serial queue blocks on failure"}
+		problem("max_running_per_tenant", "%d is above the queue's max_running %d, so it would bound nothing: at most %d", q.MaxRunningPerTenant, q.MaxRunning, q.MaxRunning)
+	}
+	if q.Serial && q.Rate.PerTenant {
+		problem("rate.per_tenant", "a serial queue runs one job of each tenant at a time: its rate is kept for the whole queue; leave per_tenant out")
+	}
+	if !q.Serial && q.BlockOnFailure {
+		problem("block_on_failure", "only a serial queue blocks on failure")
+	}
+	switch {
 	case q.Serial && q.Priority != MinPriority:
 		// It would be of no use, silently: the queue's order is first
 		// in, first out.
-		return &InvalidError{Field: "priority", Reason: fmt.Sprintf("a serial queue runs its jobs first in, first out, whatever their priority: leave priority out (or 0), got %d", q.Priority)}
+		problem("priority", "a serial queue runs its jobs first in, first out, whatever their priority: leave priority out (or 0), got %d", q.Priority)
 	case q.Priority < MinPriority || q.Priority > MaxPriority:
-		return &InvalidError{Field: "priority", Reason: fmt.Sprintf("must be %d to %d, got %d", MinPriority, MaxPriority, q.Priority)}
-	case q.MaxLogBytes != 0 && (q.MaxLogBytes < MinMaxLogBytes || q.MaxLogBytes > MaxMaxLogBytes):
-		return &InvalidError{Field: "max_log_bytes", Reason: fmt.Sprintf("must be %d to %d, got %d", MinMaxLogBytes, MaxMaxLogBytes, q.MaxLogBytes)}
+		problem("priority", "must be %d to %d, got %d", MinPriority, MaxPriority, q.Priority)
+	}
+	if q.MaxLogBytes != 0 && (q.MaxLogBytes < MinMaxLogBytes || q.MaxLogBytes > MaxMaxLogBytes) {
+		problem("max_log_bytes", "must be %d to %d, got %d", MinMaxLogBytes, MaxMaxLogBytes, q.MaxLogBytes)
 	}
 	if err := checkRate(q.Rate); err != nil {
-		return err
+		ps = append(ps, err)
 	}
 	for i, pool := range q.Uses {
 		if _, ok := pools[pool]; !ok {
-			return &InvalidError{Field: fmt.Sprintf("uses[%d]", i), Reason: fmt.Sprintf("pool %q is not declared", pool)}
+			problem(fmt.Sprintf("uses[%d]", i), "pool %q is not declared", pool)
 		}
 	}
-	return nil
+	return ps
 }
 
 // checkRate refuses a rate that is set but could not be kept.
-func checkRate(r Rate) error {
+func checkRate(r Rate) *InvalidError {
 	switch {
 	case r.IsZero():
 		return nil
