@@ -254,8 +254,12 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 	case err == nil:
 		fmt.Fprintf(stdout, "%d matched, %d %s\n", r.Matched, r.Changed, pastTense(verb))
 		if r.Matched == 0 && pf.GetTenant() == "" {
-			// An admin token has no tenant of its own: the default one.
-			fmt.Fprintln(stderr, "jobwatch: the filter was read in your token's tenant (\"default\" for an admin token); --tenant T names another, --tenant '*' every tenant (admin)")
+			// Nothing matched: perhaps the jobs are another tenant's.
+			in := "your token's tenant (\"default\" for an admin token)"
+			if t := callerTenant(ctx, c); t != "" {
+				in = "tenant " + t
+			}
+			fmt.Fprintf(stderr, "jobwatch: the filter was read in %s; --tenant T names another, --tenant '*' every tenant (admin)\n", in)
 		}
 	case r.Matched > 0 || inDoubt:
 		// Stopped partway: what stands is said beside the error, not as

@@ -252,12 +252,13 @@ func TestABulkActionCutOffSaysThePageMayBeDone(t *testing.T) {
 }
 
 // A filter that matched nothing in the caller's own tenant says which
-// tenant that was, and how to name another: an admin's is "default".
+// tenant that was, and how to name another: on a server without tokens
+// (as an admin's) "default", named as such, not as a token's.
 func TestABulkActionThatMatchedNothingSaysWhichTenantItRead(t *testing.T) {
 	s := startCLIServer(t, 5*time.Second)
 	s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "bulk.cli", Queue: "nightly", Tenant: "acme"})
 	code, out, errOut := runInProcess(t, "cancel", "--server", s.URL, "--queue", "nightly", "--yes")
-	if code != 0 || out != "0 matched, 0 cancelled\n" || !strings.Contains(errOut, `"default" for an admin token); --tenant T names another`) {
+	if code != 0 || out != "0 matched, 0 cancelled\n" || !strings.Contains(errOut, `the filter was read in tenant default; --tenant T names another`) {
 		t.Errorf("cancel --queue nightly = exit %d, %q, %q; want 0 matched and which tenant was read", code, out, errOut)
 	}
 	code, out, errOut = runInProcess(t, "cancel", "--server", s.URL, "--queue", "nightly", "--tenant", "acme", "--yes")

@@ -99,7 +99,11 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 func (f *clientFlags) client(stderr io.Writer, quietRetries bool, extra ...client.Option) (*client.Client, error) {
 	server := f.address()
 	if err := client.ValidBaseURL(server); err != nil {
-		return nil, usageError{fmt.Sprintf("--server: %v", err)}
+		from := "--server"
+		if f.server == "" {
+			from = "JOBWATCH_SERVER" // the flag was not given
+		}
+		return nil, usageError{fmt.Sprintf("%s: %v", from, err)}
 	}
 	token := f.token
 	if token == "" {

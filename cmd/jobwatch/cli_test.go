@@ -259,6 +259,18 @@ func TestUsageErrorsExit2(t *testing.T) {
 	}
 }
 
+// A server address that is not a URL is refused naming where it came
+// from: the flag, or the environment when the flag was not given.
+func TestABadServerAddressNamesWhereItCameFrom(t *testing.T) {
+	t.Setenv("JOBWATCH_SERVER", "htp://127.0.0.1:1")
+	if code, _, errOut := runInProcess(t, "get", "j_x"); code != 2 || !strings.HasPrefix(errOut, "jobwatch: JOBWATCH_SERVER: ") {
+		t.Errorf("JOBWATCH_SERVER=htp://…: exit %d, %q; want 2 and the variable named", code, errOut)
+	}
+	if code, _, errOut := runInProcess(t, "get", "j_x", "--server", "ftp://x"); code != 2 || !strings.HasPrefix(errOut, "jobwatch: --server: ") {
+		t.Errorf("--server ftp://x: exit %d, %q; want 2 and the flag named", code, errOut)
+	}
+}
+
 func TestSubmitGetListCancelAndStart(t *testing.T) {
 	s := startCLIServer(t, time.Second)
 	code, out, errOut := runInProcess(t, "submit", "report", "--server", s.URL, "--payload", `{"month":"2026-11"}`, "--hold")

@@ -23,7 +23,7 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var full bool
 	fs := newFlagSet("list", stderr)
 	cf.register(fs)
-	fs.StringVar(&tenant, "tenant", "", "list this `tenant`'s jobs (empty: the \"default\" tenant; '*': every tenant's, with an admin token or none)")
+	fs.StringVar(&tenant, "tenant", "", "list this `tenant`'s jobs (empty: your token's tenant, or \"default\" with an admin token or none; '*': every tenant's, with an admin token or none)")
 	fs.StringVar(&states, "state", "", "only jobs in these `states` (comma-separated, e.g. running,queued)")
 	fs.StringVar(&kind, "kind", "", "only jobs of this `kind`")
 	fs.StringVar(&queue, "queue", "", "only jobs in this `queue`")
