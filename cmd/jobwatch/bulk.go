@@ -144,6 +144,16 @@ func oneOrMany(ctx context.Context, name, verb string, args []string, stdout, st
 // it, printing the job it answers with (or that it was deleted: single
 // answered no job), or, with bulk set, that takes a filter instead and
 // calls bulk with it.
+// singleAbout says what a command of one job's ID does, for its -h;
+// the bulk commands say it with their filter flags.
+var singleAbout = map[string]string{
+	"get": "Prints the job, a field a line: its kind, tenant, queue, state, progress,\n" +
+		"attempts, times, payload, result, error and the history of its attempts;\n" +
+		"with --json the whole job, as the API answers it.",
+	"start": "Starts a held job (submitted with --hold, PENDING): it becomes QUEUED\n" +
+		"and runs when a worker takes it. Its state is printed.",
+}
+
 func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, stderr io.Writer,
 	single func(*client.Client, context.Context, string) (*jobwatchv1.Job, error),
 	print func(io.Writer, *jobwatchv1.Job, bool) error, bulk bulkCall,
@@ -161,6 +171,9 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: jobwatch %s ID [flags]\n", name)
+		if about := singleAbout[name]; about != "" {
+			fmt.Fprintf(stderr, "\n%s\n", about)
+		}
 		if bulk != nil {
 			fmt.Fprintf(stderr, "       jobwatch %s --queue Q --kind K --state S --created-before T --batch B [--all] [--yes] [flags]\n\n"+
 				"With an ID it %s that job; with filter flags, every job they match, a page of 1,000 at a time.\n", name, thirdPerson(verb))
@@ -174,6 +187,8 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 		return err
 	case want == 0 && len(pos) > 0:
 		return usageError{fmt.Sprintf("%s takes one job's ID or filter flags, not both", name)}
+	case want == 1 && len(pos) > 1:
+		return tooManyArgs(fs.Name()+" ID [flags]", pos[1:])
 	case want == 1 && len(pos) != 1 && bulk != nil:
 		return usageError{fmt.Sprintf("usage: %s ID [flags], or %s with filter flags (--queue, --kind, --state, --created-before, --batch, or --all); jobwatch help %s says more",
 			fs.Name(), fs.Name(), name)}

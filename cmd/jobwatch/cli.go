@@ -233,12 +233,21 @@ func parseArgs(fs *flag.FlagSet, args []string, want int, names string) ([]strin
 		args = fs.Args()[1:]
 	}
 	if want >= 0 && len(pos) != want {
-		if want == 0 {
+		switch {
+		case want == 0:
 			return nil, usageError{fmt.Sprintf("%s takes no arguments, got %q", fs.Name(), pos)}
+		case len(pos) > want:
+			return nil, tooManyArgs(fs.Name()+" "+names+" [flags]", pos[want:])
 		}
 		return nil, usageError{fmt.Sprintf("usage: %s %s [flags]", fs.Name(), names)}
 	}
 	return pos, nil
+}
+
+// tooManyArgs refuses the arguments extra beyond what usage takes,
+// naming them: often a value with spaces that the shell split.
+func tooManyArgs(usage string, extra []string) error {
+	return usageError{fmt.Sprintf("usage: %s: %q is more than it takes (quote a value with spaces)", usage, extra)}
 }
 
 // withoutValues is the job in err if err is a *client.UndecodableJobError

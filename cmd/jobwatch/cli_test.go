@@ -257,6 +257,20 @@ func TestUsageErrorsExit2(t *testing.T) {
 			}
 		})
 	}
+	// The slips a newcomer makes say what to do about them.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "j_1", "j_2"}, `["j_2"] is more than it takes (quote a value with spaces)`},
+		{[]string{"submit", "resize", "--payload", "cat.png"}, `a string is JSON in double quotes: --payload '"cat.png"'`},
+		{[]string{"worker", "--kind", "resize"}, "worker needs --exec COMMAND"},
+		{[]string{"worker", "--exec", "true"}, "worker needs --kind KIND"},
+	} {
+		if code, _, errOut := runInProcess(t, tc.args...); code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("jobwatch %q = exit %d, %q; want 2 and %q", tc.args, code, errOut, tc.want)
+		}
+	}
 }
 
 // A server address that is not a URL is refused naming where it came

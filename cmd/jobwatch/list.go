@@ -28,8 +28,19 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&kind, "kind", "", "only jobs of this `kind`")
 	fs.StringVar(&queue, "queue", "", "only jobs in this `queue`")
 	fs.StringVar(&batch, "batch", "", "only the jobs of this batch `name` (jobwatch submit --batch)")
-	fs.IntVar(&limit, "limit", 50, "at most this many jobs (at most 500)")
+	fs.IntVar(&limit, "limit", 50, "at most this many jobs (asked for 500 a call)")
 	fs.BoolVar(&full, "full", false, "with --json, also fetch and print each job's payload and result")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: jobwatch list [flags]
+
+Lists jobs, newest first, a row each: ID, KIND, STATE, PROGRESS, STEP (an
+ended job's error instead) and CREATED; the flags narrow it. With --json,
+a job a line as the API answers it.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
 	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
 	}
@@ -39,8 +50,7 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if limit <= 0 {
 		return usageError{fmt.Sprintf("--limit must be at least 1, got %d", limit)}
 	}
-	limit = min(limit, jobs.MaxPageSize)
-	req := &jobwatchv1.ListJobsRequest{Tenant: tenant, Kind: kind, Queue: queue, Batch: batch, PageSize: int32(limit)}
+	req := &jobwatchv1.ListJobsRequest{Tenant: tenant, Kind: kind, Queue: queue, Batch: batch}
 	if full {
 		req.View = jobwatchv1.JobView_JOB_VIEW_FULL
 	}
@@ -59,7 +69,7 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	listed := 0
 	var rows []*jobwatchv1.Job // the table's: its columns fit every row
 	for listed < limit {
-		req.PageSize = int32(limit - listed)
+		req.PageSize = int32(min(limit-listed, jobs.MaxPageSize))
 		resp, err := c.JobService().ListJobs(ctx, req)
 		if err != nil {
 			return callError("list", err)

@@ -162,3 +162,15 @@ func TestListCutsALongErrorInItsTable(t *testing.T) {
 		t.Fatalf("the failed job's step is not its error, cut:\n%s", out)
 	}
 }
+
+// --limit above a page (500) lists that many, page by page, rather than
+// stopping at one page.
+func TestListTakesALimitBeyondAPage(t *testing.T) {
+	s := startCLIServer(t, time.Second)
+	s.submitBatch(t, "many", "a", 1000)
+	s.submitBatch(t, "many", "b", 1000)
+	code, out, errOut := runInProcess(t, "list", "--server", s.URL, "--limit", "1200")
+	if rows := strings.Count(out, "\n") - 1; code != 0 || rows != 1200 {
+		t.Fatalf("list --limit 1200 of 2,000 jobs = exit %d, %d rows (%s); want 1200", code, rows, errOut)
+	}
+}

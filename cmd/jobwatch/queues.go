@@ -27,6 +27,15 @@ func resume(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return queueCommand(ctx, "resume", args, stdout, stderr, (*client.Client).ResumeQueue)
 }
 
+// queueAbout says what pause and resume do, for their -h.
+var queueAbout = map[string]string{
+	"pause": "Stops the queue handing out jobs, on every replica, until it is resumed:\n" +
+		"jobs are still accepted and running ones finish. The pause outlives\n" +
+		"restarts and shows in \"jobwatch queues\" with when and by whom. Admin only.",
+	"resume": "Lets a paused queue hand out jobs again, on every replica; workers\n" +
+		"waiting for its jobs are woken at once. Admin only.",
+}
+
 // queueCommand runs a command that takes one queue name and prints the
 // queue's row the server answers with.
 func queueCommand(ctx context.Context, name string, args []string, stdout, stderr io.Writer,
@@ -36,7 +45,7 @@ func queueCommand(ctx context.Context, name string, args []string, stdout, stder
 	fs := newFlagSet(name, stderr)
 	cf.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: jobwatch %s QUEUE [flags]\n\nFlags:\n", name)
+		fmt.Fprintf(stderr, "Usage: jobwatch %s QUEUE [flags]\n\n%s\n\nFlags:\n", name, queueAbout[name])
 		fs.PrintDefaults()
 	}
 	pos, err := parseArgs(fs, args, 1, "QUEUE")
@@ -82,7 +91,7 @@ func queues(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	)
 	fs := newFlagSet("queues", stderr)
 	cf.register(fs)
-	fs.IntVar(&tenants, "tenants", 0, "list at most this many `tenants` under each queue, busiest first; 0: the server's default (10), at most 100")
+	fs.IntVar(&tenants, "tenants", 0, "list at most this many `tenants` under each queue, busiest first; 0: the server's default (10); more than 100 lists 100")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: jobwatch queues [flags]
 

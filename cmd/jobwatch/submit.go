@@ -113,6 +113,9 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return submitFile(ctx, fs, cf, file, chunk, &jobwatchv1.SubmitJobRequest{Tenant: tenant, Queue: queue, Batch: batch}, stdout, stderr)
 	}
+	if len(pos) > 1 {
+		return tooManyArgs("submit KIND [flags]", pos[1:])
+	}
 	if len(pos) != 1 {
 		return usageError{"usage: submit KIND [flags], or submit --file FILE [flags]"}
 	}
@@ -488,7 +491,12 @@ func readPayload(s string) (*structpb.Value, error) {
 	}
 	v := &structpb.Value{}
 	if err := protojson.Unmarshal(text, v); err != nil {
-		return nil, usageError{fmt.Sprintf("--payload is not JSON: %s", wire.DecodeMistake(err, text))}
+		msg := "--payload is not JSON: " + wire.DecodeMistake(err, text)
+		if t := strings.TrimSpace(string(text)); t != "" && !strings.ContainsAny(t[:1], "{[\"-0123456789tfn") {
+			// A bare word: most likely a string meant as one.
+			msg += fmt.Sprintf("; a string is JSON in double quotes: --payload '%q'", t)
+		}
+		return nil, usageError{msg}
 	}
 	return v, nil
 }

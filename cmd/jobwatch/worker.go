@@ -89,8 +89,13 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
 	}
-	if kinds == "" || command == "" {
-		return usageError{"worker needs --kind and --exec"}
+	switch {
+	case kinds == "" && command == "":
+		return usageError{"worker needs --kind KIND (the jobs it takes) and --exec COMMAND (what it runs for each)"}
+	case kinds == "":
+		return usageError{"worker needs --kind KIND: the kinds of job to run --exec for"}
+	case command == "":
+		return usageError{"worker needs --exec COMMAND: what to run for each job of --kind " + kinds}
 	}
 	if concurrency < 1 {
 		return usageError{fmt.Sprintf("--concurrency must be at least 1, got %d", concurrency)}
