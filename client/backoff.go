@@ -45,6 +45,22 @@ type retrier struct {
 
 func (r *retrier) reset() { r.retry.Reset() }
 
+// heldCall is how long a call that then failed must have been held for
+// its failure to count as the first of a new outage: a long call parked
+// on a server that died (a crash, a restart) reached a live server, so
+// its retry starts again from Initial, as after an answer. Without it a
+// server restarted now and then had a parked wait's retries wait longer
+// each time (seconds after a few restarts), though each had been heard.
+const heldCall = time.Second
+
+// failedAfter counts the call asked at that failed: one held at least
+// heldCall resets the count before the next delay.
+func (r *retrier) failedAfter(asked time.Time) {
+	if time.Since(asked) >= heldCall {
+		r.reset()
+	}
+}
+
 // delay is the next sleep, counting one more failure.
 func (r *retrier) delay() time.Duration {
 	r.retry.Policy = r.b.policy()

@@ -91,6 +91,7 @@ func (c *Client) WaitForJobs(ctx context.Context, req *jobwatchv1.WaitJobsReques
 			if err := waitJobsError(ask.GetBatch(), err); err != nil {
 				return nil, err
 			}
+			r.failedAfter(start)
 			if err := r.wait(ctx, err); err != nil {
 				return nil, err
 			}

@@ -87,6 +87,7 @@ func (c *Client) WatchLogs(ctx context.Context, id string, afterSeq int64) iter.
 			if received {
 				r.reset()
 			}
+			r.failedAfter(asked)
 			if lerr := logsError(id, err); lerr != nil {
 				yield(nil, lerr)
 				return

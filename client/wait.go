@@ -102,6 +102,7 @@ func (c *Client) WaitForJob(ctx context.Context, id string) (*jobwatchv1.Job, er
 		if err := waitError("wait for job", id, err); err != nil {
 			return nil, err
 		}
+		r.failedAfter(asked)
 		if err := r.wait(ctx, err); err != nil {
 			return nil, err
 		}
@@ -177,6 +178,9 @@ func (c *Client) resume(ctx context.Context, once func() (stopped, received bool
 		}
 		if received {
 			r.reset()
+		}
+		if err != nil {
+			r.failedAfter(asked)
 		}
 		switch {
 		case err == nil && received:

@@ -3,6 +3,8 @@ package client_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
 	"github.com/jobwatch/jobwatch/server"
 )
 
@@ -285,4 +288,72 @@ func (s *testServer) waitJobCalls() float64 {
 		}
 	}
 	return n
+}
+
+// A wait held by a server that then died (a crash, a restart) had reached
+// a live server: its retry starts the backoff again rather than waiting
+// longer after each such restart. The server here holds each WaitJob a
+// little over a second and then drops every connection, five times, and
+// answers the sixth: every retry's delay is within the first step. (Were
+// each restart counted as one more failure, the fifth's delay would be
+// drawn from up to 16 steps; all five within the first happens by chance
+// once in a thousand.)
+func TestAWaitCutAfterItWasHeldRetriesFromTheFirstStep(t *testing.T) {
+	const initial = 50 * time.Millisecond
+	var srv *httptest.Server
+	var calls atomic.Int32
+	svc := &heldThenCut{calls: &calls, cut: func() { srv.CloseClientConnections() }}
+	path, handler := jobwatchv1connect.NewJobServiceHandler(svc)
+	mux := http.NewServeMux()
+	mux.Handle(path, handler)
+	srv = httptest.NewUnstartedServer(mux)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(srv.Close)
+
+	var mu sync.Mutex
+	var delays []time.Duration
+	c := client.New(srv.URL, client.WithBackoff(initial, time.Hour), client.WithRetryNotify(func(_ error, d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		delays = append(delays, d)
+	}))
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	job, err := c.WaitForJob(ctx, "j_held")
+	if err != nil || job.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("WaitForJob = %v, %v; want the job SUCCEEDED", job, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(delays) != 5 {
+		t.Fatalf("%d retries (%v), want one after each of the 5 cuts", len(delays), delays)
+	}
+	for i, d := range delays {
+		if d > initial {
+			t.Errorf("retry %d after a held call was cut waited %v; want at most the first step, %v (all: %v)", i+1, d, initial, delays)
+		}
+	}
+}
+
+// heldThenCut answers WaitJob: the first five calls are held a little
+// over a second and then cut (every connection dropped, as a server that
+// died), the sixth with the job SUCCEEDED.
+type heldThenCut struct {
+	jobwatchv1connect.UnimplementedJobServiceHandler
+	calls *atomic.Int32
+	cut   func()
+}
+
+func (h *heldThenCut) WaitJob(ctx context.Context, req *jobwatchv1.WaitJobRequest) (*jobwatchv1.WaitJobResponse, error) {
+	if h.calls.Add(1) <= 5 {
+		time.Sleep(time.Second + 50*time.Millisecond)
+		h.cut()
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return &jobwatchv1.WaitJobResponse{Job: &jobwatchv1.Job{Id: req.GetJobId(), State: jobwatchv1.JobState_JOB_STATE_SUCCEEDED}}, nil
 }

@@ -23,6 +23,9 @@ export function backoffWithDefaults(b?: Partial<Backoff>): Backoff {
 /** Called before each retry's sleep: what failed and how long the sleep is. */
 export type RetryNotify = (err: unknown, delayMs: number) => void;
 
+/** heldCallMs: see Retrier.failedAfter; the Go client's heldCall. */
+const heldCallMs = 1000;
+
 /**
  * Retrier counts the consecutive failures of one loop; reset it after any
  * success so the next outage starts from initialMs again.
@@ -37,6 +40,20 @@ export class Retrier {
 
   reset(): void {
     this.failures = 0;
+  }
+
+  /**
+   * failedAfter counts a call asked at askedMs (performance.now()) that
+   * failed: one held at least heldCallMs had reached a live server (a
+   * long call parked on a server that then died), so the next delay starts
+   * again from initialMs, as after an answer. Without it a server
+   * restarted now and then had a parked wait's retries wait longer each
+   * time, though each had been heard.
+   */
+  failedAfter(askedMs: number): void {
+    if (performance.now() - askedMs >= heldCallMs) {
+      this.failures = 0;
+    }
   }
 
   /** delay is the next sleep, counting one more failure. */

@@ -329,6 +329,7 @@ export class JobwatchClient {
         failure = new Error("server answered without waiting (shutting down?)");
       } catch (err) {
         failure = waitError(err, signal);
+        r.failedAfter(asked);
       }
       await r.wait(failure, signal);
     }
@@ -359,6 +360,7 @@ export class JobwatchClient {
     let last = BigInt(options.afterVersion ?? 0);
     const r = this.retrier();
     for (;;) {
+      const asked = performance.now();
       let received = false;
       let failure: unknown;
       try {
@@ -383,6 +385,7 @@ export class JobwatchClient {
         }
       } catch (err) {
         failure = waitError(err, signal);
+        r.failedAfter(asked);
       }
       if (received) {
         r.reset();
@@ -411,6 +414,7 @@ export class JobwatchClient {
     let resumeToken = req.resumeToken ?? "";
     const r = this.retrier();
     for (;;) {
+      const asked = performance.now();
       let received = false;
       let failure: unknown;
       try {
@@ -432,6 +436,7 @@ export class JobwatchClient {
           throw toJobwatchError(err, signal);
         }
         failure = err;
+        r.failedAfter(asked);
       }
       if (received) {
         r.reset();

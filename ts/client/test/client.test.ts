@@ -3,12 +3,16 @@
 // errors.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import * as http2 from "node:http2";
+import type * as net from "node:net";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import {
   AlreadyActiveError,
   Code,
   JobNotStartedError,
+  JobService,
   JobState,
   JobwatchError,
   NotFoundError,
@@ -463,4 +467,53 @@ test("a job goes to JSON with jobJson, and its times are Dates with timestampDat
   assert.ok(job.createdAt !== undefined);
   const created = timestampDate(job.createdAt);
   assert.ok(created instanceof Date && Math.abs(created.getTime() - Date.now()) < 60_000, `createdAt as a Date: ${created}`);
+});
+
+test("a wait held by a server that then went away retries from the first step of its backoff, however often that happens", async () => {
+  // A server of its own, whose WaitJob holds each of the first five calls
+  // a little over a second and then drops the connection, as a server
+  // that died; the sixth is answered with the job ended.
+  let calls = 0;
+  const sessions = new Set<http2.ServerHttp2Session>();
+  const routes = connectNodeAdapter({
+    routes: (router) =>
+      router.service(JobService, {
+        async waitJob(req) {
+          calls++;
+          if (calls <= 5) {
+            await new Promise((resolve) => setTimeout(resolve, 1050));
+            for (const s of sessions) {
+              s.destroy();
+            }
+            await new Promise(() => {}); // its connection is gone
+          }
+          return { job: { id: req.jobId, state: JobState.SUCCEEDED } };
+        },
+      }),
+  });
+  const h2 = http2.createServer(routes);
+  h2.on("session", (s) => {
+    sessions.add(s);
+    s.on("close", () => sessions.delete(s));
+  });
+  await new Promise<void>((resolve) => h2.listen(0, "127.0.0.1", () => resolve()));
+  const url = `http://127.0.0.1:${(h2.address() as net.AddressInfo).port}`;
+  try {
+    const delays: number[] = [];
+    const client = createClient({ url, backoff: { initialMs: 50, maxMs: 3_600_000 }, onRetry: (_err, ms) => delays.push(ms) });
+    const done = await client.waitForJob("j_held");
+    assert.equal(done.state, JobState.SUCCEEDED);
+    // Were each cut counted as one more failure, the fifth retry's delay
+    // would be drawn from up to 16 steps: all five within the first
+    // happens by chance once in a thousand.
+    assert.equal(delays.length, 5, `retries: ${delays}`);
+    for (const d of delays) {
+      assert.ok(d <= 50, `a retry after a held call was cut slept ${d} ms, more than the first step (all: ${delays})`);
+    }
+  } finally {
+    for (const s of sessions) {
+      s.destroy();
+    }
+    await new Promise((resolve) => h2.close(resolve));
+  }
 });
