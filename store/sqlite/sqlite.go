@@ -151,6 +151,9 @@ type Store struct {
 	// ckpt copies the WAL into the database file beside the writer
 	// (checkpoint.go).
 	ckpt *checkpointer
+	// file is the database file and its -wal as opened; the writer
+	// commits nothing while either is gone from its path (filegone.go).
+	file fileIdentity
 	// fairTenants is, for each queue whose last claim found it
 	// contested, how many tenants had ready jobs there (claimJobs' hint
 	// of how many jobs to pick first; under fairMu).
@@ -243,6 +246,10 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 	if err := s.probeOpen(ctx); err != nil {
 		write.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, withRemedy(err))
+	}
+	if s.file, err = identify(path); err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, jobtype.ErrUnavailable, err)
 	}
 
 	// The read pool opens after the writer has made the file WAL, which is

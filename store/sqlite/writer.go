@@ -378,7 +378,11 @@ func (s *Store) runBatch(batch []*writeRequest) (carry []*writeRequest) {
 		s.reply(taken)
 		return carry
 	}
-	if err := s.drainReleases(ctx, tx); err != nil {
+	err = s.drainReleases(ctx, tx)
+	if err == nil {
+		err = s.file.check()
+	}
+	if err != nil {
 		_ = tx.Rollback()
 		for _, t := range taken {
 			if t.released {
