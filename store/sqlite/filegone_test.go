@@ -3,6 +3,7 @@ package sqlite
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -61,6 +62,21 @@ func TestWritesAreRefusedWhileTheDatabaseFileIsGoneFromItsPath(t *testing.T) {
 	for _, id := range []string{"while-gone-wal-shm", "while-gone-wal"} {
 		if _, err := again.GetJob(ctx, id); err == nil {
 			t.Errorf("job %s, refused, is in the file", id)
+		}
+	}
+}
+
+// BenchmarkFileCheck is what the writer's look at its file costs a batch.
+func BenchmarkFileCheck(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "jobs.db")
+	s, err := Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	for b.Loop() {
+		if err := s.file.check(); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
