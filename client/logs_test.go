@@ -259,6 +259,71 @@ func TestLogLinesSentAgainAfterALostAnswerAreKeptOnce(t *testing.T) {
 	}
 }
 
+// awayBackend refuses every AppendLogs, as a server away would, until
+// back is closed; its claims' leases say they last ttl.
+type awayBackend struct {
+	client.WorkerBackend
+	ttl     time.Duration
+	back    chan struct{}
+	refused atomic.Int64
+}
+
+func (b *awayBackend) Claim(ctx context.Context, workerID string, kinds, queues []string) (*client.Lease, error) {
+	l, err := b.WorkerBackend.Claim(ctx, workerID, kinds, queues)
+	if l != nil {
+		l.TTL = b.ttl
+	}
+	return l, err
+}
+
+func (b *awayBackend) AppendLogs(ctx context.Context, l *client.Lease, lines []*jobwatchv1.AppendLogLine) (bool, error) {
+	select {
+	case <-b.back:
+		return b.WorkerBackend.(client.LogAppender).AppendLogs(ctx, l, lines)
+	default:
+		b.refused.Add(1)
+		return false, connect.NewError(connect.CodeUnavailable, errors.New("connection refused"))
+	}
+}
+
+// Lines a handler logged just before it returned, while the server was
+// away, go once it is back, as long as the lease has room left for the
+// outcome: here a lease of 6 s, and a server back 2.4 s after the
+// handler returned, past the third of the lease that the lines were
+// given before (an outside probe saw a job's last lines lost to a
+// restart of 3 s under a lease of 6 s, its outcome reported).
+func TestLogLinesHeldThroughAnOutageGoBeforeTheOutcome(t *testing.T) {
+	away := &awayBackend{ttl: 6 * time.Second, back: make(chan struct{})}
+	returned := make(chan struct{})
+	_, c := logWorker(t, client.WorkerConfig{Backoff: client.Backoff{Initial: 50 * time.Millisecond, Max: 50 * time.Millisecond}},
+		func(b client.WorkerBackend) client.WorkerBackend {
+			away.WorkerBackend = b
+			return away
+		}, func(w *client.Worker) {
+			w.Handle("talk", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+				p.Logf("one")
+				p.Logf("two")
+				close(returned)
+				return "done", nil
+			})
+		})
+	job := submit(t, c, "talk")
+	<-returned
+	time.Sleep(2400 * time.Millisecond) // the outage: the condition under test, not a wait for something
+	if away.refused.Load() == 0 {
+		t.Fatal("no append was refused during the outage")
+	}
+	close(away.back)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if j, err := c.WaitForJob(ctx, job.GetId()); err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("the job = %v, %v; want SUCCEEDED", j.GetState(), err)
+	}
+	if got := strings.Join(texts(allLogs(t, c, job.GetId())), "|"); got != "one|two" {
+		t.Fatalf("the log holds %q, want one|two: the lines held through the outage", got)
+	}
+}
+
 // A chatty handler costs few calls: 20,000 lines logged at once go in
 // calls of at most 1,000 lines and 64 KiB, none lost.
 func TestWorkerBatchesLogLines(t *testing.T) {

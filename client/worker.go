@@ -570,7 +570,7 @@ func (w *Worker) run(ctx context.Context, s *slot, lease *Lease) {
 	// Every line logged goes before the outcome, so a reader of the log
 	// who sees the job end has seen its last line.
 	s.report()
-	if cause := w.flushLogs(ctx, lease, logs); cause != nil {
+	if cause := w.flushLogs(ctx, lease, logs, time.Unix(0, prog.leaseEnd.Load())); cause != nil {
 		log.Info("job ended by the server while its log was sent; outcome dropped", "cause", cause)
 		return
 	}
@@ -588,17 +588,29 @@ func (w *Worker) startLogs(ctx context.Context, log *slog.Logger, lease *Lease, 
 	send := func(ctx context.Context, lines []*jobwatchv1.AppendLogLine) (bool, error) {
 		return la.AppendLogs(ctx, lease, lines)
 	}
-	return startLogBatcher(ctx, send, w.cfg.LogBufferBytes, cancel, w.cfg.Backoff, leaseTTL(lease), log)
+	// Its retries come at least every sixth of the lease, so that lines
+	// held through an outage go soon after the server is back, while
+	// the lease still has room for the outcome (flushLogs).
+	p := w.cfg.Backoff.policy()
+	backoff := Backoff{Initial: p.Initial, Max: max(min(p.Max, leaseTTL(lease)/6), p.Initial)}
+	return startLogBatcher(ctx, send, w.cfg.LogBufferBytes, cancel, backoff, leaseTTL(lease), log)
 }
 
-// flushLogs sends the lines the job's handler left, for at most a third
-// of the lease: the last heartbeat extended it at most a third ago (see
-// heartbeat), so a third is left for the outcome however slow the
-// server is with lines. It returns why the server stopped the log
-// (ErrJobCancelled, ErrLeaseLost), if it did: then no outcome will be
-// taken either.
-func (w *Worker) flushLogs(ctx context.Context, lease *Lease, logs *logBatcher) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseTTL(lease)/3)
+// flushLogs sends the lines the job's handler left, until a sixth of the
+// lease is left of it (leaseEnd, as the heartbeats last extended it) for
+// the outcome, and for a third of the lease at least: the last
+// heartbeat extended it at most a third ago (see heartbeat). A server
+// away for a while as the handler returns (a restart) so takes the lines
+// once it is back, not only if it is back within a third of the lease.
+// It returns why the server stopped the log (ErrJobCancelled,
+// ErrLeaseLost), if it did: then no outcome will be taken either.
+func (w *Worker) flushLogs(ctx context.Context, lease *Lease, logs *logBatcher, leaseEnd time.Time) error {
+	ttl := leaseTTL(lease)
+	deadline := leaseEnd.Add(-ttl / 6)
+	if least := time.Now().Add(ttl / 3); deadline.Before(least) {
+		deadline = least
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
 	return logs.close(ctx)
 }
@@ -695,6 +707,7 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 	}
 	minGap := min(w.cfg.ProgressInterval, interval)
 	expires := time.Now().Add(lease.TTL)
+	prog.leaseEnd.Store(expires.UnixNano())
 	lastSent := time.Time{}
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
@@ -759,6 +772,7 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 			r.reset()
 			beats.worked(log)
 			expires = sentAt.Add(lease.TTL)
+			prog.leaseEnd.Store(expires.UnixNano())
 		case errors.Is(err, ErrLeaseLost):
 			cancel(ErrLeaseLost)
 			return
@@ -859,12 +873,19 @@ type PanicError struct {
 
 func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
 
-// progressState is the latest progress of a running job; set never blocks.
+// progressState is the latest progress of a running job, and the end
+// of its lease as the heartbeats that sent it last extended it; set
+// never blocks.
 type progressState struct {
 	mu      sync.Mutex
 	percent int32
 	step    string
-	changed chan struct{} // buffered 1: "something changed since the last send"
+	// leaseEnd is when the lease ends as this worker counts it (the
+	// claim's or the last heartbeat's time plus the TTL), in Unix
+	// nanoseconds: what the log's last lines may take of it before the
+	// outcome (flushLogs).
+	leaseEnd atomic.Int64
+	changed  chan struct{} // buffered 1: "something changed since the last send"
 }
 
 func newProgressState() *progressState {
