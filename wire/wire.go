@@ -8,6 +8,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -158,14 +159,27 @@ func Value(raw json.RawMessage) (*structpb.Value, error) {
 	return v, nil
 }
 
-// JSON turns a Value from the wire into JSON for the store. An
-// absent Value, or one with no kind set (possible only in binary
-// protobuf), is no JSON.
+// JSON turns a Value from the wire into JSON for the store, compact:
+// protojson puts a space after some commas and colons, chosen at random
+// per binary to keep callers from relying on its layout, so its bytes
+// would be up to a third more than what a caller sent, and the payload
+// limit (counted on these bytes) would depend on the build. An absent
+// Value, or one with no kind set (possible only in binary protobuf), is
+// no JSON.
 func JSON(v *structpb.Value) (json.RawMessage, error) {
 	if v == nil || v.Kind == nil {
 		return nil, nil
 	}
-	return protojson.Marshal(v)
+	b, err := protojson.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var compact bytes.Buffer
+	compact.Grow(len(b))
+	if err := json.Compact(&compact, b); err != nil {
+		return nil, err
+	}
+	return compact.Bytes(), nil
 }
 
 // Timestamp returns t for the wire; the zero time is no timestamp.
