@@ -133,7 +133,7 @@ func TestAFormOrNoContentTypeIsToldWhatToSend(t *testing.T) {
 	for _, tc := range []struct{ path, contentType, want string }{
 		{"/jobwatch.v1.JobService/GetJob", "application/x-www-form-urlencoded", "Content-Type: application/json"},
 		{"/jobwatch.v1.JobService/GetJob", "application/connect+json", "is for server streams; GetJob is unary: send JSON with Content-Type: application/json"},
-		{"/jobwatch.v1.JobService/GetJob", "application/json; charset=latin1", "Content-Type: application/json"},
+		{"/jobwatch.v1.JobService/GetJob", "application/json; charset=latin1", `names the charset "latin1": jobwatch reads text in UTF-8 alone; send the body in UTF-8 with charset=utf-8 or no charset`},
 		{"/jobwatch.v1.JobService/GetJob", "application/grpc-web-text", "Content-Type: application/json"},
 		{"/jobwatch.v1.JobService/GetJob", "application/grpc+xml", "Content-Type: application/json"},
 		{"/jobwatch.v1.JobService/WatchJob", "application/grpc-web-text+proto", "WatchJob, a server stream: send Content-Type: application/connect+json"},
@@ -667,5 +667,13 @@ func TestThePayloadLimitCountsThePayloadAsSent(t *testing.T) {
 		[]byte(`{"kind":"k","hold":true,"payload":`+payload(1025)+`}`))
 	if status != 429 || !strings.Contains(body, "payload: 1025 bytes as JSON is over the limit of 1024") {
 		t.Fatalf("a payload of 1,025 bytes: HTTP %d %s; want 429 counting 1025 bytes", status, body)
+	}
+	// Nested past what protojson decodes (10,000 levels), it is refused
+	// with the limit a payload has, not the decoder's words.
+	deep := strings.Repeat("[", 10001) + strings.Repeat("]", 10001)
+	status, body = postAnswer(t, http.DefaultClient, ts.url+"/jobwatch.v1.JobService/SubmitJob", "application/json", nil,
+		[]byte(`{"kind":"k","hold":true,"payload":`+deep+`}`))
+	if status != 400 || !strings.Contains(body, "nested too deep to decode: a payload or result may be nested 128 levels at most") {
+		t.Fatalf("a payload nested 10,001 levels: HTTP %d %s; want 400 naming the 128 levels", status, body)
 	}
 }

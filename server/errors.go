@@ -112,16 +112,22 @@ func callersEnd(ctx context.Context, err error) *connect.Error {
 	cut := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jobtype.ErrUnavailable)
 	switch {
 	case cut && errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return connect.NewError(connect.CodeDeadlineExceeded, context.DeadlineExceeded)
+		return connect.NewError(connect.CodeDeadlineExceeded, errCallersDeadline)
 	case cut && ctx.Err() != nil:
 		return connect.NewError(connect.CodeCanceled, context.Canceled)
 	case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jobtype.ErrUnavailable):
 		if _, ok := ctx.Deadline(); ok {
-			return connect.NewError(connect.CodeDeadlineExceeded, context.DeadlineExceeded)
+			return connect.NewError(connect.CodeDeadlineExceeded, errCallersDeadline)
 		}
 	}
 	return nil
 }
+
+// errCallersDeadline is what a call cut by its own deadline is told: in
+// its words, not Go's ("context deadline exceeded"), with what it may
+// rely on. It wraps context.DeadlineExceeded.
+var errCallersDeadline = fmt.Errorf("the call's deadline passed before its answer was ready (its timeout is too short for how busy the server is): "+
+	"a change it asked for was made whole or not at all; read the job to know which, or repeat a submit with its unique_key: %w", context.DeadlineExceeded)
 
 // conflict is already_exists with the active job's id in the message and
 // in a JobAlreadyActive detail that generated clients can read.

@@ -52,7 +52,13 @@ func explainMediaType(next http.Handler) http.Handler {
 		}
 		msg := "Content-Type " + got + " is not one jobwatch reads: send JSON with Content-Type: application/json " +
 			"(curl -H 'Content-Type: application/json'), or protobuf, gRPC or gRPC-Web"
-		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); strings.HasPrefix(mt, "application/connect+") {
+		mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+		if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+			// The type may be right; the charset is what is refused.
+			msg = "Content-Type " + got + " names the charset " + fmt.Sprintf("%q", cs) + ": jobwatch reads text in UTF-8 alone; " +
+				"send the body in UTF-8 with charset=utf-8 or no charset (Content-Type: application/json)"
+		}
+		if strings.HasPrefix(mt, "application/connect+") {
 			msg = "Content-Type " + got + " is for server streams; " + method + " is unary: send JSON with " +
 				"Content-Type: application/json (curl -H 'Content-Type: application/json'), or protobuf, gRPC or gRPC-Web"
 		}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -142,6 +143,15 @@ func TestASubmitWhileAnotherProcessHoldsTheLock(t *testing.T) {
 			_, err := c.jobs.SubmitJob(ctx, &jobwatchv1.SubmitJobRequest{Kind: "deadline"})
 			return err
 		}},
+		{"curl with a deadline gets 504 deadline_exceeded by it, in words that say what stands", callerDeadline, connect.CodeDeadlineExceeded, func() error {
+			status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/SubmitJob", "application/json", []byte(`{"kind":"curl-deadline"}`),
+				"Connect-Timeout-Ms", strconv.FormatInt(callerDeadline.Milliseconds(), 10))
+			if status != http.StatusGatewayTimeout || !strings.Contains(body, `"code":"deadline_exceeded"`) ||
+				!strings.Contains(body, "the call's deadline passed before its answer was ready") {
+				return fmt.Errorf("curl got %d %s", status, body)
+			}
+			return connect.NewError(connect.CodeDeadlineExceeded, nil)
+		}},
 		{"curl with no deadline gets 503 unavailable after the lock timeout", lockTimeout, connect.CodeUnavailable, func() error {
 			status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/SubmitJob", "application/json", []byte(`{"kind":"curl"}`))
 			if status != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"unavailable"`) ||
@@ -182,7 +192,7 @@ func TestASubmitWhileAnotherProcessHoldsTheLock(t *testing.T) {
 	if !strings.Contains(ts.logs.String(), "the database accepts writes again") {
 		t.Errorf("the recovery is not logged:\n%s", ts.logs.String())
 	}
-	for _, kind := range []string{"no-deadline", "deadline", "curl"} {
+	for _, kind := range []string{"no-deadline", "deadline", "curl", "curl-deadline"} {
 		resp, err := c.jobs.ListJobs(ctxTimeout(t, 5*time.Second), &jobwatchv1.ListJobsRequest{Kind: kind})
 		if err != nil || len(resp.GetJobs()) != 0 {
 			t.Errorf("jobs of kind %s after a refused submit: %v, %v; want none", kind, resp.GetJobs(), err)
