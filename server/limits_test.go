@@ -841,3 +841,50 @@ func TestAWaitJobsCountsOnePlaceForEvery16Jobs(t *testing.T) {
 	}
 	ts.waitForGauge("jobwatch_parked_calls", 0)
 }
+
+// A tenant's waits and watches and its workers' claims each have the
+// per-tenant limit: a client token that parks as many waits as the limit
+// allows (an outside probe parked 2,600) does not keep its tenant's
+// workers from parking their claims, which then take a job the moment it
+// is ready, nor do they keep it from parking more waits.
+func TestATenantsWaitsDoNotKeepItsWorkersFromParkingClaims(t *testing.T) {
+	const perTenant = 2
+	ts := startServer(t, serverOptions{config: server.Config{
+		Tokens: testTokens(t), MaxParkedCalls: 100, MaxParkedCallsPerTenant: perTenant, WaitCap: time.Minute, ClaimCap: time.Minute,
+	}})
+	p := authProtocols[1]
+	client, worker := ts.clientsWithToken(p, acmeToken), ts.clientsWithToken(p, acmeWorker)
+	queued := submit(t, client, &jobwatchv1.SubmitJobRequest{Kind: "queued"})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	waits := make(chan error, perTenant)
+	for range perTenant {
+		go func() {
+			_, err := client.jobs.WaitJob(ctx, &jobwatchv1.WaitJobRequest{JobId: queued.GetId()})
+			waits <- err
+		}()
+	}
+	ts.waitForMetric("acme's waits parked", 10*time.Second, func(v float64) bool { return v == perTenant },
+		"jobwatch_parked_calls_by_tenant", "tenant", "acme")
+	wantTenantLimit(t, watchErr(t, client, queued.GetId()), `tenant "acme"`)
+
+	claimed := make(chan string, 1)
+	go func() {
+		resp, err := worker.workers.ClaimJob(ctx, &jobwatchv1.ClaimJobRequest{WorkerId: "w", Kinds: []string{"later"}})
+		if err != nil {
+			t.Errorf("acme's worker's claim while acme's waits fill its limit: %v", err)
+		}
+		claimed <- resp.GetJob().GetId()
+	}()
+	ts.waitForMetric("acme's claim parked beside its waits", 10*time.Second, func(v float64) bool { return v == perTenant+1 },
+		"jobwatch_parked_calls_by_tenant", "tenant", "acme")
+	later := submit(t, client, &jobwatchv1.SubmitJobRequest{Kind: "later"})
+	if got := <-claimed; got != later.GetId() {
+		t.Fatalf("the parked claim took %q, want the job submitted while it was parked, %s", got, later.GetId())
+	}
+	cancel()
+	for range perTenant {
+		<-waits
+	}
+}

@@ -33,7 +33,16 @@ type parkedCalls struct {
 	conns     *connMetrics
 
 	mu      sync.Mutex
-	tenants map[string]int64 // parked calls of each tenant with any
+	tenants map[tenantPlaces]int64 // parked calls of each tenant with any, claims apart
+}
+
+// tenantPlaces is what a tenant's limit counts: its workers' claims and
+// its waits and watches each have a limit of their own, so that a client
+// token, which parks waits, cannot keep its tenant's workers from
+// parking their claims, nor workers the tenant's waits.
+type tenantPlaces struct {
+	tenant string
+	claims bool
 }
 
 func newParkedCalls(limit, perTenant, perConn int, metrics *Metrics, conns *connMetrics) *parkedCalls {
@@ -43,7 +52,7 @@ func newParkedCalls(limit, perTenant, perConn int, metrics *Metrics, conns *conn
 		perConn:   int64(perConn),
 		metrics:   metrics,
 		conns:     conns,
-		tenants:   map[string]int64{},
+		tenants:   map[tenantPlaces]int64{},
 	}
 }
 
@@ -128,23 +137,27 @@ func (p *parkedCalls) parkCounted(kind, tenant string, counted bool, places int6
 		return releaseTotal, nil
 	}
 	label := tenantLabel(tenant)
+	key := tenantPlaces{tenant: tenant, claims: kind == parkClaimKind}
+	other := tenantPlaces{tenant: tenant, claims: !key.claims}
 	p.mu.Lock()
-	if p.tenants[tenant]+places > p.perTenant {
+	if p.tenants[key]+places > p.perTenant {
 		p.mu.Unlock()
 		p.n.Add(-places)
 		p.metrics.tenantParkRefused.WithLabelValues(kind, label).Inc()
 		return nil, p.tenantLimitError(kind, tenant)
 	}
-	p.tenants[tenant] += places
+	p.tenants[key] += places
 	p.metrics.parkedByTenant.WithLabelValues(label).Add(float64(places))
 	p.mu.Unlock()
 	p.metrics.parkedCalls.Add(float64(places))
 	return func() {
 		p.mu.Lock()
-		if p.tenants[tenant] -= places; p.tenants[tenant] == 0 {
+		if p.tenants[key] -= places; p.tenants[key] == 0 {
+			delete(p.tenants, key)
+		}
+		if p.tenants[other] == 0 && p.tenants[key] == 0 {
 			// Only tenants with parked calls keep a series, so the
 			// tenants a caller may name cannot grow /metrics for ever.
-			delete(p.tenants, tenant)
 			p.metrics.parkedByTenant.DeleteLabelValues(label)
 		} else {
 			p.metrics.parkedByTenant.WithLabelValues(label).Sub(float64(places))
@@ -185,10 +198,17 @@ func (p *parkedCalls) tenantLimitError(kind, tenant string) error {
 	if tenant == "" {
 		who = "workers bound to no tenant already hold their"
 	}
+	what := "waits and watches; its workers' claims have a limit of their own"
+	switch {
+	case tenant == "":
+		what = "claims"
+	case kind == parkClaimKind:
+		what = "claims of its workers; its waits and watches have a limit of their own"
+	}
 	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
-		"%s limit of %d parked calls (waits, watches and claims; --max-parked-calls-per-tenant); "+
+		"%s limit of %d parked calls (%s; --max-parked-calls-per-tenant); "+
 			"retry the %s later with backoff, close calls you no longer need, or ask the operator to raise the limit",
-		who, p.perTenant, kindNoun(kind)))
+		who, p.perTenant, what, kindNoun(kind)))
 }
 
 // parkWait takes a place for a WaitJob (or SubmitJob with wait) on job
