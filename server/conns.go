@@ -316,6 +316,7 @@ type limitedConn struct {
 
 	spoken atomic.Bool  // it has sent a request
 	parked atomic.Int64 // its parked calls
+	resets resetCount   // its calls the client cancelled (resets.go)
 
 	// Guarded by limit.mu.
 	gone         bool          // its place was given back
@@ -433,6 +434,7 @@ type connMetrics struct {
 	firstRequestTimeouts prometheus.Counter
 	freshClosed          prometheus.Counter
 	bodiesClosed         prometheus.Counter
+	resetsClosed         prometheus.Counter
 	parkConnRefused      *prometheus.CounterVec
 	streamsRefused       *prometheus.CounterVec
 }
@@ -455,6 +457,10 @@ func newConnMetrics() *connMetrics {
 			Name: "jobwatch_connections_closed_pending_bodies_total",
 			Help: "Connections closed because their request body was awaited the longest when --max-pending-bodies were on their way.",
 		}),
+		resetsClosed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "jobwatch_connections_closed_resets_total",
+			Help: "HTTP/2 connections closed because their client cancelled more than 1,000 calls within 10s (a rapid-reset flood).",
+		}),
 		parkConnRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jobwatch_parked_calls_conn_refused_total",
 			Help: "Calls that could not park because their connection held --max-parked-calls-per-conn, by kind.",
@@ -469,7 +475,7 @@ func newConnMetrics() *connMetrics {
 // register registers m on reg, or takes the collectors already there (a
 // registry shared by two servers).
 func (m *connMetrics) register(reg *prometheus.Registry, log *slog.Logger) {
-	for _, c := range []any{&m.fresh, &m.firstRequestTimeouts, &m.freshClosed, &m.bodiesClosed, &m.parkConnRefused, &m.streamsRefused} {
+	for _, c := range []any{&m.fresh, &m.firstRequestTimeouts, &m.freshClosed, &m.bodiesClosed, &m.resetsClosed, &m.parkConnRefused, &m.streamsRefused} {
 		switch c := c.(type) {
 		case *prometheus.Gauge:
 			*c = registered(reg, *c, log)
