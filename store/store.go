@@ -106,6 +106,26 @@ type ClaimFilter struct {
 	TenantMaxRunning map[string]int
 }
 
+// Ruled reports whether a claim under f must respect a rule: a queue it
+// may take from (any, when it names none) has one in Limits, or a
+// tenant has a bound on its running jobs. The rules of queues it does
+// not take from (Limits holds every queue's) are no reason to take the
+// slower ways of a ruled claim: a pool they share with a queue it takes
+// from is in that queue's rule too.
+func (f ClaimFilter) Ruled() bool {
+	for q := range f.Limits {
+		if len(f.Queues) == 0 || slices.Contains(f.Queues, q) {
+			return true
+		}
+	}
+	for _, n := range f.TenantMaxRunning {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // QueueLimit is what a claim must respect for one queue.
 type QueueLimit struct {
 	// MaxRunning bounds the queue's RUNNING jobs; 0: unbounded.

@@ -815,7 +815,7 @@ func (s *Store) ClaimJobs(ctx context.Context, f store.ClaimFilter, c store.Clai
 		}
 		if errors.Is(err, errContested) {
 			handled := false
-			if len(c.LeaseIDs) > 1 && len(f.Limits) == 0 && len(rulesFor(f).capTenants) == 0 {
+			if len(c.LeaseIDs) > 1 && !f.Ruled() {
 				claimed, handled, err = s.claimTurns(ctx, f, c, keys)
 			}
 			if !handled {

@@ -152,6 +152,22 @@ func (s *Store) LastDrained(ctx context.Context) (map[string]time.Time, error) {
 	return out, nil
 }
 
+// retentionPick picks up to $2 ended jobs that ended before $1 (or
+// have no end time), none a WAITING job runs after. Its two halves each
+// seek jobs_finished: one condition with an OR of the two would have
+// the planner scan the whole table, every second on every replica,
+// once most of it is ended jobs kept by a long retention (an outside
+// probe: 107 to 255 ms a sweep at 690,000 rows, finding nothing).
+const retentionPick = `
+	SELECT seq FROM jobs AS e WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') AND finished_at < $1
+		AND NOT EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS w ON w.id = d.job_id
+			WHERE d.after_id = e.id AND w.state = 'waiting')
+	UNION ALL
+	SELECT seq FROM jobs AS e WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') AND finished_at IS NULL
+		AND NOT EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS w ON w.id = d.job_id
+			WHERE d.after_id = e.id AND w.state = 'waiting')
+	LIMIT $2`
+
 // DeleteFinishedBefore implements store.Store in statements of at most
 // deleteBatch jobs, and as many records of deletions, each its own
 // transaction: one commit when there is little to delete, as on most
@@ -161,11 +177,7 @@ func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, err
 	n := 0
 	for {
 		var jobs, records int64
-		err := s.pool.QueryRow(ctx, `WITH j AS (DELETE FROM jobs WHERE seq IN (
-				SELECT seq FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost')
-				AND (finished_at < $1 OR finished_at IS NULL)
-				AND NOT EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS w ON w.id = d.job_id
-					WHERE d.after_id = jobs.id AND w.state = 'waiting') LIMIT $2) RETURNING 1),
+		err := s.pool.QueryRow(ctx, `WITH j AS (DELETE FROM jobs WHERE seq IN (`+retentionPick+`) RETURNING 1),
 			d AS (DELETE FROM job_deletions WHERE seq IN (
 				SELECT seq FROM job_deletions WHERE deleted_at < $1 LIMIT $2) RETURNING 1)
 			SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM d)`, micro(t), deleteBatch).Scan(&jobs, &records)

@@ -644,19 +644,10 @@ func laneCTEs(f store.ClaimFilter, unfinished, due, bound string, ready bool, te
 	return lanes, laneHeads, notCapped, laned
 }
 
-// ruled says whether a pick under f is ruledPickQuery: with queue rules,
-// or a tenant's bound on its running jobs.
-func ruled(f store.ClaimFilter) bool {
-	if len(f.Limits) > 0 {
-		return true
-	}
-	for _, n := range f.TenantMaxRunning {
-		if n > 0 {
-			return true
-		}
-	}
-	return false
-}
+// ruled says whether a pick under f is ruledPickQuery: with rules of a
+// queue it may take from, or a tenant's bound on its running jobs
+// (store.ClaimFilter.Ruled).
+func ruled(f store.ClaimFilter) bool { return f.Ruled() }
 
 // pickQuery is the pick of one job, the one NextReady looks at:
 // selected of the first QUEUED job ClaimJobs could take (ready), or of

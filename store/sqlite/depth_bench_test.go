@@ -183,8 +183,11 @@ func reportJobs(b *testing.B, perOp int, cpu time.Duration) {
 type depthStore struct {
 	s     *Store
 	depth int
-	clock atomic.Int64 // µs
-	lease atomic.Int64
+	// ruleElsewhere: claims name the queue "q" and carry the rule of
+	// another, a serial "index" (BenchmarkContestedClaimBesideRules).
+	ruleElsewhere bool
+	clock         atomic.Int64 // µs
+	lease         atomic.Int64
 }
 
 // seedDepth opens a store with depth QUEUED jobs of depthKind in queue
@@ -234,7 +237,11 @@ func (d *depthStore) now() time.Time { return fromMicro(d.clock.Add(1)) }
 
 // filter is a worker's: its kind, any queue; every job due.
 func (d *depthStore) filter() store.ClaimFilter {
-	return store.ClaimFilter{Kinds: []string{depthKind}, Now: depthStart.AddDate(1, 0, 0)}
+	f := store.ClaimFilter{Kinds: []string{depthKind}, Now: depthStart.AddDate(1, 0, 0)}
+	if d.ruleElsewhere {
+		f.Queues, f.Limits = []string{"q"}, map[string]store.QueueLimit{"index": {Serial: true}}
+	}
+	return f
 }
 
 func (d *depthStore) leases(n int) []string {

@@ -27,3 +27,22 @@ func BenchmarkClaimTenants(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkContestedClaimBesideRules: claims of 50 jobs from the queue
+// "q", which has no rules, where 10 tenants' jobs wait, with and without
+// a rule on another queue (a serial "index"), which is no reason for the
+// claim to take the ruled pick.
+//
+//	go test ./store/sqlite -run '^$' -bench BenchmarkContestedClaimBesideRules
+func BenchmarkContestedClaimBesideRules(b *testing.B) {
+	for _, elsewhere := range []bool{false, true} {
+		b.Run(fmt.Sprintf("rule-elsewhere=%v", elsewhere), func(b *testing.B) {
+			d := seedDepth(b, 20_000)
+			d.ruleElsewhere = elsewhere
+			if _, err := d.s.write.Exec(`UPDATE jobs SET tenant = 't' || (rowid % 10)`); err != nil {
+				b.Fatal(err)
+			}
+			d.benchClaims(b, 50)
+		})
+	}
+}
