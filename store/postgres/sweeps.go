@@ -185,6 +185,10 @@ func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, err
 			return n, fmt.Errorf("delete finished jobs: %w", classify(err))
 		}
 		n += int(jobs)
+		// Each deleted job is a dead row, as a claimed one is: a large
+		// purge (a retention shortened) brings the vacuum's look, not
+		// only later claims.
+		s.vacuum.wrote(int(jobs))
 		if max(jobs, records) < deleteBatch {
 			return n, nil
 		}

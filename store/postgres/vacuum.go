@@ -41,8 +41,8 @@ const (
 // behind a million inserted since took one to two seconds (it sorted them
 // all) where, analyzed, it takes half a millisecond.
 //
-// So where it is off, after every vacuumCheckEvery jobs claimed or
-// created through this Store, its vacuumer reads the table's dead and
+// So where it is off, after every vacuumCheckEvery jobs claimed,
+// created or deleted by retention through this Store, its vacuumer reads the table's dead and
 // changed rows from PostgreSQL's statistics (which count every replica's
 // writes) and, past vacuumDeadRows dead rows, runs VACUUM on the table,
 // in the background, on a connection of the pool; past
@@ -66,8 +66,8 @@ type vacuumer struct {
 	analyzed atomic.Int64  // ANALYZEs run (alone or with a VACUUM), for tests
 }
 
-// wrote counts n jobs claimed or created through the Store and signals
-// a look when vacuumCheckEvery were.
+// wrote counts n jobs claimed, created or deleted by retention through
+// the Store and signals a look when vacuumCheckEvery were.
 func (v *vacuumer) wrote(n int) {
 	if !v.off || v.written.Add(int64(n)) < v.every {
 		return
