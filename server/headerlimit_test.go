@@ -73,18 +73,11 @@ func TestHeadersOverTheLimitAreRefused(t *testing.T) {
 		if err := fr.WriteSettings(); err != nil {
 			t.Fatal(err)
 		}
-		var block bytes.Buffer
-		enc := hpack.NewEncoder(&block)
-		for _, hf := range [][2]string{
-			{":method", "POST"}, {":scheme", "http"}, {":authority", addr},
-			{":path", "/jobwatch.v1.JobService/GetJob"}, {"content-type", "application/json"}, {"x-big", big},
-		} {
-			_ = enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]})
-		}
+		block := postHeaderBlock(addr, "/jobwatch.v1.JobService/GetJob", [2]string{"x-big", big})
 		go func() {
 			// One HEADERS and as many CONTINUATIONs as frames of 16 KiB
 			// take; the server may give up on them before the last.
-			b := block.Bytes()
+			b := block
 			const frame = 16 << 10
 			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: b[:frame], EndStream: true})
 			for b = b[frame:]; len(b) > 0; {
@@ -132,4 +125,18 @@ func TestHeadersOverTheLimitAreRefused(t *testing.T) {
 	})
 
 	submit(t, ts.h2c(), &jobwatchv1.SubmitJobRequest{Kind: "after.headers.over.the.limit"})
+}
+
+// postHeaderBlock is the HTTP/2 header block (HPACK) of a POST of JSON
+// to path at addr, with the extra headers.
+func postHeaderBlock(addr, path string, extra ...[2]string) []byte {
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, hf := range append([][2]string{
+		{":method", "POST"}, {":scheme", "http"}, {":authority", addr},
+		{":path", path}, {"content-type", "application/json"},
+	}, extra...) {
+		_ = enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]})
+	}
+	return block.Bytes()
 }

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
@@ -38,14 +36,7 @@ func TestAConnectionThatFloodsResetsIsClosed(t *testing.T) {
 	if err := fr.WriteSettings(); err != nil {
 		t.Fatal(err)
 	}
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	for _, hf := range [][2]string{
-		{":method", "POST"}, {":scheme", "http"}, {":authority", addr},
-		{":path", "/jobwatch.v1.JobService/GetServerInfo"}, {"content-type", "application/json"},
-	} {
-		_ = enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]})
-	}
+	block := postHeaderBlock(addr, "/jobwatch.v1.JobService/GetServerInfo")
 	closed := make(chan error, 1)
 	go func() {
 		// Read until the server ends the connection.
@@ -59,7 +50,7 @@ func TestAConnectionThatFloodsResetsIsClosed(t *testing.T) {
 	const resets = 100_000 // far more than the bound; the connection should end long before
 	sent := 0
 	for id := uint32(1); sent < resets; id += 2 {
-		if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndHeaders: true, EndStream: true}) != nil ||
+		if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndHeaders: true, EndStream: true}) != nil ||
 			fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
 			break
 		}
