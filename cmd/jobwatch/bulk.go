@@ -140,10 +140,6 @@ func oneOrMany(ctx context.Context, name, verb string, args []string, stdout, st
 	return actOnJobs(ctx, name, verb, args, stdout, stderr, single, printOutcome, bulk)
 }
 
-// actOnJobs runs a command that takes one job id and calls single with
-// it, printing the job it answers with (or that it was deleted: single
-// answered no job), or, with bulk set, that takes a filter instead and
-// calls bulk with it.
 // singleAbout says what a command of one job's ID does, for its -h;
 // the bulk commands say it with their filter flags.
 var singleAbout = map[string]string{
@@ -154,6 +150,10 @@ var singleAbout = map[string]string{
 		"and runs when a worker takes it. Its state is printed.",
 }
 
+// actOnJobs runs a command that takes one job id and calls single with
+// it, printing the job it answers with (or that it was deleted: single
+// answered no job), or, with bulk set, that takes a filter instead and
+// calls bulk with it.
 func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, stderr io.Writer,
 	single func(*client.Client, context.Context, string) (*jobwatchv1.Job, error),
 	print func(io.Writer, *jobwatchv1.Job, bool) error, bulk bulkCall,
