@@ -41,6 +41,9 @@ type exchange struct {
 	// cutReason says why a write of the answer was cut ("send_timeout",
 	// "stream_lifetime"), once one was (sends.go).
 	cutReason string
+	// started is when the call came in, for cancelled (resets.go); kept
+	// here, not in the handler's frame, which a parked call holds.
+	started time.Time
 }
 
 // limits holds what the middleware needs of the server.
@@ -51,6 +54,9 @@ type limits struct {
 	// unbounded lists path prefixes whose request bodies are streams
 	// that stay open as long as the call: no body deadline applies.
 	unbounded []string
+	// cancelled is told of each HTTP/2 call its client cancelled while
+	// it was answered, with when it came in (resets.go); nil: nothing.
+	cancelled func(r *http.Request, started time.Time)
 }
 
 type exchangeKey struct{}
@@ -63,6 +69,7 @@ func (l *limits) handler(next http.Handler) http.Handler {
 			rc:             http.NewResponseController(w),
 			limits:         l,
 			http2:          r.ProtoMajor >= 2,
+			started:        time.Now(),
 		}
 		conn := connOf(r.Context())
 		if conn != nil {
@@ -94,6 +101,9 @@ func (l *limits) handler(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(ex, r)
 		ex.finish()
+		if l.cancelled != nil && ex.http2 && r.Context().Err() != nil {
+			l.cancelled(r, ex.started)
+		}
 	})
 }
 

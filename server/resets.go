@@ -45,27 +45,22 @@ func (r *resetCount) add(now time.Time) bool {
 	return r.n > maxResetsPerWindow
 }
 
-// closeResetFloods counts, for each HTTP/2 call its client cancelled
-// within quickReset while it was being answered, one reset of its
-// connection, and closes
-// a connection past the bound, once, with a warning and a count
-// (jobwatch_connections_closed_resets_total).
-func (s *Server) closeResetFloods(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		next.ServeHTTP(w, r)
-		if r.ProtoMajor != 2 || r.Context().Err() == nil || time.Since(start) > quickReset {
-			return
-		}
-		c := connOf(r.Context())
-		if c == nil || !c.resets.add(time.Now()) {
-			return
-		}
-		if c.release() {
-			s.conns.resetsClosed.Inc()
-			s.log.Warn("closed a connection whose client cancelled its calls faster than any client of jobwatch does (an HTTP/2 rapid-reset flood)",
-				"remote", c.RemoteAddr().String(), "cancelled", maxResetsPerWindow, "within", resetWindow)
-		}
-		_ = c.Conn.Close()
-	})
+// closeResetFloods is limits.cancelled: a call its client cancelled
+// within quickReset of its start counts one reset of its connection,
+// and a connection past the bound is closed, once, with a warning and a
+// count (jobwatch_connections_closed_resets_total).
+func (s *Server) closeResetFloods(r *http.Request, started time.Time) {
+	if time.Since(started) > quickReset {
+		return
+	}
+	c := connOf(r.Context())
+	if c == nil || !c.resets.add(time.Now()) {
+		return
+	}
+	if c.release() {
+		s.conns.resetsClosed.Inc()
+		s.log.Warn("closed a connection whose client cancelled its calls faster than any client of jobwatch does (an HTTP/2 rapid-reset flood)",
+			"remote", c.RemoteAddr().String(), "cancelled", maxResetsPerWindow, "within", resetWindow)
+	}
+	_ = c.Conn.Close()
 }

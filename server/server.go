@@ -423,7 +423,8 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 		// itself ends at its lifetime (streams.go).
 		unbounded: []string{reflectV1, reflectV1Alpha},
 	}
-	s.handler = s.closeResetFloods(lim.handler(h))
+	lim.cancelled = s.closeResetFloods
+	s.handler = lim.handler(h)
 	return s
 }
 
