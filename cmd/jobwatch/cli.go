@@ -164,7 +164,14 @@ type answeredStream struct {
 
 func (s *answeredStream) Receive(msg any) error {
 	err := s.StreamingClientConn.Receive(msg)
-	if !errors.Is(err, io.EOF) {
+	switch {
+	case errors.Is(err, io.EOF):
+	case err != nil && len(s.ResponseHeader()) > 0:
+		// The server answered the call (its headers came) and then the
+		// connection was cut, perhaps in the middle of its first
+		// message: it ran.
+		s.calls.Store(true)
+	default:
 		s.calls.heard(err)
 	}
 	return err
