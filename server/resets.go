@@ -50,11 +50,12 @@ func (r *resetCount) add(now time.Time) bool {
 // and a connection past the bound is closed, once, with a warning and a
 // count (jobwatch_connections_closed_resets_total).
 func (s *Server) closeResetFloods(r *http.Request, started time.Time) {
-	if time.Since(started) > quickReset {
+	now := time.Now()
+	if now.Sub(started) > quickReset {
 		return
 	}
 	c := connOf(r.Context())
-	if c == nil || !c.resets.add(time.Now()) {
+	if c == nil || !c.resets.add(now) {
 		return
 	}
 	if c.release() {

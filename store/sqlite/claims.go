@@ -49,7 +49,7 @@ func (s *Store) ClaimJobs(ctx context.Context, f store.ClaimFilter, c store.Clai
 }
 
 func (s *Store) claimJobs(ctx context.Context, tx *sql.Tx, f store.ClaimFilter, c store.Claim) ([]store.Claimed, error) {
-	if !ruled(f) {
+	if !f.Ruled() {
 		n := len(c.LeaseIDs)
 		m := s.firstPick(f, n)
 		picks, err := pickUnruled(ctx, tx, f, m)
@@ -111,7 +111,7 @@ func pickNext(ctx context.Context, tx *sql.Tx, f store.ClaimFilter) (pick, bool,
 		query string
 		args  []any
 	)
-	if !ruled(f) {
+	if !f.Ruled() {
 		query, args = unruledPickQuery(f, true, 1, columns)
 	} else {
 		var p string
@@ -644,18 +644,13 @@ func laneCTEs(f store.ClaimFilter, unfinished, due, bound string, ready bool, te
 	return lanes, laneHeads, notCapped, laned
 }
 
-// ruled says whether a pick under f is ruledPickQuery: with rules of a
-// queue it may take from, or a tenant's bound on its running jobs
-// (store.ClaimFilter.Ruled).
-func ruled(f store.ClaimFilter) bool { return f.Ruled() }
-
 // pickQuery is the pick of one job, the one NextReady looks at:
 // selected of the first QUEUED job ClaimJobs could take (ready), or of
 // the earliest RunAt among those it could take once their RunAt comes,
 // whatever their priority (not ready), in the first row (of maybe more);
 // a bare column name, which both picks know (the ruled one as j's).
 func pickQuery(f store.ClaimFilter, ready bool, selected string) (string, []any) {
-	if !ruled(f) {
+	if !f.Ruled() {
 		return unruledPickQuery(f, ready, 1, selected)
 	}
 	return ruledPickQuery(f, ready, "j."+selected)

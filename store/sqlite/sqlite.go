@@ -151,8 +151,8 @@ type Store struct {
 	// ckpt copies the WAL into the database file beside the writer
 	// (checkpoint.go).
 	ckpt *checkpointer
-	// file is the database file and its -wal as opened; the writer
-	// commits nothing while either is gone from its path (filegone.go).
+	// file is the database file as opened; the writer commits nothing
+	// while it is not at its path, or its -wal is gone (filegone.go).
 	file fileIdentity
 	// fairTenants is, for each queue whose last claim found it
 	// contested, how many tenants had ready jobs there (claimJobs' hint

@@ -572,7 +572,7 @@ func TestClaimPlanSeeksEveryQueueHead(t *testing.T) {
 		for _, tt := range tests {
 			for _, ready := range []bool{true, false} {
 				for _, n := range []int{1, 100} {
-					if n > 1 && (ruled(tt.filter) || !ready) {
+					if n > 1 && (tt.filter.Ruled() || !ready) {
 						continue // only unruled claims pick many at once
 					}
 					t.Run(fmt.Sprintf("%s, ready %v, %d jobs", tt.name, ready, n), func(t *testing.T) {
@@ -581,7 +581,7 @@ func TestClaimPlanSeeksEveryQueueHead(t *testing.T) {
 							query, args = unruledPickQuery(tt.filter, ready, n, columns)
 						}
 						index := tt.index
-						if f := tt.filter; !ready && !ruled(f) && len(f.Kinds) == 0 && len(f.Queues) == 0 {
+						if f := tt.filter; !ready && !f.Ruled() && len(f.Kinds) == 0 && len(f.Queues) == 0 {
 							index = "jobs_state_run_at (state=?" // the earliest RunAt of any job
 						}
 						checkPickPlan(t, explain(t, db, query, args...), tt.filter, index)
