@@ -116,6 +116,7 @@ func (s *Store) CreateJobsWithin(ctx context.Context, jobs []jobtype.Job, q stor
 			for _, j := range in {
 				b.Queue(insertJob, insertValues(j, 0)...)
 			}
+			s.forgetQuotaMarks(b, in, nil)
 			br := conn.SendBatch(ctx, b)
 			for i := range in {
 				if _, err := br.Exec(); err != nil {
@@ -179,7 +180,10 @@ func (s *Store) createInTx(ctx context.Context, conn *pgxpool.Conn, in []jobtype
 			shared = append(shared, j.Tenant)
 		}
 	}
-	if err := s.checkQuota(ctx, tx, tenantsOf(charges), shared, charges); err != nil {
+	for _, c := range charges {
+		s.boundedTenant(c.Tenant)
+	}
+	if err := s.checkQuota(ctx, tx, tenantsOf(charges), shared, charges, true); err != nil {
 		return nil, -1, err
 	}
 	out = slices.Clone(in)
@@ -188,6 +192,7 @@ func (s *Store) createInTx(ctx context.Context, conn *pgxpool.Conn, in []jobtype
 		for _, j := range in {
 			b.Queue(insertJob, insertValues(j, 0)...)
 		}
+		s.forgetQuotaMarks(b, in, tenantsOf(charges))
 		br := tx.SendBatch(ctx, b)
 		for i := range in {
 			if _, err := br.Exec(); err != nil {
@@ -199,6 +204,11 @@ func (s *Store) createInTx(ctx context.Context, conn *pgxpool.Conn, in []jobtype
 			return nil, -1, err
 		}
 		return out, -1, tx.Commit(ctx)
+	}
+	forget := &pgx.Batch{}
+	s.forgetQuotaMarks(forget, in, tenantsOf(charges))
+	if err := tx.SendBatch(ctx, forget).Close(); err != nil {
+		return nil, -1, fmt.Errorf("forget quota marks: %w", err)
 	}
 	for i := range out {
 		j := &out[i]
@@ -249,9 +259,12 @@ const quotaLocks = `SELECT set_config('enable_seqscan', 'off', true), set_config
 // order would, jobs_state among them, walking every tenant's queued
 // jobs for this one's: the planner chose that after an ANALYZE). With
 // the state list in the WHERE the partial index applies.
-const queuedCount = `SELECT count(*) FROM (SELECT 1 FROM jobs
+const queuedCount = `SELECT count(*) FROM (` + queuedWalk + ` LIMIT $2) AS q`
+
+// queuedWalk is queuedCount's walk of tenant $1's jobs not yet running.
+const queuedWalk = `SELECT 1 FROM jobs
 	WHERE tenant >= $1 AND tenant <= $1 AND state IN ('pending', 'waiting', 'queued')
-	ORDER BY tenant, state LIMIT $2) AS q`
+	ORDER BY tenant, state`
 
 // tenantLock is the key of tenant's quota lock, as the two int4 halves
 // pg_advisory_xact_lock(int4, int4) takes. PostgreSQL keeps two-key
@@ -283,7 +296,9 @@ func tenantsOf(charges []store.QuotaCharge) []string {
 // a lock before. It returns the refusal of the first charge whose tenant
 // has no room for it (store.QuotaCharge.Refusal). A tenant's lock is
 // held until tx ends, so the count stays true until its inserts commit.
-func (s *Store) checkQuota(ctx context.Context, tx pgx.Tx, lock, shared []string, charges []store.QuotaCharge) error {
+// marked: a charge may pass on its tenant's mark instead (markedCount,
+// quota.go), as a creation's may; a retry's counts exactly.
+func (s *Store) checkQuota(ctx context.Context, tx pgx.Tx, lock, shared []string, charges []store.QuotaCharge, marked bool) error {
 	locked := len(lock) > 0 || len(shared) > 0
 	if !locked && len(charges) == 0 {
 		return nil
@@ -318,7 +333,11 @@ func (s *Store) checkQuota(ctx context.Context, tx pgx.Tx, lock, shared []string
 		b.Queue(quotaLocks, his, los, shares)
 	}
 	for _, c := range charges {
-		b.Queue(queuedCount, c.Tenant, c.MaxQueued+1)
+		if marked {
+			b.Queue(markedCount, c.Tenant, c.Adding, c.MaxQueued)
+		} else {
+			b.Queue(queuedCount, c.Tenant, c.MaxQueued+1)
+		}
 	}
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
@@ -327,16 +346,33 @@ func (s *Store) checkQuota(ctx context.Context, tx pgx.Tx, lock, shared []string
 			return fmt.Errorf("take the quota locks of tenants %v: %w", slices.Concat(lock, shared), err)
 		}
 	}
+	var marks []quotaMark
 	for _, c := range charges {
-		var n int
-		if err := br.QueryRow().Scan(&n); err != nil {
+		var (
+			n, running int
+			passed     bool
+		)
+		dest := []any{&n}
+		if marked {
+			dest = []any{&passed, &n, &running}
+		}
+		if err := br.QueryRow().Scan(dest...); err != nil {
 			return fmt.Errorf("count the jobs of tenant %s not yet running: %w", c.Tenant, err)
+		}
+		if passed {
+			continue
 		}
 		if err := c.Refusal(n); err != nil {
 			return err
 		}
+		if marked {
+			marks = append(marks, quotaMark{c.Tenant, n, running, c.Adding})
+		}
 	}
-	return br.Close()
+	if err := br.Close(); err != nil {
+		return err
+	}
+	return writeQuotaMarks(ctx, tx, marks)
 }
 
 // readDependencies reads the jobs of ids that belong to tenant, as
@@ -548,7 +584,7 @@ func (s *Store) updateOptimistic(ctx context.Context, id string, update func(*jo
 	if err != nil || !write {
 		return updated{job: old.job}, err
 	}
-	if store.Rewaits(old.job, next) {
+	if store.Rewaits(old.job, next) || comesBack(old.job, next) {
 		return updated{job: old.job, locks: true}, nil
 	}
 	var tag pgconn.CommandTag
@@ -573,7 +609,7 @@ func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtyp
 		u = updated{}
 		return pgx.BeginFunc(wctx, conn, func(tx pgx.Tx) error {
 			if tenant != "" {
-				if err := s.checkQuota(wctx, tx, []string{tenant}, nil, nil); err != nil {
+				if err := s.checkQuota(wctx, tx, []string{tenant}, nil, nil, false); err != nil {
 					return err
 				}
 			}
@@ -589,7 +625,7 @@ func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtyp
 			var waitFor []string
 			depth := 0
 			rewaits := store.Rewaits(old.job, next)
-			if rewaits && tenant == "" {
+			if (rewaits || comesBack(old.job, next)) && tenant == "" {
 				u.locks = true // again, with the tenant's lock first
 				return nil
 			}
@@ -605,7 +641,7 @@ func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtyp
 				next, waitFor, depth = store.Versioned(old.job, settled), w, d
 			}
 			if tenant != "" {
-				if err := s.checkQuota(wctx, tx, nil, nil, q.ChangeCharges(old.job, next)); err != nil {
+				if err := s.checkQuota(wctx, tx, nil, nil, q.ChangeCharges(old.job, next), false); err != nil {
 					return err
 				}
 			}
@@ -615,6 +651,11 @@ func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtyp
 			}
 			if _, err := tx.Exec(wctx, updateJob, append(values(next), old.rev)...); err != nil {
 				return err
+			}
+			if comesBack(old.job, next) {
+				if _, err := tx.Exec(wctx, bumpQuotaMark, next.Tenant, 1); err != nil {
+					return fmt.Errorf("count it in its tenant's quota mark: %w", err)
+				}
 			}
 			if rewaits {
 				if err := waitAgain(wctx, tx, id, waitFor, depth); err != nil {

@@ -98,6 +98,10 @@ type Store struct {
 	// one goes straight to its fair turn.
 	contested sync.Map // queue -> int
 
+	// bounded are the tenants whose creations this Store has counted
+	// under a bound (quota.go).
+	bounded sync.Map // tenant -> true
+
 	// vacuum vacuums the jobs table where autovacuum does not
 	// (vacuum.go).
 	vacuum vacuumer
@@ -145,6 +149,12 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	// Creations while no process bounded a tenant are in no mark
+	// (quota.go): every tenant starts again from an exact count.
+	if _, err := pool.Exec(ctx, "DELETE FROM quota_marks"); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open postgres: forget the quota marks: %w", classify(err))
 	}
 	if err := s.startVacuumer(ctx); err != nil {
 		pool.Close()

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,19 +42,37 @@ func fillTenants(tb testing.TB, s *Store, n map[string]int) {
 // tenant's jobs (right after a bulk load), and after ANALYZE; with a
 // plan made for its arguments and a generic one.
 func TestQueuedCountPlanSeeksTheTenantIndex(t *testing.T) {
+	testQuotaCountPlan(t, queuedCount, []any{"acme", int64(10001)}, "('acme', 10001)", "jobs_tenant_queued")
+}
+
+// A submission that may pass on its tenant's quota mark (markedCount)
+// reads, if the mark does not take it, the tenant's jobs not yet running
+// in jobs_tenant_queued and its RUNNING ones in jobs_running_tenant, and
+// nothing else of jobs, whatever the statistics.
+func TestMarkedCountPlanSeeksTheTenantIndexes(t *testing.T) {
+	testQuotaCountPlan(t, markedCount, []any{"acme", int64(1), int64(10001)}, "('acme', 1, 10001)",
+		"jobs_tenant_queued", "jobs_running_tenant")
+}
+
+// testQuotaCountPlan checks that query, run as a create under a quota
+// runs it, reads jobs only through the indexes want, each of them, with
+// no sort or bitmap: with statistics that have never seen the tenants'
+// jobs, and after ANALYZE; planned for args, and generic (run with the
+// EXECUTE arguments execArgs).
+func testQuotaCountPlan(t *testing.T, query string, args []any, execArgs string, want ...string) {
 	s := openURL(t, pgtest.URL(t))
 	fillTenants(t, s, map[string]int{"acme": 20000, "globex": 30000})
 	check := func(t *testing.T) {
 		for _, generic := range []bool{false, true} {
-			plan := explainCount(t, s, generic)
-			var found bool
+			plan := explainCount(t, s, query, args, execArgs, generic)
+			found := map[string]bool{}
 			var walk func(n planNode)
 			walk = func(n planNode) {
 				switch {
-				case n.IndexName == "jobs_tenant_queued":
-					found = true
+				case slices.Contains(want, n.IndexName):
+					found[n.IndexName] = true
 				case n.RelationName == "jobs":
-					t.Errorf("generic plan %v: %s of jobs (%s), want jobs_tenant_queued alone, in plan:\n%s", generic, n.NodeType, n.IndexName, plan)
+					t.Errorf("generic plan %v: %s of jobs (%s), want %v alone, in plan:\n%s", generic, n.NodeType, n.IndexName, want, plan)
 				case n.NodeType == "Sort" || n.NodeType == "Bitmap Heap Scan" || n.NodeType == "Bitmap Index Scan":
 					t.Errorf("generic plan %v: a %s, in plan:\n%s", generic, n.NodeType, plan)
 				}
@@ -62,8 +81,10 @@ func TestQueuedCountPlanSeeksTheTenantIndex(t *testing.T) {
 				}
 			}
 			walk(plan)
-			if !found {
-				t.Errorf("generic plan %v reads no jobs_tenant_queued:\n%s", generic, plan)
+			for _, index := range want {
+				if !found[index] {
+					t.Errorf("generic plan %v reads no %s:\n%s", generic, index, plan)
+				}
 			}
 		}
 	}
@@ -74,9 +95,51 @@ func TestQueuedCountPlanSeeksTheTenantIndex(t *testing.T) {
 	t.Run("after analyze", check)
 }
 
-// explainCount explains queuedCount as a create under a quota runs it:
-// after quotaLocks, in its transaction.
-func explainCount(t *testing.T, s *Store, generic bool) planNode {
+// A create that a tenant's quota mark takes reads nothing of jobs: the
+// exact counts of markedCount are in the branches of its CASE that the
+// mark's answer does not take, which PostgreSQL never runs. And the
+// mark is the count the first create made, plus what each create since
+// added.
+func TestACreateThatPassesOnItsMarkReadsNoJobs(t *testing.T) {
+	s := openURL(t, pgtest.URL(t))
+	fillTenants(t, s, map[string]int{"acme": 20000})
+	ctx := t.Context()
+	q := store.Quota{MaxQueued: map[string]int{"acme": 100000}}
+	for i := range 3 {
+		j := jobtype.Job{ID: fmt.Sprintf("new-%d", i), Tenant: "acme", Kind: "k", Queue: "q", State: jobtype.Queued,
+			Version: 1, MaxAttempts: 1, CreatedAt: t0, UpdatedAt: t0, RunAt: t0}
+		if _, err := s.CreateJobsWithin(ctx, []jobtype.Job{j}, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var unfinished int
+	if err := s.pool.QueryRow(ctx, "SELECT unfinished FROM quota_marks WHERE tenant = 'acme'").Scan(&unfinished); err != nil {
+		t.Fatalf("acme's mark: %v", err)
+	}
+	if unfinished != 20003 {
+		t.Errorf("acme's mark is %d, want the 20,000 counted and the 3 created", unfinished)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	plan, _ := explainWith(t, tx, "ANALYZE, FORMAT JSON", markedCount, "acme", int64(1), int64(100000))
+	var walk func(n planNode)
+	walk = func(n planNode) {
+		if n.RelationName == "jobs" && n.ActualLoops > 0 {
+			t.Errorf("a %s of jobs (%s) ran %v times for a create the mark took", n.NodeType, n.IndexName, n.ActualLoops)
+		}
+		for _, c := range n.Plans {
+			walk(c)
+		}
+	}
+	walk(plan)
+}
+
+// explainCount explains query as a create under a quota runs it: after
+// quotaLocks, in its transaction.
+func explainCount(t *testing.T, s *Store, query string, args []any, execArgs string, generic bool) planNode {
 	t.Helper()
 	ctx := t.Context()
 	tx, err := s.pool.Begin(ctx)
@@ -89,17 +152,17 @@ func explainCount(t *testing.T, s *Store, generic bool) planNode {
 		t.Fatal(err)
 	}
 	if !generic {
-		plan, _ := explainPlan(t, tx, queuedCount, "acme", int64(10001))
+		plan, _ := explainPlan(t, tx, query, args...)
 		return plan
 	}
 	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
 		t.Fatal(err)
 	}
 	name := fmt.Sprintf("explained_%d", explained.Add(1))
-	if _, err := tx.Exec(ctx, "PREPARE "+name+" AS "+queuedCount); err != nil {
+	if _, err := tx.Exec(ctx, "PREPARE "+name+" AS "+query); err != nil {
 		t.Fatalf("prepare: %v", err)
 	}
-	plan, _ := explainPlan(t, tx, "EXECUTE "+name+"('acme', 10001)")
+	plan, _ := explainPlan(t, tx, "EXECUTE "+name+execArgs)
 	return plan
 }
 
@@ -127,6 +190,7 @@ func BenchmarkSubmitUnderQuota(b *testing.B) {
 		{"max_queued=10000, 100 queued", 100, bounded, false},
 		{"max_queued=10000, 9999 queued", 9999, bounded, false},
 		{"max_queued=10000, 9999 queued, vacuumed", 9999, bounded, true},
+		{"max_queued=1000000, 100000 queued", 100000, store.Quota{MaxQueued: map[string]int{"acme": 1000000}}, false},
 	} {
 		b.Run(tt.name, func(b *testing.B) {
 			s := openURL(b, pgtest.URL(b))

@@ -59,7 +59,7 @@ func (s *Store) RunSchedules(ctx context.Context, runs []store.ScheduleRun, now 
 			return err
 		}
 		for _, run := range runs {
-			j, started, err := runSchedule(ctx, tx, run, now)
+			j, started, err := s.runSchedule(ctx, tx, run, now)
 			if err != nil {
 				return fmt.Errorf("run schedule %s: %w", run.Name, err)
 			}
@@ -79,7 +79,7 @@ func (s *Store) RunSchedules(ctx context.Context, runs []store.ScheduleRun, now 
 }
 
 // runSchedule does in tx what run.Step decides for run's schedule.
-func runSchedule(ctx context.Context, tx pgx.Tx, run store.ScheduleRun, now time.Time) (jobtype.Job, bool, error) {
+func (s *Store) runSchedule(ctx context.Context, tx pgx.Tx, run store.ScheduleRun, now time.Time) (jobtype.Job, bool, error) {
 	var last *store.ScheduleState
 	st, err := scanSchedule(tx.QueryRow(ctx, scheduleStates+" WHERE s.name = $1 FOR UPDATE OF s", run.Name))
 	switch {
@@ -103,7 +103,7 @@ func runSchedule(ctx context.Context, tx pgx.Tx, run store.ScheduleRun, now time
 	if !step.Start {
 		return jobtype.Job{}, false, nil
 	}
-	j, err := insertRun(ctx, tx, run)
+	j, err := s.insertRun(ctx, tx, run)
 	if err != nil {
 		return jobtype.Job{}, false, err
 	}
@@ -117,9 +117,17 @@ func runSchedule(ctx context.Context, tx pgx.Tx, run store.ScheduleRun, now time
 	return j, true, nil
 }
 
-func insertRun(ctx context.Context, tx pgx.Tx, run store.ScheduleRun) (jobtype.Job, error) {
+// insertRun creates a schedule's run, counted in its tenant's quota mark
+// (quota.go) under the tenant's lock, shared: a run is no creation the
+// bound refuses, but an exact count must see it or come after it.
+func (s *Store) insertRun(ctx context.Context, tx pgx.Tx, run store.ScheduleRun) (jobtype.Job, error) {
 	j := normalize(run.Job)
-	if _, err := tx.Exec(ctx, insertJob, insertValues(j, 0)...); err != nil {
+	hi, lo := s.tenantLock(j.Tenant)
+	b := &pgx.Batch{}
+	b.Queue("SELECT pg_advisory_xact_lock_shared($1, $2)", hi, lo)
+	b.Queue(insertJob, insertValues(j, 0)...)
+	b.Queue(bumpQuotaMark, j.Tenant, 1)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return jobtype.Job{}, fmt.Errorf("create job %s: %w", j.ID, err)
 	}
 	return j, nil

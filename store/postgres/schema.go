@@ -401,6 +401,17 @@ CREATE INDEX jobs_running_tenant ON {{schema}}.jobs (tenant) WHERE state = 'runn
 ALTER TABLE {{schema}}.queue_starts ADD COLUMN tenant text NOT NULL DEFAULT '';
 CREATE INDEX queue_starts_queue_tenant_at ON {{schema}}.queue_starts (queue, tenant, at);
 `,
+	// 18: each quota-bounded tenant's mark (quota.go): at least how many
+	// of its jobs have not ended, kept up by the writes that add one
+	// under the tenant's lock, so that a creation that fits under the
+	// bound by it need not count. The release before neither reads nor
+	// keeps it: Open deletes every mark.
+	`
+CREATE TABLE {{schema}}.quota_marks (
+	tenant     text   PRIMARY KEY,
+	unfinished bigint NOT NULL
+);
+`,
 }
 
 // channelFor is the NOTIFY channel of the store in schema: one per schema,

@@ -777,6 +777,11 @@ func (s *Store) writeJobs(ctx context.Context, tx *sql.Tx, writes []jobWrite) er
 	if err := callerLeft(ctx); err != nil {
 		return leftError("update jobs", err)
 	}
+	for _, w := range writes {
+		if err := forgetQuotaMark(ctx, tx, w.old, w.next); err != nil {
+			return err
+		}
+	}
 	for start := 0; start < len(writes); start += maxRowsPerUpdate {
 		chunk := writes[start:min(start+maxRowsPerUpdate, len(writes))]
 		query, args := updateRows(chunk, now[start:], changed, s.w.change)

@@ -125,7 +125,7 @@ func (s *Store) CreateJobsWithin(ctx context.Context, jobs []jobtype.Job, q stor
 		if err := callerLeft(ctx); err != nil {
 			return leftError(fmt.Sprintf("create %d jobs", len(out)), err)
 		}
-		if err := checkQuota(ctx, tx, charges); err != nil {
+		if err := s.checkQuota(ctx, tx, charges, true); err != nil {
 			return err
 		}
 		for i := range out {
@@ -148,22 +148,6 @@ func (s *Store) CreateJobsWithin(ctx context.Context, jobs []jobtype.Job, q stor
 // every job (jobs_tenant_created) from being chosen.
 const queuedCount = `SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY jobs_tenant_queued
 	WHERE tenant = ? AND (state = 'pending' OR state = 'waiting' OR state = 'queued') LIMIT ?)`
-
-// checkQuota counts, in tx, the jobs not yet running of each tenant of
-// charges, up to its bound plus one, and returns the refusal of the
-// first that has no room for its charge (store.QuotaCharge.Refusal).
-func checkQuota(ctx context.Context, tx *sql.Tx, charges []store.QuotaCharge) error {
-	for _, c := range charges {
-		var n int
-		if err := tx.QueryRowContext(ctx, queuedCount, c.Tenant, c.MaxQueued+1).Scan(&n); err != nil {
-			return fmt.Errorf("count the jobs of tenant %s not yet running: %w", c.Tenant, classify(err))
-		}
-		if err := c.Refusal(n); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // create stores *j in tx. A job with dependencies (After) is settled
 // first (store.SettleDependencies) from their rows as tx reads them: the
@@ -391,6 +375,9 @@ func (s *Store) updateRow(ctx context.Context, tx *sql.Tx, seq int64, old, next 
 	if err := callerLeft(ctx); err != nil {
 		return leftError("update job "+old.ID, err)
 	}
+	if err := forgetQuotaMark(ctx, tx, old, next); err != nil {
+		return err
+	}
 	_, err := tx.ExecContext(ctx, query, args...)
 	if isUniqueViolation(err) {
 		if conflict := s.activeHolder(ctx, tx, next); conflict != nil {
@@ -442,7 +429,7 @@ func (s *Store) UpdateJobWithin(ctx context.Context, id string, q store.Quota, u
 		if err := update(&next); err != nil {
 			return err
 		}
-		if err := checkQuota(ctx, tx, q.ChangeCharges(old, next)); err != nil {
+		if err := s.checkQuota(ctx, tx, q.ChangeCharges(old, next), false); err != nil {
 			return err
 		}
 		out, err = s.writeJob(ctx, tx, seq, old, next)

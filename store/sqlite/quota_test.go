@@ -11,6 +11,7 @@ import (
 
 	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
+	"github.com/jobwatch/jobwatch/store/storetest"
 )
 
 // A submission under a quota counts its tenant's jobs not yet running
@@ -78,6 +79,7 @@ func BenchmarkSubmitUnderQuota(b *testing.B) {
 		{"no quota, 9999 queued", 9999, store.Quota{}},
 		{"max_queued=10000, 100 queued", 100, store.Quota{MaxQueued: map[string]int{"acme": 10000}}},
 		{"max_queued=10000, 9999 queued", 9999, store.Quota{MaxQueued: map[string]int{"acme": 10000}}},
+		{"max_queued=1000000, 100000 queued", 100000, store.Quota{MaxQueued: map[string]int{"acme": 1000000}}},
 	} {
 		b.Run(tt.name, func(b *testing.B) {
 			s, err := Open(filepath.Join(b.TempDir(), "jobs.db"))
@@ -111,4 +113,81 @@ func BenchmarkSubmitUnderQuota(b *testing.B) {
 			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/submit")
 		})
 	}
+}
+
+// The seeks a mark's check makes (quota.go): the jobs not yet running
+// stored after a seq, from jobs_tenant_queued past the seq in each
+// state's range, and the RUNNING ones, from jobs_running_tenant.
+func TestQuotaMarkSeeksPastTheMark(t *testing.T) {
+	s := openTemp(t, tempPath(t))
+	defer s.Close()
+	fillPlanTable(t, s, 0, 20000)
+	for _, tt := range []struct {
+		query string
+		args  []any
+		want  string
+	}{
+		{queuedSince, []any{"acme", 100, 10001}, "SEARCH jobs USING COVERING INDEX jobs_tenant_queued (tenant=? AND state=? AND rowid>?)"},
+		{runningSince, []any{"acme", 100}, "SEARCH jobs USING COVERING INDEX jobs_running_tenant (tenant=? AND rowid>?)"},
+	} {
+		joined := strings.Join(explain(t, s.read, tt.query, tt.args...), "\n")
+		if !strings.Contains(joined, tt.want) || strings.Contains(joined, "SCAN jobs") {
+			t.Errorf("plan of %s:\n%s\nwant %s, and no scan", tt.query, joined, tt.want)
+		}
+	}
+}
+
+// quotaJob is a QUEUED job of tenant acme.
+func quotaJob(id string) jobtype.Job {
+	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	return jobtype.Job{ID: id, Tenant: "acme", Kind: "k", Queue: "q", State: jobtype.Queued, Version: 1,
+		MaxAttempts: 3, CreatedAt: at, UpdatedAt: at, RunAt: at}
+}
+
+// marked reports whether acme has a quota mark.
+func marked(t *testing.T, s *Store) bool {
+	t.Helper()
+	var n int
+	if err := s.read.QueryRow("SELECT count(*) FROM quota_marks WHERE tenant = 'acme'").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
+// A tenant's ended jobs taken back by a retry count again at once, also
+// when they were retried with no quota in force (as while a reload had
+// lifted the tenant's bound): the retry deletes the mark, which held
+// none of them, so the next submission counts exactly.
+func TestAQuotaMarkIsForgottenWhenEndedJobsComeBack(t *testing.T) {
+	s := openTemp(t, tempPath(t))
+	defer s.Close()
+	ctx := t.Context()
+	fillTenant(t, s, "acme", 2000)
+	// Half of them ended before the first count.
+	if _, err := s.write.Exec(`UPDATE jobs SET state = 'succeeded' WHERE tenant = 'acme' AND seq % 2 = 0`); err != nil {
+		t.Fatal(err)
+	}
+	q := store.Quota{MaxQueued: map[string]int{"acme": 1010}}
+	if _, err := s.CreateJobsWithin(ctx, []jobtype.Job{quotaJob("first")}, q); err != nil {
+		t.Fatal(err)
+	}
+	if !marked(t, s) {
+		t.Fatal("no mark after a count of 1,000")
+	}
+	for i := 0; i < 2000; i += 2 {
+		if _, err := s.UpdateJob(ctx, fmt.Sprintf("acme-%d", i+1), func(j *jobtype.Job) error {
+			if j.State != jobtype.Succeeded {
+				return fmt.Errorf("job %s is %s", j.ID, j.State)
+			}
+			j.State, j.Attempt = jobtype.Queued, 0
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if marked(t, s) {
+		t.Error("the mark outlived a retry")
+	}
+	_, err := s.CreateJobsWithin(ctx, []jobtype.Job{quotaJob("second")}, q)
+	storetest.WantQuotaError(t, err, jobtype.QuotaError{Tenant: "acme", MaxQueued: 1010, Queued: 1011, Adding: 1})
 }

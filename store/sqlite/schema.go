@@ -759,6 +759,17 @@ BEGIN
 	DELETE FROM job_deps WHERE after_id = NEW.id;
 END;
 `,
+	// 25: each quota-bounded tenant's mark (quota.go): at most how many
+	// of its jobs had not ended when its jobs not yet running were last
+	// counted, and the seq of the last job stored then, so that a
+	// submission counts only the jobs stored since.
+	`
+CREATE TABLE quota_marks (
+	tenant     TEXT    PRIMARY KEY,
+	unfinished INTEGER NOT NULL,
+	after_seq  INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a

@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +23,8 @@ var quotaCases = []struct {
 	{"a retry under a quota counts: refused at the bound, the job left as it was", testQuotaRetry},
 	{"concurrent creates under one quota never pass it", testQuotaConcurrent},
 	{"concurrent batches under one quota never pass it and are each stored whole or not at all", testQuotaConcurrentBatches},
+	{"concurrent creates under one quota never pass it behind a thousand queued", testQuotaConcurrentDeep},
+	{"whatever a tenant's jobs do between creates, a create under a quota passes exactly when the count leaves room", testQuotaModel},
 }
 
 var sharedQuotaCases = []struct {
@@ -29,15 +32,16 @@ var sharedQuotaCases = []struct {
 	run  func(t *testing.T, a, b store.Store)
 }{
 	{"creates through two stores under one quota never pass it", testQuotaShared},
+	{"creates through two stores under one quota never pass it behind a thousand queued", testQuotaSharedDeep},
 }
 
 func quotaOf(tenant string, maxQueued int) store.Quota {
 	return store.Quota{MaxQueued: map[string]int{tenant: maxQueued}}
 }
 
-// wantQuotaError fails unless err is (or wraps) the *jobtype.QuotaError
+// WantQuotaError fails unless err is (or wraps) the *jobtype.QuotaError
 // want, with want's message.
-func wantQuotaError(t *testing.T, err error, want jobtype.QuotaError) {
+func WantQuotaError(t *testing.T, err error, want jobtype.QuotaError) {
 	t.Helper()
 	var qe *jobtype.QuotaError
 	if !errors.As(err, &qe) {
@@ -75,7 +79,7 @@ func testQuotaCreate(t *testing.T, s store.Store) {
 		createWithin(t, s, q, newJob(fmt.Sprintf("q-%d", i), at(i)))
 	}
 	_, err := s.CreateJobsWithin(t.Context(), []jobtype.Job{newJob("q-3", at(3))}, q)
-	wantQuotaError(t, err, jobtype.QuotaError{Tenant: "acme", MaxQueued: 3, Queued: 3, Adding: 1})
+	WantQuotaError(t, err, jobtype.QuotaError{Tenant: "acme", MaxQueued: 3, Queued: 3, Adding: 1})
 	if got, want := err.Error(), `tenant "acme" has 3 jobs not yet running, its max_queued is 3: wait for some to start or end`; got != want {
 		t.Errorf("the refusal says %q, want %q", got, want)
 	}
@@ -118,7 +122,7 @@ func testQuotaCounts(t *testing.T, s store.Store) {
 
 	// held, queued and waiting: the bound.
 	_, err := s.CreateJobsWithin(t.Context(), []jobtype.Job{newJob("more-1", at(3))}, q)
-	wantQuotaError(t, err, jobtype.QuotaError{Tenant: "acme", MaxQueued: 3, Queued: 3, Adding: 1})
+	WantQuotaError(t, err, jobtype.QuotaError{Tenant: "acme", MaxQueued: 3, Queued: 3, Adding: 1})
 	mustBeGone(t, s, "more-1")
 
 	// A job created running or ended is not charged, even at the bound.
@@ -132,7 +136,7 @@ func testQuotaCounts(t *testing.T, s store.Store) {
 	}
 	createWithin(t, s, q, newJob("more-1", at(3)))
 	_, err = s.CreateJobsWithin(t.Context(), []jobtype.Job{newJob("more-2", at(4))}, q)
-	wantQuotaError(t, err, jobtype.QuotaError{Tenant: "acme", MaxQueued: 3, Queued: 3, Adding: 1})
+	WantQuotaError(t, err, jobtype.QuotaError{Tenant: "acme", MaxQueued: 3, Queued: 3, Adding: 1})
 
 	// The held job is cancelled: its place is free.
 	endAs(t, s, "held", jobtype.Cancelled, 5)
@@ -149,7 +153,7 @@ func testQuotaBatch(t *testing.T, s store.Store) {
 	}
 	batch := batchJobs("b", "thumbs", 3)
 	_, err := s.CreateJobsWithin(t.Context(), batch, q)
-	wantQuotaError(t, err, jobtype.QuotaError{Tenant: "acme", MaxQueued: 5, Queued: 3, Adding: 3})
+	WantQuotaError(t, err, jobtype.QuotaError{Tenant: "acme", MaxQueued: 5, Queued: 3, Adding: 3})
 	if got, want := err.Error(), `tenant "acme" has 3 jobs not yet running, its max_queued is 5: 3 more would pass it; submit at most 2, or wait for some to start or end`; got != want {
 		t.Errorf("the refusal says %q, want %q", got, want)
 	}
@@ -169,7 +173,7 @@ func testQuotaBatch(t *testing.T, s store.Store) {
 	two := batchJobs("d", "", 3)
 	two[1].Tenant, two[2].Tenant = "globex", "globex"
 	_, err = s.CreateJobsWithin(t.Context(), two, store.Quota{MaxQueued: map[string]int{"acme": 6, "globex": 1}})
-	wantQuotaError(t, err, jobtype.QuotaError{Tenant: "globex", MaxQueued: 1, Queued: 0, Adding: 2})
+	WantQuotaError(t, err, jobtype.QuotaError{Tenant: "globex", MaxQueued: 1, Queued: 0, Adding: 2})
 	for _, j := range two {
 		mustBeGone(t, s, j.ID)
 	}
@@ -180,7 +184,7 @@ func testQuotaLowered(t *testing.T, s store.Store) {
 		create(t, s, newJob(fmt.Sprintf("q-%d", i), at(i)))
 	}
 	_, err := s.CreateJobsWithin(t.Context(), []jobtype.Job{newJob("q-5", at(5))}, quotaOf("acme", 2))
-	wantQuotaError(t, err, jobtype.QuotaError{Tenant: "acme", MaxQueued: 2, Queued: 3, Adding: 1})
+	WantQuotaError(t, err, jobtype.QuotaError{Tenant: "acme", MaxQueued: 2, Queued: 3, Adding: 1})
 	if got, want := err.Error(), `tenant "acme" has more than 2 jobs not yet running, its max_queued is 2: wait for some to start or end`; got != want {
 		t.Errorf("the refusal says %q, want %q", got, want)
 	}
@@ -202,7 +206,7 @@ func testQuotaRetry(t *testing.T, s store.Store) {
 	create(t, s, newJob("q-1", at(3)))
 
 	_, err := s.UpdateJobWithin(t.Context(), "failed", q, retryJob)
-	wantQuotaError(t, err, jobtype.QuotaError{Tenant: "acme", MaxQueued: 2, Queued: 2, Adding: 1})
+	WantQuotaError(t, err, jobtype.QuotaError{Tenant: "acme", MaxQueued: 2, Queued: 2, Adding: 1})
 	sameJob(t, "the job whose retry was refused", get(t, s, "failed"), failed)
 
 	// A change that adds no job not yet running is written at the bound.
@@ -271,6 +275,13 @@ func createConcurrently(t *testing.T, stores []store.Store, q store.Quota, batch
 // stored jobs not yet running number want.
 func checkConcurrentQuota(t *testing.T, s store.Store, batches [][]jobtype.Job, errs []error, want int) {
 	t.Helper()
+	checkConcurrentQuotaBehind(t, s, batches, errs, 0, want)
+}
+
+// checkConcurrentQuotaBehind is checkConcurrentQuota where before jobs
+// not yet running were stored ahead of the batches.
+func checkConcurrentQuotaBehind(t *testing.T, s store.Store, batches [][]jobtype.Job, errs []error, before, want int) {
+	t.Helper()
 	stored := 0
 	for i, err := range errs {
 		var qe *jobtype.QuotaError
@@ -288,8 +299,8 @@ func checkConcurrentQuota(t *testing.T, s store.Store, batches [][]jobtype.Job, 
 			t.Errorf("call %d: %v, want success or a QuotaError", i, err)
 		}
 	}
-	if n := notYetRunning(t, s, "acme"); stored != want || n != want {
-		t.Errorf("%d jobs acknowledged, %d stored not yet running; want exactly %d", stored, n, want)
+	if n := notYetRunning(t, s, "acme") - before; stored != want || n != want {
+		t.Errorf("%d jobs acknowledged, %d more stored not yet running; want exactly %d", stored, n, want)
 	}
 }
 
@@ -322,4 +333,140 @@ func testQuotaShared(t *testing.T, a, b store.Store) {
 	}
 	errs := createConcurrently(t, []store.Store{a, b}, quotaOf("acme", bound), batches)
 	checkConcurrentQuota(t, b, batches, errs, bound)
+}
+
+// fillQueued stores n QUEUED jobs of acme, without a quota, a thousand a
+// call: enough for a store to keep its count of them (a quota mark)
+// instead of counting at every create.
+func fillQueued(t *testing.T, s store.Store, prefix string, n int) {
+	t.Helper()
+	for start := 0; start < n; start += 1000 {
+		var jobs []jobtype.Job
+		for i := start; i < min(n, start+1000); i++ {
+			jobs = append(jobs, newJob(fmt.Sprintf("%s-%05d", prefix, i), at(0)))
+		}
+		if _, err := s.CreateJobs(t.Context(), jobs); err != nil {
+			t.Fatalf("fill %d jobs: %v", n, err)
+		}
+	}
+}
+
+func testQuotaConcurrentDeep(t *testing.T, s store.Store) {
+	const calls, bound = 24, 1007
+	fillQueued(t, s, "deep", 999)
+	createWithin(t, s, quotaOf("acme", bound), newJob("first", at(0)))
+	batches := make([][]jobtype.Job, calls)
+	for i := range batches {
+		batches[i] = []jobtype.Job{newJob(fmt.Sprintf("c-%02d", i), at(i))}
+	}
+	errs := createConcurrently(t, []store.Store{s}, quotaOf("acme", bound), batches)
+	checkConcurrentQuotaBehind(t, s, batches, errs, 1000, bound-1000)
+}
+
+func testQuotaSharedDeep(t *testing.T, a, b store.Store) {
+	const calls, bound = 24, 1007
+	fillQueued(t, a, "deep", 999)
+	createWithin(t, a, quotaOf("acme", bound), newJob("first-a", at(0)))
+	batches := make([][]jobtype.Job, calls)
+	for i := range batches {
+		batches[i] = []jobtype.Job{newJob(fmt.Sprintf("s-%02d", i), at(i))}
+	}
+	errs := createConcurrently(t, []store.Store{a, b}, quotaOf("acme", bound), batches)
+	checkConcurrentQuotaBehind(t, b, batches, errs, 1000, bound-1000)
+}
+
+// testQuotaModel runs a model of the quota's rule against a tenant with
+// over a thousand jobs not yet running, which a store may keep a count
+// of (a quota mark) rather than count them at every create: between
+// two creates under a quota the tenant's jobs are claimed, ended, queued
+// again for another attempt, retried after they ended, deleted, or
+// created with no quota in force (as while a reload has lifted the
+// tenant's bound), at random; and whatever the bound, near the count or
+// far above it, each create passes exactly when the jobs not yet
+// running, as listed, leave room for it, and a refusal says the count.
+func testQuotaModel(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	fillQueued(t, s, "fill", 1200)
+	rng := rand.New(rand.NewPCG(1, 2))
+	next := 0
+	newJobs := func(n int) []jobtype.Job {
+		var out []jobtype.Job
+		for range n {
+			next++
+			out = append(out, newJob(fmt.Sprintf("n-%05d", next), at(0)))
+		}
+		return out
+	}
+	// some returns up to n of acme's jobs in state, at random.
+	some := func(state jobtype.State, n int) []string {
+		all := listAll(t, s, store.ListFilter{Tenant: "acme", States: []jobtype.State{state}}, 1000)
+		rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+		return all[:min(n, len(all))]
+	}
+	set := func(ids []string, to jobtype.State) {
+		for _, id := range ids {
+			if _, err := s.UpdateJob(ctx, id, func(j *jobtype.Job) error {
+				j.State, j.FinishedAt = to, time.Time{}
+				if to.Terminal() {
+					j.FinishedAt = at(9)
+				}
+				return nil
+			}); err != nil {
+				t.Fatalf("set job %s %s: %v", id, to, err)
+			}
+		}
+	}
+	passed, refused := 0, 0
+	for step := range 300 {
+		switch rng.IntN(7) {
+		case 0: // claimed
+			leases := make([]string, 1+rng.IntN(40))
+			for i := range leases {
+				leases[i] = fmt.Sprintf("l-%d-%d", step, i)
+			}
+			if _, err := s.ClaimJobs(ctx, store.ClaimFilter{Now: at(5)},
+				store.Claim{WorkerID: "w", LeaseIDs: leases, Now: at(5), Lease: time.Hour}); err != nil && !errors.Is(err, jobtype.ErrNoJob) {
+				t.Fatalf("claim: %v", err)
+			}
+		case 1: // ended
+			set(some(jobtype.Running, 1+rng.IntN(40)), jobtype.Succeeded)
+		case 2: // queued again for another attempt
+			set(some(jobtype.Running, 1+rng.IntN(20)), jobtype.Queued)
+		case 3: // retried, with no quota in force
+			set(some(jobtype.Succeeded, 1+rng.IntN(20)), jobtype.Queued)
+		case 4: // deleted
+			for _, id := range some(jobtype.Succeeded, 1+rng.IntN(10)) {
+				if _, _, err := s.DeleteJob(ctx, id); err != nil {
+					t.Fatalf("delete job %s: %v", id, err)
+				}
+			}
+		case 5: // created with no quota in force
+			if _, err := s.CreateJobs(ctx, newJobs(1+rng.IntN(20))); err != nil {
+				t.Fatalf("create without a quota: %v", err)
+			}
+		}
+		before := notYetRunning(t, s, "acme")
+		adding := 1 + rng.IntN(5)
+		bound := max(1, before+rng.IntN(41)-20)
+		if rng.IntN(2) == 0 {
+			bound = before + 20 + rng.IntN(500)
+		}
+		_, err := s.CreateJobsWithin(ctx, newJobs(adding), quotaOf("acme", bound))
+		fits := before+adding <= bound
+		switch {
+		case fits && err != nil:
+			t.Fatalf("step %d: %d not yet running, adding %d under %d: %v", step, before, adding, bound, err)
+		case !fits && err == nil:
+			t.Fatalf("step %d: %d not yet running, adding %d under %d: passed", step, before, adding, bound)
+		case !fits:
+			// The count stops one past the bound.
+			WantQuotaError(t, err, jobtype.QuotaError{Tenant: "acme", MaxQueued: bound, Queued: min(before, bound+1), Adding: adding})
+			refused++
+		default:
+			passed++
+		}
+	}
+	if passed < 50 || refused < 50 {
+		t.Errorf("%d creates passed, %d refused: the model did not try both ways", passed, refused)
+	}
 }
