@@ -76,9 +76,9 @@ func (r *retrier) wait(ctx context.Context, err error) error {
 		r.notify(err, d)
 	}
 	if !backoff.Sleep(ctx.Done(), d) {
-		if errors.Is(err, errNotParked) || errors.Is(err, errEmptyStream) || connect.CodeOf(err) == connect.CodeDeadlineExceeded {
-			// Quick answers of a live server (one shutting down, a
-			// stream ended at the caller's deadline, or the deadline
+		if errors.Is(err, errNotParked) || errors.Is(err, errParkedFull) || errors.Is(err, errEmptyStream) || connect.CodeOf(err) == connect.CodeDeadlineExceeded {
+			// Quick answers of a live server (one shutting down or
+			// full, a stream ended at the caller's deadline, or the deadline
 			// itself, passed by the time the server read the call):
 			// nothing failed that the cause does not say.
 			return context.Cause(ctx)

@@ -83,7 +83,8 @@ func (c *Client) WaitForJobs(ctx context.Context, req *jobwatchv1.WaitJobsReques
 	ended := map[string]*jobwatchv1.Job{}
 	for {
 		start := time.Now()
-		resp, err := c.longJobs.WaitJobs(ctx, ask)
+		callCtx, call := connect.NewClientContext(ctx)
+		resp, err := c.longJobs.WaitJobs(callCtx, ask)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, context.Cause(ctx)
@@ -135,6 +136,12 @@ func (c *Client) WaitForJobs(ctx context.Context, req *jobwatchv1.WaitJobsReques
 		}
 		ask = &jobwatchv1.WaitJobsRequest{JobIds: unfinished, Tenant: req.GetTenant(), Mode: req.GetMode(), View: req.GetView()}
 		asked = len(unfinished)
+		if parkedFull(call.ResponseHeader()) {
+			if err := r.wait(ctx, errParkedFull); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if time.Since(start) >= minPark || cutShort(ctx, start) {
 			r.reset()
 			continue

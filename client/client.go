@@ -97,11 +97,14 @@ func WithProtocol(p Protocol) Option { return func(c *config) { c.protocol = p }
 // reports a job it cannot decode as an *UndecodableJobError.
 func WithJSON() Option { return func(c *config) { c.json = true } }
 
-// WithLongCallConns bounds the connections of the long-call pool (default
-// DefaultLongCallConns). Over HTTP/2, which the client uses for http://
-// URLs and negotiates for https://, many parked calls share one
-// connection; over HTTP/1.1 it is also the number of long calls that can
-// be in flight at once.
+// WithLongCallConns sets the connections of the long-call pool (default
+// DefaultLongCallConns); each long call goes on the one with the fewest
+// in flight. Over HTTP/2, which the client uses for http:// URLs and
+// negotiates for https://, many parked calls share one connection, up to
+// the server's --max-parked-calls-per-conn (3,600 by default: four
+// connections park more than a server's --max-parked-calls); over
+// HTTP/1.1 it is also the number of long calls that can be in flight at
+// once.
 func WithLongCallConns(n int) Option { return func(c *config) { c.longConns = n } }
 
 // WithDialTimeout bounds how long connecting to the server may take
@@ -222,9 +225,9 @@ func New(baseURL string, opts ...Option) *Client {
 		cfg.shortHTTP = &http.Client{Transport: t}
 	}
 	if cfg.longHTTP == nil {
-		t := newTransport(cleartext, cfg.longConns, cfg)
-		c.transports = append(c.transports, t)
-		cfg.longHTTP = &http.Client{Transport: t}
+		p := newLongPool(cleartext, cfg.longConns, cfg)
+		c.transports = append(c.transports, p.transports()...)
+		cfg.longHTTP = &http.Client{Transport: p}
 	}
 	if list != nil {
 		c.several = list.err == nil && len(list.urls) > 1

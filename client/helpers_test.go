@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -128,6 +129,25 @@ func (s *testServer) gauge(name string) float64 {
 	}
 	return 0
 }
+
+// counter reads one of the server's counters, summed over its labels.
+func (s *testServer) counter(name string) float64 {
+	mfs, _ := s.registry.Gather()
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// roundTripFunc is an http.RoundTripper of one function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // eventually polls cond until it holds or a generous deadline passes.
 // Tests use it only to wait for the server to reach a state (parked

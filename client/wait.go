@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"net/http"
 	"time"
 
 	"connectrpc.com/connect"
@@ -60,6 +61,17 @@ func nearDeadline(ctx context.Context, asked time.Time) bool {
 // errNotParked is what a retry notification says about such an answer.
 var errNotParked = errors.New("server answered without waiting (shutting down?)")
 
+// errParkedFull is what a retry notification says about a wait the
+// server answered at once because it held as many parked calls as it
+// may (in all, of the caller's tenant, or of its connection): the
+// answer says so (parkedFull), however long it took to arrive, and the
+// wait backs off before it asks again.
+var errParkedFull = errors.New("server answered without waiting: its parked calls are full")
+
+// parkedFull reports whether an answer is marked as given at once for
+// that reason (the header Jobwatch-Parked-Calls: full).
+func parkedFull(h http.Header) bool { return h.Get("Jobwatch-Parked-Calls") == "full" }
+
 // errEmptyStream is what a retry notification says when a watch stream
 // ended at once without a snapshot (a server shutting down does that).
 var errEmptyStream = errors.New("watch stream ended without a snapshot")
@@ -80,10 +92,17 @@ func (c *Client) WaitForJob(ctx context.Context, id string) (*jobwatchv1.Job, er
 	req := &jobwatchv1.WaitJobRequest{JobId: id}
 	for {
 		asked := time.Now()
-		resp, err := c.longJobs.WaitJob(ctx, req)
+		callCtx, call := connect.NewClientContext(ctx)
+		resp, err := c.longJobs.WaitJob(callCtx, req)
 		if err == nil {
 			if job := resp.GetJob(); job != nil && Terminal(job.GetState()) {
 				return job, nil
+			}
+			if parkedFull(call.ResponseHeader()) {
+				if err := r.wait(ctx, errParkedFull); err != nil {
+					return nil, err
+				}
+				continue
 			}
 			if time.Since(asked) >= minPark || cutShort(ctx, asked) {
 				r.reset()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -356,4 +357,96 @@ func (h *heldThenCut) WaitJob(ctx context.Context, req *jobwatchv1.WaitJobReques
 		return nil, ctx.Err()
 	}
 	return &jobwatchv1.WaitJobResponse{Job: &jobwatchv1.Job{Id: req.GetJobId(), State: jobwatchv1.JobState_JOB_STATE_SUCCEEDED}}, nil
+}
+
+// The long-call pool spreads its calls over its connections, so that
+// each connection parks up to the server's limit for one connection
+// (--max-parked-calls-per-conn) while the server's streams per
+// connection allow more: every wait parks, none is answered as full.
+func TestLongCallsSpreadOverThePoolsConnections(t *testing.T) {
+	s := startServer(t, serverOptions{server: server.Config{
+		MaxStreamsPerConn: 40, MaxParkedCallsPerConn: 30, WaitCap: time.Minute,
+	}})
+	c := fastClient(t, s.URL, client.WithLongCallConns(4))
+	j := submit(t, c, "spread")
+	const waits = 100 // 4 connections of 40 streams, 30 parked each: 120
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, waits)
+	for range waits {
+		go func() {
+			_, err := c.WaitForJob(ctx, j.GetId())
+			done <- err
+		}()
+	}
+	eventually(t, "every wait parked", func() bool { return s.gauge("jobwatch_parked_calls") == waits })
+	if got := s.counter("jobwatch_parked_calls_conn_refused_total"); got != 0 {
+		t.Errorf("%v waits answered as their connection's parked calls were full, want 0", got)
+	}
+	if _, err := c.Cancel(ctx, j.GetId()); err != nil {
+		t.Fatal(err)
+	}
+	for range waits {
+		if err := <-done; err != nil {
+			t.Fatalf("WaitForJob: %v", err)
+		}
+	}
+}
+
+// A wait the server answers at once because its parked calls are full
+// (the header Jobwatch-Parked-Calls: full) backs off before it asks
+// again, also when the answer took longer to arrive than a quick one
+// would (a distant server): every ask after the first follows a retry.
+func TestAWaitAnsweredAsFullBacksOff(t *testing.T) {
+	s := startServer(t, serverOptions{server: server.Config{MaxParkedCalls: 1, WaitCap: time.Minute}})
+	plain := fastClient(t, s.URL)
+	j := submit(t, plain, "full")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		_, err := plain.WaitForJob(ctx, j.GetId())
+		first <- err
+	}()
+	eventually(t, "the first wait parked", func() bool { return s.gauge("jobwatch_parked_calls") == 1 })
+
+	var asks, retries atomic.Int64
+	var other atomic.Value
+	far := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		asks.Add(1)
+		time.Sleep(30 * time.Millisecond) // a server 30 ms away
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+	c := fastClient(t, s.URL, client.WithLongCallHTTPClient(far), client.WithRetryNotify(func(err error, _ time.Duration) {
+		retries.Add(1)
+		if !strings.Contains(err.Error(), "parked calls are full") {
+			other.Store(err)
+		}
+	}))
+	for _, wait := range []func(context.Context) error{
+		func(ctx context.Context) error { _, err := c.WaitForJob(ctx, j.GetId()); return err },
+		func(ctx context.Context) error {
+			_, err := c.WaitForJobs(ctx, &jobwatchv1.WaitJobsRequest{JobIds: []string{j.GetId()}})
+			return err
+		},
+	} {
+		asks.Store(0)
+		retries.Store(0)
+		waitCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- wait(waitCtx) }()
+		eventually(t, "three retries", func() bool { return retries.Load() >= 3 })
+		stop()
+		<-done
+		// Each ask after the first follows a retry's notice, made
+		// before its delay.
+		if a, r := asks.Load(), retries.Load(); a > r+1 {
+			t.Errorf("%d asks after %d retries: a full answer was asked again without backing off", a, r)
+		}
+	}
+	if err := other.Load(); err != nil {
+		t.Errorf("a retry after %v, want only full answers", err)
+	}
+	cancel()
+	<-first
 }
