@@ -213,11 +213,18 @@ func (e *Engine) waitGroup(ctx context.Context, g *watch.Group[*Snapshot], lates
 				continue
 			}
 			was := latest[i].Gone || latest[i].Job.State.Terminal()
+			now := snap.Gone || snap.Job.State.Terminal()
 			latest[i] = snap
-			if !was && (snap.Gone || snap.Job.State.Terminal()) {
+			switch {
+			case !was && now:
 				ended++
 				e.woke("wait", snap.Job.UpdatedAt)
 				held[i] = r.ended(snap)
+			case was && !now:
+				// Retried since it ended: it ends again, or the wait
+				// waits for it still.
+				ended--
+				held[i] = nil
 			}
 		}
 		if met(r.Any, ended, len(latest)) {

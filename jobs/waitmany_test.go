@@ -276,3 +276,39 @@ func TestWaitManyOnOneReplicaSeesJobsEndOnAnother(t *testing.T) {
 		t.Fatalf("wait on the other replica = ended %v, unfinished %v, %v", endedIDs(got), got.Unfinished, err)
 	}
 }
+
+// A job that ends and is retried while a wait for all waits is waited for
+// again: the wait answers once it has ended again, with its last end,
+// not when the others end (issue: it answered with the retried job
+// among the unfinished, as if at its cap).
+func TestWaitManyForAllWaitsAgainForAJobRetriedMeanwhile(t *testing.T) {
+	e, read := hookedEngine(t)
+	ctx := context.Background()
+	a := running(t, e, jobs.SubmitRequest{})
+	b := running(t, e, jobs.SubmitRequest{})
+	waited := async(func() (jobs.WaitManyResult, error) {
+		return e.WaitMany(ctx, jobs.WaitManyRequest{IDs: []string{a.ID, b.ID}}, soon())
+	})
+	<-read
+	if _, err := e.Cancel(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Retry(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Cancel(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	notYet(t, waited, 100*time.Millisecond)
+	last, err := e.Cancel(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := await(t, waited)
+	if err != nil || !slices.Equal(endedIDs(got), []string{a.ID, b.ID}) || len(got.Unfinished) != 0 {
+		t.Fatalf("wait for all = ended %v, unfinished %v, %v; want both ended", endedIDs(got), got.Unfinished, err)
+	}
+	if got.Ended[0].Version != last.Version {
+		t.Errorf("the retried job answered at version %d, want its last end's %d", got.Ended[0].Version, last.Version)
+	}
+}
