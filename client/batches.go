@@ -89,6 +89,20 @@ func (c *Client) WaitForJobs(ctx context.Context, req *jobwatchv1.WaitJobsReques
 			if ctx.Err() != nil {
 				return nil, context.Cause(ctx)
 			}
+			if id, ok := deletedSince(ask, req, err); ok {
+				// It ended and was deleted between two asks: within one,
+				// the server counts such a job ended, in neither list.
+				rest := slices.DeleteFunc(slices.Clone(ask.GetJobIds()), func(x string) bool { return x == id })
+				if anyEnded {
+					return &jobwatchv1.WaitJobsResponse{UnfinishedJobIds: rest}, nil
+				}
+				if len(rest) == 0 {
+					return endedInOrder(order, ended), nil
+				}
+				ask = &jobwatchv1.WaitJobsRequest{JobIds: rest, Tenant: req.GetTenant(), Mode: req.GetMode(), View: req.GetView()}
+				asked = len(rest)
+				continue
+			}
 			if err := waitJobsError(ask.GetBatch(), err); err != nil {
 				return nil, err
 			}
@@ -111,13 +125,7 @@ func (c *Client) WaitForJobs(ctx context.Context, req *jobwatchv1.WaitJobsReques
 			ended[j.GetId()] = j
 		}
 		if !anyEnded && len(unfinished) == 0 {
-			all := &jobwatchv1.WaitJobsResponse{}
-			for _, id := range order {
-				if j, ok := ended[id]; ok {
-					all.Jobs = append(all.Jobs, j)
-				}
-			}
-			return all, nil
+			return endedInOrder(order, ended), nil
 		}
 		for order == nil {
 			order, err = c.batchOrder(ctx, req.GetTenant(), req.GetBatch(), resp)
@@ -153,6 +161,29 @@ func (c *Client) WaitForJobs(ctx context.Context, req *jobwatchv1.WaitJobsReques
 			return nil, err
 		}
 	}
+}
+
+// endedInOrder is the answer of a wait for all: the jobs of order that
+// ended, in that order (those deleted meanwhile are in neither list).
+func endedInOrder(order []string, ended map[string]*jobwatchv1.Job) *jobwatchv1.WaitJobsResponse {
+	all := &jobwatchv1.WaitJobsResponse{}
+	for _, id := range order {
+		if j, ok := ended[id]; ok {
+			all.Jobs = append(all.Jobs, j)
+		}
+	}
+	return all
+}
+
+// deletedSince reports the job of ask that err says is not found, when
+// ask is not the first ask of req: a job WaitForJobs heard was there,
+// deleted since (the server names it: "<id>: job not found").
+func deletedSince(ask, req *jobwatchv1.WaitJobsRequest, err error) (string, bool) {
+	if ask == req || connect.CodeOf(err) != connect.CodeNotFound {
+		return "", false
+	}
+	id, ok := strings.CutSuffix(connectMessage(err), ": "+ErrJobNotFound.Error())
+	return id, ok && slices.Contains(ask.GetJobIds(), id)
 }
 
 // distinct is ids without repeats, in order.

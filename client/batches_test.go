@@ -493,3 +493,57 @@ func ExampleClient_WaitForJobs() {
 	// JOB_STATE_SUCCEEDED dog-small.png
 	// JOB_STATE_SUCCEEDED owl-small.png
 }
+
+// A job that ends and is deleted between two of WaitForJobs' asks (a cap
+// answer, then the next ask) counts as ended, as the server counts it
+// within one ask: the next ask's not_found for it is no error, and the
+// wait goes on for the others.
+func TestWaitForJobsCountsAJobDeletedBetweenTwoAsksAsEnded(t *testing.T) {
+	s := startServer(t, serverOptions{server: server.Config{WaitCap: 50 * time.Millisecond}})
+	c := fastClient(t, s.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, mode := range []jobwatchv1.WaitMode{jobwatchv1.WaitMode_WAIT_MODE_ALL, jobwatchv1.WaitMode_WAIT_MODE_ANY} {
+		a, b := submit(t, c, "gone"), submit(t, c, "stays")
+		var asks atomic.Int64
+		hooked := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if asks.Add(1) == 2 {
+				// After the first ask's cap answer, before the next.
+				if _, err := c.Cancel(ctx, a.GetId()); err != nil {
+					t.Error(err)
+				}
+				if err := c.Delete(ctx, a.GetId()); err != nil {
+					t.Error(err)
+				}
+			}
+			return http.DefaultTransport.RoundTrip(r)
+		})}
+		w := fastClient(t, s.URL, client.WithLongCallHTTPClient(hooked))
+		done := make(chan error, 1)
+		var got *jobwatchv1.WaitJobsResponse
+		go func() {
+			var err error
+			got, err = w.WaitForJobs(ctx, &jobwatchv1.WaitJobsRequest{JobIds: []string{a.GetId(), b.GetId()}, Mode: mode})
+			done <- err
+		}()
+		if mode == jobwatchv1.WaitMode_WAIT_MODE_ALL {
+			eventually(t, "a third ask", func() bool { return asks.Load() >= 3 })
+			if _, err := c.Cancel(ctx, b.GetId()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("%v: WaitForJobs: %v", mode, err)
+		}
+		switch mode {
+		case jobwatchv1.WaitMode_WAIT_MODE_ALL:
+			if len(got.GetJobs()) != 1 || got.GetJobs()[0].GetId() != b.GetId() || len(got.GetUnfinishedJobIds()) != 0 {
+				t.Errorf("ALL: %v, want the other job ended, the deleted one in neither list", got)
+			}
+		default:
+			if len(got.GetJobs()) != 0 || !slices.Equal(got.GetUnfinishedJobIds(), []string{b.GetId()}) {
+				t.Errorf("ANY: %v, want no job and the other unfinished", got)
+			}
+		}
+	}
+}
