@@ -146,13 +146,12 @@ func pickQuery(f store.ClaimFilter, ready bool, n int, sel string, lock bool, fi
 	queues, kinds := distinct(f.Queues), distinct(f.Kinds)
 	if len(distinct(f.Tenants)) == 1 && len(queues) == 1 {
 		// Fair claiming's pick of one tenant's job in one queue: seeks of
-		// that tenant's jobs only (jobs_queued_queue_tenant), with the
-		// kinds checked on them.
+		// that tenant's jobs only, of each of the worker's kinds if it
+		// names any (jobs_queued_queue_tenant_kind; with the kinds
+		// checked on the tenant's jobs, a worker of a kind one tenant
+		// submits walked another tenant's whole backlog of other kinds),
+		// else of any kind (jobs_queued_queue_tenant).
 		p.tenant = p.arg(f.Tenants[0]) + "::text"
-		if len(kinds) > 0 {
-			p.kinds = p.arg(kinds) + "::text[]"
-		}
-		kinds = nil
 	}
 	suffix := ""
 	if lock {

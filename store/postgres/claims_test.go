@@ -224,7 +224,8 @@ func usesIndex(plan planNode, index string) bool {
 
 func seeksByPriority(plan planNode) bool {
 	switch plan.IndexName {
-	case "jobs_queued_priority", "jobs_queued_queue_priority", "jobs_queued_kind", "jobs_queued_queue_kind", "jobs_queued_queue_tenant":
+	case "jobs_queued_priority", "jobs_queued_queue_priority", "jobs_queued_kind", "jobs_queued_queue_kind", "jobs_queued_queue_tenant",
+		"jobs_queued_queue_tenant_kind":
 		return true
 	}
 	for _, c := range plan.Plans {
@@ -268,6 +269,9 @@ func claimFilters() []struct {
 		{"rules with a per-tenant bound", store.ClaimFilter{Kinds: []string{"a"}, Limits: perTenant, Pools: pools}},
 		{"a rate per tenant", store.ClaimFilter{Limits: map[string]store.QueueLimit{"q": {Rate: jobtype.Rate{Limit: 5, Per: time.Second, PerTenant: true}}}}},
 		{"a tenant and a queue", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"q"}}},
+		{"a tenant, a queue and a kind", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"q"}, Kinds: []string{"a"}}},
+		{"a tenant, a queue and kinds", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"q"}, Kinds: []string{"a", "b"}}},
+		{"rules, a tenant, a queue and kinds", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"readme"}, Kinds: []string{"a", "b"}, Limits: limits, Pools: pools}},
 		{"rules and tenants", store.ClaimFilter{Tenants: []string{"acme"}, Limits: limits, Pools: pools}},
 		{"rules, tenants, kinds and queues", store.ClaimFilter{Tenants: []string{"acme"}, Kinds: []string{"a"}, Queues: []string{"index", "readme"}, Limits: limits, Pools: pools}},
 	}
@@ -358,6 +362,20 @@ func TestClaimPlanSeeksIndexesWithStaleStatistics(t *testing.T) {
 				query, args := pickQuery(f, false, 1, "j.run_at", false, 1)
 				check(t, query, args)
 			})
+			if len(f.Tenants) == 1 && len(f.Queues) == 1 && len(f.Kinds) > 0 {
+				// Fair claiming's pick of one tenant's jobs of the
+				// worker's kinds seeks them by kind, never walking the
+				// tenant's jobs of other kinds.
+				t.Run(tt.name+", by kind", func(t *testing.T) {
+					query, args := pickQuery(f, true, 10, "j.seq", true, 1)
+					for _, generic := range []bool{false, true} {
+						plan, _ := explainPrepared(t, s, query, args, generic)
+						if !usesIndex(plan, "jobs_queued_queue_tenant_kind") || usesIndex(plan, "jobs_queued_queue_tenant") {
+							t.Errorf("generic plan %v: want jobs_queued_queue_tenant_kind alone, in plan:\n%s", generic, plan)
+						}
+					}
+				})
+			}
 		}
 		// Fair claiming's look at a queue's tenants with ready jobs: a
 		// seek per tenant in jobs_unfinished_queue_tenant.

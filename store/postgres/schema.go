@@ -412,6 +412,14 @@ CREATE TABLE {{schema}}.quota_marks (
 	unfinished bigint NOT NULL
 );
 `,
+	// 19: fair claiming's look and pick of one tenant's jobs for a
+	// worker that names its kinds seek them by kind (readyOfKinds,
+	// pickQuery), never walking the tenant's jobs of other kinds: a
+	// worker of a kind one tenant submits walked another tenant's whole
+	// backlog of other kinds in the queue at every claim. It only adds.
+	`
+CREATE INDEX jobs_queued_queue_tenant_kind ON {{schema}}.jobs (queue, tenant, kind, priority, run_at, seq) WHERE state = 'queued';
+`,
 }
 
 // channelFor is the NOTIFY channel of the store in schema: one per schema,

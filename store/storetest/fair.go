@@ -22,6 +22,7 @@ var fairCases = []struct {
 	{"claims of several jobs at once keep the weighted shares", testFairWeightsBatch},
 	{"claims that move on to another contested queue take that queue's shares", testFairNextQueue},
 	{"a tenant alone gets every claim, and one whose jobs the worker cannot take holds nobody back", testFairWorkConserving},
+	{"a worker of some kinds takes turns among the tenants with jobs of those kinds, each in its own order", testFairKinds},
 	{"a queue with a running limit still shares its room among tenants", testFairRuled},
 	{"a serial queue is serial per tenant: one tenant's head, even one no worker runs, never blocks another's", testFairSerialPerTenant},
 	{"a serial queue with max_running 1 runs one job at a time across tenants, each tenant in its own order", testFairSerialAcrossTenants},
@@ -191,6 +192,45 @@ func testFairWorkConserving(t *testing.T, s store.Store) {
 	f = store.ClaimFilter{Now: at(100), Kinds: []string{"resize"}}
 	if got := claimAll(t, s, f); len(got) != 10 || shares(t, got)["b"] != 10 {
 		t.Fatalf("a resize worker claimed %v, want b's 10 jobs", got)
+	}
+}
+
+func testFairKinds(t *testing.T, s store.Store) {
+	// a's backlog is of a kind the worker does not run; b's and c's jobs
+	// are of its kinds, c's of two of them in turn.
+	backlog(t, s, "a", "bulk", "a", 200)
+	for i := range 10 {
+		j := fresh(fmt.Sprintf("b-%02d", i), "bulk", 10+i)
+		j.Tenant, j.Kind = "b", "resize"
+		create(t, s, j)
+		j = fresh(fmt.Sprintf("c-%02d", i), "bulk", 10+i)
+		j.Tenant, j.Kind = "c", []string{"resize", "thumbs"}[i%2]
+		create(t, s, j)
+	}
+	f := store.ClaimFilter{Now: at(100), Kinds: []string{"resize", "thumbs"}, Queues: []string{"bulk"}}
+	var cs []string
+	for round := range 5 {
+		c := store.Claim{WorkerID: "w", Now: at(100), Lease: time.Minute}
+		for i := range 4 {
+			c.LeaseIDs = append(c.LeaseIDs, fmt.Sprintf("l-%d-%d", round, i))
+		}
+		claimed, err := s.ClaimJobs(t.Context(), f, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, cl := range claimed {
+			ids = append(ids, cl.Job.ID)
+			if cl.Job.Tenant == "c" {
+				cs = append(cs, cl.Job.ID)
+			}
+		}
+		if got := shares(t, ids); len(ids) != 4 || got["b"] != 2 || got["c"] != 2 {
+			t.Fatalf("claim %d took %v, want two of b's and two of c's", round, ids)
+		}
+	}
+	if want := []string{"c-00", "c-01", "c-02", "c-03", "c-04", "c-05", "c-06", "c-07", "c-08", "c-09"}; !slices.Equal(cs, want) {
+		t.Errorf("c's jobs were claimed in the order %v, want %v", cs, want)
 	}
 }
 
