@@ -375,6 +375,14 @@ func connOf(ctx context.Context) *limitedConn {
 // before anyone whose request is arriving normally, which takes
 // milliseconds. One connection alone cannot pass the limit by much: it
 // has at most MaxStreamsPerConn streams.
+//
+// A body is counted from the moment its handler starts, and a burst of
+// healthy calls (10,000 waits at once over 40 connections) started more
+// handlers than two busy cores could run to their bodies' ends: past the
+// limit, the oldest, a healthy connection's, was closed with its parked
+// calls. So a body awaited less than pendingBodyGrace is never blamed:
+// past the limit the oldest is closed only once it has been awaited that
+// long, or once the count passes four times the limit, whatever its age.
 type pendingBodies struct {
 	limit int
 	conns *connMetrics
@@ -383,22 +391,31 @@ type pendingBodies struct {
 	bodies list.List // of *pendingBody, awaited the longest first
 }
 
+// pendingBodyGrace is how long a body may have been awaited and still be
+// taken for one on its way; a variable so that tests can change it.
+var pendingBodyGrace = time.Second
+
 type pendingBody struct {
-	conn *limitedConn
-	el   *list.Element // nil once off the list; guarded by pendingBodies.mu
+	conn  *limitedConn
+	since time.Time
+	el    *list.Element // nil once off the list; guarded by pendingBodies.mu
 }
 
 // start counts a body of c that is on its way; done must follow.
 func (p *pendingBodies) start(c *limitedConn) *pendingBody {
-	b := &pendingBody{conn: c}
+	now := time.Now()
+	b := &pendingBody{conn: c, since: now}
 	var closing []*limitedConn
 	p.mu.Lock()
 	b.el = p.bodies.PushBack(b)
 	for p.bodies.Len() > p.limit {
-		old := p.bodies.Remove(p.bodies.Front()).(*pendingBody)
-		old.el = nil
-		closing = append(closing, old.conn) // perhaps c itself
-
+		front := p.bodies.Front().Value.(*pendingBody)
+		if now.Sub(front.since) < pendingBodyGrace && p.bodies.Len() <= 4*p.limit {
+			break // still on its way, as far as anyone can tell
+		}
+		p.bodies.Remove(front.el)
+		front.el = nil
+		closing = append(closing, front.conn) // perhaps c itself
 	}
 	p.mu.Unlock()
 	for _, old := range closing {

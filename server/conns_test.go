@@ -193,6 +193,7 @@ func TestAnHTTP2ConnectionHoldsAtMostItsStreamLimit(t *testing.T) {
 // arrive whole keep being served.
 func TestBodiesThatNeverArriveAreBoundedAcrossTheServer(t *testing.T) {
 	const perConn, bound = 40, 100
+	server.SetPendingBodyGrace(t, 0) // every body held back is blamed at once
 	ts := startServer(t, serverOptions{config: server.Config{
 		MaxStreamsPerConn: perConn, MaxPendingBodies: bound, BodyTimeout: time.Minute,
 	}})
@@ -234,6 +235,52 @@ func TestBodiesThatNeverArriveAreBoundedAcrossTheServer(t *testing.T) {
 	}
 	if got := ts.metric("jobwatch_connections_closed_pending_bodies_total"); got < 2 {
 		t.Errorf("jobwatch_connections_closed_pending_bodies_total = %v, want at least 2", got)
+	}
+}
+
+// A body awaited for less than a grace (a second) is taken for one on
+// its way, as in a burst of healthy calls whose handlers start faster
+// than two busy cores read their bodies: past --max-pending-bodies no
+// connection is closed for it, until the oldest body has been awaited
+// the grace, or the count passes four times the bound.
+func TestBodiesAwaitedBrieflyCloseNoConnection(t *testing.T) {
+	const perConn, bound = 40, 50
+	server.SetPendingBodyGrace(t, time.Hour)
+	ts := startServer(t, serverOptions{config: server.Config{
+		MaxStreamsPerConn: perConn, MaxPendingBodies: bound, BodyTimeout: time.Hour,
+	}})
+	var conns []*rawH2
+	open := func() *rawH2 {
+		raw := dialRawH2Window(t, addrOf(ts.url), 1<<20)
+		conns = append(conns, raw)
+		for range perConn {
+			raw.openStream(submitJobPath, "application/json", nil)
+		}
+		return raw
+	}
+	for range 4 { // 160 bodies: past the bound, within four times it
+		open()
+	}
+	ts.waitForMetric("the bodies awaited", 10*time.Second, func(v float64) bool { return v == 4*perConn }, "jobwatch_request_bodies_reading")
+	for i, raw := range conns {
+		select {
+		case <-raw.closed:
+			t.Errorf("connection %d was closed for bodies awaited less than the grace", i)
+		default:
+		}
+	}
+	// Past four times the bound the oldest go, whatever their age.
+	for range 2 {
+		open()
+	}
+	select {
+	case <-conns[0].closed:
+	case <-time.After(10 * time.Second):
+		t.Errorf("the oldest connection is still open with %v bodies awaited, over four times the bound of %d",
+			ts.gauge("jobwatch_request_bodies_reading"), bound)
+	}
+	for _, raw := range conns {
+		raw.conn.Close()
 	}
 }
 
