@@ -347,8 +347,8 @@ func distinctIDs(ids []string) []string {
 }
 
 // Start moves a PENDING job to QUEUED. A job already QUEUED or RUNNING is
-// returned unchanged, so a retried Start is harmless; an ended job is a
-// *StateError.
+// returned unchanged, so a retried Start is harmless; an ended job, or a
+// WAITING one (it starts once its dependencies end), is a *StateError.
 func (e *Engine) Start(ctx context.Context, id string) (jobtype.Job, error) {
 	return e.update(ctx, "start", id, func(j *jobtype.Job, now time.Time) error {
 		switch {
@@ -361,8 +361,12 @@ func (e *Engine) Start(ctx context.Context, id string) (jobtype.Job, error) {
 			return nil
 		case j.State.Terminal():
 			return &StateError{JobID: j.ID, State: j.State, Op: "start"}
+		case j.State == jobtype.Waiting:
+			// Not started, and no start of a caller's can start it.
+			return &StateError{JobID: j.ID, State: j.State, Op: "start",
+				Hint: "it starts on its own once the jobs it runs after have ended (see its after)"}
 		default:
-			return errUnchanged
+			return errUnchanged // started already
 		}
 	})
 }

@@ -292,3 +292,20 @@ func TestCountByStateCountsEveryJobOnce(t *testing.T) {
 		}
 	}
 }
+
+// A WAITING job is not started by Start: it starts once the jobs it
+// runs after have ended, and Start says so rather than answer with the
+// job unchanged, as if it had started.
+func TestStartOfAWaitingJobIsAStateError(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	parent := submit(t, e, jobs.SubmitRequest{Kind: "k"})
+	child := submit(t, e, jobs.SubmitRequest{Kind: "k", After: []string{parent.ID}})
+	if child.State != jobtype.Waiting {
+		t.Fatalf("child is %s, want WAITING", child.State)
+	}
+	_, err := e.Start(context.Background(), child.ID)
+	var se *jobs.StateError
+	if !errors.As(err, &se) || se.State != jobtype.Waiting || !strings.Contains(err.Error(), "once the jobs it runs after have ended") {
+		t.Fatalf("got %v, want a StateError saying the job starts once its dependencies end", err)
+	}
+}
