@@ -55,7 +55,9 @@ var tokens = []struct{ env, token, entry string }{
 // (node --test: the client, the worker and the example worker) against a
 // server started here with tokens and short caps, and a second one like
 // it that traces its calls (JOBWATCH_TRACED_URL), whose jobs carry the
-// trace context of the call that submitted them.
+// trace context of the call that submitted them, and a third that parks
+// one call at most, for a minute (JOBWATCH_FULL_URL), whose other waits
+// are answered at once as full (Jobwatch-Parked-Calls: full).
 func TestTypeScriptClientAndWorker(t *testing.T) {
 	npm := requireNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -67,17 +69,22 @@ func TestTypeScriptClientAndWorker(t *testing.T) {
 		t.Fatalf("npm run build in ts/client: %v\n%s", err, out)
 	}
 
-	addr := startServer(t, nil)
+	addr := startServer(t, nil, nil)
 	// The traced server records spans and exports none: the TypeScript
 	// tests look at the worker's spans, in their own process; what they
 	// need of the server is the traceparent it keeps with a job submitted
 	// in a trace.
 	tp := sdktrace.NewTracerProvider()
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	tracedAddr := startServer(t, tp)
+	tracedAddr := startServer(t, tp, nil)
+	fullAddr := startServer(t, nil, func(c *server.Config) {
+		c.MaxParkedCalls = 1
+		c.WaitCap = time.Minute
+	})
 	env := append(os.Environ(),
 		"JOBWATCH_URL=http://"+addr,
 		"JOBWATCH_TRACED_URL=http://"+tracedAddr,
+		"JOBWATCH_FULL_URL=http://"+fullAddr,
 		"JOBWATCH_WAIT_CAP_MS="+strconv.FormatInt(waitCap.Milliseconds(), 10),
 		"JOBWATCH_STREAM_LIFETIME_MS="+strconv.FormatInt(streamLifetime.Milliseconds(), 10),
 		"JOBWATCH_LEASE_MS="+strconv.FormatInt(leaseTimeout.Milliseconds(), 10),
@@ -136,9 +143,10 @@ func requireNode(t *testing.T) string {
 
 // startServer starts a jobwatch server over HTTP on a free loopback port,
 // with the engine's sweeps running (so an expired lease is noticed), and
-// returns its address; with tp, it traces its calls. It is shut down, as
-// SIGTERM would, when t ends.
-func startServer(t *testing.T, tp trace.TracerProvider) string {
+// returns its address; with tp, it traces its calls, and with tweak, it
+// has tweak's changes to its configuration. It is shut down, as SIGTERM
+// would, when t ends.
+func startServer(t *testing.T, tp trace.TracerProvider, tweak func(*server.Config)) string {
 	t.Helper()
 	st, err := testdb.Open(testdb.New(t))
 	if err != nil {
@@ -161,7 +169,7 @@ func startServer(t *testing.T, tp trace.TracerProvider) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(engine, server.Config{
+	cfg := server.Config{
 		Logger:         logger,
 		Tokens:         toks,
 		WaitCap:        waitCap,
@@ -171,7 +179,11 @@ func startServer(t *testing.T, tp trace.TracerProvider) string {
 		// Short, so the test never waits on a parked call at shutdown.
 		ShutdownGrace:  2 * time.Second,
 		TracerProvider: tp,
-	})
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	srv := server.New(engine, cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,7 @@
 // the Go client has them (client/wait.go). It knows no transport: the
 // entry points (node.ts, browser.ts) make one, or the caller passes one.
 import { ConnectError, createClient as createConnectClient, type CallOptions, type Client, type Transport } from "@connectrpc/connect";
-import { fromJson, toJson, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, fromJson, toJson, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import { ValueSchema, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import {
   JobSchema,
@@ -17,8 +17,9 @@ import {
   type ListJobsRequestSchema,
   type ListJobsResponse,
   type SubmitJobRequestSchema,
-  type WaitJobsRequestSchema,
+  WaitJobsRequestSchema,
   type WaitJobsResponse,
+  WaitJobsResponseSchema,
   type WatchJobsRequestSchema,
   type WatchJobsResponse,
 } from "./gen/jobwatch/v1/jobwatch_pb.js";
@@ -83,6 +84,23 @@ export const recursionLimit = 2 * 128 + 8;
  * shutting down and are retried with backoff instead.
  */
 const minParkMs = 20;
+
+/** The most jobs one WaitJobs waits for (the server's limit), as many as a page of ListJobs may hold. */
+const maxBatchJobs = 1000;
+
+/**
+ * What a retry notification says about a wait the server answered at
+ * once because it held as many parked calls as it may (in all, of the
+ * caller's tenant, or of its connection): the answer says so (the header
+ * Jobwatch-Parked-Calls: full), however long it took to arrive, and the
+ * wait backs off before it asks again.
+ */
+const parkedFullMessage = "server answered without waiting: its parked calls are full";
+
+/** parkedFull reports whether an answer's headers mark it as given at once for that reason. */
+function parkedFull(h: Headers): boolean {
+  return h.get("Jobwatch-Parked-Calls") === "full";
+}
 
 /** A submission: SubmitJobRequest, with the payload as plain JSON and run_at as a Date if you like. */
 export type SubmitJobInput = Omit<MessageInitShape<typeof SubmitJobRequestSchema>, "$typeName" | "payload" | "runAt"> & {
@@ -287,51 +305,172 @@ export class JobwatchClient {
   /**
    * waitForJobs is waitForJob for up to 1,000 jobs at once, named by id
    * (jobIds) or as the jobs of a batch (batch), as the Go client's
-   * WaitForJobs: it resolves with the WaitJobs answer once every job has
-   * ended (mode ALL, the default: unfinishedJobIds is empty) or the first
-   * has (mode ANY: jobs holds those that ended). It re-issues WaitJobs at
-   * each of the server's caps and retries transient failures with
-   * backoff; bound it with a signal. An unknown job is NotFoundError, a
-   * held one JobNotStartedError; any other refusal is thrown as it is.
+   * WaitForJobs: it resolves with one WaitJobs answer, as if the server
+   * had waited that long, once every job has ended (mode ALL, the
+   * default) or the first has (mode ANY). After an answer at the
+   * server's cap that does not meet the mode yet it asks again at once,
+   * for the unfinished jobs only, and it retries transient failures with
+   * backoff; bound it with a signal.
+   *
+   * With ALL the answer holds every job, ended, in the order asked
+   * (jobIds, a repeated id once) or submitted (batch), and no
+   * unfinishedJobIds. With ANY it holds the jobs that had ended when the
+   * server answered, and the ids of the others, in the same order. A
+   * batch's jobs are those its first answer names: jobs submitted to the
+   * batch later are not waited for. A job deleted before an answer showed
+   * it ended (only an ended job can be deleted) counts as ended, as the
+   * server counts it, and is in neither list. An unknown job is
+   * NotFoundError, a held one JobNotStartedError; any other refusal is
+   * thrown as it is.
    */
   async waitForJobs(
     req: MessageInitShape<typeof WaitJobsRequestSchema>,
     options: { signal?: AbortSignal | undefined } = {},
   ): Promise<WaitJobsResponse> {
-    return this.parkUntil(
-      (options) => this.longJobService.waitJobs(req, options),
-      (resp) => (req.mode === WaitMode.ANY ? resp.jobs.length > 0 : resp.unfinishedJobIds.length === 0),
-      options.signal,
-    );
+    const { signal } = options;
+    const r = this.retrier();
+    const { jobIds, batch, tenant, mode, view } = create(WaitJobsRequestSchema, req);
+    const anyEnded = mode === WaitMode.ANY;
+    let ask = req;
+    // order is the jobs waited for, in the order of the answer: known at
+    // once for ids, from the first answer for a batch.
+    let order = jobIds.length > 0 ? distinct(jobIds) : undefined;
+    let asked = order?.length ?? 0; // jobs in ask; 0 for a batch
+    const ended = new Map<string, Job>();
+    const allEnded = (): WaitJobsResponse =>
+      create(WaitJobsResponseSchema, { jobs: (order ?? []).flatMap((id) => ended.get(id) ?? []) });
+    for (;;) {
+      const first = ask === req;
+      const start = performance.now();
+      let full = false;
+      let resp: WaitJobsResponse;
+      try {
+        resp = await this.longJobService.waitJobs(ask, callOptions(signal, (h) => (full = parkedFull(h))));
+      } catch (err) {
+        const deleted = first ? undefined : deletedJob(err, ask.jobIds ?? []);
+        if (deleted !== undefined) {
+          // A job the last answer had unfinished ended and was deleted
+          // since: it counts as ended, as the server counts it within
+          // one call, and is in neither list.
+          const rest = (ask.jobIds ?? []).filter((id) => id !== deleted);
+          if (anyEnded) {
+            return create(WaitJobsResponseSchema, { unfinishedJobIds: rest });
+          }
+          if (rest.length === 0) {
+            return allEnded();
+          }
+          ask = { ...ask, jobIds: rest };
+          asked = rest.length;
+          continue;
+        }
+        const failure = waitError(err, signal);
+        r.failedAfter(start);
+        await r.wait(failure, signal);
+        continue;
+      }
+      const unfinished = resp.unfinishedJobIds;
+      // A job deleted meanwhile is in neither list: it ended.
+      if (anyEnded && (resp.jobs.length > 0 || resp.jobs.length + unfinished.length < asked)) {
+        return resp;
+      }
+      if (!anyEnded && unfinished.length === 0 && first) {
+        return resp;
+      }
+      for (const j of resp.jobs) {
+        ended.set(j.id, j);
+      }
+      if (!anyEnded && unfinished.length === 0) {
+        return allEnded();
+      }
+      while (order === undefined) {
+        try {
+          order = await this.batchOrder(tenant, batch, resp, signal);
+        } catch (err) {
+          if (signal?.aborted) {
+            throw signal.reason;
+          }
+          if (!transient(err, signal)) {
+            throw toJobwatchError(err, signal);
+          }
+          await r.wait(err, signal);
+        }
+      }
+      ask = { jobIds: unfinished, tenant, mode, view };
+      asked = unfinished.length;
+      await this.nextAsk(r, start, full, signal);
+    }
   }
 
   /**
-   * parkUntil asks a long call (WaitJob, WaitJobs) until its answer is
-   * done: again at once after an answer at the server's cap, with backoff
-   * after a transient failure, or after an answer "not yet" that came at
-   * once (a server shutting down: asking again at once would spin until
-   * it has). A refusal is thrown as waitError makes it.
+   * batchOrder is the jobs of a batch's first WaitJobs answer in the
+   * order they were submitted. The answer lists the ended jobs and the
+   * others each in that order, but not how the two lists interleave;
+   * ListJobs of the batch (newest first) does. Jobs submitted to the
+   * batch since are left out, and so is a job deleted since (it counts as
+   * ended).
+   */
+  private async batchOrder(tenant: string, batch: string, first: WaitJobsResponse, signal: AbortSignal | undefined): Promise<string[]> {
+    if (first.jobs.length === 0) {
+      return first.unfinishedJobIds;
+    }
+    const want = new Set([...first.jobs.map((j) => j.id), ...first.unfinishedJobIds]);
+    const newestFirst: string[] = [];
+    let pageToken = "";
+    while (newestFirst.length < want.size) {
+      const resp = await this.jobService.listJobs({ tenant, batch, pageSize: maxBatchJobs, pageToken }, callOptions(signal));
+      newestFirst.push(...resp.jobs.filter((j) => want.has(j.id)).map((j) => j.id));
+      if (resp.nextPageToken === "") {
+        break;
+      }
+      pageToken = resp.nextPageToken;
+    }
+    return newestFirst.reverse();
+  }
+
+  /**
+   * nextAsk waits before a long call that answered "not yet" is asked
+   * again: not at all after an answer at the server's cap; with backoff
+   * after one the server marked as given at once because its parked
+   * calls are full (however long it took to arrive: a distant server),
+   * or after one that came at once (a server shutting down: asking again
+   * at once would spin until it has). start is when the call was asked,
+   * full whether its answer carried Jobwatch-Parked-Calls: full.
+   */
+  private async nextAsk(r: Retrier, start: number, full: boolean, signal: AbortSignal | undefined): Promise<void> {
+    if (full) {
+      await r.wait(new Error(parkedFullMessage), signal);
+      return;
+    }
+    if (performance.now() - start >= minParkMs) {
+      r.reset();
+      return;
+    }
+    await r.wait(new Error("server answered without waiting (shutting down?)"), signal);
+  }
+
+  /**
+   * parkUntil asks a long call (WaitJob) until its answer is done, as
+   * nextAsk spaces its asks, and with backoff after a transient failure.
+   * A refusal is thrown as waitError makes it.
    */
   private async parkUntil<T>(ask: (options: CallOptions) => Promise<T>, done: (answer: T) => boolean, signal?: AbortSignal): Promise<T> {
     const r = this.retrier();
     for (;;) {
       const asked = performance.now();
-      let failure: unknown;
+      let full = false;
+      let answer: T;
       try {
-        const answer = await ask(signal === undefined ? {} : { signal });
-        if (done(answer)) {
-          return answer;
-        }
-        if (performance.now() - asked >= minParkMs) {
-          r.reset();
-          continue;
-        }
-        failure = new Error("server answered without waiting (shutting down?)");
+        answer = await ask(callOptions(signal, (h) => (full = parkedFull(h))));
       } catch (err) {
-        failure = waitError(err, signal);
+        const failure = waitError(err, signal);
         r.failedAfter(asked);
+        await r.wait(failure, signal);
+        continue;
       }
-      await r.wait(failure, signal);
+      if (done(answer)) {
+        return answer;
+      }
+      await this.nextAsk(r, asked, full, signal);
     }
   }
 
@@ -465,6 +604,30 @@ function waitError(err: unknown, signal: AbortSignal | undefined): unknown {
     throw new JobNotStartedError(err.rawMessage, { cause: err });
   }
   throw toJobwatchError(err, signal);
+}
+
+/**
+ * deletedJob is the job of ids that err (a WaitJobs refusal) says is not
+ * found ("<id>: job not found"), or undefined when it says anything else.
+ * Asked again for jobs a previous answer had unfinished, that is a job
+ * that has ended and been deleted since.
+ */
+function deletedJob(err: unknown, ids: readonly string[]): string | undefined {
+  if (!(err instanceof ConnectError) || err.code !== Code.NotFound) {
+    return undefined;
+  }
+  const id = err.rawMessage.match(/^(.*): job not found$/)?.[1];
+  return id !== undefined && ids.includes(id) ? id : undefined;
+}
+
+/** distinct is ids without repeats, in order. */
+function distinct(ids: readonly string[]): string[] {
+  return [...new Set(ids)];
+}
+
+/** callOptions is the options of a call with signal (if any) and onHeader. */
+function callOptions(signal: AbortSignal | undefined, onHeader?: (h: Headers) => void): CallOptions {
+  return { ...(signal === undefined ? {} : { signal }), ...(onHeader === undefined ? {} : { onHeader }) };
 }
 
 /** call runs a unary call, throwing what toJobwatchError makes of its failure. */

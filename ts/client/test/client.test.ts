@@ -5,6 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as http2 from "node:http2";
 import type * as net from "node:net";
+import type { Transport } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
@@ -26,6 +27,7 @@ import {
   resultOf,
   timestampDate,
   type Job,
+  type JobwatchClient,
 } from "../src/node.js";
 import {
   Proxy,
@@ -413,6 +415,186 @@ test("waitForJobs resolves once the first of a batch has ended (ANY), and once a
   assert.equal(allDone.unfinishedJobIds.length, 0);
   assert.deepEqual(new Set(allDone.jobs.map((j) => j.id)), new Set(jobs.map((j) => j.id)));
   await assert.rejects(client.waitForJobs({ jobIds: ["j_doesnotexist000000000000"] }), NotFoundError);
+});
+
+/** waitJobsAsks is the WaitJobs requests among calls, in the order they were sent. */
+function waitJobsAsks(calls: Call[]): { jobIds: string[]; batch: string }[] {
+  return calls
+    .filter((c) => c.method === "WaitJobs")
+    .map((c) => ({ jobIds: (c.request["jobIds"] as string[] | undefined) ?? [], batch: (c.request["batch"] as string | undefined) ?? "" }));
+}
+
+/**
+ * holdingClient is a client whose long calls are recorded in calls, and
+ * whose nth WaitJobs is held before it is sent until release is called;
+ * held resolves once it is.
+ */
+function holdingClient(calls: Call[], nth: number): { client: JobwatchClient; held: Promise<void>; release: () => void } {
+  let asks = 0;
+  let release = () => {};
+  const released = new Promise<void>((resolve) => (release = resolve));
+  let hold = () => {};
+  const held = new Promise<void>((resolve) => (hold = resolve));
+  const inner = tap(nodeTransport(server.url), calls);
+  const transport: Transport = {
+    unary: async (method, signal, timeoutMs, header, input, contextValues) => {
+      if (method.name === "WaitJobs" && ++asks === nth) {
+        hold();
+        await released;
+      }
+      return inner.unary(method, signal, timeoutMs, header, input, contextValues);
+    },
+    stream: inner.stream,
+  };
+  const client = createClient({ url: server.url, token: server.clientToken, longTransport: transport, backoff: { initialMs: 20, maxMs: 200 } });
+  return { client, held, release };
+}
+
+test("waitForJobs of a batch waits for the jobs its first answer named, asking by id after it, and answers in the order submitted", async () => {
+  const calls: Call[] = [];
+  const client = tappedClient(calls);
+  const kind = uniqueKind("grown");
+  const batch = uniqueKind("g").replaceAll(".", "-");
+  const jobs = await client.submitJobs([{ kind, batch }, { kind, batch }, { kind, batch }]);
+  const [a, b, c] = jobs.map((j) => j.id) as [string, string, string];
+  // The second has ended before the wait: the first answer has it ended
+  // and the others unfinished, which does not say how they interleave.
+  await client.cancelJob(b);
+  const all = client.waitForJobs({ batch }, { signal: AbortSignal.timeout(60_000) });
+  await eventually("the wait to ask again after a cap", () => waitJobsAsks(calls).length >= 2);
+  // A job added to the batch now is not waited for, by the asks that
+  // follow either.
+  const [added] = await client.submitJobs([{ kind, batch }]);
+  assert.ok(added !== undefined);
+  try {
+    const before = waitJobsAsks(calls).length;
+    await eventually("an ask after the job was added", () => waitJobsAsks(calls).length > before);
+    await client.cancelJob(a);
+    await client.cancelJob(c);
+    const done = await all;
+    assert.deepEqual(
+      done.jobs.map((j) => j.id),
+      [a, b, c],
+    );
+    assert.deepEqual(done.unfinishedJobIds, []);
+    const [first, ...again] = waitJobsAsks(calls);
+    assert.deepEqual(first, { jobIds: [], batch });
+    for (const ask of again) {
+      assert.deepEqual(ask, { jobIds: [a, c], batch: "" }, "a re-ask named the batch, or jobs other than the unfinished ones");
+    }
+  } finally {
+    await client.cancelJob(added.id);
+  }
+});
+
+test("waitForJobs (ALL) counts a job that ended and was deleted between two answers as ended, and asks again without it", async () => {
+  const calls: Call[] = [];
+  const { client, held, release } = holdingClient(calls, 2);
+  const kind = uniqueKind("gone");
+  const jobs = await client.submitJobs([{ kind }, { kind }, { kind }]);
+  const [a, b, c] = jobs.map((j) => j.id) as [string, string, string];
+  await client.cancelJob(a);
+  const all = client.waitForJobs({ jobIds: [a, b, c] }, { signal: AbortSignal.timeout(60_000) });
+  // The first answer, at the cap: a ended, b and c not. Before the
+  // second ask, a (ended already) and b end and are deleted.
+  await held;
+  await client.deleteJob(a);
+  await client.cancelJob(b);
+  await client.deleteJob(b);
+  release();
+  await eventually("a third ask, after b was not found", () => waitJobsAsks(calls).length >= 3);
+  await client.cancelJob(c);
+  const done = await all;
+  assert.deepEqual(
+    done.jobs.map((j) => j.id),
+    [a, c],
+    "a was seen ended before it was deleted; b was not",
+  );
+  assert.deepEqual(done.unfinishedJobIds, []);
+  const asks = waitJobsAsks(calls).map((ask) => ask.jobIds);
+  assert.deepEqual(asks.slice(0, 3), [[a, b, c], [b, c], [c]]);
+});
+
+test("waitForJobs (ANY) answers at once when a job it asks for again was deleted meanwhile, as ended, in neither list", async () => {
+  const calls: Call[] = [];
+  const { client, held, release } = holdingClient(calls, 2);
+  const kind = uniqueKind("goneany");
+  const jobs = await client.submitJobs([{ kind }, { kind }]);
+  const [a, b] = jobs.map((j) => j.id) as [string, string];
+  const any = client.waitForJobs({ jobIds: [a, b], mode: WaitMode.ANY }, { signal: AbortSignal.timeout(60_000) });
+  await held;
+  await client.cancelJob(a);
+  await client.deleteJob(a);
+  release();
+  try {
+    const done = await any;
+    assert.deepEqual(done.jobs, []);
+    assert.deepEqual(done.unfinishedJobIds, [b]);
+    assert.equal(waitJobsAsks(calls).length, 2);
+  } finally {
+    await client.cancelJob(b);
+  }
+});
+
+test("a wait answered at once because the server's parked calls are full backs off before it asks again, however long the answer took", async () => {
+  const url = server.fullUrl;
+  const plain = createClient({ url, token: server.clientToken, backoff: { initialMs: 20, maxMs: 200 } });
+  const job = await plain.submitJob({ kind: uniqueKind("full") });
+  const ended = await plain.cancelJob((await plain.submitJob({ kind: uniqueKind("full") })).id);
+  // The server parks one call: this wait's, once a wait for an ended
+  // job (which never parks long) is answered as full.
+  const blocking = new AbortController();
+  const blocker = plain.waitForJob(job.id, { signal: blocking.signal }).catch(() => undefined);
+  await eventually("the first wait to be parked", async () => {
+    let full = false;
+    await plain.longJobService.waitJob({ jobId: ended.id }, { onHeader: (h) => (full = h.get("Jobwatch-Parked-Calls") === "full") });
+    return full;
+  });
+
+  let asks = 0;
+  const retries: unknown[] = [];
+  const far = nodeTransport(url);
+  // A server 30 ms away: each answer takes longer than a quick "not
+  // yet" would, which the client used to ask again at once.
+  const distant: Transport = {
+    unary: async (method, signal, timeoutMs, header, input, contextValues) => {
+      asks++;
+      await new Promise((resolve) => setTimeout(resolve, 30));
+      return far.unary(method, signal, timeoutMs, header, input, contextValues);
+    },
+    stream: far.stream,
+  };
+  const client = createClient({
+    url,
+    token: server.clientToken,
+    longTransport: distant,
+    backoff: { initialMs: 20, maxMs: 200 },
+    onRetry: (err) => retries.push(err),
+  });
+  try {
+    for (const [name, wait] of [
+      ["waitForJob", (signal: AbortSignal) => client.waitForJob(job.id, { signal })],
+      ["waitForJobs", (signal: AbortSignal) => client.waitForJobs({ jobIds: [job.id] }, { signal })],
+    ] as const) {
+      asks = 0;
+      retries.length = 0;
+      const stop = new AbortController();
+      const waiting = wait(stop.signal);
+      await eventually(`${name} to ask four times`, () => asks >= 4);
+      stop.abort(new Error("enough"));
+      await assert.rejects(waiting, /enough/);
+      // Each ask after the first follows a retry's notice, made before
+      // its delay.
+      assert.ok(asks <= retries.length + 1, `${name}: ${asks} asks after ${retries.length} retries: a full answer was asked again at once`);
+      for (const err of retries) {
+        assert.match(String(err), /parked calls are full/, `${name} retried after something else`);
+      }
+    }
+  } finally {
+    blocking.abort();
+    await blocker;
+    await plain.cancelJob(job.id);
+  }
 });
 
 test("a client may be given its own transports", async () => {

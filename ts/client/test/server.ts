@@ -23,6 +23,13 @@ export const server = {
    * server's SubmitJob span.
    */
   tracedUrl: env("JOBWATCH_TRACED_URL"),
+  /**
+   * A third server that parks one call at most, with a wait cap of a
+   * minute: while one wait is parked there, every other WaitJob and
+   * WaitJobs is answered at once with the current state and the header
+   * Jobwatch-Parked-Calls: full.
+   */
+  fullUrl: env("JOBWATCH_FULL_URL"),
   /** A client token of tenant "ts". */
   clientToken: env("JOBWATCH_CLIENT_TOKEN"),
   /** A worker token for any kind. */
