@@ -770,6 +770,96 @@ CREATE TABLE quota_marks (
 	after_seq  INTEGER NOT NULL
 ) STRICT, WITHOUT ROWID;
 `,
+	// 26: jobs_dependency_ended settles every job a failure cascades to
+	// in its own run, and notes in job_releases only the jobs it changes.
+	//
+	// It cancelled the jobs after a failed one with an UPDATE that fired
+	// it again for each of them, so a cascade nested one run inside
+	// another as deep as the graph, and SQLite, on every row and index
+	// entry any of them wrote, walks every cursor the unfinished runs
+	// above hold open (each one's UPDATE holds one on jobs and each of
+	// its indexes): a graph of 1,770 jobs, 30 a level, each after the 30
+	// before it, 60 deep, held the writer for over a second, and the
+	// cost grew with jobs times depth. Its UPDATEs also asked for state =
+	// 'waiting' beside id IN (the dependents), and SQLite, which has no
+	// statistics, walked every WAITING job of every tenant through the
+	// state index on each run. Now one run finds the whole cascade first
+	// (a recursive query over job_deps: each job once, through its edges)
+	// into job_cascade, with the job each cancelled one names (the job
+	// that ended, if it waits for it; else the first by id of the jobs
+	// the cascade cancels that it waits for) and the WAITING jobs left
+	// with nothing to wait for, queued. It drops the job_deps rows of the
+	// job that ended and of every job it cancels before it cancels them,
+	// so the run each cancel fires finds none and does nothing: runs never
+	// nest more than one deep. Jobs are reached by id, never by state.
+	// What a cascade leaves is what the nested runs left: the same jobs
+	// cancelled or queued, each once, with the same times, versions and
+	// change_seq, and the same job_deps rows gone.
+	//
+	// It noted every dependent in job_releases, changed or not, so the
+	// writer read each one (with its after, up to 1,000 ids) and announced
+	// it at the version it had on every end of any of its dependencies:
+	// 30 jobs each after the same 1,000 made each of those 1,000
+	// completions read 30,000 ids. It notes the jobs of job_cascade.
+	//
+	// job_cascade is empty but inside a run of the trigger, which empties
+	// it; a run never starts inside another (see above).
+	`
+CREATE TABLE job_cascade (
+	job_id TEXT    PRIMARY KEY,
+	cancel INTEGER NOT NULL,
+	via    TEXT
+) STRICT, WITHOUT ROWID;
+DROP TRIGGER jobs_dependency_ended;
+CREATE TRIGGER jobs_dependency_ended AFTER UPDATE OF state ON jobs
+	WHEN (NEW.state = 'succeeded' OR NEW.state = 'failed' OR NEW.state = 'cancelled' OR NEW.state = 'lost')
+		AND NOT (OLD.state = 'succeeded' OR OLD.state = 'failed' OR OLD.state = 'cancelled' OR OLD.state = 'lost')
+		AND EXISTS (SELECT 1 FROM job_deps WHERE after_id = NEW.id)
+BEGIN
+	INSERT INTO job_cascade (job_id, cancel)
+	SELECT id, 1 FROM (
+		WITH RECURSIVE cancelled (id) AS (
+			SELECT d.job_id FROM job_deps AS d CROSS JOIN jobs AS w ON w.id = d.job_id
+			WHERE NEW.state <> 'succeeded' AND d.after_id = NEW.id
+				AND w.state = 'waiting' AND w.after_policy = 'cancel'
+			UNION
+			SELECT d.job_id FROM cancelled AS c CROSS JOIN job_deps AS d ON d.after_id = c.id
+				CROSS JOIN jobs AS w ON w.id = d.job_id
+			WHERE w.state = 'waiting' AND w.after_policy = 'cancel'
+		)
+		SELECT id FROM cancelled
+	);
+	UPDATE job_cascade SET via = coalesce(
+		(SELECT NEW.id FROM job_deps WHERE after_id = NEW.id AND job_id = job_cascade.job_id),
+		(SELECT min(d.after_id) FROM job_deps AS d CROSS JOIN job_cascade AS p ON p.job_id = d.after_id
+			WHERE d.job_id = job_cascade.job_id AND p.cancel))
+	WHERE cancel;
+	INSERT INTO job_cascade (job_id, cancel)
+	SELECT x.job_id, 0 FROM (
+		SELECT job_id FROM job_deps WHERE after_id = NEW.id
+		UNION
+		SELECT d.job_id FROM job_cascade AS e CROSS JOIN job_deps AS d ON d.after_id = e.job_id WHERE e.cancel
+	) AS x CROSS JOIN jobs AS w ON w.id = x.job_id
+	WHERE w.state = 'waiting'
+		AND NOT EXISTS (SELECT 1 FROM job_cascade AS k WHERE k.job_id = x.job_id)
+		AND NOT EXISTS (SELECT 1 FROM job_deps AS o WHERE o.job_id = x.job_id AND o.after_id <> NEW.id
+			AND NOT EXISTS (SELECT 1 FROM job_cascade AS k WHERE k.job_id = o.after_id AND k.cancel));
+	DELETE FROM job_deps WHERE after_id = NEW.id;
+	DELETE FROM job_deps WHERE after_id IN (SELECT job_id FROM job_cascade WHERE cancel);
+	INSERT OR IGNORE INTO job_releases (job_id) SELECT job_id FROM job_cascade;
+	UPDATE jobs SET state = 'cancelled', finished_at = NEW.updated_at, updated_at = NEW.updated_at,
+		error_type = 'DependencyFailed',
+		error_message = (SELECT 'job ' || k.via || ', which it runs after, ended ' ||
+			CASE WHEN k.via = NEW.id THEN upper(NEW.state) ELSE 'CANCELLED' END
+			FROM job_cascade AS k WHERE k.job_id = jobs.id),
+		version = version + 1, change_seq = NEW.change_seq
+	WHERE id IN (SELECT job_id FROM job_cascade WHERE cancel);
+	UPDATE jobs SET state = 'queued', run_at = max(run_at, NEW.updated_at), updated_at = NEW.updated_at,
+		version = version + 1, change_seq = NEW.change_seq
+	WHERE id IN (SELECT job_id FROM job_cascade WHERE NOT cancel);
+	DELETE FROM job_cascade;
+END;
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a
