@@ -18,14 +18,21 @@ import (
 // array of one) at :now. The queue comes from json_each, as the walks'
 // groups do (see unruledPickQuery): compared with an indexed column as
 // a parameter, SQLite would prepare the statement again at each run.
-func readyTenantsQuery(limit int) string {
+// With kinds (a worker that names its kinds, :kinds) a tenant counts
+// only with a ready job of one of them, sought by kind in
+// jobs_queued_queue_tenant_kind (tenantKindWalk).
+func readyTenantsQuery(limit int, kinds bool) string {
 	const from = `jobs INDEXED BY jobs_unfinished_queue_tenant WHERE state IN ('queued', 'running')`
+	ready := `EXISTS (SELECT 1 FROM ` + from + ` AND queue = t.queue AND tenant = t.tenant AND state = 'queued' AND run_at <= :now)`
+	if kinds {
+		ready = `EXISTS (SELECT 1 FROM jobs INDEXED BY ` + tenantKindIndex + ` WHERE state = 'queued'
+			AND queue = t.queue AND tenant = t.tenant AND kind IN (SELECT value FROM json_each(:kinds)) AND run_at <= :now)`
+	}
 	query := `WITH RECURSIVE t(queue, tenant) AS (
 		SELECT q.value, (SELECT MIN(tenant) FROM ` + from + ` AND queue = q.value) FROM json_each(:queue) AS q
 		UNION ALL
 		SELECT t.queue, (SELECT MIN(tenant) FROM ` + from + ` AND queue = t.queue AND tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL)
-	SELECT tenant FROM t WHERE tenant IS NOT NULL
-		AND EXISTS (SELECT 1 FROM ` + from + ` AND queue = t.queue AND tenant = t.tenant AND state = 'queued' AND run_at <= :now)`
+	SELECT tenant FROM t WHERE tenant IS NOT NULL AND ` + ready
 	if limit > 0 {
 		query += fmt.Sprintf(" LIMIT %d", limit)
 	}
@@ -47,7 +54,11 @@ func pickTurns(ctx context.Context, tx *sql.Tx, f store.ClaimFilter, queue strin
 		if err != nil {
 			return nil, fmt.Errorf("claim jobs: %w", classify(err))
 		}
-		got[old.Tenant] = append(got[old.Tenant], pick{job: old, seq: seq})
+		// With several kinds a tenant's groups may hold more than it is
+		// due; its rows come in claim order.
+		if len(got[old.Tenant]) < want[old.Tenant] {
+			got[old.Tenant] = append(got[old.Tenant], pick{job: old, seq: seq})
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim jobs: %w", classify(err))
@@ -68,15 +79,20 @@ func turnsPickQuery(f store.ClaimFilter, queue string, want map[string]int) (str
 		sql.Named("want", mustJSON(want, "{}")),
 		sql.Named("queues", mustJSON([]string{queue}, "[]")),
 	}
-	filter := " AND run_at <= :now"
-	if len(f.Kinds) > 0 {
-		filter += " AND kind IN (SELECT value FROM json_each(:kinds))"
-		args = append(args, sql.Named("kinds", mustJSON(distinct(f.Kinds), "[]")))
-	}
+	const filter = " AND run_at <= :now"
+	groups := `groups(kind, queue) AS (SELECT t.key, q.value FROM json_each(:want) AS t, json_each(:queues) AS q)`
+	index, bound := "jobs_queued_queue_tenant", "(:want ->> w.kind)"
 	key := func(g string) string { return "queue = " + g + ".queue AND tenant = " + g + ".kind" }
+	if len(f.Kinds) > 0 {
+		// A group per tenant and kind (tenantKindWalk).
+		args = append(args, sql.Named("kinds", mustJSON(distinct(f.Kinds), "[]")))
+		groups = `groups(kind, queue) AS (SELECT json_array(t.key, k.value), q.value
+		FROM json_each(:want) AS t, json_each(:kinds) AS k, json_each(:queues) AS q)`
+		index, bound, key = tenantKindIndex, "(:want ->> (w.kind ->> 0))", tenantKindKey
+	}
 	return `WITH RECURSIVE
-	groups(kind, queue) AS (SELECT t.key, q.value FROM json_each(:want) AS t, json_each(:queues) AS q),
-	` + priorityWalk("jobs_queued_queue_tenant", notPaused("g.queue"), key, filter, "(:want ->> w.kind)", false) + `
+	` + groups + `,
+	` + priorityWalk(index, notPaused("g.queue"), key, filter, bound, false) + `
 SELECT ` + columns + ` FROM jobs WHERE seq IN (SELECT seq FROM walk WHERE seq IS NOT NULL)
 ORDER BY tenant, ` + pickOrder("", true), args
 }
@@ -87,13 +103,18 @@ type pick struct {
 	seq int64
 }
 
-// readyTenants lists the tenants with a ready QUEUED job in queue, of
-// any kind, at most limit of them (0: all): a skip-scan of
-// jobs_unfinished_queue_tenant, one seek per tenant with unfinished jobs
-// in the queue and one more per tenant to ask whether one is ready.
+// readyTenants lists the tenants with a ready QUEUED job in queue that
+// f may take (of its kinds, if it names any), at most limit of them (0:
+// all): a skip-scan of jobs_unfinished_queue_tenant, one seek per
+// tenant with unfinished jobs in the queue and one more per tenant (and
+// kind) to ask whether one is ready.
 func readyTenants(ctx context.Context, tx *sql.Tx, queue string, f store.ClaimFilter, limit int) ([]string, error) {
-	query := readyTenantsQuery(limit)
-	rows, err := tx.QueryContext(ctx, query, sql.Named("queue", mustJSON([]string{queue}, "[]")), sql.Named("now", toMicro(f.Now)))
+	query := readyTenantsQuery(limit, len(f.Kinds) > 0)
+	args := []any{sql.Named("queue", mustJSON([]string{queue}, "[]")), sql.Named("now", toMicro(f.Now))}
+	if len(f.Kinds) > 0 {
+		args = append(args, sql.Named("kinds", mustJSON(distinct(f.Kinds), "[]")))
+	}
+	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs: tenants of %s: %w", queue, classify(err))
 	}

@@ -860,6 +860,12 @@ BEGIN
 	DELETE FROM job_cascade;
 END;
 `,
+	// 27: fair claiming's look and pick of one tenant's jobs for a
+	// worker that names its kinds seek them by kind (tenantKindWalk,
+	// claims.go), never walking the tenant's jobs of other kinds.
+	`
+CREATE INDEX jobs_queued_queue_tenant_kind ON jobs (queue, tenant, kind, priority, run_at) WHERE state = 'queued';
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a

@@ -540,17 +540,30 @@ func TestClaimPlanSeeksEveryQueueHead(t *testing.T) {
 		{"a tenant's bound on its running jobs", store.ClaimFilter{TenantMaxRunning: map[string]int{"acme": 2}}, "jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"},
 		{"rules with a per-tenant bound and kinds", store.ClaimFilter{Kinds: []string{"a", "b"}, Limits: perTenant, Pools: pools}, "jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"},
 		{"a rate per tenant", store.ClaimFilter{Limits: map[string]store.QueueLimit{"q": {Rate: jobtype.Rate{Limit: 5, Per: time.Second, PerTenant: true}}}}, "jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"},
-		{"a tenant, a queue and kinds", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"q"}, Kinds: []string{"a", "b"}}, "jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"},
-		{"rules, a tenant, a queue and kinds", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"readme"}, Kinds: []string{"a"}, Limits: limits, Pools: pools}, "jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"},
+		{"a tenant, a queue and kinds", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"q"}, Kinds: []string{"a", "b"}}, "jobs_queued_queue_tenant_kind (queue=? AND tenant=? AND kind=? AND priority=?"},
+		{"rules, a tenant, a queue and kinds", store.ClaimFilter{Tenants: []string{"acme"}, Queues: []string{"readme"}, Kinds: []string{"a"}, Limits: limits, Pools: pools}, "jobs_queued_queue_tenant_kind (queue=? AND tenant=? AND kind=? AND priority=?"},
 		{"a tenant and kinds", store.ClaimFilter{Tenants: []string{"acme"}, Kinds: []string{"a"}}, "jobs_queued_kind (kind=? AND queue=? AND priority=?"},
 		{"rules and tenants", store.ClaimFilter{Tenants: []string{"acme"}, Limits: limits, Pools: pools}, "jobs_queued_queue (queue=? AND priority=?"},
 		{"rules, tenants, kinds and queues", store.ClaimFilter{Tenants: []string{"acme"}, Kinds: []string{"a"}, Queues: []string{"index", "readme"}, Limits: limits, Pools: pools}, "jobs_queued_kind (kind=? AND queue=? AND priority=?"},
 	}
 	check := func(t *testing.T, db *sql.DB) {
 		t.Run("the tenants with ready jobs in a queue", func(t *testing.T) {
-			plan := strings.Join(explain(t, db, readyTenantsQuery(0), sql.Named("queue", `["q"]`), sql.Named("now", 5)), "\n")
+			plan := strings.Join(explain(t, db, readyTenantsQuery(0, false), sql.Named("queue", `["q"]`), sql.Named("now", 5)), "\n")
 			for _, want := range []string{"INDEX jobs_unfinished_queue_tenant (queue=? AND tenant>?)",
 				"INDEX jobs_unfinished_queue_tenant (queue=? AND tenant=? AND state=? AND run_at<?)"} {
+				if !strings.Contains(plan, want) {
+					t.Errorf("plan:\n%s\nwant %s", plan, want)
+				}
+			}
+			if strings.Contains(plan, "SCAN jobs") {
+				t.Errorf("plan scans the jobs:\n%s", plan)
+			}
+		})
+		t.Run("the tenants with ready jobs of some kinds in a queue", func(t *testing.T) {
+			plan := strings.Join(explain(t, db, readyTenantsQuery(0, true), sql.Named("queue", `["q"]`), sql.Named("now", 5),
+				sql.Named("kinds", `["a","b"]`)), "\n")
+			for _, want := range []string{"INDEX jobs_unfinished_queue_tenant (queue=? AND tenant>?)",
+				"INDEX jobs_queued_queue_tenant_kind (queue=? AND tenant=? AND kind=?)"} {
 				if !strings.Contains(plan, want) {
 					t.Errorf("plan:\n%s\nwant %s", plan, want)
 				}
@@ -562,7 +575,7 @@ func TestClaimPlanSeeksEveryQueueHead(t *testing.T) {
 		t.Run("fair claiming's turns taken at once", func(t *testing.T) {
 			query, args := turnsPickQuery(store.ClaimFilter{Kinds: []string{"a", "b"}, Now: time.Unix(5, 0)}, "q", map[string]int{"acme": 3, "globex": 2})
 			plan := strings.Join(explain(t, db, query, args...), "\n")
-			if want := "INDEX jobs_queued_queue_tenant (queue=? AND tenant=? AND priority=?"; !strings.Contains(plan, want) {
+			if want := "INDEX jobs_queued_queue_tenant_kind (queue=? AND tenant=? AND kind=? AND priority=?"; !strings.Contains(plan, want) {
 				t.Errorf("plan:\n%s\nwant %s", plan, want)
 			}
 			if strings.Contains(plan, "SCAN jobs") {
