@@ -11,9 +11,16 @@ import (
 	"github.com/jobwatch/jobwatch/store"
 )
 
-// fillKind adds n QUEUED jobs of tenant, kind and queue, in one
-// statement, their run_at in submission order.
+// fillKind adds n QUEUED jobs of tenant, kind and queue, named
+// tenant-kind-0 on, in one statement.
 func fillKind(tb testing.TB, s *Store, tenant, kind, queue string, n int) {
+	tb.Helper()
+	fillJobs(tb, s, tenant+"-"+kind, tenant, kind, queue, n)
+}
+
+// fillJobs adds n QUEUED jobs of tenant, kind and queue, named prefix-0
+// on, their run_at in that order, in one statement.
+func fillJobs(tb testing.TB, s *Store, prefix, tenant, kind, queue string, n int) {
 	tb.Helper()
 	zero := toMicro(time.Time{})
 	err := s.writeTx(context.Background(), "fill", func(ctx context.Context, tx *sql.Tx) error {
@@ -21,9 +28,9 @@ func fillKind(tb testing.TB, s *Store, tenant, kind, queue string, n int) {
 			payload, result, error_type, error_message, attempt, max_attempts, unique_key, created_at,
 			started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, change_seq, priority)
 			WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < :n)
-			SELECT :tenant || '-' || :kind || '-' || i, :tenant, :kind, :queue, 'queued', 1, 0, '', '{}', NULL, NULL, NULL, 0, 3, '',
+			SELECT :prefix || '-' || i, :tenant, :kind, :queue, 'queued', 1, 0, '', '{}', NULL, NULL, NULL, 0, 3, '',
 				i, :zero, i, :zero, i, '', '', :zero, i, 0
-			FROM n`, sql.Named("n", n), sql.Named("tenant", tenant), sql.Named("kind", kind),
+			FROM n`, sql.Named("n", n), sql.Named("prefix", prefix), sql.Named("tenant", tenant), sql.Named("kind", kind),
 			sql.Named("queue", queue), sql.Named("zero", zero))
 		return err
 	})

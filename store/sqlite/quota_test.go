@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -40,24 +39,11 @@ func TestQueuedCountPlanSeeksTheTenantIndex(t *testing.T) {
 	t.Run("after analyze", check)
 }
 
-// fillTenant adds n jobs of tenant, QUEUED, from id prefix, in one
-// statement.
+// fillTenant adds n jobs of tenant, QUEUED, of kind k in queue q, named
+// tenant-0 on, in one statement.
 func fillTenant(tb testing.TB, s *Store, tenant string, n int) {
 	tb.Helper()
-	zero := toMicro(time.Time{})
-	err := s.writeTx(context.Background(), "fill", func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO jobs (id, tenant, kind, queue, state, version, percent, step,
-			payload, result, error_type, error_message, attempt, max_attempts, unique_key, created_at,
-			started_at, updated_at, finished_at, run_at, worker_id, lease_id, lease_expires_at, change_seq, priority)
-			WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < :n)
-			SELECT :tenant || '-' || i, :tenant, 'k', 'q', 'queued', 1, 0, '', '{}', NULL, NULL, NULL, 0, 3, '',
-				i, :zero, i, :zero, i, '', '', :zero, i, 0
-			FROM n`, sql.Named("n", n), sql.Named("tenant", tenant), sql.Named("zero", zero))
-		return err
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	fillJobs(tb, s, tenant, tenant, "k", "q", n)
 }
 
 // BenchmarkSubmitUnderQuota measures one submission (a job created

@@ -352,27 +352,26 @@ func fillQueued(t *testing.T, s store.Store, prefix string, n int) {
 }
 
 func testQuotaConcurrentDeep(t *testing.T, s store.Store) {
+	quotaDeep(t, s, []store.Store{s})
+}
+
+func testQuotaSharedDeep(t *testing.T, a, b store.Store) {
+	quotaDeep(t, a, []store.Store{a, b})
+}
+
+// quotaDeep fills 999 jobs of acme through first and creates one under a
+// bound of 1,007 (a count that a store may keep, see fillQueued), then
+// 24 more, concurrently, through stores: exactly 7 pass.
+func quotaDeep(t *testing.T, first store.Store, stores []store.Store) {
 	const calls, bound = 24, 1007
-	fillQueued(t, s, "deep", 999)
-	createWithin(t, s, quotaOf("acme", bound), newJob("first", at(0)))
+	fillQueued(t, first, "deep", 999)
+	createWithin(t, first, quotaOf("acme", bound), newJob("first", at(0)))
 	batches := make([][]jobtype.Job, calls)
 	for i := range batches {
 		batches[i] = []jobtype.Job{newJob(fmt.Sprintf("c-%02d", i), at(i))}
 	}
-	errs := createConcurrently(t, []store.Store{s}, quotaOf("acme", bound), batches)
-	checkConcurrentQuotaBehind(t, s, batches, errs, 1000, bound-1000)
-}
-
-func testQuotaSharedDeep(t *testing.T, a, b store.Store) {
-	const calls, bound = 24, 1007
-	fillQueued(t, a, "deep", 999)
-	createWithin(t, a, quotaOf("acme", bound), newJob("first-a", at(0)))
-	batches := make([][]jobtype.Job, calls)
-	for i := range batches {
-		batches[i] = []jobtype.Job{newJob(fmt.Sprintf("s-%02d", i), at(i))}
-	}
-	errs := createConcurrently(t, []store.Store{a, b}, quotaOf("acme", bound), batches)
-	checkConcurrentQuotaBehind(t, b, batches, errs, 1000, bound-1000)
+	errs := createConcurrently(t, stores, quotaOf("acme", bound), batches)
+	checkConcurrentQuotaBehind(t, stores[len(stores)-1], batches, errs, 1000, bound-1000)
 }
 
 // testQuotaModel runs a model of the quota's rule against a tenant with
