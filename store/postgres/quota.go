@@ -24,7 +24,8 @@ import (
 // it (the jobs not yet running, and the RUNNING ones, read in one
 // statement, so that no job moving between the two is missed), and every
 // write that adds an unfinished job of the tenant under its lock adds to
-// it: a creation that passes on it, a retry of an ended job
+// it: a creation that passes on it (its jobs not yet running: the
+// engine creates no job RUNNING), a retry of an ended job
 // (bumpQuotaMark), a schedule's run. Nothing takes from it: jobs that
 // start stay in it, jobs that end are let be until the next exact count.
 // So the mark plus a creation's jobs bounds the tenant's jobs not yet
