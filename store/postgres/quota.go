@@ -54,15 +54,18 @@ const markFrom = 1000
 // ($1's row of quota_marks) takes the charge ($2 more jobs) if it stays
 // within the bound ($3), and then the statement answers passed; if not,
 // with the exact count, queuedCount's walk stopped one past the bound,
-// and the tenant's RUNNING jobs (jobs_running_tenant), read in the same
-// snapshot. A scalar subquery of a CASE branch not taken is never run,
+// and the tenant's RUNNING jobs, read in the same snapshot: a range of
+// jobs_running_tenant in tenant order, as queuedWalk is written, which
+// no other index of the running jobs gives with sorts off (after an
+// ANALYZE that saw none running, the planner took jobs_running_queue,
+// every tenant's running jobs, for an equality). A scalar subquery of a CASE branch not taken is never run,
 // so a creation that passes reads no index.
 const markedCount = `WITH mark AS (UPDATE quota_marks SET unfinished = unfinished + $2
 	WHERE tenant = $1 AND unfinished + $2 <= $3 RETURNING 1)
 SELECT EXISTS (SELECT FROM mark),
 	CASE WHEN EXISTS (SELECT FROM mark) THEN 0 ELSE (SELECT count(*) FROM (` + queuedWalk + ` LIMIT $3::bigint + 1) AS q) END,
-	CASE WHEN EXISTS (SELECT FROM mark) THEN 0 ELSE (SELECT count(*) FROM jobs
-		WHERE tenant = $1 AND state = 'running') END`
+	CASE WHEN EXISTS (SELECT FROM mark) THEN 0 ELSE (SELECT count(*) FROM (SELECT 1 FROM jobs
+		WHERE tenant >= $1 AND tenant <= $1 AND state = 'running' ORDER BY tenant) AS r) END`
 
 // quotaMark is what an exact count under a mark found, and the jobs the
 // write that counted adds.
