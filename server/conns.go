@@ -62,6 +62,9 @@ const (
 	// so even a busy server has a few dozen at a time. At the bound the
 	// connection whose body has been awaited the longest is closed.
 	DefaultMaxPendingBodies = 2048
+	// DefaultPendingBodyGrace is how long a body may have been awaited
+	// and still be taken for one on its way (pendingBodies).
+	DefaultPendingBodyGrace = time.Second
 )
 
 // DefaultMaxNewConnections is what Config.MaxNewConnections defaults to:
@@ -123,7 +126,7 @@ func newConnLimit(ln net.Listener, cfg Config, metrics *Metrics, conns *connMetr
 		metrics:      metrics,
 		conns:        conns,
 		log:          log,
-		bodies:       pendingBodies{limit: cfg.MaxPendingBodies, conns: conns},
+		bodies:       pendingBodies{limit: cfg.MaxPendingBodies, grace: cfg.PendingBodyGrace, conns: conns},
 	}
 }
 
@@ -382,18 +385,16 @@ func connOf(ctx context.Context) *limitedConn {
 // limit, the oldest, a healthy connection's, was closed with its parked
 // calls. So a body awaited less than pendingBodyGrace is never blamed:
 // past the limit the oldest is closed only once it has been awaited that
-// long, or once the count passes four times the limit, whatever its age.
+// long (grace, Config.PendingBodyGrace), or once the count passes four
+// times the limit, whatever its age.
 type pendingBodies struct {
 	limit int
+	grace time.Duration
 	conns *connMetrics
 
 	mu     sync.Mutex
 	bodies list.List // of *pendingBody, awaited the longest first
 }
-
-// pendingBodyGrace is how long a body may have been awaited and still be
-// taken for one on its way; a variable so that tests can change it.
-var pendingBodyGrace = time.Second
 
 type pendingBody struct {
 	conn  *limitedConn
@@ -410,7 +411,7 @@ func (p *pendingBodies) start(c *limitedConn) *pendingBody {
 	b.el = p.bodies.PushBack(b)
 	for p.bodies.Len() > p.limit {
 		front := p.bodies.Front().Value.(*pendingBody)
-		if now.Sub(front.since) < pendingBodyGrace && p.bodies.Len() <= 4*p.limit {
+		if now.Sub(front.since) < p.grace && p.bodies.Len() <= 4*p.limit {
 			break // still on its way, as far as anyone can tell
 		}
 		p.bodies.Remove(front.el)

@@ -193,9 +193,9 @@ func TestAnHTTP2ConnectionHoldsAtMostItsStreamLimit(t *testing.T) {
 // arrive whole keep being served.
 func TestBodiesThatNeverArriveAreBoundedAcrossTheServer(t *testing.T) {
 	const perConn, bound = 40, 100
-	server.SetPendingBodyGrace(t, 0) // every body held back is blamed at once
 	ts := startServer(t, serverOptions{config: server.Config{
 		MaxStreamsPerConn: perConn, MaxPendingBodies: bound, BodyTimeout: time.Minute,
+		PendingBodyGrace: time.Nanosecond, // every body held back is blamed at once
 	}})
 	c := ts.h2c()
 	var conns []*rawH2
@@ -245,9 +245,9 @@ func TestBodiesThatNeverArriveAreBoundedAcrossTheServer(t *testing.T) {
 // the grace, or the count passes four times the bound.
 func TestBodiesAwaitedBrieflyCloseNoConnection(t *testing.T) {
 	const perConn, bound = 40, 50
-	server.SetPendingBodyGrace(t, time.Hour)
 	ts := startServer(t, serverOptions{config: server.Config{
 		MaxStreamsPerConn: perConn, MaxPendingBodies: bound, BodyTimeout: time.Hour,
+		PendingBodyGrace: time.Hour,
 	}})
 	var conns []*rawH2
 	open := func() *rawH2 {
@@ -269,16 +269,16 @@ func TestBodiesAwaitedBrieflyCloseNoConnection(t *testing.T) {
 		default:
 		}
 	}
-	// Past four times the bound the oldest go, whatever their age.
+	// Past four times the bound the oldest go, whatever their age (the
+	// oldest body's connection: the order its handlers started in).
 	for range 2 {
 		open()
 	}
-	select {
-	case <-conns[0].closed:
-	case <-time.After(10 * time.Second):
-		t.Errorf("the oldest connection is still open with %v bodies awaited, over four times the bound of %d",
-			ts.gauge("jobwatch_request_bodies_reading"), bound)
-	}
+	ts.waitForMetric("a connection closed for its bodies", 10*time.Second, func(v float64) bool { return v >= 1 },
+		"jobwatch_connections_closed_pending_bodies_total")
+	// The closed connection's bodies come off as its handlers fail.
+	ts.waitForMetric("the bodies awaited back within four times the bound", 10*time.Second,
+		func(v float64) bool { return v <= 4*bound }, "jobwatch_request_bodies_reading")
 	for _, raw := range conns {
 		raw.conn.Close()
 	}

@@ -110,8 +110,14 @@ type Config struct {
 	// MaxPendingBodies bounds the requests, across all clients, whose
 	// headers have arrived and whose body has not yet arrived in full.
 	// Past it Serve closes the connection whose body has been awaited the
-	// longest. Default DefaultMaxPendingBodies (2,048).
+	// longest, once that body has been awaited PendingBodyGrace, or at
+	// once past four times the bound. Default DefaultMaxPendingBodies
+	// (2,048).
 	MaxPendingBodies int
+	// PendingBodyGrace is how long a body may have been awaited and still
+	// be taken for one on its way (see MaxPendingBodies). Default
+	// DefaultPendingBodyGrace (1s).
+	PendingBodyGrace time.Duration
 	// MaxConnections bounds the client connections Serve holds. A new
 	// connection that finds it reached closes the one that has been
 	// silent (no request yet) the longest; with none silent it is
@@ -256,6 +262,7 @@ func (c Config) withDefaults() Config {
 	c.MaxNewConnections = max(1, min(c.MaxNewConnections, c.MaxConnections-1))
 	setDefault(&c.FirstRequestTimeout, DefaultFirstRequestTimeout)
 	setDefault(&c.MaxPendingBodies, DefaultMaxPendingBodies)
+	setDefault(&c.PendingBodyGrace, DefaultPendingBodyGrace)
 	setDefault(&c.MaxStreamsPerConn, DefaultMaxStreamsPerConn)
 	if c.MaxParkedCallsPerConn <= 0 {
 		c.MaxParkedCallsPerConn = c.MaxStreamsPerConn - c.MaxStreamsPerConn/10
