@@ -205,10 +205,14 @@ func (s *Store) createInTx(ctx context.Context, conn *pgxpool.Conn, in []jobtype
 		}
 		return out, -1, tx.Commit(ctx)
 	}
+	// Only a tenant bounded here before has a mark to forget: most
+	// creations send nothing, no round trip.
 	forget := &pgx.Batch{}
 	s.forgetQuotaMarks(forget, in, tenantsOf(charges))
-	if err := tx.SendBatch(ctx, forget).Close(); err != nil {
-		return nil, -1, fmt.Errorf("forget quota marks: %w", err)
+	if forget.Len() > 0 {
+		if err := tx.SendBatch(ctx, forget).Close(); err != nil {
+			return nil, -1, fmt.Errorf("forget quota marks: %w", err)
+		}
 	}
 	for i := range out {
 		j := &out[i]
