@@ -261,12 +261,21 @@ func TestAReloadWithoutAlertAfterEndsTheAlertOnce(t *testing.T) {
 	}
 }
 
-// drainCountingStore counts the MarkDrained writes and the QueueStats
-// reads that reach the store.
+// drainCountingStore counts the MarkDrained writes, and the QueueStats
+// and BusyQueues reads, that reach the store.
 type drainCountingStore struct {
 	store.Store
-	marks, statReads atomic.Int64
+	marks, statReads, busyReads atomic.Int64
 }
+
+func (s *drainCountingStore) BusyQueues(ctx context.Context, queues []string) ([]string, error) {
+	s.busyReads.Add(1)
+	return s.Store.BusyQueues(ctx, queues)
+}
+
+// looks counts the sweeps' looks at the queues: their stats or which are
+// busy.
+func (s *drainCountingStore) looks() int64 { return s.statReads.Load() + s.busyReads.Load() }
 
 func (s *drainCountingStore) MarkDrained(ctx context.Context, queues []string, t time.Time) error {
 	s.marks.Add(1)
@@ -276,6 +285,66 @@ func (s *drainCountingStore) MarkDrained(ctx context.Context, queues []string, t
 func (s *drainCountingStore) QueueStats(ctx context.Context, now time.Time) ([]store.QueueStats, error) {
 	s.statReads.Add(1)
 	return s.Store.QueueStats(ctx, now)
+}
+
+// Between depth samples the sweep asks only which watched queues are
+// busy; a queue that starts or stops alerting at such a sweep is still
+// announced with its counts, read for it then.
+func TestAnAlertBetweenDepthSamplesCarriesTheQueuesCounts(t *testing.T) {
+	clock := newFakeClock()
+	st := &drainCountingStore{Store: openStore(t)}
+	sender := &sentAlerts{}
+	rules := jobtype.Rules{AlertWebhook: "http://hook.invalid/", Queues: map[string]jobtype.QueueRules{"index": {AlertAfter: time.Minute}}}
+	e := newEngineOver(t, st, jobs.Config{Now: clock.Now, LeaseTimeout: time.Hour, Rules: rules,
+		DepthInterval: time.Hour, Alerts: sender})
+	sweep(t, e) // the hour's depth sample
+	j := running(t, e, jobs.SubmitRequest{Queue: "index"})
+	submit(t, e, jobs.SubmitRequest{Queue: "index"})
+	submit(t, e, jobs.SubmitRequest{Queue: "index"})
+	for range 3 {
+		clock.Advance(30 * time.Second)
+		sweep(t, e)
+	}
+	_, got := sender.sent()
+	if len(got) != 1 || got[0].Queue != "index" || !got[0].Alerting || got[0].Queued != 2 || got[0].Running != 1 {
+		t.Fatalf("sent %+v; want index starting to alert with 2 queued and 1 running", got)
+	}
+	if n := st.statReads.Load(); n != 2 {
+		t.Errorf("%d queue stats reads, want 2: the depth sample and the alert's counts", n)
+	}
+
+	// The queue drains: the alert ends at the next sweep, read for its
+	// counts too.
+	if _, err := e.Complete(t.Context(), j.ID, j.LeaseID, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range queuedIDs(t, e, "index") {
+		if _, err := e.Cancel(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(time.Second)
+	sweep(t, e)
+	if _, got = sender.sent(); len(got) != 2 || got[1].Alerting || got[1].Queued != 0 || got[1].Running != 0 {
+		t.Errorf("sent %+v; want the alert to end with the queue empty", got)
+	}
+	if n := st.statReads.Load(); n != 3 {
+		t.Errorf("%d queue stats reads, want 3", n)
+	}
+}
+
+// queuedIDs are the ids of queue's QUEUED jobs.
+func queuedIDs(t *testing.T, e *jobs.Engine, queue string) []string {
+	t.Helper()
+	list, _, err := e.List(t.Context(), jobs.ListRequest{Queue: queue, States: []jobtype.State{jobtype.Queued}, Limit: jobs.MaxPageSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, j := range list {
+		ids = append(ids, j.ID)
+	}
+	return ids
 }
 
 func TestAnIdleServerWithAlertQueuesDoesNotWriteEverySweep(t *testing.T) {
@@ -381,8 +450,8 @@ func TestRunRecordsTheLastDrainItSawAsItStops(t *testing.T) {
 	}
 	waitFor("the first sweep's write", func() bool { return st.marks.Load() == 1 })
 	clock.Advance(30 * time.Second) // idle still: nothing to write before a minute (an hour's alert_after)
-	reads := st.statReads.Load()
-	waitFor("a sweep at the new time", func() bool { return st.statReads.Load() > reads+1 })
+	looks := st.looks()
+	waitFor("a sweep at the new time", func() bool { return st.looks() > looks+1 })
 	lastIdle := clock.Now()
 	stop()
 	if err := <-ran; err != nil {

@@ -164,14 +164,19 @@ func TestAtMostMaxDepthQueuesKeepAHistory(t *testing.T) {
 	}
 }
 
+// The sweep reads the queues' stats once per depth interval, for the
+// depth samples and the alerts together; with a queue watched for
+// alerting it asks, at each other sweep, only which watched queues are
+// busy, a read whose cost does not grow with their depth.
 func TestTheSweepReadsTheQueuesOnceForDepthAndAlertsTogether(t *testing.T) {
 	tests := []struct {
-		name  string
-		rules jobtype.Rules
-		want  int64 // reads over 30 sweeps a second apart
+		name       string
+		rules      jobtype.Rules
+		want, busy int64 // stats and busy reads over 30 sweeps a second apart
 	}{
-		{"without alert_after, once per depth interval", jobtype.Rules{}, 2},
-		{"with alert_after, once per sweep, samples included", jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {AlertAfter: time.Minute}}}, 30},
+		{"without alert_after, once per depth interval", jobtype.Rules{}, 2, 0},
+		{"with alert_after, stats once per depth interval and which are busy at the other sweeps",
+			jobtype.Rules{Queues: map[string]jobtype.QueueRules{"index": {AlertAfter: time.Minute}}}, 2, 28},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -185,6 +190,9 @@ func TestTheSweepReadsTheQueuesOnceForDepthAndAlertsTogether(t *testing.T) {
 			}
 			if n := st.statReads.Load(); n != tt.want {
 				t.Errorf("%d queue stats reads, want %d", n, tt.want)
+			}
+			if n := st.busyReads.Load(); n != tt.busy {
+				t.Errorf("%d busy queue reads, want %d", n, tt.busy)
 			}
 			if h := queueStat(t, e, "default").DepthHistory; len(h) != 3 {
 				t.Errorf("%d depth samples, want 2 and now", len(h))

@@ -923,6 +923,13 @@ type Store interface {
 	// from an index rather than the table. Retry: safe.
 	QueueStats(ctx context.Context, now time.Time) ([]QueueStats, error)
 
+	// BusyQueues returns those of queues that hold at least one QUEUED
+	// or RUNNING job (what QueueStats would list), in any order: what
+	// the alert sweep asks each second of the queues it watches, so
+	// backends answer it with one index seek per queue, whatever the
+	// queues' depth. Retry: safe.
+	BusyQueues(ctx context.Context, queues []string) ([]string, error)
+
 	// TenantDepths returns, for each (queue, tenant) with at least one
 	// QUEUED or RUNNING job, its counts and the RunAt of its oldest ready
 	// job as of now, sorted by queue, then tenant. Pairs with nothing

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/jobwatch/jobwatch/internal/pgtest"
 	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
@@ -151,6 +153,14 @@ func explainCount(t *testing.T, s *Store, query string, args []any, execArgs str
 	if _, err := tx.Exec(ctx, quotaLocks, []int32{hi}, []int32{lo}, []bool{false}); err != nil {
 		t.Fatal(err)
 	}
+	return explainInTx(t, tx, query, args, execArgs, generic)
+}
+
+// explainInTx explains query on tx with a plan made for args, or, if
+// generic, with a generic plan run with the EXECUTE arguments execArgs.
+func explainInTx(t *testing.T, tx pgx.Tx, query string, args []any, execArgs string, generic bool) planNode {
+	t.Helper()
+	ctx := t.Context()
 	if !generic {
 		plan, _ := explainPlan(t, tx, query, args...)
 		return plan

@@ -257,6 +257,26 @@ func (s *Store) QueueStats(ctx context.Context, now time.Time) ([]store.QueueSta
 	return stats, nil
 }
 
+// busyQueuesQuery seeks each queue of its array in the partial index of
+// unfinished jobs, jobs_unfinished_queue_tenant, and stops at the first
+// entry. The ORDER BY is the index's order after the queue: without it,
+// a planner that knows a queue is deep prices a scan of the table that
+// stops at its first match below one seek, and that scan reads the
+// whole table for a queue with nothing unfinished; with it, any plan
+// but the index's must sort every match (TestBusyQueuesPlanSeeksEachQueue).
+const busyQueuesQuery = `SELECT q FROM unnest($1::text[]) AS q
+	CROSS JOIN LATERAL (SELECT 1 FROM jobs WHERE jobs.queue = q AND state IN ('queued', 'running')
+		ORDER BY tenant, state, run_at, seq LIMIT 1) AS busy`
+
+// BusyQueues implements store.Store.
+func (s *Store) BusyQueues(ctx context.Context, queues []string) ([]string, error) {
+	return collect(ctx, s, "busy queues", func(r pgx.Rows) (string, error) {
+		var q string
+		err := r.Scan(&q)
+		return q, err
+	}, busyQueuesQuery, queues)
+}
+
 // Now implements store.Store: the database's clock, which every replica
 // shares, to the microsecond.
 func (s *Store) Now(ctx context.Context) (time.Time, error) {

@@ -55,9 +55,53 @@ func TestTenantDepthsReadsOnlyAnIndex(t *testing.T) {
 	}
 }
 
-// BenchmarkTenantDepths times TenantDepths, and QueueStats beside it,
+// BusyQueues seeks each queue it is asked of in an index of unfinished
+// jobs and stops at the first entry, whatever the statistics: with
+// statistics that have never seen the queued jobs (right after a bulk
+// load) and after ANALYZE, planned for its arguments and generic. A scan
+// of jobs, or a bitmap of every entry of a queue, would cost the
+// queue's depth at every alert sweep.
+func TestBusyQueuesPlanSeeksEachQueue(t *testing.T) {
+	s := openURL(t, pgtest.URL(t))
+	fillTenants(t, s, map[string]int{"acme": 20000, "globex": 30000})
+	check := func(t *testing.T) {
+		for _, generic := range []bool{false, true} {
+			tx, err := s.pool.Begin(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan := explainInTx(t, tx, busyQueuesQuery, []any{[]string{"q", "empty"}}, "('{q,empty}')", generic)
+			tx.Rollback(t.Context())
+			seeks := 0
+			var walk func(n planNode)
+			walk = func(n planNode) {
+				switch {
+				case n.RelationName == "jobs" && (n.NodeType == "Index Only Scan" || n.NodeType == "Index Scan"):
+					seeks++
+				case n.RelationName == "jobs" || strings.HasPrefix(n.NodeType, "Bitmap"):
+					t.Errorf("generic plan %v: a %s of jobs, in plan:\n%+v", generic, n.NodeType, plan)
+				}
+				for _, c := range n.Plans {
+					walk(c)
+				}
+			}
+			walk(plan)
+			if seeks == 0 {
+				t.Errorf("generic plan %v seeks no index of jobs:\n%+v", generic, plan)
+			}
+		}
+	}
+	t.Run("stale statistics", check)
+	if _, err := s.pool.Exec(t.Context(), "ANALYZE jobs"); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("after analyze", check)
+}
+
+// BenchmarkTenantDepths times TenantDepths, and QueueStats and
+// BusyQueues (of the queue and of one with nothing unfinished) beside it,
 // with depth QUEUED jobs of 10 tenants in one queue and 10,000 ended
-// ones (which neither reads), after VACUUM ANALYZE:
+// ones (which none reads), after VACUUM ANALYZE:
 //
 //	go test ./store/postgres/ -run '^$' -bench BenchmarkTenantDepths -benchtime 5x
 func BenchmarkTenantDepths(b *testing.B) {
@@ -82,6 +126,14 @@ func BenchmarkTenantDepths(b *testing.B) {
 				for b.Loop() {
 					if _, err := s.QueueStats(context.Background(), now); err != nil {
 						b.Fatal(err)
+					}
+				}
+			})
+			b.Run("BusyQueues", func(b *testing.B) {
+				for b.Loop() {
+					busy, err := s.BusyQueues(context.Background(), []string{"q", "idle"})
+					if err != nil || len(busy) != 1 {
+						b.Fatalf("busy queues: %q, %v; want q", busy, err)
 					}
 				}
 			})

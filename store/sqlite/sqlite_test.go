@@ -418,6 +418,22 @@ func TestQueueStatsReadsOnlyAnIndex(t *testing.T) {
 	}
 }
 
+// BusyQueues seeks each queue it is asked of in an index of jobs by
+// state and queue, reading no table row: its cost is the number of
+// queues asked, not their depth.
+func TestBusyQueuesSeeksEachQueue(t *testing.T) {
+	s := openTemp(t, tempPath(t))
+	defer s.Close()
+	plan := explain(t, s.read, busyQueuesQuery, `["a","b"]`)
+	joined := strings.Join(plan, "\n")
+	if !strings.Contains(joined, "SEARCH jobs EXISTS USING COVERING INDEX jobs_state_queue_run_at (state=? AND queue=?)") {
+		t.Errorf("plan:\n%s\nwant a search of the covering index jobs_state_queue_run_at by state and queue", joined)
+	}
+	if strings.Contains(joined, "SCAN jobs") || strings.Contains(joined, "TEMP B-TREE") {
+		t.Errorf("plan scans jobs or sorts:\n%s", joined)
+	}
+}
+
 func TestAFileAtSchemaVersion1IsUpgradedAndKeepsItsJobs(t *testing.T) {
 	path := tempPath(t)
 	db := rawDB(t, path)

@@ -252,6 +252,37 @@ func (s *Store) CountByState(ctx context.Context) (map[jobtype.State]int64, erro
 	return counts, nil
 }
 
+// busyQueuesQuery seeks each queue named in its JSON array in the
+// index jobs_state_queue_run_at, once per unfinished state, and stops at
+// the first entry (TestBusyQueuesSeeksEachQueue holds it to that).
+const busyQueuesQuery = `SELECT value FROM json_each(?) AS q
+	WHERE EXISTS (SELECT 1 FROM jobs WHERE jobs.queue = q.value AND state IN ('queued', 'running'))`
+
+// BusyQueues implements store.Store.
+func (s *Store) BusyQueues(ctx context.Context, queues []string) ([]string, error) {
+	names, err := json.Marshal(queues)
+	if err != nil {
+		return nil, fmt.Errorf("busy queues: %w", err)
+	}
+	rows, err := s.read.QueryContext(ctx, busyQueuesQuery, string(names))
+	if err != nil {
+		return nil, fmt.Errorf("busy queues: %w", classify(err))
+	}
+	defer rows.Close()
+	var busy []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, fmt.Errorf("busy queues: %w", classify(err))
+		}
+		busy = append(busy, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("busy queues: %w", classify(err))
+	}
+	return busy, nil
+}
+
 // queueStatsQuery groups by (state, queue), the order of the index
 // jobs_state_queue_run_at, so SQLite answers it from that index alone
 // (TestQueueStatsReadsOnlyAnIndex holds it to that).

@@ -25,9 +25,10 @@ func TestTenantDepthsReadsOnlyAnIndex(t *testing.T) {
 	}
 }
 
-// BenchmarkTenantDepths times TenantDepths, and QueueStats beside it,
+// BenchmarkTenantDepths times TenantDepths, and QueueStats and
+// BusyQueues (of the queue and of one with nothing unfinished) beside it,
 // with depth QUEUED jobs of 10 tenants in one queue and 10,000 ended
-// ones (which neither reads):
+// ones (which none reads):
 //
 //	go test ./store/sqlite/ -run '^$' -bench BenchmarkTenantDepths -benchtime 5x
 func BenchmarkTenantDepths(b *testing.B) {
@@ -53,6 +54,14 @@ func BenchmarkTenantDepths(b *testing.B) {
 				for b.Loop() {
 					if _, err := s.QueueStats(context.Background(), now); err != nil {
 						b.Fatal(err)
+					}
+				}
+			})
+			b.Run("BusyQueues", func(b *testing.B) {
+				for b.Loop() {
+					busy, err := s.BusyQueues(context.Background(), []string{"q", "idle"})
+					if err != nil || len(busy) != 1 {
+						b.Fatalf("busy queues: %q, %v; want q", busy, err)
 					}
 				}
 			})

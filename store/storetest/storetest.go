@@ -113,6 +113,7 @@ var cases = []struct {
 
 	{"queue stats count each queue's unfinished jobs and find its oldest ready one", testQueueStats},
 	{"queue stats of a store with no unfinished job are empty", testQueueStatsEmpty},
+	{"busy queues are those asked of that queue stats would list", testBusyQueues},
 }
 
 // base has microsecond precision, which every backend must keep.
@@ -1621,6 +1622,40 @@ func testQueueStatsEmpty(t *testing.T, s store.Store) {
 	}
 	if len(got) != 0 {
 		t.Errorf("queue stats = %+v, want none", got)
+	}
+}
+
+func testBusyQueues(t *testing.T, s store.Store) {
+	for i, f := range []struct {
+		queue string
+		state jobtype.State
+		runAt int
+	}{
+		{"running", jobtype.Running, 0},
+		{"scheduled", jobtype.Queued, 1000}, // not ready, but unfinished
+		{"ready", jobtype.Queued, 0},
+		{"ready", jobtype.Succeeded, 0},
+		{"ended", jobtype.Succeeded, 0},
+		{"ended", jobtype.Failed, 0},
+		{"ended", jobtype.Cancelled, 0},
+		{"ended", jobtype.Lost, 0},
+		{"held", jobtype.Pending, 0},
+		{"unasked", jobtype.Queued, 0},
+	} {
+		j := newJob(fmt.Sprintf("job-%02d", i), at(i))
+		j.Queue, j.State, j.RunAt = f.queue, f.state, at(f.runAt)
+		create(t, s, j)
+	}
+	got, err := s.BusyQueues(t.Context(), []string{"ended", "held", "nosuch", "ready", "running", "scheduled"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if want := []string{"ready", "running", "scheduled"}; !slices.Equal(got, want) {
+		t.Errorf("busy queues = %q, want %q", got, want)
+	}
+	if got, err := s.BusyQueues(t.Context(), nil); err != nil || len(got) != 0 {
+		t.Errorf("busy queues of none = %q, %v; want none", got, err)
 	}
 }
 
