@@ -22,6 +22,7 @@ import (
 
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // Exit codes of the client commands. wait, watch and submit --wait end
@@ -452,14 +453,43 @@ func printJob(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
 		row(errorLabel(j), errorText(e))
 	}
 	row("version", fmt.Sprint(j.GetVersion()))
-	for i, a := range j.GetAttempts() {
-		key := "" // one entry a line, the first labelled
-		if i == 0 {
-			key = "history:"
-		}
+	key := "history:" // one entry a line, the first labelled
+	if gap := historyGap(j.GetAttempts()); gap != "" {
+		fmt.Fprintf(tw, "%s\t%s\n", key, gap)
+		key = ""
+	}
+	for _, a := range j.GetAttempts() {
 		fmt.Fprintf(tw, "%s\t%s\n", key, historyLine(a))
+		key = ""
 	}
 	return tw.Flush()
+}
+
+// historyGap says what a job's history (its attempts, oldest first, at
+// most jobtype.MaxHistory entries) no longer holds, "" where nothing
+// shows that anything was dropped. Attempts are numbered from 1 and each
+// that ended has an entry, a retry keeping the count going: a first entry
+// about attempt 8 means those of attempts 1 to 7 are no longer kept. A
+// full history whose first entry is about the first attempt (or none: a
+// cancel before any run) may have lost entries too (a job cancelled and
+// retried before it ever ran), which the entries cannot tell. The page
+// says the same (web/src/model.ts).
+func historyGap(history []*jobwatchv1.JobAttempt) string {
+	if len(history) == 0 {
+		return ""
+	}
+	bound := fmt.Sprintf("(a job keeps the last %d entries of its history)", jobtype.MaxHistory)
+	if n := history[0].GetAttempt() - 1; n > 0 {
+		what := "attempts"
+		if n == 1 {
+			what = "attempt"
+		}
+		return fmt.Sprintf("… %d earlier %s not kept %s", n, what, bound)
+	}
+	if len(history) >= jobtype.MaxHistory {
+		return "… earlier entries, if any, not kept " + bound
+	}
+	return ""
 }
 
 // errorLabel names a job's error: "error" where it is why the job ended
