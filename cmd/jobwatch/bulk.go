@@ -227,6 +227,12 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 			name, strings.TrimPrefix(describe(pf), "every job of "), verb)}
 	}
 	if !ff.yes && stdinIsTerminal() {
+		// A question the server would then refuse the answer to wastes
+		// the reader's "y": ask it first whether this token may act on
+		// these jobs.
+		if err := mayActOn(ctx, c, pf); err != nil {
+			return callError(name, err)
+		}
 		asked := pf
 		if pf.GetTenant() == "" {
 			// The question names the tenant the server reads "" as.
@@ -287,6 +293,24 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 		}
 		fmt.Fprintf(stderr, "jobwatch: %s: stopped after %d matched, %d %s%s\n", name, r.Matched, r.Changed, pastTense(verb), doubt)
 	}
+	return err
+}
+
+// mayActOn asks the server whether the caller may act on the jobs pf
+// selects, before the question: a ListJobs of the same tenant (and batch,
+// states, first queue and kind) for one job, which the server refuses as
+// it would refuse the bulk action (a client token of another tenant:
+// permission_denied; a name it refuses: invalid_argument; no token or
+// an unknown one: unauthenticated), and which changes nothing.
+func mayActOn(ctx context.Context, c *client.Client, pf *jobwatchv1.JobFilter) error {
+	req := &jobwatchv1.ListJobsRequest{Tenant: pf.GetTenant(), Batch: pf.GetBatch(), States: pf.GetStates(), PageSize: 1}
+	if qs := pf.GetQueues(); len(qs) > 0 {
+		req.Queue = qs[0]
+	}
+	if ks := pf.GetKinds(); len(ks) > 0 {
+		req.Kind = ks[0]
+	}
+	_, err := c.JobService().ListJobs(ctx, req)
 	return err
 }
 
