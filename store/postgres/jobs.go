@@ -291,6 +291,38 @@ func tenantsOf(charges []store.QuotaCharge) []string {
 	return tenants
 }
 
+// queueQuotaLocks queues in b the statement that takes the quota locks
+// of lock and shares those of shared (quotaLocks; a tenant in both is
+// locked), in the order of their keys, as every caller takes them.
+func (s *Store) queueQuotaLocks(b *pgx.Batch, lock, shared []string) {
+	type key struct {
+		hi, lo int32
+		shared bool
+	}
+	var keys []key
+	for _, t := range lock {
+		hi, lo := s.tenantLock(t)
+		keys = append(keys, key{hi, lo, false})
+	}
+	for _, t := range shared {
+		if !slices.Contains(lock, t) {
+			hi, lo := s.tenantLock(t)
+			keys = append(keys, key{hi, lo, true})
+		}
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		if a.hi != b.hi {
+			return cmp.Compare(a.hi, b.hi)
+		}
+		return cmp.Compare(a.lo, b.lo)
+	})
+	his, los, shares := make([]int32, len(keys)), make([]int32, len(keys)), make([]bool, len(keys))
+	for i, k := range keys {
+		his[i], los[i], shares[i] = k.hi, k.lo, k.shared
+	}
+	b.Queue(quotaLocks, his, los, shares)
+}
+
 // checkQuota takes, in tx, the quota locks of lock, and shares those of
 // shared (quotaLocks; a tenant in both is locked), then
 // counts the jobs not yet running of each tenant of charges, up to its
@@ -309,32 +341,7 @@ func (s *Store) checkQuota(ctx context.Context, tx pgx.Tx, lock, shared []string
 	}
 	b := &pgx.Batch{}
 	if locked {
-		type key struct {
-			hi, lo int32
-			shared bool
-		}
-		var keys []key
-		for _, t := range lock {
-			hi, lo := s.tenantLock(t)
-			keys = append(keys, key{hi, lo, false})
-		}
-		for _, t := range shared {
-			if !slices.Contains(lock, t) {
-				hi, lo := s.tenantLock(t)
-				keys = append(keys, key{hi, lo, true})
-			}
-		}
-		slices.SortFunc(keys, func(a, b key) int {
-			if a.hi != b.hi {
-				return cmp.Compare(a.hi, b.hi)
-			}
-			return cmp.Compare(a.lo, b.lo)
-		})
-		his, los, shares := make([]int32, len(keys)), make([]int32, len(keys)), make([]bool, len(keys))
-		for i, k := range keys {
-			his[i], los[i], shares[i] = k.hi, k.lo, k.shared
-		}
-		b.Queue(quotaLocks, his, los, shares)
+		s.queueQuotaLocks(b, lock, shared)
 	}
 	for _, c := range charges {
 		if marked {
@@ -503,7 +510,11 @@ type updated struct {
 	job     jobtype.Job // the committed job, or the one the write tried
 	changed bool        // the write raised the version: announce it
 	raced   bool        // another write came between the read and the write
-	locks   bool        // a retry with dependencies: only updateLocked writes it
+	// locks: a job that comes back from an end (comesBack) or waits
+	// again (store.Rewaits): only updateLocked writes it, with its
+	// tenant's lock, held alone if alone (it waits again: deepenWaiters
+	// needs that), else shared (quota.go: the mark counts it).
+	locks, alone bool
 }
 
 // funcError carries the error of UpdateJob's func, which UpdateJob
@@ -530,12 +541,13 @@ func (s *Store) UpdateJob(ctx context.Context, id string, update func(*jobtype.J
 		if attempt <= optimisticUpdates {
 			u, err = s.updateOptimistic(ctx, id, update)
 		} else {
-			u, err = s.updateLocked(ctx, id, update, "", store.Quota{})
+			u, err = s.updateLocked(ctx, id, update, "", false, store.Quota{})
 		}
-		if err == nil && u.locks {
-			// A retry that waits again: with its tenant's lock, which
-			// deepenWaiters needs.
-			u, err = s.updateLocked(ctx, id, update, u.job.Tenant, store.Quota{})
+		// A job that comes back: again, with its tenant's lock. A try
+		// with it shared that finds the job waits again after all tries
+		// once more with it alone, which never asks again.
+		for err == nil && u.locks {
+			u, err = s.updateLocked(ctx, id, update, u.job.Tenant, u.alone, store.Quota{})
 		}
 		var fe funcError
 		switch {
@@ -588,8 +600,8 @@ func (s *Store) updateOptimistic(ctx context.Context, id string, update func(*jo
 	if err != nil || !write {
 		return updated{job: old.job}, err
 	}
-	if store.Rewaits(old.job, next) || comesBack(old.job, next) {
-		return updated{job: old.job, locks: true}, nil
+	if rewaits := store.Rewaits(old.job, next); rewaits || comesBack(old.job, next) {
+		return updated{job: old.job, locks: true, alone: rewaits}, nil
 	}
 	var tag pgconn.CommandTag
 	err = s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
@@ -604,20 +616,19 @@ func (s *Store) updateOptimistic(ctx context.Context, id string, update func(*jo
 
 // updateLocked is UpdateJob's try that cannot lose: the read locks the
 // row, in a transaction that also writes it. A caller that leaves while
-// update runs writes nothing. With a tenant (UpdateJobWithin), the
-// transaction first takes the tenant's quota lock, and the change is
-// counted against q before it is written (checkQuota).
-func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtype.Job) error, tenant string, q store.Quota) (updated, error) {
+// update runs writes nothing. With a tenant, the transaction first takes
+// the tenant's quota lock: alone for UpdateJobWithin, whose change is
+// counted against q before it is written (checkQuota), and for a job
+// that waits again (deepenWaiters); shared for a job that only comes
+// back from an end, which needs no count, only that an exact count
+// comes before or after it (quota.go), so that a bulk retry's jobs of
+// one tenant share commits rather than take turns through them.
+func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtype.Job) error, tenant string, alone bool, q store.Quota) (updated, error) {
 	var u updated
 	err := s.write(ctx, func(wctx context.Context, conn *pgxpool.Conn) error {
 		u = updated{}
 		return pgx.BeginFunc(wctx, conn, func(tx pgx.Tx) error {
-			if tenant != "" {
-				if err := s.checkQuota(wctx, tx, []string{tenant}, nil, nil, false); err != nil {
-					return err
-				}
-			}
-			old, err := readForWrite(wctx, tx, id, true)
+			old, err := s.lockAndRead(wctx, tx, tenant, alone, id)
 			if err != nil {
 				return err
 			}
@@ -629,8 +640,8 @@ func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtyp
 			var waitFor []string
 			depth := 0
 			rewaits := store.Rewaits(old.job, next)
-			if (rewaits || comesBack(old.job, next)) && tenant == "" {
-				u.locks = true // again, with the tenant's lock first
+			if (rewaits || comesBack(old.job, next)) && (tenant == "" || rewaits && !alone) {
+				u.locks, u.alone = true, rewaits // again, with the tenant's lock first
 				return nil
 			}
 			if rewaits {
@@ -653,13 +664,8 @@ func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtyp
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(wctx, updateJob, append(values(next), old.rev)...); err != nil {
+			if err := writeLocked(wctx, tx, old, next); err != nil {
 				return err
-			}
-			if comesBack(old.job, next) {
-				if _, err := tx.Exec(wctx, bumpQuotaMark, next.Tenant, 1); err != nil {
-					return fmt.Errorf("count it in its tenant's quota mark: %w", err)
-				}
 			}
 			if rewaits {
 				if err := waitAgain(wctx, tx, id, waitFor, depth); err != nil {
@@ -676,6 +682,57 @@ func (s *Store) updateLocked(ctx context.Context, id string, update func(*jobtyp
 		})
 	})
 	return u, err
+}
+
+// lockAndRead takes tenant's quota lock, alone or shared, unless tenant
+// is "", and reads job id locked FOR NO KEY UPDATE, in one round trip:
+// the statements of a batch run in order, so the read's snapshot is
+// taken once the lock is granted.
+func (s *Store) lockAndRead(ctx context.Context, tx pgx.Tx, tenant string, alone bool, id string) (storedRow, error) {
+	b := &pgx.Batch{}
+	switch {
+	case tenant == "":
+	case alone:
+		s.queueQuotaLocks(b, []string{tenant}, nil)
+	default:
+		s.queueQuotaLocks(b, nil, []string{tenant})
+	}
+	b.Queue(forWriteLocked, id)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if tenant != "" {
+		if _, err := br.Exec(); err != nil {
+			return storedRow{}, fmt.Errorf("take the quota lock of tenant %s: %w", tenant, err)
+		}
+	}
+	old, err := scanForWrite(br.QueryRow(), id)
+	if err != nil {
+		return storedRow{}, err
+	}
+	return old, br.Close()
+}
+
+// writeLocked writes next over old, read locked in tx, and adds it to its
+// tenant's quota mark if it comes back from an end (comesBack), in one
+// round trip.
+func writeLocked(ctx context.Context, tx pgx.Tx, old storedRow, next jobtype.Job) error {
+	b := &pgx.Batch{}
+	b.Queue(updateJob, append(values(next), old.rev)...)
+	back := comesBack(old.job, next)
+	if back {
+		b.Queue(bumpQuotaMark, next.Tenant, 1)
+	}
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	if back {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("count it in its tenant's quota mark: %w", err)
+		}
+	}
+	return br.Close()
 }
 
 // waitAgain records that job id, retried, waits for the jobs of waitFor
@@ -761,7 +818,7 @@ func (s *Store) UpdateJobWithin(ctx context.Context, id string, q store.Quota, u
 		return s.UpdateJob(ctx, id, update)
 	}
 	for conflicts := 0; ; conflicts++ {
-		u, err := s.updateLocked(ctx, id, update, tenant, q)
+		u, err := s.updateLocked(ctx, id, update, tenant, true, q)
 		var (
 			fe    funcError
 			quota *jobtype.QuotaError

@@ -26,7 +26,11 @@ import (
 // write that adds an unfinished job of the tenant under its lock adds to
 // it: a creation that passes on it (its jobs not yet running: the
 // engine creates no job RUNNING), a retry of an ended job
-// (bumpQuotaMark), a schedule's run. Nothing takes from it: jobs that
+// (bumpQuotaMark), a schedule's run. The last two need no count of
+// their own unless the tenant is bounded, so they hold the lock shared:
+// an exact count, which holds it alone, still comes before or after
+// each of them, and a bulk retry's jobs share commits rather than take
+// turns through them. Nothing takes from it: jobs that
 // start stay in it, jobs that end are let be until the next exact count.
 // So the mark plus a creation's jobs bounds the tenant's jobs not yet
 // running after it, and a creation that fits under the bound with it

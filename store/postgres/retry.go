@@ -20,17 +20,29 @@ import (
 // began (jobs_stamp keeps attempt_started_at), NULL unless RUNNING.
 const attemptStart = "CASE WHEN state = 'running' THEN attempt_started_at END"
 
+// forWrite reads job $1 for UpdateJob's update, with when its attempt
+// began; forWriteLocked locks its row too.
+const (
+	forWrite       = "SELECT " + columns + ", " + attemptStart + " FROM jobs WHERE id = $1"
+	forWriteLocked = forWrite + " FOR NO KEY UPDATE"
+)
+
 // readForWrite reads job id for UpdateJob's update, with its
 // AttemptStartedAt; lock adds FOR NO KEY UPDATE.
 func readForWrite(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, id string, lock bool) (storedRow, error) {
-	query := "SELECT " + columns + ", " + attemptStart + " FROM jobs WHERE id = $1"
+	query := forWrite
 	if lock {
-		query += " FOR NO KEY UPDATE"
+		query = forWriteLocked
 	}
+	return scanForWrite(q.QueryRow(ctx, query, id), id)
+}
+
+// scanForWrite scans job id from r, a row of forWrite.
+func scanForWrite(r pgx.Row, id string) (storedRow, error) {
 	var started pgtype.Timestamptz
-	row, err := scanJob(q.QueryRow(ctx, query, id), &started)
+	row, err := scanJob(r, &started)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return storedRow{}, fmt.Errorf("job %s: %w", id, jobtype.ErrNotFound)
 	}

@@ -25,6 +25,7 @@ var quotaCases = []struct {
 	{"concurrent batches under one quota never pass it and are each stored whole or not at all", testQuotaConcurrentBatches},
 	{"concurrent creates under one quota never pass it behind a thousand queued", testQuotaConcurrentDeep},
 	{"whatever a tenant's jobs do between creates, a create under a quota passes exactly when the count leaves room", testQuotaModel},
+	{"retries of ended jobs beside creates under a quota are all counted", testQuotaRetriesBesideCreates},
 }
 
 var sharedQuotaCases = []struct {
@@ -33,6 +34,7 @@ var sharedQuotaCases = []struct {
 }{
 	{"creates through two stores under one quota never pass it", testQuotaShared},
 	{"creates through two stores under one quota never pass it behind a thousand queued", testQuotaSharedDeep},
+	{"retries of ended jobs beside creates under a quota, through two stores, are all counted", testQuotaSharedRetriesBesideCreates},
 }
 
 func quotaOf(tenant string, maxQueued int) store.Quota {
@@ -468,4 +470,64 @@ func testQuotaModel(t *testing.T, s store.Store) {
 	if passed < 50 || refused < 50 {
 		t.Errorf("%d creates passed, %d refused: the model did not try both ways", passed, refused)
 	}
+}
+
+func testQuotaRetriesBesideCreates(t *testing.T, s store.Store) {
+	quotaRetriesBesideCreates(t, s, []store.Store{s})
+}
+
+func testQuotaSharedRetriesBesideCreates(t *testing.T, a, b store.Store) {
+	quotaRetriesBesideCreates(t, a, []store.Store{a, b})
+}
+
+// quotaRetriesBesideCreates gives acme a thousand jobs not yet running
+// (a count that a store may keep, see fillQueued) and 30 FAILED ones,
+// then, through stores, retries those without a quota (as a replica
+// that does not bound acme does) while 30 creates under a bound far
+// above run beside them. Then a create under a bound of exactly acme's
+// jobs not yet running is refused, naming them, and one under a bound
+// one more passes: what the store counts saw every retry.
+func quotaRetriesBesideCreates(t *testing.T, first store.Store, stores []store.Store) {
+	const n, high = 30, 5000
+	fillQueued(t, first, "deep", 999)
+	createWithin(t, first, quotaOf("acme", high), newJob("first", at(0)))
+	for i := range n {
+		j := newJob(fmt.Sprintf("failed-%02d", i), at(0))
+		j.State, j.FinishedAt = jobtype.Failed, at(1)
+		create(t, first, j)
+	}
+	start := make(chan struct{})
+	errs := make(chan error, 2*n)
+	var wg sync.WaitGroup
+	for i := range n {
+		s := stores[i%len(stores)]
+		wg.Go(func() {
+			<-start
+			_, err := s.UpdateJob(t.Context(), fmt.Sprintf("failed-%02d", i), func(j *jobtype.Job) error {
+				j.State, j.FinishedAt = jobtype.Queued, time.Time{}
+				return nil
+			})
+			errs <- err
+		})
+		wg.Go(func() {
+			<-start
+			_, err := s.CreateJobsWithin(t.Context(), []jobtype.Job{newJob(fmt.Sprintf("c-%02d", i), at(i))}, quotaOf("acme", high))
+			errs <- err
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := notYetRunning(t, first, "acme")
+	if want := 1000 + 2*n; count != want {
+		t.Fatalf("%d jobs not yet running, want %d", count, want)
+	}
+	_, err := first.CreateJobsWithin(t.Context(), []jobtype.Job{newJob("one-too-many", at(0))}, quotaOf("acme", count))
+	WantQuotaError(t, err, jobtype.QuotaError{Tenant: "acme", MaxQueued: count, Queued: count, Adding: 1})
+	createWithin(t, first, quotaOf("acme", count+1), newJob("room-for-one", at(0)))
 }
