@@ -420,6 +420,57 @@ CREATE TABLE {{schema}}.quota_marks (
 	`
 CREATE INDEX jobs_queued_queue_tenant_kind ON {{schema}}.jobs (queue, tenant, kind, priority, run_at, seq) WHERE state = 'queued';
 `,
+	// 20: jobs_release_dependents without a write skew. Two writes that
+	// each ended one of a WAITING job's last two dependencies each
+	// deleted their own row of job_deps and then looked for the job's
+	// other rows, each in a snapshot where the other's row was still
+	// there, so neither queued the job, and nothing ever did (an outside
+	// probe left 98 of 200 such jobs WAITING with two replicas, and some
+	// with one). Now a write that leaves a job WAITING for other
+	// dependencies locks the job's row (in id order, FOR UPDATE) and
+	// looks again, in a snapshot taken once the lock is granted: of two
+	// such writes the second waits for the first to commit and then sees
+	// its row gone. Only such jobs are locked, so a job whose last
+	// dependency ends costs what it did. The release before keeps
+	// working with it: the function and its trigger keep their names.
+	`
+CREATE OR REPLACE FUNCTION {{schema}}.jobs_release_dependents() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+	ids text[];
+	others text[];
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM {{schema}}.job_deps WHERE after_id = NEW.id) THEN
+		RETURN NULL;
+	END IF;
+	IF NEW.state <> 'succeeded' THEN
+		UPDATE {{schema}}.jobs SET state = 'cancelled', finished_at = NEW.updated_at, updated_at = NEW.updated_at,
+			error_type = 'DependencyFailed',
+			error_message = 'job ' || NEW.id || ', which it runs after, ended ' || upper(NEW.state),
+			version = version + 1, rev = rev + 1
+		WHERE state = 'waiting' AND after_policy = 'cancel'
+			AND id IN (SELECT job_id FROM {{schema}}.job_deps WHERE after_id = NEW.id);
+	END IF;
+	WITH d AS (DELETE FROM {{schema}}.job_deps WHERE after_id = NEW.id RETURNING job_id)
+	SELECT array_agg(job_id) INTO ids FROM d;
+	UPDATE {{schema}}.jobs AS j SET state = 'queued', run_at = greatest(j.run_at, NEW.updated_at),
+		updated_at = NEW.updated_at, version = j.version + 1, rev = j.rev + 1
+	WHERE j.id = ANY(ids) AND j.state = 'waiting'
+		AND NOT EXISTS (SELECT 1 FROM {{schema}}.job_deps AS d WHERE d.job_id = j.id);
+	SELECT array_agg(w.id) INTO others FROM (SELECT j.id FROM {{schema}}.jobs AS j
+		WHERE j.id = ANY(ids) AND j.state = 'waiting' ORDER BY j.id FOR UPDATE) AS w;
+	IF others IS NOT NULL THEN
+		UPDATE {{schema}}.jobs AS j SET state = 'queued', run_at = greatest(j.run_at, NEW.updated_at),
+			updated_at = NEW.updated_at, version = j.version + 1, rev = j.rev + 1
+		WHERE j.id = ANY(others) AND j.state = 'waiting'
+			AND NOT EXISTS (SELECT 1 FROM {{schema}}.job_deps AS d WHERE d.job_id = j.id);
+	END IF;
+	PERFORM pg_notify('{{channel}}', json_build_object('released', json_build_array(j.id, j.version, j.tenant,
+		j.kind, j.queue, j.state, (extract(epoch FROM j.run_at) * 1000000)::bigint))::text)
+	FROM {{schema}}.jobs AS j WHERE j.id = ANY(ids);
+	RETURN NULL;
+END
+$$;
+`,
 }
 
 // channelFor is the NOTIFY channel of the store in schema: one per schema,

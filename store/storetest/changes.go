@@ -42,7 +42,7 @@ func RunShared(t *testing.T, open func(t *testing.T) (a, b store.Store)) {
 		{"a change cursor from one store lists changes made through the other", testChangeCursorShared},
 		{"a claim through either store never takes a job the other took", testClaimShared},
 		{"of two stores recording one alert, one is told it changed", testSetAlertingShared},
-	}, sharedLeaseCases, sharedPauseCases, sharedQuotaCases, sharedFairCases) {
+	}, sharedLeaseCases, sharedPauseCases, sharedQuotaCases, sharedFairCases, sharedDepCases) {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := open(t)
 			t.Cleanup(func() {

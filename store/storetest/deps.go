@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +27,59 @@ var depCases = []struct {
 	{"a dependency ending while a job after it is retried never leaves it waiting", testDependencyRetryRace},
 	{"a job a retried job waits for is neither deleted nor removed by retention while it waits", testDependencyWaitedForIsKept},
 	{"a failure cascading through a wide graph costs what its edges cost, not their square", testDependencyWideCascade},
+	{"two dependencies ending at once, in two writes, queue the job after them", testDependenciesEndingAtOnce},
+}
+
+var sharedDepCases = []struct {
+	name string
+	run  func(t *testing.T, a, b store.Store)
+}{
+	{"two dependencies ending at once through two stores queue the job after them", testDependenciesEndingAtOnceShared},
+}
+
+func testDependenciesEndingAtOnce(t *testing.T, s store.Store) {
+	dependenciesEndingAtOnce(t, s, s)
+}
+
+func testDependenciesEndingAtOnceShared(t *testing.T, a, b store.Store) {
+	dependenciesEndingAtOnce(t, a, b)
+}
+
+// dependenciesEndingAtOnce ends the two RUNNING dependencies of a
+// WAITING job at once, one through a and one through b, in rounds: a
+// success and a success, or (for a job that runs after failures too) a
+// success and a cancel. Each write sees the other's dependency not yet
+// ended when it starts; whichever commits last must queue the job.
+func dependenciesEndingAtOnce(t *testing.T, a, b store.Store) {
+	const rounds = 40
+	for r := range rounds {
+		p1, p2 := newJob(fmt.Sprintf("p1-%d", r), at(0)), newJob(fmt.Sprintf("p2-%d", r), at(0))
+		p1.State, p2.State = jobtype.Running, jobtype.Running
+		create(t, a, p1)
+		create(t, a, p2)
+		child := waiting(fmt.Sprintf("child-%d", r), p1.ID, p2.ID)
+		second := jobtype.Succeeded
+		if r%2 == 1 {
+			child.OnDependencyFailure, second = jobtype.RunOnDependencyFailure, jobtype.Cancelled
+		}
+		create(t, a, child)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			<-start
+			endAs(t, a, p1.ID, jobtype.Succeeded, 1)
+		})
+		wg.Go(func() {
+			<-start
+			endAs(t, b, p2.ID, second, 1)
+		})
+		close(start)
+		wg.Wait()
+		if got := get(t, a, child.ID); got.State != jobtype.Queued {
+			t.Fatalf("round %d: %s once both its dependencies had ended (SUCCEEDED and %s), want QUEUED",
+				r, got.State, strings.ToUpper(string(second)))
+		}
+	}
 }
 
 // testDependencyWideCascade ends the root of a graph of levels of jobs,
