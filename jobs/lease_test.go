@@ -101,6 +101,20 @@ func TestCompleteEndsTheJob(t *testing.T) {
 	if err != nil || again.Version != done.Version || again.State != jobtype.Succeeded {
 		t.Errorf("second complete: %+v, %v; want the job as the first left it", again, err)
 	}
+	// Sent again encoded otherwise, it is still the same report; another
+	// result is not: it would be answered OK and never stored.
+	if _, err := e.Complete(ctx, j.ID, j.LeaseID, []byte(`{ "report" : "ok" }`)); err != nil {
+		t.Errorf("the same result spaced otherwise: %v, want it answered as made", err)
+	}
+	if _, err := e.Complete(ctx, j.ID, j.LeaseID, mustJSON(map[string]string{"report": "corrected"})); !errors.Is(err, jobs.ErrStaleLease) {
+		t.Errorf("a complete with another result: %v, want ErrStaleLease", err)
+	}
+	if _, err := e.Complete(ctx, j.ID, j.LeaseID, nil); !errors.Is(err, jobs.ErrStaleLease) {
+		t.Errorf("a complete without the result: %v, want ErrStaleLease", err)
+	}
+	if got := get(t, e, j.ID); string(got.Result) != `{"report":"ok"}` {
+		t.Errorf("result %s after the refused reports, want the first", got.Result)
+	}
 	// Another report of that lease is refused, as is a heartbeat or a
 	// log line: the lease is gone.
 	if _, err := e.Fail(ctx, j.ID, j.LeaseID, jobtype.JobError{Type: "Late"}, false); !errors.Is(err, jobs.ErrStaleLease) {

@@ -1,8 +1,11 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"reflect"
 	"sync"
 	"time"
 
@@ -99,14 +102,16 @@ func endedUnder(j *jobtype.Job, leaseID string) bool {
 // attempt w's lease ran ended as w says (the lease's id stays on the job
 // until its next claim, store.LeaseWrite.Apply), so w is that report sent
 // again, after its answer was lost. A cancel or a timeout that ended the
-// attempt first left another state or error, and w stays refused.
+// attempt first left another state or error, and w stays refused; so
+// does a completion with another result than the one stored, which
+// would otherwise be answered OK and never stored.
 func reported(w store.LeaseWrite, j *jobtype.Job) bool {
 	if j.LeaseID != w.LeaseID || j.State == jobtype.Running {
 		return false
 	}
 	switch w.Op {
 	case store.Complete:
-		return j.State == jobtype.Succeeded
+		return j.State == jobtype.Succeeded && sameJSON(j.Result, w.Result)
 	case store.Fail:
 		return (j.State == jobtype.Failed || j.State == jobtype.Queued) && j.Error != nil && w.Error != nil && *j.Error == *w.Error
 	}
@@ -191,3 +196,31 @@ func (lw *leaseWriter) writeBatch(ctx context.Context, e *Engine) {
 	default:
 	}
 }
+
+// sameJSON reports whether a and b are the same JSON value, however
+// spaced or with whatever order of keys: a client's encoder need not
+// write a value sent again byte for byte as it did the first time.
+// Numbers compare as written. Empty is no value.
+func sameJSON(a, b json.RawMessage) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	va, err := decodeJSON(a)
+	if err != nil {
+		return false
+	}
+	vb, err := decodeJSON(b)
+	return err == nil && reflect.DeepEqual(va, vb)
+}
+
+func decodeJSON(raw json.RawMessage) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	err := d.Decode(&v)
+	return v, err
+}
+

@@ -796,7 +796,9 @@ type WorkerServiceClient interface {
 	// failed_precondition. Either may be sent again under the same lease,
 	// as it was (its answer lost to a restart or a dropped connection, or
 	// sent to the next replica): the job as the first left it is the
-	// answer, until the job is claimed again or retried.
+	// answer, until the job is claimed again or retried. Sent again with
+	// another result or error, it is failed_precondition: the first
+	// stands.
 	CompleteJob(context.Context, *v1.CompleteJobRequest) (*v1.CompleteJobResponse, error)
 	FailJob(context.Context, *v1.FailJobRequest) (*v1.FailJobResponse, error)
 	// AppendJobLogs adds lines to the log of a job the worker runs, under
@@ -914,7 +916,9 @@ type WorkerServiceHandler interface {
 	// failed_precondition. Either may be sent again under the same lease,
 	// as it was (its answer lost to a restart or a dropped connection, or
 	// sent to the next replica): the job as the first left it is the
-	// answer, until the job is claimed again or retried.
+	// answer, until the job is claimed again or retried. Sent again with
+	// another result or error, it is failed_precondition: the first
+	// stands.
 	CompleteJob(context.Context, *v1.CompleteJobRequest) (*v1.CompleteJobResponse, error)
 	FailJob(context.Context, *v1.FailJobRequest) (*v1.FailJobResponse, error)
 	// AppendJobLogs adds lines to the log of a job the worker runs, under

@@ -3011,7 +3011,9 @@ export const WorkerService: GenService<{
    * failed_precondition. Either may be sent again under the same lease,
    * as it was (its answer lost to a restart or a dropped connection, or
    * sent to the next replica): the job as the first left it is the
-   * answer, until the job is claimed again or retried.
+   * answer, until the job is claimed again or retried. Sent again with
+   * another result or error, it is failed_precondition: the first
+   * stands.
    *
    * @generated from rpc jobwatch.v1.WorkerService.CompleteJob
    */
