@@ -497,6 +497,22 @@ func (a LogAppend) Repeats(tail []jobtype.LogLine, attempt int32) bool {
 	return true
 }
 
+// Kept is a as a log whose kept lines are first to last would hold it
+// if a were its last append: all of a.Lines, or, when the log's bound
+// dropped some of them, the newest last-first+1, which are then all the
+// log keeps. A store tells an append sent again by those (EndsLike,
+// Repeats). ok is false when a holds no line or the log keeps none.
+func (a LogAppend) Kept(first, last int64) (kept LogAppend, ok bool) {
+	n, k := int64(len(a.Lines)), last-first+1
+	if n == 0 || k <= 0 {
+		return a, false
+	}
+	if k < n {
+		a.Lines = a.Lines[n-k:]
+	}
+	return a, true
+}
+
 // EndsLike says whether last, the last line of a job's log, is a.Lines'
 // last of attempt: the look a store takes before it reads the other
 // lines Repeats compares.

@@ -125,12 +125,18 @@ func repeated(ctx context.Context, tx pgx.Tx, a store.LogAppend, attempt int32) 
 	err = tx.QueryRow(ctx, `SELECT h.first_seq, h.last_seq, l.at, l.stream, l.attempt, l.text
 		FROM job_log_heads h LEFT JOIN job_logs l ON l.job_id = h.job_id AND l.seq = h.last_seq
 		WHERE h.job_id = $1 FOR UPDATE OF h`, a.JobID).Scan(&first, &last, &at, &stream, &lineAttempt, &text)
-	if errors.Is(err, pgx.ErrNoRows) || err == nil && (last-n+1 < first || !text.Valid) {
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && !text.Valid {
 		return 0, false, nil
 	}
 	if err != nil {
 		return 0, false, err
 	}
+	// Of the lines the log's bound kept of a (store.LogAppend.Kept).
+	a, ok := a.Kept(first, last)
+	if !ok {
+		return 0, false, nil
+	}
+	n = int64(len(a.Lines))
 	l.Time, l.Stream, l.Attempt, l.Text = fromTime(at), jobtype.LogStream(stream.Int16), lineAttempt.Int32, text.String
 	if !a.EndsLike(l, attempt) {
 		return 0, false, nil

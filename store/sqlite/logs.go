@@ -86,13 +86,15 @@ func (s *Store) AppendLogs(ctx context.Context, a store.LogAppend) (store.LogApp
 }
 
 // repeated says whether a is an append sent again of a log whose kept
-// lines are first to last (store.LogAppend.Repeats): the log's last line
-// is read first, the others only when it is a's last.
+// lines are first to last (store.LogAppend.Repeats), of the lines the
+// log's bound kept of it (store.LogAppend.Kept): the log's last line is
+// read first, the others only when it is a's last.
 func repeated(ctx context.Context, tx *sql.Tx, a store.LogAppend, attempt int32, first, last int64) (bool, error) {
-	n := int64(len(a.Lines))
-	if !a.Resendable || n == 0 || last-n+1 < first {
+	a, ok := a.Kept(first, last)
+	if !a.Resendable || !ok {
 		return false, nil
 	}
+	n := int64(len(a.Lines))
 	lastLine, err := readLines(ctx, tx, a.JobID, last-1, 1)
 	if err != nil || len(lastLine) != 1 || !a.EndsLike(lastLine[0], attempt) {
 		return false, err

@@ -210,6 +210,27 @@ func testAppendSentAgain(t *testing.T, s store.Store) {
 	if p, err := s.JobLogs(ctx, "j", 0, 100); err != nil || len(p.Lines) != 32 {
 		t.Fatalf("the log holds %d lines (%v), want 32", len(p.Lines), err)
 	}
+
+	// An append larger than its queue's bound keeps only its newest
+	// lines; sent again, it is still told by them.
+	k := running("k", "default", 0)
+	create(t, s, k)
+	big := logLines("e", 50)
+	kept := big[len(big)-1].Size() * 10 // about ten lines
+	appendBig := func() store.LogAppended {
+		t.Helper()
+		res, err := s.AppendLogs(ctx, store.LogAppend{JobID: "k", LeaseID: k.LeaseID, Lines: big, Resendable: true, MaxBytes: bound(kept)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := appendBig(); res.Repeated || res.LastSeq != 50 {
+		t.Fatalf("an append past the bound: repeated %v, last %d; want appended, 50", res.Repeated, res.LastSeq)
+	}
+	if res := appendBig(); !res.Held || !res.Repeated || res.LastSeq != 50 {
+		t.Fatalf("it sent again: held %v, repeated %v, last %d; want held, repeated, 50", res.Held, res.Repeated, res.LastSeq)
+	}
 }
 
 // BenchAppendLogs measures appends of 10 lines to one running job's log,
