@@ -223,4 +223,3 @@ func decodeJSON(raw json.RawMessage) (any, error) {
 	err := d.Decode(&v)
 	return v, err
 }
-
