@@ -1,7 +1,7 @@
 // What the page knows about jobs: the latest snapshot of each, merged by
 // version, and the states the page saw each job pass through.
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import { JobState, type Job } from "./gen/jobwatch/v1/jobwatch_pb";
+import { JobState, type Job, type JobAttempt } from "./gen/jobwatch/v1/jobwatch_pb";
 
 export interface Sighting {
   state: JobState;
@@ -144,4 +144,32 @@ export function isTerminal(s: JobState): boolean {
 
 export function stateName(s: JobState): string {
   return (JobState[s] ?? "unknown").toLowerCase();
+}
+
+// maxHistory is how many entries of its history the server keeps for a
+// job (Job.attempts: the last 20; jobtype.MaxHistory).
+export const maxHistory = 20;
+
+// historyGap says what a job's history (GetJob's attempts, oldest first)
+// no longer holds, "" where nothing shows that anything was dropped.
+// Attempts are numbered from 1, a retry keeping the count going, and
+// each run that ended has an entry: a first entry about run 8 means those
+// of runs 1 to 7 are no longer kept, and a first entry that is an action
+// on the job after run 8 (a retry: it has no start) means run 8's is not
+// kept either. A full history that starts before any run may have lost
+// entries too (a job cancelled and retried before it ever ran), which
+// the entries cannot tell.
+export function historyGap(history: readonly Pick<JobAttempt, "attempt" | "startedAt">[]): string {
+  const first = history[0];
+  if (first === undefined) {
+    return "";
+  }
+  const n = millis(first.startedAt) > 0 ? first.attempt - 1 : first.attempt;
+  if (n > 0) {
+    return `… ${n.toLocaleString("en-US")} earlier ${n === 1 ? "attempt" : "attempts"} not kept (a job keeps the last ${maxHistory} entries of its history)`;
+  }
+  if (history.length >= maxHistory) {
+    return `… earlier entries, if any, not kept (a job keeps the last ${maxHistory} entries of its history)`;
+  }
+  return "";
 }

@@ -7,7 +7,7 @@ import { age, clockTime, durationText, jsonText, periodText } from "./format";
 import { h, setAttr, setData, setText, svg } from "./dom";
 import { ActionButton, Confirm, type Action, type Said } from "./actions";
 import { alertingText, drainedText, lastState, leftOutText, modeText, nextRun, pausedText, rateText, spark, tenantLines, tenantsLabel, type NextRun } from "./queues";
-import { isTerminal, millis, stateName, type JobBook } from "./model";
+import { historyGap, isTerminal, millis, stateName, type JobBook } from "./model";
 import type { LogPane } from "./logview";
 import { outcomeShares, type BatchCounts } from "./batch";
 import { dependencies, dependencyFailed, onDependencyFailureText, waitingStep, type Dependencies } from "./deps";
@@ -309,6 +309,7 @@ interface TimelineEntry {
   state: string;
   seen: boolean; // from the browser's own observation, not a server time
   note?: string; // an attempt's error
+  gap?: boolean; // entries the server no longer keeps: no time of its own
 }
 
 // JobOps is what the detail's buttons do. Each returns what it did, in a
@@ -680,6 +681,13 @@ export class Detail {
       // change of state) tells every attempt and action: the page's own
       // sightings would only repeat it.
       const ends = new Set<number>();
+      const gap = historyGap(history);
+      if (gap !== "") {
+        // Just before the first entry kept, after the submission.
+        const first = history[0]!;
+        const at = millis(first.startedAt) || millis(first.finishedAt);
+        entries.push({ at: at > 0 ? at - 0.5 : millis(job.createdAt) + 0.5, label: gap, state: "gap", seen: false, gap: true });
+      }
       for (const a of history) {
         const nth = a.attempt > 1 ? ` (attempt ${a.attempt})` : "";
         server(a.startedAt, `started${nth}`, JobState.RUNNING, a.workerId === "" ? undefined : `worker ${a.workerId}`);
@@ -730,8 +738,8 @@ export class Detail {
       ...entries.map((e) =>
         h(
           "li",
-          { "data-state": e.state },
-          h("time", { datetime: new Date(e.at).toISOString() }, clockTime(new Date(e.at))),
+          { "data-state": e.state, class: e.gap === true ? "timeline-gap" : "" },
+          e.gap === true ? h("span", { class: "timeline-gap-mark", "aria-hidden": "true" }, "⋮") : h("time", { datetime: new Date(e.at).toISOString() }, clockTime(new Date(e.at))),
           h(
             "span",
             { class: "timeline-text" },

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { JobSchema, JobState, type Job } from "../src/gen/jobwatch/v1/jobwatch_pb";
-import { JobBook } from "../src/model";
+import { historyGap, JobBook } from "../src/model";
 
 function job(id: string, version: number, state: JobState, percent = 0, createdMs = 1_000): Job {
   return create(JobSchema, { id, version: BigInt(version), state, percent, createdAt: timestampFromMs(createdMs) });
@@ -87,4 +87,20 @@ test("a deleted job leaves the book and its counts, and a snapshot still on its 
   // Another tenant or token starts afresh.
   book.clear();
   assert.equal(book.merge(job("j_1", 4, JobState.QUEUED, 0, 1_000)), true);
+});
+
+test("a history trimmed to its bound says how many earlier attempts are not kept", () => {
+  // Each run's end (with its start), then a retry (an action: no start).
+  const entries = (first: number, n: number) =>
+    Array.from({ length: n }, (_, i) => ({ attempt: first + Math.floor(i / 2), startedAt: i % 2 === 0 ? timestampFromMs(1_000) : undefined }));
+  assert.equal(historyGap([]), "");
+  assert.equal(historyGap(entries(1, 5)), "", "a history kept whole said something was dropped");
+  assert.equal(historyGap(entries(8, 20)), "… 7 earlier attempts not kept (a job keeps the last 20 entries of its history)");
+  assert.equal(historyGap(entries(2, 20)), "… 1 earlier attempt not kept (a job keeps the last 20 entries of its history)");
+  assert.equal(
+    historyGap(entries(8, 21).slice(1)),
+    "… 8 earlier attempts not kept (a job keeps the last 20 entries of its history)",
+    "a history that starts at the retry after run 8 did not count run 8 as not kept",
+  );
+  assert.equal(historyGap([{ attempt: 0, startedAt: undefined }, ...entries(1, 19)]), "… earlier entries, if any, not kept (a job keeps the last 20 entries of its history)");
 });
