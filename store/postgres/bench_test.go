@@ -390,3 +390,56 @@ func BenchmarkBulkUpdates(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFanInCompletions times the completions of 1,000 RUNNING jobs
+// that one WAITING job runs after, 8 at a time, each its own write (as
+// workers that report alone): every write but the last leaves the job
+// waiting for others, and locks its row to look again (migration 20).
+// ns/op is per completion.
+//
+//	go test ./store/postgres/ -run '^$' -bench BenchmarkFanInCompletions -benchtime 3x
+func BenchmarkFanInCompletions(b *testing.B) {
+	s := openURL(b, pgtest.URL(b))
+	ctx := context.Background()
+	const parents = 1000
+	round := 0
+	for b.Loop() {
+		b.StopTimer()
+		round++
+		ids := make(chan string, parents)
+		var after []string
+		for i := range parents {
+			j := job(fmt.Sprintf("p-%d-%04d", round, i), "q", 0)
+			j.State = jobtype.Running
+			mustCreate(b, s, j)
+			ids <- j.ID
+			after = append(after, j.ID)
+		}
+		close(ids)
+		child := job(fmt.Sprintf("child-%d", round), "q", 0)
+		child.State, child.After, child.OnDependencyFailure = jobtype.Waiting, after, jobtype.CancelOnDependencyFailure
+		mustCreate(b, s, child)
+		b.StartTimer()
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for id := range ids {
+					if _, err := s.UpdateJob(ctx, id, func(j *jobtype.Job) error {
+						j.State, j.FinishedAt = jobtype.Succeeded, t0
+						return nil
+					}); err != nil {
+						b.Error(err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		b.StopTimer()
+		got, err := s.GetJob(ctx, child.ID)
+		if err != nil || got.State != jobtype.Queued {
+			b.Fatalf("the job after them: %s, %v; want QUEUED", got.State, err)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*parents), "ns/completion")
+}
