@@ -71,7 +71,7 @@ function refusal(action: Action): string {
 const jobOps: JobOps = {
   refusal,
   retry: (id) =>
-    act("retry", "Retry", async () => {
+    act("retry", "Retry", async (): Promise<Said> => {
       const job = await client.retryJob(id);
       if (adopt(job)) {
         refreshDetail();
@@ -93,7 +93,7 @@ const jobOps: JobOps = {
           return `Retried job ${id}: its new run ${how}.`;
         },
       };
-    }),
+    }, id),
   cancel: (id) =>
     act("cancel", "Cancel", async () => {
       const job = await client.cancelJob(id);
@@ -692,6 +692,9 @@ function dropDeleted(ids: string[]): void {
   }
   list.remove(ids);
   refreshActions();
+  // What the details say of another job (the one that held a unique
+  // key) may no longer hold.
+  refreshDetail();
   soonPollQueues();
 }
 
@@ -871,11 +874,11 @@ function refreshActions(): void {
 // act runs an operator's action; a refusal the server gives for the
 // token's role (permission_denied) or for its own age (unimplemented)
 // disables that action, with the reason, until the token changes.
-async function act(action: Action, what: string, run: () => Promise<Said>): Promise<Said> {
+async function act(action: Action, what: string, run: () => Promise<Said>, jobId = ""): Promise<Said> {
   try {
     return await run();
   } catch (err) {
-    throw actionError(action, what, err);
+    throw actionError(action, what, err, jobId);
   } finally {
     // The stream may have brought the change before the answer did: draw
     // it now, so the question's outcome finds the buttons as they are
@@ -886,8 +889,9 @@ async function act(action: Action, what: string, run: () => Promise<Said>): Prom
   }
 }
 
-// actionError is what an action's outcome says of err.
-function actionError(action: Action, what: string, err: unknown): Error {
+// actionError is what an action's outcome says of err, for an action on
+// job jobId ("" for one on a queue or on many jobs).
+function actionError(action: Action, what: string, err: unknown, jobId = ""): Error {
   if (unreachable(err)) {
     // True until the server next answers the page.
     const at = answered;
@@ -905,8 +909,21 @@ function actionError(action: Action, what: string, err: unknown): Error {
   if (e instanceof AlreadyActiveError && e.activeJobId !== "") {
     // A retry of a job whose unique key another job took meanwhile:
     // name that job, and what to do.
-    return new Error(
-      `${what}: job ${e.activeJobId} holds the unique key “${e.uniqueKey}” and has not ended: retry this job once that one has ended, or cancel that one first.`,
+    // True until that job ends or goes (as the page sees it: the list
+    // shows the jobs of the tenant), or this job changes: the refusal
+    // then says nothing of what Retry would do now. A holder the page
+    // does not have (another batch's, while the list shows one) leaves
+    // the message until this job changes or the user acts again.
+    const holder = e.activeJobId;
+    const heldBy = book.get(holder) !== undefined;
+    const version = book.get(jobId)?.version;
+    return new ActionError(
+      `${what}: job ${holder} holds the unique key “${e.uniqueKey}” and has not ended: retry this job once that one has ended, or cancel that one first.`,
+      () => {
+        const now = book.get(holder);
+        const ended = heldBy && (now === undefined || isTerminal(now.state));
+        return ended || book.get(jobId)?.version !== version;
+      },
     );
   }
   return new Error(`${what}: ${e.rawMessage || e.codeName}`);
