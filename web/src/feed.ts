@@ -19,8 +19,9 @@ export type FeedStatus =
   // token again cannot help.
   | { kind: "denied"; reason: string }
   // The server will not watch this tenant (an invalid name): asking
-  // again cannot help, a different tenant can.
-  | { kind: "refused"; reason: string };
+  // again cannot help, a different tenant can. byPage: the page itself
+  // refused it, by the server's rule, and sent nothing.
+  | { kind: "refused"; reason: string; byPage?: boolean };
 
 export interface FeedListener {
   jobs(batch: Job[]): void;

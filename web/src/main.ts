@@ -22,7 +22,7 @@ import { JobState, JobView, type Job, type Queue } from "./gen/jobwatch/v1/jobwa
 import { waitingReason } from "./queues";
 import { LogPane } from "./logview";
 import { isTerminal, JobBook, stateName, summaryOf } from "./model";
-import { initialTenant, rememberTenant, tenantKey } from "./tenant";
+import { initialTenant, rememberTenant, tenantKey, tenantReason } from "./tenant";
 import { BatchBar, Detail, JobList, QueueTable, ScheduleTable, type BatchLinks, type JobOps, type QueueOps } from "./views";
 import "./style.css";
 
@@ -293,8 +293,10 @@ function showTenantName(): void {
 
 function startFeed(): void {
   feed?.stop();
+  feed = undefined;
   feedHeard = false;
   progress?.stop();
+  progress = undefined;
   book.clear();
   list.clear();
   renderJobs.clear();
@@ -309,6 +311,15 @@ function startFeed(): void {
   listing++;
   showOlder();
   jobsConfirm.reset();
+  const refusedHere = tenantReason(tenant);
+  if (refusedHere !== "") {
+    // Nothing is sent for a tenant the server would refuse, or one the
+    // page cannot watch ("*": see tenantReason).
+    detail.filtered(batch);
+    renderBatch();
+    showStatus({ kind: "refused", reason: refusedHere, byPage: true });
+    return;
+  }
   // The batch's counts: from the feed, and from ListJobs once the feed's
   // stream is synced (the feed starts with the most recent jobs only).
   const counting =
@@ -377,6 +388,12 @@ function startFeed(): void {
       }
       if (s.kind === "refused" || s.kind === "denied" || s.kind === "unauthenticated") {
         counting?.refuse(s.reason);
+      }
+      if (s.kind === "refused") {
+        // What ListJobs answered for a view the server will not watch
+        // would stay on screen frozen, as if live, and the actions on
+        // the view would act on it: it goes.
+        dropView();
       }
       showStatus(s);
     },
@@ -507,6 +524,24 @@ async function listOlder(first = false): Promise<void> {
   }
 }
 
+// dropView takes the view's jobs off the screen, and drops the answers
+// of ListJobs still on their way for it: the feed will not show it live.
+function dropView(): void {
+  listing++;
+  book.clear();
+  list.clear();
+  renderJobs.clear();
+  listed = new Set();
+  olderToken = "";
+  olderLeft = false;
+  listedAll = false;
+  olderButton.disabled = false;
+  setText(olderNote, "");
+  showOlder();
+  jobsConfirm.withdraw();
+  refreshActions();
+}
+
 // rewindOlder makes Show older jobs read the view again from its first
 // page: the book let go of a job of the view (trim), which may be newer
 // than the next page's jobs.
@@ -622,6 +657,7 @@ function showStatus(s: FeedStatus): void {
     tokenForm.hidden = false;
     tokenInput.focus();
   }
+  refreshActions();
   renderBanner(Date.now());
 }
 
@@ -658,6 +694,9 @@ function renderBanner(now: number): void {
     setText(bannerWhen, "");
   } else if (s.kind === "denied") {
     setText(bannerText, `This token may not show ${tenantLabel()}: ${callNames(s.reason)}. Enter another token.`);
+    setText(bannerWhen, "");
+  } else if (s.kind === "refused" && s.byPage === true) {
+    setText(bannerText, `The page does not ask for tenant “${tenant}”: ${s.reason}. Enter another tenant.`);
     setText(bannerWhen, "");
   } else if (s.kind === "refused" && batch !== "") {
     setText(bannerText, `The server will not watch batch “${batch}” of ${tenantLabel()}: ${s.reason}. Show all jobs, or enter another tenant.`);
@@ -866,7 +905,12 @@ function refreshActions(): void {
   // have failed: the button stays, and its question says "any older ones".
   const unread = !listedAll && (stateFilter === "all" || stateFilter === "failed");
   const failed = failedOfView() ?? (unread ? undefined : book.count(JobState.FAILED));
-  retryFailed.set(refusal("retry-failed") || (failed === 0 ? "no failed job in this view" : ""));
+  // A view the page does not show live (the server refused its stream,
+  // or the page would not send it) has nothing to act on.
+  const notLive = feedStatus.kind === "refused" || feedStatus.kind === "denied" || feedStatus.kind === "unauthenticated";
+  retryFailed.set(
+    refusal("retry-failed") || (notLive ? "the list is not live: see the message above" : failed === 0 ? "no failed job in this view" : ""),
+  );
   detail.refreshActions(book.get(detail.shown));
   queues.refreshActions();
 }
@@ -1221,7 +1265,8 @@ tenantForm.addEventListener("submit", (e) => {
   ownTenant = "";
   deniedTenant = "";
   showTenantName();
-  rememberTenant(sessionStorage, tenant);
+  // A tenant the page refuses (tenantReason) is not kept for a reload.
+  rememberTenant(sessionStorage, tenantReason(tenant) === "" ? tenant : "");
   // A ?tenant= in the address would bring the old tenant back on reload;
   // a batch is a tenant's, so another tenant shows all its jobs.
   batch = "";

@@ -29,3 +29,35 @@ export function rememberTenant(tab: TenantStore, tenant: string): void {
     tab.setItem(tenantKey, tenant);
   }
 }
+
+// maxNameBytes is the server's bound on a name (jobtype.MaxNameBytes).
+const maxNameBytes = 128;
+
+// tenantReason is why the page will not ask for tenant, "" if it may: a
+// name the server refuses (its rule for every name, jobtype.NameReason)
+// is refused here, before any call, in the server's words; "" asks for
+// the caller's own.
+//
+// "*" is refused too. The server reads it as every tenant, but only for
+// some calls: ListJobs lists every tenant's jobs to an admin, and a bulk
+// action acts on them all, while WatchJobs refuses it, so the page could
+// show such a list only frozen, and its Retry all failed would act on
+// every tenant behind a question about what is shown. The page shows
+// one tenant at a time, live; `jobwatch list --tenant '*'` lists every
+// tenant's jobs.
+export function tenantReason(tenant: string): string {
+  if (tenant === "") {
+    return "";
+  }
+  if (tenant === "*") {
+    return "the page shows one tenant at a time, live: “*” (every tenant) cannot be watched (jobwatch list --tenant '*' lists every tenant's jobs)";
+  }
+  const bytes = new TextEncoder().encode(tenant).length;
+  if (bytes > maxNameBytes) {
+    return `tenant: must be at most ${maxNameBytes} bytes, got ${bytes}`;
+  }
+  if (!/^[A-Za-z0-9._\-:/@]+$/.test(tenant)) {
+    return "tenant: may only contain letters, digits and . _ - : / @";
+  }
+  return "";
+}

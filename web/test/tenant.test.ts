@@ -2,7 +2,7 @@
 // web/page_logic_test.go bundles and runs them with `node --test`.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { initialTenant, rememberTenant, tenantKey, type TenantStore } from "../src/tenant";
+import { initialTenant, rememberTenant, tenantKey, tenantReason, type TenantStore } from "../src/tenant";
 
 // Storage is a browser Storage: a tab's sessionStorage, or the
 // localStorage every tab of the origin shares.
@@ -48,4 +48,15 @@ test("an emptied Tenant field forgets the tenant for the tab's reloads", () => {
   rememberTenant(tab, "acme");
   rememberTenant(tab, "");
   assert.equal(initialTenant(page, tab, new Storage()), "");
+});
+
+test("a tenant the server's rule refuses is refused before any call, in the rule's words; * too, which the page cannot watch", () => {
+  assert.equal(tenantReason(""), "", "the caller's own tenant was refused");
+  assert.equal(tenantReason("acme"), "");
+  assert.equal(tenantReason("team.a_b-c:d/e@f"), "");
+  assert.equal(tenantReason("acme corp"), "tenant: may only contain letters, digits and . _ - : / @");
+  assert.equal(tenantReason("ácme"), "tenant: may only contain letters, digits and . _ - : / @");
+  assert.equal(tenantReason("a".repeat(128)), "");
+  assert.equal(tenantReason("a".repeat(129)), "tenant: must be at most 128 bytes, got 129");
+  assert.match(tenantReason("*"), /one tenant at a time, live: “\*” \(every tenant\) cannot be watched/);
 });
