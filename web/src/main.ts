@@ -291,15 +291,38 @@ function showTenantName(): void {
   tenantInput.placeholder = savedToken() === "" ? "default" : "the token's own";
 }
 
-function startFeed(): void {
+// feedWaits: the page has no token and GetServerInfo has not yet said
+// whether the server needs one; the feed and the view's first page start
+// once it has (loadServerInfo), so that a first load on a server with
+// tokens sends neither to be refused for want of one. The GetJob of a
+// job linked (?job=) does not wait: its details come first on a server
+// without tokens however its answers are ordered, and on one with tokens
+// its refusal says the token is needed, as the token field does.
+let feedWaits = false;
+
+// mayAskWithoutToken reports whether a call without a token may be
+// sent: the page has a token, or GetServerInfo said the server needs
+// none (or could not be asked: then the feed's own banner says why).
+function mayAskWithoutToken(): boolean {
+  return savedToken() !== "" || (infoHeard && access.kind !== "none") || infoFailed;
+}
+
+// startFeed starts the view afresh: the feed, and its first page. waited:
+// it starts the view the page's last call of it left waiting for
+// GetServerInfo (feedWaits), which cleared what was shown then; a job
+// that came meanwhile (the GetJob of a link) stays, with its row.
+function startFeed(waited = false): void {
   feed?.stop();
   feed = undefined;
+  feedWaits = false;
   feedHeard = false;
   progress?.stop();
   progress = undefined;
-  book.clear();
-  list.clear();
-  renderJobs.clear();
+  if (!waited) {
+    book.clear();
+    list.clear();
+    renderJobs.clear();
+  }
   const shownFilter = stateFilter;
   list.filter((job) => matches(shownFilter, job.state), shownFilter === "all" ? "recent" : filterLabel(shownFilter));
   listed = new Set();
@@ -312,12 +335,20 @@ function startFeed(): void {
   showOlder();
   jobsConfirm.reset();
   const refusedHere = tenantReason(tenant);
-  if (refusedHere !== "") {
-    // Nothing is sent for a tenant the server would refuse, or one the
-    // page cannot watch ("*": see tenantReason).
+  if (refusedHere !== "" || !mayAskWithoutToken()) {
     detail.filtered(batch);
     renderBatch();
-    showStatus({ kind: "refused", reason: refusedHere, byPage: true });
+    if (refusedHere !== "") {
+      // Nothing is sent for a tenant the server would refuse, or one the
+      // page cannot watch ("*": see tenantReason).
+      showStatus({ kind: "refused", reason: refusedHere, byPage: true });
+    } else if (infoHeard) {
+      showStatus({ kind: "unauthenticated", reason: "a bearer token is required" });
+    } else {
+      feedWaits = true;
+      showStatus({ kind: "connecting" });
+    }
+    refreshActions();
     return;
   }
   // The batch's counts: from the feed, and from ListJobs once the feed's
@@ -907,7 +938,7 @@ function refreshActions(): void {
   const failed = failedOfView() ?? (unread ? undefined : book.count(JobState.FAILED));
   // A view the page does not show live (the server refused its stream,
   // or the page would not send it) has nothing to act on.
-  const notLive = feedStatus.kind === "refused" || feedStatus.kind === "denied" || feedStatus.kind === "unauthenticated";
+  const notLive = feedStatus.kind === "refused" || feedStatus.kind === "denied" || feedStatus.kind === "unauthenticated" || feedWaits;
   retryFailed.set(
     refusal("retry-failed") || (notLive ? "the list is not live: see the message above" : failed === 0 ? "no failed job in this view" : ""),
   );
@@ -1068,6 +1099,10 @@ function showError(what: string, err: unknown, jobId = ""): void {
 // has come, so access is what the server said of the token.
 let infoAsked = 0;
 let infoHeard = false;
+// infoFailed: GetServerInfo failed (the server cannot be reached, say),
+// so the feed starts without its answer: its banner says what is wrong,
+// and tries again.
+let infoFailed = false;
 
 // loadServerInfo asks the server, with the page's token, whether it
 // needs one, who the token is (caller: set by a server that runs with
@@ -1096,6 +1131,7 @@ async function loadServerInfo(): Promise<void> {
     infoHeard = true;
     refreshActions();
     tokenForm.hidden = !info.authRequired && savedToken() === "";
+    startWaiting();
     if (info.demo && info.demoKinds.length > 0) {
       demoKind.replaceChildren(...info.demoKinds.map((k) => new Option(k, k)));
       demoForm.hidden = false;
@@ -1107,13 +1143,27 @@ async function loadServerInfo(): Promise<void> {
     }
     if (refusalOf(err) instanceof UnauthenticatedError) {
       tokenForm.hidden = false;
+      if (feedWaits) {
+        showStatus({ kind: "unauthenticated", reason: refusalOf(err).rawMessage });
+      }
       return;
     }
+    infoFailed = true;
+    startWaiting();
     setTimeout(() => {
       if (asked === infoAsked) {
         void loadServerInfo();
       }
     }, queuePollMs);
+  }
+}
+
+// startWaiting starts the feed and the view's first page where they
+// waited for GetServerInfo's answer, or, where the server needs a token
+// the page has not, says so: each call would be refused.
+function startWaiting(): void {
+  if (feedWaits) {
+    startFeed(true);
   }
 }
 
@@ -1320,6 +1370,7 @@ tokenForm.addEventListener("submit", (e) => {
   // What the last token could do says nothing of this one: ask again.
   access = { kind: "unknown" };
   infoHeard = false;
+  infoFailed = false;
   refusals.clear();
   deniedBy = undefined;
   // The queues and schedules shown are the last token's to see: they go,
