@@ -467,19 +467,24 @@ func printJob(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
 
 // historyGap says what a job's history (its attempts, oldest first, at
 // most jobtype.MaxHistory entries) no longer holds, "" where nothing
-// shows that anything was dropped. Attempts are numbered from 1 and each
-// that ended has an entry, a retry keeping the count going: a first entry
-// about attempt 8 means those of attempts 1 to 7 are no longer kept. A
-// full history whose first entry is about the first attempt (or none: a
-// cancel before any run) may have lost entries too (a job cancelled and
-// retried before it ever ran), which the entries cannot tell. The page
-// says the same (web/src/model.ts).
+// shows that anything was dropped. Attempts are numbered from 1, a retry
+// keeping the count going, and each run that ended has an entry: a first
+// entry about run 8 means those of runs 1 to 7 are no longer kept, and a
+// first entry that is an action on the job after run 8 (a retry: it has
+// no start) means run 8's is not kept either. A full history that starts
+// before any run may have lost entries too (a job cancelled and retried
+// before it ever ran), which the entries cannot tell. The page says the
+// same (web/src/model.ts).
 func historyGap(history []*jobwatchv1.JobAttempt) string {
 	if len(history) == 0 {
 		return ""
 	}
 	bound := fmt.Sprintf("(a job keeps the last %d entries of its history)", jobtype.MaxHistory)
-	if n := history[0].GetAttempt() - 1; n > 0 {
+	n := history[0].GetAttempt()
+	if history[0].GetStartedAt() != nil {
+		n--
+	}
+	if n > 0 {
 		what := "attempts"
 		if n == 1 {
 			what = "attempt"

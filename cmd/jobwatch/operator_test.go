@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/jobwatch/jobwatch/auth"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
@@ -112,5 +114,38 @@ func TestABulkActionTheTokenMayNotTakeIsRefusedBeforeTheQuestion(t *testing.T) {
 	code, stdout, stderr := runInProcess(t, "cancel", "--server", s.URL, "--token", "admin-secret", "--tenant", "globex", "--queue", "gq")
 	if code != 0 || !strings.Contains(stderr, "cancel every job of tenant globex with queue gq? [y/N]") || stdout != "1 matched, 1 cancelled\n" {
 		t.Fatalf("the admin's cancel: exit %d, %q, %q; want the question, then 1 cancelled", code, stdout, stderr)
+	}
+}
+
+// The count of attempts not kept reads the first entry kept: a run's end
+// leaves the runs before it out, a retry (no start of its own) the run
+// it retried too.
+func TestHistoryGapCountsTheRunsNotKept(t *testing.T) {
+	run := func(n int32) *jobwatchv1.JobAttempt {
+		return &jobwatchv1.JobAttempt{Attempt: n, StartedAt: timestamppb.Now(), State: jobwatchv1.JobState_JOB_STATE_QUEUED}
+	}
+	retry := func(n int32) *jobwatchv1.JobAttempt {
+		return &jobwatchv1.JobAttempt{Attempt: n, State: jobwatchv1.JobState_JOB_STATE_QUEUED, By: "ops (admin)"}
+	}
+	full := func(first ...*jobwatchv1.JobAttempt) []*jobwatchv1.JobAttempt {
+		h := append([]*jobwatchv1.JobAttempt(nil), first...)
+		for len(h) < jobtype.MaxHistory {
+			h = append(h, run(h[len(h)-1].GetAttempt()+1))
+		}
+		return h
+	}
+	for _, tc := range []struct {
+		name    string
+		history []*jobwatchv1.JobAttempt
+		want    string
+	}{
+		{"a history kept whole", []*jobwatchv1.JobAttempt{run(1), retry(1), run(2)}, ""},
+		{"one that starts at run 8's end", full(run(8)), "… 7 earlier attempts not kept (a job keeps the last 20 entries of its history)"},
+		{"one that starts at the retry after run 8", full(retry(8)), "… 8 earlier attempts not kept (a job keeps the last 20 entries of its history)"},
+		{"a full one that starts before any run", full(retry(0)), "… earlier entries, if any, not kept (a job keeps the last 20 entries of its history)"},
+	} {
+		if got := historyGap(tc.history); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }
