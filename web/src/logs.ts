@@ -25,7 +25,8 @@ const BEL = 0x07;
 // (ESC[…m: 30–37 and 90–97 colours, 39 the default colour, 1 bold, 22
 // normal weight, 0 or nothing a reset); every other escape sequence
 // (cursor moves, clearing, window titles, 256-colour and RGB colours) and
-// every other control character goes, so no raw ESC ever shows. Each
+// every other control character goes, so no raw ESC ever shows, and so
+// do the invisible characters that would reorder the line. Each
 // line starts plain: a line shown alone, after a gap or a resume, looks
 // the same as in the whole log. A carriage return followed by more text
 // keeps only what follows it, as a terminal overwrites a progress line.
@@ -151,7 +152,7 @@ export function parseAnsi(line: string): Span[] {
     } else if (c === 0x09) {
       print("\t");
       i++;
-    } else if (c < 0x20 || inRange(c, 0x7f, 0x9f)) {
+    } else if (c < 0x20 || inRange(c, 0x7f, 0x9f) || invisible(c)) {
       i++;
     } else {
       let j = i + 1;
@@ -171,7 +172,25 @@ function inRange(c: number, lo: number, hi: number): boolean {
 }
 
 function printable(c: number): boolean {
-  return c >= 0x20 && c !== 0x7f && !inRange(c, 0x80, 0x9f);
+  return c >= 0x20 && c !== 0x7f && !inRange(c, 0x80, 0x9f) && !invisible(c);
+}
+
+// invisible reports whether c is a character that reorders or splits
+// the line rather than shows: the bidirectional marks, embeddings,
+// overrides and isolates (a right-to-left override makes "exe.txt" of
+// "txt.exe"), the line and paragraph separators, and the byte order
+// mark. The command line drops the same (cmd/jobwatch/logtext.go).
+function invisible(c: number): boolean {
+  return (
+    c === 0x061c ||
+    c === 0x200e ||
+    c === 0x200f ||
+    inRange(c, 0x202a, 0x202e) ||
+    inRange(c, 0x2066, 0x2069) ||
+    c === 0x2028 ||
+    c === 0x2029 ||
+    c === 0xfeff
+  );
 }
 
 // A LogEntry is what one row of the log pane shows: a line; a gap, lines

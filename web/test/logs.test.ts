@@ -52,6 +52,8 @@ test("ANSI colour codes become classed spans and never show as text", () => {
     ["each line starts plain", `${ESC}[31mno reset`, "[ansi-red]no reset"],
     ["a line of escapes only is empty", `${ESC}[0m${ESC}[K`, ""],
     ["text that looks like markup stays text", "<img src=x onerror=alert(1)>", "<img src=x onerror=alert(1)>"],
+    ["a right-to-left override and a byte order mark go", "rlo:\u202etxt.exe bom:\ufeffx", "rlo:txt.exe bom:x"],
+    ["bidirectional isolates and marks go, other text stays", "\u2067a\u2069\u200fb\u2028c é", "abc é"],
   ];
   for (const [name, line, want] of cases) {
     assert.equal(shown(line), want, name);
