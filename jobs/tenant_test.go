@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -188,6 +189,12 @@ func TestWatchTenantRefusesBadInput(t *testing.T) {
 	}
 	if err := e.WatchTenant(ctx, "a b", jobs.TenantWatchOptions{Send: send}); !isInvalid(err, "tenant") {
 		t.Errorf("bad tenant: %v", err)
+	}
+	// Every tenant ("*") is a list's or a bulk action's, and the refusal
+	// says so rather than quote the rule of names.
+	err := e.WatchTenant(ctx, jobs.AllTenants, jobs.TenantWatchOptions{Send: send})
+	if !isInvalid(err, "tenant") || !strings.Contains(err.Error(), "name one tenant") {
+		t.Errorf("every tenant: %v; want invalid_argument saying to name one tenant", err)
 	}
 }
 

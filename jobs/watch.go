@@ -198,8 +198,13 @@ type TenantWatchOptions struct {
 // next is read, so a stream holds at most two pages of jobs however many
 // changed and however large they are.
 func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOptions) error {
-	if tenant == "" {
+	switch tenant {
+	case "":
 		tenant = jobtype.DefaultTenant
+	case AllTenants:
+		// Every tenant's jobs are a list (List) or a bulk action's, not
+		// a feed: a watch follows one tenant's changes.
+		return &jobtype.InvalidError{Field: "tenant", Reason: `a watch follows one tenant's jobs: "*" (every tenant) is for ListJobs and the bulk actions; name one tenant`}
 	}
 	if err := jobtype.CheckName("tenant", tenant); err != nil {
 		return err

@@ -2392,7 +2392,9 @@ func (x *WatchJobResponse) GetJob() *Job {
 
 type WatchJobsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Empty means "default".
+	// Empty means "default". One tenant: "*" (every tenant), which
+	// ListJobs and the bulk actions take from an admin, is
+	// invalid_argument here.
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// The last non-empty resume_token seen; empty starts with the tenant's
 	// most recent jobs.

@@ -1114,7 +1114,9 @@ export const WatchJobResponseSchema: GenMessage<WatchJobResponse> = /*@__PURE__*
  */
 export type WatchJobsRequest = Message<"jobwatch.v1.WatchJobsRequest"> & {
   /**
-   * Empty means "default".
+   * Empty means "default". One tenant: "*" (every tenant), which
+   * ListJobs and the bulk actions take from an admin, is
+   * invalid_argument here.
    *
    * @generated from field: string tenant = 1;
    */
