@@ -145,6 +145,7 @@ func oneOrMany(ctx context.Context, name, verb string, args []string, stdout, st
 var singleAbout = map[string]string{
 	"get": "Prints the job, a field a line: its kind, tenant, queue, state, progress,\n" +
 		"attempts, times, payload, result, error and the history of its attempts;\n" +
+		"for a WAITING job, the state of each job it runs after (the first 20);\n" +
 		"with --json the whole job, as the API answers it.",
 	"start": "Starts a held job (submitted with --hold, PENDING): it becomes QUEUED\n" +
 		"and runs when a worker takes it. Its state is printed.",

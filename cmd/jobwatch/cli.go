@@ -413,6 +413,12 @@ func summary(j *jobwatchv1.Job) string {
 
 // printJob prints a job for a person, one field per line, or as JSON.
 func printJob(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
+	return printJobWith(w, j, asJSON, nil)
+}
+
+// printJobWith is printJob that shows beside each job j runs after its
+// state in states, where it has one.
+func printJobWith(w io.Writer, j *jobwatchv1.Job, asJSON bool, states map[string]string) error {
 	if asJSON {
 		return printJSON(w, j)
 	}
@@ -430,12 +436,15 @@ func printJob(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
 	row("priority", fmt.Sprintf("%d (0 most urgent, 9 least)", j.GetPriority()))
 	row("state", stateName(j.GetState()))
 	row("ready at", readyAt(j, time.Now()))
-	// The jobs it runs after, one a line; a WAITING job waits for those
-	// of them that have not ended.
+	// The jobs it runs after, one a line, with their states when read; a
+	// WAITING job waits for those of them that have not ended.
 	for i, id := range j.GetAfter() {
 		key := ""
 		if i == 0 {
 			key = "after:"
+		}
+		if st := states[id]; st != "" {
+			id += "  " + st
 		}
 		fmt.Fprintf(tw, "%s\t%s\n", key, id)
 	}

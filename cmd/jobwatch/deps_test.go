@@ -73,7 +73,7 @@ func TestSubmitAfterWaitsForItsDependency(t *testing.T) {
 	a := s.submitOK(t, "deps.first")
 	b := s.submitOK(t, "deps.then", "--after", a, "--batch", "nightly")
 	mustMatch(t, "get of the job after the other", s.getJob(t, b),
-		`(?m)^state: +WAITING$`, `(?m)^after: +`+a+`$`, `(?m)^on dependency failure: +cancel$`, `(?m)^batch: +nightly$`)
+		`(?m)^state: +WAITING$`, `(?m)^after: +`+a+` +QUEUED$`, `(?m)^on dependency failure: +cancel$`, `(?m)^batch: +nightly$`)
 
 	code, out, errOut := runInProcess(t, "list", "--state", "waiting", "--server", s.URL)
 	if code != 0 || !strings.Contains(out, b) || regexp.MustCompile(`(?m)^`+a).MatchString(out) {
@@ -114,6 +114,18 @@ func TestSubmitAfterWaitsForItsDependency(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("wait did not end with its job")
 	}
+}
+
+// jobwatch get of a WAITING job shows beside each job it runs after its
+// state, so that one can see which it still waits for.
+func TestGetShowsTheStatesOfTheJobsAWaitingJobRunsAfter(t *testing.T) {
+	s := startBatchServer(t, 0)
+	a := s.submitOK(t, "deps.one")
+	c := s.submitOK(t, "deps.two")
+	b := s.submitOK(t, "deps.after", "--after", a+","+c)
+	s.end(t, "deps.one", `"done"`)
+	mustMatch(t, "get of the job after two", s.getJob(t, b),
+		`(?m)^state: +WAITING$`, `(?m)^after: +`+a+` +SUCCEEDED$`, `(?m)^ +`+c+` +QUEUED$`)
 }
 
 // A dependency that fails cancels the jobs that run after it, with an

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -9,9 +10,41 @@ import (
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
 
-// get runs "jobwatch get ID": the job, one field per line.
+// get runs "jobwatch get ID": the job, one field per line. A WAITING
+// job's dependencies are shown with their states (the first
+// maxDependencyStates of them), so that one can see which it waits for.
 func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return jobCommand(ctx, "get", args, stdout, stderr, (*client.Client).Get, printJob)
+	var states map[string]string
+	return jobCommand(ctx, "get", args, stdout, stderr, func(c *client.Client, ctx context.Context, id string) (*jobwatchv1.Job, error) {
+		j, err := c.Get(ctx, id)
+		if err == nil && j.GetState() == jobwatchv1.JobState_JOB_STATE_WAITING {
+			states = dependencyStates(ctx, c, j.GetAfter())
+		}
+		return j, err
+	}, func(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
+		return printJobWith(w, j, asJSON, states)
+	})
+}
+
+// maxDependencyStates is how many of a WAITING job's dependencies get
+// looks up, one GetJob each.
+const maxDependencyStates = 20
+
+// dependencyStates reads the states of the first maxDependencyStates of
+// ids: a state's name, or "gone" for a job deleted since; one that could
+// not be read is left out.
+func dependencyStates(ctx context.Context, c *client.Client, ids []string) map[string]string {
+	states := map[string]string{}
+	for _, id := range ids[:min(len(ids), maxDependencyStates)] {
+		j, err := c.Get(ctx, id)
+		switch {
+		case err == nil:
+			states[id] = stateName(j.GetState())
+		case errors.Is(err, client.ErrJobNotFound):
+			states[id] = "gone"
+		}
+	}
+	return states
 }
 
 // cancel runs "jobwatch cancel ID": the job becomes CANCELLED at once; a
