@@ -91,13 +91,16 @@ func TestATenantsMaxRunningHoldsAcrossQueuesAndAJobOfItsEndingWakesAParkedClaim(
 	}
 
 	// One of acme's running jobs ends: the claim of any tenant is woken
-	// (globex's is not) and takes acme's next job.
+	// (globex's is not) and takes acme's next job. On PostgreSQL the
+	// listener's catch-up may hear a commit before its notification and
+	// wake a claim for it too (extraWakes), which finds nothing and
+	// parks again: the loaded run saw 2.
 	wakes := e.ClaimWakes()
 	if _, err := e.Complete(ctx, acmeRunning[0].ID, acmeRunning[0].LeaseID, nil); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.ClaimWakes() - wakes; n != 1 {
-		t.Errorf("wakes by acme's job ending: %d, want 1 (the claim that may take acme's jobs)", n)
+	if n := e.ClaimWakes() - wakes; n < 1 || n > 1+extraWakes() {
+		t.Errorf("wakes by acme's job ending: %d, want 1 (the claim that may take acme's jobs), and on PostgreSQL at most %d more", n, extraWakes())
 	}
 	j, err := await(t, parked)
 	if err != nil || j.Tenant != "acme" {
