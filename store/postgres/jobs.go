@@ -139,7 +139,10 @@ func (s *Store) CreateJobsWithin(ctx context.Context, jobs []jobtype.Job, q stor
 			invalid *jobtype.InvalidError
 			quota   *jobtype.QuotaError
 		)
-		if errors.As(err, &missing) || errors.As(err, &invalid) || errors.As(err, &quota) {
+		if errors.As(err, &quota) {
+			return nil, s.conflictFirst(ctx, quota, in...)
+		}
+		if errors.As(err, &missing) || errors.As(err, &invalid) {
 			return nil, err
 		}
 		what := fmt.Sprintf("create %d jobs", len(in))
@@ -423,6 +426,24 @@ func (s *Store) activeHolder(ctx context.Context, j jobtype.Job) error {
 		return fmt.Errorf("job %s: look up the active job with unique key %q: %w", j.ID, j.UniqueKey, classify(err))
 	}
 	return &jobtype.ConflictError{ActiveID: id, UniqueKey: j.UniqueKey}
+}
+
+// conflictFirst is the answer to a write of jobs that its tenant's quota
+// refused (refusal): the *jobtype.ConflictError of the first of jobs
+// whose unique key an active job holds, if one does, as the write would
+// have answered with room under the bound (see the SQLite store's
+// conflictFirst). A lookup that fails leaves the refusal as it is.
+func (s *Store) conflictFirst(ctx context.Context, refusal *jobtype.QuotaError, jobs ...jobtype.Job) error {
+	for _, j := range jobs {
+		if j.UniqueKey == "" {
+			continue
+		}
+		var conflict *jobtype.ConflictError
+		if err := s.activeHolder(ctx, j); errors.As(err, &conflict) {
+			return conflict
+		}
+	}
+	return refusal
 }
 
 func (s *Store) getJob(ctx context.Context, id string) (storedRow, error) {
@@ -827,7 +848,7 @@ func (s *Store) UpdateJobWithin(ctx context.Context, id string, q store.Quota, u
 		case errors.As(err, &fe):
 			return jobtype.Job{}, fe.err
 		case errors.As(err, &quota):
-			return jobtype.Job{}, quota
+			return jobtype.Job{}, s.conflictFirst(ctx, quota, u.job)
 		case isUniqueViolation(err, "jobs_unique_active") && conflicts < conflictAttempts:
 			if conflict := s.activeHolder(ctx, u.job); conflict != nil {
 				return jobtype.Job{}, conflict

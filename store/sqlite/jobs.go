@@ -126,7 +126,7 @@ func (s *Store) CreateJobsWithin(ctx context.Context, jobs []jobtype.Job, q stor
 			return leftError(fmt.Sprintf("create %d jobs", len(out)), err)
 		}
 		if err := s.checkQuota(ctx, tx, charges, true); err != nil {
-			return err
+			return s.conflictFirst(ctx, tx, err, out...)
 		}
 		for i := range out {
 			if err := s.create(ctx, tx, &out[i]); err != nil {
@@ -235,6 +235,28 @@ func (s *Store) activeHolder(ctx context.Context, tx *sql.Tx, j jobtype.Job) err
 		return fmt.Errorf("job %s: look up the active job with unique key %q: %w", j.ID, j.UniqueKey, classify(err))
 	}
 	return &jobtype.ConflictError{ActiveID: id, UniqueKey: j.UniqueKey}
+}
+
+// conflictFirst is the answer to a write of jobs that its tenant's quota
+// refused (refusal, a *jobtype.QuotaError): the *jobtype.ConflictError of
+// the first of jobs whose unique key an active job holds, if one does,
+// as the write would have answered with room under the bound. A caller
+// that submits again with the key the answer it lost asks for, the
+// active job's id (docs/CLIENTS.md); at the bound, which that lost
+// submission may have reached, "no room" would tell it the job was
+// never made. Any other refusal, or a lookup that fails, stays as it is.
+func (s *Store) conflictFirst(ctx context.Context, tx *sql.Tx, refusal error, jobs ...jobtype.Job) error {
+	var quota *jobtype.QuotaError
+	if !errors.As(refusal, &quota) {
+		return refusal
+	}
+	for _, j := range jobs {
+		var conflict *jobtype.ConflictError
+		if err := s.activeHolder(ctx, tx, j); errors.As(err, &conflict) {
+			return conflict
+		}
+	}
+	return refusal
 }
 
 func isActive(s jobtype.State) bool {
@@ -430,7 +452,7 @@ func (s *Store) UpdateJobWithin(ctx context.Context, id string, q store.Quota, u
 			return err
 		}
 		if err := s.checkQuota(ctx, tx, q.ChangeCharges(old, next), false); err != nil {
-			return err
+			return s.conflictFirst(ctx, tx, err, next)
 		}
 		out, err = s.writeJob(ctx, tx, seq, old, next)
 		return err

@@ -26,6 +26,7 @@ var quotaCases = []struct {
 	{"concurrent creates under one quota never pass it behind a thousand queued", testQuotaConcurrentDeep},
 	{"whatever a tenant's jobs do between creates, a create under a quota passes exactly when the count leaves room", testQuotaModel},
 	{"retries of ended jobs beside creates under a quota are all counted", testQuotaRetriesBesideCreates},
+	{"at the bound, a unique key an active job holds is a conflict naming it, not a quota refusal", testQuotaConflictFirst},
 }
 
 var sharedQuotaCases = []struct {
@@ -531,3 +532,41 @@ func quotaRetriesBesideCreates(t *testing.T, first store.Store, stores []store.S
 	WantQuotaError(t, err, jobtype.QuotaError{Tenant: "acme", MaxQueued: count, Queued: count, Adding: 1})
 	createWithin(t, first, quotaOf("acme", count+1), newJob("room-for-one", at(0)))
 }
+
+// testQuotaConflictFirst: a caller whose submission's answer was lost
+// submits again with the same unique key to learn the job's id
+// (docs/CLIENTS.md); when that submission took the tenant to its bound,
+// the second must still be told the key is held, and by which job, not
+// that there is no room, which would say no job was made. So with a
+// ConflictError of the job that holds it: a create, a batch, a retry.
+func testQuotaConflictFirst(t *testing.T, s store.Store) {
+	q := quotaOf("acme", 1)
+	first := newJob("first", at(0))
+	first.UniqueKey = "order-42"
+	createWithin(t, s, q, first)
+	again := newJob("again", at(1))
+	again.UniqueKey = "order-42"
+	_, err := s.CreateJobsWithin(t.Context(), []jobtype.Job{again}, q)
+	var ce *jobtype.ConflictError
+	if !errors.As(err, &ce) || ce.ActiveID != "first" || ce.UniqueKey != "order-42" {
+		t.Fatalf("the same key again at the bound: %v; want the ConflictError naming first", err)
+	}
+	batch := []jobtype.Job{newJob("b-0", at(2)), newJob("b-1", at(2))}
+	batch[1].UniqueKey = "order-42"
+	if _, err := s.CreateJobsWithin(t.Context(), batch, q); !errors.As(err, &ce) || ce.ActiveID != "first" {
+		t.Fatalf("a batch with the key at the bound: %v; want the ConflictError naming first", err)
+	}
+	_, err = s.CreateJobsWithin(t.Context(), []jobtype.Job{newJob("no-key", at(3))}, q)
+	WantQuotaError(t, err, jobtype.QuotaError{Tenant: "acme", MaxQueued: 1, Queued: 1, Adding: 1})
+
+	failed := newJob("failed", at(4))
+	failed.UniqueKey, failed.State, failed.FinishedAt = "order-42", jobtype.Failed, at(5)
+	create(t, s, failed)
+	if _, err := s.UpdateJobWithin(t.Context(), "failed", q, retryJob); !errors.As(err, &ce) || ce.ActiveID != "first" {
+		t.Fatalf("a retry of a job whose key an active job holds, at the bound: %v; want the ConflictError naming first", err)
+	}
+	for _, id := range []string{"again", "b-0", "b-1", "no-key"} {
+		mustBeGone(t, s, id)
+	}
+}
+
