@@ -569,4 +569,3 @@ func testQuotaConflictFirst(t *testing.T, s store.Store) {
 		mustBeGone(t, s, id)
 	}
 }
-
