@@ -171,8 +171,9 @@ func (e *Engine) pausedSet(ctx context.Context) (map[string]bool, error) {
 // Between depth samples a watched queue needs only to be known empty or
 // not, so the sweep first asks just that (watchBusy), at a cost that does
 // not grow with the queues' depth: counting a million queued jobs every
-// second took a sixth of a core. It reads the counts only when a queue
-// starts or stops alerting, for the log line and the webhook.
+// second took a quarter of a core (docs/BENCHMARKS.md). It reads the
+// counts only when a queue starts or stops alerting, for the log line
+// and the webhook.
 func (e *Engine) watchQueues(ctx context.Context) error {
 	now := e.now()
 	watching, depthDue := e.watchingAny(), e.depthDue(now)
