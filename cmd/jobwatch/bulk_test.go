@@ -19,9 +19,10 @@ import (
 	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
-// The question before a bulk action names the tenant it acts on when
-// the command names none: a client token's own, "default" for an admin.
-func TestTheBulkQuestionNamesTheTokensTenant(t *testing.T) {
+// serveWithAcmeAndAdmin serves a SQLite file for the command line with
+// two tokens: acme-secret, a client of tenant acme, and admin-secret.
+func serveWithAcmeAndAdmin(t *testing.T) *cliServer {
+	t.Helper()
 	tokens, err := auth.ParseTokens("tokens.yaml", []byte("tokens:\n"+
 		"  - {sha256: "+auth.Digest("acme-secret")+", role: client, tenant: acme}\n"+
 		"  - {sha256: "+auth.Digest("admin-secret")+", role: admin}\n"))
@@ -34,6 +35,13 @@ func TestTheBulkQuestionNamesTheTokensTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := serveForCLI(t, db, st, jobs.Config{}, server.Config{Tokens: tokens})
+	return s
+}
+
+// The question before a bulk action names the tenant it acts on when
+// the command names none: a client token's own, "default" for an admin.
+func TestTheBulkQuestionNamesTheTokensTenant(t *testing.T) {
+	s := serveWithAcmeAndAdmin(t)
 	stdin, stdinIsTerminal = strings.NewReader("n\n"), func() bool { return true }
 	t.Cleanup(func() { stdinIsTerminal = func() bool { return false } })
 	for token, tenant := range map[string]string{"acme-secret": "acme", "admin-secret": "default"} {

@@ -1,19 +1,15 @@
 package main
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/jobwatch/jobwatch/auth"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
-	"github.com/jobwatch/jobwatch/server"
-	"github.com/jobwatch/jobwatch/store/sqlite"
 )
 
 // A job whose history was trimmed to its bound says, where the history
@@ -71,18 +67,7 @@ func slicesIndex(lines []string, prefix string) int {
 // asked "delete every job of tenant globex with queue gq? [y/N]" and
 // only then told permission_denied.
 func TestABulkActionTheTokenMayNotTakeIsRefusedBeforeTheQuestion(t *testing.T) {
-	tokens, err := auth.ParseTokens("tokens.yaml", []byte("tokens:\n"+
-		"  - {sha256: "+auth.Digest("acme-secret")+", role: client, tenant: acme}\n"+
-		"  - {sha256: "+auth.Digest("admin-secret")+", role: admin}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := filepath.Join(t.TempDir(), "jobwatch.db")
-	st, err := sqlite.Open(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := serveForCLI(t, db, st, jobs.Config{}, server.Config{Tokens: tokens})
+	s := serveWithAcmeAndAdmin(t)
 	globex, err := s.Engine.Submit(t.Context(), jobs.SubmitRequest{Tenant: "globex", Kind: "cli.bulk", Queue: "gq"})
 	if err != nil {
 		t.Fatal(err)
