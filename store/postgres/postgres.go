@@ -204,14 +204,45 @@ func (s *Store) Close() error {
 // outcome unknown, and that error wraps jobtype.ErrUnavailable.
 //
 // A write that failed before anything was sent (a connection found dead
-// as the write began) runs again once, on another connection.
+// as the write began) runs again once, on another connection. A write
+// PostgreSQL rolled back to break a deadlock, or for a serialization
+// failure, runs again too, up to rollbackAttempts times in all: every fn
+// is one transaction, or stops before its commit on an error, so the
+// write rolled back changed nothing. Two such writes are two batches of
+// completions whose jobs others run after: the trigger that releases
+// those others locks them as each completion's row is written, so two
+// batches can each hold one the other needs (deps.go in storetest). The
+// write that runs again waits for the one that won, and then sees it.
+// Past the bound the error wraps jobtype.ErrUnavailable, so that callers
+// try again, without counting against the database's reachability.
 func (s *Store) write(ctx context.Context, fn func(context.Context, *pgxpool.Conn) error) error {
-	err := s.writeOnce(ctx, fn)
-	if pgconn.SafeToRetry(err) {
+	var err error
+	for attempt := 1; ; attempt++ {
 		err = s.writeOnce(ctx, fn)
+		if pgconn.SafeToRetry(err) {
+			err = s.writeOnce(ctx, fn)
+		}
+		if !rolledBack(err) || attempt == rollbackAttempts {
+			break
+		}
 	}
 	s.reach.observe(classify(err))
+	if rolledBack(err) {
+		return fmt.Errorf("%w: %w", jobtype.ErrUnavailable, err)
+	}
 	return err
+}
+
+// rollbackAttempts bounds how often write runs a write that PostgreSQL
+// rolled back to break a deadlock or a serialization failure.
+const rollbackAttempts = 5
+
+// rolledBack reports whether err is PostgreSQL's rollback of a
+// transaction that lost to a concurrent one: a deadlock broken
+// (40P01) or a serialization failure (40001).
+func rolledBack(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
 }
 
 // Reachable reports whether the database takes this store's writes and

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
@@ -46,28 +47,31 @@ func (s *Store) Schedules(ctx context.Context) ([]store.ScheduleState, error) {
 // a READ COMMITTED transaction sees every commit before it began, so each
 // decision sees the runs the replica before it started. The end of a run
 // is recorded by the trigger jobs_schedule_run_ended, in the transaction
-// that ends its job.
+// that ends its job, so a batch of completions of scheduled jobs and a
+// run of their schedules may deadlock: write runs the loser again.
 func (s *Store) RunSchedules(ctx context.Context, runs []store.ScheduleRun, now time.Time) ([]jobtype.Job, error) {
 	if len(runs) == 0 {
 		return nil, nil
 	}
 	now = micro(now)
 	var created []jobtype.Job
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		created = created[:0]
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(s.schema, "schedules", "")); err != nil {
-			return err
-		}
-		for _, run := range runs {
-			j, started, err := s.runSchedule(ctx, tx, run, now)
-			if err != nil {
-				return fmt.Errorf("run schedule %s: %w", run.Name, err)
+	err := s.write(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			created = created[:0]
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(s.schema, "schedules", "")); err != nil {
+				return err
 			}
-			if started {
-				created = append(created, j)
+			for _, run := range runs {
+				j, started, err := s.runSchedule(ctx, tx, run, now)
+				if err != nil {
+					return fmt.Errorf("run schedule %s: %w", run.Name, err)
+				}
+				if started {
+					created = append(created, j)
+				}
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("run schedules: %w", classify(err))

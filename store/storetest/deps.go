@@ -28,6 +28,7 @@ var depCases = []struct {
 	{"a job a retried job waits for is neither deleted nor removed by retention while it waits", testDependencyWaitedForIsKept},
 	{"a failure cascading through a wide graph costs what its edges cost, not their square", testDependencyWideCascade},
 	{"two dependencies ending at once, in two writes, queue the job after them", testDependenciesEndingAtOnce},
+	{"two batches of completions whose jobs are dependencies of the same jobs both land", testDependencyBatchesCrossing},
 }
 
 var sharedDepCases = []struct {
@@ -35,6 +36,7 @@ var sharedDepCases = []struct {
 	run  func(t *testing.T, a, b store.Store)
 }{
 	{"two dependencies ending at once through two stores queue the job after them", testDependenciesEndingAtOnceShared},
+	{"two batches of completions through two stores whose jobs are dependencies of the same jobs both land", dependencyBatchesCrossing},
 }
 
 func testDependenciesEndingAtOnce(t *testing.T, s store.Store) {
@@ -78,6 +80,69 @@ func dependenciesEndingAtOnce(t *testing.T, a, b store.Store) {
 		if got := get(t, a, child.ID); got.State != jobtype.Queued {
 			t.Fatalf("round %d: %s once both its dependencies had ended (SUCCEEDED and %s), want QUEUED",
 				r, got.State, strings.ToUpper(string(second)))
+		}
+	}
+}
+
+func testDependencyBatchesCrossing(t *testing.T, s store.Store) {
+	dependencyBatchesCrossing(t, s, s)
+}
+
+// dependencyBatchesCrossing completes four RUNNING jobs in two batches
+// at once, as two workers' completers send them, one through a and one
+// through b: x runs after a1 and b2, y after a2 and b1, and both after
+// a job that stays RUNNING, so each completion's write holds x or y
+// while it waits for the other's. Every completion must land, held, and
+// leave x and y WAITING for the one job left.
+//
+// The rounds are few because PostgreSQL takes a second (its
+// deadlock_timeout) to find each deadlock: about one round in six meets
+// one, so most runs of a build that fails on them fail here.
+func dependencyBatchesCrossing(t *testing.T, a, b store.Store) {
+	const rounds = 12
+	for r := range rounds {
+		name := func(s string) string { return fmt.Sprintf("%s-%d", s, r) }
+		for _, id := range []string{"a1", "a2", "b1", "b2", "z"} {
+			create(t, a, running(name(id), "default", 0))
+		}
+		create(t, a, waiting(name("x"), name("a1"), name("b2"), name("z")))
+		create(t, a, waiting(name("y"), name("a2"), name("b1"), name("z")))
+		complete := func(ids ...string) []store.LeaseWrite {
+			var ws []store.LeaseWrite
+			for _, id := range ids {
+				ws = append(ws, store.LeaseWrite{Op: store.Complete, JobID: name(id), LeaseID: "lease-" + name(id)})
+			}
+			return ws
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, w := range []struct {
+			s  store.Store
+			ws []store.LeaseWrite
+		}{{a, complete("a1", "a2")}, {b, complete("b1", "b2")}} {
+			wg.Go(func() {
+				<-start
+				res, err := w.s.WriteLeases(t.Context(), w.ws, leaseRules)
+				if err != nil {
+					t.Errorf("round %d: batch %d: %v", r, i, err)
+					return
+				}
+				for k, got := range res {
+					if !got.Held || got.Err != nil || got.Job.State != jobtype.Succeeded {
+						t.Errorf("round %d: completion of %s: held %v, %s, err %v; want held, SUCCEEDED", r, w.ws[k].JobID, got.Held, got.Job.State, got.Err)
+					}
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		for _, id := range []string{"x", "y"} {
+			if got := get(t, a, name(id)); got.State != jobtype.Waiting {
+				t.Errorf("round %d: %s is %s, want WAITING for %s", r, got.ID, got.State, name("z"))
+			}
+		}
+		if t.Failed() {
+			return
 		}
 	}
 }
