@@ -713,6 +713,7 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 	defer timer.Stop()
 	r := &retrier{b: Backoff{Initial: minGap, Max: interval}}
 	beats := &failures{what: "heartbeat"}
+	var lastFailure error // the last beat that failed
 	// untilExpiry bounds a wait by the lease's end as this worker counts
 	// it: a beat tried then fails at once on its expired deadline and
 	// stops the handler there, not a wait later, when the server may
@@ -777,10 +778,16 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 			cancel(ErrLeaseLost)
 			return
 		case lease.TTL > 0 && time.Now().After(expires):
-			log.Warn("heartbeats failed for the whole lease", "err", err)
+			// The last beat ran into the lease's end, its own deadline:
+			// the failure before it says why (connection refused, say).
+			if lastFailure == nil || !errors.Is(err, context.DeadlineExceeded) && connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+				lastFailure = err
+			}
+			log.Warn("heartbeats failed for the whole lease", "err", lastFailure)
 			cancel(ErrLeaseLost)
 			return
 		default:
+			lastFailure = err
 			beats.failed(log, err)
 			next = untilExpiry(min(r.delay(), interval))
 		}

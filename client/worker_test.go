@@ -727,6 +727,55 @@ func TestWorkerCancelsTheHandlerWhenAHeartbeatHangsPastTheLease(t *testing.T) {
 	})
 }
 
+// refusedThenHangingBackend's first heartbeat is refused as by a server
+// that is down, and the ones after it hang until their ctx ends, as to
+// a server that came back frozen.
+type refusedThenHangingBackend struct {
+	client.WorkerBackend
+	beats atomic.Int32
+}
+
+func (b *refusedThenHangingBackend) Heartbeat(ctx context.Context, l *client.Lease, percent int32, step string) (bool, error) {
+	if b.beats.Add(1) == 1 {
+		return false, connect.NewError(connect.CodeUnavailable, errors.New("dial tcp 127.0.0.1:1: connect: connection refused"))
+	}
+	<-ctx.Done()
+	return false, connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
+}
+
+// When a job's heartbeats fail for the whole lease, the warning says why
+// they failed, not only that the last one ran into the lease's end.
+func TestWorkerSaysWhyHeartbeatsFailedForTheWholeLease(t *testing.T) {
+	var logs lockedBuffer
+	cfg := client.WorkerConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil)), HeartbeatInterval: 100 * time.Millisecond}
+	wrap := func(b client.WorkerBackend) client.WorkerBackend { return &refusedThenHangingBackend{WorkerBackend: b} }
+	stopped := make(chan struct{}, 1)
+	forEachBackend(t, cfg, wrap, func(w *client.Worker) {
+		w.Handle("cut-off", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+			<-ctx.Done()
+			stopped <- struct{}{}
+			return nil, nil
+		})
+	}, func(t *testing.T, env *workerEnv) {
+		env.shortLeases(t)
+		env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "cut-off"})
+		select {
+		case <-stopped:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the handler ran on long after its lease ran out")
+		}
+		line := ""
+		for l := range strings.Lines(logs.String()) {
+			if strings.Contains(l, "heartbeats failed for the whole lease") {
+				line = l
+			}
+		}
+		if !strings.Contains(line, "connection refused") {
+			t.Fatalf("warning %q, want it to name the refused connection; logs:\n%s", line, logs.String())
+		}
+	})
+}
+
 // clientConns counts the HTTP/2 connections this process's clients hold
 // open: one read loop each.
 func clientConns() int {

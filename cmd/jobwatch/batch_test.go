@@ -341,7 +341,8 @@ func TestWaitForSeveralJobsSaysWhatIsWrong(t *testing.T) {
 		want     string
 	}{
 		{[]string{known, "j_00000000000000000000000000"}, exitError, "wait: not_found: j_00000000000000000000000000: job not found"},
-		{[]string{known, held}, exitError, held + ": job is pending: start it first"},
+		{[]string{known, held}, exitError, "wait: failed_precondition: " + held + ": job is pending: start it first"},
+		{[]string{held}, exitError, "jobwatch: wait: failed_precondition: " + held + ": job is pending: start it first\n"},
 		{[]string{"--batch", "no-such-batch"}, exitError, `batch "no-such-batch" holds no job`},
 		{[]string{known, known, "--timeout", "200ms"}, exitTimedOut, "--timeout passed"},
 		{[]string{known, "--batch", "b"}, exitUsage, "IDs or --batch, not both"},

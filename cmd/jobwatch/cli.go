@@ -289,10 +289,19 @@ func callError(what string, err error) error {
 // it, whoever named it (the server, the client's wait), as a script
 // running several commands needs to know which one was not found.
 func jobCallError(what, id string, err error) error {
-	if errors.Is(err, client.ErrJobNotFound) {
+	switch {
+	case errors.Is(err, client.ErrJobNotFound):
 		return notFoundError(what, id)
+	case errors.Is(err, client.ErrJobNotStarted):
+		return notStartedError(what, id)
 	}
 	return callError(what, err)
+}
+
+// notStartedError reads "WHAT: failed_precondition: ID: job is pending:
+// start it first", as a job not found reads.
+func notStartedError(what, id string) error {
+	return fmt.Errorf("%s: %s: %s: %w", what, connect.CodeFailedPrecondition, id, client.ErrJobNotStarted)
 }
 
 // notFoundError reads "WHAT: not_found: ID: job not found".

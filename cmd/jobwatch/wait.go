@@ -96,15 +96,19 @@ func wait(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	resp, err := waitMany(ctx, c, req)
 	if errors.Is(err, client.ErrJobNotFound) || errors.Is(err, client.ErrJobNotStarted) {
 		// "wait: not_found: ID: job not found", as for one id, not the
-		// client's "wait: wait for jobs: ID: job not found".
+		// client's "wait: wait for jobs: ID: job not found"; a job not
+		// started likewise, with failed_precondition.
 		msg := strings.TrimPrefix(err.Error(), "wait for jobs: ")
 		if id, ok := strings.CutSuffix(msg, ": "+client.ErrJobNotFound.Error()); ok && !strings.ContainsAny(id, " :") {
 			return notFoundError("wait", id)
 		}
+		if id, ok := strings.CutSuffix(msg, ": "+client.ErrJobNotStarted.Error()); ok && !strings.ContainsAny(id, " :") {
+			return notStartedError("wait", id)
+		}
 		if errors.Is(err, client.ErrJobNotFound) {
 			return fmt.Errorf("wait: %s: %s", connect.CodeNotFound, msg)
 		}
-		return errors.New("wait: " + msg)
+		return fmt.Errorf("wait: %s: %s", connect.CodeFailedPrecondition, msg)
 	}
 	if err != nil {
 		return callError("wait", err)

@@ -539,6 +539,7 @@ export class Worker {
     let lastSent = -Infinity;
     let due = performance.now() + interval;
     let failures = 0; // heartbeats failed since the last that went through
+    let lastFailure: unknown; // the last heartbeat that failed
     for (;;) {
       // Wait for the handler to end, the next heartbeat, or a change of
       // progress at least minGap after the last heartbeat.
@@ -582,10 +583,14 @@ export class Worker {
           return;
         }
         if (performance.now() > expires) {
-          this.log.warn(`job ${lease.job.id}: heartbeats failed for the whole lease: ${String(err)}`);
+          // The last beat ran into the lease's end, its own deadline: the
+          // failure before it says why (connection refused, say).
+          const why = lastFailure !== undefined && err instanceof ConnectError && err.code === Code.DeadlineExceeded ? lastFailure : err;
+          this.log.warn(`job ${lease.job.id}: heartbeats failed for the whole lease: ${String(why)}`);
           ac.abort(new LeaseLostError("no heartbeat got through before the lease expired"));
           return;
         }
+        lastFailure = err;
         // As the Go Worker says it: the first failure at warn, the rest
         // (a server restarting fails several) at debug until one works.
         if (++failures === 1) {

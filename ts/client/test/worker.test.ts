@@ -391,6 +391,47 @@ test("an outcome whose answer was lost, sent again, is answered as made, not ref
   assert.ok(!lines.some((l) => l.includes("lease lost")), lines.join("\n"));
 });
 
+test("when heartbeats fail for the whole lease, the warning says why they failed, not only that the last ran out of time", async () => {
+  const kind = uniqueKind("beats.refused");
+  // The first Heartbeat is refused as by a server that is down; the ones
+  // after it hang until their deadline, as to one that came back frozen.
+  let beats = 0;
+  const real = nodeTransport(server.url);
+  const away: Transport = {
+    unary: (method, signal, timeoutMs, header, input, contextValues) => {
+      if (method.name === "Heartbeat" && ++beats === 1) {
+        return Promise.reject(new ConnectError("connect ECONNREFUSED 127.0.0.1:1", Code.Unavailable));
+      }
+      if (method.name === "Heartbeat") {
+        return new Promise((_, reject) => setTimeout(() => reject(new ConnectError("the operation timed out", Code.DeadlineExceeded)), timeoutMs ?? 0));
+      }
+      return real.unary(method, signal, timeoutMs, header, input, contextValues);
+    },
+    stream: (...args) => real.stream(...args),
+  };
+  const lines: string[] = [];
+  const keep = (level: string) => (msg: string) => lines.push(`${level} ${msg}`);
+  let stopped: () => void = () => {};
+  const cutOff = new Promise<void>((resolve) => (stopped = resolve));
+  const worker = newWorker({
+    transport: away,
+    logger: { debug: keep("debug"), info: keep("info"), warn: keep("warn"), error: keep("error") },
+    handlers: {
+      [kind]: async (_job, _progress, signal) => {
+        await new Promise((resolve) => signal.addEventListener("abort", resolve));
+        stopped();
+      },
+    },
+  });
+  const run = worker.run();
+  await client.submitJob({ kind });
+  await cutOff;
+  await worker.stop();
+  await run;
+  const warning = lines.find((l) => l.includes("heartbeats failed for the whole lease"));
+  assert.ok(warning?.includes("ECONNREFUSED"), `warning ${warning}; all:\n${lines.join("\n")}`);
+});
+
 test("run({ signal }) stops the worker when the signal aborts, as stop() does", async () => {
   const kind = uniqueKind("run.signal");
   const worker = newWorker({ handlers: { [kind]: async () => "ok" } });
