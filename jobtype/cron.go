@@ -30,7 +30,7 @@ var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month 
 
 // cronSyntax is what a cron expression may be, for the reason of a
 // refusal.
-const cronSyntax = "five fields (minute hour day-of-month month day-of-week, such as \"0 2 * * *\") or one of @yearly, @monthly, @weekly, @daily, @hourly"
+const cronSyntax = "five fields (minute hour day-of-month month day-of-week, the days of the week 0 for Sunday to 6, such as \"0 2 * * 1-5\") or one of @yearly (@annually), @monthly, @weekly, @daily (@midnight), @hourly"
 
 // ParseCron reads expr, a cron expression, in the IANA time zone
 // timezone ("" is UTC). A mistake is an *InvalidError whose Field is
@@ -119,19 +119,47 @@ func cronLocation(timezone string) (*time.Location, error) {
 // The parser's own Next, read in the zone, would skip the day in the
 // first case and run twice in the second.
 func (c *Cron) Next(t time.Time) time.Time {
-	wall := wallClock(t.In(c.loc))
+	next := c.nextFrom(wallClock(t.In(c.loc)), t)
+	// Within hours of the clocks going forward, the skipped times read
+	// with the offset before the change (each after t, 02:10 to 02:50 as
+	// 03:10 to 03:50 when t is 03:00) come before t's own clock in
+	// wall-clock order: look from t's clock at that offset too, and take
+	// whichever instant comes first.
+	_, now := t.In(c.loc).Zone()
+	if _, before := t.Add(-3 * time.Hour).In(c.loc).Zone(); before < now {
+		skipped := c.nextFrom(wallClock(t.In(time.FixedZone("", before))), t)
+		if !skipped.IsZero() && (next.IsZero() || skipped.Before(next)) {
+			next = skipped
+		}
+	}
+	return next
+}
+
+// nextFrom is the first occurrence after t of c's wall-clock times after
+// wall, in UTC; zero if there is none. Wall-clock order is the order of
+// the instants but for a skipped time, read with the offset before the
+// change: a time of the clock after the change less than the gap later
+// (02:40 after 02:20 where the clocks go from 02:00 to 02:30) comes
+// first, so those are looked at too.
+func (c *Cron) nextFrom(wall, t time.Time) time.Time {
 	for {
 		next := c.spec.Next(wall)
 		if next.IsZero() {
 			return next
 		}
-		at := c.firstOccurrence(next)
-		if at.After(t) {
-			return at.UTC()
+		at, gap := c.firstOccurrence(next)
+		if !at.After(t) {
+			// A wall-clock time of the repeated hour whose instant is not
+			// after t: its first occurrence is past.
+			wall = next
+			continue
 		}
-		// A wall-clock time of the repeated hour whose instant is not
-		// after t: its first occurrence is past.
-		wall = next
+		for later := c.spec.Next(next); gap > 0 && !later.IsZero() && later.Before(next.Add(gap)); later = c.spec.Next(later) {
+			if other, _ := c.firstOccurrence(later); other.After(t) && other.Before(at) {
+				at = other
+			}
+		}
+		return at.UTC()
 	}
 }
 
@@ -140,29 +168,32 @@ func (c *Cron) Next(t time.Time) time.Time {
 // second one when the clocks go back. A wall time the clocks skip when
 // they go forward is the instant the clock before the change would have
 // shown it at: 02:30 in a zone that goes from 02:00 to 03:00 is 03:30
-// of the new time. (time.Date leaves a skipped time's instant
-// unspecified; it gives 01:30 of the old time west of Greenwich.)
-func (c *Cron) firstOccurrence(wall time.Time) time.Time {
-	at := time.Date(wall.Year(), wall.Month(), wall.Day(), wall.Hour(), wall.Minute(), wall.Second(), 0, c.loc)
+// of the new time; gap is then how far the clocks went forward, else 0.
+// (time.Date leaves a skipped time's instant unspecified; it gives 01:30
+// of the old time west of Greenwich.)
+func (c *Cron) firstOccurrence(wall time.Time) (at time.Time, gap time.Duration) {
+	at = time.Date(wall.Year(), wall.Month(), wall.Day(), wall.Hour(), wall.Minute(), wall.Second(), 0, c.loc)
 	if !wallClock(at.In(c.loc)).Equal(wall) {
 		// Skipped. A day before wall, read as UTC, is before the change
 		// in every zone (offsets are within ±14 hours), and zones do not
 		// change twice within days.
 		_, before := wall.Add(-24 * time.Hour).In(c.loc).Zone()
-		return wall.Add(-time.Duration(before) * time.Second)
+		at = wall.Add(-time.Duration(before) * time.Second)
+		_, after := at.In(c.loc).Zone()
+		return at, time.Duration(after-before) * time.Second
 	}
 	_, offset := at.Zone()
 	// Zones change their offset at most a few times a year, never twice
 	// within hours.
 	_, before := at.Add(-3 * time.Hour).Zone()
 	if before <= offset {
-		return at
+		return at, 0
 	}
 	earlier := at.Add(-time.Duration(before-offset) * time.Second)
 	if wallClock(earlier.In(c.loc)).Equal(wall) {
-		return earlier
+		return earlier, 0
 	}
-	return at
+	return at, 0
 }
 
 // wallClock is the time t's clock shows, as the same figures in UTC.

@@ -602,39 +602,44 @@ func TestWorkerExecRunsACommandPerJob(t *testing.T) {
 }
 
 func TestDemoSuggestsACommandThatWorksAndStopsOnCtrlC(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := jobwatchCmd(ctx, "demo", "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "demo.db"))
-	var out, logs lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var try string
-	for deadline := time.Now().Add(20 * time.Second); try == ""; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("demo printed no command to try: %q", out.String())
-		}
-		for _, line := range strings.Split(out.String(), "\n") {
-			if _, cmdline, ok := strings.Cut(line, "try: jobwatch "); ok {
-				try, _, _ = strings.Cut(cmdline, "   ")
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cmd := jobwatchCmd(ctx, "demo", "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "demo.db"))
+			var out, logs lockedBuffer
+			cmd.Stdout, cmd.Stderr = &out, &logs
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
 			}
-		}
-	}
-	if code, stdout, stderr := runInProcess(t, strings.Fields(try)...); code != 0 || !strings.Contains(stdout, "enrich") {
-		t.Fatalf("the suggested \"jobwatch %s\" = exit %d, %q (stderr %q); want 0 and the demo's jobs", try, code, stdout, stderr)
-	}
+			var try string
+			for deadline := time.Now().Add(20 * time.Second); try == ""; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("demo printed no command to try: %q", out.String())
+				}
+				for _, line := range strings.Split(out.String(), "\n") {
+					if _, cmdline, ok := strings.Cut(line, "try: jobwatch "); ok {
+						try, _, _ = strings.Cut(cmdline, "   ")
+					}
+				}
+			}
+			if code, stdout, stderr := runInProcess(t, strings.Fields(try)...); code != 0 || !strings.Contains(stdout, "enrich") {
+				t.Fatalf("the suggested \"jobwatch %s\" = exit %d, %q (stderr %q); want 0 and the demo's jobs", try, code, stdout, stderr)
+			}
 
-	// Ctrl-C while the demo jobs run: a person expects it gone at once.
-	stopped := time.Now()
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("demo exited with %v after Ctrl-C, want 0; logs:\n%s", err, logs.String())
-	}
-	if d := time.Since(stopped); d > 5*time.Second {
-		t.Fatalf("demo took %v to stop after Ctrl-C", d)
+			// Ctrl-C while the demo jobs run: a person expects it gone at once;
+			// and so when the terminal it runs in closes (SIGHUP).
+			stopped := time.Now()
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("demo exited with %v after %v, want 0; logs:\n%s", err, sig, logs.String())
+			}
+			if d := time.Since(stopped); d > 5*time.Second {
+				t.Fatalf("demo took %v to stop after %v", d, sig)
+			}
+		})
 	}
 }
 

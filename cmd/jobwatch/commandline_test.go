@@ -39,8 +39,10 @@ func TestEveryCommandExplainsItself(t *testing.T) {
 	if code, _, errOut := runJobwatch(t, "help", "frobnicate"); code != 2 || !strings.Contains(errOut, "no such command") {
 		t.Fatalf("jobwatch help frobnicate = exit %d, %q; want 2 and no such command", code, errOut)
 	}
-	if code, out, _ := runJobwatch(t, "help", "version"); code != 0 || !strings.HasPrefix(out, "Usage: jobwatch version") {
-		t.Errorf("jobwatch help version = exit %d, %q; want 0 and its usage", code, out)
+	for _, args := range [][]string{{"help", "version"}, {"version", "-h"}, {"version", "--help"}} {
+		if code, out, _ := runJobwatch(t, args...); code != 0 || !strings.HasPrefix(out, "Usage: jobwatch version") {
+			t.Errorf("jobwatch %s = exit %d, %q; want 0 and its usage", strings.Join(args, " "), code, out)
+		}
 	}
 	// The usage lists help as a command: it explains itself too.
 	if code, out, _ := runJobwatch(t, "help", "help"); code != 0 || !strings.HasPrefix(out, "Usage: jobwatch help [COMMAND]") {

@@ -114,6 +114,8 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	host, _, _ := net.SplitHostPort(addr) // checked above
+	ctx, stopHangups := stopOnHangup(ctx)
+	defer stopHangups()
 	return serveDemo(ctx, ln, demoOptions{db: db, every: every, leaseTimeout: leaseTimeout, concurrency: concurrency,
 		exposed: !isLoopback(host), allowedHosts: splitList(allowedHosts)}, stdout, stderr)
 }

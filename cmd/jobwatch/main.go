@@ -73,6 +73,28 @@ func main() {
 	os.Exit(code)
 }
 
+// stopOnHangup is ctx, ended by a SIGHUP too, with the signal as its
+// cause as main's SIGINT and SIGTERM are: a worker or a demo started
+// from a terminal that then closes drains and stops instead of dying at
+// once with its jobs (serve reads its files again instead:
+// reloadOnHangup). stop lets SIGHUP go; call it once the command is done.
+func stopOnHangup(ctx context.Context) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		select {
+		case sig := <-hup:
+			cancel(signalCause{sig})
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(hup)
+		cancel(nil)
+	}
+}
+
 // signalCause is the cause of main's context when a signal ended it.
 type signalCause struct{ sig os.Signal }
 
@@ -84,6 +106,8 @@ func (c signalCause) sigName() string {
 		return "SIGINT (Ctrl-C)"
 	case syscall.SIGTERM:
 		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP (its terminal closed?)"
 	}
 	return c.sig.String()
 }
@@ -171,6 +195,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	name, rest := args[0], args[1:]
 	switch name {
 	case "version", "-version", "--version":
+		if len(rest) == 1 && (rest[0] == "-h" || rest[0] == "-help" || rest[0] == "--help") {
+			return run(ctx, []string{"help", "version"}, stdout, stderr)
+		}
 		if len(rest) > 0 {
 			fmt.Fprintf(stderr, "jobwatch: version takes no arguments, got %q\n", rest)
 			return 2

@@ -22,7 +22,8 @@ const reloadUsage = `Usage: jobwatch reload --pid-file FILE
 Makes the jobwatch serve started with --pid-file FILE read its --config
 and --tokens files again (it sends that one process a SIGHUP), and
 nothing else: workers and demos on the same host are left alone, where
-kill -HUP "$(pidof jobwatch)" would signal them all. It waits for the
+kill -HUP "$(pidof jobwatch)" would signal them all (and they would
+drain their jobs and stop, as on Ctrl-C). It waits for the
 server's answer (written to FILE.reload) and says whether it took the
 files, or exits 1 naming each it refused and why; the server then keeps
 what it had, and its log says the same.

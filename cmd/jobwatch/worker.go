@@ -153,6 +153,8 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := checkGuard(); err != nil {
 		log.Warn("commands run without their guard: if this worker is killed outright, what a command started may run on beside its job's next attempt", "err", err)
 	}
+	ctx, stopHangups := stopOnHangup(ctx)
+	defer stopHangups()
 	log.Info("worker started", "id", w.ID(), "kinds", kinds, "server", cf.redactedAddress())
 	told := make(chan struct{})
 	stopTelling := context.AfterFunc(ctx, func() { running.draining(); close(told) })

@@ -146,28 +146,35 @@ func TestExecHandlerCopiesALongStderrLineInPieces(t *testing.T) {
 	}
 }
 
+// On Ctrl-C the worker says which jobs it waits for, and drains them.
+// So it does on SIGHUP, which it hears when the terminal it runs in
+// closes: it does not die at once and leave its jobs to be LOST.
 func TestWorkerSaysWhatItWaitsForOnCtrlC(t *testing.T) {
-	s := startCLIServer(t, 5*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	finish := filepath.Join(t.TempDir(), "finish")
-	logs, wait, signal := startWorker(t, ctx, nil, "--server", s.URL, "--kind", "slow", "--heartbeat", "200ms",
-		"--env", "FINISH="+finish, "--exec", `echo "progress 10 working"; while [ ! -e "$FINISH" ]; do sleep 0.02; done; echo '"finished"'`)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			s := startCLIServer(t, 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			finish := filepath.Join(t.TempDir(), "finish")
+			logs, wait, signal := startWorker(t, ctx, nil, "--server", s.URL, "--kind", "slow", "--heartbeat", "200ms",
+				"--env", "FINISH="+finish, "--exec", `echo "progress 10 working"; while [ ! -e "$FINISH" ]; do sleep 0.02; done; echo '"finished"'`)
 
-	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "slow"})
-	s.watchUntilStep(t, ctx, id, "working")
-	signal(syscall.SIGINT)
-	waitFor(t, "the worker to say which job it waits for", func() bool {
-		return strings.Contains(logs.String(), "waiting for the running jobs") && strings.Contains(logs.String(), id+" (slow)")
-	})
-	if err := os.WriteFile(finish, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := wait(); err != nil {
-		t.Fatalf("worker exited with %v after Ctrl-C, want 0; logs:\n%s", err, logs)
-	}
-	if j, err := s.Client.Get(ctx, id); err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
-		t.Fatalf("the drained job = %v, %v; want SUCCEEDED", j, err)
+			id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "slow"})
+			s.watchUntilStep(t, ctx, id, "working")
+			signal(sig)
+			waitFor(t, "the worker to say which job it waits for", func() bool {
+				return strings.Contains(logs.String(), "waiting for the running jobs") && strings.Contains(logs.String(), id+" (slow)")
+			})
+			if err := os.WriteFile(finish, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := wait(); err != nil {
+				t.Fatalf("worker exited with %v after %v, want 0; logs:\n%s", err, sig, logs)
+			}
+			if j, err := s.Client.Get(ctx, id); err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+				t.Fatalf("the drained job = %v, %v; want SUCCEEDED", j, err)
+			}
+		})
 	}
 }
 

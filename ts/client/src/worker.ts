@@ -89,8 +89,9 @@ export interface WorkerOptions extends NodeClientOptions {
    */
   drainTimeoutMs?: number | undefined;
   /**
-   * Whether run() stops the worker gracefully on SIGTERM and SIGINT (a
-   * second one then kills the process the default way). Default true.
+   * Whether run() stops the worker gracefully on SIGTERM, SIGINT and
+   * SIGHUP (its terminal closing; a second signal then kills the process
+   * the default way). Default true.
    */
   handleSignals?: boolean | undefined;
   /** Default: info, warn and error to the console; debug dropped. */
@@ -128,6 +129,9 @@ export class LeaseLostError extends Error {
     this.name = "LeaseLostError";
   }
 }
+
+/** stopSignals stop a worker gracefully when it handles signals. */
+const stopSignals: NodeJS.Signals[] = ["SIGTERM", "SIGINT", "SIGHUP"];
 
 /**
  * The signal's reason when the worker stopped and its drain timeout passed
@@ -290,7 +294,7 @@ export class Worker {
   }
 
   /**
-   * run claims and runs jobs until stop(), a signal (SIGTERM, SIGINT) or
+   * run claims and runs jobs until stop(), a signal (SIGTERM, SIGINT, SIGHUP) or
    * options.signal aborting, then drains, and resolves once every job it
    * claimed has been reported. It rejects, also after draining, when the
    * server refuses the claims for good (a bad token, a kind the token may
@@ -327,14 +331,16 @@ export class Worker {
     const onSignal = (signal: NodeJS.Signals) => {
       // At the first signal: the second one then ends the process the
       // default way, for someone who does not want to wait.
-      process.off("SIGTERM", onSignal);
-      process.off("SIGINT", onSignal);
+      for (const sig of stopSignals) {
+        process.off(sig, onSignal);
+      }
       this.log.info(`${signal}: stopping; running jobs have ${describeMs(this.drainTimeoutMs)} to finish`);
       void this.stop();
     };
     if (this.handleSignals) {
-      process.on("SIGTERM", onSignal);
-      process.on("SIGINT", onSignal);
+      for (const sig of stopSignals) {
+        process.on(sig, onSignal);
+      }
     }
     try {
       const claimError = await this.claimLoop();
@@ -343,8 +349,9 @@ export class Worker {
         throw claimError;
       }
     } finally {
-      process.off("SIGTERM", onSignal);
-      process.off("SIGINT", onSignal);
+      for (const sig of stopSignals) {
+        process.off(sig, onSignal);
+      }
     }
   }
 
