@@ -108,6 +108,13 @@ func (b remoteBackend) Fail(ctx context.Context, l *Lease, jerr *jobwatchv1.JobE
 	}))
 }
 
+func (b remoteBackend) Release(ctx context.Context, l *Lease) error {
+	return leaseError(b.leaseCall(ctx, l, func(ctx context.Context) error {
+		_, err := b.c.workers.ReleaseJob(ctx, &jobwatchv1.ReleaseJobRequest{JobId: l.Job.GetId(), LeaseId: l.ID})
+		return err
+	}))
+}
+
 // leaseCall makes a call under lease l. On a client of several servers
 // the first try has a third of the lease to be answered: a server that
 // froze, its connection still open, would otherwise hold the call until

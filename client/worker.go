@@ -159,6 +159,17 @@ type BatchClaimer interface {
 	ClaimJobs(ctx context.Context, workerID string, kinds, queues []string, max int) (leases []*Lease, undecodable []*UndecodableJobError, err error)
 }
 
+// Releaser is a WorkerBackend that can give back a job it claimed and
+// will not run (ReleaseJob): QUEUED again at once, its attempt not
+// counted. A Worker gives back the jobs of a claim answered after it
+// began to stop, rather than start them while it drains; without a
+// Releaser it runs them.
+type Releaser interface {
+	// Release gives back the job l holds. ErrLeaseLost: the lease no
+	// longer holds it (given back already, cancelled); nothing changed.
+	Release(ctx context.Context, l *Lease) error
+}
+
 // WorkerConfig tunes a Worker. Zero fields take the documented defaults.
 type WorkerConfig struct {
 	// ID names the worker in claims and in the job's worker_id. Default:
@@ -297,7 +308,8 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	// A claim outlives ctx by claimGrace: a job the server handed out just
 	// as ctx ended is on its way, and cutting the call would leave it
-	// RUNNING under a lease nobody holds until it is LOST.
+	// RUNNING under a lease nobody holds until it is LOST. A job that
+	// comes so is given back, not run (giveBack).
 	claimCtx, stopClaims := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopClaims()
 	stopAfter := context.AfterFunc(ctx, func() { time.AfterFunc(claimGrace, stopClaims) })
@@ -355,6 +367,9 @@ claiming:
 				defer running.Done()
 				s := &slot{slots: slots, reports: reports}
 				defer s.release()
+				if ctx.Err() != nil && w.giveBack(lease) {
+					return
+				}
 				w.run(handlerCtx, s, lease)
 			}()
 		}
@@ -398,6 +413,37 @@ claiming:
 	<-drained
 	return runErr
 }
+
+// giveBack gives back a job claimed after the worker began to stop (the
+// claim in flight answered within claimGrace: ctx had ended by the time
+// it returned), so that it neither starts while the worker drains nor
+// spends an attempt failing at the drain timeout, and another worker
+// takes it at once. It reports false, for the job to be run after all,
+// when the backend cannot give jobs back or the release failed for a
+// reason other than a lease that no longer holds.
+func (w *Worker) giveBack(l *Lease) bool {
+	r, ok := w.backend.(Releaser)
+	if !ok {
+		return false
+	}
+	log := w.log.With("job", l.Job.GetId(), "kind", l.Job.GetKind())
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	err := r.Release(ctx, l)
+	switch {
+	case err == nil:
+		log.Info("claimed as the worker stopped: given back to the queue, its attempt not counted")
+		return true
+	case errors.Is(err, ErrLeaseLost):
+		log.Info("claimed as the worker stopped, and no longer this worker's (cancelled meanwhile)", "err", err)
+		return true
+	}
+	log.Warn("claimed as the worker stopped, and could not be given back: running it", "err", err)
+	return false
+}
+
+// releaseTimeout bounds giving back one job as the worker stops.
+const releaseTimeout = 5 * time.Second
 
 // drainGrace is how long a handler cancelled at the drain timeout has to
 // return before the Worker stops waiting for it.

@@ -434,16 +434,22 @@ func TestWorkerDrainsRunningJobsOnShutdown(t *testing.T) {
 }
 
 func TestWorkerStopsHandlersThatOutliveTheDrainTimeout(t *testing.T) {
+	// The handler, not the job's RUNNING state, says the job runs here: a
+	// claim whose answer comes after the stop gives its job back.
+	started := make(chan struct{}, 1)
 	forEachBackend(t, client.WorkerConfig{DrainTimeout: 50 * time.Millisecond}, nil, func(w *client.Worker) {
 		w.Handle("endless", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+			started <- struct{}{}
 			<-ctx.Done()
 			return nil, context.Cause(ctx)
 		})
 	}, func(t *testing.T, env *workerEnv) {
 		id := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "endless"})
-		env.watchUntil(t, id, "running", func(j *jobwatchv1.Job) bool {
-			return j.GetState() == jobwatchv1.JobState_JOB_STATE_RUNNING
-		})
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the handler never started")
+		}
 		env.stop()
 		j := env.wait(t, id)
 		if j.GetState() != jobwatchv1.JobState_JOB_STATE_FAILED || j.GetError().GetType() != "WorkerStopped" {
@@ -614,6 +620,8 @@ func (b *lateClaimBackend) Claim(ctx context.Context, workerID string, kinds, qu
 	}
 }
 
+// A backend that cannot give jobs back (lateClaimBackend hides the
+// Releaser of the backend it wraps): the job runs, as the drain does.
 func TestWorkerRunsAJobClaimedJustAsItStops(t *testing.T) {
 	var late *lateClaimBackend
 	wrap := func(b client.WorkerBackend) client.WorkerBackend {
@@ -631,6 +639,55 @@ func TestWorkerRunsAJobClaimedJustAsItStops(t *testing.T) {
 		if j := env.wait(t, id); j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
 			t.Fatalf("job %v %v, want SUCCEEDED: a job handed to a stopping worker must still run (drain), not be left to its lease",
 				j.GetState(), j.GetError())
+		}
+	})
+}
+
+// releasingLateClaims is lateClaimBackend with the wrapped backend's
+// Release.
+type releasingLateClaims struct{ *lateClaimBackend }
+
+func (b releasingLateClaims) Release(ctx context.Context, l *client.Lease) error {
+	return b.WorkerBackend.(client.Releaser).Release(ctx, l)
+}
+
+// A job whose claim is answered after the worker began to stop is not
+// started while the worker drains: it goes back to the queue at once,
+// its attempt not counted, for another worker (or this one's next
+// start) to run. The worker stops without waiting for it.
+func TestWorkerGivesBackAJobClaimedAsItStops(t *testing.T) {
+	var late releasingLateClaims
+	wrap := func(b client.WorkerBackend) client.WorkerBackend {
+		late = releasingLateClaims{&lateClaimBackend{WorkerBackend: b, claimed: make(chan struct{})}}
+		return late
+	}
+	started := make(chan string, 1)
+	forEachBackend(t, client.WorkerConfig{}, wrap, func(w *client.Worker) {
+		w.Handle("late", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+			started <- j.GetId()
+			return "ran", nil
+		})
+	}, func(t *testing.T, env *workerEnv) {
+		id := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "late"})
+		<-late.claimed
+		env.stop() // while the claim's reply is on its way
+		select {
+		case err := <-env.run:
+			if err != nil {
+				t.Fatalf("Run = %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the worker did not stop")
+		}
+		env.run <- nil // for the cleanup's wait
+		select {
+		case id := <-started:
+			t.Fatalf("job %s started after the worker began to stop", id)
+		default:
+		}
+		j, err := env.c.Get(context.Background(), id)
+		if err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED || j.GetAttempt() != 0 || j.GetWorkerId() != "" {
+			t.Fatalf("job %v attempt %d worker %q, %v; want QUEUED again, its attempt not counted", j.GetState(), j.GetAttempt(), j.GetWorkerId(), err)
 		}
 	})
 }

@@ -356,6 +356,13 @@ var authTable = []authRPC{
 			return err
 		}
 	}, unauth, unauth, denied, denied, allowed, allowed},
+	{"ReleaseJob", func(f authFixture) func(context.Context, clients) error {
+		lease := f.claimed()
+		return func(ctx context.Context, c clients) error {
+			_, err := c.workers.ReleaseJob(ctx, &jobwatchv1.ReleaseJobRequest{JobId: lease.GetJob().GetId(), LeaseId: lease.GetLeaseId()})
+			return err
+		}
+	}, unauth, unauth, denied, denied, allowed, allowed},
 	{"ListQueues", func(f authFixture) func(context.Context, clients) error {
 		return func(ctx context.Context, c clients) error {
 			_, err := c.queues.ListQueues(ctx, &jobwatchv1.ListQueuesRequest{})

@@ -121,6 +121,10 @@ var seedRequests = map[protoreflect.Name][]string{
 		`{"jobId":"` + runningJob + `","leaseId":"` + itsLease + `","error":{"type":"Timeout","message":"took too long"},"retryable":true}`,
 		`{"jobId":"` + runningJob + `","leaseId":"` + itsLease + `","error":{"message":"\u2028"}}`,
 	},
+	"ReleaseJob": {
+		`{"jobId":"j_x","leaseId":"l_y"}`,
+		`{"jobId":"` + runningJob + `","leaseId":"` + itsLease + `"}`,
+	},
 	"ListQueues":    {`{}`},
 	"ListSchedules": {`{}`},
 }

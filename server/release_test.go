@@ -111,3 +111,36 @@ func TestAClaimWhoseWorkerLeavesAsItIsGrantedGivesTheJobBack(t *testing.T) {
 		})
 	}
 }
+
+// ReleaseJob gives back a job its worker claimed and will not run: QUEUED
+// at once, in its place, the attempt not counted, and the next claim
+// takes it as its first attempt. Sent again (its answer lost), or for a
+// lease that no longer holds, it is failed_precondition and changes
+// nothing; an unknown job is not_found.
+func TestReleaseJobGivesTheJobBackAsIfNeverClaimed(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	c := ts.h2c()
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "sync"})
+	lease := claim(t, c, "sync")
+	resp, err := c.workers.ReleaseJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.ReleaseJobRequest{JobId: job.GetId(), LeaseId: lease.GetLeaseId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := resp.GetJob(); j.GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED || j.GetAttempt() != 0 || j.GetWorkerId() != "" {
+		t.Fatalf("released: %v attempt %d worker %q; want QUEUED, attempt 0, no worker", j.GetState(), j.GetAttempt(), j.GetWorkerId())
+	}
+	again, err := c.workers.ReleaseJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.ReleaseJobRequest{JobId: job.GetId(), LeaseId: lease.GetLeaseId()})
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("released again: %v, %v; want failed_precondition", again, err)
+	}
+	if _, err := c.workers.ReleaseJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.ReleaseJobRequest{JobId: "j_00000000000000000000000000", LeaseId: lease.GetLeaseId()}); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("release of an unknown job: %v; want not_found", err)
+	}
+	next := claim(t, c, "sync")
+	if next.GetJob().GetId() != job.GetId() || next.GetJob().GetAttempt() != 1 {
+		t.Fatalf("the next claim: %v; want job %s at attempt 1", next.GetJob(), job.GetId())
+	}
+	if logs := ts.logs.String(); !strings.Contains(logs, "claim given back by its worker") {
+		t.Errorf("the log does not say the claim was given back:\n%s", logs)
+	}
+}

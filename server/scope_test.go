@@ -169,7 +169,7 @@ func TestAnotherTenantsJobIsNotReadBeforeTheTenantCheck(t *testing.T) {
 
 // TestAWorkerTokenGetsNotFoundForAJobItMayNotTouch: a worker token bound
 // to tenants (or kinds) that names a job outside them in Heartbeat,
-// CompleteJob or FailJob gets not_found, with the code and message of a
+// CompleteJob, FailJob or ReleaseJob gets not_found, with the code and message of a
 // job that does not exist, whether it sends a made-up lease or the job's
 // real one; the job is left as it was and its payload is never read. A
 // worker bound to nothing still hears failed_precondition for a lease
@@ -198,6 +198,10 @@ func TestAWorkerTokenGetsNotFoundForAJobItMayNotTouch(t *testing.T) {
 		{"FailJob", func(ctx context.Context, c clients, id, lease string) error {
 			_, err := c.workers.FailJob(ctx, &jobwatchv1.FailJobRequest{JobId: id, LeaseId: lease,
 				Error: &jobwatchv1.JobError{Type: "Boom"}})
+			return err
+		}},
+		{"ReleaseJob", func(ctx context.Context, c clients, id, lease string) error {
+			_, err := c.workers.ReleaseJob(ctx, &jobwatchv1.ReleaseJobRequest{JobId: id, LeaseId: lease})
 			return err
 		}},
 	}

@@ -178,6 +178,23 @@ func (h *workerService) Heartbeat(ctx context.Context, req *jobwatchv1.Heartbeat
 	}, nil
 }
 
+// ReleaseJob gives back a job its worker claimed and will not run: a
+// claim answered after the worker began to stop. The job goes back as a
+// claim whose caller left goes back (releaseClaim), its attempt not
+// counted; a lease that no longer holds it is failed_precondition.
+func (h *workerService) ReleaseJob(ctx context.Context, req *jobwatchv1.ReleaseJobRequest) (*jobwatchv1.ReleaseJobResponse, error) {
+	if err := h.s.checkWorkerJob(ctx, "release job", req.GetJobId()); err != nil {
+		return nil, err
+	}
+	j, err := h.s.engine.Release(ctx, req.GetJobId(), req.GetLeaseId())
+	if err != nil {
+		return nil, h.s.toConnectError(ctx, "release job", ofJob(req.GetJobId(), err))
+	}
+	h.s.log.InfoContext(ctx, "claim given back by its worker", "job_id", j.ID, "queue", j.Queue)
+	pj, err := h.s.protoJob(ctx, &j)
+	return &jobwatchv1.ReleaseJobResponse{Job: pj}, err
+}
+
 func (h *workerService) CompleteJob(ctx context.Context, req *jobwatchv1.CompleteJobRequest) (*jobwatchv1.CompleteJobResponse, error) {
 	result, err := jsonField("result", req.GetResult())
 	if err != nil {

@@ -97,6 +97,14 @@ func (b engineBackend) Fail(ctx context.Context, l *client.Lease, jerr *jobwatch
 	return engineError(err)
 }
 
+// Release implements client.Releaser with the engine's Release.
+func (b engineBackend) Release(ctx context.Context, l *client.Lease) error {
+	_, err := b.e.Release(ctx, l.Job.GetId(), l.ID)
+	return engineError(err)
+}
+
+var _ client.Releaser = engineBackend{}
+
 // AppendLogs implements client.LogAppender with the engine's AppendLogs.
 func (b engineBackend) AppendLogs(ctx context.Context, l *client.Lease, lines []*jobwatchv1.AppendLogLine) (bool, error) {
 	ls := make([]jobtype.LogLine, len(lines))

@@ -188,6 +188,9 @@ const maxClaimJobs = 100;
  * to a person's eye.
  */
 const claimGraceMs = 250;
+
+/** releaseTimeoutMs bounds giving back one job as the worker stops. */
+const releaseTimeoutMs = 5000;
 /** A claim answered with nothing quicker than this came from a server shutting down. */
 const minParkMs = 20;
 /** A lease's length when the server did not say. */
@@ -359,6 +362,7 @@ export class Worker {
   private async claimLoop(): Promise<unknown> {
     const stopping = this.stopping.signal;
     const r = this.client.retrier();
+    let claimFailures = 0; // claims failed since the last that worked
     while (!stopping.aborted) {
       while (this.handling >= this.concurrency && !stopping.aborted) {
         await this.slotFreed.wait();
@@ -389,7 +393,9 @@ export class Worker {
       // rest go back now.
       this.handling -= n - claims.length;
       for (const c of claims) {
-        this.start(c);
+        // A claim answered after the stop began (within claimGraceMs):
+        // its jobs go back to the queue rather than start while draining.
+        this.start(c, stopping.aborted ? (c) => this.giveBack(c) : (c) => this.runJob(c));
       }
       if (failure !== undefined) {
         if (stopping.aborted) {
@@ -398,11 +404,21 @@ export class Worker {
         if (!transient(failure)) {
           return toJobwatchError(failure);
         }
-        this.log.warn(`claim failed; retrying: ${String(failure)}`);
+        // As the Go Worker says it: the first failure at warn, the rest
+        // (a server away for minutes fails many) at debug until one works.
+        if (++claimFailures === 1) {
+          this.log.warn(`claim failed; retrying with backoff (until one works, further failures are logged at debug): ${String(failure)}`);
+        } else {
+          this.log.debug(`claim failed; retrying (${claimFailures} failures): ${String(failure)}`);
+        }
         if (!(await waitOrStop(r.wait(failure, stopping)))) {
           break;
         }
         continue;
+      }
+      if (claimFailures > 0) {
+        this.log.info(`claim works again, after ${claimFailures} failure(s)`);
+        claimFailures = 0;
       }
       if (claims.length === 0 && performance.now() - asked < minParkMs && !stopping.aborted) {
         // Nothing, at once: the server is shutting down.
@@ -448,13 +464,36 @@ export class Worker {
     }
   }
 
-  private start(claim: Claim): void {
-    const p: Promise<void> = this.runJob(claim)
+  private start(claim: Claim, run: (claim: Claim) => Promise<void>): void {
+    const p: Promise<void> = run(claim)
       .catch((err) => this.log.error(`job ${claim.job?.id}: ${String(err)}`))
       .finally(() => {
         this.running.delete(p);
       });
     this.running.add(p);
+  }
+
+  /**
+   * giveBack gives back a job claimed after the worker began to stop
+   * (ReleaseJob): QUEUED again at once, its attempt not counted, for
+   * another worker to run, rather than started while the worker drains
+   * and failed as WorkerStopped at the drain timeout. A release that
+   * fails but for a lease no longer held runs the job after all.
+   */
+  private async giveBack(claim: Claim): Promise<void> {
+    const id = claim.job?.id ?? "";
+    try {
+      await this.client.workerService.releaseJob({ jobId: id, leaseId: claim.leaseId }, { timeoutMs: releaseTimeoutMs });
+      this.log.info(`job ${id}: claimed as the worker stopped: given back to the queue, its attempt not counted`);
+    } catch (err) {
+      if (!(err instanceof ConnectError && err.code === Code.FailedPrecondition)) {
+        this.log.warn(`job ${id}: claimed as the worker stopped, and could not be given back: running it: ${String(err)}`);
+        return this.runJob(claim);
+      }
+      this.log.info(`job ${id}: claimed as the worker stopped, and no longer this worker's (cancelled meanwhile)`);
+    }
+    this.handling--;
+    this.slotFreed.wake();
   }
 
   /** runJob runs one claimed job to its end and reports the outcome. */

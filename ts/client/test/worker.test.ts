@@ -432,6 +432,50 @@ test("when heartbeats fail for the whole lease, the warning says why they failed
   assert.ok(warning?.includes("ECONNREFUSED"), `warning ${warning}; all:\n${lines.join("\n")}`);
 });
 
+test("a job whose claim is answered after stop() is given back to the queue, not started, its attempt not counted", async () => {
+  const kind = uniqueKind("late.claim");
+  // The server hands the job out; its answer reaches the worker just
+  // after stop(), within the grace a claim in flight has.
+  let handedOut: () => void = () => {};
+  const claimed = new Promise<void>((resolve) => (handedOut = resolve));
+  let deliver: () => void = () => {};
+  const stopped = new Promise<void>((resolve) => (deliver = resolve));
+  const real = nodeTransport(server.url);
+  const late: Transport = {
+    unary: async (method, signal, timeoutMs, header, input, contextValues) => {
+      const answer = await real.unary(method, signal, timeoutMs, header, input, contextValues);
+      if (method.name === "ClaimJob") {
+        handedOut();
+        await stopped;
+      }
+      return answer;
+    },
+    stream: (...args) => real.stream(...args),
+  };
+  let ran = false;
+  const worker = newWorker({
+    transport: late,
+    handlers: {
+      [kind]: async () => {
+        ran = true;
+        return "ran";
+      },
+    },
+  });
+  const run = worker.run();
+  const job = await client.submitJob({ kind });
+  await claimed;
+  const stopping = worker.stop();
+  deliver();
+  await stopping;
+  await run;
+  const after = await client.getJob(job.id);
+  assert.equal(ran, false, "the handler ran after stop()");
+  assert.equal(after.state, JobState.QUEUED);
+  assert.equal(after.attempt, 0);
+  assert.equal(after.workerId, "");
+});
+
 test("run({ signal }) stops the worker when the signal aborts, as stop() does", async () => {
   const kind = uniqueKind("run.signal");
   const worker = newWorker({ handlers: { [kind]: async () => "ok" } });

@@ -90,6 +90,9 @@ const (
 	// WorkerServiceAppendJobLogsProcedure is the fully-qualified name of the WorkerService's
 	// AppendJobLogs RPC.
 	WorkerServiceAppendJobLogsProcedure = "/jobwatch.v1.WorkerService/AppendJobLogs"
+	// WorkerServiceReleaseJobProcedure is the fully-qualified name of the WorkerService's ReleaseJob
+	// RPC.
+	WorkerServiceReleaseJobProcedure = "/jobwatch.v1.WorkerService/ReleaseJob"
 	// QueueServiceListQueuesProcedure is the fully-qualified name of the QueueService's ListQueues RPC.
 	QueueServiceListQueuesProcedure = "/jobwatch.v1.QueueService/ListQueues"
 	// QueueServiceListSchedulesProcedure is the fully-qualified name of the QueueService's
@@ -804,6 +807,12 @@ type WorkerServiceClient interface {
 	// AppendJobLogs adds lines to the log of a job the worker runs, under
 	// its lease: a stale lease is failed_precondition, as for Heartbeat.
 	AppendJobLogs(context.Context, *v1.AppendJobLogsRequest) (*v1.AppendJobLogsResponse, error)
+	// ReleaseJob gives back a job the worker claimed and will not run (a
+	// claim answered after the worker began to stop): QUEUED again at
+	// once, in its place in the queue, as if never claimed; its attempt is
+	// not counted. A stale lease is failed_precondition, as for Heartbeat
+	// (a release sent again after its answer was lost is answered so).
+	ReleaseJob(context.Context, *v1.ReleaseJobRequest) (*v1.ReleaseJobResponse, error)
 }
 
 // NewWorkerServiceClient constructs a client for the jobwatch.v1.WorkerService service. By default,
@@ -847,6 +856,12 @@ func NewWorkerServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(workerServiceMethods.ByName("AppendJobLogs")),
 			connect.WithClientOptions(opts...),
 		),
+		releaseJob: connect.NewClient[v1.ReleaseJobRequest, v1.ReleaseJobResponse](
+			httpClient,
+			baseURL+WorkerServiceReleaseJobProcedure,
+			connect.WithSchema(workerServiceMethods.ByName("ReleaseJob")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -857,6 +872,7 @@ type workerServiceClient struct {
 	completeJob   *connect.Client[v1.CompleteJobRequest, v1.CompleteJobResponse]
 	failJob       *connect.Client[v1.FailJobRequest, v1.FailJobResponse]
 	appendJobLogs *connect.Client[v1.AppendJobLogsRequest, v1.AppendJobLogsResponse]
+	releaseJob    *connect.Client[v1.ReleaseJobRequest, v1.ReleaseJobResponse]
 }
 
 // ClaimJob calls jobwatch.v1.WorkerService.ClaimJob.
@@ -904,6 +920,15 @@ func (c *workerServiceClient) AppendJobLogs(ctx context.Context, req *v1.AppendJ
 	return nil, err
 }
 
+// ReleaseJob calls jobwatch.v1.WorkerService.ReleaseJob.
+func (c *workerServiceClient) ReleaseJob(ctx context.Context, req *v1.ReleaseJobRequest) (*v1.ReleaseJobResponse, error) {
+	response, err := c.releaseJob.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // WorkerServiceHandler is an implementation of the jobwatch.v1.WorkerService service.
 type WorkerServiceHandler interface {
 	// ClaimJob parks until a job the worker may run is ready, or its cap
@@ -924,6 +949,12 @@ type WorkerServiceHandler interface {
 	// AppendJobLogs adds lines to the log of a job the worker runs, under
 	// its lease: a stale lease is failed_precondition, as for Heartbeat.
 	AppendJobLogs(context.Context, *v1.AppendJobLogsRequest) (*v1.AppendJobLogsResponse, error)
+	// ReleaseJob gives back a job the worker claimed and will not run (a
+	// claim answered after the worker began to stop): QUEUED again at
+	// once, in its place in the queue, as if never claimed; its attempt is
+	// not counted. A stale lease is failed_precondition, as for Heartbeat
+	// (a release sent again after its answer was lost is answered so).
+	ReleaseJob(context.Context, *v1.ReleaseJobRequest) (*v1.ReleaseJobResponse, error)
 }
 
 // NewWorkerServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -963,6 +994,12 @@ func NewWorkerServiceHandler(svc WorkerServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(workerServiceMethods.ByName("AppendJobLogs")),
 		connect.WithHandlerOptions(opts...),
 	)
+	workerServiceReleaseJobHandler := connect.NewUnaryHandlerSimple(
+		WorkerServiceReleaseJobProcedure,
+		svc.ReleaseJob,
+		connect.WithSchema(workerServiceMethods.ByName("ReleaseJob")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/jobwatch.v1.WorkerService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case WorkerServiceClaimJobProcedure:
@@ -975,6 +1012,8 @@ func NewWorkerServiceHandler(svc WorkerServiceHandler, opts ...connect.HandlerOp
 			workerServiceFailJobHandler.ServeHTTP(w, r)
 		case WorkerServiceAppendJobLogsProcedure:
 			workerServiceAppendJobLogsHandler.ServeHTTP(w, r)
+		case WorkerServiceReleaseJobProcedure:
+			workerServiceReleaseJobHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1002,6 +1041,10 @@ func (UnimplementedWorkerServiceHandler) FailJob(context.Context, *v1.FailJobReq
 
 func (UnimplementedWorkerServiceHandler) AppendJobLogs(context.Context, *v1.AppendJobLogsRequest) (*v1.AppendJobLogsResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("jobwatch.v1.WorkerService.AppendJobLogs is not implemented"))
+}
+
+func (UnimplementedWorkerServiceHandler) ReleaseJob(context.Context, *v1.ReleaseJobRequest) (*v1.ReleaseJobResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("jobwatch.v1.WorkerService.ReleaseJob is not implemented"))
 }
 
 // QueueServiceClient is a client for the jobwatch.v1.QueueService service.
