@@ -228,9 +228,13 @@ func (e *Engine) runSchedules(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run schedules: %w", err)
 	}
+	names := make(map[string]string, len(runs)) // job id → schedule
+	for _, run := range runs {
+		names[run.Job.ID] = run.Name
+	}
 	for _, j := range created {
 		e.publish(j)
-		e.log.Info("schedule queued a run", "job_id", j.ID, "kind", j.Kind, "queue", j.Queue, "tenant", j.Tenant)
+		e.log.Info("schedule queued a run", "schedule", names[j.ID], "job_id", j.ID, "kind", j.Kind, "queue", j.Queue, "tenant", j.Tenant)
 	}
 	return nil
 }
