@@ -139,10 +139,14 @@ func (e *Engine) releaseLostClaims(ctx context.Context) error {
 // expired, was claimed from this store before the engine started, by a
 // server that has since stopped, and its worker never heard from since:
 // its lease still ends where the claim set it, its queue's lease timeout
-// after the attempt began. (A queue whose lease_timeout grew between the
-// two servers makes a lease extended by the old one look unextended, and
-// one that shrank the other way round: either way the job runs again,
-// only its attempt is counted or not.)
+// after the attempt began. That is the lease timeout in effect now: the
+// store keeps neither the lease the claim granted nor any mark of a
+// heartbeat that changed nothing a watcher sees (store.LeaseWrite.Apply
+// moves LeaseExpiresAt alone), so a claim under a longer lease than
+// now's looks extended (LOST, with one attempt, without having run), and
+// a lease extended under a shorter one looks unextended (run again, the
+// attempt not counted). docs/OPERATING.md tells operators to keep the
+// lease timeouts across a restart for that reason.
 func (e *Engine) unansweredBeforeStart(j *jobtype.Job) bool {
 	if !e.soleServer || j.AttemptStartedAt.IsZero() || !j.AttemptStartedAt.Before(e.started) {
 		return false
