@@ -531,7 +531,7 @@ func (w *Worker) run(ctx context.Context, s *slot, lease *Lease) {
 	h, _ := w.handler(job.GetKind())
 	if h == nil {
 		// Claims name only kinds with handlers; a handler removed since.
-		w.report(ctx, log, s, lease, nil, fmt.Errorf("no handler for kind %q", job.GetKind()))
+		w.report(ctx, log, s, lease, time.Time{}, nil, fmt.Errorf("no handler for kind %q", job.GetKind()))
 		return
 	}
 
@@ -620,7 +620,7 @@ func (w *Worker) run(ctx context.Context, s *slot, lease *Lease) {
 		log.Info("job ended by the server while its log was sent; outcome dropped", "cause", cause)
 		return
 	}
-	w.report(ctx, log, s, lease, result, err)
+	w.report(ctx, log, s, lease, time.Unix(0, prog.leaseEnd.Load()), result, err)
 }
 
 // startLogs starts the batcher of the job's log lines, or returns nil if
@@ -662,6 +662,17 @@ func (w *Worker) flushLogs(ctx context.Context, lease *Lease, logs *logBatcher, 
 }
 
 // leaseTTL is the lease's TTL, or 30 s when the backend did not say.
+// reportFloor is the least time an outcome is tried for, the lease
+// having ended or not.
+const reportFloor = 5 * time.Second
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 func leaseTTL(l *Lease) time.Duration {
 	if l.TTL > 0 {
 		return l.TTL
@@ -674,15 +685,21 @@ func leaseTTL(l *Lease) time.Duration {
 func (w *Worker) failUndecodable(ctx context.Context, s *slot, u *UndecodableJobError) {
 	log := w.log.With("job", u.JobID)
 	log.Error("claimed a job that cannot be decoded; failing it", "err", u.Err)
-	w.report(ctx, log, s, &Lease{Job: &jobwatchv1.Job{Id: u.JobID}, ID: u.LeaseID}, nil, u)
+	w.report(ctx, log, s, &Lease{Job: &jobwatchv1.Job{Id: u.JobID}, ID: u.LeaseID}, time.Time{}, nil, u)
 }
 
 // report completes or fails the job, retrying transient failures for as
-// long as the lease can still be held. It first hands s's place among
-// handlers to the next job.
-func (w *Worker) report(ctx context.Context, log *slog.Logger, s *slot, lease *Lease, result any, herr error) {
+// long as the lease can still be held: until leaseEnd, as the heartbeats
+// last extended it (zero: a whole lease from now), and for a few seconds
+// at least, so that an outcome is always tried. It first hands s's place
+// among handlers to the next job.
+func (w *Worker) report(ctx context.Context, log *slog.Logger, s *slot, lease *Lease, leaseEnd time.Time, result any, herr error) {
 	s.report()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseTTL(lease))
+	ttl := leaseTTL(lease)
+	if leaseEnd.IsZero() {
+		leaseEnd = time.Now().Add(ttl)
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), latest(leaseEnd, time.Now().Add(min(ttl/3, reportFloor))))
 	defer cancel()
 
 	var raw json.RawMessage
