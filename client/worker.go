@@ -706,7 +706,9 @@ func (w *Worker) report(ctx context.Context, log *slog.Logger, s *slot, lease *L
 	if herr == nil && result != nil {
 		b, err := json.Marshal(result)
 		if err != nil {
-			herr = fmt.Errorf("encode result: %w", err)
+			// As a result the server refuses: the job fails saying why
+			// (the Node worker says the same).
+			herr = &resultRejectedError{msg: "the result is not JSON: " + err.Error()}
 		}
 		raw = b
 	}

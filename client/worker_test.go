@@ -719,6 +719,9 @@ func TestWorkerReportsWhatTheServerWouldRefuse(t *testing.T) {
 	w.Handle("long-error", func(context.Context, *jobwatchv1.Job, client.Progress) (any, error) {
 		return nil, client.Public(errors.New(long))
 	})
+	w.Handle("chan-result", func(context.Context, *jobwatchv1.Job, client.Progress) (any, error) {
+		return make(chan int), nil
+	})
 	ctx, stop := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- w.Run(ctx) }()
@@ -731,6 +734,13 @@ func TestWorkerReportsWhatTheServerWouldRefuse(t *testing.T) {
 		if j.GetState() != jobwatchv1.JobState_JOB_STATE_FAILED || j.GetError().GetType() != "ResultRejected" ||
 			!strings.Contains(j.GetError().GetMessage(), "over the limit") {
 			t.Fatalf("job %v %v, want FAILED with ResultRejected naming the limit", j.GetState(), j.GetError())
+		}
+	})
+	t.Run("a result that is not JSON fails the job saying so", func(t *testing.T) {
+		j := env.wait(t, submit(t, c, "chan-result").GetId())
+		if j.GetState() != jobwatchv1.JobState_JOB_STATE_FAILED || j.GetError().GetType() != "ResultRejected" ||
+			j.GetError().GetMessage() != "the result is not JSON: json: unsupported type: chan int" {
+			t.Fatalf("job %v %v, want FAILED with ResultRejected saying the result is not JSON", j.GetState(), j.GetError())
 		}
 	})
 	t.Run("a step over the API's 1 KiB is cut, not a reason to lose the job", func(t *testing.T) {
