@@ -661,11 +661,11 @@ func (w *Worker) flushLogs(ctx context.Context, lease *Lease, logs *logBatcher, 
 	return logs.close(ctx)
 }
 
-// leaseTTL is the lease's TTL, or 30 s when the backend did not say.
 // reportFloor is the least time an outcome is tried for, the lease
 // having ended or not.
 const reportFloor = 5 * time.Second
 
+// latest is the later of a and b.
 func latest(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a
@@ -673,6 +673,7 @@ func latest(a, b time.Time) time.Time {
 	return b
 }
 
+// leaseTTL is the lease's TTL, or 30 s when the backend did not say.
 func leaseTTL(l *Lease) time.Duration {
 	if l.TTL > 0 {
 		return l.TTL
