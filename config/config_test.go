@@ -270,6 +270,7 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"a key with no value", "retention:\n", "c.yaml:1:1: retention: has no value"},
 		{"a duration without a unit", "retention: 30\n", "c.yaml:1:12: retention: a number needs a unit"},
 		{"a duration that does not parse", "queues:\n  - name: a\n    lease_timeout: soon\n", `c.yaml:3:20: queues[0].lease_timeout: is not a duration such as 30s`},
+		{"a duration too long to hold", "queues:\n  - name: a\n    lease_timeout: 9999999999h\n", `c.yaml:3:20: queues[0].lease_timeout: is longer than a duration can be`},
 		{"a negative duration", "retention: -1h\n", "c.yaml:1:12: retention: must be positive"},
 		{"a zero duration", "queues:\n  - name: a\n    retry: {initial_backoff: 0s}\n", "queues[0].retry.initial_backoff: must be positive"},
 		{"strict that is not a boolean", "strict: yes please\n", `c.yaml:1:9: strict: must be true or false`},

@@ -487,6 +487,10 @@ func wholeDigits(s string) bool {
 	return s != "" && strings.Trim(s, "0123456789") == ""
 }
 
+// durationSyntax is what time.ParseDuration reads, whatever the size:
+// a value of this form that it refuses overflowed.
+var durationSyntax = regexp.MustCompile(`^[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))*$`)
+
 // Duration reads a positive Go duration with a unit: 30s, 5m, 24h.
 func (r *Reader) Duration(n *yaml.Node, key string) (time.Duration, bool) {
 	n = resolve(n)
@@ -499,6 +503,9 @@ func (r *Reader) Duration(n *yaml.Node, key string) (time.Duration, bool) {
 	}
 	d, err := time.ParseDuration(n.Value)
 	switch {
+	case err != nil && durationSyntax.MatchString(n.Value):
+		r.Fail(n, key, "is longer than a duration can be (about 292 years, 2562047h)")
+		return 0, false
 	case err != nil:
 		r.Fail(n, key, "is not a duration such as 30s, 5m or 24h")
 		return 0, false
