@@ -138,18 +138,22 @@ func (e *Engine) releaseLostClaims(ctx context.Context) error {
 // unansweredBeforeStart reports whether RUNNING j, whose lease has
 // expired, was claimed from this store before the engine started, by a
 // server that has since stopped, and its worker never heard from since:
-// its lease still ends where the claim set it, its queue's lease timeout
-// after the attempt began. That is the lease timeout in effect now: the
-// store keeps neither the lease the claim granted nor any mark of a
-// heartbeat that changed nothing a watcher sees (store.LeaseWrite.Apply
-// moves LeaseExpiresAt alone), so a claim under a longer lease than
-// now's looks extended (LOST, with one attempt, without having run), and
-// a lease extended under a shorter one looks unextended (run again, the
-// attempt not counted). docs/OPERATING.md tells operators to keep the
-// lease timeouts across a restart for that reason.
+// its lease still ends where the claim set it, the lease the claim
+// granted after the attempt began. The store keeps that lease
+// (jobtype.Job.AttemptLease, SQLite's migration 28), so whatever lease
+// timeout this server gives, a heartbeat that moved the lease's end (and
+// nothing a watcher sees: store.LeaseWrite.Apply) tells the two apart.
+// An attempt begun before that migration has none kept: its queue's
+// lease timeout in effect now stands for it, and one changed across the
+// restart judges it wrongly (a claim under a longer lease than now's
+// looks extended; a lease extended under a shorter one looks unextended).
 func (e *Engine) unansweredBeforeStart(j *jobtype.Job) bool {
 	if !e.soleServer || j.AttemptStartedAt.IsZero() || !j.AttemptStartedAt.Before(e.started) {
 		return false
 	}
-	return !j.LeaseExpiresAt.After(j.AttemptStartedAt.Add(e.queueRules(j.Queue).LeaseTimeout))
+	granted := j.AttemptLease
+	if granted <= 0 {
+		granted = e.queueRules(j.Queue).LeaseTimeout
+	}
+	return !j.LeaseExpiresAt.After(j.AttemptStartedAt.Add(granted))
 }

@@ -110,6 +110,12 @@ type Job struct {
 	// (UpdateJob's update, LeaseWrite.Apply), from what it keeps for
 	// TimedOut, and leaves it zero in every job it returns.
 	AttemptStartedAt time.Time
+	// AttemptLease is the lease the claim of the current attempt of a
+	// RUNNING job granted, where the store keeps it (SQLite, for
+	// attempts begun since its migration 28), else 0. Like
+	// AttemptStartedAt, a store sets it only on the job UpdateJob hands
+	// its update.
+	AttemptLease time.Duration
 }
 
 // DependencyFailure is what a job's dependency (Job.After) that ends

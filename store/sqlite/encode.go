@@ -318,10 +318,13 @@ type scanner interface{ Scan(dest ...any) error }
 // scanAlso scans the columns a query selects after a job's.
 type scanAlso struct {
 	r     scanner
-	extra any
+	extra []any
 }
 
-func (s scanAlso) Scan(dest ...any) error { return s.r.Scan(append(dest, s.extra)...) }
+// also scans r's columns, then extra.
+func also(r scanner, extra ...any) scanAlso { return scanAlso{r, extra} }
+
+func (s scanAlso) Scan(dest ...any) error { return s.r.Scan(append(dest, s.extra...)...) }
 
 func scanJob(r scanner) (jobtype.Job, int64, error) {
 	var (

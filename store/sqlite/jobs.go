@@ -720,7 +720,7 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]jobtype.Job
 	)
 	for rows.Next() {
 		var change int64
-		j, seq, err := scanJob(scanAlso{rows, &change})
+		j, seq, err := scanJob(also(rows, &change))
 		if err != nil {
 			return nil, "", fmt.Errorf("list jobs: %w", classify(err))
 		}

@@ -120,7 +120,7 @@ func readJobs(ctx context.Context, tx *sql.Tx, ids []string) (map[string]*leased
 		}
 		for rows.Next() {
 			var started sql.NullInt64
-			j, seq, err := scanJob(scanAlso{rows, &started})
+			j, seq, err := scanJob(also(rows, &started))
 			if err != nil {
 				rows.Close()
 				return nil, classify(err)

@@ -19,6 +19,11 @@ import (
 // read a write makes anyway, not a statement of its own.
 const attemptStart = "(SELECT a.started_at FROM running_attempts AS a WHERE a.seq = jobs.seq)"
 
+// attemptLease selects, after attemptStart, the lease the attempt's
+// claim granted, in microseconds (NULL for an attempt begun before
+// migration 28).
+const attemptLease = "(SELECT a.lease_us FROM running_attempts AS a WHERE a.seq = jobs.seq)"
+
 // attemptStartedAt is j's AttemptStartedAt from what attemptStart read:
 // zero unless j is RUNNING with a recorded start.
 func attemptStartedAt(j jobtype.Job, started sql.NullInt64) time.Time {
@@ -28,18 +33,18 @@ func attemptStartedAt(j jobtype.Job, started sql.NullInt64) time.Time {
 	return fromMicro(started.Int64)
 }
 
-// returned is j as a Store returns it: without AttemptStartedAt, which
-// only the writes see (jobtype.Job.AttemptStartedAt).
+// returned is j as a Store returns it: without AttemptStartedAt and
+// AttemptLease, which only the writes see (jobtype.Job.AttemptStartedAt).
 func returned(j jobtype.Job) jobtype.Job {
-	j.AttemptStartedAt = time.Time{}
+	j.AttemptStartedAt, j.AttemptLease = time.Time{}, 0
 	return j
 }
 
-// getJobForWrite is getJob with the start of the job's attempt, for
-// UpdateJob's update.
+// getJobForWrite is getJob with the start of the job's attempt and the
+// lease its claim granted, for UpdateJob's update.
 func getJobForWrite(ctx context.Context, tx *sql.Tx, id string) (jobtype.Job, int64, error) {
-	var started sql.NullInt64
-	j, seq, err := scanJob(scanAlso{tx.QueryRowContext(ctx, "SELECT "+columns+", "+attemptStart+" FROM jobs WHERE id = ?", id), &started})
+	var started, lease sql.NullInt64
+	j, seq, err := scanJob(also(tx.QueryRowContext(ctx, "SELECT "+columns+", "+attemptStart+", "+attemptLease+" FROM jobs WHERE id = ?", id), &started, &lease))
 	if errors.Is(err, sql.ErrNoRows) {
 		return jobtype.Job{}, 0, fmt.Errorf("job %s: %w", id, jobtype.ErrNotFound)
 	}
@@ -47,6 +52,9 @@ func getJobForWrite(ctx context.Context, tx *sql.Tx, id string) (jobtype.Job, in
 		return jobtype.Job{}, 0, fmt.Errorf("get job %s: %w", id, classify(err))
 	}
 	j.AttemptStartedAt = attemptStartedAt(j, started)
+	if !j.AttemptStartedAt.IsZero() && lease.Valid && lease.Int64 > 0 {
+		j.AttemptLease = time.Duration(lease.Int64) * time.Microsecond
+	}
 	return j, seq, nil
 }
 

@@ -866,6 +866,23 @@ END;
 	`
 CREATE INDEX jobs_queued_queue_tenant_kind ON jobs (queue, tenant, kind, priority, run_at) WHERE state = 'queued';
 `,
+	// 28: running_attempts keeps the lease each attempt's claim granted
+	// (lease_us, microseconds), so that a server started after a crash
+	// tells a claim never answered (its lease still where the claim set
+	// it) from one whose worker heartbeated, whatever lease timeout it
+	// now gives (jobs/lostclaims.go). Attempts begun before this
+	// migration have none, and are judged by the lease timeout in
+	// effect, as before.
+	`
+ALTER TABLE running_attempts ADD COLUMN lease_us INTEGER;
+DROP TRIGGER jobs_attempt_started;
+CREATE TRIGGER jobs_attempt_started AFTER UPDATE OF state ON jobs
+	WHEN NEW.state = 'running' AND OLD.state <> 'running'
+BEGIN
+	INSERT OR REPLACE INTO running_attempts (seq, started_at, lease_us)
+		VALUES (NEW.seq, NEW.updated_at, NEW.lease_expires_at - NEW.updated_at);
+END;
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a

@@ -756,7 +756,7 @@ func TestListingByStateOrQueueReadsWhatItNeeds(t *testing.T) {
 			var want []string
 			for rows.Next() && len(want) < f.Limit {
 				var change int64
-				j, _, err := scanJob(scanAlso{rows, &change})
+				j, _, err := scanJob(also(rows, &change))
 				if err != nil {
 					t.Fatal(err)
 				}
