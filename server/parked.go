@@ -9,6 +9,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,10 @@ type parkedCalls struct {
 
 	mu      sync.Mutex
 	tenants map[tenantPlaces]int64 // parked calls of each tenant with any, claims apart
+	// refusedLabels are the tenants named by the tenant label of
+	// jobwatch_parked_calls_tenant_refused_total other than those of a
+	// token (see refusedLabel).
+	refusedLabels map[string]bool
 }
 
 // tenantPlaces is what a tenant's limit counts: its workers' claims and
@@ -53,7 +58,44 @@ func newParkedCalls(limit, perTenant, perConn int, metrics *Metrics, conns *conn
 		metrics:   metrics,
 		conns:     conns,
 		tenants:   map[tenantPlaces]int64{},
+
+		refusedLabels: map[string]bool{},
 	}
+}
+
+// maxRefusedTenantLabels bounds the tenants that
+// jobwatch_parked_calls_tenant_refused_total names besides those of
+// tokens: a tenant a caller names (WatchJobs, SubmitJob with wait) or a
+// job's, which without tokens anyone may choose, so that a client
+// refused under ever new tenant names cannot add series without end.
+// Past it such tenants count together as otherTenantsLabel.
+const maxRefusedTenantLabels = 100
+
+// otherTenantsLabel is the tenant label of the refusals past
+// maxRefusedTenantLabels; no tenant name can be it.
+const otherTenantsLabel = "(other)"
+
+// refusedLabel is the tenant label of a refusal of tenant: the tenant
+// itself when a token names it (bounded by the tokens file) or when it
+// is one of the first maxRefusedTenantLabels others refused, else
+// otherTenantsLabel. p.mu is held.
+func (p *parkedCalls) refusedLabel(tenant string, ofToken bool) string {
+	label := tenantLabel(tenant)
+	if ofToken || tenant == "" || p.refusedLabels[tenant] {
+		return label
+	}
+	if len(p.refusedLabels) >= maxRefusedTenantLabels {
+		return otherTenantsLabel
+	}
+	p.refusedLabels[tenant] = true
+	return label
+}
+
+// tokenNames reports whether the caller's token in ctx names tenant: a
+// client token's tenant, or one of a worker token's tenants.
+func tokenNames(ctx context.Context, tenant string) bool {
+	p, ok := auth.FromContext(ctx)
+	return ok && tenant != "" && (p.Tenant == tenant || slices.Contains(p.Tenants, tenant))
 }
 
 // Kinds of parked calls, as /metrics labels them.
@@ -107,7 +149,7 @@ func (p *parkedCalls) parkPlaces(ctx context.Context, kind, tenant string, count
 		p.conns.parkConnRefused.WithLabelValues(kind).Inc()
 		return nil, p.connLimitError(kind)
 	}
-	releaseCounted, refused := p.parkCounted(kind, tenant, counted, places)
+	releaseCounted, refused := p.parkCounted(kind, tenant, tokenNames(ctx, tenant), counted, places)
 	if conn == nil {
 		return releaseCounted, refused
 	}
@@ -121,8 +163,9 @@ func (p *parkedCalls) parkPlaces(ctx context.Context, kind, tenant string, count
 	}, nil
 }
 
-// parkCounted takes places of the total and of tenant.
-func (p *parkedCalls) parkCounted(kind, tenant string, counted bool, places int64) (release func(), refused error) {
+// parkCounted takes places of the total and of tenant; ofToken says
+// that the caller's token names tenant.
+func (p *parkedCalls) parkCounted(kind, tenant string, ofToken, counted bool, places int64) (release func(), refused error) {
 	if p.n.Add(places) > p.limit {
 		p.n.Add(-places)
 		p.metrics.parkRefused.WithLabelValues(kind).Inc()
@@ -141,9 +184,10 @@ func (p *parkedCalls) parkCounted(kind, tenant string, counted bool, places int6
 	other := tenantPlaces{tenant: tenant, claims: !key.claims}
 	p.mu.Lock()
 	if p.tenants[key]+places > p.perTenant {
+		refusedLabel := p.refusedLabel(tenant, ofToken)
 		p.mu.Unlock()
 		p.n.Add(-places)
-		p.metrics.tenantParkRefused.WithLabelValues(kind, label).Inc()
+		p.metrics.tenantParkRefused.WithLabelValues(kind, refusedLabel).Inc()
 		return nil, p.tenantLimitError(kind, tenant)
 	}
 	p.tenants[key] += places
