@@ -58,19 +58,28 @@ func gzipCompression(shared *sharedResponses) connect.HandlerOption {
 // limitedGunzip inflates a gzip request message and stops as soon as it
 // has inflated more than the request size limit: connect-go's own
 // inflates the rest to io.Discard to report the size, so a 509 KB bomb
-// took 524 MB of inflating to refuse. The error is a *connect.Error,
-// which connect-go answers as it is.
+// took 524 MB of inflating to refuse. Its errors are *connect.Errors,
+// which connect-go answers as they are when Read returns them: that is
+// why a gzip header that cannot be read is told at the first Read, not
+// by Reset, whose error connect-go answers with its own prefix ("get
+// decompressor: ").
 type limitedGunzip struct {
 	shared *sharedResponses
 	gz     gzip.Reader
 	limit  int64 // 0: none
 	n      int64 // inflated so far
+	// bad is why the message's gzip header could not be read (Reset),
+	// for Read to answer; nil once gz is reset on a header it read.
+	bad error
+	// ready: gz has read a header once, so that Close may call it.
+	ready bool
 }
 
 func (d *limitedGunzip) Reset(r io.Reader) error {
 	d.limit, d.n = d.shared.maxRequestBytes, 0
-	if err := d.gz.Reset(r); err != nil {
-		return notGzip(err)
+	d.bad = d.gz.Reset(r)
+	if d.bad == nil {
+		d.ready = true
 	}
 	return nil
 }
@@ -80,15 +89,16 @@ func (d *limitedGunzip) Reset(r io.Reader) error {
 // nothing of where to look).
 func notGzip(err error) error {
 	if errors.Is(err, gzip.ErrHeader) || errors.Is(err, gzip.ErrChecksum) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		// A plain error: connect-go answers invalid_argument with its
-		// own prefix ("get decompressor: ").
-		return errors.New("the message is not whole gzip data, though the request says it is gzip " +
-			"(Content-Encoding, Connect-Content-Encoding or the gRPC compressed flag): send it as it is, or gzip it whole")
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("the message is not whole gzip data, though the request says it is gzip "+
+			"(Content-Encoding, Connect-Content-Encoding or the gRPC compressed flag): send it as it is, or gzip it whole"))
 	}
 	return err
 }
 
 func (d *limitedGunzip) Read(p []byte) (int, error) {
+	if d.bad != nil {
+		return 0, notGzip(d.bad)
+	}
 	if d.limit > 0 && d.n > d.limit {
 		return 0, d.tooLarge()
 	}
@@ -110,7 +120,12 @@ func (d *limitedGunzip) tooLarge() error {
 			"it was refused without inflating the rest: send a smaller message", d.limit))
 }
 
-func (d *limitedGunzip) Close() error { return d.gz.Close() }
+func (d *limitedGunzip) Close() error {
+	if !d.ready {
+		return nil // gz never read a header: it has nothing to close
+	}
+	return d.gz.Close()
+}
 
 // sharingGzip is a gzip compressor that knows the encodings shared by
 // many calls (shared.go): connect-go hands it a message's whole encoding

@@ -195,14 +195,29 @@ func TestAMessageThatIsNotGzipIsNamedSo(t *testing.T) {
 	}{
 		{"Connect unary JSON", ts.http1Client(), "application/json", []string{"Content-Encoding", "gzip"}, plain},
 		{"gRPC", ts.h2cClient(), "application/grpc+json", []string{"Grpc-Encoding", "gzip", "Te", "trailers"}, gzipFlagged(plain)},
+		{"gzip cut short", ts.http1Client(), "application/json", []string{"Content-Encoding", "gzip"}, cutShort(plain)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			status, answer := postAnswer(t, tt.hc, ts.url+submitPath, tt.contentType, tt.header, tt.body)
 			if !strings.Contains(answer, "is not whole gzip data, though the request says it is gzip") || strings.Contains(answer, "unexpected EOF") {
 				t.Errorf("answer %d %q, want it to say the message is not gzip", status, answer)
 			}
+			// In the server's words alone, not after connect-go's.
+			if strings.Contains(answer, "decompress") || !strings.Contains(answer, "invalid_argument") && !strings.Contains(answer, " 3 ") {
+				t.Errorf("answer %d %q, want invalid_argument without connect-go's prefix", status, answer)
+			}
 		})
 	}
+}
+
+// cutShort is msg gzipped, less its last bytes: a whole header and a
+// stream that ends too soon.
+func cutShort(msg []byte) []byte {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write(msg)
+	zw.Close()
+	return buf.Bytes()[:buf.Len()-6]
 }
 
 // postAnswer posts body to path with contentType and the header pairs,
