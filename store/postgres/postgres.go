@@ -295,6 +295,16 @@ func classify(err error) error {
 			pe.Code == "55P03", // lock timeout
 			pe.Code == "25006": // read-only transaction (a standby)
 			return fmt.Errorf("%w: %s (SQLSTATE %s)", jobtype.ErrUnavailable, pe.Message, pe.Code)
+		case pe.Code == "42P01", // undefined_table
+			pe.Code == "3F000": // invalid_schema_name
+			// jobwatch's schema, or a table of it, was dropped under a
+			// running server (Open creates them, and migrations never
+			// drop one): no call can be served until an operator
+			// restores it, which is no bug of the call's (internal),
+			// and callers may try again later, as health says.
+			return fmt.Errorf("%w: %s (SQLSTATE %s): jobwatch's schema or one of its tables is gone from the database; "+
+				"restore it from a backup, or create the schema again if it was dropped and restart jobwatch, which creates its tables in an empty schema",
+				jobtype.ErrUnavailable, pe.Message, pe.Code)
 		}
 		return err
 	}
