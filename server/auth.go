@@ -142,6 +142,7 @@ func (s *Server) refuseTokensEarly(refusals *connect.ErrorWriter, next http.Hand
 			return
 		}
 		refuse := func(err error) {
+			noteRefusal(r, connect.CodeOf(err), refusalMessage(err))
 			if r.ProtoMajor == 1 {
 				// The body is left unread: net/http would read what is
 				// left of it (up to 256 KiB) before it writes the answer,
@@ -167,6 +168,16 @@ func (s *Server) refuseTokensEarly(refusals *connect.ErrorWriter, next http.Hand
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// refusalMessage is the message of a refusal, without its code, for
+// the call's debug line (noteRefusal).
+func refusalMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
 }
 
 // admitToken admits a call whose bearer token the tokens know and whose

@@ -90,6 +90,7 @@ func (c *hostCheck) handler(next http.Handler) http.Handler {
 		}
 		c.metrics.hostRefused.Inc()
 		c.refusedOne(r.Host)
+		noteRefusal(r, connect.CodePermissionDenied, fmt.Sprintf("Host %q is neither loopback nor one of --allowed-hosts", r.Host))
 		err := connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
 			"this server answers only requests for a loopback host (localhost, 127.0.0.1, [::1]), "+
 				"not for %q: a page elsewhere may be reaching it through DNS rebinding; "+

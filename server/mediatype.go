@@ -69,6 +69,7 @@ func explainMediaType(next http.Handler) http.Handler {
 				"(README.md, \"Try it with curl\", shows one from the shell), or use gRPC or gRPC-Web"
 			accept = "application/connect+json, application/connect+proto"
 		}
+		noteRefusal(r, connect.CodeInvalidArgument, "Content-Type "+got+" is not one "+method+" reads")
 		body, _ := json.Marshal(map[string]string{"code": "invalid_argument", "message": msg})
 		h := w.Header()
 		h.Set("Accept-Post", accept+", application/grpc, application/grpc+proto, application/grpc+json, "+
@@ -92,6 +93,7 @@ func explainMethod(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		how = "POST it, a server stream: Content-Type: application/connect+json with the request behind a 5-byte frame header " +
 			"(README.md, \"Try it with curl\", shows one from the shell), or use gRPC or gRPC-Web"
 	}
+	noteRefusal(r, connect.CodeInvalidArgument, method+" is called with POST, not "+methodName(r.Method))
 	body, _ := json.Marshal(map[string]string{"code": "invalid_argument",
 		"message": method + " is called with POST, not " + methodName(r.Method) + ": " + how})
 	h := w.Header()
@@ -177,6 +179,7 @@ func unknownProcedure(errs *connect.ErrorWriter, others []string, next http.Hand
 		if len(path) > 200 {
 			path = path[:200] + "…"
 		}
+		noteRefusal(r, connect.CodeUnimplemented, "the path names no procedure served here")
 		_ = errs.Write(w, r, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("no procedure %q here: the services are "+
 			"jobwatch.v1.JobService, WorkerService and QueueService (proto/jobwatch/v1), grpc.health.v1.Health and reflection", path)))
 	})

@@ -80,7 +80,7 @@ func NewMetricsWith(o MetricsOptions) *Metrics {
 		opts: o,
 		parkedWaits: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "jobwatch_parked_waits",
-			Help: "WaitJob calls (and SubmitJob calls with wait) parked now.",
+			Help: "WaitJob, WaitJobs and SubmitJob-with-wait calls parked now, one per call whatever the jobs it waits for (the places they hold, a WaitJobs one per 16 jobs, are in jobwatch_parked_calls).",
 		}),
 		openWatches: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "jobwatch_open_watches",
@@ -99,7 +99,7 @@ func NewMetricsWith(o MetricsOptions) *Metrics {
 		}, []string{"kind"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jobwatch_requests_total",
-			Help: "RPCs handled, by procedure and Connect code.",
+			Help: "RPCs answered, by procedure and Connect code, those refused before their handler included (no token, wrong method or Content-Type, too large); procedure=\"(unknown)\" counts calls to a path that names no procedure.",
 		}, []string{"procedure", "code"}),
 		tokenRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jobwatch_token_requests_total",
@@ -119,7 +119,7 @@ func NewMetricsWith(o MetricsOptions) *Metrics {
 		}),
 		parkedCalls: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "jobwatch_parked_calls",
-			Help: "Places held by parked calls now: one per WaitJob, WatchJob, WatchJobs and ClaimJob, one per 16 jobs of a WaitJobs (limit: --max-parked-calls).",
+			Help: "Places held by parked calls now (limit: --max-parked-calls): one per WaitJob (and SubmitJob with wait), WatchJob, WatchJobs, WatchJobLogs, ClaimJob, gRPC health Watch and reflection stream; a WaitJobs one per 16 jobs it waits for.",
 		}),
 		parkRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jobwatch_parked_calls_refused_total",
@@ -127,11 +127,11 @@ func NewMetricsWith(o MetricsOptions) *Metrics {
 		}, []string{"kind"}),
 		parkedByTenant: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "jobwatch_parked_calls_by_tenant",
-			Help: "Parked calls by tenant, for the tenants with any parked now, while --max-parked-calls-per-tenant is on; tenant=\"(none)\" counts claims of workers bound to no tenant.",
+			Help: "Places held by parked calls (as jobwatch_parked_calls counts them) by tenant, for the tenants with any parked now, while --max-parked-calls-per-tenant is on; tenant=\"(none)\" counts claims of workers bound to no tenant.",
 		}, []string{"tenant"}),
 		tenantParkRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jobwatch_parked_calls_tenant_refused_total",
-			Help: "Calls that found their tenant's --max-parked-calls-per-tenant taken, by kind and tenant: a wait answered at once with the current state, a watch or claim refused with resource_exhausted.",
+			Help: "Calls that found their tenant's --max-parked-calls-per-tenant taken, by kind and tenant: a wait answered at once with the current state, a watch or claim refused with resource_exhausted. tenant is the tenant of the caller's token, else the first 100 other tenants refused since the server started; past those, \"(other)\".",
 		}, []string{"kind", "tenant"}),
 		hostRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "jobwatch_requests_refused_host_total",
@@ -469,6 +469,14 @@ func (i *callInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 func (i *callInterceptor) done(ctx context.Context, procedure string, peer connect.Peer, start time.Time, err error) {
 	code := "ok"
 	switch {
+	case err == nil && ctx.Err() != nil:
+		// The caller hung up (or its deadline passed) before the answer
+		// was written: a wait answers its current state when its caller
+		// goes, to no one. It counts as a watch cut the same way does.
+		code = connect.CodeCanceled.String()
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			code = connect.CodeDeadlineExceeded.String()
+		}
 	case err == nil:
 	case errors.As(err, new(*connect.Error)):
 		code = connect.CodeOf(err).String()
@@ -526,30 +534,154 @@ var unaryProcedures = func() map[string]bool {
 	return procedures
 }()
 
-// countEarlyAnswers counts in requests_total the unary calls connect
-// answers before any interceptor runs: a body that cannot be decoded, is
-// too large, arrives too slowly or whose client hung up. Without it
-// jobwatch_requests_total would show none of the mistakes callers make
-// most. The code is read from the answer: the grpc-status header of a
-// gRPC or gRPC-Web answer, or the code of a Connect error body.
-func (s *Server) countEarlyAnswers(next http.Handler) http.Handler {
+// unknownProcedureLabel is the procedure label of the calls to a path that
+// names no procedure here (answered unimplemented): one series for them
+// all, whatever the paths, and a value no procedure's path can be.
+const unknownProcedureLabel = "(unknown)"
+
+// countEarlyAnswers counts in requests_total, and logs at debug level,
+// the calls answered before callInterceptor ran: refused by the checks
+// in front of connect (no token or one not known, another method than
+// POST, a Content-Type not spoken, a malformed deadline header, a Host
+// not allowed, a path that names no procedure), or by connect as it read
+// a unary call's body (which it does before any interceptor runs: a body
+// that cannot be decoded, is too large, arrives too slowly, or whose
+// client hung up). Without it jobwatch_requests_total and the debug log
+// would show none of the mistakes callers make most: an operator chasing
+// a 401 would have nothing to read. The code is read from the answer:
+// the grpc-status header of a gRPC or gRPC-Web answer, or the code of a
+// Connect error body. The procedure label is a procedure served here, or
+// unknownProcedureLabel for any POST to another path, so no request path
+// can add a series; other requests (the page, /metrics, /healthz) are
+// left alone.
+//
+// others are the procedures served here besides jobwatch's services
+// (health, reflection).
+func (s *Server) countEarlyAnswers(others []string, next http.Handler) http.Handler {
+	known := map[string]bool{}
+	for p := range unaryProcedures {
+		known[p] = true
+	}
+	for _, p := range streamProcedures {
+		known[p] = true
+	}
+	for _, p := range others {
+		known[p] = true
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !unaryProcedures[r.URL.Path] {
-			next.ServeHTTP(w, r)
-			return
+		label := r.URL.Path
+		if !known[label] {
+			if r.Method != http.MethodPost {
+				next.ServeHTTP(w, r)
+				return
+			}
+			label = unknownProcedureLabel
 		}
-		call := &countedCall{}
+		start := time.Now()
+		call := &countedCall{unary: unaryProcedures[r.URL.Path]}
 		r = r.WithContext(context.WithValue(r.Context(), countedCallKey{}, call))
-		a := &answer{ResponseWriter: w}
-		next.ServeHTTP(a, r)
+		var a *answer
+		if call.unary {
+			// Only a unary call's answer is read for its code: connect
+			// refuses a unary body before any interceptor runs. A
+			// stream refused in front of connect has its code noted
+			// (noteRefusal), and its writes go straight through: a
+			// parked watch's stack has no room for more frames, which
+			// is also why what follows the call is in countEarly.
+			a = &answer{ResponseWriter: w}
+			next.ServeHTTP(a, r)
+		} else {
+			next.ServeHTTP(w, r)
+		}
 		if call.counted.Load() {
 			call.sent(w) // a cut answer counts as a failure (sends.go)
 			return
 		}
-		if code, ok := a.code(); ok {
-			s.metrics.requests.WithLabelValues(r.URL.Path, code).Inc()
-		}
+		s.countEarly(label, call, a, r, start)
 	})
+}
+
+// countEarly counts and logs a call answered before callInterceptor ran:
+// with the code the check that refused it noted, else the code its
+// answer a (nil for a stream) carries.
+//
+//go:noinline
+func (s *Server) countEarly(label string, call *countedCall, a *answer, r *http.Request, start time.Time) {
+	code, status := call.refusedCode, 0
+	if a != nil {
+		status = a.status
+		if code == "" {
+			code, _ = a.code()
+		}
+	}
+	if code == "" {
+		return
+	}
+	s.metrics.requests.WithLabelValues(label, code).Inc()
+	reason := call.reason
+	if reason == "" {
+		reason = earlyReason(code)
+	}
+	path := r.URL.Path
+	if len(path) > 200 {
+		path = path[:200] + "…"
+	}
+	// Never the Authorization header nor the body: the reason is the
+	// server's own words.
+	s.log.DebugContext(r.Context(), "call refused before its handler",
+		"procedure", path,
+		"method", r.Method,
+		"peer", r.RemoteAddr,
+		"status", status,
+		"code", code,
+		"reason", reason,
+		"duration", time.Since(start))
+}
+
+// streamProcedures are the streaming RPCs of jobwatch's services.
+var streamProcedures = func() []string {
+	var procedures []string
+	services := jobwatchv1.File_jobwatch_v1_jobwatch_proto.Services()
+	for i := range services.Len() {
+		methods := services.Get(i).Methods()
+		for j := range methods.Len() {
+			m := methods.Get(j)
+			if m.IsStreamingClient() || m.IsStreamingServer() {
+				procedures = append(procedures, "/"+string(services.Get(i).FullName())+"/"+string(m.Name()))
+			}
+		}
+	}
+	return procedures
+}()
+
+// earlyReason says why a call was answered code before callInterceptor
+// ran when the check that answered it noted no reason (noteRefusal):
+// connect-go's own answers as it read the request. It quotes nothing of
+// the request: a body that cannot be decoded is told to its caller with
+// pieces of it, which are not the log's.
+func earlyReason(code string) string {
+	switch code {
+	case connect.CodeResourceExhausted.String():
+		return "the request message is over --max-request-bytes (as sent, or once inflated)"
+	case connect.CodeInvalidArgument.String():
+		return "the request could not be read (its framing, compression or encoding); the caller was told what is wrong"
+	case connect.CodeDeadlineExceeded.String():
+		return "the request body did not arrive within --body-timeout, or the call's deadline had passed"
+	case connect.CodeCanceled.String():
+		return "the client hung up before its request was read"
+	case connect.CodeUnimplemented.String():
+		return "the request names a compression or an encoding the server does not speak"
+	}
+	return "refused by connect-go before any handler ran"
+}
+
+// noteRefusal tells countEarlyAnswers that a check in front of connect
+// answers r with code, and why, for the call's count and debug line.
+// reason is the server's own words: never a token, never the body.
+func noteRefusal(r *http.Request, code connect.Code, reason string) {
+	if c, ok := r.Context().Value(countedCallKey{}).(*countedCall); ok {
+		c.refusedCode, c.reason = code.String(), reason
+	}
 }
 
 // countedCallKey marks a request's context with the *countedCall that
@@ -558,11 +690,18 @@ type countedCallKey struct{}
 
 type countedCall struct {
 	counted atomic.Bool
+	// unary: a unary call of jobwatch's services, which callInterceptor
+	// leaves to countEarlyAnswers to count once its answer is written
+	// (countWhenSent).
+	unary bool
 	// count and code: the count callInterceptor left until the answer
 	// is sent (countWhenSent, sends.go). Only the call's goroutine
 	// touches them.
 	count func(code string)
 	code  string
+	// refusedCode and reason: the code a check in front of connect
+	// answered the call with, and why (noteRefusal).
+	refusedCode, reason string
 }
 
 // markCounted tells countEarlyAnswers that the call in ctx was counted.

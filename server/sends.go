@@ -735,10 +735,11 @@ func streamOutcome(ctx context.Context, code string) string {
 // countWhenSent leaves the counting of a unary call to countEarlyAnswers,
 // which runs once the answer is written and calls sent: connect writes a
 // unary answer after the interceptors return, and a cut answer is a
-// failed call. It reports false when ctx holds no such call (a stream).
+// failed call. It reports false when ctx holds no such call (a stream, or
+// a call outside jobwatch's services).
 func countWhenSent(ctx context.Context, code string, count func(code string)) bool {
 	c, ok := ctx.Value(countedCallKey{}).(*countedCall)
-	if !ok {
+	if !ok || !c.unary {
 		return false
 	}
 	c.code, c.count = code, count

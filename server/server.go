@@ -407,7 +407,7 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 		s.hosts = newHostCheck(cfg.AllowedHosts, s.metrics, s.log, opts)
 		h = s.hosts.handler(h)
 	}
-	h = s.countEarlyAnswers(h)
+	h = s.countEarlyAnswers(others, h)
 	if len(cfg.CORSOrigins) > 0 {
 		h = cors.New(cors.Options{
 			AllowedOrigins: cfg.CORSOrigins,

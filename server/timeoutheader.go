@@ -54,6 +54,7 @@ func checkTimeoutHeaders(refusals *connect.ErrorWriter, next http.Handler) http.
 			next.ServeHTTP(w, r)
 			return
 		}
+		noteRefusal(r, err.Code(), err.Message())
 		_ = refusals.Write(w, r, err)
 	})
 }
