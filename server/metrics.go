@@ -390,16 +390,22 @@ func (s *Server) metricsOnAPIPort(metrics http.Handler) http.Handler {
 
 // MoveMetrics takes /metrics off Handler (the API's port then answers it
 // 404) and returns it, asking no token, for a listener of its own (serve
-// --metrics-addr); the handler answers /metrics only, and without AnyHost
-// refuses other Hosts as the API's port does, so that a page cannot read
-// it through DNS rebinding either. Call it before Serve. A Metrics shared
-// by several servers moves for all of them.
-func (s *Server) MoveMetrics() http.Handler {
+// --metrics-addr); the handler answers /metrics only. It refuses Hosts
+// other than loopback names and AllowedHosts, as the API's port does
+// without AnyHost, so that a page cannot read it through DNS rebinding;
+// and so it does on a loopback listener whatever AnyHost says, as no
+// token guards it there (with --tokens the API's port needs no Host
+// check, its tokens do). Call it before Serve. A Metrics shared by
+// several servers moves for all of them.
+func (s *Server) MoveMetrics(loopback bool) http.Handler {
 	s.metrics.elsewhere.Store(true)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", s.metricsHandler())
-	if s.hosts != nil {
+	switch {
+	case s.hosts != nil:
 		return s.hosts.handler(mux)
+	case loopback:
+		return newHostCheck(s.cfg.AllowedHosts, s.metrics, s.log, nil).handler(mux)
 	}
 	return mux
 }

@@ -181,7 +181,7 @@ func TestMetricsTakeAMetricsOrAdminTokenWhenTokensAreOn(t *testing.T) {
 // serves them without a token, and nothing but /metrics.
 func TestMoveMetricsServesThemOnlyOnTheirOwnListener(t *testing.T) {
 	ts := startServer(t, serverOptions{config: server.Config{Tokens: metricsTokens(t)}})
-	own := httptest.NewServer(ts.srv.MoveMetrics())
+	own := httptest.NewServer(ts.srv.MoveMetrics(true))
 	defer own.Close()
 	hc := ts.http1Client()
 	if status, body := scrape(t, hc, own.URL); status != http.StatusOK || !strings.Contains(body, `jobwatch_jobs{state="queued"}`) {
@@ -205,7 +205,7 @@ func TestMoveMetricsServesThemOnlyOnTheirOwnListener(t *testing.T) {
 // a page on another site cannot read it through DNS rebinding.
 func TestMovedMetricsCheckTheHostAsTheAPIPortDoes(t *testing.T) {
 	ts := startServer(t, serverOptions{config: server.Config{}}) // the Host check is the default
-	own := httptest.NewServer(ts.srv.MoveMetrics())
+	own := httptest.NewServer(ts.srv.MoveMetrics(false))
 	defer own.Close()
 	for host, want := range map[string]int{"evil.example": http.StatusForbidden, "localhost": http.StatusOK} {
 		req, err := http.NewRequest(http.MethodGet, own.URL+"/metrics", nil)
@@ -220,6 +220,34 @@ func TestMovedMetricsCheckTheHostAsTheAPIPortDoes(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != want {
 			t.Errorf("Host %s: %d, want %d", host, resp.StatusCode, want)
+		}
+	}
+}
+
+// With tokens the API's port checks no Host (AnyHost): its tokens guard
+// it. /metrics moved to a loopback listener of its own asks for no token,
+// so there the Host check stays; beyond loopback (a scraper names the
+// address it dials) it answers every Host.
+func TestMovedMetricsOnLoopbackCheckTheHostWhateverTheTokens(t *testing.T) {
+	for _, tt := range []struct {
+		loopback bool
+		want     int
+	}{{true, http.StatusForbidden}, {false, http.StatusOK}} {
+		ts := startServer(t, serverOptions{config: server.Config{Tokens: metricsTokens(t), AnyHost: true}})
+		own := httptest.NewServer(ts.srv.MoveMetrics(tt.loopback))
+		req, err := http.NewRequest(http.MethodGet, own.URL+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = "evil.example"
+		resp, err := ts.http1Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		own.Close()
+		if resp.StatusCode != tt.want {
+			t.Errorf("a listener on loopback %v, Host evil.example: %d, want %d", tt.loopback, resp.StatusCode, tt.want)
 		}
 	}
 }

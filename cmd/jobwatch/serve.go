@@ -572,8 +572,9 @@ func serveMetrics(srv *server.Server, addr string, log *slog.Logger) (listening 
 	if err != nil {
 		return "", nil, err
 	}
+	host, _, _ := net.SplitHostPort(addr) // checked by parseServeFlags
 	hs := &http.Server{
-		Handler:           srv.MoveMetrics(),
+		Handler:           srv.MoveMetrics(isLoopback(host)),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		// A scrape of a busy server takes milliseconds; a reader that
