@@ -222,6 +222,7 @@ func (b *benchRun) burndownOnce(ctx context.Context, srv benchServer, storeName,
 	var backends []client.WorkerBackend
 	var slots []int
 	var alive func() error
+	stopServer := func() {}
 	switch mode {
 	case modeInproc:
 		r.InsertPerS = &insert
@@ -239,6 +240,7 @@ func (b *benchRun) burndownOnce(ctx context.Context, srv benchServer, storeName,
 			return r, err
 		}
 		defer p.stop()
+		stopServer = p.stop
 		slots = splitSlots(b.o.burndownSlots, b.o.burndownRPCWorkers)
 		for range slots {
 			c := b.newClient(p.base, 1)
@@ -279,9 +281,13 @@ func (b *benchRun) burndownOnce(ctx context.Context, srv benchServer, storeName,
 	b.progress("  %.0f jobs/s (%d in %.1fs); %s", r.BurndownPerS, completed, took.Seconds(), r.claimFigures)
 
 	if st == nil {
-		if st, err = db.open(ctx); err != nil {
-			return r, err
+		// The server stops first: it holds a SQLite file alone.
+		stopServer()
+		reopened, err := db.open(ctx)
+		if err != nil {
+			return r, fmt.Errorf("open the database to count its jobs: %w", err)
 		}
+		st = reopened
 	}
 	return r, checkBurnedDown(ctx, st, int64(depth), completed)
 }

@@ -83,6 +83,30 @@ func TestBenchBurndownCompletesEveryJob(t *testing.T) {
 	}
 }
 
+// TestBenchBurndownOverRPCOnSQLite burns down over RPC on SQLite, where
+// the server started for it holds the file alone: the bench counts the
+// jobs once that server has stopped (it failed to open the file, and
+// panicked closing the store it did not open).
+func TestBenchBurndownOverRPCOnSQLite(t *testing.T) {
+	var out, errOut bytes.Buffer
+	args := []string{"--json", "--binary", jobwatchBinary(t), "--scenarios", "burndown", "--depths", "200", "--burndown-modes", "rpc",
+		"--burndown-slots", "10", "--burndown-submitters", "2", "--burndown-steady=false"}
+	if err := Run(context.Background(), args, &out, &errOut, CLI{}); err != nil {
+		t.Fatalf("bench: %v\n%s", err, &errOut)
+	}
+	var res benchResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("bench --json printed no JSON: %v\n%s", err, &out)
+	}
+	f := res.Results["jobwatch"].Burndown
+	if f == nil || len(f.Runs) != 1 {
+		t.Fatalf("burndown = %+v, want one run", f)
+	}
+	if r := f.Runs[0]; r.Mode != modeRPC || r.Store != storeSQLite || r.Completed != 200 || r.BurndownPerS <= 0 {
+		t.Errorf("run = %+v, want 200 of 200 completed over RPC on SQLite", r)
+	}
+}
+
 // TestBenchBurndownIsNotInAll: "all", the default, leaves the burndown
 // scenario out (it runs for an hour at its defaults), and a bad
 // --burndown-modes or --burndown-stores is a usage error.
