@@ -78,6 +78,7 @@ func startServer(ctx context.Context, srv benchServer, dir string, opts serverOp
 	// Not CommandContext: stop ends the process gracefully, and a bench
 	// cut short by ctx still stops it through the deferred stop.
 	cmd := exec.Command(srv.binary, args...)
+	ownGroup(cmd)
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {

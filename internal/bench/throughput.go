@@ -73,7 +73,10 @@ func (b *benchRun) throughputOver(ctx context.Context, procs []*serverProc) (flo
 	for _, s := range serverCPU {
 		used += s()
 	}
-	b.progress("  %.0f jobs/s; the server processes used %.0f%% of a core, the bench %.0f%%", rate, used/took*100, benchCPU()/took*100)
+	if err == nil {
+		// A run cut short (Ctrl-C) measured nothing worth a line.
+		b.progress("  %.0f jobs/s; the server processes used %.0f%% of a core, the bench %.0f%%", rate, used/took*100, benchCPU()/took*100)
+	}
 	return rate, err
 }
 
