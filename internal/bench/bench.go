@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
@@ -342,7 +343,43 @@ func (c CLI) parseBenchFlags(args []string, stderr io.Writer) (benchOptions, err
 	if o.warmup < 0 || o.settle < 0 {
 		return o, c.usageError("--warmup and --settle must not be negative")
 	}
+	if len(o.scenarios) == 0 && o.serveFloor == "" {
+		return o, c.usageError(fmt.Sprintf("--scenarios: no scenario given (known: %s, throughput, all)", strings.Join(benchScenarios, ", ")))
+	}
+	if (o.scenarios["burndown"] || o.scenarios["fair"]) && o.postgres == "" && !slices.Contains(o.burndownStores, storeSQLite) {
+		return o, c.usageError("--burndown-stores postgres needs --postgres URL: without it there is nothing to measure")
+	}
 	return o, nil
+}
+
+// checkBeforeRunning finds out what would fail only after minutes of
+// measuring, before the first: a --postgres the bench cannot make a
+// schema in, a --json-file it cannot write, a --before that is no
+// program.
+func checkBeforeRunning(ctx context.Context, o benchOptions) error {
+	if o.postgres != "" {
+		_, drop, err := postgresSchema(ctx, o.postgres)
+		if err != nil {
+			return fmt.Errorf("--postgres: %w", err)
+		}
+		if err := drop(); err != nil {
+			return fmt.Errorf("--postgres: %w", err)
+		}
+	}
+	if o.jsonFile != "" {
+		f, err := os.CreateTemp(filepath.Dir(o.jsonFile), ".jobwatch-bench-*")
+		if err != nil {
+			return fmt.Errorf("--json-file %s: cannot write there: %w", o.jsonFile, err)
+		}
+		f.Close()
+		os.Remove(f.Name())
+	}
+	if o.before != "" {
+		if fi, err := os.Stat(o.before); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return fmt.Errorf("--before %s: not a program this user may run", o.before)
+		}
+	}
+	return nil
 }
 
 // choices reads a comma-separated list of some of known, each once, in
@@ -400,6 +437,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, cli CLI) 
 	}
 	if o.serveFloor != "" {
 		return serveFloor(ctx, o.serveFloor)
+	}
+	if err := checkBeforeRunning(ctx, o); err != nil {
+		return err
 	}
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)

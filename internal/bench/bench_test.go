@@ -172,6 +172,38 @@ func TestBenchRefusesAnUnknownScenario(t *testing.T) {
 	}
 }
 
+// TestBenchRefusesARunOfNothing: no scenario, or a burn-down on
+// PostgreSQL alone without a --postgres to run it on, is a usage error,
+// not a table of nothing and exit 0.
+func TestBenchRefusesARunOfNothing(t *testing.T) {
+	for _, args := range [][]string{{"--scenarios", ""}, {"--scenarios", ","}, {"--scenarios", "burndown", "--burndown-stores", "postgres"}} {
+		if msg := refusal(t, args...); !strings.Contains(msg, "no scenario") && !strings.Contains(msg, "needs --postgres") {
+			t.Errorf("bench %q: %s; want it to say what is missing", args, msg)
+		}
+	}
+}
+
+// TestBenchFindsWhatWouldFailBeforeMeasuring: a --json-file it cannot
+// write, a --before that is no program or a --postgres it cannot reach
+// stops the bench at once, before
+// minutes of figures it would then lose.
+func TestBenchFindsWhatWouldFailBeforeMeasuring(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--scenarios", "parked", "--json-file", filepath.Join(t.TempDir(), "no", "such", "x.json")}, "--json-file"},
+		{[]string{"--scenarios", "parked", "--before", filepath.Join(t.TempDir(), "jobwatch")}, "--before"},
+		{[]string{"--scenarios", "parked", "--postgres", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5"}, "--postgres"},
+	} {
+		began := time.Now()
+		err := Run(context.Background(), tt.args, io.Discard, io.Discard, CLI{})
+		if err == nil || !strings.Contains(err.Error(), tt.want) || time.Since(began) > 10*time.Second {
+			t.Errorf("bench %q = %v after %v; want a refusal naming %s at once", tt.args, err, time.Since(began), tt.want)
+		}
+	}
+}
+
 // TestBenchReportsAWatchThatFailsFirst: a server that refuses WatchJob
 // (a proxy in the way, a token without the right) makes bench say so and
 // stop, instead of waiting for ever for the watch to be ready, and it
