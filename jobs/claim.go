@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -276,7 +277,8 @@ func (e *Engine) Release(ctx context.Context, id, leaseID string) (jobtype.Job, 
 }
 
 // giveBack makes RUNNING j QUEUED again as if its claim had never been
-// made: the attempt not counted, no worker, no progress, no lease.
+// made: the attempt not counted, no progress, no lease, and the worker
+// of the attempt before (from its history entry), if one ran.
 func giveBack(j *jobtype.Job) {
 	j.State = jobtype.Queued
 	j.Attempt = max(j.Attempt-1, 0)
@@ -284,6 +286,12 @@ func giveBack(j *jobtype.Job) {
 		j.StartedAt = time.Time{}
 	}
 	j.WorkerID = ""
+	for _, h := range slices.Backward(j.History) {
+		if h.Attempt == j.Attempt && h.WorkerID != "" {
+			j.WorkerID = h.WorkerID
+			break
+		}
+	}
 	j.Percent = 0
 	j.Step = ""
 	releaseLease(j)

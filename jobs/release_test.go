@@ -58,8 +58,8 @@ func TestReleaseAfterARetryKeepsTheAttemptsMade(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.State != jobtype.Queued || got.Attempt != 1 || !got.StartedAt.Equal(first.StartedAt) ||
-		got.Error == nil || got.Error.Type != "Timeout" || !got.RunAt.Equal(second.RunAt) {
-		t.Errorf("released %+v; want queued with the first attempt, its start and its error kept, run_at unchanged", got)
+		got.Error == nil || got.Error.Type != "Timeout" || !got.RunAt.Equal(second.RunAt) || got.WorkerID != first.WorkerID {
+		t.Errorf("released %+v; want queued with the first attempt, its start, its worker (%s) and its error kept, run_at unchanged", got, first.WorkerID)
 	}
 }
 

@@ -190,7 +190,7 @@ func (h *workerService) ReleaseJob(ctx context.Context, req *jobwatchv1.ReleaseJ
 	if err != nil {
 		return nil, h.s.toConnectError(ctx, "release job", ofJob(req.GetJobId(), err))
 	}
-	h.s.log.InfoContext(ctx, "claim given back by its worker", "job_id", j.ID, "queue", j.Queue)
+	h.s.log.InfoContext(ctx, "claim given back by its worker", "job_id", j.ID, "queue", j.Queue, "tenant", j.Tenant, "by", actor(ctx))
 	pj, err := h.s.protoJob(ctx, &j)
 	return &jobwatchv1.ReleaseJobResponse{Job: pj}, err
 }

@@ -459,6 +459,12 @@ func (b *demoBackend) AppendLogs(ctx context.Context, l *client.Lease, lines []*
 	return b.WorkerBackend.(client.LogAppender).AppendLogs(ctx, l, lines)
 }
 
+// Release implements client.Releaser: a job claimed as the demo stops
+// goes back to its queue.
+func (b *demoBackend) Release(ctx context.Context, l *client.Lease) error {
+	return b.WorkerBackend.(client.Releaser).Release(ctx, l)
+}
+
 func (b *demoBackend) Heartbeat(ctx context.Context, l *client.Lease, percent int32, step string) (bool, error) {
 	if l.Job.GetKind() != "hang" {
 		return b.WorkerBackend.Heartbeat(ctx, l, percent, step)

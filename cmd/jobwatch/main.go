@@ -64,20 +64,37 @@ func main() {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
-		cancel(signalCause{<-sigs})
+		var first os.Signal
+		select {
+		case first = <-sigs:
+		case first = <-hangups:
+		}
+		cancel(signalCause{first})
 		c := signalCause{<-sigs}
-		fmt.Fprintf(os.Stderr, "jobwatch: %s again: quitting at once\n", c.sigName())
+		if c.sig == first {
+			fmt.Fprintf(os.Stderr, "jobwatch: %s again: quitting at once\n", c.sigName())
+		} else {
+			fmt.Fprintf(os.Stderr, "jobwatch: %s after %s: quitting at once\n", c.sigName(), signalCause{first}.sigName())
+		}
 		os.Exit(c.code())
 	}()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	os.Exit(code)
 }
 
+// hangups carries a SIGHUP that stops the command (stopOnHangup) to
+// main's handler, where it is the first signal, as a SIGINT or SIGTERM
+// is: main's context ends with it as the cause, and the next SIGINT or
+// SIGTERM quits at once.
+var hangups = make(chan os.Signal, 1)
+
 // stopOnHangup is ctx, ended by a SIGHUP too, with the signal as its
 // cause as main's SIGINT and SIGTERM are: a worker or a demo started
 // from a terminal that then closes drains and stops instead of dying at
 // once with its jobs (serve reads its files again instead:
-// reloadOnHangup). stop lets SIGHUP go; call it once the command is done.
+// reloadOnHangup). Under main the SIGHUP goes through main's handler
+// (hangups), so that a Ctrl-C after it quits at once as the drain's
+// message says. stop lets SIGHUP go; call it once the command is done.
 func stopOnHangup(ctx context.Context) (_ context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	hup := make(chan os.Signal, 1)
@@ -85,6 +102,10 @@ func stopOnHangup(ctx context.Context) (_ context.Context, stop func()) {
 	go func() {
 		select {
 		case sig := <-hup:
+			select {
+			case hangups <- sig:
+			default:
+			}
 			cancel(signalCause{sig})
 		case <-ctx.Done():
 		}

@@ -181,33 +181,39 @@ func TestWorkerSaysWhatItWaitsForOnCtrlC(t *testing.T) {
 // A second Ctrl-C during the drain ends the worker at once, as the drain
 // message promises: it says so, exits 130, and its command goes with it.
 func TestASecondCtrlCQuitsTheWorkerAtOnce(t *testing.T) {
-	s := startCLIServer(t, 5*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pids := filepath.Join(t.TempDir(), "pids")
-	logs, wait, signal := startWorker(t, ctx, nil, "--server", s.URL, "--kind", "slow", "--heartbeat", "200ms",
-		"--exec", `echo $$ > `+pids+`; echo "progress 10 working"; sleep 60`)
+	// The first may be the SIGHUP of a closed terminal: a Ctrl-C after it
+	// is the second.
+	for _, first := range []syscall.Signal{syscall.SIGINT, syscall.SIGHUP} {
+		t.Run(first.String(), func(t *testing.T) {
+			s := startCLIServer(t, 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			pids := filepath.Join(t.TempDir(), "pids")
+			logs, wait, signal := startWorker(t, ctx, nil, "--server", s.URL, "--kind", "slow", "--heartbeat", "200ms",
+				"--exec", `echo $$ > `+pids+`; echo "progress 10 working"; sleep 60`)
 
-	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "slow"})
-	s.watchUntilStep(t, ctx, id, "working")
-	signal(syscall.SIGINT)
-	waitFor(t, "the worker to say which job it waits for", func() bool {
-		return strings.Contains(logs.String(), "waiting for the running jobs")
-	})
-	signal(syscall.SIGINT)
-	var exit *exec.ExitError
-	if err := wait(); !errors.As(err, &exit) || exit.ExitCode() != 130 {
-		t.Fatalf("worker exited with %v after a second Ctrl-C, want exit status 130; logs:\n%s", err, logs)
+			id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "slow"})
+			s.watchUntilStep(t, ctx, id, "working")
+			signal(first)
+			waitFor(t, "the worker to say which job it waits for", func() bool {
+				return strings.Contains(logs.String(), "waiting for the running jobs")
+			})
+			signal(syscall.SIGINT)
+			var exit *exec.ExitError
+			if err := wait(); !errors.As(err, &exit) || exit.ExitCode() != 130 {
+				t.Fatalf("worker exited with %v after a second Ctrl-C, want exit status 130; logs:\n%s", err, logs)
+			}
+			if !strings.Contains(logs.String(), "SIGINT (Ctrl-C) again: quitting at once") && !strings.Contains(logs.String(), "SIGINT (Ctrl-C) after SIGHUP") {
+				t.Errorf("the worker did not say it quit at once:\n%s", logs)
+			}
+			b, err := os.ReadFile(pids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			waitForWithin(t, 6*time.Second, "the command to be gone", func() bool { return !alive(pid) })
+		})
 	}
-	if !strings.Contains(logs.String(), "SIGINT (Ctrl-C) again: quitting at once") {
-		t.Errorf("the worker did not say it quit at once:\n%s", logs)
-	}
-	b, err := os.ReadFile(pids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	waitForWithin(t, 6*time.Second, "the command to be gone", func() bool { return !alive(pid) })
 }
 
 // The drain message says what happens to a job still running at
