@@ -71,7 +71,9 @@ type burndownRunFigures struct {
 	// Completed counts the completions the backends acknowledged: Depth,
 	// unless --burndown-cap passed first, when BurndownPerS is the rate
 	// of the part done.
-	Completed    int     `json:"completed"`
+	Completed int `json:"completed"`
+	// Capped says --burndown-cap cut the run short (Completed < Depth).
+	Capped       bool    `json:"capped,omitempty"`
 	BurndownS    float64 `json:"burndown_s"`
 	BurndownPerS float64 `json:"burndown_per_s"`
 	claimFigures
@@ -275,7 +277,7 @@ func (b *benchRun) burndownOnce(ctx context.Context, srv benchServer, storeName,
 		return r, errors.New("no job completed")
 	}
 	took := end.Sub(t0)
-	r.Completed, r.BurndownS = int(completed), took.Seconds()
+	r.Completed, r.Capped, r.BurndownS = int(completed), completed < int64(depth), took.Seconds()
 	r.BurndownPerS = float64(completed) / took.Seconds()
 	r.claimFigures = c.claimFigures()
 	b.progress("  %.0f jobs/s (%d in %.1fs); %s", r.BurndownPerS, completed, took.Seconds(), r.claimFigures)

@@ -107,6 +107,37 @@ func TestBenchBurndownOverRPCOnSQLite(t *testing.T) {
 	}
 }
 
+// A ratio of priority layouts whose runs --burndown-cap cut short says
+// so: such runs reached only the first jobs of each layout, and the JSON
+// marks each of them capped.
+func TestBenchBurndownSaysARatioOfCappedRunsIsCutShort(t *testing.T) {
+	run := func(p string, completed int) burndownRunFigures {
+		return burndownRunFigures{Mode: modeInproc, Store: storeSQLite, Depth: 1000, Priorities: p,
+			Completed: completed, Capped: completed < 1000, BurndownPerS: 100}
+	}
+	for _, tt := range []struct {
+		runs []burndownRunFigures
+		want bool
+	}{
+		{[]burndownRunFigures{run("0", 1000), run("0-9", 1000)}, false},
+		{[]burndownRunFigures{run("0", 1000), run("0-9", 500)}, true},
+	} {
+		r := &benchResult{Servers: []string{"jobwatch"},
+			Settings: benchSettings{Burndown: &burndownSettings{Priorities: []string{"0", "0-9"}, Slots: 10}},
+			Results:  map[string]*serverFigures{"jobwatch": {Burndown: &burndownFigures{Runs: tt.runs}}}}
+		said := false
+		for _, row := range r.burndownRows() {
+			if strings.Contains(row.label, "over with 0") {
+				said = strings.Contains(row.label, "cut short by --burndown-cap")
+			}
+		}
+		if said != tt.want {
+			t.Errorf("runs completed %d and %d: the ratio's label says it was cut short: %v, want %v",
+				tt.runs[0].Completed, tt.runs[1].Completed, said, tt.want)
+		}
+	}
+}
+
 // TestBenchBurndownIsNotInAll: "all", the default, leaves the burndown
 // scenario out (it runs for an hour at its defaults), and a bad
 // --burndown-modes or --burndown-stores is a usage error.

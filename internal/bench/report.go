@@ -437,7 +437,15 @@ func (r *benchResult) burndownRows() []benchRow {
 			continue
 		}
 		for _, p := range layouts[1:] {
-			rows = append(rows, benchRow{fmt.Sprintf("%s: jobs/s with priorities %s over with %s", where, p, layouts[0]),
+			cut := ""
+			for _, f := range r.Results {
+				x, _ := find(f, run.Mode, run.Store, run.Depth, p)
+				base, _ := find(f, run.Mode, run.Store, run.Depth, layouts[0])
+				if x.Capped || base.Capped {
+					cut = " (of runs cut short by --burndown-cap)"
+				}
+			}
+			rows = append(rows, benchRow{fmt.Sprintf("%s: jobs/s with priorities %s over with %s%s", where, p, layouts[0], cut),
 				func(f *serverFigures) (float64, bool) {
 					x, ok := find(f, run.Mode, run.Store, run.Depth, p)
 					base, baseOK := find(f, run.Mode, run.Store, run.Depth, layouts[0])
