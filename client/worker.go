@@ -427,7 +427,11 @@ func (w *Worker) giveBack(l *Lease) bool {
 		return false
 	}
 	log := w.log.With("job", l.Job.GetId(), "kind", l.Job.GetKind())
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	timeout := releaseTimeout
+	if w.cfg.DrainTimeout > 0 {
+		timeout = min(timeout, w.cfg.DrainTimeout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err := r.Release(ctx, l)
 	switch {
@@ -442,7 +446,8 @@ func (w *Worker) giveBack(l *Lease) bool {
 	return false
 }
 
-// releaseTimeout bounds giving back one job as the worker stops.
+// releaseTimeout bounds giving back one job as the worker stops, and so
+// does DrainTimeout when it is shorter.
 const releaseTimeout = 5 * time.Second
 
 // drainGrace is how long a handler cancelled at the drain timeout has to
