@@ -115,6 +115,11 @@ func (b remoteBackend) Release(ctx context.Context, l *Lease) error {
 	}))
 }
 
+func (b remoteBackend) StopClaiming(ctx context.Context, workerID string) error {
+	_, err := b.c.workers.StopClaiming(ctx, &jobwatchv1.StopClaimingRequest{WorkerId: workerID})
+	return err
+}
+
 // leaseCall makes a call under lease l. On a client of several servers
 // the first try has a third of the lease to be answered: a server that
 // froze, its connection still open, would otherwise hold the call until

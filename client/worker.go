@@ -170,6 +170,15 @@ type Releaser interface {
 	Release(ctx context.Context, l *Lease) error
 }
 
+// ClaimStopper is a WorkerBackend that can have the server answer a
+// worker's parked claims at once (StopClaiming). A Worker that is
+// stopping asks it, so that it receives the answer of the claim it has
+// in flight rather than cut the call after claimGrace, when an answer on
+// its way would be lost with it.
+type ClaimStopper interface {
+	StopClaiming(ctx context.Context, workerID string) error
+}
+
 // WorkerConfig tunes a Worker. Zero fields take the documented defaults.
 type WorkerConfig struct {
 	// ID names the worker in claims and in the job's worker_id. Default:
@@ -306,13 +315,27 @@ func (w *Worker) Run(ctx context.Context) error {
 	handlerCtx, stopHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopHandlers(nil)
 
-	// A claim outlives ctx by claimGrace: a job the server handed out just
-	// as ctx ended is on its way, and cutting the call would leave it
-	// RUNNING under a lease nobody holds until it is LOST. A job that
-	// comes so is given back, not run (giveBack).
+	// A claim outlives ctx: a job the server handed out just as ctx ended
+	// is on its way, and cutting the call would leave it RUNNING under a
+	// lease nobody holds until it is LOST. So the worker asks the server
+	// to answer its parked claims at once (StopClaiming) and lets the
+	// claim end with its answer, cutting it only after stoppedClaimGrace
+	// (a claim parked on another replica); with a backend or a server
+	// that cannot, after claimGrace. A job that comes so is given back,
+	// not run (giveBack).
 	claimCtx, stopClaims := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopClaims()
-	stopAfter := context.AfterFunc(ctx, func() { time.AfterFunc(claimGrace, stopClaims) })
+	stopAfter := context.AfterFunc(ctx, func() {
+		grace := claimGrace
+		if cs, ok := w.backend.(ClaimStopper); ok {
+			sctx, cancel := context.WithTimeout(context.Background(), stoppedClaimGrace)
+			if cs.StopClaiming(sctx, w.cfg.ID) == nil {
+				grace = stoppedClaimGrace
+			}
+			cancel()
+		}
+		time.AfterFunc(grace, stopClaims)
+	})
 	defer stopAfter()
 
 	slots := make(chan struct{}, w.cfg.Concurrency)
@@ -479,6 +502,12 @@ func (w *Worker) claim(ctx context.Context, kinds []string, n int) ([]*Lease, []
 // ctx ended: ample for a reply already on the wire, short enough that an
 // idle worker stops at once to a person's eye.
 const claimGrace = 250 * time.Millisecond
+
+// stoppedClaimGrace is how long a claim in flight may still answer after
+// Run's ctx ended once the server has been asked to answer it at once
+// (StopClaiming): it answers within milliseconds, unless it is parked
+// on another replica.
+const stoppedClaimGrace = 2 * time.Second
 
 // backendTransient reports whether a backend call is worth repeating:
 // for a remote backend as transient says, for an in-process one unless
@@ -666,6 +695,11 @@ func (w *Worker) flushLogs(ctx context.Context, lease *Lease, logs *logBatcher, 
 	return logs.close(ctx)
 }
 
+// timedOut reports whether err is a call that ran out of time.
+func timedOut(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || connect.CodeOf(err) == connect.CodeDeadlineExceeded
+}
+
 // reportFloor is the least time an outcome is tried for, the lease
 // having ended or not.
 const reportFloor = 5 * time.Second
@@ -850,15 +884,18 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 			return
 		case lease.TTL > 0 && time.Now().After(expires):
 			// The last beat ran into the lease's end, its own deadline:
-			// the failure before it says why (connection refused, say).
-			if lastFailure == nil || !errors.Is(err, context.DeadlineExceeded) && connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+			// a failure before it says why (connection refused, say).
+			if lastFailure == nil || !timedOut(err) {
 				lastFailure = err
 			}
 			log.Warn("heartbeats failed for the whole lease", "err", lastFailure)
 			cancel(ErrLeaseLost)
 			return
 		default:
-			lastFailure = err
+			// A beat that ran out of time says less than one refused.
+			if lastFailure == nil || !timedOut(err) {
+				lastFailure = err
+			}
 			beats.failed(log, err)
 			next = untilExpiry(min(r.delay(), interval))
 		}

@@ -692,6 +692,64 @@ func TestWorkerGivesBackAJobClaimedAsItStops(t *testing.T) {
 	})
 }
 
+// claimRecorder keeps the error of each Claim, and passes StopClaiming
+// on to the backend it wraps.
+type claimRecorder struct {
+	client.WorkerBackend
+	claiming chan struct{} // closed as the first Claim is sent
+	once     sync.Once
+	mu       sync.Mutex
+	errs     []error
+}
+
+func (b *claimRecorder) Claim(ctx context.Context, workerID string, kinds, queues []string) (*client.Lease, error) {
+	b.once.Do(func() { close(b.claiming) })
+	l, err := b.WorkerBackend.Claim(ctx, workerID, kinds, queues)
+	b.mu.Lock()
+	b.errs = append(b.errs, err)
+	b.mu.Unlock()
+	return l, err
+}
+
+func (b *claimRecorder) StopClaiming(ctx context.Context, workerID string) error {
+	return b.WorkerBackend.(client.ClaimStopper).StopClaiming(ctx, workerID)
+}
+
+// A worker that stops with its claim parked has the server answer it
+// (StopClaiming) rather than cut the call, whose answer could be a job
+// on its way: the claim ends OK, with no job, and Run returns at once.
+func TestAStoppingWorkerHasItsParkedClaimAnsweredNotCut(t *testing.T) {
+	var rec *claimRecorder
+	wrap := func(b client.WorkerBackend) client.WorkerBackend {
+		rec = &claimRecorder{WorkerBackend: b, claiming: make(chan struct{})}
+		return rec
+	}
+	forEachBackend(t, client.WorkerConfig{}, wrap, func(w *client.Worker) {
+		w.Handle("never", func(context.Context, *jobwatchv1.Job, client.Progress) (any, error) { return nil, nil })
+	}, func(t *testing.T, env *workerEnv) {
+		// Stopped as the claim is sent, parked or not yet: the server
+		// answers either at once.
+		<-rec.claiming
+		stopped := time.Now()
+		env.stop()
+		select {
+		case err := <-env.run:
+			if err != nil {
+				t.Fatalf("Run = %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the worker did not stop")
+		}
+		env.run <- nil // for the cleanup's wait
+		took := time.Since(stopped)
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if last := rec.errs[len(rec.errs)-1]; last != nil {
+			t.Fatalf("the parked claim ended with %v after %v; want it answered, not cut", last, took)
+		}
+	})
+}
+
 func TestWorkerReportsWhatTheServerWouldRefuse(t *testing.T) {
 	s := startServer(t, serverOptions{
 		engine: jobs.Config{LeaseTimeout: 2 * time.Second, MaxPayloadBytes: 1000},

@@ -120,6 +120,9 @@ func (e *Engine) ClaimJobs(ctx context.Context, r ClaimRequest, n int, deadline 
 	// writes for seconds; a read costs the writer nothing.
 	write, woken := deadline.IsZero() || time.Until(deadline) > 0, false
 	for {
+		if e.claimStopped(c) {
+			return nil, jobtype.ErrNoJob // its worker is stopping (StopClaiming)
+		}
 		gen, byChange, owesJob := e.beginLook(c)
 		woken = woken || byChange
 		// Woken for one ready job, which no other claimer was: claim

@@ -98,6 +98,11 @@ type claimers struct {
 	byRunAt   dueJobs
 	timer     *time.Timer
 	timerAt   time.Time // when timer fires; zero: not set
+
+	// stopping holds the workers that asked to stop claiming
+	// (StopClaiming), with when they asked: their claims answer at once
+	// for stopClaimingFor after.
+	stopping map[string]time.Time
 }
 
 // scheduledJob is a job that was QUEUED with a future RunAt: its wake,
@@ -130,6 +135,9 @@ type claimer struct {
 	elem *list.Element
 	wake chan struct{} // capacity 1: look again
 
+	worker  string // the worker that claims (ClaimRequest.WorkerID)
+	stopped bool   // its worker asked to stop claiming: answer now
+
 	parked   bool        // parked since its last look, and not woken since
 	gen      uint64      // wakes given to it
 	owed     []claimWake // wakes it must answer, or pass on when it returns
@@ -153,6 +161,7 @@ func newClaimer(r ClaimRequest) *claimer {
 		return strings.Join(slices.Compact(names), ",")
 	}
 	return &claimer{
+		worker:  r.WorkerID,
 		tenants: r.Tenants,
 		kinds:   r.Kinds,
 		queues:  r.Queues,
@@ -204,7 +213,57 @@ func (e *Engine) addClaimer(r ClaimRequest) *claimer {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	c.elem = cs.fifo.PushBack(c)
+	if at, ok := cs.stopping[c.worker]; ok && c.worker != "" && e.now().Sub(at) < stopClaimingFor {
+		c.stopped = true
+	}
 	return c
+}
+
+// stopClaimingFor is how long after StopClaiming a worker's new claims
+// still answer at once: one sent just before the worker stopped, which
+// reaches the server after StopClaiming, must not park.
+const stopClaimingFor = 10 * time.Second
+
+// StopClaiming answers the parked claims of workerID at once, each with
+// what it was granted or none (ErrNoJob), and any it makes in the next
+// stopClaimingFor, as it looks. A worker that is stopping asks this so
+// that it receives the answer of every claim it sent, rather than cut a
+// call whose answer may be on its way (its job would then stay RUNNING
+// under a lease nobody holds). Claims of other workers are not touched.
+// A worker id that no claim could name is an *InvalidError.
+func (e *Engine) StopClaiming(workerID string) error {
+	if err := jobtype.CheckName("worker_id", workerID); err != nil {
+		return err
+	}
+	cs := &e.claimers
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	now := e.now()
+	if cs.stopping == nil {
+		cs.stopping = map[string]time.Time{}
+	}
+	for w, at := range cs.stopping {
+		if now.Sub(at) >= stopClaimingFor {
+			delete(cs.stopping, w)
+		}
+	}
+	cs.stopping[workerID] = now
+	e.wakeAllLocked(func(c *claimer) bool {
+		if c.worker != workerID {
+			return false
+		}
+		c.stopped = true
+		return true
+	})
+	return nil
+}
+
+// claimStopped reports whether c's worker asked to stop claiming.
+func (e *Engine) claimStopped(c *claimer) bool {
+	cs := &e.claimers
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return c.stopped
 }
 
 // beginLook starts a look of c: it returns the count of wakes given so

@@ -363,6 +363,12 @@ var authTable = []authRPC{
 			return err
 		}
 	}, unauth, unauth, denied, denied, allowed, allowed},
+	{"StopClaiming", func(f authFixture) func(context.Context, clients) error {
+		return func(ctx context.Context, c clients) error {
+			_, err := c.workers.StopClaiming(ctx, &jobwatchv1.StopClaimingRequest{WorkerId: "w-stopping"})
+			return err
+		}
+	}, unauth, unauth, denied, denied, allowed, allowed},
 	{"ListQueues", func(f authFixture) func(context.Context, clients) error {
 		return func(ctx context.Context, c clients) error {
 			_, err := c.queues.ListQueues(ctx, &jobwatchv1.ListQueuesRequest{})

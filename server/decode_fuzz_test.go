@@ -125,6 +125,7 @@ var seedRequests = map[protoreflect.Name][]string{
 		`{"jobId":"j_x","leaseId":"l_y"}`,
 		`{"jobId":"` + runningJob + `","leaseId":"` + itsLease + `"}`,
 	},
+	"StopClaiming":  {`{"workerId":"w-1"}`, `{"workerId":""}`},
 	"ListQueues":    {`{}`},
 	"ListSchedules": {`{}`},
 }

@@ -144,3 +144,44 @@ func TestReleaseJobGivesTheJobBackAsIfNeverClaimed(t *testing.T) {
 		t.Errorf("the log does not say the claim was given back:\n%s", logs)
 	}
 }
+
+// StopClaiming answers a worker's parked claim at once, with no job, and
+// leaves another worker's parked; a worker id no claim could name is
+// invalid_argument.
+func TestStopClaimingAnswersTheWorkersParkedClaims(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	c := ts.h2c()
+	type answer struct {
+		resp *jobwatchv1.ClaimJobResponse
+		err  error
+	}
+	claims := map[string]chan answer{}
+	for _, w := range []string{"stopping", "staying"} {
+		ch := make(chan answer, 1)
+		claims[w] = ch
+		go func() {
+			resp, err := c.workers.ClaimJob(ctxTimeout(t, 30*time.Second), &jobwatchv1.ClaimJobRequest{WorkerId: w, Kinds: []string{"sync"}})
+			ch <- answer{resp, err}
+		}()
+	}
+	ts.waitForGauge("jobwatch_parked_claims", 2)
+	if _, err := c.workers.StopClaiming(ctxTimeout(t, 5*time.Second), &jobwatchv1.StopClaimingRequest{WorkerId: "stopping"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-claims["stopping"]:
+		if a.err != nil || a.resp.GetJob() != nil || len(a.resp.GetClaims()) != 0 {
+			t.Fatalf("the stopping worker's claim: %v, %v; want OK with no job", a.resp, a.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stopping worker's claim stayed parked")
+	}
+	ts.waitForGauge("jobwatch_parked_claims", 1) // the other worker's
+	job := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "sync"})
+	if a := <-claims["staying"]; a.err != nil || a.resp.GetJob().GetId() != job.GetId() {
+		t.Fatalf("the other worker's claim: %v, %v; want job %s", a.resp, a.err, job.GetId())
+	}
+	if _, err := c.workers.StopClaiming(ctxTimeout(t, 5*time.Second), &jobwatchv1.StopClaimingRequest{}); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("StopClaiming without a worker id: %v; want invalid_argument", err)
+	}
+}

@@ -195,6 +195,16 @@ func (h *workerService) ReleaseJob(ctx context.Context, req *jobwatchv1.ReleaseJ
 	return &jobwatchv1.ReleaseJobResponse{Job: pj}, err
 }
 
+// StopClaiming answers the worker's parked claims at once (the engine's
+// StopClaiming). A worker names its own id; naming another's only has
+// that worker's claims answered empty, which it sends again.
+func (h *workerService) StopClaiming(ctx context.Context, req *jobwatchv1.StopClaimingRequest) (*jobwatchv1.StopClaimingResponse, error) {
+	if err := h.s.engine.StopClaiming(req.GetWorkerId()); err != nil {
+		return nil, h.s.toConnectError(ctx, "stop claiming", err)
+	}
+	return &jobwatchv1.StopClaimingResponse{}, nil
+}
+
 func (h *workerService) CompleteJob(ctx context.Context, req *jobwatchv1.CompleteJobRequest) (*jobwatchv1.CompleteJobResponse, error) {
 	result, err := jsonField("result", req.GetResult())
 	if err != nil {

@@ -459,6 +459,12 @@ func (b *demoBackend) AppendLogs(ctx context.Context, l *client.Lease, lines []*
 	return b.WorkerBackend.(client.LogAppender).AppendLogs(ctx, l, lines)
 }
 
+// StopClaiming implements client.ClaimStopper: the demo's parked claims
+// answer at once as it stops.
+func (b *demoBackend) StopClaiming(ctx context.Context, workerID string) error {
+	return b.WorkerBackend.(client.ClaimStopper).StopClaiming(ctx, workerID)
+}
+
 // Release implements client.Releaser: a job claimed as the demo stops
 // goes back to its queue.
 func (b *demoBackend) Release(ctx context.Context, l *client.Lease) error {

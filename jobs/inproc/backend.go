@@ -97,6 +97,13 @@ func (b engineBackend) Fail(ctx context.Context, l *client.Lease, jerr *jobwatch
 	return engineError(err)
 }
 
+// StopClaiming implements client.ClaimStopper with the engine's.
+func (b engineBackend) StopClaiming(_ context.Context, workerID string) error {
+	return b.e.StopClaiming(workerID)
+}
+
+var _ client.ClaimStopper = engineBackend{}
+
 // Release implements client.Releaser with the engine's Release.
 func (b engineBackend) Release(ctx context.Context, l *client.Lease) error {
 	_, err := b.e.Release(ctx, l.Job.GetId(), l.ID)

@@ -3378,6 +3378,86 @@ func (x *Caller) GetName() string {
 	return ""
 }
 
+type StopClaimingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StopClaimingRequest) Reset() {
+	*x = StopClaimingRequest{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopClaimingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopClaimingRequest) ProtoMessage() {}
+
+func (x *StopClaimingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopClaimingRequest.ProtoReflect.Descriptor instead.
+func (*StopClaimingRequest) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *StopClaimingRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+type StopClaimingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StopClaimingResponse) Reset() {
+	*x = StopClaimingResponse{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopClaimingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopClaimingResponse) ProtoMessage() {}
+
+func (x *StopClaimingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopClaimingResponse.ProtoReflect.Descriptor instead.
+func (*StopClaimingResponse) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{46}
+}
+
 type ReleaseJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -3388,7 +3468,7 @@ type ReleaseJobRequest struct {
 
 func (x *ReleaseJobRequest) Reset() {
 	*x = ReleaseJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3400,7 +3480,7 @@ func (x *ReleaseJobRequest) String() string {
 func (*ReleaseJobRequest) ProtoMessage() {}
 
 func (x *ReleaseJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3413,7 +3493,7 @@ func (x *ReleaseJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseJobRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{45}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReleaseJobRequest) GetJobId() string {
@@ -3440,7 +3520,7 @@ type ReleaseJobResponse struct {
 
 func (x *ReleaseJobResponse) Reset() {
 	*x = ReleaseJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3452,7 +3532,7 @@ func (x *ReleaseJobResponse) String() string {
 func (*ReleaseJobResponse) ProtoMessage() {}
 
 func (x *ReleaseJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3465,7 +3545,7 @@ func (x *ReleaseJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseJobResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{46}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReleaseJobResponse) GetJob() *Job {
@@ -3487,7 +3567,7 @@ type AppendJobLogsRequest struct {
 
 func (x *AppendJobLogsRequest) Reset() {
 	*x = AppendJobLogsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3499,7 +3579,7 @@ func (x *AppendJobLogsRequest) String() string {
 func (*AppendJobLogsRequest) ProtoMessage() {}
 
 func (x *AppendJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3512,7 +3592,7 @@ func (x *AppendJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*AppendJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{47}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AppendJobLogsRequest) GetJobId() string {
@@ -3556,7 +3636,7 @@ type AppendLogLine struct {
 
 func (x *AppendLogLine) Reset() {
 	*x = AppendLogLine{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3568,7 +3648,7 @@ func (x *AppendLogLine) String() string {
 func (*AppendLogLine) ProtoMessage() {}
 
 func (x *AppendLogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3581,7 +3661,7 @@ func (x *AppendLogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendLogLine.ProtoReflect.Descriptor instead.
 func (*AppendLogLine) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{48}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AppendLogLine) GetText() string {
@@ -3618,7 +3698,7 @@ type AppendJobLogsResponse struct {
 
 func (x *AppendJobLogsResponse) Reset() {
 	*x = AppendJobLogsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3630,7 +3710,7 @@ func (x *AppendJobLogsResponse) String() string {
 func (*AppendJobLogsResponse) ProtoMessage() {}
 
 func (x *AppendJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3643,7 +3723,7 @@ func (x *AppendJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*AppendJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{49}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AppendJobLogsResponse) GetLastSeq() int64 {
@@ -3679,7 +3759,7 @@ type ClaimJobRequest struct {
 
 func (x *ClaimJobRequest) Reset() {
 	*x = ClaimJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3691,7 +3771,7 @@ func (x *ClaimJobRequest) String() string {
 func (*ClaimJobRequest) ProtoMessage() {}
 
 func (x *ClaimJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3704,7 +3784,7 @@ func (x *ClaimJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimJobRequest.ProtoReflect.Descriptor instead.
 func (*ClaimJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{50}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ClaimJobRequest) GetWorkerId() string {
@@ -3751,7 +3831,7 @@ type ClaimJobResponse struct {
 
 func (x *ClaimJobResponse) Reset() {
 	*x = ClaimJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3763,7 +3843,7 @@ func (x *ClaimJobResponse) String() string {
 func (*ClaimJobResponse) ProtoMessage() {}
 
 func (x *ClaimJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3776,7 +3856,7 @@ func (x *ClaimJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimJobResponse.ProtoReflect.Descriptor instead.
 func (*ClaimJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{51}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ClaimJobResponse) GetJob() *Job {
@@ -3820,7 +3900,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3832,7 +3912,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3845,7 +3925,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{52}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Claim) GetJob() *Job {
@@ -3883,7 +3963,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3895,7 +3975,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3908,7 +3988,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{53}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *HeartbeatRequest) GetJobId() string {
@@ -3952,7 +4032,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3964,7 +4044,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3977,7 +4057,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{54}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *HeartbeatResponse) GetCancelled() bool {
@@ -4005,7 +4085,7 @@ type CompleteJobRequest struct {
 
 func (x *CompleteJobRequest) Reset() {
 	*x = CompleteJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[55]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4017,7 +4097,7 @@ func (x *CompleteJobRequest) String() string {
 func (*CompleteJobRequest) ProtoMessage() {}
 
 func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[55]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4030,7 +4110,7 @@ func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobRequest.ProtoReflect.Descriptor instead.
 func (*CompleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{55}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CompleteJobRequest) GetJobId() string {
@@ -4063,7 +4143,7 @@ type CompleteJobResponse struct {
 
 func (x *CompleteJobResponse) Reset() {
 	*x = CompleteJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[56]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4075,7 +4155,7 @@ func (x *CompleteJobResponse) String() string {
 func (*CompleteJobResponse) ProtoMessage() {}
 
 func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[56]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4088,7 +4168,7 @@ func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobResponse.ProtoReflect.Descriptor instead.
 func (*CompleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{56}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CompleteJobResponse) GetJob() *Job {
@@ -4111,7 +4191,7 @@ type FailJobRequest struct {
 
 func (x *FailJobRequest) Reset() {
 	*x = FailJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[57]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4123,7 +4203,7 @@ func (x *FailJobRequest) String() string {
 func (*FailJobRequest) ProtoMessage() {}
 
 func (x *FailJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[57]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4136,7 +4216,7 @@ func (x *FailJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobRequest.ProtoReflect.Descriptor instead.
 func (*FailJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{57}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *FailJobRequest) GetJobId() string {
@@ -4176,7 +4256,7 @@ type FailJobResponse struct {
 
 func (x *FailJobResponse) Reset() {
 	*x = FailJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[58]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4188,7 +4268,7 @@ func (x *FailJobResponse) String() string {
 func (*FailJobResponse) ProtoMessage() {}
 
 func (x *FailJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[58]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4201,7 +4281,7 @@ func (x *FailJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobResponse.ProtoReflect.Descriptor instead.
 func (*FailJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{58}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *FailJobResponse) GetJob() *Job {
@@ -4220,7 +4300,7 @@ type PauseQueueRequest struct {
 
 func (x *PauseQueueRequest) Reset() {
 	*x = PauseQueueRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[59]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4232,7 +4312,7 @@ func (x *PauseQueueRequest) String() string {
 func (*PauseQueueRequest) ProtoMessage() {}
 
 func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[59]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4245,7 +4325,7 @@ func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
 func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{59}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PauseQueueRequest) GetQueue() string {
@@ -4264,7 +4344,7 @@ type PauseQueueResponse struct {
 
 func (x *PauseQueueResponse) Reset() {
 	*x = PauseQueueResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[60]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4276,7 +4356,7 @@ func (x *PauseQueueResponse) String() string {
 func (*PauseQueueResponse) ProtoMessage() {}
 
 func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[60]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4289,7 +4369,7 @@ func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueResponse.ProtoReflect.Descriptor instead.
 func (*PauseQueueResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{60}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PauseQueueResponse) GetQueue() *Queue {
@@ -4308,7 +4388,7 @@ type ResumeQueueRequest struct {
 
 func (x *ResumeQueueRequest) Reset() {
 	*x = ResumeQueueRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4320,7 +4400,7 @@ func (x *ResumeQueueRequest) String() string {
 func (*ResumeQueueRequest) ProtoMessage() {}
 
 func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4333,7 +4413,7 @@ func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueRequest.ProtoReflect.Descriptor instead.
 func (*ResumeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{61}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ResumeQueueRequest) GetQueue() string {
@@ -4352,7 +4432,7 @@ type ResumeQueueResponse struct {
 
 func (x *ResumeQueueResponse) Reset() {
 	*x = ResumeQueueResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4364,7 +4444,7 @@ func (x *ResumeQueueResponse) String() string {
 func (*ResumeQueueResponse) ProtoMessage() {}
 
 func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4377,7 +4457,7 @@ func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueResponse.ProtoReflect.Descriptor instead.
 func (*ResumeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{62}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ResumeQueueResponse) GetQueue() *Queue {
@@ -4448,7 +4528,7 @@ type Queue struct {
 
 func (x *Queue) Reset() {
 	*x = Queue{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4460,7 +4540,7 @@ func (x *Queue) String() string {
 func (*Queue) ProtoMessage() {}
 
 func (x *Queue) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4473,7 +4553,7 @@ func (x *Queue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Queue.ProtoReflect.Descriptor instead.
 func (*Queue) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{63}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *Queue) GetName() string {
@@ -4639,7 +4719,7 @@ type QueueRate struct {
 
 func (x *QueueRate) Reset() {
 	*x = QueueRate{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[64]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4651,7 +4731,7 @@ func (x *QueueRate) String() string {
 func (*QueueRate) ProtoMessage() {}
 
 func (x *QueueRate) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[64]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4664,7 +4744,7 @@ func (x *QueueRate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRate.ProtoReflect.Descriptor instead.
 func (*QueueRate) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{64}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *QueueRate) GetLimit() int32 {
@@ -4719,7 +4799,7 @@ type TenantDepth struct {
 
 func (x *TenantDepth) Reset() {
 	*x = TenantDepth{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[65]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4731,7 +4811,7 @@ func (x *TenantDepth) String() string {
 func (*TenantDepth) ProtoMessage() {}
 
 func (x *TenantDepth) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[65]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4744,7 +4824,7 @@ func (x *TenantDepth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantDepth.ProtoReflect.Descriptor instead.
 func (*TenantDepth) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{65}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *TenantDepth) GetTenant() string {
@@ -4787,7 +4867,7 @@ type QueueDepth struct {
 
 func (x *QueueDepth) Reset() {
 	*x = QueueDepth{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[66]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4799,7 +4879,7 @@ func (x *QueueDepth) String() string {
 func (*QueueDepth) ProtoMessage() {}
 
 func (x *QueueDepth) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[66]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4812,7 +4892,7 @@ func (x *QueueDepth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepth.ProtoReflect.Descriptor instead.
 func (*QueueDepth) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{66}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *QueueDepth) GetAt() *timestamppb.Timestamp {
@@ -4851,7 +4931,7 @@ type PoolUse struct {
 
 func (x *PoolUse) Reset() {
 	*x = PoolUse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[67]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4863,7 +4943,7 @@ func (x *PoolUse) String() string {
 func (*PoolUse) ProtoMessage() {}
 
 func (x *PoolUse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[67]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4876,7 +4956,7 @@ func (x *PoolUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolUse.ProtoReflect.Descriptor instead.
 func (*PoolUse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{67}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *PoolUse) GetName() string {
@@ -4911,7 +4991,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[68]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4923,7 +5003,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[68]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4936,7 +5016,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{68}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListQueuesRequest) GetTenantsPerQueue() int32 {
@@ -4957,7 +5037,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[69]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4969,7 +5049,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[69]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4982,7 +5062,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{69}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*Queue {
@@ -5034,7 +5114,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[70]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5046,7 +5126,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[70]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5059,7 +5139,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{70}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *Schedule) GetName() string {
@@ -5154,7 +5234,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[71]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5166,7 +5246,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[71]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5179,7 +5259,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{71}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{73}
 }
 
 type ListSchedulesResponse struct {
@@ -5191,7 +5271,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[72]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5203,7 +5283,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[72]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5216,7 +5296,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{72}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -5443,7 +5523,10 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x06Caller\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"E\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"2\n" +
+	"\x13StopClaimingRequest\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"\x16\n" +
+	"\x14StopClaimingResponse\"E\n" +
 	"\x11ReleaseJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\"8\n" +
@@ -5625,7 +5708,7 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"DeleteJobs\x12\x1e.jobwatch.v1.DeleteJobsRequest\x1a\x1f.jobwatch.v1.DeleteJobsResponse\x12M\n" +
 	"\n" +
 	"GetJobLogs\x12\x1e.jobwatch.v1.GetJobLogsRequest\x1a\x1f.jobwatch.v1.GetJobLogsResponse\x12U\n" +
-	"\fWatchJobLogs\x12 .jobwatch.v1.WatchJobLogsRequest\x1a!.jobwatch.v1.WatchJobLogsResponse0\x012\xe3\x03\n" +
+	"\fWatchJobLogs\x12 .jobwatch.v1.WatchJobLogsRequest\x1a!.jobwatch.v1.WatchJobLogsResponse0\x012\xb8\x04\n" +
 	"\rWorkerService\x12G\n" +
 	"\bClaimJob\x12\x1c.jobwatch.v1.ClaimJobRequest\x1a\x1d.jobwatch.v1.ClaimJobResponse\x12J\n" +
 	"\tHeartbeat\x12\x1d.jobwatch.v1.HeartbeatRequest\x1a\x1e.jobwatch.v1.HeartbeatResponse\x12P\n" +
@@ -5633,7 +5716,8 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\aFailJob\x12\x1b.jobwatch.v1.FailJobRequest\x1a\x1c.jobwatch.v1.FailJobResponse\x12V\n" +
 	"\rAppendJobLogs\x12!.jobwatch.v1.AppendJobLogsRequest\x1a\".jobwatch.v1.AppendJobLogsResponse\x12M\n" +
 	"\n" +
-	"ReleaseJob\x12\x1e.jobwatch.v1.ReleaseJobRequest\x1a\x1f.jobwatch.v1.ReleaseJobResponse2\xd6\x02\n" +
+	"ReleaseJob\x12\x1e.jobwatch.v1.ReleaseJobRequest\x1a\x1f.jobwatch.v1.ReleaseJobResponse\x12S\n" +
+	"\fStopClaiming\x12 .jobwatch.v1.StopClaimingRequest\x1a!.jobwatch.v1.StopClaimingResponse2\xd6\x02\n" +
 	"\fQueueService\x12M\n" +
 	"\n" +
 	"ListQueues\x12\x1e.jobwatch.v1.ListQueuesRequest\x1a\x1f.jobwatch.v1.ListQueuesResponse\x12V\n" +
@@ -5655,7 +5739,7 @@ func file_jobwatch_v1_jobwatch_proto_rawDescGZIP() []byte {
 }
 
 var file_jobwatch_v1_jobwatch_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(JobState)(0),                 // 0: jobwatch.v1.JobState
 	(DependencyFailure)(0),        // 1: jobwatch.v1.DependencyFailure
@@ -5708,62 +5792,64 @@ var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(*GetServerInfoRequest)(nil),  // 48: jobwatch.v1.GetServerInfoRequest
 	(*GetServerInfoResponse)(nil), // 49: jobwatch.v1.GetServerInfoResponse
 	(*Caller)(nil),                // 50: jobwatch.v1.Caller
-	(*ReleaseJobRequest)(nil),     // 51: jobwatch.v1.ReleaseJobRequest
-	(*ReleaseJobResponse)(nil),    // 52: jobwatch.v1.ReleaseJobResponse
-	(*AppendJobLogsRequest)(nil),  // 53: jobwatch.v1.AppendJobLogsRequest
-	(*AppendLogLine)(nil),         // 54: jobwatch.v1.AppendLogLine
-	(*AppendJobLogsResponse)(nil), // 55: jobwatch.v1.AppendJobLogsResponse
-	(*ClaimJobRequest)(nil),       // 56: jobwatch.v1.ClaimJobRequest
-	(*ClaimJobResponse)(nil),      // 57: jobwatch.v1.ClaimJobResponse
-	(*Claim)(nil),                 // 58: jobwatch.v1.Claim
-	(*HeartbeatRequest)(nil),      // 59: jobwatch.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 60: jobwatch.v1.HeartbeatResponse
-	(*CompleteJobRequest)(nil),    // 61: jobwatch.v1.CompleteJobRequest
-	(*CompleteJobResponse)(nil),   // 62: jobwatch.v1.CompleteJobResponse
-	(*FailJobRequest)(nil),        // 63: jobwatch.v1.FailJobRequest
-	(*FailJobResponse)(nil),       // 64: jobwatch.v1.FailJobResponse
-	(*PauseQueueRequest)(nil),     // 65: jobwatch.v1.PauseQueueRequest
-	(*PauseQueueResponse)(nil),    // 66: jobwatch.v1.PauseQueueResponse
-	(*ResumeQueueRequest)(nil),    // 67: jobwatch.v1.ResumeQueueRequest
-	(*ResumeQueueResponse)(nil),   // 68: jobwatch.v1.ResumeQueueResponse
-	(*Queue)(nil),                 // 69: jobwatch.v1.Queue
-	(*QueueRate)(nil),             // 70: jobwatch.v1.QueueRate
-	(*TenantDepth)(nil),           // 71: jobwatch.v1.TenantDepth
-	(*QueueDepth)(nil),            // 72: jobwatch.v1.QueueDepth
-	(*PoolUse)(nil),               // 73: jobwatch.v1.PoolUse
-	(*ListQueuesRequest)(nil),     // 74: jobwatch.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),    // 75: jobwatch.v1.ListQueuesResponse
-	(*Schedule)(nil),              // 76: jobwatch.v1.Schedule
-	(*ListSchedulesRequest)(nil),  // 77: jobwatch.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil), // 78: jobwatch.v1.ListSchedulesResponse
-	(*structpb.Value)(nil),        // 79: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil), // 80: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 81: google.protobuf.Duration
+	(*StopClaimingRequest)(nil),   // 51: jobwatch.v1.StopClaimingRequest
+	(*StopClaimingResponse)(nil),  // 52: jobwatch.v1.StopClaimingResponse
+	(*ReleaseJobRequest)(nil),     // 53: jobwatch.v1.ReleaseJobRequest
+	(*ReleaseJobResponse)(nil),    // 54: jobwatch.v1.ReleaseJobResponse
+	(*AppendJobLogsRequest)(nil),  // 55: jobwatch.v1.AppendJobLogsRequest
+	(*AppendLogLine)(nil),         // 56: jobwatch.v1.AppendLogLine
+	(*AppendJobLogsResponse)(nil), // 57: jobwatch.v1.AppendJobLogsResponse
+	(*ClaimJobRequest)(nil),       // 58: jobwatch.v1.ClaimJobRequest
+	(*ClaimJobResponse)(nil),      // 59: jobwatch.v1.ClaimJobResponse
+	(*Claim)(nil),                 // 60: jobwatch.v1.Claim
+	(*HeartbeatRequest)(nil),      // 61: jobwatch.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 62: jobwatch.v1.HeartbeatResponse
+	(*CompleteJobRequest)(nil),    // 63: jobwatch.v1.CompleteJobRequest
+	(*CompleteJobResponse)(nil),   // 64: jobwatch.v1.CompleteJobResponse
+	(*FailJobRequest)(nil),        // 65: jobwatch.v1.FailJobRequest
+	(*FailJobResponse)(nil),       // 66: jobwatch.v1.FailJobResponse
+	(*PauseQueueRequest)(nil),     // 67: jobwatch.v1.PauseQueueRequest
+	(*PauseQueueResponse)(nil),    // 68: jobwatch.v1.PauseQueueResponse
+	(*ResumeQueueRequest)(nil),    // 69: jobwatch.v1.ResumeQueueRequest
+	(*ResumeQueueResponse)(nil),   // 70: jobwatch.v1.ResumeQueueResponse
+	(*Queue)(nil),                 // 71: jobwatch.v1.Queue
+	(*QueueRate)(nil),             // 72: jobwatch.v1.QueueRate
+	(*TenantDepth)(nil),           // 73: jobwatch.v1.TenantDepth
+	(*QueueDepth)(nil),            // 74: jobwatch.v1.QueueDepth
+	(*PoolUse)(nil),               // 75: jobwatch.v1.PoolUse
+	(*ListQueuesRequest)(nil),     // 76: jobwatch.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),    // 77: jobwatch.v1.ListQueuesResponse
+	(*Schedule)(nil),              // 78: jobwatch.v1.Schedule
+	(*ListSchedulesRequest)(nil),  // 79: jobwatch.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil), // 80: jobwatch.v1.ListSchedulesResponse
+	(*structpb.Value)(nil),        // 81: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 82: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 83: google.protobuf.Duration
 }
 var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	0,   // 0: jobwatch.v1.Job.state:type_name -> jobwatch.v1.JobState
-	79,  // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
-	79,  // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
+	81,  // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
+	81,  // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
 	6,   // 3: jobwatch.v1.Job.error:type_name -> jobwatch.v1.JobError
-	80,  // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	80,  // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	80,  // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	80,  // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	80,  // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	82,  // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	82,  // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	82,  // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	82,  // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	82,  // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
 	8,   // 9: jobwatch.v1.Job.attempts:type_name -> jobwatch.v1.JobAttempt
 	1,   // 10: jobwatch.v1.Job.on_dependency_failure:type_name -> jobwatch.v1.DependencyFailure
-	80,  // 11: jobwatch.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
-	80,  // 12: jobwatch.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	82,  // 11: jobwatch.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
+	82,  // 12: jobwatch.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,   // 13: jobwatch.v1.JobAttempt.state:type_name -> jobwatch.v1.JobState
 	6,   // 14: jobwatch.v1.JobAttempt.error:type_name -> jobwatch.v1.JobError
-	80,  // 15: jobwatch.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	82,  // 15: jobwatch.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	3,   // 16: jobwatch.v1.LogLine.stream:type_name -> jobwatch.v1.LogStream
 	11,  // 17: jobwatch.v1.GetJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
 	12,  // 18: jobwatch.v1.GetJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
 	11,  // 19: jobwatch.v1.WatchJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
 	12,  // 20: jobwatch.v1.WatchJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
-	79,  // 21: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
-	80,  // 22: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	81,  // 21: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
+	82,  // 22: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
 	1,   // 23: jobwatch.v1.SubmitJobRequest.on_dependency_failure:type_name -> jobwatch.v1.DependencyFailure
 	7,   // 24: jobwatch.v1.SubmitJobResponse.job:type_name -> jobwatch.v1.Job
 	17,  // 25: jobwatch.v1.SubmitJobsRequest.jobs:type_name -> jobwatch.v1.SubmitJobRequest
@@ -5783,48 +5869,48 @@ var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	7,   // 39: jobwatch.v1.WatchJobsResponse.jobs:type_name -> jobwatch.v1.Job
 	7,   // 40: jobwatch.v1.RetryJobResponse.job:type_name -> jobwatch.v1.Job
 	0,   // 41: jobwatch.v1.JobFilter.states:type_name -> jobwatch.v1.JobState
-	80,  // 42: jobwatch.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
+	82,  // 42: jobwatch.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
 	41,  // 43: jobwatch.v1.RetryJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
 	41,  // 44: jobwatch.v1.CancelJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
 	41,  // 45: jobwatch.v1.DeleteJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
 	50,  // 46: jobwatch.v1.GetServerInfoResponse.caller:type_name -> jobwatch.v1.Caller
 	7,   // 47: jobwatch.v1.ReleaseJobResponse.job:type_name -> jobwatch.v1.Job
-	54,  // 48: jobwatch.v1.AppendJobLogsRequest.lines:type_name -> jobwatch.v1.AppendLogLine
+	56,  // 48: jobwatch.v1.AppendJobLogsRequest.lines:type_name -> jobwatch.v1.AppendLogLine
 	3,   // 49: jobwatch.v1.AppendLogLine.stream:type_name -> jobwatch.v1.LogStream
-	80,  // 50: jobwatch.v1.AppendLogLine.time:type_name -> google.protobuf.Timestamp
+	82,  // 50: jobwatch.v1.AppendLogLine.time:type_name -> google.protobuf.Timestamp
 	7,   // 51: jobwatch.v1.ClaimJobResponse.job:type_name -> jobwatch.v1.Job
-	80,  // 52: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	58,  // 53: jobwatch.v1.ClaimJobResponse.claims:type_name -> jobwatch.v1.Claim
+	82,  // 52: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	60,  // 53: jobwatch.v1.ClaimJobResponse.claims:type_name -> jobwatch.v1.Claim
 	7,   // 54: jobwatch.v1.Claim.job:type_name -> jobwatch.v1.Job
-	80,  // 55: jobwatch.v1.Claim.lease_expires_at:type_name -> google.protobuf.Timestamp
-	80,  // 56: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	79,  // 57: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
+	82,  // 55: jobwatch.v1.Claim.lease_expires_at:type_name -> google.protobuf.Timestamp
+	82,  // 56: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	81,  // 57: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
 	7,   // 58: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
 	6,   // 59: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
 	7,   // 60: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
-	69,  // 61: jobwatch.v1.PauseQueueResponse.queue:type_name -> jobwatch.v1.Queue
-	69,  // 62: jobwatch.v1.ResumeQueueResponse.queue:type_name -> jobwatch.v1.Queue
+	71,  // 61: jobwatch.v1.PauseQueueResponse.queue:type_name -> jobwatch.v1.Queue
+	71,  // 62: jobwatch.v1.ResumeQueueResponse.queue:type_name -> jobwatch.v1.Queue
 	5,   // 63: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
-	81,  // 64: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
-	80,  // 65: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
-	73,  // 66: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
-	81,  // 67: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
-	80,  // 68: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
-	72,  // 69: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
-	80,  // 70: jobwatch.v1.Queue.paused_at:type_name -> google.protobuf.Timestamp
-	71,  // 71: jobwatch.v1.Queue.tenants:type_name -> jobwatch.v1.TenantDepth
-	70,  // 72: jobwatch.v1.Queue.rate:type_name -> jobwatch.v1.QueueRate
-	81,  // 73: jobwatch.v1.QueueRate.per:type_name -> google.protobuf.Duration
-	80,  // 74: jobwatch.v1.QueueRate.held_until:type_name -> google.protobuf.Timestamp
-	81,  // 75: jobwatch.v1.TenantDepth.oldest_queued_age:type_name -> google.protobuf.Duration
-	80,  // 76: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
-	69,  // 77: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
-	81,  // 78: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
-	81,  // 79: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
-	80,  // 80: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
+	83,  // 64: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
+	82,  // 65: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
+	75,  // 66: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
+	83,  // 67: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
+	82,  // 68: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
+	74,  // 69: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
+	82,  // 70: jobwatch.v1.Queue.paused_at:type_name -> google.protobuf.Timestamp
+	73,  // 71: jobwatch.v1.Queue.tenants:type_name -> jobwatch.v1.TenantDepth
+	72,  // 72: jobwatch.v1.Queue.rate:type_name -> jobwatch.v1.QueueRate
+	83,  // 73: jobwatch.v1.QueueRate.per:type_name -> google.protobuf.Duration
+	82,  // 74: jobwatch.v1.QueueRate.held_until:type_name -> google.protobuf.Timestamp
+	83,  // 75: jobwatch.v1.TenantDepth.oldest_queued_age:type_name -> google.protobuf.Duration
+	82,  // 76: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
+	71,  // 77: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
+	83,  // 78: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
+	83,  // 79: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
+	82,  // 80: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
 	0,   // 81: jobwatch.v1.Schedule.last_job_state:type_name -> jobwatch.v1.JobState
-	80,  // 82: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
-	76,  // 83: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
+	82,  // 82: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
+	78,  // 83: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
 	17,  // 84: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
 	19,  // 85: jobwatch.v1.JobService.SubmitJobs:input_type -> jobwatch.v1.SubmitJobsRequest
 	21,  // 86: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
@@ -5843,46 +5929,48 @@ var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	46,  // 99: jobwatch.v1.JobService.DeleteJobs:input_type -> jobwatch.v1.DeleteJobsRequest
 	13,  // 100: jobwatch.v1.JobService.GetJobLogs:input_type -> jobwatch.v1.GetJobLogsRequest
 	15,  // 101: jobwatch.v1.JobService.WatchJobLogs:input_type -> jobwatch.v1.WatchJobLogsRequest
-	56,  // 102: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
-	59,  // 103: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
-	61,  // 104: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
-	63,  // 105: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
-	53,  // 106: jobwatch.v1.WorkerService.AppendJobLogs:input_type -> jobwatch.v1.AppendJobLogsRequest
-	51,  // 107: jobwatch.v1.WorkerService.ReleaseJob:input_type -> jobwatch.v1.ReleaseJobRequest
-	74,  // 108: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
-	77,  // 109: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
-	65,  // 110: jobwatch.v1.QueueService.PauseQueue:input_type -> jobwatch.v1.PauseQueueRequest
-	67,  // 111: jobwatch.v1.QueueService.ResumeQueue:input_type -> jobwatch.v1.ResumeQueueRequest
-	18,  // 112: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
-	20,  // 113: jobwatch.v1.JobService.SubmitJobs:output_type -> jobwatch.v1.SubmitJobsResponse
-	22,  // 114: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
-	24,  // 115: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
-	26,  // 116: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
-	28,  // 117: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
-	30,  // 118: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
-	32,  // 119: jobwatch.v1.JobService.WaitJobs:output_type -> jobwatch.v1.WaitJobsResponse
-	34,  // 120: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
-	36,  // 121: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
-	49,  // 122: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
-	38,  // 123: jobwatch.v1.JobService.RetryJob:output_type -> jobwatch.v1.RetryJobResponse
-	40,  // 124: jobwatch.v1.JobService.DeleteJob:output_type -> jobwatch.v1.DeleteJobResponse
-	43,  // 125: jobwatch.v1.JobService.RetryJobs:output_type -> jobwatch.v1.RetryJobsResponse
-	45,  // 126: jobwatch.v1.JobService.CancelJobs:output_type -> jobwatch.v1.CancelJobsResponse
-	47,  // 127: jobwatch.v1.JobService.DeleteJobs:output_type -> jobwatch.v1.DeleteJobsResponse
-	14,  // 128: jobwatch.v1.JobService.GetJobLogs:output_type -> jobwatch.v1.GetJobLogsResponse
-	16,  // 129: jobwatch.v1.JobService.WatchJobLogs:output_type -> jobwatch.v1.WatchJobLogsResponse
-	57,  // 130: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
-	60,  // 131: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
-	62,  // 132: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
-	64,  // 133: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
-	55,  // 134: jobwatch.v1.WorkerService.AppendJobLogs:output_type -> jobwatch.v1.AppendJobLogsResponse
-	52,  // 135: jobwatch.v1.WorkerService.ReleaseJob:output_type -> jobwatch.v1.ReleaseJobResponse
-	75,  // 136: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
-	78,  // 137: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
-	66,  // 138: jobwatch.v1.QueueService.PauseQueue:output_type -> jobwatch.v1.PauseQueueResponse
-	68,  // 139: jobwatch.v1.QueueService.ResumeQueue:output_type -> jobwatch.v1.ResumeQueueResponse
-	112, // [112:140] is the sub-list for method output_type
-	84,  // [84:112] is the sub-list for method input_type
+	58,  // 102: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
+	61,  // 103: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
+	63,  // 104: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
+	65,  // 105: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
+	55,  // 106: jobwatch.v1.WorkerService.AppendJobLogs:input_type -> jobwatch.v1.AppendJobLogsRequest
+	53,  // 107: jobwatch.v1.WorkerService.ReleaseJob:input_type -> jobwatch.v1.ReleaseJobRequest
+	51,  // 108: jobwatch.v1.WorkerService.StopClaiming:input_type -> jobwatch.v1.StopClaimingRequest
+	76,  // 109: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
+	79,  // 110: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
+	67,  // 111: jobwatch.v1.QueueService.PauseQueue:input_type -> jobwatch.v1.PauseQueueRequest
+	69,  // 112: jobwatch.v1.QueueService.ResumeQueue:input_type -> jobwatch.v1.ResumeQueueRequest
+	18,  // 113: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
+	20,  // 114: jobwatch.v1.JobService.SubmitJobs:output_type -> jobwatch.v1.SubmitJobsResponse
+	22,  // 115: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
+	24,  // 116: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
+	26,  // 117: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
+	28,  // 118: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
+	30,  // 119: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
+	32,  // 120: jobwatch.v1.JobService.WaitJobs:output_type -> jobwatch.v1.WaitJobsResponse
+	34,  // 121: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
+	36,  // 122: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
+	49,  // 123: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
+	38,  // 124: jobwatch.v1.JobService.RetryJob:output_type -> jobwatch.v1.RetryJobResponse
+	40,  // 125: jobwatch.v1.JobService.DeleteJob:output_type -> jobwatch.v1.DeleteJobResponse
+	43,  // 126: jobwatch.v1.JobService.RetryJobs:output_type -> jobwatch.v1.RetryJobsResponse
+	45,  // 127: jobwatch.v1.JobService.CancelJobs:output_type -> jobwatch.v1.CancelJobsResponse
+	47,  // 128: jobwatch.v1.JobService.DeleteJobs:output_type -> jobwatch.v1.DeleteJobsResponse
+	14,  // 129: jobwatch.v1.JobService.GetJobLogs:output_type -> jobwatch.v1.GetJobLogsResponse
+	16,  // 130: jobwatch.v1.JobService.WatchJobLogs:output_type -> jobwatch.v1.WatchJobLogsResponse
+	59,  // 131: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
+	62,  // 132: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
+	64,  // 133: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
+	66,  // 134: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
+	57,  // 135: jobwatch.v1.WorkerService.AppendJobLogs:output_type -> jobwatch.v1.AppendJobLogsResponse
+	54,  // 136: jobwatch.v1.WorkerService.ReleaseJob:output_type -> jobwatch.v1.ReleaseJobResponse
+	52,  // 137: jobwatch.v1.WorkerService.StopClaiming:output_type -> jobwatch.v1.StopClaimingResponse
+	77,  // 138: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
+	80,  // 139: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
+	68,  // 140: jobwatch.v1.QueueService.PauseQueue:output_type -> jobwatch.v1.PauseQueueResponse
+	70,  // 141: jobwatch.v1.QueueService.ResumeQueue:output_type -> jobwatch.v1.ResumeQueueResponse
+	113, // [113:142] is the sub-list for method output_type
+	84,  // [84:113] is the sub-list for method input_type
 	84,  // [84:84] is the sub-list for extension type_name
 	84,  // [84:84] is the sub-list for extension extendee
 	0,   // [0:84] is the sub-list for field type_name
@@ -5900,7 +5988,7 @@ func file_jobwatch_v1_jobwatch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobwatch_v1_jobwatch_proto_rawDesc), len(file_jobwatch_v1_jobwatch_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   73,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -130,6 +130,11 @@ export class LeaseLostError extends Error {
   }
 }
 
+/** timedOut reports whether err is a call that ran out of time. */
+function timedOut(err: unknown): boolean {
+  return err instanceof ConnectError && err.code === Code.DeadlineExceeded;
+}
+
 /** stopSignals stop a worker gracefully when it handles signals. */
 const stopSignals: NodeJS.Signals[] = ["SIGTERM", "SIGINT", "SIGHUP"];
 
@@ -188,6 +193,13 @@ const maxClaimJobs = 100;
  * to a person's eye.
  */
 const claimGraceMs = 250;
+
+/**
+ * How long a claim in flight may still answer after stop() once the server
+ * has been asked to answer it at once (StopClaiming): milliseconds, unless
+ * it is parked on another replica.
+ */
+const stoppedClaimGraceMs = 2000;
 
 /** releaseTimeoutMs bounds giving back one job as the worker stops. */
 const releaseTimeoutMs = 5000;
@@ -321,10 +333,20 @@ export class Worker {
   stop(): Promise<void> {
     if (!this.stopping.signal.aborted) {
       this.stopping.abort();
-      // A claim in flight may be answering with jobs: give it a moment
-      // before cutting it, or they stay RUNNING under a lease nobody holds.
+      // A claim in flight may be answering with jobs: cut, the answer
+      // would be lost and its jobs stay RUNNING under a lease nobody
+      // holds. So the server is asked to answer it at once
+      // (StopClaiming), and it is cut only stoppedClaimGraceMs later (it
+      // is parked on another replica); claimGraceMs later when the
+      // server cannot be asked.
       const claim = this.claimAbort;
-      setTimeout(() => claim?.abort(), claimGraceMs);
+      this.client.workerService
+        .stopClaiming({ workerId: this.id }, { timeoutMs: stoppedClaimGraceMs })
+        .then(
+          () => stoppedClaimGraceMs,
+          () => claimGraceMs,
+        )
+        .then((grace) => setTimeout(() => claim?.abort(), grace).unref());
       this.slotFreed.wake();
     }
     return (this.done ?? Promise.resolve()).catch(() => {});
@@ -631,12 +653,15 @@ export class Worker {
         if (performance.now() > expires) {
           // The last beat ran into the lease's end, its own deadline: the
           // failure before it says why (connection refused, say).
-          const why = lastFailure !== undefined && err instanceof ConnectError && err.code === Code.DeadlineExceeded ? lastFailure : err;
+          const why = lastFailure !== undefined && timedOut(err) ? lastFailure : err;
           this.log.warn(`job ${lease.job.id}: heartbeats failed for the whole lease: ${String(why)}`);
           ac.abort(new LeaseLostError("no heartbeat got through before the lease expired"));
           return;
         }
-        lastFailure = err;
+        // A beat that ran out of time says less than one refused.
+        if (lastFailure === undefined || !timedOut(err)) {
+          lastFailure = err;
+        }
         // As the Go Worker says it: the first failure at warn, the rest
         // (a server restarting fails several) at debug until one works.
         if (++failures === 1) {

@@ -476,6 +476,37 @@ test("a job whose claim is answered after stop() is given back to the queue, not
   assert.equal(after.workerId, "");
 });
 
+test("stop() has the server answer the worker's parked claim (StopClaiming) rather than cut it, whose answer could be a job", async () => {
+  const kind = uniqueKind("parked.stop");
+  const outcomes: string[] = [];
+  let sent: () => void = () => {};
+  const claiming = new Promise<void>((resolve) => (sent = resolve));
+  const real = nodeTransport(server.url);
+  const recording: Transport = {
+    unary: async (method, signal, timeoutMs, header, input, contextValues) => {
+      if (method.name !== "ClaimJob") {
+        return real.unary(method, signal, timeoutMs, header, input, contextValues);
+      }
+      sent();
+      try {
+        const answer = await real.unary(method, signal, timeoutMs, header, input, contextValues);
+        outcomes.push("answered");
+        return answer;
+      } catch (err) {
+        outcomes.push(`failed: ${String(err)}`);
+        throw err;
+      }
+    },
+    stream: (...args) => real.stream(...args),
+  };
+  const worker = newWorker({ transport: recording, handlers: { [kind]: async () => "ran" } });
+  const run = worker.run();
+  await claiming;
+  await worker.stop();
+  await run;
+  assert.deepEqual(outcomes, ["answered"]);
+});
+
 test("run({ signal }) stops the worker when the signal aborts, as stop() does", async () => {
   const kind = uniqueKind("run.signal");
   const worker = newWorker({ handlers: { [kind]: async () => "ok" } });

@@ -93,6 +93,9 @@ const (
 	// WorkerServiceReleaseJobProcedure is the fully-qualified name of the WorkerService's ReleaseJob
 	// RPC.
 	WorkerServiceReleaseJobProcedure = "/jobwatch.v1.WorkerService/ReleaseJob"
+	// WorkerServiceStopClaimingProcedure is the fully-qualified name of the WorkerService's
+	// StopClaiming RPC.
+	WorkerServiceStopClaimingProcedure = "/jobwatch.v1.WorkerService/StopClaiming"
 	// QueueServiceListQueuesProcedure is the fully-qualified name of the QueueService's ListQueues RPC.
 	QueueServiceListQueuesProcedure = "/jobwatch.v1.QueueService/ListQueues"
 	// QueueServiceListSchedulesProcedure is the fully-qualified name of the QueueService's
@@ -813,6 +816,13 @@ type WorkerServiceClient interface {
 	// not counted. A stale lease is failed_precondition, as for Heartbeat
 	// (a release sent again after its answer was lost is answered so).
 	ReleaseJob(context.Context, *v1.ReleaseJobRequest) (*v1.ReleaseJobResponse, error)
+	// StopClaiming answers at once the ClaimJob calls of worker_id parked
+	// on this server, each with the jobs it was granted or none, and any
+	// it sends in the next 10 s, so that a worker that is stopping
+	// receives every answer rather than cut a call whose answer may be on
+	// its way. A claim parked on another server (a replica) is not
+	// reached.
+	StopClaiming(context.Context, *v1.StopClaimingRequest) (*v1.StopClaimingResponse, error)
 }
 
 // NewWorkerServiceClient constructs a client for the jobwatch.v1.WorkerService service. By default,
@@ -862,6 +872,12 @@ func NewWorkerServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(workerServiceMethods.ByName("ReleaseJob")),
 			connect.WithClientOptions(opts...),
 		),
+		stopClaiming: connect.NewClient[v1.StopClaimingRequest, v1.StopClaimingResponse](
+			httpClient,
+			baseURL+WorkerServiceStopClaimingProcedure,
+			connect.WithSchema(workerServiceMethods.ByName("StopClaiming")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -873,6 +889,7 @@ type workerServiceClient struct {
 	failJob       *connect.Client[v1.FailJobRequest, v1.FailJobResponse]
 	appendJobLogs *connect.Client[v1.AppendJobLogsRequest, v1.AppendJobLogsResponse]
 	releaseJob    *connect.Client[v1.ReleaseJobRequest, v1.ReleaseJobResponse]
+	stopClaiming  *connect.Client[v1.StopClaimingRequest, v1.StopClaimingResponse]
 }
 
 // ClaimJob calls jobwatch.v1.WorkerService.ClaimJob.
@@ -929,6 +946,15 @@ func (c *workerServiceClient) ReleaseJob(ctx context.Context, req *v1.ReleaseJob
 	return nil, err
 }
 
+// StopClaiming calls jobwatch.v1.WorkerService.StopClaiming.
+func (c *workerServiceClient) StopClaiming(ctx context.Context, req *v1.StopClaimingRequest) (*v1.StopClaimingResponse, error) {
+	response, err := c.stopClaiming.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // WorkerServiceHandler is an implementation of the jobwatch.v1.WorkerService service.
 type WorkerServiceHandler interface {
 	// ClaimJob parks until a job the worker may run is ready, or its cap
@@ -955,6 +981,13 @@ type WorkerServiceHandler interface {
 	// not counted. A stale lease is failed_precondition, as for Heartbeat
 	// (a release sent again after its answer was lost is answered so).
 	ReleaseJob(context.Context, *v1.ReleaseJobRequest) (*v1.ReleaseJobResponse, error)
+	// StopClaiming answers at once the ClaimJob calls of worker_id parked
+	// on this server, each with the jobs it was granted or none, and any
+	// it sends in the next 10 s, so that a worker that is stopping
+	// receives every answer rather than cut a call whose answer may be on
+	// its way. A claim parked on another server (a replica) is not
+	// reached.
+	StopClaiming(context.Context, *v1.StopClaimingRequest) (*v1.StopClaimingResponse, error)
 }
 
 // NewWorkerServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -1000,6 +1033,12 @@ func NewWorkerServiceHandler(svc WorkerServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(workerServiceMethods.ByName("ReleaseJob")),
 		connect.WithHandlerOptions(opts...),
 	)
+	workerServiceStopClaimingHandler := connect.NewUnaryHandlerSimple(
+		WorkerServiceStopClaimingProcedure,
+		svc.StopClaiming,
+		connect.WithSchema(workerServiceMethods.ByName("StopClaiming")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/jobwatch.v1.WorkerService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case WorkerServiceClaimJobProcedure:
@@ -1014,6 +1053,8 @@ func NewWorkerServiceHandler(svc WorkerServiceHandler, opts ...connect.HandlerOp
 			workerServiceAppendJobLogsHandler.ServeHTTP(w, r)
 		case WorkerServiceReleaseJobProcedure:
 			workerServiceReleaseJobHandler.ServeHTTP(w, r)
+		case WorkerServiceStopClaimingProcedure:
+			workerServiceStopClaimingHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1045,6 +1086,10 @@ func (UnimplementedWorkerServiceHandler) AppendJobLogs(context.Context, *v1.Appe
 
 func (UnimplementedWorkerServiceHandler) ReleaseJob(context.Context, *v1.ReleaseJobRequest) (*v1.ReleaseJobResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("jobwatch.v1.WorkerService.ReleaseJob is not implemented"))
+}
+
+func (UnimplementedWorkerServiceHandler) StopClaiming(context.Context, *v1.StopClaimingRequest) (*v1.StopClaimingResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("jobwatch.v1.WorkerService.StopClaiming is not implemented"))
 }
 
 // QueueServiceClient is a client for the jobwatch.v1.QueueService service.
