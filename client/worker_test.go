@@ -36,6 +36,22 @@ type workerEnv struct {
 	stop context.CancelFunc
 }
 
+// stopAndWait stops the worker and waits for Run to return, without an
+// error; the cleanup's wait then finds it returned.
+func (env *workerEnv) stopAndWait(t *testing.T) {
+	t.Helper()
+	env.stop()
+	select {
+	case err := <-env.run:
+		if err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker did not stop")
+	}
+	env.run <- nil
+}
+
 var backends = map[string]func(t *testing.T, s *testServer) client.WorkerBackend{
 	"remote": func(t *testing.T, s *testServer) client.WorkerBackend {
 		return fastClient(t, s.URL).WorkerBackend()
@@ -670,16 +686,7 @@ func TestWorkerGivesBackAJobClaimedAsItStops(t *testing.T) {
 	}, func(t *testing.T, env *workerEnv) {
 		id := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "late"})
 		<-late.claimed
-		env.stop() // while the claim's reply is on its way
-		select {
-		case err := <-env.run:
-			if err != nil {
-				t.Fatalf("Run = %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the worker did not stop")
-		}
-		env.run <- nil // for the cleanup's wait
+		env.stopAndWait(t) // while the claim's reply is on its way
 		select {
 		case id := <-started:
 			t.Fatalf("job %s started after the worker began to stop", id)
@@ -731,16 +738,7 @@ func TestAStoppingWorkerHasItsParkedClaimAnsweredNotCut(t *testing.T) {
 		// answers either at once.
 		<-rec.claiming
 		stopped := time.Now()
-		env.stop()
-		select {
-		case err := <-env.run:
-			if err != nil {
-				t.Fatalf("Run = %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the worker did not stop")
-		}
-		env.run <- nil // for the cleanup's wait
+		env.stopAndWait(t)
 		took := time.Since(stopped)
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
