@@ -221,8 +221,11 @@ func (e *Engine) addClaimer(r ClaimRequest) *claimer {
 
 // stopClaimingFor is how long after StopClaiming a worker's new claims
 // still answer at once: one sent just before the worker stopped, which
-// reaches the server after StopClaiming, must not park.
-const stopClaimingFor = 10 * time.Second
+// reaches the server after StopClaiming, must not park. It is short, as
+// a worker started again under the same id (jobwatch worker --id) has
+// its claims answered empty until it passes, and so as long as the
+// workers let a claim answer after asking (client's stoppedClaimGrace).
+const stopClaimingFor = 2 * time.Second
 
 // StopClaiming answers the parked claims of workerID at once, each with
 // what it was granted or none (ErrNoJob), and any it makes in the next

@@ -818,7 +818,7 @@ type WorkerServiceClient interface {
 	ReleaseJob(context.Context, *v1.ReleaseJobRequest) (*v1.ReleaseJobResponse, error)
 	// StopClaiming answers at once the ClaimJob calls of worker_id parked
 	// on this server, each with the jobs it was granted or none, and any
-	// it sends in the next 10 s, so that a worker that is stopping
+	// it sends in the next 2 s, so that a worker that is stopping
 	// receives every answer rather than cut a call whose answer may be on
 	// its way. A claim parked on another server (a replica) is not
 	// reached.
@@ -983,7 +983,7 @@ type WorkerServiceHandler interface {
 	ReleaseJob(context.Context, *v1.ReleaseJobRequest) (*v1.ReleaseJobResponse, error)
 	// StopClaiming answers at once the ClaimJob calls of worker_id parked
 	// on this server, each with the jobs it was granted or none, and any
-	// it sends in the next 10 s, so that a worker that is stopping
+	// it sends in the next 2 s, so that a worker that is stopping
 	// receives every answer rather than cut a call whose answer may be on
 	// its way. A claim parked on another server (a replica) is not
 	// reached.

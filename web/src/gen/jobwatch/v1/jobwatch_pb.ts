@@ -3131,7 +3131,7 @@ export const WorkerService: GenService<{
   /**
    * StopClaiming answers at once the ClaimJob calls of worker_id parked
    * on this server, each with the jobs it was granted or none, and any
-   * it sends in the next 10 s, so that a worker that is stopping
+   * it sends in the next 2 s, so that a worker that is stopping
    * receives every answer rather than cut a call whose answer may be on
    * its way. A claim parked on another server (a replica) is not
    * reached.
