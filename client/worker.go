@@ -320,7 +320,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// lease nobody holds until it is LOST. So the worker asks the server
 	// to answer its parked claims at once (StopClaiming) and lets the
 	// claim end with its answer, cutting it only after stoppedClaimGrace
-	// (a claim parked on another replica); with a backend or a server
+	// (a claim parked on a replica that did not hear of the stop); with a backend or a server
 	// that cannot, after claimGrace. A job that comes so is given back,
 	// not run (giveBack).
 	claimCtx, stopClaims := context.WithCancel(context.WithoutCancel(ctx))
@@ -506,7 +506,8 @@ const claimGrace = 250 * time.Millisecond
 // stoppedClaimGrace is how long a claim in flight may still answer after
 // Run's ctx ended once the server has been asked to answer it at once
 // (StopClaiming): it answers within milliseconds, unless it is parked
-// on another replica.
+// on a replica that has not heard of the stop (its database connection
+// was lost).
 const stoppedClaimGrace = 2 * time.Second
 
 // backendTransient reports whether a backend call is worth repeating:

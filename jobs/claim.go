@@ -19,10 +19,15 @@ import (
 // tenant's jobs in the queue until that head is taken, while the other
 // tenants' heads stay its to take.
 type ClaimRequest struct {
-	WorkerID string   // required: shown on the job as who runs it
-	Tenants  []string // empty: any
-	Kinds    []string // empty: any
-	Queues   []string // empty: any
+	WorkerID string // required: shown on the job as who runs it
+	// Caller is who sends the claim (the server's token id; empty without
+	// tokens). StopClaiming reaches a worker's claims only if it names
+	// the same caller, so that a worker id, which anyone may read on a
+	// job, cannot be used to stop someone else's workers.
+	Caller  string
+	Tenants []string // empty: any
+	Kinds   []string // empty: any
+	Queues  []string // empty: any
 }
 
 func (r ClaimRequest) validate() error {

@@ -102,8 +102,12 @@ type claimers struct {
 	// stopping holds the workers that asked to stop claiming
 	// (StopClaiming), with when they asked: their claims answer at once
 	// for stopClaimingFor after.
-	stopping map[string]time.Time
+	stopping map[stopper]time.Time
 }
+
+// stopper names whose claims a StopClaiming reaches: a worker's, sent by
+// one caller (ClaimRequest.Caller).
+type stopper struct{ worker, caller string }
 
 // scheduledJob is a job that was QUEUED with a future RunAt: its wake,
 // that RunAt and the version that said so. A snapshot older than version,
@@ -135,8 +139,8 @@ type claimer struct {
 	elem *list.Element
 	wake chan struct{} // capacity 1: look again
 
-	worker  string // the worker that claims (ClaimRequest.WorkerID)
-	stopped bool   // its worker asked to stop claiming: answer now
+	by      stopper // the worker that claims and who sent it
+	stopped bool    // its worker asked to stop claiming: answer now
 
 	parked   bool        // parked since its last look, and not woken since
 	gen      uint64      // wakes given to it
@@ -161,7 +165,7 @@ func newClaimer(r ClaimRequest) *claimer {
 		return strings.Join(slices.Compact(names), ",")
 	}
 	return &claimer{
-		worker:  r.WorkerID,
+		by:      stopper{r.WorkerID, r.Caller},
 		tenants: r.Tenants,
 		kinds:   r.Kinds,
 		queues:  r.Queues,
@@ -213,7 +217,7 @@ func (e *Engine) addClaimer(r ClaimRequest) *claimer {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	c.elem = cs.fifo.PushBack(c)
-	if at, ok := cs.stopping[c.worker]; ok && c.worker != "" && e.now().Sub(at) < stopClaimingFor {
+	if at, ok := cs.stopping[c.by]; ok && e.now().Sub(at) < stopClaimingFor {
 		c.stopped = true
 	}
 	return c
@@ -227,38 +231,54 @@ func (e *Engine) addClaimer(r ClaimRequest) *claimer {
 // workers let a claim answer after asking (client's stoppedClaimGrace).
 const stopClaimingFor = 2 * time.Second
 
-// StopClaiming answers the parked claims of workerID at once, each with
-// what it was granted or none (ErrNoJob), and any it makes in the next
-// stopClaimingFor, as it looks. A worker that is stopping asks this so
-// that it receives the answer of every claim it sent, rather than cut a
-// call whose answer may be on its way (its job would then stay RUNNING
-// under a lease nobody holds). Claims of other workers are not touched.
-// A worker id that no claim could name is an *InvalidError.
-func (e *Engine) StopClaiming(workerID string) error {
+// StopClaiming answers the parked claims of workerID sent by caller
+// (ClaimRequest.Caller) at once, each with what it was granted or none
+// (ErrNoJob), and any it makes in the next stopClaimingFor, as it looks
+// (without parking); then it tells the other replicas sharing
+// the store (store.Store.AnnounceStopClaiming), which do the same for
+// the claims the worker parked with them when they hear it (listen.go).
+// A worker that is stopping asks this so that it receives the answer of
+// every claim it sent, rather than cut a call whose answer may be on its
+// way (its job would then stay RUNNING under a lease nobody holds).
+// Claims of other workers, and of other callers, are not touched. A
+// worker id that no claim
+// could name is an *InvalidError. If the other replicas cannot be told,
+// the claims here are answered all the same and it returns nil: the
+// worker then cuts a claim parked elsewhere after its grace, as it
+// would with an older server.
+func (e *Engine) StopClaiming(ctx context.Context, workerID, caller string) error {
 	if err := jobtype.CheckName("worker_id", workerID); err != nil {
 		return err
 	}
+	e.stopClaimingHere(stopper{workerID, caller})
+	if err := e.store.AnnounceStopClaiming(ctx, workerID, caller); err != nil {
+		e.log.Warn("cannot tell the other replicas that a worker stops claiming", "worker", workerID, "err", err)
+	}
+	return nil
+}
+
+// stopClaimingHere is StopClaiming's part on this replica.
+func (e *Engine) stopClaimingHere(s stopper) {
 	cs := &e.claimers
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	now := e.now()
 	if cs.stopping == nil {
-		cs.stopping = map[string]time.Time{}
+		cs.stopping = map[stopper]time.Time{}
 	}
 	for w, at := range cs.stopping {
 		if now.Sub(at) >= stopClaimingFor {
 			delete(cs.stopping, w)
 		}
 	}
-	cs.stopping[workerID] = now
+	cs.stopping[s] = now
 	e.wakeAllLocked(func(c *claimer) bool {
-		if c.worker != workerID {
+		if c.by != s {
 			return false
 		}
 		c.stopped = true
 		return true
 	})
-	return nil
 }
 
 // claimStopped reports whether c's worker asked to stop claiming.

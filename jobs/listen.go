@@ -82,6 +82,12 @@ func (e *Engine) heard(changes []store.Change, missed bool) {
 			}
 			continue
 		}
+		if c.StopClaiming {
+			if !c.Local {
+				e.stopClaimingHere(stopper{c.Worker, c.Caller}) // claimers.go
+			}
+			continue
+		}
 		// A change made through this engine's store was published when
 		// it committed, but for those the store made on its own beside
 		// it (Released: a job's dependencies ended). It supersedes a wake
@@ -209,7 +215,7 @@ func latestChanges(changes []store.Change) map[string]int {
 	}
 	latest := make(map[string]int, len(changes))
 	for i, c := range changes {
-		if c.LogChange || c.QueueChange {
+		if c.LogChange || c.QueueChange || c.StopClaiming {
 			continue // no job's version
 		}
 		if j, ok := latest[c.JobID]; !ok || c.Version >= changes[j].Version {

@@ -18,7 +18,7 @@ import (
 func TestAClaimAfterStopClaimingAnswersAtOnce(t *testing.T) {
 	clock := newFakeClock()
 	e, _ := newEngine(t, jobs.Config{Now: clock.Now})
-	if err := e.StopClaiming("w-stopping"); err != nil {
+	if err := e.StopClaiming(context.Background(), "w-stopping", ""); err != nil {
 		t.Fatal(err)
 	}
 	submit(t, e, jobs.SubmitRequest{Kind: "sync"})
@@ -38,7 +38,7 @@ func TestAClaimAfterStopClaimingAnswersAtOnce(t *testing.T) {
 	if _, err := e.Claim(short, jobs.ClaimRequest{WorkerID: "w-stopping", Kinds: []string{"other"}}, deadline); short.Err() == nil {
 		t.Fatalf("a claim of the worker three seconds on answered %v without waiting; want it parked until its ctx ended", err)
 	}
-	if err := e.StopClaiming(""); err == nil {
+	if err := e.StopClaiming(context.Background(), "", ""); err == nil {
 		t.Fatal("StopClaiming without a worker id was taken")
 	}
 }

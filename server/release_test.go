@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/server"
 	"github.com/jobwatch/jobwatch/store"
 )
 
@@ -183,5 +184,54 @@ func TestStopClaimingAnswersTheWorkersParkedClaims(t *testing.T) {
 	}
 	if _, err := c.workers.StopClaiming(ctxTimeout(t, 5*time.Second), &jobwatchv1.StopClaimingRequest{}); connect.CodeOf(err) != connect.CodeInvalidArgument {
 		t.Fatalf("StopClaiming without a worker id: %v; want invalid_argument", err)
+	}
+}
+
+// A worker id is no secret (every job shows who runs it): StopClaiming
+// sent with another token, even a worker's of another tenant, leaves the
+// worker's parked claim parked and its next claims taking jobs; with the
+// token the claim was sent with, it answers the claim.
+func TestStopClaimingReachesOnlyTheClaimsOfItsToken(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{Tokens: testTokens(t)}})
+	p := authProtocols[1]
+	victim := ts.clientsWithToken(p, workerToken)
+	other := ts.clientsWithToken(p, acmeWorker)
+	admin := ts.clientsWithToken(p, adminToken)
+	type answer struct {
+		resp *jobwatchv1.ClaimJobResponse
+		err  error
+	}
+	claim := func() chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			resp, err := victim.workers.ClaimJob(ctxTimeout(t, 30*time.Second), &jobwatchv1.ClaimJobRequest{WorkerId: "victim", Kinds: []string{"sync"}})
+			ch <- answer{resp, err}
+		}()
+		return ch
+	}
+	parked := claim()
+	ts.waitForGauge("jobwatch_parked_claims", 1)
+	for _, c := range []clients{other, admin} {
+		if _, err := c.workers.StopClaiming(ctxTimeout(t, 5*time.Second), &jobwatchv1.StopClaimingRequest{WorkerId: "victim"}); err != nil {
+			t.Fatalf("StopClaiming with another token: %v; want OK (it reaches nothing)", err)
+		}
+	}
+	job := submit(t, admin, &jobwatchv1.SubmitJobRequest{Tenant: "globex", Kind: "sync"})
+	if a := <-parked; a.err != nil || a.resp.GetJob().GetId() != job.GetId() {
+		t.Fatalf("the worker's claim after a stop sent with other tokens: %v, %v; want job %s", a.resp.GetJob(), a.err, job.GetId())
+	}
+
+	parked = claim()
+	ts.waitForGauge("jobwatch_parked_claims", 1)
+	if _, err := victim.workers.StopClaiming(ctxTimeout(t, 5*time.Second), &jobwatchv1.StopClaimingRequest{WorkerId: "victim"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-parked:
+		if a.err != nil || a.resp.GetJob() != nil {
+			t.Fatalf("the worker's claim after its own stop: %v, %v; want OK with no job", a.resp, a.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker's claim stayed parked after a stop sent with its own token")
 	}
 }

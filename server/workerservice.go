@@ -22,6 +22,7 @@ func (h *workerService) ClaimJob(ctx context.Context, req *jobwatchv1.ClaimJobRe
 	s := h.s
 	r := jobs.ClaimRequest{
 		WorkerID: req.GetWorkerId(),
+		Caller:   stopCaller(ctx),
 		Kinds:    req.GetKinds(),
 		Queues:   req.GetQueues(),
 	}
@@ -196,10 +197,12 @@ func (h *workerService) ReleaseJob(ctx context.Context, req *jobwatchv1.ReleaseJ
 }
 
 // StopClaiming answers the worker's parked claims at once (the engine's
-// StopClaiming). A worker names its own id; naming another's only has
-// that worker's claims answered empty, which it sends again.
+// StopClaiming), those sent with the caller's token only: a worker id is
+// no secret (every job shows who runs it), so with another token it
+// reaches nothing. Without tokens any caller reaches any worker's, whose
+// claims are answered empty and sent again.
 func (h *workerService) StopClaiming(ctx context.Context, req *jobwatchv1.StopClaimingRequest) (*jobwatchv1.StopClaimingResponse, error) {
-	if err := h.s.engine.StopClaiming(req.GetWorkerId()); err != nil {
+	if err := h.s.engine.StopClaiming(ctx, req.GetWorkerId(), stopCaller(ctx)); err != nil {
 		return nil, h.s.toConnectError(ctx, "stop claiming", err)
 	}
 	return &jobwatchv1.StopClaimingResponse{}, nil
@@ -234,4 +237,14 @@ func (h *workerService) FailJob(ctx context.Context, req *jobwatchv1.FailJobRequ
 	}
 	pj, err := h.s.protoJob(ctx, &j)
 	return &jobwatchv1.FailJobResponse{Job: pj}, err
+}
+
+// stopCaller is who a claim or a StopClaiming comes from, for the
+// engine's matching of the two (jobs.ClaimRequest.Caller): the token's
+// id, or "" on a server without tokens.
+func stopCaller(ctx context.Context) string {
+	if p, ok := auth.FromContext(ctx); ok {
+		return p.TokenID
+	}
+	return ""
 }

@@ -462,6 +462,10 @@ type Change struct {
 	// job's; Local as for a job's change.
 	LogChange bool
 	LogSeq    int64
+	// StopClaiming: this is no job's change but Worker's stop, asked by
+	// Caller, as AnnounceStopClaiming sent it; Local as for a job's.
+	StopClaiming   bool
+	Worker, Caller string
 }
 
 // LogAppend is the input of AppendLogs.
@@ -882,6 +886,14 @@ type Store interface {
 	// QueuePauses returns every paused queue, sorted by name.
 	// Retry: safe.
 	QueuePauses(ctx context.Context) ([]QueuePause, error)
+
+	// AnnounceStopClaiming tells every other Store sharing the database
+	// that worker stops claiming, as caller asked (Listen: a Change with
+	// StopClaiming set, Worker and Caller naming them), so that the engine
+	// there answers the claims caller's worker has parked with it (its load balancer may have sent them to
+	// any replica). It writes nothing, and a Store that is not listening
+	// when it is sent never hears it. Retry: safe.
+	AnnounceStopClaiming(ctx context.Context, worker, caller string) error
 
 	// QueueHasJobs reports whether queue holds any job, in any state.
 	// Retry: safe.

@@ -71,3 +71,53 @@ func pausedIn(rows []*jobwatchv1.Queue, queue string) bool {
 	}
 	return false
 }
+
+// TestAStopOnOneReplicaAnswersTheWorkersClaimParkedOnAnother: a worker
+// behind a load balancer may ask one replica to stop its claims while
+// its claim is parked on another. StopClaiming through A answers the
+// worker's claim parked on B at once (its cap is a minute), with no
+// job, and leaves another worker's claim on B parked.
+func TestAStopOnOneReplicaAnswersTheWorkersClaimParkedOnAnother(t *testing.T) {
+	dbURL := pgtest.URL(t)
+	cfg := filepath.Join(t.TempDir(), "jobwatch.yaml")
+	writeFile(t, cfg, "queues:\n  - name: reports\n")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a := startReplica(t, ctx, "A", dbURL, cfg)
+	b := startReplica(t, ctx, "B", dbURL, cfg)
+
+	type claimed struct {
+		resp *jobwatchv1.ClaimJobResponse
+		err  error
+	}
+	claims := map[string]chan claimed{}
+	for _, w := range []string{"w-stopping", "w-staying"} {
+		ch := make(chan claimed, 1)
+		claims[w] = ch
+		go func() {
+			resp, err := b.client.WorkerService().ClaimJob(ctx, &jobwatchv1.ClaimJobRequest{WorkerId: w, Queues: []string{"reports"}})
+			ch <- claimed{resp, err}
+		}()
+	}
+	waitFor(t, "both claims parked on B", func() bool { return b.metric(t, "jobwatch_parked_claims") == 2 })
+
+	if _, err := a.client.WorkerService().StopClaiming(ctx, &jobwatchv1.StopClaimingRequest{WorkerId: "w-stopping"}); err != nil {
+		t.Fatalf("StopClaiming on A: %v", err)
+	}
+	select {
+	case c := <-claims["w-stopping"]:
+		if c.err != nil || c.resp.GetJob() != nil || len(c.resp.GetClaims()) != 0 {
+			t.Fatalf("the stopping worker's claim on B: %v, %v; want OK with no job", c.resp, c.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stopping worker's claim parked on B was not answered by its stop on A")
+	}
+	waitFor(t, "the other worker's claim still parked on B", func() bool { return b.metric(t, "jobwatch_parked_claims") == 1 })
+	job, err := a.client.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "report", Queue: "reports"})
+	if err != nil {
+		t.Fatalf("submit on A: %v", err)
+	}
+	if c := <-claims["w-staying"]; c.err != nil || c.resp.GetJob().GetId() != job.GetId() {
+		t.Fatalf("the other worker's claim on B: %v, %v; want job %s", c.resp.GetJob(), c.err, job.GetId())
+	}
+}

@@ -98,8 +98,8 @@ func (b engineBackend) Fail(ctx context.Context, l *client.Lease, jerr *jobwatch
 }
 
 // StopClaiming implements client.ClaimStopper with the engine's.
-func (b engineBackend) StopClaiming(_ context.Context, workerID string) error {
-	return b.e.StopClaiming(workerID)
+func (b engineBackend) StopClaiming(ctx context.Context, workerID string) error {
+	return b.e.StopClaiming(ctx, workerID, "")
 }
 
 var _ client.ClaimStopper = engineBackend{}

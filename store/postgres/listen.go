@@ -213,9 +213,9 @@ func (h *hearing) rotate() {
 func (h *hearing) deliver(changes []store.Change) {
 	fresh := changes[:0]
 	for _, c := range changes {
-		// A queue's pause or resume, or an append to a job's log, is no
-		// job's version: never a repeat.
-		if c.QueueChange || c.LogChange || h.fresh(c) {
+		// A queue's pause or resume, an append to a job's log or a
+		// worker's stop is no job's version: never a repeat.
+		if c.QueueChange || c.LogChange || c.StopClaiming || h.fresh(c) {
 			fresh = append(fresh, c)
 		}
 	}
@@ -347,9 +347,13 @@ func (s *Store) appendChanges(batch []store.Change, n *pgconn.Notification) []st
 		var released bool
 		changes, released, err = parseReleaseNotice(n.Payload)
 		if !released && err == nil {
-			c, isLog, lerr := parseLogNotice(n.Payload)
-			if !isLog && lerr == nil {
-				c, lerr = parsePauseNotice(n.Payload)
+			c, isStop, lerr := parseStopNotice(n.Payload)
+			if !isStop && lerr == nil {
+				var isLog bool
+				c, isLog, lerr = parseLogNotice(n.Payload)
+				if !isLog && lerr == nil {
+					c, lerr = parsePauseNotice(n.Payload)
+				}
 			}
 			changes, err = []store.Change{c}, lerr
 		}

@@ -102,6 +102,46 @@ func parsePauseNotice(payload string) (store.Change, error) {
 	return store.Change{Queue: n.Queue, QueueChange: true, Paused: n.Paused}, nil
 }
 
+// stopNotice is the payload of AnnounceStopClaiming's notification: a
+// JSON object, told apart from the other object notices by its "stop"
+// key, the worker's id; by is who asked (store.Change.Caller).
+type stopNotice struct {
+	Stop string `json:"stop"`
+	By   string `json:"by,omitempty"`
+}
+
+// AnnounceStopClaiming implements store.Store with a notification alone:
+// a stop is not kept, as it matters only to the claims parked when it
+// is heard (and to those sent in the seconds after, which the engine
+// that hears it remembers).
+func (s *Store) AnnounceStopClaiming(ctx context.Context, worker, caller string) error {
+	payload, err := json.Marshal(stopNotice{Stop: worker, By: caller})
+	if err != nil {
+		return err
+	}
+	if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", s.channel, string(payload)); err != nil {
+		return fmt.Errorf("announce that worker %s stops claiming: %w", worker, classify(err))
+	}
+	return nil
+}
+
+// parseStopNotice reads an object notice (isPauseNotice) that is a
+// worker's stop as the change a listener hands on; ok is false for
+// another notice.
+func parseStopNotice(payload string) (c store.Change, ok bool, err error) {
+	if !strings.Contains(payload, `"stop"`) {
+		return store.Change{}, false, nil
+	}
+	var n stopNotice
+	if err := json.Unmarshal([]byte(payload), &n); err != nil {
+		return store.Change{}, false, fmt.Errorf("read a notice: %w", err)
+	}
+	if n.Stop == "" {
+		return store.Change{}, false, nil
+	}
+	return store.Change{Worker: n.Stop, Caller: n.By, StopClaiming: true}, true, nil
+}
+
 // QueuePauses implements store.Store.
 func (s *Store) QueuePauses(ctx context.Context) ([]store.QueuePause, error) {
 	return collect(ctx, s, "read paused queues", func(r pgx.Rows) (store.QueuePause, error) {

@@ -68,6 +68,14 @@ func (s *Store) ResumeQueue(ctx context.Context, queue string) (bool, error) {
 	return resumed, err
 }
 
+// AnnounceStopClaiming implements store.Store: the stop goes to the
+// listeners of every Store of this process on the file, as a committed
+// change does (listen.go); one SQLite file serves one process.
+func (s *Store) AnnounceStopClaiming(_ context.Context, worker, caller string) error {
+	s.feed.deliver(s, []store.Change{{Worker: worker, Caller: caller, StopClaiming: true}})
+	return nil
+}
+
 // QueuePauses implements store.Store.
 func (s *Store) QueuePauses(ctx context.Context) ([]store.QueuePause, error) {
 	rows, err := s.read.QueryContext(ctx, "SELECT queue, paused_at, paused_by FROM queue_pauses ORDER BY queue")

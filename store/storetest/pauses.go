@@ -27,6 +27,7 @@ var sharedPauseCases = []struct {
 }{
 	{"a pause made through one store holds for the other's claims", testPauseShared},
 	{"a pause and a resume made through one store are heard by the other's listener", testPauseHeardShared},
+	{"a worker's stop announced through one store is heard by the other's listener", testStopClaimingHeardShared},
 }
 
 // pauseJobs creates two ready jobs in queue "held" and two in "open",
@@ -265,6 +266,39 @@ func (h *heard) waitForQueue(t *testing.T, queue string) store.Change {
 			}
 		case <-timeout:
 			t.Fatalf("no pause or resume of %s heard", queue)
+		}
+	}
+}
+
+// testStopClaimingHeardShared: a stop is heard by the other store, not
+// local, naming the worker, and is no job's change.
+func testStopClaimingHeardShared(t *testing.T, a, b store.Store) {
+	h := listen(t, b)
+	for _, worker := range []string{"w-1", "stop"} {
+		if err := a.AnnounceStopClaiming(t.Context(), worker, "token-"+worker); err != nil {
+			t.Fatalf("announce stop of %s: %v", worker, err)
+		}
+		c := h.waitForMatch(t, "a stop of "+worker, func(c store.Change) bool { return c.StopClaiming })
+		if c.Worker != worker || c.Caller != "token-"+worker || c.Local || c.JobID != "" || c.QueueChange || c.LogChange {
+			t.Errorf("b heard %+v, want the stop of %s, not local", c, worker)
+		}
+	}
+}
+
+// waitForMatch returns the next change heard that match accepts.
+func (h *heard) waitForMatch(t *testing.T, what string, match func(store.Change) bool) store.Change {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case batch := <-h.c:
+			for _, c := range batch {
+				if match(c) {
+					return c
+				}
+			}
+		case <-timeout:
+			t.Fatalf("%s not heard", what)
 		}
 	}
 }

@@ -197,7 +197,7 @@ const claimGraceMs = 250;
 /**
  * How long a claim in flight may still answer after stop() once the server
  * has been asked to answer it at once (StopClaiming): milliseconds, unless
- * it is parked on another replica.
+ * it is parked on a replica that has not heard of the stop.
  */
 const stoppedClaimGraceMs = 2000;
 
@@ -337,8 +337,8 @@ export class Worker {
       // would be lost and its jobs stay RUNNING under a lease nobody
       // holds. So the server is asked to answer it at once
       // (StopClaiming), and it is cut only stoppedClaimGraceMs later (it
-      // is parked on another replica); claimGraceMs later when the
-      // server cannot be asked.
+      // is parked on a replica that has not heard of the stop);
+      // claimGraceMs later when the server cannot be asked.
       const claim = this.claimAbort;
       this.client.workerService
         .stopClaiming({ workerId: this.id }, { timeoutMs: stoppedClaimGraceMs })

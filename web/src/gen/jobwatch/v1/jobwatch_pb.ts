@@ -3130,11 +3130,14 @@ export const WorkerService: GenService<{
   },
   /**
    * StopClaiming answers at once the ClaimJob calls of worker_id parked
-   * on this server, each with the jobs it was granted or none, and any
-   * it sends in the next 2 s, so that a worker that is stopping
+   * on this server (those sent with the caller's token: with another, it
+   * reaches none), each with the jobs it was granted or none, and any
+   * it sends in the next 2 s without parking them, so that a worker that is stopping
    * receives every answer rather than cut a call whose answer may be on
-   * its way. A claim parked on another server (a replica) is not
-   * reached.
+   * its way. The other replicas sharing the database are told, and do
+   * the same for the claims parked with them as they hear it (within
+   * milliseconds; a replica that has lost its database connection does
+   * not hear it).
    *
    * @generated from rpc jobwatch.v1.WorkerService.StopClaiming
    */
