@@ -231,6 +231,7 @@ func (e *Engine) claimOnce(ctx context.Context, f store.ClaimFilter, workerID st
 		// The filter's time: a rate counts its window back from it and
 		// records each claim at it, so it is the jobs' StartedAt too.
 		Now:    f.Now,
+		Clock:  e.now,
 		Lease:  e.cfg.LeaseTimeout,
 		Leases: e.rules.Load().leases,
 	})

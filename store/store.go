@@ -231,6 +231,12 @@ type Claim struct {
 	// Now is the time of the claim, on the database's clock as the
 	// engine reads it (see Store.Now).
 	Now time.Time
+	// Clock, if set, reads that time again. A store that makes a claim
+	// wait before it may claim (PostgreSQL: for its turn at a ruled
+	// queue) reads it after the wait, and uses it for Now and the
+	// filter's Now: the jobs' leases, their StartedAt and a rate's
+	// record of them count from when the claim took effect.
+	Clock func() time.Time
 	// Lease is how long the lease lasts in a queue not in Leases.
 	Lease time.Duration
 	// Leases gives the lease of the queues that have their own.

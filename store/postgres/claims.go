@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -89,13 +91,30 @@ const claimNumbered = `,
 	SELECT p.seq, p.updated_at, row_number() OVER (ORDER BY p.priority, p.run_at, p.seq) AS i FROM picked AS p)`
 
 const claimUpdate = `UPDATE jobs AS j SET state = 'running', attempt = j.attempt + 1, worker_id = $2,
-	lease_id = ($3::text[])[p.i], started_at = coalesce(j.started_at, $1), updated_at = $1,
-	lease_expires_at = $1 + coalesce((SELECT d.us FROM unnest($4::text[], $5::bigint[]) AS d(q, us)
+	lease_id = ($3::text[])[p.i], started_at = coalesce(j.started_at, ` + claimTime + `), updated_at = ` + claimTime + `,
+	lease_expires_at = ` + claimTime + ` + coalesce((SELECT d.us FROM unnest($4::text[], $5::bigint[]) AS d(q, us)
 		WHERE d.q = j.queue), $6) * interval '1 microsecond',
 	version = j.version + 1, rev = j.rev + 1
 FROM numbered AS p
 WHERE j.seq = p.seq%[2]s
 RETURNING %[1]s, p.updated_at, p.i`
+
+// lockWait is how long the statements before a claim's, in its
+// pipelined batch, took: the prelude's wait for the advisory locks of a
+// ruled queue, held by another replica's claim, and, for a fair claim,
+// the fair state's write. A statement of a pipeline starts once the one
+// before it has run (statement_timestamp), its transaction with the
+// first (transaction_timestamp). The claim adds it to its time, so that
+// a lease counts from when the claim took effect (a wait of seconds
+// behind a slow claim elsewhere had the job LOST while its worker
+// started it). Under 100 ms it is taken as none: a lease or a rate's
+// window is seconds long, and a claim nothing held up keeps the engine's
+// time to the microsecond.
+const lockWait = `(CASE WHEN statement_timestamp() - transaction_timestamp() >= interval '100 milliseconds'
+		THEN statement_timestamp() - transaction_timestamp() ELSE interval '0' END)`
+
+// claimTime is the claim's time in claimUpdate: $1 after lockWait.
+const claimTime = `($1::timestamptz + ` + lockWait + `)`
 
 // candidateSlack is how many jobs beyond the ones it takes a claim reads
 // where it reads candidates before it locks any (a filter of several
@@ -778,6 +797,62 @@ func (s *Store) lockKeys(f store.ClaimFilter) []int64 {
 	return slices.Compact(keys)
 }
 
+// ruledTurns lets one claim at a time of this Store go to the database
+// for each advisory lock key a ruled claim takes (lockKeys); the others
+// wait here, holding no connection. Claims waiting in the database for
+// a lock each held one of the pool's connections: twenty workers parked
+// on a rate-limited queue, woken together, held every connection while
+// they queued for its lock one behind the other, and heartbeats and
+// completions waited for a connection until their jobs were LOST. The
+// database lets one claim hold a lock anyway; another replica's claims
+// queue there, one per replica.
+type ruledTurns struct {
+	mu      sync.Mutex
+	turns   map[int64]chan struct{} // capacity 1: full while a claim has the key
+	waiting atomic.Int64            // claims waiting here for a turn
+}
+
+// take waits for the turn of each key, in the order given (lockKeys
+// sorts them, as the prelude takes their locks), and returns their
+// release; ok is false, with no turn held, if ctx ends first.
+func (r *ruledTurns) take(ctx context.Context, keys []int64) (release func(), ok bool) {
+	held := make([]chan struct{}, 0, len(keys))
+	release = func() {
+		for _, t := range held {
+			<-t
+		}
+	}
+	r.waiting.Add(1)
+	defer r.waiting.Add(-1)
+	for _, k := range keys {
+		t := r.turn(k)
+		select {
+		case t <- struct{}{}:
+			held = append(held, t)
+		case <-ctx.Done():
+			release()
+			return nil, false
+		}
+	}
+	return release, true
+}
+
+// turn returns key's turn. Keys are the queues with rules, their pools
+// and the tenants' bounds, so the map stays as small as the config.
+func (r *ruledTurns) turn(key int64) chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.turns == nil {
+		r.turns = map[int64]chan struct{}{}
+	}
+	t, ok := r.turns[key]
+	if !ok {
+		t = make(chan struct{}, 1)
+		r.turns[key] = t
+	}
+	return t
+}
+
 // ClaimJobs implements store.Store with one statement: it picks the jobs
 // with FOR UPDATE SKIP LOCKED (claimers never wait for each other's rows,
 // and a row another claim took is re-checked and passed over) and
@@ -801,9 +876,20 @@ func (s *Store) ClaimJobs(ctx context.Context, f store.ClaimFilter, c store.Clai
 	if len(c.LeaseIDs) == 0 {
 		return nil, jobtype.ErrNoJob
 	}
+	keys := s.lockKeys(f)
+	if len(keys) > 0 {
+		release, ok := s.ruledTurns.take(ctx, keys)
+		if !ok {
+			return nil, jobtype.ErrNoJob // the caller left
+		}
+		defer release()
+		if c.Clock != nil {
+			f.Now = c.Clock()
+			c.Now = f.Now
+		}
+	}
 	f.Now = micro(f.Now)
 	query, args := claimQuery(f, c)
-	keys := s.lockKeys(f)
 	for attempt := 1; ; attempt++ {
 		var (
 			claimed []store.Claimed
@@ -937,13 +1023,14 @@ func contestedCTEs(now int) string {
 // claimRated is the end of a claim from rate-limited queues: after the
 // UPDATE (claimed), a row in queue_starts for each job it took from one
 // of the queues $%[1]d at the filter's time $%[3]d (the time the pick
-// counted the windows back from), and the queues' rows that left their
+// counted the windows back from) after lockWait, as the jobs' leases
+// count from, and the queues' rows that left their
 // windows more than store.StartsKept ago ($%[2]d µs old each) deleted. The claim holds the
 // queues' advisory locks (lockKeys), so claims count and record one
 // after the other.
 const claimRated = `,
 	started AS (INSERT INTO queue_starts (queue, tenant, at)
-		SELECT c.queue, c.tenant, $%[3]d::timestamptz FROM claimed AS c WHERE c.queue = ANY($%[1]d::text[])),
+		SELECT c.queue, c.tenant, $%[3]d::timestamptz + ` + lockWait + ` FROM claimed AS c WHERE c.queue = ANY($%[1]d::text[])),
 	pruned AS (DELETE FROM queue_starts AS s USING unnest($%[1]d::text[], $%[2]d::bigint[]) AS r(queue, per)
 		WHERE s.queue = r.queue AND s.at <= $%[3]d::timestamptz - r.per * interval '1 microsecond')`
 

@@ -74,6 +74,9 @@ type Store struct {
 	schema  string // where the tables are
 	channel string // the NOTIFY channel of the schema
 	log     *slog.Logger
+	// ruledTurns queues this Store's claims of ruled queues before they
+	// take a connection (claims.go).
+	ruledTurns ruledTurns
 	// conns knows the pool's connections, to tell Listen which changes
 	// were made through this Store.
 	conns conns
