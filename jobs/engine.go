@@ -203,6 +203,8 @@ type Engine struct {
 	store store.Store
 	cfg   Config
 	log   *slog.Logger
+	// retention paces the deletion of jobs past retention (sweep.go).
+	retention retentionPace
 
 	// rules are the Rules in effect; SetRules swaps them whole, and each
 	// decision loads them once.

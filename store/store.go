@@ -941,10 +941,14 @@ type Store interface {
 	// kept. ErrNotFound if there is no such job. Retry: safe.
 	JobLogs(ctx context.Context, id string, afterSeq int64, limit int) (LogPage, error)
 
-	// DeleteFinishedBefore deletes terminal jobs whose FinishedAt is
-	// before t, and the records of deletions (JobsDeleted) made before t,
-	// and reports how many jobs it deleted. Retry: safe.
-	DeleteFinishedBefore(ctx context.Context, t time.Time) (int, error)
+	// DeleteFinishedBefore deletes at most limit terminal jobs whose
+	// FinishedAt is before t, and at most limit of the records of
+	// deletions (JobsDeleted) made before t, and reports how many jobs it
+	// deleted: fewer than limit when no more were due. It writes in
+	// transactions of a bounded size of its own, so that other writes
+	// take turns with a large deletion; a caller deleting a backlog calls
+	// again for the rest. Retry: safe.
+	DeleteFinishedBefore(ctx context.Context, t time.Time, limit int) (int, error)
 
 	// CountByState returns how many jobs are in each state, for metrics.
 	// Retry: safe.

@@ -173,26 +173,29 @@ const retentionPick = `
 // transaction: one commit when there is little to delete, as on most
 // sweeps. A terminal job without a FinishedAt (the zero time) counts as
 // finished before t.
-func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, error) {
-	n := 0
-	for {
-		var jobs, records int64
+func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time, limit int) (int, error) {
+	var deleted, forgotten int
+	for max(deleted, forgotten) < limit {
+		batch := min(deleteBatch, limit-max(deleted, forgotten))
+		var jobs, records int
 		err := s.pool.QueryRow(ctx, `WITH j AS (DELETE FROM jobs WHERE seq IN (`+retentionPick+`) RETURNING 1),
 			d AS (DELETE FROM job_deletions WHERE seq IN (
 				SELECT seq FROM job_deletions WHERE deleted_at < $1 LIMIT $2) RETURNING 1)
-			SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM d)`, micro(t), deleteBatch).Scan(&jobs, &records)
+			SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM d)`, micro(t), batch).Scan(&jobs, &records)
 		if err != nil {
-			return n, fmt.Errorf("delete finished jobs: %w", classify(err))
+			return deleted, fmt.Errorf("delete finished jobs: %w", classify(err))
 		}
-		n += int(jobs)
+		deleted += jobs
+		forgotten += records
 		// Each deleted job is a dead row, as a claimed one is: a large
 		// purge (a retention shortened) brings the vacuum's look, not
 		// only later claims.
-		s.vacuum.wrote(int(jobs))
-		if max(jobs, records) < deleteBatch {
-			return n, nil
+		s.vacuum.wrote(jobs)
+		if max(jobs, records) < batch {
+			break
 		}
 	}
+	return deleted, nil
 }
 
 // CountByState implements store.Store.

@@ -207,7 +207,7 @@ func TestRetentionsDeletionsVacuumTheJobsTableWhereAutovacuumDoesNot(t *testing.
 				unique_key, created_at, run_at, finished_at, worker_id, lease_id)
 			SELECT 'ended-' || $2::int || '-' || i, 'acme', 'email', 'default', 'succeeded', 3, 100, '', 1, 1, '', $1::timestamptz,
 				$1::timestamptz, $1::timestamptz, '', '' FROM generate_series(1, 3000) AS i`, t0, n)
-		if got, err := s.DeleteFinishedBefore(ctx, t0.Add(time.Hour)); err != nil || got < 3_000 {
+		if got, err := s.DeleteFinishedBefore(ctx, t0.Add(time.Hour), 10_000); err != nil || got < 3_000 {
 			t.Fatalf("retention deleted %d, %v; want the 3,000 ended", got, err)
 		}
 	}

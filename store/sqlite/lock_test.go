@@ -226,7 +226,7 @@ func TestStoreFailuresAreLoggedOncePerEpisode(t *testing.T) {
 				if i == 2 {
 					// A sweep with nothing to delete changes nothing, so it
 					// commits (or fails) without ending the episode.
-					if _, err := s.DeleteFinishedBefore(t.Context(), time.Now()); err != nil && !errors.Is(err, jobtype.ErrUnavailable) {
+					if _, err := s.DeleteFinishedBefore(t.Context(), time.Now(), 1000); err != nil && !errors.Is(err, jobtype.ErrUnavailable) {
 						t.Fatal(err)
 					}
 				}

@@ -318,6 +318,10 @@ func createPrivate(path string, log *slog.Logger) error {
 	return nil
 }
 
+// walSizeLimit is the size, in bytes, the -wal file is cut back to: the
+// backstop's 16,384 pages of 4 KiB, which a busy server reaches anyway.
+const walSizeLimit = walBackstopPages * 4096
+
 // writerConnector opens the writer's connections with temp_store =
 // MEMORY, which keeps the statement journal (the undo log of each write's
 // SAVEPOINT and of each statement) in memory. By default it spills to a
@@ -326,11 +330,16 @@ func createPrivate(path string, log *slog.Logger) error {
 // only what a rollback of the current write would need: it is no part of
 // durability, which is the WAL's. And with wal_autocheckpoint =
 // walBackstopPages: the checkpointer copies the WAL into the database
-// file beside the writer (checkpoint.go).
+// file beside the writer (checkpoint.go). And with journal_size_limit =
+// walSizeLimit: SQLite keeps the -wal file at the largest size it ever
+// reached (a burst of writes, or a long read such as a backup, that kept
+// it from starting over grew it past the backstop); with the limit, the
+// first commit after the WAL starts over cuts the file back to it.
 func writerConnector(dsn string) driver.Connector {
 	return &connector{dsn: dsn, driver: &sqlite3.SQLiteDriver{
 		ConnectHook: func(c *sqlite3.SQLiteConn) error {
-			_, err := c.Exec(fmt.Sprintf("PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = %d", walBackstopPages), nil)
+			_, err := c.Exec(fmt.Sprintf("PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = %d; PRAGMA journal_size_limit = %d",
+				walBackstopPages, walSizeLimit), nil)
 			return err
 		},
 	}}

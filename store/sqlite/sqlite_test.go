@@ -836,7 +836,7 @@ func TestRetentionDeletesABacklogInSeveralTransactions(t *testing.T) {
 	add("j_recent", jobtype.Failed, t0.Add(3*time.Hour))
 	add("j_active", jobtype.Queued, time.Time{})
 
-	n, err := s.DeleteFinishedBefore(ctx, t0.Add(2*time.Hour))
+	n, err := s.DeleteFinishedBefore(ctx, t0.Add(2*time.Hour), 100)
 	if err != nil || n != 5 {
 		t.Fatalf("deleted %d, %v; want the 5 old jobs", n, err)
 	}

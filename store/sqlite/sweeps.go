@@ -30,13 +30,14 @@ const finishedBeforeQuery = `SELECT seq FROM jobs INDEXED BY jobs_finished
 // DeleteFinishedBefore implements store.Store, each batch of at most
 // deleteBatch jobs, and as many records of deletions, in a transaction
 // of its own: one write when there is little to delete, as on most
-// sweeps.
-func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, error) {
-	var n int
-	for {
+// sweeps, and Submit and Complete take turns with a large deletion.
+func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time, limit int) (int, error) {
+	var deleted, forgotten int
+	for max(deleted, forgotten) < limit {
+		batch := min(s.deleteBatch, limit-max(deleted, forgotten))
 		var jobs, records int64
 		err := s.writeTx(ctx, "delete finished jobs", func(ctx context.Context, tx *sql.Tx) error {
-			res, err := tx.ExecContext(ctx, "DELETE FROM jobs WHERE seq IN ("+finishedBeforeQuery+")", toMicro(t), s.deleteBatch)
+			res, err := tx.ExecContext(ctx, "DELETE FROM jobs WHERE seq IN ("+finishedBeforeQuery+")", toMicro(t), batch)
 			if err != nil {
 				return fmt.Errorf("delete finished jobs: %w", classify(err))
 			}
@@ -44,18 +45,20 @@ func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, err
 				return err
 			}
 			res, err = tx.ExecContext(ctx, `DELETE FROM job_deletions WHERE seq IN (
-				SELECT seq FROM job_deletions WHERE deleted_at < ? LIMIT ?)`, toMicro(t), s.deleteBatch)
+				SELECT seq FROM job_deletions WHERE deleted_at < ? LIMIT ?)`, toMicro(t), batch)
 			if err != nil {
 				return fmt.Errorf("forget deletions: %w", classify(err))
 			}
 			records, err = res.RowsAffected()
 			return err
 		})
-		n += int(jobs)
-		if err != nil || max(jobs, records) < int64(s.deleteBatch) {
-			return n, err
+		deleted += int(jobs)
+		forgotten += int(records)
+		if err != nil || max(jobs, records) < int64(batch) {
+			return deleted, err
 		}
 	}
+	return deleted, nil
 }
 
 // scheduledJobsQuery walks the index jobs_state_run_at from the first

@@ -208,7 +208,7 @@ func testDependencyWaitedForIsKept(t *testing.T, s store.Store) {
 	if kept.ID != "a" || kept.State != jobtype.Failed {
 		t.Errorf("delete of a while b waits for it returned job %q in state %q, want a, FAILED (its refusal names the state)", kept.ID, kept.State)
 	}
-	if _, err := s.DeleteFinishedBefore(t.Context(), at(1000)); err != nil {
+	if _, err := s.DeleteFinishedBefore(t.Context(), at(1000), deleteAll); err != nil {
 		t.Fatal(err)
 	}
 	if got := get(t, s, "a"); got.State != jobtype.Failed {

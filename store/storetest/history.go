@@ -234,13 +234,13 @@ func testJobsDeleted(t *testing.T, s store.Store) {
 		t.Errorf("jobs deleted with a page token the store did not issue: %v, want ErrInvalidPageToken", err)
 	}
 
-	if _, err := s.DeleteFinishedBefore(ctx, time.Now().Add(-time.Hour)); err != nil {
+	if _, err := s.DeleteFinishedBefore(ctx, time.Now().Add(-time.Hour), deleteAll); err != nil {
 		t.Fatalf("delete finished before an hour ago: %v", err)
 	}
 	if got := all("acme", before, 10); len(got) != 3 {
 		t.Errorf("deletions after retention of what ended over an hour ago: %v, want all three kept", got)
 	}
-	if _, err := s.DeleteFinishedBefore(ctx, time.Now().Add(time.Hour)); err != nil {
+	if _, err := s.DeleteFinishedBefore(ctx, time.Now().Add(time.Hour), deleteAll); err != nil {
 		t.Fatalf("delete finished before an hour from now: %v", err)
 	}
 	if got := all("acme", before, 10); len(got) != 0 {

@@ -165,7 +165,7 @@ func testScheduleEndOutlivesJob(t *testing.T, s store.Store) {
 	run := scheduleRun("weekly", every, at(0))
 	tick(t, s, at(0), run)
 	end(t, s, run.Job.ID, jobtype.Failed, at(5))
-	if n, err := s.DeleteFinishedBefore(t.Context(), at(5).Add(24*time.Hour)); err != nil || n != 1 {
+	if n, err := s.DeleteFinishedBefore(t.Context(), at(5).Add(24*time.Hour), deleteAll); err != nil || n != 1 {
 		t.Fatalf("retention: deleted %d, %v; want the run", n, err)
 	}
 	mustBeGone(t, s, run.Job.ID)

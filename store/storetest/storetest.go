@@ -33,7 +33,7 @@ import (
 // closes it when the subtest ends; open should register the removal of
 // anything it made (a temp file, a schema) with t.Cleanup.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
-	for _, tc := range slices.Concat(cases, readCases, scheduleCases, concurrentCases, changeCases, leaseCases, pauseCases, historyCases, priorityCases, logCases, batchCases, depCases, tenantDepthCases, rateCases, quotaCases, fairCases, capCases) {
+	for _, tc := range slices.Concat(cases, readCases, scheduleCases, concurrentCases, changeCases, leaseCases, pauseCases, historyCases, priorityCases, logCases, batchCases, depCases, tenantDepthCases, rateCases, quotaCases, fairCases, capCases, retentionCases) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)
 			t.Cleanup(func() {
@@ -1500,7 +1500,7 @@ func testDeleteFinishedBefore(t *testing.T, s store.Store) {
 		j.State, j.FinishedAt = f.state, at(f.finished)
 		create(t, s, j)
 	}
-	n, err := s.DeleteFinishedBefore(t.Context(), at(5))
+	n, err := s.DeleteFinishedBefore(t.Context(), at(5), deleteAll)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1513,7 +1513,7 @@ func testDeleteFinishedBefore(t *testing.T, s store.Store) {
 	for _, id := range []string{"c", "e", "f", "g"} {
 		get(t, s, id)
 	}
-	if n, err := s.DeleteFinishedBefore(t.Context(), at(5)); err != nil || n != 0 {
+	if n, err := s.DeleteFinishedBefore(t.Context(), at(5), deleteAll); err != nil || n != 0 {
 		t.Errorf("second delete: %d, %v; want 0, nil", n, err)
 	}
 }
