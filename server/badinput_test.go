@@ -60,6 +60,9 @@ func TestBadInputIsRefusedWithAClearErrorAndTheServerKeepsServing(t *testing.T) 
 		{"waiting for a held job is invalid_argument", jobs + "SubmitJob", jsonType, `{"kind":"k","hold":true,"wait":true}`, 400, "invalid_argument", "wait:"},
 		{"a negative page_size is invalid_argument", jobs + "ListJobs", jsonType, `{"page_size":-1}`, 400, "invalid_argument", "page_size: must not be negative"},
 		{"a state name the server does not know is invalid_argument, not a dropped filter", jobs + "ListJobs", jsonType, `{"states":["JOB_STATE_QUEUED","RUNNING"]}`, 400, "invalid_argument", `states[1]: "RUNNING" is not a JobState`},
+		{"an integer in a payload that a double cannot hold is invalid_argument, not rounded", jobs + "SubmitJob", jsonType, `{"kind":"k","payload":{"ids":[1,{"id":9007199254740993}]}}`, 400, "invalid_argument", "payload.ids[1].id: 9007199254740993 is an integer beyond ±2^53"},
+		{"such an integer in a batch's payload is refused with its path", jobs + "SubmitJobs", jsonType, `{"jobs":[{"kind":"k"},{"kind":"k","payload":-12345678901234567890}]}`, 400, "invalid_argument", "jobs[1].payload: -12345678901234567890 is an integer beyond"},
+		{"such an integer in a result is refused", workers + "CompleteJob", jsonType, `{"job_id":"j_1","lease_id":"l_1","result":{"n":100000000000000000000000000000}}`, 400, "invalid_argument", "result.n: "},
 		{"a page_token the server never issued is invalid_argument", jobs + "ListJobs", jsonType, `{"page_token":"bogus"}`, 400, "invalid_argument", "page_token"},
 		{"an empty worker_id is invalid_argument", workers + "ClaimJob", jsonType, `{}`, 400, "invalid_argument", "worker_id: must not be empty"},
 		{"a max_jobs over 100 is invalid_argument naming the field", workers + "ClaimJob", jsonType, `{"worker_id":"w","max_jobs":101}`, 400, "invalid_argument", "max_jobs: must be 0 (one job) to 100, got 101"},
@@ -119,6 +122,29 @@ func TestJSONIgnoresUnknownFieldsButNotUnknownStates(t *testing.T) {
 		status, body = rawPost(t, ts.url+listJobs, contentType, []byte(`{"states":["RUNNING"]}`))
 		if status != http.StatusBadRequest || !strings.Contains(body, "JOB_STATE_RUNNING") {
 			t.Errorf("ListJobs of state RUNNING as %s = %d %s, want 400 listing the state names", contentType, status, body)
+		}
+	}
+}
+
+// Numbers in a JSON payload are kept as doubles: every one a double holds
+// exactly comes back as sent, and floating point as floating point (the
+// integers it cannot hold are refused, in the table above).
+func TestJSONPayloadNumbersComeBackAsSent(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	payload := `{"edge":9007199254740992,"neg":-9007199254740992,"float":1.5e300,"tenth":0.1,"big_float":12345678901234567890.5}`
+	status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/SubmitJob", "application/json", []byte(`{"kind":"k","payload":`+payload+`}`))
+	var got struct {
+		Job struct{ Payload map[string]json.Number }
+	}
+	dec := json.NewDecoder(strings.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&got); status != http.StatusOK || err != nil {
+		t.Fatalf("SubmitJob = %d %s, want OK", status, body)
+	}
+	want := map[string]string{"edge": "9007199254740992", "neg": "-9007199254740992", "float": "1.5e+300", "tenth": "0.1", "big_float": "12345678901234567000"}
+	for k, v := range want {
+		if string(got.Job.Payload[k]) != v {
+			t.Errorf("payload.%s came back as %s, want %s", k, got.Job.Payload[k], v)
 		}
 	}
 }

@@ -281,7 +281,7 @@ func (c jsonCodec) Unmarshal(data []byte, v any) error {
 		return fmt.Errorf("the body is not a %s as JSON: %s", m.ProtoReflect().Descriptor().FullName(), wire.DecodeMistake(err, data))
 	}
 	md := m.ProtoReflect().Descriptor()
-	if !holdsEnums(md) {
+	if !needsTreeCheck(md) {
 		return nil
 	}
 	var tree any
@@ -290,24 +290,36 @@ func (c jsonCodec) Unmarshal(data []byte, v any) error {
 	if err := dec.Decode(&tree); err != nil {
 		return err // protojson accepted it, so this does not happen
 	}
-	return checkEnumNames(tree, md, "")
+	return checkTree(tree, md, "")
 }
 
-// enumHolders caches holdsEnums per message type.
-var enumHolders sync.Map // protoreflect.FullName → bool
+// treeChecked caches needsTreeCheck per message type.
+var treeChecked sync.Map // protoreflect.FullName → bool
 
-// holdsEnums reports whether a message can carry an enum outside the
-// well-known types. Most requests cannot, and skip the second decode.
-func holdsEnums(md protoreflect.MessageDescriptor) bool {
-	if v, ok := enumHolders.Load(md.FullName()); ok {
+// needsTreeCheck reports whether a message can carry an enum outside the
+// well-known types, or a JSON value (a payload, a result), which
+// checkTree looks at in the JSON as sent. Most requests cannot, and
+// skip the second decode.
+func needsTreeCheck(md protoreflect.MessageDescriptor) bool {
+	if v, ok := treeChecked.Load(md.FullName()); ok {
 		return v.(bool)
 	}
-	holds := findEnum(md, map[protoreflect.FullName]bool{})
-	enumHolders.Store(md.FullName(), holds)
+	holds := findTreeChecked(md, map[protoreflect.FullName]bool{})
+	treeChecked.Store(md.FullName(), holds)
 	return holds
 }
 
-func findEnum(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
+// isJSONValue reports whether md is one of the well-known types that
+// hold any JSON (google.protobuf.Value, Struct, ListValue).
+func isJSONValue(md protoreflect.MessageDescriptor) bool {
+	switch md.FullName() {
+	case "google.protobuf.Value", "google.protobuf.Struct", "google.protobuf.ListValue":
+		return true
+	}
+	return false
+}
+
+func findTreeChecked(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
 	if seen[md.FullName()] || md.FullName().Parent() == "google.protobuf" {
 		return false
 	}
@@ -322,7 +334,7 @@ func findEnum(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]
 		case protoreflect.EnumKind:
 			return true
 		case protoreflect.MessageKind, protoreflect.GroupKind:
-			if findEnum(fd.Message(), seen) {
+			if isJSONValue(fd.Message()) || findTreeChecked(fd.Message(), seen) {
 				return true
 			}
 		}
@@ -330,10 +342,12 @@ func findEnum(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]
 	return false
 }
 
-// checkEnumNames walks decoded JSON alongside the message it fills and
-// reports the first enum given by a name the enum does not have. Numbers
-// are left to the handlers, which check them against what they accept.
-func checkEnumNames(tree any, md protoreflect.MessageDescriptor, prefix string) error {
+// checkTree walks decoded JSON alongside the message it fills and
+// reports the first enum given by a name the enum does not have, or the
+// first integer in a JSON value that a JSON value cannot hold
+// (wire.CheckExactNumbers). Other numbers are left to the handlers, which
+// check them against what they accept.
+func checkTree(tree any, md protoreflect.MessageDescriptor, prefix string) error {
 	obj, ok := tree.(map[string]any)
 	if !ok || md.FullName().Parent() == "google.protobuf" {
 		return nil // well-known types have their own JSON forms
@@ -353,19 +367,19 @@ func checkEnumNames(tree any, md protoreflect.MessageDescriptor, prefix string) 
 		case fd.IsMap():
 			entries, _ := val.(map[string]any)
 			for k, v := range entries {
-				if err = checkEnumValue(v, fd.MapValue(), fmt.Sprintf("%s[%q]", path, k)); err != nil {
+				if err = checkTreeValue(v, fd.MapValue(), fmt.Sprintf("%s[%q]", path, k)); err != nil {
 					break
 				}
 			}
 		case fd.IsList():
 			items, _ := val.([]any)
 			for i, v := range items {
-				if err = checkEnumValue(v, fd, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				if err = checkTreeValue(v, fd, fmt.Sprintf("%s[%d]", path, i)); err != nil {
 					break
 				}
 			}
 		default:
-			err = checkEnumValue(val, fd, path)
+			err = checkTreeValue(val, fd, path)
 		}
 		if err != nil {
 			return err
@@ -374,10 +388,13 @@ func checkEnumNames(tree any, md protoreflect.MessageDescriptor, prefix string) 
 	return nil
 }
 
-func checkEnumValue(v any, fd protoreflect.FieldDescriptor, path string) error {
+func checkTreeValue(v any, fd protoreflect.FieldDescriptor, path string) error {
 	switch fd.Kind() {
 	case protoreflect.MessageKind, protoreflect.GroupKind:
-		return checkEnumNames(v, fd.Message(), path+".")
+		if isJSONValue(fd.Message()) {
+			return wire.CheckExactNumbers(v, path)
+		}
+		return checkTree(v, fd.Message(), path+".")
 	case protoreflect.EnumKind:
 		name, ok := v.(string)
 		ed := fd.Enum()

@@ -11,6 +11,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"math/big"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -159,6 +163,18 @@ func Value(raw json.RawMessage) (*structpb.Value, error) {
 	return v, nil
 }
 
+// CheckExactJSON is CheckExactNumbers of JSON text raw a caller wrote
+// (a payload, a result), path naming it in the error.
+func CheckExactJSON(raw []byte, path string) error {
+	var tree any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&tree); err != nil {
+		return err
+	}
+	return CheckExactNumbers(tree, path)
+}
+
 // JSON turns a Value from the wire into JSON for the store, compact:
 // protojson puts a space after some commas and colons, chosen at random
 // per binary to keep callers from relying on its layout, so its bytes
@@ -188,4 +204,42 @@ func Timestamp(t time.Time) *timestamppb.Timestamp {
 		return nil
 	}
 	return timestamppb.New(t)
+}
+
+// maxExactInteger is 2^53: a JSON value (google.protobuf.Value) holds a
+// number as a float64, which holds every integer up to it, and not all
+// beyond.
+const maxExactInteger = 1 << 53
+
+// CheckExactNumbers reports the first integer in JSON value v (written
+// without a fraction or an exponent) beyond ±2^53, which the value
+// would hold as another number: 9007199254740993 was stored, and
+// answered, as 9007199254740992, silently. Such a number is refused
+// with its path; a caller sends it as a string. Numbers written with a
+// fraction or an exponent are taken as the floating point they are. v
+// is JSON decoded with json.Decoder.UseNumber.
+func CheckExactNumbers(v any, path string) error {
+	switch v := v.(type) {
+	case json.Number:
+		s := string(v)
+		if strings.ContainsAny(s, ".eE") {
+			return nil
+		}
+		if n, ok := new(big.Int).SetString(s, 10); ok && n.CmpAbs(big.NewInt(maxExactInteger)) > 0 {
+			return fmt.Errorf("%s: %s is an integer beyond ±2^53 (9007199254740992), which a number in a JSON payload or result cannot hold exactly; send it as a string", path, s)
+		}
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			if err := CheckExactNumbers(v[k], fmt.Sprintf("%s.%s", path, k)); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, e := range v {
+			if err := CheckExactNumbers(e, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -63,6 +63,7 @@ func TestCommandLineMistakesSayWhatToDo(t *testing.T) {
 		{[]string{"wait", "j_1", "--timeout", "10"}, `--timeout "10": a duration needs a unit`},
 		{[]string{"submit", "k", "--payload", "{bogus"}, "--payload is not JSON: syntax error"},
 		{[]string{"submit", "k", "--payload", "  "}, "--payload is not JSON: it is empty: JSON has at least a value"},
+		{[]string{"submit", "k", "--payload", `{"id":9007199254740993}`}, "--payload.id: 9007199254740993 is an integer beyond ±2^53"},
 		{[]string{"submit", "k", "--payload", "@"}, "--payload @FILE needs the file's name"},
 		{[]string{"help", "submit", "extra"}, "help takes one command: jobwatch help submit\n"},
 		{[]string{"version", "--bogus"}, "version takes no arguments"},

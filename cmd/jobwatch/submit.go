@@ -498,6 +498,9 @@ func readPayload(s string) (*structpb.Value, error) {
 		}
 		return nil, usageError{msg}
 	}
+	if err := wire.CheckExactJSON(text, "--payload"); err != nil {
+		return nil, usageError{err.Error()}
+	}
 	return v, nil
 }
 

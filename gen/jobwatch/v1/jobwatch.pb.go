@@ -1339,7 +1339,11 @@ type SubmitJobRequest struct {
 	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	Kind   string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// Empty means the "default" queue.
-	Queue   string          `protobuf:"bytes,3,opt,name=queue,proto3" json:"queue,omitempty"`
+	Queue string `protobuf:"bytes,3,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Any JSON. Its numbers are doubles (google.protobuf.Value): an integer
+	// beyond ±2^53 in JSON is refused (invalid_argument, naming it), as it
+	// would not come back as sent; send such numbers as strings. The same
+	// holds for a result.
 	Payload *structpb.Value `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
 	// At most one active job per (tenant, unique_key); empty means no limit.
 	UniqueKey string `protobuf:"bytes,5,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`

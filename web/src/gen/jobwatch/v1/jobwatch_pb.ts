@@ -612,6 +612,11 @@ export type SubmitJobRequest = Message<"jobwatch.v1.SubmitJobRequest"> & {
   queue: string;
 
   /**
+   * Any JSON. Its numbers are doubles (google.protobuf.Value): an integer
+   * beyond ±2^53 in JSON is refused (invalid_argument, naming it), as it
+   * would not come back as sent; send such numbers as strings. The same
+   * holds for a result.
+   *
    * @generated from field: google.protobuf.Value payload = 4;
    */
   payload?: Value | undefined;
