@@ -16,13 +16,7 @@ import (
 // waits, and the resume through A wakes that claim on B at once (its
 // cap is a minute).
 func TestAPauseOnOneReplicaHoldsClaimsOnAnotherUntilAResumeThereWakesThem(t *testing.T) {
-	dbURL := pgtest.URL(t)
-	cfg := filepath.Join(t.TempDir(), "jobwatch.yaml")
-	writeFile(t, cfg, "queues:\n  - name: reports\n")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	a := startReplica(t, ctx, "A", dbURL, cfg)
-	b := startReplica(t, ctx, "B", dbURL, cfg)
+	ctx, a, b := twoReplicasWithReports(t)
 
 	if _, err := a.client.PauseQueue(ctx, "reports"); err != nil {
 		t.Fatalf("pause on A: %v", err)
@@ -63,6 +57,18 @@ func TestAPauseOnOneReplicaHoldsClaimsOnAnotherUntilAResumeThereWakesThem(t *tes
 	}
 }
 
+// twoReplicasWithReports starts two serve processes on one fresh
+// PostgreSQL schema, with a queue "reports", for a minute at most.
+func twoReplicasWithReports(t *testing.T) (ctx context.Context, a, b *replica) {
+	t.Helper()
+	dbURL := pgtest.URL(t)
+	cfg := filepath.Join(t.TempDir(), "jobwatch.yaml")
+	writeFile(t, cfg, "queues:\n  - name: reports\n")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx, startReplica(t, ctx, "A", dbURL, cfg), startReplica(t, ctx, "B", dbURL, cfg)
+}
+
 func pausedIn(rows []*jobwatchv1.Queue, queue string) bool {
 	for _, q := range rows {
 		if q.GetName() == queue {
@@ -78,13 +84,7 @@ func pausedIn(rows []*jobwatchv1.Queue, queue string) bool {
 // worker's claim parked on B at once (its cap is a minute), with no
 // job, and leaves another worker's claim on B parked.
 func TestAStopOnOneReplicaAnswersTheWorkersClaimParkedOnAnother(t *testing.T) {
-	dbURL := pgtest.URL(t)
-	cfg := filepath.Join(t.TempDir(), "jobwatch.yaml")
-	writeFile(t, cfg, "queues:\n  - name: reports\n")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	a := startReplica(t, ctx, "A", dbURL, cfg)
-	b := startReplica(t, ctx, "B", dbURL, cfg)
+	ctx, a, b := twoReplicasWithReports(t)
 
 	type claimed struct {
 		resp *jobwatchv1.ClaimJobResponse

@@ -255,19 +255,7 @@ func testPauseHeardShared(t *testing.T, a, b store.Store) {
 // waitForQueue returns the next queue change of queue heard.
 func (h *heard) waitForQueue(t *testing.T, queue string) store.Change {
 	t.Helper()
-	timeout := time.After(30 * time.Second)
-	for {
-		select {
-		case batch := <-h.c:
-			for _, c := range batch {
-				if c.QueueChange && c.Queue == queue {
-					return c
-				}
-			}
-		case <-timeout:
-			t.Fatalf("no pause or resume of %s heard", queue)
-		}
-	}
+	return h.waitForMatch(t, "a pause or resume of "+queue, func(c store.Change) bool { return c.QueueChange && c.Queue == queue })
 }
 
 // testStopClaimingHeardShared: a stop is heard by the other store, not
