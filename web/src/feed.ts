@@ -36,6 +36,12 @@ export interface FeedListener {
   // reconnects. Something that needs more than the most recent jobs
   // (a batch's counts) reads the rest now.
   synced?(): void;
+  // startedOver says the stream is being started afresh after one that
+  // had a token: what the listener holds may include jobs the server no
+  // longer has (it came back on another database, or one restored from
+  // a backup), which no deletion will ever name. Until synced, jobs()
+  // brings the most recent jobs the server has.
+  startedOver?(): void;
 }
 
 export interface FeedOptions {
@@ -153,11 +159,10 @@ export class JobFeed {
         }
         if (ce.code === Code.InvalidArgument) {
           // A token the server no longer understands (another server, a
-          // restored database): start over; merging by version keeps the
-          // list free of duplicates. Without a token, the request itself
-          // (the tenant) is what the server refuses.
+          // restored database): start over. Without a token, the request
+          // itself (the tenant) is what the server refuses.
           if (this.resumeToken !== "") {
-            this.resumeToken = "";
+            this.startOver();
             continue;
           }
           this.listener.status({ kind: "refused", reason: ce.rawMessage });
@@ -165,12 +170,28 @@ export class JobFeed {
         }
         reason = ce.code === Code.Unknown || ce.code === Code.Unavailable ? "the server cannot be reached" : ce.rawMessage;
       }
+      // The server that answers after an outage may not be the one that
+      // went away: restarted on an empty database or one restored from a
+      // backup, it takes a token later than its changes as no token and
+      // silently starts over, and the jobs it no longer has are never
+      // named as deleted. So the stream after an outage starts over
+      // itself, and says so (startedOver), for the listener to keep only
+      // what the server has. A stream rotated by the server (above)
+      // resumes: the same server, or a replica on the same database.
+      if (this.resumeToken !== "") {
+        this.startOver();
+      }
       // A silent stream already waited silenceMs: dial again at once.
       const wait = end.kind === "silent" ? 0 : this.backoffMs(failures);
       this.listener.status({ kind: "reconnecting", attempt: failures + 1, retryAt: Date.now() + wait, reason });
       failures++;
       await sleep(wait, stopped);
     }
+  }
+
+  private startOver(): void {
+    this.resumeToken = "";
+    this.listener.startedOver?.();
   }
 
   // follow runs one WatchJobs stream until it ends, fails, goes silent or

@@ -314,6 +314,7 @@ function mayAskWithoutToken(): boolean {
 function startFeed(waited = false): void {
   feed?.stop();
   feed = undefined;
+  unconfirmed = undefined;
   feedWaits = false;
   feedHeard = false;
   progress?.stop();
@@ -377,6 +378,7 @@ function startFeed(waited = false): void {
       counting?.jobs(jobs);
       const changed: string[] = [];
       for (const job of jobs) {
+        unconfirmed?.delete(job.id);
         // A job the book has already (a GetJob for the detail answered
         // first, before the page knew its tenant) still needs its row.
         if (book.merge(job) || !list.has(job.id)) {
@@ -392,9 +394,17 @@ function startFeed(waited = false): void {
         dropDeleted(ids);
       }
     },
+    startedOver: () => {
+      if (feed === current && unconfirmed === undefined) {
+        unconfirmed = new Set(book.newestFirst().map((job) => job.id));
+      }
+    },
     synced: () => {
       if (feed === current) {
         counting?.synced();
+        if (unconfirmed !== undefined) {
+          void dropVanished(unconfirmed);
+        }
       }
     },
     status: (s) => {
@@ -488,8 +498,9 @@ function renderNow(): void {
 // however old; without one, the jobs older than the stream's first page.
 // A page whose jobs are all shown already (the view read again from its
 // start, past the jobs kept) is followed by the next at once, so that a
-// click shows more whenever there is more.
-async function listOlder(first = false): Promise<void> {
+// click shows more whenever there is more. It reports whether it read
+// them (for the view still on screen).
+async function listOlder(first = false): Promise<boolean> {
   const view = listing;
   olderButton.disabled = true;
   setText(olderNote, first ? "" : "loading…");
@@ -507,7 +518,7 @@ async function listOlder(first = false): Promise<void> {
         view: JobView.SUMMARY,
       });
       if (view !== listing) {
-        return;
+        return false;
       }
       if (tenant === "" && ownTenant === "" && res.jobs[0] !== undefined) {
         learnOwnTenant(res.jobs[0].tenant);
@@ -536,13 +547,15 @@ async function listOlder(first = false): Promise<void> {
     } while (more);
     setText(olderNote, "");
     refreshActions();
+    return true;
   } catch (err) {
     if (view !== listing) {
-      return;
+      return false;
     }
     // The stream's own banner says when the server cannot be reached or
     // refuses the token; this says only that the page is short.
     setText(olderNote, `older jobs could not be read: ${unreachable(err) ? "the server cannot be reached" : callNames(refusalOf(err).rawMessage)}`);
+    return false;
   } finally {
     if (view === listing) {
       olderButton.disabled = false;
@@ -553,6 +566,52 @@ async function listOlder(first = false): Promise<void> {
       }
     }
   }
+}
+
+// unconfirmed holds, while the feed starts over (see
+// FeedListener.startedOver), the jobs the page had then that neither the
+// fresh stream nor the view's first page read again has brought back.
+let unconfirmed: Set<string> | undefined;
+
+// dropVanished reads the view's first page again, as a reload would,
+// once the feed that started over is synced, and takes off the screen
+// the jobs in left that neither it nor the stream brought back: a
+// server restarted on an empty or restored database no longer has them
+// and never names them as deleted. The job shown is asked for again
+// (it may be older than the first page): its details say so if the
+// server no longer has it (fetchFull).
+async function dropVanished(left: Set<string>): Promise<void> {
+  const view = listing;
+  listed = new Set();
+  olderToken = "";
+  olderLeft = false;
+  listedAll = false;
+  const read = await listOlder(true);
+  if (view !== listing || left !== unconfirmed) {
+    return;
+  }
+  unconfirmed = undefined;
+  if (!read) {
+    // Without the view's first page, the jobs older than the stream's
+    // may still be the server's: they stay until it can be read.
+    return;
+  }
+  const gone = [...left].filter((id) => !listed.has(id));
+  if (gone.length === 0) {
+    return;
+  }
+  for (const id of gone) {
+    if (id !== selected) {
+      book.forget(id);
+    }
+  }
+  list.remove(gone);
+  if (gone.includes(selected)) {
+    fetchFull(selected);
+  }
+  refreshActions();
+  refreshDetail();
+  soonPollQueues();
 }
 
 // dropView takes the view's jobs off the screen, and drops the answers
@@ -875,6 +934,15 @@ function fetchFull(id: string): void {
       }
       if (fetching === id) {
         fetching = "";
+      }
+      if (refusalOf(err).code === Code.NotFound && detail.shown === id) {
+        // The job shown is not on the server (any more): its details
+        // say so, without buttons, rather than offer actions that fail.
+        book.forget(id);
+        list.remove([id]);
+        detail.deleted(id, "The server has no such job: it was deleted, or the server now runs on another database.");
+        refreshActions();
+        return;
       }
       showError(`Job ${id}`, err, id);
       // A link or an id typed that opens nothing: the details of the job

@@ -555,7 +555,9 @@ export class Detail {
   // any other): its kind and id stay, to say which job, but its state,
   // payload, history and buttons go, as none of them is true any more. A
   // question about it not yet answered is taken back.
-  deleted(id: string): void {
+  // why replaces the sentence that says so, where the page knows only
+  // that the server does not have the job.
+  deleted(id: string, why = "This job was deleted: it is gone from the server, with its history."): void {
     if (id !== this.jobId) {
       return;
     }
@@ -563,7 +565,7 @@ export class Detail {
     setText(this.badge, "deleted");
     setData(this.badge, "state", "deleted");
     setText(this.attempts, "");
-    setText(this.gone, "This job was deleted: it is gone from the server, with its history.");
+    setText(this.gone, why);
     this.gone.hidden = false;
     this.body.hidden = true;
     this.logs.close();

@@ -50,6 +50,13 @@ class Call {
     this.push(null);
   }
 
+  // rotate ends the stream OK once it has lasted long enough to count as
+  // one the server rotated (its lifetime limit), not as a failure: the
+  // feed resumes it with its token.
+  rotate(): void {
+    setTimeout(() => this.end(), 1100);
+  }
+
   private push(item: WatchJobsResponse | Error | null): void {
     this.queue.push(item);
     this.wake?.();
@@ -109,11 +116,12 @@ class Server {
 // follow runs a feed against server. batches has each batch of jobs
 // ("id@version") and each batch of deletions ("-id"), in the order the
 // listener heard them; synced has, for each time the listener heard it,
-// how many batches it had heard before.
+// how many batches it had heard before; startedOver likewise.
 function follow(t: TestContext, server: Server, opts: FeedOptions = {}) {
   const statuses: FeedStatus[] = [];
   const batches: string[][] = [];
   const synced: number[] = [];
+  const startedOver: number[] = [];
   const feed = new JobFeed(
     server.client,
     "default",
@@ -122,12 +130,13 @@ function follow(t: TestContext, server: Server, opts: FeedOptions = {}) {
       deleted: (ids) => batches.push(ids.map((id) => `-${id}`)),
       status: (s) => statuses.push(s),
       synced: () => synced.push(batches.length),
+      startedOver: () => startedOver.push(batches.length),
     },
     { backoffMs: () => 0, ...opts },
   );
   feed.start();
   t.after(() => feed.stop());
-  return { feed, statuses, batches, synced };
+  return { feed, statuses, batches, synced, startedOver };
 }
 
 async function until(what: string, cond: () => boolean, timeoutMs = 5000): Promise<void> {
@@ -211,19 +220,19 @@ test("a token the server knows but that may not watch the tenant stops the feed 
   assert.match((statuses.at(-1) as { reason: string }).reason, /may only use tenant "acme"/);
 });
 
-test("a token the server no longer knows is dropped and the feed starts over", async (t) => {
+test("a token the server no longer knows is dropped and the feed starts over, saying so", async (t) => {
   const server = new Server((call, n) => {
     call.headers();
     if (n === 1) {
       call.send([{ id: "j_a", version: 3n }], "t1.old");
-      call.fail(Code.Unavailable, "restarting");
+      call.rotate();
     } else if (n === 2) {
       call.fail(Code.InvalidArgument, "resume_token: is not a token this server issued");
     } else {
       call.send([{ id: "j_a", version: 4n }], "t1.new");
     }
   });
-  const { feed, statuses, batches } = follow(t, server);
+  const { feed, statuses, batches, synced, startedOver } = follow(t, server);
   await until("the fresh stream's batch", () => batches.length === 2);
   feed.stop();
   assert.deepEqual(
@@ -231,10 +240,41 @@ test("a token the server no longer knows is dropped and the feed starts over", a
     ["", "t1.old", ""],
   );
   assert.deepEqual(batches, [["j_a@3"], ["j_a@4"]]);
+  assert.deepEqual(startedOver, [1], "the listener was not told the stream started over, before its jobs");
+  assert.deepEqual(synced, [1, 2]);
   assert.equal(statuses.at(-1)?.kind, "live");
 });
 
-test("a connection that goes silent is dropped and dialled again with the last token", async (t) => {
+test("after an outage the stream starts over and says so, so that jobs the server no longer has can go", async (t) => {
+  // A server restarted on an empty (or restored) database takes a token
+  // later than its changes as none and starts over without a word: the
+  // feed cannot tell, so after an outage it starts over itself.
+  const server = new Server((call, n) => {
+    if (n === 1) {
+      call.headers();
+      call.send([{ id: "j_old", version: 7n }], "t2.c1.9");
+      call.fail(Code.Unavailable, "Failed to fetch");
+    } else if (n === 2) {
+      call.fail(Code.Unavailable, "Failed to fetch");
+    } else {
+      call.headers();
+      call.send([{ id: "j_new", version: 1n }], "t2.c1.1");
+    }
+  });
+  const { feed, statuses, batches, synced, startedOver } = follow(t, server);
+  await until("the fresh stream's batch", () => batches.length === 2);
+  feed.stop();
+  assert.deepEqual(
+    server.calls.map((c) => c.req.resumeToken),
+    ["", "", ""],
+    "a stream after an outage resumed from a token the server may not hold",
+  );
+  assert.deepEqual(startedOver, [1], "told of the start-over once, before the fresh stream's jobs");
+  assert.deepEqual(synced, [1, 2], "the fresh stream's first token did not say it was synced");
+  assert.equal(statuses.at(-1)?.kind, "live");
+});
+
+test("a connection that goes silent is dropped and dialled again, starting over", async (t) => {
   // A half-open connection (a laptop that slept, a NAT that forgot)
   // delivers nothing, not even the server's keepalives, and no error.
   const server = new Server((call, n) => {
@@ -251,7 +291,9 @@ test("a connection that goes silent is dropped and dialled again with the last t
   await until("live again", () => liveAgain() >= 0);
   feed.stop();
   assert.ok(server.calls[0]!.aborted, "the silent stream was left open");
-  assert.equal(server.calls[1]!.req.resumeToken, "t1.first");
+  // The server may have restarted while the connection was silent (a
+  // laptop asleep): the stream starts over, as after any outage.
+  assert.equal(server.calls[1]!.req.resumeToken, "");
   const drop = statuses.find((s) => s.kind === "reconnecting");
   assert.ok(drop !== undefined && /no word from the server/.test(drop.reason), JSON.stringify(statuses));
 });
@@ -279,7 +321,7 @@ test("the feed asks for summaries and resumes with the last token it was given",
       call.send([{ id: "j_c", version: 1n }], "");
       call.send([{ id: "j_b", version: 1n }], "t1.first");
       call.send([], "");
-      call.fail(Code.Unavailable, "dropped after it");
+      call.rotate();
     } else {
       call.send([{ id: "j_a", version: 2n }], "t1.second");
     }
@@ -290,7 +332,7 @@ test("the feed asks for summaries and resumes with the last token it was given",
   assert.deepEqual(
     server.calls.map((c) => c.req.resumeToken),
     ["", "", "t1.first"],
-    "a stream that broke before its first token starts over; an empty token later keeps the last one",
+    "a stream that broke before its first token starts over; a rotated one resumes, an empty token later keeping the last one",
   );
   for (const call of server.calls) {
     assert.equal(call.req.view, JobView.SUMMARY, "the feed asked for payloads it does not show");
@@ -323,10 +365,10 @@ test("a batch's feed asks for that batch, and says it is synced once each fresh 
       call.send([{ id: "j_c", version: 1n }], "");
       call.send([{ id: "j_b", version: 1n }], "t1.first");
       call.send([{ id: "j_b", version: 2n }], "t1.second");
-      call.fail(Code.Unavailable, "restarting");
+      call.rotate();
     } else if (n === 2) {
       call.send([{ id: "j_b", version: 3n }], "t1.third");
-      call.fail(Code.Unavailable, "restored from a backup");
+      call.rotate();
     } else if (n === 3) {
       call.fail(Code.InvalidArgument, "resume_token: is not a token this server issued");
     } else {
