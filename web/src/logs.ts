@@ -167,6 +167,18 @@ export function parseAnsi(line: string): Span[] {
   return out;
 }
 
+// plainText is text a worker wrote outside its log (a job's step, an
+// error's type and message) as the log pane would show it, without its
+// colours: escape sequences, control characters and invisible ones go
+// (parseAnsi), each line on its own, so a message keeps its lines (a
+// CRLF ends one as a LF does) and no raw ESC shows anywhere on the page.
+export function plainText(text: string): string {
+  return text
+    .split("\n")
+    .map((line) => parseAnsi(line).map((s) => s.text).join(""))
+    .join("\n");
+}
+
 function inRange(c: number, lo: number, hi: number): boolean {
   return c >= lo && c <= hi;
 }

@@ -9,6 +9,7 @@ import { ActionButton, Confirm, type Action, type Said } from "./actions";
 import { alertingText, drainedText, lastState, leftOutText, modeText, nextRun, pausedText, rateText, spark, tenantLines, tenantsLabel, type NextRun } from "./queues";
 import { historyGap, isTerminal, millis, stateName, type JobBook } from "./model";
 import type { LogPane } from "./logview";
+import { plainText } from "./logs";
 import { outcomeShares, type BatchCounts } from "./batch";
 import { dependencies, dependencyFailed, onDependencyFailureText, waitingStep, type Dependencies } from "./deps";
 
@@ -71,7 +72,7 @@ class ProgressView {
     }
     setText(this.percent, `${job.percent}%`);
     const failed = job.error !== undefined && (job.state === JobState.FAILED || job.state === JobState.LOST || dependencyFailed(job));
-    setText(this.step, failed ? job.error!.type : job.step || waitingStep(job));
+    setText(this.step, plainText(failed ? job.error!.type : job.step || waitingStep(job)));
     this.step.classList.toggle("error-type", failed);
   }
 }
@@ -523,8 +524,8 @@ export class Detail {
     const previous = (job.error !== undefined && !isTerminal(job.state)) || cancelled;
     setData(this.errorBox, "previous", String(previous));
     setText(this.errorTitle, cancelled ? "Last error, before it was cancelled" : previous ? previousErrorTitle(job) : "Error");
-    setText(this.errorType, job.error?.type ?? "");
-    setText(this.errorMessage, job.error?.message ?? "");
+    setText(this.errorType, plainText(job.error?.type ?? ""));
+    setText(this.errorMessage, plainText(job.error?.message ?? ""));
 
     const payload = jsonText(full?.payload ?? job.payload);
     setText(this.payload, payload !== "" ? payload : full === undefined ? "loading…" : "(none)");
@@ -695,7 +696,7 @@ export class Detail {
         server(a.startedAt, `started${nth}`, JobState.RUNNING, a.workerId === "" ? undefined : `worker ${a.workerId}`);
         const what = a.state !== JobState.QUEUED ? stateName(a.state) : a.by !== "" ? "retried" : a.error !== undefined ? "failed, to be tried again" : "ended, to be tried again";
         const by = a.by === "" ? "" : ` by ${a.by}`;
-        const error = a.error === undefined ? undefined : `${a.error.type}: ${a.error.message}`;
+        const error = a.error === undefined ? undefined : plainText(`${a.error.type}: ${a.error.message}`);
         server(a.finishedAt, `${what}${a.by === "" ? nth : ""}${by}`, a.state, error);
         ends.add(millis(a.finishedAt));
       }

@@ -17,7 +17,7 @@ import {
   type WatchJobLogsResponse,
 } from "../src/gen/jobwatch/v1/jobwatch_pb";
 import type { JobClient } from "../src/api";
-import { LogFollower, LogTail, parseAnsi, type LogFollowOptions, type LogStatus } from "../src/logs";
+import { LogFollower, LogTail, parseAnsi, plainText, type LogFollowOptions, type LogStatus } from "../src/logs";
 import { FakeVisibility } from "./visibility";
 
 const ESC = "\x1b";
@@ -60,6 +60,20 @@ test("ANSI colour codes become classed spans and never show as text", () => {
     for (const span of parseAnsi(line)) {
       assert.ok(!/[\x00-\x08\x0b-\x1f\x7f-\x9f]/.test(span.text), `${name}: a control character in ${JSON.stringify(span.text)}`);
     }
+  }
+});
+
+test("a step or an error shows as the log pane would, without its colours, and keeps its lines", () => {
+  const cases: [string, string, string][] = [
+    ["colours and a screen clear", "\x1b[31mType \x1b[1;31mred error\x1b[0m \x1b[2J", "Type red error "],
+    ["a window title and a hyperlink", "\x1b]0;pwned\x07see \x1b]8;;https://x.example\x1b\\docs\x1b]8;;\x1b\\", "see docs"],
+    ["a progress line overwritten", "copying 10%\rcopying 90%", "copying 90%"],
+    ["a message of CRLF lines", "first line\r\nsecond line\r\n\tat main.go:12", "first line\nsecond line\n\tat main.go:12"],
+    ["other control characters and a right-to-left override", "a\x00b\x07c \u202Eexe.txt", "abc exe.txt"],
+    ["plain text", "sleeping 3 of 5", "sleeping 3 of 5"],
+  ];
+  for (const [name, text, want] of cases) {
+    assert.equal(plainText(text), want, name);
   }
 });
 
