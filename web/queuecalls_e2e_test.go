@@ -78,6 +78,16 @@ func TestThePageAsksForTheQueuesOnlyWithATokenThatMayReadThem(t *testing.T) {
 		}
 	})
 
+	t.Run("a token the server does not know is never refused the queues: the page does not ask", func(t *testing.T) {
+		p.t = t
+		useTokenOn(p, "jw_e2e-queuecalls-token-nobody-issued")
+		p.waitFor("the feed asking for a token, and why no queues", `document.getElementById("status").dataset.status === "unauthenticated" && `+
+			textIs("#queues-note", "seeing and pausing queues takes an admin token; the server does not know this one"))
+		if n := queueCalls(); n != 0 {
+			t.Errorf("the page with an unknown token called ListQueues or ListSchedules %v times, want none", n)
+		}
+	})
+
 	t.Run("an admin token is shown the queues", func(t *testing.T) {
 		p.t = t
 		useTokenOn(p, adminToken)

@@ -1249,7 +1249,8 @@ let queueShown = 0;
 // the queue panel's note says it ("" to say nothing); undefined when it
 // asks. It asks for none before GetServerInfo has said what the token is,
 // none without a token where the server needs one, none for a token of
-// another role, and none once ListQueues refused the token: each call
+// another role or one the server does not know, and none once ListQueues
+// refused the token: each call
 // would be refused, every few seconds, for as long as the page is open.
 function queuesWithheld(): string | undefined {
   if (deniedBy !== undefined) {
@@ -1263,6 +1264,12 @@ function queuesWithheld(): string | undefined {
   }
   if (access.kind === "token" && access.role !== "admin") {
     return `seeing and pausing queues takes an admin token; this is a ${access.role} token`;
+  }
+  if (access.kind === "unknown") {
+    // GetServerInfo said the server needs a token and named no caller
+    // for this one: it does not know it (the page is its own, so not
+    // one too old to say).
+    return "seeing and pausing queues takes an admin token; the server does not know this one";
   }
   return undefined;
 }
