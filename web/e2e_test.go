@@ -194,10 +194,12 @@ func (p *page) waitFor(what, js string) {
 	}
 }
 
-// answerFirst makes the page's calls of every other RPC wait, before
-// they are sent, until the answer to its first call of method is in:
-// an order of answers a busy server gives now and then, every time.
-// Call it before the page is opened.
+// answerFirst makes the page's calls of every other RPC but
+// GetServerInfo wait, before they are sent, until the answer to its first
+// call of method is in: an order of answers a busy server gives now and
+// then, every time. (A page without a token sends its other calls only
+// once GetServerInfo has said the server needs none.) Call it before the
+// page is opened.
 func (p *page) answerFirst(method string) {
 	p.t.Helper()
 	script := `(() => {
@@ -209,6 +211,9 @@ func (p *page) answerFirst(method string) {
 			const url = String(input instanceof Request ? input.url : input);
 			if (url.endsWith(method)) {
 				return send(input, init).finally(answered);
+			}
+			if (url.endsWith("/GetServerInfo")) {
+				return send(input, init);
 			}
 			await answer;
 			return send(input, init);

@@ -15,11 +15,16 @@ import (
 	"github.com/jobwatch/jobwatch/server"
 )
 
+const getJob = "/jobwatch.v1.JobService/GetJob"
+
 // A fresh browser with no token, on a server that needs one, sends no
 // call the server would refuse for want of it: the first load called
 // ListJobs before GetServerInfo had said a token was needed, and the
 // console showed the 401. Now it asks for the token, and nothing else,
-// and once one is entered shows the jobs.
+// and once one is entered shows the jobs. So for a link to a job: its
+// GetJob, sent at once, was refused, and a toast and a note said so
+// beside the banner, the toast staying up for seconds after the token was
+// entered; now the job is asked for once there is a token.
 func TestAFreshPageOnAServerWithTokensAsksForOneBeforeAnyOtherCall(t *testing.T) {
 	requireChromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -60,12 +65,13 @@ func TestAFreshPageOnAServerWithTokensAsksForOneBeforeAnyOtherCall(t *testing.T)
 		}
 	}()
 	p := &page{t: t, ctx: tab}
-	p.do("open the page in a fresh browser", chromedp.Navigate(base+"/"))
+	p.do("open a link to the job in a fresh browser", chromedp.Navigate(base+"/?job="+job.ID))
 	p.waitFor("the token asked for, the page saying why it shows nothing", `!document.getElementById("token-form").hidden`+
 		` && document.getElementById("status").dataset.status === "unauthenticated"`+
 		` && `+textHas("#banner-text", "The server wants a token")+` && `+textIs("#jobs-empty", "Nothing shown: see the message above.")+
 		` && `+textIs("#queues-note", "seeing and pausing queues takes an admin token: enter one"))
-	for _, procedure := range []string{listJobs, watchJobs, listQueues, listSchedules} {
+	p.waitFor("no toast and no note beside the banner", `document.getElementById("error").hidden && `+textIs("#open-note", ""))
+	for _, procedure := range []string{listJobs, watchJobs, listQueues, listSchedules, getJob} {
 		if n := requestsOf(t, base, adminToken, procedure); n != 0 {
 			t.Errorf("the page without a token called %s %v times, want none", procedure, n)
 		}
@@ -77,5 +83,6 @@ func TestAFreshPageOnAServerWithTokensAsksForOneBeforeAnyOtherCall(t *testing.T)
 	}
 
 	useTokenOn(p, adminToken)
-	p.waitFor("the job, live", exists(row(job.ID))+` && document.getElementById("status").dataset.status === "live" && document.getElementById("banner").hidden`)
+	p.waitFor("the job, live, its details open, no error shown", exists(row(job.ID))+` && document.getElementById("status").dataset.status === "live" && document.getElementById("banner").hidden`+
+		` && `+detailShows(job.ID, "queued")+` && document.getElementById("error").hidden`)
 }

@@ -294,10 +294,9 @@ function showTenantName(): void {
 // feedWaits: the page has no token and GetServerInfo has not yet said
 // whether the server needs one; the feed and the view's first page start
 // once it has (loadServerInfo), so that a first load on a server with
-// tokens sends neither to be refused for want of one. The GetJob of a
-// job linked (?job=) does not wait: its details come first on a server
-// without tokens however its answers are ordered, and on one with tokens
-// its refusal says the token is needed, as the token field does.
+// tokens sends neither to be refused for want of one. So does the GetJob
+// of a job linked (?job=): on a server with tokens it is asked for once
+// a token is entered, and the banner alone says one is needed.
 let feedWaits = false;
 
 // mayAskWithoutToken reports whether a call without a token may be
@@ -905,7 +904,9 @@ function reveal(): void {
 }
 
 function fetchFull(id: string): void {
-  if (fetching === id) {
+  if (fetching === id || !mayAskWithoutToken()) {
+    // Without a token, before GetServerInfo has said the server needs
+    // none: startWaiting asks, or the token's entry (select).
     return;
   }
   fetching = id;
@@ -1227,11 +1228,15 @@ async function loadServerInfo(): Promise<void> {
 }
 
 // startWaiting starts the feed and the view's first page where they
-// waited for GetServerInfo's answer, or, where the server needs a token
-// the page has not, says so: each call would be refused.
+// waited for GetServerInfo's answer, and asks for the job linked; where
+// the server needs a token the page has not, it asks for none of them:
+// each call would be refused.
 function startWaiting(): void {
   if (feedWaits) {
     startFeed(true);
+  }
+  if (selected !== "" && detail.shown !== selected) {
+    fetchFull(selected);
   }
 }
 
@@ -1435,8 +1440,11 @@ tokenForm.addEventListener("submit", (e) => {
   // A job the page was opened on (a link) that the last token could not
   // read is asked for again with this one, below.
   const unread = selected !== "" && detail.shown !== selected ? selected : "";
-  // GetJob answers on their way were read with the last token.
+  // GetJob answers on their way were read with the last token, and
+  // what was refused to it ("a bearer token is required") is moot.
   fetching = "";
+  clearTimeout(errorTimer);
+  errorEl.hidden = true;
   if (changed && detail.shown !== "") {
     // The details the last token opened are its own to see: they close,
     // and the stream of their log with them.
