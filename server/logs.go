@@ -5,9 +5,13 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
@@ -72,18 +76,190 @@ func (h *jobService) WatchJobLogs(ctx context.Context, req *jobwatchv1.WatchJobL
 		return err
 	}
 	defer done()
-	err = s.engine.WatchLogs(ctx, req.GetJobId(), jobs.LogWatchOptions{
-		AfterSeq:  req.GetAfterSeq(),
-		Deadline:  deadline,
-		Keepalive: s.cfg.Keepalive,
-		Send: func(lines []jobtype.LogLine, gap *jobs.LogGap) error {
-			return stream.Send(&jobwatchv1.WatchJobLogsResponse{Lines: logLinesToWire(lines), Gap: logGapToWire(gap)})
-		},
-		Ended: func() error {
-			return stream.Send(&jobwatchv1.WatchJobLogsResponse{JobEnded: true})
-		},
-	})
-	return s.toConnectError(ctx, "watch job logs", ofJob(req.GetJobId(), err))
+	w := &logWatch{s: s, id: req.GetJobId(), stream: stream, after: req.GetAfterSeq(), deadline: deadline}
+	w.admitted, _ = stream.Conn().(*admittedStream) // innermost (codec.go); absent without a send budget
+	return s.toConnectError(ctx, "watch job logs", ofJob(req.GetJobId(), w.run(ctx)))
+}
+
+// What a WatchJobLogs stream holds while it cannot send is bounded by the
+// send budget, and beyond it by one small message: lines it must read
+// from the store it reads a page at a time, each page only once the send
+// budget has admitted the most the page and its messages can hold
+// (catchUp); the engine's watch, which reads pages of its own that
+// nothing admits, may send only lines that are all it read and hold too
+// little to count, and hands anything larger back to catchUp (sendLive).
+// So streams whose clients do not read wait for the budget holding
+// nothing, instead of each holding the page it read.
+const (
+	// logMessageBytes bounds the text of the lines of one message, as
+	// the engine's batches are bounded.
+	logMessageBytes = 256 << 10
+	// logLineWireBytes bounds what a line adds to its message's encoding
+	// beside its text (seq, time, stream, attempt and framing take 27
+	// bytes for an attempt under 2^21).
+	logLineWireBytes = 48
+	// logLineHeldBytes is what a line read holds beside its text, until
+	// its page is sent: jobtype.LogLine (56 bytes), jobwatchv1.LogLine
+	// (80) and its Timestamp (56), and a pointer, with the allocator's
+	// rounding.
+	logLineHeldBytes = 256
+	// logPageHeldBytes is the most a page read holds (its text and
+	// lines) and logMessageWireBytes the most one of its messages'
+	// encodings take: the page is sent one message at a time.
+	logPageHeldBytes    = jobs.MaxLogPageBytes + jobs.MaxLogPage*logLineHeldBytes
+	logMessageWireBytes = logMessageBytes + jobs.MaxLogPage*logLineWireBytes
+	// liveHeldBytes bounds what the lines the engine's watch hands
+	// sendLive hold: under admittedAnswerBytes, which the budget deems
+	// too small to count. The engine hands lines it read in batches of
+	// 256 KiB of text, so lines that hold less are all it read.
+	liveHeldBytes = admittedAnswerBytes
+)
+
+// errLogsBehind ends the engine's watch of a log when it hands sendLive
+// more lines than it sends: catchUp reads them again, under the budget.
+var errLogsBehind = errors.New("watch job logs: behind")
+
+// logWatch is one WatchJobLogs stream.
+type logWatch struct {
+	s        *Server
+	id       string
+	stream   *connect.ServerStream[jobwatchv1.WatchJobLogsResponse]
+	admitted *admittedStream // nil: no send budget
+	deadline time.Time       // the stream's lifetime; zero: none
+	after    int64           // the last seq sent (or skipped by a gap)
+}
+
+// run catches up with the log, then follows it with the engine's watch,
+// and catches up again whenever that hands it more than sendLive sends.
+func (w *logWatch) run(ctx context.Context) error {
+	for {
+		over, err := w.catchUp(ctx)
+		if err != nil || over {
+			return err
+		}
+		err = w.s.engine.WatchLogs(ctx, w.id, jobs.LogWatchOptions{
+			AfterSeq:  w.after,
+			Deadline:  w.deadline,
+			Keepalive: w.s.cfg.Keepalive,
+			Send:      w.sendLive,
+			Ended:     w.ended,
+		})
+		if !errors.Is(err, errLogsBehind) {
+			return err
+		}
+	}
+}
+
+// catchUp sends the lines kept after w.after, reading each page once the
+// budget has admitted the most it can hold. over says the stream is
+// over: the job ended and its last line is sent (then job_ended too), or
+// the stream's lifetime passed.
+func (w *logWatch) catchUp(ctx context.Context) (over bool, err error) {
+	for {
+		if !w.deadline.IsZero() && !time.Now().Before(w.deadline) {
+			return true, nil
+		}
+		var took int64
+		if w.admitted != nil {
+			if took, err = w.admitted.admitRead(logPageHeldBytes + w.admitted.encodings()*logMessageWireBytes); err != nil {
+				return false, err
+			}
+		}
+		p, err := w.s.engine.Logs(ctx, w.id, w.after, jobs.MaxLogPage)
+		if err == nil {
+			// The page's lines without those read past its byte bound,
+			// which its array would keep while it waits.
+			err = w.sendPage(slices.Clone(p.Lines), p.Gap, took)
+		} else {
+			w.give(took)
+		}
+		switch {
+		case err != nil:
+			return false, err
+		case p.More:
+		case p.JobEnded:
+			return true, w.ended()
+		default:
+			return false, nil
+		}
+	}
+}
+
+// sendPage sends a page of lines, and the gap before them, in messages of
+// at most logMessageBytes of text, holding took bytes of the budget
+// (none: the messages are admitted as they are sent) and keeping of them
+// what the page holds.
+func (w *logWatch) sendPage(lines []jobtype.LogLine, gap *jobs.LogGap, took int64) error {
+	var msgs []*jobwatchv1.WatchJobLogsResponse
+	held, encoded := int64(0), 0
+	for len(lines) > 0 || gap != nil {
+		n, size := 0, 0
+		for n < len(lines) && (n == 0 || size+len(lines[n].Text) <= logMessageBytes) {
+			size += len(lines[n].Text)
+			held += int64(len(lines[n].Text)) + logLineHeldBytes
+			n++
+		}
+		msg := &jobwatchv1.WatchJobLogsResponse{Lines: logLinesToWire(lines[:n]), Gap: logGapToWire(gap)}
+		msgs = append(msgs, msg)
+		encoded = max(encoded, proto.Size(msg))
+		lines, gap = lines[n:], nil
+	}
+	if w.admitted == nil || took == 0 {
+		return w.sendEach(msgs, false)
+	}
+	if need := held + w.admitted.encodings()*int64(encoded); need < took {
+		w.admitted.give(took - need)
+		took = need
+	}
+	defer w.admitted.give(took)
+	return w.sendEach(msgs, true)
+}
+
+// sendEach sends msgs in order, moving w.after past each: admitted as
+// they are sent, or held already (sendHeld).
+func (w *logWatch) sendEach(msgs []*jobwatchv1.WatchJobLogsResponse, held bool) error {
+	for _, msg := range msgs {
+		var err error
+		if held {
+			err = w.admitted.sendHeld(msg)
+		} else {
+			err = w.stream.Send(msg)
+		}
+		if err != nil {
+			return err
+		}
+		if g := msg.GetGap(); g != nil {
+			w.after = g.GetResumeFrom() - 1
+		}
+		if ls := msg.GetLines(); len(ls) > 0 {
+			w.after = ls[len(ls)-1].GetSeq()
+		}
+	}
+	return nil
+}
+
+// sendLive sends what the engine's watch hands it when it holds less
+// than liveHeldBytes, and otherwise leaves it to catchUp: the engine may
+// hold more lines it read behind these.
+func (w *logWatch) sendLive(lines []jobtype.LogLine, gap *jobs.LogGap) error {
+	held := 0
+	for _, l := range lines {
+		if held += len(l.Text) + logLineHeldBytes; held >= liveHeldBytes {
+			return errLogsBehind
+		}
+	}
+	return w.sendEach([]*jobwatchv1.WatchJobLogsResponse{{Lines: logLinesToWire(lines), Gap: logGapToWire(gap)}}, false)
+}
+
+// give returns took bytes admitted for a page that is not sent.
+func (w *logWatch) give(took int64) {
+	if w.admitted != nil {
+		w.admitted.give(took)
+	}
+}
+
+func (w *logWatch) ended() error {
+	return w.stream.Send(&jobwatchv1.WatchJobLogsResponse{JobEnded: true})
 }
 
 // checkAfterSeq refuses a negative after_seq before the job is looked

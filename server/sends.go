@@ -10,6 +10,10 @@ package server
 //   - ListJobs of full jobs takes a whole page's worth before it reads
 //     the store (the answer's real size is only known after), and keeps
 //     what the answer turns out to need;
+//   - a WatchJobLogs stream that reads lines from the store takes what a
+//     page of them holds before it reads it (admitRead), and keeps what
+//     the page turns out to hold until its last message is written
+//     (logs.go);
 //   - any other unary answer, and every stream message, takes its size
 //     after the handler has built the message and before it is encoded:
 //     for an answer shared by the calls one publish woke (shared.go) that
@@ -604,6 +608,35 @@ func (s *admittedStream) Send(msg any) error {
 	defer s.shared.sends.give(s.h, took)
 	return s.StreamingHandlerConn.Send(msg)
 }
+
+// admitRead takes n bytes from the budget for what the stream is about
+// to read and send, before it reads it: a stream that reads its messages
+// from the store (WatchJobLogs) reads only once their bytes are
+// admitted, so the streams that wait hold nothing. The stream sends what
+// it read with sendHeld, and gives back with give.
+func (s *admittedStream) admitRead(n int64) (took int64, err error) {
+	if !s.holderOf {
+		s.h, s.holderOf = s.shared.sends.holderOf(s.ctx), true
+	}
+	return s.shared.sends.admit(s.ctx, s.h, n)
+}
+
+// encodings is how many copies of a message sending it makes, as cost
+// counts them beside the message: its encoding, and its gzip form when
+// the caller accepts gzip.
+func (s *admittedStream) encodings() int64 {
+	if s.gzip {
+		return 2
+	}
+	return 1
+}
+
+// sendHeld sends msg, whose bytes the stream took with admitRead: it is
+// not admitted again.
+func (s *admittedStream) sendHeld(msg any) error { return s.StreamingHandlerConn.Send(msg) }
+
+// give returns n bytes the stream took with admitRead.
+func (s *admittedStream) give(n int64) { s.shared.sends.give(s.h, n) }
 
 // admitBuilt admits need bytes for msg, an answer of h's built: an answer
 // many calls share (shared.go) is held once however many of them wait, so

@@ -3042,9 +3042,10 @@ export const JobService: GenService<{
    * line is sent (its last message says job_ended), or at the stream's
    * lifetime or the server's shutdown (resume with the last seq seen).
    * An empty response is a keepalive. A reader that falls behind
-   * costs the server nothing: lines are read from the store as the reader
-   * takes them, and lines dropped meanwhile (the queue's max_log_bytes)
-   * are announced as a gap.
+   * costs the server no more than the page it is being sent: lines are
+   * read from the store a page at a time as the reader takes them, each
+   * page only once the server's send budget has room for it, and lines
+   * dropped meanwhile (the queue's max_log_bytes) are announced as a gap.
    *
    * @generated from rpc jobwatch.v1.JobService.WatchJobLogs
    */

@@ -1,0 +1,161 @@
+package server_test
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/server"
+)
+
+const watchJobLogsPath = "/jobwatch.v1.JobService/WatchJobLogs"
+
+// bigLogJob submits a job to a queue that keeps 8 MiB of log, claims it
+// and appends lines lines of lineBytes each, and returns its lease.
+func bigLogJob(t *testing.T, ts *testServer, c clients, lines, lineBytes int) *jobwatchv1.ClaimJobResponse {
+	t.Helper()
+	if err := ts.engine.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{"big-logs": {MaxLogBytes: 8 << 20}}}); err != nil {
+		t.Fatal(err)
+	}
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "big-log", Queue: "big-logs"})
+	lease := claim(t, c, "big-log")
+	appendTexts(t, c, lease, lines, lineBytes, 0)
+	return lease
+}
+
+// appendTexts appends n lines of lineBytes each, numbered from first,
+// in calls under the request size limit.
+func appendTexts(t *testing.T, c clients, lease *jobwatchv1.ClaimJobResponse, n, lineBytes, first int) {
+	t.Helper()
+	pad := strings.Repeat("x", lineBytes-8)
+	perCall := max(1, (800<<10)/lineBytes)
+	for i := 0; i < n; i += perCall {
+		var texts []string
+		for j := i; j < min(n, i+perCall); j++ {
+			texts = append(texts, fmt.Sprintf("%08d", first+j)+pad)
+		}
+		appendLines(t, c, lease, texts...)
+	}
+}
+
+// 200 WatchJobLogs streams of a job with 4 MB of log, on an HTTP/2
+// connection whose window stays zero: a stream reads a page of the log
+// only once the send budget has admitted what the page holds, so the
+// streams that wait for room hold nothing, and are refused once nothing
+// has been sent for a while; what the server holds is the budget. Each
+// stream read its page (up to 1,000 lines) first and held it while its
+// first 256 KiB message waited, uncounted: an outside probe saw 2,000
+// such streams take the heap to 946 MB, nearly ten times its tenant's
+// share of the budget, and here the heap kept 122 MB for 8 MiB (a peak
+// of 283 MB).
+func TestWatchJobLogsThatAreNotReadHoldTheSendBudgetAtMost(t *testing.T) {
+	const (
+		streams   = 200
+		budget    = 8 << 20
+		lines     = 1000
+		lineBytes = 4 << 10
+	)
+	ts := startServer(t, serverOptions{config: server.Config{Keepalive: -1, MaxPendingSendBytes: budget, SendTimeout: time.Hour}})
+	c := ts.h2c()
+	lease := bigLogJob(t, ts, c, lines, lineBytes)
+
+	runtime.GC()
+	before := heapInUse()
+	peak := watchPeakHeap()
+	raw := dialRawH2(t, addrOf(ts.url))
+	for range streams {
+		raw.post(watchJobLogsPath, map[string]any{"jobId": lease.GetJob().GetId()})
+	}
+	// Every stream is either blocked on its first message, holding what
+	// the budget admitted, or refused for want of room; far fewer than 30
+	// fit in the budget.
+	var refused int64
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, _, _, _, refused = server.SendBudget(ts.srv); refused >= streams-30 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d streams refused within 20s, want %d", refused, streams, streams-30)
+		}
+	}
+	runtime.GC()
+	held := int64(heapInUse()) - int64(before)
+	max := peak()
+	_, _, peakHeld, _, _ := server.SendBudget(ts.srv)
+	runtime.KeepAlive(raw)
+	t.Logf("%d zero-window WatchJobLogs of %d lines of %d KiB, budget %d MiB: heap %d MB before, %d MB held after, peak %d MB; budget peak %d KiB, %d refused",
+		streams, lines, lineBytes>>10, budget>>20, before>>20, held>>20, max>>20, peakHeld>>10, refused)
+	// What the admitted streams hold is their pages and one encoding
+	// each, counted in the budget; the others, their call (a refused
+	// stream's error waits for the window too). A page (4 MB here) for
+	// each stream that fits would be 60 MB at least.
+	if bound := int64(2*budget + streams*96<<10); held > bound {
+		t.Errorf("the heap holds %d MB more with %d streams not read, want at most %d MB (twice the %d MiB budget and 96 KiB a stream)",
+			held>>20, streams, bound>>20, budget>>20)
+	}
+	if peakHeld > budget {
+		t.Errorf("the budget held %d bytes at its peak, over its limit of %d", peakHeld, budget)
+	}
+	raw.conn.Close()
+	waitForBudgetEmpty(t, ts)
+}
+
+// A watcher that reads gets every line of a log four times the budget's
+// size, in order: the backlog a page at a time, within the budget; then
+// an append too large to send as the engine's watch hands it, read again
+// the same way; then small appends as they come, and the job's end.
+func TestAWatcherOfALogLargerThanTheSendBudgetGetsEveryLine(t *testing.T) {
+	const (
+		budget    = 1 << 20
+		lines     = 1000
+		lineBytes = 4 << 10
+	)
+	ts := startServer(t, serverOptions{config: server.Config{Keepalive: -1, MaxPendingSendBytes: budget}})
+	c := ts.h2c()
+	lease := bigLogJob(t, ts, c, lines, lineBytes)
+	stream, err := c.jobs.WatchJobLogs(ctxTimeout(t, time.Minute), &jobwatchv1.WatchJobLogsRequest{JobId: lease.GetJob().GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := int64(1)
+	receive := func(until int64) {
+		t.Helper()
+		for next <= until && stream.Receive() {
+			for _, l := range stream.Msg().GetLines() {
+				if l.GetSeq() != next || !strings.HasPrefix(l.GetText(), fmt.Sprintf("%08d", next-1)) {
+					t.Fatalf("line %d: seq %d text %.8q", next, l.GetSeq(), l.GetText())
+				}
+				next++
+			}
+			if stream.Msg().GetGap() != nil || stream.Msg().GetJobEnded() {
+				t.Fatalf("before line %d: %v", next, stream.Msg())
+			}
+		}
+		if next <= until {
+			t.Fatalf("the stream ended before line %d: %v", next, stream.Err())
+		}
+	}
+	receive(lines)
+	appendTexts(t, c, lease, 200, lineBytes, lines) // 800 KB in one append
+	receive(lines + 200)
+	appendLines(t, c, lease, "00001200 small", "00001201 small")
+	receive(lines + 202)
+	complete(t, c, lease, nil)
+	ended := false
+	for stream.Receive() {
+		if len(stream.Msg().GetLines()) > 0 {
+			t.Fatalf("lines after the last: %v", stream.Msg())
+		}
+		ended = stream.Msg().GetJobEnded()
+	}
+	if err := stream.Err(); err != nil || !ended {
+		t.Fatalf("the stream ended with %v, job_ended %v; want OK after job_ended", err, ended)
+	}
+	if _, _, peak, _, _ := server.SendBudget(ts.srv); peak > budget {
+		t.Errorf("the budget held %d bytes at its peak, over its limit of %d", peak, budget)
+	}
+}
