@@ -14,7 +14,8 @@ import (
 // While a job runs again after a failed attempt, the details label the
 // error they show as that previous attempt's, in quiet colours, so it is
 // not taken for the run now; once the job fails for good it is its
-// error again, in red.
+// error again, in red. Its details say when it runs only while it waits
+// for that time: a running job's "Runs at" was a time already past.
 func TestAPreviousAttemptsErrorIsLabelledAsSuch(t *testing.T) {
 	ctx, base, srv, job := jobFailedOnce(t, time.Millisecond)
 
@@ -35,8 +36,9 @@ func TestAPreviousAttemptsErrorIsLabelledAsSuch(t *testing.T) {
 
 	second := claim(t, ctx, srv.engine, "report.export")
 	second.progress(20, "reading the warehouse")
-	p.waitFor("attempt 2 running, the error still the previous attempt's", detailShows(job.ID, "running")+" && "+
-		textIs("#detail .attempts", "attempt 2 of 2")+" && "+textIs(box+" h3", "Error of the previous attempt (attempt 1)")+" && "+quiet)
+	p.waitFor("attempt 2 running, the error still the previous attempt's, no time to run at", detailShows(job.ID, "running")+" && "+
+		textIs("#detail .attempts", "attempt 2 of 2")+" && "+textIs(box+" h3", "Error of the previous attempt (attempt 1)")+" && "+quiet+" && "+
+		`![...document.querySelectorAll("#detail .facts dt")].some(d => d.textContent === "Runs at")`)
 
 	second.fail("SchemaError", "column rows is gone")
 	p.waitFor("failed for good, its own error", detailShows(job.ID, "failed")+" && "+textIs(box+" h3", "Error")+" && "+

@@ -149,11 +149,16 @@ func TestABulkRetrySaysHowFarItHasGot(t *testing.T) {
 		window.longTasks = [];
 		new PerformanceObserver((l) => { for (const e of l.getEntries()) window.longTasks.push(e.duration); }).observe({ type: "longtask" });
 		window.said = [];
+		window.offeredWhileRunning = 0;
 		const confirm = document.getElementById("jobs-confirm");
-		new MutationObserver(() => {
+		const button = document.querySelector('#jobs-actions button[data-action="retry-failed"]');
+		const look = () => {
 			const o = confirm.querySelector(".outcome");
 			if (o && !o.hidden && window.said.at(-1) !== o.textContent) window.said.push(o.textContent);
-		}).observe(confirm, { subtree: true, childList: true, characterData: true, attributes: true });
+			if (o && o.dataset.running === "true" && !button.disabled) window.offeredWhileRunning++;
+		};
+		new MutationObserver(look).observe(confirm, { subtree: true, childList: true, characterData: true, attributes: true });
+		new MutationObserver(look).observe(button, { attributes: true });
 	})()`))
 	if _, err := chromedp.Call(p.ctx, performance.Enable, performance.EnableParams{}); err != nil {
 		t.Fatalf("watch the page's main thread: %v", err)
@@ -181,5 +186,12 @@ func TestABulkRetrySaysHowFarItHasGot(t *testing.T) {
 	}
 	if n > 1000 && !slices.Contains(said, "Retrying… 1,000 of "+total+" done.") {
 		t.Errorf("while the pages ran, the page said %q; want it to say 1,000 of %s done", said, total)
+	}
+	offered, err := chromedp.Run(p.ctx, chromedp.Evaluate[int](`window.offeredWhileRunning`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if offered > 0 {
+		t.Errorf("Retry all failed was offered %d times while the retry ran; want it disabled until it ends", offered)
 	}
 }

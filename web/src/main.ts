@@ -171,13 +171,21 @@ const detail = new Detail(
 const batchBar = new BatchBar(byId("batch-bar"), () => showBatch(""));
 const queues = new QueueTable(byId("queues"), byId("queues-confirm"), queueOps);
 const jobsConfirm = new Confirm();
+// retryingAll: a Retry all failed is running, page after page; another
+// click would only ask to do again what it is doing.
+let retryingAll = false;
 const retryFailed = new ActionButton("retry-failed", "Retry all failed", () =>
   jobsConfirm.request(
     `Retry every failed job of ${viewLabel()}? ${failedText()}`,
     "Retry all failed",
     (report) => {
       const total = failedOfView();
-      return act("retry-failed", "Retry all failed", () => retryAllFailed(total, report));
+      retryingAll = true;
+      refreshActions();
+      return act("retry-failed", "Retry all failed", () => retryAllFailed(total, report)).finally(() => {
+        retryingAll = false;
+        refreshActions();
+      });
     },
     retryFailed.button,
   ),
@@ -1009,7 +1017,14 @@ function refreshActions(): void {
   // or the page would not send it) has nothing to act on.
   const notLive = feedStatus.kind === "refused" || feedStatus.kind === "denied" || feedStatus.kind === "unauthenticated" || feedWaits;
   retryFailed.set(
-    refusal("retry-failed") || (notLive ? "the list is not live: see the message above" : failed === 0 ? "no failed job in this view" : ""),
+    refusal("retry-failed") ||
+      (retryingAll
+        ? "retrying every failed job: see below"
+        : notLive
+          ? "the list is not live: see the message above"
+          : failed === 0
+            ? "no failed job in this view"
+            : ""),
   );
   detail.refreshActions(book.get(detail.shown));
   queues.refreshActions();

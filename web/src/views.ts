@@ -617,8 +617,10 @@ export class Detail {
     if (job.after.length > 0) {
       facts.splice(job.batch === "" ? 2 : 3, 0, ["Runs after", ""], ["On a failed dependency", onDependencyFailureText(job.onDependencyFailure)]);
     }
-    // A retry's backoff or a scheduled start; an ended job runs no more.
-    if (job.runAt !== undefined && millis(job.runAt) > millis(job.createdAt) && !isTerminal(job.state)) {
+    // A retry's backoff or a scheduled start, while the job waits for it:
+    // a running job's run_at is the time it was due, already past, and an
+    // ended job runs no more.
+    if (job.runAt !== undefined && millis(job.runAt) > millis(job.createdAt) && !isTerminal(job.state) && job.state !== JobState.RUNNING) {
       facts.push(["Runs at", clockTime(timestampDate(job.runAt))]);
     }
     const key = JSON.stringify([facts, deps]);
