@@ -233,19 +233,18 @@ const stopClaimingFor = 2 * time.Second
 
 // StopClaiming answers the parked claims of workerID sent by caller
 // (ClaimRequest.Caller) at once, each with what it was granted or none
-// (ErrNoJob), and any it makes in the next stopClaimingFor, as it looks
-// (without parking); then it tells the other replicas sharing
-// the store (store.Store.AnnounceStopClaiming), which do the same for
-// the claims the worker parked with them when they hear it (listen.go).
-// A worker that is stopping asks this so that it receives the answer of
-// every claim it sent, rather than cut a call whose answer may be on its
-// way (its job would then stay RUNNING under a lease nobody holds).
-// Claims of other workers, and of other callers, are not touched. A
-// worker id that no claim
-// could name is an *InvalidError. If the other replicas cannot be told,
-// the claims here are answered all the same and it returns nil: the
-// worker then cuts a claim parked elsewhere after its grace, as it
-// would with an older server.
+// (ErrNoJob), and those it sends in the next stopClaimingFor with none,
+// without looking; then it tells the other replicas sharing the store
+// (store.Store.AnnounceStopClaiming), which do the same for the claims
+// the worker parked with them when they hear it (listen.go). A worker
+// that is stopping asks this so that it receives the answer of every
+// claim it sent, rather than cut a call whose answer may be on its way
+// (its job would then stay RUNNING under a lease nobody holds). Claims
+// of other workers, and of other callers, are not touched. A worker id
+// that no claim could name is an *InvalidError. If the other replicas
+// cannot be told, the claims here are answered all the same and it
+// returns nil: the worker then cuts a claim parked elsewhere after its
+// grace, as it would with an older server.
 func (e *Engine) StopClaiming(ctx context.Context, workerID, caller string) error {
 	if err := jobtype.CheckName("worker_id", workerID); err != nil {
 		return err
