@@ -169,6 +169,9 @@ func jsonValue(raw json.RawMessage) (*structpb.Value, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: result is not JSON: %s", ErrRefused, wire.DecodeMistake(err, raw))
 	}
+	if v == nil {
+		return nil, nil
+	}
 	if err := wire.CheckExactJSON(raw, "result"); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrRefused, err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/jobwatch/jobwatch/internal/yamlread"
 	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/wire"
 )
 
 // File is a configuration file as read, before the engine sees it. A
@@ -330,6 +331,12 @@ func (p *parser) schedule(key string, n *yaml.Node) {
 			// the engine checks it again at the server's own.
 			if err := jobtype.CheckJSON("payload", b, jobtype.DefaultMaxPayloadBytes); err != nil {
 				r.Fail(v, k, "%s", payloadReason(err))
+				return
+			}
+			// A run's payload reaches its worker as a Value, as a
+			// submitted one does.
+			if err := wire.CheckExactJSON(b, "payload"); err != nil {
+				r.Fail(v, k, "%v", err)
 				return
 			}
 			s.Payload = b

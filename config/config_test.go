@@ -336,6 +336,7 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"a schedule with an empty kind", "schedules:\n  - {name: s, kind: \"\", every: 1m}\n", "c.yaml:2:21: schedules[0].kind: must not be empty"},
 		{"a schedule tenant no request could use", "schedules:\n  - {name: s, kind: k, tenant: a b, every: 1m}\n", `c.yaml:2:32: schedules[0].tenant: may only contain`},
 		{"a schedule payload nested too deep", "schedules:\n  - name: s\n    kind: k\n    every: 1m\n    payload: " + strings.Repeat("[", 129) + strings.Repeat("]", 129) + "\n", "c.yaml:5:14: schedules[0].payload: nests arrays and objects more than 128 levels deep"},
+		{"a schedule payload with an integer a double cannot hold", "schedules:\n  - name: s\n    kind: k\n    every: 1m\n    payload: {id: 9007199254740993}\n", "c.yaml:5:14: schedules[0].payload: payload.id: 9007199254740993 is an integer beyond ±2^53"},
 		{"a schedule payload over the limit", "schedules:\n  - name: s\n    kind: k\n    every: 1m\n    payload: " + strings.Repeat("x", jobtype.DefaultMaxPayloadBytes) + "\n", "c.yaml:5:14: schedules[0].payload: 262146 bytes as JSON is over the limit of 262144"},
 		{"a schedule with an unknown key", "schedules:\n  - {name: s, kind: k, every: 1m, at: '02:00'}\n", "c.yaml:2:35: schedules[0].at: unknown key"},
 		{"a schedule with no default queue declared under strict", "strict: true\nqueues:\n  - name: a\nschedules:\n  - {name: s, kind: k, every: 1m}\n", `c.yaml:5:5: schedules[0]: queue "default" is not declared, and strict is true`},

@@ -250,11 +250,18 @@ func (e *Engine) StopClaiming(ctx context.Context, workerID, caller string) erro
 		return err
 	}
 	e.stopClaimingHere(stopper{workerID, caller})
+	// The caller may leave as soon as its claims here are answered (a
+	// worker that then exits): the other replicas are told all the same.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), announceTimeout)
+	defer cancel()
 	if err := e.store.AnnounceStopClaiming(ctx, workerID, caller); err != nil {
 		e.log.Warn("cannot tell the other replicas that a worker stops claiming", "worker", workerID, "err", err)
 	}
 	return nil
 }
+
+// announceTimeout bounds telling the other replicas of a stop.
+const announceTimeout = 5 * time.Second
 
 // stopClaimingHere is StopClaiming's part on this replica.
 func (e *Engine) stopClaimingHere(s stopper) {

@@ -75,6 +75,7 @@ func TestCommandLineMistakesSayWhatToDo(t *testing.T) {
 		{[]string{"worker", "--kind", "a", "--exec", "true", "--heartbeat", "1ms"}, "--heartbeat must be at least 100ms"},
 		{[]string{"submit", "--file", jobsFile(t, `{"kind":"k","frob":1}`)}, `jobs.jsonl is not a SubmitJobRequest as JSON: (line 1:13): unknown field "frob"`},
 		{[]string{"submit", "--file", jobsFile(t, `{"kind":"k","payload":"\ud800"}`)}, "jobs.jsonl is not a SubmitJobRequest as JSON: a JSON string holds an escaped half of a UTF-16 surrogate pair"},
+		{[]string{"submit", "--file", jobsFile(t, `{"kind":"k"}`+"\n"+`{"kind":"k","payload":{"q":9007199254740995}}`)}, "jobs.jsonl: payload.q: 9007199254740995 is an integer beyond ±2^53"},
 	} {
 		if code, _, errOut := runJobwatch(t, tc.args...); code != 2 || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "parse error") ||
 			strings.Contains(errOut, "proto:") {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -348,6 +349,12 @@ func readJobLines(file string, defaults *jobwatchv1.SubmitJobRequest) (encoded [
 		req := &jobwatchv1.SubmitJobRequest{}
 		if err := protojson.Unmarshal(text, req); err != nil {
 			return nil, nil, usageError{fmt.Sprintf("--file: line %d of %s is not a SubmitJobRequest as JSON: %s", n, name, wire.DecodeMistake(err, text))}
+		}
+		var line struct{ Payload json.RawMessage }
+		if err := json.Unmarshal(text, &line); err == nil && len(line.Payload) > 0 {
+			if err := wire.CheckExactJSON(line.Payload, "payload"); err != nil {
+				return nil, nil, usageError{fmt.Sprintf("--file: line %d of %s: %v", n, name, err)}
+			}
 		}
 		if req.Tenant == "" {
 			req.Tenant = defaults.Tenant
