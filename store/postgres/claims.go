@@ -71,12 +71,15 @@ const planSettings = `set_config('enable_sort', 'off', true), set_config('enable
 
 // prelude is the statement a claim, NextReady and WriteLeases send
 // before their own, in one pipelined batch and so one implicit
-// transaction: the plan settings for the transaction, and the advisory
-// locks $1 (none but for claims from queues with rules). The server runs
-// a pipeline's messages in order, so the settings hold when the next
+// transaction (or first in a transaction of their own): the plan
+// settings for the transaction, the advisory locks $1 (none but for
+// claims from queues with rules), and then, once it holds them, the
+// time, as jobwatch.took_effect, for lockWait. The server runs a
+// pipeline's messages in order, so the settings hold when the next
 // statement is bound to its plan.
 const prelude = `SELECT ` + planSettings + `,
-	(SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k)`
+	(SELECT set_config('jobwatch.took_effect', clock_timestamp()::text, true)
+		FROM (SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k) AS locked)`
 
 // claimNumbered and claimUpdate are the claim's statement around the
 // pick (the CTE picked: the jobs taken, locked, with their seq,
@@ -99,19 +102,26 @@ FROM numbered AS p
 WHERE j.seq = p.seq%[2]s
 RETURNING %[1]s, p.updated_at, p.i`
 
-// lockWait is how long the statements before a claim's, in its
-// pipelined batch, took: the prelude's wait for the advisory locks of a
-// ruled queue, held by another replica's claim, and, for a fair claim,
-// the fair state's write. A statement of a pipeline starts once the one
-// before it has run (statement_timestamp), its transaction with the
-// first (transaction_timestamp). The claim adds it to its time, so that
-// a lease counts from when the claim took effect (a wait of seconds
-// behind a slow claim elsewhere had the job LOST while its worker
-// started it). Under 100 ms it is taken as none: a lease or a rate's
-// window is seconds long, and a claim nothing held up keeps the engine's
-// time to the microsecond.
-const lockWait = `(CASE WHEN statement_timestamp() - transaction_timestamp() >= interval '100 milliseconds'
-		THEN statement_timestamp() - transaction_timestamp() ELSE interval '0' END)`
+// lockWait is how long the prelude of a claim's transaction waited for
+// the advisory locks of a ruled queue, held by another replica's claim:
+// from the transaction's start (transaction_timestamp) to the time the
+// prelude recorded once it held them (tookEffect). The claim adds it to
+// its time, so that a lease counts from when the claim took effect (a
+// wait of seconds behind a slow claim elsewhere had the job LOST while
+// its worker started it). Every job of one claim gets the same time,
+// however many statements the claim's turns take after the prelude (a
+// fair claim's jobs, each claimed in a statement of its own, got times
+// apart by the turns before theirs, and so a rate's window counted them
+// as started apart). Under 100 ms it is taken as none: a lease or a
+// rate's window is seconds long, and a claim nothing held up keeps the
+// engine's time to the microsecond.
+const lockWait = `(CASE WHEN ` + tookEffect + ` - transaction_timestamp() >= interval '100 milliseconds'
+		THEN ` + tookEffect + ` - transaction_timestamp() ELSE interval '0' END)`
+
+// tookEffect is the time the prelude recorded, or the transaction's
+// start where no prelude ran in it (a setting set for a transaction
+// reads as empty after it).
+const tookEffect = `coalesce(nullif(current_setting('jobwatch.took_effect', true), '')::timestamptz, transaction_timestamp())`
 
 // claimTime is the claim's time in claimUpdate: $1 after lockWait.
 const claimTime = `($1::timestamptz + ` + lockWait + `)`
@@ -883,12 +893,18 @@ func (s *Store) ClaimJobs(ctx context.Context, f store.ClaimFilter, c store.Clai
 			return nil, jobtype.ErrNoJob // the caller left
 		}
 		defer release()
-		if c.Clock != nil {
-			f.Now = c.Clock()
-			c.Now = f.Now
-		}
 	}
-	f.Now = micro(f.Now)
+	// A ruled claim reads its time now that its turn has come, and again
+	// before each transaction after the first: one before it may have
+	// waited for the locks, and ended with its time.
+	now := func() {
+		if len(keys) > 0 && c.Clock != nil {
+			c.Now = c.Clock()
+			f.Now = c.Now
+		}
+		f.Now = micro(f.Now)
+	}
+	now()
 	query, args := claimQuery(f, c)
 	for attempt := 1; ; attempt++ {
 		var (
@@ -899,6 +915,7 @@ func (s *Store) ClaimJobs(ctx context.Context, f store.ClaimFilter, c store.Clai
 			claimed, err = s.claim(ctx, keys, query, args)
 		}
 		if errors.Is(err, errContested) {
+			now()
 			handled := false
 			if len(c.LeaseIDs) > 1 && !f.Ruled() {
 				claimed, handled, err = s.claimTurns(ctx, f, c, keys)
@@ -916,6 +933,8 @@ func (s *Store) ClaimJobs(ctx context.Context, f store.ClaimFilter, c store.Clai
 		if _, ok, err := s.nextReady(ctx, f, true); err != nil || !ok {
 			return nil, jobtype.ErrNoJob
 		}
+		now()
+		query, args = claimQuery(f, c)
 	}
 }
 
