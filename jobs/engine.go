@@ -257,6 +257,8 @@ type Engine struct {
 	// (listen.go); stopListening ends it.
 	listenCtx     context.Context
 	stopListening context.CancelFunc
+	// turns gives callers' reads their turns by reader (fairreads.go).
+	turns *readTurns
 	// done is closed by Shutdown; every parked call selects on it.
 	done     chan struct{}
 	shutdown sync.Once
@@ -274,8 +276,13 @@ func New(st store.Store, cfg Config) *Engine {
 		cfg.Now = clock.now
 	}
 	cfg = cfg.withDefaults()
+	turns := newReadTurns(DefaultReads)
+	if r, ok := st.(interface{ ReadConns() int }); ok {
+		turns = newReadTurns(r.ReadConns())
+	}
 	e := &Engine{
-		store:     st,
+		store:     fairReads{Store: st, turns: turns},
+		turns:     turns,
 		cfg:       cfg,
 		log:       cfg.Logger,
 		hub:       watch.NewHub[*Snapshot](),

@@ -7,7 +7,7 @@ package jobs
 // read-only or locked past the lock timeout); any other always can. The
 // server's gRPC health follows it.
 func (e *Engine) StoreReachable() bool {
-	if r, ok := e.store.(interface{ Reachable() bool }); ok {
+	if r, ok := e.store.(fairReads).Store.(interface{ Reachable() bool }); ok {
 		return r.Reachable()
 	}
 	return true

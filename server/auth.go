@@ -115,6 +115,16 @@ func (s *Server) admit(ctx context.Context, procedure string, header http.Header
 	return s.admitToken(ctx, header, func(p auth.Principal) error { return roleRefusal(p, procedure) })
 }
 
+// readerOf is whose turn the reads of p's calls take (jobs.WithReader):
+// a client's tenant, else the token's. So one tenant's reads, however
+// many of its tokens make them, cannot keep another tenant's waiting.
+func readerOf(p auth.Principal) string {
+	if p.Role == auth.RoleClient {
+		return "tenant/" + p.Tenant
+	}
+	return "token/" + p.TokenID
+}
+
 // roleRefusal is permission_denied if p's role may not call procedure.
 func roleRefusal(p auth.Principal, procedure string) error {
 	if !may(p.Role, procedure) {
@@ -198,7 +208,7 @@ func (s *Server) admitToken(ctx context.Context, header http.Header, check func(
 			return ctx, nothing, err
 		}
 	}
-	ctx = auth.WithPrincipal(ctx, p)
+	ctx = jobs.WithReader(auth.WithPrincipal(ctx, p), readerOf(p))
 	// cancel is a reload's, to end the call whose token it revoked. The
 	// call's end does not cancel ctx: connect writes a unary answer after
 	// the interceptors return, and what waits for the call's context to

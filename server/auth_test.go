@@ -36,7 +36,7 @@ const (
 	missingJobID = "01JZZZZZZZZZZZZZZZZZZZZZZZ" // well formed, never issued
 )
 
-func testTokens(t *testing.T, tokens ...string) *auth.Tokens {
+func testTokens(t testing.TB, tokens ...string) *auth.Tokens {
 	t.Helper()
 	if len(tokens) == 0 {
 		tokens = []string{acmeToken, globexToken, workerToken, enrichToken, acmeWorker, adminToken}

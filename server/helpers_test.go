@@ -29,7 +29,7 @@ import (
 
 // testServer is a real server on a loopback port over a real SQLite file.
 type testServer struct {
-	t        *testing.T
+	t        testing.TB
 	url      string
 	dbPath   string
 	engine   *jobs.Engine
@@ -62,7 +62,7 @@ type serverOptions struct {
 	storeConfig sqlite.Config
 }
 
-func startServer(t *testing.T, o serverOptions) *testServer {
+func startServer(t testing.TB, o serverOptions) *testServer {
 	t.Helper()
 	if o.dbPath == "" && o.storeConfig != (sqlite.Config{}) {
 		o.dbPath = filepath.Join(t.TempDir(), "jobwatch.db") // a test of SQLite itself
@@ -175,6 +175,20 @@ func (ts *testServer) waitForGauge(name string, want float64) {
 	}
 }
 
+// waitUntil waits until cond holds, for what: how a test knows that
+// calls have reached the point it acts on. The bound is generous: it is
+// reached only when something is wrong.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // h2cClient speaks only HTTP/2 without TLS, like Go and gRPC clients.
 func (ts *testServer) h2cClient() *http.Client {
 	var p http.Protocols
@@ -214,7 +228,7 @@ func (ts *testServer) clients(hc *http.Client, opts ...connect.ClientOption) cli
 // h2c returns Connect clients over h2c, the usual Go client setup.
 func (ts *testServer) h2c() clients { return ts.clients(ts.h2cClient()) }
 
-func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
@@ -226,7 +240,7 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 // test that is right.
 const callBound = 30 * time.Second
 
-func submit(t *testing.T, c clients, req *jobwatchv1.SubmitJobRequest) *jobwatchv1.Job {
+func submit(t testing.TB, c clients, req *jobwatchv1.SubmitJobRequest) *jobwatchv1.Job {
 	t.Helper()
 	resp, err := c.jobs.SubmitJob(ctxTimeout(t, callBound), req)
 	if err != nil {

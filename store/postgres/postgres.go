@@ -248,6 +248,12 @@ func rolledBack(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
 }
 
+// ReadConns is how many callers' reads of jobs and logs the engine lets
+// run at once (jobs.WithReader): half the pool, so that however many
+// reads wait their turn, claims, heartbeats and completions find a
+// connection.
+func (s *Store) ReadConns() int { return max(1, int(s.pool.Config().MaxConns)/2) }
+
 // Reachable reports whether the database takes this store's writes and
 // its listener hears changes, as far as the store has seen: false from
 // the first write refused unavailable, or the listener's connection

@@ -373,6 +373,10 @@ func (s *Store) Close() error {
 	return err
 }
 
+// ReadConns is how many callers' reads of jobs and logs the engine lets
+// run at once (jobs.WithReader): one per connection of the read pool.
+func (s *Store) ReadConns() int { return readConns }
+
 // SoleServer reports whether no other Store had the file open when this
 // one opened it: the lock Open takes on the file keeps other processes
 // out while it is open, so then every lease on a RUNNING job from before
