@@ -241,8 +241,8 @@ func (e *Engine) CancelAction() BulkAction {
 		Done:   "cancelled",
 		States: jobtype.ActiveStates,
 		Act: func(ctx context.Context, listed jobtype.Job) (bool, error) {
-			j, err := e.Cancel(ctx, listed.ID)
-			return err == nil && j.Version > listed.Version, err
+			_, changed, err := e.cancel(ctx, listed.ID)
+			return changed, err
 		},
 	}
 }

@@ -472,9 +472,15 @@ func pageSize(n int) int {
 // RUNNING job; the action alone for one that was waiting. A cancel made
 // by an actor is logged at info.
 func (e *Engine) Cancel(ctx context.Context, id string) (jobtype.Job, error) {
+	j, _, err := e.cancel(ctx, id)
+	return j, err
+}
+
+// cancel is Cancel, saying whether this call cancelled the job (false
+// for a job CANCELLED already, by this caller or another).
+func (e *Engine) cancel(ctx context.Context, id string) (j jobtype.Job, changed bool, err error) {
 	by := Actor(ctx)
-	changed := false
-	j, err := e.update(ctx, "cancel", id, func(j *jobtype.Job, now time.Time) error {
+	j, err = e.update(ctx, "cancel", id, func(j *jobtype.Job, now time.Time) error {
 		changed = false // run again on a newer read: only the last run says
 		switch {
 		case j.State == jobtype.Cancelled:
@@ -496,7 +502,7 @@ func (e *Engine) Cancel(ctx context.Context, id string) (jobtype.Job, error) {
 	if err == nil && changed && by != "" {
 		e.logAction(ctx, "job cancelled", "job_id", j.ID, "tenant", j.Tenant, "queue", j.Queue, "by", by)
 	}
-	return j, err
+	return j, changed && err == nil, err
 }
 
 // isNotFound reports whether err means the job does not exist.
