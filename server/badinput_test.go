@@ -62,7 +62,7 @@ func TestBadInputIsRefusedWithAClearErrorAndTheServerKeepsServing(t *testing.T) 
 		{"a state name the server does not know is invalid_argument, not a dropped filter", jobs + "ListJobs", jsonType, `{"states":["JOB_STATE_QUEUED","RUNNING"]}`, 400, "invalid_argument", `states[1]: "RUNNING" is not a JobState`},
 		{"an integer in a payload that a double cannot hold is invalid_argument, not rounded", jobs + "SubmitJob", jsonType, `{"kind":"k","payload":{"ids":[1,{"id":9007199254740993}]}}`, 400, "invalid_argument", "payload.ids[1].id: 9007199254740993 is an integer beyond ±2^53"},
 		{"such an integer in a batch's payload is refused with its path", jobs + "SubmitJobs", jsonType, `{"jobs":[{"kind":"k"},{"kind":"k","payload":-12345678901234567890}]}`, 400, "invalid_argument", "jobs[1].payload: -12345678901234567890 is an integer beyond"},
-		{"such an integer in a result is refused", workers + "CompleteJob", jsonType, `{"job_id":"j_1","lease_id":"l_1","result":{"n":100000000000000000000000000000}}`, 400, "invalid_argument", "result.n: "},
+		{"such an integer in a result is refused", workers + "CompleteJob", jsonType, `{"job_id":"j_1","lease_id":"l_1","result":{"n":123456789012345678901234567890}}`, 400, "invalid_argument", "result.n: "},
 		{"a page_token the server never issued is invalid_argument", jobs + "ListJobs", jsonType, `{"page_token":"bogus"}`, 400, "invalid_argument", "page_token"},
 		{"an empty worker_id is invalid_argument", workers + "ClaimJob", jsonType, `{}`, 400, "invalid_argument", "worker_id: must not be empty"},
 		{"a max_jobs over 100 is invalid_argument naming the field", workers + "ClaimJob", jsonType, `{"worker_id":"w","max_jobs":101}`, 400, "invalid_argument", "max_jobs: must be 0 (one job) to 100, got 101"},

@@ -14,6 +14,7 @@ import (
 	"maps"
 	"math/big"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -212,12 +213,17 @@ func Timestamp(t time.Time) *timestamppb.Timestamp {
 const maxExactInteger = 1 << 53
 
 // CheckExactNumbers reports the first integer in JSON value v (written
-// without a fraction or an exponent) beyond ±2^53, which the value
-// would hold as another number: 9007199254740993 was stored, and
-// answered, as 9007199254740992, silently. Such a number is refused
-// with its path; a caller sends it as a string. Numbers written with a
-// fraction or an exponent are taken as the floating point they are. v
-// is JSON decoded with json.Decoder.UseNumber.
+// without a fraction or an exponent) beyond ±2^53 that would not come
+// back as sent: the value holds it as a float64, so 9007199254740993 was
+// stored, and answered, as 9007199254740992, silently. Such a number is
+// refused with its path and what it would become; a caller sends it as
+// a string. An integer written as its float64 prints (the shortest
+// digits that read back as that float64, as encoding/json and
+// JavaScript write it: 18446744073709552000 for 2^64) comes back as
+// sent and passes, so a job's payload or result, as a JSON answer shows
+// it, can be sent again. Numbers written with a fraction or an exponent
+// are taken as the floating point they are. v is JSON decoded with
+// json.Decoder.UseNumber.
 func CheckExactNumbers(v any, path string) error {
 	switch v := v.(type) {
 	case json.Number:
@@ -226,7 +232,13 @@ func CheckExactNumbers(v any, path string) error {
 			return nil
 		}
 		if n, ok := new(big.Int).SetString(s, 10); ok && n.CmpAbs(big.NewInt(maxExactInteger)) > 0 {
-			return fmt.Errorf("%s: %s is an integer beyond ±2^53 (9007199254740992), which a number in a JSON payload or result cannot hold exactly; send it as a string", path, s)
+			f, err := strconv.ParseFloat(s, 64)
+			if err != nil { // past the float64 range
+				return fmt.Errorf("%s: %s is an integer beyond what a number in a JSON payload or result can hold (a 64-bit float); send it as a string", path, s)
+			}
+			if back := strconv.FormatFloat(f, 'f', -1, 64); back != s {
+				return fmt.Errorf("%s: %s is an integer beyond ±2^53 (9007199254740992) that a number in a JSON payload or result cannot hold: it would come back as %s; send it as a string", path, s, back)
+			}
 		}
 	case map[string]any:
 		for _, k := range slices.Sorted(maps.Keys(v)) {
