@@ -50,6 +50,11 @@ type Metrics struct {
 	sendsInProgress       prometheus.Gauge
 	sendsCut              *prometheus.CounterVec
 
+	// reloadOK and reloadedAt: whether the last reload of each file
+	// (config, tokens) took, and when one last did (Reloaded).
+	reloadOK   *prometheus.GaugeVec
+	reloadedAt *prometheus.GaugeVec
+
 	// elsewhere: /metrics is served on a listener of its own
 	// (Server.MoveMetrics), not on the API's port.
 	elsewhere atomic.Bool
@@ -153,11 +158,30 @@ func NewMetricsWith(o MetricsOptions) *Metrics {
 			Name: "jobwatch_sends_in_progress",
 			Help: "Response writes under way now; one that stays is a client that does not read (cut after --send-timeout).",
 		}),
+		reloadOK: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jobwatch_reload_successful",
+			Help: "1 if the last reading of the file (file=\"config\": --config; file=\"tokens\": --tokens), at start or on SIGHUP, took; 0 while the last reload was refused and the file read before stays in effect. Only for the files serve was given.",
+		}, []string{"file"}),
+		reloadedAt: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jobwatch_reload_success_timestamp_seconds",
+			Help: "When the file in effect (file=\"config\" or \"tokens\") was read, at start or by the last reload that took, in seconds since the Unix epoch.",
+		}, []string{"file"}),
 		sendsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jobwatch_sends_cut_total",
 			Help: "Responses and streams ended because a write stayed blocked on a client that does not read: for --send-timeout (send_timeout) or until the stream's --stream-lifetime (stream_lifetime). Each is also counted as a failed call in jobwatch_requests_total.",
 		}, []string{"reason"}),
 	}
+}
+
+// Reloaded records a reading of file ("config" or "tokens"), at start or
+// on SIGHUP: whether it took, and if it did, when (at).
+func (m *Metrics) Reloaded(file string, took bool, at time.Time) {
+	if !took {
+		m.reloadOK.WithLabelValues(file).Set(0)
+		return
+	}
+	m.reloadOK.WithLabelValues(file).Set(1)
+	m.reloadedAt.WithLabelValues(file).Set(float64(at.UnixNano()) / 1e9)
 }
 
 // Woke implements jobs.Metrics.
@@ -171,12 +195,14 @@ func (m *Metrics) register(reg *prometheus.Registry, engine *jobs.Engine, log *s
 		m.connections, m.connectionsRefused, m.connectionsIdleClosed, m.parkedCalls, m.parkRefused,
 		m.parkedByTenant, m.tenantParkRefused, m.hostRefused,
 		m.bodiesReading, m.bodyTimeouts, m.abandoned, m.sendsInProgress, m.sendsCut,
+		m.reloadOK, m.reloadedAt,
 		&jobsCollector{counts: &sharedRead[map[jobtype.State]int64]{
 			engine: engine, log: log, what: "count jobs for metrics", read: engine.CountByState,
 			maxAge: jobCountsMaxAge, minGap: jobCountsMinGap}},
 		&alertsCollector{engine: engine},
 		&pausesCollector{engine: engine, log: log},
 		&ratesCollector{engine: engine, log: log},
+		&schedulesCollector{engine: engine, log: log},
 	}
 	if m.opts.PerTenant {
 		collectors = append(collectors, &tenantJobsCollector{depths: &sharedRead[[]jobs.TenantDepth]{
@@ -356,6 +382,70 @@ func (c *pausesCollector) Collect(ch chan<- prometheus.Metric) {
 	for name, v := range values {
 		ch <- prometheus.MustNewConstMetric(queuePausedDesc, prometheus.GaugeValue, v, name)
 	}
+}
+
+// schedulesCollector reports, for each schedule of the rules in effect,
+// when its next run is due, whether its latest run is unfinished, and
+// how it ended: what an operator alerts on when a schedule stops running
+// (jobwatch schedules shows the same). It reads the schedules' state, a
+// row a schedule, never the jobs.
+type schedulesCollector struct {
+	engine *jobs.Engine
+	log    *slog.Logger
+}
+
+var (
+	scheduleNextRunDesc = prometheus.NewDesc("jobwatch_schedule_next_run_timestamp_seconds",
+		"When the schedule's next run is due, in seconds since the Unix epoch; in the past while the sweep has yet to queue it (overdue when well past: time() - this > 60). No sample while a run is unfinished: its end decides the next.",
+		[]string{"schedule"}, nil)
+	scheduleRunningDesc = prometheus.NewDesc("jobwatch_schedule_running",
+		"1 while the schedule's latest run is unfinished (queued, waiting or running), else 0.",
+		[]string{"schedule"}, nil)
+	scheduleLastEndedDesc = prometheus.NewDesc("jobwatch_schedule_last_run_end_timestamp_seconds",
+		"When the schedule's latest run ended, in seconds since the Unix epoch; no sample before its first run ends, nor while a later run is unfinished (jobwatch keeps a schedule's latest run only).",
+		[]string{"schedule"}, nil)
+	scheduleLastSucceededDesc = prometheus.NewDesc("jobwatch_schedule_last_run_succeeded",
+		"1 if the schedule's latest run SUCCEEDED, 0 if it ended otherwise (FAILED, CANCELLED, LOST); no sample before its first run ends, nor while a later run is unfinished.",
+		[]string{"schedule"}, nil)
+)
+
+// schedulesReadTimeout bounds a scrape's read of the schedules' state.
+const schedulesReadTimeout = 5 * time.Second
+
+func (c *schedulesCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- scheduleNextRunDesc
+	ch <- scheduleRunningDesc
+	ch <- scheduleLastEndedDesc
+	ch <- scheduleLastSucceededDesc
+}
+
+func (c *schedulesCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), schedulesReadTimeout)
+	defer cancel()
+	schedules, err := c.engine.Schedules(ctx)
+	if err != nil {
+		c.log.Warn("read schedules for metrics", "err", err)
+		ch <- prometheus.NewInvalidMetric(scheduleNextRunDesc, err)
+		return
+	}
+	for _, s := range schedules {
+		running := s.LastEndedAt.IsZero() && s.LastJobState != "" && !s.LastJobState.Terminal()
+		if !s.NextRunAt.IsZero() {
+			ch <- prometheus.MustNewConstMetric(scheduleNextRunDesc, prometheus.GaugeValue, float64(s.NextRunAt.UnixNano())/1e9, s.Name)
+		}
+		ch <- prometheus.MustNewConstMetric(scheduleRunningDesc, prometheus.GaugeValue, boolValue(running), s.Name)
+		if !s.LastEndedAt.IsZero() {
+			ch <- prometheus.MustNewConstMetric(scheduleLastEndedDesc, prometheus.GaugeValue, float64(s.LastEndedAt.UnixNano())/1e9, s.Name)
+			ch <- prometheus.MustNewConstMetric(scheduleLastSucceededDesc, prometheus.GaugeValue, boolValue(s.LastJobState == jobtype.Succeeded), s.Name)
+		}
+	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Who may read /metrics. It shows every tenant's name and counts (never

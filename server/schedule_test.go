@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"encoding/json"
+	"maps"
 
 	"connectrpc.com/connect"
 	"io"
@@ -187,4 +188,80 @@ func TestACronScheduleQueuesARunAtItsTimeAndListSchedulesShowsItsNextRunInItsZon
 	if s := resp.GetSchedules()[0]; !s.GetNextRunAt().AsTime().Equal(time.Date(2030, 12, 2, 1, 2, 0, 0, time.UTC)) || s.GetNextRunLocal() != "2030-12-02T02:02:00+01:00" {
 		t.Errorf("after the run ended at 01:01:30: %v; want the next at 01:02 UTC, 02:02 in Berlin", s)
 	}
+}
+
+// scheduleSamples reads each series of name from the registry, by its
+// schedule label.
+func (ts *testServer) scheduleSamples(name string) map[string]float64 {
+	ts.t.Helper()
+	families, err := ts.registry.Gather()
+	if err != nil {
+		ts.t.Fatalf("gather: %v", err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "schedule" {
+					out[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// /metrics says, for each schedule, when its next run is due, whether a
+// run is unfinished, and how the latest ended: an operator alerts on a
+// schedule that stopped running (time() past its next run) or whose
+// runs fail, where only jobwatch schedules showed it (an outside probe).
+func TestMetricsSayWhenEachScheduleRunsNextAndHowItsLastRunEnded(t *testing.T) {
+	clock := &testClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	ts := startServer(t, serverOptions{now: clock.Now, engine: jobs.Config{
+		LeaseTimeout: time.Hour,
+		Rules: jobtype.Rules{Schedules: []jobtype.Schedule{
+			{Name: "nightly", Kind: "nightly", Every: 10 * time.Minute},
+		}},
+	}})
+	c := ts.h2c()
+	ctx := ctxTimeout(t, 10*time.Second)
+	const (
+		next      = "jobwatch_schedule_next_run_timestamp_seconds"
+		running   = "jobwatch_schedule_running"
+		ended     = "jobwatch_schedule_last_run_end_timestamp_seconds"
+		succeeded = "jobwatch_schedule_last_run_succeeded"
+	)
+	seconds := func(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+	check := func(when string, want map[string]map[string]float64) {
+		t.Helper()
+		for _, name := range []string{next, running, ended, succeeded} {
+			if got := ts.scheduleSamples(name); !maps.Equal(got, want[name]) {
+				t.Errorf("%s: %s = %v, want %v", when, name, got, want[name])
+			}
+		}
+	}
+	start := clock.Now()
+	check("before the first run", map[string]map[string]float64{
+		next: {"nightly": seconds(start)}, running: {"nightly": 0}, ended: {}, succeeded: {},
+	})
+	if err := ts.engine.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("while the run is queued", map[string]map[string]float64{
+		next: {}, running: {"nightly": 1}, ended: {}, succeeded: {},
+	})
+	lease := claim(t, c, "nightly")
+	clock.Advance(time.Minute)
+	end := clock.Now()
+	if _, err := c.workers.FailJob(ctx, &jobwatchv1.FailJobRequest{JobId: lease.GetJob().GetId(), LeaseId: lease.GetLeaseId(),
+		Error: &jobwatchv1.JobError{Message: "boom"}}); err != nil {
+		t.Fatal(err)
+	}
+	check("after the run failed", map[string]map[string]float64{
+		next: {"nightly": seconds(end.Add(10 * time.Minute))}, running: {"nightly": 0},
+		ended: {"nightly": seconds(end)}, succeeded: {"nightly": 0},
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,6 +25,32 @@ func writeFile(t *testing.T, path, text string) {
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// sample reads the sample series (a name with its labels, as /metrics
+// writes them) of the server at base.
+func sample(t *testing.T, base, series string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", series, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("/metrics has no %s", series)
+	return 0
 }
 
 func TestServeAppliesTheConfigAndReloadsItOnSIGHUP(t *testing.T) {
@@ -73,12 +100,23 @@ func TestServeAppliesTheConfigAndReloadsItOnSIGHUP(t *testing.T) {
 		return strings.Contains(string(body), "\njobwatch_parked_waits 1\n")
 	})
 
+	// /metrics says the file took, and when.
+	const took, tookAt = `jobwatch_reload_successful{file="config"}`, `jobwatch_reload_success_timestamp_seconds{file="config"}`
+	startedAt := sample(t, base, tookAt)
+	if ok := sample(t, base, took); ok != 1 || startedAt <= 0 {
+		t.Errorf("at start %s = %v, %s = %v; want 1 and the start's time", took, ok, tookAt, startedAt)
+	}
+
 	// A changed file takes effect on SIGHUP.
 	writeFile(t, cfg, "strict: true\nqueues:\n  - name: index\n  - name: mail\n    retry: {max_attempts: 5}\n")
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "serve to log the reload", func() bool { return strings.Contains(logs.String(), "config reloaded") })
+	reloadedAt := sample(t, base, tookAt)
+	if ok := sample(t, base, took); ok != 1 || reloadedAt <= startedAt {
+		t.Errorf("after the reload %s = %v, %s = %v; want 1 and a time after the start's %v", took, ok, tookAt, reloadedAt, startedAt)
+	}
 	mail, err := submit("mail")
 	if err != nil || mail.GetMaxAttempts() != 5 {
 		t.Fatalf("after the reload, submit to mail: %v, %v; want accepted with the queue's max_attempts 5", mail, err)
@@ -95,6 +133,9 @@ func TestServeAppliesTheConfigAndReloadsItOnSIGHUP(t *testing.T) {
 	}
 	if mail, err := submit("mail"); err != nil || mail.GetMaxAttempts() != 5 {
 		t.Errorf("after the refused reload, submit to mail: %v, %v; want the config before it still in effect", mail, err)
+	}
+	if ok, at := sample(t, base, took), sample(t, base, tookAt); ok != 0 || at != reloadedAt {
+		t.Errorf("after the refused reload %s = %v, %s = %v; want 0 and the reload that took's %v", took, ok, tookAt, at, reloadedAt)
 	}
 
 	// So is a tenant's weight of zero, which the engine would have read

@@ -470,6 +470,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	srv := server.New(engine, cfg)
 	reloads := &tokenReloads{srv: srv, path: f.tokens, log: log, known: tokens.Len()}
 	outcomes := &reloadOutcomes{path: reloadOutcomeFile(f.pidFile), log: log}
+	// /metrics says whether each file's last reading took, and when one
+	// did: an alert sees a replica left on its old rules by a refused
+	// reload.
+	started := time.Now()
+	if f.config != "" {
+		metrics.Reloaded("config", true, started)
+	}
+	if f.tokens != "" {
+		metrics.Reloaded("tokens", true, started)
+	}
 	// From here on a SIGHUP reloads the files instead of ending the
 	// process; without them it only says so (a "systemctl reload" of a
 	// unit that passes neither must not stop the server).
@@ -479,14 +489,18 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		var refused, taken []string
 		if f.config != "" {
-			if err := reloadConfig(engine, f.config, log); err != nil {
+			err := reloadConfig(engine, f.config, log)
+			metrics.Reloaded("config", err == nil, time.Now())
+			if err != nil {
 				refused = append(refused, err.Error())
 			} else {
 				taken = append(taken, "config "+f.config)
 			}
 		}
 		if f.tokens != "" {
-			if err := reloads.reload(); err != nil {
+			err := reloads.reload()
+			metrics.Reloaded("tokens", err == nil, time.Now())
+			if err != nil {
 				refused = append(refused, err.Error())
 			} else {
 				taken = append(taken, "tokens "+f.tokens)
