@@ -24,7 +24,8 @@ import {
   type WatchJobsResponse,
 } from "./gen/jobwatch/v1/jobwatch_pb.js";
 import { backoffWithDefaults, Retrier, type Backoff, type RetryNotify } from "./backoff.js";
-import { Code, JobNotStartedError, toJobwatchError, transient } from "./errors.js";
+import { Code, JobNotStartedError, JobwatchError, toJobwatchError, transient } from "./errors.js";
+import { jsonText } from "./json.js";
 
 /** What createClient takes, in Node and in browsers alike. */
 export interface ClientOptions {
@@ -246,7 +247,8 @@ export class JobwatchClient {
 
   /** submitJobs creates up to 1,000 jobs of one tenant in one commit, all or none, in order. */
   async submitJobs(reqs: SubmitJobInput[], options?: CallOptions): Promise<Job[]> {
-    const { jobs } = await call(() => this.jobService.submitJobs({ jobs: reqs.map(submitRequest) }, options), options);
+    const submit = () => this.jobService.submitJobs({ jobs: reqs.map((req, i) => submitRequest(req, `jobs[${i}].payload`)) }, options);
+    const { jobs } = await call(submit, options);
     return jobs;
   }
 
@@ -482,9 +484,12 @@ export class JobwatchClient {
    * opens another with after_version the last version it yielded,
    * backing off only when the server could not be reached. afterVersion
    * starts after a version the caller has already seen (0: from the
-   * current snapshot). A refusal is thrown (NotFoundError for an unknown
-   * job), as is the signal's reason; breaking out of the loop closes the
-   * stream.
+   * current snapshot); if the job had already ended at that version, the
+   * iteration ends at once without yielding anything (the server ends
+   * such a stream at once with nothing to send, and GetJob confirms the
+   * job is terminal at that version). A refusal is thrown (NotFoundError
+   * for an unknown job), as is the signal's reason; breaking out of the
+   * loop closes the stream.
    *
    * One exception to version order: if the server's versions went
    * backwards (its database was restored from a backup) and the job there
@@ -497,6 +502,7 @@ export class JobwatchClient {
   ): AsyncGenerator<Job, void, undefined> {
     const { signal } = options;
     let last = BigInt(options.afterVersion ?? 0);
+    let yielded = false;
     const r = this.retrier();
     for (;;) {
       const asked = performance.now();
@@ -517,6 +523,7 @@ export class JobwatchClient {
           if (job.version > last) {
             last = job.version;
           }
+          yielded = true;
           yield job;
           if (terminal) {
             return;
@@ -532,8 +539,41 @@ export class JobwatchClient {
           continue; // a clean end of a live stream: resume at once
         }
       }
+      if (failure === undefined) {
+        // A clean end with nothing sent: a server shutting down, or the
+        // job ended at a version we hold already (afterVersion its
+        // terminal one), which the server answers so, at once, every
+        // time. Only GetJob tells the two apart.
+        const ended = await this.endedAt(jobId, last, signal);
+        if (ended !== undefined) {
+          if (yielded) {
+            // What we yielded at that version was not terminal: the
+            // server's versions went backwards, and this is the outcome.
+            yield ended;
+          }
+          return;
+        }
+      }
       await r.wait(failure ?? new Error("watch stream ended without a snapshot"), signal);
     }
+  }
+
+  /**
+   * endedAt is the job if it is terminal at version last or below (a
+   * watch after last would never hear of it again), or undefined if it
+   * is not, or if GetJob failed: the watch's next stream says why.
+   */
+  private async endedAt(jobId: string, last: bigint, signal: AbortSignal | undefined): Promise<Job | undefined> {
+    let job: Job | undefined;
+    try {
+      ({ job } = await this.jobService.getJob({ jobId }, callOptions(signal)));
+    } catch {
+      if (signal?.aborted) {
+        throw signal.reason;
+      }
+      return undefined;
+    }
+    return job !== undefined && isTerminal(job.state) && job.version <= last ? job : undefined;
   }
 
   /**
@@ -646,8 +686,20 @@ function mustHave(job: Job | undefined, rpc: string): Job {
   return job;
 }
 
-function submitRequest(req: SubmitJobInput): MessageInitShape<typeof SubmitJobRequestSchema> {
+/**
+ * submitRequest is req as the wire takes it. A payload the wire would
+ * change (see jsonText) is invalid_argument, as the server says of one
+ * it will not store; field names it ("payload", "jobs[2].payload").
+ */
+function submitRequest(req: SubmitJobInput, field = "payload"): MessageInitShape<typeof SubmitJobRequestSchema> {
   const { payload, runAt, ...rest } = req;
+  if (payload !== undefined) {
+    try {
+      jsonText(payload, field);
+    } catch (err) {
+      throw new JobwatchError(Code.InvalidArgument, err instanceof Error ? err.message : String(err), { cause: err });
+    }
+  }
   return {
     ...rest,
     payload: payload === undefined ? undefined : fromJson(ValueSchema, payload, { recursionLimit }),

@@ -155,6 +155,26 @@ export function transient(err: unknown, signal?: AbortSignal): boolean {
 }
 
 /**
+ * refusedStream is err as unavailable when it is an HTTP/2 stream the
+ * server refused (RST_STREAM REFUSED_STREAM: it is shutting down, or holds
+ * as many streams as it allows), or undefined for any other error. Node
+ * reports that as a stream error, which connect-node calls internal; but
+ * the server did not take the call, so it is safe to send again.
+ */
+export function refusedStream(err: unknown): ConnectError | undefined {
+  if (!(err instanceof ConnectError) || err.code === Code.Unavailable || !/REFUSED_STREAM/.test(causeText(err))) {
+    return undefined;
+  }
+  return new ConnectError(
+    "the server closed the stream without taking the call (HTTP/2 REFUSED_STREAM: shutting down, or at its stream limit); it is safe to send again",
+    Code.Unavailable,
+    undefined,
+    undefined,
+    err,
+  );
+}
+
+/**
  * misconfigured reports whether a failure this side raised is an address
  * that can never answer as given, as the Go client's does: https:// to a
  * server that speaks plain HTTP (OpenSSL's "wrong version number"), or a

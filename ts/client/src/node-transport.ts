@@ -3,8 +3,9 @@
 // silently dead server is noticed in seconds rather than when the
 // kernel gives up on the socket.
 import { createConnectTransport } from "@connectrpc/connect-node";
-import type { Transport } from "@connectrpc/connect";
+import type { Interceptor, Transport } from "@connectrpc/connect";
 import { checkURL, recursionLimit, type ClientOptions, type Transports } from "./client.js";
+import { refusedStream } from "./errors.js";
 
 /** What Node's createClient takes besides ClientOptions. */
 export interface NodeClientOptions extends ClientOptions {
@@ -16,6 +17,20 @@ export interface NodeClientOptions extends ClientOptions {
   httpVersion?: "1.1" | "2" | undefined;
 }
 
+/**
+ * refusedAsUnavailable makes a stream the server refused unavailable,
+ * for every caller of the transport, the generated clients' included
+ * (see refusedStream). A stream is refused before any answer, so the
+ * call itself rejects, never a message of a stream.
+ */
+const refusedAsUnavailable: Interceptor = (next) => async (req) => {
+  try {
+    return await next(req);
+  } catch (err) {
+    throw refusedStream(err) ?? err;
+  }
+};
+
 /** nodeTransport is one Connect transport to url: one connection pool. */
 export function nodeTransport(url: string, httpVersion: "1.1" | "2" = "2"): Transport {
   const common = {
@@ -23,6 +38,7 @@ export function nodeTransport(url: string, httpVersion: "1.1" | "2" = "2"): Tran
     useBinaryFormat: true,
     jsonOptions: { recursionLimit },
     binaryOptions: { recursionLimit },
+    interceptors: [refusedAsUnavailable],
   };
   if (httpVersion === "1.1") {
     return createConnectTransport({ ...common, httpVersion });

@@ -8,6 +8,7 @@ import { ConnectError } from "@connectrpc/connect";
 import { context as otelContext, type Tracer, type TracerProvider } from "@opentelemetry/api";
 import { Code } from "./errors.js";
 import { JobwatchClient, recursionLimit, type ClientOptions } from "./client.js";
+import { jsonText } from "./json.js";
 import { ClaimSchema, type Claim, type Job } from "./gen/jobwatch/v1/jobwatch_pb.js";
 import { Retrier, backoffWithDefaults, sleep } from "./backoff.js";
 import { toJobwatchError, transient } from "./errors.js";
@@ -1088,13 +1089,14 @@ function errorText(err: unknown): string {
 /**
  * jsonResult is the handler's result as the wire's Value: what
  * JSON.stringify makes of it (so a Date is its ISO string and a class its
- * fields), or undefined for no result.
+ * fields), or undefined for no result. What JSON.stringify or the wire
+ * would change (NaN, a lone surrogate: see jsonText) throws, naming where.
  */
 function jsonResult(result: unknown): Value | undefined {
   if (result === undefined) {
     return undefined;
   }
-  const text = JSON.stringify(result);
+  const text = jsonText(result, "result");
   if (text === undefined) {
     return undefined; // a function or a symbol: nothing JSON can carry
   }

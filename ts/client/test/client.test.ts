@@ -5,7 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as http2 from "node:http2";
 import type * as net from "node:net";
-import type { Transport } from "@connectrpc/connect";
+import { ConnectError, type Transport } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
@@ -26,6 +26,7 @@ import {
   payloadOf,
   resultOf,
   timestampDate,
+  transient,
   type Job,
   type JobwatchClient,
 } from "../src/node.js";
@@ -333,6 +334,29 @@ test("watchJob of an unknown job is NotFoundError; breaking out of the loop ends
   }
 });
 
+test("watchJob after the version at which the job ended ends at once, yielding nothing and retrying nothing", async () => {
+  // The server ends such a stream at once with nothing to send, as it
+  // ends one of a server shutting down; the client used to take it for
+  // the latter and open it again until the signal ran out.
+  const calls: Call[] = [];
+  const retries: unknown[] = [];
+  const client = createClient({
+    url: server.url,
+    token: server.clientToken,
+    longTransport: tap(nodeTransport(server.url), calls),
+    onRetry: (err) => retries.push(err),
+  });
+  const job = await client.submitJob({ kind: uniqueKind("ended") });
+  const cancelled = await client.cancelJob(job.id);
+  const seen: Job[] = [];
+  for await (const snap of client.watchJob(job.id, { afterVersion: cancelled.version, signal: AbortSignal.timeout(20_000) })) {
+    seen.push(snap);
+  }
+  assert.deepEqual(seen, []);
+  assert.deepEqual(retries.map(String), []);
+  assert.equal(calls.filter((c) => c.method === "WatchJob").length, 1);
+});
+
 test("watchJobs follows a batch across stream lifetimes, resuming with the last resume token", async () => {
   const calls: Call[] = [];
   const client = tappedClient(calls);
@@ -594,6 +618,78 @@ test("a wait answered at once because the server's parked calls are full backs o
     blocking.abort();
     await blocker;
     await plain.cancelJob(job.id);
+  }
+});
+
+test("a payload JSON would change (NaN, Infinity, half a surrogate pair alone) is invalid_argument naming where, and is not sent", async () => {
+  const calls: Call[] = [];
+  const client = createClient({ url: server.url, token: server.clientToken, transport: tap(nodeTransport(server.url), calls) });
+  const kind = uniqueKind("unsendable");
+  const refused: [JsonValue, RegExp][] = [
+    [{ n: NaN }, /^payload\.n: NaN is not a number JSON can hold$/],
+    [{ rows: [1, -Infinity] }, /^payload\.rows\[1\]: -Infinity is not a number JSON can hold$/],
+    ["a\uD800b", /^payload: a string holds half of a UTF-16 surrogate pair \(U\+D800\) without its other half/],
+    [{ list: ["ok", "\uDC00 low first"] }, /^payload\.list\[1\]: a string holds half of a UTF-16 surrogate pair \(U\+DC00\)/],
+    [{ ["key \uDBFF"]: 1 }, /^payload\.key \uDBFF: an object key holds half of a UTF-16 surrogate pair \(U\+DBFF\)/],
+  ];
+  for (const [payload, message] of refused) {
+    await assert.rejects(client.submitJob({ kind, payload }), (err: unknown) => {
+      assert.ok(err instanceof JobwatchError, `${String(err)} is not a JobwatchError`);
+      assert.equal(err.code, Code.InvalidArgument);
+      assert.match(err.rawMessage, message);
+      return true;
+    });
+  }
+  await assert.rejects(client.submitJobs([{ kind, payload: 1 }, { kind, payload: { x: NaN } }]), (err: unknown) => {
+    assert.ok(err instanceof JobwatchError);
+    assert.equal(err.code, Code.InvalidArgument);
+    assert.match(err.rawMessage, /^jobs\[1\]\.payload\.x: NaN/);
+    return true;
+  });
+  assert.deepEqual(calls, [], "a refused payload was sent");
+
+  // A whole pair is text, and comes back as it went.
+  const job = await client.submitJob({ kind, payload: { s: "a\uD83D\uDE00b" } });
+  assert.deepEqual(payloadOf(await client.getJob(job.id)), { s: "a\u{1F600}b" });
+  await client.cancelJob(job.id);
+});
+
+test("a stream the server refuses (HTTP/2 REFUSED_STREAM) is unavailable, saying the server closed it, for the client and the generated clients alike", async () => {
+  // What a server shutting down answers a call sent as it stops taking
+  // them: connect-node calls it internal ("Stream closed with error code
+  // NGHTTP2_REFUSED_STREAM").
+  const refusing = http2.createServer();
+  const sessions = new Set<http2.ServerHttp2Session>();
+  refusing.on("session", (s) => {
+    sessions.add(s);
+    s.on("close", () => sessions.delete(s));
+  });
+  refusing.on("stream", (stream) => {
+    stream.on("error", () => {}); // this side's report of the refusal it made
+    stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+  });
+  await new Promise<void>((resolve) => refusing.listen(0, "127.0.0.1", resolve));
+  try {
+    const address = refusing.address() as net.AddressInfo;
+    const client = createClient({ url: `http://127.0.0.1:${address.port}` });
+    await assert.rejects(client.getJob("j_00000000000000000000000000"), (err: unknown) => {
+      assert.ok(err instanceof JobwatchError, `${String(err)} is not a JobwatchError`);
+      assert.equal(err.codeName, "unavailable");
+      assert.match(err.rawMessage, /server closed the stream.*REFUSED_STREAM.*safe to send again/);
+      assert.ok(transient(err), "a refused stream is not retried");
+      return true;
+    });
+    await assert.rejects(client.jobService.getJob({ jobId: "j_00000000000000000000000000" }), (err: unknown) => {
+      assert.ok(err instanceof ConnectError);
+      assert.equal(err.code, Code.Unavailable);
+      return true;
+    });
+  } finally {
+    // The clients' connections would keep the server, and this process, up.
+    for (const s of sessions) {
+      s.destroy();
+    }
+    await new Promise((resolve) => refusing.close(resolve));
   }
 });
 

@@ -190,6 +190,38 @@ test("errors fail the job with their type; retryable ones run it again, and only
   assert.equal(strDone.error?.type, "Error");
 });
 
+test("a result JSON would change (NaN, Infinity, half a surrogate pair alone) fails the job as ResultRejected naming where; a whole pair goes through", async () => {
+  const kind = uniqueKind("results");
+  const results: Record<string, unknown> = {
+    nan: { n: NaN },
+    infinity: { rows: [{ total: Infinity }] },
+    lone: { text: "a\uD800b" },
+    pair: { text: "a\uD83D\uDE00b" },
+  };
+  const worker = newWorker({ concurrency: 4, handlers: { [kind]: (job) => results[payloadOf(job) as string] } });
+  const run = worker.run();
+  const names = Object.keys(results);
+  const jobs = await Promise.all(names.map((payload) => client.submitJob({ kind, payload })));
+  const done = new Map((await Promise.all(jobs.map((j) => client.waitForJob(j.id)))).map((j, i) => [names[i], j]));
+  await worker.stop();
+  await run;
+
+  const expected: Record<string, RegExp> = {
+    nan: /^the result is not JSON: result\.n: NaN is not a number JSON can hold$/,
+    infinity: /^the result is not JSON: result\.rows\[0\]\.total: Infinity is not a number JSON can hold$/,
+    lone: /^the result is not JSON: result\.text: a string holds half of a UTF-16 surrogate pair \(U\+D800\) without its other half/,
+  };
+  for (const [name, message] of Object.entries(expected)) {
+    const job = done.get(name);
+    assert.equal(job?.state, JobState.FAILED, `the ${name} result: ${JSON.stringify(job && resultOf(job))}`);
+    assert.equal(job?.error?.type, "ResultRejected");
+    assert.match(job?.error?.message ?? "", message);
+  }
+  const pair = done.get("pair");
+  assert.equal(pair?.state, JobState.SUCCEEDED);
+  assert.deepEqual(resultOf(pair as Job), { text: "a\u{1F600}b" });
+});
+
 test("stop() stops claiming and lets a running handler finish; its job is reported before stop() resolves", async () => {
   const kind = uniqueKind("drain");
   const release = deferred();
