@@ -113,9 +113,10 @@ func (a *jobsAnswer) response(shared *sharedResponses, res jobs.WaitManyResult) 
 	for _, id := range res.Unfinished {
 		size += int64(len(id)) + 2
 	}
-	prebuilt(shared, resp, size, func(dst []byte, c codec, f wireFormat) ([]byte, error) {
+	format := a.format
+	prebuilt(shared, resp, size, func(resp *jobwatchv1.WaitJobsResponse, dst []byte, c codec, f wireFormat) ([]byte, error) {
 		part := func(i int) ([]byte, error) {
-			if f == a.format && encoded[i] != nil {
+			if f == format && encoded[i] != nil {
 				return encoded[i], nil
 			}
 			return c.MarshalAppend(nil, resp.Jobs[i])
