@@ -14,9 +14,11 @@ import (
 // server names it, WithReader), so that one reader's many reads cannot
 // keep another's few waiting: a store reads a few at a time (SQLite's
 // read pool holds 4 connections), and a database pool hands a freed
-// connection to any of its waiters, so 200 ListJobs of one tenant kept
-// another tenant's GetJob waiting 380 ms on average, and an outside probe's
-// 500 WaitJobs of 1,000 ids, 13 s. Now at most Store.ReadConns of them
+// connection to any of its waiters, so 200 ListJobs loops of one tenant
+// kept another tenant's GetJob waiting 615 ms at the median and 5 s at
+// the 99th percentile (server's BenchmarkAnotherTenantsGetJobBehindManyLists;
+// 8.4 ms and 69 ms with turns), and an outside probe's 500 WaitJobs of
+// 1,000 ids, 13 s. Now at most Store.ReadConns of them
 // run at once; a read past that waits, and a finished read hands its
 // place to the waiting reader with the fewest reads running, the one
 // that waited longest among equals. A reader alone still has every

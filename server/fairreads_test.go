@@ -58,8 +58,8 @@ func (s *heldLists) ReadJob(ctx context.Context, id string, r store.JobRead) (jo
 // take the store's places in turn by tenant, so globex's GetJob, sent
 // behind acme's ListJobs that fill the store's places and its queue,
 // reads at the first place freed, ahead of acme's queue (the store's
-// pool handed a freed connection to any waiter, so 200 ListJobs of one
-// tenant kept another's GetJob waiting 380 ms on average).
+// pool handed a freed connection to any waiter: see the benchmark
+// below).
 func TestATenantsManyReadsDoNotKeepAnotherTenantWaiting(t *testing.T) {
 	held := &heldLists{proceed: make(chan struct{})}
 	ts := startServer(t, serverOptions{
