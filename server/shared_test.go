@@ -81,10 +81,17 @@ func TestSharedBytesAreTheCodecsOwn(t *testing.T) {
 			}
 		}
 	}
+	waitForgotten(t, &shared)
+}
+
+// waitForgotten waits until every entry of r is forgotten, as each is
+// once its message is garbage.
+func waitForgotten(t *testing.T, r *sharedResponses) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for entries(&shared) > 0 {
+	for entries(r) > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d shared entries left after their messages became garbage", entries(&shared))
+			t.Fatalf("%d shared entries left after their messages became garbage", entries(r))
 		}
 		runtime.GC()
 		time.Sleep(time.Millisecond)
@@ -181,12 +188,5 @@ func TestAPrebuiltAnswerIsForgottenOnceGarbage(t *testing.T) {
 			t.Fatalf("%v: the answer decodes to %v (%v), want job %s", c.Name(), &back, err, j.ID)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for entries(&shared) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d answers left after they became garbage", entries(&shared))
-		}
-		runtime.GC()
-		time.Sleep(time.Millisecond)
-	}
+	waitForgotten(t, &shared)
 }
