@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -11,8 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -459,23 +456,7 @@ func (r *replica) untilDead(ctx context.Context) (context.Context, context.Cance
 // metric reads one unlabelled sample of r's /metrics.
 func (r *replica) metric(t *testing.T, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(r.url + "/metrics")
-	if err != nil {
-		t.Fatalf("replica %s: %v", r.name, err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("replica %s: %s: %v", r.name, name, err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("replica %s: /metrics has no %s", r.name, name)
-	return 0
+	return sample(t, r.url, name)
 }
 
 // next returns the first replica alive from rs[i%3] on.
