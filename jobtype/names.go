@@ -26,7 +26,7 @@ func NameReason(v string) string {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		case strings.IndexByte("._-:/@", c) >= 0:
 		default:
-			return "may only contain letters, digits and . _ - : / @"
+			return "may only contain ASCII letters, digits and . _ - : / @"
 		}
 	}
 	return ""

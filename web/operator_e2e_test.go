@@ -84,7 +84,7 @@ func TestATenantThePageCannotWatchIsRefusedBeforeAnyCall(t *testing.T) {
 
 	for _, tc := range []struct{ tenant, reason string }{
 		{"*", "the page shows one tenant at a time, live: “*” (every tenant) cannot be watched"},
-		{"acme corp", "tenant: may only contain letters, digits and . _ - : / @"},
+		{"acme corp", "tenant: may only contain ASCII letters, digits and . _ - : / @"},
 	} {
 		t.Run(tc.tenant, func(t *testing.T) {
 			p.t = t

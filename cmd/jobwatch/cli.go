@@ -598,9 +598,12 @@ func readyAt(j *jobwatchv1.Job, now time.Time) string {
 	return fmt.Sprintf("%s (in %v; not claimed before)", formatTime(at, true), at.Sub(now).Round(time.Second))
 }
 
+// formatTime writes a time in the local zone of the machine the command
+// runs on, with the zone's name, so a reader never has to guess which
+// zone a time is in: queues and schedules print theirs in UTC with a Z.
 func formatTime(t time.Time, set bool) string {
 	if !set {
 		return ""
 	}
-	return t.Local().Format(time.DateTime)
+	return t.Local().Format(time.DateTime + " MST")
 }

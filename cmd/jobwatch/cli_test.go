@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -293,8 +294,9 @@ func TestSubmitGetListCancelAndStart(t *testing.T) {
 		t.Fatalf("submit = exit %d, %q (%q); want 0 and the job id", code, out, errOut)
 	}
 	if code, out, _ := runInProcess(t, "get", id, "--server", s.URL); code != 0 ||
-		!strings.Contains(out, "PENDING") || !strings.Contains(out, `"month":"2026-11"`) {
-		t.Fatalf("get = exit %d, %q; want the held job with its payload", code, out)
+		!strings.Contains(out, "PENDING") || !strings.Contains(out, `"month":"2026-11"`) ||
+		!regexp.MustCompile(`(?m)^created: +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [A-Z+-]\w*$`).MatchString(out) {
+		t.Fatalf("get = exit %d, %q; want the held job with its payload, created at a time with its zone", code, out)
 	}
 	if code, out, _ := runInProcess(t, "start", id, "--server", s.URL); code != 0 || !strings.Contains(out, "QUEUED") {
 		t.Fatalf("start = exit %d, %q; want QUEUED", code, out)

@@ -130,7 +130,7 @@ func printLogs(w io.Writer, msg *jobwatchv1.WatchJobLogsResponse, asJSON, times 
 		case asJSON:
 			err = printJSON(w, l)
 		case times:
-			_, err = fmt.Fprintf(w, "%s %-6s %s\n", l.GetTime().AsTime().Local().Format("2006-01-02T15:04:05.000"), streamName(l.GetStream()), printable(l.GetText(), colour))
+			_, err = fmt.Fprintf(w, "%s %-6s %s\n", l.GetTime().AsTime().Local().Format("2006-01-02T15:04:05.000Z07:00"), streamName(l.GetStream()), printable(l.GetText(), colour))
 		default:
 			_, err = fmt.Fprintln(w, printable(l.GetText(), colour))
 		}

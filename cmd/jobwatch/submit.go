@@ -68,7 +68,7 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cf.register(fs)
 	fs.StringVar(&tenant, "tenant", "", "`tenant` of the job (default: the server's \"default\")")
 	fs.StringVar(&queue, "queue", "", "`queue` to run it in (default: \"default\")")
-	fs.StringVar(&batch, "batch", "", "label the job with this batch `name` (letters, digits and . _ - : / @), to wait for,\nlist or watch the batch's jobs together (jobwatch wait --batch NAME)")
+	fs.StringVar(&batch, "batch", "", "label the job with this batch `name` (ASCII letters, digits and . _ - : / @), to wait for,\nlist or watch the batch's jobs together (jobwatch wait --batch NAME)")
 	fs.StringVar(&file, "file", "", "submit a job for each line of this `file` (- for stdin): a SubmitJobRequest as JSON")
 	fs.IntVar(&chunk, "chunk", client.MaxBatchJobs, "with --file, at most this many jobs per SubmitJobs call (one commit each); a call also holds at most 768 KiB of jobs")
 	fs.StringVar(&payload, "payload", "", "payload as `JSON`, or @file to read it from a file (@- for stdin)")

@@ -57,7 +57,7 @@ export function tenantReason(tenant: string): string {
     return `tenant: must be at most ${maxNameBytes} bytes, got ${bytes}`;
   }
   if (!/^[A-Za-z0-9._\-:/@]+$/.test(tenant)) {
-    return "tenant: may only contain letters, digits and . _ - : / @";
+    return "tenant: may only contain ASCII letters, digits and . _ - : / @";
   }
   return "";
 }

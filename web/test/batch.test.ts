@@ -264,11 +264,11 @@ test("a batch whose feed the server refuses says why instead of counting", async
   const lister = new Lister(batchOf(2));
   const progress = new BatchProgress(lister.client, "default", "not a name", () => {}, { backoffMs: () => 0 });
   t.after(() => progress.stop());
-  progress.refuse("batch: may only contain letters, digits and . _ - : / @");
+  progress.refuse("batch: may only contain ASCII letters, digits and . _ - : / @");
   progress.synced();
   await new Promise((resolve) => setTimeout(resolve, 10));
   assert.equal(lister.requests.length, 0, "a refused batch was counted");
-  assert.equal(progress.summary(), "not a name: cannot count the jobs: batch: may only contain letters, digits and . _ - : / @");
+  assert.equal(progress.summary(), "not a name: cannot count the jobs: batch: may only contain ASCII letters, digits and . _ - : / @");
 });
 
 test("a stopped count asks nothing more", async () => {

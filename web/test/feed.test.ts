@@ -194,7 +194,7 @@ test("each outage counts its attempts from 1 again once a stream has been live i
 test("a tenant the server refuses stops the feed with the server's reason instead of retrying", async (t) => {
   const server = new Server((call) => {
     call.headers();
-    call.fail(Code.InvalidArgument, "tenant: may only contain letters, digits and . _ - : / @");
+    call.fail(Code.InvalidArgument, "tenant: may only contain ASCII letters, digits and . _ - : / @");
   });
   const { feed, statuses } = follow(t, server);
   await until("a refused status", () => statuses.some((s) => s.kind === "refused"));

@@ -54,8 +54,8 @@ test("a tenant the server's rule refuses is refused before any call, in the rule
   assert.equal(tenantReason(""), "", "the caller's own tenant was refused");
   assert.equal(tenantReason("acme"), "");
   assert.equal(tenantReason("team.a_b-c:d/e@f"), "");
-  assert.equal(tenantReason("acme corp"), "tenant: may only contain letters, digits and . _ - : / @");
-  assert.equal(tenantReason("ácme"), "tenant: may only contain letters, digits and . _ - : / @");
+  assert.equal(tenantReason("acme corp"), "tenant: may only contain ASCII letters, digits and . _ - : / @");
+  assert.equal(tenantReason("ácme"), "tenant: may only contain ASCII letters, digits and . _ - : / @");
   assert.equal(tenantReason("a".repeat(128)), "");
   assert.equal(tenantReason("a".repeat(129)), "tenant: must be at most 128 bytes, got 129");
   assert.match(tenantReason("*"), /one tenant at a time, live: “\*” \(every tenant\) cannot be watched/);

@@ -1360,7 +1360,7 @@ type SubmitJobRequest struct {
 	// invalid_argument.
 	Priority *int32 `protobuf:"varint,10,opt,name=priority,proto3,oneof" json:"priority,omitempty"`
 	// A label that groups jobs of the tenant, such as "thumbnails-2026-12-02"
-	// (a name: letters, digits and . _ - : / @, at most 128 bytes): WaitJobs
+	// (a name: ASCII letters, digits and . _ - : / @, at most 128 bytes): WaitJobs
 	// waits for a batch's jobs, and WatchJobs and ListJobs can keep only
 	// them. Any submit may carry one, so later submits may add to a batch.
 	Batch string `protobuf:"bytes,11,opt,name=batch,proto3" json:"batch,omitempty"`

@@ -667,7 +667,7 @@ export type SubmitJobRequest = Message<"jobwatch.v1.SubmitJobRequest"> & {
 
   /**
    * A label that groups jobs of the tenant, such as "thumbnails-2026-12-02"
-   * (a name: letters, digits and . _ - : / @, at most 128 bytes): WaitJobs
+   * (a name: ASCII letters, digits and . _ - : / @, at most 128 bytes): WaitJobs
    * waits for a batch's jobs, and WatchJobs and ListJobs can keep only
    * them. Any submit may carry one, so later submits may add to a batch.
    *
