@@ -407,3 +407,89 @@ func TestWatchTenantStartsOverFromATokenAheadOfTheDatabase(t *testing.T) {
 	cancel2()
 	await(t, done)
 }
+
+// pageBudget is a jobs.PageBudget that counts what it admits.
+type pageBudget struct {
+	mu                        sync.Mutex
+	admitted, most, reads, in int
+}
+
+func (p *pageBudget) Admit(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.admitted++
+	p.in++
+	p.most = max(p.most, p.in)
+	return nil
+}
+
+func (p *pageBudget) Read([]jobtype.Job) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reads++
+}
+
+func (p *pageBudget) Done() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.in--
+}
+
+// A stream reads every page of jobs, the recent ones it starts with and
+// each window of changes, under its PageBudget, one page at a time, and
+// gives each back: 1,200 jobs changed at once come as three pages of at
+// most MaxPageSize, each sent before the next is read, and every job
+// comes once, the window's last batch carrying its token.
+func TestWatchTenantReadsEachPageUnderItsBudgetOneAtATime(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	submit(t, e, jobs.SubmitRequest{Tenant: "acme"})
+
+	pages := &pageBudget{}
+	out := newBatches()
+	done := async(func() (struct{}, error) {
+		return struct{}{}, e.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{PageSize: 100, Deadline: soon(), Send: out.send, Pages: pages})
+	})
+	if recent, token := out.next(t); len(recent) != 1 || token == "" {
+		t.Fatalf("first batch %v (token %q); want the one job and a token", recent, token)
+	}
+
+	const changed = 1200
+	for i := 0; i < changed; i += jobtype.MaxBatchJobs {
+		reqs := make([]jobs.SubmitRequest, min(jobtype.MaxBatchJobs, changed-i))
+		for k := range reqs {
+			reqs[k] = jobs.SubmitRequest{Tenant: "acme", Kind: "k"}
+		}
+		if _, err := e.SubmitMany(ctx, reqs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	token := ""
+	for len(seen) < changed {
+		var got map[string]int64
+		got, token = out.next(t)
+		for id := range got {
+			if seen[id] {
+				t.Fatalf("job %s sent twice", id)
+			}
+			seen[id] = true
+		}
+		if len(got) > 100 {
+			t.Fatalf("a batch of %d jobs; want at most the page size, 100", len(got))
+		}
+	}
+	if token == "" {
+		t.Errorf("the batch with the last changed job carries no token; want the one that ends its window")
+	}
+	cancel()
+	await(t, done)
+	pages.mu.Lock()
+	defer pages.mu.Unlock()
+	// The last page admitted may be one the cancel cut before its read.
+	if pages.most != 1 || pages.in != 0 || pages.reads < pages.admitted-1 || pages.admitted < 1+changed/jobs.MaxPageSize {
+		t.Errorf("pages: %d admitted, %d read, at most %d at once, %d not given back; want at least %d admitted, each read (but a last one cut by the cancel) and given back, one at a time",
+			pages.admitted, pages.reads, pages.most, pages.in, 1+changed/jobs.MaxPageSize)
+	}
+}

@@ -173,6 +173,25 @@ type TenantWatchOptions struct {
 	// what the last batch said while a burst of changes takes several
 	// batches: a client keeps the last non-empty token.
 	Send func(jobs []jobtype.Job, deleted []string, resumeToken string) error
+	// Pages, if not nil, bounds what the stream holds while it sends:
+	// every page of jobs is read only once Pages admits it. The server
+	// admits pages against its send budget, so that many streams of one
+	// tenant, woken together by a burst of changes, wait before they read
+	// rather than each hold the page it read while its client reads the
+	// last.
+	Pages PageBudget
+}
+
+// A PageBudget bounds the pages of jobs a watch holds, one page at a
+// time: Admit returns once a page may be read, Read is handed the page
+// read (so that the budget may keep only what it needs), and Done is
+// called once the page's jobs are sent or dropped. Every Admit that
+// returns nil is followed by one Done; Read comes between them, or not at
+// all when the read failed.
+type PageBudget interface {
+	Admit(ctx context.Context) error
+	Read(jobs []jobtype.Job)
+	Done()
 }
 
 // WatchTenant sends batches of a tenant's changed jobs until the
@@ -195,8 +214,9 @@ type TenantWatchOptions struct {
 // later than the database's changes (store.CursorAhead).
 //
 // Every read is a store page bounded by MaxPageBytes and sent before the
-// next is read, so a stream holds at most two pages of jobs however many
-// changed and however large they are.
+// next is read, so a stream holds at most one page of jobs however many
+// changed and however large they are, and with Pages only one Pages
+// admitted.
 func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOptions) error {
 	switch tenant {
 	case "":
@@ -277,7 +297,7 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 			// again: only the last batch advances the client's token.
 			token, nextToken := encodeTenantToken(cursor), encodeTenantToken(next)
 			first := true
-			all, err := e.tenantChanges(ctx, tenant, o.Batch, cursor, sent, o.Full, size,
+			all, err := e.tenantChanges(ctx, tenant, o.Batch, cursor, sent, o.Full, size, o.Pages,
 				func(b tenantBatch, last bool) error {
 					if first && woken && len(b.jobs) > 0 {
 						e.woke("watch", newestUpdate(b.jobs))
@@ -323,7 +343,7 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 func (e *Engine) sendRecent(ctx context.Context, tenant string, size int, o TenantWatchOptions, cursor string, sent map[string]int64) error {
 	f := store.ListFilter{Tenant: tenant, Batch: o.Batch, Limit: size, Full: o.Full, MaxBytes: MaxPageBytes}
 	for left := size; ; {
-		jobs, next, err := e.store.ListJobs(ctx, f)
+		jobs, next, err := readPage(ctx, e.store, f, o.Pages)
 		if err != nil {
 			return wrap("watch tenant", "", err)
 		}
@@ -335,13 +355,36 @@ func (e *Engine) sendRecent(ctx context.Context, tenant string, size int, o Tena
 		if next == "" || left <= 0 {
 			token = encodeTenantToken(cursor)
 		}
-		if err := o.Send(jobs, nil, token); err != nil {
+		err = o.Send(jobs, nil, token)
+		pageDone(o.Pages)
+		if err != nil || token != "" {
 			return err
 		}
-		if token != "" {
-			return nil
-		}
 		f.PageToken, f.Limit = next, left
+	}
+}
+
+// readPage reads a page of jobs once pages (if not nil) admits it. Unless
+// it returns an error, pageDone(pages) must follow once the page is sent.
+func readPage(ctx context.Context, st store.Store, f store.ListFilter, pages PageBudget) ([]jobtype.Job, string, error) {
+	if pages == nil {
+		return st.ListJobs(ctx, f)
+	}
+	if err := pages.Admit(ctx); err != nil {
+		return nil, "", err
+	}
+	jobs, next, err := st.ListJobs(ctx, f)
+	if err != nil {
+		pages.Done()
+		return nil, "", err
+	}
+	pages.Read(jobs)
+	return jobs, next, nil
+}
+
+func pageDone(pages PageBudget) {
+	if pages != nil {
+		pages.Done()
 	}
 }
 
@@ -355,27 +398,32 @@ type tenantBatch struct {
 // since and every job of tenant (of batch, if not "") changed after since, and passes the ids
 // and the jobs with a version not in sent to send, in batches of at most
 // size ids or jobs (a batch of jobs also at most MaxPageBytes, as each
-// page). It holds each batch back until it knows whether another
-// follows, so that send learns which is the last. It returns the
-// versions of all the jobs it read (to become the next sent).
+// page), each page of jobs read once pages (if not nil) admits it and
+// sent before the next is read. last is true for the batch that ends the
+// window; when the window's last page brings nothing new after batches
+// of jobs were sent, an empty batch ends it, so that send always learns
+// the end of a window it sent anything of. It returns the versions of all the
+// jobs it read (to become the next sent).
 func (e *Engine) tenantChanges(ctx context.Context, tenant, batch string, since string, sent map[string]int64, full bool, size int,
-	send func(b tenantBatch, last bool) error) (map[string]int64, error) {
-	var held *tenantBatch
-	hold := func(b tenantBatch) error {
-		if held != nil {
-			if err := send(*held, false); err != nil {
-				return err
-			}
-		}
-		held = &b
-		return nil
-	}
+	pages PageBudget, send func(b tenantBatch, last bool) error) (map[string]int64, error) {
 	// A store refuses a cursor it did not issue as an invalid page token.
 	bad := func(err error, pageToken string) error {
 		if errors.Is(err, jobtype.ErrInvalidPageToken) && pageToken == "" {
 			return badTenantToken
 		}
 		return wrap("watch tenant", "", err)
+	}
+	open := false // batches were sent and none ended the window
+	// The last batch of deleted ids waits to learn whether it ends the
+	// window (ids are small; a page of jobs is not held back so).
+	var deleted []string
+	flush := func() error {
+		if deleted == nil {
+			return nil
+		}
+		err := send(tenantBatch{deleted: deleted}, false)
+		deleted, open = nil, true
+		return err
 	}
 
 	d := store.DeletedFilter{Tenant: tenant, Since: since, Limit: size}
@@ -385,9 +433,10 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch string, since 
 			return nil, bad(err, d.PageToken)
 		}
 		if len(ids) > 0 {
-			if err := hold(tenantBatch{deleted: ids}); err != nil {
+			if err := flush(); err != nil {
 				return nil, err
 			}
+			deleted = ids
 		}
 		if next == "" {
 			break
@@ -398,29 +447,43 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch string, since 
 	all := map[string]int64{}
 	f := store.ListFilter{Tenant: tenant, Batch: batch, ChangedSince: since, Limit: MaxPageSize, Full: full, MaxBytes: MaxPageBytes}
 	for {
-		jobs, next, err := e.store.ListJobs(ctx, f)
+		jobs, next, err := readPage(ctx, e.store, f, pages)
 		if err != nil {
 			return nil, bad(err, f.PageToken)
 		}
-		var fresh []jobtype.Job
+		// The jobs not sent yet, kept in the page's own array: a page
+		// holds up to MaxPageSize jobs, and every stream of a tenant a
+		// burst of changes woke reads one.
+		fresh := jobs[:0]
 		for _, j := range jobs {
 			if j.Version > sent[j.ID] {
 				fresh = append(fresh, j)
 			}
 			all[j.ID] = max(j.Version, sent[j.ID])
 		}
-		for len(fresh) > 0 {
+		if len(fresh) > 0 {
+			err = flush()
+		}
+		for len(fresh) > 0 && err == nil {
 			n := min(size, len(fresh))
-			if err := hold(tenantBatch{jobs: fresh[:n]}); err != nil {
-				return nil, err
-			}
+			last := next == "" && n == len(fresh)
+			err = send(tenantBatch{jobs: fresh[:n]}, last)
+			open = !last
 			fresh = fresh[n:]
 		}
+		pageDone(pages)
+		if err != nil {
+			return nil, err
+		}
 		if next == "" {
-			if held != nil {
-				if err := send(*held, true); err != nil {
-					return nil, err
-				}
+			switch {
+			case deleted != nil:
+				err = send(tenantBatch{deleted: deleted}, true)
+			case open:
+				err = send(tenantBatch{}, true)
+			}
+			if err != nil {
+				return nil, err
 			}
 			return all, nil
 		}

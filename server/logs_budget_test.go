@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/server"
@@ -158,4 +160,84 @@ func TestAWatcherOfALogLargerThanTheSendBudgetGetsEveryLine(t *testing.T) {
 	if _, _, peak, _, _ := server.SendBudget(ts.srv); peak > budget {
 		t.Errorf("the budget held %d bytes at its peak, over its limit of %d", peak, budget)
 	}
+}
+
+// 200 WatchJobs streams of a tenant, on an HTTP/2 connection whose window
+// stays zero, woken by 1,200 jobs of 2 KiB submitted in three calls: a
+// stream reads a page of the changed jobs only once the send budget has
+// admitted what the page holds, so the streams that wait for room hold
+// nothing, and are refused once nothing has been sent for a while. Each
+// stream read a page (up to 500 jobs, 1 MiB) and held it, and a copy of
+// it, while its first batch waited: an outside probe saw 2,500 such
+// streams of one tenant (read, but slower than 4,000 submitted jobs
+// came) take the server to 3 GB, and here the heap kept over 400 MB.
+func TestWatchJobsThatAreNotReadHoldTheSendBudgetAtMost(t *testing.T) {
+	const (
+		streams  = 200
+		budget   = 8 << 20
+		jobs     = 1200
+		perCall  = 400
+		payloads = 2 << 10
+	)
+	ts := startServer(t, serverOptions{config: server.Config{Keepalive: -1, MaxPendingSendBytes: budget, SendTimeout: time.Hour}})
+	c := ts.h2c()
+
+	// The streams resume from now, so that the first batch each has to
+	// send is the jobs submitted below (a new stream's first batch, the
+	// tenant's recent jobs, would not be sent through a zero window).
+	first, err := c.jobs.WatchJobs(ctxTimeout(t, time.Minute), &jobwatchv1.WatchJobsRequest{})
+	if err != nil || !first.Receive() {
+		t.Fatalf("WatchJobs: %v %v", err, first.Err())
+	}
+	token := first.Msg().GetResumeToken()
+	first.Close()
+
+	runtime.GC()
+	before := heapInUse()
+	peak := watchPeakHeap()
+	raw := dialRawH2(t, addrOf(ts.url))
+	for range streams {
+		raw.post("/jobwatch.v1.JobService/WatchJobs", map[string]any{"view": "JOB_VIEW_FULL", "resumeToken": token})
+	}
+	// Each stream has its place among the parked calls: it is about to
+	// follow the tenant's changes, or follows them.
+	ts.waitForGauge("jobwatch_parked_calls", streams)
+	payload := structpb.NewStringValue(strings.Repeat("x", payloads))
+	for i := 0; i < jobs; i += perCall {
+		var reqs []*jobwatchv1.SubmitJobRequest
+		for range perCall {
+			reqs = append(reqs, &jobwatchv1.SubmitJobRequest{Kind: "big", Payload: payload})
+		}
+		if _, err := c.jobs.SubmitJobs(ctxTimeout(t, time.Minute), &jobwatchv1.SubmitJobsRequest{Jobs: reqs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every stream is either blocked on its first batch of jobs, holding
+	// what the budget admitted, or refused for want of room; far fewer
+	// than 30 fit in the budget.
+	var refused int64
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, _, _, _, refused = server.SendBudget(ts.srv); refused >= streams-30 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d streams refused within 30s, want %d", refused, streams, streams-30)
+		}
+	}
+	runtime.GC()
+	held := int64(heapInUse()) - int64(before)
+	max := peak()
+	_, _, peakHeld, _, _ := server.SendBudget(ts.srv)
+	runtime.KeepAlive(raw)
+	t.Logf("%d zero-window WatchJobs woken by %d jobs of %d KiB, budget %d MiB: heap %d MB before, %d MB held after, peak %d MB; budget peak %d KiB, %d refused",
+		streams, jobs, payloads>>10, budget>>20, before>>20, held>>20, max>>20, peakHeld>>10, refused)
+	if bound := int64(2*budget + streams*96<<10); held > bound {
+		t.Errorf("the heap holds %d MB more with %d streams not read, want at most %d MB (twice the %d MiB budget and 96 KiB a stream)",
+			held>>20, streams, bound>>20, budget>>20)
+	}
+	if peakHeld > budget {
+		t.Errorf("the budget held %d bytes at its peak, over its limit of %d", peakHeld, budget)
+	}
+	raw.conn.Close()
+	waitForBudgetEmpty(t, ts)
 }
