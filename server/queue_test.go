@@ -1,8 +1,10 @@
 package server_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -339,5 +341,71 @@ func TestAnAttemptPastItsQueueTimeoutLosesItsLeaseOverTheWire(t *testing.T) {
 	}
 	if j := got.GetJob(); j.GetState() != jobwatchv1.JobState_JOB_STATE_FAILED || j.GetError().GetType() != "Timeout" {
 		t.Fatalf("job after its timeout: %v; want FAILED with error type Timeout (one attempt)", j)
+	}
+}
+
+// Queue names are the clients': ListQueues lists at most max_queues of
+// them (500 by default), keeping first those an operator must see (a
+// paused queue, one with rules) and then the busiest, in order by name,
+// and counts the rest. One tenant that named 50,000 queues made an
+// admin's ListQueues 17 MB, which the page drew as 200,000 rows and
+// stopped answering.
+func TestListQueuesListsTheMostPressingQueuesAndCountsTheRest(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	c := ts.h2c()
+	if err := ts.engine.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{"configured": {MaxRunning: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	var reqs []*jobwatchv1.SubmitJobRequest
+	for i := range 600 {
+		reqs = append(reqs, &jobwatchv1.SubmitJobRequest{Kind: "k", Queue: fmt.Sprintf("q%03d", i)})
+	}
+	for range 3 {
+		reqs = append(reqs, &jobwatchv1.SubmitJobRequest{Kind: "k", Queue: "q300"}) // the busiest: 4 jobs
+	}
+	reqs = append(reqs, &jobwatchv1.SubmitJobRequest{Kind: "k", Queue: "stopped"})
+	if _, err := c.jobs.SubmitJobs(ctxTimeout(t, time.Minute), &jobwatchv1.SubmitJobsRequest{Jobs: reqs}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.queues.PauseQueue(ctxTimeout(t, 5*time.Second), &jobwatchv1.PauseQueueRequest{Queue: "stopped"}); err != nil {
+		t.Fatal(err)
+	}
+	// 600 queues, stopped, configured and default.
+	const queues = 603
+	list := func(max int32) *jobwatchv1.ListQueuesResponse {
+		t.Helper()
+		resp, err := c.queues.ListQueues(ctxTimeout(t, 10*time.Second), &jobwatchv1.ListQueuesRequest{MaxQueues: max})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	var byDefault *jobwatchv1.ListQueuesResponse
+	waitUntil(t, "ListQueues to see every queue", func() bool {
+		byDefault = list(0)
+		return len(byDefault.GetQueues())+int(byDefault.GetQueuesLeftOut()) == queues
+	})
+	if n := len(byDefault.GetQueues()); n != 500 || byDefault.GetQueuesLeftOut() != queues-500 {
+		t.Errorf("ListQueues{} listed %d queues and left out %d; want 500 and %d", n, byDefault.GetQueuesLeftOut(), queues-500)
+	}
+	if !slices.IsSortedFunc(byDefault.GetQueues(), func(a, b *jobwatchv1.Queue) int { return strings.Compare(a.GetName(), b.GetName()) }) {
+		t.Errorf("ListQueues{} listed its queues out of order by name")
+	}
+
+	three := list(3)
+	var names []string
+	for _, q := range three.GetQueues() {
+		names = append(names, q.GetName())
+	}
+	if want := []string{"configured", "q300", "stopped"}; !slices.Equal(names, want) || three.GetQueuesLeftOut() != queues-3 {
+		t.Errorf("ListQueues{max_queues: 3} listed %v and left out %d; want %v (the paused, the configured, the busiest) and %d",
+			names, three.GetQueuesLeftOut(), want, queues-3)
+	}
+	if all := list(1_000_000); len(all.GetQueues()) != queues || all.GetQueuesLeftOut() != 0 {
+		t.Errorf("ListQueues{max_queues: 1000000} listed %d and left out %d; want all %d", len(all.GetQueues()), all.GetQueuesLeftOut(), queues)
+	}
+	_, err := c.queues.ListQueues(ctxTimeout(t, 5*time.Second), &jobwatchv1.ListQueuesRequest{MaxQueues: -1})
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "max_queues: must not be negative") {
+		t.Errorf("ListQueues{max_queues: -1} = %v; want invalid_argument naming max_queues", err)
 	}
 }

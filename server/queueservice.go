@@ -1,8 +1,10 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -67,6 +69,10 @@ func (h *queueService) ListQueues(ctx context.Context, req *jobwatchv1.ListQueue
 	if n := req.GetTenantsPerQueue(); n < 0 {
 		return nil, invalid("tenants_per_queue", fmt.Sprintf("must not be negative (0 means the default, 10; more than 100 means 100), got %d", n))
 	}
+	if n := req.GetMaxQueues(); n < 0 {
+		return nil, invalid("max_queues", fmt.Sprintf("must not be negative (0 means the default, %d; more than %d means %d), got %d",
+			defaultMaxQueues, maxMaxQueues, maxMaxQueues, n))
+	}
 	stats, _, _, err := h.s.queueStats.get(ctx)
 	if err != nil {
 		return nil, h.s.toConnectError(ctx, "list queues", err)
@@ -120,6 +126,7 @@ func (h *queueService) ListQueues(ctx context.Context, req *jobwatchv1.ListQueue
 	if err := h.withRates(ctx, queues); err != nil { // rates.go
 		return nil, h.s.toConnectError(ctx, "list queues", err)
 	}
+	queues, leftOut := mostPressing(queues, int(req.GetMaxQueues()), rules)
 	if p, ok := callerOf(ctx); !ok || p.Role == auth.RoleAdmin {
 		if err := h.withTenants(ctx, queues, int(req.GetTenantsPerQueue())); err != nil {
 			return nil, h.s.toConnectError(ctx, "list queues", err)
@@ -128,7 +135,52 @@ func (h *queueService) ListQueues(ctx context.Context, req *jobwatchv1.ListQueue
 	return &jobwatchv1.ListQueuesResponse{
 		Queues:        queues,
 		DepthInterval: durationpb.New(h.s.engine.Config().DepthInterval),
+		QueuesLeftOut: int32(leftOut),
 	}, nil
+}
+
+// The bound of ListQueues' answer (ListQueuesRequest.max_queues). Queue
+// names are the clients': one tenant that names 50,000 queues made an
+// admin's ListQueues 17 MB, and the page, which asks for it every few
+// seconds, drew 200,000 rows and stopped answering.
+const (
+	defaultMaxQueues = 500
+	maxMaxQueues     = 10_000
+)
+
+// mostPressing keeps at most bound rows of queues (0: defaultMaxQueues,
+// capped at maxMaxQueues), in their order (by name): first those an
+// operator must see (paused, alerting, held back by their rate, or with
+// rules in the configuration), then the busiest, and the first by name
+// among equals. It returns them and how many it left out.
+func mostPressing(queues []*jobwatchv1.Queue, bound int, rules jobtype.Rules) ([]*jobwatchv1.Queue, int) {
+	if bound <= 0 {
+		bound = defaultMaxQueues
+	}
+	bound = min(bound, maxMaxQueues)
+	if len(queues) <= bound {
+		return queues, 0
+	}
+	pressing := func(q *jobwatchv1.Queue) bool {
+		_, declared := rules.Queues[q.GetName()]
+		return q.GetPausedAt() != nil || q.GetAlerting() || q.GetRate().GetHeldUntil() != nil || declared
+	}
+	ranked := slices.Clone(queues)
+	slices.SortStableFunc(ranked, func(a, b *jobwatchv1.Queue) int {
+		if pa, pb := pressing(a), pressing(b); pa != pb {
+			if pa {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(b.GetQueued()+b.GetRunning(), a.GetQueued()+a.GetRunning())
+	})
+	keep := make(map[*jobwatchv1.Queue]bool, bound)
+	for _, q := range ranked[:bound] {
+		keep[q] = true
+	}
+	kept := slices.DeleteFunc(queues, func(q *jobwatchv1.Queue) bool { return !keep[q] })
+	return kept, len(ranked) - bound
 }
 
 // withTenants sets tenants and tenants_left_out on ListQueues' rows,

@@ -86,12 +86,14 @@ func queueState(q *jobwatchv1.Queue) string {
 // as a table or, with --json, one JSON object per line.
 func queues(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (
-		cf      clientFlags
-		tenants int
+		cf        clientFlags
+		tenants   int
+		maxQueues int
 	)
 	fs := newFlagSet("queues", stderr)
 	cf.register(fs)
 	fs.IntVar(&tenants, "tenants", 0, "list at most this many `tenants` under each queue, busiest first; 0: the server's default (10); more than 100 lists 100")
+	fs.IntVar(&maxQueues, "max-queues", 0, "list at most this many `queues`, the most pressing (paused, alerting, rate-held or configured, then the busiest); 0: the server's default (500); more than 10000 lists 10000")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: jobwatch queues [flags]
 
@@ -103,6 +105,10 @@ longer than its alert_after without draining). Under each queue, its
 busiest tenants (an admin token's view). Why a job stays QUEUED:
 docs/OPERATING.md, "A job that stays QUEUED".
 
+Clients name queues, so there may be many: past 500 (--max-queues) the
+list keeps the most pressing (paused, alerting, held back by their rate,
+or configured, then the busiest) and says how many it left out.
+
 Flags:
 `)
 		fs.PrintDefaults()
@@ -113,21 +119,38 @@ Flags:
 	if tenants < 0 {
 		return usageError{fmt.Sprintf("--tenants must not be negative, got %d", tenants)}
 	}
+	if maxQueues < 0 {
+		return usageError{fmt.Sprintf("--max-queues must not be negative, got %d", maxQueues)}
+	}
 	c, err := cf.client(stderr, true)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	resp, err := c.QueueService().ListQueues(ctx, &jobwatchv1.ListQueuesRequest{TenantsPerQueue: int32(min(tenants, math.MaxInt32))})
+	resp, err := c.QueueService().ListQueues(ctx, &jobwatchv1.ListQueuesRequest{
+		TenantsPerQueue: int32(min(tenants, math.MaxInt32)),
+		MaxQueues:       int32(min(maxQueues, math.MaxInt32)),
+	})
 	if err != nil {
 		return callError("queues", err)
 	}
 	qs := resp.GetQueues()
+	leftOut := ""
+	if n := resp.GetQueuesLeftOut(); n > 0 {
+		more := fmt.Sprintf("%d more queues", n)
+		if n == 1 {
+			more = "1 more queue"
+		}
+		leftOut = fmt.Sprintf("(%s: these are the %d most pressing; --max-queues lists more)", more, len(qs))
+	}
 	if cf.json {
 		for _, q := range qs {
 			if err := printJSON(stdout, q); err != nil {
 				return err
 			}
+		}
+		if leftOut != "" {
+			fmt.Fprintln(stderr, "jobwatch:", leftOut)
 		}
 		return nil
 	}
@@ -158,7 +181,13 @@ Flags:
 			fmt.Fprintf(tw, "  (%d more tenants)\t\t\t\t\t\t\t\t\n", n)
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if leftOut != "" {
+		_, err = fmt.Fprintln(stdout, leftOut)
+	}
+	return err
 }
 
 // maxCell is a queue's bounds on its RUNNING jobs as the table shows

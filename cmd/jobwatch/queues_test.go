@@ -40,6 +40,13 @@ func TestPauseQueuesAndResumeShowAndChangeAQueuesPause(t *testing.T) {
 		t.Errorf("queues printed %q for reports, want 1 queued, paused since ..., by anonymous, in:\n%s", row, out)
 	}
 
+	// A paused queue is among the most pressing, which a bound keeps.
+	code, out, errOut = runInProcess(t, "queues", "--server", s.URL, "--max-queues", "1")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) < 3 || !strings.HasPrefix(lines[1], "reports ") ||
+		strings.Contains(out, "\ndefault ") || lines[len(lines)-1] != "(1 more queue: these are the 1 most pressing; --max-queues lists more)" {
+		t.Errorf("queues --max-queues 1 = exit %d:\n%s%s\nwant the paused queue alone, and a line saying one more was left out", code, out, errOut)
+	}
+
 	code, out, errOut = runInProcess(t, "queues", "--server", s.URL, "--json")
 	if code != 0 {
 		t.Fatalf("queues --json = exit %d: %s", code, errOut)

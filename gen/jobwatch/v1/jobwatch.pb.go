@@ -4989,8 +4989,16 @@ type ListQueuesRequest struct {
 	// How many tenants each queue lists in Queue.tenants at most: 0 means
 	// 10, more than 100 means 100.
 	TenantsPerQueue int32 `protobuf:"varint,1,opt,name=tenants_per_queue,json=tenantsPerQueue,proto3" json:"tenants_per_queue,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// How many queues the answer lists at most: 0 means 500, more than
+	// 10,000 means 10,000. A queue exists once a job names it, and clients
+	// name queues, so there may be many more. Past the bound the answer
+	// keeps first the queues an operator must see (paused, alerting, held
+	// back by their rate, or with rules in the configuration), then the
+	// busiest (most jobs queued and running), and counts the others in
+	// queues_left_out.
+	MaxQueues     int32 `protobuf:"varint,2,opt,name=max_queues,json=maxQueues,proto3" json:"max_queues,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListQueuesRequest) Reset() {
@@ -5030,11 +5038,21 @@ func (x *ListQueuesRequest) GetTenantsPerQueue() int32 {
 	return 0
 }
 
+func (x *ListQueuesRequest) GetMaxQueues() int32 {
+	if x != nil {
+		return x.MaxQueues
+	}
+	return 0
+}
+
 type ListQueuesResponse struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Queues []*Queue               `protobuf:"bytes,1,rep,name=queues,proto3" json:"queues,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The queues, by name.
+	Queues []*Queue `protobuf:"bytes,1,rep,name=queues,proto3" json:"queues,omitempty"`
 	// How far apart the samples of each queue's depth_history are.
 	DepthInterval *durationpb.Duration `protobuf:"bytes,2,opt,name=depth_interval,json=depthInterval,proto3" json:"depth_interval,omitempty"`
+	// How many queues with jobs the answer leaves out (max_queues).
+	QueuesLeftOut int32 `protobuf:"varint,3,opt,name=queues_left_out,json=queuesLeftOut,proto3" json:"queues_left_out,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5081,6 +5099,13 @@ func (x *ListQueuesResponse) GetDepthInterval() *durationpb.Duration {
 		return x.DepthInterval
 	}
 	return nil
+}
+
+func (x *ListQueuesResponse) GetQueuesLeftOut() int32 {
+	if x != nil {
+		return x.QueuesLeftOut
+	}
+	return 0
 }
 
 // Schedule is a repeated job of the configuration: a run of kind is
@@ -5635,12 +5660,15 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\aPoolUse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05units\x18\x02 \x01(\x05R\x05units\x12\x15\n" +
-	"\x06in_use\x18\x03 \x01(\x03R\x05inUse\"?\n" +
+	"\x06in_use\x18\x03 \x01(\x03R\x05inUse\"^\n" +
 	"\x11ListQueuesRequest\x12*\n" +
-	"\x11tenants_per_queue\x18\x01 \x01(\x05R\x0ftenantsPerQueue\"\x82\x01\n" +
+	"\x11tenants_per_queue\x18\x01 \x01(\x05R\x0ftenantsPerQueue\x12\x1d\n" +
+	"\n" +
+	"max_queues\x18\x02 \x01(\x05R\tmaxQueues\"\xaa\x01\n" +
 	"\x12ListQueuesResponse\x12*\n" +
 	"\x06queues\x18\x01 \x03(\v2\x12.jobwatch.v1.QueueR\x06queues\x12@\n" +
-	"\x0edepth_interval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\rdepthInterval\"\xc0\x03\n" +
+	"\x0edepth_interval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\rdepthInterval\x12&\n" +
+	"\x0fqueues_left_out\x18\x03 \x01(\x05R\rqueuesLeftOut\"\xc0\x03\n" +
 	"\bSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
