@@ -607,6 +607,13 @@ func TestAMalformedDeadlineHeaderSaysWhatOneLooksLike(t *testing.T) {
 	if status, msg := grpcGetJob("0m"); status != "4" || !strings.Contains(msg, "the call's deadline had passed when the server read it") {
 		t.Errorf("grpc-timeout: 0m = grpc-status %q, message %q; want 4 (deadline_exceeded) saying the deadline had passed", status, msg)
 	}
+	// A deadline under a millisecond passes before any answer: said in
+	// words, not Go's "context deadline exceeded".
+	for _, timeout := range []string{"1n", "999999n", "1u", "999u"} {
+		if status, msg := grpcGetJob(timeout); status != "4" || !strings.Contains(msg, "is under a millisecond: it passed before the server could answer") {
+			t.Errorf("grpc-timeout: %s = grpc-status %q, message %q; want 4 (deadline_exceeded) saying the deadline was under a millisecond", timeout, status, msg)
+		}
+	}
 	submit(t, ts.h2c(), &jobwatchv1.SubmitJobRequest{Kind: "after.a.bad.deadline"})
 }
 

@@ -126,8 +126,8 @@ func callersEnd(ctx context.Context, err error) *connect.Error {
 // errCallersDeadline is what a call cut by its own deadline is told: in
 // its words, not Go's ("context deadline exceeded"), with what it may
 // rely on. It wraps context.DeadlineExceeded.
-var errCallersDeadline = fmt.Errorf("the call's deadline passed before its answer was ready (its timeout is too short for how busy the server is): "+
-	"a change it asked for was made whole or not at all; read the job to know which, or repeat a submit with its unique_key: %w", context.DeadlineExceeded)
+var errCallersDeadline = fmt.Errorf("the call's deadline passed before its answer was ready (its timeout is too short for how busy the server is); "+
+	"if it asked for a change, the change was made whole or not at all: read the job to know which, or repeat a submit with its unique_key: %w", context.DeadlineExceeded)
 
 // conflict is already_exists with the active job's id in the message and
 // in a JobAlreadyActive detail that generated clients can read.

@@ -253,3 +253,32 @@ func gzipFlagged(msg []byte) []byte {
 	copy(b[5:], msg)
 	return b
 }
+
+// Content codings are case-insensitive: a request that says GZIP (or
+// Gzip) is read as gzip, on the Connect protocol and on gRPC. It was
+// answered 501 "unknown compression".
+func TestACompressionNamedInCapitalsIsRead(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	const submitPath = "/jobwatch.v1.JobService/SubmitJob"
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	zw.Write([]byte(`{"kind":"capitals"}`))
+	zw.Close()
+	for _, tt := range []struct {
+		name        string
+		hc          *http.Client
+		contentType string
+		header      []string
+		body        []byte
+	}{
+		{"Connect unary JSON", ts.http1Client(), "application/json", []string{"Content-Encoding", "GZIP"}, zipped.Bytes()},
+		{"gRPC", ts.h2cClient(), "application/grpc+json", []string{"Grpc-Encoding", "Gzip", "Te", "trailers"}, gzipFlagged(zipped.Bytes())},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			status, answer := postAnswer(t, tt.hc, ts.url+submitPath, tt.contentType, tt.header, tt.body)
+			if status != http.StatusOK || !strings.Contains(answer, "capitals") {
+				t.Errorf("answer %d %q, want the job submitted", status, answer)
+			}
+		})
+	}
+}

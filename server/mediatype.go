@@ -80,6 +80,23 @@ func explainMediaType(next http.Handler) http.Handler {
 	})
 }
 
+// lowerEncodings names a request's compression in lower case, as
+// connect-go looks it up: content codings are case-insensitive (RFC 9110
+// 8.4.1), and "Content-Encoding: GZIP" was answered 501 "unknown
+// compression".
+func lowerEncodings(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, key := range []string{"Content-Encoding", "Connect-Content-Encoding", "Grpc-Encoding"} {
+			for i, v := range r.Header[key] {
+				if lower := strings.ToLower(v); lower != v {
+					r.Header[key][i] = lower
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // explainMethod answers a call of a procedure with another method than
 // POST; a path that names no procedure goes on to next.
 func explainMethod(w http.ResponseWriter, r *http.Request, next http.Handler) {

@@ -48,6 +48,11 @@ func checkTimeoutHeaders(refusals *connect.ErrorWriter, next http.Handler) http.
 			case strings.Trim(g[0][:len(g[0])-1], "0") == "":
 				err = connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf(
 					"the call's deadline had passed when the server read it (grpc-timeout: %s)", g[0]))
+			case underAMillisecond(g[0]):
+				// It passes before any call could be answered, and
+				// connect-go would say so in Go's words.
+				err = connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf(
+					"the call's deadline (grpc-timeout: %s) is under a millisecond: it passed before the server could answer", g[0]))
 			}
 		}
 		if err == nil || !refusals.IsSupported(r) {
@@ -57,4 +62,18 @@ func checkTimeoutHeaders(refusals *connect.ErrorWriter, next http.Handler) http.
 		noteRefusal(r, err.Code(), err.Message())
 		_ = refusals.Write(w, r, err)
 	})
+}
+
+// underAMillisecond reports whether a well-formed grpc-timeout is less
+// than a millisecond: fewer than 1,000 microseconds or 1,000,000
+// nanoseconds.
+func underAMillisecond(timeout string) bool {
+	digits, unit := strings.TrimLeft(timeout[:len(timeout)-1], "0"), timeout[len(timeout)-1]
+	switch unit {
+	case 'u':
+		return len(digits) <= 3
+	case 'n':
+		return len(digits) <= 6
+	}
+	return false
 }
