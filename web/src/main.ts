@@ -14,7 +14,7 @@ import {
 import { accessReason, ActionButton, ActionError, Confirm, Refusals, unreachable, unreachableText, type Access, type Action, type Said } from "./actions";
 import { client, jobClient, queueClient, savedToken, saveToken } from "./api";
 import { BatchProgress, batchFromURL, urlWithBatch } from "./batch";
-import { byId, setData, setText } from "./dom";
+import { byId, h, setData, setText } from "./dom";
 import { aboutJob } from "./format";
 import { JobFeed, type FeedStatus } from "./feed";
 import { filterLabel, jobLink, linkedJobFromURL, matches, stateFilterFromURL, stateFilters, statesOf, urlWithoutJob, urlWithState, type StateFilter } from "./filter";
@@ -32,6 +32,10 @@ const queuePollMs = 5000;
 // the one shown): the most recent outcomes stay in sight however many
 // jobs wait, and older ones are a click away (Show older jobs).
 const maxEndedShown = 200;
+// The list holds at most this many rows: Show older jobs past it lets the
+// newest go (Show newer jobs brings the view's start back), so an
+// operator paging far back keeps a page that answers at once.
+const maxRowsShown = 1000;
 
 const book = new JobBook();
 const statusEl = byId<HTMLElement>("status");
@@ -52,6 +56,17 @@ const openInput = byId<HTMLInputElement>("open-job");
 const openNote = byId<HTMLElement>("open-note");
 const olderButton = byId<HTMLButtonElement>("jobs-older");
 const olderNote = byId<HTMLElement>("jobs-older-note");
+// Above the list once it has let its newest rows go (maxRowsShown).
+const newerButton = h("button", { id: "jobs-newer", type: "button" }, "Show newer jobs");
+const newerBar = h(
+  "p",
+  { class: "jobs-newer" },
+  newerButton,
+  " ",
+  h("span", { class: "muted" }, `Newer jobs are not shown: the list keeps at most ${maxRowsShown.toLocaleString("en-US")}.`),
+);
+newerBar.hidden = true;
+byId("jobs").before(newerBar);
 // The first page ListJobs reads for a view, as many as the stream starts
 // with; and each older page asked for.
 const firstPageSize = 50;
@@ -531,17 +546,26 @@ async function listOlder(first = false): Promise<boolean> {
         learnOwnTenant(res.jobs[0].tenant);
       }
       const changed: string[] = [];
+      const fresh: string[] = [];
       for (const job of res.jobs) {
+        if (list.aboveTop(job)) {
+          // Newer than the rows kept (a view read again from its start).
+          continue;
+        }
         listed.add(job.id);
         const shown = list.has(job.id);
         if (book.merge(job) || !shown) {
           changed.push(job.id);
         }
         if (!shown) {
-          added++;
+          fresh.push(job.id);
         }
       }
       list.render(book, changed);
+      added += fresh.filter((id) => list.has(id)).length;
+      if (!first) {
+        keepToBound();
+      }
       if (rewound !== rewinds) {
         // The book let go of a job of the view meanwhile: the next click
         // reads the view again from its start.
@@ -639,6 +663,23 @@ function dropView(): void {
   refreshActions();
 }
 
+// keepToBound lets the list's newest rows go past maxRowsShown, and the
+// book the jobs of those (but the one whose details show): the stream
+// may bring them again, but the list shows none above the rows it kept
+// until Show newer jobs starts the view afresh.
+function keepToBound(): void {
+  const dropped = list.keepOldest(maxRowsShown, book);
+  for (const id of dropped) {
+    listed.delete(id);
+    if (id !== detail.shown) {
+      book.drop(id);
+    }
+  }
+  if (dropped.length > 0) {
+    showOlder();
+  }
+}
+
 // rewindOlder makes Show older jobs read the view again from its first
 // page: the book let go of a job of the view (trim), which may be newer
 // than the next page's jobs.
@@ -650,9 +691,11 @@ function rewindOlder(): void {
   showOlder();
 }
 
-// showOlder offers the next page while there is one.
+// showOlder offers the next page while there is one, and the view's
+// start again while the list has let it go.
 function showOlder(): void {
   olderButton.hidden = !olderLeft;
+  newerBar.hidden = !list.windowed;
 }
 
 // showBatch filters the list to the jobs of name ("" shows every job
@@ -696,7 +739,7 @@ function failedOfView(): number | undefined {
   if (progress !== undefined) {
     return progress.status.kind === "counted" ? (progress.tally.counts().byState.get(JobState.FAILED) ?? 0) : undefined;
   }
-  if (listedAll && !trimmedFailed && (stateFilter === "all" || stateFilter === "failed")) {
+  if (listedAll && !trimmedFailed && !list.windowed && (stateFilter === "all" || stateFilter === "failed")) {
     // Only those with a row: a job opened by a link from another tenant
     // or batch is in the book too.
     return book.count(JobState.FAILED, (id) => list.has(id));
@@ -713,11 +756,12 @@ function failedText(): string {
     return `That is ${exact === 1 ? "1 job" : `${exact.toLocaleString("en-US")} jobs`}.`;
   }
   const count = book.count(JobState.FAILED);
+  const others = list.windowed ? "others" : "older";
   if (count === 0) {
-    return "None is shown here: any older failed jobs of the view, if there are some.";
+    return `None is shown here: any ${others} failed jobs of the view, if there are some.`;
   }
   const held = count.toLocaleString("en-US");
-  return stateFilter === "all" || stateFilter === "failed" ? `${held} shown here, and any older ones.` : `${held} known to this page, and any older ones.`;
+  return stateFilter === "all" || stateFilter === "failed" ? `${held} shown here, and any ${others} ones.` : `${held} known to this page, and any ${others} ones.`;
 }
 
 const statusText: Record<FeedStatus["kind"], string> = {
@@ -1011,7 +1055,8 @@ function refreshDetail(id = detail.shown): void {
 function refreshActions(): void {
   // Where the view has older jobs the page has not read, some of them may
   // have failed: the button stays, and its question says "any older ones".
-  const unread = !listedAll && (stateFilter === "all" || stateFilter === "failed");
+  // So may the newer jobs the list let go.
+  const unread = (!listedAll || list.windowed) && (stateFilter === "all" || stateFilter === "failed");
   const failed = failedOfView() ?? (unread ? undefined : book.count(JobState.FAILED));
   // A view the page does not show live (the server refused its stream,
   // or the page would not send it) has nothing to act on.
@@ -1522,13 +1567,20 @@ demoForm.addEventListener("submit", (e) => {
     .finally(() => (button.disabled = false));
 });
 
-setInterval(() => {
+// Ages and countdowns move each second while the page is in sight; a tab
+// out of sight does nothing, and catches up as it is shown again.
+function tick(): void {
+  if (document.visibilityState === "hidden") {
+    return;
+  }
   const now = Date.now();
   list.tick(now);
   queues.tick(now);
   schedules.tick(now);
   renderBanner(now);
-}, 1000);
+}
+setInterval(tick, 1000);
+document.addEventListener("visibilitychange", tick);
 
 // Back and Forward move between the filters (showBatch and the state
 // menu add an entry in the history for each).
@@ -1564,6 +1616,9 @@ stateSelect.addEventListener("change", () => {
   filterChanged();
 });
 olderButton.addEventListener("click", () => void listOlder());
+// The view from its start, as the Show menu starts one: the stream's
+// fresh start and first page bring the newest jobs as they are now.
+newerButton.addEventListener("click", () => filterChanged());
 // The box opens any job of the tenant by its id, in the list or not: its
 // details come from GetJob.
 openForm.addEventListener("submit", (e) => {

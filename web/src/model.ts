@@ -89,6 +89,13 @@ export class JobBook {
     return removed;
   }
 
+  // drop lets go of a job the list no longer shows, without holding it
+  // deleted (as forget does): the stream or a page read may bring it back.
+  drop(id: string): void {
+    this.jobs.delete(id);
+    this.seen.delete(id);
+  }
+
   // forget drops a job that was deleted, for good: it reports whether
   // the book had it.
   forget(id: string): boolean {
@@ -132,6 +139,34 @@ export function compareNewestFirst(a: Job, b: Job): number {
     return d;
   }
   return a.id < b.id ? 1 : a.id > b.id ? -1 : 0;
+}
+
+// Place is where a job sorts in the list, as ListJobs orders: newest
+// first by creation, then by id.
+export interface Place {
+  at: number;
+  id: string;
+}
+
+export function placeOf(job: Job): Place {
+  return { at: millis(job.createdAt), id: job.id };
+}
+
+// sortsBefore reports whether a comes before b, newest first.
+export function sortsBefore(a: Place, b: Place): boolean {
+  return a.at > b.at || (a.at === b.at && a.id > b.id);
+}
+
+// keepOldest is what a list of rows (rows: their places, newest first)
+// lets go of to hold at most max: the newest beyond max, so the older
+// page just read stays in sight. top is the newest row kept, above which
+// the list shows nothing more (undefined when nothing goes).
+export function keepOldest(rows: readonly Place[], max: number): { drop: string[]; top: Place | undefined } {
+  const over = rows.length - max;
+  if (over <= 0) {
+    return { drop: [], top: undefined };
+  }
+  return { drop: rows.slice(0, over).map((p) => p.id), top: rows[over] };
 }
 
 export function millis(ts: Timestamp | undefined): number {

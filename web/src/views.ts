@@ -7,7 +7,7 @@ import { age, clockTime, durationText, jsonText, periodText } from "./format";
 import { h, setAttr, setData, setText, svg } from "./dom";
 import { ActionButton, Confirm, type Action, type Said } from "./actions";
 import { alertingText, drainedText, lastState, leftOutText, modeText, nextRun, pausedText, rateText, spark, tenantLines, tenantsLabel, type NextRun } from "./queues";
-import { historyGap, isTerminal, millis, stateName, type JobBook } from "./model";
+import { historyGap, isTerminal, keepOldest, millis, placeOf, sortsBefore, stateName, type JobBook, type Place } from "./model";
 import type { LogPane } from "./logview";
 import { plainText } from "./logs";
 import { outcomeShares, type BatchCounts } from "./batch";
@@ -94,7 +94,10 @@ class JobRow {
   private readonly batch: HTMLAnchorElement;
   private readonly kindLine: HTMLElement;
   private readonly progress = new ProgressView();
-  private readonly age = h("span", { class: "age right" });
+  // The age is one text node, rewritten in place each second only when
+  // its text changes: no element is replaced.
+  private readonly ageText = document.createTextNode("");
+  private readonly age = h("span", { class: "age right" }, this.ageText);
   private since = 0;
 
   constructor(
@@ -137,13 +140,41 @@ class JobRow {
   }
 
   tick(now: number): void {
-    setText(this.age, age(this.since, now));
+    const text = age(this.since, now);
+    if (this.ageText.data !== text) {
+      this.ageText.data = text;
+    }
   }
 }
 
-// JobList shows the book's jobs newest first, one row per job id.
+// JobList shows the book's jobs newest first, one row per job id. It
+// holds as many rows as it is asked to (keepOldest): past that, it lets
+// the newest go and shows nothing above the newest row kept (top).
 export class JobList {
   private readonly rows = new Map<string, JobRow>();
+  private top: Place | undefined;
+  // Only the rows in or near the viewport refresh their age each second:
+  // a list of a thousand rows costs what the twenty in sight cost.
+  private readonly inSight = new Set<JobRow>();
+  private readonly rowOf = new WeakMap<Element, JobRow>();
+  private readonly sight = new IntersectionObserver(
+    (entries) => {
+      const now = Date.now();
+      for (const entry of entries) {
+        const row = this.rowOf.get(entry.target);
+        if (row === undefined) {
+          continue;
+        }
+        if (entry.isIntersecting) {
+          this.inSight.add(row);
+          row.tick(now);
+        } else {
+          this.inSight.delete(row);
+        }
+      }
+    },
+    { rootMargin: "200px 0px" },
+  );
   private selected = "";
   // shows is whether a job belongs in the list (the state filter's); a
   // job that changes out of it leaves the list.
@@ -161,10 +192,46 @@ export class JobList {
   ) {}
 
   // filter sets which jobs the list shows, and what its count calls them
-  // ("12 recent", "3 failed"); the page clears and renders it again.
+  // ("12 recent", "3 failed"), from the newest again; the page clears and
+  // renders it again.
   filter(shows: (job: Job) => boolean, countWord: string): void {
     this.shows = shows;
     this.countWord = countWord;
+    this.top = undefined;
+  }
+
+  // windowed reports whether the list let its newest rows go (keepOldest):
+  // it shows none of the jobs newer than the newest row it kept.
+  get windowed(): boolean {
+    return this.top !== undefined;
+  }
+
+  // aboveTop reports whether job is newer than the rows the list kept.
+  aboveTop(job: Job): boolean {
+    return this.top !== undefined && sortsBefore(placeOf(job), this.top);
+  }
+
+  // keepOldest lets the newest rows go to hold at most max, and from then
+  // on shows no job newer than the newest it kept (a job the stream
+  // brings or changes up there included). It returns the ids let go.
+  keepOldest(max: number, book: JobBook): string[] {
+    if (this.rows.size <= max) {
+      return [];
+    }
+    const shown = book
+      .newestFirst()
+      .filter((job) => this.rows.has(job.id))
+      .map(placeOf);
+    const { drop, top } = keepOldest(shown, max);
+    if (top === undefined) {
+      return [];
+    }
+    this.top = top;
+    for (const id of drop) {
+      this.removeRow(id);
+    }
+    this.showCount();
+    return drop;
   }
 
   render(book: JobBook, changed: Iterable<string>): void {
@@ -174,14 +241,15 @@ export class JobList {
         continue;
       }
       let row = this.rows.get(id);
-      if (!this.shows(job)) {
-        row?.el.remove();
-        this.rows.delete(id);
+      if (!this.shows(job) || this.aboveTop(job)) {
+        this.removeRow(id);
         continue;
       }
       if (row === undefined) {
         row = new JobRow(job, this.onSelect, this.links);
         this.rows.set(id, row);
+        this.rowOf.set(row.el, row);
+        this.sight.observe(row.el);
       }
       row.update(job);
     }
@@ -210,10 +278,20 @@ export class JobList {
 
   remove(ids: string[]): void {
     for (const id of ids) {
-      this.rows.get(id)?.el.remove();
-      this.rows.delete(id);
+      this.removeRow(id);
     }
     this.showCount();
+  }
+
+  private removeRow(id: string): void {
+    const row = this.rows.get(id);
+    if (row === undefined) {
+      return;
+    }
+    this.sight.unobserve(row.el);
+    this.inSight.delete(row);
+    row.el.remove();
+    this.rows.delete(id);
   }
 
   private showCount(): void {
@@ -232,14 +310,19 @@ export class JobList {
   }
 
   clear(): void {
+    this.sight.disconnect();
+    this.inSight.clear();
     this.rows.clear();
+    this.top = undefined;
     this.list.replaceChildren();
     this.empty.hidden = false;
     setText(this.count, "");
   }
 
+  // tick refreshes the ages of the rows in sight; a row coming into sight
+  // refreshes its own as it does.
   tick(now: number): void {
-    for (const row of this.rows.values()) {
+    for (const row of this.inSight) {
       row.tick(now);
     }
   }

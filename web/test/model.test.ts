@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { JobSchema, JobState, type Job } from "../src/gen/jobwatch/v1/jobwatch_pb";
-import { historyGap, JobBook } from "../src/model";
+import { historyGap, JobBook, keepOldest, placeOf, sortsBefore } from "../src/model";
 
 function job(id: string, version: number, state: JobState, percent = 0, createdMs = 1_000): Job {
   return create(JobSchema, { id, version: BigInt(version), state, percent, createdAt: timestampFromMs(createdMs) });
@@ -103,4 +103,44 @@ test("a history trimmed to its bound says how many earlier attempts are not kept
     "a history that starts at the retry after run 8 did not count run 8 as not kept",
   );
   assert.equal(historyGap([{ attempt: 0, startedAt: undefined }, ...entries(1, 19)]), "… earlier entries, if any, not kept (a job keeps the last 20 entries of its history)");
+});
+
+test("a list past its bound lets its newest rows go and keeps the page just read", () => {
+  const book = new JobBook();
+  // Ten jobs, two created in the same millisecond (ordered by id then).
+  for (let i = 0; i < 10; i++) {
+    book.merge(job(`j_${i}`, 1, JobState.QUEUED, 0, 1_000 + Math.min(i, 8) * 100));
+  }
+  const rows = book.newestFirst().map(placeOf);
+  assert.deepEqual(
+    rows.map((p) => p.id),
+    ["j_9", "j_8", "j_7", "j_6", "j_5", "j_4", "j_3", "j_2", "j_1", "j_0"],
+  );
+  // sortsBefore orders as the book does, ties by id included.
+  for (let i = 0; i < rows.length; i++) {
+    for (let k = 0; k < rows.length; k++) {
+      assert.equal(sortsBefore(rows[i]!, rows[k]!), i < k, `${rows[i]!.id} before ${rows[k]!.id}`);
+    }
+  }
+  assert.deepEqual(keepOldest(rows, 10), { drop: [], top: undefined }, "a list within its bound let rows go");
+  assert.deepEqual(keepOldest(rows, 20), { drop: [], top: undefined });
+  const { drop, top } = keepOldest(rows, 6);
+  assert.deepEqual(drop, ["j_9", "j_8", "j_7", "j_6"], "not the newest rows let go");
+  assert.equal(top?.id, "j_5");
+  // Above the top: what was let go, and anything newer the stream brings.
+  assert.equal(sortsBefore(placeOf(job("j_9", 2, JobState.RUNNING, 10, 1_800)), top!), true, "a row let go would come back when it changes");
+  assert.equal(sortsBefore(placeOf(job("j_new", 1, JobState.QUEUED, 0, 9_000)), top!), true);
+  assert.equal(sortsBefore(placeOf(job("j_5", 2, JobState.RUNNING, 10, 1_500)), top!), false, "the newest row kept would leave when it changes");
+  assert.equal(sortsBefore(placeOf(job("j_1", 2, JobState.RUNNING, 10, 1_100)), top!), false);
+});
+
+test("a job the list let go may come back, unlike a deleted one", () => {
+  const book = new JobBook();
+  book.merge(job("j_a", 1, JobState.QUEUED));
+  book.merge(job("j_b", 1, JobState.QUEUED));
+  book.drop("j_a");
+  book.forget("j_b");
+  assert.equal(book.get("j_a"), undefined);
+  assert.equal(book.merge(job("j_a", 1, JobState.QUEUED)), true, "a job let go was held as deleted");
+  assert.equal(book.merge(job("j_b", 2, JobState.QUEUED)), false);
 });
