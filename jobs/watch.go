@@ -206,7 +206,8 @@ type PageBudget interface {
 // sharing the database, and no clock is guessed at. A resumed stream may
 // repeat a job at a version the client already has (one whose write was
 // in flight as the cursor was taken; the client keeps the higher
-// version), but misses none. A job that Delete removed is announced by
+// version), and so may a stream when more than rememberedVersions jobs
+// changed while it read one window, but none is missed. A job that Delete removed is announced by
 // its id (store.JobsDeleted), as long as the store keeps the record of
 // its deletion (as long as it keeps finished jobs); a job deleted by
 // retention is not announced. A token of the earlier, clock-based format ("t1.") starts
@@ -388,6 +389,20 @@ func pageDone(pages PageBudget) {
 	}
 }
 
+// rememberedVersions is how many of the jobs it last read a tenant's
+// stream remembers the versions of, to send none of them again: one
+// window's jobs changed after the cursor the next window starts at are
+// its last in change order, and fewer than this unless more changed
+// while it was read. Remembering every job of a window (4,000 after a
+// few SubmitJobs, 100,000 after more) cost each of a tenant's many
+// streams a map as large.
+const rememberedVersions = 2 * MaxPageSize
+
+type jobVersion struct {
+	id      string
+	version int64
+}
+
 // A tenantBatch is what one Send of WatchTenant carries.
 type tenantBatch struct {
 	jobs    []jobtype.Job
@@ -402,8 +417,8 @@ type tenantBatch struct {
 // sent before the next is read. last is true for the batch that ends the
 // window; when the window's last page brings nothing new after batches
 // of jobs were sent, an empty batch ends it, so that send always learns
-// the end of a window it sent anything of. It returns the versions of all the
-// jobs it read (to become the next sent).
+// the end of a window it sent anything of. It returns the versions of
+// the last rememberedVersions jobs it read (to become the next sent).
 func (e *Engine) tenantChanges(ctx context.Context, tenant, batch string, since string, sent map[string]int64, full bool, size int,
 	pages PageBudget, send func(b tenantBatch, last bool) error) (map[string]int64, error) {
 	// A store refuses a cursor it did not issue as an invalid page token.
@@ -444,7 +459,12 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch string, since 
 		d.PageToken = next
 	}
 
-	all := map[string]int64{}
+	// The versions of the last jobs read, in change order: the next
+	// window starts at the cursor taken before this one was read, so it
+	// may hold again the jobs that changed while this one was read, and
+	// those come last in change order.
+	tail := make([]jobVersion, 0, min(rememberedVersions, MaxPageSize))
+	at := 0 // where the next job read goes once tail is full
 	f := store.ListFilter{Tenant: tenant, Batch: batch, ChangedSince: since, Limit: MaxPageSize, Full: full, MaxBytes: MaxPageBytes}
 	for {
 		jobs, next, err := readPage(ctx, e.store, f, pages)
@@ -459,7 +479,12 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch string, since 
 			if j.Version > sent[j.ID] {
 				fresh = append(fresh, j)
 			}
-			all[j.ID] = max(j.Version, sent[j.ID])
+			v := jobVersion{j.ID, max(j.Version, sent[j.ID])}
+			if len(tail) < rememberedVersions {
+				tail = append(tail, v)
+			} else {
+				tail[at], at = v, (at+1)%rememberedVersions
+			}
 		}
 		if len(fresh) > 0 {
 			err = flush()
@@ -484,6 +509,10 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch string, since 
 			}
 			if err != nil {
 				return nil, err
+			}
+			all := make(map[string]int64, len(tail))
+			for _, v := range tail {
+				all[v.id] = max(all[v.id], v.version)
 			}
 			return all, nil
 		}

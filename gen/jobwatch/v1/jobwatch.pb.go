@@ -2486,7 +2486,9 @@ func (x *WatchJobsRequest) GetBatch() string {
 // (empty: a keepalive). Like a ListJobs page, a response is bounded in
 // bytes as well as in jobs, so the most recent jobs and a burst of changes
 // may take several responses. A job may repeat with a version already seen
-// across a resume; keep the higher version.
+// across a resume, or within a stream when more than 1,000 of the tenant's
+// jobs changed while the stream read one burst of changes; keep the higher
+// version.
 type WatchJobsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Jobs  []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`

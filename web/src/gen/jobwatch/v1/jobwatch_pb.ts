@@ -1173,7 +1173,9 @@ export const WatchJobsRequestSchema: GenMessage<WatchJobsRequest> = /*@__PURE__*
  * (empty: a keepalive). Like a ListJobs page, a response is bounded in
  * bytes as well as in jobs, so the most recent jobs and a burst of changes
  * may take several responses. A job may repeat with a version already seen
- * across a resume; keep the higher version.
+ * across a resume, or within a stream when more than 1,000 of the tenant's
+ * jobs changed while the stream read one burst of changes; keep the higher
+ * version.
  *
  * @generated from message jobwatch.v1.WatchJobsResponse
  */
