@@ -11,7 +11,7 @@ import (
 )
 
 // An operator paging far back through a tenant's jobs keeps a page that
-// answers: the list holds at most 1,000 rows, letting the newest go as
+// answers: the list holds at most 2,000 rows, letting the newest go as
 // older pages come (Show newer jobs, above the list, brings the view's
 // start back); each second only the rows in sight refresh their ages,
 // each in its own text node; and the rows kept stay live, while a job
@@ -20,8 +20,8 @@ import (
 // (JOBWATCH_PAGING_JOBS sets how many jobs; timings are never pass or
 // fail).
 func TestPagingFarBackKeepsTheListBounded(t *testing.T) {
-	const bound = 1000
-	n := 1400
+	const bound = 2000
+	n := 2600
 	if s := os.Getenv("JOBWATCH_PAGING_JOBS"); s != "" {
 		var err error
 		if n, err = strconv.Atoi(s); err != nil || n < bound+250 {
@@ -134,10 +134,10 @@ func TestPagingFarBackKeepsTheListBounded(t *testing.T) {
 	})
 
 	p.t = t
-	p.waitFor("the oldest 1,000 jobs, the newest let go, and a way back to them",
+	p.waitFor("the oldest 2,000 jobs, the newest let go, and a way back to them",
 		rowCount(bound)+" && "+absent(row(newest))+
 			` && [...document.querySelectorAll("li.job")].at(-1).dataset.jobId === `+strconv.Quote(oldest.ID)+
-			` && !document.getElementById("jobs-newer").closest("p").hidden && `+textIs("#jobs-count", "1,000 recent"))
+			` && !document.getElementById("jobs-newer").closest("p").hidden && `+textIs("#jobs-count", "2,000 recent"))
 
 	t.Run("the rows kept stay live, and a job let go stays off the list", func(t *testing.T) {
 		p.t = t

@@ -35,7 +35,7 @@ const maxEndedShown = 200;
 // The list holds at most this many rows: Show older jobs past it lets the
 // newest go (Show newer jobs brings the view's start back), so an
 // operator paging far back keeps a page that answers at once.
-const maxRowsShown = 1000;
+const maxRowsShown = 2000;
 
 const book = new JobBook();
 const statusEl = byId<HTMLElement>("status");
@@ -617,6 +617,10 @@ async function dropVanished(left: Set<string>): Promise<void> {
   olderToken = "";
   olderLeft = false;
   listedAll = false;
+  // A list that let its newest rows go shows them again, as a reload
+  // would: the rows of older pages go below, as the stream has not
+  // brought them back.
+  list.fromNewest();
   const read = await listOlder(true);
   if (view !== listing || left !== unconfirmed) {
     return;
@@ -756,7 +760,7 @@ function failedText(): string {
     return `That is ${exact === 1 ? "1 job" : `${exact.toLocaleString("en-US")} jobs`}.`;
   }
   const count = book.count(JobState.FAILED);
-  const others = list.windowed ? "others" : "older";
+  const others = list.windowed ? "other" : "older";
   if (count === 0) {
     return `None is shown here: any ${others} failed jobs of the view, if there are some.`;
   }

@@ -206,6 +206,12 @@ export class JobList {
     return this.top !== undefined;
   }
 
+  // fromNewest shows the jobs newer than the rows kept again, as they are
+  // rendered.
+  fromNewest(): void {
+    this.top = undefined;
+  }
+
   // aboveTop reports whether job is newer than the rows the list kept.
   aboveTop(job: Job): boolean {
     return this.top !== undefined && sortsBefore(placeOf(job), this.top);
