@@ -19,7 +19,7 @@ import { aboutJob } from "./format";
 import { JobFeed, type FeedStatus } from "./feed";
 import { filterLabel, jobLink, linkedJobFromURL, matches, stateFilterFromURL, stateFilters, statesOf, urlWithoutJob, urlWithState, type StateFilter } from "./filter";
 import { JobState, JobView, type Job, type Queue } from "./gen/jobwatch/v1/jobwatch_pb";
-import { waitingReason } from "./queues";
+import { queuesLeftOutText, waitingReason } from "./queues";
 import { LogPane } from "./logview";
 import { isTerminal, JobBook, stateName, summaryOf } from "./model";
 import { initialTenant, rememberTenant, tenantKey, tenantReason } from "./tenant";
@@ -1364,7 +1364,7 @@ async function pollQueues(): Promise<void> {
       queueShown = call;
       queuesKnown = new Map(res.queues.map((q) => [q.name, q]));
       queues.render(res.queues, Date.now());
-      setText(note, "");
+      setText(note, queuesLeftOutText(res.queues.length, res.queuesLeftOut));
       serverAnswered();
     }
   } catch (err) {

@@ -115,8 +115,8 @@ export interface TenantLine {
 export function tenantLines(q: Queue): TenantLine[] {
   return q.tenants.map((d) => ({
     tenant: d.tenant,
-    queued: String(d.queued),
-    running: String(d.running),
+    queued: d.queued.toLocaleString("en-US"),
+    running: d.running.toLocaleString("en-US"),
     oldest: durationText(d.oldestQueuedAge),
   }));
 }
@@ -132,6 +132,17 @@ export function tenantsLabel(listed: number, leftOut: number): string {
 // "and 3 more tenants", "" for none.
 export function leftOutText(n: number): string {
   return n === 0 ? "" : n === 1 ? "and 1 more tenant" : `and ${n} more tenants`;
+}
+
+// queuesLeftOutText is what the queue panel's note says when ListQueues
+// left queues out (its max_queues, 500 by default): clients name queues,
+// so there may be many more than a panel can show. "" for none.
+export function queuesLeftOutText(shown: number, leftOut: number): string {
+  if (leftOut === 0) {
+    return "";
+  }
+  const more = leftOut === 1 ? "1 more queue is" : `${leftOut.toLocaleString("en-US")} more queues are`;
+  return `${more} not shown: these are the ${shown.toLocaleString("en-US")} most pressing (paused, alerting, held by their rate or configured, then the busiest); jobwatch queues --max-queues lists more.`;
 }
 
 // rateText is what a rate-limited queue's row says of its rate (the

@@ -1026,8 +1026,8 @@ class QueueRow {
     setText(this.mode, modeText(q));
     setText(this.pools, q.pools.map((p) => `${p.name} ${p.inUse}/${p.units}`).join(" · "));
     this.pools.title = q.pools.length === 0 ? "" : "pool: units held by running jobs of every queue that uses it / units";
-    setText(this.queued, String(q.queued));
-    setText(this.running, String(q.running));
+    setText(this.queued, q.queued.toLocaleString("en-US"));
+    setText(this.running, q.running.toLocaleString("en-US"));
     setText(this.oldest, q.queued > 0n ? durationText(q.oldestQueuedAge) : "—");
     setData(this.el, "alerting", String(q.alerting));
     this.alertingSince = q.alerting ? millis(q.alertingSince) : 0;

@@ -6,7 +6,7 @@ import { create } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
 import { periodText } from "../src/format";
 import { JobState, QueueDepthSchema, QueueMode, QueueRateSchema, QueueSchema, ScheduleSchema } from "../src/gen/jobwatch/v1/jobwatch_pb";
-import { alertingText, depthWindowMs, drainedText, hourMinute, lasted, leftOutText, modeText, nextRun, rateText, spark, tenantLines, tenantsLabel, waitingReason } from "../src/queues";
+import { alertingText, depthWindowMs, drainedText, hourMinute, lasted, leftOutText, modeText, nextRun, rateText, spark, tenantLines, tenantsLabel, queuesLeftOutText, waitingReason } from "../src/queues";
 
 const t0 = Date.UTC(2030, 0, 2, 3, 0, 0);
 
@@ -79,7 +79,7 @@ test("a queue's tenants are listed in the server's order, each with its counts a
     tenantsLeftOut: 2,
   });
   assert.deepEqual(tenantLines(q), [
-    { tenant: "acme", queued: "100000", running: "2", oldest: "2h 5m" },
+    { tenant: "acme", queued: "100,000", running: "2", oldest: "2h 5m" },
     { tenant: "globex", queued: "1", running: "0", oldest: "42s" },
     { tenant: "hooli", queued: "1", running: "0", oldest: "—" },
   ]);
@@ -128,4 +128,12 @@ test("a queued job says why it waits: its queue paused, or held by its rate; any
   const perTenant = create(QueueSchema, { name: "calls", rate: create(QueueRateSchema, { ...rate, perTenant: true }) });
   assert.match(waitingReason(JobState.QUEUED, perTenant, t0), /^It may wait on the rate of queue calls: a tenant held by its rate until .* \(3\/1s per tenant\)\.$/);
   assert.equal(waitingReason(JobState.QUEUED, create(QueueSchema, { name: "idle" }), t0), "");
+});
+
+test("the queue panel says how many queues ListQueues left out, and counts read with separators", () => {
+  assert.equal(queuesLeftOutText(3, 0), "");
+  assert.equal(queuesLeftOutText(500, 1), "1 more queue is not shown: these are the 500 most pressing (paused, alerting, held by their rate or configured, then the busiest); jobwatch queues --max-queues lists more.");
+  assert.match(queuesLeftOutText(500, 49_503), /^49,503 more queues are not shown: these are the 500 most pressing/);
+  const q = create(QueueSchema, { name: "bulk", tenants: [{ tenant: "acme", queued: 1_000_300n, running: 12n }] });
+  assert.deepEqual(tenantLines(q).map((l) => [l.queued, l.running]), [["1,000,300", "12"]]);
 });
