@@ -408,48 +408,36 @@ func TestWatchTenantStartsOverFromATokenAheadOfTheDatabase(t *testing.T) {
 	await(t, done)
 }
 
-// pageBudget is a jobs.PageBudget that counts what it admits.
-type pageBudget struct {
-	mu                        sync.Mutex
-	admitted, most, reads, in int
+// pageSizes is a store that records the Limit of every ListJobs.
+type pageSizes struct {
+	store.Store
+	mu     sync.Mutex
+	limits []int
 }
 
-func (p *pageBudget) Admit(context.Context) error {
+func (p *pageSizes) ListJobs(ctx context.Context, f store.ListFilter) ([]jobtype.Job, string, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.admitted++
-	p.in++
-	p.most = max(p.most, p.in)
-	return nil
+	p.limits = append(p.limits, f.Limit)
+	p.mu.Unlock()
+	return p.Store.ListJobs(ctx, f)
 }
 
-func (p *pageBudget) Read([]jobtype.Job) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.reads++
-}
-
-func (p *pageBudget) Done() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.in--
-}
-
-// A stream reads every page of jobs, the recent ones it starts with and
-// each window of changes, under its PageBudget, one page at a time, and
-// gives each back: 1,200 jobs changed at once come as three pages of at
-// most MaxPageSize, each sent before the next is read, and every job
-// comes once, the window's last batch carrying its token.
-func TestWatchTenantReadsEachPageUnderItsBudgetOneAtATime(t *testing.T) {
-	e, _ := newEngine(t, jobs.Config{})
+// A stream reads the jobs it sends a page of its page size at a time, the
+// recent ones it starts with and each window of changes, so that what it
+// holds while its client reads is one batch: 1,200 jobs changed at once
+// come in batches of at most 100, each job once, the window's last batch
+// carrying its token. A burst once woke every stream of a tenant to read
+// pages of 500 jobs and hold them, with a copy, while their clients read.
+func TestWatchTenantReadsPagesOfItsPageSize(t *testing.T) {
+	st := &pageSizes{Store: openStore(t)}
+	e := newEngineOver(t, st, jobs.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	submit(t, e, jobs.SubmitRequest{Tenant: "acme"})
 
-	pages := &pageBudget{}
 	out := newBatches()
 	done := async(func() (struct{}, error) {
-		return struct{}{}, e.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{PageSize: 100, Deadline: soon(), Send: out.send, Pages: pages})
+		return struct{}{}, e.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{PageSize: 100, Deadline: soon(), Send: out.send})
 	})
 	if recent, token := out.next(t); len(recent) != 1 || token == "" {
 		t.Fatalf("first batch %v (token %q); want the one job and a token", recent, token)
@@ -485,11 +473,9 @@ func TestWatchTenantReadsEachPageUnderItsBudgetOneAtATime(t *testing.T) {
 	}
 	cancel()
 	await(t, done)
-	pages.mu.Lock()
-	defer pages.mu.Unlock()
-	// The last page admitted may be one the cancel cut before its read.
-	if pages.most != 1 || pages.in != 0 || pages.reads < pages.admitted-1 || pages.admitted < 1+changed/jobs.MaxPageSize {
-		t.Errorf("pages: %d admitted, %d read, at most %d at once, %d not given back; want at least %d admitted, each read (but a last one cut by the cancel) and given back, one at a time",
-			pages.admitted, pages.reads, pages.most, pages.in, 1+changed/jobs.MaxPageSize)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.limits) < 1+changed/100 || slices.Max(st.limits) > 100 {
+		t.Errorf("the stream read %d pages of up to %d jobs; want at least %d, of at most its page size, 100", len(st.limits), slices.Max(st.limits), 1+changed/100)
 	}
 }

@@ -173,25 +173,6 @@ type TenantWatchOptions struct {
 	// what the last batch said while a burst of changes takes several
 	// batches: a client keeps the last non-empty token.
 	Send func(jobs []jobtype.Job, deleted []string, resumeToken string) error
-	// Pages, if not nil, bounds what the stream holds while it sends:
-	// every page of jobs is read only once Pages admits it. The server
-	// admits pages against its send budget, so that many streams of one
-	// tenant, woken together by a burst of changes, wait before they read
-	// rather than each hold the page it read while its client reads the
-	// last.
-	Pages PageBudget
-}
-
-// A PageBudget bounds the pages of jobs a watch holds, one page at a
-// time: Admit returns once a page may be read, Read is handed the page
-// read (so that the budget may keep only what it needs), and Done is
-// called once the page's jobs are sent or dropped. Every Admit that
-// returns nil is followed by one Done; Read comes between them, or not at
-// all when the read failed.
-type PageBudget interface {
-	Admit(ctx context.Context) error
-	Read(jobs []jobtype.Job)
-	Done()
 }
 
 // WatchTenant sends batches of a tenant's changed jobs until the
@@ -214,10 +195,11 @@ type PageBudget interface {
 // the stream over, as one without a token does, and so does a token
 // later than the database's changes (store.CursorAhead).
 //
-// Every read is a store page bounded by MaxPageBytes and sent before the
-// next is read, so a stream holds at most one page of jobs however many
-// changed and however large they are, and with Pages only one Pages
-// admitted.
+// Every read is a store page of at most PageSize jobs (and MaxPageBytes),
+// sent before the next is read, so a stream holds at most one batch of
+// jobs however many changed and however large they are: a burst of
+// changes wakes every stream of the tenant at once, and each holds what
+// it read while its client reads the batch before it.
 func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOptions) error {
 	switch tenant {
 	case "":
@@ -298,7 +280,7 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 			// again: only the last batch advances the client's token.
 			token, nextToken := encodeTenantToken(cursor), encodeTenantToken(next)
 			first := true
-			all, err := e.tenantChanges(ctx, tenant, o.Batch, cursor, sent, o.Full, size, o.Pages,
+			all, err := e.tenantChanges(ctx, tenant, o.Batch, cursor, sent, o.Full, size,
 				func(b tenantBatch, last bool) error {
 					if first && woken && len(b.jobs) > 0 {
 						e.woke("watch", newestUpdate(b.jobs))
@@ -344,7 +326,7 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 func (e *Engine) sendRecent(ctx context.Context, tenant string, size int, o TenantWatchOptions, cursor string, sent map[string]int64) error {
 	f := store.ListFilter{Tenant: tenant, Batch: o.Batch, Limit: size, Full: o.Full, MaxBytes: MaxPageBytes}
 	for left := size; ; {
-		jobs, next, err := readPage(ctx, e.store, f, o.Pages)
+		jobs, next, err := e.store.ListJobs(ctx, f)
 		if err != nil {
 			return wrap("watch tenant", "", err)
 		}
@@ -356,36 +338,10 @@ func (e *Engine) sendRecent(ctx context.Context, tenant string, size int, o Tena
 		if next == "" || left <= 0 {
 			token = encodeTenantToken(cursor)
 		}
-		err = o.Send(jobs, nil, token)
-		pageDone(o.Pages)
-		if err != nil || token != "" {
+		if err := o.Send(jobs, nil, token); err != nil || token != "" {
 			return err
 		}
 		f.PageToken, f.Limit = next, left
-	}
-}
-
-// readPage reads a page of jobs once pages (if not nil) admits it. Unless
-// it returns an error, pageDone(pages) must follow once the page is sent.
-func readPage(ctx context.Context, st store.Store, f store.ListFilter, pages PageBudget) ([]jobtype.Job, string, error) {
-	if pages == nil {
-		return st.ListJobs(ctx, f)
-	}
-	if err := pages.Admit(ctx); err != nil {
-		return nil, "", err
-	}
-	jobs, next, err := st.ListJobs(ctx, f)
-	if err != nil {
-		pages.Done()
-		return nil, "", err
-	}
-	pages.Read(jobs)
-	return jobs, next, nil
-}
-
-func pageDone(pages PageBudget) {
-	if pages != nil {
-		pages.Done()
 	}
 }
 
@@ -412,15 +368,15 @@ type tenantBatch struct {
 // tenantChanges pages through the ids of tenant's jobs deleted after
 // since and every job of tenant (of batch, if not "") changed after since, and passes the ids
 // and the jobs with a version not in sent to send, in batches of at most
-// size ids or jobs (a batch of jobs also at most MaxPageBytes, as each
-// page), each page of jobs read once pages (if not nil) admits it and
-// sent before the next is read. last is true for the batch that ends the
+// size ids or jobs (a batch of jobs also at most MaxPageBytes), reading
+// the jobs a page of size at a time and sending each page's before the
+// next is read. last is true for the batch that ends the
 // window; when the window's last page brings nothing new after batches
 // of jobs were sent, an empty batch ends it, so that send always learns
 // the end of a window it sent anything of. It returns the versions of
 // the last rememberedVersions jobs it read (to become the next sent).
 func (e *Engine) tenantChanges(ctx context.Context, tenant, batch string, since string, sent map[string]int64, full bool, size int,
-	pages PageBudget, send func(b tenantBatch, last bool) error) (map[string]int64, error) {
+	send func(b tenantBatch, last bool) error) (map[string]int64, error) {
 	// A store refuses a cursor it did not issue as an invalid page token.
 	bad := func(err error, pageToken string) error {
 		if errors.Is(err, jobtype.ErrInvalidPageToken) && pageToken == "" {
@@ -465,15 +421,15 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch string, since 
 	// those come last in change order.
 	tail := make([]jobVersion, 0, min(rememberedVersions, MaxPageSize))
 	at := 0 // where the next job read goes once tail is full
-	f := store.ListFilter{Tenant: tenant, Batch: batch, ChangedSince: since, Limit: MaxPageSize, Full: full, MaxBytes: MaxPageBytes}
+	f := store.ListFilter{Tenant: tenant, Batch: batch, ChangedSince: since, Limit: size, Full: full, MaxBytes: MaxPageBytes}
 	for {
-		jobs, next, err := readPage(ctx, e.store, f, pages)
+		jobs, next, err := e.store.ListJobs(ctx, f)
 		if err != nil {
 			return nil, bad(err, f.PageToken)
 		}
-		// The jobs not sent yet, kept in the page's own array: a page
-		// holds up to MaxPageSize jobs, and every stream of a tenant a
-		// burst of changes woke reads one.
+		// The jobs not sent yet, kept in the page's own array: every
+		// stream of a tenant that a burst of changes woke holds a page
+		// while its client reads.
 		fresh := jobs[:0]
 		for _, j := range jobs {
 			if j.Version > sent[j.ID] {
@@ -496,7 +452,6 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch string, since 
 			open = !last
 			fresh = fresh[n:]
 		}
-		pageDone(pages)
 		if err != nil {
 			return nil, err
 		}

@@ -420,14 +420,6 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 	if err := sendHeaders(stream); err != nil {
 		return err
 	}
-	// Every batch is of a page the send budget admitted (watchpages.go),
-	// so it is sent as held, not admitted again.
-	send := stream.Send
-	var pages jobs.PageBudget
-	if admitted, ok := stream.Conn().(*admittedStream); ok { // innermost (codec.go); absent without a send budget
-		send = func(msg *jobwatchv1.WatchJobsResponse) error { return admitted.sendHeld(msg) }
-		pages = &watchPages{stream: admitted}
-	}
 	err = s.engine.WatchTenant(ctx, tenant, jobs.TenantWatchOptions{
 		ResumeToken: req.GetResumeToken(),
 		Batch:       req.GetBatch(),
@@ -435,13 +427,12 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 		PageSize:    limit,
 		Deadline:    deadline,
 		Keepalive:   s.cfg.Keepalive,
-		Pages:       pages,
 		Send: func(js []jobtype.Job, deleted []string, resumeToken string) error {
 			pjs, err := wire.Jobs(js)
 			if err != nil {
 				return err
 			}
-			return send(&jobwatchv1.WatchJobsResponse{Jobs: pjs, ResumeToken: resumeToken, DeletedJobIds: deleted})
+			return stream.Send(&jobwatchv1.WatchJobsResponse{Jobs: pjs, ResumeToken: resumeToken, DeletedJobIds: deleted})
 		},
 	})
 	return s.toConnectError(ctx, "watch jobs", err)

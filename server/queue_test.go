@@ -346,8 +346,8 @@ func TestAnAttemptPastItsQueueTimeoutLosesItsLeaseOverTheWire(t *testing.T) {
 
 // Queue names are the clients': ListQueues lists at most max_queues of
 // them (500 by default), keeping first those an operator must see (a
-// paused queue, one with rules) and then the busiest, in order by name,
-// and counts the rest. One tenant that named 50,000 queues made an
+// paused queue), then those it declared, then the busiest, in order by
+// name, and counts the rest. One tenant that named 50,000 queues made an
 // admin's ListQueues 17 MB, which the page drew as 200,000 rows and
 // stopped answering.
 func TestListQueuesListsTheMostPressingQueuesAndCountsTheRest(t *testing.T) {
@@ -392,14 +392,24 @@ func TestListQueuesListsTheMostPressingQueuesAndCountsTheRest(t *testing.T) {
 		t.Errorf("ListQueues{} listed its queues out of order by name")
 	}
 
-	three := list(3)
-	var names []string
-	for _, q := range three.GetQueues() {
-		names = append(names, q.GetName())
-	}
-	if want := []string{"configured", "q300", "stopped"}; !slices.Equal(names, want) || three.GetQueuesLeftOut() != queues-3 {
-		t.Errorf("ListQueues{max_queues: 3} listed %v and left out %d; want %v (the paused, the configured, the busiest) and %d",
-			names, three.GetQueuesLeftOut(), want, queues-3)
+	// First a queue in trouble or stopped, then those the operator
+	// declared (and default), then the busiest.
+	for _, c := range []struct {
+		max  int32
+		want []string
+	}{
+		{1, []string{"stopped"}},
+		{3, []string{"configured", "default", "stopped"}},
+		{4, []string{"configured", "default", "q300", "stopped"}},
+	} {
+		resp := list(c.max)
+		var names []string
+		for _, q := range resp.GetQueues() {
+			names = append(names, q.GetName())
+		}
+		if !slices.Equal(names, c.want) || resp.GetQueuesLeftOut() != queues-c.max {
+			t.Errorf("ListQueues{max_queues: %d} listed %v and left out %d; want %v and %d", c.max, names, resp.GetQueuesLeftOut(), c.want, queues-c.max)
+		}
 	}
 	if all := list(1_000_000); len(all.GetQueues()) != queues || all.GetQueuesLeftOut() != 0 {
 		t.Errorf("ListQueues{max_queues: 1000000} listed %d and left out %d; want all %d", len(all.GetQueues()), all.GetQueuesLeftOut(), queues)

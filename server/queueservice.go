@@ -150,9 +150,10 @@ const (
 
 // mostPressing keeps at most bound rows of queues (0: defaultMaxQueues,
 // capped at maxMaxQueues), in their order (by name): first those an
-// operator must see (paused, alerting, held back by their rate, or with
-// rules in the configuration), then the busiest, and the first by name
-// among equals. It returns them and how many it left out.
+// operator must see (paused, alerting or held back by their rate), then
+// those with rules in the configuration (and default), then the others,
+// the busiest first within each, and the first by name among equals. It
+// returns them and how many it left out.
 func mostPressing(queues []*jobwatchv1.Queue, bound int, rules jobtype.Rules) ([]*jobwatchv1.Queue, int) {
 	if bound <= 0 {
 		bound = defaultMaxQueues
@@ -161,19 +162,20 @@ func mostPressing(queues []*jobwatchv1.Queue, bound int, rules jobtype.Rules) ([
 	if len(queues) <= bound {
 		return queues, 0
 	}
-	pressing := func(q *jobwatchv1.Queue) bool {
-		_, declared := rules.Queues[q.GetName()]
-		return q.GetPausedAt() != nil || q.GetAlerting() || q.GetRate().GetHeldUntil() != nil || declared
+	// rank: 0 for a queue in trouble or stopped, 1 for one the operator
+	// declared (and default), 2 for any other.
+	rank := func(q *jobwatchv1.Queue) int {
+		if q.GetPausedAt() != nil || q.GetAlerting() || q.GetRate().GetHeldUntil() != nil {
+			return 0
+		}
+		if _, declared := rules.Queues[q.GetName()]; declared || q.GetName() == jobtype.DefaultQueue {
+			return 1
+		}
+		return 2
 	}
 	ranked := slices.Clone(queues)
 	slices.SortStableFunc(ranked, func(a, b *jobwatchv1.Queue) int {
-		if pa, pb := pressing(a), pressing(b); pa != pb {
-			if pa {
-				return -1
-			}
-			return 1
-		}
-		return cmp.Compare(b.GetQueued()+b.GetRunning(), a.GetQueued()+a.GetRunning())
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(b.GetQueued()+b.GetRunning(), a.GetQueued()+a.GetRunning()))
 	})
 	keep := make(map[*jobwatchv1.Queue]bool, bound)
 	for _, q := range ranked[:bound] {

@@ -93,7 +93,7 @@ func queues(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := newFlagSet("queues", stderr)
 	cf.register(fs)
 	fs.IntVar(&tenants, "tenants", 0, "list at most this many `tenants` under each queue, busiest first; 0: the server's default (10); more than 100 lists 100")
-	fs.IntVar(&maxQueues, "max-queues", 0, "list at most this many `queues`, the most pressing (paused, alerting, rate-held or configured, then the busiest); 0: the server's default (500); more than 10000 lists 10000")
+	fs.IntVar(&maxQueues, "max-queues", 0, "list at most this many `queues`, the most pressing (paused, alerting or rate-held, then configured, then the busiest); 0: the server's default (500); more than 10000 lists 10000")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: jobwatch queues [flags]
 
@@ -106,8 +106,8 @@ busiest tenants (an admin token's view). Why a job stays QUEUED:
 docs/OPERATING.md, "A job that stays QUEUED".
 
 Clients name queues, so there may be many: past 500 (--max-queues) the
-list keeps the most pressing (paused, alerting, held back by their rate,
-or configured, then the busiest) and says how many it left out.
+list keeps the most pressing (paused, alerting or held back by their
+rate, then configured, then the busiest) and says how many it left out.
 
 Flags:
 `)

@@ -2446,10 +2446,10 @@ export type ListQueuesRequest = Message<"jobwatch.v1.ListQueuesRequest"> & {
    * How many queues the answer lists at most: 0 means 500, more than
    * 10,000 means 10,000. A queue exists once a job names it, and clients
    * name queues, so there may be many more. Past the bound the answer
-   * keeps first the queues an operator must see (paused, alerting, held
-   * back by their rate, or with rules in the configuration), then the
-   * busiest (most jobs queued and running), and counts the others in
-   * queues_left_out.
+   * keeps first the queues an operator must see (paused, alerting or held
+   * back by their rate), then those with rules in the configuration (and
+   * default), then the others, the busiest (most jobs queued and running)
+   * first within each, and counts the rest in queues_left_out.
    *
    * @generated from field: int32 max_queues = 2;
    */
