@@ -140,17 +140,8 @@ func TestAGzipBombToHealthIsRefusedOnceItInflatesPastTheLimit(t *testing.T) {
 	ts := startServer(t, serverOptions{config: server.Config{MaxRequestBytes: limit}})
 	bomb := gzipBomb()
 	const checkPath = "/grpc.health.v1.Health/Check"
-	envelope := make([]byte, 5+len(bomb))
-	envelope[0] = 1
-	binary.BigEndian.PutUint32(envelope[1:], uint32(len(bomb)))
-	copy(envelope[5:], bomb)
-	for _, tt := range []struct {
-		name        string
-		hc          *http.Client
-		contentType string
-		header      []string
-		body        []byte
-	}{
+	envelope := gzipFlagged(bomb)
+	for _, tt := range []compressedPost{
 		{"gRPC", ts.h2cClient(), "application/grpc", []string{"Grpc-Encoding", "gzip", "Te", "trailers"}, envelope},
 		{"Connect unary", ts.http1Client(), "application/proto", []string{"Content-Encoding", "gzip"}, bomb},
 	} {
@@ -186,13 +177,7 @@ func TestAMessageThatIsNotGzipIsNamedSo(t *testing.T) {
 	ts := startServer(t, serverOptions{})
 	plain := []byte(`{"kind":"k"}`)
 	const submitPath = "/jobwatch.v1.JobService/SubmitJob"
-	for _, tt := range []struct {
-		name        string
-		hc          *http.Client
-		contentType string
-		header      []string
-		body        []byte
-	}{
+	for _, tt := range []compressedPost{
 		{"Connect unary JSON", ts.http1Client(), "application/json", []string{"Content-Encoding", "gzip"}, plain},
 		{"gRPC", ts.h2cClient(), "application/grpc+json", []string{"Grpc-Encoding", "gzip", "Te", "trailers"}, gzipFlagged(plain)},
 		{"gzip cut short", ts.http1Client(), "application/json", []string{"Content-Encoding", "gzip"}, cutShort(plain)},
@@ -208,6 +193,16 @@ func TestAMessageThatIsNotGzipIsNamedSo(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A compressedPost is a request posted as it is, by hand, with its
+// compression named in headers.
+type compressedPost struct {
+	name        string
+	hc          *http.Client
+	contentType string
+	header      []string
+	body        []byte
 }
 
 // cutShort is msg gzipped, less its last bytes: a whole header and a
@@ -264,13 +259,7 @@ func TestACompressionNamedInCapitalsIsRead(t *testing.T) {
 	zw := gzip.NewWriter(&zipped)
 	zw.Write([]byte(`{"kind":"capitals"}`))
 	zw.Close()
-	for _, tt := range []struct {
-		name        string
-		hc          *http.Client
-		contentType string
-		header      []string
-		body        []byte
-	}{
+	for _, tt := range []compressedPost{
 		{"Connect unary JSON", ts.http1Client(), "application/json", []string{"Content-Encoding", "GZIP"}, zipped.Bytes()},
 		{"gRPC", ts.h2cClient(), "application/grpc+json", []string{"Grpc-Encoding", "Gzip", "Te", "trailers"}, gzipFlagged(zipped.Bytes())},
 	} {

@@ -74,14 +74,29 @@ func TestWatchJobLogsThatAreNotReadHoldTheSendBudgetAtMost(t *testing.T) {
 	}
 	// Every stream is either blocked on its first message, holding what
 	// the budget admitted, or refused for want of room; far fewer than 30
-	// fit in the budget.
+	// fit in the budget. What the admitted streams hold is their pages
+	// and one encoding each, counted in the budget; the others, their
+	// call (a refused stream's error waits for the window too). A page (4
+	// MB here) for each stream that fits would be 60 MB at least.
+	checkHeldOnceRefused(t, ts, raw, budget, before, peak, streams, streams-30,
+		fmt.Sprintf("%d zero-window WatchJobLogs of %d lines of %d KiB", streams, lines, lineBytes>>10))
+}
+
+// checkHeldOnceRefused waits until at least refusals of the n streams
+// opened on raw were refused for want of room in the send budget, then
+// checks that the heap holds at most twice the budget and 96 KiB a
+// stream more than before it (peak is its peak since) and that the
+// budget never held more than its limit; streams, in the log, says what
+// the streams were. It closes raw and waits for the budget to empty.
+func checkHeldOnceRefused(t *testing.T, ts *testServer, raw *rawH2, budget int64, before uint64, peak func() uint64, n, refusals int64, streams string) {
+	t.Helper()
 	var refused int64
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, _, _, _, refused = server.SendBudget(ts.srv); refused >= streams-30 {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, _, _, _, refused = server.SendBudget(ts.srv); refused >= refusals {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d streams refused within 20s, want %d", refused, streams, streams-30)
+			t.Fatalf("%d streams refused within 30s, want %d", refused, refusals)
 		}
 	}
 	runtime.GC()
@@ -89,15 +104,11 @@ func TestWatchJobLogsThatAreNotReadHoldTheSendBudgetAtMost(t *testing.T) {
 	max := peak()
 	_, _, peakHeld, _, _ := server.SendBudget(ts.srv)
 	runtime.KeepAlive(raw)
-	t.Logf("%d zero-window WatchJobLogs of %d lines of %d KiB, budget %d MiB: heap %d MB before, %d MB held after, peak %d MB; budget peak %d KiB, %d refused",
-		streams, lines, lineBytes>>10, budget>>20, before>>20, held>>20, max>>20, peakHeld>>10, refused)
-	// What the admitted streams hold is their pages and one encoding
-	// each, counted in the budget; the others, their call (a refused
-	// stream's error waits for the window too). A page (4 MB here) for
-	// each stream that fits would be 60 MB at least.
-	if bound := int64(2*budget + streams*96<<10); held > bound {
+	t.Logf("%s, budget %d MiB: heap %d MB before, %d MB held after, peak %d MB; budget peak %d KiB, %d refused",
+		streams, budget>>20, before>>20, held>>20, max>>20, peakHeld>>10, refused)
+	if bound := 2*budget + n*96<<10; held > bound {
 		t.Errorf("the heap holds %d MB more with %d streams not read, want at most %d MB (twice the %d MiB budget and 96 KiB a stream)",
-			held>>20, streams, bound>>20, budget>>20)
+			held>>20, n, bound>>20, budget>>20)
 	}
 	if peakHeld > budget {
 		t.Errorf("the budget held %d bytes at its peak, over its limit of %d", peakHeld, budget)
@@ -219,29 +230,6 @@ func TestWatchJobsThatAreNotReadHoldTheSendBudgetAtMost(t *testing.T) {
 	// refused for want of room: a batch of 50 of these jobs is about 115
 	// KB, and the budget admits 8 MiB and as much again waiting, so fewer
 	// than 80 hold one.
-	var refused int64
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, _, _, _, refused = server.SendBudget(ts.srv); refused >= streams-80 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d streams refused within 30s, want %d", refused, streams, streams-80)
-		}
-	}
-	runtime.GC()
-	held := int64(heapInUse()) - int64(before)
-	max := peak()
-	_, _, peakHeld, _, _ := server.SendBudget(ts.srv)
-	runtime.KeepAlive(raw)
-	t.Logf("%d zero-window WatchJobs woken by %d jobs of %d KiB, budget %d MiB: heap %d MB before, %d MB held after, peak %d MB; budget peak %d KiB, %d refused",
-		streams, jobs, payloads>>10, budget>>20, before>>20, held>>20, max>>20, peakHeld>>10, refused)
-	if bound := int64(2*budget + streams*96<<10); held > bound {
-		t.Errorf("the heap holds %d MB more with %d streams not read, want at most %d MB (twice the %d MiB budget and 96 KiB a stream)",
-			held>>20, streams, bound>>20, budget>>20)
-	}
-	if peakHeld > budget {
-		t.Errorf("the budget held %d bytes at its peak, over its limit of %d", peakHeld, budget)
-	}
-	raw.conn.Close()
-	waitForBudgetEmpty(t, ts)
+	checkHeldOnceRefused(t, ts, raw, budget, before, peak, streams, streams-80,
+		fmt.Sprintf("%d zero-window WatchJobs woken by %d jobs of %d KiB", streams, jobs, payloads>>10))
 }
