@@ -188,12 +188,13 @@ type TenantWatchOptions struct {
 // repeat a job at a version the client already has (one whose write was
 // in flight as the cursor was taken; the client keeps the higher
 // version), and so may a stream when more than rememberedVersions jobs
-// changed while it read one window, but none is missed. A job that Delete removed is announced by
-// its id (store.JobsDeleted), as long as the store keeps the record of
-// its deletion (as long as it keeps finished jobs); a job deleted by
-// retention is not announced. A token of the earlier, clock-based format ("t1.") starts
-// the stream over, as one without a token does, and so does a token
-// later than the database's changes (store.CursorAhead).
+// changed while it read one window, but none is missed. A job that
+// Delete removed is announced by its id (store.JobsDeleted), as long as
+// the store keeps the record of its deletion (as long as it keeps
+// finished jobs); a job deleted by retention is not announced. A token
+// of the earlier, clock-based format ("t1.") starts the stream over, as
+// one without a token does, and so does a token later than the
+// database's changes (store.CursorAhead).
 //
 // Every read is a store page of at most PageSize jobs (and MaxPageBytes),
 // sent before the next is read, so a stream holds at most one batch of
@@ -370,11 +371,11 @@ type tenantBatch struct {
 // and the jobs with a version not in sent to send, in batches of at most
 // size ids or jobs (a batch of jobs also at most MaxPageBytes), reading
 // the jobs a page of size at a time and sending each page's before the
-// next is read. last is true for the batch that ends the
-// window; when the window's last page brings nothing new after batches
-// of jobs were sent, an empty batch ends it, so that send always learns
-// the end of a window it sent anything of. It returns the versions of
-// the last rememberedVersions jobs it read (to become the next sent).
+// next is read. last is true for the batch that ends the window; when
+// the window's last page brings nothing new after batches of jobs were
+// sent, an empty batch ends it, so that send always learns the end of a
+// window it sent anything of. It returns the versions of the last
+// rememberedVersions jobs it read (to become the next sent).
 func (e *Engine) tenantChanges(ctx context.Context, tenant, batch string, since string, sent map[string]int64, full bool, size int,
 	send func(b tenantBatch, last bool) error) (map[string]int64, error) {
 	// A store refuses a cursor it did not issue as an invalid page token.
