@@ -402,7 +402,7 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 	errs := connect.NewErrorWriter(opts...)
 	others := []string{healthCheckProcedure, healthWatchProcedure, healthListProcedure,
 		reflectV1 + "ServerReflectionInfo", reflectV1Alpha + "ServerReflectionInfo"}
-	var h http.Handler = s.refuseTokensEarly(errs, lowerEncodings(s.checkEnvelopes(explainMediaType(checkTimeoutHeaders(errs, unknownProcedure(errs, others, mux))))))
+	var h http.Handler = s.refuseTokensEarly(errs, s.checkEnvelopes(explainMediaType(checkTimeoutHeaders(errs, unknownProcedure(errs, others, mux)))))
 	if !cfg.AnyHost {
 		s.hosts = newHostCheck(cfg.AllowedHosts, s.metrics, s.log, opts)
 		h = s.hosts.handler(h)
