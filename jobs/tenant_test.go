@@ -201,8 +201,11 @@ func TestWatchTenantRefusesBadInput(t *testing.T) {
 func TestWatchTenantSendsKeepalivesAndEndsAtItsDeadline(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
 	out := newBatches()
+	// A second's lifetime: the first batch's reads took most of 200 ms
+	// on a loaded machine against PostgreSQL, leaving room for one
+	// keepalive.
 	err := e.WatchTenant(context.Background(), "acme", jobs.TenantWatchOptions{
-		Deadline:  time.Now().Add(200 * time.Millisecond),
+		Deadline:  time.Now().Add(time.Second),
 		Keepalive: 30 * time.Millisecond,
 		Send:      out.send,
 	})

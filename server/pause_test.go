@@ -59,6 +59,22 @@ func TestAPausedQueueParksClaimsUntilResumedAndStaysPausedAcrossARestart(t *test
 			admin, worker := ts.clientsWithToken(p, adminToken), ts.clientsWithToken(p, workerToken)
 			queue := "reports-" + strings.NewReplacer(" ", "-", "/", "-", ".", "-").Replace(p.name)
 			first := submit(t, admin, &jobwatchv1.SubmitJobRequest{Tenant: "acme", Kind: "report", Queue: queue})
+			// ListQueues may answer from a read up to ten times as old as
+			// that read took (listQueuesReuse), and the pause answers with
+			// the queue's row: wait until a read has the job, as an operator
+			// who sees it before pausing does.
+			waitUntil(t, "ListQueues to count the job queued", func() bool {
+				list, err := admin.queues.ListQueues(ctxTimeout(t, 5*time.Second), &jobwatchv1.ListQueuesRequest{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, q := range list.GetQueues() {
+					if q.GetName() == queue {
+						return q.GetQueued() == 1
+					}
+				}
+				return false
+			})
 
 			paused, err := admin.queues.PauseQueue(ctxTimeout(t, 5*time.Second), &jobwatchv1.PauseQueueRequest{Queue: queue})
 			if err != nil {

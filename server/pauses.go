@@ -53,9 +53,11 @@ func (h *queueService) pauseError(ctx context.Context, op string, err error) err
 	return h.s.toConnectError(ctx, op, err)
 }
 
-// queueRow is queue's row as ListQueues answers it.
+// queueRow is queue's row as ListQueues answers it, from the most
+// queues it lists: a queue just resumed is no longer among the most
+// pressing.
 func (h *queueService) queueRow(ctx context.Context, queue string) (*jobwatchv1.Queue, error) {
-	list, err := h.ListQueues(ctx, &jobwatchv1.ListQueuesRequest{})
+	list, err := h.ListQueues(ctx, &jobwatchv1.ListQueuesRequest{MaxQueues: maxMaxQueues})
 	if err != nil {
 		return nil, err
 	}
