@@ -247,6 +247,9 @@ type Engine struct {
 	leaseWriter leaseWriter
 	// deadlines are the caps of parked calls, shared (deadlines.go).
 	deadlines *deadlines
+	// changeReads shares the reads of WatchTenant's windows among a
+	// tenant's streams (changereads.go).
+	changeReads changeReads
 	// heldWakes are other replicas' queued jobs waiting to wake a
 	// claimer here (listen.go).
 	heldWakes heldWakes

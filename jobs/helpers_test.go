@@ -39,7 +39,7 @@ func openSharedStores(t *testing.T) (a, b store.Store) {
 	return testdb.OpenT(t, db), testdb.OpenT(t, db)
 }
 
-func newEngineOver(t *testing.T, st store.Store, cfg jobs.Config) *jobs.Engine {
+func newEngineOver(t testing.TB, st store.Store, cfg jobs.Config) *jobs.Engine {
 	t.Helper()
 	if cfg.RetryInitialBackoff == 0 {
 		cfg.RetryInitialBackoff = time.Millisecond

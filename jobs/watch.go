@@ -173,6 +173,13 @@ type TenantWatchOptions struct {
 	// what the last batch said while a burst of changes takes several
 	// batches: a client keeps the last non-empty token.
 	Send func(jobs []jobtype.Job, deleted []string, resumeToken string) error
+	// SendShared, if set, sends in place of Send a batch of jobs that
+	// other streams of the tenant send as well: the same jobs of a page
+	// read once for all of them (changeReads), with the same token. memo
+	// returns what build returned for the first of them, so that the
+	// batch is made ready for the wire once; nobody may modify it, or
+	// jobs.
+	SendShared func(jobs []jobtype.Job, resumeToken string, memo func(build func() any) any) error
 }
 
 // WatchTenant sends batches of a tenant's changed jobs until the
@@ -277,11 +284,12 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 			if err != nil {
 				return wrap("watch tenant", "", err)
 			}
+			ended := time.Now() // next is taken: a read that begins now has the window
 			// Until the last batch is sent a resume must read this window
 			// again: only the last batch advances the client's token.
 			token, nextToken := encodeTenantToken(cursor), encodeTenantToken(next)
 			first := true
-			all, err := e.tenantChanges(ctx, tenant, o.Batch, cursor, sent, o.Full, size,
+			all, err := e.tenantChanges(ctx, tenant, o.Batch, cursor, next, ended, sent, o.Full, size,
 				func(b tenantBatch, last bool) error {
 					if first && woken && len(b.jobs) > 0 {
 						e.woke("watch", newestUpdate(b.jobs))
@@ -291,6 +299,9 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 						token = nextToken
 					}
 					keepalive.reset()
+					if b.memo != nil && o.SendShared != nil {
+						return o.SendShared(b.jobs, token, b.memo)
+					}
 					return o.Send(b.jobs, b.deleted, token)
 				})
 			if err != nil {
@@ -360,15 +371,20 @@ type jobVersion struct {
 	version int64
 }
 
-// A tenantBatch is what one Send of WatchTenant carries.
+// A tenantBatch is what one Send of WatchTenant carries; memo, when not
+// nil, is shared by every stream that sends the same batch (SendShared).
 type tenantBatch struct {
 	jobs    []jobtype.Job
 	deleted []string
+	memo    func(build func() any) any
 }
 
 // tenantChanges pages through the ids of tenant's jobs deleted after
-// since and every job of tenant (of batch, if not "") changed after since, and passes the ids
-// and the jobs with a version not in sent to send, in batches of at most
+// since and every job of tenant (of batch, if not "") changed after since,
+// in reads that began after ended, when the window's end cursor end had
+// been taken (shared with the streams reading the same pages:
+// changeReads), and passes the ids and the jobs
+// with a version not in sent to send, in batches of at most
 // size ids or jobs (a batch of jobs also at most MaxPageBytes), reading
 // the jobs a page of size at a time and sending each page's before the
 // next is read. last is true for the batch that ends the window; when
@@ -376,7 +392,7 @@ type tenantBatch struct {
 // sent, an empty batch ends it, so that send always learns the end of a
 // window it sent anything of. It returns the versions of the last
 // rememberedVersions jobs it read (to become the next sent).
-func (e *Engine) tenantChanges(ctx context.Context, tenant, batch string, since string, sent map[string]int64, full bool, size int,
+func (e *Engine) tenantChanges(ctx context.Context, tenant, batch, since, end string, ended time.Time, sent map[string]int64, full bool, size int,
 	send func(b tenantBatch, last bool) error) (map[string]int64, error) {
 	// A store refuses a cursor it did not issue as an invalid page token.
 	bad := func(err error, pageToken string) error {
@@ -400,7 +416,7 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch string, since 
 
 	d := store.DeletedFilter{Tenant: tenant, Since: since, Limit: size}
 	for {
-		ids, next, err := e.store.JobsDeleted(ctx, d)
+		ids, next, err := e.deletedJobs(ctx, d, end, ended)
 		if err != nil {
 			return nil, bad(err, d.PageToken)
 		}
@@ -424,18 +440,16 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch string, since 
 	at := 0 // where the next job read goes once tail is full
 	f := store.ListFilter{Tenant: tenant, Batch: batch, ChangedSince: since, Limit: size, Full: full, MaxBytes: MaxPageBytes}
 	for {
-		jobs, next, err := e.store.ListJobs(ctx, f)
+		page, err := e.changedJobs(ctx, f, end, ended)
 		if err != nil {
 			return nil, bad(err, f.PageToken)
 		}
-		// The jobs not sent yet, kept in the page's own array: every
-		// stream of a tenant that a burst of changes woke holds a page
-		// while its client reads.
-		fresh := jobs[:0]
+		jobs, next := page.jobs, page.next
+		fresh := unsent(jobs, sent)
+		// A page sent whole sends the batches every stream with the
+		// same window sends: their wire form can be shared.
+		whole := len(fresh) == len(jobs)
 		for _, j := range jobs {
-			if j.Version > sent[j.ID] {
-				fresh = append(fresh, j)
-			}
 			v := jobVersion{j.ID, max(j.Version, sent[j.ID])}
 			if len(tail) < rememberedVersions {
 				tail = append(tail, v)
@@ -446,12 +460,20 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch string, since 
 		if len(fresh) > 0 {
 			err = flush()
 		}
-		for len(fresh) > 0 && err == nil {
-			n := min(size, len(fresh))
-			last := next == "" && n == len(fresh)
-			err = send(tenantBatch{jobs: fresh[:n]}, last)
+		for at := 0; at < len(fresh) && err == nil; {
+			n := min(size, len(fresh)-at)
+			last := next == "" && at+n == len(fresh)
+			b := tenantBatch{jobs: fresh[at : at+n]}
+			if whole {
+				span := batchSpan{at: at, n: n}
+				if last {
+					span.end = end
+				}
+				b.memo = page.memo(span)
+			}
+			err = send(b, last)
 			open = !last
-			fresh = fresh[n:]
+			at += n
 		}
 		if err != nil {
 			return nil, err
@@ -474,6 +496,25 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch string, since 
 		}
 		f.PageToken = next
 	}
+}
+
+// unsent returns the jobs of page with a version not in sent: page
+// itself when that is all of them (the page is shared with other streams,
+// and is not written to), or a copy of those.
+func unsent(page []jobtype.Job, sent map[string]int64) []jobtype.Job {
+	for i, j := range page {
+		if j.Version > sent[j.ID] {
+			continue
+		}
+		fresh := append(make([]jobtype.Job, 0, len(page)-1), page[:i]...)
+		for _, j := range page[i+1:] {
+			if j.Version > sent[j.ID] {
+				fresh = append(fresh, j)
+			}
+		}
+		return fresh
+	}
+	return page
 }
 
 func newestUpdate(jobs []jobtype.Job) time.Time {

@@ -434,6 +434,13 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 			}
 			return stream.Send(&jobwatchv1.WatchJobsResponse{Jobs: pjs, ResumeToken: resumeToken, DeletedJobIds: deleted})
 		},
+		SendShared: func(js []jobtype.Job, resumeToken string, memo func(func() any) any) error {
+			w := memo(func() any { return s.sharedWatchJobs(js, resumeToken) }).(wireBatch)
+			if w.err != nil {
+				return w.err
+			}
+			return stream.Send(w.msg) // shared with every stream of the tenant that sends this batch
+		},
 	})
 	return s.toConnectError(ctx, "watch jobs", err)
 }

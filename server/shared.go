@@ -31,7 +31,9 @@ import (
 // What is shared holds nothing of the caller: a WaitJobResponse and a
 // WatchJobResponse carry only the job, and every call that parks on a job
 // has passed checkClientJob for it (or submitted it) before it parks, so
-// all who receive a job's shared message may see the job.
+// all who receive a job's shared message may see the job. A WatchJobs
+// batch is shared the same way among the streams of the tenant whose
+// jobs it holds (sharedWatchJobs).
 
 // wireSnapshot is a snapshot's wire form, built once per snapshot.
 type wireSnapshot struct {
@@ -68,6 +70,28 @@ func (s *Server) wireFor(snap *jobs.Snapshot) *wireSnapshot {
 		}
 		return w
 	}).(*wireSnapshot)
+}
+
+// wireBatch is a WatchJobs batch's wire form, built once for every
+// stream of the tenant that sends it (jobs.TenantWatchOptions.SendShared).
+type wireBatch struct {
+	msg *jobwatchv1.WatchJobsResponse
+	err error // a stored payload or result is not JSON
+}
+
+// sharedWatchJobs builds the WatchJobs answer of a batch many streams of
+// one tenant send, registered with the codecs: a burst of changes that
+// wakes 2,500 streams of a tenant converted, encoded and compressed each
+// batch 2,500 times. Every stream that receives it watches the tenant
+// whose jobs it holds, in the same view.
+func (s *Server) sharedWatchJobs(js []jobtype.Job, resumeToken string) wireBatch {
+	pjs, err := wire.Jobs(js)
+	if err != nil {
+		return wireBatch{err: err}
+	}
+	msg := &jobwatchv1.WatchJobsResponse{Jobs: pjs, ResumeToken: resumeToken}
+	share(&s.shared, msg)
+	return wireBatch{msg: msg}
 }
 
 // wireFormat is an encoding the codecs produce: the two JSON codec names
@@ -190,6 +214,8 @@ func (r *sharedResponses) lookup(msg any) *sharedResponse {
 	case *jobwatchv1.WatchJobResponse:
 		key = uintptr(unsafe.Pointer(m))
 	case *jobwatchv1.WaitJobsResponse:
+		key = uintptr(unsafe.Pointer(m))
+	case *jobwatchv1.WatchJobsResponse:
 		key = uintptr(unsafe.Pointer(m))
 	default:
 		return nil

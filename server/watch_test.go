@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/server"
@@ -252,4 +253,79 @@ func TestWatchJobsStreamsATenantsJobsAsTheyChange(t *testing.T) {
 		}
 	}
 	t.Fatalf("stream ended (%v) before the new job arrived", stream.Err())
+}
+
+// TestATenantsStreamsShareTheBatchesOfABurst opens WatchJobs streams of
+// one tenant over two wire formats, then submits 120 jobs of the tenant
+// at once. Every stream gets every job once, as ListJobs reads it, and a
+// token that ends the window; the batches that the streams send alike
+// are encoded once for many of them (every stream would encode three of
+// its own otherwise).
+func TestATenantsStreamsShareTheBatchesOfABurst(t *testing.T) {
+	ts := startServer(t, serverOptions{config: server.Config{Keepalive: -1}})
+	c := ts.h2c()
+	const each, burst = 8, 120
+	ctx, disconnect := context.WithTimeout(context.Background(), time.Minute)
+	defer func() {
+		disconnect()
+		ts.waitForGauge("jobwatch_open_watches", 0)
+	}()
+	var streams []*connect.ServerStreamForClient[jobwatchv1.WatchJobsResponse]
+	for _, pc := range []clients{c, ts.clients(ts.http1Client(), connect.WithProtoJSON())} {
+		for range each {
+			s, err := pc.jobs.WatchJobs(ctx, &jobwatchv1.WatchJobsRequest{Tenant: "acme"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !s.Receive() || s.Msg().GetResumeToken() == "" {
+				t.Fatalf("no first batch with a token: %v", s.Err())
+			}
+			streams = append(streams, s)
+		}
+	}
+	before := server.SharedEncodes(ts.srv)
+
+	reqs := make([]*jobwatchv1.SubmitJobRequest, burst)
+	for i := range reqs {
+		reqs[i] = &jobwatchv1.SubmitJobRequest{Kind: "burst", Tenant: "acme", Payload: mustValue(t, map[string]any{"n": i})}
+	}
+	if _, err := c.jobs.SubmitJobs(ctx, &jobwatchv1.SubmitJobsRequest{Jobs: reqs}); err != nil {
+		t.Fatal(err)
+	}
+	listed, err := c.jobs.ListJobs(ctx, &jobwatchv1.ListJobsRequest{Tenant: "acme", PageSize: burst})
+	if err != nil || len(listed.GetJobs()) != burst {
+		t.Fatalf("ListJobs = %d jobs, %v; want %d", len(listed.GetJobs()), err, burst)
+	}
+	want := map[string]*jobwatchv1.Job{}
+	for _, j := range listed.GetJobs() {
+		want[j.GetId()] = j
+	}
+	for i, s := range streams {
+		seen := map[string]bool{}
+		token := ""
+		for len(seen) < burst || token == "" {
+			if !s.Receive() {
+				t.Fatalf("stream %d ended after %d jobs: %v", i, len(seen), s.Err())
+			}
+			for _, j := range s.Msg().GetJobs() {
+				if seen[j.GetId()] {
+					t.Fatalf("stream %d sent %s twice", i, j.GetId())
+				}
+				seen[j.GetId()] = true
+				if !proto.Equal(j, want[j.GetId()]) {
+					t.Fatalf("stream %d sent\n%v\nListJobs reads\n%v", i, j, want[j.GetId()])
+				}
+			}
+			token = s.Msg().GetResumeToken()
+			if len(seen) < burst {
+				token = ""
+			}
+		}
+	}
+	got := server.SharedEncodes(ts.srv)
+	for _, f := range []string{"proto", "json"} {
+		if n := got[f] - before[f]; n < 3 || n >= each*3 {
+			t.Errorf("%s: the burst's batches were encoded %d times for %d streams; want them shared (at least 3, fewer than %d)", f, n, each, each*3)
+		}
+	}
 }
