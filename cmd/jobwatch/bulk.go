@@ -188,6 +188,9 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 		return err
 	case want == 0 && len(pos) > 0:
 		return usageError{fmt.Sprintf("%s takes one job's ID or filter flags, not both", name)}
+	case want == 1 && len(pos) > 1 && bulk != nil && allJobIDs(pos):
+		return usageError{fmt.Sprintf("usage: %s ID [flags]: it takes one job's ID, and %q are more: run it once for each job, "+
+			"or select the jobs with filter flags (--queue, --kind, --state, --created-before, --batch); jobwatch help %s says more", fs.Name(), pos[1:], name)}
 	case want == 1 && len(pos) > 1:
 		return tooManyArgs(fs.Name()+" ID [flags]", pos[1:])
 	case want == 1 && len(pos) != 1 && bulk != nil:

@@ -253,9 +253,23 @@ func parseArgs(fs *flag.FlagSet, args []string, want int, names string) ([]strin
 }
 
 // tooManyArgs refuses the arguments extra beyond what usage takes,
-// naming them: often a value with spaces that the shell split.
+// naming them: often a value with spaces that the shell split, or more
+// job IDs to a command that takes one.
 func tooManyArgs(usage string, extra []string) error {
+	if allJobIDs(extra) {
+		return usageError{fmt.Sprintf("usage: %s: it takes one job's ID, and %q are more: run it once for each job", usage, extra)}
+	}
 	return usageError{fmt.Sprintf("usage: %s: %q is more than it takes (quote a value with spaces)", usage, extra)}
+}
+
+// allJobIDs reports whether every argument looks like a job's ID.
+func allJobIDs(args []string) bool {
+	for _, a := range args {
+		if !strings.HasPrefix(a, "j_") || strings.ContainsAny(a, " \t") {
+			return false
+		}
+	}
+	return true
 }
 
 // withoutValues is the job in err if err is a *client.UndecodableJobError

@@ -263,7 +263,9 @@ func TestUsageErrorsExit2(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"get", "j_1", "j_2"}, `["j_2"] is more than it takes (quote a value with spaces)`},
+		{[]string{"get", "j_1", "j_2"}, `it takes one job's ID, and ["j_2"] are more: run it once for each job`},
+		{[]string{"cancel", "j_1", "j_2", "j_3"}, `["j_2" "j_3"] are more: run it once for each job, or select the jobs with filter flags`},
+		{[]string{"submit", "resize", "cat", "photo.png"}, `["cat" "photo.png"] is more than it takes (quote a value with spaces)`},
 		{[]string{"submit", "resize", "--payload", "cat.png"}, `a string is JSON in double quotes: --payload '"cat.png"'`},
 		{[]string{"worker", "--kind", "resize"}, "worker needs --exec COMMAND"},
 		{[]string{"worker", "--exec", "true"}, "worker needs --kind KIND"},

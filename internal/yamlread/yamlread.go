@@ -137,8 +137,31 @@ func syntaxError(path string, data []byte, err error) error {
 	}
 	// A scanner error's line may be one past the line it began on.
 	line, column := locate(data, withoutLine(msg), from-1)
-	reason := withoutLine(msg)
-	return &Error{Path: path, Line: line, Column: column, Reason: "not valid YAML: " + unquoted(reason)}
+	reason := "not valid YAML: " + unquoted(withoutLine(msg))
+	if c := unquotedMark(data, line); c != 0 {
+		reason += fmt.Sprintf("; a value that begins with %q is YAML syntax unless it is quoted, as a cron expression must be: cron: \"*/5 * * * *\"", c)
+	}
+	return &Error{Path: path, Line: line, Column: column, Reason: reason}
+}
+
+// unquotedMarkRE is a key whose value begins with a character that YAML
+// reads as syntax (an alias, a reserved mark), not as text.
+var unquotedMarkRE = regexp.MustCompile(`^\s*(?:-\s+)?[\w.-]+:\s+([*@` + "`" + `])`)
+
+// unquotedMark returns that character if line n of data (from 1) gives a
+// key such a value, or 0.
+func unquotedMark(data []byte, n int) byte {
+	if n < 1 {
+		return 0
+	}
+	lines := bytes.SplitN(data, []byte("\n"), n+1)
+	if len(lines) < n {
+		return 0
+	}
+	if m := unquotedMarkRE.FindSubmatch(lines[n-1]); m != nil {
+		return m[1][0]
+	}
+	return 0
 }
 
 // locate finds the line and column at which the parser first refuses

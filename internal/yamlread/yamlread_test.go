@@ -25,6 +25,8 @@ func TestASyntaxErrorIsReportedAtItsLineAndColumn(t *testing.T) {
 		{"an unknown escape in a quoted string", "a: 1\nb: \"\\q\"\n", "f.yaml:2:5: not valid YAML: found unknown escape character"},
 		{"an alias to no anchor, named on line 2", "a: &x 1\nb: *secret_name\n", "f.yaml:2:"},
 		{"a mistake in a second document", "a: 1\n---\nb: [\n", "f.yaml:3:"},
+		{"a cron expression not quoted", "schedules:\n  nightly:\n    cron: */5 * * * *\n",
+			`f.yaml:3:11: not valid YAML: did not find expected alphabetic or numeric character; a value that begins with '*' is YAML syntax unless it is quoted, as a cron expression must be: cron: "*/5 * * * *"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -15,13 +15,13 @@ const file = process.argv[3] ?? "cat.png";
 
 let job: Job;
 try {
-  job = await client.submitJob({ kind, payload: file, uniqueKey: `resize ${file}` });
+  job = await client.submitJob({ kind, payload: file, uniqueKey: `${kind} ${file}` });
   console.log(`submitted ${job.id}`);
 } catch (err) {
   if (!(err instanceof AlreadyActiveError)) {
     throw err;
   }
-  // The same file is being resized already: follow that job instead.
+  // The same job of this file is active already: follow it instead.
   console.log(`already active as ${err.activeJobId}`);
   job = await client.getJob(err.activeJobId);
 }

@@ -73,5 +73,12 @@ const worker = new Worker({
   },
 });
 console.log(`worker ${worker.id} running ${prefix}resize, ${prefix}flaky and ${prefix}sleep`);
-await worker.run();
+try {
+  await worker.run();
+} catch (err) {
+  // The server refused the claims for good: a token it does not know,
+  // or kinds the token may not claim. Its words say which.
+  console.error(`worker ${worker.id} stopped: ${(err as Error).message}`);
+  process.exit(1);
+}
 console.log(`worker ${worker.id} stopped`);

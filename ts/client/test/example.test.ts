@@ -137,7 +137,7 @@ test("the example client follows a job to its result, and follows the active job
   const prefix = `${uniqueKind("client")}.`;
   const file = `${prefix}cat.png`;
   // A job for the file is active before the client runs: no worker yet.
-  const active = await client.submitJob({ kind: `${prefix}resize`, payload: file, uniqueKey: `resize ${file}` });
+  const active = await client.submitJob({ kind: `${prefix}resize`, payload: file, uniqueKey: `${prefix}resize ${file}` });
   const following = new ExampleClient([`${prefix}resize`, file]);
   await eventually("the client to follow the active job", () => following.stdout.includes("\nqueued 0%"));
   assert.equal(following.stdout.split("\n")[0], `already active as ${active.id}`);
