@@ -380,11 +380,11 @@ type tenantBatch struct {
 }
 
 // tenantChanges pages through the ids of tenant's jobs deleted after
-// since and every job of tenant (of batch, if not "") changed after since,
-// in reads that began after ended, when the window's end cursor end had
-// been taken (shared with the streams reading the same pages:
-// changeReads), and passes the ids and the jobs
-// with a version not in sent to send, in batches of at most
+// since and every job of tenant (of batch, if not "") changed after
+// since, in reads that began after the window's end cursor end was taken
+// (at ended; reads shared with the streams reading the same pages:
+// changeReads), and passes the ids and the jobs with a version not in
+// sent to send, in batches of at most
 // size ids or jobs (a batch of jobs also at most MaxPageBytes), reading
 // the jobs a page of size at a time and sending each page's before the
 // next is read. last is true for the batch that ends the window; when
@@ -460,12 +460,12 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch, since, end st
 		if len(fresh) > 0 {
 			err = flush()
 		}
-		for at := 0; at < len(fresh) && err == nil; {
-			n := min(size, len(fresh)-at)
-			last := next == "" && at+n == len(fresh)
-			b := tenantBatch{jobs: fresh[at : at+n]}
+		for from := 0; from < len(fresh) && err == nil; {
+			n := min(size, len(fresh)-from)
+			last := next == "" && from+n == len(fresh)
+			b := tenantBatch{jobs: fresh[from : from+n]}
 			if whole {
-				span := batchSpan{at: at, n: n}
+				span := batchSpan{at: from, n: n}
 				if last {
 					span.end = end
 				}
@@ -473,7 +473,7 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch, since, end st
 			}
 			err = send(b, last)
 			open = !last
-			at += n
+			from += n
 		}
 		if err != nil {
 			return nil, err
