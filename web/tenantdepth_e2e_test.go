@@ -55,6 +55,10 @@ func TestTheQueuePanelShowsEachQueuesBusiestTenants(t *testing.T) {
 	const tenants = `tr[data-tenants-of="reports"]`
 	p.waitFor("the queue's button saying how many tenants have work in it, and its tenants closed",
 		textIs(queue+" .tenants-toggle", "13 tenants")+` && document.querySelector(`+fmt.Sprintf("%q", tenants)+`).hidden`)
+	// The default tenant, where the page opens, has no jobs: the list
+	// names the tenants that have.
+	p.waitFor("the empty list naming the busiest tenants", textIs("#jobs-empty",
+		"No jobs for this tenant yet. Tenants with jobs in the queues: acme, globex, t01, t02, t03, and more. Type one in the Tenant field to see its jobs."))
 	p.click("open the queue's tenants", queue+" .tenants-toggle")
 	// rows is a JS expression: the tenants' rows as "tenant queued running".
 	rows := `[...document.querySelectorAll(` + fmt.Sprintf("%q", tenants+" tbody tr") + `)].map(r => [...r.cells].slice(0, 3).map(c => c.textContent).join(" "))`

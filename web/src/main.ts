@@ -19,7 +19,7 @@ import { aboutJob } from "./format";
 import { JobFeed, type FeedStatus } from "./feed";
 import { filterLabel, jobLink, linkedJobFromURL, matches, stateFilterFromURL, stateFilters, statesOf, urlWithoutJob, urlWithState, type StateFilter } from "./filter";
 import { JobState, JobView, type Job, type Queue } from "./gen/jobwatch/v1/jobwatch_pb";
-import { queuesLeftOutText, waitingReason } from "./queues";
+import { otherTenantsText, queuesLeftOutText, waitingReason } from "./queues";
 import { LogPane } from "./logview";
 import { isTerminal, JobBook, stateName, summaryOf } from "./model";
 import { initialTenant, rememberTenant, tenantKey, tenantReason } from "./tenant";
@@ -279,7 +279,15 @@ function emptyText(): string {
   if (stateFilter !== "all") {
     return batch === "" ? `No ${filterLabel(stateFilter)} jobs for this tenant.` : `No ${filterLabel(stateFilter)} jobs in batch “${batch}”.`;
   }
-  return batch === "" ? "No jobs for this tenant yet." : `No jobs in batch “${batch}” yet.`;
+  if (batch !== "") {
+    return `No jobs in batch “${batch}” yet.`;
+  }
+  // An admin (or anyone, on a server without tokens) lands on the
+  // default tenant, where there may be nothing while other tenants' jobs
+  // fill the queues.
+  const anyTenant = access.kind === "open" || (access.kind === "token" && access.role === "admin");
+  const others = anyTenant ? otherTenantsText(queuesKnown.values(), shownTenant() || "default") : "";
+  return others === "" ? "No jobs for this tenant yet." : `No jobs for this tenant yet. ${others}`;
 }
 
 // tenantLabel names the tenant on screen for a sentence.
@@ -777,6 +785,14 @@ const statusText: Record<FeedStatus["kind"], string> = {
   refused: "not watching",
 };
 
+// showEmptyText says what the job list says while it has no job (it is
+// hidden while it has one).
+function showEmptyText(): void {
+  // Nothing could be read: the list is not "no jobs yet".
+  const blocked = feedStatus.kind === "unauthenticated" || feedStatus.kind === "denied" || feedStatus.kind === "refused";
+  setText(jobsEmpty, blocked ? "Nothing shown: see the message above." : emptyText());
+}
+
 function showStatus(s: FeedStatus): void {
   feedStatus = s;
   if (s.kind === "live") {
@@ -795,9 +811,7 @@ function showStatus(s: FeedStatus): void {
   }
   setData(statusEl, "status", s.kind);
   setText(statusEl, s.kind === "unauthenticated" && savedToken() !== "" ? "token refused" : statusText[s.kind]);
-  // Nothing could be read: the list is not "no jobs yet".
-  const blocked = s.kind === "unauthenticated" || s.kind === "denied" || s.kind === "refused";
-  setText(jobsEmpty, blocked ? "Nothing shown: see the message above." : emptyText());
+  showEmptyText();
   if (s.kind === "unauthenticated" || s.kind === "denied") {
     tokenForm.hidden = false;
     tokenInput.focus();
@@ -1364,6 +1378,7 @@ async function pollQueues(): Promise<void> {
       queueShown = call;
       queuesKnown = new Map(res.queues.map((q) => [q.name, q]));
       queues.render(res.queues, Date.now());
+      showEmptyText(); // it may name the tenants with work
       setText(note, queuesLeftOutText(res.queues.length, res.queuesLeftOut));
       serverAnswered();
     }

@@ -195,3 +195,35 @@ export function waitingReason(state: JobState, q: Queue | undefined, nowMs: numb
   }
   return "";
 }
+
+// otherTenantsText points an admin looking at a tenant with no jobs to
+// the tenants the queue panel shows with work: "Tenants with jobs in the
+// queues: acme, globex. Type one in the Tenant field." The queues list
+// each queue's busiest tenants only, so it names those, busiest first, at
+// most max, and says "and more" where a queue left some out; "" when
+// none but shown has any.
+export function otherTenantsText(queues: Iterable<Queue>, shown: string, max = 5): string {
+  const load = new Map<string, bigint>();
+  let leftOut = false;
+  for (const q of queues) {
+    leftOut ||= q.tenantsLeftOut > 0;
+    for (const d of q.tenants) {
+      if (d.tenant !== shown) {
+        load.set(d.tenant, (load.get(d.tenant) ?? 0n) + d.queued + d.running);
+      }
+    }
+  }
+  const names = [...load.entries()]
+    .sort((a, b) => (a[1] === b[1] ? a[0].localeCompare(b[0]) : a[1] > b[1] ? -1 : 1))
+    .map(([name]) => name);
+  if (names.length === 0) {
+    return "";
+  }
+  let listed = names.slice(0, max).join(", ");
+  if (leftOut) {
+    listed += ", and more";
+  } else if (names.length > max) {
+    listed += `, and ${names.length - max} more`;
+  }
+  return `Tenants with jobs in the queues: ${listed}. Type one in the Tenant field to see its jobs.`;
+}

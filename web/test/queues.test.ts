@@ -6,7 +6,7 @@ import { create } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
 import { periodText } from "../src/format";
 import { JobState, QueueDepthSchema, QueueMode, QueueRateSchema, QueueSchema, ScheduleSchema } from "../src/gen/jobwatch/v1/jobwatch_pb";
-import { alertingText, depthWindowMs, drainedText, hourMinute, lasted, leftOutText, modeText, nextRun, rateText, spark, tenantLines, tenantsLabel, queuesLeftOutText, waitingReason } from "../src/queues";
+import { alertingText, depthWindowMs, drainedText, hourMinute, lasted, leftOutText, modeText, nextRun, otherTenantsText, rateText, spark, tenantLines, tenantsLabel, queuesLeftOutText, waitingReason } from "../src/queues";
 
 const t0 = Date.UTC(2030, 0, 2, 3, 0, 0);
 
@@ -136,4 +136,16 @@ test("the queue panel says how many queues ListQueues left out, and counts read 
   assert.match(queuesLeftOutText(500, 49_503), /^49,503 more queues are not shown: these are the 500 most pressing/);
   const q = create(QueueSchema, { name: "bulk", tenants: [{ tenant: "acme", queued: 1_000_300n, running: 12n }] });
   assert.deepEqual(tenantLines(q).map((l) => [l.queued, l.running]), [["1,000,300", "12"]]);
+});
+
+test("an admin on a tenant with no jobs is pointed to the busiest tenants the queues show", () => {
+  const queues = [
+    create(QueueSchema, { name: "bulk", tenants: [{ tenant: "acme", queued: 100_000n }, { tenant: "globex", queued: 10n, running: 2n }] }),
+    create(QueueSchema, { name: "mail", tenants: [{ tenant: "globex", queued: 200_000n }, { tenant: "default", queued: 0n, running: 1n }] }),
+  ];
+  assert.equal(otherTenantsText(queues, "default"), "Tenants with jobs in the queues: globex, acme. Type one in the Tenant field to see its jobs.");
+  assert.equal(otherTenantsText(queues, "globex", 1), "Tenants with jobs in the queues: acme, and 1 more. Type one in the Tenant field to see its jobs.");
+  assert.equal(otherTenantsText([create(QueueSchema, { name: "idle" })], "default"), "");
+  const crowded = create(QueueSchema, { name: "crowded", tenants: [{ tenant: "acme", queued: 5n }], tenantsLeftOut: 40 });
+  assert.equal(otherTenantsText([crowded], "default"), "Tenants with jobs in the queues: acme, and more. Type one in the Tenant field to see its jobs.");
 });
