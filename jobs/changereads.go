@@ -13,8 +13,8 @@ import (
 // tenant's streams. A burst of changes wakes every stream of the tenant
 // at once, and streams that took the same cursors read the same pages:
 // 500 streams and 4,000 changed jobs were 54,000 reads of 50 jobs
-// (BenchmarkWatchTenantBurst), and 2,500 streams kept the server busy
-// for minutes, every other caller waiting behind them. Now a page is
+// (BenchmarkWatchTenantBurst), and 2,500 streams over the wire took the
+// server four minutes and 300 s of CPU (docs/BENCHMARKS.md). Now a page is
 // read once for every stream that asks for it while it is read or within
 // changeReadLinger after, and each stream filters it by what it has sent
 // itself.
