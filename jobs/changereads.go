@@ -20,14 +20,15 @@ import (
 // itself.
 //
 // A stream joins only a read that began after it took its window's end
-// cursor (store.ChangeCursor), or after another stream took the same
-// cursor: whatever its window must hold (the writes committed before the
-// database's changes reached that cursor) had been committed by then, so
-// the read has it. The read may also have changes after the cursor,
-// which the next window reads again, and which the stream sends once (it
-// keeps the higher version). So streams whose cursors differ (on
-// PostgreSQL a cursor holds the oldest transaction in flight, which
-// moves as other sessions work) share reads as well.
+// cursor (store.ChangeCursor), and so after it took its signal (a change
+// committed before then woke it, or it would not be looking, and one
+// committed after signals it again): the read has every change the
+// stream looks for, and maybe changes after its end cursor, which the
+// next window reads again and which the stream sends once (it keeps the
+// higher version). A read that began earlier is not joined even when its
+// stream took the same cursor: on PostgreSQL a cursor holds the oldest
+// transaction in flight, and a younger one may commit, and signal, with
+// the cursor unchanged.
 type changeReads struct {
 	mu    sync.Mutex
 	pages map[changeKey]*changePage
@@ -47,10 +48,7 @@ type changeKey struct {
 // A changePage is one read: ready closes once jobs (or deleted), next
 // and err are set, and nothing changes them after.
 type changePage struct {
-	// The read began after end, its window's end cursor, was taken, and
-	// at began, before it asked the store.
-	end     string
-	began   time.Time
+	began   time.Time // before the read asked the store
 	ready   chan struct{}
 	jobs    []jobtype.Job
 	deleted []string
@@ -105,19 +103,18 @@ const (
 	maxKeptChangeBytes = 32 << 20
 )
 
-// read returns the page of k for a window whose end cursor end was taken
-// at ended, reading it with load unless a read of it that began after
-// that cursor was taken (by any stream) is under way or ended less than
-// changeReadLinger ago. The read does not end with ctx: other streams
-// may be waiting for it.
-func (r *changeReads) read(ctx context.Context, k changeKey, end string, ended time.Time, load func(context.Context) (*changePage, error)) (*changePage, error) {
+// read returns the page of k for a window whose end cursor was taken at
+// ended, reading it with load unless a read of it that began after ended
+// is under way or ended less than changeReadLinger ago. The read does not
+// end with ctx: other streams may be waiting for it.
+func (r *changeReads) read(ctx context.Context, k changeKey, ended time.Time, load func(context.Context) (*changePage, error)) (*changePage, error) {
 	r.mu.Lock()
 	p, ok := r.pages[k]
-	if ok = ok && (p.end == end || p.began.After(ended)); !ok {
+	if ok = ok && p.began.After(ended); !ok {
 		if r.pages == nil {
 			r.pages = map[changeKey]*changePage{}
 		}
-		p = &changePage{end: end, began: time.Now(), ready: make(chan struct{})}
+		p = &changePage{began: time.Now(), ready: make(chan struct{})}
 		r.pages[k] = p // an earlier read of k goes on for its streams
 	}
 	r.mu.Unlock()
@@ -170,11 +167,11 @@ func (r *changeReads) forget(k changeKey, p *changePage) {
 }
 
 // changedJobs reads a page of the jobs of f changed after f.ChangedSince,
-// in a read that began after the window's end cursor end was taken (at
+// in a read that began after the window's end cursor was taken (at
 // ended), shared with the streams reading the same page.
-func (e *Engine) changedJobs(ctx context.Context, f store.ListFilter, end string, ended time.Time) (*changePage, error) {
+func (e *Engine) changedJobs(ctx context.Context, f store.ListFilter, ended time.Time) (*changePage, error) {
 	k := changeKey{tenant: f.Tenant, batch: f.Batch, since: f.ChangedSince, page: f.PageToken, limit: f.Limit, maxBytes: f.MaxBytes, full: f.Full}
-	p, err := e.changeReads.read(ctx, k, end, ended, func(ctx context.Context) (*changePage, error) {
+	p, err := e.changeReads.read(ctx, k, ended, func(ctx context.Context) (*changePage, error) {
 		jobs, next, err := e.store.ListJobs(ctx, f)
 		return &changePage{jobs: jobs, next: next}, err
 	})
@@ -183,9 +180,9 @@ func (e *Engine) changedJobs(ctx context.Context, f store.ListFilter, end string
 
 // deletedJobs reads a page of the ids of jobs deleted after d.Since,
 // shared as changedJobs is.
-func (e *Engine) deletedJobs(ctx context.Context, d store.DeletedFilter, end string, ended time.Time) ([]string, string, error) {
+func (e *Engine) deletedJobs(ctx context.Context, d store.DeletedFilter, ended time.Time) ([]string, string, error) {
 	k := changeKey{tenant: d.Tenant, since: d.Since, page: d.PageToken, limit: d.Limit, deletedPages: true}
-	p, err := e.changeReads.read(ctx, k, end, ended, func(ctx context.Context) (*changePage, error) {
+	p, err := e.changeReads.read(ctx, k, ended, func(ctx context.Context) (*changePage, error) {
 		ids, next, err := e.store.JobsDeleted(ctx, d)
 		return &changePage{deleted: ids, next: next}, err
 	})

@@ -416,7 +416,7 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch, since, end st
 
 	d := store.DeletedFilter{Tenant: tenant, Since: since, Limit: size}
 	for {
-		ids, next, err := e.deletedJobs(ctx, d, end, ended)
+		ids, next, err := e.deletedJobs(ctx, d, ended)
 		if err != nil {
 			return nil, bad(err, d.PageToken)
 		}
@@ -440,7 +440,7 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch, since, end st
 	at := 0 // where the next job read goes once tail is full
 	f := store.ListFilter{Tenant: tenant, Batch: batch, ChangedSince: since, Limit: size, Full: full, MaxBytes: MaxPageBytes}
 	for {
-		page, err := e.changedJobs(ctx, f, end, ended)
+		page, err := e.changedJobs(ctx, f, ended)
 		if err != nil {
 			return nil, bad(err, f.PageToken)
 		}
