@@ -489,8 +489,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		var refused, taken []string
 		if f.config != "" {
-			err := reloadConfig(engine, f.config, log)
-			metrics.Reloaded("config", err == nil, time.Now())
+			err := reloadConfig(engine, f.config, log, func(took bool) { metrics.Reloaded("config", took, time.Now()) })
 			if err != nil {
 				refused = append(refused, err.Error())
 			} else {
@@ -652,12 +651,15 @@ func reloadOnHangup(log *slog.Logger, reload func()) (stop func()) {
 }
 
 // reloadConfig reads the config file again and hands its rules to
-// engine; a file with a mistake is refused, logged and returned.
-func reloadConfig(engine *jobs.Engine, path string, log *slog.Logger) error {
+// engine; a file with a mistake is refused, logged and returned. record
+// is told whether it took before the log says so, so that /metrics
+// agrees with the log by the time it is written.
+func reloadConfig(engine *jobs.Engine, path string, log *slog.Logger, record func(took bool)) error {
 	rules, err := loadRules(path)
 	if err == nil {
 		err = engine.SetRules(rules)
 	}
+	record(err == nil)
 	if err != nil {
 		// One line per reload: the mistakes, joined, in the order of the file.
 		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
