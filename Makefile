@@ -27,7 +27,7 @@ test: ts-deps
 	run "check" $(CHECK); \
 	run "SQLite, race detector on" go test -race -count=1 -timeout 30m ./...; \
 	run "stack sizes, race detector off" go test -count=1 -timeout 5m -run '^TestParkedCallsKeepTheirStacksWithin8KiB$$' ./server/; \
-	run "PostgreSQL, race detector on" env JOBWATCH_TEST_BACKEND=postgres go test -race -count=1 -timeout 20m ./jobs/... ./server/... ./client/... ./cmd/... ./web/... ./ts/...; \
+	run "PostgreSQL, race detector on" env JOBWATCH_TEST_BACKEND=postgres go test -race -count=1 -timeout 30m ./jobs/... ./server/... ./client/... ./cmd/... ./web/... ./ts/...; \
 	for log in $$failedlogs; do \
 	  echo "make test: what failed in $$(cat "$$log.what"):" >&2; \
 	  lines=$$(grep -E -e '^[[:space:]]*--- FAIL' -e '^(panic:|FAIL[[:space:]])' -e '^[[:space:]]+[A-Za-z0-9_./-]+\.go:[0-9]+: ' "$$log" | head -n 100); \
