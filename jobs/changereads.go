@@ -107,7 +107,7 @@ const (
 // ended, reading it with load unless a read of it that began after ended
 // is under way or ended less than changeReadLinger ago. The read does not
 // end with ctx: other streams may be waiting for it.
-func (r *changeReads) read(ctx context.Context, k changeKey, ended time.Time, load func(context.Context) (*changePage, error)) (*changePage, error) {
+func (r *changeReads) read(ctx context.Context, k changeKey, ended time.Time, load func(context.Context, *changePage) error) (*changePage, error) {
 	r.mu.Lock()
 	p, ok := r.pages[k]
 	if ok = ok && p.began.After(ended); !ok {
@@ -129,11 +129,10 @@ func (r *changeReads) read(ctx context.Context, k changeKey, ended time.Time, lo
 	}
 }
 
-func (r *changeReads) load(ctx context.Context, k changeKey, p *changePage, load func(context.Context) (*changePage, error)) {
-	got, err := load(context.WithoutCancel(ctx))
-	if err == nil {
-		p.jobs, p.deleted, p.next = got.jobs, got.deleted, got.next
-	}
+// load reads p with load, which sets its jobs (or deleted) and next, and
+// keeps it for changeReadLinger if it read well and there is room.
+func (r *changeReads) load(ctx context.Context, k changeKey, p *changePage, load func(context.Context, *changePage) error) {
+	err := load(context.WithoutCancel(ctx), p)
 	p.err = err
 	close(p.ready)
 
@@ -171,20 +170,19 @@ func (r *changeReads) forget(k changeKey, p *changePage) {
 // ended), shared with the streams reading the same page.
 func (e *Engine) changedJobs(ctx context.Context, f store.ListFilter, ended time.Time) (*changePage, error) {
 	k := changeKey{tenant: f.Tenant, batch: f.Batch, since: f.ChangedSince, page: f.PageToken, limit: f.Limit, maxBytes: f.MaxBytes, full: f.Full}
-	p, err := e.changeReads.read(ctx, k, ended, func(ctx context.Context) (*changePage, error) {
-		jobs, next, err := e.store.ListJobs(ctx, f)
-		return &changePage{jobs: jobs, next: next}, err
+	return e.changeReads.read(ctx, k, ended, func(ctx context.Context, p *changePage) (err error) {
+		p.jobs, p.next, err = e.store.ListJobs(ctx, f)
+		return err
 	})
-	return p, err
 }
 
 // deletedJobs reads a page of the ids of jobs deleted after d.Since,
 // shared as changedJobs is.
 func (e *Engine) deletedJobs(ctx context.Context, d store.DeletedFilter, ended time.Time) ([]string, string, error) {
 	k := changeKey{tenant: d.Tenant, since: d.Since, page: d.PageToken, limit: d.Limit, deletedPages: true}
-	p, err := e.changeReads.read(ctx, k, ended, func(ctx context.Context) (*changePage, error) {
-		ids, next, err := e.store.JobsDeleted(ctx, d)
-		return &changePage{deleted: ids, next: next}, err
+	p, err := e.changeReads.read(ctx, k, ended, func(ctx context.Context, p *changePage) (err error) {
+		p.deleted, p.next, err = e.store.JobsDeleted(ctx, d)
+		return err
 	})
 	if err != nil {
 		return nil, "", err

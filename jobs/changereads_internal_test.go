@@ -21,13 +21,14 @@ func TestChangeReadsShareAPageAndKeepNoFailure(t *testing.T) {
 	cursorTaken := time.Now()
 	loads := 0
 	release := make(chan struct{})
-	load := func(ctx context.Context) (*changePage, error) {
+	load := func(ctx context.Context, p *changePage) error {
 		loads++
 		<-release
 		if err := ctx.Err(); err != nil {
 			t.Errorf("the read's context ended with a stream's: %v", err)
 		}
-		return &changePage{jobs: []jobtype.Job{{ID: "j1", Version: 2}}, next: "n"}, nil
+		p.jobs, p.next = []jobtype.Job{{ID: "j1", Version: 2}}, "n"
+		return nil
 	}
 
 	leaving, leave := context.WithCancel(context.Background())
@@ -75,7 +76,7 @@ func TestChangeReadsShareAPageAndKeepNoFailure(t *testing.T) {
 	failed := changeKey{tenant: "acme", since: "c9"}
 	broken := errors.New("disk on fire")
 	for range 2 {
-		if _, err := r.read(context.Background(), failed, cursorTaken, func(context.Context) (*changePage, error) { loads++; return nil, broken }); !errors.Is(err, broken) {
+		if _, err := r.read(context.Background(), failed, cursorTaken, func(context.Context, *changePage) error { loads++; return broken }); !errors.Is(err, broken) {
 			t.Fatalf("got %v, want the read's error", err)
 		}
 	}
