@@ -181,7 +181,7 @@ const detail = new Detail(
   batchLinks,
   select,
   (id) => jobLink(new URL(location.href), id, tenant).href,
-  (job) => waitingReason(job.state, queuesKnown.get(job.queue), Date.now()),
+  (job) => waitingReason(job.state, queuesKnown.get(job.queue), Date.now(), job.tenant),
 );
 const batchBar = new BatchBar(byId("batch-bar"), () => showBatch(""));
 const queues = new QueueTable(byId("queues"), byId("queues-confirm"), queueOps);

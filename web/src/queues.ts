@@ -178,22 +178,48 @@ export function modeText(q: Queue): string {
   return bounds.length === 0 ? mode : `${mode} · ${bounds.join(", ")}`;
 }
 
-// waitingReason is why a QUEUED job of queue q is not running, where the
-// queue panel's answer says: its queue is paused, or held by its rate
-// (for a rate per tenant, some tenant is held, perhaps this job's). ""
-// for a job in any other state, or when the page does not know the
-// queue (a token that may not read queues) or it holds nothing back.
-export function waitingReason(state: JobState, q: Queue | undefined, nowMs: number): string {
+// waitingReason is why a QUEUED job of tenant in queue q is not running,
+// where the queue panel's answer says: its queue is paused, held by its
+// rate, running its max_running, its pools all in use, running the
+// tenant's max_running_per_tenant (or, serial, a job of the tenant), or
+// (for a rate per tenant) some tenant is held, perhaps this job's. The
+// per-tenant reasons need the tenant among the queue's busiest, which the
+// panel lists. The panel's answer is a refresh old, so each says what
+// holds the queue now, not that nothing else does. "" for a job in any
+// other state, or when the page does not know the queue (a token that may
+// not read queues) or it holds nothing back.
+export function waitingReason(state: JobState, q: Queue | undefined, nowMs: number, tenant = ""): string {
   if (state !== JobState.QUEUED || q === undefined) {
     return "";
   }
   if (q.paused) {
     return `Not running: queue ${q.name} is ${pausedText(millis(q.pausedAt), q.pausedBy, nowMs)}.`;
   }
+  if (q.rate?.heldUntil !== undefined && !q.rate.perTenant) {
+    return `Not running: queue ${q.name} is ${rateText(q.rate)}.`;
+  }
+  if (q.maxRunning > 0 && q.running >= q.maxRunning) {
+    return `Not running: queue ${q.name} runs at most ${q.maxRunning} ${plural(q.maxRunning, "job")} at once, and ${q.running} ${q.running === 1n ? "is" : "are"} running.`;
+  }
+  const full = q.pools.find((p) => p.units > 0 && p.inUse >= p.units);
+  if (full !== undefined) {
+    return `Not running: each job of queue ${q.name} takes a unit of pool ${full.name}, and all ${full.units} are in use.`;
+  }
+  const mine = q.tenants.find((d) => d.tenant === tenant);
+  if (mine !== undefined && q.maxRunningPerTenant > 0 && mine.running >= q.maxRunningPerTenant) {
+    return `Not running: queue ${q.name} runs at most ${q.maxRunningPerTenant} ${plural(q.maxRunningPerTenant, "job")} of a tenant at once, and ${mine.running} of tenant ${tenant}'s ${mine.running === 1n ? "is" : "are"} running.`;
+  }
+  if (mine !== undefined && q.mode === QueueMode.SERIAL && mine.running > 0n) {
+    return `Waits its turn: queue ${q.name} is serial, and a job of tenant ${tenant} is running.`;
+  }
   if (q.rate?.heldUntil !== undefined) {
-    return q.rate.perTenant ? `It may wait on the rate of queue ${q.name}: ${rateText(q.rate)}.` : `Not running: queue ${q.name} is ${rateText(q.rate)}.`;
+    return `It may wait on the rate of queue ${q.name}: ${rateText(q.rate)}.`;
   }
   return "";
+}
+
+function plural(n: number, word: string): string {
+  return n === 1 ? word : `${word}s`;
 }
 
 // otherTenantsText points an admin looking at a tenant with no jobs to

@@ -130,6 +130,25 @@ test("a queued job says why it waits: its queue paused, or held by its rate; any
   assert.equal(waitingReason(JobState.QUEUED, create(QueueSchema, { name: "idle" }), t0), "");
 });
 
+test("a queued job says which bound of its queue holds it: max_running, a pool, the tenant's share, a serial queue's turn", () => {
+  const full = create(QueueSchema, { name: "render", maxRunning: 4, running: 4n, queued: 9n });
+  assert.equal(waitingReason(JobState.QUEUED, full, t0, "acme"), "Not running: queue render runs at most 4 jobs at once, and 4 are running.");
+  assert.equal(waitingReason(JobState.QUEUED, create(QueueSchema, { name: "one", maxRunning: 1, running: 1n }), t0), "Not running: queue one runs at most 1 job at once, and 1 is running.");
+  assert.equal(waitingReason(JobState.QUEUED, create(QueueSchema, { name: "render", maxRunning: 4, running: 3n }), t0), "", "a free slot holds nothing back");
+  const pooled = create(QueueSchema, { name: "sync", pools: [{ name: "db", units: 2, inUse: 1n }, { name: "api", units: 3, inUse: 3n }] });
+  assert.equal(waitingReason(JobState.QUEUED, pooled, t0), "Not running: each job of queue sync takes a unit of pool api, and all 3 are in use.");
+  const shared = create(QueueSchema, { name: "bulk", maxRunningPerTenant: 2, running: 3n, tenants: [{ tenant: "acme", queued: 50n, running: 2n }, { tenant: "globex", running: 1n }] });
+  assert.equal(waitingReason(JobState.QUEUED, shared, t0, "acme"), "Not running: queue bulk runs at most 2 jobs of a tenant at once, and 2 of tenant acme's are running.");
+  assert.equal(waitingReason(JobState.QUEUED, shared, t0, "globex"), "", "another tenant's share is its own");
+  assert.equal(waitingReason(JobState.QUEUED, shared, t0, "initech"), "", "a tenant the panel does not list: the page does not know");
+  const serial = create(QueueSchema, { name: "deploy", mode: QueueMode.SERIAL, running: 1n, tenants: [{ tenant: "acme", queued: 3n, running: 1n }, { tenant: "globex", queued: 1n }] });
+  assert.equal(waitingReason(JobState.QUEUED, serial, t0, "acme"), "Waits its turn: queue deploy is serial, and a job of tenant acme is running.");
+  assert.equal(waitingReason(JobState.QUEUED, serial, t0, "globex"), "");
+  assert.equal(waitingReason(JobState.RUNNING, full, t0, "acme"), "", "a running job is not held");
+  const pausedAndFull = create(QueueSchema, { ...full, paused: true });
+  assert.match(waitingReason(JobState.QUEUED, pausedAndFull, t0), /^Not running: queue render is paused/, "a pause says first");
+});
+
 test("the queue panel says how many queues ListQueues left out, and counts read with separators", () => {
   assert.equal(queuesLeftOutText(3, 0), "");
   assert.equal(queuesLeftOutText(500, 1), "1 more queue is not shown: these are the 500 most pressing (paused, alerting, held by their rate or configured, then the busiest); jobwatch queues --max-queues lists more.");
