@@ -213,6 +213,9 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 			feed.close()
 		}
 	}()
+	// Before SQLite opens the file and replays its WAL: a WAL left on
+	// disk says the last server on it did not stop cleanly.
+	unclean := first && walLeft(path)
 	// mattn/go-sqlite3 sets these pragmas on every new connection, and
 	// writerConnector the one it has no parameter for.
 	write := sql.OpenDB(writerConnector(dsn(path, fmt.Sprintf(
@@ -280,7 +283,34 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 	}
 	go s.runWriter()
 	opened = true
+	if unclean {
+		s.logUncleanStop(ctx, path)
+	}
 	return s, nil
+}
+
+// walLeft reports whether the database at path has a write-ahead log
+// on disk. The last connection to close a WAL database checkpoints it
+// and deletes the log, as serve's Close does on a clean stop; a server
+// killed (kill -9, a crash, a power cut) leaves it, to be replayed.
+func walLeft(path string) bool {
+	fi, err := os.Stat(path + "-wal")
+	return err == nil && fi.Size() > 0
+}
+
+// logUncleanStop says, at warn, that the last server on the file did not
+// stop cleanly, and what became of its work: an operator who finds the
+// server restarted (by systemd, say) learns it from the log, with how
+// many jobs were left RUNNING and where their fate is told.
+func (s *Store) logUncleanStop(ctx context.Context, path string) {
+	var running int64
+	err := s.read.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE state = 'running'`).Scan(&running)
+	attrs := []any{"db", path}
+	if err == nil {
+		attrs = append(attrs, "running_jobs", running)
+	}
+	s.cfg.Logger.Warn("the last server on this file did not stop cleanly (kill -9, a crash or a power cut; or another program, such as sqlite3, had the file open when it stopped): "+
+		"every write it acknowledged is kept; the jobs it left RUNNING stay so while their workers heartbeat, and each is queued again or retried at its lease's end otherwise (docs/OPERATING.md)", attrs...)
 }
 
 // FileMode is the mode a new database file is created with: readable

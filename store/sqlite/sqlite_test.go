@@ -2,11 +2,13 @@ package sqlite
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"os/exec"
@@ -302,6 +304,16 @@ func TestEveryAcknowledgedWriteSurvivesKill9(t *testing.T) {
 	}
 	path := tempPath(t)
 	openTemp(t, path).Close() // the schema exists before the child starts
+	// A clean stop leaves nothing to warn of.
+	var clean bytes.Buffer
+	first, err := OpenWith(path, Config{Logger: slog.New(slog.NewTextHandler(&clean, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	if strings.Contains(clean.String(), "did not stop cleanly") {
+		t.Errorf("a start after a clean stop logged %q", clean.String())
+	}
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestDurabilityChild$")
 	cmd.Env = append(os.Environ(), childEnv+"="+path)
@@ -355,8 +367,26 @@ func TestEveryAcknowledgedWriteSurvivesKill9(t *testing.T) {
 			durableWriters, writes, commits)
 	}
 
-	s := openTemp(t, path)
+	// The restart says so, with how many jobs the killed server left
+	// RUNNING (every acknowledged update, at least, made one so).
+	var logs bytes.Buffer
+	s, err := OpenWith(path, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer s.Close()
+	counts, err := s.CountByState(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := counts[jobtype.Running]
+	if running < int64(len(progress)) {
+		t.Errorf("%d jobs RUNNING after the restart, want at least the %d acknowledged as such", running, len(progress))
+	}
+	want := "level=WARN msg=\"the last server on this file did not stop cleanly (kill -9, a crash or a power cut; "
+	if !strings.Contains(logs.String(), want) || !strings.Contains(logs.String(), fmt.Sprintf(" running_jobs=%d\n", running)) {
+		t.Errorf("the restart after kill -9 logged %q, want a warning that the last server did not stop cleanly, with running_jobs=%d", logs.String(), running)
+	}
 	for i := range created {
 		want := durableJob(i)
 		got, err := s.GetJob(t.Context(), want.ID)
