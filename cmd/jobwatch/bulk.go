@@ -146,7 +146,10 @@ var singleAbout = map[string]string{
 	"get": "Prints the job, a field a line: its kind, tenant, queue, state, progress,\n" +
 		"attempts, times, payload, result, error and the history of its attempts;\n" +
 		"for a WAITING job, the state of each job it runs after (the first 20);\n" +
-		"with --json the whole job, as the API answers it.",
+		"for a QUEUED job, when it is ready and, for a token that may read the\n" +
+		"queues, what of its queue holds it back (held: paused, its rate, its\n" +
+		"max_running, a pool, the tenant's max_running_per_tenant, a serial\n" +
+		"queue's turn); with --json the whole job, as the API answers it.",
 	"start": "Starts a held job (submitted with --hold, PENDING): it becomes QUEUED\n" +
 		"and runs when a worker takes it. Its state is printed.",
 }

@@ -436,12 +436,13 @@ func summary(j *jobwatchv1.Job) string {
 
 // printJob prints a job for a person, one field per line, or as JSON.
 func printJob(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
-	return printJobWith(w, j, asJSON, nil)
+	return printJobWith(w, j, asJSON, nil, "")
 }
 
 // printJobWith is printJob that shows beside each job j runs after its
-// state in states, where it has one.
-func printJobWith(w io.Writer, j *jobwatchv1.Job, asJSON bool, states map[string]string) error {
+// state in states, where it has one, and what holds a QUEUED job back
+// (held, holdText), where that is known.
+func printJobWith(w io.Writer, j *jobwatchv1.Job, asJSON bool, states map[string]string, held string) error {
 	if asJSON {
 		return printJSON(w, j)
 	}
@@ -459,6 +460,7 @@ func printJobWith(w io.Writer, j *jobwatchv1.Job, asJSON bool, states map[string
 	row("priority", fmt.Sprintf("%d (0 most urgent, 9 least)", j.GetPriority()))
 	row("state", stateName(j.GetState()))
 	row("ready at", readyAt(j, time.Now()))
+	row("held", held)
 	// The jobs it runs after, one a line, with their states when read; a
 	// WAITING job waits for those of them that have not ended.
 	for i, id := range j.GetAfter() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
@@ -13,17 +14,93 @@ import (
 // get runs "jobwatch get ID": the job, one field per line. A WAITING
 // job's dependencies are shown with their states (the first
 // maxDependencyStates of them), so that one can see which it waits for.
+//
+// A QUEUED job is shown with what of its queue holds it back, where the
+// token may read the queues (an admin's, or none on a server without
+// tokens): "held: queue render runs at most 4 jobs at once, and 4 are
+// running".
 func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var states map[string]string
+	held := ""
 	return jobCommand(ctx, "get", args, stdout, stderr, func(c *client.Client, ctx context.Context, id string) (*jobwatchv1.Job, error) {
 		j, err := c.Get(ctx, id)
-		if err == nil && j.GetState() == jobwatchv1.JobState_JOB_STATE_WAITING {
+		switch {
+		case err == nil && j.GetState() == jobwatchv1.JobState_JOB_STATE_WAITING:
 			states = dependencyStates(ctx, c, j.GetAfter())
+		case err == nil && j.GetState() == jobwatchv1.JobState_JOB_STATE_QUEUED:
+			held = queueHold(ctx, c, j)
 		}
 		return j, err
 	}, func(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
-		return printJobWith(w, j, asJSON, states)
+		return printJobWith(w, j, asJSON, states, held)
 	})
+}
+
+// queueHold is what of its queue holds QUEUED job j back (holdText),
+// read with ListQueues; "" when nothing does, or the token may not read
+// the queues, or the answer leaves the queue or the job's tenant out.
+func queueHold(ctx context.Context, c *client.Client, j *jobwatchv1.Job) string {
+	resp, err := c.QueueService().ListQueues(ctx, &jobwatchv1.ListQueuesRequest{TenantsPerQueue: 100, MaxQueues: 10_000})
+	if err != nil {
+		return ""
+	}
+	for _, q := range resp.GetQueues() {
+		if q.GetName() == j.GetQueue() {
+			return holdText(q, j.GetTenant())
+		}
+	}
+	return ""
+}
+
+// holdText says what of queue q holds back a QUEUED job of tenant:
+// paused, held by its rate, running its max_running, a pool it uses all
+// in use, running the tenant's max_running_per_tenant, or serial and
+// running a job of the tenant; "" when none of these. The page says the
+// same (waitingReason, web/src/queues.ts).
+func holdText(q *jobwatchv1.Queue, tenant string) string {
+	name := q.GetName()
+	jobs := func(n int32) string {
+		if n == 1 {
+			return "1 job"
+		}
+		return fmt.Sprintf("%d jobs", n)
+	}
+	are := func(n int64) string {
+		if n == 1 {
+			return "is"
+		}
+		return "are"
+	}
+	rate := q.GetRate()
+	if q.GetPaused() {
+		return fmt.Sprintf("queue %s is paused since %s by %s (jobwatch resume %s)", name, q.GetPausedAt().AsTime().UTC().Format(time.RFC3339), q.GetPausedBy(), name)
+	}
+	if rate.GetHeldUntil() != nil && !rate.GetPerTenant() {
+		return fmt.Sprintf("queue %s is held by its rate (%s)", name, rateCell(rate))
+	}
+	if bound := q.GetMaxRunning(); bound > 0 && q.GetRunning() >= int64(bound) {
+		return fmt.Sprintf("queue %s runs at most %s at once, and %d %s running", name, jobs(bound), q.GetRunning(), are(q.GetRunning()))
+	}
+	for _, p := range q.GetPools() {
+		if p.GetUnits() > 0 && p.GetInUse() >= int64(p.GetUnits()) {
+			return fmt.Sprintf("each job of queue %s takes a unit of pool %s, and all %d are in use", name, p.GetName(), p.GetUnits())
+		}
+	}
+	for _, d := range q.GetTenants() {
+		if d.GetTenant() != tenant {
+			continue
+		}
+		if bound := q.GetMaxRunningPerTenant(); bound > 0 && d.GetRunning() >= int64(bound) {
+			return fmt.Sprintf("queue %s runs at most %s of a tenant at once, and %d of tenant %s's %s running", name, jobs(bound), d.GetRunning(), tenant, are(d.GetRunning()))
+		}
+		if q.GetMode() == jobwatchv1.QueueMode_QUEUE_MODE_SERIAL && d.GetRunning() > 0 {
+			return fmt.Sprintf("queue %s is serial, and a job of tenant %s is running", name, tenant)
+		}
+	}
+	if rate.GetHeldUntil() != nil {
+		return fmt.Sprintf("perhaps the rate of queue %s, which holds some tenant (%s)", name, rateCell(rate))
+	}
+	return ""
 }
 
 // maxDependencyStates is how many of a WAITING job's dependencies get

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -285,5 +286,60 @@ func TestGetSaysWhenAQueuedJobBecomesReady(t *testing.T) {
 	}
 	if code, out, errOut := runInProcess(t, "get", ready, "--server", s.URL); code != 0 || strings.Contains(out, "ready at") {
 		t.Errorf("get of a ready job = exit %d:\n%s%s\nwant no ready at line", code, out, errOut)
+	}
+}
+
+// jobwatch get says what of its queue holds a QUEUED job back, as the
+// page does, for a token that may read the queues: the queue's
+// max_running, the tenant's max_running_per_tenant, a serial queue's
+// running job of the tenant, a pause; and nothing once it no longer does.
+func TestGetSaysWhatOfItsQueueHoldsAQueuedJob(t *testing.T) {
+	s := startCLIServer(t, time.Minute)
+	if err := s.Engine.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{
+		"render": {MaxRunning: 1},
+		"bulk":   {MaxRunningPerTenant: 1},
+		"deploy": {Serial: true},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	held := func(id string) string {
+		t.Helper()
+		code, out, errOut := runInProcess(t, "get", id, "--server", s.URL)
+		if code != 0 {
+			t.Fatalf("get %s = exit %d:\n%s%s", id, code, out, errOut)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if rest, ok := strings.CutPrefix(line, "held:"); ok {
+				return strings.TrimSpace(rest)
+			}
+		}
+		return ""
+	}
+	for _, tt := range []struct{ queue, want string }{
+		{"render", "queue render runs at most 1 job at once, and 1 is running"},
+		{"bulk", "queue bulk runs at most 1 job of a tenant at once, and 1 of tenant default's is running"},
+		{"deploy", "queue deploy is serial, and a job of tenant default is running"},
+	} {
+		kind := "build-" + tt.queue
+		s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: kind, Queue: tt.queue})
+		waiting := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: kind, Queue: tt.queue})
+		running := s.claim(t, kind)
+		if got := held(waiting); got != tt.want {
+			t.Errorf("get of the second job of %s says held: %q, want %q", tt.queue, got, tt.want)
+		}
+		if _, err := s.Engine.Complete(ctx, running.ID, running.LeaseID, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := held(waiting); got != "" {
+			t.Errorf("get of the job of %s, its queue's slot free, says held: %q, want no held line", tt.queue, got)
+		}
+	}
+	paused := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "mail"})
+	if _, err := s.Engine.Pause(ctx, "default", "token ops (admin)"); err != nil {
+		t.Fatal(err)
+	}
+	if got := held(paused); !strings.HasPrefix(got, "queue default is paused since ") || !strings.HasSuffix(got, " by token ops (admin) (jobwatch resume default)") {
+		t.Errorf("get of a job of a paused queue says held: %q, want since when, by whom and how to resume it", got)
 	}
 }
