@@ -69,6 +69,9 @@ func TestBadInputIsRefusedWithAClearErrorAndTheServerKeepsServing(t *testing.T) 
 		{"a negative max_jobs is invalid_argument naming the field", workers + "ClaimJob", jsonType, `{"worker_id":"w","max_jobs":-1}`, 400, "invalid_argument", "max_jobs:"},
 		{"an empty lease_id is invalid_argument", workers + "Heartbeat", jsonType, `{"job_id":"j_1"}`, 400, "invalid_argument", "lease_id: must not be empty"},
 		{"a failure with an error type over 256 bytes is invalid_argument", workers + "FailJob", jsonType, `{"job_id":"j_1","lease_id":"l_1","error":{"type":"` + strings.Repeat("E", 257) + `"}}`, 400, "invalid_argument", "error.type: must be at most 256 bytes"},
+		{"a slip of a field's name is invalid_argument naming the field meant, not a dropped field", jobs + "SubmitJob", jsonType, `{"kind":"k","uniqeKey":"report-7"}`, 400, "invalid_argument", `uniqeKey: no such field; did you mean "uniqueKey"?`},
+		{"so is a field's name in another case or spelling", jobs + "SubmitJob", jsonType, `{"kind":"k","Unique-Key":"report-7"}`, 400, "invalid_argument", `Unique-Key: no such field; did you mean "uniqueKey"?`},
+		{"so is a slip in a batch's job, with its path", jobs + "SubmitJobs", jsonType, `{"jobs":[{"kind":"k"},{"kind":"k","runnAt":"2030-01-01T00:00:00Z"}]}`, 400, "invalid_argument", `jobs[1].runnAt: no such field; did you mean "runAt"?`},
 		{"a request over the size limit is resource_exhausted", jobs + "SubmitJob", jsonType, `{"kind":"k","payload":"` + strings.Repeat("x", 8000) + `"}`, 429, "resource_exhausted", "is over the limit of"},
 		{"a payload over its limit is resource_exhausted naming the field", jobs + "SubmitJob", jsonType, `{"kind":"k","payload":"` + strings.Repeat("x", 2000) + `"}`, 429, "resource_exhausted", "payload: "},
 		{"a result over its limit is resource_exhausted naming the field", workers + "CompleteJob", jsonType, `{"job_id":"j_1","lease_id":"l_1","result":"` + strings.Repeat("x", 2000) + `"}`, 429, "resource_exhausted", "result: "},
@@ -97,9 +100,9 @@ func TestBadInputIsRefusedWithAClearErrorAndTheServerKeepsServing(t *testing.T) 
 }
 
 // Connect's JSON decoding ignores what it does not know, so that newer
-// clients can call older servers. That must hold for unknown fields, but
-// not for an unknown enum name: dropped, it would turn a filter on
-// "RUNNING" into no filter at all.
+// clients can call older servers. That must hold for unknown fields (but
+// for a slip of a known one's name), but not for an unknown enum name:
+// dropped, it would turn a filter on "RUNNING" into no filter at all.
 func TestJSONIgnoresUnknownFieldsButNotUnknownStates(t *testing.T) {
 	ts := startServer(t, serverOptions{})
 	c := ts.h2c()

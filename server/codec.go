@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"unicode"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -19,11 +20,14 @@ import (
 	"github.com/jobwatch/jobwatch/wire"
 )
 
-// jsonCodec is Connect's JSON codec with one difference. Like Connect's,
+// jsonCodec is Connect's JSON codec with two differences. Like Connect's,
 // it ignores unknown fields, so that newer clients can call older
 // servers. Unlike it, it refuses an enum name it does not know: protojson
 // drops such a value without a word, which turns a ListJobs filter on
-// "RUNNING" (for JOB_STATE_RUNNING) into no filter at all.
+// "RUNNING" (for JOB_STATE_RUNNING) into no filter at all. And it refuses
+// an unknown field whose name is a slip of a known one ("uniqeKey",
+// "UniqueKey", "unique-key" for uniqueKey: typoOf), which would otherwise
+// drop what the caller asked for as silently.
 type jsonCodec struct{ name string }
 
 // jsonCodecs are the options that shape how the services' messages are
@@ -277,11 +281,19 @@ func (c jsonCodec) Unmarshal(data []byte, v any) error {
 	if len(data) == 0 {
 		return errors.New("zero-length payload is not a valid JSON object")
 	}
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, m); err != nil {
-		return fmt.Errorf("the body is not a %s as JSON: %s", m.ProtoReflect().Descriptor().FullName(), wire.DecodeMistake(err, data))
+	// Strict first: a body with no unknown field (nearly every one) is
+	// decoded once. One that has some is decoded again without them, and
+	// its tree looked at for slips.
+	unknown := false
+	if err := (protojson.UnmarshalOptions{}).Unmarshal(data, m); err != nil {
+		proto.Reset(m)
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, m); err != nil {
+			return fmt.Errorf("the body is not a %s as JSON: %s", m.ProtoReflect().Descriptor().FullName(), wire.DecodeMistake(err, data))
+		}
+		unknown = true
 	}
 	md := m.ProtoReflect().Descriptor()
-	if !needsTreeCheck(md) {
+	if !unknown && !needsTreeCheck(md) {
 		return nil
 	}
 	var tree any
@@ -359,6 +371,9 @@ func checkTree(tree any, md protoreflect.MessageDescriptor, prefix string) error
 			fd = fields.ByTextName(key)
 		}
 		if fd == nil {
+			if near := typoOf(key, fields); near != "" {
+				return fmt.Errorf("%s%s: no such field; did you mean %q? (a field the server does not know is ignored, for newer clients)", prefix, key, near)
+			}
 			continue
 		}
 		path := prefix + string(fd.Name())
@@ -410,4 +425,78 @@ func checkTreeValue(v any, fd protoreflect.FieldDescriptor, path string) error {
 		return fmt.Errorf("%s: %q is not a %s; use one of %s", path, name, ed.Name(), strings.Join(names, ", "))
 	}
 	return nil
+}
+
+// typoOf is the JSON name of the field of fields that key is a slip of
+// (slipDistance), the nearest, or "". A field added in a later release
+// whose name is a slip of an existing one would be refused by this
+// server rather than ignored; TestNoTwoFieldsOfARequestAreASlipApart
+// keeps the API's names further apart.
+func typoOf(key string, fields protoreflect.FieldDescriptors) string {
+	best, bestDist := "", -1
+	for i := range fields.Len() {
+		name := fields.Get(i).JSONName()
+		if d, ok := slipDistance(key, name); ok && (bestDist < 0 || d < bestDist) {
+			best, bestDist = name, d
+		}
+	}
+	return best
+}
+
+// slipDistance is how far key is from the field name, and whether that
+// near is a slip: the same letters but for case and '_' or '-', or, for a
+// key of five letters or more, one letter wrong, missing, extra or two
+// swapped (two for nine letters or more).
+func slipDistance(key, name string) (int, bool) {
+	k := foldName(key)
+	allowed := 0
+	switch {
+	case len(k) >= 9:
+		allowed = 2
+	case len(k) >= 5:
+		allowed = 1
+	}
+	d := editDistance(k, foldName(name))
+	return d, d <= allowed
+}
+
+// foldName is a field name in lower case without '_' and '-'.
+func foldName(name string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '_' || r == '-' {
+			return -1
+		}
+		return unicode.ToLower(r)
+	}, name)
+}
+
+// editDistance is the optimal string alignment distance of a and b: the
+// letters inserted, deleted, replaced or swapped with their neighbour to
+// make one the other. Field names are short, so it is quadratic.
+func editDistance(a, b string) int {
+	ar, br := []rune(a), []rune(b)
+	if len(ar) > 64 || len(br) > 64 {
+		return max(len(ar), len(br)) // no field's name is that long
+	}
+	prev2 := make([]int, len(br)+1)
+	prev := make([]int, len(br)+1)
+	cur := make([]int, len(br)+1)
+	for j := range cur {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ar); i++ {
+		cur[0] = i
+		for j := 1; j <= len(br); j++ {
+			cost := 1
+			if ar[i-1] == br[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && ar[i-1] == br[j-2] && ar[i-2] == br[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(br)]
 }
