@@ -201,7 +201,7 @@ type TenantWatchOptions struct {
 // finished jobs); a job deleted by retention is not announced. A token
 // of the earlier, clock-based format ("t1.") starts the stream over, as
 // one without a token does, and so does a token later than the
-// database's changes (store.CursorAhead).
+// database's changes or issued by another database (store.CursorAhead).
 //
 // Every read is a store page of at most PageSize jobs (and MaxPageBytes),
 // sent before the next is read, so a stream holds at most one batch of
@@ -237,8 +237,9 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 	if cursor != "" {
 		// A token later than the database's changes (not issued by it,
 		// or issued before it was restored from a backup) would read
-		// nothing until the database caught up with it: start over,
-		// as without a token.
+		// nothing until the database caught up with it, and one of
+		// another database would read what does not follow from it:
+		// start over, as without a token.
 		ahead, err := e.store.CursorAhead(ctx, cursor)
 		switch {
 		case errors.Is(err, jobtype.ErrInvalidPageToken):

@@ -1014,7 +1014,9 @@ type Store interface {
 	// is later than the database's changes: one this database never
 	// issued (a caller's own, or one from before a restore of the
 	// database from a backup), which a list would answer with nothing
-	// until the database caught up with it. A cursor not in the store's
+	// until the database caught up with it; or one another database
+	// issued (each has an identity its cursors carry), from which no
+	// change of this one follows. A cursor not in the store's
 	// format is jobtype.ErrInvalidPageToken. Retry: safe.
 	CursorAhead(ctx context.Context, cursor string) (bool, error)
 

@@ -21,7 +21,8 @@ func TestAfterARestartOnAnotherDatabaseThePageShowsOnlyWhatTheServerHas(t *testi
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	addr := freeAddr(t)
-	srv := startServer(t, addr, testdb.New(t))
+	first := testdb.New(t)
+	srv := startServer(t, addr, first)
 	defer func() {
 		if srv != nil {
 			srv.shutdown(t)
@@ -55,5 +56,23 @@ func TestAfterARestartOnAnotherDatabaseThePageShowsOnlyWhatTheServerHas(t *testi
 			d.querySelector('button[data-action="cancel"]').offsetParent === null;
 	})()`)
 	p.waitFor("one job counted", textIs("#jobs-count", "1 recent"))
+	p.waitFor("the same page, never reloaded", `window.pageID === "the page as first loaded"`)
+
+	// Back on the first database (the operator fixes the --db they got
+	// wrong): its jobs were never deleted, so they show again, and one
+	// opened by its id shows its details.
+	srv.shutdown(t)
+	srv = nil
+	p.waitFor("the reconnecting status", `document.getElementById("status").dataset.status === "reconnecting"`)
+	srv = startServer(t, addr, first)
+	p.waitFor("the first database's jobs again, and not the other's", exists(row(gone.ID))+" && "+exists(row(alsoGone.ID))+" && !"+exists(row(fresh.ID))+" && "+rowCount(2))
+	p.waitFor("the live status", `document.getElementById("status").dataset.status === "live"`)
+	p.waitFor("the details of the job shown, queued again", detailShows(gone.ID, "queued"))
+	p.do("open the other job by its id", chromedp.Evaluate[chromedp.Void](`(() => {
+		document.getElementById("open-job").value = `+strconv.Quote(alsoGone.ID)+`;
+		document.getElementById("open-form").requestSubmit();
+	})()`))
+	p.waitFor("its details, queued, with Cancel offered", detailShows(alsoGone.ID, "queued")+
+		` && !document.querySelector('#detail button[data-action="cancel"]').disabled`)
 	p.waitFor("the same page, never reloaded", `window.pageID === "the page as first loaded"`)
 }

@@ -37,32 +37,43 @@ import (
 // return rows written shortly before the cursor (by transactions in
 // flight then), which the contract allows: a reader must expect to see a
 // version again.
-const cursorFormat = 1
+//
+// Format 2 also carries the database's identity (migration 21); one of
+// format 1, without it, is read as this database's.
+const (
+	cursorFormat    = 2
+	oldCursorFormat = 1
+)
 
 type cursor struct {
 	xmin uint64
 	seq  int64
+	db   uint64 // 0: a cursor of format 1
 }
 
 func (c cursor) String() string {
-	b := make([]byte, 17)
+	b := make([]byte, 25)
 	b[0] = cursorFormat
 	binary.BigEndian.PutUint64(b[1:], c.xmin)
 	binary.BigEndian.PutUint64(b[9:], uint64(c.seq))
+	binary.BigEndian.PutUint64(b[17:], c.db)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
 func decodeCursor(s string) (cursor, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) != 17 || b[0] != cursorFormat {
-		return cursor{}, fmt.Errorf("list jobs: change cursor: %w", jobtype.ErrInvalidPageToken)
+	switch {
+	case err == nil && len(b) == 25 && b[0] == cursorFormat:
+		return cursor{xmin: binary.BigEndian.Uint64(b[1:]), seq: int64(binary.BigEndian.Uint64(b[9:])), db: binary.BigEndian.Uint64(b[17:])}, nil
+	case err == nil && len(b) == 17 && b[0] == oldCursorFormat:
+		return cursor{xmin: binary.BigEndian.Uint64(b[1:]), seq: int64(binary.BigEndian.Uint64(b[9:]))}, nil
 	}
-	return cursor{xmin: binary.BigEndian.Uint64(b[1:]), seq: int64(binary.BigEndian.Uint64(b[9:]))}, nil
+	return cursor{}, fmt.Errorf("list jobs: change cursor: %w", jobtype.ErrInvalidPageToken)
 }
 
 // ChangeCursor implements store.Store.
 func (s *Store) ChangeCursor(ctx context.Context) (string, error) {
-	var c cursor
+	c := cursor{db: s.identity}
 	err := s.pool.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::numeric::bigint,
 		(SELECT last_value FROM job_changes)`).Scan(&c.xmin, &c.seq)
 	if err != nil {
@@ -73,11 +84,15 @@ func (s *Store) ChangeCursor(ctx context.Context) (string, error) {
 
 // CursorAhead implements store.Store: either part of c is later than
 // the database's own (a snapshot's xmin never goes back, nor does the
-// change sequence).
+// change sequence), or c is another database's (a server moved to
+// another database, and back), from which no change of this one follows.
 func (s *Store) CursorAhead(ctx context.Context, c string) (bool, error) {
 	given, err := decodeCursor(c)
 	if err != nil {
 		return false, err
+	}
+	if given.db != 0 && given.db != s.identity {
+		return true, nil
 	}
 	var now cursor
 	err = s.pool.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::numeric::bigint,

@@ -73,6 +73,9 @@ type Store struct {
 	pool    *pgxpool.Pool
 	schema  string // where the tables are
 	channel string // the NOTIFY channel of the schema
+	// identity is the database's own (migration 21), which its change
+	// cursors carry.
+	identity uint64
 	log     *slog.Logger
 	// ruledTurns queues this Store's claims of ruled queues before they
 	// take a connection (claims.go).
@@ -153,6 +156,12 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
+	var identity int64
+	if err := pool.QueryRow(ctx, "SELECT id FROM db_identity").Scan(&identity); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open postgres: read the database's identity: %w", classify(err))
+	}
+	s.identity = uint64(identity)
 	// Creations while no process bounded a tenant are in no mark
 	// (quota.go): every tenant starts again from an exact count.
 	if _, err := pool.Exec(ctx, "DELETE FROM quota_marks"); err != nil {

@@ -471,6 +471,18 @@ BEGIN
 END
 $$;
 `,
+	// 21: the database's identity, drawn when the schema is made (or
+	// first migrated): a copy of it (pg_dump and a restore) has it too,
+	// another schema or database has its own. Change cursors carry it
+	// (ChangeCursor), so that a cursor of another database is never read
+	// as one of this.
+	`
+CREATE TABLE {{schema}}.db_identity (
+	id bigint NOT NULL
+);
+INSERT INTO {{schema}}.db_identity (id)
+	VALUES (('x' || substr(md5(random()::text || clock_timestamp()::text), 1, 16))::bit(64)::bigint);
+`,
 }
 
 // channelFor is the NOTIFY channel of the store in schema: one per schema,

@@ -151,8 +151,13 @@ func (s *Store) Listen(ctx context.Context, fn func(changes []store.Change, miss
 	return nil
 }
 
-// A change cursor is "c1." and the change sequence's value in base 36.
-const cursorPrefix = "c1."
+// A change cursor is "c2.", the database's identity (migration 29), "."
+// and the change sequence's value in base 36. One of the earlier format,
+// "c1." and the value alone, is read as this database's.
+const (
+	cursorPrefix    = "c2."
+	oldCursorPrefix = "c1."
+)
 
 // ChangeCursor implements store.Store: the change sequence's last
 // committed value. A batch that commits later takes a higher one.
@@ -161,14 +166,19 @@ func (s *Store) ChangeCursor(ctx context.Context) (string, error) {
 	if err := s.read.QueryRowContext(ctx, "SELECT seq FROM changes WHERE id = 1").Scan(&n); err != nil {
 		return "", fmt.Errorf("read the change sequence: %w", classify(err))
 	}
-	return cursorPrefix + strconv.FormatInt(n, 36), nil
+	return cursorPrefix + s.identity + "." + strconv.FormatInt(n, 36), nil
 }
 
-// CursorAhead implements store.Store.
+// CursorAhead implements store.Store: a cursor of another database (a
+// server moved to another file, and back) is, as no change of this one
+// follows from it.
 func (s *Store) CursorAhead(ctx context.Context, c string) (bool, error) {
-	n, err := decodeCursor(c)
+	n, db, err := decodeCursorOf(c)
 	if err != nil {
 		return false, err
+	}
+	if db != "" && db != s.identity {
+		return true, nil
 	}
 	var now int64
 	if err := s.read.QueryRowContext(ctx, "SELECT seq FROM changes WHERE id = 1").Scan(&now); err != nil {
@@ -177,16 +187,32 @@ func (s *Store) CursorAhead(ctx context.Context, c string) (bool, error) {
 	return n > now, nil
 }
 
+// decodeCursor is the change sequence's value in cursor c.
 func decodeCursor(c string) (int64, error) {
+	n, _, err := decodeCursorOf(c)
+	return n, err
+}
+
+// decodeCursorOf is the change sequence's value in cursor c, and the
+// identity of the database that issued it ("" for the earlier format).
+func decodeCursorOf(c string) (n int64, db string, err error) {
+	bad := fmt.Errorf("list jobs: change cursor: %w", jobtype.ErrInvalidPageToken)
 	rest, ok := strings.CutPrefix(c, cursorPrefix)
-	if !ok || len(rest) > 13 {
-		return 0, fmt.Errorf("list jobs: change cursor: %w", jobtype.ErrInvalidPageToken)
+	if ok {
+		if db, rest, ok = strings.Cut(rest, "."); !ok || db == "" || len(db) > 32 {
+			return 0, "", bad
+		}
+	} else if rest, ok = strings.CutPrefix(c, oldCursorPrefix); !ok {
+		return 0, "", bad
 	}
-	n, err := strconv.ParseInt(rest, 36, 64)
+	if len(rest) > 13 {
+		return 0, "", bad
+	}
+	n, err = strconv.ParseInt(rest, 36, 64)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("list jobs: change cursor: %w", jobtype.ErrInvalidPageToken)
+		return 0, "", bad
 	}
-	return n, nil
+	return n, db, nil
 }
 
 // Now implements store.Store: the database is a file on this machine,

@@ -883,6 +883,16 @@ BEGIN
 		VALUES (NEW.seq, NEW.updated_at, NEW.lease_expires_at - NEW.updated_at);
 END;
 `,
+	// 29: the database's identity, drawn when it is made (or first
+	// migrated): a copy of the file (a backup) has it too, another
+	// database has its own. Change cursors carry it (ChangeCursor), so
+	// that a cursor of another database is never read as one of this.
+	`
+CREATE TABLE db_identity (
+	id TEXT NOT NULL
+);
+INSERT INTO db_identity (id) VALUES (lower(hex(randomblob(8))));
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a

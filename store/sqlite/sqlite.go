@@ -141,6 +141,9 @@ type Store struct {
 	holderQuery string
 	// feed hands committed changes to listeners (listen.go).
 	feed *feed
+	// identity is the database's own (migration 29), which its change
+	// cursors carry.
+	identity string
 	// sole: no other Store, of this process or another, had the file open
 	// when this one opened it (SoleServer).
 	sole bool
@@ -249,6 +252,10 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 	if err := s.probeOpen(ctx); err != nil {
 		write.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, withRemedy(err))
+	}
+	if err := write.QueryRowContext(ctx, "SELECT id FROM db_identity").Scan(&s.identity); err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open sqlite %s: read the database's identity: %w", path, withRemedy(classify(err)))
 	}
 	if s.file, err = identify(path); err != nil {
 		write.Close()

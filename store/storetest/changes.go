@@ -167,6 +167,32 @@ func testChangeCursorBad(t *testing.T, s store.Store) {
 	}
 }
 
+// testCursorOfAnotherDatabase holds CursorAhead to a cursor that another
+// database issued, a and b being two: a server moved to another database
+// and back must not read a client's cursor of the other as one of its
+// own (whatever their sequences, no change of this one follows from it),
+// while this database's own cursors, old and new, are not ahead.
+func testCursorOfAnotherDatabase(t *testing.T, a, b store.Store) {
+	for _, id := range []string{"a1", "a2", "a3"} {
+		create(t, a, newJob(id, at(1)))
+	}
+	create(t, b, newJob("b1", at(1)))
+	early := cursor(t, b) // behind a's sequence, as a fresh database's is
+	own := cursor(t, a)
+	if ahead, err := a.CursorAhead(t.Context(), own); err != nil || ahead {
+		t.Fatalf("CursorAhead of its own cursor %q = %v, %v; want false", own, ahead, err)
+	}
+	for _, id := range []string{"b2", "b3", "b4", "b5", "b6"} {
+		create(t, b, newJob(id, at(1)))
+	}
+	for _, c := range []string{early, cursor(t, b)} {
+		ahead, err := a.CursorAhead(t.Context(), c)
+		if err != nil || !ahead {
+			t.Errorf("CursorAhead of another database's cursor %q = %v, %v; want true", c, ahead, err)
+		}
+	}
+}
+
 // heard collects what a listener hears, by job, highest version.
 type heard struct {
 	c chan []store.Change

@@ -44,6 +44,14 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 			tc.run(t, s)
 		})
 	}
+	t.Run("a change cursor of another database is ahead of this one's", func(t *testing.T) {
+		a, b := open(t), open(t)
+		t.Cleanup(func() {
+			a.Close()
+			b.Close()
+		})
+		testCursorOfAnotherDatabase(t, a, b)
+	})
 }
 
 var cases = []struct {

@@ -643,9 +643,11 @@ async function dropVanished(left: Set<string>): Promise<void> {
   if (gone.length === 0) {
     return;
   }
+  // Dropped, not forgotten as deleted ones are: the server may come
+  // back on the database that has them, and its stream bring them again.
   for (const id of gone) {
     if (id !== selected) {
-      book.forget(id);
+      book.drop(id);
     }
   }
   list.remove(gone);
@@ -992,6 +994,12 @@ function fetchFull(id: string): void {
       if (fetching === id) {
         fetching = "";
       }
+      if (selected === id) {
+        // Asked for and answered: whatever the page heard of it before
+        // (deleted on a database the server has since left), the
+        // server has it now.
+        book.revive(id);
+      }
       adopt(job);
       if (selected === id) {
         full = job;
@@ -1009,7 +1017,9 @@ function fetchFull(id: string): void {
       if (refusalOf(err).code === Code.NotFound && detail.shown === id) {
         // The job shown is not on the server (any more): its details
         // say so, without buttons, rather than offer actions that fail.
-        book.forget(id);
+        // Dropped, not forgotten: a deletion the stream names forgets it,
+        // and a server back on the database that has it brings it again.
+        book.drop(id);
         list.remove([id]);
         detail.deleted(id, "The server has no such job: it was deleted, or the server now runs on another database.");
         refreshActions();

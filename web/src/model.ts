@@ -108,6 +108,12 @@ export class JobBook {
     return this.jobs.delete(id);
   }
 
+  // revive lets a job forgotten as deleted in again: the server has
+  // answered with it (a database it has moved back to has it).
+  revive(id: string): void {
+    this.gone.delete(id);
+  }
+
   // count is how many jobs in the book are in state (of those in reports
   // true for, if given).
   count(state: JobState, within?: (id: string) => boolean): number {
