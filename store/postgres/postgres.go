@@ -76,7 +76,7 @@ type Store struct {
 	// identity is the database's own (migration 21), which its change
 	// cursors carry.
 	identity uint64
-	log     *slog.Logger
+	log      *slog.Logger
 	// ruledTurns queues this Store's claims of ruled queues before they
 	// take a connection (claims.go).
 	ruledTurns ruledTurns
