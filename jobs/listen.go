@@ -71,6 +71,7 @@ func (e *Engine) heard(changes []store.Change, missed bool) {
 		e.resync(ctx)
 	}
 	latest := latestChanges(changes)
+	read := e.readHeard(ctx, changes, latest)
 	for i, c := range changes {
 		if c.QueueChange {
 			e.heardQueueChange(c) // pause.go
@@ -105,22 +106,15 @@ func (e *Engine) heard(changes []store.Change, missed bool) {
 		}
 		j := jobtype.Job{ID: c.JobID, Tenant: c.Tenant, Kind: c.Kind, Queue: c.Queue,
 			State: c.State, Version: c.Version, RunAt: c.RunAt}
-		if v, subscribed := e.hub.Version(c.JobID); subscribed && v < c.Version {
-			full, err := e.store.GetJob(ctx, c.JobID)
-			switch {
-			case err == nil:
-				j = full
+		if full, asked := read[c.JobID]; asked {
+			if full != nil {
+				j = *full
 				e.hub.Publish(j.ID, j.Version, &Snapshot{Job: j, shared: true})
-			case isNotFound(err):
+			} else {
 				// Deleted (another replica's Delete announces the
 				// deletion at the version past the job's last): its
 				// waiters and watchers end with not found.
 				e.hub.Publish(j.ID, j.Version, &Snapshot{Job: j, shared: true, Gone: true})
-			default:
-				// Unreadable: the feeds and claimers
-				// below still hear of it; a waiter's next wake or cap
-				// reads again.
-				e.log.Debug("read a job another replica changed", "job", c.JobID, "err", err)
 			}
 		}
 		e.signals.Publish(tenantSignal(c.Tenant), e.signalSeq.Add(1), struct{}{})
@@ -131,6 +125,44 @@ func (e *Engine) heard(changes []store.Change, missed bool) {
 		}
 		e.holdClaimWake(j)
 	}
+}
+
+// readHeard reads, in one store read, the jobs of changes (the latest
+// change of each, as latest says) that have a subscriber here below the
+// change's version, and returns each by id: nil for one the read did not
+// find (deleted). A burst of another replica's commits (a thousand jobs
+// cancelled, each waited on by a WaitJobs here) is so one read, not a
+// read each on the listener's goroutine, behind which every other
+// change of the burst would wait. A read that fails is logged at debug
+// and returns nothing: the feeds and claimers still hear of the changes,
+// and a waiter reads its job again at its cap. A subscriber that came
+// after the read read the job itself, after subscribing.
+func (e *Engine) readHeard(ctx context.Context, changes []store.Change, latest map[string]int) map[string]*jobtype.Job {
+	var ids []string
+	for i, c := range changes {
+		if c.QueueChange || c.LogChange || c.StopClaiming || c.Local && !c.Released || latest != nil && latest[c.JobID] != i {
+			continue
+		}
+		if v, subscribed := e.hub.Version(c.JobID); subscribed && v < c.Version {
+			ids = append(ids, c.JobID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	jobs, err := e.store.ReadJobs(ctx, ids, store.JobRead{})
+	if err != nil {
+		e.log.Debug("read the jobs another replica changed", "jobs", len(ids), "err", err)
+		return nil
+	}
+	read := make(map[string]*jobtype.Job, len(ids))
+	for _, id := range ids {
+		read[id] = nil
+	}
+	for i := range jobs {
+		read[jobs[i].ID] = &jobs[i]
+	}
+	return read
 }
 
 // claimWakeDelay is how long a job another replica queued waits before

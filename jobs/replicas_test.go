@@ -113,6 +113,9 @@ type deafStore struct {
 	mu   sync.Mutex // held while a change is handed on, so goDeaf waits for it
 	deaf bool
 	fn   func([]store.Change, bool)
+	// handed is the highest version of each job handed on (and so
+	// handled by the engine) while not deaf.
+	handed map[string]int64
 }
 
 func (s *deafStore) Listen(ctx context.Context, fn func([]store.Change, bool)) error {
@@ -124,8 +127,33 @@ func (s *deafStore) Listen(ctx context.Context, fn func([]store.Change, bool)) e
 		defer s.mu.Unlock()
 		if !s.deaf {
 			fn(changes, missed)
+			if s.handed == nil {
+				s.handed = map[string]int64{}
+			}
+			for _, c := range changes {
+				s.handed[c.JobID] = max(s.handed[c.JobID], c.Version)
+			}
 		}
 	})
+}
+
+// heard waits until the engine has handled a change of job id at
+// version or later.
+func (s *deafStore) heard(t *testing.T, id string, version int64) {
+	t.Helper()
+	until := time.Now().Add(20 * time.Second)
+	for {
+		s.mu.Lock()
+		v := s.handed[id]
+		s.mu.Unlock()
+		if v >= version {
+			return
+		}
+		if time.Now().After(until) {
+			t.Fatalf("job %s at version %d not heard within 20s (heard %d)", id, version, v)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // goDeaf makes the store drop every change from now on. It returns once
@@ -206,5 +234,46 @@ func TestAJobClaimedWhereItWasQueuedWakesNoClaimerOfAnotherReplica(t *testing.T)
 	second := submit(t, a, jobs.SubmitRequest{Kind: "herd"})
 	if got, err := await(t, onB); err != nil || got.ID != second.ID {
 		t.Fatalf("claim on the other replica = %q, %v; want %s", got.ID, err, second.ID)
+	}
+}
+
+// A wait that ends at its cap (or at Shutdown) answers with what the
+// database has, not with what its replica last heard: another replica's
+// change can be committed, and its worker answered, a while before this
+// replica hears of it (an outside probe saw WaitJob and WaitJobs answer
+// RUNNING at their cap for jobs a worker on the other replica had
+// completed seconds before). Here B hears the jobs' progress, then
+// nothing: its waits, ended by its Shutdown, still answer every job's
+// end.
+func TestAWaitAtItsCapAnswersWhatTheDatabaseHasNotWhatItsReplicaHeard(t *testing.T) {
+	sa, sb := openSharedStores(t)
+	deaf := &deafStore{Store: sb}
+	a, b := newEngineOver(t, sa, jobs.Config{}), newEngineOver(t, callReads{deaf}, jobs.Config{})
+	one, two := running(t, a, jobs.SubmitRequest{}), running(t, a, jobs.SubmitRequest{})
+	waited := waitedRead(t, b, context.Background(), one.ID, soon())
+	many := async(func() (jobs.WaitManyResult, error) {
+		return b.WaitMany(context.Background(), jobs.WaitManyRequest{IDs: []string{one.ID, two.ID}}, soon())
+	})
+	for _, j := range []jobtype.Job{one, two} {
+		progress, err := a.Heartbeat(context.Background(), j.ID, j.LeaseID, 50, "half way")
+		if err != nil {
+			t.Fatal(err)
+		}
+		deaf.heard(t, j.ID, progress.Version)
+	}
+
+	deaf.goDeaf()
+	if _, err := a.Complete(context.Background(), one.ID, one.LeaseID, mustJSON("done")); err != nil {
+		t.Fatalf("complete: %v", err)
+	}
+	notYet(t, waited, 50*time.Millisecond)
+	b.Shutdown()
+	if got, err := await(t, waited); err != nil || got.State != jobtype.Succeeded || string(got.Result) != `"done"` {
+		t.Errorf("wait ended by Shutdown = %s %s, %v; want succeeded with its result, as the database has it", got.State, got.Result, err)
+	}
+	res, err := await(t, many)
+	if err != nil || len(res.Ended) != 1 || res.Ended[0].ID != one.ID || res.Ended[0].State != jobtype.Succeeded ||
+		len(res.Unfinished) != 1 || res.Unfinished[0] != two.ID {
+		t.Errorf("WaitMany ended by Shutdown = %+v, %v; want %s ended, %s unfinished", res, err, one.ID, two.ID)
 	}
 }

@@ -15,8 +15,10 @@ import (
 // it waits for a terminal state until the deadline (zero: none), ctx's end
 // or Shutdown, and returns the latest state (nil error) in each of those
 // cases. The job comes whole (payload and result), except at ctx's end,
-// when nobody reads it; at the deadline or Shutdown a wait that saw no
-// change reads it again, and returns that read's error if it fails.
+// when nobody reads it; at the deadline or Shutdown the wait reads it
+// again (a change another replica committed may not have reached this
+// one yet, and a wait that saw no change kept no payload), and returns
+// that read's error if it fails, but for an unreachable database.
 //
 // The deadline is an instant on the monotonic clock: time.Now().Add(cap),
 // or a context's deadline. It is computed once, by the caller, and waited
@@ -121,8 +123,9 @@ func (e *Engine) readSnapshot(ctx context.Context, id string) (*Snapshot, error)
 // waitParked waits until the job is terminal, the deadline, ctx's end or
 // Shutdown, and returns the newest snapshot it saw (first, the stripped
 // read, until the cell has a newer one). reread reports that the wait
-// ended at the deadline or Shutdown with no snapshot from the cell, so
-// the caller reads the job again, whole.
+// ended at the deadline or Shutdown, so the caller reads the job again,
+// whole: what the cell has may be behind the database, where another
+// replica's change is committed before this one hears of it.
 //
 // Its frame holds pointers only, no job: a parked call's goroutine sits
 // here, under net/http, connect and the server's middleware, and every
@@ -149,11 +152,11 @@ func (e *Engine) waitParked(ctx context.Context, sub *watch.Subscription[*Snapsh
 		case <-changed:
 			woken = true
 		case <-timer:
-			return latest, latest == first
+			return latest, true
 		case <-ctx.Done():
 			return latest, false // nobody reads it
 		case <-e.done:
-			return latest, latest == first
+			return latest, true
 		}
 	}
 }

@@ -152,7 +152,9 @@ func (e *Engine) WaitMany(ctx context.Context, r WaitManyRequest, deadline time.
 			}
 		}
 		if park {
-			e.waitGroup(ctx, g, latest, held, r, ended, deadline)
+			if e.waitGroup(ctx, g, latest, held, r, ended, deadline) {
+				e.rereadUnfinished(ctx, ids, latest, held, r, read)
+			}
 		}
 		release()
 	}
@@ -193,42 +195,90 @@ func met(anyEnded bool, ended, n int) bool {
 // waitGroup waits until met, the deadline, ctx's end or Shutdown,
 // keeping latest up to date from g: each key's newest snapshot. ended is
 // how many of latest have ended; each job that ends meanwhile goes to
-// r.Ended and to held.
-func (e *Engine) waitGroup(ctx context.Context, g *watch.Group[*Snapshot], latest []*Snapshot, held []*jobtype.Job, r WaitManyRequest, ended int, deadline time.Time) {
+// r.Ended and to held. It reports whether it ended at the deadline or
+// Shutdown, unmet.
+func (e *Engine) waitGroup(ctx context.Context, g *watch.Group[*Snapshot], latest []*Snapshot, held []*jobtype.Job, r WaitManyRequest, ended int, deadline time.Time) (unmet bool) {
 	timer, stop := e.timerUntil(deadline)
 	defer stop()
 	for {
 		select {
 		case <-g.Changed():
 		case <-timer:
-			return
+			return true
 		case <-ctx.Done():
-			return
+			return false // nobody reads it
 		case <-e.done:
-			return
+			return true
 		}
 		for i := range latest {
-			snap, version := g.Latest(i)
-			if version <= latest[i].Job.Version {
-				continue
-			}
-			was := latest[i].Gone || latest[i].Job.State.Terminal()
-			now := snap.Gone || snap.Job.State.Terminal()
-			latest[i] = snap
-			switch {
-			case !was && now:
-				ended++
-				e.woke("wait", snap.Job.UpdatedAt)
-				held[i] = r.ended(snap)
-			case was && !now:
-				// Retried since it ended: it ends again, or the wait
-				// waits for it still.
-				ended--
-				held[i] = nil
+			if snap, version := g.Latest(i); version > latest[i].Job.Version {
+				ended += e.advance(latest, held, r, i, snap, true)
 			}
 		}
 		if met(r.Any, ended, len(latest)) {
-			return
+			return false
+		}
+	}
+}
+
+// advance puts snap, newer than latest[i], in its place, and returns by
+// how much that changes the count of jobs ended: 1 for a job that ended
+// (it goes to r.Ended and to held; woken: a publish told the wait so,
+// whose delay jobwatch_wake_latency_seconds counts), -1 for one retried
+// since it ended (it ends again, or the wait waits for it still).
+func (e *Engine) advance(latest []*Snapshot, held []*jobtype.Job, r WaitManyRequest, i int, snap *Snapshot, woken bool) int {
+	was := latest[i].Gone || latest[i].Job.State.Terminal()
+	now := snap.Gone || snap.Job.State.Terminal()
+	latest[i] = snap
+	switch {
+	case !was && now:
+		if woken {
+			e.woke("wait", snap.Job.UpdatedAt)
+		}
+		held[i] = r.ended(snap)
+		return 1
+	case was && !now:
+		held[i] = nil
+		return -1
+	}
+	return 0
+}
+
+// rereadUnfinished reads again, in one store read, the jobs of a wait
+// that ended at its deadline or Shutdown unmet and have not ended as far
+// as latest says: a change another replica committed may not have
+// reached this one yet, and the answer says what the database has. A
+// job the read does not find was deleted. A read that fails leaves
+// latest as it is: the wait still answers OK, with what this server saw.
+func (e *Engine) rereadUnfinished(ctx context.Context, ids []string, latest []*Snapshot, held []*jobtype.Job, r WaitManyRequest, read store.JobRead) {
+	var unfinished []string
+	at := map[string]int{}
+	for i, snap := range latest {
+		if !snap.Gone && !snap.Job.State.Terminal() {
+			unfinished = append(unfinished, ids[i])
+			at[ids[i]] = i
+		}
+	}
+	jobs, err := shallow.Call(func() ([]jobtype.Job, error) {
+		bounded, cancel := context.WithTimeout(context.WithoutCancel(ctx), rereadTimeout)
+		defer cancel()
+		return e.store.ReadJobs(bounded, unfinished, read)
+	})
+	if err != nil {
+		e.log.Debug("read again the jobs of a wait at its cap", "jobs", len(unfinished), "err", err)
+		return
+	}
+	found := make(map[int]bool, len(jobs))
+	for _, j := range jobs {
+		i := at[j.ID]
+		found[i] = true
+		if j.Version > latest[i].Job.Version {
+			e.advance(latest, held, r, i, newSnapshot(j), false)
+		}
+	}
+	for _, i := range at {
+		if !found[i] {
+			e.advance(latest, held, r, i, &Snapshot{Job: latest[i].Job, Gone: true}, false)
 		}
 	}
 }
