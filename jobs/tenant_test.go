@@ -482,3 +482,77 @@ func TestWatchTenantReadsPagesOfItsPageSize(t *testing.T) {
 		t.Errorf("the stream read %d pages of up to %d jobs; want at least %d, of at most its page size, 100", len(st.limits), slices.Max(st.limits), 1+changed/100)
 	}
 }
+
+// A stream whose end (its lifetime, or Shutdown) comes part way through a
+// window of changes ends there, OK, and its client's token resumes the
+// window where it stopped: a slow reader that ends, or is cut, at every
+// lifetime still gets through a large burst, rather than read its start
+// again each time (an outside probe's reader of 5,000 jobs, resumed
+// with the token it had, got the same 3,350 jobs at every resume).
+func TestAStreamEndedPartWayThroughAWindowResumesWhereItStopped(t *testing.T) {
+	e, st := newEngine(t, jobs.Config{})
+	const tenant = "slow"
+	first := newBatches()
+	var burst map[string]bool
+	sent := 0
+	done := async(func() (struct{}, error) {
+		return struct{}{}, e.WatchTenant(context.Background(), tenant, jobs.TenantWatchOptions{PageSize: 4, Deadline: soon(),
+			Send: func(js []jobtype.Job, deleted []string, token string) error {
+				if len(js) > 0 {
+					if sent++; sent == 2 {
+						e.Shutdown() // the stream's end, after its second batch of the burst
+					}
+				}
+				return first.send(js, deleted, token)
+			}})
+	})
+	first.next(t) // the (no) recent jobs, and a token
+	var reqs []jobs.SubmitRequest
+	for range 20 {
+		reqs = append(reqs, jobs.SubmitRequest{Tenant: tenant, Kind: "k"})
+	}
+	made, err := e.SubmitMany(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	burst = map[string]bool{}
+	for _, j := range made {
+		burst[j.ID] = true
+	}
+	if _, err := await(t, done); err != nil {
+		t.Fatalf("the stream ended part way with %v, want OK", err)
+	}
+	seen := map[string]bool{}
+	first.mu.Lock()
+	for _, b := range first.got {
+		for _, j := range b {
+			seen[j.ID] = true
+		}
+	}
+	token := first.tokens[len(first.tokens)-1]
+	first.mu.Unlock()
+	if len(seen) != 8 {
+		t.Fatalf("the stream sent %d jobs of the burst before its end, want its two batches of 4", len(seen))
+	}
+
+	again := newEngineOver(t, st, jobs.Config{})
+	rest := newBatches()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resumed := async(func() (struct{}, error) {
+		return struct{}{}, again.WatchTenant(ctx, tenant, jobs.TenantWatchOptions{PageSize: 4, ResumeToken: token, Deadline: soon(), Send: rest.send})
+	})
+	for len(seen) < len(burst) {
+		rest.next(t)
+		rest.mu.Lock()
+		for _, j := range rest.got[rest.read-1] {
+			if !burst[j.ID] || seen[j.ID] {
+				t.Errorf("the resumed stream sent job %s again, or one not of the burst", j.ID)
+			}
+			seen[j.ID] = true
+		}
+		rest.mu.Unlock()
+	}
+	cancel()
+	await(t, resumed)
+}

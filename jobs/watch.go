@@ -230,17 +230,21 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 		return err
 	}
 	size := pageSize(o.PageSize)
-	cursor, err := decodeTenantToken(o.ResumeToken)
+	tok, err := decodeTenantToken(o.ResumeToken)
 	if err != nil {
 		return err
 	}
-	if cursor != "" {
+	cursor := tok.since
+	for _, c := range []string{tok.since, tok.end} {
+		if c == "" || cursor == "" {
+			continue
+		}
 		// A token later than the database's changes (not issued by it,
 		// or issued before it was restored from a backup) would read
 		// nothing until the database caught up with it, and one of
 		// another database would read what does not follow from it:
 		// start over, as without a token.
-		ahead, err := e.store.CursorAhead(ctx, cursor)
+		ahead, err := e.store.CursorAhead(ctx, c)
 		switch {
 		case errors.Is(err, jobtype.ErrInvalidPageToken):
 			return badTenantToken
@@ -249,6 +253,13 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 		case ahead:
 			cursor = ""
 		}
+	}
+	// A token from within a window (its stream ended part way through
+	// it) resumes that window where it stopped: its end cursor, and the
+	// page of changed jobs to read next.
+	resumeEnd, resumePage := "", ""
+	if cursor != "" {
+		resumeEnd, resumePage = tok.end, tok.page
 	}
 	sub := e.signals.Subscribe(tenantSignal(tenant))
 	defer sub.Close()
@@ -281,31 +292,55 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 	for {
 		if look {
 			_, _, changed = sub.Latest()
-			next, err := e.store.ChangeCursor(ctx)
-			if err != nil {
-				return wrap("watch tenant", "", err)
+			next, from := resumeEnd, resumePage
+			if next == "" {
+				if next, err = e.store.ChangeCursor(ctx); err != nil {
+					return wrap("watch tenant", "", err)
+				}
 			}
+			resumeEnd, resumePage = "", ""
 			ended := time.Now() // next is taken: a read that begins now has the window
-			// Until the last batch is sent a resume must read this window
-			// again: only the last batch advances the client's token.
-			token, nextToken := encodeTenantToken(cursor), encodeTenantToken(next)
 			first := true
-			all, err := e.tenantChanges(ctx, tenant, o.Batch, cursor, next, ended, sent, o.Full, size,
-				func(b tenantBatch, last bool) error {
+			all, err := e.tenantChanges(ctx, tenant, o.Batch, cursor, next, from, ended, sent, o.Full, size,
+				func(b tenantBatch, last bool, resume string) error {
 					if first && woken && len(b.jobs) > 0 {
 						e.woke("watch", newestUpdate(b.jobs))
 					}
 					first = false
-					if last {
-						token = nextToken
+					// The last batch moves the client's token on to the
+					// next window; each before it, to the page it leaves
+					// the window's reading at, so that a stream cut or
+					// ended part way (a slow reader at its lifetime) is
+					// resumed from there, not from the window's start.
+					token := encodeTenantToken(tenantToken{since: next})
+					if !last {
+						token = encodeTenantToken(tenantToken{since: cursor, end: next, page: resume})
 					}
 					keepalive.reset()
 					if b.memo != nil && o.SendShared != nil {
-						return o.SendShared(b.jobs, token, b.memo)
+						err = o.SendShared(b.jobs, token, b.memo)
+					} else {
+						err = o.Send(b.jobs, b.deleted, token)
 					}
-					return o.Send(b.jobs, b.deleted, token)
+					if err != nil || last {
+						return err
+					}
+					select {
+					case <-deadline:
+						return errWindowLeft
+					case <-e.done:
+						return errWindowLeft
+					default:
+						return nil
+					}
 				})
-			if err != nil {
+			switch {
+			case errors.Is(err, errWindowLeft):
+				// The stream's lifetime or Shutdown, part way through a
+				// window: it ends OK, its client holding the token of
+				// where it stopped.
+				return nil
+			case err != nil:
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
@@ -318,7 +353,7 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 		case <-changed:
 			look, woken = true, true
 		case <-keepalive.c():
-			if err := o.Send(nil, nil, encodeTenantToken(cursor)); err != nil {
+			if err := o.Send(nil, nil, encodeTenantToken(tenantToken{since: cursor})); err != nil {
 				return err
 			}
 			keepalive.reset()
@@ -349,7 +384,7 @@ func (e *Engine) sendRecent(ctx context.Context, tenant string, size int, o Tena
 		left -= len(jobs)
 		token := ""
 		if next == "" || left <= 0 {
-			token = encodeTenantToken(cursor)
+			token = encodeTenantToken(tenantToken{since: cursor})
 		}
 		if err := o.Send(jobs, nil, token); err != nil || token != "" {
 			return err
@@ -382,7 +417,8 @@ type tenantBatch struct {
 
 // tenantChanges pages through the ids of tenant's jobs deleted after
 // since and every job of tenant (of batch, if not "") changed after
-// since, in reads that began after the window's end cursor end was taken
+// since (from the page token from on, when not "": a window resumed part
+// way), in reads that began after the window's end cursor end was taken
 // (at ended; reads shared with the streams reading the same pages:
 // changeReads), and passes the ids and the jobs with a version not in
 // sent to send, in batches of at most
@@ -391,10 +427,12 @@ type tenantBatch struct {
 // next is read. last is true for the batch that ends the window; when
 // the window's last page brings nothing new after batches of jobs were
 // sent, an empty batch ends it, so that send always learns the end of a
-// window it sent anything of. It returns the versions of the last
-// rememberedVersions jobs it read (to become the next sent).
-func (e *Engine) tenantChanges(ctx context.Context, tenant, batch, since, end string, ended time.Time, sent map[string]int64, full bool, size int,
-	send func(b tenantBatch, last bool) error) (map[string]int64, error) {
+// window it sent anything of; resume is the page token to read the
+// window's changed jobs from after that batch ("" from their first page).
+// It returns the versions of the last rememberedVersions jobs it read (to
+// become the next sent).
+func (e *Engine) tenantChanges(ctx context.Context, tenant, batch, since, end, from string, ended time.Time, sent map[string]int64, full bool, size int,
+	send func(b tenantBatch, last bool, resume string) error) (map[string]int64, error) {
 	// A store refuses a cursor it did not issue as an invalid page token.
 	bad := func(err error, pageToken string) error {
 		if errors.Is(err, jobtype.ErrInvalidPageToken) && pageToken == "" {
@@ -410,7 +448,7 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch, since, end st
 		if deleted == nil {
 			return nil
 		}
-		err := send(tenantBatch{deleted: deleted}, false)
+		err := send(tenantBatch{deleted: deleted}, false, from)
 		deleted, open = nil, true
 		return err
 	}
@@ -439,7 +477,7 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch, since, end st
 	// those come last in change order.
 	tail := make([]jobVersion, 0, min(rememberedVersions, MaxPageSize))
 	at := 0 // where the next job read goes once tail is full
-	f := store.ListFilter{Tenant: tenant, Batch: batch, ChangedSince: since, Limit: size, Full: full, MaxBytes: MaxPageBytes}
+	f := store.ListFilter{Tenant: tenant, Batch: batch, ChangedSince: since, PageToken: from, Limit: size, Full: full, MaxBytes: MaxPageBytes}
 	for {
 		page, err := e.changedJobs(ctx, f, ended)
 		if err != nil {
@@ -461,20 +499,24 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch, since, end st
 		if len(fresh) > 0 {
 			err = flush()
 		}
-		for from := 0; from < len(fresh) && err == nil; {
-			n := min(size, len(fresh)-from)
-			last := next == "" && from+n == len(fresh)
-			b := tenantBatch{jobs: fresh[from : from+n]}
-			if whole {
-				span := batchSpan{at: from, n: n}
-				if last {
-					span.end = end
-				}
-				b.memo = page.memo(span)
+		for at := 0; at < len(fresh) && err == nil; {
+			n := min(size, len(fresh)-at)
+			last := next == "" && at+n == len(fresh)
+			// After the page's last batch a resume reads the next page;
+			// after another, this page again.
+			resume := f.PageToken
+			if at+n == len(fresh) {
+				resume = next
 			}
-			err = send(b, last)
+			b := tenantBatch{jobs: fresh[at : at+n]}
+			if whole {
+				// The batch's token names the window's end, and so
+				// does the memo that holds its wire form.
+				b.memo = page.memo(batchSpan{at: at, n: n, end: end, resume: resume})
+			}
+			err = send(b, last, resume)
 			open = !last
-			from += n
+			at += n
 		}
 		if err != nil {
 			return nil, err
@@ -482,9 +524,9 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch, since, end st
 		if next == "" {
 			switch {
 			case deleted != nil:
-				err = send(tenantBatch{deleted: deleted}, true)
+				err = send(tenantBatch{deleted: deleted}, true, "")
 			case open:
-				err = send(tenantBatch{}, true)
+				err = send(tenantBatch{}, true, "")
 			}
 			if err != nil {
 				return nil, err
@@ -528,29 +570,54 @@ func newestUpdate(jobs []jobtype.Job) time.Time {
 	return t
 }
 
-// A tenant resume token is "t2." and the store's change cursor. The
+// A tenant resume token is "t2." and the store's change cursor: the
+// window that starts there. One given part way through a window is "t3."
+// and the window's start cursor, its end cursor and the page token of its
+// changed jobs to read next, joined by "~" (which neither holds). The
 // prefix versions the format: "t1." tokens held a time, which no longer
 // means anything to the store.
 const (
 	tenantTokenPrefix    = "t2."
+	midTenantTokenPrefix = "t3."
 	oldTenantTokenPrefix = "t1."
 )
 
-var badTenantToken = &jobtype.InvalidError{Field: "resume_token", Reason: "is not a token this server issued"}
-
-func encodeTenantToken(cursor string) string {
-	return tenantTokenPrefix + cursor
+// tenantToken is what a tenant resume token holds: since alone, or a
+// window part read (end, and page when not from its first page).
+type tenantToken struct {
+	since, end, page string
 }
 
-// decodeTenantToken returns the store cursor in tok, or "" for no token
-// or one of the old format: start over.
-func decodeTenantToken(tok string) (string, error) {
+func encodeTenantToken(t tenantToken) string {
+	if t.end == "" {
+		return tenantTokenPrefix + t.since
+	}
+	return midTenantTokenPrefix + t.since + "~" + t.end + "~" + t.page
+}
+
+// decodeTenantToken returns what tok holds: nothing for no token or one
+// of the old format (start over).
+func decodeTenantToken(tok string) (tenantToken, error) {
 	if tok == "" || strings.HasPrefix(tok, oldTenantTokenPrefix) {
-		return "", nil
+		return tenantToken{}, nil
+	}
+	if mid, ok := strings.CutPrefix(tok, midTenantTokenPrefix); ok {
+		parts := strings.Split(mid, "~")
+		if len(parts) != 3 || parts[0] == "" || parts[1] == "" {
+			return tenantToken{}, badTenantToken
+		}
+		return tenantToken{since: parts[0], end: parts[1], page: parts[2]}, nil
 	}
 	cursor, ok := strings.CutPrefix(tok, tenantTokenPrefix)
 	if !ok || cursor == "" {
-		return "", badTenantToken
+		return tenantToken{}, badTenantToken
 	}
-	return cursor, nil
+	return tenantToken{since: cursor}, nil
 }
+
+// errWindowLeft ends tenantChanges when the stream's lifetime or
+// Shutdown comes part way through a window.
+var errWindowLeft = errors.New("the stream ended part way through a window")
+
+var badTenantToken = &jobtype.InvalidError{Field: "resume_token", Reason: "is not a token this server issued"}
+

@@ -1187,7 +1187,10 @@ export type WatchJobsResponse = Message<"jobwatch.v1.WatchJobsResponse"> & {
 
   /**
    * Pass the last non-empty one back in WatchJobsRequest to resume after a
-   * disconnect. Empty while the most recent jobs of a stream started
+   * disconnect: every response of a burst carries one that resumes after
+   * it, so a stream that ends or is cut part way through a burst (at the
+   * server's stream lifetime, a reader slower than the burst) resumes
+   * where it stopped. Empty while the most recent jobs of a stream started
    * without a token are still coming: a resume before the first token then
    * starts over. A token later than the database's changes (made up, or
    * issued before the database was restored from a backup), or issued by
