@@ -620,4 +620,3 @@ func decodeTenantToken(tok string) (tenantToken, error) {
 var errWindowLeft = errors.New("the stream ended part way through a window")
 
 var badTenantToken = &jobtype.InvalidError{Field: "resume_token", Reason: "is not a token this server issued"}
-
