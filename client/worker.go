@@ -817,7 +817,17 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 	lastSent := time.Time{}
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
-	r := &retrier{b: Backoff{Initial: minGap, Max: interval}}
+	// Failed beats are tried again at most a tenth of the lease apart
+	// (and an interval): a server back after an outage that took most of
+	// the lease is asked several times before the lease ends, not once
+	// an interval later, after it (an outside probe's worker lost a job
+	// to a 15 s outage of a server with 30 s leases: its next try, 10 s
+	// after the last, came after the lease's end).
+	retryMax := interval
+	if lease.TTL > 0 {
+		retryMax = max(min(interval, lease.TTL/10), minGap)
+	}
+	r := &retrier{b: Backoff{Initial: minGap, Max: retryMax}}
 	beats := &failures{what: "heartbeat"}
 	var lastFailure error // the last beat that failed
 	// untilExpiry bounds a wait by the lease's end as this worker counts
@@ -898,7 +908,7 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, lease *Lease, 
 				lastFailure = err
 			}
 			beats.failed(log, err)
-			next = untilExpiry(min(r.delay(), interval))
+			next = untilExpiry(r.delay())
 		}
 		if !timer.Stop() {
 			select {

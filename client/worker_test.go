@@ -1130,3 +1130,94 @@ func TestAnOutcomeSentAgainAfterItsAnswerWasLostIsAnsweredAsMade(t *testing.T) {
 		}
 	})
 }
+
+// outageBackend refuses every heartbeat, as a server that is down does,
+// until its outage is over.
+type outageBackend struct {
+	client.WorkerBackend
+	over atomic.Int64 // UnixNano when the outage ends; 0: not begun
+
+	mu      sync.Mutex
+	refused []time.Time // when each heartbeat was refused
+}
+
+func (b *outageBackend) Heartbeat(ctx context.Context, l *client.Lease, percent int32, step string) (bool, error) {
+	if end := b.over.Load(); end == 0 || time.Now().UnixNano() < end {
+		b.mu.Lock()
+		b.refused = append(b.refused, time.Now())
+		b.mu.Unlock()
+		return false, connect.NewError(connect.CodeUnavailable, errors.New("dial tcp 127.0.0.1:1: connect: connection refused"))
+	}
+	return b.WorkerBackend.Heartbeat(ctx, l, percent, step)
+}
+
+// longestGap is the longest time between two heartbeats refused.
+func (b *outageBackend) longestGap() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var gap time.Duration
+	for i := 1; i < len(b.refused); i++ {
+		gap = max(gap, b.refused[i].Sub(b.refused[i-1]))
+	}
+	return gap
+}
+
+// A job's worker keeps its lease through an outage of its server that
+// takes most of the lease: its heartbeats are tried again at most a
+// tenth of the lease apart, so that one reaches the server once it is
+// back, before the lease ends. An outside probe's worker lost a job to a
+// 15 s outage under 30 s leases (heartbeats every 10 s): its retries had
+// backed off to up to 10 s apart, and the next came after the lease.
+func TestWorkerKeepsItsLeaseThroughAnOutageOfMostOfIt(t *testing.T) {
+	const lease = 6 * time.Second
+	var outage *outageBackend
+	wrap := func(b client.WorkerBackend) client.WorkerBackend {
+		outage = &outageBackend{WorkerBackend: b}
+		return outage
+	}
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	causes := make(chan error, 1)
+	cfg := client.WorkerConfig{HeartbeatInterval: lease / 3}
+	forEachBackend(t, cfg, wrap, func(w *client.Worker) {
+		w.Handle("long", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+			started <- struct{}{}
+			select {
+			case <-release:
+				return "done", nil
+			case <-ctx.Done():
+				causes <- context.Cause(ctx)
+				return nil, ctx.Err()
+			}
+		})
+	}, func(t *testing.T, env *workerEnv) {
+		if err := env.s.Engine.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{
+			jobtype.DefaultQueue: {LeaseTimeout: lease},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		release = make(chan struct{})
+		id := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "long"})
+		<-started
+		// Down from now until 4.5 s into the lease: the first beat, at
+		// 2 s, and its retries fail; 1.5 s of the lease are left for one
+		// to get through.
+		claimed := time.Now()
+		outage.over.Store(claimed.Add(lease * 3 / 4).UnixNano())
+		select {
+		case cause := <-causes:
+			t.Fatalf("the handler was stopped (%v): the lease was lost to an outage shorter than it", cause)
+		case <-time.After(lease + lease/2):
+		}
+		close(release)
+		if got := env.wait(t, id); got.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+			t.Fatalf("job = %s, want SUCCEEDED: its worker kept the lease", got.GetState())
+		}
+		// A generous bound over the tenth of the lease, for a busy
+		// machine's timers; retries backed off to the heartbeat
+		// interval (2 s) go past it.
+		if gap := outage.longestGap(); gap > lease/10+500*time.Millisecond {
+			t.Errorf("heartbeats refused up to %v apart during the outage, want at most a tenth of the %v lease (and a margin)", gap, lease)
+		}
+	})
+}
