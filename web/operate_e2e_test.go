@@ -73,6 +73,35 @@ func TestOperatorButtonsActAndThePageFollowsLive(t *testing.T) {
 		p.waitFor("the same page, never reloaded", `window.pageID === "the page as first loaded"`)
 	})
 
+	t.Run("start a held job: it is queued, and says so", func(t *testing.T) {
+		p.t = t
+		held, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Kind: "report.export", Hold: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.waitFor("the held job", exists(row(held.ID)+`[data-state="pending"]`))
+		p.click("open its detail", row(held.ID))
+		p.waitFor("start offered, cancel too, retry not", `(() => {
+			const d = document.getElementById("detail");
+			const shown = (a) => { const b = d.querySelector('button[data-action="' + a + '"]'); return b.closest(".action").hidden ? "hidden" : b.disabled ? "disabled" : "enabled"; };
+			return d.dataset.jobId === `+fmt.Sprintf("%q", held.ID)+` && shown("start") === "enabled" && shown("cancel") === "enabled" && shown("retry") === "hidden";
+		})()`)
+		p.click("click start", "#detail "+button("start"))
+		p.waitFor("a question, and nothing done yet", textHas("#detail .question", "Start job "+held.ID)+" && "+exists(row(held.ID)+`[data-state="pending"]`))
+		confirmYes("#detail")
+		p.waitFor("what it did", textIs("#detail .outcome", "Started job "+held.ID+": it is queued."))
+		p.waitFor("the job queued, in the list and the detail, and no Start", exists(row(held.ID)+`[data-state="queued"]`)+
+			` && document.getElementById("detail").dataset.state === "queued" && document.querySelector('#detail button[data-action="start"]').closest(".action").hidden`)
+		got, err := srv.engine.Get(ctx, held.ID)
+		if err != nil || got.State != jobtype.Queued {
+			t.Fatalf("the job on the server = %s, %v; want queued", got.State, err)
+		}
+		if _, err := srv.engine.Cancel(ctx, held.ID); err != nil {
+			t.Fatal(err)
+		}
+		p.click("back to the failed job", row(export.ID))
+	})
+
 	t.Run("delete an ended job: it leaves the list and the server", func(t *testing.T) {
 		p.t = t
 		p.click("click delete", "#detail "+button("delete"))

@@ -7,7 +7,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { h, setText } from "./dom";
 
 // Action names what an operator does; the same words as the RPCs.
-export type Action = "retry" | "cancel" | "delete" | "pause" | "resume" | "retry-failed";
+export type Action = "start" | "retry" | "cancel" | "delete" | "pause" | "resume" | "retry-failed";
 
 // Said is what an action did, for its outcome: a sentence, or one that
 // stops being true once staleWhen says so (a retried job's new run has
@@ -291,6 +291,7 @@ export type Access = { kind: "unknown" } | { kind: "open" } | { kind: "none" } |
 // What each action does, as a refusal names it: "a worker token may not
 // retry jobs".
 const deeds: Record<Action, string> = {
+  start: "start jobs",
   retry: "retry jobs",
   cancel: "cancel jobs",
   delete: "delete jobs",
@@ -368,6 +369,7 @@ export function unreachable(err: unknown): boolean {
 // exception: the change then arrives on the page's stream once it is
 // live again.
 const notDone: Record<Action, string> = {
+  start: "the job was not started",
   retry: "the job was not retried",
   cancel: "the job was not cancelled",
   delete: "the job was not deleted",

@@ -85,6 +85,14 @@ function refusal(action: Action): string {
 
 const jobOps: JobOps = {
   refusal,
+  start: (id) =>
+    act("start", "Start", async () => {
+      const job = await client.startJob(id);
+      if (adopt(job)) {
+        refreshDetail();
+      }
+      return `Started job ${id}: it is queued.`;
+    }),
   retry: (id) =>
     act("retry", "Retry", async (): Promise<Said> => {
       const job = await client.retryJob(id);

@@ -407,6 +407,7 @@ interface TimelineEntry {
 // may take the action, else why not.
 export interface JobOps {
   refusal(action: Action): string;
+  start(id: string): Promise<Said>;
   retry(id: string): Promise<Said>;
   cancel(id: string): Promise<Said>;
   delete(id: string): Promise<Said>;
@@ -482,6 +483,7 @@ export class Detail {
   // rate), where the page knows.
   private readonly why = h("p", { class: "wait-reason" });
   private readonly confirm = new Confirm();
+  private readonly start: ActionButton;
   private readonly retry: ActionButton;
   private readonly cancel: ActionButton;
   private readonly remove: ActionButton;
@@ -505,6 +507,11 @@ export class Detail {
     this.batchLink = batchLink(links, "show-batch");
     const close = h("button", { type: "button", class: "ghost", "aria-label": "Close details" }, "✕");
     close.addEventListener("click", onClose);
+    // A held job (submitted with hold, PENDING) runs once started.
+    this.start = new ActionButton("start", "Start", () => {
+      const id = this.jobId;
+      this.confirm.request(`Start job ${id}? It was held when submitted; it is queued now, and runs when a worker takes it.`, "Start", () => ops.start(id), this.start.button);
+    });
     this.retry = new ActionButton("retry", "Retry", () => {
       const id = this.jobId;
       const how = this.waitsAgain
@@ -542,7 +549,7 @@ export class Detail {
       h("h3", {}, "Payload"),
       this.payload,
       this.facts,
-      h("div", { class: "actions" }, this.retry.el, this.cancel.el, this.remove.el),
+      h("div", { class: "actions" }, this.start.el, this.retry.el, this.cancel.el, this.remove.el),
     );
     this.gone.hidden = true;
     this.el.append(
@@ -675,6 +682,7 @@ export class Detail {
   private renderActions(job: Job): void {
     const ended = isTerminal(job.state);
     const retryable = job.state === JobState.FAILED || job.state === JobState.CANCELLED || job.state === JobState.LOST;
+    this.start.set(this.ops.refusal("start"), job.state !== JobState.PENDING);
     this.retry.set(retryable ? this.ops.refusal("retry") : "it succeeded: nothing to retry", !ended);
     this.cancel.set(this.ops.refusal("cancel"), ended);
     this.remove.set(ended ? this.ops.refusal("delete") : "cancel it first: only an ended job can be deleted");

@@ -9,7 +9,7 @@ import { createConnectTransport } from "@connectrpc/connect-web";
 import { JobService } from "../src/gen/jobwatch/v1/jobwatch_pb";
 import { accessReason, unreachable, unreachableText, type Access, type Action } from "../src/actions";
 
-const actions: Action[] = ["retry", "cancel", "delete", "pause", "resume", "retry-failed"];
+const actions: Action[] = ["start", "retry", "cancel", "delete", "pause", "resume", "retry-failed"];
 
 function reasons(access: Access): Record<Action, string> {
   return Object.fromEntries(actions.map((a) => [a, accessReason(access, a)])) as Record<Action, string>;
@@ -20,12 +20,13 @@ test("each role is offered what the server lets it do, and a refusal names the r
     {
       name: "an admin token may do everything",
       access: { kind: "token", role: "admin" },
-      want: { retry: "", cancel: "", delete: "", pause: "", resume: "", "retry-failed": "" },
+      want: { start: "", retry: "", cancel: "", delete: "", pause: "", resume: "", "retry-failed": "" },
     },
     {
       name: "a client token acts on its tenant's jobs but may not pause or resume a queue",
       access: { kind: "token", role: "client" },
       want: {
+        start: "",
         retry: "",
         cancel: "",
         delete: "",
@@ -38,6 +39,7 @@ test("each role is offered what the server lets it do, and a refusal names the r
       name: "a worker token may do none of it",
       access: { kind: "token", role: "worker" },
       want: {
+        start: "a worker token may not start jobs",
         retry: "a worker token may not retry jobs",
         cancel: "a worker token may not cancel jobs",
         delete: "a worker token may not delete jobs",
@@ -50,6 +52,7 @@ test("each role is offered what the server lets it do, and a refusal names the r
       name: "a metrics token may do none of it either",
       access: { kind: "token", role: "metrics" },
       want: {
+        start: "a metrics token may not start jobs",
         retry: "a metrics token may not retry jobs",
         cancel: "a metrics token may not cancel jobs",
         delete: "a metrics token may not delete jobs",
@@ -61,12 +64,13 @@ test("each role is offered what the server lets it do, and a refusal names the r
     {
       name: "a server without tokens allows every call",
       access: { kind: "open" },
-      want: { retry: "", cancel: "", delete: "", pause: "", resume: "", "retry-failed": "" },
+      want: { start: "", retry: "", cancel: "", delete: "", pause: "", resume: "", "retry-failed": "" },
     },
     {
       name: "no token where the server needs one may do nothing, and is told to enter one",
       access: { kind: "none" },
       want: {
+        start: "the server needs a token: enter one",
         retry: "the server needs a token: enter one",
         cancel: "the server needs a token: enter one",
         delete: "the server needs a token: enter one",
@@ -80,7 +84,7 @@ test("each role is offered what the server lets it do, and a refusal names the r
       // refusals (Refusals) decide, once it gives them.
       name: "a token the page cannot place is offered everything until refused",
       access: { kind: "unknown" },
-      want: { retry: "", cancel: "", delete: "", pause: "", resume: "", "retry-failed": "" },
+      want: { start: "", retry: "", cancel: "", delete: "", pause: "", resume: "", "retry-failed": "" },
     },
   ];
   for (const c of cases) {
