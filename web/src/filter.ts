@@ -35,11 +35,21 @@ export function filterLabel(f: StateFilter): string {
   return stateFilters.find((s) => s.value === f)?.label ?? "all jobs";
 }
 
-// stateFilterFromURL is the filter the address names; anything it does
-// not know shows every job.
+// stateAliases are the states an address may name that the menu offers
+// together with others: ?state=queued shows the queued or waiting jobs,
+// as a person typing the address means, not every job.
+const stateAliases = new Map<string, StateFilter>([
+  ["queued", "waiting"],
+  ["pending", "waiting"],
+  ["lost", "cancelled"],
+]);
+
+// stateFilterFromURL is the filter the address names (in any case, by a
+// choice's value or a state it shows); anything it does not know shows
+// every job.
 export function stateFilterFromURL(url: URL): StateFilter {
-  const v = url.searchParams.get(stateParam) ?? "";
-  return stateFilters.find((s) => s.value === v)?.value ?? "all";
+  const v = (url.searchParams.get(stateParam) ?? "").trim().toLowerCase();
+  return stateFilters.find((s) => s.value === v)?.value ?? stateAliases.get(v) ?? "all";
 }
 
 // urlWithState is url filtered to f ("all" clears the parameter).

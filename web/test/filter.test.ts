@@ -22,6 +22,15 @@ test("the address names the filter, and an unknown one shows every job", () => {
   assert.equal(stateFilterFromURL(new URL("http://127.0.0.1:8080/?state=nonsense")), "all");
 });
 
+test("an address may name a state the menu shows with others, in any case", () => {
+  const named = (v: string) => stateFilterFromURL(new URL(`http://127.0.0.1:8080/?state=${v}`));
+  assert.equal(named("queued"), "waiting");
+  assert.equal(named("PENDING"), "waiting");
+  assert.equal(named("Failed"), "failed");
+  assert.equal(named("lost"), "cancelled");
+  assert.equal(named("constructor"), "all", "not a property every object has");
+});
+
 test("a job link opens one job, with the page's tenant, and ?job= wins over #job=", () => {
   const page = new URL("http://127.0.0.1:8080/?batch=b1&state=failed#job=j_2");
   assert.equal(jobLink(page, "j_1", "acme").href, "http://127.0.0.1:8080/?tenant=acme&job=j_1");
