@@ -155,9 +155,10 @@ func TestAClientTokenOpensItsOwnTenant(t *testing.T) {
 	// opened again asks for the token's own, and says nothing refused.
 	p.do("type another tenant", chromedp.Navigate("http://"+addr+"/"))
 	p.waitFor("acme's job", exists(row(acme.ID)))
-	p.do("ask for tenant globex", chromedp.Evaluate[chromedp.Void](
-		`{document.getElementById("tenant").value = "globex"; document.getElementById("tenant-form").requestSubmit();}`))
+	p.do("ask for tenant globex, typed in the field", chromedp.Evaluate[chromedp.Void](
+		`{const f = document.getElementById("tenant"); f.focus(); f.value = "globex"; document.getElementById("tenant-form").requestSubmit();}`))
 	p.waitFor("the refusal of globex", `document.getElementById("banner").textContent.includes("may not use tenant “globex”")`)
+	p.waitFor("the field naming the tenant shown, though it has the keyboard", `document.getElementById("tenant").value === "acme"`)
 	p.do("open the page again", chromedp.Navigate("http://"+addr+"/"))
 	p.waitFor("acme's job, and no refusal", exists(row(acme.ID))+` && document.getElementById("status").dataset.status === "live" && document.getElementById("banner").hidden`+
 		` && sessionStorage.getItem("jobwatch.tenant") === null`)

@@ -323,9 +323,17 @@ function learnOwnTenant(name: string): void {
   }
 }
 
+// tenantRefused: the tenant the user entered was refused (the banner
+// says which), so the field names the tenant shown once it is known,
+// though the keyboard is still there.
+let tenantRefused = false;
+
+// showTenantName puts the tenant shown in the field, but while the user
+// is typing there (unless what they typed was refused).
 function showTenantName(): void {
-  if (document.activeElement !== tenantInput) {
+  if (tenantRefused || document.activeElement !== tenantInput) {
     tenantInput.value = shownTenant();
+    tenantRefused &&= tenantInput.value === "";
   }
   tenantInput.placeholder = savedToken() === "" ? "default" : "the token's own";
 }
@@ -460,6 +468,7 @@ function startFeed(waited = false): void {
         }
         tenant = "";
         ownTenant = "";
+        tenantRefused = true;
         showTenantName();
         select("");
         startFeed();
@@ -1491,6 +1500,7 @@ tenantForm.addEventListener("submit", (e) => {
   tenant = next;
   ownTenant = "";
   deniedTenant = "";
+  tenantRefused = false;
   showTenantName();
   // A tenant the page refuses (tenantReason) is not kept for a reload.
   rememberTenant(sessionStorage, tenantReason(tenant) === "" ? tenant : "");
