@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -189,6 +190,22 @@ func TestWatchTenantRefusesBadInput(t *testing.T) {
 	}
 	if err := e.WatchTenant(ctx, "a b", jobs.TenantWatchOptions{Send: send}); !isInvalid(err, "tenant") {
 		t.Errorf("bad tenant: %v", err)
+	}
+	// A token from within a window made up, or with its parts made up
+	// around this server's cursor.
+	var token string
+	got := func(_ []jobtype.Job, _ []string, tok string) error {
+		token = tok
+		return errors.New("enough")
+	}
+	if err := e.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{Send: got}); err == nil || token == "" {
+		t.Fatalf("a stream's first token: %q, %v", token, err)
+	}
+	cursor := strings.TrimPrefix(token, "t2.")
+	for _, tok := range []string{"t3.", "t3.a~b", "t3.x~y~z", "t3." + cursor + "~" + cursor + "~not-a-page", "t3." + cursor + "~" + cursor + "~~"} {
+		if err := e.WatchTenant(ctx, "acme", jobs.TenantWatchOptions{ResumeToken: tok, Deadline: soon(), Send: send}); !isInvalid(err, "resume_token") {
+			t.Errorf("token %q: %v, want resume_token invalid", tok, err)
+		}
 	}
 	// Every tenant ("*") is a list's or a bulk action's, and the refusal
 	// says so rather than quote the rule of names.

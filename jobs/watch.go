@@ -433,9 +433,10 @@ type tenantBatch struct {
 // become the next sent).
 func (e *Engine) tenantChanges(ctx context.Context, tenant, batch, since, end, from string, ended time.Time, sent map[string]int64, full bool, size int,
 	send func(b tenantBatch, last bool, resume string) error) (map[string]int64, error) {
-	// A store refuses a cursor it did not issue as an invalid page token.
+	// A store refuses a cursor it did not issue as an invalid page token,
+	// and so a page token from (the caller's resume token's) it did not.
 	bad := func(err error, pageToken string) error {
-		if errors.Is(err, jobtype.ErrInvalidPageToken) && pageToken == "" {
+		if errors.Is(err, jobtype.ErrInvalidPageToken) && (pageToken == "" || pageToken == from) {
 			return badTenantToken
 		}
 		return wrap("watch tenant", "", err)
