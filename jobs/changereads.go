@@ -62,13 +62,11 @@ type changePage struct {
 }
 
 // batchSpan is a batch of a page's jobs sent as they are: where it
-// starts, how many, and what its resume token holds beside the window's
-// start (which the page's key holds).
+// starts, how many, and the window's end cursor if it ends the window
+// (its token; the others carry the start's, which the page's key holds).
 type batchSpan struct {
 	at, n int
-	// end is the window's end cursor and resume the page token after
-	// the batch: its resume token holds them.
-	end, resume string
+	end   string
 }
 
 type batchMemo struct {

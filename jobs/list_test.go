@@ -165,8 +165,7 @@ func TestWatchTenantSendsLargeJobsInBatchesBoundedInBytes(t *testing.T) {
 			}
 
 			// A burst of changes read in one look: the batches before the
-			// last carry a token that resumes after them, the last one
-			// advances it past the burst.
+			// last keep the previous token, the last one advances it.
 			burst := map[string]bool{}
 			for i := range 8 {
 				burst[submit(t, e, jobs.SubmitRequest{Tenant: tenant, Payload: largePayload(i)}).ID] = true
@@ -174,8 +173,6 @@ func TestWatchTenantSendsLargeJobsInBatchesBoundedInBytes(t *testing.T) {
 			close(gate)
 			seen := map[string]bool{}
 			batches = 0
-			mid, seenAtMid := "", 0 // the first batch's token, if not the last
-			before := map[string]bool{}
 			for len(seen) < len(burst) {
 				b, tok := batch()
 				batches++
@@ -186,14 +183,11 @@ func TestWatchTenantSendsLargeJobsInBatchesBoundedInBytes(t *testing.T) {
 					seen[j.ID] = true
 				}
 				last := len(seen) == len(burst)
-				if tok == "" || tok == token {
-					t.Errorf("batch %d of a burst kept the token %q", batches, tok)
+				if !last && tok != token {
+					t.Errorf("batch %d of a burst moved the token from %q to %q before the burst was all sent", batches, token, tok)
 				}
-				if batches == 1 && !last {
-					mid, seenAtMid = tok, len(seen)
-					for _, j := range b {
-						before[j.ID] = true
-					}
+				if last && tok == token {
+					t.Errorf("the last batch of a burst kept the token %q", tok)
 				}
 			}
 			if full && batches < 2 {
@@ -201,33 +195,6 @@ func TestWatchTenantSendsLargeJobsInBatchesBoundedInBytes(t *testing.T) {
 			}
 			cancel()
 			await(t, done)
-			if mid == "" {
-				return
-			}
-
-			// A stream resumed with the first batch's token (its stream
-			// ended or was cut right after it) sends the rest of the
-			// burst, and not what that batch had sent.
-			rest := newBatches()
-			ctx, cancel = context.WithCancel(context.Background())
-			defer cancel()
-			resumed := async(func() (struct{}, error) {
-				return struct{}{}, e.WatchTenant(ctx, tenant, jobs.TenantWatchOptions{Full: full, PageSize: jobs.MaxPageSize, ResumeToken: mid, Deadline: soon(), Send: rest.send})
-			})
-			again := map[string]bool{}
-			for len(again) < len(burst)-seenAtMid {
-				rest.next(t)
-				rest.mu.Lock()
-				for _, j := range rest.got[rest.read-1] {
-					if !burst[j.ID] || again[j.ID] || before[j.ID] {
-						t.Errorf("the resumed stream sent job %s again, or one not of the burst", j.ID)
-					}
-					again[j.ID] = true
-				}
-				rest.mu.Unlock()
-			}
-			cancel()
-			await(t, resumed)
 		})
 	}
 }

@@ -501,11 +501,11 @@ func TestWatchTenantReadsPagesOfItsPageSize(t *testing.T) {
 }
 
 // A stream whose end (its lifetime, or Shutdown) comes part way through a
-// window of changes ends there, OK, and its client's token resumes the
-// window where it stopped: a slow reader that ends, or is cut, at every
+// window of changes ends there, OK, with a last message whose token
+// resumes the window where it stopped: a slow reader that ends at every
 // lifetime still gets through a large burst, rather than read its start
-// again each time (an outside probe's reader of 5,000 jobs, resumed
-// with the token it had, got the same 3,350 jobs at every resume).
+// again each time (an outside probe's reader of 5,000 jobs, resumed with
+// the token it had, got the same 3,350 jobs at every resume).
 func TestAStreamEndedPartWayThroughAWindowResumesWhereItStopped(t *testing.T) {
 	e, st := newEngine(t, jobs.Config{})
 	const tenant = "slow"

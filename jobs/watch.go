@@ -301,20 +301,21 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 			resumeEnd, resumePage = "", ""
 			ended := time.Now() // next is taken: a read that begins now has the window
 			first := true
+			// Until the last batch is sent a resume reads this window
+			// again: only the last batch moves the token on, so that
+			// every stream sending a batch sends the same bytes
+			// (SendShared). after is where the window's reading stands
+			// after the batches sent.
+			start, after := encodeTenantToken(tenantToken{since: cursor}), from
 			all, err := e.tenantChanges(ctx, tenant, o.Batch, cursor, next, from, ended, sent, o.Full, size,
 				func(b tenantBatch, last bool, resume string) error {
 					if first && woken && len(b.jobs) > 0 {
 						e.woke("watch", newestUpdate(b.jobs))
 					}
 					first = false
-					// The last batch moves the client's token on to the
-					// next window; each before it, to the page it leaves
-					// the window's reading at, so that a stream cut or
-					// ended part way (a slow reader at its lifetime) is
-					// resumed from there, not from the window's start.
-					token := encodeTenantToken(tenantToken{since: next})
-					if !last {
-						token = encodeTenantToken(tenantToken{since: cursor, end: next, page: resume})
+					token := start
+					if last {
+						token = encodeTenantToken(tenantToken{since: next})
 					}
 					keepalive.reset()
 					if b.memo != nil && o.SendShared != nil {
@@ -325,6 +326,7 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 					if err != nil || last {
 						return err
 					}
+					after = resume
 					select {
 					case <-deadline:
 						return errWindowLeft
@@ -337,9 +339,12 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 			switch {
 			case errors.Is(err, errWindowLeft):
 				// The stream's lifetime or Shutdown, part way through a
-				// window: it ends OK, its client holding the token of
-				// where it stopped.
-				return nil
+				// window: it ends OK, its last message a token that
+				// resumes where it stopped (the window's end cursor, and
+				// the page after the batches sent), so that a reader
+				// slower than the window is not sent its start again at
+				// every lifetime.
+				return o.Send(nil, nil, encodeTenantToken(tenantToken{since: cursor, end: next, page: after}))
 			case err != nil:
 				if ctx.Err() != nil {
 					return ctx.Err()
@@ -511,9 +516,11 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch, since, end, f
 			}
 			b := tenantBatch{jobs: fresh[at : at+n]}
 			if whole {
-				// The batch's token names the window's end, and so
-				// does the memo that holds its wire form.
-				b.memo = page.memo(batchSpan{at: at, n: n, end: end, resume: resume})
+				span := batchSpan{at: at, n: n}
+				if last {
+					span.end = end
+				}
+				b.memo = page.memo(span)
 			}
 			err = send(b, last, resume)
 			open = !last

@@ -1187,12 +1187,13 @@ export type WatchJobsResponse = Message<"jobwatch.v1.WatchJobsResponse"> & {
 
   /**
    * Pass the last non-empty one back in WatchJobsRequest to resume after a
-   * disconnect: every response of a burst carries one that resumes after
-   * it, so a stream that ends or is cut part way through a burst (at the
-   * server's stream lifetime, a reader slower than the burst) resumes
-   * where it stopped. Empty while the most recent jobs of a stream started
-   * without a token are still coming: a resume before the first token then
-   * starts over. A token later than the database's changes (made up, or
+   * disconnect. The responses of a burst of changes carry the token of its
+   * start until its last one, whose token is past it; a stream that ends
+   * OK part way through a burst (at the server's stream lifetime or
+   * shutdown: a reader slower than the burst) ends with a response with no
+   * jobs whose token resumes where it stopped. Empty while the most recent
+   * jobs of a stream started without a token are still coming: a resume
+   * before the first token then starts over. A token later than the database's changes (made up, or
    * issued before the database was restored from a backup), or issued by
    * another database (a server moved to another file and back), also
    * starts over, with the most recent jobs.
