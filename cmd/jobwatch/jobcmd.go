@@ -39,8 +39,12 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // queueHold is what of its queue holds QUEUED job j back (holdText),
 // read with ListQueues; "" when nothing does, or the token may not read
 // the queues, or the answer leaves the queue or the job's tenant out.
+// Its default bound on queues is enough: a queue that holds jobs back
+// (paused, held by its rate, or with bounds, which the configuration
+// sets) is among the most pressing it keeps first. Tenants are asked for
+// at the most, as the job's may be any of the queue's.
 func queueHold(ctx context.Context, c *client.Client, j *jobwatchv1.Job) string {
-	resp, err := c.QueueService().ListQueues(ctx, &jobwatchv1.ListQueuesRequest{TenantsPerQueue: 100, MaxQueues: 10_000})
+	resp, err := c.QueueService().ListQueues(ctx, &jobwatchv1.ListQueuesRequest{TenantsPerQueue: 100})
 	if err != nil {
 		return ""
 	}

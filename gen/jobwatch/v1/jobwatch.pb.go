@@ -2499,10 +2499,11 @@ type WatchJobsResponse struct {
 	// shutdown: a reader slower than the burst) ends with a response with no
 	// jobs whose token resumes where it stopped. Empty while the most recent
 	// jobs of a stream started without a token are still coming: a resume
-	// before the first token then starts over. A token later than the database's changes (made up, or
-	// issued before the database was restored from a backup), or issued by
-	// another database (a server moved to another file and back), also
-	// starts over, with the most recent jobs.
+	// before the first token then starts over. A token later than the
+	// database's changes (made up, or issued before the database was
+	// restored from a backup), or issued by another database (a server moved
+	// to another file and back), also starts over, with the most recent
+	// jobs.
 	ResumeToken string `protobuf:"bytes,2,opt,name=resume_token,json=resumeToken,proto3" json:"resume_token,omitempty"`
 	// Jobs deleted (DeleteJob, DeleteJobs) since the last response: drop
 	// them. A job that retention removes is not announced. The server keeps

@@ -1193,10 +1193,11 @@ export type WatchJobsResponse = Message<"jobwatch.v1.WatchJobsResponse"> & {
    * shutdown: a reader slower than the burst) ends with a response with no
    * jobs whose token resumes where it stopped. Empty while the most recent
    * jobs of a stream started without a token are still coming: a resume
-   * before the first token then starts over. A token later than the database's changes (made up, or
-   * issued before the database was restored from a backup), or issued by
-   * another database (a server moved to another file and back), also
-   * starts over, with the most recent jobs.
+   * before the first token then starts over. A token later than the
+   * database's changes (made up, or issued before the database was
+   * restored from a backup), or issued by another database (a server moved
+   * to another file and back), also starts over, with the most recent
+   * jobs.
    *
    * @generated from field: string resume_token = 2;
    */
