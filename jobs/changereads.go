@@ -165,6 +165,16 @@ func (r *changeReads) forget(k changeKey, p *changePage) {
 	}
 }
 
+// SharedChangeBytes is the size of the changed jobs (and deleted ids)
+// that WatchJobs reads keep for other streams to share after the read,
+// each page for changeReadLinger: at most 32 MiB, and 0 a couple of
+// seconds after the last burst of changes.
+func (e *Engine) SharedChangeBytes() int {
+	e.changeReads.mu.Lock()
+	defer e.changeReads.mu.Unlock()
+	return e.changeReads.kept
+}
+
 // changedJobs reads a page of the jobs of f changed after f.ChangedSince,
 // in a read that began after the window's end cursor was taken (at
 // ended), shared with the streams reading the same page.
@@ -179,7 +189,7 @@ func (e *Engine) changedJobs(ctx context.Context, f store.ListFilter, ended time
 // deletedJobs reads a page of the ids of jobs deleted after d.Since,
 // shared as changedJobs is.
 func (e *Engine) deletedJobs(ctx context.Context, d store.DeletedFilter, ended time.Time) ([]string, string, error) {
-	k := changeKey{tenant: d.Tenant, since: d.Since, page: d.PageToken, limit: d.Limit, deletedPages: true}
+	k := changeKey{tenant: d.Tenant, batch: d.Batch, since: d.Since, page: d.PageToken, limit: d.Limit, deletedPages: true}
 	p, err := e.changeReads.read(ctx, k, ended, func(ctx context.Context, p *changePage) (err error) {
 		p.deleted, p.next, err = e.store.JobsDeleted(ctx, d)
 		return err

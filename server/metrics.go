@@ -203,6 +203,10 @@ func (m *Metrics) register(reg *prometheus.Registry, engine *jobs.Engine, log *s
 		&pausesCollector{engine: engine, log: log},
 		&ratesCollector{engine: engine, log: log},
 		&schedulesCollector{engine: engine, log: log},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "jobwatch_watch_shared_bytes",
+			Help: "Bytes of changed jobs read for WatchJobs streams and kept for 2 s after the read, so that the other streams of the tenant woken by the same changes share the read (at most 32 MiB).",
+		}, func() float64 { return float64(engine.SharedChangeBytes()) }),
 	}
 	if m.opts.PerTenant {
 		collectors = append(collectors, &tenantJobsCollector{depths: &sharedRead[[]jobs.TenantDepth]{

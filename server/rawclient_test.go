@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +33,8 @@ type rawH2 struct {
 	header [][2]string // sent with every stream open opens, as name and value
 
 	resets chan uint32 // stream ids the server reset
+	// answered counts the streams on which the server sent any DATA.
+	answered atomic.Int64
 	closed chan struct{}
 	paused chan struct{} // closed: the client no longer reads its socket
 }
@@ -89,6 +92,7 @@ func answerControl(f http2.Frame, mu *sync.Mutex, fr *http2.Framer) bool {
 
 func (c *rawH2) readLoop() {
 	defer close(c.closed)
+	answered := map[uint32]bool{}
 	for {
 		select {
 		case <-c.paused:
@@ -105,6 +109,11 @@ func (c *rawH2) readLoop() {
 		switch f := f.(type) {
 		case *http2.RSTStreamFrame:
 			c.resets <- f.StreamID
+		case *http2.DataFrame:
+			if !answered[f.StreamID] {
+				answered[f.StreamID] = true
+				c.answered.Add(1)
+			}
 		}
 	}
 }
