@@ -213,6 +213,9 @@ type Engine struct {
 	// hub holds each watched job's latest committed snapshot, keyed by id:
 	// one *Snapshot per publish, shared by every call it wakes.
 	hub *watch.Hub[*Snapshot]
+	// hearing marks the batches of heard changes being published to hub
+	// one job at a time (listen.go).
+	hearing hearing
 	// signals carries no values, only "look again": the key
 	// tenantSignal(t) wakes WatchTenant streams of tenant t. Each publish
 	// takes the next value of signalSeq as its version, so it is always

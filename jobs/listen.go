@@ -72,6 +72,7 @@ func (e *Engine) heard(changes []store.Change, missed bool) {
 	}
 	latest := latestChanges(changes)
 	read := e.readHeard(ctx, changes, latest)
+	defer e.hearing.begin()()
 	for i, c := range changes {
 		if c.QueueChange {
 			e.heardQueueChange(c) // pause.go
@@ -329,4 +330,50 @@ func (c *storeClock) sync(ctx context.Context) error {
 	}
 	c.offset.Store(int64(best))
 	return nil
+}
+
+// hearing is the batches of heard changes being published one job at a
+// time: a commit that ended many jobs at once (a failure's cascade to
+// the jobs after it, another replica's bulk of changes) reaches the hub
+// as a loop of publishes, and a WaitMany of ANY of them wakes at the
+// first. It looks again once the batches in flight when it woke are out
+// (settled), so that its answer lists every job the commit ended, not the
+// few published before it looked.
+type hearing struct {
+	mu       sync.Mutex
+	inFlight map[chan struct{}]struct{}
+}
+
+// begin marks a batch in flight, until the function it returns is called.
+func (h *hearing) begin() (end func()) {
+	done := make(chan struct{})
+	h.mu.Lock()
+	if h.inFlight == nil {
+		h.inFlight = map[chan struct{}]struct{}{}
+	}
+	h.inFlight[done] = struct{}{}
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		delete(h.inFlight, done)
+		h.mu.Unlock()
+		close(done)
+	}
+}
+
+// settled waits until the batches in flight now are out, or ctx ends.
+func (h *hearing) settled(ctx context.Context) {
+	h.mu.Lock()
+	var batches []chan struct{}
+	for done := range h.inFlight {
+		batches = append(batches, done)
+	}
+	h.mu.Unlock()
+	for _, done := range batches {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return
+		}
+	}
 }

@@ -210,15 +210,28 @@ func (e *Engine) waitGroup(ctx context.Context, g *watch.Group[*Snapshot], lates
 		case <-e.done:
 			return true
 		}
-		for i := range latest {
-			if snap, version := g.Latest(i); version > latest[i].Job.Version {
-				ended += e.advance(latest, held, r, i, snap, true)
-			}
-		}
+		ended += e.lookAgain(g, latest, held, r)
 		if met(r.Any, ended, len(latest)) {
+			if r.Any {
+				// The change that woke it may be one of a batch that
+				// ended several: answer with all of them.
+				e.hearing.settled(ctx)
+				e.lookAgain(g, latest, held, r)
+			}
 			return false
 		}
 	}
+}
+
+// lookAgain advances latest to g's newer snapshots and returns by how
+// much that changed the count of jobs ended.
+func (e *Engine) lookAgain(g *watch.Group[*Snapshot], latest []*Snapshot, held []*jobtype.Job, r WaitManyRequest) (ended int) {
+	for i := range latest {
+		if snap, version := g.Latest(i); version > latest[i].Job.Version {
+			ended += e.advance(latest, held, r, i, snap, true)
+		}
+	}
+	return ended
 }
 
 // advance puts snap, newer than latest[i], in its place, and returns by

@@ -312,3 +312,60 @@ func TestWaitManyForAllWaitsAgainForAJobRetriedMeanwhile(t *testing.T) {
 		t.Errorf("the retried job answered at version %d, want its last end's %d", got.Ended[0].Version, last.Version)
 	}
 }
+
+// A WaitMany for any of 500 jobs that one commit ends together (their
+// dependency failed, so each is cancelled in the commit that ends it)
+// answers with all 500 ended, on the replica that ended them and on
+// another: not with the few the engine had published when the first
+// woke it (an outside probe's wait on another replica listed 943 of
+// 1,000 such jobs as unfinished).
+func TestWaitManyForAnyAnswersWithEveryJobACommitEnded(t *testing.T) {
+	const n = 500
+	sa, sb := openSharedStores(t)
+	hooked := &readJobsHook{Store: sb, afterRead: make(chan []string, 1)}
+	a, b := newEngineOver(t, sa, jobs.Config{}), newEngineOver(t, hooked, jobs.Config{})
+	ctx := context.Background()
+	for _, where := range []struct {
+		name string
+		e    *jobs.Engine
+	}{{"the replica that ended them", a}, {"another replica", b}} {
+		t.Run(where.name, func(t *testing.T) {
+			dep := running(t, a, jobs.SubmitRequest{})
+			reqs := make([]jobs.SubmitRequest, n)
+			for i := range reqs {
+				reqs[i] = jobs.SubmitRequest{Kind: "after.any", After: []string{dep.ID}}
+			}
+			after, err := a.SubmitMany(ctx, reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids := make([]string, n)
+			for i, j := range after {
+				ids[i] = j.ID
+			}
+			read := make(chan []string, 1)
+			if where.e == b {
+				read = hooked.afterRead
+			}
+			waited := async(func() (jobs.WaitManyResult, error) {
+				return where.e.WaitMany(ctx, jobs.WaitManyRequest{IDs: ids, Any: true}, soon())
+			})
+			if where.e == b {
+				for got := range read { // the wait's read of its jobs, after it subscribed
+					if len(got) == n {
+						break
+					}
+				}
+			} else {
+				waitUntil(t, "the wait subscribed to its jobs", func() bool { return a.WatchedJobs() >= n })
+			}
+			if _, err := a.Fail(ctx, dep.ID, dep.LeaseID, jobtype.JobError{Type: "Boom"}, false); err != nil {
+				t.Fatal(err)
+			}
+			got, err := await(t, waited)
+			if err != nil || len(got.Ended) != n || len(got.Unfinished) != 0 {
+				t.Fatalf("wait for any = %d ended, %d unfinished, %v; want all %d ended", len(got.Ended), len(got.Unfinished), err, n)
+			}
+		})
+	}
+}
