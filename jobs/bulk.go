@@ -70,10 +70,13 @@ type BulkResult struct {
 // pageToken, of pageSize jobs (0 or more than MaxBulkPage: MaxBulkPage).
 // A job that no longer takes the action when its turn comes (another
 // caller ended or removed it meanwhile) counts as matched, not changed.
-// An error other than that stops the page and is returned, with what the
-// page did before it in the result (Matched is then 0 if the page was
-// never read); running the same page again is safe, since the jobs acted
-// on no longer match.
+// A job its tenant's quota refuses (jobtype.QuotaError) is left as it
+// is, and so are that tenant's later jobs of the page; the page goes on
+// with the other tenants' and then returns a *BulkHeldError. Any other
+// error stops the page and is returned, with what the page did before it
+// in the result (Matched is then 0 if the page was never read). Running
+// the same page again is safe either way, since the jobs acted on no
+// longer match.
 func (e *Engine) Bulk(ctx context.Context, a BulkAction, f BulkFilter, pageToken string, pageSize int) (BulkResult, error) {
 	lf, err := bulkListFilter(a, f)
 	if err != nil {
@@ -122,27 +125,61 @@ func bulkKey(a BulkAction, lf store.ListFilter) string {
 	return strconv.FormatUint(h.Sum64(), 36)
 }
 
+// BulkHeldError is what a bulk page that tenants' quotas held back
+// returns once it has acted on the other tenants' jobs: the first
+// refusal, and the tenants refused, in the order they were.
+type BulkHeldError struct {
+	Err     *jobtype.QuotaError
+	Tenants []string
+}
+
+func (e *BulkHeldError) Error() string { return e.Err.Error() }
+func (e *BulkHeldError) Unwrap() error { return e.Err }
+
 // actOnPage runs a on every job of page, bulkParallel at a time, and
-// counts those it changed. It stops at the first error that is not the
-// job having moved on.
+// counts those it changed. A quota's refusal holds back its tenant's
+// jobs (BulkHeldError); it stops at the first other error that is not
+// the job having moved on.
 func (e *Engine) actOnPage(ctx context.Context, a BulkAction, page []jobtype.Job) (int, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var (
 		mu      sync.Mutex
 		changed int
+		held    *BulkHeldError // guarded by mu
 		wg      sync.WaitGroup
 		listed  = make(chan jobtype.Job)
 	)
+	heldBack := func(tenant string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return held != nil && slices.Contains(held.Tenants, tenant)
+	}
 	for range min(bulkParallel, len(page)) {
 		wg.Go(func() {
 			for j := range listed {
+				if heldBack(j.Tenant) {
+					continue
+				}
 				ok, err := a.Act(ctx, j)
-				var se *StateError
+				var (
+					se *StateError
+					qe *jobtype.QuotaError
+				)
 				switch {
 				case err == nil:
 				case errors.As(err, &se), errors.Is(err, jobtype.ErrNotFound), isConflict(err):
 					ok = false // moved on since the page was read
+				case errors.As(err, &qe):
+					mu.Lock()
+					if held == nil {
+						held = &BulkHeldError{Err: qe}
+					}
+					if !slices.Contains(held.Tenants, j.Tenant) {
+						held.Tenants = append(held.Tenants, j.Tenant)
+					}
+					mu.Unlock()
+					continue
 				default:
 					cancel(err)
 					continue
@@ -168,7 +205,13 @@ feed:
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return changed, err
 	}
-	return changed, ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return changed, err
+	}
+	if held != nil {
+		return changed, held
+	}
+	return changed, nil
 }
 
 func isConflict(err error) bool {

@@ -70,22 +70,32 @@ func (s *Server) bulk(ctx context.Context, a jobs.BulkAction, pf *jobwatchv1.Job
 		s.log.InfoContext(ctx, "bulk "+a.Name, attrs...)
 	}
 	if err != nil {
-		return jobs.BulkResult{}, bulkStopped(a, r, s.toConnectError(ctx, a.Name+" jobs", err))
+		return jobs.BulkResult{}, bulkStopped(a, r, err, s.toConnectError(ctx, a.Name+" jobs", err))
 	}
 	return r, nil
 }
 
-// bulkStopped is err, the refusal that stopped a page of a partway
-// through, saying in its message and in a BulkStopped detail what the
-// page did before it, so that no caller takes the changes made for none.
-// A page never read (r.Matched 0) has nothing to add.
-func bulkStopped(a jobs.BulkAction, r jobs.BulkResult, err error) error {
+// bulkStopped is err (cause as the engine returned it), the refusal that
+// stopped a page of a partway through, or that held back some tenants'
+// jobs of it (jobs.BulkHeldError), saying in its message and in a
+// BulkStopped detail what the page did, so that no caller takes the
+// changes made for none. A page never read (r.Matched 0) has nothing to
+// add.
+func bulkStopped(a jobs.BulkAction, r jobs.BulkResult, cause, err error) error {
 	var ce *connect.Error
 	if r.Matched == 0 || !errors.As(err, &ce) {
 		return err
 	}
-	stopped := connect.NewError(ce.Code(), fmt.Errorf("%s (before it, this page %s %d of the %d jobs it matched; those changes stand, and the same call goes on from there)",
-		ce.Message(), a.Done, r.Changed, r.Matched))
+	did := fmt.Sprintf("before it, this page %s %d of the %d jobs it matched", a.Done, r.Changed, r.Matched)
+	if held := (*jobs.BulkHeldError)(nil); errors.As(cause, &held) {
+		whose := fmt.Sprintf("tenant %q's", held.Tenants[0])
+		if len(held.Tenants) > 1 {
+			whose = fmt.Sprintf("those of %d tenants at their max_queued (%q first)", len(held.Tenants), held.Tenants[0])
+		}
+		did = fmt.Sprintf("this page %s %d of the %d jobs it matched, and left %s as they are", a.Done, r.Changed, r.Matched, whose)
+	}
+	stopped := connect.NewError(ce.Code(), fmt.Errorf("%s (%s; those changes stand, and the same call goes on from there)",
+		ce.Message(), did))
 	for _, d := range ce.Details() {
 		stopped.AddDetail(d)
 	}

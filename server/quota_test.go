@@ -124,19 +124,60 @@ func TestABulkRetryStoppedByAQuotaSaysWhatItDid(t *testing.T) {
 	}
 	var ce *connect.Error
 	errors.As(err, &ce)
-	if want := fmt.Sprintf("before it, this page retried %d of the 4 jobs it matched", queued); !strings.Contains(ce.Message(), want) ||
+	if want := fmt.Sprintf(`this page retried %d of the 4 jobs it matched, and left tenant "acme"'s as they are`, queued); !strings.Contains(ce.Message(), want) ||
 		!strings.Contains(ce.Message(), "max_queued is 2") {
 		t.Errorf("the refusal says %q; want the quota and %q", ce.Message(), want)
 	}
-	var stopped *jobwatchv1.BulkStopped
+	if stopped := bulkStoppedOf(ce); stopped.GetMatched() != 4 || stopped.GetChanged() != int64(queued) {
+		t.Errorf("BulkStopped detail %v; want 4 matched, %d changed", stopped, queued)
+	}
+}
+
+// bulkStoppedOf is the BulkStopped detail of ce, or nil.
+func bulkStoppedOf(ce *connect.Error) *jobwatchv1.BulkStopped {
 	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
+		if v, err := d.Value(); err == nil {
 			if s, ok := v.(*jobwatchv1.BulkStopped); ok {
-				stopped = s
+				return s
 			}
 		}
 	}
-	if stopped.GetMatched() != 4 || stopped.GetChanged() != int64(queued) {
-		t.Errorf("BulkStopped detail %v; want 4 matched, %d changed", stopped, queued)
+	return nil
+}
+
+// An admin's bulk retry across tenants, one of them at its max_queued,
+// retries every other tenant's jobs of the page and leaves that
+// tenant's as they are, wherever its jobs sit in the page (here the
+// newest, which the page lists first): one tenant at its quota does not
+// hold back the others. The refusal names that tenant, and the same call
+// again finds only its jobs.
+func TestABulkRetryLeavesATenantAtItsQuotaAndRetriesTheOthers(t *testing.T) {
+	ts := startServer(t, serverOptions{engine: tenantQuotas(map[string]int{"globex": 1})})
+	c := ts.h2c()
+	for range 20 {
+		failedJob(t, c, &jobwatchv1.SubmitJobRequest{Tenant: "acme", Kind: "quota.across"}, "disk full")
+	}
+	failedJob(t, c, &jobwatchv1.SubmitJobRequest{Tenant: "globex", Kind: "quota.across"}, "disk full")
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Tenant: "globex", Kind: "quota.elsewhere"}) // globex at its max_queued
+	req := &jobwatchv1.RetryJobsRequest{Filter: &jobwatchv1.JobFilter{Tenant: "*", Kinds: []string{"quota.across"}}}
+	_, err := c.jobs.RetryJobs(ctxTimeout(t, callBound), req)
+	wantCode(t, err, connect.CodeResourceExhausted)
+	var ce *connect.Error
+	errors.As(err, &ce)
+	if want := `this page retried 20 of the 21 jobs it matched, and left tenant "globex"'s as they are`; !strings.Contains(ce.Message(), want) ||
+		!strings.Contains(ce.Message(), `tenant "globex" has 1 job not yet running, its max_queued is 1`) {
+		t.Errorf("the refusal says %q; want globex's quota and %q", ce.Message(), want)
+	}
+	if stopped := bulkStoppedOf(ce); stopped.GetMatched() != 21 || stopped.GetChanged() != 20 {
+		t.Errorf("BulkStopped detail %v; want 21 matched, 20 changed", stopped)
+	}
+	if n := notYetRunning(t, c, "acme"); n != 20 {
+		t.Errorf("acme has %d jobs queued after the retry, want all 20", n)
+	}
+	_, err = c.jobs.RetryJobs(ctxTimeout(t, callBound), req)
+	wantCode(t, err, connect.CodeResourceExhausted)
+	errors.As(err, &ce)
+	if stopped := bulkStoppedOf(ce); stopped.GetMatched() != 1 || stopped.GetChanged() != 0 {
+		t.Errorf("the same call again: BulkStopped detail %v; want globex's 1 matched, 0 changed", stopped)
 	}
 }

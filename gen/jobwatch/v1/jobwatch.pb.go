@@ -2410,8 +2410,9 @@ type WatchJobsRequest struct {
 	// UNSPECIFIED means SUMMARY: no payload or result.
 	View JobView `protobuf:"varint,4,opt,name=view,proto3,enum=jobwatch.v1.JobView" json:"view,omitempty"`
 	// Only the jobs of this batch (SubmitJobRequest.batch); empty means
-	// every job of the tenant. Deletions are announced for every job of the
-	// tenant, batch or not: drop the ids you hold.
+	// every job of the tenant. Deletions too are announced for this batch's
+	// jobs only (and for any job of the tenant whose deletion an older
+	// jobwatch recorded, without its batch).
 	Batch         string `protobuf:"bytes,5,opt,name=batch,proto3" json:"batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -165,9 +165,11 @@ type JobServiceClient interface {
 	// the action leaves as it is (it moved on since the page read it, a
 	// retry would make a second active job with its unique_key, a delete
 	// of a job a WAITING job waits for) counts in matched, not changed. A
-	// page stops at the first job the action is
-	// refused for (a tenant's quota): the error is that refusal, with a
-	// BulkStopped detail saying what the page changed before it.
+	// job its tenant's quota refuses is left as it is, with that tenant's
+	// later jobs of the page, and the page goes on with the other tenants'
+	// jobs; the error is then that refusal, with a BulkStopped detail
+	// saying what the page changed. Another refusal stops the page, with the
+	// same detail.
 	RetryJobs(context.Context, *v1.RetryJobsRequest) (*v1.RetryJobsResponse, error)
 	CancelJobs(context.Context, *v1.CancelJobsRequest) (*v1.CancelJobsResponse, error)
 	DeleteJobs(context.Context, *v1.DeleteJobsRequest) (*v1.DeleteJobsResponse, error)
@@ -537,9 +539,11 @@ type JobServiceHandler interface {
 	// the action leaves as it is (it moved on since the page read it, a
 	// retry would make a second active job with its unique_key, a delete
 	// of a job a WAITING job waits for) counts in matched, not changed. A
-	// page stops at the first job the action is
-	// refused for (a tenant's quota): the error is that refusal, with a
-	// BulkStopped detail saying what the page changed before it.
+	// job its tenant's quota refuses is left as it is, with that tenant's
+	// later jobs of the page, and the page goes on with the other tenants'
+	// jobs; the error is then that refusal, with a BulkStopped detail
+	// saying what the page changed. Another refusal stops the page, with the
+	// same detail.
 	RetryJobs(context.Context, *v1.RetryJobsRequest) (*v1.RetryJobsResponse, error)
 	CancelJobs(context.Context, *v1.CancelJobsRequest) (*v1.CancelJobsResponse, error)
 	DeleteJobs(context.Context, *v1.DeleteJobsRequest) (*v1.DeleteJobsResponse, error)

@@ -1153,8 +1153,9 @@ export type WatchJobsRequest = Message<"jobwatch.v1.WatchJobsRequest"> & {
 
   /**
    * Only the jobs of this batch (SubmitJobRequest.batch); empty means
-   * every job of the tenant. Deletions are announced for every job of the
-   * tenant, batch or not: drop the ids you hold.
+   * every job of the tenant. Deletions too are announced for this batch's
+   * jobs only (and for any job of the tenant whose deletion an older
+   * jobwatch recorded, without its batch).
    *
    * @generated from field: string batch = 5;
    */
@@ -3028,9 +3029,11 @@ export const JobService: GenService<{
    * the action leaves as it is (it moved on since the page read it, a
    * retry would make a second active job with its unique_key, a delete
    * of a job a WAITING job waits for) counts in matched, not changed. A
-   * page stops at the first job the action is
-   * refused for (a tenant's quota): the error is that refusal, with a
-   * BulkStopped detail saying what the page changed before it.
+   * job its tenant's quota refuses is left as it is, with that tenant's
+   * later jobs of the page, and the page goes on with the other tenants'
+   * jobs; the error is then that refusal, with a BulkStopped detail
+   * saying what the page changed. Another refusal stops the page, with the
+   * same detail.
    *
    * @generated from rpc jobwatch.v1.JobService.RetryJobs
    */
