@@ -459,7 +459,7 @@ func (e *Engine) tenantChanges(ctx context.Context, tenant, batch, since, end, f
 		return err
 	}
 
-	d := store.DeletedFilter{Tenant: tenant, Since: since, Limit: size}
+	d := store.DeletedFilter{Tenant: tenant, Batch: batch, Since: since, Limit: size}
 	for {
 		ids, next, err := e.deletedJobs(ctx, d, ended)
 		if err != nil {

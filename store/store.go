@@ -565,6 +565,10 @@ type LogPage struct {
 // DeletedFilter selects a page of JobsDeleted.
 type DeletedFilter struct {
 	Tenant string
+	// Batch keeps the deletions of jobs of that batch only (and those
+	// recorded before deletions noted their job's batch); "": every
+	// batch's, and those of jobs in none.
+	Batch string
 	// Since is a cursor from ChangeCursor.
 	Since string
 	// PageToken is the next of the page before; "" starts at Since.

@@ -74,8 +74,8 @@ const waiterOf = `(SELECT d.job_id FROM job_deps AS d JOIN jobs AS w ON w.id = d
 var deleteJob = `WITH old AS (SELECT ` + summaryColumns + ` FROM jobs WHERE id = $1),
 waiter AS (SELECT ` + waiterOf + ` AS id),
 gone AS (DELETE FROM jobs WHERE id = $1 AND state IN ('succeeded', 'failed', 'cancelled', 'lost')
-	AND (SELECT id FROM waiter) IS NULL RETURNING id, tenant),
-noted AS (INSERT INTO job_deletions (tenant, job_id) SELECT tenant, id FROM gone),
+	AND (SELECT id FROM waiter) IS NULL RETURNING id, tenant, batch),
+noted AS (INSERT INTO job_deletions (tenant, batch, job_id) SELECT tenant, batch, id FROM gone),
 deps AS (DELETE FROM job_deps WHERE after_id IN (SELECT id FROM gone))
 SELECT old.*, EXISTS (SELECT 1 FROM gone), (SELECT id FROM waiter) FROM old`
 

@@ -483,6 +483,13 @@ CREATE TABLE {{schema}}.db_identity (
 INSERT INTO {{schema}}.db_identity (id)
 	VALUES (('x' || substr(md5(random()::text || clock_timestamp()::text), 1, 16))::bit(64)::bigint);
 `,
+	// 22: a deletion's record keeps its job's batch, so that a feed of
+	// one batch's changes (WatchJobs with a batch) lists only the
+	// deletions of that batch ('' for a job in none). Records made
+	// before have NULL, which such a feed lists, as it did.
+	`
+ALTER TABLE {{schema}}.job_deletions ADD COLUMN batch text;
+`,
 }
 
 // channelFor is the NOTIFY channel of the store in schema: one per schema,

@@ -8,8 +8,9 @@ import (
 )
 
 // recordDeletion records, in DeleteJob's statement, that a job of a
-// tenant was deleted in the batch of a change sequence value, at a time.
-const recordDeletion = "INSERT INTO job_deletions (tenant, job_id, change_seq, deleted_at) VALUES (?, ?, ?, ?)"
+// tenant and a batch (jobtype.Job.Batch) was deleted in the writer's
+// batch of a change sequence value, at a time.
+const recordDeletion = "INSERT INTO job_deletions (tenant, batch, job_id, change_seq, deleted_at) VALUES (?, ?, ?, ?, ?)"
 
 // deletedTokenFormat marks a page token of JobsDeleted: (change_seq,
 // seq) of the page's last record.
@@ -29,8 +30,8 @@ func (s *Store) JobsDeleted(ctx context.Context, f store.DeletedFilter) ([]strin
 		}
 	}
 	rows, err := s.read.QueryContext(ctx, `SELECT job_id, change_seq, seq FROM job_deletions
-		WHERE tenant = ? AND change_seq > ? AND (change_seq, seq) > (?, ?)
-		ORDER BY change_seq, seq LIMIT ?`, f.Tenant, change, afterChange, afterSeq, f.Limit+1)
+		WHERE tenant = ? AND change_seq > ? AND (change_seq, seq) > (?, ?) AND (? = '' OR batch = ? OR batch IS NULL)
+		ORDER BY change_seq, seq LIMIT ?`, f.Tenant, change, afterChange, afterSeq, f.Batch, f.Batch, f.Limit+1)
 	if err != nil {
 		return nil, "", fmt.Errorf("jobs deleted: %w", classify(err))
 	}

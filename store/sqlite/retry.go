@@ -104,7 +104,7 @@ func (s *Store) DeleteJob(ctx context.Context, id string) (jobtype.Job, bool, er
 		if _, err := tx.ExecContext(ctx, "DELETE FROM job_deps WHERE after_id = ?", id); err != nil {
 			return fmt.Errorf("delete job %s: %w", id, classify(err))
 		}
-		if _, err := tx.ExecContext(ctx, recordDeletion, old.Tenant, id, s.w.change, toMicro(time.Now())); err != nil {
+		if _, err := tx.ExecContext(ctx, recordDeletion, old.Tenant, old.Batch, id, s.w.change, toMicro(time.Now())); err != nil {
 			return fmt.Errorf("delete job %s: %w", id, classify(err))
 		}
 		deleted = true

@@ -893,6 +893,13 @@ CREATE TABLE db_identity (
 );
 INSERT INTO db_identity (id) VALUES (lower(hex(randomblob(8))));
 `,
+	// 30: a deletion's record keeps its job's batch, so that a feed of
+	// one batch's changes (WatchJobs with a batch) lists only the
+	// deletions of that batch ('' for a job in none). Records made
+	// before have NULL, which such a feed lists, as it did.
+	`
+ALTER TABLE job_deletions ADD COLUMN batch TEXT;
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a

@@ -153,16 +153,19 @@ func testDeleteJob(t *testing.T, s store.Store) {
 }
 
 // testJobsDeleted: JobsDeleted lists what DeleteJob deleted after a
-// change cursor, in order, for one tenant, a page at a time; a refused
-// delete is not listed; DeleteFinishedBefore forgets the records made
+// change cursor, in order, for one tenant (and one batch), a page at a
+// time; a refused delete is not listed; DeleteFinishedBefore forgets the records made
 // before its time and keeps later ones.
 func testJobsDeleted(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	for i, id := range []string{"d1", "d2", "d3", "o1"} {
+	for i, id := range []string{"d1", "d2", "d3", "o1", "x1", "y1"} {
 		j := newJob(id, at(i))
 		j.State, j.FinishedAt = jobtype.Succeeded, at(i+1)
-		if id == "o1" {
+		switch id {
+		case "o1":
 			j.Tenant = "other"
+		case "x1", "y1":
+			j.Batch = id[:1]
 		}
 		create(t, s, j)
 	}
@@ -181,11 +184,12 @@ func testJobsDeleted(t *testing.T, s store.Store) {
 			t.Fatalf("delete %s: %v", id, err)
 		}
 	}
-	// all pages through the deletions of tenant after since, limit a page.
-	all := func(tenant, since string, limit int) []string {
+	// inBatch pages through the deletions of tenant's jobs of batch ("":
+	// all) after since, limit a page.
+	inBatch := func(tenant, batch, since string, limit int) []string {
 		t.Helper()
 		var ids []string
-		f := store.DeletedFilter{Tenant: tenant, Since: since, Limit: limit}
+		f := store.DeletedFilter{Tenant: tenant, Batch: batch, Since: since, Limit: limit}
 		for pages := 0; ; pages++ {
 			page, next, err := s.JobsDeleted(ctx, f)
 			if err != nil {
@@ -204,6 +208,10 @@ func testJobsDeleted(t *testing.T, s store.Store) {
 			f.PageToken = next
 		}
 	}
+	all := func(tenant, since string, limit int) []string {
+		t.Helper()
+		return inBatch(tenant, "", since, limit)
+	}
 
 	before := cursor()
 	del("d1")
@@ -212,10 +220,15 @@ func testJobsDeleted(t *testing.T, s store.Store) {
 	del("busy") // refused: RUNNING
 	mid := cursor()
 	del("d3")
+	del("x1")
+	del("y1")
 
 	for _, limit := range []int{1, 2, 10} {
-		if got, want := all("acme", before, limit), []string{"d1", "d2", "d3"}; !slices.Equal(got, want) {
+		if got, want := all("acme", before, limit), []string{"d1", "d2", "d3", "x1", "y1"}; !slices.Equal(got, want) {
 			t.Errorf("deletions of acme after the first cursor, %d a page: %v, want %v", limit, got, want)
+		}
+		if got, want := inBatch("acme", "x", before, limit), []string{"x1"}; !slices.Equal(got, want) {
+			t.Errorf("deletions of acme's batch x, %d a page: %v, want %v", limit, got, want)
 		}
 	}
 	if got, want := all("other", before, 10), []string{"o1"}; !slices.Equal(got, want) {
@@ -237,8 +250,8 @@ func testJobsDeleted(t *testing.T, s store.Store) {
 	if _, err := s.DeleteFinishedBefore(ctx, time.Now().Add(-time.Hour), deleteAll); err != nil {
 		t.Fatalf("delete finished before an hour ago: %v", err)
 	}
-	if got := all("acme", before, 10); len(got) != 3 {
-		t.Errorf("deletions after retention of what ended over an hour ago: %v, want all three kept", got)
+	if got := all("acme", before, 10); len(got) != 5 {
+		t.Errorf("deletions after retention of what ended over an hour ago: %v, want all five kept", got)
 	}
 	if _, err := s.DeleteFinishedBefore(ctx, time.Now().Add(time.Hour), deleteAll); err != nil {
 		t.Fatalf("delete finished before an hour from now: %v", err)
