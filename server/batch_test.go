@@ -276,7 +276,33 @@ func TestWatchJobsAndListJobsKeepOneBatch(t *testing.T) {
 		if js[0].GetId() != late.GetId() || len(js) != 1 {
 			t.Fatalf("WatchJobs of batch mine sent %v, want only %s", jobIDs(js), late.GetId())
 		}
-		return
+		break
+	}
+	// So does a deletion of one of the batch's jobs; one outside it does
+	// not (it did: deletions reached every stream of the tenant).
+	deleted := func(j *jobwatchv1.Job) {
+		t.Helper()
+		if _, err := c.jobs.CancelJob(ctxTimeout(t, callBound), &jobwatchv1.CancelJobRequest{JobId: j.GetId()}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.jobs.DeleteJob(ctxTimeout(t, callBound), &jobwatchv1.DeleteJobRequest{JobId: j.GetId()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deleted(submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "w", Batch: "other"}))
+	deleted(late)
+	for stream.Receive() {
+		for _, j := range stream.Msg().GetJobs() {
+			if j.GetId() != late.GetId() {
+				t.Fatalf("WatchJobs of batch mine sent %s of batch %q", j.GetId(), j.GetBatch())
+			}
+		}
+		if ids := stream.Msg().GetDeletedJobIds(); len(ids) > 0 {
+			if !slices.Equal(ids, []string{late.GetId()}) {
+				t.Fatalf("WatchJobs of batch mine announced the deletion of %v, want only %s", ids, late.GetId())
+			}
+			return
+		}
 	}
 	t.Fatalf("WatchJobs ended: %v", stream.Err())
 }
