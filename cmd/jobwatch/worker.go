@@ -43,8 +43,9 @@ The command's protocol:
            "error TYPE message" sets the error reported if the command fails
            (TYPE and message are shown to callers);
            the last line that is JSON becomes the job's result;
-           other lines are copied to the worker's stderr and added to the
-           job's log (jobwatch logs) as stdout
+           other lines, JSON ones among them, are copied to the worker's
+           stderr and added to the job's log (jobwatch logs) as stdout
+           (the result too, if a line follows it)
   stderr   copied to the worker's stderr, each line prefixed with the job id
            (a line longer than 64 KiB is copied in pieces), and added to the
            job's log as stderr (a log line over 16 KiB is cut there); the
@@ -400,7 +401,23 @@ func execHandler(command string, env []string, out output, kill time.Duration, g
 		var result json.RawMessage
 		var declared *declaredError
 		copied := &lineSplitter{out: out, jobID: job.GetId(), stream: "stdout", log: stdoutLog}
+		logLine := func(raw string) {
+			out.line(job.GetId(), "stdout", raw)
+			// One line of the log, cut to a log line's bound here: the
+			// writer would add a line over 64 KiB in pieces, which only
+			// a line without its end (stderr's) should be.
+			fmt.Fprintf(stdoutLog, "%s\n", jobtype.CutLogLine(raw))
+		}
+		// A JSON line is the result so far, and is logged as the others
+		// are once another line follows it: a command that prints JSON
+		// records, or numbers (seq), loses none of them, and its result
+		// printed last is not logged twice.
+		var unlogged *string
 		_ = readLines(pipe, maxStdoutLine, copied, func(raw string) {
+			if unlogged != nil {
+				logLine(*unlogged)
+				unlogged = nil
+			}
 			raw = strings.TrimSuffix(raw, "\r")
 			line := strings.TrimSpace(raw)
 			switch {
@@ -418,13 +435,10 @@ func execHandler(command string, env []string, out output, kill time.Duration, g
 				return
 			case line != "" && json.Valid([]byte(line)):
 				result = json.RawMessage(line)
+				unlogged = &raw
 				return
 			}
-			out.line(job.GetId(), "stdout", raw)
-			// One line of the log, cut to a log line's bound here: the
-			// writer would add a line over 64 KiB in pieces, which only
-			// a line without its end (stderr's) should be.
-			fmt.Fprintf(stdoutLog, "%s\n", jobtype.CutLogLine(raw))
+			logLine(raw)
 		})
 		_, _ = io.Copy(io.Discard, pipe) // after a read error: drain so the command can exit
 		err = cmd.Wait()

@@ -322,14 +322,17 @@ func TestExecHandlerReadsTheLinesAfterAHugeStdoutLine(t *testing.T) {
 }
 
 // worker --exec adds each stdout line that is not progress, an error or
-// a result to the job's log as stdout, and every stderr line as stderr
-// (the last one without its newline too), before the job ends.
+// the result to the job's log as stdout, JSON lines before the last
+// among them (a probe's numbers and JSON records were lost), and every
+// stderr line as stderr (the last one without its newline too), before
+// the job ends.
 func TestWorkerExecAddsTheCommandsOutputToTheJobsLog(t *testing.T) {
 	s := startCLIServer(t, 30*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	script := `echo "hello from stdout"; echo "progress 50 half"; echo oops >&2; echo; ` +
-		`echo "error NotReally this is not reported"; echo '{"ok":true}'; printf 'no newline on stderr' >&2`
+		`echo "error NotReally this is not reported"; seq 1 2; echo '{"level":"info"}'; echo '{"ok":true}'; ` +
+		`printf 'no newline on stderr' >&2`
 	logs, _, _ := startWorker(t, ctx, nil, "--server", s.URL, "--kind", "talk", "--exec", script)
 	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "talk"})
 	j, err := s.Client.WaitForJob(ctx, id)
@@ -345,9 +348,12 @@ func TestWorkerExecAddsTheCommandsOutputToTheJobsLog(t *testing.T) {
 		got[l.GetStream()] = append(got[l.GetStream()], l.GetText())
 	}
 	// The two pipes are read apart: only each stream's own order holds.
-	if strings.Join(got[jobwatchv1.LogStream_LOG_STREAM_STDOUT], "|") != "hello from stdout|" ||
+	if strings.Join(got[jobwatchv1.LogStream_LOG_STREAM_STDOUT], "|") != `hello from stdout||1|2|{"level":"info"}` ||
 		strings.Join(got[jobwatchv1.LogStream_LOG_STREAM_STDERR], "|") != "oops|no newline on stderr" || len(got) != 2 {
-		t.Fatalf("the job's log by stream is %q; want stdout's plain lines and stderr's lines", got)
+		t.Fatalf("the job's log by stream is %q; want stdout's plain and JSON lines but the result, and stderr's lines", got)
+	}
+	if !j.GetResult().GetStructValue().GetFields()["ok"].GetBoolValue() {
+		t.Fatalf("result %v; want the last JSON line", j.GetResult())
 	}
 }
 
