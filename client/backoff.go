@@ -72,7 +72,11 @@ func (r *retrier) delay() time.Duration {
 // server could not be reached is told so, not only that time ran out.
 func (r *retrier) wait(ctx context.Context, err error) error {
 	d := r.delay()
-	if r.notify != nil {
+	// A retry the caller's deadline comes before is not announced: the
+	// deadline's answer says what the last try met. (A server answering
+	// deadline_exceeded as the deadline it was sent nears read as a
+	// retry of a busy server, just before the command's own --timeout.)
+	if dl, ok := ctx.Deadline(); r.notify != nil && (!ok || time.Until(dl) > d) {
 		r.notify(err, d)
 	}
 	if !backoff.Sleep(ctx.Done(), d) {

@@ -55,3 +55,25 @@ func TestARetrierTellsTheDelayAndStopsWithItsContext(t *testing.T) {
 		t.Errorf("notify was told %v, want the delay drawn, 0..1h", told)
 	}
 }
+
+// A retry that the caller's deadline comes before is not announced: the
+// command's own --timeout was read as "retrying in 70ms" of a busy
+// server. One the deadline leaves room for is.
+func TestARetrierAnnouncesOnlyARetryItsDeadlineLeavesRoomFor(t *testing.T) {
+	for _, tc := range []struct {
+		left time.Duration
+		told bool
+	}{{time.Millisecond, false}, {time.Hour, true}} {
+		told := false
+		r := &retrier{b: Backoff{Initial: 20 * time.Millisecond, Max: 20 * time.Millisecond}, notify: func(error, time.Duration) { told = true }}
+		ctx, cancel := context.WithTimeout(context.Background(), tc.left)
+		if tc.told {
+			cancel() // only the announcement is looked at, not the sleep
+		}
+		_ = r.wait(ctx, errors.New("unavailable"))
+		cancel()
+		if told != tc.told {
+			t.Errorf("%v left: announced %v, want %v", tc.left, told, tc.told)
+		}
+	}
+}
