@@ -364,7 +364,8 @@ func (e *Engine) Start(ctx context.Context, id string) (jobtype.Job, error) {
 		case j.State == jobtype.Waiting:
 			// Not started, and no start of a caller's can start it.
 			return &StateError{JobID: j.ID, State: j.State, Op: "start",
-				Hint: "it starts on its own once the jobs it runs after have ended (see its after)"}
+				Hint: "it is queued on its own once the jobs it runs after have all succeeded, and cancelled if one does not " +
+					"(with on_dependency_failure RUN, queued once they have all ended): see its after"}
 		default:
 			return errUnchanged // started already
 		}

@@ -293,9 +293,9 @@ func TestCountByStateCountsEveryJobOnce(t *testing.T) {
 	}
 }
 
-// A WAITING job is not started by Start: it starts once the jobs it
-// runs after have ended, and Start says so rather than answer with the
-// job unchanged, as if it had started.
+// A WAITING job is not started by Start: it is queued once the jobs it
+// runs after have succeeded (or ended, with RUN), and Start says so
+// rather than answer with the job unchanged, as if it had started.
 func TestStartOfAWaitingJobIsAStateError(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
 	parent := submit(t, e, jobs.SubmitRequest{Kind: "k"})
@@ -305,7 +305,7 @@ func TestStartOfAWaitingJobIsAStateError(t *testing.T) {
 	}
 	_, err := e.Start(context.Background(), child.ID)
 	var se *jobs.StateError
-	if !errors.As(err, &se) || se.State != jobtype.Waiting || !strings.Contains(err.Error(), "once the jobs it runs after have ended") {
-		t.Fatalf("got %v, want a StateError saying the job starts once its dependencies end", err)
+	if !errors.As(err, &se) || se.State != jobtype.Waiting || !strings.Contains(err.Error(), "once the jobs it runs after have all succeeded, and cancelled if one does not") {
+		t.Fatalf("got %v, want a StateError saying the job is queued once its dependencies succeed", err)
 	}
 }
