@@ -289,6 +289,9 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 			}
 			fmt.Fprintf(stderr, "jobwatch: the filter was read in %s; --tenant T names another, --tenant '*' every tenant (admin)\n", in)
 		}
+		if left := r.Matched - r.Changed; left > 0 {
+			fmt.Fprintf(stderr, "jobwatch: %s: %d left as they were: %s\n", name, left, leftBecause[name])
+		}
 	case r.Matched > 0 || inDoubt:
 		// Stopped partway: what stands is said beside the error, not as
 		// the summary of a call that went through. A page whose answer
@@ -301,6 +304,14 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 		fmt.Fprintf(stderr, "jobwatch: %s: stopped after %d matched, %d %s%s\n", name, r.Matched, r.Changed, pastTense(verb), doubt)
 	}
 	return err
+}
+
+// leftBecause says, by bulk command, why a job it matched may have been
+// left as it was (the server counts them, without saying which).
+var leftBecause = map[string]string{
+	"retry":  "ended or removed since the page was read, or a retry would make a second active job with its unique key; `jobwatch retry ID` of one says which",
+	"cancel": "ended or removed since the page was read",
+	"delete": "removed since the page was read, or a WAITING job waits for it (retried after it failed); `jobwatch delete ID` of one says which",
 }
 
 // mayActOn asks the server whether the caller may act on the jobs pf

@@ -184,6 +184,19 @@ func TestRetryAndDeleteOneJobOrEveryMatch(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "invalid_argument") || !strings.Contains(stderr, "SUCCEEDED") {
 		t.Fatalf("retry --state succeeded: exit %d, %q; want invalid_argument naming the state", code, stderr)
 	}
+	// A job the action leaves as it was is counted, and why it may have
+	// been is said: here a retry would make a second active job with
+	// its unique key.
+	s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "cli.keyed", Queue: "keyed", MaxAttempts: 1, UniqueKey: "nightly"})
+	j := s.claim(t, "cli.keyed")
+	if _, err := s.Engine.Fail(t.Context(), j.ID, j.LeaseID, jobtype.JobError{Type: "Upstream", Message: "503"}, false); err != nil {
+		t.Fatal(err)
+	}
+	s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "cli.keyed", Queue: "keyed", UniqueKey: "nightly"})
+	code, stdout, stderr = runInProcess(t, "retry", "--server", s.URL, "--queue", "keyed", "--yes")
+	if code != 0 || stdout != "1 matched, 0 retried\n" || !strings.Contains(stderr, "1 left as they were") || !strings.Contains(stderr, "unique key") {
+		t.Fatalf("retry of a job whose key is taken: exit %d, %q, %q; want it left, and why it may have been", code, stdout, stderr)
+	}
 }
 
 // A bulk action run by cron or a systemd unit, whose stdin is /dev/null
