@@ -53,7 +53,7 @@ func reload(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	p := findServe(pid)
 	if !p.running {
-		return fmt.Errorf("reload: %s names process %d, which is not a running jobwatch serve: the file is stale (serve was killed before it could remove it)", *pidFile, pid)
+		return fmt.Errorf("reload: %s names process %d, which is not a running jobwatch serve: the file is stale (serve was killed before it could remove it; its id may be another program's now), or not serve's", *pidFile, pid)
 	}
 	if p.shown && !reloads(p.flags) {
 		return fmt.Errorf("reload: jobwatch serve (pid %d) was started without --config or --tokens: it has nothing to read again", pid)
