@@ -35,8 +35,8 @@ type rawH2 struct {
 	resets chan uint32 // stream ids the server reset
 	// answered counts the streams on which the server sent any DATA.
 	answered atomic.Int64
-	closed chan struct{}
-	paused chan struct{} // closed: the client no longer reads its socket
+	closed   chan struct{}
+	paused   chan struct{} // closed: the client no longer reads its socket
 }
 
 // dialRawH2 connects a client that grants no window.
