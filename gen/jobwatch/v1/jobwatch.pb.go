@@ -1809,6 +1809,11 @@ func (x *GetJobResponse) GetJob() *Job {
 	return nil
 }
 
+// A filter that few of the tenant's jobs match (a kind or queue none of
+// them has, a state few are in) may read many of them newest first to
+// fill its page: about 0.2 to 0.3 s for one that none of a million
+// match. Narrow by batch, or by the running state, to read an index of
+// their own.
 type ListJobsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Empty means "default", as in SubmitJob; "*" lists every tenant's jobs
