@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -208,9 +209,9 @@ func serveDemo(ctx context.Context, ln net.Listener, o demoOptions, stdout, stde
 	case <-demoCtx.Done():
 	}
 
-	url := "http://" + ln.Addr().String() + "/"
-	fmt.Fprintf(stdout, "jobwatch demo: open %s\n", url)
-	fmt.Fprintf(stdout, "  try: %s list --server http://%s   (Ctrl-C stops the demo)\n", rerunCommand(), ln.Addr())
+	page, here := demoHosts(ln.Addr(), o.allowedHosts)
+	fmt.Fprintf(stdout, "jobwatch demo: open http://%s/\n", page)
+	fmt.Fprintf(stdout, "  try: %s list --server http://%s   (Ctrl-C stops the demo)\n", rerunCommand(), here)
 	err = srv.Run(ctx, ln)
 	if err != nil {
 		err = fmt.Errorf("serve: %w", err)
@@ -495,4 +496,36 @@ func (b *demoBackend) Heartbeat(ctx context.Context, l *client.Lease, percent in
 		return cancelled, err
 	}
 	return false, nil
+}
+
+// demoHosts are the host:port the demo's hints name, each one its
+// listener answers and its Host check lets through: page, for a browser
+// (the first --allowed-hosts entry, on the listener's port unless it
+// names one, when the listener is beyond loopback), and here, for a
+// command on this machine (loopback when the listener takes every
+// address). A listener on 0.0.0.0 printed http://[::]:8080/, which a
+// browser cannot open and the Host check refuses.
+func demoHosts(addr net.Addr, allowed []string) (page, here string) {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || tcp.IP.IsLoopback() {
+		return addr.String(), addr.String()
+	}
+	port := strconv.Itoa(tcp.Port)
+	here = addr.String()
+	if tcp.IP.IsUnspecified() {
+		here = net.JoinHostPort("127.0.0.1", port)
+	}
+	page = here
+	if len(allowed) > 0 {
+		page = allowed[0]
+		if h, p, err := net.SplitHostPort(page); err != nil || p == "" {
+			page = net.JoinHostPort(strings.Trim(page, "[]"), port)
+		} else {
+			page = net.JoinHostPort(h, p)
+		}
+		if !tcp.IP.IsUnspecified() {
+			here = page
+		}
+	}
+	return page, here
 }

@@ -157,3 +157,30 @@ func demoAnswersHost(t *testing.T, base, host string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// The demo's hints name addresses its listener answers and its Host
+// check lets through: on 0.0.0.0 it printed http://[::]:8080/.
+func TestTheDemoHintsNameHostsItAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		addr       string
+		allowed    []string
+		page, here string
+	}{
+		{"127.0.0.1:8080", nil, "127.0.0.1:8080", "127.0.0.1:8080"},
+		{"[::1]:8080", nil, "[::1]:8080", "[::1]:8080"},
+		{"0.0.0.0:8080", []string{"myvm.lan"}, "myvm.lan:8080", "127.0.0.1:8080"},
+		{"[::]:8080", []string{"myvm.lan:9090", "other"}, "myvm.lan:9090", "127.0.0.1:8080"},
+		{"[::]:8080", []string{"fe80::1"}, "[fe80::1]:8080", "127.0.0.1:8080"},
+		{"0.0.0.0:8080", nil, "127.0.0.1:8080", "127.0.0.1:8080"},
+		{"192.168.1.5:8080", []string{"myvm.lan"}, "myvm.lan:8080", "myvm.lan:8080"},
+		{"192.168.1.5:8080", nil, "192.168.1.5:8080", "192.168.1.5:8080"},
+	} {
+		addr, err := net.ResolveTCPAddr("tcp", tc.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if page, here := demoHosts(addr, tc.allowed); page != tc.page || here != tc.here {
+			t.Errorf("listening on %s, --allowed-hosts %q: hints %s and %s, want %s and %s", tc.addr, tc.allowed, page, here, tc.page, tc.here)
+		}
+	}
+}
