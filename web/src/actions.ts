@@ -383,3 +383,16 @@ const notDone: Record<Action, string> = {
 export function unreachableText(action: Action): string {
   return `the server cannot be reached; ${notDone[action]}. Try again once the page is live.`;
 }
+
+// retriedText is what "retry all failed" says it did: changed of the
+// matched jobs retried, in view, and why the others may have been left
+// as they were (the server counts them without saying which).
+export function retriedText(changed: bigint, matched: bigint, view: string): string {
+  const done = `Retried ${changed.toLocaleString("en-US")} of ${matched.toLocaleString("en-US")} failed jobs of ${view}.`;
+  const left = matched - changed;
+  if (left <= 0n) {
+    return done;
+  }
+  const were = left === 1n ? "1 was" : `${left.toLocaleString("en-US")} were`;
+  return `${done} ${were} left as ${left === 1n ? "it was" : "they were"}: retried or removed meanwhile, or a retry would make a second active job with its unique key (its own Retry says which).`;
+}

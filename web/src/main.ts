@@ -11,7 +11,7 @@ import {
   UnauthenticatedError,
   toJobwatchError,
 } from "@jobwatch/client";
-import { accessReason, ActionButton, ActionError, Confirm, Refusals, unreachable, unreachableText, type Access, type Action, type Said } from "./actions";
+import { accessReason, ActionButton, ActionError, Confirm, Refusals, retriedText, unreachable, unreachableText, type Access, type Action, type Said } from "./actions";
 import { client, jobClient, queueClient, savedToken, saveToken } from "./api";
 import { BatchProgress, batchFromURL, urlWithBatch } from "./batch";
 import { byId, h, setData, setText } from "./dom";
@@ -1227,7 +1227,7 @@ async function retryAllFailed(total: number | undefined, report: (progress: stri
       throw err;
     }
   } while (pageToken !== "");
-  return `Retried ${number(changed)} of ${number(matched)} failed jobs of ${viewLabel()}.`;
+  return retriedText(changed, matched, viewLabel());
 }
 
 function number(n: number | bigint): string {

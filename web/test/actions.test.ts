@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";
 import { JobService } from "../src/gen/jobwatch/v1/jobwatch_pb";
-import { accessReason, unreachable, unreachableText, type Access, type Action } from "../src/actions";
+import { accessReason, retriedText, unreachable, unreachableText, type Access, type Action } from "../src/actions";
 
 const actions: Action[] = ["start", "retry", "cancel", "delete", "pause", "resume", "retry-failed"];
 
@@ -137,4 +137,13 @@ test("what each action says when the server cannot be reached names what was not
     assert.ok(text.startsWith(want), `${action}: ${text}`);
     assert.ok(!/fetch/i.test(text), `${action}: ${text}`);
   }
+});
+
+test("retry all failed says how many it retried, and why the others may have been left", () => {
+  assert.equal(retriedText(3n, 3n, "tenant “default”"), "Retried 3 of 3 failed jobs of tenant “default”.");
+  assert.equal(
+    retriedText(1n, 2n, "tenant “default”"),
+    "Retried 1 of 2 failed jobs of tenant “default”. 1 was left as it was: retried or removed meanwhile, or a retry would make a second active job with its unique key (its own Retry says which).",
+  );
+  assert.match(retriedText(0n, 1500n, "batch “b”"), /^Retried 0 of 1,500 failed jobs of batch “b”\. 1,500 were left as they were: /);
 });
