@@ -2251,7 +2251,12 @@ type WaitJobsResponse struct {
 	// (batch).
 	Jobs []*Job `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
 	// The jobs that have not ended yet, in the same order: empty when the
-	// wait ended with every job ended. Call again to keep waiting.
+	// wait ended with every job ended. Call again to keep waiting. An ANY
+	// answer lists every job the change that woke it ended (many jobs a
+	// failure cascades to, say), as far as this server has heard of them:
+	// on PostgreSQL, whose servers may hear a cascade of hundreds in parts,
+	// some of them may be left here; the next call answers at once with
+	// them.
 	UnfinishedJobIds []string `protobuf:"bytes,2,rep,name=unfinished_job_ids,json=unfinishedJobIds,proto3" json:"unfinished_job_ids,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache

@@ -1063,7 +1063,12 @@ export type WaitJobsResponse = Message<"jobwatch.v1.WaitJobsResponse"> & {
 
   /**
    * The jobs that have not ended yet, in the same order: empty when the
-   * wait ended with every job ended. Call again to keep waiting.
+   * wait ended with every job ended. Call again to keep waiting. An ANY
+   * answer lists every job the change that woke it ended (many jobs a
+   * failure cascades to, say), as far as this server has heard of them:
+   * on PostgreSQL, whose servers may hear a cascade of hundreds in parts,
+   * some of them may be left here; the next call answers at once with
+   * them.
    *
    * @generated from field: repeated string unfinished_job_ids = 2;
    */
