@@ -753,7 +753,12 @@ func (w *Worker) report(ctx context.Context, log *slog.Logger, s *slot, lease *L
 		}
 		raw = b
 	}
-	r := &retrier{b: w.cfg.Backoff}
+	// Tried again at most a tenth of the lease apart, as heartbeats are:
+	// an outcome that met an outage reaches the server once it is back,
+	// before the lease ends (an outside probe's outcomes, backed off to
+	// 10 s apart, missed a server back for 6 s, and the jobs ran again).
+	p := w.cfg.Backoff.policy()
+	r := &retrier{b: Backoff{Initial: p.Initial, Max: max(min(p.Max, ttl/10), p.Initial)}}
 	for {
 		var err error
 		if herr == nil {

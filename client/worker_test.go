@@ -1142,16 +1142,33 @@ type outageBackend struct {
 }
 
 func (b *outageBackend) Heartbeat(ctx context.Context, l *client.Lease, percent int32, step string) (bool, error) {
-	if end := b.over.Load(); end == 0 || time.Now().UnixNano() < end {
-		b.mu.Lock()
-		b.refused = append(b.refused, time.Now())
-		b.mu.Unlock()
-		return false, connect.NewError(connect.CodeUnavailable, errors.New("dial tcp 127.0.0.1:1: connect: connection refused"))
+	if err := b.down(); err != nil {
+		return false, err
 	}
 	return b.WorkerBackend.Heartbeat(ctx, l, percent, step)
 }
 
-// longestGap is the longest time between two heartbeats refused.
+func (b *outageBackend) Complete(ctx context.Context, l *client.Lease, result json.RawMessage) error {
+	if err := b.down(); err != nil {
+		return err
+	}
+	return b.WorkerBackend.Complete(ctx, l, result)
+}
+
+// down is the refusal of a call made during the outage, which it
+// counts; nil once the outage is over. Before it begins a call goes
+// through.
+func (b *outageBackend) down() error {
+	if end := b.over.Load(); end == 0 || time.Now().UnixNano() >= end {
+		return nil
+	}
+	b.mu.Lock()
+	b.refused = append(b.refused, time.Now())
+	b.mu.Unlock()
+	return connect.NewError(connect.CodeUnavailable, errors.New("dial tcp 127.0.0.1:1: connect: connection refused"))
+}
+
+// longestGap is the longest time between two calls refused.
 func (b *outageBackend) longestGap() time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -1219,5 +1236,50 @@ func TestWorkerKeepsItsLeaseThroughAnOutageOfMostOfIt(t *testing.T) {
 		if gap := outage.longestGap(); gap > lease/10+500*time.Millisecond {
 			t.Errorf("heartbeats refused up to %v apart during the outage, want at most a tenth of the %v lease (and a margin)", gap, lease)
 		}
+	})
+}
+
+// A job whose handler ends during an outage of its server keeps its
+// outcome: the Complete is tried again at most a tenth of the lease
+// apart, and reaches the server once it is back, before the lease ends.
+// An outside probe's jobs of one attempt ran twice: their outcomes,
+// backed off to 10 s apart, missed a server back for 6 s before the
+// lease ran out, and the server handed the jobs out again.
+func TestWorkerReportsAnOutcomeThatMetAnOutageOnceTheServerIsBack(t *testing.T) {
+	const lease = 6 * time.Second
+	var outage *outageBackend
+	wrap := func(b client.WorkerBackend) client.WorkerBackend {
+		outage = &outageBackend{WorkerBackend: b}
+		return outage
+	}
+	var runs atomic.Int32
+	ran := make(chan struct{}, 1)
+	forEachBackend(t, client.WorkerConfig{HeartbeatInterval: lease / 3}, wrap, func(w *client.Worker) {
+		w.Handle("quick", func(ctx context.Context, j *jobwatchv1.Job, p client.Progress) (any, error) {
+			runs.Add(1)
+			ran <- struct{}{}
+			return "done", nil
+		})
+	}, func(t *testing.T, env *workerEnv) {
+		if err := env.s.Engine.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{
+			jobtype.DefaultQueue: {LeaseTimeout: lease},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		runs.Store(0)
+		// Down from before the claim until 4.5 s into the lease: the
+		// handler's outcome meets the outage, and 1.5 s of the lease
+		// are left for a try to get through.
+		outage.over.Store(time.Now().Add(lease * 3 / 4).UnixNano())
+		id := env.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "quick"})
+		<-ran
+		got := env.wait(t, id)
+		if got.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED || got.GetAttempt() != 1 || runs.Load() != 1 {
+			t.Fatalf("job = %s at attempt %d after %d runs, want SUCCEEDED by its one run", got.GetState(), got.GetAttempt(), runs.Load())
+		}
+		if gap := outage.longestGap(); gap > lease/10+500*time.Millisecond {
+			t.Errorf("outcomes refused up to %v apart during the outage, want at most a tenth of the %v lease (and a margin)", gap, lease)
+		}
+		outage.over.Store(0)
 	})
 }
