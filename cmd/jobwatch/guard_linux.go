@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -144,7 +145,13 @@ func guard(args []string) int {
 	// finds it when it has left the process group (setsid, a daemon).
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	child := exec.Command(args[2], args[3:]...)
-	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
+	child.Stdin = os.Stdin
+	relayed, err := relayOutput(child)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "jobwatch: command guard: %v\n", err)
+		return 127
+	}
+	defer relayed()
 	if err := child.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "jobwatch: start command: %v\n", err)
 		return 127
@@ -375,4 +382,45 @@ func exitLike(ps *os.ProcessState, err error) int {
 		time.Sleep(time.Second) // the signal arrives first
 	}
 	return 128 + int(ws.Signal())
+}
+
+// relayOutput has child write its stdout and stderr to pipes of the
+// guard's, which it copies to its own (the worker's pipes), and returns
+// the function that waits for the copies to end, for the guard's last
+// moment: once nothing the command started is left to hold the pipes. Once the worker has died
+// the copies fail, and the guard reads on and drops what the command
+// writes: a command's SIGTERM clean-up that writes (a shell's
+// "Terminated", a trap's own words) would otherwise die of SIGPIPE on
+// the dead worker's pipe, and its clean-up with it. The guard takes
+// SIGPIPE as an error of the write (signal.Notify), and the command keeps
+// SIGPIPE's default.
+func relayOutput(child *exec.Cmd) (wait func(), err error) {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	var (
+		wg      sync.WaitGroup
+		writers []*os.File
+	)
+	for _, to := range []struct {
+		dst *os.File
+		set *io.Writer
+	}{{os.Stdout, &child.Stdout}, {os.Stderr, &child.Stderr}} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		*to.set = w
+		writers = append(writers, w)
+		wg.Go(func() {
+			defer r.Close()
+			if _, err := io.Copy(to.dst, r); err != nil {
+				_, _ = io.Copy(io.Discard, r)
+			}
+		})
+	}
+	return func() {
+		for _, w := range writers {
+			_ = w.Close() // the guard's own: the copies end with the last other
+		}
+		wg.Wait()
+	}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -531,11 +532,13 @@ func TestTheGuardOfAnOrphanedCommandKillsWhatIgnoresSIGTERM(t *testing.T) {
 
 // guardParent is the worker's stand-in of
 // TestTheGuardOfAnOrphanedCommandKillsWhatIgnoresSIGTERM: it starts
-// command as worker --exec does, with a kill delay of 300 ms, prints its
-// guard's process id and waits to be killed.
+// command as worker --exec does, with a kill delay of 300 ms, and its
+// output on pipes it reads, prints its guard's process id and waits to
+// be killed.
 func guardParent(command string) int {
 	cmd := commandCmd(context.Background(), command, 300*time.Millisecond)
 	cmd.Env = os.Environ()
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -543,6 +546,42 @@ func guardParent(command string) int {
 	fmt.Println(cmd.Process.Pid)
 	_ = cmd.Wait()
 	return 0
+}
+
+// A command whose worker died may clean up on its SIGTERM, and write as
+// it does: the guard reads on what it writes to the dead worker's pipes
+// (a shell's trap that wrote died of SIGPIPE, its clean-up undone).
+func TestTheGuardOfAnOrphanedCommandLetsItsCleanUpWrite(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the command's guard is Linux's")
+	}
+	dir := t.TempDir()
+	pidFile, cleaned := filepath.Join(dir, "pid"), filepath.Join(dir, "cleaned")
+	parent := exec.Command(os.Args[0])
+	parent.Env = append(os.Environ(), "PIDFILE="+pidFile, "CLEANED="+cleaned,
+		`JOBWATCH_TEST_GUARD_PARENT=trap 'echo cleaning up >&2; echo cleaning up; echo done > "$CLEANED"; exit 0' TERM; `+
+			`echo $$ > "$PIDFILE.tmp" && mv "$PIDFILE.tmp" "$PIDFILE"; sleep 60 & wait`)
+	out, err := parent.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = parent.Process.Kill(); _ = parent.Wait() })
+	var guard int
+	if _, err := fmt.Fscan(out, &guard); err != nil {
+		t.Fatalf("the worker's stand-in did not say its command's guard: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-guard, syscall.SIGKILL) })
+	waitFor(t, "the command to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
+	if err := parent.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the guard to end", func() bool { return !running(guard) })
+	if b, err := os.ReadFile(cleaned); err != nil || string(b) != "done\n" {
+		t.Fatalf("the command's clean-up on its SIGTERM wrote %q, %v; want it done after writing to its output", b, err)
+	}
 }
 
 // A command that a signal ends fails its job saying which signal: the
