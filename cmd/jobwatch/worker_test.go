@@ -490,26 +490,12 @@ func TestTheGuardOfAnOrphanedCommandKillsWhatIgnoresSIGTERM(t *testing.T) {
 	}
 	dir := t.TempDir()
 	pidFile, sessionPIDFile := filepath.Join(dir, "pid"), filepath.Join(dir, "session-pid")
-	parent := exec.Command(os.Args[0])
 	// The command ignores SIGTERM, and so do the processes it starts:
 	// one in its process group, one in a session of its own.
-	parent.Env = append(os.Environ(), "PIDFILE="+pidFile, "SESSION_PIDFILE="+sessionPIDFile,
-		`JOBWATCH_TEST_GUARD_PARENT=trap "" TERM; `+
-			`setsid sh -c 'echo $$ > "$SESSION_PIDFILE.tmp" && mv "$SESSION_PIDFILE.tmp" "$SESSION_PIDFILE"; exec sleep 60' & `+
-			`sh -c 'echo $$ > "$PIDFILE.tmp" && mv "$PIDFILE.tmp" "$PIDFILE"; exec sleep 60'`)
-	out, err := parent.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := parent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = parent.Process.Kill(); _ = parent.Wait() })
-	var guard int
-	if _, err := fmt.Fscan(out, &guard); err != nil {
-		t.Fatalf("the worker's stand-in did not say its command's guard: %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(-guard, syscall.SIGKILL) })
+	parent, guard := startGuardParent(t, `trap "" TERM; `+
+		`setsid sh -c 'echo $$ > "$SESSION_PIDFILE.tmp" && mv "$SESSION_PIDFILE.tmp" "$SESSION_PIDFILE"; exec sleep 60' & `+
+		`sh -c 'echo $$ > "$PIDFILE.tmp" && mv "$PIDFILE.tmp" "$PIDFILE"; exec sleep 60'`,
+		"PIDFILE="+pidFile, "SESSION_PIDFILE="+sessionPIDFile)
 	waitFor(t, "the command's children to start", func() bool {
 		_, err := os.Stat(pidFile)
 		_, err2 := os.Stat(sessionPIDFile)
@@ -528,6 +514,28 @@ func TestTheGuardOfAnOrphanedCommandKillsWhatIgnoresSIGTERM(t *testing.T) {
 	waitFor(t, "the command's child to be killed", func() bool { return !running(pid) })
 	waitFor(t, "the command's child in a session of its own to be killed", func() bool { return !running(sessionPID) })
 	waitFor(t, "the guard to end", func() bool { return !running(guard) })
+}
+
+// startGuardParent starts the worker's stand-in (guardParent) of command,
+// with env added to its environment, and returns it and its command's
+// guard's process id.
+func startGuardParent(t *testing.T, command string, env ...string) (parent *exec.Cmd, guard int) {
+	t.Helper()
+	parent = exec.Command(os.Args[0])
+	parent.Env = append(append(os.Environ(), env...), "JOBWATCH_TEST_GUARD_PARENT="+command)
+	out, err := parent.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = parent.Process.Kill(); _ = parent.Wait() })
+	if _, err := fmt.Fscan(out, &guard); err != nil {
+		t.Fatalf("the worker's stand-in did not say its command's guard: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-guard, syscall.SIGKILL) })
+	return parent, guard
 }
 
 // guardParent is the worker's stand-in of
@@ -557,23 +565,9 @@ func TestTheGuardOfAnOrphanedCommandLetsItsCleanUpWrite(t *testing.T) {
 	}
 	dir := t.TempDir()
 	pidFile, cleaned := filepath.Join(dir, "pid"), filepath.Join(dir, "cleaned")
-	parent := exec.Command(os.Args[0])
-	parent.Env = append(os.Environ(), "PIDFILE="+pidFile, "CLEANED="+cleaned,
-		`JOBWATCH_TEST_GUARD_PARENT=trap 'echo cleaning up >&2; echo cleaning up; echo done > "$CLEANED"; exit 0' TERM; `+
-			`echo $$ > "$PIDFILE.tmp" && mv "$PIDFILE.tmp" "$PIDFILE"; sleep 60 & wait`)
-	out, err := parent.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := parent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = parent.Process.Kill(); _ = parent.Wait() })
-	var guard int
-	if _, err := fmt.Fscan(out, &guard); err != nil {
-		t.Fatalf("the worker's stand-in did not say its command's guard: %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(-guard, syscall.SIGKILL) })
+	parent, guard := startGuardParent(t, `trap 'echo cleaning up >&2; echo cleaning up; echo done > "$CLEANED"; exit 0' TERM; `+
+		`echo $$ > "$PIDFILE.tmp" && mv "$PIDFILE.tmp" "$PIDFILE"; sleep 60 & wait`,
+		"PIDFILE="+pidFile, "CLEANED="+cleaned)
 	waitFor(t, "the command to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
 	if err := parent.Process.Kill(); err != nil {
 		t.Fatal(err)
