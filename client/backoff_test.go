@@ -63,9 +63,11 @@ func TestARetrierAnnouncesOnlyARetryItsDeadlineLeavesRoomFor(t *testing.T) {
 	for _, tc := range []struct {
 		left time.Duration
 		told bool
-	}{{time.Millisecond, false}, {time.Hour, true}} {
+	}{{time.Millisecond, false}, {2 * time.Hour, true}} {
 		told := false
-		r := &retrier{b: Backoff{Initial: 20 * time.Millisecond, Max: 20 * time.Millisecond}, notify: func(error, time.Duration) { told = true }}
+		// Delays are drawn from 0 to an hour: one under the millisecond
+		// left comes once in millions of runs.
+		r := &retrier{b: Backoff{Initial: time.Hour, Max: time.Hour}, notify: func(error, time.Duration) { told = true }}
 		ctx, cancel := context.WithTimeout(context.Background(), tc.left)
 		if tc.told {
 			cancel() // only the announcement is looked at, not the sleep
