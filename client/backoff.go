@@ -41,9 +41,15 @@ type retrier struct {
 	b      Backoff
 	notify func(err error, delay time.Duration)
 	retry  backoff.Retry
+	// last is the failure wait last waited out; nil again once a try
+	// went through (answered).
+	last error
 }
 
 func (r *retrier) reset() { r.retry.Reset() }
+
+// answered forgets the failure waited out: a try went through.
+func (r *retrier) answered() { r.last = nil }
 
 // heldCall is how long a call that then failed must have been held for
 // its failure to count as the first of a new outage: a long call parked
@@ -71,6 +77,7 @@ func (r *retrier) delay() time.Duration {
 // saying what the last try met: a caller whose deadline passed while the
 // server could not be reached is told so, not only that time ran out.
 func (r *retrier) wait(ctx context.Context, err error) error {
+	r.last = err
 	d := r.delay()
 	// A retry the caller's deadline comes before is not announced: the
 	// deadline's answer says what the last try met. (A server answering
@@ -80,16 +87,35 @@ func (r *retrier) wait(ctx context.Context, err error) error {
 		r.notify(err, d)
 	}
 	if !backoff.Sleep(ctx.Done(), d) {
-		if errors.Is(err, errNotParked) || errors.Is(err, errParkedFull) || errors.Is(err, errEmptyStream) || connect.CodeOf(err) == connect.CodeDeadlineExceeded {
-			// Quick answers of a live server (one shutting down or
-			// full, a stream ended at the caller's deadline, or the deadline
-			// itself, passed by the time the server read the call):
-			// nothing failed that the cause does not say.
-			return context.Cause(ctx)
-		}
-		return &gaveUpError{cause: context.Cause(ctx), last: err}
+		return gaveUp(ctx, err)
 	}
 	return nil
+}
+
+// gaveUp is ctx's cause, ctx having ended while the tries waited out
+// last, saying what last was unless it says nothing the cause does not:
+// the quick answers of a live server (one shutting down or full, a
+// stream ended at the caller's deadline, or the deadline itself, passed
+// by the time the server read the call).
+func gaveUp(ctx context.Context, last error) error {
+	if last == nil || errors.Is(last, errNotParked) || errors.Is(last, errParkedFull) || errors.Is(last, errEmptyStream) ||
+		connect.CodeOf(last) == connect.CodeDeadlineExceeded || connect.CodeOf(last) == connect.CodeCanceled ||
+		errors.Is(last, context.DeadlineExceeded) || errors.Is(last, context.Canceled) {
+		return context.Cause(ctx)
+	}
+	return &gaveUpError{cause: context.Cause(ctx), last: last}
+}
+
+// ended is ctx's cause once ctx has ended during a try that failed with
+// err, saying as wait does what the tries were waiting out: err, unless
+// it is ctx's end itself, else the failure before it. A deadline that
+// passed while a try to a server that could not be reached was under way
+// said only that time ran out.
+func (r *retrier) ended(ctx context.Context, err error) error {
+	if e, ok := gaveUp(ctx, err).(*gaveUpError); ok {
+		return e
+	}
+	return gaveUp(ctx, r.last)
 }
 
 // gaveUpError is ctx's cause when it ended while a call was being

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"connectrpc.com/connect"
 )
 
 func TestABackoffsZeroFieldsTakeTheDefaults(t *testing.T) {
@@ -77,5 +79,26 @@ func TestARetrierAnnouncesOnlyARetryItsDeadlineLeavesRoomFor(t *testing.T) {
 		if told != tc.told {
 			t.Errorf("%v left: announced %v, want %v", tc.left, told, tc.told)
 		}
+	}
+}
+
+// A deadline that passes during a try says what the tries were waiting
+// out: that try's failure, or, when the try ended with the deadline
+// itself, the failure before it; nothing once a try went through.
+func TestARetrierEndedMidTrySaysWhatTheTriesMet(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	refused := connect.NewError(connect.CodeUnavailable, errors.New("connection refused"))
+	r := &retrier{b: Backoff{Initial: time.Hour, Max: time.Hour}}
+	if err := r.ended(ctx, refused); LastTry(err) != refused {
+		t.Errorf("ended by a refused try: %v, want the refusal as the last try", err)
+	}
+	_ = r.wait(ctx, refused)
+	if err := r.ended(ctx, context.Canceled); LastTry(err) != refused || !errors.Is(err, context.Canceled) {
+		t.Errorf("ended mid-try after a refusal: %v, want the cause with the refusal as the last try", err)
+	}
+	r.answered()
+	if err := r.ended(ctx, context.Canceled); err != context.Canceled {
+		t.Errorf("ended mid-try after an answer: %v, want the cause alone", err)
 	}
 }

@@ -95,6 +95,7 @@ func (c *Client) WaitForJob(ctx context.Context, id string) (*jobwatchv1.Job, er
 		callCtx, call := connect.NewClientContext(ctx)
 		resp, err := c.longJobs.WaitJob(callCtx, req)
 		if err == nil {
+			r.answered()
 			if job := resp.GetJob(); job != nil && Terminal(job.GetState()) {
 				return job, nil
 			}
@@ -116,7 +117,7 @@ func (c *Client) WaitForJob(ctx context.Context, id string) (*jobwatchv1.Job, er
 			continue
 		}
 		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
+			return nil, r.ended(ctx, err)
 		}
 		if err := waitError("wait for job", id, err); err != nil {
 			return nil, err
@@ -192,11 +193,14 @@ func (c *Client) resume(ctx context.Context, once func() (stopped, received bool
 			return
 		}
 		if ctx.Err() != nil {
-			fail(context.Cause(ctx))
+			fail(r.ended(ctx, err))
 			return
 		}
 		if received {
 			r.reset()
+		}
+		if err == nil {
+			r.answered()
 		}
 		if err != nil {
 			r.failedAfter(asked)
