@@ -99,7 +99,9 @@ func (r *retrier) wait(ctx context.Context, err error) error {
 // by the time the server read the call).
 func gaveUp(ctx context.Context, last error) error {
 	if last == nil || errors.Is(last, errNotParked) || errors.Is(last, errParkedFull) || errors.Is(last, errEmptyStream) ||
-		connect.CodeOf(last) == connect.CodeDeadlineExceeded || connect.CodeOf(last) == connect.CodeCanceled ||
+		connect.CodeOf(last) == connect.CodeDeadlineExceeded ||
+		// The caller's own end, which connect-go wraps (a reset stream
+		// of a server or proxy, also canceled, is worth saying).
 		errors.Is(last, context.DeadlineExceeded) || errors.Is(last, context.Canceled) {
 		return context.Cause(ctx)
 	}

@@ -94,8 +94,12 @@ func TestARetrierEndedMidTrySaysWhatTheTriesMet(t *testing.T) {
 		t.Errorf("ended by a refused try: %v, want the refusal as the last try", err)
 	}
 	_ = r.wait(ctx, refused)
-	if err := r.ended(ctx, context.Canceled); LastTry(err) != refused || !errors.Is(err, context.Canceled) {
+	if err := r.ended(ctx, connect.NewError(connect.CodeCanceled, context.Canceled)); LastTry(err) != refused || !errors.Is(err, context.Canceled) {
 		t.Errorf("ended mid-try after a refusal: %v, want the cause with the refusal as the last try", err)
+	}
+	reset := connect.NewError(connect.CodeCanceled, errors.New("stream reset by the server"))
+	if err := r.ended(ctx, reset); LastTry(err) != reset {
+		t.Errorf("ended by a try whose stream the server reset: %v, want the reset as the last try", err)
 	}
 	r.answered()
 	if err := r.ended(ctx, context.Canceled); err != context.Canceled {
