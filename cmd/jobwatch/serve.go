@@ -408,6 +408,21 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 	}
+	// The addresses are taken before the database is opened (or made), so
+	// a serve that cannot listen leaves nothing behind. Until srv.Run
+	// accepts, connections wait in the kernel's backlog.
+	ln, err := listen("--addr", f.addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()           // for the returns before srv.Run, which closes it
+	var metricsLn net.Listener // /metrics when not on ln
+	if f.metricsAddr != "" {
+		if metricsLn, err = listen("--metrics-addr", f.metricsAddr); err != nil {
+			return err
+		}
+		defer metricsLn.Close()
+	}
 	st, err := openStore(ctx, f, log)
 	if err != nil {
 		return fmt.Errorf("open database %s: %w", dbName(f.db), err)
@@ -518,23 +533,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		defer outcomes.remove()
 	}
 
-	ln, err := listen("--addr", f.addr)
-	if err != nil {
-		return err
-	}
-	metricsAddr := "" // where /metrics listens when not on ln
-	if f.metricsAddr != "" {
-		addr, stopMetrics, err := serveMetrics(srv, f.metricsAddr, log)
-		if err != nil {
-			ln.Close()
-			return err
-		}
-		defer stopMetrics()
-		metricsAddr = addr
-	}
 	attrs := []any{"addr", ln.Addr().String(), "db", dbName(f.db)}
-	if metricsAddr != "" {
-		attrs = append(attrs, "metrics_addr", metricsAddr)
+	if metricsLn != nil {
+		defer serveMetrics(srv, metricsLn, f.metricsAddr, log)()
+		attrs = append(attrs, "metrics_addr", metricsLn.Addr().String())
 	}
 	if f.config != "" {
 		attrs = append(attrs, "config", f.config, "queues", len(rules.Queues), "strict", rules.Strict)
@@ -577,14 +579,10 @@ func listen(flag, addr string) (net.Listener, error) {
 }
 
 // serveMetrics moves /metrics off the API's port to a listener of its
-// own at addr (--metrics-addr) and serves it there, over HTTP/1.1, until
-// stop is called; it returns the address it listens on. That listener
-// answers /metrics only and asks for no token.
-func serveMetrics(srv *server.Server, addr string, log *slog.Logger) (listening string, stop func(), err error) {
-	ln, err := listen("--metrics-addr", addr)
-	if err != nil {
-		return "", nil, err
-	}
+// own, ln, listening at addr (--metrics-addr), and serves it there, over
+// HTTP/1.1, until stop is called. That listener answers /metrics only and
+// asks for no token.
+func serveMetrics(srv *server.Server, ln net.Listener, addr string, log *slog.Logger) (stop func()) {
 	host, _, _ := net.SplitHostPort(addr) // checked by parseServeFlags
 	hs := &http.Server{
 		Handler:           srv.MoveMetrics(isLoopback(host)),
@@ -599,7 +597,7 @@ func serveMetrics(srv *server.Server, addr string, log *slog.Logger) (listening 
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	return ln.Addr().String(), func() {
+	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := hs.Shutdown(ctx); err != nil {
@@ -608,7 +606,7 @@ func serveMetrics(srv *server.Server, addr string, log *slog.Logger) (listening 
 		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 			log.Warn("metrics listener stopped with an error", "err", err)
 		}
-	}, nil
+	}
 }
 
 // loadRules reads the configuration file at path into the rules the

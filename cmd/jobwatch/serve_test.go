@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -68,7 +70,7 @@ func TestServeRefusesWhatItCannotDoSafely(t *testing.T) {
 }
 
 // An address another program holds stops serve and demo at once, saying
-// which flag moves it.
+// which flag moves it, before they make their database file.
 func TestServeSaysWhatToDoWhenItsAddressIsTaken(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -86,6 +88,9 @@ func TestServeSaysWhatToDoWhenItsAddressIsTaken(t *testing.T) {
 		code := run(context.Background(), args, io.Discard, &stderr)
 		if want := flag + " " + addr + ": the address is in use, by another jobwatch or another program: stop that one, or pick another address with " + flag; code != 1 || !strings.Contains(stderr.String(), want) {
 			t.Fatalf("%v with its address taken = exit %d, %q; want 1 and %q", args, code, stderr.String(), want)
+		}
+		if _, err := os.Stat(args[2]); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%v with its address taken left its database file behind (stat: %v)", args, err)
 		}
 	}
 }
