@@ -2,6 +2,8 @@ package sqlite
 
 import (
 	"errors"
+	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,6 +65,55 @@ func TestWritesAreRefusedWhileTheDatabaseFileIsGoneFromItsPath(t *testing.T) {
 		if _, err := again.GetJob(ctx, id); err == nil {
 			t.Errorf("job %s, refused, is in the file", id)
 		}
+	}
+}
+
+// A database file removed while its server ran leaves its -wal (and
+// -shm) behind when the server is killed; an outside probe's restart made
+// a new, empty file beside them and served no jobs, with a warning that
+// every acknowledged write was kept. Open refuses it instead, makes
+// nothing, and opens the file once it is back, with its jobs. A server
+// that stops with its file gone says so in its last words.
+func TestAWALWhoseDatabaseFileIsGoneIsNotOpenedAsANewDatabase(t *testing.T) {
+	live := tempPath(t)
+	logs := &syncBuffer{}
+	s, err := OpenWith(live, Config{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.CreateJob(t.Context(), testJob("acknowledged")); err != nil {
+		t.Fatal(err)
+	}
+
+	// As a kill -9 leaves the files, less the database file.
+	path := tempPath(t)
+	copyFiles(t, live, path)
+	if err := os.Rename(path, path+".aside"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(path)
+	if err == nil || !strings.Contains(err.Error(), "the database file is missing, but "+path+"-wal") || !strings.Contains(err.Error(), "put it back") {
+		t.Fatalf("Open of a -wal without its file = %v; want it refused, saying to put the file back", err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the refused Open left a file at the path (stat: %v)", err)
+	}
+	if err := os.Rename(path+".aside", path); err != nil {
+		t.Fatal(err)
+	}
+	back := openTemp(t, path)
+	defer back.Close()
+	if _, err := back.GetJob(t.Context(), "acknowledged"); err != nil {
+		t.Errorf("the acknowledged job once the file was back: %v", err)
+	}
+
+	if err := os.Remove(live); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if !strings.Contains(logs.String(), "closing a database file that is gone from its path") {
+		t.Errorf("a store closed with its file removed logged %q; want it to say the file is gone", logs.String())
 	}
 }
 

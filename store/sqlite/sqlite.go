@@ -199,6 +199,9 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if err := walWithoutFile(path); err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
 	if err := createPrivate(path, cfg.Logger); errors.Is(err, errDirectory) {
 		return nil, fmt.Errorf("open sqlite: %s %w: give the path of a database file (a new one is created)", path, err)
 	} else if err != nil {
@@ -240,22 +243,22 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 	ctx := context.Background()
 	if err := write.PingContext(ctx); err != nil {
 		write.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w", path, withRemedy(unavailable(err)))
+		return nil, fmt.Errorf("open sqlite %s: %w", path, openFailed(path, unavailable(err)))
 	}
 	if err := s.migrate(ctx); err != nil {
 		write.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w", path, withRemedy(err))
+		return nil, fmt.Errorf("open sqlite %s: %w", path, openFailed(path, err))
 	}
 	// SQLite opens a file it may not write read-only without a word, and
 	// a file already in WAL mode and up to date needs no write to open:
 	// only a write shows it, so one is made before the store is used.
 	if err := s.probeOpen(ctx); err != nil {
 		write.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w", path, withRemedy(err))
+		return nil, fmt.Errorf("open sqlite %s: %w", path, openFailed(path, err))
 	}
 	if err := write.QueryRowContext(ctx, "SELECT id FROM db_identity").Scan(&s.identity); err != nil {
 		write.Close()
-		return nil, fmt.Errorf("open sqlite %s: read the database's identity: %w", path, withRemedy(classify(err)))
+		return nil, fmt.Errorf("open sqlite %s: read the database's identity: %w", path, openFailed(path, classify(err)))
 	}
 	if s.file, err = identify(path); err != nil {
 		write.Close()
@@ -276,7 +279,7 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 	if err := read.PingContext(ctx); err != nil {
 		write.Close()
 		read.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w", path, withRemedy(unavailable(err)))
+		return nil, fmt.Errorf("open sqlite %s: %w", path, openFailed(path, unavailable(err)))
 	}
 	s.read = read
 	s.writes.probe = s.probeWrite
@@ -303,6 +306,20 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 func walLeft(path string) bool {
 	fi, err := os.Stat(path + "-wal")
 	return err == nil && fi.Size() > 0
+}
+
+// walWithoutFile refuses a path where the database file is missing but
+// a -wal is not: the file was removed or moved away while a server had it
+// open (which refused writes from then on, filegone.go), and its log of
+// the latest writes stayed. A new, empty file there would look like a
+// restart after a crash, with every job gone.
+func walWithoutFile(path string) error {
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) || !walLeft(path) {
+		return nil
+	}
+	return fmt.Errorf("the database file is missing, but %s-wal, the latest writes of the one that was there, is not: "+
+		"the file was removed or moved away while a server had it open; put it back (its -wal and -shm stay beside it), "+
+		"or, to start an empty database here, remove %s-wal and %s-shm", path, path, path)
 }
 
 // logUncleanStop says, at warn, that the last server on the file did not
@@ -403,6 +420,11 @@ func (s *Store) Close() error {
 	s.w.close()
 	s.writes.close()
 	<-s.w.stopped
+	// What was written to a file gone from its path is in that file
+	// alone, and lost with it if it was removed: said once more, last.
+	if err := s.file.check(); err != nil {
+		s.cfg.Logger.Error("closing a database file that is gone from its path", "db", s.file.path, "err", err)
+	}
 	err := errors.Join(s.ckpt.close(), s.read.Close(), s.write.Close())
 	// Last: the feed's release closes a descriptor of the file, which
 	// drops every POSIX lock this process holds on it, SQLite's too.

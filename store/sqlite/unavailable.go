@@ -3,6 +3,7 @@ package sqlite
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"syscall"
 
 	"github.com/mattn/go-sqlite3"
@@ -53,12 +54,22 @@ func causeOf(se sqlite3.Error) string {
 	return ""
 }
 
-// withRemedy puts what an operator should do before an error that keeps
-// the store from opening, when its cause is one.
-func withRemedy(err error) error {
+// openFailed puts what an operator should do before an error that kept
+// the file at path from opening, when its cause is one. An error without
+// a cause of its own is one of a read-only file system when path's
+// directory is on one.
+func openFailed(path string, err error) error {
 	var ue *UnavailableError
-	if !errors.As(err, &ue) {
-		return err
+	if !errors.As(err, &ue) || ue.Cause == "" {
+		if !onReadOnlyFS(filepath.Dir(path)) {
+			return err
+		}
+		inner := fmt.Errorf("%s is on a file system mounted read-only: %w", filepath.Dir(path), err)
+		if !errors.Is(err, jobtype.ErrUnavailable) {
+			inner = fmt.Errorf("%w: %w", jobtype.ErrUnavailable, inner)
+		}
+		ue = &UnavailableError{Cause: causeReadOnly, err: inner}
+		err = ue
 	}
 	switch ue.Cause {
 	case causeReadOnly:

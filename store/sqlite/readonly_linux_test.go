@@ -1,0 +1,46 @@
+package sqlite
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/jobwatch/jobwatch/jobtype"
+)
+
+// A file system mounted read-only fails SQLite's open of a WAL file
+// with "unable to open database file" and ENOENT (the -shm it could not
+// make): an outside probe was told the file did not exist. Open names
+// the read-only mount and what to do. The mount needs root; the message
+// is checked without one too.
+func TestOpenOnAReadOnlyFileSystemSaysSo(t *testing.T) {
+	t.Run("the message", func(t *testing.T) {
+		was := onReadOnlyFS
+		onReadOnlyFS = func(string) bool { return true }
+		defer func() { onReadOnlyFS = was }()
+		path := "/srv/jobs.db"
+		err := fmt.Errorf("open sqlite %s: %w", path, openFailed(path,
+			fmt.Errorf("%w: unable to open database file: no such file or directory", jobtype.ErrUnavailable)))
+		wantReadOnlyRefusal(t, path, nil, err)
+	})
+	t.Run("a real read-only mount", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("mounting a file system needs root; the message case stands for it")
+		}
+		dir := t.TempDir()
+		if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=16m"); err != nil {
+			t.Skipf("this machine does not let root mount a tmpfs (%v); the message case stands for it", err)
+		}
+		defer unix.Unmount(dir, unix.MNT_DETACH)
+		path := filepath.Join(dir, "jobs.db")
+		openTemp(t, path).Close()
+		if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			t.Fatalf("remount read-only: %v", err)
+		}
+		s, err := Open(path)
+		wantReadOnlyRefusal(t, path, s, err)
+	})
+}
