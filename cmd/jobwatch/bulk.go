@@ -268,11 +268,14 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 	case cf.json:
 		// What was done, and the error that stopped it if one did: a
 		// script reads both from one place.
+		// inDoubt: the counts are of the pages answered; the page asked
+		// for when the call failed may have been done too.
 		out := struct {
 			Matched int64  `json:"matched"`
 			Changed int64  `json:"changed"`
 			Error   string `json:"error,omitempty"`
-		}{Matched: r.Matched, Changed: r.Changed}
+			InDoubt bool   `json:"inDoubt,omitempty"`
+		}{Matched: r.Matched, Changed: r.Changed, InDoubt: inDoubt}
 		if err != nil {
 			out.Error = err.Error()
 		}

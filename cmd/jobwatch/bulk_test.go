@@ -270,6 +270,10 @@ func TestABulkActionCutOffSaysThePageMayBeDone(t *testing.T) {
 	if code != 1 || stdout != "" || !strings.Contains(stderr, "jobwatch: cancel: stopped after 0 matched, 0 cancelled; the page asked for when it stopped may have been done in part: run the same command again") {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want it said that the page may have been done", code, stdout, stderr)
 	}
+	code, stdout, _ = runInProcess(t, "cancel", "--server", srv.URL, "--queue", "nightly", "--yes", "--json")
+	if code != 1 || !strings.HasPrefix(stdout, `{"matched":0,"changed":0,"error":"cancel: `) || !strings.HasSuffix(stdout, `,"inDoubt":true}`+"\n") {
+		t.Fatalf("--json: exit %d, %q; want the counts, the error and inDoubt", code, stdout)
+	}
 }
 
 // A filter that matched nothing in the caller's own tenant says which
