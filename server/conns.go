@@ -317,9 +317,10 @@ type limitedConn struct {
 	limit *connLimit
 	once  sync.Once
 
-	spoken atomic.Bool  // it has sent a request
-	parked atomic.Int64 // its parked calls
-	resets resetCount   // its calls the client cancelled (resets.go)
+	spoken  atomic.Bool  // it has sent a request
+	parked  atomic.Int64 // its parked calls
+	stalled atomic.Int64 // its writes blocked past stallAfter (stalls.go)
+	resets  resetCount   // its calls the client cancelled (resets.go)
 
 	// Guarded by limit.mu.
 	gone         bool          // its place was given back

@@ -10,6 +10,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -44,6 +45,14 @@ type exchange struct {
 	// started is when the call came in, for cancelled (resets.go); kept
 	// here, not in the handler's frame, which a parked call holds.
 	started time.Time
+	// conn is the connection the call came on, nil outside a server's
+	// listener (tests).
+	conn *limitedConn
+	// unflushed: a Write since the last flush (finish flushes it).
+	unflushed bool
+	// stallCut is set by the write's stallWatch when it cut the write
+	// (stalls.go).
+	stallCut atomic.Bool
 }
 
 // limits holds what the middleware needs of the server.
@@ -57,6 +66,9 @@ type limits struct {
 	// cancelled is told of each HTTP/2 call its client cancelled while
 	// it was answered, with when it came in (resets.go); nil: nothing.
 	cancelled func(r *http.Request, started time.Time)
+	// stalls bounds the writes blocked on clients that do not read
+	// (stalls.go).
+	stalls *stalls
 }
 
 type exchangeKey struct{}
@@ -75,6 +87,7 @@ func (l *limits) handler(next http.Handler) http.Handler {
 		if conn != nil {
 			conn.limit.spoke(conn)
 		}
+		ex.conn = conn
 		if !unaryProcedures[r.URL.Path] {
 			// Only a stream looks its exchange up (endStreamBy). A unary
 			// call, a parked WaitJob among them, is spared the context
@@ -155,9 +168,10 @@ func (ex *exchange) FlushError() error {
 	if ex.deadline.IsZero() {
 		ex.arm()
 	}
-	ex.limits.metrics.sendsInProgress.Inc()
+	w := ex.sending()
 	err := ex.rc.Flush()
-	ex.limits.metrics.sendsInProgress.Dec()
+	w.end()
+	ex.unflushed = false
 	ex.wrote(err)
 	ex.disarm()
 	return err
@@ -172,12 +186,17 @@ func (ex *exchange) Unwrap() http.ResponseWriter { return ex.ResponseWriter }
 
 // finish bounds what net/http writes after the handler returns. HTTP/1.1
 // flushes its buffer under the connection's write deadline, and lifts it
-// afterwards. An HTTP/2 stream flushes what is pending under the deadline
-// its last Write set, which is still armed (a response with nothing
-// pending ends with frames that need no flow-control window), and stops
-// the timer when the stream closes.
+// afterwards. On HTTP/2 what is pending (a small unary answer, which
+// connect writes without a flush) is flushed here, under the deadline its
+// Write set and watched for a stall, rather than by net/http after the
+// handler, where nothing would see it blocked; a response with nothing
+// pending ends with frames that need no flow-control window.
 func (ex *exchange) finish() {
 	if !ex.http2 {
 		_ = ex.rc.SetWriteDeadline(time.Now().Add(ex.limits.sendTimeout))
+		return
+	}
+	if ex.unflushed {
+		_ = ex.FlushError()
 	}
 }

@@ -725,8 +725,11 @@ func (b *sendBudget) noteCut(reason, procedure, peer string) {
 		log = slog.Default()
 	}
 	why := "its write stayed blocked for --send-timeout"
-	if reason == "stream_lifetime" {
+	switch reason {
+	case "stream_lifetime":
 		why = "its write was still blocked at the end of the stream's --stream-lifetime"
+	case "stalled":
+		why = "its write stayed blocked while its connection, or the server, held as many blocked answers as it may"
 	}
 	log.Warn("answer cut: a client did not read it ("+why+"); counted as deadline_exceeded in jobwatch_requests_total",
 		"reason", reason, "procedure", procedure, "peer", peer, "cut", n)
@@ -808,21 +811,27 @@ func (ex *exchange) wrote(err error) {
 	if err == nil || ex.cutReason != "" || ex.deadline.IsZero() {
 		return
 	}
-	if time.Now().Before(ex.deadline) && !errors.Is(err, os.ErrDeadlineExceeded) {
+	stalled := ex.stallCut.Load()
+	if !stalled && time.Now().Before(ex.deadline) && !errors.Is(err, os.ErrDeadlineExceeded) {
 		return
 	}
-	ex.cutReason = "send_timeout"
-	if ex.deadline.Equal(ex.streamEnd) && !time.Now().Before(ex.deadline) {
+	switch {
+	case stalled:
+		ex.cutReason = "stalled"
+	case ex.deadline.Equal(ex.streamEnd) && !time.Now().Before(ex.deadline):
 		ex.cutReason = "stream_lifetime"
+	default:
+		ex.cutReason = "send_timeout"
 	}
 	ex.limits.metrics.sendsCut.WithLabelValues(ex.cutReason).Inc()
 }
 
 func (ex *exchange) Write(p []byte) (int, error) {
 	ex.arm()
-	ex.limits.metrics.sendsInProgress.Inc()
+	w := ex.sending()
 	n, err := ex.ResponseWriter.Write(p)
-	ex.limits.metrics.sendsInProgress.Dec()
+	w.end()
+	ex.unflushed = true
 	ex.wrote(err)
 	return n, err
 }

@@ -101,6 +101,12 @@ type Config struct {
 	// is cut for another (sends.go). Default DefaultSendBudget(): a
 	// sixty-fourth of the memory the process may use, at least 64 MiB.
 	MaxPendingSendBytes int
+	// StalledSendsPerConn bounds the writes one connection may hold
+	// blocked for over half a second (a client that does not read); the
+	// server holds at most MaxPendingSendBytes / 40 KiB of them in all.
+	// A write that stalls past either is cut at once (stalls.go).
+	// Default DefaultStalledSendsPerConn (256).
+	StalledSendsPerConn int
 	// BodyTimeout is how long a request body may take to arrive in full;
 	// a slower one is answered deadline_exceeded and its connection (or
 	// HTTP/2 stream) closed. Bidi streams (gRPC reflection) are exempt:
@@ -249,6 +255,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.PingTimeout, 5*time.Second)
 	setDefault(&c.SendTimeout, DefaultSendTimeout)
 	setDefault(&c.BodyTimeout, DefaultBodyTimeout)
+	setDefault(&c.StalledSendsPerConn, DefaultStalledSendsPerConn)
 	if c.MaxPendingSendBytes <= 0 {
 		c.MaxPendingSendBytes = DefaultSendBudget()
 	}
@@ -429,6 +436,10 @@ func New(engine *jobs.Engine, cfg Config) *Server {
 		// as the call, so it has no deadline to arrive by; the stream
 		// itself ends at its lifetime (streams.go).
 		unbounded: []string{reflectV1, reflectV1Alpha},
+		stalls: &stalls{
+			max:     max(1, int64(cfg.MaxPendingSendBytes)/stallCost),
+			perConn: int64(cfg.StalledSendsPerConn),
+		},
 	}
 	lim.cancelled = s.closeResetFloods
 	s.handler = lim.handler(h)
