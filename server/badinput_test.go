@@ -347,6 +347,10 @@ func TestAMessagePrefixAClientMayNotSendIsAClientError(t *testing.T) {
 			[]byte(`{"jobId":"j_1"}`), "invalid_argument", "each message of a stream goes behind a 5-byte frame"},
 		{"a gRPC-Web message that promises 4 GiB", "grpc-web", "/jobwatch.v1.JobService/GetJob",
 			[]byte{0, 0xff, 0xff, 0xff, 0xff, '{', '}'}, "resource_exhausted", "over the limit of 4096 bytes"},
+		{"a gRPC-Web unary call with no message", "grpc-web", "/jobwatch.v1.JobService/GetJob",
+			nil, "invalid_argument", "holds no message: a unary call takes exactly one"},
+		{"a gRPC unary call with two messages", "grpc", "/jobwatch.v1.JobService/GetJob",
+			make([]byte, 2*5), "invalid_argument", "more than one message: a unary call takes exactly one"}, // two empty messages
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

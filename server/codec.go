@@ -372,7 +372,7 @@ func checkTree(tree any, md protoreflect.MessageDescriptor, prefix string) error
 		}
 		if fd == nil {
 			if near := typoOf(key, fields); near != "" {
-				return fmt.Errorf("%s%s: no such field; did you mean %q? (a field the server does not know is ignored, for newer clients)", prefix, key, near)
+				return fmt.Errorf("%s%s: no such field; did you mean %q? (a name this near a known field is refused as a slip; one the server does not know at all is ignored, for newer clients)", prefix, key, near)
 			}
 			continue
 		}

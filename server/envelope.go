@@ -30,7 +30,11 @@ const envelopePrefixBytes = 5
 //     trailers are the server's, the rest are reserved): invalid_argument;
 //   - a prefix that promises a message over MaxRequestBytes:
 //     resource_exhausted at once, instead of reading and discarding up
-//     to 4 GiB to refuse it.
+//     to 4 GiB to refuse it;
+//   - a unary call (gRPC or gRPC-Web) whose body holds no message, or a
+//     second one: invalid_argument, where connect-go says unimplemented
+//     ("unary request has zero messages"), which reads as a method the
+//     server does not have.
 //
 // connect-go answers the first two with internal and protocol detail
 // ("protocol error: promised 100 bytes in enveloped message", "invalid
@@ -62,6 +66,7 @@ func (s *Server) checkEnvelopes(next http.Handler) http.Handler {
 			body:       r.Body,
 			compressed: compressedRequest(r.Header),
 			maxBytes:   uint32(min(int64(s.cfg.MaxRequestBytes), math.MaxUint32)),
+			unary:      unaryProcedures[r.URL.Path],
 		}
 		r.Body = body
 		next.ServeHTTP(w, r)
@@ -126,6 +131,8 @@ type envelopeBody struct {
 	body       io.ReadCloser
 	compressed bool   // the request names a compression
 	maxBytes   uint32 // the largest message accepted
+	unary      bool   // the call takes exactly one message
+	messages   int    // the prefixes read so far
 
 	prefix     [envelopePrefixBytes]byte
 	prefixRead int    // bytes of the current prefix read so far
@@ -152,6 +159,10 @@ func (b *envelopeBody) Read(p []byte) (int, error) {
 	}
 	if err == io.EOF && (b.prefixRead > 0 || b.left > 0) {
 		return n, b.refuse(b.cutError())
+	}
+	if err == io.EOF && b.unary && b.messages == 0 {
+		return n, b.refuse(connect.NewError(connect.CodeInvalidArgument, errors.New(
+			"the request body holds no message: a unary call takes exactly one (an empty one is a 5-byte frame of zeros)")))
 	}
 	return n, err
 }
@@ -180,6 +191,10 @@ func (b *envelopeBody) follow(data []byte) *connect.Error {
 		b.prefixRead += k
 		data = data[k:]
 		if b.prefixRead == envelopePrefixBytes {
+			if b.messages++; b.unary && b.messages > 1 {
+				return connect.NewError(connect.CodeInvalidArgument, errors.New(
+					"the request body holds more than one message: a unary call takes exactly one"))
+			}
 			b.promised = binary.BigEndian.Uint32(b.prefix[1:])
 			b.left = b.promised
 			b.prefixRead = 0
