@@ -156,6 +156,10 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
+	if err := s.checkFunctionsSchema(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
 	var identity int64
 	if err := pool.QueryRow(ctx, "SELECT id FROM db_identity").Scan(&identity); err != nil {
 		pool.Close()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -514,6 +515,39 @@ func lockKey(schema, what, name string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte("jobwatch\x00" + schema + "\x00" + what + "\x00" + name))
 	return int64(h.Sum64())
+}
+
+// qualifiedName matches a quoted schema before a dot, as migrationSQL
+// writes {{schema}}.
+var qualifiedName = regexp.MustCompile(`"((?:[^"]|"")+)"\.`)
+
+// checkFunctionsSchema refuses a schema whose trigger functions were
+// written for another: the migrations name the schema (and its NOTIFY
+// channel) outright, so a schema renamed, or a dump restored under
+// another name, keeps the old name in them. Its writes would then fail
+// ("schema … does not exist") or reach the other schema's tables, and its
+// changes would be announced on the other's channel.
+func (s *Store) checkFunctionsSchema(ctx context.Context) error {
+	rows, err := s.pool.Query(ctx, `SELECT prosrc FROM pg_proc
+		WHERE pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = $1) AND proname LIKE 'jobs\_%'`, s.schema)
+	if err != nil {
+		return fmt.Errorf("read the trigger functions: %w", classify(err))
+	}
+	sources, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("read the trigger functions: %w", classify(err))
+	}
+	for _, src := range sources {
+		for _, m := range qualifiedName.FindAllStringSubmatch(src, -1) {
+			if other := strings.ReplaceAll(m[1], `""`, `"`); other != s.schema {
+				return fmt.Errorf("schema %s holds jobwatch's trigger functions as written for schema %s: it was renamed, or restored from a dump "+
+					"under another name, and its writes would fail or reach that schema's tables; rename it back (ALTER SCHEMA %s RENAME TO %s), "+
+					"or restore the dump under its own name (docs/OPERATING.md, \"Backing up\")",
+					pgx.Identifier{s.schema}.Sanitize(), pgx.Identifier{other}.Sanitize(), pgx.Identifier{s.schema}.Sanitize(), pgx.Identifier{other}.Sanitize())
+			}
+		}
+	}
+	return nil
 }
 
 func (s *Store) migrationSQL(i int) string {
