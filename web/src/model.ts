@@ -61,8 +61,8 @@ export class JobBook {
   // trim forgets the ended jobs older than the newest max of them (never
   // keep, or those kept reports true for: jobs the user asked for, which
   // do not count), so a page left open for days stays small. Jobs that
-  // have not ended are all kept, and never count: however many wait,
-  // the newest ended jobs stay. An ended job never changes again, so it
+  // have not ended are not trimmed here (see trimUnended), and never
+  // count: however many wait, the newest ended jobs stay. An ended job never changes again, so it
   // cannot come back through the stream. It returns the ids forgotten,
   // newest first.
   trim(max: number, keep: string, kept: (id: string) => boolean = () => false): string[] {
@@ -85,6 +85,36 @@ export class JobBook {
       this.jobs.delete(job.id);
       this.seen.delete(job.id);
       removed.push(job.id);
+    }
+    return removed;
+  }
+
+  // trimUnended lets go of the jobs that have not ended past the max most
+  // relevant of them (never keep, or those kept reports true for, which
+  // do not count): running jobs first, then the newest by creation. A
+  // queue that fills faster than workers take from it would otherwise
+  // bring every job into the page. A job let go is dropped, not
+  // forgotten: the stream brings it again when it changes (claimed, or
+  // ended), and this lets it go again if it is still not among the max.
+  // It returns the jobs let go.
+  trimUnended(max: number, keep: string, kept: (id: string) => boolean = () => false): Job[] {
+    const candidates: Job[] = [];
+    for (const job of this.jobs.values()) {
+      if (!isTerminal(job.state) && job.id !== keep && !kept(job.id)) {
+        candidates.push(job);
+      }
+    }
+    if (candidates.length <= max) {
+      return [];
+    }
+    const running = (job: Job) => (job.state === JobState.RUNNING ? 0 : 1);
+    const removed = candidates
+      .map((job) => ({ job, rank: running(job), at: millis(job.createdAt) }))
+      .sort((a, b) => a.rank - b.rank || b.at - a.at || (a.job.id < b.job.id ? 1 : a.job.id > b.job.id ? -1 : 0))
+      .slice(max)
+      .map((e) => e.job);
+    for (const job of removed) {
+      this.drop(job.id);
     }
     return removed;
   }

@@ -66,6 +66,33 @@ test("jobs that have not ended, however many, leave the newest ended jobs in the
   assert.deepEqual(book.trim(3, "", (id) => id === "j_e4"), []);
 });
 
+test("the jobs not ended past the bound go, running ones last, and one that changes comes back to be judged again", () => {
+  const book = new JobBook();
+  // Two old jobs running, then 10 queued, the newest last.
+  book.merge(job("j_r0", 3, JobState.RUNNING, 40, 1));
+  book.merge(job("j_r1", 3, JobState.RUNNING, 40, 2));
+  for (let i = 0; i < 10; i++) {
+    book.merge(job(`j_q${i}`, 1, JobState.QUEUED, 0, 100 + i));
+  }
+  book.merge(job("j_done", 3, JobState.SUCCEEDED, 100, 0));
+  assert.deepEqual(book.trimUnended(12, ""), [], "a book within the bound lost jobs");
+  const gone = book.trimUnended(5, "j_q0", (id) => id === "j_q1").map((j) => j.id);
+  assert.deepEqual(gone, ["j_q6", "j_q5", "j_q4", "j_q3", "j_q2"], "not the oldest queued jobs went, past the 5 most relevant");
+  assert.deepEqual(
+    book.newestFirst().map((j) => j.id),
+    ["j_q9", "j_q8", "j_q7", "j_q1", "j_q0", "j_r1", "j_r0", "j_done"],
+    "the running jobs, the one shown, the one kept and the ended one must stay",
+  );
+  // A job let go is dropped, not held deleted: its next change brings it
+  // back, and as it runs now, it stays.
+  assert.equal(book.merge(job("j_q2", 2, JobState.RUNNING, 0, 102)), true);
+  assert.deepEqual(
+    book.trimUnended(5, "j_q0", (id) => id === "j_q1").map((j) => j.id),
+    ["j_q7"],
+  );
+  assert.equal(book.get("j_q2")?.state, JobState.RUNNING);
+});
+
 test("a deleted job leaves the book and its counts, and a snapshot still on its way cannot bring it back", () => {
   const book = new JobBook();
   book.merge(job("j_1", 3, JobState.FAILED, 0, 1_000));
