@@ -21,7 +21,7 @@ import { filterLabel, jobLink, linkedJobFromURL, matches, stateFilterFromURL, st
 import { JobState, JobView, type Job, type Queue } from "./gen/jobwatch/v1/jobwatch_pb";
 import { otherTenantsText, queuesLeftOutText, waitingReason } from "./queues";
 import { LogPane } from "./logview";
-import { isTerminal, JobBook, stateName, summaryOf } from "./model";
+import { isTerminal, JobBook, placeOf, sortsBefore, stateName, summaryOf, type Place } from "./model";
 import { initialTenant, rememberTenant, tenantKey, tenantReason } from "./tenant";
 import { BatchBar, Detail, JobList, QueueTable, ScheduleTable, type BatchLinks, type JobOps, type QueueOps } from "./views";
 import "./style.css";
@@ -653,34 +653,38 @@ async function listOlder(first = false): Promise<boolean> {
 // fresh stream nor the view's first page read again has brought back.
 let unconfirmed: Set<string> | undefined;
 
-// dropVanished reads the view's first page again, as a reload would,
-// once the feed that started over is synced, and takes off the screen
-// the jobs in left that neither it nor the stream brought back: a
-// server restarted on an empty or restored database no longer has them
-// and never names them as deleted. The job shown is asked for again
-// (it may be older than the first page): its details say so if the
-// server no longer has it (fetchFull).
+// dropVanished reads the view again, as a reload would, once the feed
+// that started over is synced, down to the oldest job in left (the jobs
+// the page held when it started over), and takes off the screen those of
+// left that neither it nor the stream brought back: a server restarted
+// on an empty or restored database no longer has them and never names
+// them as deleted. The jobs it reads refresh the rows kept, and bring
+// those that came while the page could not hear of them, so the list is
+// the one it was before the outage (the bounds trim it as ever). The job
+// shown is asked for again (it may be older than what is read): its
+// details say so if the server no longer has it (fetchFull).
 async function dropVanished(left: Set<string>): Promise<void> {
   const view = listing;
+  const listedBefore = listed;
   listed = new Set();
   olderToken = "";
   olderLeft = false;
   listedAll = false;
   // A list that let its newest rows go shows them again, as a reload
-  // would: the rows of older pages go below, as the stream has not
-  // brought them back.
+  // would.
   list.fromNewest();
-  const read = await listOlder(true);
+  const read = (await listOlder(true)) && (await readBackTo(left, listedBefore, view));
   if (view !== listing || left !== unconfirmed) {
     return;
   }
   unconfirmed = undefined;
   if (!read) {
-    // Without the view's first page, the jobs older than the stream's
-    // may still be the server's: they stay until it can be read.
+    // Without the view read again, the jobs the page held may still be
+    // the server's: they stay until it can be read.
     return;
   }
-  const gone = [...left].filter((id) => !listed.has(id));
+  const gone = [...left].filter((id) => !listed.has(id) && !readBack.has(id));
+  readBack = new Set();
   if (gone.length === 0) {
     return;
   }
@@ -698,6 +702,68 @@ async function dropVanished(left: Set<string>): Promise<void> {
   refreshActions();
   refreshDetail();
   soonPollQueues();
+}
+
+// readBack holds the ids readBackTo read, for dropVanished.
+let readBack = new Set<string>();
+
+// maxReadBack bounds how many jobs readBackTo reads past the view's first
+// page: more than the list keeps (maxRowsShown, maxUnendedShown and
+// maxEndedShown), so only a list paged far back loses its oldest rows
+// after an outage.
+const maxReadBack = 5000;
+
+// readBackTo reads the view's pages after its first (listOlder's), down
+// to the oldest job of held (or maxReadBack jobs), merging every job it
+// reads: those held are refreshed, those the stream did not bring (made
+// during the outage) come in, and the bounds trim the list as ever. A
+// job of wasListed (a page the user asked for) is listed again. Show
+// older jobs goes on from where it stopped. It reports whether it read
+// them, for the view still on screen.
+async function readBackTo(held: Set<string>, wasListed: Set<string>, view: number): Promise<boolean> {
+  readBack = new Set();
+  let oldest: Place | undefined;
+  for (const id of held) {
+    const job = book.get(id);
+    if (job !== undefined && (oldest === undefined || sortsBefore(oldest, placeOf(job)))) {
+      oldest = placeOf(job);
+    }
+  }
+  let token = olderToken;
+  let read = 0;
+  while (oldest !== undefined && token !== "" && read < maxReadBack) {
+    let res;
+    try {
+      res = await jobClient.listJobs({ tenant, batch, states: statesOf(stateFilter), pageSize: 500, pageToken: token, view: JobView.SUMMARY });
+    } catch {
+      return false;
+    }
+    if (view !== listing) {
+      return false;
+    }
+    const changed: string[] = [];
+    for (const job of res.jobs) {
+      readBack.add(job.id);
+      if (wasListed.has(job.id)) {
+        listed.add(job.id);
+      }
+      if (book.merge(job) || (held.has(job.id) && !list.has(job.id))) {
+        changed.push(job.id);
+      }
+    }
+    read += res.jobs.length;
+    token = res.nextPageToken;
+    soonRender({ jobs: changed });
+    const last = res.jobs.at(-1);
+    if (last === undefined || !sortsBefore(placeOf(last), oldest)) {
+      break;
+    }
+  }
+  olderToken = token;
+  olderLeft = token !== "";
+  listedAll = !olderLeft;
+  showOlder();
+  return true;
 }
 
 // dropView takes the view's jobs off the screen, and drops the answers
