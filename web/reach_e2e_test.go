@@ -44,7 +44,7 @@ func TestAnOldFailedJobCanBeReached(t *testing.T) {
 	t.Run("the state menu lists the failed jobs however old, from the server", func(t *testing.T) {
 		p.t = t
 		p.showState("failed")
-		p.waitFor("the old failed job, alone", exists(row(old.ID)+`[data-state="failed"]`)+" && "+rowCount(1)+" && "+textIs("#jobs-count", "1 failed"))
+		p.waitFor("the old failed job, alone", exists(row(old.ID)+`[data-state="failed"]`)+" && "+rowCount(1)+" && "+textIs("#jobs-count", "1 failed shown"))
 		p.waitFor("the filter in the address", `new URL(location.href).searchParams.get("state") === "failed"`)
 		p.waitFor("no older page", `document.getElementById("jobs-older").hidden`)
 		// A job that fails now joins the list live; one retried leaves it.

@@ -55,7 +55,7 @@ func TestAfterARestartOnAnotherDatabaseThePageShowsOnlyWhatTheServerHas(t *testi
 			d.querySelector(".detail-body").hidden &&
 			d.querySelector('button[data-action="cancel"]').offsetParent === null;
 	})()`)
-	p.waitFor("one job counted", textIs("#jobs-count", "1 recent"))
+	p.waitFor("one job counted", textHas("#jobs-count", "1 most recent shown"))
 	p.waitFor("the same page, never reloaded", `window.pageID === "the page as first loaded"`)
 
 	// Back on the first database (the operator fixes the --db they got

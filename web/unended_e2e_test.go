@@ -59,6 +59,12 @@ func TestJobsQueuingUpKeepTheListBounded(t *testing.T) {
 			` && [...document.querySelectorAll("li.job")].at(-1).dataset.jobId === `+strconv.Quote(oldest.ID)+" && "+rowCount(bound))
 	})
 
+	t.Run("the header counts the rows shown, and the tenant's jobs in all from the queues", func(t *testing.T) {
+		p.t = t
+		p.waitFor("the rows shown and the backlog", textIs("#jobs-count",
+			fmt.Sprintf("1,000 most recent shown · the tenant has %s queued and 1 running", thousands(n))))
+	})
+
 	t.Run("the page answers a click on a row", func(t *testing.T) {
 		p.t = t
 		p.do("click a row", chromedp.Evaluate[chromedp.Void](`(() => {
@@ -80,4 +86,13 @@ func TestJobsQueuingUpKeepTheListBounded(t *testing.T) {
 		t.Logf("%d jobs queued: the click drew its details within %.0f ms; the page holds %.0f elements, %.1f MB of JS heap",
 			n+1, stats["took"], stats["nodes"], stats["heapMB"])
 	})
+}
+
+// thousands writes n as the page does, with commas: 100,000.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

@@ -19,7 +19,7 @@ import { aboutJob } from "./format";
 import { JobFeed, type FeedStatus } from "./feed";
 import { filterLabel, jobLink, linkedJobFromURL, matches, stateFilterFromURL, stateFilters, statesOf, urlWithoutJob, urlWithState, type StateFilter } from "./filter";
 import { JobState, JobView, type Job, type Queue } from "./gen/jobwatch/v1/jobwatch_pb";
-import { otherTenantsText, queuesLeftOutText, waitingReason } from "./queues";
+import { otherTenantsText, queuesLeftOutText, tenantBacklogText, waitingReason } from "./queues";
 import { LogPane } from "./logview";
 import { isTerminal, JobBook, placeOf, sortsBefore, stateName, summaryOf, type Place } from "./model";
 import { initialTenant, rememberTenant, tenantKey, tenantReason } from "./tenant";
@@ -328,6 +328,7 @@ function tenantLabel(): string {
 function learnOwnTenant(name: string): void {
   ownTenant = name;
   showTenantName();
+  showBacklog();
   const waiting = book
     .newestFirst()
     .filter((job) => name !== "" && job.tenant === name && (batch === "" || job.batch === batch) && !list.has(job.id))
@@ -385,7 +386,8 @@ function startFeed(waited = false): void {
     renderJobs.clear();
   }
   const shownFilter = stateFilter;
-  list.filter((job) => matches(shownFilter, job.state), shownFilter === "all" ? "recent" : filterLabel(shownFilter));
+  list.filter((job) => matches(shownFilter, job.state), shownFilter === "all" ? "most recent shown" : `${filterLabel(shownFilter)} shown`);
+  showBacklog();
   listed = new Set();
   olderToken = "";
   olderLeft = false;
@@ -812,6 +814,19 @@ function rewindOlder(): void {
   olderLeft = true;
   listedAll = false;
   showOlder();
+}
+
+// queuesLeftOut is the queues ListQueues' last answer left out.
+let queuesLeftOut = 0;
+
+// showBacklog puts after the list's count how many jobs the tenant has
+// queued and running in all, where the queue panel tells it (an admin's
+// page): the list's rows may be a few of them. A batch's or an ended
+// state's jobs are not counted there.
+function showBacklog(): void {
+  const counted = batch === "" && (stateFilter === "all" || stateFilter === "waiting" || stateFilter === "running");
+  const name = shownTenant();
+  list.setBacklog(counted && name !== "" ? tenantBacklogText(queuesKnown.values(), queuesLeftOut, name) : "");
 }
 
 // showCapped says, while the list has let go of jobs of the view that
@@ -1515,6 +1530,8 @@ async function pollQueues(): Promise<void> {
       queues.render(res.queues, Date.now());
       showEmptyText(); // it may name the tenants with work
       setText(note, queuesLeftOutText(res.queues.length, res.queuesLeftOut));
+      queuesLeftOut = res.queuesLeftOut;
+      showBacklog();
       serverAnswered();
     }
   } catch (err) {
@@ -1560,6 +1577,7 @@ function forgetQueues(): void {
   schedulesShown = queueCalls;
   queues.clear();
   schedules.clear();
+  showBacklog();
   refreshDetail();
 }
 

@@ -222,6 +222,35 @@ function plural(n: number, word: string): string {
   return n === 1 ? word : `${word}s`;
 }
 
+// tenantBacklogText says how many jobs tenant has queued and running in
+// all, from ListQueues' answer (queues, and leftOut: queues_left_out):
+// "the tenant has 100,950 queued and 8 running". Each queue lists its
+// busiest tenants only, so the sums are the tenant's only where every
+// queue lists it or lists every tenant with work; "" where they are not,
+// or the tenant has none.
+export function tenantBacklogText(queues: Iterable<Queue>, leftOut: number, tenant: string): string {
+  if (leftOut > 0) {
+    return "";
+  }
+  let queued = 0n;
+  let running = 0n;
+  for (const q of queues) {
+    const d = q.tenants.find((d) => d.tenant === tenant);
+    if (d === undefined) {
+      if (q.tenantsLeftOut > 0) {
+        return "";
+      }
+      continue;
+    }
+    queued += d.queued;
+    running += d.running;
+  }
+  if (queued === 0n && running === 0n) {
+    return "";
+  }
+  return `the tenant has ${queued.toLocaleString("en-US")} queued and ${running.toLocaleString("en-US")} running`;
+}
+
 // otherTenantsText points an admin looking at a tenant with no jobs to
 // the tenants the queue panel shows with work: "Tenants with jobs in the
 // queues: acme, globex. Type one in the Tenant field." The queues list

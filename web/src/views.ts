@@ -179,7 +179,10 @@ export class JobList {
   // shows is whether a job belongs in the list (the state filter's); a
   // job that changes out of it leaves the list.
   private shows: (job: Job) => boolean = () => true;
-  private countWord = "recent";
+  private countWord = "most recent shown";
+  // backlog follows the count: what the server says of the view's jobs
+  // in all, where it can say it ("" for nothing).
+  private backlog = "";
 
   constructor(
     private readonly list: HTMLOListElement,
@@ -192,8 +195,9 @@ export class JobList {
   ) {}
 
   // filter sets which jobs the list shows, and what its count calls them
-  // ("12 recent", "3 failed"), from the newest again; the page clears and
-  // renders it again.
+  // ("12 most recent shown", "3 failed shown": the rows, not the jobs of
+  // the view, which may be many more), from the newest again; the page
+  // clears and renders it again.
   filter(shows: (job: Job) => boolean, countWord: string): void {
     this.shows = shows;
     this.countWord = countWord;
@@ -300,9 +304,17 @@ export class JobList {
     this.rows.delete(id);
   }
 
+  // setBacklog says after the count how many jobs the view has in all,
+  // where the server tells it ("" for nothing).
+  setBacklog(text: string): void {
+    this.backlog = text;
+    this.showCount();
+  }
+
   private showCount(): void {
     this.empty.hidden = this.rows.size > 0;
-    setText(this.count, this.rows.size === 0 ? "" : `${this.rows.size.toLocaleString("en-US")} ${this.countWord}`);
+    const shown = this.rows.size === 0 ? "" : `${this.rows.size.toLocaleString("en-US")} ${this.countWord}`;
+    setText(this.count, shown !== "" && this.backlog !== "" ? `${shown} · ${this.backlog}` : shown);
   }
 
   select(id: string): void {

@@ -6,7 +6,7 @@ import { create } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
 import { periodText } from "../src/format";
 import { JobState, QueueDepthSchema, QueueMode, QueueRateSchema, QueueSchema, ScheduleSchema } from "../src/gen/jobwatch/v1/jobwatch_pb";
-import { alertingText, depthWindowMs, drainedText, hourMinute, lasted, leftOutText, modeText, nextRun, otherTenantsText, rateText, spark, tenantLines, tenantsLabel, queuesLeftOutText, waitingReason } from "../src/queues";
+import { alertingText, depthWindowMs, drainedText, hourMinute, lasted, leftOutText, modeText, nextRun, otherTenantsText, rateText, spark, tenantBacklogText, tenantLines, tenantsLabel, queuesLeftOutText, waitingReason } from "../src/queues";
 
 const t0 = Date.UTC(2030, 0, 2, 3, 0, 0);
 
@@ -167,4 +167,19 @@ test("an admin on a tenant with no jobs is pointed to the busiest tenants the qu
   assert.equal(otherTenantsText([create(QueueSchema, { name: "idle" })], "default"), "");
   const crowded = create(QueueSchema, { name: "crowded", tenants: [{ tenant: "acme", queued: 5n }], tenantsLeftOut: 40 });
   assert.equal(otherTenantsText([crowded], "default"), "Tenants with jobs in the queues: acme, and more. Type one in the Tenant field to see its jobs.");
+});
+
+test("a tenant's backlog is summed over the queues only where every queue tells it", () => {
+  const q = (name: string, tenants: [string, number, number][], tenantsLeftOut = 0) =>
+    create(QueueSchema, {
+      name,
+      tenants: tenants.map(([tenant, queued, running]) => ({ tenant, queued: BigInt(queued), running: BigInt(running) })),
+      tenantsLeftOut,
+    });
+  const queues = [q("default", [["acme", 100_000, 8], ["globex", 5, 0]]), q("reports", [["acme", 950, 2]]), q("idle", [])];
+  assert.equal(tenantBacklogText(queues, 0, "acme"), "the tenant has 100,950 queued and 10 running");
+  assert.equal(tenantBacklogText(queues, 0, "initech"), "", "a tenant with no work got a backlog");
+  assert.equal(tenantBacklogText([...queues, q("busy", [["globex", 1, 1]], 3)], 0, "acme"), "", "a queue that left tenants out may hold acme's jobs");
+  assert.equal(tenantBacklogText([...queues, q("busy", [["acme", 1, 1]], 3)], 0, "acme"), "the tenant has 100,951 queued and 11 running");
+  assert.equal(tenantBacklogText(queues, 2, "acme"), "", "queues left out may hold acme's jobs");
 });
