@@ -605,8 +605,8 @@ func (s *Store) migrate(ctx context.Context) error {
 			return fmt.Errorf("migrate to schema version %d: %w", i+1, classify(err))
 		}
 	}
-	if version < len(migrations) {
-		// An upgrade leaves its mark in the log (a new schema starts at 0).
+	if version > 0 && version < len(migrations) {
+		// An upgrade leaves its mark in the log (a new schema, at 0, needs none).
 		s.log.Info("migrated the database's schema", "schema", s.schema, "from_version", version, "to_version", len(migrations))
 	}
 	return nil

@@ -935,8 +935,10 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("migrate: commit: %w", classify(err))
 	}
-	// An upgrade leaves its mark in the log: a new file is made at
-	// version 0, and says so too.
-	s.cfg.Logger.Info("migrated the database's schema", "from_version", version, "to_version", len(migrations))
+	// An upgrade leaves its mark in the log (a new file, made at version
+	// 0, needs none).
+	if version > 0 {
+		s.cfg.Logger.Info("migrated the database's schema", "from_version", version, "to_version", len(migrations))
+	}
 	return nil
 }

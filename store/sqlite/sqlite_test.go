@@ -475,10 +475,18 @@ func TestAFileAtSchemaVersion1IsUpgradedAndKeepsItsJobs(t *testing.T) {
 	}
 	db.Close()
 
-	s := openTemp(t, path)
+	logs := &syncBuffer{}
+	s, err := OpenWith(path, Config{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer s.Close()
 	if v := pragma(t, s.write, "user_version"); v != strconv.Itoa(len(migrations)) {
 		t.Errorf("user_version = %s, want %d", v, len(migrations))
+	}
+	// The upgrade is in the log, from which version to which.
+	if want := fmt.Sprintf("migrated the database's schema\" from_version=1 to_version=%d", len(migrations)); !strings.Contains(logs.String(), want) {
+		t.Errorf("the log says %q; want it to say %q", logs.String(), want)
 	}
 	stats, err := s.QueueStats(t.Context(), fromMicro(10))
 	if err != nil {
