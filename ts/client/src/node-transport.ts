@@ -2,7 +2,8 @@
 // HTTP/2 (cleartext for http://, as jobwatch serves it) with pings, so a
 // silently dead server is noticed in seconds rather than when the
 // kernel gives up on the socket.
-import { createConnectTransport } from "@connectrpc/connect-node";
+import type * as http2 from "node:http2";
+import { Http2SessionManager, createConnectTransport } from "@connectrpc/connect-node";
 import type { Interceptor, Transport } from "@connectrpc/connect";
 import { checkURL, recursionLimit, type ClientOptions, type Transports } from "./client.js";
 import { refusedStream } from "./errors.js";
@@ -31,6 +32,32 @@ const refusedAsUnavailable: Interceptor = (next) => async (req) => {
   }
 };
 
+/**
+ * GuardedSessionManager is connect-node's HTTP/2 session manager with an
+ * 'error' listener of its own on every session a call goes out on. When
+ * the pings find a connection dead, connect-node destroys the session
+ * with "PING timed out", and Node emits that as the session's 'error'
+ * event once its socket has closed; by then the manager may have moved
+ * on and taken its listeners off, and an 'error' event without a
+ * listener ends the process. An outside probe's Node worker died so, its
+ * jobs left to end LOST, when the network went silent under it. The
+ * calls on the session fail on their own (unavailable), and are retried
+ * as any; the listener only keeps the process alive.
+ */
+class GuardedSessionManager extends Http2SessionManager {
+  private readonly guarded = new WeakSet<http2.Http2Session>();
+
+  override async request(...args: Parameters<Http2SessionManager["request"]>): Promise<http2.ClientHttp2Stream> {
+    const stream = await super.request(...args);
+    const session = stream.session;
+    if (session !== undefined && !this.guarded.has(session)) {
+      this.guarded.add(session);
+      session.on("error", () => {});
+    }
+    return stream;
+  }
+}
+
 /** nodeTransport is one Connect transport to url: one connection pool. */
 export function nodeTransport(url: string, httpVersion: "1.1" | "2" = "2"): Transport {
   const common = {
@@ -43,7 +70,8 @@ export function nodeTransport(url: string, httpVersion: "1.1" | "2" = "2"): Tran
   if (httpVersion === "1.1") {
     return createConnectTransport({ ...common, httpVersion });
   }
-  return createConnectTransport({ ...common, httpVersion, pingIntervalMs: 10_000, pingTimeoutMs: 5_000 });
+  const sessionManager = new GuardedSessionManager(common.baseUrl, { pingIntervalMs: 10_000, pingTimeoutMs: 5_000 });
+  return createConnectTransport({ ...common, httpVersion, sessionManager });
 }
 
 /**

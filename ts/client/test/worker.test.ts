@@ -19,7 +19,7 @@ import {
 } from "../src/node.js";
 import { ConnectError, type Transport } from "@connectrpc/connect";
 import { Code } from "../src/errors.js";
-import { clientOf, eventually, quiet, server, tap, uniqueKind, type Call } from "./server.js";
+import { Proxy, clientOf, eventually, quiet, server, tap, uniqueKind, type Call } from "./server.js";
 
 const client = clientOf();
 
@@ -617,5 +617,45 @@ test("a logger without every level, or one that throws, does not stop the worker
     await worker.stop();
     await run;
     assert.equal(done.state, JobState.SUCCEEDED);
+  }
+});
+
+test("a worker whose connections go silent while its jobs run gives them up without crashing its process, and works on over new ones", async () => {
+  // An outside probe froze the connections of a Node worker running four
+  // jobs: 15 s later (the pings' 10 s and 5 s) connect-node destroyed the
+  // sessions with "PING timed out" as an 'error' event no listener took,
+  // and the process died, its jobs left to end LOST.
+  const proxy = new Proxy();
+  await proxy.start();
+  try {
+    const kind = uniqueKind("silent");
+    let started = 0;
+    const worker = newWorker({
+      url: proxy.url,
+      concurrency: 4,
+      handlers: {
+        [kind]: async (_job, progress, signal) => {
+          started++;
+          for (let i = 1; i <= 40 && !signal.aborted; i++) {
+            await new Promise((r) => setTimeout(r, 250));
+            progress(i * 2.5, `step ${i}`);
+            progress.log(`did step ${i}`);
+          }
+          return "ok";
+        },
+      },
+    });
+    const run = worker.run();
+    await Promise.all([1, 2, 3, 4].map(() => client.submitJob({ kind })));
+    await eventually("four handlers running", () => started === 4);
+    proxy.freeze();
+    const next = await client.submitJob({ kind });
+    const done = await client.waitForJob(next.id, { signal: AbortSignal.timeout(90_000) });
+    assert.equal(done.state, JobState.SUCCEEDED);
+    await worker.stop();
+    await run;
+  } finally {
+    proxy.thaw();
+    await proxy.stop();
   }
 });
