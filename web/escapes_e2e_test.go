@@ -48,3 +48,21 @@ func TestEscapesInAStepOrAnErrorNeverShow(t *testing.T) {
 		textIs("#detail .error-box .error-message", "column rows is gone\n\tat export.go:12"))
 	p.waitFor("no control character anywhere on the page", `!/[\x00-\x08\x0b-\x1f\x7f-\x9f]/.test(document.body.textContent)`)
 }
+
+// A payload's and a result's characters that reorder a line (a
+// right-to-left override makes "exe.png" of "invoice‮gnp.exe") show in
+// the details as the escapes JSON writes them, as a step's or an error's
+// are dropped: nothing on the page is spoofed.
+func TestBidiOverridesInAPayloadOrAResultShowAsEscapes(t *testing.T) {
+	ctx, base, srv := startLive(t, 2*time.Minute)
+	job := submit(t, ctx, srv.engine, "files.scan", "{\"file\":\"invoice\u202egnp.exe\"}")
+	w := claim(t, ctx, srv.engine, "files.scan")
+	w.complete("{\"saved\":\"photo\u2067cod.exe\u2069\"}")
+
+	p := &page{t: t, ctx: newTab(t, ctx)}
+	p.do("open the page on the job", chromedp.Navigate(base+"/?job="+job.ID))
+	p.waitFor("the payload and the result with their overrides as escapes",
+		textHas("#detail .payload", `"invoice\u202egnp.exe"`)+" && "+textHas("#detail .result", `"photo\u2067cod.exe\u2069"`))
+	p.waitFor("no reordering character anywhere in the details",
+		`!/[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ufeff]/.test(document.getElementById("detail").textContent)`)
+}

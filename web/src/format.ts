@@ -1,6 +1,7 @@
 // Small formatting helpers: ages, durations and JSON values for people.
 import { toJson } from "@bufbuild/protobuf";
 import { ValueSchema, type Duration, type Value } from "@bufbuild/protobuf/wkt";
+import { invisible } from "./logs";
 
 export function age(fromMs: number, nowMs: number): string {
   return span(Math.max(0, nowMs - fromMs) / 1000);
@@ -61,11 +62,21 @@ export function clockTime(d: Date, now: Date = new Date()): string {
   return `${date}, ${time}`;
 }
 
+// jsonText is v as indented JSON, the characters that would reorder or
+// split its lines (invisible: a right-to-left override makes "exe.png"
+// of "gnp.exe") written as escapes (\u202e), as JSON writes control
+// characters: the text stays the value, and shows as it is.
 export function jsonText(v: Value | undefined): string {
   if (v === undefined) {
     return "";
   }
-  return JSON.stringify(toJson(ValueSchema, v), null, 2);
+  const text = JSON.stringify(toJson(ValueSchema, v), null, 2);
+  let out = "";
+  for (const ch of text) {
+    const c = ch.codePointAt(0)!;
+    out += invisible(c) ? `\\u${c.toString(16).padStart(4, "0")}` : ch;
+  }
+  return out;
 }
 
 // aboutJob is a server's message about job id for a sentence that names

@@ -192,7 +192,7 @@ function printable(c: number): boolean {
 // overrides and isolates (a right-to-left override makes "exe.txt" of
 // "txt.exe"), the line and paragraph separators, and the byte order
 // mark. The command line drops the same (cmd/jobwatch/logtext.go).
-function invisible(c: number): boolean {
+export function invisible(c: number): boolean {
   return (
     c === 0x061c ||
     c === 0x200e ||

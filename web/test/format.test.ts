@@ -1,7 +1,9 @@
 // Tests of the page's formatting of times for people.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { aboutJob, clockTime } from "../src/format";
+import { fromJson } from "@bufbuild/protobuf";
+import { ValueSchema } from "@bufbuild/protobuf/wkt";
+import { aboutJob, clockTime, jsonText } from "../src/format";
 
 test("a moment of today shows as a clock time, one of another day with its date", () => {
   const now = new Date(2026, 11, 5, 9, 30, 0);
@@ -17,4 +19,12 @@ test("a server's message about a job, in a sentence that names the job, names it
   assert.equal(aboutJob("j_06h44abc", "j_06h44abc: job not found"), "job not found");
   assert.equal(aboutJob("j_06h44abc", "this token may not read tenant acme"), "this token may not read tenant acme");
   assert.equal(aboutJob("j_06h44abc", "j_06h44xyz: job not found"), "j_06h44xyz: job not found", "another job's id was taken off");
+});
+
+test("a payload's characters that reorder a line show as escapes, and the JSON stays the value", () => {
+  const value = { file: "invoice\u202egnp.exe", note: "a\u2066b\u2069\u200f\ufeff", plain: "ünïcode ✓" };
+  const text = jsonText(fromJson(ValueSchema, value));
+  assert.ok(!/[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ufeff]/.test(text), `an invisible character shows: ${text}`);
+  assert.ok(text.includes(String.raw`"invoice\u202egnp.exe"`), text);
+  assert.deepEqual(JSON.parse(text), value, "the JSON shown is not the value");
 });
