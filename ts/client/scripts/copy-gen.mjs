@@ -13,7 +13,7 @@ const from = join(here, "..", "..", "..", "web", "src", "gen", name);
 const to = join(here, "..", "src", "gen", name);
 
 if (!existsSync(from)) {
-  console.error(`copy-gen: ${from} is missing: run make generate at the repository's root`);
+  console.error(`copy-gen: ${from} is missing: ts/client builds only inside a whole jobwatch checkout, whose web/src/gen it copies (committed; make generate at the repository's root remakes it)`);
   process.exit(1);
 }
 // An unchanged copy keeps its time, so tsc and editors see no change.
