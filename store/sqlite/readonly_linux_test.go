@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -43,4 +44,22 @@ func TestOpenOnAReadOnlyFileSystemSaysSo(t *testing.T) {
 		s, err := Open(path)
 		wantReadOnlyRefusal(t, path, s, err)
 	})
+}
+
+// A file another user owns (a backup root restored and left root's) is
+// refused with what to do about it. Root may open any file, so this
+// runs only as another user.
+func TestOpenOfAnotherUsersFileSaysToChownIt(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root opens any file; run as another user to see the refusal")
+	}
+	path := filepath.Join(t.TempDir(), "jobs.db")
+	openTemp(t, path).Close()
+	if err := os.Chmod(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(path)
+	if err == nil || !strings.Contains(err.Error(), "permission denied: make it, its -wal and -shm files and their directory readable and writable by the user") {
+		t.Fatalf("Open of a file this user may not open: %v; want it to say to chown it", err)
+	}
 }

@@ -210,6 +210,12 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 	// The file is this process's alone while it has a Store open on it
 	// (openFeed), before anything is read or migrated.
 	feed, first, err := openFeed(path)
+	if errors.Is(err, fs.ErrPermission) {
+		// A file copied in by root (a restored backup, say) and left
+		// root's.
+		return nil, fmt.Errorf("open sqlite %s: %w: make it, its -wal and -shm files and their directory "+
+			"readable and writable by the user this process runs as (uid %d), with chown", path, err, os.Getuid())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
