@@ -5,6 +5,7 @@
 // changes while open, and no test could click it), and only "yes" acts.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { h, setText } from "./dom";
+import { JobState, type Job } from "./gen/jobwatch/v1/jobwatch_pb";
 
 // Action names what an operator does; the same words as the RPCs.
 export type Action = "start" | "retry" | "cancel" | "delete" | "pause" | "resume" | "retry-failed";
@@ -395,4 +396,24 @@ export function retriedText(changed: bigint, matched: bigint, view: string): str
   }
   const were = left === 1n ? "1 was" : `${left.toLocaleString("en-US")} were`;
   return `${done} ${were} left as ${left === 1n ? "it was" : "they were"}: retried or removed meanwhile, or a retry would make a second active job with its unique key (its own Retry says which).`;
+}
+
+// cancelledText says what a Cancel did to job id (the answer: CancelJob
+// answers a job that had ended with the job as it is): cancelled it, or
+// found it ended already, by whom where its history says. before is the
+// job as the page knew it at the click; me the token's name (""
+// unknown), which the history's "by" starts with for the token's own
+// actions.
+export function cancelledText(id: string, job: Job, before: Job | undefined, me: string): string {
+  if (job.state !== JobState.CANCELLED) {
+    const how = job.state === JobState.LOST ? "been lost" : (JobState[job.state] ?? "ended").toLowerCase();
+    return `Job ${id} had already ${how}: there was nothing to cancel.`;
+  }
+  const entry = job.attempts.filter((a) => a.state === JobState.CANCELLED).at(-1);
+  const by = entry?.by ?? "";
+  const byOther = by !== "" && me !== "" && by !== me && !by.startsWith(`${me} (`);
+  if (before?.state === JobState.CANCELLED || byOther) {
+    return by === "" ? `Job ${id} was already cancelled.` : `Job ${id} was already cancelled, by ${by}.`;
+  }
+  return `Cancelled job ${id}.`;
 }

@@ -11,7 +11,7 @@ import {
   UnauthenticatedError,
   toJobwatchError,
 } from "@jobwatch/client";
-import { accessReason, ActionButton, ActionError, Confirm, Refusals, retriedText, unreachable, unreachableText, type Access, type Action, type Said } from "./actions";
+import { accessReason, ActionButton, ActionError, cancelledText, Confirm, Refusals, retriedText, unreachable, unreachableText, type Access, type Action, type Said } from "./actions";
 import { client, jobClient, queueClient, savedToken, saveToken } from "./api";
 import { BatchProgress, batchFromURL, urlWithBatch } from "./batch";
 import { byId, h, setData, setText } from "./dom";
@@ -87,6 +87,9 @@ const olderPageSize = 200;
 // what the server answered when this token tried anyway (an older server
 // does not say who the caller is); a new token starts afresh with both.
 let access: Access = { kind: "unknown" };
+// callerName is the token's name as GetServerInfo gave it ("" unknown),
+// as the history's "by" names the token's own actions.
+let callerName = "";
 const refusals = new Refusals();
 
 // refusal is why the page's token may not take action, "" if it may.
@@ -130,11 +133,12 @@ const jobOps: JobOps = {
     }, id),
   cancel: (id) =>
     act("cancel", "Cancel", async () => {
+      const before = book.get(id);
       const job = await client.cancelJob(id);
       if (adopt(job)) {
         refreshDetail();
       }
-      return `Cancelled job ${id}.`;
+      return cancelledText(id, job, before, callerName);
     }),
   delete: (id) =>
     act("delete", "Delete", async () => {
@@ -1412,6 +1416,7 @@ async function loadServerInfo(): Promise<void> {
     if (asked !== infoAsked) {
       return;
     }
+    callerName = info.caller?.name ?? "";
     if (info.caller !== undefined) {
       access = { kind: "token", role: info.caller.role };
       // The tenant on screen, named before any job arrives: a client's
@@ -1685,6 +1690,7 @@ tokenForm.addEventListener("submit", (e) => {
   }
   // What the last token could do says nothing of this one: ask again.
   access = { kind: "unknown" };
+  callerName = "";
   infoHeard = false;
   infoFailed = false;
   refusals.clear();

@@ -6,8 +6,9 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";
-import { JobService } from "../src/gen/jobwatch/v1/jobwatch_pb";
-import { accessReason, retriedText, unreachable, unreachableText, type Access, type Action } from "../src/actions";
+import { create } from "@bufbuild/protobuf";
+import { JobAttemptSchema, JobSchema, JobService, JobState } from "../src/gen/jobwatch/v1/jobwatch_pb";
+import { accessReason, cancelledText, retriedText, unreachable, unreachableText, type Access, type Action } from "../src/actions";
 
 const actions: Action[] = ["start", "retry", "cancel", "delete", "pause", "resume", "retry-failed"];
 
@@ -146,4 +147,22 @@ test("retry all failed says how many it retried, and why the others may have bee
     "Retried 1 of 2 failed jobs of tenant “default”. 1 was left as it was: retried or removed meanwhile, or a retry would make a second active job with its unique key (its own Retry says which).",
   );
   assert.match(retriedText(0n, 1500n, "batch “b”"), /^Retried 0 of 1,500 failed jobs of batch “b”\. 1,500 were left as they were: /);
+});
+
+test("a cancel says whether it cancelled the job or found it ended, and by whom", () => {
+  const entry = (state: JobState, by: string) => create(JobAttemptSchema, { attempt: 1, state, by });
+  const job = (state: JobState, ...attempts: ReturnType<typeof entry>[]) => create(JobSchema, { id: "j_1", state, attempts });
+  const running = job(JobState.RUNNING);
+  assert.equal(cancelledText("j_1", job(JobState.CANCELLED, entry(JobState.CANCELLED, "ops (admin)")), running, "ops"), "Cancelled job j_1.");
+  assert.equal(
+    cancelledText("j_1", job(JobState.CANCELLED, entry(JobState.CANCELLED, "deploy-bot (client, tenant acme)")), running, "ops"),
+    "Job j_1 was already cancelled, by deploy-bot (client, tenant acme).",
+  );
+  assert.equal(
+    cancelledText("j_1", job(JobState.CANCELLED, entry(JobState.CANCELLED, "anonymous")), job(JobState.CANCELLED), ""),
+    "Job j_1 was already cancelled, by anonymous.",
+  );
+  assert.equal(cancelledText("j_1", job(JobState.CANCELLED, entry(JobState.CANCELLED, "anonymous")), running, ""), "Cancelled job j_1.", "no name to tell one caller from another");
+  assert.equal(cancelledText("j_1", job(JobState.SUCCEEDED), running, "ops"), "Job j_1 had already succeeded: there was nothing to cancel.");
+  assert.equal(cancelledText("j_1", job(JobState.LOST), running, "ops"), "Job j_1 had already been lost: there was nothing to cancel.");
 });
