@@ -36,7 +36,7 @@ func TestServeRefusesWhatItCannotDoSafely(t *testing.T) {
 		{"a non-loopback address without auth is refused", []string{"--addr", "0.0.0.0:0"}, 2, "not a loopback address"},
 		{"an address on every interface is refused", []string{"--addr", ":0"}, 2, "not a loopback address"},
 		{"a host name other than localhost is refused", []string{"--addr", "example.org:8080"}, 2, "--insecure"},
-		{"a PostgreSQL database that does not answer is unavailable, and its password is not shown", []string{"--db", "postgres://u:secret@127.0.0.1:1/db?connect_timeout=2"}, 1, "open database postgres://u:xxxxx@127.0.0.1:1/db?connect_timeout=2: open postgres: store unavailable"},
+		{"a PostgreSQL database that does not answer is unavailable, and its password is not shown", []string{"--db", "postgres://u:secret@127.0.0.1:1/db?connect_timeout=2", "--addr", "127.0.0.1:0"}, 1, "open database postgres://u:xxxxx@127.0.0.1:1/db?connect_timeout=2: open postgres: store unavailable"},
 		{"a missing config file is an error", []string{"--config", filepath.Join(dir, "nope.yaml")}, 1, "nope.yaml"},
 		{"a config file with a mistake is refused with its line and key", []string{"--config", typo}, 1, "typo.yaml:4:13: queues[0].retry.max_attempt: unknown key"},
 		{"a zero wait cap is refused", []string{"--wait-cap", "0s"}, 2, "--wait-cap must be positive"},
