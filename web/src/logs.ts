@@ -215,7 +215,10 @@ export type LogEntry = { kind: "line"; line: LogLine } | { kind: "gap"; skipped:
 export const maxLogEntries = 5000;
 
 // LogTail is the end of a job's log as shown: at most max entries, each
-// line once, in seq order.
+// line once, in seq order. While the reader is scrolled up (hold), the
+// shown entries are never dropped: what no longer fits waits in held,
+// itself at most max entries, until release, so the lines under the
+// reader's eyes stay put however much the job writes.
 export class LogTail {
   // lastSeq is the seq of the last line taken, or of the last line a gap
   // covered: the after_seq to resume from.
@@ -224,6 +227,11 @@ export class LogTail {
   trimmed = 0;
   private lastAttempt = 0;
   private readonly entries: LogEntry[] = [];
+  // held: entries taken while holding that did not fit below those
+  // shown; heldTrimmed: lines dropped off held's top to keep it to max,
+  // counted in trimmed once released (they come before every held one).
+  private held: LogEntry[] = [];
+  private heldTrimmed = 0;
 
   constructor(readonly max = maxLogEntries) {}
 
@@ -232,10 +240,12 @@ export class LogTail {
   }
 
   // take adds what a response brought: the gap first, then the lines.
-  // It returns the entries to add at the bottom, and how many to remove
-  // from the top first. A line at or before lastSeq (a resumed stream
-  // that repeats one) and a gap already covered are left out.
-  take(lines: LogLine[], gap?: LogGap): { add: LogEntry[]; drop: number } {
+  // It returns the entries to add at the bottom, how many to remove from
+  // the top first, and how many lines it held back (hold: the reader is
+  // scrolled up, so nothing shown may go). A line at or before lastSeq
+  // (a resumed stream that repeats one) and a gap already covered are
+  // left out.
+  take(lines: LogLine[], gap?: LogGap, hold = false): { add: LogEntry[]; drop: number; held: number } {
     let add: LogEntry[] = [];
     if (gap !== undefined && gap.resumeFrom - 1n > this.lastSeq) {
       add.push({ kind: "gap", skipped: gap.skipped });
@@ -252,6 +262,37 @@ export class LogTail {
       this.lastSeq = line.seq;
       this.lastAttempt = line.attempt;
     }
+    if (!hold && this.held.length > 0) {
+      const released = this.held;
+      this.held = [];
+      this.trimmed += this.heldTrimmed;
+      this.heldTrimmed = 0;
+      add = [...released, ...add];
+    }
+    if (hold) {
+      // What fits below the shown entries is shown; the rest waits.
+      // Held entries always follow every shown one, so once any wait,
+      // all that come after wait too.
+      const room = this.held.length > 0 ? 0 : Math.max(0, this.max - this.entries.length);
+      const wait = add.slice(room);
+      add = add.slice(0, room);
+      this.entries.push(...add);
+      this.held.push(...wait);
+      if (this.held.length > this.max) {
+        this.heldTrimmed += countLines(this.held.splice(0, this.held.length - this.max));
+      }
+      return { add, drop: 0, held: countLines(wait) };
+    }
+    return { ...this.append(add), held: 0 };
+  }
+
+  // release shows what was held: the entries to add at the bottom and
+  // how many to remove from the top first.
+  release(): { add: LogEntry[]; drop: number } {
+    return this.take([]);
+  }
+
+  private append(add: LogEntry[]): { add: LogEntry[]; drop: number } {
     // Of a batch larger than the whole pane only its end is shown.
     if (add.length > this.max) {
       this.trimmed += countLines(add.slice(0, add.length - this.max));

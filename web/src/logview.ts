@@ -1,8 +1,9 @@
 // The job detail's live log pane: the end of the open job's log, fed by
 // one WatchJobLogs stream (LogFollower) while the detail shows that job.
 // It keeps to the bottom while lines arrive; once the reader scrolls up
-// it stays where they left it and offers a button that says how many
-// lines came since. Log text is untrusted: it only ever becomes text
+// it stays where they left it, never trimming the lines they read (what
+// no longer fits waits in the LogTail until they return to the bottom),
+// and offers a button that says how many lines came since. Log text is untrusted: it only ever becomes text
 // nodes, never markup.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { LogStream, type Job, type LogGap, type LogLine } from "./gen/jobwatch/v1/jobwatch_pb";
@@ -24,6 +25,8 @@ export class LogPane {
   private readonly trimmedNote = h("p", { class: "muted log-trimmed" });
   private readonly jump = h("button", { type: "button", class: "log-jump" });
   private jobId = "";
+  // shownId is the job whose log is shown, kept after close.
+  private shownId = "";
   private tail = new LogTail();
   private follower: LogFollower | undefined;
   private status: LogStatus = { kind: "connecting" };
@@ -52,20 +55,17 @@ export class LogPane {
     this.jump.hidden = true;
     this.scroller.addEventListener("scroll", () => {
       const following = this.atBottom();
-      if (following !== this.following) {
-        this.following = following;
-        if (following) {
-          this.unseen = 0;
-        }
+      if (following === this.following) {
+        return;
+      }
+      if (following) {
+        this.followAgain();
+      } else {
+        this.following = false;
         this.renderJump();
       }
     });
-    this.jump.addEventListener("click", () => {
-      this.following = true;
-      this.unseen = 0;
-      this.toBottom();
-      this.renderJump();
-    });
+    this.jump.addEventListener("click", () => this.followAgain());
   }
 
   // open starts showing job id's log, from its oldest line kept; the
@@ -73,6 +73,7 @@ export class LogPane {
   open(id: string): void {
     this.close();
     this.jobId = id;
+    this.shownId = id;
     this.tail = new LogTail();
     this.following = true;
     this.unseen = 0;
@@ -147,8 +148,30 @@ export class LogPane {
     current.start();
   }
 
+  // followAgain keeps to the bottom again, showing first the lines held
+  // while the reader was scrolled up.
+  private followAgain(): void {
+    this.following = true;
+    this.unseen = 0;
+    const { add, drop } = this.tail.release();
+    this.show(add, drop);
+    this.toBottom();
+    this.renderJump();
+  }
+
   private add(lines: LogLine[], gap: LogGap | undefined): void {
-    const { add, drop } = this.tail.take(lines, gap);
+    const { add, drop, held } = this.tail.take(lines, gap, !this.following);
+    this.show(add, drop);
+    if (this.following) {
+      this.toBottom();
+    } else if (add.length > 0 || held > 0) {
+      this.unseen += add.filter((e) => e.kind === "line").length + held;
+      this.renderJump();
+    }
+  }
+
+  // show removes drop rows from the top and adds add at the bottom.
+  private show(add: LogEntry[], drop: number): void {
     if (add.length === 0) {
       return;
     }
@@ -168,14 +191,12 @@ export class LogPane {
     }
     this.scroller.append(rows);
     if (this.tail.trimmed > 0) {
-      setText(this.trimmedNote, `Showing the last ${this.tail.max.toLocaleString("en-US")} lines; ${this.tail.trimmed.toLocaleString("en-US")} earlier lines are not shown here.`);
+      this.trimmedNote.replaceChildren(
+        `Showing the last ${this.tail.max.toLocaleString("en-US")} lines; ${this.tail.trimmed.toLocaleString("en-US")} earlier lines are not shown here. The whole log: `,
+        h("code", {}, `jobwatch logs ${this.shownId}`),
+        ", or the API's GetJobLogs.",
+      );
       this.trimmedNote.hidden = false;
-    }
-    if (this.following) {
-      this.toBottom();
-    } else {
-      this.unseen += add.filter((e) => e.kind === "line").length;
-      this.renderJump();
     }
   }
 

@@ -145,6 +145,33 @@ test("the tail keeps at most max entries, dropping the oldest and counting the l
   assert.equal(tail.lastSeq, 20n);
 });
 
+test("while the reader is scrolled up the tail drops nothing shown, holds the rest, and shows it on release", () => {
+  const tail = new LogTail(5);
+  tail.take(lines(1, 3));
+  // Room for two more below the three shown: they are shown; the rest wait.
+  let r = tail.take(lines(4, 8), undefined, true);
+  assert.equal(r.drop, 0, "nothing shown leaves");
+  assert.deepEqual(seqs(r.add), ["4", "5"]);
+  assert.equal(r.held, 3);
+  // Full: every later line waits, at most max of them, the oldest counted.
+  r = tail.take(lines(9, 12), undefined, true);
+  assert.deepEqual([r.drop, r.add.length, r.held], [0, 0, 4]);
+  assert.equal(tail.size, 5);
+  assert.equal(tail.trimmed, 0, "nothing counted as not shown while the reader reads");
+  assert.equal(tail.lastSeq, 12n, "the stream resumes after the last line held");
+  const released = tail.release();
+  assert.equal(released.drop, 5);
+  assert.deepEqual(seqs(released.add), ["8", "9", "10", "11", "12"]);
+  assert.equal(tail.trimmed, 7, "lines 1 to 7 are not shown");
+  const again = tail.release();
+  assert.deepEqual([again.add.length, again.drop], [0, 0], "a second release adds nothing");
+  // Taken without hold, held lines come first, in order.
+  tail.take(lines(13, 14), undefined, true);
+  r = tail.take(lines(15, 15));
+  assert.equal(r.drop, 3);
+  assert.deepEqual(seqs(r.add), ["13", "14", "15"]);
+});
+
 // A Call is one WatchJobLogs stream the follower opened; the test plays
 // the server's side of it.
 class Call {
