@@ -106,10 +106,13 @@ class JobRow {
     private readonly links: BatchLinks,
   ) {
     this.batch = batchLink(links, "batch-label");
+    // Not a Tab stop: the list is one (JobList); the details the row
+    // opens have the same link.
+    this.batch.tabIndex = -1;
     this.kindLine = h("span", { class: "kind-line" }, this.kind, this.batch);
     this.el = h(
       "li",
-      { class: "job", tabindex: "0", "data-job-id": job.id },
+      { class: "job", tabindex: "-1", "data-job-id": job.id },
       this.badge,
       h("span", { class: "kind" }, this.kindLine, this.id),
       this.progress.el,
@@ -150,7 +153,13 @@ class JobRow {
 // JobList shows the book's jobs newest first, one row per job id. It
 // holds as many rows as it is asked to (keepOldest): past that, it lets
 // the newest go and shows nothing above the newest row kept (top).
+// The list is one Tab stop, however many rows it holds (a roving
+// tabindex): the row last focused has tabindex 0, every other -1, and
+// Arrow Up and Down, Home and End move the keyboard between rows, so
+// one Tab takes it past the list to the queue panel.
 export class JobList {
+  // tabStop: the id of the row with tabindex 0 ("" when none).
+  private tabStop = "";
   private readonly rows = new Map<string, JobRow>();
   private top: Place | undefined;
   // Only the rows in or near the viewport refresh their age each second:
@@ -192,7 +201,49 @@ export class JobList {
     // to the details.
     private readonly onSelect: (id: string, byKeyboard: boolean) => void,
     private readonly links: BatchLinks,
-  ) {}
+  ) {
+    list.addEventListener("focusin", (e) => {
+      const id = e.target instanceof HTMLElement ? (e.target.closest<HTMLElement>("li.job")?.dataset["jobId"] ?? "") : "";
+      if (id !== "") {
+        this.setTabStop(id);
+      }
+    });
+    list.addEventListener("keydown", (e) => {
+      const row = e.target;
+      // Only on a row itself: a link in it keeps its own keys.
+      if (!(row instanceof HTMLLIElement) || row.parentElement !== list) {
+        return;
+      }
+      const next = { ArrowDown: row.nextElementSibling, ArrowUp: row.previousElementSibling, Home: list.firstElementChild, End: list.lastElementChild }[e.key];
+      if (next === undefined || e.altKey || e.ctrlKey || e.metaKey || e.shiftKey) {
+        return;
+      }
+      e.preventDefault(); // not the page's scroll
+      if (next instanceof HTMLElement) {
+        next.focus();
+      }
+    });
+  }
+
+  private setTabStop(id: string): void {
+    if (id === this.tabStop && this.rows.has(id)) {
+      return;
+    }
+    this.rows.get(this.tabStop)?.el.setAttribute("tabindex", "-1");
+    this.tabStop = id;
+    this.rows.get(id)?.el.setAttribute("tabindex", "0");
+  }
+
+  // keepTabStop gives the list a Tab stop again when its row went: the
+  // selected job's row if shown, else the first.
+  private keepTabStop(): void {
+    if (this.rows.has(this.tabStop)) {
+      return;
+    }
+    const first = this.list.firstElementChild;
+    const id = this.rows.has(this.selected) ? this.selected : first instanceof HTMLElement ? (first.dataset["jobId"] ?? "") : "";
+    this.setTabStop(id);
+  }
 
   // filter sets which jobs the list shows, and what its count calls them
   // ("12 most recent shown", "3 failed shown": the rows, not the jobs of
@@ -241,6 +292,7 @@ export class JobList {
       this.removeRow(id);
     }
     this.showCount();
+    this.keepTabStop();
     return drop;
   }
 
@@ -279,6 +331,7 @@ export class JobList {
     }
     this.showCount();
     this.markSelected();
+    this.keepTabStop();
   }
 
   // has reports whether the list shows a row for job id.
@@ -291,6 +344,7 @@ export class JobList {
       this.removeRow(id);
     }
     this.showCount();
+    this.keepTabStop();
   }
 
   private removeRow(id: string): void {
@@ -331,6 +385,7 @@ export class JobList {
     this.sight.disconnect();
     this.inSight.clear();
     this.rows.clear();
+    this.tabStop = "";
     this.top = undefined;
     this.list.replaceChildren();
     this.empty.hidden = false;
