@@ -320,6 +320,7 @@ type limitedConn struct {
 	spoken  atomic.Bool  // it has sent a request
 	parked  atomic.Int64 // its parked calls
 	stalled atomic.Int64 // its writes blocked past stallAfter (stalls.go)
+	out     sentData     // the bytes of answers written to it (stalls.go)
 	resets  resetCount   // its calls the client cancelled (resets.go)
 
 	// Guarded by limit.mu.
@@ -327,6 +328,12 @@ type limitedConn struct {
 	fresh        *list.Element // in limit.fresh until it speaks
 	idle         *list.Element // in limit.idle while idle
 	firstRequest *time.Timer   // closes it if it stays silent
+}
+
+func (c *limitedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.out.count(p[:n])
+	return n, err
 }
 
 func (c *limitedConn) Close() error {

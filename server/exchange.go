@@ -48,8 +48,10 @@ type exchange struct {
 	// conn is the connection the call came on, nil outside a server's
 	// listener (tests).
 	conn *limitedConn
-	// unflushed: a Write since the last flush (finish flushes it).
+	// unflushed: a Write since the last flush (finish flushes it), of
+	// pending bytes in all.
 	unflushed bool
+	pending   int
 	// stallCut is set by the write's stallWatch when it cut the write
 	// (stalls.go).
 	stallCut atomic.Bool
@@ -171,7 +173,7 @@ func (ex *exchange) FlushError() error {
 	w := ex.sending()
 	err := ex.rc.Flush()
 	w.end()
-	ex.unflushed = false
+	ex.unflushed, ex.pending = false, 0
 	ex.wrote(err)
 	ex.disarm()
 	return err

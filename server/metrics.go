@@ -168,7 +168,7 @@ func NewMetricsWith(o MetricsOptions) *Metrics {
 		}, []string{"file"}),
 		sendsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jobwatch_sends_cut_total",
-			Help: "Responses and streams ended because a write stayed blocked on a client that does not read: for --send-timeout (send_timeout), until the stream's --stream-lifetime (stream_lifetime), or at once once it had been blocked for half a second while its connection or the server held as many blocked writes as it may (stalled). Each is also counted as a failed call in jobwatch_requests_total.",
+			Help: "Responses and streams ended because a write stayed blocked on a client that does not read: for --send-timeout (send_timeout), until the stream's --stream-lifetime (stream_lifetime), or at once once it had been blocked for two seconds, its connection sending no answer meanwhile, while its connection or the server held as many blocked writes as it may (stalled). Each is also counted as a failed call in jobwatch_requests_total.",
 		}, []string{"reason"}),
 	}
 }

@@ -172,6 +172,17 @@ func (c *rawH2) open(procedure, contentType string, body []byte) uint32 {
 	return id
 }
 
+// grant gives stream id n bytes of flow-control window, as a client
+// reading it would.
+func (c *rawH2) grant(id, n uint32) {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.fr.WriteWindowUpdate(id, n); err != nil {
+		c.t.Fatalf("window update: %v", err)
+	}
+}
+
 // waitReset waits until the server has reset n streams, or fails.
 func (c *rawH2) waitReset(n int, within time.Duration) {
 	c.t.Helper()

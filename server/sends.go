@@ -828,6 +828,7 @@ func (ex *exchange) wrote(err error) {
 
 func (ex *exchange) Write(p []byte) (int, error) {
 	ex.arm()
+	ex.pending += len(p)
 	w := ex.sending()
 	n, err := ex.ResponseWriter.Write(p)
 	w.end()

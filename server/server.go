@@ -102,7 +102,7 @@ type Config struct {
 	// sixty-fourth of the memory the process may use, at least 64 MiB.
 	MaxPendingSendBytes int
 	// StalledSendsPerConn bounds the writes one connection may hold
-	// blocked for over half a second (a client that does not read); the
+	// blocked for over two seconds while it sent no answer (a client that does not read); the
 	// server holds at most MaxPendingSendBytes / 40 KiB of them in all.
 	// A write that stalls past either is cut at once (stalls.go).
 	// Default DefaultStalledSendsPerConn (256).
