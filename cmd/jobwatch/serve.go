@@ -408,9 +408,25 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 	}
-	// The addresses are taken before the database is opened (or made), so
-	// a serve that cannot listen leaves nothing behind. Until srv.Run
-	// accepts, connections wait in the kernel's backlog.
+	// The addresses are tried before the database is opened (or made), so
+	// a serve that cannot listen leaves nothing behind, and taken once it
+	// is open: until then (--db-wait may last a minute) a client is
+	// refused at once rather than left on a port that does not answer.
+	for _, a := range [][2]string{{"--addr", f.addr}, {"--metrics-addr", f.metricsAddr}} {
+		if a[1] == "" {
+			continue
+		}
+		ln, err := listen(a[0], a[1])
+		if err != nil {
+			return err
+		}
+		ln.Close()
+	}
+	st, err := openStore(ctx, f, log)
+	if err != nil {
+		return fmt.Errorf("open database %s: %w", dbName(f.db), err)
+	}
+	defer st.Close()
 	ln, err := listen("--addr", f.addr)
 	if err != nil {
 		return err
@@ -423,11 +439,6 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		defer metricsLn.Close()
 	}
-	st, err := openStore(ctx, f, log)
-	if err != nil {
-		return fmt.Errorf("open database %s: %w", dbName(f.db), err)
-	}
-	defer st.Close()
 
 	metrics := server.NewMetricsWith(server.MetricsOptions{PerTenant: f.tenantMetrics})
 	// The webhook's deliveries end when serve returns, after the engine
