@@ -371,6 +371,13 @@ func TestAMessagePrefixAClientMayNotSendIsAClientError(t *testing.T) {
 		})
 	}
 
+	// So is a health check's (which jobwatch_requests_total does not
+	// count).
+	if code, message := envelopeCall(t, ts, "grpc", "/grpc.health.v1.Health/Check", nil); code != "invalid_argument" ||
+		!strings.Contains(message, "holds no message: a unary call takes exactly one") {
+		t.Errorf("a gRPC health check with no message = %s %q, want invalid_argument saying it holds no message", code, message)
+	}
+
 	// Messages that are compressed and say so still work.
 	job := submit(t, ts.h2c(), &jobwatchv1.SubmitJobRequest{Kind: "k"})
 	for _, opt := range []connect.ClientOption{connect.WithGRPC(), connect.WithGRPCWeb(), connect.WithProtoJSON()} {

@@ -66,7 +66,7 @@ func (s *Server) checkEnvelopes(next http.Handler) http.Handler {
 			body:       r.Body,
 			compressed: compressedRequest(r.Header),
 			maxBytes:   uint32(min(int64(s.cfg.MaxRequestBytes), math.MaxUint32)),
-			unary:      unaryProcedures[r.URL.Path],
+			unary:      unaryProcedures[r.URL.Path] || r.URL.Path == healthCheckProcedure,
 		}
 		r.Body = body
 		next.ServeHTTP(w, r)
