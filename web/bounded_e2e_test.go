@@ -21,13 +21,7 @@ import (
 // fail).
 func TestPagingFarBackKeepsTheListBounded(t *testing.T) {
 	const bound = 2000
-	n := 2600
-	if s := os.Getenv("JOBWATCH_PAGING_JOBS"); s != "" {
-		var err error
-		if n, err = strconv.Atoi(s); err != nil || n < bound+250 {
-			t.Fatalf("JOBWATCH_PAGING_JOBS=%q: want a number of at least %d", s, bound+250)
-		}
-	}
+	n := jobsFromEnv(t, "JOBWATCH_PAGING_JOBS", 2600, bound+250)
 	ctx, base, srv := startLive(t, 8*time.Minute)
 
 	// The oldest job is of a kind of its own, for a worker to claim later.
@@ -162,4 +156,20 @@ func TestPagingFarBackKeepsTheListBounded(t *testing.T) {
 			`document.querySelector("li.job")?.dataset.jobId === %q && document.querySelector("li.job").dataset.state === "cancelled"`+
 				` && %s < 100 && document.getElementById("jobs-newer").closest("p").hidden && !%s.hidden`, newest, rows, older))
 	})
+}
+
+// jobsFromEnv is how many jobs a test that measures the page makes: the
+// number in the environment variable name, if set (at least least), else
+// n.
+func jobsFromEnv(t *testing.T, name string, n, least int) int {
+	t.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return n
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < least {
+		t.Fatalf("%s=%q: want a number of at least %d", name, s, least)
+	}
+	return n
 }

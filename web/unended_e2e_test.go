@@ -2,7 +2,6 @@ package web_test
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -19,13 +18,7 @@ import (
 // fail).
 func TestJobsQueuingUpKeepTheListBounded(t *testing.T) {
 	const bound = 1000
-	n := 3000
-	if s := os.Getenv("JOBWATCH_UNENDED_JOBS"); s != "" {
-		var err error
-		if n, err = strconv.Atoi(s); err != nil || n < bound+500 {
-			t.Fatalf("JOBWATCH_UNENDED_JOBS=%q: want a number of at least %d", s, bound+500)
-		}
-	}
+	n := jobsFromEnv(t, "JOBWATCH_UNENDED_JOBS", 3000, bound+500)
 	ctx, base, srv := startLive(t, 8*time.Minute)
 
 	p := &page{t: t, ctx: newTab(t, ctx)}
