@@ -201,8 +201,7 @@ func (c *Client) resume(ctx context.Context, once func() (stopped, received bool
 		}
 		if err == nil {
 			r.answered()
-		}
-		if err != nil {
+		} else {
 			r.failedAfter(asked)
 		}
 		switch {

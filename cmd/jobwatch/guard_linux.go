@@ -389,11 +389,11 @@ func exitLike(ps *os.ProcessState, err error) int {
 // the function that waits for the copies to end, for the guard's last
 // moment: once nothing the command started is left to hold the pipes.
 // Once the worker has died the copies fail, and the guard reads on and
-// drops what the command writes: a command's SIGTERM clean-up that writes (a shell's
-// "Terminated", a trap's own words) would otherwise die of SIGPIPE on
-// the dead worker's pipe, and its clean-up with it. The guard takes
-// SIGPIPE as an error of the write (signal.Notify), and the command keeps
-// SIGPIPE's default.
+// drops what the command writes: a command's SIGTERM clean-up that
+// writes (a shell's "Terminated", a trap's own words) would otherwise
+// die of SIGPIPE on the dead worker's pipe, and its clean-up with it.
+// The guard takes SIGPIPE as an error of the write (signal.Notify), and
+// the command keeps SIGPIPE's default.
 func relayOutput(child *exec.Cmd) (wait func(), err error) {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	var (
