@@ -48,10 +48,9 @@ type exchange struct {
 	// conn is the connection the call came on, nil outside a server's
 	// listener (tests).
 	conn *limitedConn
-	// unflushed: a Write since the last flush (finish flushes it), of
-	// pending bytes in all.
-	unflushed bool
-	pending   int
+	// pending is the bytes written since the last flush (finish flushes
+	// them).
+	pending int
 	// stallCut is set by the write's stallWatch when it cut the write
 	// (stalls.go).
 	stallCut atomic.Bool
@@ -173,7 +172,7 @@ func (ex *exchange) FlushError() error {
 	w := ex.sending()
 	err := ex.rc.Flush()
 	w.end()
-	ex.unflushed, ex.pending = false, 0
+	ex.pending = 0
 	ex.wrote(err)
 	ex.disarm()
 	return err
@@ -198,7 +197,7 @@ func (ex *exchange) finish() {
 		_ = ex.rc.SetWriteDeadline(time.Now().Add(ex.limits.sendTimeout))
 		return
 	}
-	if ex.unflushed {
+	if ex.pending > 0 {
 		_ = ex.FlushError()
 	}
 }

@@ -832,7 +832,6 @@ func (ex *exchange) Write(p []byte) (int, error) {
 	w := ex.sending()
 	n, err := ex.ResponseWriter.Write(p)
 	w.end()
-	ex.unflushed = true
 	ex.wrote(err)
 	return n, err
 }
