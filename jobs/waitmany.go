@@ -112,19 +112,9 @@ func (e *Engine) WaitMany(ctx context.Context, r WaitManyRequest, deadline time.
 	if r.Confined {
 		read.Tenant = r.Tenant
 	}
-	jobs, err := shallow.Call(func() ([]jobtype.Job, error) {
-		return e.store.ReadJobs(context.WithoutCancel(ctx), ids, read)
-	})
+	latest, err := e.firstLook(ctx, ids, read, r.Any)
 	if err != nil {
 		return WaitManyResult{}, wrap("wait for", "", err)
-	}
-	latest := make([]*Snapshot, len(ids))
-	at := make(map[string]int, len(ids))
-	for i, id := range ids {
-		at[id] = i
-	}
-	for _, j := range jobs {
-		latest[at[j.ID]] = newSnapshot(j)
 	}
 	// held[i] is latest[i]'s job as the result holds it, once it has
 	// ended: the summary made for Ended is not made again for the result.
@@ -160,6 +150,61 @@ func (e *Engine) WaitMany(ctx context.Context, r WaitManyRequest, deadline time.
 	}
 	answered = true
 	return r.result(ids, latest, held), nil
+}
+
+// firstLook reads the jobs of a wait on its way in, each one's newest
+// snapshot in latest (nil for a job not found), in one store read as
+// read says. With Any it reads the state of every job first
+// (store.JobRead's States), then only those that have ended, which the
+// answer holds: a WAIT_MODE_ANY loop calls again with the ids still
+// unfinished, so each of its turns reads every job it follows, and a
+// state costs a fraction of a summary. Without Any an answer at once
+// holds every job, and one read of them all costs less than two. The
+// snapshot of a job read by its state only has its ID, State and
+// Version, all that a parked wait compares (a publish brings the rest);
+// one that ended and is gone by the second read (deleted) is Gone.
+func (e *Engine) firstLook(ctx context.Context, ids []string, read store.JobRead, statesFirst bool) ([]*Snapshot, error) {
+	readJobs := func(ids []string, read store.JobRead) ([]jobtype.Job, error) {
+		return shallow.Call(func() ([]jobtype.Job, error) {
+			return e.store.ReadJobs(context.WithoutCancel(ctx), ids, read)
+		})
+	}
+	first := read
+	first.States = statesFirst
+	found, err := readJobs(ids, first)
+	if err != nil {
+		return nil, err
+	}
+	at := make(map[string]int, len(ids))
+	for i, id := range ids {
+		at[id] = i
+	}
+	latest := make([]*Snapshot, len(ids))
+	var ended []string
+	for _, j := range found {
+		latest[at[j.ID]] = newSnapshot(j)
+		if j.State.Terminal() {
+			ended = append(ended, j.ID)
+		}
+	}
+	if !statesFirst || len(ended) == 0 {
+		return latest, nil
+	}
+	whole, err := readJobs(ended, read)
+	if err != nil {
+		return nil, err
+	}
+	reread := make(map[string]bool, len(whole))
+	for _, j := range whole {
+		latest[at[j.ID]] = newSnapshot(j)
+		reread[j.ID] = true
+	}
+	for _, id := range ended {
+		if !reread[id] {
+			latest[at[id]].Gone = true
+		}
+	}
+	return latest, nil
 }
 
 // ended returns snap's job, just ended, as the result will hold it (nil

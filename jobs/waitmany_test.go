@@ -382,3 +382,65 @@ func TestWaitManyForAnyAnswersWithEveryJobACommitEnded(t *testing.T) {
 		})
 	}
 }
+
+// statesHook calls onStates once, after the first read of states only
+// (an ANY wait's look at its jobs on its way in) and before the wait's
+// read of the jobs that read found ended.
+type statesHook struct {
+	store.Store
+	onStates func()
+}
+
+func (s *statesHook) ReadJobs(ctx context.Context, ids []string, r store.JobRead) ([]jobtype.Job, error) {
+	jobs, err := s.Store.ReadJobs(ctx, ids, r)
+	if r.States && s.onStates != nil {
+		s.onStates()
+		s.onStates = nil
+	}
+	return jobs, err
+}
+
+func TestWaitManyForAnyAnswersOnItsWayInWithTheEndedJobsAsItsViewSays(t *testing.T) {
+	hooked := &statesHook{Store: openStore(t)}
+	e := newEngineOver(t, hooked, jobs.Config{})
+	ctx := context.Background()
+	a := running(t, e, jobs.SubmitRequest{Kind: "any.a", Payload: mustJSON("in a")})
+	if _, err := e.Complete(ctx, a.ID, a.LeaseID, mustJSON("out a")); err != nil {
+		t.Fatal(err)
+	}
+	b := running(t, e, jobs.SubmitRequest{Kind: "any.b", Payload: mustJSON("in b")})
+	if _, err := e.Cancel(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	c := running(t, e, jobs.SubmitRequest{Kind: "any.c", Payload: mustJSON("in c")})
+	ids := []string{c.ID, b.ID, a.ID}
+
+	for _, full := range []bool{true, false} {
+		got, err := e.WaitMany(ctx, jobs.WaitManyRequest{IDs: ids, Any: true, Full: full}, soon())
+		if err != nil || !slices.Equal(endedIDs(got), []string{b.ID, a.ID}) || !slices.Equal(got.Unfinished, []string{c.ID}) {
+			t.Fatalf("full %v: wait for any = ended %v, unfinished %v, %v; want ended [b a], unfinished [c]", full, endedIDs(got), got.Unfinished, err)
+		}
+		ea, eb := got.Ended[1], got.Ended[0]
+		if ea.Kind != "any.a" || ea.State != jobtype.Succeeded || eb.Kind != "any.b" || eb.State != jobtype.Cancelled || ea.FinishedAt.IsZero() {
+			t.Errorf("full %v: ended jobs %+v and %+v, want a SUCCEEDED and b CANCELLED, whole", full, *ea, *eb)
+		}
+		if full && (string(ea.Payload) != `"in a"` || string(ea.Result) != `"out a"`) {
+			t.Errorf("full wait: a's payload %s, result %s; want both", ea.Payload, ea.Result)
+		}
+		if !full && (ea.Payload != nil || ea.Result != nil) {
+			t.Errorf("summary wait: a's payload %s, result %s; want neither", ea.Payload, ea.Result)
+		}
+	}
+
+	// A job that ended is deleted between the look at the states and
+	// the read of the ended jobs: it counts as ended, and is left out.
+	hooked.onStates = func() {
+		if err := e.Delete(ctx, b.ID); err != nil {
+			t.Error(err)
+		}
+	}
+	got, err := e.WaitMany(ctx, jobs.WaitManyRequest{IDs: ids, Any: true}, soon())
+	if err != nil || !slices.Equal(endedIDs(got), []string{a.ID}) || !slices.Equal(got.Unfinished, []string{c.ID}) {
+		t.Fatalf("wait for any with b deleted meanwhile = ended %v, unfinished %v, %v; want ended [a], unfinished [c]", endedIDs(got), got.Unfinished, err)
+	}
+}

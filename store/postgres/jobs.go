@@ -497,6 +497,9 @@ func (s *Store) ReadJobs(ctx context.Context, ids []string, r store.JobRead) ([]
 	if r.Tenant != "" {
 		where, args = where+" AND tenant = $2", append(args, r.Tenant)
 	}
+	if r.States {
+		selected = "id, state, version"
+	}
 	rows, err := s.pool.Query(ctx, "SELECT "+selected+" FROM jobs WHERE "+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("get %d jobs: %w", len(ids), classify(err))
@@ -504,7 +507,12 @@ func (s *Store) ReadJobs(ctx context.Context, ids []string, r store.JobRead) ([]
 	defer rows.Close()
 	jobs := make([]jobtype.Job, 0, len(ids))
 	for rows.Next() {
-		row, err := scanJob(rows)
+		var row storedRow
+		if r.States {
+			row, err = scanState(rows)
+		} else {
+			row, err = scanJob(rows)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("get %d jobs: %w", len(ids), classify(err))
 		}

@@ -507,6 +507,18 @@ type storedRow struct {
 	seq, rev int64
 }
 
+// scanState scans the columns "id, state, version" (store.JobRead's
+// States) into a row whose job has only those.
+func scanState(r pgx.Row) (storedRow, error) {
+	var (
+		row   storedRow
+		state string
+	)
+	err := r.Scan(&row.job.ID, &state, &row.job.Version)
+	row.job.State = jobtype.State(state)
+	return row, err
+}
+
 // scanJob reads the columns of columns (or summaryColumns), then extra.
 func scanJob(r pgx.Row, extra ...any) (storedRow, error) {
 	var (

@@ -353,6 +353,18 @@ func scanJob(r scanner) (jobtype.Job, int64, error) {
 	return j, seq, nil
 }
 
+// scanState scans the columns "id, state, version" (store.JobRead's
+// States) into a job that has only those.
+func scanState(r scanner) (jobtype.Job, error) {
+	var (
+		j     jobtype.Job
+		state string
+	)
+	err := r.Scan(&j.ID, &state, &j.Version)
+	j.State = jobtype.State(state)
+	return j, err
+}
+
 // summaryColumns are columns with NULL for payload, result and history,
 // so that a summary list never copies them out of the database.
 var summaryColumns = strings.Replace(columns, "payload, result, history", "NULL, NULL, NULL", 1)

@@ -520,6 +520,9 @@ func (s *Store) ReadJobs(ctx context.Context, ids []string, r store.JobRead) ([]
 	if r.Tenant != "" {
 		where, args = where+" AND tenant = ?", append(args, r.Tenant)
 	}
+	if r.States {
+		selected = "id, state, version"
+	}
 	rows, err := s.read.QueryContext(ctx, "SELECT "+selected+" FROM jobs WHERE "+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("get %d jobs: %w", len(ids), classify(err))
@@ -527,7 +530,15 @@ func (s *Store) ReadJobs(ctx context.Context, ids []string, r store.JobRead) ([]
 	defer rows.Close()
 	jobs := make([]jobtype.Job, 0, len(ids))
 	for rows.Next() {
-		j, _, err := scanJob(rows)
+		var (
+			j   jobtype.Job
+			err error
+		)
+		if r.States {
+			j, err = scanState(rows)
+		} else {
+			j, _, err = scanJob(rows)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("get %d jobs: %w", len(ids), classify(err))
 		}

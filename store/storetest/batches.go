@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -17,7 +18,7 @@ var batchCases = []struct {
 	{"create jobs stores every job, in order, as given", testCreateJobs},
 	{"create jobs whose one job holds an active unique key stores none", testCreateJobsConflict},
 	{"create jobs whose one job has a taken id stores none", testCreateJobsDuplicateID},
-	{"read jobs returns the jobs that exist, scoped by tenant, whole or summaries", testReadJobs},
+	{"read jobs returns the jobs that exist, scoped by tenant, whole, summaries or states", testReadJobs},
 	{"list keeps one batch's jobs, newest first and in a feed of changes", testListBatch},
 }
 
@@ -110,6 +111,24 @@ func testReadJobs(t *testing.T, s store.Store) {
 	for _, j := range acme {
 		if j.Payload != nil || j.Result != nil {
 			t.Errorf("summary of %s has payload %s, result %s", j.ID, j.Payload, j.Result)
+		}
+	}
+
+	states, err := s.ReadJobs(t.Context(), ids, store.JobRead{Tenant: "acme", States: true})
+	if err != nil {
+		t.Fatalf("read states of acme: %v", err)
+	}
+	got = byID(states)
+	if _, ok := got["r-003"]; ok || len(states) != 3 {
+		t.Errorf("read states of acme returned %v, want r-000, r-001 and r-002", idsOf(states))
+	}
+	for _, j := range all {
+		if j.Tenant != "acme" {
+			continue
+		}
+		want := jobtype.Job{ID: j.ID, State: j.State, Version: j.Version}
+		if g := got[j.ID]; !reflect.DeepEqual(g, want) {
+			t.Errorf("read state of %s = %+v, want only its id, state and version: %+v", j.ID, g, want)
 		}
 	}
 
