@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/jobwatch/jobwatch/auth"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
@@ -109,6 +110,12 @@ func bulkStopped(a jobs.BulkAction, r jobs.BulkResult, cause, err error) error {
 // "" is the caller's own (the default tenant for an admin), and only a
 // caller not confined to one tenant may name another or "*".
 func bulkFilter(ctx context.Context, pf *jobwatchv1.JobFilter) (jobs.BulkFilter, error) {
+	if unknown := pf.ProtoReflect().GetUnknown(); len(unknown) > 0 {
+		// The JSON codec refuses an unknown name (strictMessages); this is
+		// the binary form's unknown field.
+		num, _, _ := protowire.ConsumeTag(unknown)
+		return jobs.BulkFilter{}, connect.NewError(connect.CodeInvalidArgument, unknownInFilter(fmt.Sprintf("filter field number %d", num), ""))
+	}
 	tenant, err := tenantFor(ctx, "filter.tenant", pf.GetTenant())
 	if err != nil {
 		return jobs.BulkFilter{}, err

@@ -2,11 +2,13 @@ package server_test
 
 import (
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
@@ -125,6 +127,43 @@ func TestBulkActionsRefuseFiltersThatSaySoLittleOrTooMuch(t *testing.T) {
 	resp, err := c.jobs.CancelJobs(ctxTimeout(t, 5*time.Second), &jobwatchv1.CancelJobsRequest{Filter: &jobwatchv1.JobFilter{All: true}})
 	if err != nil || resp.GetChanged() != 1 {
 		t.Fatalf("cancel all: %v, %v; want the one job cancelled", resp, err)
+	}
+}
+
+// A filter field the server does not know would, ignored, widen the
+// jobs a bulk action changes ("kind" for kinds deleted every job of the
+// states named): it is refused, over JSON with the field it may be a
+// slip of, over the binary form by its number, and nothing changes.
+func TestABulkFilterRefusesAFieldItDoesNotKnow(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	c := ts.h2c()
+	ended := finishedJob(t, c, "bulk.strict", nil)
+	for _, tc := range []struct{ filter, want string }{
+		{`{"states":["JOB_STATE_SUCCEEDED"],"kind":["nope"]}`, `filter.kind: no such field of a filter; did you mean "kinds"?`},
+		{`{"states":["JOB_STATE_SUCCEEDED"],"Kind":["nope"]}`, `did you mean "kinds"?`},
+		{`{"states":["JOB_STATE_SUCCEEDED"],"batches":["nope"]}`, `did you mean "batch"?`},
+		{`{"states":["JOB_STATE_SUCCEEDED"],"aFieldFromTheFuture":"x"}`, "filter.aFieldFromTheFuture: no such field of a filter (a filter refuses what it does not know"},
+	} {
+		status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/DeleteJobs", "application/json", []byte(`{"filter":`+tc.filter+`}`))
+		if status != http.StatusBadRequest || !strings.Contains(body, `"invalid_argument"`) || !strings.Contains(body, strings.ReplaceAll(tc.want, `"`, `\"`)) {
+			t.Errorf("DeleteJobs with filter %s = %d %s; want invalid_argument saying %s", tc.filter, status, body, tc.want)
+		}
+	}
+	f := &jobwatchv1.JobFilter{States: []jobwatchv1.JobState{jobwatchv1.JobState_JOB_STATE_SUCCEEDED}}
+	f.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1))
+	_, err := c.jobs.DeleteJobs(ctxTimeout(t, 5*time.Second), &jobwatchv1.DeleteJobsRequest{Filter: f})
+	wantCode(t, err, connect.CodeInvalidArgument)
+	if err == nil || !strings.Contains(err.Error(), "filter field number 99: no such field of a filter") {
+		t.Errorf("DeleteJobs with an unknown field in the binary filter = %v; want it named", err)
+	}
+	if got := getJob(t, c, ended.GetId()); got.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("a refused bulk delete changed a job: %v", got)
+	}
+	// Outside a filter, a field the server does not know is still
+	// ignored, for newer clients.
+	if status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/DeleteJobs", "application/json",
+		[]byte(`{"filter":{"states":["JOB_STATE_SUCCEEDED"],"kinds":["bulk.strict"]},"aFieldFromTheFuture":1}`)); status != http.StatusOK || !strings.Contains(body, `"changed":"1"`) {
+		t.Fatalf("DeleteJobs with an unknown field beside its filter = %d %s; want the one job deleted", status, body)
 	}
 }
 

@@ -371,7 +371,11 @@ func checkTree(tree any, md protoreflect.MessageDescriptor, prefix string) error
 			fd = fields.ByTextName(key)
 		}
 		if fd == nil {
-			if near := typoOf(key, fields); near != "" {
+			near := typoOf(key, fields)
+			switch {
+			case strictMessages[md.FullName()]:
+				return unknownInFilter(prefix+key, near)
+			case near != "":
 				return fmt.Errorf("%s%s: no such field; did you mean %q? (a name this near a known field is refused as a slip; one the server does not know at all is ignored, for newer clients)", prefix, key, near)
 			}
 			continue
@@ -427,6 +431,25 @@ func checkTreeValue(v any, fd protoreflect.FieldDescriptor, path string) error {
 	return nil
 }
 
+// strictMessages are the messages that refuse every field the server
+// does not know, where other messages ignore one for newer clients: a
+// filter that picks the jobs a bulk action changes would pick more of
+// them without it.
+var strictMessages = map[protoreflect.FullName]bool{
+	"jobwatch.v1.JobFilter": true,
+}
+
+// unknownInFilter refuses a field of a strict message the server does
+// not know: field is its path (a JSON name, or a field number in the
+// binary form), near the known field it may be a slip of ("" if none).
+func unknownInFilter(field, near string) error {
+	hint := ""
+	if near != "" {
+		hint = fmt.Sprintf("; did you mean %q?", near)
+	}
+	return fmt.Errorf("%s: no such field of a filter%s (a filter refuses what it does not know, which would otherwise act on more jobs than it names; a field newer than this server needs the server upgraded)", field, hint)
+}
+
 // typoOf is the JSON name of the field of fields that key is a slip of
 // (slipDistance), the nearest, or "". A field added in a later release
 // whose name is a slip of an existing one would be refused by this
@@ -444,11 +467,19 @@ func typoOf(key string, fields protoreflect.FieldDescriptors) string {
 }
 
 // slipDistance is how far key is from the field name, and whether that
-// near is a slip: the same letters but for case and '_' or '-', or, for a
-// key of five letters or more, one letter wrong, missing, extra or two
-// swapped (two for nine letters or more).
+// near is a slip: the same letters but for case and '_' or '-'; the
+// singular of a plural name or the plural of a singular one ("kind" for
+// "kinds", "batches" for "batch"), which the API's requests use side by
+// side (SubmitJob's kind, a filter's kinds); or, for a key of five
+// letters or more, one letter wrong, missing, extra or two swapped (two
+// for nine letters or more).
 func slipDistance(key, name string) (int, bool) {
-	k := foldName(key)
+	k, n := foldName(key), foldName(name)
+	for _, plural := range []string{"s", "es"} {
+		if k+plural == n || n+plural == k {
+			return len(plural), true
+		}
+	}
 	allowed := 0
 	switch {
 	case len(k) >= 9:
@@ -456,7 +487,7 @@ func slipDistance(key, name string) (int, bool) {
 	case len(k) >= 5:
 		allowed = 1
 	}
-	d := editDistance(k, foldName(name))
+	d := editDistance(k, n)
 	return d, d <= allowed
 }
 

@@ -61,4 +61,12 @@ func TestTypoOf(t *testing.T) {
 			t.Errorf("typoOf(%q) = %q, want %q", key, got, want)
 		}
 	}
+	// A singular for a plural or a plural for a singular is a slip,
+	// whatever its length.
+	filter := (&jobwatchv1.JobFilter{}).ProtoReflect().Descriptor().Fields()
+	for key, want := range map[string]string{"kind": "kinds", "Kind": "kinds", "state": "states", "batches": "batch", "tenants": "tenant", "kin": ""} {
+		if got := typoOf(key, filter); got != want {
+			t.Errorf("typoOf(%q) in a filter = %q, want %q", key, got, want)
+		}
+	}
 }
