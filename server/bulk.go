@@ -82,21 +82,35 @@ func (s *Server) bulk(ctx context.Context, a jobs.BulkAction, pf *jobwatchv1.Job
 // BulkStopped detail what the page did, so that no caller takes the
 // changes made for none. A page never read (r.Matched 0) has nothing to
 // add.
+//
+// A page cut by the caller's deadline says so in a bulk action's words
+// (the one-job answer's "whole or not at all" is not true of a page), and
+// always with its count, none changed included.
 func bulkStopped(a jobs.BulkAction, r jobs.BulkResult, cause, err error) error {
 	var ce *connect.Error
-	if r.Matched == 0 || !errors.As(err, &ce) {
+	if !errors.As(err, &ce) {
 		return err
 	}
-	did := fmt.Sprintf("before it, this page %s %d of the %d jobs it matched", a.Done, r.Changed, r.Matched)
-	if held := (*jobs.BulkHeldError)(nil); errors.As(cause, &held) {
+	deadline := ce.Code() == connect.CodeDeadlineExceeded
+	if r.Matched == 0 && !deadline {
+		return err
+	}
+	msg := ce.Message()
+	if deadline {
+		msg = "the call's deadline passed before its page was done (its timeout is too short for how busy the server is, or for its page_size)"
+	}
+	did := fmt.Sprintf("before it, this page %s %d of the %d jobs it matched; those changes stand, and the same call goes on from there", a.Done, r.Changed, r.Matched)
+	switch held := (*jobs.BulkHeldError)(nil); {
+	case errors.As(cause, &held):
 		whose := fmt.Sprintf("tenant %q's", held.Tenants[0])
 		if len(held.Tenants) > 1 {
 			whose = fmt.Sprintf("those of %d tenants at their max_queued (%q first)", len(held.Tenants), held.Tenants[0])
 		}
-		did = fmt.Sprintf("this page %s %d of the %d jobs it matched, and left %s as they are", a.Done, r.Changed, r.Matched, whose)
+		did = fmt.Sprintf("this page %s %d of the %d jobs it matched, and left %s as they are; those changes stand, and the same call goes on from there", a.Done, r.Changed, r.Matched, whose)
+	case r.Matched == 0:
+		did = "before this page changed any job: run the same call again"
 	}
-	stopped := connect.NewError(ce.Code(), fmt.Errorf("%s (%s; those changes stand, and the same call goes on from there)",
-		ce.Message(), did))
+	stopped := connect.NewError(ce.Code(), fmt.Errorf("%s (%s)", msg, did))
 	for _, d := range ce.Details() {
 		stopped.AddDetail(d)
 	}
