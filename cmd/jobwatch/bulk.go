@@ -33,12 +33,12 @@ type filterFlags struct {
 }
 
 func (f *filterFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.tenant, "tenant", "", "act on this `tenant`'s jobs (\"*\": every tenant; admin tokens only) instead of one job")
-	fs.StringVar(&f.queues, "queue", "", "act on the jobs of these `queues` (comma-separated) instead of one job")
-	fs.StringVar(&f.kinds, "kind", "", "act on the jobs of these `kinds` (comma-separated) instead of one job")
-	fs.StringVar(&f.states, "state", "", "act on the jobs in these `states` (comma-separated) instead of one job")
-	fs.StringVar(&f.batch, "batch", "", "act on the jobs of this `batch` instead of one job")
-	fs.StringVar(&f.before, "created-before", "", "act on the jobs created before this `time` (RFC 3339, or a duration such as 24h: that long ago)")
+	onceVar(fs, &f.tenant, "tenant", "act on this `tenant`'s jobs (\"*\": every tenant; admin tokens only) instead of one job")
+	fs.Var(listFlag{&f.queues}, "queue", "act on the jobs of these `queues` (comma-separated, or the flag again) instead of one job")
+	fs.Var(listFlag{&f.kinds}, "kind", "act on the jobs of these `kinds` (comma-separated, or the flag again) instead of one job")
+	fs.Var(listFlag{&f.states}, "state", "act on the jobs in these `states` (comma-separated, or the flag again) instead of one job")
+	onceVar(fs, &f.batch, "batch", "act on the jobs of this `batch` instead of one job")
+	onceVar(fs, &f.before, "created-before", "act on the jobs created before this `time` (RFC 3339, or a duration such as 24h: that long ago)")
 	fs.BoolVar(&f.all, "all", false, "act on every job of the tenant that the action applies to")
 	fs.BoolVar(&f.yes, "yes", false, "do not ask before a bulk action")
 }

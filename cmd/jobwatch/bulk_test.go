@@ -127,6 +127,35 @@ func TestCancelWithAFilterCancelsEveryMatchAfterAsking(t *testing.T) {
 	}
 }
 
+// A filter flag given again adds to the list, as a comma does; a flag of
+// one value (--batch, --tenant, --created-before) given again is a usage
+// error, as either value alone would act on other jobs.
+func TestAFilterFlagGivenTwiceIsNotDroppedWithoutAWord(t *testing.T) {
+	s := startCLIServer(t, 5*time.Second)
+	var ids []string
+	for _, q := range []string{"dq1", "dq2"} {
+		ids = append(ids, s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "bulk.twice", Queue: q}))
+	}
+	code, stdout, stderr := runInProcess(t, "cancel", "--server", s.URL, "--queue", "dq1", "--queue", "dq2", "--state", "queued", "--state", "running", "--yes")
+	if code != 0 || stdout != "2 matched, 2 cancelled\n" {
+		t.Fatalf("--queue dq1 --queue dq2: exit %d, %q, %q; want both jobs cancelled", code, stdout, stderr)
+	}
+	for _, id := range ids {
+		if j, _ := s.Client.Get(t.Context(), id); j.GetState() != jobwatchv1.JobState_JOB_STATE_CANCELLED {
+			t.Fatalf("job %s is %v, want CANCELLED", id, j.GetState())
+		}
+	}
+	for _, flag := range []string{"--batch", "--tenant", "--created-before"} {
+		code, _, stderr := runInProcess(t, "delete", "--server", s.URL, "--kind", "bulk.twice", flag, "1h", flag, "2h", "--yes")
+		if code != 2 || !strings.Contains(stderr, `given twice ("1h", then "2h"): it takes one value`) {
+			t.Errorf("%s twice: exit %d, %q; want 2 saying it takes one value", flag, code, stderr)
+		}
+	}
+	if j, _ := s.Client.Get(t.Context(), ids[0]); j.GetState() != jobwatchv1.JobState_JOB_STATE_CANCELLED {
+		t.Fatalf("a refused delete changed job %s: %v", ids[0], j.GetState())
+	}
+}
+
 // "jobwatch retry ID" runs a failed job again, "jobwatch get" then shows
 // the failed attempt and the retry in its history, and "jobwatch delete"
 // removes a job once it has ended; "retry --state failed" retries every

@@ -24,7 +24,7 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("list", stderr)
 	cf.register(fs)
 	fs.StringVar(&tenant, "tenant", "", "list this `tenant`'s jobs (empty: your token's tenant, or \"default\" with an admin token or none; '*': every tenant's, with an admin token or none)")
-	fs.StringVar(&states, "state", "", "only jobs in these `states` (comma-separated, e.g. running,queued)")
+	fs.Var(listFlag{&states}, "state", "only jobs in these `states` (comma-separated, e.g. running,queued, or the flag again)")
 	fs.StringVar(&kind, "kind", "", "only jobs of this `kind`")
 	fs.StringVar(&queue, "queue", "", "only jobs in this `queue`")
 	fs.StringVar(&batch, "batch", "", "only the jobs of this batch `name` (jobwatch submit --batch)")

@@ -724,6 +724,55 @@ func splitList(s string) []string {
 	return out
 }
 
+// listFlag is a flag of comma-separated values (read with splitList)
+// that may also be given again: --queue a --queue b is --queue a,b,
+// where a string flag keeps only the last, and a filter would lose the
+// first without a word.
+type listFlag struct{ s *string }
+
+func (f listFlag) String() string {
+	if f.s == nil {
+		return ""
+	}
+	return *f.s
+}
+
+func (f listFlag) Set(v string) error {
+	if *f.s != "" && v != "" {
+		v = *f.s + "," + v
+	}
+	*f.s = v
+	return nil
+}
+
+// onceFlag is a string flag that refuses to be given twice, where a
+// string flag keeps only the last: for the one-value parts of a filter
+// that acts on jobs, which a second value would replace unseen.
+type onceFlag struct {
+	s   *string
+	set *bool
+}
+
+func (f onceFlag) String() string {
+	if f.s == nil {
+		return ""
+	}
+	return *f.s
+}
+
+func (f onceFlag) Set(v string) error {
+	if *f.set {
+		return fmt.Errorf("given twice (%q, then %q): it takes one value", *f.s, v)
+	}
+	*f.s, *f.set = v, true
+	return nil
+}
+
+// onceVar defines a string flag that refuses to be given twice.
+func onceVar(fs *flag.FlagSet, p *string, name, usage string) {
+	fs.Var(onceFlag{p, new(bool)}, name, usage)
+}
+
 // levelFlag is a log level as docs/OPERATING.md and --help spell it: "info",
 // where slog.Level prints "INFO". The zero levelFlag prints "", so the
 // flag package shows the default (info, slog's zero level) in --help.

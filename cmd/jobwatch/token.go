@@ -43,8 +43,8 @@ func token(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Usage = func() { fmt.Fprint(stderr, tokenUsage); fs.PrintDefaults() }
 	fs.StringVar(&role, "role", "", "`role`: what the token may do: client (its tenant's jobs), worker (WorkerService), admin (everything) or metrics (read /metrics only)")
 	fs.StringVar(&tenant, "tenant", "", "a client token's `tenant` (required with --role client)")
-	fs.StringVar(&tenants, "tenants", "", "a worker token's comma-separated `tenants` whose jobs it may claim (default: all)")
-	fs.StringVar(&kinds, "kinds", "", "a worker token's comma-separated job `kinds` it may claim (default: all)")
+	fs.Var(listFlag{&tenants}, "tenants", "a worker token's comma-separated `tenants` whose jobs it may claim (default: all)")
+	fs.Var(listFlag{&kinds}, "kinds", "a worker token's comma-separated job `kinds` it may claim (default: all)")
 	if len(args) == 0 || args[0] != "new" {
 		if err := parseFlags(fs, args); err != nil { // -h prints the usage
 			return err

@@ -78,9 +78,9 @@ func worker(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := newFlagSet("worker", stderr)
 	cf.register(fs)
 	fs.Lookup("json").Usage = "log as JSON records, one a line (the commands' output too), not as text"
-	fs.StringVar(&kinds, "kind", "", "job `kinds` to run, comma-separated (required)")
+	fs.Var(listFlag{&kinds}, "kind", "job `kinds` to run, comma-separated or the flag again (required)")
 	fs.StringVar(&command, "exec", "", "shell `command` to run per job (required)")
-	fs.StringVar(&queues, "queue", "", "only claim from these `queues`, comma-separated (default: any)")
+	fs.Var(listFlag{&queues}, "queue", "only claim from these `queues`, comma-separated or the flag again (default: any)")
 	fs.IntVar(&concurrency, "concurrency", 1, "jobs to run at once")
 	fs.StringVar(&id, "id", "", "worker `id` shown on its jobs (default: host-pid-random)")
 	fs.DurationVar(&heartbeat, "heartbeat", 10*time.Second, "heartbeat interval (kept under a third of the lease timeout)")
