@@ -24,6 +24,9 @@ type ruleSet struct {
 	leases   map[string]time.Duration
 	backoffs map[string]store.Backoff
 	crons    map[string]*jobtype.Cron // by schedule name, each cron schedule's times (schedules.go)
+	// cronSince is, by schedule name, when SetRules last changed a cron
+	// schedule's times (schedules.go, cronChanges).
+	cronSince map[string]time.Time
 }
 
 // namedQueues are the queues the rules name: the default queue, every
@@ -159,6 +162,7 @@ func (e *Engine) SetRules(rules jobtype.Rules) error {
 		backoffs: map[string]store.Backoff{},
 		crons:    cronsOf(rules),
 	}
+	r.cronSince = cronChanges(e.rules.Load(), rules, e.now())
 	for name, q := range r.Queues {
 		if q.LeaseTimeout > 0 {
 			r.leases[name] = q.LeaseTimeout

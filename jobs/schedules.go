@@ -100,10 +100,39 @@ func cronsOf(r jobtype.Rules) map[string]*jobtype.Cron {
 	return crons
 }
 
+// cronChanges is, by schedule name, when the cron schedules of rules had
+// their times changed from those of the rules before (prev): now for a
+// schedule whose cron expression or time zone rules change, or that they
+// make a cron schedule, the time prev kept for one they leave as it was.
+// A cron schedule counts its next time from then, not from its latest
+// run, so that an edit by reload (02:00 made 12:00, at 15:00) starts no
+// run for a time before the edit. A schedule new to these rules has
+// none: added by a reload, its store record starts it; declared again
+// after a restart or a removal, it catches up on its latest run, as
+// after downtime.
+func cronChanges(prev *ruleSet, rules jobtype.Rules, now time.Time) map[string]time.Time {
+	before := make(map[string]jobtype.Schedule, len(prev.Schedules))
+	for _, s := range prev.Schedules {
+		before[s.Name] = s
+	}
+	since := map[string]time.Time{}
+	for _, s := range rules.Schedules {
+		p, ok := before[s.Name]
+		switch {
+		case s.Cron == "" || !ok:
+		case p.Cron != s.Cron || p.Timezone != s.Timezone:
+			since[s.Name] = now
+		case !prev.cronSince[s.Name].IsZero():
+			since[s.Name] = prev.cronSince[s.Name]
+		}
+	}
+	return since
+}
+
 // scheduleRun is s as the store's decision (store.ScheduleRun.Step) reads
 // it under the rules r, with job as its next run.
 func scheduleRun(r *ruleSet, s jobtype.Schedule, job jobtype.Job) store.ScheduleRun {
-	return store.ScheduleRun{Name: s.Name, Every: s.Every, Cron: r.crons[s.Name], Job: job}
+	return store.ScheduleRun{Name: s.Name, Every: s.Every, Cron: r.crons[s.Name], Since: r.cronSince[s.Name], Job: job}
 }
 
 // scheduleQueue is the queue s's runs go to.

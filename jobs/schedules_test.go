@@ -520,3 +520,62 @@ func TestACronScheduleRunsAtItsTimesOnceEachAndCatchesUpOnceAfterAGap(t *testing
 		t.Fatalf("after a day's gap: runs %v, want one catch-up run queued", got)
 	}
 }
+
+// A reload that changes a cron schedule's times starts no run for a time
+// before the change, whether the schedule has run or not: its next run
+// is the new expression's first time after the reload. A reload that
+// leaves it as it is keeps that.
+func TestACronScheduleEditedByAReloadStartsNoRunForATimeBeforeTheEdit(t *testing.T) {
+	clock := newFakeClock() // 03:04:05
+	early := jobtype.Schedule{Name: "early", Kind: "early", Cron: "10 3 * * *"}
+	daily := jobtype.Schedule{Name: "daily", Kind: "daily", Cron: "5 3 * * *"}
+	e, _ := newEngine(t, jobs.Config{Now: clock.Now, Rules: withSchedules(early, daily)})
+	ctx := context.Background()
+	sweep(t, e)
+	clock.Advance(time.Minute) // 03:05:05
+	sweep(t, e)
+	j := claimRun(t, e, "daily")
+	if _, err := e.Complete(ctx, j.ID, j.LeaseID, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	clock.Advance(15 * time.Minute) // 03:20:05
+	early.Cron, daily.Cron = "15 3 * * *", "12 3 * * *"
+	if err := e.SetRules(withSchedules(early, daily)); err != nil {
+		t.Fatal(err)
+	}
+	sweep(t, e)
+	clock.Advance(5 * time.Minute)
+	if err := e.SetRules(withSchedules(early, daily)); err != nil { // as it is
+		t.Fatal(err)
+	}
+	sweep(t, e)
+	if got, done := runs(t, e, jobtype.DefaultTenant, "early"), runs(t, e, jobtype.DefaultTenant, "daily"); len(got) != 0 || len(done) != 1 {
+		t.Fatalf("after the edit at 03:20 to 03:15 and 03:12: %d runs of early and %d of daily, want none new", len(got), len(done))
+	}
+	infos, err := e.Schedules(ctx)
+	if err != nil || len(infos) != 2 {
+		t.Fatalf("Schedules: %v, %v", infos, err)
+	}
+	for _, info := range infos {
+		want := time.Date(2030, 1, 3, 3, 15, 0, 0, time.UTC)
+		if info.Name == "daily" {
+			want = time.Date(2030, 1, 3, 3, 12, 0, 0, time.UTC)
+		}
+		if !info.NextRunAt.Equal(want) {
+			t.Errorf("%s's next run is %v, want %v: the next day's", info.Name, info.NextRunAt, want)
+		}
+	}
+
+	clock.Advance(23*time.Hour + 47*time.Minute) // the next day, 03:12:05
+	sweep(t, e)
+	// (The first run is gone by then: retention deleted it.)
+	if got := runs(t, e, jobtype.DefaultTenant, "daily"); len(got) != 1 || got[0].ID == j.ID || got[0].State != jobtype.Queued {
+		t.Fatalf("at its new time the next day: runs of daily %v, want a new one queued", got)
+	}
+	clock.Advance(3 * time.Minute)
+	sweep(t, e)
+	if got := runs(t, e, jobtype.DefaultTenant, "early"); len(got) != 1 {
+		t.Fatalf("at its new time the next day: %d runs of early, want 1", len(got))
+	}
+}

@@ -59,7 +59,9 @@ type ScheduleStep struct {
 // skipped (the next counts from its end), and however many of its times
 // passed since the latest run ended (the server was down, or the
 // schedule was not declared), one run starts for all of them, at once;
-// the next counts from that run's end.
+// the next counts from that run's end. A cron schedule whose times the
+// rules changed (run.Since) counts from then if that is later: an edit
+// catches up on no time before it.
 func (run ScheduleRun) Step(last *ScheduleState, now time.Time) ScheduleStep {
 	switch {
 	case last == nil && run.Cron != nil:
@@ -78,9 +80,17 @@ func (run ScheduleRun) Step(last *ScheduleState, now time.Time) ScheduleStep {
 		step.Start = !ended.Add(run.Every).After(now)
 		return step
 	}
-	next := run.Cron.Next(ended)
+	next := run.Cron.Next(laterOf(ended, run.Since))
 	step.Start = !next.IsZero() && !next.After(now)
 	return step
+}
+
+// laterOf is the later of two times.
+func laterOf(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // NextRun is when run's next run is due after state last (nil: the store
@@ -104,7 +114,7 @@ func (run ScheduleRun) NextRun(last *ScheduleState, now time.Time) time.Time {
 	if run.Cron == nil {
 		return from.Add(run.Every)
 	}
-	return run.Cron.Next(from)
+	return run.Cron.Next(laterOf(from, run.Since))
 }
 
 // Dependency is a job that a new job's After names, as the transaction

@@ -604,6 +604,9 @@ type ScheduleRun struct {
 	// Cron, when set, is when runs are due instead of Every: at its
 	// times, as Step tells.
 	Cron *jobtype.Cron
+	// Since, when set, is when the rules last changed Cron: its times
+	// before then are not caught up.
+	Since time.Time
 	// Job is the next run, complete as CreateJob takes it (the caller
 	// sets ID, State QUEUED, Version 1, times and RunAt); it is created
 	// only if the schedule is due. It should carry no UniqueKey.
