@@ -278,3 +278,22 @@ func TestOneAuthorizationRuleOnEveryProtocol(t *testing.T) {
 		}
 	}
 }
+
+// A server without tokens checks none: a caller that sends one (testing
+// its token set-up against the demo) is served, and the log says once
+// that the token was not checked.
+func TestAServerWithoutTokensSaysOnceThatItCheckedNone(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	const warning = "a call sent an Authorization header, but this server runs without --tokens"
+	if status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/ListJobs", "application/json", []byte(`{}`)); status != http.StatusOK || strings.Contains(ts.logs.String(), warning) {
+		t.Fatalf("a call without a token = %d %s, logs %q; want OK and no word of tokens", status, body, ts.logs.String())
+	}
+	for range 3 {
+		if status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/ListJobs", "application/json", []byte(`{}`), "Authorization", "Bearer ..."); status != http.StatusOK {
+			t.Fatalf("a call with a token = %d %s, want OK", status, body)
+		}
+	}
+	if n := strings.Count(ts.logs.String(), warning); n != 1 {
+		t.Fatalf("the log says %d times that the token was not checked, want once: %s", n, ts.logs.String())
+	}
+}

@@ -323,6 +323,8 @@ type Server struct {
 	stopStreams context.CancelFunc
 
 	authRequired bool // Config.Tokens was given
+	// tokenIgnored logs, once, that a server without tokens was sent one.
+	tokenIgnored sync.Once
 	tokens       atomic.Pointer[auth.Tokens]
 	openCalls    openCalls
 	// ListQueues' reads over every unfinished job, shared (sharedread.go).
