@@ -128,6 +128,39 @@ var (
 	stdinIsTerminal           = func() bool { return isTerminal(os.Stdin) }
 )
 
+// ask reads the answer to a question from stdin, a line; a signal (ctx
+// ends) ends the wait at once, with ctx's error: a Ctrl-C at the
+// question is the answer no, where the read would go on until a line
+// came (and a "y" then would start the action only to stop it).
+func ask(ctx context.Context) (string, error) {
+	line, in := make(chan string, 1), stdin
+	go func() { // left blocked in the read if ctx ends: the command is ending
+		answer, _ := bufio.NewReader(in).ReadString('\n')
+		line <- answer
+	}()
+	select {
+	case answer := <-line:
+		return answer, nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// nothingDone is the error of a bulk action whose ctx ended before it
+// asked the server to change a job, saying why when a signal ended it
+// ("delete: stopped by SIGINT (Ctrl-C): nothing done"); nil while ctx
+// is live.
+func nothingDone(ctx context.Context, name string) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	var c signalCause
+	if errors.As(context.Cause(ctx), &c) {
+		return fmt.Errorf("%s: %v: nothing done", name, c)
+	}
+	return fmt.Errorf("%s: stopped before it began (%v): nothing done", name, context.Cause(ctx))
+}
+
 // bulkCall is one of the client's bulk methods.
 type bulkCall func(c *client.Client, ctx context.Context, f *jobwatchv1.JobFilter, onPage func(client.BulkResult)) (client.BulkResult, error)
 
@@ -238,6 +271,9 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 		// the reader's "y": ask it first whether this token may act on
 		// these jobs.
 		if err := mayActOn(ctx, c, pf); err != nil {
+			if stopped := nothingDone(ctx, name); stopped != nil {
+				return stopped
+			}
 			return callError(name, err)
 		}
 		asked := pf
@@ -247,10 +283,19 @@ func actOnJobs(ctx context.Context, name, verb string, args []string, stdout, st
 			asked.Tenant = callerTenant(ctx, c)
 		}
 		fmt.Fprintf(stderr, "%s %s? [y/N] ", verb, describe(asked))
-		answer, _ := bufio.NewReader(stdin).ReadString('\n')
+		answer, err := ask(ctx)
+		if err != nil {
+			fmt.Fprintln(stderr) // the message starts a line of its own, not after the question
+			return nothingDone(ctx, name)
+		}
 		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 			return fmt.Errorf("%s: nothing done", name)
 		}
+	}
+	// A Ctrl-C before the first page was asked for leaves every job as it
+	// was, which is what to say, not the call's "context canceled".
+	if stopped := nothingDone(ctx, name); stopped != nil {
+		return stopped
 	}
 	r, err := bulk(c, ctx, pf, func(r client.BulkResult) {
 		if !cf.json {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"log"
 	"net/http"
@@ -251,6 +252,56 @@ func TestABulkActionFromAScriptIsNotAsked(t *testing.T) {
 	}
 	if j, _ := s.Client.Get(t.Context(), id); j.GetState() != jobwatchv1.JobState_JOB_STATE_CANCELLED {
 		t.Fatalf("the job is %v, want CANCELLED", j.GetState())
+	}
+}
+
+// One Ctrl-C at a bulk action's question ends the command at once,
+// having done nothing, as a shell's Ctrl-C would: no second Ctrl-C, and
+// no line to type first.
+func TestOneCtrlCAtTheBulkQuestionEndsItWithNothingDone(t *testing.T) {
+	s := startCLIServer(t, 5*time.Second)
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "bulk.ctrlc", Queue: "nightly"})
+	typed, typing := io.Pipe() // a terminal nobody types at
+	t.Cleanup(func() { typing.Close() })
+	stdin, stdinIsTerminal = typed, func() bool { return true }
+	t.Cleanup(func() { stdinIsTerminal = func() bool { return false } })
+
+	ctx, ctrlC := context.WithCancelCause(t.Context())
+	var stderr lockedBuffer
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, []string{"cancel", "--server", s.URL, "--queue", "nightly"}, io.Discard, &stderr)
+	}()
+	waitFor(t, "the question", func() bool { return strings.Contains(stderr.String(), "[y/N] ") })
+	ctrlC(signalCause{os.Interrupt})
+	select {
+	case code := <-exited:
+		if want := "? [y/N] \njobwatch: cancel: stopped by SIGINT (Ctrl-C): nothing done\n"; code != 130 || !strings.HasSuffix(stderr.String(), want) {
+			t.Fatalf("Ctrl-C at the question: exit %d, %q; want 130 ending %q", code, stderr.String(), want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("one Ctrl-C at the question did not end the command: %q", stderr.String())
+	}
+	if j, _ := s.Client.Get(t.Context(), id); j.GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED {
+		t.Fatalf("the job is %v, want QUEUED", j.GetState())
+	}
+}
+
+// A bulk action stopped by a signal before it asked for a page says
+// nothing was done, not that a page may have been done in part, and not
+// Go's "context canceled".
+func TestABulkActionStoppedBeforeItsFirstPageSaysNothingWasDone(t *testing.T) {
+	s := startCLIServer(t, 5*time.Second)
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "bulk.ctrlc", Queue: "nightly"})
+	ctx, ctrlC := context.WithCancelCause(t.Context())
+	ctrlC(signalCause{os.Interrupt})
+	var stdout, stderr strings.Builder
+	code := run(ctx, []string{"cancel", "--server", s.URL, "--queue", "nightly", "--yes"}, &stdout, &stderr)
+	if code != 130 || stderr.String() != "jobwatch: cancel: stopped by SIGINT (Ctrl-C): nothing done\n" || stdout.String() != "" {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 130 and nothing done", code, stdout.String(), stderr.String())
+	}
+	if j, _ := s.Client.Get(t.Context(), id); j.GetState() != jobwatchv1.JobState_JOB_STATE_QUEUED {
+		t.Fatalf("the job is %v, want QUEUED", j.GetState())
 	}
 }
 
