@@ -180,7 +180,8 @@ type LogPage struct {
 }
 
 // Logs returns at most limit (0: DefaultLogPage; at most MaxLogPage) of
-// job id's lines after afterSeq, oldest first, and no more than
+// job id's lines after afterSeq (0, or a seq past the job's last line:
+// from the oldest kept; pastLastLine), oldest first, and no more than
 // MaxLogPageBytes of their text (More says when lines were left for the
 // next page).
 func (e *Engine) Logs(ctx context.Context, id string, afterSeq int64, limit int) (LogPage, error) {
@@ -198,6 +199,10 @@ func (e *Engine) Logs(ctx context.Context, id string, afterSeq int64, limit int)
 	}
 	limit = min(limit, MaxLogPage)
 	p, err := e.store.JobLogs(ctx, id, afterSeq, limit)
+	if err == nil && pastLastLine(afterSeq, p) {
+		afterSeq = 0
+		p, err = e.store.JobLogs(ctx, id, afterSeq, limit)
+	}
 	if err != nil {
 		return LogPage{}, wrap("logs", id, err)
 	}
@@ -214,6 +219,14 @@ func (e *Engine) Logs(ctx context.Context, id string, afterSeq int64, limit int)
 	}
 	return out, nil
 }
+
+// pastLastLine reports whether afterSeq is past the last line of the job
+// whose log p is, which a reader then reads from 0, every line kept: a
+// caller's mistake, or a reader that resumes on a database restored from
+// an older copy. So WatchJob reads an after_version past the job's
+// version. Kept as it is, it would skip every line the job appends up to
+// it, without a gap to say so.
+func pastLastLine(afterSeq int64, p store.LogPage) bool { return afterSeq > p.LastSeq }
 
 // gapAfter is the gap between afterSeq and the first line of p, or
 // before the first line kept when p has none; nil if there is none.
@@ -232,7 +245,8 @@ func gapAfter(afterSeq int64, p store.LogPage) *LogGap {
 
 // LogWatchOptions are the options of WatchLogs.
 type LogWatchOptions struct {
-	// AfterSeq is the last seq the caller has; 0 sends every line kept.
+	// AfterSeq is the last seq the caller has; 0, or a seq past the
+	// job's last line (pastLastLine), sends every line kept.
 	AfterSeq  int64
 	Deadline  time.Time // zero: no limit
 	Keepalive time.Duration
@@ -325,6 +339,10 @@ func (e *Engine) WatchLogs(ctx context.Context, id string, o LogWatchOptions) er
 					return ctx.Err()
 				}
 				return wrap("watch logs", id, err)
+			}
+			if pastLastLine(after, p) { // only the caller's AfterSeq can be
+				after = 0
+				continue
 			}
 			if err := send(p.Lines, gapAfter(after, p)); err != nil {
 				return err

@@ -113,6 +113,30 @@ func TestAWatchOfLogsResumesAfterItsSeqAndAnnouncesDroppedLines(t *testing.T) {
 	}
 }
 
+// A reader resuming after a seq past the job's last line (it read them
+// from a database since restored from an older copy) reads from the
+// oldest line kept, then hears each new one: the lines appended up to its
+// seq are not skipped unseen.
+func TestAWatchOfLogsAfterASeqPastTheLastLineReadsFromTheStart(t *testing.T) {
+	e, _ := newEngine(t, jobs.Config{})
+	j := running(t, e, jobs.SubmitRequest{})
+	appendText(t, e, j, "one", "two")
+	lines, _ := logWatch(t.Context(), e, j.ID, 2600)
+	for _, want := range []int64{1, 2} {
+		if l := nextLine(t, lines); l.Seq != want {
+			t.Fatalf("a watch after seq 2600 of a log of 2 lines sent %+v; want seq %d", l, want)
+		}
+	}
+	appendText(t, e, j, "three")
+	if l := nextLine(t, lines); l.Seq != 3 || l.Text != "three" {
+		t.Fatalf("then got %+v; want the new line, seq 3", l)
+	}
+	page, err := e.Logs(t.Context(), j.ID, 99999, 0)
+	if err != nil || len(page.Lines) != 3 || page.Lines[0].Seq != 1 || page.Gap != nil {
+		t.Fatalf("a page after seq 99999 of a log of 3 lines: %+v, %v; want all 3", page, err)
+	}
+}
+
 func TestLogsRefuseBadInput(t *testing.T) {
 	e, _ := newEngine(t, jobs.Config{})
 	j := running(t, e, jobs.SubmitRequest{})

@@ -1080,7 +1080,9 @@ func (x *LogGap) GetResumeFrom() int64 {
 type GetJobLogsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	// The last seq the caller has; 0 starts with the oldest line kept.
+	// The last seq the caller has; 0, or a seq past the job's last line
+	// (a database restored from an older copy), starts with the oldest
+	// line kept.
 	AfterSeq int64 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
 	// 0 means 1,000; more than 1,000 means 1,000. A page also stops
 	// before its lines' text passes 1 MiB (it holds one line at least):
@@ -1216,7 +1218,9 @@ func (x *GetJobLogsResponse) GetJobEnded() bool {
 type WatchJobLogsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	// The last seq the caller saw; 0 starts with the oldest line kept.
+	// The last seq the caller saw; 0, or a seq past the job's last line
+	// (a database restored from an older copy), starts with the oldest
+	// line kept.
 	AfterSeq      int64 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -466,7 +466,9 @@ export type GetJobLogsRequest = Message<"jobwatch.v1.GetJobLogsRequest"> & {
   jobId: string;
 
   /**
-   * The last seq the caller has; 0 starts with the oldest line kept.
+   * The last seq the caller has; 0, or a seq past the job's last line
+   * (a database restored from an older copy), starts with the oldest
+   * line kept.
    *
    * @generated from field: int64 after_seq = 2;
    */
@@ -538,7 +540,9 @@ export type WatchJobLogsRequest = Message<"jobwatch.v1.WatchJobLogsRequest"> & {
   jobId: string;
 
   /**
-   * The last seq the caller saw; 0 starts with the oldest line kept.
+   * The last seq the caller saw; 0, or a seq past the job's last line
+   * (a database restored from an older copy), starts with the oldest
+   * line kept.
    *
    * @generated from field: int64 after_seq = 2;
    */
