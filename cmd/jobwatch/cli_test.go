@@ -349,6 +349,36 @@ func TestSubmitWaitTimeoutNamesTheJobItStoppedWaitingFor(t *testing.T) {
 	}
 }
 
+// A wait for a job that stays QUEUED, never taken, says once that
+// perhaps no worker runs its kind, and where to see what holds it, and
+// goes on waiting; a job a worker took is not hinted about.
+func TestAWaitForAJobNoWorkerTakesAsksOnceWhetherOneRunsItsKind(t *testing.T) {
+	s := startCLIServer(t, 5*time.Second)
+	saved := queuedHintAfter
+	queuedHintAfter = 50 * time.Millisecond
+	t.Cleanup(func() { queuedHintAfter = saved })
+
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "nobody.runs.this", Queue: "nightly"})
+	code, _, errOut := runInProcess(t, "wait", id, "--server", s.URL, "--timeout", "1s")
+	want := "jobwatch: " + id + " is still QUEUED after 50ms (kind nobody.runs.this, queue nightly): does a worker run kind nobody.runs.this? " +
+		"\"jobwatch get " + id + "\" shows what holds a queued job; still waiting\n"
+	if code != exitTimedOut || strings.Count(errOut, want) != 1 {
+		t.Fatalf("wait of a job no worker takes: exit %d, stderr %q; want 124 and the hint once: %q", code, errOut, want)
+	}
+
+	code, _, errOut = runInProcess(t, "submit", "nobody.runs.this", "--server", s.URL, "--wait", "--timeout", "1s")
+	if code != exitTimedOut || strings.Count(errOut, "is still QUEUED after 50ms (kind nobody.runs.this, queue default): does a worker run kind nobody.runs.this?") != 1 {
+		t.Fatalf("submit --wait of a kind no worker runs: exit %d, stderr %q; want 124 and the hint once", code, errOut)
+	}
+
+	taken := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "taken.slowly"})
+	s.claim(t, "taken.slowly")
+	code, _, errOut = runInProcess(t, "wait", taken, "--server", s.URL, "--timeout", "500ms")
+	if code != exitTimedOut || strings.Contains(errOut, "still QUEUED") {
+		t.Fatalf("wait of a running job: exit %d, stderr %q; want 124 without the hint", code, errOut)
+	}
+}
+
 // watch --timeout on a job that does not end exits 124, never 0: the exit
 // code of a watch says SUCCEEDED only for a job that succeeded, however
 // the stream and the timeout race. A held job's watch says why nothing

@@ -180,7 +180,9 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		defer cancel()
 	}
 	submitted := job
+	stop := hintWhileQueued(ctx, c, id, stderr)
 	job, err = c.WaitForJob(ctx, id)
+	stop()
 	if j := withoutValues(err, "wait", true, stderr); j != nil {
 		job, err = j, nil
 	}

@@ -21,7 +21,9 @@ const waitUsage = `Usage: jobwatch wait ID [ID...] [flags]
 
 Waits until the job ends, prints it and exits with its outcome, so a shell
 script can branch on it. It keeps waiting across server restarts and
-dropped connections (saying so on stderr) until --timeout.
+dropped connections (saying so on stderr) until --timeout. A job still
+QUEUED and never started 10 s into the wait gets one line on stderr asking
+whether a worker runs its kind; the wait goes on.
 
 With several IDs, or --batch, it waits until all the jobs have ended (with
 --any, until the first has), any number of them (in WaitJobs calls of up
@@ -75,6 +77,10 @@ func wait(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// One job (with --any or not) is printed as it always was, not in a
 	// list; without --tenant, waited for with WaitJob.
 	single := len(ids) == 1
+	if single {
+		stop := hintWhileQueued(ctx, c, ids[0], stderr)
+		defer stop()
+	}
 	if single && tenant == "" {
 		job, err := c.WaitForJob(ctx, ids[0])
 		if j := withoutValues(err, "wait", true, stderr); j != nil {
@@ -198,6 +204,65 @@ func batchIDs(ctx context.Context, c *client.Client, tenant, batch string) ([]st
 	}
 	slices.Reverse(ids) // ListJobs answers newest first
 	return ids, nil
+}
+
+// queuedHintAfter is how long a wait for one job goes on, the job QUEUED
+// and never started, before hintWhileQueued says that perhaps no worker
+// runs its kind; tests shorten it.
+var queuedHintAfter = 10 * time.Second
+
+// hintWhileQueued says once on stderr, when the wait for job id has gone
+// on for queuedHintAfter and the job is ready, QUEUED and was never
+// claimed, that it waits for a worker of its kind and where to see what
+// else holds it: a kind that no worker runs (a typo, a worker not
+// started) otherwise waits in silence for ever. It is a hint, not an
+// error: the wait goes on. A job not ready yet (run_at ahead, or WAITING
+// for the jobs it runs after) is looked at again later; one that has
+// started never is. stop ends the looking, and returns once nothing more
+// will be written; call it when the wait is done.
+func hintWhileQueued(ctx context.Context, c *client.Client, id string, stderr io.Writer) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		next := queuedHintAfter
+		for {
+			t := time.NewTimer(next)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			next = queuedHintAfter
+			getCtx, cancelGet := context.WithTimeout(ctx, 5*time.Second)
+			job, err := c.Get(getCtx, id)
+			cancelGet()
+			state := job.GetState()
+			switch {
+			case err != nil:
+				if _, _, refused := refusal(err); refused {
+					return // the wait says so
+				}
+				continue // unreachable for now: the wait's retries say so
+			case job.GetStartedAt() != nil || (state != jobwatchv1.JobState_JOB_STATE_QUEUED && state != jobwatchv1.JobState_JOB_STATE_WAITING):
+				return // a worker took it, or it ended
+			case state == jobwatchv1.JobState_JOB_STATE_WAITING:
+				continue
+			case job.GetRunAt() != nil && time.Until(job.GetRunAt().AsTime()) > 0:
+				next += time.Until(job.GetRunAt().AsTime())
+				continue
+			}
+			fmt.Fprintf(stderr, "jobwatch: %s is still QUEUED after %v (kind %s, queue %s): does a worker run kind %s? "+
+				"\"jobwatch get %s\" shows what holds a queued job; still waiting\n",
+				id, queuedHintAfter, job.GetKind(), job.GetQueue(), job.GetKind(), id)
+			return
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 var (
