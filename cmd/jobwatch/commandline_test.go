@@ -102,7 +102,7 @@ func TestServeHelpShowsTheLogLevelAsTheREADMESpellsIt(t *testing.T) {
 }
 
 func TestVersionSaysWhatTheBinaryWasBuiltFrom(t *testing.T) {
-	for _, args := range [][]string{{"--version"}, {"version"}} {
+	for _, args := range [][]string{{"--version"}, {"-version"}, {"-v"}, {"version"}} {
 		code, out, errOut := runJobwatch(t, args...)
 		// The test binary carries no module version or VCS stamp.
 		if code != 0 || out != "jobwatch dev\n" {

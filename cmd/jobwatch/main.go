@@ -47,7 +47,7 @@ Commands:
   schedules  list the configuration's schedules with their next and last runs
   bench      measure jobwatch against an in-memory floor: throughput, fan-out, parked calls
   token      make a bearer token: jobwatch token new --role client --tenant acme
-  version    print the version jobwatch was built from
+  version    print the version jobwatch was built from (or -v, --version)
   help       print this text, or "jobwatch help <command>" for a command's flags
 
 Run "jobwatch help <command>" or "jobwatch <command> -h" for a command's flags.
@@ -215,7 +215,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	name, rest := args[0], args[1:]
 	switch name {
-	case "version", "-version", "--version":
+	case "version", "-v", "-version", "--version":
+		// -v too: no command has a -v, and it is what most tools take.
 		if len(rest) == 1 && (rest[0] == "-h" || rest[0] == "-help" || rest[0] == "--help") {
 			return run(ctx, []string{"help", "version"}, stdout, stderr)
 		}
