@@ -84,6 +84,43 @@ func TestCommandLineMistakesSayWhatToDo(t *testing.T) {
 	}
 }
 
+// A mistyped command or flag a letter or two from one that exists names
+// the one meant, alone (exit 2); one near nothing gets the list of
+// commands, and a flag the command's -h.
+func TestAMistypedCommandOrFlagNamesTheOneMeant(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sumbit", "enrich"}, "jobwatch: unknown command \"sumbit\"; did you mean \"submit\"?\n"},
+		{[]string{"lst"}, "jobwatch: unknown command \"lst\"; did you mean \"list\"?\n"},
+		{[]string{"sched"}, "jobwatch: unknown command \"sched\"; did you mean \"schedules\"?\n"},
+		{[]string{"help", "sumbit"}, "jobwatch: help sumbit: no such command; did you mean \"submit\"?\n"},
+		{[]string{"submit", "enrich", "--paylod", "{}"},
+			"jobwatch: submit: flag provided but not defined: -paylod; did you mean --payload?\nRun \"jobwatch submit -h\" for its flags.\n"},
+		{[]string{"list", "--sate", "running"},
+			"jobwatch: list: flag provided but not defined: -sate; did you mean --state?\nRun \"jobwatch list -h\" for its flags.\n"},
+		{[]string{"list", "--bogus"}, "jobwatch: list: flag provided but not defined: -bogus\nRun \"jobwatch list -h\" for its flags.\n"},
+	} {
+		if code, out, errOut := runInProcess(t, tc.args...); code != 2 || out != "" || errOut != tc.want {
+			t.Errorf("jobwatch %s = exit %d, stdout %q, stderr %q; want 2 and %q", strings.Join(tc.args, " "), code, out, errOut, tc.want)
+		}
+	}
+	if code, _, errOut := runInProcess(t, "frobnicate"); code != 2 || !strings.HasPrefix(errOut, "jobwatch: unknown command \"frobnicate\"\n\n"+usage[:40]) {
+		t.Errorf("jobwatch frobnicate = exit %d, stderr %q; want 2 and the list of commands", code, errOut)
+	}
+	// The names suggested are those the usage lists, each a command.
+	names := commandNames()
+	for _, name := range names {
+		if command(name) == nil && name != "version" && name != "help" {
+			t.Errorf("the usage lists %q, which is no command", name)
+		}
+	}
+	if len(names) < 20 || names[0] != "serve" {
+		t.Errorf("the commands read from the usage are %q; want every one listed, serve first", names)
+	}
+}
+
 // jobsFile is a file of job lines for submit --file, named jobs.jsonl.
 func jobsFile(t *testing.T, lines string) string {
 	t.Helper()

@@ -240,6 +240,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		if command(rest[0]) == nil {
+			if hint := didYouMean(nearMisses(rest[0], commandNames()), strconv.Quote); hint != "" {
+				fmt.Fprintf(stderr, "jobwatch: help %s: no such command%s\n", rest[0], hint)
+				return 2
+			}
 			fmt.Fprintf(stderr, "jobwatch: help %s: no such command\n\n%s", rest[0], usage)
 			return 2
 		}
@@ -265,6 +269,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if cmd == nil {
+		// A near miss is answered with the command meant alone: the
+		// whole list would bury it.
+		if hint := didYouMean(nearMisses(name, commandNames()), strconv.Quote); hint != "" {
+			fmt.Fprintf(stderr, "jobwatch: unknown command %q%s\n", name, hint)
+			return 2
+		}
 		fmt.Fprintf(stderr, "jobwatch: unknown command %q\n\n%s", name, usage)
 		return 2
 	}
@@ -333,7 +343,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		fs.Usage()
 		return err
 	default:
-		err = withDurationHint(fs, err)
+		err = withFlagSuggestion(fs, withDurationHint(fs, err))
 	}
 	if err == nil {
 		return nil
