@@ -69,6 +69,34 @@ func TestServeRefusesWhatItCannotDoSafely(t *testing.T) {
 	}
 }
 
+// A --db in a directory that does not exist, or naming a file that is not
+// a SQLite database, is refused in one sentence that says what to do, by
+// serve and demo alike: not the path three times and "store unavailable",
+// and not a warning about the text file's mode first.
+func TestADatabasePathThatCannotBeOneSaysWhyPlainly(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "no", "such", "dir")
+	notes := filepath.Join(dir, "notes.db")
+	writeFile(t, notes, "my notes, not a database\n")
+	for _, cmd := range []string{"serve", "demo"} {
+		for _, tc := range []struct{ db, want string }{
+			{filepath.Join(missing, "x.db"), "jobwatch: open database " + filepath.Join(missing, "x.db") + ": its directory " + missing +
+				" does not exist: create it first (mkdir -p " + missing + ")\n"},
+			{notes, "jobwatch: open database " + notes + ": the file is not a SQLite database (it does not begin as one does): " +
+				"give the path of a jobwatch database, or of a file that does not exist yet to make a new one\n"},
+		} {
+			var stderr bytes.Buffer
+			code := run(t.Context(), []string{cmd, "--db", tc.db, "--addr", "127.0.0.1:0"}, io.Discard, &stderr)
+			if code != 1 || stderr.String() != tc.want {
+				t.Errorf("jobwatch %s --db %s = exit %d, stderr %q; want 1 and %q", cmd, tc.db, code, stderr.String(), tc.want)
+			}
+		}
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Errorf("a refused --db made its directory")
+	}
+}
+
 // An address another program holds stops serve and demo at once, saying
 // which flag moves it, before they make their database file.
 func TestServeSaysWhatToDoWhenItsAddressIsTaken(t *testing.T) {
