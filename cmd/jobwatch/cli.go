@@ -81,6 +81,10 @@ type clientFlags struct {
 	server string
 	token  string
 	json   bool
+
+	// answered, set by client unless its retries are quiet, records
+	// whether any call of the command reached the server.
+	answered *answeredCalls
 }
 
 func (f *clientFlags) register(fs *flag.FlagSet) {
@@ -119,6 +123,7 @@ func (f *clientFlags) client(stderr io.Writer, quietRetries bool, extra ...clien
 		// is restarting or gone, which the hint would misread.
 		var hinted atomic.Bool
 		answered := &answeredCalls{}
+		f.answered = answered
 		opts = append(opts, client.WithConnectOptions(connect.WithInterceptors(answered)),
 			client.WithRetryNotify(func(err error, d time.Duration) {
 				fmt.Fprintf(stderr, "jobwatch: %s; retrying in %v\n", retryReason(err), d.Round(10*time.Millisecond))
@@ -128,6 +133,23 @@ func (f *clientFlags) client(stderr io.Writer, quietRetries bool, extra ...clien
 			}))
 	}
 	return client.New(server, append(opts, extra...)...), nil
+}
+
+// timeoutUnanswered is err, or, when err is a --timeout that passed while
+// a call was being retried (client.LastTry) and no call of the command
+// ever reached the server, the same error said of the server: "--timeout
+// passed before the server answered (the last try: …)". "Before the job
+// ended" would say the job was seen and had not ended; it was not seen.
+func (f *clientFlags) timeoutUnanswered(err error) error {
+	if err == nil || f.answered == nil || f.answered.Load() || client.LastTry(err) == nil {
+		return err
+	}
+	for _, cause := range []error{errTimeout, errTimeoutMany} {
+		if errors.Is(err, cause) {
+			return errors.New(strings.Replace(err.Error(), cause.Error(), "--timeout passed before the server answered", 1))
+		}
+	}
+	return err
 }
 
 // answeredCalls records whether the server has answered any call, with

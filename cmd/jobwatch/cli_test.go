@@ -708,13 +708,16 @@ func TestErrorMessagesReadOnce(t *testing.T) {
 }
 
 // A wait whose --timeout passes while the server cannot be reached says
-// what the last try met, not only that the job had not ended.
+// what the last try met, and, as no call ever reached the server, that
+// the server never answered: not that the job had not ended, which
+// nothing saw.
 func TestTimeoutWhileTheServerIsAwaySaysSo(t *testing.T) {
 	url := "http://" + freeAddr(t) // nothing listens there
-	for _, cmd := range []string{"wait", "watch"} {
-		code, _, errOut := runInProcess(t, cmd, "j_00000000000000000000000000", "--timeout", "300ms", "--server", url)
-		if code != exitError || !strings.Contains(errOut, "--timeout passed before the job ended (the last try: unavailable: ") ||
-			!strings.Contains(errOut, "connection refused") {
+	for _, args := range [][]string{{"wait"}, {"watch"}, {"logs", "-f"}} {
+		cmd := args[0]
+		code, _, errOut := runInProcess(t, append(args, "j_00000000000000000000000000", "--timeout", "300ms", "--server", url)...)
+		if code != exitError || !strings.Contains(errOut, "jobwatch: "+cmd+": --timeout passed before the server answered (the last try: unavailable: ") ||
+			!strings.Contains(errOut, "connection refused") || strings.Contains(errOut, "before the job ended") {
 			t.Errorf("jobwatch %s against no server = exit %d, stderr %q; want 1, the timeout and the refused connection", cmd, code, errOut)
 		}
 		// Its retries say once what to check.

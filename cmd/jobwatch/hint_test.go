@@ -48,8 +48,10 @@ func TestNoHintOfAMissingServerOnceItHasAnswered(t *testing.T) {
 	_ = serve.Process.Kill()
 	r := <-done
 	code, errOut := r.code, r.errOut
-	if code != exitError || !strings.Contains(errOut, "connection refused") {
-		t.Fatalf("watch of a server killed under it = exit %d, stderr %q; want 1 and the refused connections (serve's log:\n%s)", code, errOut, logs)
+	if code != exitError || !strings.Contains(errOut, "connection refused") ||
+		!strings.Contains(errOut, "--timeout passed before the job ended (the last try: ") {
+		t.Fatalf("watch of a server killed under it = exit %d, stderr %q; want 1, the refused connections and that the job had not ended (serve's log:\n%s)",
+			code, errOut, logs)
 	}
 	if strings.Contains(errOut, "nothing answers at that address") {
 		t.Errorf("watch of a server that answered and then went away says nothing may run there:\n%s", errOut)

@@ -31,8 +31,9 @@ Flags:
 `
 
 // logs runs "jobwatch logs ID".
-func logs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func logs(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	var cf clientFlags
+	defer func() { err = cf.timeoutUnanswered(err) }()
 	var follow, times bool
 	var timeout time.Duration
 	fs := newFlagSet("logs", stderr)

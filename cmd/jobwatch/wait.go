@@ -37,8 +37,9 @@ Flags:
 `
 
 // wait runs "jobwatch wait ID [ID...]" and "jobwatch wait --batch NAME".
-func wait(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func wait(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	var cf clientFlags
+	defer func() { err = cf.timeoutUnanswered(err) }()
 	var timeout time.Duration
 	var batch, tenant string
 	var anyEnded bool

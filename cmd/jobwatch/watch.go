@@ -45,8 +45,9 @@ Flags:
 `
 
 // watch runs "jobwatch watch ID" and "jobwatch watch --batch NAME".
-func watch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func watch(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	var cf clientFlags
+	defer func() { err = cf.timeoutUnanswered(err) }()
 	var timeout time.Duration
 	var display, batch, tenant string
 	var withLogs bool
