@@ -63,6 +63,11 @@ func TestCommandLineMistakesSayWhatToDo(t *testing.T) {
 		{[]string{"wait", "j_1", "--timeout", "10"}, `--timeout "10": a duration needs a unit`},
 		{[]string{"submit", "k", "--payload", "{bogus"}, "--payload is not JSON: syntax error"},
 		{[]string{"submit", "k", "--payload", "  "}, "--payload is not JSON: it is empty: JSON has at least a value"},
+		// --payload {"batches":5} typed without single quotes.
+		{[]string{"submit", "k", "--payload", "{batches:5}"}, "--payload is not JSON: syntax error (line 1:2): invalid value batches; " +
+			"if the shell took its double quotes out, quote the whole JSON in single quotes: --payload '{\"batches\":5}'\n"},
+		{[]string{"submit", "k", "--payload", "[a,{b:true}]"}, `quote the whole JSON in single quotes: --payload '["a",{"b":true}]'`},
+		{[]string{"submit", "k", "--payload", "{a:}"}, `quote the whole JSON in single quotes: --payload '{"key":"value"}'`},
 		{[]string{"submit", "k", "--payload", `{"id":9007199254740993}`}, "--payload.id: 9007199254740993 is an integer beyond ±2^53"},
 		{[]string{"submit", "k", "--payload", "@"}, "--payload @FILE needs the file's name"},
 		{[]string{"help", "submit", "extra"}, "help takes one command: jobwatch help submit\n"},
@@ -81,6 +86,10 @@ func TestCommandLineMistakesSayWhatToDo(t *testing.T) {
 			strings.Contains(errOut, "proto:") {
 			t.Errorf("jobwatch %s = exit %d, stderr %q; want 2 and %q", strings.Join(tc.args, " "), code, errOut, tc.want)
 		}
+	}
+	// JSON with its double quotes, only wrong, is not blamed on the shell.
+	if code, _, errOut := runJobwatch(t, "submit", "k", "--payload", `{"a":}`); code != 2 || strings.Contains(errOut, "single quotes") {
+		t.Errorf(`jobwatch submit k --payload '{"a":}' = exit %d, stderr %q; want 2 without a word of the shell's quotes`, code, errOut)
 	}
 }
 

@@ -505,6 +505,12 @@ func readPayload(s string) (*structpb.Value, error) {
 			// A bare word: most likely a string meant as one.
 			msg += fmt.Sprintf("; a string is JSON in double quotes: --payload '%q'", t)
 		}
+		if t := strings.TrimSpace(string(text)); !strings.HasPrefix(s, "@") && t != "" && strings.ContainsAny(t[:1], "{[") && !strings.Contains(t, `"`) {
+			// An object or array without a double quote: most likely
+			// typed unquoted, and the shell took its quotes out.
+			msg += "; if the shell took its double quotes out, quote the whole JSON in single quotes: --payload '" +
+				requoted(t) + "'"
+		}
 		return nil, usageError{msg}
 	}
 	if err := wire.CheckExactJSON(text, "--payload"); err != nil {
@@ -512,6 +518,26 @@ func readPayload(s string) (*structpb.Value, error) {
 	}
 	return v, nil
 }
+
+// requoted is t, JSON whose double quotes a shell took out ({batches:5}),
+// with them put back around each bare word ({"batches":5}) when that
+// makes it JSON; else an example of an object.
+func requoted(t string) string {
+	back := bareWord.ReplaceAllStringFunc(t, func(w string) string {
+		if w == "true" || w == "false" || w == "null" {
+			return w
+		}
+		return `"` + w + `"`
+	})
+	if json.Valid([]byte(back)) && !strings.Contains(back, "'") {
+		return back
+	}
+	return `{"key":"value"}`
+}
+
+// bareWord is a word a shell may have taken the double quotes from, as
+// a JSON key or string: not a number.
+var bareWord = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_.-]*`)
 
 // printOutcome prints a finished job: its summary line, or JSON.
 func printOutcome(w io.Writer, j *jobwatchv1.Job, asJSON bool) error {
