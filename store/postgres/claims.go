@@ -207,9 +207,8 @@ type picker struct {
 	// from, ready or not.
 	now time.Time
 	// tenant, when set, is the one tenant whose jobs every seek walks
-	// (an SQL expression), right after the queue; kinds (an SQL array),
-	// when set, the kinds checked on the jobs it walks.
-	tenant, kinds string
+	// (an SQL expression), right after the queue.
+	tenant string
 }
 
 func (p *picker) arg(v any) string {
@@ -283,9 +282,6 @@ func (p *picker) seek(a, q, k string) (where, order string) {
 	}
 	if p.tenants != "" {
 		where += " AND " + a + ".tenant = ANY(" + p.tenants + ")"
-	}
-	if p.kinds != "" {
-		where += " AND " + a + ".kind = ANY(" + p.kinds + ")"
 	}
 	// Paused queues (pauses.go) are checked in the statement itself, so
 	// no replica claims from one paused before the claim began, heard
@@ -448,9 +444,6 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 	if len(kinds) > 0 {
 		match = append(match, "h.kind = ANY("+p.arg(kinds)+"::text[])")
 	}
-	if p.kinds != "" {
-		match = append(match, "h.kind = ANY("+p.kinds+")")
-	}
 	// kinds, for the seeks of a queue's jobs: a join with one row per
 	// kind (k.kind), or one kind as a constant, or none.
 	var kindRows, kind string
@@ -577,9 +570,10 @@ func (p *picker) ruled(rules rules, queues, kinds []string, n int, sel, suffix s
 // scan of jobs_unfinished_queue_tenant; a tenant at its bound (capped,
 // counted in jobs_running_tenant) or at the queue's per-tenant bound
 // has none; each other lane offers its first jobs in claim order, up to
-// its room, sought in jobs_queued_queue_tenant with the worker's kinds
-// checked on them. So a tenant without room costs a seek or two, never
-// a walk of its jobs. A claim of several jobs keeps of each bounded
+// its room, sought in jobs_queued_queue_tenant, or, for a worker that
+// names its kinds, those of each kind in jobs_queued_queue_tenant_kind.
+// So a tenant without room costs a seek or two, never a walk of its
+// jobs, and neither does a tenant with none of the worker's kinds. A claim of several jobs keeps of each bounded
 // tenant's candidates those its room allows (tenant_over).
 //
 // It returns the CTEs (after room), the lanes' candidates (a UNION ALL
@@ -641,11 +635,18 @@ func (p *picker) lanes(r rules, kinds []string, ruled, m string) (ctes, candidat
 		FROM lane_tenants AS l WHERE l.tenant IS NOT NULL AND l.tenant NOT IN (SELECT tenant FROM capped)` + p.laneTenants() + `),`
 	saved := *p
 	p.tenant = "l.tenant"
+	room := "least(coalesce(l.room, " + m + "), " + m + ")"
+	jobs := p.byPriority("l.queue", "", room)
 	if len(kinds) > 0 {
-		p.kinds = p.arg(kinds) + "::text[]"
+		// Each of the worker's kinds sought in the lane on its own
+		// (jobs_queued_queue_tenant_kind), then the lane's first of them
+		// up to its room: with the kinds checked on the lane's jobs, a
+		// worker of one kind walked another tenant's whole backlog of
+		// other kinds at every claim once any tenant had a max_running.
+		jobs = "(SELECT c.* FROM unnest(" + p.arg(kinds) + "::text[]) AS k(kind), LATERAL " + p.byPriority("l.queue", "k.kind", room) +
+			" ORDER BY " + p.order("c") + " LIMIT " + room + ") AS c"
 	}
-	jobs := p.byPriority("l.queue", "", "least(coalesce(l.room, "+m+"), "+m+")")
-	p.tenant, p.kinds = saved.tenant, saved.kinds
+	p.tenant = saved.tenant
 	candidates = `
 		UNION ALL
 		SELECT c.seq, c.priority, c.run_at, c.queue, c.tenant FROM lanes AS l, LATERAL ` + jobs + `

@@ -19,9 +19,21 @@ import (
 // outside the timer.
 //
 //	JOBWATCH_TEST_BACKEND=postgres go test ./store/postgres/ -run '^$' -bench BenchmarkKindClaimBesideAnotherTenantsBacklog
+//
+// With a tenant's bound on its running jobs (a third tenant's, with no
+// job in the queue), the claim seeks each tenant's jobs in a lane of
+// their own (picker.lanes): by kind too, or it walks the backlog again.
 func BenchmarkKindClaimBesideAnotherTenantsBacklog(b *testing.B) {
-	for _, backlog := range []int{20_000, 200_000} {
-		b.Run(fmt.Sprintf("backlog=%d", backlog), func(b *testing.B) {
+	for _, tc := range []struct {
+		backlog int
+		caps    map[string]int
+	}{{20_000, nil}, {200_000, nil}, {20_000, map[string]int{"carol": 3}}, {200_000, map[string]int{"carol": 3}}} {
+		name := fmt.Sprintf("backlog=%d", tc.backlog)
+		if tc.caps != nil {
+			name += "/a_tenant's_max_running"
+		}
+		backlog := tc.backlog
+		b.Run(name, func(b *testing.B) {
 			s := openURL(b, pgtest.URL(b))
 			exec := execer(b, s)
 			for _, g := range []struct {
@@ -37,7 +49,7 @@ func BenchmarkKindClaimBesideAnotherTenantsBacklog(b *testing.B) {
 			exec("ANALYZE jobs")
 			ctx := context.Background()
 			now := t0.Add(time.Hour)
-			f := store.ClaimFilter{Kinds: []string{"k5"}, Queues: []string{"bulk"}, Now: now}
+			f := store.ClaimFilter{Kinds: []string{"k5"}, Queues: []string{"bulk"}, Now: now, TenantMaxRunning: tc.caps}
 			lease := 0
 			b.ResetTimer()
 			for range b.N {

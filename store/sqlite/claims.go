@@ -610,8 +610,10 @@ ORDER BY ` + pickOrder("j", ready) + ` LIMIT 1`
 // tenant at its bound (capped, counted in jobs_running_tenant) or at the
 // queue's per-tenant bound has none; each other lane is walked in claim
 // order in jobs_queued_queue_tenant (namedWalk, with the tenant in the
-// groups' kind column) with the worker's kinds checked on its jobs. So
-// a tenant without room costs a seek or two, never a walk of its jobs.
+// groups' kind column), or, for a worker that names its kinds, each of
+// its kinds in the lane in jobs_queued_queue_tenant_kind. So a tenant
+// without room costs a seek or two, never a walk of its jobs, and
+// neither does a tenant with none of the worker's kinds.
 // lanes goes after the walk's CTE, laneHeads in heads' UNION, notCapped
 // in a serial head's condition; laned is open_queues' laned column.
 func laneCTEs(f store.ClaimFilter, unfinished, due, bound string, ready bool, tenants string, args *[]any) (lanes, laneHeads, notCapped, laned string) {
@@ -636,9 +638,14 @@ func laneCTEs(f store.ClaimFilter, unfinished, due, bound string, ready bool, te
 		notCapped = " AND s.tenant NOT IN (SELECT tenant FROM capped)"
 	}
 	*args = append(*args, sql.Named("caps", mustJSON(caps, "{}")))
-	filter := due
+	// Each lane's jobs are sought by tenant, or, for a worker that names
+	// its kinds, by tenant and kind (tenantKindWalk): a lane of another
+	// tenant's backlog of other kinds is then a seek, not a walk of it.
+	index, key := "jobs_queued_queue_tenant", func(g string) string { return "queue = " + g + ".queue AND tenant = " + g + ".kind" }
+	groups := "SELECT l.tenant, l.queue FROM lane_tenants AS l"
 	if len(f.Kinds) > 0 {
-		filter += " AND kind IN (SELECT kind FROM kinds)"
+		index, key = tenantKindIndex, tenantKindKey
+		groups = "SELECT json_array(l.tenant, k.kind), l.queue FROM lane_tenants AS l, kinds AS k"
 	}
 	lanes = `
 	capped(tenant) AS MATERIALIZED (
@@ -652,15 +659,14 @@ func laneCTEs(f store.ClaimFilter, unfinished, due, bound string, ready bool, te
 			(SELECT MIN(tenant) FROM ` + unfinished + ` AND queue = l.queue AND tenant > l.tenant)
 		FROM lane_tenants AS l WHERE l.tenant IS NOT NULL),
 	lanes(kind, queue) AS (
-		SELECT l.tenant, l.queue FROM lane_tenants AS l
+		` + groups + `
 		WHERE l.tenant IS NOT NULL` + strings.ReplaceAll(tenants, "tenant IN", "l.tenant IN") + `
 			AND l.tenant NOT IN (SELECT tenant FROM capped)
 			AND (l.per_tenant = 0 OR (SELECT COUNT(*) FROM ` + unfinished + `
 				AND queue = l.queue AND tenant = l.tenant AND state = 'running') < l.per_tenant)
 			AND (NOT l.rate_tenant OR (SELECT COUNT(*) FROM queue_starts INDEXED BY queue_starts_queue_tenant_at
 				WHERE queue = l.queue AND tenant = l.tenant AND at > :now - l.rate_per) < l.rate_limit)),
-	` + namedWalk("lane_walk", "lanes", "jobs_queued_queue_tenant", "",
-		func(g string) string { return "queue = " + g + ".queue AND tenant = " + g + ".kind" }, filter, bound, !ready) + `,`
+	` + namedWalk("lane_walk", "lanes", index, "", key, due, bound, !ready) + `,`
 	laneHeads = `
 		UNION ALL
 		SELECT seq FROM lane_walk WHERE seq IS NOT NULL`
