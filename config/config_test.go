@@ -345,6 +345,7 @@ func TestEveryMistakeIsRefusedWithItsLineAndKey(t *testing.T) {
 		{"a max_queued that is not a whole number", "tenants:\n  acme: {max_queued: 1.5}\n", "c.yaml:2:22: tenants.acme.max_queued: must be a whole number, got a floating-point number"},
 		{"a max_queued given as a word", "tenants:\n  acme: {max_queued: lots}\n", "c.yaml:2:22: tenants.acme.max_queued: must be a whole number, got a string"},
 		{"a max_queued past the largest", "tenants:\n  acme: {max_queued: 3000000000}\n", "tenants.acme.max_queued: must be from 0 to 2147483647, got 3000000000"},
+		{"a tenant with an empty name", "tenants:\n  \"\": {weight: 3}\n", `c.yaml:2:3: tenants: has an empty key (""): each key must be a name`},
 		{"a weight of zero", "tenants:\n  acme:\n    weight: 0\n", "c.yaml:3:13: tenants.acme.weight: must be from 1 to 1000, got 0: a weight is the tenant's share of claims in a queue, and every tenant is served (leave weight out for the default, 1)"},
 		{"a negative weight", "tenants:\n  acme: {weight: -2}\n", "c.yaml:2:18: tenants.acme.weight: must be from 1 to 1000, got -2: a weight is the tenant's share"},
 		{"a weight past the largest", "tenants:\n  acme: {weight: 1001}\n", "c.yaml:2:18: tenants.acme.weight: must be from 1 to 1000, got 1001"},

@@ -555,6 +555,11 @@ func (r *Reader) Entries(n *yaml.Node, key string, check func(string) string, en
 			r.Fail(k, key, "merge keys (<<) are not read here; write the keys out")
 			continue
 		}
+		if k.Kind == yaml.ScalarNode && k.Value == "" {
+			// Name would say the mapping itself "must not be empty".
+			r.Fail(k, key, `has an empty key (""): each key must be a name`)
+			continue
+		}
 		name, ok := r.Name(k, key, check)
 		if !ok {
 			continue
