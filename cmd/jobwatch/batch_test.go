@@ -173,8 +173,8 @@ func TestSubmitFileSaysWhichLineWasRefusedAndWhatWasSubmitted(t *testing.T) {
 `)
 	t.Run("up to 1,000 jobs are one commit: all or none", func(t *testing.T) {
 		code, out, errOut := runInProcess(t, "submit", "--file", file, "--batch", "whole", "--server", s.URL)
-		if code != exitError || out != "" || !strings.Contains(errOut, "line 4 of "+file+": invalid_argument: jobs[3].priority") ||
-			!strings.Contains(errOut, "no job of lines 1 to 5 was submitted") {
+		if code != exitError || out != "" || !strings.HasPrefix(errOut, "jobwatch: submit: no job was submitted: line 4 of "+file+": invalid_argument: jobs[3].priority") ||
+			strings.Count(errOut, "\n") != 1 {
 			t.Fatalf("submit --file = exit %d, stdout %q, stderr %q; want 1, no id, and line 4 named", code, out, errOut)
 		}
 		if got := s.batchIDs(t, "whole"); len(got) != 0 {
@@ -186,7 +186,7 @@ func TestSubmitFileSaysWhichLineWasRefusedAndWhatWasSubmitted(t *testing.T) {
 		ids := strings.Fields(out)
 		for _, want := range []string{
 			"line 4 of " + file + ": invalid_argument: jobs[1].priority",
-			"no job of lines 3 to 4 was submitted",
+			"none of the jobs of lines 3 to 4 was submitted",
 			"the jobs of lines 1 to 2 were submitted (their ids are above)",
 			"nothing from line 5 on was sent",
 		} {
@@ -197,6 +197,12 @@ func TestSubmitFileSaysWhichLineWasRefusedAndWhatWasSubmitted(t *testing.T) {
 		if code != exitError || len(ids) != 2 || !slices.Equal(s.batchIDs(t, "chunked"), ids) {
 			t.Fatalf("submit --file --chunk 2 = exit %d, ids %v, batch holds %v; want 1 and the first chunk's two jobs, printed",
 				code, ids, s.batchIDs(t, "chunked"))
+		}
+	})
+	t.Run("a refused chunk of one line names its job", func(t *testing.T) {
+		code, out, errOut := runInProcess(t, "submit", "--file", file, "--batch", "single", "--chunk", "1", "--server", s.URL)
+		if code != exitError || len(strings.Fields(out)) != 3 || !strings.Contains(errOut, "\njobwatch: the job of line 4 was not submitted\n") {
+			t.Fatalf("submit --file --chunk 1 = exit %d, stdout %q, stderr %q; want 1, three ids, and line 4's job not submitted", code, out, errOut)
 		}
 	})
 }

@@ -697,7 +697,7 @@ func TestErrorMessagesReadOnce(t *testing.T) {
 		{[]string{"get", "j_1", "--server", strings.TrimPrefix(s.URL, "http://")}, "must start with http:// or https://"},
 		{[]string{"submit", "k", "--server", "http://" + freeAddr(t)}, "connection refused\njobwatch: nothing answers at that address: is jobwatch serve (or demo) running there?"},
 		// A refused connection submitted nothing, and says so.
-		{[]string{"submit", "--file", twoJobs, "--server", "http://" + freeAddr(t)}, "jobwatch: no job of lines 1 to 2 was submitted"},
+		{[]string{"submit", "--file", twoJobs, "--server", "http://" + freeAddr(t)}, "jobwatch: submit: no job was submitted: unavailable: "},
 	}
 	for _, tt := range tests {
 		code, _, errOut := runInProcess(t, tt.args...)

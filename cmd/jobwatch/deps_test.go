@@ -220,7 +220,7 @@ func TestSubmitFileLinesCarryTheirDependencies(t *testing.T) {
 `)
 	code, out, errOut = runInProcess(t, "submit", "--file", missing, "--server", s.URL)
 	if code != exitError || out != "" ||
-		!strings.Contains(errOut, "submit: line 2 of "+missing+": not_found: jobs[1].after: job j_06h2k5k0tr1rsafy6jp3ngdat4 not found") || !strings.Contains(errOut, "no job of lines 1 to 2 was submitted") {
+		!strings.Contains(errOut, "submit: no job was submitted: line 2 of "+missing+": not_found: jobs[1].after: job j_06h2k5k0tr1rsafy6jp3ngdat4 not found") {
 		t.Errorf("submit --file after a missing job = exit %d, %q, %q; want 1, the id named, and nothing submitted", code, out, errOut)
 	}
 

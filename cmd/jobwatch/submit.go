@@ -437,11 +437,18 @@ func chunkError(err error, file string, reqs []*jobwatchv1.SubmitJobRequest, lin
 	if start == end-1 {
 		this = fmt.Sprintf("line %d", lines[start])
 	}
-	if answered || errors.Is(err, syscall.ECONNREFUSED) {
-		// The server answered, or was not there to ask: the call's one
-		// commit was not made.
-		msg += fmt.Sprintf("\njobwatch: no job of %s was submitted", this)
-	} else {
+	// The server answered, or was not there to ask: the call's one
+	// commit was not made.
+	notMade := answered || errors.Is(err, syscall.ECONNREFUSED)
+	switch {
+	case notMade && start == 0 && end == len(lines):
+		// The whole file: one sentence says it, with why.
+		return errors.New("submit: no job was submitted: " + strings.TrimPrefix(msg, "submit: "))
+	case notMade && start == end-1:
+		msg += fmt.Sprintf("\njobwatch: the job of %s was not submitted", this)
+	case notMade:
+		msg += fmt.Sprintf("\njobwatch: none of the jobs of %s was submitted", this)
+	default:
 		msg += fmt.Sprintf("\njobwatch: the call for %s failed on the way: whether its jobs were submitted is unknown (look with \"jobwatch list\")", this)
 	}
 	if start > 0 {
