@@ -83,6 +83,15 @@ func TestReloadSignalsTheServeOfItsPidFileAlone(t *testing.T) {
 	if code != 0 || stdout != "jobwatch serve (pid "+strconv.Itoa(cmd.Process.Pid)+") reloaded tokens "+tokensFile+"\n" {
 		t.Fatalf("reload: exit %d, %q %q; want 0 saying serve took the files", code, stdout, stderr)
 	}
+	// docs/OPERATING.md shows the line as reload prints it.
+	shown := strings.Replace(strings.TrimSuffix(stdout, " tokens "+tokensFile+"\n"), strconv.Itoa(cmd.Process.Pid), "N", 1)
+	ops, err := os.ReadFile("../../docs/OPERATING.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "`" + shown + " config FILE`"; !strings.Contains(strings.Join(strings.Fields(string(ops)), " "), want) {
+		t.Errorf("docs/OPERATING.md does not show reload's line as it prints it, %s", want)
+	}
 	// reload returned once serve had said: the log has it already.
 	if !strings.Contains(logs.String(), "tokens reloaded") {
 		t.Fatalf("reload said the files were taken before serve did; its log:\n%s", logs)
