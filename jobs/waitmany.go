@@ -152,9 +152,9 @@ func (e *Engine) WaitMany(ctx context.Context, r WaitManyRequest, deadline time.
 	return r.result(ids, latest, held), nil
 }
 
-// firstLook reads the jobs of a wait on its way in, each one's newest
-// snapshot in latest (nil for a job not found), in one store read as
-// read says. With Any it reads the state of every job first
+// firstLook reads the jobs of a wait on its way in, as read says, each
+// one's newest snapshot in latest (nil for a job not found). With
+// statesFirst (Any) it reads the state of every job first
 // (store.JobRead's States), then only those that have ended, which the
 // answer holds: a WAIT_MODE_ANY loop calls again with the ids still
 // unfinished, so each of its turns reads every job it follows, and a
