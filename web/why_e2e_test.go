@@ -14,14 +14,16 @@ import (
 // queues panel's answer, which an admin's page, or one of a server
 // without tokens, reads): its queue is paused, since when and by whom,
 // held by its rate until when, running its most jobs at once, running its
-// most of the job's tenant's, or serial with a job of the tenant running;
-// and says no more once that has changed.
+// most of the job's tenant's, or serial with a job of the tenant running
+// or an older one of the tenant queued ahead of it; and says no more once
+// that has changed.
 func TestAQueuedJobSaysWhyItIsNotRunning(t *testing.T) {
 	ctx, base, srv := startLiveWithRules(t, 3*time.Minute, jobtype.Rules{Queues: map[string]jobtype.QueueRules{
 		"metered": {Rate: jobtype.Rate{Limit: 1, Per: time.Hour}},
 		"render":  {MaxRunning: 1},
 		"bulk":    {MaxRunningPerTenant: 1},
 		"deploy":  {Serial: true},
+		"ser":     {Serial: true},
 	}})
 
 	p := &page{t: t, ctx: newTab(t, ctx)}
@@ -97,5 +99,28 @@ func TestAQueuedJobSaysWhyItIsNotRunning(t *testing.T) {
 	})
 	t.Run("a serial queue running a job of the tenant", func(t *testing.T) {
 		heldBehind(t, "deploy", "Waits its turn: queue deploy is serial, and a job of tenant default is running.")
+	})
+	t.Run("a serial queue with an older job of the tenant queued, of a kind no worker runs", func(t *testing.T) {
+		p.t = t
+		head, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Kind: "nobody.runs", Queue: "ser", RunAt: time.Now().Add(-5 * time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		later, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Kind: "build", Queue: "ser"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.click("open the later job", row(later.ID))
+		p.waitFor("why it waits", detailShows(later.ID, "queued")+" && "+
+			textHas(why, "Waits its turn: queue ser is serial, and an older job of tenant default is queued ahead of it (waiting 5m ")+" && "+
+			textHas(why, "): it runs first; a job no worker takes holds the tenant's later ones (cancel it, or run a worker of its kind).")+
+			` && !document.querySelector("#detail .wait-reason").hidden`)
+		p.click("open the older job", row(head.ID))
+		p.waitFor("no reason for the oldest", detailShows(head.ID, "queued")+` && document.querySelector("#detail .wait-reason").hidden`)
+		if _, err := srv.engine.Cancel(ctx, head.ID); err != nil {
+			t.Fatal(err)
+		}
+		p.click("open the later job again", row(later.ID))
+		p.waitFor("no reason once the one ahead is cancelled", detailShows(later.ID, "queued")+` && document.querySelector("#detail .wait-reason").hidden`)
 	})
 }

@@ -50,18 +50,27 @@ func queueHold(ctx context.Context, c *client.Client, j *jobwatchv1.Job) string 
 	}
 	for _, q := range resp.GetQueues() {
 		if q.GetName() == j.GetQueue() {
-			return holdText(q, j.GetTenant())
+			return holdText(q, j.GetTenant(), time.Since(j.GetRunAt().AsTime()))
 		}
 	}
 	return ""
 }
 
-// holdText says what of queue q holds back a QUEUED job of tenant:
-// paused, held by its rate, running its max_running, a pool it uses all
-// in use, running the tenant's max_running_per_tenant, or serial and
-// running a job of the tenant; "" when none of these. The page says the
-// same (waitingReason, web/src/queues.ts).
-func holdText(q *jobwatchv1.Queue, tenant string) string {
+// clockMargin is how much longer than a job's own wait its tenant's
+// oldest ready job must have waited to count as ahead of it: the two
+// waits are read on different clocks (the server's for the tenant's,
+// this machine's for the job's), and the job may be that oldest one.
+const clockMargin = time.Second
+
+// holdText says what of queue q holds back a QUEUED job of tenant that
+// has waited wait since its run_at: paused, held by its rate, running its
+// max_running, a pool it uses all in use, running the tenant's
+// max_running_per_tenant, or serial and running a job of the tenant, or
+// serial with an older job of the tenant queued ahead of it (one no
+// worker takes never starts, and holds every later job of its tenant);
+// "" when none of these. The page says the same (waitingReason,
+// web/src/queues.ts).
+func holdText(q *jobwatchv1.Queue, tenant string, wait time.Duration) string {
 	name := q.GetName()
 	jobs := func(n int32) string {
 		if n == 1 {
@@ -99,6 +108,10 @@ func holdText(q *jobwatchv1.Queue, tenant string) string {
 		}
 		if q.GetMode() == jobwatchv1.QueueMode_QUEUE_MODE_SERIAL && d.GetRunning() > 0 {
 			return fmt.Sprintf("queue %s is serial, and a job of tenant %s is running", name, tenant)
+		}
+		if age := d.GetOldestQueuedAge(); q.GetMode() == jobwatchv1.QueueMode_QUEUE_MODE_SERIAL && age != nil && age.AsDuration() > wait+clockMargin {
+			return fmt.Sprintf("queue %s is serial, and an older job of tenant %s is queued ahead of it (waiting %s): it runs first; "+
+				"a job no worker takes holds the tenant's later ones (cancel it, or run a worker of its kind)", name, tenant, waited(age))
 		}
 	}
 	if rate.GetHeldUntil() != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -341,5 +342,51 @@ func TestGetSaysWhatOfItsQueueHoldsAQueuedJob(t *testing.T) {
 	}
 	if got := held(paused); !strings.HasPrefix(got, "queue default is paused since ") || !strings.HasSuffix(got, " by token ops (admin) (jobwatch resume default)") {
 		t.Errorf("get of a job of a paused queue says held: %q, want since when, by whom and how to resume it", got)
+	}
+}
+
+// jobwatch get of a QUEUED job of a serial queue that waits behind an
+// older QUEUED job of its tenant (one of a kind no worker runs, which
+// never starts) says so, how long that one has waited, and what to do;
+// the older job itself, and another tenant's, say nothing; nor does the
+// job once the one ahead of it is cancelled.
+func TestGetSaysASerialQueuesOlderQueuedJobHoldsTheTenantsLaterOnes(t *testing.T) {
+	s := startCLIServer(t, time.Minute)
+	if err := s.Engine.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{"ser": {Serial: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	held := func(id string) string {
+		t.Helper()
+		code, out, errOut := runInProcess(t, "get", id, "--server", s.URL)
+		if code != 0 {
+			t.Fatalf("get %s = exit %d:\n%s%s", id, code, out, errOut)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if rest, ok := strings.CutPrefix(line, "held:"); ok {
+				return strings.TrimSpace(rest)
+			}
+		}
+		return ""
+	}
+	head := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "nobody.runs", Queue: "ser", Tenant: "acme", RunAt: timestamppb.New(time.Now().Add(-5 * time.Minute))})
+	later := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "build", Queue: "ser", Tenant: "acme"})
+	other := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "build", Queue: "ser", Tenant: "globex"})
+
+	want := regexp.MustCompile(`^queue ser is serial, and an older job of tenant acme is queued ahead of it \(waiting 5m[01]s\): it runs first; ` +
+		`a job no worker takes holds the tenant's later ones \(cancel it, or run a worker of its kind\)$`)
+	if got := held(later); !want.MatchString(got) {
+		t.Errorf("get of the later job of acme says held: %q, want it to name the older job of acme ahead of it, its wait, and what to do", got)
+	}
+	if got := held(head); got != "" {
+		t.Errorf("get of acme's oldest job says held: %q, want no held line: nothing of its tenant is ahead of it", got)
+	}
+	if got := held(other); got != "" {
+		t.Errorf("get of globex's job says held: %q, want no held line: acme's jobs are not ahead of it", got)
+	}
+	if _, err := s.Client.Cancel(context.Background(), head); err != nil {
+		t.Fatal(err)
+	}
+	if got := held(later); got != "" {
+		t.Errorf("get of the later job of acme, the job ahead of it cancelled, says held: %q, want no held line", got)
 	}
 }

@@ -21,7 +21,7 @@ import { filterLabel, jobLink, linkedJobFromURL, matches, stateFilterFromURL, st
 import { JobState, JobView, type Job, type Queue } from "./gen/jobwatch/v1/jobwatch_pb";
 import { otherTenantsText, queuesLeftOutText, tenantBacklogText, waitingReason } from "./queues";
 import { LogPane } from "./logview";
-import { isTerminal, JobBook, placeOf, sortsBefore, stateName, summaryOf, type Place } from "./model";
+import { isTerminal, JobBook, millis, placeOf, sortsBefore, stateName, summaryOf, type Place } from "./model";
 import { initialTenant, rememberTenant, tenantKey, tenantReason } from "./tenant";
 import { BatchBar, Detail, JobList, QueueTable, ScheduleTable, type BatchLinks, type JobOps, type QueueOps } from "./views";
 import "./style.css";
@@ -204,7 +204,7 @@ const detail = new Detail(
   batchLinks,
   select,
   (id) => jobLink(new URL(location.href), id, tenant).href,
-  (job) => waitingReason(job.state, queuesKnown.get(job.queue), Date.now(), job.tenant),
+  (job) => waitingReason(job.state, queuesKnown.get(job.queue), Date.now(), job.tenant, millis(job.runAt)),
 );
 const batchBar = new BatchBar(byId("batch-bar"), () => showBatch(""));
 const queues = new QueueTable(byId("queues"), byId("queues-confirm"), queueOps);

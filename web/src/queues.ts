@@ -2,7 +2,7 @@
 // without the DOM: the depth sparkline's shape, the texts that say since
 // when, and each queue's busiest tenants. web/test/queues.test.ts tests
 // it in Node.
-import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { timestampDate, type Duration } from "@bufbuild/protobuf/wkt";
 import { JobState, QueueMode, type Queue, type QueueDepth, type QueueRate, type Schedule } from "./gen/jobwatch/v1/jobwatch_pb";
 import { durationText, periodText } from "./format";
 import { isTerminal, millis, stateName } from "./model";
@@ -152,7 +152,7 @@ export function rateText(rate: QueueRate | undefined): string {
   if (rate === undefined) {
     return "";
   }
-  const perMs = rate.per === undefined ? 0 : Number(rate.per.seconds) * 1000 + rate.per.nanos / 1e6;
+  const perMs = rate.per === undefined ? 0 : durationMs(rate.per);
   const per = `${rate.limit}/${perMs < 1000 ? `${Math.round(perMs)}ms` : periodText(rate.per)}${rate.perTenant ? " per tenant" : ""}`;
   if (rate.heldUntil !== undefined) {
     // Per tenant, a held tenant's jobs wait while the others' are claimed.
@@ -178,17 +178,26 @@ export function modeText(q: Queue): string {
   return bounds.length === 0 ? mode : `${mode} · ${bounds.join(", ")}`;
 }
 
-// waitingReason is why a QUEUED job of tenant in queue q is not running,
-// where the queue panel's answer says: its queue is paused, held by its
-// rate, running its max_running, its pools all in use, running the
-// tenant's max_running_per_tenant (or, serial, a job of the tenant), or
-// (for a rate per tenant) some tenant is held, perhaps this job's. The
-// per-tenant reasons need the tenant among the queue's busiest, which the
-// panel lists. The panel's answer is a refresh old, so each says what
-// holds the queue now, not that nothing else does. "" for a job in any
-// other state, or when the page does not know the queue (a token that may
-// not read queues) or it holds nothing back.
-export function waitingReason(state: JobState, q: Queue | undefined, nowMs: number, tenant = ""): string {
+// clockMarginMs is how much longer than a job's own wait its tenant's
+// oldest ready job must have waited to count as ahead of it: the two
+// waits are read on different clocks (the server's for the tenant's, the
+// reader's for the job's), and the job may be that oldest one.
+const clockMarginMs = 1000;
+
+// waitingReason is why a QUEUED job of tenant in queue q, ready since
+// runAtMs (its run_at; 0: not known), is not running, where the queue
+// panel's answer says: its queue is paused, held by its rate, running its
+// max_running, its pools all in use, running the tenant's
+// max_running_per_tenant (or, serial, a job of the tenant, or an older
+// job of the tenant queued ahead of it, which a job no worker takes never
+// leaves), or (for a rate per tenant) some tenant is held, perhaps this
+// job's. The per-tenant reasons need the tenant among the queue's
+// busiest, which the panel lists. The panel's answer is a refresh old, so
+// each says what holds the queue now, not that nothing else does. "" for
+// a job in any other state, or when the page does not know the queue (a
+// token that may not read queues) or it holds nothing back. jobwatch get
+// says the same (holdText, cmd/jobwatch/jobcmd.go).
+export function waitingReason(state: JobState, q: Queue | undefined, nowMs: number, tenant = "", runAtMs = 0): string {
   if (state !== JobState.QUEUED || q === undefined) {
     return "";
   }
@@ -212,10 +221,22 @@ export function waitingReason(state: JobState, q: Queue | undefined, nowMs: numb
   if (mine !== undefined && q.mode === QueueMode.SERIAL && mine.running > 0n) {
     return `Waits its turn: queue ${q.name} is serial, and a job of tenant ${tenant} is running.`;
   }
+  const oldest = mine?.oldestQueuedAge;
+  if (q.mode === QueueMode.SERIAL && oldest !== undefined && runAtMs > 0 && durationMs(oldest) > nowMs - runAtMs + clockMarginMs) {
+    return (
+      `Waits its turn: queue ${q.name} is serial, and an older job of tenant ${tenant} is queued ahead of it (waiting ${durationText(oldest)}): it runs first; ` +
+      "a job no worker takes holds the tenant's later ones (cancel it, or run a worker of its kind)."
+    );
+  }
   if (q.rate?.heldUntil !== undefined) {
     return `It may wait on the rate of queue ${q.name}: ${rateText(q.rate)}.`;
   }
   return "";
+}
+
+// durationMs is d in milliseconds.
+function durationMs(d: Duration): number {
+  return Number(d.seconds) * 1000 + d.nanos / 1e6;
 }
 
 function plural(n: number, word: string): string {

@@ -149,6 +149,24 @@ test("a queued job says which bound of its queue holds it: max_running, a pool, 
   assert.match(waitingReason(JobState.QUEUED, pausedAndFull, t0), /^Not running: queue render is paused/, "a pause says first");
 });
 
+test("a queued job of a serial queue behind an older queued job of its tenant says so, and what to do", () => {
+  const q = create(QueueSchema, {
+    name: "ser",
+    mode: QueueMode.SERIAL,
+    tenants: [{ tenant: "acme", queued: 2n, oldestQueuedAge: durationFromMs(5 * 60_000) }, { tenant: "globex", queued: 1n, oldestQueuedAge: durationFromMs(2_000) }],
+  });
+  assert.equal(
+    waitingReason(JobState.QUEUED, q, t0, "acme", t0 - 2_000),
+    "Waits its turn: queue ser is serial, and an older job of tenant acme is queued ahead of it (waiting 5m 0s): it runs first; " +
+      "a job no worker takes holds the tenant's later ones (cancel it, or run a worker of its kind).",
+  );
+  assert.equal(waitingReason(JobState.QUEUED, q, t0, "acme", t0 - 5 * 60_000 + 500), "", "the oldest job itself, its wait read half a second apart, has none ahead");
+  assert.equal(waitingReason(JobState.QUEUED, q, t0, "globex", t0 - 2_000), "", "another tenant's older job is not ahead of it");
+  assert.equal(waitingReason(JobState.QUEUED, q, t0, "acme"), "", "without the job's run_at the page does not know");
+  const parallel = create(QueueSchema, { ...q, mode: QueueMode.PARALLEL });
+  assert.equal(waitingReason(JobState.QUEUED, parallel, t0, "acme", t0 - 2_000), "", "a parallel queue runs a later job beside an older one");
+});
+
 test("the queue panel says how many queues ListQueues left out, and counts read with separators", () => {
   assert.equal(queuesLeftOutText(3, 0), "");
   assert.equal(queuesLeftOutText(500, 1), "1 more queue is not shown: these are the 500 most pressing (paused, alerting, held by their rate or configured, then the busiest); jobwatch queues --max-queues lists more.");
