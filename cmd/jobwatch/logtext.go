@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"unicode/utf8"
+
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // printable is a log line's text as a terminal may be given it. A job's
@@ -14,8 +16,12 @@ import (
 // terminal), with a reset at the end of a line that set one, and dropped
 // otherwise; every other escape sequence, every control character but a
 // tab, and the invisible characters that reorder or split a line
-// (invisible) are dropped. The page's log pane drops the escape
-// sequences and control characters too (web/src/logs.ts).
+// (invisible) are dropped. Invalid UTF-8 and NUL bytes are first
+// replaced with U+FFFD as the log stores a line (jobtype.CutLogLine), so
+// a worker's copy of a command's output reads as jobwatch logs prints it
+// later, and no stray byte reaches a terminal that would act on it (a
+// lone 0x9b is an 8-bit CSI to some). The page's log pane drops the
+// escape sequences and control characters too (web/src/logs.ts).
 func printable(s string, colour bool) string {
 	clean := true
 	for i := 0; i < len(s); i++ {
@@ -27,6 +33,10 @@ func printable(s string, colour bool) string {
 	if clean {
 		return s
 	}
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	s = jobtype.NoNUL(s)
 	var b strings.Builder
 	coloured := false
 	for i := 0; i < len(s); {

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
@@ -418,6 +419,35 @@ func TestWorkerExecCopiesOutputAsText(t *testing.T) {
 	}
 	if !strings.Contains(logged.String(), "\x1b[31m") {
 		t.Fatalf("the job's log got %q; want the command's output as it wrote it", logged.String())
+	}
+}
+
+// The worker's copy of a command's output is printed as jobwatch logs
+// prints the job's log: bytes that are not UTF-8 (a lone 0x9b among
+// them, which some terminals take for ESC [) show as U+FFFD in both,
+// never raw.
+func TestWorkerExecCopiesOutputAsJobwatchLogsPrintsIt(t *testing.T) {
+	s := startCLIServer(t, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	logs, _, _ := startWorker(t, ctx, nil, "--server", s.URL, "--kind", "raw", "--exec",
+		`printf 'raw9b \2332J after\n'; printf 'bad \377\376 bytes\n' >&2`)
+	id := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "raw"})
+	if j, err := s.Client.WaitForJob(ctx, id); err != nil || j.GetState() != jobwatchv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("raw job = %v, %v; want SUCCEEDED; worker:\n%s", j, err, logs)
+	}
+	code, printed, errOut := runInProcess(t, "logs", id, "--server", s.URL)
+	if code != 0 {
+		t.Fatalf("logs = exit %d:\n%s%s", code, printed, errOut)
+	}
+	for _, want := range []string{"raw9b \ufffd2J after", "bad \ufffd bytes"} {
+		if !strings.Contains(printed, want+"\n") {
+			t.Errorf("jobwatch logs printed %q; want the line %q", printed, want)
+		}
+		waitFor(t, "the worker's copy of "+want, func() bool { return strings.Contains(logs.String(), id+": "+want+"\n") })
+	}
+	if copied := logs.String(); !utf8.ValidString(copied) {
+		t.Errorf("the worker's stderr got %q; want the command's lines as jobwatch logs prints them, valid UTF-8 with no raw 0x9b", copied)
 	}
 }
 
