@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -13,10 +14,10 @@ import (
 // cursor, carriage returns that hide what came before them, or control
 // characters: none of them reach the reader's terminal. Colours (SGR
 // sequences, ESC [ ... m) are kept when colour is set (stdout is a
-// terminal), with a reset at the end of a line that set one, and dropped
-// otherwise; every other escape sequence, every control character but a
-// tab, and the invisible characters that reorder or split a line
-// (invisible) are dropped. Invalid UTF-8 and NUL bytes are first
+// terminal), but for conceal (shownSGR), with a reset at the end of a
+// line that set one, and dropped otherwise; every other escape sequence,
+// every control character but a tab, and the invisible characters that
+// reorder or split a line (invisible) are dropped. Invalid UTF-8 and NUL bytes are first
 // replaced with U+FFFD as the log stores a line (jobtype.CutLogLine), so
 // a worker's copy of a command's output reads as jobwatch logs prints it
 // later, and no stray byte reaches a terminal that would act on it (a
@@ -45,8 +46,10 @@ func printable(s string, colour bool) string {
 		case c == 0x1b:
 			n, sgr := escapeLen(s[i:])
 			if sgr && colour {
-				b.WriteString(s[i : i+n])
-				coloured = true
+				if seq := shownSGR(s[i+2 : i+n-1]); seq != "" {
+					b.WriteString(seq)
+					coloured = true
+				}
 			}
 			i += n
 		case c < 0x20 && c != '\t' || c == 0x7f:
@@ -120,4 +123,51 @@ func escapeLen(s string) (n int, sgr bool) {
 		return len(s), false
 	}
 	return 2, false
+}
+
+// shownSGR is the SGR sequence whose parameters are params (what ESC [
+// and m enclose) as a terminal may be given it: without parameter 8,
+// conceal, which would hide the text after it on screen while the log
+// holds it; "" when nothing is left of it, or when params are not an
+// SGR's alone (a private marker such as ESC [ > 4 ; 2 m sets a keyboard
+// mode, not a colour). Parameters are read as the page's log pane reads
+// them (parseAnsi, web/src/logs.ts): the arguments of a 256-colour or RGB
+// colour (38;5;8, 48;2;r;g;b) are not codes of their own, and a colon
+// form (38:5:8) is one parameter.
+func shownSGR(params string) string {
+	if strings.Trim(params, "0123456789;:") != "" {
+		return ""
+	}
+	ps := strings.Split(params, ";")
+	kept := make([]string, 0, len(ps))
+	for k := 0; k < len(ps); k++ {
+		p := ps[k]
+		if strings.Contains(p, ":") {
+			kept = append(kept, p)
+			continue
+		}
+		switch n, _ := strconv.Atoi(p); n {
+		case 8:
+			continue
+		case 38, 48, 58:
+			args := 0
+			if k+1 < len(ps) {
+				switch ps[k+1] {
+				case "5":
+					args = 2
+				case "2":
+					args = 4
+				}
+			}
+			end := min(k+1+args, len(ps))
+			kept = append(kept, ps[k:end]...)
+			k = end - 1
+			continue
+		}
+		kept = append(kept, p)
+	}
+	if len(kept) == 0 {
+		return ""
+	}
+	return "\x1b[" + strings.Join(kept, ";") + "m"
 }

@@ -23,7 +23,8 @@ const BEL = 0x07;
 
 // parseAnsi splits a log line into spans by its SGR colour codes
 // (ESC[…m: 30–37 and 90–97 colours, 39 the default colour, 1 bold, 22
-// normal weight, 0 or nothing a reset); every other escape sequence
+// normal weight, 0 or nothing a reset; 8, conceal, is not drawn, so a
+// line cannot hide text on screen); every other escape sequence
 // (cursor moves, clearing, window titles, 256-colour and RGB colours) and
 // every other control character goes, so no raw ESC ever shows, and so
 // do the invisible characters that would reorder the line. Each

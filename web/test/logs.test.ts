@@ -39,6 +39,7 @@ test("ANSI colour codes become classed spans and never show as text", () => {
     ["an empty parameter is a reset", `${ESC}[33mwarn${ESC}[;mok`, "[ansi-yellow]warn|ok"],
     ["256-colour and RGB arguments are not read as codes of their own", `${ESC}[38;5;31mA${ESC}[38;2;1;31;0mB${ESC}[0m`, "AB"],
     ["a colon form is skipped as a whole", `${ESC}[38:2:0:255:0mC${ESC}[31mD`, "C|[ansi-red]D"],
+    ["conceal (8) is not drawn: the text it would hide shows", `${ESC}[8mhidden${ESC}[28m seen ${ESC}[31;8mred${ESC}[0m`, "hidden seen |[ansi-red]red"],
     ["cursor moves and clears are stripped", `${ESC}[2K${ESC}[1Gstep 3${ESC}[?25l`, "step 3"],
     ["a window title (OSC, BEL) is stripped", `${ESC}]0;my title\x07hello`, "hello"],
     ["a hyperlink (OSC 8, ST) keeps its text only", `${ESC}]8;;https://example.test/${ESC}\\link${ESC}]8;;${ESC}\\ after`, "link after"],
