@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/jobwatch/jobwatch/internal/editdist"
 	"github.com/jobwatch/jobwatch/wire"
 )
 
@@ -487,7 +488,7 @@ func slipDistance(key, name string) (int, bool) {
 	case len(k) >= 5:
 		allowed = 1
 	}
-	d := editDistance(k, n)
+	d := editdist.Distance(k, n)
 	return d, d <= allowed
 }
 
@@ -499,35 +500,4 @@ func foldName(name string) string {
 		}
 		return unicode.ToLower(r)
 	}, name)
-}
-
-// editDistance is the optimal string alignment distance of a and b: the
-// letters inserted, deleted, replaced or swapped with their neighbour to
-// make one the other. Field names are short, so it is quadratic.
-func editDistance(a, b string) int {
-	ar, br := []rune(a), []rune(b)
-	if len(ar) > 64 || len(br) > 64 {
-		return max(len(ar), len(br)) // no field's name is that long
-	}
-	prev2 := make([]int, len(br)+1)
-	prev := make([]int, len(br)+1)
-	cur := make([]int, len(br)+1)
-	for j := range cur {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ar); i++ {
-		cur[0] = i
-		for j := 1; j <= len(br); j++ {
-			cost := 1
-			if ar[i-1] == br[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && ar[i-1] == br[j-2] && ar[i-2] == br[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(br)]
 }

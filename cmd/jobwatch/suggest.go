@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/jobwatch/jobwatch/internal/editdist"
 )
 
 // nearMisses are the names a person most likely meant by typed, a
@@ -18,7 +20,7 @@ func nearMisses(typed string, names []string) []string {
 	var near []string
 	best := 2
 	for _, name := range names {
-		d := editDistance(typed, name)
+		d := editdist.Distance(typed, name)
 		if d >= len(typed) || d > best { // a name owes nothing to typed
 			continue
 		}
@@ -56,33 +58,6 @@ func didYouMean(names []string, quote func(string) string) string {
 		return "; did you mean " + quoted[0] + "?"
 	}
 	return "; did you mean " + strings.Join(quoted[:last], ", ") + " or " + quoted[last] + "?"
-}
-
-// editDistance is the number of letters to add, drop or change, or of
-// neighbours to swap, to make a into b (the optimal string alignment
-// distance: "sumbit" is one swap from "submit").
-func editDistance(a, b string) int {
-	prev2 := make([]int, len(b)+1)
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(b)]
 }
 
 // commandNames are the commands usage lists, in its order: the names a
