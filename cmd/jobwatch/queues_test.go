@@ -304,19 +304,6 @@ func TestGetSaysWhatOfItsQueueHoldsAQueuedJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	held := func(id string) string {
-		t.Helper()
-		code, out, errOut := runInProcess(t, "get", id, "--server", s.URL)
-		if code != 0 {
-			t.Fatalf("get %s = exit %d:\n%s%s", id, code, out, errOut)
-		}
-		for _, line := range strings.Split(out, "\n") {
-			if rest, ok := strings.CutPrefix(line, "held:"); ok {
-				return strings.TrimSpace(rest)
-			}
-		}
-		return ""
-	}
 	for _, tt := range []struct{ queue, want string }{
 		{"render", "queue render runs at most 1 job at once, and 1 is running"},
 		{"bulk", "queue bulk runs at most 1 job of a tenant at once, and 1 of tenant default's is running"},
@@ -326,13 +313,13 @@ func TestGetSaysWhatOfItsQueueHoldsAQueuedJob(t *testing.T) {
 		s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: kind, Queue: tt.queue})
 		waiting := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: kind, Queue: tt.queue})
 		running := s.claim(t, kind)
-		if got := held(waiting); got != tt.want {
+		if got := heldLine(t, s, waiting); got != tt.want {
 			t.Errorf("get of the second job of %s says held: %q, want %q", tt.queue, got, tt.want)
 		}
 		if _, err := s.Engine.Complete(ctx, running.ID, running.LeaseID, nil); err != nil {
 			t.Fatal(err)
 		}
-		if got := held(waiting); got != "" {
+		if got := heldLine(t, s, waiting); got != "" {
 			t.Errorf("get of the job of %s, its queue's slot free, says held: %q, want no held line", tt.queue, got)
 		}
 	}
@@ -340,9 +327,24 @@ func TestGetSaysWhatOfItsQueueHoldsAQueuedJob(t *testing.T) {
 	if _, err := s.Engine.Pause(ctx, "default", "token ops (admin)"); err != nil {
 		t.Fatal(err)
 	}
-	if got := held(paused); !strings.HasPrefix(got, "queue default is paused since ") || !strings.HasSuffix(got, " by token ops (admin) (jobwatch resume default)") {
+	if got := heldLine(t, s, paused); !strings.HasPrefix(got, "queue default is paused since ") || !strings.HasSuffix(got, " by token ops (admin) (jobwatch resume default)") {
 		t.Errorf("get of a job of a paused queue says held: %q, want since when, by whom and how to resume it", got)
 	}
+}
+
+// heldLine is what "jobwatch get id" says after "held:", or "".
+func heldLine(t *testing.T, s *cliServer, id string) string {
+	t.Helper()
+	code, out, errOut := runInProcess(t, "get", id, "--server", s.URL)
+	if code != 0 {
+		t.Fatalf("get %s = exit %d:\n%s%s", id, code, out, errOut)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(line, "held:"); ok {
+			return strings.TrimSpace(rest)
+		}
+	}
+	return ""
 }
 
 // jobwatch get of a QUEUED job of a serial queue that waits behind an
@@ -355,38 +357,25 @@ func TestGetSaysASerialQueuesOlderQueuedJobHoldsTheTenantsLaterOnes(t *testing.T
 	if err := s.Engine.SetRules(jobtype.Rules{Queues: map[string]jobtype.QueueRules{"ser": {Serial: true}}}); err != nil {
 		t.Fatal(err)
 	}
-	held := func(id string) string {
-		t.Helper()
-		code, out, errOut := runInProcess(t, "get", id, "--server", s.URL)
-		if code != 0 {
-			t.Fatalf("get %s = exit %d:\n%s%s", id, code, out, errOut)
-		}
-		for _, line := range strings.Split(out, "\n") {
-			if rest, ok := strings.CutPrefix(line, "held:"); ok {
-				return strings.TrimSpace(rest)
-			}
-		}
-		return ""
-	}
 	head := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "nobody.runs", Queue: "ser", Tenant: "acme", RunAt: timestamppb.New(time.Now().Add(-5 * time.Minute))})
 	later := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "build", Queue: "ser", Tenant: "acme"})
 	other := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "build", Queue: "ser", Tenant: "globex"})
 
 	want := regexp.MustCompile(`^queue ser is serial, and an older job of tenant acme is queued ahead of it \(waiting 5m[01]s\): it runs first; ` +
 		`a job no worker takes holds the tenant's later ones \(cancel it, or run a worker of its kind\)$`)
-	if got := held(later); !want.MatchString(got) {
+	if got := heldLine(t, s, later); !want.MatchString(got) {
 		t.Errorf("get of the later job of acme says held: %q, want it to name the older job of acme ahead of it, its wait, and what to do", got)
 	}
-	if got := held(head); got != "" {
+	if got := heldLine(t, s, head); got != "" {
 		t.Errorf("get of acme's oldest job says held: %q, want no held line: nothing of its tenant is ahead of it", got)
 	}
-	if got := held(other); got != "" {
+	if got := heldLine(t, s, other); got != "" {
 		t.Errorf("get of globex's job says held: %q, want no held line: acme's jobs are not ahead of it", got)
 	}
 	if _, err := s.Client.Cancel(context.Background(), head); err != nil {
 		t.Fatal(err)
 	}
-	if got := held(later); got != "" {
+	if got := heldLine(t, s, later); got != "" {
 		t.Errorf("get of the later job of acme, the job ahead of it cancelled, says held: %q, want no held line", got)
 	}
 }
