@@ -39,8 +39,12 @@ func (c *Client) Logs(ctx context.Context, id string, afterSeq int64, limit int)
 // the server sends it, a batch of lines at a time, each batch with the
 // gap before it if lines were dropped (the queue's max_log_bytes)
 // before the reader got them; it never yields a line twice or out of
-// order, nor a keepalive. It ends after the job has ended and its last
-// line was yielded.
+// order, nor a keepalive, but for one case: when it resumes after a seq
+// past the end of the server's log (a database restored from an older
+// copy), the server sends the log from its oldest line kept, and it
+// yields those lines, though their seqs go back, rather than skip them
+// as seen. It ends after the job has ended and its last line was
+// yielded.
 //
 // It follows WatchJobLogs streams as Watch follows WatchJob: when a
 // stream ends before the job did (the server's stream lifetime, a
@@ -113,6 +117,7 @@ func (c *Client) watchLogsOnce(ctx context.Context, id string, last *int64,
 		return false, false, false, err
 	}
 	defer stream.Close()
+	gotLines := false
 	for stream.Receive() {
 		received = true
 		msg := stream.Msg()
@@ -120,6 +125,15 @@ func (c *Client) watchLogsOnce(ctx context.Context, id string, last *int64,
 			return false, true, true, nil
 		}
 		lines := msg.GetLines()
+		if !gotLines && len(lines) > 0 && lines[0].GetSeq() <= *last {
+			// A stream's first lines at or before the after_seq it was
+			// opened with: the server's log ends before that seq (a
+			// database restored from an older copy), so it sends its
+			// log from the oldest line kept, which this reader has not
+			// seen (a line of that seq it had was another).
+			*last = lines[0].GetSeq() - 1
+		}
+		gotLines = gotLines || len(lines) > 0
 		for len(lines) > 0 && lines[0].GetSeq() <= *last {
 			lines = lines[1:] // already yielded (a server that resent them)
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -515,6 +516,42 @@ func TestWatchLogsResumesWithoutDuplicateOrGap(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the watch did not end with the job")
+	}
+}
+
+// A reader that resumes after a seq past the end of the server's log (it
+// read the log from a database since restored from an older copy) gets
+// the server's lines from the oldest kept, and then each new one: none
+// is skipped as seen, though their seqs go back.
+func TestWatchLogsAfterASeqPastTheServersLogYieldsItsLines(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	c := fastClient(t, s.URL)
+	job := submit(t, c, "lines")
+	id, lease := claim(t, s.Engine, "lines")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, _, err := s.Engine.AppendLogs(ctx, id, lease, []jobtype.LogLine{{Text: "one"}, {Text: "two"}}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for msg, err := range c.WatchLogs(ctx, job.GetId(), 50) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range msg.GetLines() {
+			got = append(got, fmt.Sprint(l.GetSeq(), " ", l.GetText()))
+		}
+		if len(got) == 2 {
+			if _, _, err := s.Engine.AppendLogs(ctx, id, lease, []jobtype.LogLine{{Text: "three"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(got) == 3 {
+			complete(t, s.Engine, id, lease, "null")
+		}
+	}
+	if want := []string{"1 one", "2 two", "3 three"}; !slices.Equal(got, want) {
+		t.Fatalf("a watch after seq 50 of a log of 2 lines yielded %q, want %q", got, want)
 	}
 }
 
