@@ -107,7 +107,7 @@ func bulkStopped(a jobs.BulkAction, r jobs.BulkResult, cause, err error) error {
 			whose = fmt.Sprintf("those of %d tenants at their max_queued (%q first)", len(held.Tenants), held.Tenants[0])
 		}
 		did = fmt.Sprintf("this page %s %d of the %d jobs it matched, and left %s as they are; those changes stand, and the same call goes on from there", a.Done, r.Changed, r.Matched, whose)
-	case r.Matched == 0:
+	case r.Changed == 0:
 		did = "before this page changed any job: run the same call again"
 	}
 	stopped := connect.NewError(ce.Code(), fmt.Errorf("%s (%s)", msg, did))

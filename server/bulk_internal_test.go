@@ -24,6 +24,7 @@ func TestABulkPageCutByItsDeadlineSaysWhatItDid(t *testing.T) {
 	}{
 		{jobs.BulkResult{Matched: 869, Changed: 8}, "before it, this page cancelled 8 of the 869 jobs it matched; those changes stand, and the same call goes on from there"},
 		{jobs.BulkResult{}, "before this page changed any job: run the same call again"},
+		{jobs.BulkResult{Matched: 1000}, "before this page changed any job: run the same call again"},
 	} {
 		err := bulkStopped(cancel, tc.r, context.DeadlineExceeded, cut)
 		var ce *connect.Error
