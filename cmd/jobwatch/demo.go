@@ -140,9 +140,6 @@ func serveDemo(ctx context.Context, ln net.Listener, o demoOptions, stdout, stde
 	defer ln.Close()
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
-	if err := sqliteFileProblem(o.db); err != nil {
-		return fmt.Errorf("open database %s: %w", o.db, err)
-	}
 	st, err := sqlite.Open(o.db)
 	if err != nil {
 		return fmt.Errorf("open database %s: %w", o.db, err)

@@ -6,14 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -327,9 +325,6 @@ func isPostgresURL(db string) bool {
 // once.
 func openStore(ctx context.Context, f serveFlags, log *slog.Logger) (store.Store, error) {
 	if !isPostgresURL(f.db) {
-		if err := sqliteFileProblem(f.db); err != nil {
-			return nil, err
-		}
 		return sqlite.OpenWith(f.db, sqlite.Config{LockTimeout: f.lockTimeout, Logger: log})
 	}
 	// Tries at 0.25 s, then backing off to 5 s between tries, and once
@@ -350,49 +345,6 @@ func openStore(ctx context.Context, f serveFlags, log *slog.Logger) (store.Store
 		case <-time.After(delay):
 		}
 	}
-}
-
-// sqliteFileProblem says, in a sentence of its own, why --db cannot be
-// a SQLite database when that is plain before SQLite opens it: its
-// directory does not exist, or the file there is not a SQLite database.
-// The store's own errors name the path at each layer and call both
-// "store unavailable" (and warn first of a text file's mode, as of a
-// database's). nil when neither is so: the store says the rest.
-func sqliteFileProblem(path string) error {
-	dir := filepath.Dir(path)
-	if st, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("its directory %s does not exist: create it first (mkdir -p %s)", dir, shellWord(dir))
-	} else if err == nil && !st.IsDir() {
-		return fmt.Errorf("%s is a file, not a directory: give a path in a directory", dir)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil // none yet (it is made), or one the store explains
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() == 0 {
-		return nil // a directory, or a new file: the store's to say
-	}
-	head := make([]byte, len(sqliteHeader))
-	if _, err := io.ReadFull(f, head); err == nil && string(head) == sqliteHeader {
-		return nil
-	} else if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
-		return nil
-	}
-	return fmt.Errorf("the file is not a SQLite database (it does not begin as one does): " +
-		"give the path of a jobwatch database, or of a file that does not exist yet to make a new one")
-}
-
-// sqliteHeader is how every SQLite database file begins.
-const sqliteHeader = "SQLite format 3\x00"
-
-// shellWord is s as one word of a shell's command line: as it is when
-// it has no character a shell reads otherwise, else in single quotes.
-func shellWord(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@%") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // dbName is --db as logs may show it: a URL without its password,

@@ -70,9 +70,9 @@ func TestServeRefusesWhatItCannotDoSafely(t *testing.T) {
 }
 
 // A --db in a directory that does not exist, or naming a file that is not
-// a SQLite database, is refused in one sentence that says what to do, by
-// serve and demo alike: not the path three times and "store unavailable",
-// and not a warning about the text file's mode first.
+// a SQLite database, is refused by the store in one sentence that says
+// what to do, by serve and demo alike: not "store unavailable" after the
+// path a third time, and not a warning about the text file's mode first.
 func TestADatabasePathThatCannotBeOneSaysWhyPlainly(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "no", "such", "dir")
@@ -80,9 +80,9 @@ func TestADatabasePathThatCannotBeOneSaysWhyPlainly(t *testing.T) {
 	writeFile(t, notes, "my notes, not a database\n")
 	for _, cmd := range []string{"serve", "demo"} {
 		for _, tc := range []struct{ db, want string }{
-			{filepath.Join(missing, "x.db"), "jobwatch: open database " + filepath.Join(missing, "x.db") + ": its directory " + missing +
+			{filepath.Join(missing, "x.db"), "jobwatch: open database " + filepath.Join(missing, "x.db") + ": open sqlite " + filepath.Join(missing, "x.db") + ": its directory " + missing +
 				" does not exist: create it first (mkdir -p " + missing + ")\n"},
-			{notes, "jobwatch: open database " + notes + ": the file is not a SQLite database (it does not begin as one does): " +
+			{notes, "jobwatch: open database " + notes + ": open sqlite " + notes + ": the file is not a SQLite database (it does not begin as one does): " +
 				"give the path of a jobwatch database, or of a file that does not exist yet to make a new one\n"},
 		} {
 			var stderr bytes.Buffer

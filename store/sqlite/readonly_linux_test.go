@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -61,5 +62,44 @@ func TestOpenOfAnotherUsersFileSaysToChownIt(t *testing.T) {
 	_, err := Open(path)
 	if err == nil || !strings.Contains(err.Error(), "permission denied: make it, its -wal and -shm files and their directory readable and writable by the user") {
 		t.Fatalf("Open of a file this user may not open: %v; want it to say to chown it", err)
+	}
+}
+
+// A path whose directory does not exist, or a file that is not a SQLite
+// database, is refused before SQLite opens it, saying what to do, and
+// nothing is made: not the directory, not a WAL beside the file. The
+// missing directory stays unavailable (a volume may yet be mounted); the
+// file that is not a database is not.
+func TestAPathThatCannotBeADatabaseIsRefusedSayingWhy(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "no", "such")
+	notes := filepath.Join(dir, "notes.db")
+	if err := os.WriteFile(notes, []byte("my notes, not a database\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path, want  string
+		unavailable bool
+	}{
+		{filepath.Join(missing, "x.db"), "its directory " + missing + " does not exist: create it first (mkdir -p " + missing + ")", true},
+		{notes, "the file is not a SQLite database (it does not begin as one does)", false},
+	} {
+		s, err := Open(tc.path)
+		if err == nil {
+			s.Close()
+			t.Fatalf("Open(%s) succeeded", tc.path)
+		}
+		if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "store unavailable") || errors.Is(err, jobtype.ErrUnavailable) != tc.unavailable {
+			t.Errorf("Open(%s) = %v; want it to say %q, unavailable %v", tc.path, err, tc.want, tc.unavailable)
+		}
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Error("a refused path made its directory")
+	}
+	if _, err := os.Stat(notes + "-wal"); err == nil {
+		t.Error("a refused file got a WAL beside it")
+	}
+	if got := shellWord("/tmp/a dir/it's"); got != `'/tmp/a dir/it'\''s'` {
+		t.Errorf("shellWord = %s", got)
 	}
 }

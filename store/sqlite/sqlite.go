@@ -51,10 +51,12 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -202,8 +204,11 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 	if err := walWithoutFile(path); err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
+	var wrong *wrongPathError
 	if err := createPrivate(path, cfg.Logger); errors.Is(err, errDirectory) {
 		return nil, fmt.Errorf("open sqlite: %s %w: give the path of a database file (a new one is created)", path, err)
+	} else if errors.As(err, &wrong) {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	} else if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, jobtype.ErrUnavailable, err)
 	}
@@ -352,6 +357,59 @@ const FileMode fs.FileMode = 0o600
 // errDirectory is createPrivate's error for a path that is a directory.
 var errDirectory = errors.New("is a directory")
 
+// A wrongPathError is createPrivate's refusal of a path that cannot be a
+// database, plain before SQLite opens it (its directory is missing, or
+// the file there is not a SQLite database), in a sentence that says what
+// to do: where the error of the open would name the path at each layer.
+// A missing directory is still jobtype.ErrUnavailable, as it was (a
+// volume not mounted yet may bring it); a file that is not a database is
+// not.
+type wrongPathError struct {
+	reason      string
+	unavailable bool
+}
+
+func (e *wrongPathError) Error() string { return e.reason }
+
+func (e *wrongPathError) Unwrap() error {
+	if e.unavailable {
+		return jobtype.ErrUnavailable
+	}
+	return nil
+}
+
+// sqliteHeader is how every SQLite database file begins.
+const sqliteHeader = "SQLite format 3\x00"
+
+// isSQLiteFile reports whether the file at path, info, may be a SQLite
+// database: empty (SQLite makes it one), or beginning as one does. A
+// file it cannot read is left to SQLite to explain.
+func isSQLiteFile(path string, info fs.FileInfo) bool {
+	if !info.Mode().IsRegular() || info.Size() == 0 {
+		return true
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	head := make([]byte, len(sqliteHeader))
+	n, err := io.ReadFull(f, head)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	return string(head[:n]) == sqliteHeader
+}
+
+// shellWord is s as one word of a shell's command line: as it is when
+// it has no character a shell reads otherwise, else in single quotes.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 // createPrivate creates the database file at path, empty, with FileMode
 // if it does not exist, before SQLite opens it (SQLite would create it
 // 0644). An existing file keeps its mode: it is the operator's; one that
@@ -361,15 +419,24 @@ func createPrivate(path string, log *slog.Logger) error {
 	if err == nil {
 		return f.Close()
 	}
-	if errors.Is(err, syscall.EISDIR) { // "dir/"
+	dir := filepath.Dir(path)
+	switch {
+	case errors.Is(err, syscall.EISDIR): // "dir/"
 		return errDirectory
-	}
-	if !errors.Is(err, fs.ErrExist) {
+	case errors.Is(err, fs.ErrNotExist):
+		return &wrongPathError{fmt.Sprintf("its directory %s does not exist: create it first (mkdir -p %s)", dir, shellWord(dir)), true}
+	case errors.Is(err, syscall.ENOTDIR):
+		return &wrongPathError{reason: fmt.Sprintf("%s is a file, not a directory: give a path in a directory", dir)}
+	case !errors.Is(err, fs.ErrExist):
 		return err
 	}
 	info, err := os.Stat(path)
 	if err == nil && info.IsDir() {
 		return errDirectory
+	}
+	if err == nil && !isSQLiteFile(path, info) {
+		return &wrongPathError{reason: "the file is not a SQLite database (it does not begin as one does): " +
+			"give the path of a jobwatch database, or of a file that does not exist yet to make a new one"}
 	}
 	if err == nil && info.Mode().Perm()&0o077 != 0 {
 		log.Warn("the database file may be read by other users: it holds every job's payload and result; "+
