@@ -125,13 +125,14 @@ func (c *Client) watchLogsOnce(ctx context.Context, id string, last *int64,
 			return false, true, true, nil
 		}
 		lines := msg.GetLines()
-		if !gotLines && len(lines) > 0 && lines[0].GetSeq() <= *last {
-			// A stream's first lines at or before the after_seq it was
+		if !gotLines && len(lines) > 0 && lines[len(lines)-1].GetSeq() < *last {
+			// A stream's first lines all before the after_seq it was
 			// opened with: the server's log ends before that seq (a
 			// database restored from an older copy), so it sends its
 			// log from the oldest line kept, which this reader has not
-			// seen (a line of that seq it had was another).
-			*last = lines[0].GetSeq() - 1
+			// seen (a line of that seq it had was another), and the
+			// gap before it, if any.
+			*last = 0
 		}
 		gotLines = gotLines || len(lines) > 0
 		for len(lines) > 0 && lines[0].GetSeq() <= *last {

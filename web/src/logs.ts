@@ -327,6 +327,11 @@ export interface LogListener {
   // lines has only lines after every one heard before; gap, if set,
   // comes before them.
   lines(lines: LogLine[], gap: LogGap | undefined): void;
+  // rewound is told when the server's log ends before the lines heard
+  // (its database was restored from an older copy): what was heard is
+  // not the server's log, and the lines that follow are, from its oldest
+  // kept.
+  rewound?(): void;
   status(s: LogStatus): void;
   // dialled is told each time a stream is opened: the n-th.
   dialled?(n: number): void;
@@ -464,6 +469,7 @@ export class LogFollower {
     this.streams++;
     this.listener.dialled?.(this.streams);
     let jobEnded = false;
+    let heard = false;
     const end = await followStream(
       {
         stopped: this.abort.signal,
@@ -478,6 +484,18 @@ export class LogFollower {
         if (res.jobEnded) {
           jobEnded = true;
           return true;
+        }
+        const lastSent = res.lines.at(-1);
+        if (!heard && lastSent !== undefined) {
+          heard = true;
+          if (lastSent.seq < this.afterSeq) {
+            // A stream's first lines all before the seq it was opened
+            // after: the server's log ends before it, so the server sends
+            // its log from the oldest line kept (a line of a seq heard
+            // before was another).
+            this.afterSeq = 0n;
+            this.listener.rewound?.();
+          }
         }
         let gap = res.gap;
         if (gap !== undefined) {

@@ -74,6 +74,13 @@ export class LogPane {
     this.close();
     this.jobId = id;
     this.shownId = id;
+    this.clear();
+    setData(this.el, "jobId", id);
+    this.follow();
+  }
+
+  // clear empties the pane, which then keeps to the bottom.
+  private clear(): void {
     this.tail = new LogTail();
     this.following = true;
     this.unseen = 0;
@@ -81,8 +88,6 @@ export class LogPane {
     this.empty.hidden = false;
     this.trimmedNote.hidden = true;
     this.renderJump();
-    setData(this.el, "jobId", id);
-    this.follow();
   }
 
   // close ends the stream; what is shown stays until the next open.
@@ -122,6 +127,13 @@ export class LogPane {
         lines: (lines, gap) => {
           if (this.follower === current) {
             this.add(lines, gap);
+          }
+        },
+        // The server's log is not the one shown (a database restored
+        // from an older copy): show the server's, as a reload would.
+        rewound: () => {
+          if (this.follower === current) {
+            this.clear();
           }
         },
         status: (s) => {

@@ -278,6 +278,7 @@ function follow(t: TestContext, server: LogServer, opts: LogFollowOptions = {}) 
         }
         heard.push(...ls.map((l) => String(l.seq)));
       },
+      rewound: () => heard.push("rewound"),
       status: (s) => statuses.push(s),
     },
     { backoffMs: () => 0, ...opts },
@@ -322,6 +323,31 @@ test("a stream that drops is resumed after the last seq heard, and a line sent a
   assert.equal(server.calls[0]!.req.jobId, "j_1");
   assert.ok(statuses.some((s) => s.kind === "reconnecting"), JSON.stringify(statuses));
   assert.equal(statuses.at(-1)?.kind, "live");
+});
+
+test("a server whose log ends before the lines heard (a restored database) is heard from its oldest line, after word that it went back", async (t) => {
+  const server = new LogServer((call, n) => {
+    call.headers();
+    if (n === 1) {
+      call.send(1, 5);
+      call.fail(Code.Unavailable, "connection reset");
+    } else if (n === 2) {
+      call.keepalive();
+      call.send(2, 3, { skipped: 1, resumeFrom: 2 }); // all it has, from its oldest kept
+      call.send(4, 4);
+      call.fail(Code.Unavailable, "connection reset");
+    } else {
+      call.send(5, 6);
+    }
+  });
+  const { follower, heard } = follow(t, server);
+  await until("line 6", () => heard.includes("6"));
+  follower.stop();
+  assert.deepEqual(
+    server.calls.map((c) => c.req.afterSeq),
+    [0n, 5n, 4n],
+  );
+  assert.deepEqual(heard, ["1", "2", "3", "4", "5", "rewound", "gap 1", "2", "3", "4", "5", "6"]);
 });
 
 test("a gap is passed on once and the follower resumes after it", async (t) => {
