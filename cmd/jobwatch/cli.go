@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
@@ -124,15 +125,53 @@ func (f *clientFlags) client(stderr io.Writer, quietRetries bool, extra ...clien
 		var hinted atomic.Bool
 		answered := &answeredCalls{}
 		f.answered = answered
+		said := &retryLines{w: stderr}
 		opts = append(opts, client.WithConnectOptions(connect.WithInterceptors(answered)),
 			client.WithRetryNotify(func(err error, d time.Duration) {
-				fmt.Fprintf(stderr, "jobwatch: %s; retrying in %v\n", retryReason(err), d.Round(10*time.Millisecond))
+				said.say(retryReason(err), d)
 				if errors.Is(err, syscall.ECONNREFUSED) && !answered.Load() && !hinted.Swap(true) {
 					fmt.Fprintln(stderr, serverHint)
 				}
 			}))
 	}
 	return client.New(server, append(opts, extra...)...), nil
+}
+
+// retryRepeatEvery is how often a retry whose reason the last retry
+// line gave says it again: a server that is down is retried every few
+// hundred milliseconds at first, and a line for each says nothing new.
+const retryRepeatEvery = 10 * time.Second
+
+// retryLines says on w why each retry is made, but a reason the last
+// line gave only once every retryRepeatEvery, with how many tries it
+// left unsaid.
+type retryLines struct {
+	w   io.Writer
+	now func() time.Time // time.Now if nil
+
+	mu     sync.Mutex
+	last   string
+	at     time.Time
+	unsaid int
+}
+
+func (r *retryLines) say(reason string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if r.now != nil {
+		now = r.now()
+	}
+	if reason == r.last && now.Sub(r.at) < retryRepeatEvery {
+		r.unsaid++
+		return
+	}
+	again := ""
+	if reason == r.last {
+		again = fmt.Sprintf(" (%d more tries since the last line said so)", r.unsaid+1)
+	}
+	fmt.Fprintf(r.w, "jobwatch: %s; retrying in %v%s\n", reason, d.Round(10*time.Millisecond), again)
+	r.last, r.at, r.unsaid = reason, now, 0
 }
 
 // timeoutUnanswered is err, or, when err is a --timeout that passed while

@@ -720,10 +720,37 @@ func TestTimeoutWhileTheServerIsAwaySaysSo(t *testing.T) {
 			!strings.Contains(errOut, "connection refused") || strings.Contains(errOut, "before the job ended") {
 			t.Errorf("jobwatch %s against no server = exit %d, stderr %q; want 1, the timeout and the refused connection", cmd, code, errOut)
 		}
-		// Its retries say once what to check.
+		// Its retries say once what to check, and the refused connection
+		// once too: the retries in 300 ms say nothing new.
 		if n := strings.Count(errOut, "nothing answers at that address"); n != 1 {
 			t.Errorf("jobwatch %s against no server said %d times that nothing answers there, want once:\n%s", cmd, n, errOut)
 		}
+		if n := strings.Count(errOut, "; retrying in "); n != 1 {
+			t.Errorf("jobwatch %s against no server said %d times that it retries, want once:\n%s", cmd, n, errOut)
+		}
+	}
+}
+
+// A retry line says a reason the line before it gave only once every
+// retryRepeatEvery, then with how many tries went unsaid; a new reason
+// at once.
+func TestRetryLinesSayAReasonAgainOnlyNowAndThen(t *testing.T) {
+	var out strings.Builder
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	r := &retryLines{w: &out, now: func() time.Time { return now }}
+	for range 5 {
+		r.say("unavailable: connection refused", 100*time.Millisecond)
+		now = now.Add(time.Second)
+	}
+	r.say("unavailable: connection reset", time.Second)
+	r.say("unavailable: connection reset", time.Second)
+	now = now.Add(retryRepeatEvery)
+	r.say("unavailable: connection reset", 2*time.Second)
+	want := "jobwatch: unavailable: connection refused; retrying in 100ms\n" +
+		"jobwatch: unavailable: connection reset; retrying in 1s\n" +
+		"jobwatch: unavailable: connection reset; retrying in 2s (2 more tries since the last line said so)\n"
+	if out.String() != want {
+		t.Fatalf("the retry lines are\n%s\nwant\n%s", out.String(), want)
 	}
 }
 
