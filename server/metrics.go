@@ -204,6 +204,15 @@ func (m *Metrics) register(reg *prometheus.Registry, engine *jobs.Engine, log *s
 		&ratesCollector{engine: engine, log: log},
 		&schedulesCollector{engine: engine, log: log},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "jobwatch_store_reachable",
+			Help: "1 while the store takes writes (and, on PostgreSQL, hears the other replicas' changes), 0 while it cannot: gRPC health and /healthz say NOT_SERVING meanwhile.",
+		}, func() float64 {
+			if engine.StoreReachable() {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "jobwatch_watch_shared_bytes",
 			Help: "Bytes of changed jobs read for WatchJobs streams and kept for 2 s after the read, so that the other streams of the tenant woken by the same changes share the read (at most 32 MiB).",
 		}, func() float64 { return float64(engine.SharedChangeBytes()) }),

@@ -21,7 +21,8 @@ import (
 // timeout; a full disk and a read-only file are store/sqlite's tests),
 // gRPC health says NOT_SERVING from the first refused write, and SERVING
 // again once the file takes writes, though no caller writes meanwhile:
-// a load balancer that follows health sends none.
+// a load balancer that follows health sends none. /metrics'
+// jobwatch_store_reachable follows it.
 func TestHealthFollowsRefusedWritesOnSQLite(t *testing.T) {
 	ts := startServer(t, serverOptions{storeConfig: sqlite.Config{LockTimeout: 200 * time.Millisecond}})
 	c := ts.h2c()
@@ -53,6 +54,14 @@ func TestHealthFollowsRefusedWritesOnSQLite(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != code || strings.TrimSpace(string(body)) != text {
 			t.Fatalf("GET /healthz while health is %v: %d %q, want %d %s", want, resp.StatusCode, body, code, text)
+		}
+		// /metrics says it too, for an alert.
+		gauge := "jobwatch_store_reachable 1\n"
+		if want != grpchealth.StatusServing {
+			gauge = "jobwatch_store_reachable 0\n"
+		}
+		if status, metrics := scrape(t, http.DefaultClient, ts.url); status != http.StatusOK || !strings.Contains(metrics, gauge) {
+			t.Fatalf("GET /metrics while health is %v: %d, without %q", want, status, strings.TrimSpace(gauge))
 		}
 	}
 	waitForHealth(grpchealth.StatusServing)

@@ -132,12 +132,13 @@ func (h *health) notified(err error) {
 		return
 	}
 	h.notifyFailing = true
-	if h.on || errors.Is(err, jobtype.ErrUnavailable) {
+	if h.on || errors.Is(err, jobtype.ErrUnavailable) && !tooManyConnections(err) {
 		h.begin("notifications", err)
 		return
 	}
-	// A failure that is no outage (a notification the server refused):
-	// said once, until a send succeeds.
+	// A failure that is no outage (a notification the server refused, or
+	// its connection, for want of room): said once, until a send
+	// succeeds.
 	h.log.Warn("postgres: cannot notify other replicas; they catch up from the database", "err", err)
 }
 

@@ -30,7 +30,10 @@
 // mean the database cannot be reached (refused or lost connections,
 // shutdowns, timeouts) wrap jobtype.ErrUnavailable. The pool's settings
 // (pool_max_conns and the like) come from the URL, as pgxpool reads them,
-// but for a pool of DefaultMaxConns when the URL sets no size.
+// but for a pool of DefaultMaxConns when the URL sets no size, and
+// DefaultMaxConnIdleTime when it sets no idle time. A write that finds
+// the database refusing the pool another connection for want of room
+// (max_connections) waits for one of those the pool holds.
 //
 // The package only stores and finds jobs; it must never decide a job's
 // life cycle (package jobs does).
@@ -47,6 +50,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -67,6 +71,15 @@ const deleteBatch = 1000
 // server's concurrent writes queue for connections: on 2 cores, 16
 // remote workers ran 486 jobs/s with it and 721 with 16 connections.
 const DefaultMaxConns = 16
+
+// DefaultMaxConnIdleTime is how long a connection of the pool may sit
+// idle before the pool closes it, when the URL gives no
+// pool_max_conn_idle_time (pgxpool's own default is 30 minutes): so a
+// replica that a burst made open its whole pool gives the connections
+// it no longer needs back to the database within a minute or two (the
+// pool looks every minute), where they kept a replica starting beside
+// it out of a max_connections they had filled.
+const DefaultMaxConnIdleTime = time.Minute
 
 // Store is a store.Store on a PostgreSQL database. Create it with Open.
 type Store struct {
@@ -111,6 +124,10 @@ type Store struct {
 	// vacuum vacuums the jobs table where autovacuum does not
 	// (vacuum.go).
 	vacuum vacuumer
+
+	// crowded is set once the database first refused the pool a
+	// connection for want of room (acquire), which it logs once.
+	crowded atomic.Bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -126,7 +143,10 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
 	if !strings.Contains(url, "pool_max_conns") {
-		cfg.MaxConns = max(cfg.MaxConns, DefaultMaxConns)
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if !strings.Contains(url, "pool_max_conn_idle_time") {
+		cfg.MaxConnIdleTime = DefaultMaxConnIdleTime
 	}
 	s := &Store{log: slog.Default(), reach: health{log: slog.Default()}}
 	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
@@ -283,7 +303,7 @@ func (s *Store) probeWrite(ctx context.Context) error {
 }
 
 func (s *Store) writeOnce(ctx context.Context, fn func(context.Context, *pgxpool.Conn) error) error {
-	conn, err := s.pool.Acquire(ctx)
+	conn, err := s.acquire(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			// The caller left or its deadline passed while it waited:
@@ -300,6 +320,46 @@ func (s *Store) writeOnce(ctx context.Context, fn func(context.Context, *pgxpool
 	return fn(context.WithoutCancel(ctx), conn)
 }
 
+// acquire takes a connection of the pool. When the pool would open one
+// more and PostgreSQL refuses it (too many connections: max_connections
+// or the role's limit, which the replicas' pools together outgrow), it
+// waits for one of the connections the pool holds to come free instead,
+// trying again every few milliseconds, until ctx ends: that refusal
+// says the database has no room for one more connection, not that it
+// cannot be reached, and the pool's own connections still work. A pool
+// holding none has nothing to wait for, and fails.
+func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	wait := time.Millisecond
+	for {
+		conn, err := s.pool.Acquire(ctx)
+		if err == nil || !tooManyConnections(err) || s.pool.Stat().TotalConns() == 0 {
+			return conn, err
+		}
+		if !s.crowded.Swap(true) {
+			st := s.pool.Stat()
+			s.log.Warn("postgres: the database refuses more connections; this replica makes do with those its pool holds. "+
+				"Its max_connections, and the role's connection limit, must cover replicas × (pool_max_conns + 2)",
+				"pool_max_conns", st.MaxConns(), "held", st.AcquiredConns()+st.IdleConns(), "err", err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
+
+// tooManyConnections reports whether err is PostgreSQL's refusal of a
+// connection for want of room: too_many_connections (53300), for the
+// server's max_connections or the role's or database's limit.
+func tooManyConnections(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "53300"
+}
+
 // classify wraps the errors that mean "the database cannot be used right
 // now" with jobtype.ErrUnavailable, keeping only the server's short message
 // (never the statement). A caller's own cancellation stays what it is.
@@ -310,6 +370,10 @@ func classify(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
+		case pe.Code == "53300": // too_many_connections
+			return fmt.Errorf("%w: %w: the database has no room for another connection; "+
+				"its max_connections, and the role's connection limit, must cover replicas × (pool_max_conns + 2)",
+				jobtype.ErrUnavailable, pe)
 		case strings.HasPrefix(pe.Code, "08"), // connection exception
 			strings.HasPrefix(pe.Code, "53"),                           // insufficient resources, too many connections
 			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", // shutdown, cannot connect now
