@@ -18,7 +18,8 @@ import (
 // when nobody reads it; at the deadline or Shutdown the wait reads it
 // again (a change another replica committed may not have reached this
 // one yet, and a wait that saw no change kept no payload), and returns
-// that read's error if it fails, but for an unreachable database.
+// that read's error if it fails, but for an unreachable database or one
+// that does not answer within rereadBound.
 //
 // The deadline is an instant on the monotonic clock: time.Now().Add(cap),
 // or a context's deadline. It is computed once, by the caller, and waited
@@ -92,10 +93,23 @@ func (e *Engine) WaitSnapshot(ctx context.Context, id string, deadline time.Time
 // Shutdown, so that a database that hangs holds no answer.
 const rereadTimeout = 2 * time.Second
 
-// rereadSnapshot is readSnapshot bounded by rereadTimeout.
+// rereadBound is how long the read a wait makes as it ends may take: at
+// most rereadTimeout, and at most half the time left before ctx's own
+// deadline (the caller's), the other half left for the answer to reach
+// the caller; a wait ends that margin before it (server.Config's
+// DeadlineMargin), and a database that hangs must not eat it.
+func rereadBound(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return min(rereadTimeout, time.Until(d)/2)
+	}
+	return rereadTimeout
+}
+
+// rereadSnapshot is readSnapshot bounded by rereadBound.
 func (e *Engine) rereadSnapshot(ctx context.Context, id string) (*Snapshot, error) {
+	limit := rereadBound(ctx)
 	return shallow.Call(func() (*Snapshot, error) {
-		bounded, cancel := context.WithTimeout(context.WithoutCancel(ctx), rereadTimeout)
+		bounded, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
 		defer cancel()
 		j, err := e.store.GetJob(bounded, id)
 		if err != nil {

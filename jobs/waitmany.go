@@ -317,8 +317,9 @@ func (e *Engine) rereadUnfinished(ctx context.Context, ids []string, latest []*S
 			at[ids[i]] = i
 		}
 	}
+	limit := rereadBound(ctx)
 	jobs, err := shallow.Call(func() ([]jobtype.Job, error) {
-		bounded, cancel := context.WithTimeout(context.WithoutCancel(ctx), rereadTimeout)
+		bounded, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
 		defer cancel()
 		return e.store.ReadJobs(bounded, unfinished, read)
 	})

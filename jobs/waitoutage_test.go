@@ -40,3 +40,61 @@ func TestAWaitAtItsCapDuringAnOutageEndsOKWithTheLastStateSeen(t *testing.T) {
 		t.Fatalf("the wait at its cap during the outage = %v, %v; want OK with the job QUEUED", got.State, err)
 	}
 }
+
+// hungStore is a store whose database stops answering after its first
+// read of a job: later reads wait until their context ends, as a frozen
+// PostgreSQL's do.
+type hungStore struct {
+	store.Store
+	reads atomic.Int64
+}
+
+func (s *hungStore) GetJob(ctx context.Context, id string) (jobtype.Job, error) {
+	if s.reads.Add(1) > 1 {
+		<-ctx.Done()
+		return jobtype.Job{}, ctx.Err()
+	}
+	return s.Store.GetJob(ctx, id)
+}
+
+func (s *hungStore) ReadJobs(ctx context.Context, ids []string, read store.JobRead) ([]jobtype.Job, error) {
+	if s.reads.Add(1) > 1 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.Store.ReadJobs(ctx, ids, read)
+}
+
+// A wait that ends at its caller's deadline, less the server's margin,
+// while the database hangs answers OK with the latest state it saw
+// before that deadline: its read of the job again is bounded by half
+// the time left, where it took up to 2 s, and the caller got
+// deadline_exceeded.
+func TestAWaitAtItsCallersDeadlineWhileTheDatabaseHangsAnswersInTime(t *testing.T) {
+	for _, many := range []bool{false, true} {
+		inner := openStore(t)
+		e := newEngineOver(t, &hungStore{Store: inner}, jobs.Config{})
+		j := submit(t, e, jobs.SubmitRequest{Kind: "k"})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		margin := 200 * time.Millisecond
+		deadline, _ := ctx.Deadline()
+		var state jobtype.State
+		var err error
+		if many {
+			var res jobs.WaitManyResult
+			res, err = e.WaitMany(ctx, jobs.WaitManyRequest{IDs: []string{j.ID}}, deadline.Add(-margin))
+			if len(res.Unfinished) == 1 {
+				state = jobtype.Queued
+			}
+		} else {
+			var got jobtype.Job
+			got, err = e.Wait(ctx, j.ID, deadline.Add(-margin))
+			state = got.State
+		}
+		late := time.Since(deadline)
+		cancel()
+		if err != nil || state != jobtype.Queued || late > 0 {
+			t.Errorf("many %v: the wait while the database hangs = %v, %v, %v after the caller's deadline; want OK, QUEUED, before it", many, state, err, late)
+		}
+	}
+}
