@@ -26,7 +26,11 @@ kill -HUP "$(pidof jobwatch)" would signal them all (and they would
 drain their jobs and stop, as on Ctrl-C). It waits for the
 server's answer (written to FILE.reload) and says whether it took the
 files, or exits 1 naming each it refused and why; the server then keeps
-what it had, and its log says the same.
+what it had, and its log says the same. A config file it took that no
+longer declares queues, pools, schedules, tenants or the alert webhook
+that the one before did is named on stderr, with what went: the server
+has dropped them (a deploy's half-written copy reads as a shorter
+file).
 
 It refuses, and signals nothing, when FILE names no running jobwatch
 serve (a stale file whose process id now belongs to something else) or
@@ -70,6 +74,11 @@ func reload(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil || o.PID != pid || o.PID == before.PID && o.Reload == before.Reload {
 			continue
 		}
+		// What went from a file taken is said whichever way the other
+		// went; serve's log has the same at warn.
+		for _, w := range o.Warned {
+			fmt.Fprintf(stderr, "jobwatch: reload: %s\n", w)
+		}
 		if len(o.Refused) > 0 {
 			// The two files are read each on its own: one refused,
 			// the other may have been taken.
@@ -96,13 +105,15 @@ const reloadAnswerWithin = 10 * time.Second
 
 // reloadOutcome is what serve writes, as one JSON object, to the file
 // reloadOutcomeFile names after each SIGHUP: its process id, how many
-// reloads it has made, each file it refused, with why, and each it took
-// ("tokens FILE").
+// reloads it has made, each file it refused, with why, each it took
+// ("tokens FILE"), and what the operator should know of one it took
+// (a config that no longer declares queues the one before did).
 type reloadOutcome struct {
 	PID     int      `json:"pid"`
 	Reload  int      `json:"reload"`
 	Refused []string `json:"refused,omitempty"`
 	Taken   []string `json:"taken,omitempty"`
+	Warned  []string `json:"warned,omitempty"`
 }
 
 // reloadOutcomeFile is where a serve with --pid-file FILE writes its
@@ -131,12 +142,12 @@ type reloadOutcomes struct {
 	reloads int
 }
 
-func (r *reloadOutcomes) write(refused, taken []string) {
+func (r *reloadOutcomes) write(refused, taken, warned []string) {
 	if r.path == "" {
 		return
 	}
 	r.reloads++
-	b, _ := json.Marshal(reloadOutcome{PID: os.Getpid(), Reload: r.reloads, Refused: refused, Taken: taken})
+	b, _ := json.Marshal(reloadOutcome{PID: os.Getpid(), Reload: r.reloads, Refused: refused, Taken: taken, Warned: warned})
 	tmp := r.path + ".tmp"
 	err := os.WriteFile(tmp, append(b, '\n'), 0o644)
 	if err == nil {

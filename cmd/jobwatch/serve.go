@@ -381,9 +381,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 
 	// The file is read before the database is opened, so a mistake in it
 	// changes nothing on disk.
-	var rules jobtype.Rules
+	var (
+		configFile *config.File
+		rules      jobtype.Rules
+	)
 	if f.config != "" {
-		if rules, err = loadRules(f.config); err != nil {
+		if configFile, rules, err = loadConfig(f.config); err != nil {
 			return fmt.Errorf("--config: %w", err)
 		}
 	}
@@ -495,6 +498,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.Insecure = !loopback && f.tokens == ""
 	srv := server.New(engine, cfg)
 	reloads := &tokenReloads{srv: srv, path: f.tokens, log: log, known: tokens.Len()}
+	configReloads := &configReloads{engine: engine, path: f.config, log: log, inEffect: configFile,
+		record: func(took bool) { metrics.Reloaded("config", took, time.Now()) }}
 	outcomes := &reloadOutcomes{path: reloadOutcomeFile(f.pidFile), log: log}
 	// /metrics says whether each file's last reading took, and when one
 	// did: an alert sees a replica left on its old rules by a refused
@@ -513,13 +518,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		if f.config == "" && f.tokens == "" {
 			log.Warn("SIGHUP: nothing to read again (serve was started without --config or --tokens); still serving")
 		}
-		var refused, taken []string
+		var refused, taken, warned []string
 		if f.config != "" {
-			err := reloadConfig(engine, f.config, log, func(took bool) { metrics.Reloaded("config", took, time.Now()) })
+			removed, err := configReloads.reload()
 			if err != nil {
 				refused = append(refused, err.Error())
 			} else {
 				taken = append(taken, "config "+f.config)
+			}
+			if !removed.Empty() {
+				warned = append(warned, removedWarning(f.config, removed))
 			}
 		}
 		if f.tokens != "" {
@@ -531,7 +539,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 				taken = append(taken, "tokens "+f.tokens)
 			}
 		}
-		outcomes.write(refused, taken)
+		outcomes.write(refused, taken, warned)
 	})
 	defer stopReloads()
 	// Written once a SIGHUP reloads (above): "jobwatch reload" reads it.
@@ -620,19 +628,20 @@ func serveMetrics(srv *server.Server, ln net.Listener, addr string, log *slog.Lo
 	}
 }
 
-// loadRules reads the configuration file at path into the rules the
-// engine keeps: every key of the format, schedules included (see
+// loadConfig reads the configuration file at path, and the rules the
+// engine keeps from it: every key of the format, schedules included (see
 // config.File.Rules).
-func loadRules(path string) (jobtype.Rules, error) {
+func loadConfig(path string) (*config.File, jobtype.Rules, error) {
 	f, err := config.Load(path)
 	if err != nil {
-		return jobtype.Rules{}, err
+		return nil, jobtype.Rules{}, err
 	}
-	return f.Rules()
+	rules, err := f.Rules()
+	return f, rules, err
 }
 
 // reloadOnHangup calls reload on every SIGHUP until the returned function
-// is called. reloadConfig and reloadTokens each swap what they read whole,
+// is called. configReloads and tokenReloads each swap what they read whole,
 // so parked calls stay parked and each later decision sees either the old
 // file or the new one; a file with a mistake is refused and logged, and
 // the one in effect stays.
@@ -659,25 +668,51 @@ func reloadOnHangup(log *slog.Logger, reload func()) (stop func()) {
 	}
 }
 
-// reloadConfig reads the config file again and hands its rules to
-// engine; a file with a mistake is refused, logged and returned. record
-// is told whether it took before the log says so, so that /metrics
-// agrees with the log by the time it is written.
-func reloadConfig(engine *jobs.Engine, path string, log *slog.Logger, record func(took bool)) error {
-	rules, err := loadRules(path)
+// configReloads reads the config file again on each SIGHUP and hands
+// its rules to engine; a file with a mistake is refused, logged and
+// returned. A file that parses but no longer declares queues, pools,
+// schedules, tenants or the webhook that the one in effect did is
+// applied, as an operator may mean it, but logged at warn naming them,
+// so a copy a deploy cut off after a line is seen, as a tokens file
+// that lost tokens is. record is told whether a reload took before the
+// log says so, so that /metrics agrees with the log by the time it is
+// written. Reloads run one at a time (reloadOnHangup).
+type configReloads struct {
+	engine   *jobs.Engine
+	path     string
+	log      *slog.Logger
+	record   func(took bool)
+	inEffect *config.File // the file whose rules the engine has
+}
+
+func (r *configReloads) reload() (config.Removed, error) {
+	f, rules, err := loadConfig(r.path)
 	if err == nil {
-		err = engine.SetRules(rules)
+		err = r.engine.SetRules(rules)
 	}
-	record(err == nil)
+	r.record(err == nil)
 	if err != nil {
 		// One line per reload: the mistakes, joined, in the order of the file.
 		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
-		log.Error("config reload refused; the config in effect stays", "config", path, "err", msg)
-		return fmt.Errorf("config %s refused; the config in effect stays: %s", path, msg)
+		r.log.Error("config reload refused; the config in effect stays", "config", r.path, "err", msg)
+		return config.Removed{}, fmt.Errorf("config %s refused; the config in effect stays: %s", r.path, msg)
 	}
-	log.Info("config reloaded", "config", path, "queues", len(rules.Queues), "schedules", len(rules.Schedules),
-		"strict", rules.Strict, "retention", engine.Retention())
-	return nil
+	removed := f.RemovedSince(r.inEffect)
+	r.inEffect = f
+	attrs := []any{"config", r.path, "queues", len(rules.Queues), "schedules", len(rules.Schedules),
+		"strict", rules.Strict, "retention", r.engine.Retention()}
+	if removed.Empty() {
+		r.log.Info("config reloaded", attrs...)
+	} else {
+		r.log.Warn("config reloaded without "+removed.String(), attrs...)
+	}
+	return removed, nil
+}
+
+// removedWarning is what "jobwatch reload" tells its operator of a
+// config reload that removed what the file before declared.
+func removedWarning(path string, removed config.Removed) string {
+	return fmt.Sprintf("config %s no longer declares %s, which serve has dropped: if the file was cut short (a half-written copy), put it back whole and reload again", path, removed)
 }
 
 // tokenReloads reads the tokens file again on each SIGHUP and hands it
