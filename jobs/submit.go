@@ -346,13 +346,17 @@ func distinctIDs(ids []string) []string {
 	return out
 }
 
-// Start moves a PENDING job to QUEUED. A job already QUEUED or RUNNING is
-// returned unchanged, so a retried Start is harmless; an ended job, or a
-// WAITING one (it starts once its dependencies end), is a *StateError.
+// Start moves a PENDING job to QUEUED, and logs who did at info. A job
+// already QUEUED or RUNNING is returned unchanged, so a retried Start is
+// harmless; an ended job, or a WAITING one (it starts once its
+// dependencies end), is a *StateError.
 func (e *Engine) Start(ctx context.Context, id string) (jobtype.Job, error) {
-	return e.update(ctx, "start", id, func(j *jobtype.Job, now time.Time) error {
+	started := false
+	j, err := e.update(ctx, "start", id, func(j *jobtype.Job, now time.Time) error {
+		started = false
 		switch {
 		case j.State == jobtype.Pending:
+			started = true
 			j.State = jobtype.Queued
 			if j.RunAt.Before(now) {
 				// RunAt said "not before"; a held job runs from its start.
@@ -370,6 +374,10 @@ func (e *Engine) Start(ctx context.Context, id string) (jobtype.Job, error) {
 			return errUnchanged // started already
 		}
 	})
+	if err == nil && started {
+		e.logAction(ctx, "job started", "job_id", j.ID, "tenant", j.Tenant, "queue", j.Queue, "by", Actor(ctx))
+	}
+	return j, err
 }
 
 // Get returns a job, or ErrNotFound.

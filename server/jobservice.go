@@ -222,7 +222,7 @@ func (h *jobService) StartJob(ctx context.Context, req *jobwatchv1.StartJobReque
 	if err := h.s.checkClientJob(ctx, "start job", req.GetJobId()); err != nil {
 		return nil, err
 	}
-	j, err := h.s.engine.Start(ctx, req.GetJobId())
+	j, err := h.s.engine.Start(asOperator(ctx), req.GetJobId())
 	if err != nil {
 		return nil, h.s.toConnectError(ctx, "start job", ofJob(req.GetJobId(), err))
 	}

@@ -262,3 +262,22 @@ func TestClientsActOnTheirOwnTenantsJobsAndHistorySaysWho(t *testing.T) {
 	_, err = admin.jobs.GetJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.GetJobRequest{JobId: failed.GetId()})
 	wantCode(t, err, connect.CodeNotFound)
 }
+
+// Starting a held job is an operator's action like a retry: logged once
+// at info with who did it; starting it again, a no-op, is not.
+func TestStartingAHeldJobIsLoggedWithWhoDidIt(t *testing.T) {
+	ts := startServer(t, serverOptions{})
+	c := ts.h2c()
+	held := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "held", Hold: true})
+	for range 2 {
+		if _, err := c.jobs.StartJob(ctxTimeout(t, 5*time.Second), &jobwatchv1.StartJobRequest{JobId: held.GetId()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(ts.logs.String(), `msg="job started" job_id=`+held.GetId()); n != 1 {
+		t.Errorf("the start was logged %d times, want once:\n%s", n, ts.logs.String())
+	}
+	if !strings.Contains(ts.logs.String(), "by=anonymous") {
+		t.Errorf("the start's log line does not say who started it:\n%s", ts.logs.String())
+	}
+}
