@@ -54,6 +54,8 @@ type Metrics struct {
 	// (config, tokens) took, and when one last did (Reloaded).
 	reloadOK   *prometheus.GaugeVec
 	reloadedAt *prometheus.GaugeVec
+	// configInfo is 1 for the fingerprint of the config in effect.
+	configInfo *prometheus.GaugeVec
 
 	// elsewhere: /metrics is served on a listener of its own
 	// (Server.MoveMetrics), not on the API's port.
@@ -166,6 +168,10 @@ func NewMetricsWith(o MetricsOptions) *Metrics {
 			Name: "jobwatch_reload_success_timestamp_seconds",
 			Help: "When the file in effect (file=\"config\" or \"tokens\") was read, at start or by the last reload that took, in seconds since the Unix epoch.",
 		}, []string{"file"}),
+		configInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "jobwatch_config_info",
+			Help: "1, with the fingerprint of the rules of the --config in effect (config.File.Fingerprint: the same rules have the same fingerprint, however the file is laid out). Replicas that show different fingerprints enforce different rules on their own claims. Only with --config.",
+		}, []string{"fingerprint"}),
 		sendsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jobwatch_sends_cut_total",
 			Help: "Responses and streams ended because a write stayed blocked on a client that does not read: for --send-timeout (send_timeout), until the stream's --stream-lifetime (stream_lifetime), or at once once it had been blocked for two seconds, its connection sending no answer meanwhile, while its connection or the server held as many blocked writes as it may (stalled). Each is also counted as a failed call in jobwatch_requests_total.",
@@ -184,6 +190,13 @@ func (m *Metrics) Reloaded(file string, took bool, at time.Time) {
 	m.reloadedAt.WithLabelValues(file).Set(float64(at.UnixNano()) / 1e9)
 }
 
+// ConfigInEffect records the fingerprint of the config whose rules the
+// server now enforces (at start, and after each reload that took).
+func (m *Metrics) ConfigInEffect(fingerprint string) {
+	m.configInfo.Reset()
+	m.configInfo.WithLabelValues(fingerprint).Set(1)
+}
+
 // Woke implements jobs.Metrics.
 func (m *Metrics) Woke(kind string, latency time.Duration) {
 	m.wakeLatency.WithLabelValues(kind).Observe(latency.Seconds())
@@ -195,7 +208,7 @@ func (m *Metrics) register(reg *prometheus.Registry, engine *jobs.Engine, log *s
 		m.connections, m.connectionsRefused, m.connectionsIdleClosed, m.parkedCalls, m.parkRefused,
 		m.parkedByTenant, m.tenantParkRefused, m.hostRefused,
 		m.bodiesReading, m.bodyTimeouts, m.abandoned, m.sendsInProgress, m.sendsCut,
-		m.reloadOK, m.reloadedAt,
+		m.reloadOK, m.reloadedAt, m.configInfo,
 		&jobsCollector{counts: &sharedRead[map[jobtype.State]int64]{
 			engine: engine, log: log, what: "count jobs for metrics", read: engine.CountByState,
 			maxAge: jobCountsMaxAge, minGap: jobCountsMinGap}},

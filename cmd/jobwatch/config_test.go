@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/jobwatch/jobwatch/config"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
 	"github.com/jobwatch/jobwatch/internal/testdb"
@@ -31,16 +32,7 @@ func writeFile(t *testing.T, path, text string) {
 // writes them) of the server at base.
 func sample(t *testing.T, base, series string) float64 {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(body)) {
+	for line := range strings.Lines(scrapeText(t, base)) {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
@@ -51,6 +43,21 @@ func sample(t *testing.T, base, series string) float64 {
 	}
 	t.Fatalf("/metrics has no %s", series)
 	return 0
+}
+
+// scrapeText is the body of base's /metrics.
+func scrapeText(t *testing.T, base string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
 }
 
 func TestServeAppliesTheConfigAndReloadsItOnSIGHUP(t *testing.T) {
@@ -106,6 +113,29 @@ func TestServeAppliesTheConfigAndReloadsItOnSIGHUP(t *testing.T) {
 	if ok := sample(t, base, took); ok != 1 || startedAt <= 0 {
 		t.Errorf("at start %s = %v, %s = %v; want 1 and the start's time", took, ok, tookAt, startedAt)
 	}
+	// And the fingerprint of the rules in effect, as the log says it.
+	fingerprint := func() string {
+		t.Helper()
+		f, err := config.Load(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f.Fingerprint()
+	}
+	inEffect := func(fp string) {
+		t.Helper()
+		if v := sample(t, base, `jobwatch_config_info{fingerprint="`+fp+`"}`); v != 1 {
+			t.Errorf("jobwatch_config_info of %s = %v, want 1", fp, v)
+		}
+		if n := strings.Count(scrapeText(t, base), "\njobwatch_config_info{"); n != 1 {
+			t.Errorf("/metrics has %d jobwatch_config_info series, want the one in effect", n)
+		}
+	}
+	first := fingerprint()
+	inEffect(first)
+	if !strings.Contains(logs.String(), "config_fingerprint="+first) {
+		t.Errorf("the start's log line does not name the fingerprint %s:\n%s", first, logs.String())
+	}
 
 	// A changed file takes effect on SIGHUP.
 	writeFile(t, cfg, "strict: true\nqueues:\n  - name: index\n  - name: mail\n    retry: {max_attempts: 5}\n")
@@ -121,6 +151,11 @@ func TestServeAppliesTheConfigAndReloadsItOnSIGHUP(t *testing.T) {
 	if err != nil || mail.GetMaxAttempts() != 5 {
 		t.Fatalf("after the reload, submit to mail: %v, %v; want accepted with the queue's max_attempts 5", mail, err)
 	}
+	second := fingerprint()
+	if second == first {
+		t.Fatalf("other rules, the same fingerprint %s", first)
+	}
+	inEffect(second)
 
 	// A broken file is refused, with its line and key, and the old config stays.
 	writeFile(t, cfg, "strict: true\nqueues:\n  - name: index\n    mode: seriel\n")
@@ -137,6 +172,7 @@ func TestServeAppliesTheConfigAndReloadsItOnSIGHUP(t *testing.T) {
 	if ok, at := sample(t, base, took), sample(t, base, tookAt); ok != 0 || at != reloadedAt {
 		t.Errorf("after the refused reload %s = %v, %s = %v; want 0 and the reload that took's %v", took, ok, tookAt, at, reloadedAt)
 	}
+	inEffect(second)
 
 	// So is a tenant's weight of zero, which the engine would have read
 	// as the default.

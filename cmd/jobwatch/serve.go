@@ -499,7 +499,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	srv := server.New(engine, cfg)
 	reloads := &tokenReloads{srv: srv, path: f.tokens, log: log, known: tokens.Len()}
 	configReloads := &configReloads{engine: engine, path: f.config, log: log, inEffect: configFile,
-		record: func(took bool) { metrics.Reloaded("config", took, time.Now()) }}
+		record: func(took bool, in *config.File) {
+			metrics.Reloaded("config", took, time.Now())
+			if took {
+				metrics.ConfigInEffect(in.Fingerprint())
+			}
+		}}
 	outcomes := &reloadOutcomes{path: reloadOutcomeFile(f.pidFile), log: log}
 	// /metrics says whether each file's last reading took, and when one
 	// did: an alert sees a replica left on its old rules by a refused
@@ -507,6 +512,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	started := time.Now()
 	if f.config != "" {
 		metrics.Reloaded("config", true, started)
+		metrics.ConfigInEffect(configFile.Fingerprint())
 	}
 	if f.tokens != "" {
 		metrics.Reloaded("tokens", true, started)
@@ -558,7 +564,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		attrs = append(attrs, "metrics_addr", metricsLn.Addr().String())
 	}
 	if f.config != "" {
-		attrs = append(attrs, "config", f.config, "queues", len(rules.Queues), "strict", rules.Strict)
+		attrs = append(attrs, "config", f.config, "config_fingerprint", configFile.Fingerprint(), "queues", len(rules.Queues), "strict", rules.Strict)
 	}
 	if f.tokens != "" {
 		attrs = append(attrs, "tokens", f.tokens, "tokens_known", tokens.Len())
@@ -681,7 +687,7 @@ type configReloads struct {
 	engine   *jobs.Engine
 	path     string
 	log      *slog.Logger
-	record   func(took bool)
+	record   func(took bool, inEffect *config.File)
 	inEffect *config.File // the file whose rules the engine has
 }
 
@@ -690,7 +696,11 @@ func (r *configReloads) reload() (config.Removed, error) {
 	if err == nil {
 		err = r.engine.SetRules(rules)
 	}
-	r.record(err == nil)
+	if err == nil {
+		r.record(true, f)
+	} else {
+		r.record(false, r.inEffect)
+	}
 	if err != nil {
 		// One line per reload: the mistakes, joined, in the order of the file.
 		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
@@ -699,7 +709,7 @@ func (r *configReloads) reload() (config.Removed, error) {
 	}
 	removed := f.RemovedSince(r.inEffect)
 	r.inEffect = f
-	attrs := []any{"config", r.path, "queues", len(rules.Queues), "schedules", len(rules.Schedules),
+	attrs := []any{"config", r.path, "config_fingerprint", f.Fingerprint(), "queues", len(rules.Queues), "schedules", len(rules.Schedules),
 		"strict", rules.Strict, "retention", r.engine.Retention()}
 	if removed.Empty() {
 		r.log.Info("config reloaded", attrs...)
