@@ -101,16 +101,18 @@ const jobOps: JobOps = {
   refusal,
   start: (id) =>
     act("start", "Start", async () => {
+      const era = book.era;
       const job = await client.startJob(id);
-      if (adopt(job)) {
+      if (adopt(job, era)) {
         refreshDetail();
       }
       return `Started job ${id}: it is queued.`;
     }),
   retry: (id) =>
     act("retry", "Retry", async (): Promise<Said> => {
+      const era = book.era;
       const job = await client.retryJob(id);
-      if (adopt(job)) {
+      if (adopt(job, era)) {
         refreshDetail();
       }
       // Said until the new run has ended, then how it ended (the details
@@ -134,8 +136,9 @@ const jobOps: JobOps = {
   cancel: (id) =>
     act("cancel", "Cancel", async () => {
       const before = book.get(id);
+      const era = book.era;
       const job = await client.cancelJob(id);
-      if (adopt(job)) {
+      if (adopt(job, era)) {
         refreshDetail();
       }
       return cancelledText(id, job, before, callerName);
@@ -463,7 +466,13 @@ function startFeed(waited = false): void {
       }
     },
     startedOver: () => {
-      if (feed === current && unconfirmed === undefined) {
+      if (feed !== current) {
+        return;
+      }
+      // The server may have gone back (a database restored from an older
+      // copy): what it answers from now on is taken whatever its version.
+      book.startOver();
+      if (unconfirmed === undefined) {
         unconfirmed = new Set(book.newestFirst().map((job) => job.id));
       }
     },
@@ -586,6 +595,7 @@ async function listOlder(first = false): Promise<boolean> {
     let more: boolean;
     do {
       const rewound = rewinds;
+      const era = book.era;
       const res = await jobClient.listJobs({
         tenant,
         batch,
@@ -609,7 +619,7 @@ async function listOlder(first = false): Promise<boolean> {
         }
         listed.add(job.id);
         const shown = list.has(job.id);
-        if (book.merge(job) || !shown) {
+        if (book.merge(job, era) || !shown) {
           changed.push(job.id);
         }
         if (!shown) {
@@ -739,6 +749,7 @@ async function readBackTo(held: Set<string>, wasListed: Set<string>, view: numbe
   let read = 0;
   while (oldest !== undefined && token !== "" && read < maxReadBack) {
     let res;
+    const era = book.era;
     try {
       res = await jobClient.listJobs({ tenant, batch, states: statesOf(stateFilter), pageSize: 500, pageToken: token, view: JobView.SUMMARY });
     } catch {
@@ -753,7 +764,7 @@ async function readBackTo(held: Set<string>, wasListed: Set<string>, view: numbe
       if (wasListed.has(job.id)) {
         listed.add(job.id);
       }
-      if (book.merge(job) || (held.has(job.id) && !list.has(job.id))) {
+      if (book.merge(job, era) || (held.has(job.id) && !list.has(job.id))) {
         changed.push(job.id);
       }
     }
@@ -1130,6 +1141,7 @@ function fetchFull(id: string): void {
   // An answer read with another token than the one in use now is not
   // this one's to show (nor to end the fetch of the same job with it).
   const token = savedToken();
+  const era = book.era;
   client.getJob(id).then(
     (job) => {
       if (savedToken() !== token) {
@@ -1138,13 +1150,19 @@ function fetchFull(id: string): void {
       if (fetching === id) {
         fetching = "";
       }
-      if (selected === id) {
-        // Asked for and answered: whatever the page heard of it before
-        // (deleted on a database the server has since left), the
-        // server has it now.
-        book.revive(id);
+      if (era !== book.era) {
+        // Asked before the feed started over: the answer may be the
+        // server's before it went back (a database restored from an
+        // older copy). Ask the server as it is now.
+        if (selected === id) {
+          fetchFull(id);
+        }
+        return;
       }
-      adopt(job);
+      // The server's answer now: whatever the page heard of the job
+      // before it started over (a later version, a deletion on a
+      // database the server has since left), the book takes it.
+      adopt(job, era);
       if (selected === id) {
         full = job;
         refreshDetail(id);
@@ -1182,16 +1200,17 @@ function fetchFull(id: string): void {
 }
 
 // adopt merges a job from a unary answer (GetJob, CancelJob, SubmitJob)
-// into what the stream keeps, as a summary. It gets a row only while its
+// into what the stream keeps, as a summary; askedIn is the book's era
+// when the call was sent (see JobBook). It gets a row only while its
 // tenant (and batch, while the list shows one) is the one on screen: the
 // answer may arrive after the user switched tenants, or come from a link
 // to another tenant's job (its details still show).
-function adopt(job: Job): boolean {
+function adopt(job: Job, askedIn = book.era): boolean {
   const onScreen = job.tenant === shownTenant();
   if (onScreen) {
     progress?.jobs([job]);
   }
-  if (!book.merge(summaryOf(job))) {
+  if (!book.merge(summaryOf(job), askedIn)) {
     return false;
   }
   if (onScreen && (batch === "" || job.batch === batch)) {
@@ -1216,8 +1235,10 @@ function refreshDetail(id = detail.shown): void {
   const shownFull = full?.id === id ? full : undefined;
   detail.show(job, book, shownFull);
   // A new state or attempt brings a result or an entry of the history
-  // (a run's end, a retry): ask for them.
-  if (shownFull !== undefined && (shownFull.state !== job.state || shownFull.attempt !== job.attempt)) {
+  // (a run's end, a retry): ask for them. So does a version lower than
+  // the answer's: the server went back (a database restored from an
+  // older copy), and the history shown may hold what it no longer has.
+  if (shownFull !== undefined && (shownFull.state !== job.state || shownFull.attempt !== job.attempt || shownFull.version > job.version)) {
     fetchFull(id);
   }
 }

@@ -14,23 +14,60 @@ export interface Sighting {
 // before the deletion) cannot bring the job back.
 const maxGone = 10_000;
 
+// Versions only go up on one database, but a server restarted on its
+// database restored from an older copy has the jobs the page holds at
+// lower versions (or at the same ones, reached by other changes), and
+// never says so. The book counts eras: startOver begins one where the
+// feed starts over (after an outage, or a token refused), as the server
+// may have gone back. Within an era the higher version wins; a snapshot
+// asked for in a later era than the one the book's was (or its deletion
+// was) heard in is the server's answer now, and is taken whatever its
+// version; one asked for in an earlier era (an answer still on its way
+// from before the outage) changes nothing.
 export class JobBook {
   private readonly jobs = new Map<string, Job>();
   private readonly seen = new Map<string, Sighting[]>();
-  private readonly gone = new Set<string>();
+  // heardIn is the era of each job's snapshot in jobs; gone is the era
+  // of each deletion remembered.
+  private readonly heardIn = new Map<string, number>();
+  private readonly gone = new Map<string, number>();
+  private eraNow = 0;
+
+  // era is the current era: a caller that merges the answer to a call
+  // passes the era it was asked in (read before the call is sent).
+  get era(): number {
+    return this.eraNow;
+  }
+
+  // startOver begins a new era: the server may have gone back to an
+  // older state, and the next snapshot of each job asked for from now
+  // on is taken as the truth.
+  startOver(): void {
+    this.eraNow++;
+  }
 
   // merge keeps the higher version: a resumed stream may repeat a
   // snapshot, and a late one must never overwrite a newer one; a deleted
-  // job stays deleted. It reports whether the snapshot changed anything.
-  merge(job: Job): boolean {
-    if (this.gone.has(job.id)) {
-      return false;
+  // job stays deleted. Across eras, the later one wins (see JobBook).
+  // askedIn is the era the snapshot was asked for in (the current one for
+  // the stream's). It reports whether the snapshot changed anything.
+  merge(job: Job, askedIn = this.eraNow): boolean {
+    const deletedIn = this.gone.get(job.id);
+    if (deletedIn !== undefined) {
+      if (askedIn <= deletedIn) {
+        return false;
+      }
+      this.gone.delete(job.id);
     }
     const have = this.jobs.get(job.id);
-    if (have !== undefined && have.version >= job.version) {
-      return false;
+    if (have !== undefined) {
+      const heard = this.heardIn.get(job.id) ?? 0;
+      if (askedIn < heard || (askedIn === heard && have.version >= job.version)) {
+        return false;
+      }
     }
     this.jobs.set(job.id, job);
+    this.heardIn.set(job.id, askedIn);
     const sightings = this.seen.get(job.id) ?? [];
     const last = sightings.at(-1);
     if (last === undefined || last.state !== job.state || last.attempt !== job.attempt) {
@@ -83,6 +120,7 @@ export class JobBook {
         continue;
       }
       this.jobs.delete(job.id);
+      this.heardIn.delete(job.id);
       this.seen.delete(job.id);
       removed.push(job.id);
     }
@@ -123,6 +161,7 @@ export class JobBook {
   // deleted (as forget does): the stream or a page read may bring it back.
   drop(id: string): void {
     this.jobs.delete(id);
+    this.heardIn.delete(id);
     this.seen.delete(id);
   }
 
@@ -130,18 +169,13 @@ export class JobBook {
   // the book had it.
   forget(id: string): boolean {
     this.gone.delete(id);
-    this.gone.add(id);
+    this.gone.set(id, this.eraNow);
     if (this.gone.size > maxGone) {
-      this.gone.delete(this.gone.values().next().value!);
+      this.gone.delete(this.gone.keys().next().value!);
     }
     this.seen.delete(id);
+    this.heardIn.delete(id);
     return this.jobs.delete(id);
-  }
-
-  // revive lets a job forgotten as deleted in again: the server has
-  // answered with it (a database it has moved back to has it).
-  revive(id: string): void {
-    this.gone.delete(id);
   }
 
   // count is how many jobs in the book are in state (of those in reports
@@ -159,6 +193,7 @@ export class JobBook {
   clear(): void {
     this.jobs.clear();
     this.seen.clear();
+    this.heardIn.clear();
     this.gone.clear();
   }
 }

@@ -116,6 +116,62 @@ test("a deleted job leaves the book and its counts, and a snapshot still on its 
   assert.equal(book.merge(job("j_1", 4, JobState.QUEUED, 0, 1_000)), true);
 });
 
+// A server restarted on its database restored from an older copy has the
+// jobs at lower versions than the page saw, and never says so: once the
+// feed starts over, the server's answers are the truth again.
+test("after the feed starts over, the server's answer is taken whatever its version, then versions order it again", () => {
+  const book = new JobBook();
+  book.merge(job("j_a", 5, JobState.CANCELLED));
+  book.merge(job("j_b", 6, JobState.SUCCEEDED, 100));
+  const before = book.era;
+  book.startOver();
+  assert.equal(book.merge(job("j_a", 2, JobState.QUEUED)), true, "the restored server's older version was refused");
+  assert.equal(book.get("j_a")?.state, JobState.QUEUED);
+  assert.deepEqual(
+    book.sightings("j_a").map((s) => s.state),
+    [JobState.CANCELLED, JobState.QUEUED],
+  );
+  // The same version, reached by other changes on the restored database.
+  assert.equal(book.merge(job("j_b", 6, JobState.FAILED)), true, "the same version with another state was refused");
+  assert.equal(book.get("j_b")?.state, JobState.FAILED);
+  // Within the new era, a late snapshot never overwrites a newer one.
+  assert.equal(book.merge(job("j_a", 3, JobState.RUNNING, 10)), true);
+  assert.equal(book.merge(job("j_a", 2, JobState.QUEUED)), false, "a late snapshot of the new era overwrote a newer one");
+  assert.equal(book.get("j_a")?.state, JobState.RUNNING);
+  // An answer asked for before the start over (from the server before
+  // it went back) changes nothing, whatever its version.
+  assert.equal(book.merge(job("j_a", 9, JobState.SUCCEEDED, 100), before), false, "an answer from before the start over changed the book");
+  assert.equal(book.get("j_a")?.state, JobState.RUNNING);
+});
+
+test("a job held from before the start over is taken from the first answer asked for after it, and only once", () => {
+  const book = new JobBook();
+  book.merge(job("j_a", 5, JobState.CANCELLED));
+  book.startOver();
+  const asked = book.era;
+  // A ListJobs page read at version 2, then the stream's version 3: the
+  // page's late answer comes last and must not take the job back.
+  assert.equal(book.merge(job("j_a", 3, JobState.RUNNING, 10)), true);
+  assert.equal(book.merge(job("j_a", 2, JobState.QUEUED), asked), false, "the first answer of the era did not settle the job's version");
+  assert.equal(book.get("j_a")?.version, 3n);
+});
+
+test("a job deleted before the start over comes back when the server answers with it after, not before", () => {
+  const book = new JobBook();
+  book.merge(job("j_a", 3, JobState.CANCELLED));
+  const before = book.era;
+  book.forget("j_a");
+  assert.equal(book.merge(job("j_a", 3, JobState.CANCELLED), before), false, "a snapshot from before the deletion brought it back");
+  book.startOver();
+  assert.equal(book.merge(job("j_a", 3, JobState.CANCELLED), before), false, "an answer asked before the start over brought it back");
+  assert.equal(book.merge(job("j_a", 1, JobState.QUEUED)), true, "the restored server's job stayed deleted");
+  assert.equal(book.get("j_a")?.state, JobState.QUEUED);
+  // Deleted again, in this era: a late answer of this era cannot bring it back.
+  const now = book.era;
+  book.forget("j_a");
+  assert.equal(book.merge(job("j_a", 2, JobState.RUNNING), now), false);
+});
+
 test("a history trimmed to its bound says how many earlier attempts are not kept", () => {
   // Each run's end (with its start), then a retry (an action: no start).
   const entries = (first: number, n: number) =>
