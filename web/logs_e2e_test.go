@@ -2,21 +2,16 @@ package web_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
-	_ "github.com/mattn/go-sqlite3"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
@@ -253,31 +248,21 @@ func TestTheLogPaneFollowsAJobsLogLiveAcrossReconnects(t *testing.T) {
 	})
 
 	t.Run("after a restore from an older copy the pane shows the server's log, from its start", func(t *testing.T) {
+		if !testdb.IsSQLite(dbPath) {
+			// The pane's code is the same whatever the server's
+			// database; the copy is made and restored here as an
+			// operator does a SQLite file's.
+			t.Skip("a restore of an older copy is made of a SQLite file")
+		}
 		p.t = t
-		backup := filepath.Join(t.TempDir(), "backup.db")
-		db, err := sql.Open("sqlite3", dbPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = db.ExecContext(ctx, "VACUUM INTO ?", backup)
-		db.Close()
-		if err != nil {
-			t.Fatalf("back up: %v", err)
-		}
+		backup := backUp(t, ctx, dbPath)
 		kept := len(w.want)
 		w.numbered(30) // lines the backup does not hold
 		logShowsEveryLine(p, w)
 		srv.shutdown(t)
 		srv = nil
 		p.waitFor("the pane reconnecting", exists(logPane+`[data-status="reconnecting"]`))
-		for _, f := range []string{dbPath, dbPath + "-wal", dbPath + "-shm"} {
-			if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				t.Fatal(err)
-			}
-		}
-		if err := os.Rename(backup, dbPath); err != nil {
-			t.Fatal(err)
-		}
+		restore(t, backup, dbPath)
 		srv = startServer(t, addr, dbPath, shortStreams)
 		w.want = w.want[:kept]
 		p.waitFor("the pane live again", exists(logPane+`[data-status="live"]`))

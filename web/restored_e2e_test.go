@@ -109,16 +109,7 @@ func TestAfterARestoreFromAnOlderCopyThePageShowsTheStatesTheServerHas(t *testin
 	claim(t, ctx, srv.engine, "report.export").fail("Timeout", "warehouse did not answer")
 	deleted := submit(t, ctx, srv.engine, "mail.send", `{"to":"b"}`)
 
-	backup := filepath.Join(t.TempDir(), "backup.db")
-	db, err := sql.Open("sqlite3", dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = db.ExecContext(ctx, "VACUUM INTO ?", backup)
-	db.Close()
-	if err != nil {
-		t.Fatalf("back up: %v", err)
-	}
+	backup := backUp(t, ctx, dbPath)
 
 	// After the copy: the queued job cancelled, the failed one retried
 	// and run to success, the third cancelled, then deleted while the
@@ -150,14 +141,7 @@ func TestAfterARestoreFromAnOlderCopyThePageShowsTheStatesTheServerHas(t *testin
 	srv.shutdown(t)
 	srv = nil
 	p.waitFor("the reconnecting status", `document.getElementById("status").dataset.status === "reconnecting"`)
-	for _, f := range []string{dbPath, dbPath + "-wal", dbPath + "-shm"} {
-		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Rename(backup, dbPath); err != nil {
-		t.Fatal(err)
-	}
+	restore(t, backup, dbPath)
 	srv = startServer(t, addr, dbPath)
 
 	p.waitFor("the live status", `document.getElementById("status").dataset.status === "live"`)
@@ -195,4 +179,36 @@ func offered(action string, enabled bool) string {
 // button.
 func hiddenAction(action string) string {
 	return fmt.Sprintf(`document.querySelector('#detail button[data-action=%q]')?.offsetParent === null`, action)
+}
+
+// backUp copies the SQLite file dbPath, which a server has open, as
+// docs/OPERATING.md backs one up (VACUUM INTO), and returns the copy's
+// path.
+func backUp(t *testing.T, ctx context.Context, dbPath string) string {
+	t.Helper()
+	backup := filepath.Join(t.TempDir(), "backup.db")
+	db, err := sql.Open("sqlite3", dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "VACUUM INTO ?", backup); err != nil {
+		t.Fatalf("back up: %v", err)
+	}
+	return backup
+}
+
+// restore puts the copy backup in the place of the SQLite file dbPath,
+// whose server has stopped: the file and its WAL go, the copy takes its
+// name.
+func restore(t *testing.T, backup, dbPath string) {
+	t.Helper()
+	for _, f := range []string{dbPath, dbPath + "-wal", dbPath + "-shm"} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Rename(backup, dbPath); err != nil {
+		t.Fatal(err)
+	}
 }
