@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/store"
@@ -213,6 +214,9 @@ type Engine struct {
 	// hub holds each watched job's latest committed snapshot, keyed by id:
 	// one *Snapshot per publish, shared by every call it wakes.
 	hub *watch.Hub[*Snapshot]
+	// rereads shares the read of a job between the waits of it that end
+	// at once (Shutdown ends them all): see rereadSnapshot.
+	rereads singleflight.Group
 	// hearing marks the batches of heard changes being published to hub
 	// one job at a time (listen.go).
 	hearing hearing

@@ -105,18 +105,36 @@ func rereadBound(ctx context.Context) time.Duration {
 	return rereadTimeout
 }
 
-// rereadSnapshot is readSnapshot bounded by rereadBound.
+// rereadSnapshot is readSnapshot bounded by rereadBound. The waits of
+// one job that end at once share one read, bounded by rereadTimeout
+// (Shutdown ends every parked wait: 5,000 waits of one job made 5,000
+// reads of it, and the last answer came seconds after the signal); each
+// waits for it at most its own bound. The snapshot is shared and must
+// not be modified.
 func (e *Engine) rereadSnapshot(ctx context.Context, id string) (*Snapshot, error) {
 	limit := rereadBound(ctx)
-	return shallow.Call(func() (*Snapshot, error) {
-		bounded, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
-		defer cancel()
-		j, err := e.store.GetJob(bounded, id)
-		if err != nil {
-			return nil, err
-		}
-		return newSnapshot(j), nil
+	read := e.rereads.DoChan(id, func() (any, error) {
+		return shallow.Call(func() (*Snapshot, error) {
+			bounded, cancel := context.WithTimeout(context.WithoutCancel(ctx), rereadTimeout)
+			defer cancel()
+			j, err := e.store.GetJob(bounded, id)
+			if err != nil {
+				return nil, err
+			}
+			return &Snapshot{Job: j, shared: true}, nil // perhaps handed to many waits
+		})
 	})
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case r := <-read:
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		return r.Val.(*Snapshot), nil
+	case <-t.C:
+		return nil, context.DeadlineExceeded
+	}
 }
 
 // readSnapshot reads job id for one call, on a goroutine of its own: the

@@ -98,3 +98,44 @@ func TestAWaitAtItsCallersDeadlineWhileTheDatabaseHangsAnswersInTime(t *testing.
 		}
 	}
 }
+
+// jobReads counts the store's reads of jobs.
+type jobReads struct {
+	store.Store
+	reads atomic.Int64
+}
+
+func (s *jobReads) GetJob(ctx context.Context, id string) (jobtype.Job, error) {
+	s.reads.Add(1)
+	return s.Store.GetJob(ctx, id)
+}
+
+// Waits of one job that Shutdown ends at once share their read of it
+// again: 200 waits read it 200 times on their way in, and about once,
+// not 200 times, on their way out.
+func TestWaitsEndedAtOnceShareTheirReadOfTheJob(t *testing.T) {
+	counting := &jobReads{Store: openStore(t)}
+	e := newEngineOver(t, counting, jobs.Config{})
+	j := submit(t, e, jobs.SubmitRequest{Kind: "k", Payload: []byte(`{"n":1}`)})
+	const waits = 200
+	ended := make(chan error, waits)
+	for range waits {
+		go func() {
+			got, err := e.Wait(context.Background(), j.ID, soon())
+			if err == nil && string(got.Payload) != `{"n":1}` {
+				err = fmt.Errorf("the wait's job has payload %s", got.Payload)
+			}
+			ended <- err
+		}()
+	}
+	waitUntil(t, "every wait to read the job", func() bool { return counting.reads.Load() == waits })
+	e.Shutdown()
+	for range waits {
+		if err := <-ended; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if again := counting.reads.Load() - waits; again > waits/10 {
+		t.Errorf("the %d waits Shutdown ended read the job %d times more, want them to share a read", waits, again)
+	}
+}
