@@ -377,6 +377,26 @@ func TestAWaitForAJobNoWorkerTakesAsksOnceWhetherOneRunsItsKind(t *testing.T) {
 	if code != exitTimedOut || strings.Contains(errOut, "still QUEUED") {
 		t.Fatalf("wait of a running job: exit %d, stderr %q; want 124 without the hint", code, errOut)
 	}
+
+	// Several jobs, and a batch: one line for those no worker took, of
+	// the first looked at, with their kinds.
+	other := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "nor.this", Queue: "nightly"})
+	code, _, errOut = runInProcess(t, "wait", id, taken, other, "--server", s.URL, "--timeout", "1s")
+	want = "jobwatch: 2 of the 3 jobs looked at are still QUEUED after 50ms, never started (kinds nobody.runs.this, nor.this; queues nightly): " +
+		"does a worker run those kinds? \"jobwatch get " + id + "\" shows what holds a queued job; still waiting\n"
+	if code != exitTimedOut || strings.Count(errOut, want) != 1 {
+		t.Fatalf("wait of three jobs, two no worker takes: exit %d, stderr %q; want 124 and the hint once: %q", code, errOut, want)
+	}
+	for range 2 {
+		code, _, errOut = runInProcess(t, "submit", "nobody.runs.this", "--batch", "nightly-run", "--server", s.URL)
+		if code != 0 {
+			t.Fatalf("submit --batch: exit %d, %s", code, errOut)
+		}
+	}
+	code, _, errOut = runInProcess(t, "wait", "--batch", "nightly-run", "--server", s.URL, "--timeout", "1s")
+	if code != exitTimedOut || strings.Count(errOut, "2 of the 2 jobs looked at are still QUEUED after 50ms, never started (kinds nobody.runs.this; queues default)") != 1 {
+		t.Fatalf("wait of a batch no worker takes: exit %d, stderr %q; want 124 and the hint once", code, errOut)
+	}
 }
 
 // watch --timeout on a job that does not end exits 124, never 0: the exit

@@ -23,7 +23,8 @@ Waits until the job ends, prints it and exits with its outcome, so a shell
 script can branch on it. It keeps waiting across server restarts and
 dropped connections (saying so on stderr) until --timeout. A job still
 QUEUED and never started 10 s into the wait gets one line on stderr asking
-whether a worker runs its kind; the wait goes on.
+whether a worker runs its kind (for several jobs or a batch, one line for
+those of the first 20 still QUEUED); the wait goes on.
 
 With several IDs, or --batch, it waits until all the jobs have ended (with
 --any, until the first has), any number of them (in WaitJobs calls of up
@@ -80,6 +81,9 @@ func wait(ctx context.Context, args []string, stdout, stderr io.Writer) (err err
 	single := len(ids) == 1
 	if single {
 		stop := hintWhileQueued(ctx, c, ids[0], stderr)
+		defer stop()
+	} else {
+		stop := hintWhileQueuedMany(ctx, c, ids, tenant, batch, stderr)
 		defer stop()
 	}
 	if single && tenant == "" {
@@ -207,9 +211,9 @@ func batchIDs(ctx context.Context, c *client.Client, tenant, batch string) ([]st
 	return ids, nil
 }
 
-// queuedHintAfter is how long a wait for one job goes on, the job QUEUED
-// and never started, before hintWhileQueued says that perhaps no worker
-// runs its kind; tests shorten it.
+// queuedHintAfter is how long a wait goes on, its jobs QUEUED and never
+// started, before hintWhileQueued says that perhaps no worker runs their
+// kind; tests shorten it.
 var queuedHintAfter = 10 * time.Second
 
 // hintWhileQueued says once on stderr, when the wait for job id has gone
@@ -222,6 +226,42 @@ var queuedHintAfter = 10 * time.Second
 // started never is. stop ends the looking, and returns once nothing more
 // will be written; call it when the wait is done.
 func hintWhileQueued(ctx context.Context, c *client.Client, id string, stderr io.Writer) (stop func()) {
+	return hintQueued(ctx, stderr, func(ctx context.Context) ([]*jobwatchv1.Job, error) {
+		j, err := c.Get(ctx, id)
+		return []*jobwatchv1.Job{j}, err
+	})
+}
+
+// hintedJobs bounds how many of a wait's many jobs hintWhileQueuedMany
+// looks at: the first ids given, or a batch's first page of QUEUED jobs.
+const hintedJobs = 20
+
+// hintWhileQueuedMany is hintWhileQueued for a wait of several jobs, or
+// of a batch: it looks at the first hintedJobs of them (a batch's QUEUED
+// ones) and says once how many of those no worker has taken, and their
+// kinds.
+func hintWhileQueuedMany(ctx context.Context, c *client.Client, ids []string, tenant, batch string, stderr io.Writer) (stop func()) {
+	return hintQueued(ctx, stderr, func(ctx context.Context) ([]*jobwatchv1.Job, error) {
+		if batch != "" {
+			resp, err := c.JobService().ListJobs(ctx, &jobwatchv1.ListJobsRequest{Tenant: tenant, Batch: batch,
+				States: []jobwatchv1.JobState{jobwatchv1.JobState_JOB_STATE_QUEUED}, PageSize: hintedJobs})
+			return resp.GetJobs(), err
+		}
+		var jobs []*jobwatchv1.Job
+		for _, id := range ids[:min(len(ids), hintedJobs)] {
+			j, err := c.Get(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			jobs = append(jobs, j)
+		}
+		return jobs, nil
+	})
+}
+
+// hintQueued runs the looking of hintWhileQueued and hintWhileQueuedMany,
+// with look reading the jobs to look at.
+func hintQueued(ctx context.Context, stderr io.Writer, look func(context.Context) ([]*jobwatchv1.Job, error)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -236,27 +276,44 @@ func hintWhileQueued(ctx context.Context, c *client.Client, id string, stderr io
 			case <-t.C:
 			}
 			next = queuedHintAfter
-			getCtx, cancelGet := context.WithTimeout(ctx, 5*time.Second)
-			job, err := c.Get(getCtx, id)
-			cancelGet()
-			state := job.GetState()
-			switch {
-			case err != nil:
+			lookCtx, cancelLook := context.WithTimeout(ctx, 5*time.Second)
+			jobs, err := look(lookCtx)
+			cancelLook()
+			if err != nil {
 				if _, _, refused := refusal(err); refused {
 					return // the wait says so
 				}
 				continue // unreachable for now: the wait's retries say so
-			case job.GetStartedAt() != nil || (state != jobwatchv1.JobState_JOB_STATE_QUEUED && state != jobwatchv1.JobState_JOB_STATE_WAITING):
-				return // a worker took it, or it ended
-			case state == jobwatchv1.JobState_JOB_STATE_WAITING:
-				continue
-			case job.GetRunAt() != nil && time.Until(job.GetRunAt().AsTime()) > 0:
-				next += time.Until(job.GetRunAt().AsTime())
-				continue
 			}
-			fmt.Fprintf(stderr, "jobwatch: %s is still QUEUED after %v (kind %s, queue %s): does a worker run kind %s? "+
-				"\"jobwatch get %s\" shows what holds a queued job; still waiting\n",
-				id, queuedHintAfter, job.GetKind(), job.GetQueue(), job.GetKind(), id)
+			var stuck []*jobwatchv1.Job
+			later := false
+			soonest := time.Duration(-1) // until the first run_at ahead
+			for _, job := range jobs {
+				state := job.GetState()
+				switch {
+				case job.GetStartedAt() != nil || (state != jobwatchv1.JobState_JOB_STATE_QUEUED && state != jobwatchv1.JobState_JOB_STATE_WAITING):
+					// a worker took it, or it ended
+				case state == jobwatchv1.JobState_JOB_STATE_WAITING:
+					later = true
+				case job.GetRunAt() != nil && time.Until(job.GetRunAt().AsTime()) > 0:
+					later = true
+					if u := time.Until(job.GetRunAt().AsTime()); soonest < 0 || u < soonest {
+						soonest = u
+					}
+				default:
+					stuck = append(stuck, job)
+				}
+			}
+			if len(stuck) == 0 {
+				if later {
+					if soonest >= 0 {
+						next += soonest
+					}
+					continue
+				}
+				return
+			}
+			fmt.Fprintln(stderr, queuedHint(stuck, len(jobs)))
 			return
 		}
 	}()
@@ -264,6 +321,30 @@ func hintWhileQueued(ctx context.Context, c *client.Client, id string, stderr io
 		cancel()
 		<-done
 	}
+}
+
+// queuedHint is the hint of hintQueued about the jobs stuck, of the
+// looked jobs looked at.
+func queuedHint(stuck []*jobwatchv1.Job, looked int) string {
+	if looked == 1 {
+		job := stuck[0]
+		id := job.GetId()
+		return fmt.Sprintf("jobwatch: %s is still QUEUED after %v (kind %s, queue %s): does a worker run kind %s? "+
+			"\"jobwatch get %s\" shows what holds a queued job; still waiting",
+			id, queuedHintAfter, job.GetKind(), job.GetQueue(), job.GetKind(), id)
+	}
+	var kinds, queues []string
+	for _, j := range stuck {
+		if !slices.Contains(kinds, j.GetKind()) {
+			kinds = append(kinds, j.GetKind())
+		}
+		if !slices.Contains(queues, j.GetQueue()) {
+			queues = append(queues, j.GetQueue())
+		}
+	}
+	return fmt.Sprintf("jobwatch: %d of the %d jobs looked at are still QUEUED after %v, never started (kinds %s; queues %s): "+
+		"does a worker run those kinds? \"jobwatch get %s\" shows what holds a queued job; still waiting",
+		len(stuck), looked, queuedHintAfter, strings.Join(kinds, ", "), strings.Join(queues, ", "), stuck[0].GetId())
 }
 
 var (
