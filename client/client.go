@@ -165,7 +165,8 @@ func WithConnectOptions(opts ...connect.ClientOption) Option {
 	return func(c *config) { c.connectOpts = append(c.connectOpts, opts...) }
 }
 
-// Client talks to one jobwatch server. It is safe for concurrent use.
+// Client talks to one jobwatch deployment: one server, or replicas of one
+// (see New and the package comment). It is safe for concurrent use.
 type Client struct {
 	jobs    jobwatchv1connect.JobServiceClient
 	workers jobwatchv1connect.WorkerServiceClient

@@ -7,7 +7,8 @@
 // claimed jobs, either against a remote server or an embedded engine.
 //
 // Long calls (WaitJob, the WaitJobs of WaitForJobs, WatchJob, WatchJobs,
-// ClaimJob) travel on their own HTTP transport with its own connection
+// WatchJobLogs, ClaimJob, and a SubmitJob that asks to wait) travel on
+// their own HTTP transport with its own connection
 // pool, so any number of parked waits can never hold up a Submit, Get or
 // Cancel. Neither transport imposes an overall deadline: a long call ends
 // when the server's cap, the caller's context or the connection does.
@@ -25,6 +26,10 @@
 // lost (a Submit) may have been carried out.
 //
 // The package must never hide a job's outcome: WaitForJob, WaitForJobs
-// and Watch retry only what is transient (unavailable, a dropped
-// connection) and return every answer the server gives about the jobs.
+// and Watch retry, backing off, only what is transient: unavailable, a
+// dropped or reset connection, aborted, a proxy's deadline_exceeded that
+// the caller's own context did not cause, and resource_exhausted, which
+// a server that parks as many calls as it may answers (or, at once, its
+// Jobwatch-Parked-Calls: full answer). They return every other answer
+// the server gives about the jobs.
 package client

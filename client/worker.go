@@ -43,11 +43,11 @@ import (
 // A returned error fails the job with error.type set to the error's type
 // name (see ErrorType) and a message only if the error is a PublicError;
 // wrap it with Retryable to ask for another attempt. A result the server
-// will not store (over its size limit) fails the job with error.type
-// "ResultRejected" and the server's reason as the message; an error it
-// will not store as it is, with "ErrorRejected". A result encoding/json
-// cannot marshal (a func, a channel) fails it with the marshalling
-// error's type ("UnsupportedTypeError"). A panic fails it with
+// will not store (over its size limit), or one encoding/json cannot
+// marshal (a func, a channel, a NaN), fails the job with error.type
+// "ResultRejected" and the reason as the message ("the result is not
+// JSON: json: unsupported type: chan int"); an error the server will not
+// store as it is, with "ErrorRejected". A panic fails it with
 // "PanicError" (see PanicError). A claimed job the worker cannot decode
 // fails with "UndecodableJob" (see UndecodableJobError).
 type Handler func(ctx context.Context, job *jobwatchv1.Job, progress Progress) (any, error)
