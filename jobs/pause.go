@@ -125,7 +125,7 @@ func (e *Engine) knownQueue(ctx context.Context, queue string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("queue %q: no rule declares it and no job is in it: %w", queue, ErrUnknownQueue)
+	return fmt.Errorf("%w %q: no rule declares it and no job is in it", ErrUnknownQueue, queue)
 }
 
 // wakeResumed wakes every claim that may take from queue: each looks
