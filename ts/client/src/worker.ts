@@ -802,6 +802,10 @@ class LogBatcher {
   // After a transient failure the lines go back and wait this long; close
   // cuts the wait to its own deadline (closingBy).
   private readonly retrier = new Retrier(backoffWithDefaults());
+  // failures counts the transient failures since a call last worked: the
+  // first is logged at warn, the rest (a server restarting fails several)
+  // at debug, as heartbeats are.
+  private failures = 0;
   private closingBy: number | undefined;
   private sending: Promise<void> | undefined;
   private timer: ReturnType<typeof setTimeout> | undefined;
@@ -878,6 +882,7 @@ class LogBatcher {
         { signal: this.lease.ac.signal },
       );
       this.retrier.reset();
+      this.failures = 0;
       if (resp.cancelled) {
         this.stop();
       }
@@ -895,7 +900,13 @@ class LogBatcher {
       // server may have taken them; it keeps them once).
       this.unanswered = lines;
       const wait = Math.min(this.retrier.delay(), this.closingBy === undefined ? Infinity : Math.max(0, this.closingBy - performance.now()));
-      this.log.warn(`job ${this.lease.job.id}: log lines not sent; retrying in ${wait} ms: ${String(err)}`);
+      if (++this.failures === 1) {
+        this.log.warn(
+          `job ${this.lease.job.id}: log lines not sent; retrying with backoff (until they go, further failures are logged at debug): ${String(err)}`,
+        );
+      } else {
+        this.log.debug(`job ${this.lease.job.id}: log lines not sent; retrying in ${wait} ms (${this.failures} failures): ${String(err)}`);
+      }
       await sleep(wait, this.lease.ac.signal).catch(() => {});
     }
   }

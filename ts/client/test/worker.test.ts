@@ -316,7 +316,7 @@ async function runOne(worker: Worker, kind: string): Promise<{ done: Job; logs: 
   return { done, logs: page.lines.map((l) => l.text) };
 }
 
-test("log lines the server could not take while it was away are sent once it is back, none lost", async () => {
+test("log lines the server could not take while it was away are sent once it is back, none lost, the failures said once at warn", async () => {
   const kind = uniqueKind("logs.away");
   // The first three AppendJobLogs calls fail as a server that cannot be
   // reached does; the rest go through.
@@ -332,8 +332,11 @@ test("log lines the server could not take while it was away are sent once it is 
     },
     stream: (...args) => real.stream(...args),
   };
+  const said: string[] = [];
+  const keep = (level: string) => (msg: string) => said.push(`${level} ${msg}`);
   const worker = newWorker({
     transport: away,
+    logger: { debug: keep("debug"), info: keep("info"), warn: keep("warn"), error: keep("error") },
     handlers: {
       [kind]: async (_job, progress) => {
         for (let i = 1; i <= 5; i++) {
@@ -348,6 +351,9 @@ test("log lines the server could not take while it was away are sent once it is 
   assert.equal(done.state, JobState.SUCCEEDED);
   assert.equal(refusals, 0, "the transport refused fewer calls than planned");
   assert.deepEqual(logs, ["line 1", "line 2", "line 3", "line 4", "line 5"]);
+  const notSent = said.filter((l) => l.includes("log lines not sent"));
+  assert.equal(notSent.filter((l) => l.startsWith("warn ")).length, 1, said.join("\n"));
+  assert.equal(notSent.length, 3, said.join("\n"));
 });
 
 test("log lines whose answer was lost are sent again as they were and kept once", async () => {
