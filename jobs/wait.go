@@ -89,6 +89,19 @@ func (e *Engine) WaitSnapshot(ctx context.Context, id string, deadline time.Time
 	return snap, nil
 }
 
+// detached is the context of a parked call's read before it parks: ctx's
+// values and deadline, without ctx's cancellation, which the SQLite
+// driver would register a context.AfterFunc with, in a map that stays
+// with ctx while the call is parked. The deadline stays, so that a read
+// of a database that hangs ends at the caller's deadline, as a GetJob's
+// does, and the call with it. Call cancel when the read is done.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(context.WithoutCancel(ctx), d)
+	}
+	return context.WithoutCancel(ctx), func() {}
+}
+
 // rereadTimeout bounds the read a wait makes as it ends at its cap or at
 // Shutdown, so that a database that hangs holds no answer.
 const rereadTimeout = 2 * time.Second
@@ -139,12 +152,13 @@ func (e *Engine) rereadSnapshot(ctx context.Context, id string) (*Snapshot, erro
 
 // readSnapshot reads job id for one call, on a goroutine of its own: the
 // read is deep, and the caller's goroutine is about to park (see package
-// shallow). It reads without ctx's cancellation: the SQLite driver would
-// register a context.AfterFunc with ctx, and the map that holds it stays
-// with ctx while the call is parked. The read is one row by primary key.
+// shallow). It reads under detached(ctx). The read is one row by primary
+// key.
 func (e *Engine) readSnapshot(ctx context.Context, id string) (*Snapshot, error) {
 	return shallow.Call(func() (*Snapshot, error) {
-		j, err := e.store.GetJob(context.WithoutCancel(ctx), id)
+		read, cancel := detached(ctx)
+		defer cancel()
+		j, err := e.store.GetJob(read, id)
 		if err != nil {
 			return nil, err
 		}

@@ -166,7 +166,9 @@ func (e *Engine) WaitMany(ctx context.Context, r WaitManyRequest, deadline time.
 func (e *Engine) firstLook(ctx context.Context, ids []string, read store.JobRead, statesFirst bool) ([]*Snapshot, error) {
 	readJobs := func(ids []string, read store.JobRead) ([]jobtype.Job, error) {
 		return shallow.Call(func() ([]jobtype.Job, error) {
-			return e.store.ReadJobs(context.WithoutCancel(ctx), ids, read)
+			first, cancel := detached(ctx)
+			defer cancel()
+			return e.store.ReadJobs(first, ids, read)
 		})
 	}
 	first := read

@@ -139,3 +139,53 @@ func TestWaitsEndedAtOnceShareTheirReadOfTheJob(t *testing.T) {
 		t.Errorf("the %d waits Shutdown ended read the job %d times more, want them to share a read", waits, again)
 	}
 }
+
+// stuckStore is a store whose database stops answering before the first
+// read: every read waits until its context ends.
+type stuckStore struct {
+	store.Store
+	stuck atomic.Bool
+}
+
+func (s *stuckStore) GetJob(ctx context.Context, id string) (jobtype.Job, error) {
+	if s.stuck.Load() {
+		<-ctx.Done()
+		return jobtype.Job{}, ctx.Err()
+	}
+	return s.Store.GetJob(ctx, id)
+}
+
+func (s *stuckStore) ReadJobs(ctx context.Context, ids []string, read store.JobRead) ([]jobtype.Job, error) {
+	if s.stuck.Load() {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.Store.ReadJobs(ctx, ids, read)
+}
+
+// A wait that arrives while the database already hangs ends at its
+// caller's deadline, as a GetJob does, where its first read, made
+// without the caller's cancellation, held it until the database came
+// back.
+func TestAWaitThatArrivesWhileTheDatabaseHangsEndsAtItsCallersDeadline(t *testing.T) {
+	st := &stuckStore{Store: openStore(t)}
+	e := newEngineOver(t, st, jobs.Config{})
+	j := submit(t, e, jobs.SubmitRequest{Kind: "k"})
+	st.stuck.Store(true)
+	for _, many := range []bool{false, true} {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		deadline, _ := ctx.Deadline()
+		var err error
+		if many {
+			_, err = e.WaitMany(ctx, jobs.WaitManyRequest{IDs: []string{j.ID}}, deadline.Add(-30*time.Millisecond))
+		} else {
+			_, err = e.Wait(ctx, j.ID, deadline.Add(-30*time.Millisecond))
+		}
+		late := time.Since(deadline)
+		cancel()
+		if err == nil || late > 2*time.Second {
+			t.Errorf("many %v: the wait while the database hangs = %v, %v after the caller's deadline; want an error at the deadline", many, err, late)
+		}
+	}
+	st.stuck.Store(false)
+}
