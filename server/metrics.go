@@ -170,7 +170,7 @@ func NewMetricsWith(o MetricsOptions) *Metrics {
 		}, []string{"file"}),
 		configInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "jobwatch_config_info",
-			Help: "1, with the fingerprint of the rules of the --config in effect (config.File.Fingerprint: the same rules have the same fingerprint, however the file is laid out). Replicas that show different fingerprints enforce different rules on their own claims. Only with --config.",
+			Help: "1, with the fingerprint of the rules in effect, the --config's or the defaults' (config.Fingerprint: the same rules have the same fingerprint, however the file says them). Replicas that show different fingerprints enforce different rules on their own claims.",
 		}, []string{"fingerprint"}),
 		sendsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jobwatch_sends_cut_total",

@@ -499,10 +499,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	srv := server.New(engine, cfg)
 	reloads := &tokenReloads{srv: srv, path: f.tokens, log: log, known: tokens.Len()}
 	configReloads := &configReloads{engine: engine, path: f.config, log: log, inEffect: configFile,
-		record: func(took bool, in *config.File) {
+		record: func(took bool, fingerprint string) {
 			metrics.Reloaded("config", took, time.Now())
 			if took {
-				metrics.ConfigInEffect(in.Fingerprint())
+				metrics.ConfigInEffect(fingerprint)
 			}
 		}}
 	outcomes := &reloadOutcomes{path: reloadOutcomeFile(f.pidFile), log: log}
@@ -510,9 +510,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	// did: an alert sees a replica left on its old rules by a refused
 	// reload.
 	started := time.Now()
+	fingerprint := config.Fingerprint(rules, engine.Retention())
+	metrics.ConfigInEffect(fingerprint) // without --config too: the defaults' rules
 	if f.config != "" {
 		metrics.Reloaded("config", true, started)
-		metrics.ConfigInEffect(configFile.Fingerprint())
 	}
 	if f.tokens != "" {
 		metrics.Reloaded("tokens", true, started)
@@ -564,7 +565,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		attrs = append(attrs, "metrics_addr", metricsLn.Addr().String())
 	}
 	if f.config != "" {
-		attrs = append(attrs, "config", f.config, "config_fingerprint", configFile.Fingerprint(), "queues", len(rules.Queues), "strict", rules.Strict)
+		attrs = append(attrs, "config", f.config, "config_fingerprint", fingerprint, "queues", len(rules.Queues), "strict", rules.Strict)
 	}
 	if f.tokens != "" {
 		attrs = append(attrs, "tokens", f.tokens, "tokens_known", tokens.Len())
@@ -687,8 +688,8 @@ type configReloads struct {
 	engine   *jobs.Engine
 	path     string
 	log      *slog.Logger
-	record   func(took bool, inEffect *config.File)
-	inEffect *config.File // the file whose rules the engine has
+	record   func(took bool, fingerprint string) // of the rules in effect
+	inEffect *config.File                        // the file whose rules the engine has
 }
 
 func (r *configReloads) reload() (config.Removed, error) {
@@ -696,20 +697,18 @@ func (r *configReloads) reload() (config.Removed, error) {
 	if err == nil {
 		err = r.engine.SetRules(rules)
 	}
-	if err == nil {
-		r.record(true, f)
-	} else {
-		r.record(false, r.inEffect)
-	}
 	if err != nil {
+		r.record(false, "")
 		// One line per reload: the mistakes, joined, in the order of the file.
 		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
 		r.log.Error("config reload refused; the config in effect stays", "config", r.path, "err", msg)
 		return config.Removed{}, fmt.Errorf("config %s refused; the config in effect stays: %s", r.path, msg)
 	}
+	fingerprint := config.Fingerprint(rules, r.engine.Retention())
+	r.record(true, fingerprint)
 	removed := f.RemovedSince(r.inEffect)
 	r.inEffect = f
-	attrs := []any{"config", r.path, "config_fingerprint", f.Fingerprint(), "queues", len(rules.Queues), "schedules", len(rules.Schedules),
+	attrs := []any{"config", r.path, "config_fingerprint", fingerprint, "queues", len(rules.Queues), "schedules", len(rules.Schedules),
 		"strict", rules.Strict, "retention", r.engine.Retention()}
 	if removed.Empty() {
 		r.log.Info("config reloaded", attrs...)
