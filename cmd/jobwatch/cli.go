@@ -115,8 +115,9 @@ func (f *clientFlags) client(stderr io.Writer, quietRetries bool, extra ...clien
 	if token == "" {
 		token = os.Getenv("JOBWATCH_TOKEN")
 	}
+	moves := &retryLines{w: stderr}
 	opts := []client.Option{client.WithToken(token), client.WithServerMoveNotify(func(from, to string, cause error) {
-		fmt.Fprintf(stderr, "jobwatch: %s: %s; calls go to %s now\n", from, retryReason(cause), to)
+		moves.say(fmt.Sprintf("%s: %s; calls go to %s now", from, retryReason(cause), to), "")
 	})}
 	if !quietRetries {
 		// The first refused connection says what to check, once, unless
@@ -128,7 +129,7 @@ func (f *clientFlags) client(stderr io.Writer, quietRetries bool, extra ...clien
 		said := &retryLines{w: stderr}
 		opts = append(opts, client.WithConnectOptions(connect.WithInterceptors(answered)),
 			client.WithRetryNotify(func(err error, d time.Duration) {
-				said.say(retryReason(err), d)
+				said.say(retryReason(err), fmt.Sprintf("; retrying in %v", d.Round(10*time.Millisecond)))
 				if errors.Is(err, syscall.ECONNREFUSED) && !answered.Load() && !hinted.Swap(true) {
 					fmt.Fprintln(stderr, serverHint)
 				}
@@ -142,36 +143,46 @@ func (f *clientFlags) client(stderr io.Writer, quietRetries bool, extra ...clien
 // hundred milliseconds at first, and a line for each says nothing new.
 const retryRepeatEvery = 10 * time.Second
 
-// retryLines says on w why each retry is made, but a reason the last
-// line gave only once every retryRepeatEvery, with how many tries it
-// left unsaid.
+// retryLines says on w why each retry (or move to another server) is
+// made, but a reason it said less than retryRepeatEvery ago only once
+// that long has passed, with how many tries it left unsaid meanwhile:
+// two servers that are both down, tried in turn, alternate two reasons.
 type retryLines struct {
 	w   io.Writer
 	now func() time.Time // time.Now if nil
 
-	mu     sync.Mutex
-	last   string
+	mu   sync.Mutex
+	said map[string]*saidLine // by reason
+}
+
+type saidLine struct {
 	at     time.Time
 	unsaid int
 }
 
-func (r *retryLines) say(reason string, d time.Duration) {
+// say writes reason and then then, unless reason was said less than
+// retryRepeatEvery ago.
+func (r *retryLines) say(reason, then string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
 	if r.now != nil {
 		now = r.now()
 	}
-	if reason == r.last && now.Sub(r.at) < retryRepeatEvery {
-		r.unsaid++
+	if r.said == nil || len(r.said) > 100 {
+		r.said = map[string]*saidLine{} // a bound for a command that runs for days
+	}
+	s := r.said[reason]
+	if s != nil && now.Sub(s.at) < retryRepeatEvery {
+		s.unsaid++
 		return
 	}
 	again := ""
-	if reason == r.last {
-		again = fmt.Sprintf(" (%d more tries since the last line said so)", r.unsaid+1)
+	if s != nil {
+		again = fmt.Sprintf(" (%d more tries since the last line said so)", s.unsaid+1)
 	}
-	fmt.Fprintf(r.w, "jobwatch: %s; retrying in %v%s\n", reason, d.Round(10*time.Millisecond), again)
-	r.last, r.at, r.unsaid = reason, now, 0
+	fmt.Fprintf(r.w, "jobwatch: %s%s%s\n", reason, then, again)
+	r.said[reason] = &saidLine{at: now}
 }
 
 // timeoutUnanswered is err, or, when err is a --timeout that passed while

@@ -751,24 +751,30 @@ func TestTimeoutWhileTheServerIsAwaySaysSo(t *testing.T) {
 	}
 }
 
-// A retry line says a reason the line before it gave only once every
-// retryRepeatEvery, then with how many tries went unsaid; a new reason
-// at once.
+// A retry line says a reason only once every retryRepeatEvery, then with
+// how many tries went unsaid; a new reason at once, and two reasons
+// that alternate (two servers down, tried in turn) each once.
 func TestRetryLinesSayAReasonAgainOnlyNowAndThen(t *testing.T) {
 	var out strings.Builder
 	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 	r := &retryLines{w: &out, now: func() time.Time { return now }}
 	for range 5 {
-		r.say("unavailable: connection refused", 100*time.Millisecond)
+		r.say("unavailable: connection refused", "; retrying in 100ms")
 		now = now.Add(time.Second)
 	}
-	r.say("unavailable: connection reset", time.Second)
-	r.say("unavailable: connection reset", time.Second)
+	r.say("unavailable: connection reset", "; retrying in 1s")
+	r.say("unavailable: connection reset", "; retrying in 1s")
 	now = now.Add(retryRepeatEvery)
-	r.say("unavailable: connection reset", 2*time.Second)
+	r.say("unavailable: connection reset", "; retrying in 2s")
+	for range 4 {
+		r.say("http://a: refused; calls go to http://b now", "")
+		r.say("http://b: refused; calls go to http://a now", "")
+	}
 	want := "jobwatch: unavailable: connection refused; retrying in 100ms\n" +
 		"jobwatch: unavailable: connection reset; retrying in 1s\n" +
-		"jobwatch: unavailable: connection reset; retrying in 2s (2 more tries since the last line said so)\n"
+		"jobwatch: unavailable: connection reset; retrying in 2s (2 more tries since the last line said so)\n" +
+		"jobwatch: http://a: refused; calls go to http://b now\n" +
+		"jobwatch: http://b: refused; calls go to http://a now\n"
 	if out.String() != want {
 		t.Fatalf("the retry lines are\n%s\nwant\n%s", out.String(), want)
 	}
