@@ -68,10 +68,12 @@ func logs(ctx context.Context, args []string, stdout, stderr io.Writer) (err err
 		}
 		return nil
 	}
+	var seen logSeen
 	for msg, err := range c.WatchLogs(ctx, id, 0) {
 		if err != nil {
 			return jobCallError("logs", id, err)
 		}
+		seen.note(stderr, id, msg)
 		if err := show(msg); err != nil {
 			return err
 		}
@@ -140,6 +142,25 @@ func printLogs(w io.Writer, msg *jobwatchv1.WatchJobLogsResponse, asJSON, times 
 		}
 	}
 	return nil
+}
+
+// logSeen follows the last seq of a job's log shown, to say on stderr
+// when the log goes back before it: client.WatchLogs then yields the
+// server's log from its oldest line kept (its database was restored
+// from an older copy), which would otherwise read as lines printed
+// twice.
+type logSeen struct{ last int64 }
+
+func (s *logSeen) note(stderr io.Writer, id string, msg *jobwatchv1.WatchJobLogsResponse) {
+	lines := msg.GetLines()
+	if len(lines) == 0 {
+		return
+	}
+	if first := lines[0].GetSeq(); first <= s.last {
+		fmt.Fprintf(stderr, "jobwatch: the server's log of %s goes back to line %d, before the %d shown (a database restored from an older copy?): the server's lines from there follow\n",
+			id, first, s.last)
+	}
+	s.last = lines[len(lines)-1].GetSeq()
 }
 
 // gapLine is the marker of lines the server no longer keeps.

@@ -252,3 +252,31 @@ func TestWatchLogsMarksAGapWithTheTimeOfTheLineAfterIt(t *testing.T) {
 		t.Fatalf("printed %q (%v), want %q", out.String(), err, want)
 	}
 }
+
+// When the lines a follow shows go back before the last shown (the
+// server's database restored from an older copy, whose log the client
+// then yields from its oldest line), stderr says so once, where they
+// read as lines printed twice.
+func TestAFollowedLogThatGoesBackSaysSo(t *testing.T) {
+	var stderr strings.Builder
+	var seen logSeen
+	batch := func(from, to int64) *jobwatchv1.WatchJobLogsResponse {
+		m := &jobwatchv1.WatchJobLogsResponse{}
+		for s := from; s <= to; s++ {
+			m.Lines = append(m.Lines, &jobwatchv1.LogLine{Seq: s})
+		}
+		return m
+	}
+	seen.note(&stderr, "j_1", batch(1, 20))
+	seen.note(&stderr, "j_1", &jobwatchv1.WatchJobLogsResponse{}) // a keepalive
+	seen.note(&stderr, "j_1", batch(21, 22))
+	if stderr.Len() != 0 {
+		t.Fatalf("stderr %q for a log that goes on", stderr.String())
+	}
+	seen.note(&stderr, "j_1", batch(1, 10))
+	seen.note(&stderr, "j_1", batch(11, 12))
+	want := "jobwatch: the server's log of j_1 goes back to line 1, before the 22 shown (a database restored from an older copy?): the server's lines from there follow\n"
+	if stderr.String() != want {
+		t.Fatalf("stderr %q, want %q", stderr.String(), want)
+	}
+}

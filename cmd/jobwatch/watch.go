@@ -134,6 +134,13 @@ func watch(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 	}
 	if !withLogs {
 		showLogs = nil
+	} else {
+		var seen logSeen
+		shownLogs := showLogs
+		showLogs = func(m *jobwatchv1.WatchJobLogsResponse) error {
+			seen.note(stderr, pos[0], m)
+			return shownLogs(m)
+		}
 	}
 	// A held job stays PENDING until someone starts it: say so once, so
 	// that a watch that shows nothing more does not look stuck.
