@@ -337,8 +337,14 @@ func openStore(ctx context.Context, f serveFlags, log *slog.Logger) (store.Store
 			return st, err
 		}
 		delay = min(delay, left)
-		log.Warn("the database cannot be reached yet: trying again", "db", dbName(f.db), "in", delay,
-			"until", giveUp.Format(time.TimeOnly), "err", err)
+		msg := "the database cannot be reached yet: trying again"
+		if postgres.TooManyConnections(err) {
+			// Other replicas' pools fill max_connections: theirs close
+			// the connections they no longer need within a minute or
+			// two (postgres.DefaultMaxConnIdleTime).
+			msg = "the database has no room for this replica's connections yet (max_connections): trying again"
+		}
+		log.Warn(msg, "db", dbName(f.db), "in", delay, "until", giveUp.Format(time.TimeOnly), "err", err)
 		select {
 		case <-ctx.Done():
 			return nil, err

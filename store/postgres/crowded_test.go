@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/jobwatch/jobwatch/internal/pgtest"
+	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/store"
 )
 
 // A database that refuses the pool one more connection (too many
@@ -91,6 +93,36 @@ func TestWritesWaitForThePoolsConnectionsWhenTheDatabaseRefusesMore(t *testing.T
 	if err := admin.QueryRow(t.Context(), "SELECT count(*) FROM "+schema+".jobs").Scan(&n); err != nil || n != writes {
 		t.Fatalf("%d jobs in the table (%v), want %d", n, err, writes)
 	}
+
+	// Reads, and writes that read the job first (an update), wait the
+	// same way.
+	errs = make(chan error, 3*writes)
+	for i := range writes {
+		id := fmt.Sprintf("crowded-%d", i)
+		wg.Go(func() {
+			_, err := s.GetJob(ctx, id)
+			errs <- err
+		})
+		wg.Go(func() {
+			_, _, err := s.ListJobs(ctx, store.ListFilter{Tenant: "acme", Limit: 5})
+			errs <- err
+		})
+		wg.Go(func() {
+			_, err := s.UpdateJob(ctx, id, func(j *jobtype.Job) error {
+				j.Step = "looked at"
+				j.Version++
+				return nil
+			})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a read or an update while the database refused more connections: %v", err)
+		}
+	}
 }
 
 // The pool is DefaultMaxConns connections, whatever the machine's CPUs,
@@ -99,9 +131,9 @@ func TestWritesWaitForThePoolsConnectionsWhenTheDatabaseRefusesMore(t *testing.T
 func TestThePoolsSizeAndIdleTimeAreTheDocumentedOnes(t *testing.T) {
 	base := pgtest.URL(t)
 	s := openURL(t, base)
-	if c := s.pool.Config(); c.MaxConns != DefaultMaxConns || c.MaxConnIdleTime != DefaultMaxConnIdleTime {
-		t.Errorf("without settings in the URL the pool is %d connections idle at most %v, want %d and %v",
-			c.MaxConns, c.MaxConnIdleTime, DefaultMaxConns, DefaultMaxConnIdleTime)
+	if c := s.pool.Config(); c.MaxConns != DefaultMaxConns || c.MaxConnIdleTime != DefaultMaxConnIdleTime || c.HealthCheckPeriod != idleCheckEvery {
+		t.Errorf("without settings in the URL the pool is %d connections idle at most %v, looked at every %v; want %d, %v and %v",
+			c.MaxConns, c.MaxConnIdleTime, c.HealthCheckPeriod, DefaultMaxConns, DefaultMaxConnIdleTime, idleCheckEvery)
 	}
 	u, err := url.Parse(base)
 	if err != nil {

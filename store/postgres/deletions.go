@@ -25,7 +25,7 @@ func (s *Store) JobsDeleted(ctx context.Context, f store.DeletedFilter) ([]strin
 			return nil, "", err
 		}
 	}
-	rows, err := s.pool.Query(ctx, `SELECT job_id, change_seq, seq FROM job_deletions
+	rows, err := s.reads().Query(ctx, `SELECT job_id, change_seq, seq FROM job_deletions
 		WHERE tenant = $1 AND change_xid >= $2::text::xid8 AND (change_seq, seq) > ($3::bigint, $4::bigint)
 			AND ($6 = '' OR batch = $6 OR batch IS NULL)
 		ORDER BY change_seq, seq LIMIT $5`, f.Tenant, fmt.Sprint(c.xmin), afterChange, afterSeq, f.Limit+1, f.Batch)

@@ -132,7 +132,7 @@ func (h *health) notified(err error) {
 		return
 	}
 	h.notifyFailing = true
-	if h.on || errors.Is(err, jobtype.ErrUnavailable) && !tooManyConnections(err) {
+	if h.on || errors.Is(err, jobtype.ErrUnavailable) && !TooManyConnections(err) {
 		h.begin("notifications", err)
 		return
 	}

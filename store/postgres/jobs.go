@@ -418,7 +418,7 @@ func readDependencies(ctx context.Context, tx pgx.Tx, tenant string, ids []strin
 // the key any more (the caller tries again), or the lookup's own error.
 func (s *Store) activeHolder(ctx context.Context, j jobtype.Job) error {
 	var id string
-	err := s.pool.QueryRow(ctx, holderQuery, j.Tenant, j.UniqueKey, j.ID).Scan(&id)
+	err := s.reads().QueryRow(ctx, holderQuery, j.Tenant, j.UniqueKey, j.ID).Scan(&id)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil
@@ -447,7 +447,7 @@ func (s *Store) conflictFirst(ctx context.Context, refusal *jobtype.QuotaError, 
 }
 
 func (s *Store) getJob(ctx context.Context, id string) (storedRow, error) {
-	row, err := scanJob(s.pool.QueryRow(ctx, "SELECT "+columns+" FROM jobs WHERE id = $1", id))
+	row, err := scanJob(s.reads().QueryRow(ctx, "SELECT "+columns+" FROM jobs WHERE id = $1", id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return storedRow{}, fmt.Errorf("job %s: %w", id, jobtype.ErrNotFound)
 	}
@@ -474,7 +474,7 @@ func (s *Store) ReadJob(ctx context.Context, id string, r store.JobRead) (jobtyp
 	if r.Tenant != "" {
 		where, args = where+" AND tenant = $2", append(args, r.Tenant)
 	}
-	row, err := scanJob(s.pool.QueryRow(ctx, "SELECT "+selected+" FROM jobs WHERE "+where, args...))
+	row, err := scanJob(s.reads().QueryRow(ctx, "SELECT "+selected+" FROM jobs WHERE "+where, args...))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return jobtype.Job{}, fmt.Errorf("job %s: %w", id, jobtype.ErrNotFound)
 	}
@@ -500,7 +500,7 @@ func (s *Store) ReadJobs(ctx context.Context, ids []string, r store.JobRead) ([]
 	if r.States {
 		selected = "id, state, version"
 	}
-	rows, err := s.pool.Query(ctx, "SELECT "+selected+" FROM jobs WHERE "+where, args...)
+	rows, err := s.reads().Query(ctx, "SELECT "+selected+" FROM jobs WHERE "+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("get %d jobs: %w", len(ids), classify(err))
 	}
@@ -621,7 +621,7 @@ func change(id string, old jobtype.Job, update func(*jobtype.Job) error) (jobtyp
 // updateOptimistic is one try of UpdateJob without a lock: the read, and
 // the write if the row's revision is still the one read.
 func (s *Store) updateOptimistic(ctx context.Context, id string, update func(*jobtype.Job) error) (updated, error) {
-	old, err := readForWrite(ctx, s.pool, id, false)
+	old, err := readForWrite(ctx, s.reads(), id, false)
 	if err != nil {
 		return updated{}, err
 	}
@@ -837,7 +837,7 @@ func (s *Store) UpdateJobWithin(ctx context.Context, id string, q store.Quota, u
 		return s.UpdateJob(ctx, id, update)
 	}
 	var tenant string
-	err := s.pool.QueryRow(ctx, "SELECT tenant FROM jobs WHERE id = $1", id).Scan(&tenant)
+	err := s.reads().QueryRow(ctx, "SELECT tenant FROM jobs WHERE id = $1", id).Scan(&tenant)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return jobtype.Job{}, fmt.Errorf("job %s: %w", id, jobtype.ErrNotFound)
@@ -978,7 +978,7 @@ func (s *Store) ListJobs(ctx context.Context, f store.ListFilter) ([]jobtype.Job
 			"WINDOW w AS (ORDER BY " + order("q.") + " ROWS UNBOUNDED PRECEDING)) AS p " +
 			"WHERE p.rn <= 2 OR p.total - p.size <= " + max + " ORDER BY " + order("p.")
 	}
-	rows, err := s.pool.Query(ctx, query, args...)
+	rows, err := s.reads().Query(ctx, query, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list jobs: %w", classify(err))
 	}

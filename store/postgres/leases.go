@@ -214,7 +214,7 @@ func (s *Store) WriteLeases(ctx context.Context, ws []store.LeaseWrite, r store.
 // readRaced reads the jobs ids again into the results of the writes of
 // them that did not hold (a job the read does not find is gone).
 func (s *Store) readRaced(ctx context.Context, ws []store.LeaseWrite, ids []string, results []store.LeaseResult) error {
-	rows, err := s.pool.Query(ctx, "SELECT "+columns+" FROM jobs WHERE id = ANY($1::text[])", ids)
+	rows, err := s.reads().Query(ctx, "SELECT "+columns+" FROM jobs WHERE id = ANY($1::text[])", ids)
 	if err != nil {
 		return fmt.Errorf("write leases: read the jobs whose lease broke meanwhile: %w", classify(err))
 	}

@@ -31,9 +31,10 @@
 // shutdowns, timeouts) wrap jobtype.ErrUnavailable. The pool's settings
 // (pool_max_conns and the like) come from the URL, as pgxpool reads them,
 // but for a pool of DefaultMaxConns when the URL sets no size, and
-// DefaultMaxConnIdleTime when it sets no idle time. A write that finds
-// the database refusing the pool another connection for want of room
-// (max_connections) waits for one of those the pool holds.
+// DefaultMaxConnIdleTime when it sets no idle time. A write, or a read
+// of jobs, that finds the database refusing the pool another connection
+// for want of room (max_connections) waits for one of those the pool
+// holds (acquire, pooled).
 //
 // The package only stores and finds jobs; it must never decide a job's
 // life cycle (package jobs does).
@@ -76,10 +77,15 @@ const DefaultMaxConns = 16
 // idle before the pool closes it, when the URL gives no
 // pool_max_conn_idle_time (pgxpool's own default is 30 minutes): so a
 // replica that a burst made open its whole pool gives the connections
-// it no longer needs back to the database within a minute or two (the
-// pool looks every minute), where they kept a replica starting beside
-// it out of a max_connections they had filled.
+// it no longer needs back to the database in a little over a minute
+// (the pool looks every idleCheckEvery), where they kept a replica
+// starting beside it out of a max_connections they had filled.
 const DefaultMaxConnIdleTime = time.Minute
+
+// idleCheckEvery is how often the pool closes the connections idle past
+// DefaultMaxConnIdleTime (pgxpool's HealthCheckPeriod, a minute by
+// default), when the URL gives no pool_health_check_period.
+const idleCheckEvery = 15 * time.Second
 
 // Store is a store.Store on a PostgreSQL database. Create it with Open.
 type Store struct {
@@ -147,6 +153,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	}
 	if !strings.Contains(url, "pool_max_conn_idle_time") {
 		cfg.MaxConnIdleTime = DefaultMaxConnIdleTime
+	}
+	if !strings.Contains(url, "pool_health_check_period") {
+		cfg.HealthCheckPeriod = idleCheckEvery
 	}
 	s := &Store{log: slog.Default(), reach: health{log: slog.Default()}}
 	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
@@ -332,7 +341,7 @@ func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	wait := time.Millisecond
 	for {
 		conn, err := s.pool.Acquire(ctx)
-		if err == nil || !tooManyConnections(err) || s.pool.Stat().TotalConns() == 0 {
+		if err == nil || !TooManyConnections(err) || s.pool.Stat().TotalConns() == 0 {
 			return conn, err
 		}
 		if !s.crowded.Swap(true) {
@@ -352,10 +361,10 @@ func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	}
 }
 
-// tooManyConnections reports whether err is PostgreSQL's refusal of a
+// TooManyConnections reports whether err is PostgreSQL's refusal of a
 // connection for want of room: too_many_connections (53300), for the
 // server's max_connections or the role's or database's limit.
-func tooManyConnections(err error) bool {
+func TooManyConnections(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "53300"
 }
