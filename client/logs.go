@@ -85,7 +85,10 @@ func (c *Client) WatchLogs(ctx context.Context, id string, afterSeq int64) iter.
 				}
 			}
 			if ctx.Err() != nil {
-				yield(nil, context.Cause(ctx))
+				// As WaitForJob and Watch say it: what the tries were
+				// waiting out, if the deadline passed while one to a
+				// server that could not be reached was under way.
+				yield(nil, r.ended(ctx, err))
 				return
 			}
 			if received {
