@@ -1,7 +1,7 @@
 // The client: typed calls over the generated Connect clients, and the
 // loops every caller of a job service ends up writing — waitForJob, and
-// watchJob / watchJobs that resume across disconnects — written once, as
-// the Go client has them (client/wait.go). It knows no transport: the
+// watchJob / watchJobs / watchJobLogs that resume across disconnects —
+// written once, as the Go client has them (client/wait.go, client/logs.go). It knows no transport: the
 // entry points (node.ts, browser.ts) make one, or the caller passes one.
 import { ConnectError, createClient as createConnectClient, type CallOptions, type Client, type Transport } from "@connectrpc/connect";
 import { create, fromJson, toJson, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
@@ -13,6 +13,7 @@ import {
   QueueService,
   WaitMode,
   WorkerService,
+  type GetJobLogsResponse,
   type Job,
   type ListJobsRequestSchema,
   type ListJobsResponse,
@@ -22,6 +23,8 @@ import {
   WaitJobsResponseSchema,
   type WatchJobsRequestSchema,
   type WatchJobsResponse,
+  type WatchJobLogsResponse,
+  WatchJobLogsResponseSchema,
 } from "./gen/jobwatch/v1/jobwatch_pb.js";
 import { backoffWithDefaults, Retrier, type Backoff, type RetryNotify } from "./backoff.js";
 import { Code, JobNotStartedError, JobwatchError, toJobwatchError, transient } from "./errors.js";
@@ -44,8 +47,8 @@ export interface ClientOptions {
    */
   transport?: Transport | undefined;
   /**
-   * The transport of long calls (WaitJob, WatchJob, WatchJobs, ClaimJob
-   * and SubmitJob with wait). Default: in Node a second transport of its
+   * The transport of long calls (WaitJob, WatchJob, WatchJobs,
+   * WatchJobLogs, ClaimJob and SubmitJob with wait). Default: in Node a second transport of its
    * own (its own connections), so parked waits never hold up a short
    * call; transport itself when that is given; in browsers the one
    * transport (the browser pools connections).
@@ -113,6 +116,21 @@ export type ListJobsInput = MessageInitShape<typeof ListJobsRequestSchema>;
 
 /** What watchJobs takes: WatchJobsRequest and an AbortSignal. */
 export type WatchJobsInput = MessageInitShape<typeof WatchJobsRequestSchema> & { signal?: AbortSignal | undefined };
+
+/** Which page of a job's log getJobLogs reads. */
+export interface GetJobLogsInput {
+  /** The last seq the caller has; 0 (the default) starts with the oldest line kept. */
+  afterSeq?: bigint | number | undefined;
+  /** The most lines of the page; 0 (the default) or more than 1,000 is the server's 1,000. */
+  limit?: number | undefined;
+}
+
+/** What watchJobLogs takes. */
+export interface WatchJobLogsInput {
+  /** The last seq the caller has seen; 0 (the default) starts with the oldest line kept. */
+  afterSeq?: bigint | number | undefined;
+  signal?: AbortSignal | undefined;
+}
 
 const terminalStates: ReadonlySet<JobState> = new Set([
   JobState.SUCCEEDED,
@@ -626,6 +644,135 @@ export class JobwatchClient {
       await r.wait(failure ?? new Error("watch stream ended without a response"), signal);
     }
   }
+
+  /**
+   * getJobLogs is one page of the job's log (GetJobLogs), as the Go
+   * client's Logs: at most limit lines (0: the server's 1,000) after
+   * afterSeq (0: from the oldest kept), oldest first. more says to ask
+   * again with afterSeq the last line's seq, gap that lines after
+   * afterSeq are no longer kept (the queue's max_log_bytes), jobEnded
+   * that no line will follow the last one kept. An unknown job (or
+   * another tenant's) is NotFoundError. It is a page, as listJobs is,
+   * not an iterator: a reader of the whole log follows more, and one
+   * that wants lines as they come uses watchJobLogs.
+   */
+  async getJobLogs(jobId: string, page: GetJobLogsInput = {}, options?: CallOptions): Promise<GetJobLogsResponse> {
+    const req = { jobId, afterSeq: BigInt(page.afterSeq ?? 0), limit: page.limit ?? 0 };
+    return call(() => this.jobService.getJobLogs(req, options), options);
+  }
+
+  /**
+   * watchJobLogs yields the job's log after afterSeq (0: every line
+   * kept) as the server sends it, a batch of lines at a time, each batch
+   * with the gap before it if lines were dropped (the queue's
+   * max_log_bytes) before the reader got them; it never yields a line
+   * twice or out of order, nor a keepalive, but for one case: when it
+   * resumes after a seq past the end of the server's log (a database
+   * restored from an older copy), the server sends the log from its
+   * oldest line kept, and it yields those lines, though their seqs go
+   * back, rather than skip them as seen. It ends after the job has ended
+   * and its last line was yielded. A batch is a WatchJobLogsResponse
+   * with lines and gap; jobEnded is never set on one.
+   *
+   * It follows WatchJobLogs streams as watchJob follows WatchJob: when a
+   * stream ends before the job did (the server's stream lifetime, a
+   * restart, a dropped connection, streamIdleTimeoutMs without a
+   * message) it opens another with after_seq the last seq yielded,
+   * backing off only when the server could not be reached. A stream that
+   * ended cleanly without job_ended (so also one from a server older
+   * than that field) is followed by a GetJobLogs that tells whether the
+   * job has ended. A refusal is thrown (NotFoundError for an unknown
+   * job), as is the signal's reason; breaking out of the loop closes the
+   * stream. The Go client's WatchLogs does the same.
+   */
+  async *watchJobLogs(jobId: string, options: WatchJobLogsInput = {}): AsyncGenerator<WatchJobLogsResponse, void, undefined> {
+    const { signal } = options;
+    // last is the seq of the last line yielded, or the one before the
+    // first line after the last gap yielded.
+    let last = BigInt(options.afterSeq ?? 0);
+    const r = this.retrier();
+    for (;;) {
+      const asked = performance.now();
+      let received = false;
+      let failure: unknown;
+      try {
+        const req = { jobId, afterSeq: last };
+        let gotLines = false;
+        for await (const msg of readStream((s) => this.longJobService.watchJobLogs(req, { signal: s }), signal, this.streamIdleTimeoutMs)) {
+          received = true;
+          if (msg.jobEnded) {
+            return;
+          }
+          let lines = msg.lines;
+          const newest = lines.at(-1);
+          if (!gotLines && newest !== undefined && newest.seq < last) {
+            // A stream's first lines all before the after_seq it was
+            // opened with: the server's log ends before that seq (a
+            // database restored from an older copy), so it sends its
+            // log from the oldest line kept, which this reader has not
+            // seen (a line of that seq it had was another), and the
+            // gap before it, if any.
+            last = 0n;
+          }
+          gotLines ||= lines.length > 0;
+          const fresh = lines.findIndex((l) => l.seq > last);
+          lines = fresh < 0 ? [] : lines.slice(fresh); // the rest were yielded (a server that resent them)
+          const gap = msg.gap !== undefined && msg.gap.resumeFrom > last + 1n ? msg.gap : undefined;
+          if (lines.length === 0 && gap === undefined) {
+            continue; // a keepalive
+          }
+          if (gap !== undefined) {
+            last = gap.resumeFrom - 1n;
+          }
+          last = lines.at(-1)?.seq ?? last;
+          yield create(WatchJobLogsResponseSchema, gap === undefined ? { lines } : { lines, gap });
+        }
+      } catch (err) {
+        failure = err;
+      }
+      if (failure === undefined) {
+        // A clean end without job_ended: the stream's lifetime passed,
+        // the server shut down, or a server older than job_ended saw the
+        // job end. Ask which.
+        try {
+          const page = await this.jobService.getJobLogs({ jobId, afterSeq: last, limit: 1 }, callOptions(signal));
+          if (page.jobEnded && page.lines.length === 0 && page.gap === undefined) {
+            return;
+          }
+          if (received || performance.now() - asked >= minParkMs) {
+            // More to come, after a stream that lived: resume at once.
+            r.reset();
+            continue;
+          }
+          failure = new Error("log stream ended without a message (shutting down?)");
+        } catch (err) {
+          failure = logsError(err, signal);
+        }
+      } else {
+        failure = logsError(failure, signal);
+      }
+      if (received) {
+        r.reset();
+      }
+      r.failedAfter(asked);
+      await r.wait(failure, signal);
+    }
+  }
+}
+
+/**
+ * logsError is what a read of a job's log does with err: it throws the
+ * error the caller gets (NotFoundError for an unknown job), or returns
+ * err when it is transient and the read should be retried.
+ */
+function logsError(err: unknown, signal: AbortSignal | undefined): unknown {
+  if (signal?.aborted) {
+    throw signal.reason;
+  }
+  if (transient(err, signal)) {
+    return err;
+  }
+  throw toJobwatchError(err, signal);
 }
 
 /**

@@ -10,9 +10,11 @@ export {
   resultOf,
   withBearer,
   type ClientOptions,
+  type GetJobLogsInput,
   type ListJobsInput,
   type SubmitJobInput,
   type Transports,
+  type WatchJobLogsInput,
   type WatchJobsInput,
 } from "./client.js";
 export {
