@@ -45,6 +45,7 @@ var docTests = map[string]string{
 	"ts":        "TestREADMESnippetsAreTheTestedCode",
 	"ts-client": "TestREADMESnippetsAreTheTestedCode",
 	"ts-worker": "TestREADMESnippetsAreTheTestedCode",
+	"ts-logs":   "TestREADMESnippetsAreTheTestedCode",
 	"config":    "config.TestTheREADMEAndDocsDocumentTheWholeFormat",
 	"tokens":    "TestREADMETokensFilesAreFilesServeAccepts",
 }
@@ -361,6 +362,7 @@ func TestREADMESnippetsAreTheTestedCode(t *testing.T) {
 			map[string]string{`"@jobwatch/client"`: `"../src/node.js"`}},
 		{"the TypeScript worker example is ts/client/examples/worker.ts", "ts-worker", "../../ts/client/examples/worker.ts",
 			map[string]string{`"@jobwatch/client"`: `"../src/node.js"`}},
+		{"the TypeScript log example is printLog in ts/client/test/logs.test.ts", "ts-logs", "../../ts/client/test/logs.test.ts", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
