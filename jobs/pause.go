@@ -125,7 +125,7 @@ func (e *Engine) knownQueue(ctx context.Context, queue string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w %q: no rule declares it and no job is in it", ErrUnknownQueue, queue)
+	return unknownQueueError{queue}
 }
 
 // wakeResumed wakes every claim that may take from queue: each looks
@@ -147,3 +147,12 @@ func (e *Engine) heardQueueChange(c store.Change) {
 	}
 	e.wakeResumed(c.Queue)
 }
+
+// unknownQueueError is ErrUnknownQueue for queue, saying why once.
+type unknownQueueError struct{ queue string }
+
+func (e unknownQueueError) Error() string {
+	return fmt.Sprintf("queue %q: no rule declares it and no job is in it", e.queue)
+}
+
+func (e unknownQueueError) Is(target error) bool { return target == ErrUnknownQueue }
