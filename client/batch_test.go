@@ -84,8 +84,9 @@ func TestAWorkerWithFreeSlotsClaimsForAllOfThemInOneCall(t *testing.T) {
 			close(gate.open)
 			for _, id := range ids {
 				// Through the engine: no client decodes the undecodable.
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				j, err := env.s.Engine.Wait(ctx, id, time.Now().Add(10*time.Second))
+				// A generous bound: a loaded machine has taken over 10 s.
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				j, err := env.s.Engine.Wait(ctx, id, time.Now().Add(time.Minute))
 				cancel()
 				want := jobtype.Succeeded
 				if id == undecodable {
