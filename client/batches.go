@@ -278,7 +278,12 @@ func waitJobsError(batch string, err error) error {
 // server's stream lifetime, a restart, a dropped connection) it opens
 // another with the last resume token received, backing off only when the
 // server could not be reached. A job may come again at a version already
-// yielded across a resume: keep the higher version. It ends by yielding
+// yielded across a resume: keep the higher version, except after a
+// response with StartedOver set, which the server sends when it could
+// not resume from the token (its database restored from an older copy,
+// say): from there take each job's snapshot whatever its version, and
+// ask GetJob about the jobs held from before that it does not bring. It
+// ends by yielding
 // an error when the server refuses the stream, and ctx's cause when ctx
 // ends; breaking out of the loop closes the stream. Its streams go over
 // the long-call transport.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -411,21 +412,56 @@ func TestWatchTenantStartsOverFromATokenAheadOfTheDatabase(t *testing.T) {
 	restored, _ := newEngine(t, jobs.Config{})
 	old := submit(t, restored, jobs.SubmitRequest{Tenant: "acme"})
 	resumed := newBatches()
+	// The stream says it started over before its first batch, so that
+	// its client knows to take what follows whatever the versions.
+	var startedOver, startedBeforeFirst atomic.Int32
+	send := func(js []jobtype.Job, deleted []string, token string) error {
+		startedBeforeFirst.CompareAndSwap(0, startedOver.Load()+1)
+		return resumed.send(js, deleted, token)
+	}
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	defer cancel2()
 	done = async(func() (struct{}, error) {
-		return struct{}{}, restored.WatchTenant(ctx2, "acme", jobs.TenantWatchOptions{ResumeToken: ahead, Deadline: soon(), Send: resumed.send})
+		return struct{}{}, restored.WatchTenant(ctx2, "acme", jobs.TenantWatchOptions{
+			ResumeToken: ahead, Deadline: soon(), Send: send, StartedOver: func() { startedOver.Add(1) },
+		})
 	})
 	recent, _ := resumed.next(t)
 	if recent[old.ID] != 1 {
 		t.Fatalf("a stream resumed from a token ahead of the database began with %v; want it started over with the recent job", recent)
 	}
+	if got := startedBeforeFirst.Load() - 1; got != 1 {
+		t.Fatalf("StartedOver was called %d times before the first batch; want once", got)
+	}
 	fresh := submit(t, restored, jobs.SubmitRequest{Tenant: "acme"})
-	if changed, _ := resumed.next(t); changed[fresh.ID] != 1 {
+	changed, token := resumed.next(t)
+	if changed[fresh.ID] != 1 {
 		t.Fatalf("then %v; want the job submitted after", changed)
 	}
 	cancel2()
 	await(t, done)
+	if got := startedOver.Load(); got != 1 {
+		t.Fatalf("StartedOver was called %d times in the stream; want once", got)
+	}
+
+	// A token the database can resume from does not start over.
+	resumedAgain := newBatches()
+	ctx3, cancel3 := context.WithCancel(context.Background())
+	defer cancel3()
+	done = async(func() (struct{}, error) {
+		return struct{}{}, restored.WatchTenant(ctx3, "acme", jobs.TenantWatchOptions{
+			ResumeToken: token, Deadline: soon(), Send: resumedAgain.send, StartedOver: func() { startedOver.Add(1) },
+		})
+	})
+	later := submit(t, restored, jobs.SubmitRequest{Tenant: "acme"})
+	if changed, _ := resumedAgain.next(t); changed[later.ID] != 1 || len(changed) != 1 {
+		t.Fatalf("a stream resumed from its own token began with %v; want only the job submitted after", changed)
+	}
+	cancel3()
+	await(t, done)
+	if got := startedOver.Load(); got != 1 {
+		t.Fatalf("a stream resumed from a token of this database called StartedOver; calls %d, want still 1", got)
+	}
 }
 
 // pageSizes is a store that records the Limit of every ListJobs.

@@ -180,6 +180,14 @@ type TenantWatchOptions struct {
 	// batch is made ready for the wire once; nobody may modify it, or
 	// jobs.
 	SendShared func(jobs []jobtype.Job, resumeToken string, memo func(build func() any) any) error
+	// StartedOver, if set, is called once, before the first batch, when
+	// ResumeToken is set but the stream cannot resume from it (a token
+	// later than the database's changes, one another database issued, or
+	// one of the earlier format) and starts over with the most recent
+	// jobs, as without a token: versions the client holds from before
+	// may be higher than the database's now, and jobs it holds may be
+	// gone without a deletion to say so.
+	StartedOver func()
 }
 
 // WatchTenant sends batches of a tenant's changed jobs until the
@@ -201,7 +209,8 @@ type TenantWatchOptions struct {
 // finished jobs); a job deleted by retention is not announced. A token
 // of the earlier, clock-based format ("t1.") starts the stream over, as
 // one without a token does, and so does a token later than the
-// database's changes or issued by another database (store.CursorAhead).
+// database's changes or issued by another database (store.CursorAhead);
+// such a stream calls StartedOver first, for its client to know.
 //
 // Every read is a store page of at most PageSize jobs (and MaxPageBytes),
 // sent before the next is read, so a stream holds at most one batch of
@@ -273,6 +282,9 @@ func (e *Engine) WatchTenant(ctx context.Context, tenant string, o TenantWatchOp
 	// arrives while the stream sends a keepalive must still cause a look.
 	_, _, changed := sub.Latest()
 	if cursor == "" {
+		if o.ResumeToken != "" && o.StartedOver != nil {
+			o.StartedOver()
+		}
 		if cursor, err = e.store.ChangeCursor(ctx); err != nil {
 			return wrap("watch tenant", "", err)
 		}

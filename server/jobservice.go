@@ -420,6 +420,10 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 	if err := sendHeaders(stream); err != nil {
 		return err
 	}
+	// startedOver marks the stream's first response when the engine set
+	// the caller's token aside: that response comes through Send (the
+	// most recent jobs are this stream's own read, never shared).
+	startedOver := false
 	err = s.engine.WatchTenant(ctx, tenant, jobs.TenantWatchOptions{
 		ResumeToken: req.GetResumeToken(),
 		Batch:       req.GetBatch(),
@@ -427,12 +431,15 @@ func (h *jobService) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsReq
 		PageSize:    limit,
 		Deadline:    deadline,
 		Keepalive:   s.cfg.Keepalive,
+		StartedOver: func() { startedOver = true },
 		Send: func(js []jobtype.Job, deleted []string, resumeToken string) error {
 			pjs, err := wire.Jobs(js)
 			if err != nil {
 				return err
 			}
-			return stream.Send(&jobwatchv1.WatchJobsResponse{Jobs: pjs, ResumeToken: resumeToken, DeletedJobIds: deleted})
+			msg := &jobwatchv1.WatchJobsResponse{Jobs: pjs, ResumeToken: resumeToken, DeletedJobIds: deleted, StartedOver: startedOver}
+			startedOver = false
+			return stream.Send(msg)
 		},
 		SendShared: func(js []jobtype.Job, resumeToken string, memo func(func() any) any) error {
 			w := memo(func() any { return s.sharedWatchJobs(js, resumeToken) }).(wireBatch)

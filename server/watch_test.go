@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -328,4 +329,83 @@ func TestATenantsStreamsShareTheBatchesOfABurst(t *testing.T) {
 			t.Errorf("%s: the burst's batches were encoded %d times for %d streams; want them shared (at least 3, fewer than %d)", f, n, each, each*3)
 		}
 	}
+}
+
+// A WatchJobs resumed with a token this server's database cannot resume
+// from (here one another database issued: a server moved to a new file,
+// or a token from before a restore) starts over with the most recent
+// jobs, and says so on its first response, so that a client drops what
+// it held rather than keeping versions the server no longer has. A
+// stream resumed from a token of its own database does not say so.
+func TestWatchJobsSaysItStartedOverFromATokenItCannotResumeFrom(t *testing.T) {
+	before := startServer(t, serverOptions{})
+	submit(t, before.h2c(), &jobwatchv1.SubmitJobRequest{Kind: "w"})
+	elsewhere := firstToken(t, before.h2c(), "")
+
+	ts := startServer(t, serverOptions{})
+	for _, c := range []clients{ts.h2c(), ts.clients(ts.h2cClient(), connect.WithProtoJSON())} {
+		have := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "w"})
+		ctx, cancel := context.WithTimeout(context.Background(), callBound)
+		stream, err := c.jobs.WatchJobs(ctx, &jobwatchv1.WatchJobsRequest{ResumeToken: elsewhere})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !stream.Receive() {
+			t.Fatalf("WatchJobs ended: %v", stream.Err())
+		}
+		first := stream.Msg()
+		if !first.GetStartedOver() || !slices.Contains(jobIDs(first.GetJobs()), have.GetId()) {
+			t.Fatalf("WatchJobs resumed from another database's token began with started_over %v and %v; want true and the job %s", first.GetStartedOver(), jobIDs(first.GetJobs()), have.GetId())
+		}
+		later := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "w"})
+		for stream.Receive() && !slices.Contains(jobIDs(stream.Msg().GetJobs()), later.GetId()) {
+			if stream.Msg().GetStartedOver() {
+				t.Fatal("a second response said started_over")
+			}
+		}
+		if stream.Msg() == nil || stream.Msg().GetStartedOver() {
+			t.Fatalf("the response with the job submitted after: %v, %v; want it, without started_over", stream.Msg(), stream.Err())
+		}
+		cancel()
+
+		own := firstToken(t, c, "")
+		next := submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "w"})
+		if got := firstResponse(t, c, own); got.GetStartedOver() || !slices.Contains(jobIDs(got.GetJobs()), next.GetId()) {
+			t.Fatalf("WatchJobs resumed from this database's own token began with started_over %v and %v; want false and the job %s", got.GetStartedOver(), jobIDs(got.GetJobs()), next.GetId())
+		}
+	}
+}
+
+// firstToken is the resume token of the first WatchJobs response that
+// carries one, for a stream resumed from token ("": a fresh stream).
+func firstToken(t *testing.T, c clients, token string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callBound)
+	defer cancel()
+	stream, err := c.jobs.WatchJobs(ctx, &jobwatchv1.WatchJobsRequest{ResumeToken: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for stream.Receive() {
+		if tok := stream.Msg().GetResumeToken(); tok != "" {
+			return tok
+		}
+	}
+	t.Fatalf("WatchJobs ended without a token: %v", stream.Err())
+	return ""
+}
+
+// firstResponse is the first response of a WatchJobs resumed from token.
+func firstResponse(t *testing.T, c clients, token string) *jobwatchv1.WatchJobsResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callBound)
+	defer cancel()
+	stream, err := c.jobs.WatchJobs(ctx, &jobwatchv1.WatchJobsRequest{ResumeToken: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() {
+		t.Fatalf("WatchJobs ended: %v", stream.Err())
+	}
+	return stream.Msg()
 }

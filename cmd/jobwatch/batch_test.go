@@ -2,16 +2,23 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
@@ -566,5 +573,102 @@ func TestWaitForMoreJobsThanOneWaitJobsTakes(t *testing.T) {
 	code, out, errOut := runInProcess(t, "wait", "--server", s.URL, "--batch", "big", "--any")
 	if code != exitCancelled || out == "" {
 		t.Errorf("wait --batch big --any = exit %d, %q (%s); want the first ended", code, out, errOut)
+	}
+}
+
+// A server restarted on its database restored from an older copy has the
+// batch's jobs at lower versions than watch --batch saw: the stream's
+// resume starts over (started_over), and watch forgets what it held and
+// lists the batch again, rather than keeping a job ended that the server
+// has queued and exiting before it runs.
+func TestWatchBatchStartsOverOnADatabaseRestoredFromAnOlderCopy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := filepath.Join(t.TempDir(), "jobwatch.db")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	serve := func() *exec.Cmd {
+		_, cmd, _ := startServe(t, ctx, "--db", db, "--addr", addr)
+		return cmd
+	}
+	first := serve()
+	c := client.New("http://" + addr)
+	var ids []string
+	for range 2 {
+		j, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "restored", Batch: "nightly"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.GetId())
+	}
+	backup := filepath.Join(t.TempDir(), "backup.db")
+	live, err := sql.Open("sqlite3", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = live.ExecContext(ctx, "VACUUM INTO ?", backup)
+	live.Close()
+	if err != nil {
+		t.Fatalf("back up: %v", err)
+	}
+	for range 10 { // the live database's changes run ahead of the copy's
+		if _, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "other"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	watch := jobwatchCmd(ctx, "watch", "--batch", "nightly", "--progress", "lines", "--server", "http://"+addr)
+	var out lockedBuffer
+	watch.Stdout, watch.Stderr = &out, &out
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { watch.Wait(); close(exited) }()
+	waitFor(t, "watch to print both jobs", func() bool {
+		return strings.Contains(out.String(), ids[0]+" QUEUED") && strings.Contains(out.String(), ids[1]+" QUEUED")
+	})
+	if _, err := c.Cancel(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "watch to print the cancel", func() bool { return strings.Contains(out.String(), ids[0]+" CANCELLED") })
+
+	first.Process.Signal(syscall.SIGTERM)
+	first.Wait()
+	for _, f := range []string{db, db + "-wal", db + "-shm"} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Rename(backup, db); err != nil {
+		t.Fatal(err)
+	}
+	mark := len(out.String())
+	serve() // the copy, where both jobs are queued
+	waitFor(t, "watch to print the first job queued again", func() bool { return strings.Contains(out.String()[mark:], ids[0]+" QUEUED") })
+
+	if _, err := c.Cancel(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "watch to print the second job's cancel", func() bool { return strings.Contains(out.String()[mark:], ids[1]+" CANCELLED") })
+	select {
+	case <-exited:
+		t.Fatalf("watch --batch exited while the restored server had %s queued:\n%s", ids[0], out.String())
+	default:
+	}
+	if _, err := c.Cancel(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-ctx.Done():
+		t.Fatalf("watch --batch did not exit once both jobs had ended:\n%s", out.String())
+	}
+	if code := watch.ProcessState.ExitCode(); code != exitCancelled || !strings.HasSuffix(out.String(), "batch nightly: 2 jobs, 2 ended: 2 cancelled\n") {
+		t.Fatalf("watch --batch = exit %d; want %d and the batch's counts at the end:\n%s", code, exitCancelled, out.String())
 	}
 }

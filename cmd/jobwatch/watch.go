@@ -463,6 +463,14 @@ func watchBatch(ctx context.Context, c *client.Client, tenant, batch, display st
 			if it.err != nil {
 				return fail(callError("watch", it.err))
 			}
+			if it.msg.GetStartedOver() {
+				// The server could not resume the stream (its database
+				// restored from an older copy, say): what it held may be
+				// gone or at higher versions than the server's now. List
+				// the batch again, and drop a listing still on its way.
+				v.startOver()
+				listed = nil
+			}
 			if err := update(it.msg.GetJobs()); err != nil {
 				return fail(err)
 			}
@@ -546,6 +554,13 @@ func (v *batchView) update(j *jobwatchv1.Job) bool {
 		v.order = append(v.order, j.GetId())
 	}
 	return true
+}
+
+// startOver forgets every job, and the listing: the stream has started
+// over (WatchJobsResponse.started_over).
+func (v *batchView) startOver() {
+	clear(v.jobs)
+	v.order, v.listed = nil, false
 }
 
 // remove forgets a deleted job.

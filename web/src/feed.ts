@@ -213,6 +213,15 @@ export class JobFeed {
           opts,
         ),
       (res) => {
+        if (res.startedOver) {
+          // The server could not resume from the token (its database
+          // restored from an older copy while the tab was out of
+          // sight, say) and started over with the most recent jobs:
+          // as after the feed's own start over, they are the truth,
+          // and the first token says the stream is synced.
+          this.listener.startedOver?.();
+          fresh = true;
+        }
         if (res.jobs.length > 0) {
           this.listener.jobs(res.jobs);
         }

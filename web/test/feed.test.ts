@@ -37,9 +37,9 @@ class Call {
     this.opts.onHeader?.(new Headers());
   }
 
-  send(jobs: { id: string; version: bigint }[], resumeToken: string, deletedJobIds: string[] = []): void {
+  send(jobs: { id: string; version: bigint }[], resumeToken: string, deletedJobIds: string[] = [], startedOver = false): void {
     const js = jobs.map((j) => create(JobSchema, { id: j.id, version: j.version, state: JobState.RUNNING }));
-    this.push(create(WatchJobsResponseSchema, { jobs: js, resumeToken, deletedJobIds }));
+    this.push(create(WatchJobsResponseSchema, { jobs: js, resumeToken, deletedJobIds, startedOver }));
   }
 
   fail(code: Code, message: string): void {
@@ -436,6 +436,35 @@ test("a feed out of sight lets go of its stream and resumes it when shown", asyn
   assert.equal(server.calls[1]!.req.resumeToken, "t1.1", "the stream did not resume from its last token");
   assert.ok(!statuses.some((s) => s.kind === "reconnecting"), `a tab out of sight was shown as a lost connection: ${JSON.stringify(statuses)}`);
   assert.equal(statuses.at(-1)?.kind, "live");
+});
+
+// A tab shown again resumes with its token; a server restarted meanwhile
+// on its database restored from an older copy cannot resume from it and
+// starts over with the most recent jobs, saying so on the first
+// response: the feed passes that on before the response's jobs, and the
+// response's token says the stream is synced, as a fresh stream's does.
+test("a stream the server started over says so before its jobs, and is synced at its first token", async (t) => {
+  const visibility = new FakeVisibility();
+  const server = new Server((call, n) => {
+    call.headers();
+    if (n === 1) {
+      call.send([{ id: "j_a", version: 9n }], "t2.c1.9");
+    } else {
+      call.send([{ id: "j_a", version: 3n }], "", [], true);
+      call.send([{ id: "j_b", version: 1n }], "t2.c1.4");
+    }
+  });
+  const { feed, batches, synced, startedOver } = follow(t, server, { visibility, hiddenMs: 10, silenceMs: 60_000 });
+  await until("the first batch", () => batches.length === 1);
+  visibility.set(true);
+  await until("the hidden tab's stream let go of", () => server.calls[0]!.aborted);
+  visibility.set(false);
+  await until("the resumed stream's batches", () => batches.length === 3);
+  feed.stop();
+  assert.equal(server.calls[1]!.req.resumeToken, "t2.c1.9", "the shown tab did not resume from its token");
+  assert.deepEqual(batches, [["j_a@9"], ["j_a@3"], ["j_b@1"]]);
+  assert.deepEqual(startedOver, [1], "told of the start over once, before the jobs of the response that said so");
+  assert.deepEqual(synced, [1, 3], "synced at the first token of the stream the server started over, and only then");
 });
 
 // A page left for another (a link followed, an address typed) may be

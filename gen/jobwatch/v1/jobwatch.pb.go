@@ -2525,6 +2525,17 @@ type WatchJobsResponse struct {
 	// a record of each deletion as long as it keeps finished jobs, so a
 	// stream resumed with an older token may not hear of a deletion.
 	DeletedJobIds []string `protobuf:"bytes,3,rep,name=deleted_job_ids,json=deletedJobIds,proto3" json:"deleted_job_ids,omitempty"`
+	// True on the first response of a stream whose resume_token the server
+	// could not resume from, and so started over with the most recent jobs
+	// as without a token: a token later than the database's changes (a
+	// database restored from an older copy, or a server started on an
+	// empty one), one another database issued, or one of jobwatch's
+	// earlier format. The versions a caller holds from before may be
+	// higher than the server's now, and jobs it holds may be gone without
+	// a deletion: take this stream's snapshots whatever their versions,
+	// and ask GetJob about the jobs held from before that it does not
+	// bring. False on every other response.
+	StartedOver   bool `protobuf:"varint,4,opt,name=started_over,json=startedOver,proto3" json:"started_over,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2578,6 +2589,13 @@ func (x *WatchJobsResponse) GetDeletedJobIds() []string {
 		return x.DeletedJobIds
 	}
 	return nil
+}
+
+func (x *WatchJobsResponse) GetStartedOver() bool {
+	if x != nil {
+		return x.StartedOver
+	}
+	return false
 }
 
 type RetryJobRequest struct {
@@ -5517,11 +5535,12 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\fresume_token\x18\x02 \x01(\tR\vresumeToken\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12(\n" +
 	"\x04view\x18\x04 \x01(\x0e2\x14.jobwatch.v1.JobViewR\x04view\x12\x14\n" +
-	"\x05batch\x18\x05 \x01(\tR\x05batch\"\x84\x01\n" +
+	"\x05batch\x18\x05 \x01(\tR\x05batch\"\xa7\x01\n" +
 	"\x11WatchJobsResponse\x12$\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x10.jobwatch.v1.JobR\x04jobs\x12!\n" +
 	"\fresume_token\x18\x02 \x01(\tR\vresumeToken\x12&\n" +
-	"\x0fdeleted_job_ids\x18\x03 \x03(\tR\rdeletedJobIds\"(\n" +
+	"\x0fdeleted_job_ids\x18\x03 \x03(\tR\rdeletedJobIds\x12!\n" +
+	"\fstarted_over\x18\x04 \x01(\bR\vstartedOver\"(\n" +
 	"\x0fRetryJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"6\n" +
 	"\x10RetryJobResponse\x12\"\n" +

@@ -603,8 +603,14 @@ export class JobwatchClient {
    * lifetime, a restart, a dropped connection) it opens another with the
    * last resume token received, backing off only when the server could
    * not be reached. A job may come again at a version already yielded
-   * across a resume: keep the higher version. A refusal is thrown, as is
-   * the signal's reason; breaking out of the loop closes the stream.
+   * across a resume: keep the higher version, except after a response
+   * with startedOver (yielded even without jobs): the server could not
+   * resume from the token (its database restored from an older copy,
+   * say) and started over with the most recent jobs, so take its
+   * snapshots from there whatever their versions, and ask getJob about
+   * the jobs held from before that it does not bring. A refusal is
+   * thrown, as is the signal's reason; breaking out of the loop closes
+   * the stream.
    */
   async *watchJobs(input: WatchJobsInput = {}): AsyncGenerator<WatchJobsResponse, void, undefined> {
     const { signal, ...req } = input;
@@ -621,7 +627,7 @@ export class JobwatchClient {
           if (msg.resumeToken !== "") {
             resumeToken = msg.resumeToken;
           }
-          if (msg.jobs.length > 0 || msg.deletedJobIds.length > 0) {
+          if (msg.jobs.length > 0 || msg.deletedJobIds.length > 0 || msg.startedOver) {
             yield msg;
           }
         }

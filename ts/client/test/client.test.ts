@@ -395,6 +395,35 @@ test("watchJobs follows a batch across stream lifetimes, resuming with the last 
   assert.ok(streams.slice(1).every((t) => t !== ""), `a stream resumed without a token: ${JSON.stringify(streams)}`);
 });
 
+test("watchJobs resumed from a token the server cannot resume from yields its start over first, even with no jobs to bring", async () => {
+  // A token of another database (the traced server's) stands for one
+  // from before a restore of this server's database from an older copy.
+  const elsewhere = clientOf({ url: server.tracedUrl });
+  const batch = uniqueKind("restored").replaceAll(".", "-");
+  await elsewhere.submitJob({ kind: uniqueKind("elsewhere"), batch });
+  let token = "";
+  for await (const msg of elsewhere.watchJobs({ batch })) {
+    token = msg.resumeToken;
+    if (token !== "") {
+      break;
+    }
+  }
+  const client = clientOf();
+  const first = async (b: string) => {
+    for await (const msg of client.watchJobs({ batch: b, resumeToken: token })) {
+      return msg;
+    }
+    throw new Error("watchJobs ended");
+  };
+  const empty = await first(uniqueKind("none").replaceAll(".", "-"));
+  assert.equal(empty.startedOver, true, "the start over of a batch with no jobs was not yielded");
+  assert.deepEqual(empty.jobs, []);
+  const mine = await client.submitJob({ kind: uniqueKind("mine"), batch });
+  const fresh = await first(batch);
+  assert.equal(fresh.startedOver, true);
+  assert.deepEqual(fresh.jobs.map((j) => j.id), [mine.id], "the stream did not start over with this server's jobs of the batch");
+});
+
 test("a payload nested as deep as the server takes (128 levels) is submitted and read back; deeper, the server refuses it", async () => {
   const client = clientOf();
   // n lists, one in the other, around a number.
