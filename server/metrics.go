@@ -213,9 +213,9 @@ func (m *Metrics) register(reg *prometheus.Registry, engine *jobs.Engine, log *s
 			engine: engine, log: log, what: "count jobs for metrics", read: engine.CountByState,
 			maxAge: jobCountsMaxAge, minGap: jobCountsMinGap}},
 		&alertsCollector{engine: engine},
-		&pausesCollector{engine: engine, log: log},
-		&ratesCollector{engine: engine, log: log},
-		&schedulesCollector{engine: engine, log: log},
+		&pausesCollector{engine: engine, pauses: &lastRead[[]jobs.QueuePause]{what: "read paused queues for metrics", read: engine.Paused, log: log}},
+		&ratesCollector{rates: &lastRead[map[string]jobs.QueueRate]{what: "read rate windows for metrics", read: engine.QueueRates, log: log}},
+		&schedulesCollector{schedules: &lastRead[[]jobs.ScheduleInfo]{what: "read schedules for metrics", read: engine.Schedules, log: log}},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "jobwatch_store_reachable",
 			Help: "1 while the store takes writes (and, on PostgreSQL, hears the other replicas' changes), 0 while it cannot: gRPC health and /healthz say NOT_SERVING meanwhile.",
@@ -278,9 +278,18 @@ func (m *Metrics) register(reg *prometheus.Registry, engine *jobs.Engine, log *s
 const (
 	jobCountsMinGap = 250 * time.Millisecond
 	jobCountsMaxAge = 30 * time.Second
-	// jobCountTimeout bounds one count; a scrape that cannot get one
-	// serves the last (with its timestamp), or none before the first.
+	// jobCountTimeout bounds one count, which goes on for the scrapes
+	// after one that stopped waiting for it.
 	jobCountTimeout = 10 * time.Second
+	// scrapeWait is how long a scrape waits for any read of the
+	// database (a count, the paused queues, the rate windows, the
+	// schedules' state) before it answers with what the last good read
+	// found (the counts with their timestamp), or without those series
+	// before the first: so that /metrics answers within a scraper's
+	// timeout (Prometheus' default is 10 s) while the database hangs,
+	// jobwatch_store_reachable among its series, rather than failing
+	// whole.
+	scrapeWait = 2 * time.Second
 )
 
 // jobsCollector reports jobs by state from a shared count.
@@ -304,7 +313,9 @@ func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
-	counts, at, ok, _ := c.counts.get(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeWait)
+	defer cancel()
+	counts, at, ok, _ := c.counts.get(ctx)
 	if !ok {
 		ch <- prometheus.NewInvalidMetric(jobsDesc, errors.New("jobs could not be counted yet"))
 		return
@@ -337,7 +348,9 @@ func (c *tenantJobsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *tenantJobsCollector) Collect(ch chan<- prometheus.Metric) {
-	depths, at, ok, _ := c.depths.get(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeWait)
+	defer cancel()
+	depths, at, ok, _ := c.depths.get(ctx)
 	if !ok {
 		ch <- prometheus.NewInvalidMetric(tenantJobsDesc, errors.New("jobs by tenant could not be read yet"))
 		return
@@ -376,25 +389,19 @@ func (c *alertsCollector) Collect(ch chan<- prometheus.Metric) {
 // jobwatch_queue_alerting it has no series for other queues: their
 // names come from callers.
 type pausesCollector struct {
+	pauses *lastRead[[]jobs.QueuePause]
 	engine *jobs.Engine
-	log    *slog.Logger
 }
 
 var queuePausedDesc = prometheus.NewDesc("jobwatch_queue_paused",
 	"1 while the queue is paused (PauseQueue: it hands out no claims on any replica), else 0; for the queues the configuration names (its queues and its schedules' queues), the default queue, and every paused queue.",
 	[]string{"queue"}, nil)
 
-// pausesReadTimeout bounds a scrape's read of the paused queues.
-const pausesReadTimeout = 5 * time.Second
-
 func (c *pausesCollector) Describe(ch chan<- *prometheus.Desc) { ch <- queuePausedDesc }
 
 func (c *pausesCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), pausesReadTimeout)
-	defer cancel()
-	pauses, err := c.engine.Paused(ctx)
+	pauses, err := c.pauses.get()
 	if err != nil {
-		c.log.Warn("read paused queues for metrics", "err", err)
 		ch <- prometheus.NewInvalidMetric(queuePausedDesc, err)
 		return
 	}
@@ -416,8 +423,7 @@ func (c *pausesCollector) Collect(ch chan<- prometheus.Metric) {
 // (jobwatch schedules shows the same). It reads the schedules' state, a
 // row a schedule, never the jobs.
 type schedulesCollector struct {
-	engine *jobs.Engine
-	log    *slog.Logger
+	schedules *lastRead[[]jobs.ScheduleInfo]
 }
 
 var (
@@ -435,9 +441,6 @@ var (
 		[]string{"schedule"}, nil)
 )
 
-// schedulesReadTimeout bounds a scrape's read of the schedules' state.
-const schedulesReadTimeout = 5 * time.Second
-
 func (c *schedulesCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- scheduleNextRunDesc
 	ch <- scheduleRunningDesc
@@ -446,11 +449,8 @@ func (c *schedulesCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *schedulesCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), schedulesReadTimeout)
-	defer cancel()
-	schedules, err := c.engine.Schedules(ctx)
+	schedules, err := c.schedules.get()
 	if err != nil {
-		c.log.Warn("read schedules for metrics", "err", err)
 		ch <- prometheus.NewInvalidMetric(scheduleNextRunDesc, err)
 		return
 	}

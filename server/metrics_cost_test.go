@@ -336,3 +336,107 @@ func TestMetricsCostFigures(t *testing.T) {
 	close(stop)
 	churn.Wait()
 }
+
+// hangingStore is a store whose reads for /metrics hang, once hang is
+// set, until their caller gives up: a database that stopped answering
+// (PostgreSQL frozen, a file system frozen).
+type hangingStore struct {
+	store.Store
+	hang atomic.Bool
+}
+
+func (s *hangingStore) wait(ctx context.Context) error {
+	if s.hang.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (s *hangingStore) CountByState(ctx context.Context) (map[jobtype.State]int64, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	return s.Store.CountByState(ctx)
+}
+
+func (s *hangingStore) QueuePauses(ctx context.Context) ([]store.QueuePause, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	return s.Store.QueuePauses(ctx)
+}
+
+func (s *hangingStore) RateWindows(ctx context.Context, now time.Time, rates map[string]jobtype.Rate) (map[string]store.RateWindow, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	return s.Store.RateWindows(ctx, now, rates)
+}
+
+func (s *hangingStore) Schedules(ctx context.Context) ([]store.ScheduleState, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	return s.Store.Schedules(ctx)
+}
+
+// While the database does not answer, /metrics still answers, within a
+// scraper's timeout (Prometheus' default is 10 s), with what its reads
+// found last: the counts (with when they were counted), the paused
+// queues, the rate windows and the schedules. A scrape that waited for
+// each read's own bound took 10 s, and a scraper that gives up at its
+// timeout would have had no series at all, jobwatch_store_reachable
+// among them, when they matter most.
+func TestMetricsAnswerWithTheLastReadsWhileTheDatabaseHangs(t *testing.T) {
+	var st *hangingStore
+	ts := startServer(t, serverOptions{
+		wrapStore: func(s store.Store) store.Store { st = &hangingStore{Store: s}; return st },
+		engine: jobs.Config{Rules: jobtype.Rules{
+			Queues:    map[string]jobtype.QueueRules{"metered": {Rate: jobtype.Rate{Limit: 5, Per: time.Minute}}},
+			Schedules: []jobtype.Schedule{{Name: "nightly", Kind: "report", Every: time.Hour}},
+		}},
+	})
+	c := ts.h2c()
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "metered", Queue: "metered"})
+	if _, err := c.queues.PauseQueue(ctxTimeout(t, callBound), &jobwatchv1.PauseQueueRequest{Queue: "metered"}); err != nil {
+		t.Fatal(err)
+	}
+	hc := ts.http1Client()
+	want := []string{
+		`jobwatch_jobs{state="queued"} 1`,
+		`jobwatch_queue_paused{queue="metered"} 1`,
+		`jobwatch_queue_rate_limit{queue="metered"} 5`,
+		`jobwatch_queue_rate_held{queue="metered"} 0`,
+		`jobwatch_schedule_running{schedule="nightly"}`,
+		"jobwatch_store_reachable ",
+	}
+	if _, page := scrape(t, hc, ts.url); !containsAll(page, want) {
+		t.Fatalf("/metrics before the database hangs lacks one of %q:\n%s", want, page)
+	}
+
+	// A job submitted now makes the count stale, so the scrape reads
+	// again, and that read hangs.
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "metered", Queue: "metered"})
+	st.hang.Store(true)
+	defer st.hang.Store(false)
+	began := time.Now()
+	status, page := scrape(t, hc, ts.url)
+	took := time.Since(began)
+	if status != http.StatusOK || !containsAll(page, want) {
+		t.Fatalf("/metrics while the database hangs = %d, lacking one of %q:\n%s", status, want, page)
+	}
+	// A generous bound for a busy machine: the scrape waits 2 s.
+	if took > 8*time.Second {
+		t.Fatalf("/metrics while the database hangs took %v; want it to answer with the last reads after about 2 s", took)
+	}
+}
+
+func containsAll(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}

@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"log/slog"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -18,8 +16,7 @@ import (
 // held back by it: at its limit, handing out no claims until the window
 // has room.
 type ratesCollector struct {
-	engine *jobs.Engine
-	log    *slog.Logger
+	rates *lastRead[map[string]jobs.QueueRate]
 }
 
 var (
@@ -34,9 +31,6 @@ var (
 		[]string{"queue"}, nil)
 )
 
-// ratesReadTimeout bounds a scrape's read of the rate windows.
-const ratesReadTimeout = 5 * time.Second
-
 func (c *ratesCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queueRateStartedDesc
 	ch <- queueRateLimitDesc
@@ -44,11 +38,8 @@ func (c *ratesCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *ratesCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), ratesReadTimeout)
-	defer cancel()
-	rates, err := c.engine.QueueRates(ctx)
+	rates, err := c.rates.get()
 	if err != nil {
-		c.log.Warn("read rate windows for metrics", "err", err)
 		ch <- prometheus.NewInvalidMetric(queueRateHeldDesc, err)
 		return
 	}

@@ -49,61 +49,65 @@ type sharedRead[T any] struct {
 
 // get returns the value and when it was read, reading again first when
 // it is stale (see sharedRead). ok is false when no read has ever
-// succeeded. err is the error of the read this call ran or waited for,
-// if it failed (the value is then the last good one); the failure is
-// logged once per read. get waits no longer than ctx lets it.
+// succeeded. err is the error of the read this call waited for, if it
+// failed, or ctx's cause if ctx ended first; the value is then the last
+// good one. A read's failure is logged once per read. get waits no
+// longer than ctx lets it: a read it began goes on without it (bounded
+// by jobCountTimeout), for the callers after it.
 func (c *sharedRead[T]) get(ctx context.Context) (value T, at time.Time, ok bool, err error) {
 	arrived := time.Now()
 	for {
 		c.mu.Lock()
-		if running := c.counting; running != nil {
-			c.mu.Unlock()
-			select {
-			case <-running: // bounded by minGap + jobCountTimeout
-			case <-ctx.Done():
-				var zero T
-				return zero, time.Time{}, false, context.Cause(ctx)
-			}
-			c.mu.Lock()
-			if !c.tried.Before(arrived) && c.err != nil {
-				// The read waited for failed: say so, rather than
-				// reading again for each caller who waited.
+		running := c.counting
+		if running == nil {
+			if c.fresh(arrived) {
 				defer c.mu.Unlock()
-				return c.value, c.readAt, c.have, c.err
+				return c.value, c.readAt, true, nil
 			}
-			c.mu.Unlock()
-			continue
+			running = make(chan struct{})
+			c.counting = running
+			go c.readAgain(c.minGap-time.Since(c.tried), running)
 		}
-		if c.fresh(arrived) {
+		c.mu.Unlock()
+		select {
+		case <-running: // bounded by minGap + jobCountTimeout
+		case <-ctx.Done():
+			c.mu.Lock()
 			defer c.mu.Unlock()
-			return c.value, c.readAt, true, nil
+			return c.value, c.readAt, c.have, context.Cause(ctx)
 		}
-		done := make(chan struct{})
-		c.counting = done
-		wait := c.minGap - time.Since(c.tried)
-		c.mu.Unlock()
-
-		if wait > 0 {
-			time.Sleep(wait)
-		}
-		start, seq := time.Now(), c.engine.Changes()
-		rctx, cancel := context.WithTimeout(context.Background(), jobCountTimeout)
-		v, err := c.read(rctx)
-		cancel()
-
 		c.mu.Lock()
-		c.tried, c.err = start, err
-		if err != nil {
-			c.log.Warn(c.what+"; the last read stands", "read_at", c.readAt, "err", err)
-		} else {
-			c.value, c.have, c.readAt, c.took, c.seq = v, true, start, time.Since(start), seq
+		if !c.tried.Before(arrived) && c.err != nil {
+			// The read waited for failed: say so, rather than reading
+			// again for each caller who waited.
+			defer c.mu.Unlock()
+			return c.value, c.readAt, c.have, c.err
 		}
-		c.counting = nil
-		close(done)
-		value, at, ok = c.value, c.readAt, c.have
 		c.mu.Unlock()
-		return value, at, ok, err
 	}
+}
+
+// readAgain reads after wait (the rest of minGap), keeps the value if
+// the read succeeded, and closes done.
+func (c *sharedRead[T]) readAgain(wait time.Duration, done chan struct{}) {
+	if wait > 0 {
+		time.Sleep(wait)
+	}
+	start, seq := time.Now(), c.engine.Changes()
+	ctx, cancel := context.WithTimeout(context.Background(), jobCountTimeout)
+	v, err := c.read(ctx)
+	cancel()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tried, c.err = start, err
+	if err != nil {
+		c.log.Warn(c.what+"; the last read stands", "read_at", c.readAt, "err", err)
+	} else {
+		c.value, c.have, c.readAt, c.took, c.seq = v, true, start, time.Since(start), seq
+	}
+	c.counting = nil
+	close(done)
 }
 
 // fresh reports whether the last value may answer a caller who arrived
@@ -116,4 +120,42 @@ func (c *sharedRead[T]) fresh(arrived time.Time) bool {
 	return !c.readAt.Before(arrived) || // began after the caller arrived
 		c.maxAge > 0 && c.engine.Changes() == c.seq && age < c.maxAge ||
 		c.reuse != nil && age < c.reuse(c.took)
+}
+
+// lastRead is a scrape's read of a small table (the paused queues, the
+// rate windows, the schedules' state) that answers with the last good
+// value when the database does not answer within scrapeWait: as it was
+// then (no pause or schedule run can change while the database is away,
+// and a rate window's count can only fall). Each scrape reads again;
+// the read is cheap, a row a queue or schedule.
+type lastRead[T any] struct {
+	what string // the read, as the log names it
+	read func(context.Context) (T, error)
+	log  *slog.Logger
+
+	mu    sync.Mutex
+	value T
+	have  bool // a read has succeeded
+}
+
+// get reads, waiting at most scrapeWait, and returns the value read, or
+// the last good one with a warning in the log; err only when no read has
+// ever succeeded.
+func (r *lastRead[T]) get() (T, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeWait)
+	defer cancel()
+	v, err := r.read(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		r.value, r.have = v, true
+		return v, nil
+	}
+	if !r.have {
+		r.log.Warn(r.what, "err", err)
+		var zero T
+		return zero, err
+	}
+	r.log.Warn(r.what+"; the last read stands", "err", err)
+	return r.value, nil
 }
