@@ -309,22 +309,10 @@ func (c *Client) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsRequest
 // delivered anything, so the server is up.
 func (c *Client) watchJobsOnce(ctx context.Context, ask *jobwatchv1.WatchJobsRequest,
 	yield func(*jobwatchv1.WatchJobsResponse, error) bool) (stopped, received bool, err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := c.longJobs.WatchJobs(ctx, ask)
-	if err != nil {
-		return false, false, err
-	}
-	defer stream.Close()
-	for stream.Receive() {
-		received = true
-		msg := stream.Msg()
+	return stream(ctx, c.longJobs.WatchJobs, ask, func(msg *jobwatchv1.WatchJobsResponse) bool {
 		if t := msg.GetResumeToken(); t != "" {
 			ask.ResumeToken = t
 		}
-		if !yield(msg, nil) {
-			return true, true, nil
-		}
-	}
-	return false, received, stream.Err()
+		return yield(msg, nil)
+	})
 }

@@ -61,8 +61,8 @@ func (c *Client) WatchLogs(ctx context.Context, id string, afterSeq int64) iter.
 		last := afterSeq
 		for {
 			asked := time.Now()
-			stopped, received, ended, err := c.watchLogsOnce(ctx, id, &last, yield)
-			if stopped || ended {
+			done, received, err := c.watchLogsOnce(ctx, id, &last, yield)
+			if done {
 				return
 			}
 			if err == nil {
@@ -107,25 +107,17 @@ func (c *Client) WatchLogs(ctx context.Context, id string, afterSeq int64) iter.
 	}
 }
 
-// watchLogsOnce runs one WatchJobLogs stream after *last. stopped says
-// the consumer broke out of its loop; received that the stream delivered
-// anything (lines or a keepalive), so the server is up; ended that the
-// server said the job ended and its last line was sent.
+// watchLogsOnce runs one WatchJobLogs stream after *last. done says
+// WatchLogs is over: the consumer broke out of its loop, or the server
+// said the job ended and its last line was sent; received that the
+// stream delivered anything (lines or a keepalive), so the server is up.
 func (c *Client) watchLogsOnce(ctx context.Context, id string, last *int64,
-	yield func(*jobwatchv1.WatchJobLogsResponse, error) bool) (stopped, received, ended bool, err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := c.longJobs.WatchJobLogs(ctx, &jobwatchv1.WatchJobLogsRequest{JobId: id, AfterSeq: *last})
-	if err != nil {
-		return false, false, false, err
-	}
-	defer stream.Close()
+	yield func(*jobwatchv1.WatchJobLogsResponse, error) bool) (done, received bool, err error) {
+	req := &jobwatchv1.WatchJobLogsRequest{JobId: id, AfterSeq: *last}
 	gotLines := false
-	for stream.Receive() {
-		received = true
-		msg := stream.Msg()
+	return stream(ctx, c.longJobs.WatchJobLogs, req, func(msg *jobwatchv1.WatchJobLogsResponse) bool {
 		if msg.GetJobEnded() {
-			return false, true, true, nil
+			return false
 		}
 		lines := msg.GetLines()
 		if !gotLines && len(lines) > 0 && lines[len(lines)-1].GetSeq() < *last {
@@ -146,7 +138,7 @@ func (c *Client) watchLogsOnce(ctx context.Context, id string, last *int64,
 			gap = nil
 		}
 		if len(lines) == 0 && gap == nil {
-			continue // a keepalive
+			return true // a keepalive
 		}
 		if gap != nil {
 			*last = gap.GetResumeFrom() - 1
@@ -154,11 +146,8 @@ func (c *Client) watchLogsOnce(ctx context.Context, id string, last *int64,
 		if n := len(lines); n > 0 {
 			*last = lines[n-1].GetSeq()
 		}
-		if !yield(&jobwatchv1.WatchJobLogsResponse{Lines: lines, Gap: gap}, nil) {
-			return true, true, false, nil
-		}
-	}
-	return false, received, false, stream.Err()
+		return yield(&jobwatchv1.WatchJobLogsResponse{Lines: lines, Gap: gap}, nil)
+	})
 }
 
 // logsError is the error a read of job id's logs returns for err, or nil

@@ -232,27 +232,42 @@ func (c *Client) resume(ctx context.Context, once func() (stopped, received bool
 // delivered anything (a snapshot or a keepalive), so the server is up.
 func (c *Client) watchOnce(ctx context.Context, id string, last *int64,
 	yield func(*jobwatchv1.Job, error) bool) (ended, received bool, err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := c.longJobs.WatchJob(ctx, &jobwatchv1.WatchJobRequest{JobId: id, AfterVersion: *last})
-	if err != nil {
-		return false, false, err
-	}
-	defer stream.Close()
-	for stream.Receive() {
-		received = true
-		job := stream.Msg().GetJob()
+	req := &jobwatchv1.WatchJobRequest{JobId: id, AfterVersion: *last}
+	return stream(ctx, c.longJobs.WatchJob, req, func(msg *jobwatchv1.WatchJobResponse) bool {
+		job := msg.GetJob()
 		if job == nil {
-			continue // keepalive
+			return true // keepalive
 		}
 		terminal := Terminal(job.GetState())
 		if job.GetVersion() <= *last && !terminal {
-			continue
+			return true
 		}
 		*last = max(*last, job.GetVersion())
-		if !yield(job, nil) || terminal {
+		return yield(job, nil) && !terminal
+	})
+}
+
+// stream runs one server stream (of Watch, WatchJobs, WatchLogs): it
+// opens it with open(ctx, req) and hands each message to each until each
+// says to read no more or the stream ends, and closes it. done says each
+// ended it; received that the stream delivered anything (a message or a
+// keepalive), so the server is up; err is why it could not be opened or
+// how it ended (nil, when each ended it).
+func stream[Req, Msg any](ctx context.Context,
+	open func(context.Context, *Req) (*connect.ServerStreamForClient[Msg], error), req *Req,
+	each func(*Msg) (more bool)) (done, received bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := open(ctx, req)
+	if err != nil {
+		return false, false, err
+	}
+	defer s.Close()
+	for s.Receive() {
+		received = true
+		if !each(s.Msg()) {
 			return true, true, nil
 		}
 	}
-	return false, received, stream.Err()
+	return false, received, s.Err()
 }
