@@ -65,12 +65,18 @@ func (c *Client) WatchLogs(ctx context.Context, id string, afterSeq int64) iter.
 			if done {
 				return
 			}
+			if received {
+				r.answered() // as resume does
+			}
 			if err == nil {
 				// A clean end without job_ended: the stream's lifetime
 				// passed, the server shut down, or a server older than
 				// job_ended saw the job end. Ask which.
 				var page *jobwatchv1.GetJobLogsResponse
 				page, err = c.jobs.GetJobLogs(ctx, &jobwatchv1.GetJobLogsRequest{JobId: id, AfterSeq: last, Limit: 1})
+				if err == nil {
+					r.answered()
+				}
 				if err == nil && page.GetJobEnded() && len(page.GetLines()) == 0 && page.GetGap() == nil {
 					return
 				}

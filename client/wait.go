@@ -192,6 +192,11 @@ func (c *Client) resume(ctx context.Context, once func() (stopped, received bool
 		if stopped {
 			return
 		}
+		if received || err == nil {
+			// The server answered: a failure before is no longer what
+			// the tries wait out, even if ctx ended during this stream.
+			r.answered()
+		}
 		if ctx.Err() != nil {
 			fail(r.ended(ctx, err))
 			return
@@ -199,9 +204,7 @@ func (c *Client) resume(ctx context.Context, once func() (stopped, received bool
 		if received {
 			r.reset()
 		}
-		if err == nil {
-			r.answered()
-		} else {
+		if err != nil {
 			r.failedAfter(asked)
 		}
 		switch {

@@ -14,6 +14,7 @@ import (
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/server"
 )
 
@@ -449,4 +450,60 @@ func TestAWaitAnsweredAsFullBacksOff(t *testing.T) {
 	}
 	cancel()
 	<-first
+}
+
+// A watch whose first try could not reach the server, and which then
+// followed its job on a live stream until its context ended, ends with
+// no last try: the server was answering when time ran out, and LastTry
+// says so by being nil, where it named the old failure.
+func TestAWatchThatEndsWhileTheServerAnswersHasNoLastTry(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	plain := fastClient(t, s.URL)
+	job := submit(t, plain, "followed")
+	id, lease := claim(t, s.Engine, "followed")
+	if _, _, err := s.Engine.AppendLogs(context.Background(), id, lease, []jobtype.LogLine{{Text: "started"}}); err != nil {
+		t.Fatal(err)
+	}
+	for name, watch := range map[string]func(context.Context, *client.Client) (int, error){
+		"Watch": func(ctx context.Context, c *client.Client) (int, error) {
+			n := 0
+			for _, err := range c.Watch(ctx, job.GetId()) {
+				if err != nil {
+					return n, err
+				}
+				n++
+			}
+			return n, nil
+		},
+		"WatchLogs": func(ctx context.Context, c *client.Client) (int, error) {
+			n := 0
+			for _, err := range c.WatchLogs(ctx, job.GetId(), 0) {
+				if err != nil {
+					return n, err
+				}
+				n++
+			}
+			return n, nil
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var refused atomic.Bool
+			flaky := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if refused.CompareAndSwap(false, true) {
+					return nil, errors.New("dial tcp: connection refused")
+				}
+				return http.DefaultTransport.RoundTrip(r)
+			})}
+			c := fastClient(t, s.URL, client.WithLongCallHTTPClient(flaky))
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			n, err := watch(ctx, c)
+			if n == 0 || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("%s yielded %d and ended with %v; want something, then the deadline", name, n, err)
+			}
+			if last := client.LastTry(err); last != nil {
+				t.Fatalf("%s ended while its stream was live with LastTry %v; want nil", name, last)
+			}
+		})
+	}
 }
