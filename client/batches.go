@@ -29,8 +29,8 @@ const MaxBatchJobs = jobtype.MaxBatchJobs
 // Wait (wait for the jobs with WaitForJobs); give them the same Batch to
 // wait for them, list or watch them by that label. A refusal names the
 // job it is about as jobs[i] in its message (an invalid_argument
-// *connect.Error, or already_exists with a JobAlreadyActive detail, as
-// for Submit), and then no job was created.
+// *connect.Error, or ErrJobAlreadyActive, as for Submit), and then no
+// job was created.
 //
 // It is named after the call it makes, as RetryJobs and CancelJobs are,
 // so the Go client, the wire and the docs say one word for it.

@@ -113,6 +113,54 @@ func (c *countingTransport) n() int {
 
 // A not_found answer is the package's sentinel for it and, as every other
 // answer, the server's *connect.Error, with the server's words once.
+// A unique_key an active job holds is ErrJobAlreadyActive, from Submit,
+// SubmitJobs and Retry alike, and the *connect.Error it was; ActiveJob
+// names the job holding the key. It reads as the server's words.
+func TestAUniqueKeyHeldIsTheSentinelAndNamesTheActiveJob(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	c := fastClient(t, s.URL)
+	ctx := context.Background()
+	held, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "invoice", UniqueKey: "invoice-42"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "invoice", UniqueKey: "invoice-43"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Cancel(ctx, cancelled.GetId()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "invoice", UniqueKey: "invoice-43"}); err != nil {
+		t.Fatal(err)
+	}
+	_, submitErr := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "invoice", UniqueKey: "invoice-42"})
+	_, batchErr := c.SubmitJobs(ctx, []*jobwatchv1.SubmitJobRequest{{Kind: "invoice"}, {Kind: "invoice", UniqueKey: "invoice-42"}})
+	_, retryErr := c.Retry(ctx, cancelled.GetId())
+	for name, err := range map[string]error{"Submit": submitErr, "SubmitJobs": batchErr, "Retry": retryErr} {
+		var ce *connect.Error
+		if !errors.Is(err, client.ErrJobAlreadyActive) || !errors.As(err, &ce) || ce.Code() != connect.CodeAlreadyExists {
+			t.Errorf("%s: %v; want errors.Is ErrJobAlreadyActive and an already_exists *connect.Error", name, err)
+			continue
+		}
+		want := held.GetId()
+		key := "invoice-42"
+		if name == "Retry" {
+			want, key = "", "invoice-43" // the job submitted again with its key
+		}
+		active, ok := client.ActiveJob(err)
+		if !ok || (want != "" && active.GetJobId() != want) || active.GetUniqueKey() != key {
+			t.Errorf("%s: ActiveJob = %v, %v; want the job holding %q (%s)", name, active, ok, key, want)
+		}
+		if msg := err.Error(); msg != ce.Message() {
+			t.Errorf("%s: reads %q; want the server's words alone, %q", name, msg, ce.Message())
+		}
+	}
+	if _, ok := client.ActiveJob(errors.New("unrelated")); ok {
+		t.Error("ActiveJob of another error said ok")
+	}
+}
+
 func TestNotFoundIsTheSentinelAndTheConnectError(t *testing.T) {
 	s := startServer(t, serverOptions{})
 	c := fastClient(t, s.URL)

@@ -22,6 +22,10 @@ var (
 	// ErrJobNotFound: no such job, or it ended longer ago than the
 	// server's retention.
 	ErrJobNotFound = errors.New("job not found")
+	// ErrJobAlreadyActive: a Submit, SubmitJobs or Retry whose unique_key
+	// an active job of the tenant holds (already_exists); ActiveJob says
+	// which job. Nothing was created or changed.
+	ErrJobAlreadyActive = errors.New("job already active")
 	// ErrJobCancelled is the cause (context.Cause) of a handler's context
 	// when the job was cancelled while it ran.
 	ErrJobCancelled = errors.New("job was cancelled")
@@ -36,13 +40,37 @@ var (
 	errBadScheme = errors.New("server address must start with http:// or https://")
 )
 
-// mapJobError turns not_found into ErrJobNotFound and leaves every other
-// error as connect returned it (so connect.CodeOf still works on it).
+// mapJobError turns not_found into ErrJobNotFound and already_exists
+// into ErrJobAlreadyActive, and leaves every other error as connect
+// returned it; connect.CodeOf and errors.As of a *connect.Error work on
+// all of them.
 func mapJobError(err error) error {
-	if connect.CodeOf(err) == connect.CodeNotFound {
+	switch connect.CodeOf(err) {
+	case connect.CodeNotFound:
 		return asSentinel(ErrJobNotFound, err)
+	case connect.CodeAlreadyExists:
+		return asSentinel(ErrJobAlreadyActive, err)
 	}
 	return err
+}
+
+// ActiveJob is the job whose unique_key an ErrJobAlreadyActive refusal
+// is about, from the answer's JobAlreadyActive detail: its id and the
+// key. ok is false for any other error, or an answer without the detail
+// (one rewritten by a proxy).
+func ActiveJob(err error) (active *jobwatchv1.JobAlreadyActive, ok bool) {
+	var ce *connect.Error
+	if !errors.Is(err, ErrJobAlreadyActive) || !errors.As(err, &ce) {
+		return nil, false
+	}
+	for _, d := range ce.Details() {
+		if v, err := d.Value(); err == nil {
+			if a, is := v.(*jobwatchv1.JobAlreadyActive); is {
+				return a, true
+			}
+		}
+	}
+	return nil, false
 }
 
 // sentinelError is a server's answer as one of this package's sentinel
@@ -70,8 +98,10 @@ func (e *sentinelError) Error() string {
 	case strings.HasSuffix(msg, ": "+e.sentinel.Error()):
 		// The server names what it is about: "j_…: job not found".
 		return msg
-	case e.sentinel == ErrJobNotFound && strings.HasSuffix(msg, " not found"):
-		// It says so in its own words: "after: job j_… not found".
+	case e.sentinel == ErrJobNotFound && strings.HasSuffix(msg, " not found"),
+		e.sentinel == ErrJobAlreadyActive && strings.Contains(msg, " is already active"):
+		// It says so in its own words: "after: job j_… not found", "job
+		// j_… is already active with unique_key …".
 		return msg
 	}
 	return e.sentinel.Error() + ": " + msg
