@@ -521,59 +521,42 @@ export class JobwatchClient {
     const { signal } = options;
     let last = BigInt(options.afterVersion ?? 0);
     let yielded = false;
-    const r = this.retrier();
-    for (;;) {
-      const asked = performance.now();
-      let received = false;
-      let failure: unknown;
-      try {
-        const req = { jobId, afterVersion: last };
-        for await (const msg of readStream((s) => this.longJobService.watchJob(req, { signal: s }), signal, this.streamIdleTimeoutMs)) {
-          received = true;
-          const job = msg.job;
-          if (job === undefined) {
-            continue; // keepalive
-          }
-          const terminal = isTerminal(job.state);
-          if (job.version <= last && !terminal) {
-            continue;
-          }
-          if (job.version > last) {
-            last = job.version;
-          }
-          yielded = true;
-          yield job;
-          if (terminal) {
-            return;
-          }
+    yield* this.resumable({
+      open: (s) => this.longJobService.watchJob({ jobId, afterVersion: last }, { signal: s }),
+      take: (msg) => {
+        const job = msg.job;
+        if (job === undefined) {
+          return undefined; // keepalive
         }
-      } catch (err) {
-        failure = waitError(err, signal);
-        r.failedAfter(asked);
-      }
-      if (received) {
-        r.reset();
-        if (failure === undefined) {
-          continue; // a clean end of a live stream: resume at once
+        const terminal = isTerminal(job.state);
+        if (job.version <= last && !terminal) {
+          return undefined;
         }
-      }
-      if (failure === undefined) {
+        if (job.version > last) {
+          last = job.version;
+        }
+        yielded = true;
+        return { value: job, end: terminal };
+      },
+      ended: async (received) => {
+        if (received) {
+          return undefined; // a clean end of a live stream: resume at once
+        }
         // A clean end with nothing sent: a server shutting down, or the
         // job ended at a version we hold already (afterVersion its
         // terminal one), which the server answers so, at once, every
         // time. Only GetJob tells the two apart.
         const ended = await this.endedAt(jobId, last, signal);
-        if (ended !== undefined) {
-          if (yielded) {
-            // What we yielded at that version was not terminal: the
-            // server's versions went backwards, and this is the outcome.
-            yield ended;
-          }
-          return;
+        if (ended === undefined) {
+          return new Error("watch stream ended without a snapshot");
         }
-      }
-      await r.wait(failure ?? new Error("watch stream ended without a snapshot"), signal);
-    }
+        // If what we yielded at that version was not terminal, the
+        // server's versions went backwards, and this is the outcome.
+        return { value: yielded ? ended : undefined, end: true };
+      },
+      failed: waitError,
+      signal,
+    });
   }
 
   /**
@@ -615,40 +598,21 @@ export class JobwatchClient {
   async *watchJobs(input: WatchJobsInput = {}): AsyncGenerator<WatchJobsResponse, void, undefined> {
     const { signal, ...req } = input;
     let resumeToken = req.resumeToken ?? "";
-    const r = this.retrier();
-    for (;;) {
-      const asked = performance.now();
-      let received = false;
-      let failure: unknown;
-      try {
-        const ask = { ...req, resumeToken };
-        for await (const msg of readStream((s) => this.longJobService.watchJobs(ask, { signal: s }), signal, this.streamIdleTimeoutMs)) {
-          received = true;
-          if (msg.resumeToken !== "") {
-            resumeToken = msg.resumeToken;
-          }
-          if (msg.jobs.length > 0 || msg.deletedJobIds.length > 0 || msg.startedOver) {
-            yield msg;
-          }
+    yield* this.resumable({
+      open: (s) => this.longJobService.watchJobs({ ...req, resumeToken }, { signal: s }),
+      take: (msg) => {
+        if (msg.resumeToken !== "") {
+          resumeToken = msg.resumeToken;
         }
-      } catch (err) {
-        if (signal?.aborted) {
-          throw signal.reason;
+        if (msg.jobs.length > 0 || msg.deletedJobIds.length > 0 || msg.startedOver) {
+          return { value: msg };
         }
-        if (!transient(err, signal)) {
-          throw toJobwatchError(err, signal);
-        }
-        failure = err;
-        r.failedAfter(asked);
-      }
-      if (received) {
-        r.reset();
-        if (failure === undefined) {
-          continue;
-        }
-      }
-      await r.wait(failure ?? new Error("watch stream ended without a response"), signal);
-    }
+        return undefined; // keepalive
+      },
+      ended: async (received) => (received ? undefined : new Error("watch stream ended without a response")),
+      failed: watchError,
+      signal,
+    });
   }
 
   /**
@@ -694,84 +658,162 @@ export class JobwatchClient {
   async *watchJobLogs(jobId: string, options: WatchJobLogsInput = {}): AsyncGenerator<WatchJobLogsResponse, void, undefined> {
     const { signal } = options;
     // last is the seq of the last line yielded, or the one before the
-    // first line after the last gap yielded.
+    // first line after the last gap yielded; gotLines, whether the
+    // current stream has sent any lines.
     let last = BigInt(options.afterSeq ?? 0);
+    let gotLines = false;
+    yield* this.resumable({
+      open: (s) => {
+        gotLines = false;
+        return this.longJobService.watchJobLogs({ jobId, afterSeq: last }, { signal: s });
+      },
+      take: (msg) => {
+        if (msg.jobEnded) {
+          return { end: true };
+        }
+        let lines = msg.lines;
+        const newest = lines.at(-1);
+        if (!gotLines && newest !== undefined && newest.seq < last) {
+          // A stream's first lines all before the after_seq it was
+          // opened with: the server's log ends before that seq (a
+          // database restored from an older copy), so it sends its
+          // log from the oldest line kept, which this reader has not
+          // seen (a line of that seq it had was another), and the
+          // gap before it, if any.
+          last = 0n;
+        }
+        gotLines ||= lines.length > 0;
+        const fresh = lines.findIndex((l) => l.seq > last);
+        lines = fresh < 0 ? [] : lines.slice(fresh); // the rest were yielded (a server that resent them)
+        const gap = msg.gap !== undefined && msg.gap.resumeFrom > last + 1n ? msg.gap : undefined;
+        if (lines.length === 0 && gap === undefined) {
+          return undefined; // a keepalive
+        }
+        if (gap !== undefined) {
+          last = gap.resumeFrom - 1n;
+        }
+        last = lines.at(-1)?.seq ?? last;
+        return { value: create(WatchJobLogsResponseSchema, gap === undefined ? { lines } : { lines, gap }) };
+      },
+      ended: async (received, asked) => {
+        // A clean end without job_ended: the stream's lifetime passed,
+        // the server shut down, or a server older than job_ended saw the
+        // job end. Ask which.
+        const page = await this.jobService.getJobLogs({ jobId, afterSeq: last, limit: 1 }, callOptions(signal));
+        if (page.jobEnded && page.lines.length === 0 && page.gap === undefined) {
+          return { end: true };
+        }
+        if (received || performance.now() - asked >= minParkMs) {
+          return undefined; // more to come, after a stream that lived: resume at once
+        }
+        return new Error("log stream ended without a message (shutting down?)");
+      },
+      failed: watchError,
+      signal,
+    });
+  }
+
+  /**
+   * resumable is the resume loop of watchJob, watchJobs and watchJobLogs;
+   * watch holds what each does its own way. It reads the stream open
+   * starts (readStream: one silent for streamIdleTimeoutMs counts as
+   * failed), yields what take makes of each message, and opens another
+   * when that one ends. After a transient failure it backs off, from the
+   * first step if the stream sent a message or was held long enough to
+   * have reached a live server (Retrier.failedAfter); after a clean end
+   * it does what ended says: open the next at once, or back off first
+   * when nothing says the server is live.
+   */
+  private async *resumable<M, T>(watch: Resumable<M, T>): AsyncGenerator<T, void, undefined> {
+    const { open, take, ended, failed, signal } = watch;
     const r = this.retrier();
     for (;;) {
       const asked = performance.now();
       let received = false;
-      let failure: unknown;
+      let next: Step<T> | Error | undefined;
       try {
-        const req = { jobId, afterSeq: last };
-        let gotLines = false;
-        for await (const msg of readStream((s) => this.longJobService.watchJobLogs(req, { signal: s }), signal, this.streamIdleTimeoutMs)) {
+        for await (const msg of readStream(open, signal, this.streamIdleTimeoutMs)) {
           received = true;
-          if (msg.jobEnded) {
+          const step = take(msg);
+          if (step?.value !== undefined) {
+            yield step.value;
+          }
+          if (step?.end === true) {
             return;
           }
-          let lines = msg.lines;
-          const newest = lines.at(-1);
-          if (!gotLines && newest !== undefined && newest.seq < last) {
-            // A stream's first lines all before the after_seq it was
-            // opened with: the server's log ends before that seq (a
-            // database restored from an older copy), so it sends its
-            // log from the oldest line kept, which this reader has not
-            // seen (a line of that seq it had was another), and the
-            // gap before it, if any.
-            last = 0n;
-          }
-          gotLines ||= lines.length > 0;
-          const fresh = lines.findIndex((l) => l.seq > last);
-          lines = fresh < 0 ? [] : lines.slice(fresh); // the rest were yielded (a server that resent them)
-          const gap = msg.gap !== undefined && msg.gap.resumeFrom > last + 1n ? msg.gap : undefined;
-          if (lines.length === 0 && gap === undefined) {
-            continue; // a keepalive
-          }
-          if (gap !== undefined) {
-            last = gap.resumeFrom - 1n;
-          }
-          last = lines.at(-1)?.seq ?? last;
-          yield create(WatchJobLogsResponseSchema, gap === undefined ? { lines } : { lines, gap });
         }
+        next = await ended(received, asked);
       } catch (err) {
-        failure = err;
-      }
-      if (failure === undefined) {
-        // A clean end without job_ended: the stream's lifetime passed,
-        // the server shut down, or a server older than job_ended saw the
-        // job end. Ask which.
-        try {
-          const page = await this.jobService.getJobLogs({ jobId, afterSeq: last, limit: 1 }, callOptions(signal));
-          if (page.jobEnded && page.lines.length === 0 && page.gap === undefined) {
-            return;
-          }
-          if (received || performance.now() - asked >= minParkMs) {
-            // More to come, after a stream that lived: resume at once.
-            r.reset();
-            continue;
-          }
-          failure = new Error("log stream ended without a message (shutting down?)");
-        } catch (err) {
-          failure = logsError(err, signal);
+        const failure = failed(err, signal);
+        r.failedAfter(asked);
+        if (received) {
+          r.reset();
         }
-      } else {
-        failure = logsError(failure, signal);
+        await r.wait(failure, signal);
+        continue;
       }
-      if (received) {
-        r.reset();
+      if (next instanceof Error) {
+        await r.wait(next, signal);
+        continue;
       }
-      r.failedAfter(asked);
-      await r.wait(failure, signal);
+      if (next?.value !== undefined) {
+        yield next.value;
+      }
+      if (next?.end === true) {
+        return;
+      }
+      r.reset();
     }
   }
 }
 
 /**
- * logsError is what a read of a job's log does with err: it throws the
- * error the caller gets (NotFoundError for an unknown job), or returns
- * err when it is transient and the read should be retried.
+ * Step is what a resumable watch makes of a message or of a stream's
+ * clean end: value to yield, if any, and end when the watch is over
+ * after it.
  */
-function logsError(err: unknown, signal: AbortSignal | undefined): unknown {
+interface Step<T> {
+  value?: T | undefined;
+  end?: boolean | undefined;
+}
+
+/** Resumable is what one watch does its own way, for resumable. */
+interface Resumable<M, T> {
+  /**
+   * open starts one stream with signal, from the state the watch keeps
+   * of where it got to (the last version, resume token or seq).
+   */
+  open: (signal: AbortSignal) => AsyncIterable<M>;
+  /**
+   * take is what to do with a message: it moves that state on and says
+   * what to yield (undefined: nothing, as for a keepalive or what was
+   * yielded already).
+   */
+  take: (msg: M) => Step<T> | undefined;
+  /**
+   * ended is what follows a stream that ended without an error, having
+   * sent messages (received) or not, asked at asked (performance.now()):
+   * undefined to open the next at once, an Error to back off for it
+   * first, or a Step (the next opens at once unless it ends the watch).
+   * What it throws counts as the stream's failure.
+   */
+  ended: (received: boolean, asked: number) => Promise<Step<T> | Error | undefined>;
+  /**
+   * failed throws the error the caller gets for err, or returns err when
+   * it is transient and the watch goes on (waitError, watchError).
+   */
+  failed: (err: unknown, signal: AbortSignal | undefined) => unknown;
+  /** signal is the caller's: its abort ends the watch with its reason. */
+  signal: AbortSignal | undefined;
+}
+
+/**
+ * watchError is what watchJobs and watchJobLogs do with err (a stream's,
+ * or that of the GetJobLogs after a log stream's clean end): it throws
+ * the error the caller gets (NotFoundError for an unknown job), or
+ * returns err when it is transient and the watch should go on.
+ */
+function watchError(err: unknown, signal: AbortSignal | undefined): unknown {
   if (signal?.aborted) {
     throw signal.reason;
   }
