@@ -13,7 +13,8 @@ import (
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
 
-// Terminal reports whether a job in state s will never change again.
+// Terminal reports whether a job in state s has ended: it changes again
+// only if a retry (RetryJob) makes it QUEUED for another run.
 func Terminal(s jobwatchv1.JobState) bool {
 	switch s {
 	case jobwatchv1.JobState_JOB_STATE_SUCCEEDED, jobwatchv1.JobState_JOB_STATE_FAILED,

@@ -712,7 +712,7 @@ type Store interface {
 	// CreateJob inserts j as given (the caller sets ID, State, Version 1
 	// and times) and returns the stored job. If j.UniqueKey is set and
 	// another job of j.Tenant in an active state has the same key, it
-	// returns a *ConflictError and stores nothing.
+	// returns a *jobtype.ConflictError and stores nothing.
 	// Retry: not blindly. A create that did commit fails when run again
 	// (its id is taken); a caller that retries reads j.ID first.
 	CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, error)

@@ -21,19 +21,20 @@
 //     published before the last Close (a terminal job, say) stays readable
 //     by every subscription that is still open.
 //
-// No lock is shared by all keys, and none is taken to read or wake. The
-// cells are spread over shards, each a map under its own lock, which
-// Subscribe takes (shared, unless it creates the cell) and which only the
-// last Close of a cell takes to free it. A cell's value, version and
-// channel are one immutable state behind an atomic pointer: Latest is one
-// atomic load, and Publish swaps in a new state with compare-and-swap and
-// closes the old state's channel, so the 10,000 readers that one publish
-// wakes each read the new state without queueing on anything. A
-// subscription counts itself in the cell with an atomic add; the count is
-// decremented without a lock, and a Close that takes it to zero frees the
-// cell under the shard's lock only if no Subscribe has counted itself in
-// again meanwhile (Subscribe counts under the shard's lock, so the two
-// cannot interleave).
+// No lock is shared by all keys, and none is taken to read a
+// subscription's value or to wake it. The cells are spread over shards,
+// each a map under its own lock, which Subscribe takes (shared, unless it
+// creates the cell), Publish and Version take shared to find the cell,
+// and only the last Close of a cell takes to free it. A cell's value,
+// version and channel are one immutable state behind an atomic pointer:
+// Latest is one atomic load, and Publish swaps in a new state with
+// compare-and-swap and closes the old state's channel, so the 10,000
+// readers that one publish wakes each read the new state without
+// queueing on anything. A subscription counts itself in the cell with an
+// atomic add; the count is decremented without a lock, and a Close that
+// takes it to zero frees the cell under the shard's lock only if no
+// Subscribe has counted itself in again meanwhile (Subscribe counts under
+// the shard's lock, so the two cannot interleave).
 package watch
 
 import (

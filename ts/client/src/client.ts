@@ -139,7 +139,7 @@ const terminalStates: ReadonlySet<JobState> = new Set([
   JobState.LOST,
 ]);
 
-/** isTerminal reports whether a job in state s will never change again. */
+/** isTerminal reports whether a job in state s has ended: it changes again only if a retry (RetryJob) makes it QUEUED for another run. */
 export function isTerminal(s: JobState): boolean {
   return terminalStates.has(s);
 }

@@ -2660,7 +2660,9 @@ export const ListSchedulesResponseSchema: GenMessage<ListSchedulesResponse> = /*
 
 /**
  * JobState is where a job is in its life. PENDING, WAITING, QUEUED and
- * RUNNING are active; the other four are terminal and never change again.
+ * RUNNING are active; the other four are terminal: the run has ended, and
+ * the job changes again only if RetryJob (or RetryJobs) makes it QUEUED
+ * for another run, at a higher version.
  *
  * @generated from enum jobwatch.v1.JobState
  */
