@@ -20,8 +20,10 @@ export type FeedStatus =
   | { kind: "denied"; reason: string }
   // The server will not watch this tenant (an invalid name): asking
   // again cannot help, a different tenant can. byPage: the page itself
-  // refused it, by the server's rule, and sent nothing.
-  | { kind: "refused"; reason: string; byPage?: boolean };
+  // refused it, by the server's rule, and sent nothing. queue: what the
+  // server refused was the queue the page's list is narrowed to (the
+  // page's own ListJobs, not the feed's stream, which takes no queue).
+  | { kind: "refused"; reason: string; byPage?: boolean; queue?: string };
 
 export interface FeedListener {
   jobs(batch: Job[]): void;

@@ -1,9 +1,15 @@
 // What the list is narrowed to beyond its tenant and batch: the jobs of
-// some states (?state=failed), which the page asks the server for with
-// ListJobs' states, never by filtering the jobs it happens to hold; and
-// the job a link opens (?job=ID). web/test/filter.test.ts tests it in
-// Node.
-import { JobState } from "./gen/jobwatch/v1/jobwatch_pb";
+// some states (?state=failed) and of one queue (?queue=NAME), which the
+// page asks the server for with ListJobs' states and queue, never by
+// filtering the jobs it happens to hold; and the job a link opens
+// (?job=ID). WatchJobs takes neither filter: the stream brings every job
+// of the tenant (or batch) that changes, and the page matches each one
+// (viewShows) so that a job joins or leaves the list as it changes into
+// or out of the view. web/test/filter.test.ts tests it in Node.
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { Code } from "@connectrpc/connect";
+import { JobState, type Job, type JobFilterSchema } from "./gen/jobwatch/v1/jobwatch_pb";
 
 export type StateFilter = "all" | "failed" | "running" | "waiting" | "succeeded" | "cancelled";
 
@@ -18,6 +24,7 @@ export const stateFilters: readonly { value: StateFilter; label: string; states:
 ];
 
 export const stateParam = "state";
+export const queueParam = "queue";
 export const jobParam = "job";
 
 // statesOf is what ListJobs is asked for: no state for "all".
@@ -61,6 +68,91 @@ export function urlWithState(url: URL, f: StateFilter): URL {
     next.searchParams.set(stateParam, f);
   }
   return next;
+}
+
+// queueFromURL is the queue the address narrows the list to (?queue=),
+// "" for every queue. The name is taken as written: one the server's rule
+// refuses is the server's to refuse (see refusesQueue), in its words, as
+// for any other request.
+export function queueFromURL(url: URL): string {
+  return url.searchParams.get(queueParam) ?? "";
+}
+
+// urlWithQueue is url narrowed to queue ("" clears it); the other filters
+// and the job shown (the hash) stay. A named tenant goes into the address
+// with it, as with a batch, so that a link opened in another tab (the
+// queue panel's) shows the same tenant's jobs.
+export function urlWithQueue(url: URL, queue: string, tenant: string): URL {
+  const next = new URL(url.href);
+  if (queue === "") {
+    next.searchParams.delete(queueParam);
+    return next;
+  }
+  if (tenant !== "") {
+    next.searchParams.set("tenant", tenant);
+  }
+  next.searchParams.set(queueParam, queue);
+  return next;
+}
+
+// queueLink is the address of the list narrowed to queue, for a link
+// that opens it (in this tab or another): the page's address with
+// ?queue=, without the job shown.
+export function queueLink(url: URL, queue: string, tenant: string): URL {
+  const next = urlWithoutJob(urlWithQueue(url, queue, tenant));
+  next.hash = "";
+  return next;
+}
+
+// viewShows reports whether job belongs in the list narrowed to the
+// states of f and to queue ("" for every queue).
+export function viewShows(f: StateFilter, queue: string, job: Pick<Job, "state" | "queue">): boolean {
+  return matches(f, job.state) && (queue === "" || job.queue === queue);
+}
+
+// refusesQueue reports whether a ListJobs error is the server refusing
+// the queue the list is narrowed to (an invalid name: invalid_argument,
+// "queue: …"), which asking again cannot change.
+export function refusesQueue(queue: string, code: Code, message: string): boolean {
+  return queue !== "" && code === Code.InvalidArgument && message.startsWith("queue:");
+}
+
+// viewLabel names what the list shows, for a sentence, with tenant the
+// tenant's own label ("tenant “acme”"): "batch “b” in queue “q” of
+// tenant “acme”".
+export function viewLabel(tenant: string, batch: string, queue: string): string {
+  const inQueue = queue === "" ? "" : `queue “${queue}”`;
+  if (batch === "") {
+    return inQueue === "" ? tenant : `${inQueue} of ${tenant}`;
+  }
+  return inQueue === "" ? `batch “${batch}” of ${tenant}` : `batch “${batch}” in ${inQueue} of ${tenant}`;
+}
+
+// noJobsText is what the empty list says when it is narrowed by state,
+// batch or queue ("No failed jobs in queue “q”."); "" when it is not (the
+// page says more of a whole tenant with no jobs).
+export function noJobsText(f: StateFilter, batch: string, queue: string): string {
+  const what = f === "all" ? "jobs" : `${filterLabel(f)} jobs`;
+  if (batch !== "" && queue !== "") {
+    return `No ${what} of batch “${batch}” in queue “${queue}”.`;
+  }
+  if (batch !== "") {
+    return f === "all" ? `No jobs in batch “${batch}” yet.` : `No ${what} in batch “${batch}”.`;
+  }
+  if (queue !== "") {
+    return `No ${what} in queue “${queue}”.`;
+  }
+  return f === "all" ? "" : `No ${what} for this tenant.`;
+}
+
+// retryFailedFilter is what Retry all failed asks RetryJobs for: the
+// failed jobs of the view (its tenant, batch and queue) created before
+// now, so that the call ends. A list narrowed to a queue retries that
+// queue's failed jobs only: the question names the queue, and an
+// operator working through one stuck queue must not restart every other
+// queue's failures behind it.
+export function retryFailedFilter(tenant: string, batch: string, queue: string, now: Date): MessageInitShape<typeof JobFilterSchema> {
+  return { tenant, batch, queues: queue === "" ? [] : [queue], states: [JobState.FAILED], createdBefore: timestampFromDate(now) };
 }
 
 // linkedJobFromURL is the job the address opens: ?job=ID, or the older

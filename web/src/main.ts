@@ -2,7 +2,6 @@
 // progress), live over one WatchJobs stream; a job's details; the queues.
 // It talks only to the origin that served it.
 import { ConnectError } from "@connectrpc/connect";
-import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import {
   AlreadyActiveError,
   Code,
@@ -17,7 +16,25 @@ import { BatchProgress, batchFromURL, urlWithBatch } from "./batch";
 import { byId, h, setData, setText } from "./dom";
 import { aboutJob } from "./format";
 import { JobFeed, type FeedStatus } from "./feed";
-import { filterLabel, jobLink, linkedJobFromURL, matches, stateFilterFromURL, stateFilters, statesOf, urlWithoutJob, urlWithState, type StateFilter } from "./filter";
+import {
+  filterLabel,
+  jobLink,
+  linkedJobFromURL,
+  noJobsText,
+  queueFromURL,
+  queueLink,
+  refusesQueue,
+  retryFailedFilter,
+  stateFilterFromURL,
+  stateFilters,
+  statesOf,
+  urlWithoutJob,
+  urlWithQueue,
+  urlWithState,
+  viewLabel as viewLabelOf,
+  viewShows,
+  type StateFilter,
+} from "./filter";
 import { JobState, JobView, type Job, type Queue } from "./gen/jobwatch/v1/jobwatch_pb";
 import { otherTenantsText, queuesLeftOutText, tenantBacklogText, waitingReason } from "./queues";
 import { LogPane } from "./logview";
@@ -59,6 +76,8 @@ const demoKind = byId<HTMLSelectElement>("demo-kind");
 const errorEl = byId<HTMLElement>("error");
 const jobsEmpty = byId<HTMLElement>("jobs-empty");
 const stateSelect = byId<HTMLSelectElement>("state-filter");
+const queueChip = byId<HTMLElement>("queue-filter");
+const queueChipName = byId<HTMLElement>("queue-filter-name");
 const openForm = byId<HTMLFormElement>("open-form");
 const openInput = byId<HTMLInputElement>("open-job");
 const openNote = byId<HTMLElement>("open-note");
@@ -181,6 +200,11 @@ const queueOps: QueueOps = {
       queueChanged(name, res.queue);
       return { text: `Resumed queue ${name}.`, staleWhen: () => queuesKnown.get(name)?.paused === true };
     }),
+  // A queue's name links to the list narrowed to it (?queue=NAME, beside
+  // ?tenant= and the other filters), so a reload, a shared link or one
+  // opened in another tab shows the same view.
+  href: (name) => queueLink(new URL(location.href), name, tenant).href,
+  open: (name) => showQueue(name, true),
 };
 
 // A batch's label links to the list filtered to it: the address carries
@@ -272,6 +296,11 @@ let progress: BatchProgress | undefined;
 // from the server with ListJobs; the stream's changes then show only for
 // the jobs that match.
 let stateFilter = stateFilterFromURL(new URL(location.href));
+// queueFilter narrows the list to the jobs of one queue (?queue=), ""
+// for every queue: read from the server with ListJobs' queue, as the
+// state filter is; WatchJobs takes no queue, so the stream's changes
+// show only for the jobs of the queue (viewShows).
+let queueFilter = queueFromURL(new URL(location.href));
 // listed holds the jobs ListJobs read for the view (its first page, and
 // every older page asked for): the book keeps them however old. olderToken
 // is the page Show older jobs reads next ("" for the view's first), and
@@ -305,11 +334,12 @@ function emptyText(): string {
   if (!feedHeard) {
     return "Waiting for the server's first answer…";
   }
-  if (stateFilter !== "all") {
-    return batch === "" ? `No ${filterLabel(stateFilter)} jobs for this tenant.` : `No ${filterLabel(stateFilter)} jobs in batch “${batch}”.`;
-  }
-  if (batch !== "") {
-    return `No jobs in batch “${batch}” yet.`;
+  const narrowed = noJobsText(stateFilter, batch, queueFilter);
+  if (narrowed !== "") {
+    // A queue named by hand (a typo, say) may be no queue at all: where
+    // the queue panel lists every queue, say that it does not list it.
+    const unknown = queueFilter !== "" && queuesKnown.size > 0 && queuesLeftOut === 0 && !queuesKnown.has(queueFilter);
+    return unknown ? `${narrowed} The queue panel shows no queue of that name.` : narrowed;
   }
   // An admin (or anyone, on a server without tokens) lands on the
   // default tenant, where there may be nothing while other tenants' jobs
@@ -393,7 +423,9 @@ function startFeed(waited = false): void {
     renderJobs.clear();
   }
   const shownFilter = stateFilter;
-  list.filter((job) => matches(shownFilter, job.state), shownFilter === "all" ? "most recent shown" : `${filterLabel(shownFilter)} shown`);
+  const shownQueue = queueFilter;
+  list.filter((job) => viewShows(shownFilter, shownQueue, job), shownFilter === "all" ? "most recent shown" : `${filterLabel(shownFilter)} shown`);
+  showQueueFilter();
   showBacklog();
   listed = new Set();
   olderToken = "";
@@ -568,7 +600,7 @@ function renderNow(): void {
   }
   list.remove(trimmed);
   trimmedFailed ||= book.count(JobState.FAILED) < failedBefore;
-  if (!unendedLetGo && unended.some((job) => matches(stateFilter, job.state))) {
+  if (!unendedLetGo && unended.some((job) => viewShows(stateFilter, queueFilter, job))) {
     unendedLetGo = true;
     showCapped();
   }
@@ -599,6 +631,7 @@ async function listOlder(first = false): Promise<boolean> {
       const res = await jobClient.listJobs({
         tenant,
         batch,
+        queue: queueFilter,
         states: statesOf(stateFilter),
         pageSize: first ? firstPageSize : olderPageSize,
         pageToken: olderToken,
@@ -646,6 +679,11 @@ async function listOlder(first = false): Promise<boolean> {
     return true;
   } catch (err) {
     if (view !== listing) {
+      return false;
+    }
+    const refused = refusalOf(err);
+    if (refusesQueue(queueFilter, refused.code, refused.rawMessage)) {
+      refuseQueue(refused.rawMessage);
       return false;
     }
     // The stream's own banner says when the server cannot be reached or
@@ -751,7 +789,7 @@ async function readBackTo(held: Set<string>, wasListed: Set<string>, view: numbe
     let res;
     const era = book.era;
     try {
-      res = await jobClient.listJobs({ tenant, batch, states: statesOf(stateFilter), pageSize: 500, pageToken: token, view: JobView.SUMMARY });
+      res = await jobClient.listJobs({ tenant, batch, queue: queueFilter, states: statesOf(stateFilter), pageSize: 500, pageToken: token, view: JobView.SUMMARY });
     } catch {
       return false;
     }
@@ -781,6 +819,19 @@ async function readBackTo(held: Set<string>, wasListed: Set<string>, view: numbe
   listedAll = !olderLeft;
   showOlder();
   return true;
+}
+
+// refuseQueue shows the server's refusal of the queue the list is
+// narrowed to (a name its rule refuses) as the page shows a stream the
+// server refused: no list, a banner in the server's words, no action on
+// the view. The feed stops too: nothing it brings could be of the queue.
+// Clearing the filter (or another queue) starts the view afresh.
+function refuseQueue(reason: string): void {
+  feed?.stop();
+  feed = undefined;
+  progress?.refuse(reason);
+  dropView();
+  showStatus({ kind: "refused", reason, queue: queueFilter });
 }
 
 // dropView takes the view's jobs off the screen, and drops the answers
@@ -841,7 +892,8 @@ let queuesLeftOut = 0;
 function showBacklog(): void {
   const counted = batch === "" && (stateFilter === "all" || stateFilter === "waiting" || stateFilter === "running");
   const name = shownTenant();
-  list.setBacklog(counted && name !== "" ? tenantBacklogText(queuesKnown.values(), queuesLeftOut, name) : "");
+  // Narrowed to a queue, the count is the tenant's in that queue only.
+  list.setBacklog(counted && name !== "" ? tenantBacklogText(queuesKnown.values(), queuesLeftOut, name, queueFilter) : "");
 }
 
 // showCapped says, while the list has let go of jobs of the view that
@@ -879,6 +931,34 @@ function showBatch(name: string): void {
   filterChanged();
 }
 
+// showQueue narrows the list to the jobs of queue name ("" shows every
+// queue's again), as a new entry in the browser's history, as showBatch
+// does. fromPanel: asked from the queue panel, which on a narrow screen
+// sits below the list: the list is brought into view.
+function showQueue(name: string, fromPanel = false): void {
+  if (fromPanel) {
+    const head = byId("jobs-title");
+    if (head.getBoundingClientRect().top < 0) {
+      head.scrollIntoView({ block: "start" });
+    }
+  }
+  if (name === queueFilter) {
+    return;
+  }
+  queueFilter = name;
+  history.pushState(null, "", urlWithQueue(new URL(location.href), name, tenant));
+  filterChanged();
+}
+
+// showQueueFilter shows the queue the list is narrowed to beside Show,
+// and points the queue panel's links at the list as it is now.
+function showQueueFilter(): void {
+  queueChip.hidden = queueFilter === "";
+  setText(queueChipName, queueFilter);
+  queueChip.title = queueFilter === "" ? "" : `the list shows the jobs of queue ${queueFilter} only`;
+  queues.relink(queueFilter);
+}
+
 function filterChanged(): void {
   stateSelect.value = stateFilter;
   startFeed();
@@ -896,7 +976,7 @@ function renderBatch(): void {
     return;
   }
   const status = progress.status;
-  batchBar.show(progress.batch, status.kind, progress.progress(), status.kind === "counted" ? progress.tally.counts() : undefined);
+  batchBar.show(progress.batch, status.kind, progress.progress(), status.kind === "counted" ? progress.tally.counts() : undefined, queueFilter);
   refreshActions();
 }
 
@@ -905,7 +985,9 @@ function renderBatch(): void {
 // the view (all of them, or all its failed ones) and it has let none go;
 // undefined where it does not.
 function failedOfView(): number | undefined {
-  if (progress !== undefined) {
+  // The batch's counts are the whole batch's, in every queue: they are
+  // not a queue's.
+  if (progress !== undefined && queueFilter === "") {
     return progress.status.kind === "counted" ? (progress.tally.counts().byState.get(JobState.FAILED) ?? 0) : undefined;
   }
   if (listedAll && !trimmedFailed && !list.windowed && (stateFilter === "all" || stateFilter === "failed")) {
@@ -916,6 +998,12 @@ function failedOfView(): number | undefined {
   return undefined;
 }
 
+// failedHeld is how many failed jobs of the view's queue (any, with no
+// queue filter) the page holds: the stream brings every queue's.
+function failedHeld(): number {
+  return book.count(JobState.FAILED, (id) => queueFilter === "" || book.get(id)?.queue === queueFilter);
+}
+
 // failedText says how many jobs Retry all failed is about: the exact
 // count where the page knows it, else how many it holds, and that older
 // ones count too.
@@ -924,7 +1012,7 @@ function failedText(): string {
   if (exact !== undefined) {
     return `That is ${exact === 1 ? "1 job" : `${exact.toLocaleString("en-US")} jobs`}.`;
   }
-  const count = book.count(JobState.FAILED);
+  const count = failedHeld();
   const others = list.windowed ? "other" : "older";
   if (count === 0) {
     return `None is shown here: any ${others} failed jobs of the view, if there are some.`;
@@ -1013,6 +1101,9 @@ function renderBanner(now: number): void {
     setText(bannerWhen, "");
   } else if (s.kind === "refused" && s.byPage === true) {
     setText(bannerText, `The page does not ask for tenant “${tenant}”: ${s.reason}. Enter another tenant.`);
+    setText(bannerWhen, "");
+  } else if (s.kind === "refused" && s.queue !== undefined) {
+    setText(bannerText, `The server will not list queue “${s.queue}” of ${tenantLabel()}: ${s.reason}. Show all queues, or pick one in the queue panel.`);
     setText(bannerWhen, "");
   } else if (s.kind === "refused" && batch !== "") {
     setText(bannerText, `The server will not watch batch “${batch}” of ${tenantLabel()}: ${s.reason}. Show all jobs, or enter another tenant.`);
@@ -1250,7 +1341,7 @@ function refreshActions(): void {
   // have failed: the button stays, and its question says "any older ones".
   // So may the newer jobs the list let go.
   const unread = (!listedAll || list.windowed) && (stateFilter === "all" || stateFilter === "failed");
-  const failed = failedOfView() ?? (unread ? undefined : book.count(JobState.FAILED));
+  const failed = failedOfView() ?? (unread ? undefined : failedHeld());
   // A view the page does not show live (the server refused its stream,
   // or the page would not send it) has nothing to act on.
   const notLive = feedStatus.kind === "refused" || feedStatus.kind === "denied" || feedStatus.kind === "unauthenticated" || feedWaits;
@@ -1340,14 +1431,15 @@ function refusalOf(err: unknown): JobwatchError {
 }
 
 // retryAllFailed retries every failed job in view (the tenant on
-// screen's, or the batch's shown), a page (at most 1,000 jobs) per call,
+// screen's, or the batch's shown; of the queue the list is narrowed to,
+// only: see retryFailedFilter), a page (at most 1,000 jobs) per call,
 // as RetryJobs allows. Only jobs created before the click are looked at,
 // so the call ends. A refusal partway (the tenant's max_queued) says what
 // the pages before it did; its own message says what its page did. After
 // each page it reports how far it has got: of total, where the page
 // knew how many there were.
 async function retryAllFailed(total: number | undefined, report: (progress: string) => void): Promise<string> {
-  const filter = { tenant, batch, states: [JobState.FAILED], createdBefore: timestampFromDate(new Date()) };
+  const filter = retryFailedFilter(tenant, batch, queueFilter, new Date());
   let matched = 0n;
   let changed = 0n;
   let pageToken = "";
@@ -1383,9 +1475,9 @@ function number(n: number | bigint): string {
 }
 
 // viewLabel names what the job list shows, for a sentence: the tenant,
-// or a batch of it.
+// or a batch or queue of it.
 function viewLabel(): string {
-  return batch === "" ? tenantLabel() : `batch “${batch}” of ${tenantLabel()}`;
+  return viewLabelOf(tenantLabel(), batch, queueFilter);
 }
 
 // answered counts the times the server answered the page after it could
@@ -1782,14 +1874,16 @@ function tick(): void {
 setInterval(tick, 1000);
 document.addEventListener("visibilitychange", tick);
 
-// Back and Forward move between the filters (showBatch and the state
-// menu add an entry in the history for each).
+// Back and Forward move between the filters (showBatch, showQueue and
+// the state menu add an entry in the history for each).
 window.addEventListener("popstate", () => {
   const next = batchFromURL(new URL(location.href));
   const nextState = stateFilterFromURL(new URL(location.href));
-  if (next !== batch || nextState !== stateFilter) {
+  const nextQueue = queueFromURL(new URL(location.href));
+  if (next !== batch || nextState !== stateFilter || nextQueue !== queueFilter) {
     batch = next;
     stateFilter = nextState;
+    queueFilter = nextQueue;
     filterChanged();
   }
   const shown = linkedJob();
@@ -1814,6 +1908,15 @@ stateSelect.addEventListener("change", () => {
   stateFilter = next;
   history.pushState(null, "", urlWithState(new URL(location.href), next));
   filterChanged();
+});
+byId("queue-filter-clear").addEventListener("click", () => {
+  // The button goes with the filter: the keyboard stays on the list's
+  // tools, on Show.
+  const hadKeyboard = document.activeElement === byId("queue-filter-clear");
+  showQueue("");
+  if (hadKeyboard) {
+    stateSelect.focus();
+  }
 });
 olderButton.addEventListener("click", () => void listOlder());
 // The view from its start, as the Show menu starts one: the stream's

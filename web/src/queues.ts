@@ -248,8 +248,13 @@ function plural(n: number, word: string): string {
 // "the tenant has 100,950 queued and 8 running". Each queue lists its
 // busiest tenants only, so the sums are the tenant's only where every
 // queue lists it or lists every tenant with work; "" where they are not,
-// or the tenant has none.
-export function tenantBacklogText(queues: Iterable<Queue>, leftOut: number, tenant: string): string {
+// or the tenant has none. With only, a queue's name, it counts the
+// tenant's jobs in that queue alone, for a list narrowed to it: "the
+// tenant has 12 queued and 1 running in queue “render”".
+export function tenantBacklogText(queues: Iterable<Queue>, leftOut: number, tenant: string, only = ""): string {
+  if (only !== "") {
+    return queueBacklogText(queues, tenant, only);
+  }
   if (leftOut > 0) {
     return "";
   }
@@ -270,6 +275,23 @@ export function tenantBacklogText(queues: Iterable<Queue>, leftOut: number, tena
     return "";
   }
   return `the tenant has ${queued.toLocaleString("en-US")} queued and ${running.toLocaleString("en-US")} running`;
+}
+
+// queueBacklogText is tenantBacklogText for one queue: "" where the
+// answer does not list the queue (left out, or nothing in it), or does
+// not list the tenant among its busiest.
+function queueBacklogText(queues: Iterable<Queue>, tenant: string, name: string): string {
+  for (const q of queues) {
+    if (q.name !== name) {
+      continue;
+    }
+    const d = q.tenants.find((d) => d.tenant === tenant);
+    if (d === undefined || (d.queued === 0n && d.running === 0n)) {
+      return "";
+    }
+    return `the tenant has ${d.queued.toLocaleString("en-US")} queued and ${d.running.toLocaleString("en-US")} running in queue “${name}”`;
+  }
+  return "";
 }
 
 // otherTenantsText points an admin looking at a tenant with no jobs to

@@ -421,6 +421,10 @@ export class BatchBar {
   private readonly summary = h("span", { class: "batch-summary" }, this.name, ": ", this.progress);
   private readonly track = h("span", { class: "batch-track", "aria-hidden": "true" });
   private readonly parts = new Map<JobState, HTMLElement>();
+  // While the list is narrowed to a queue too, the counts are still the
+  // whole batch's (BatchProgress counts it in every queue): the line
+  // says so rather than pass them off as the list's.
+  private readonly scope = h("span", { class: "batch-scope muted" });
 
   constructor(
     private readonly el: HTMLElement,
@@ -428,13 +432,16 @@ export class BatchBar {
   ) {
     const clear = h("button", { type: "button", class: "batch-clear", title: "clear the batch filter" }, "✕ Show all jobs");
     clear.addEventListener("click", onClear);
-    this.el.append(h("div", { class: "batch-line" }, this.summary, clear), this.track);
+    this.el.append(h("div", { class: "batch-line" }, this.summary, this.scope, clear), this.track);
   }
 
   // show says how batch is going: progress, its line after its name, and
-  // counts, or undefined while they are not known.
-  show(batch: string, status: string, progress: string, counts: BatchCounts | undefined): void {
+  // counts, or undefined while they are not known; queue is the queue the
+  // list is narrowed to besides ("" for none).
+  show(batch: string, status: string, progress: string, counts: BatchCounts | undefined, queue = ""): void {
     this.el.hidden = false;
+    setText(this.scope, queue === "" ? "" : `the whole batch, in every queue; the list shows queue “${queue}”`);
+    this.scope.hidden = queue === "";
     setData(this.el, "batch", batch);
     setData(this.el, "status", status);
     setText(this.name, batch);
@@ -930,6 +937,7 @@ export class Detail {
 export class QueueTable {
   private readonly rows = new Map<string, QueueRow>();
   private readonly confirm = new Confirm();
+  private current = "";
 
   // confirmAt is where the pause and resume questions are asked.
   constructor(
@@ -961,6 +969,15 @@ export class QueueTable {
     }
   }
 
+  // relink points each queue's link at the list as the page now shows
+  // it, and marks the queue the list is narrowed to ("" for none).
+  relink(current: string): void {
+    this.current = current;
+    for (const [name, row] of this.rows) {
+      row.relink(name === current);
+    }
+  }
+
   render(queues: Queue[], now: number): void {
     const names = new Set(queues.map((q) => q.name));
     for (const [name, row] of this.rows) {
@@ -978,6 +995,7 @@ export class QueueTable {
       let row = this.rows.get(q.name);
       if (row === undefined) {
         row = new QueueRow(q.name, this.ops, this.confirm);
+        row.relink(q.name === this.current);
         this.rows.set(q.name, row);
       }
       const here: Element | null = last === null ? this.body.firstElementChild : last.nextElementSibling;
@@ -1012,11 +1030,16 @@ export class QueueTable {
   }
 }
 
-// QueueOps is what the queue panel's buttons do (see JobOps).
+// QueueOps is what the queue panel's buttons do (see JobOps), and
+// what its queues' names link to: the job list narrowed to the queue, at
+// an address of its own (href, so the link opens in another tab too),
+// which a plain click opens in this page (open) without reloading it.
 export interface QueueOps {
   refusal(action: Action): string;
   pause(queue: string): Promise<Said>;
   resume(queue: string): Promise<Said>;
+  href(queue: string): string;
+  open(queue: string): void;
 }
 
 const sparkWidth = 72;
@@ -1059,9 +1082,10 @@ class QueueRow {
   private pausedBy = "";
   private readonly pause: ActionButton;
   private readonly resume: ActionButton;
+  private readonly link: HTMLAnchorElement;
 
   constructor(
-    name: string,
+    private readonly name: string,
     private readonly ops: QueueOps,
     confirm: Confirm,
   ) {
@@ -1072,6 +1096,15 @@ class QueueRow {
       confirm.request(`Resume queue ${name}? Its waiting jobs are handed out again.`, "Resume", () => ops.resume(name), this.resume.button),
     );
     this.tenants = new TenantsRow(name);
+    this.link = h("a", { class: "name queue-link", href: ops.href(name), title: `show the jobs of queue ${name} in the list` }, name);
+    this.link.addEventListener("click", (e) => {
+      // A click meant for another tab or window goes to the browser.
+      if (e.button !== 0 || e.ctrlKey || e.metaKey || e.shiftKey || e.altKey) {
+        return;
+      }
+      e.preventDefault();
+      ops.open(name);
+    });
     this.el = h(
       "tr",
       { "data-queue": name },
@@ -1082,7 +1115,7 @@ class QueueRow {
         h(
           "div",
           { class: "queue-name" },
-          h("span", { class: "name" }, name),
+          this.link,
           h("span", { class: "muted rules" }, this.mode, this.pools),
           this.status,
           this.rate,
@@ -1126,6 +1159,18 @@ class QueueRow {
   refreshActions(): void {
     this.pause.set(this.ops.refusal("pause"), this.paused);
     this.resume.set(this.ops.refusal("resume"), !this.paused);
+  }
+
+  // relink points the name's link at the list as the page now shows it
+  // (its tenant and other filters), narrowed to the queue; current: the
+  // list is narrowed to this queue now.
+  relink(current: boolean): void {
+    setAttr(this.link, "href", this.ops.href(this.name));
+    if (current) {
+      this.link.setAttribute("aria-current", "true");
+    } else {
+      this.link.removeAttribute("aria-current");
+    }
   }
 
   tick(now: number): void {

@@ -1,9 +1,29 @@
-// Tests of the list's state filter and job links (src/filter.ts).
-// web/page_logic_test.go bundles and runs them with `node --test`.
+// Tests of the list's state and queue filters and job links
+// (src/filter.ts). web/page_logic_test.go bundles and runs them with
+// `node --test`.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { JobState } from "../src/gen/jobwatch/v1/jobwatch_pb";
-import { jobLink, linkedJobFromURL, matches, stateFilterFromURL, statesOf, urlWithoutJob, urlWithState } from "../src/filter";
+import { create } from "@bufbuild/protobuf";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { Code } from "@connectrpc/connect";
+import { JobFilterSchema, JobState } from "../src/gen/jobwatch/v1/jobwatch_pb";
+import {
+  jobLink,
+  linkedJobFromURL,
+  matches,
+  noJobsText,
+  queueFromURL,
+  queueLink,
+  refusesQueue,
+  retryFailedFilter,
+  stateFilterFromURL,
+  statesOf,
+  urlWithoutJob,
+  urlWithQueue,
+  urlWithState,
+  viewLabel,
+  viewShows,
+} from "../src/filter";
 
 test("a state filter asks for its states and matches only them", () => {
   assert.deepEqual(statesOf("all"), []);
@@ -39,4 +59,75 @@ test("a job link opens one job, with the page's tenant, and ?job= wins over #job
   assert.equal(linkedJobFromURL(new URL("http://127.0.0.1:8080/?job=j_1#job=j_2")), "j_1");
   assert.equal(linkedJobFromURL(new URL("http://127.0.0.1:8080/")), "");
   assert.equal(urlWithoutJob(new URL("http://127.0.0.1:8080/?job=j_1&tenant=a")).href, "http://127.0.0.1:8080/?tenant=a");
+});
+
+test("the address narrows the list to a queue, beside the other filters, and clearing it keeps them", () => {
+  const url = new URL("http://127.0.0.1:8080/?state=failed&batch=b1#job=j_1");
+  const narrowed = urlWithQueue(url, "render", "");
+  assert.equal(narrowed.href, "http://127.0.0.1:8080/?state=failed&batch=b1&queue=render#job=j_1");
+  assert.equal(queueFromURL(narrowed), "render");
+  assert.equal(stateFilterFromURL(narrowed), "failed", "the state filter stays");
+  assert.equal(urlWithQueue(narrowed, "", "").href, url.href);
+  assert.equal(urlWithQueue(url, "render", "acme").searchParams.get("tenant"), "acme", "a named tenant goes with it");
+  assert.equal(queueFromURL(new URL("http://127.0.0.1:8080/")), "");
+  assert.equal(queueFromURL(new URL("http://127.0.0.1:8080/?queue=")), "", "an empty queue is every queue");
+  // Taken as written: the server says what is wrong with a name.
+  assert.equal(queueFromURL(new URL("http://127.0.0.1:8080/?queue=a%20b")), "a b");
+});
+
+test("a queue's link opens the list narrowed to it, without the job shown", () => {
+  const page = new URL("http://127.0.0.1:8080/?state=failed&job=j_2#job=j_3");
+  assert.equal(queueLink(page, "mail/out", "acme").href, "http://127.0.0.1:8080/?state=failed&tenant=acme&queue=mail%2Fout");
+  assert.equal(queueFromURL(queueLink(page, "mail/out", "acme")), "mail/out");
+  assert.equal(queueLink(new URL("http://127.0.0.1:8080/?queue=old"), "new", "").href, "http://127.0.0.1:8080/?queue=new", "another queue replaces the one shown");
+});
+
+test("a job is in the view when its state and its queue are", () => {
+  const job = (state: JobState, queue: string) => ({ state, queue });
+  assert.ok(viewShows("all", "", job(JobState.QUEUED, "mail")));
+  assert.ok(viewShows("all", "mail", job(JobState.QUEUED, "mail")));
+  assert.ok(!viewShows("all", "mail", job(JobState.QUEUED, "render")), "another queue's job shows");
+  assert.ok(viewShows("failed", "mail", job(JobState.FAILED, "mail")));
+  assert.ok(!viewShows("failed", "mail", job(JobState.QUEUED, "mail")), "a job that left the state stays");
+  assert.ok(!viewShows("failed", "mail", job(JobState.FAILED, "render")));
+});
+
+test("the empty list names the queue it is narrowed to", () => {
+  assert.equal(noJobsText("failed", "", "x"), "No failed jobs in queue “x”.");
+  assert.equal(noJobsText("all", "", "x"), "No jobs in queue “x”.");
+  assert.equal(noJobsText("waiting", "b1", "x"), "No queued or waiting jobs of batch “b1” in queue “x”.");
+  assert.equal(noJobsText("all", "b1", "x"), "No jobs of batch “b1” in queue “x”.");
+  // As before, without a queue.
+  assert.equal(noJobsText("failed", "", ""), "No failed jobs for this tenant.");
+  assert.equal(noJobsText("failed", "b1", ""), "No failed jobs in batch “b1”.");
+  assert.equal(noJobsText("all", "b1", ""), "No jobs in batch “b1” yet.");
+  assert.equal(noJobsText("all", "", ""), "", "a whole tenant's empty list is the page's to explain");
+});
+
+test("what the list shows is named with its queue", () => {
+  assert.equal(viewLabel("tenant “acme”", "", ""), "tenant “acme”");
+  assert.equal(viewLabel("tenant “acme”", "", "mail"), "queue “mail” of tenant “acme”");
+  assert.equal(viewLabel("tenant “acme”", "b1", ""), "batch “b1” of tenant “acme”");
+  assert.equal(viewLabel("tenant “acme”", "b1", "mail"), "batch “b1” in queue “mail” of tenant “acme”");
+});
+
+test("retry all failed on a list narrowed to a queue retries that queue's failed jobs only", () => {
+  const now = new Date(Date.UTC(2030, 0, 2, 3, 0, 0));
+  const narrowed = create(JobFilterSchema, retryFailedFilter("acme", "", "mail", now));
+  assert.deepEqual(narrowed.queues, ["mail"]);
+  assert.deepEqual(narrowed.states, [JobState.FAILED]);
+  assert.equal(narrowed.tenant, "acme");
+  assert.equal(narrowed.all, false);
+  assert.equal(timestampDate(narrowed.createdBefore!).getTime(), now.getTime(), "only the jobs made before the click, so the call ends");
+  const whole = create(JobFilterSchema, retryFailedFilter("acme", "b1", "", now));
+  assert.deepEqual(whole.queues, [], "every queue's, with no queue filter");
+  assert.equal(whole.batch, "b1");
+});
+
+test("only an invalid_argument about the queue is the server refusing the list's queue", () => {
+  const why = "queue: may only contain ASCII letters, digits and . _ - : / @";
+  assert.ok(refusesQueue("a b", Code.InvalidArgument, why));
+  assert.ok(!refusesQueue("", Code.InvalidArgument, why), "no queue filter, nothing of it to refuse");
+  assert.ok(!refusesQueue("a b", Code.InvalidArgument, "page_token: not a token of this list"), "another field's refusal");
+  assert.ok(!refusesQueue("a b", Code.Unavailable, why));
 });

@@ -200,4 +200,11 @@ test("a tenant's backlog is summed over the queues only where every queue tells 
   assert.equal(tenantBacklogText([...queues, q("busy", [["globex", 1, 1]], 3)], 0, "acme"), "", "a queue that left tenants out may hold acme's jobs");
   assert.equal(tenantBacklogText([...queues, q("busy", [["acme", 1, 1]], 3)], 0, "acme"), "the tenant has 100,951 queued and 11 running");
   assert.equal(tenantBacklogText(queues, 2, "acme"), "", "queues left out may hold acme's jobs");
+
+  // A list narrowed to a queue counts the tenant's jobs there alone.
+  assert.equal(tenantBacklogText(queues, 0, "acme", "reports"), "the tenant has 950 queued and 2 running in queue “reports”");
+  assert.equal(tenantBacklogText(queues, 2, "acme", "reports"), "the tenant has 950 queued and 2 running in queue “reports”", "other queues left out do not matter");
+  assert.equal(tenantBacklogText(queues, 0, "globex", "reports"), "", "a tenant with no work in the queue got a backlog");
+  assert.equal(tenantBacklogText(queues, 0, "acme", "idle"), "");
+  assert.equal(tenantBacklogText(queues, 0, "acme", "nonesuch"), "", "a queue the answer does not list got the tenant's backlog");
 });
