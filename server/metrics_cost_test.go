@@ -343,6 +343,7 @@ func TestMetricsCostFigures(t *testing.T) {
 type hangingStore struct {
 	store.Store
 	hang atomic.Bool
+	read atomic.Int64 // reads answered
 }
 
 func (s *hangingStore) wait(ctx context.Context) error {
@@ -350,6 +351,7 @@ func (s *hangingStore) wait(ctx context.Context) error {
 		<-ctx.Done()
 		return ctx.Err()
 	}
+	s.read.Add(1)
 	return nil
 }
 
@@ -429,6 +431,40 @@ func TestMetricsAnswerWithTheLastReadsWhileTheDatabaseHangs(t *testing.T) {
 	// A generous bound for a busy machine: the scrape waits 2 s.
 	if took > 8*time.Second {
 		t.Fatalf("/metrics while the database hangs took %v; want it to answer with the last reads after about 2 s", took)
+	}
+}
+
+// A database that hangs before the first scrape still leaves /metrics
+// its series: serve reads them once as it starts.
+func TestMetricsReadAtStartStandWhenTheDatabaseHangsBeforeTheFirstScrape(t *testing.T) {
+	var st *hangingStore
+	ts := startServer(t, serverOptions{
+		wrapStore: func(s store.Store) store.Store { st = &hangingStore{Store: s}; return st },
+		engine: jobs.Config{Rules: jobtype.Rules{
+			Queues:    map[string]jobtype.QueueRules{"metered": {Rate: jobtype.Rate{Limit: 5, Per: time.Minute}}},
+			Schedules: []jobtype.Schedule{{Name: "nightly", Kind: "report", Every: time.Hour}},
+		}},
+	})
+	// The four reads /metrics makes, each answered once at start.
+	deadline := time.Now().Add(callBound)
+	for st.read.Load() < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve made %d of the four reads /metrics makes; want them made at start", st.read.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	submit(t, ts.h2c(), &jobwatchv1.SubmitJobRequest{Kind: "metered", Queue: "metered"}) // the count is stale
+	st.hang.Store(true)
+	defer st.hang.Store(false)
+	want := []string{
+		`jobwatch_jobs{state="queued"} 0`,
+		"jobwatch_jobs_counted_timestamp_seconds ",
+		`jobwatch_queue_paused{queue="metered"} 0`,
+		`jobwatch_queue_rate_limit{queue="metered"} 5`,
+		`jobwatch_schedule_running{schedule="nightly"}`,
+	}
+	if status, page := scrape(t, ts.http1Client(), ts.url); status != http.StatusOK || !containsAll(page, want) {
+		t.Fatalf("/metrics of a database that hung before the first scrape = %d, lacking one of %q:\n%s", status, want, page)
 	}
 }
 

@@ -538,6 +538,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	healthCtx, stopHealth := context.WithCancel(ctx)
 	var following sync.WaitGroup
 	following.Go(func() { s.followStoreHealth(healthCtx) })
+	// A first read of what /metrics reads from the database (the counts,
+	// the paused queues, the rate windows, the schedules), so that a
+	// database that hangs before the first scrape leaves those series as
+	// they were at start rather than absent (scrapeWait).
+	following.Go(func() { s.cfg.Registry.Gather() })
 	defer func() { stopHealth(); following.Wait() }()
 	if s.cfg.Insecure {
 		warnCtx, stopWarnings := context.WithCancel(ctx)

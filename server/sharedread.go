@@ -133,14 +133,16 @@ type lastRead[T any] struct {
 	read func(context.Context) (T, error)
 	log  *slog.Logger
 
-	mu    sync.Mutex
-	value T
-	have  bool // a read has succeeded
+	mu      sync.Mutex
+	value   T
+	have    bool      // a read has succeeded
+	failing time.Time // when reads began to fail; zero while they succeed
 }
 
 // get reads, waiting at most scrapeWait, and returns the value read, or
-// the last good one with a warning in the log; err only when no read has
-// ever succeeded.
+// the last good one; err only when no read has ever succeeded. The first
+// failure of a run of them is logged, and the first success after it,
+// not every scrape's.
 func (r *lastRead[T]) get() (T, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeWait)
 	defer cancel()
@@ -148,14 +150,24 @@ func (r *lastRead[T]) get() (T, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err == nil {
+		if !r.failing.IsZero() {
+			r.log.Info(r.what+" succeeds again", "failing_for", time.Since(r.failing).Round(time.Millisecond))
+			r.failing = time.Time{}
+		}
 		r.value, r.have = v, true
 		return v, nil
 	}
+	if r.failing.IsZero() {
+		r.failing = time.Now()
+		if r.have {
+			r.log.Warn(r.what+"; the last read stands until one succeeds", "err", err)
+		} else {
+			r.log.Warn(r.what+"; no series until a read succeeds", "err", err)
+		}
+	}
 	if !r.have {
-		r.log.Warn(r.what, "err", err)
 		var zero T
 		return zero, err
 	}
-	r.log.Warn(r.what+"; the last read stands", "err", err)
 	return r.value, nil
 }
