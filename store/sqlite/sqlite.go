@@ -153,6 +153,14 @@ type Store struct {
 	// until first read from the table.
 	fairMu     sync.Mutex
 	fairQueues map[string]bool
+	// seen is the change sequence the watermark file holds, and
+	// watermarkFailed says its write failed once (watermark.go);
+	// stopWatermark and watermarkDone end the goroutine that keeps it.
+	seen             int64
+	watermarkFailed  bool
+	stopWatermark    chan struct{}
+	watermarkStopped sync.Once
+	watermarkDone    chan struct{}
 	// ckpt copies the WAL into the database file beside the writer
 	// (checkpoint.go).
 	ckpt *checkpointer
@@ -271,6 +279,10 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 		write.Close()
 		return nil, fmt.Errorf("open sqlite %s: read the database's identity: %w", path, openFailed(path, classify(err)))
 	}
+	if err := s.checkWatermark(ctx, path); err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, openFailed(path, err))
+	}
 	if s.file, err = identify(path); err != nil {
 		write.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, jobtype.ErrUnavailable, err)
@@ -303,6 +315,8 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, jobtype.ErrUnavailable, err)
 	}
 	go s.runWriter()
+	s.stopWatermark, s.watermarkDone = make(chan struct{}), make(chan struct{})
+	go s.keepWatermark(path, s.stopWatermark, s.watermarkDone)
 	opened = true
 	if unclean {
 		s.logUncleanStop(ctx, path)
@@ -493,6 +507,8 @@ func (s *Store) Close() error {
 	s.w.close()
 	s.writes.close()
 	<-s.w.stopped
+	s.watermarkStopped.Do(func() { close(s.stopWatermark) })
+	<-s.watermarkDone
 	// What was written to a file gone from its path is in that file
 	// alone, and lost with it if it was removed: said once more, last.
 	if err := s.file.check(); err != nil {
