@@ -1027,8 +1027,9 @@ type Store interface {
 	// database from a backup), which a list would answer with nothing
 	// until the database caught up with it; or one another database
 	// issued (each has an identity its cursors carry), from which no
-	// change of this one follows. A cursor not in the store's
-	// format is jobtype.ErrInvalidPageToken. Retry: safe.
+	// change of this one follows, the other backend's cursors among
+	// them (IsChangeCursor). A cursor of no store's form is
+	// jobtype.ErrInvalidPageToken. Retry: safe.
 	CursorAhead(ctx context.Context, cursor string) (bool, error)
 
 	// Listen calls fn with the changes committed to the database from

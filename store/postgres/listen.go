@@ -89,6 +89,9 @@ func (s *Store) ChangeCursor(ctx context.Context) (string, error) {
 func (s *Store) CursorAhead(ctx context.Context, c string) (bool, error) {
 	given, err := decodeCursor(c)
 	if err != nil {
+		if store.IsChangeCursor(c) {
+			return true, nil // SQLite's: another database's
+		}
 		return false, err
 	}
 	if given.db != 0 && given.db != s.identity {

@@ -175,6 +175,9 @@ func (s *Store) ChangeCursor(ctx context.Context) (string, error) {
 func (s *Store) CursorAhead(ctx context.Context, c string) (bool, error) {
 	n, db, err := decodeCursorOf(c)
 	if err != nil {
+		if store.IsChangeCursor(c) {
+			return true, nil // PostgreSQL's: another database's
+		}
 		return false, err
 	}
 	if db != "" && db != s.identity {

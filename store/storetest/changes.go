@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -185,10 +186,19 @@ func testCursorOfAnotherDatabase(t *testing.T, a, b store.Store) {
 	for _, id := range []string{"b2", "b3", "b4", "b5", "b6"} {
 		create(t, b, newJob(id, at(1)))
 	}
-	for _, c := range []string{early, cursor(t, b)} {
+	// The other two, of either backend's form: a server moved from
+	// SQLite to PostgreSQL or back.
+	sqliteForm := "c2.0123456789abcdef.zz"
+	postgresForm := base64.RawURLEncoding.EncodeToString([]byte{2, 24: 7}) // format 2, identity 7
+	for _, c := range []string{early, cursor(t, b), sqliteForm, postgresForm} {
 		ahead, err := a.CursorAhead(t.Context(), c)
 		if err != nil || !ahead {
 			t.Errorf("CursorAhead of another database's cursor %q = %v, %v; want true", c, ahead, err)
+		}
+	}
+	for _, c := range []string{"x", "c3.a.b", "c2.", base64.RawURLEncoding.EncodeToString(make([]byte, 25))} {
+		if _, err := a.CursorAhead(t.Context(), c); !errors.Is(err, jobtype.ErrInvalidPageToken) {
+			t.Errorf("CursorAhead of %q, no store's cursor: %v; want ErrInvalidPageToken", c, err)
 		}
 	}
 }
