@@ -383,14 +383,9 @@ func (s *hangingStore) Schedules(ctx context.Context) ([]store.ScheduleState, er
 	return s.Store.Schedules(ctx)
 }
 
-// While the database does not answer, /metrics still answers, within a
-// scraper's timeout (Prometheus' default is 10 s), with what its reads
-// found last: the counts (with when they were counted), the paused
-// queues, the rate windows and the schedules. A scrape that waited for
-// each read's own bound took 10 s, and a scraper that gives up at its
-// timeout would have had no series at all, jobwatch_store_reachable
-// among them, when they matter most.
-func TestMetricsAnswerWithTheLastReadsWhileTheDatabaseHangs(t *testing.T) {
+// startHangingServer is a server over a hangingStore whose rules give
+// /metrics a queue with a rate ("metered") and a schedule ("nightly").
+func startHangingServer(t *testing.T) (*testServer, *hangingStore) {
 	var st *hangingStore
 	ts := startServer(t, serverOptions{
 		wrapStore: func(s store.Store) store.Store { st = &hangingStore{Store: s}; return st },
@@ -399,6 +394,18 @@ func TestMetricsAnswerWithTheLastReadsWhileTheDatabaseHangs(t *testing.T) {
 			Schedules: []jobtype.Schedule{{Name: "nightly", Kind: "report", Every: time.Hour}},
 		}},
 	})
+	return ts, st
+}
+
+// While the database does not answer, /metrics still answers, within a
+// scraper's timeout (Prometheus' default is 10 s), with what its reads
+// found last: the counts (with when they were counted), the paused
+// queues, the rate windows and the schedules. A scrape that waited for
+// each read's own bound took 10 s, and a scraper that gives up at its
+// timeout would have had no series at all, jobwatch_store_reachable
+// among them, when they matter most.
+func TestMetricsAnswerWithTheLastReadsWhileTheDatabaseHangs(t *testing.T) {
+	ts, st := startHangingServer(t)
 	c := ts.h2c()
 	submit(t, c, &jobwatchv1.SubmitJobRequest{Kind: "metered", Queue: "metered"})
 	if _, err := c.queues.PauseQueue(ctxTimeout(t, callBound), &jobwatchv1.PauseQueueRequest{Queue: "metered"}); err != nil {
@@ -437,14 +444,7 @@ func TestMetricsAnswerWithTheLastReadsWhileTheDatabaseHangs(t *testing.T) {
 // A database that hangs before the first scrape still leaves /metrics
 // its series: serve reads them once as it starts.
 func TestMetricsReadAtStartStandWhenTheDatabaseHangsBeforeTheFirstScrape(t *testing.T) {
-	var st *hangingStore
-	ts := startServer(t, serverOptions{
-		wrapStore: func(s store.Store) store.Store { st = &hangingStore{Store: s}; return st },
-		engine: jobs.Config{Rules: jobtype.Rules{
-			Queues:    map[string]jobtype.QueueRules{"metered": {Rate: jobtype.Rate{Limit: 5, Per: time.Minute}}},
-			Schedules: []jobtype.Schedule{{Name: "nightly", Kind: "report", Every: time.Hour}},
-		}},
-	})
+	ts, st := startHangingServer(t)
 	// The four reads /metrics makes, each answered once at start.
 	deadline := time.Now().Add(callBound)
 	for st.read.Load() < 4 {
