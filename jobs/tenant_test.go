@@ -454,8 +454,20 @@ func TestWatchTenantStartsOverFromATokenAheadOfTheDatabase(t *testing.T) {
 		})
 	})
 	later := submit(t, restored, jobs.SubmitRequest{Tenant: "acme"})
-	if changed, _ := resumedAgain.next(t); changed[later.ID] != 1 || len(changed) != 1 {
-		t.Fatalf("a stream resumed from its own token began with %v; want only the job submitted after", changed)
+	// Not the recent jobs again: only the job submitted after, and the
+	// one the token followed (a resume may repeat a job at a version the
+	// client has, on PostgreSQL one whose write was in flight).
+	for seen := false; !seen; {
+		changed, _ := resumedAgain.next(t)
+		for id, v := range changed {
+			switch {
+			case id == later.ID && v == 1:
+				seen = true
+			case id == fresh.ID && v == 1:
+			default:
+				t.Fatalf("a stream resumed from its own token sent %v; want only the job submitted after (and perhaps the one it had)", changed)
+			}
+		}
 	}
 	cancel3()
 	await(t, done)
