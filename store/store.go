@@ -1028,7 +1028,7 @@ type Store interface {
 	// until the database caught up with it; or one another database
 	// issued (each has an identity its cursors carry), from which no
 	// change of this one follows, the other backend's cursors among
-	// them (IsChangeCursor). A cursor of no store's form is
+	// them (CursorBackend). A cursor of no store's form is
 	// jobtype.ErrInvalidPageToken. Retry: safe.
 	CursorAhead(ctx context.Context, cursor string) (bool, error)
 

@@ -89,8 +89,8 @@ func (s *Store) ChangeCursor(ctx context.Context) (string, error) {
 func (s *Store) CursorAhead(ctx context.Context, c string) (bool, error) {
 	given, err := decodeCursor(c)
 	if err != nil {
-		if store.IsChangeCursor(c) {
-			return true, nil // SQLite's: another database's
+		if store.CursorBackend(c) == store.SQLiteCursor {
+			return true, nil // another database's
 		}
 		return false, err
 	}

@@ -175,8 +175,8 @@ func (s *Store) ChangeCursor(ctx context.Context) (string, error) {
 func (s *Store) CursorAhead(ctx context.Context, c string) (bool, error) {
 	n, db, err := decodeCursorOf(c)
 	if err != nil {
-		if store.IsChangeCursor(c) {
-			return true, nil // PostgreSQL's: another database's
+		if store.CursorBackend(c) == store.PostgresCursor {
+			return true, nil // another database's
 		}
 		return false, err
 	}

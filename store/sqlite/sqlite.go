@@ -153,10 +153,12 @@ type Store struct {
 	// until first read from the table.
 	fairMu     sync.Mutex
 	fairQueues map[string]bool
-	// seen is the change sequence the watermark file holds, and
-	// watermarkFailed says its write failed once (watermark.go);
+	// seen is the change sequence the watermark file holds, retired the
+	// identities it lists, and watermarkFailed says its write failed
+	// once (watermark.go);
 	// stopWatermark and watermarkDone end the goroutine that keeps it.
 	seen             int64
+	retired          []string
 	watermarkFailed  bool
 	stopWatermark    chan struct{}
 	watermarkStopped sync.Once

@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,35 +28,63 @@ import (
 // before is another database's from then on (Store.CursorAhead): streams
 // resumed with them start over, and say so.
 //
+// The file also lists the identities restores retired (the last
+// maxRetired): the same copy restored a second time comes back with an
+// identity retired before, and takes a new one again, though its change
+// sequence may not be behind the watermark (the first restore's server
+// wrote nothing). A database of another identity, not retired, is
+// another database (a new file, one from elsewhere put in its place):
+// cursors of the one before are another database's already.
+//
 // The file is rewritten every watermarkEvery while the store is open
 // and at Close, so a copy taken while serve ran is caught once serve has
-// stopped after it; a crash loses at most the last interval's worth. A
-// missing or unreadable file is written anew, and failing to write it
-// only costs the detection: it is logged, never refused.
-const watermarkEvery = 5 * time.Second
+// stopped after it; after a crash the file may be up to that much
+// behind. A missing file is written anew; one that cannot be read or
+// written costs the detection, said in the log, and is never refused.
+const (
+	watermarkEvery = 5 * time.Second
+	maxRetired     = 32
+)
 
 func watermarkPath(db string) string { return db + "-seen" }
 
-// checkWatermark compares the database's change sequence with the
-// watermark beside it, draws the database a new identity when it is
-// behind, and writes the watermark.
+// watermark is what the file holds.
+type watermark struct {
+	identity string
+	seq      int64
+	retired  []string // oldest first
+}
+
+// checkWatermark compares the database's change sequence and identity
+// with the watermark beside it, draws the database a new identity when
+// it is behind or its identity was retired, and writes the watermark.
 func (s *Store) checkWatermark(ctx context.Context, db string) error {
 	now, err := changeSeq(ctx, s.write)
 	if err != nil {
 		return err
 	}
-	id, seen, ok := readWatermark(watermarkPath(db))
-	if ok && id == s.identity && seen > now {
+	w, err := readWatermark(watermarkPath(db))
+	if err != nil {
+		s.cfg.Logger.Warn("cannot read the file that tells a database restored from an older copy: a restore would go unnoticed at this start", "file", watermarkPath(db), "err", err)
+	}
+	if w.identity == s.identity && w.seq > now || slices.Contains(w.retired, s.identity) {
+		old := s.identity
 		if _, err := s.write.ExecContext(ctx, "UPDATE db_identity SET id = lower(hex(randomblob(8)))"); err != nil {
 			return fmt.Errorf("give the database a new identity: %w", classify(err))
 		}
 		if err := s.write.QueryRowContext(ctx, "SELECT id FROM db_identity").Scan(&s.identity); err != nil {
 			return fmt.Errorf("read the database's identity: %w", classify(err))
 		}
-		s.cfg.Logger.Warn("the database is behind the changes a server last saw it at: restored from an older copy? It takes a new identity, so that clients following changes from before (WatchJobs resume tokens) start over",
-			"db", db, "change", now, "seen", seen)
+		if !slices.Contains(w.retired, old) {
+			w.retired = append(w.retired, old)
+		}
+		if len(w.retired) > maxRetired {
+			w.retired = w.retired[len(w.retired)-maxRetired:]
+		}
+		s.cfg.Logger.Warn("the database is behind the changes a server last saw it at, or was restored before: restored from an older copy? It takes a new identity, so that clients following changes from before (WatchJobs resume tokens) start over",
+			"db", db, "change", now, "seen", w.seq)
 	}
-	s.seen = now
+	s.seen, s.retired = now, w.retired
 	s.saveWatermark(db)
 	return nil
 }
@@ -102,7 +132,12 @@ func (s *Store) saveWatermark(db string) {
 	path := watermarkPath(db)
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
 	if err == nil {
-		_, err = fmt.Fprintf(tmp, "%s %d\n", s.identity, s.seen)
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s %d\n", s.identity, s.seen)
+		for _, id := range s.retired {
+			fmt.Fprintf(&b, "retired %s\n", id)
+		}
+		_, err = tmp.WriteString(b.String())
 		err = errors.Join(err, tmp.Close())
 		if err == nil {
 			err = os.Rename(tmp.Name(), path)
@@ -117,17 +152,29 @@ func (s *Store) saveWatermark(db string) {
 	}
 }
 
-// readWatermark reads a watermark file: the identity and the change
-// sequence it holds, ok false when it is missing or not one.
-func readWatermark(path string) (id string, seq int64, ok bool) {
+// readWatermark reads a watermark file; a missing one is the zero
+// watermark, without error.
+func readWatermark(path string) (watermark, error) {
 	b, err := os.ReadFile(path)
-	if err != nil || len(b) > 100 {
-		return "", 0, false
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return watermark{}, nil
+	case err != nil:
+		return watermark{}, err
+	case len(b) > 4096:
+		return watermark{}, errors.New("not a watermark: too long")
 	}
-	id, n, found := strings.Cut(strings.TrimSpace(string(b)), " ")
-	if !found || id == "" {
-		return "", 0, false
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var w watermark
+	id, n, found := strings.Cut(lines[0], " ")
+	if w.seq, err = strconv.ParseInt(n, 10, 64); !found || id == "" || err != nil {
+		return watermark{}, errors.New("not a watermark: its first line is not an identity and a change")
 	}
-	seq, err = strconv.ParseInt(n, 10, 64)
-	return id, seq, err == nil
+	w.identity = id
+	for _, l := range lines[1:] {
+		if r, ok := strings.CutPrefix(l, "retired "); ok && r != "" {
+			w.retired = append(w.retired, r)
+		}
+	}
+	return w, nil
 }

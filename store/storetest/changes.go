@@ -196,7 +196,7 @@ func testCursorOfAnotherDatabase(t *testing.T, a, b store.Store) {
 			t.Errorf("CursorAhead of another database's cursor %q = %v, %v; want true", c, ahead, err)
 		}
 	}
-	for _, c := range []string{"x", "c3.a.b", "c2.", base64.RawURLEncoding.EncodeToString(make([]byte, 25))} {
+	for _, c := range []string{"x", "c3.a.b", "c2.", "c2.abc.5.6", "c2.abc.-1", "c2.abc.zzzzzzzzzzzzzz", base64.RawURLEncoding.EncodeToString(make([]byte, 25))} {
 		if _, err := a.CursorAhead(t.Context(), c); !errors.Is(err, jobtype.ErrInvalidPageToken) {
 			t.Errorf("CursorAhead of %q, no store's cursor: %v; want ErrInvalidPageToken", c, err)
 		}
