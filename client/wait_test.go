@@ -495,7 +495,7 @@ func TestAWatchThatEndsWhileTheServerAnswersHasNoLastTry(t *testing.T) {
 				return http.DefaultTransport.RoundTrip(r)
 			})}
 			c := fastClient(t, s.URL, client.WithLongCallHTTPClient(flaky))
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			n, err := watch(ctx, c)
 			if n == 0 || !errors.Is(err, context.DeadlineExceeded) {
