@@ -283,10 +283,9 @@ func waitJobsError(batch string, err error) error {
 // not resume from the token (its database restored from an older copy,
 // say): from there take each job's snapshot whatever its version, and
 // ask GetJob about the jobs held from before that it does not bring. It
-// ends by yielding
-// an error when the server refuses the stream, and ctx's cause when ctx
-// ends; breaking out of the loop closes the stream. Its streams go over
-// the long-call transport.
+// ends by yielding an error when the server refuses the stream, and
+// ctx's cause when ctx ends; breaking out of the loop closes the stream.
+// Its streams go over the long-call transport.
 func (c *Client) WatchJobs(ctx context.Context, req *jobwatchv1.WatchJobsRequest) iter.Seq2[*jobwatchv1.WatchJobsResponse, error] {
 	return func(yield func(*jobwatchv1.WatchJobsResponse, error) bool) {
 		ask := &jobwatchv1.WatchJobsRequest{} // nil: the defaults, as an empty request

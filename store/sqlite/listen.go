@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -162,9 +163,9 @@ const (
 // ChangeCursor implements store.Store: the change sequence's last
 // committed value. A batch that commits later takes a higher one.
 func (s *Store) ChangeCursor(ctx context.Context) (string, error) {
-	var n int64
-	if err := s.read.QueryRowContext(ctx, "SELECT seq FROM changes WHERE id = 1").Scan(&n); err != nil {
-		return "", fmt.Errorf("read the change sequence: %w", classify(err))
+	n, err := changeSeq(ctx, s.read)
+	if err != nil {
+		return "", err
 	}
 	return cursorPrefix + s.identity + "." + strconv.FormatInt(n, 36), nil
 }
@@ -183,11 +184,20 @@ func (s *Store) CursorAhead(ctx context.Context, c string) (bool, error) {
 	if db != "" && db != s.identity {
 		return true, nil
 	}
-	var now int64
-	if err := s.read.QueryRowContext(ctx, "SELECT seq FROM changes WHERE id = 1").Scan(&now); err != nil {
-		return false, fmt.Errorf("read the change sequence: %w", classify(err))
+	now, err := changeSeq(ctx, s.read)
+	if err != nil {
+		return false, err
 	}
 	return n > now, nil
+}
+
+// changeSeq is the change sequence's last committed value.
+func changeSeq(ctx context.Context, db *sql.DB) (int64, error) {
+	var n int64
+	if err := db.QueryRowContext(ctx, "SELECT seq FROM changes WHERE id = 1").Scan(&n); err != nil {
+		return 0, fmt.Errorf("read the change sequence: %w", classify(err))
+	}
+	return n, nil
 }
 
 // decodeCursor is the change sequence's value in cursor c.

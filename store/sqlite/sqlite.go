@@ -153,16 +153,9 @@ type Store struct {
 	// until first read from the table.
 	fairMu     sync.Mutex
 	fairQueues map[string]bool
-	// seen is the change sequence the watermark file holds, retired the
-	// identities it lists, and watermarkFailed says its write failed
-	// once (watermark.go);
-	// stopWatermark and watermarkDone end the goroutine that keeps it.
-	seen             int64
-	retired          []string
-	watermarkFailed  bool
-	stopWatermark    chan struct{}
-	watermarkStopped sync.Once
-	watermarkDone    chan struct{}
+	// mark keeps the file beside the database that tells one restored
+	// from an older copy (watermark.go).
+	mark marker
 	// ckpt copies the WAL into the database file beside the writer
 	// (checkpoint.go).
 	ckpt *checkpointer
@@ -277,9 +270,9 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 		write.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, openFailed(path, err))
 	}
-	if err := write.QueryRowContext(ctx, "SELECT id FROM db_identity").Scan(&s.identity); err != nil {
+	if s.identity, err = readIdentity(ctx, write); err != nil {
 		write.Close()
-		return nil, fmt.Errorf("open sqlite %s: read the database's identity: %w", path, openFailed(path, classify(err)))
+		return nil, fmt.Errorf("open sqlite %s: %w", path, openFailed(path, err))
 	}
 	if err := s.checkWatermark(ctx, path); err != nil {
 		write.Close()
@@ -317,8 +310,8 @@ func open(path string, cfg Config, writerParams string) (*Store, error) {
 		return nil, fmt.Errorf("open sqlite %s: %w: %w", path, jobtype.ErrUnavailable, err)
 	}
 	go s.runWriter()
-	s.stopWatermark, s.watermarkDone = make(chan struct{}), make(chan struct{})
-	go s.keepWatermark(path, s.stopWatermark, s.watermarkDone)
+	s.mark.stop, s.mark.done = make(chan struct{}), make(chan struct{})
+	go s.keepWatermark()
 	opened = true
 	if unclean {
 		s.logUncleanStop(ctx, path)
@@ -509,8 +502,8 @@ func (s *Store) Close() error {
 	s.w.close()
 	s.writes.close()
 	<-s.w.stopped
-	s.watermarkStopped.Do(func() { close(s.stopWatermark) })
-	<-s.watermarkDone
+	s.mark.stopped.Do(func() { close(s.mark.stop) })
+	<-s.mark.done
 	// What was written to a file gone from its path is in that file
 	// alone, and lost with it if it was removed: said once more, last.
 	if err := s.file.check(); err != nil {

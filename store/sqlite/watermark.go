@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -55,6 +56,16 @@ type watermark struct {
 	retired  []string // oldest first
 }
 
+// marker keeps a store's watermark file.
+type marker struct {
+	path    string
+	written watermark // what the file holds, as last written
+	failed  bool      // a write failed, and the log said so
+	stop    chan struct{}
+	stopped sync.Once
+	done    chan struct{}
+}
+
 // checkWatermark compares the database's change sequence and identity
 // with the watermark beside it, draws the database a new identity when
 // it is behind or its identity was retired, and writes the watermark.
@@ -63,17 +74,18 @@ func (s *Store) checkWatermark(ctx context.Context, db string) error {
 	if err != nil {
 		return err
 	}
-	w, err := readWatermark(watermarkPath(db))
+	s.mark.path = watermarkPath(db)
+	w, err := readWatermark(s.mark.path)
 	if err != nil {
-		s.cfg.Logger.Warn("cannot read the file that tells a database restored from an older copy: a restore would go unnoticed at this start", "file", watermarkPath(db), "err", err)
+		s.cfg.Logger.Warn("cannot read the file that tells a database restored from an older copy: a restore would go unnoticed at this start", "file", s.mark.path, "err", err)
 	}
 	if w.identity == s.identity && w.seq > now || slices.Contains(w.retired, s.identity) {
 		old := s.identity
 		if _, err := s.write.ExecContext(ctx, "UPDATE db_identity SET id = lower(hex(randomblob(8)))"); err != nil {
 			return fmt.Errorf("give the database a new identity: %w", classify(err))
 		}
-		if err := s.write.QueryRowContext(ctx, "SELECT id FROM db_identity").Scan(&s.identity); err != nil {
-			return fmt.Errorf("read the database's identity: %w", classify(err))
+		if s.identity, err = readIdentity(ctx, s.write); err != nil {
+			return err
 		}
 		if !slices.Contains(w.retired, old) {
 			w.retired = append(w.retired, old)
@@ -84,71 +96,67 @@ func (s *Store) checkWatermark(ctx context.Context, db string) error {
 		s.cfg.Logger.Warn("the database is behind the changes a server last saw it at, or was restored before: restored from an older copy? It takes a new identity, so that clients following changes from before (WatchJobs resume tokens) start over",
 			"db", db, "change", now, "seen", w.seq)
 	}
-	s.seen, s.retired = now, w.retired
-	s.saveWatermark(db)
+	s.saveWatermark(watermark{identity: s.identity, seq: now, retired: w.retired})
 	return nil
 }
 
-// keepWatermark rewrites the watermark every watermarkEvery until stop
-// is closed, and once more then.
-func (s *Store) keepWatermark(db string, stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
+// readIdentity is the database's identity (migration 29).
+func readIdentity(ctx context.Context, db *sql.DB) (string, error) {
+	var id string
+	if err := db.QueryRowContext(ctx, "SELECT id FROM db_identity").Scan(&id); err != nil {
+		return "", fmt.Errorf("read the database's identity: %w", classify(err))
+	}
+	return id, nil
+}
+
+// keepWatermark rewrites the watermark every watermarkEvery, if the
+// change sequence moved on, until Close, and once more then.
+func (s *Store) keepWatermark() {
+	defer close(s.mark.done)
 	t := time.NewTicker(watermarkEvery)
 	defer t.Stop()
-	for {
+	for stopped := false; !stopped; {
 		select {
 		case <-t.C:
-		case <-stop:
-			s.moveWatermark(db)
-			return
+		case <-s.mark.stop:
+			stopped = true
 		}
-		s.moveWatermark(db)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		now, err := changeSeq(ctx, s.read)
+		cancel()
+		if err == nil && now > s.mark.written.seq {
+			w := s.mark.written
+			w.seq = now
+			s.saveWatermark(w)
+		}
 	}
 }
 
-// moveWatermark writes the watermark if the change sequence moved on.
-func (s *Store) moveWatermark(db string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	now, err := changeSeq(ctx, s.read)
-	if err != nil || now <= s.seen {
-		return
-	}
-	s.seen = now
-	s.saveWatermark(db)
-}
-
-func changeSeq(ctx context.Context, db *sql.DB) (int64, error) {
-	var n int64
-	if err := db.QueryRowContext(ctx, "SELECT seq FROM changes WHERE id = 1").Scan(&n); err != nil {
-		return 0, fmt.Errorf("read the change sequence: %w", classify(err))
-	}
-	return n, nil
-}
-
-// saveWatermark writes s.seen to the watermark file: a new file renamed
-// over the old one, readable by the database's owner only.
-func (s *Store) saveWatermark(db string) {
-	path := watermarkPath(db)
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
+// saveWatermark writes w to the watermark file: a new file renamed over
+// the old one, readable by the database's owner only.
+func (s *Store) saveWatermark(w watermark) {
+	tmp, err := os.CreateTemp(filepath.Dir(s.mark.path), filepath.Base(s.mark.path)+".*")
 	if err == nil {
 		var b strings.Builder
-		fmt.Fprintf(&b, "%s %d\n", s.identity, s.seen)
-		for _, id := range s.retired {
+		fmt.Fprintf(&b, "%s %d\n", w.identity, w.seq)
+		for _, id := range w.retired {
 			fmt.Fprintf(&b, "retired %s\n", id)
 		}
 		_, err = tmp.WriteString(b.String())
 		err = errors.Join(err, tmp.Close())
 		if err == nil {
-			err = os.Rename(tmp.Name(), path)
+			err = os.Rename(tmp.Name(), s.mark.path)
 		}
 		if err != nil {
 			os.Remove(tmp.Name())
 		}
 	}
-	if err != nil && !s.watermarkFailed {
-		s.watermarkFailed = true
-		s.cfg.Logger.Warn("cannot write the file that lets serve tell a database restored from an older copy", "file", path, "err", err)
+	// What the file should hold: the next write is judged against it, so
+	// that a file that cannot be written is not tried every interval.
+	s.mark.written = w
+	if err != nil && !s.mark.failed {
+		s.mark.failed = true
+		s.cfg.Logger.Warn("cannot write the file that lets serve tell a database restored from an older copy", "file", s.mark.path, "err", err)
 	}
 }
 
