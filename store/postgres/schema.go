@@ -491,6 +491,24 @@ INSERT INTO {{schema}}.db_identity (id)
 	`
 ALTER TABLE {{schema}}.job_deletions ADD COLUMN batch text;
 `,
+	// 23: a schedule's latest run retried (terminal to QUEUED or
+	// WAITING) is unfinished again: its end is forgotten, so that the
+	// next run waits for it and counts from its new end. Runs retried
+	// before this migration are made so too.
+	`
+CREATE FUNCTION {{schema}}.jobs_schedule_run_retried() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	UPDATE {{schema}}.schedules SET ended_at = NULL, ended_state = '' WHERE job_id = NEW.id;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER jobs_schedule_run_retried AFTER UPDATE OF state ON {{schema}}.jobs
+	FOR EACH ROW WHEN (OLD.state IN ('succeeded', 'failed', 'cancelled', 'lost')
+		AND NEW.state NOT IN ('succeeded', 'failed', 'cancelled', 'lost'))
+	EXECUTE FUNCTION {{schema}}.jobs_schedule_run_retried();
+UPDATE {{schema}}.schedules AS s SET ended_at = NULL, ended_state = ''
+	FROM {{schema}}.jobs AS j
+	WHERE j.id = s.job_id AND j.state NOT IN ('succeeded', 'failed', 'cancelled', 'lost');
+`,
 }
 
 // channelFor is the NOTIFY channel of the store in schema: one per schema,

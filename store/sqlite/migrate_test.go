@@ -57,9 +57,9 @@ func TestMigrationKeepsJobsAndTheirIndexes(t *testing.T) {
 		t.Errorf("job after the migration: %s", got)
 	}
 	db = rawDB(t, path)
-	// Every index and trigger is back, with jobs_batch and
-	// jobs_dependency_ended beside them, and the indexes of the steps
-	// after 15, less those they dropped.
+	// Every index and trigger is back, with jobs_batch,
+	// jobs_dependency_ended and jobs_schedule_run_retried beside them,
+	// and the indexes of the steps after 15, less those they dropped.
 	later := 0
 	for _, m := range migrations[15:] {
 		later += strings.Count(m, " ON jobs (") - strings.Count(m, "DROP INDEX ")
@@ -67,8 +67,8 @@ func TestMigrationKeepsJobsAndTheirIndexes(t *testing.T) {
 	if got := count("index"); got != indexes+1+later {
 		t.Errorf("%d indexes on jobs after the migration, want %d", got, indexes+1+later)
 	}
-	if got := count("trigger"); got != triggers+1 {
-		t.Errorf("%d triggers on jobs after the migration, want %d", got, triggers+1)
+	if got := count("trigger"); got != triggers+2 {
+		t.Errorf("%d triggers on jobs after the migration, want %d", got, triggers+2)
 	}
 	var seq int64
 	if err := db.QueryRow("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'").Scan(&seq); err != nil || seq < 1 {

@@ -900,6 +900,20 @@ INSERT INTO db_identity (id) VALUES (lower(hex(randomblob(8))));
 	`
 ALTER TABLE job_deletions ADD COLUMN batch TEXT;
 `,
+	// 31: a schedule's latest run retried (terminal to QUEUED or WAITING)
+	// is unfinished again: its end is forgotten, so that the next run
+	// waits for it and counts from its new end. Runs retried before
+	// this migration are made so too.
+	`
+CREATE TRIGGER jobs_schedule_run_retried AFTER UPDATE OF state ON jobs
+	WHEN OLD.state IN ('succeeded', 'failed', 'cancelled', 'lost')
+		AND NEW.state NOT IN ('succeeded', 'failed', 'cancelled', 'lost')
+BEGIN
+	UPDATE schedules SET ended_at = NULL, ended_state = '' WHERE job_id = NEW.id;
+END;
+UPDATE schedules SET ended_at = NULL, ended_state = ''
+	WHERE job_id IN (SELECT id FROM jobs WHERE state NOT IN ('succeeded', 'failed', 'cancelled', 'lost'));
+`,
 }
 
 // migrate brings the file to the latest schema in one transaction, so a

@@ -18,6 +18,7 @@ var scheduleCases = []struct {
 	{"a schedule never run starts its first run at once and records it", testScheduleFirstRun},
 	{"a schedule never starts a run while its latest is unfinished", testScheduleNeverTwoAtOnce},
 	{"the next run starts every after the latest ended, whatever its outcome", testScheduleNextAfterEnd},
+	{"a retried latest run holds the next until its new end, which the next counts from", testScheduleRetriedRunHoldsTheNext},
 	{"after a long gap a schedule starts one run, not one per missed period", testScheduleNoBurst},
 	{"a run's end is kept after retention deletes its job", testScheduleEndOutlivesJob},
 	{"concurrent ticks start one run of a schedule", testScheduleConcurrentTicks},
@@ -139,6 +140,41 @@ func testScheduleNextAfterEnd(t *testing.T, s store.Store) {
 				t.Errorf("after the next run started: state %+v, want %+v", st, want)
 			}
 		})
+	}
+}
+
+// An operator's retry of the latest run (FAILED, CANCELLED or LOST, made
+// QUEUED again) makes it the schedule's unfinished run once more: no
+// second run starts beside it, and the next counts from its new end.
+func testScheduleRetriedRunHoldsTheNext(t *testing.T, s store.Store) {
+	const every = 10 * time.Minute
+	run := scheduleRun("retried", every, at(0))
+	tick(t, s, at(0), run)
+	end(t, s, run.Job.ID, jobtype.Failed, at(60))
+	if _, err := s.UpdateJob(t.Context(), run.Job.ID, func(j *jobtype.Job) error {
+		j.State, j.FinishedAt = jobtype.Queued, time.Time{}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := scheduleState(t, s, "retried")
+	if want := (store.ScheduleState{Name: "retried", LastJobID: run.Job.ID, LastJobState: jobtype.Queued}); st != want || !st.Unfinished() {
+		t.Errorf("after the retry: state %+v, want %+v", st, want)
+	}
+	late := at(60).Add(3 * every)
+	if started := tick(t, s, late, scheduleRun("retried", every, late)); len(started) != 0 {
+		t.Fatalf("a tick while the retried run is queued started %v", started)
+	}
+	ended := late.Add(time.Minute)
+	end(t, s, run.Job.ID, jobtype.Succeeded, ended)
+	justBefore := ended.Add(every - time.Microsecond)
+	if started := tick(t, s, justBefore, scheduleRun("retried", every, justBefore)); len(started) != 0 {
+		t.Fatalf("a tick before the retried run's end+every started %v", started)
+	}
+	due := ended.Add(every)
+	next := scheduleRun("retried", every, due)
+	if started := tick(t, s, due, next); len(started) != 1 || started[0] != next.Job.ID {
+		t.Fatalf("the tick at the retried run's end+every started %v, want %s", started, next.Job.ID)
 	}
 }
 
