@@ -215,8 +215,11 @@ type Engine struct {
 	// one *Snapshot per publish, shared by every call it wakes.
 	hub *watch.Hub[*Snapshot]
 	// rereads shares the read of a job between the waits of it that end
-	// at once (Shutdown ends them all): see rereadSnapshot.
-	rereads singleflight.Group
+	// at once (Shutdown ends them all), and shutdownReads keeps each such
+	// read after Shutdown a while for the waits that come to it later:
+	// see rereadSnapshot.
+	rereads       singleflight.Group
+	shutdownReads sync.Map // job id → *Snapshot
 	// hearing marks the batches of heard changes being published to hub
 	// one job at a time (listen.go).
 	hearing hearing
@@ -328,6 +331,16 @@ func (e *Engine) Config() Config {
 	c := e.cfg
 	c.Rules = e.Rules()
 	return c
+}
+
+// closing reports whether Shutdown was called.
+func (e *Engine) closing() bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // Shutdown makes every parked Wait, Watch, WatchTenant and Claim return at

@@ -122,9 +122,16 @@ func rereadBound(ctx context.Context) time.Duration {
 // one job that end at once share one read, bounded by rereadTimeout
 // (Shutdown ends every parked wait: 5,000 waits of one job made 5,000
 // reads of it, and the last answer came seconds after the signal); each
-// waits for it at most its own bound. The snapshot is shared and must
-// not be modified.
+// waits for it at most its own bound. After Shutdown a read is kept for
+// rereadTimeout, so that waits which come to it once it is done (their
+// goroutines run one after another on a busy machine) take it too: the
+// server is closing, and the latest state it read is its answer. The
+// snapshot is shared and must not be modified.
 func (e *Engine) rereadSnapshot(ctx context.Context, id string) (*Snapshot, error) {
+	closing := e.closing()
+	if kept, ok := e.shutdownReads.Load(id); ok && closing {
+		return kept.(*Snapshot), nil
+	}
 	limit := rereadBound(ctx)
 	read := e.rereads.DoChan(id, func() (any, error) {
 		return shallow.Call(func() (*Snapshot, error) {
@@ -134,7 +141,12 @@ func (e *Engine) rereadSnapshot(ctx context.Context, id string) (*Snapshot, erro
 			if err != nil {
 				return nil, err
 			}
-			return &Snapshot{Job: j, shared: true}, nil // perhaps handed to many waits
+			snap := &Snapshot{Job: j, shared: true} // perhaps handed to many waits
+			if closing {
+				e.shutdownReads.Store(id, snap)
+				time.AfterFunc(rereadTimeout, func() { e.shutdownReads.CompareAndDelete(id, snap) })
+			}
+			return snap, nil
 		})
 	})
 	t := time.NewTimer(limit)
