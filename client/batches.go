@@ -30,7 +30,8 @@ const MaxBatchJobs = jobtype.MaxBatchJobs
 // wait for them, list or watch them by that label. A refusal names the
 // job it is about as jobs[i] in its message (an invalid_argument
 // *connect.Error, or ErrJobAlreadyActive, as for Submit), and then no
-// job was created.
+// job was created; a batch that would take the tenant past its
+// max_queued is ErrQuotaExceeded, and none was created either.
 //
 // It is named after the call it makes, as RetryJobs and CancelJobs are,
 // so the Go client, the wire and the docs say one word for it.

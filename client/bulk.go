@@ -2,9 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
-
-	"connectrpc.com/connect"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 )
@@ -27,7 +24,10 @@ type BulkPage func(ctx context.Context, f *jobwatchv1.JobFilter, pageToken strin
 // after each page that more pages follow (the last page's are the
 // result). An error stops it: what was done is in the result, the part
 // of a page done before a refusal stopped it included, and calling it
-// again with the same filter goes on where it stopped.
+// again with the same filter goes on where it stopped. A tenant's
+// max_queued does not stop it: that tenant's jobs are left as they were,
+// the other tenants' retried, page after page, and the error at the end
+// is ErrQuotaExceeded, Quota naming the first tenant held back.
 func (c *Client) RetryJobs(ctx context.Context, f *jobwatchv1.JobFilter, onPage func(BulkResult)) (BulkResult, error) {
 	return c.bulk(ctx, f, onPage, func(ctx context.Context, f *jobwatchv1.JobFilter, token string) (int64, int64, string, error) {
 		resp, err := c.jobs.RetryJobs(ctx, &jobwatchv1.RetryJobsRequest{Filter: f, PageToken: token})
@@ -52,43 +52,37 @@ func (c *Client) DeleteJobs(ctx context.Context, f *jobwatchv1.JobFilter, onPage
 }
 
 // bulk calls page with each page token in turn until the server gives
-// none, summing what the pages did.
+// none, summing what the pages did. A page that a tenant's max_queued
+// held back (its BulkStopped detail gives the next page's token) does
+// not stop it: the other tenants' jobs of the later pages are acted on
+// too, and the first such refusal is the error at the end.
 func (c *Client) bulk(ctx context.Context, f *jobwatchv1.JobFilter, onPage func(BulkResult), page BulkPage) (BulkResult, error) {
-	var total BulkResult
+	var (
+		total BulkResult
+		held  error
+	)
 	for token := ""; ; {
 		matched, changed, next, err := page(ctx, f, token)
 		if err != nil {
-			if done := stoppedPage(err); done != nil {
-				total.Matched += done.GetMatched()
-				total.Changed += done.GetChanged()
+			done, _ := detail[*jobwatchv1.BulkStopped](err)
+			matched, changed, next = done.GetMatched(), done.GetChanged(), done.GetNextPageToken()
+			if next == "" {
+				total.Matched += matched
+				total.Changed += changed
+				return total, mapJobError(err)
 			}
-			return total, mapJobError(err)
+			if held == nil {
+				held = mapJobError(err)
+			}
 		}
 		total.Matched += matched
 		total.Changed += changed
 		if next == "" {
-			return total, nil
+			return total, held
 		}
 		if onPage != nil {
 			onPage(total)
 		}
 		token = next
 	}
-}
-
-// stoppedPage is what a page stopped partway by err had done, from its
-// BulkStopped detail; nil if err has none.
-func stoppedPage(err error) *jobwatchv1.BulkStopped {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return nil
-	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if done, ok := v.(*jobwatchv1.BulkStopped); ok {
-				return done
-			}
-		}
-	}
-	return nil
 }

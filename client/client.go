@@ -349,7 +349,9 @@ func (c *Client) Close() {
 
 // Submit is JobService.SubmitJob returning the job. A unique_key an
 // active job of the tenant holds is ErrJobAlreadyActive; ActiveJob names
-// that job, for a caller that submits again after a lost answer.
+// that job, for a caller that submits again after a lost answer. A job
+// past the tenant's max_queued is ErrQuotaExceeded; Quota gives the
+// numbers.
 func (c *Client) Submit(ctx context.Context, req *jobwatchv1.SubmitJobRequest) (*jobwatchv1.Job, error) {
 	resp, err := c.jobs.SubmitJob(ctx, req)
 	if err != nil {

@@ -12,10 +12,14 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/jobwatch/jobwatch/client"
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/gen/jobwatch/v1/jobwatchv1connect"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // The token goes on every kind of call, without the newline a token
@@ -158,6 +162,55 @@ func TestAUniqueKeyHeldIsTheSentinelAndNamesTheActiveJob(t *testing.T) {
 	}
 	if _, ok := client.ActiveJob(errors.New("unrelated")); ok {
 		t.Error("ActiveJob of another error said ok")
+	}
+}
+
+// A submission past the tenant's max_queued is ErrQuotaExceeded, from
+// Submit, SubmitJobs, Retry and RetryJobs alike, and the *connect.Error
+// it was; Quota gives the numbers. It reads as the server's words. The
+// other resource_exhausted answers (a request too large) are not it.
+func TestAQuotaRefusalIsTheSentinelAndGivesTheNumbers(t *testing.T) {
+	s := startServer(t, serverOptions{engine: jobs.Config{Rules: jobtype.Rules{
+		Tenants: map[string]jobtype.TenantRules{"default": {MaxQueued: 1}}}}})
+	c := fastClient(t, s.URL)
+	ctx := context.Background()
+	failed, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "quota"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Cancel(ctx, failed.GetId()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "quota"}); err != nil {
+		t.Fatal(err)
+	}
+	_, submitErr := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "quota"})
+	_, batchErr := c.SubmitJobs(ctx, []*jobwatchv1.SubmitJobRequest{{Kind: "quota"}, {Kind: "quota"}})
+	_, retryErr := c.Retry(ctx, failed.GetId())
+	_, bulkErr := c.RetryJobs(ctx, &jobwatchv1.JobFilter{Kinds: []string{"quota"}}, nil)
+	for name, tc := range map[string]struct {
+		err    error
+		adding int64
+	}{"Submit": {submitErr, 1}, "SubmitJobs": {batchErr, 2}, "Retry": {retryErr, 1}, "RetryJobs": {bulkErr, 1}} {
+		var ce *connect.Error
+		if !errors.Is(tc.err, client.ErrQuotaExceeded) || !errors.As(tc.err, &ce) || ce.Code() != connect.CodeResourceExhausted {
+			t.Errorf("%s: %v; want errors.Is ErrQuotaExceeded and a resource_exhausted *connect.Error", name, tc.err)
+			continue
+		}
+		q, ok := client.Quota(tc.err)
+		if want := (&jobwatchv1.QuotaExceeded{Tenant: "default", MaxQueued: 1, Queued: 1, Adding: tc.adding}); !ok || !proto.Equal(q, want) {
+			t.Errorf("%s: Quota = %v, %v; want %v", name, q, ok, want)
+		}
+		if msg := tc.err.Error(); msg != ce.Message() {
+			t.Errorf("%s: reads %q; want the server's words alone, %q", name, msg, ce.Message())
+		}
+	}
+	_, tooLarge := c.Submit(ctx, &jobwatchv1.SubmitJobRequest{Kind: "quota", Payload: structpb.NewStringValue(strings.Repeat("x", 300<<10))})
+	if connect.CodeOf(tooLarge) != connect.CodeResourceExhausted || errors.Is(tooLarge, client.ErrQuotaExceeded) {
+		t.Errorf("a payload too large: %v; want resource_exhausted and not ErrQuotaExceeded", tooLarge)
+	}
+	if _, ok := client.Quota(errors.New("unrelated")); ok {
+		t.Error("Quota of another error said ok")
 	}
 }
 

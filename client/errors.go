@@ -26,6 +26,12 @@ var (
 	// an active job of the tenant holds (already_exists); ActiveJob says
 	// which job. Nothing was created or changed.
 	ErrJobAlreadyActive = errors.New("job already active")
+	// ErrQuotaExceeded: a Submit, SubmitJobs, Retry or RetryJobs that
+	// would take the tenant's jobs not yet running past its max_queued
+	// (resource_exhausted); Quota says the tenant's numbers. Nothing of
+	// the refused call was made; submit again once some of its jobs have
+	// started.
+	ErrQuotaExceeded = errors.New("quota exceeded")
 	// ErrJobCancelled is the cause (context.Cause) of a handler's context
 	// when the job was cancelled while it ran.
 	ErrJobCancelled = errors.New("job was cancelled")
@@ -40,16 +46,22 @@ var (
 	errBadScheme = errors.New("server address must start with http:// or https://")
 )
 
-// mapJobError turns not_found into ErrJobNotFound and already_exists
-// into ErrJobAlreadyActive, and leaves every other error as connect
-// returned it; connect.CodeOf and errors.As of a *connect.Error work on
-// all of them.
+// mapJobError turns not_found into ErrJobNotFound, already_exists into
+// ErrJobAlreadyActive and a quota's resource_exhausted into
+// ErrQuotaExceeded, and leaves every other error as connect returned it;
+// connect.CodeOf and errors.As of a *connect.Error work on all of them.
 func mapJobError(err error) error {
 	switch connect.CodeOf(err) {
 	case connect.CodeNotFound:
 		return asSentinel(ErrJobNotFound, err)
 	case connect.CodeAlreadyExists:
 		return asSentinel(ErrJobAlreadyActive, err)
+	case connect.CodeResourceExhausted:
+		// Also a parked-call limit or a request too large: only the
+		// detail tells a quota.
+		if _, ok := detail[*jobwatchv1.QuotaExceeded](err); ok {
+			return asSentinel(ErrQuotaExceeded, err)
+		}
 	}
 	return err
 }
@@ -59,18 +71,34 @@ func mapJobError(err error) error {
 // key. ok is false for any other error, or an answer without the detail
 // (one rewritten by a proxy).
 func ActiveJob(err error) (active *jobwatchv1.JobAlreadyActive, ok bool) {
-	var ce *connect.Error
-	if !errors.Is(err, ErrJobAlreadyActive) || !errors.As(err, &ce) {
+	if !errors.Is(err, ErrJobAlreadyActive) {
 		return nil, false
 	}
+	return detail[*jobwatchv1.JobAlreadyActive](err)
+}
+
+// Quota is the tenant's numbers an ErrQuotaExceeded refusal gives, from
+// the answer's QuotaExceeded detail: the tenant, its max_queued, how many
+// of its jobs were not yet running and how many the call would have
+// added. ok is false for any other error.
+func Quota(err error) (quota *jobwatchv1.QuotaExceeded, ok bool) {
+	return detail[*jobwatchv1.QuotaExceeded](err)
+}
+
+// detail is the first error detail of type T of the server's answer err.
+func detail[T any](err error) (v T, ok bool) {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return v, false
+	}
 	for _, d := range ce.Details() {
-		if v, err := d.Value(); err == nil {
-			if a, is := v.(*jobwatchv1.JobAlreadyActive); is {
-				return a, true
+		if m, err := d.Value(); err == nil {
+			if v, ok = m.(T); ok {
+				return v, true
 			}
 		}
 	}
-	return nil, false
+	return v, false
 }
 
 // sentinelError is a server's answer as one of this package's sentinel
@@ -99,9 +127,11 @@ func (e *sentinelError) Error() string {
 		// The server names what it is about: "j_…: job not found".
 		return msg
 	case e.sentinel == ErrJobNotFound && strings.HasSuffix(msg, " not found"),
-		e.sentinel == ErrJobAlreadyActive && strings.Contains(msg, " is already active"):
+		e.sentinel == ErrJobAlreadyActive && strings.Contains(msg, " is already active"),
+		e.sentinel == ErrQuotaExceeded && strings.Contains(msg, "max_queued"):
 		// It says so in its own words: "after: job j_… not found", "job
-		// j_… is already active with unique_key …".
+		// j_… is already active with unique_key …", "tenant "acme" has 10
+		// jobs not yet running, its max_queued is 10: …".
 		return msg
 	}
 	return e.sentinel.Error() + ": " + msg

@@ -13,8 +13,9 @@ import (
 // so that attempt's handler, told of the cancel at its next heartbeat,
 // does not run beside the next. Any other state is a failed_precondition
 // *connect.Error; a unique key another active job holds is
-// ErrJobAlreadyActive (ActiveJob names that job), as for Submit. An
-// unknown job (or another tenant's) is ErrJobNotFound.
+// ErrJobAlreadyActive (ActiveJob names that job), and one past the
+// tenant's max_queued ErrQuotaExceeded, as for Submit. An unknown job
+// (or another tenant's) is ErrJobNotFound.
 func (c *Client) Retry(ctx context.Context, id string) (*jobwatchv1.Job, error) {
 	resp, err := c.jobs.RetryJob(ctx, &jobwatchv1.RetryJobRequest{JobId: id})
 	if err != nil {

@@ -72,11 +72,13 @@ type BulkResult struct {
 // caller ended or removed it meanwhile) counts as matched, not changed.
 // A job its tenant's quota refuses (jobtype.QuotaError) is left as it
 // is, and so are that tenant's later jobs of the page; the page goes on
-// with the other tenants' and then returns a *BulkHeldError. Any other
-// error stops the page and is returned, with what the page did before it
-// in the result (Matched is then 0 if the page was never read). Running
-// the same page again is safe either way, since the jobs acted on no
-// longer match.
+// with the other tenants' and then returns a *BulkHeldError, with the
+// next page's token in the result: the held jobs still match, so the
+// same page again would find them first, and a caller acting on every
+// tenant's jobs goes on past them with it. Any other error stops the
+// page and is returned, with what the page did before it in the result
+// (Matched is then 0 if the page was never read). Running the same page
+// again is safe either way, since the jobs acted on no longer match.
 func (e *Engine) Bulk(ctx context.Context, a BulkAction, f BulkFilter, pageToken string, pageSize int) (BulkResult, error) {
 	lf, err := bulkListFilter(a, f)
 	if err != nil {
@@ -106,13 +108,13 @@ func (e *Engine) Bulk(ctx context.Context, a BulkAction, f BulkFilter, pageToken
 		return BulkResult{}, wrap(a.Name, "", err)
 	}
 	changed, err := e.actOnPage(context.WithValue(ctx, inBulkKey{}, true), a, page)
-	if err != nil {
-		return BulkResult{Matched: len(page), Changed: changed}, err
-	}
 	if next != "" {
 		next = key + "." + next
 	}
-	return BulkResult{Matched: len(page), Changed: changed, NextPageToken: next}, nil
+	if held := (*BulkHeldError)(nil); err != nil && !errors.As(err, &held) {
+		return BulkResult{Matched: len(page), Changed: changed}, err
+	}
+	return BulkResult{Matched: len(page), Changed: changed, NextPageToken: next}, err
 }
 
 // bulkKey names a's action under lf, the filter as read (tenant

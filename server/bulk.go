@@ -106,7 +106,14 @@ func bulkStopped(a jobs.BulkAction, r jobs.BulkResult, cause, err error) error {
 		if len(held.Tenants) > 1 {
 			whose = fmt.Sprintf("those of %d tenants at their max_queued (%q first)", len(held.Tenants), held.Tenants[0])
 		}
-		did = fmt.Sprintf("this page %s %d of the %d jobs it matched, and left %s as they are; those changes stand, and the same call goes on from there", a.Done, r.Changed, r.Matched, whose)
+		// The held jobs still match: the same call finds them first
+		// again, so the next page's token is how to go on past them.
+		next := ""
+		if r.NextPageToken != "" {
+			next = fmt.Sprintf("; page_token %q goes on past them", r.NextPageToken)
+		}
+		did = fmt.Sprintf("this page %s %d of the %d jobs it matched, and left %s as they are; those changes stand, and the same call again takes them up once there is room%s",
+			a.Done, r.Changed, r.Matched, whose, next)
 	case r.Changed == 0:
 		did = "before this page changed any job: run the same call again"
 	}
@@ -114,7 +121,7 @@ func bulkStopped(a jobs.BulkAction, r jobs.BulkResult, cause, err error) error {
 	for _, d := range ce.Details() {
 		stopped.AddDetail(d)
 	}
-	if d, derr := connect.NewErrorDetail(&jobwatchv1.BulkStopped{Matched: int64(r.Matched), Changed: int64(r.Changed)}); derr == nil {
+	if d, derr := connect.NewErrorDetail(&jobwatchv1.BulkStopped{Matched: int64(r.Matched), Changed: int64(r.Changed), NextPageToken: r.NextPageToken}); derr == nil {
 		stopped.AddDetail(d)
 	}
 	return stopped

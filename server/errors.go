@@ -53,7 +53,7 @@ func (s *Server) toConnectError(ctx context.Context, op string, err error) error
 	case errors.As(err, &quotaErr):
 		// The tenant, its count and its max_queued: the caller's own
 		// numbers, and what to do.
-		return connect.NewError(connect.CodeResourceExhausted, quotaErr)
+		return quotaExceeded(quotaErr)
 	case errors.As(err, &missingErr):
 		// The id the caller sent, and nothing of whether it exists elsewhere.
 		return connect.NewError(connect.CodeNotFound, missingErr)
@@ -140,6 +140,23 @@ func conflict(c *jobtype.ConflictError) error {
 	if detail, derr := connect.NewErrorDetail(&jobwatchv1.JobAlreadyActive{
 		JobId:     c.ActiveID,
 		UniqueKey: c.UniqueKey,
+	}); derr == nil {
+		err.AddDetail(detail)
+	}
+	return err
+}
+
+// quotaExceeded is resource_exhausted with the tenant's numbers in the
+// message and in a QuotaExceeded detail, so that a client can tell a
+// quota from the other resource_exhausted answers (a parked-call limit,
+// which a retry soon may pass) without reading the message.
+func quotaExceeded(q *jobtype.QuotaError) error {
+	err := connect.NewError(connect.CodeResourceExhausted, q)
+	if detail, derr := connect.NewErrorDetail(&jobwatchv1.QuotaExceeded{
+		Tenant:    q.Tenant,
+		MaxQueued: int64(q.MaxQueued),
+		Queued:    int64(q.Queued),
+		Adding:    int64(q.Adding),
 	}); derr == nil {
 		err.AddDetail(detail)
 	}

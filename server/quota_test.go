@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
 	"github.com/jobwatch/jobwatch/jobs"
@@ -24,14 +26,29 @@ func tenantQuotas(maxQueued map[string]int) jobs.Config {
 }
 
 // wantExhausted fails unless err is resource_exhausted saying msg, and
-// nothing more.
-func wantExhausted(t *testing.T, err error, msg string) {
+// nothing more, with the tenant's numbers in a QuotaExceeded detail.
+func wantExhausted(t *testing.T, err error, msg string, quota *jobwatchv1.QuotaExceeded) {
 	t.Helper()
 	wantCode(t, err, connect.CodeResourceExhausted)
 	var ce *connect.Error
 	if !errors.As(err, &ce) || ce.Message() != msg {
 		t.Fatalf("the refusal says %q, want %q", ce.Message(), msg)
 	}
+	if got := quotaOf(ce); !proto.Equal(got, quota) {
+		t.Errorf("QuotaExceeded detail %v, want %v", got, quota)
+	}
+}
+
+// quotaOf is the QuotaExceeded detail of ce, or nil.
+func quotaOf(ce *connect.Error) *jobwatchv1.QuotaExceeded {
+	for _, d := range ce.Details() {
+		if v, err := d.Value(); err == nil {
+			if q, ok := v.(*jobwatchv1.QuotaExceeded); ok {
+				return q
+			}
+		}
+	}
+	return nil
 }
 
 // notYetRunning counts tenant's jobs not yet running, as listed.
@@ -57,26 +74,34 @@ func TestSubmissionsPastMaxQueuedAreResourceExhausted(t *testing.T) {
 	failed := failedJob(t, c, &jobwatchv1.SubmitJobRequest{Tenant: "acme", Kind: "quota.flaky", MaxAttempts: 1}, "disk full")
 	submit(t, c, &jobwatchv1.SubmitJobRequest{Tenant: "acme", Kind: "quota.work"})
 	submit(t, c, &jobwatchv1.SubmitJobRequest{Tenant: "acme", Kind: "quota.held", Hold: true})
+	fullQuota := &jobwatchv1.QuotaExceeded{Tenant: "acme", MaxQueued: 2, Queued: 2, Adding: 1}
 	_, err := c.jobs.SubmitJob(ctxTimeout(t, callBound), &jobwatchv1.SubmitJobRequest{Tenant: "acme", Kind: "quota.work"})
-	wantExhausted(t, err, full)
+	wantExhausted(t, err, full, fullQuota)
 
-	// curl sees 429 and the same words.
+	// curl sees 429, the same words and the detail's type.
 	status, body := rawPost(t, ts.url+"/jobwatch.v1.JobService/SubmitJob", "application/json", []byte(`{"tenant":"acme","kind":"quota.work"}`))
-	if want := `{"code":"resource_exhausted","message":"tenant \"acme\" has 2 jobs not yet running, its max_queued is 2: wait for some to start or end"}`; status != http.StatusTooManyRequests || body != want {
-		t.Errorf("curl: %d %s\nwant 429 %s", status, body, want)
+	var answer struct {
+		Code, Message string
+		Details       []struct{ Type string }
+	}
+	if err := json.Unmarshal([]byte(body), &answer); err != nil || status != http.StatusTooManyRequests ||
+		answer.Code != "resource_exhausted" || answer.Message != full ||
+		len(answer.Details) != 1 || answer.Details[0].Type != "jobwatch.v1.QuotaExceeded" {
+		t.Errorf("curl: %d %s\nwant 429, resource_exhausted, %q and a jobwatch.v1.QuotaExceeded detail", status, body, full)
 	}
 	// Another tenant is not held back by acme's bound.
 	submit(t, c, &jobwatchv1.SubmitJobRequest{Tenant: "globex", Kind: "quota.work"})
 
 	// A retry makes a job QUEUED: it counts.
 	_, err = c.jobs.RetryJob(ctxTimeout(t, callBound), &jobwatchv1.RetryJobRequest{JobId: failed.GetId()})
-	wantExhausted(t, err, full)
+	wantExhausted(t, err, full, fullQuota)
 
 	// One starts: one place, which a batch of two does not fit.
 	claim(t, c, "quota.work")
 	_, err = c.jobs.SubmitJobs(ctxTimeout(t, callBound), &jobwatchv1.SubmitJobsRequest{Jobs: []*jobwatchv1.SubmitJobRequest{
 		{Tenant: "acme", Kind: "quota.batch"}, {Tenant: "acme", Kind: "quota.batch"}}})
-	wantExhausted(t, err, `tenant "acme" has 1 job not yet running, its max_queued is 2: 2 more would pass it; submit at most 1, or wait for some to start or end`)
+	wantExhausted(t, err, `tenant "acme" has 1 job not yet running, its max_queued is 2: 2 more would pass it; submit at most 1, or wait for some to start or end`,
+		&jobwatchv1.QuotaExceeded{Tenant: "acme", MaxQueued: 2, Queued: 1, Adding: 2})
 	if n := notYetRunning(t, c, "acme"); n != 1 {
 		t.Fatalf("after the refused batch acme has %d jobs not yet running, want 1: nothing of the batch may be created", n)
 	}
@@ -85,7 +110,7 @@ func TestSubmissionsPastMaxQueuedAreResourceExhausted(t *testing.T) {
 		t.Fatalf("the retry once a place is free: %v, %v", resp.GetJob(), err)
 	}
 	_, err = c.jobs.SubmitJob(ctxTimeout(t, callBound), &jobwatchv1.SubmitJobRequest{Tenant: "acme", Kind: "quota.work"})
-	wantExhausted(t, err, full)
+	wantExhausted(t, err, full, fullQuota)
 }
 
 // A client token's submissions count against the token's tenant, which
@@ -97,10 +122,11 @@ func TestAClientTokensTenantIsTheOneCounted(t *testing.T) {
 	globex := ts.clientsWithToken(authProtocols[1], globexToken)
 
 	submit(t, acme, &jobwatchv1.SubmitJobRequest{Kind: "quota.token"})
+	one := &jobwatchv1.QuotaExceeded{Tenant: "acme", MaxQueued: 1, Queued: 1, Adding: 1}
 	_, err := acme.jobs.SubmitJob(ctxTimeout(t, callBound), &jobwatchv1.SubmitJobRequest{Kind: "quota.token"})
-	wantExhausted(t, err, `tenant "acme" has 1 job not yet running, its max_queued is 1: wait for some to start or end`)
+	wantExhausted(t, err, `tenant "acme" has 1 job not yet running, its max_queued is 1: wait for some to start or end`, one)
 	_, err = acme.jobs.SubmitJobs(ctxTimeout(t, callBound), &jobwatchv1.SubmitJobsRequest{Jobs: []*jobwatchv1.SubmitJobRequest{{Kind: "quota.token"}}})
-	wantExhausted(t, err, `tenant "acme" has 1 job not yet running, its max_queued is 1: wait for some to start or end`)
+	wantExhausted(t, err, `tenant "acme" has 1 job not yet running, its max_queued is 1: wait for some to start or end`, one)
 	for range 3 {
 		submit(t, globex, &jobwatchv1.SubmitJobRequest{Kind: "quota.token"})
 	}
@@ -130,6 +156,53 @@ func TestABulkRetryStoppedByAQuotaSaysWhatItDid(t *testing.T) {
 	}
 	if stopped := bulkStoppedOf(ce); stopped.GetMatched() != 4 || stopped.GetChanged() != int64(queued) {
 		t.Errorf("BulkStopped detail %v; want 4 matched, %d changed", stopped, queued)
+	}
+	if q := quotaOf(ce); q.GetTenant() != "acme" || q.GetMaxQueued() != 2 {
+		t.Errorf("QuotaExceeded detail %v; want acme's max_queued of 2", q)
+	}
+}
+
+// A page whose held jobs are the newest that match would be found first
+// by the same call again, so the refusal gives the next page's token
+// (in its BulkStopped detail and its message): following it retries the
+// other tenants' older jobs, and the last page's answer has none.
+func TestABulkRetryHeldBackByAQuotaGivesTheNextPage(t *testing.T) {
+	ts := startServer(t, serverOptions{engine: tenantQuotas(map[string]int{"globex": 1})})
+	c := ts.h2c()
+	for _, tenant := range []string{"acme", "acme", "acme", "globex", "globex", "globex"} {
+		j := submit(t, c, &jobwatchv1.SubmitJobRequest{Tenant: tenant, Kind: "quota.pages"})
+		if _, err := c.jobs.CancelJob(ctxTimeout(t, callBound), &jobwatchv1.CancelJobRequest{JobId: j.GetId()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submit(t, c, &jobwatchv1.SubmitJobRequest{Tenant: "globex", Kind: "quota.elsewhere"}) // globex at its max_queued
+	filter := &jobwatchv1.JobFilter{Tenant: "*", Kinds: []string{"quota.pages"}}
+	var token string
+	for i, want := range []struct {
+		matched, changed int64
+		more             bool
+	}{{2, 0, true}, {2, 1, true}, {2, 2, false}} {
+		resp, err := c.jobs.RetryJobs(ctxTimeout(t, callBound), &jobwatchv1.RetryJobsRequest{Filter: filter, PageToken: token, PageSize: 2})
+		if i == 2 {
+			if err != nil || resp.GetMatched() != want.matched || resp.GetChanged() != want.changed || resp.GetNextPageToken() != "" {
+				t.Fatalf("the last page: %v, %v; want %d matched, %d changed, no token", resp, err, want.matched, want.changed)
+			}
+			break
+		}
+		wantCode(t, err, connect.CodeResourceExhausted)
+		var ce *connect.Error
+		errors.As(err, &ce)
+		stopped := bulkStoppedOf(ce)
+		if stopped.GetMatched() != want.matched || stopped.GetChanged() != want.changed || stopped.GetNextPageToken() == "" {
+			t.Fatalf("page %d: BulkStopped detail %v; want %d matched, %d changed and the next page's token", i+1, stopped, want.matched, want.changed)
+		}
+		if hint := fmt.Sprintf("page_token %q goes on past them", stopped.GetNextPageToken()); !strings.Contains(ce.Message(), hint) {
+			t.Errorf("page %d says %q; want %q", i+1, ce.Message(), hint)
+		}
+		token = stopped.GetNextPageToken()
+	}
+	if n := notYetRunning(t, c, "acme"); n != 3 {
+		t.Errorf("acme has %d jobs queued after the pages, want all 3", n)
 	}
 }
 

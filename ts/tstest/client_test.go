@@ -25,6 +25,7 @@ import (
 	"github.com/jobwatch/jobwatch/internal/pgtest"
 	"github.com/jobwatch/jobwatch/internal/testdb"
 	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/server"
 )
 
@@ -49,7 +50,12 @@ var tokens = []struct{ env, token, entry string }{
 	{"JOBWATCH_CLIENT_TOKEN", "ts-client-token", "role: client\n    tenant: ts"},
 	{"JOBWATCH_WORKER_TOKEN", "ts-worker-token", "role: worker"},
 	{"JOBWATCH_NARROW_WORKER_TOKEN", "ts-narrow-worker-token", "role: worker\n    kinds: [ts.narrow]"},
+	{"JOBWATCH_QUOTA_TOKEN", "ts-quota-token", "role: client\n    tenant: ts-quota"},
 }
+
+// quotaTenant is the tenant of JOBWATCH_QUOTA_TOKEN, whose max_queued is
+// one job.
+const quotaTenant = "ts-quota"
 
 // TestTypeScriptClientAndWorker builds ts/client (tsc) and runs its tests
 // (node --test: the client, the worker and the example worker) against a
@@ -159,6 +165,7 @@ func startServer(t *testing.T, tp trace.TracerProvider, tweak func(*server.Confi
 		SweepInterval:       100 * time.Millisecond,
 		RetryInitialBackoff: 10 * time.Millisecond,
 		RetryMaxBackoff:     50 * time.Millisecond,
+		Rules:               jobtype.Rules{Tenants: map[string]jobtype.TenantRules{quotaTenant: {MaxQueued: 1}}},
 	})
 	var file bytes.Buffer
 	file.WriteString("tokens:\n")

@@ -882,6 +882,82 @@ func (x *JobAlreadyActive) GetUniqueKey() string {
 	return ""
 }
 
+// QuotaExceeded is the error detail of a resource_exhausted answer to a
+// write that would take a tenant's jobs not yet running past its
+// max_queued (SubmitJob, SubmitJobs, RetryJob, and a RetryJobs page that
+// stopped at it). Nothing of the refused write was made.
+type QuotaExceeded struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The tenant's max_queued.
+	MaxQueued int64 `protobuf:"varint,2,opt,name=max_queued,json=maxQueued,proto3" json:"max_queued,omitempty"`
+	// Its jobs not yet running when the write was refused, counted up to
+	// max_queued + 1: a count past the bound reads as max_queued + 1.
+	Queued int64 `protobuf:"varint,3,opt,name=queued,proto3" json:"queued,omitempty"`
+	// How many jobs not yet running the write would have added.
+	Adding        int64 `protobuf:"varint,4,opt,name=adding,proto3" json:"adding,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaExceeded) Reset() {
+	*x = QuotaExceeded{}
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaExceeded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaExceeded) ProtoMessage() {}
+
+func (x *QuotaExceeded) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaExceeded.ProtoReflect.Descriptor instead.
+func (*QuotaExceeded) Descriptor() ([]byte, []int) {
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *QuotaExceeded) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *QuotaExceeded) GetMaxQueued() int64 {
+	if x != nil {
+		return x.MaxQueued
+	}
+	return 0
+}
+
+func (x *QuotaExceeded) GetQueued() int64 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *QuotaExceeded) GetAdding() int64 {
+	if x != nil {
+		return x.Adding
+	}
+	return 0
+}
+
 // BulkStopped is the error detail of a RetryJobs, CancelJobs or
 // DeleteJobs call that stopped partway through its page, at a job the
 // action was refused for (a tenant's quota, say): what the page had done
@@ -892,14 +968,19 @@ type BulkStopped struct {
 	// Jobs of the page that matched the filter.
 	Matched int64 `protobuf:"varint,1,opt,name=matched,proto3" json:"matched,omitempty"`
 	// Jobs of the page the action changed before it stopped.
-	Changed       int64 `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	Changed int64 `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	// Set when the page acted on every job but those a tenant's max_queued
+	// held back, and more jobs follow it: the page token of the next page,
+	// to go on past the held jobs (which still match, so the same call
+	// again finds them first). The Go client's bulk methods follow it.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BulkStopped) Reset() {
 	*x = BulkStopped{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[4]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +992,7 @@ func (x *BulkStopped) String() string {
 func (*BulkStopped) ProtoMessage() {}
 
 func (x *BulkStopped) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[4]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1005,7 @@ func (x *BulkStopped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStopped.ProtoReflect.Descriptor instead.
 func (*BulkStopped) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{4}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BulkStopped) GetMatched() int64 {
@@ -939,6 +1020,13 @@ func (x *BulkStopped) GetChanged() int64 {
 		return x.Changed
 	}
 	return 0
+}
+
+func (x *BulkStopped) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // LogLine is one line of a job's log.
@@ -961,7 +1049,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[5]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1061,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[5]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1074,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{5}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LogLine) GetSeq() int64 {
@@ -1037,7 +1125,7 @@ type LogGap struct {
 
 func (x *LogGap) Reset() {
 	*x = LogGap{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[6]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1137,7 @@ func (x *LogGap) String() string {
 func (*LogGap) ProtoMessage() {}
 
 func (x *LogGap) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[6]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1150,7 @@ func (x *LogGap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogGap.ProtoReflect.Descriptor instead.
 func (*LogGap) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{6}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LogGap) GetSkipped() int64 {
@@ -1096,7 +1184,7 @@ type GetJobLogsRequest struct {
 
 func (x *GetJobLogsRequest) Reset() {
 	*x = GetJobLogsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[7]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1196,7 @@ func (x *GetJobLogsRequest) String() string {
 func (*GetJobLogsRequest) ProtoMessage() {}
 
 func (x *GetJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[7]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1209,7 @@ func (x *GetJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{7}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetJobLogsRequest) GetJobId() string {
@@ -1161,7 +1249,7 @@ type GetJobLogsResponse struct {
 
 func (x *GetJobLogsResponse) Reset() {
 	*x = GetJobLogsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[8]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1261,7 @@ func (x *GetJobLogsResponse) String() string {
 func (*GetJobLogsResponse) ProtoMessage() {}
 
 func (x *GetJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[8]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1274,7 @@ func (x *GetJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*GetJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{8}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetJobLogsResponse) GetLines() []*LogLine {
@@ -1230,7 +1318,7 @@ type WatchJobLogsRequest struct {
 
 func (x *WatchJobLogsRequest) Reset() {
 	*x = WatchJobLogsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[9]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1330,7 @@ func (x *WatchJobLogsRequest) String() string {
 func (*WatchJobLogsRequest) ProtoMessage() {}
 
 func (x *WatchJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[9]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1343,7 @@ func (x *WatchJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{9}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WatchJobLogsRequest) GetJobId() string {
@@ -1291,7 +1379,7 @@ type WatchJobLogsResponse struct {
 
 func (x *WatchJobLogsResponse) Reset() {
 	*x = WatchJobLogsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[10]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1303,7 +1391,7 @@ func (x *WatchJobLogsResponse) String() string {
 func (*WatchJobLogsResponse) ProtoMessage() {}
 
 func (x *WatchJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[10]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1316,7 +1404,7 @@ func (x *WatchJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{10}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WatchJobLogsResponse) GetLines() []*LogLine {
@@ -1385,7 +1473,7 @@ type SubmitJobRequest struct {
 
 func (x *SubmitJobRequest) Reset() {
 	*x = SubmitJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[11]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1485,7 @@ func (x *SubmitJobRequest) String() string {
 func (*SubmitJobRequest) ProtoMessage() {}
 
 func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[11]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1498,7 @@ func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{11}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SubmitJobRequest) GetTenant() string {
@@ -1513,7 +1601,7 @@ type SubmitJobResponse struct {
 
 func (x *SubmitJobResponse) Reset() {
 	*x = SubmitJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1613,7 @@ func (x *SubmitJobResponse) String() string {
 func (*SubmitJobResponse) ProtoMessage() {}
 
 func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[12]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1626,7 @@ func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobResponse.ProtoReflect.Descriptor instead.
 func (*SubmitJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{12}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SubmitJobResponse) GetJob() *Job {
@@ -1559,7 +1647,7 @@ type SubmitJobsRequest struct {
 
 func (x *SubmitJobsRequest) Reset() {
 	*x = SubmitJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1571,7 +1659,7 @@ func (x *SubmitJobsRequest) String() string {
 func (*SubmitJobsRequest) ProtoMessage() {}
 
 func (x *SubmitJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[13]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1584,7 +1672,7 @@ func (x *SubmitJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobsRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{13}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SubmitJobsRequest) GetJobs() []*SubmitJobRequest {
@@ -1604,7 +1692,7 @@ type SubmitJobsResponse struct {
 
 func (x *SubmitJobsResponse) Reset() {
 	*x = SubmitJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1704,7 @@ func (x *SubmitJobsResponse) String() string {
 func (*SubmitJobsResponse) ProtoMessage() {}
 
 func (x *SubmitJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[14]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1717,7 @@ func (x *SubmitJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobsResponse.ProtoReflect.Descriptor instead.
 func (*SubmitJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{14}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SubmitJobsResponse) GetJobs() []*Job {
@@ -1648,7 +1736,7 @@ type StartJobRequest struct {
 
 func (x *StartJobRequest) Reset() {
 	*x = StartJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1660,7 +1748,7 @@ func (x *StartJobRequest) String() string {
 func (*StartJobRequest) ProtoMessage() {}
 
 func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[15]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1673,7 +1761,7 @@ func (x *StartJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartJobRequest.ProtoReflect.Descriptor instead.
 func (*StartJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{15}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StartJobRequest) GetJobId() string {
@@ -1692,7 +1780,7 @@ type StartJobResponse struct {
 
 func (x *StartJobResponse) Reset() {
 	*x = StartJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1704,7 +1792,7 @@ func (x *StartJobResponse) String() string {
 func (*StartJobResponse) ProtoMessage() {}
 
 func (x *StartJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[16]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1717,7 +1805,7 @@ func (x *StartJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartJobResponse.ProtoReflect.Descriptor instead.
 func (*StartJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{16}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StartJobResponse) GetJob() *Job {
@@ -1736,7 +1824,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +1836,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[17]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +1849,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{17}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -1780,7 +1868,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +1880,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[18]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +1893,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{18}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1848,7 +1936,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1860,7 +1948,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[19]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1873,7 +1961,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{19}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListJobsRequest) GetTenant() string {
@@ -1944,7 +2032,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1956,7 +2044,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[20]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1969,7 +2057,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{20}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1995,7 +2083,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2095,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[21]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2108,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{21}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -2039,7 +2127,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2051,7 +2139,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[22]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2064,7 +2152,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{22}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -2083,7 +2171,7 @@ type WaitJobRequest struct {
 
 func (x *WaitJobRequest) Reset() {
 	*x = WaitJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2183,7 @@ func (x *WaitJobRequest) String() string {
 func (*WaitJobRequest) ProtoMessage() {}
 
 func (x *WaitJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[23]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2196,7 @@ func (x *WaitJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitJobRequest.ProtoReflect.Descriptor instead.
 func (*WaitJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{23}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WaitJobRequest) GetJobId() string {
@@ -2127,7 +2215,7 @@ type WaitJobResponse struct {
 
 func (x *WaitJobResponse) Reset() {
 	*x = WaitJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2139,7 +2227,7 @@ func (x *WaitJobResponse) String() string {
 func (*WaitJobResponse) ProtoMessage() {}
 
 func (x *WaitJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[24]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2152,7 +2240,7 @@ func (x *WaitJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitJobResponse.ProtoReflect.Descriptor instead.
 func (*WaitJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{24}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WaitJobResponse) GetJob() *Job {
@@ -2188,7 +2276,7 @@ type WaitJobsRequest struct {
 
 func (x *WaitJobsRequest) Reset() {
 	*x = WaitJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2288,7 @@ func (x *WaitJobsRequest) String() string {
 func (*WaitJobsRequest) ProtoMessage() {}
 
 func (x *WaitJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[25]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2301,7 @@ func (x *WaitJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitJobsRequest.ProtoReflect.Descriptor instead.
 func (*WaitJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{25}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WaitJobsRequest) GetJobIds() []string {
@@ -2270,7 +2358,7 @@ type WaitJobsResponse struct {
 
 func (x *WaitJobsResponse) Reset() {
 	*x = WaitJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2370,7 @@ func (x *WaitJobsResponse) String() string {
 func (*WaitJobsResponse) ProtoMessage() {}
 
 func (x *WaitJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[26]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2383,7 @@ func (x *WaitJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitJobsResponse.ProtoReflect.Descriptor instead.
 func (*WaitJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{26}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WaitJobsResponse) GetJobs() []*Job {
@@ -2323,7 +2411,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2423,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[27]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2436,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{27}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WatchJobRequest) GetJobId() string {
@@ -2375,7 +2463,7 @@ type WatchJobResponse struct {
 
 func (x *WatchJobResponse) Reset() {
 	*x = WatchJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2475,7 @@ func (x *WatchJobResponse) String() string {
 func (*WatchJobResponse) ProtoMessage() {}
 
 func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[28]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2488,7 @@ func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{28}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WatchJobResponse) GetJob() *Job {
@@ -2436,7 +2524,7 @@ type WatchJobsRequest struct {
 
 func (x *WatchJobsRequest) Reset() {
 	*x = WatchJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2448,7 +2536,7 @@ func (x *WatchJobsRequest) String() string {
 func (*WatchJobsRequest) ProtoMessage() {}
 
 func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[29]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2461,7 +2549,7 @@ func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobsRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{29}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WatchJobsRequest) GetTenant() string {
@@ -2544,7 +2632,7 @@ type WatchJobsResponse struct {
 
 func (x *WatchJobsResponse) Reset() {
 	*x = WatchJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2556,7 +2644,7 @@ func (x *WatchJobsResponse) String() string {
 func (*WatchJobsResponse) ProtoMessage() {}
 
 func (x *WatchJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[30]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2569,7 +2657,7 @@ func (x *WatchJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobsResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{30}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WatchJobsResponse) GetJobs() []*Job {
@@ -2609,7 +2697,7 @@ type RetryJobRequest struct {
 
 func (x *RetryJobRequest) Reset() {
 	*x = RetryJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2621,7 +2709,7 @@ func (x *RetryJobRequest) String() string {
 func (*RetryJobRequest) ProtoMessage() {}
 
 func (x *RetryJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[31]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2634,7 +2722,7 @@ func (x *RetryJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobRequest.ProtoReflect.Descriptor instead.
 func (*RetryJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{31}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RetryJobRequest) GetJobId() string {
@@ -2653,7 +2741,7 @@ type RetryJobResponse struct {
 
 func (x *RetryJobResponse) Reset() {
 	*x = RetryJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2665,7 +2753,7 @@ func (x *RetryJobResponse) String() string {
 func (*RetryJobResponse) ProtoMessage() {}
 
 func (x *RetryJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[32]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2678,7 +2766,7 @@ func (x *RetryJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobResponse.ProtoReflect.Descriptor instead.
 func (*RetryJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{32}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RetryJobResponse) GetJob() *Job {
@@ -2697,7 +2785,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2709,7 +2797,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[33]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2722,7 +2810,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{33}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeleteJobRequest) GetJobId() string {
@@ -2740,7 +2828,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2752,7 +2840,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[34]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2765,7 +2853,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{34}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{35}
 }
 
 // JobFilter selects the jobs of a bulk action. Every field set narrows
@@ -2794,7 +2882,7 @@ type JobFilter struct {
 
 func (x *JobFilter) Reset() {
 	*x = JobFilter{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2806,7 +2894,7 @@ func (x *JobFilter) String() string {
 func (*JobFilter) ProtoMessage() {}
 
 func (x *JobFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[35]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2819,7 +2907,7 @@ func (x *JobFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFilter.ProtoReflect.Descriptor instead.
 func (*JobFilter) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{35}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *JobFilter) GetTenant() string {
@@ -2885,7 +2973,7 @@ type RetryJobsRequest struct {
 
 func (x *RetryJobsRequest) Reset() {
 	*x = RetryJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2897,7 +2985,7 @@ func (x *RetryJobsRequest) String() string {
 func (*RetryJobsRequest) ProtoMessage() {}
 
 func (x *RetryJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[36]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2910,7 +2998,7 @@ func (x *RetryJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobsRequest.ProtoReflect.Descriptor instead.
 func (*RetryJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{36}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RetryJobsRequest) GetFilter() *JobFilter {
@@ -2950,7 +3038,7 @@ type RetryJobsResponse struct {
 
 func (x *RetryJobsResponse) Reset() {
 	*x = RetryJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2962,7 +3050,7 @@ func (x *RetryJobsResponse) String() string {
 func (*RetryJobsResponse) ProtoMessage() {}
 
 func (x *RetryJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[37]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2975,7 +3063,7 @@ func (x *RetryJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobsResponse.ProtoReflect.Descriptor instead.
 func (*RetryJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{37}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RetryJobsResponse) GetMatched() int64 {
@@ -3010,7 +3098,7 @@ type CancelJobsRequest struct {
 
 func (x *CancelJobsRequest) Reset() {
 	*x = CancelJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3022,7 +3110,7 @@ func (x *CancelJobsRequest) String() string {
 func (*CancelJobsRequest) ProtoMessage() {}
 
 func (x *CancelJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[38]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3035,7 +3123,7 @@ func (x *CancelJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobsRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{38}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CancelJobsRequest) GetFilter() *JobFilter {
@@ -3070,7 +3158,7 @@ type CancelJobsResponse struct {
 
 func (x *CancelJobsResponse) Reset() {
 	*x = CancelJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3082,7 +3170,7 @@ func (x *CancelJobsResponse) String() string {
 func (*CancelJobsResponse) ProtoMessage() {}
 
 func (x *CancelJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[39]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3095,7 +3183,7 @@ func (x *CancelJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobsResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{39}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CancelJobsResponse) GetMatched() int64 {
@@ -3130,7 +3218,7 @@ type DeleteJobsRequest struct {
 
 func (x *DeleteJobsRequest) Reset() {
 	*x = DeleteJobsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3142,7 +3230,7 @@ func (x *DeleteJobsRequest) String() string {
 func (*DeleteJobsRequest) ProtoMessage() {}
 
 func (x *DeleteJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[40]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3155,7 +3243,7 @@ func (x *DeleteJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{40}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeleteJobsRequest) GetFilter() *JobFilter {
@@ -3190,7 +3278,7 @@ type DeleteJobsResponse struct {
 
 func (x *DeleteJobsResponse) Reset() {
 	*x = DeleteJobsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3202,7 +3290,7 @@ func (x *DeleteJobsResponse) String() string {
 func (*DeleteJobsResponse) ProtoMessage() {}
 
 func (x *DeleteJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[41]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3215,7 +3303,7 @@ func (x *DeleteJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{41}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteJobsResponse) GetMatched() int64 {
@@ -3247,7 +3335,7 @@ type GetServerInfoRequest struct {
 
 func (x *GetServerInfoRequest) Reset() {
 	*x = GetServerInfoRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3259,7 +3347,7 @@ func (x *GetServerInfoRequest) String() string {
 func (*GetServerInfoRequest) ProtoMessage() {}
 
 func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[42]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3272,7 +3360,7 @@ func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{42}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{43}
 }
 
 type GetServerInfoResponse struct {
@@ -3293,7 +3381,7 @@ type GetServerInfoResponse struct {
 
 func (x *GetServerInfoResponse) Reset() {
 	*x = GetServerInfoResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3305,7 +3393,7 @@ func (x *GetServerInfoResponse) String() string {
 func (*GetServerInfoResponse) ProtoMessage() {}
 
 func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[43]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3318,7 +3406,7 @@ func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{43}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetServerInfoResponse) GetDemo() bool {
@@ -3376,7 +3464,7 @@ type Caller struct {
 
 func (x *Caller) Reset() {
 	*x = Caller{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3388,7 +3476,7 @@ func (x *Caller) String() string {
 func (*Caller) ProtoMessage() {}
 
 func (x *Caller) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[44]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3401,7 +3489,7 @@ func (x *Caller) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Caller.ProtoReflect.Descriptor instead.
 func (*Caller) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{44}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Caller) GetRole() string {
@@ -3434,7 +3522,7 @@ type StopClaimingRequest struct {
 
 func (x *StopClaimingRequest) Reset() {
 	*x = StopClaimingRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3446,7 +3534,7 @@ func (x *StopClaimingRequest) String() string {
 func (*StopClaimingRequest) ProtoMessage() {}
 
 func (x *StopClaimingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[45]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3459,7 +3547,7 @@ func (x *StopClaimingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopClaimingRequest.ProtoReflect.Descriptor instead.
 func (*StopClaimingRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{45}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StopClaimingRequest) GetWorkerId() string {
@@ -3477,7 +3565,7 @@ type StopClaimingResponse struct {
 
 func (x *StopClaimingResponse) Reset() {
 	*x = StopClaimingResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3489,7 +3577,7 @@ func (x *StopClaimingResponse) String() string {
 func (*StopClaimingResponse) ProtoMessage() {}
 
 func (x *StopClaimingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[46]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3502,7 +3590,7 @@ func (x *StopClaimingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopClaimingResponse.ProtoReflect.Descriptor instead.
 func (*StopClaimingResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{46}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{47}
 }
 
 type ReleaseJobRequest struct {
@@ -3515,7 +3603,7 @@ type ReleaseJobRequest struct {
 
 func (x *ReleaseJobRequest) Reset() {
 	*x = ReleaseJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3527,7 +3615,7 @@ func (x *ReleaseJobRequest) String() string {
 func (*ReleaseJobRequest) ProtoMessage() {}
 
 func (x *ReleaseJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[47]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3540,7 +3628,7 @@ func (x *ReleaseJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseJobRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{47}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReleaseJobRequest) GetJobId() string {
@@ -3567,7 +3655,7 @@ type ReleaseJobResponse struct {
 
 func (x *ReleaseJobResponse) Reset() {
 	*x = ReleaseJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3579,7 +3667,7 @@ func (x *ReleaseJobResponse) String() string {
 func (*ReleaseJobResponse) ProtoMessage() {}
 
 func (x *ReleaseJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[48]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3592,7 +3680,7 @@ func (x *ReleaseJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseJobResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{48}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReleaseJobResponse) GetJob() *Job {
@@ -3614,7 +3702,7 @@ type AppendJobLogsRequest struct {
 
 func (x *AppendJobLogsRequest) Reset() {
 	*x = AppendJobLogsRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3626,7 +3714,7 @@ func (x *AppendJobLogsRequest) String() string {
 func (*AppendJobLogsRequest) ProtoMessage() {}
 
 func (x *AppendJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[49]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3639,7 +3727,7 @@ func (x *AppendJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*AppendJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{49}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AppendJobLogsRequest) GetJobId() string {
@@ -3683,7 +3771,7 @@ type AppendLogLine struct {
 
 func (x *AppendLogLine) Reset() {
 	*x = AppendLogLine{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3695,7 +3783,7 @@ func (x *AppendLogLine) String() string {
 func (*AppendLogLine) ProtoMessage() {}
 
 func (x *AppendLogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[50]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3708,7 +3796,7 @@ func (x *AppendLogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendLogLine.ProtoReflect.Descriptor instead.
 func (*AppendLogLine) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{50}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AppendLogLine) GetText() string {
@@ -3745,7 +3833,7 @@ type AppendJobLogsResponse struct {
 
 func (x *AppendJobLogsResponse) Reset() {
 	*x = AppendJobLogsResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3757,7 +3845,7 @@ func (x *AppendJobLogsResponse) String() string {
 func (*AppendJobLogsResponse) ProtoMessage() {}
 
 func (x *AppendJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[51]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3770,7 +3858,7 @@ func (x *AppendJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*AppendJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{51}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *AppendJobLogsResponse) GetLastSeq() int64 {
@@ -3806,7 +3894,7 @@ type ClaimJobRequest struct {
 
 func (x *ClaimJobRequest) Reset() {
 	*x = ClaimJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3818,7 +3906,7 @@ func (x *ClaimJobRequest) String() string {
 func (*ClaimJobRequest) ProtoMessage() {}
 
 func (x *ClaimJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[52]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3831,7 +3919,7 @@ func (x *ClaimJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimJobRequest.ProtoReflect.Descriptor instead.
 func (*ClaimJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{52}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ClaimJobRequest) GetWorkerId() string {
@@ -3878,7 +3966,7 @@ type ClaimJobResponse struct {
 
 func (x *ClaimJobResponse) Reset() {
 	*x = ClaimJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3890,7 +3978,7 @@ func (x *ClaimJobResponse) String() string {
 func (*ClaimJobResponse) ProtoMessage() {}
 
 func (x *ClaimJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[53]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3903,7 +3991,7 @@ func (x *ClaimJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimJobResponse.ProtoReflect.Descriptor instead.
 func (*ClaimJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{53}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ClaimJobResponse) GetJob() *Job {
@@ -3947,7 +4035,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3959,7 +4047,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[54]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3972,7 +4060,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{54}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Claim) GetJob() *Job {
@@ -4010,7 +4098,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[55]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4022,7 +4110,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[55]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4035,7 +4123,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{55}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *HeartbeatRequest) GetJobId() string {
@@ -4079,7 +4167,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[56]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4091,7 +4179,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[56]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4104,7 +4192,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{56}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *HeartbeatResponse) GetCancelled() bool {
@@ -4132,7 +4220,7 @@ type CompleteJobRequest struct {
 
 func (x *CompleteJobRequest) Reset() {
 	*x = CompleteJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[57]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4144,7 +4232,7 @@ func (x *CompleteJobRequest) String() string {
 func (*CompleteJobRequest) ProtoMessage() {}
 
 func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[57]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4157,7 +4245,7 @@ func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobRequest.ProtoReflect.Descriptor instead.
 func (*CompleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{57}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CompleteJobRequest) GetJobId() string {
@@ -4190,7 +4278,7 @@ type CompleteJobResponse struct {
 
 func (x *CompleteJobResponse) Reset() {
 	*x = CompleteJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[58]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4202,7 +4290,7 @@ func (x *CompleteJobResponse) String() string {
 func (*CompleteJobResponse) ProtoMessage() {}
 
 func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[58]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4215,7 +4303,7 @@ func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobResponse.ProtoReflect.Descriptor instead.
 func (*CompleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{58}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CompleteJobResponse) GetJob() *Job {
@@ -4238,7 +4326,7 @@ type FailJobRequest struct {
 
 func (x *FailJobRequest) Reset() {
 	*x = FailJobRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[59]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4250,7 +4338,7 @@ func (x *FailJobRequest) String() string {
 func (*FailJobRequest) ProtoMessage() {}
 
 func (x *FailJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[59]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4263,7 +4351,7 @@ func (x *FailJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobRequest.ProtoReflect.Descriptor instead.
 func (*FailJobRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{59}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *FailJobRequest) GetJobId() string {
@@ -4303,7 +4391,7 @@ type FailJobResponse struct {
 
 func (x *FailJobResponse) Reset() {
 	*x = FailJobResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[60]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4315,7 +4403,7 @@ func (x *FailJobResponse) String() string {
 func (*FailJobResponse) ProtoMessage() {}
 
 func (x *FailJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[60]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4328,7 +4416,7 @@ func (x *FailJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailJobResponse.ProtoReflect.Descriptor instead.
 func (*FailJobResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{60}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *FailJobResponse) GetJob() *Job {
@@ -4347,7 +4435,7 @@ type PauseQueueRequest struct {
 
 func (x *PauseQueueRequest) Reset() {
 	*x = PauseQueueRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4359,7 +4447,7 @@ func (x *PauseQueueRequest) String() string {
 func (*PauseQueueRequest) ProtoMessage() {}
 
 func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[61]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4372,7 +4460,7 @@ func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
 func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{61}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PauseQueueRequest) GetQueue() string {
@@ -4391,7 +4479,7 @@ type PauseQueueResponse struct {
 
 func (x *PauseQueueResponse) Reset() {
 	*x = PauseQueueResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4403,7 +4491,7 @@ func (x *PauseQueueResponse) String() string {
 func (*PauseQueueResponse) ProtoMessage() {}
 
 func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[62]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4416,7 +4504,7 @@ func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueResponse.ProtoReflect.Descriptor instead.
 func (*PauseQueueResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{62}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PauseQueueResponse) GetQueue() *Queue {
@@ -4435,7 +4523,7 @@ type ResumeQueueRequest struct {
 
 func (x *ResumeQueueRequest) Reset() {
 	*x = ResumeQueueRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4447,7 +4535,7 @@ func (x *ResumeQueueRequest) String() string {
 func (*ResumeQueueRequest) ProtoMessage() {}
 
 func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[63]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4460,7 +4548,7 @@ func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueRequest.ProtoReflect.Descriptor instead.
 func (*ResumeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{63}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ResumeQueueRequest) GetQueue() string {
@@ -4479,7 +4567,7 @@ type ResumeQueueResponse struct {
 
 func (x *ResumeQueueResponse) Reset() {
 	*x = ResumeQueueResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[64]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4491,7 +4579,7 @@ func (x *ResumeQueueResponse) String() string {
 func (*ResumeQueueResponse) ProtoMessage() {}
 
 func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[64]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4504,7 +4592,7 @@ func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueResponse.ProtoReflect.Descriptor instead.
 func (*ResumeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{64}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ResumeQueueResponse) GetQueue() *Queue {
@@ -4575,7 +4663,7 @@ type Queue struct {
 
 func (x *Queue) Reset() {
 	*x = Queue{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[65]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4587,7 +4675,7 @@ func (x *Queue) String() string {
 func (*Queue) ProtoMessage() {}
 
 func (x *Queue) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[65]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4600,7 +4688,7 @@ func (x *Queue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Queue.ProtoReflect.Descriptor instead.
 func (*Queue) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{65}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *Queue) GetName() string {
@@ -4766,7 +4854,7 @@ type QueueRate struct {
 
 func (x *QueueRate) Reset() {
 	*x = QueueRate{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[66]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4778,7 +4866,7 @@ func (x *QueueRate) String() string {
 func (*QueueRate) ProtoMessage() {}
 
 func (x *QueueRate) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[66]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4791,7 +4879,7 @@ func (x *QueueRate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueRate.ProtoReflect.Descriptor instead.
 func (*QueueRate) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{66}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *QueueRate) GetLimit() int32 {
@@ -4846,7 +4934,7 @@ type TenantDepth struct {
 
 func (x *TenantDepth) Reset() {
 	*x = TenantDepth{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[67]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4858,7 +4946,7 @@ func (x *TenantDepth) String() string {
 func (*TenantDepth) ProtoMessage() {}
 
 func (x *TenantDepth) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[67]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4871,7 +4959,7 @@ func (x *TenantDepth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantDepth.ProtoReflect.Descriptor instead.
 func (*TenantDepth) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{67}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *TenantDepth) GetTenant() string {
@@ -4914,7 +5002,7 @@ type QueueDepth struct {
 
 func (x *QueueDepth) Reset() {
 	*x = QueueDepth{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[68]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4926,7 +5014,7 @@ func (x *QueueDepth) String() string {
 func (*QueueDepth) ProtoMessage() {}
 
 func (x *QueueDepth) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[68]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4939,7 +5027,7 @@ func (x *QueueDepth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepth.ProtoReflect.Descriptor instead.
 func (*QueueDepth) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{68}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *QueueDepth) GetAt() *timestamppb.Timestamp {
@@ -4978,7 +5066,7 @@ type PoolUse struct {
 
 func (x *PoolUse) Reset() {
 	*x = PoolUse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[69]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4990,7 +5078,7 @@ func (x *PoolUse) String() string {
 func (*PoolUse) ProtoMessage() {}
 
 func (x *PoolUse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[69]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5003,7 +5091,7 @@ func (x *PoolUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolUse.ProtoReflect.Descriptor instead.
 func (*PoolUse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{69}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *PoolUse) GetName() string {
@@ -5046,7 +5134,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[70]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5058,7 +5146,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[70]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5071,7 +5159,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{70}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListQueuesRequest) GetTenantsPerQueue() int32 {
@@ -5102,7 +5190,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[71]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5114,7 +5202,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[71]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5127,7 +5215,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{71}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*Queue {
@@ -5186,7 +5274,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[72]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5198,7 +5286,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[72]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5211,7 +5299,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{72}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *Schedule) GetName() string {
@@ -5306,7 +5394,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[73]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5318,7 +5406,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[73]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5331,7 +5419,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{73}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{74}
 }
 
 type ListSchedulesResponse struct {
@@ -5343,7 +5431,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[74]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5355,7 +5443,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[74]
+	mi := &file_jobwatch_v1_jobwatch_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5368,7 +5456,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{74}
+	return file_jobwatch_v1_jobwatch_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -5436,10 +5524,17 @@ const file_jobwatch_v1_jobwatch_proto_rawDesc = "" +
 	"\x10JobAlreadyActive\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n" +
 	"\n" +
-	"unique_key\x18\x02 \x01(\tR\tuniqueKey\"A\n" +
+	"unique_key\x18\x02 \x01(\tR\tuniqueKey\"v\n" +
+	"\rQuotaExceeded\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1d\n" +
+	"\n" +
+	"max_queued\x18\x02 \x01(\x03R\tmaxQueued\x12\x16\n" +
+	"\x06queued\x18\x03 \x01(\x03R\x06queued\x12\x16\n" +
+	"\x06adding\x18\x04 \x01(\x03R\x06adding\"i\n" +
 	"\vBulkStopped\x12\x18\n" +
 	"\amatched\x18\x01 \x01(\x03R\amatched\x12\x18\n" +
-	"\achanged\x18\x02 \x01(\x03R\achanged\"\xa9\x01\n" +
+	"\achanged\x18\x02 \x01(\x03R\achanged\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\xa9\x01\n" +
 	"\aLogLine\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12.\n" +
@@ -5815,7 +5910,7 @@ func file_jobwatch_v1_jobwatch_proto_rawDescGZIP() []byte {
 }
 
 var file_jobwatch_v1_jobwatch_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_jobwatch_v1_jobwatch_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(JobState)(0),                 // 0: jobwatch.v1.JobState
 	(DependencyFailure)(0),        // 1: jobwatch.v1.DependencyFailure
@@ -5827,108 +5922,109 @@ var file_jobwatch_v1_jobwatch_proto_goTypes = []any{
 	(*Job)(nil),                   // 7: jobwatch.v1.Job
 	(*JobAttempt)(nil),            // 8: jobwatch.v1.JobAttempt
 	(*JobAlreadyActive)(nil),      // 9: jobwatch.v1.JobAlreadyActive
-	(*BulkStopped)(nil),           // 10: jobwatch.v1.BulkStopped
-	(*LogLine)(nil),               // 11: jobwatch.v1.LogLine
-	(*LogGap)(nil),                // 12: jobwatch.v1.LogGap
-	(*GetJobLogsRequest)(nil),     // 13: jobwatch.v1.GetJobLogsRequest
-	(*GetJobLogsResponse)(nil),    // 14: jobwatch.v1.GetJobLogsResponse
-	(*WatchJobLogsRequest)(nil),   // 15: jobwatch.v1.WatchJobLogsRequest
-	(*WatchJobLogsResponse)(nil),  // 16: jobwatch.v1.WatchJobLogsResponse
-	(*SubmitJobRequest)(nil),      // 17: jobwatch.v1.SubmitJobRequest
-	(*SubmitJobResponse)(nil),     // 18: jobwatch.v1.SubmitJobResponse
-	(*SubmitJobsRequest)(nil),     // 19: jobwatch.v1.SubmitJobsRequest
-	(*SubmitJobsResponse)(nil),    // 20: jobwatch.v1.SubmitJobsResponse
-	(*StartJobRequest)(nil),       // 21: jobwatch.v1.StartJobRequest
-	(*StartJobResponse)(nil),      // 22: jobwatch.v1.StartJobResponse
-	(*GetJobRequest)(nil),         // 23: jobwatch.v1.GetJobRequest
-	(*GetJobResponse)(nil),        // 24: jobwatch.v1.GetJobResponse
-	(*ListJobsRequest)(nil),       // 25: jobwatch.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),      // 26: jobwatch.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),      // 27: jobwatch.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),     // 28: jobwatch.v1.CancelJobResponse
-	(*WaitJobRequest)(nil),        // 29: jobwatch.v1.WaitJobRequest
-	(*WaitJobResponse)(nil),       // 30: jobwatch.v1.WaitJobResponse
-	(*WaitJobsRequest)(nil),       // 31: jobwatch.v1.WaitJobsRequest
-	(*WaitJobsResponse)(nil),      // 32: jobwatch.v1.WaitJobsResponse
-	(*WatchJobRequest)(nil),       // 33: jobwatch.v1.WatchJobRequest
-	(*WatchJobResponse)(nil),      // 34: jobwatch.v1.WatchJobResponse
-	(*WatchJobsRequest)(nil),      // 35: jobwatch.v1.WatchJobsRequest
-	(*WatchJobsResponse)(nil),     // 36: jobwatch.v1.WatchJobsResponse
-	(*RetryJobRequest)(nil),       // 37: jobwatch.v1.RetryJobRequest
-	(*RetryJobResponse)(nil),      // 38: jobwatch.v1.RetryJobResponse
-	(*DeleteJobRequest)(nil),      // 39: jobwatch.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),     // 40: jobwatch.v1.DeleteJobResponse
-	(*JobFilter)(nil),             // 41: jobwatch.v1.JobFilter
-	(*RetryJobsRequest)(nil),      // 42: jobwatch.v1.RetryJobsRequest
-	(*RetryJobsResponse)(nil),     // 43: jobwatch.v1.RetryJobsResponse
-	(*CancelJobsRequest)(nil),     // 44: jobwatch.v1.CancelJobsRequest
-	(*CancelJobsResponse)(nil),    // 45: jobwatch.v1.CancelJobsResponse
-	(*DeleteJobsRequest)(nil),     // 46: jobwatch.v1.DeleteJobsRequest
-	(*DeleteJobsResponse)(nil),    // 47: jobwatch.v1.DeleteJobsResponse
-	(*GetServerInfoRequest)(nil),  // 48: jobwatch.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil), // 49: jobwatch.v1.GetServerInfoResponse
-	(*Caller)(nil),                // 50: jobwatch.v1.Caller
-	(*StopClaimingRequest)(nil),   // 51: jobwatch.v1.StopClaimingRequest
-	(*StopClaimingResponse)(nil),  // 52: jobwatch.v1.StopClaimingResponse
-	(*ReleaseJobRequest)(nil),     // 53: jobwatch.v1.ReleaseJobRequest
-	(*ReleaseJobResponse)(nil),    // 54: jobwatch.v1.ReleaseJobResponse
-	(*AppendJobLogsRequest)(nil),  // 55: jobwatch.v1.AppendJobLogsRequest
-	(*AppendLogLine)(nil),         // 56: jobwatch.v1.AppendLogLine
-	(*AppendJobLogsResponse)(nil), // 57: jobwatch.v1.AppendJobLogsResponse
-	(*ClaimJobRequest)(nil),       // 58: jobwatch.v1.ClaimJobRequest
-	(*ClaimJobResponse)(nil),      // 59: jobwatch.v1.ClaimJobResponse
-	(*Claim)(nil),                 // 60: jobwatch.v1.Claim
-	(*HeartbeatRequest)(nil),      // 61: jobwatch.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 62: jobwatch.v1.HeartbeatResponse
-	(*CompleteJobRequest)(nil),    // 63: jobwatch.v1.CompleteJobRequest
-	(*CompleteJobResponse)(nil),   // 64: jobwatch.v1.CompleteJobResponse
-	(*FailJobRequest)(nil),        // 65: jobwatch.v1.FailJobRequest
-	(*FailJobResponse)(nil),       // 66: jobwatch.v1.FailJobResponse
-	(*PauseQueueRequest)(nil),     // 67: jobwatch.v1.PauseQueueRequest
-	(*PauseQueueResponse)(nil),    // 68: jobwatch.v1.PauseQueueResponse
-	(*ResumeQueueRequest)(nil),    // 69: jobwatch.v1.ResumeQueueRequest
-	(*ResumeQueueResponse)(nil),   // 70: jobwatch.v1.ResumeQueueResponse
-	(*Queue)(nil),                 // 71: jobwatch.v1.Queue
-	(*QueueRate)(nil),             // 72: jobwatch.v1.QueueRate
-	(*TenantDepth)(nil),           // 73: jobwatch.v1.TenantDepth
-	(*QueueDepth)(nil),            // 74: jobwatch.v1.QueueDepth
-	(*PoolUse)(nil),               // 75: jobwatch.v1.PoolUse
-	(*ListQueuesRequest)(nil),     // 76: jobwatch.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),    // 77: jobwatch.v1.ListQueuesResponse
-	(*Schedule)(nil),              // 78: jobwatch.v1.Schedule
-	(*ListSchedulesRequest)(nil),  // 79: jobwatch.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil), // 80: jobwatch.v1.ListSchedulesResponse
-	(*structpb.Value)(nil),        // 81: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil), // 82: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 83: google.protobuf.Duration
+	(*QuotaExceeded)(nil),         // 10: jobwatch.v1.QuotaExceeded
+	(*BulkStopped)(nil),           // 11: jobwatch.v1.BulkStopped
+	(*LogLine)(nil),               // 12: jobwatch.v1.LogLine
+	(*LogGap)(nil),                // 13: jobwatch.v1.LogGap
+	(*GetJobLogsRequest)(nil),     // 14: jobwatch.v1.GetJobLogsRequest
+	(*GetJobLogsResponse)(nil),    // 15: jobwatch.v1.GetJobLogsResponse
+	(*WatchJobLogsRequest)(nil),   // 16: jobwatch.v1.WatchJobLogsRequest
+	(*WatchJobLogsResponse)(nil),  // 17: jobwatch.v1.WatchJobLogsResponse
+	(*SubmitJobRequest)(nil),      // 18: jobwatch.v1.SubmitJobRequest
+	(*SubmitJobResponse)(nil),     // 19: jobwatch.v1.SubmitJobResponse
+	(*SubmitJobsRequest)(nil),     // 20: jobwatch.v1.SubmitJobsRequest
+	(*SubmitJobsResponse)(nil),    // 21: jobwatch.v1.SubmitJobsResponse
+	(*StartJobRequest)(nil),       // 22: jobwatch.v1.StartJobRequest
+	(*StartJobResponse)(nil),      // 23: jobwatch.v1.StartJobResponse
+	(*GetJobRequest)(nil),         // 24: jobwatch.v1.GetJobRequest
+	(*GetJobResponse)(nil),        // 25: jobwatch.v1.GetJobResponse
+	(*ListJobsRequest)(nil),       // 26: jobwatch.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),      // 27: jobwatch.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),      // 28: jobwatch.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),     // 29: jobwatch.v1.CancelJobResponse
+	(*WaitJobRequest)(nil),        // 30: jobwatch.v1.WaitJobRequest
+	(*WaitJobResponse)(nil),       // 31: jobwatch.v1.WaitJobResponse
+	(*WaitJobsRequest)(nil),       // 32: jobwatch.v1.WaitJobsRequest
+	(*WaitJobsResponse)(nil),      // 33: jobwatch.v1.WaitJobsResponse
+	(*WatchJobRequest)(nil),       // 34: jobwatch.v1.WatchJobRequest
+	(*WatchJobResponse)(nil),      // 35: jobwatch.v1.WatchJobResponse
+	(*WatchJobsRequest)(nil),      // 36: jobwatch.v1.WatchJobsRequest
+	(*WatchJobsResponse)(nil),     // 37: jobwatch.v1.WatchJobsResponse
+	(*RetryJobRequest)(nil),       // 38: jobwatch.v1.RetryJobRequest
+	(*RetryJobResponse)(nil),      // 39: jobwatch.v1.RetryJobResponse
+	(*DeleteJobRequest)(nil),      // 40: jobwatch.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),     // 41: jobwatch.v1.DeleteJobResponse
+	(*JobFilter)(nil),             // 42: jobwatch.v1.JobFilter
+	(*RetryJobsRequest)(nil),      // 43: jobwatch.v1.RetryJobsRequest
+	(*RetryJobsResponse)(nil),     // 44: jobwatch.v1.RetryJobsResponse
+	(*CancelJobsRequest)(nil),     // 45: jobwatch.v1.CancelJobsRequest
+	(*CancelJobsResponse)(nil),    // 46: jobwatch.v1.CancelJobsResponse
+	(*DeleteJobsRequest)(nil),     // 47: jobwatch.v1.DeleteJobsRequest
+	(*DeleteJobsResponse)(nil),    // 48: jobwatch.v1.DeleteJobsResponse
+	(*GetServerInfoRequest)(nil),  // 49: jobwatch.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil), // 50: jobwatch.v1.GetServerInfoResponse
+	(*Caller)(nil),                // 51: jobwatch.v1.Caller
+	(*StopClaimingRequest)(nil),   // 52: jobwatch.v1.StopClaimingRequest
+	(*StopClaimingResponse)(nil),  // 53: jobwatch.v1.StopClaimingResponse
+	(*ReleaseJobRequest)(nil),     // 54: jobwatch.v1.ReleaseJobRequest
+	(*ReleaseJobResponse)(nil),    // 55: jobwatch.v1.ReleaseJobResponse
+	(*AppendJobLogsRequest)(nil),  // 56: jobwatch.v1.AppendJobLogsRequest
+	(*AppendLogLine)(nil),         // 57: jobwatch.v1.AppendLogLine
+	(*AppendJobLogsResponse)(nil), // 58: jobwatch.v1.AppendJobLogsResponse
+	(*ClaimJobRequest)(nil),       // 59: jobwatch.v1.ClaimJobRequest
+	(*ClaimJobResponse)(nil),      // 60: jobwatch.v1.ClaimJobResponse
+	(*Claim)(nil),                 // 61: jobwatch.v1.Claim
+	(*HeartbeatRequest)(nil),      // 62: jobwatch.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 63: jobwatch.v1.HeartbeatResponse
+	(*CompleteJobRequest)(nil),    // 64: jobwatch.v1.CompleteJobRequest
+	(*CompleteJobResponse)(nil),   // 65: jobwatch.v1.CompleteJobResponse
+	(*FailJobRequest)(nil),        // 66: jobwatch.v1.FailJobRequest
+	(*FailJobResponse)(nil),       // 67: jobwatch.v1.FailJobResponse
+	(*PauseQueueRequest)(nil),     // 68: jobwatch.v1.PauseQueueRequest
+	(*PauseQueueResponse)(nil),    // 69: jobwatch.v1.PauseQueueResponse
+	(*ResumeQueueRequest)(nil),    // 70: jobwatch.v1.ResumeQueueRequest
+	(*ResumeQueueResponse)(nil),   // 71: jobwatch.v1.ResumeQueueResponse
+	(*Queue)(nil),                 // 72: jobwatch.v1.Queue
+	(*QueueRate)(nil),             // 73: jobwatch.v1.QueueRate
+	(*TenantDepth)(nil),           // 74: jobwatch.v1.TenantDepth
+	(*QueueDepth)(nil),            // 75: jobwatch.v1.QueueDepth
+	(*PoolUse)(nil),               // 76: jobwatch.v1.PoolUse
+	(*ListQueuesRequest)(nil),     // 77: jobwatch.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),    // 78: jobwatch.v1.ListQueuesResponse
+	(*Schedule)(nil),              // 79: jobwatch.v1.Schedule
+	(*ListSchedulesRequest)(nil),  // 80: jobwatch.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil), // 81: jobwatch.v1.ListSchedulesResponse
+	(*structpb.Value)(nil),        // 82: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 83: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 84: google.protobuf.Duration
 }
 var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	0,   // 0: jobwatch.v1.Job.state:type_name -> jobwatch.v1.JobState
-	81,  // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
-	81,  // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
+	82,  // 1: jobwatch.v1.Job.payload:type_name -> google.protobuf.Value
+	82,  // 2: jobwatch.v1.Job.result:type_name -> google.protobuf.Value
 	6,   // 3: jobwatch.v1.Job.error:type_name -> jobwatch.v1.JobError
-	82,  // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	82,  // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	82,  // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	82,  // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	82,  // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
+	83,  // 4: jobwatch.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	83,  // 5: jobwatch.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	83,  // 6: jobwatch.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	83,  // 7: jobwatch.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	83,  // 8: jobwatch.v1.Job.run_at:type_name -> google.protobuf.Timestamp
 	8,   // 9: jobwatch.v1.Job.attempts:type_name -> jobwatch.v1.JobAttempt
 	1,   // 10: jobwatch.v1.Job.on_dependency_failure:type_name -> jobwatch.v1.DependencyFailure
-	82,  // 11: jobwatch.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
-	82,  // 12: jobwatch.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
+	83,  // 11: jobwatch.v1.JobAttempt.started_at:type_name -> google.protobuf.Timestamp
+	83,  // 12: jobwatch.v1.JobAttempt.finished_at:type_name -> google.protobuf.Timestamp
 	0,   // 13: jobwatch.v1.JobAttempt.state:type_name -> jobwatch.v1.JobState
 	6,   // 14: jobwatch.v1.JobAttempt.error:type_name -> jobwatch.v1.JobError
-	82,  // 15: jobwatch.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	83,  // 15: jobwatch.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	3,   // 16: jobwatch.v1.LogLine.stream:type_name -> jobwatch.v1.LogStream
-	11,  // 17: jobwatch.v1.GetJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
-	12,  // 18: jobwatch.v1.GetJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
-	11,  // 19: jobwatch.v1.WatchJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
-	12,  // 20: jobwatch.v1.WatchJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
-	81,  // 21: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
-	82,  // 22: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	12,  // 17: jobwatch.v1.GetJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
+	13,  // 18: jobwatch.v1.GetJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
+	12,  // 19: jobwatch.v1.WatchJobLogsResponse.lines:type_name -> jobwatch.v1.LogLine
+	13,  // 20: jobwatch.v1.WatchJobLogsResponse.gap:type_name -> jobwatch.v1.LogGap
+	82,  // 21: jobwatch.v1.SubmitJobRequest.payload:type_name -> google.protobuf.Value
+	83,  // 22: jobwatch.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
 	1,   // 23: jobwatch.v1.SubmitJobRequest.on_dependency_failure:type_name -> jobwatch.v1.DependencyFailure
 	7,   // 24: jobwatch.v1.SubmitJobResponse.job:type_name -> jobwatch.v1.Job
-	17,  // 25: jobwatch.v1.SubmitJobsRequest.jobs:type_name -> jobwatch.v1.SubmitJobRequest
+	18,  // 25: jobwatch.v1.SubmitJobsRequest.jobs:type_name -> jobwatch.v1.SubmitJobRequest
 	7,   // 26: jobwatch.v1.SubmitJobsResponse.jobs:type_name -> jobwatch.v1.Job
 	7,   // 27: jobwatch.v1.StartJobResponse.job:type_name -> jobwatch.v1.Job
 	7,   // 28: jobwatch.v1.GetJobResponse.job:type_name -> jobwatch.v1.Job
@@ -5945,106 +6041,106 @@ var file_jobwatch_v1_jobwatch_proto_depIdxs = []int32{
 	7,   // 39: jobwatch.v1.WatchJobsResponse.jobs:type_name -> jobwatch.v1.Job
 	7,   // 40: jobwatch.v1.RetryJobResponse.job:type_name -> jobwatch.v1.Job
 	0,   // 41: jobwatch.v1.JobFilter.states:type_name -> jobwatch.v1.JobState
-	82,  // 42: jobwatch.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
-	41,  // 43: jobwatch.v1.RetryJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
-	41,  // 44: jobwatch.v1.CancelJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
-	41,  // 45: jobwatch.v1.DeleteJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
-	50,  // 46: jobwatch.v1.GetServerInfoResponse.caller:type_name -> jobwatch.v1.Caller
+	83,  // 42: jobwatch.v1.JobFilter.created_before:type_name -> google.protobuf.Timestamp
+	42,  // 43: jobwatch.v1.RetryJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
+	42,  // 44: jobwatch.v1.CancelJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
+	42,  // 45: jobwatch.v1.DeleteJobsRequest.filter:type_name -> jobwatch.v1.JobFilter
+	51,  // 46: jobwatch.v1.GetServerInfoResponse.caller:type_name -> jobwatch.v1.Caller
 	7,   // 47: jobwatch.v1.ReleaseJobResponse.job:type_name -> jobwatch.v1.Job
-	56,  // 48: jobwatch.v1.AppendJobLogsRequest.lines:type_name -> jobwatch.v1.AppendLogLine
+	57,  // 48: jobwatch.v1.AppendJobLogsRequest.lines:type_name -> jobwatch.v1.AppendLogLine
 	3,   // 49: jobwatch.v1.AppendLogLine.stream:type_name -> jobwatch.v1.LogStream
-	82,  // 50: jobwatch.v1.AppendLogLine.time:type_name -> google.protobuf.Timestamp
+	83,  // 50: jobwatch.v1.AppendLogLine.time:type_name -> google.protobuf.Timestamp
 	7,   // 51: jobwatch.v1.ClaimJobResponse.job:type_name -> jobwatch.v1.Job
-	82,  // 52: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	60,  // 53: jobwatch.v1.ClaimJobResponse.claims:type_name -> jobwatch.v1.Claim
+	83,  // 52: jobwatch.v1.ClaimJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	61,  // 53: jobwatch.v1.ClaimJobResponse.claims:type_name -> jobwatch.v1.Claim
 	7,   // 54: jobwatch.v1.Claim.job:type_name -> jobwatch.v1.Job
-	82,  // 55: jobwatch.v1.Claim.lease_expires_at:type_name -> google.protobuf.Timestamp
-	82,  // 56: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	81,  // 57: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
+	83,  // 55: jobwatch.v1.Claim.lease_expires_at:type_name -> google.protobuf.Timestamp
+	83,  // 56: jobwatch.v1.HeartbeatResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	82,  // 57: jobwatch.v1.CompleteJobRequest.result:type_name -> google.protobuf.Value
 	7,   // 58: jobwatch.v1.CompleteJobResponse.job:type_name -> jobwatch.v1.Job
 	6,   // 59: jobwatch.v1.FailJobRequest.error:type_name -> jobwatch.v1.JobError
 	7,   // 60: jobwatch.v1.FailJobResponse.job:type_name -> jobwatch.v1.Job
-	71,  // 61: jobwatch.v1.PauseQueueResponse.queue:type_name -> jobwatch.v1.Queue
-	71,  // 62: jobwatch.v1.ResumeQueueResponse.queue:type_name -> jobwatch.v1.Queue
+	72,  // 61: jobwatch.v1.PauseQueueResponse.queue:type_name -> jobwatch.v1.Queue
+	72,  // 62: jobwatch.v1.ResumeQueueResponse.queue:type_name -> jobwatch.v1.Queue
 	5,   // 63: jobwatch.v1.Queue.mode:type_name -> jobwatch.v1.QueueMode
-	83,  // 64: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
-	82,  // 65: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
-	75,  // 66: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
-	83,  // 67: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
-	82,  // 68: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
-	74,  // 69: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
-	82,  // 70: jobwatch.v1.Queue.paused_at:type_name -> google.protobuf.Timestamp
-	73,  // 71: jobwatch.v1.Queue.tenants:type_name -> jobwatch.v1.TenantDepth
-	72,  // 72: jobwatch.v1.Queue.rate:type_name -> jobwatch.v1.QueueRate
-	83,  // 73: jobwatch.v1.QueueRate.per:type_name -> google.protobuf.Duration
-	82,  // 74: jobwatch.v1.QueueRate.held_until:type_name -> google.protobuf.Timestamp
-	83,  // 75: jobwatch.v1.TenantDepth.oldest_queued_age:type_name -> google.protobuf.Duration
-	82,  // 76: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
-	71,  // 77: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
-	83,  // 78: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
-	83,  // 79: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
-	82,  // 80: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
+	84,  // 64: jobwatch.v1.Queue.oldest_queued_age:type_name -> google.protobuf.Duration
+	83,  // 65: jobwatch.v1.Queue.last_drained_at:type_name -> google.protobuf.Timestamp
+	76,  // 66: jobwatch.v1.Queue.pools:type_name -> jobwatch.v1.PoolUse
+	84,  // 67: jobwatch.v1.Queue.alert_after:type_name -> google.protobuf.Duration
+	83,  // 68: jobwatch.v1.Queue.alerting_since:type_name -> google.protobuf.Timestamp
+	75,  // 69: jobwatch.v1.Queue.depth_history:type_name -> jobwatch.v1.QueueDepth
+	83,  // 70: jobwatch.v1.Queue.paused_at:type_name -> google.protobuf.Timestamp
+	74,  // 71: jobwatch.v1.Queue.tenants:type_name -> jobwatch.v1.TenantDepth
+	73,  // 72: jobwatch.v1.Queue.rate:type_name -> jobwatch.v1.QueueRate
+	84,  // 73: jobwatch.v1.QueueRate.per:type_name -> google.protobuf.Duration
+	83,  // 74: jobwatch.v1.QueueRate.held_until:type_name -> google.protobuf.Timestamp
+	84,  // 75: jobwatch.v1.TenantDepth.oldest_queued_age:type_name -> google.protobuf.Duration
+	83,  // 76: jobwatch.v1.QueueDepth.at:type_name -> google.protobuf.Timestamp
+	72,  // 77: jobwatch.v1.ListQueuesResponse.queues:type_name -> jobwatch.v1.Queue
+	84,  // 78: jobwatch.v1.ListQueuesResponse.depth_interval:type_name -> google.protobuf.Duration
+	84,  // 79: jobwatch.v1.Schedule.every:type_name -> google.protobuf.Duration
+	83,  // 80: jobwatch.v1.Schedule.next_run_at:type_name -> google.protobuf.Timestamp
 	0,   // 81: jobwatch.v1.Schedule.last_job_state:type_name -> jobwatch.v1.JobState
-	82,  // 82: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
-	78,  // 83: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
-	17,  // 84: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
-	19,  // 85: jobwatch.v1.JobService.SubmitJobs:input_type -> jobwatch.v1.SubmitJobsRequest
-	21,  // 86: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
-	23,  // 87: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
-	25,  // 88: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
-	27,  // 89: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
-	29,  // 90: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
-	31,  // 91: jobwatch.v1.JobService.WaitJobs:input_type -> jobwatch.v1.WaitJobsRequest
-	33,  // 92: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
-	35,  // 93: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
-	48,  // 94: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
-	37,  // 95: jobwatch.v1.JobService.RetryJob:input_type -> jobwatch.v1.RetryJobRequest
-	39,  // 96: jobwatch.v1.JobService.DeleteJob:input_type -> jobwatch.v1.DeleteJobRequest
-	42,  // 97: jobwatch.v1.JobService.RetryJobs:input_type -> jobwatch.v1.RetryJobsRequest
-	44,  // 98: jobwatch.v1.JobService.CancelJobs:input_type -> jobwatch.v1.CancelJobsRequest
-	46,  // 99: jobwatch.v1.JobService.DeleteJobs:input_type -> jobwatch.v1.DeleteJobsRequest
-	13,  // 100: jobwatch.v1.JobService.GetJobLogs:input_type -> jobwatch.v1.GetJobLogsRequest
-	15,  // 101: jobwatch.v1.JobService.WatchJobLogs:input_type -> jobwatch.v1.WatchJobLogsRequest
-	58,  // 102: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
-	61,  // 103: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
-	63,  // 104: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
-	65,  // 105: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
-	55,  // 106: jobwatch.v1.WorkerService.AppendJobLogs:input_type -> jobwatch.v1.AppendJobLogsRequest
-	53,  // 107: jobwatch.v1.WorkerService.ReleaseJob:input_type -> jobwatch.v1.ReleaseJobRequest
-	51,  // 108: jobwatch.v1.WorkerService.StopClaiming:input_type -> jobwatch.v1.StopClaimingRequest
-	76,  // 109: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
-	79,  // 110: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
-	67,  // 111: jobwatch.v1.QueueService.PauseQueue:input_type -> jobwatch.v1.PauseQueueRequest
-	69,  // 112: jobwatch.v1.QueueService.ResumeQueue:input_type -> jobwatch.v1.ResumeQueueRequest
-	18,  // 113: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
-	20,  // 114: jobwatch.v1.JobService.SubmitJobs:output_type -> jobwatch.v1.SubmitJobsResponse
-	22,  // 115: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
-	24,  // 116: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
-	26,  // 117: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
-	28,  // 118: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
-	30,  // 119: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
-	32,  // 120: jobwatch.v1.JobService.WaitJobs:output_type -> jobwatch.v1.WaitJobsResponse
-	34,  // 121: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
-	36,  // 122: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
-	49,  // 123: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
-	38,  // 124: jobwatch.v1.JobService.RetryJob:output_type -> jobwatch.v1.RetryJobResponse
-	40,  // 125: jobwatch.v1.JobService.DeleteJob:output_type -> jobwatch.v1.DeleteJobResponse
-	43,  // 126: jobwatch.v1.JobService.RetryJobs:output_type -> jobwatch.v1.RetryJobsResponse
-	45,  // 127: jobwatch.v1.JobService.CancelJobs:output_type -> jobwatch.v1.CancelJobsResponse
-	47,  // 128: jobwatch.v1.JobService.DeleteJobs:output_type -> jobwatch.v1.DeleteJobsResponse
-	14,  // 129: jobwatch.v1.JobService.GetJobLogs:output_type -> jobwatch.v1.GetJobLogsResponse
-	16,  // 130: jobwatch.v1.JobService.WatchJobLogs:output_type -> jobwatch.v1.WatchJobLogsResponse
-	59,  // 131: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
-	62,  // 132: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
-	64,  // 133: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
-	66,  // 134: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
-	57,  // 135: jobwatch.v1.WorkerService.AppendJobLogs:output_type -> jobwatch.v1.AppendJobLogsResponse
-	54,  // 136: jobwatch.v1.WorkerService.ReleaseJob:output_type -> jobwatch.v1.ReleaseJobResponse
-	52,  // 137: jobwatch.v1.WorkerService.StopClaiming:output_type -> jobwatch.v1.StopClaimingResponse
-	77,  // 138: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
-	80,  // 139: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
-	68,  // 140: jobwatch.v1.QueueService.PauseQueue:output_type -> jobwatch.v1.PauseQueueResponse
-	70,  // 141: jobwatch.v1.QueueService.ResumeQueue:output_type -> jobwatch.v1.ResumeQueueResponse
+	83,  // 82: jobwatch.v1.Schedule.last_ended_at:type_name -> google.protobuf.Timestamp
+	79,  // 83: jobwatch.v1.ListSchedulesResponse.schedules:type_name -> jobwatch.v1.Schedule
+	18,  // 84: jobwatch.v1.JobService.SubmitJob:input_type -> jobwatch.v1.SubmitJobRequest
+	20,  // 85: jobwatch.v1.JobService.SubmitJobs:input_type -> jobwatch.v1.SubmitJobsRequest
+	22,  // 86: jobwatch.v1.JobService.StartJob:input_type -> jobwatch.v1.StartJobRequest
+	24,  // 87: jobwatch.v1.JobService.GetJob:input_type -> jobwatch.v1.GetJobRequest
+	26,  // 88: jobwatch.v1.JobService.ListJobs:input_type -> jobwatch.v1.ListJobsRequest
+	28,  // 89: jobwatch.v1.JobService.CancelJob:input_type -> jobwatch.v1.CancelJobRequest
+	30,  // 90: jobwatch.v1.JobService.WaitJob:input_type -> jobwatch.v1.WaitJobRequest
+	32,  // 91: jobwatch.v1.JobService.WaitJobs:input_type -> jobwatch.v1.WaitJobsRequest
+	34,  // 92: jobwatch.v1.JobService.WatchJob:input_type -> jobwatch.v1.WatchJobRequest
+	36,  // 93: jobwatch.v1.JobService.WatchJobs:input_type -> jobwatch.v1.WatchJobsRequest
+	49,  // 94: jobwatch.v1.JobService.GetServerInfo:input_type -> jobwatch.v1.GetServerInfoRequest
+	38,  // 95: jobwatch.v1.JobService.RetryJob:input_type -> jobwatch.v1.RetryJobRequest
+	40,  // 96: jobwatch.v1.JobService.DeleteJob:input_type -> jobwatch.v1.DeleteJobRequest
+	43,  // 97: jobwatch.v1.JobService.RetryJobs:input_type -> jobwatch.v1.RetryJobsRequest
+	45,  // 98: jobwatch.v1.JobService.CancelJobs:input_type -> jobwatch.v1.CancelJobsRequest
+	47,  // 99: jobwatch.v1.JobService.DeleteJobs:input_type -> jobwatch.v1.DeleteJobsRequest
+	14,  // 100: jobwatch.v1.JobService.GetJobLogs:input_type -> jobwatch.v1.GetJobLogsRequest
+	16,  // 101: jobwatch.v1.JobService.WatchJobLogs:input_type -> jobwatch.v1.WatchJobLogsRequest
+	59,  // 102: jobwatch.v1.WorkerService.ClaimJob:input_type -> jobwatch.v1.ClaimJobRequest
+	62,  // 103: jobwatch.v1.WorkerService.Heartbeat:input_type -> jobwatch.v1.HeartbeatRequest
+	64,  // 104: jobwatch.v1.WorkerService.CompleteJob:input_type -> jobwatch.v1.CompleteJobRequest
+	66,  // 105: jobwatch.v1.WorkerService.FailJob:input_type -> jobwatch.v1.FailJobRequest
+	56,  // 106: jobwatch.v1.WorkerService.AppendJobLogs:input_type -> jobwatch.v1.AppendJobLogsRequest
+	54,  // 107: jobwatch.v1.WorkerService.ReleaseJob:input_type -> jobwatch.v1.ReleaseJobRequest
+	52,  // 108: jobwatch.v1.WorkerService.StopClaiming:input_type -> jobwatch.v1.StopClaimingRequest
+	77,  // 109: jobwatch.v1.QueueService.ListQueues:input_type -> jobwatch.v1.ListQueuesRequest
+	80,  // 110: jobwatch.v1.QueueService.ListSchedules:input_type -> jobwatch.v1.ListSchedulesRequest
+	68,  // 111: jobwatch.v1.QueueService.PauseQueue:input_type -> jobwatch.v1.PauseQueueRequest
+	70,  // 112: jobwatch.v1.QueueService.ResumeQueue:input_type -> jobwatch.v1.ResumeQueueRequest
+	19,  // 113: jobwatch.v1.JobService.SubmitJob:output_type -> jobwatch.v1.SubmitJobResponse
+	21,  // 114: jobwatch.v1.JobService.SubmitJobs:output_type -> jobwatch.v1.SubmitJobsResponse
+	23,  // 115: jobwatch.v1.JobService.StartJob:output_type -> jobwatch.v1.StartJobResponse
+	25,  // 116: jobwatch.v1.JobService.GetJob:output_type -> jobwatch.v1.GetJobResponse
+	27,  // 117: jobwatch.v1.JobService.ListJobs:output_type -> jobwatch.v1.ListJobsResponse
+	29,  // 118: jobwatch.v1.JobService.CancelJob:output_type -> jobwatch.v1.CancelJobResponse
+	31,  // 119: jobwatch.v1.JobService.WaitJob:output_type -> jobwatch.v1.WaitJobResponse
+	33,  // 120: jobwatch.v1.JobService.WaitJobs:output_type -> jobwatch.v1.WaitJobsResponse
+	35,  // 121: jobwatch.v1.JobService.WatchJob:output_type -> jobwatch.v1.WatchJobResponse
+	37,  // 122: jobwatch.v1.JobService.WatchJobs:output_type -> jobwatch.v1.WatchJobsResponse
+	50,  // 123: jobwatch.v1.JobService.GetServerInfo:output_type -> jobwatch.v1.GetServerInfoResponse
+	39,  // 124: jobwatch.v1.JobService.RetryJob:output_type -> jobwatch.v1.RetryJobResponse
+	41,  // 125: jobwatch.v1.JobService.DeleteJob:output_type -> jobwatch.v1.DeleteJobResponse
+	44,  // 126: jobwatch.v1.JobService.RetryJobs:output_type -> jobwatch.v1.RetryJobsResponse
+	46,  // 127: jobwatch.v1.JobService.CancelJobs:output_type -> jobwatch.v1.CancelJobsResponse
+	48,  // 128: jobwatch.v1.JobService.DeleteJobs:output_type -> jobwatch.v1.DeleteJobsResponse
+	15,  // 129: jobwatch.v1.JobService.GetJobLogs:output_type -> jobwatch.v1.GetJobLogsResponse
+	17,  // 130: jobwatch.v1.JobService.WatchJobLogs:output_type -> jobwatch.v1.WatchJobLogsResponse
+	60,  // 131: jobwatch.v1.WorkerService.ClaimJob:output_type -> jobwatch.v1.ClaimJobResponse
+	63,  // 132: jobwatch.v1.WorkerService.Heartbeat:output_type -> jobwatch.v1.HeartbeatResponse
+	65,  // 133: jobwatch.v1.WorkerService.CompleteJob:output_type -> jobwatch.v1.CompleteJobResponse
+	67,  // 134: jobwatch.v1.WorkerService.FailJob:output_type -> jobwatch.v1.FailJobResponse
+	58,  // 135: jobwatch.v1.WorkerService.AppendJobLogs:output_type -> jobwatch.v1.AppendJobLogsResponse
+	55,  // 136: jobwatch.v1.WorkerService.ReleaseJob:output_type -> jobwatch.v1.ReleaseJobResponse
+	53,  // 137: jobwatch.v1.WorkerService.StopClaiming:output_type -> jobwatch.v1.StopClaimingResponse
+	78,  // 138: jobwatch.v1.QueueService.ListQueues:output_type -> jobwatch.v1.ListQueuesResponse
+	81,  // 139: jobwatch.v1.QueueService.ListSchedules:output_type -> jobwatch.v1.ListSchedulesResponse
+	69,  // 140: jobwatch.v1.QueueService.PauseQueue:output_type -> jobwatch.v1.PauseQueueResponse
+	71,  // 141: jobwatch.v1.QueueService.ResumeQueue:output_type -> jobwatch.v1.ResumeQueueResponse
 	113, // [113:142] is the sub-list for method output_type
 	84,  // [84:113] is the sub-list for method input_type
 	84,  // [84:84] is the sub-list for extension type_name
@@ -6057,14 +6153,14 @@ func file_jobwatch_v1_jobwatch_proto_init() {
 	if File_jobwatch_v1_jobwatch_proto != nil {
 		return
 	}
-	file_jobwatch_v1_jobwatch_proto_msgTypes[11].OneofWrappers = []any{}
+	file_jobwatch_v1_jobwatch_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobwatch_v1_jobwatch_proto_rawDesc), len(file_jobwatch_v1_jobwatch_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   75,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -24,6 +24,7 @@ export {
   JobwatchError,
   NotFoundError,
   PermissionDeniedError,
+  QuotaExceededError,
   UnauthenticatedError,
   codeName,
   toJobwatchError,

@@ -2,7 +2,7 @@
 // this package as a JobwatchError carrying the Connect code; the refusals a
 // caller usually handles by name have their own class.
 import { Code, ConnectError } from "@connectrpc/connect";
-import { JobAlreadyActiveSchema } from "./gen/jobwatch/v1/jobwatch_pb.js";
+import { JobAlreadyActiveSchema, QuotaExceededSchema } from "./gen/jobwatch/v1/jobwatch_pb.js";
 
 export { Code };
 
@@ -52,6 +52,35 @@ export class AlreadyActiveError extends JobwatchError {
     this.name = "AlreadyActiveError";
     this.activeJobId = activeJobId;
     this.uniqueKey = uniqueKey;
+  }
+}
+
+/**
+ * resource_exhausted from SubmitJob, SubmitJobs, RetryJob or RetryJobs
+ * that would take the tenant's jobs not yet running past its max_queued:
+ * nothing of the call was made. The numbers come from the QuotaExceeded
+ * detail of the answer. The other resource_exhausted answers (a request
+ * too large, a limit of parked calls) are plain JobwatchErrors.
+ */
+export class QuotaExceededError extends JobwatchError {
+  readonly tenant: string;
+  readonly maxQueued: bigint;
+  /** The tenant's jobs not yet running, counted up to maxQueued + 1. */
+  readonly queued: bigint;
+  /** How many jobs not yet running the call would have added. */
+  readonly adding: bigint;
+
+  constructor(
+    rawMessage: string,
+    quota: { tenant: string; maxQueued: bigint; queued: bigint; adding: bigint },
+    options?: { cause?: unknown },
+  ) {
+    super(Code.ResourceExhausted, rawMessage, options);
+    this.name = "QuotaExceededError";
+    this.tenant = quota.tenant;
+    this.maxQueued = quota.maxQueued;
+    this.queued = quota.queued;
+    this.adding = quota.adding;
   }
 }
 
@@ -114,6 +143,13 @@ export function toJobwatchError(err: unknown, signal?: AbortSignal): unknown {
     case Code.AlreadyExists: {
       const [detail] = err.findDetails(JobAlreadyActiveSchema);
       return new AlreadyActiveError(err.rawMessage, detail?.jobId ?? "", detail?.uniqueKey ?? "", options);
+    }
+    case Code.ResourceExhausted: {
+      const [quota] = err.findDetails(QuotaExceededSchema);
+      if (quota !== undefined) {
+        return new QuotaExceededError(err.rawMessage, quota, options);
+      }
+      break;
     }
     case Code.Unauthenticated:
       return new UnauthenticatedError(err.rawMessage, options);

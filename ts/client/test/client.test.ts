@@ -18,6 +18,7 @@ import {
   JobwatchError,
   NotFoundError,
   PermissionDeniedError,
+  QuotaExceededError,
   UnauthenticatedError,
   WaitMode,
   createClient,
@@ -173,6 +174,34 @@ test("a second active job with the same unique key is AlreadyActiveError naming 
   const second = await client.submitJob({ kind, uniqueKey: key });
   assert.notEqual(second.id, first.id);
   await client.cancelJob(second.id);
+});
+
+test("a submission past the tenant's max_queued is QuotaExceededError with the numbers, and creates nothing", async () => {
+  const client = createClient({ url: server.url, token: server.quotaToken });
+  const kind = uniqueKind("quota");
+  const first = await client.submitJob({ kind });
+  const refused = (adding: bigint) => (err: unknown) => {
+    assert.ok(err instanceof QuotaExceededError, `got ${String(err)}`);
+    assert.ok(err instanceof JobwatchError);
+    assert.equal(err.code, Code.ResourceExhausted);
+    assert.equal(err.codeName, "resource_exhausted");
+    assert.deepEqual([err.tenant, err.maxQueued, err.queued, err.adding], ["ts-quota", 1n, 1n, adding]);
+    assert.match(err.rawMessage, /its max_queued is 1/);
+    return true;
+  };
+  await assert.rejects(client.submitJob({ kind }), refused(1n));
+  await assert.rejects(client.submitJobs([{ kind }, { kind }]), refused(2n));
+  assert.equal((await client.listJobs({ kind })).jobs.length, 1);
+  // Once the first has ended there is room again.
+  await client.cancelJob(first.id);
+  const second = await client.submitJob({ kind });
+  await client.cancelJob(second.id);
+  // Another resource_exhausted, a payload too large, is no quota.
+  await assert.rejects(client.submitJob({ kind, payload: "x".repeat(300 << 10) }), (err) => {
+    assert.ok(err instanceof JobwatchError && !(err instanceof QuotaExceededError), `got ${String(err)}`);
+    assert.equal(err.code, Code.ResourceExhausted);
+    return true;
+  });
 });
 
 test("calls without a good token, or for another tenant, are refused with their own error classes", async () => {

@@ -36,6 +36,8 @@ export const server = {
   workerToken: env("JOBWATCH_WORKER_TOKEN"),
   /** How often the server sends a keepalive on an idle stream. */
   keepaliveMs: Number(env("JOBWATCH_KEEPALIVE_MS")),
+  /** A client token of tenant "ts-quota", whose max_queued is one job. */
+  quotaToken: env("JOBWATCH_QUOTA_TOKEN"),
   /** A worker token that may claim only kind "ts.narrow". */
   narrowWorkerToken: env("JOBWATCH_NARROW_WORKER_TOKEN"),
   waitCapMs: Number(env("JOBWATCH_WAIT_CAP_MS")),
