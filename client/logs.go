@@ -316,8 +316,10 @@ func (b *logBatcher) write(stream jobwatchv1.LogStream, p []byte) {
 			b.addLocked(stream, string(bytes.TrimSuffix(buf, []byte("\r"))))
 			buf = buf[:0]
 		case len(buf) == maxPartialLine:
-			b.addLocked(stream, string(buf))
-			buf = buf[:0]
+			// A character cut in two goes whole into the next piece.
+			end := jobtype.PieceEnd(buf)
+			b.addLocked(stream, string(buf[:end]))
+			buf = append(buf[:0], buf[end:]...)
 		}
 	}
 	b.partial[stream] = buf

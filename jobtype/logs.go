@@ -70,6 +70,23 @@ func CutLogLine(text string) string {
 	return text[:keep] + "…[" + strconv.Itoa(len(text)-keep) + " bytes cut]"
 }
 
+// PieceEnd is where a piece of a line that is cut for its length ends in
+// b, the bytes held: after the last whole character, so that a character
+// of several bytes that straddles the cut goes whole into the next
+// piece instead of becoming U+FFFD in both. Bytes that are no UTF-8
+// stay where they fall (len(b)).
+func PieceEnd(b []byte) int {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return i
+			}
+			break
+		}
+	}
+	return len(b)
+}
+
 // NoNUL is text with each NUL byte (U+0000) replaced by U+FFFD, as an
 // invalid byte is: PostgreSQL's text cannot hold one ("invalid byte
 // sequence for encoding UTF8: 0x00"), so a worker's line, step or error

@@ -640,7 +640,7 @@ func (p *lineSplitter) Write(b []byte) (int, error) {
 			p.buf = append(p.buf, b[:take]...)
 			b = b[take:]
 			if len(p.buf) == maxStderrLine {
-				if err := p.emit(); err != nil {
+				if err := p.emitPiece(); err != nil {
 					return 0, err
 				}
 			}
@@ -663,6 +663,18 @@ func (p *lineSplitter) emit() error {
 	}
 	p.buf = p.buf[:0]
 	return nil
+}
+
+// emitPiece hands on a piece of a line too long to hold, up to its last
+// whole character: the bytes of one cut in two begin the next piece.
+// p.mu is held.
+func (p *lineSplitter) emitPiece() error {
+	end := jobtype.PieceEnd(p.buf)
+	rest := append([]byte(nil), p.buf[end:]...)
+	p.buf = p.buf[:end]
+	err := p.emit()
+	p.buf = append(p.buf, rest...)
+	return err
 }
 
 func (p *lineSplitter) flush() {

@@ -148,6 +148,49 @@ func TestExecHandlerCopiesALongStderrLineInPieces(t *testing.T) {
 	}
 }
 
+// linesOut collects the lines a worker copies.
+type linesOut struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (o *linesOut) line(_, _, text string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.lines = append(o.lines, text)
+}
+
+// A line too long to hold is copied, and logged, in pieces that end on
+// whole characters: a character of several bytes that straddles a cut
+// goes whole into the next piece, where it became U+FFFD in both.
+func TestALongLineIsCopiedInPiecesOfWholeCharacters(t *testing.T) {
+	var (
+		out linesOut
+		log bytes.Buffer
+	)
+	p := &lineSplitter{out: &out, jobID: "j_1", stream: "stdout", log: &log}
+	text := strings.Repeat("€", maxStderrLine/3+1000) // 3 bytes each, no newline
+	for rest := []byte(text); len(rest) > 0; {
+		n := min(len(rest), 4093) // writes that end mid-character
+		if _, err := p.Write(rest[:n]); err != nil {
+			t.Fatal(err)
+		}
+		rest = rest[n:]
+	}
+	p.flush()
+	if len(out.lines) < 2 || strings.Join(out.lines, "") != text {
+		t.Fatalf("%d pieces that join to %d bytes; want the %d bytes in pieces", len(out.lines), len(strings.Join(out.lines, "")), len(text))
+	}
+	for i, piece := range out.lines {
+		if !utf8.ValidString(piece) || len(piece) > maxStderrLine {
+			t.Errorf("piece %d of %d: %d bytes, valid UTF-8 %v; want whole characters, at most %d", i, len(out.lines), len(piece), utf8.ValidString(piece), maxStderrLine)
+		}
+	}
+	if logged := strings.Split(strings.TrimSuffix(log.String(), "\n"), "\n"); !slices.Equal(logged, out.lines) {
+		t.Errorf("the job's log got %d lines, not the %d pieces copied", len(logged), len(out.lines))
+	}
+}
+
 // On Ctrl-C the worker says which jobs it waits for, and drains them.
 // So it does on SIGHUP, which it hears when the terminal it runs in
 // closes: it does not die at once and leave its jobs to be LOST.
