@@ -397,6 +397,19 @@ func TestAWaitForAJobNoWorkerTakesAsksOnceWhetherOneRunsItsKind(t *testing.T) {
 	if code != exitTimedOut || strings.Count(errOut, "2 of the 2 jobs looked at are still QUEUED after 50ms, never started (kinds nobody.runs.this; queues default)") != 1 {
 		t.Fatalf("wait of a batch no worker takes: exit %d, stderr %q; want 124 and the hint once", code, errOut)
 	}
+
+	// A batch whose kind a worker runs, busy with one of its jobs: the
+	// others wait their turn, and no hint asks whether a worker runs it.
+	for range 3 {
+		if code, _, errOut := runInProcess(t, "submit", "busy.kind", "--batch", "busy-run", "--server", s.URL); code != 0 {
+			t.Fatalf("submit --batch: exit %d, %s", code, errOut)
+		}
+	}
+	s.claim(t, "busy.kind")
+	code, _, errOut = runInProcess(t, "wait", "--batch", "busy-run", "--server", s.URL, "--timeout", "1s")
+	if code != exitTimedOut || strings.Contains(errOut, "still QUEUED") {
+		t.Fatalf("wait of a batch a worker is busy with: exit %d, stderr %q; want 124 without the hint", code, errOut)
+	}
 }
 
 // watch --timeout on a job that does not end exits 124, never 0: the exit

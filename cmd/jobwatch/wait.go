@@ -238,14 +238,24 @@ const hintedJobs = 20
 
 // hintWhileQueuedMany is hintWhileQueued for a wait of several jobs, or
 // of a batch: it looks at the first hintedJobs of them (a batch's QUEUED
-// ones) and says once how many of those no worker has taken, and their
-// kinds.
+// ones, and as many of those a worker took) and says once how many of
+// those no worker has taken, and their kinds, leaving out the kinds of
+// which a job looked at has started: a worker runs those, and the jobs
+// wait their turn.
 func hintWhileQueuedMany(ctx context.Context, c *client.Client, ids []string, tenant, batch string, stderr io.Writer) (stop func()) {
 	return hintQueued(ctx, stderr, func(ctx context.Context) ([]*jobwatchv1.Job, error) {
 		if batch != "" {
-			resp, err := c.JobService().ListJobs(ctx, &jobwatchv1.ListJobsRequest{Tenant: tenant, Batch: batch,
-				States: []jobwatchv1.JobState{jobwatchv1.JobState_JOB_STATE_QUEUED}, PageSize: hintedJobs})
-			return resp.GetJobs(), err
+			var jobs []*jobwatchv1.Job
+			for _, states := range [][]jobwatchv1.JobState{{jobwatchv1.JobState_JOB_STATE_QUEUED}, {jobwatchv1.JobState_JOB_STATE_RUNNING,
+				jobwatchv1.JobState_JOB_STATE_SUCCEEDED, jobwatchv1.JobState_JOB_STATE_FAILED, jobwatchv1.JobState_JOB_STATE_LOST}} {
+				resp, err := c.JobService().ListJobs(ctx, &jobwatchv1.ListJobsRequest{Tenant: tenant, Batch: batch,
+					States: states, PageSize: hintedJobs})
+				if err != nil {
+					return nil, err
+				}
+				jobs = append(jobs, resp.GetJobs()...)
+			}
+			return jobs, nil
 		}
 		var jobs []*jobwatchv1.Job
 		for _, id := range ids[:min(len(ids), hintedJobs)] {
@@ -285,7 +295,15 @@ func hintQueued(ctx context.Context, stderr io.Writer, look func(context.Context
 				}
 				continue // unreachable for now: the wait's retries say so
 			}
-			var stuck []*jobwatchv1.Job
+			var (
+				stuck []*jobwatchv1.Job
+				run   []string // kinds of which a job has started
+			)
+			for _, job := range jobs {
+				if job.GetStartedAt() != nil && !slices.Contains(run, job.GetKind()) {
+					run = append(run, job.GetKind())
+				}
+			}
 			later := false
 			soonest := time.Duration(-1) // until the first run_at ahead
 			for _, job := range jobs {
@@ -293,8 +311,8 @@ func hintQueued(ctx context.Context, stderr io.Writer, look func(context.Context
 				switch {
 				case job.GetStartedAt() != nil || (state != jobwatchv1.JobState_JOB_STATE_QUEUED && state != jobwatchv1.JobState_JOB_STATE_WAITING):
 					// a worker took it, or it ended
-				case state == jobwatchv1.JobState_JOB_STATE_WAITING:
-					later = true
+				case state == jobwatchv1.JobState_JOB_STATE_WAITING, slices.Contains(run, job.GetKind()):
+					later = true // not ready yet, or its kind's worker is busy
 				case job.GetRunAt() != nil && time.Until(job.GetRunAt().AsTime()) > 0:
 					later = true
 					if u := time.Until(job.GetRunAt().AsTime()); soonest < 0 || u < soonest {
