@@ -41,7 +41,7 @@ func logs(ctx context.Context, args []string, stdout, stderr io.Writer) (err err
 	fs.Lookup("json").Usage = "print each line as a JSON object (seq, time, stream, attempt, text; no stream for a handler's own lines), a gap as {\"gap\": {...}}"
 	fs.BoolVar(&follow, "f", false, "follow the log until the job has ended; exit with its outcome")
 	fs.BoolVar(&follow, "follow", false, "the same as -f")
-	fs.BoolVar(&times, "times", false, "start each line with its time and stream")
+	fs.BoolVar(&times, "times", false, "start each line with its time, stream and attempt (#2)")
 	fs.DurationVar(&timeout, "timeout", 0, "give up after this long (exit 124); 0 follows as long as it takes")
 	fs.Usage = func() { fmt.Fprint(stderr, logsUsage); fs.PrintDefaults() }
 	pos, err := parseArgs(fs, args, 1, "ID")
@@ -111,8 +111,9 @@ func pageLogs(ctx context.Context, c *client.Client, id string, show func(*jobwa
 }
 
 // printLogs prints lines of a job's log, after the marker of the gap
-// before them if there is one: the text alone (with times, its time and
-// stream first), or one JSON object per line. Text is printable: its
+// before them if there is one: the text alone (with times, its time,
+// stream and attempt first, so that where a retry begins shows), or one
+// JSON object per line. Text is printable: its
 // colours kept only for a terminal, nothing else a terminal acts on.
 func printLogs(w io.Writer, msg *jobwatchv1.WatchJobLogsResponse, asJSON, times bool) error {
 	colour := !asJSON && isTerminal(w)
@@ -133,7 +134,8 @@ func printLogs(w io.Writer, msg *jobwatchv1.WatchJobLogsResponse, asJSON, times 
 		case asJSON:
 			err = printJSON(w, l)
 		case times:
-			_, err = fmt.Fprintf(w, "%s %-6s %s\n", l.GetTime().AsTime().Local().Format("2006-01-02T15:04:05.000Z07:00"), streamName(l.GetStream()), printable(l.GetText(), colour))
+			_, err = fmt.Fprintf(w, "%s %-6s #%d %s\n", l.GetTime().AsTime().Local().Format("2006-01-02T15:04:05.000Z07:00"),
+				streamName(l.GetStream()), l.GetAttempt(), printable(l.GetText(), colour))
 		default:
 			_, err = fmt.Fprintln(w, printable(l.GetText(), colour))
 		}

@@ -41,8 +41,8 @@ func TestLogsPrintsAJobsLinesAndFollowsThemToItsEnd(t *testing.T) {
 		t.Fatalf("logs of a running job = exit %d, %q (%s); want 0 and its two lines", code, out, errOut)
 	}
 	code, out, _ = runInProcess(t, "logs", "--server", s.URL, "--times", id)
-	if code != 0 || !regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(Z|[+-]\d\d:\d\d) log +one\n.* stdout +two\n$`).MatchString(out) {
-		t.Fatalf("logs --times = exit %d, %q; want each line's time and stream", code, out)
+	if code != 0 || !regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(Z|[+-]\d\d:\d\d) log +#1 one\n.* stdout +#1 two\n$`).MatchString(out) {
+		t.Fatalf("logs --times = exit %d, %q; want each line's time, stream and attempt", code, out)
 	}
 
 	var stdout, stderr lockedBuffer
