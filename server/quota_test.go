@@ -41,14 +41,7 @@ func wantExhausted(t *testing.T, err error, msg string, quota *jobwatchv1.QuotaE
 
 // quotaOf is the QuotaExceeded detail of ce, or nil.
 func quotaOf(ce *connect.Error) *jobwatchv1.QuotaExceeded {
-	for _, d := range ce.Details() {
-		if v, err := d.Value(); err == nil {
-			if q, ok := v.(*jobwatchv1.QuotaExceeded); ok {
-				return q
-			}
-		}
-	}
-	return nil
+	return detailOf[*jobwatchv1.QuotaExceeded](ce)
 }
 
 // notYetRunning counts tenant's jobs not yet running, as listed.
@@ -208,14 +201,20 @@ func TestABulkRetryHeldBackByAQuotaGivesTheNextPage(t *testing.T) {
 
 // bulkStoppedOf is the BulkStopped detail of ce, or nil.
 func bulkStoppedOf(ce *connect.Error) *jobwatchv1.BulkStopped {
+	return detailOf[*jobwatchv1.BulkStopped](ce)
+}
+
+// detailOf is ce's first error detail of type T, or T's zero value.
+func detailOf[T any](ce *connect.Error) T {
 	for _, d := range ce.Details() {
 		if v, err := d.Value(); err == nil {
-			if s, ok := v.(*jobwatchv1.BulkStopped); ok {
-				return s
+			if m, ok := v.(T); ok {
+				return m
 			}
 		}
 	}
-	return nil
+	var none T
+	return none
 }
 
 // An admin's bulk retry across tenants, one of them at its max_queued,
