@@ -254,10 +254,13 @@ func (s *answeredStream) Receive(msg any) error {
 // or internal error only when it made it itself (connect.IsWireError is
 // false): a connection cut in the middle of an answer, which connect-go
 // names "internal: protocol error: incomplete envelope", words that read
-// as a bug of the server's.
+// as a bug of the server's; so is a canceled one, which the client
+// retries only when the caller did not cancel: a connection reset by a
+// server restarting ("canceled: … connection reset by peer").
 func retryReason(err error) string {
 	var ce *connect.Error
-	if errors.As(err, &ce) && !connect.IsWireError(ce) && (ce.Code() == connect.CodeInternal || ce.Code() == connect.CodeUnknown) {
+	if errors.As(err, &ce) && !connect.IsWireError(ce) &&
+		(ce.Code() == connect.CodeInternal || ce.Code() == connect.CodeUnknown || ce.Code() == connect.CodeCanceled) {
 		return "the connection to the server was cut (" + ce.Message() + ")"
 	}
 	return err.Error()
