@@ -4,6 +4,7 @@ import (
 	"context"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobtype"
 )
 
 // BulkResult is what a bulk action did, summed over the pages it took.
@@ -53,9 +54,10 @@ func (c *Client) DeleteJobs(ctx context.Context, f *jobwatchv1.JobFilter, onPage
 
 // bulk calls page with each page token in turn until the server gives
 // none, summing what the pages did. A page that a tenant's max_queued
-// held back (its BulkStopped detail gives the next page's token) does
-// not stop it: the other tenants' jobs of the later pages are acted on
-// too, and the first such refusal is the error at the end.
+// held back (its BulkStopped detail gives the next page's token, or it
+// is the last) does not stop it: the other tenants' jobs of the later
+// pages are acted on too, and the first such refusal is the error at
+// the end, in words of the whole call (heldBack).
 func (c *Client) bulk(ctx context.Context, f *jobwatchv1.JobFilter, onPage func(BulkResult), page BulkPage) (BulkResult, error) {
 	var (
 		total BulkResult
@@ -66,13 +68,17 @@ func (c *Client) bulk(ctx context.Context, f *jobwatchv1.JobFilter, onPage func(
 		if err != nil {
 			done, _ := detail[*jobwatchv1.BulkStopped](err)
 			matched, changed, next = done.GetMatched(), done.GetChanged(), done.GetNextPageToken()
-			if next == "" {
+			_, quota := detail[*jobwatchv1.QuotaExceeded](err)
+			switch {
+			case quota && next != "" && held == nil:
+				held = heldBack(err)
+			case next == "":
 				total.Matched += matched
 				total.Changed += changed
+				if quota && held != nil {
+					return total, held
+				}
 				return total, mapJobError(err)
-			}
-			if held == nil {
-				held = mapJobError(err)
 			}
 		}
 		total.Matched += matched
@@ -85,4 +91,14 @@ func (c *Client) bulk(ctx context.Context, f *jobwatchv1.JobFilter, onPage func(
 		}
 		token = next
 	}
+}
+
+// heldBack is err, a page's refusal by a tenant's max_queued that a bulk
+// call went on past, as ErrQuotaExceeded in words of the whole call: the
+// server's words are the page's, with a page token for curl users.
+func heldBack(err error) error {
+	q, _ := Quota(err)
+	refusal := &jobtype.QuotaError{Tenant: q.GetTenant(), MaxQueued: int(q.GetMaxQueued()), Queued: int(q.GetQueued()), Adding: int(q.GetAdding())}
+	return &sentinelError{sentinel: ErrQuotaExceeded, answer: err,
+		text: refusal.Error() + " (its jobs were left as they were, the other tenants' acted on; the same call again takes them up once there is room)"}
 }
