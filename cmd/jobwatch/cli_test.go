@@ -410,6 +410,23 @@ func TestAWaitForAJobNoWorkerTakesAsksOnceWhetherOneRunsItsKind(t *testing.T) {
 	if code != exitTimedOut || strings.Contains(errOut, "still QUEUED") {
 		t.Fatalf("wait of a batch a worker is busy with: exit %d, stderr %q; want 124 without the hint", code, errOut)
 	}
+
+	// Jobs behind another job of their kind, which a worker runs: no
+	// hint either, for a batch or for one job.
+	s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "behind.kind"})
+	s.claim(t, "behind.kind")
+	for range 2 {
+		if code, _, errOut := runInProcess(t, "submit", "behind.kind", "--batch", "behind-run", "--server", s.URL); code != 0 {
+			t.Fatalf("submit --batch: exit %d, %s", code, errOut)
+		}
+	}
+	behind := s.submit(t, &jobwatchv1.SubmitJobRequest{Kind: "behind.kind"})
+	for _, args := range [][]string{{"--batch", "behind-run"}, {behind}} {
+		code, _, errOut = runInProcess(t, append([]string{"wait", "--server", s.URL, "--timeout", "1s"}, args...)...)
+		if code != exitTimedOut || strings.Contains(errOut, "still QUEUED") {
+			t.Fatalf("wait %v behind a running job of the kind: exit %d, stderr %q; want 124 without the hint", args, code, errOut)
+		}
+	}
 }
 
 // watch --timeout on a job that does not end exits 124, never 0: the exit

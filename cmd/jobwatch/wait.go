@@ -23,8 +23,9 @@ Waits until the job ends, prints it and exits with its outcome, so a shell
 script can branch on it. It keeps waiting across server restarts and
 dropped connections (saying so on stderr) until --timeout. A job still
 QUEUED and never started 10 s into the wait gets one line on stderr asking
-whether a worker runs its kind (for several jobs or a batch, one line for
-those of the first 20 still QUEUED); the wait goes on.
+whether a worker runs its kind, unless another job of the kind is running
+(for several jobs or a batch, one line for those of 20 of them still
+QUEUED: the first IDs, a batch's newest); the wait goes on.
 
 With several IDs, or --batch, it waits until all the jobs have ended (with
 --any, until the first has), any number of them (in WaitJobs calls of up
@@ -223,27 +224,28 @@ var queuedHintAfter = 10 * time.Second
 // started) otherwise waits in silence for ever. It is a hint, not an
 // error: the wait goes on. A job not ready yet (run_at ahead, or WAITING
 // for the jobs it runs after) is looked at again later; one that has
-// started never is. stop ends the looking, and returns once nothing more
-// will be written; call it when the wait is done.
+// started never is, and nor is one whose kind a worker runs, busy with
+// another job of it. stop ends the looking, and returns once nothing
+// more will be written; call it when the wait is done.
 func hintWhileQueued(ctx context.Context, c *client.Client, id string, stderr io.Writer) (stop func()) {
-	return hintQueued(ctx, stderr, func(ctx context.Context) ([]*jobwatchv1.Job, error) {
+	return hintQueued(ctx, c, stderr, func(ctx context.Context) ([]*jobwatchv1.Job, error) {
 		j, err := c.Get(ctx, id)
 		return []*jobwatchv1.Job{j}, err
 	})
 }
 
 // hintedJobs bounds how many of a wait's many jobs hintWhileQueuedMany
-// looks at: the first ids given, or a batch's first page of QUEUED jobs.
+// looks at: the first ids given, or a batch's newest QUEUED jobs.
 const hintedJobs = 20
 
 // hintWhileQueuedMany is hintWhileQueued for a wait of several jobs, or
-// of a batch: it looks at the first hintedJobs of them (a batch's QUEUED
-// ones, and as many of those a worker took) and says once how many of
-// those no worker has taken, and their kinds, leaving out the kinds of
-// which a job looked at has started: a worker runs those, and the jobs
-// wait their turn.
+// of a batch: it looks at hintedJobs of them (the first ids; a batch's
+// newest QUEUED ones, and as many of those a worker took) and says once
+// how many of those no worker has taken, and their kinds, leaving out
+// the kinds of which a job looked at has started, or a job of the
+// tenant is running: a worker runs those, and the jobs wait their turn.
 func hintWhileQueuedMany(ctx context.Context, c *client.Client, ids []string, tenant, batch string, stderr io.Writer) (stop func()) {
-	return hintQueued(ctx, stderr, func(ctx context.Context) ([]*jobwatchv1.Job, error) {
+	return hintQueued(ctx, c, stderr, func(ctx context.Context) ([]*jobwatchv1.Job, error) {
 		if batch != "" {
 			var jobs []*jobwatchv1.Job
 			for _, states := range [][]jobwatchv1.JobState{{jobwatchv1.JobState_JOB_STATE_QUEUED}, {jobwatchv1.JobState_JOB_STATE_RUNNING,
@@ -271,7 +273,7 @@ func hintWhileQueuedMany(ctx context.Context, c *client.Client, ids []string, te
 
 // hintQueued runs the looking of hintWhileQueued and hintWhileQueuedMany,
 // with look reading the jobs to look at.
-func hintQueued(ctx context.Context, stderr io.Writer, look func(context.Context) ([]*jobwatchv1.Job, error)) (stop func()) {
+func hintQueued(ctx context.Context, c *client.Client, stderr io.Writer, look func(context.Context) ([]*jobwatchv1.Job, error)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -322,6 +324,13 @@ func hintQueued(ctx context.Context, stderr io.Writer, look func(context.Context
 					stuck = append(stuck, job)
 				}
 			}
+			askCtx, cancelAsk := context.WithTimeout(ctx, 5*time.Second)
+			busy := busyKinds(askCtx, c, stuck)
+			cancelAsk()
+			if len(busy) > 0 {
+				stuck = slices.DeleteFunc(stuck, func(j *jobwatchv1.Job) bool { return slices.Contains(busy, j.GetTenant()+"\x00"+j.GetKind()) })
+				later = true // their worker is busy: look again
+			}
 			if len(stuck) == 0 {
 				if later {
 					if soonest >= 0 {
@@ -339,6 +348,26 @@ func hintQueued(ctx context.Context, stderr io.Writer, look func(context.Context
 		cancel()
 		<-done
 	}
+}
+
+// busyKinds is which of the stuck jobs' kinds a worker runs, busy with
+// another job of the kind and tenant (RUNNING), as "tenant\x00kind": those
+// jobs wait their turn. A kind it cannot ask about counts as not busy.
+func busyKinds(ctx context.Context, c *client.Client, stuck []*jobwatchv1.Job) []string {
+	var asked, busy []string
+	for _, j := range stuck {
+		key := j.GetTenant() + "\x00" + j.GetKind()
+		if slices.Contains(asked, key) {
+			continue
+		}
+		asked = append(asked, key)
+		resp, err := c.JobService().ListJobs(ctx, &jobwatchv1.ListJobsRequest{Tenant: j.GetTenant(), Kind: j.GetKind(),
+			States: []jobwatchv1.JobState{jobwatchv1.JobState_JOB_STATE_RUNNING}, PageSize: 1, View: jobwatchv1.JobView_JOB_VIEW_SUMMARY})
+		if err == nil && len(resp.GetJobs()) > 0 {
+			busy = append(busy, key)
+		}
+	}
+	return busy
 }
 
 // queuedHint is the hint of hintQueued about the jobs stuck, of the
