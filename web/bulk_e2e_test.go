@@ -204,3 +204,47 @@ func TestABulkRetrySaysHowFarItHasGot(t *testing.T) {
 		t.Errorf("Retry all failed was offered %d times while the retry ran; want it disabled until it ends", offered)
 	}
 }
+
+// Retry all failed that a tenant's max_queued stops says so in the
+// page's words: how many of the failed jobs it matched it retried, that
+// the tenant is at its max_queued, and when to retry again; not the
+// server's words for a program ("this page retried 0 of the 183 jobs it
+// matched … page_token "…" goes on past them"), where "this page" read
+// as the web page.
+func TestRetryAllFailedStoppedByATenantsQuotaSaysSoInThePagesWords(t *testing.T) {
+	ctx, base, srv := startLiveWithRules(t, 3*time.Minute, jobtype.Rules{Tenants: map[string]jobtype.TenantRules{"globex": {MaxQueued: 100}}})
+	const failed, queued = 183, 95
+	for range failed {
+		if _, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Tenant: "globex", Kind: "mail.send"}); err != nil {
+			t.Fatal(err)
+		}
+		w, err := srv.engine.Claim(ctx, jobs.ClaimRequest{WorkerID: "e2e-worker", Kinds: []string{"mail.send"}}, time.Now().Add(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := srv.engine.Fail(ctx, w.ID, w.LeaseID, jobtype.JobError{Type: "SMTPError", Message: "relay refused"}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range queued {
+		if _, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Tenant: "globex", Kind: "report.export"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	p := &page{t: t, ctx: newTab(t, ctx)}
+	p.do("open the tenant's failed jobs", chromedp.Navigate(base+"/?tenant=globex&state=failed"))
+	p.waitFor("every failed job listed", `(() => {
+		const more = document.getElementById("jobs-older");
+		if (!more.hidden && !more.disabled) more.click();
+		return more.hidden && `+rowCount(failed)+`;
+	})()`)
+	p.click("click retry all failed", `#jobs-actions button[data-action="retry-failed"]`)
+	p.waitFor("the exact count", textHas("#jobs-confirm .question", "That is 183 jobs."))
+	p.click("say yes", "#jobs-confirm .confirm-yes")
+	// The room for 5 more took 5 of them; the quota held back the rest.
+	want := "Retried 5 of 183 failed jobs: tenant “globex” is at its max_queued (100 jobs not yet running). Retry again once some of its jobs have started."
+	p.waitFor("what it did, and why it stopped, as a failure", textIs("#jobs-confirm .outcome", want)+
+		` && document.querySelector("#jobs-confirm .outcome").dataset.failed === "true"`)
+	p.waitFor("the five retried gone from the failed jobs", rowCount(failed-5))
+}

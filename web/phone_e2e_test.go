@@ -1,13 +1,16 @@
 package web_test
 
 import (
+	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
 )
 
@@ -116,5 +119,78 @@ func TestALinkToAJobOnAPhoneShowsItsDetailsInView(t *testing.T) {
 			p.waitFor("its details, in view, below the whole list", detailShows(old.ID, "failed")+" && "+rowCount(51)+" && "+exists(row(old.ID))+
 				" && "+inView+` && document.getElementById("jobs").getBoundingClientRect().bottom < 0`)
 		})
+	}
+}
+
+// A queue named with the most characters the server takes, and no place
+// to break (128 × "q"), wraps inside the queue and schedule tables on a
+// phone, as text in the details does, so they fit the window: kept
+// whole, it made the queue table 1,273 px wide and the page scroll
+// sideways. Names of shorter words still break only between them, and
+// the list narrowed to that queue fits too.
+func TestALongQueueNameWrapsOnAPhone(t *testing.T) {
+	long := strings.Repeat("q", 128)
+	word := "notificationsout" // as long as a word is kept whole
+	ctx, base, srv := startLiveWithRules(t, 2*time.Minute, jobtype.Rules{
+		Queues:    map[string]jobtype.QueueRules{long: {}, word: {}, "thumbnails-and-previews": {}},
+		Schedules: []jobtype.Schedule{{Name: "nightly-digest", Kind: "digest.send", Queue: long, Every: time.Hour}},
+	})
+	for _, q := range []string{long, word, "thumbnails-and-previews"} {
+		if _, err := srv.engine.Submit(ctx, jobs.SubmitRequest{Kind: "mail.send", Queue: q}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	p := &page{t: t, ctx: newTab(t, ctx)}
+	p.do("size the window as a phone", chromedp.EmulateViewport(375, 800))
+	p.do("open the page", chromedp.Navigate(base+"/"))
+	p.waitFor("the queues and the schedule", fmt.Sprintf(`document.querySelector(%q) !== null && document.querySelectorAll("#queues > tr[data-queue]").length >= 3`, `tr[data-schedule="nightly-digest"]`)+
+		` && !document.getElementById("schedules-panel").hidden`)
+
+	fits := `(() => {
+		const inside = (table) => {
+			const panel = table.closest(".panel");
+			const pad = parseFloat(getComputedStyle(panel).paddingRight);
+			return table.getBoundingClientRect().right <= panel.getBoundingClientRect().right - pad + 0.5 && table.scrollWidth <= table.clientWidth + 0.5;
+		};
+		return [...document.querySelectorAll("table.queues")].every(inside) && document.documentElement.scrollWidth <= window.innerWidth;
+	})()`
+	// lines is how many lines the element's text takes.
+	lines := func(selector string) string {
+		return `(() => {
+			const e = document.querySelector(` + strconv.Quote(selector) + `);
+			const range = document.createRange();
+			range.selectNodeContents(e);
+			return new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size;
+		})()`
+	}
+	queueName := func(name string) string { return fmt.Sprintf(`tr[data-queue=%q] .name`, name) }
+	p.waitFor("every table inside its panel, nothing wider than the window", fits)
+	p.waitFor("the long name wrapped, whole", lines(queueName(long))+" > 2 && "+textIs(queueName(long), long))
+	p.waitFor("the long queue under its schedule wrapped, whole", lines(`tr[data-schedule="nightly-digest"] .schedule-queue-under`)+" > 2 && "+
+		textIs(`tr[data-schedule="nightly-digest"] .schedule-queue-under`, "queue "+long))
+	p.waitFor("a name of a word no longer than a word is kept whole, on one line", lines(queueName(word))+" === 1")
+	p.waitFor("a name of words broken only between them", fmt.Sprintf(`(() => {
+		const e = document.querySelector(%q);
+		const text = e.firstChild;
+		let at = 0;
+		return text.textContent.split(/(?<=-)/).every((word) => {
+			const range = document.createRange();
+			range.setStart(text, at);
+			range.setEnd(text, at + word.length);
+			at += word.length;
+			return range.getClientRects().length === 1;
+		});
+	})()`, queueName("thumbnails-and-previews")))
+
+	p.click("open the long queue's jobs", queueName(long))
+	p.waitFor("its job, the queue beside Show, and still nothing wider than the window",
+		rowCount(1)+" && "+textIs("#queue-filter-name", long)+" && "+fits)
+	// The count above the list names the queue: it wraps, and leaves Retry
+	// all failed's reason room to be read.
+	p.waitFor("the count naming the queue, and the button's reason readable beside or under it", textHas("#jobs-count", long)+" && "+
+		textIs("#jobs-actions .reason", "no failed job in this view")+` && document.querySelector("#jobs-actions .reason").getBoundingClientRect().width > 100`)
+	if png, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100)); err == nil {
+		os.WriteFile(artifactPath(t, "web-e2e-phone-long-queue.png"), png, 0o644)
 	}
 }

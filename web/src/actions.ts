@@ -5,7 +5,7 @@
 // changes while open, and no test could click it), and only "yes" acts.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { h, setText } from "./dom";
-import { JobState, type Job } from "./gen/jobwatch/v1/jobwatch_pb";
+import { BulkStoppedSchema, JobState, type BulkStopped, type Job } from "./gen/jobwatch/v1/jobwatch_pb";
 
 // Action names what an operator does; the same words as the RPCs.
 export type Action = "start" | "retry" | "cancel" | "delete" | "pause" | "resume" | "retry-failed";
@@ -20,11 +20,14 @@ export type Said = string | { text: string; staleWhen: () => boolean; afterwards
 
 // ActionError is an action's failure whose message stops being true once
 // staleWhen says so (the server was out of reach, and has since
-// answered).
+// answered). whole: the message says all, in the page's words, and is
+// shown as it is; else the action's name goes before it ("Retry all
+// failed: …").
 export class ActionError extends Error {
   constructor(
     message: string,
     readonly staleWhen: () => boolean,
+    readonly whole = false,
   ) {
     super(message);
   }
@@ -396,6 +399,60 @@ export function retriedText(changed: bigint, matched: bigint, view: string): str
   }
   const were = left === 1n ? "1 was" : `${left.toLocaleString("en-US")} were`;
   return `${done} ${were} left as ${left === 1n ? "it was" : "they were"}: retried or removed meanwhile, or a retry would make a second active job with its unique key (its own Retry says which).`;
+}
+
+// Quota is what a QuotaExceeded detail says of the tenant's max_queued
+// that refused a write (the library's QuotaExceededError carries it).
+export interface Quota {
+  tenant: string;
+  maxQueued: bigint;
+  // The tenant's jobs not yet running, counted up to maxQueued + 1.
+  queued: bigint;
+  // How many more the write would have added.
+  adding: bigint;
+}
+
+// quotaText says in the page's words why the tenant's max_queued refused
+// a write: "tenant “globex” is at its max_queued (100 jobs not yet
+// running)".
+export function quotaText(q: Quota): string {
+  const tenant = `tenant “${q.tenant}”`;
+  const jobs = (n: bigint) => (n === 1n ? "1 job" : `${n.toLocaleString("en-US")} jobs`);
+  if (q.queued >= q.maxQueued) {
+    // A count past the bound reads as maxQueued + 1 (a bound lowered
+    // below what waits, or the engine's own retries, which it never
+    // refuses).
+    return `${tenant} is at its max_queued (${q.queued > q.maxQueued ? "more than " : ""}${jobs(q.maxQueued)} not yet running)`;
+  }
+  return `${tenant} has ${jobs(q.queued)} not yet running, and ${q.adding.toLocaleString("en-US")} more would pass its max_queued of ${q.maxQueued.toLocaleString("en-US")}`;
+}
+
+// quotaRefusedText is what an action the tenant's max_queued refused
+// says after its name: why, and when it may be tried again.
+export function quotaRefusedText(q: Quota): string {
+  return `${quotaText(q)}. Try again once some of its jobs have started.`;
+}
+
+// bulkStoppedOf is the BulkStopped detail of a bulk call's refusal (err:
+// what the generated client threw, or the library's error around it):
+// what the page of the call did before it stopped.
+export function bulkStoppedOf(err: unknown): BulkStopped | undefined {
+  const ce = err instanceof ConnectError ? err : err instanceof Error && err.cause instanceof ConnectError ? err.cause : undefined;
+  return ce?.findDetails(BulkStoppedSchema)[0];
+}
+
+// retryHeldText is what Retry all failed says when the tenant's
+// max_queued stopped it: changed of the matched jobs retried (those of
+// the pages before the one it stopped at, and of that one), why it
+// stopped, and when to retry again. The server's own message speaks to a
+// program (its "this page" is the call's page of jobs, and it names the
+// page token to go on with), not to a person on the page.
+export function retryHeldText(changed: bigint, matched: bigint, q: Quota): string {
+  const done =
+    matched === 0n
+      ? "No failed job was retried"
+      : `Retried ${changed.toLocaleString("en-US")} of ${matched.toLocaleString("en-US")} failed ${matched === 1n ? "job" : "jobs"}`;
+  return `${done}: ${quotaText(q)}. Retry again once some of its jobs have started.`;
 }
 
 // cancelledText says what a Cancel did to job id (the answer: CancelJob

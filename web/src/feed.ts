@@ -12,6 +12,10 @@ import { followStream, pageVisibility, whenShown, type StreamEnd, type Visibilit
 export type FeedStatus =
   | { kind: "connecting" }
   | { kind: "live" }
+  // The tab is out of sight and let go of its stream (see Visibility in
+  // stream.ts): the list follows nothing until the tab is shown, and
+  // then catches up from where it stopped.
+  | { kind: "paused" }
   | { kind: "reconnecting"; attempt: number; retryAt: number; reason: string }
   | { kind: "unauthenticated"; reason: string }
   // The server knows the token but it may not watch this tenant (a
@@ -134,7 +138,9 @@ export class JobFeed {
       }
       if (end.kind === "hidden" && this.visibility !== undefined) {
         // Out of sight: the connection is let go of until the tab is
-        // shown, and the stream resumes from its token then.
+        // shown, and the stream resumes from its token then. Until
+        // then the feed says so: "live" would claim changes still come.
+        this.listener.status({ kind: "paused" });
         if (!(await whenShown(this.visibility, stopped))) {
           return;
         }

@@ -59,6 +59,33 @@ export function stateFilterFromURL(url: URL): StateFilter {
   return stateFilters.find((s) => s.value === v)?.value ?? stateAliases.get(v) ?? "all";
 }
 
+// unknownState is the state the address names (?state=) that the page
+// does not know, as written; "" where it names none, or one it knows.
+// The list then shows every job (stateFilterFromURL), and says why
+// (unknownStateText), rather than leave a typo looking like a filter.
+export function unknownState(url: URL): string {
+  const v = (url.searchParams.get(stateParam) ?? "").trim();
+  if (v === "" || stateFilters.some((s) => s.value === v.toLowerCase()) || stateAliases.has(v.toLowerCase())) {
+    return "";
+  }
+  return v;
+}
+
+// stateNames are the states an address may name, in the menu's order,
+// each followed by the states it shows with it.
+export const stateNames: readonly string[] = stateFilters.flatMap((f) => [
+  f.value,
+  ...[...stateAliases].filter(([, to]) => to === f.value).map(([alias]) => alias),
+]);
+
+// unknownStateText says that the address names a state the page does not
+// know (name, as written), what the list shows instead, and the states
+// it knows.
+export function unknownStateText(name: string): string {
+  const known = stateNames.slice(0, -1).join(", ") + " or " + stateNames.at(-1);
+  return `The address asks for state “${name}”, which is no state: the list shows all jobs. The states are ${known} (or pick one under Show).`;
+}
+
 // urlWithState is url filtered to f ("all" clears the parameter).
 export function urlWithState(url: URL, f: StateFilter): URL {
   const next = new URL(url.href);

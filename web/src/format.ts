@@ -3,6 +3,21 @@ import { toJson } from "@bufbuild/protobuf";
 import { ValueSchema, type Duration, type Value } from "@bufbuild/protobuf/wkt";
 import { invisible } from "./logs";
 
+// longWord is the most characters a word of a name (a queue's, a
+// schedule's) may have and still be kept whole in a narrow column: on a
+// phone the queue and schedule tables fit their panels with a word of
+// that length, and a name breaks only between words (after a hyphen).
+export const longWord = 16;
+
+// breaksAnywhere reports whether name has a word (a run between spaces or
+// hyphens, where a line may break) longer than longWord: kept whole, it
+// would stretch its table past the window (a queue named with 128
+// characters and no hyphen made a phone's table 1,273 px wide), so such
+// a name breaks anywhere, as text in the details does.
+export function breaksAnywhere(name: string): boolean {
+  return name.split(/[\s-]+/).some((word) => word.length > longWord);
+}
+
 export function age(fromMs: number, nowMs: number): string {
   return span(Math.max(0, nowMs - fromMs) / 1000);
 }

@@ -313,6 +313,9 @@ function countLines(entries: LogEntry[]): number {
 export type LogStatus =
   | { kind: "connecting" }
   | { kind: "live" }
+  // Out of sight, the follower let go of its stream (as FeedStatus's
+  // paused): it resumes after the last line shown once in sight.
+  | { kind: "paused" }
   | { kind: "reconnecting"; attempt: number; retryAt: number; reason: string }
   // The job has ended and every line it kept was sent.
   | { kind: "ended" }
@@ -413,6 +416,7 @@ export class LogFollower {
       }
       if (end.kind === "hidden" && this.visibility !== undefined) {
         // Out of sight: resume after the last line shown once in sight.
+        this.listener.status({ kind: "paused" });
         if (!(await whenShown(this.visibility, stopped))) {
           return;
         }

@@ -222,6 +222,9 @@ export class LogPane {
       case "live":
         setText(this.state, "live");
         break;
+      case "paused":
+        setText(this.state, "paused while out of sight");
+        break;
       case "reconnecting":
         setText(this.state, `reconnecting… ${s.reason}`);
         break;

@@ -7,10 +7,27 @@ import {
   Code,
   JobwatchError,
   PermissionDeniedError,
+  QuotaExceededError,
   UnauthenticatedError,
   toJobwatchError,
 } from "@jobwatch/client";
-import { accessReason, ActionButton, ActionError, cancelledText, Confirm, Refusals, retriedText, unreachable, unreachableText, type Access, type Action, type Said } from "./actions";
+import {
+  accessReason,
+  ActionButton,
+  ActionError,
+  bulkStoppedOf,
+  cancelledText,
+  Confirm,
+  quotaRefusedText,
+  Refusals,
+  retriedText,
+  retryHeldText,
+  unreachable,
+  unreachableText,
+  type Access,
+  type Action,
+  type Said,
+} from "./actions";
 import { client, jobClient, queueClient, savedToken, saveToken } from "./api";
 import { BatchProgress, batchFromURL, urlWithBatch } from "./batch";
 import { byId, h, setData, setText } from "./dom";
@@ -28,6 +45,8 @@ import {
   stateFilterFromURL,
   stateFilters,
   statesOf,
+  unknownState,
+  unknownStateText,
   urlWithoutJob,
   urlWithQueue,
   urlWithState,
@@ -38,7 +57,8 @@ import {
 import { JobState, JobView, type Job, type Queue } from "./gen/jobwatch/v1/jobwatch_pb";
 import { otherTenantsText, queuesLeftOutText, tenantBacklogText, waitingReason } from "./queues";
 import { LogPane } from "./logview";
-import { isTerminal, JobBook, millis, placeOf, sortsBefore, stateName, summaryOf, type Place } from "./model";
+import { isTerminal, JobBook, millis, stateName, summaryOf } from "./model";
+import { createdNs, deeper, readEach, sortUnread, upTo, worthNextPage, type ReadTo } from "./refill";
 import { initialTenant, rememberTenant, tenantKey, tenantReason } from "./tenant";
 import { BatchBar, Detail, JobList, QueueTable, ScheduleTable, type BatchLinks, type JobOps, type QueueOps } from "./views";
 import "./style.css";
@@ -81,6 +101,9 @@ const queueChipName = byId<HTMLElement>("queue-filter-name");
 const openForm = byId<HTMLFormElement>("open-form");
 const openInput = byId<HTMLInputElement>("open-job");
 const openNote = byId<HTMLElement>("open-note");
+// Says, while the address names a state the page does not know
+// (?state=bogus), that the list shows all jobs instead.
+const stateNote = byId<HTMLElement>("state-note");
 const olderButton = byId<HTMLButtonElement>("jobs-older");
 const olderNote = byId<HTMLElement>("jobs-older-note");
 // Above the list once it has let its newest rows go (maxRowsShown).
@@ -311,6 +334,10 @@ let queueFilter = queueFromURL(new URL(location.href));
 // counts them, so a page on its way meanwhile does not undo one). listing
 // numbers the views, so an answer for one the user has left is dropped.
 let listed = new Set<string>();
+// listedTo is the job listed furthest down the view (in the server's
+// order, which ListJobs pages follow): after an outage the view is read
+// again down to it, and no further (dropVanished).
+let listedTo: Job | undefined;
 let olderToken = "";
 let olderLeft = false;
 let rewinds = 0;
@@ -426,8 +453,10 @@ function startFeed(waited = false): void {
   const shownQueue = queueFilter;
   list.filter((job) => viewShows(shownFilter, shownQueue, job), shownFilter === "all" ? "most recent shown" : `${filterLabel(shownFilter)} shown`);
   showQueueFilter();
+  showStateNote();
   showBacklog();
   listed = new Set();
+  listedTo = undefined;
   olderToken = "";
   olderLeft = false;
   firstPageIn = false;
@@ -651,6 +680,9 @@ async function listOlder(first = false): Promise<boolean> {
           continue;
         }
         listed.add(job.id);
+        if (deeper(job, listedTo)) {
+          listedTo = job;
+        }
         const shown = list.has(job.id);
         if (book.merge(job, era) || !shown) {
           changed.push(job.id);
@@ -706,51 +738,97 @@ async function listOlder(first = false): Promise<boolean> {
 // FeedListener.startedOver), the jobs the page had then that neither the
 // fresh stream nor the view's first page read again has brought back.
 let unconfirmed: Set<string> | undefined;
+// refills numbers the calls of dropVanished: one that a later one (after
+// another start over) took over from stops where it is.
+let refills = 0;
+
+// refillParallel is how many GetJob calls dropVanished has on their way
+// at once: the browser's six connections to the server are shared by
+// every tab, and the page's streams hold one or two of them.
+const refillParallel = 4;
 
 // dropVanished reads the view again, as a reload would, once the feed
-// that started over is synced, down to the oldest job in left (the jobs
-// the page held when it started over), and takes off the screen those of
-// left that neither it nor the stream brought back: a server restarted
-// on an empty or restored database no longer has them and never names
-// them as deleted. The jobs it reads refresh the rows kept, and bring
-// those that came while the page could not hear of them, so the list is
-// the one it was before the outage (the bounds trim it as ever). The job
-// shown is asked for again (it may be older than what is read): its
-// details say so if the server no longer has it (fetchFull).
+// that started over is synced, down to the last job the page had listed
+// (its first page and the older pages asked for: the list's own window),
+// and then looks for the other jobs of left (the jobs the page held when
+// it started over): those it held only because they changed (an old job
+// of a backlog a worker took) may be far older than the list, and the
+// view read down to them would list every job between, which the page
+// never showed. It reads on past the jobs listed only while a page holds
+// many of them, taking those and no other, and asks for the rest by id
+// (see refill.ts). It takes off the screen the jobs of left that no read
+// nor the stream brought back: a server restarted on an empty or
+// restored database no longer has them and never names them as deleted.
+// The jobs it reads refresh the rows kept, and bring those that came
+// while the page could not hear of them, so the list is the one it was
+// before the outage (the bounds trim it as ever). The job shown is asked
+// for again (it may be older than what is read): its details say so if
+// the server no longer has it (fetchFull).
 async function dropVanished(left: Set<string>): Promise<void> {
   const view = listing;
+  const refill = ++refills;
+  const current = () => view === listing && refill === refills && left === unconfirmed;
   const listedBefore = listed;
+  const lastListed = listedTo;
   listed = new Set();
+  listedTo = undefined;
   olderToken = "";
   olderLeft = false;
   listedAll = false;
+  readBack = new Set();
   // A list that let its newest rows go shows them again, as a reload
   // would.
   list.fromNewest();
-  const read = (await listOlder(true)) && (await readBackTo(left, listedBefore, view));
-  if (view !== listing || left !== unconfirmed) {
+  const windowRead = (await listOlder(true)) && current() ? await readBackTo(lastListed, listedBefore, current) : undefined;
+  const read = windowRead !== undefined && current() ? await readHeld(left, windowRead, current) : undefined;
+  if (!current()) {
+    return;
+  }
+  if (read === undefined) {
+    // Without the view read again, the jobs the page held may still be
+    // the server's: they stay until it can be read.
+    unconfirmed = undefined;
+    readBack = new Set();
+    return;
+  }
+  const { gone, older } = sortUnread(unreadOf(left), read);
+  // Only the older jobs with a row (or the one shown) are asked for:
+  // the others (of another state than the list shows, say) show nowhere.
+  const ask: string[] = [];
+  for (const job of older) {
+    (list.has(job.id) || job.id === selected ? ask : gone).push(job.id);
+  }
+  const era = book.era;
+  const answers = await readEach(ask, getSummary, refillParallel, current);
+  if (!current()) {
     return;
   }
   unconfirmed = undefined;
-  if (!read) {
-    // Without the view read again, the jobs the page held may still be
-    // the server's: they stay until it can be read.
-    return;
-  }
-  const gone = [...left].filter((id) => !listed.has(id) && !readBack.has(id));
   readBack = new Set();
-  if (gone.length === 0) {
+  const changed: string[] = [];
+  for (const job of answers.found) {
+    if (listedBefore.has(job.id)) {
+      listed.add(job.id);
+    }
+    if (book.merge(job, era)) {
+      changed.push(job.id);
+    }
+  }
+  soonRender({ jobs: changed });
+  // A job the stream brought meanwhile is the server's.
+  const vanished = [...gone, ...answers.missing].filter((id) => left.has(id));
+  if (vanished.length === 0) {
     return;
   }
   // Dropped, not forgotten as deleted ones are: the server may come
   // back on the database that has them, and its stream bring them again.
-  for (const id of gone) {
+  for (const id of vanished) {
     if (id !== selected) {
       book.drop(id);
     }
   }
-  list.remove(gone);
-  if (gone.includes(selected)) {
+  list.remove(vanished);
+  if (vanished.includes(selected)) {
     fetchFull(selected);
   }
   refreshActions();
@@ -758,67 +836,137 @@ async function dropVanished(left: Set<string>): Promise<void> {
   soonPollQueues();
 }
 
-// readBack holds the ids readBackTo read, for dropVanished.
+// unreadOf is the jobs of held (ids) the page still has that no read of
+// the view since the feed started over brought back (the stream's take
+// themselves out of held).
+function unreadOf(held: Set<string>): Job[] {
+  return [...held].flatMap((id) => {
+    const job = listed.has(id) || readBack.has(id) ? undefined : book.get(id);
+    return job === undefined ? [] : [job];
+  });
+}
+
+// getSummary is GetJob's answer for id as the list keeps it, or undefined
+// where the server has no such job.
+async function getSummary(id: string): Promise<Job | undefined> {
+  try {
+    return summaryOf(await client.getJob(id));
+  } catch (err) {
+    if (refusalOf(err).code === Code.NotFound) {
+      return undefined;
+    }
+    throw err;
+  }
+}
+
+// readBack holds the ids dropVanished's reads of the view brought back.
 let readBack = new Set<string>();
 
 // maxReadBack bounds how many jobs readBackTo reads past the view's first
-// page: more than the list keeps (maxRowsShown, maxUnendedShown and
-// maxEndedShown), so only a list paged far back loses its oldest rows
-// after an outage.
+// page, and readHeld past those: more than the list keeps (maxRowsShown,
+// maxUnendedShown and maxEndedShown); the jobs of a list paged further
+// back are asked for by id.
 const maxReadBack = 5000;
 
+// A read of the view again, and the page token it goes on with.
+type ReadOn = ReadTo & { token: string };
+
 // readBackTo reads the view's pages after its first (listOlder's), down
-// to the oldest job of held (or maxReadBack jobs), merging every job it
-// reads: those held are refreshed, those the stream did not bring (made
-// during the outage) come in, and the bounds trim the list as ever. A
-// job of wasListed (a page the user asked for) is listed again. Show
-// older jobs goes on from where it stopped. It reports whether it read
-// them, for the view still on screen.
-async function readBackTo(held: Set<string>, wasListed: Set<string>, view: number): Promise<boolean> {
-  readBack = new Set();
-  let oldest: Place | undefined;
-  for (const id of held) {
-    const job = book.get(id);
-    if (job !== undefined && (oldest === undefined || sortsBefore(oldest, placeOf(job)))) {
-      oldest = placeOf(job);
-    }
-  }
+// to last (the last job listed before: undefined, none) and no further
+// (upTo), or maxReadBack jobs, merging every job it reads: those held
+// are refreshed, those the stream did not bring (made during the outage)
+// come in, and the bounds trim the list as ever. A job of wasListed (a
+// page the user asked for) is listed again. Show older jobs goes on from
+// where it stopped: a page read in part is read again, past the jobs
+// shown. It reports how far it read, or undefined if it could not (or
+// current says the view it read for is no longer wanted).
+async function readBackTo(last: Job | undefined, wasListed: Set<string>, current: () => boolean): Promise<ReadOn | undefined> {
+  let to = listedTo;
   let token = olderToken;
   let read = 0;
-  while (oldest !== undefined && token !== "" && read < maxReadBack) {
+  while (last !== undefined && token !== "" && read < maxReadBack) {
     let res;
     const era = book.era;
     try {
       res = await jobClient.listJobs({ tenant, batch, queue: queueFilter, states: statesOf(stateFilter), pageSize: 500, pageToken: token, view: JobView.SUMMARY });
     } catch {
-      return false;
+      return undefined;
     }
-    if (view !== listing) {
-      return false;
+    if (!current()) {
+      return undefined;
     }
+    const { jobs, past } = upTo(res.jobs, last);
     const changed: string[] = [];
-    for (const job of res.jobs) {
+    for (const job of jobs) {
       readBack.add(job.id);
+      to = job;
       if (wasListed.has(job.id)) {
         listed.add(job.id);
       }
-      if (book.merge(job, era) || (held.has(job.id) && !list.has(job.id))) {
+      if (book.merge(job, era) || !list.has(job.id)) {
         changed.push(job.id);
       }
     }
     read += res.jobs.length;
-    token = res.nextPageToken;
     soonRender({ jobs: changed });
-    const last = res.jobs.at(-1);
-    if (last === undefined || !sortsBefore(placeOf(last), oldest)) {
+    if (past) {
       break;
     }
+    token = res.nextPageToken;
   }
+  listedTo = to;
   olderToken = token;
   olderLeft = token !== "";
   listedAll = !olderLeft;
   showOlder();
-  return true;
+  return { all: token === "", to, token };
+}
+
+// readHeld reads on past the jobs readBackTo read (from its token), for
+// the jobs of held that no read has brought back yet (held only because
+// they changed), taking those and no other: the jobs between, which the
+// page never listed, stay out. It goes on while a page holds many of
+// them (worthNextPage: a bulk change the page saw), and only while some
+// may be further down; dropVanished asks for the others by id. Show
+// older jobs still goes on from where readBackTo stopped. It reports how
+// far it read, or undefined if it could not.
+async function readHeld(held: Set<string>, from: ReadOn, current: () => boolean): Promise<ReadTo | undefined> {
+  let { all, to, token } = from;
+  let read = 0;
+  const further = () => unreadOf(held).some((job) => to === undefined || createdNs(job) <= createdNs(to));
+  while (!all && token !== "" && read < maxReadBack && further()) {
+    let res;
+    const era = book.era;
+    try {
+      res = await jobClient.listJobs({ tenant, batch, queue: queueFilter, states: statesOf(stateFilter), pageSize: 500, pageToken: token, view: JobView.SUMMARY });
+    } catch {
+      return undefined;
+    }
+    if (!current()) {
+      return undefined;
+    }
+    const changed: string[] = [];
+    let found = 0;
+    for (const job of res.jobs) {
+      if (!held.has(job.id) || listed.has(job.id) || readBack.has(job.id)) {
+        continue;
+      }
+      found++;
+      readBack.add(job.id);
+      if (book.merge(job, era)) {
+        changed.push(job.id);
+      }
+    }
+    soonRender({ jobs: changed });
+    read += res.jobs.length;
+    to = res.jobs.at(-1) ?? to;
+    token = res.nextPageToken;
+    all = token === "";
+    if (!worthNextPage(found, res.jobs.length)) {
+      break;
+    }
+  }
+  return { all, to };
 }
 
 // refuseQueue shows the server's refusal of the queue the list is
@@ -844,6 +992,7 @@ function dropView(): void {
   list.clear();
   renderJobs.clear();
   listed = new Set();
+  listedTo = undefined;
   olderToken = "";
   olderLeft = false;
   listedAll = false;
@@ -910,6 +1059,15 @@ function showCapped(): void {
     `More jobs have not ended than the page keeps: it shows ${number(maxUnendedShown)} of them, those running first, then the newest. ` +
       `To see others, ${narrower} or run jobwatch list.`,
   );
+}
+
+// showStateNote says, while the address names a state the page does not
+// know, that the list shows all jobs instead, and which states there
+// are: a typo in a link must not pass for a filter.
+function showStateNote(): void {
+  const unknown = unknownState(new URL(location.href));
+  stateNote.hidden = unknown === "";
+  setText(stateNote, unknown === "" ? "" : unknownStateText(unknown));
 }
 
 // showOlder offers the next page while there is one, and the view's
@@ -1024,6 +1182,7 @@ function failedText(): string {
 const statusText: Record<FeedStatus["kind"], string> = {
   connecting: "connecting…",
   live: "live",
+  paused: "paused while out of sight",
   reconnecting: "reconnecting…",
   unauthenticated: "token needed",
   denied: "not allowed",
@@ -1056,6 +1215,10 @@ function showStatus(s: FeedStatus): void {
   }
   setData(statusEl, "status", s.kind);
   setText(statusEl, s.kind === "unauthenticated" && savedToken() !== "" ? "token refused" : statusText[s.kind]);
+  statusEl.title =
+    s.kind === "paused"
+      ? "Out of sight, this tab let go of its connection to the server, so other tabs have it: the list shows nothing new until the tab is shown again, and then catches up."
+      : "";
   showEmptyText();
   if (s.kind === "unauthenticated" || s.kind === "denied") {
     tokenForm.hidden = false;
@@ -1117,7 +1280,7 @@ function renderBanner(now: number): void {
   }
   const trouble =
     s.kind === "reconnecting" || s.kind === "unauthenticated" || s.kind === "denied" || s.kind === "refused" || (s.kind === "connecting" && slowConnect);
-  const shown = trouble || (s.kind === "live" && deniedTenant !== "");
+  const shown = trouble || ((s.kind === "live" || s.kind === "paused") && deniedTenant !== "");
   setData(banner, "kind", trouble ? s.kind : "note");
   banner.hidden = !shown;
 }
@@ -1380,6 +1543,10 @@ async function act(action: Action, what: string, run: () => Promise<Said>, jobId
 // actionError is what an action's outcome says of err, for an action on
 // job jobId ("" for one on a queue or on many jobs).
 function actionError(action: Action, what: string, err: unknown, jobId = ""): Error {
+  if (err instanceof ActionError) {
+    // Said already in the page's words (retryAllFailed's).
+    return err.whole ? err : new ActionError(`${what}: ${err.message}`, err.staleWhen);
+  }
   if (unreachable(err)) {
     // True until the server next answers the page.
     const at = answered;
@@ -1394,6 +1561,11 @@ function actionError(action: Action, what: string, err: unknown, jobId = ""): Er
     tokenForm.hidden = false;
   }
   refreshActions();
+  if (e instanceof QuotaExceededError) {
+    // The server's words are a program's ("wait for some to start or
+    // end"), the tenant quoted as in Go.
+    return new Error(`${what}: ${quotaRefusedText(e)}`);
+  }
   if (e instanceof AlreadyActiveError && e.activeJobId !== "") {
     // A retry of a job whose unique key another job took meanwhile:
     // name that job, and what to do.
@@ -1434,10 +1606,14 @@ function refusalOf(err: unknown): JobwatchError {
 // screen's, or the batch's shown; of the queue the list is narrowed to,
 // only: see retryFailedFilter), a page (at most 1,000 jobs) per call,
 // as RetryJobs allows. Only jobs created before the click are looked at,
-// so the call ends. A refusal partway (the tenant's max_queued) says what
-// the pages before it did; its own message says what its page did. After
-// each page it reports how far it has got: of total, where the page
-// knew how many there were.
+// so the call ends. The tenant's max_queued stops it: the page says in
+// its own words how many of the jobs matched so far were retried (the
+// pages before, and the one the quota stopped, from its BulkStopped),
+// and when to retry again; the pages after would be held back the same
+// way, as the view is one tenant's. Another refusal partway says what
+// the pages before it did; its own message says what its page did.
+// After each page it reports how far it has got: of total, where the
+// page knew how many there were.
 async function retryAllFailed(total: number | undefined, report: (progress: string) => void): Promise<string> {
   const filter = retryFailedFilter(tenant, batch, queueFilter, new Date());
   let matched = 0n;
@@ -1453,6 +1629,11 @@ async function retryAllFailed(total: number | undefined, report: (progress: stri
         report(total === undefined || BigInt(total) < matched ? `Retrying… ${number(matched)} done so far.` : `Retrying… ${number(matched)} of ${number(total)} done.`);
       }
     } catch (err) {
+      const quota = refusalOf(err);
+      if (quota instanceof QuotaExceededError) {
+        const stopped = bulkStoppedOf(err);
+        throw new ActionError(retryHeldText(changed + (stopped?.changed ?? 0n), matched + (stopped?.matched ?? 0n), quota), () => false, true);
+      }
       if (matched > 0n && unreachable(err)) {
         const at = answered;
         throw new ActionError(
@@ -1886,6 +2067,8 @@ window.addEventListener("popstate", () => {
     queueFilter = nextQueue;
     filterChanged();
   }
+  // Back from ?state=bogus to the list of all jobs changes no filter.
+  showStateNote();
   const shown = linkedJob();
   if (shown !== selected) {
     select(shown);

@@ -3,7 +3,7 @@
 // never flickers) what is already on screen.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { JobState, type Job, type Queue, type QueueDepth, type Schedule } from "./gen/jobwatch/v1/jobwatch_pb";
-import { age, clockTime, durationText, jsonText, periodText } from "./format";
+import { age, breaksAnywhere, clockTime, durationText, jsonText, periodText } from "./format";
 import { h, setAttr, setData, setText, svg } from "./dom";
 import { ActionButton, Confirm, type Action, type Said } from "./actions";
 import { alertingText, drainedText, lastState, leftOutText, modeText, nextRun, pausedText, rateText, spark, tenantLines, tenantsLabel, type NextRun } from "./queues";
@@ -1096,7 +1096,7 @@ class QueueRow {
       confirm.request(`Resume queue ${name}? Its waiting jobs are handed out again.`, "Resume", () => ops.resume(name), this.resume.button),
     );
     this.tenants = new TenantsRow(name);
-    this.link = h("a", { class: "name queue-link", href: ops.href(name), title: `show the jobs of queue ${name} in the list` }, name);
+    this.link = h("a", { class: nameClass("name queue-link", name), href: ops.href(name), title: `show the jobs of queue ${name} in the list` }, name);
     this.link.addEventListener("click", (e) => {
       // A click meant for another tab or window goes to the browser.
       if (e.button !== 0 || e.ctrlKey || e.metaKey || e.shiftKey || e.altKey) {
@@ -1313,6 +1313,12 @@ export class ScheduleTable {
   }
 }
 
+// nameClass is classes, and long-name for a name that breaks anywhere
+// (breaksAnywhere: style.css lets it).
+function nameClass(classes: string, name: string): string {
+  return breaksAnywhere(name) ? `${classes} long-name` : classes;
+}
+
 class ScheduleRow {
   readonly el: HTMLTableRowElement;
   private readonly kind = h("span", { class: "muted kind-of" });
@@ -1338,7 +1344,7 @@ class ScheduleRow {
     this.el = h(
       "tr",
       { "data-schedule": name },
-      h("td", {}, h("div", { class: "schedule-name" }, h("span", { class: "name" }, name), this.kind, this.queueUnder)),
+      h("td", {}, h("div", { class: "schedule-name" }, h("span", { class: nameClass("name", name) }, name), this.kind, this.queueUnder)),
       this.queue,
       this.every,
       this.next,
@@ -1350,6 +1356,8 @@ class ScheduleRow {
     setText(this.kind, s.tenant === "" ? s.kind : `${s.kind} · ${s.tenant}`);
     setText(this.queue, s.queue);
     setText(this.queueUnder, `queue ${s.queue}`);
+    this.queue.classList.toggle("long-name", breaksAnywhere(s.queue));
+    this.queueUnder.classList.toggle("long-name", breaksAnywhere(s.queue));
     if (s.cron === "") {
       if (this.every.firstElementChild !== null) {
         this.every.replaceChildren();

@@ -6,9 +6,21 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";
-import { create } from "@bufbuild/protobuf";
-import { JobAttemptSchema, JobSchema, JobService, JobState } from "../src/gen/jobwatch/v1/jobwatch_pb";
-import { accessReason, cancelledText, retriedText, unreachable, unreachableText, type Access, type Action } from "../src/actions";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { BulkStoppedSchema, JobAttemptSchema, JobSchema, JobService, JobState, QuotaExceededSchema } from "../src/gen/jobwatch/v1/jobwatch_pb";
+import {
+  accessReason,
+  bulkStoppedOf,
+  cancelledText,
+  quotaRefusedText,
+  quotaText,
+  retriedText,
+  retryHeldText,
+  unreachable,
+  unreachableText,
+  type Access,
+  type Action,
+} from "../src/actions";
 
 const actions: Action[] = ["start", "retry", "cancel", "delete", "pause", "resume", "retry-failed"];
 
@@ -165,4 +177,57 @@ test("a cancel says whether it cancelled the job or found it ended, and by whom"
   assert.equal(cancelledText("j_1", job(JobState.CANCELLED, entry(JobState.CANCELLED, "anonymous")), running, ""), "Cancelled job j_1.", "no name to tell one caller from another");
   assert.equal(cancelledText("j_1", job(JobState.SUCCEEDED), running, "ops"), "Job j_1 had already succeeded: there was nothing to cancel.");
   assert.equal(cancelledText("j_1", job(JobState.LOST), running, "ops"), "Job j_1 had already been lost: there was nothing to cancel.");
+});
+
+// The outside tester's case: Retry all failed on tenant globex, at its
+// max_queued of 100, showed the server's words for a program ("this page
+// retried 0 of the 183 jobs it matched … page_token "…" goes on past
+// them"). The page says it in its own, with the counts of the pages
+// before added to those of the page the quota stopped, read from the
+// refusal's BulkStopped detail as the browser decodes it.
+test("a retry of every failed job that a tenant's max_queued stopped says so in the page's words", () => {
+  const over = { tenant: "globex", maxQueued: 100n, queued: 101n, adding: 1n };
+  const refusal = new ConnectError(
+    `tenant "globex" has more than 100 jobs not yet running, its max_queued is 100: wait for some to start or end (this page retried 0 of the 183 jobs it matched, …)`,
+    Code.ResourceExhausted,
+  );
+  // As the browser's client decodes them from the wire.
+  refusal.details = [
+    { type: QuotaExceededSchema.typeName, value: toBinary(QuotaExceededSchema, create(QuotaExceededSchema, over)) },
+    { type: BulkStoppedSchema.typeName, value: toBinary(BulkStoppedSchema, create(BulkStoppedSchema, { matched: 183n, changed: 0n, nextPageToken: "k.x" })) },
+  ];
+  const stopped = bulkStoppedOf(refusal);
+  assert.equal(stopped?.matched, 183n);
+  assert.equal(stopped?.changed, 0n);
+  assert.equal(bulkStoppedOf(new Error("wrapped", { cause: refusal }))?.matched, 183n, "the library's error around the refusal");
+  assert.equal(bulkStoppedOf(new ConnectError("no detail", Code.ResourceExhausted)), undefined);
+
+  assert.equal(
+    retryHeldText(0n + stopped!.changed, 0n + stopped!.matched, over),
+    "Retried 0 of 183 failed jobs: tenant “globex” is at its max_queued (more than 100 jobs not yet running). Retry again once some of its jobs have started.",
+  );
+  // Two pages of 1,000 went through before the quota stopped the third.
+  assert.equal(
+    retryHeldText(2000n + 40n, 2000n + 183n, { ...over, queued: 100n }),
+    "Retried 2,040 of 2,183 failed jobs: tenant “globex” is at its max_queued (100 jobs not yet running). Retry again once some of its jobs have started.",
+  );
+  assert.equal(
+    retryHeldText(0n, 0n, over),
+    "No failed job was retried: tenant “globex” is at its max_queued (more than 100 jobs not yet running). Retry again once some of its jobs have started.",
+  );
+  for (const text of [retryHeldText(0n, 183n, over), quotaRefusedText(over)]) {
+    assert.doesNotMatch(text, /this page|page_token|"globex"/, "the server's words for a program");
+  }
+});
+
+test("a tenant's max_queued is said with its count, and what a write would add where that passes it", () => {
+  assert.equal(quotaText({ tenant: "acme", maxQueued: 1n, queued: 1n, adding: 1n }), "tenant “acme” is at its max_queued (1 job not yet running)");
+  assert.equal(
+    quotaText({ tenant: "acme", maxQueued: 1000n, queued: 990n, adding: 20n }),
+    "tenant “acme” has 990 jobs not yet running, and 20 more would pass its max_queued of 1,000",
+  );
+  assert.equal(
+    quotaRefusedText({ tenant: "acme", maxQueued: 5n, queued: 6n, adding: 1n }),
+    "tenant “acme” is at its max_queued (more than 5 jobs not yet running). Try again once some of its jobs have started.",
+  );
 });

@@ -426,8 +426,12 @@ test("a feed out of sight lets go of its stream and resumes it when shown", asyn
 
   show(true);
   await until("the hidden tab's stream let go of", () => server.calls[0]!.aborted);
+  // It says it no longer follows: "live" would promise changes that no
+  // stream brings.
+  await until("the feed saying it is paused", () => statuses.at(-1)?.kind === "paused");
   await new Promise((resolve) => setTimeout(resolve, 150));
   assert.equal(server.calls.length, 1, "a stream was dialled while the tab was out of sight");
+  assert.equal(statuses.at(-1)?.kind, "paused", "the hidden tab's feed said more than that it is paused");
 
   show(false);
   await server.untilCalls(2);
@@ -435,7 +439,11 @@ test("a feed out of sight lets go of its stream and resumes it when shown", asyn
   feed.stop();
   assert.equal(server.calls[1]!.req.resumeToken, "t1.1", "the stream did not resume from its last token");
   assert.ok(!statuses.some((s) => s.kind === "reconnecting"), `a tab out of sight was shown as a lost connection: ${JSON.stringify(statuses)}`);
-  assert.equal(statuses.at(-1)?.kind, "live");
+  assert.deepEqual(
+    statuses.map((s) => s.kind),
+    ["connecting", "live", "paused", "connecting", "live"],
+    "a glance away said something, or the hidden tab did not say it was paused until shown",
+  );
 });
 
 // A tab shown again resumes with its token; a server restarted meanwhile

@@ -17,7 +17,10 @@ import {
   refusesQueue,
   retryFailedFilter,
   stateFilterFromURL,
+  stateNames,
   statesOf,
+  unknownState,
+  unknownStateText,
   urlWithoutJob,
   urlWithQueue,
   urlWithState,
@@ -130,4 +133,24 @@ test("only an invalid_argument about the queue is the server refusing the list's
   assert.ok(!refusesQueue("", Code.InvalidArgument, why), "no queue filter, nothing of it to refuse");
   assert.ok(!refusesQueue("a b", Code.InvalidArgument, "page_token: not a token of this list"), "another field's refusal");
   assert.ok(!refusesQueue("a b", Code.Unavailable, why));
+});
+
+test("a state the address names that the page does not know is said, with the states it knows", () => {
+  const named = (v: string) => unknownState(new URL(`http://127.0.0.1:8080/?state=${v}`));
+  assert.equal(named("bogus"), "bogus");
+  assert.equal(named("Bogus%20"), "Bogus", "as written, but for the spaces around it");
+  assert.equal(named("constructor"), "constructor");
+  for (const known of ["failed", "FAILED", "queued", "lost", "all", "waiting", ""]) {
+    assert.equal(named(known), "", `${known} is a state the page knows`);
+  }
+  assert.equal(unknownState(new URL("http://127.0.0.1:8080/?queue=q")), "", "no state named");
+  assert.deepEqual(stateNames, ["all", "failed", "running", "waiting", "queued", "pending", "succeeded", "cancelled", "lost"]);
+  for (const name of stateNames) {
+    assert.equal(named(name), "", `${name} is listed as a state but the address cannot name it`);
+  }
+  assert.equal(
+    unknownStateText("bogus"),
+    "The address asks for state “bogus”, which is no state: the list shows all jobs. " +
+      "The states are all, failed, running, waiting, queued, pending, succeeded, cancelled or lost (or pick one under Show).",
+  );
 });

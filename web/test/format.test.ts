@@ -3,7 +3,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { fromJson } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
-import { aboutJob, clockTime, jsonText } from "../src/format";
+import { aboutJob, breaksAnywhere, clockTime, jsonText, longWord } from "../src/format";
 
 test("a moment of today shows as a clock time, one of another day with its date", () => {
   const now = new Date(2026, 11, 5, 9, 30, 0);
@@ -27,4 +27,14 @@ test("a payload's characters that reorder a line show as escapes, and the JSON s
   assert.ok(!/[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ufeff]/.test(text), `an invisible character shows: ${text}`);
   assert.ok(text.includes(String.raw`"invoice\u202egnp.exe"`), text);
   assert.deepEqual(JSON.parse(text), value, "the JSON shown is not the value");
+});
+
+test("a name breaks anywhere only where a word of it is too long to keep whole", () => {
+  assert.equal(breaksAnywhere("thumbnails-and-previews"), false, "a name breaks after its hyphens");
+  assert.equal(breaksAnywhere("x".repeat(longWord)), false);
+  assert.equal(breaksAnywhere("x".repeat(longWord + 1)), true);
+  assert.equal(breaksAnywhere("q".repeat(128)), true, "the longest queue name the server takes");
+  assert.equal(breaksAnywhere(`mail-${"x".repeat(longWord + 1)}-out`), true, "one long word is enough");
+  assert.equal(breaksAnywhere("eu/west:mail@ops"), false);
+  assert.equal(breaksAnywhere(""), false);
 });

@@ -464,6 +464,7 @@ test("a follower out of sight lets go of its stream and resumes after the last l
   await until("lines 1 and 2", () => heard.includes("2"));
   visibility.set(true);
   await until("the hidden pane's stream let go of", () => server.calls[0]!.aborted);
+  await until("the pane saying it is paused", () => statuses.at(-1)?.kind === "paused");
   await new Promise((resolve) => setTimeout(resolve, 150));
   assert.equal(server.calls.length, 1, "a stream was dialled while the pane was out of sight");
   visibility.set(false);
@@ -472,6 +473,10 @@ test("a follower out of sight lets go of its stream and resumes after the last l
   assert.deepEqual(heard, ["1", "2", "3", "4"]);
   assert.equal(server.calls[1]!.req.afterSeq, 2n);
   assert.ok(!statuses.some((s) => s.kind === "reconnecting"), JSON.stringify(statuses));
+  assert.deepEqual(
+    statuses.map((s) => s.kind),
+    ["connecting", "live", "paused", "connecting", "live"],
+  );
 });
 
 // As the feed's: the log pane of a page left lets go of its stream at
