@@ -250,6 +250,32 @@ func TestCompletionsAnnounceOnlyTheJobsTheyRelease(t *testing.T) {
 	}
 }
 
+// A job that 33,000 jobs wait for, more than one SQLite statement may
+// name (32,766 variables), releases them all when it ends, announced.
+// The batch read the jobs it released by naming each, and failed: the
+// job could not be completed, cancelled or expired, and the sweep tried
+// again every second.
+func TestAJobWithMoreJobsAfterItThanAStatementTakesVariablesReleasesThemAll(t *testing.T) {
+	const after = 33000
+	s, _ := openListened(t)
+	h := listenHeard(t, s)
+	jobs := []jobtype.Job{depsRunning("root")}
+	for i := range after {
+		jobs = append(jobs, depsWaiting(fmt.Sprintf("after-%05d", i), []string{"root"}))
+	}
+	createAll(t, s, jobs)
+	if err := completeOne(s, "root", depsStart.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if heard := h.settle(t, s, "root"); len(heard) != after {
+		t.Errorf("the completion announced %d released jobs, want the %d waiting", len(heard), after)
+	}
+	counts, err := s.CountByState(t.Context())
+	if err != nil || counts[jobtype.Queued] != after+1 || counts[jobtype.Waiting] != 0 { // and settle's sentinel
+		t.Errorf("after root succeeded: %d QUEUED, %d WAITING (%v), want all %d and settle's QUEUED", counts[jobtype.Queued], counts[jobtype.Waiting], err, after)
+	}
+}
+
 // TestCascadeRunsTheTriggerOneDeep: the cancel of the head of a chain
 // as deep as allowed, through jobs also held back by other jobs and
 // jobs that run anyway, ends under SQLite's bound on nested triggers set

@@ -3,9 +3,9 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -418,13 +418,16 @@ func (s *Store) runBatch(batch []*writeRequest) (carry []*writeRequest) {
 // the jobs it touched in this batch (schema.go, migration 15), into the
 // batch's changes, marked Released: the writes that ended their
 // dependencies do not know of them. Deleting and reading the table,
-// empty but for batches that ended a dependency, costs a statement.
+// empty but for batches that ended a dependency, costs a statement. The
+// jobs are read by their ids as one JSON array, not one variable each:
+// a cascade may release more jobs than a statement takes variables
+// (32,766), and a cancel of a job with 33,000 jobs after it failed.
 func (s *Store) drainReleases(ctx context.Context, tx *sql.Tx) error {
 	rows, err := tx.QueryContext(ctx, "DELETE FROM job_releases RETURNING job_id")
 	if err != nil {
 		return fmt.Errorf("read the jobs dependencies released: %w", classify(err))
 	}
-	var ids []any
+	var ids []string
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
@@ -439,7 +442,11 @@ func (s *Store) drainReleases(ctx context.Context, tx *sql.Tx) error {
 	if len(ids) == 0 || !s.w.collect {
 		return nil
 	}
-	rows, err = tx.QueryContext(ctx, "SELECT "+summaryColumns+" FROM jobs WHERE id IN (?"+strings.Repeat(", ?", len(ids)-1)+")", ids...)
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return fmt.Errorf("read the jobs dependencies released: %w", err)
+	}
+	rows, err = tx.QueryContext(ctx, "SELECT "+summaryColumns+" FROM jobs WHERE id IN (SELECT value FROM json_each(?))", string(list))
 	if err != nil {
 		return fmt.Errorf("read the jobs dependencies released: %w", classify(err))
 	}
