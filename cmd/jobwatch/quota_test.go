@@ -21,7 +21,7 @@ import (
 // What docs/OPERATING.md ("Quotas") shows curl and the command line
 // answer for tenant acme's third submission under max_queued: 2.
 const (
-	quotaCurlAnswer = `{"code":"resource_exhausted","message":"tenant \"acme\" has 2 jobs not yet running, its max_queued is 2: wait for some to start or end"}`
+	quotaCurlAnswer = `{"code":"resource_exhausted","message":"tenant \"acme\" has 2 jobs not yet running, its max_queued is 2: wait for some to start or end","details":[{"type":"jobwatch.v1.QuotaExceeded","value":"CgRhY21lEAIYAiAB","debug":{"tenant":"acme","maxQueued":"2","queued":"2","adding":"1"}}]}`
 	quotaCLIAnswer  = `jobwatch: submit: resource_exhausted: tenant "acme" has 2 jobs not yet running, its max_queued is 2: wait for some to start or end`
 )
 
