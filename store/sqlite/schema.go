@@ -906,8 +906,8 @@ ALTER TABLE job_deletions ADD COLUMN batch TEXT;
 	// this migration are made so too.
 	`
 CREATE TRIGGER jobs_schedule_run_retried AFTER UPDATE OF state ON jobs
-	WHEN OLD.state IN ('succeeded', 'failed', 'cancelled', 'lost')
-		AND NEW.state NOT IN ('succeeded', 'failed', 'cancelled', 'lost')
+	WHEN (OLD.state = 'succeeded' OR OLD.state = 'failed' OR OLD.state = 'cancelled' OR OLD.state = 'lost')
+		AND NOT (NEW.state = 'succeeded' OR NEW.state = 'failed' OR NEW.state = 'cancelled' OR NEW.state = 'lost')
 BEGIN
 	UPDATE schedules SET ended_at = NULL, ended_state = '' WHERE job_id = NEW.id;
 END;
