@@ -351,7 +351,6 @@ func (s *hangingStore) wait(ctx context.Context) error {
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	s.read.Add(1)
 	return nil
 }
 
@@ -359,6 +358,7 @@ func (s *hangingStore) CountByState(ctx context.Context) (map[jobtype.State]int6
 	if err := s.wait(ctx); err != nil {
 		return nil, err
 	}
+	defer s.read.Add(1) // once it is answered
 	return s.Store.CountByState(ctx)
 }
 
@@ -366,6 +366,7 @@ func (s *hangingStore) QueuePauses(ctx context.Context) ([]store.QueuePause, err
 	if err := s.wait(ctx); err != nil {
 		return nil, err
 	}
+	defer s.read.Add(1) // once it is answered
 	return s.Store.QueuePauses(ctx)
 }
 
@@ -373,6 +374,7 @@ func (s *hangingStore) RateWindows(ctx context.Context, now time.Time, rates map
 	if err := s.wait(ctx); err != nil {
 		return nil, err
 	}
+	defer s.read.Add(1) // once it is answered
 	return s.Store.RateWindows(ctx, now, rates)
 }
 
@@ -380,6 +382,7 @@ func (s *hangingStore) Schedules(ctx context.Context) ([]store.ScheduleState, er
 	if err := s.wait(ctx); err != nil {
 		return nil, err
 	}
+	defer s.read.Add(1) // once it is answered
 	return s.Store.Schedules(ctx)
 }
 
