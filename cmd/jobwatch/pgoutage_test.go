@@ -283,14 +283,18 @@ func schemaOf(t *testing.T, dbURL string) string {
 // checkLogs checks that each replica warned once about the episode.
 // A warning that an answer was cut because its client did not read it
 // names the test's own client, slow on a loaded machine under the race
-// detector: it is counted, not held against the replica.
+// detector: it is counted, not held against the replica. So is a read
+// for /metrics that did not answer within a scrape's wait, which a
+// loaded machine gives before the episode too (its warning says the
+// last read stands).
 func (o *outage) checkLogs(t *testing.T) {
 	for _, r := range o.rs {
 		var warnings []string
 		slowClients, released := 0, 0
 		for _, line := range strings.Split(r.logs.String(), "\n") {
 			switch {
-			case strings.Contains(line, `msg="answer cut:`):
+			case strings.Contains(line, `msg="answer cut:`),
+				strings.Contains(line, "; the last read stands") && strings.Contains(line, "context deadline exceeded"):
 				slowClients++
 			case strings.Contains(line, `msg="released a job whose claim's answer was lost"`):
 				released++
@@ -298,7 +302,7 @@ func (o *outage) checkLogs(t *testing.T) {
 				warnings = append(warnings, line)
 			}
 		}
-		o.report("replica %s logged %d warnings (and %d answers cut for a client that did not read); it released %d jobs whose claim's answer was lost",
+		o.report("replica %s logged %d warnings (and %d answers cut for a client that did not read, or metrics reads slower than a scrape's wait); it released %d jobs whose claim's answer was lost",
 			r.name, len(warnings), slowClients, released)
 		if len(warnings) != 1 {
 			t.Errorf("replica %s logged %d warnings and errors for one episode, want one:\n%s",
