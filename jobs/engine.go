@@ -333,16 +333,6 @@ func (e *Engine) Config() Config {
 	return c
 }
 
-// closing reports whether Shutdown was called.
-func (e *Engine) closing() bool {
-	select {
-	case <-e.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // Shutdown makes every parked Wait, Watch, WatchTenant and Claim return at
 // once (OK, with the latest state) and every later one return without
 // parking. It is idempotent.

@@ -128,7 +128,7 @@ func rereadBound(ctx context.Context) time.Duration {
 // server is closing, and the latest state it read is its answer. The
 // snapshot is shared and must not be modified.
 func (e *Engine) rereadSnapshot(ctx context.Context, id string) (*Snapshot, error) {
-	closing := e.closing()
+	closing := e.shuttingDown()
 	if kept, ok := e.shutdownReads.Load(id); ok && closing {
 		return kept.(*Snapshot), nil
 	}
