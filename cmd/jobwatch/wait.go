@@ -327,6 +327,11 @@ func hintQueued(ctx context.Context, c *client.Client, stderr io.Writer, look fu
 			askCtx, cancelAsk := context.WithTimeout(ctx, 5*time.Second)
 			busy := busyKinds(askCtx, c, stuck)
 			cancelAsk()
+			if ctx.Err() != nil {
+				// The wait ended while the hint asked: an ask cut by
+				// that is no answer, and the hint no longer helps.
+				return
+			}
 			if len(busy) > 0 {
 				stuck = slices.DeleteFunc(stuck, func(j *jobwatchv1.Job) bool { return slices.Contains(busy, j.GetTenant()+"\x00"+j.GetKind()) })
 				later = true // their worker is busy: look again
