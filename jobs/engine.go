@@ -71,6 +71,10 @@ type Config struct {
 	// and 1m.
 	RetryInitialBackoff time.Duration
 	RetryMaxBackoff     time.Duration
+	// WriteTurnWait bounds how long a caller's write waits for its turn
+	// (fairwrites.go) before it is refused unavailable. Default
+	// DefaultWriteTurnWait.
+	WriteTurnWait time.Duration
 	// MaxPayloadBytes bounds a job's payload and a worker's result as
 	// JSON; larger ones are a *jobtype.TooLargeError. Default
 	// jobtype.DefaultMaxPayloadBytes.
@@ -125,6 +129,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryMaxBackoff < c.RetryInitialBackoff {
 		c.RetryMaxBackoff = c.RetryInitialBackoff
+	}
+	if c.WriteTurnWait <= 0 {
+		c.WriteTurnWait = DefaultWriteTurnWait
 	}
 	if c.MaxPayloadBytes <= 0 {
 		c.MaxPayloadBytes = jobtype.DefaultMaxPayloadBytes
@@ -270,8 +277,9 @@ type Engine struct {
 	// (listen.go); stopListening ends it.
 	listenCtx     context.Context
 	stopListening context.CancelFunc
-	// turns gives callers' reads their turns by reader (fairreads.go).
-	turns *readTurns
+	// turns gives callers' reads their turns by reader (fairreads.go),
+	// writeTurns their writes by writer (fairwrites.go).
+	turns, writeTurns *turns
 	// done is closed by Shutdown; every parked call selects on it.
 	done     chan struct{}
 	shutdown sync.Once
@@ -289,21 +297,22 @@ func New(st store.Store, cfg Config) *Engine {
 		cfg.Now = clock.now
 	}
 	cfg = cfg.withDefaults()
-	turns := newReadTurns(DefaultReads)
+	reads := newTurns(DefaultReads)
 	if r, ok := st.(interface{ ReadConns() int }); ok {
-		turns = newReadTurns(r.ReadConns())
+		reads = newTurns(r.ReadConns())
 	}
 	e := &Engine{
-		store:     fairReads{Store: st, turns: turns},
-		turns:     turns,
-		cfg:       cfg,
-		log:       cfg.Logger,
-		hub:       watch.NewHub[*Snapshot](),
-		signals:   watch.NewHub[struct{}](),
-		logs:      watch.NewHub[*logBatch](),
-		deadlines: newDeadlines(),
-		done:      make(chan struct{}),
-		clock:     clock,
+		store:      fairReads{Store: st, turns: reads},
+		turns:      reads,
+		writeTurns: newTurns(writePlaces),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		hub:        watch.NewHub[*Snapshot](),
+		signals:    watch.NewHub[struct{}](),
+		logs:       watch.NewHub[*logBatch](),
+		deadlines:  newDeadlines(),
+		done:       make(chan struct{}),
+		clock:      clock,
 	}
 	if clock != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

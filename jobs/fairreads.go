@@ -44,7 +44,7 @@ const DefaultReads = 4
 // else goes straight to the store.
 type fairReads struct {
 	store.Store
-	turns *readTurns
+	turns *turns
 }
 
 func (s fairReads) GetJob(ctx context.Context, id string) (jobtype.Job, error) {
@@ -101,102 +101,130 @@ func (s fairReads) JobsDeleted(ctx context.Context, f store.DeletedFilter) ([]st
 	return s.Store.JobsDeleted(ctx, f)
 }
 
-// readTurns hands out places to read, places of them at once.
-type readTurns struct {
+// turns hands out places, places of them at once, to callers that
+// take turns by key (a reader, or a writer: fairwrites.go). A call
+// holds cost places (a read one; a write one per job it writes). A call
+// past the free places waits, and freed places go to the waiting key
+// with the fewest places held, the one that waited longest among
+// equals; that call runs once enough places are free for it, and no
+// call of another key passes it meanwhile, so a large call is not kept
+// waiting by a stream of small ones. A key alone still has every place.
+type turns struct {
 	mu      sync.Mutex
-	free    int                      // places no read holds
-	running map[string]int           // reads running, by reader
-	queued  map[string][]*readWaiter // reads waiting, by reader, oldest first
+	places  int                      // every place
+	free    int                      // places no call holds
+	running map[string]int           // places held, by key
+	queued  map[string][]*turnWaiter // calls waiting, by key, oldest first
 	arrived int64                    // numbers the waiters in order of arrival
-	waiting atomic.Int64             // len of every queue, for ReadsWaiting
+	waiting atomic.Int64             // len of every queue, for ReadsWaiting and WritesWaiting
 }
 
-// readWaiter is a read waiting for its place; ready is closed when it
-// has it (granted, under mu).
-type readWaiter struct {
-	reader  string
+// turnWaiter is a call waiting for its places; ready is closed when it
+// has them (granted, under mu).
+type turnWaiter struct {
+	key     string
+	cost    int
 	n       int64
 	ready   chan struct{}
 	granted bool
 }
 
-func newReadTurns(places int) *readTurns {
-	return &readTurns{free: max(1, places), running: map[string]int{}, queued: map[string][]*readWaiter{}}
+func newTurns(places int) *turns {
+	places = max(1, places)
+	return &turns{places: places, free: places, running: map[string]int{}, queued: map[string][]*turnWaiter{}}
 }
 
-// noTurn is take's release for a read without a reader.
+// noTurn is take's release for a call that takes no turn.
 func noTurn() {}
 
 // take waits for a place for ctx's reader, if ctx has one, and returns
 // its release; or the context's error if the caller left first.
-func (t *readTurns) take(ctx context.Context) (release func(), err error) {
+func (t *turns) take(ctx context.Context) (release func(), err error) {
 	reader, ok := ctx.Value(readerKey{}).(string)
 	if !ok {
 		return noTurn, nil
 	}
+	return t.takeAs(ctx, reader, 1)
+}
+
+// takeAs waits for cost places (at most every place) for key and
+// returns their release; or the context's error if the caller left
+// first.
+func (t *turns) takeAs(ctx context.Context, key string, cost int) (release func(), err error) {
+	cost = min(max(cost, 1), t.places)
 	t.mu.Lock()
-	if t.free > 0 { // then nobody waits: a freed place goes to a waiter
-		t.free--
-		t.running[reader]++
+	if len(t.queued) == 0 && t.free >= cost {
+		t.free -= cost
+		t.running[key] += cost
 		t.mu.Unlock()
-		return func() { t.release(reader) }, nil
+		return func() { t.release(key, cost) }, nil
 	}
 	t.arrived++
-	w := &readWaiter{reader: reader, n: t.arrived, ready: make(chan struct{})}
-	t.queued[reader] = append(t.queued[reader], w)
+	w := &turnWaiter{key: key, cost: cost, n: t.arrived, ready: make(chan struct{})}
+	t.queued[key] = append(t.queued[key], w)
 	t.waiting.Add(1)
 	t.mu.Unlock()
 	select {
 	case <-w.ready:
-		return func() { t.release(reader) }, nil
+		return func() { t.release(key, cost) }, nil
 	case <-ctx.Done():
 	}
 	t.mu.Lock()
-	if w.granted { // as the caller left: the place goes on to the next
+	if w.granted { // as the caller left: the places go on to the next
 		t.mu.Unlock()
-		t.release(reader)
+		t.release(key, cost)
 		return nil, context.Cause(ctx)
 	}
-	q := t.queued[reader]
+	q := t.queued[key]
 	i := slices.Index(q, w)
 	if q = slices.Delete(q, i, i+1); len(q) > 0 {
-		t.queued[reader] = q
+		t.queued[key] = q
 	} else {
-		delete(t.queued, reader)
+		delete(t.queued, key)
 	}
 	t.waiting.Add(-1)
+	t.grant() // the next in turn may have been waiting behind w
 	t.mu.Unlock()
 	return nil, context.Cause(ctx)
 }
 
-// release ends a read of reader and gives its place to the next.
-func (t *readTurns) release(reader string) {
+// release ends a call of key that held cost places, and gives them on.
+func (t *turns) release(key string, cost int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.running[reader]--; t.running[reader] == 0 {
-		delete(t.running, reader)
+	t.free += cost
+	if t.running[key] -= cost; t.running[key] == 0 {
+		delete(t.running, key)
 	}
-	var next *readWaiter
-	for r, q := range t.queued {
-		w := q[0]
-		if next == nil || t.running[r] < t.running[next.reader] ||
-			t.running[r] == t.running[next.reader] && w.n < next.n {
-			next = w
+	t.grant()
+}
+
+// grant gives free places to the waiting calls in turn, for as long as
+// the next one's fit. Under mu.
+func (t *turns) grant() {
+	for {
+		var next *turnWaiter
+		for key, q := range t.queued {
+			w := q[0]
+			if next == nil || t.running[key] < t.running[next.key] ||
+				t.running[key] == t.running[next.key] && w.n < next.n {
+				next = w
+			}
 		}
+		if next == nil || next.cost > t.free {
+			return
+		}
+		if q := t.queued[next.key][1:]; len(q) > 0 {
+			t.queued[next.key] = q
+		} else {
+			delete(t.queued, next.key)
+		}
+		t.waiting.Add(-1)
+		t.free -= next.cost
+		t.running[next.key] += next.cost
+		next.granted = true
+		close(next.ready)
 	}
-	if next == nil {
-		t.free++
-		return
-	}
-	if q := t.queued[next.reader][1:]; len(q) > 0 {
-		t.queued[next.reader] = q
-	} else {
-		delete(t.queued, next.reader)
-	}
-	t.waiting.Add(-1)
-	t.running[next.reader]++
-	next.granted = true
-	close(next.ready)
 }
 
 // ReadsWaiting is how many callers' reads wait for their turn now.

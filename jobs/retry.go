@@ -73,6 +73,11 @@ func (e *Engine) logAction(ctx context.Context, msg string, attrs ...any) {
 // the tenant past its max_queued the *jobtype.QuotaError, as a submit's:
 // the job it makes QUEUED counts.
 func (e *Engine) Retry(ctx context.Context, id string) (jobtype.Job, error) {
+	release, err := e.writeTurn(ctx, "", 1)
+	if err != nil {
+		return jobtype.Job{}, wrap("retry", id, err)
+	}
+	defer release()
 	by := Actor(ctx)
 	j, err := e.updateWithin(ctx, "retry", id, e.quota(), func(j *jobtype.Job, now time.Time) error {
 		switch j.State {
@@ -125,6 +130,11 @@ func (e *Engine) Delete(ctx context.Context, id string) error {
 	if err := validID("job_id", id); err != nil {
 		return err
 	}
+	release, err := e.writeTurn(ctx, "", 1)
+	if err != nil {
+		return wrap("delete", id, err)
+	}
+	defer release()
 	j, deleted, err := e.store.DeleteJob(ctx, id)
 	if wf := (*jobtype.WaitedForError)(nil); errors.As(err, &wf) {
 		return &StateError{JobID: id, State: j.State, Op: "delete",

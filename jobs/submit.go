@@ -125,6 +125,11 @@ func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (jobtype.Job, erro
 	if err != nil {
 		return jobtype.Job{}, err
 	}
+	release, err := e.writeTurn(ctx, j.Tenant, 1)
+	if err != nil {
+		return jobtype.Job{}, wrap("submit", "", err)
+	}
+	defer release()
 	if j, err = e.create(ctx, j); err != nil {
 		return jobtype.Job{}, wrap("submit", "", err)
 	}
@@ -206,7 +211,11 @@ func (e *Engine) SubmitMany(ctx context.Context, rs []SubmitRequest) ([]jobtype.
 		}
 		jobs[i] = j
 	}
-	var err error
+	release, err := e.writeTurn(ctx, jobs[0].Tenant, len(jobs))
+	if err != nil {
+		return nil, wrap("submit", "", err)
+	}
+	defer release()
 	if q := e.tenantQuota(jobs[0].Tenant); len(q.MaxQueued) > 0 {
 		jobs, err = e.store.CreateJobsWithin(ctx, jobs, q)
 	} else {
@@ -488,6 +497,11 @@ func (e *Engine) Cancel(ctx context.Context, id string) (jobtype.Job, error) {
 // cancel is Cancel, saying whether this call cancelled the job (false
 // for a job CANCELLED already, by this caller or another).
 func (e *Engine) cancel(ctx context.Context, id string) (j jobtype.Job, changed bool, err error) {
+	release, err := e.writeTurn(ctx, "", 1)
+	if err != nil {
+		return jobtype.Job{}, false, wrap("cancel", id, err)
+	}
+	defer release()
 	by := Actor(ctx)
 	j, err = e.update(ctx, "cancel", id, func(j *jobtype.Job, now time.Time) error {
 		changed = false // run again on a newer read: only the last run says

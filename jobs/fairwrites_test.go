@@ -1,0 +1,199 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/store"
+)
+
+// heldWrites is a store whose creates wait for a word from the test
+// (release, by tenant), and which records whose creates reached it, in
+// order.
+type heldWrites struct {
+	store.Store
+
+	mu      sync.Mutex
+	entered []string                 // the tenant of each CreateJob and CreateJobs
+	gates   map[string]chan struct{} // by tenant
+}
+
+func (s *heldWrites) gate(tenant string) chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gates == nil {
+		s.gates = map[string]chan struct{}{}
+	}
+	if s.gates[tenant] == nil {
+		s.gates[tenant] = make(chan struct{})
+	}
+	return s.gates[tenant]
+}
+
+// release lets one create of tenant's through.
+func (s *heldWrites) release(tenant string) { s.gate(tenant) <- struct{}{} }
+
+func (s *heldWrites) enter(ctx context.Context, tenant string) error {
+	s.mu.Lock()
+	s.entered = append(s.entered, tenant)
+	s.mu.Unlock()
+	select {
+	case <-s.gate(tenant):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *heldWrites) order() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.entered...)
+}
+
+func (s *heldWrites) CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, error) {
+	if err := s.enter(ctx, j.Tenant); err != nil {
+		return jobtype.Job{}, err
+	}
+	return s.Store.CreateJob(ctx, j)
+}
+
+func (s *heldWrites) CreateJobs(ctx context.Context, js []jobtype.Job) ([]jobtype.Job, error) {
+	if err := s.enter(ctx, js[0].Tenant); err != nil {
+		return nil, err
+	}
+	return s.Store.CreateJobs(ctx, js)
+}
+
+// batchOf is n requests of tenant's no-op jobs.
+func batchOf(tenant string, n int) []jobs.SubmitRequest {
+	rs := make([]jobs.SubmitRequest, n)
+	for i := range rs {
+		rs[i] = jobs.SubmitRequest{Tenant: tenant, Kind: "bulk"}
+	}
+	return rs
+}
+
+// One tenant's batches of 1,000 take every place for writes (two of
+// them) while it writes alone; another tenant's submit arriving behind
+// its third batch takes the first places freed, ahead of it.
+func TestATenantsBatchesDoNotKeepAnothersSubmitWaiting(t *testing.T) {
+	st := &heldWrites{Store: openStore(t)}
+	e := newEngineOver(t, st, jobs.Config{})
+	acme := jobs.WithReader(context.Background(), "tenant/a")
+
+	batches := make(chan error, 3)
+	for range 2 {
+		go func() {
+			_, err := e.SubmitMany(acme, batchOf("a", jobtype.MaxBatchJobs))
+			batches <- err
+		}()
+	}
+	waitUntil(t, "a's two batches in the store at once", func() bool { return len(st.order()) == 2 })
+	go func() {
+		_, err := e.SubmitMany(acme, batchOf("a", jobtype.MaxBatchJobs))
+		batches <- err
+	}()
+	waitUntil(t, "a's third batch waiting", func() bool { return e.WritesWaiting() == 1 })
+
+	got := make(chan error, 1)
+	go func() {
+		_, err := e.Submit(jobs.WithReader(context.Background(), "tenant/b"), jobs.SubmitRequest{Tenant: "b", Kind: "one"})
+		got <- err
+	}()
+	waitUntil(t, "b's submit waiting behind a's batch", func() bool { return e.WritesWaiting() == 2 })
+	st.release("a") // one of a's batches commits: b's turn
+	waitUntil(t, "b's submit in the store", func() bool { return len(st.order()) == 3 })
+	if n := e.WritesWaiting(); n != 1 {
+		t.Fatalf("%d writes wait with b's in the store, want a's third batch", n)
+	}
+	st.release("b")
+	if err := <-got; err != nil {
+		t.Fatalf("b's submit: %v", err)
+	}
+	for range 2 {
+		st.release("a")
+	}
+	for range 3 {
+		if err := <-batches; err != nil {
+			t.Fatalf("a's batch: %v", err)
+		}
+	}
+	if want := []string{"a", "a", "b", "a"}; !slices.Equal(st.order(), want) {
+		t.Errorf("the writes reached the store in the order %q, want %q", st.order(), want)
+	}
+	if n := e.WritesWaiting(); n != 0 {
+		t.Errorf("%d writes still wait", n)
+	}
+}
+
+// A write that waits Config.WriteTurnWait for its turn is refused unavailable,
+// having written nothing, and says why; one whose caller leaves first
+// answers the caller's end. The engine's own writes, and those of
+// callers without a writer, take no turn.
+func TestAWriteTooLongWithoutItsTurnIsRefused(t *testing.T) {
+	st := &heldWrites{Store: openStore(t)}
+	e := newEngineOver(t, st, jobs.Config{WriteTurnWait: 200 * time.Millisecond})
+	go st.release("c")
+	queued := submit(t, e, jobs.SubmitRequest{Tenant: "c"})
+	acme := jobs.WithReader(context.Background(), "tenant/a")
+
+	batches := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := e.SubmitMany(acme, batchOf("a", jobtype.MaxBatchJobs))
+			batches <- err
+		}()
+	}
+	waitUntil(t, "a's two batches holding every place", func() bool { return len(st.order()) == 3 })
+
+	_, err := e.Submit(acme, jobs.SubmitRequest{Tenant: "a", Kind: "late"})
+	var turn *jobs.WriteTurnError
+	if !errors.As(err, &turn) || !errors.Is(err, jobtype.ErrUnavailable) || turn.Writer != "tenant/a" {
+		t.Fatalf("a write past its turn's wait answered %v, want a WriteTurnError of tenant/a wrapping ErrUnavailable", err)
+	}
+	if want := "the write waited 200ms for its turn behind the other writes of tenant a"; len(turn.UnavailableCause()) < len(want) || turn.UnavailableCause()[:len(want)] != want {
+		t.Errorf("its cause reads %q, want it to start %q", turn.UnavailableCause(), want)
+	}
+
+	leaving, leave := context.WithCancel(acme)
+	left := make(chan error, 1)
+	go func() {
+		_, err := e.Submit(leaving, jobs.SubmitRequest{Tenant: "a", Kind: "left"})
+		left <- err
+	}()
+	waitUntil(t, "a write waiting", func() bool { return e.WritesWaiting() == 1 })
+	leave()
+	if err := <-left; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a write whose caller left while it waited answered %v, want context.Canceled", err)
+	}
+
+	// Cancel without a writer (the engine's own, or a server without
+	// tokens) does not wait for a place.
+	if _, err := e.Cancel(context.Background(), queued.ID); err != nil {
+		t.Fatalf("a cancel without a writer while writes hold every place: %v", err)
+	}
+	for range 2 {
+		st.release("a")
+	}
+	for range 2 {
+		if err := <-batches; err != nil {
+			t.Fatalf("a's batch: %v", err)
+		}
+	}
+	for _, kind := range []string{"late", "left"} {
+		page, _, err := e.List(context.Background(), jobs.ListRequest{Tenant: "a", Kind: kind})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) != 0 {
+			t.Errorf("tenant a has %d jobs of kind %s, whose write was refused or left", len(page), kind)
+		}
+	}
+}

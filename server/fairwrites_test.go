@@ -1,0 +1,216 @@
+package server_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/jobs"
+	"github.com/jobwatch/jobwatch/jobtype"
+	"github.com/jobwatch/jobwatch/server"
+	"github.com/jobwatch/jobwatch/store"
+)
+
+// heldCreates is a store whose creates of jobs wait for a word from the
+// test (release, by tenant), recording whose reached it, in order.
+type heldCreates struct {
+	store.Store
+
+	mu      sync.Mutex
+	entered []string
+	gates   map[string]chan struct{}
+}
+
+func (s *heldCreates) gate(tenant string) chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gates[tenant] == nil {
+		s.gates[tenant] = make(chan struct{})
+	}
+	return s.gates[tenant]
+}
+
+func (s *heldCreates) release(tenant string) { s.gate(tenant) <- struct{}{} }
+
+func (s *heldCreates) order() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.entered)
+}
+
+func (s *heldCreates) enter(ctx context.Context, tenant string) error {
+	s.mu.Lock()
+	s.entered = append(s.entered, tenant)
+	s.mu.Unlock()
+	select {
+	case <-s.gate(tenant):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *heldCreates) CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, error) {
+	if err := s.enter(ctx, j.Tenant); err != nil {
+		return jobtype.Job{}, err
+	}
+	return s.Store.CreateJob(ctx, j)
+}
+
+func (s *heldCreates) CreateJobs(ctx context.Context, js []jobtype.Job) ([]jobtype.Job, error) {
+	if err := s.enter(ctx, js[0].Tenant); err != nil {
+		return nil, err
+	}
+	return s.Store.CreateJobs(ctx, js)
+}
+
+// heldWritesServer is a server over a heldCreates store whose writes
+// wait at most wait for their turn, with acme's two batches of 1,000
+// in the store, holding every place for writes; send sends one more.
+func heldWritesServer(t *testing.T, wait time.Duration) (ts *testServer, held *heldCreates, acme, globex clients, send func(), batches chan error) {
+	held = &heldCreates{gates: map[string]chan struct{}{}}
+	ts = startServer(t, serverOptions{
+		config:    server.Config{Tokens: testTokens(t)},
+		engine:    jobs.Config{WriteTurnWait: wait},
+		wrapStore: func(st store.Store) store.Store { held.Store = st; return held },
+	})
+	acme = ts.clientsWithToken(authProtocols[1], acmeToken)
+	globex = ts.clientsWithToken(authProtocols[0], globexToken)
+	batches = make(chan error, 3)
+	send = func() {
+		_, err := acme.jobs.SubmitJobs(ctxTimeout(t, time.Minute), batchRequest(t, "bulk", "", jobtype.MaxBatchJobs))
+		batches <- err
+	}
+	go send()
+	go send()
+	waitUntil(t, "acme's two batches in the store", func() bool { return len(held.order()) == 2 })
+	return ts, held, acme, globex, send, batches
+}
+
+// A tenant's burst of SubmitJobs cannot keep another tenant's submit
+// waiting behind all of it: writes take turns by tenant, so globex's
+// SubmitJob, sent behind acme's batches of 1,000 that hold every place
+// for writes and wait for more, is written at the first places freed,
+// ahead of acme's waiting batch.
+func TestATenantsBurstOfBatchesDoesNotKeepAnotherTenantsSubmitWaiting(t *testing.T) {
+	ts, held, _, globex, send, batches := heldWritesServer(t, time.Hour)
+	go send()
+	waitUntil(t, "acme's third batch waiting its turn", func() bool { return ts.engine.WritesWaiting() == 1 })
+	got := make(chan error, 1)
+	go func() {
+		_, err := globex.jobs.SubmitJob(ctxTimeout(t, time.Minute), &jobwatchv1.SubmitJobRequest{Kind: "one"})
+		got <- err
+	}()
+	waitUntil(t, "globex's submit waiting behind acme's batch", func() bool { return ts.engine.WritesWaiting() == 2 })
+	held.release("acme") // one of acme's batches is written: globex's turn
+	waitUntil(t, "globex's submit in the store", func() bool { return len(held.order()) == 3 })
+	held.release("globex")
+	if err := <-got; err != nil {
+		t.Fatalf("globex's SubmitJob: %v", err)
+	}
+	for range 2 {
+		held.release("acme")
+	}
+	for range 3 {
+		if err := <-batches; err != nil {
+			t.Fatalf("acme's SubmitJobs: %v", err)
+		}
+	}
+	if want := []string{"acme", "acme", "globex", "acme"}; !slices.Equal(held.order(), want) {
+		t.Errorf("the writes reached the store in the order %q, want %q", held.order(), want)
+	}
+}
+
+// A write that waits too long for its turn is refused unavailable,
+// saying why, with nothing written, and the server goes on serving.
+func TestAWriteThatWaitsTooLongForItsTurnIsRefused(t *testing.T) {
+	_, held, acme, _, _, batches := heldWritesServer(t, time.Second)
+	_, err := acme.jobs.SubmitJob(ctxTimeout(t, time.Minute), &jobwatchv1.SubmitJobRequest{Kind: "late"})
+	if connect.CodeOf(err) != connect.CodeUnavailable ||
+		!strings.Contains(err.Error(), "the write waited 1s for its turn behind the other writes of tenant acme") ||
+		!strings.Contains(err.Error(), "nothing was changed: retry with backoff") {
+		t.Fatalf("a write past its turn's wait answered %v; want unavailable saying it waited for its turn behind acme's writes, nothing changed", err)
+	}
+	for range 2 {
+		held.release("acme")
+	}
+	for range 2 {
+		if err := <-batches; err != nil {
+			t.Fatalf("acme's SubmitJobs: %v", err)
+		}
+	}
+	resp, err := acme.jobs.ListJobs(ctxTimeout(t, callBound), &jobwatchv1.ListJobsRequest{Kind: "late"})
+	if err != nil || len(resp.GetJobs()) != 0 {
+		t.Errorf("acme's jobs of the refused write: %v, %v; want none", resp.GetJobs(), err)
+	}
+	go held.release("acme")
+	if _, err := acme.jobs.SubmitJob(ctxTimeout(t, callBound), &jobwatchv1.SubmitJobRequest{Kind: "again"}); err != nil {
+		t.Errorf("the same write once acme's batches are written: %v", err)
+	}
+}
+
+// BenchmarkAnotherTenantsSubmitBehindManyBatches measures globex's
+// SubmitJob while 64 callers of acme send SubmitJobs of 1,000 jobs over
+// and over: writes that keep the store's writer busy. It reports
+// SubmitJob's median and 99th percentile, and acme's jobs written per
+// second and calls refused beside them (over 5 s at least).
+//
+//	go test -run XXX -bench AnotherTenantsSubmit -benchtime 100x ./server/
+func BenchmarkAnotherTenantsSubmitBehindManyBatches(b *testing.B) {
+	ts := startServer(b, serverOptions{config: server.Config{Tokens: testTokens(b)}})
+	acme := ts.clientsWithToken(authProtocols[1], acmeToken)
+	globex := ts.clientsWithToken(authProtocols[1], globexToken)
+	reqs := make([]*jobwatchv1.SubmitJobRequest, jobtype.MaxBatchJobs)
+	for i := range reqs {
+		reqs[i] = &jobwatchv1.SubmitJobRequest{Kind: "k", Hold: true}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var written, refused, calls atomic.Int64
+	const callers = 64
+	for range callers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				calls.Add(1)
+				_, err := acme.jobs.SubmitJobs(ctx, &jobwatchv1.SubmitJobsRequest{Jobs: reqs})
+				switch {
+				case err == nil:
+					written.Add(int64(len(reqs)))
+				case ctx.Err() == nil:
+					refused.Add(1)
+				}
+			}
+		})
+	}
+	for calls.Load() < callers { // every caller under way
+		time.Sleep(time.Millisecond)
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	start, before, refusedBefore := time.Now(), written.Load(), refused.Load()
+	for range b.N {
+		t0 := time.Now()
+		if _, err := globex.jobs.SubmitJob(ctxTimeout(b, time.Minute), &jobwatchv1.SubmitJobRequest{Kind: "k", Hold: true}); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	time.Sleep(time.Until(start.Add(5 * time.Second)))
+	secs := time.Since(start).Seconds()
+	rate, refusals := float64(written.Load()-before)/secs, float64(refused.Load()-refusedBefore)/secs
+	cancel()
+	wg.Wait()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	b.ReportMetric(rate, "acme-jobs/s")
+	b.ReportMetric(refusals, "acme-refused/s")
+}
