@@ -13,8 +13,7 @@ import (
 // Callers' writes (submits, batches, cancels, retries, deletes, and the
 // bulk actions, which are those one job at a time) take turns by writer,
 // as their reads do by reader (fairreads.go): the caller's tenant for a
-// client token, its token otherwise (WithReader); without tokens, a
-// submit's tenant. A store commits writes in the order they come
+// client token, its token otherwise (WithReader). A store commits writes in the order they come
 // (SQLite's one writer; PostgreSQL's pool), so one tenant's burst of
 // SubmitJobs queued ahead of every other tenant's write: an outside
 // probe's 64 concurrent SubmitJobs of 1,000 kept another tenant's single
@@ -28,7 +27,9 @@ import (
 // place is refused unavailable, having written nothing, whatever the
 // caller's deadline: the burst's own writes wait there, not in the
 // store, which stays as fast as its running writes. The engine's own
-// writes (claims, completions, the sweep) take no turn.
+// writes (claims, completions, the sweep) take no turn, nor do writes
+// without a writer (a server without tokens, whose callers may name
+// any tenant, and the engine's callers in process).
 
 // writePlaces is how many jobs callers' writes write at once: two
 // SubmitJobs of jobtype.MaxBatchJobs, one committing and one ready to
@@ -41,16 +42,13 @@ const writePlaces = 2 * jobtype.MaxBatchJobs
 // before writes took turns.
 const DefaultWriteTurnWait = 5 * time.Second
 
-// writeTurn waits for cost places for ctx's writer (its reader; else
-// "tenant/"+tenant, when tenant is not "") and returns their release.
-// A write with neither takes no turn.
-func (e *Engine) writeTurn(ctx context.Context, tenant string, cost int) (release func(), err error) {
+// writeTurn waits for cost places for ctx's writer (its reader) and
+// returns their release. A write without one (the engine's own, a
+// server's without tokens) takes no turn.
+func (e *Engine) writeTurn(ctx context.Context, cost int) (release func(), err error) {
 	writer, ok := ctx.Value(readerKey{}).(string)
 	if !ok {
-		if tenant == "" {
-			return noTurn, nil
-		}
-		writer = "tenant/" + tenant
+		return noTurn, nil
 	}
 	waitCtx, cancel := context.WithTimeoutCause(ctx, e.cfg.WriteTurnWait, errTurnWaited)
 	defer cancel()

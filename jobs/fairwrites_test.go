@@ -174,10 +174,14 @@ func TestAWriteTooLongWithoutItsTurnIsRefused(t *testing.T) {
 		t.Fatalf("a write whose caller left while it waited answered %v, want context.Canceled", err)
 	}
 
-	// Cancel without a writer (the engine's own, or a server without
-	// tokens) does not wait for a place.
+	// Writes without a writer (the engine's own, or a server's without
+	// tokens) do not wait for a place.
 	if _, err := e.Cancel(context.Background(), queued.ID); err != nil {
 		t.Fatalf("a cancel without a writer while writes hold every place: %v", err)
+	}
+	go st.release("x")
+	if _, err := e.Submit(context.Background(), jobs.SubmitRequest{Tenant: "x", Kind: "k"}); err != nil {
+		t.Fatalf("a submit without a writer while writes hold every place: %v", err)
 	}
 	for range 2 {
 		st.release("a")

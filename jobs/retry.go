@@ -73,7 +73,7 @@ func (e *Engine) logAction(ctx context.Context, msg string, attrs ...any) {
 // the tenant past its max_queued the *jobtype.QuotaError, as a submit's:
 // the job it makes QUEUED counts.
 func (e *Engine) Retry(ctx context.Context, id string) (jobtype.Job, error) {
-	release, err := e.writeTurn(ctx, "", 1)
+	release, err := e.writeTurn(ctx, 1)
 	if err != nil {
 		return jobtype.Job{}, wrap("retry", id, err)
 	}
@@ -130,7 +130,7 @@ func (e *Engine) Delete(ctx context.Context, id string) error {
 	if err := validID("job_id", id); err != nil {
 		return err
 	}
-	release, err := e.writeTurn(ctx, "", 1)
+	release, err := e.writeTurn(ctx, 1)
 	if err != nil {
 		return wrap("delete", id, err)
 	}

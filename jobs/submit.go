@@ -125,7 +125,7 @@ func (e *Engine) Submit(ctx context.Context, r SubmitRequest) (jobtype.Job, erro
 	if err != nil {
 		return jobtype.Job{}, err
 	}
-	release, err := e.writeTurn(ctx, j.Tenant, 1)
+	release, err := e.writeTurn(ctx, 1)
 	if err != nil {
 		return jobtype.Job{}, wrap("submit", "", err)
 	}
@@ -211,7 +211,7 @@ func (e *Engine) SubmitMany(ctx context.Context, rs []SubmitRequest) ([]jobtype.
 		}
 		jobs[i] = j
 	}
-	release, err := e.writeTurn(ctx, jobs[0].Tenant, len(jobs))
+	release, err := e.writeTurn(ctx, len(jobs))
 	if err != nil {
 		return nil, wrap("submit", "", err)
 	}
@@ -497,7 +497,7 @@ func (e *Engine) Cancel(ctx context.Context, id string) (jobtype.Job, error) {
 // cancel is Cancel, saying whether this call cancelled the job (false
 // for a job CANCELLED already, by this caller or another).
 func (e *Engine) cancel(ctx context.Context, id string) (j jobtype.Job, changed bool, err error) {
-	release, err := e.writeTurn(ctx, "", 1)
+	release, err := e.writeTurn(ctx, 1)
 	if err != nil {
 		return jobtype.Job{}, false, wrap("cancel", id, err)
 	}
