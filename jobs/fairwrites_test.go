@@ -4,72 +4,13 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/jobwatch/jobwatch/internal/heldstore"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
-	"github.com/jobwatch/jobwatch/store"
 )
-
-// heldWrites is a store whose creates wait for a word from the test
-// (release, by tenant), and which records whose creates reached it, in
-// order.
-type heldWrites struct {
-	store.Store
-
-	mu      sync.Mutex
-	entered []string                 // the tenant of each CreateJob and CreateJobs
-	gates   map[string]chan struct{} // by tenant
-}
-
-func (s *heldWrites) gate(tenant string) chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.gates == nil {
-		s.gates = map[string]chan struct{}{}
-	}
-	if s.gates[tenant] == nil {
-		s.gates[tenant] = make(chan struct{})
-	}
-	return s.gates[tenant]
-}
-
-// release lets one create of tenant's through.
-func (s *heldWrites) release(tenant string) { s.gate(tenant) <- struct{}{} }
-
-func (s *heldWrites) enter(ctx context.Context, tenant string) error {
-	s.mu.Lock()
-	s.entered = append(s.entered, tenant)
-	s.mu.Unlock()
-	select {
-	case <-s.gate(tenant):
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (s *heldWrites) order() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.entered...)
-}
-
-func (s *heldWrites) CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, error) {
-	if err := s.enter(ctx, j.Tenant); err != nil {
-		return jobtype.Job{}, err
-	}
-	return s.Store.CreateJob(ctx, j)
-}
-
-func (s *heldWrites) CreateJobs(ctx context.Context, js []jobtype.Job) ([]jobtype.Job, error) {
-	if err := s.enter(ctx, js[0].Tenant); err != nil {
-		return nil, err
-	}
-	return s.Store.CreateJobs(ctx, js)
-}
 
 // batchOf is n requests of tenant's no-op jobs.
 func batchOf(tenant string, n int) []jobs.SubmitRequest {
@@ -84,7 +25,7 @@ func batchOf(tenant string, n int) []jobs.SubmitRequest {
 // them) while it writes alone; another tenant's submit arriving behind
 // its third batch takes the first places freed, ahead of it.
 func TestATenantsBatchesDoNotKeepAnothersSubmitWaiting(t *testing.T) {
-	st := &heldWrites{Store: openStore(t)}
+	st := heldstore.New(openStore(t))
 	e := newEngineOver(t, st, jobs.Config{})
 	acme := jobs.WithReader(context.Background(), "tenant/a")
 
@@ -95,7 +36,7 @@ func TestATenantsBatchesDoNotKeepAnothersSubmitWaiting(t *testing.T) {
 			batches <- err
 		}()
 	}
-	waitUntil(t, "a's two batches in the store at once", func() bool { return len(st.order()) == 2 })
+	waitUntil(t, "a's two batches in the store at once", func() bool { return len(st.Order()) == 2 })
 	go func() {
 		_, err := e.SubmitMany(acme, batchOf("a", jobtype.MaxBatchJobs))
 		batches <- err
@@ -108,25 +49,25 @@ func TestATenantsBatchesDoNotKeepAnothersSubmitWaiting(t *testing.T) {
 		got <- err
 	}()
 	waitUntil(t, "b's submit waiting behind a's batch", func() bool { return e.WritesWaiting() == 2 })
-	st.release("a") // one of a's batches commits: b's turn
-	waitUntil(t, "b's submit in the store", func() bool { return len(st.order()) == 3 })
+	st.Release("a") // one of a's batches commits: b's turn
+	waitUntil(t, "b's submit in the store", func() bool { return len(st.Order()) == 3 })
 	if n := e.WritesWaiting(); n != 1 {
 		t.Fatalf("%d writes wait with b's in the store, want a's third batch", n)
 	}
-	st.release("b")
+	st.Release("b")
 	if err := <-got; err != nil {
 		t.Fatalf("b's submit: %v", err)
 	}
 	for range 2 {
-		st.release("a")
+		st.Release("a")
 	}
 	for range 3 {
 		if err := <-batches; err != nil {
 			t.Fatalf("a's batch: %v", err)
 		}
 	}
-	if want := []string{"a", "a", "b", "a"}; !slices.Equal(st.order(), want) {
-		t.Errorf("the writes reached the store in the order %q, want %q", st.order(), want)
+	if want := []string{"a", "a", "b", "a"}; !slices.Equal(st.Order(), want) {
+		t.Errorf("the writes reached the store in the order %q, want %q", st.Order(), want)
 	}
 	if n := e.WritesWaiting(); n != 0 {
 		t.Errorf("%d writes still wait", n)
@@ -138,9 +79,9 @@ func TestATenantsBatchesDoNotKeepAnothersSubmitWaiting(t *testing.T) {
 // answers the caller's end. The engine's own writes, and those of
 // callers without a writer, take no turn.
 func TestAWriteTooLongWithoutItsTurnIsRefused(t *testing.T) {
-	st := &heldWrites{Store: openStore(t)}
+	st := heldstore.New(openStore(t))
 	e := newEngineOver(t, st, jobs.Config{WriteTurnWait: 200 * time.Millisecond})
-	go st.release("c")
+	go st.Release("c")
 	queued := submit(t, e, jobs.SubmitRequest{Tenant: "c"})
 	acme := jobs.WithReader(context.Background(), "tenant/a")
 
@@ -151,7 +92,7 @@ func TestAWriteTooLongWithoutItsTurnIsRefused(t *testing.T) {
 			batches <- err
 		}()
 	}
-	waitUntil(t, "a's two batches holding every place", func() bool { return len(st.order()) == 3 })
+	waitUntil(t, "a's two batches holding every place", func() bool { return len(st.Order()) == 3 })
 
 	_, err := e.Submit(acme, jobs.SubmitRequest{Tenant: "a", Kind: "late"})
 	var turn *jobs.WriteTurnError
@@ -179,12 +120,12 @@ func TestAWriteTooLongWithoutItsTurnIsRefused(t *testing.T) {
 	if _, err := e.Cancel(context.Background(), queued.ID); err != nil {
 		t.Fatalf("a cancel without a writer while writes hold every place: %v", err)
 	}
-	go st.release("x")
+	go st.Release("x")
 	if _, err := e.Submit(context.Background(), jobs.SubmitRequest{Tenant: "x", Kind: "k"}); err != nil {
 		t.Fatalf("a submit without a writer while writes hold every place: %v", err)
 	}
 	for range 2 {
-		st.release("a")
+		st.Release("a")
 	}
 	for range 2 {
 		if err := <-batches; err != nil {

@@ -12,74 +12,21 @@ import (
 	"connectrpc.com/connect"
 
 	jobwatchv1 "github.com/jobwatch/jobwatch/gen/jobwatch/v1"
+	"github.com/jobwatch/jobwatch/internal/heldstore"
 	"github.com/jobwatch/jobwatch/jobs"
 	"github.com/jobwatch/jobwatch/jobtype"
 	"github.com/jobwatch/jobwatch/server"
 	"github.com/jobwatch/jobwatch/store"
 )
 
-// heldCreates is a store whose creates of jobs wait for a word from the
-// test (release, by tenant), recording whose reached it, in order.
-type heldCreates struct {
-	store.Store
-
-	mu      sync.Mutex
-	entered []string
-	gates   map[string]chan struct{}
-}
-
-func (s *heldCreates) gate(tenant string) chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.gates[tenant] == nil {
-		s.gates[tenant] = make(chan struct{})
-	}
-	return s.gates[tenant]
-}
-
-func (s *heldCreates) release(tenant string) { s.gate(tenant) <- struct{}{} }
-
-func (s *heldCreates) order() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.entered)
-}
-
-func (s *heldCreates) enter(ctx context.Context, tenant string) error {
-	s.mu.Lock()
-	s.entered = append(s.entered, tenant)
-	s.mu.Unlock()
-	select {
-	case <-s.gate(tenant):
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (s *heldCreates) CreateJob(ctx context.Context, j jobtype.Job) (jobtype.Job, error) {
-	if err := s.enter(ctx, j.Tenant); err != nil {
-		return jobtype.Job{}, err
-	}
-	return s.Store.CreateJob(ctx, j)
-}
-
-func (s *heldCreates) CreateJobs(ctx context.Context, js []jobtype.Job) ([]jobtype.Job, error) {
-	if err := s.enter(ctx, js[0].Tenant); err != nil {
-		return nil, err
-	}
-	return s.Store.CreateJobs(ctx, js)
-}
-
 // heldWritesServer is a server over a heldCreates store whose writes
 // wait at most wait for their turn, with acme's two batches of 1,000
 // in the store, holding every place for writes; send sends one more.
-func heldWritesServer(t *testing.T, wait time.Duration) (ts *testServer, held *heldCreates, acme, globex clients, send func(), batches chan error) {
-	held = &heldCreates{gates: map[string]chan struct{}{}}
+func heldWritesServer(t *testing.T, wait time.Duration) (ts *testServer, held *heldstore.Creates, acme, globex clients, send func(), batches chan error) {
 	ts = startServer(t, serverOptions{
 		config:    server.Config{Tokens: testTokens(t)},
 		engine:    jobs.Config{WriteTurnWait: wait},
-		wrapStore: func(st store.Store) store.Store { held.Store = st; return held },
+		wrapStore: func(st store.Store) store.Store { held = heldstore.New(st); return held },
 	})
 	acme = ts.clientsWithToken(authProtocols[1], acmeToken)
 	globex = ts.clientsWithToken(authProtocols[0], globexToken)
@@ -90,7 +37,7 @@ func heldWritesServer(t *testing.T, wait time.Duration) (ts *testServer, held *h
 	}
 	go send()
 	go send()
-	waitUntil(t, "acme's two batches in the store", func() bool { return len(held.order()) == 2 })
+	waitUntil(t, "acme's two batches in the store", func() bool { return len(held.Order()) == 2 })
 	return ts, held, acme, globex, send, batches
 }
 
@@ -109,22 +56,22 @@ func TestATenantsBurstOfBatchesDoesNotKeepAnotherTenantsSubmitWaiting(t *testing
 		got <- err
 	}()
 	waitUntil(t, "globex's submit waiting behind acme's batch", func() bool { return ts.engine.WritesWaiting() == 2 })
-	held.release("acme") // one of acme's batches is written: globex's turn
-	waitUntil(t, "globex's submit in the store", func() bool { return len(held.order()) == 3 })
-	held.release("globex")
+	held.Release("acme") // one of acme's batches is written: globex's turn
+	waitUntil(t, "globex's submit in the store", func() bool { return len(held.Order()) == 3 })
+	held.Release("globex")
 	if err := <-got; err != nil {
 		t.Fatalf("globex's SubmitJob: %v", err)
 	}
 	for range 2 {
-		held.release("acme")
+		held.Release("acme")
 	}
 	for range 3 {
 		if err := <-batches; err != nil {
 			t.Fatalf("acme's SubmitJobs: %v", err)
 		}
 	}
-	if want := []string{"acme", "acme", "globex", "acme"}; !slices.Equal(held.order(), want) {
-		t.Errorf("the writes reached the store in the order %q, want %q", held.order(), want)
+	if want := []string{"acme", "acme", "globex", "acme"}; !slices.Equal(held.Order(), want) {
+		t.Errorf("the writes reached the store in the order %q, want %q", held.Order(), want)
 	}
 }
 
@@ -139,7 +86,7 @@ func TestAWriteThatWaitsTooLongForItsTurnIsRefused(t *testing.T) {
 		t.Fatalf("a write past its turn's wait answered %v; want unavailable saying it waited for its turn behind acme's writes, nothing changed", err)
 	}
 	for range 2 {
-		held.release("acme")
+		held.Release("acme")
 	}
 	for range 2 {
 		if err := <-batches; err != nil {
@@ -150,7 +97,7 @@ func TestAWriteThatWaitsTooLongForItsTurnIsRefused(t *testing.T) {
 	if err != nil || len(resp.GetJobs()) != 0 {
 		t.Errorf("acme's jobs of the refused write: %v, %v; want none", resp.GetJobs(), err)
 	}
-	go held.release("acme")
+	go held.Release("acme")
 	if _, err := acme.jobs.SubmitJob(ctxTimeout(t, callBound), &jobwatchv1.SubmitJobRequest{Kind: "again"}); err != nil {
 		t.Errorf("the same write once acme's batches are written: %v", err)
 	}
