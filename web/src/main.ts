@@ -1,6 +1,7 @@
 // The jobwatch page: a tenant's recent jobs (or one batch's, with its
 // progress), live over one WatchJobs stream; a job's details; the queues.
 // It talks only to the origin that served it.
+import type { MessageInitShape } from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
 import {
   AlreadyActiveError,
@@ -54,7 +55,7 @@ import {
   viewShows,
   type StateFilter,
 } from "./filter";
-import { JobState, JobView, type Job, type Queue } from "./gen/jobwatch/v1/jobwatch_pb";
+import { JobState, JobView, type Job, type ListJobsRequestSchema, type Queue } from "./gen/jobwatch/v1/jobwatch_pb";
 import { otherTenantsText, queuesLeftOutText, tenantBacklogText, waitingReason } from "./queues";
 import { LogPane } from "./logview";
 import { isTerminal, JobBook, millis, stateName, summaryOf } from "./model";
@@ -640,6 +641,12 @@ function renderNow(): void {
   soonPollQueues();
 }
 
+// viewPage is ListJobs' request for a page of the view on screen (its
+// tenant, batch, states and queue) from pageToken ("" for its first).
+function viewPage(pageSize: number, pageToken: string): MessageInitShape<typeof ListJobsRequestSchema> {
+  return { tenant, batch, queue: queueFilter, states: statesOf(stateFilter), pageSize, pageToken, view: JobView.SUMMARY };
+}
+
 // listOlder reads the view's first page with ListJobs (first), or on
 // request its next: with a state filter, the jobs of those states
 // however old; without one, the jobs older than the stream's first page.
@@ -657,15 +664,7 @@ async function listOlder(first = false): Promise<boolean> {
     do {
       const rewound = rewinds;
       const era = book.era;
-      const res = await jobClient.listJobs({
-        tenant,
-        batch,
-        queue: queueFilter,
-        states: statesOf(stateFilter),
-        pageSize: first ? firstPageSize : olderPageSize,
-        pageToken: olderToken,
-        view: JobView.SUMMARY,
-      });
+      const res = await jobClient.listJobs(viewPage(first ? firstPageSize : olderPageSize, olderToken));
       if (view !== listing) {
         return false;
       }
@@ -871,6 +870,52 @@ const maxReadBack = 5000;
 // A read of the view again, and the page token it goes on with.
 type ReadOn = ReadTo & { token: string };
 
+// A page readPages read, as its reader took it: the jobs to draw again,
+// the job it read down to, whether it went past what it looks for (the
+// page is read again from its start by what comes next: its token is
+// not taken), and whether the next page is worth reading.
+type PageTaken = { changed: string[]; to: Job | undefined; past?: boolean; next: boolean };
+
+// readPages reads the view's pages from from's token on, for
+// dropVanished, while goOn (given the job read down to) says to and
+// maxReadBack jobs have not been read, giving each page's jobs to take,
+// which merges those it wants (era: the book's when the page was asked
+// for). It reports how far it read, or undefined if it could not (or
+// current says the view it read for is no longer wanted).
+async function readPages(
+  from: ReadOn,
+  goOn: (to: Job | undefined) => boolean,
+  take: (jobs: readonly Job[], era: number, to: Job | undefined) => PageTaken,
+  current: () => boolean,
+): Promise<ReadOn | undefined> {
+  let { to, token } = from;
+  let read = 0;
+  while (token !== "" && read < maxReadBack && goOn(to)) {
+    let res;
+    const era = book.era;
+    try {
+      res = await jobClient.listJobs(viewPage(500, token));
+    } catch {
+      return undefined;
+    }
+    if (!current()) {
+      return undefined;
+    }
+    const taken = take(res.jobs, era, to);
+    soonRender({ jobs: taken.changed });
+    read += res.jobs.length;
+    to = taken.to;
+    if (taken.past) {
+      break;
+    }
+    token = res.nextPageToken;
+    if (!taken.next) {
+      break;
+    }
+  }
+  return { all: token === "", to, token };
+}
+
 // readBackTo reads the view's pages after its first (listOlder's), down
 // to last (the last job listed before: undefined, none) and no further
 // (upTo), or maxReadBack jobs, merging every job it reads: those held
@@ -881,45 +926,36 @@ type ReadOn = ReadTo & { token: string };
 // shown. It reports how far it read, or undefined if it could not (or
 // current says the view it read for is no longer wanted).
 async function readBackTo(last: Job | undefined, wasListed: Set<string>, current: () => boolean): Promise<ReadOn | undefined> {
-  let to = listedTo;
-  let token = olderToken;
-  let read = 0;
-  while (last !== undefined && token !== "" && read < maxReadBack) {
-    let res;
-    const era = book.era;
-    try {
-      res = await jobClient.listJobs({ tenant, batch, queue: queueFilter, states: statesOf(stateFilter), pageSize: 500, pageToken: token, view: JobView.SUMMARY });
-    } catch {
-      return undefined;
-    }
-    if (!current()) {
-      return undefined;
-    }
-    const { jobs, past } = upTo(res.jobs, last);
-    const changed: string[] = [];
-    for (const job of jobs) {
-      readBack.add(job.id);
-      to = job;
-      if (wasListed.has(job.id)) {
-        listed.add(job.id);
+  const from = { all: olderToken === "", to: listedTo, token: olderToken };
+  const read = await readPages(
+    from,
+    () => last !== undefined,
+    (page, era, to) => {
+      const { jobs, past } = upTo(page, last!);
+      const changed: string[] = [];
+      for (const job of jobs) {
+        readBack.add(job.id);
+        to = job;
+        if (wasListed.has(job.id)) {
+          listed.add(job.id);
+        }
+        if (book.merge(job, era) || !list.has(job.id)) {
+          changed.push(job.id);
+        }
       }
-      if (book.merge(job, era) || !list.has(job.id)) {
-        changed.push(job.id);
-      }
-    }
-    read += res.jobs.length;
-    soonRender({ jobs: changed });
-    if (past) {
-      break;
-    }
-    token = res.nextPageToken;
+      return { changed, to, past, next: true };
+    },
+    current,
+  );
+  if (read === undefined) {
+    return undefined;
   }
-  listedTo = to;
-  olderToken = token;
-  olderLeft = token !== "";
+  listedTo = read.to;
+  olderToken = read.token;
+  olderLeft = read.token !== "";
   listedAll = !olderLeft;
   showOlder();
-  return { all: token === "", to, token };
+  return read;
 }
 
 // readHeld reads on past the jobs readBackTo read (from its token), for
@@ -931,42 +967,27 @@ async function readBackTo(last: Job | undefined, wasListed: Set<string>, current
 // older jobs still goes on from where readBackTo stopped. It reports how
 // far it read, or undefined if it could not.
 async function readHeld(held: Set<string>, from: ReadOn, current: () => boolean): Promise<ReadTo | undefined> {
-  let { all, to, token } = from;
-  let read = 0;
-  const further = () => unreadOf(held).some((job) => to === undefined || createdNs(job) <= createdNs(to));
-  while (!all && token !== "" && read < maxReadBack && further()) {
-    let res;
-    const era = book.era;
-    try {
-      res = await jobClient.listJobs({ tenant, batch, queue: queueFilter, states: statesOf(stateFilter), pageSize: 500, pageToken: token, view: JobView.SUMMARY });
-    } catch {
-      return undefined;
-    }
-    if (!current()) {
-      return undefined;
-    }
-    const changed: string[] = [];
-    let found = 0;
-    for (const job of res.jobs) {
-      if (!held.has(job.id) || listed.has(job.id) || readBack.has(job.id)) {
-        continue;
+  const further = (to: Job | undefined) => unreadOf(held).some((job) => to === undefined || createdNs(job) <= createdNs(to));
+  return readPages(
+    from,
+    further,
+    (jobs, era, to) => {
+      const changed: string[] = [];
+      let found = 0;
+      for (const job of jobs) {
+        if (!held.has(job.id) || listed.has(job.id) || readBack.has(job.id)) {
+          continue;
+        }
+        found++;
+        readBack.add(job.id);
+        if (book.merge(job, era)) {
+          changed.push(job.id);
+        }
       }
-      found++;
-      readBack.add(job.id);
-      if (book.merge(job, era)) {
-        changed.push(job.id);
-      }
-    }
-    soonRender({ jobs: changed });
-    read += res.jobs.length;
-    to = res.jobs.at(-1) ?? to;
-    token = res.nextPageToken;
-    all = token === "";
-    if (!worthNextPage(found, res.jobs.length)) {
-      break;
-    }
-  }
-  return { all, to };
+      return { changed, to: jobs.at(-1) ?? to, next: worthNextPage(found, jobs.length) };
+    },
+    current,
+  );
 }
 
 // refuseQueue shows the server's refusal of the queue the list is
