@@ -15,7 +15,10 @@ import (
 // older pages come (Show newer jobs, above the list, brings the view's
 // start back); each second only the rows in sight refresh their ages,
 // each in its own text node; and the rows kept stay live, while a job
-// let go stays off the list when it changes. How long each Show older
+// let go stays off the list when it changes. The count above the list
+// says how many rows it shows, after every page: the most recent ones
+// only while it shows the view's first page (it said "2,000 most recent
+// shown" of the oldest 2,000). How long each Show older
 // jobs took and what a second of ages rewrote are logged
 // (JOBWATCH_PAGING_JOBS sets how many jobs; timings are never pass or
 // fail).
@@ -32,7 +35,7 @@ func TestPagingFarBackKeepsTheListBounded(t *testing.T) {
 
 	p := &page{t: t, ctx: newTab(t, ctx)}
 	p.do("open the page", chromedp.Navigate(base+"/"))
-	p.waitFor("the 50 newest jobs and a way to older ones", rowCount(50)+` && !document.getElementById("jobs-older").hidden`)
+	p.waitFor("the 50 newest jobs and a way to older ones", rowCount(50)+` && !document.getElementById("jobs-older").hidden`+" && "+countSays("50 most recent shown"))
 	newest, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.querySelector("li.job").dataset.jobId`))
 	if err != nil {
 		t.Fatal(err)
@@ -80,6 +83,13 @@ func TestPagingFarBackKeepsTheListBounded(t *testing.T) {
 		t.Logf("Show older jobs #%d: %d rows, read and drawn within %.0f ms", clicks+1, shown, took)
 		if shown > bound {
 			t.Errorf("%d rows after Show older jobs #%d, want at most %d", shown, clicks+1, bound)
+		}
+		count, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.getElementById("jobs-count").textContent.split(" · ")[0]`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := commas(shown) + " jobs shown"; count != want {
+			t.Errorf("the count says %q after Show older jobs #%d, want %q (the rows listed)", count, clicks+1, want)
 		}
 	}
 	t.Run("each second only the rows in sight refresh their ages, in place", func(t *testing.T) {
@@ -131,7 +141,7 @@ func TestPagingFarBackKeepsTheListBounded(t *testing.T) {
 	p.waitFor("the oldest 2,000 jobs, the newest let go, and a way back to them",
 		rowCount(bound)+" && "+absent(row(newest))+
 			` && [...document.querySelectorAll("li.job")].at(-1).dataset.jobId === `+strconv.Quote(oldest.ID)+
-			` && !document.getElementById("jobs-newer").closest("p").hidden && `+textHas("#jobs-count", "2,000 most recent shown"))
+			` && !document.getElementById("jobs-newer").closest("p").hidden && `+countSays("2,000 jobs shown"))
 
 	t.Run("the rows kept stay live, and a job let go stays off the list", func(t *testing.T) {
 		p.t = t
@@ -154,8 +164,16 @@ func TestPagingFarBackKeepsTheListBounded(t *testing.T) {
 		p.click("show newer jobs", "p:not([hidden]) > #jobs-newer")
 		p.waitFor("the newest job, cancelled, on top, the list short again", fmt.Sprintf(
 			`document.querySelector("li.job")?.dataset.jobId === %q && document.querySelector("li.job").dataset.state === "cancelled"`+
-				` && %s < 100 && document.getElementById("jobs-newer").closest("p").hidden && !%s.hidden`, newest, rows, older))
+				` && %s < 100 && document.getElementById("jobs-newer").closest("p").hidden && !%s.hidden`, newest, rows, older)+
+			" && "+countSays(`${document.querySelectorAll("li.job").length} most recent shown`))
 	})
+}
+
+// countSays is a JS condition: the count above the list says of its rows
+// what (a JS template literal's text), before what it says of the
+// tenant's jobs in all (" · the tenant has …").
+func countSays(what string) string {
+	return `document.getElementById("jobs-count").textContent.split(" · ")[0] === ` + "`" + what + "`"
 }
 
 // jobsFromEnv is how many jobs a test that measures the page makes: the

@@ -42,6 +42,20 @@ export function filterLabel(f: StateFilter): string {
   return stateFilters.find((s) => s.value === f)?.label ?? "all jobs";
 }
 
+// countText is what the list's count says of its rows, rows of them,
+// filtered to f: "12 most recent shown" while they are the view's
+// newest; "1,973 jobs shown" once paged (Show older jobs read past the
+// view's first page, and the list may have let its newest go), when
+// they no longer are; "3 failed shown" with a state filter. The number is
+// the rows', never the view's, which may hold many more.
+export function countText(f: StateFilter, rows: number, paged: boolean): string {
+  const n = rows.toLocaleString("en-US");
+  if (f !== "all") {
+    return `${n} ${filterLabel(f)} shown`;
+  }
+  return paged ? `${n} ${rows === 1 ? "job" : "jobs"} shown` : `${n} most recent shown`;
+}
+
 // stateAliases are the states an address may name that the menu offers
 // together with others: ?state=queued shows the queued or waiting jobs,
 // as a person typing the address means, not every job.

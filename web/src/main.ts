@@ -35,7 +35,7 @@ import { byId, h, setData, setText } from "./dom";
 import { aboutJob } from "./format";
 import { JobFeed, type FeedStatus } from "./feed";
 import {
-  filterLabel,
+  countText,
   jobLink,
   linkedJobFromURL,
   noJobsText,
@@ -452,7 +452,10 @@ function startFeed(waited = false): void {
   }
   const shownFilter = stateFilter;
   const shownQueue = queueFilter;
-  list.filter((job) => viewShows(shownFilter, shownQueue, job), shownFilter === "all" ? "most recent shown" : `${filterLabel(shownFilter)} shown`);
+  list.filter(
+    (job) => viewShows(shownFilter, shownQueue, job),
+    (rows, paged) => countText(shownFilter, rows, paged),
+  );
   showQueueFilter();
   showStateNote();
   showBacklog();
@@ -461,6 +464,7 @@ function startFeed(waited = false): void {
   olderToken = "";
   olderLeft = false;
   firstPageIn = false;
+  lookedPastEmpty = false;
   listedAll = false;
   trimmedFailed = false;
   unendedLetGo = false;
@@ -635,6 +639,7 @@ function renderNow(): void {
     showCapped();
   }
   list.render(book, changed);
+  lookPastEmpty();
   refreshDetail();
   refreshActions();
   jobsConfirm.recheck();
@@ -693,6 +698,7 @@ async function listOlder(first = false): Promise<boolean> {
       list.render(book, changed);
       added += fresh.filter((id) => list.has(id)).length;
       if (!first) {
+        list.pagedBack();
         keepToBound();
       }
       if (rewound !== rewinds) {
@@ -729,6 +735,7 @@ async function listOlder(first = false): Promise<boolean> {
         firstPageIn = true;
         reveal();
       }
+      lookPastEmpty();
     }
   }
 }
@@ -950,6 +957,9 @@ async function readBackTo(last: Job | undefined, wasListed: Set<string>, current
   if (read === undefined) {
     return undefined;
   }
+  if (read.to !== from.to) {
+    list.pagedBack();
+  }
   listedTo = read.to;
   olderToken = read.token;
   olderLeft = read.token !== "";
@@ -1096,6 +1106,29 @@ function showStateNote(): void {
 function showOlder(): void {
   olderButton.hidden = !olderLeft;
   newerBar.hidden = !list.windowed;
+}
+
+// lookedPastEmpty: the list was empty while Show older jobs was offered,
+// and the page read on as that click would: once, until the list shows
+// a job again.
+let lookedPastEmpty = false;
+
+// lookPastEmpty reads on past an empty list that offers Show older jobs,
+// as a click would, so that an empty list never sits beside the button:
+// its jobs may all have left the view (retried, deleted, changed state)
+// since the server's token said there were more, or been let go by the
+// book's bounds. The older jobs show, or the button goes and the list
+// says, in its filter's words, that there are none.
+function lookPastEmpty(): void {
+  if (list.size > 0) {
+    lookedPastEmpty = false;
+    return;
+  }
+  if (lookedPastEmpty || !olderLeft || olderButton.disabled || !firstPageIn || feedStatus.kind !== "live") {
+    return;
+  }
+  lookedPastEmpty = true;
+  void listOlder();
 }
 
 // showBatch filters the list to the jobs of name ("" shows every job

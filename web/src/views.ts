@@ -188,7 +188,12 @@ export class JobList {
   // shows is whether a job belongs in the list (the state filter's); a
   // job that changes out of it leaves the list.
   private shows: (job: Job) => boolean = () => true;
-  private countWord = "most recent shown";
+  // countText is what the count says of the rows (filter.ts's
+  // countText): how many, and whether they are the view's most recent
+  // jobs, which they no longer are once paged (Show older jobs read past
+  // the view's first page) or windowed.
+  private countText: (rows: number, paged: boolean) => string = (rows) => `${rows.toLocaleString("en-US")} most recent shown`;
+  private paged = false;
   // backlog follows the count: what the server says of the view's jobs
   // in all, where it can say it ("" for nothing).
   private backlog = "";
@@ -245,14 +250,27 @@ export class JobList {
     this.setTabStop(id);
   }
 
-  // filter sets which jobs the list shows, and what its count calls them
-  // ("12 most recent shown", "3 failed shown": the rows, not the jobs of
-  // the view, which may be many more), from the newest again; the page
+  // filter sets which jobs the list shows, and what its count says of
+  // them ("12 most recent shown", "3 failed shown": the rows, not the jobs
+  // of the view, which may be many more), from the newest again; the page
   // clears and renders it again.
-  filter(shows: (job: Job) => boolean, countWord: string): void {
+  filter(shows: (job: Job) => boolean, countText: (rows: number, paged: boolean) => string): void {
     this.shows = shows;
-    this.countWord = countWord;
+    this.countText = countText;
     this.top = undefined;
+    this.paged = false;
+  }
+
+  // pagedBack says that the list holds jobs of the view's pages after its
+  // first (Show older jobs): its rows are no longer the most recent only.
+  pagedBack(): void {
+    this.paged = true;
+    this.showCount();
+  }
+
+  // size is how many rows the list shows.
+  get size(): number {
+    return this.rows.size;
   }
 
   // windowed reports whether the list let its newest rows go (keepOldest):
@@ -265,6 +283,7 @@ export class JobList {
   // rendered.
   fromNewest(): void {
     this.top = undefined;
+    this.paged = false;
   }
 
   // aboveTop reports whether job is newer than the rows the list kept.
@@ -367,7 +386,7 @@ export class JobList {
 
   private showCount(): void {
     this.empty.hidden = this.rows.size > 0;
-    const shown = this.rows.size === 0 ? "" : `${this.rows.size.toLocaleString("en-US")} ${this.countWord}`;
+    const shown = this.rows.size === 0 ? "" : this.countText(this.rows.size, this.paged || this.windowed);
     setText(this.count, shown !== "" && this.backlog !== "" ? `${shown} · ${this.backlog}` : shown);
   }
 
@@ -387,6 +406,7 @@ export class JobList {
     this.rows.clear();
     this.tabStop = "";
     this.top = undefined;
+    this.paged = false;
     this.list.replaceChildren();
     this.empty.hidden = false;
     setText(this.count, "");

@@ -8,6 +8,7 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 import { JobFilterSchema, JobState } from "../src/gen/jobwatch/v1/jobwatch_pb";
 import {
+  countText,
   jobLink,
   linkedJobFromURL,
   matches,
@@ -105,6 +106,14 @@ test("the empty list names the queue it is narrowed to", () => {
   assert.equal(noJobsText("failed", "b1", ""), "No failed jobs in batch “b1”.");
   assert.equal(noJobsText("all", "b1", ""), "No jobs in batch “b1” yet.");
   assert.equal(noJobsText("all", "", ""), "", "a whole tenant's empty list is the page's to explain");
+});
+
+test("the count says how many rows the list shows, and calls them the most recent only while they are", () => {
+  assert.equal(countText("all", 50, false), "50 most recent shown");
+  assert.equal(countText("all", 1973, true), "1,973 jobs shown", "once paged, not the most recent");
+  assert.equal(countText("all", 1, true), "1 job shown");
+  assert.equal(countText("failed", 3, false), "3 failed shown");
+  assert.equal(countText("failed", 2000, true), "2,000 failed shown");
 });
 
 test("what the list shows is named with its queue", () => {
