@@ -236,7 +236,7 @@ func TestSubmitFileRefusesBadInputBeforeSendingAnything(t *testing.T) {
 		{[]string{"--file", good, "--payload", "{}"}, `set "payload" on each line`},
 		{[]string{"--file", good, "--wait"}, "jobwatch wait --batch NAME"},
 		{[]string{"--file", good, "--chunk", "1001"}, "--chunk must be from 1 to 1000"},
-		{[]string{}, "usage: submit KIND [flags], or submit --file FILE"},
+		{[]string{}, "usage: jobwatch submit KIND [flags], or jobwatch submit --file FILE"},
 		{[]string{"thumb", "--chunk", "10"}, "--chunk goes with --file"},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -359,7 +359,7 @@ func TestWaitForSeveralJobsSaysWhatIsWrong(t *testing.T) {
 		{[]string{"--batch", "no-such-batch"}, exitError, `batch "no-such-batch" holds no job`},
 		{[]string{known, known, "--timeout", "200ms"}, exitTimedOut, "--timeout passed"},
 		{[]string{known, "--batch", "b"}, exitUsage, "IDs or --batch, not both"},
-		{[]string{}, exitUsage, "usage: wait ID [ID...]"},
+		{[]string{}, exitUsage, "usage: jobwatch wait ID [ID...]"},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			code, _, errOut := runInProcess(t, append([]string{"wait", "--server", s.URL}, tt.args...)...)

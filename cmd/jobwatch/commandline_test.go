@@ -14,7 +14,8 @@ import (
 )
 
 // TestEveryCommandExplainsItself: "jobwatch help CMD" and "CMD -h" print
-// the command's own usage (never Go's "Usage of …" line) and exit 0.
+// the command's own usage (never Go's "Usage of …" line) on stdout, so
+// that it pipes, and exit 0.
 func TestEveryCommandExplainsItself(t *testing.T) {
 	for _, name := range []string{"serve", "demo", "submit", "get", "list", "cancel", "start", "wait", "watch", "worker", "bench"} {
 		t.Run(name, func(t *testing.T) {
@@ -25,9 +26,11 @@ func TestEveryCommandExplainsItself(t *testing.T) {
 			if code != 0 || !strings.HasPrefix(out, "Usage: jobwatch "+name) || strings.Contains(out, "Usage of") {
 				t.Fatalf("jobwatch help %s = exit %d, stdout %q, stderr %q; want 0 and its usage on stdout", name, code, out, errOut)
 			}
-			code, _, errOut = runJobwatch(t, name, "-h")
-			if code != 0 || !strings.HasPrefix(errOut, "Usage: jobwatch "+name) {
-				t.Fatalf("jobwatch %s -h = exit %d, stderr %q; want 0 and its usage", name, code, errOut)
+			for _, h := range []string{"-h", "--help"} {
+				code, out, errOut = runJobwatch(t, name, h)
+				if code != 0 || !strings.HasPrefix(out, "Usage: jobwatch "+name) || errOut != "" {
+					t.Fatalf("jobwatch %s %s = exit %d, stdout %q, stderr %q; want 0 and its usage on stdout, as help %s gives it", name, h, code, out, errOut, name)
+				}
 			}
 		})
 	}

@@ -251,9 +251,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "jobwatch: help takes one command: jobwatch help %s\n", rest[0])
 			return 2
 		}
-		// A command's -h prints its usage to stderr, where flag errors
-		// go; asked for by name, the usage is the answer: stdout.
-		return run(ctx, []string{rest[0], "-h"}, stdout, stdout)
+		return run(ctx, []string{rest[0], "-h"}, stdout, stderr)
 	}
 	cmd := command(name)
 	if cmd == nil && strings.HasPrefix(name, "-") {
@@ -277,6 +275,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "jobwatch: unknown command %q\n\n%s", name, usage)
 		return 2
+	}
+	if asksForHelp(rest) {
+		// The usage asked for is the answer: stdout, as for "jobwatch
+		// help CMD", so that it pipes (jobwatch submit -h | grep payload).
+		stderr = stdout
 	}
 	// A command's calls may report retries from goroutines of their own
 	// while the command writes to stderr too.
@@ -304,6 +307,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
+}
+
+// asksForHelp reports whether a command's arguments ask for its usage:
+// -h, -help or --help among them, before any "--".
+func asksForHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
 }
 
 // usageError is a bad flag or argument: the exit code is 2, as for flag

@@ -45,8 +45,8 @@ func TestAnUnknownFlagIsReportedOnce(t *testing.T) {
 		})
 	}
 	// Asked for, the flags are the answer.
-	if code, _, stderr := runInProcess(t, "list", "-h"); code != 0 || !strings.HasPrefix(stderr, "Usage: jobwatch list") || !strings.Contains(stderr, "-limit") {
-		t.Fatalf("list -h: exit %d, %q; want 0 and the flags", code, stderr)
+	if code, stdout, _ := runInProcess(t, "list", "-h"); code != 0 || !strings.HasPrefix(stdout, "Usage: jobwatch list") || !strings.Contains(stdout, "-limit") {
+		t.Fatalf("list -h: exit %d, %q; want 0 and the flags", code, stdout)
 	}
 }
 

@@ -118,7 +118,7 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return tooManyArgs("submit KIND [flags]", pos[1:])
 	}
 	if len(pos) != 1 {
-		return usageError{"usage: submit KIND [flags], or submit --file FILE [flags]"}
+		return usageError{"usage: jobwatch submit KIND [flags], or jobwatch submit --file FILE [flags]"}
 	}
 	if chunk != client.MaxBatchJobs {
 		return usageError{"--chunk goes with --file: it bounds the jobs of one SubmitJobs call"}

@@ -61,7 +61,7 @@ func wait(ctx context.Context, args []string, stdout, stderr io.Writer) (err err
 	case batch != "" && len(ids) > 0:
 		return usageError{fmt.Sprintf("wait takes IDs or --batch, not both (got --batch %q and %q)", batch, ids)}
 	case batch == "" && len(ids) == 0:
-		return usageError{"usage: wait ID [ID...] [flags], or wait --batch NAME [flags]"}
+		return usageError{"usage: jobwatch wait ID [ID...] [flags], or jobwatch wait --batch NAME [flags]"}
 	}
 	c, err := cf.client(stderr, false)
 	if err != nil {

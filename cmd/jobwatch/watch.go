@@ -71,7 +71,7 @@ func watch(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 	case batch == "" && tenant != "":
 		return usageError{"--tenant names the batch's tenant: it goes with --batch"}
 	case batch == "" && len(pos) != 1:
-		return usageError{"usage: watch ID [flags], or watch --batch NAME [flags]"}
+		return usageError{"usage: jobwatch watch ID [flags], or jobwatch watch --batch NAME [flags]"}
 	}
 	switch display {
 	case "auto":
