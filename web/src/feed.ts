@@ -26,8 +26,9 @@ export type FeedStatus =
   // again cannot help, a different tenant can. byPage: the page itself
   // refused it, by the server's rule, and sent nothing. queue: what the
   // server refused was the queue the page's list is narrowed to (the
-  // page's own ListJobs, not the feed's stream, which takes no queue).
-  | { kind: "refused"; reason: string; byPage?: boolean; queue?: string };
+  // page's own ListJobs, not the feed's stream, which takes no queue);
+  // ofKind: the kind it is narrowed to, as for the queue.
+  | { kind: "refused"; reason: string; byPage?: boolean; queue?: string; ofKind?: string };
 
 export interface FeedListener {
   jobs(batch: Job[]): void;

@@ -1,6 +1,7 @@
 // What the list is narrowed to beyond its tenant and batch: the jobs of
-// some states (?state=failed) and of one queue (?queue=NAME), which the
-// page asks the server for with ListJobs' states and queue, never by
+// some states (?state=failed), of one queue (?queue=NAME) and of one kind
+// (?kind=NAME), which the page asks the server for with ListJobs'
+// states, queue and kind, never by
 // filtering the jobs it happens to hold; and the job a link opens
 // (?job=ID). WatchJobs takes neither filter: the stream brings every job
 // of the tenant (or batch) that changes, and the page matches each one
@@ -25,6 +26,7 @@ export const stateFilters: readonly { value: StateFilter; label: string; states:
 
 export const stateParam = "state";
 export const queueParam = "queue";
+export const kindParam = "kind";
 export const jobParam = "job";
 
 // statesOf is what ListJobs is asked for: no state for "all".
@@ -119,20 +121,35 @@ export function queueFromURL(url: URL): string {
   return url.searchParams.get(queueParam) ?? "";
 }
 
+// kindFromURL is the kind the address narrows the list to (?kind=), ""
+// for every kind, taken as written as the queue is.
+export function kindFromURL(url: URL): string {
+  return url.searchParams.get(kindParam) ?? "";
+}
+
 // urlWithQueue is url narrowed to queue ("" clears it); the other filters
 // and the job shown (the hash) stay. A named tenant goes into the address
 // with it, as with a batch, so that a link opened in another tab (the
 // queue panel's) shows the same tenant's jobs.
 export function urlWithQueue(url: URL, queue: string, tenant: string): URL {
+  return urlNarrowed(url, queueParam, queue, tenant);
+}
+
+// urlWithKind is url narrowed to kind ("" clears it), as urlWithQueue.
+export function urlWithKind(url: URL, kind: string, tenant: string): URL {
+  return urlNarrowed(url, kindParam, kind, tenant);
+}
+
+function urlNarrowed(url: URL, param: string, name: string, tenant: string): URL {
   const next = new URL(url.href);
-  if (queue === "") {
-    next.searchParams.delete(queueParam);
+  if (name === "") {
+    next.searchParams.delete(param);
     return next;
   }
   if (tenant !== "") {
     next.searchParams.set("tenant", tenant);
   }
-  next.searchParams.set(queueParam, queue);
+  next.searchParams.set(param, name);
   return next;
 }
 
@@ -146,54 +163,79 @@ export function queueLink(url: URL, queue: string, tenant: string): URL {
 }
 
 // viewShows reports whether job belongs in the list narrowed to the
-// states of f and to queue ("" for every queue).
-export function viewShows(f: StateFilter, queue: string, job: Pick<Job, "state" | "queue">): boolean {
-  return matches(f, job.state) && (queue === "" || job.queue === queue);
+// states of f, to queue and to kind ("" for every queue, every kind).
+export function viewShows(f: StateFilter, queue: string, job: Pick<Job, "state" | "queue" | "kind">, kind = ""): boolean {
+  return matches(f, job.state) && (queue === "" || job.queue === queue) && (kind === "" || job.kind === kind);
 }
 
-// refusesQueue reports whether a ListJobs error is the server refusing
-// the queue the list is narrowed to (an invalid name: invalid_argument,
-// "queue: …"), which asking again cannot change.
-export function refusesQueue(queue: string, code: Code, message: string): boolean {
-  return queue !== "" && code === Code.InvalidArgument && message.startsWith("queue:");
+// refusesName reports whether a ListJobs error is the server refusing
+// name, the queue or kind (field) the list is narrowed to (an invalid
+// name: invalid_argument, "queue: …"), which asking again cannot change.
+export function refusesName(field: string, name: string, code: Code, message: string): boolean {
+  return name !== "" && code === Code.InvalidArgument && message.startsWith(`${field}:`);
 }
 
 // viewLabel names what the list shows, for a sentence, with tenant the
 // tenant's own label ("tenant “acme”"): "batch “b” in queue “q” of
-// tenant “acme”".
-export function viewLabel(tenant: string, batch: string, queue: string): string {
-  const inQueue = queue === "" ? "" : `queue “${queue}”`;
-  if (batch === "") {
-    return inQueue === "" ? tenant : `${inQueue} of ${tenant}`;
-  }
-  return inQueue === "" ? `batch “${batch}” of ${tenant}` : `batch “${batch}” in ${inQueue} of ${tenant}`;
+// tenant “acme”", "kind “k” in queue “q” of tenant “acme”".
+export function viewLabel(tenant: string, batch: string, queue: string, kind = ""): string {
+  const parts = [kind === "" ? "" : `kind “${kind}”`, batch === "" ? "" : `batch “${batch}”`, queue === "" ? "" : `queue “${queue}”`].filter((p) => p !== "");
+  return parts.length === 0 ? tenant : `${parts.join(" in ")} of ${tenant}`;
 }
 
 // noJobsText is what the empty list says when it is narrowed by state,
-// batch or queue ("No failed jobs in queue “q”."); "" when it is not (the
-// page says more of a whole tenant with no jobs).
-export function noJobsText(f: StateFilter, batch: string, queue: string): string {
-  const what = f === "all" ? "jobs" : `${filterLabel(f)} jobs`;
+// batch, queue or kind ("No failed jobs in queue “q”.", "No jobs of kind
+// “k” for this tenant."); "" when it is not (the page says more of a
+// whole tenant with no jobs).
+export function noJobsText(f: StateFilter, batch: string, queue: string, kind = ""): string {
+  const what = (f === "all" ? "jobs" : `${filterLabel(f)} jobs`) + (kind === "" ? "" : ` of kind “${kind}”`);
   if (batch !== "" && queue !== "") {
     return `No ${what} of batch “${batch}” in queue “${queue}”.`;
   }
   if (batch !== "") {
-    return f === "all" ? `No jobs in batch “${batch}” yet.` : `No ${what} in batch “${batch}”.`;
+    return f === "all" && kind === "" ? `No jobs in batch “${batch}” yet.` : `No ${what} in batch “${batch}”.`;
   }
   if (queue !== "") {
     return `No ${what} in queue “${queue}”.`;
   }
-  return f === "all" ? "" : `No ${what} for this tenant.`;
+  return f === "all" && kind === "" ? "" : `No ${what} for this tenant.`;
 }
 
+// kindsHeldText follows the empty list of a kind (narrowed by nothing
+// else) with the kinds the tenant's newest jobs are of (kinds: those the
+// page holds), as a queue no job is in is followed by what the queue
+// panel says: a kind mistyped in the address (in another case, say)
+// shows the names there are. "" where the page holds no job.
+export function kindsHeldText(kinds: Iterable<string>): string {
+  const names = [...new Set(kinds)].sort();
+  if (names.length === 0) {
+    return "";
+  }
+  const quoted = names.slice(0, maxKindsSaid).map((k) => `“${k}”`);
+  const more = names.length - quoted.length;
+  const last = more > 0 ? `${more} more` : quoted.pop();
+  const list = quoted.length === 0 ? last : `${quoted.join(", ")} and ${last}`;
+  return `Kinds are matched exactly, case and all; the newest jobs are of ${names.length === 1 ? "kind" : "kinds"} ${list}.`;
+}
+
+// maxKindsSaid is how many kinds kindsHeldText names.
+const maxKindsSaid = 8;
+
 // retryFailedFilter is what Retry all failed asks RetryJobs for: the
-// failed jobs of the view (its tenant, batch and queue) created before
-// now, so that the call ends. A list narrowed to a queue retries that
-// queue's failed jobs only: the question names the queue, and an
-// operator working through one stuck queue must not restart every other
-// queue's failures behind it.
-export function retryFailedFilter(tenant: string, batch: string, queue: string, now: Date): MessageInitShape<typeof JobFilterSchema> {
-  return { tenant, batch, queues: queue === "" ? [] : [queue], states: [JobState.FAILED], createdBefore: timestampFromDate(now) };
+// failed jobs of the view (its tenant, batch, queue and kind) created
+// before now, so that the call ends. A list narrowed to a queue retries
+// that queue's failed jobs only (and to a kind, that kind's): the
+// question names the queue, and an operator working through one stuck
+// queue must not restart every other queue's failures behind it.
+export function retryFailedFilter(tenant: string, batch: string, queue: string, now: Date, kind = ""): MessageInitShape<typeof JobFilterSchema> {
+  return {
+    tenant,
+    batch,
+    queues: queue === "" ? [] : [queue],
+    kinds: kind === "" ? [] : [kind],
+    states: [JobState.FAILED],
+    createdBefore: timestampFromDate(now),
+  };
 }
 
 // linkedJobFromURL is the job the address opens: ?job=ID, or the older

@@ -39,15 +39,18 @@ import {
   jobLink,
   linkedJobFromURL,
   noJobsText,
+  kindFromURL,
+  kindsHeldText,
   queueFromURL,
   queueLink,
-  refusesQueue,
+  refusesName,
   retryFailedFilter,
   stateFilterFromURL,
   stateFilters,
   statesOf,
   unknownState,
   unknownStateText,
+  urlWithKind,
   urlWithoutJob,
   urlWithQueue,
   urlWithState,
@@ -99,6 +102,8 @@ const jobsEmpty = byId<HTMLElement>("jobs-empty");
 const stateSelect = byId<HTMLSelectElement>("state-filter");
 const queueChip = byId<HTMLElement>("queue-filter");
 const queueChipName = byId<HTMLElement>("queue-filter-name");
+const kindChip = byId<HTMLElement>("kind-filter");
+const kindChipName = byId<HTMLElement>("kind-filter-name");
 const openForm = byId<HTMLFormElement>("open-form");
 const openInput = byId<HTMLInputElement>("open-job");
 const openNote = byId<HTMLElement>("open-note");
@@ -256,6 +261,16 @@ const detail = new Detail(
   select,
   (id) => jobLink(new URL(location.href), id, tenant).href,
   (job) => waitingReason(job.state, queuesKnown.get(job.queue), Date.now(), job.tenant, millis(job.runAt)),
+  // A job's kind links to the list narrowed to it (?kind=NAME), as a
+  // queue's name in the queue panel does to its queue.
+  {
+    href: (name) => {
+      const url = urlWithoutJob(urlWithKind(new URL(location.href), name, tenant));
+      url.hash = "";
+      return url.href;
+    },
+    open: (name) => showKind(name),
+  },
 );
 const batchBar = new BatchBar(byId("batch-bar"), () => showBatch(""));
 const queues = new QueueTable(byId("queues"), byId("queues-confirm"), queueOps);
@@ -325,6 +340,9 @@ let stateFilter = stateFilterFromURL(new URL(location.href));
 // state filter is; WatchJobs takes no queue, so the stream's changes
 // show only for the jobs of the queue (viewShows).
 let queueFilter = queueFromURL(new URL(location.href));
+// kindFilter narrows the list to the jobs of one kind (?kind=), "" for
+// every kind, as queueFilter does to a queue.
+let kindFilter = kindFromURL(new URL(location.href));
 // listed holds the jobs ListJobs read for the view (its first page, and
 // every older page asked for): the book keeps them however old. olderToken
 // is the page Show older jobs reads next ("" for the view's first), and
@@ -362,12 +380,19 @@ function emptyText(): string {
   if (!feedHeard) {
     return "Waiting for the server's first answer…";
   }
-  const narrowed = noJobsText(stateFilter, batch, queueFilter);
+  const narrowed = noJobsText(stateFilter, batch, queueFilter, kindFilter);
   if (narrowed !== "") {
     // A queue named by hand (a typo, say) may be no queue at all: where
     // the queue panel lists every queue, say that it does not list it.
     const unknown = queueFilter !== "" && queuesKnown.size > 0 && queuesLeftOut === 0 && !queuesKnown.has(queueFilter);
-    return unknown ? `${narrowed} The queue panel shows no queue of that name.` : narrowed;
+    if (unknown) {
+      return `${narrowed} The queue panel shows no queue of that name.`;
+    }
+    // A kind no job has (one mistyped, say): the kinds the stream brought,
+    // which are every kind's.
+    const kindOnly = kindFilter !== "" && stateFilter === "all" && batch === "" && queueFilter === "";
+    const kinds = kindOnly ? kindsHeldText(book.newestFirst().flatMap((job) => (job.tenant === shownTenant() ? [job.kind] : []))) : "";
+    return kinds === "" ? narrowed : `${narrowed} ${kinds}`;
   }
   // An admin (or anyone, on a server without tokens) lands on the
   // default tenant, where there may be nothing while other tenants' jobs
@@ -452,8 +477,9 @@ function startFeed(waited = false): void {
   }
   const shownFilter = stateFilter;
   const shownQueue = queueFilter;
+  const shownKind = kindFilter;
   list.filter(
-    (job) => viewShows(shownFilter, shownQueue, job),
+    (job) => viewShows(shownFilter, shownQueue, job, shownKind),
     (rows, paged) => countText(shownFilter, rows, paged),
   );
   showQueueFilter();
@@ -474,7 +500,7 @@ function startFeed(waited = false): void {
   jobsConfirm.reset();
   const refusedHere = tenantReason(tenant);
   if (refusedHere !== "" || !mayAskWithoutToken()) {
-    detail.filtered(batch);
+    detail.filtered(batch, kindFilter);
     renderBatch();
     if (refusedHere !== "") {
       // Nothing is sent for a tenant the server would refuse, or one the
@@ -501,7 +527,7 @@ function startFeed(waited = false): void {
         });
   progress = counting;
   setText(jobsEmpty, emptyText());
-  detail.filtered(batch);
+  detail.filtered(batch, kindFilter);
   renderBatch();
   refreshActions();
   const current = new JobFeed(jobClient, tenant, {
@@ -634,11 +660,15 @@ function renderNow(): void {
   }
   list.remove(trimmed);
   trimmedFailed ||= book.count(JobState.FAILED) < failedBefore;
-  if (!unendedLetGo && unended.some((job) => viewShows(stateFilter, queueFilter, job))) {
+  if (!unendedLetGo && unended.some((job) => viewShows(stateFilter, queueFilter, job, kindFilter))) {
     unendedLetGo = true;
     showCapped();
   }
   list.render(book, changed);
+  if (list.size === 0) {
+    // What it says may name the kinds the page holds.
+    showEmptyText();
+  }
   lookPastEmpty();
   refreshDetail();
   refreshActions();
@@ -647,9 +677,9 @@ function renderNow(): void {
 }
 
 // viewPage is ListJobs' request for a page of the view on screen (its
-// tenant, batch, states and queue) from pageToken ("" for its first).
+// tenant, batch, states, queue and kind) from pageToken ("" for its first).
 function viewPage(pageSize: number, pageToken: string): MessageInitShape<typeof ListJobsRequestSchema> {
-  return { tenant, batch, queue: queueFilter, states: statesOf(stateFilter), pageSize, pageToken, view: JobView.SUMMARY };
+  return { tenant, batch, queue: queueFilter, kind: kindFilter, states: statesOf(stateFilter), pageSize, pageToken, view: JobView.SUMMARY };
 }
 
 // listOlder reads the view's first page with ListJobs (first), or on
@@ -719,8 +749,12 @@ async function listOlder(first = false): Promise<boolean> {
       return false;
     }
     const refused = refusalOf(err);
-    if (refusesQueue(queueFilter, refused.code, refused.rawMessage)) {
-      refuseQueue(refused.rawMessage);
+    if (refusesName("queue", queueFilter, refused.code, refused.rawMessage)) {
+      refuseFilter({ queue: queueFilter }, refused.rawMessage);
+      return false;
+    }
+    if (refusesName("kind", kindFilter, refused.code, refused.rawMessage)) {
+      refuseFilter({ ofKind: kindFilter }, refused.rawMessage);
       return false;
     }
     // The stream's own banner says when the server cannot be reached or
@@ -1000,17 +1034,17 @@ async function readHeld(held: Set<string>, from: ReadOn, current: () => boolean)
   );
 }
 
-// refuseQueue shows the server's refusal of the queue the list is
-// narrowed to (a name its rule refuses) as the page shows a stream the
+// refuseFilter shows the server's refusal of the queue or kind the list
+// is narrowed to (a name its rule refuses) as the page shows a stream the
 // server refused: no list, a banner in the server's words, no action on
-// the view. The feed stops too: nothing it brings could be of the queue.
-// Clearing the filter (or another queue) starts the view afresh.
-function refuseQueue(reason: string): void {
+// the view. The feed stops too: nothing it brings could be of the view.
+// Clearing the filter (or another queue or kind) starts the view afresh.
+function refuseFilter(which: { queue: string } | { ofKind: string }, reason: string): void {
   feed?.stop();
   feed = undefined;
   progress?.refuse(reason);
   dropView();
-  showStatus({ kind: "refused", reason, queue: queueFilter });
+  showStatus({ kind: "refused", reason, ...which });
 }
 
 // dropView takes the view's jobs off the screen, and drops the answers
@@ -1070,7 +1104,8 @@ let queuesLeftOut = 0;
 // page): the list's rows may be a few of them. A batch's or an ended
 // state's jobs are not counted there.
 function showBacklog(): void {
-  const counted = batch === "" && (stateFilter === "all" || stateFilter === "waiting" || stateFilter === "running");
+  // Nor a kind's.
+  const counted = batch === "" && kindFilter === "" && (stateFilter === "all" || stateFilter === "waiting" || stateFilter === "running");
   const name = shownTenant();
   // Narrowed to a queue, the count is the tenant's in that queue only.
   list.setBacklog(counted && name !== "" ? tenantBacklogText(queuesKnown.values(), queuesLeftOut, name, queueFilter) : "");
@@ -1162,13 +1197,29 @@ function showQueue(name: string, fromPanel = false): void {
   filterChanged();
 }
 
-// showQueueFilter shows the queue the list is narrowed to beside Show,
-// and points the queue panel's links at the list as it is now.
+// showKind narrows the list to the jobs of kind name ("" shows every
+// kind's again), as a new entry in the browser's history, as showQueue
+// does.
+function showKind(name: string): void {
+  if (name === kindFilter) {
+    return;
+  }
+  kindFilter = name;
+  history.pushState(null, "", urlWithKind(new URL(location.href), name, tenant));
+  filterChanged();
+}
+
+// showQueueFilter shows the queue and the kind the list is narrowed to
+// beside Show, and points the queue panel's links at the list as it is
+// now.
 function showQueueFilter(): void {
   queueChip.hidden = queueFilter === "";
   setText(queueChipName, queueFilter);
   queueChip.title = queueFilter === "" ? "" : `the list shows the jobs of queue ${queueFilter} only`;
   queues.relink(queueFilter);
+  kindChip.hidden = kindFilter === "";
+  setText(kindChipName, kindFilter);
+  kindChip.title = kindFilter === "" ? "" : `the list shows the jobs of kind ${kindFilter} only`;
 }
 
 function filterChanged(): void {
@@ -1188,7 +1239,7 @@ function renderBatch(): void {
     return;
   }
   const status = progress.status;
-  batchBar.show(progress.batch, status.kind, progress.progress(), status.kind === "counted" ? progress.tally.counts() : undefined, queueFilter);
+  batchBar.show(progress.batch, status.kind, progress.progress(), status.kind === "counted" ? progress.tally.counts() : undefined, queueFilter, kindFilter);
   refreshActions();
 }
 
@@ -1199,7 +1250,7 @@ function renderBatch(): void {
 function failedOfView(): number | undefined {
   // The batch's counts are the whole batch's, in every queue: they are
   // not a queue's.
-  if (progress !== undefined && queueFilter === "") {
+  if (progress !== undefined && queueFilter === "" && kindFilter === "") {
     return progress.status.kind === "counted" ? (progress.tally.counts().byState.get(JobState.FAILED) ?? 0) : undefined;
   }
   if (listedAll && !trimmedFailed && !list.windowed && (stateFilter === "all" || stateFilter === "failed")) {
@@ -1210,10 +1261,13 @@ function failedOfView(): number | undefined {
   return undefined;
 }
 
-// failedHeld is how many failed jobs of the view's queue (any, with no
-// queue filter) the page holds: the stream brings every queue's.
+// failedHeld is how many failed jobs of the view's queue and kind (any,
+// with no such filter) the page holds: the stream brings every queue's.
 function failedHeld(): number {
-  return book.count(JobState.FAILED, (id) => queueFilter === "" || book.get(id)?.queue === queueFilter);
+  return book.count(JobState.FAILED, (id) => {
+    const job = book.get(id);
+    return job !== undefined && viewShows("all", queueFilter, job, kindFilter);
+  });
 }
 
 // failedText says how many jobs Retry all failed is about: the exact
@@ -1318,6 +1372,9 @@ function renderBanner(now: number): void {
     setText(bannerWhen, "");
   } else if (s.kind === "refused" && s.byPage === true) {
     setText(bannerText, `The page does not ask for tenant “${tenant}”: ${s.reason}. Enter another tenant.`);
+    setText(bannerWhen, "");
+  } else if (s.kind === "refused" && s.ofKind !== undefined) {
+    setText(bannerText, `The server will not list kind “${s.ofKind}” of ${tenantLabel()}: ${s.reason}. Show all kinds.`);
     setText(bannerWhen, "");
   } else if (s.kind === "refused" && s.queue !== undefined) {
     setText(bannerText, `The server will not list queue “${s.queue}” of ${tenantLabel()}: ${s.reason}. Show all queues, or pick one in the queue panel.`);
@@ -1669,7 +1726,7 @@ function refusalOf(err: unknown): JobwatchError {
 // After each page it reports how far it has got: of total, where the
 // page knew how many there were.
 async function retryAllFailed(total: number | undefined, report: (progress: string) => void): Promise<string> {
-  const filter = retryFailedFilter(tenant, batch, queueFilter, new Date());
+  const filter = retryFailedFilter(tenant, batch, queueFilter, new Date(), kindFilter);
   let matched = 0n;
   let changed = 0n;
   let pageToken = "";
@@ -1712,7 +1769,7 @@ function number(n: number | bigint): string {
 // viewLabel names what the job list shows, for a sentence: the tenant,
 // or a batch or queue of it.
 function viewLabel(): string {
-  return viewLabelOf(tenantLabel(), batch, queueFilter);
+  return viewLabelOf(tenantLabel(), batch, queueFilter, kindFilter);
 }
 
 // answered counts the times the server answered the page after it could
@@ -2109,16 +2166,18 @@ function tick(): void {
 setInterval(tick, 1000);
 document.addEventListener("visibilitychange", tick);
 
-// Back and Forward move between the filters (showBatch, showQueue and
-// the state menu add an entry in the history for each).
+// Back and Forward move between the filters (showBatch, showQueue,
+// showKind and the state menu add an entry in the history for each).
 window.addEventListener("popstate", () => {
   const next = batchFromURL(new URL(location.href));
   const nextState = stateFilterFromURL(new URL(location.href));
   const nextQueue = queueFromURL(new URL(location.href));
-  if (next !== batch || nextState !== stateFilter || nextQueue !== queueFilter) {
+  const nextKind = kindFromURL(new URL(location.href));
+  if (next !== batch || nextState !== stateFilter || nextQueue !== queueFilter || nextKind !== kindFilter) {
     batch = next;
     stateFilter = nextState;
     queueFilter = nextQueue;
+    kindFilter = nextKind;
     filterChanged();
   }
   // Back from ?state=bogus to the list of all jobs changes no filter.
@@ -2151,6 +2210,13 @@ byId("queue-filter-clear").addEventListener("click", () => {
   // tools, on Show.
   const hadKeyboard = document.activeElement === byId("queue-filter-clear");
   showQueue("");
+  if (hadKeyboard) {
+    stateSelect.focus();
+  }
+});
+byId("kind-filter-clear").addEventListener("click", () => {
+  const hadKeyboard = document.activeElement === byId("kind-filter-clear");
+  showKind("");
   if (hadKeyboard) {
     stateSelect.focus();
   }

@@ -13,25 +13,28 @@ import { plainText } from "./logs";
 import { outcomeShares, type BatchCounts } from "./batch";
 import { dependencies, dependencyFailed, onDependencyFailureText, waitingStep, type Dependencies } from "./deps";
 
-// BatchLinks is what a batch label links to: the list filtered to that
-// batch (open), at an address of its own (href) that a reload or a
-// shared link opens again.
-export interface BatchLinks {
-  href(batch: string): string;
-  open(batch: string): void;
+// FilterLinks is what a batch label (or a job's kind, in its details)
+// links to: the list filtered to that batch or kind (open), at an
+// address of its own (href) that a reload or a shared link opens again.
+export interface FilterLinks {
+  href(name: string): string;
+  open(name: string): void;
 }
 
-// batchLink is a batch's label as a link that filters the list to it. It
-// acts on its own: a click, Enter or Space on it does not reach the row
-// around it (which would open the job's detail); Escape still does.
-function batchLink(links: BatchLinks, cls: string): HTMLAnchorElement {
+export type BatchLinks = FilterLinks;
+
+// batchLink is a batch's label as a link that filters the list to it (or
+// with key "kind", a kind's). It acts on its own: a click, Enter or Space
+// on it does not reach the row around it (which would open the job's
+// detail); Escape still does.
+function batchLink(links: FilterLinks, cls: string, key = "batch"): HTMLAnchorElement {
   const a = h("a", { class: cls });
   a.addEventListener("click", (e) => {
     e.preventDefault();
     e.stopPropagation();
-    const batch = a.dataset["batch"];
-    if (batch !== undefined && batch !== "") {
-      links.open(batch);
+    const name = a.dataset[key];
+    if (name !== undefined && name !== "") {
+      links.open(name);
     }
   });
   a.addEventListener("keydown", (e) => {
@@ -456,12 +459,14 @@ export class BatchBar {
   }
 
   // show says how batch is going: progress, its line after its name, and
-  // counts, or undefined while they are not known; queue is the queue the
-  // list is narrowed to besides ("" for none).
-  show(batch: string, status: string, progress: string, counts: BatchCounts | undefined, queue = ""): void {
+  // counts, or undefined while they are not known; queue and kind are the
+  // queue and kind the list is narrowed to besides ("" for none).
+  show(batch: string, status: string, progress: string, counts: BatchCounts | undefined, queue = "", kind = ""): void {
     this.el.hidden = false;
-    setText(this.scope, queue === "" ? "" : `the whole batch, in every queue; the list shows queue “${queue}”`);
-    this.scope.hidden = queue === "";
+    const every = [queue === "" ? "" : "in every queue", kind === "" ? "" : "of every kind"].filter((w) => w !== "").join(" and ");
+    const shows = [kind === "" ? "" : `kind “${kind}”`, queue === "" ? "" : `queue “${queue}”`].filter((w) => w !== "").join(" in ");
+    setText(this.scope, every === "" ? "" : `the whole batch, ${every}; the list shows ${shows}`);
+    this.scope.hidden = every === "";
     setData(this.el, "batch", batch);
     setData(this.el, "status", status);
     setText(this.name, batch);
@@ -587,6 +592,11 @@ export class Detail {
   private readonly batchLink: HTMLAnchorElement;
   // listBatch is the batch the list is filtered to, "" for none.
   private listBatch = "";
+  // A link beside the job's id that narrows the list to the job's kind
+  // (absent while the list shows that kind already); listKind is the
+  // kind the list is narrowed to, "" for none.
+  private readonly kindLink: HTMLAnchorElement;
+  private listKind = "";
 
   constructor(
     private readonly el: HTMLElement,
@@ -597,8 +607,10 @@ export class Detail {
     private readonly openJob: (id: string) => void,
     private readonly linkOf: (id: string) => string,
     private readonly whyWaiting: (job: Job) => string,
+    private readonly kindLinks: FilterLinks,
   ) {
     this.batchLink = batchLink(links, "show-batch");
+    this.kindLink = batchLink(kindLinks, "show-kind", "kind");
     const close = h("button", { type: "button", class: "ghost", "aria-label": "Close details" }, "✕");
     close.addEventListener("click", onClose);
     // A held job (submitted with hold, PENDING) runs once started.
@@ -648,7 +660,7 @@ export class Detail {
     this.gone.hidden = true;
     this.el.append(
       h("div", { class: "panel-head" }, this.title, close),
-      h("div", { class: "detail-line" }, this.badge, this.attempts, this.id),
+      h("div", { class: "detail-line" }, this.badge, this.attempts, this.id, this.kindLink),
       this.gone,
       this.body,
       this.confirm.el,
@@ -690,6 +702,11 @@ export class Detail {
     setData(this.el, "jobId", job.id);
     setData(this.el, "state", stateName(job.state));
     setText(this.title, job.kind);
+    setData(this.kindLink, "kind", job.kind);
+    setText(this.kindLink, "show this kind");
+    setAttr(this.kindLink, "href", this.kindLinks.href(job.kind));
+    setAttr(this.kindLink, "title", `show only the jobs of kind ${job.kind}`);
+    this.kindLink.hidden = job.kind === this.listKind;
     setBadge(this.badge, job.state);
     setText(this.attempts, job.attempt === 0 ? "not started" : `attempt ${job.attempt} of ${job.maxAttempts || 1}`);
     setText(this.id, job.id);
@@ -784,9 +801,12 @@ export class Detail {
 
   // filtered says which batch the list shows ("" for every job), so the
   // detail offers to show a job's batch only when the list does not.
-  filtered(batch: string): void {
+  // So does kind ("" for every kind) for the job's kind.
+  filtered(batch: string, kind = ""): void {
     this.listBatch = batch;
     this.batchLink.hidden = batch !== "" && batch === this.batchLink.dataset["batch"];
+    this.listKind = kind;
+    this.kindLink.hidden = kind !== "" && kind === this.kindLink.dataset["kind"];
   }
 
   private renderFacts(job: Job, book: JobBook): void {

@@ -1,4 +1,4 @@
-// Tests of the list's state and queue filters and job links
+// Tests of the list's state, queue and kind filters and job links
 // (src/filter.ts). web/page_logic_test.go bundles and runs them with
 // `node --test`.
 import { test } from "node:test";
@@ -10,18 +10,21 @@ import { JobFilterSchema, JobState } from "../src/gen/jobwatch/v1/jobwatch_pb";
 import {
   countText,
   jobLink,
+  kindFromURL,
+  kindsHeldText,
   linkedJobFromURL,
   matches,
   noJobsText,
   queueFromURL,
   queueLink,
-  refusesQueue,
+  refusesName,
   retryFailedFilter,
   stateFilterFromURL,
   stateNames,
   statesOf,
   unknownState,
   unknownStateText,
+  urlWithKind,
   urlWithoutJob,
   urlWithQueue,
   urlWithState,
@@ -86,8 +89,12 @@ test("a queue's link opens the list narrowed to it, without the job shown", () =
   assert.equal(queueLink(new URL("http://127.0.0.1:8080/?queue=old"), "new", "").href, "http://127.0.0.1:8080/?queue=new", "another queue replaces the one shown");
 });
 
-test("a job is in the view when its state and its queue are", () => {
-  const job = (state: JobState, queue: string) => ({ state, queue });
+test("a job is in the view when its state, its queue and its kind are", () => {
+  const job = (state: JobState, queue: string, kind = "mail.send") => ({ state, queue, kind });
+  assert.ok(viewShows("all", "", job(JobState.QUEUED, "mail"), "mail.send"));
+  assert.ok(!viewShows("all", "", job(JobState.QUEUED, "mail", "mail.digest"), "mail.send"), "another kind's job shows");
+  assert.ok(!viewShows("failed", "mail", job(JobState.QUEUED, "mail"), "mail.send"), "a job of the kind that left the state stays");
+  assert.ok(viewShows("failed", "mail", job(JobState.FAILED, "mail"), "mail.send"));
   assert.ok(viewShows("all", "", job(JobState.QUEUED, "mail")));
   assert.ok(viewShows("all", "mail", job(JobState.QUEUED, "mail")));
   assert.ok(!viewShows("all", "mail", job(JobState.QUEUED, "render")), "another queue's job shows");
@@ -106,6 +113,11 @@ test("the empty list names the queue it is narrowed to", () => {
   assert.equal(noJobsText("failed", "b1", ""), "No failed jobs in batch “b1”.");
   assert.equal(noJobsText("all", "b1", ""), "No jobs in batch “b1” yet.");
   assert.equal(noJobsText("all", "", ""), "", "a whole tenant's empty list is the page's to explain");
+  // Narrowed to a kind.
+  assert.equal(noJobsText("all", "", "", "mail.send"), "No jobs of kind “mail.send” for this tenant.");
+  assert.equal(noJobsText("failed", "", "", "mail.send"), "No failed jobs of kind “mail.send” for this tenant.");
+  assert.equal(noJobsText("all", "", "x", "mail.send"), "No jobs of kind “mail.send” in queue “x”.");
+  assert.equal(noJobsText("all", "b1", "", "mail.send"), "No jobs of kind “mail.send” in batch “b1”.");
 });
 
 test("the count says how many rows the list shows, and calls them the most recent only while they are", () => {
@@ -116,11 +128,35 @@ test("the count says how many rows the list shows, and calls them the most recen
   assert.equal(countText("failed", 2000, true), "2,000 failed shown");
 });
 
+test("the empty list of a kind names the kinds the page holds", () => {
+  assert.equal(kindsHeldText([]), "");
+  assert.equal(kindsHeldText(["mail.send", "mail.send"]), "Kinds are matched exactly, case and all; the newest jobs are of kind “mail.send”.");
+  assert.equal(
+    kindsHeldText(["thumbs.render", "mail.send", "bulk.import", "mail.send"]),
+    "Kinds are matched exactly, case and all; the newest jobs are of kinds “bulk.import”, “mail.send” and “thumbs.render”.",
+  );
+  assert.equal(
+    kindsHeldText(["k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8", "k9", "k10"]),
+    "Kinds are matched exactly, case and all; the newest jobs are of kinds “k1”, “k10”, “k2”, “k3”, “k4”, “k5”, “k6”, “k7” and 2 more.",
+  );
+});
+
+test("the address narrows the list to a kind, beside the other filters, and clearing it keeps them", () => {
+  const url = new URL("http://127.0.0.1:8080/?state=failed&queue=mail#job=j_1");
+  const narrowed = urlWithKind(url, "mail.send", "acme");
+  assert.equal(narrowed.href, "http://127.0.0.1:8080/?state=failed&queue=mail&tenant=acme&kind=mail.send#job=j_1");
+  assert.equal(kindFromURL(narrowed), "mail.send");
+  assert.equal(urlWithKind(urlWithKind(url, "mail.send", ""), "", "").href, url.href);
+  assert.equal(kindFromURL(url), "", "no kind is every kind");
+});
+
 test("what the list shows is named with its queue", () => {
   assert.equal(viewLabel("tenant “acme”", "", ""), "tenant “acme”");
   assert.equal(viewLabel("tenant “acme”", "", "mail"), "queue “mail” of tenant “acme”");
   assert.equal(viewLabel("tenant “acme”", "b1", ""), "batch “b1” of tenant “acme”");
   assert.equal(viewLabel("tenant “acme”", "b1", "mail"), "batch “b1” in queue “mail” of tenant “acme”");
+  assert.equal(viewLabel("tenant “acme”", "", "", "mail.send"), "kind “mail.send” of tenant “acme”");
+  assert.equal(viewLabel("tenant “acme”", "b1", "mail", "mail.send"), "kind “mail.send” in batch “b1” in queue “mail” of tenant “acme”");
 });
 
 test("retry all failed on a list narrowed to a queue retries that queue's failed jobs only", () => {
@@ -133,15 +169,19 @@ test("retry all failed on a list narrowed to a queue retries that queue's failed
   assert.equal(timestampDate(narrowed.createdBefore!).getTime(), now.getTime(), "only the jobs made before the click, so the call ends");
   const whole = create(JobFilterSchema, retryFailedFilter("acme", "b1", "", now));
   assert.deepEqual(whole.queues, [], "every queue's, with no queue filter");
+  assert.deepEqual(whole.kinds, [], "every kind's, with no kind filter");
+  assert.deepEqual(create(JobFilterSchema, retryFailedFilter("acme", "", "", now, "mail.send")).kinds, ["mail.send"]);
   assert.equal(whole.batch, "b1");
 });
 
-test("only an invalid_argument about the queue is the server refusing the list's queue", () => {
+test("only an invalid_argument about the queue (or kind) is the server refusing the list's queue (or kind)", () => {
   const why = "queue: may only contain ASCII letters, digits and . _ - : / @";
-  assert.ok(refusesQueue("a b", Code.InvalidArgument, why));
-  assert.ok(!refusesQueue("", Code.InvalidArgument, why), "no queue filter, nothing of it to refuse");
-  assert.ok(!refusesQueue("a b", Code.InvalidArgument, "page_token: not a token of this list"), "another field's refusal");
-  assert.ok(!refusesQueue("a b", Code.Unavailable, why));
+  assert.ok(refusesName("queue", "a b", Code.InvalidArgument, why));
+  assert.ok(!refusesName("queue", "", Code.InvalidArgument, why), "no queue filter, nothing of it to refuse");
+  assert.ok(!refusesName("queue", "a b", Code.InvalidArgument, "page_token: not a token of this list"), "another field's refusal");
+  assert.ok(!refusesName("kind", "a b", Code.InvalidArgument, why), "the queue's refusal is not the kind's");
+  assert.ok(refusesName("kind", "a b", Code.InvalidArgument, "kind: may only contain ASCII letters, digits and . _ - : / @"));
+  assert.ok(!refusesName("queue", "a b", Code.Unavailable, why));
 });
 
 test("a state the address names that the page does not know is said, with the states it knows", () => {
