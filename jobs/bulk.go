@@ -107,7 +107,12 @@ func (e *Engine) Bulk(ctx context.Context, a BulkAction, f BulkFilter, pageToken
 	if err != nil {
 		return BulkResult{}, wrap(a.Name, "", err)
 	}
+	release, err := e.writeTurn(ctx, len(page))
+	if err != nil {
+		return BulkResult{Matched: len(page)}, wrap(a.Name, "", err)
+	}
 	changed, err := e.actOnPage(context.WithValue(ctx, inBulkKey{}, true), a, page)
+	release()
 	if next != "" {
 		next = key + "." + next
 	}

@@ -141,3 +141,93 @@ func TestAWriteTooLongWithoutItsTurnIsRefused(t *testing.T) {
 		t.Errorf("tenant a has %d jobs of the refused write", len(page))
 	}
 }
+
+// A write holds places for itself as well as for its jobs, so a
+// writer's many small writes hold every place at 183 (not 2,020), and
+// another writer's write is written at the first freed.
+func TestATenantsManySmallWritesDoNotKeepAnothersWaiting(t *testing.T) {
+	st := heldstore.New(openStore(t))
+	e := newEngineOver(t, st, jobs.Config{WriteTurnWait: time.Hour})
+	acme := jobs.WithReader(context.Background(), "tenant/a")
+	submits := make(chan error, 300)
+	for range 300 {
+		go func() {
+			_, err := e.Submit(acme, jobs.SubmitRequest{Tenant: "a", Kind: "small"})
+			submits <- err
+		}()
+	}
+	waitUntil(t, "a's small writes holding every place", func() bool {
+		return len(st.Order()) == 183 && e.WritesWaiting() == 300-183
+	})
+	got := make(chan error, 1)
+	go func() {
+		_, err := e.Submit(jobs.WithReader(context.Background(), "tenant/b"), jobs.SubmitRequest{Tenant: "b", Kind: "one"})
+		got <- err
+	}()
+	waitUntil(t, "b's submit waiting", func() bool { return e.WritesWaiting() == 300-183+1 })
+	st.Release("a")
+	waitUntil(t, "b's submit in the store", func() bool { return slices.Contains(st.Order(), "b") })
+	if i := slices.Index(st.Order(), "b"); i != 183 {
+		t.Errorf("b's submit reached the store %dth, want right after the 183 of a's that held every place", i+1)
+	}
+	st.Release("b")
+	if err := <-got; err != nil {
+		t.Fatalf("b's submit: %v", err)
+	}
+	for range 299 {
+		st.Release("a")
+	}
+	for range 300 {
+		if err := <-submits; err != nil {
+			t.Fatalf("a's submit: %v", err)
+		}
+	}
+}
+
+// A bulk action's page takes one turn for its jobs, not one a job: it
+// waits as one write while others hold every place, and then acts on
+// its whole page.
+func TestABulkPageTakesOneTurn(t *testing.T) {
+	st := heldstore.New(openStore(t))
+	e := newEngineOver(t, st, jobs.Config{WriteTurnWait: time.Hour})
+	var ids []string
+	for range 20 {
+		go st.Release("c")
+		ids = append(ids, submit(t, e, jobs.SubmitRequest{Tenant: "c", Kind: "k"}).ID)
+	}
+	acme := jobs.WithReader(context.Background(), "tenant/a")
+	batches := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := e.SubmitMany(acme, batchOf("a", jobtype.MaxBatchJobs))
+			batches <- err
+		}()
+	}
+	waitUntil(t, "a's two batches holding every place", func() bool { return len(st.Order()) == 22 })
+	type bulkOutcome struct {
+		r   jobs.BulkResult
+		err error
+	}
+	bulk := make(chan bulkOutcome, 1)
+	go func() {
+		r, err := e.Bulk(jobs.WithReader(context.Background(), "token/ops"), e.CancelAction(), jobs.BulkFilter{Tenant: "c", All: true}, "", 0)
+		bulk <- bulkOutcome{r, err}
+	}()
+	waitUntil(t, "the bulk page waiting as one write", func() bool { return e.WritesWaiting() == 1 })
+	st.Release("a")
+	out := <-bulk
+	if out.err != nil || out.r.Matched != 20 || out.r.Changed != 20 {
+		t.Fatalf("the bulk cancel: %+v, %v; want all 20 of c's jobs cancelled", out.r, out.err)
+	}
+	for _, id := range ids {
+		if j, err := e.Get(context.Background(), id); err != nil || j.State != jobtype.Cancelled {
+			t.Errorf("%s after the bulk cancel: %v, %v", id, j.State, err)
+		}
+	}
+	st.Release("a")
+	for range 2 {
+		if err := <-batches; err != nil {
+			t.Fatalf("a's batch: %v", err)
+		}
+	}
+}

@@ -103,40 +103,53 @@ func TestAWriteThatWaitsTooLongForItsTurnIsRefused(t *testing.T) {
 	}
 }
 
-// BenchmarkAnotherTenantsSubmitBehindManyBatches measures globex's
-// SubmitJob while 64 callers of acme send SubmitJobs of 1,000 jobs over
-// and over: writes that keep the store's writer busy. It reports
+// BenchmarkAnotherTenantsSubmitBehindAFlood measures globex's SubmitJob
+// while callers of acme write over and over: 64 of them sending
+// SubmitJobs of 1,000 jobs, or 500 sending SubmitJob. It reports
 // SubmitJob's median and 99th percentile, and acme's jobs written per
 // second and calls refused beside them (over 5 s at least).
 //
 //	go test -run XXX -bench AnotherTenantsSubmit -benchtime 100x ./server/
-func BenchmarkAnotherTenantsSubmitBehindManyBatches(b *testing.B) {
+func BenchmarkAnotherTenantsSubmitBehindAFlood(b *testing.B) {
+	for _, flood := range []struct {
+		name         string
+		callers, per int
+	}{{"64_batches_of_1000", 64, jobtype.MaxBatchJobs}, {"500_single_submits", 500, 1}} {
+		b.Run(flood.name, func(b *testing.B) { benchmarkSubmitBehind(b, flood.callers, flood.per) })
+	}
+}
+
+func benchmarkSubmitBehind(b *testing.B, callers, per int) {
 	ts := startServer(b, serverOptions{config: server.Config{Tokens: testTokens(b)}})
 	acme := ts.clientsWithToken(authProtocols[1], acmeToken)
 	globex := ts.clientsWithToken(authProtocols[1], globexToken)
-	reqs := make([]*jobwatchv1.SubmitJobRequest, jobtype.MaxBatchJobs)
+	reqs := make([]*jobwatchv1.SubmitJobRequest, per)
 	for i := range reqs {
 		reqs[i] = &jobwatchv1.SubmitJobRequest{Kind: "k", Hold: true}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var written, refused, calls atomic.Int64
-	const callers = 64
 	for range callers {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				calls.Add(1)
-				_, err := acme.jobs.SubmitJobs(ctx, &jobwatchv1.SubmitJobsRequest{Jobs: reqs})
+				var err error
+				if per == 1 {
+					_, err = acme.jobs.SubmitJob(ctx, reqs[0])
+				} else {
+					_, err = acme.jobs.SubmitJobs(ctx, &jobwatchv1.SubmitJobsRequest{Jobs: reqs})
+				}
 				switch {
 				case err == nil:
-					written.Add(int64(len(reqs)))
+					written.Add(int64(per))
 				case ctx.Err() == nil:
 					refused.Add(1)
 				}
 			}
 		})
 	}
-	for calls.Load() < callers { // every caller under way
+	for calls.Load() < int64(callers) { // every caller under way
 		time.Sleep(time.Millisecond)
 	}
 	lat := make([]time.Duration, 0, b.N)
