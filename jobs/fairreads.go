@@ -103,7 +103,7 @@ func (s fairReads) JobsDeleted(ctx context.Context, f store.DeletedFilter) ([]st
 
 // turns hands out places, places of them at once, to callers that
 // take turns by key (a reader, or a writer: fairwrites.go). A call
-// holds cost places (a read one; a write one per job it writes). A call
+// holds cost places (a read one; a write as fairwrites.go says). A call
 // past the free places waits, and freed places go to the waiting key
 // with the fewest places held, the one that waited longest among
 // equals; that call runs once enough places are free for it, and no

@@ -41,8 +41,7 @@ const writeCallPlaces = 10
 
 // writePlaces is every place callers' writes hold at once: two
 // SubmitJobs of jobtype.MaxBatchJobs, one committing and one ready to go
-// next, or 183 writes of one job (on SQLite, about 40 ms of its
-// writer's time).
+// next, or 183 writes of one job.
 const writePlaces = 2 * (writeCallPlaces + jobtype.MaxBatchJobs)
 
 // DefaultWriteTurnWait is Config.WriteTurnWait's default: the SQLite
