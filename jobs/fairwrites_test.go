@@ -21,6 +21,20 @@ func batchOf(tenant string, n int) []jobs.SubmitRequest {
 	return rs
 }
 
+// sendBatches sends n of tenant a's batches of 1,000 through e, each in a
+// goroutine of its own, answering on the channel returned.
+func sendBatches(e *jobs.Engine, n int) chan error {
+	acme := jobs.WithReader(context.Background(), "tenant/a")
+	batches := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := e.SubmitMany(acme, batchOf("a", jobtype.MaxBatchJobs))
+			batches <- err
+		}()
+	}
+	return batches
+}
+
 // One tenant's batches of 1,000 take every place for writes (two of
 // them) while it writes alone; another tenant's submit arriving behind
 // its third batch takes the first places freed, ahead of it; a write
@@ -30,18 +44,9 @@ func TestATenantsBatchesDoNotKeepAnothersSubmitWaiting(t *testing.T) {
 	e := newEngineOver(t, st, jobs.Config{WriteTurnWait: time.Hour})
 	acme := jobs.WithReader(context.Background(), "tenant/a")
 
-	batches := make(chan error, 3)
-	for range 2 {
-		go func() {
-			_, err := e.SubmitMany(acme, batchOf("a", jobtype.MaxBatchJobs))
-			batches <- err
-		}()
-	}
+	first := sendBatches(e, 2)
 	waitUntil(t, "a's two batches in the store at once", func() bool { return len(st.Order()) == 2 })
-	go func() {
-		_, err := e.SubmitMany(acme, batchOf("a", jobtype.MaxBatchJobs))
-		batches <- err
-	}()
+	third := sendBatches(e, 1)
 	waitUntil(t, "a's third batch waiting", func() bool { return e.WritesWaiting() == 1 })
 
 	got := make(chan error, 1)
@@ -75,8 +80,8 @@ func TestATenantsBatchesDoNotKeepAnothersSubmitWaiting(t *testing.T) {
 	for range 2 {
 		st.Release("a")
 	}
-	for range 3 {
-		if err := <-batches; err != nil {
+	for _, err := range []error{<-first, <-first, <-third} {
+		if err != nil {
 			t.Fatalf("a's batch: %v", err)
 		}
 	}
@@ -98,13 +103,7 @@ func TestAWriteTooLongWithoutItsTurnIsRefused(t *testing.T) {
 	queued := submit(t, e, jobs.SubmitRequest{Tenant: "c"})
 	acme := jobs.WithReader(context.Background(), "tenant/a")
 
-	batches := make(chan error, 2)
-	for range 2 {
-		go func() {
-			_, err := e.SubmitMany(acme, batchOf("a", jobtype.MaxBatchJobs))
-			batches <- err
-		}()
-	}
+	batches := sendBatches(e, 2)
 	waitUntil(t, "a's two batches holding every place", func() bool { return len(st.Order()) == 3 })
 
 	_, err := e.Submit(acme, jobs.SubmitRequest{Tenant: "a", Kind: "late"})
@@ -195,14 +194,7 @@ func TestABulkPageTakesOneTurn(t *testing.T) {
 		go st.Release("c")
 		ids = append(ids, submit(t, e, jobs.SubmitRequest{Tenant: "c", Kind: "k"}).ID)
 	}
-	acme := jobs.WithReader(context.Background(), "tenant/a")
-	batches := make(chan error, 2)
-	for range 2 {
-		go func() {
-			_, err := e.SubmitMany(acme, batchOf("a", jobtype.MaxBatchJobs))
-			batches <- err
-		}()
-	}
+	batches := sendBatches(e, 2)
 	waitUntil(t, "a's two batches holding every place", func() bool { return len(st.Order()) == 22 })
 	type bulkOutcome struct {
 		r   jobs.BulkResult
