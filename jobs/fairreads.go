@@ -151,18 +151,16 @@ func (t *turns) take(ctx context.Context) (release func(), err error) {
 // returns their release; or the context's error if the caller left
 // first.
 func (t *turns) takeAs(ctx context.Context, key string, cost int) (release func(), err error) {
+	if release, ok := t.tryTake(key, cost); ok {
+		return release, nil
+	}
 	cost = min(max(cost, 1), t.places)
 	t.mu.Lock()
-	if len(t.queued) == 0 && t.free >= cost {
-		t.free -= cost
-		t.running[key] += cost
-		t.mu.Unlock()
-		return func() { t.release(key, cost) }, nil
-	}
 	t.arrived++
 	w := &turnWaiter{key: key, cost: cost, n: t.arrived, ready: make(chan struct{})}
 	t.queued[key] = append(t.queued[key], w)
 	t.waiting.Add(1)
+	t.grant() // places freed since tryTake looked go to the waiter in turn
 	t.mu.Unlock()
 	select {
 	case <-w.ready:
@@ -186,6 +184,21 @@ func (t *turns) takeAs(ctx context.Context, key string, cost int) (release func(
 	t.grant() // the next in turn may have been waiting behind w
 	t.mu.Unlock()
 	return nil, context.Cause(ctx)
+}
+
+// tryTake takes cost places (at most every place) for key if they are
+// free and nobody waits, and returns their release; ok is false, and
+// nothing taken, otherwise.
+func (t *turns) tryTake(key string, cost int) (release func(), ok bool) {
+	cost = min(max(cost, 1), t.places)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.queued) > 0 || t.free < cost {
+		return nil, false
+	}
+	t.free -= cost
+	t.running[key] += cost
+	return func() { t.release(key, cost) }, true
 }
 
 // release ends a call of key that held cost places, and gives them on.

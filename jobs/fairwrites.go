@@ -58,9 +58,13 @@ func (e *Engine) writeTurn(ctx context.Context, jobs int) (release func(), err e
 	if !ok || ctx.Value(inBulkKey{}) != nil {
 		return noTurn, nil
 	}
+	cost := writeCallPlaces + jobs
+	if release, ok := e.writeTurns.tryTake(writer, cost); ok {
+		return release, nil // no wait, so no bound on it to set
+	}
 	waitCtx, cancel := context.WithTimeoutCause(ctx, e.cfg.WriteTurnWait, errTurnWaited)
 	defer cancel()
-	release, err = e.writeTurns.takeAs(waitCtx, writer, writeCallPlaces+jobs)
+	release, err = e.writeTurns.takeAs(waitCtx, writer, cost)
 	if errors.Is(err, errTurnWaited) && ctx.Err() == nil {
 		return nil, &WriteTurnError{Writer: writer, Waited: e.cfg.WriteTurnWait}
 	}
